@@ -1,0 +1,1 @@
+"""sqlsdc: statistical disclosure control in SQL."""

@@ -1,0 +1,50 @@
+"""DDL of the ``sqlsdc`` catalog schema that lives inside the protected database.
+
+Tables:
+    meta            catalog format version
+    policy_versions every applied policy document, numbered; the highest is in force
+    secrets         key material for keyed PRFs (never readable through a guarded connection)
+    audit           every query, accepted, refused or failed, with the reason
+    ledger          every released cell: user, time, query fingerprint, cell identity, status
+"""
+
+from __future__ import annotations
+
+CATALOG_SCHEMA = "sqlsdc"
+CATALOG_VERSION = 1
+
+DDL = (
+    f"CREATE SCHEMA IF NOT EXISTS {CATALOG_SCHEMA}",
+    f"CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.meta (key VARCHAR PRIMARY KEY, value VARCHAR)",
+    f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.policy_versions (
+        version INTEGER PRIMARY KEY,
+        applied_at TIMESTAMPTZ NOT NULL,
+        applied_by VARCHAR NOT NULL,
+        source VARCHAR NOT NULL,
+        sha256 VARCHAR NOT NULL,
+        document VARCHAR NOT NULL)""",
+    f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.secrets (
+        name VARCHAR PRIMARY KEY,
+        material BLOB NOT NULL,
+        created_at TIMESTAMPTZ NOT NULL)""",
+    f"CREATE SEQUENCE IF NOT EXISTS {CATALOG_SCHEMA}.query_ids START 1",
+    f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.audit (
+        query_id BIGINT PRIMARY KEY,
+        logged_at TIMESTAMPTZ NOT NULL,
+        user_name VARCHAR NOT NULL,
+        policy_version INTEGER,
+        decision VARCHAR NOT NULL CHECK (decision IN ('accepted', 'refused', 'failed')),
+        reason VARCHAR,
+        fingerprint VARCHAR,
+        sql_text VARCHAR NOT NULL,
+        rows_returned BIGINT)""",
+    f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.ledger (
+        query_id BIGINT NOT NULL,
+        released_at TIMESTAMPTZ NOT NULL,
+        user_name VARCHAR NOT NULL,
+        fingerprint VARCHAR NOT NULL,
+        cell VARCHAR NOT NULL,
+        column_name VARCHAR NOT NULL,
+        mechanism VARCHAR NOT NULL,
+        status VARCHAR NOT NULL)""",
+)

@@ -1,0 +1,179 @@
+"""Reading and writing the ``sqlsdc`` catalog: policy versions, secrets, audit log and ledger.
+
+All functions take a DuckDB connection owned by trusted sqlsdc code; none of them is reachable
+from analyst SQL, which the guard confines to the tables declared in the policy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+import pyarrow as pa
+
+from sqlsdc.catalog.schema import CATALOG_SCHEMA, CATALOG_VERSION, DDL
+from sqlsdc.engines.duckdb import one
+from sqlsdc.errors import Error
+
+S = CATALOG_SCHEMA
+SECRET_BYTES = 32
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def has_catalog(con) -> bool:
+    row = one(
+        con,
+        "SELECT 1 FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND schema_name = ? AND table_name = 'policy_versions'",
+        [S],
+    )
+    return row is not None
+
+
+def ensure_catalog(con) -> None:
+    """Create the catalog schema if needed and check its version."""
+    for statement in DDL:
+        con.execute(statement)
+    row = one(con, f"SELECT value FROM {S}.meta WHERE key = 'catalog_version'")
+    if row is None:
+        con.execute(f"INSERT INTO {S}.meta VALUES ('catalog_version', ?)", [str(CATALOG_VERSION)])
+    elif int(row[0]) > CATALOG_VERSION:
+        raise Error(
+            f"this database has catalog version {row[0]}, newer than this sqlsdc "
+            f"({CATALOG_VERSION}); upgrade sqlsdc"
+        )
+
+
+def ensure_secret(con, name: str = "prf") -> bool:
+    """Create the named secret from the OS CSPRNG if absent; True if it was created."""
+    if one(con, f"SELECT 1 FROM {S}.secrets WHERE name = ?", [name]):
+        return False
+    con.execute(
+        f"INSERT INTO {S}.secrets VALUES (?, ?, ?)", [name, os.urandom(SECRET_BYTES), now()]
+    )
+    return True
+
+
+def read_secret(con, name: str = "prf") -> bytes:
+    row = one(con, f"SELECT material FROM {S}.secrets WHERE name = ?", [name])
+    if row is None:
+        raise Error(f"secret {name!r} is missing; run `sqlsdc init` to create it")
+    return bytes(row[0])
+
+
+def store_policy(con, document: dict, source: str, applied_by: str) -> int:
+    """Append a policy version and return its number."""
+    text = json.dumps(document, sort_keys=True)
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    (latest,) = one(con, f"SELECT coalesce(max(version), 0) FROM {S}.policy_versions")
+    version = latest + 1
+    con.execute(
+        f"INSERT INTO {S}.policy_versions VALUES (?, ?, ?, ?, ?, ?)",
+        [version, now(), applied_by, source, digest, text],
+    )
+    return version
+
+
+def current_policy(con) -> tuple[int, dict, str] | None:
+    """``(version, document, source)`` of the policy in force, or None before init."""
+    if not has_catalog(con):
+        return None
+    row = one(
+        con,
+        f"SELECT version, document, source FROM {S}.policy_versions ORDER BY version DESC LIMIT 1",
+    )
+    return None if row is None else (row[0], json.loads(row[1]), row[2])
+
+
+def policy_history(con) -> list[tuple]:
+    return con.execute(
+        f"SELECT version, applied_at, applied_by, source, sha256 FROM {S}.policy_versions "
+        "ORDER BY version"
+    ).fetchall()
+
+
+def next_query_id(con) -> int:
+    return one(con, f"SELECT nextval('{S}.query_ids')")[0]
+
+
+def record_query(
+    con,
+    query_id: int,
+    user: str,
+    policy_version: int | None,
+    decision: str,
+    sql: str,
+    *,
+    reason: str | None = None,
+    fingerprint: str | None = None,
+    rows: int | None = None,
+) -> None:
+    """Append one entry to the audit log."""
+    con.execute(
+        f"INSERT INTO {S}.audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [query_id, now(), user, policy_version, decision, reason, fingerprint, sql, rows],
+    )
+
+
+def record_cells(
+    con, query_id: int, user: str, fingerprint: str, cells: Iterable[tuple[str, str, str, str]]
+) -> int:
+    """Append released cells ``(cell identity JSON, column, mechanism, status)`` to the ledger."""
+    cells = list(cells)
+    if not cells:
+        return 0
+    identity, column, mechanism, status = (list(c) for c in zip(*cells, strict=True))
+    n = len(cells)
+    batch = pa.table(
+        {
+            "query_id": pa.array([query_id] * n, pa.int64()),
+            "released_at": pa.array([now()] * n, pa.timestamp("us", tz="UTC")),
+            "user_name": [user] * n,
+            "fingerprint": [fingerprint] * n,
+            "cell": identity,
+            "column_name": column,
+            "mechanism": mechanism,
+            "status": status,
+        }
+    )
+    con.register("__sqlsdc_ledger_batch", batch)
+    try:
+        con.execute(f"INSERT INTO {S}.ledger SELECT * FROM __sqlsdc_ledger_batch")
+    finally:
+        con.unregister("__sqlsdc_ledger_batch")
+    return n
+
+
+def audit_entries(
+    con, *, user: str | None = None, decision: str | None = None, limit: int = 50
+) -> list[dict]:
+    """Newest audit entries first, optionally filtered."""
+    where, params = [], []
+    if user:
+        where.append("user_name = ?")
+        params.append(user)
+    if decision:
+        where.append("decision = ?")
+        params.append(decision)
+    clause = f"WHERE {' AND '.join(where)}" if where else ""
+    cur = con.execute(
+        f"SELECT query_id, logged_at, user_name, policy_version, decision, reason, fingerprint, "
+        f"sql_text, rows_returned FROM {S}.audit {clause} ORDER BY query_id DESC LIMIT ?",
+        [*params, limit],
+    )
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def ledger_summary(con, query_id: int) -> list[tuple]:
+    return con.execute(
+        f"SELECT column_name, status, count(*) FROM {S}.ledger WHERE query_id = ? "
+        "GROUP BY ALL ORDER BY ALL",
+        [query_id],
+    ).fetchall()

@@ -1,0 +1,136 @@
+"""The DuckDB engine: opening hardened connections, generating DuckDB SQL, running it.
+
+This is the only module of the core that imports duckdb. Hardening follows the verified notes in
+``shared/reference/ecosystem.md`` §2: extension installs and autoloading off, Python replacement
+scans off, persistent secrets off at connect time; then, after connect (DuckDB refuses it before),
+``allowed_directories`` emptied, external access disabled and the configuration locked, so no
+statement can re-enable files, network or extensions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import sqlglot
+from sqlglot import exp
+
+from sqlsdc.errors import Error
+
+DIALECT = "duckdb"
+
+_CONNECT_CONFIG = {
+    "autoinstall_known_extensions": "false",
+    "autoload_known_extensions": "false",
+    "allow_community_extensions": "false",
+    "allow_unsigned_extensions": "false",
+    "python_enable_replacements": "false",
+    "allow_persistent_secrets": "false",
+}
+
+EngineError = duckdb.Error
+
+
+def open_database(path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open a DuckDB file for sqlsdc's own (trusted) work, with extensions and scans locked down."""
+    path = Path(path)
+    if not read_only and not path.parent.exists():
+        raise Error(f"cannot create database {path}: folder {path.parent} does not exist")
+    if read_only and not path.exists():
+        raise Error(
+            f"database {path} does not exist; create it with `sqlsdc init` or `sqlsdc demo`"
+        )
+    try:
+        return duckdb.connect(str(path), read_only=read_only, config=dict(_CONNECT_CONFIG))
+    except duckdb.IOException as e:
+        raise Error(f"cannot open database {path}: {_first_line(e)}") from None
+
+
+def harden(con: duckdb.DuckDBPyConnection) -> None:
+    """Close every channel to files, network, extensions and settings, irreversibly."""
+    con.execute("SET allowed_directories = []")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+
+
+def system_functions(con: duckdb.DuckDBPyConnection) -> frozenset[str]:
+    """Names of built-in scalar and aggregate functions that can be called as system.main.f()."""
+    rows = con.execute(
+        "SELECT DISTINCT lower(function_name) FROM duckdb_functions() "
+        "WHERE internal AND function_type IN ('scalar', 'aggregate') AND schema_name = 'main'"
+    ).fetchall()
+    return frozenset(r[0] for r in rows)
+
+
+def qualify_functions(tree: exp.Expr, builtins: frozenset[str]) -> exp.Expr:
+    """Return a copy where every built-in function call reads ``system.main.f(...)``.
+
+    A user macro named like a built-in (``CREATE MACRO round(a, b) AS a``) would otherwise win
+    over it and silently undo a protection; schema-qualified calls always reach the built-in.
+    """
+
+    def qualify(node: exp.Expr) -> exp.Expr:
+        if not isinstance(node, exp.Func) or isinstance(node.parent, exp.Dot):
+            return node
+        if isinstance(node, exp.AggFunc) and isinstance(node.parent, exp.Window):
+            return node  # DuckDB does not accept qualified window aggregates
+        name = node.sql_name().lower() if not isinstance(node, exp.Anonymous) else node.name.lower()
+        generated = node.sql(DIALECT).split("(", 1)[0].lower()
+        if generated not in builtins or name == "cast":
+            return node
+        return exp.Dot.build([exp.to_identifier("system"), exp.to_identifier("main"), node])
+
+    return tree.copy().transform(qualify, copy=False)
+
+
+def to_sql(tree: exp.Expr, builtins: frozenset[str] = frozenset()) -> str:
+    """DuckDB SQL for a protected tree, with built-in functions schema-qualified."""
+    return qualify_functions(tree, builtins).sql(DIALECT) if builtins else tree.sql(DIALECT)
+
+
+def table_schemas(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, str]]:
+    """``{table: {column: type}}`` of the user tables and views in the main schema."""
+    rows = con.execute(
+        "SELECT lower(table_name), lower(column_name), data_type FROM information_schema.columns "
+        "WHERE table_catalog = current_database() AND table_schema = 'main' "
+        "ORDER BY table_name, ordinal_position"
+    ).fetchall()
+    schemas: dict[str, dict[str, str]] = {}
+    for table, column, dtype in rows:
+        schemas.setdefault(table, {})[column] = dtype
+    return schemas
+
+
+def base_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
+    """Names of real tables (not views) in the main schema."""
+    rows = con.execute(
+        "SELECT lower(table_name) FROM duckdb_tables() "
+        "WHERE database_name = current_database() AND schema_name = 'main'"
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+def tables_read_by(con: duckdb.DuckDBPyConnection, sql: str) -> set[str]:
+    """The tables DuckDB's own parser says a statement reads (defence in depth)."""
+    return {name.split(".")[-1].lower() for name in con.get_table_names(sql, qualified=False)}
+
+
+def run(con: duckdb.DuckDBPyConnection, sql: str, params=None) -> pa.Table:
+    """Run a statement and return its result as an Arrow table."""
+    return con.execute(sql, params).to_arrow_table()
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).splitlines()[0]
+
+
+def parse_one(sql: str) -> exp.Expr:
+    """Parse one DuckDB expression or statement (used by trusted code, not the guard)."""
+    return sqlglot.parse_one(sql, read=DIALECT)
+
+
+def one(con: duckdb.DuckDBPyConnection, sql: str, params=None) -> tuple | None:
+    """The first row of a statement's result, or None; always consumes the whole result."""
+    rows = con.execute(sql, params).fetchall()
+    return rows[0] if rows else None

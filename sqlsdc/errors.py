@@ -1,0 +1,80 @@
+"""The sqlsdc error hierarchy.
+
+``sqlsdc.Error`` is a PEP 249 ``DatabaseError``, so DB-API code that catches ``DatabaseError``
+catches every sqlsdc error; sqlsdc code catches ``sqlsdc.Error``. Messages say what happened and
+what to do. :class:`InternalError` marks a bug in sqlsdc, not a problem with the query or policy.
+"""
+
+from __future__ import annotations
+
+
+class Warning(Exception):  # noqa: A001 - PEP 249 requires this name
+    """PEP 249 warning (unused, present for DB-API completeness)."""
+
+
+class DatabaseError(Exception):
+    """PEP 249 ``DatabaseError``: errors related to the database."""
+
+
+class Error(DatabaseError):
+    """Root of every error sqlsdc raises."""
+
+
+class InterfaceError(Error):
+    """Misuse of the connection or cursor object (PEP 249)."""
+
+
+class OperationalError(Error):
+    """The engine failed while running a protected query (message withheld from analysts)."""
+
+
+class ProgrammingError(Error):
+    """Wrong use of the API, e.g. fetching from a cursor that has no result."""
+
+
+class NotSupportedError(Error):
+    """A PEP 249 feature this connection does not offer (e.g. transactions)."""
+
+
+class PolicyViolation(Error):
+    """A query was refused because it is not provably safe under the policy.
+
+    Attributes:
+        reason: what was refused.
+        hint: what would be allowed instead (may be empty).
+        sql: the statement, for pointing at the offending part.
+    """
+
+    def __init__(self, reason: str, hint: str = "", sql: str | None = None):
+        self.reason = reason
+        self.hint = hint
+        self.sql = sql
+        super().__init__(f"{reason}. {hint}" if hint else reason)
+
+
+class PolicyError(ValueError, Error):
+    """A policy file or document is invalid; the message names file, path and problem."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class AccessDenied(Error):
+    """The user is unknown to the policy or lacks the role for an operation."""
+
+
+class BudgetExhausted(Error):
+    """A privacy budget would be exceeded (used by the DP mechanism)."""
+
+    def __init__(self, message: str, requested=None, remaining=None):
+        self.requested = requested
+        self.remaining = remaining
+        super().__init__(message)
+
+
+class InternalError(Error):
+    """A bug in sqlsdc: an invariant did not hold. Please report it."""
+
+    def __init__(self, message: str):
+        super().__init__(f"{message} (this is a bug in sqlsdc; please report it)")

@@ -1,0 +1,31 @@
+"""Policy model and loading (validated against ``schemas/policy.schema.json``)."""
+
+from sqlsdc.policy.load import load_policy, policy_schema, validate_document
+from sqlsdc.policy.model import (
+    AggregateKind,
+    Column,
+    ColumnRole,
+    Method,
+    Policy,
+    ProtectionRule,
+    Table,
+    TableKind,
+    User,
+    UserRole,
+)
+
+__all__ = [
+    "AggregateKind",
+    "Column",
+    "ColumnRole",
+    "Method",
+    "Policy",
+    "ProtectionRule",
+    "Table",
+    "TableKind",
+    "User",
+    "UserRole",
+    "load_policy",
+    "policy_schema",
+    "validate_document",
+]

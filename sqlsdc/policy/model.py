@@ -1,0 +1,121 @@
+"""The policy as typed, frozen objects; YAML and JSON exist only at the boundary (``load.py``).
+
+A policy says, per table, whether it is public or confidential (undeclared tables are
+confidential and unusable), what each column may be used for, and how aggregate cells are
+protected; and it lists the users allowed to query and their roles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+DEFAULT_MIN_FREQUENCY = 10
+
+
+class TableKind(StrEnum):
+    CONFIDENTIAL = "confidential"
+    PUBLIC = "public"
+
+
+class ColumnRole(StrEnum):
+    """What a confidential column may be used for.
+
+    identifier: names a unit; only for joins along declared keys and COUNT(DISTINCT unit).
+    dimension: may be grouped by, filtered on and counted.
+    measure / weight: may be summed or averaged and filtered on; never grouped by or output.
+    hidden: never usable.
+    """
+
+    IDENTIFIER = "identifier"
+    DIMENSION = "dimension"
+    MEASURE = "measure"
+    WEIGHT = "weight"
+    HIDDEN = "hidden"
+
+
+class UserRole(StrEnum):
+    ADMIN = "admin"
+    ANALYST = "analyst"
+
+
+class AggregateKind(StrEnum):
+    """Protection is chosen per kind of aggregate: counts of units, or magnitudes (sums)."""
+
+    COUNTS = "counts"
+    MAGNITUDES = "magnitudes"
+
+
+class Method(StrEnum):
+    THRESHOLD = "threshold"
+
+
+@dataclass(frozen=True)
+class ProtectionRule:
+    """How cells of one aggregate kind are protected.
+
+    THRESHOLD: a cell computed from fewer than ``min_frequency`` units is suppressed (the
+    minimum-frequency rule of official statistics, e.g. Hundepool et al. 2012, §5.2).
+    """
+
+    method: Method = Method.THRESHOLD
+    min_frequency: int = DEFAULT_MIN_FREQUENCY
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    role: ColumnRole
+    domain: tuple[Any, ...] | None = None
+    bounds: tuple[float, float] | None = None
+    references: tuple[str, str] | None = None  # (table, column) this identifier points to
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    kind: TableKind
+    columns: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    privacy_unit: str | None = None
+    hierarchies: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    protection: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    description: str = ""
+
+    @property
+    def is_public(self) -> bool:
+        return self.kind is TableKind.PUBLIC
+
+    def column(self, name: str) -> Column | None:
+        return self.columns.get(name.lower())
+
+    def rule(self, kind: AggregateKind) -> ProtectionRule:
+        return self.protection[kind]
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    role: UserRole
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A validated policy. Build it with :func:`sqlsdc.policy.load_policy`."""
+
+    tables: MappingProxyType
+    users: MappingProxyType
+    document: MappingProxyType  # the validated source document, for storing and showing
+    source: str = "<policy>"
+
+    def table(self, name: str) -> Table | None:
+        return self.tables.get(name.lower())
+
+    def user(self, name: str) -> User | None:
+        return self.users.get(name)
+
+    @property
+    def confidential_tables(self) -> list[Table]:
+        return [t for t in self.tables.values() if not t.is_public]
