@@ -48,7 +48,17 @@ def open_database(path: str | Path, *, read_only: bool = False) -> duckdb.DuckDB
 
 
 def harden(con: duckdb.DuckDBPyConnection) -> None:
-    """Close every channel to files, network, extensions and settings, irreversibly."""
+    """Close every channel to files, network, extensions and settings, irreversibly.
+
+    Settings belong to the database instance, which DuckDB shares between connections to the
+    same file in one process; an instance locked by an earlier connection stays locked.
+    """
+    locked = one(con, "SELECT current_setting('lock_configuration')")[0]
+    external = one(con, "SELECT current_setting('enable_external_access')")[0]
+    if locked:
+        if external:
+            raise Error("the database instance is locked with external access enabled")
+        return
     con.execute("SET allowed_directories = []")
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
@@ -116,9 +126,9 @@ def tables_read_by(con: duckdb.DuckDBPyConnection, sql: str) -> set[str]:
     return {name.split(".")[-1].lower() for name in con.get_table_names(sql, qualified=False)}
 
 
-def run(con: duckdb.DuckDBPyConnection, sql: str, params=None) -> pa.Table:
-    """Run a statement and return its result as an Arrow table."""
-    return con.execute(sql, params).to_arrow_table()
+def run(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
+    """Run a query and return its result as an Arrow table."""
+    return con.sql(sql).to_arrow_table()
 
 
 def _first_line(error: Exception) -> str:

@@ -1,0 +1,641 @@
+"""Classify and check steps: what every scope of the query reads, and whether that is allowed.
+
+Each scope (SELECT, CTE, derived table, subquery, set operation) gets a :class:`Kind`:
+
+* ``ROW``: reads confidential rows without aggregating them. Allowed only as the input of an
+  aggregation (a CTE or derived table); never as output, scalar/IN/EXISTS subquery or set branch.
+* ``AGGREGATE``: aggregates confidential rows. Its cells are protected by the rewrite step.
+* ``SAFE``: reads only public tables or already protected cells; anything allowlisted goes.
+
+Lineage follows every column from its base table through the scopes, so the rules about roles
+(identifier, dimension, measure, weight) apply wherever a value ends up: outputs, filters, groups,
+joins and aggregate arguments. Expressions evaluated on confidential rows must be *total*: an
+error raised for some rows but not others is a side channel, so only operations that cannot
+raise for any input of their type are allowed there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+
+from sqlglot import exp
+from sqlglot.optimizer.annotate_types import annotate_types
+from sqlglot.optimizer.scope import Scope, traverse_scope
+
+from sqlsdc.errors import InternalError, PolicyViolation
+from sqlsdc.guard.allowlist import (
+    ALLOWED,
+    PROTECTED_AGGREGATES,
+    describe,
+)
+from sqlsdc.policy import ColumnRole, Policy
+
+DIALECT = "duckdb"
+ROW_ROLES = {ColumnRole.DIMENSION, ColumnRole.MEASURE, ColumnRole.WEIGHT}
+SET_OPERATIONS = (exp.Union, exp.Intersect, exp.Except)
+
+
+class Kind(Enum):
+    SAFE = "safe"
+    ROW = "row"
+    AGGREGATE = "aggregate"
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """Where a value comes from: confidential row values (with their roles) or safe values."""
+
+    row: bool = False
+    roles: frozenset = frozenset()
+    sources: frozenset = frozenset()  # {(table, column)} of confidential base columns
+    protected: bool = False  # derived from a protected aggregate cell
+
+    def __or__(self, other: Lineage) -> Lineage:
+        return Lineage(
+            self.row or other.row,
+            self.roles | other.roles,
+            self.sources | other.sources,
+            self.protected or other.protected,
+        )
+
+
+@dataclass
+class ScopeInfo:
+    scope: Scope
+    kind: Kind
+    outputs: dict[str, Lineage] = field(default_factory=dict)
+    aggregates: list[exp.AggFunc] = field(default_factory=list)
+
+
+@dataclass
+class Analysis:
+    """The result of classification: one ScopeInfo per scope, children before parents."""
+
+    tree: exp.Expr
+    infos: dict[int, ScopeInfo]
+    order: list[ScopeInfo]
+
+    @property
+    def root(self) -> ScopeInfo:
+        return self.order[-1]
+
+    def info(self, node: exp.Expr) -> ScopeInfo:
+        return self.infos[id(_unwrap(node))]
+
+
+ConstantCheck = Callable[[exp.Expr], bool]
+
+
+def analyze(tree: exp.Expr, policy: Policy, schema: dict, sql: str,
+            constant_is_safe: ConstantCheck) -> Analysis:
+    """Classify every scope of a qualified tree and refuse whatever the policy does not allow."""
+    _check_nodes(tree, sql)
+    _expand_group_by_all(tree)
+    annotate_types(tree, schema=schema, dialect=DIALECT)
+    checker = _Checker(policy, sql, constant_is_safe)
+    infos: dict[int, ScopeInfo] = {}
+    order = []
+    for scope in traverse_scope(tree):
+        info = checker.classify(scope, infos)
+        infos[id(scope.expression)] = info
+        order.append(info)
+    for info in order:
+        checker.check(info, infos)
+    return Analysis(tree, infos, order)
+
+
+def _unwrap(node: exp.Expr) -> exp.Expr:
+    while isinstance(node, (exp.Subquery, exp.Paren)):
+        node = node.this
+    return node
+
+
+SELECT_CLAUSES = {"with_", "expressions", "distinct", "from_", "joins", "where", "group", "having",
+                  "order", "limit", "offset", "qualify"}
+SET_OPERATION_CLAUSES = {"with_", "this", "expression", "distinct", "order", "limit", "offset",
+                         "by_name", "side", "kind", "on"}
+
+
+def _check_nodes(tree: exp.Expr, sql: str) -> None:
+    for node in tree.walk():
+        if isinstance(node, (exp.Select, *SET_OPERATIONS)):
+            allowed = SELECT_CLAUSES if isinstance(node, exp.Select) else SET_OPERATION_CLAUSES
+            extra = [k for k, v in node.args.items() if v not in (None, [], False) and k not in allowed]
+            if extra or node.args.get("by_name") or node.args.get("side") or node.args.get("on"):
+                clause = ", ".join(extra) or "BY NAME / side"
+                raise PolicyViolation(
+                    f"the clause(s) {clause} of {node.key.upper()} are not allowed",
+                    "use SELECT ... FROM ... WHERE ... GROUP BY ... HAVING ... ORDER BY ... LIMIT",
+                    sql,
+                )
+        if not isinstance(node, ALLOWED):
+            raise PolicyViolation(
+                f"{describe(node)} is not allowed ({node.sql(DIALECT)[:80]})",
+                "use plain SELECT queries with COUNT, SUM, AVG over the declared tables; "
+                "functions on files, settings, metadata or raw rows are never allowed",
+                sql,
+            )
+        if isinstance(node, exp.Distinct) and node.args.get("on"):
+            raise PolicyViolation("DISTINCT ON is not allowed", "use GROUP BY", sql)
+
+
+def _expand_group_by_all(tree: exp.Expr) -> None:
+    """Replace DuckDB's GROUP BY ALL by the explicit list of non-aggregate projections (in place)."""
+    for select in tree.find_all(exp.Select):
+        group = select.args.get("group")
+        if group is None or not group.args.get("all"):
+            continue
+        keys = [p.unalias().copy() for p in select.expressions if not _contains_aggregate(p)]
+        select.set("group", exp.Group(expressions=keys) if keys else None)
+
+
+def own_nodes(node: exp.Expr) -> Iterator[exp.Expr]:
+    """Nodes of ``node`` that belong to its scope (nested subqueries are not entered)."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        children = [c for c in current.iter_expressions()
+                    if not isinstance(c, (exp.Subquery, exp.Select, *SET_OPERATIONS))]
+        stack.extend(reversed(children))
+
+
+def scope_aggregates(node: exp.Expr) -> list[exp.AggFunc]:
+    """Aggregate calls of the scope, outermost first; window functions are not aggregates."""
+    found = []
+    for n in own_nodes(node):
+        if isinstance(n, exp.AggFunc) and not isinstance(n.parent, exp.Window):
+            if not any(isinstance(a, exp.AggFunc) and a is not n and not isinstance(a.parent, exp.Window)
+                       for a in _ancestors(n, node)):
+                found.append(n)
+    return found
+
+
+def _ancestors(node: exp.Expr, stop: exp.Expr) -> Iterator[exp.Expr]:
+    current = node.parent
+    while current is not None and current is not stop:
+        yield current
+        current = current.parent
+
+
+def _contains_aggregate(node: exp.Expr) -> bool:
+    return bool(scope_aggregates(node))
+
+
+def _clauses(select: exp.Select, *keys: str) -> list[exp.Expr]:
+    nodes = []
+    for key in keys:
+        value = select.args.get(key)
+        if isinstance(value, list):
+            nodes.extend(value)
+        elif value is not None:
+            nodes.append(value)
+    return nodes
+
+
+class _Checker:
+    def __init__(self, policy: Policy, sql: str, constant_is_safe: ConstantCheck):
+        self.policy = policy
+        self.sql = sql
+        self.constant_is_safe = constant_is_safe
+
+    def refuse(self, reason: str, hint: str = "") -> PolicyViolation:
+        return PolicyViolation(reason, hint, self.sql)
+
+    # ---------------------------------------------------------------- classify
+    def classify(self, scope: Scope, infos: dict[int, ScopeInfo]) -> ScopeInfo:
+        node = scope.expression
+        if scope.external_columns:
+            names = ", ".join(sorted({c.sql(DIALECT) for c in scope.external_columns}))
+            raise self.refuse(
+                f"correlated subqueries are not allowed (the subquery refers to {names})",
+                "join a derived table instead",
+            )
+        if isinstance(node, SET_OPERATIONS):
+            return self._classify_set_operation(node, infos)
+        if not isinstance(node, exp.Select):
+            raise self.refuse(f"{describe(node)} is not allowed here")
+        reads_rows = False
+        for source in scope.sources.values():
+            if isinstance(source, exp.Table):
+                table = self.policy.table(source.name)
+                if table is None:
+                    raise InternalError(f"undeclared table {source.name} reached analysis")
+                reads_rows |= not table.is_public
+            elif isinstance(source, Scope):
+                reads_rows |= infos[id(source.expression)].kind is Kind.ROW
+        aggregates = scope_aggregates(node)
+        if not reads_rows:
+            kind = Kind.SAFE
+        elif aggregates or node.args.get("group"):
+            kind = Kind.AGGREGATE
+        else:
+            kind = Kind.ROW
+        info = ScopeInfo(scope, kind, aggregates=aggregates)
+        for projection in node.expressions:
+            lineage = self.lineage(projection, scope, infos)
+            if kind is Kind.AGGREGATE:
+                lineage = Lineage(sources=lineage.sources, protected=_contains_aggregate(projection))
+            info.outputs[projection.alias_or_name] = lineage
+        return info
+
+    def _classify_set_operation(self, node: exp.Expr, infos: dict[int, ScopeInfo]) -> ScopeInfo:
+        left, right = infos[id(_unwrap(node.left))], infos[id(_unwrap(node.right))]
+        if Kind.ROW in (left.kind, right.kind):
+            raise self.refuse(
+                f"{node.key.upper()} of confidential rows is not allowed",
+                "aggregate each part (GROUP BY ... with COUNT/SUM/AVG) before combining them",
+            )
+        outputs = {}
+        for (name, a), b in zip(left.outputs.items(), right.outputs.values(), strict=False):
+            outputs[name] = a | b
+        return ScopeInfo(left.scope, Kind.SAFE, outputs)
+
+    def lineage(self, node: exp.Expr, scope: Scope, infos: dict[int, ScopeInfo]) -> Lineage:
+        result = Lineage()
+        for n in own_nodes(node):
+            if isinstance(n, exp.Column):
+                result = result | self.column_lineage(n, scope, infos)
+        for subquery in node.find_all(exp.Subquery):
+            inner = infos.get(id(_unwrap(subquery)))
+            if inner is not None:
+                for lineage in inner.outputs.values():
+                    result = result | lineage
+        return result
+
+    def column_lineage(self, column: exp.Column, scope: Scope, infos) -> Lineage:
+        source = scope.sources.get(column.table)
+        if isinstance(source, exp.Table):
+            table = self.policy.table(source.name)
+            if table.is_public:
+                return Lineage()
+            declared = table.column(column.name)
+            if declared is None:
+                raise InternalError(f"column {column.sql()} resolved outside the policy")
+            return Lineage(True, frozenset({declared.role}), frozenset({(table.name, declared.name)}))
+        if isinstance(source, Scope):
+            info = infos[id(source.expression)]
+            if column.name in info.outputs:
+                return info.outputs[column.name]
+        raise self.refuse(f"column {column.sql(DIALECT)} could not be traced to a declared table")
+
+    # ---------------------------------------------------------------- check
+    def check(self, info: ScopeInfo, infos: dict[int, ScopeInfo]) -> None:
+        scope = info.scope
+        if info.kind is Kind.ROW:
+            self._check_row_scope(info, infos)
+            if scope.is_root:
+                raise self.refuse(
+                    "row-level output of confidential tables is not allowed",
+                    "aggregate it: e.g. SELECT region, COUNT(*), AVG(income) FROM persons "
+                    "GROUP BY region",
+                )
+            if scope.is_subquery:
+                raise self.refuse(
+                    "subqueries over confidential rows (IN, EXISTS, scalar) are not allowed",
+                    "aggregate the subquery, or join a derived table and aggregate the result",
+                )
+        elif info.kind is Kind.AGGREGATE:
+            self._check_aggregate_scope(info, infos)
+
+    def _check_row_scope(self, info: ScopeInfo, infos) -> None:
+        select = info.scope.expression
+        for key, what in (("distinct", "DISTINCT"), ("order", "ORDER BY"), ("limit", "LIMIT"),
+                          ("offset", "OFFSET"), ("qualify", "QUALIFY")):
+            if select.args.get(key) is not None:
+                raise self.refuse(
+                    f"{what} on confidential rows is not allowed",
+                    "aggregate the rows with GROUP BY and COUNT/SUM/AVG; order and limit the "
+                    "aggregated result",
+                )
+        if any(isinstance(n, exp.Window) for p in select.expressions for n in own_nodes(p)):
+            raise self.refuse(
+                "window functions over confidential values are not allowed",
+                "aggregate first; window functions may then run over the protected cells",
+            )
+        for projection in select.expressions:
+            value = projection.unalias()
+            lineage = self.lineage(value, info.scope, infos)
+            if ColumnRole.IDENTIFIER in lineage.roles and not isinstance(value, exp.Column):
+                raise self.refuse(
+                    f"identifier column(s) {_names(lineage)} can only be passed through unchanged",
+                    "identifiers may only join declared keys or be counted with COUNT(DISTINCT)",
+                )
+            self._check_total(value, info.scope)
+        self._check_filters(info, infos)
+
+    def _check_filters(self, info: ScopeInfo, infos) -> None:
+        select = info.scope.expression
+        for clause, label in ((select.args.get("where"), "WHERE"),
+                              *((j.args.get("on"), "JOIN ON") for j in select.args.get("joins") or [])):
+            if clause is None:
+                continue
+            join_keys = self._join_key_columns(clause, info.scope, infos)
+            for n in own_nodes(clause):
+                if isinstance(n, exp.Column) and id(n) not in join_keys:
+                    lineage = self.column_lineage(n, info.scope, infos)
+                    bad = lineage.roles - ROW_ROLES
+                    if bad:
+                        raise self.refuse(
+                            f"{_role_text(bad)} {n.sql(DIALECT)} cannot be used in {label}",
+                            "filter on dimensions or measures; identifiers may only appear in "
+                            "equality joins along declared keys (e.g. p.household_id = "
+                            "h.household_id)",
+                        )
+            self._check_total(clause.this if isinstance(clause, exp.Where) else clause, info.scope)
+        for join in select.args.get("joins") or []:
+            if join.args.get("using"):
+                raise self.refuse("JOIN ... USING is not supported", "write the join with ON")
+
+    def _join_key_columns(self, clause: exp.Expr, scope: Scope, infos) -> set[int]:
+        """ids of identifier columns that appear in top-level equalities along declared keys."""
+        allowed: set[int] = set()
+        conjuncts = list(clause.flatten()) if isinstance(clause, exp.And) else [clause]
+        for conjunct in conjuncts:
+            conjunct = _unwrap(conjunct)
+            if not isinstance(conjunct, exp.EQ):
+                continue
+            left, right = _unwrap(conjunct.left), _unwrap(conjunct.right)
+            if not (isinstance(left, exp.Column) and isinstance(right, exp.Column)):
+                continue
+            a = self.column_lineage(left, scope, infos)
+            b = self.column_lineage(right, scope, infos)
+            if a.roles == b.roles == {ColumnRole.IDENTIFIER} and len(a.sources) == len(b.sources) == 1:
+                if self._key_target(*next(iter(a.sources))) == self._key_target(*next(iter(b.sources))):
+                    allowed |= {id(left), id(right)}
+        return allowed
+
+    def _key_target(self, table: str, column: str) -> tuple[str, str]:
+        declared = self.policy.table(table).column(column)
+        return declared.references or (table, column)
+
+    def _is_unit(self, lineage: Lineage) -> bool:
+        if lineage.roles != {ColumnRole.IDENTIFIER} or len(lineage.sources) != 1:
+            return False
+        table, column = self._key_target(*next(iter(lineage.sources)))
+        target = self.policy.table(table)
+        return target is not None and target.privacy_unit == column
+
+    def _check_aggregate_scope(self, info: ScopeInfo, infos) -> None:
+        select = info.scope.expression
+        if select.args.get("qualify") is not None:
+            raise self.refuse("QUALIFY is not supported", "filter the aggregated result in an outer query")
+        group = select.args.get("group")
+        for key in (group.find_all(exp.Column) if group else []):
+            if isinstance(key.parent, exp.Grouping):
+                continue
+            lineage = self.column_lineage(key, info.scope, infos)
+            if lineage.roles & {ColumnRole.MEASURE, ColumnRole.WEIGHT}:
+                raise self.refuse(
+                    f"column {key.name!r} is a {_role_text(lineage.roles)} and cannot be grouped by",
+                    f"aggregate it with SUM or AVG, or group by a dimension: {self._dimensions(lineage)}",
+                )
+            if lineage.roles - {ColumnRole.DIMENSION}:
+                raise self.refuse(
+                    f"{_role_text(lineage.roles)} {key.sql(DIALECT)} cannot be grouped by",
+                    f"group by a dimension: {self._dimensions(lineage)}",
+                )
+        if group:
+            self._check_total(group, info.scope)
+        for aggregate in info.aggregates:
+            self._check_aggregate(aggregate, info, infos)
+        aggregate_ids = {id(n) for a in info.aggregates for n in a.walk()}
+        for part in _clauses(select, "expressions", "having", "order"):
+            for n in own_nodes(part):
+                if isinstance(n, exp.Column) and id(n) not in aggregate_ids and n.table:
+                    lineage = self.column_lineage(n, info.scope, infos)
+                    if lineage.roles - {ColumnRole.DIMENSION}:
+                        raise self.refuse(
+                            f"{_role_text(lineage.roles)} {n.sql(DIALECT)} can only be used "
+                            "inside COUNT, SUM or AVG",
+                            "output dimensions you group by, and aggregates",
+                        )
+        self._check_filters(info, infos)
+
+    def _check_aggregate(self, aggregate: exp.AggFunc, info: ScopeInfo, infos) -> None:
+        name = aggregate.sql_name().upper()
+        if not isinstance(aggregate, PROTECTED_AGGREGATES):
+            raise self.refuse(
+                f"{name} over confidential values is not allowed (no protection mechanism "
+                "covers it yet)",
+                "use COUNT, SUM or AVG",
+            )
+        if isinstance(aggregate.parent, exp.Filter) or aggregate.find(exp.Filter):
+            raise self.refuse("FILTER (WHERE ...) on aggregates is not supported",
+                              "move the condition into a CASE WHEN inside the aggregate")
+        argument = aggregate.this
+        distinct = isinstance(argument, exp.Distinct)
+        if distinct:
+            if len(argument.expressions) != 1:
+                raise self.refuse(f"{name}(DISTINCT ...) takes exactly one column")
+            argument = argument.expressions[0]
+        if isinstance(argument, exp.Star):
+            return
+        lineage = self.lineage(argument, info.scope, infos)
+        if isinstance(aggregate, exp.Count):
+            if distinct and isinstance(_unwrap(argument), exp.Column) and self._is_unit(lineage):
+                return
+            allowed = {ColumnRole.DIMENSION} if distinct else ROW_ROLES
+            if lineage.roles - allowed:
+                raise self.refuse(
+                    f"{name}({'DISTINCT ' if distinct else ''}{argument.sql(DIALECT)}) uses "
+                    f"{_role_text(lineage.roles - allowed)} {_names(lineage)}",
+                    "count rows with COUNT(*), units with COUNT(DISTINCT <privacy unit>), or "
+                    "distinct values of a dimension",
+                )
+        else:
+            if distinct:
+                raise self.refuse(f"{name}(DISTINCT ...) is not allowed", f"use {name}(...)")
+            if lineage.roles - ROW_ROLES:
+                raise self.refuse(
+                    f"{name} over {_role_text(lineage.roles - ROW_ROLES)} {_names(lineage)} "
+                    "is not allowed",
+                    "sum or average measures",
+                )
+            if lineage.row and not lineage.roles & {ColumnRole.MEASURE, ColumnRole.WEIGHT}:
+                raise self.refuse(
+                    f"{name}({argument.sql(DIALECT)}) does not involve a measure",
+                    "sum or average columns declared as measure or weight; count with COUNT",
+                )
+        self._check_total(argument, info.scope)
+
+    def _dimensions(self, lineage: Lineage) -> str:
+        tables = {t for t, _ in lineage.sources}
+        dims = sorted({c.name for t in tables for c in self.policy.table(t).columns.values()
+                       if c.role is ColumnRole.DIMENSION})
+        return ", ".join(dims) or "none declared"
+
+    # ---------------------------------------------------------------- totality
+    def _check_total(self, node: exp.Expr, scope: Scope) -> None:
+        for n in own_nodes(node):
+            if not any(isinstance(c, exp.Column) for c in own_nodes(n)):
+                if not isinstance(n, (exp.Literal, exp.Null, exp.Boolean, exp.Star, exp.DataType,
+                                      exp.Var, exp.Identifier, exp.DataTypeParam)):
+                    if not self.constant_is_safe(n):
+                        raise self.refuse(
+                            f"the expression {n.sql(DIALECT)} raises an error",
+                            "fix the expression",
+                        )
+                continue
+            problem = _partiality(n)
+            if problem:
+                raise self.refuse(
+                    f"{n.sql(DIALECT)[:80]} could raise an error for some confidential values "
+                    f"({problem}), which would reveal them",
+                    _TOTALITY_HINT,
+                )
+
+
+_TOTALITY_HINT = (
+    "on confidential values use operations that cannot fail: compare values of the same type, "
+    "cast with TRY_CAST or to DOUBLE/VARCHAR, and compute on DOUBLE (e.g. CAST(age AS DOUBLE) * 2)"
+)
+
+NUMERIC = {"numeric"}
+
+
+def _family(node: exp.Expr) -> str | None:
+    dtype = node.type
+    if isinstance(node, exp.Null) or dtype is None:
+        return "null" if isinstance(node, exp.Null) else None
+    if dtype.is_type(exp.DataType.Type.NULL):
+        return "null"
+    if dtype.is_type(*exp.DataType.REAL_TYPES):
+        return "float" if dtype.is_type(exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT) else "decimal"
+    if dtype.is_type(*exp.DataType.INTEGER_TYPES):
+        return "integer"
+    if dtype.is_type(*exp.DataType.TEXT_TYPES):
+        return "text"
+    if dtype.is_type(*exp.DataType.TEMPORAL_TYPES):
+        return "temporal"
+    if dtype.is_type(exp.DataType.Type.BOOLEAN):
+        return "boolean"
+    return None
+
+
+def _comparable(a: exp.Expr, b: exp.Expr) -> bool:
+    fa, fb = _family(a), _family(b)
+    if "null" in (fa, fb):
+        return True
+    if isinstance(_unwrap(a), exp.Literal) and a.is_string or isinstance(_unwrap(b), exp.Literal) and b.is_string:
+        return True  # the literal is cast once, at bind time, whatever the data
+    numeric = {"integer", "decimal", "float"}
+    return fa is not None and (fa == fb or (fa in numeric and fb in numeric))
+
+
+def _positive_constant(node: exp.Expr) -> bool:
+    node = _unwrap(node)
+    return isinstance(node, exp.Literal) and not node.is_string and float(node.this) > 0
+
+
+_CAST_TOTAL = {
+    "integer": {"integer_wide", "float", "text", "decimal_wide"},
+    "decimal": {"float", "text"},
+    "float": {"float", "text"},
+    "text": {"text"},
+    "temporal": {"text"},
+    "boolean": {"text", "integer_wide", "float"},
+}
+
+
+def _cast_target(dtype: exp.DataType) -> str | None:
+    T = exp.DataType.Type
+    if dtype.is_type(T.DOUBLE, T.FLOAT):
+        return "float"
+    if dtype.is_type(*exp.DataType.TEXT_TYPES):
+        return "text"
+    if dtype.is_type(T.BIGINT, T.HUGEINT):
+        return "integer_wide"
+    return None
+
+
+def _partiality(n: exp.Expr) -> str | None:
+    """Why ``n`` can raise an error on some input of its argument types, or None if it cannot."""
+    if isinstance(n, (exp.Column, exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.Alias,
+                      exp.And, exp.Or, exp.Not, exp.Is, exp.Tuple, exp.Star, exp.Identifier,
+                      exp.DataType, exp.Var, exp.Distinct, exp.Count, exp.Sum, exp.Avg, exp.Div,
+                      exp.DPipe, exp.Concat, exp.Case, exp.If, exp.Grouping, exp.Group,
+                      exp.Rollup, exp.Cube, exp.GroupingSets, exp.TryCast, exp.Ordered,
+                      exp.DataTypeParam)):
+        if isinstance(n, exp.Case):
+            values = [i.args.get("true") for i in n.args.get("ifs", [])] + [n.args.get("default")]
+            return _same_family([v for v in values if v is not None])
+        if isinstance(n, exp.If):
+            return _same_family([v for v in (n.args.get("true"), n.args.get("false")) if v is not None])
+        return None
+    if isinstance(n, (exp.Add, exp.Sub, exp.Mul)):
+        return None if _family(n) == "float" else "exact arithmetic can overflow"
+    if isinstance(n, exp.Neg):
+        return None if _family(n.this) == "float" else "negation of an exact number can overflow"
+    if isinstance(n, (exp.IntDiv, exp.Mod)):
+        return None if _positive_constant(n.expression) else "the divisor could be zero"
+    if isinstance(n, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ,
+                      exp.NullSafeNEQ)):
+        return None if _comparable(n.left, n.right) else "comparing different types casts values"
+    if isinstance(n, exp.In):
+        if n.args.get("query") or n.args.get("unnest") or n.args.get("field"):
+            return "IN with a subquery"
+        return None if all(_comparable(n.this, e) for e in n.expressions) else "comparing different types casts values"
+    if isinstance(n, exp.Between):
+        ok = _comparable(n.this, n.args["low"]) and _comparable(n.this, n.args["high"])
+        return None if ok else "comparing different types casts values"
+    if isinstance(n, (exp.Like, exp.ILike)):
+        ok = _family(n.this) in ("text", "null") and _family(n.expression) in ("text", "null")
+        return None if ok else "LIKE on a non-text value casts it"
+    if isinstance(n, (exp.Coalesce, exp.Greatest, exp.Least, exp.Nullif)):
+        return _same_family([n.this, *n.expressions] if not isinstance(n, exp.Nullif)
+                            else [n.this, n.expression])
+    if isinstance(n, exp.Cast):
+        source = _family(n.this)
+        target = _cast_target(n.to)
+        if source == "null" or (target and target in _CAST_TOTAL.get(source, ())):
+            return None
+        if source == "integer" and target == "float":
+            return None
+        return f"casting {source or 'this value'} to {n.to.sql(DIALECT)} can fail; use TRY_CAST"
+    if isinstance(n, (exp.Abs, exp.Round, exp.Floor, exp.Ceil, exp.Sqrt, exp.Ln, exp.Log,
+                      exp.Exp, exp.Pow, exp.Sign)):
+        families = {_family(a) for a in n.iter_expressions()}
+        if n.this is not None and _family(n.this) == "float" and families <= {"float", "integer", "null"}:
+            return None
+        return f"{n.sql_name().lower()}() on exact numbers can overflow; cast to DOUBLE first"
+    if isinstance(n, (exp.Lower, exp.Upper, exp.Length, exp.Trim, exp.StartsWith)):
+        return None if _family(n.this) in ("text", "null") else "the argument is not text"
+    if isinstance(n, exp.Substring):
+        ok = _family(n.this) in ("text", "null") and all(
+            _family(a) in ("integer", "null") for a in (n.args.get("start"), n.args.get("length")) if a
+        )
+        return None if ok else "substring() needs text and integer positions"
+    if isinstance(n, (exp.Extract, exp.Year, exp.Month, exp.Quarter)):
+        target = n.expression if isinstance(n, exp.Extract) else n.this
+        return None if _family(target) == "temporal" else "the argument is not a date or timestamp"
+    if isinstance(n, exp.DateTrunc):
+        return None if _family(n.this) == "temporal" else "the argument is not a date or timestamp"
+    return f"{describe(n)} is not known to be error-free"
+
+
+def _same_family(values: list[exp.Expr]) -> str | None:
+    families = {_family(v) for v in values} - {"null"}
+    numeric = {"integer", "decimal", "float"}
+    strings = [v for v in values if isinstance(_unwrap(v), exp.Literal) and v.is_string]
+    if None in families:
+        return "a value of unknown type"
+    if len(families) <= 1 or families <= numeric or (families <= {"text", "temporal"} and strings):
+        return None
+    return "mixing types casts values"
+
+
+def _names(lineage: Lineage) -> str:
+    return ", ".join(f"{t}.{c}" for t, c in sorted(lineage.sources)) or "(none)"
+
+
+def _role_text(roles) -> str:
+    order = [ColumnRole.IDENTIFIER, ColumnRole.HIDDEN, ColumnRole.MEASURE, ColumnRole.WEIGHT,
+             ColumnRole.DIMENSION]
+    for role in order:
+        if role in roles:
+            return {"identifier": "identifier", "hidden": "hidden column", "measure": "measure",
+                    "weight": "weight", "dimension": "dimension"}[role.value]
+    return "value"

@@ -1,0 +1,320 @@
+"""The guarded connection: a PEP 249 connection whose every query is checked and protected.
+
+Threat model: the guard protects SQL-only users (analysts, the CLI, BI tools through a server).
+It is not a boundary against code running in the same Python process, which can open the file
+itself; real isolation means the confidential file belongs to another OS user or process.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+from sqlglot import exp
+
+from sqlsdc.catalog import store
+from sqlsdc.catalog.setup import unit_index_name
+from sqlsdc.engines import duckdb as engine
+from sqlsdc.errors import (
+    AccessDenied,
+    Error,
+    InterfaceError,
+    NotSupportedError,
+    OperationalError,
+    PolicyViolation,
+    ProgrammingError,
+)
+from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, protect
+from sqlsdc.guard.resolve import analyst_schema
+from sqlsdc.guard.validate import check_engine_tables
+from sqlsdc.policy import Policy, load_policy
+from sqlsdc.rewrite.threshold import MECHANISM, PUBLISHED, SUPPRESSED
+
+apilevel = "2.0"
+threadsafety = 1
+paramstyle = "qmark"
+
+
+def connect(path: str | Path, user: str) -> Connection:
+    """Open a guarded connection to a database initialised with ``sqlsdc init``.
+
+    Example:
+        >>> con = sqlsdc.connect("sqlsdc-demo.duckdb", user="analyst")  # doctest: +SKIP
+        >>> con.execute("SELECT region, COUNT(*) FROM persons GROUP BY region").fetchall()
+    """
+    return Connection(path, user)
+
+
+class Connection:
+    """A PEP 249 connection that answers only protected aggregate queries."""
+
+    def __init__(self, path: str | Path, user: str):
+        self._con = None
+        con = engine.open_database(path)
+        try:
+            engine.harden(con)
+            current = store.current_policy(con)
+            if current is None:
+                raise Error(f"{path} has no sqlsdc catalog; run `sqlsdc init {path} --policy FILE`")
+            version, document, source = current
+            policy = load_policy(document, name=source)
+            if policy.user(user) is None:
+                raise AccessDenied(
+                    f"user {user!r} is not declared in the policy of {Path(path).name}; "
+                    "ask an admin to add it under `users:`"
+                )
+            self._context = _context(con, policy, version)
+        except BaseException:
+            con.close()
+            raise
+        self._con = con
+        self.user = user
+        self.role = policy.user(user).role
+        self.policy = policy
+        self.path = str(path)
+
+    @property
+    def policy_version(self) -> int:
+        return self._context.policy_version
+
+    def cursor(self) -> Cursor:
+        self._check_open()
+        return Cursor(self)
+
+    def execute(self, sql: str, params=None) -> Cursor:
+        return self.cursor().execute(sql, params)
+
+    def explain(self, sql: str, params=None) -> ProtectedQuery:
+        """The protected SQL and the mechanism of every output column, without reading data."""
+        self._check_open()
+        return protect(sql, params, self._context)
+
+    def commit(self) -> None:
+        """Queries are read-only and their audit entries are committed as they run."""
+
+    def rollback(self) -> None:
+        raise NotSupportedError("guarded connections have no transactions to roll back")
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._con is None:
+            raise InterfaceError("the connection is closed")
+
+    def _run(self, sql: str, params) -> tuple[pa.Table, ProtectedQuery, int, pd.DataFrame]:
+        """Protect, execute, record; results are returned only after they are recorded."""
+        self._check_open()
+        con, context = self._con, self._context
+        query_id = store.next_query_id(con)
+        try:
+            query = protect(sql, params, context)
+        except PolicyViolation as refusal:
+            store.record_query(con, query_id, self.user, context.policy_version, "refused", sql,
+                               reason=str(refusal))
+            raise
+        con.execute("BEGIN TRANSACTION")
+        try:
+            tables_read = engine.tables_read_by(con, query.sql)
+            check_engine_tables(tables_read, query.tree, context.policy)
+            result = engine.run(con, query.sql)
+            values, status = _split_status(result, query)
+            cells = _ledger_cells(values, status, query)
+            store.record_cells(con, query_id, self.user, query.fingerprint, cells)
+            store.record_query(con, query_id, self.user, context.policy_version, "accepted", sql,
+                               fingerprint=query.fingerprint, rows=values.num_rows)
+            con.execute("COMMIT")
+        except engine.EngineError as failure:
+            con.execute("ROLLBACK")
+            store.record_query(con, query_id, self.user, context.policy_version, "failed", sql,
+                               reason=str(failure), fingerprint=query.fingerprint)
+            raise _engine_failure(failure, query_id) from None
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        return values, query, query_id, status
+
+
+class Cursor:
+    """PEP 249 cursor over a protected result, with ``df()``, ``arrow()`` and ``cell_status()``."""
+
+    arraysize = 1
+
+    def __init__(self, connection: Connection):
+        self.connection = connection
+        self._result: pa.Table | None = None
+        self._status: pd.DataFrame | None = None
+        self._position = 0
+        self.query: ProtectedQuery | None = None
+        self.query_id: int | None = None
+
+    @property
+    def description(self):
+        if self._result is None:
+            return None
+        return [(f.name, str(f.type), None, None, None, None, True) for f in self._result.schema]
+
+    @property
+    def rowcount(self) -> int:
+        return -1 if self._result is None else self._result.num_rows
+
+    def execute(self, sql: str, params=None) -> Cursor:
+        result, query, query_id, status = self.connection._run(sql, params)
+        self._result, self.query, self.query_id, self._status = result, query, query_id, status
+        self._position = 0
+        return self
+
+    def executemany(self, sql: str, seq_of_params) -> Cursor:
+        for params in seq_of_params:
+            self.execute(sql, params)
+        return self
+
+    def fetchone(self):
+        rows = self.fetchmany(1)
+        return rows[0] if rows else None
+
+    def fetchmany(self, size: int | None = None) -> list[tuple]:
+        table = self._require_result()
+        size = self.arraysize if size is None else size
+        chunk = table.slice(self._position, size)
+        self._position += chunk.num_rows
+        return _rows(chunk)
+
+    def fetchall(self) -> list[tuple]:
+        table = self._require_result()
+        chunk = table.slice(self._position)
+        self._position = table.num_rows
+        return _rows(chunk)
+
+    def df(self) -> pd.DataFrame:
+        return self._require_result().to_pandas()
+
+    def arrow(self) -> pa.Table:
+        return self._require_result()
+
+    def cell_status(self) -> pd.DataFrame:
+        """Per result cell: ``published`` or ``suppressed`` for protected aggregates, ``key``
+        for group keys, ``public`` for public values, ``derived`` for values computed from
+        protected cells (suppressed when NULL)."""
+        self._require_result()
+        return self._status
+
+    def explain(self) -> ProtectedQuery:
+        if self.query is None:
+            raise ProgrammingError("no query has been executed on this cursor")
+        return self.query
+
+    def setinputsizes(self, sizes) -> None:
+        """PEP 249 no-op."""
+
+    def setoutputsize(self, size, column=None) -> None:
+        """PEP 249 no-op."""
+
+    def close(self) -> None:
+        self._result = None
+
+    def __iter__(self):
+        return iter(self.fetchall())
+
+    def _require_result(self) -> pa.Table:
+        if self._result is None:
+            raise ProgrammingError("no result: call execute() first")
+        return self._result
+
+
+def _rows(table: pa.Table) -> list[tuple]:
+    columns = [c.to_pylist() for c in table.columns]
+    return list(zip(*columns, strict=True)) if columns else []
+
+
+def _context(con, policy: Policy, version: int) -> GuardContext:
+    schema = analyst_schema(policy, engine.table_schemas(con))
+    indexes = {r[0] for r in con.execute(
+        "SELECT index_name FROM duckdb_indexes() WHERE database_name = current_database()"
+    ).fetchall()}
+    unit_per_row = {t.name: unit_index_name(t.name) in indexes for t in policy.confidential_tables}
+    builtins = engine.system_functions(con)
+
+    @lru_cache(maxsize=1024)
+    def evaluates(sql: str) -> bool:
+        try:
+            con.execute(sql).fetchall()
+            return True
+        except engine.EngineError:
+            return False
+
+    def constant_is_safe(node: exp.Expr) -> bool:
+        if node.find(exp.Subquery, exp.Select, exp.Table, exp.Column):
+            return True  # not a constant; its own scope is checked
+        return evaluates(engine.to_sql(exp.select(node.copy()), builtins))
+
+    return GuardContext(
+        policy=policy,
+        policy_version=version,
+        schema=schema,
+        unit_per_row=unit_per_row,
+        constant_is_safe=constant_is_safe,
+        to_sql=lambda tree: engine.to_sql(tree, builtins),
+    )
+
+
+def _engine_failure(failure: Exception, query_id: int) -> Error:
+    if isinstance(failure, (engine.duckdb.BinderException, engine.duckdb.CatalogException,
+                            engine.duckdb.ParserException)):
+        return OperationalError(
+            f"the protected query could not be planned: {str(failure).splitlines()[0]} "
+            f"(query {query_id})"
+        )
+    return OperationalError(
+        f"the query failed while running (query {query_id}); the engine's message is withheld "
+        "because it could contain confidential values; an admin can read it with `sqlsdc audit`"
+    )
+
+
+def _split_status(result: pa.Table, query: ProtectedQuery) -> tuple[pa.Table, pd.DataFrame]:
+    """Separate the hidden status columns from the values and build the per-cell status."""
+    n = len(query.columns)
+    values = result.select(list(range(n)))
+    status = {}
+    for i, column in enumerate(query.columns):
+        name = f"{i}:{column.name}"
+        if i in query.status_columns:
+            raw = result.column(query.status_columns[i]).to_pylist()
+            status[name] = [s if s is not None else "key" for s in raw]
+        elif column.mechanism in ("derived", MECHANISM):
+            status[name] = [SUPPRESSED if v is None else PUBLISHED
+                            for v in values.column(i).to_pylist()]
+        else:
+            status[name] = [column.mechanism] * values.num_rows
+    frame = pd.DataFrame(status)
+    frame.columns = [c.name for c in query.columns]
+    return values, frame
+
+
+def _ledger_cells(values: pa.Table, status: pd.DataFrame, query: ProtectedQuery):
+    """One ledger entry per released protected cell: identity = the row's key values."""
+    key_positions = [i for i, c in enumerate(query.columns) if c.mechanism == "key"]
+    cell_positions = [i for i, c in enumerate(query.columns) if c.mechanism in (MECHANISM, "derived")]
+    if not cell_positions:
+        return []
+    keys = [values.column(i).to_pylist() for i in key_positions]
+    key_names = [query.columns[i].name for i in key_positions]
+    for row in range(values.num_rows):
+        identity = json.dumps(
+            {"tables": list(query.tables),
+             "keys": {name: column[row] for name, column in zip(key_names, keys, strict=True)}},
+            sort_keys=True, default=str,
+        )
+        for i in cell_positions:
+            yield identity, query.columns[i].name, query.columns[i].mechanism, status.iat[row, i]

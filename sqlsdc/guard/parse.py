@@ -1,0 +1,132 @@
+"""Parse step: SQL text to exactly one sqlglot SELECT or set operation, parameters bound.
+
+Parameters are bound into the tree as literals before any check, so the checks see the real
+values and nothing reaches the engine outside the checked tree.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import decimal
+from collections.abc import Mapping, Sequence
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+
+from sqlsdc.errors import PolicyViolation, ProgrammingError
+
+DIALECT = "duckdb"
+logging.getLogger("sqlglot").setLevel(logging.ERROR)  # its fallback warnings are not for users
+QUERY_TYPES = (exp.Select, exp.Union, exp.Intersect, exp.Except)
+
+
+def parse_statement(sql: str) -> exp.Expr:
+    """Parse ``sql`` into one query tree or refuse it."""
+    if not isinstance(sql, str) or not sql.strip():
+        raise PolicyViolation("empty statement", "send one SELECT query")
+    try:
+        statements = [s for s in sqlglot.parse(sql, read=DIALECT) if s is not None]
+    except (ParseError, TokenError) as e:
+        raise PolicyViolation(
+            f"the statement could not be parsed: {_first_error(e)}",
+            "write one SELECT query in DuckDB's SQL dialect",
+            sql,
+        ) from None
+    if len(statements) != 1:
+        raise PolicyViolation(
+            f"{len(statements)} statements were sent; exactly one is allowed",
+            "send one SELECT query per call",
+            sql,
+        )
+    tree = statements[0]
+    if not isinstance(tree, QUERY_TYPES):
+        kind = tree.key.upper() if isinstance(tree, exp.Expr) else type(tree).__name__
+        if isinstance(tree, exp.Command):
+            kind = str(tree.this).upper()
+        raise PolicyViolation(
+            f"{kind} statements are not allowed",
+            "only SELECT queries (and UNION/INTERSECT/EXCEPT of them) can be run",
+            sql,
+        )
+    return tree
+
+
+def bind_parameters(tree: exp.Expr, params) -> exp.Expr:
+    """Return a copy of ``tree`` with ``?`` / ``$n`` / ``$name`` placeholders replaced by literals."""
+    placeholders = [p for p in tree.find_all(exp.Placeholder, exp.Parameter)]
+    if params is None or (isinstance(params, (Sequence, Mapping)) and len(params) == 0):
+        if placeholders:
+            raise ProgrammingError(f"the query has {len(placeholders)} parameters but none were given")
+        return tree
+    tree = tree.copy()
+    positional = not isinstance(params, Mapping)
+    counter = iter(range(len(placeholders)))
+
+    def value_for(node: exp.Expr):
+        name = node.name if isinstance(node, exp.Placeholder) else node.this.name
+        if positional:
+            index = int(name) - 1 if name.isdigit() else next(counter)
+            if index >= len(params):
+                raise ProgrammingError(f"the query needs more than {len(params)} parameters")
+            return params[index]
+        if name not in params:
+            raise ProgrammingError(f"no value given for parameter ${name}")
+        return params[name]
+
+    def replace(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, (exp.Placeholder, exp.Parameter)):
+            return literal(value_for(node))
+        return node
+
+    return tree.transform(replace, copy=False)
+
+
+def literal(value) -> exp.Expr:
+    """A sqlglot literal for a Python parameter value."""
+    if value is None:
+        return exp.null()
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, (int, float, decimal.Decimal)):
+        return exp.Literal.number(value)
+    if isinstance(value, str):
+        return exp.Literal.string(value)
+    if isinstance(value, dt.datetime):
+        return exp.cast(exp.Literal.string(value.isoformat(sep=" ")), "TIMESTAMP")
+    if isinstance(value, dt.date):
+        return exp.cast(exp.Literal.string(value.isoformat()), "DATE")
+    raise ProgrammingError(
+        f"parameters of type {type(value).__name__} are not supported; "
+        "use str, int, float, bool, None, date or datetime"
+    )
+
+
+def output_names(tree: exp.Expr) -> list[str]:
+    """Result column names as DuckDB would give them, taken before qualification renames them."""
+    select = tree
+    while isinstance(select, (exp.Union, exp.Intersect, exp.Except)):
+        select = select.this
+    if isinstance(select, exp.Subquery):
+        return output_names(select.this)
+    names = []
+    for projection in select.expressions:
+        if isinstance(projection, exp.Alias):
+            names.append(projection.alias)
+        elif isinstance(projection, exp.Column) and not isinstance(projection.this, exp.Star):
+            names.append(projection.name)
+        elif isinstance(projection, exp.Count) and isinstance(projection.this, exp.Star):
+            names.append("count_star()")
+        else:
+            names.append(projection.sql(DIALECT, normalize_functions="lower"))
+    return names
+
+
+def _first_error(error: Exception) -> str:
+    errors = getattr(error, "errors", None)
+    if errors:
+        first = errors[0]
+        description = str(first.get("description") or "syntax error").split(" but got <")[0]
+        return f"{description} (line {first.get('line')}, column {first.get('col')})"
+    return str(error).splitlines()[0]

@@ -1,0 +1,138 @@
+"""The guard's driver: parse → resolve → classify/check → plan → rewrite → validate.
+
+``protect`` turns analyst SQL into a :class:`ProtectedQuery` without touching data: the SQL the
+engine will run, the name and mechanism of every output column, and a fingerprint. Anything it
+cannot prove safe raises :class:`~sqlsdc.PolicyViolation`; there is no fallback to the original.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+
+from sqlsdc.guard.analyze import Analysis, Kind, analyze
+from sqlsdc.guard.parse import bind_parameters, output_names, parse_statement
+from sqlsdc.guard.plan import plan_query
+from sqlsdc.guard.resolve import check_tables, qualify_tree
+from sqlsdc.guard.validate import validate_release
+from sqlsdc.policy import Policy
+from sqlsdc.rewrite.threshold import MECHANISM, STATUS_PREFIX, suppress_small_cells
+
+DIALECT = "duckdb"
+
+
+@dataclass(frozen=True)
+class GuardContext:
+    """Everything the guard needs to know about the database, fixed for one connection."""
+
+    policy: Policy
+    policy_version: int
+    schema: dict[str, dict[str, str]]
+    unit_per_row: dict[str, bool]
+    constant_is_safe: Callable[[exp.Expr], bool]
+    to_sql: Callable[[exp.Expr], str]
+
+
+@dataclass(frozen=True)
+class OutputColumn:
+    name: str
+    mechanism: str  # threshold | key | public | derived
+    min_frequency: int | None = None
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "mechanism": self.mechanism, "min_frequency": self.min_frequency}
+
+
+@dataclass(frozen=True)
+class ProtectedQuery:
+    sql: str  # what the engine runs
+    columns: list[OutputColumn]
+    status_columns: dict[int, str] = field(default_factory=dict)  # output position -> column
+    fingerprint: str = ""
+    tables: tuple[str, ...] = ()
+    tree: exp.Expr | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "sql": self.sql,
+            "fingerprint": self.fingerprint,
+            "tables": list(self.tables),
+            "columns": [c.to_dict() for c in self.columns],
+        }
+
+    def __str__(self) -> str:
+        lines = ["columns:"]
+        for c in self.columns:
+            k = f" (min_frequency {c.min_frequency})" if c.min_frequency else ""
+            lines.append(f"  {c.name}: {c.mechanism}{k}")
+        lines += ["tables: " + (", ".join(self.tables) or "none"), "protected SQL:", "  " + self.sql]
+        return "\n".join(lines)
+
+
+def protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
+    """Check and rewrite one analyst query. Raises PolicyViolation when it is not allowed."""
+    tree = bind_parameters(parse_statement(sql), params)
+    names = output_names(tree)
+    check_tables(tree, context.policy, sql)
+    tree = qualify_tree(tree, context.schema, sql)
+    qualified_names = [p.alias_or_name for p in _first_select(tree).expressions]
+    if len(qualified_names) != len(names):  # a * was expanded
+        names = qualified_names
+    analysis = analyze(tree, context.policy, context.schema, sql, context.constant_is_safe)
+    plan = plan_query(analysis, context.policy, context.unit_per_row)
+    protected = suppress_small_cells(tree, plan)
+    protected = _rename_outputs(protected, names)
+    validate_release(protected, context.policy)
+    text = context.to_sql(protected)
+    columns = _describe_outputs(analysis, plan, names)
+    with_status = any(c.with_status for c in plan.cells)
+    status = {i: f"{STATUS_PREFIX}{i}" for i in range(len(names))} if with_status else {}
+    tables = sorted({t.name.lower() for t in tree.find_all(exp.Table)
+                     if context.policy.table(t.name) is not None})
+    return ProtectedQuery(
+        sql=text,
+        columns=columns,
+        status_columns=status,
+        fingerprint=hashlib.sha256(text.encode()).hexdigest()[:16],
+        tables=tuple(tables),
+        tree=protected,
+    )
+
+
+def _first_select(tree: exp.Expr) -> exp.Select:
+    while isinstance(tree, (exp.Union, exp.Intersect, exp.Except, exp.Subquery)):
+        tree = tree.this
+    return tree
+
+
+def _rename_outputs(tree: exp.Expr, names: list[str]) -> exp.Expr:
+    """Give the result columns the names DuckDB would have given the original query."""
+    select = _first_select(tree)
+    for projection, name in zip(select.expressions, names, strict=False):
+        if projection.alias_or_name != name:
+            projection.replace(exp.alias_(projection.unalias().copy(), name, quoted=True))
+    return tree
+
+
+def _describe_outputs(analysis: Analysis, plan, names: list[str]) -> list[OutputColumn]:
+    root = analysis.root
+    cells = {id(c.select): c for c in plan.cells}
+    select = _first_select(root.scope.expression)
+    columns = []
+    if root.kind is Kind.AGGREGATE or id(select) in cells:
+        cell_plan = cells[id(select)]
+        by_node = {id(a.node): a for a in cell_plan.aggregates}
+        for name, projection in zip(names, select.expressions, strict=False):
+            used = [by_node[id(n)] for n in projection.walk() if id(n) in by_node]
+            if used:
+                k = max(a.min_frequency for a in used)
+                columns.append(OutputColumn(name, MECHANISM, k))
+            else:
+                columns.append(OutputColumn(name, "key"))
+        return columns
+    for name, lineage in zip(names, root.outputs.values(), strict=False):
+        columns.append(OutputColumn(name, "derived" if lineage.protected else "public"))
+    return columns

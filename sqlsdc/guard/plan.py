@@ -1,0 +1,167 @@
+"""Plan step: for every aggregation over confidential rows, decide how its cells are protected.
+
+A :class:`CellPlan` names the group keys, each protected aggregate with its aggregate kind and
+minimum frequency, and how the units behind a cell are counted: with ``COUNT(*)`` when every
+row is its own unit (one confidential table, no join, unit enforced unique at init), otherwise
+with ``COUNT(DISTINCT unit)`` per confidential table, the unit columns being passed up through
+row-level CTEs and derived tables. Planning does not change the tree; the rewrite does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+from sqlglot.optimizer.scope import Scope
+
+from sqlsdc.guard.analyze import Analysis, Kind, ScopeInfo, own_nodes
+from sqlsdc.policy import AggregateKind, Policy
+
+
+@dataclass(frozen=True)
+class ProtectedAggregate:
+    node: exp.AggFunc
+    kind: AggregateKind
+    min_frequency: int
+    argument: exp.Expr | None  # rows contribute where this is not NULL; None: every row
+
+
+@dataclass(frozen=True)
+class UnitExposure:
+    """Add ``expression AS alias`` to a row-level child so the aggregation can count units."""
+
+    select: exp.Select
+    expression: exp.Expr
+    alias: str
+
+
+@dataclass
+class CellPlan:
+    select: exp.Select
+    keys: list[exp.Expr]
+    groupings: list[exp.Grouping]
+    aggregates: list[ProtectedAggregate]
+    units: list[exp.Expr] | None  # None: one row per unit, count rows
+    tables: list[str]
+    with_status: bool
+
+
+@dataclass
+class QueryPlan:
+    cells: list[CellPlan]
+    exposures: list[UnitExposure] = field(default_factory=list)
+
+
+def plan_query(analysis: Analysis, policy: Policy, unit_per_row: dict[str, bool]) -> QueryPlan:
+    planner = _Planner(analysis, policy, unit_per_row)
+    cells = [planner.plan_cells(info) for info in analysis.order if info.kind is Kind.AGGREGATE]
+    return QueryPlan(cells, planner.exposures)
+
+
+def status_scopes(analysis: Analysis) -> set[int]:
+    """ids of the aggregation selects whose rows are the query's result rows."""
+    root = analysis.root
+    node = root.scope.expression
+    if root.kind is Kind.AGGREGATE:
+        return {id(node)}
+    branches: list[exp.Expr] = []
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        while isinstance(current, (exp.Subquery, exp.Paren)):
+            current = current.this
+        if isinstance(current, (exp.Union, exp.Intersect, exp.Except)):
+            stack += [current.left, current.right]
+        else:
+            branches.append(current)
+    infos = [analysis.infos.get(id(b)) for b in branches]
+    if all(i is not None and i.kind is Kind.AGGREGATE for i in infos) and len(infos) > 1:
+        return {id(b) for b in branches}
+    return set()
+
+
+def group_keys(select: exp.Select) -> list[exp.Expr]:
+    """Distinct key expressions of GROUP BY, ROLLUP, CUBE and GROUPING SETS."""
+    group = select.args.get("group")
+    keys: list[exp.Expr] = []
+
+    def add(node: exp.Expr) -> None:
+        if isinstance(node, (exp.Rollup, exp.Cube, exp.GroupingSets, exp.Tuple)):
+            for child in node.expressions:
+                add(child)
+        elif isinstance(node, exp.Paren):
+            add(node.this)
+        elif node not in keys:
+            keys.append(node)
+
+    for node in group.expressions if group else []:
+        add(node)
+    for key in ("rollup", "cube", "grouping_sets"):
+        for node in group.args.get(key) or [] if group else []:
+            add(node)
+    return keys
+
+
+class _Planner:
+    def __init__(self, analysis: Analysis, policy: Policy, unit_per_row: dict[str, bool]):
+        self.analysis = analysis
+        self.policy = policy
+        self.unit_per_row = unit_per_row
+        self.exposures: list[UnitExposure] = []
+        self._exposed: dict[tuple[int, str], str] = {}
+        self._status = status_scopes(analysis)
+
+    def plan_cells(self, info: ScopeInfo) -> CellPlan:
+        select = info.scope.expression
+        units, tables, instances = self._units(info.scope)
+        if instances == 1 and len(tables) == 1 and self.unit_per_row.get(tables[0], False):
+            units = None
+        aggregates = [self._aggregate(node, tables) for node in info.aggregates]
+        groupings = [
+            n for part in (*select.expressions, select.args.get("having"), select.args.get("order"))
+            if part is not None for n in own_nodes(part) if isinstance(n, exp.Grouping)
+        ]
+        return CellPlan(select, group_keys(select), groupings, aggregates, units, tables,
+                        id(select) in self._status)
+
+    def _aggregate(self, node: exp.AggFunc, tables: list[str]) -> ProtectedAggregate:
+        kind = AggregateKind.COUNTS if isinstance(node, exp.Count) else AggregateKind.MAGNITUDES
+        k = max(self.policy.table(t).rule(kind).min_frequency for t in tables)
+        argument = node.this
+        if isinstance(argument, exp.Distinct):
+            argument = argument.expressions[0]
+        if isinstance(argument, exp.Star):
+            argument = None
+        return ProtectedAggregate(node, kind, k, argument)
+
+    def _units(self, scope: Scope) -> tuple[list[exp.Expr], list[str], int]:
+        """Unit expressions visible in ``scope``, confidential tables, and row sources joined."""
+        units: list[exp.Expr] = []
+        tables: list[str] = []
+        instances = 0
+        for alias, (_node, source) in scope.selected_sources.items():
+            if isinstance(source, exp.Table):
+                instances += 1
+                table = self.policy.table(source.name)
+                if not table.is_public:
+                    units.append(exp.column(table.privacy_unit, alias))
+                    tables.append(table.name)
+                continue
+            child = self.analysis.infos[id(source.expression)]
+            if child.kind is not Kind.ROW:
+                instances += 1
+                continue
+            child_units, child_tables, child_instances = self._units(source)
+            instances += child_instances
+            tables += child_tables
+            for expression in child_units:
+                units.append(exp.column(self._expose(source.expression, expression), alias))
+        return units, tables, instances
+
+    def _expose(self, select: exp.Select, expression: exp.Expr) -> str:
+        key = (id(select), expression.sql())
+        if key not in self._exposed:
+            alias = f"__u{len(self._exposed)}"
+            self._exposed[key] = alias
+            self.exposures.append(UnitExposure(select, expression, alias))
+        return self._exposed[key]

@@ -1,0 +1,80 @@
+"""validate_release: the last pass before anything runs, independent of the passes before it.
+
+It re-derives from the final tree alone that every read of a confidential table sits inside a
+protected-cells subquery (directly, or through CTEs used only there), that no internal column
+leaves the query, and that DuckDB's own parser sees no other table than the policy allows.
+A failure here is a bug in an earlier pass, so the query is refused rather than run.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from sqlsdc.errors import InternalError
+from sqlsdc.rewrite.threshold import CELLS, STATUS_PREFIX
+from sqlsdc.policy import Policy
+
+INTERNAL_COLUMNS = ("__rkey",)
+
+
+def validate_release(tree: exp.Expr, policy: Policy) -> None:
+    ctes = {cte.alias_or_name.lower(): cte for cte in tree.find_all(exp.CTE)}
+    for table in tree.find_all(exp.Table):
+        if table.args.get("db") or table.args.get("catalog") or not isinstance(table.this, exp.Identifier):
+            raise InternalError(f"unqualified base table expected, found {table.sql('duckdb')}")
+        name = table.name.lower()
+        if name in ctes:
+            continue
+        declared = policy.table(name)
+        if declared is None:
+            raise InternalError(f"undeclared table {name} in the protected query")
+        if not declared.is_public and not _protected(table, ctes, set()):
+            raise InternalError(f"confidential table {name} is read outside protected cells")
+    for column in tree.find_all(exp.Column):
+        if column.name.lower() in INTERNAL_COLUMNS:
+            raise InternalError(f"internal column {column.name} in the protected query")
+    for name in _output_names(tree):
+        if name.startswith("__") and not name.startswith(STATUS_PREFIX):
+            raise InternalError(f"internal column {name} would be returned")
+
+
+def check_engine_tables(tables_read: set[str], tree: exp.Expr, policy: Policy) -> None:
+    """Compare the tables DuckDB says the SQL reads with the policy (defence in depth)."""
+    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    for name in tables_read:
+        if name not in ctes and policy.table(name) is None:
+            raise InternalError(f"the engine would read undeclared table {name}")
+
+
+def _protected(node: exp.Expr, ctes: dict[str, exp.CTE], seen: set[str]) -> bool:
+    current = node.parent
+    while current is not None:
+        if isinstance(current, exp.Subquery) and current.alias == CELLS:
+            return True
+        if isinstance(current, exp.CTE):
+            name = current.alias_or_name.lower()
+            if name in seen:
+                return False
+            uses = [t for t in current.root().find_all(exp.Table)
+                    if t.name.lower() == name and not _inside(t, current)]
+            return all(_protected(t, ctes, seen | {name}) for t in uses)  # unused CTEs never run
+        current = current.parent
+    return False
+
+
+def _inside(node: exp.Expr, container: exp.Expr) -> bool:
+    current = node.parent
+    while current is not None:
+        if current is container:
+            return True
+        current = current.parent
+    return False
+
+
+def _output_names(tree: exp.Expr) -> list[str]:
+    select = tree
+    while isinstance(select, (exp.Union, exp.Intersect, exp.Except)):
+        select = select.this
+    while isinstance(select, exp.Subquery):
+        select = select.this
+    return [p.alias_or_name for p in select.expressions]
