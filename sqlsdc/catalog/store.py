@@ -150,6 +150,10 @@ def record_cells(
     return n
 
 
+AUDIT_COLUMNS = ("query_id", "logged_at", "user_name", "policy_version", "decision", "reason",
+                 "fingerprint", "sql_text", "rows_returned")
+
+
 def audit_entries(
     con, *, user: str | None = None, decision: str | None = None, limit: int = 50
 ) -> list[dict]:
@@ -162,13 +166,12 @@ def audit_entries(
         where.append("decision = ?")
         params.append(decision)
     clause = f"WHERE {' AND '.join(where)}" if where else ""
-    cur = con.execute(
-        f"SELECT query_id, logged_at, user_name, policy_version, decision, reason, fingerprint, "
-        f"sql_text, rows_returned FROM {S}.audit {clause} ORDER BY query_id DESC LIMIT ?",
+    rows = con.execute(
+        f"SELECT {', '.join(AUDIT_COLUMNS)} FROM {S}.audit {clause} "
+        "ORDER BY query_id DESC LIMIT ?",
         [*params, limit],
-    )
-    names = [d[0] for d in cur.description]
-    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+    ).fetchall()
+    return [dict(zip(AUDIT_COLUMNS, row, strict=True)) for row in rows]
 
 
 def ledger_summary(con, query_id: int) -> list[tuple]:

@@ -285,7 +285,6 @@ class _Checker:
     def check(self, info: ScopeInfo, infos: dict[int, ScopeInfo]) -> None:
         scope = info.scope
         if info.kind is Kind.ROW:
-            self._check_row_scope(info, infos)
             if scope.is_root:
                 raise self.refuse(
                     "row-level output of confidential tables is not allowed",
@@ -297,6 +296,7 @@ class _Checker:
                     "subqueries over confidential rows (IN, EXISTS, scalar) are not allowed",
                     "aggregate the subquery, or join a derived table and aggregate the result",
                 )
+            self._check_row_scope(info, infos)
         elif info.kind is Kind.AGGREGATE:
             self._check_aggregate_scope(info, infos)
 
@@ -575,8 +575,13 @@ def _partiality(n: exp.Expr) -> str | None:
                       exp.NullSafeNEQ)):
         return None if _comparable(n.left, n.right) else "comparing different types casts values"
     if isinstance(n, exp.In):
-        if n.args.get("query") or n.args.get("unnest") or n.args.get("field"):
-            return "IN with a subquery"
+        if n.args.get("unnest") or n.args.get("field"):
+            return "IN UNNEST/field is not supported"
+        if n.args.get("query"):
+            query = _unwrap(n.args["query"])
+            ok = isinstance(query, exp.Select) and len(query.expressions) == 1 and _comparable(
+                n.this, query.expressions[0])
+            return None if ok else "IN with a subquery of another type casts values"
         return None if all(_comparable(n.this, e) for e in n.expressions) else "comparing different types casts values"
     if isinstance(n, exp.Between):
         ok = _comparable(n.this, n.args["low"]) and _comparable(n.this, n.args["high"])

@@ -111,9 +111,15 @@ def _first_select(tree: exp.Expr) -> exp.Select:
 def _rename_outputs(tree: exp.Expr, names: list[str]) -> exp.Expr:
     """Give the result columns the names DuckDB would have given the original query."""
     select = _first_select(tree)
+    renamed = {}
     for projection, name in zip(select.expressions, names, strict=False):
         if projection.alias_or_name != name:
+            renamed[projection.alias_or_name] = name
             projection.replace(exp.alias_(projection.unalias().copy(), name, quoted=True))
+    for order in (tree.args.get("order"), select.args.get("order")):
+        for column in order.find_all(exp.Column) if order is not None else []:
+            if not column.table and column.name in renamed:
+                column.replace(exp.column(exp.to_identifier(renamed[column.name], quoted=True)))
     return tree
 
 

@@ -1,0 +1,39 @@
+"""Shared output options and printing for the CLI (``--format table|csv|json``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+import pandas as pd
+
+FORMATS = ("table", "csv", "json")
+
+
+def format_option(default: str = "table", choices=FORMATS):
+    return click.option(
+        "--format", "fmt", type=click.Choice(choices), default=default, show_default=True,
+        help="Output format.",
+    )
+
+
+def print_frame(frame: pd.DataFrame, fmt: str) -> None:
+    """Write a DataFrame to stdout as an aligned table, CSV or JSON records."""
+    if fmt == "csv":
+        frame.to_csv(sys.stdout, index=False)
+    elif fmt == "json":
+        click.echo(frame.to_json(orient="records", date_format="iso", default_handler=str))
+    elif frame.empty:
+        click.echo("(no rows)" if len(frame.columns) else "(no columns)")
+    else:
+        click.echo(frame.to_string(index=False, na_rep="NULL", max_colwidth=60))
+
+
+def print_json(value) -> None:
+    click.echo(json.dumps(value, indent=2, default=str))
+
+
+def read_sql(sql: str) -> str:
+    """The SQL argument, or standard input when it is ``-``."""
+    return sys.stdin.read() if sql == "-" else sql

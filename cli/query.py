@@ -1,0 +1,55 @@
+"""``sqlsdc query`` and ``sqlsdc explain``: guarded queries from the command line."""
+
+from __future__ import annotations
+
+import click
+
+import sqlsdc
+from sqlsdc.cli.output import format_option, print_frame, print_json, read_sql
+
+db_argument = click.argument("db", type=click.Path(dir_okay=False))
+user_option = click.option("--user", "-u", required=True, help="User name declared in the policy.")
+
+
+@click.command()
+@db_argument
+@click.argument("sql")
+@user_option
+@format_option()
+@click.option("--status", is_flag=True, help="Print the per-cell status instead of the values.")
+def query(db: str, sql: str, user: str, fmt: str, status: bool) -> None:
+    """Run one guarded SQL query (use - to read it from stdin).
+
+    \b
+    Example:
+      sqlsdc query sqlsdc-demo.duckdb --user analyst \\
+        "SELECT sex, COUNT(*) AS n, AVG(income) FROM persons GROUP BY sex"
+    Suppressed cells print as NULL; --status shows why.
+    """
+    with sqlsdc.connect(db, user=user) as con:
+        cursor = con.execute(read_sql(sql))
+        print_frame(cursor.cell_status() if status else cursor.df(), fmt)
+
+
+@click.command()
+@db_argument
+@click.argument("sql")
+@user_option
+@format_option(default="text", choices=("text", "json"))
+def explain(db: str, sql: str, user: str, fmt: str) -> None:
+    """Show how a query would be protected, without reading any data.
+
+    \b
+    Example:
+      sqlsdc explain sqlsdc-demo.duckdb --user analyst \\
+        "SELECT region, COUNT(*) FROM persons GROUP BY region"
+    """
+    with sqlsdc.connect(db, user=user) as con:
+        protected = con.explain(read_sql(sql))
+    if fmt == "json":
+        print_json(protected.to_dict())
+    else:
+        click.echo(str(protected))
+
+
+COMMANDS = (query, explain)

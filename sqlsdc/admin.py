@@ -1,0 +1,65 @@
+"""Administrative operations behind the CLI: applying policies, reading the catalog.
+
+Admin operations open the database directly (whoever can open the file administers it) and
+check that the acting user has the admin role in the policy in force, so that the audit trail
+names a real administrator.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from sqlsdc.catalog import store
+from sqlsdc.catalog.setup import ApplyReport, apply_policy
+from sqlsdc.engines import duckdb as engine
+from sqlsdc.errors import AccessDenied, Error
+from sqlsdc.policy import Policy, UserRole, load_policy
+
+
+def _require_admin(con, user: str) -> tuple[int, dict, str]:
+    current = store.current_policy(con)
+    if current is None:
+        raise Error("this database has no sqlsdc catalog; run `sqlsdc init DB --policy FILE`")
+    policy = load_policy(current[1], name=current[2])
+    declared = policy.user(user)
+    if declared is None or declared.role is not UserRole.ADMIN:
+        raise AccessDenied(f"user {user!r} is not an admin in the policy in force")
+    return current
+
+
+def apply(db: str | Path, policy: Policy | str | Path, user: str) -> ApplyReport:
+    """Apply a new policy version as ``user`` (who must be admin in the policy in force)."""
+    if not isinstance(policy, Policy):
+        policy = load_policy(policy)
+    con = engine.open_database(db, read_only=False)
+    try:
+        _require_admin(con, user)
+        return apply_policy(con, policy, applied_by=user)
+    finally:
+        con.close()
+
+
+def show(db: str | Path) -> tuple[int, dict, list[tuple]]:
+    """The policy in force (version, document) and the history of applied versions."""
+    con = engine.open_database(db, read_only=True)
+    try:
+        current = store.current_policy(con)
+        if current is None:
+            raise Error(f"{db} has no sqlsdc catalog; run `sqlsdc init`")
+        return current[0], current[1], store.policy_history(con)
+    finally:
+        con.close()
+
+
+def audit(db: str | Path, user: str, *, who: str | None = None, decision: str | None = None,
+          limit: int = 50) -> pd.DataFrame:
+    """Newest audit entries first (read by an admin)."""
+    con = engine.open_database(db, read_only=True)
+    try:
+        _require_admin(con, user)
+        return pd.DataFrame(store.audit_entries(con, user=who, decision=decision, limit=limit),
+                            columns=store.AUDIT_COLUMNS)
+    finally:
+        con.close()

@@ -1,0 +1,54 @@
+"""Shared fixtures: a small demo database built once per test session (real DuckDB file)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+import sqlsdc
+from sqlsdc.demo.build import build_demo_database
+from sqlsdc.engines.duckdb import open_database
+
+DEMO_PERSONS = 20_000
+DEMO_SEED = 7
+
+
+@pytest.fixture(scope="session")
+def demo_db(tmp_path_factory) -> Path:
+    """Path of a demo database with 20,000 persons, initialised with the demo policy.
+
+    Shared by the whole session: tests must not change it (use ``fresh_demo_db`` for that).
+    """
+    path = tmp_path_factory.mktemp("demo") / "demo.duckdb"
+    build_demo_database(path, persons=DEMO_PERSONS, seed=DEMO_SEED)
+    return path
+
+
+@pytest.fixture
+def fresh_demo_db(demo_db, tmp_path) -> Path:
+    """A private copy of the demo database that a test may change."""
+    copy = tmp_path / "demo.duckdb"
+    shutil.copy(demo_db, copy)
+    return copy
+
+
+@pytest.fixture
+def analyst(demo_db):
+    """A guarded connection to the shared demo database as user ``analyst``."""
+    con = sqlsdc.connect(demo_db, user="analyst")
+    yield con
+    con.close()
+
+
+@pytest.fixture
+def raw(demo_db):
+    """An unguarded DuckDB connection to the demo data, for computing expected values.
+
+    It uses sqlsdc's own connection settings, because DuckDB shares one instance per file and
+    process and refuses a second, different configuration.
+    """
+    con = open_database(demo_db)
+    yield con
+    con.close()
