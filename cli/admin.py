@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import click
 import yaml
+from sqlsdc.cli.output import format_option, print_frame, print_json
 
 from sqlsdc import admin
 from sqlsdc.catalog import init as init_database
-from sqlsdc.cli.output import format_option, print_frame, print_json
 from sqlsdc.policy import load_policy
 
 admin_option = click.option(
-    "--user", "-u", default="admin", show_default=True,
+    "--user",
+    "-u",
+    default="admin",
+    show_default=True,
     help="Acting administrator (must have role admin in the policy in force).",
 )
 
@@ -27,8 +30,13 @@ def _report(report) -> None:
 
 @click.command()
 @click.argument("db", type=click.Path(dir_okay=False))
-@click.option("--policy", "policy_file", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="Policy YAML file.")
+@click.option(
+    "--policy",
+    "policy_file",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Policy YAML file.",
+)
 @admin_option
 def init(db: str, policy_file: str, user: str) -> None:
     """Create the sqlsdc catalog in DB and apply the policy.
@@ -61,8 +69,10 @@ def show(db: str, fmt: str, history: bool) -> None:
     """Print the policy in force (or the version history)."""
     version, document, versions = admin.show(db)
     if history:
-        rows = [dict(zip(("version", "applied_at", "applied_by", "source", "sha256"), v,
-                         strict=True)) for v in versions]
+        rows = [
+            dict(zip(("version", "applied_at", "applied_by", "source", "sha256"), v, strict=True))
+            for v in versions
+        ]
         print_json(rows) if fmt == "json" else click.echo(yaml.safe_dump(rows, sort_keys=False))
         return
     if fmt == "json":

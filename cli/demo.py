@@ -13,12 +13,27 @@ STEPS = ("households", "persons", "enterprises", "regions", "record keys and cat
 
 
 @click.command()
-@click.option("--db", default="sqlsdc-demo.duckdb", show_default=True,
-              type=click.Path(dir_okay=False), help="Where to write the demo database.")
-@click.option("--persons", default=DEFAULT_PERSONS, show_default=True, type=click.IntRange(100),
-              help="Number of persons to generate.")
-@click.option("--seed", default=DEFAULT_SEED, show_default=True, type=int,
-              help="Random seed; the same seed gives the same data.")
+@click.option(
+    "--db",
+    default="sqlsdc-demo.duckdb",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="Where to write the demo database.",
+)
+@click.option(
+    "--persons",
+    default=DEFAULT_PERSONS,
+    show_default=True,
+    type=click.IntRange(100),
+    help="Number of persons to generate.",
+)
+@click.option(
+    "--seed",
+    default=DEFAULT_SEED,
+    show_default=True,
+    type=int,
+    help="Random seed; the same seed gives the same data.",
+)
 @click.option("--no-queries", is_flag=True, help="Only build the database.")
 def demo(db: str, persons: int, seed: int, no_queries: bool) -> None:
     """Build a synthetic population with a ready policy and run guarded queries.
@@ -26,15 +41,19 @@ def demo(db: str, persons: int, seed: int, no_queries: bool) -> None:
     \b
     The database has persons, households, enterprises (confidential) and regions (public),
     users `admin` and `analyst`. Afterwards try:
-      sqlsdc query sqlsdc-demo.duckdb --user analyst "SELECT sex, COUNT(*) FROM persons GROUP BY sex"
+      sqlsdc query sqlsdc-demo.duckdb --user analyst \\
+        "SELECT sex, COUNT(*) FROM persons GROUP BY sex"
     """
     started = time.perf_counter()
     with click.progressbar(length=len(STEPS), label=f"building {db}", file=None) as bar:
-        report = build_demo_database(db, persons=persons, seed=seed,
-                                     progress=lambda _step, _n: bar.update(1))
+        report = build_demo_database(
+            db, persons=persons, seed=seed, progress=lambda _step, _n: bar.update(1)
+        )
     elapsed = time.perf_counter() - started
-    click.echo(f"built {db}: {persons:,} persons, policy version {report.version}, "
-               f"{sum(report.keyed_rows.values()):,} record keys in {elapsed:.1f} s")
+    click.echo(
+        f"built {db}: {persons:,} persons, policy version {report.version}, "
+        f"{sum(report.keyed_rows.values()):,} record keys in {elapsed:.1f} s"
+    )
     if not no_queries:
         run_showcase(db, click.echo)
         click.echo(f"\nAudit log: sqlsdc audit {db}    Policy: sqlsdc policy show {db}")

@@ -13,7 +13,11 @@ FORMATS = ("table", "csv", "json")
 
 def format_option(default: str = "table", choices=FORMATS):
     return click.option(
-        "--format", "fmt", type=click.Choice(choices), default=default, show_default=True,
+        "--format",
+        "fmt",
+        type=click.Choice(choices),
+        default=default,
+        show_default=True,
         help="Output format.",
     )
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import click
+from sqlsdc.cli.output import format_option, print_frame, print_json, read_sql
 
 import sqlsdc
-from sqlsdc.cli.output import format_option, print_frame, print_json, read_sql
 
 db_argument = click.argument("db", type=click.Path(dir_okay=False))
 user_option = click.option("--user", "-u", required=True, help="User name declared in the policy.")

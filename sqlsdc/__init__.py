@@ -30,8 +30,24 @@ from sqlsdc.policy import load_policy
 __version__ = "0.1.0"
 
 __all__ = [
-    "AccessDenied", "BudgetExhausted", "Connection", "Cursor", "DatabaseError", "Error",
-    "InterfaceError", "InternalError", "NotSupportedError", "OperationalError", "PolicyError",
-    "PolicyViolation", "ProgrammingError", "Warning", "apilevel", "connect", "init",
-    "load_policy", "paramstyle", "threadsafety",
+    "AccessDenied",
+    "BudgetExhausted",
+    "Connection",
+    "Cursor",
+    "DatabaseError",
+    "Error",
+    "InterfaceError",
+    "InternalError",
+    "NotSupportedError",
+    "OperationalError",
+    "PolicyError",
+    "PolicyViolation",
+    "ProgrammingError",
+    "Warning",
+    "apilevel",
+    "connect",
+    "init",
+    "load_policy",
+    "paramstyle",
+    "threadsafety",
 ]

@@ -53,13 +53,21 @@ def show(db: str | Path) -> tuple[int, dict, list[tuple]]:
         con.close()
 
 
-def audit(db: str | Path, user: str, *, who: str | None = None, decision: str | None = None,
-          limit: int = 50) -> pd.DataFrame:
+def audit(
+    db: str | Path,
+    user: str,
+    *,
+    who: str | None = None,
+    decision: str | None = None,
+    limit: int = 50,
+) -> pd.DataFrame:
     """Newest audit entries first (read by an admin)."""
     con = engine.open_database(db, read_only=True)
     try:
         _require_admin(con, user)
-        return pd.DataFrame(store.audit_entries(con, user=who, decision=decision, limit=limit),
-                            columns=store.AUDIT_COLUMNS)
+        return pd.DataFrame(
+            store.audit_entries(con, user=who, decision=decision, limit=limit),
+            columns=store.AUDIT_COLUMNS,
+        )
     finally:
         con.close()

@@ -18,7 +18,7 @@ DDL = (
     f"CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.meta (key VARCHAR PRIMARY KEY, value VARCHAR)",
     f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.policy_versions (
         version INTEGER PRIMARY KEY,
-        applied_at TIMESTAMPTZ NOT NULL,
+        applied_at TIMESTAMP NOT NULL,
         applied_by VARCHAR NOT NULL,
         source VARCHAR NOT NULL,
         sha256 VARCHAR NOT NULL,
@@ -26,11 +26,11 @@ DDL = (
     f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.secrets (
         name VARCHAR PRIMARY KEY,
         material BLOB NOT NULL,
-        created_at TIMESTAMPTZ NOT NULL)""",
+        created_at TIMESTAMP NOT NULL)""",
     f"CREATE SEQUENCE IF NOT EXISTS {CATALOG_SCHEMA}.query_ids START 1",
     f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.audit (
         query_id BIGINT PRIMARY KEY,
-        logged_at TIMESTAMPTZ NOT NULL,
+        logged_at TIMESTAMP NOT NULL,
         user_name VARCHAR NOT NULL,
         policy_version INTEGER,
         decision VARCHAR NOT NULL CHECK (decision IN ('accepted', 'refused', 'failed')),
@@ -40,7 +40,7 @@ DDL = (
         rows_returned BIGINT)""",
     f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.ledger (
         query_id BIGINT NOT NULL,
-        released_at TIMESTAMPTZ NOT NULL,
+        released_at TIMESTAMP NOT NULL,
         user_name VARCHAR NOT NULL,
         fingerprint VARCHAR NOT NULL,
         cell VARCHAR NOT NULL,

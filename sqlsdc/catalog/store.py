@@ -23,7 +23,8 @@ SECRET_BYTES = 32
 
 
 def now() -> datetime:
-    return datetime.now(UTC)
+    """The current time in UTC (stored as TIMESTAMP; all catalog times are UTC)."""
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def has_catalog(con) -> bool:
@@ -133,7 +134,7 @@ def record_cells(
     batch = pa.table(
         {
             "query_id": pa.array([query_id] * n, pa.int64()),
-            "released_at": pa.array([now()] * n, pa.timestamp("us", tz="UTC")),
+            "released_at": pa.array([now()] * n, pa.timestamp("us")),
             "user_name": [user] * n,
             "fingerprint": [fingerprint] * n,
             "cell": identity,
@@ -150,8 +151,17 @@ def record_cells(
     return n
 
 
-AUDIT_COLUMNS = ("query_id", "logged_at", "user_name", "policy_version", "decision", "reason",
-                 "fingerprint", "sql_text", "rows_returned")
+AUDIT_COLUMNS = (
+    "query_id",
+    "logged_at",
+    "user_name",
+    "policy_version",
+    "decision",
+    "reason",
+    "fingerprint",
+    "sql_text",
+    "rows_returned",
+)
 
 
 def audit_entries(
@@ -167,8 +177,7 @@ def audit_entries(
         params.append(decision)
     clause = f"WHERE {' AND '.join(where)}" if where else ""
     rows = con.execute(
-        f"SELECT {', '.join(AUDIT_COLUMNS)} FROM {S}.audit {clause} "
-        "ORDER BY query_id DESC LIMIT ?",
+        f"SELECT {', '.join(AUDIT_COLUMNS)} FROM {S}.audit {clause} ORDER BY query_id DESC LIMIT ?",
         [*params, limit],
     ).fetchall()
     return [dict(zip(AUDIT_COLUMNS, row, strict=True)) for row in rows]

@@ -19,8 +19,13 @@ def demo_policy() -> Policy:
     return load_policy(text, name="demo-policy.yaml")
 
 
-def build_demo_database(path: str | Path, *, persons: int = DEFAULT_PERSONS,
-                        seed: int = DEFAULT_SEED, progress: Progress | None = None) -> ApplyReport:
+def build_demo_database(
+    path: str | Path,
+    *,
+    persons: int = DEFAULT_PERSONS,
+    seed: int = DEFAULT_SEED,
+    progress: Progress | None = None,
+) -> ApplyReport:
     """Create (or replace) the demo database at ``path`` and initialise its catalog.
 
     Example:

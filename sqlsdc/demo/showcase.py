@@ -56,7 +56,10 @@ PROTECTED = (
 
 REFUSED = (
     Example("Row-level output", "SELECT * FROM persons LIMIT 5"),
-    Example("A maximum reveals one person's income", "SELECT region, MAX(income) FROM persons GROUP BY region"),
+    Example(
+        "A maximum reveals one person's income",
+        "SELECT region, MAX(income) FROM persons GROUP BY region",
+    ),
     Example("Singling out by identifier", "SELECT AVG(income) FROM persons WHERE person_id = 42"),
     Example("Grouping by a measure", "SELECT income, COUNT(*) FROM persons GROUP BY income"),
     Example("Reading a file", "SELECT * FROM read_csv('/etc/passwd')"),

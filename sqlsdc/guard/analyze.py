@@ -88,8 +88,9 @@ class Analysis:
 ConstantCheck = Callable[[exp.Expr], bool]
 
 
-def analyze(tree: exp.Expr, policy: Policy, schema: dict, sql: str,
-            constant_is_safe: ConstantCheck) -> Analysis:
+def analyze(
+    tree: exp.Expr, policy: Policy, schema: dict, sql: str, constant_is_safe: ConstantCheck
+) -> Analysis:
     """Classify every scope of a qualified tree and refuse whatever the policy does not allow."""
     _check_nodes(tree, sql)
     _expand_group_by_all(tree)
@@ -112,17 +113,42 @@ def _unwrap(node: exp.Expr) -> exp.Expr:
     return node
 
 
-SELECT_CLAUSES = {"with_", "expressions", "distinct", "from_", "joins", "where", "group", "having",
-                  "order", "limit", "offset", "qualify"}
-SET_OPERATION_CLAUSES = {"with_", "this", "expression", "distinct", "order", "limit", "offset",
-                         "by_name", "side", "kind", "on"}
+SELECT_CLAUSES = {
+    "with_",
+    "expressions",
+    "distinct",
+    "from_",
+    "joins",
+    "where",
+    "group",
+    "having",
+    "order",
+    "limit",
+    "offset",
+    "qualify",
+}
+SET_OPERATION_CLAUSES = {
+    "with_",
+    "this",
+    "expression",
+    "distinct",
+    "order",
+    "limit",
+    "offset",
+    "by_name",
+    "side",
+    "kind",
+    "on",
+}
 
 
 def _check_nodes(tree: exp.Expr, sql: str) -> None:
     for node in tree.walk():
         if isinstance(node, (exp.Select, *SET_OPERATIONS)):
             allowed = SELECT_CLAUSES if isinstance(node, exp.Select) else SET_OPERATION_CLAUSES
-            extra = [k for k, v in node.args.items() if v not in (None, [], False) and k not in allowed]
+            extra = [
+                k for k, v in node.args.items() if v not in (None, [], False) and k not in allowed
+            ]
             if extra or node.args.get("by_name") or node.args.get("side") or node.args.get("on"):
                 clause = ", ".join(extra) or "BY NAME / side"
                 raise PolicyViolation(
@@ -142,7 +168,7 @@ def _check_nodes(tree: exp.Expr, sql: str) -> None:
 
 
 def _expand_group_by_all(tree: exp.Expr) -> None:
-    """Replace DuckDB's GROUP BY ALL by the explicit list of non-aggregate projections (in place)."""
+    """Replace DuckDB's GROUP BY ALL by its non-aggregate projections (changes the tree)."""
     for select in tree.find_all(exp.Select):
         group = select.args.get("group")
         if group is None or not group.args.get("all"):
@@ -157,8 +183,11 @@ def own_nodes(node: exp.Expr) -> Iterator[exp.Expr]:
     while stack:
         current = stack.pop()
         yield current
-        children = [c for c in current.iter_expressions()
-                    if not isinstance(c, (exp.Subquery, exp.Select, *SET_OPERATIONS))]
+        children = [
+            c
+            for c in current.iter_expressions()
+            if not isinstance(c, (exp.Subquery, exp.Select, *SET_OPERATIONS))
+        ]
         stack.extend(reversed(children))
 
 
@@ -167,8 +196,10 @@ def scope_aggregates(node: exp.Expr) -> list[exp.AggFunc]:
     found = []
     for n in own_nodes(node):
         if isinstance(n, exp.AggFunc) and not isinstance(n.parent, exp.Window):
-            if not any(isinstance(a, exp.AggFunc) and a is not n and not isinstance(a.parent, exp.Window)
-                       for a in _ancestors(n, node)):
+            if not any(
+                isinstance(a, exp.AggFunc) and a is not n and not isinstance(a.parent, exp.Window)
+                for a in _ancestors(n, node)
+            ):
                 found.append(n)
     return found
 
@@ -237,7 +268,9 @@ class _Checker:
         for projection in node.expressions:
             lineage = self.lineage(projection, scope, infos)
             if kind is Kind.AGGREGATE:
-                lineage = Lineage(sources=lineage.sources, protected=_contains_aggregate(projection))
+                lineage = Lineage(
+                    sources=lineage.sources, protected=_contains_aggregate(projection)
+                )
             info.outputs[projection.alias_or_name] = lineage
         return info
 
@@ -274,7 +307,9 @@ class _Checker:
             declared = table.column(column.name)
             if declared is None:
                 raise InternalError(f"column {column.sql()} resolved outside the policy")
-            return Lineage(True, frozenset({declared.role}), frozenset({(table.name, declared.name)}))
+            return Lineage(
+                True, frozenset({declared.role}), frozenset({(table.name, declared.name)})
+            )
         if isinstance(source, Scope):
             info = infos[id(source.expression)]
             if column.name in info.outputs:
@@ -302,8 +337,13 @@ class _Checker:
 
     def _check_row_scope(self, info: ScopeInfo, infos) -> None:
         select = info.scope.expression
-        for key, what in (("distinct", "DISTINCT"), ("order", "ORDER BY"), ("limit", "LIMIT"),
-                          ("offset", "OFFSET"), ("qualify", "QUALIFY")):
+        for key, what in (
+            ("distinct", "DISTINCT"),
+            ("order", "ORDER BY"),
+            ("limit", "LIMIT"),
+            ("offset", "OFFSET"),
+            ("qualify", "QUALIFY"),
+        ):
             if select.args.get(key) is not None:
                 raise self.refuse(
                     f"{what} on confidential rows is not allowed",
@@ -328,8 +368,10 @@ class _Checker:
 
     def _check_filters(self, info: ScopeInfo, infos) -> None:
         select = info.scope.expression
-        for clause, label in ((select.args.get("where"), "WHERE"),
-                              *((j.args.get("on"), "JOIN ON") for j in select.args.get("joins") or [])):
+        for clause, label in (
+            (select.args.get("where"), "WHERE"),
+            *((j.args.get("on"), "JOIN ON") for j in select.args.get("joins") or []),
+        ):
             if clause is None:
                 continue
             join_keys = self._join_key_columns(clause, info.scope, infos)
@@ -362,8 +404,13 @@ class _Checker:
                 continue
             a = self.column_lineage(left, scope, infos)
             b = self.column_lineage(right, scope, infos)
-            if a.roles == b.roles == {ColumnRole.IDENTIFIER} and len(a.sources) == len(b.sources) == 1:
-                if self._key_target(*next(iter(a.sources))) == self._key_target(*next(iter(b.sources))):
+            if (
+                a.roles == b.roles == {ColumnRole.IDENTIFIER}
+                and len(a.sources) == len(b.sources) == 1
+            ):
+                if self._key_target(*next(iter(a.sources))) == self._key_target(
+                    *next(iter(b.sources))
+                ):
                     allowed |= {id(left), id(right)}
         return allowed
 
@@ -381,16 +428,20 @@ class _Checker:
     def _check_aggregate_scope(self, info: ScopeInfo, infos) -> None:
         select = info.scope.expression
         if select.args.get("qualify") is not None:
-            raise self.refuse("QUALIFY is not supported", "filter the aggregated result in an outer query")
+            raise self.refuse(
+                "QUALIFY is not supported", "filter the aggregated result in an outer query"
+            )
         group = select.args.get("group")
-        for key in (group.find_all(exp.Column) if group else []):
+        for key in group.find_all(exp.Column) if group else []:
             if isinstance(key.parent, exp.Grouping):
                 continue
             lineage = self.column_lineage(key, info.scope, infos)
             if lineage.roles & {ColumnRole.MEASURE, ColumnRole.WEIGHT}:
+                role = _role_text(lineage.roles)
                 raise self.refuse(
-                    f"column {key.name!r} is a {_role_text(lineage.roles)} and cannot be grouped by",
-                    f"aggregate it with SUM or AVG, or group by a dimension: {self._dimensions(lineage)}",
+                    f"column {key.name!r} is a {role} and cannot be grouped by",
+                    "aggregate it with SUM or AVG, or group by a dimension: "
+                    + self._dimensions(lineage),
                 )
             if lineage.roles - {ColumnRole.DIMENSION}:
                 raise self.refuse(
@@ -423,8 +474,10 @@ class _Checker:
                 "use COUNT, SUM or AVG",
             )
         if isinstance(aggregate.parent, exp.Filter) or aggregate.find(exp.Filter):
-            raise self.refuse("FILTER (WHERE ...) on aggregates is not supported",
-                              "move the condition into a CASE WHEN inside the aggregate")
+            raise self.refuse(
+                "FILTER (WHERE ...) on aggregates is not supported",
+                "move the condition into a CASE WHEN inside the aggregate",
+            )
         argument = aggregate.this
         distinct = isinstance(argument, exp.Distinct)
         if distinct:
@@ -463,16 +516,33 @@ class _Checker:
 
     def _dimensions(self, lineage: Lineage) -> str:
         tables = {t for t, _ in lineage.sources}
-        dims = sorted({c.name for t in tables for c in self.policy.table(t).columns.values()
-                       if c.role is ColumnRole.DIMENSION})
+        dims = sorted(
+            {
+                c.name
+                for t in tables
+                for c in self.policy.table(t).columns.values()
+                if c.role is ColumnRole.DIMENSION
+            }
+        )
         return ", ".join(dims) or "none declared"
 
     # ---------------------------------------------------------------- totality
     def _check_total(self, node: exp.Expr, scope: Scope) -> None:
         for n in own_nodes(node):
             if not any(isinstance(c, exp.Column) for c in own_nodes(n)):
-                if not isinstance(n, (exp.Literal, exp.Null, exp.Boolean, exp.Star, exp.DataType,
-                                      exp.Var, exp.Identifier, exp.DataTypeParam)):
+                if not isinstance(
+                    n,
+                    (
+                        exp.Literal,
+                        exp.Null,
+                        exp.Boolean,
+                        exp.Star,
+                        exp.DataType,
+                        exp.Var,
+                        exp.Identifier,
+                        exp.DataTypeParam,
+                    ),
+                ):
                     if not self.constant_is_safe(n):
                         raise self.refuse(
                             f"the expression {n.sql(DIALECT)} raises an error",
@@ -503,7 +573,11 @@ def _family(node: exp.Expr) -> str | None:
     if dtype.is_type(exp.DataType.Type.NULL):
         return "null"
     if dtype.is_type(*exp.DataType.REAL_TYPES):
-        return "float" if dtype.is_type(exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT) else "decimal"
+        return (
+            "float"
+            if dtype.is_type(exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT)
+            else "decimal"
+        )
     if dtype.is_type(*exp.DataType.INTEGER_TYPES):
         return "integer"
     if dtype.is_type(*exp.DataType.TEXT_TYPES):
@@ -519,7 +593,12 @@ def _comparable(a: exp.Expr, b: exp.Expr) -> bool:
     fa, fb = _family(a), _family(b)
     if "null" in (fa, fb):
         return True
-    if isinstance(_unwrap(a), exp.Literal) and a.is_string or isinstance(_unwrap(b), exp.Literal) and b.is_string:
+    if (
+        isinstance(_unwrap(a), exp.Literal)
+        and a.is_string
+        or isinstance(_unwrap(b), exp.Literal)
+        and b.is_string
+    ):
         return True  # the literal is cast once, at bind time, whatever the data
     numeric = {"integer", "decimal", "float"}
     return fa is not None and (fa == fb or (fa in numeric and fb in numeric))
@@ -553,17 +632,50 @@ def _cast_target(dtype: exp.DataType) -> str | None:
 
 def _partiality(n: exp.Expr) -> str | None:
     """Why ``n`` can raise an error on some input of its argument types, or None if it cannot."""
-    if isinstance(n, (exp.Column, exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.Alias,
-                      exp.And, exp.Or, exp.Not, exp.Is, exp.Tuple, exp.Star, exp.Identifier,
-                      exp.DataType, exp.Var, exp.Distinct, exp.Count, exp.Sum, exp.Avg, exp.Div,
-                      exp.DPipe, exp.Concat, exp.Case, exp.If, exp.Grouping, exp.Group,
-                      exp.Rollup, exp.Cube, exp.GroupingSets, exp.TryCast, exp.Ordered,
-                      exp.DataTypeParam)):
+    if isinstance(
+        n,
+        (
+            exp.Column,
+            exp.Literal,
+            exp.Null,
+            exp.Boolean,
+            exp.Paren,
+            exp.Alias,
+            exp.And,
+            exp.Or,
+            exp.Not,
+            exp.Is,
+            exp.Tuple,
+            exp.Star,
+            exp.Identifier,
+            exp.DataType,
+            exp.Var,
+            exp.Distinct,
+            exp.Count,
+            exp.Sum,
+            exp.Avg,
+            exp.Div,
+            exp.DPipe,
+            exp.Concat,
+            exp.Case,
+            exp.If,
+            exp.Grouping,
+            exp.Group,
+            exp.Rollup,
+            exp.Cube,
+            exp.GroupingSets,
+            exp.TryCast,
+            exp.Ordered,
+            exp.DataTypeParam,
+        ),
+    ):
         if isinstance(n, exp.Case):
             values = [i.args.get("true") for i in n.args.get("ifs", [])] + [n.args.get("default")]
             return _same_family([v for v in values if v is not None])
         if isinstance(n, exp.If):
-            return _same_family([v for v in (n.args.get("true"), n.args.get("false")) if v is not None])
+            return _same_family(
+                [v for v in (n.args.get("true"), n.args.get("false")) if v is not None]
+            )
         return None
     if isinstance(n, (exp.Add, exp.Sub, exp.Mul)):
         return None if _family(n) == "float" else "exact arithmetic can overflow"
@@ -571,18 +683,26 @@ def _partiality(n: exp.Expr) -> str | None:
         return None if _family(n.this) == "float" else "negation of an exact number can overflow"
     if isinstance(n, (exp.IntDiv, exp.Mod)):
         return None if _positive_constant(n.expression) else "the divisor could be zero"
-    if isinstance(n, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ,
-                      exp.NullSafeNEQ)):
+    if isinstance(
+        n, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ)
+    ):
         return None if _comparable(n.left, n.right) else "comparing different types casts values"
     if isinstance(n, exp.In):
         if n.args.get("unnest") or n.args.get("field"):
             return "IN UNNEST/field is not supported"
         if n.args.get("query"):
             query = _unwrap(n.args["query"])
-            ok = isinstance(query, exp.Select) and len(query.expressions) == 1 and _comparable(
-                n.this, query.expressions[0])
+            ok = (
+                isinstance(query, exp.Select)
+                and len(query.expressions) == 1
+                and _comparable(n.this, query.expressions[0])
+            )
             return None if ok else "IN with a subquery of another type casts values"
-        return None if all(_comparable(n.this, e) for e in n.expressions) else "comparing different types casts values"
+        return (
+            None
+            if all(_comparable(n.this, e) for e in n.expressions)
+            else "comparing different types casts values"
+        )
     if isinstance(n, exp.Between):
         ok = _comparable(n.this, n.args["low"]) and _comparable(n.this, n.args["high"])
         return None if ok else "comparing different types casts values"
@@ -590,8 +710,9 @@ def _partiality(n: exp.Expr) -> str | None:
         ok = _family(n.this) in ("text", "null") and _family(n.expression) in ("text", "null")
         return None if ok else "LIKE on a non-text value casts it"
     if isinstance(n, (exp.Coalesce, exp.Greatest, exp.Least, exp.Nullif)):
-        return _same_family([n.this, *n.expressions] if not isinstance(n, exp.Nullif)
-                            else [n.this, n.expression])
+        return _same_family(
+            [n.this, *n.expressions] if not isinstance(n, exp.Nullif) else [n.this, n.expression]
+        )
     if isinstance(n, exp.Cast):
         source = _family(n.this)
         target = _cast_target(n.to)
@@ -600,17 +721,36 @@ def _partiality(n: exp.Expr) -> str | None:
         if source == "integer" and target == "float":
             return None
         return f"casting {source or 'this value'} to {n.to.sql(DIALECT)} can fail; use TRY_CAST"
-    if isinstance(n, (exp.Abs, exp.Round, exp.Floor, exp.Ceil, exp.Sqrt, exp.Ln, exp.Log,
-                      exp.Exp, exp.Pow, exp.Sign)):
+    if isinstance(
+        n,
+        (
+            exp.Abs,
+            exp.Round,
+            exp.Floor,
+            exp.Ceil,
+            exp.Sqrt,
+            exp.Ln,
+            exp.Log,
+            exp.Exp,
+            exp.Pow,
+            exp.Sign,
+        ),
+    ):
         families = {_family(a) for a in n.iter_expressions()}
-        if n.this is not None and _family(n.this) == "float" and families <= {"float", "integer", "null"}:
+        if (
+            n.this is not None
+            and _family(n.this) == "float"
+            and families <= {"float", "integer", "null"}
+        ):
             return None
         return f"{n.sql_name().lower()}() on exact numbers can overflow; cast to DOUBLE first"
     if isinstance(n, (exp.Lower, exp.Upper, exp.Length, exp.Trim, exp.StartsWith)):
         return None if _family(n.this) in ("text", "null") else "the argument is not text"
     if isinstance(n, exp.Substring):
         ok = _family(n.this) in ("text", "null") and all(
-            _family(a) in ("integer", "null") for a in (n.args.get("start"), n.args.get("length")) if a
+            _family(a) in ("integer", "null")
+            for a in (n.args.get("start"), n.args.get("length"))
+            if a
         )
         return None if ok else "substring() needs text and integer positions"
     if isinstance(n, (exp.Extract, exp.Year, exp.Month, exp.Quarter)):
@@ -637,10 +777,20 @@ def _names(lineage: Lineage) -> str:
 
 
 def _role_text(roles) -> str:
-    order = [ColumnRole.IDENTIFIER, ColumnRole.HIDDEN, ColumnRole.MEASURE, ColumnRole.WEIGHT,
-             ColumnRole.DIMENSION]
+    order = [
+        ColumnRole.IDENTIFIER,
+        ColumnRole.HIDDEN,
+        ColumnRole.MEASURE,
+        ColumnRole.WEIGHT,
+        ColumnRole.DIMENSION,
+    ]
     for role in order:
         if role in roles:
-            return {"identifier": "identifier", "hidden": "hidden column", "measure": "measure",
-                    "weight": "weight", "dimension": "dimension"}[role.value]
+            return {
+                "identifier": "identifier",
+                "hidden": "hidden column",
+                "measure": "measure",
+                "weight": "weight",
+                "dimension": "dimension",
+            }[role.value]
     return "value"

@@ -121,8 +121,15 @@ class Connection:
         try:
             query = protect(sql, params, context)
         except PolicyViolation as refusal:
-            store.record_query(con, query_id, self.user, context.policy_version, "refused", sql,
-                               reason=str(refusal))
+            store.record_query(
+                con,
+                query_id,
+                self.user,
+                context.policy_version,
+                "refused",
+                sql,
+                reason=str(refusal),
+            )
             raise
         con.execute("BEGIN TRANSACTION")
         try:
@@ -132,13 +139,29 @@ class Connection:
             values, status = _split_status(result, query)
             cells = _ledger_cells(values, status, query)
             store.record_cells(con, query_id, self.user, query.fingerprint, cells)
-            store.record_query(con, query_id, self.user, context.policy_version, "accepted", sql,
-                               fingerprint=query.fingerprint, rows=values.num_rows)
+            store.record_query(
+                con,
+                query_id,
+                self.user,
+                context.policy_version,
+                "accepted",
+                sql,
+                fingerprint=query.fingerprint,
+                rows=values.num_rows,
+            )
             con.execute("COMMIT")
         except engine.EngineError as failure:
             con.execute("ROLLBACK")
-            store.record_query(con, query_id, self.user, context.policy_version, "failed", sql,
-                               reason=str(failure), fingerprint=query.fingerprint)
+            store.record_query(
+                con,
+                query_id,
+                self.user,
+                context.policy_version,
+                "failed",
+                sql,
+                reason=str(failure),
+                fingerprint=query.fingerprint,
+            )
             raise _engine_failure(failure, query_id) from None
         except BaseException:
             con.execute("ROLLBACK")
@@ -240,9 +263,12 @@ def _rows(table: pa.Table) -> list[tuple]:
 
 def _context(con, policy: Policy, version: int) -> GuardContext:
     schema = analyst_schema(policy, engine.table_schemas(con))
-    indexes = {r[0] for r in con.execute(
-        "SELECT index_name FROM duckdb_indexes() WHERE database_name = current_database()"
-    ).fetchall()}
+    indexes = {
+        r[0]
+        for r in con.execute(
+            "SELECT index_name FROM duckdb_indexes() WHERE database_name = current_database()"
+        ).fetchall()
+    }
     unit_per_row = {t.name: unit_index_name(t.name) in indexes for t in policy.confidential_tables}
     builtins = engine.system_functions(con)
 
@@ -270,8 +296,14 @@ def _context(con, policy: Policy, version: int) -> GuardContext:
 
 
 def _engine_failure(failure: Exception, query_id: int) -> Error:
-    if isinstance(failure, (engine.duckdb.BinderException, engine.duckdb.CatalogException,
-                            engine.duckdb.ParserException)):
+    if isinstance(
+        failure,
+        (
+            engine.duckdb.BinderException,
+            engine.duckdb.CatalogException,
+            engine.duckdb.ParserException,
+        ),
+    ):
         return OperationalError(
             f"the protected query could not be planned: {str(failure).splitlines()[0]} "
             f"(query {query_id})"
@@ -293,8 +325,9 @@ def _split_status(result: pa.Table, query: ProtectedQuery) -> tuple[pa.Table, pd
             raw = result.column(query.status_columns[i]).to_pylist()
             status[name] = [s if s is not None else "key" for s in raw]
         elif column.mechanism in ("derived", MECHANISM):
-            status[name] = [SUPPRESSED if v is None else PUBLISHED
-                            for v in values.column(i).to_pylist()]
+            status[name] = [
+                SUPPRESSED if v is None else PUBLISHED for v in values.column(i).to_pylist()
+            ]
         else:
             status[name] = [column.mechanism] * values.num_rows
     frame = pd.DataFrame(status)
@@ -305,16 +338,21 @@ def _split_status(result: pa.Table, query: ProtectedQuery) -> tuple[pa.Table, pd
 def _ledger_cells(values: pa.Table, status: pd.DataFrame, query: ProtectedQuery):
     """One ledger entry per released protected cell: identity = the row's key values."""
     key_positions = [i for i, c in enumerate(query.columns) if c.mechanism == "key"]
-    cell_positions = [i for i, c in enumerate(query.columns) if c.mechanism in (MECHANISM, "derived")]
+    cell_positions = [
+        i for i, c in enumerate(query.columns) if c.mechanism in (MECHANISM, "derived")
+    ]
     if not cell_positions:
         return []
     keys = [values.column(i).to_pylist() for i in key_positions]
     key_names = [query.columns[i].name for i in key_positions]
     for row in range(values.num_rows):
         identity = json.dumps(
-            {"tables": list(query.tables),
-             "keys": {name: column[row] for name, column in zip(key_names, keys, strict=True)}},
-            sort_keys=True, default=str,
+            {
+                "tables": list(query.tables),
+                "keys": {name: column[row] for name, column in zip(key_names, keys, strict=True)},
+            },
+            sort_keys=True,
+            default=str,
         )
         for i in cell_positions:
             yield identity, query.columns[i].name, query.columns[i].mechanism, status.iat[row, i]

@@ -7,8 +7,8 @@ values and nothing reaches the engine outside the checked tree.
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import decimal
+import logging
 from collections.abc import Mapping, Sequence
 
 import sqlglot
@@ -54,11 +54,13 @@ def parse_statement(sql: str) -> exp.Expr:
 
 
 def bind_parameters(tree: exp.Expr, params) -> exp.Expr:
-    """Return a copy of ``tree`` with ``?`` / ``$n`` / ``$name`` placeholders replaced by literals."""
+    """Copy of ``tree`` with ``?``, ``$n`` and ``$name`` placeholders replaced by literals."""
     placeholders = [p for p in tree.find_all(exp.Placeholder, exp.Parameter)]
     if params is None or (isinstance(params, (Sequence, Mapping)) and len(params) == 0):
         if placeholders:
-            raise ProgrammingError(f"the query has {len(placeholders)} parameters but none were given")
+            raise ProgrammingError(
+                f"the query has {len(placeholders)} parameters but none were given"
+            )
         return tree
     tree = tree.copy()
     positional = not isinstance(params, Mapping)

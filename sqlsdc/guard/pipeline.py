@@ -68,7 +68,11 @@ class ProtectedQuery:
         for c in self.columns:
             k = f" (min_frequency {c.min_frequency})" if c.min_frequency else ""
             lines.append(f"  {c.name}: {c.mechanism}{k}")
-        lines += ["tables: " + (", ".join(self.tables) or "none"), "protected SQL:", "  " + self.sql]
+        lines += [
+            "tables: " + (", ".join(self.tables) or "none"),
+            "protected SQL:",
+            "  " + self.sql,
+        ]
         return "\n".join(lines)
 
 
@@ -90,8 +94,13 @@ def protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
     columns = _describe_outputs(analysis, plan, names)
     with_status = any(c.with_status for c in plan.cells)
     status = {i: f"{STATUS_PREFIX}{i}" for i in range(len(names))} if with_status else {}
-    tables = sorted({t.name.lower() for t in tree.find_all(exp.Table)
-                     if context.policy.table(t.name) is not None})
+    tables = sorted(
+        {
+            t.name.lower()
+            for t in tree.find_all(exp.Table)
+            if context.policy.table(t.name) is not None
+        }
+    )
     return ProtectedQuery(
         sql=text,
         columns=columns,

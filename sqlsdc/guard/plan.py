@@ -118,11 +118,21 @@ class _Planner:
             units = None
         aggregates = [self._aggregate(node, tables) for node in info.aggregates]
         groupings = [
-            n for part in (*select.expressions, select.args.get("having"), select.args.get("order"))
-            if part is not None for n in own_nodes(part) if isinstance(n, exp.Grouping)
+            n
+            for part in (*select.expressions, select.args.get("having"), select.args.get("order"))
+            if part is not None
+            for n in own_nodes(part)
+            if isinstance(n, exp.Grouping)
         ]
-        return CellPlan(select, group_keys(select), groupings, aggregates, units, tables,
-                        id(select) in self._status)
+        return CellPlan(
+            select,
+            group_keys(select),
+            groupings,
+            aggregates,
+            units,
+            tables,
+            id(select) in self._status,
+        )
 
     def _aggregate(self, node: exp.AggFunc, tables: list[str]) -> ProtectedAggregate:
         kind = AggregateKind.COUNTS if isinstance(node, exp.Count) else AggregateKind.MAGNITUDES

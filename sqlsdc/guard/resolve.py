@@ -16,7 +16,9 @@ from sqlsdc.policy import Policy
 DIALECT = "duckdb"
 
 
-def analyst_schema(policy: Policy, database: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+def analyst_schema(
+    policy: Policy, database: dict[str, dict[str, str]]
+) -> dict[str, dict[str, str]]:
     """``{table: {column: type}}`` as analysts may see it."""
     schema = {}
     for table in policy.tables.values():

@@ -11,8 +11,8 @@ from __future__ import annotations
 from sqlglot import exp
 
 from sqlsdc.errors import InternalError
-from sqlsdc.rewrite.threshold import CELLS, STATUS_PREFIX
 from sqlsdc.policy import Policy
+from sqlsdc.rewrite.threshold import CELLS, STATUS_PREFIX
 
 INTERNAL_COLUMNS = ("__rkey",)
 
@@ -20,7 +20,11 @@ INTERNAL_COLUMNS = ("__rkey",)
 def validate_release(tree: exp.Expr, policy: Policy) -> None:
     ctes = {cte.alias_or_name.lower(): cte for cte in tree.find_all(exp.CTE)}
     for table in tree.find_all(exp.Table):
-        if table.args.get("db") or table.args.get("catalog") or not isinstance(table.this, exp.Identifier):
+        if (
+            table.args.get("db")
+            or table.args.get("catalog")
+            or not isinstance(table.this, exp.Identifier)
+        ):
             raise InternalError(f"unqualified base table expected, found {table.sql('duckdb')}")
         name = table.name.lower()
         if name in ctes:
@@ -55,8 +59,11 @@ def _protected(node: exp.Expr, ctes: dict[str, exp.CTE], seen: set[str]) -> bool
             name = current.alias_or_name.lower()
             if name in seen:
                 return False
-            uses = [t for t in current.root().find_all(exp.Table)
-                    if t.name.lower() == name and not _inside(t, current)]
+            uses = [
+                t
+                for t in current.root().find_all(exp.Table)
+                if t.name.lower() == name and not _inside(t, current)
+            ]
             return all(_protected(t, ctes, seen | {name}) for t in uses)  # unused CTEs never run
         current = current.parent
     return False

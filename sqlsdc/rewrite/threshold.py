@@ -134,15 +134,23 @@ def _replace_own(node, keys, groupings, aggregates, protected_value) -> exp.Expr
             return exp.column(f"__gg{grouping_ids[id(current)]}", CELLS)
         if isinstance(current, (exp.Subquery, exp.Select)):
             return current.copy()
-        if not isinstance(current, (exp.Alias, exp.Ordered, exp.Order, exp.Window,
-                                    exp.WindowSpec)) and current in keys:
+        if (
+            not isinstance(current, (exp.Alias, exp.Ordered, exp.Order, exp.Window, exp.WindowSpec))
+            and current in keys
+        ):
             return exp.column(f"__g{keys.index(current)}", CELLS)
-        clone = current.__class__(**{
-            k: ([rebuild(v) if isinstance(v, exp.Expr) else v for v in value]
-                if isinstance(value, list)
-                else rebuild(value) if isinstance(value, exp.Expr) else value)
-            for k, value in current.args.items()
-        })
+        clone = current.__class__(
+            **{
+                k: (
+                    [rebuild(v) if isinstance(v, exp.Expr) else v for v in value]
+                    if isinstance(value, list)
+                    else rebuild(value)
+                    if isinstance(value, exp.Expr)
+                    else value
+                )
+                for k, value in current.args.items()
+            }
+        )
         return clone
 
     return rebuild(node)

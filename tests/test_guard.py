@@ -1,0 +1,256 @@
+"""Behaviour of the guarded connection on accepted queries: values, suppression, status, API."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+import sqlsdc
+
+K = 10
+
+
+def raw_cells(raw, sql):
+    return raw.execute(sql).fetchall()
+
+
+def test_counts_match_raw_and_small_cells_are_null(analyst, raw):
+    sql = "SELECT municipality, sex, COUNT(*) FROM persons GROUP BY 1, 2 ORDER BY 1, 2"
+    protected = analyst.execute(sql).fetchall()
+    expected = raw_cells(raw, sql)
+    assert len(protected) == len(expected) > 0
+    small = 0
+    for (m, s, n), (m2, s2, true_n) in zip(protected, expected, strict=True):
+        assert (m, s) == (m2, s2)
+        if true_n < K:
+            small += 1
+            assert n is None
+        else:
+            assert n == true_n
+    assert small > 0, "the demo must contain small cells"
+
+
+def test_magnitudes_need_enough_contributors_not_rows(analyst, raw):
+    # income is NULL for about 2% of persons: contributors are persons with an income.
+    sql = (
+        "SELECT municipality, SUM(income), AVG(income), COUNT(income) FROM persons "
+        "GROUP BY municipality ORDER BY municipality"
+    )
+    protected = analyst.execute(sql).fetchall()
+    contributors = dict(
+        raw_cells(raw, "SELECT municipality, COUNT(income) FROM persons GROUP BY 1")
+    )
+    expected = {r[0]: r for r in raw_cells(raw, sql)}
+    for municipality, total, mean, count in protected:
+        if contributors[municipality] < K:
+            assert (total, mean, count) == (None, None, None)
+        else:
+            assert total == pytest.approx(expected[municipality][1])
+            assert mean == pytest.approx(expected[municipality][2])
+            assert count == expected[municipality][3]
+
+
+def test_threshold_boundary_exactly_k(analyst, raw):
+    rows = [
+        raw_cells(
+            raw,
+            "SELECT municipality, age, COUNT(*) AS n FROM persons GROUP BY ALL "
+            f"HAVING COUNT(*) = {n} ORDER BY municipality, age LIMIT 1",
+        )[0]
+        for n in (K - 1, K)
+    ]
+    assert {r[2] for r in rows} == {K - 1, K}, "fixture data must have cells of size k-1 and k"
+    for municipality, age, n in rows:
+        (value,) = analyst.execute(
+            "SELECT COUNT(*) FROM persons WHERE municipality = ? AND age = ?", [municipality, age]
+        ).fetchone()
+        assert value == (n if n >= K else None)
+
+
+def test_rollup_totals_are_protected_too(analyst, raw):
+    sql = (
+        "SELECT region, municipality, COUNT(*) AS n FROM persons WHERE region = 'R01' "
+        "GROUP BY ROLLUP (region, municipality) ORDER BY region NULLS LAST, municipality NULLS LAST"
+    )
+    protected = analyst.execute(sql).fetchall()
+    expected = raw_cells(raw, sql)
+    assert protected[-1][:2] == (None, None)  # the grand total row exists
+    for got, want in zip(protected, expected, strict=True):
+        assert got[2] == (want[2] if want[2] >= K else None)
+
+
+def test_grand_total_below_k_is_suppressed(analyst):
+    (value,) = analyst.execute(
+        "SELECT SUM(income) FROM persons WHERE municipality = 'R01-M013' AND age = 40"
+    ).fetchone()
+    assert value is None
+
+
+def test_count_distinct_units_in_joins(analyst, raw):
+    # Joining households multiplies nothing, but the threshold must count distinct persons and
+    # distinct households: a cell of one large household is suppressed.
+    sql = (
+        "SELECT h.municipality, COUNT(*) AS persons FROM persons p JOIN households h "
+        "ON p.household_id = h.household_id GROUP BY h.municipality"
+    )
+    got = dict(analyst.execute(sql).fetchall())
+    households = dict(raw_cells(raw, "SELECT municipality, COUNT(*) FROM households GROUP BY 1"))
+    persons = dict(raw_cells(raw, sql))
+    assert any(households[m] < K <= persons[m] for m in got), "need a cell with few households"
+    for municipality, n in got.items():
+        enough = households[municipality] >= K and persons[municipality] >= K
+        assert n == (persons[municipality] if enough else None)
+
+
+def test_join_with_public_table_cannot_inflate_counts(analyst, raw):
+    # A cross join with a public table repeats every person 8 times; the unit count stays 1.
+    sql = (
+        "SELECT p.municipality, COUNT(*) AS n FROM persons p CROSS JOIN regions r "
+        "GROUP BY p.municipality ORDER BY p.municipality"
+    )
+    got = dict(analyst.execute(sql).fetchall())
+    units = dict(raw_cells(raw, "SELECT municipality, COUNT(*) FROM persons GROUP BY 1"))
+    for municipality, n in got.items():
+        assert n == (units[municipality] * 8 if units[municipality] >= K else None)
+
+
+def test_derived_tables_and_ctes_pass_units_through(analyst, raw):
+    sql = (
+        "WITH adults AS (SELECT municipality, income FROM persons WHERE age >= 18) "
+        "SELECT municipality, COUNT(*), SUM(income) FROM adults GROUP BY municipality"
+    )
+    got = {r[0]: r[1:] for r in analyst.execute(sql).fetchall()}
+    want = {r[0]: r[1:] for r in raw_cells(raw, sql)}
+    assert got.keys() == want.keys()
+    for municipality, (n, total) in got.items():
+        assert n == (want[municipality][0] if want[municipality][0] >= K else None)
+
+
+def test_having_order_limit_see_only_protected_values(analyst):
+    rows = analyst.execute(
+        "SELECT municipality, COUNT(*) AS n FROM persons GROUP BY municipality "
+        "HAVING COUNT(*) < 10 ORDER BY n"
+    ).fetchall()
+    assert rows == []  # every count below 10 is NULL, and NULL < 10 is not true
+    lowest = analyst.execute(
+        "SELECT municipality, COUNT(*) AS n FROM persons GROUP BY municipality "
+        "ORDER BY n NULLS LAST LIMIT 1"
+    ).fetchone()
+    assert lowest[1] >= K
+
+
+def test_post_processing_of_protected_cells(analyst, raw):
+    got = analyst.execute(
+        "SELECT SUM(n) FROM (SELECT municipality, COUNT(*) AS n FROM persons GROUP BY 1)"
+    ).fetchone()[0]
+    published = sum(
+        n for (n,) in raw_cells(raw, "SELECT COUNT(*) FROM persons GROUP BY municipality")
+        if n >= K
+    )
+    assert got == published
+
+
+def test_cell_status_and_column_names(analyst):
+    cur = analyst.execute(
+        "SELECT municipality, COUNT(*), SUM(income) / COUNT(income) AS mean FROM persons "
+        "GROUP BY municipality ORDER BY municipality"
+    )
+    assert [d[0] for d in cur.description] == ["municipality", "count_star()", "mean"]
+    status = cur.cell_status()
+    rows = cur.fetchall()
+    assert list(status.columns) == ["municipality", "count_star()", "mean"]
+    assert set(status["municipality"]) == {"key"}
+    for row, (_, s) in zip(rows, status.iterrows(), strict=True):
+        assert (row[1] is None) == (s["count_star()"] == "suppressed")
+        assert s["count_star()"] in ("published", "suppressed")
+
+
+def test_set_operations_of_aggregates(analyst, raw):
+    rows = analyst.execute(
+        "SELECT sex, COUNT(*) FROM persons GROUP BY sex "
+        "UNION ALL SELECT 'all', COUNT(*) FROM persons ORDER BY 1"
+    ).fetchall()
+    total = raw_cells(raw, "SELECT COUNT(*) FROM persons")[0][0]
+    assert rows[-1] == ("all", total) or ("all", total) in rows
+
+
+def test_public_tables_are_readable(analyst, raw):
+    assert analyst.execute("SELECT * FROM regions ORDER BY region").fetchall() == raw_cells(
+        raw, "SELECT region, name, population FROM regions ORDER BY region"
+    )
+
+
+def test_parameters_are_bound_as_literals(analyst, raw):
+    got = analyst.execute(
+        "SELECT COUNT(*) FROM persons WHERE sex = ? AND age >= ?", ["F", 30]
+    ).fetchone()
+    want = raw_cells(raw, "SELECT COUNT(*) FROM persons WHERE sex = 'F' AND age >= 30")[0]
+    assert got == want
+    named = analyst.execute(
+        "SELECT COUNT(*) FROM persons WHERE sex = $s", {"s": "F"}
+    ).fetchone()
+    assert named[0] > 0
+
+
+def test_parameter_errors(analyst):
+    with pytest.raises(sqlsdc.ProgrammingError, match="parameters but none were given"):
+        analyst.execute("SELECT COUNT(*) FROM persons WHERE sex = ?")
+    with pytest.raises(sqlsdc.ProgrammingError, match="not supported"):
+        analyst.execute("SELECT COUNT(*) FROM persons WHERE sex = ?", [object()])
+    date_literal = analyst.execute("SELECT ? AS d", [dt.date(2024, 1, 2)]).fetchone()
+    assert date_literal == (dt.date(2024, 1, 2),)
+
+
+def test_pep249_cursor(analyst):
+    assert sqlsdc.apilevel == "2.0" and sqlsdc.paramstyle == "qmark"
+    cur = analyst.cursor()
+    assert cur.description is None and cur.rowcount == -1
+    with pytest.raises(sqlsdc.ProgrammingError, match="execute"):
+        cur.fetchall()
+    cur.execute("SELECT sex, COUNT(*) FROM persons GROUP BY sex ORDER BY sex")
+    assert cur.rowcount == 2
+    assert cur.fetchone()[0] == "F"
+    assert [r[0] for r in cur.fetchmany(5)] == ["M"]
+    assert cur.fetchall() == []
+    assert list(cur.df().columns) == ["sex", "count_star()"]
+    assert cur.arrow().num_rows == 2
+    assert issubclass(sqlsdc.PolicyViolation, sqlsdc.Error)
+    assert issubclass(sqlsdc.Error, sqlsdc.DatabaseError)
+
+
+def test_explain_does_not_touch_data(analyst):
+    explained = analyst.explain("SELECT region, COUNT(*) AS n FROM persons GROUP BY region")
+    assert [c.mechanism for c in explained.columns] == ["key", "threshold"]
+    assert explained.columns[1].min_frequency == K
+    assert "system.main.COUNT(*)" in explained.sql and "__rkey" not in explained.sql
+    assert explained.to_dict()["tables"] == ["persons"]
+
+
+def test_closed_connection(demo_db):
+    con = sqlsdc.connect(demo_db, user="analyst")
+    con.close()
+    with pytest.raises(sqlsdc.InterfaceError, match="closed"):
+        con.execute("SELECT 1")
+
+
+def test_runtime_failures_are_withheld_and_audited(fresh_demo_db):
+    with sqlsdc.connect(fresh_demo_db, user="analyst") as con:
+        with pytest.raises(sqlsdc.OperationalError, match="withheld"):
+            # public data may raise: the guard does not need to prevent it, only hide details
+            con.execute("SELECT CAST(name AS INTEGER) FROM regions")
+    from sqlsdc.catalog import store
+    from sqlsdc.engines.duckdb import open_database
+
+    admin = open_database(fresh_demo_db)
+    try:
+        entry = store.audit_entries(admin, decision="failed")[0]
+        assert "Could not convert" in entry["reason"]
+    finally:
+        admin.close()
+
+
+def test_same_query_same_answer_across_sessions(demo_db):
+    sql = "SELECT municipality, COUNT(*) FROM persons GROUP BY 1 ORDER BY 1"
+    with sqlsdc.connect(demo_db, user="analyst") as a, sqlsdc.connect(demo_db, user="admin") as b:
+        assert a.execute(sql).fetchall() == b.execute(sql).fetchall()
