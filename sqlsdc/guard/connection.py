@@ -53,6 +53,10 @@ class Connection:
 
     def __init__(self, path: str | Path, user: str):
         self._con = None
+        if not Path(path).is_file():
+            raise Error(
+                f"database {path} does not exist; create it with `sqlsdc init` or `sqlsdc demo`"
+            )
         con = engine.open_database(path)
         try:
             engine.harden(con)

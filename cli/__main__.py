@@ -1,0 +1,5 @@
+"""``python -m sqlsdc.cli``."""
+
+from sqlsdc.cli.main import main
+
+main()

@@ -1,0 +1,172 @@
+"""The CLI through click's runner and through real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+from sqlsdc.cli.main import cli
+
+PERSONS_BY_SEX = "SELECT sex, COUNT(*) AS n FROM persons GROUP BY sex ORDER BY sex"
+
+
+def run(*args, code=0, input=None):
+    result = CliRunner().invoke(cli, list(map(str, args)), input=input, catch_exceptions=False)
+    assert result.exit_code == code, result.output
+    return result
+
+
+def test_every_command_has_help():
+    names = list(cli.commands)
+    assert {"demo", "init", "policy", "query", "explain", "audit"} <= set(names)
+    for name in names:
+        assert "Usage:" in run(name, "--help").output
+    for sub in ("validate", "show", "apply"):
+        assert "Usage:" in run("policy", sub, "--help").output
+
+
+def test_query_formats(demo_db):
+    table = run("query", demo_db, "--user", "analyst", PERSONS_BY_SEX).output
+    assert "sex" in table and "F" in table
+    rows = json.loads(
+        run("query", demo_db, "-u", "analyst", PERSONS_BY_SEX, "--format", "json").output
+    )
+    assert [r["sex"] for r in rows] == ["F", "M"] and all(r["n"] > 0 for r in rows)
+    csv = run("query", demo_db, "-u", "analyst", PERSONS_BY_SEX, "--format", "csv").output
+    assert csv.splitlines()[0] == "sex,n"
+    status = run("query", demo_db, "-u", "analyst", PERSONS_BY_SEX, "--status").output
+    assert "published" in status
+    stdin = run("query", demo_db, "-u", "analyst", "-", "--format", "json", input=PERSONS_BY_SEX)
+    assert json.loads(stdin.output) == rows
+
+
+def test_refusal_exit_code_and_message(demo_db):
+    result = CliRunner().invoke(
+        cli, ["query", str(demo_db), "-u", "analyst", "SELECT * FROM persons"]
+    )
+    assert result.exit_code == 3
+    assert "refused: row-level output" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_unknown_user_is_denied(demo_db):
+    result = CliRunner().invoke(cli, ["query", str(demo_db), "-u", "mallory", PERSONS_BY_SEX])
+    assert result.exit_code == 5 and "not declared" in result.output
+
+
+def test_explain_json(demo_db):
+    out = run("explain", demo_db, "-u", "analyst", PERSONS_BY_SEX, "--format", "json").output
+    explained = json.loads(out)
+    assert [c["mechanism"] for c in explained["columns"]] == ["key", "threshold"]
+    assert "__cells" in explained["sql"]
+
+
+def test_policy_validate_show_apply_and_audit(fresh_demo_db, tmp_path):
+    from sqlsdc.demo.build import demo_policy
+
+    policy_file = tmp_path / "policy.yaml"
+    import yaml
+
+    document = dict(demo_policy().document)
+    document["protection"] = {"min_frequency": 20}
+    policy_file.write_text(yaml.safe_dump(document))
+    assert "valid" in run("policy", "validate", policy_file).output
+    assert "policy version 2 applied" in run("policy", "apply", fresh_demo_db, policy_file).output
+    shown = run("policy", "show", fresh_demo_db).output
+    assert shown.startswith("# policy version 2") and "min_frequency: 20" in shown
+    history = json.loads(
+        run("policy", "show", fresh_demo_db, "--history", "--format", "json").output
+    )
+    assert [h["version"] for h in history] == [1, 2]
+    run("query", fresh_demo_db, "-u", "analyst", PERSONS_BY_SEX)
+    CliRunner().invoke(cli, ["query", str(fresh_demo_db), "-u", "analyst", "SELECT * FROM persons"])
+    entries = json.loads(run("audit", fresh_demo_db, "--format", "json").output)
+    assert [e["decision"] for e in entries[:2]] == ["refused", "accepted"]
+    assert entries[0]["policy_version"] == 2
+    denied = CliRunner().invoke(cli, ["audit", str(fresh_demo_db), "--user", "analyst"])
+    assert denied.exit_code == 5
+
+
+def test_invalid_policy_exit_code(tmp_path):
+    bad = tmp_path / "policy.yaml"
+    bad.write_text(
+        "tables:\n  persons:\n    privacy_unit: id\n    columns:\n      id: {role: identifier}\n"
+        "      income: {role: measure, bounds: [10, 5]}\nusers:\n  a: {role: admin}\n"
+    )
+    result = CliRunner().invoke(cli, ["policy", "validate", str(bad)])
+    assert result.exit_code == 4
+    expected = (
+        "policy.yaml: tables.persons.columns.income.bounds: lower bound 10 is above upper bound 5"
+    )
+    assert expected in result.output
+
+
+def test_init_on_a_plain_database(tmp_path):
+    import duckdb
+
+    db = tmp_path / "plain.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute(
+        "CREATE TABLE people AS SELECT range AS id, range % 3 AS town, 1.5 AS salary "
+        "FROM range(100)"
+    )
+    con.execute("CREATE TABLE towns AS SELECT 1 AS town")
+    con.close()
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "tables:\n  people:\n    privacy_unit: id\n    columns:\n      id: {role: identifier}\n"
+        "      town: {role: dimension}\n      salary: {role: measure, bounds: [0, 10]}\n"
+        "  towns: {kind: public}\nusers:\n  owner: {role: admin}\n  ana: {role: analyst}\n"
+    )
+    out = run("init", db, "--policy", policy, "--user", "owner").output
+    assert "people: 100 new record keys" in out
+    rows = json.loads(
+        run(
+            "query",
+            db,
+            "-u",
+            "ana",
+            "SELECT town, COUNT(*) AS n FROM people GROUP BY town ORDER BY town",
+            "--format",
+            "json",
+        ).output
+    )
+    assert [r["n"] for r in rows] == [34, 33, 33]
+
+
+@pytest.mark.parametrize(
+    "args, code", [(["--help"], 0), (["query", "missing.duckdb", "-u", "a", "SELECT 1"], 1)]
+)
+def test_subprocess_entry_point(args, code, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "sqlsdc.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_demo_in_a_subprocess(tmp_path):
+    db = tmp_path / "demo.duckdb"
+    result = subprocess.run(
+        ["sqlsdc", "demo", "--db", str(db), "--persons", "5000", "--seed", "3"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "suppressed" in result.stdout and "refused:" in result.stdout
+    assert "ACCEPTED (unexpected)" not in result.stdout
+    query = subprocess.run(
+        ["sqlsdc", "query", str(db), "--user", "analyst", PERSONS_BY_SEX, "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert query.returncode == 0 and len(json.loads(query.stdout)) == 2
