@@ -9,16 +9,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable
 from datetime import UTC, datetime
+from functools import lru_cache
 
 import pyarrow as pa
+from sqlglot import exp
 
 from sqlsdc.catalog.schema import CATALOG_SCHEMA, CATALOG_VERSION, DDL
 from sqlsdc.engines.duckdb import one
 from sqlsdc.errors import Error
 
 S = CATALOG_SCHEMA
+LEDGER_TABLE = "ledger"
+RELEASE_VIEW = "__sqlsdc_release"
 SECRET_BYTES = 32
 
 
@@ -122,33 +125,74 @@ def record_query(
     )
 
 
-def record_cells(
-    con, query_id: int, user: str, fingerprint: str, cells: Iterable[tuple[str, str, str, str]]
-) -> int:
-    """Append released cells ``(cell identity JSON, column, mechanism, status)`` to the ledger."""
-    cells = list(cells)
-    if not cells:
-        return 0
-    identity, column, mechanism, status = (list(c) for c in zip(*cells, strict=True))
-    n = len(cells)
-    batch = pa.table(
-        {
-            "query_id": pa.array([query_id] * n, pa.int64()),
-            "released_at": pa.array([now()] * n, pa.timestamp("us")),
-            "user_name": [user] * n,
-            "fingerprint": [fingerprint] * n,
-            "cell": identity,
-            "column_name": column,
-            "mechanism": mechanism,
-            "status": status,
-        }
+@lru_cache(maxsize=512)
+def ledger_insert(
+    tables: tuple[str, ...],
+    keys: tuple[tuple[str, int], ...],
+    cells: tuple[tuple[str, int, str, int | None], ...],
+) -> str:
+    """INSERT that turns a registered result ``__sqlsdc_release`` (columns c0, c1, ...) into
+    ledger rows, one per released cell; parameters: query id, time, user, fingerprint.
+
+    ``keys`` are ``(name, position)`` of the columns identifying a cell; ``cells`` are
+    ``(name, position, mechanism, status position or None)`` of released values. Without a
+    status column a NULL value counts as suppressed.
+    """
+    identity = exp.func(
+        "json_object",
+        exp.Literal.string("tables"),
+        exp.func("to_json", exp.Array(expressions=[exp.Literal.string(t) for t in tables])),
+        exp.Literal.string("keys"),
+        exp.func(
+            "json_object",
+            *[a for name, i in keys for a in (exp.Literal.string(name), exp.column(f"c{i}"))],
+        ),
     )
-    con.register("__sqlsdc_ledger_batch", batch)
+    parts = []
+    for name, position, mechanism, status in cells:
+        if status is None:
+            value = exp.column(f"c{position}")
+            status_expr = exp.Case(
+                ifs=[
+                    exp.If(
+                        this=exp.Is(this=value, expression=exp.null()),
+                        true=exp.Literal.string("suppressed"),
+                    )
+                ],
+                default=exp.Literal.string("published"),
+            )
+        else:
+            status_expr = exp.column(f"c{status}")
+        parts.append(
+            exp.select(
+                exp.Placeholder(this="1"),
+                exp.Placeholder(this="2"),
+                exp.Placeholder(this="3"),
+                exp.Placeholder(this="4"),
+                exp.cast(identity, "VARCHAR"),
+                exp.Literal.string(name),
+                exp.Literal.string(mechanism),
+                status_expr,
+            ).from_(RELEASE_VIEW)
+        )
+    query = parts[0]
+    for part in parts[1:]:
+        query = exp.union(query, part, distinct=False)
+    return exp.insert(query, exp.table_(LEDGER_TABLE, db=S)).sql("duckdb")
+
+
+def record_release(
+    con, result: pa.Table, statement: str, *, query_id: int, user: str, fingerprint: str
+) -> None:
+    """Run a :func:`ledger_insert` statement over a protected result."""
+    if result.num_rows == 0:
+        return
+    batch = result.rename_columns([f"c{i}" for i in range(result.num_columns)])
+    con.register(RELEASE_VIEW, batch)
     try:
-        con.execute(f"INSERT INTO {S}.ledger SELECT * FROM __sqlsdc_ledger_batch")
+        con.execute(statement, [query_id, now(), user, fingerprint])
     finally:
-        con.unregister("__sqlsdc_ledger_batch")
-    return n
+        con.unregister(RELEASE_VIEW)
 
 
 AUDIT_COLUMNS = (

@@ -85,13 +85,23 @@ def qualify_functions(tree: exp.Expr, builtins: frozenset[str]) -> exp.Expr:
             return node
         if isinstance(node, exp.AggFunc) and isinstance(node.parent, exp.Window):
             return node  # DuckDB does not accept qualified window aggregates
-        name = node.sql_name().lower() if not isinstance(node, exp.Anonymous) else node.name.lower()
-        generated = node.sql(DIALECT).split("(", 1)[0].lower()
-        if generated not in builtins or name == "cast":
+        name = node.name if isinstance(node, exp.Anonymous) else node.sql_name()
+        if name.lower() not in builtins or not _generated_as_call(node, name):
             return node
         return exp.Dot.build([exp.to_identifier("system"), exp.to_identifier("main"), node])
 
     return tree.copy().transform(qualify, copy=False)
+
+
+_CALL_SHAPE: dict[tuple[type, str], bool] = {}
+
+
+def _generated_as_call(node: exp.Func, name: str) -> bool:
+    """Whether DuckDB writes this kind of node as a plain ``name(...)`` call (not CAST, CASE)."""
+    key = (type(node), name.upper())
+    if key not in _CALL_SHAPE:
+        _CALL_SHAPE[key] = node.sql(DIALECT).upper().startswith(f"{name.upper()}(")
+    return _CALL_SHAPE[key]
 
 
 def to_sql(tree: exp.Expr, builtins: frozenset[str] = frozenset()) -> str:

@@ -7,7 +7,6 @@ itself; real isolation means the confidential file belongs to another OS user or
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from pathlib import Path
 
@@ -28,14 +27,15 @@ from sqlsdc.errors import (
     ProgrammingError,
 )
 from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, protect
+from sqlsdc.guard.postprocess import cell_status, record_release, values_of
 from sqlsdc.guard.resolve import analyst_schema
 from sqlsdc.guard.validate import check_engine_tables
 from sqlsdc.policy import Policy, load_policy
-from sqlsdc.rewrite.threshold import MECHANISM, PUBLISHED, SUPPRESSED
 
 apilevel = "2.0"
 threadsafety = 1
 paramstyle = "qmark"
+PROTECT_CACHE_SIZE = 256
 
 
 def connect(path: str | Path, user: str) -> Connection:
@@ -75,6 +75,7 @@ class Connection:
             con.close()
             raise
         self._con = con
+        self._cache: dict = {}
         self.user = user
         self.role = policy.user(user).role
         self.policy = policy
@@ -94,7 +95,20 @@ class Connection:
     def explain(self, sql: str, params=None) -> ProtectedQuery:
         """The protected SQL and the mechanism of every output column, without reading data."""
         self._check_open()
-        return protect(sql, params, self._context)
+        return self._protect(sql, params)
+
+    def _protect(self, sql: str, params) -> ProtectedQuery:
+        """``protect`` with a per-connection cache: the policy snapshot is fixed per connection."""
+        try:
+            key = (sql, _freeze(params))
+            hash(key)
+        except TypeError:
+            return protect(sql, params, self._context)
+        if key not in self._cache:
+            if len(self._cache) >= PROTECT_CACHE_SIZE:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = protect(sql, params, self._context)
+        return self._cache[key]
 
     def commit(self) -> None:
         """Queries are read-only and their audit entries are committed as they run."""
@@ -123,7 +137,7 @@ class Connection:
         con, context = self._con, self._context
         query_id = store.next_query_id(con)
         try:
-            query = protect(sql, params, context)
+            query = self._protect(sql, params)
         except PolicyViolation as refusal:
             store.record_query(
                 con,
@@ -140,9 +154,9 @@ class Connection:
             tables_read = engine.tables_read_by(con, query.sql)
             check_engine_tables(tables_read, query.tree, context.policy)
             result = engine.run(con, query.sql)
-            values, status = _split_status(result, query)
-            cells = _ledger_cells(values, status, query)
-            store.record_cells(con, query_id, self.user, query.fingerprint, cells)
+            values = values_of(result, query)
+            record_release(con, result, query, query_id, self.user)
+            status = cell_status(result, query)
             store.record_query(
                 con,
                 query_id,
@@ -260,6 +274,14 @@ class Cursor:
         return self._result
 
 
+def _freeze(params):
+    if params is None:
+        return None
+    if isinstance(params, dict):
+        return tuple(sorted(params.items()))
+    return tuple(params)
+
+
 def _rows(table: pa.Table) -> list[tuple]:
     columns = [c.to_pylist() for c in table.columns]
     return list(zip(*columns, strict=True)) if columns else []
@@ -316,47 +338,3 @@ def _engine_failure(failure: Exception, query_id: int) -> Error:
         f"the query failed while running (query {query_id}); the engine's message is withheld "
         "because it could contain confidential values; an admin can read it with `sqlsdc audit`"
     )
-
-
-def _split_status(result: pa.Table, query: ProtectedQuery) -> tuple[pa.Table, pd.DataFrame]:
-    """Separate the hidden status columns from the values and build the per-cell status."""
-    n = len(query.columns)
-    values = result.select(list(range(n)))
-    status = {}
-    for i, column in enumerate(query.columns):
-        name = f"{i}:{column.name}"
-        if i in query.status_columns:
-            raw = result.column(query.status_columns[i]).to_pylist()
-            status[name] = [s if s is not None else "key" for s in raw]
-        elif column.mechanism in ("derived", MECHANISM):
-            status[name] = [
-                SUPPRESSED if v is None else PUBLISHED for v in values.column(i).to_pylist()
-            ]
-        else:
-            status[name] = [column.mechanism] * values.num_rows
-    frame = pd.DataFrame(status)
-    frame.columns = [c.name for c in query.columns]
-    return values, frame
-
-
-def _ledger_cells(values: pa.Table, status: pd.DataFrame, query: ProtectedQuery):
-    """One ledger entry per released protected cell: identity = the row's key values."""
-    key_positions = [i for i, c in enumerate(query.columns) if c.mechanism == "key"]
-    cell_positions = [
-        i for i, c in enumerate(query.columns) if c.mechanism in (MECHANISM, "derived")
-    ]
-    if not cell_positions:
-        return []
-    keys = [values.column(i).to_pylist() for i in key_positions]
-    key_names = [query.columns[i].name for i in key_positions]
-    for row in range(values.num_rows):
-        identity = json.dumps(
-            {
-                "tables": list(query.tables),
-                "keys": {name: column[row] for name, column in zip(key_names, keys, strict=True)},
-            },
-            sort_keys=True,
-            default=str,
-        )
-        for i in cell_positions:
-            yield identity, query.columns[i].name, query.columns[i].mechanism, status.iat[row, i]

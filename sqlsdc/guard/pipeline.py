@@ -149,5 +149,6 @@ def _describe_outputs(analysis: Analysis, plan, names: list[str]) -> list[Output
                 columns.append(OutputColumn(name, "key"))
         return columns
     for name, lineage in zip(names, root.outputs.values(), strict=False):
-        columns.append(OutputColumn(name, "derived" if lineage.protected else "public"))
+        mechanism = "derived" if lineage.protected else "key" if lineage.sources else "public"
+        columns.append(OutputColumn(name, mechanism))
     return columns

@@ -1,0 +1,581 @@
+"""The catalog inside real DuckDB files: init, record keys, versions, secrets, audit and ledger."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import duckdb
+import pytest
+from scipy import stats
+
+import sqlsdc
+from sqlsdc.catalog import store
+from sqlsdc.catalog.setup import unit_index_name
+from sqlsdc.engines.duckdb import open_database
+from sqlsdc.policy import load_policy
+
+PEOPLE = 20_000
+
+POLICY = {
+    "tables": {
+        "people": {
+            "privacy_unit": "id",
+            "columns": {
+                "id": {"role": "identifier"},
+                "hh": {"role": "identifier"},
+                "town": {"role": "dimension"},
+                "salary": {"role": "measure", "bounds": [0, 500000]},
+            },
+        },
+        "towns": {"kind": "public"},
+    },
+    "users": {"root": {"role": "admin"}, "ana": {"role": "analyst"}},
+}
+
+CATALOG_TABLES = {"meta", "policy_versions", "secrets", "audit", "ledger"}
+
+
+def policy(**table_changes) -> dict:
+    """POLICY with some tables replaced (value None removes the table)."""
+    document = copy.deepcopy(POLICY)
+    for name, spec in table_changes.items():
+        if spec is None:
+            del document["tables"][name]
+        else:
+            document["tables"][name] = spec
+    return document
+
+
+def query(path, sql, params=None):
+    con = open_database(path)
+    try:
+        return con.execute(sql, params).fetchall()
+    finally:
+        con.close()
+
+
+def execute(path, *statements):
+    con = open_database(path)
+    try:
+        for statement in statements:
+            con.execute(statement)
+    finally:
+        con.close()
+
+
+def columns_of(path, table) -> list[str]:
+    return [r[0] for r in query(path, f'DESCRIBE "{table}"')]
+
+
+def rkeys(path, table="people") -> dict[int, int]:
+    return dict(query(path, f'SELECT id, __rkey FROM "{table}"'))
+
+
+def secret_rows(path):
+    return query(path, "SELECT name, material FROM sqlsdc.secrets")
+
+
+@pytest.fixture
+def db(tmp_path):
+    """A small hand-made database: people (20,000 rows, 50 households, 7 towns) and towns."""
+    path = tmp_path / "small.duckdb"
+    execute(
+        path,
+        "CREATE TABLE people (id BIGINT, hh BIGINT, town VARCHAR, salary DOUBLE)",
+        f"INSERT INTO people SELECT range, range % 50, 't' || (range % 7), range * 3.0 "
+        f"FROM range({PEOPLE})",
+        "CREATE TABLE towns AS SELECT 't' || range AS town, range * 100 AS population "
+        "FROM range(7)",
+    )
+    return path
+
+
+# --- init --------------------------------------------------------------------------------------
+
+
+def test_init_creates_the_catalog(db):
+    report = sqlsdc.init(db, POLICY)
+    assert report.version == 1
+    assert report.secret_created
+    tables = {r[0] for r in query(db, "SELECT table_name FROM duckdb_tables() "
+                                      "WHERE schema_name = 'sqlsdc'")}
+    assert tables >= CATALOG_TABLES
+    assert query(db, "SELECT value FROM sqlsdc.meta WHERE key = 'catalog_version'") == [("1",)]
+    assert query(db, "SELECT count(*) FROM sqlsdc.audit") == [(0,)]
+    assert query(db, "SELECT count(*) FROM sqlsdc.ledger") == [(0,)]
+
+
+def test_init_accepts_a_policy_file(db, tmp_path):
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps(POLICY), "utf-8")
+    assert sqlsdc.init(db, path, applied_by="alice").version == 1
+    assert query(db, "SELECT applied_by, source FROM sqlsdc.policy_versions") == [
+        ("alice", "policy.json")
+    ]
+
+
+def test_record_keys_for_every_row(db):
+    report = sqlsdc.init(db, POLICY)
+    assert report.keyed_rows == {"people": PEOPLE}
+    types = dict(query(db, "SELECT column_name, column_type FROM (DESCRIBE people)"))
+    assert types["__rkey"] == "UINTEGER"
+    nulls, low, high, distinct = query(
+        db, "SELECT count(*) FILTER (WHERE __rkey IS NULL), min(__rkey), max(__rkey), "
+            "count(DISTINCT __rkey) FROM people"
+    )[0]
+    assert nulls == 0
+    assert 0 <= low < high < 2**32
+    # 20,000 draws from 2^32 values collide about 0.05 times on average
+    assert distinct >= PEOPLE - 5
+
+
+def test_record_keys_look_uniform(db):
+    sqlsdc.init(db, POLICY)
+    bins = dict(query(db, "SELECT __rkey >> 28 AS bin, count(*) FROM people GROUP BY bin"))
+    observed = [bins.get(b, 0) for b in range(16)]
+    assert sum(observed) == PEOPLE
+    result = stats.chisquare(observed, f_exp=[PEOPLE / 16] * 16)
+    assert result.pvalue > 1e-4, observed
+    # the low bits too (a key built from a few random bytes would fail here)
+    low = dict(query(db, "SELECT __rkey & 15 AS bin, count(*) FROM people GROUP BY bin"))
+    assert stats.chisquare([low.get(b, 0) for b in range(16)]).pvalue > 1e-4
+
+
+def test_chi_square_check_rejects_non_uniform_keys():
+    """The uniformity check above is not vacuous: keys of only 15 bits fail it."""
+    observed = [PEOPLE] + [0] * 15
+    assert stats.chisquare(observed, f_exp=[PEOPLE / 16] * 16).pvalue < 1e-4
+
+
+def test_public_tables_get_no_record_keys(db):
+    report = sqlsdc.init(db, POLICY)
+    assert "towns" not in report.keyed_rows
+    assert "__rkey" not in columns_of(db, "towns")
+    assert columns_of(db, "towns") == ["town", "population"]
+
+
+def test_reinit_keeps_keys_and_keys_only_new_rows(db):
+    sqlsdc.init(db, POLICY)
+    before = rkeys(db)
+    execute(db, f"INSERT INTO people (id, hh, town, salary) "
+                f"SELECT range, 1, 't1', 5 FROM range({PEOPLE}, {PEOPLE + 50})")
+    report = sqlsdc.init(db, POLICY)
+    assert report.keyed_rows == {"people": 50}
+    after = rkeys(db)
+    assert len(after) == PEOPLE + 50
+    assert all(after[i] == key for i, key in before.items())
+    assert all(after[i] is not None for i in range(PEOPLE, PEOPLE + 50))
+    assert sqlsdc.init(db, POLICY).keyed_rows == {"people": 0}
+    assert rkeys(db) == after
+
+
+def test_policy_versions_increase(db):
+    assert [sqlsdc.init(db, POLICY, applied_by=f"admin{i}").version for i in range(3)] == [1, 2, 3]
+    rows = query(db, "SELECT version, applied_by, source, document FROM sqlsdc.policy_versions "
+                     "ORDER BY version")
+    assert [(v, by, src) for v, by, src, _ in rows] == [
+        (1, "admin0", "<policy>"), (2, "admin1", "<policy>"), (3, "admin2", "<policy>")
+    ]
+    assert json.loads(rows[-1][3]) == POLICY
+
+
+def test_current_policy_is_the_latest_version(db):
+    sqlsdc.init(db, POLICY)
+    second = policy(towns={"kind": "public", "description": "v2"})
+    sqlsdc.init(db, second)
+    con = open_database(db)
+    try:
+        version, document, source = store.current_policy(con)
+    finally:
+        con.close()
+    assert (version, document, source) == (2, second, "<policy>")
+
+
+def test_policy_history_lists_versions(db):
+    sqlsdc.init(db, POLICY, applied_by="alice")
+    sqlsdc.init(db, load_policy(POLICY, name="policy.yaml"), applied_by="bob")
+    con = open_database(db)
+    try:
+        history = store.policy_history(con)
+    finally:
+        con.close()
+    assert [(v, by, src) for v, _, by, src, _ in history] == [
+        (1, "alice", "<policy>"), (2, "bob", "policy.yaml")
+    ]
+    assert history[0][4] == history[1][4]  # same document, same sha256
+    assert history[0][1] <= history[1][1]
+
+
+def test_secret_is_32_bytes_created_once(db):
+    assert sqlsdc.init(db, POLICY).secret_created
+    (name, secret), = secret_rows(db)
+    assert name == "prf"
+    assert isinstance(secret, bytes) and len(secret) == 32
+    assert len(set(secret)) > 8  # not a constant fill
+    execute(db, "INSERT INTO people VALUES (99999, 1, 't1', 1.0)")
+    report = sqlsdc.init(db, POLICY)
+    assert not report.secret_created
+    assert secret_rows(db) == [("prf", secret)]
+
+
+def test_secrets_differ_between_databases(tmp_path):
+    secrets = []
+    for name in ("a", "b"):
+        path = tmp_path / f"{name}.duckdb"
+        execute(path, "CREATE TABLE towns AS SELECT 't1' AS town")
+        sqlsdc.init(path, policy(people=None))
+        secrets.append(secret_rows(path)[0][1])
+    assert secrets[0] != secrets[1]
+
+
+# --- init refuses policies that do not fit the database ---------------------------------------
+
+
+def test_privacy_unit_with_nulls_is_refused(db):
+    execute(db, "INSERT INTO people VALUES (NULL, 1, 't1', 1.0), (NULL, 2, 't2', 2.0)")
+    with pytest.raises(sqlsdc.PolicyError,
+                       match=r"\Apolicy\.yaml: tables\.people\.privacy_unit: 2 rows have no id"):
+        sqlsdc.init(db, load_policy(POLICY, name="policy.yaml"))
+    assert "__rkey" not in columns_of(db, "people")
+    assert query(db, "SELECT count(*) FROM duckdb_schemas() WHERE schema_name = 'sqlsdc'") == [(0,)]
+
+
+def test_missing_table_is_refused_listing_the_tables(db):
+    bad = policy(firms={"privacy_unit": "fid", "columns": {"fid": {"role": "identifier"}}})
+    with pytest.raises(
+        sqlsdc.PolicyError,
+        match=r"\Apolicy\.yaml: tables\.firms: no such table in the database "
+              r"\(tables: people, towns\)\Z",
+    ):
+        sqlsdc.init(db, load_policy(bad, name="policy.yaml"))
+
+
+def test_missing_column_is_refused_listing_the_columns(db):
+    bad = copy.deepcopy(POLICY)
+    bad["tables"]["people"]["columns"]["age"] = {"role": "dimension"}
+    with pytest.raises(
+        sqlsdc.PolicyError,
+        match=r"\A<policy>: tables\.people\.columns\.age: no such column in the table "
+              r"\(columns: id, hh, town, salary\)\Z",
+    ):
+        sqlsdc.init(db, bad)
+
+
+def test_every_database_problem_is_reported(db):
+    bad = copy.deepcopy(POLICY)
+    bad["tables"]["people"]["columns"]["age"] = {"role": "dimension"}
+    bad["tables"]["firms"] = {"kind": "public"}
+    with pytest.raises(sqlsdc.PolicyError) as info:
+        sqlsdc.init(db, bad)
+    assert [p.split(":")[1].strip() for p in info.value.problems] == [
+        "tables.people.columns.age", "tables.firms"
+    ]
+
+
+def test_confidential_view_is_refused(db):
+    execute(db, "CREATE VIEW rich AS SELECT * FROM people WHERE salary > 100")
+    bad = policy(rich={"privacy_unit": "id", "columns": {"id": {"role": "identifier"}}})
+    with pytest.raises(sqlsdc.PolicyError,
+                       match=r"tables\.rich: a confidential relation must be a table, not a view"):
+        sqlsdc.init(db, bad)
+
+
+def test_invalid_policy_is_refused_before_touching_the_database(db):
+    bad = copy.deepcopy(POLICY)
+    bad["users"] = {"ana": {"role": "analyst"}}
+    with pytest.raises(sqlsdc.PolicyError, match="declare at least one user with role admin"):
+        sqlsdc.init(db, bad)
+    assert "__rkey" not in columns_of(db, "people")
+
+
+# --- the privacy unit --------------------------------------------------------------------------
+
+
+def test_unique_unit_gets_a_unique_index(db):
+    report = sqlsdc.init(db, POLICY)
+    assert report.unit_per_row == {"people": True}
+    indexes = query(db, "SELECT index_name, table_name, is_unique, expressions "
+                        "FROM duckdb_indexes()")
+    assert indexes == [(unit_index_name("people"), "people", True, "[id]")]
+    assert unit_index_name("people") == "__sqlsdc_unit_people"
+    with pytest.raises(duckdb.ConstraintException, match="[Dd]uplicate key"):
+        execute(db, "INSERT INTO people VALUES (7, 1, 't1', 1.0)")
+    with pytest.raises(duckdb.ConstraintException, match="NOT NULL"):
+        execute(db, "INSERT INTO people VALUES (NULL, 1, 't1', 1.0)")
+
+
+def test_non_unique_unit_has_no_index(db):
+    by_household = copy.deepcopy(POLICY)
+    by_household["tables"]["people"]["privacy_unit"] = "hh"
+    report = sqlsdc.init(db, by_household)
+    assert report.unit_per_row == {"people": False}
+    assert query(db, "SELECT count(*) FROM duckdb_indexes()") == [(0,)]
+    execute(db, "INSERT INTO people VALUES (1, 1, 't1', 1.0)")  # duplicates stay allowed
+
+
+def test_changing_the_unit_to_a_non_unique_column_is_detected(tmp_path):
+    """The unit index of the old unit must not make the new, non-unique unit look unique."""
+    path = tmp_path / "u.duckdb"
+    execute(
+        path,
+        "CREATE TABLE people (id BIGINT, hh BIGINT NOT NULL, town VARCHAR, salary DOUBLE)",
+        "INSERT INTO people SELECT range, range // 40, 't' || (range % 7), 1.0 FROM range(400)",
+        "CREATE TABLE towns AS SELECT 't1' AS town",
+    )
+    assert sqlsdc.init(path, POLICY).unit_per_row == {"people": True}
+    by_household = copy.deepcopy(POLICY)
+    by_household["tables"]["people"]["privacy_unit"] = "hh"
+    assert sqlsdc.init(path, by_household).unit_per_row == {"people": False}
+
+
+def test_changing_the_unit_to_a_nullable_column_does_not_crash(db):
+    sqlsdc.init(db, POLICY)
+    by_household = copy.deepcopy(POLICY)
+    by_household["tables"]["people"]["privacy_unit"] = "hh"
+    report = sqlsdc.init(db, by_household)
+    assert report.unit_per_row == {"people": False}
+
+
+def test_table_with_an_existing_index(db):
+    """DuckDB cannot ALTER a table that has an index; init must handle or explain that."""
+    execute(db, "CREATE INDEX people_town ON people (town)")
+    try:
+        report = sqlsdc.init(db, POLICY)
+    except sqlsdc.Error as error:
+        assert "tables.people" in str(error)
+    else:
+        assert report.keyed_rows == {"people": PEOPLE}
+
+
+# --- atomicity ---------------------------------------------------------------------------------
+
+
+def test_apply_is_atomic(db, monkeypatch):
+    execute(db, "CREATE TABLE firms AS SELECT range AS fid FROM range(30)")
+    sqlsdc.init(db, POLICY)
+    keys = rkeys(db)
+
+    def fail(*args, **kwargs):
+        raise sqlsdc.InternalError("simulated failure while storing the policy")
+
+    monkeypatch.setattr(store, "store_policy", fail)
+    grown = policy(firms={"privacy_unit": "fid", "columns": {"fid": {"role": "identifier"}}})
+    execute(db, "INSERT INTO people VALUES (99999, 1, 't1', 1.0)")
+    with pytest.raises(sqlsdc.InternalError, match="simulated failure"):
+        sqlsdc.init(db, grown)
+    assert query(db, "SELECT version FROM sqlsdc.policy_versions") == [(1,)]
+    assert "__rkey" not in columns_of(db, "firms")
+    assert query(db, "SELECT count(*) FROM duckdb_indexes() WHERE table_name = 'firms'") == [(0,)]
+    assert query(db, "SELECT __rkey FROM people WHERE id = 99999") == [(None,)]
+    assert {i: k for i, k in rkeys(db).items() if i != 99999} == keys
+
+
+def test_newer_catalog_is_refused_without_a_new_version(db):
+    sqlsdc.init(db, POLICY)
+    execute(db, "UPDATE sqlsdc.meta SET value = '99' WHERE key = 'catalog_version'",
+            "INSERT INTO people VALUES (99999, 1, 't1', 1.0)")
+    with pytest.raises(sqlsdc.Error, match=r"catalog version 99, newer than this sqlsdc"):
+        sqlsdc.init(db, POLICY)
+    assert query(db, "SELECT version FROM sqlsdc.policy_versions") == [(1,)]
+    assert query(db, "SELECT __rkey FROM people WHERE id = 99999") == [(None,)]
+
+
+def test_refused_policy_leaves_no_new_version(db):
+    sqlsdc.init(db, POLICY)
+    bad = copy.deepcopy(POLICY)
+    bad["tables"]["people"]["columns"]["age"] = {"role": "dimension"}
+    with pytest.raises(sqlsdc.PolicyError, match="no such column"):
+        sqlsdc.init(db, bad)
+    assert query(db, "SELECT version FROM sqlsdc.policy_versions") == [(1,)]
+
+
+# --- audit log and ledger, through the guarded connection -------------------------------------
+
+ACCEPTED = "SELECT region, COUNT(*) AS n FROM persons GROUP BY region"
+SMALL_CELLS = "SELECT municipality, COUNT(*) AS n, AVG(income) AS mean FROM persons " \
+              "GROUP BY municipality"
+PUBLIC = "SELECT * FROM regions"
+REFUSED = "SELECT * FROM persons"
+
+AUDIT_COLUMNS = "query_id, user_name, policy_version, decision, reason, fingerprint, sql_text, " \
+                "rows_returned"
+
+
+def audit_rows(path) -> list[dict]:
+    """The audit log, oldest first, read without the TIMESTAMPTZ column."""
+    names = [c.strip() for c in AUDIT_COLUMNS.split(",")]
+    rows = query(path, f"SELECT {AUDIT_COLUMNS} FROM sqlsdc.audit ORDER BY query_id")
+    return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+def ledger_rows(path, query_id) -> list[tuple]:
+    return query(path, "SELECT user_name, fingerprint, cell, column_name, mechanism, status "
+                       "FROM sqlsdc.ledger WHERE query_id = ? ORDER BY cell, column_name",
+                 [query_id])
+
+
+def run_session(path):
+    """Run two accepted protected queries, a public one and a refused one as ``analyst``."""
+    with sqlsdc.connect(path, user="analyst") as con:
+        first = con.execute(ACCEPTED)
+        accepted = (first.query_id, first.fetchall(), first.explain().fingerprint)
+        second = con.execute(SMALL_CELLS)
+        small = (second.query_id, second.fetchall(), second.cell_status())
+        public = con.execute(PUBLIC)
+        public_result = (public.query_id, public.fetchall())
+        with pytest.raises(sqlsdc.PolicyViolation, match="row-level output"):
+            con.execute(REFUSED)
+    return accepted, small, public_result
+
+
+def test_audit_log_records_every_decision(fresh_demo_db):
+    (qid1, rows1, fingerprint), (qid2, rows2, _), (qid3, rows3) = run_session(fresh_demo_db)
+    log = audit_rows(fresh_demo_db)
+    assert [e["decision"] for e in log] == ["accepted", "accepted", "accepted", "refused"]
+    assert [e["query_id"] for e in log[:3]] == [qid1, qid2, qid3]
+    assert [e["sql_text"] for e in log] == [ACCEPTED, SMALL_CELLS, PUBLIC, REFUSED]
+    assert {e["user_name"] for e in log} == {"analyst"}
+    assert {e["policy_version"] for e in log} == {1}
+    for entry, rows in zip(log[:3], (rows1, rows2, rows3), strict=True):
+        assert entry["reason"] is None
+        assert entry["rows_returned"] == len(rows)
+        assert entry["fingerprint"]
+    assert log[0]["fingerprint"] == fingerprint
+    refused = log[3]
+    assert refused["reason"].startswith("row-level output of confidential tables is not allowed")
+    assert refused["rows_returned"] is None
+    assert refused["fingerprint"] is None
+
+
+def test_store_audit_entries(fresh_demo_db):
+    run_session(fresh_demo_db)
+    con = open_database(fresh_demo_db)
+    try:
+        newest_first = store.audit_entries(con)
+        refusals = store.audit_entries(con, decision="refused")
+        by_other = store.audit_entries(con, user="admin")
+        limited = store.audit_entries(con, limit=2)
+    finally:
+        con.close()
+    assert [e["decision"] for e in newest_first] == ["refused", "accepted", "accepted", "accepted"]
+    assert [e["sql_text"] for e in refusals] == [REFUSED]
+    assert refusals[0]["reason"] and refusals[0]["user_name"] == "analyst"
+    assert newest_first[-1]["rows_returned"] == 8
+    assert by_other == []
+    assert len(limited) == 2
+    assert newest_first[0]["logged_at"] >= newest_first[-1]["logged_at"]
+
+
+def test_ledger_has_one_row_per_released_protected_cell(fresh_demo_db):
+    (qid1, rows1, fingerprint), (qid2, rows2, status2), (qid3, _) = run_session(fresh_demo_db)
+    ledger = ledger_rows(fresh_demo_db, qid1)
+    assert len(ledger) == len(rows1)
+    assert {(u, f, c, m, s) for u, f, _, c, m, s in ledger} == {
+        ("analyst", fingerprint, "n", "threshold", "published")
+    }
+    cells = [json.loads(row[2]) for row in ledger]
+    assert sorted(c["keys"]["region"] for c in cells) == sorted(r[0] for r in rows1)
+    assert all(c["tables"] == ["persons"] for c in cells)
+
+    ledger = ledger_rows(fresh_demo_db, qid2)
+    assert len(ledger) == 2 * len(rows2)  # two protected columns per row
+    statuses = {row[5] for row in ledger}
+    assert statuses == {"published", "suppressed"}
+    released = {(json.loads(cell)["keys"]["municipality"], column): status
+                for _, _, cell, column, _, status in ledger}
+    for row, (_, cell_status) in zip(rows2, status2.iterrows(), strict=True):
+        municipality, n, mean = row
+        assert released[(municipality, "n")] == cell_status["n"]
+        assert released[(municipality, "mean")] == cell_status["mean"]
+        assert (n is None) == (cell_status["n"] == "suppressed")
+    assert ledger_rows(fresh_demo_db, qid3) == []  # public values are not ledgered
+    refused_id = audit_rows(fresh_demo_db)[-1]["query_id"]
+    assert ledger_rows(fresh_demo_db, refused_id) == []
+
+
+# --- secrets never leave the catalog -----------------------------------------------------------
+
+PROBES = [
+    "SELECT * FROM sqlsdc.secrets",
+    "SELECT material FROM sqlsdc.secrets",
+    "SELECT hex(material) FROM sqlsdc.secrets",
+    "SELECT COUNT(*) FROM sqlsdc.secrets",
+    "SELECT * FROM secrets",
+    "SELECT * FROM main.sqlsdc.secrets",
+    "SELECT * FROM query_table('sqlsdc.secrets')",
+    "SELECT * FROM query('SELECT * FROM sqlsdc.secrets')",
+    "SELECT region, COUNT(*) FROM persons WHERE region IN (SELECT hex(material) FROM "
+    "sqlsdc.secrets) GROUP BY region",
+    "SELECT * FROM regions, sqlsdc.secrets",
+    "WITH s AS (SELECT * FROM sqlsdc.secrets) SELECT * FROM s",
+    "SELECT * FROM duckdb_tables()",
+    "SELECT * FROM sqlsdc.audit",
+    "SELECT region, SUM(__rkey) FROM persons GROUP BY region",
+]
+
+ALLOWED = [
+    ACCEPTED,
+    SMALL_CELLS,
+    PUBLIC,
+    "SELECT sex, SUM(income) AS total, COUNT(*) AS n FROM persons GROUP BY sex",
+]
+
+
+def test_secret_never_appears(fresh_demo_db):
+    (_, secret), = secret_rows(fresh_demo_db)
+    forms = {secret.hex(), secret.hex().upper(), secret.decode("latin-1")}
+    seen = []
+    with sqlsdc.connect(fresh_demo_db, user="analyst") as con:
+        with pytest.raises(sqlsdc.PolicyViolation):
+            con.execute("SELECT * FROM sqlsdc.secrets")
+        for sql in PROBES:
+            try:
+                cursor = con.execute(sql)
+            except sqlsdc.Error as error:
+                seen.append(str(error))
+            else:
+                seen.append(repr(cursor.fetchall()))
+        for sql in ALLOWED:
+            cursor = con.execute(sql)
+            seen.append(repr(cursor.fetchall()))
+            seen.append(cursor.df().to_csv())
+            seen.append(cursor.cell_status().to_csv())
+            seen.append(str(cursor.explain()))
+            for row in cursor.arrow().to_pylist():
+                assert secret not in row.values()
+    assert len(seen) == len(PROBES) + 4 * len(ALLOWED)
+    for text in seen:
+        for form in forms:
+            assert form not in text
+
+
+@pytest.mark.parametrize("sql", PROBES)
+def test_catalog_and_keys_are_not_queryable(fresh_demo_db, sql):
+    with sqlsdc.connect(fresh_demo_db, user="analyst") as con:
+        with pytest.raises(sqlsdc.PolicyViolation):
+            con.execute(sql)
+
+
+# --- connecting --------------------------------------------------------------------------------
+
+
+def test_undeclared_user_is_denied(demo_db):
+    with pytest.raises(sqlsdc.AccessDenied, match=r"user 'mallory' is not declared"):
+        sqlsdc.connect(demo_db, user="mallory")
+
+
+def test_database_without_catalog(db):
+    with pytest.raises(sqlsdc.Error, match=r"no sqlsdc catalog; run `sqlsdc init"):
+        sqlsdc.connect(db, user="ana")
+    sqlsdc.init(db, POLICY)
+    with sqlsdc.connect(db, user="ana") as con:
+        assert con.policy_version == 1
+        assert con.execute("SELECT COUNT(*) AS n FROM people").fetchall() == [(PEOPLE,)]
+
+
+def test_connecting_to_a_missing_file_does_not_create_it(tmp_path):
+    path = tmp_path / "typo.duckdb"
+    with pytest.raises(sqlsdc.Error, match="sqlsdc init"):
+        sqlsdc.connect(path, user="analyst")
+    assert not path.exists()
