@@ -24,6 +24,7 @@ def format_option(default: str = "table", choices=FORMATS):
 
 def print_frame(frame: pd.DataFrame, fmt: str) -> None:
     """Write a DataFrame to stdout as an aligned table, CSV or JSON records."""
+    frame = frame.convert_dtypes()  # integers stay integers next to NULLs
     if fmt == "csv":
         frame.to_csv(sys.stdout, index=False)
     elif fmt == "json":
@@ -31,7 +32,8 @@ def print_frame(frame: pd.DataFrame, fmt: str) -> None:
     elif frame.empty:
         click.echo("(no rows)" if len(frame.columns) else "(no columns)")
     else:
-        click.echo(frame.to_string(index=False, na_rep="NULL", max_colwidth=60))
+        shown = frame.astype(object).where(frame.notna(), "NULL")
+        click.echo(shown.to_string(index=False, max_colwidth=60))
 
 
 def print_json(value) -> None:

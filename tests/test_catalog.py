@@ -213,7 +213,7 @@ def test_secret_is_32_bytes_created_once(db):
     assert name == "prf"
     assert isinstance(secret, bytes) and len(secret) == 32
     assert len(set(secret)) > 8  # not a constant fill
-    execute(db, "INSERT INTO people VALUES (99999, 1, 't1', 1.0)")
+    execute(db, "INSERT INTO people (id, hh, town, salary) VALUES (99999, 1, 't1', 1.0)")
     report = sqlsdc.init(db, POLICY)
     assert not report.secret_created
     assert secret_rows(db) == [("prf", secret)]
@@ -233,7 +233,7 @@ def test_secrets_differ_between_databases(tmp_path):
 
 
 def test_privacy_unit_with_nulls_is_refused(db):
-    execute(db, "INSERT INTO people VALUES (NULL, 1, 't1', 1.0), (NULL, 2, 't2', 2.0)")
+    execute(db, "INSERT INTO people (id, hh, town, salary) VALUES (NULL, 1, 't1', 1.0), (NULL, 2, 't2', 2.0)")
     with pytest.raises(sqlsdc.PolicyError,
                        match=r"\Apolicy\.yaml: tables\.people\.privacy_unit: 2 rows have no id"):
         sqlsdc.init(db, load_policy(POLICY, name="policy.yaml"))
@@ -300,9 +300,9 @@ def test_unique_unit_gets_a_unique_index(db):
     assert indexes == [(unit_index_name("people"), "people", True, "[id]")]
     assert unit_index_name("people") == "__sqlsdc_unit_people"
     with pytest.raises(duckdb.ConstraintException, match="[Dd]uplicate key"):
-        execute(db, "INSERT INTO people VALUES (7, 1, 't1', 1.0)")
+        execute(db, "INSERT INTO people (id, hh, town, salary) VALUES (7, 1, 't1', 1.0)")
     with pytest.raises(duckdb.ConstraintException, match="NOT NULL"):
-        execute(db, "INSERT INTO people VALUES (NULL, 1, 't1', 1.0)")
+        execute(db, "INSERT INTO people (id, hh, town, salary) VALUES (NULL, 1, 't1', 1.0)")
 
 
 def test_non_unique_unit_has_no_index(db):
@@ -311,7 +311,7 @@ def test_non_unique_unit_has_no_index(db):
     report = sqlsdc.init(db, by_household)
     assert report.unit_per_row == {"people": False}
     assert query(db, "SELECT count(*) FROM duckdb_indexes()") == [(0,)]
-    execute(db, "INSERT INTO people VALUES (1, 1, 't1', 1.0)")  # duplicates stay allowed
+    execute(db, "INSERT INTO people (id, hh, town, salary) VALUES (1, 1, 't1', 1.0)")  # duplicates stay allowed
 
 
 def test_changing_the_unit_to_a_non_unique_column_is_detected(tmp_path):
@@ -361,7 +361,7 @@ def test_apply_is_atomic(db, monkeypatch):
 
     monkeypatch.setattr(store, "store_policy", fail)
     grown = policy(firms={"privacy_unit": "fid", "columns": {"fid": {"role": "identifier"}}})
-    execute(db, "INSERT INTO people VALUES (99999, 1, 't1', 1.0)")
+    execute(db, "INSERT INTO people (id, hh, town, salary) VALUES (99999, 1, 't1', 1.0)")
     with pytest.raises(sqlsdc.InternalError, match="simulated failure"):
         sqlsdc.init(db, grown)
     assert query(db, "SELECT version FROM sqlsdc.policy_versions") == [(1,)]
@@ -374,7 +374,7 @@ def test_apply_is_atomic(db, monkeypatch):
 def test_newer_catalog_is_refused_without_a_new_version(db):
     sqlsdc.init(db, POLICY)
     execute(db, "UPDATE sqlsdc.meta SET value = '99' WHERE key = 'catalog_version'",
-            "INSERT INTO people VALUES (99999, 1, 't1', 1.0)")
+            "INSERT INTO people (id, hh, town, salary) VALUES (99999, 1, 't1', 1.0)")
     with pytest.raises(sqlsdc.Error, match=r"catalog version 99, newer than this sqlsdc"):
         sqlsdc.init(db, POLICY)
     assert query(db, "SELECT version FROM sqlsdc.policy_versions") == [(1,)]

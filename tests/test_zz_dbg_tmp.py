@@ -1,3 +1,0 @@
-import duckdb
-def test_x():
-    print(duckdb.connect().execute("select now()").fetchall())
