@@ -254,3 +254,15 @@ def test_same_query_same_answer_across_sessions(demo_db):
     sql = "SELECT municipality, COUNT(*) FROM persons GROUP BY 1 ORDER BY 1"
     with sqlsdc.connect(demo_db, user="analyst") as a, sqlsdc.connect(demo_db, user="admin") as b:
         assert a.execute(sql).fetchall() == b.execute(sql).fetchall()
+
+
+def test_keys_only_groups_need_enough_units(analyst, raw):
+    sql = "SELECT municipality FROM persons WHERE income > 100000 GROUP BY municipality"
+    got = {r[0] for r in analyst.execute(sql).fetchall()}
+    counts = dict(
+        raw_cells(
+            raw, "SELECT municipality, COUNT(*) FROM persons WHERE income > 100000 GROUP BY 1"
+        )
+    )
+    assert got == {m for m, n in counts.items() if n >= K}
+    assert any(n < K for n in counts.values()), "the filter must create small groups"

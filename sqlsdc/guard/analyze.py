@@ -163,6 +163,8 @@ def _check_nodes(tree: exp.Expr, sql: str) -> None:
                 "functions on files, settings, metadata or raw rows are never allowed",
                 sql,
             )
+        if isinstance(node, exp.With) and node.args.get("recursive"):
+            raise PolicyViolation("WITH RECURSIVE is not allowed", "use non-recursive CTEs", sql)
         if isinstance(node, exp.Distinct) and node.args.get("on"):
             raise PolicyViolation("DISTINCT ON is not allowed", "use GROUP BY", sql)
 
@@ -512,7 +514,73 @@ class _Checker:
                     f"{name}({argument.sql(DIALECT)}) does not involve a measure",
                     "sum or average columns declared as measure or weight; count with COUNT",
                 )
+            if lineage.row:
+                problem = self._nonlinear(argument, info.scope, infos)
+                if problem:
+                    raise self.refuse(
+                        f"{name}({argument.sql(DIALECT)[:80]}) is not a linear sum of measures "
+                        f"({problem})",
+                        _LINEAR_HINT,
+                    )
         self._check_total(argument, info.scope)
+
+    def _nonlinear(self, node: exp.Expr, scope: Scope, infos) -> str | None:
+        """Why ``node`` is not linear in the measures, or None.
+
+        Sums of transformed values defeat the minimum frequency: a power mean
+        ``SUM(POW(income, 50))`` reveals the largest income of any cell, and zero padding
+        (``CASE WHEN age > 90 THEN income ELSE 0 END``, ``COALESCE(income, 0)``) makes one
+        person's value a cell of many contributors. So the argument of SUM and AVG must be
+        built from measure and weight columns by addition, subtraction (also of constants),
+        multiplication by a
+        constant or a weight, division by a constant, numeric casts and a single-branch
+        ``CASE WHEN condition THEN ... END`` (a filter: other rows are NULL and do not count).
+        """
+        node = _unwrap(node)
+        if isinstance(node, exp.Column):
+            roles = self.column_lineage(node, scope, infos).roles
+            ok = bool(roles) and roles <= {ColumnRole.MEASURE, ColumnRole.WEIGHT}
+            return None if ok else f"{node.sql(DIALECT)} is not a measure"
+        if isinstance(node, (exp.Add, exp.Sub)):
+            terms = [t for t in (node.left, node.right) if not _is_constant(t)]
+            for term in terms:
+                problem = self._nonlinear(term, scope, infos)
+                if problem:
+                    return problem
+            return None
+        if isinstance(node, exp.Neg):
+            return self._nonlinear(node.this, scope, infos)
+        if isinstance(node, (exp.Cast, exp.TryCast)) and node.to.is_type(
+            *exp.DataType.NUMERIC_TYPES
+        ):
+            return self._nonlinear(node.this, scope, infos)
+        if isinstance(node, exp.Mul):
+            for factor, other in ((node.left, node.right), (node.right, node.left)):
+                if _is_constant(factor) or self._is_weight(factor, scope, infos):
+                    return self._nonlinear(other, scope, infos)
+            return "a product of two values that are not a constant or a weight"
+        if isinstance(node, exp.Div):
+            if _is_constant(node.right):
+                return self._nonlinear(node.left, scope, infos)
+            return "division by a value that is not a constant"
+        if isinstance(node, exp.Case):
+            ifs = node.args.get("ifs") or []
+            default = node.args.get("default")
+            if len(ifs) == 1 and (default is None or isinstance(_unwrap(default), exp.Null)):
+                return self._nonlinear(ifs[0].args["true"], scope, infos)
+            return "CASE with more than one branch or an ELSE pads the cell with other values"
+        if isinstance(node, exp.If):
+            false = node.args.get("false")
+            if false is None or isinstance(_unwrap(false), exp.Null):
+                return self._nonlinear(node.args["true"], scope, infos)
+            return "IF with an ELSE value pads the cell with other values"
+        return f"{describe(node)} transforms the values"
+
+    def _is_weight(self, node: exp.Expr, scope: Scope, infos) -> bool:
+        node = _unwrap(node)
+        return isinstance(node, exp.Column) and self.column_lineage(node, scope, infos).roles == {
+            ColumnRole.WEIGHT
+        }
 
     def _dimensions(self, lineage: Lineage) -> str:
         tables = {t for t, _ in lineage.sources}
@@ -556,6 +624,17 @@ class _Checker:
                     f"({problem}), which would reveal them",
                     _TOTALITY_HINT,
                 )
+
+
+_LINEAR_HINT = (
+    "sum measures as they are, weighted (income * weight), scaled by constants, or filtered with "
+    "WHERE or CASE WHEN condition THEN measure END; other transformations need a mechanism "
+    "such as CKM or DP"
+)
+
+
+def _is_constant(node: exp.Expr) -> bool:
+    return not any(isinstance(n, (exp.Column, exp.Subquery, exp.Select)) for n in node.walk())
 
 
 _TOTALITY_HINT = (

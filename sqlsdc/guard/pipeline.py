@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
+from sqlsdc.errors import Error, InternalError
 from sqlsdc.guard.analyze import Analysis, Kind, analyze
 from sqlsdc.guard.parse import bind_parameters, output_names, parse_statement
 from sqlsdc.guard.plan import plan_query
@@ -77,7 +78,20 @@ class ProtectedQuery:
 
 
 def protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
-    """Check and rewrite one analyst query. Raises PolicyViolation when it is not allowed."""
+    """Check and rewrite one analyst query. Raises PolicyViolation when it is not allowed.
+
+    Any other failure inside the passes is a bug; it is raised as InternalError, so the query is
+    refused, never run in another form.
+    """
+    try:
+        return _protect(sql, params, context)
+    except Error:
+        raise
+    except Exception as bug:  # fail closed: an unexpected state refuses the query
+        raise InternalError(f"the guard failed on this query: {type(bug).__name__}: {bug}") from bug
+
+
+def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
     tree = bind_parameters(parse_statement(sql), params)
     names = output_names(tree)
     check_tables(tree, context.policy, sql)

@@ -44,6 +44,7 @@ class CellPlan:
     units: list[exp.Expr] | None  # None: one row per unit, count rows
     tables: list[str]
     with_status: bool
+    group_min_frequency: int | None = None  # keys-only aggregation: groups need k units
 
 
 @dataclass
@@ -117,6 +118,11 @@ class _Planner:
         if instances == 1 and len(tables) == 1 and self.unit_per_row.get(tables[0], False):
             units = None
         aggregates = [self._aggregate(node, tables) for node in info.aggregates]
+        group_k = None
+        if not aggregates:  # keys only: the keys themselves are the release
+            group_k = max(
+                self.policy.table(t).rule(AggregateKind.COUNTS).min_frequency for t in tables
+            )
         groupings = [
             n
             for part in (*select.expressions, select.args.get("having"), select.args.get("order"))
@@ -132,6 +138,7 @@ class _Planner:
             units,
             tables,
             id(select) in self._status,
+            group_k,
         )
 
     def _aggregate(self, node: exp.AggFunc, tables: list[str]) -> ProtectedAggregate:

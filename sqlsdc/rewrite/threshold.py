@@ -74,10 +74,21 @@ def _protect(plan: CellPlan, twin: dict[int, exp.Expr]) -> exp.Select:
     def lift(node: exp.Expr) -> exp.Expr:
         return _replace_own(node, keys, groupings, aggregates, protected_value)
 
+    conditions = []
+    if plan.group_min_frequency is not None:
+        inner.append("expressions", exp.alias_(_unit_count(None, plan.units), "__n"))
+        conditions.append(
+            exp.GTE(
+                this=exp.column("__n", CELLS),
+                expression=exp.Literal.number(plan.group_min_frequency),
+            )
+        )
+    if select.args.get("having") is not None:
+        conditions.append(lift(select.args["having"].this))
     outer = exp.Select(expressions=[lift(p) for p in select.expressions])
     outer.set("from_", exp.From(this=inner.subquery(CELLS)))
-    if select.args.get("having") is not None:
-        outer.set("where", exp.Where(this=lift(select.args["having"].this)))
+    if conditions:
+        outer.set("where", exp.Where(this=exp.and_(*conditions)))
     for key in ("order", "limit", "offset", "distinct", "with_"):
         value = select.args.get(key)
         if value is not None:

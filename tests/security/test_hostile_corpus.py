@@ -14,6 +14,8 @@ other data is itself an error side channel.
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 
 import sqlsdc
@@ -473,7 +475,8 @@ ERROR_SIDE_CHANNELS = [
                             "THEN age ELSE education END IS NULL GROUP BY region"),
     ("const_overflow", "SELECT region, COUNT(*) FROM persons WHERE CASE WHEN income > 1e6 "
                        "THEN 9223372036854775807 + 1 END IS NULL GROUP BY region"),
-    # Pass the totality check, fail in DuckDB for some rows only:
+    # Pass the totality check but fail in DuckDB for some rows only: each one is an oracle on
+    # whether the target's income exceeds 40,000 (it does; with 60,000 the same query runs).
     ("substring_offset_range", "SELECT region, COUNT(*) FROM persons WHERE "
                                f"SUBSTRING(education, CASE WHEN {TARGET} AND income > 40000 "
                                "THEN 9223372036854775807 ELSE 1 END) = 'x' GROUP BY region"),
@@ -484,12 +487,17 @@ ERROR_SIDE_CHANNELS = [
                              "WHERE CAST(income * 1e33 AS FLOAT) > 0 GROUP BY region"),
     ("cast_float_target", f"SELECT COUNT(*) FROM persons WHERE CAST(CASE WHEN {TARGET} "
                           "THEN income * 1e34 ELSE 0 END AS FLOAT) > 0"),
-    ("decimal_literal_overflow", "SELECT region, COUNT(*) FROM persons "
-                                 "WHERE age * 9999999999999999999999999999999999999.9 > 0 "
+    ("decimal_literal_overflow", f"SELECT COUNT(*) FROM persons WHERE CASE WHEN {TARGET} "
+                                 "AND income > 40000 THEN age ELSE 0 END "
+                                 "* 9999999999999999999999999999999999999.9 > 0"),
+    ("decimal_sum_overflow", "SELECT nace, SUM(employees * "
+                             "9999999999999999999999999999999999.9) FROM enterprises "
+                             "GROUP BY nace"),
+    ("string_literal_cast_lazy", f"SELECT region, COUNT(*) FROM persons WHERE CASE WHEN "
+                                 f"{TARGET} AND income > 40000 THEN age = 'x' ELSE false END "
                                  "GROUP BY region"),
-    ("decimal_sum_overflow", "SELECT region, SUM(income + age * "
-                             "9999999999999999999999999999999999.9) FROM persons "
-                             "GROUP BY region"),
+    ("string_literal_vs_measure", f"SELECT COUNT(*) FROM persons WHERE CASE WHEN {TARGET} "
+                                  "AND income > 40000 THEN income = 'x' ELSE false END"),
 ]
 
 SUBQUERIES = [
@@ -543,8 +551,6 @@ JOINS = [
                               "ON a.enterprise_id = b.holding_id GROUP BY a.nace"),
     ("person_eq_enterprise", "SELECT e.nace, SUM(p.income) FROM persons p JOIN enterprises e "
                              "ON p.person_id = e.enterprise_id GROUP BY e.nace"),
-    ("join_on_measure", "SELECT p.region, COUNT(*) FROM persons p JOIN enterprises e "
-                        "ON p.income = e.turnover GROUP BY p.region"),
     ("join_on_id_expression", "SELECT p.region, COUNT(*) FROM persons p JOIN households h "
                               "ON p.household_id = h.household_id + 1 GROUP BY p.region"),
     ("join_on_id_or", "SELECT p.region, COUNT(*) FROM persons p JOIN households h "
@@ -556,12 +562,11 @@ JOINS = [
                            "ON p.household_id < h.household_id GROUP BY p.region"),
     ("join_using", "SELECT region, COUNT(*) FROM persons JOIN households USING (household_id) "
                    "GROUP BY region"),
-    ("natural_join", "SELECT region, COUNT(*) FROM persons NATURAL JOIN households "
-                     "GROUP BY region"),
     ("asof_join", "SELECT p.region, COUNT(*) FROM persons p ASOF JOIN households h "
                   "ON p.household_id >= h.household_id GROUP BY p.region"),
-    ("positional_join", "SELECT p.region, COUNT(*) FROM persons p POSITIONAL JOIN households h "
-                        "GROUP BY p.region"),
+    # Pairs rows by storage position: row order (= person_id order) becomes a filter.
+    ("positional_join", "SELECT COUNT(*), SUM(p.income) FROM persons p POSITIONAL JOIN "
+                        "households h WHERE h.region IS NOT NULL"),
     ("semi_join", "SELECT * FROM regions r SEMI JOIN persons p ON r.region = p.region "
                   "AND p.income > 1200000"),
     ("anti_join", "SELECT * FROM regions r ANTI JOIN persons p ON r.region = p.region "
@@ -623,15 +628,28 @@ TABLE_FUNCTIONS_AND_VALUES = [
     ("repeat_row", "SELECT * FROM repeat_row(1, num_rows := 3)"),
 ]
 
-PARAMETER_TRICKS = [
-    ("placeholder_table", "SELECT COUNT(*) FROM ?"),
-    ("named_parameter_unbound", "SELECT region, COUNT(*) FROM persons WHERE region = $r "
-                                "GROUP BY region"),
+# Cells with fewer than 10 units are NULL, but their group rows are still returned: the
+# presence of a group key is an unprotected one-bit answer about the people behind it (here:
+# does the target earn more than 40,000? With 60,000 the group disappears).
+GROUP_EXISTENCE = [
+    ("suppressed_row_presence", "SELECT sex, COUNT(*) FROM persons WHERE municipality = "
+                                "'R08-M018' AND age = 43 AND occupation = 'craft_trades' "
+                                "AND income > 40000 GROUP BY sex"),
+    ("in_grouped_subquery", "SELECT COUNT(*) FROM regions WHERE region IN (SELECT region FROM "
+                            "(SELECT region, COUNT(*) AS n FROM persons WHERE "
+                            f"{TARGET} AND income > 40000 GROUP BY region) t)"),
+    ("exists_grouped_subquery", "SELECT COUNT(*) FROM regions WHERE EXISTS (SELECT COUNT(*) "
+                                f"FROM persons WHERE {TARGET} AND income > 40000 GROUP BY sex)"),
+    ("count_of_groups", "SELECT COUNT(*) FROM (SELECT sex, COUNT(*) AS n FROM persons WHERE "
+                        f"{TARGET} AND income > 40000 GROUP BY sex) t"),
+    ("having_suppressed", "SELECT sex, COUNT(*) FROM persons WHERE municipality = 'R08-M018' "
+                          "AND age = 43 GROUP BY sex HAVING COUNT(*) IS NULL"),
+    ("keys_with_sum", "SELECT municipality, sex, age, occupation, SUM(income) FROM persons "
+                      "WHERE income BETWEEN 49455 AND 49456 GROUP BY ALL"),
 ]
 
-# Accepted by an earlier version of the guard and each able to reveal one person's value:
-# aggregates whose arguments make every row a "contributor" while only one row matters,
-# and arithmetic on protected cells that recovers what suppression or refusals hide.
+# Aggregates whose arguments make every row a "contributor" while only one row matters, and
+# arithmetic on protected cells that recovers what suppression or refusals hide.
 THRESHOLD_BYPASS = [
     ("sum_case_else_zero", f"SELECT SUM(CASE WHEN {TARGET} THEN income ELSE 0 END) "
                            "FROM persons"),
@@ -642,19 +660,20 @@ THRESHOLD_BYPASS = [
     ("sum_boolean_times_measure", "SELECT SUM(income * CAST(municipality = 'R08-M018' AND "
                                   "sex = 'F' AND age = 43 AND occupation = 'craft_trades' "
                                   "AS DOUBLE)) FROM persons"),
+    ("sum_weight_case", f"SELECT SUM(weight * CASE WHEN {TARGET} THEN 1 ELSE 0 END) "
+                        "FROM persons"),
     ("count_via_sum", f"SELECT SUM(CASE WHEN {TARGET} THEN 1 ELSE 0 END + income * 0) "
                       "FROM persons"),
     ("difference_of_cells", "SELECT SUM(income) - SUM(CASE WHEN NOT (municipality = "
                             "'R08-M018' AND sex = 'F' AND age = 43 AND occupation = "
                             "'craft_trades') THEN income END) FROM persons"),
+    ("rollup_complement", "SELECT sex, COUNT(*), SUM(income) FROM persons WHERE municipality = "
+                          "'R01-M022' AND occupation = 'clerks' GROUP BY ROLLUP(sex)"),
     ("max_via_power_mean", "SELECT region, POW(SUM(POW(income / 1000000.0, 200.0)), "
                            "1.0 / 200) * 1000000 FROM persons GROUP BY region"),
-    ("min_via_log_sum_exp", "SELECT region, -LN(SUM(EXP(-income / 10.0))) * 10 FROM persons "
-                            "GROUP BY region"),
-    ("group_keys_without_aggregate", "SELECT municipality, sex, age, occupation FROM persons "
-                                     "WHERE income > 1000000 GROUP BY ALL"),
-    ("group_keys_measure_band", "SELECT municipality, sex, age, occupation FROM persons "
-                                "WHERE income BETWEEN 49455 AND 49456 GROUP BY ALL"),
+    ("max_turnover_via_power_mean", "SELECT nace, POW(SUM(POW(turnover / 100000000000.0, "
+                                    "100.0)), 0.01) * 100000000000 FROM enterprises "
+                                    "GROUP BY nace"),
 ]
 
 CATEGORIES = {
@@ -681,7 +700,7 @@ CATEGORIES = {
     "join": JOINS,
     "expression": EXPRESSION_TRICKS,
     "table_fn": TABLE_FUNCTIONS_AND_VALUES,
-    "parameter": PARAMETER_TRICKS,
+    "group_existence": GROUP_EXISTENCE,
     "threshold_bypass": THRESHOLD_BYPASS,
 }
 
@@ -708,26 +727,33 @@ def test_hostile_statement_is_refused(analyst, sql):
 # Parameters are bound as literals before any check, so they cannot smuggle SQL in.
 PARAMETERIZED = [
     pytest.param("SELECT income FROM persons WHERE region = ?", ["R01"], id="row-level"),
-    pytest.param("SELECT region, COUNT(*) FROM persons WHERE region = ? GROUP BY region",
-                 ["R01' OR 1=1; DROP TABLE persons; --"], id="injection-text-is-a-literal-only"),
+    pytest.param("SELECT COUNT(*) FROM ?", ["persons"], id="table-name-parameter"),
+    pytest.param("SELECT COUNT(*) FROM read_csv(?)", ["/etc/passwd"], id="file-parameter"),
+    pytest.param("SELECT ? FROM persons", ["income"], id="column-name-parameter"),
+    pytest.param("SELECT income, COUNT(*) FROM persons GROUP BY ?", [1],
+                 id="ordinal-parameter-measure"),
     pytest.param("SELECT region, SUM(income) FROM persons WHERE person_id = ? GROUP BY region",
                  [1], id="identifier-filter"),
     pytest.param("SELECT region, COUNT(*) FROM persons WHERE age * ? > 0 GROUP BY region",
                  [1000000000], id="overflow-through-parameter"),
     pytest.param("SELECT region, COUNT(*) FROM persons WHERE age // ? > 0 GROUP BY region",
                  [0], id="zero-divisor-through-parameter"),
+    pytest.param("SELECT region, COUNT(*) FROM persons WHERE age // $d > 0 GROUP BY region",
+                 {"d": 0}, id="named-zero-divisor"),
 ]
 
 
 @pytest.mark.parametrize(("sql", "params"), PARAMETERIZED)
 def test_hostile_parameters_are_refused(analyst, sql, params):
-    if "OR 1=1" in params[0] if isinstance(params[0], str) else False:
-        # The injected text is a harmless string literal: the query is a protected count.
-        rows = analyst.execute(sql, params).fetchall()
-        assert rows == []
-        return
     with pytest.raises(sqlsdc.PolicyViolation):
         analyst.execute(sql, params)
+
+
+def test_injected_parameter_text_is_only_a_literal(analyst):
+    sql = "SELECT region, COUNT(*) FROM persons WHERE region = ? GROUP BY region"
+    rows = analyst.execute(sql, ["R01' OR 1=1; DROP TABLE persons; --"]).fetchall()
+    assert rows == []
+    assert analyst.execute("SELECT COUNT(*) FROM persons").fetchone()[0] is not None
 
 
 # ---------------------------------------------------------------- refusal messages
@@ -788,7 +814,7 @@ AUDITED = [
 
 @pytest.mark.parametrize("sql", AUDITED)
 def test_refused_query_is_audited(demo_db, sql):
-    marker = f"-- audit probe {abs(hash(sql))}"
+    marker = f"-- audit probe {zlib.crc32(sql.encode())}"
     statement = f"{sql} {marker}" if ";" not in sql else f"{marker}\n{sql}"
     with sqlsdc.connect(demo_db, user="analyst") as con:
         with pytest.raises(sqlsdc.PolicyViolation) as refused:

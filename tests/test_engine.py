@@ -1,0 +1,377 @@
+"""The DuckDB engine: hardened connections (defence in depth below the guard) and function
+qualification against shadowing macros (ecosystem.md §2.1)."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+from sqlglot import exp
+
+import sqlsdc
+from sqlsdc.engines.duckdb import (
+    base_tables,
+    harden,
+    open_database,
+    parse_one,
+    qualify_functions,
+    system_functions,
+    table_schemas,
+    to_sql,
+)
+
+LOCKED = "the configuration has been locked"
+NO_FILES = "file system operations are disabled by configuration"
+
+
+def make_table(con) -> None:
+    con.execute(
+        "CREATE TABLE t AS SELECT range AS id, range * 1.37::DOUBLE AS x, range % 3 AS g, "
+        "'s' || range AS s FROM range(100)"
+    )
+
+
+@pytest.fixture
+def path(tmp_path):
+    return tmp_path / "engine.duckdb"
+
+
+@pytest.fixture
+def hardened(path):
+    con = open_database(path)
+    make_table(con)
+    harden(con)
+    yield con
+    con.close()
+
+
+@pytest.fixture(scope="module")
+def builtins(tmp_path_factory):
+    con = open_database(tmp_path_factory.mktemp("builtins") / "b.duckdb")
+    try:
+        return system_functions(con)
+    finally:
+        con.close()
+
+
+@pytest.fixture
+def clean():
+    """An ordinary in-memory DuckDB with the same table and no macros, for expected values."""
+    con = duckdb.connect()
+    make_table(con)
+    yield con
+    con.close()
+
+
+# --- open_database -----------------------------------------------------------------------------
+
+
+def test_open_database_locks_extensions_and_replacement_scans(path):
+    con = open_database(path)
+    try:
+        settings = dict(con.execute(
+            "SELECT name, value FROM duckdb_settings() WHERE name IN ("
+            "'autoinstall_known_extensions', 'autoload_known_extensions', "
+            "'allow_community_extensions', 'allow_unsigned_extensions', "
+            "'python_enable_replacements', 'allow_persistent_secrets')"
+        ).fetchall())
+    finally:
+        con.close()
+    assert len(settings) == 6
+    assert set(settings.values()) == {"false"}
+
+
+def test_replacement_scans_are_off(path):
+    secret_frame = duckdb.connect().execute("SELECT 42 AS answer").df()  # noqa: F841
+    con = open_database(path)
+    try:
+        with pytest.raises(duckdb.CatalogException, match="secret_frame"):
+            con.execute("SELECT * FROM secret_frame")
+    finally:
+        con.close()
+
+
+def test_open_database_errors(tmp_path):
+    with pytest.raises(sqlsdc.Error, match=r"does not exist; create it with `sqlsdc init`"):
+        open_database(tmp_path / "missing.duckdb", read_only=True)
+    with pytest.raises(sqlsdc.Error, match=r"folder .*nowhere does not exist"):
+        open_database(tmp_path / "nowhere" / "x.duckdb")
+    assert not (tmp_path / "missing.duckdb").exists()
+
+
+# --- harden: defence in depth on the raw connection -------------------------------------------
+
+
+def test_read_csv_works_before_and_fails_after_hardening(path, tmp_path):
+    csv = tmp_path / "leak.csv"
+    csv.write_text("a,b\n1,2\n", "utf-8")
+    con = open_database(path)
+    try:
+        assert con.execute(f"SELECT * FROM read_csv('{csv}')").fetchall() == [(1, 2)]
+        harden(con)
+        with pytest.raises(duckdb.PermissionException, match=NO_FILES):
+            con.execute(f"SELECT * FROM read_csv('{csv}')")
+        with pytest.raises(duckdb.PermissionException, match=NO_FILES):
+            con.execute(f"SELECT * FROM '{csv}'")
+        with pytest.raises(duckdb.PermissionException, match=NO_FILES):
+            con.execute("SELECT * FROM read_text('/etc/hostname')")
+    finally:
+        con.close()
+
+
+def test_copy_to_fails(hardened, tmp_path):
+    target = tmp_path / "out.csv"
+    with pytest.raises(duckdb.PermissionException, match=NO_FILES):
+        hardened.execute(f"COPY t TO '{target}' (FORMAT csv)")
+    with pytest.raises(duckdb.PermissionException, match=NO_FILES):
+        hardened.execute(f"COPY (SELECT * FROM t) TO '{target}'")
+    with pytest.raises(duckdb.PermissionException, match=NO_FILES):
+        hardened.execute(f"EXPORT DATABASE '{tmp_path / 'export'}'")
+    assert not target.exists()
+    assert not (tmp_path / "export").exists()
+
+
+def test_attach_of_another_file_fails(hardened, tmp_path):
+    other = tmp_path / "other.duckdb"
+    setup = duckdb.connect(str(other))
+    setup.execute("CREATE TABLE stolen AS SELECT 1 AS x")
+    setup.close()
+    with pytest.raises(duckdb.PermissionException, match=NO_FILES):
+        hardened.execute(f"ATTACH '{other}' AS other")
+    with pytest.raises(duckdb.PermissionException, match=NO_FILES):
+        hardened.execute(f"ATTACH '{tmp_path / 'new.duckdb'}' AS fresh")
+    assert not (tmp_path / "new.duckdb").exists()
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "SET enable_external_access = true",
+        "SET GLOBAL enable_external_access = true",
+        "RESET enable_external_access",
+        "SET lock_configuration = false",
+        "SET allowed_directories = ['/']",
+        "SET autoinstall_known_extensions = true",
+        "SET allow_unsigned_extensions = true",
+        "SET python_enable_replacements = true",
+    ],
+)
+def test_settings_cannot_be_changed_back(hardened, statement):
+    with pytest.raises(duckdb.InvalidInputException, match=LOCKED):
+        hardened.execute(statement)
+    setting = hardened.execute("SELECT current_setting('enable_external_access')").fetchall()
+    assert setting == [(False,)]
+
+
+def test_install_fails(hardened):
+    with pytest.raises(duckdb.PermissionException, match=NO_FILES):
+        hardened.execute("INSTALL httpfs")
+
+
+def test_load_of_an_external_extension_fails(hardened):
+    with pytest.raises(duckdb.PermissionException, match="Loading external extensions is disabled"):
+        hardened.execute("LOAD httpfs")
+
+
+def test_hardened_connection_still_reads_its_own_tables(hardened):
+    assert hardened.execute("SELECT count(*), sum(id) FROM t").fetchall() == [(100, 4950)]
+    import pyarrow as pa
+
+    hardened.register("batch", pa.table({"k": [1, 2]}))  # sqlsdc's own batches still work
+    try:
+        assert hardened.execute("SELECT sum(k) FROM batch").fetchall() == [(3,)]
+    finally:
+        hardened.unregister("batch")
+
+
+def test_harden_twice_and_shared_instance(hardened, path):
+    harden(hardened)  # a no-op on a locked instance
+    second = open_database(path)  # same file, same process: the same (locked) instance
+    try:
+        harden(second)
+        locked = second.execute("SELECT current_setting('lock_configuration')").fetchall()
+        assert locked == [(True,)]
+        with pytest.raises(duckdb.InvalidInputException, match=LOCKED):
+            second.execute("SET enable_external_access = true")
+    finally:
+        second.close()
+
+
+def test_harden_refuses_an_instance_locked_open(path):
+    con = open_database(path)
+    try:
+        con.execute("SET lock_configuration = true")
+        with pytest.raises(sqlsdc.Error, match="locked with external access enabled"):
+            harden(con)
+    finally:
+        con.close()
+
+
+# --- catalog helpers ---------------------------------------------------------------------------
+
+
+def test_table_schemas_and_base_tables(path):
+    con = open_database(path)
+    try:
+        con.execute('CREATE TABLE "People" ("Id" BIGINT, "Town" VARCHAR)')
+        con.execute("CREATE VIEW v AS SELECT * FROM people")
+        con.execute("CREATE SCHEMA other")
+        con.execute("CREATE TABLE other.hidden (x INT)")
+        assert table_schemas(con) == {
+            "people": {"id": "BIGINT", "town": "VARCHAR"},
+            "v": {"id": "BIGINT", "town": "VARCHAR"},
+        }
+        assert base_tables(con) == {"people"}
+    finally:
+        con.close()
+
+
+# --- function qualification ---------------------------------------------------------------------
+
+
+def qualified(sql: str, builtins) -> str:
+    return qualify_functions(parse_one(sql), builtins).sql("duckdb")
+
+
+def test_system_functions_lists_builtins(builtins):
+    assert {"sum", "count", "avg", "round", "abs", "least"} <= builtins
+    assert "read_csv" not in builtins  # table functions are never called as scalars
+    assert "cast" not in builtins
+
+
+def test_sum_is_qualified(builtins):
+    assert qualified("SELECT SUM(x) FROM t", builtins) == "SELECT system.main.SUM(x) FROM t"
+    assert qualified("SELECT COUNT(*) FROM t", builtins) == "SELECT system.main.COUNT(*) FROM t"
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT CAST(x AS INT) FROM t",
+        "SELECT COALESCE(x, 0) FROM t",
+        "SELECT SUM(x) OVER (PARTITION BY g) FROM t",
+        "SELECT COUNT(*) OVER () FROM t",
+        "SELECT CASE WHEN g = 1 THEN x END FROM t",
+        "SELECT my_macro(x) FROM t",
+    ],
+    ids=["cast", "coalesce", "window-sum", "window-count", "case", "unknown"],
+)
+def test_left_alone(builtins, sql):
+    assert qualified(sql, builtins) == parse_one(sql).sql("duckdb")
+
+
+def test_qualify_does_not_change_the_callers_tree(builtins):
+    tree = parse_one("SELECT SUM(x) FROM t")
+    before = tree.sql("duckdb")
+    qualify_functions(tree, builtins)
+    assert tree.sql("duckdb") == before
+
+
+def test_to_sql_without_builtins_is_plain_sql():
+    assert to_sql(parse_one("SELECT SUM(x) FROM t")) == "SELECT SUM(x) FROM t"
+
+
+def test_qualified_sql_runs_and_matches(hardened, clean, builtins):
+    for sql in [
+        "SELECT g, SUM(x), COUNT(*), AVG(x) FROM t GROUP BY g ORDER BY g",
+        "SELECT g, SUM(x) OVER (PARTITION BY g) AS w, SUM(x + 1) AS v FROM t GROUP BY g, x, id "
+        "ORDER BY id",
+        "SELECT COUNT(DISTINCT g), MEDIAN(x), ARG_MAX(x, id) FROM t",
+        "SELECT LEAST(id, 5), GREATEST(id, 5), ABS(x - 50), LENGTH(s) FROM t ORDER BY id",
+    ]:
+        generated = to_sql(parse_one(sql), builtins)
+        assert "system.main." in generated
+        assert hardened.execute(generated).fetchall() == clean.execute(sql).fetchall()
+
+
+# --- the function-shadowing attack (ecosystem.md §2.1) -----------------------------------------
+
+
+@pytest.fixture
+def shadowed(path):
+    """A database whose owner planted macros named like built-ins, then hardened."""
+    con = open_database(path)
+    make_table(con)
+    con.execute("CREATE MACRO round(a, b) AS a")
+    con.execute("CREATE MACRO abs(a) AS 42")
+    con.execute("CREATE MACRO sum(a) AS 42")
+    con.execute("CREATE MACRO var_pop(a) AS 42")
+    con.execute("CREATE MACRO least(a, b) AS 1000")
+    harden(con)
+    yield con
+    con.close()
+
+
+def test_round_macro_does_not_change_generated_query(shadowed, clean):
+    sql = "SELECT id, ROUND(x, 1) AS r FROM t WHERE id < 10 ORDER BY id"
+    expected = clean.execute(sql).fetchall()
+    assert shadowed.execute(sql).fetchall() != expected  # the attack works on plain SQL
+    generated = to_sql(parse_one(sql), system_functions(shadowed))
+    assert "system.main.ROUND(x, 1)" in generated
+    assert shadowed.execute(generated).fetchall() == expected
+
+
+def test_macros_do_not_change_generated_aggregates(shadowed, clean):
+    sql = "SELECT g, SUM(x) AS s FROM t GROUP BY g ORDER BY g"
+    generated = to_sql(parse_one(sql), system_functions(shadowed))
+    assert shadowed.execute(generated).fetchall() == clean.execute(sql).fetchall()
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT ABS(ROUND(x, 0)) AS v FROM t WHERE id = 1",
+        "SELECT ROUND(SUM(x), 1) AS v FROM t",
+        "SELECT ROUND(ABS(x), 0) AS v FROM t WHERE id = 1",
+    ],
+    ids=["round-in-abs", "sum-in-round", "abs-in-round"],
+)
+def test_nested_calls_are_qualified_too(shadowed, clean, sql):
+    """sqlglot's transform does not descend into a replaced node: inner calls stay unqualified."""
+    generated = to_sql(parse_one(sql), system_functions(shadowed))
+    assert shadowed.execute(generated).fetchall() == clean.execute(sql).fetchall(), generated
+
+
+def test_builtins_generated_under_another_name_are_qualified(shadowed, clean):
+    sql = "SELECT VAR_POP(x) AS v FROM t"
+    generated = to_sql(parse_one(sql), system_functions(shadowed))
+    assert shadowed.execute(generated).fetchall() == clean.execute(sql).fetchall(), generated
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT VAR_POP(x) FROM t",
+        "SELECT QUANTILE_CONT(x, 0.5) FROM t",
+        "SELECT APPROX_COUNT_DISTINCT(x) FROM t",
+        "SELECT STRING_AGG(s, ',') FROM t",
+        "SELECT STDDEV_SAMP(x) FROM t",
+        "SELECT DATE_TRUNC('month', DATE '2020-01-05')",
+    ],
+)
+def test_every_builtin_call_is_qualified(builtins, sql):
+    assert "system.main." in qualified(sql, builtins)
+
+
+def least_of_unit_counts() -> exp.Expr:
+    """``LEAST`` as the threshold rewrite builds it for joins (NULL-propagating, not parsed)."""
+    counts = [exp.Count(this=exp.Distinct(expressions=[exp.column(c)])) for c in ("id", "g")]
+    return exp.select(exp.alias_(exp.Least(this=counts[0], expressions=counts[1:]), "n")).from_("t")
+
+
+def unqualified_calls(sql: str, name: str) -> int:
+    return sql.upper().count(f"{name}(") - sql.upper().count(f"SYSTEM.MAIN.{name}(")
+
+
+def test_least_is_qualified_however_it_was_built(hardened, clean, builtins):
+    """Parsed ``LEAST(a, b)`` and the rewrite's NULL-propagating ``exp.Least`` must both come out
+    as valid SQL calling the built-in, whichever of the two is qualified first."""
+    parsed = "SELECT LEAST(COUNT(DISTINCT id), COUNT(DISTINCT g)) AS n FROM t"
+    for sql in (to_sql(parse_one(parsed), builtins), to_sql(least_of_unit_counts(), builtins),
+                to_sql(parse_one(parsed), builtins)):
+        assert hardened.execute(sql).fetchall() == [(3,)], sql
+        assert unqualified_calls(sql, "LEAST") == 0, sql
+
+
+def test_least_macro_does_not_change_the_join_unit_count(shadowed):
+    generated = to_sql(least_of_unit_counts(), system_functions(shadowed))
+    assert shadowed.execute(generated).fetchall() == [(3,)], generated
