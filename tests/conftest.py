@@ -16,21 +16,27 @@ DEMO_SEED = 7
 
 
 @pytest.fixture(scope="session")
-def demo_db(tmp_path_factory) -> Path:
-    """Path of a demo database with 20,000 persons, initialised with the demo policy.
-
-    Shared by the whole session: tests must not change it (use ``fresh_demo_db`` for that).
-    """
-    path = tmp_path_factory.mktemp("demo") / "demo.duckdb"
+def pristine_demo_db(tmp_path_factory) -> Path:
+    """A demo database (20,000 persons, demo policy) that no test opens: the template to copy."""
+    path = tmp_path_factory.mktemp("pristine") / "demo.duckdb"
     build_demo_database(path, persons=DEMO_PERSONS, seed=DEMO_SEED)
     return path
 
 
+@pytest.fixture(scope="session")
+def demo_db(pristine_demo_db, tmp_path_factory) -> Path:
+    """The demo database shared by the whole session: tests must not change its data or policy
+    (queries add audit and ledger entries; use ``fresh_demo_db`` to inspect those)."""
+    path = tmp_path_factory.mktemp("demo") / "demo.duckdb"
+    shutil.copy(pristine_demo_db, path)
+    return path
+
+
 @pytest.fixture
-def fresh_demo_db(demo_db, tmp_path) -> Path:
-    """A private copy of the demo database that a test may change."""
+def fresh_demo_db(pristine_demo_db, tmp_path) -> Path:
+    """A private, untouched copy of the demo database that a test may change."""
     copy = tmp_path / "demo.duckdb"
-    shutil.copy(demo_db, copy)
+    shutil.copy(pristine_demo_db, copy)
     return copy
 
 

@@ -303,8 +303,8 @@ def test_unique_unit_gets_a_unique_index(db):
     assert report.unit_per_row == {"people": True}
     indexes = query(db, "SELECT index_name, table_name, is_unique, expressions "
                         "FROM duckdb_indexes()")
-    assert indexes == [(unit_index_name("people"), "people", True, "[id]")]
-    assert unit_index_name("people") == "__sqlsdc_unit_people"
+    assert indexes == [(unit_index_name("people", "id"), "people", True, "[id]")]
+    assert unit_index_name("people", "id") == "__sqlsdc_unit_people__id"
     with pytest.raises(duckdb.ConstraintException, match="[Dd]uplicate key"):
         execute(db, ADD + "(7, 1, 't1', 1.0)")
     with pytest.raises(duckdb.ConstraintException, match="NOT NULL"):

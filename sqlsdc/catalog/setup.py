@@ -9,6 +9,7 @@ COUNT(DISTINCT ...)).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from sqlsdc.catalog import keys, store
@@ -17,9 +18,12 @@ from sqlsdc.engines.duckdb import one
 from sqlsdc.errors import PolicyError
 from sqlsdc.policy import Policy, load_policy
 
+UNIT_INDEX_PREFIX = "__sqlsdc_unit_"
 
-def unit_index_name(table: str) -> str:
-    return f"__sqlsdc_unit_{table}"
+
+def unit_index_name(table: str, unit: str) -> str:
+    """The unique index that proves one row per unit (its existence enables COUNT(*))."""
+    return f"{UNIT_INDEX_PREFIX}{table}__{unit}"
 
 
 @dataclass
@@ -71,9 +75,12 @@ def apply_policy(con, policy: Policy, applied_by: str) -> ApplyReport:
         created = store.ensure_secret(con)
         report = ApplyReport(version=0, secret_created=created)
         for table in policy.confidential_tables:
-            report.keyed_rows[table.name] = keys.materialise_record_keys(con, table.name)
-            report.unit_per_row[table.name] = _enforce_unit(con, table.name, table.privacy_unit)
-        report.version = store.store_policy(con, dict(policy.document), policy.source, applied_by)
+            _drop_stale_unit_indexes(con, table.name, table.privacy_unit)
+            with _indexes_set_aside(con, table.name, _needs_alter(con, table)):
+                report.keyed_rows[table.name] = keys.materialise_record_keys(con, table.name)
+                _set_not_null(con, table.name, table.privacy_unit)
+            report.unit_per_row[table.name] = _index_unit(con, table.name, table.privacy_unit)
+        report.version = store.store_policy(con, policy.document_dict(), policy.source, applied_by)
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
@@ -81,25 +88,61 @@ def apply_policy(con, policy: Policy, applied_by: str) -> ApplyReport:
     return report
 
 
-def _enforce_unit(con, table: str, unit: str) -> bool:
-    """NOT NULL on the unit column; a unique index when each row is its own unit."""
-    nullable = one(
+def _indexes(con, table: str) -> list[tuple[str, str]]:
+    return con.execute(
+        "SELECT index_name, sql FROM duckdb_indexes() WHERE database_name = current_database() "
+        "AND schema_name = 'main' AND lower(table_name) = ?",
+        [table],
+    ).fetchall()
+
+
+def _nullable(con, table: str, column: str) -> bool:
+    row = one(
         con,
         "SELECT is_nullable FROM information_schema.columns WHERE table_schema = 'main' "
         "AND table_catalog = current_database() AND lower(table_name) = ? "
         "AND lower(column_name) = ?",
-        [table, unit],
+        [table, column],
     )
-    if nullable and nullable[0] == "YES":
+    return row is not None and row[0] == "YES"
+
+
+def _needs_alter(con, table) -> bool:
+    columns = {r[0].lower() for r in con.execute(f'DESCRIBE "{table.name}"').fetchall()}
+    return keys.RKEY not in columns or _nullable(con, table.name, table.privacy_unit)
+
+
+@contextmanager
+def _indexes_set_aside(con, table: str, needed: bool):
+    """DuckDB cannot alter a table that has indexes: drop them for the change, then rebuild
+    the user's indexes (sqlsdc's own unit index is rebuilt by ``_index_unit``)."""
+    if not needed:
+        yield
+        return
+    saved = _indexes(con, table)
+    for name, _sql in saved:
+        con.execute(f'DROP INDEX "{name}"')
+    yield
+    for name, sql in saved:
+        if not name.startswith(UNIT_INDEX_PREFIX):
+            con.execute(sql)
+
+
+def _set_not_null(con, table: str, unit: str) -> None:
+    if _nullable(con, table, unit):
         con.execute(f'ALTER TABLE "{table}" ALTER COLUMN "{unit}" SET NOT NULL')
-    index = unit_index_name(table)
-    exists = one(
-        con,
-        "SELECT 1 FROM duckdb_indexes() WHERE database_name = current_database() "
-        "AND index_name = ?",
-        [index],
-    )
-    if exists:
+
+
+def _drop_stale_unit_indexes(con, table: str, unit: str) -> None:
+    for name, _sql in _indexes(con, table):
+        if name.startswith(UNIT_INDEX_PREFIX) and name != unit_index_name(table, unit):
+            con.execute(f'DROP INDEX "{name}"')
+
+
+def _index_unit(con, table: str, unit: str) -> bool:
+    """A unique index on the unit when each row is its own unit; True if there is one."""
+    index = unit_index_name(table, unit)
+    if any(name == index for name, _sql in _indexes(con, table)):
         return True
     total, distinct = one(con, f'SELECT count(*), count(DISTINCT "{unit}") FROM "{table}"')
     if total != distinct:

@@ -9,12 +9,14 @@ statement can re-enable files, network or extensions.
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.duckdb import DuckDB
 
 from sqlsdc.errors import Error
 
@@ -73,40 +75,41 @@ def system_functions(con: duckdb.DuckDBPyConnection) -> frozenset[str]:
     return frozenset(r[0] for r in rows)
 
 
-def qualify_functions(tree: exp.Expr, builtins: frozenset[str]) -> exp.Expr:
-    """Return a copy where every built-in function call reads ``system.main.f(...)``.
+@cache
+def builtin_functions() -> frozenset[str]:
+    """Built-in functions of this DuckDB version, read once from a private in-memory database."""
+    con = duckdb.connect(":memory:", config=dict(_CONNECT_CONFIG))
+    try:
+        return system_functions(con)
+    finally:
+        con.close()
+
+
+class _QualifiedGenerator(DuckDB.Generator):
+    """DuckDB SQL in which every call of a built-in function reads ``system.main.f(...)``.
 
     A user macro named like a built-in (``CREATE MACRO round(a, b) AS a``) would otherwise win
-    over it and silently undo a protection; schema-qualified calls always reach the built-in.
+    over it and silently undo a protection (``shared/reference/ecosystem.md`` §2.1); a
+    schema-qualified call always reaches the built-in. Qualifying in the generator covers every
+    call, nested ones and those sqlglot writes under another name, whatever AST built them.
     """
 
-    def qualify(node: exp.Expr) -> exp.Expr:
-        if not isinstance(node, exp.Func) or isinstance(node.parent, exp.Dot):
-            return node
-        if isinstance(node, exp.AggFunc) and isinstance(node.parent, exp.Window):
-            return node  # DuckDB does not accept qualified window aggregates
-        name = node.name if isinstance(node, exp.Anonymous) else node.sql_name()
-        if name.lower() not in builtins or not _generated_as_call(node, name):
-            return node
-        return exp.Dot.build([exp.to_identifier("system"), exp.to_identifier("main"), node])
-
-    return tree.copy().transform(qualify, copy=False)
+    def func(
+        self, name: str, *args, prefix: str = "(", suffix: str = ")", normalize: bool = True
+    ) -> str:
+        call = super().func(name, *args, prefix=prefix, suffix=suffix, normalize=normalize)
+        if prefix == "(" and name.lower() in builtin_functions():
+            return f"system.main.{call}"
+        return call
 
 
-_CALL_SHAPE: dict[tuple[type, str], bool] = {}
+class QualifiedDuckDB(DuckDB):
+    Generator = _QualifiedGenerator
 
 
-def _generated_as_call(node: exp.Func, name: str) -> bool:
-    """Whether DuckDB writes this kind of node as a plain ``name(...)`` call (not CAST, CASE)."""
-    key = (type(node), name.upper())
-    if key not in _CALL_SHAPE:
-        _CALL_SHAPE[key] = node.sql(DIALECT).upper().startswith(f"{name.upper()}(")
-    return _CALL_SHAPE[key]
-
-
-def to_sql(tree: exp.Expr, builtins: frozenset[str] = frozenset()) -> str:
+def to_sql(tree: exp.Expr) -> str:
     """DuckDB SQL for a protected tree, with built-in functions schema-qualified."""
-    return qualify_functions(tree, builtins).sql(DIALECT) if builtins else tree.sql(DIALECT)
+    return QualifiedDuckDB().generate(tree)
 
 
 def table_schemas(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, str]]:

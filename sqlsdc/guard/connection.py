@@ -295,8 +295,10 @@ def _context(con, policy: Policy, version: int) -> GuardContext:
             "SELECT index_name FROM duckdb_indexes() WHERE database_name = current_database()"
         ).fetchall()
     }
-    unit_per_row = {t.name: unit_index_name(t.name) in indexes for t in policy.confidential_tables}
-    builtins = engine.system_functions(con)
+    unit_per_row = {
+        t.name: unit_index_name(t.name, t.privacy_unit) in indexes
+        for t in policy.confidential_tables
+    }
 
     @lru_cache(maxsize=1024)
     def evaluates(sql: str) -> bool:
@@ -309,7 +311,7 @@ def _context(con, policy: Policy, version: int) -> GuardContext:
     def constant_is_safe(node: exp.Expr) -> bool:
         if node.find(exp.Subquery, exp.Select, exp.Table, exp.Column):
             return True  # not a constant; its own scope is checked
-        return evaluates(engine.to_sql(exp.select(node.copy()), builtins))
+        return evaluates(engine.to_sql(exp.select(node.copy())))
 
     return GuardContext(
         policy=policy,
@@ -317,7 +319,7 @@ def _context(con, policy: Policy, version: int) -> GuardContext:
         schema=schema,
         unit_per_row=unit_per_row,
         constant_is_safe=constant_is_safe,
-        to_sql=lambda tree: engine.to_sql(tree, builtins),
+        to_sql=engine.to_sql,
     )
 
 

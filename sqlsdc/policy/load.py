@@ -8,6 +8,7 @@ and hierarchies pointing at real columns). Every problem is reported as
 
 from __future__ import annotations
 
+import copy
 import json
 from functools import cache
 from importlib import resources
@@ -87,8 +88,10 @@ def _read(source: str | Path | dict, name: str | None) -> tuple[Any, str]:
             text = path.read_text("utf-8")
         except OSError as e:
             raise PolicyError([f"{label}: cannot read the policy file: {e.strerror}"]) from None
+        except UnicodeDecodeError as e:
+            raise PolicyError([f"{label}: not UTF-8 text (byte {e.start})"]) from None
     try:
-        document = yaml.safe_load(text)
+        document = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -97,6 +100,21 @@ def _read(source: str | Path | dict, name: str | None) -> tuple[Any, str]:
     if document is None:
         raise PolicyError([f"{label}: the policy is empty"])
     return document, label
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing duplicate keys (YAML forbids them; PyYAML keeps the last)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _value in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def _path(parts) -> str:
@@ -135,8 +153,8 @@ def _describe(error: jsonschema.ValidationError) -> str:
 def _semantic_problems(doc: dict) -> list[str]:
     problems: list[str] = []
     tables = {name.lower(): spec for name, spec in doc["tables"].items()}
-    if len(tables) != len(doc["tables"]):
-        problems.append("tables: table names differ only in case")
+    if dupes := _case_dupes(doc["tables"]):
+        problems.append(f"tables: names differ only in case: {dupes}")
     for tname, spec in doc["tables"].items():
         where = f"tables.{tname}"
         columns = spec.get("columns", {})
@@ -146,7 +164,7 @@ def _semantic_problems(doc: dict) -> list[str]:
             bounds = col.get("bounds")
             if bounds and bounds[0] > bounds[1]:
                 problems.append(
-                    f"{cwhere}.bounds: lower bound {bounds[0]:g} is above upper bound {bounds[1]:g}"
+                    f"{cwhere}.bounds: lower bound {bounds[0]} is above upper bound {bounds[1]}"
                 )
             if bounds and col["role"] in ("identifier", "hidden"):
                 problems.append(f"{cwhere}.bounds: a column with role {col['role']} has no bounds")
@@ -210,9 +228,9 @@ def _rules(spec: dict | None, inherited: dict[AggregateKind, ProtectionRule]):
         rule = spec.get(kind.value)
         if rule is not None:
             k = rule.get("min_frequency", default_k or base.min_frequency)
-            rules[kind] = ProtectionRule(Method(rule["method"]), k)
+            rules[kind] = ProtectionRule(Method(rule["method"]), int(k))
         elif default_k is not None:
-            rules[kind] = ProtectionRule(base.method, default_k)
+            rules[kind] = ProtectionRule(base.method, int(default_k))
         else:
             rules[kind] = base
     return rules
@@ -254,6 +272,6 @@ def _build(doc: dict, label: str) -> Policy:
     return Policy(
         tables=MappingProxyType(tables),
         users=MappingProxyType(users),
-        document=MappingProxyType(doc),
+        document=MappingProxyType(copy.deepcopy(doc)),
         source=label,
     )

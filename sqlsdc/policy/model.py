@@ -7,6 +7,7 @@ protected; and it lists the users allowed to query and their roles.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -112,6 +113,10 @@ class Policy:
 
     def table(self, name: str) -> Table | None:
         return self.tables.get(name.lower())
+
+    def document_dict(self) -> dict:
+        """A private deep copy of the validated source document (for storing and showing)."""
+        return copy.deepcopy(dict(self.document))
 
     def user(self, name: str) -> User | None:
         return self.users.get(name)
