@@ -9,6 +9,7 @@ statement can re-enable files, network or extensions.
 
 from __future__ import annotations
 
+import threading
 from functools import cache
 from pathlib import Path
 
@@ -139,9 +140,17 @@ def tables_read_by(con: duckdb.DuckDBPyConnection, sql: str) -> set[str]:
     return {name.split(".")[-1].lower() for name in con.get_table_names(sql, qualified=False)}
 
 
-def run(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
-    """Run a query and return its result as an Arrow table."""
-    return con.sql(sql).to_arrow_table()
+def run(con: duckdb.DuckDBPyConnection, sql: str, timeout: float | None = None) -> pa.Table:
+    """Run a query and return its result as an Arrow table; interrupt it after ``timeout`` s."""
+    timer = threading.Timer(timeout, con.interrupt) if timeout else None
+    if timer:
+        timer.daemon = True
+        timer.start()
+    try:
+        return con.sql(sql).to_arrow_table()
+    finally:
+        if timer:
+            timer.cancel()
 
 
 def _first_line(error: Exception) -> str:

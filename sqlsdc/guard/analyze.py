@@ -30,6 +30,7 @@ from sqlsdc.guard.allowlist import (
     PROTECTED_AGGREGATES,
     describe,
 )
+from sqlsdc.guard.totality import TOTALITY_HINT, partiality
 from sqlsdc.policy import ColumnRole, Policy
 
 DIALECT = "duckdb"
@@ -389,9 +390,50 @@ class _Checker:
                             "h.household_id)",
                         )
             self._check_total(clause.this if isinstance(clause, exp.Where) else clause, info.scope)
+        self._check_joins(info, infos)
+
+    def _check_joins(self, info: ScopeInfo, infos) -> None:
+        """Plain joins only; confidential relations join each other along declared keys.
+
+        A join of two confidential relations without a key equality is a cartesian product:
+        it multiplies rows (a denial of service on a shared engine) and matches people with
+        people arbitrarily.
+        """
+        scope = info.scope
+        select = scope.expression
+        confidential = [
+            alias
+            for alias, (_node, source) in scope.selected_sources.items()
+            if self._is_confidential_source(source, infos)
+        ]
         for join in select.args.get("joins") or []:
-            if join.args.get("using"):
-                raise self.refuse("JOIN ... USING is not supported", "write the join with ON")
+            method, kind = join.args.get("method"), join.args.get("kind")
+            if (
+                join.args.get("using")
+                or method
+                or (kind and kind.upper() not in ("INNER", "CROSS", "OUTER"))
+            ):
+                what = "USING" if join.args.get("using") else (method or kind).upper()
+                raise self.refuse(
+                    f"{what} joins are not allowed",
+                    "write [LEFT|RIGHT|FULL] JOIN ... ON with explicit conditions",
+                )
+            alias = join.this.alias_or_name
+            if len(confidential) < 2 or alias not in confidential:
+                continue
+            on = join.args.get("on")
+            if on is None or not self._join_key_columns(on, scope, infos):
+                raise self.refuse(
+                    f"the join of {alias} with other confidential data has no equality on "
+                    "declared keys",
+                    "join confidential tables on their privacy unit or declared references, e.g. "
+                    "JOIN households h ON p.household_id = h.household_id",
+                )
+
+    def _is_confidential_source(self, source, infos) -> bool:
+        if isinstance(source, exp.Table):
+            return not self.policy.table(source.name).is_public
+        return infos[id(source.expression)].kind is Kind.ROW
 
     def _join_key_columns(self, clause: exp.Expr, scope: Scope, infos) -> set[int]:
         """ids of identifier columns that appear in top-level equalities along declared keys."""
@@ -617,12 +659,12 @@ class _Checker:
                             "fix the expression",
                         )
                 continue
-            problem = _partiality(n)
+            problem = partiality(n)
             if problem:
                 raise self.refuse(
                     f"{n.sql(DIALECT)[:80]} could raise an error for some confidential values "
                     f"({problem}), which would reveal them",
-                    _TOTALITY_HINT,
+                    TOTALITY_HINT,
                 )
 
 
@@ -635,220 +677,6 @@ _LINEAR_HINT = (
 
 def _is_constant(node: exp.Expr) -> bool:
     return not any(isinstance(n, (exp.Column, exp.Subquery, exp.Select)) for n in node.walk())
-
-
-_TOTALITY_HINT = (
-    "on confidential values use operations that cannot fail: compare values of the same type, "
-    "cast with TRY_CAST or to DOUBLE/VARCHAR, and compute on DOUBLE (e.g. CAST(age AS DOUBLE) * 2)"
-)
-
-NUMERIC = {"numeric"}
-
-
-def _family(node: exp.Expr) -> str | None:
-    dtype = node.type
-    if isinstance(node, exp.Null) or dtype is None:
-        return "null" if isinstance(node, exp.Null) else None
-    if dtype.is_type(exp.DataType.Type.NULL):
-        return "null"
-    if dtype.is_type(*exp.DataType.REAL_TYPES):
-        return (
-            "float"
-            if dtype.is_type(exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT)
-            else "decimal"
-        )
-    if dtype.is_type(*exp.DataType.INTEGER_TYPES):
-        return "integer"
-    if dtype.is_type(*exp.DataType.TEXT_TYPES):
-        return "text"
-    if dtype.is_type(*exp.DataType.TEMPORAL_TYPES):
-        return "temporal"
-    if dtype.is_type(exp.DataType.Type.BOOLEAN):
-        return "boolean"
-    return None
-
-
-def _comparable(a: exp.Expr, b: exp.Expr) -> bool:
-    fa, fb = _family(a), _family(b)
-    if "null" in (fa, fb):
-        return True
-    if (
-        isinstance(_unwrap(a), exp.Literal)
-        and a.is_string
-        or isinstance(_unwrap(b), exp.Literal)
-        and b.is_string
-    ):
-        return True  # the literal is cast once, at bind time, whatever the data
-    numeric = {"integer", "decimal", "float"}
-    return fa is not None and (fa == fb or (fa in numeric and fb in numeric))
-
-
-def _positive_constant(node: exp.Expr) -> bool:
-    node = _unwrap(node)
-    return isinstance(node, exp.Literal) and not node.is_string and float(node.this) > 0
-
-
-_CAST_TOTAL = {
-    "integer": {"integer_wide", "float", "text", "decimal_wide"},
-    "decimal": {"float", "text"},
-    "float": {"float", "text"},
-    "text": {"text"},
-    "temporal": {"text"},
-    "boolean": {"text", "integer_wide", "float"},
-}
-
-
-def _cast_target(dtype: exp.DataType) -> str | None:
-    T = exp.DataType.Type
-    if dtype.is_type(T.DOUBLE, T.FLOAT):
-        return "float"
-    if dtype.is_type(*exp.DataType.TEXT_TYPES):
-        return "text"
-    if dtype.is_type(T.BIGINT, T.HUGEINT):
-        return "integer_wide"
-    return None
-
-
-def _partiality(n: exp.Expr) -> str | None:
-    """Why ``n`` can raise an error on some input of its argument types, or None if it cannot."""
-    if isinstance(
-        n,
-        (
-            exp.Column,
-            exp.Literal,
-            exp.Null,
-            exp.Boolean,
-            exp.Paren,
-            exp.Alias,
-            exp.And,
-            exp.Or,
-            exp.Not,
-            exp.Is,
-            exp.Tuple,
-            exp.Star,
-            exp.Identifier,
-            exp.DataType,
-            exp.Var,
-            exp.Distinct,
-            exp.Count,
-            exp.Sum,
-            exp.Avg,
-            exp.Div,
-            exp.DPipe,
-            exp.Concat,
-            exp.Case,
-            exp.If,
-            exp.Grouping,
-            exp.Group,
-            exp.Rollup,
-            exp.Cube,
-            exp.GroupingSets,
-            exp.TryCast,
-            exp.Ordered,
-            exp.DataTypeParam,
-        ),
-    ):
-        if isinstance(n, exp.Case):
-            values = [i.args.get("true") for i in n.args.get("ifs", [])] + [n.args.get("default")]
-            return _same_family([v for v in values if v is not None])
-        if isinstance(n, exp.If):
-            return _same_family(
-                [v for v in (n.args.get("true"), n.args.get("false")) if v is not None]
-            )
-        return None
-    if isinstance(n, (exp.Add, exp.Sub, exp.Mul)):
-        return None if _family(n) == "float" else "exact arithmetic can overflow"
-    if isinstance(n, exp.Neg):
-        return None if _family(n.this) == "float" else "negation of an exact number can overflow"
-    if isinstance(n, (exp.IntDiv, exp.Mod)):
-        return None if _positive_constant(n.expression) else "the divisor could be zero"
-    if isinstance(
-        n, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ)
-    ):
-        return None if _comparable(n.left, n.right) else "comparing different types casts values"
-    if isinstance(n, exp.In):
-        if n.args.get("unnest") or n.args.get("field"):
-            return "IN UNNEST/field is not supported"
-        if n.args.get("query"):
-            query = _unwrap(n.args["query"])
-            ok = (
-                isinstance(query, exp.Select)
-                and len(query.expressions) == 1
-                and _comparable(n.this, query.expressions[0])
-            )
-            return None if ok else "IN with a subquery of another type casts values"
-        return (
-            None
-            if all(_comparable(n.this, e) for e in n.expressions)
-            else "comparing different types casts values"
-        )
-    if isinstance(n, exp.Between):
-        ok = _comparable(n.this, n.args["low"]) and _comparable(n.this, n.args["high"])
-        return None if ok else "comparing different types casts values"
-    if isinstance(n, (exp.Like, exp.ILike)):
-        ok = _family(n.this) in ("text", "null") and _family(n.expression) in ("text", "null")
-        return None if ok else "LIKE on a non-text value casts it"
-    if isinstance(n, (exp.Coalesce, exp.Greatest, exp.Least, exp.Nullif)):
-        return _same_family(
-            [n.this, *n.expressions] if not isinstance(n, exp.Nullif) else [n.this, n.expression]
-        )
-    if isinstance(n, exp.Cast):
-        source = _family(n.this)
-        target = _cast_target(n.to)
-        if source == "null" or (target and target in _CAST_TOTAL.get(source, ())):
-            return None
-        if source == "integer" and target == "float":
-            return None
-        return f"casting {source or 'this value'} to {n.to.sql(DIALECT)} can fail; use TRY_CAST"
-    if isinstance(
-        n,
-        (
-            exp.Abs,
-            exp.Round,
-            exp.Floor,
-            exp.Ceil,
-            exp.Sqrt,
-            exp.Ln,
-            exp.Log,
-            exp.Exp,
-            exp.Pow,
-            exp.Sign,
-        ),
-    ):
-        families = {_family(a) for a in n.iter_expressions()}
-        if (
-            n.this is not None
-            and _family(n.this) == "float"
-            and families <= {"float", "integer", "null"}
-        ):
-            return None
-        return f"{n.sql_name().lower()}() on exact numbers can overflow; cast to DOUBLE first"
-    if isinstance(n, (exp.Lower, exp.Upper, exp.Length, exp.Trim, exp.StartsWith)):
-        return None if _family(n.this) in ("text", "null") else "the argument is not text"
-    if isinstance(n, exp.Substring):
-        ok = _family(n.this) in ("text", "null") and all(
-            _family(a) in ("integer", "null")
-            for a in (n.args.get("start"), n.args.get("length"))
-            if a
-        )
-        return None if ok else "substring() needs text and integer positions"
-    if isinstance(n, (exp.Extract, exp.Year, exp.Month, exp.Quarter)):
-        target = n.expression if isinstance(n, exp.Extract) else n.this
-        return None if _family(target) == "temporal" else "the argument is not a date or timestamp"
-    if isinstance(n, exp.DateTrunc):
-        return None if _family(n.this) == "temporal" else "the argument is not a date or timestamp"
-    return f"{describe(n)} is not known to be error-free"
-
-
-def _same_family(values: list[exp.Expr]) -> str | None:
-    families = {_family(v) for v in values} - {"null"}
-    numeric = {"integer", "decimal", "float"}
-    strings = [v for v in values if isinstance(_unwrap(v), exp.Literal) and v.is_string]
-    if None in families:
-        return "a value of unknown type"
-    if len(families) <= 1 or families <= numeric or (families <= {"text", "temporal"} and strings):
-        return None
-    return "mixing types casts values"
 
 
 def _names(lineage: Lineage) -> str:

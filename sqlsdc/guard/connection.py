@@ -36,23 +36,28 @@ apilevel = "2.0"
 threadsafety = 1
 paramstyle = "qmark"
 PROTECT_CACHE_SIZE = 256
+DEFAULT_TIMEOUT = 300.0
 
 
-def connect(path: str | Path, user: str) -> Connection:
+def connect(path: str | Path, user: str, *, timeout: float = DEFAULT_TIMEOUT) -> Connection:
     """Open a guarded connection to a database initialised with ``sqlsdc init``.
+
+    ``timeout`` (seconds) stops any query that runs longer, so that one analyst cannot occupy
+    a shared engine.
 
     Example:
         >>> con = sqlsdc.connect("sqlsdc-demo.duckdb", user="analyst")  # doctest: +SKIP
         >>> con.execute("SELECT region, COUNT(*) FROM persons GROUP BY region").fetchall()
     """
-    return Connection(path, user)
+    return Connection(path, user, timeout=timeout)
 
 
 class Connection:
     """A PEP 249 connection that answers only protected aggregate queries."""
 
-    def __init__(self, path: str | Path, user: str):
+    def __init__(self, path: str | Path, user: str, *, timeout: float = DEFAULT_TIMEOUT):
         self._con = None
+        self.timeout = timeout
         if not Path(path).is_file():
             raise Error(
                 f"database {path} does not exist; create it with `sqlsdc init` or `sqlsdc demo`"
@@ -153,7 +158,7 @@ class Connection:
         try:
             tables_read = engine.tables_read_by(con, query.sql)
             check_engine_tables(tables_read, query.tree, context.policy)
-            result = engine.run(con, query.sql)
+            result = engine.run(con, query.sql, timeout=self.timeout)
             values = values_of(result, query)
             record_release(con, result, query, query_id, self.user)
             status = cell_status(result, query)
@@ -324,6 +329,11 @@ def _context(con, policy: Policy, version: int) -> GuardContext:
 
 
 def _engine_failure(failure: Exception, query_id: int) -> Error:
+    if isinstance(failure, engine.duckdb.InterruptException):
+        return OperationalError(
+            f"the query was stopped because it ran longer than the connection's timeout "
+            f"(query {query_id}); narrow it or ask an admin for a longer timeout"
+        )
     if isinstance(
         failure,
         (

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import logging
+import re
 from collections.abc import Mapping, Sequence
 
 import sqlglot
@@ -19,6 +20,7 @@ from sqlsdc.errors import PolicyViolation, ProgrammingError
 
 DIALECT = "duckdb"
 logging.getLogger("sqlglot").setLevel(logging.ERROR)  # its fallback warnings are not for users
+_LEADING_COMMENTS = re.compile(r"^(\s|--[^\n]*(\n|$)|/\*.*?\*/)*", re.S)
 QUERY_TYPES = (exp.Select, exp.Union, exp.Intersect, exp.Except)
 
 
@@ -42,9 +44,8 @@ def parse_statement(sql: str) -> exp.Expr:
         )
     tree = statements[0]
     if not isinstance(tree, QUERY_TYPES):
-        kind = tree.key.upper() if isinstance(tree, exp.Expr) else type(tree).__name__
-        if isinstance(tree, exp.Command):
-            kind = str(tree.this).upper()
+        words = _LEADING_COMMENTS.sub("", sql).split(None, 1) or [tree.key]
+        kind = words[0].upper().rstrip(";")
         raise PolicyViolation(
             f"{kind} statements are not allowed",
             "only SELECT queries (and UNION/INTERSECT/EXCEPT of them) can be run",

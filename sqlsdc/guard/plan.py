@@ -44,7 +44,7 @@ class CellPlan:
     units: list[exp.Expr] | None  # None: one row per unit, count rows
     tables: list[str]
     with_status: bool
-    group_min_frequency: int | None = None  # keys-only aggregation: groups need k units
+    group_min_frequency: int | None = None  # groups with fewer units are dropped
 
 
 @dataclass
@@ -119,7 +119,10 @@ class _Planner:
             units = None
         aggregates = [self._aggregate(node, tables) for node in info.aggregates]
         group_k = None
-        if not aggregates:  # keys only: the keys themselves are the release
+        if not aggregates or id(select) not in self._status:
+            # The group's existence is the release when there is no value to suppress, and
+            # when an outer query can count, join or test the rows (IN, EXISTS, COUNT(*)):
+            # then groups of fewer than k units are dropped, not shown with NULL values.
             group_k = max(
                 self.policy.table(t).rule(AggregateKind.COUNTS).min_frequency for t in tables
             )

@@ -1,0 +1,270 @@
+"""Totality: which expressions can never raise an error, whatever confidential values they see.
+
+An error raised for some rows and not others answers a yes/no question about the data (e.g.
+``CASE WHEN income > 40000 THEN CAST('x' AS INT) END`` fails exactly when someone earns more),
+and DuckDB evaluates branches and casts lazily, per row. So every operation evaluated on
+confidential rows must be total for its argument types, judged with DuckDB's typing rules
+(a literal ``1.5`` is DECIMAL, ``1e3`` DOUBLE, ``15`` INTEGER; string literals are cast per row).
+Constant sub-expressions are checked separately, by evaluating them once before the query.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+from sqlglot import exp
+
+from sqlsdc.guard.allowlist import describe
+
+DIALECT = "duckdb"
+T = exp.DataType.Type
+NUMERIC = {"integer", "decimal", "float"}
+MAX_POSITION = 2**31 - 1  # DuckDB refuses substring offsets and lengths beyond 2^32 - 1
+NARROW_INTEGERS = {T.TINYINT, T.SMALLINT, T.INT, T.BIGINT, T.UTINYINT, T.USMALLINT, T.UINT}
+
+TOTALITY_HINT = (
+    "on confidential values use operations that cannot fail: compare values of the same type, "
+    "cast with TRY_CAST or to DOUBLE/VARCHAR, and compute on DOUBLE (e.g. CAST(age AS DOUBLE) * 2)"
+)
+
+_ALWAYS_TOTAL = (
+    exp.Column,
+    exp.Literal,
+    exp.Null,
+    exp.Boolean,
+    exp.Paren,
+    exp.Alias,
+    exp.And,
+    exp.Or,
+    exp.Not,
+    exp.Is,
+    exp.Tuple,
+    exp.Star,
+    exp.Identifier,
+    exp.DataType,
+    exp.Var,
+    exp.Distinct,
+    exp.Count,
+    exp.Avg,
+    exp.Div,
+    exp.DPipe,
+    exp.Concat,
+    exp.Grouping,
+    exp.Group,
+    exp.Rollup,
+    exp.Cube,
+    exp.GroupingSets,
+    exp.TryCast,
+    exp.Ordered,
+    exp.DataTypeParam,
+)
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ)
+_FLOAT_MATH = (
+    exp.Abs,
+    exp.Round,
+    exp.Floor,
+    exp.Ceil,
+    exp.Sqrt,
+    exp.Ln,
+    exp.Log,
+    exp.Exp,
+    exp.Pow,
+    exp.Sign,
+)
+
+
+def _unwrap(node: exp.Expr) -> exp.Expr:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node
+
+
+def family(node: exp.Expr | None) -> str | None:
+    """integer, decimal, float, text, temporal, boolean, null, or None when unknown."""
+    if node is None:
+        return None
+    node = _unwrap(node)
+    if isinstance(node, exp.Null):
+        return "null"
+    if isinstance(node, exp.Literal):
+        if node.is_string:
+            return "text"
+        text = str(node.this).lower()
+        return "float" if "e" in text else "decimal" if "." in text else "integer"
+    if isinstance(node, exp.Neg):
+        return family(node.this)
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
+        families = {family(node.left), family(node.right)} - {"null"}
+        if not families or not families <= NUMERIC:
+            return None
+        if isinstance(node, exp.Div) or "float" in families:
+            return "float"
+        return "decimal" if "decimal" in families else "integer"
+    dtype = node.to if isinstance(node, (exp.Cast, exp.TryCast)) else node.type
+    return _type_family(dtype)
+
+
+def _type_family(dtype: exp.DataType | None) -> str | None:
+    if dtype is None or dtype.is_type(T.UNKNOWN):
+        return None
+    if dtype.is_type(T.NULL):
+        return "null"
+    if dtype.is_type(T.DOUBLE, T.FLOAT):
+        return "float"
+    if dtype.is_type(*exp.DataType.REAL_TYPES):
+        return "decimal"
+    if dtype.is_type(*exp.DataType.INTEGER_TYPES):
+        return "integer"
+    if dtype.is_type(*exp.DataType.TEXT_TYPES):
+        return "text"
+    if dtype.is_type(*exp.DataType.TEMPORAL_TYPES):
+        return "temporal"
+    if dtype.is_type(T.BOOLEAN):
+        return "boolean"
+    return None
+
+
+def _literal_converts(literal: exp.Literal, target: str | None) -> bool:
+    """Whether a string literal converts without error to a value of family ``target``."""
+    text = str(literal.this).strip()
+    if target == "integer":
+        return re.fullmatch(r"[+-]?\d{1,18}", text) is not None
+    if target in ("decimal", "float"):
+        return re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", text) is not None
+    if target == "boolean":
+        return text.lower() in {"true", "false", "t", "f", "1", "0"}
+    if target == "temporal":
+        try:
+            (dt.datetime if len(text) > 10 else dt.date).fromisoformat(text)
+            return True
+        except ValueError:
+            return False
+    return False
+
+
+def comparable(a: exp.Expr, b: exp.Expr) -> bool:
+    """Comparing a and b casts nothing that could fail."""
+    fa, fb = family(a), family(b)
+    if "null" in (fa, fb):
+        return True
+    if fa is None or fb is None:
+        return False
+    if fa == fb or (fa in NUMERIC and fb in NUMERIC):
+        return True
+    for text, other in ((a, fb), (b, fa)):
+        text = _unwrap(text)
+        if isinstance(text, exp.Literal) and text.is_string and _literal_converts(text, other):
+            return True
+    return False
+
+
+def _same_family(values: list[exp.Expr]) -> str | None:
+    values = [v for v in values if v is not None]
+    families = {family(v) for v in values} - {"null"}
+    if None in families:
+        return "a value of unknown type"
+    if len(families) <= 1 or families <= NUMERIC:
+        return None
+    return "mixing types casts values"
+
+
+def _small_integer_literal(node: exp.Expr | None) -> bool:
+    node = _unwrap(node) if node is not None else None
+    if isinstance(node, exp.Neg):
+        node = _unwrap(node.this)
+    return (
+        isinstance(node, exp.Literal)
+        and not node.is_string
+        and re.fullmatch(r"\d+", str(node.this)) is not None
+        and int(node.this) <= MAX_POSITION
+    )
+
+
+def _positive_constant(node: exp.Expr) -> bool:
+    node = _unwrap(node)
+    return isinstance(node, exp.Literal) and not node.is_string and float(node.this) > 0
+
+
+def _cast_is_total(source: exp.Expr, target: exp.DataType) -> bool:
+    origin = family(source)
+    if origin == "null" or target.is_type(*exp.DataType.TEXT_TYPES):
+        return True
+    if target.is_type(T.DOUBLE):
+        return origin in NUMERIC | {"boolean"}
+    if target.is_type(T.FLOAT):
+        return origin in {"integer", "decimal", "boolean"}
+    if target.is_type(T.BIGINT, T.INT128):
+        dtype = _unwrap(source).type
+        return origin == "boolean" or (
+            origin == "integer" and dtype is not None and dtype.this in NARROW_INTEGERS
+        )
+    return False
+
+
+def partiality(n: exp.Expr) -> str | None:
+    """Why ``n`` can raise an error on some input of its argument types, or None if it cannot."""
+    if isinstance(n, exp.Case):
+        values = [i.args.get("true") for i in n.args.get("ifs", [])] + [n.args.get("default")]
+        return _same_family(values)
+    if isinstance(n, exp.If):
+        return _same_family([n.args.get("true"), n.args.get("false")])
+    if isinstance(n, exp.Sum):
+        plain_column = isinstance(_unwrap(n.this), exp.Column)
+        ok = family(n.this) in ("integer", "float", "null") or plain_column
+        return None if ok else "a sum of DECIMAL expressions can overflow; cast to DOUBLE first"
+    if isinstance(n, _ALWAYS_TOTAL):
+        return None
+    if isinstance(n, (exp.Add, exp.Sub, exp.Mul)):
+        return None if family(n) == "float" else "exact arithmetic can overflow"
+    if isinstance(n, exp.Neg):
+        return None if family(n.this) == "float" else "negation of an exact number can overflow"
+    if isinstance(n, (exp.IntDiv, exp.Mod)):
+        return None if _positive_constant(n.expression) else "the divisor could be zero"
+    if isinstance(n, _COMPARISONS):
+        return None if comparable(n.left, n.right) else "comparing different types casts values"
+    if isinstance(n, exp.In):
+        if n.args.get("unnest") or n.args.get("field"):
+            return "IN UNNEST/field is not supported"
+        query = n.args.get("query")
+        if query is not None:
+            query = query.this if isinstance(query, exp.Subquery) else query
+            ok = (
+                isinstance(query, exp.Select)
+                and len(query.expressions) == 1
+                and comparable(n.this, query.expressions[0])
+            )
+            return None if ok else "IN with a subquery of another type casts values"
+        ok = all(comparable(n.this, e) for e in n.expressions)
+        return None if ok else "comparing different types casts values"
+    if isinstance(n, exp.Between):
+        ok = comparable(n.this, n.args["low"]) and comparable(n.this, n.args["high"])
+        return None if ok else "comparing different types casts values"
+    if isinstance(n, (exp.Like, exp.ILike)):
+        ok = family(n.this) in ("text", "null") and family(n.expression) in ("text", "null")
+        return None if ok else "LIKE on a non-text value casts it"
+    if isinstance(n, (exp.Coalesce, exp.Greatest, exp.Least)):
+        return _same_family([n.this, *n.expressions])
+    if isinstance(n, exp.Nullif):
+        return None if comparable(n.this, n.expression) else "comparing different types"
+    if isinstance(n, exp.Cast):
+        if _cast_is_total(n.this, n.to):
+            return None
+        return f"casting {family(n.this) or 'this value'} to {n.to.sql(DIALECT)} can fail"
+    if isinstance(n, _FLOAT_MATH):
+        arguments = [a for a in n.iter_expressions()]
+        if family(n.this) == "float" and all(family(a) in NUMERIC | {"null"} for a in arguments):
+            return None
+        return f"{n.sql_name().lower()}() on exact numbers can overflow; cast to DOUBLE first"
+    if isinstance(n, (exp.Lower, exp.Upper, exp.Length, exp.Trim, exp.StartsWith)):
+        return None if family(n.this) in ("text", "null") else "the argument is not text"
+    if isinstance(n, exp.Substring):
+        positions = [n.args.get("start"), n.args.get("length")]
+        ok = family(n.this) in ("text", "null") and all(
+            p is None or _small_integer_literal(p) for p in positions
+        )
+        return None if ok else "substring() positions must be integer constants"
+    if isinstance(n, (exp.Extract, exp.Year, exp.Month, exp.Quarter, exp.DateTrunc)):
+        target = n.expression if isinstance(n, exp.Extract) else n.this
+        return None if family(target) == "temporal" else "the argument is not a date or timestamp"
+    return f"{describe(n)} is not known to be error-free"
