@@ -266,3 +266,21 @@ def test_keys_only_groups_need_enough_units(analyst, raw):
     )
     assert got == {m for m, n in counts.items() if n >= K}
     assert any(n < K for n in counts.values()), "the filter must create small groups"
+
+
+def test_every_refusal_is_audited(fresh_demo_db):
+    from sqlsdc.catalog import store
+    from sqlsdc.engines.duckdb import open_database
+
+    with sqlsdc.connect(fresh_demo_db, user="analyst") as con:
+        with pytest.raises(sqlsdc.PolicyViolation):
+            con.execute("SELECT * FROM persons")
+        with pytest.raises(sqlsdc.ProgrammingError):
+            con.execute("SELECT COUNT(*) FROM persons WHERE sex = ?")
+    admin = open_database(fresh_demo_db)
+    try:
+        reasons = [e["reason"] for e in store.audit_entries(admin, decision="refused")]
+    finally:
+        admin.close()
+    assert reasons[0].startswith("ProgrammingError: the query has 1 parameters")
+    assert reasons[1].startswith("row-level output")

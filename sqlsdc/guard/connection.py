@@ -132,6 +132,22 @@ class Connection:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def _audit_refusal(self, query_id: int, sql: str, refusal: Error) -> None:
+        reason = (
+            str(refusal)
+            if isinstance(refusal, PolicyViolation)
+            else (f"{type(refusal).__name__}: {refusal}")
+        )
+        store.record_query(
+            self._con,
+            query_id,
+            self.user,
+            self._context.policy_version,
+            "refused",
+            sql,
+            reason=reason,
+        )
+
     def _check_open(self) -> None:
         if self._con is None:
             raise InterfaceError("the connection is closed")
@@ -143,16 +159,8 @@ class Connection:
         query_id = store.next_query_id(con)
         try:
             query = self._protect(sql, params)
-        except PolicyViolation as refusal:
-            store.record_query(
-                con,
-                query_id,
-                self.user,
-                context.policy_version,
-                "refused",
-                sql,
-                reason=str(refusal),
-            )
+        except Error as refusal:  # refusals, guard bugs and bad parameters are all audited
+            self._audit_refusal(query_id, sql, refusal)
             raise
         con.execute("BEGIN TRANSACTION")
         try:
@@ -186,6 +194,10 @@ class Connection:
                 fingerprint=query.fingerprint,
             )
             raise _engine_failure(failure, query_id) from None
+        except Error as refusal:
+            con.execute("ROLLBACK")
+            self._audit_refusal(query_id, sql, refusal)
+            raise
         except BaseException:
             con.execute("ROLLBACK")
             raise
