@@ -30,7 +30,7 @@ from sqlsdc.guard.allowlist import (
     PROTECTED_AGGREGATES,
     describe,
 )
-from sqlsdc.guard.totality import TOTALITY_HINT, partiality
+from sqlsdc.guard.totality import NUMERIC, TOTALITY_HINT, family, partiality
 from sqlsdc.policy import ColumnRole, Policy
 
 DIALECT = "duckdb"
@@ -551,16 +551,11 @@ class _Checker:
                     "is not allowed",
                     "sum or average measures",
                 )
-            if lineage.row and not lineage.roles & {ColumnRole.MEASURE, ColumnRole.WEIGHT}:
-                raise self.refuse(
-                    f"{name}({argument.sql(DIALECT)}) does not involve a measure",
-                    "sum or average columns declared as measure or weight; count with COUNT",
-                )
             if lineage.row:
                 problem = self._nonlinear(argument, info.scope, infos)
                 if problem:
                     raise self.refuse(
-                        f"{name}({argument.sql(DIALECT)[:80]}) is not a linear sum of measures "
+                        f"{name}({argument.sql(DIALECT)[:80]}) is not a linear sum of columns "
                         f"({problem})",
                         _LINEAR_HINT,
                     )
@@ -577,12 +572,13 @@ class _Checker:
         multiplication by a
         constant or a weight, division by a constant, numeric casts and a single-branch
         ``CASE WHEN condition THEN ... END`` (a filter: other rows are NULL and do not count).
+        Numeric dimensions (e.g. age) may be summed and averaged like measures.
         """
         node = _unwrap(node)
         if isinstance(node, exp.Column):
             roles = self.column_lineage(node, scope, infos).roles
-            ok = bool(roles) and roles <= {ColumnRole.MEASURE, ColumnRole.WEIGHT}
-            return None if ok else f"{node.sql(DIALECT)} is not a measure"
+            ok = bool(roles) and roles <= ROW_ROLES and family(node) in NUMERIC
+            return None if ok else f"{node.sql(DIALECT)} is not a numeric measure or dimension"
         if isinstance(node, (exp.Add, exp.Sub)):
             terms = [t for t in (node.left, node.right) if not _is_constant(t)]
             for term in terms:

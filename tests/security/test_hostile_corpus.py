@@ -549,8 +549,8 @@ MEASURES_GROUPED = [
         "SELECT region, COUNT(*) FROM persons GROUP BY region HAVING income > 10",
     ),
     ("measure_order_by", "SELECT region, COUNT(*) FROM persons GROUP BY region ORDER BY income"),
-    ("sum_dimension", "SELECT region, SUM(age) FROM persons GROUP BY region"),
-    ("avg_dimension", "SELECT region, AVG(age) FROM persons GROUP BY region"),
+    ("sum_text_dimension", "SELECT region, SUM(municipality) FROM persons GROUP BY region"),
+    ("avg_text_dimension", "SELECT region, AVG(education) FROM persons GROUP BY region"),
     ("sum_boolean", "SELECT region, SUM(CAST(age > 90 AS DOUBLE)) FROM persons GROUP BY region"),
 ]
 
