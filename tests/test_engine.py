@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import duckdb
 import pytest
+import sqlglot
 from sqlglot import exp
 
 import sqlsdc
@@ -12,11 +13,14 @@ from sqlsdc.engines.duckdb import (
     base_tables,
     harden,
     open_database,
-    parse_one,
     system_functions,
     table_schemas,
     to_sql,
 )
+
+
+def parse_one(sql: str):
+    return sqlglot.parse_one(sql, read="duckdb")
 
 LOCKED = "the configuration has been locked"
 NO_FILES = "file system operations are disabled by configuration"

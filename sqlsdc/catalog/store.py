@@ -64,13 +64,6 @@ def ensure_secret(con, name: str = "prf") -> bool:
     return True
 
 
-def read_secret(con, name: str = "prf") -> bytes:
-    row = one(con, f"SELECT material FROM {S}.secrets WHERE name = ?", [name])
-    if row is None:
-        raise Error(f"secret {name!r} is missing; run `sqlsdc init` to create it")
-    return bytes(row[0])
-
-
 def store_policy(con, document: dict, source: str, applied_by: str) -> int:
     """Append a policy version and return its number."""
     text = json.dumps(document, sort_keys=True)
@@ -225,11 +218,3 @@ def audit_entries(
         [*params, limit],
     ).fetchall()
     return [dict(zip(AUDIT_COLUMNS, row, strict=True)) for row in rows]
-
-
-def ledger_summary(con, query_id: int) -> list[tuple]:
-    return con.execute(
-        f"SELECT column_name, status, count(*) FROM {S}.ledger WHERE query_id = ? "
-        "GROUP BY ALL ORDER BY ALL",
-        [query_id],
-    ).fetchall()

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.duckdb import DuckDB
 
@@ -155,11 +154,6 @@ def run(con: duckdb.DuckDBPyConnection, sql: str, timeout: float | None = None) 
 
 def _first_line(error: Exception) -> str:
     return str(error).splitlines()[0]
-
-
-def parse_one(sql: str) -> exp.Expr:
-    """Parse one DuckDB expression or statement (used by trusted code, not the guard)."""
-    return sqlglot.parse_one(sql, read=DIALECT)
 
 
 def one(con: duckdb.DuckDBPyConnection, sql: str, params=None) -> tuple | None:
