@@ -8,17 +8,37 @@ from pathlib import Path
 import pytest
 
 import sqlsdc
-from sqlsdc.demo.build import build_demo_database
+from sqlsdc.demo.build import build_demo_database, demo_policy
 from sqlsdc.engines.duckdb import open_database
+from sqlsdc.policy import load_policy
 
 DEMO_PERSONS = 20_000
 DEMO_SEED = 7
 
 
+def threshold_policy():
+    """The demo policy with threshold protection everywhere (the guard's baseline tests)."""
+    document = demo_policy().document_dict()
+    document["protection"] = {"min_frequency": 10, "counts": {"method": "threshold"},
+                              "magnitudes": {"method": "threshold"}}
+    for table in document["tables"].values():
+        table.pop("protection", None)
+    return load_policy(document, name="threshold-demo-policy")
+
+
 @pytest.fixture(scope="session")
 def pristine_demo_db(tmp_path_factory) -> Path:
-    """A demo database (20,000 persons, demo policy) that no test opens: the template to copy."""
+    """A demo database (20,000 persons, threshold protection) that no test opens: the
+    template to copy."""
     path = tmp_path_factory.mktemp("pristine") / "demo.duckdb"
+    build_demo_database(path, persons=DEMO_PERSONS, seed=DEMO_SEED, policy=threshold_policy())
+    return path
+
+
+@pytest.fixture(scope="session")
+def ckm_db(tmp_path_factory) -> Path:
+    """A demo database with the demo policy as shipped (cell key method); read-only for tests."""
+    path = tmp_path_factory.mktemp("ckm") / "demo.duckdb"
     build_demo_database(path, persons=DEMO_PERSONS, seed=DEMO_SEED)
     return path
 

@@ -1,9 +1,13 @@
-"""Record keys: a secret uniform integer in [0, 2^32) per row of every confidential table.
+"""Record keys: a secret uniform integer in [0, 2^32) per unit of every confidential table.
 
-The cell-key method (Geyer et al. 2022, digest ``seed_2022_part1.md`` §6) derives a cell's noise
-from ``SUM(__rkey) % 2^32`` over its records; integer keys make that sum exact and the same on
+The cell key method (Geyer et al. 2022, digest ``seed_2022_part1.md`` §6) derives a cell's noise
+from ``SUM(__rkey) % 2^32`` over its units; integer keys make that sum exact and the same on
 every engine. Keys come from the operating system's CSPRNG (``os.urandom``), are written once and
 are never visible to users (``__`` columns are hidden by the guard).
+
+All rows of one unit share its key and no two units of a table share one, so ``SUM(DISTINCT
+__rkey)`` over any set of rows is the sum over its distinct units: the same cell key whether a
+query counts rows of a one-row-per-unit table or distinct units through a join.
 """
 
 from __future__ import annotations
@@ -16,13 +20,15 @@ import pyarrow as pa
 from sqlsdc.engines.duckdb import one
 
 RKEY = "__rkey"
+KEY_SPACE = 2**32
 
 
-def materialise_record_keys(con, table: str) -> int:
-    """Add ``__rkey`` to ``table`` if missing and give every row without a key a fresh one.
+def materialise_record_keys(con, table: str, unit: str) -> int:
+    """Add ``__rkey`` to ``table`` if missing and key every row that has none.
 
-    Returns the number of rows that received a key. Existing keys are never changed (re-keying
-    is a separate, audited operation), so running this again after new rows arrive is safe.
+    Rows of a unit that already has a key get that key; new units get fresh keys distinct from
+    every key in use. Returns the number of rows keyed. Existing keys never change (re-keying is
+    the separate, recorded :func:`rekey`), so running this after new rows arrive is safe.
     """
     columns = {r[0].lower() for r in con.execute(f'DESCRIBE "{table}"').fetchall()}
     if RKEY not in columns:
@@ -30,18 +36,44 @@ def materialise_record_keys(con, table: str) -> int:
     (missing,) = one(con, f'SELECT count(*) FROM "{table}" WHERE {RKEY} IS NULL')
     if missing == 0:
         return 0
-    keys = np.frombuffer(os.urandom(4 * missing), dtype=np.uint32)
-    batch = pa.table({"rn": np.arange(1, missing + 1, dtype=np.int64), "k": keys})
-    con.register("__sqlsdc_new_keys", batch)
-    try:
-        con.execute(
-            f"""UPDATE "{table}" SET {RKEY} = fresh.k
-            FROM (SELECT r.rid, n.k FROM
-                    (SELECT rowid AS rid, row_number() OVER (ORDER BY rowid) AS rn
-                     FROM "{table}" WHERE {RKEY} IS NULL) AS r
-                  JOIN __sqlsdc_new_keys AS n ON r.rn = n.rn) AS fresh
-            WHERE "{table}".rowid = fresh.rid"""
-        )
-    finally:
-        con.unregister("__sqlsdc_new_keys")
+    con.execute(
+        f"""UPDATE "{table}" SET {RKEY} = known.k
+        FROM (SELECT "{unit}" AS u, min({RKEY}) AS k FROM "{table}"
+              WHERE {RKEY} IS NOT NULL GROUP BY "{unit}") AS known
+        WHERE "{table}".{RKEY} IS NULL AND "{table}"."{unit}" = known.u"""
+    )
+    units = con.sql(
+        f'SELECT DISTINCT "{unit}" AS u FROM "{table}" WHERE {RKEY} IS NULL'
+    ).to_arrow_table()
+    if units.num_rows:
+        used = con.execute(
+            f'SELECT DISTINCT {RKEY} FROM "{table}" WHERE {RKEY} IS NOT NULL'
+        ).fetchnumpy()[RKEY]
+        fresh = units.append_column("k", pa.array(fresh_keys(units.num_rows, used)))
+        con.register("__sqlsdc_new_keys", fresh)
+        try:
+            con.execute(
+                f"""UPDATE "{table}" SET {RKEY} = n.k FROM __sqlsdc_new_keys AS n
+                WHERE "{table}".{RKEY} IS NULL AND "{table}"."{unit}" = n.u"""
+            )
+        finally:
+            con.unregister("__sqlsdc_new_keys")
     return missing
+
+
+def fresh_keys(count: int, used: np.ndarray) -> np.ndarray:
+    """``count`` distinct uniform keys in [0, 2^32), none of them in ``used``, in random order."""
+    used = np.asarray(used, dtype=np.uint32)
+    keys = np.empty(0, dtype=np.uint32)
+    while len(keys) < count:
+        draw = np.frombuffer(os.urandom(4 * (count - len(keys))), dtype=np.uint32)
+        keys = np.unique(np.concatenate([keys, draw]))  # sorted: shuffled below
+        keys = keys[~np.isin(keys, used)]
+    order = np.frombuffer(os.urandom(8 * len(keys)), dtype=np.uint64).argsort()
+    return keys[order][:count]
+
+
+def rekey(con, table: str, unit: str) -> int:
+    """Give every unit of ``table`` a new key: all CKM noise on the table changes."""
+    con.execute(f'UPDATE "{table}" SET {RKEY} = NULL')
+    return materialise_record_keys(con, table, unit)

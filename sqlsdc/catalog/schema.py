@@ -6,6 +6,9 @@ Tables:
     secrets         key material for keyed PRFs (never readable through a guarded connection)
     audit           every query, accepted, refused or failed, with the reason
     ledger          every released cell: user, time, query fingerprint, cell identity, status
+    ptables         every perturbation table generated, by its parameters (never changed)
+    ptable_entries  their rows: transition probability, noise and integer key interval [lo, hi)
+    key_events      record-key generations and re-keyings (which change all CKM noise)
 """
 
 from __future__ import annotations
@@ -47,4 +50,27 @@ DDL = (
         column_name VARCHAR NOT NULL,
         mechanism VARCHAR NOT NULL,
         status VARCHAR NOT NULL)""",
+    f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.ptables (
+        ptable_id INTEGER PRIMARY KEY,
+        kind VARCHAR NOT NULL,
+        params VARCHAR NOT NULL,
+        created_at TIMESTAMP NOT NULL,
+        max_i DOUBLE NOT NULL,
+        m1sq DOUBLE NOT NULL,
+        UNIQUE (kind, params))""",
+    f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.ptable_entries (
+        ptable_id INTEGER NOT NULL,
+        type VARCHAR NOT NULL,
+        i DOUBLE NOT NULL,
+        j DOUBLE NOT NULL,
+        p DOUBLE NOT NULL,
+        v DOUBLE NOT NULL,
+        lo BIGINT NOT NULL,
+        hi BIGINT NOT NULL)""",
+    f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.key_events (
+        event_at TIMESTAMP NOT NULL,
+        by_user VARCHAR NOT NULL,
+        table_name VARCHAR NOT NULL,
+        action VARCHAR NOT NULL,
+        rows_keyed BIGINT NOT NULL)""",
 )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from sqlsdc.catalog import keys, store
+from sqlsdc.catalog import keys, ptables, store
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines.duckdb import one
 from sqlsdc.errors import PolicyError
@@ -77,9 +77,13 @@ def apply_policy(con, policy: Policy, applied_by: str) -> ApplyReport:
         for table in policy.confidential_tables:
             _drop_stale_unit_indexes(con, table.name, table.privacy_unit)
             with _indexes_set_aside(con, table.name, _needs_alter(con, table)):
-                report.keyed_rows[table.name] = keys.materialise_record_keys(con, table.name)
+                keyed = keys.materialise_record_keys(con, table.name, table.privacy_unit)
+                report.keyed_rows[table.name] = keyed
+                if keyed:
+                    store.record_key_event(con, table.name, "generated", keyed, applied_by)
                 _set_not_null(con, table.name, table.privacy_unit)
             report.unit_per_row[table.name] = _index_unit(con, table.name, table.privacy_unit)
+        ptables.ensure_ptables(con, policy)
         report.version = store.store_policy(con, policy.document_dict(), policy.source, applied_by)
         con.execute("COMMIT")
     except BaseException:

@@ -64,6 +64,13 @@ def ensure_secret(con, name: str = "prf") -> bool:
     return True
 
 
+def record_key_event(con, table: str, action: str, rows: int, by: str) -> None:
+    """Note a record-key generation or re-keying (re-keying changes every CKM noise value)."""
+    con.execute(
+        f"INSERT INTO {S}.key_events VALUES (?, ?, ?, ?, ?)", [now(), by, table, action, rows]
+    )
+
+
 def store_policy(con, document: dict, source: str, applied_by: str) -> int:
     """Append a policy version and return its number."""
     text = json.dumps(document, sort_keys=True)

@@ -25,8 +25,10 @@ def build_demo_database(
     persons: int = DEFAULT_PERSONS,
     seed: int = DEFAULT_SEED,
     progress: Progress | None = None,
+    policy: Policy | None = None,
 ) -> ApplyReport:
-    """Create (or replace) the demo database at ``path`` and initialise its catalog.
+    """Create (or replace) the demo database at ``path`` and initialise its catalog with
+    ``policy`` (default: the demo policy, :func:`demo_policy`).
 
     Example:
         >>> build_demo_database("/tmp/demo.duckdb", persons=2000).version  # doctest: +SKIP
@@ -41,6 +43,6 @@ def build_demo_database(
         write_tables(con, tables)
         if progress:
             progress("record keys and catalog", 0)
-        return apply_policy(con, demo_policy(), applied_by="sqlsdc demo")
+        return apply_policy(con, policy or demo_policy(), applied_by="sqlsdc demo")
     finally:
         con.close()

@@ -15,6 +15,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from sqlsdc.catalog import store
+from sqlsdc.catalog.ptables import load_ptables
 from sqlsdc.catalog.setup import unit_index_name
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import (
@@ -27,7 +28,7 @@ from sqlsdc.errors import (
     ProgrammingError,
 )
 from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, protect
-from sqlsdc.guard.postprocess import cell_status, record_release, values_of
+from sqlsdc.guard.postprocess import cell_status, check_faults, record_release, values_of
 from sqlsdc.guard.resolve import analyst_schema
 from sqlsdc.guard.validate import check_engine_tables
 from sqlsdc.policy import Policy, load_policy
@@ -167,6 +168,7 @@ class Connection:
             tables_read = engine.tables_read_by(con, query.sql)
             check_engine_tables(tables_read, query.tree, context.policy)
             result = engine.run(con, query.sql, timeout=self.timeout)
+            check_faults(result, query)
             values = values_of(result, query)
             record_release(con, result, query, query_id, self.user)
             status = cell_status(result, query)
@@ -337,6 +339,7 @@ def _context(con, policy: Policy, version: int) -> GuardContext:
         unit_per_row=unit_per_row,
         constant_is_safe=constant_is_safe,
         to_sql=engine.to_sql,
+        ptables=load_ptables(con, policy),
     )
 
 

@@ -8,7 +8,7 @@ cannot prove safe raises :class:`~sqlsdc.PolicyViolation`; there is no fallback 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from sqlglot import exp
@@ -19,8 +19,10 @@ from sqlsdc.guard.parse import bind_parameters, output_names, parse_statement
 from sqlsdc.guard.plan import plan_query
 from sqlsdc.guard.resolve import check_tables, qualify_tree
 from sqlsdc.guard.validate import validate_release
-from sqlsdc.policy import Policy
-from sqlsdc.rewrite.threshold import MECHANISM, STATUS_PREFIX, suppress_small_cells
+from sqlsdc.policy import Method, Policy
+from sqlsdc.rewrite.cells import STATUS_PREFIX, protect_cells
+from sqlsdc.rewrite.ckm import PTableKey, PTableRef, ckm_frame
+from sqlsdc.rewrite.threshold import threshold_frame
 
 DIALECT = "duckdb"
 
@@ -35,13 +37,19 @@ class GuardContext:
     unit_per_row: dict[str, bool]
     constant_is_safe: Callable[[exp.Expr], bool]
     to_sql: Callable[[exp.Expr], str]
+    ptables: Mapping[PTableKey, PTableRef] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class OutputColumn:
     name: str
-    mechanism: str  # threshold | key | public | derived
+    mechanism: str  # threshold | ckm | key | public | derived
     min_frequency: int | None = None
+
+    @property
+    def released(self) -> bool:
+        """A protected value (or one derived from protected values), not a key or public."""
+        return self.mechanism not in ("key", "public")
 
     def to_dict(self) -> dict:
         return {"name": self.name, "mechanism": self.mechanism, "min_frequency": self.min_frequency}
@@ -101,7 +109,11 @@ def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
         names = qualified_names
     analysis = analyze(tree, context.policy, context.schema, sql, context.constant_is_safe)
     plan = plan_query(analysis, context.policy, context.unit_per_row)
-    protected = suppress_small_cells(tree, plan)
+    builders = {
+        Method.THRESHOLD: threshold_frame,
+        Method.CKM: ckm_frame(context.policy, context.ptables),
+    }
+    protected = protect_cells(tree, plan, builders)
     protected = _rename_outputs(protected, names)
     validate_release(protected, context.policy)
     text = context.to_sql(protected)
@@ -158,7 +170,8 @@ def _describe_outputs(analysis: Analysis, plan, names: list[str]) -> list[Output
             used = [by_node[id(n)] for n in projection.walk() if id(n) in by_node]
             if used:
                 k = max(a.min_frequency for a in used)
-                columns.append(OutputColumn(name, MECHANISM, k))
+                methods = {a.rule.method.value for a in used}
+                columns.append(OutputColumn(name, "+".join(sorted(methods)), k))
             else:
                 columns.append(OutputColumn(name, "key"))
         return columns

@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
+from sqlsdc.catalog.keys import RKEY
+from sqlsdc.errors import PolicyViolation
 from sqlsdc.guard.analyze import Analysis, Kind, ScopeInfo, own_nodes
-from sqlsdc.policy import AggregateKind, Policy
+from sqlsdc.policy import AggregateKind, Method, Policy, ProtectionRule
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,7 @@ class ProtectedAggregate:
     kind: AggregateKind
     min_frequency: int
     argument: exp.Expr | None  # rows contribute where this is not NULL; None: every row
+    rule: ProtectionRule
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class CellPlan:
     aggregates: list[ProtectedAggregate]
     units: list[exp.Expr] | None  # None: one row per unit, count rows
     tables: list[str]
+    rkeys: list[exp.Expr]  # the record key of every confidential row source, as units
     with_status: bool
     group_min_frequency: int | None = None  # groups with fewer units are dropped
 
@@ -114,10 +118,12 @@ class _Planner:
 
     def plan_cells(self, info: ScopeInfo) -> CellPlan:
         select = info.scope.expression
-        units, tables, instances = self._units(info.scope)
+        units, rkeys, tables, instances = self._units(info.scope, with_rkeys=False)
+        if self._uses_ckm(info, tables):
+            units, rkeys, tables, instances = self._units(info.scope, with_rkeys=True)
         if instances == 1 and len(tables) == 1 and self.unit_per_row.get(tables[0], False):
             units = None
-        aggregates = [self._aggregate(node, tables) for node in info.aggregates]
+        aggregates = [self._aggregate(node, tables, select) for node in info.aggregates]
         group_k = None
         if not aggregates or id(select) not in self._status:
             # The group's existence is the release when there is no value to suppress, and
@@ -140,23 +146,45 @@ class _Planner:
             aggregates,
             units,
             tables,
+            rkeys,
             id(select) in self._status,
             group_k,
         )
 
-    def _aggregate(self, node: exp.AggFunc, tables: list[str]) -> ProtectedAggregate:
+    def _aggregate(self, node: exp.AggFunc, tables: list[str], select) -> ProtectedAggregate:
         kind = AggregateKind.COUNTS if isinstance(node, exp.Count) else AggregateKind.MAGNITUDES
-        k = max(self.policy.table(t).rule(kind).min_frequency for t in tables)
+        rules = [self.policy.table(t).rule(kind) for t in tables]
+        if len({(r.method, r.ptable, r.magnitude) for r in rules}) > 1:
+            raise PolicyViolation(
+                f"the joined tables {', '.join(sorted(set(tables)))} protect {kind.value} "
+                "with different methods or parameters",
+                "aggregate each table on its own, or give the tables the same protection rule",
+                select.sql("duckdb"),
+            )
+        k = max(r.min_frequency for r in rules)
         argument = node.this
         if isinstance(argument, exp.Distinct):
             argument = argument.expressions[0]
         if isinstance(argument, exp.Star):
             argument = None
-        return ProtectedAggregate(node, kind, k, argument)
+        return ProtectedAggregate(node, kind, k, argument, rules[0])
 
-    def _units(self, scope: Scope) -> tuple[list[exp.Expr], list[str], int]:
-        """Unit expressions visible in ``scope``, confidential tables, and row sources joined."""
+    def _uses_ckm(self, info: ScopeInfo, tables: list[str]) -> bool:
+        kinds = {
+            AggregateKind.COUNTS if isinstance(n, exp.Count) else AggregateKind.MAGNITUDES
+            for n in info.aggregates
+        }
+        return any(
+            self.policy.table(t).rule(kind).method is Method.CKM for t in tables for kind in kinds
+        )
+
+    def _units(
+        self, scope: Scope, *, with_rkeys: bool
+    ) -> tuple[list[exp.Expr], list[exp.Expr], list[str], int]:
+        """Unit and (if asked) record-key expressions visible in ``scope``, confidential tables,
+        and the number of row sources joined."""
         units: list[exp.Expr] = []
+        rkeys: list[exp.Expr] = []
         tables: list[str] = []
         instances = 0
         for alias, (_node, source) in scope.selected_sources.items():
@@ -165,18 +193,24 @@ class _Planner:
                 table = self.policy.table(source.name)
                 if not table.is_public:
                     units.append(exp.column(table.privacy_unit, alias))
+                    if with_rkeys:
+                        rkeys.append(exp.column(RKEY, alias))
                     tables.append(table.name)
                 continue
             child = self.analysis.infos[id(source.expression)]
             if child.kind is not Kind.ROW:
                 instances += 1
                 continue
-            child_units, child_tables, child_instances = self._units(source)
+            child_units, child_rkeys, child_tables, child_instances = self._units(
+                source, with_rkeys=with_rkeys
+            )
             instances += child_instances
             tables += child_tables
             for expression in child_units:
                 units.append(exp.column(self._expose(source.expression, expression), alias))
-        return units, tables, instances
+            for expression in child_rkeys:
+                rkeys.append(exp.column(self._expose(source.expression, expression), alias))
+        return units, rkeys, tables, instances
 
     def _expose(self, select: exp.Select, expression: exp.Expr) -> str:
         key = (id(select), expression.sql())

@@ -10,15 +10,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sqlsdc.catalog import store
+from sqlsdc.errors import InternalError
 from sqlsdc.guard.pipeline import ProtectedQuery
-from sqlsdc.rewrite.threshold import MECHANISM, PUBLISHED, SUPPRESSED
-
-RELEASED = (MECHANISM, "derived")
+from sqlsdc.rewrite.cells import FAULT, PUBLISHED, SUPPRESSED
 
 
 def values_of(result: pa.Table, query: ProtectedQuery) -> pa.Table:
     """The user-visible columns (the hidden status columns follow them)."""
     return result.select(list(range(len(query.columns))))
+
+
+def check_faults(result: pa.Table, query: ProtectedQuery) -> None:
+    """Refuse the whole result if the mechanism failed for any cell (e.g. no ptable entry)."""
+    for name in query.status_columns.values():
+        if pc.any(pc.equal(result.column(name), FAULT)).as_py():
+            raise InternalError(
+                "a cell could not be protected (no perturbation table entry); nothing was "
+                "released. Re-apply the policy to regenerate the perturbation tables"
+            )
 
 
 def cell_status(result: pa.Table, query: ProtectedQuery) -> pd.DataFrame:
@@ -31,7 +40,7 @@ def cell_status(result: pa.Table, query: ProtectedQuery) -> pd.DataFrame:
     for i, column in enumerate(query.columns):
         if i in query.status_columns:
             status = pc.fill_null(result.column(query.status_columns[i]), "key")
-        elif column.mechanism in RELEASED:
+        elif column.released:
             status = pc.if_else(pc.is_null(result.column(i)), SUPPRESSED, PUBLISHED)
         else:
             status = pa.array([column.mechanism] * result.num_rows, pa.string())
@@ -43,12 +52,12 @@ def cell_status(result: pa.Table, query: ProtectedQuery) -> pd.DataFrame:
 
 def record_release(con, result: pa.Table, query: ProtectedQuery, query_id: int, user: str) -> None:
     """Write one ledger row per released protected cell (identity: the row's key values)."""
-    keys = tuple((c.name, i) for i, c in enumerate(query.columns) if c.mechanism not in RELEASED)
+    keys = tuple((c.name, i) for i, c in enumerate(query.columns) if not c.released)
     status_positions = {i: result.column_names.index(c) for i, c in query.status_columns.items()}
     cells = tuple(
         (c.name, i, c.mechanism, status_positions.get(i))
         for i, c in enumerate(query.columns)
-        if c.mechanism in RELEASED
+        if c.released
     )
     if not cells:
         return

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from sqlsdc.catalog.schema import CATALOG_SCHEMA
 from sqlsdc.errors import InternalError
 from sqlsdc.policy import Policy
-from sqlsdc.rewrite.threshold import CELLS, STATUS_PREFIX
+from sqlsdc.rewrite.cells import CELLS, STATUS_PREFIX
 
 INTERNAL_COLUMNS = ("__rkey",)
+CATALOG_TABLES = ("ptable_entries",)  # the only catalog table a protected query may read
 
 
 def validate_release(tree: exp.Expr, policy: Policy) -> None:
     ctes = {cte.alias_or_name.lower(): cte for cte in tree.find_all(exp.CTE)}
     for table in tree.find_all(exp.Table):
+        if _catalog_lookup(table):
+            continue
         if (
             table.args.get("db")
             or table.args.get("catalog")
@@ -35,16 +39,27 @@ def validate_release(tree: exp.Expr, policy: Policy) -> None:
         if not declared.is_public and not _protected(table, ctes, set()):
             raise InternalError(f"confidential table {name} is read outside protected cells")
     for column in tree.find_all(exp.Column):
-        if column.name.lower() in INTERNAL_COLUMNS:
+        if column.name.lower() in INTERNAL_COLUMNS and not _protected(column, ctes, set()):
             raise InternalError(f"internal column {column.name} in the protected query")
     for name in _output_names(tree):
         if name.startswith("__") and not name.startswith(STATUS_PREFIX):
             raise InternalError(f"internal column {name} would be returned")
 
 
+def _catalog_lookup(table: exp.Table) -> bool:
+    """A ptable read by a CKM frame, inside protected cells."""
+    return (
+        table.db == CATALOG_SCHEMA
+        and not table.args.get("catalog")
+        and table.name in CATALOG_TABLES
+        and _protected(table, {}, set())
+    )
+
+
 def check_engine_tables(tables_read: set[str], tree: exp.Expr, policy: Policy) -> None:
     """Compare the tables DuckDB says the SQL reads with the policy (defence in depth)."""
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    ctes |= {t.name for t in tree.find_all(exp.Table) if _catalog_lookup(t)}
     for name in tables_read:
         if name not in ctes and policy.table(name) is None:
             raise InternalError(f"the engine would read undeclared table {name}")

@@ -9,6 +9,7 @@ and hierarchies pointing at real columns). Every problem is reported as
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from functools import cache
 from importlib import resources
@@ -25,9 +26,11 @@ from sqlsdc.policy.model import (
     AggregateKind,
     Column,
     ColumnRole,
+    MagnitudeCkm,
     Method,
     Policy,
     ProtectionRule,
+    PTableSpec,
     Table,
     TableKind,
     User,
@@ -194,6 +197,12 @@ def _semantic_problems(doc: dict) -> list[str]:
                 problems.append(
                     f"{where}.privacy_unit: {unit!r} must be a declared column with role identifier"
                 )
+            protection = spec.get("protection", {})
+            for kind_name in ("counts", "magnitudes"):
+                if kind_name in protection:
+                    problems += _rule_problems(
+                        f"{where}.protection.{kind_name}", kind_name, protection[kind_name]
+                    )
         else:
             for key in ("privacy_unit", "hierarchies", "protection"):
                 if key in spec:
@@ -204,6 +213,11 @@ def _semantic_problems(doc: dict) -> list[str]:
                     problems.append(
                         f"{where}.hierarchies.{hname}: {level!r} is not a declared dimension"
                     )
+    for kind_name in ("counts", "magnitudes"):
+        if kind_name in doc.get("protection", {}):
+            problems += _rule_problems(
+                f"protection.{kind_name}", kind_name, doc["protection"][kind_name]
+            )
     if not any(u["role"] == "admin" for u in doc["users"].values()):
         problems.append("users: declare at least one user with role admin")
     return problems
@@ -227,13 +241,92 @@ def _rules(spec: dict | None, inherited: dict[AggregateKind, ProtectionRule]):
         base = inherited[kind]
         rule = spec.get(kind.value)
         if rule is not None:
-            k = rule.get("min_frequency", default_k or base.min_frequency)
-            rules[kind] = ProtectionRule(Method(rule["method"]), int(k))
+            k = int(rule.get("min_frequency", default_k or base.min_frequency))
+            rules[kind] = _rule(rule, k)
         elif default_k is not None:
-            rules[kind] = ProtectionRule(base.method, int(default_k))
+            rules[kind] = dataclasses.replace(base, min_frequency=int(default_k))
         else:
             rules[kind] = base
     return rules
+
+
+def _rule(rule: dict, k: int) -> ProtectionRule:
+    method = Method(rule["method"])
+    if method is Method.THRESHOLD:
+        return ProtectionRule(method, k)
+    magnitude = None
+    if "flex" in rule:
+        flex = rule["flex"]
+        magnitude = MagnitudeCkm(
+            top_k=rule.get("top_k", 1),
+            fp=float(flex["fp"]),
+            p_small=float(flex["p_small"]),
+            p_large=float(flex["p_large"]),
+            q=float(flex.get("q", 3.0)),
+            epsilon=tuple(float(e) for e in rule.get("epsilon", [1.0])),
+            mu_c=float(rule.get("mu_c", 0.0)),
+            sensitive_below=int(rule.get("sensitive_below", 0)),
+            same_key=bool(rule.get("same_key", True)),
+            mean_before_sum=bool(rule.get("mean_before_sum", True)),
+            small_cells=_ptable(rule["small_cells"]) if "small_cells" in rule else None,
+        )
+    return ProtectionRule(method, k, _ptable(rule["ptable"]), magnitude)
+
+
+def _ptable(spec: dict) -> PTableSpec:
+    return PTableSpec(
+        D=int(spec["D"]),
+        V=float(spec["V"]),
+        js=int(spec.get("js", 0)),
+        pstay=float(spec["pstay"]) if "pstay" in spec else None,
+        optim=int(spec.get("optim", 1)),
+        mono=bool(spec.get("mono", True)),
+        step=int(spec.get("step", 1)),
+        parity=bool(spec.get("parity", False)),
+    )
+
+
+def _rule_problems(where: str, kind: str, rule: dict) -> list[str]:
+    """Cross-field rules of a protection rule (cellKey ``ck_params_nums``/``ck_flexparams``)."""
+    if rule["method"] != "ckm":
+        extra = sorted(set(rule) - {"method", "min_frequency"})
+        return [f"{where}: {', '.join(extra)} only apply to method ckm"] if extra else []
+    problems = []
+    if "ptable" not in rule:
+        problems.append(
+            f"{where}.ptable: method ckm needs a perturbation table, e.g. {{D: 5, V: 2}}"
+        )
+    magnitude_keys = {
+        "top_k",
+        "flex",
+        "epsilon",
+        "mu_c",
+        "sensitive_below",
+        "same_key",
+        "mean_before_sum",
+        "small_cells",
+    }
+    if kind == "counts":
+        if extra := sorted(set(rule) & magnitude_keys):
+            problems.append(f"{where}: {', '.join(extra)} only apply to magnitudes")
+        return problems
+    if "flex" not in rule:
+        problems.append(
+            f"{where}.flex: magnitude CKM needs the flex function, e.g. "
+            "{fp: 10000, p_small: 0.2, p_large: 0.05}"
+        )
+        return problems
+    flex, top_k = rule["flex"], rule.get("top_k", 1)
+    epsilon = rule.get("epsilon", [1.0])
+    if flex["p_small"] < flex["p_large"]:
+        problems.append(f"{where}.flex: p_small must be at least p_large")
+    if len(epsilon) != top_k:
+        problems.append(f"{where}.epsilon: needs top_k = {top_k} values, got {len(epsilon)}")
+    if epsilon[0] != 1 or any(b > a for a, b in zip(epsilon, epsilon[1:], strict=False)):
+        problems.append(f"{where}.epsilon: must start with 1 and not increase")
+    if rule.get("ptable", {}).get("parity") and top_k > 1:
+        problems.append(f"{where}.ptable.parity: even/odd tables need top_k = 1")
+    return problems
 
 
 def _build(doc: dict, label: str) -> Policy:

@@ -1,0 +1,183 @@
+"""Perturbation tables in the catalog: generated once per parameter set, never changed.
+
+``ensure_ptables`` (run when a policy is applied) generates every ptable the policy's CKM rules
+name and stores its rows with integer key intervals ``[lo, hi)`` on [0, 2^32), the form the
+rewrite joins on. A stored table is checked before it is used: every row's intervals must tile
+[0, 2^32) exactly and every count row 0..max_i must exist, so a cell key always finds exactly one
+entry (a missing match would otherwise be silent).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
+
+from sqlsdc.catalog.schema import CATALOG_SCHEMA as S
+from sqlsdc.catalog.store import now
+from sqlsdc.engines.duckdb import one
+from sqlsdc.errors import Error
+from sqlsdc.mechanisms import ptable as pt
+from sqlsdc.policy import Method, Policy, PTableSpec
+
+KEY_MODULUS = 2**32
+PTableKey = tuple[str, PTableSpec]  # ("counts" | "magnitudes" | "small_cells", parameters)
+
+
+@dataclass(frozen=True)
+class PTableRef:
+    """A stored perturbation table as the rewrite needs it."""
+
+    ptable_id: int
+    max_i: float  # counts at or above it use the last row; magnitude ``a`` is capped at it
+    m1sq: float = 0.0  # Σ v²·p of the last row (cellKey ``m_fixed_sq`` for small cells)
+    classes: tuple[float, ...] = ()  # the rows i, ascending (magnitude lookups interpolate)
+
+
+def required_ptables(policy: Policy) -> set[PTableKey]:
+    """Every (kind, parameters) pair the policy's CKM rules use."""
+    needed: set[PTableKey] = set()
+    for table in policy.confidential_tables:
+        for aggregate_kind, rule in table.protection.items():
+            if rule.method is not Method.CKM:
+                continue
+            needed.add((aggregate_kind.value, rule.ptable))
+            if rule.magnitude is not None and rule.magnitude.small_cells is not None:
+                needed.add(("small_cells", rule.magnitude.small_cells))
+    return needed
+
+
+def generate(kind: str, spec: PTableSpec) -> pt.PTable:
+    """Build the ptable of ``spec``: counts and small cells as count tables, magnitudes as
+    magnitude tables (even and odd rows when ``parity``)."""
+    common = dict(
+        D=spec.D, V=spec.V, js=spec.js, pstay=spec.pstay, optim=spec.optim, mono=spec.mono
+    )
+    if kind in ("counts", "small_cells"):
+        return pt.count_ptable(**common)
+    return pt.magnitude_ptable(**common, step=spec.step, type="even" if spec.parity else "all")
+
+
+def entries(kind: str, spec: PTableSpec) -> pa.Table:
+    """The rows to store for one ptable: type, i, j, p, v and the integer key interval."""
+    tables = [generate(kind, spec)]
+    if kind == "magnitudes" and spec.parity:
+        common = dict(D=spec.D, V=spec.V, js=spec.js, pstay=spec.pstay, optim=spec.optim)
+        tables.append(pt.magnitude_ptable(**common, mono=spec.mono, step=spec.step, type="odd"))
+    parts = []
+    for table in tables:
+        frame = table.to_frame()
+        lo, hi = table.key_bounds(32)
+        types = frame["type"].astype(str) if "type" in frame else "all"
+        part = pa.table(
+            {
+                "type": pa.array(np.broadcast_to(types, len(frame)).astype(str)),
+                "i": pa.array(frame["i"].to_numpy(dtype=float)),
+                "j": pa.array(frame["j"].to_numpy(dtype=float)),
+                "p": pa.array(frame["p"].to_numpy(dtype=float)),
+                "v": pa.array(frame["v"].to_numpy(dtype=float)),
+                "lo": pa.array(np.asarray(lo, dtype=np.int64)),
+                "hi": pa.array(np.asarray(hi, dtype=np.int64)),
+            }
+        )
+        parts.append(part)
+    rows = pa.concat_tables(parts)
+    rows = rows.filter(pa.compute.greater(rows.column("hi"), rows.column("lo")))  # p > 0 only
+    if kind == "small_cells":  # looked up as the "all" rows of their own table
+        rows = rows.set_column(0, "type", pa.array(["all"] * rows.num_rows))
+    return rows
+
+
+def ensure_ptables(con, policy: Policy) -> dict[PTableKey, PTableRef]:
+    """Generate and store the ptables ``policy`` needs that are not stored yet."""
+    for kind, spec in sorted(required_ptables(policy), key=lambda k: (k[0], _params(k[1]))):
+        if _stored_id(con, kind, spec) is None:
+            store_ptable(con, kind, spec, entries(kind, spec))
+    return load_ptables(con, policy)
+
+
+def store_ptable(con, kind: str, spec: PTableSpec, rows: pa.Table) -> int:
+    _check_tiling(rows, kind, spec)
+    (latest,) = one(con, f"SELECT coalesce(max(ptable_id), 0) FROM {S}.ptables")
+    ptable_id = latest + 1
+    max_i = float(max(rows.column("i").to_pylist()))
+    last = rows.filter(pa.compute.equal(rows.column("i"), max_i))
+    v, p = last.column("v").to_numpy(), last.column("p").to_numpy()
+    m1sq = float(np.sum(v * v * p)) / max(1, len(set(last.column("type").to_pylist())))
+    con.execute(
+        f"INSERT INTO {S}.ptables VALUES (?, ?, ?, ?, ?, ?)",
+        [ptable_id, kind, _params(spec), now(), max_i, m1sq],
+    )
+    con.register("__sqlsdc_ptable_rows", rows)
+    try:
+        con.execute(
+            f"INSERT INTO {S}.ptable_entries SELECT ?, type, i, j, p, v, lo, hi "
+            "FROM __sqlsdc_ptable_rows",
+            [ptable_id],
+        )
+    finally:
+        con.unregister("__sqlsdc_ptable_rows")
+    return ptable_id
+
+
+def load_ptables(con, policy: Policy) -> dict[PTableKey, PTableRef]:
+    """References to the stored ptables of ``policy`` (missing ones are left out; the rewrite
+    refuses a query that needs one)."""
+    refs = {}
+    for kind, spec in required_ptables(policy):
+        row = one(
+            con,
+            f"SELECT ptable_id, max_i, m1sq FROM {S}.ptables WHERE kind = ? AND params = ?",
+            [kind, _params(spec)],
+        )
+        if row is not None:
+            classes = con.execute(
+                f"SELECT DISTINCT i FROM {S}.ptable_entries WHERE ptable_id = ? ORDER BY i",
+                [row[0]],
+            ).fetchall()
+            refs[(kind, spec)] = PTableRef(
+                int(row[0]), float(row[1]), float(row[2]), tuple(c[0] for c in classes)
+            )
+    return refs
+
+
+def stored_entries(con, ptable_id: int) -> pa.Table:
+    return con.execute(
+        f"SELECT type, i, j, p, v, lo, hi FROM {S}.ptable_entries WHERE ptable_id = ? "
+        "ORDER BY type, i, lo",
+        [ptable_id],
+    ).to_arrow_table()
+
+
+def _stored_id(con, kind: str, spec: PTableSpec) -> int | None:
+    row = one(
+        con,
+        f"SELECT ptable_id FROM {S}.ptables WHERE kind = ? AND params = ?",
+        [kind, _params(spec)],
+    )
+    return None if row is None else int(row[0])
+
+
+def _params(spec: PTableSpec) -> str:
+    return json.dumps(spec.as_dict(), sort_keys=True)
+
+
+def _check_tiling(rows: pa.Table, kind: str, spec: PTableSpec) -> None:
+    """Every (type, i) row's key intervals tile [0, 2^32); count rows 0..max_i all exist;
+    every type has the same rows."""
+    frame = rows.to_pandas().sort_values(["type", "i", "lo"])
+    for (kind_type, i), group in frame.groupby(["type", "i"]):
+        lo, hi = group["lo"].to_numpy(), group["hi"].to_numpy()
+        if lo[0] != 0 or hi[-1] != KEY_MODULUS or np.any(lo[1:] != hi[:-1]) or np.any(hi <= lo):
+            raise Error(
+                f"ptable {kind} {_params(spec)}: row {kind_type} i={i} does not tile the keys"
+            )
+    classes = {t: sorted(set(g["i"])) for t, g in frame.groupby("type")}
+    if len({tuple(c) for c in classes.values()}) != 1:
+        raise Error(f"ptable {kind} {_params(spec)}: its types have different rows")
+    rows_i = next(iter(classes.values()))
+    if kind != "magnitudes" and rows_i != list(np.arange(0, max(rows_i) + 1, 1.0)):
+        raise Error(f"ptable {kind} {_params(spec)}: rows are not 0..{max(rows_i)}")

@@ -1,0 +1,185 @@
+"""The cell key method on single cells, in plain Python: the reference the SQL rewrite must match.
+
+``perturb_count`` and ``perturb_magnitude`` restate, cell by cell, what
+:mod:`sqlsdc.rewrite.ckm` computes in SQL for whole tables; tests compare the two on real data.
+Definitions: Geyer, Tent, Reiffert, Giessing (PSD 2022) §2 and the sdcTools ``cellKey`` package
+(``.perturb_cell_flex``, ``.para_m``, ``.lookup_v_flex``, ``.scramble_ckeys``), with the integer
+keys of sqlsdc: a cell key is an integer in [0, 2^32) and a ptable row's entries carry integer
+intervals [lo, hi).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from sqlsdc.policy import MagnitudeCkm
+
+KEY_BITS = 32
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """A stored ptable as arrays: rows by (type, i) with the entries' [lo, hi) and noise v."""
+
+    type: np.ndarray
+    i: np.ndarray
+    v: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+    @classmethod
+    def from_table(cls, table) -> Lookup:
+        """From an Arrow table or DataFrame with columns type, i, v, lo, hi."""
+        get = (lambda c: table.column(c).to_numpy()) if hasattr(table, "column") else table.get
+        return cls(*(np.asarray(get(c)) for c in ("type", "i", "v", "lo", "hi")))
+
+    @property
+    def classes(self) -> list[float]:
+        return sorted(set(self.i.tolist()))
+
+    def value(self, kind: str, i: float, key: int) -> float:
+        hit = (self.type == kind) & (self.i == i) & (self.lo <= key) & (key < self.hi)
+        if hit.sum() != 1:
+            raise LookupError(f"no unique ptable entry for type={kind} i={i} key={key}")
+        return float(self.v[hit][0])
+
+    def interpolated(self, kind: str, a: float, key: int) -> float:
+        """v at ``a``, linear between the ptable rows around it (cellKey ``.lookup_v_flex``)."""
+        classes = self.classes
+        below = max((c for c in classes if c <= a), default=classes[0])
+        above = min((c for c in classes if c >= a), default=classes[-1])
+        weight = (a - below) / (above - below) if above > below else 0.0
+        low, high = self.value(kind, below, key), self.value(kind, above, key)
+        return (1 - weight) * low + weight * high
+
+
+def perturb_count(n: int, key: int, counts: Lookup, max_i: float) -> int:
+    """n + v with v from row min(n, max_i) at the cell key (Geyer et al. §2; τ-ARGUS)."""
+    return n + int(counts.value("all", min(n, max_i), key))
+
+
+def flex(x: float, m: MagnitudeCkm) -> float:
+    """The flex function m(x) of cellKey ``.para_m`` (``ck_flexparams``)."""
+    f1 = (m.p_small * x - m.p_large * m.fp) / (m.p_large * m.fp)
+    f2 = 2 * m.fp / (m.fp + x)
+    return m.p_large * (1 + f1 * f2**m.q)
+
+
+def scrambled(key: int, rotations: int) -> int:
+    """The key rotated left by 4·r bits (integer analogue of cellKey ``.scramble_ckeys``)."""
+    bits = (4 * rotations) % KEY_BITS
+    return ((key << bits) | (key >> (KEY_BITS - bits))) & (2**KEY_BITS - 1) if bits else key
+
+
+def separation_point(m: MagnitudeCkm, m1sq: float | None) -> float:
+    """z_s = sqrt(m1²)/(sqrt(Σε²)·p_small) (cellKey ``ck_params_nums``); 0 without small cells."""
+    if not m1sq:
+        return 0.0
+    return math.sqrt(m1sq) / (math.sqrt(sum(e * e for e in m.epsilon)) * m.p_small)
+
+
+def perturb_magnitude(
+    total: float,
+    top: Sequence[float],
+    key: int,
+    contributors: int,
+    m: MagnitudeCkm,
+    main: Lookup,
+    small: Lookup | None = None,
+    m1sq: float | None = None,
+) -> float:
+    """The perturbed cell value x̂ of cellKey ``.perturb_cell_flex``.
+
+    ``top`` holds the largest contributions by absolute value (at most ``m.top_k``). For each
+    contributor j in turn: x_delta from the flex function (or rescaled to the running value when
+    that is smaller, with x_j = x̂/(p_small·ε_j)), v looked up at a = |x_j/x_delta| with the j-th
+    scrambled key, and x̂ += sign(x̂)·|x_delta|·sign(v)·(μ + |v|) without changing sign;
+    μ = mu_c for the first contributor of a sensitive cell (fewer than ``sensitive_below``).
+    """
+    zs = separation_point(m, m1sq)
+    sensitive = contributors < m.sensitive_below
+    kind = "all"
+    if main.type.size and "even" in set(main.type.tolist()):
+        kind = "odd" if contributors % 2 else "even"
+    xo = float(total)
+    for j, x in enumerate(top[: m.top_k], start=1):
+        lookup, table = kind, main
+        ax = abs(x)
+        if ax < zs:
+            delta, table, lookup = 1.0, small, "all"
+        elif ax < m.fp:
+            delta = x * m.p_small
+        else:
+            delta = x * flex(ax, m)
+        zero = False
+        xj = x
+        if abs(xo) < abs(delta):
+            xj = xo / (m.p_small * m.epsilon[j - 1])
+            delta, table, lookup = xo, main, kind
+            if abs(xj) < zs:
+                delta, table, lookup = 1.0, small, "all"
+                zero = j > 1
+        if zero:
+            continue
+        a = 0.0 if delta == 0 else abs(xj / delta)
+        a = min(a, max(table.classes))
+        ckey = scrambled(key, j - 1 + (0 if m.same_key else 1))
+        v = table.interpolated(lookup, a, ckey)
+        mu = m.mu_c if (j == 1 and sensitive) else 0.0
+        amount = _sign(xo) * abs(delta) * _sign(v) * (mu + abs(v))
+        if v < 0:
+            amount = min(amount, -xo) if xo < 0 else max(amount, -xo)
+        xo += amount
+    return xo
+
+
+def _sign(x: float) -> int:
+    return (x > 0) - (x < 0)
+
+
+def utility_risk(
+    counts: Sequence[float],
+    perturbed_counts: Sequence[float],
+    values: Sequence[float] | None = None,
+    perturbed_values: Sequence[float] | None = None,
+) -> dict[str, float]:
+    """Utility and risk of a released table (Geyer et al., PSD 2022, §3 and Appendix A.1).
+
+    U: Σ|x̂ − x| / Σ|x| over the cells (of ``values`` if given, else of the counts);
+    U_single: the same over cells that are singletons before and after perturbation;
+    R_pert: the share of published singletons (count 1) that are true singletons;
+    R: (1 − min(1, U_single))·R_pert, the combined risk of the R–U map;
+    hellinger: √(½ Σ (√(n_i/N) − √(n̂_i/N̂))²) of the count tables, in [0, 1].
+    Undefined measures (no singletons, empty tables) are NaN.
+    """
+    n, n_hat = np.asarray(counts, float), np.asarray(perturbed_counts, float)
+    x = n if values is None else np.asarray(values, float)
+    x_hat = n_hat if perturbed_values is None else np.asarray(perturbed_values, float)
+    if not (len(n) == len(n_hat) == len(x) == len(x_hat)):
+        raise ValueError("counts, perturbed counts and values need one entry per cell")
+    singles = (n == 1) & (n_hat == 1)
+    u_single = _relative_deviation(x[singles], x_hat[singles])
+    published_singles = n_hat == 1
+    r_pert = float(np.mean(n[published_singles] == 1)) if published_singles.any() else math.nan
+    total, total_hat = n.sum(), n_hat.sum()
+    if total > 0 and total_hat > 0:
+        hellinger = math.sqrt(0.5 * np.sum((np.sqrt(n / total) - np.sqrt(n_hat / total_hat)) ** 2))
+    else:
+        hellinger = math.nan
+    return {
+        "cells": float(len(n)),
+        "U": _relative_deviation(x, x_hat),
+        "U_single": u_single,
+        "R_pert": r_pert,
+        "R": (1 - min(1.0, u_single)) * r_pert,
+        "hellinger": hellinger,
+    }
+
+
+def _relative_deviation(x: np.ndarray, x_hat: np.ndarray) -> float:
+    scale = np.abs(x).sum()
+    return float(np.abs(x_hat - x).sum() / scale) if scale > 0 else math.nan

@@ -1,0 +1,523 @@
+"""Maximum-entropy perturbation tables (ptables) for the Cell Key Method (CKM).
+
+A ptable says, for each original value class ``i``, how likely each noise ``v = j - i`` is: row
+``i`` cuts the cell-key range [0, 1) into consecutive intervals ``[p_int_lb, p_int_ub)`` of width
+``p``, one per target ``j``, and the cell key picks one. Counts ``n >= max_i`` use row ``max_i``;
+magnitude tables interpolate between their classes ``icat``.
+
+This is a port of the R package **ptable** 1.0 (sdcTools; T. Enderle, S. Giessing, J. Peter), the
+generator behind the cellKey package and τ-ARGUS: ``pt_create_pParams`` (checks),
+``pt_create_pTable`` (rows, pstay relaxation, rounding), ``pt_optim_entropy`` (the programme
+below), ``create_cnt_ptable`` / ``create_num_ptable`` and ``pt_export``. The method is Deliverable
+D4.2 of the ESS SGA "Open source tools for perturbative confidentiality methods" and Giessing
+(2016), "Computational issues in the design of transition probabilities and disclosure risk
+estimation for additive noise", PSD 2016, LNCS 9867, 237-251.
+
+Each positive class ``i`` solves, over the targets ``j = max(i-D, 0), ..., i+D`` in steps of
+``1/step`` without the blocked counts ``1..js``::
+
+    maximise  -sum p log p
+    subject to sum p = 1,  sum v p = 0,  sum v^2 p <= V (optim 1-3) or = V (optim 4),
+               1e-8 <= p <= 1,  p(v=0) >= pstay,
+               p non-decreasing from the leftmost target up to v = 0 (mono; the right is free)
+
+All constraints are linear and the objective strictly concave, so the optimum is unique and
+scipy's SLSQP finds the table nloptr's SLSQP finds, to solver tolerance (~1e-7; R uses
+``xtol_rel = 1e-7``). optim 1, 2 and 3 only restate the bounds in R: one programme. While
+``round(var, 3) != V`` R lowers the bound on p(v=0) by 0.05 and solves again, at most 20 times; rows
+near 0 whose targets cannot spread that far keep a smaller variance (``create_cnt_ptable(D=2,
+V=1)`` has 0.932 in row 1). Intervals are rounded to 8 decimals and ``p`` is redefined as
+``p_int_ub - p_int_lb``, as in R.
+
+Example:
+    >>> [round(r.p, 4) for r in count_ptable(D=2, V=0.9).row(1)]
+    [0.3625, 0.3625, 0.1875, 0.0875]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import groupby
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import minimize
+
+from sqlsdc.errors import Error
+
+EPSILON = 1e-8  # smallest probability of a target (R: epsilon <- 1 / 10^ndigits)
+NDIGITS = 8  # decimals of the intervals (R: ndigits <- 8)
+MAX_ITER, PSTAY_STEP = 20, 0.05  # R's pstay relaxation loop
+COLUMNS = ("i", "j", "p", "v", "p_int_lb", "p_int_ub", "type")
+
+
+class PTableError(ValueError, Error):
+    """Invalid ptable parameters, an infeasible row, or a malformed ptable file."""
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int | np.integer) and not isinstance(x, bool)
+
+
+@dataclass(frozen=True)
+class PTableParams:
+    """Parameters of ``pt_create_pParams``; ``pstay``, ``optim`` and ``mono`` may be per row.
+
+    D is the largest noise, V the noise variance, js blocks the targets 1..js (counts), pstay is a
+    lower bound on p(v=0) (None: the maximum-entropy value), step gives the noise grid 1/step and
+    icat the classes of a magnitude table (default (1, D); R requires them), type labels the rows
+    ('small_cells' is cellKey's label for the separate small-cell table).
+    """
+
+    D: int
+    V: float
+    js: int = 0
+    pstay: float | tuple[float | None, ...] | None = None
+    optim: int | tuple[int, ...] = 1
+    mono: bool | tuple[bool, ...] = True
+    table: str = "cnts"
+    step: int = 1
+    icat: tuple[int, ...] | None = None
+    type: str = "all"
+
+    def __post_init__(self):
+        def check(ok, message):
+            if not ok:
+                raise PTableError(message)
+
+        check(self.table in ("cnts", "nums"), f"table must be 'cnts' or 'nums'; got {self.table!r}")
+        check(
+            _is_int(self.D) and self.D >= 1,
+            f"D (largest noise) must be an integer >= 1; got {self.D!r}",
+        )
+        check(
+            isinstance(self.V, int | float) and not isinstance(self.V, bool) and self.V > 0,
+            f"V (noise variance) must be a number > 0; got {self.V!r}",
+        )
+        check(_is_int(self.js) and self.js >= 0, f"js must be an integer >= 0; got {self.js!r}")
+        check(
+            _is_int(self.step) and self.step >= 1,
+            f"step must be an integer >= 1; got {self.step!r}",
+        )
+        if self.table == "cnts":
+            check(
+                self.step == 1 and self.icat is None,
+                "step and icat apply to magnitude tables only; use table='nums'",
+            )
+            check(self.type == "all", f"count tables have type 'all'; got {self.type!r}")
+        else:
+            check(
+                self.js == 0 and self.pstay is None,
+                "js and pstay do not apply to magnitude tables (R's ptable ignores them); "
+                "leave js=0 and pstay=None",
+            )
+            icat = (1, self.D) if self.icat is None else tuple(self.icat)
+            check(
+                all(_is_int(c) and 1 <= c <= self.D for c in icat) and {1, self.D} <= set(icat),
+                f"icat must hold integers in 1..D that include 1 and D={self.D}, e.g. "
+                f"(1, {self.D}); got {icat!r}",
+            )
+            object.__setattr__(self, "icat", tuple(sorted(set(icat))))
+            check(
+                self.D * self.step < 50,
+                f"D*step must be below 50 (R's limit); got D={self.D}, step={self.step}",
+            )
+            check(
+                self.type in ("all", "even", "odd", "small_cells"),
+                f"type must be 'all', 'even', 'odd' or 'small_cells'; got {self.type!r}",
+            )
+        n = len(self.classes)
+        for name in ("pstay", "optim", "mono"):
+            value = getattr(self, name)
+            if not isinstance(value, list | tuple):
+                value = (value,) * n
+            check(
+                len(value) == n,
+                f"{name} has {len(value)} values but the table has {n} rows with positive i "
+                f"{self.classes}; give one value per row or a single value",
+            )
+            object.__setattr__(self, name, tuple(value))
+        check(
+            all(p is None or 0 < p < 1 for p in self.pstay),
+            f"pstay must lie strictly between 0 and 1 (None: no bound); got {self.pstay}",
+        )
+        check(
+            all(o in (1, 2, 3, 4) for o in self.optim),
+            f"optim must be 1, 2, 3 (variance <= V) or 4 (variance = V); got {self.optim}",
+        )
+        check(
+            all(isinstance(m, bool | np.bool_) for m in self.mono),
+            f"mono must be True or False; got {self.mono}",
+        )
+        # The last row is symmetric (targets i-D..i+D): V must be reachable there.
+        v2 = self.noise(self.classes[-1]) ** 2
+        grid = f"-{self.D}..{self.D}" + (f" in steps of 1/{self.step}" if self.step > 1 else "")
+        check(
+            self.V > EPSILON * v2.sum(),
+            f"V={self.V} is too small: every target keeps probability >= 1e-8, so the variance "
+            f"on {grid} is at least {EPSILON * v2.sum():.3g}",
+        )
+        check(
+            self.optim[-1] == 4 or self.V <= v2.mean() + 1e-12,
+            f"V={self.V} is unreachable with variance <= V (optim {self.optim[-1]}): the most "
+            f"spread noise on {grid} is uniform, variance {v2.mean():.4g}; lower V, raise D, "
+            "or use optim=4 (variance = V)",
+        )
+
+    @property
+    def classes(self) -> tuple[int, ...]:
+        """Rows with positive i (R's icat): 1..D (js = 0) or 1..D+js+1 for counts, else icat."""
+        if self.table == "nums":
+            return self.icat
+        return tuple(range(1, self.D + 1 + (self.js + 1 if self.js else 0)))
+
+    def targets(self, i: int) -> np.ndarray:
+        """R's ``seq(max(i-D, 0), i+D, by = 1/step)``, rounded to 4 decimals, minus 1..js."""
+        lo = max(i - self.D, 0)
+        j = [round(lo + k / self.step, 4) for k in range(round((i + self.D - lo) * self.step) + 1)]
+        return np.array([t for t in j if not 1 <= t <= self.js], dtype=float)
+
+    def noise(self, i: int) -> np.ndarray:
+        return np.round(self.targets(i) - i, 4)
+
+
+def _mono_matrix(v: np.ndarray) -> np.ndarray | None:
+    """Rows of ``x[k] - x[k+1] <= 0`` left of v = 0 (R's ``eval_g_mono``); None if there are none."""
+    zero = np.flatnonzero(v == 0)
+    if not zero.size or zero[0] == 0:
+        return None
+    k = np.arange(zero[0])
+    m = np.zeros((zero[0], v.size))
+    m[k, k], m[k, k + 1] = 1.0, -1.0
+    return m
+
+
+def _max_entropy(v: np.ndarray, V: float, lb: np.ndarray, mono: bool, optim: int) -> np.ndarray:
+    """One row of ``pt_optim_entropy`` by SLSQP (entropy in nats: a scale factor changes nothing)."""
+    v2 = v * v
+    a_eq, b_eq = np.vstack([np.ones_like(v), v]), np.array([1.0, 0.0])
+    if optim == 4:
+        a_eq, b_eq = np.vstack([a_eq, v2]), np.append(b_eq, V)
+    cons = [{"type": "eq", "fun": lambda x: a_eq @ x - b_eq, "jac": lambda x: a_eq}]
+    if optim != 4:
+        cons.append({"type": "ineq", "fun": lambda x: [V - v2 @ x], "jac": lambda x: -v2[None]})
+    m = _mono_matrix(v) if mono else None
+    if m is not None:
+        cons.append({"type": "ineq", "fun": lambda x: -m @ x, "jac": lambda x: -m})
+    res = minimize(
+        lambda x: (float(x @ np.log(x)), np.log(x) + 1.0),
+        np.clip(np.full(v.size, 1.0 / v.size), lb, 1.0),
+        jac=True,
+        method="SLSQP",
+        bounds=list(zip(lb, np.ones_like(v), strict=True)),
+        constraints=cons,
+        options={"ftol": 1e-15, "maxiter": 1000},
+    )
+    return res.x
+
+
+def _solve_class(params: PTableParams, r: int, i: int) -> tuple[np.ndarray, int]:
+    """Row ``i`` with R's loop: lower the pstay bound by 0.05 until round(var, 3) == V."""
+    v = params.noise(i)
+    lb = np.full(v.size, EPSILON)
+    lb[v == 0] = max(params.pstay[r] or 0.0, EPSILON)
+    it = 0
+    while it < MAX_ITER:
+        it += 1
+        p = _max_entropy(v, params.V, lb, params.mono[r], params.optim[r])
+        var = float(p @ (v * v))
+        var_ok = var <= params.V + 1e-6 and (params.optim[r] != 4 or var >= params.V - 1e-6)
+        if round(float(p.sum()), 10) != 1 or abs(p @ v) > 1e-8 or not var_ok:
+            raise PTableError(
+                f"the ptable can't be calculated without violating its constraints in row i={i} "
+                f"(D={params.D}, V={params.V}, js={params.js}, pstay={params.pstay[r]}); change "
+                "mono or optim, or another parameter (changing V is enough in most cases)"
+            )
+        if round(var, 3) == params.V or 1 <= i <= params.js:
+            break
+        if lb[v == 0].max(initial=0.0) <= EPSILON:
+            return p, MAX_ITER  # R solves the same programme again until iteration 20
+        lb[v == 0] = max(lb[v == 0][0] - PSTAY_STEP, EPSILON)
+    return p, it
+
+
+@dataclass(frozen=True)
+class PTableRow:
+    """One lookup entry: class i, target j, probability p, noise v = j - i, key interval, type."""
+
+    i: int
+    j: float
+    p: float
+    v: float
+    p_int_lb: float
+    p_int_ub: float
+    type: str = "all"
+
+
+def _entries(i, js, vs, ubs, type_, integral) -> list[PTableRow]:
+    """Chain the intervals (lb = previous ub) and set p = ub - lb, as ``pt_create_pTable``."""
+    num = int if integral else float
+    lbs = [0.0, *ubs[:-1]]
+    return [
+        PTableRow(int(i), num(j), ub - lb, num(v), lb, ub, type_)
+        for j, v, lb, ub in zip(js, vs, lbs, ubs, strict=True)
+    ]
+
+
+@dataclass(frozen=True)
+class PTable:
+    """A ptable: the rows of R's ``ptable@pTable``, 'cnts' or 'nums', and (if generated) params.
+
+    ``iterations`` is R's ``empResults$iter`` per class (20: V was not reached in that row).
+    """
+
+    rows: tuple[PTableRow, ...]
+    table: str = "cnts"
+    params: PTableParams | None = None
+    iterations: tuple[int, ...] = field(default=(), compare=False)
+
+    def __post_init__(self):
+        if not self.rows or self.rows[0].i != 0:
+            raise PTableError("a ptable starts with the row for i=0 (zero stays zero)")
+        for i, entries in self._groups.items():
+            ubs = [0.0] + [e.p_int_ub for e in entries]
+            if [e.p_int_lb for e in entries] != ubs[:-1] or ubs[-1] != 1 or sorted(ubs) != ubs:
+                raise PTableError(f"row i={i} does not cut [0, 1) into consecutive intervals")
+
+    @cached_property
+    def _groups(self) -> dict[int, tuple[PTableRow, ...]]:
+        groups = {i: tuple(g) for i, g in groupby(self.rows, key=lambda e: e.i)}
+        if len(groups) != len({e.i for e in self.rows}) or list(groups) != sorted(groups):
+            raise PTableError("the entries of a ptable must be grouped by i in ascending order")
+        return groups
+
+    @property
+    def classes(self) -> tuple[int, ...]:
+        return tuple(self._groups)
+
+    @property
+    def max_i(self) -> int:
+        """The largest class; every original value >= max_i uses its row."""
+        return self.classes[-1]
+
+    @property
+    def ncat(self) -> int:
+        """Number of positive classes (R's ``ncat``)."""
+        return len(self.classes) - 1
+
+    @property
+    def type(self) -> str:
+        return self.rows[0].type
+
+    def row(self, i: int) -> tuple[PTableRow, ...]:
+        """The entries for original value ``i``: row ``min(i, max_i)``."""
+        if i < 0 or min(i, self.max_i) not in self._groups:
+            raise PTableError(
+                f"no row for i={i}: the classes are {self.classes}, values >= {self.max_i} use "
+                "the last (magnitude tables interpolate between classes)"
+            )
+        return self._groups[min(i, self.max_i)]
+
+    def mean(self, i: int) -> float:
+        return float(sum(e.p * e.v for e in self.row(i)))
+
+    def variance(self, i: int) -> float:
+        return float(sum(e.p * e.v * e.v for e in self.row(i)))
+
+    def key_bounds(self, bits: int = 32) -> tuple[np.ndarray, np.ndarray]:
+        """Integer key intervals ``[lo, hi)`` on ``[0, 2**bits)``, aligned with ``rows``.
+
+        ``lo = rint(p_int_lb * 2**bits)`` and ``hi = rint(p_int_ub * 2**bits)``, rounding half to
+        even (scaling by a power of two is exact). Each lb *is* the previous ub, so hi of one entry
+        equals lo of the next and every row covers exactly ``[0, 2**bits)``; row i=0 is one entry
+        (v=0) covering all. An entry narrower than ``2**-bits`` may get ``lo == hi``. cellKey takes
+        the first entry with ``key <= ub``; ``lo <= key < hi`` differs only on the boundaries.
+        """
+        if not 1 <= bits <= 62:
+            raise PTableError(f"bits must be between 1 and 62; got {bits}")
+        scale = float(2**bits)
+        lo = np.rint(np.array([e.p_int_lb for e in self.rows]) * scale).astype(np.int64)
+        hi = np.rint(np.array([e.p_int_ub for e in self.rows]) * scale).astype(np.int64)
+        return lo, hi
+
+    def to_frame(self) -> pd.DataFrame:
+        """R's ``pTable``: columns i, j, p, v, p_int_lb, p_int_ub, type."""
+        return pd.DataFrame([[getattr(e, c) for c in COLUMNS] for e in self.rows], columns=COLUMNS)
+
+    def self_check(self, tol: float = 1e-6) -> pd.DataFrame:
+        """R's ``empResults`` plus rule checks, one row per class; PTableError on a violation.
+
+        Columns: i, p_mean (must be 0), p_var, p_sum (must be 1), p_stay, iter, var_rule ('<=' for
+        optim 1-3, '=' for optim 4, None without params), var_reached, js_ok (no target in
+        1..js), mono_ok. Tolerances are ``tol`` plus what rounding the intervals to 8 decimals can
+        move (1e-8 per entry times |v| or v^2). ``var < V`` under '<=' is no violation: rows near
+        0 cannot spread that far, and R keeps them (iter = 20).
+        """
+        out, bad, pr = [], [], self.params
+        for r, (i, entries) in enumerate(self._groups.items()):
+            p, v, j = (np.array([getattr(e, c) for e in entries]) for c in "pvj")
+            mean, var, total = float(p @ v), float(p @ (v * v)), float(p.sum())
+            var_tol = tol + 1e-8 * float(v @ v)
+            rule, reached, js_ok, mono_ok, var_ok = None, None, True, True, True
+            if pr is not None and i > 0:
+                rule = "=" if pr.optim[r - 1] == 4 else "<="
+                reached = abs(var - pr.V) <= var_tol
+                var_ok = var <= pr.V + var_tol and (rule == "<=" or reached)
+                js_ok = not np.any((j >= 1) & (j <= pr.js))
+                m = _mono_matrix(v) if pr.mono[r - 1] else None
+                mono_ok = m is None or bool(np.all(m @ p <= 2e-8))
+            for failed, what in (
+                (abs(mean) > tol + 1e-8 * np.abs(v).sum(), f"mean {mean:.3g} is not 0"),
+                (abs(total - 1) > 1e-9, f"probabilities sum to {total:.12g}"),
+                (not var_ok, f"variance {var:.6g} breaks variance {rule} V"),
+                (not js_ok, "a target in the blocked 1..js"),
+                (not mono_ok, "probabilities do not rise up to v=0 (mono)"),
+            ):
+                if failed:
+                    bad.append(f"i={i}: {what}")
+            it = self.iterations[r] if self.iterations else None
+            out.append(
+                (i, mean, var, total, float(p[v == 0].sum()), it, rule, reached, js_ok, mono_ok)
+            )
+        if bad:
+            raise PTableError("ptable violates its rules: " + "; ".join(bad))
+        names = "i p_mean p_var p_sum p_stay iter var_rule var_reached js_ok mono_ok".split()
+        return pd.DataFrame(out, columns=names)
+
+
+def create_ptable(params: PTableParams) -> PTable:
+    """``pt_create_pTable``: solve every class, chain the intervals, round them to 8 decimals."""
+    integral = params.table == "cnts"
+    rows, iterations = _entries(0, [0], [0], [1.0], params.type, integral), [0]
+    for r, i in enumerate(params.classes):
+        p, it = _solve_class(params, r, i)
+        ubs = [round(float(c), NDIGITS) for c in np.cumsum(p)]
+        rows += _entries(i, params.targets(i), params.noise(i), ubs, params.type, integral)
+        iterations.append(it)
+    return PTable(tuple(rows), params.table, params, tuple(iterations))
+
+
+def count_ptable(D, V, js=0, pstay=None, optim=1, mono=True) -> PTable:
+    """``create_cnt_ptable(D, V, js, pstay, optim, mono)``: a ptable for frequency counts."""
+    return create_ptable(PTableParams(D, V, js, pstay, optim, mono))
+
+
+def magnitude_ptable(
+    D, V, js=0, pstay=None, optim=1, mono=True, step=1, icat=None, type="all"
+) -> PTable:
+    """``create_num_ptable``: noise on a 1/step grid for the classes icat (R's default step is 2)."""
+    return create_ptable(PTableParams(D, V, js, pstay, optim, mono, "nums", step, icat, type))
+
+
+def small_cells_ptable() -> PTable:
+    """The separation ptable of ``pt_ex_nums(separation = TRUE)``, labelled as cellKey does."""
+    return magnitude_ptable(5, 1, optim=(4, 1, 1), step=5, icat=(1, 3, 5), type="small_cells")
+
+
+def _fmt(x: float) -> str:
+    """At most 8 decimals, no trailing zeros, never '-0' (like τ-ARGUS's own ptable files)."""
+    s = f"{round(x, NDIGITS) + 0.0:.{NDIGITS}f}".rstrip("0").rstrip(".")
+    return "0" if s == "-0" else s
+
+
+def to_tauargus(*tables: PTable) -> str:
+    """``pt_export(..., SDCtool = "TauArgus")``: a header line, then ``;``-separated entries.
+
+    Counts: one table, columns i;j;p;v;p_int_ub. Magnitudes: one table of type 'all', or two of
+    types 'even' and 'odd' (in the order given), columns i;j;p;v;p_int_ub;type. τ-ARGUS skips the
+    header and reads i with atoi, the rest with atof (libtauargus PTable.cpp, PTableCont.cpp).
+    """
+    kinds = sorted(t.type for t in tables)
+    nums = bool(tables) and tables[0].table == "nums"
+    if (
+        not tables
+        or any(t.table != tables[0].table for t in tables)
+        or kinds not in ([["all"]] if not nums else [["all"], ["even", "odd"]])
+    ):
+        raise PTableError(
+            "τ-ARGUS takes one count ptable, one magnitude ptable of type 'all', or two of "
+            f"types 'even' and 'odd'; got {[(t.table, t.type) for t in tables]}"
+        )
+    cols = ("i", "j", "p", "v", "p_int_ub")
+    lines = [";".join(cols + ("type",) * nums)]
+    for t in tables:
+        lines += [";".join([_fmt(getattr(e, c)) for c in cols] + [e.type] * nums) for e in t.rows]
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(pt: PTable) -> str:
+    """R's ``pTable`` as CSV: i,j,p,v,p_int_lb,p_int_ub,type (read back with ``from_csv``)."""
+    lines = [",".join(COLUMNS)]
+    lines += [",".join([_fmt(getattr(e, c)) for c in COLUMNS[:-1]] + [e.type]) for e in pt.rows]
+    return "\n".join(lines) + "\n"
+
+
+def _read(text, sep, table, type, params, columns) -> PTable:
+    """Group the records by type and i; recompute lb (= previous ub) and p from the intervals."""
+    lines = [ln for ln in text.replace("\r", "").split("\n") if ln.strip()]
+    header = [h.strip().strip('"') for h in lines[0].split(sep)] if lines else []
+    at = {name: k for k, name in enumerate(header)} if columns is None else columns
+    if len(lines) < 2 or not {"i", "j", "v", "p_int_ub"} <= set(at):
+        raise PTableError(
+            f"not a ptable file: need a header and columns i, j, v, p_int_ub; got {header}"
+        )
+    try:
+        recs = [[f.strip() for f in ln.split(sep)] for ln in lines[1:]]
+        recs = [
+            (
+                int(float(f[at["i"]])),
+                float(f[at["j"]]),
+                float(f[at["v"]]),
+                float(f[at["p_int_ub"]]),
+                f[at["type"]] if "type" in at else "all",
+            )
+            for f in recs
+        ]
+    except (ValueError, IndexError) as e:
+        raise PTableError(f"malformed ptable entry: {e}") from None
+    types = sorted({rec[4] for rec in recs})
+    if type is None and len(types) > 1:
+        raise PTableError(f"the file holds ptables of types {types}; choose one with type=...")
+    if table is None:
+        table = (
+            params.table
+            if params
+            else ("cnts" if all(r[1] % 1 == 0 for r in recs) and types == ["all"] else "nums")
+        )
+    rows: list[PTableRow] = []
+    for (i, type_), group in groupby(
+        (r for r in recs if r[4] == (type or types[0])), key=lambda r: (r[0], r[4])
+    ):
+        _, js, vs, ubs, _ = zip(*group, strict=True)
+        rows += _entries(i, js, vs, list(ubs), type_, table == "cnts")
+    if not rows:
+        raise PTableError(f"no entries of type {type!r}; the file holds {types}")
+    if params is not None and (params.table, (0, *params.classes)) != (
+        table,
+        tuple(sorted({e.i for e in rows})),
+    ):
+        raise PTableError("the file's rows do not match the parameters given")
+    return PTable(tuple(rows), table, params)
+
+
+def from_tauargus(text: str, type: str | None = None, params: PTableParams | None = None) -> PTable:
+    """Read a τ-ARGUS ptable (``pt_export`` or ``to_tauargus``): i;j;p;v;p_int_ub[;type].
+
+    As τ-ARGUS, use the columns by position and recompute p from the intervals, so
+    ``from_tauargus(to_tauargus(pt), params=pt.params) == pt``. A type column makes it a magnitude
+    table; a file with even and odd rows needs ``type``.
+    """
+    nums = len(text.lstrip().split("\n", 1)[0].split(";")) >= 6
+    cols = {"i": 0, "j": 1, "v": 3, "p_int_ub": 4} | ({"type": 5} if nums else {})
+    return _read(text, ";", "nums" if nums else "cnts", type, params, cols)
+
+
+def from_csv(text: str, type: str | None = None, params: PTableParams | None = None) -> PTable:
+    """Read ``to_csv`` output or R's SAS export (``;``-separated), by column name.
+
+    Without ``params`` the table is taken as counts when every j is an integer and the type is
+    'all'; pass ``params`` to round-trip a magnitude table on an integer grid exactly.
+    """
+    sep = ";" if ";" in text.lstrip().split("\n", 1)[0] else ","
+    return _read(text, sep, None, type, params, None)

@@ -1,0 +1,211 @@
+"""The shared shape of every protected aggregation, whatever the mechanism.
+
+Each aggregation over confidential rows is split in two:
+
+    SELECT <projection over protected cells>              -- HAVING, ORDER BY, LIMIT, DISTINCT
+    FROM (<cells: keys __g0.., GROUPING() __gg0.., protected values>) AS __cells
+    WHERE <HAVING over protected cells>
+
+A mechanism module (``threshold``, ``ckm``) builds the ``__cells`` frame from the original FROM /
+WHERE / GROUP BY and says, per aggregate, which expression over ``__cells`` is its protected value
+and when it counts as published. Every aggregate the query mentions is replaced by its protected
+value, so HAVING, ORDER BY, LIMIT, window functions and any arithmetic on aggregates only ever see
+protected values. The functions here are pure: AST in, new AST out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from sqlsdc.errors import PolicyViolation
+from sqlsdc.guard.analyze import own_nodes
+from sqlsdc.guard.plan import CellPlan, QueryPlan
+from sqlsdc.policy import Method
+
+CELLS = "__cells"
+STATUS_PREFIX = "__sdc_status_"
+PUBLISHED, SUPPRESSED, FAULT = "published", "suppressed", "error"
+
+
+@dataclass(frozen=True)
+class Frame:
+    """The ``__cells`` subquery of one aggregation and how to read protected values from it."""
+
+    source: exp.Subquery  # aliased CELLS
+    value: Callable[[int], exp.Expr]  # protected value of aggregate i
+    published: Callable[[int], exp.Expr]  # condition: aggregate i is published
+    group_condition: exp.Expr | None = None  # groups that may exist at all
+    fault: Callable[[int], exp.Expr] | None = None  # the mechanism failed for aggregate i
+
+
+@dataclass(frozen=True)
+class Cells:
+    """One aggregation of the copied tree, as the mechanism modules see it."""
+
+    plan: CellPlan
+    select: exp.Select  # the aggregation in the copy
+    keys: list[exp.Expr]
+    groupings: list[exp.Grouping]
+    aggregates: list[exp.AggFunc]
+
+    def argument(self, i: int, twin: dict[int, exp.Expr]) -> exp.Expr | None:
+        spec = self.plan.aggregates[i].argument
+        return None if spec is None else twin.get(id(spec), spec)
+
+
+FrameBuilder = Callable[[Cells, dict[int, exp.Expr]], Frame]
+
+
+def protect_cells(tree: exp.Expr, plan: QueryPlan, builders: dict[Method, FrameBuilder]):
+    """Return a protected copy of ``tree``; ``plan`` refers to nodes of ``tree``, left unchanged.
+
+    ``builders`` maps a protection method to the module that builds its frame; an aggregation
+    with any CKM aggregate is built by the CKM builder (which protects the others too).
+    """
+    copy = tree.copy()
+    twin = {id(a): b for a, b in zip(tree.walk(), copy.walk(), strict=True)}
+    for exposure in plan.exposures:
+        select = twin[id(exposure.select)]
+        select.append("expressions", exp.alias_(exposure.expression.copy(), exposure.alias))
+    for cell_plan in plan.cells:
+        cells = Cells(
+            cell_plan,
+            twin[id(cell_plan.select)],
+            [twin.get(id(k), k) for k in cell_plan.keys],
+            [twin[id(g)] for g in cell_plan.groupings],
+            [twin[id(a.node)] for a in cell_plan.aggregates],
+        )
+        methods = {a.rule.method for a in cell_plan.aggregates}
+        method = Method.CKM if Method.CKM in methods else Method.THRESHOLD
+        protected = _lift(cells, builders[method](cells, twin))
+        if cells.select is copy:
+            copy = protected
+        else:
+            cells.select.replace(protected)
+    return copy
+
+
+def inner_select(cells: Cells) -> exp.Select:
+    """A SELECT with the aggregation's FROM, joins, WHERE and GROUP BY (copies)."""
+    inner = exp.Select()
+    for key in ("from_", "joins", "where", "group"):
+        value = cells.select.args.get(key)
+        if value is not None:
+            inner.set(key, [v.copy() for v in value] if isinstance(value, list) else value.copy())
+    return inner
+
+
+def unit_count(argument: exp.Expr | None, units: list[exp.Expr] | None) -> exp.Expr:
+    """Number of units contributing to a cell: rows where ``argument`` is not NULL."""
+    if units is None:
+        return exp.Count(this=exp.Star() if argument is None else argument.copy())
+    counts = []
+    for unit in units:
+        counts.append(exp.Count(this=exp.Distinct(expressions=[when_present(unit, argument)])))
+    return counts[0] if len(counts) == 1 else exp.Least(this=counts[0], expressions=counts[1:])
+
+
+def when_present(value: exp.Expr, argument: exp.Expr | None) -> exp.Expr:
+    """``value`` on rows where ``argument`` is not NULL (all rows when there is no argument)."""
+    if argument is None:
+        return value.copy()
+    condition = exp.Not(this=exp.Is(this=argument.copy(), expression=exp.null()))
+    return exp.Case(ifs=[exp.If(this=condition, true=value.copy())])
+
+
+def cell_column(name: str) -> exp.Column:
+    return exp.column(name, CELLS)
+
+
+def _lift(cells: Cells, frame: Frame) -> exp.Select:
+    select, plan = cells.select, cells.plan
+
+    def lift(node: exp.Expr) -> exp.Expr:
+        return _replace_own(node, cells.keys, cells.groupings, cells.aggregates, frame.value)
+
+    conditions = [frame.group_condition] if frame.group_condition is not None else []
+    if select.args.get("having") is not None:
+        conditions.append(lift(select.args["having"].this))
+    outer = exp.Select(expressions=[lift(p) for p in select.expressions])
+    outer.set("from_", exp.From(this=frame.source))
+    if conditions:
+        outer.set("where", exp.Where(this=exp.and_(*conditions)))
+    for key in ("order", "limit", "offset", "distinct", "with_"):
+        value = select.args.get(key)
+        if value is not None:
+            outer.set(key, lift(value) if key == "order" else value.copy())
+    _check_lifted(outer, select)
+    if plan.with_status:  # one per position, so that branches of a set operation line up
+        for position, projection in enumerate(select.expressions):
+            used = [i for i, a in enumerate(cells.aggregates) if _inside(a, projection)]
+            status = _status(used, frame) if used else exp.cast(exp.null(), "VARCHAR")
+            outer.append("expressions", exp.alias_(status, f"{STATUS_PREFIX}{position}"))
+    return outer
+
+
+def _status(used: list[int], frame: Frame) -> exp.Expr:
+    """published / suppressed per cell; ``error`` (never released) if the mechanism failed."""
+    ifs = []
+    if frame.fault is not None:
+        fault = exp.or_(*[frame.fault(i) for i in used])
+        ifs.append(exp.If(this=fault, true=exp.Literal.string(FAULT)))
+    condition = exp.and_(*[frame.published(i) for i in used])
+    ifs.append(exp.If(this=condition, true=exp.Literal.string(PUBLISHED)))
+    return exp.Case(ifs=ifs, default=exp.Literal.string(SUPPRESSED))
+
+
+def _inside(node: exp.Expr, container: exp.Expr) -> bool:
+    return any(n is node for n in container.walk())
+
+
+def _replace_own(node, keys, groupings, aggregates, protected_value) -> exp.Expr:
+    """Copy of ``node`` with this scope's aggregates, GROUPING() calls and keys replaced."""
+    aggregate_ids = {id(a): i for i, a in enumerate(aggregates)}
+    grouping_ids = {id(g): i for i, g in enumerate(groupings)}
+
+    def rebuild(current: exp.Expr) -> exp.Expr:
+        if id(current) in aggregate_ids:
+            return protected_value(aggregate_ids[id(current)])
+        if id(current) in grouping_ids:
+            return cell_column(f"__gg{grouping_ids[id(current)]}")
+        if isinstance(current, (exp.Subquery, exp.Select)):
+            return current.copy()
+        if (
+            not isinstance(current, (exp.Alias, exp.Ordered, exp.Order, exp.Window, exp.WindowSpec))
+            and current in keys
+        ):
+            return cell_column(f"__g{keys.index(current)}")
+        return current.__class__(
+            **{
+                k: (
+                    [rebuild(v) if isinstance(v, exp.Expr) else v for v in value]
+                    if isinstance(value, list)
+                    else rebuild(value)
+                    if isinstance(value, exp.Expr)
+                    else value
+                )
+                for k, value in current.args.items()
+            }
+        )
+
+    return rebuild(node)
+
+
+def _check_lifted(outer: exp.Select, original: exp.Select) -> None:
+    """Every column the outer query reads must come from the protected cells."""
+    aliases = {p.alias for p in outer.expressions if isinstance(p, exp.Alias)}
+    for part in (*outer.expressions, outer.args.get("where"), outer.args.get("order")):
+        if part is None:
+            continue
+        for n in own_nodes(part):
+            if not isinstance(n, exp.Column) or n.table == CELLS:
+                continue
+            if part is not outer.args.get("order") or n.table or n.name not in aliases:
+                raise PolicyViolation(
+                    f"column {n.sql('duckdb')} must appear in GROUP BY or inside an aggregate",
+                    "group by it, or aggregate it with COUNT, SUM or AVG",
+                    original.sql("duckdb"),
+                )

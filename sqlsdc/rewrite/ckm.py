@@ -1,0 +1,697 @@
+"""The cell key method (CKM) as a rewrite: every cell gets deterministic noise from its records.
+
+Sources: Geyer, Tent, Reiffert, Giessing, "Perspectives for tabular data protection – how about
+synthetic data?", PSD 2022 (digest ``seed_2022_part1.md`` §6); the sdcTools reference
+implementation (τ-ARGUS, R packages ``ptable`` and ``cellKey``).
+
+Counts (``cellKey`` ``$perturb`` for count variables): the cell key is
+``SUM(__rkey) % 2^32`` over the cell's units (each unit once when units repeat), the integer
+form of ``(Σ rkey) mod 1``; the count n is published as ``n + v`` where v is the entry of ptable
+row ``min(n, max_i)`` whose key interval [lo, hi) holds the cell key.
+
+Magnitudes (``cellKey`` ``.perturb_cell_flex``, flex function ``ck_flexparams``): the noise is
+built from the cell's ``top_k`` largest contributions x_j (by absolute value, found with window
+functions), one after the other; step j looks up v in the magnitude ptable at
+``a = |x_j / x_delta_j|`` (interpolated between rows, capped at the last row) with the j-th
+scrambled cell key and adds ``sign(x̂)·|x_delta_j|·sign(v)·(μ_c + |v|)``, never flipping the
+sign of the running value. AVG is the protected sum over the protected count; with
+mean-before-sum (Geyer et al. §2) the published sum is ``x̂·n̂/n`` so that the mean is ``x̂/n``.
+
+The frame is a chain of subqueries over the aggregated cells only:
+``__r`` (rows: keys, arguments, record keys, ranks) → ``__c`` (aggregation) → ptable joins for
+counts → one compute and one lookup layer per contributor j → ``__cells``. Everything is plain
+SQL built as sqlglot AST, the same on DuckDB and Spark.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+
+from sqlglot import exp
+
+from sqlsdc.catalog.ptables import KEY_MODULUS, PTableKey, PTableRef
+from sqlsdc.errors import PolicyViolation
+from sqlsdc.policy import AggregateKind, MagnitudeCkm, Method, Policy, ProtectionRule, PTableSpec
+from sqlsdc.rewrite.cells import CELLS, Cells, Frame, unit_count, when_present
+from sqlsdc.rewrite.threshold import at_least
+
+MECHANISM = "ckm"
+PTABLE_ENTRIES = exp.Table(this=exp.to_identifier("ptable_entries"), db=exp.to_identifier("sqlsdc"))
+PREV = "__s"
+
+
+def ckm_frame(policy: Policy, ptables: Mapping[PTableKey, PTableRef]):
+    """The frame builder for aggregations with a CKM aggregate, bound to the stored ptables."""
+
+    def build(cells: Cells, twin: dict[int, exp.Expr]) -> Frame:
+        return _Builder(cells, twin, policy, ptables).frame()
+
+    return build
+
+
+def ptable_ref(ptables: Mapping[PTableKey, PTableRef], key: PTableKey) -> PTableRef:
+    if key not in ptables:
+        raise PolicyViolation(
+            f"the perturbation table for {key[0]} {key[1].as_dict()} is not in the catalog",
+            "apply the policy again (`sqlsdc policy apply`) to generate it",
+            "",
+        )
+    return ptables[key]
+
+
+class _Builder:
+    def __init__(self, cells: Cells, twin, policy: Policy, ptables):
+        self.cells, self.twin, self.ptables = cells, twin, ptables
+        self.plan = cells.plan
+        self.count_rule = policy.table(self.plan.tables[0]).rule(AggregateKind.COUNTS)
+        self.layer = 0
+
+    # -- rows and aggregation ------------------------------------------------------------------
+
+    def frame(self) -> Frame:
+        rows = self._rows()
+        cells = self._aggregation(rows)
+        current = self._count_layer(cells)
+        top_k = max((self._magnitude(i).top_k for i in self._ckm_magnitudes()), default=0)
+        for j in range(1, top_k + 1):
+            current = self._magnitude_step(current, j)
+        final = self._select_from(current)
+        for i, spec in enumerate(self.plan.aggregates):
+            final.append("expressions", exp.alias_(self._final_value(i, spec), f"__y{i}"))
+            final.append("expressions", exp.alias_(self._final_fault(i, spec), f"__e{i}"))
+        source = final.subquery(CELLS)
+
+        def value(i: int) -> exp.Expr:
+            return exp.column(f"__y{i}", CELLS)
+
+        def published(i: int) -> exp.Expr:
+            return exp.Not(this=exp.Is(this=value(i), expression=exp.null()))
+
+        group = None
+        if self.plan.group_min_frequency is not None:
+            group = at_least("__n", self.plan.group_min_frequency)
+        return Frame(source, value, published, group, lambda i: exp.column(f"__e{i}", CELLS))
+
+    def _rows(self) -> exp.Select:
+        cells, plan = self.cells, self.plan
+        rows = exp.Select()
+        for key in ("from_", "joins", "where"):
+            value = cells.select.args.get(key)
+            if value is not None:
+                rows.set(
+                    key, [v.copy() for v in value] if isinstance(value, list) else value.copy()
+                )
+        for i, key in enumerate(cells.keys):
+            rows.append("expressions", exp.alias_(key.copy(), f"__g{i}"))
+        for i in range(len(plan.aggregates)):
+            argument = cells.argument(i, self.twin)
+            if argument is not None:
+                rows.append("expressions", exp.alias_(argument.copy(), f"__v{i}"))
+        for t, rkey in enumerate(plan.rkeys):
+            rows.append("expressions", exp.alias_(rkey.copy(), f"__rk{t}"))
+        for t, unit in enumerate(plan.units or []):
+            rows.append("expressions", exp.alias_(unit.copy(), f"__u{t}"))
+        for i in self._ckm_magnitudes():
+            for s, members in enumerate(self._sets()):
+                order = [
+                    exp.Ordered(
+                        this=exp.Abs(this=cells.argument(i, self.twin).copy()),
+                        desc=True,
+                        nulls_first=False,
+                    ),
+                    *(exp.Ordered(this=r.copy(), nulls_first=True) for r in plan.rkeys),
+                ]
+                window = exp.Window(
+                    this=exp.RowNumber(),
+                    partition_by=[cells.keys[k].copy() for k in members],
+                    order=exp.Order(expressions=order),
+                )
+                rows.append("expressions", exp.alias_(window, f"__r{i}_{s}"))
+        return rows
+
+    def _aggregation(self, rows: exp.Select) -> exp.Select:
+        cells, plan = self.cells, self.plan
+        r = "__r"
+        keys = {key: exp.column(f"__g{i}", r) for i, key in enumerate(cells.keys)}
+
+        def remap(node: exp.Expr) -> exp.Expr:
+            return node.transform(lambda n: keys[n].copy() if n in keys else n, copy=True)
+
+        agg = exp.Select(expressions=[])
+        agg.set("from_", exp.From(this=rows.subquery(r)))
+        group = cells.select.args.get("group")
+        if group is not None:
+            agg.set("group", remap(group))
+        for i in range(len(cells.keys)):
+            agg.append("expressions", exp.alias_(exp.column(f"__g{i}", r), f"__g{i}"))
+        for i, grouping in enumerate(cells.groupings):
+            agg.append("expressions", exp.alias_(remap(grouping), f"__gg{i}"))
+        units = [exp.column(f"__u{t}", r) for t in range(len(plan.units or []))]
+        for i, spec in enumerate(plan.aggregates):
+            argument = exp.column(f"__v{i}", r) if spec.argument is not None else None
+            aggregate = cells.aggregates[i]
+            method = spec.rule.method
+            if method is Method.CKM and spec.kind is AggregateKind.MAGNITUDES:
+                if isinstance(aggregate.this, exp.Distinct):
+                    raise PolicyViolation(
+                        "the cell key method does not perturb sums or averages of DISTINCT values",
+                        "remove DISTINCT",
+                        cells.select.sql("duckdb"),
+                    )
+                agg.append("expressions", exp.alias_(exp.Sum(this=argument), f"__a{i}"))
+            else:
+                agg.append("expressions", exp.alias_(self._rebuilt(aggregate, argument), f"__a{i}"))
+            counted = unit_count(argument, units if plan.units is not None else None)
+            agg.append("expressions", exp.alias_(counted, f"__n{i}"))
+            if method is Method.CKM:
+                agg.append("expressions", exp.alias_(self._cell_key(i, argument), f"__k{i}"))
+            if method is Method.CKM and spec.kind is AggregateKind.MAGNITUDES:
+                for j in range(1, self._magnitude(i).top_k + 1):
+                    agg.append("expressions", exp.alias_(self._top(i, j), f"__x{i}_{j}"))
+        if plan.group_min_frequency is not None:
+            agg.append("expressions", exp.alias_(unit_count(None, units or None), "__n"))
+        return agg
+
+    @staticmethod
+    def _rebuilt(aggregate: exp.AggFunc, argument: exp.Expr | None) -> exp.AggFunc:
+        rebuilt = aggregate.copy()
+        if argument is None:
+            return rebuilt
+        if isinstance(rebuilt.this, exp.Distinct):
+            rebuilt.set("this", exp.Distinct(expressions=[argument]))
+        else:
+            rebuilt.set("this", argument)
+        return rebuilt
+
+    def _cell_key(self, i: int, argument: exp.Expr | None) -> exp.Expr:
+        """``SUM(rkey) % 2^32`` over the contributing units (each unit once if units repeat)."""
+        plan = self.plan
+        rkeys = [exp.column(f"__rk{t}", "__r") for t in range(len(plan.rkeys))]
+        if plan.units is None:
+            total = exp.Sum(this=when_present(rkeys[0], argument))
+        else:
+            spec_argument = plan.aggregates[i].argument
+            chosen = [t for t, unit in enumerate(plan.units) if unit == spec_argument] or list(
+                range(len(rkeys))
+            )
+            parts = [
+                exp.Coalesce(
+                    this=exp.Sum(this=exp.Distinct(expressions=[when_present(rkeys[t], argument)])),
+                    expressions=[exp.Literal.number(0)],
+                )
+                for t in chosen
+            ]
+            total = parts[0]
+            for part in parts[1:]:
+                total = exp.Add(this=total, expression=part)
+        total = exp.Coalesce(this=total, expressions=[exp.Literal.number(0)])
+        return exp.Mod(this=exp.Paren(this=total), expression=exp.Literal.number(KEY_MODULUS))
+
+    def _top(self, i: int, j: int) -> exp.Expr:
+        """The j-th largest contribution (by absolute value) of the cell, NULL if there is none."""
+        value = exp.column(f"__v{i}", "__r")
+
+        def nth(s: int) -> exp.Expr:
+            rank = exp.column(f"__r{i}_{s}", "__r")
+            hit = exp.EQ(this=rank, expression=exp.Literal.number(j))
+            return exp.Max(this=exp.Case(ifs=[exp.If(this=hit, true=value.copy())]))
+
+        sets = self._sets()
+        if len(sets) == 1:
+            return nth(0)
+        ifs = []
+        for s, members in enumerate(sets):
+            flags = [
+                exp.EQ(
+                    this=exp.Grouping(expressions=[exp.column(f"__g{k}", "__r")]),
+                    expression=exp.Literal.number(0 if k in members else 1),
+                )
+                for k in range(len(self.cells.keys))
+            ]
+            ifs.append(exp.If(this=exp.and_(*flags), true=nth(s)))
+        return exp.Case(ifs=ifs)
+
+    def _sets(self) -> list[tuple[int, ...]]:
+        """The grouping sets of the aggregation, as tuples of key positions."""
+        group = self.cells.select.args.get("group")
+        keys = self.cells.keys
+        if group is None:
+            return [()]
+
+        def positions(node: exp.Expr) -> tuple[int, ...]:
+            while isinstance(node, exp.Paren):
+                node = node.this
+            if isinstance(node, exp.Tuple):
+                return tuple(p for e in node.expressions for p in positions(e))
+            return (keys.index(node),)
+
+        factors: list[list[tuple[int, ...]]] = []
+        nodes = list(group.expressions)
+        for key in ("rollup", "cube", "grouping_sets"):
+            nodes += [(key, n) for n in group.args.get(key) or []]
+        for node in nodes:
+            kind, node = node if isinstance(node, tuple) else (None, node)
+            if isinstance(node, exp.Rollup) or kind == "rollup":
+                parts = [positions(e) for e in node.expressions]
+                factors.append([sum(parts[:n], ()) for n in range(len(parts), -1, -1)])
+            elif isinstance(node, exp.Cube) or kind == "cube":
+                parts = [positions(e) for e in node.expressions]
+                factors.append(
+                    [
+                        sum(chosen, ())
+                        for n in range(len(parts), -1, -1)
+                        for chosen in itertools.combinations(parts, n)
+                    ]
+                )
+            elif isinstance(node, exp.GroupingSets) or kind == "grouping_sets":
+                factors.append(
+                    [
+                        positions(e) if e.expressions or not isinstance(e, exp.Tuple) else ()
+                        for e in node.expressions
+                    ]
+                )
+            else:
+                factors.append([positions(node)])
+        sets = []
+        for combination in itertools.product(*factors):
+            members = tuple(sorted(set(sum(combination, ()))))
+            if members not in sets:
+                sets.append(members)
+        return sets
+
+    # -- noise layers --------------------------------------------------------------------------
+
+    def _select_from(self, previous: exp.Select) -> exp.Select:
+        select = exp.Select(
+            expressions=[exp.Column(this=exp.Star(), table=exp.to_identifier(PREV))]
+        )
+        select.set("from_", exp.From(this=previous.subquery(PREV)))
+        return select
+
+    def _join_ptable(self, select: exp.Select, alias: str, ptable: PTableRef, row, key, kind):
+        """LEFT JOIN the ptable entry of row ``row`` whose key interval holds ``key``."""
+        p = lambda column: exp.column(column, alias)  # noqa: E731
+        condition = exp.and_(
+            exp.EQ(this=p("ptable_id"), expression=exp.Literal.number(ptable.ptable_id)),
+            exp.EQ(this=p("type"), expression=kind),
+            exp.EQ(this=p("i"), expression=row),
+            exp.LTE(this=p("lo"), expression=key),
+            exp.GT(this=p("hi"), expression=key.copy()),
+        )
+        select.append(
+            "joins",
+            exp.Join(this=PTABLE_ENTRIES.copy().as_(alias), side="LEFT", on=condition),
+        )
+
+    def _count_layer(self, previous: exp.Select) -> exp.Select:
+        """Perturbed counts ``__y<i>`` and, for magnitudes, the protected contributor count."""
+        select = self._select_from(previous)
+        prev = lambda c: exp.column(c, PREV)  # noqa: E731
+        for i, spec in enumerate(self.plan.aggregates):
+            if spec.rule.method is not Method.CKM:
+                continue
+            rule = spec.rule if spec.kind is AggregateKind.COUNTS else self.count_rule
+            count = prev(f"__a{i}") if spec.kind is AggregateKind.COUNTS else prev(f"__n{i}")
+            faults = []
+            if rule.method is Method.CKM:
+                ptable = ptable_ref(self.ptables, ("counts", rule.ptable))
+                alias = f"__pc{i}"
+                row = exp.Least(this=count, expressions=[_number(ptable.max_i)])
+                self._join_ptable(
+                    select, alias, ptable, row, prev(f"__k{i}"), exp.Literal.string("all")
+                )
+                noise = exp.cast(exp.column("v", alias), "BIGINT")
+                protected = exp.Add(this=count.copy(), expression=noise)
+                faults.append(_missing(alias))
+            else:
+                protected = exp.Case(
+                    ifs=[exp.If(this=at_least_column(count, rule.min_frequency), true=count.copy())]
+                )
+            name = f"__y{i}" if spec.kind is AggregateKind.COUNTS else f"__m{i}"
+            select.append("expressions", exp.alias_(protected, name))
+            if spec.kind is AggregateKind.MAGNITUDES:
+                start = exp.cast(prev(f"__a{i}"), "DOUBLE")
+                select.append("expressions", exp.alias_(start, f"__o{i}_0"))
+            select.append("expressions", exp.alias_(_any(faults), f"__e{i}_0"))
+        return select
+
+    def _magnitude_step(self, previous: exp.Select, j: int) -> exp.Select:
+        """Contributor j: compute x_delta and the lookup position, then look up and add noise."""
+        compute = self._select_from(previous)
+        prev = lambda c: exp.column(c, PREV)  # noqa: E731
+        for i in self._ckm_magnitudes():
+            m = self._magnitude(i)
+            if j > m.top_k:
+                continue
+            small = self._small(m)
+            zs = _separation_point(m, small)
+            x = prev(f"__x{i}_{j}")
+            xo = prev(f"__o{i}_{j - 1}")
+            ax = exp.Abs(this=x)
+            normal = exp.Case(
+                ifs=[
+                    exp.If(this=_lt(ax, zs), true=_number(1)),
+                    exp.If(this=_lt(ax.copy(), m.fp), true=_mul(x, m.p_small)),
+                ],
+                default=exp.Mul(this=x.copy(), expression=_flex(ax.copy(), m)),
+            )
+            rescale = exp.LT(this=exp.Abs(this=xo), expression=exp.Abs(this=normal))
+            xj = exp.Case(
+                ifs=[exp.If(this=rescale, true=_div(xo, m.p_small * m.epsilon[j - 1]))],
+                default=x.copy(),
+            )
+            small_x = _lt(exp.Abs(this=xj), zs)
+            delta = exp.Case(
+                ifs=[
+                    exp.If(
+                        this=rescale.copy(),
+                        true=exp.Case(
+                            ifs=[exp.If(this=small_x, true=_number(1))], default=xo.copy()
+                        ),
+                    )
+                ],
+                default=normal.copy(),
+            )
+            uses_small = exp.Case(
+                ifs=[exp.If(this=rescale.copy(), true=small_x.copy())], default=_lt(ax.copy(), zs)
+            )
+            zero = exp.and_(rescale.copy(), small_x.copy()) if j > 1 else exp.false()
+            for name, value in (
+                (f"__xj{i}_{j}", xj),
+                (f"__d{i}_{j}", delta),
+                (f"__sm{i}_{j}", uses_small),
+                (f"__z{i}_{j}", zero),
+            ):
+                compute.append("expressions", exp.alias_(value, name))
+        position = self._select_from(compute)
+        for i in self._ckm_magnitudes():
+            m = self._magnitude(i)
+            if j > m.top_k:
+                continue
+            main = ptable_ref(self.ptables, ("magnitudes", m_ptable(self.plan.aggregates[i].rule)))
+            small = self._small(m)
+            cap = exp.Case(
+                ifs=[exp.If(this=prev(f"__sm{i}_{j}"), true=_number(small.max_i if small else 0))],
+                default=_number(main.max_i),
+            )
+            delta = prev(f"__d{i}_{j}")
+            ratio = exp.Case(
+                ifs=[exp.If(this=exp.EQ(this=delta, expression=_number(0)), true=_number(0))],
+                default=exp.Abs(this=exp.Div(this=prev(f"__xj{i}_{j}"), expression=delta.copy())),
+            )
+            a = exp.Least(this=ratio, expressions=[cap])
+            position.append("expressions", exp.alias_(a, f"__pa{i}_{j}"))
+        rows = self._select_from(position)
+        for i in self._ckm_magnitudes():
+            m = self._magnitude(i)
+            if j > m.top_k:
+                continue
+            main = ptable_ref(self.ptables, ("magnitudes", m_ptable(self.plan.aggregates[i].rule)))
+            small = self._small(m)
+            a = prev(f"__pa{i}_{j}")
+            for name, pick in (("__pl", _class_below), ("__ph", _class_above)):
+                row = pick(a, main.classes)
+                if small is not None:
+                    row = exp.Case(
+                        ifs=[exp.If(this=prev(f"__sm{i}_{j}"), true=pick(a, small.classes))],
+                        default=row,
+                    )
+                rows.append("expressions", exp.alias_(row, f"{name}{i}_{j}"))
+        lookup = self._select_from(rows)
+        for i in self._ckm_magnitudes():
+            m = self._magnitude(i)
+            if j > m.top_k:
+                lookup.append("expressions", exp.alias_(prev(f"__o{i}_{j - 1}"), f"__o{i}_{j}"))
+                lookup.append("expressions", exp.alias_(prev(f"__e{i}_{j - 1}"), f"__e{i}_{j}"))
+                continue
+            lookup_alias = self._lookup(lookup, i, j, m)
+            lookup.append("expressions", exp.alias_(lookup_alias[0], f"__o{i}_{j}"))
+            lookup.append("expressions", exp.alias_(lookup_alias[1], f"__e{i}_{j}"))
+        return lookup
+
+    def _lookup(self, select: exp.Select, i: int, j: int, m: MagnitudeCkm):
+        """Join the two ptable rows around ``a`` and return (new running value, fault)."""
+        prev = lambda c: exp.column(c, PREV)  # noqa: E731
+        rule = self.plan.aggregates[i].rule
+        main = ptable_ref(self.ptables, ("magnitudes", m_ptable(rule)))
+        small = self._small(m)
+        uses_small = prev(f"__sm{i}_{j}")
+        ptable_id = exp.Case(
+            ifs=[exp.If(this=uses_small, true=_number(small.ptable_id if small else -1))],
+            default=_number(main.ptable_id),
+        )
+        if rule.ptable.parity:
+            odd = exp.EQ(
+                this=exp.Mod(this=prev(f"__n{i}"), expression=_number(2)), expression=_number(1)
+            )
+            kind = exp.Case(
+                ifs=[exp.If(this=odd, true=exp.Literal.string("odd"))],
+                default=exp.Literal.string("even"),
+            )
+        else:
+            kind = exp.Literal.string("all")
+        kind = exp.Case(
+            ifs=[exp.If(this=uses_small.copy(), true=exp.Literal.string("all"))], default=kind
+        )
+        a, low_row, high_row = prev(f"__pa{i}_{j}"), prev(f"__pl{i}_{j}"), prev(f"__ph{i}_{j}")
+        key = _scrambled(prev(f"__k{i}"), j - 1 + (0 if m.same_key else 1))
+        values = []
+        for suffix, row in (("lo", low_row), ("hi", high_row)):
+            alias = f"__pm{i}_{j}{suffix}"
+            condition = exp.and_(
+                exp.EQ(this=exp.column("ptable_id", alias), expression=ptable_id.copy()),
+                exp.EQ(this=exp.column("type", alias), expression=kind.copy()),
+                exp.EQ(this=exp.column("i", alias), expression=row),
+                exp.LTE(this=exp.column("lo", alias), expression=key.copy()),
+                exp.GT(this=exp.column("hi", alias), expression=key.copy()),
+            )
+            select.append(
+                "joins", exp.Join(this=PTABLE_ENTRIES.copy().as_(alias), side="LEFT", on=condition)
+            )
+            values.append(exp.column("v", alias))
+        spread = exp.Sub(this=high_row.copy(), expression=low_row.copy())
+        weight = exp.Case(
+            ifs=[
+                exp.If(
+                    this=exp.GT(this=spread, expression=_number(0)),
+                    true=exp.Div(
+                        this=exp.Paren(this=exp.Sub(this=a.copy(), expression=low_row.copy())),
+                        expression=exp.Paren(this=spread.copy()),
+                    ),
+                )
+            ],
+            default=_number(0),
+        )
+        v = exp.Add(
+            this=_mul_expr(exp.Sub(this=_number(1), expression=weight), values[0]),
+            expression=_mul_expr(weight.copy(), values[1]),
+        )
+        xo = prev(f"__o{i}_{j - 1}")
+        mu = m.mu_c if j == 1 and m.mu_c else 0.0
+        if mu:
+            sensitive = exp.LT(this=prev(f"__n{i}"), expression=_number(m.sensitive_below))
+            mu_expr = exp.Case(ifs=[exp.If(this=sensitive, true=_number(mu))], default=_number(0))
+        else:
+            mu_expr = _number(0)
+        amount = _mul_expr(
+            _mul_expr(_sign(xo), exp.Abs(this=prev(f"__d{i}_{j}"))),
+            _mul_expr(_sign(v), exp.Add(this=mu_expr, expression=exp.Abs(this=v.copy()))),
+        )
+        negative_v = exp.LT(this=v.copy(), expression=_number(0))
+        clamped = exp.Case(
+            ifs=[
+                exp.If(
+                    this=exp.and_(negative_v, exp.LT(this=xo.copy(), expression=_number(0))),
+                    true=exp.Least(this=amount, expressions=[exp.Neg(this=xo.copy())]),
+                ),
+                exp.If(
+                    this=negative_v.copy(),
+                    true=exp.Greatest(this=amount.copy(), expressions=[exp.Neg(this=xo.copy())]),
+                ),
+            ],
+            default=amount.copy(),
+        )
+        skip = exp.or_(exp.Is(this=prev(f"__x{i}_{j}"), expression=exp.null()), prev(f"__z{i}_{j}"))
+        added = exp.Case(ifs=[exp.If(this=skip, true=_number(0))], default=clamped)
+        running = exp.Add(this=xo.copy(), expression=exp.Paren(this=added))
+        fault = exp.and_(
+            exp.Not(this=exp.Paren(this=skip.copy())),
+            exp.or_(_missing(f"__pm{i}_{j}lo"), _missing(f"__pm{i}_{j}hi")),
+        )
+        return running, exp.or_(prev(f"__e{i}_{j - 1}"), exp.Paren(this=fault))
+
+    def _final_value(self, i: int, spec) -> exp.Expr:
+        prev = lambda c: exp.column(c, PREV)  # noqa: E731
+        if spec.rule.method is not Method.CKM:
+            return exp.Case(
+                ifs=[
+                    exp.If(
+                        this=at_least_column(prev(f"__n{i}"), spec.min_frequency),
+                        true=prev(f"__a{i}"),
+                    )
+                ]
+            )
+        if spec.kind is AggregateKind.COUNTS:
+            return prev(f"__y{i}")
+        m = self._magnitude(i)
+        perturbed = prev(f"__o{i}_{m.top_k}")
+        count, true_count = prev(f"__m{i}"), prev(f"__n{i}")
+        positive = exp.GT(this=count, expression=_number(0))
+        if isinstance(self.cells.aggregates[i], exp.Avg):
+            divisor = true_count if m.mean_before_sum else count.copy()
+            value = exp.Div(this=perturbed, expression=divisor.copy())
+            return exp.Case(ifs=[exp.If(this=positive, true=value)])
+        if not m.mean_before_sum:
+            return exp.Case(
+                ifs=[
+                    exp.If(
+                        this=exp.Not(this=exp.Is(this=count.copy(), expression=exp.null())),
+                        true=perturbed,
+                    )
+                ]
+            )
+        adjusted = exp.Div(this=_mul_expr(perturbed, count.copy()), expression=true_count.copy())
+        return exp.Case(
+            ifs=[exp.If(this=positive, true=adjusted)],
+            default=exp.Case(
+                ifs=[exp.If(this=exp.EQ(this=count.copy(), expression=_number(0)), true=_number(0))]
+            ),
+        )
+
+    def _final_fault(self, i: int, spec) -> exp.Expr:
+        if spec.rule.method is not Method.CKM:
+            return exp.false()
+        steps = self._magnitude(i).top_k if spec.kind is AggregateKind.MAGNITUDES else 0
+        return exp.column(f"__e{i}_{steps}", PREV)
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _ckm_magnitudes(self) -> list[int]:
+        return [
+            i
+            for i, a in enumerate(self.plan.aggregates)
+            if a.rule.method is Method.CKM and a.kind is AggregateKind.MAGNITUDES
+        ]
+
+    def _magnitude(self, i: int) -> MagnitudeCkm:
+        return self.plan.aggregates[i].rule.magnitude
+
+    def _small(self, m: MagnitudeCkm) -> PTableRef | None:
+        if m.small_cells is None:
+            return None
+        return ptable_ref(self.ptables, ("small_cells", m.small_cells))
+
+
+def m_ptable(rule: ProtectionRule) -> PTableSpec:
+    return rule.ptable
+
+
+def _separation_point(m: MagnitudeCkm, small: PTableRef | None) -> float:
+    """z_s = sqrt(m1²) / (sqrt(Σ ε_j²) · p_small) (cellKey ``ck_params_nums``); 0 if no table."""
+    if small is None:
+        return 0.0
+    return math.sqrt(small.m1sq) / (math.sqrt(sum(e * e for e in m.epsilon)) * m.p_small)
+
+
+def _flex(x: exp.Expr, m: MagnitudeCkm) -> exp.Expr:
+    """m(x) = p_lg·(1 + ((p_sm·x − p_lg·fp)/(p_lg·fp))·(2fp/(fp + x))^q) (cellKey ``.para_m``)."""
+    f1 = exp.Div(
+        this=exp.Paren(this=exp.Sub(this=_mul(x, m.p_small), expression=_number(m.p_large * m.fp))),
+        expression=_number(m.p_large * m.fp),
+    )
+    f2 = exp.Div(
+        this=_number(2 * m.fp),
+        expression=exp.Paren(this=exp.Add(this=_number(m.fp), expression=x.copy())),
+    )
+    power = exp.Pow(this=f2, expression=_number(m.q))
+    return _mul_expr(
+        _number(m.p_large),
+        exp.Paren(this=exp.Add(this=_number(1), expression=_mul_expr(f1, power))),
+    )
+
+
+def _scrambled(key: exp.Expr, rotations: int) -> exp.Expr:
+    """The cell key rotated left by 4·r bits: the integer analogue of cellKey's
+    ``.scramble_ckeys`` (which moves the first decimal digit of the key to the end)."""
+    if rotations == 0:
+        return key
+    bits = 4 * rotations
+    low = 2 ** (32 - bits)
+    kept = exp.Mul(
+        this=exp.Paren(this=exp.Mod(this=key, expression=_number(low))), expression=_number(2**bits)
+    )
+    moved = exp.cast(exp.Floor(this=exp.Div(this=key.copy(), expression=_number(low))), "BIGINT")
+    return exp.Paren(this=exp.Add(this=kept, expression=moved))
+
+
+def _class_below(a: exp.Expr, classes: tuple[float, ...]) -> exp.Expr:
+    """The largest ptable row at or below ``a`` (the smallest row if there is none)."""
+    ifs = [
+        exp.If(this=exp.GTE(this=a.copy(), expression=_number(c)), true=_number(c))
+        for c in reversed(classes)
+    ]
+    return exp.Case(ifs=ifs, default=_number(classes[0]))
+
+
+def _class_above(a: exp.Expr, classes: tuple[float, ...]) -> exp.Expr:
+    """The smallest ptable row at or above ``a`` (the largest row if there is none)."""
+    ifs = [
+        exp.If(this=exp.LTE(this=a.copy(), expression=_number(c)), true=_number(c)) for c in classes
+    ]
+    return exp.Case(ifs=ifs, default=_number(classes[-1]))
+
+
+def _sign(value: exp.Expr) -> exp.Expr:
+    return exp.Case(
+        ifs=[
+            exp.If(this=exp.GT(this=value.copy(), expression=_number(0)), true=_number(1)),
+            exp.If(this=exp.LT(this=value.copy(), expression=_number(0)), true=_number(-1)),
+        ],
+        default=_number(0),
+    )
+
+
+def _missing(alias: str) -> exp.Expr:
+    return exp.Is(this=exp.column("lo", alias), expression=exp.null())
+
+
+def _any(conditions: list[exp.Expr]) -> exp.Expr:
+    return exp.or_(*conditions) if conditions else exp.false()
+
+
+def at_least_column(column: exp.Expr, k: int) -> exp.Expr:
+    return exp.GTE(this=column.copy(), expression=exp.Literal.number(k))
+
+
+def _number(value: float) -> exp.Expr:
+    """A numeric literal: integers as such, other numbers as DOUBLE (exponent notation)."""
+    magnitude = abs(value)
+    if float(magnitude).is_integer() and magnitude < 2**53:
+        literal = exp.Literal.number(int(magnitude))
+    else:
+        literal = exp.Literal.number(f"{float(magnitude):.17e}")
+    return exp.Neg(this=literal) if value < 0 else literal
+
+
+def _lt(value: exp.Expr, bound: float) -> exp.Expr:
+    return exp.LT(this=value.copy(), expression=_number(bound))
+
+
+def _mul(value: exp.Expr, factor: float) -> exp.Expr:
+    return _mul_expr(value.copy(), _number(factor))
+
+
+def _mul_expr(a: exp.Expr, b: exp.Expr) -> exp.Expr:
+    return exp.Mul(this=_paren(a), expression=_paren(b))
+
+
+def _div(value: exp.Expr, divisor: float) -> exp.Expr:
+    return exp.Div(this=_paren(value.copy()), expression=_number(divisor))
+
+
+def _paren(node: exp.Expr) -> exp.Expr:
+    if isinstance(node, (exp.Column, exp.Literal, exp.Paren, exp.Func)):
+        return node
+    return exp.Paren(this=node)
