@@ -35,6 +35,22 @@ class PTableRef:
     max_i: float  # counts at or above it use the last row; magnitude ``a`` is capped at it
     m1sq: float = 0.0  # Σ v²·p of the last row (cellKey ``m_fixed_sq`` for small cells)
     classes: tuple[float, ...] = ()  # the rows i, ascending (magnitude lookups interpolate)
+    noise: tuple[tuple[float, float], ...] = ()  # (v, p) of the last row: the noise of most cells
+
+    @property
+    def variance(self) -> float:
+        return sum(v * v * p for v, p in self.noise)
+
+    def interval(self, level: float) -> tuple[float, float]:
+        """Noise quantiles (lower, upper) with at most (1 − level)/2 probability outside each."""
+        tail, cumulative, low, high = (1 - level) / 2, 0.0, None, None
+        for v, p in sorted(self.noise):
+            cumulative += p
+            if low is None and cumulative > tail:
+                low = v
+            if high is None and cumulative >= 1 - tail - 1e-12:
+                high = v
+        return low, high
 
 
 def required_ptables(policy: Policy) -> set[PTableKey]:
@@ -138,8 +154,18 @@ def load_ptables(con, policy: Policy) -> dict[PTableKey, PTableRef]:
                 f"SELECT DISTINCT i FROM {S}.ptable_entries WHERE ptable_id = ? ORDER BY i",
                 [row[0]],
             ).fetchall()
+            noise = con.execute(
+                f"SELECT v, p FROM {S}.ptable_entries WHERE ptable_id = ? AND i = ? "
+                "AND type = (SELECT min(type) FROM sqlsdc.ptable_entries WHERE ptable_id = ?) "
+                "ORDER BY v",
+                [row[0], row[1], row[0]],
+            ).fetchall()
             refs[(kind, spec)] = PTableRef(
-                int(row[0]), float(row[1]), float(row[2]), tuple(c[0] for c in classes)
+                int(row[0]),
+                float(row[1]),
+                float(row[2]),
+                tuple(c[0] for c in classes),
+                tuple((float(v), float(p)) for v, p in noise),
             )
     return refs
 

@@ -28,7 +28,13 @@ from sqlsdc.errors import (
     ProgrammingError,
 )
 from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, protect
-from sqlsdc.guard.postprocess import cell_status, check_faults, record_release, values_of
+from sqlsdc.guard.postprocess import (
+    accuracy,
+    cell_status,
+    check_faults,
+    record_release,
+    values_of,
+)
 from sqlsdc.guard.resolve import analyst_schema
 from sqlsdc.guard.validate import check_engine_tables
 from sqlsdc.policy import Policy, load_policy
@@ -269,6 +275,19 @@ class Cursor:
         protected cells (suppressed when NULL)."""
         self._require_result()
         return self._status
+
+    def cell_accuracy(self, level: float = 0.95) -> pd.DataFrame:
+        """Accuracy of every CKM-perturbed count in the result, one row per cell.
+
+        Columns: ``row``, ``column``, ``value`` (published), ``variance`` (of the ptable noise),
+        ``low``/``high``: the true count lies in [low, high] with probability ``level`` or more,
+        from the noise distribution of the ptable's general row (exact for true counts at or
+        above its last row, conservative bounds ±D hold for all). Magnitude cells are not
+        listed: their noise scales with the largest contribution, which must stay secret.
+        """
+        if not 0 < level < 1:
+            raise ProgrammingError("level must be between 0 and 1, e.g. 0.95")
+        return accuracy(self._require_result(), self.query, level)
 
     def explain(self) -> ProtectedQuery:
         if self.query is None:

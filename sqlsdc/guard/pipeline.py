@@ -19,7 +19,7 @@ from sqlsdc.guard.parse import bind_parameters, output_names, parse_statement
 from sqlsdc.guard.plan import plan_query
 from sqlsdc.guard.resolve import check_tables, qualify_tree
 from sqlsdc.guard.validate import validate_release
-from sqlsdc.policy import Method, Policy
+from sqlsdc.policy import AggregateKind, Method, Policy
 from sqlsdc.rewrite.cells import STATUS_PREFIX, protect_cells
 from sqlsdc.rewrite.ckm import PTableKey, PTableRef, ckm_frame
 from sqlsdc.rewrite.threshold import threshold_frame
@@ -45,6 +45,7 @@ class OutputColumn:
     name: str
     mechanism: str  # threshold | ckm | key | public | derived
     min_frequency: int | None = None
+    noise: PTableRef | None = None  # CKM counts: the ptable whose noise the values carry
 
     @property
     def released(self) -> bool:
@@ -52,7 +53,15 @@ class OutputColumn:
         return self.mechanism not in ("key", "public")
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "mechanism": self.mechanism, "min_frequency": self.min_frequency}
+        described = {
+            "name": self.name,
+            "mechanism": self.mechanism,
+            "min_frequency": self.min_frequency,
+        }
+        if self.noise is not None:
+            described["noise_variance"] = round(self.noise.variance, 6)
+            described["max_deviation"] = max(abs(v) for v, _p in self.noise.noise)
+        return described
 
 
 @dataclass(frozen=True)
@@ -75,7 +84,10 @@ class ProtectedQuery:
     def __str__(self) -> str:
         lines = ["columns:"]
         for c in self.columns:
-            k = f" (min_frequency {c.min_frequency})" if c.min_frequency else ""
+            k = f" (min_frequency {c.min_frequency})" if c.mechanism == "threshold" else ""
+            if c.noise is not None:
+                deviation = max(abs(v) for v, _p in c.noise.noise)
+                k = f" (noise variance {c.noise.variance:.3g}, at most ±{deviation:g})"
             lines.append(f"  {c.name}: {c.mechanism}{k}")
         lines += [
             "tables: " + (", ".join(self.tables) or "none"),
@@ -117,7 +129,7 @@ def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
     protected = _rename_outputs(protected, names)
     validate_release(protected, context.policy)
     text = context.to_sql(protected)
-    columns = _describe_outputs(analysis, plan, names)
+    columns = _describe_outputs(analysis, plan, names, context.ptables)
     with_status = any(c.with_status for c in plan.cells)
     status = {i: f"{STATUS_PREFIX}{i}" for i in range(len(names))} if with_status else {}
     tables = sorted(
@@ -158,7 +170,7 @@ def _rename_outputs(tree: exp.Expr, names: list[str]) -> exp.Expr:
     return tree
 
 
-def _describe_outputs(analysis: Analysis, plan, names: list[str]) -> list[OutputColumn]:
+def _describe_outputs(analysis: Analysis, plan, names: list[str], ptables) -> list[OutputColumn]:
     root = analysis.root
     cells = {id(c.select): c for c in plan.cells}
     select = _first_select(root.scope.expression)
@@ -171,7 +183,12 @@ def _describe_outputs(analysis: Analysis, plan, names: list[str]) -> list[Output
             if used:
                 k = max(a.min_frequency for a in used)
                 methods = {a.rule.method.value for a in used}
-                columns.append(OutputColumn(name, "+".join(sorted(methods)), k))
+                noise = None
+                if methods == {Method.CKM.value} and all(
+                    a.kind is AggregateKind.COUNTS and a.node is projection.unalias() for a in used
+                ):
+                    noise = ptables.get(("counts", used[0].rule.ptable))
+                columns.append(OutputColumn(name, "+".join(sorted(methods)), k, noise))
             else:
                 columns.append(OutputColumn(name, "key"))
         return columns

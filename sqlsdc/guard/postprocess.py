@@ -50,6 +50,30 @@ def cell_status(result: pa.Table, query: ProtectedQuery) -> pd.DataFrame:
     return frame
 
 
+def accuracy(values: pa.Table, query: ProtectedQuery, level: float) -> pd.DataFrame:
+    """Per CKM count cell: published value, noise variance and a ``level`` interval."""
+    frames = []
+    for i, column in enumerate(query.columns):
+        if column.noise is None:
+            continue
+        low_v, high_v = column.noise.interval(level)
+        value = values.column(i).to_numpy(zero_copy_only=False).astype(float)
+        frames.append(
+            pd.DataFrame(
+                {
+                    "row": range(len(value)),
+                    "column": column.name,
+                    "value": value,
+                    "variance": column.noise.variance,
+                    "low": (value - high_v).clip(min=0),
+                    "high": (value - low_v).clip(min=0),
+                }
+            )
+        )
+    columns = ["row", "column", "value", "variance", "low", "high"]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+
+
 def record_release(con, result: pa.Table, query: ProtectedQuery, query_id: int, user: str) -> None:
     """Write one ledger row per released protected cell (identity: the row's key values)."""
     keys = tuple((c.name, i) for i, c in enumerate(query.columns) if not c.released)

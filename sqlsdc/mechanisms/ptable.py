@@ -183,7 +183,7 @@ class PTableParams:
 
 
 def _mono_matrix(v: np.ndarray) -> np.ndarray | None:
-    """Rows of ``x[k] - x[k+1] <= 0`` left of v = 0 (R's ``eval_g_mono``); None if there are none."""
+    """Rows of ``x[k] - x[k+1] <= 0`` left of v = 0 (R's ``eval_g_mono``), or None."""
     zero = np.flatnonzero(v == 0)
     if not zero.size or zero[0] == 0:
         return None
@@ -194,7 +194,7 @@ def _mono_matrix(v: np.ndarray) -> np.ndarray | None:
 
 
 def _max_entropy(v: np.ndarray, V: float, lb: np.ndarray, mono: bool, optim: int) -> np.ndarray:
-    """One row of ``pt_optim_entropy`` by SLSQP (entropy in nats: a scale factor changes nothing)."""
+    """One row of ``pt_optim_entropy`` by SLSQP (entropy in nats; the scale changes nothing)."""
     v2 = v * v
     a_eq, b_eq = np.vstack([np.ones_like(v), v]), np.array([1.0, 0.0])
     if optim == 4:
@@ -287,10 +287,10 @@ class PTable:
 
     @cached_property
     def _groups(self) -> dict[int, tuple[PTableRow, ...]]:
-        groups = {i: tuple(g) for i, g in groupby(self.rows, key=lambda e: e.i)}
-        if len(groups) != len({e.i for e in self.rows}) or list(groups) != sorted(groups):
+        runs = [(i, tuple(g)) for i, g in groupby(self.rows, key=lambda e: e.i)]
+        if [i for i, _ in runs] != sorted({e.i for e in self.rows}):
             raise PTableError("the entries of a ptable must be grouped by i in ascending order")
-        return groups
+        return dict(runs)
 
     @property
     def classes(self) -> tuple[int, ...]:
@@ -406,7 +406,7 @@ def count_ptable(D, V, js=0, pstay=None, optim=1, mono=True) -> PTable:
 def magnitude_ptable(
     D, V, js=0, pstay=None, optim=1, mono=True, step=1, icat=None, type="all"
 ) -> PTable:
-    """``create_num_ptable``: noise on a 1/step grid for the classes icat (R's default step is 2)."""
+    """``create_num_ptable``: noise on a 1/step grid for the classes icat (R's step default: 2)."""
     return create_ptable(PTableParams(D, V, js, pstay, optim, mono, "nums", step, icat, type))
 
 
@@ -437,7 +437,8 @@ def to_tauargus(*tables: PTable) -> str:
     ):
         raise PTableError(
             "τ-ARGUS takes one count ptable, one magnitude ptable of type 'all', or two of "
-            f"types 'even' and 'odd'; got {[(t.table, t.type) for t in tables]}"
+            f"types 'even' and 'odd' in one file (to_tauargus(even, odd)); got "
+            f"{[(t.table, t.type) for t in tables]}"
         )
     cols = ("i", "j", "p", "v", "p_int_ub")
     lines = [";".join(cols + ("type",) * nums)]

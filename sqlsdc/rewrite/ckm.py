@@ -338,17 +338,15 @@ class _Builder:
         return select
 
     def _magnitude_step(self, previous: exp.Select, j: int) -> exp.Select:
-        """Contributor j: compute x_delta and the lookup position, then look up and add noise."""
-        compute = self._select_from(previous)
+        """Contributor j: x_delta, the lookup position, the lookup, the added noise; one layer
+        each, so that no expression is repeated inside another."""
         prev = lambda c: exp.column(c, PREV)  # noqa: E731
-        for i in self._ckm_magnitudes():
+        steps = [i for i in self._ckm_magnitudes() if j <= self._magnitude(i).top_k]
+        amplitude = self._select_from(previous)
+        for i in steps:
             m = self._magnitude(i)
-            if j > m.top_k:
-                continue
-            small = self._small(m)
-            zs = _separation_point(m, small)
+            zs = _separation_point(m, self._small(m))
             x = prev(f"__x{i}_{j}")
-            xo = prev(f"__o{i}_{j - 1}")
             ax = exp.Abs(this=x)
             normal = exp.Case(
                 ifs=[
@@ -357,29 +355,42 @@ class _Builder:
                 ],
                 default=exp.Mul(this=x.copy(), expression=_flex(ax.copy(), m)),
             )
-            rescale = exp.LT(this=exp.Abs(this=xo), expression=exp.Abs(this=normal))
-            xj = exp.Case(
-                ifs=[exp.If(this=rescale, true=_div(xo, m.p_small * m.epsilon[j - 1]))],
-                default=x.copy(),
+            amplitude.append("expressions", exp.alias_(normal, f"__xd{i}_{j}"))
+            rescale = exp.LT(
+                this=exp.Abs(this=prev(f"__o{i}_{j - 1}")), expression=exp.Abs(this=normal.copy())
             )
-            small_x = _lt(exp.Abs(this=xj), zs)
-            delta = exp.Case(
+            amplitude.append("expressions", exp.alias_(rescale, f"__rs{i}_{j}"))
+            xj = exp.Case(
                 ifs=[
                     exp.If(
                         this=rescale.copy(),
-                        true=exp.Case(
-                            ifs=[exp.If(this=small_x, true=_number(1))], default=xo.copy()
-                        ),
+                        true=_div(prev(f"__o{i}_{j - 1}"), m.p_small * m.epsilon[j - 1]),
                     )
                 ],
-                default=normal.copy(),
+                default=x.copy(),
+            )
+            amplitude.append("expressions", exp.alias_(xj, f"__xj{i}_{j}"))
+        compute = self._select_from(amplitude)
+        for i in steps:
+            m = self._magnitude(i)
+            zs = _separation_point(m, self._small(m))
+            rescale, xo = prev(f"__rs{i}_{j}"), prev(f"__o{i}_{j - 1}")
+            small_x = _lt(exp.Abs(this=prev(f"__xj{i}_{j}")), zs)
+            delta = exp.Case(
+                ifs=[
+                    exp.If(
+                        this=rescale,
+                        true=exp.Case(ifs=[exp.If(this=small_x, true=_number(1))], default=xo),
+                    )
+                ],
+                default=prev(f"__xd{i}_{j}"),
             )
             uses_small = exp.Case(
-                ifs=[exp.If(this=rescale.copy(), true=small_x.copy())], default=_lt(ax.copy(), zs)
+                ifs=[exp.If(this=rescale.copy(), true=small_x.copy())],
+                default=_lt(exp.Abs(this=prev(f"__x{i}_{j}")), zs),
             )
             zero = exp.and_(rescale.copy(), small_x.copy()) if j > 1 else exp.false()
             for name, value in (
-                (f"__xj{i}_{j}", xj),
                 (f"__d{i}_{j}", delta),
                 (f"__sm{i}_{j}", uses_small),
                 (f"__z{i}_{j}", zero),
@@ -426,13 +437,18 @@ class _Builder:
                 lookup.append("expressions", exp.alias_(prev(f"__o{i}_{j - 1}"), f"__o{i}_{j}"))
                 lookup.append("expressions", exp.alias_(prev(f"__e{i}_{j - 1}"), f"__e{i}_{j}"))
                 continue
-            lookup_alias = self._lookup(lookup, i, j, m)
-            lookup.append("expressions", exp.alias_(lookup_alias[0], f"__o{i}_{j}"))
-            lookup.append("expressions", exp.alias_(lookup_alias[1], f"__e{i}_{j}"))
-        return lookup
+            v, fault = self._lookup(lookup, i, j, m)
+            lookup.append("expressions", exp.alias_(v, f"__pv{i}_{j}"))
+            lookup.append("expressions", exp.alias_(fault, f"__e{i}_{j}"))
+        add = self._select_from(lookup)
+        for i in self._ckm_magnitudes():
+            if j <= self._magnitude(i).top_k:
+                running = self._add_noise(i, j, self._magnitude(i))
+                add.append("expressions", exp.alias_(running, f"__o{i}_{j}"))
+        return add
 
     def _lookup(self, select: exp.Select, i: int, j: int, m: MagnitudeCkm):
-        """Join the two ptable rows around ``a`` and return (new running value, fault)."""
+        """Join the two ptable rows around ``a``; return (interpolated v, fault so far)."""
         prev = lambda c: exp.column(c, PREV)  # noqa: E731
         rule = self.plan.aggregates[i].rule
         main = ptable_ref(self.ptables, ("magnitudes", m_ptable(rule)))
@@ -488,6 +504,17 @@ class _Builder:
             this=_mul_expr(exp.Sub(this=_number(1), expression=weight), values[0]),
             expression=_mul_expr(weight.copy(), values[1]),
         )
+        skip = exp.or_(exp.Is(this=prev(f"__x{i}_{j}"), expression=exp.null()), prev(f"__z{i}_{j}"))
+        fault = exp.and_(
+            exp.Not(this=exp.Paren(this=skip)),
+            exp.or_(_missing(f"__pm{i}_{j}lo"), _missing(f"__pm{i}_{j}hi")),
+        )
+        return v, exp.or_(prev(f"__e{i}_{j - 1}"), exp.Paren(this=fault))
+
+    def _add_noise(self, i: int, j: int, m: MagnitudeCkm) -> exp.Expr:
+        """x̂_j = x̂_{j−1} + sign(x̂)·|x_delta|·sign(v)·(μ + |v|), never flipping the sign."""
+        prev = lambda c: exp.column(c, PREV)  # noqa: E731
+        v = prev(f"__pv{i}_{j}")
         xo = prev(f"__o{i}_{j - 1}")
         mu = m.mu_c if j == 1 and m.mu_c else 0.0
         if mu:
@@ -515,12 +542,7 @@ class _Builder:
         )
         skip = exp.or_(exp.Is(this=prev(f"__x{i}_{j}"), expression=exp.null()), prev(f"__z{i}_{j}"))
         added = exp.Case(ifs=[exp.If(this=skip, true=_number(0))], default=clamped)
-        running = exp.Add(this=xo.copy(), expression=exp.Paren(this=added))
-        fault = exp.and_(
-            exp.Not(this=exp.Paren(this=skip.copy())),
-            exp.or_(_missing(f"__pm{i}_{j}lo"), _missing(f"__pm{i}_{j}hi")),
-        )
-        return running, exp.or_(prev(f"__e{i}_{j - 1}"), exp.Paren(this=fault))
+        return exp.Add(this=xo.copy(), expression=exp.Paren(this=added))
 
     def _final_value(self, i: int, spec) -> exp.Expr:
         prev = lambda c: exp.column(c, PREV)  # noqa: E731

@@ -33,7 +33,8 @@ def threshold_frame(cells: Cells, twin: dict[int, exp.Expr]) -> Frame:
     def value(i: int) -> exp.Expr:
         return exp.Case(ifs=[exp.If(this=published(i), true=cell_column(f"__a{i}"))])
 
-    return Frame(inner.subquery(CELLS), value, published, group_condition(inner, cells))
+    group = group_condition(inner, cells)
+    return Frame(inner.subquery(CELLS), value, published, group)
 
 
 def add_keys(inner: exp.Select, cells: Cells) -> None:
