@@ -9,6 +9,7 @@ Example:
     >>> con.execute("SELECT region, COUNT(*) AS n FROM persons GROUP BY region").fetchall()
 """
 
+from sqlsdc import admin
 from sqlsdc.catalog import init
 from sqlsdc.errors import (
     AccessDenied,
@@ -30,6 +31,7 @@ from sqlsdc.policy import load_policy
 __version__ = "0.1.0"
 
 __all__ = [
+    "admin",
     "AccessDenied",
     "BudgetExhausted",
     "Connection",

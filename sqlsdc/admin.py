@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sqlsdc.catalog import store
+from sqlsdc.catalog import keys, store
 from sqlsdc.catalog.setup import ApplyReport, apply_policy
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import AccessDenied, Error
@@ -69,5 +69,36 @@ def audit(
             store.audit_entries(con, user=who, decision=decision, limit=limit),
             columns=store.AUDIT_COLUMNS,
         )
+    finally:
+        con.close()
+
+
+def rekey(db: str | Path, user: str, *, tables: list[str] | None = None) -> dict[str, int]:
+    """Give every unit of the confidential ``tables`` (default: all) a new record key.
+
+    This changes the CKM noise of every cell, so values published before and after no longer
+    match (and could be compared by a user who saw both): do it only when keys may have
+    leaked. Every re-keying is recorded in ``sqlsdc.key_events``. Returns rows re-keyed per table.
+    """
+    con = engine.open_database(db, read_only=False)
+    try:
+        current = _require_admin(con, user)
+        policy = load_policy(current[1], name=current[2])
+        names = tables or [t.name for t in policy.confidential_tables]
+        unknown = [n for n in names if policy.table(n) is None or policy.table(n).is_public]
+        if unknown:
+            raise Error(f"not a confidential table of the policy: {', '.join(unknown)}")
+        con.execute("BEGIN TRANSACTION")
+        try:
+            report = {}
+            for name in names:
+                table = policy.table(name)
+                report[table.name] = keys.rekey(con, table.name, table.privacy_unit)
+                store.record_key_event(con, table.name, "rekeyed", report[table.name], user)
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        return report
     finally:
         con.close()

@@ -171,10 +171,9 @@ def load_ptables(con, policy: Policy) -> dict[PTableKey, PTableRef]:
 
 
 def stored_entries(con, ptable_id: int) -> pa.Table:
-    return con.execute(
-        f"SELECT type, i, j, p, v, lo, hi FROM {S}.ptable_entries WHERE ptable_id = ? "
-        "ORDER BY type, i, lo",
-        [ptable_id],
+    return con.sql(
+        f"SELECT type, i, j, p, v, lo, hi FROM {S}.ptable_entries "
+        f"WHERE ptable_id = {int(ptable_id)} ORDER BY type, i, lo"
     ).to_arrow_table()
 
 

@@ -42,7 +42,7 @@ from itertools import groupby
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import minimize
+from scipy.optimize import linprog, minimize
 
 from sqlsdc.errors import Error
 
@@ -217,6 +217,15 @@ def _max_entropy(v: np.ndarray, V: float, lb: np.ndarray, mono: bool, optim: int
     return res.x
 
 
+def _variance_range(v: np.ndarray, lb: np.ndarray, mono: bool) -> tuple[float, float]:
+    """The smallest and largest variance a row's targets allow (two LPs; for error messages)."""
+    m = _mono_matrix(v) if mono else None
+    kw = dict(A_eq=np.vstack([np.ones_like(v), v]), b_eq=[1.0, 0.0], bounds=[(b, 1.0) for b in lb])
+    kw |= {} if m is None else dict(A_ub=m, b_ub=np.zeros(len(m)))
+    low, high = linprog(v * v, **kw), linprog(-v * v, **kw)
+    return (low.fun, -high.fun) if low.status == high.status == 0 else (np.nan, np.nan)
+
+
 def _solve_class(params: PTableParams, r: int, i: int) -> tuple[np.ndarray, int]:
     """Row ``i`` with R's loop: lower the pstay bound by 0.05 until round(var, 3) == V."""
     v = params.noise(i)
@@ -229,10 +238,12 @@ def _solve_class(params: PTableParams, r: int, i: int) -> tuple[np.ndarray, int]
         var = float(p @ (v * v))
         var_ok = var <= params.V + 1e-6 and (params.optim[r] != 4 or var >= params.V - 1e-6)
         if round(float(p.sum()), 10) != 1 or abs(p @ v) > 1e-8 or not var_ok:
+            low, high = _variance_range(v, lb, params.mono[r])
             raise PTableError(
                 f"the ptable can't be calculated without violating its constraints in row i={i} "
-                f"(D={params.D}, V={params.V}, js={params.js}, pstay={params.pstay[r]}); change "
-                "mono or optim, or another parameter (changing V is enough in most cases)"
+                f"(D={params.D}, V={params.V}, js={params.js}, pstay={params.pstay[r]}): its "
+                f"targets allow variances {low:.4g}..{high:.4g}; change V (enough in most "
+                "cases), js, mono or optim"
             )
         if round(var, 3) == params.V or 1 <= i <= params.js:
             break

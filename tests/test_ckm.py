@@ -1,0 +1,348 @@
+"""The cell key method end to end on the demo database (real DuckDB file, shipped demo policy).
+
+Expected values are computed independently: cell keys and top contributions straight from the
+raw rows, noise from the stored ptable, perturbation by the per-cell reference functions of
+``sqlsdc.mechanisms.ckm`` (a restatement of cellKey's ``.perturb_cell_flex``).
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+
+import numpy as np
+import pytest
+
+import sqlsdc
+from sqlsdc.catalog import store
+from sqlsdc.catalog.ptables import load_ptables, stored_entries
+from sqlsdc.engines.duckdb import open_database
+from sqlsdc.mechanisms.ckm import Lookup, perturb_count, perturb_magnitude, utility_risk
+from sqlsdc.policy import AggregateKind, load_policy
+
+M = 2**32
+
+
+@pytest.fixture(scope="module")
+def ckm(ckm_db):
+    con = sqlsdc.connect(ckm_db, "analyst")
+    yield con
+    con.close()
+
+
+@pytest.fixture(scope="module")
+def reference(ckm_db, ckm):
+    """Raw access and the stored ptables (opened after the guarded connection, same instance)."""
+    con = open_database(ckm_db)
+    policy = ckm.policy
+    refs = load_ptables(con, policy)
+    tables = {
+        key: Lookup.from_table(stored_entries(con, ref.ptable_id)) for key, ref in refs.items()
+    }
+    yield con, policy, refs, tables
+    con.close()
+
+
+def _rule(policy, table, kind):
+    return policy.table(table).rule(kind)
+
+
+def _expected_counts(reference, sql_cells):
+    con, policy, refs, tables = reference
+    rule = _rule(policy, "persons", AggregateKind.COUNTS)
+    key = ("counts", rule.ptable)
+    rows = con.execute(sql_cells).fetchall()
+    return {
+        tuple(r[:-2]): perturb_count(r[-2], int(r[-1]) % M, tables[key], refs[key].max_i)
+        for r in rows
+    }
+
+
+def test_counts_are_the_reference_perturbation(ckm, reference):
+    got = ckm.execute(
+        "SELECT region, sex, COUNT(*) AS n FROM persons GROUP BY region, sex"
+    ).fetchall()
+    expected = _expected_counts(
+        reference,
+        "SELECT region, sex, count(*), sum(__rkey) FROM persons GROUP BY region, sex",
+    )
+    assert {(r, s): n for r, s, n in got} == expected
+    raw = dict(
+        ((r, s), n)
+        for r, s, n in reference[0]
+        .execute("SELECT region, sex, count(*) FROM persons GROUP BY ALL")
+        .fetchall()
+    )
+    deviations = [expected[k] - raw[k] for k in raw]
+    assert any(d != 0 for d in deviations) and max(map(abs, deviations)) <= 5
+
+
+def test_no_small_positive_count_below_js(ckm, reference):
+    js = _rule(reference[1], "persons", AggregateKind.COUNTS).ptable.js
+    rows = ckm.execute(
+        "SELECT municipality, age, COUNT(*) FROM persons GROUP BY municipality, age"
+    ).fetchall()
+    small = [n for *_k, n in rows if 0 < n <= js]
+    assert len(rows) > 1000 and not small
+    assert any(n == 0 for *_k, n in rows) == (js > 0) or js == 0
+
+
+CELL_R01 = [
+    "SELECT region, COUNT(*) FROM persons GROUP BY region",
+    "SELECT COUNT(*) AS n, region FROM persons GROUP BY region",
+    "SELECT region, COUNT(region) FROM persons GROUP BY 1",
+    "SELECT region, COUNT(DISTINCT person_id) FROM persons GROUP BY region",
+    "SELECT region, COUNT(*) FROM persons WHERE age >= 0 GROUP BY region",
+    "SELECT region, COUNT(*) FROM persons WHERE region = 'R01' GROUP BY region",
+    "SELECT region, municipality, COUNT(*) FROM persons GROUP BY ROLLUP (region, municipality)",
+    "SELECT region, sex, COUNT(*) FROM persons GROUP BY GROUPING SETS ((region), (region, sex))",
+    "WITH p AS (SELECT region, person_id FROM persons) "
+    "SELECT region, COUNT(*) FROM p GROUP BY region",
+    "SELECT p.region, COUNT(DISTINCT p.person_id) FROM persons p "
+    "JOIN households h ON p.household_id = h.household_id GROUP BY p.region",
+    "SELECT r.region, COUNT(*) FROM persons p JOIN regions r ON p.region = r.region "
+    "GROUP BY r.region",
+]
+
+
+def _region_total(con, sql):
+    result = con.execute(sql)
+    names = [d[0] for d in result.description]
+    frame = result.df()
+    region = next(c for c in frame.columns if "region" in c.lower())
+    count = next(c for c in frame.columns if c not in (region, "sex", "municipality"))
+    rows = frame[frame[region] == "R01"]
+    for other in ("sex", "municipality"):
+        if other in names:
+            rows = rows[rows[other].isna()]
+    assert len(rows) == 1, sql
+    return int(rows[count].iloc[0])
+
+
+def test_the_same_cell_has_the_same_value_in_every_query(ckm, ckm_db):
+    values = {sql: _region_total(ckm, sql) for sql in CELL_R01}
+    with sqlsdc.connect(ckm_db, "admin") as other_session:
+        values["other user"] = _region_total(other_session, CELL_R01[0])
+    assert len(set(values.values())) == 1, values
+
+
+def test_magnitude_cell_is_consistent_across_queries(ckm):
+    queries = [
+        "SELECT region, SUM(income) FROM persons GROUP BY region",
+        "SELECT SUM(income) AS s, region FROM persons WHERE age >= 0 GROUP BY region",
+        "SELECT region, SUM(income) FROM persons GROUP BY ROLLUP (region, sex)",
+        "WITH p AS (SELECT * FROM persons) SELECT region, SUM(income) FROM p GROUP BY region",
+    ]
+    values = set()
+    for sql in queries:
+        frame = ckm.execute(sql).df()
+        frame = frame[(frame["region"] == "R02") & (frame.get("sex", frame["region"]).notna())]
+        if "sex" in frame:
+            frame = frame[frame["sex"].isna()]
+        column = next(c for c in frame.columns if c not in ("region", "sex"))
+        values.add(round(float(frame[column].iloc[0]), 6))
+    assert len(values) == 1, values
+
+
+def _expected_magnitudes(reference, table, measure, key_sql, where=""):
+    con, policy, refs, tables = reference
+    counts_rule = _rule(policy, table, AggregateKind.COUNTS)
+    rule = _rule(policy, table, AggregateKind.MAGNITUDES)
+    m = rule.magnitude
+    count_key = ("counts", counts_rule.ptable)
+    main = tables[("magnitudes", rule.ptable)]
+    rows = con.execute(
+        f"""SELECT {key_sql} AS k, sum({measure}), count({measure}),
+                   sum(CASE WHEN {measure} IS NOT NULL THEN __rkey END),
+                   list({measure} ORDER BY abs({measure}) DESC NULLS LAST, __rkey)
+            FROM {table} {where} GROUP BY ALL"""
+    ).fetchall()
+    expected = {}
+    for k, total, n, keysum, values in rows:
+        key = int(keysum) % M
+        n_hat = perturb_count(n, key, tables[count_key], refs[count_key].max_i)
+        top = [v for v in values if v is not None][: m.top_k]
+        x_hat = perturb_magnitude(float(total), top, key, n, m, main)
+        expected[k] = (x_hat, n, n_hat)
+    return expected, m
+
+
+@pytest.mark.parametrize(
+    "table, measure, key",
+    [("persons", "income", "region"), ("enterprises", "turnover", "nace")],
+    ids=["income top_k=1", "turnover top_k=2"],
+)
+def test_magnitudes_are_the_reference_perturbation(ckm, reference, table, measure, key):
+    expected, m = _expected_magnitudes(reference, table, measure, key)
+    got = ckm.execute(
+        f"SELECT {key}, SUM({measure}), AVG({measure}) FROM {table} GROUP BY {key}"
+    ).fetchall()
+    assert len(got) == len(expected)
+    for k, published_sum, published_avg in got:
+        x_hat, n, n_hat = expected[k]
+        assert m.mean_before_sum
+        assert published_sum == pytest.approx(x_hat * n_hat / n, rel=1e-9)
+        assert published_avg == pytest.approx(x_hat / n, rel=1e-9)
+    raw = dict(
+        reference[0].execute(f"SELECT {key}, sum({measure}) FROM {table} GROUP BY ALL").fetchall()
+    )
+    changed = [k for k, s, _a in got if not math.isclose(s, raw[k], rel_tol=1e-12)]
+    assert len(changed) >= len(got) // 2
+
+
+def test_average_is_protected_sum_over_protected_count(ckm):
+    rows = ckm.execute(
+        "SELECT municipality, SUM(income), COUNT(income), AVG(income) FROM persons "
+        "GROUP BY municipality"
+    ).fetchall()
+    for _m, total, count, mean in rows:
+        if count:
+            assert mean * count == pytest.approx(total, rel=1e-9)
+        else:
+            assert mean is None and total == 0
+
+
+def test_rollup_margins_use_the_top_contributor_of_each_grouping_set(ckm, reference):
+    expected, _m = _expected_magnitudes(reference, "persons", "income", "'all'")
+    frame = ckm.execute(
+        "SELECT region, SUM(income) AS s FROM persons GROUP BY ROLLUP (region)"
+    ).df()
+    grand = frame[frame["region"].isna()]["s"].iloc[0]
+    x_hat, n, n_hat = expected["all"]
+    assert grand == pytest.approx(x_hat * n_hat / n, rel=1e-9)
+
+
+def test_having_order_and_limit_see_only_protected_values(ckm):
+    full = dict(
+        ckm.execute("SELECT municipality, COUNT(*) FROM persons GROUP BY municipality").fetchall()
+    )
+    threshold = sorted(full.values())[len(full) // 2]
+    having = dict(
+        ckm.execute(
+            "SELECT municipality, COUNT(*) FROM persons GROUP BY municipality "
+            f"HAVING COUNT(*) >= {threshold}"
+        ).fetchall()
+    )
+    assert having == {k: v for k, v in full.items() if v >= threshold}
+    top = ckm.execute(
+        "SELECT municipality, COUNT(*) AS n FROM persons GROUP BY municipality "
+        "ORDER BY n DESC, municipality LIMIT 5"
+    ).fetchall()
+    ranked = sorted(full.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+    assert top == ranked
+
+
+def test_explain_and_accuracy_report_the_ptable_noise(ckm):
+    cursor = ckm.execute("SELECT region, COUNT(*) AS n, SUM(income) AS s FROM persons GROUP BY 1")
+    described = {c.name: c for c in cursor.explain().columns}
+    assert described["n"].mechanism == "ckm" and described["s"].mechanism == "ckm"
+    assert described["n"].to_dict()["noise_variance"] == pytest.approx(2.0, abs=1e-6)
+    assert described["n"].to_dict()["max_deviation"] <= 5
+    accuracy = cursor.cell_accuracy(0.95)
+    assert set(accuracy["column"]) == {"n"} and len(accuracy) == cursor.rowcount
+    assert (accuracy["low"] <= accuracy["value"]).all()
+    assert (accuracy["value"] <= accuracy["high"]).all()
+    assert ((accuracy["high"] - accuracy["low"]) <= 10).all()
+    assert set(cursor.cell_status()["n"]) == {"published"}
+
+
+def test_rekeying_changes_the_noise_and_is_recorded(ckm_db, tmp_path):
+    path = tmp_path / "rekey.duckdb"
+    shutil.copy(ckm_db, path)
+    sql = "SELECT municipality, COUNT(*) FROM persons GROUP BY municipality"
+    with sqlsdc.connect(path, "analyst") as con:
+        before = dict(con.execute(sql).fetchall())
+    report = sqlsdc.admin.rekey(path, "admin", tables=["persons"])
+    assert report == {"persons": 20_000}
+    with sqlsdc.connect(path, "analyst") as con:
+        after = dict(con.execute(sql).fetchall())
+    assert after.keys() == before.keys()
+    assert sum(after[k] != before[k] for k in after) > len(after) // 3
+    con = open_database(path)
+    try:
+        events = con.execute(
+            "SELECT table_name, action, rows_keyed, by_user FROM sqlsdc.key_events "
+            "WHERE action = 'rekeyed'"
+        ).fetchall()
+        distinct = con.execute("SELECT count(DISTINCT __rkey) = count(*) FROM persons").fetchall()[
+            0
+        ][0]
+    finally:
+        con.close()
+    assert events == [("persons", "rekeyed", 20_000, "admin")] and distinct
+
+
+def test_rekeying_is_for_admins_only(ckm_db):
+    with pytest.raises(sqlsdc.AccessDenied):
+        sqlsdc.admin.rekey(ckm_db, "analyst")
+
+
+def test_a_missing_ptable_entry_releases_nothing(ckm_db, tmp_path):
+    path = tmp_path / "broken.duckdb"
+    shutil.copy(ckm_db, path)
+    con = open_database(path)
+    con.execute("DELETE FROM sqlsdc.ptable_entries WHERE ptable_id = 1 AND i = 5 AND v = 0")
+    con.close()
+    with sqlsdc.connect(path, "analyst") as guarded:
+        with pytest.raises(sqlsdc.InternalError, match="nothing was released"):
+            guarded.execute("SELECT region, COUNT(*) FROM persons GROUP BY region")
+        audit = guarded._con.execute(
+            "SELECT decision FROM sqlsdc.audit ORDER BY query_id DESC LIMIT 1"
+        ).fetchall()
+    assert audit == [("refused",)]
+    con = open_database(path)
+    try:
+        (ledger,) = con.execute("SELECT count(*) FROM sqlsdc.ledger").fetchall()[0]
+    finally:
+        con.close()
+    assert ledger == 0
+
+
+def test_ckm_rules_need_a_stored_ptable(ckm_db, tmp_path):
+    path = tmp_path / "unstored.duckdb"
+    shutil.copy(ckm_db, path)
+    con = open_database(path)
+    document = con.execute(
+        "SELECT document FROM sqlsdc.policy_versions ORDER BY version DESC LIMIT 1"
+    ).fetchall()[0][0]
+    policy = load_policy(__import__("json").loads(document))
+    changed = policy.document_dict()
+    changed["protection"]["counts"]["ptable"]["V"] = 1.5
+    store.store_policy(con, changed, "hand-edited", "test")  # bypasses apply: no ptable generated
+    con.close()
+    with sqlsdc.connect(path, "analyst") as guarded:
+        with pytest.raises(sqlsdc.PolicyViolation, match="sqlsdc policy apply"):
+            guarded.execute("SELECT region, COUNT(*) FROM persons GROUP BY region")
+
+
+def test_ptables_are_stored_once_and_tile_the_keys(reference):
+    con, _policy, refs, _tables = reference
+    rows = con.execute(
+        "SELECT ptable_id, type, i, min(lo), max(hi), sum(hi - lo), sum(p) "
+        "FROM sqlsdc.ptable_entries GROUP BY ALL"
+    ).fetchall()
+    assert rows and all(
+        lo == 0 and hi == M and width == M for _p, _t, _i, lo, hi, width, _s in rows
+    )
+    assert all(abs(s - 1) < 1e-6 for *_r, s in rows)
+    assert len(refs) == con.execute("SELECT count(*) FROM sqlsdc.ptables").fetchall()[0][0]
+
+
+def test_utility_and_risk_measures_on_a_released_table(ckm, reference):
+    raw = (
+        reference[0]
+        .execute("SELECT municipality, sex, count(*) FROM persons GROUP BY ALL ORDER BY 1, 2")
+        .fetchall()
+    )
+    protected = dict(
+        ((m, s), n)
+        for m, s, n in ckm.execute(
+            "SELECT municipality, sex, COUNT(*) FROM persons GROUP BY municipality, sex"
+        ).fetchall()
+    )
+    counts = np.array([n for *_k, n in raw], float)
+    perturbed = np.array([protected[(m, s)] for m, s, _n in raw], float)
+    measures = utility_risk(counts, perturbed)
+    assert 0 < measures["U"] < 0.05
+    assert 0 < measures["hellinger"] < 0.05
+    assert measures["U"] == pytest.approx(np.abs(perturbed - counts).sum() / counts.sum())
