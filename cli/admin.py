@@ -1,4 +1,5 @@
-"""Administration commands: ``init``, ``policy validate|show|apply``, ``audit``."""
+"""Administration commands: ``init``, ``policy validate|show|apply``, ``audit``, ``rekey``,
+``risk``."""
 
 from __future__ import annotations
 
@@ -107,4 +108,46 @@ def audit(db: str, user: str, who: str | None, decision: str | None, limit: int,
     print_frame(frame, fmt)
 
 
-COMMANDS = (init, policy, audit)
+@click.command()
+@click.argument("db", type=click.Path(exists=True, dir_okay=False))
+@admin_option
+@click.option("--table", "tables", multiple=True, help="Only this table (repeatable).")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def rekey(db: str, user: str, tables: tuple[str, ...], yes: bool) -> None:
+    """Give every unit new record keys: ALL cell-key noise changes.
+
+    Values published before no longer match new ones, and a user who saw both could compare
+    them; re-key only when keys may have leaked. Every re-keying is recorded.
+    """
+    if not yes:
+        click.confirm("Re-keying changes every published CKM value. Continue?", abort=True)
+    for table, rows in admin.rekey(db, user, tables=list(tables) or None).items():
+        click.echo(f"{table}: {rows} rows re-keyed")
+
+
+@click.command()
+@click.argument("db", type=click.Path(exists=True, dir_okay=False))
+@click.argument("sql")
+@admin_option
+@click.option("--count", "count_column", required=True, help="Result column with the counts.")
+@click.option("--value", "value_column", help="Result column with a magnitude (optional).")
+@format_option(default="table", choices=("table", "json"))
+def risk(db: str, sql: str, user: str, count_column: str, value_column, fmt: str) -> None:
+    """Utility and risk of a protected table against the original (admins only).
+
+    U, U_single, R_pert, R and the Hellinger distance of Geyer et al. (PSD 2022).
+
+    \b
+    Example:
+      sqlsdc risk demo.duckdb "SELECT municipality, COUNT(*) AS n FROM persons
+        GROUP BY municipality" --count n
+    """
+    measures = admin.ckm_measures(db, user, sql, count=count_column, value=value_column)
+    if fmt == "json":
+        print_json(measures)
+    else:
+        for name, number in measures.items():
+            click.echo(f"{name:>10}  {number:.6g}")
+
+
+COMMANDS = (init, policy, audit, rekey, risk)

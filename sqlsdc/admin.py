@@ -15,6 +15,7 @@ from sqlsdc.catalog import keys, store
 from sqlsdc.catalog.setup import ApplyReport, apply_policy
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import AccessDenied, Error
+from sqlsdc.mechanisms.ckm import utility_risk
 from sqlsdc.policy import Policy, UserRole, load_policy
 
 
@@ -102,3 +103,37 @@ def rekey(db: str | Path, user: str, *, tables: list[str] | None = None) -> dict
         return report
     finally:
         con.close()
+
+
+def ckm_measures(
+    db: str | Path, user: str, sql: str, *, count: str, value: str | None = None
+) -> dict[str, float]:
+    """Utility and risk of the protected answer to ``sql`` against the original (admins only).
+
+    ``count`` names the result column holding the cell counts and ``value`` an optional
+    magnitude column; cells are matched on the key columns. See
+    :func:`sqlsdc.mechanisms.ckm.utility_risk` for the measures (Geyer et al., PSD 2022).
+    """
+    from sqlsdc.guard.connection import connect
+
+    with connect(db, user) as guarded:
+        cursor = guarded.execute(sql)
+        protected = cursor.df()
+        keys = [c.name for c in cursor.explain().columns if not c.released]
+    con = engine.open_database(db)
+    try:
+        _require_admin(con, user)
+        original = con.sql(sql).df()
+    finally:
+        con.close()
+    missing = [c for c in (count, value) if c and c not in protected.columns]
+    if missing:
+        raise Error(f"no result column {', '.join(missing)}; columns: {list(protected.columns)}")
+    merged = original.merge(protected, on=keys, how="outer", suffixes=("", "_protected"))
+    merged = merged.fillna({c: 0 for c in merged.columns if c not in keys})
+    return utility_risk(
+        merged[count],
+        merged[f"{count}_protected"],
+        None if value is None else merged[value],
+        None if value is None else merged[f"{value}_protected"],
+    )

@@ -7,8 +7,11 @@ raw rows, noise from the stored ptable, perturbation by the per-cell reference f
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -346,3 +349,45 @@ def test_utility_and_risk_measures_on_a_released_table(ckm, reference):
     assert 0 < measures["U"] < 0.05
     assert 0 < measures["hellinger"] < 0.05
     assert measures["U"] == pytest.approx(np.abs(perturbed - counts).sum() / counts.sum())
+
+
+def test_cli_risk_and_rekey(ckm_db, tmp_path):
+    path = tmp_path / "cli.duckdb"
+    shutil.copy(ckm_db, path)
+    sql = "SELECT municipality, COUNT(*) AS n, SUM(income) AS s FROM persons GROUP BY 1"
+    risk = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sqlsdc.cli",
+            "risk",
+            str(path),
+            sql,
+            "--count",
+            "n",
+            "--value",
+            "s",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert risk.returncode == 0, risk.stderr
+    measures = json.loads(risk.stdout)
+    assert 0 < measures["U"] < 0.1 and 0 <= measures["hellinger"] < 0.1
+    denied = subprocess.run(
+        [sys.executable, "-m", "sqlsdc.cli", "rekey", str(path), "--user", "analyst", "--yes"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert denied.returncode == 5 and "not an admin" in denied.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "sqlsdc.cli", "rekey", str(path), "--table", "persons", "--yes"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0 and "persons: 20000 rows re-keyed" in done.stdout

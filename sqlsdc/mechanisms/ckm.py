@@ -175,7 +175,7 @@ def utility_risk(
         "U": _relative_deviation(x, x_hat),
         "U_single": u_single,
         "R_pert": r_pert,
-        "R": (1 - min(1.0, u_single)) * r_pert,
+        "R": math.nan if math.isnan(u_single) else (1 - min(1.0, u_single)) * r_pert,
         "hellinger": hellinger,
     }
 
