@@ -24,28 +24,30 @@ class Example:
 
 PROTECTED = (
     Example(
-        "Persons by region (large cells: nothing to protect)",
+        "Persons by region (cell key method: small deterministic noise)",
         "SELECT region, COUNT(*) AS persons FROM persons GROUP BY region ORDER BY region",
+        "the same cell shows the same value in every query: repeating it cannot average the "
+        "noise away",
     ),
     Example(
         "Persons and mean income in the smallest municipalities, by sex",
         "SELECT municipality, sex, COUNT(*) AS persons, AVG(income) AS mean_income "
         "FROM persons WHERE municipality IN ('R01-M013', 'R05-M009', 'R07-M010', 'R03-M020') "
         "GROUP BY municipality, sex ORDER BY municipality, sex",
-        "cells of fewer than 10 persons are suppressed (NULL)",
+        "no count of 1 or 2 is published; small cells carry relatively more noise",
     ),
     Example(
         "Households by tenure with a ROLLUP total, in one region",
         "SELECT region, tenure, COUNT(*) AS households, SUM(size) AS members "
         "FROM households WHERE region = 'R01' GROUP BY ROLLUP (region, tenure) "
         "ORDER BY region NULLS LAST, tenure NULLS LAST",
-        "totals are protected like every other cell",
+        "totals are perturbed like every other cell, from their own records' keys",
     ),
     Example(
         "Turnover of large enterprises by activity (NACE) in region R02",
         "SELECT nace, COUNT(*) AS enterprises, SUM(turnover) AS turnover FROM enterprises "
         "WHERE region = 'R02' AND size_class = 'large' GROUP BY nace ORDER BY nace",
-        "activities with fewer than 10 such enterprises are suppressed",
+        "turnover noise is built from the two largest enterprises of each cell",
     ),
     Example(
         "Persons per 1,000 inhabitants of the public population figure (join with a public table)",
