@@ -86,8 +86,7 @@ def test_no_small_positive_count_below_js(ckm, reference):
         "SELECT municipality, age, COUNT(*) FROM persons GROUP BY municipality, age"
     ).fetchall()
     small = [n for *_k, n in rows if 0 < n <= js]
-    assert len(rows) > 1000 and not small
-    assert any(n == 0 for *_k, n in rows) == (js > 0) or js == 0
+    assert js == 2 and len(rows) > 1000 and not small
 
 
 CELL_R01 = [
@@ -172,7 +171,7 @@ def _expected_magnitudes(reference, table, measure, key_sql, where=""):
 
 @pytest.mark.parametrize(
     "table, measure, key",
-    [("persons", "income", "region"), ("enterprises", "turnover", "nace")],
+    [("persons", "income", "municipality"), ("enterprises", "turnover", "nace")],
     ids=["income top_k=1", "turnover top_k=2"],
 )
 def test_magnitudes_are_the_reference_perturbation(ckm, reference, table, measure, key):
@@ -185,12 +184,15 @@ def test_magnitudes_are_the_reference_perturbation(ckm, reference, table, measur
         x_hat, n, n_hat = expected[k]
         assert m.mean_before_sum
         assert published_sum == pytest.approx(x_hat * n_hat / n, rel=1e-9)
-        assert published_avg == pytest.approx(x_hat / n, rel=1e-9)
+        if n_hat == 0:  # the protected count is 0: no mean
+            assert published_avg is None
+        else:
+            assert published_avg == pytest.approx(x_hat / n, rel=1e-9)
     raw = dict(
         reference[0].execute(f"SELECT {key}, sum({measure}) FROM {table} GROUP BY ALL").fetchall()
     )
     changed = [k for k, s, _a in got if not math.isclose(s, raw[k], rel_tol=1e-12)]
-    assert len(changed) >= len(got) // 2
+    assert len(changed) >= 0.2 * len(got)  # v = 0 has probability about 0.4 per cell
 
 
 def test_average_is_protected_sum_over_protected_count(ckm):
@@ -239,7 +241,7 @@ def test_explain_and_accuracy_report_the_ptable_noise(ckm):
     cursor = ckm.execute("SELECT region, COUNT(*) AS n, SUM(income) AS s FROM persons GROUP BY 1")
     described = {c.name: c for c in cursor.explain().columns}
     assert described["n"].mechanism == "ckm" and described["s"].mechanism == "ckm"
-    assert described["n"].to_dict()["noise_variance"] == pytest.approx(2.0, abs=1e-6)
+    assert described["n"].to_dict()["noise_variance"] == pytest.approx(3.0, abs=1e-6)
     assert described["n"].to_dict()["max_deviation"] <= 5
     accuracy = cursor.cell_accuracy(0.95)
     assert set(accuracy["column"]) == {"n"} and len(accuracy) == cursor.rowcount
@@ -284,7 +286,11 @@ def test_a_missing_ptable_entry_releases_nothing(ckm_db, tmp_path):
     path = tmp_path / "broken.duckdb"
     shutil.copy(ckm_db, path)
     con = open_database(path)
-    con.execute("DELETE FROM sqlsdc.ptable_entries WHERE ptable_id = 1 AND i = 5 AND v = 0")
+    (ledger_before,) = con.execute("SELECT count(*) FROM sqlsdc.ledger").fetchall()[0]
+    con.execute(
+        "DELETE FROM sqlsdc.ptable_entries WHERE (ptable_id, i) IN "
+        "(SELECT ptable_id, max_i FROM sqlsdc.ptables WHERE kind = 'counts')"
+    )
     con.close()
     with sqlsdc.connect(path, "analyst") as guarded:
         with pytest.raises(sqlsdc.InternalError, match="nothing was released"):
@@ -298,7 +304,7 @@ def test_a_missing_ptable_entry_releases_nothing(ckm_db, tmp_path):
         (ledger,) = con.execute("SELECT count(*) FROM sqlsdc.ledger").fetchall()[0]
     finally:
         con.close()
-    assert ledger == 0
+    assert ledger == ledger_before
 
 
 def test_ckm_rules_need_a_stored_ptable(ckm_db, tmp_path):

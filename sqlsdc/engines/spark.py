@@ -1,0 +1,791 @@
+"""The Spark engine: the protected sqlglot tree runs on PySpark and returns DuckDB's answers.
+
+DESIGN.md principle 7: the rewriter emits one engine-neutral tree; DuckDB runs it embedded, Spark
+runs it at scale. sqlglot transpiles syntax, not meaning: it passes unknown functions through
+(``hash`` is a 64-bit hash in DuckDB and a 32-bit signed Murmur3 in Spark) and keeps operators
+whose results differ per engine. So a tree reaches Spark only through four passes:
+
+1. ``read_as_duckdb``: the tree is re-read from the DuckDB SQL that the DuckDB engine runs, so
+   semantics that sqlglot's DuckDB generator adds become explicit nodes (a ``LEAST`` built by a
+   rewrite is NULL if any argument is NULL in DuckDB SQL, but not in Spark SQL).
+2. ``check_portable``: every node must be a clause of :data:`PORTABLE_CLAUSES` or a function or
+   operator of :data:`PORTABLE_FUNCTIONS`, each tested on both engines in ``tests/test_spark.py``.
+   Anything else raises :class:`~sqlsdc.errors.NotSupportedError` naming it, before Spark runs.
+3. ``rename_tables``: ``sqlsdc.ptable`` becomes the temporary view ``sqlsdc__ptable``.
+4. ``keep_duckdb_semantics``: where the engines differ, the node is rewritten so that Spark
+   computes DuckDB's value, or refused. Some rewrites depend on the type of an argument, so
+   column types come from the view schemas (:class:`SparkEngine` passes them).
+
+Differences found (DuckDB 2.0, Spark 4.3 in ANSI mode) and what this module does:
+
+=======================================  ==============================  =======================
+construct                                DuckDB                          Spark → here
+=======================================  ==============================  =======================
+``a / b``                                DOUBLE; x/0 = ±inf, 0/0 = NaN   error (decimals:
+                                                                          decimal) → IEEE
+                                                                          division on DOUBLEs
+``SUM(integer)``                         HUGEINT, exact                  BIGINT, overflows at
+                                                                          2^63 → DECIMAL(38,0)
+``AVG(decimal)``                         DOUBLE                          DECIMAL(p+4, s+4) →
+                                                                          AVG of DOUBLE
+``CAST(double AS INT)``                  rounds half to even             truncates → BROUND
+``CAST(decimal AS INT)``                 rounds half away from zero      truncates → ROUND
+``CAST(double AS DECIMAL/VARCHAR)``      0.285 → 0.28; ``1e+20``         0.29; ``1.0E20`` →
+                                                                          refused
+``CAST(varchar AS INT)``                 ``'2.5'`` → 3                   error → refused
+``ROUND(double, n)``, n ≠ 0              round(x·10^n)/10^n (binary)     decimal digits → DuckDB's
+                                                                          formula
+``FLOOR``/``CEIL`` of int or double      DOUBLE                          BIGINT, overflows →
+                                                                          DOUBLE, exact
+``GROUPING(a, b)``                       bit mask                        one argument only →
+                                                                          sum of bits
+``x % 0.0``                              NaN                             error → divisor must be
+                                                                          a non-zero constant
+``a // b``, ``LIKE``, ``EXP``, ``LN``    floats; no escape; libm         error; ``\\`` escapes;
+                                                                          Java → refused
+``ORDER BY x``                           NULLS LAST                      NULLS FIRST → explicit
+=======================================  ==============================  =======================
+
+Integer overflow raises in both engines only under Spark's ANSI mode, so :class:`SparkEngine`
+turns it on and refuses to run if it was turned off. Floating-point SUM and AVG depend on the
+order of additions, in Spark as in a multi-threaded DuckDB; they agree to about 1e-15 relative,
+not bit for bit. Counts, integer sums, cell keys (``SUM(__rkey) % 4294967296``), thresholds and
+NULLs (suppression) are exact.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import sqlglot
+from sqlglot import exp
+from sqlglot.optimizer.scope import Scope, traverse_scope
+
+from sqlsdc.errors import Error, NotSupportedError, OperationalError, ProgrammingError
+
+if TYPE_CHECKING:
+    import duckdb
+    from pyspark.sql import DataFrame, SparkSession
+
+    from sqlsdc.guard.pipeline import ProtectedQuery
+
+DIALECT = "spark"
+INSTALL_HINT = 'install it with: pip install "sqlsdc[spark]"'
+ANSI = "spark.sql.ansi.enabled"
+
+PORTABLE_FUNCTIONS: frozenset[type[exp.Expr]] = frozenset(
+    {
+        # aggregates, window ranking, grouping
+        exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max,
+        exp.RowNumber, exp.Rank, exp.DenseRank, exp.Grouping,
+        # scalar functions
+        exp.Abs, exp.Least, exp.Greatest, exp.Coalesce, exp.Nullif, exp.Case, exp.If,
+        exp.Cast, exp.Round, exp.Floor, exp.Ceil, exp.Sqrt,
+        # operators
+        exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg,
+        exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE,
+        exp.And, exp.Or, exp.Not, exp.Is, exp.In, exp.Between,
+    }
+)  # fmt: skip
+"""Functions and operators that may reach Spark: each is evaluated on both engines in tests."""
+
+PORTABLE_CLAUSES: frozenset[type[exp.Expr]] = frozenset(
+    {
+        exp.Select, exp.From, exp.Join, exp.Where, exp.Group, exp.Having, exp.Order,
+        exp.Ordered, exp.Limit, exp.Offset, exp.Subquery, exp.With, exp.CTE, exp.Union,
+        exp.Cube, exp.Rollup, exp.GroupingSets, exp.Window, exp.WindowSpec, exp.Distinct,
+        exp.Table, exp.TableAlias, exp.Column, exp.Identifier, exp.Alias, exp.Star,
+        exp.Paren, exp.Tuple, exp.Literal, exp.Null, exp.Boolean, exp.DataType,
+        exp.DataTypeParam,
+    }
+)  # fmt: skip
+"""Query structure that means the same in both engines."""
+
+# DuckDB's type class of a value; enough to choose the rewrites above.
+INT, DECIMAL, FLOAT, TEXT, BOOL, NULL, UNKNOWN = (
+    "INTEGER", "DECIMAL", "DOUBLE", "VARCHAR", "BOOLEAN", "NULL", "unknown type"
+)  # fmt: skip
+NUMERIC = (INT, DECIMAL, FLOAT)
+
+
+# --- the passes --------------------------------------------------------------------------------
+
+
+def to_spark_sql(tree: exp.Expr, schema: Mapping[str, Mapping[str, str]] | None = None) -> str:
+    """Spark SQL that computes what DuckDB computes for ``tree``; ``tree`` is not changed.
+
+    ``schema`` maps view names to ``{column: type}`` (Spark or DuckDB type names); without it,
+    rewrites that depend on a column's type refuse.
+
+    Example:
+        >>> to_spark_sql(sqlglot.parse_one("SELECT a / b FROM sqlsdc.t"))
+        'SELECT CASE WHEN CAST(a AS DOUBLE) = 0 ... FROM sqlsdc__t AS t'  # doctest: +SKIP
+    """
+    return to_spark(tree, schema).sql(dialect=DIALECT)
+
+
+def to_spark(tree: exp.Expr, schema: Mapping[str, Mapping[str, str]] | None = None) -> exp.Expr:
+    """The Spark tree for a protected tree: the passes of this module on a private copy."""
+    spark_tree = read_as_duckdb(tree)
+    _check(spark_tree)
+    rename_tables(spark_tree)
+    return keep_duckdb_semantics(spark_tree, _Types(spark_tree, schema))
+
+
+def read_as_duckdb(tree: exp.Expr) -> exp.Expr:
+    """A new tree parsed from the DuckDB SQL of ``tree``: what the DuckDB engine actually runs."""
+    return sqlglot.parse_one(tree.sql(dialect="duckdb"), read="duckdb")
+
+
+def check_portable(tree: exp.Expr) -> None:
+    """Raise NotSupportedError naming the first construct of ``tree`` not known to be portable."""
+    _check(read_as_duckdb(tree))
+
+
+def _check(tree: exp.Expr) -> None:
+    for node in tree.walk():
+        if type(node) in PORTABLE_FUNCTIONS:
+            problem = _ARGUMENT_RULES.get(type(node), _no_problem)(node)
+        elif type(node) in PORTABLE_CLAUSES:
+            problem = _clause_problem(node)
+        else:
+            problem = (
+                "it is not among the functions and clauses tested on both DuckDB and Spark "
+                "(sqlsdc.engines.spark.PORTABLE_FUNCTIONS)"
+            )
+        if problem:
+            raise NotSupportedError(
+                f"{_describe(node)} is not portable to Spark: {problem}; "
+                "run this query on DuckDB, or write it without it"
+            )
+
+
+def rename_tables(tree: exp.Expr) -> exp.Expr:
+    """Point tables at their Spark views (mutates ``tree``): ``sqlsdc.x`` → ``sqlsdc__x``."""
+    for table in list(tree.find_all(exp.Table)):
+        if table.args.get("db"):
+            if not table.alias:
+                table.set("alias", exp.TableAlias(this=exp.to_identifier(table.name)))
+            table.set("this", exp.to_identifier(view_name(_qualified_name(table))))
+            table.set("db", None)
+    return tree
+
+
+def keep_duckdb_semantics(tree: exp.Expr, types: _Types) -> exp.Expr:
+    """Rewrite nodes whose Spark meaning differs from DuckDB's (mutates ``tree``).
+
+    Children are rewritten before their parents; a replacement keeps the DuckDB type class of
+    the node it replaces, which is what the parent's rule asks for.
+    """
+    for node in list(tree.walk()):
+        types.of(node)  # classify the whole tree before anything moves
+    root = tree
+    for node in reversed(list(tree.walk(bfs=False))):
+        rule = _SEMANTICS.get(type(node))
+        new = rule(node, types) if rule else node
+        if new is node:
+            continue
+        if isinstance(new, exp.Binary):
+            new = exp.Paren(this=new)
+        types.inherit(new, node)
+        if node is root:
+            root = new
+        else:
+            node.replace(new)
+    return root
+
+
+# --- names -------------------------------------------------------------------------------------
+
+
+def view_name(name: str) -> str:
+    """The Spark view of a DuckDB table: ``persons`` → ``persons``, ``sqlsdc.x`` → ``sqlsdc__x``."""
+    table = exp.to_table(name)
+    if table.catalog:
+        raise NotSupportedError(f"table {name} names a database; Spark views have no database")
+    if table.db and table.db.lower() != "main":
+        return f"{table.db}__{table.name}".lower()
+    return table.name.lower()
+
+
+def tables_read(tree: exp.Expr) -> set[str]:
+    """The DuckDB names (``persons``, ``sqlsdc.ptable``) of the tables a tree reads."""
+    names = set()
+    for scope in traverse_scope(read_as_duckdb(tree)):
+        for source in scope.sources.values():
+            if isinstance(source, exp.Table):
+                names.add(_qualified_name(source))
+    return names
+
+
+def _qualified_name(table: exp.Table) -> str:
+    if table.catalog:
+        raise NotSupportedError(f"table {table.sql('duckdb')} names a database")
+    return f"{table.db}.{table.name}".lower() if table.db else table.name.lower()
+
+
+# --- argument checks (no types needed) ----------------------------------------------------------
+
+
+def _no_problem(node: exp.Expr) -> str:
+    return ""
+
+
+def _int_literal(node: exp.Expr | None) -> int | None:
+    negative = isinstance(node, exp.Neg)
+    node = node.this if negative else node
+    if isinstance(node, exp.Literal) and node.is_int:
+        return -int(node.this) if negative else int(node.this)
+    return None
+
+
+def _mod_problem(node: exp.Mod) -> str:
+    divisor = node.expression
+    if isinstance(divisor, exp.Neg):
+        divisor = divisor.this
+    if isinstance(divisor, exp.Literal) and divisor.is_number and float(divisor.this) != 0:
+        return ""
+    return (
+        "the divisor of % must be a non-zero constant (a DOUBLE remainder by zero is NaN in "
+        "DuckDB and an error in Spark)"
+    )
+
+
+def _round_problem(node: exp.Round) -> str:
+    if node.args.get("truncate") or node.args.get("casts_non_integer_decimals"):
+        return "only ROUND(x) and ROUND(x, digits) are portable"
+    digits = node.args.get("decimals")
+    if digits is not None and (_int_literal(digits) is None or abs(_int_literal(digits)) > 22):
+        return "the number of digits must be an integer constant between -22 and 22"
+    return ""
+
+
+def _floor_problem(node: exp.Floor | exp.Ceil) -> str:
+    if node.args.get("decimals") is not None or node.args.get("to") is not None:
+        return "only FLOOR(x) and CEIL(x) are portable"
+    return ""
+
+
+def _is_problem(node: exp.Is) -> str:
+    return "" if isinstance(node.expression, exp.Null) else "only IS NULL is portable"
+
+
+def _in_problem(node: exp.In) -> str:
+    if any(node.args.get(k) for k in ("query", "unnest", "field")):
+        return "only IN with a list of values is portable"
+    return ""
+
+
+def _between_problem(node: exp.Between) -> str:
+    return "BETWEEN SYMMETRIC is DuckDB only" if node.args.get("symmetric") else ""
+
+
+_ARGUMENT_RULES: dict[type[exp.Expr], Callable[[exp.Expr], str]] = {
+    exp.Mod: _mod_problem,
+    exp.Round: _round_problem,
+    exp.Floor: _floor_problem,
+    exp.Ceil: _floor_problem,
+    exp.Is: _is_problem,
+    exp.In: _in_problem,
+    exp.Between: _between_problem,
+}
+
+
+def _clause_problem(node: exp.Expr) -> str:
+    if isinstance(node, exp.Join):
+        if node.args.get("method") or node.args.get("using") or node.args.get("match_condition"):
+            return "only INNER, LEFT, RIGHT, FULL and CROSS joins with ON are portable"
+        if (node.kind or "INNER") not in ("INNER", "OUTER", "CROSS"):
+            return f"{node.kind} joins are not portable"
+    if isinstance(node, exp.Group) and node.args.get("all"):
+        return "GROUP BY ALL is not portable; list the keys"
+    if isinstance(node, exp.Distinct) and node.args.get("on") is not None:
+        return "DISTINCT ON is DuckDB only"
+    if isinstance(node, exp.Table) and node.catalog:
+        return "tables are named by schema and name only"
+    return ""
+
+
+def _describe(node: exp.Expr) -> str:
+    if isinstance(node, exp.Anonymous):
+        return f"function {node.name}()"
+    if isinstance(node, exp.Func):
+        return f"function {node.sql_name().lower()}()"
+    return f"{type(node).__name__.upper()} ({node.sql('duckdb')[:60]})"
+
+
+# --- DuckDB type classes ------------------------------------------------------------------------
+
+
+def type_class(dtype: str | exp.DataType) -> str:
+    """DuckDB's class (INTEGER, DECIMAL, DOUBLE, VARCHAR, BOOLEAN) of a Spark or DuckDB type."""
+    if isinstance(dtype, str):
+        if dtype.lower() == "void":
+            return NULL
+        for dialect in (DIALECT, "duckdb"):
+            try:
+                dtype = exp.DataType.build(dtype, dialect=dialect)
+                break
+            except (sqlglot.errors.ParseError, ValueError):
+                continue
+        else:
+            return UNKNOWN
+    kind = dtype.this
+    if kind in exp.DataType.INTEGER_TYPES:
+        return INT
+    if kind in exp.DataType.FLOAT_TYPES:
+        return FLOAT
+    if kind in exp.DataType.REAL_TYPES:
+        return DECIMAL
+    if kind in exp.DataType.TEXT_TYPES:
+        return TEXT
+    return {exp.DataType.Type.BOOLEAN: BOOL, exp.DataType.Type.NULL: NULL}.get(kind, UNKNOWN)
+
+
+def _unify(classes: Iterable[str]) -> str:
+    """The class of a value that is one of several (CASE branches, operands), as DuckDB casts."""
+    found = {c for c in classes if c != NULL}
+    if len(found) <= 1:
+        return found.pop() if found else NULL
+    if found <= set(NUMERIC):
+        return FLOAT if FLOAT in found else DECIMAL
+    return UNKNOWN
+
+
+class _Types:
+    """The DuckDB type class of every node of one tree, from the schemas of the views it reads."""
+
+    def __init__(self, tree: exp.Expr, schema: Mapping[str, Mapping[str, str]] | None):
+        self.schema = {
+            view.lower(): {column.lower(): type_class(t) for column, t in columns.items()}
+            for view, columns in (schema or {}).items()
+        }
+        self.scope_of: dict[int, Scope] = {}
+        for scope in traverse_scope(tree):  # innermost scopes first
+            for node in scope.walk():
+                if isinstance(node, exp.Column):
+                    self.scope_of.setdefault(id(node), scope)
+        self.memo: dict[int, str] = {}
+        self.keep: list[exp.Expr] = []  # keeps classified nodes alive, so ids stay unique
+
+    def of(self, node: exp.Expr) -> str:
+        if id(node) not in self.memo:
+            self.memo[id(node)] = UNKNOWN  # cycles (an alias naming itself) stay unknown
+            self.keep.append(node)
+            self.memo[id(node)] = self._infer(node)
+        return self.memo[id(node)]
+
+    def inherit(self, new: exp.Expr, old: exp.Expr) -> None:
+        for node in (new, new.unnest()):
+            self.keep.append(node)
+            self.memo[id(node)] = self.of(old)
+
+    def _infer(self, node: exp.Expr) -> str:
+        if isinstance(node, exp.Literal):
+            if node.is_string:
+                return TEXT
+            text = node.this.lower()
+            return FLOAT if "e" in text else DECIMAL if "." in text else INT
+        if isinstance(node, exp.Column):
+            return self._column(node)
+        if isinstance(node, exp.Cast):
+            return type_class(node.to)
+        if isinstance(node, (exp.Count, exp.RowNumber, exp.Rank, exp.DenseRank, exp.Grouping)):
+            return INT
+        if isinstance(node, (exp.Avg, exp.Div, exp.Sqrt)):
+            return FLOAT
+        if isinstance(node, (exp.Predicate, exp.Connector, exp.Not, exp.Boolean)):
+            return BOOL
+        if isinstance(node, exp.Null):
+            return NULL
+        if isinstance(node, (exp.Floor, exp.Ceil)):
+            inner = self.of(node.this)
+            return FLOAT if inner in (INT, FLOAT, NULL) else inner
+        if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Mod)):
+            return _unify([self.of(node.this), self.of(node.expression)])
+        if isinstance(node, exp.Case):
+            branches = [i.args["true"] for i in node.args["ifs"]] + [node.args.get("default")]
+            return _unify(self.of(b) for b in branches if b is not None)
+        if isinstance(node, exp.If):
+            return _unify(self.of(b) for b in (node.args["true"], node.args.get("false")) if b)
+        if isinstance(node, (exp.Coalesce, exp.Least, exp.Greatest)):
+            return _unify(self.of(e) for e in [node.this, *node.expressions])
+        if isinstance(node, exp.Distinct) and len(node.expressions) == 1:
+            return self.of(node.expressions[0])
+        if isinstance(node, (exp.Alias, exp.Paren, exp.Neg, exp.Abs, exp.Min, exp.Max, exp.Sum,
+                             exp.Round, exp.Nullif, exp.Window, exp.Ordered)):  # fmt: skip
+            return self.of(node.this)
+        return UNKNOWN
+
+    def _column(self, column: exp.Column) -> str:
+        scope = self.scope_of.get(id(column))
+        if scope is None:
+            return UNKNOWN
+        if not column.table:  # ORDER BY names projections first, other clauses tables first
+            in_order = isinstance(column.find_ancestor(exp.Order, exp.Select), exp.Order)
+            kind = self._projection(scope, column.name, skip=column) if in_order else UNKNOWN
+            if kind == UNKNOWN:
+                kind = self._unqualified(scope, column.name)
+            return kind
+        source = scope.sources.get(column.table)
+        if isinstance(source, exp.Table):
+            return self.schema.get(source.name.lower(), {}).get(column.name.lower(), UNKNOWN)
+        if isinstance(source, Scope):
+            return self._projection(source, column.name)
+        return UNKNOWN
+
+    def _unqualified(self, scope: Scope, name: str) -> str:
+        """The class of an unqualified column: the one source that has it."""
+        found = [
+            self.schema.get(s.name.lower(), {}).get(name.lower())
+            if isinstance(s, exp.Table)
+            else self._projection(s, name)
+            for s in scope.sources.values()
+        ]
+        found = [k for k in found if k not in (None, UNKNOWN)]
+        return found[0] if len(found) == 1 else UNKNOWN
+
+    def _projection(self, scope: Scope, name: str, skip: exp.Expr | None = None) -> str:
+        """The class of output column ``name`` of a scope, unified over set-operation branches."""
+        selects = _branches(scope.expression)
+        names = [p.alias_or_name for p in selects[0].selects] if selects else []
+        if name not in names:
+            return UNKNOWN
+        position = names.index(name)
+        projections = [s.selects[position] for s in selects if len(s.selects) > position]
+        if skip is not None and any(p is skip for p in projections):
+            return UNKNOWN
+        return _unify(self.of(p) for p in projections)
+
+
+def _branches(expression: exp.Expr) -> list[exp.Select]:
+    if isinstance(expression, exp.SetOperation):
+        return _branches(expression.this) + _branches(expression.expression)
+    if isinstance(expression, exp.Subquery):
+        return _branches(expression.this)
+    return [expression] if isinstance(expression, exp.Select) else []
+
+
+# --- DuckDB semantics on Spark ------------------------------------------------------------------
+
+
+def _double(node: exp.Expr) -> exp.Expr:
+    return exp.Cast(this=node.copy(), to=exp.DataType.build("DOUBLE"))
+
+
+def _infinity() -> exp.Expr:
+    return exp.Cast(this=exp.Literal.string("Infinity"), to=exp.DataType.build("DOUBLE"))
+
+
+def _a(kind: str) -> str:
+    return "a value of unknown type (pass the view schemas)" if kind == UNKNOWN else f"a {kind}"
+
+
+def _refuse(node: exp.Expr, why: str) -> NotSupportedError:
+    return NotSupportedError(
+        f"{node.sql('duckdb')[:80]} is not portable to Spark: {why}; run this query on DuckDB"
+    )
+
+
+def _divide(node: exp.Div, types: _Types) -> exp.Expr:
+    """DuckDB divides as DOUBLE with IEEE results for zero divisors (x/0 = ±inf, 0/0 = NaN);
+    Spark raises, and divides decimals as decimals. ``POWER(±0.0, -1)`` is ±inf in Java."""
+    a, b = _double(node.this), _double(node.expression)
+    zero = exp.EQ(this=b.copy(), expression=exp.Literal.number(0))
+    reciprocal = exp.Pow(this=b.copy(), expression=exp.Literal.number(-1))
+    by_zero = exp.Mul(this=a.copy(), expression=reciprocal)
+    return exp.Case(ifs=[exp.If(this=zero, true=by_zero)], default=exp.Div(this=a, expression=b))
+
+
+def _average(node: exp.Avg, types: _Types) -> exp.Expr:
+    """DuckDB averages to DOUBLE; Spark averages decimals to DECIMAL(p+4, s+4)."""
+    argument = node.this
+    inner = argument.expressions[0] if isinstance(argument, exp.Distinct) else argument
+    if types.of(inner) not in (*NUMERIC, NULL):
+        raise _refuse(node, f"AVG of {_a(types.of(inner))}")
+    new = node.copy()
+    target = new.this.expressions[0] if isinstance(new.this, exp.Distinct) else new.this
+    target.replace(_double(target))
+    return new
+
+
+def _sum_exactly(node: exp.Sum, types: _Types) -> exp.Expr:
+    """DuckDB sums integers into HUGEINT (exact to 1.7e38); Spark into BIGINT, which overflows
+    at 2^63, i.e. after 2^31 record keys of 32 bits. DECIMAL(38, 0) is exact to 1e38 in both."""
+    argument = node.this
+    inner = argument.expressions[0] if isinstance(argument, exp.Distinct) else argument
+    kind = types.of(inner)
+    if kind in (DECIMAL, FLOAT, NULL):
+        return node
+    if kind != INT:
+        raise _refuse(node, f"SUM of {_a(kind)}")
+    new = node.copy()
+    target = new.this.expressions[0] if isinstance(new.this, exp.Distinct) else new.this
+    target.replace(exp.Cast(this=target.copy(), to=exp.DataType.build("DECIMAL(38, 0)")))
+    return new
+
+
+_CAST_REFUSALS = {
+    (FLOAT, DECIMAL): "DuckDB rounds the binary value (0.285 → 0.28), Spark its decimal digits",
+    (FLOAT, TEXT): "DuckDB writes 1e+20, Spark 1.0E20",
+    (TEXT, INT): "DuckDB accepts '2.5' (→ 3), Spark raises",
+}
+
+
+def _cast(node: exp.Cast, types: _Types) -> exp.Expr:
+    """DuckDB rounds to integers (DOUBLE half to even, DECIMAL half away from zero); Spark
+    truncates. Other casts are portable only between the classes tested."""
+    source, target = types.of(node.this), type_class(node.to)
+    if target == INT and source == FLOAT:
+        return exp.Cast(this=exp.func("BROUND", node.this.copy()), to=node.to.copy())
+    if target == INT and source == DECIMAL:
+        return exp.Cast(this=exp.Round(this=node.this.copy()), to=node.to.copy())
+    portable = {
+        INT: (INT, BOOL, NULL),
+        DECIMAL: (INT, DECIMAL, NULL),
+        FLOAT: (*NUMERIC, NULL),
+        TEXT: (INT, DECIMAL, TEXT, BOOL, NULL),
+    }
+    if source in portable.get(target, ()):
+        return node
+    why = _CAST_REFUSALS.get((source, target), f"a cast of {_a(source)} to {target} is untested")
+    raise _refuse(node, why)
+
+
+def _round(node: exp.Round, types: _Types) -> exp.Expr:
+    """DuckDB rounds a DOUBLE to n ≠ 0 digits as round(x·10^n)/10^n (x/10^-n for n < 0) and
+    keeps x when that is not finite; Spark rounds the decimal digits of x (0.285 → 0.29)."""
+    kind, digits = types.of(node.this), _int_literal(node.args.get("decimals")) or 0
+    if kind in (INT, DECIMAL, NULL) or (kind == FLOAT and digits == 0):
+        return node
+    if kind != FLOAT:
+        raise _refuse(node, f"ROUND of {_a(kind)}")
+    x = exp.Paren(this=node.this.copy())
+    scale = exp.Cast(this=exp.Literal.number(10 ** abs(digits)), to=exp.DataType.build("DOUBLE"))
+    if digits > 0:
+        rounded = exp.Div(this=exp.Round(this=exp.Mul(this=x, expression=scale)), expression=scale)
+    else:
+        rounded = exp.Mul(this=exp.Round(this=exp.Div(this=x, expression=scale)), expression=scale)
+    finite = exp.LT(this=exp.Abs(this=rounded), expression=_infinity())
+    return exp.Case(ifs=[exp.If(this=finite, true=rounded.copy())], default=x.copy())
+
+
+def _floor_or_ceil(node: exp.Floor | exp.Ceil, types: _Types) -> exp.Expr:
+    """DuckDB's FLOOR/CEIL of an integer or DOUBLE is a DOUBLE; Spark's is a BIGINT and raises
+    beyond 2^63. Doubles from 2^52 up are integers already, and NaN sorts above them."""
+    kind = types.of(node.this)
+    if kind == DECIMAL:
+        return node
+    if kind in (INT, NULL):
+        return _double(node.this)
+    if kind != FLOAT:
+        raise _refuse(node, f"{node.sql_name()} of {_a(kind)}")
+    integral = exp.GTE(this=exp.Abs(this=node.this.copy()), expression=exp.Literal.number(2**52))
+    return exp.Case(ifs=[exp.If(this=integral, true=node.this.copy())], default=_double(node))
+
+
+def _grouping(node: exp.Grouping, types: _Types) -> exp.Expr:
+    """DuckDB's GROUPING(a, b) is the bit mask 2·GROUPING(a) + GROUPING(b); Spark's GROUPING
+    takes one argument."""
+    arguments = node.expressions
+    if len(arguments) == 1:
+        return node
+    bigint = exp.DataType.build("BIGINT")
+    bits = [
+        exp.Mul(
+            this=exp.Cast(this=exp.Grouping(expressions=[a.copy()]), to=bigint.copy()),
+            expression=exp.Literal.number(2 ** (len(arguments) - 1 - i)),
+        )
+        for i, a in enumerate(arguments)
+    ]
+    total = bits[0]
+    for bit in bits[1:]:
+        total = exp.Add(this=total, expression=bit)
+    return total
+
+
+def _compare(node: exp.Expr, types: _Types) -> exp.Expr:
+    """A VARCHAR compared with a number is cast to INTEGER by DuckDB and to BIGINT by Spark."""
+    operands = [v for k, v in node.args.items() if k != "expressions" and isinstance(v, exp.Expr)]
+    classes = {types.of(o) for o in [*operands, *node.args.get("expressions", [])]}
+    if TEXT in classes and classes & set(NUMERIC):
+        raise _refuse(node, "it compares a VARCHAR with a number")
+    return node
+
+
+_SEMANTICS: dict[type[exp.Expr], Callable[[exp.Expr, _Types], exp.Expr]] = {
+    exp.Div: _divide,
+    exp.Avg: _average,
+    exp.Sum: _sum_exactly,
+    exp.Cast: _cast,
+    exp.Round: _round,
+    exp.Floor: _floor_or_ceil,
+    exp.Ceil: _floor_or_ceil,
+    exp.Grouping: _grouping,
+    **{
+        kind: _compare
+        for kind in (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In, exp.Between)
+    },
+}
+
+
+# --- results -----------------------------------------------------------------------------------
+
+
+def normalise_types(table: pa.Table) -> pa.Table:
+    """Arrow types on which DuckDB and Spark results agree: every integer type → int64; every
+    decimal and floating type → float64 (DuckDB's HUGEINT sums arrive as decimal128(38, 0),
+    Spark's as decimal128(38, 0) or int64); large strings → string; every column nullable (Spark
+    marks some NOT NULL). Values are unchanged, except decimals beyond 2^53, which become the
+    nearest double on both sides alike."""
+    fields = []
+    for field in table.schema:
+        kind = field.type
+        if pa.types.is_integer(kind):
+            kind = pa.int64()
+        elif pa.types.is_decimal(kind) or pa.types.is_floating(kind):
+            kind = pa.float64()
+        elif pa.types.is_large_string(kind):
+            kind = pa.string()
+        fields.append(field.with_type(kind).with_nullable(True))
+    return table.cast(pa.schema(fields), safe=False)
+
+
+# --- the engine --------------------------------------------------------------------------------
+
+
+def _require_pyspark() -> None:
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        raise NotSupportedError(f"the Spark engine needs PySpark; {INSTALL_HINT}") from None
+
+
+class SparkEngine:
+    """Runs protected trees on a SparkSession; results are Arrow tables typed as by
+    :func:`normalise_types`, equal to DuckDB's for the same data.
+
+    The engine turns on ANSI mode for the session (``spark.sql.ansi.enabled=true``, Spark 4's
+    default): without it Spark wraps integer overflow silently where DuckDB raises, and a
+    wrapped cell key would pick the wrong noise. It refuses to run if ANSI mode was turned off.
+
+    Example:
+        >>> engine = SparkEngine(SparkSession.builder.getOrCreate())  # doctest: +SKIP
+        >>> engine.register("persons", "s3://bucket/persons.parquet")
+        >>> engine.run(con.explain("SELECT region, COUNT(*) FROM persons GROUP BY region").tree)
+    """
+
+    def __init__(self, session: SparkSession):
+        _require_pyspark()
+        self.session = session
+        session.conf.set(ANSI, "true")
+        self.schemas: dict[str, dict[str, str]] = {}  # view -> {column: Spark type}
+        self._folders: list[str] = []
+
+    def register(self, name: str, source: DataFrame | str | Path) -> None:
+        """Make table ``name`` (DuckDB name, e.g. ``persons`` or ``sqlsdc.ptable``) readable by
+        protected trees, from a DataFrame of this session or a Parquet path."""
+        is_path = isinstance(source, (str, Path))
+        frame = self.session.read.parquet(str(source)) if is_path else source
+        view = view_name(name)
+        frame.createOrReplaceTempView(view)
+        self.schemas[view] = {f.name.lower(): f.dataType.simpleString() for f in frame.schema}
+
+    def load_duckdb(self, database: str | Path | duckdb.DuckDBPyConnection, tables: Iterable[str]):
+        """Copy DuckDB tables (all columns, hidden ``__rkey`` included; ``sqlsdc.*`` too) into
+        Spark through Parquet files in a temporary folder that :meth:`close` removes.
+
+        ``database`` is a path, opened read-only with a plain connection (sqlsdc's hardened
+        connections refuse file access), or a connection allowed to write files. HUGEINT columns
+        are copied as DECIMAL(38, 0), which Parquet keeps exactly (DuckDB writes HUGEINT as
+        DOUBLE).
+        """
+        import duckdb
+
+        folder = tempfile.mkdtemp(prefix="sqlsdc-spark-")
+        self._folders.append(folder)
+        own = isinstance(database, (str, Path))
+        try:
+            con = duckdb.connect(str(database), read_only=True) if own else database
+        except duckdb.Error as e:
+            raise Error(
+                f"cannot open {database} for copying to Spark ({str(e).splitlines()[0]}); close "
+                "other connections to it in this process first"
+            ) from None
+        try:
+            for name in tables:
+                path = Path(folder) / f"{view_name(name)}.parquet"
+                relation = con.table(name)
+                exact = [
+                    duckdb.ColumnExpression(c).cast(duckdb.sqltype("DECIMAL(38, 0)")).alias(c)
+                    if str(t) in ("HUGEINT", "UHUGEINT")
+                    else duckdb.ColumnExpression(c)
+                    for c, t in zip(relation.columns, relation.types, strict=True)
+                ]
+                try:
+                    relation.select(*exact).to_parquet(str(path))
+                except duckdb.Error as e:
+                    raise Error(
+                        f"DuckDB could not write {name} to Parquet ({str(e).splitlines()[0]}); "
+                        "pass the database path instead of a hardened sqlsdc connection"
+                    ) from None
+                self.register(name, path)
+        finally:
+            if own:
+                con.close()
+
+    def sql(self, tree: exp.Expr) -> str:
+        """The Spark SQL for a protected tree, after every check (runs nothing)."""
+        check_portable(tree)
+        missing = sorted(t for t in tables_read(tree) if view_name(t) not in self.schemas)
+        if missing:
+            raise ProgrammingError(
+                f"table {', '.join(missing)} is not registered with the Spark engine; "
+                "use register() or load_duckdb()"
+            )
+        return to_spark_sql(tree, self.schemas)
+
+    def run(self, tree: exp.Expr) -> pa.Table:
+        """Run a protected tree; the result has DuckDB's values, typed by normalise_types."""
+        from pyspark.errors import PySparkException
+
+        if self.session.conf.get(ANSI).lower() != "true":
+            raise NotSupportedError(
+                f"{ANSI} was turned off: Spark would wrap integer overflow where DuckDB raises"
+            )
+        sql = self.sql(tree)
+        try:
+            table = self.session.sql(sql).toArrow()
+        except PySparkException as e:  # the message may quote confidential values
+            raise OperationalError(f"the query failed on Spark ({e.getCondition()})") from e
+        return normalise_types(table)
+
+    def close(self) -> None:
+        """Drop the views this engine registered and its Parquet copies; the session stays."""
+        for view in self.schemas:
+            self.session.catalog.dropTempView(view)
+        self.schemas.clear()
+        for folder in self._folders:
+            shutil.rmtree(folder, ignore_errors=True)
+        self._folders.clear()
+
+    def __enter__(self) -> SparkEngine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def run_protected(engine: SparkEngine, query: ProtectedQuery) -> pa.Table:
+    """The values of a guarded query (``con.explain(sql)``) computed on Spark: the same columns
+    as the DuckDB path's cursor, without the hidden status columns."""
+    from sqlsdc.guard.postprocess import values_of  # engines do not import the guard at load
+
+    if query.tree is None:
+        raise ProgrammingError("the protected query has no tree; get it from con.explain()")
+    return values_of(engine.run(query.tree), query)
