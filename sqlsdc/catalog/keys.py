@@ -67,7 +67,8 @@ def fresh_keys(count: int, used: np.ndarray) -> np.ndarray:
     keys = np.empty(0, dtype=np.uint32)
     while len(keys) < count:
         draw = np.frombuffer(os.urandom(4 * (count - len(keys))), dtype=np.uint32)
-        keys = np.unique(np.concatenate([keys, draw]))  # sorted: shuffled below
+        keys = np.sort(np.concatenate([keys, draw]))  # shuffled below
+        keys = keys[np.concatenate([[True], keys[1:] != keys[:-1]])]  # distinct
         keys = keys[~np.isin(keys, used)]
     order = np.frombuffer(os.urandom(8 * len(keys)), dtype=np.uint64).argsort()
     return keys[order][:count]
