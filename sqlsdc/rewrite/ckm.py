@@ -329,7 +329,7 @@ class _Builder:
                 protected = exp.Case(
                     ifs=[exp.If(this=at_least_column(count, rule.min_frequency), true=count.copy())]
                 )
-            name = f"__y{i}" if spec.kind is AggregateKind.COUNTS else f"__m{i}"
+            name = f"__c{i}" if spec.kind is AggregateKind.COUNTS else f"__m{i}"
             select.append("expressions", exp.alias_(protected, name))
             if spec.kind is AggregateKind.MAGNITUDES:
                 start = exp.cast(prev(f"__a{i}"), "DOUBLE")
@@ -342,7 +342,17 @@ class _Builder:
         each, so that no expression is repeated inside another."""
         prev = lambda c: exp.column(c, PREV)  # noqa: E731
         steps = [i for i in self._ckm_magnitudes() if j <= self._magnitude(i).top_k]
-        amplitude = self._select_from(previous)
+        ratio = self._select_from(previous)
+        for i in steps:
+            m = self._magnitude(i)
+            f2 = exp.Div(
+                this=_number(2 * m.fp),
+                expression=exp.Paren(
+                    this=exp.Add(this=_number(m.fp), expression=exp.Abs(this=prev(f"__x{i}_{j}")))
+                ),
+            )
+            ratio.append("expressions", exp.alias_(f2, f"__f{i}_{j}"))
+        amplitude = self._select_from(ratio)
         for i in steps:
             m = self._magnitude(i)
             zs = _separation_point(m, self._small(m))
@@ -353,7 +363,7 @@ class _Builder:
                     exp.If(this=_lt(ax, zs), true=_number(1)),
                     exp.If(this=_lt(ax.copy(), m.fp), true=_mul(x, m.p_small)),
                 ],
-                default=exp.Mul(this=x.copy(), expression=_flex(ax.copy(), m)),
+                default=exp.Mul(this=x.copy(), expression=_flex(ax.copy(), prev(f"__f{i}_{j}"), m)),
             )
             amplitude.append("expressions", exp.alias_(normal, f"__xd{i}_{j}"))
             rescale = exp.LT(
@@ -556,7 +566,7 @@ class _Builder:
                 ]
             )
         if spec.kind is AggregateKind.COUNTS:
-            return prev(f"__y{i}")
+            return prev(f"__c{i}")
         m = self._magnitude(i)
         perturbed = prev(f"__o{i}_{m.top_k}")
         count, true_count = prev(f"__m{i}"), prev(f"__n{i}")
@@ -617,17 +627,20 @@ def _separation_point(m: MagnitudeCkm, small: PTableRef | None) -> float:
     return math.sqrt(small.m1sq) / (math.sqrt(sum(e * e for e in m.epsilon)) * m.p_small)
 
 
-def _flex(x: exp.Expr, m: MagnitudeCkm) -> exp.Expr:
-    """m(x) = p_lg·(1 + ((p_sm·x − p_lg·fp)/(p_lg·fp))·(2fp/(fp + x))^q) (cellKey ``.para_m``)."""
+def _flex(x: exp.Expr, f2: exp.Column, m: MagnitudeCkm) -> exp.Expr:
+    """m(x) = p_lg·(1 + ((p_sm·x − p_lg·fp)/(p_lg·fp))·f2^q) with f2 = 2fp/(fp + x) (cellKey
+    ``.para_m``). An integer q is written as a product, which every engine computes to the same
+    bits; POWER (other q) may differ in the last bit between DuckDB and Spark."""
     f1 = exp.Div(
         this=exp.Paren(this=exp.Sub(this=_mul(x, m.p_small), expression=_number(m.p_large * m.fp))),
         expression=_number(m.p_large * m.fp),
     )
-    f2 = exp.Div(
-        this=_number(2 * m.fp),
-        expression=exp.Paren(this=exp.Add(this=_number(m.fp), expression=x.copy())),
-    )
-    power = exp.Pow(this=f2, expression=_number(m.q))
+    if float(m.q).is_integer():
+        power: exp.Expr = f2.copy()
+        for _ in range(int(m.q) - 1):
+            power = exp.Mul(this=power, expression=f2.copy())
+    else:
+        power = exp.Pow(this=f2.copy(), expression=_number(m.q))
     return _mul_expr(
         _number(m.p_large),
         exp.Paren(this=exp.Add(this=_number(1), expression=_mul_expr(f1, power))),
