@@ -164,7 +164,11 @@ def _expected_magnitudes(reference, table, measure, key_sql, where=""):
         key = int(keysum) % M
         n_hat = perturb_count(n, key, tables[count_key], refs[count_key].max_i)
         top = [v for v in values if v is not None][: m.top_k]
-        x_hat = perturb_magnitude(float(total), top, key, n, m, main)
+        small, m1sq = None, None
+        if m.small_cells is not None:
+            small = tables[("small_cells", m.small_cells)]
+            m1sq = refs[("small_cells", m.small_cells)].m1sq
+        x_hat = perturb_magnitude(float(total), top, key, n, m, main, small, m1sq)
         expected[k] = (x_hat, n, n_hat)
     return expected, m
 
@@ -397,3 +401,39 @@ def test_cli_risk_and_rekey(ckm_db, tmp_path):
         check=False,
     )
     assert done.returncode == 0 and "persons: 20000 rows re-keyed" in done.stdout
+
+
+def test_small_cells_parity_and_scrambled_keys_match_the_reference(tmp_path):
+    """The optional parts of magnitude CKM: a small-cells ptable (household sizes 1..3 are below
+    its separation point z_s ≈ 3.5), even/odd ptables and scrambled keys (same_key false),
+    against the per-cell reference."""
+    from sqlsdc.demo.build import build_demo_database, demo_policy
+
+    document = demo_policy().document_dict()
+    document["protection"]["magnitudes"] = {
+        "method": "ckm",
+        "ptable": {"D": 6, "V": 1, "parity": True},
+        "flex": {"fp": 20000, "p_small": 0.2, "p_large": 0.05, "q": 2},
+        "same_key": False,
+        "small_cells": {"D": 2, "V": 0.5},
+    }
+    path = tmp_path / "variants.duckdb"
+    build_demo_database(path, persons=20_000, seed=7, policy=load_policy(document))
+    with sqlsdc.connect(path, "analyst") as con:
+        got = con.execute(
+            "SELECT municipality, SUM(size) FROM households WHERE size <= 3 GROUP BY municipality"
+        ).fetchall()
+        policy = con.policy
+    raw = open_database(path)
+    try:
+        refs = load_ptables(raw, policy)
+        tables = {k: Lookup.from_table(stored_entries(raw, r.ptable_id)) for k, r in refs.items()}
+        expected, m = _expected_magnitudes(
+            (raw, policy, refs, tables), "households", "size", "municipality", "WHERE size <= 3"
+        )
+    finally:
+        raw.close()
+    assert m.small_cells is not None and not m.same_key
+    for k, published in got:
+        x_hat, n, n_hat = expected[k]
+        assert published == pytest.approx(x_hat * n_hat / n, rel=1e-9), k
