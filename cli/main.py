@@ -56,6 +56,7 @@ def _register() -> None:
     for module in (demo, admin, query):
         for command in module.COMMANDS:
             cli.add_command(command)
+    cli.add_command(__import__("sqlsdc.cli.ptable", fromlist=["ptable"]).ptable)
 
 
 _register()

@@ -161,7 +161,7 @@ def test_demo_in_a_subprocess(tmp_path):
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
-    assert "suppressed" in result.stdout and "refused:" in result.stdout
+    assert "published" in result.stdout and "refused:" in result.stdout
     assert "ACCEPTED (unexpected)" not in result.stdout
     query = subprocess.run(
         ["sqlsdc", "query", str(db), "--user", "analyst", PERSONS_BY_SEX, "--format", "json"],

@@ -16,35 +16,27 @@ whose results differ per engine. So a tree reaches Spark only through four passe
    computes DuckDB's value, or refused. Some rewrites depend on the type of an argument, so
    column types come from the view schemas (:class:`SparkEngine` passes them).
 
-Differences found (DuckDB 2.0, Spark 4.3 in ANSI mode) and what this module does:
+Differences found (DuckDB 2.0, Spark 4.3 in ANSI mode; each tested) and what happens here:
 
-=======================================  ==============================  =======================
-construct                                DuckDB                          Spark → here
-=======================================  ==============================  =======================
-``a / b``                                DOUBLE; x/0 = ±inf, 0/0 = NaN   error (decimals:
-                                                                          decimal) → IEEE
-                                                                          division on DOUBLEs
-``SUM(integer)``                         HUGEINT, exact                  BIGINT, overflows at
-                                                                          2^63 → DECIMAL(38,0)
-``AVG(decimal)``                         DOUBLE                          DECIMAL(p+4, s+4) →
-                                                                          AVG of DOUBLE
-``CAST(double AS INT)``                  rounds half to even             truncates → BROUND
-``CAST(decimal AS INT)``                 rounds half away from zero      truncates → ROUND
-``CAST(double AS DECIMAL/VARCHAR)``      0.285 → 0.28; ``1e+20``         0.29; ``1.0E20`` →
-                                                                          refused
-``CAST(varchar AS INT)``                 ``'2.5'`` → 3                   error → refused
-``ROUND(double, n)``, n ≠ 0              round(x·10^n)/10^n (binary)     decimal digits → DuckDB's
-                                                                          formula
-``FLOOR``/``CEIL`` of int or double      DOUBLE                          BIGINT, overflows →
-                                                                          DOUBLE, exact
-``GROUPING(a, b)``                       bit mask                        one argument only →
-                                                                          sum of bits
-``x % 0.0``                              NaN                             error → divisor must be
-                                                                          a non-zero constant
-``a // b``, ``LIKE``, ``EXP``, ``LN``    floats; no escape; libm         error; ``\\`` escapes;
-                                                                          Java → refused
-``ORDER BY x``                           NULLS LAST                      NULLS FIRST → explicit
-=======================================  ==============================  =======================
+- ``a / b``: DuckDB divides as DOUBLE, x/0 = ±inf, 0/0 = NaN; Spark raises on zero and divides
+  decimals as decimals (1.0/3 = 0.333333) → IEEE division of DOUBLEs.
+- ``SUM`` of integers: DuckDB HUGEINT; Spark BIGINT, overflowing at 2^63 → SUM of DECIMAL(38, 0).
+- ``AVG`` of decimals: DuckDB DOUBLE; Spark DECIMAL(p+4, s+4) → AVG of DOUBLE.
+- ``CAST(… AS INT)``: DuckDB rounds, DOUBLE half to even, DECIMAL half away from zero; Spark
+  truncates → BROUND / ROUND first. DOUBLE to DECIMAL (0.285 → 0.28 vs 0.29) or VARCHAR
+  (``1e+20`` vs ``1.0E20``) and VARCHAR to INT ('2.5' → 3 vs error) → refused.
+- ``ROUND(double, n)``, n ≠ 0: DuckDB round(x·10^n)/10^n in binary (0.285 → 0.28); Spark rounds
+  the decimal digits (0.29) → DuckDB's formula.
+- ``FLOOR``/``CEIL`` of an integer or DOUBLE: DuckDB DOUBLE; Spark BIGINT, raising beyond 2^63
+  → a DOUBLE, exact.
+- ``GROUPING(a, b)``: DuckDB's bit mask; Spark takes one argument → sum of bits.
+- ``x % y``: a DOUBLE remainder by zero is NaN in DuckDB, an error in Spark → ``y`` must be a
+  non-zero constant.
+- ``LEAST``/``GREATEST`` built by a rewrite: NULL-propagating in sqlglot's DuckDB SQL only → the
+  DuckDB SQL is what is translated (pass 1).
+- ``ORDER BY``: NULLS LAST in DuckDB, NULLS FIRST ascending in Spark → made explicit.
+- ``a // b`` (DOUBLEs in DuckDB, error in Spark), ``LIKE`` (``\\`` escapes in Spark only),
+  ``EXP`` and ``LN`` (libm vs Java: last bit, and LN(0) is -inf vs NULL) → refused.
 
 Integer overflow raises in both engines only under Spark's ANSI mode, so :class:`SparkEngine`
 turns it on and refuses to run if it was turned off. Floating-point SUM and AVG depend on the
@@ -55,6 +47,7 @@ NULLs (suppression) are exact.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
@@ -123,18 +116,24 @@ def to_spark_sql(tree: exp.Expr, schema: Mapping[str, Mapping[str, str]] | None 
     rewrites that depend on a column's type refuse.
 
     Example:
-        >>> to_spark_sql(sqlglot.parse_one("SELECT a / b FROM sqlsdc.t"))
-        'SELECT CASE WHEN CAST(a AS DOUBLE) = 0 ... FROM sqlsdc__t AS t'  # doctest: +SKIP
+        >>> tree = sqlglot.parse_one("SELECT p.v FROM sqlsdc.t AS p ORDER BY p.v", read="duckdb")
+        >>> to_spark_sql(tree)
+        'SELECT p.v FROM sqlsdc__t AS p ORDER BY p.v NULLS LAST'
     """
     return to_spark(tree, schema).sql(dialect=DIALECT)
 
 
 def to_spark(tree: exp.Expr, schema: Mapping[str, Mapping[str, str]] | None = None) -> exp.Expr:
     """The Spark tree for a protected tree: the passes of this module on a private copy."""
-    spark_tree = read_as_duckdb(tree)
-    _check(spark_tree)
-    rename_tables(spark_tree)
-    return keep_duckdb_semantics(spark_tree, _Types(spark_tree, schema))
+    duckdb_tree = read_as_duckdb(tree)
+    _check(duckdb_tree)
+    return _translate(duckdb_tree, schema)
+
+
+def _translate(duckdb_tree: exp.Expr, schema) -> exp.Expr:
+    """Passes 3 and 4 on a checked tree of our own (mutated)."""
+    rename_tables(duckdb_tree)
+    return keep_duckdb_semantics(duckdb_tree, _Types(duckdb_tree, schema))
 
 
 def read_as_duckdb(tree: exp.Expr) -> exp.Expr:
@@ -215,8 +214,12 @@ def view_name(name: str) -> str:
 
 def tables_read(tree: exp.Expr) -> set[str]:
     """The DuckDB names (``persons``, ``sqlsdc.ptable``) of the tables a tree reads."""
+    return _tables(read_as_duckdb(tree))
+
+
+def _tables(duckdb_tree: exp.Expr) -> set[str]:
     names = set()
-    for scope in traverse_scope(read_as_duckdb(tree)):
+    for scope in traverse_scope(duckdb_tree):
         for source in scope.sources.values():
             if isinstance(source, exp.Table):
                 names.add(_qualified_name(source))
@@ -313,7 +316,7 @@ def _clause_problem(node: exp.Expr) -> str:
 
 def _describe(node: exp.Expr) -> str:
     if isinstance(node, exp.Anonymous):
-        return f"function {node.name}()"
+        return f"function {node.name.lower()}()"
     if isinstance(node, exp.Func):
         return f"function {node.sql_name().lower()}()"
     return f"{type(node).__name__.upper()} ({node.sql('duckdb')[:60]})"
@@ -325,16 +328,7 @@ def _describe(node: exp.Expr) -> str:
 def type_class(dtype: str | exp.DataType) -> str:
     """DuckDB's class (INTEGER, DECIMAL, DOUBLE, VARCHAR, BOOLEAN) of a Spark or DuckDB type."""
     if isinstance(dtype, str):
-        if dtype.lower() == "void":
-            return NULL
-        for dialect in (DIALECT, "duckdb"):
-            try:
-                dtype = exp.DataType.build(dtype, dialect=dialect)
-                break
-            except (sqlglot.errors.ParseError, ValueError):
-                continue
-        else:
-            return UNKNOWN
+        return _named_type_class(dtype)
     kind = dtype.this
     if kind in exp.DataType.INTEGER_TYPES:
         return INT
@@ -345,6 +339,18 @@ def type_class(dtype: str | exp.DataType) -> str:
     if kind in exp.DataType.TEXT_TYPES:
         return TEXT
     return {exp.DataType.Type.BOOLEAN: BOOL, exp.DataType.Type.NULL: NULL}.get(kind, UNKNOWN)
+
+
+@functools.cache
+def _named_type_class(name: str) -> str:
+    if name.lower() == "void":  # Spark's type of an untyped NULL
+        return NULL
+    for dialect in (DIALECT, "duckdb"):
+        try:
+            return type_class(exp.DataType.build(name, dialect=dialect))
+        except (sqlglot.errors.ParseError, ValueError):
+            continue
+    return UNKNOWN
 
 
 def _unify(classes: Iterable[str]) -> str:
@@ -426,41 +432,40 @@ class _Types:
         scope = self.scope_of.get(id(column))
         if scope is None:
             return UNKNOWN
-        if not column.table:  # ORDER BY names projections first, other clauses tables first
+        if column.table:
+            kind = self._output(scope.sources.get(column.table), column.name)
+        else:  # ORDER BY names projections first, other clauses the tables first
             in_order = isinstance(column.find_ancestor(exp.Order, exp.Select), exp.Order)
-            kind = self._projection(scope, column.name, skip=column) if in_order else UNKNOWN
-            if kind == UNKNOWN:
-                kind = self._unqualified(scope, column.name)
-            return kind
-        source = scope.sources.get(column.table)
+            kind = self._projection(scope, column.name) if in_order else None
+            if kind is None:
+                found = [self._output(s, column.name) for s in scope.sources.values()]
+                found = [k for k in found if k is not None]
+                kind = found[0] if len(found) == 1 else None
+        return UNKNOWN if kind is None else kind
+
+    def _output(self, source: exp.Table | Scope | None, name: str) -> str | None:
+        """The class of column ``name`` of a table or subquery; None if it has no such column."""
         if isinstance(source, exp.Table):
-            return self.schema.get(source.name.lower(), {}).get(column.name.lower(), UNKNOWN)
+            return self.schema.get(source.name.lower(), {}).get(name.lower())
         if isinstance(source, Scope):
-            return self._projection(source, column.name)
-        return UNKNOWN
+            return self._projection(source, name)
+        return None
 
-    def _unqualified(self, scope: Scope, name: str) -> str:
-        """The class of an unqualified column: the one source that has it."""
-        found = [
-            self.schema.get(s.name.lower(), {}).get(name.lower())
-            if isinstance(s, exp.Table)
-            else self._projection(s, name)
-            for s in scope.sources.values()
-        ]
-        found = [k for k in found if k not in (None, UNKNOWN)]
-        return found[0] if len(found) == 1 else UNKNOWN
-
-    def _projection(self, scope: Scope, name: str, skip: exp.Expr | None = None) -> str:
-        """The class of output column ``name`` of a scope, unified over set-operation branches."""
+    def _projection(self, scope: Scope, name: str) -> str | None:
+        """The class of output column ``name`` of a scope. As in DuckDB, the first projection of
+        that name wins (``t.*`` included); set operations unify their branches."""
         selects = _branches(scope.expression)
-        names = [p.alias_or_name for p in selects[0].selects] if selects else []
-        if name not in names:
-            return UNKNOWN
-        position = names.index(name)
-        projections = [s.selects[position] for s in selects if len(s.selects) > position]
-        if skip is not None and any(p is skip for p in projections):
-            return UNKNOWN
-        return _unify(self.of(p) for p in projections)
+        for position, projection in enumerate(selects[0].selects if selects else []):
+            if isinstance(projection, exp.Star) or isinstance(projection.this, exp.Star):
+                table = projection.table if isinstance(projection, exp.Column) else ""
+                sources = [scope.sources.get(table)] if table else scope.sources.values()
+                found = [k for k in (self._output(s, name) for s in sources) if k is not None]
+                if found:
+                    return found[0]
+            elif projection.alias_or_name == name:
+                same = [s.selects[position] for s in selects if len(s.selects) > position]
+                return _unify(self.of(p) for p in same)
+        return None
 
 
 def _branches(expression: exp.Expr) -> list[exp.Select]:
@@ -474,16 +479,25 @@ def _branches(expression: exp.Expr) -> list[exp.Select]:
 # --- DuckDB semantics on Spark ------------------------------------------------------------------
 
 
+_TYPES = {name: exp.DataType.build(name) for name in ("DOUBLE", "BIGINT", "DECIMAL(38, 0)")}
+
+
+def _type(name: str) -> exp.DataType:
+    return _TYPES[name].copy()  # built once: DataType.build parses its argument
+
+
 def _double(node: exp.Expr) -> exp.Expr:
-    return exp.Cast(this=node.copy(), to=exp.DataType.build("DOUBLE"))
+    return exp.Cast(this=node.copy(), to=_type("DOUBLE"))
 
 
 def _infinity() -> exp.Expr:
-    return exp.Cast(this=exp.Literal.string("Infinity"), to=exp.DataType.build("DOUBLE"))
+    return exp.Cast(this=exp.Literal.string("Infinity"), to=_type("DOUBLE"))
 
 
 def _a(kind: str) -> str:
-    return "a value of unknown type (pass the view schemas)" if kind == UNKNOWN else f"a {kind}"
+    if kind == UNKNOWN:
+        return "a value of unknown type (pass the view schemas)"
+    return f"an {kind}" if kind[0] in "AEIOU" else f"a {kind}"
 
 
 def _refuse(node: exp.Expr, why: str) -> NotSupportedError:
@@ -526,7 +540,7 @@ def _sum_exactly(node: exp.Sum, types: _Types) -> exp.Expr:
         raise _refuse(node, f"SUM of {_a(kind)}")
     new = node.copy()
     target = new.this.expressions[0] if isinstance(new.this, exp.Distinct) else new.this
-    target.replace(exp.Cast(this=target.copy(), to=exp.DataType.build("DECIMAL(38, 0)")))
+    target.replace(exp.Cast(this=target.copy(), to=_type("DECIMAL(38, 0)")))
     return new
 
 
@@ -537,9 +551,17 @@ _CAST_REFUSALS = {
 }
 
 
+_CAST_TARGETS = {
+    exp.DataType.Type.INT, exp.DataType.Type.BIGINT, exp.DataType.Type.DOUBLE,
+    exp.DataType.Type.DECIMAL, exp.DataType.Type.VARCHAR, exp.DataType.Type.TEXT,
+}  # fmt: skip
+
+
 def _cast(node: exp.Cast, types: _Types) -> exp.Expr:
     """DuckDB rounds to integers (DOUBLE half to even, DECIMAL half away from zero); Spark
-    truncates. Other casts are portable only between the classes tested."""
+    truncates. Other casts are portable only between the types and classes tested."""
+    if node.to.this not in _CAST_TARGETS:
+        raise _refuse(node, "only casts to INTEGER, BIGINT, DOUBLE, DECIMAL and VARCHAR are tested")
     source, target = types.of(node.this), type_class(node.to)
     if target == INT and source == FLOAT:
         return exp.Cast(this=exp.func("BROUND", node.this.copy()), to=node.to.copy())
@@ -566,7 +588,7 @@ def _round(node: exp.Round, types: _Types) -> exp.Expr:
     if kind != FLOAT:
         raise _refuse(node, f"ROUND of {_a(kind)}")
     x = exp.Paren(this=node.this.copy())
-    scale = exp.Cast(this=exp.Literal.number(10 ** abs(digits)), to=exp.DataType.build("DOUBLE"))
+    scale = exp.Cast(this=exp.Literal.number(10 ** abs(digits)), to=_type("DOUBLE"))
     if digits > 0:
         rounded = exp.Div(this=exp.Round(this=exp.Mul(this=x, expression=scale)), expression=scale)
     else:
@@ -595,7 +617,7 @@ def _grouping(node: exp.Grouping, types: _Types) -> exp.Expr:
     arguments = node.expressions
     if len(arguments) == 1:
         return node
-    bigint = exp.DataType.build("BIGINT")
+    bigint = _type("BIGINT")
     bits = [
         exp.Mul(
             this=exp.Cast(this=exp.Grouping(expressions=[a.copy()]), to=bigint.copy()),
@@ -638,22 +660,24 @@ _SEMANTICS: dict[type[exp.Expr], Callable[[exp.Expr, _Types], exp.Expr]] = {
 
 
 def normalise_types(table: pa.Table) -> pa.Table:
-    """Arrow types on which DuckDB and Spark results agree: every integer type → int64; every
-    decimal and floating type → float64 (DuckDB's HUGEINT sums arrive as decimal128(38, 0),
-    Spark's as decimal128(38, 0) or int64); large strings → string; every column nullable (Spark
-    marks some NOT NULL). Values are unchanged, except decimals beyond 2^53, which become the
-    nearest double on both sides alike."""
+    """Arrow types on which DuckDB and Spark results agree, so that equal results compare equal.
+
+    Integers → int64 (UBIGINT → float64, as Spark reads it as DECIMAL(20, 0)); decimals and
+    floats → float64 (DuckDB's HUGEINT sums arrive as decimal128(38, 0), Spark's as decimals
+    too); large strings → string; every column nullable (Spark marks some NOT NULL). Values are
+    kept, except decimals beyond 2^53, which become the nearest double on both sides alike.
+    """
     fields = []
     for field in table.schema:
         kind = field.type
-        if pa.types.is_integer(kind):
-            kind = pa.int64()
-        elif pa.types.is_decimal(kind) or pa.types.is_floating(kind):
+        if pa.types.is_uint64(kind) or pa.types.is_decimal(kind) or pa.types.is_floating(kind):
             kind = pa.float64()
+        elif pa.types.is_integer(kind):
+            kind = pa.int64()
         elif pa.types.is_large_string(kind):
             kind = pa.string()
         fields.append(field.with_type(kind).with_nullable(True))
-    return table.cast(pa.schema(fields), safe=False)
+    return table.cast(pa.schema(fields))
 
 
 # --- the engine --------------------------------------------------------------------------------
@@ -676,8 +700,10 @@ class SparkEngine:
 
     Example:
         >>> engine = SparkEngine(SparkSession.builder.getOrCreate())  # doctest: +SKIP
-        >>> engine.register("persons", "s3://bucket/persons.parquet")
-        >>> engine.run(con.explain("SELECT region, COUNT(*) FROM persons GROUP BY region").tree)
+        >>> engine.register("persons", "s3://bucket/persons.parquet")  # doctest: +SKIP
+        >>> engine.register("sqlsdc.ptable_entries", "s3://bucket/ptable.parquet")  # doctest: +SKIP
+        >>> query = con.explain("SELECT sex, COUNT(*) FROM persons GROUP BY sex")  # doctest: +SKIP
+        >>> run_protected(engine, query)  # doctest: +SKIP
     """
 
     def __init__(self, session: SparkSession):
@@ -741,14 +767,15 @@ class SparkEngine:
 
     def sql(self, tree: exp.Expr) -> str:
         """The Spark SQL for a protected tree, after every check (runs nothing)."""
-        check_portable(tree)
-        missing = sorted(t for t in tables_read(tree) if view_name(t) not in self.schemas)
+        duckdb_tree = read_as_duckdb(tree)
+        _check(duckdb_tree)
+        missing = sorted(t for t in _tables(duckdb_tree) if view_name(t) not in self.schemas)
         if missing:
             raise ProgrammingError(
                 f"table {', '.join(missing)} is not registered with the Spark engine; "
                 "use register() or load_duckdb()"
             )
-        return to_spark_sql(tree, self.schemas)
+        return _translate(duckdb_tree, self.schemas).sql(dialect=DIALECT)
 
     def run(self, tree: exp.Expr) -> pa.Table:
         """Run a protected tree; the result has DuckDB's values, typed by normalise_types."""
