@@ -788,8 +788,9 @@ class SparkEngine:
         sql = self.sql(tree)
         try:
             table = self.session.sql(sql).toArrow()
-        except PySparkException as e:  # the message may quote confidential values
-            raise OperationalError(f"the query failed on Spark ({e.getCondition()})") from e
+        except PySparkException as e:  # the message may quote confidential values: not shown
+            condition = e.getCondition() or type(e).__name__
+            raise OperationalError(f"the query failed on Spark ({condition})") from e
         return normalise_types(table)
 
     def close(self) -> None:
