@@ -142,8 +142,9 @@ def test_magnitude_cell_is_consistent_across_queries(ckm):
         if "sex" in frame:
             frame = frame[frame["sex"].isna()]
         column = next(c for c in frame.columns if c not in ("region", "sex"))
-        values.add(round(float(frame[column].iloc[0]), 6))
-    assert len(values) == 1, values
+        values.add(float(frame[column].iloc[0]))
+    # equal up to the summation order of floating-point SUM, which differs between query plans
+    assert max(values) - min(values) <= 1e-12 * max(values), values
 
 
 def _expected_magnitudes(reference, table, measure, key_sql, where=""):

@@ -114,6 +114,8 @@ class _Builder:
         for t, unit in enumerate(plan.units or []):
             rows.append("expressions", exp.alias_(unit.copy(), f"__u{t}"))
         for i in self._ckm_magnitudes():
+            if self._magnitude(i).top_k == 1:
+                continue  # the largest contribution is an aggregate: MAX(ABS(x))
             for s, members in enumerate(self._sets()):
                 order = [
                     exp.Ordered(
@@ -210,8 +212,14 @@ class _Builder:
         return exp.Mod(this=exp.Paren(this=total), expression=exp.Literal.number(KEY_MODULUS))
 
     def _top(self, i: int, j: int) -> exp.Expr:
-        """The j-th largest contribution (by absolute value) of the cell, NULL if there is none."""
+        """The j-th largest contribution (by absolute value) of the cell, NULL if there is none.
+
+        Only |x_j| enters the perturbation (the sign cancels in x_j / x_delta and only
+        |x_delta| is added), so the largest is ``MAX(ABS(x))``, in every grouping set, with no
+        sort; later ones come from the window ranks."""
         value = exp.column(f"__v{i}", "__r")
+        if j == 1:
+            return exp.Max(this=exp.Abs(this=value))
 
         def nth(s: int) -> exp.Expr:
             rank = exp.column(f"__r{i}_{s}", "__r")
