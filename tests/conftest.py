@@ -19,8 +19,11 @@ DEMO_SEED = 7
 def threshold_policy():
     """The demo policy with threshold protection everywhere (the guard's baseline tests)."""
     document = demo_policy().document_dict()
-    document["protection"] = {"min_frequency": 10, "counts": {"method": "threshold"},
-                              "magnitudes": {"method": "threshold"}}
+    document["protection"] = {
+        "min_frequency": 10,
+        "counts": {"method": "threshold"},
+        "magnitudes": {"method": "threshold"},
+    }
     for table in document["tables"].values():
         table.pop("protection", None)
     return load_policy(document, name="threshold-demo-policy")
@@ -76,5 +79,21 @@ def raw(demo_db):
     process and refuses a second, different configuration.
     """
     con = open_database(demo_db)
+    yield con
+    con.close()
+
+
+@pytest.fixture(scope="module")
+def ckm(ckm_db):
+    """A guarded connection to the CKM demo database as user ``analyst``."""
+    con = sqlsdc.connect(ckm_db, user="analyst")
+    yield con
+    con.close()
+
+
+@pytest.fixture(scope="module")
+def raw_ckm(ckm_db, ckm):
+    """Unguarded access to the CKM demo data (opened after ``ckm``: same DuckDB instance)."""
+    con = open_database(ckm_db)
     yield con
     con.close()

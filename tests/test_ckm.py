@@ -27,23 +27,11 @@ M = 2**32
 
 
 @pytest.fixture(scope="module")
-def ckm(ckm_db):
-    con = sqlsdc.connect(ckm_db, "analyst")
-    yield con
-    con.close()
-
-
-@pytest.fixture(scope="module")
-def reference(ckm_db, ckm):
-    """Raw access and the stored ptables (opened after the guarded connection, same instance)."""
-    con = open_database(ckm_db)
-    policy = ckm.policy
-    refs = load_ptables(con, policy)
-    tables = {
-        key: Lookup.from_table(stored_entries(con, ref.ptable_id)) for key, ref in refs.items()
-    }
-    yield con, policy, refs, tables
-    con.close()
+def reference(raw_ckm, ckm):
+    """Raw access, the policy and the stored ptables (as Lookup tables)."""
+    refs = load_ptables(raw_ckm, ckm.policy)
+    tables = {k: Lookup.from_table(stored_entries(raw_ckm, r.ptable_id)) for k, r in refs.items()}
+    return raw_ckm, ckm.policy, refs, tables
 
 
 def _rule(policy, table, kind):

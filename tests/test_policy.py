@@ -573,3 +573,31 @@ def test_validate_document_returns_paths_without_file():
     assert validate_document(bad) == [
         "tables.persons.columns.income.bounds: lower bound 10 is above upper bound 5"
     ]
+
+
+def test_ckm_rule_problems_are_reported_together():
+    document = {
+        "protection": {
+            "counts": {"method": "ckm", "top_k": 2},
+            "magnitudes": {
+                "method": "ckm",
+                "ptable": {"D": 5, "V": 1, "js": 2},
+                "flex": {"fp": 100, "p_small": 0.05, "p_large": 0.2},
+                "epsilon": [0.5, 1],
+            },
+        },
+        "tables": {"t": {"privacy_unit": "id", "columns": {"id": {"role": "identifier"}}}},
+        "users": {"a": {"role": "admin"}},
+    }
+    with pytest.raises(sqlsdc.PolicyError) as caught:
+        load_policy(document)
+    text = str(caught.value)
+    for expected in (
+        "protection.counts.ptable: method ckm needs a perturbation table",
+        "protection.counts: top_k only apply to magnitudes",
+        "protection.magnitudes.flex: p_small must be at least p_large",
+        "protection.magnitudes.epsilon: needs top_k = 1 values, got 2",
+        "protection.magnitudes.epsilon: must start with 1 and not increase",
+        "protection.magnitudes.ptable.js: only count tables have js",
+    ):
+        assert expected in text

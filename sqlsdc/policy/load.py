@@ -324,6 +324,11 @@ def _rule_problems(where: str, kind: str, rule: dict) -> list[str]:
         problems.append(f"{where}.epsilon: needs top_k = {top_k} values, got {len(epsilon)}")
     if epsilon[0] != 1 or any(b > a for a, b in zip(epsilon, epsilon[1:], strict=False)):
         problems.append(f"{where}.epsilon: must start with 1 and not increase")
+    for key in ("js", "pstay"):
+        if key in rule.get("ptable", {}):
+            problems.append(
+                f"{where}.ptable.{key}: only count tables have {key} (R ptable create_num_ptable)"
+            )
     if rule.get("ptable", {}).get("parity") and top_k > 1:
         problems.append(f"{where}.ptable.parity: even/odd tables need top_k = 1")
     return problems

@@ -33,7 +33,7 @@ from sqlglot import exp
 
 from sqlsdc.catalog.ptables import KEY_MODULUS, PTableKey, PTableRef
 from sqlsdc.errors import PolicyViolation
-from sqlsdc.policy import AggregateKind, MagnitudeCkm, Method, Policy, ProtectionRule, PTableSpec
+from sqlsdc.policy import AggregateKind, MagnitudeCkm, Method, Policy
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, unit_count, when_present
 from sqlsdc.rewrite.threshold import at_least
 
@@ -415,12 +415,8 @@ class _Builder:
             ):
                 compute.append("expressions", exp.alias_(value, name))
         position = self._select_from(compute)
-        for i in self._ckm_magnitudes():
-            m = self._magnitude(i)
-            if j > m.top_k:
-                continue
-            main = ptable_ref(self.ptables, ("magnitudes", m_ptable(self.plan.aggregates[i].rule)))
-            small = self._small(m)
+        for i in steps:
+            main, small = self._tables(i)
             cap = exp.Case(
                 ifs=[exp.If(this=prev(f"__sm{i}_{j}"), true=_number(small.max_i if small else 0))],
                 default=_number(main.max_i),
@@ -433,12 +429,8 @@ class _Builder:
             a = exp.Least(this=ratio, expressions=[cap])
             position.append("expressions", exp.alias_(a, f"__pa{i}_{j}"))
         rows = self._select_from(position)
-        for i in self._ckm_magnitudes():
-            m = self._magnitude(i)
-            if j > m.top_k:
-                continue
-            main = ptable_ref(self.ptables, ("magnitudes", m_ptable(self.plan.aggregates[i].rule)))
-            small = self._small(m)
+        for i in steps:
+            main, small = self._tables(i)
             a = prev(f"__pa{i}_{j}")
             for name, pick in (("__pl", _class_below), ("__ph", _class_above)):
                 row = pick(a, main.classes)
@@ -469,8 +461,7 @@ class _Builder:
         """Join the two ptable rows around ``a``; return (interpolated v, fault so far)."""
         prev = lambda c: exp.column(c, PREV)  # noqa: E731
         rule = self.plan.aggregates[i].rule
-        main = ptable_ref(self.ptables, ("magnitudes", m_ptable(rule)))
-        small = self._small(m)
+        main, small = self._tables(i)
         uses_small = prev(f"__sm{i}_{j}")
         ptable_id = exp.Case(
             ifs=[exp.If(this=uses_small, true=_number(small.ptable_id if small else -1))],
@@ -618,14 +609,15 @@ class _Builder:
     def _magnitude(self, i: int) -> MagnitudeCkm:
         return self.plan.aggregates[i].rule.magnitude
 
+    def _tables(self, i: int) -> tuple[PTableRef, PTableRef | None]:
+        """The magnitude ptable of aggregate i and its small-cells ptable, if any."""
+        main = ptable_ref(self.ptables, ("magnitudes", self.plan.aggregates[i].rule.ptable))
+        return main, self._small(self._magnitude(i))
+
     def _small(self, m: MagnitudeCkm) -> PTableRef | None:
         if m.small_cells is None:
             return None
         return ptable_ref(self.ptables, ("small_cells", m.small_cells))
-
-
-def m_ptable(rule: ProtectionRule) -> PTableSpec:
-    return rule.ptable
 
 
 def _separation_point(m: MagnitudeCkm, small: PTableRef | None) -> float:

@@ -6,14 +6,6 @@ import pytest
 
 import sqlsdc
 
-
-@pytest.fixture(scope="module")
-def ckm(ckm_db):
-    con = sqlsdc.connect(ckm_db, "analyst")
-    yield con
-    con.close()
-
-
 SECRETS = [
     "SELECT SUM(__rkey) FROM persons",
     "SELECT region, SUM(__rkey) % 4294967296 FROM persons GROUP BY region",
@@ -69,12 +61,3 @@ def test_splitting_a_cell_gives_noisy_parts_not_an_exact_difference(ckm, raw_ckm
     )
     exact = [m for m in truth if total[m] - rest.get(m, 0) == truth[m]]
     assert len(exact) < 0.5 * len(truth)
-
-
-@pytest.fixture(scope="module")
-def raw_ckm(ckm_db, ckm):
-    from sqlsdc.engines.duckdb import open_database
-
-    con = open_database(ckm_db)
-    yield con
-    con.close()

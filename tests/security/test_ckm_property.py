@@ -6,27 +6,11 @@ CUBE, HAVING-free filters, ORDER BY, LIMIT)."""
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import HealthCheck, event, given, note, settings
 from test_property import MIN_FREQUENCY, Query, queries, recomputable
 
 import sqlsdc
-from sqlsdc.engines.duckdb import open_database
 from sqlsdc.policy import AggregateKind
-
-
-@pytest.fixture(scope="module")
-def ckm(ckm_db):
-    con = sqlsdc.connect(ckm_db, "analyst")
-    yield con
-    con.close()
-
-
-@pytest.fixture(scope="module")
-def raw_ckm(ckm_db, ckm):
-    con = open_database(ckm_db)
-    yield con
-    con.close()
 
 
 def check_counts(query: Query, rows, raw, D: int, js: int) -> None:
