@@ -23,6 +23,7 @@ from sqlsdc.errors import (
     PolicyError,
     PolicyViolation,
     ProgrammingError,
+    TabularError,
     Warning,
 )
 from sqlsdc.guard.connection import Connection, Cursor, apilevel, connect, paramstyle, threadsafety
@@ -45,6 +46,7 @@ __all__ = [
     "PolicyError",
     "PolicyViolation",
     "ProgrammingError",
+    "TabularError",
     "Warning",
     "apilevel",
     "connect",

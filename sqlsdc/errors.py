@@ -60,6 +60,11 @@ class PolicyError(ValueError, Error):
         super().__init__("\n".join(self.problems))
 
 
+class TabularError(ValueError, Error):
+    """Input to a table-protection function (sqlsdc.tabular) is invalid, or a job cannot meet its
+    protection requirements; the message names the input and what to change."""
+
+
 class AccessDenied(Error):
     """The user is unknown to the policy or lacks the role for an operation."""
 
