@@ -102,6 +102,7 @@ CKM_CROSS_ENGINE_QUERIES = [
     "GROUP BY r.name",
     "SELECT municipality, COUNT(*) AS n FROM persons GROUP BY municipality "
     "HAVING COUNT(*) > 30 ORDER BY n DESC, municipality LIMIT 5",
+    "SELECT nace, SUM(turnover) AS turnover FROM enterprises GROUP BY ROLLUP (nace)",
 ]
 
 
@@ -236,6 +237,7 @@ AGGREGATE_CASES = [
     "COUNT(*)", "COUNT(i)", "COUNT(DISTINCT s)", "SUM(i)", "SUM(d)", "SUM(u)",
     "SUM(b) % 4294967296", "SUM(DISTINCT i)", "AVG(i)", "AVG(d)", "AVG(u)", "AVG(DISTINCT d)",
     "MIN(i)", "MAX(d)", "MIN(s)", "MAX(f)", "MIN(f)", "SUM(i) / COUNT(*)", "SUM(f)", "AVG(f)",
+    "MAX(ABS(d), 2)[2]", "MAX(i, 3)[1]", "MAX(f, 6)[6]",
 ]  # fmt: skip
 
 GROUPING_CASES = ["GROUPING(g)", "GROUPING(g, s)", "GROUPING(s, g) * 10", "COUNT(*)"]
@@ -461,6 +463,8 @@ REFUSED = [
     ("SELECT i FROM vals QUALIFY ROW_NUMBER() OVER () = 1", r"QUALIFY"),
     ("SELECT DISTINCT ON (g) g FROM vals", r"DISTINCT ON"),
     ("SELECT i FROM vals WHERE i IN (SELECT 1)", r"IN with a list"),
+    ("SELECT MAX(i, 2)[i] FROM vals", r"element of MAX\(x, n\) at a constant position"),
+    ("SELECT MAX(i, 0) FROM vals", r"positive integer constant"),
     ("SELECT i FROM other.main.vals", r"tables are named by schema and name only"),
 ]
 

@@ -34,6 +34,9 @@ Differences found (DuckDB 2.0, Spark 4.3 in ANSI mode; each tested) and what hap
   non-zero constant.
 - ``LEAST``/``GREATEST`` built by a rewrite: NULL-propagating in sqlglot's DuckDB SQL only → the
   DuckDB SQL is what is translated (pass 1).
+- ``MAX(x, n)``, the n largest values (the CKM's top contributions): DuckDB only → the first n
+  of ``SORT_ARRAY(COLLECT_LIST(x), FALSE)``; ``list[j]`` beyond the end: NULL in DuckDB, an
+  error in ANSI Spark → ``TRY_ELEMENT_AT``. Only a constant element of ``MAX(x, n)`` is portable.
 - ``ORDER BY``: NULLS LAST in DuckDB, NULLS FIRST ascending in Spark → made explicit.
 - ``a // b`` (DOUBLEs in DuckDB, error in Spark), ``LIKE`` (``\\`` escapes in Spark only),
   ``EXP`` and ``LN`` (libm vs Java: last bit, and LN(0) is -inf vs NULL) → refused.
@@ -74,7 +77,7 @@ ANSI = "spark.sql.ansi.enabled"
 PORTABLE_FUNCTIONS: frozenset[type[exp.Expr]] = frozenset(
     {
         # aggregates, window ranking, grouping
-        exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max,
+        exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max, exp.Bracket,
         exp.RowNumber, exp.Rank, exp.DenseRank, exp.Grouping,
         # scalar functions
         exp.Abs, exp.Least, exp.Greatest, exp.Coalesce, exp.Nullif, exp.Case, exp.If,
@@ -284,6 +287,26 @@ def _in_problem(node: exp.In) -> str:
     return ""
 
 
+def _max_problem(node: exp.Max) -> str:
+    count = node.args.get("count")
+    if count is None or (_int_literal(count) is not None and _int_literal(count) >= 1):
+        return ""
+    return "the n of MAX(x, n) must be a positive integer constant"
+
+
+def _bracket_problem(node: exp.Bracket) -> str:
+    top = node.this
+    if (
+        isinstance(top, exp.Max)
+        and top.args.get("count") is not None
+        and len(node.expressions) == 1
+        and _int_literal(node.expressions[0]) is not None
+        and _int_literal(node.expressions[0]) >= 0
+    ):
+        return ""
+    return "only an element of MAX(x, n) at a constant position is portable"
+
+
 def _between_problem(node: exp.Between) -> str:
     return "BETWEEN SYMMETRIC is DuckDB only" if node.args.get("symmetric") else ""
 
@@ -296,6 +319,8 @@ _ARGUMENT_RULES: dict[type[exp.Expr], Callable[[exp.Expr], str]] = {
     exp.Is: _is_problem,
     exp.In: _in_problem,
     exp.Between: _between_problem,
+    exp.Max: _max_problem,
+    exp.Bracket: _bracket_problem,
 }
 
 
@@ -424,7 +449,8 @@ class _Types:
         if isinstance(node, exp.Distinct) and len(node.expressions) == 1:
             return self.of(node.expressions[0])
         if isinstance(node, (exp.Alias, exp.Paren, exp.Neg, exp.Abs, exp.Min, exp.Max, exp.Sum,
-                             exp.Round, exp.Nullif, exp.Window, exp.Ordered)):  # fmt: skip
+                             exp.Round, exp.Nullif, exp.Window, exp.Ordered,
+                             exp.Bracket)):  # fmt: skip
             return self.of(node.this)
         return UNKNOWN
 
@@ -640,7 +666,30 @@ def _compare(node: exp.Expr, types: _Types) -> exp.Expr:
     return node
 
 
+def _top_values(node: exp.Max, types: _Types) -> exp.Expr:
+    """DuckDB's ``MAX(x, n)`` (the n largest values, ties kept, NULLs ignored, NULL for no
+    values) has no Spark aggregate → the first n of the values sorted in descending order."""
+    if node.args.get("count") is None:
+        return node
+    values = exp.Anonymous(this="COLLECT_LIST", expressions=[node.this.copy()])
+    descending = exp.Anonymous(this="SORT_ARRAY", expressions=[values, exp.false()])
+    return exp.Anonymous(
+        this="SLICE", expressions=[descending, exp.Literal.number(1), node.args["count"].copy()]
+    )
+
+
+def _element(node: exp.Bracket, types: _Types) -> exp.Expr:
+    """DuckDB's ``list[j]`` is NULL beyond the end; Spark's ``array[j]`` raises in ANSI mode →
+    ``TRY_ELEMENT_AT`` (1-based, NULL beyond the end)."""
+    position = _int_literal(node.expressions[0]) + 1  # the tree's index is 0-based
+    return exp.Bracket(
+        this=node.this.copy(), expressions=[exp.Literal.number(position)], offset=1, safe=True
+    )
+
+
 _SEMANTICS: dict[type[exp.Expr], Callable[[exp.Expr, _Types], exp.Expr]] = {
+    exp.Max: _top_values,
+    exp.Bracket: _element,
     exp.Div: _divide,
     exp.Avg: _average,
     exp.Sum: _sum_exactly,

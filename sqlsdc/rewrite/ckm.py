@@ -10,22 +10,21 @@ form of ``(Σ rkey) mod 1``; the count n is published as ``n + v`` where v is th
 row ``min(n, max_i)`` whose key interval [lo, hi) holds the cell key.
 
 Magnitudes (``cellKey`` ``.perturb_cell_flex``, flex function ``ck_flexparams``): the noise is
-built from the cell's ``top_k`` largest contributions x_j (by absolute value, found with window
-functions), one after the other; step j looks up v in the magnitude ptable at
-``a = |x_j / x_delta_j|`` (interpolated between rows, capped at the last row) with the j-th
-scrambled cell key and adds ``sign(x̂)·|x_delta_j|·sign(v)·(μ_c + |v|)``, never flipping the
-sign of the running value. AVG is the protected sum over the protected count; with
+built from the cell's ``top_k`` largest contributions x_j (by absolute value, found with the
+aggregates ``MAX(ABS(x))`` and ``MAX(ABS(x), k)``), one after the other; step j looks up v in the
+magnitude ptable at ``a = |x_j / x_delta_j|`` (interpolated between rows, capped at the last row)
+with the j-th scrambled cell key and adds ``sign(x̂)·|x_delta_j|·sign(v)·(μ_c + |v|)``, never
+flipping the sign of the running value. AVG is the protected sum over the protected count; with
 mean-before-sum (Geyer et al. §2) the published sum is ``x̂·n̂/n`` so that the mean is ``x̂/n``.
 
 The frame is a chain of subqueries over the aggregated cells only:
-``__r`` (rows: keys, arguments, record keys, ranks) → ``__c`` (aggregation) → ptable joins for
+``__r`` (rows: keys, arguments, record keys) → ``__c`` (aggregation) → ptable joins for
 counts → one compute and one lookup layer per contributor j → ``__cells``. Everything is plain
 SQL built as sqlglot AST, the same on DuckDB and Spark.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Mapping
 
@@ -113,24 +112,6 @@ class _Builder:
             rows.append("expressions", exp.alias_(rkey.copy(), f"__rk{t}"))
         for t, unit in enumerate(plan.units or []):
             rows.append("expressions", exp.alias_(unit.copy(), f"__u{t}"))
-        for i in self._ckm_magnitudes():
-            if self._magnitude(i).top_k == 1:
-                continue  # the largest contribution is an aggregate: MAX(ABS(x))
-            for s, members in enumerate(self._sets()):
-                order = [
-                    exp.Ordered(
-                        this=exp.Abs(this=cells.argument(i, self.twin).copy()),
-                        desc=True,
-                        nulls_first=False,
-                    ),
-                    *(exp.Ordered(this=r.copy(), nulls_first=True) for r in plan.rkeys),
-                ]
-                window = exp.Window(
-                    this=exp.RowNumber(),
-                    partition_by=[cells.keys[k].copy() for k in members],
-                    order=exp.Order(expressions=order),
-                )
-                rows.append("expressions", exp.alias_(window, f"__r{i}_{s}"))
         return rows
 
     def _aggregation(self, rows: exp.Select) -> exp.Select:
@@ -215,79 +196,14 @@ class _Builder:
         """The j-th largest contribution (by absolute value) of the cell, NULL if there is none.
 
         Only |x_j| enters the perturbation (the sign cancels in x_j / x_delta and only
-        |x_delta| is added), so the largest is ``MAX(ABS(x))``, in every grouping set, with no
-        sort; later ones come from the window ranks."""
-        value = exp.column(f"__v{i}", "__r")
+        |x_delta| is added), so x_1 is ``MAX(ABS(x))`` and x_j is element j of the top-k list
+        aggregate ``MAX(ABS(x), k)`` (ties kept, NULLs ignored): one aggregate per cell in every
+        grouping set, no sort of the rows."""
+        value = exp.Abs(this=exp.column(f"__v{i}", "__r"))
         if j == 1:
-            return exp.Max(this=exp.Abs(this=value))
-
-        def nth(s: int) -> exp.Expr:
-            rank = exp.column(f"__r{i}_{s}", "__r")
-            hit = exp.EQ(this=rank, expression=exp.Literal.number(j))
-            return exp.Max(this=exp.Case(ifs=[exp.If(this=hit, true=value.copy())]))
-
-        sets = self._sets()
-        if len(sets) == 1:
-            return nth(0)
-        ifs = []
-        for s, members in enumerate(sets):
-            flags = [
-                exp.EQ(
-                    this=exp.Grouping(expressions=[exp.column(f"__g{k}", "__r")]),
-                    expression=exp.Literal.number(0 if k in members else 1),
-                )
-                for k in range(len(self.cells.keys))
-            ]
-            ifs.append(exp.If(this=exp.and_(*flags), true=nth(s)))
-        return exp.Case(ifs=ifs)
-
-    def _sets(self) -> list[tuple[int, ...]]:
-        """The grouping sets of the aggregation, as tuples of key positions."""
-        group = self.cells.select.args.get("group")
-        keys = self.cells.keys
-        if group is None:
-            return [()]
-
-        def positions(node: exp.Expr) -> tuple[int, ...]:
-            while isinstance(node, exp.Paren):
-                node = node.this
-            if isinstance(node, exp.Tuple):
-                return tuple(p for e in node.expressions for p in positions(e))
-            return (keys.index(node),)
-
-        factors: list[list[tuple[int, ...]]] = []
-        nodes = list(group.expressions)
-        for key in ("rollup", "cube", "grouping_sets"):
-            nodes += [(key, n) for n in group.args.get(key) or []]
-        for node in nodes:
-            kind, node = node if isinstance(node, tuple) else (None, node)
-            if isinstance(node, exp.Rollup) or kind == "rollup":
-                parts = [positions(e) for e in node.expressions]
-                factors.append([sum(parts[:n], ()) for n in range(len(parts), -1, -1)])
-            elif isinstance(node, exp.Cube) or kind == "cube":
-                parts = [positions(e) for e in node.expressions]
-                factors.append(
-                    [
-                        sum(chosen, ())
-                        for n in range(len(parts), -1, -1)
-                        for chosen in itertools.combinations(parts, n)
-                    ]
-                )
-            elif isinstance(node, exp.GroupingSets) or kind == "grouping_sets":
-                factors.append(
-                    [
-                        positions(e) if e.expressions or not isinstance(e, exp.Tuple) else ()
-                        for e in node.expressions
-                    ]
-                )
-            else:
-                factors.append([positions(node)])
-        sets = []
-        for combination in itertools.product(*factors):
-            members = tuple(sorted(set(sum(combination, ()))))
-            if members not in sets:
-                sets.append(members)
-        return sets
+            return exp.Max(this=value)
+        top = exp.Max(this=value, count=exp.Literal.number(self._magnitude(i).top_k))
+        return exp.Bracket(this=top, expressions=[exp.Literal.number(j)], offset=1, safe=True)
 
     # -- noise layers --------------------------------------------------------------------------
 

@@ -1,0 +1,508 @@
+"""Optimal secondary cell suppression: one time-limited MILP over the whole table.
+
+The classic cell suppression problem (CSP) in the compact ("attacker sub-problems written out")
+form of Kelly, Golden & Assad (1992, *Networks* 22) and Fischetti & Salazar-González (1999,
+*Math. Programming* 84; 2001, *Management Science* 47), the model behind τ-ARGUS ``OPT`` and
+sdcTable ``OPT``. With constraint matrix ``A`` (``A @ values == 0``), a-priori bounds
+``lower <= x <= upper`` and protection levels ``upl``/``lpl`` of the primary cells:
+
+- ``y_c`` binary: cell ``c`` is suppressed (``y_p = 1`` for primaries, ``y_c = 0`` for forced).
+- For every primary ``p`` and direction (up with ``upl_p > 0``, down with ``lpl_p > 0``) a
+  deviation vector ``z`` (the attacker's alternative table is ``values + z``)::
+
+      A z = 0
+      -min(v_c - lower_c, M) * y_c  <=  z_c  <=  min(upper_c - v_c, M) * y_c
+      z_p >= upl_p   (up)      or      z_p <= -lpl_p   (down)
+
+- minimise ``sum(cost * y)``.
+
+A feasible ``z`` is a consistent table that agrees with every published cell and moves ``p`` by
+its protection level, so the attacker's LP range of ``p`` covers ``[v_p - lpl_p, v_p + upl_p]``.
+
+**Big-M.** An infinite ``upper`` (or ``lower``) is capped at ``M = max|values| + max(upl, lpl)``
+(the table's largest cell, usually the grand total, plus the largest protection level). The cap
+only shrinks the defender's witnesses, so it can cost extra suppressions but never protection.
+It is exact when ``lower = 0`` for all cells and the grand total is published (then no cell of a
+consistent non-negative table exceeds the total); otherwise it is a generous heuristic.
+
+**Size reduction.** Forced cells and cells whose a-priori range is a single point never move;
+each attacker sub-problem keeps only the connected component of its primary in the bipartite
+graph "cell -- equation" over the movable cells, and the equations touching it.
+
+**CP-SAT** needs integers: all lengths (ranges, protection levels) are multiplied by ``10**k`` with
+the smallest ``k`` in 0..6 that makes them integral (smaller when magnitudes would pass 2**40) and
+rounded inwards (ranges down, protection levels up); ``z`` is integer. Both roundings only shrink
+the witnesses, so the result stays safe; with integral data and a totally unimodular ``A``
+(2-D tables) it is exact. Costs are scaled the same way and rounded (a positive cost at least 1),
+so with non-integral costs the optimum is optimal for the rounded costs.
+
+Every solution is re-checked with an independent LP (scipy/HiGHS) of the attacker over the
+published table before it is returned.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.optimize import linprog
+from scipy.sparse.csgraph import connected_components
+
+from sqlsdc.errors import InternalError, TabularError
+
+MIP_SOLVERS = ("SCIP", "HIGHS", "CBC")
+CPSAT_SOLVERS = ("CP-SAT", "CP_SAT", "CPSAT")
+SOLVERS = MIP_SOLVERS + ("CP-SAT",)
+#: Relative tolerance of the independent LP check of a returned pattern.
+CHECK_TOLERANCE = 1e-6
+_MAX_SCALED = 2.0**40
+
+
+@dataclass(frozen=True, eq=False)
+class SuppressionResult:
+    """Outcome of a secondary-suppression job.
+
+    Attributes:
+        suppressed: bool[C], primary and secondary suppressions. For status ``"infeasible"`` or
+            ``"timeout"`` no protecting pattern was found and this is the fail-closed pattern
+            (every cell that is not forced); do not treat it as a solution.
+        cost: ``sum(cost[suppressed])`` (primaries included).
+        status: ``"optimal"`` (proven), ``"feasible"`` (a protecting pattern, not proven optimal;
+            ``gap`` bounds how far from optimal when known), ``"infeasible"`` (no pattern can
+            protect every primary) or ``"timeout"`` (time limit hit before any pattern was found).
+        gap: relative gap ``(cost - bound) / cost`` of the secondary cost, ``None`` when unknown.
+    """
+
+    suppressed: np.ndarray
+    cost: float
+    status: str
+    gap: float | None
+
+
+def optimal_suppress(
+    A,
+    values,
+    primary,
+    upl,
+    lpl,
+    cost,
+    *,
+    lower,
+    upper,
+    forced=None,
+    solver: str = "SCIP",
+    time_limit: float = 60.0,
+) -> SuppressionResult:
+    """Minimum-cost secondary suppression by the compact cell suppression MILP.
+
+    Protects every primary cell ``p`` so that an attacker who knows the published cells, the
+    additivity equations ``A x = 0`` and the a-priori bounds cannot narrow ``p`` to less than
+    ``[values[p] - lpl[p], values[p] + upl[p]]`` (Fischetti & Salazar-González 2001; Kelly,
+    Golden & Assad 1992; see the module docstring for the model, big-M and scaling choices).
+    Meant for small and medium tables: the model has one deviation vector per primary and
+    direction. For large hierarchical tables use :func:`sqlsdc.tabular.hitas.hitas_suppress`.
+
+    Args:
+        A: constraint matrix, shape (R, C), entries +1/-1 (scipy sparse or dense).
+        values: float[C] cell values with ``A @ values == 0``.
+        primary: bool[C] cells to protect (always suppressed).
+        upl: float[C] >= 0 upper protection levels (0 outside primaries).
+        lpl: float[C] >= 0 lower protection levels.
+        cost: float[C] >= 0 cost of suppressing each cell (value, frequency or 1).
+        lower: float[C] (or scalar) a-priori lower bounds known to the attacker, may be -inf.
+        upper: float[C] (or scalar) a-priori upper bounds, may be +inf.
+        forced: bool[C] cells that must stay published, or None.
+        solver: "SCIP", "HIGHS", "CBC" (OR-Tools MPSolver) or "CP-SAT".
+        time_limit: seconds for the solver (model building and the final LP check come on top).
+
+    Returns:
+        SuppressionResult; ``status`` says whether optimality was proven.
+
+    Raises:
+        TabularError: invalid input (shapes, bounds, a table that does not add up, a cell both
+            primary and forced, an unknown solver).
+
+    Example:
+        >>> import numpy as np, scipy.sparse as sp
+        >>> # 2 x 2 table with margins; cells r1c1 r1c2 r1T r2c1 r2c2 r2T Tc1 Tc2 TT
+        >>> v = np.array([5., 7, 12, 3, 9, 12, 8, 16, 24])
+        >>> rows = [[0, 1, 2], [3, 4, 5], [6, 7, 8], [0, 3, 6], [1, 4, 7], [2, 5, 8]]
+        >>> A = sp.lil_matrix((6, 9))
+        >>> for i, (a, b, t) in enumerate(rows):
+        ...     A[i, a], A[i, b], A[i, t] = 1, 1, -1
+        >>> p = np.zeros(9, bool); p[0] = True
+        >>> pl = np.where(p, 2.0, 0.0)
+        >>> r = optimal_suppress(A, v, p, pl, pl, v, lower=0.0, upper=np.inf)  # cost = value
+        >>> r.status, r.cost, np.flatnonzero(r.suppressed).tolist()
+        ('optimal', 24.0, [0, 1, 3, 4])
+    """
+    data = _validated(A, values, primary, upl, lpl, cost, lower, upper, forced)
+    solver = _solver_name(solver)
+    if not (isinstance(time_limit, int | float) and math.isfinite(time_limit) and time_limit > 0):
+        raise TabularError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
+    A, values, primary, upl, lpl, cost, lower, upper, forced = data
+    fail_closed = ~forced
+
+    def result(suppressed, status, gap):
+        return SuppressionResult(suppressed, float(cost[suppressed].sum()), status, gap)
+
+    if not ((upl > 0) | (lpl > 0))[primary].any():
+        return result(primary.copy(), "optimal", 0.0)
+    model = _build_model(A, values, primary, upl, lpl, cost, lower, upper, forced)
+    if model is None:  # a protection level exceeds the primary's own a-priori range
+        return result(fail_closed, "infeasible", None)
+    if solver == "CP-SAT":
+        status, y, sec_cost, bound = _solve_cpsat(model, time_limit)
+    else:
+        status, y, sec_cost, bound = _solve_mip(model, solver, time_limit)
+    if status in ("infeasible", "timeout"):
+        return result(fail_closed, status, None)
+    suppressed = primary.copy()
+    suppressed[model.y_cells[y > 0.5]] = True
+    if not _protects(A, values, suppressed, primary, upl, lpl, lower, upper):
+        # MIP tolerances: a y within integrality tolerance of 0 may carry a witness; suppress it.
+        suppressed[model.y_cells[y > 1e-9]] = True
+        if not _protects(A, values, suppressed, primary, upl, lpl, lower, upper):
+            raise InternalError(
+                f"the {solver} solution does not protect every primary in the LP check; "
+                "retry with solver='CP-SAT', which solves the model in exact integers"
+            )
+    gap = 0.0 if status == "optimal" else _relative_gap(sec_cost, bound)
+    return result(suppressed, status, gap)
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _validated(A, values, primary, upl, lpl, cost, lower, upper, forced):
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 1 or not np.isfinite(values).all():
+        raise TabularError("values must be a 1-D array of finite numbers (one per cell)")
+    C = values.size
+    A = sp.csr_matrix(A, dtype=np.float64)
+    if A.shape[1] != C:
+        raise TabularError(
+            f"A has {A.shape[1]} columns but there are {C} values; A must be (equations, cells)"
+        )
+
+    def vector(name, x, kind=np.float64):
+        try:
+            return np.array(np.broadcast_to(np.asarray(x, dtype=kind), (C,)))
+        except ValueError:
+            raise TabularError(
+                f"{name} must be a scalar or have one entry per cell ({C}), "
+                f"got shape {np.shape(x)}"
+            ) from None
+
+    primary = vector("primary", primary, bool)
+    forced = np.zeros(C, bool) if forced is None else vector("forced", forced, bool)
+    upl, lpl, cost = vector("upl", upl), vector("lpl", lpl), vector("cost", cost)
+    lower, upper = vector("lower", lower), vector("upper", upper)
+    for name, x in (("upl", upl), ("lpl", lpl), ("cost", cost)):
+        bad = ~np.isfinite(x) | (x < 0)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise TabularError(f"{name} must be finite and >= 0; cell {i} has {x[i]!r}")
+    bad = np.isnan(lower) | np.isnan(upper) | (lower > values) | (values > upper)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise TabularError(
+            f"a-priori bounds must satisfy lower <= value <= upper; cell {i} has "
+            f"lower={lower[i]!r}, value={values[i]!r}, upper={upper[i]!r}"
+        )
+    both = primary & forced
+    if both.any():
+        raise TabularError(
+            f"cells {np.flatnonzero(both)[:10].tolist()} are both primary and forced; a "
+            "sensitive cell cannot be published: drop it from forced"
+        )
+    residual = np.abs(A @ values)
+    scale = abs(A) @ np.abs(values) + 1.0
+    if (residual > 1e-9 * scale).any():
+        i = int(np.argmax(residual / scale))
+        raise TabularError(
+            f"the table does not add up: equation {i} of A gives {A[i] @ values!r} instead of "
+            "0; pass the cell totals of one consistent table"
+        )
+    return A, values, primary, upl, lpl, cost, lower, upper, forced
+
+
+def _solver_name(solver) -> str:
+    name = str(solver).upper()
+    if name in CPSAT_SOLVERS:
+        return "CP-SAT"
+    if name in MIP_SOLVERS:
+        return name
+    raise TabularError(f"unknown solver {solver!r}; choose one of {', '.join(SOLVERS)}")
+
+
+# ----------------------------------------------------------------------------- the model
+
+
+@dataclass(frozen=True, eq=False)
+class _Model:
+    """Solver-neutral MILP: variables [y | z...], rows lo <= M x <= hi."""
+
+    y_cells: np.ndarray  # cell index of each y variable
+    y_cost: np.ndarray
+    var_lb: np.ndarray
+    var_ub: np.ndarray
+    con_lb: np.ndarray
+    con_ub: np.ndarray
+    matrix: sp.csr_matrix
+    primary_cost: float
+
+
+def _movable_components(A, movable):
+    """Component label per cell (-1 if not movable) of the bipartite cell/equation graph."""
+    cols = np.flatnonzero(movable)
+    Am = A[:, cols]
+    graph = sp.bmat([[None, Am], [Am.T, None]]).tocsr()
+    _, labels = connected_components(graph, directed=False)
+    out = np.full(A.shape[1], -1, dtype=np.int64)
+    out[cols] = labels[A.shape[0] :]
+    return out
+
+
+def _build_model(A, values, primary, upl, lpl, cost, lower, upper, forced):
+    cap = float(np.abs(values).max() + max(upl[primary].max(), lpl[primary].max()))
+    up_room = np.minimum(upper - values, cap)
+    dn_room = np.minimum(values - lower, cap)
+    if ((upl > up_room) | (lpl > dn_room))[primary].any():
+        return None
+    movable = ~forced & ((up_room > 0) | (dn_room > 0))
+    label = _movable_components(A, movable)
+    tasks = [(p, +1.0, upl[p]) for p in np.flatnonzero(primary & (upl > 0))]
+    tasks += [(p, -1.0, lpl[p]) for p in np.flatnonzero(primary & (lpl > 0))]
+    used = np.isin(label, np.unique(label[[p for p, _, _ in tasks]]))
+    y_cells = np.flatnonzero(used & ~primary)
+    y_index = np.full(values.size, -1, dtype=np.int64)
+    y_index[y_cells] = np.arange(y_cells.size)
+
+    blocks = {}
+    lbs, ubs = [np.zeros(y_cells.size)], [np.ones(y_cells.size)]
+    con_lb, con_ub, coo = [], [], []  # coo: (row, col, coef) arrays
+    n_var, n_row = y_cells.size, 0
+    for p, direction, level in tasks:
+        if label[p] not in blocks:
+            cells = np.flatnonzero(label == label[p])
+            sub = A[:, cells]
+            blocks[label[p]] = (cells, sub[sub.getnnz(axis=1) > 0].tocoo())
+        cells, eq = blocks[label[p]]
+        lb, ub = -dn_room[cells], up_room[cells].copy()
+        at = np.searchsorted(cells, p)
+        if direction > 0:
+            lb[at] = level
+        else:
+            ub[at] = -level
+        lbs.append(lb)
+        ubs.append(ub)
+        coo.append((eq.row + n_row, eq.col + n_var, eq.data))
+        con_lb.append(np.zeros(eq.shape[0]))
+        con_ub.append(np.zeros(eq.shape[0]))
+        n_row += eq.shape[0]
+        # linking rows: z_c - up_room_c * y_c <= 0 and z_c + dn_room_c * y_c >= 0
+        free = y_index[cells] >= 0
+        for room, sign in ((up_room, -1.0), (dn_room, 1.0)):
+            link = np.flatnonzero(free & (room[cells] > 0))
+            rows = n_row + np.arange(link.size)
+            coo.append((rows, n_var + link, np.ones(link.size)))
+            coo.append((rows, y_index[cells[link]], sign * room[cells[link]]))
+            con_lb.append(np.full(link.size, -np.inf if sign < 0 else 0.0))
+            con_ub.append(np.full(link.size, 0.0 if sign < 0 else np.inf))
+            n_row += link.size
+        n_var += cells.size
+    r, c, d = (np.concatenate(x) for x in zip(*coo, strict=True))
+    return _Model(
+        y_cells=y_cells,
+        y_cost=cost[y_cells],
+        var_lb=np.concatenate(lbs),
+        var_ub=np.concatenate(ubs),
+        con_lb=np.concatenate(con_lb),
+        con_ub=np.concatenate(con_ub),
+        matrix=sp.csr_matrix((d, (r, c)), shape=(n_row, n_var)),
+        primary_cost=float(cost[primary].sum()),
+    )
+
+
+# ----------------------------------------------------------------------------- solvers
+
+
+def _solve_mip(model: _Model, solver: str, time_limit: float):
+    """Solve with an OR-Tools MPSolver backend; returns (status, y, objective, bound)."""
+    from ortools.linear_solver import linear_solver_pb2, pywraplp
+    from ortools.linear_solver.python import model_builder
+
+    n_y = model.y_cells.size
+    builder = model_builder.Model()
+    objective = np.zeros(model.var_lb.size)
+    objective[:n_y] = model.y_cost
+    builder.helper.fill_model_from_sparse_data(
+        model.var_lb, model.var_ub, objective, model.con_lb, model.con_ub, model.matrix
+    )
+    for i in range(n_y):
+        builder.helper.set_var_integrality(i, True)
+    mp = pywraplp.Solver.CreateSolver(solver)
+    if mp is None:
+        raise TabularError(f"OR-Tools was built without {solver}; use solver='CP-SAT'")
+    error = mp.LoadModelFromProto(builder.export_to_proto())
+    if error:
+        raise InternalError(f"OR-Tools rejected the suppression model: {error}")
+    mp.SuppressOutput()
+    if solver == "HIGHS":  # HiGHS prints a banner to stdout unless told not to
+        mp.SetSolverSpecificParametersAsString("output_flag=false")
+    mp.SetNumThreads(1)
+    mp.SetTimeLimit(max(1, int(time_limit * 1000)))
+    params = pywraplp.MPSolverParameters()
+    params.SetDoubleParam(params.RELATIVE_MIP_GAP, 1e-9)
+    code = mp.Solve(params)
+    if code in (pywraplp.Solver.INFEASIBLE,):
+        return "infeasible", None, None, None
+    if code not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
+        if code in (pywraplp.Solver.NOT_SOLVED, pywraplp.Solver.ABNORMAL):
+            return "timeout", None, None, None
+        raise InternalError(f"{solver} returned status {code} on the suppression model")
+    response = linear_solver_pb2.MPSolutionResponse()
+    mp.FillSolutionResponseProto(response)
+    y = np.asarray(response.variable_value[:n_y], dtype=np.float64)
+    status = "optimal" if code == pywraplp.Solver.OPTIMAL else "feasible"
+    return status, y, float(response.objective_value), float(response.best_objective_bound)
+
+
+def _decimal_scale(x: np.ndarray, limit: float) -> float:
+    """Smallest 10**k (k <= 6) making every entry integral, reduced while max|x|*10**k > limit."""
+    x = np.abs(x[np.isfinite(x)])
+    big = float(x.max()) if x.size else 0.0
+    for k in range(7):
+        if big * 10.0**k > limit:
+            break
+        scaled = x * 10.0**k
+        if np.all(np.abs(scaled - np.round(scaled)) <= 1e-9 * np.maximum(1.0, scaled)):
+            return 10.0**k
+    k = math.floor(math.log10(limit / big)) if big > 0 else 0
+    return 10.0 ** min(k, 6)
+
+
+def _solve_cpsat(model: _Model, time_limit: float):
+    """Solve with CP-SAT after the conservative integer scaling of the module docstring."""
+    from ortools.sat.python import cp_model
+
+    n_y = model.y_cells.size
+    z_lb, z_ub = model.var_lb[n_y:], model.var_ub[n_y:]
+    m = model.matrix.tocsr()
+    y_coef = m[:, :n_y]
+    s = _decimal_scale(np.concatenate([z_lb, z_ub, y_coef.data]), _MAX_SCALED)
+    eps = 1e-9
+    lb = np.concatenate([np.zeros(n_y), np.ceil(z_lb * s - eps * np.maximum(1, abs(z_lb * s)))])
+    ub = np.concatenate([np.ones(n_y), np.floor(z_ub * s + eps * np.maximum(1, abs(z_ub * s)))])
+    if (lb > ub).any():  # rounding closed a primary's witness: conservative infeasible
+        return "infeasible", None, None, None
+    coef = m.copy()
+    is_y = coef.indices < n_y
+    if np.any(np.abs(coef.data[~is_y] - np.round(coef.data[~is_y])) > 0):
+        raise TabularError("CP-SAT needs an integral constraint matrix A (entries +1/-1)")
+    scaled = np.abs(coef.data[is_y]) * s
+    coef.data[is_y] = np.sign(coef.data[is_y]) * np.floor(scaled + eps * np.maximum(1, scaled))
+    cost_scale = _decimal_scale(model.y_cost, 2.0**50 / max(1, n_y))
+    cost = np.round(model.y_cost * cost_scale)
+    cost[(model.y_cost > 0) & (cost < 1)] = 1
+
+    cp = cp_model.CpModel()
+    proto = cp.proto
+    for lo, hi in zip(lb.astype(np.int64).tolist(), ub.astype(np.int64).tolist(), strict=True):
+        proto.variables.add().domain.extend([lo, hi])
+    big = cp_model.INT_MAX
+    ptr, idx, dat = coef.indptr, coef.indices, coef.data.astype(np.int64)
+    for r in range(coef.shape[0]):
+        lo = -big if np.isneginf(model.con_lb[r]) else int(model.con_lb[r])
+        hi = big if np.isposinf(model.con_ub[r]) else int(model.con_ub[r])
+        linear = proto.constraints.add().linear
+        linear.vars.extend(idx[ptr[r] : ptr[r + 1]].tolist())
+        linear.coeffs.extend(dat[ptr[r] : ptr[r + 1]].tolist())
+        linear.domain.extend([lo, hi])
+    proto.objective.vars.extend(range(n_y))
+    proto.objective.coeffs.extend(cost.astype(np.int64).tolist())
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = float(time_limit)
+    solver.parameters.num_workers = max(1, min(8, os.cpu_count() or 1))
+    solver.parameters.random_seed = 0
+    code = solver.solve(cp)
+    if code == cp_model.INFEASIBLE:
+        return "infeasible", None, None, None
+    if code == cp_model.UNKNOWN:
+        return "timeout", None, None, None
+    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        raise InternalError(f"CP-SAT returned {solver.status_name(code)} on the suppression model")
+    y = np.asarray(list(solver.response_proto.solution), dtype=np.float64)[:n_y]
+    status = "optimal" if code == cp_model.OPTIMAL else "feasible"
+    return status, y, solver.objective_value, solver.best_objective_bound
+
+
+def _relative_gap(objective, bound) -> float | None:
+    if objective is None or not math.isfinite(objective):
+        return None
+    bound = max(bound, 0.0) if bound is not None and math.isfinite(bound) else 0.0
+    return 0.0 if objective <= 0 else max(0.0, (objective - bound) / objective)
+
+
+# ----------------------------------------------------------------------------- LP check
+
+
+def attacker_ranges(A, values, suppressed, lower, upper, targets):
+    """LP range ``[lo, hi]`` of each target cell for an attacker who knows the published cells.
+
+    Solves ``min/max x_t`` subject to ``A x = 0``, ``x_c = values_c`` for published cells and
+    ``lower <= x <= upper`` (scipy ``linprog``/HiGHS), on the connected component of ``t``.
+    Published targets get ``lo = hi = value``. Independent of the MILP; used to check it.
+
+    Example:
+        >>> import numpy as np, scipy.sparse as sp
+        >>> A = sp.csr_matrix(np.array([[1.0, 1.0, -1.0]]))  # a + b = total
+        >>> v = np.array([2.0, 3.0, 5.0])
+        >>> lo, hi = attacker_ranges(A, v, np.array([True, True, False]), 0.0, np.inf, [0])
+        >>> lo.tolist(), hi.tolist()
+        ([0.0], [5.0])
+    """
+    A = sp.csr_matrix(A, dtype=np.float64)
+    values = np.asarray(values, dtype=np.float64)
+    suppressed = np.asarray(suppressed, dtype=bool)
+    lower = np.broadcast_to(np.asarray(lower, dtype=np.float64), values.shape)
+    upper = np.broadcast_to(np.asarray(upper, dtype=np.float64), values.shape)
+    targets = np.atleast_1d(np.asarray(targets, dtype=np.int64))
+    lo, hi = values[targets].copy(), values[targets].copy()
+    rhs = -(A @ np.where(suppressed, 0.0, values))
+    label = _movable_components(A, suppressed)
+    for i, t in enumerate(targets):
+        if not suppressed[t]:
+            continue
+        cells = np.flatnonzero(label == label[t])
+        sub = A[:, cells]
+        keep = sub.getnnz(axis=1) > 0
+        bounds = np.column_stack([lower[cells], upper[cells]])
+        objective = (cells == t).astype(np.float64)
+        for sign in (1.0, -1.0):
+            res = linprog(
+                sign * objective, A_eq=sub[keep], b_eq=rhs[keep], bounds=bounds, method="highs"
+            )
+            if res.status == 3:
+                value = -sign * np.inf
+            elif res.status == 0:
+                value = sign * res.fun
+            else:
+                raise InternalError(f"attacker LP for cell {t} failed: {res.message}")
+            if sign > 0:
+                lo[i] = value
+            else:
+                hi[i] = value
+    return lo, hi
+
+
+def _protects(A, values, suppressed, primary, upl, lpl, lower, upper) -> bool:
+    targets = np.flatnonzero(primary & ((upl > 0) | (lpl > 0)))
+    lo, hi = attacker_ranges(A, values, suppressed, lower, upper, targets)
+    v = values[targets]
+    tol = CHECK_TOLERANCE * np.maximum.reduce([np.ones_like(v), abs(v), upl[targets]])
+    return bool(np.all(hi >= v + upl[targets] - tol) and np.all(lo <= v - lpl[targets] + tol))
