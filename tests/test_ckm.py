@@ -90,6 +90,11 @@ CELL_R01 = [
     "SELECT region, COUNT(*) FROM p GROUP BY region",
     "SELECT p.region, COUNT(DISTINCT p.person_id) FROM persons p "
     "JOIN households h ON p.household_id = h.household_id GROUP BY p.region",
+    # every person has a household: the join's rows are the same persons, so the same cell
+    "SELECT p.region, COUNT(*) FROM persons p "
+    "JOIN households h ON p.household_id = h.household_id GROUP BY p.region",
+    "SELECT p.region, COUNT(*) FROM households h "
+    "JOIN persons p ON h.household_id = p.household_id GROUP BY p.region",
     "SELECT r.region, COUNT(*) FROM persons p JOIN regions r ON p.region = r.region "
     "GROUP BY r.region",
 ]
@@ -426,3 +431,21 @@ def test_small_cells_parity_and_scrambled_keys_match_the_reference(tmp_path):
     for k, published in got:
         x_hat, n, n_hat = expected[k]
         assert published == pytest.approx(x_hat * n_hat / n, rel=1e-9), k
+
+
+def test_join_cell_keys_sum_the_records_counted(ckm, reference):
+    """A join along declared keys whose rows are one table's rows sums that table's keys (no
+    DISTINCT); a join that repeats the rows of every table sums the distinct keys of all."""
+    along_key = "FROM households h JOIN persons p ON h.household_id = p.household_id"
+    assert (
+        "SUM(DISTINCT" not in ckm.explain(f"SELECT h.tenure, COUNT(*) {along_key} GROUP BY 1").sql
+    )
+    pairs = "FROM persons p JOIN persons q ON p.household_id = q.household_id"
+    sql = f"SELECT p.region, COUNT(*) AS n {pairs} GROUP BY p.region"
+    assert ckm.explain(sql).sql.count("SUM(DISTINCT") == 2
+    expected = _expected_counts(
+        reference,
+        "SELECT p.region, count(*), sum(DISTINCT p.__rkey) + sum(DISTINCT q.__rkey) "
+        f"{pairs} GROUP BY p.region",
+    )
+    assert dict(ckm.execute(sql).fetchall()) == {k[0]: v for k, v in expected.items()}

@@ -49,6 +49,7 @@ class CellPlan:
     rkeys: list[exp.Expr]  # the record key of every confidential row source, as units
     with_status: bool
     group_min_frequency: int | None = None  # groups with fewer units are dropped
+    row_source: int | None = None  # position in units of the table whose rows the join's are
 
 
 @dataclass
@@ -149,6 +150,7 @@ class _Planner:
             rkeys,
             id(select) in self._status,
             group_k,
+            self._row_source(info.scope) if units is not None else None,
         )
 
     def _aggregate(self, node: exp.AggFunc, tables: list[str], select) -> ProtectedAggregate:
@@ -211,6 +213,53 @@ class _Planner:
             for expression in child_rkeys:
                 rkeys.append(exp.column(self._expose(source.expression, expression), alias))
         return units, rkeys, tables, instances
+
+    def _row_source(self, scope: Scope) -> int | None:
+        """The confidential table whose rows are the rows of this join, each at most once.
+
+        That holds for a table R when every other table of an inner join is tied by an
+        equality to its own privacy unit, declared unique (``unit_per_row``), along a chain that
+        starts at R: each row of R then matches at most one row of every other table. Then
+        record keys of R need no DISTINCT, and the join's rows are R's rows. None when any
+        source is not a confidential table or the joins do not prove it.
+        """
+        select = scope.expression
+        aliases = []
+        for alias, (_node, source) in scope.selected_sources.items():
+            if not isinstance(source, exp.Table) or self.policy.table(source.name).is_public:
+                return None
+            aliases.append(alias)
+        joins = select.args.get("joins") or []
+        if any(j.args.get("side") or (j.kind or "INNER") != "INNER" for j in joins):
+            return None
+        edges: dict[str, set[str]] = {alias: set() for alias in aliases}
+        for join in joins:
+            on = join.args.get("on")
+            for conjunct in on.flatten() if isinstance(on, exp.And) else [on]:
+                if not isinstance(conjunct, exp.EQ):
+                    continue
+                left, right = conjunct.left, conjunct.right
+                if not (isinstance(left, exp.Column) and isinstance(right, exp.Column)):
+                    continue
+                for here, there in ((left, right), (right, left)):
+                    if self._is_unique_unit(scope, there) and here.table in edges:
+                        edges[here.table].add(there.table)
+        for position, root in enumerate(aliases):
+            reached, frontier = {root}, [root]
+            while frontier:
+                for target in edges[frontier.pop()] - reached:
+                    reached.add(target)
+                    frontier.append(target)
+            if reached == set(aliases):
+                return position
+        return None
+
+    def _is_unique_unit(self, scope: Scope, column: exp.Column) -> bool:
+        found = scope.selected_sources.get(column.table)
+        if found is None or not isinstance(found[1], exp.Table):
+            return False
+        table = self.policy.table(found[1].name)
+        return column.name == table.privacy_unit and self.unit_per_row.get(table.name, False)
 
     def _expose(self, select: exp.Select, expression: exp.Expr) -> str:
         key = (id(select), expression.sql())

@@ -105,13 +105,13 @@ class KeyedStream:
                 f"secret must be at least {MIN_SECRET_BYTES} bytes, got {len(secret)}; "
                 "generate one with secrets.token_bytes(32)"
             )
-        prefix = hmac.new(bytes(secret), LABEL, "sha256")
-        self._init(prefix, tuple(context))
+        self._start(hmac.new(bytes(secret), LABEL, "sha256"), (), tuple(context))
 
-    def _init(self, prefix: hmac.HMAC, context: tuple) -> None:
-        for position, item in enumerate(context):
+    def _start(self, prefix: hmac.HMAC, known: tuple, more: tuple) -> None:
+        """Absorb the items ``more`` into ``prefix`` (which has absorbed ``known``) and reset."""
+        for position, item in enumerate(more, start=len(known)):
             prefix.update(_encode_item(item, position))
-        self._context = context
+        self._context = known + more
         self._prefix = prefix  # keyed state before the 0x00 terminator; copied per block
         self._counter = 0
         self._pool = 0
@@ -125,10 +125,7 @@ class KeyedStream:
         It does not depend on how much of this stream was read.
         """
         child = KeyedStream.__new__(KeyedStream)
-        child._init(self._prefix.copy(), self._context)
-        for position, item in enumerate(more, start=len(self._context)):
-            child._prefix.update(_encode_item(item, position))
-        child._context = self._context + tuple(more)
+        child._start(self._prefix.copy(), self._context, more)
         return child
 
     @property

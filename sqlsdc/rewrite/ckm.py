@@ -146,8 +146,9 @@ class _Builder:
                 agg.append("expressions", exp.alias_(exp.Sum(this=argument), f"__a{i}"))
             else:
                 agg.append("expressions", exp.alias_(self._rebuilt(aggregate, argument), f"__a{i}"))
-            counted = unit_count(argument, units if plan.units is not None else None)
-            agg.append("expressions", exp.alias_(counted, f"__n{i}"))
+            if method is not Method.CKM or spec.kind is AggregateKind.MAGNITUDES:
+                counted = unit_count(argument, units if plan.units is not None else None)
+                agg.append("expressions", exp.alias_(counted, f"__n{i}"))  # a CKM count's is n
             if method is Method.CKM:
                 agg.append("expressions", exp.alias_(self._cell_key(i, argument), f"__k{i}"))
             if method is Method.CKM and spec.kind is AggregateKind.MAGNITUDES:
@@ -169,22 +170,25 @@ class _Builder:
         return rebuilt
 
     def _cell_key(self, i: int, argument: exp.Expr | None) -> exp.Expr:
-        """``SUM(rkey) % 2^32`` over the contributing units (each unit once if units repeat)."""
+        """``SUM(rkey) % 2^32`` over the records counted: the rows of a single table, of the
+        table whose rows the join's rows are (:attr:`CellPlan.row_source`), or the distinct
+        units of the counted unit (``COUNT(DISTINCT unit)``) or, failing those, of every table.
+        The same records give the same key, whichever tables the query joins to them."""
         plan = self.plan
         rkeys = [exp.column(f"__rk{t}", "__r") for t in range(len(plan.rkeys))]
+        spec_argument = plan.aggregates[i].argument
+        counted = [t for t, unit in enumerate(plan.units or []) if unit == spec_argument]
         if plan.units is None:
             total = exp.Sum(this=when_present(rkeys[0], argument))
+        elif not counted and plan.row_source is not None:
+            total = exp.Sum(this=when_present(rkeys[plan.row_source], argument))
         else:
-            spec_argument = plan.aggregates[i].argument
-            chosen = [t for t, unit in enumerate(plan.units) if unit == spec_argument] or list(
-                range(len(rkeys))
-            )
             parts = [
                 exp.Coalesce(
                     this=exp.Sum(this=exp.Distinct(expressions=[when_present(rkeys[t], argument)])),
                     expressions=[exp.Literal.number(0)],
                 )
-                for t in chosen
+                for t in counted or range(len(rkeys))
             ]
             total = parts[0]
             for part in parts[1:]:
