@@ -73,4 +73,12 @@ DDL = (
         table_name VARCHAR NOT NULL,
         action VARCHAR NOT NULL,
         rows_keyed BIGINT NOT NULL)""",
+    f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.outputs (
+        name VARCHAR PRIMARY KEY,
+        method VARCHAR NOT NULL,
+        sql_text VARCHAR NOT NULL,
+        created_at TIMESTAMP NOT NULL,
+        created_by VARCHAR NOT NULL,
+        policy_version INTEGER NOT NULL,
+        report VARCHAR NOT NULL)""",
 )

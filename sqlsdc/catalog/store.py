@@ -71,6 +71,17 @@ def record_key_event(con, table: str, action: str, rows: int, by: str) -> None:
     )
 
 
+def record_output(
+    con, name: str, method: str, sql: str, by: str, policy_version: int, report: str
+) -> None:
+    """Register a protected output table (a back-end job's result), replacing an older one."""
+    con.execute(f"DELETE FROM {S}.outputs WHERE name = ?", [name])
+    con.execute(
+        f"INSERT INTO {S}.outputs VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [name, method, sql, now(), by, policy_version, report],
+    )
+
+
 def store_policy(con, document: dict, source: str, applied_by: str) -> int:
     """Append a policy version and return its number."""
     text = json.dumps(document, sort_keys=True)

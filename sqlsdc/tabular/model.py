@@ -123,23 +123,25 @@ class Hierarchy:
         _require_columns(frame, columns, "hierarchy level")
         parents: dict[str, str | None] = {}
         level_of: dict[str, str] = {}
-        for j, column in enumerate(columns):
-            codes = _codes(frame[column], column, total)
-            if j == 0:
-                pairs = pd.DataFrame({"c": codes, "p": None}).drop_duplicates("c")
+        above = None
+        for column in columns:
+            ids, names = _factor(frame[column], column, total)
+            if above is None:
+                pairs = [(c, None) for c in names]
             else:
-                above = _codes(frame[columns[j - 1]], columns[j - 1], total)
-                pairs = pd.DataFrame({"c": codes, "p": above}).drop_duplicates()
-                twice = pairs["c"][pairs["c"].duplicated()]
+                up_ids, up_names = above
+                pair = np.unique(ids * len(up_names) + up_ids)
+                child, par = pair // len(up_names), pair % len(up_names)
+                twice = child[np.r_[False, child[1:] == child[:-1]]]
                 if len(twice):
-                    c = twice.iloc[0]
-                    two = sorted(pairs.loc[pairs["c"] == c, "p"])[:2]
+                    two = sorted(up_names[p] for p in par[child == twice[0]])[:2]
                     raise TabularError(
-                        f"code {c!r} of column {column!r} has two parents in column "
-                        f"{columns[j - 1]!r}: {two[0]!r} and {two[1]!r}; a hierarchy needs "
-                        "exactly one parent per code"
+                        f"code {names[twice[0]]!r} of column {column!r} has two parents in the "
+                        f"coarser column: {two[0]!r} and {two[1]!r}; a hierarchy needs exactly "
+                        "one parent per code"
                     )
-            for c, p in sorted(zip(pairs["c"], pairs["p"], strict=True)):
+                pairs = [(names[c], up_names[p]) for c, p in zip(child, par, strict=True)]
+            for c, p in sorted(pairs):
                 if c in level_of:
                     raise TabularError(
                         f"code {c!r} appears in columns {level_of[c]!r} and {column!r}; codes "
@@ -147,6 +149,7 @@ class Hierarchy:
                     )
                 level_of[c] = column
                 parents[c] = p
+            above = (ids, names)
         return cls.from_parents(parents, total=total)
 
     @cached_property
@@ -157,13 +160,16 @@ class Hierarchy:
     @property
     def parents(self) -> dict[str, str | None]:
         """``{code: parent code}``; the total's parent is ``None``."""
-        return {c: (self.codes[p] if p >= 0 else None) for c, p in zip(self.codes, self.parent_index)}
+        return {
+            c: (self.codes[p] if p >= 0 else None)
+            for c, p in zip(self.codes, self.parent_index, strict=True)
+        }
 
     @property
     def children(self) -> dict[str, tuple[str, ...]]:
         """``{code: child codes}`` (empty for a bottom-level code)."""
         kids: dict[str, list[str]] = {c: [] for c in self.codes}
-        for c, p in zip(self.codes[1:], self.parent_index[1:]):
+        for c, p in zip(self.codes[1:], self.parent_index[1:], strict=True):
             kids[self.codes[p]].append(c)
         return {c: tuple(k) for c, k in kids.items()}
 
@@ -209,7 +215,8 @@ class Table:
         dims: dimension names. hierarchies: one :class:`Hierarchy` per dimension (``None`` for a
             dimension of linked tables whose tables use different hierarchies).
         X: model matrix (I×C) or ``None`` when it cannot be derived (see :func:`link_tables`).
-        A: constraint matrix (R×C). inner: cell positions of the rows of ``X``.
+        A: constraint matrix (R×C). inner: for each row of ``X`` the position of that inner cell
+            in ``cells``; -1 for a row of linked tables' cover table that is not a cell.
         count: frequency table (value = weighted count of records).
         weighted: built with sampling weights. negative: some contribution is negative.
     """
@@ -293,16 +300,19 @@ class Table:
         pos = np.searchsorted(out["key"], cube.key(ids))
         given = ~leaf
         if given.any():
-            if np.any(out["key"][np.minimum(pos, len(out["key"]) - 1)][given] != cube.key(ids)[given]):
+            if np.any(
+                out["key"][np.minimum(pos, len(out["key"]) - 1)][given] != cube.key(ids)[given]
+            ):
                 raise TabularError("tabular input has margin cells without any inner cell below")
             p = pos[given]
             bad = ~np.isclose(out["value"][p], vals[given], rtol=1e-9, atol=1e-9)
             if bad.any():
                 i = np.flatnonzero(given)[np.argmax(bad)]
+                cell = dict(zip(dims, cells[list(dims)].iloc[i].astype(str), strict=True))
+                got, want = float(vals[i]), float(out["value"][pos[i]])
                 raise TabularError(
-                    f"cell {dict(zip(dims, cells[list(dims)].iloc[i].astype(str)))} is given as "
-                    f"{vals[i]!r} but its inner cells add up to {out['value'][pos[i]]!r}; the "
-                    "table is not additive"
+                    f"cell {cell} is given as {got:g} but its inner cells add up to {want:g}; "
+                    "the table is not additive"
                 )
             out["n"][p] = freq[given]
             if tops is not None:
@@ -388,31 +398,42 @@ def build_table(
     sums = {"value": np.bincount(inv, ones * x, len(inner_keys))}
     if shadow is not None:
         sums["shadow"] = np.bincount(inv, ones * s, len(inner_keys))
-    if w is not None:
-        sums["weight"] = np.bincount(inv, w, len(inner_keys))
     k = 0 if (measure is None and shadow is None) else top_k
     cand = groups = None
     if gid is None:
         sums["n"] = np.bincount(inv, minlength=len(inner_keys)).astype(np.float64)
+        if w is not None:
+            sums["weight"] = np.bincount(inv, w, len(inner_keys))
         cand = (inv, s, w)
     else:
         # one contributor per (inner cell, unit): the unit's summed contribution
-        inv_u, g_u, s_u, w_u = _pairs_by_key(inv.astype(np.int64), gid, s, w)
+        inv_u, g_u, s_u, w_u = _pairs(inv.astype(np.int64), gid, s, w)
         if len(np.unique(g_u)) == len(g_u):  # every unit in one inner cell: n adds up
             sums["n"] = np.bincount(inv_u, minlength=len(inner_keys)).astype(np.float64)
+            if w is not None:
+                sums["weight"] = np.bincount(inv_u, w_u, len(inner_keys))
             cand = (inv_u, s_u, w_u)
         else:
             groups = (inv_u, g_u, s_u, w_u)
     holdings = None
     if hid is not None:
-        inv_h, h_h, s_h, _ = _pairs_by_key(inv.astype(np.int64), hid, s, None)
+        inv_h, h_h, s_h, _ = _pairs(inv.astype(np.int64), hid, s, None)
         holdings = (inv_h, h_h, s_h)
+    if cand is not None and k:
+        cand = _top_candidates(cand[0], len(inner_keys), cand[1], cand[2], k)
     out = cube.assemble(inner_ids, sums, cand if k else None, k, groups, holdings)
-    source = pd.DataFrame({d: np.asarray(hiers[d].codes, dtype=object)[leaf[:, j]]
-                           for j, d in enumerate(dims)})
-    source["__value"] = ones * x
-    return _finish(cube, dims, hiers, total, out, count=measure is None, weighted=w is not None,
-                   neg=bool((s < 0).any()), rows=source)
+    source = pd.DataFrame({d: leaf[:, j] for j, d in enumerate(dims)})
+    return _finish(
+        cube,
+        dims,
+        hiers,
+        total,
+        out,
+        count=measure is None,
+        weighted=w is not None,
+        neg=bool((s < 0).any()),
+        rows=source,
+    )
 
 
 def link_tables(tables: Sequence[Table]) -> Table:
@@ -428,7 +449,7 @@ def link_tables(tables: Sequence[Table]) -> Table:
         >>> df = pd.DataFrame({"r": ["a", "b", "b"], "s": ["m", "f", "m"], "g": ["x", "x", "y"]})
         >>> t = link_tables([build_table(df, ["r", "s"]), build_table(df, ["r", "g"])])
         >>> len(t.cells), t.X.shape
-        (14, (3, 14))
+        (13, (3, 13))
 
     Raises:
         TabularError: different total codes, or a shared cell with different values.
@@ -441,40 +462,53 @@ def link_tables(tables: Sequence[Table]) -> Table:
     dims = tuple(dict.fromkeys(d for t in tables for d in t.dims))
     frames = []
     for j, t in enumerate(tables):
-        f = t.cells[[*t.dims, "n", "value"]].copy()
-        for d in dims:
-            if d not in t.dims:
-                f[d] = total
-        f["__table"], f["__pos"] = j, np.arange(len(f))
-        frames.append(f[[*dims, "n", "value", "__table", "__pos"]])
+        f = t.cells.drop(columns=["level", "is_inner"], errors="ignore")
+        f = f.assign(**{d: total for d in dims if d not in t.dims}, __table=j)
+        frames.append(f)
     allc = pd.concat(frames, ignore_index=True)
     codes = allc[list(dims)].astype(str)
-    allc["__cell"] = codes.groupby(list(dims), sort=True).ngroup().to_numpy()
+    order = {}
+    for d in dims:  # totals first, then codes in text order
+        order[f"__{d}"], order[d] = codes[d] != total, codes[d]
+    allc["__cell"] = pd.DataFrame(order).groupby(list(order), sort=True).ngroup()
     first = allc.groupby("__cell")[["value", "n"]].transform("first")
     bad = ~np.isclose(allc["value"], first["value"], rtol=1e-9) | (allc["n"] != first["n"])
     if bad.any():
         row = allc[bad].iloc[0]
+        seen = sorted({float(v) for v in allc.loc[allc["__cell"] == row["__cell"], "value"]})
         raise TabularError(
             f"linked tables disagree on cell {dict(row[list(dims)].astype(str))}: values "
-            f"{sorted(set(allc.loc[allc['__cell'] == row['__cell'], 'value']))}; tables must "
-            "come from the same data"
+            f"{seen}; tables must come from the same data"
         )
-    cells = allc.drop_duplicates("__cell").sort_values("__cell")
+    keep = [c for c in allc.columns if c not in ("__table", "__cell")]
+    cells = allc.groupby("__cell", sort=True)[keep].first()  # rule inputs of the first table
     cols = [sparse.csr_matrix(t.A) for t in tables]
     maps = [allc.loc[allc["__table"] == j, "__cell"].to_numpy() for j in range(len(tables))]
     C = len(cells)
-    A = sparse.vstack([a @ _selector(m, C) for a, m in zip(cols, maps)]).tocsr()
+    A = _distinct_rows(
+        sparse.vstack([a @ _selector(m, C) for a, m in zip(cols, maps, strict=True)])
+    )
     hiers = {}
     for d in dims:
         hs = [t.hierarchies[d] for t in tables if d in t.dims]
         hiers[d] = hs[0] if all(h is not None and h.codes == hs[0].codes for h in hs) else None
     X, inner = _linked_x(tables, dims, maps, C)
-    out = cells[[*dims, "n", "value"]].reset_index(drop=True)
+    out = cells[[*dims, *(c for c in keep if c not in dims)]].reset_index(drop=True)
     out["is_inner"] = False
-    out.loc[inner, "is_inner"] = True
-    return Table(out, dims, hiers, X, A, inner, total, count=all(t.count for t in tables),
-                 weighted=any(t.weighted for t in tables),
-                 negative=any(t.negative for t in tables))
+    for t, m in zip(tables, maps, strict=True):
+        out.loc[m[t.inner], "is_inner"] = True
+    return Table(
+        out,
+        dims,
+        hiers,
+        X,
+        A,
+        inner,
+        total,
+        count=all(t.count for t in tables),
+        weighted=any(t.weighted for t in tables),
+        negative=any(t.negative for t in tables),
+    )
 
 
 # --- the cube: per level combination grouping ------------------------------------------------
@@ -514,35 +548,44 @@ class _Cube:
             yield np.where(ok, key, -1)
 
     def assemble(self, inner_ids, sums, cand, top_k, groups=None, holdings=None) -> dict:
-        """Aggregate inner cells into every cell.
+        """Aggregate inner cells into every cell, one vectorised pass per level combination.
 
         ``sums``: per inner cell arrays summed into each cell. ``cand``: ``(inner index,
-        contribution, weight)`` of distinct contributors for the top-k. ``groups``: ``(inner
-        index, unit id, contribution, weight)`` when units span inner cells (``n`` and top-k then
-        come from per-cell unit sums). ``holdings``: ``(inner index, holding id, contribution)``.
+        contribution, weight)`` of distinct contributors for the top-k (the top-k of a cell is
+        the top-k of its inner cells' top-k lists). ``groups``: ``(inner index, unit id,
+        contribution, weight)`` when units span inner cells: ``n``, ``weight`` and top-k then
+        come from per-cell unit sums. ``holdings``: ``(inner index, holding id, contribution)``.
         """
         parts: dict[str, list] = {"key": [], "ikey": []}
+        crank = None if cand is None else _rank(cand[1])
         for ckey in self.combos(inner_ids):
             ok = ckey >= 0
             ukeys, inv = np.unique(ckey[ok], return_inverse=True)
+            nc = len(ukeys)
+            ci = np.full(len(ckey), -1, dtype=np.int64)
+            ci[ok] = inv
             parts["key"].append(ukeys)
             parts["ikey"].append(ckey)
             for name, col in sums.items():
-                parts.setdefault(name, []).append(np.bincount(inv, col[ok], len(ukeys)))
+                parts.setdefault(name, []).append(np.bincount(inv, col[ok], nc))
             if groups is not None:
                 idx, gid, x, w = groups
-                k2, _, x2, w2 = _pairs_by_key(ckey[idx], gid, x, w)
-                parts.setdefault("n", []).append(_count_at(ukeys, k2))
+                c2, _, x2, w2 = _pairs(ci[idx], gid, x, w)
+                parts.setdefault("n", []).append(np.bincount(c2, minlength=nc).astype(float))
+                if w is not None:
+                    parts.setdefault("weight", []).append(np.bincount(c2, w2, nc))
                 if top_k:
-                    _append_top(parts, "", ukeys, k2, x2, w2, top_k)
+                    _add(parts, "", _top(c2, nc, x2, w2, _rank(x2), top_k))
             elif cand is not None and top_k:
                 idx, x, w = cand
-                _append_top(parts, "", ukeys, ckey[idx], x, w, top_k)
+                cc = ci[idx]
+                m = cc >= 0
+                _add(parts, "", _top(cc[m], nc, x[m], None if w is None else w[m], crank[m], top_k))
             if holdings is not None:
                 idx, hid, x = holdings
-                k2, _, x2, _ = _pairs_by_key(ckey[idx], hid, x, None)
-                parts.setdefault("n_holding", []).append(_count_at(ukeys, k2))
-                _append_top(parts, "h", ukeys, k2, x2, None, max(top_k, 1))
+                c2, _, x2, _ = _pairs(ci[idx], hid, x, None)
+                parts.setdefault("n_holding", []).append(np.bincount(c2, minlength=nc) * 1.0)
+                _add(parts, "h", _top(c2, nc, x2, None, _rank(x2), max(top_k, 1)))
         ikeys = parts.pop("ikey")
         out = {name: np.concatenate(v) for name, v in parts.items()}
         order = np.argsort(out["key"], kind="stable")
@@ -582,49 +625,67 @@ class _Cube:
         return sparse.csr_matrix((v, (r, c)), shape=(len(rows), len(keys)))
 
 
-def _append_top(parts, prefix, ukeys, key, x, w, k):
-    """Top-k contributions (largest first) per cell key; 0 where a cell has fewer contributors."""
-    ok = key >= 0
-    key, x = key[ok], x[ok]
-    w = None if w is None else w[ok]
-    order = np.lexsort((-x, key))
-    ks, xs = key[order], x[order]
-    starts = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]]) if len(ks) else np.zeros(0, int)
-    counts = np.diff(np.r_[starts, len(ks)])
-    at = np.searchsorted(ukeys, ks[starts])
-    top = np.zeros((len(ukeys), k))
-    topw = np.zeros((len(ukeys), k)) if w is not None else None
+def _rank(x: np.ndarray) -> np.ndarray:
+    """Position of each contribution in descending order (ties by input order)."""
+    r = np.empty(len(x), dtype=np.int64)
+    r[np.argsort(-x, kind="stable")] = np.arange(len(x))
+    return r
+
+
+def _order2(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Order by (a, b) for non-negative integers; one integer sort when the pair fits."""
+    nb = int(b.max()) + 1 if len(b) else 1
+    if len(a) and (int(a.max()) + 1) * nb < _MAX_KEY:
+        return np.argsort(a * nb + b, kind="stable")
+    return np.lexsort((b, a))
+
+
+def _top(ci, nc, x, w, rank, k):
+    """Top-k contributions (largest first) per cell index; 0 where a cell has fewer."""
+    order = _order2(ci, rank)
+    cs = ci[order]
+    starts = np.flatnonzero(np.r_[True, cs[1:] != cs[:-1]]) if len(cs) else cs[:0]
+    counts = np.diff(np.r_[starts, len(cs)])
+    at = cs[starts]
+    top = np.zeros((nc, k))
+    topw = None if w is None else np.zeros((nc, k))
     for j in range(k):
         m = counts > j
-        top[at[m], j] = xs[starts[m] + j]
+        top[at[m], j] = x[order[starts[m] + j]]
         if topw is not None:
-            topw[at[m], j] = w[order][starts[m] + j]
+            topw[at[m], j] = w[order[starts[m] + j]]
+    return top, topw, counts, at
+
+
+def _add(parts, prefix, result):
+    top, topw = result[:2]
     parts.setdefault(prefix + "top", []).append(top)
     if topw is not None:
         parts.setdefault(prefix + "top_w", []).append(topw)
 
 
-def _pairs_by_key(key, gid, x, w):
-    """Sum contributions per (key, group): one contributor per group and cell.
+def _pairs(ci, gid, x, w):
+    """Sum contributions per (cell index, group): one contributor per group and cell.
 
-    Returns the pairs' key, group, summed contribution and weight (the group's first weight).
+    Returns the pairs' cell index, group, summed contribution and weight (the group's first).
     """
-    ok = key >= 0
-    key, gid, x = key[ok], gid[ok], x[ok]
-    order = np.lexsort((gid, key))
-    k2, g2 = key[order], gid[order]
-    if not len(k2):
-        return k2, g2, x[:0], (None if w is None else x[:0])
-    starts = np.flatnonzero(np.r_[True, (k2[1:] != k2[:-1]) | (g2[1:] != g2[:-1])])
+    ok = ci >= 0
+    ci, gid, x = ci[ok], gid[ok], x[ok]
+    order = _order2(ci, gid - gid.min() if len(gid) else gid)
+    c2, g2 = ci[order], gid[order]
+    if not len(c2):
+        return c2, g2, x[:0], (None if w is None else x[:0])
+    starts = np.flatnonzero(np.r_[True, (c2[1:] != c2[:-1]) | (g2[1:] != g2[:-1])])
     w2 = None if w is None else w[ok][order][starts]
-    return k2[starts], g2[starts], np.add.reduceat(x[order], starts), w2
+    return c2[starts], g2[starts], np.add.reduceat(x[order], starts), w2
 
 
-def _count_at(ukeys, keys):
-    out = np.zeros(len(ukeys))
-    u, c = np.unique(keys, return_counts=True)
-    out[np.searchsorted(ukeys, u)] = c
-    return out
+def _top_candidates(inv, ni, x, w, k):
+    """Reduce contributors to each inner cell's k largest (enough for every margin's top-k)."""
+    top, topw, counts, at = _top(inv, ni, x, w, _rank(x), k)
+    keep = np.arange(k)[None, :] < np.bincount(inv, minlength=ni)[:, None]
+    idx = np.broadcast_to(np.arange(ni)[:, None], (ni, k))[keep]
+    return idx, top[keep], (None if topw is None else topw[keep])
 
 
 def _finish(cube, dims, hiers, total, out, *, count, weighted, neg, rows=None) -> Table:
@@ -648,8 +709,19 @@ def _finish(cube, dims, hiers, total, out, *, count, weighted, neg, rows=None) -
     frame["level"] = sum(hiers[d].depth[ids[:, j]] for j, d in enumerate(dims))
     frame["is_inner"] = np.all([hiers[d].is_leaf[ids[:, j]] for j, d in enumerate(dims)], axis=0)
     cells = pd.DataFrame(frame)
-    return Table(cells, tuple(dims), dict(hiers), out["X"], cube.constraints(keys),
-                 out["inner"], total, count=count, weighted=weighted, negative=neg, _rows=rows)
+    return Table(
+        cells,
+        tuple(dims),
+        dict(hiers),
+        out["X"],
+        cube.constraints(keys),
+        out["inner"],
+        total,
+        count=count,
+        weighted=weighted,
+        negative=neg,
+        _rows=rows,
+    )
 
 
 def _selector(cell_of: np.ndarray, C: int) -> sparse.csr_matrix:
@@ -659,34 +731,62 @@ def _selector(cell_of: np.ndarray, C: int) -> sparse.csr_matrix:
     )
 
 
+def _distinct_rows(A) -> sparse.csr_matrix:
+    """Drop equations that several linked tables share (rows equal entry by entry)."""
+    A = sparse.csr_matrix(A)
+    A.sort_indices()
+    probe = A @ np.random.default_rng(0).random((A.shape[1], 2))  # a row fingerprint
+    _, first, of = np.unique(probe, axis=0, return_index=True, return_inverse=True)
+    keep = np.zeros(A.shape[0], dtype=bool)
+    keep[first] = True
+    drop = np.flatnonzero(~keep)
+    same = abs(A[drop] - A[first[of.ravel()[drop]]]).sum(axis=1).A.ravel() == 0
+    keep[drop[~same]] = True
+    return A[np.flatnonzero(keep)]
+
+
 def _linked_x(tables, dims, maps, C):
-    """X of linked tables over the cover table's inner cells, or ``None`` with the inner mask."""
+    """X of linked tables over the cover table's inner cells (the cross-classification of all
+    dimensions), and for each of its rows the linked cell it is, or -1 when it is not a cell."""
     if all(t._rows is not None for t in tables) and len({len(t._rows) for t in tables}) == 1:
-        rows = pd.concat([t._rows[list(t.dims)] for t in tables], axis=1)
-        if any(rows.loc[:, d].T.nunique().max() > 1 for d in dims if rows.loc[:, [d]].shape[1] > 1):
-            raise TabularError("linked tables disagree on a dimension's codes row by row")
-        rows = rows.loc[:, ~rows.columns.duplicated()]
-    elif all(set(t.dims) == set(dims) and t.X is not None for t in tables):
-        rows = pd.concat([t.cells.loc[t.inner, list(dims)] for t in tables], ignore_index=True)
+        shared: dict[str, int] = {}
+        rows = {}
+        for t in tables:
+            for d in t.dims:
+                trans = np.array(
+                    [shared.setdefault(c, len(shared)) for c in t.hierarchies[d].codes]
+                )
+                ids = trans[t._rows[d].to_numpy()]
+                if d in rows and not np.array_equal(rows[d], ids):
+                    raise TabularError(f"linked tables code dimension {d!r} differently by row")
+                rows[d] = ids
+        names = np.array(list(shared), dtype=object)
+        cover = pd.DataFrame(rows)[list(dims)].drop_duplicates()
+        cover = pd.DataFrame({d: names[cover[d].to_numpy()] for d in dims})
+    elif all(set(t.dims) == set(dims) for t in tables):
+        cover = pd.concat([t.cells.loc[t.inner, list(dims)] for t in tables], ignore_index=True)
     else:
         return None, np.zeros(0, dtype=np.int64)
-    cover = rows[list(dims)].astype(str).drop_duplicates().reset_index(drop=True)
-    blocks = []
-    for t, m in zip(tables, maps):
+    cover = cover.astype(str).drop_duplicates().reset_index(drop=True)
+    X = None
+    for t, m in zip(tables, maps, strict=True):
         inner_codes = t.cells.loc[t.inner, list(t.dims)].astype(str).reset_index(drop=True)
         inner_codes["__i"] = np.arange(len(inner_codes))
         at = cover[list(t.dims)].merge(inner_codes, on=list(t.dims), how="left")["__i"]
         if at.isna().any():
             raise InternalError("a cover cell has no inner cell in a linked table")
         P = _selector(at.to_numpy(dtype=np.int64), len(inner_codes))
-        blocks.append((P @ t.X.astype(np.float64) @ _selector(m, C)).tocsc())
-    X = blocks[0]
-    for b in blocks[1:]:
-        X = X.maximum(b)
-    full = pd.DataFrame(columns=list(dims))
-    del full
-    inner = np.unique(np.concatenate([m[t.inner] for t, m in zip(tables, maps)]))
-    inner = inner[np.asarray(X[:, inner].sum(axis=0)).ravel() == 1]
+        block = (P @ t.X.astype(np.float64) @ _selector(m, C)).tocsc()
+        X = block if X is None else X.maximum(block)
+    ncov = len(cover)
+    cover["__row"] = np.arange(ncov)
+    inner = np.full(ncov, -1, dtype=np.int64)
+    for t, m in zip(tables, maps, strict=True):
+        if set(t.dims) == set(dims):
+            codes = t.cells.loc[t.inner, list(dims)].astype(str).reset_index(drop=True)
+            codes["__cell"] = m[t.inner]
+            hit = cover.merge(codes, on=list(dims), how="inner")
+            inner[hit["__row"].to_numpy()] = hit["__cell"].to_numpy()
     return sparse.csc_matrix(X.astype(np.int8)), inner
 
 
@@ -710,16 +810,19 @@ def _require_columns(frame: pd.DataFrame, columns, what: str) -> None:
         )
 
 
-def _codes(col: pd.Series, name: str, total: str) -> np.ndarray:
-    if col.isna().any():
+def _factor(col: pd.Series, name: str, total: str | None) -> tuple[np.ndarray, list[str]]:
+    """Row codes as integers into a list of distinct code strings (fast on large columns)."""
+    ids, uniques = pd.factorize(col)
+    if (ids < 0).any():
         raise TabularError(f"column {name!r} has missing codes; recode them (e.g. 'unknown')")
-    codes = col.astype(str).to_numpy(dtype=object)
-    if (codes == total).any():
+    as_text = [str(u) for u in uniques]
+    again, names = pd.factorize(pd.Index(as_text, dtype=object))
+    if total is not None and str(total) in as_text:
         raise TabularError(
             f"column {name!r} contains the total code {total!r} as a data code; rename it or "
             "pass another `total`"
         )
-    return codes
+    return again.astype(np.int64)[ids], [str(n) for n in names]
 
 
 def _resolve_hierarchies(frame, dims, hierarchies, total, *, aggregated):
@@ -731,10 +834,8 @@ def _resolve_hierarchies(frame, dims, hierarchies, total, *, aggregated):
     for d in dims:
         h = hierarchies.get(d)
         if h is None:
-            col = frame[d]
-            if aggregated:
-                col = col[col.astype(str) != str(total)]
-            out[d] = Hierarchy.flat(sorted(set(_codes(col, d, total))), total=total)
+            names = _factor(frame[d], d, None if aggregated else total)[1]
+            out[d] = Hierarchy.flat(sorted(set(names) - {str(total)}), total=total)
         elif isinstance(h, Hierarchy):
             if h.total != total:
                 raise TabularError(f"hierarchy of {d!r} has total {h.total!r}, not {total!r}")
@@ -753,22 +854,21 @@ def _resolve_hierarchies(frame, dims, hierarchies, total, *, aggregated):
 
 
 def _code_ids(col: pd.Series, h: Hierarchy, name: str, *, margins: bool) -> np.ndarray:
-    if col.isna().any():
-        raise TabularError(f"column {name!r} has missing codes; recode them (e.g. 'unknown')")
-    ids = pd.Categorical(col.astype(str), categories=list(h.codes)).codes.astype(np.int64)
-    if (ids < 0).any():
-        bad = sorted(set(col.astype(str)[ids < 0]))[:5]
+    ids, names = _factor(col, name, None)
+    at = np.array([h.index.get(c, -1) for c in names], dtype=np.int64)
+    if (at < 0).any():
+        bad = sorted(c for c, i in zip(names, at, strict=True) if i < 0)[:5]
         raise TabularError(
             f"column {name!r} has codes {bad} that are not in its hierarchy; add them to the "
             "hierarchy or recode the data"
         )
-    if not margins and not h.is_leaf[ids].all():
-        bad = sorted(set(np.asarray(h.codes, dtype=object)[ids[~h.is_leaf[ids]]]))[:5]
+    if not margins and not h.is_leaf[at].all():
+        bad = sorted(c for c, i in zip(names, at, strict=True) if not h.is_leaf[i])[:5]
         raise TabularError(
             f"column {name!r} has codes {bad} that are not bottom-level codes of its hierarchy; "
             "microdata must be coded at the finest level"
         )
-    return ids
+    return at[ids]
 
 
 def _numbers(col: pd.Series, name: str) -> np.ndarray:
@@ -799,7 +899,11 @@ def _varies(gid: np.ndarray, col: np.ndarray) -> bool:
 
 def _top_columns(frame: pd.DataFrame) -> list[str]:
     tops = sorted(
-        (c for c in frame.columns if isinstance(c, str) and c.startswith("top") and c[3:].isdigit()),
+        (
+            c
+            for c in frame.columns
+            if isinstance(c, str) and c.startswith("top") and c[3:].isdigit()
+        ),
         key=lambda c: int(c[3:]),
     )
     return tops

@@ -1,0 +1,432 @@
+"""Secondary suppression by Gaussian elimination (Langsrud's GaussSuppression).
+
+A published table is ``y = X.T @ z`` for the unknown inner cells ``z`` (``X`` is the I×C model
+matrix of notes/tabular_contract.md). An attacker who knows the published cells knows every
+linear combination of their columns of ``X``, so a suppressed cell ``b`` is disclosed exactly iff
+``X[:, b]`` lies in the span of the published columns. GaussSuppression (Langsrud 2024; SSBtools
+``R/GaussSuppression.R``, ``GaussSuppression1``) walks the candidates in a fixed order and keeps
+the published span in echelon form: a candidate whose column, reduced against the span, is empty
+adds nothing and is published; a candidate whose reduced column is proportional to the reduced
+column of a primary cell would make that primary cell computable, so it becomes a secondary
+suppression; any other candidate is published and its column joins the span.
+
+This module implements that algorithm exactly, with these engineering choices (none changes the
+result):
+
+* The published span is kept in *reduced* row-echelon form (each basis vector is zero on every
+  other pivot row), primaries are reduced eagerly as R does, but a candidate is reduced only when
+  its turn comes. The reduced form of a vector is the unique representative of ``v + span`` that
+  is zero on all pivot rows, so the decisions do not depend on which pivot rows are chosen: pivots
+  are chosen to keep fill-in low (a ±1 entry in the row touched by the fewest stored vectors).
+  With singletons, R's order "non-singleton rows first, then singleton rows by index" is kept,
+  because the singleton methods look at the singleton part of reduced columns.
+* Vectors are sparse ``{row: int}`` dicts with Python integers: arithmetic is exact and cannot
+  overflow (R uses 32-bit integers and falls back to doubles with a tolerance ``tolGauss``).
+
+Singleton methods for frequency tables (SSBtools ``singletonMethod``): ``"anySum"`` (default),
+``"subSum"``, ``"subSumAny"``, ``"subSpace"``, ``"subSumSpace"`` and ``"none"``. Not implemented:
+``"anySumNOTprimary"`` (published singletons), ``"sub2Sum"`` and the ``NumSingleton`` methods for
+magnitude tables, ``xExtraPrimary``, ``hidden`` cells and ``unsafeAsNegative`` (a primary that
+forced cells disclose is an error here, not a warning).
+
+References:
+    Langsrud, Ø. (2024). Secondary Cell Suppression by Gaussian Elimination: An Algorithm
+    Suitable for Handling Issues with Zeros and Singletons. PSD 2024, LNCS 14915, 83-91.
+    SSBtools ``GaussSuppression`` and GaussSuppression ``CandidatesDefault`` (Statistics Norway,
+    MIT licence), read at statisticsnorway/ssb-ssbtools and ssb-gausssuppression.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from math import gcd
+
+import numpy as np
+from scipy import sparse
+
+from sqlsdc.errors import InternalError, TabularError
+
+__all__ = ["SINGLETON_METHODS", "candidate_order", "gauss_suppress"]
+
+SINGLETON_METHODS = ("anySum", "subSum", "subSumAny", "subSpace", "subSumSpace", "none")
+_LATER = ("anySumNOTprimary", "anySum0", "sub2Sum")
+
+
+def candidate_order(X, cost, values=None) -> np.ndarray:
+    """All cells in GaussSuppression's candidate order: the cells to publish first come first.
+
+    GaussSuppression's ``CandidatesDefault`` sorts cells by decreasing ``key = |cost| + 0.99 *
+    tie / max(tie)`` with ``tie = |X.T @ X @ cost|`` (ties go to cells computed from many inner
+    cells) and, unless zeros may be secondary suppressed, moves cells whose value is 0 in front.
+    ``CandidatesDefault`` uses ``cost = freq + 1``; pass that to reproduce its order. Ties keep the
+    cell order (R's ``order`` is stable).
+
+    Args:
+        X: model matrix (I×C). cost: float[C]; non-finite costs count as 0.
+        values: float[C] or None; when given, cells with value 0 come first.
+
+    Returns:
+        int64[C], a permutation of the cells.
+
+    Example:
+        >>> X = sparse.csc_matrix(np.array([[1, 1, 0], [1, 0, 1]]))
+        >>> candidate_order(X, np.array([3.0, 2.0, 2.0]), values=np.array([3.0, 2.0, 0.0]))
+        array([2, 0, 1])
+    """
+    w = np.abs(np.asarray(cost, dtype=np.float64))
+    w[~np.isfinite(w)] = 0.0
+    Xf = sparse.csc_matrix(X, dtype=np.float64)
+    tie = np.abs(Xf.T @ (Xf @ w))
+    key = w + 0.99 * tie / tie.max() if tie.size and tie.max() > 0 else w.copy()
+    if values is not None:
+        zero = np.asarray(values, dtype=np.float64) == 0
+        key[zero] = 0.01 + key.max() + key[zero]
+    return np.lexsort((np.arange(len(key)), -key)).astype(np.int64)
+
+
+def gauss_suppress(
+    X,
+    primary,
+    cost,
+    *,
+    forced=None,
+    singleton=None,
+    singleton_method: str = "anySum",
+    values=None,
+) -> np.ndarray:
+    """Secondary suppression by Gaussian elimination (SSBtools ``GaussSuppression``).
+
+    Forced cells are published first, then the candidates (every cell that is neither primary nor
+    forced) in :func:`candidate_order`: the most costly to lose (largest ``cost``) first, so that
+    secondary suppressions fall on cheap cells. Afterwards no primary cell's column of ``X`` lies
+    in the span of the published columns: no primary cell is computable from the published cells.
+
+    Args:
+        X: model matrix (I×C, integer entries, usually 0/1); linked tables stack their cells as
+            columns over the union of inner cells.
+        primary: bool[C], primary suppressed cells.
+        cost: float[C], finite and > 0 for every candidate; ``value``, ``n + 1`` or 1.
+        forced: bool[C] or None, cells that must be published.
+        singleton: bool[I] or None, inner cells (rows of ``X``) a respondent can subtract: for
+            frequency tables the cells with count 1 (or count 0 when zeros are primary
+            suppressed), as GaussSuppression's ``SingletonDefault``.
+        singleton_method: one of ``SINGLETON_METHODS``; see the module docstring.
+        values: float[C] or None; cells with value 0 are published first (GaussSuppression's
+            default ``secondaryZeros = FALSE``).
+
+    Returns:
+        bool[C], all suppressed cells (primary and secondary).
+
+    Raises:
+        TabularError: shapes or types are wrong, a forced cell is primary, a candidate has no
+            positive finite cost, a primary cell has no inner cells, a singleton inner cell is
+            published as a non-primary cell, or forced cells make a primary cell computable.
+
+    Example:
+        A 2×2 table with margins; cells are (r1,c1), (r1,c2), (r2,c1), (r2,c2), r1, r2, c1, c2,
+        total. Suppressing (r1,c1) forces a whole rectangle:
+
+        >>> X = sparse.csc_matrix(np.array([
+        ...     [1, 0, 0, 0, 1, 0, 1, 0, 1],
+        ...     [0, 1, 0, 0, 1, 0, 0, 1, 1],
+        ...     [0, 0, 1, 0, 0, 1, 1, 0, 1],
+        ...     [0, 0, 0, 1, 0, 1, 0, 1, 1]]))
+        >>> primary = np.array([1, 0, 0, 0, 0, 0, 0, 0, 0], dtype=bool)
+        >>> cost = np.array([1, 5, 6, 7, 9, 9, 9, 9, 20], dtype=float)
+        >>> np.flatnonzero(gauss_suppress(X, primary, cost)).tolist()
+        [0, 1, 2, 3]
+    """
+    Xc, primary, cost, forced, single, method = _check(
+        X, primary, cost, forced, singleton, singleton_method, values
+    )
+    n_rows, n_cells = Xc.shape
+    suppressed = primary.copy()
+    if not primary.any():
+        return suppressed
+    indptr, indices, data = Xc.indptr, Xc.indices, Xc.data
+
+    def column(c):
+        a, b = indptr[c], indptr[c + 1]
+        return dict(zip(indices[a:b].tolist(), data[a:b].tolist(), strict=True))
+
+    prim_cells = np.flatnonzero(primary).tolist()
+    prim_vecs = [column(c) for c in prim_cells]
+    if single is not None:
+        prim_cells, prim_vecs, single, method = _prepare_singletons(
+            Xc, column, primary, forced, single, method, prim_cells, prim_vecs
+        )
+    space = "Space" in method
+    use_single = single is not None and method != "subSum"
+    elim = _Elimination(single if use_single else None, space)
+    for vec in prim_vecs:
+        elim.add_primary(vec)
+
+    forced_cells = np.flatnonzero(forced).tolist()
+    if forced_cells:
+        was_empty = [not v for v in elim.prim]
+        for c in forced_cells:
+            vec = elim.reduce(column(c))
+            if vec:
+                elim.publish(vec)
+        lost = [prim_cells[i] for i, v in enumerate(elim.prim) if not v and not was_empty[i]]
+        if lost:
+            raise TabularError(
+                f"forced (never suppressed) cells make {len(lost)} primary cell(s) computable, "
+                f"e.g. cell(s) {sorted(set(lost))[:10]} (a cell >= {n_cells} is a sum of "
+                "singletons); no suppression pattern can protect them: publish fewer cells as "
+                "forced or drop those primary flags"
+            )
+
+    for c in candidate_order(Xc, cost, values).tolist():
+        if primary[c] or forced[c]:
+            continue
+        if len(elim.basis) == n_rows:
+            break  # every inner cell is determined; R stops here too (ii > m)
+        vec = elim.reduce(column(c))
+        if not vec:
+            continue
+        if elim.is_secondary(vec):
+            suppressed[c] = True
+        else:
+            elim.publish(vec)
+    return suppressed
+
+
+class _Elimination:
+    """The published span in reduced row-echelon form and the primary columns reduced against it.
+
+    ``basis[p]`` is the basis vector with pivot row ``p``; it is zero on every other pivot row, so a
+    vector is reduced in one pass over its pivot rows. ``inv[r]`` / ``pinv[r]`` index the basis
+    vectors / primaries that have row ``r``, so publishing touches only the vectors it changes.
+    """
+
+    def __init__(self, single: np.ndarray | None, space: bool):
+        self.basis: dict[int, dict[int, int]] = {}
+        self.inv: defaultdict[int, set[int]] = defaultdict(set)
+        self.prim: list[dict[int, int]] = []
+        self.pinv: defaultdict[int, set[int]] = defaultdict(set)
+        self.single = single
+        self.space = space and single is not None
+        self.sub_used: set[int] = set()
+
+    def add_primary(self, vec: dict[int, int]) -> None:
+        if self.space:
+            vec = {r: x for r, x in vec.items() if not self.single[r]}
+        i = len(self.prim)
+        self.prim.append(vec)
+        for r in vec:
+            self.pinv[r].add(i)
+
+    def reduce(self, vec: dict[int, int]) -> dict[int, int]:
+        """Reduce ``vec`` (modified in place) against the basis: zero on every pivot row."""
+        basis = self.basis
+        for p in [r for r in vec if r in basis]:
+            b = basis[p]
+            f, bp = vec[p], b[p]
+            if f % bp:
+                m = bp // gcd(f, bp)
+                for r in vec:
+                    vec[r] *= m
+                f *= m
+            q = f // bp
+            get = vec.get
+            for r, x in b.items():
+                nv = get(r, 0) - q * x
+                if nv:
+                    vec[r] = nv
+                else:
+                    del vec[r]
+        return vec
+
+    def is_secondary(self, vec: dict[int, int]) -> bool:
+        """GaussSuppression1's test for a reduced, non-empty candidate column."""
+        single = self.single
+        if single is None:
+            return self._any_proportional(vec)
+        nonsingle = {r: x for r, x in vec.items() if not single[r]}
+        if not nonsingle:  # the candidate adds only a combination of singletons ("subSubSec")
+            if self.space:
+                return True
+            if len(set(vec.values())) > 1 and not self.sub_used.intersection(vec):
+                # not a plain sum of singletons, and no overlap with an earlier such exception
+                self.sub_used.update(vec)
+                return self._any_proportional(vec)
+            return True
+        return self._any_proportional(nonsingle if self.space else vec)
+
+    def _any_proportional(self, vec: dict[int, int]) -> bool:
+        """Would publishing ``vec`` eliminate a primary, i.e. is a reduced primary ∝ ``vec``?"""
+        pinv = self.pinv
+        best = None
+        for r in vec:
+            s = pinv.get(r)
+            if not s:
+                return False
+            if best is None or len(s) < len(best):
+                best = s
+        n = len(vec)
+        r0, v0 = next(iter(vec.items()))
+        for i in best:
+            b = self.prim[i]
+            if len(b) != n:
+                continue
+            b0 = b.get(r0)
+            if b0 is not None and all(b.get(r, 0) * v0 == x * b0 for r, x in vec.items()):
+                return True
+        return False
+
+    def publish(self, vec: dict[int, int]) -> None:
+        """Add a reduced, non-empty column to the span and eliminate its pivot everywhere."""
+        g = gcd(*vec.values())
+        if g > 1:
+            for r in vec:
+                vec[r] //= g
+        q = self._pivot(vec)
+        nq = vec[q]
+        for p in list(self.inv.get(q, ())):
+            _eliminate(self.basis[p], vec, q, nq, p, self.inv)
+        self.basis[q] = vec
+        for r in vec:
+            self.inv[r].add(q)
+        owners = self.pinv.get(q)
+        if owners:
+            part = vec
+            if self.space:
+                part = {r: x for r, x in vec.items() if not self.single[r]}
+            for i in list(owners):
+                _eliminate(self.prim[i], part, q, nq, i, self.pinv)
+
+    def _pivot(self, vec: dict[int, int]) -> int:
+        single = self.single
+        if single is None:
+            return min(vec)
+        rows = [r for r in vec if not single[r]]
+        return min(rows) if rows else min(vec)
+
+
+def _eliminate(u: dict, vec: dict, q: int, nq: int, owner: int, inv) -> None:
+    """``u -= (u[q] / vec[q]) * vec`` in exact integers (scaling ``u`` when needed)."""
+    uq = u[q]
+    if uq % nq:
+        m = nq // gcd(uq, nq)
+        for r in u:
+            u[r] *= m
+        uq *= m
+    f = uq // nq
+    get = u.get
+    for r, x in vec.items():
+        old = get(r)
+        if old is None:
+            u[r] = -f * x
+            inv[r].add(owner)
+        else:
+            nv = old - f * x
+            if nv:
+                u[r] = nv
+            else:
+                del u[r]
+                inv[r].discard(owner)
+    if q in u:
+        raise InternalError(f"pivot row {q} survived elimination")
+
+
+def _prepare_singletons(Xc, column, primary, forced, single, method, prim_cells, prim_vecs):
+    """Singleton preparation of GaussSuppression (before its main loop), as in SSBtools."""
+    single = single.copy()
+    colsum = np.asarray(Xc.sum(axis=0)).ravel()
+    one = colsum == 1
+    # a forced cell that is a single inner cell cannot be a singleton (R ignores the marking)
+    forced_one = np.flatnonzero(forced & one)
+    if forced_one.size:
+        single[Xc[:, forced_one].indices] = False
+    if not single.any() or method == "none":
+        return prim_cells, prim_vecs, None, method
+    s_count = np.asarray(Xc[single].sum(axis=0)).ravel()
+    published_single = one & (s_count == 1) & ~primary
+    if published_single.any():
+        raise TabularError(
+            f"{int(published_single.sum())} cell(s) consisting of one singleton inner cell are "
+            f"not primary suppressed (e.g. cell {int(np.flatnonzero(published_single)[0])}); "
+            "GaussSuppression's singleton methods assume published singletons are primary: "
+            "mark them primary, or pass singleton=None; the method for published singletons "
+            "(anySumNOTprimary) is not implemented"
+        )
+    n_forced = int(forced.sum())
+    if method == "anySum" and n_forced:
+        method = "subSumAny"  # R does this too, so that unsafe primaries are detected
+    if "subSum" in method:
+        seen = {tuple(sorted(v.items())) for v in prim_vecs}
+        n_cells = Xc.shape[1]
+        for c in np.flatnonzero(s_count > 1).tolist():
+            extra = {r: x for r, x in column(c).items() if single[r]}
+            key = tuple(sorted(extra.items()))
+            if key not in seen:
+                seen.add(key)
+                prim_cells.append(n_cells + len(prim_cells))
+                prim_vecs.append(extra)
+        if method == "subSum":
+            return prim_cells, prim_vecs, single, method
+    elif not n_forced:
+        # primaries made of singletons only are protected by the singleton rule itself
+        keep = [i for i, v in enumerate(prim_vecs) if any(not single[r] for r in v)]
+        prim_cells = [prim_cells[i] for i in keep]
+        prim_vecs = [prim_vecs[i] for i in keep]
+    return prim_cells, prim_vecs, single, method
+
+
+def _check(X, primary, cost, forced, singleton, method, values):
+    if not sparse.issparse(X):
+        raise TabularError(f"X must be a scipy.sparse matrix (I inner × C cells), got {type(X)}")
+    Xc = sparse.csc_matrix(X)
+    n_rows, n_cells = Xc.shape
+    data = Xc.data
+    if data.size and not np.all(np.isfinite(data) & (data == np.round(data))):
+        raise TabularError("X must have integer entries (0/1 for tables built by sqlsdc)")
+    Xc = sparse.csc_matrix((data.astype(np.int64), Xc.indices, Xc.indptr), shape=Xc.shape)
+    Xc.eliminate_zeros()
+    Xc.sort_indices()
+    primary = _mask(primary, n_cells, "primary")
+    forced = np.zeros(n_cells, dtype=bool) if forced is None else _mask(forced, n_cells, "forced")
+    cost = np.asarray(cost, dtype=np.float64)
+    if cost.shape != (n_cells,):
+        raise TabularError(f"cost must have one entry per cell ({n_cells}), got {cost.shape}")
+    if values is not None and np.shape(values) != (n_cells,):
+        raise TabularError(f"values must have one entry per cell ({n_cells})")
+    both = np.flatnonzero(primary & forced)
+    if both.size:
+        raise TabularError(
+            f"{both.size} cell(s) are both primary and forced, e.g. cell {int(both[0])}: a forced "
+            "cell is never suppressed; drop the forced flag or the primary flag"
+        )
+    cand = ~primary & ~forced
+    bad = np.flatnonzero(cand & ~(np.isfinite(cost) & (cost > 0)))
+    if bad.size:
+        raise TabularError(
+            f"{bad.size} candidate cell(s) have no positive finite cost, e.g. cell {int(bad[0])} "
+            f"with cost {float(cost[bad[0]])!r}; give every cell that may be suppressed a cost > 0 "
+            "(value, frequency + 1 or 1)"
+        )
+    empty = np.flatnonzero(primary & (np.diff(Xc.indptr) == 0))
+    if empty.size:
+        raise TabularError(
+            f"{empty.size} primary cell(s) have no inner cell (empty column of X), e.g. cell "
+            f"{int(empty[0])}: their value is 0 in every table, so suppression cannot protect "
+            "them; build X with the inner cells below them or drop their primary flag"
+        )
+    if method in _LATER:
+        raise TabularError(
+            f"singleton_method {method!r} is not implemented; use one of {SINGLETON_METHODS}"
+        )
+    if method not in SINGLETON_METHODS:
+        raise TabularError(f"unknown singleton_method {method!r}; use one of {SINGLETON_METHODS}")
+    single = None
+    if singleton is not None:
+        single = _mask(singleton, n_rows, "singleton (one entry per inner cell, row of X)")
+    return Xc, primary, cost, forced, single, method
+
+
+def _mask(a, n: int, what: str) -> np.ndarray:
+    arr = np.asarray(a)
+    if arr.shape != (n,) or arr.dtype != bool:
+        raise TabularError(f"{what} must be a bool array of length {n}, got {arr.dtype}{arr.shape}")
+    return arr.copy()

@@ -1,0 +1,179 @@
+"""Suppression jobs on a real demo database: `protect_query` and `sqlsdc protect` (subprocess).
+
+Expected primary cells are computed from the raw rows with plain SQL; the stored table is then
+attacked with the audit LP built from the stored (published) cells only.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from sqlsdc.engines.duckdb import open_database
+from sqlsdc.errors import AccessDenied, TabularError
+from sqlsdc.tabular.job import parse_rule, protect_query
+from sqlsdc.tabular.model import Table
+from sqlsdc.tabular.rules import DominanceRule, FrequencyRule, PPercentRule
+
+TURNOVER = "SELECT nace, region, SUM(turnover) FROM enterprises GROUP BY nace, region"
+PERSONS_GEO = (
+    "SELECT region, municipality, education, COUNT(*) FROM persons "
+    "WHERE age >= 80 GROUP BY region, municipality, education"
+)
+
+
+@pytest.fixture()
+def db(pristine_demo_db, tmp_path):
+    path = tmp_path / "demo.duckdb"
+    shutil.copy(pristine_demo_db, path)
+    return path
+
+
+def stored(db, name):
+    con = open_database(db)
+    try:
+        frame = con.sql(f"SELECT * FROM protected.{name}").df()
+        outputs = con.sql("SELECT name, method, created_by FROM sqlsdc.outputs").fetchall()
+    finally:
+        con.close()
+    return frame, outputs
+
+
+def test_magnitude_job_suppresses_dominated_cells_and_passes_the_audit(db):
+    report = protect_query(
+        db, "admin", TURNOVER, into="turnover", rules=[DominanceRule(n=1, k=60), FrequencyRule(3)]
+    )
+    frame, outputs = stored(db, "turnover")
+    con = open_database(db)
+    raw = con.sql(
+        "SELECT nace, region, count(*) AS n, sum(turnover) AS t, max(turnover) AS x1 "
+        "FROM enterprises GROUP BY nace, region"
+    ).df()
+    con.close()
+    unsafe = raw[(raw.x1 > 0.6 * raw.t) | (raw.n < 3)]
+    cells = frame.set_index(["nace", "region"])
+    for row in unsafe.itertuples():
+        cell = cells.loc[(row.nace, row.region)]
+        assert cell.status == "primary" and np.isnan(cell.value), row
+    assert report.primary == (frame.status == "primary").sum() >= len(unsafe) > 0
+    assert report.secondary == (frame.status == "secondary").sum() > 0
+    assert frame.loc[frame.status != "published", "value"].isna().all()
+    assert frame.loc[frame.status == "published", "value"].notna().all()
+    assert report.audit_passed and "nk(1,60)" in report.rules_fired
+    assert set(report.rules_fired) <= {"nk(1,60)", FrequencyRule(3).name}
+    assert ("protected.turnover", "suppress", "admin") in outputs
+    assert not {"upl", "lpl", "top1"} & set(frame.columns)  # levels would reveal contributions
+
+
+def test_no_suppressed_cell_can_be_recomputed_from_the_stored_table(db):
+    from sqlsdc.tabular.audit import audit_intervals
+
+    protect_query(db, "admin", PERSONS_GEO, into="old_people", rules=[FrequencyRule(5)])
+    frame, _ = stored(db, "old_people")
+    con = open_database(db)
+    truth = con.sql(
+        "SELECT region, municipality, education, count(*) AS n FROM persons WHERE age >= 80 "
+        "GROUP BY region, municipality, education"
+    ).df()
+    con.close()
+    assert {"geography", "education", "status"} <= set(frame.columns)
+    inner = truth.assign(geography=truth.municipality, value=truth.n.astype(float))
+    table = Table.from_cells(
+        inner[["geography", "education", "value", "n"]].astype({"geography": str}),
+        ["geography", "education"],
+        hierarchies={"geography": _geography(truth)},
+    )
+    order = table.cells.set_index(["geography", "education"]).index
+    status = frame.set_index(["geography", "education"]).loc[order, "status"].to_numpy()
+    suppressed = status != "published"
+    result = audit_intervals(
+        table.A,
+        table.values,
+        suppressed,
+        lower=np.zeros(len(order)),
+        upper=np.full(len(order), np.inf),
+        integer=True,
+    )
+    primary = status == "primary"
+    assert primary.any()
+    assert np.all(result.hi[primary] > result.lo[primary])  # no unsafe cell is pinned down
+    assert np.all((result.lo <= table.values + 1e-9) & (table.values <= result.hi + 1e-9))
+
+
+def _geography(truth):
+    from sqlsdc.tabular.model import Hierarchy
+
+    return Hierarchy.from_levels(truth.astype({"region": str, "municipality": str}),
+                                 ["region", "municipality"])  # fmt: skip
+
+
+def test_hierarchies_of_the_policy_give_subtotals(db):
+    protect_query(db, "admin", PERSONS_GEO, into="old_people", rules=[FrequencyRule(3)])
+    frame, _ = stored(db, "old_people")
+    codes = set(frame.geography)
+    assert "Total" in codes and any(c.startswith("R") and len(c) == 3 for c in codes)
+    assert len(codes) > 20  # municipalities and regions in one hierarchical dimension
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("SELECT region, SUM(income) FROM persons p JOIN households h ON "
+         "p.household_id = h.household_id GROUP BY region", "one aggregation of one table"),
+        ("SELECT region, AVG(income) FROM persons GROUP BY region", "SUM\\(measure\\) or COUNT"),
+        ("SELECT person_id, COUNT(*) FROM persons GROUP BY person_id", "dimension columns"),
+        ("SELECT region, SUM(age) FROM persons GROUP BY region", "age is not a measure"),
+        ("SELECT name, COUNT(*) FROM regions GROUP BY name", "not a confidential table"),
+        ("SELECT region, COUNT(*), SUM(income) FROM persons GROUP BY region", "exactly one"),
+        ("SELECT region, COUNT(* FROM persons", "does not parse"),
+    ],
+)  # fmt: skip
+def test_jobs_refuse_what_they_cannot_protect(db, sql, message):
+    with pytest.raises(TabularError, match=message):
+        protect_query(db, "admin", sql, into="x")
+
+
+def test_jobs_are_for_admins_and_do_not_overwrite(db):
+    with pytest.raises(AccessDenied, match="not an admin"):
+        protect_query(db, "analyst", TURNOVER, into="t")
+    rules = [DominanceRule(n=1, k=60), FrequencyRule(3)]
+    protect_query(db, "admin", TURNOVER, into="t", rules=rules)
+    with pytest.raises(TabularError, match="pass --replace"):
+        protect_query(db, "admin", TURNOVER, into="t", rules=rules)
+    protect_query(db, "admin", TURNOVER, into="t", rules=rules, replace=True)
+    with pytest.raises(TabularError, match="plain name"):
+        protect_query(db, "admin", TURNOVER, into="t; DROP TABLE persons", replace=True)
+
+
+def test_rule_syntax():
+    assert parse_rule("freq:3") == FrequencyRule(min_freq=3)
+    assert parse_rule("nk:2,85") == DominanceRule(n=2, k=85.0)
+    assert parse_rule("p:15") == PPercentRule(p=15.0)
+    with pytest.raises(TabularError, match="unknown rule"):
+        parse_rule("dominance:1")
+    with pytest.raises(TabularError, match="at most 1 numbers"):
+        parse_rule("p:1,2")
+    with pytest.raises(TabularError, match="must be numbers"):
+        parse_rule("nk:a,b")
+
+
+def test_cli_protect_in_a_subprocess(db):
+    command = ["sqlsdc", "protect", str(db), "--sql", TURNOVER, "--into", "turnover"]
+    command += ["--rule", "nk:1,60", "--rule", "freq:3"]
+    result = subprocess.run(
+        [*command, "--format", "json"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (
+        report["audit_passed"] and report["primary"] > 0 and report["name"] == "protected.turnover"
+    )
+    denied = subprocess.run([*command, "--user", "analyst"], capture_output=True, text=True)
+    assert denied.returncode == 5 and "not an admin" in denied.stderr
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 1 and "--replace" in again.stderr and "Traceback" not in again.stderr
