@@ -13,13 +13,15 @@ and ``audit_intervals`` (LP, a-priori bounds [0, inf)), and prints a markdown ta
 Columns: cells, inner cells, primary and secondary suppressions, seconds for gauss and audit,
 the number of independent LP components of the suppressed cells and the largest one, the share
 of suppressed cells with exact (proven) intervals, and the share of primary cells protected
-(``audit_check`` with zero protection levels: the interval has positive width).
+(``audit_check`` with zero protection levels: the interval has positive width), and the
+process's peak resident memory so far.
 """
 
 from __future__ import annotations
 
 import argparse
 import platform
+import resource
 import time
 
 import numpy as np
@@ -27,7 +29,7 @@ import pandas as pd
 from scipy import sparse
 from scipy.sparse.csgraph import connected_components
 
-from sqlsdc.tabular.audit import audit_check, audit_intervals
+from sqlsdc.tabular.attacker import audit_check, audit_intervals
 from sqlsdc.tabular.gauss import gauss_suppress
 
 
@@ -151,6 +153,7 @@ def run(dims, cells, max_n, seed, zipf, per_cell, time_limit):
         "largest": int(comp.max()) if len(comp) else 0,
         "exact %": 100.0 * res.exact[sup].mean() if sup.any() else 100.0,
         "protected %": 100.0 * ok[primary].mean() if primary.any() else 100.0,
+        "peak MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 
 

@@ -250,7 +250,7 @@ def audit(
     Tables of :func:`~sqlsdc.tabular.model.link_tables` cannot be re-read here (their cells have
     no common inner cells); audit them with ``audit_intervals`` on ``Table.A``.
     """
-    from sqlsdc.tabular.audit import audit_check, audit_intervals
+    from sqlsdc.tabular.attacker import audit_check, audit_intervals
 
     dims = [dims] if isinstance(dims, str) else list(dims)
     for col in ("n", "value", "status"):
@@ -378,7 +378,7 @@ def _audit_rounds(
     """Audit; while primaries fail, suppress a neighbour of each and audit again: the cheapest
     cell sharing an equation that can move far enough in the direction the primary needs (a
     cell of the same sign falls when the primary rises), else the one that moves farthest."""
-    from sqlsdc.tabular.audit import audit_check, audit_intervals
+    from sqlsdc.tabular.attacker import audit_check, audit_intervals
 
     A = sparse.csr_matrix(table.A)
     A_cols = A.tocsc()

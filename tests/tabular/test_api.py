@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -17,18 +16,6 @@ from sqlsdc.tabular.rules import DominanceRule, FrequencyRule, ManualRule, PPerc
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_rules import SDCTABLE_DIMS, microdata1  # noqa: E402
-
-HAVE = {
-    m: importlib.util.find_spec(f"sqlsdc.tabular.{m}") is not None
-    for m in ("gauss", "optimal", "hitas", "audit")
-}
-
-
-def needs(*modules):
-    missing = [m for m in modules if not HAVE[m]]
-    return pytest.mark.skipif(
-        bool(missing), reason=f"sqlsdc.tabular.{', '.join(missing)} not written yet"
-    )
 
 
 @pytest.fixture
@@ -104,7 +91,6 @@ def assert_protected(out: pd.DataFrame):
     assert report.n_secondary == int((out["status"] == "secondary").sum())
 
 
-@needs("gauss", "audit")
 def test_protect_gauss_small_table(shops):
     out = protect(shops, ["region", "sector"], "turnover", rules=[FrequencyRule(), PPercentRule()])
     assert list(out.columns) == [
@@ -124,14 +110,12 @@ def test_protect_gauss_small_table(shops):
     assert out.attrs["audit"].method == "gauss"
 
 
-@needs("optimal", "audit")
 def test_protect_optimal_small_table(shops):
     out = protect(shops, ["region", "sector"], "turnover", method="optimal")
     assert_protected(out)
     assert out.attrs["audit"].solver_status in ("optimal", "feasible")
 
 
-@needs("hitas", "audit")
 def test_protect_hitas_hierarchical_table():
     df = microdata1()
     df["district"] = df["region"].map({"A": "AB", "B": "AB", "C": "CD", "D": "CD"})
@@ -142,7 +126,6 @@ def test_protect_hitas_hierarchical_table():
     assert set(out.loc[out["status"] == "primary", "region"]) == {"A", "D"}
 
 
-@needs("gauss", "optimal", "audit")
 @pytest.mark.parametrize("method", ["gauss", "optimal"])
 def test_published_sdctable_example_is_protected(method):
     """sdcTable ?primarySuppression: microdata1 with the p%-rule, p = 30."""
@@ -154,7 +137,6 @@ def test_published_sdctable_example_is_protected(method):
     assert_protected(out)
 
 
-@needs("gauss", "audit")
 def test_protect_frequency_table_from_cells():
     counts = pd.DataFrame(
         {
@@ -171,7 +153,6 @@ def test_protect_frequency_table_from_cells():
     assert_protected(out)
 
 
-@needs("gauss", "audit")
 def test_protect_with_manual_primary_and_forced_cells(shops):
     out = protect(
         shops,
@@ -186,7 +167,6 @@ def test_protect_with_manual_primary_and_forced_cells(shops):
     assert_protected(out)
 
 
-@needs("gauss", "audit")
 def test_failing_audit_is_an_error_not_a_release():
     # a (50) needs 10 % upward room, but with c and the total forced to be published the only
     # partner is b (1): a <= 51 whatever is suppressed, so no release may come out
@@ -197,7 +177,6 @@ def test_failing_audit_is_an_error_not_a_release():
         protect(df, ["g"], "v", rules=[rule], forced=forced)
 
 
-@needs("gauss", "audit")
 def test_audit_of_protect_output(shops):
     out = protect(shops, ["region", "sector"], "turnover")
     again = audit(out.drop(columns=["lo", "hi"]), ["region", "sector"])
@@ -211,7 +190,6 @@ def test_audit_of_protect_output(shops):
     assert sorted(report.failing) == sorted(np.flatnonzero(out["status"] == "primary"))
 
 
-@needs("gauss", "audit")
 def test_holding_rule_end_to_end():
     df = pd.DataFrame(
         {
@@ -227,7 +205,6 @@ def test_holding_rule_end_to_end():
     assert_protected(out)
 
 
-@needs("gauss", "audit")
 def test_audit_failure_is_repaired_by_extra_suppression():
     # Gauss hides a (50) behind b (1): a + b = 51 is published implicitly, so a <= 51 and the
     # 10 % upper level (a >= 55) fails; one round adds c and the audit passes
@@ -239,7 +216,6 @@ def test_audit_failure_is_repaired_by_extra_suppression():
     assert_protected(out)
 
 
-@needs("gauss", "audit")
 def test_protect_linked_tables():
     df = microdata1()
     df["age"] = np.where(np.arange(len(df)) % 3 == 0, "young", "old")

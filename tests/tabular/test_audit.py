@@ -1,4 +1,4 @@
-"""Tests of sqlsdc.tabular.audit: the attacker's feasibility intervals and the protection check."""
+"""Tests of sqlsdc.tabular.attacker: the attacker's feasibility intervals and protection check."""
 
 from __future__ import annotations
 
@@ -11,34 +11,48 @@ from scipy import sparse
 from scipy.optimize import linprog
 
 from sqlsdc.errors import TabularError
-from sqlsdc.tabular.audit import AuditResult, audit_check, audit_intervals
+from sqlsdc.tabular.attacker import AuditResult, audit_check, audit_intervals
 from sqlsdc.tabular.gauss import gauss_suppress
 
 INF = np.inf
 
 
-def make_table(*sizes, inner):
-    """X, A, values and labels of a flat table with all margins (cells in Kronecker order)."""
-    Ds, Hs, codes = [], [], []
-    for n in sizes:
-        codes.append(["Total", *(f"c{i}" for i in range(n))])
-        Ds.append(np.hstack([np.ones((n, 1)), np.eye(n)]))
-        Hs.append(np.hstack([[1.0], -np.ones(n)])[None, :])
+def _dim(spec):
+    """Codes, leaves-by-codes ancestor matrix and ``parent - Σ children`` rows of a dimension:
+    ``spec`` is an int n (Total + n codes) or ``{code: parent or None}``, parents first."""
+    parents = {f"c{i}": None for i in range(spec)} if isinstance(spec, int) else dict(spec)
+    codes = ["Total", *parents]
+    par = {c: ("Total" if p is None else p) for c, p in parents.items()}
+    kids = {c: [k for k, p in par.items() if p == c] for c in codes}
+    leaves = [c for c in codes if not kids[c]]
+    D = np.zeros((len(leaves), len(codes)))
+    for i, leaf in enumerate(leaves):
+        c = leaf
+        while c is not None:
+            D[i, codes.index(c)] = 1
+            c = par.get(c)
+    H = [[1 if c == p else -1 if c in kids[p] else 0 for c in codes] for p in codes if kids[p]]
+    return codes, D, np.array(H, dtype=float)
+
+
+def make_table(*dims, inner):
+    """X, A, values and labels of a table with all margins of ``dims`` (Kronecker cell order)."""
+    parts = [_dim(d) for d in dims]
     X = sparse.csc_matrix(np.ones((1, 1)))
-    for D in Ds:
+    for _, D, _ in parts:
         X = sparse.kron(X, D, format="csc")
-    full = [len(c) for c in codes]
+    sizes = [len(codes) for codes, _, _ in parts]
     A = sparse.vstack(
         [
             sparse.kron(
-                sparse.kron(sparse.eye(int(np.prod(full[:d]))), H),
-                sparse.eye(int(np.prod(full[d + 1 :]))),
+                sparse.kron(sparse.eye(int(np.prod(sizes[:d]))), H),
+                sparse.eye(int(np.prod(sizes[d + 1 :]))),
             )
-            for d, H in enumerate(Hs)
+            for d, (_, _, H) in enumerate(parts)
         ]
     ).tocsr()
     values = X.T @ np.asarray(inner, dtype=float).ravel()
-    return X.astype(np.int8), A, values, list(itertools.product(*codes))
+    return X.astype(np.int8), A, values, list(itertools.product(*(c for c, _, _ in parts)))
 
 
 def mask(labels, chosen):
@@ -121,6 +135,76 @@ def test_lp_and_integer_bounds_differ_onn_triangle():
     assert not audit_check(ip, values, primary, levels, levels)[0]
 
 
+def test_integer_bounds_with_unbounded_partners():
+    # t = 2 y1 + 11 y2 - 22 z = 21 with z >= 0 unbounded: the LP lets y1 reach 0 (y2 = 21/11);
+    # over integers 2 y1 = 21 (mod 11) forces y1 = 5 (mod 11), so y1 >= 5; y1 is unbounded above
+    A = sparse.csr_matrix(np.array([[-2.0, -11.0, 22.0, 1.0]]))
+    values = np.array([5.0, 1.0, 0.0, 21.0])
+    sup = np.array([True, True, True, False])
+    lp = audit_intervals(A, values, sup, **box(values))
+    ip = audit_intervals(A, values, sup, **box(values), integer=True)
+    assert (lp.lo[0], lp.hi[0]) == (0.0, INF)
+    assert (ip.lo[0], ip.hi[0]) == (5.0, INF)
+    assert ip.exact.all() and lp.exact.all()
+
+
+# a 3×4×4 count table with all margins published and 32 inner cells suppressed (found by a
+# random search over GaussSuppression patterns): its LP and integer intervals differ
+GAP_INNER = [
+    [[0, 4, 1, 2], [3, 1, 1, 2], [2, 4, 1, 5], [2, 4, 3, 3]],
+    [[2, 4, 5, 5], [5, 4, 2, 2], [6, 1, 3, 3], [3, 1, 2, 2]],
+    [[2, 3, 3, 4], [7, 2, 10, 3], [3, 4, 4, 3], [2, 3, 3, 3]],
+]
+GAP_SUPPRESSED = [
+    [[0, 0, 1, 1], [0, 1, 1, 1], [1, 1, 1, 0], [1, 0, 0, 1]],
+    [[1, 1, 0, 0], [0, 0, 1, 1], [0, 1, 1, 1], [1, 1, 1, 1]],
+    [[1, 1, 1, 1], [0, 1, 0, 1], [1, 0, 0, 1], [1, 1, 1, 0]],
+]
+
+
+def _cp_sat_range(A_s, rhs, pos):
+    out = []
+    for sense in (-1, 1):
+        m = cp_model.CpModel()
+        xs = [m.new_int_var(0, 100, "") for _ in range(A_s.shape[1])]
+        for row, b in zip(A_s, rhs, strict=True):
+            if row.any():
+                m.add(sum(int(a) * x for a, x in zip(row, xs, strict=True) if a) == int(b))
+        (m.maximize if sense > 0 else m.minimize)(xs[pos])
+        solver = cp_model.CpSolver()
+        assert solver.solve(m) == cp_model.OPTIMAL
+        out.append(solver.objective_value)
+    return tuple(out)
+
+
+def test_three_way_table_where_lp_and_integer_bounds_differ():
+    X, A, values, labels = make_table(3, 4, 4, inner=GAP_INNER)
+    chosen = {
+        (f"c{i}", f"c{j}", f"c{k}")
+        for i, j, k in itertools.product(range(3), range(4), range(4))
+        if GAP_SUPPRESSED[i][j][k]
+    }
+    sup = mask(labels, chosen)
+    lp = audit_intervals(A, values, sup, **box(values))
+    ip = audit_intervals(A, values, sup, **box(values), integer=True)
+    assert lp.exact.all() and ip.exact.all()
+    at = {lab: labels.index(lab) for lab in [("c0", "c1", "c3"), ("c1", "c2", "c2")]}
+    c = at["c0", "c1", "c3"]  # true value 2
+    assert (lp.lo[c], lp.hi[c]) == (0.0, 4.0) and (ip.lo[c], ip.hi[c]) == (0.0, 3.0)
+    c = at["c1", "c2", "c2"]  # true value 3
+    assert (lp.lo[c], lp.hi[c]) == (1.0, 4.0) and (ip.lo[c], ip.hi[c]) == (2.0, 4.0)
+    S = np.flatnonzero(sup)
+    A_s, rhs = A[:, S].toarray(), -(A[:, ~sup] @ values[~sup])
+    for pos, c in enumerate(S):  # every integer interval is CP-SAT's own min and max
+        assert (ip.lo[c], ip.hi[c]) == _cp_sat_range(A_s, rhs, pos)
+    # upper protection 2 for the cell (c0, c1, c3) = 2: the LP audit says 4 is reachable, but no
+    # integer table has it above 3
+    primary = mask(labels, {("c0", "c1", "c3")})
+    upl, lpl = np.where(primary, 2.0, 0.0), np.where(primary, 1.0, 0.0)
+    assert audit_check(lp, values, primary, upl, lpl).all()
+    assert not audit_check(ip, values, primary, upl, lpl)[at["c0", "c1", "c3"]]
+
+
 ONN_U = [[2, 1, 2, 0, 2, 0], [1, 0, 2, 0, 0, 2], [1, 0, 0, 2, 2, 0], [0, 1, 0, 2, 0, 2]]  # [j][i]
 ONN_V = [[2, 1, 2, 3, 0, 0], [2, 1, 0, 0, 2, 1], [0, 0, 2, 1, 2, 3]]  # [k][i]
 ONN_W = [[2, 3, 2], [2, 1, 2], [2, 1, 2], [2, 1, 2]]  # [j][k]
@@ -196,6 +280,15 @@ def test_unbounded_interval_and_time_limit():
     assert not audit_check(res, values, primary, np.zeros(16), np.zeros(16))[c00]
 
 
+def test_explicit_zeros_in_A_are_not_coefficients():
+    A = sparse.csr_matrix(
+        (np.array([-1.0, 0.0, -1.0, 1.0]), np.array([0, 1, 2, 3]), np.array([0, 4])), shape=(1, 4)
+    )  # a - 0 b + c = t with the 0 stored explicitly; b is in no constraint
+    values = np.array([3.0, 5.0, 4.0, 7.0])
+    res = audit_intervals(A, values, np.array([True, True, True, False]), **box(values))
+    assert res.lo.tolist() == [0.0, 0.0, 0.0, 7.0] and res.hi.tolist() == [7.0, INF, 7.0, 7.0]
+
+
 def test_audit_check_rules():
     lo = np.array([0.0, 5.0, 0.0, 2.0, -INF])
     hi = np.array([10.0, 5.0, 10.0, 4.0, INF])
@@ -231,13 +324,23 @@ def test_input_errors():
 
 
 def _random_case(rng):
-    sizes = [int(rng.integers(2, 5)) for _ in range(int(rng.integers(2, 4)))]
-    inner = rng.poisson(3.0, size=sizes)
-    X, A, values, _ = make_table(*sizes, inner=inner)
+    """A random 2-D or 3-D table, flat or with a level of groups, protected by gauss_suppress."""
+    dims = []
+    for _ in range(int(rng.integers(2, 4))):
+        if rng.random() < 0.5:
+            dims.append(int(rng.integers(2, 5)))
+        else:
+            groups = int(rng.integers(1, 3))
+            spec = {f"g{g}": None for g in range(groups)}
+            for g in range(groups):
+                spec |= {f"g{g}.{i}": f"g{g}" for i in range(int(rng.integers(1, 4)))}
+            dims.append(spec)
+    shape = [int(_dim(d)[1].shape[0]) for d in dims]
+    X, A, values, _ = make_table(*dims, inner=rng.poisson(3.0, size=shape))
     primary = (values >= 1) & (values <= 2)
     if not primary.any():
         primary[int(np.argmin(np.where(values > 0, values, INF)))] = True
-    return X, A, values, gauss_suppress(X, primary, values + 1, values=values), len(sizes)
+    return X, A, values, gauss_suppress(X, primary, values + 1, values=values), len(dims)
 
 
 @pytest.mark.parametrize("seed", range(25))

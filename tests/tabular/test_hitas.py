@@ -291,7 +291,7 @@ def test_invalid_tables_are_refused(mutate, match):
 
 @pytest.mark.parametrize("seed", [5, 6])
 def test_the_audit_module_agrees_over_the_whole_table(seed):
-    audit = pytest.importorskip("sqlsdc.tabular.audit")
+    audit = pytest.importorskip("sqlsdc.tabular.attacker")
     cells, values, primary, A = hier_table({"r": HR, "c": HC}, seed, 0.2)
     pl = levels(values, primary)
     r = protect(cells, {"r": HR, "c": HC}, values, primary, pl, pl, values)

@@ -70,7 +70,7 @@ def test_magnitude_job_suppresses_dominated_cells_and_passes_the_audit(db):
 
 
 def test_no_suppressed_cell_can_be_recomputed_from_the_stored_table(db):
-    from sqlsdc.tabular.audit import audit_intervals
+    from sqlsdc.tabular.attacker import audit_intervals
 
     protect_query(db, "admin", PERSONS_GEO, into="old_people", rules=[FrequencyRule(5)])
     frame, _ = stored(db, "old_people")
@@ -177,3 +177,10 @@ def test_cli_protect_in_a_subprocess(db):
     assert denied.returncode == 5 and "not an admin" in denied.stderr
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert again.returncode == 1 and "--replace" in again.stderr and "Traceback" not in again.stderr
+
+
+def test_the_package_audit_stays_the_function():
+    import sqlsdc.tabular
+    import sqlsdc.tabular.attacker  # noqa: F401  (a submodule import rebinds its package name)
+
+    assert callable(sqlsdc.tabular.audit) and sqlsdc.tabular.audit.__module__.endswith(".api")

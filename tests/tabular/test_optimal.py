@@ -305,7 +305,7 @@ def test_invalid_input_is_refused(hand, change, match):
 
 @pytest.mark.parametrize("seed", [4, 5])
 def test_the_audit_module_agrees_that_primaries_are_protected(seed):
-    audit = pytest.importorskip("sqlsdc.tabular.audit")
+    audit = pytest.importorskip("sqlsdc.tabular.attacker")
     values, A, primary, upl, lpl = random_table(8, seed, density=0.12)
     r = solve(A, values, primary, upl, lpl, values)
     assert r.status == "optimal"

@@ -86,7 +86,7 @@ def audit_intervals(
         lower, upper: float64[C], a-priori bounds (``-inf`` / ``inf`` allowed); the true value
             of every suppressed cell must lie within them.
         integer: the cells are counts: bounds over integer tables (CP-SAT where the LP bound is
-            not attained at an integral vertex). Needs integral ``A``, values and finite bounds.
+            not attained at an integral vertex). Needs integral ``A``, values and bounds.
         time_limit: seconds for the whole audit (LP and CP-SAT together).
 
     Returns:
@@ -210,8 +210,8 @@ def _row_bounds(sub: sparse.csr_matrix, rhs, lower, upper):
     with np.errstate(invalid="ignore", divide="ignore"):
         lo_t = np.where(a > 0, (rhs[r] - omax) / a, (rhs[r] - omin) / a)  # a x_j >= rhs - omax
         hi_t = np.where(a > 0, (rhs[r] - omin) / a, (rhs[r] - omax) / a)
-    np.maximum.at(lo, c, np.nan_to_num(lo_t, nan=-np.inf))
-    np.minimum.at(hi, c, np.nan_to_num(hi_t, nan=np.inf))
+    np.maximum.at(lo, c, np.where(np.isnan(lo_t), -np.inf, lo_t))
+    np.minimum.at(hi, c, np.where(np.isnan(hi_t), np.inf, hi_t))
     return lo, hi
 
 
@@ -224,6 +224,10 @@ def _solve_component(sub, rhs, lower, upper, truth, integer, deadline):
         if np.any(out_lo > out_hi + _TOL * np.maximum(1.0, np.abs(out_hi))):
             _inconsistent()
     k = len(lower)
+    if k == 1:  # one cell: its rows pin it (or nothing does), exactly as the row bounds say
+        if integer:
+            out_lo, out_hi = np.ceil(out_lo - 1e-7), np.floor(out_hi + 1e-7)
+        return out_lo, out_hi, np.ones(1, dtype=bool)
     integral_data = bool(np.all(sub.data == np.round(sub.data)) and np.all(rhs == np.round(rhs)))
     lp = _ComponentLP(sub, rhs, lower, upper)
     lo, hi = out_lo.copy(), out_hi.copy()
@@ -231,10 +235,11 @@ def _solve_component(sub, rhs, lower, upper, truth, integer, deadline):
     lo_int, hi_int = np.zeros(k, dtype=bool), np.zeros(k, dtype=bool)  # attained at integers
 
     def attained(x, is_integral):
+        # a feasible table at a cell's (outer or proven) bound proves that bound exact
         tol = _TOL * np.maximum(1.0, np.abs(x)) + 1e-9
-        at_lo, at_hi = x <= out_lo + tol, x >= out_hi - tol
-        lo_int[at_lo & ~lo_ok] = is_integral
-        hi_int[at_hi & ~hi_ok] = is_integral
+        at_lo, at_hi = x <= lo + tol, x >= hi - tol
+        lo_int[at_lo] |= is_integral
+        hi_int[at_hi] |= is_integral
         lo_ok[at_lo] = True
         hi_ok[at_hi] = True
 
@@ -319,7 +324,7 @@ def _integer_bounds(sub, rhs, lower, upper, lo, hi, lo_ok, hi_ok, lo_int, hi_int
     cap = float(np.abs(truth).sum() + np.abs(rhs).sum() + 1)
     dom_lo = np.where(np.isinf(lo_i), -cap, lo_i).astype(np.int64)
     dom_hi = np.where(np.isinf(hi_i), cap, hi_i).astype(np.int64)
-    capped = np.isinf(lo_i) | np.isinf(hi_i)
+    cap_lo, cap_hi = np.isinf(lo_i), np.isinf(hi_i)
     model = cp_model.CpModel()
     xs = [model.new_int_var(int(a), int(b), "") for a, b in zip(dom_lo, dom_hi, strict=True)]
     for r in range(sub.shape[0]):
@@ -346,8 +351,8 @@ def _integer_bounds(sub, rhs, lower, upper, lo, hi, lo_ok, hi_ok, lo_int, hi_int
         status = solver.solve(model)
         if status == cp_model.OPTIMAL:
             sol = np.array([solver.value(x) for x in xs], dtype=np.float64)
-            if np.any(capped & ((sol <= dom_lo) | (sol >= dom_hi))):
-                continue  # a capped domain may have cut the optimum: keep the LP bound
+            if np.any((cap_lo & (sol <= dom_lo)) | (cap_hi & (sol >= dom_hi))):
+                continue  # an artificial cap may have cut the optimum: keep the LP bound
             val = float(solver.objective_value)
             if s > 0:
                 hi_i[j], ok_hi[j] = val, True
@@ -391,7 +396,8 @@ def _check(A, values, suppressed, lower, upper, integer):
         raise TabularError(
             f"A must be a scipy.sparse matrix (R equations × C cells), got {type(A)}"
         )
-    A = sparse.csr_matrix(A, dtype=np.float64)
+    A = sparse.csr_matrix(A, dtype=np.float64, copy=True)
+    A.eliminate_zeros()  # explicit zeros would read as "coefficient 0" in the row bounds
     n = A.shape[1]
     values = _vector(values, n, "values")
     lower, upper = _vector(lower, n, "lower"), _vector(upper, n, "upper")
