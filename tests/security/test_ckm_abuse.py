@@ -61,3 +61,37 @@ def test_splitting_a_cell_gives_noisy_parts_not_an_exact_difference(ckm, raw_ckm
     )
     exact = [m for m in truth if total[m] - rest.get(m, 0) == truth[m]]
     assert len(exact) < 0.5 * len(truth)
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("SELECT region, MAX(income, 3) FROM persons GROUP BY region", "MAX over confidential"),
+        ("SELECT region, SUM(income), MAX(ABS(income), 2)[2] FROM persons GROUP BY region",
+         "BRACKET is not allowed"),
+        ("SELECT region, [1, 2][1] AS x, COUNT(*) FROM persons GROUP BY region",
+         "BRACKET is not allowed"),
+    ],
+)  # fmt: skip
+def test_top_k_list_aggregates_are_the_rewrites_own(ckm, sql, message):
+    """The rewrite reads top contributions with MAX(x, k)[j]; an analyst may not."""
+    with pytest.raises(sqlsdc.PolicyViolation, match=message):
+        ckm.execute(sql)
+
+
+@pytest.mark.parametrize(
+    "on",
+    [
+        "p.person_id = q.person_id OR p.household_id = q.household_id",
+        "p.household_id = q.household_id",
+    ],
+)
+def test_joins_that_can_repeat_rows_keep_distinct_cell_keys(ckm, on):
+    """Only a chain of equalities on unique units proves the join's rows are one table's; an
+    OR or a non-unit equality can repeat rows, and then every table's keys count once."""
+    sql = f"SELECT p.region, COUNT(*) FROM persons p JOIN persons q ON {on} GROUP BY p.region"
+    try:
+        protected = ckm.explain(sql).sql
+    except sqlsdc.PolicyViolation:
+        return  # refused is safe too
+    assert protected.count("SUM(DISTINCT") == 2
