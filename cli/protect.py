@@ -6,7 +6,8 @@ import click
 from sqlsdc.cli.admin import admin_option
 from sqlsdc.cli.output import format_option, print_json, read_sql
 
-from sqlsdc.tabular.job import OUTPUT_SCHEMA, parse_rule, protect_query
+from sqlsdc.tabular.job import OUTPUT_SCHEMA, protect_query
+from sqlsdc.tabular.rules import parse_rule
 
 
 @click.command()

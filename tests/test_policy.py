@@ -340,7 +340,7 @@ def test_bounds_on_an_identifier():
          "users, version"),
         ({"tables__persons__colums": {}},
          "tables.persons: unknown key(s) colums; allowed here: columns, description, hierarchies, "
-         "kind, privacy_unit, protection"),
+         "kind, privacy_unit, protection, suppression"),
         ({"tables__persons__columns__income__bound": [0, 1]},
          "tables.persons.columns.income: unknown key(s) bound; allowed here: bounds, description, "
          "domain, references, role"),
@@ -601,3 +601,66 @@ def test_ckm_rule_problems_are_reported_together():
         "protection.magnitudes.ptable.js: only count tables have js",
     ):
         assert expected in text
+
+
+# --- suppression ------------------------------------------------------------------------------
+
+SUPPRESS = {"method": "suppress", "rules": ["freq:3", "nk:1,60"]}
+
+
+def test_suppress_rule_and_universe_build_the_model():
+    policy = load_policy(
+        doc(
+            tables__persons__protection={"counts": SUPPRESS, "magnitudes": {"method": "suppress"}},
+            tables__persons__suppression={"dimensions": ["geography", "sex"], "secondary": "hitas"},
+        )
+    )
+    persons = policy.table("persons")
+    assert persons.rule(AggregateKind.COUNTS).method is Method.SUPPRESS
+    assert persons.rule(AggregateKind.COUNTS).rules == ("freq:3", "nk:1,60")
+    assert persons.rule(AggregateKind.MAGNITUDES).rules == ()
+    assert persons.suppression.dimensions == ("geography", "sex")
+    assert persons.suppression.secondary.value == "hitas"
+    assert persons.suppression.cost == "value"
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"tables__persons__protection": {"counts": SUPPRESS}},
+         "tables.persons: method suppress needs `suppression: {dimensions: [...]}`, the "
+         "dimensions (or hierarchies) of the table every release is cut from"),
+        ({"tables__persons__suppression": {"dimensions": ["sex"]}},
+         "tables.persons.suppression: only used when counts or magnitudes use method suppress"),
+        ({"tables__persons__protection": {"counts": SUPPRESS},
+          "tables__persons__suppression": {"dimensions": ["income"]}},
+         "tables.persons.suppression.dimensions: 'income' is neither a dimension column nor a "
+         "hierarchy of this table"),
+        ({"tables__persons__protection": {"counts": SUPPRESS},
+          "tables__persons__suppression": {"dimensions": ["geography", "region"]}},
+         "tables.persons.suppression.dimensions: region appear(s) twice (directly and through a "
+         "hierarchy); name each level once"),
+        ({"tables__persons__protection": {"counts": {"method": "suppress", "rules": ["nk:1"]}},
+          "tables__persons__suppression": {"dimensions": ["sex"]}},
+         "tables.persons.protection.counts.rules.0: 'nk:1' is not a rule: freq:N[,R], nk:N,K, "
+         "p:P or pq:P,Q"),
+        ({"tables__persons__protection": {"counts": {"method": "threshold", "rules": ["freq:3"]}}},
+         "tables.persons.protection.counts.rules: only method suppress has primary rules"),
+        ({"tables__persons__protection": {"counts": {**SUPPRESS, "ptable": {"D": 2, "V": 1}}},
+          "tables__persons__suppression": {"dimensions": ["sex"]}},
+         "tables.persons.protection.counts: ptable do not apply to method suppress"),
+        ({"tables__regions__suppression": {"dimensions": ["region"]}},
+         "tables.regions.suppression: not used for a public table"),
+    ],
+    ids=["no-universe", "unused-universe", "measure", "twice", "bad-rule", "rules-threshold",
+         "ptable", "public"],
+)  # fmt: skip
+def test_suppression_problems(changes, message):
+    raises_exactly(doc(**changes), f"<policy>: {message}")
+
+
+def test_top_level_suppress_needs_a_universe_on_every_confidential_table():
+    with pytest.raises(sqlsdc.PolicyError) as info:
+        load_policy(doc(protection={"counts": SUPPRESS}))
+    assert "tables.persons: method suppress needs" in str(info.value)
+    assert "tables.households: method suppress needs" in str(info.value)

@@ -9,6 +9,8 @@ Tables:
     ptables         every perturbation table generated, by its parameters (never changed)
     ptable_entries  their rows: transition probability, noise and integer key interval [lo, hi)
     key_events      record-key generations and re-keyings (which change all CKM noise)
+    suppressions    per suppressed table: the fingerprint (data and settings) of its protected
+                    universe ``suppressed__<table>``, when and under which policy it was made
 """
 
 from __future__ import annotations
@@ -50,6 +52,13 @@ DDL = (
         column_name VARCHAR NOT NULL,
         mechanism VARCHAR NOT NULL,
         status VARCHAR NOT NULL)""",
+    f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.suppressions (
+        table_name VARCHAR PRIMARY KEY,
+        fingerprint VARCHAR NOT NULL,
+        policy_version INTEGER NOT NULL,
+        created_at TIMESTAMP NOT NULL,
+        cells BIGINT NOT NULL,
+        report VARCHAR NOT NULL)""",
     f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.ptables (
         ptable_id INTEGER PRIMARY KEY,
         kind VARCHAR NOT NULL,

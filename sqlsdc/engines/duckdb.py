@@ -125,6 +125,16 @@ def table_schemas(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, str]]:
     return schemas
 
 
+def table_columns(con: duckdb.DuckDBPyConnection, schema: str, table: str) -> list[str]:
+    """Column names of ``schema.table`` in order (empty when it does not exist)."""
+    rows = con.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
+        "AND schema_name = ? AND table_name = ? ORDER BY column_index",
+        [schema, table],
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
 def base_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
     """Names of real tables (not views) in the main schema."""
     rows = con.execute(

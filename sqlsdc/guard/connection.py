@@ -15,6 +15,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from sqlsdc.catalog import store
+from sqlsdc.catalog.patterns import ensure_patterns
 from sqlsdc.catalog.ptables import load_ptables
 from sqlsdc.catalog.setup import unit_index_name
 from sqlsdc.engines import duckdb as engine
@@ -171,6 +172,8 @@ class Connection:
             raise
         con.execute("BEGIN TRANSACTION")
         try:
+            if query.suppressed:
+                ensure_patterns(con, context.policy, context.policy_version, query.suppressed)
             tables_read = engine.tables_read_by(con, query.sql)
             check_engine_tables(tables_read, query.tree, context.policy)
             result = engine.run(con, query.sql, timeout=self.timeout)

@@ -22,6 +22,7 @@ from sqlsdc.guard.validate import validate_release
 from sqlsdc.policy import AggregateKind, Method, Policy
 from sqlsdc.rewrite.cells import STATUS_PREFIX, protect_cells
 from sqlsdc.rewrite.ckm import PTableKey, PTableRef, ckm_frame
+from sqlsdc.rewrite.suppress import suppress_frame
 from sqlsdc.rewrite.threshold import threshold_frame
 
 DIALECT = "duckdb"
@@ -72,6 +73,7 @@ class ProtectedQuery:
     fingerprint: str = ""
     tables: tuple[str, ...] = ()
     tree: exp.Expr | None = None
+    suppressed: tuple[str, ...] = ()  # tables whose protected universe the SQL reads
 
     def to_dict(self) -> dict:
         return {
@@ -124,6 +126,7 @@ def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
     builders = {
         Method.THRESHOLD: threshold_frame,
         Method.CKM: ckm_frame(context.policy, context.ptables),
+        Method.SUPPRESS: suppress_frame(context.policy),
     }
     protected = protect_cells(tree, plan, builders)
     protected = _rename_outputs(protected, names)
@@ -146,6 +149,15 @@ def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
         fingerprint=hashlib.sha256(text.encode()).hexdigest()[:16],
         tables=tuple(tables),
         tree=protected,
+        suppressed=tuple(
+            sorted(
+                {
+                    c.tables[0]
+                    for c in plan.cells
+                    if any(a.rule.method is Method.SUPPRESS for a in c.aggregates)
+                }
+            )
+        ),
     )
 
 

@@ -14,9 +14,11 @@ from sqlsdc.catalog.schema import CATALOG_SCHEMA
 from sqlsdc.errors import InternalError
 from sqlsdc.policy import Policy
 from sqlsdc.rewrite.cells import CELLS, STATUS_PREFIX
+from sqlsdc.rewrite.suppress import PATTERN_PREFIX
 
 INTERNAL_COLUMNS = ("__rkey",)
-CATALOG_TABLES = ("ptable_entries",)  # the only catalog table a protected query may read
+CATALOG_TABLES = ("ptable_entries",)  # catalog tables a protected query may read, with the
+# protected universes of suppressed tables (``suppressed__<table>``)
 
 
 def validate_release(tree: exp.Expr, policy: Policy) -> None:
@@ -47,11 +49,11 @@ def validate_release(tree: exp.Expr, policy: Policy) -> None:
 
 
 def _catalog_lookup(table: exp.Table) -> bool:
-    """A ptable read by a CKM frame, inside protected cells."""
+    """A ptable read by a CKM frame or a suppression pattern, inside protected cells."""
     return (
         table.db == CATALOG_SCHEMA
         and not table.args.get("catalog")
-        and table.name in CATALOG_TABLES
+        and (table.name in CATALOG_TABLES or table.name.startswith(PATTERN_PREFIX))
         and _protected(table, {}, set())
     )
 

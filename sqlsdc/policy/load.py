@@ -31,6 +31,8 @@ from sqlsdc.policy.model import (
     Policy,
     ProtectionRule,
     PTableSpec,
+    SecondaryMethod,
+    Suppression,
     Table,
     TableKind,
     User,
@@ -141,7 +143,9 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if v == "type":
         return f"expected {kind}, got {type(error.instance).__name__} {error.instance!r}"
     if v == "pattern":
-        return f"{error.instance!r} is not a valid name (letters, digits, _; a letter first)"
+        name = "a valid name (letters, digits, _; a letter first)"
+        expected = error.schema.get("description", name)
+        return f"{error.instance!r} is not {expected}"
     if v in ("minItems", "maxItems"):
         return f"expected {'at least' if v == 'minItems' else 'at most'} {kind} items"
     if v == "minProperties":
@@ -203,8 +207,9 @@ def _semantic_problems(doc: dict) -> list[str]:
                     problems += _rule_problems(
                         f"{where}.protection.{kind_name}", kind_name, protection[kind_name]
                     )
+            problems += _suppression_problems(where, spec, _uses_suppress(doc, spec))
         else:
-            for key in ("privacy_unit", "hierarchies", "protection"):
+            for key in ("privacy_unit", "hierarchies", "protection", "suppression"):
                 if key in spec:
                     problems.append(f"{where}.{key}: not used for a public table")
         for hname, levels in spec.get("hierarchies", {}).items():
@@ -221,6 +226,15 @@ def _semantic_problems(doc: dict) -> list[str]:
     if not any(u["role"] == "admin" for u in doc["users"].values()):
         problems.append("users: declare at least one user with role admin")
     return problems
+
+
+def _uses_suppress(doc: dict, spec: dict) -> bool:
+    """Whether a table's counts or magnitudes are protected by suppression (own or inherited)."""
+    own, top = spec.get("protection", {}), doc.get("protection", {})
+    return any(
+        (own.get(kind) or top.get(kind) or {}).get("method") == "suppress"
+        for kind in ("counts", "magnitudes")
+    )
 
 
 def _case_dupes(mapping: dict) -> str:
@@ -254,6 +268,8 @@ def _rule(rule: dict, k: int) -> ProtectionRule:
     method = Method(rule["method"])
     if method is Method.THRESHOLD:
         return ProtectionRule(method, k)
+    if method is Method.SUPPRESS:
+        return ProtectionRule(method, k, rules=tuple(rule.get("rules", ())))
     magnitude = None
     if "flex" in rule:
         flex = rule["flex"]
@@ -273,6 +289,49 @@ def _rule(rule: dict, k: int) -> ProtectionRule:
     return ProtectionRule(method, k, _ptable(rule["ptable"]), magnitude)
 
 
+def _suppression(spec: dict | None) -> Suppression | None:
+    if spec is None:
+        return None
+    return Suppression(
+        dimensions=tuple(d.lower() for d in spec["dimensions"]),
+        secondary=SecondaryMethod(spec.get("secondary", "gauss")),
+        cost=spec.get("cost", "value"),
+        time_limit=float(spec.get("time_limit", 60.0)),
+    )
+
+
+def _suppression_problems(where: str, spec: dict, uses_suppress: bool) -> list[str]:
+    """The suppression universe names dimensions (or hierarchies of them), each level once."""
+    universe = spec.get("suppression")
+    if universe is None:
+        if uses_suppress:
+            return [
+                f"{where}: method suppress needs `suppression: {{dimensions: [...]}}`, the "
+                "dimensions (or hierarchies) of the table every release is cut from"
+            ]
+        return []
+    if not uses_suppress:
+        return [f"{where}.suppression: only used when counts or magnitudes use method suppress"]
+    roles = {c.lower(): v["role"] for c, v in spec.get("columns", {}).items()}
+    hierarchies = {h.lower(): [lv.lower() for lv in levels]
+                   for h, levels in spec.get("hierarchies", {}).items()}  # fmt: skip
+    problems, seen = [], set()
+    for name in universe["dimensions"]:
+        levels = hierarchies.get(name.lower(), [name.lower()])
+        if name.lower() not in hierarchies and roles.get(name.lower()) != "dimension":
+            problems.append(
+                f"{where}.suppression.dimensions: {name!r} is neither a dimension column nor a "
+                "hierarchy of this table"
+            )
+        if twice := sorted(seen & set(levels)):
+            problems.append(
+                f"{where}.suppression.dimensions: {', '.join(twice)} appear(s) twice (directly "
+                "and through a hierarchy); name each level once"
+            )
+        seen |= set(levels)
+    return problems
+
+
 def _ptable(spec: dict) -> PTableSpec:
     return PTableSpec(
         D=int(spec["D"]),
@@ -288,6 +347,11 @@ def _ptable(spec: dict) -> PTableSpec:
 
 def _rule_problems(where: str, kind: str, rule: dict) -> list[str]:
     """Cross-field rules of a protection rule (cellKey ``ck_params_nums``/``ck_flexparams``)."""
+    if rule["method"] == "suppress":
+        extra = sorted(set(rule) - {"method", "min_frequency", "rules"})
+        return [f"{where}: {', '.join(extra)} do not apply to method suppress"] if extra else []
+    if "rules" in rule:
+        return [f"{where}.rules: only method suppress has primary rules"]
     if rule["method"] != "ckm":
         extra = sorted(set(rule) - {"method", "min_frequency"})
         return [f"{where}: {', '.join(extra)} only apply to method ckm"] if extra else []
@@ -365,6 +429,7 @@ def _build(doc: dict, label: str) -> Policy:
                 {} if kind is TableKind.PUBLIC else _rules(spec.get("protection"), top_rules)
             ),
             description=spec.get("description", ""),
+            suppression=_suppression(spec.get("suppression")),
         )
     users = {n: User(n, UserRole(u["role"])) for n, u in doc["users"].items()}
     return Policy(

@@ -52,6 +52,15 @@ class AggregateKind(StrEnum):
 class Method(StrEnum):
     THRESHOLD = "threshold"
     CKM = "ckm"
+    SUPPRESS = "suppress"
+
+
+class SecondaryMethod(StrEnum):
+    """Secondary suppression method of a ``suppress`` table (see :mod:`sqlsdc.tabular`)."""
+
+    GAUSS = "gauss"
+    OPTIMAL = "optimal"
+    HITAS = "hitas"
 
 
 @dataclass(frozen=True)
@@ -109,12 +118,33 @@ class ProtectionRule:
     CKM: the cell key method (Geyer et al. 2022; τ-ARGUS/cellKey): deterministic noise looked up
     in the perturbation table ``ptable`` with the cell key; ``magnitude`` holds the magnitude
     parameters. ``min_frequency`` still governs which groups may exist in nested results.
+    SUPPRESS: primary ``rules`` (``freq:3``, ``nk:1,60``, ``p:10``, ``pq:25,50``; default: the
+    frequency rule with ``min_frequency``, plus ``p:10`` for magnitudes) and secondary
+    suppression over the table's :class:`Suppression` universe.
     """
 
     method: Method = Method.THRESHOLD
     min_frequency: int = DEFAULT_MIN_FREQUENCY
     ptable: PTableSpec | None = None
     magnitude: MagnitudeCkm | None = None
+    rules: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Suppression:
+    """The table every suppressed release of a confidential table is cut from.
+
+    ``dimensions`` are dimension columns or hierarchy names; their full cross-classification
+    with every margin and sub-total is protected once (primary rules, ``secondary`` suppression
+    at minimum ``cost``, attacker audit), and queries read their cells from it. Protecting one
+    covering table, not each query's own table, is what keeps overlapping releases consistent:
+    every published cell comes from one audited pattern (the linked-tables approach of τ-ARGUS).
+    """
+
+    dimensions: tuple[str, ...]
+    secondary: SecondaryMethod = SecondaryMethod.GAUSS
+    cost: str = "value"
+    time_limit: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -136,6 +166,7 @@ class Table:
     hierarchies: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     protection: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     description: str = ""
+    suppression: Suppression | None = None
 
     @property
     def is_public(self) -> bool:

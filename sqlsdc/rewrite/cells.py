@@ -63,7 +63,8 @@ def protect_cells(tree: exp.Expr, plan: QueryPlan, builders: dict[Method, FrameB
     """Return a protected copy of ``tree``; ``plan`` refers to nodes of ``tree``, left unchanged.
 
     ``builders`` maps a protection method to the module that builds its frame; an aggregation
-    with any CKM aggregate is built by the CKM builder (which protects the others too).
+    with any CKM aggregate is built by the CKM builder (which protects the others too), one with
+    any suppressed aggregate by the suppression builder (which refuses the others).
     """
     copy = tree.copy()
     twin = {id(a): b for a, b in zip(tree.walk(), copy.walk(), strict=True)}
@@ -79,7 +80,9 @@ def protect_cells(tree: exp.Expr, plan: QueryPlan, builders: dict[Method, FrameB
             [twin[id(a.node)] for a in cell_plan.aggregates],
         )
         methods = {a.rule.method for a in cell_plan.aggregates}
-        method = Method.CKM if Method.CKM in methods else Method.THRESHOLD
+        method = next(
+            (m for m in (Method.SUPPRESS, Method.CKM) if m in methods), Method.THRESHOLD
+        )
         protected = _lift(cells, builders[method](cells, twin))
         if cells.select is copy:
             copy = protected

@@ -32,19 +32,9 @@ from sqlsdc.errors import AccessDenied, TabularError
 from sqlsdc.policy import ColumnRole, Policy, UserRole, load_policy
 from sqlsdc.tabular.api import protect
 from sqlsdc.tabular.model import Hierarchy, Table
-from sqlsdc.tabular.rules import (
-    DominanceRule,
-    FrequencyRule,
-    PPercentRule,
-    PQRule,
-    default_rules,
-    required_top_k,
-)
+from sqlsdc.tabular.rules import FrequencyRule, default_rules, required_top_k
 
 OUTPUT_SCHEMA = "protected"
-RULES = {"freq": FrequencyRule, "nk": DominanceRule, "p": PPercentRule, "pq": PQRule}
-RULE_FIELDS = {"freq": ("min_freq", "safety_range"), "nk": ("n", "k"), "p": ("p",),
-               "pq": ("p", "q")}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -72,24 +62,6 @@ class JobReport:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def parse_rule(text: str):
-    """A primary rule from ``freq:3[,30]``, ``nk:2,85``, ``p:10`` or ``pq:25,50``."""
-    name, _, numbers = text.partition(":")
-    if name not in RULES:
-        raise TabularError(f"unknown rule {text!r}; use one of freq:N, nk:N,K, p:P, pq:P,Q")
-    try:
-        values = [float(v) for v in numbers.split(",")] if numbers else []
-    except ValueError:
-        raise TabularError(f"rule {text!r}: parameters must be numbers") from None
-    fields = RULE_FIELDS[name]
-    if len(values) > len(fields):
-        raise TabularError(f"rule {text!r} takes at most {len(fields)} numbers: {fields}")
-    kwargs = {
-        f: (int(v) if f in ("min_freq", "n") else v) for f, v in zip(fields, values, strict=False)
-    }
-    return RULES[name](**kwargs)
 
 
 def parse_job(sql: str, policy: Policy) -> JobSpec:

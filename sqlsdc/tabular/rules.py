@@ -339,6 +339,24 @@ def apply_rules(table_or_stats, rules: Sequence, *, min_level: float = 1.0) -> P
     return PrimaryResult(primary, upl, lpl, names)
 
 
+def parse_rule(text: str):
+    """A primary rule from ``freq:3[,30]``, ``nk:2,85``, ``p:10`` or ``pq:25,50``."""
+    name, _, numbers = text.partition(":")
+    if name not in RULES:
+        raise TabularError(f"unknown rule {text!r}; use one of freq:N, nk:N,K, p:P, pq:P,Q")
+    try:
+        values = [float(v) for v in numbers.split(",")] if numbers else []
+    except ValueError:
+        raise TabularError(f"rule {text!r}: parameters must be numbers") from None
+    fields = RULE_FIELDS[name]
+    if len(values) > len(fields):
+        raise TabularError(f"rule {text!r} takes at most {len(fields)} numbers: {fields}")
+    kwargs = {
+        f: (int(v) if f in ("min_freq", "n") else v) for f, v in zip(fields, values, strict=False)
+    }
+    return RULES[name](**kwargs)
+
+
 def default_rules(count: bool) -> list:
     """Frequency rule for frequency tables; frequency and p%-rule for magnitude tables."""
     return [FrequencyRule()] if count else [FrequencyRule(), PPercentRule()]
@@ -353,6 +371,11 @@ def required_top_k(rules: Sequence) -> int:
         elif isinstance(r, PQRule):
             k = max(k, r.n + 1)
     return k
+
+
+RULES = {"freq": FrequencyRule, "nk": DominanceRule, "p": PPercentRule, "pq": PQRule}
+RULE_FIELDS = {"freq": ("min_freq", "safety_range"), "nk": ("n", "k"), "p": ("p",),
+               "pq": ("p", "q")}  # fmt: skip
 
 
 # --- helpers --------------------------------------------------------------------------------

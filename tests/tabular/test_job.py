@@ -15,9 +15,9 @@ import pytest
 
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import AccessDenied, TabularError
-from sqlsdc.tabular.job import parse_rule, protect_query
+from sqlsdc.tabular.job import protect_query
 from sqlsdc.tabular.model import Table
-from sqlsdc.tabular.rules import DominanceRule, FrequencyRule, PPercentRule
+from sqlsdc.tabular.rules import DominanceRule, FrequencyRule, PPercentRule, parse_rule
 
 TURNOVER = "SELECT nace, region, SUM(turnover) FROM enterprises GROUP BY nace, region"
 PERSONS_GEO = (

@@ -1,0 +1,341 @@
+"""The suppression universe of a confidential table: the one table every release is cut from.
+
+Under ``method: suppress`` the policy names the dimensions (``suppression.dimensions``; a
+hierarchy stands for all its levels). Their cross-classification with every margin and
+sub-total is protected once, for the unit counts and for every measure: the cells are computed
+in SQL (per unit summed first, then per inner cell the units, the sum and the largest unit
+contributions), margins, primary rules, secondary suppression and the attacker audit run on
+those aggregated cells with :func:`sqlsdc.tabular.protect`. Queries then read cells of this
+pattern, so no combination of releases can reveal more than the one audited table does — the
+covering-table approach τ-ARGUS takes for linked tables (Hundepool et al., *Statistical
+Disclosure Control*, 2012, §4.4.5; de Wolf & Giessing 2009, "Adjusting the τ-ARGUS modular
+approach to deal with linked tables").
+
+When the data or the policy change, the universe is protected again, and what earlier patterns
+released stays as it was (the ledger's promise): a cell suppressed before stays suppressed, and a
+cell published before whose value is unchanged is known to the attacker, so it stays published
+(even when stricter rules now flag it) and the new pattern cannot rely on hiding it. Differencing
+old and new releases therefore recovers no suppressed cell.
+
+The pattern is one row per cell: ``__level`` (bit ``j`` set when universe column ``j`` is a
+total in that cell), the universe columns as text (None where a total; codes are compared as
+text, as in τ-ARGUS code lists), and per aggregate the published value (None when suppressed),
+its status and, for measures, the number of contributors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from sqlglot import exp
+
+from sqlsdc.errors import TabularError
+from sqlsdc.policy import AggregateKind, ColumnRole, Method, Policy, ProtectionRule
+from sqlsdc.tabular.api import protect
+from sqlsdc.tabular.model import TOTAL, Hierarchy, Table
+from sqlsdc.tabular.rules import (
+    FrequencyRule,
+    ManualRule,
+    PPercentRule,
+    RuleResult,
+    parse_rule,
+    required_top_k,
+)
+
+LEVEL = "__level"
+COUNT = "count"  # the aggregate name of unit counts
+STATUS, VALUE, CONTRIBUTORS = "__status", "__value", "__n"
+EARLIER = "earlier release"
+
+
+@dataclass(frozen=True)
+class Universe:
+    """What one confidential table's suppression protects.
+
+    ``groups`` are the universe dimensions as ``(name, level columns coarse to fine)``; a flat
+    dimension is a group of one column. ``columns`` flattens them: bit ``j`` of ``__level``
+    refers to ``columns[j]``.
+    """
+
+    table: str
+    unit: str
+    groups: tuple[tuple[str, tuple[str, ...]], ...]
+    measures: tuple[str, ...]
+    counts: ProtectionRule | None  # None when counts are not protected by suppression
+    magnitudes: ProtectionRule | None
+    secondary: str
+    cost: str
+    time_limit: float
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return tuple(c for _name, levels in self.groups for c in levels)
+
+    @property
+    def aggregates(self) -> tuple[str, ...]:
+        """``count`` (when counts are suppressed) and every measure (when magnitudes are)."""
+        return ((COUNT,) if self.counts else ()) + (self.measures if self.magnitudes else ())
+
+    def rules(self, aggregate: str) -> list:
+        """The primary rules of one aggregate (policy ``rules``, or the defaults)."""
+        rule = self.counts if aggregate == COUNT else self.magnitudes
+        if rule.rules:
+            return [parse_rule(r) for r in rule.rules]
+        defaults = [FrequencyRule(min_freq=rule.min_frequency)]
+        return defaults if aggregate == COUNT else [PPercentRule(), *defaults]
+
+    def settings(self) -> dict:
+        """Everything of the policy the pattern depends on (part of its fingerprint)."""
+        return {
+            "groups": self.groups,
+            "measures": self.measures,
+            "rules": {a: [repr(r) for r in self.rules(a)] for a in self.aggregates},
+            "secondary": self.secondary,
+            "cost": self.cost,
+        }
+
+
+def universe_of(policy: Policy, table_name: str) -> Universe:
+    """The universe the policy declares for a table whose counts or magnitudes are suppressed."""
+    table = policy.table(table_name)
+    spec = table.suppression
+    if spec is None:
+        raise TabularError(f"table {table.name} has no suppression universe in the policy")
+    groups = tuple(
+        (name, tuple(table.hierarchies.get(name, (name,)))) for name in spec.dimensions
+    )
+    measures = tuple(c.name for c in table.columns.values() if c.role is ColumnRole.MEASURE)
+    rules = {k: table.rule(k) for k in AggregateKind}
+    return Universe(
+        table=table.name,
+        unit=table.privacy_unit,
+        groups=groups,
+        measures=measures,
+        counts=_if_suppress(rules[AggregateKind.COUNTS]),
+        magnitudes=_if_suppress(rules[AggregateKind.MAGNITUDES]),
+        secondary=spec.secondary.value,
+        cost=spec.cost,
+        time_limit=spec.time_limit,
+    )
+
+
+def _if_suppress(rule: ProtectionRule) -> ProtectionRule | None:
+    return rule if rule.method is Method.SUPPRESS else None
+
+
+def top_k(universe: Universe) -> int:
+    """Largest contributions per cell the magnitude rules read."""
+    if not universe.magnitudes or not universe.measures:
+        return 0
+    return max(required_top_k(universe.rules(m)) for m in universe.measures)
+
+
+def inner_cells_sql(universe: Universe) -> exp.Select:
+    """Per inner cell of the universe: ``__units`` and, per measure, ``<m>__sum``,
+    ``<m>__n`` (units with a value) and ``<m>__top`` (largest unit contributions, a list).
+
+    A unit's rows in one cell are one contribution (summed first), as the rules require.
+    """
+    dims = [exp.column(c) for c in universe.columns]
+    unit = exp.column(universe.unit)
+    per_unit = exp.select(unit, *[d.copy() for d in dims]).from_(universe.table)
+    for m in universe.measures:
+        per_unit = per_unit.select(exp.alias_(exp.Sum(this=exp.column(m)), m))
+    per_unit = per_unit.group_by(unit.copy(), *[d.copy() for d in dims])
+    cells = exp.select(*[d.copy() for d in dims]).from_(per_unit.subquery("__u"))
+    cells = cells.select(exp.alias_(exp.Count(this=exp.Star()), "__units"))
+    k = top_k(universe)
+    for m in universe.measures if universe.magnitudes else ():
+        x = exp.column(m)
+        cells = cells.select(
+            exp.alias_(exp.Sum(this=x.copy()), f"{m}__sum"),
+            exp.alias_(exp.Count(this=x.copy()), f"{m}__n"),
+            exp.alias_(exp.Max(this=x.copy(), count=exp.Literal.number(k)), f"{m}__top"),
+        )
+    cells = cells.group_by(*[d.copy() for d in dims])
+    return cells.order_by(*[exp.Ordered(this=d.copy(), nulls_first=True) for d in dims])
+
+
+def fingerprint(universe: Universe, cells: pd.DataFrame) -> str:
+    """Changes whenever the inner cells (data) or the policy settings of the pattern change."""
+    digest = hashlib.sha256(json.dumps(universe.settings(), sort_keys=True).encode())
+    digest.update(cells.to_csv(index=False).encode())
+    return digest.hexdigest()
+
+
+def protect_universe(
+    universe: Universe, cells: pd.DataFrame, earlier: pd.DataFrame | None = None
+) -> tuple[pd.DataFrame, dict]:
+    """Protect every aggregate of the universe; return the pattern and a report.
+
+    ``cells`` is the result of :func:`inner_cells_sql`; ``earlier`` a pattern stored before
+    (same layout as the one returned), whose suppressions are kept and whose unchanged
+    published cells are forced published.
+
+    Raises:
+        TabularError: a universe column holds NULLs, or no audited pattern exists.
+    """
+    for column in universe.columns:
+        if cells[column].isna().any():
+            raise TabularError(
+                f"{universe.table}.{column} has NULL values; suppression needs a code in every "
+                "row (recode missing values, e.g. to 'unknown')"
+            )
+    codes = cells[list(universe.columns)].astype(str)
+    dims, hierarchies = _dimensions(universe, codes)
+    pattern: pd.DataFrame | None = None
+    report: dict = {"cells": 0, "aggregates": {}}
+    for aggregate in universe.aggregates:
+        table = _table(universe, aggregate, cells, codes, dims, hierarchies)
+        coordinates = _coordinates(universe, table.cells[dims], hierarchies)
+        if pattern is None:
+            pattern = coordinates
+        before = _earlier(coordinates, earlier, aggregate)
+        kept, forced = _carried_over(table, before)
+        rules = [_Known(rule, forced) for rule in universe.rules(aggregate)]
+        result = protect(
+            table,
+            rules=rules,
+            method=universe.secondary,
+            cost=universe.cost,
+            primary=ManualRule(kept, safety_range=0.0, name=EARLIER) if kept.any() else None,
+            forced=forced if forced.any() else None,
+            time_limit=universe.time_limit,
+        )
+        published = (result["status"] == "published").to_numpy()
+        pattern[f"{aggregate}{VALUE}"] = result["value"].where(published).to_numpy()
+        pattern[f"{aggregate}{STATUS}"] = result["status"].to_numpy()
+        if aggregate != COUNT:
+            pattern[f"{aggregate}{CONTRIBUTORS}"] = result["n"].where(published).to_numpy()
+        audit = result.attrs["audit"]
+        report["aggregates"][aggregate] = {
+            "primary": audit.n_primary,
+            "secondary": audit.n_secondary,
+            "kept_from_earlier": int(kept.sum()),
+            "known_from_earlier": int(forced.sum()),
+            "audit_passed": audit.passed,
+            "audit_exact": audit.exact,
+            "method": audit.method,
+        }
+    report["cells"] = 0 if pattern is None else len(pattern)
+    return pattern, report
+
+
+def _dimensions(universe: Universe, codes: pd.DataFrame) -> tuple[list[str], dict]:
+    """Folded dimensions: a hierarchy becomes one dimension holding codes of all its levels."""
+    dims, hierarchies = [], {}
+    for name, levels in universe.groups:
+        dims.append(name)
+        if len(levels) > 1:
+            hierarchies[name] = Hierarchy.from_levels(codes, list(levels))
+    return dims, hierarchies
+
+
+def _table(universe, aggregate, cells, codes, dims, hierarchies) -> Table:
+    frame = pd.DataFrame({name: codes[levels[-1]] for name, levels in universe.groups})
+    if aggregate == COUNT:
+        frame["value"] = cells["__units"].astype(float)
+        frame["n"] = cells["__units"]
+        tops = []
+    else:
+        frame["value"] = cells[f"{aggregate}__sum"].fillna(0).astype(float)
+        frame["n"] = cells[f"{aggregate}__n"]
+        k = top_k(universe)
+        tops = [f"top{j + 1}" for j in range(k)]
+        lists = cells[f"{aggregate}__top"]
+        for j, name in enumerate(tops):
+            frame[name] = [
+                float(t[j]) if t is not None and len(t) > j and t[j] is not None else 0.0
+                for t in lists
+            ]
+    return Table.from_cells(frame, dims, top=tops, hierarchies=hierarchies or None)
+
+
+def _coordinates(universe: Universe, folded: pd.DataFrame, hierarchies) -> pd.DataFrame:
+    """``__level`` and the universe columns (codes as text, None at totals) of every cell."""
+    out = pd.DataFrame(index=range(len(folded)))
+    level = np.zeros(len(folded), dtype=np.int64)
+    bit = 0
+    for name, levels in universe.groups:
+        chains = _chains(hierarchies.get(name))
+        code = folded[name].tolist()
+        for depth, column in enumerate(levels):
+            values = []
+            for c in code:
+                chain = () if c == TOTAL else chains.get(c, (c,))
+                values.append(chain[depth] if depth < len(chain) else None)
+            out[column] = values
+            level |= np.where(pd.isna(out[column]).to_numpy(), 1 << bit, 0)
+            bit += 1
+    out.insert(0, LEVEL, level)
+    return out
+
+
+def _chains(hierarchy: Hierarchy | None) -> dict[str, tuple[str, ...]]:
+    """For a hierarchy: every code's ancestors from the coarsest level down to itself."""
+    if hierarchy is None:
+        return {}
+    parents = hierarchy.parents
+    chains = {}
+    for code in hierarchy.codes[1:]:
+        chain = [code]
+        while parents[chain[0]] not in (None, hierarchy.total):
+            chain.insert(0, parents[chain[0]])
+        chains[code] = tuple(chain)
+    return chains
+
+
+def _earlier(coordinates: pd.DataFrame, earlier: pd.DataFrame | None, aggregate: str):
+    """The earlier pattern's value and status of ``aggregate``, aligned to ``coordinates``.
+
+    Both patterns hold their codes as text (None at totals), so cells match exactly.
+    """
+    if earlier is None or f"{aggregate}{STATUS}" not in earlier.columns:
+        return None
+    keys = list(coordinates.columns)
+    left = coordinates[keys].astype(object).fillna(_TOTAL_KEY)
+    right = earlier[keys].astype(object).fillna(_TOTAL_KEY)
+    right["value"] = earlier[f"{aggregate}{VALUE}"].to_numpy()
+    right["status"] = earlier[f"{aggregate}{STATUS}"].to_numpy()
+    merged = left.merge(right, on=keys, how="left", validate="one_to_one")
+    return merged[["value", "status"]]
+
+
+_TOTAL_KEY = "\x00total"
+
+
+def _carried_over(table: Table, before) -> tuple[np.ndarray, np.ndarray]:
+    """Cells to keep suppressed, and cells published before with the same value (known)."""
+    none = np.zeros(len(table.cells), dtype=bool)
+    if before is None:
+        return none, none
+    status = before["status"].to_numpy(dtype=object)
+    kept = np.isin(status, ["primary", "secondary"])
+    same = before["value"].to_numpy(dtype=float) == table.values
+    return kept, (status == "published") & same
+
+
+@dataclass(frozen=True)
+class _Known:
+    """A primary rule that exempts cells the attacker already knows.
+
+    A cell published before with the same value stays published, even when stricter rules
+    now flag it: hiding it would protect nothing, and a pattern built on hiding it would only
+    seem to protect its neighbours.
+    """
+
+    rule: object
+    known: np.ndarray
+
+    @property
+    def name(self) -> str:
+        return self.rule.name
+
+    def evaluate(self, stats) -> RuleResult:
+        found = self.rule.evaluate(stats)
+        keep = ~self.known
+        return RuleResult(found.sensitive & keep, found.upl * keep, found.lpl * keep)
