@@ -29,6 +29,44 @@ def threshold_policy():
     return load_policy(document, name="threshold-demo-policy")
 
 
+ENTERPRISE_RULES = {"counts": ["freq:3"], "magnitudes": ["nk:1,60", "freq:3"]}
+
+
+def suppress_document(**changes) -> dict:
+    """The demo policy with suppression for enterprises (nace x region) and persons
+    (geography hierarchy x sex)."""
+    document = demo_policy().document_dict()
+    enterprises = document["tables"]["enterprises"]
+    rules = {**ENTERPRISE_RULES, **changes}
+    enterprises["protection"] = {
+        "counts": {"method": "suppress", "rules": rules["counts"]},
+        "magnitudes": {"method": "suppress", "rules": rules["magnitudes"]},
+    }
+    enterprises["suppression"] = {"dimensions": ["nace", "region"]}
+    persons = document["tables"]["persons"]
+    persons["protection"] = {
+        "counts": {"method": "suppress", "rules": ["freq:5"]},
+        "magnitudes": {"method": "suppress", "rules": ["p:10", "freq:5"]},
+    }
+    persons["suppression"] = {"dimensions": ["geography", "sex"]}
+    return document
+
+
+@pytest.fixture(scope="session")
+def make_suppress_document():
+    """:func:`suppress_document`, for tests that change its rules."""
+    return suppress_document
+
+
+@pytest.fixture(scope="session")
+def suppress_template(tmp_path_factory):
+    """A demo database whose enterprises and persons are protected by suppression; copy it."""
+    path = tmp_path_factory.mktemp("suppress") / "template.duckdb"
+    policy = load_policy(suppress_document(), name="suppress-demo")
+    build_demo_database(path, persons=20_000, seed=7, policy=policy)
+    return path
+
+
 @pytest.fixture(scope="session")
 def pristine_demo_db(tmp_path_factory) -> Path:
     """A demo database (20,000 persons, threshold protection) that no test opens: the

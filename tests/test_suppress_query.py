@@ -17,40 +17,9 @@ import pytest
 
 import sqlsdc
 from sqlsdc import admin
-from sqlsdc.demo.build import build_demo_database, demo_policy
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.policy import load_policy
 from sqlsdc.tabular import audit
-
-ENTERPRISE_RULES = {"counts": ["freq:3"], "magnitudes": ["nk:1,60", "freq:3"]}
-
-
-def suppress_document(**changes) -> dict:
-    """The demo policy with suppression for enterprises (nace x region) and persons
-    (geography hierarchy x sex)."""
-    document = demo_policy().document_dict()
-    enterprises = document["tables"]["enterprises"]
-    rules = {**ENTERPRISE_RULES, **changes}
-    enterprises["protection"] = {
-        "counts": {"method": "suppress", "rules": rules["counts"]},
-        "magnitudes": {"method": "suppress", "rules": rules["magnitudes"]},
-    }
-    enterprises["suppression"] = {"dimensions": ["nace", "region"]}
-    persons = document["tables"]["persons"]
-    persons["protection"] = {
-        "counts": {"method": "suppress", "rules": ["freq:5"]},
-        "magnitudes": {"method": "suppress", "rules": ["p:10", "freq:5"]},
-    }
-    persons["suppression"] = {"dimensions": ["geography", "sex"]}
-    return document
-
-
-@pytest.fixture(scope="module")
-def suppress_template(tmp_path_factory):
-    path = tmp_path_factory.mktemp("suppress") / "template.duckdb"
-    policy = load_policy(suppress_document(), name="suppress-demo")
-    build_demo_database(path, persons=20_000, seed=7, policy=policy)
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -304,10 +273,12 @@ def test_the_pattern_table_cannot_be_read_directly(guarded):
             guarded.execute(sql)
 
 
-def test_mixing_suppression_with_another_method_is_refused(suppress_template, tmp_path):
+def test_mixing_suppression_with_another_method_is_refused(
+    suppress_template, make_suppress_document, tmp_path
+):
     path = tmp_path / "mixed.duckdb"
     shutil.copy(suppress_template, path)
-    document = suppress_document()
+    document = make_suppress_document()
     document["tables"]["enterprises"]["protection"]["counts"] = {"method": "threshold"}
     admin.apply(path, load_policy(document), "admin")
     with sqlsdc.connect(path, user="analyst") as con:
@@ -366,13 +337,15 @@ def test_new_data_never_publishes_what_an_earlier_pattern_hid(suppress_template,
     }
 
 
-def test_stricter_rules_keep_earlier_suppressions(suppress_template, tmp_path):
+def test_stricter_rules_keep_earlier_suppressions(
+    suppress_template, make_suppress_document, tmp_path
+):
     path = tmp_path / "rules.duckdb"
     shutil.copy(suppress_template, path)
     sql = "SELECT nace, region, COUNT(*) AS n FROM enterprises GROUP BY nace, region"
     with sqlsdc.connect(path, user="analyst") as con:
         before = con.execute(sql).df()
-    admin.apply(path, load_policy(suppress_document(counts=["freq:4"])), "admin")
+    admin.apply(path, load_policy(make_suppress_document(counts=["freq:4"])), "admin")
     with sqlsdc.connect(path, user="analyst") as con:
         after = con.execute(sql).df()
     merged = before.merge(after, on=["nace", "region"], suffixes=("_b", "_a"))
@@ -381,3 +354,12 @@ def test_stricter_rules_keep_earlier_suppressions(suppress_template, tmp_path):
     assert (merged.loc[merged["n_a"].notna(), "n_a"] >= 3).all()
     threes = merged["n_a"] == 3
     assert threes.any() and (merged.loc[threes, "n_b"] == 3).all()
+
+
+def test_spark_refuses_suppressed_queries(guarded):
+    from sqlsdc.engines.spark import run_protected
+
+    query = guarded.explain("SELECT nace, COUNT(*) FROM enterprises GROUP BY nace")
+    assert query.suppressed == ("enterprises",)
+    with pytest.raises(sqlsdc.NotSupportedError, match="DuckDB"):
+        run_protected(None, query)

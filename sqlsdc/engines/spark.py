@@ -865,4 +865,9 @@ def run_protected(engine: SparkEngine, query: ProtectedQuery) -> pa.Table:
 
     if query.tree is None:
         raise ProgrammingError("the protected query has no tree; get it from con.explain()")
+    if query.suppressed:
+        raise NotSupportedError(
+            f"{', '.join(query.suppressed)} is protected by suppression, whose pattern is made "
+            "and kept fresh by the DuckDB engine; run this query through sqlsdc.connect"
+        )
     return values_of(engine.run(query.tree), query)

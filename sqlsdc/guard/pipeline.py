@@ -87,6 +87,9 @@ class ProtectedQuery:
         lines = ["columns:"]
         for c in self.columns:
             k = f" (min_frequency {c.min_frequency})" if c.mechanism == "threshold" else ""
+            if c.mechanism == "suppress":
+                k = " (cells of the audited suppression pattern of " + ", ".join(self.suppressed)
+                k += "; NULL when suppressed)"
             if c.noise is not None:
                 deviation = max(abs(v) for v, _p in c.noise.noise)
                 k = f" (noise variance {c.noise.variance:.3g}, at most ±{deviation:g})"
