@@ -223,6 +223,9 @@ def _store(con, result, spec, sql, into, method, user, version) -> JobReport:
     out = result[[*[c for c in result.columns if c not in _INTERNAL]]].copy()
     out["value"] = out["value"].where(published)
     out["n"] = out["n"].where(published)
+    # the attacker's interval of each suppressed cell, derived from the published cells only
+    out["lower_bound"] = result["lo"].where(~published)
+    out["upper_bound"] = result["hi"].where(~published)
     audit = result.attrs["audit"]
     fired: dict[str, int] = {}
     for rule in result["rule"].dropna():

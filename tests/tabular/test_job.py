@@ -67,6 +67,14 @@ def test_magnitude_job_suppresses_dominated_cells_and_passes_the_audit(db):
     assert set(report.rules_fired) <= {"nk(1,60)", FrequencyRule(3).name}
     assert ("protected.turnover", "suppress", "admin") in outputs
     assert not {"upl", "lpl", "top1"} & set(frame.columns)  # levels would reveal contributions
+    hidden = frame[frame.status != "published"]
+    assert (hidden.lower_bound < hidden.upper_bound).all()
+    assert frame.loc[frame.status == "published", ["lower_bound", "upper_bound"]].isna().all(axis=None)
+    truth = raw.set_index(["nace", "region"])
+    for row in hidden.itertuples():  # the stored interval holds the true value
+        if (row.nace, row.region) in truth.index:
+            assert row.lower_bound - 1e-6 <= truth.loc[(row.nace, row.region), "t"]
+            assert truth.loc[(row.nace, row.region), "t"] <= row.upper_bound + 1e-6
 
 
 def test_no_suppressed_cell_can_be_recomputed_from_the_stored_table(db):
