@@ -19,7 +19,8 @@ from sqlsdc.mechanisms.ckm import utility_risk
 from sqlsdc.policy import Policy, UserRole, load_policy
 
 
-def _require_admin(con, user: str) -> tuple[int, dict, str]:
+def require_admin(con, user: str) -> tuple[int, dict, str]:
+    """``(version, document, source)`` of the policy in force, if ``user`` is an admin in it."""
     current = store.current_policy(con)
     if current is None:
         raise Error("this database has no sqlsdc catalog; run `sqlsdc init DB --policy FILE`")
@@ -36,7 +37,7 @@ def apply(db: str | Path, policy: Policy | str | Path, user: str) -> ApplyReport
         policy = load_policy(policy)
     con = engine.open_database(db, read_only=False)
     try:
-        _require_admin(con, user)
+        require_admin(con, user)
         return apply_policy(con, policy, applied_by=user)
     finally:
         con.close()
@@ -65,7 +66,7 @@ def audit(
     """Newest audit entries first (read by an admin)."""
     con = engine.open_database(db, read_only=True)
     try:
-        _require_admin(con, user)
+        require_admin(con, user)
         return pd.DataFrame(
             store.audit_entries(con, user=who, decision=decision, limit=limit),
             columns=store.AUDIT_COLUMNS,
@@ -83,7 +84,7 @@ def rekey(db: str | Path, user: str, *, tables: list[str] | None = None) -> dict
     """
     con = engine.open_database(db, read_only=False)
     try:
-        current = _require_admin(con, user)
+        current = require_admin(con, user)
         policy = load_policy(current[1], name=current[2])
         names = tables or [t.name for t in policy.confidential_tables]
         unknown = [n for n in names if policy.table(n) is None or policy.table(n).is_public]
@@ -122,7 +123,7 @@ def ckm_measures(
         keys = [c.name for c in cursor.explain().columns if not c.released]
     con = engine.open_database(db)
     try:
-        _require_admin(con, user)
+        require_admin(con, user)
         original = con.sql(sql).df()
     finally:
         con.close()

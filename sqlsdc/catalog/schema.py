@@ -11,6 +11,10 @@ Tables:
     key_events      record-key generations and re-keyings (which change all CKM noise)
     suppressions    per suppressed table: the fingerprint (data and settings) of its protected
                     universe ``suppressed__<table>``, when and under which policy it was made
+    budget_events   privacy-budget grants and resets by administrators: who, when, why
+    budget_spend    the DP spend ledger: one row per charged query (user, tables, ε, ρ, cells)
+    budget_lock     one row updated by every charge, so concurrent charges serialise
+    dp_cells        noisy DP cells already released (and charged) per user and policy version
 """
 
 from __future__ import annotations
@@ -90,4 +94,41 @@ DDL = (
         created_by VARCHAR NOT NULL,
         policy_version INTEGER NOT NULL,
         report VARCHAR NOT NULL)""",
+    # --- differential privacy: budgets, spend ledger, released-cell cache (catalog/budget.py).
+    # Amounts are exact rationals stored as text ("1/3"); user '*' / table '*' mean "all".
+    f"CREATE SEQUENCE IF NOT EXISTS {CATALOG_SCHEMA}.budget_seq START 1",
+    f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.budget_events (
+        seq BIGINT PRIMARY KEY,
+        event_at TIMESTAMP NOT NULL,
+        admin VARCHAR NOT NULL,
+        action VARCHAR NOT NULL CHECK (action IN ('grant', 'reset')),
+        user_name VARCHAR NOT NULL,
+        table_name VARCHAR NOT NULL,
+        epsilon VARCHAR,
+        rho VARCHAR,
+        reason VARCHAR NOT NULL)""",
+    f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.budget_spend (
+        seq BIGINT PRIMARY KEY,
+        query_id BIGINT NOT NULL,
+        charged_at TIMESTAMP NOT NULL,
+        user_name VARCHAR NOT NULL,
+        tables VARCHAR[] NOT NULL,
+        epsilon VARCHAR NOT NULL,
+        rho VARCHAR NOT NULL,
+        cells BIGINT NOT NULL,
+        policy_version INTEGER)""",
+    f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.budget_lock (
+        id INTEGER PRIMARY KEY,
+        charges BIGINT NOT NULL)""",
+    f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.dp_cells (
+        user_name VARCHAR NOT NULL,
+        policy_version INTEGER NOT NULL,
+        cell_hash VARCHAR NOT NULL,
+        cell VARCHAR NOT NULL,
+        column_name VARCHAR NOT NULL,
+        statistic VARCHAR NOT NULL,
+        value VARCHAR NOT NULL,
+        query_id BIGINT NOT NULL,
+        released_at TIMESTAMP NOT NULL,
+        PRIMARY KEY (user_name, policy_version, cell_hash))""",
 )

@@ -1,0 +1,218 @@
+"""``sqlsdc budget``: differential-privacy budgets: what is left, grants and resets."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import click
+import pandas as pd
+from sqlsdc.cli.output import format_option, print_frame, print_json
+
+from sqlsdc.admin import require_admin
+from sqlsdc.catalog import budget as ledger
+from sqlsdc.catalog import store
+from sqlsdc.engines import duckdb as engine
+from sqlsdc.errors import Error
+from sqlsdc.mechanisms.accountant import PrivacyCost
+from sqlsdc.policy import load_policy
+
+
+def _decimal(x: Fraction | None) -> str | None:
+    """Exact text: a finite decimal where there is one ("0.25"), else "p/q"."""
+    if x is None:
+        return None
+    d = x.denominator
+    for p in (2, 5):
+        while d % p == 0:
+            d //= p
+    if d != 1:
+        return str(x)
+    digits = 0
+    while (x * 10**digits).denominator != 1:
+        digits += 1
+    return f"{float(x):.{digits}f}" if digits <= 15 else str(x)
+
+
+STATUS_COLUMNS = (
+    "user", "table", "epsilon_limit", "epsilon_spent", "epsilon_remaining",
+    "rho_limit", "rho_spent", "rho_remaining",
+)  # fmt: skip
+
+
+def _rows(statuses) -> list[dict]:
+    rows = []
+    for s in statuses:
+        rows.append(
+            {
+                "user": s.key.user,
+                "table": s.key.table,
+                "epsilon_limit": _decimal(s.limit.epsilon),
+                "epsilon_spent": _decimal(s.spent.epsilon),
+                "epsilon_remaining": _decimal(s.remaining.epsilon),
+                "rho_limit": _decimal(s.limit.rho),
+                "rho_spent": _decimal(s.spent.rho),
+                "rho_remaining": _decimal(s.remaining.rho),
+            }
+        )
+    return rows
+
+
+def _open_with_catalog(db: str, *, read_only: bool):
+    con = engine.open_database(db, read_only=read_only)
+    if store.current_policy(con) is None:
+        con.close()
+        raise Error(f"{db} has no sqlsdc catalog; run `sqlsdc init DB --policy FILE` first")
+    return con
+
+
+class _BudgetGroup(click.Group):
+    """``budget DB [OPTIONS]`` shows budgets, ``budget DB grant|reset [OPTIONS]`` changes them:
+    options after DB belong to the group unless a subcommand follows DB."""
+
+    def parse_args(self, ctx, args):
+        if not (len(args) >= 2 and args[1] in self.commands):
+            ctx.allow_interspersed_args = True
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=_BudgetGroup, invoke_without_command=True)
+@click.argument("db", type=click.Path(exists=True, dir_okay=False))
+@click.option("--user", "-u", "who", help="Only the budgets that apply to this user.")
+@click.option("--history", is_flag=True, help="List the grants and resets (the audit trail).")
+@click.option("--ledger", "show_ledger", is_flag=True, help="List the charges, newest first.")
+@format_option(choices=("table", "json"))
+@click.pass_context
+def budget(ctx, db: str, who: str | None, history: bool, show_ledger: bool, fmt: str) -> None:
+    """Privacy budgets: limit, spent and remaining per user and table.
+
+    A row's user or table '*' means all users or all tables: (alice, *) bounds what alice
+    spends over all tables, (*, persons) what all users together spend on persons. Every
+    budget that applies to a query must allow it; a kind (ε or ρ) that no budget bounds cannot
+    be spent at all. Empty limits mean "not limited by this row".
+
+    \b
+    Examples:
+      sqlsdc budget demo.duckdb
+      sqlsdc budget demo.duckdb --user analyst --format json
+      sqlsdc budget demo.duckdb grant --user analyst --epsilon 1 --reason "Q3 study" --admin root
+      sqlsdc budget demo.duckdb reset --user analyst --reason "new quarter" --admin root
+    """
+    ctx.obj = {"db": db}
+    if ctx.invoked_subcommand is not None:
+        return
+    con = _open_with_catalog(db, read_only=True)
+    try:
+        if history:
+            rows = ledger.budget_events(con, user=who)
+        elif show_ledger:
+            rows = ledger.spend_ledger(con, user=who)
+        else:
+            rows = _rows(ledger.budget_status(con, user=who))
+    finally:
+        con.close()
+    if fmt == "json":
+        print_json(rows)
+    elif history or show_ledger:
+        print_frame(pd.DataFrame(rows), fmt)
+    else:
+        frame = pd.DataFrame(rows, columns=list(STATUS_COLUMNS))
+        print_frame(frame.astype(object).where(frame.notna(), "-"), fmt)
+
+
+def _target(policy, user: str | None, table: str | None) -> ledger.BudgetKey:
+    if user is None and table is None:
+        raise click.UsageError("name the budget: --user NAME and/or --table NAME ('*' = all)")
+    user, table = user or ledger.ALL, (table or ledger.ALL).lower()
+    if user != ledger.ALL and policy.user(user) is None:
+        known = ", ".join(sorted(policy.users)) or "none"
+        raise click.BadParameter(f"{user!r} is not a user of the policy in force ({known})",
+                                 param_hint="--user")  # fmt: skip
+    if table != ledger.ALL:
+        declared = policy.table(table)
+        if declared is None or declared.is_public:
+            known = ", ".join(t.name for t in policy.confidential_tables) or "none"
+            raise click.BadParameter(
+                f"{table!r} is not a confidential table of the policy ({known})",
+                param_hint="--table",
+            )
+    return ledger.BudgetKey(user, table)
+
+
+def _admin_session(db: str, admin: str):
+    con = _open_with_catalog(db, read_only=False)
+    try:
+        current = require_admin(con, admin)
+    except BaseException:
+        con.close()
+        raise
+    return con, load_policy(current[1], name=current[2])
+
+
+def _amount(text: str | None, name: str) -> Fraction | None:
+    try:
+        return ledger.parse_amount(text, name)
+    except (TypeError, ValueError) as e:
+        raise click.BadParameter(str(e), param_hint=f"--{name}") from None
+
+
+_target_options = [
+    click.option("--user", "-u", "user", help="User whose budget changes ('*' = all users)."),
+    click.option("--table", "-t", "table", help="Table whose budget changes ('*' = all tables)."),
+    click.option("--reason", required=True, help="Why (kept in the audit trail)."),
+    click.option(
+        "--admin",
+        default="admin",
+        show_default=True,
+        help="Acting administrator (must have role admin in the policy in force).",
+    ),
+]
+
+
+def _with_target_options(f):
+    for option in reversed(_target_options):
+        f = option(f)
+    return f
+
+
+@budget.command()
+@_with_target_options
+@click.option("--epsilon", help="ε to add (exact: 1, 0.5 or 1/3).")
+@click.option("--rho", help="ρ (zCDP) to add (exact: 1, 0.5 or 1/3).")
+@click.pass_obj
+def grant(obj, user, table, reason, admin, epsilon, rho) -> None:
+    """Raise a budget by ε and/or ρ (admins only; recorded with who, when and why)."""
+    eps, r = _amount(epsilon, "epsilon"), _amount(rho, "rho")
+    if eps is None and r is None:
+        raise click.UsageError("give --epsilon and/or --rho")
+    con, policy = _admin_session(obj["db"], admin)
+    try:
+        key = _target(policy, user, table)
+        seq = ledger.grant(con, admin=admin, key=key, cost=PrivacyCost(eps or 0, r or 0),
+                           reason=reason)  # fmt: skip
+        (status,) = [s for s in ledger.budget_status(con) if s.key == key]
+    finally:
+        con.close()
+    added = PrivacyCost(eps or 0, r or 0).describe()
+    click.echo(f"granted {added} to {key.describe()} (event {seq})")
+    click.echo(f"  limit now {status.limit.describe()}; remaining {status.remaining.describe()}")
+
+
+@budget.command()
+@_with_target_options
+@click.pass_obj
+def reset(obj, user, table, reason, admin) -> None:
+    """Start a budget's spending afresh (admins only; recorded with who, when and why).
+
+    Only the named budget is reset: resetting (alice, *) leaves (*, persons) as it was. The
+    ledger keeps every charge, so the total privacy loss stays visible.
+    """
+    con, policy = _admin_session(obj["db"], admin)
+    try:
+        key = _target(policy, user, table)
+        seq = ledger.reset(con, admin=admin, key=key, reason=reason)
+    finally:
+        con.close()
+    click.echo(f"reset the budget of {key.describe()} (event {seq})")
+
+
+COMMANDS = (budget,)

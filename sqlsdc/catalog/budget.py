@@ -1,0 +1,495 @@
+"""Privacy budgets in the catalog: limits, grants and resets, the enforced spend ledger, and the
+cache of DP cells already released.
+
+Budgets are kept per :class:`BudgetKey` ``(user, table)``, where ``'*'`` means "all": ``(alice,
+*)`` bounds what alice spends over all tables, ``(*, persons)`` what all users together spend on
+``persons`` (what colluding analysts learn about its units), ``(alice, persons)`` both at once.
+A query by user U on tables T is charged against every key that applies to it: ``(U, *)``,
+``(*, *)`` and, for each t in T, ``(U, t)`` and ``(*, t)``.
+
+Limits come from two places: the ``limits`` argument (the policy's budgets, supplied by the
+caller) and administrators' grants stored in ``sqlsdc.budget_events``; a key's limit is the
+policy limit plus every grant for that key. A limit of ``None`` for a kind means the key does
+not constrain that kind, but every kind a query spends must be bounded by at least one
+applicable limit: a database without budgets spends nothing (fail closed). A reset starts a key's
+spending afresh (only that exact key), recorded with who, when and why like every grant.
+
+Enforcement (:func:`charge`) runs in one transaction: it first updates the single row of
+``budget_lock`` (so concurrent charges in one process conflict and are retried one after the
+other: DuckDB's first-updater-wins), then reads the limits and what was spent, refuses with
+:class:`sqlsdc.errors.BudgetExhausted` if any applicable key would be exceeded, and otherwise
+appends one ``budget_spend`` row and the new cells to ``dp_cells``, then commits.
+
+Crash safety: :func:`charge` returns only after COMMIT, and DuckDB has written the commit to its
+write-ahead log by then, so a process killed at any later point (before or while it returns the
+result) leaves the spend recorded. Callers must therefore charge *before* handing any noisy value
+to the user; a process killed before COMMIT has recorded nothing and returned nothing.
+
+Consistent noise: ``dp_cells`` holds every released DP cell per (user, policy version, cell
+hash) with its noisy value. :func:`cached_cells` looks them up; cells found there are returned as
+they are and cost nothing. Cells enter the cache only inside the charge that pays for them.
+
+Example:
+    >>> import duckdb
+    >>> from sqlsdc.catalog.store import ensure_catalog
+    >>> con = duckdb.connect(); ensure_catalog(con)
+    >>> limits = {BudgetKey("alice"): BudgetLimit(epsilon=Fraction(1))}
+    >>> charge(con, user="alice", tables=["persons"], cost=PrivacyCost(epsilon=Fraction(3, 4)),
+    ...        query_id=1, limits=limits).cost.epsilon
+    Fraction(3, 4)
+    >>> [s.remaining.epsilon for s in budget_status(con, limits)]
+    [Fraction(1, 4)]
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from fractions import Fraction
+
+import pyarrow as pa
+
+from sqlsdc.catalog.schema import CATALOG_SCHEMA
+from sqlsdc.catalog.store import ensure_catalog, now
+from sqlsdc.engines.duckdb import EngineError, one
+from sqlsdc.errors import BudgetExhausted, Error
+from sqlsdc.mechanisms.accountant import BudgetLimit, PrivacyCost, fraction
+from sqlsdc.mechanisms.dp_cells import CellRecord
+
+__all__ = [
+    "ALL",
+    "BudgetKey",
+    "BudgetStatus",
+    "Charge",
+    "budget_events",
+    "budget_status",
+    "cached_cells",
+    "charge",
+    "effective_limits",
+    "ensure_budget_catalog",
+    "grant",
+    "parse_amount",
+    "reset",
+    "spend_ledger",
+    "spent",
+]
+
+S = CATALOG_SCHEMA
+ALL = "*"
+_NEW_CELLS_VIEW = "__sqlsdc_new_dp_cells"
+_CONFLICT_RETRIES = 20
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class BudgetKey:
+    """Whose and which spending a limit bounds; ``'*'`` means all users or all tables."""
+
+    user: str = ALL
+    table: str = ALL
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.user, str) or not self.user:
+            raise ValueError(f"budget user must be a non-empty name or '*', got {self.user!r}")
+        if not isinstance(self.table, str) or not self.table:
+            raise ValueError(f"budget table must be a non-empty name or '*', got {self.table!r}")
+        object.__setattr__(self, "table", self.table.lower())
+
+    def applies_to(self, user: str, tables: Iterable[str]) -> bool:
+        return self.user in (ALL, user) and (self.table == ALL or self.table in tables)
+
+    def describe(self) -> str:
+        who = "all users" if self.user == ALL else f"user {self.user!r}"
+        where = "all tables" if self.table == ALL else f"table {self.table!r}"
+        return f"{who} on {where}"
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetStatus:
+    key: BudgetKey
+    limit: BudgetLimit
+    spent: PrivacyCost
+    remaining: BudgetLimit
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """One row of the spend ledger."""
+
+    seq: int
+    query_id: int
+    user: str
+    tables: tuple[str, ...]
+    cost: PrivacyCost
+    cells: int
+    charged_at: datetime
+
+
+def _text(x: Fraction | None) -> str | None:
+    return None if x is None else str(x)
+
+
+def _cost(eps: str | None, rho: str | None) -> PrivacyCost:
+    return PrivacyCost(Fraction(eps or 0), Fraction(rho or 0))
+
+
+def _has_budget_tables(con) -> bool:
+    return (
+        one(
+            con,
+            "SELECT 1 FROM duckdb_tables() WHERE database_name = current_database() "
+            "AND schema_name = ? AND table_name = 'budget_spend'",
+            [S],
+        )
+        is not None
+    )
+
+
+def ensure_budget_catalog(con) -> None:
+    """Create the budget tables if this catalog predates them (needs a writable connection)."""
+    if not _has_budget_tables(con):
+        try:
+            ensure_catalog(con)
+        except EngineError:  # another connection created them at the same moment
+            if not _has_budget_tables(con):
+                raise
+
+
+def _tables(tables: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(tables, str):
+        tables = [tables]
+    names = tuple(sorted({t.lower() for t in tables}))
+    if not names or not all(names):
+        raise ValueError(f"a charge needs the tables the query reads, got {list(tables)!r}")
+    if ALL in names:
+        raise ValueError("'*' is not a table name")
+    return names
+
+
+# --- limits and spending ---------------------------------------------------------------------
+
+
+def _grants(con) -> dict[BudgetKey, PrivacyCost]:
+    if not _has_budget_tables(con):
+        return {}
+    rows = con.execute(
+        f"SELECT user_name, table_name, epsilon, rho FROM {S}.budget_events "
+        "WHERE action = 'grant' ORDER BY seq"
+    ).fetchall()
+    total: dict[BudgetKey, PrivacyCost] = {}
+    for user, table, eps, rho in rows:
+        key = BudgetKey(user, table)
+        total[key] = total.get(key, PrivacyCost()) + _cost(eps, rho)
+    return total
+
+
+def effective_limits(
+    con, limits: Mapping[BudgetKey, BudgetLimit] | None = None
+) -> dict[BudgetKey, BudgetLimit]:
+    """Every key's limit: the given (policy) limit plus the administrators' grants."""
+    result = dict(limits or {})
+    for key, granted in _grants(con).items():
+        result[key] = result.get(key, BudgetLimit()) + granted
+    return result
+
+
+def _last_reset(con, key: BudgetKey) -> int:
+    row = one(
+        con,
+        f"SELECT coalesce(max(seq), 0) FROM {S}.budget_events WHERE action = 'reset' "
+        "AND user_name = ? AND table_name = ?",
+        [key.user, key.table],
+    )
+    return row[0]
+
+
+def spent(con, key: BudgetKey) -> PrivacyCost:
+    """What the queries ``key`` covers have spent since its last reset."""
+    if not _has_budget_tables(con):
+        return PrivacyCost()
+    rows = con.execute(
+        f"SELECT epsilon, rho FROM {S}.budget_spend WHERE seq > ? "
+        "AND (? = '*' OR user_name = ?) AND (? = '*' OR list_contains(tables, ?))",
+        [_last_reset(con, key), key.user, key.user, key.table, key.table],
+    ).fetchall()
+    total = PrivacyCost()
+    for eps, rho in rows:
+        total = total + _cost(eps, rho)
+    return total
+
+
+def budget_status(
+    con,
+    limits: Mapping[BudgetKey, BudgetLimit] | None = None,
+    *,
+    user: str | None = None,
+) -> list[BudgetStatus]:
+    """Limit, spent and remaining for every key with a limit, and ``(user, *)`` for every user
+    who spent something; with ``user``, only the keys that apply to that user."""
+    lims = effective_limits(con, limits)
+    keys = set(lims)
+    if _has_budget_tables(con):
+        spenders = con.execute(f"SELECT DISTINCT user_name FROM {S}.budget_spend").fetchall()
+        keys |= {BudgetKey(u) for (u,) in spenders}
+    if user is not None:
+        keys = {k for k in keys if k.user in (ALL, user)}
+        keys.add(BudgetKey(user))
+    out = []
+    for key in sorted(keys):
+        limit = lims.get(key, BudgetLimit())
+        used = spent(con, key)
+        out.append(BudgetStatus(key, limit, used, limit.remaining(used)))
+    return out
+
+
+def _refusal(user: str, tables: tuple[str, ...], cost: PrivacyCost, lims, used) -> str | None:
+    """Why ``cost`` cannot be spent, or None if every applicable limit allows it."""
+    for kind, symbol in (("epsilon", "ε"), ("rho", "ρ")):
+        amount = getattr(cost, kind)
+        if not amount:
+            continue
+        bounded = [k for k in lims if getattr(lims[k], kind) is not None]
+        if not bounded:
+            return (
+                f"no {symbol} budget applies to user {user!r} on {', '.join(tables)}, so this "
+                f"query's {symbol} = {amount} cannot be spent (fail closed); an administrator "
+                f"can grant one: sqlsdc budget DB grant --user {user} --{kind} AMOUNT --reason ..."
+            )
+        for key in sorted(bounded):
+            limit = getattr(lims[key], kind)
+            have = getattr(used[key], kind)
+            if have + amount > limit:
+                left = max(limit - have, Fraction(0))
+                return (
+                    f"privacy budget exhausted for {key.describe()}: this query needs "
+                    f"{symbol} = {amount} but only {symbol} = {left} remains (limit {limit}, "
+                    f"spent {have}); ask for cells already released (they cost nothing) or ask "
+                    "an administrator for a grant (sqlsdc budget DB grant)"
+                )
+    return None
+
+
+def _is_conflict(error: Exception) -> bool:
+    """A concurrent transaction got there first (retrying is safe)."""
+    text = str(error).lower()
+    return "conflict" in text or "duplicate key" in text or "constraint violat" in text
+
+
+def _rollback(con) -> None:
+    try:
+        con.execute("ROLLBACK")
+    except EngineError:
+        pass  # DuckDB already ended a transaction whose COMMIT failed
+
+
+def charge(
+    con,
+    *,
+    user: str,
+    tables: Iterable[str],
+    cost: PrivacyCost,
+    query_id: int,
+    limits: Mapping[BudgetKey, BudgetLimit] | None = None,
+    cells: Iterable[CellRecord] = (),
+    policy_version: int | None = None,
+) -> Charge | None:
+    """Check and record one query's spend, and cache its new cells, in one transaction.
+
+    Args:
+        con: a writable DuckDB connection to the protected database, not inside a transaction.
+        user: the analyst.
+        tables: the confidential tables the query reads.
+        cost: what the query's new cells cost (``ZERO`` if all were cached: nothing happens).
+        query_id: the audit log's id of the query.
+        limits: the policy's limits by key (grants in the catalog are added).
+        cells: the newly drawn cells (:attr:`NoisyCells.new_cells`), cached for this user.
+        policy_version: the policy the cells were drawn under (required with ``cells``).
+
+    Returns:
+        The ledger row, or None for a zero cost.
+
+    Raises:
+        BudgetExhausted: an applicable limit would be exceeded, or no limit bounds a kind the
+            query spends; ``requested`` is the cost, ``remaining`` what the binding key has
+            left (a :class:`BudgetLimit`). Nothing is recorded.
+        ValueError: cells without a cost or without a policy version.
+    """
+    tables = _tables(tables)
+    cells = list(cells)
+    if cost.is_zero:
+        if cells:
+            raise ValueError("new DP cells must be paid for: a charge with cells needs a cost")
+        return None
+    if cells and policy_version is None:
+        raise ValueError("caching cells needs the policy version they were drawn under")
+    try:
+        ensure_budget_catalog(con)
+    except EngineError as e:
+        raise Error(f"could not record the privacy spend: {str(e).splitlines()[0]}") from None
+    for attempt in range(_CONFLICT_RETRIES):
+        con.execute("BEGIN TRANSACTION")
+        try:
+            # First statement: takes the snapshot and the lock row, so a charge committed by
+            # another connection after our snapshot makes this one conflict and retry. The
+            # very first charge creates the row; two first charges conflict on its key.
+            (updated,) = one(con, f"UPDATE {S}.budget_lock SET charges = charges + 1 WHERE id = 1")
+            if not updated:
+                con.execute(f"INSERT INTO {S}.budget_lock VALUES (1, 1)")
+            lims = {
+                k: v for k, v in effective_limits(con, limits).items() if k.applies_to(user, tables)
+            }
+            used = {k: spent(con, k) for k in lims}
+            refusal = _refusal(user, tables, cost, lims, used)
+            if refusal is not None:
+                binding = _binding_remaining(cost, lims, used)
+                raise BudgetExhausted(refusal, requested=cost, remaining=binding)
+            (seq,) = one(con, f"SELECT nextval('{S}.budget_seq')")
+            at = now()
+            con.execute(
+                f"INSERT INTO {S}.budget_spend VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [seq, query_id, at, user, list(tables), str(cost.epsilon), str(cost.rho),
+                 len(cells), policy_version],
+            )  # fmt: skip
+            if cells:
+                _insert_cells(con, user, policy_version, query_id, at, cells)
+            con.execute("COMMIT")
+            return Charge(seq, query_id, user, tables, cost, len(cells), at)
+        except BudgetExhausted:
+            _rollback(con)
+            raise
+        except EngineError as e:
+            _rollback(con)
+            if _is_conflict(e) and attempt + 1 < _CONFLICT_RETRIES:
+                time.sleep(0.005 * (attempt + 1))
+                continue
+            raise Error(f"could not record the privacy spend: {str(e).splitlines()[0]}") from None
+        except BaseException:
+            _rollback(con)
+            raise
+    raise Error("could not record the privacy spend: too many concurrent charges; try again")
+
+
+def _binding_remaining(cost: PrivacyCost, lims, used) -> BudgetLimit:
+    """The tightest remaining budget among the applicable limits, per kind."""
+    eps = [lims[k].remaining(used[k]).epsilon for k in lims if lims[k].epsilon is not None]
+    rho = [lims[k].remaining(used[k]).rho for k in lims if lims[k].rho is not None]
+    return BudgetLimit(min(eps) if eps else Fraction(0), min(rho) if rho else Fraction(0))
+
+
+def _insert_cells(con, user, policy_version, query_id, at, cells: list[CellRecord]) -> None:
+    batch = pa.table(
+        {
+            "cell_hash": [c.identity.digest for c in cells],
+            "cell": [c.identity.text for c in cells],
+            "column_name": [c.column for c in cells],
+            "statistic": [c.statistic.value for c in cells],
+            "value": [str(c.value) for c in cells],
+        }
+    )
+    con.register(_NEW_CELLS_VIEW, batch)
+    try:
+        con.execute(
+            f"INSERT OR IGNORE INTO {S}.dp_cells SELECT ?, ?, cell_hash, cell, column_name, "
+            f"statistic, value, ?, ? FROM {_NEW_CELLS_VIEW}",
+            [user, policy_version, query_id, at],
+        )
+    finally:
+        con.unregister(_NEW_CELLS_VIEW)
+
+
+def cached_cells(
+    con, user: str, policy_version: int, digests: Iterable[str]
+) -> dict[str, Fraction]:
+    """Noisy values already released to ``user`` under ``policy_version``, by cell digest."""
+    digests = list(dict.fromkeys(digests))
+    if not digests or not _has_budget_tables(con):
+        return {}
+    con.register(_NEW_CELLS_VIEW, pa.table({"cell_hash": digests}))
+    try:
+        rows = con.execute(
+            f"SELECT d.cell_hash, d.value FROM {S}.dp_cells d JOIN {_NEW_CELLS_VIEW} n "
+            "USING (cell_hash) WHERE d.user_name = ? AND d.policy_version = ?",
+            [user, policy_version],
+        ).fetchall()
+    finally:
+        con.unregister(_NEW_CELLS_VIEW)
+    return {h: Fraction(v) for h, v in rows}
+
+
+# --- administration --------------------------------------------------------------------------
+
+
+def _event(con, admin: str, action: str, key: BudgetKey, cost: PrivacyCost | None, reason: str):
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValueError(f"a budget {action} needs a reason (it is kept in the audit trail)")
+    if not isinstance(admin, str) or not admin:
+        raise ValueError(f"a budget {action} needs the acting administrator's name")
+    ensure_budget_catalog(con)
+    (seq,) = one(con, f"SELECT nextval('{S}.budget_seq')")
+    eps = _text(cost.epsilon) if cost and cost.epsilon else None
+    rho = _text(cost.rho) if cost and cost.rho else None
+    con.execute(
+        f"INSERT INTO {S}.budget_events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [seq, now(), admin, action, key.user, key.table, eps, rho, reason.strip()],
+    )
+    return seq
+
+
+def grant(con, *, admin: str, key: BudgetKey, cost: PrivacyCost, reason: str) -> int:
+    """Raise ``key``'s limit by ``cost`` (recorded with who, when and why); returns its seq.
+
+    The caller checks that ``admin`` is an administrator (the CLI does).
+    """
+    if cost.is_zero:
+        raise ValueError("a grant needs a positive epsilon or rho")
+    return _event(con, admin, "grant", key, cost, reason)
+
+
+def reset(con, *, admin: str, key: BudgetKey, reason: str) -> int:
+    """Start ``key``'s spending afresh: what it covered so far no longer counts against it.
+
+    Resetting gives analysts new budget over the same data; their total privacy loss is the sum
+    over all periods (the ledger keeps every charge). Returns the event's seq.
+    """
+    return _event(con, admin, "reset", key, None, reason)
+
+
+_EVENT_COLUMNS = ("seq", "event_at", "admin", "action", "user_name", "table_name", "epsilon",
+                  "rho", "reason")  # fmt: skip
+_SPEND_COLUMNS = ("seq", "query_id", "charged_at", "user_name", "tables", "epsilon", "rho",
+                  "cells", "policy_version")  # fmt: skip
+
+
+def budget_events(con, *, user: str | None = None) -> list[dict]:
+    """The audit trail of grants and resets, oldest first."""
+    if not _has_budget_tables(con):
+        return []
+    where, params = ("WHERE user_name IN (?, '*')", [user]) if user else ("", [])
+    rows = con.execute(
+        f"SELECT {', '.join(_EVENT_COLUMNS)} FROM {S}.budget_events {where} ORDER BY seq", params
+    ).fetchall()
+    return [dict(zip(_EVENT_COLUMNS, r, strict=True)) for r in rows]
+
+
+def spend_ledger(con, *, user: str | None = None, limit: int = 100) -> list[dict]:
+    """The newest charges first."""
+    if not _has_budget_tables(con):
+        return []
+    where, params = ("WHERE user_name = ?", [user]) if user else ("", [])
+    rows = con.execute(
+        f"SELECT {', '.join(_SPEND_COLUMNS)} FROM {S}.budget_spend {where} ORDER BY seq DESC "
+        "LIMIT ?",
+        [*params, limit],
+    ).fetchall()
+    return [dict(zip(_SPEND_COLUMNS, r, strict=True)) for r in rows]
+
+
+def parse_amount(text: str | None, name: str) -> Fraction | None:
+    """A budget amount from the command line ("1", "0.5", "1/3"); None if not given."""
+    if text is None:
+        return None
+    value = fraction(text, name)
+    if value <= 0:
+        raise ValueError(f"{name} must be > 0, got {text}")
+    return value

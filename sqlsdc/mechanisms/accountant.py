@@ -1,0 +1,571 @@
+"""Privacy accounting: exact budgets, composition, and the cost and accuracy of DP aggregates.
+
+Two kinds of guarantee are tracked side by side, never mixed:
+
+- pure epsilon-DP (Dwork, McSherry, Nissim and Smith 2006), spent by discrete Laplace noise and
+  by the permute-and-flip quantile;
+- rho-zCDP (Bun and Steinke, "Concentrated Differential Privacy: Simplifications, Extensions,
+  and Lower Bounds", TCC 2016, BS16), spent by discrete Gaussian noise.
+
+A :class:`PrivacyCost` holds one amount of each as a :class:`fractions.Fraction`. Sequential
+composition adds them component by component (BS16 Lemma 2.3 for zCDP; basic composition for
+pure DP). For reporting, the pair converts to one (epsilon, delta) guarantee: pure epsilon is
+(epsilon^2/2)-zCDP (BS16 Prop. 1.4), zCDP composes additively, and rho-zCDP implies
+(epsilon', delta)-DP by Canonne, Kamath and Steinke 2020, Corollary 13
+(:func:`sqlsdc.mechanisms.samplers.zcdp_to_approx_dp`).
+
+Bounding and sensitivities follow Wilson, Zhang, Lam, Desfontaines, Simmons-Marengo and Gipson,
+"Differentially Private SQL with Bounded User Contribution", PoPETs 2020 (WZL+20): each privacy
+unit contributes to at most ``max_groups`` groups (cells) and ``max_rows`` rows per group, and
+values are clamped to ``[lower, upper]``. Adding or removing one unit then changes
+
+    a COUNT(*) cell by at most  c = max_rows
+    a COUNT(DISTINCT unit) cell by at most  c = 1
+    a SUM cell by at most  c = max_rows * max(|lower|, |upper|)
+    a SUM of squares cell by at most  c = max_rows * max(lower^2, upper^2)
+
+in at most ``max_groups`` cells, so the L1 sensitivity of the released column is
+``max_groups * c`` (Laplace: t = L1/epsilon) and its squared L2 sensitivity is
+``max_groups * c^2`` (Gaussian: sigma^2 = L2^2/(2 rho), rational with no square root).
+
+Sums are released on a grid of ``granularity`` g: every clamped value is rounded to a multiple of
+g before summing (in SQL), so a sum is an integer number of grid units and integer noise is
+added to it; sums of squares use the grid g^2. ``lower`` and ``upper`` must be multiples of g.
+
+Aggregates decompose into noisy base statistics (as SmartNoise SQL and Tumult do):
+
+    COUNT -> count;  COUNT(DISTINCT unit) -> unit count;  SUM -> sum;
+    AVG -> sum, count;  VAR, STDDEV -> sum of squares, sum, count;  QUANTILE -> quantile
+
+and the aggregate's budget is split between its statistics (equal shares unless ``weights``
+say otherwise), so AVG costs what a SUM and a COUNT cost together: sequential composition. The
+statistics are ordinary cells, so an AVG after a SUM and a COUNT of the same cells reuses them.
+
+Example:
+    >>> bounding = Bounding(max_groups=1, max_rows=1, lower=0, upper=100)
+    >>> c = calibrate(Statistic.SUM, bounding, PrivacyCost(epsilon=Fraction(1, 2)))
+    >>> c.noise.value, c.scale, round(c.sd, 1), c.half_width
+    ('laplace', Fraction(200, 1), 282.8, 599.0)
+    >>> plan = plan_aggregate(Aggregate.AVG, bounding, PrivacyCost(epsilon=Fraction(1)))
+    >>> [(p.statistic.value, p.cost.epsilon) for p in plan.components]
+    [('sum', Fraction(1, 2)), ('count', Fraction(1, 2))]
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from enum import StrEnum
+from fractions import Fraction
+
+from sqlsdc.mechanisms.samplers import (
+    discrete_gaussian_interval,
+    discrete_gaussian_variance,
+    discrete_laplace_interval,
+    discrete_laplace_variance,
+    zcdp_to_approx_dp,
+)
+
+__all__ = [
+    "Aggregate",
+    "AggregatePlan",
+    "Bounding",
+    "BudgetLimit",
+    "Calibration",
+    "Noise",
+    "PrivacyCost",
+    "Statistic",
+    "ZERO",
+    "calibrate",
+    "components",
+    "compose",
+    "fraction",
+    "plan_aggregate",
+    "ratio_sd",
+    "sensitivity",
+]
+
+ALPHA = Fraction(1, 20)
+"""Error level of the reported intervals: 95% two-sided."""
+
+
+def fraction(value: object, name: str) -> Fraction:
+    """``value`` as an exact Fraction: int, Fraction, Decimal or a decimal string ("0.1", "1/3").
+
+    Floats are refused (``0.1`` is not one tenth); write ``Fraction("0.1")`` or ``"0.1"``.
+    """
+    if isinstance(value, str):
+        try:
+            return Fraction(value.strip())
+        except (ValueError, ZeroDivisionError):
+            raise ValueError(f"{name} must be a number such as 0.5 or 1/3, got {value!r}") from None
+    if isinstance(value, bool) or isinstance(value, float):
+        raise TypeError(
+            f"{name} must be exact (int, Fraction, Decimal or a string such as '0.1'), got "
+            f"{type(value).__name__} {value!r}"
+        )
+    if isinstance(value, numbers.Rational):
+        return Fraction(value)
+    from decimal import Decimal
+
+    if isinstance(value, Decimal) and value.is_finite():
+        return Fraction(value)
+    raise TypeError(f"{name} must be an exact number, got {type(value).__name__} {value!r}")
+
+
+def _show(x: Fraction) -> str:
+    return str(x) if x.denominator == 1 else f"{x} (~{float(x):.6g})"
+
+
+# --- budgets ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PrivacyCost:
+    """An amount of privacy loss: pure ``epsilon`` and zCDP ``rho``, exact and non-negative.
+
+    ``a + b`` is sequential composition; ``k * a`` is k-fold composition. The two kinds are kept
+    apart: a Laplace release spends epsilon, a Gaussian release spends rho.
+
+    Example:
+        >>> PrivacyCost(epsilon=Fraction(1, 2)) + PrivacyCost(rho=Fraction(1, 8))
+        PrivacyCost(epsilon=Fraction(1, 2), rho=Fraction(1, 8))
+    """
+
+    epsilon: Fraction = Fraction(0)
+    rho: Fraction = Fraction(0)
+
+    def __post_init__(self) -> None:
+        for name in ("epsilon", "rho"):
+            value = fraction(getattr(self, name), name)
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
+            object.__setattr__(self, name, value)
+
+    def __add__(self, other: PrivacyCost) -> PrivacyCost:
+        if not isinstance(other, PrivacyCost):
+            return NotImplemented
+        return PrivacyCost(self.epsilon + other.epsilon, self.rho + other.rho)
+
+    def __mul__(self, k: int) -> PrivacyCost:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            return NotImplemented
+        return PrivacyCost(self.epsilon * k, self.rho * k)
+
+    __rmul__ = __mul__
+
+    @property
+    def is_zero(self) -> bool:
+        return self.epsilon == 0 and self.rho == 0
+
+    def as_zcdp(self) -> Fraction:
+        """One rho covering both parts: rho + epsilon^2/2 (epsilon-DP is (epsilon^2/2)-zCDP,
+        BS16 Prop. 1.4; zCDP composes additively). An upper bound when epsilon is a sum."""
+        return self.rho + self.epsilon**2 / 2
+
+    def to_approx_dp(self, delta: Fraction | float) -> float:
+        """The epsilon' with this cost => (epsilon', delta)-DP.
+
+        Pure cost: epsilon itself (delta unused). Otherwise the smaller of two valid bounds:
+        epsilon + eps(rho, delta) by basic composition, and eps(rho + epsilon^2/2, delta), with
+        eps(., delta) from CKS20 Corollary 13.
+        """
+        if self.rho == 0:
+            return float(self.epsilon)
+        split = float(self.epsilon) + zcdp_to_approx_dp(self.rho, delta)
+        if self.epsilon == 0:
+            return split
+        return min(split, zcdp_to_approx_dp(self.as_zcdp(), delta))
+
+    def describe(self) -> str:
+        parts = [f"ε = {_show(self.epsilon)}"] if self.epsilon else []
+        parts += [f"ρ = {_show(self.rho)}"] if self.rho else []
+        return ", ".join(parts) or "nothing"
+
+
+ZERO = PrivacyCost()
+
+
+def compose(costs) -> PrivacyCost:
+    """Sequential composition of an iterable of costs."""
+    total = ZERO
+    for cost in costs:
+        total = total + cost
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetLimit:
+    """A limit on spending: ``None`` means this limit does not constrain that kind.
+
+    A kind is spendable only where at least one applicable limit bounds it (fail closed; see
+    :mod:`sqlsdc.catalog.budget`). ``BudgetLimit(epsilon=0)`` forbids epsilon spending.
+    """
+
+    epsilon: Fraction | None = None
+    rho: Fraction | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("epsilon", "rho"):
+            value = getattr(self, name)
+            if value is not None:
+                value = fraction(value, name)
+                if value < 0:
+                    raise ValueError(f"{name} limit must be >= 0, got {value}")
+                object.__setattr__(self, name, value)
+
+    def __add__(self, grant: PrivacyCost) -> BudgetLimit:
+        """The limit raised by a grant; a grant of a kind creates a limit of that kind."""
+        if not isinstance(grant, PrivacyCost):
+            return NotImplemented
+        eps = self.epsilon if not grant.epsilon else (self.epsilon or 0) + grant.epsilon
+        rho = self.rho if not grant.rho else (self.rho or 0) + grant.rho
+        return BudgetLimit(eps, rho)
+
+    def remaining(self, spent: PrivacyCost) -> BudgetLimit:
+        """What is left after ``spent`` (never negative; None stays None)."""
+        eps = None if self.epsilon is None else max(self.epsilon - spent.epsilon, Fraction(0))
+        rho = None if self.rho is None else max(self.rho - spent.rho, Fraction(0))
+        return BudgetLimit(eps, rho)
+
+    def allows(self, spent: PrivacyCost, cost: PrivacyCost) -> bool:
+        """Whether ``spent + cost`` stays within this limit (exactly: spending it all is fine)."""
+        if (
+            cost.epsilon
+            and self.epsilon is not None
+            and spent.epsilon + cost.epsilon > self.epsilon
+        ):
+            return False
+        return not (cost.rho and self.rho is not None and spent.rho + cost.rho > self.rho)
+
+    def describe(self) -> str:
+        eps = "unlimited" if self.epsilon is None else _show(self.epsilon)
+        rho = "unlimited" if self.rho is None else _show(self.rho)
+        return f"ε {eps}, ρ {rho}"
+
+
+# --- aggregates and their statistics ---------------------------------------------------------
+
+
+class Noise(StrEnum):
+    LAPLACE = "laplace"  # discrete Laplace, pure epsilon-DP
+    GAUSSIAN = "gaussian"  # discrete Gaussian, rho-zCDP
+    PERMUTE_AND_FLIP = "permute_and_flip"  # selection among candidates, pure epsilon-DP
+
+
+class Statistic(StrEnum):
+    """A noisy base statistic: one released number per cell."""
+
+    COUNT = "count"  # COUNT(*) of bounded rows
+    COUNT_UNITS = "count_units"  # COUNT(DISTINCT unit)
+    SUM = "sum"  # SUM of clamped values on the grid g
+    SUM_SQUARES = "sum_squares"  # SUM of squared clamped values on the grid g^2
+    QUANTILE = "quantile"  # an alpha-quantile over the candidates lower, lower + g, ..., upper
+
+
+class Aggregate(StrEnum):
+    COUNT = "count"
+    COUNT_DISTINCT = "count_distinct"  # of the privacy unit
+    SUM = "sum"
+    AVG = "avg"
+    VAR = "var"
+    STDDEV = "stddev"
+    QUANTILE = "quantile"
+
+
+_COMPONENTS = {
+    Aggregate.COUNT: (Statistic.COUNT,),
+    Aggregate.COUNT_DISTINCT: (Statistic.COUNT_UNITS,),
+    Aggregate.SUM: (Statistic.SUM,),
+    Aggregate.AVG: (Statistic.SUM, Statistic.COUNT),
+    Aggregate.VAR: (Statistic.SUM_SQUARES, Statistic.SUM, Statistic.COUNT),
+    Aggregate.STDDEV: (Statistic.SUM_SQUARES, Statistic.SUM, Statistic.COUNT),
+    Aggregate.QUANTILE: (Statistic.QUANTILE,),
+}
+
+
+def components(aggregate: Aggregate) -> tuple[Statistic, ...]:
+    """The noisy statistics an aggregate is post-processed from (module docstring)."""
+    return _COMPONENTS[Aggregate(aggregate)]
+
+
+@dataclass(frozen=True, slots=True)
+class Bounding:
+    """Contribution bounds of WZL+20: groups and rows per unit, value clamping, output grid.
+
+    Args:
+        max_groups: cells one unit may contribute to (>= 1).
+        max_rows: rows one unit may contribute to one cell (>= 1).
+        lower, upper: clamping bounds of the measure (required for sums and quantiles).
+        granularity: grid g of sums and quantile candidates; bounds must be multiples of g.
+    """
+
+    max_groups: int = 1
+    max_rows: int = 1
+    lower: Fraction | None = None
+    upper: Fraction | None = None
+    granularity: Fraction = Fraction(1)
+
+    def __post_init__(self) -> None:
+        for name in ("max_groups", "max_rows"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        g = fraction(self.granularity, "granularity")
+        if g <= 0:
+            raise ValueError(f"granularity must be > 0, got {g}")
+        object.__setattr__(self, "granularity", g)
+        if (self.lower is None) != (self.upper is None):
+            raise ValueError("give both lower and upper bounds, or neither")
+        if self.lower is not None:
+            lo, hi = fraction(self.lower, "lower"), fraction(self.upper, "upper")
+            if lo > hi:
+                raise ValueError(f"lower bound {lo} is above upper bound {hi}")
+            for name, v in (("lower", lo), ("upper", hi)):
+                if (v / g).denominator != 1:
+                    raise ValueError(
+                        f"{name} bound {v} is not a multiple of the granularity {g}; choose "
+                        "bounds on the grid or a finer granularity"
+                    )
+            object.__setattr__(self, "lower", lo)
+            object.__setattr__(self, "upper", hi)
+
+    @property
+    def bounded(self) -> bool:
+        return self.lower is not None
+
+    def describe(self) -> str:
+        """Canonical text (part of every cell identity: bounding changes the exact value)."""
+        bounds = f"[{self.lower},{self.upper}]" if self.bounded else "unbounded"
+        return (
+            f"groups={self.max_groups};rows={self.max_rows};bounds={bounds};grid={self.granularity}"
+        )
+
+
+def _unit(statistic: Statistic, bounding: Bounding) -> Fraction:
+    """The grid of a statistic's value: 1 for counts, g for sums and quantiles, g^2 for squares."""
+    if statistic in (Statistic.COUNT, Statistic.COUNT_UNITS):
+        return Fraction(1)
+    if statistic is Statistic.SUM_SQUARES:
+        return bounding.granularity**2
+    return bounding.granularity
+
+
+def _require_bounds(statistic: Statistic, bounding: Bounding) -> None:
+    if not bounding.bounded:
+        raise ValueError(
+            f"a noisy {statistic.value} needs clamping bounds [lower, upper] on the measure; "
+            "without them its sensitivity is unbounded (declare bounds in the policy)"
+        )
+
+
+def sensitivity(statistic: Statistic, bounding: Bounding) -> tuple[Fraction, Fraction]:
+    """``(per-cell bound c, in grid units; max_groups)``: one unit changes at most ``max_groups``
+    cells, each by at most ``c`` (WZL+20 §3). L1 = max_groups c, L2^2 = max_groups c^2.
+
+    For QUANTILE ``c`` is the per-cell change of the integer score (see
+    :func:`sqlsdc.mechanisms.dp_cells.quantile_scores`) for alpha = 1/2; use
+    :func:`calibrate` for other alphas.
+    """
+    statistic = Statistic(statistic)
+    if statistic is Statistic.COUNT:
+        c = Fraction(bounding.max_rows)
+    elif statistic is Statistic.COUNT_UNITS:
+        c = Fraction(1)
+    elif statistic is Statistic.SUM:
+        _require_bounds(statistic, bounding)
+        m = max(abs(bounding.lower), abs(bounding.upper)) / bounding.granularity
+        c = bounding.max_rows * m
+    elif statistic is Statistic.SUM_SQUARES:
+        _require_bounds(statistic, bounding)
+        m = max(bounding.lower**2, bounding.upper**2) / bounding.granularity**2
+        c = bounding.max_rows * m
+    else:
+        return _quantile_sensitivity(bounding, Fraction(1, 2)), Fraction(bounding.max_groups)
+    return c, Fraction(bounding.max_groups)
+
+
+def _quantile_sensitivity(bounding: Bounding, alpha: Fraction) -> Fraction:
+    """Score |(b - a) lt - a gt| for alpha = a/b changes by <= max(a, b - a) per added or removed
+    row (one of lt, gt moves by one; OpenDP ``make_quantile_score_candidates``)."""
+    _require_bounds(Statistic.QUANTILE, bounding)
+    a, b = alpha.numerator, alpha.denominator
+    return Fraction(bounding.max_rows * max(a, b - a))
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """How one noisy statistic is drawn, what it costs and how accurate it is.
+
+    ``scale`` is the discrete Laplace scale t, ``sigma2`` the discrete Gaussian parameter
+    sigma^2, ``rate`` the permute-and-flip exponent per score unit (epsilon_cell/(2 Delta)); all
+    in grid units and exact. ``sd`` and ``half_width`` (95%) are in value units (grid units x
+    g), floats for reporting only; a quantile reports ``rank_error95`` instead: with
+    probability >= 95% the released candidate's rank is within that many rows of the target
+    rank (exponential-mechanism utility bound, McSherry and Talwar 2007; it holds for
+    permute-and-flip, whose error is never worse, McKenna and Sheldon 2020).
+    """
+
+    statistic: Statistic
+    bounding: Bounding
+    noise: Noise
+    cost: PrivacyCost
+    scale: Fraction | None = None
+    sigma2: Fraction | None = None
+    rate: Fraction | None = None
+    alpha: Fraction | None = None
+    sd: float | None = None
+    half_width: float | None = None
+    rank_error95: float | None = None
+
+    @property
+    def unit(self) -> Fraction:
+        """Value of one grid unit of this statistic."""
+        return _unit(self.statistic, self.bounding)
+
+    def describe(self) -> str:
+        """Canonical text of the mechanism (part of every cell identity)."""
+        param = {
+            Noise.LAPLACE: f"t={self.scale}",
+            Noise.GAUSSIAN: f"sigma2={self.sigma2}",
+            Noise.PERMUTE_AND_FLIP: f"rate={self.rate};alpha={self.alpha}",
+        }[self.noise]
+        return f"{self.statistic.value};{self.noise.value};{param};{self.bounding.describe()}"
+
+
+def _single_kind(cost: PrivacyCost, statistic: Statistic) -> Noise:
+    if cost.epsilon and not cost.rho:
+        return Noise.PERMUTE_AND_FLIP if statistic is Statistic.QUANTILE else Noise.LAPLACE
+    if cost.rho and not cost.epsilon:
+        if statistic is Statistic.QUANTILE:
+            raise ValueError(
+                "a quantile is released with permute-and-flip and needs epsilon, not rho"
+            )
+        return Noise.GAUSSIAN
+    raise ValueError(
+        f"give a noisy {statistic.value} exactly one positive budget, epsilon (Laplace) or rho "
+        f"(Gaussian); got {cost.describe()}"
+    )
+
+
+def calibrate(
+    statistic: Statistic,
+    bounding: Bounding,
+    cost: PrivacyCost,
+    *,
+    alpha: Fraction | None = None,
+) -> Calibration:
+    """Noise parameter and accuracy of one statistic released for every cell at ``cost``.
+
+    epsilon: discrete Laplace, t = max_groups c / epsilon. rho: discrete Gaussian,
+    sigma^2 = max_groups c^2 / (2 rho). QUANTILE: permute-and-flip per cell with
+    epsilon_cell = epsilon / max_groups (a unit touches at most max_groups cells: sequential
+    composition) and rate epsilon_cell / (2 Delta_score); ``alpha`` defaults to 1/2 (median).
+
+    Example:
+        >>> b = Bounding(max_groups=2, max_rows=1)
+        >>> c = calibrate(Statistic.COUNT, b, PrivacyCost(rho=Fraction(1, 4)))
+        >>> c.sigma2, c.half_width
+        (Fraction(4, 1), 4.0)
+    """
+    statistic = Statistic(statistic)
+    noise = _single_kind(cost, statistic)
+    unit = _unit(statistic, bounding)
+    if statistic is Statistic.QUANTILE:
+        a = Fraction(1, 2) if alpha is None else fraction(alpha, "alpha")
+        if not 0 <= a <= 1:
+            raise ValueError(f"quantile alpha must be in [0, 1], got {a}")
+        delta = _quantile_sensitivity(bounding, a)
+        eps_cell = cost.epsilon / bounding.max_groups
+        rate = eps_cell / (2 * delta)
+        candidates = int((bounding.upper - bounding.lower) / bounding.granularity) + 1
+        rank = 2 * float(delta) * math.log(candidates / float(ALPHA)) / float(eps_cell)
+        return Calibration(
+            statistic, bounding, noise, cost, rate=rate, alpha=a,
+            rank_error95=rank / a.denominator,
+        )  # fmt: skip
+    c, groups = sensitivity(statistic, bounding)
+    if c == 0:  # bounds [0, 0]: the statistic is constant and needs no noise, but keep it DP-shaped
+        c = Fraction(1)
+    if noise is Noise.LAPLACE:
+        t = groups * c / cost.epsilon
+        sd = math.sqrt(discrete_laplace_variance(t)) * float(unit)
+        half = discrete_laplace_interval(t, ALPHA) * float(unit)
+        return Calibration(statistic, bounding, noise, cost, scale=t, sd=sd, half_width=half)
+    s2 = groups * c * c / (2 * cost.rho)
+    sd = math.sqrt(discrete_gaussian_variance(s2)) * float(unit)
+    half = discrete_gaussian_interval(s2, ALPHA) * float(unit)
+    return Calibration(statistic, bounding, noise, cost, sigma2=s2, sd=sd, half_width=half)
+
+
+@dataclass(frozen=True, slots=True)
+class AggregatePlan:
+    """The statistics behind one aggregate column, their calibrations and the total cost."""
+
+    aggregate: Aggregate
+    components: tuple[Calibration, ...]
+
+    @property
+    def cost(self) -> PrivacyCost:
+        return compose(c.cost for c in self.components)
+
+    def component(self, statistic: Statistic) -> Calibration:
+        for c in self.components:
+            if c.statistic is statistic:
+                return c
+        raise KeyError(statistic)
+
+    @property
+    def sd(self) -> float | None:
+        """Standard deviation of the released aggregate when it is a single statistic (COUNT,
+        SUM); ratios (AVG, VAR) depend on the data: see :func:`ratio_sd`."""
+        return self.components[0].sd if len(self.components) == 1 else None
+
+    @property
+    def half_width(self) -> float | None:
+        return self.components[0].half_width if len(self.components) == 1 else None
+
+
+def plan_aggregate(
+    aggregate: Aggregate,
+    bounding: Bounding,
+    cost: PrivacyCost,
+    *,
+    weights: tuple[int | Fraction, ...] | None = None,
+    alpha: Fraction | None = None,
+) -> AggregatePlan:
+    """Split ``cost`` between the statistics of ``aggregate`` and calibrate each one.
+
+    Shares are proportional to ``weights`` (default equal), exact, and add up to ``cost``; the
+    aggregate therefore costs exactly ``cost`` (sequential composition).
+
+    Raises:
+        ValueError: a SUM, AVG, VAR, STDDEV or QUANTILE without bounds (fail closed), a cost with
+            both or neither kinds, or weights of the wrong length.
+    """
+    aggregate = Aggregate(aggregate)
+    stats = components(aggregate)
+    if weights is None:
+        weights = (1,) * len(stats)
+    if len(weights) != len(stats):
+        names = ", ".join(s.value for s in stats)
+        raise ValueError(f"{aggregate.value} has {len(stats)} statistics ({names}); got "
+                         f"{len(weights)} weights")  # fmt: skip
+    ws = [fraction(w, "weight") for w in weights]
+    if any(w <= 0 for w in ws):
+        raise ValueError(f"weights must be positive, got {[str(w) for w in ws]}")
+    total = sum(ws)
+    parts = tuple(
+        calibrate(s, bounding, PrivacyCost(cost.epsilon * w / total, cost.rho * w / total),
+                  alpha=alpha)
+        for s, w in zip(stats, ws, strict=True)
+    )  # fmt: skip
+    return AggregatePlan(aggregate, parts)
+
+
+def ratio_sd(sum_sd: float, count_sd: float, count: float, mean: float) -> float:
+    """Delta-method standard deviation of a noisy mean S/N at count ``count`` and mean ``mean``:
+    sqrt(sd_S^2 + mean^2 sd_N^2) / count (first order; for reporting only, count >= 1)."""
+    n = max(float(count), 1.0)
+    return math.sqrt(sum_sd**2 + (mean**2) * count_sd**2) / n

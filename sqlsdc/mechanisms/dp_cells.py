@@ -1,0 +1,502 @@
+"""Noise on aggregated cells, the same for the same cell every time.
+
+The engine computes exact, bounded aggregates per cell in SQL; this module turns them into
+released values. Each noisy value is drawn with the exact samplers of
+:mod:`sqlsdc.mechanisms.samplers` from a keyed stream that depends only on the server secret, the
+policy version and the *cell identity*, so asking for a cell again, in any query, gives the same
+value (DESIGN principle 3), and rephrasing cannot average the noise away.
+
+Cell identity (canonical encoding, version 1)
+---------------------------------------------
+A cell is identified by what was computed, over which population, at which group-key values:
+a JSON document with sorted keys and no whitespace,
+
+    {"aggregate": MEASURE, "data": DATA_VERSION, "keys": [[NAME, VALUE], ...],
+     "mechanism": CALIBRATION, "scope": SCOPE, "table": TABLE, "v": 1}
+
+- TABLE: the canonical relation(s) tabulated (e.g. ``"persons"``; joins: sorted names joined
+  with ``","``), SCOPE: the canonical filter/join predicate that defines the population (``""``
+  for none), DATA_VERSION: a version of the data (``""`` if the data never change; see below).
+- MEASURE: the canonical measure expression (``"*"`` for counts, ``"income"`` for sums),
+  CALIBRATION: :meth:`Calibration.describe` (statistic, noise and parameter, bounds, rows and
+  groups per unit, grid): a different mechanism or bounding is a different release.
+- keys: ``[name, value]`` pairs sorted by the canonical key name (the source column, never the
+  output alias, so ``SELECT region AS r`` and ``SELECT region`` are the same cells), values
+  typed: ``null``, ``b:true``, ``i:42``, ``f:<repr>``, ``d:<decimal>``, ``s:<text>``,
+  ``date:``/``ts:``/``time:<ISO 8601>``, ``x:<hex bytes>``. Float NaN is SQL NULL (pandas turns
+  NULL keys of float columns into NaN). Other types are refused.
+
+The PRF stream of a cell is ``KeyedStream(secret, policy_version, "sqlsdc.dp_cell.v1", TEXT)``
+and its catalog key is ``SHA-256(TEXT)`` (:attr:`CellIdentity.digest`). The noise does not
+depend on the user: everyone who asks for a cell sees the same value (each user is charged
+once, see :mod:`sqlsdc.catalog.budget`).
+
+Why DATA_VERSION matters: the same noise on two different exact values reveals their exact
+difference. The per-user cache returns a cell's first value forever, but two users asking before
+and after a data change would see ``x1 + z`` and ``x2 + z``. Pipelines over changing data must
+put a data version (e.g. the table's load id) into the identity.
+
+Values: counts are integers; sums are rounded to the grid g of their bounding (exact input
+sums of grid-rounded values are multiples of g; floats are rounded to the nearest multiple),
+noised in grid units and returned as exact Fractions (``NoisyCells.values``) and as floats in
+the frame. A NULL exact value (SQL SUM over no rows) counts as 0.
+
+Example:
+    >>> import pandas as pd
+    >>> from sqlsdc.mechanisms.accountant import Bounding, PrivacyCost, Statistic, calibrate
+    >>> exact = pd.DataFrame({"region": ["North", "South"], "n": [120, 7]})
+    >>> count = calibrate(Statistic.COUNT, Bounding(), PrivacyCost(epsilon=Fraction(1)))
+    >>> space = CellSpace.of("persons", ["region"])
+    >>> out = add_noise(exact, space, {"n": CellMechanism("*", count)},
+    ...                 secret=b"a server secret of 16+ bytes", policy_version=3)
+    >>> out.frame["n"].tolist(), len(out.new_cells)
+    ([120, 5], 2)
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+
+from sqlsdc.mechanisms.accountant import Calibration, Noise, Statistic
+from sqlsdc.mechanisms.prf import KeyedStream
+from sqlsdc.mechanisms.samplers import bernoulli_exp, discrete_gaussian, discrete_laplace
+
+__all__ = [
+    "CELL_LABEL",
+    "CellIdentity",
+    "CellMechanism",
+    "CellRecord",
+    "CellSpace",
+    "NoisyCells",
+    "add_noise",
+    "average",
+    "cell_identity",
+    "encode_key_value",
+    "noisy_quantiles",
+    "permute_and_flip",
+    "quantile_scores",
+    "stddev",
+    "variance",
+]
+
+CELL_LABEL = "sqlsdc.dp_cell.v1"
+"""Domain separation of cell streams; changing it changes every released DP value."""
+
+Cached = Mapping[str, Fraction] | Callable[[list[str]], Mapping[str, Fraction]] | None
+
+
+# --- cell identity ---------------------------------------------------------------------------
+
+
+def encode_key_value(value: object) -> str:
+    """The typed canonical text of one group-key value (module docstring)."""
+    if value is None or value is pd.NA or value is pd.NaT:
+        return "null"
+    if isinstance(value, bool | np.bool_):
+        return "b:true" if value else "b:false"
+    if isinstance(value, int | np.integer):
+        return f"i:{int(value)}"
+    if isinstance(value, float | np.floating):
+        f = float(value)
+        return "null" if math.isnan(f) else f"f:{f!r}"
+    if isinstance(value, Decimal):
+        return "null" if value.is_nan() else f"d:{value.normalize()}"
+    if isinstance(value, str):
+        return f"s:{value}"
+    if isinstance(value, pd.Timestamp):
+        value = value.to_pydatetime()
+    if isinstance(value, _dt.datetime):
+        return f"ts:{value.isoformat()}"
+    if isinstance(value, _dt.date):
+        return f"date:{value.isoformat()}"
+    if isinstance(value, _dt.time):
+        return f"time:{value.isoformat()}"
+    if isinstance(value, bytes | bytearray | memoryview):
+        return f"x:{bytes(value).hex()}"
+    raise TypeError(
+        f"group-key value of type {type(value).__name__} has no canonical encoding; cast the "
+        "key to a string, number, date or timestamp in SQL"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CellSpace:
+    """What identifies the cells of one result, apart from their key values.
+
+    ``keys`` pairs each key column of the frame with its canonical name (the source column).
+    """
+
+    table: str
+    keys: tuple[tuple[str, str], ...] = ()
+    scope: str = ""
+    data_version: str = ""
+
+    @classmethod
+    def of(
+        cls,
+        table: str,
+        keys: Sequence[str] | Mapping[str, str] = (),
+        *,
+        scope: str = "",
+        data_version: str = "",
+    ) -> CellSpace:
+        """Key columns as a list (their names are canonical) or a ``{column: name}`` mapping."""
+        pairs = tuple(keys.items()) if isinstance(keys, Mapping) else tuple((k, k) for k in keys)
+        names = [name for _, name in pairs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"canonical key names must be distinct, got {names}")
+        return cls(table, pairs, scope, data_version)
+
+
+@dataclass(frozen=True, slots=True)
+class CellMechanism:
+    """The canonical measure (``"*"`` for counts) and the calibration of one value column."""
+
+    measure: str
+    calibration: Calibration
+
+
+@dataclass(frozen=True, slots=True)
+class CellIdentity:
+    text: str  # canonical JSON (module docstring)
+    digest: str  # SHA-256 of text, hex: the catalog key
+
+    def __repr__(self) -> str:
+        return f"CellIdentity({self.digest[:16]}…)"
+
+
+def _json(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+_KEYS_SLOT = "\x00keys\x00"
+
+
+def _identity_prefix(space: CellSpace, mechanism: CellMechanism) -> tuple[str, str]:
+    """The canonical JSON around the ``keys`` member, split so that each cell only encodes its
+    keys: ``head + json(keys) + tail`` is exactly ``json(document)`` with sorted keys."""
+    doc = {
+        "v": 1,
+        "table": space.table,
+        "scope": space.scope,
+        "data": space.data_version,
+        "aggregate": mechanism.measure,
+        "mechanism": mechanism.calibration.describe(),
+        "keys": _KEYS_SLOT,
+    }
+    head, tail = _json(doc).split(_json(_KEYS_SLOT))
+    return head, tail
+
+
+def _identity(prefix: tuple[str, str], keys: list[list[str]]) -> CellIdentity:
+    text = prefix[0] + _json(keys) + prefix[1]
+    return CellIdentity(text, hashlib.sha256(text.encode("utf-8")).hexdigest())
+
+
+def cell_identity(
+    space: CellSpace, mechanism: CellMechanism, key_values: Mapping[str, object]
+) -> CellIdentity:
+    """The identity of one cell; ``key_values`` maps the frame's key columns to values.
+
+    Example:
+        >>> from sqlsdc.mechanisms.accountant import Bounding, PrivacyCost, Statistic, calibrate
+        >>> m = CellMechanism("*", calibrate(Statistic.COUNT, Bounding(), PrivacyCost(epsilon=1)))
+        >>> a = cell_identity(CellSpace.of("persons", {"r": "region"}), m, {"r": "North"})
+        >>> b = cell_identity(CellSpace.of("persons", ["region"]), m, {"region": "North"})
+        >>> a == b, a.text[:40]
+        (True, '{"aggregate":"*","data":"","keys":[["reg')
+    """
+    prefix = _identity_prefix(space, mechanism)
+    keys = sorted([name, encode_key_value(key_values[col])] for col, name in space.keys)
+    return _identity(prefix, keys)
+
+
+def _encoded_keys(frame: pd.DataFrame, space: CellSpace) -> list[list[list[str]]]:
+    missing = [col for col, _ in space.keys if col not in frame.columns]
+    if missing:
+        raise ValueError(f"key columns {missing} are not in the frame (columns: {list(frame)})")
+    order = sorted(range(len(space.keys)), key=lambda i: space.keys[i][1])
+    columns = [frame[space.keys[i][0]].tolist() for i in order]
+    names = [space.keys[i][1] for i in order]
+    return [
+        [[name, encode_key_value(col[row])] for name, col in zip(names, columns, strict=True)]
+        for row in range(len(frame))
+    ]
+
+
+# --- drawing noise ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CellRecord:
+    """A newly drawn noisy cell: to be charged and cached together (catalog.budget.charge)."""
+
+    identity: CellIdentity
+    column: str
+    statistic: Statistic
+    value: Fraction
+
+
+@dataclass
+class NoisyCells:
+    """Noisy values: ``frame`` (keys + released columns), exact ``values`` per column, the
+    cells drawn now (``new_cells``, to charge and cache) and how many came from the cache."""
+
+    frame: pd.DataFrame
+    values: dict[str, list[Fraction]] = field(default_factory=dict)
+    new_cells: list[CellRecord] = field(default_factory=list)
+    reused: int = 0
+
+
+def _units(value: object, unit: Fraction) -> int:
+    """An exact aggregate in grid units: exact types exactly, floats to the nearest unit."""
+    if type(value) is int and unit == 1:  # the common case (counts), without Fractions
+        return value
+    if value is None or value is pd.NA:
+        return 0
+    if isinstance(value, float | np.floating):
+        if not math.isfinite(value):
+            if math.isnan(value):
+                return 0
+            raise ValueError(f"exact aggregate {value} is not finite")
+        return round(Fraction(float(value)) / unit)
+    if isinstance(value, np.integer):
+        value = int(value)
+    if isinstance(value, int | Fraction | Decimal):
+        return round(Fraction(value) / unit)
+    raise TypeError(f"exact aggregate of type {type(value).__name__} is not a number")
+
+
+def _draw(calibration: Calibration, stream: KeyedStream) -> int:
+    if calibration.noise is Noise.LAPLACE:
+        return discrete_laplace(calibration.scale, stream)
+    if calibration.noise is Noise.GAUSSIAN:
+        return discrete_gaussian(calibration.sigma2, stream)
+    raise ValueError(f"{calibration.statistic.value} cells are not additive; use noisy_quantiles")
+
+
+def _lookup(cached: Cached, digests: list[str]) -> Mapping[str, Fraction]:
+    if cached is None:
+        return {}
+    return cached(digests) if callable(cached) else cached
+
+
+def add_noise(
+    frame: pd.DataFrame,
+    space: CellSpace,
+    mechanisms: Mapping[str, CellMechanism],
+    *,
+    secret: bytes,
+    policy_version: int,
+    cached: Cached = None,
+) -> NoisyCells:
+    """Noisy values for the exact cells in ``frame``, deterministic per cell.
+
+    Args:
+        frame: one row per cell: the key columns of ``space`` and the exact value columns
+            named in ``mechanisms`` (counts, sums of grid-rounded clamped values, sums of
+            squares). Other columns are ignored and not returned.
+        space: table, canonical key names, scope and data version of the cells.
+        mechanisms: value column -> measure and calibration (COUNT, COUNT_UNITS, SUM,
+            SUM_SQUARES; quantiles go through :func:`noisy_quantiles`).
+        secret: the server's PRF secret (never stored by this function).
+        policy_version: the policy in force; part of every stream.
+        cached: values already released to this user, by :attr:`CellIdentity.digest`: a
+            mapping, or a function called once with all digests (e.g. a catalog lookup).
+            Cached values are returned as they are and not drawn again.
+
+    Returns:
+        :class:`NoisyCells`; counts are int64 columns, sums float64 (exact in ``values``).
+    """
+    streams = KeyedStream(secret, policy_version, CELL_LABEL)
+    keys = _encoded_keys(frame, space)
+    identities: dict[str, list[CellIdentity]] = {}
+    for column, mechanism in mechanisms.items():
+        if column not in frame.columns:
+            raise ValueError(
+                f"value column {column!r} is not in the frame (columns: {list(frame)})"
+            )
+        prefix = _identity_prefix(space, mechanism)
+        identities[column] = [_identity(prefix, k) for k in keys]
+    known = _lookup(cached, [i.digest for ids in identities.values() for i in ids])
+    out = frame[[col for col, _ in space.keys]].copy()
+    result = NoisyCells(out)
+    for column, mechanism in mechanisms.items():
+        cal = mechanism.calibration
+        unit = cal.unit
+        exact = frame[column].tolist()
+        values = []
+        for ident, x in zip(identities[column], exact, strict=True):
+            hit = known.get(ident.digest)
+            if hit is not None:
+                values.append(Fraction(hit))
+                result.reused += 1
+                continue
+            noisy = _units(x, unit) + _draw(cal, streams.derive(ident.text))
+            noisy = Fraction(noisy) if unit == 1 else noisy * unit
+            values.append(noisy)
+            result.new_cells.append(CellRecord(ident, column, cal.statistic, noisy))
+        result.values[column] = values
+        if unit.denominator == 1 and all(v.denominator == 1 for v in values):
+            out[column] = np.array([int(v) for v in values], dtype=np.int64)
+        else:
+            out[column] = np.array([float(v) for v in values], dtype=np.float64)
+    return result
+
+
+# --- post-processing (no privacy cost) -------------------------------------------------------
+
+
+def average(noisy_sum, noisy_count, lower, upper) -> np.ndarray:
+    """AVG = noisy sum / noisy count, count floored at 1, clamped to [lower, upper].
+
+    Post-processing of two released cells (no further cost); the clamp keeps every answer in
+    the declared domain (as SmartNoise SQL and Tumult do).
+    """
+    s = np.asarray(noisy_sum, dtype=np.float64)
+    n = np.maximum(np.asarray(noisy_count, dtype=np.float64), 1.0)
+    return np.clip(s / n, float(lower), float(upper))
+
+
+def variance(noisy_sum_squares, noisy_sum, noisy_count, lower, upper, *, ddof: int = 1):
+    """VAR from noisy sum of squares, sum and count: S2/n - mean^2, times n/(n - ddof) when
+    n > ddof (ddof = 1: SQL VAR_SAMP), clamped to [0, ((upper - lower)/2)^2], the largest
+    variance of a variable in [lower, upper]."""
+    n = np.maximum(np.asarray(noisy_count, dtype=np.float64), 1.0)
+    mean = average(noisy_sum, n, lower, upper)
+    var = np.asarray(noisy_sum_squares, dtype=np.float64) / n - mean**2
+    correction = np.where(n > ddof, n / np.maximum(n - ddof, 1.0), 1.0)
+    top = ((float(upper) - float(lower)) / 2) ** 2
+    return np.clip(var * correction, 0.0, top)
+
+
+def stddev(noisy_sum_squares, noisy_sum, noisy_count, lower, upper, *, ddof: int = 1):
+    """STDDEV = sqrt(:func:`variance`)."""
+    return np.sqrt(variance(noisy_sum_squares, noisy_sum, noisy_count, lower, upper, ddof=ddof))
+
+
+# --- quantiles: Smith (2011) scores, permute-and-flip (McKenna and Sheldon 2020) -------------
+
+
+def quantile_scores(histogram: Sequence[int], alpha: Fraction) -> np.ndarray:
+    """Integer scores of the candidates c_0 < ... < c_k (lower is better) for the alpha-quantile.
+
+    With ``histogram[j]`` rows at candidate c_j, lt_j = #rows below c_j, gt_j = #rows above,
+    and alpha = a/b: score_j = |(b - a) lt_j - a gt_j| = b |lt_j - alpha (lt_j + gt_j)|, zero
+    where c_j splits the rows in the ratio alpha : 1 - alpha (Smith 2011's utility; OpenDP's
+    ``make_quantile_score_candidates``). One row more or less moves lt or gt by one, so a score
+    moves by at most max(a, b - a).
+    """
+    h = np.asarray(histogram, dtype=np.int64)
+    if (h < 0).any():
+        raise ValueError("histogram counts must be >= 0")
+    a, b = alpha.numerator, alpha.denominator
+    below = np.concatenate(([0], np.cumsum(h)[:-1]))
+    above = h.sum() - below - h
+    return np.abs((b - a) * below - a * above)
+
+
+def permute_and_flip(scores: Sequence[int], rate: Fraction, stream: KeyedStream) -> int:
+    """Index chosen by permute-and-flip (McKenna and Sheldon, NeurIPS 2020), exactly.
+
+    Visit candidates in a uniformly random order (a lazy Fisher-Yates shuffle drawn from the
+    stream) and stop at the first r accepted with probability exp(-rate (s_r - s_min)), a
+    Bernoulli(exp(-gamma)) coin of CKS20 Algorithm 1: no floating point. With rate =
+    epsilon/(2 Delta) this is epsilon-DP for scores of sensitivity Delta and its expected error
+    is never worse than the exponential mechanism's. The best candidate is always accepted, so
+    the loop ends after at most len(scores) visits.
+    """
+    s = [int(x) for x in scores]
+    if not s:
+        raise ValueError("permute-and-flip needs at least one candidate")
+    r = Fraction(rate)
+    if r < 0:
+        raise ValueError(f"rate must be >= 0, got {r}")
+    best = min(s)
+    n = len(s)
+    moved: dict[int, int] = {}
+    for i in range(n):
+        j = i + stream.uniform_int(n - i)
+        candidate = moved.get(j, j)
+        moved[j] = moved.get(i, i)
+        # Bernoulli(exp(-r (s - best))) with the exponent as the integer ratio p/q
+        if bernoulli_exp(r * (s[candidate] - best), stream):
+            return candidate
+    raise AssertionError("unreachable: the best candidate is always accepted")
+
+
+def noisy_quantiles(
+    histograms: pd.DataFrame,
+    space: CellSpace,
+    mechanism: CellMechanism,
+    *,
+    secret: bytes,
+    policy_version: int,
+    column: str = "quantile",
+    bin_column: str = "bin",
+    count_column: str = "count",
+    cached: Cached = None,
+) -> NoisyCells:
+    """One noisy alpha-quantile per cell from per-cell histograms over the bounded domain.
+
+    ``histograms`` is long: key columns, ``bin_column`` = j (the clamped value rounded to the
+    grid, j = (value - lower)/g in 0..k) and ``count_column`` = rows in that bin; absent bins
+    count 0. A cell with no data must appear (e.g. one row with count 0) to be released. The
+    released value is the candidate lower + j g chosen by :func:`permute_and_flip` on
+    :func:`quantile_scores` with the calibration's rate.
+    """
+    cal = mechanism.calibration
+    if cal.statistic is not Statistic.QUANTILE:
+        raise ValueError(f"noisy_quantiles needs a QUANTILE calibration, got {cal.statistic.value}")
+    b = cal.bounding
+    k = int((b.upper - b.lower) / b.granularity)
+    key_cols = [col for col, _ in space.keys]
+    bins = histograms[bin_column].to_numpy(dtype=np.int64)
+    if len(bins) and (bins.min() < 0 or bins.max() > k):
+        raise ValueError(f"{bin_column} must be in 0..{k} (clamp and round values in SQL)")
+    counts = histograms[count_column].to_numpy(dtype=np.int64)
+    if (counts < 0).any():
+        raise ValueError("histogram counts must be >= 0")
+    if key_cols:
+        codes, uniques = pd.MultiIndex.from_frame(histograms[key_cols]).factorize()
+        frame = uniques.to_frame(index=False, name=key_cols)
+        if (codes < 0).any():  # pandas gives -1 to keys it cannot factorize
+            raise ValueError(f"cannot group the histogram by {key_cols}")
+    else:
+        codes, frame = np.zeros(len(histograms), dtype=np.int64), pd.DataFrame(index=[0])
+    hist = np.zeros((len(frame), k + 1), dtype=np.int64)
+    np.add.at(hist, (codes, bins), counts)
+    a, den = cal.alpha.numerator, cal.alpha.denominator
+    below = np.cumsum(hist, axis=1) - hist
+    above = hist.sum(axis=1, keepdims=True) - below - hist
+    scores = np.abs((den - a) * below - a * above)
+    keys = _encoded_keys(frame, space)
+    prefix = _identity_prefix(space, mechanism)
+    identities = [_identity(prefix, kv) for kv in keys]
+    known = _lookup(cached, [i.digest for i in identities])
+    streams = KeyedStream(secret, policy_version, CELL_LABEL)
+    result = NoisyCells(frame)
+    values = []
+    for row, ident in enumerate(identities):
+        hit = known.get(ident.digest)
+        if hit is not None:
+            values.append(Fraction(hit))
+            result.reused += 1
+            continue
+        j = permute_and_flip(scores[row], cal.rate, streams.derive(ident.text))
+        value = b.lower + j * b.granularity
+        values.append(value)
+        result.new_cells.append(CellRecord(ident, column, cal.statistic, value))
+    result.values[column] = values
+    frame[column] = np.array([float(v) for v in values], dtype=np.float64)
+    return result

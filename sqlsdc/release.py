@@ -1,0 +1,197 @@
+"""The release database: every protected output, and nothing else, for BI tools to read.
+
+``publish`` writes a new DuckDB file holding plain tables only: the outputs of protection jobs
+(``protected.*``, registered in ``sqlsdc.outputs``), the suppression pattern of every table
+protected by suppression in the query path, and the results of named guarded queries. It holds
+no confidential table, no internal ``__`` column, no ledger, no key and no secret, and needs no
+Python UDF, so any DuckDB client — the CLI, SQLAlchemy's ``duckdb_engine`` (Superset, Metabase
+drivers), R, a notebook — can open it read-only in another process. A table ``release_contents``
+says where every table came from.
+
+Example:
+    >>> publish("sqlsdc-demo.duckdb", "release.duckdb", "admin",  # doctest: +SKIP
+    ...         queries={"persons_by_region": "SELECT region, COUNT(*) AS n FROM persons "
+    ...                                       "GROUP BY region"}, analyst="analyst")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+from sqlglot import exp
+
+from sqlsdc.admin import require_admin
+from sqlsdc.catalog.patterns import ensure_patterns
+from sqlsdc.engines import duckdb as engine
+from sqlsdc.errors import Error
+from sqlsdc.guard.connection import connect
+from sqlsdc.policy import load_policy
+from sqlsdc.rewrite.suppress import pattern_table
+from sqlsdc.tabular.universe import STATUS, VALUE, universe_of
+
+CONTENTS = "release_contents"
+
+
+@dataclass(frozen=True)
+class Published:
+    table: str
+    source: str  # job | suppression | query
+    method: str
+    rows: int
+    definition: str  # the job's or query's SQL, or the suppression universe
+
+
+@dataclass(frozen=True)
+class PublishReport:
+    path: str
+    policy_version: int
+    tables: tuple[Published, ...]
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "tables": [asdict(t) for t in self.tables]}
+
+
+def publish(
+    db: str | Path,
+    out: str | Path,
+    user: str,
+    *,
+    queries: Mapping[str, str] | None = None,
+    analyst: str | None = None,
+    replace: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> PublishReport:
+    """Write the release database ``out`` from the protected outputs of ``db`` (admins only).
+
+    ``queries`` maps table names to SQL run through a guarded connection as ``analyst`` (default:
+    ``user``), audited and recorded in the ledger like any query; their protected values are
+    stored. The file is written next to ``out`` and moved into place only when complete.
+
+    Raises:
+        AccessDenied: ``user`` is not an admin of the policy in force.
+        Error: ``out`` exists (without ``replace``) or is the database itself, a name is not a
+            plain identifier or is used twice; PolicyViolation when a query is refused.
+    """
+    out, db = Path(out), Path(db)
+    if out.resolve() == db.resolve():
+        raise Error("the release database must be another file than the confidential one")
+    if out.exists() and not replace:
+        raise Error(f"{out} exists; pass --replace to overwrite it")
+    queries = dict(queries or {})
+    for name in queries:
+        if not name.isidentifier() or name.startswith("__") or name == CONTENTS:
+            raise Error(f"release table name {name!r} must be a plain name (letters, digits, _)")
+    say = progress or (lambda _message: None)
+    tables: dict[str, tuple[pa.Table, Published]] = {}
+    source = engine.open_database(db)
+    try:
+        version, policy = _admin_policy(source, user)
+        for name, method, sql in _job_outputs(source):
+            say(f"job output {name}")
+            _add(tables, _clean(source.sql(f"SELECT * FROM {name}").to_arrow_table()),
+                 Published(name.split(".")[-1], "job", method, 0, sql))  # fmt: skip
+        suppressed = [t.name for t in policy.confidential_tables if t.suppression is not None]
+        if suppressed:
+            say(f"suppression patterns of {', '.join(suppressed)}")
+            source.execute("BEGIN TRANSACTION")
+            ensure_patterns(source, policy, version, suppressed)
+            source.execute("COMMIT")
+        for table in suppressed:
+            universe = universe_of(policy, table)
+            pattern = _released_pattern(source, universe)
+            definition = f"suppression of {table} over {', '.join(universe.columns)}"
+            _add(tables, pattern, Published(f"suppressed_{table}", "suppression", "suppress", 0,
+                                            definition))  # fmt: skip
+    finally:
+        source.close()
+    if queries:
+        with connect(db, analyst or user) as guarded:
+            for name, sql in queries.items():
+                say(f"query {name}")
+                cursor = guarded.execute(sql)
+                mechanisms = sorted({c.mechanism for c in cursor.query.columns if c.released})
+                entry = Published(name, "query", "+".join(mechanisms) or "public", 0, sql)
+                _add(tables, _clean(cursor.arrow()), entry)
+    return _write(out, version, tables, say)
+
+
+def _admin_policy(con, user: str):
+    version, document, source = require_admin(con, user)
+    return version, load_policy(document, name=source)
+
+
+def _job_outputs(con) -> list[tuple[str, str, str]]:
+    """``(schema.name, method, sql)`` of every registered job output that still exists."""
+    rows = con.sql("SELECT name, method, sql_text FROM sqlsdc.outputs ORDER BY name").fetchall()
+    existing = {
+        f"{s}.{t}" for s, t in con.sql("SELECT schema_name, table_name FROM duckdb_tables()")
+        .fetchall()
+    }  # fmt: skip
+    return [r for r in rows if r[0] in existing]
+
+
+def _released_pattern(con, universe) -> pa.Table:
+    """The pattern as a release shows it: codes (NULL at totals), values, published/suppressed.
+
+    Contributor counts are left out (they would reveal suppressed counts), and so is the
+    distinction between primary and secondary cells (it tells which cells are sensitive).
+    """
+    columns = [exp.column(c) for c in universe.columns]
+    for aggregate in universe.aggregates:
+        columns.append(exp.alias_(exp.column(f"{aggregate}{VALUE}"), aggregate))
+        published = exp.EQ(this=exp.column(f"{aggregate}{STATUS}"),
+                           expression=exp.Literal.string("published"))  # fmt: skip
+        status = exp.Case(ifs=[exp.If(this=published, true=exp.Literal.string("published"))],
+                          default=exp.Literal.string("suppressed"))  # fmt: skip
+        columns.append(exp.alias_(status, f"{aggregate}_status"))
+    codes = [exp.column(c) for c in universe.columns]
+    select = exp.select(*columns).from_(pattern_table(universe.table))
+    select = select.order_by(exp.column("__level"), *codes)
+    return con.sql(engine.to_sql(select)).to_arrow_table()
+
+
+def _clean(table: pa.Table) -> pa.Table:
+    """Internal columns (``__...``, e.g. hidden statuses) never leave."""
+    keep = [i for i, name in enumerate(table.column_names) if not name.startswith("__")]
+    return table.select(keep)
+
+
+def _add(tables: dict, data: pa.Table, entry: Published) -> None:
+    if entry.table in tables or entry.table == CONTENTS:
+        raise Error(f"two outputs would be published as {entry.table!r}; rename one")
+    tables[entry.table] = (data, Published(**{**asdict(entry), "rows": data.num_rows}))
+
+
+def _write(out: Path, version: int, tables: dict, say) -> PublishReport:
+    partial = out.with_name(out.name + ".partial")
+    partial.unlink(missing_ok=True)
+    con = duckdb.connect(str(partial))
+    try:
+        for name, (data, _entry) in tables.items():
+            say(f"writing {name}")
+            con.register("__release_input", data)
+            con.execute(f"CREATE TABLE {exp.to_identifier(name).sql('duckdb')} AS "
+                        "SELECT * FROM __release_input")  # fmt: skip
+            con.unregister("__release_input")
+        entries = [entry for _data, entry in tables.values()]
+        contents = pa.table({
+            "table_name": [e.table for e in entries],
+            "source": [e.source for e in entries],
+            "method": [e.method for e in entries],
+            "rows": pa.array([e.rows for e in entries], pa.int64()),
+            "definition": [e.definition for e in entries],
+            "policy_version": pa.array([version] * len(entries), pa.int32()),
+        })  # fmt: skip
+        con.register("__release_input", contents)
+        con.execute(f"CREATE TABLE {CONTENTS} AS SELECT * FROM __release_input")
+        con.unregister("__release_input")
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
+    partial.replace(out)
+    return PublishReport(str(out), version, tuple(entry for _d, entry in tables.values()))
+

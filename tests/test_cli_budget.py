@@ -1,0 +1,159 @@
+"""``sqlsdc budget`` through real subprocesses and click's runner, on real DuckDB files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from fractions import Fraction
+
+import duckdb
+import pytest
+from click.testing import CliRunner
+from sqlsdc.cli.main import cli
+
+import sqlsdc
+from sqlsdc.catalog import budget
+from sqlsdc.catalog.budget import BudgetKey
+from sqlsdc.engines.duckdb import open_database
+from sqlsdc.mechanisms.accountant import PrivacyCost
+
+POLICY = {
+    "tables": {
+        "persons": {
+            "privacy_unit": "id",
+            "columns": {"id": {"role": "identifier"}, "region": {"role": "dimension"}},
+        }
+    },
+    "users": {"root": {"role": "admin"}, "alice": {"role": "analyst"}},
+}
+
+
+@pytest.fixture
+def db(tmp_path):
+    path = tmp_path / "small.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE persons AS SELECT i AS id, 'r' || (i % 3) AS region "
+                "FROM range(30) t(i)")  # fmt: skip
+    con.close()
+    sqlsdc.init(path, POLICY, applied_by="root")
+    return path
+
+
+def sqlsdc_cli(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "sqlsdc.cli", "budget", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def run(*args, code=0):
+    result = CliRunner().invoke(cli, ["budget", *map(str, args)], catch_exceptions=False)
+    assert result.exit_code == code, result.output
+    return result
+
+
+def _spend(db, user, eps):
+    con = open_database(db)
+    try:
+        budget.charge(con, user=user, tables=["persons"], cost=PrivacyCost(epsilon=eps),
+                      query_id=1, limits=None)  # fmt: skip
+    finally:
+        con.close()
+
+
+def test_grant_show_and_reset_in_subprocesses(db):
+    granted = sqlsdc_cli(db, "grant", "--user", "alice", "--epsilon", "1.5", "--reason",
+                         "pilot study", "--admin", "root")  # fmt: skip
+    assert granted.returncode == 0, granted.stderr
+    assert "granted ε = 3/2 (~1.5) to user 'alice' on all tables" in granted.stdout
+    _spend(db, "alice", Fraction(1, 2))
+    shown = sqlsdc_cli(db, "--user", "alice", "--format", "json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout) == [
+        {"user": "alice", "table": "*", "epsilon_limit": "1.5", "epsilon_spent": "0.5",
+         "epsilon_remaining": "1", "rho_limit": None, "rho_spent": "0", "rho_remaining": None}
+    ]  # fmt: skip
+    reset = run(db, "reset", "--user", "alice", "--reason", "new quarter", "--admin", "root")
+    assert "reset the budget of user 'alice' on all tables" in reset.output
+    header, row = run(db).output.splitlines()
+    assert header.split() == [
+        "user",
+        "table",
+        "epsilon_limit",
+        "epsilon_spent",
+        "epsilon_remaining",
+        "rho_limit",
+        "rho_spent",
+        "rho_remaining",
+    ]
+    assert row.split() == ["alice", "*", "1.5", "0", "1.5", "-", "0", "-"]  # fmt: skip
+
+
+def test_refusals_have_meaningful_exit_codes_in_subprocesses(db, tmp_path):
+    denied = sqlsdc_cli(db, "grant", "--user", "alice", "--epsilon", "1", "--reason", "x",
+                        "--admin", "alice")  # fmt: skip
+    assert denied.returncode == 5
+    assert "access denied: user 'alice' is not an admin" in denied.stderr
+    assert "Traceback" not in denied.stderr
+    plain = tmp_path / "plain.duckdb"
+    duckdb.connect(str(plain)).close()
+    missing = sqlsdc_cli(plain)
+    assert missing.returncode == 1 and "has no sqlsdc catalog" in missing.stderr
+
+
+def test_table_and_all_users_budgets(db):
+    run(db, "grant", "--table", "persons", "--rho", "1/3", "--reason", "all analysts",
+        "--admin", "root")  # fmt: skip
+    run(db, "grant", "--user", "alice", "--table", "PERSONS", "--epsilon", "2", "--rho", "0.25",
+        "--reason", "project", "--admin", "root")  # fmt: skip
+    rows = json.loads(run(db, "--format", "json").output)
+    assert [(r["user"], r["table"], r["epsilon_limit"], r["rho_limit"]) for r in rows] == [
+        ("*", "persons", None, "1/3"),
+        ("alice", "persons", "2", "0.25"),
+    ]
+    history = json.loads(run(db, "--history", "--format", "json").output)
+    assert [(h["action"], h["admin"], h["reason"]) for h in history] == [
+        ("grant", "root", "all analysts"),
+        ("grant", "root", "project"),
+    ]
+    _spend(db, "alice", Fraction(1, 3))
+    ledger = json.loads(run(db, "--ledger", "--format", "json").output)
+    assert [(r["user_name"], r["epsilon"], r["tables"]) for r in ledger] == [
+        ("alice", "1/3", ["persons"])
+    ]
+    con = open_database(db)
+    try:
+        (status,) = [s for s in budget.budget_status(con) if s.key == BudgetKey("alice", "persons")]
+        assert status.remaining.epsilon == Fraction(5, 3)
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["grant", "--user", "alice", "--reason", "x"], "give --epsilon and/or --rho"),
+        (["grant", "--user", "alice", "--epsilon", "-1", "--reason", "x"], "must be > 0"),
+        (["grant", "--user", "alice", "--epsilon", "lots", "--reason", "x"], "must be a number"),
+        (["grant", "--user", "alice", "--epsilon", "1"], "Missing option '--reason'"),
+        (["grant", "--user", "mallory", "--epsilon", "1", "--reason", "x"],
+         "'mallory' is not a user of the policy in force (alice, root)"),
+        (["grant", "--table", "cars", "--epsilon", "1", "--reason", "x"],
+         "'cars' is not a confidential table of the policy (persons)"),
+        (["reset", "--reason", "x"], "name the budget: --user NAME and/or --table NAME"),
+    ],
+)  # fmt: skip
+def test_usage_errors_exit_2(db, args, message):
+    result = CliRunner().invoke(cli, ["budget", str(db), *args, "--admin", "root"])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+
+
+def test_help(db):
+    for args in ([], [db, "grant"], [db, "reset"]):
+        result = CliRunner().invoke(cli, ["budget", *map(str, args), "--help"])
+        assert result.exit_code == 0 and "Usage:" in result.output
+    assert "budget" in CliRunner().invoke(cli, ["--help"]).output

@@ -1,0 +1,334 @@
+"""Enforced privacy budgets in the catalog: limits, grants, resets, the spend ledger, the cache
+of released cells, concurrency and crash safety (real DuckDB files, a real killed process)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from fractions import Fraction
+
+import pandas as pd
+import pytest
+
+from sqlsdc.catalog import budget
+from sqlsdc.catalog.budget import ALL, BudgetKey
+from sqlsdc.catalog.store import ensure_catalog
+from sqlsdc.engines.duckdb import open_database
+from sqlsdc.errors import BudgetExhausted, Error
+from sqlsdc.mechanisms.accountant import (
+    Bounding,
+    BudgetLimit,
+    PrivacyCost,
+    Statistic,
+    calibrate,
+)
+from sqlsdc.mechanisms.dp_cells import CellMechanism, CellSpace, add_noise
+
+SECRET = b"sqlsdc test secret - budgets 0001"
+HAIR = Fraction(1, 10**30)
+EPS = PrivacyCost(epsilon=Fraction(1, 4))
+ALICE = {BudgetKey("alice"): BudgetLimit(epsilon=1)}
+
+
+@pytest.fixture
+def db(tmp_path):
+    path = tmp_path / "budget.duckdb"
+    con = open_database(path)
+    ensure_catalog(con)
+    con.close()
+    return path
+
+
+@pytest.fixture
+def con(db):
+    c = open_database(db)
+    yield c
+    c.close()
+
+
+def _charge(con, cost=EPS, user="alice", tables=("persons",), limits=ALICE, **kw):
+    return budget.charge(con, user=user, tables=tables, cost=cost, query_id=kw.pop("qid", 1),
+                         limits=limits, **kw)  # fmt: skip
+
+
+def _ledger_rows(con) -> int:
+    return con.execute("SELECT count(*) FROM sqlsdc.budget_spend").fetchone()[0]
+
+
+def test_spending_exactly_the_budget_then_a_hair_more(con):
+    for _ in range(3):
+        _charge(con)
+    _charge(con, PrivacyCost(epsilon=Fraction(1, 4) - HAIR))
+    with pytest.raises(BudgetExhausted, match=r"only ε = 1/1000.*0 remains") as info:
+        _charge(con, PrivacyCost(epsilon=2 * HAIR))
+    assert info.value.requested == PrivacyCost(epsilon=2 * HAIR)
+    assert info.value.remaining.epsilon == HAIR
+    _charge(con, PrivacyCost(epsilon=HAIR))  # exactly the rest
+    (status,) = budget.budget_status(con, ALICE)
+    assert status.spent.epsilon == 1 and status.remaining.epsilon == 0
+    assert _ledger_rows(con) == 5
+
+
+def test_exhaustion_message_says_what_remains(con):
+    _charge(con, PrivacyCost(epsilon=Fraction(3, 4)))
+    with pytest.raises(BudgetExhausted) as info:
+        _charge(con, PrivacyCost(epsilon=Fraction(1, 2)))
+    message = str(info.value)
+    assert "user 'alice' on all tables" in message
+    assert "needs ε = 1/2 but only ε = 1/4 remains (limit 1, spent 3/4)" in message
+    assert "sqlsdc budget DB grant" in message and SECRET.decode() not in message
+    assert _ledger_rows(con) == 1  # the refused charge recorded nothing
+
+
+def test_no_budget_means_no_spending(con):
+    with pytest.raises(BudgetExhausted, match=r"no ε budget applies to user 'bob'.*fail closed"):
+        _charge(con, user="bob")
+    # an epsilon budget does not allow rho spending
+    with pytest.raises(BudgetExhausted, match="no ρ budget applies"):
+        _charge(con, PrivacyCost(rho=Fraction(1, 10)))
+    assert _ledger_rows(con) == 0
+    assert budget.charge(con, user="bob", tables=["t"], cost=PrivacyCost(), query_id=1) is None
+
+
+def test_every_applicable_key_must_allow_the_charge(con):
+    limits = {
+        BudgetKey("alice"): BudgetLimit(epsilon=1),
+        BudgetKey("bob"): BudgetLimit(epsilon=1),
+        BudgetKey(ALL, "persons"): BudgetLimit(epsilon=Fraction(3, 4)),  # all users together
+        BudgetKey("alice", "households"): BudgetLimit(epsilon=Fraction(1, 4)),
+    }
+    _charge(con, limits=limits)  # alice on persons
+    _charge(con, user="bob", limits=limits)  # bob on persons
+    _charge(con, user="bob", tables=["persons", "households"], limits=limits)
+    with pytest.raises(BudgetExhausted, match="all users on table 'persons'"):
+        _charge(con, limits=limits)  # persons is used up by alice and bob together
+    _charge(con, tables=["households"], limits=limits)
+    with pytest.raises(BudgetExhausted, match="user 'alice' on table 'households'"):
+        _charge(con, tables=["Households"], limits=limits)  # table names are case-insensitive
+    spent = {s.key: s.spent.epsilon for s in budget.budget_status(con, limits)}
+    assert spent[BudgetKey(ALL, "persons")] == Fraction(3, 4)
+    assert spent[BudgetKey("bob")] == Fraction(1, 2)
+    mine = {s.key for s in budget.budget_status(con, limits, user="alice")}
+    assert mine == {BudgetKey("alice"), BudgetKey(ALL, "persons"), BudgetKey("alice", "households")}
+
+
+def test_rho_is_accounted_separately(con):
+    limits = {BudgetKey("alice"): BudgetLimit(epsilon=1, rho=Fraction(1, 2))}
+    _charge(con, PrivacyCost(epsilon=1), limits=limits)
+    _charge(con, PrivacyCost(rho=Fraction(1, 2)), limits=limits)
+    with pytest.raises(BudgetExhausted, match="needs ρ = 1/10 but only ρ = 0 remains"):
+        _charge(con, PrivacyCost(rho=Fraction(1, 10)), limits=limits)
+
+
+def test_grants_and_resets_have_an_audit_trail(con):
+    with pytest.raises(BudgetExhausted):
+        _charge(con, limits=None)
+    budget.grant(con, admin="root", key=BudgetKey("alice"), cost=PrivacyCost(epsilon="0.5"),
+                 reason="pilot study")  # fmt: skip
+    _charge(con, limits=None)
+    _charge(con, limits=None)
+    with pytest.raises(BudgetExhausted, match="only ε = 0 remains"):
+        _charge(con, limits=None)
+    budget.grant(con, admin="root", key=BudgetKey("alice"), cost=EPS, reason="more")
+    _charge(con, limits=None)
+    # a policy limit and the grants add up
+    (status,) = budget.budget_status(con, ALICE)
+    assert status.limit.epsilon == Fraction(7, 4) and status.spent.epsilon == Fraction(3, 4)
+    budget.reset(con, admin="root", key=BudgetKey("alice"), reason="new quarter")
+    (status,) = budget.budget_status(con, ALICE)
+    assert status.spent.epsilon == 0 and status.remaining.epsilon == Fraction(7, 4)
+    events = budget.budget_events(con, user="alice")
+    assert [(e["action"], e["admin"], e["reason"], e["epsilon"]) for e in events] == [
+        ("grant", "root", "pilot study", "1/2"),
+        ("grant", "root", "more", "1/4"),
+        ("reset", "root", "new quarter", None),
+    ]
+    assert len(budget.spend_ledger(con, user="alice")) == 3  # the ledger keeps everything
+
+
+def test_a_reset_applies_to_its_key_only(con):
+    limits = {BudgetKey("alice"): BudgetLimit(epsilon=1), BudgetKey(ALL, "persons"):
+              BudgetLimit(epsilon=Fraction(1, 2))}  # fmt: skip
+    _charge(con, limits=limits)
+    _charge(con, limits=limits)
+    budget.reset(con, admin="root", key=BudgetKey("alice"), reason="new quarter")
+    with pytest.raises(BudgetExhausted, match="all users on table 'persons'"):
+        _charge(con, limits=limits)
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda c: budget.grant(c, admin="root", key=BudgetKey("a"), cost=PrivacyCost(),
+                                reason="x"), "needs a positive epsilon or rho"),
+        (lambda c: budget.grant(c, admin="root", key=BudgetKey("a"), cost=EPS, reason=" "),
+         "needs a reason"),
+        (lambda c: budget.reset(c, admin="", key=BudgetKey("a"), reason="x"),
+         "acting administrator"),
+        (lambda c: BudgetKey(""), "non-empty name"),
+        (lambda c: _charge(c, tables=[]), "needs the tables the query reads"),
+        (lambda c: _charge(c, tables=["*"]), "'\\*' is not a table name"),
+        (lambda c: _charge(c, cost=PrivacyCost(), cells=["x"]), "must be paid for"),
+    ],
+)  # fmt: skip
+def test_administration_errors(con, call, match):
+    with pytest.raises(ValueError, match=match):
+        call(con)
+
+
+# --- consistent noise: the cache of released cells -------------------------------------------
+
+
+def _count_cells(n=3, scale=1):
+    cal = calibrate(Statistic.COUNT, Bounding(), PrivacyCost(epsilon=Fraction(1, scale)))
+    frame = pd.DataFrame({"region": [f"r{i}" for i in range(n)], "n": [10 * i for i in range(n)]})
+    return frame, CellSpace.of("persons", ["region"]), {"n": CellMechanism("*", cal)}
+
+
+def _ask(con, frame, space, mechanisms, user="alice", qid=1):
+    """What the pipeline does: look up, draw what is new, charge, and only then return."""
+    out = add_noise(frame, space, mechanisms, secret=SECRET, policy_version=3,
+                    cached=lambda d: budget.cached_cells(con, user, 3, d))  # fmt: skip
+    cost = mechanisms["n"].calibration.cost if out.new_cells else PrivacyCost()
+    budget.charge(con, user=user, tables=["persons"], cost=cost, query_id=qid, limits={
+                  BudgetKey("alice"): BudgetLimit(epsilon=10), BudgetKey("bob"): BudgetLimit(
+                  epsilon=10)}, cells=out.new_cells,
+                  policy_version=3)  # fmt: skip
+    return out
+
+
+def test_asking_the_same_cells_again_costs_nothing_and_gives_the_same_values(con):
+    frame, space, mechanisms = _count_cells()
+    first = _ask(con, frame, space, mechanisms)
+    assert len(first.new_cells) == 3 and _ledger_rows(con) == 1
+    second = _ask(con, frame.iloc[::-1], space, mechanisms, qid=2)
+    assert second.reused == 3 and not second.new_cells and _ledger_rows(con) == 1
+    assert second.values["n"] == first.values["n"][::-1]
+    # the data changed: the cached value is still what alice gets
+    changed = frame.assign(n=frame["n"] + 5)
+    third = _ask(con, changed, space, mechanisms, qid=3)
+    assert third.values["n"] == first.values["n"] and _ledger_rows(con) == 1
+    # another user pays for the same cells and sees the same values
+    bob = _ask(con, frame, space, mechanisms, user="bob", qid=4)
+    assert bob.values["n"] == first.values["n"] and _ledger_rows(con) == 2
+    # one more cell: charged once more, the three old ones come from the cache
+    more = _ask(con, _count_cells(4)[0], space, mechanisms, qid=5)
+    assert more.reused == 3 and len(more.new_cells) == 1 and _ledger_rows(con) == 3
+    stored = con.execute("SELECT user_name, count(*) FROM sqlsdc.dp_cells GROUP BY ALL "
+                         "ORDER BY 1").fetchall()  # fmt: skip
+    assert stored == [("alice", 4), ("bob", 3)]
+
+
+def test_refused_charges_cache_nothing(con):
+    frame, space, mechanisms = _count_cells(scale=Fraction(1, 20))  # epsilon 20 > alice's 10
+    with pytest.raises(BudgetExhausted):
+        _ask(con, frame, space, mechanisms)
+    assert con.execute("SELECT count(*) FROM sqlsdc.dp_cells").fetchone()[0] == 0
+    assert budget.cached_cells(con, "alice", 3, ["0" * 64]) == {}
+
+
+def test_cells_need_a_policy_version(con):
+    frame, space, mechanisms = _count_cells()
+    out = add_noise(frame, space, mechanisms, secret=SECRET, policy_version=3)
+    with pytest.raises(ValueError, match="needs the policy version"):
+        _charge(con, cells=out.new_cells)
+
+
+# --- concurrency and crash safety ------------------------------------------------------------
+
+
+def test_concurrent_charges_never_overspend(db):
+    limit = {BudgetKey("alice"): BudgetLimit(epsilon=1)}
+    tenth = PrivacyCost(epsilon=Fraction(1, 10))
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def worker():
+        con = open_database(db)
+        try:
+            for _ in range(8):
+                try:
+                    _charge(con, tenth, limits=limit)
+                    result = "charged"
+                except BudgetExhausted:
+                    result = "refused"
+                with lock:
+                    outcomes.append(result)
+        finally:
+            con.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["charged"] * 10 + ["refused"] * 6
+    con = open_database(db)
+    try:
+        (status,) = budget.budget_status(con, limit)
+        assert status.spent.epsilon == 1 and _ledger_rows(con) == 10
+    finally:
+        con.close()
+
+
+CRASHING_QUERY = textwrap.dedent(
+    """
+    import sys, time
+    from fractions import Fraction
+    import pandas as pd
+    from sqlsdc.catalog.budget import BudgetKey, charge
+    from sqlsdc.engines.duckdb import open_database
+    from sqlsdc.mechanisms.accountant import (Bounding, BudgetLimit, PrivacyCost, Statistic,
+                                              calibrate)
+    from sqlsdc.mechanisms.dp_cells import CellMechanism, CellSpace, add_noise
+
+    con = open_database(sys.argv[1])
+    cal = calibrate(Statistic.COUNT, Bounding(), PrivacyCost(epsilon=Fraction(1, 4)))
+    frame = pd.DataFrame({"region": ["N", "S"], "n": [10, 20]})
+    out = add_noise(frame, CellSpace.of("persons", ["region"]), {"n": CellMechanism("*", cal)},
+                    secret=bytes.fromhex(sys.argv[2]), policy_version=3)
+    charge(con, user="alice", tables=["persons"], cost=cal.cost, query_id=42,
+           limits={BudgetKey("alice"): BudgetLimit(epsilon=1)}, cells=out.new_cells,
+           policy_version=3)
+    print("charged", ",".join(str(v) for v in out.values["n"]), flush=True)
+    time.sleep(600)  # computing and returning the result; the test kills us here
+    """
+)
+
+
+def test_a_process_killed_after_the_charge_leaves_the_spend_recorded(db):
+    process = subprocess.Popen(
+        [sys.executable, "-c", CRASHING_QUERY, str(db), SECRET.hex()],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("charged "), process.stderr.read()
+    finally:
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+    assert process.returncode == -signal.SIGKILL
+    released = [Fraction(v) for v in line.split()[1].split(",")]
+    con = open_database(db)  # replays DuckDB's write-ahead log
+    try:
+        (row,) = budget.spend_ledger(con, user="alice")
+        assert (row["query_id"], row["epsilon"], row["cells"]) == (42, "1/4", 2)
+        cached = con.execute("SELECT value FROM sqlsdc.dp_cells ORDER BY cell").fetchall()
+        assert sorted(Fraction(v) for (v,) in cached) == sorted(released)
+    finally:
+        con.close()
+
+
+def test_charging_on_a_read_only_connection_fails_cleanly(db):
+    con = open_database(db, read_only=True)
+    try:
+        with pytest.raises(Error, match="could not record the privacy spend|read-only"):
+            _charge(con)
+    finally:
+        con.close()

@@ -1,0 +1,156 @@
+"""The release database (`sqlsdc publish`): protected outputs only, readable by other processes
+with plain DuckDB and with SQLAlchemy's duckdb_engine (the driver BI tools use)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import sqlsdc
+from sqlsdc.engines.duckdb import open_database
+from sqlsdc.release import publish
+from sqlsdc.tabular.job import protect_query
+
+QUERY = "SELECT region, sex, COUNT(*) AS n, AVG(income) AS mean_income FROM persons GROUP BY ALL"
+CONFIDENTIAL = {"persons", "households", "enterprises"}
+
+READER = r"""
+import json, sys
+import duckdb
+import sqlalchemy
+
+path = sys.argv[1]
+con = duckdb.connect(path, read_only=True)
+schemas = sorted({r[0] for r in con.sql(
+    "SELECT schema_name FROM duckdb_tables() WHERE database_name = current_database()"
+).fetchall()})
+tables = {}
+for (name,) in con.sql("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall():
+    relation = con.table(name)
+    tables[name] = {"columns": relation.columns, "rows": len(relation.fetchall())}
+macros = con.sql("SELECT count(*) FROM duckdb_functions() WHERE NOT internal").fetchall()[0][0]
+views = con.sql("SELECT count(*) FROM duckdb_views() WHERE NOT internal").fetchall()[0][0]
+con.close()
+engine = sqlalchemy.create_engine(f"duckdb:///{path}", connect_args={"read_only": True})
+with engine.connect() as connection:
+    names = sqlalchemy.inspect(connection).get_table_names()
+    via_sqlalchemy = {
+        n: len(connection.execute(sqlalchemy.text(f'SELECT * FROM "{n}"')).fetchall())
+        for n in names
+    }
+print(json.dumps({"schemas": schemas, "tables": tables, "macros": macros, "views": views,
+                  "sqlalchemy": via_sqlalchemy}))
+"""
+
+
+@pytest.fixture(scope="module")
+def released(suppress_template, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("release")
+    db = folder / "demo.duckdb"
+    shutil.copy(suppress_template, db)
+    protect_query(db, "admin", "SELECT sex, education, COUNT(*) FROM persons WHERE age >= 90 "
+                  "GROUP BY sex, education", into="old_people")  # fmt: skip
+    out = folder / "release.duckdb"
+    report = publish(db, out, "admin", queries={"persons_by_region": QUERY}, analyst="analyst")
+    return db, out, report
+
+
+def read_in_another_process(path) -> dict:
+    result = subprocess.run(
+        [sys.executable, "-c", READER, str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_release_lists_and_reads_in_another_process(released):
+    db, out, report = released
+    seen = read_in_another_process(out)
+    expected = {"old_people", "suppressed_enterprises", "suppressed_persons", "persons_by_region",
+                "release_contents"}  # fmt: skip
+    assert set(seen["tables"]) == expected == set(seen["sqlalchemy"])
+    assert seen["schemas"] == ["main"] and seen["macros"] == 0 and seen["views"] == 0
+    for name, table in seen["tables"].items():
+        assert table["rows"] == seen["sqlalchemy"][name] > 0
+        assert not any(c.startswith("__") for c in table["columns"]), name
+    assert {t.table: t.rows for t in report.tables} == {
+        n: t["rows"] for n, t in seen["tables"].items() if n != "release_contents"
+    }
+
+
+def test_release_holds_nothing_confidential(released):
+    db, out, _report = released
+    source = open_database(db)
+    try:
+        secrets = [r[0] for r in source.sql("SELECT material FROM sqlsdc.secrets").fetchall()]
+    finally:
+        source.close()
+    content = out.read_bytes()
+    assert secrets and not any(bytes(s) in content for s in secrets)
+    release = open_database(out, read_only=True)
+    try:
+        names = {r[0] for r in release.sql("SELECT table_name FROM duckdb_tables()").fetchall()}
+        columns = {r[0] for r in release.sql(
+            "SELECT column_name FROM duckdb_columns() WHERE NOT internal").fetchall()}  # fmt: skip
+        contents = release.sql("SELECT table_name, source, method FROM release_contents").fetchall()
+        pattern = release.sql(
+            "SELECT nace, region, count, count_status, turnover_status FROM suppressed_enterprises"
+        ).df()
+    finally:
+        release.close()
+    assert not names & CONFIDENTIAL
+    assert not {"__rkey", "__level", "income__n", "turnover__n", "upl", "lpl"} & columns
+    assert ("persons_by_region", "query", "suppress") in contents
+    assert ("suppressed_enterprises", "suppression", "suppress") in contents
+    assert set(pattern["count_status"]) <= {"published", "suppressed"}
+    assert pattern.loc[pattern["count_status"] == "suppressed", "count"].isna().all()
+
+
+def test_released_cells_are_the_guarded_answers(released):
+    db, out, _report = released
+    with sqlsdc.connect(db, user="analyst") as con:
+        answer = con.execute(
+            "SELECT nace, region, COUNT(*) AS n FROM enterprises GROUP BY nace, region "
+            "ORDER BY nace, region"
+        ).fetchall()
+    release = open_database(out, read_only=True)
+    try:
+        stored = release.sql(
+            "SELECT nace, region, count FROM suppressed_enterprises "
+            "WHERE nace IS NOT NULL AND region IS NOT NULL ORDER BY nace, region"
+        ).fetchall()
+    finally:
+        release.close()
+    assert stored == answer
+
+
+def test_publish_refusals(suppress_template, tmp_path):
+    db = tmp_path / "demo.duckdb"
+    shutil.copy(suppress_template, db)
+    out = tmp_path / "release.duckdb"
+
+    def cli(*args):
+        return subprocess.run(["sqlsdc", "publish", str(db), str(out), *args],
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+
+    denied = cli("--user", "analyst")
+    assert denied.returncode == 5 and "not an admin" in denied.stderr and not out.exists()
+    refused = cli("--query", "rows=SELECT person_id, income FROM persons", "--as", "analyst")
+    assert refused.returncode == 3 and not out.exists()
+    assert not list(tmp_path.glob("*.partial"))
+    malformed = cli("--query", "SELECT 1")
+    assert malformed.returncode == 1 and "NAME=SQL" in malformed.stderr
+    done = cli("--format", "json")
+    assert done.returncode == 0, done.stderr
+    assert {t["table"] for t in json.loads(done.stdout)["tables"]} == {
+        "suppressed_enterprises", "suppressed_persons"
+    }  # fmt: skip
+    again = cli()
+    assert again.returncode == 1 and "--replace" in again.stderr
+    assert cli("--replace").returncode == 0
+    with pytest.raises(sqlsdc.Error, match="another file"):
+        publish(db, db, "admin")
