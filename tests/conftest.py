@@ -42,13 +42,13 @@ def suppress_document(**changes) -> dict:
         "counts": {"method": "suppress", "rules": rules["counts"]},
         "magnitudes": {"method": "suppress", "rules": rules["magnitudes"]},
     }
-    enterprises["suppression"] = {"dimensions": ["nace", "region"]}
+    enterprises["suppression"] = {"dimensions": ["nace", "region"], "time_limit": 10}
     persons = document["tables"]["persons"]
     persons["protection"] = {
         "counts": {"method": "suppress", "rules": ["freq:5"]},
         "magnitudes": {"method": "suppress", "rules": ["p:10", "freq:5"]},
     }
-    persons["suppression"] = {"dimensions": ["geography", "sex"]}
+    persons["suppression"] = {"dimensions": ["geography", "sex"], "time_limit": 10}
     return document
 
 

@@ -9,10 +9,14 @@
 4. ``audit_intervals``/``audit_check``: the attacker's LP (or integer) feasibility interval of
    every suppressed cell, checked against the protection levels.
 
-A release never looks successful when its audit fails: cells whose interval is too narrow get
-extra suppressions (the cheapest published cell sharing an equation with them; suppressing more
-cells can only widen every interval) and the audit is repeated, up to ``max_rounds`` times;
-after that :func:`protect` raises :class:`~sqlsdc.errors.TabularError`. The audit outcome is
+A release never looks successful when its audit fails. Primary cells whose interval is too
+narrow get more suppressions by GaussSuppression's interval step (R's ``interval_suppression``
+and ``FixRiskyIntervals``, :func:`~sqlsdc.tabular.gauss.fix_risky_intervals`): the published
+cells are walked in candidate order and each one that would leave a primary's interval short of
+its protection levels is suppressed; GaussSuppression then runs again with every suppressed cell
+as primary, and the audit is repeated, up to ``max_rounds`` times. A primary that no pattern can
+protect (the forced cells and the a-priori bounds pin it) is named in the error. After that
+:func:`protect` raises :class:`~sqlsdc.errors.TabularError`. The audit outcome is
 ``result.attrs["audit"]``, an :class:`AuditReport`.
 """
 
@@ -23,7 +27,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import sparse
 
 from sqlsdc.errors import TabularError
 from sqlsdc.tabular.model import TOTAL, Table, build_table
@@ -45,7 +48,7 @@ class AuditReport:
         failing: positions (rows of the result) of those cells.
         exact: every primary interval was solved to proven optimality.
         method: the secondary suppression method ("audit" for :func:`audit`).
-        rounds: rounds of extra suppressions the audit needed.
+        rounds: rounds of the interval step (extra suppressions) the audit needed.
         solver_status: the optimisation status reported by ``optimal``/``hitas``, else None.
     """
 
@@ -104,7 +107,7 @@ def protect(
         integer: audit with integer cells; default: for unweighted frequency tables.
         time_limit: seconds per solver call (optimal MILP, each HiTaS sub-table, the audit).
         min_level: minimum protection level of a primary cell (see ``apply_rules``).
-        max_rounds: rounds of extra suppressions when the audit fails.
+        max_rounds: rounds of the interval step when the audit fails.
 
     Returns:
         One row per cell: the dimensions (total code on margins), ``n``, ``value``, ``status``
@@ -375,53 +378,99 @@ def _secondary(method, table, prim, upl, lpl, cost, lower, upper, forced, time_l
 def _audit_rounds(
     table, suppressed, prim, upl, lpl, cost, lower, upper, forced, integer, time_limit, max_rounds
 ):
-    """Audit; while primaries fail, suppress a neighbour of each and audit again: the cheapest
-    cell sharing an equation that can move far enough in the direction the primary needs (a
-    cell of the same sign falls when the primary rises), else the one that moves farthest."""
-    from sqlsdc.tabular.attacker import audit_check, audit_intervals
+    """Audit; while primaries fail, add suppressions by GaussSuppression's interval step.
 
-    A = sparse.csr_matrix(table.A)
-    A_cols = A.tocsc()
+    Each round is R's ``interval_suppression``: :func:`~sqlsdc.tabular.gauss.fix_risky_intervals`
+    suppresses the first published cells (in candidate order) that make a failing primary's
+    interval too narrow, then ``gauss_suppress`` re-runs with every suppressed cell as primary so
+    that none of the new ones is computable (without ``X``, for linked tables, this step is
+    skipped and the audit alone judges the pattern).
+    """
+    from sqlsdc.tabular.attacker import audit_check, audit_intervals
+    from sqlsdc.tabular.gauss import candidate_order, fix_risky_intervals, gauss_suppress
+
+    values = table.values
+    if table.X is not None:
+        order = candidate_order(table.X, cost, values)
+    else:
+        order = np.lexsort((np.arange(len(cost)), -cost))
     rounds = 0
     while True:
         result = audit_intervals(
             table.A,
-            table.values,
+            values,
             suppressed,
             lower=lower,
             upper=upper,
             integer=integer,
             time_limit=time_limit,
         )
-        ok = np.asarray(audit_check(result, table.values, prim, upl, lpl), dtype=bool)
+        ok = np.asarray(audit_check(result, values, prim, upl, lpl), dtype=bool)
         failing = prim & ~(ok & np.asarray(result.exact, dtype=bool))
         if not failing.any() or rounds >= max_rounds:
             return suppressed, result, failing, rounds
-        extra = suppressed.copy()
-        values = table.values
-        for c in np.flatnonzero(failing):
-            need_up = max(0.0, values[c] + upl[c] - result.hi[c])
-            need_down = max(0.0, result.lo[c] - (values[c] - lpl[c]))
-            best, best_key = None, None
-            for r in A_cols.indices[A_cols.indptr[c] : A_cols.indptr[c + 1]]:
-                row = slice(A.indptr[r], A.indptr[r + 1])
-                same = np.sign(A.data[row]) == np.sign(A[r, c])
-                for d, alike in zip(A.indices[row], same, strict=True):
-                    if d == c or extra[d] or forced[d]:
-                        continue
-                    down, up = values[d] - lower[d], upper[d] - values[d]
-                    # c rises when a like-signed cell of its equation falls, or another rises
-                    reach = min(up if alike else down, np.inf) if need_down else np.inf
-                    reach = min(reach, down if alike else up) if need_up else reach
-                    enough = reach >= max(need_up, need_down)
-                    key = (not enough, cost[d] if enough else -reach)
-                    if best_key is None or key < best_key:
-                        best, best_key = d, key
-            if best is not None:
-                extra[best] = True
-        if not (extra & ~suppressed).any():
+        if rounds == 0:
+            _refuse_unprotectable(
+                table, failing, upl, lpl, lower, upper, forced, integer, time_limit
+            )
+        extra = fix_risky_intervals(
+            table.A,
+            values,
+            suppressed,
+            failing,
+            upl,
+            lpl,
+            order,
+            lower=lower,
+            upper=upper,
+            forced=forced,
+            integer=integer,
+            time_limit=time_limit,
+        )
+        if not extra.any():
             return suppressed, result, failing, rounds
-        suppressed, rounds = extra, rounds + 1
+        suppressed = suppressed | extra
+        if table.X is not None:
+            suppressed = gauss_suppress(table.X, suppressed, cost, forced=forced, values=values)
+        rounds += 1
+
+
+def _refuse_unprotectable(table, failing, upl, lpl, lower, upper, forced, integer, time_limit):
+    """Raise when a failing primary misses its levels even with every non-forced cell hidden.
+
+    Suppressing more cells only widens intervals, so such a cell has no protecting pattern: the
+    forced cells and the a-priori bounds pin it (``optimal`` would report "infeasible").
+    """
+    from sqlsdc.tabular.attacker import audit_check, audit_intervals
+
+    values = table.values
+    hidden = ~forced
+    cells = failing & hidden
+    widest = audit_intervals(
+        table.A,
+        values,
+        hidden,
+        lower=lower,
+        upper=upper,
+        integer=integer,
+        time_limit=time_limit,
+        cells=cells,
+    )
+    ok = np.asarray(audit_check(widest, values, cells, upl, lpl), dtype=bool) & widest.exact
+    stuck = np.flatnonzero(failing & ~(ok & cells) & widest.exact)
+    if stuck.size == 0:
+        return
+    keys = table.cells.iloc[stuck[:3]][list(table.dims)].astype(str).to_dict("records")
+    examples = "; ".join(
+        f"{key} = {values[c]:g} needs [{values[c] - lpl[c]:g}, {values[c] + upl[c]:g}], "
+        f"at most [{widest.lo[c]:g}, {widest.hi[c]:g}] with all but the forced cells hidden"
+        for key, c in zip(keys, stuck[:3].tolist(), strict=True)
+    )
+    raise TabularError(
+        f"{stuck.size} primary cell(s) cannot be protected by any suppression pattern: "
+        f"{examples}; the forced cells and the a-priori bounds pin them — publish fewer cells "
+        "as forced, widen `apriori`, or lower the protection levels (rules' safety ranges)"
+    )
 
 
 def _output(table, prim, suppressed, rule, upl, lpl, result) -> pd.DataFrame:

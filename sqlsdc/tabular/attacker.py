@@ -20,6 +20,9 @@ How it is computed (all exact to the solver's tolerance, or flagged):
 * Every optimal vertex is a feasible table: a cell whose value there reaches its outer bound (its
   a-priori bound, or the single-row bound derived from them) has that bound as its exact min/max,
   and is not solved again. Vertices have many cells at their bounds, so most minima come free.
+* GLOP's tolerances are absolute (``1e-8``), so a component with values beyond 2**20 is solved
+  in units of a power of two near its largest value (exact in binary floating point): turnover
+  tables of 10^10 otherwise end in ``ABNORMAL``.
 * ``integer=True`` (count tables): LP bounds can mislead for integer tables (Onn, PSD 2006: the
   LP can certify an entry as uncertain when only one integer table exists). A cell's LP bound is
   exact for integers when the LP optimum is attained at an integral vertex (always in 2-D tables,
@@ -44,9 +47,10 @@ from scipy.sparse.csgraph import connected_components
 
 from sqlsdc.errors import InternalError, TabularError
 
-__all__ = ["AuditResult", "audit_check", "audit_intervals"]
+__all__ = ["AuditResult", "ProtectionCheck", "audit_check", "audit_intervals"]
 
 _TOL = 1e-9
+_LP_UNSCALED = 2.0**20  # largest |value| solved in the table's own units
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,7 @@ def audit_intervals(
     upper,
     integer: bool = False,
     time_limit: float = 60.0,
+    cells=None,
 ) -> AuditResult:
     """Feasibility intervals of the suppressed cells, as an attacker computes them.
 
@@ -88,6 +93,9 @@ def audit_intervals(
         integer: the cells are counts: bounds over integer tables (CP-SAT where the LP bound is
             not attained at an integral vertex). Needs integral ``A``, values and bounds.
         time_limit: seconds for the whole audit (LP and CP-SAT together).
+        cells: bool[C] or None; when given, only these suppressed cells are solved (the
+            components without one are skipped); the other suppressed cells keep their
+            single-row outer bounds with ``exact = False``.
 
     Returns:
         AuditResult with ``lo``, ``hi`` and ``exact`` for every cell.
@@ -109,9 +117,11 @@ def audit_intervals(
     deadline = time.monotonic() + max(float(time_limit), 0.0)
     lo, hi = values.copy(), values.copy()
     exact = np.ones(len(values), dtype=bool)
+    wanted = sup if cells is None else sup & _mask(cells, len(values), "cells")
     cells = np.flatnonzero(sup)
     if cells.size == 0:
         return AuditResult(lo, hi, exact)
+    wanted = wanted[cells]
     A_s = A[:, cells].tocsr()
     rhs = -(A[:, ~sup] @ values[~sup])
     active = np.flatnonzero(np.diff(A_s.indptr) > 0)
@@ -119,10 +129,12 @@ def audit_intervals(
     lo[cells], hi[cells] = lower[cells], upper[cells]
     exact[cells] = False
     for rows, cols in _components(A_s):
+        if not wanted[cols].any():
+            continue
         sub = A_s[rows][:, cols].tocsr()
         glob = cells[cols]
         lo_c, hi_c, ok = _solve_component(
-            sub, rhs[rows], lower[glob], upper[glob], values[glob], integer, deadline
+            sub, rhs[rows], lower[glob], upper[glob], values[glob], integer, deadline, wanted[cols]
         )
         lo[glob], hi[glob], exact[glob] = lo_c, hi_c, ok
     return AuditResult(lo, hi, exact)
@@ -169,6 +181,131 @@ def audit_check(result: AuditResult, values, primary, upl, lpl, spl=None) -> np.
             & (width > tol)
         )
     return np.where(primary, ok, True)
+
+
+class ProtectionCheck:
+    """Decides :func:`audit_check` for chosen cells under many suppression patterns of one table.
+
+    The attacker is the one of :func:`audit_intervals`; the test is the one of
+    :func:`audit_check` (levels reached, interval of positive width), but no interval is computed
+    exactly: a bound is solved only while no feasible table seen so far reaches the level (the
+    true table is one, every LP vertex another). A level beyond the single-row outer bound fails
+    without an LP, an LP optimum short of it fails (the LP bound is an outer bound for integer
+    tables too), and with ``integer`` a level reached only at a fractional vertex is settled by
+    :func:`audit_intervals`. A time limit counts as not protected.
+
+    One GLOP model of the whole table is kept: a published cell is a variable fixed at its value,
+    so a new pattern only changes the bounds of the cells whose status changed and the simplex
+    warm-starts from the last basis (``fix_risky_intervals`` asks about hundreds of patterns that
+    differ by a cell or two).
+
+    Example:
+        >>> A = sparse.csr_matrix(np.array([[-1.0, -1.0, 1.0]]))
+        >>> check = ProtectionCheck(A, np.array([3.0, 7.0, 10.0]), np.array([7.0, 4.0, 0]),
+        ...     np.array([1.0, 1, 0]), lower=np.zeros(3), upper=np.full(3, np.inf))
+        >>> check.met(np.array([True, True, False]), [0, 1]).tolist()
+        [True, False]
+    """
+
+    def __init__(self, A, values, upl, lpl, *, lower, upper, integer: bool = False):
+        none = np.zeros(A.shape[1] if sparse.issparse(A) else 0, dtype=bool)
+        self.A, self.values, _, self.lower, self.upper = _check(
+            A, values, none, lower, upper, integer
+        )
+        n = len(self.values)
+        self.upl, self.lpl = _vector(upl, n, "upl"), _vector(lpl, n, "lpl")
+        self.integer = integer
+        self.tol = _TOL * np.maximum(1.0, np.abs(self.values) + self.upl + self.lpl)
+        self.lp = _ComponentLP(self.A, np.zeros(self.A.shape[0]), self.values, self.values)
+        self.known = np.ones(n, dtype=bool)  # every cell starts fixed at its value
+        self.timed_out = False
+
+    def met(self, suppressed, targets, *, time_limit: float = 60.0, stop_early: bool = False):
+        """bool[T]: is each target protected when the ``suppressed`` cells are hidden?
+
+        With ``stop_early`` the search ends at the first unprotected target; the targets not
+        decided by then read ``False``. ``timed_out`` tells afterwards whether the time limit
+        decided a target (as unprotected).
+        """
+        self.timed_out = False
+        deadline = time.monotonic() + max(float(time_limit), 0.0)
+        v, n = self.values, len(self.values)
+        sup = _mask(suppressed, n, "suppressed")
+        targets = np.asarray(targets, dtype=np.int64)
+        if not sup[targets].all():
+            raise TabularError("ProtectionCheck.met() targets must be suppressed cells")
+        changed = np.flatnonzero(sup == self.known)
+        self.lp.set_bounds(
+            changed,
+            np.where(sup[changed], self.lower[changed], v[changed]),
+            np.where(sup[changed], self.upper[changed], v[changed]),
+        )
+        self.known = ~sup
+        out_lo, out_hi = v.copy(), v.copy()
+        cells = np.flatnonzero(sup)
+        A_s = self.A[:, cells].tocsr()
+        active = np.diff(A_s.indptr) > 0
+        rhs = -(self.A[:, ~sup] @ v[~sup])
+        out_lo[cells], out_hi[cells] = _row_bounds(
+            A_s[active], rhs[active], self.lower[cells], self.upper[cells]
+        )
+        goal_hi, goal_lo, tol = v + self.upl, v - self.lpl, self.tol
+        reach_lo, reach_hi = v.copy(), v.copy()  # extremes over the feasible tables seen
+        failed = (out_hi < goal_hi - tol) | (out_lo > goal_lo + tol) | (out_hi - out_lo <= tol)
+        fractional = np.zeros(n, dtype=bool)
+        for j in targets.tolist():
+            for sense in (+1, -1):
+                if failed[j]:
+                    break
+                if sense > 0:
+                    done = reach_hi[j] >= goal_hi[j] - tol[j]
+                else:
+                    done = reach_lo[j] <= goal_lo[j] + tol[j]
+                if done and reach_hi[j] - reach_lo[j] > tol[j]:
+                    continue
+                if time.monotonic() >= deadline:
+                    failed[j] = self.timed_out = True
+                    break
+                status, val, x = self.lp.optimise(j, sense, deadline)
+                if status == "unbounded":
+                    if sense > 0:
+                        reach_hi[j] = math.inf
+                    else:
+                        reach_lo[j] = -math.inf
+                    continue
+                self.timed_out |= status == "limit"
+                short = status == "optimal" and (
+                    val < goal_hi[j] - tol[j] if sense > 0 else val > goal_lo[j] + tol[j]
+                )
+                if status != "optimal" or short:
+                    failed[j] = True  # the LP optimum is an outer bound: the level is out of reach
+                    break
+                if self.integer and not np.all(np.abs(x - np.round(x)) <= 1e-7 * (1 + abs(x))):
+                    fractional[j] = True  # reached only by a fractional table: CP-SAT decides
+                    break
+                np.maximum(reach_hi, x, out=reach_hi)
+                np.minimum(reach_lo, x, out=reach_lo)
+            if failed[j] and stop_early:
+                break
+        met = ~failed & ~fractional
+        met &= (
+            (reach_hi >= goal_hi - tol) & (reach_lo <= goal_lo + tol) & (reach_hi - reach_lo > tol)
+        )
+        fractional &= ~failed
+        if fractional.any() and not (stop_early and failed[targets].any()):
+            res = audit_intervals(
+                self.A,
+                v,
+                sup,
+                lower=self.lower,
+                upper=self.upper,
+                integer=True,
+                time_limit=deadline - time.monotonic(),
+                cells=fractional,
+            )
+            met[fractional] = audit_check(res, v, fractional, self.upl, self.lpl)[fractional]
+            self.timed_out |= not res.exact[fractional].all()
+        return met[targets]
 
 
 # --- components --------------------------------------------------------------------------------
@@ -218,7 +355,7 @@ def _row_bounds(sub: sparse.csr_matrix, rhs, lower, upper):
 # --- one component -----------------------------------------------------------------------------
 
 
-def _solve_component(sub, rhs, lower, upper, truth, integer, deadline):
+def _solve_component(sub, rhs, lower, upper, truth, integer, deadline, wanted):
     out_lo, out_hi = _row_bounds(sub, rhs, lower, upper)
     with np.errstate(over="ignore", invalid="ignore"):
         if np.any(out_lo > out_hi + _TOL * np.maximum(1.0, np.abs(out_hi))):
@@ -243,7 +380,7 @@ def _solve_component(sub, rhs, lower, upper, truth, integer, deadline):
         lo_ok[at_lo] = True
         hi_ok[at_hi] = True
 
-    for j, sense in [(j, s) for j in range(k) for s in (+1, -1)]:
+    for j, sense in [(j, s) for j in np.flatnonzero(wanted).tolist() for s in (+1, -1)]:
         bound, ok, integral_at = (hi, hi_ok, hi_int) if sense > 0 else (lo, lo_ok, lo_int)
         if ok[j]:
             continue
@@ -261,7 +398,7 @@ def _solve_component(sub, rhs, lower, upper, truth, integer, deadline):
         # otherwise the time limit hit: the outer bound stays, not exact
     if integer:
         lo, hi, lo_ok, hi_ok = _integer_bounds(
-            sub, rhs, lower, upper, lo, hi, lo_ok, hi_ok, lo_int, hi_int, truth, deadline
+            sub, rhs, lower, upper, lo, hi, lo_ok, hi_ok, lo_int, hi_int, truth, deadline, wanted
         )
     if np.any(lo > truth + 1e-6 * np.maximum(1, np.abs(truth))) or np.any(
         hi < truth - 1e-6 * np.maximum(1, np.abs(truth))
@@ -274,11 +411,17 @@ class _ComponentLP:
     """One GLOP model per component, re-solved with only the objective changed (warm start)."""
 
     def __init__(self, sub, rhs, lower, upper):
+        finite = np.concatenate([np.abs(rhs), np.abs(lower), np.abs(upper)])
+        finite = finite[np.isfinite(finite)]
+        big = float(finite.max()) if finite.size else 1.0
+        # GLOP's tolerances are absolute: solve big tables in units of a power of two
+        self.unit = 2.0 ** math.frexp(big)[1] if big > _LP_UNSCALED else 1.0
+        rhs, lower, upper = rhs / self.unit, lower / self.unit, upper / self.unit
         s = pywraplp.Solver.CreateSolver("GLOP")
         if s is None:
             raise InternalError("OR-Tools was built without GLOP")
         s.SetSolverSpecificParametersAsString("use_preprocessing: false")
-        inf = s.infinity()
+        inf = self.inf = s.infinity()
         self.x = [
             s.NumVar(-inf if math.isinf(lo) else lo, inf if math.isinf(up) else up, "")
             for lo, up in zip(lower.tolist(), upper.tolist(), strict=True)
@@ -290,6 +433,12 @@ class _ComponentLP:
                 con.SetCoefficient(self.x[c], v)
         self.solver, self.obj, self.last = s, s.Objective(), None
         self.resp = linear_solver_pb2.MPSolutionResponse()
+
+    def set_bounds(self, cells, lower, upper) -> None:
+        inf = self.inf
+        for c, lo, up in zip(cells.tolist(), lower.tolist(), upper.tolist(), strict=True):
+            lo = -inf if math.isinf(lo) else lo / self.unit
+            self.x[c].SetBounds(lo, inf if math.isinf(up) else up / self.unit)
 
     def optimise(self, j: int, sense: int, deadline: float):
         if self.last is not None and self.last != j:
@@ -304,7 +453,8 @@ class _ComponentLP:
         status = self.solver.Solve()
         if status == pywraplp.Solver.OPTIMAL:
             self.solver.FillSolutionResponseProto(self.resp)
-            return "optimal", self.obj.Value(), np.array(self.resp.variable_value)
+            x = np.array(self.resp.variable_value) * self.unit
+            return "optimal", self.obj.Value() * self.unit, x
         if status == pywraplp.Solver.UNBOUNDED:
             return "unbounded", None, None
         if status == pywraplp.Solver.INFEASIBLE:
@@ -312,13 +462,20 @@ class _ComponentLP:
         return "limit", None, None
 
 
-def _integer_bounds(sub, rhs, lower, upper, lo, hi, lo_ok, hi_ok, lo_int, hi_int, truth, deadline):
+def _integer_bounds(
+    sub, rhs, lower, upper, lo, hi, lo_ok, hi_ok, lo_int, hi_int, truth, deadline, wanted
+):
     """Tighten LP bounds to integer bounds with CP-SAT where no integral vertex attains them."""
     lo_i = np.where(np.isinf(lo), lo, np.ceil(lo - 1e-7))
     hi_i = np.where(np.isinf(hi), hi, np.floor(hi + 1e-7))
     ok_lo = lo_ok & lo_int
     ok_hi = hi_ok & hi_int
-    todo = [(j, s) for j in range(len(lo)) for s in (+1, -1) if not (ok_hi if s > 0 else ok_lo)[j]]
+    todo = [
+        (j, s)
+        for j in np.flatnonzero(wanted).tolist()
+        for s in (+1, -1)
+        if not (ok_hi if s > 0 else ok_lo)[j]
+    ]
     if not todo:
         return lo_i, hi_i, ok_lo, ok_hi
     cap = float(np.abs(truth).sum() + np.abs(rhs).sum() + 1)
@@ -391,6 +548,13 @@ def _vector(a, n: int, name: str) -> np.ndarray:
     return arr
 
 
+def _mask(a, n: int, name: str) -> np.ndarray:
+    arr = np.asarray(a)
+    if arr.shape != (n,) or arr.dtype != bool:
+        raise TabularError(f"{name} must be a bool array of length {n}")
+    return arr
+
+
 def _check(A, values, suppressed, lower, upper, integer):
     if not sparse.issparse(A):
         raise TabularError(
@@ -401,9 +565,7 @@ def _check(A, values, suppressed, lower, upper, integer):
     n = A.shape[1]
     values = _vector(values, n, "values")
     lower, upper = _vector(lower, n, "lower"), _vector(upper, n, "upper")
-    sup = np.asarray(suppressed)
-    if sup.shape != (n,) or sup.dtype != bool:
-        raise TabularError(f"suppressed must be a bool array of length {n}")
+    sup = _mask(suppressed, n, "suppressed")
     if not np.all(np.isfinite(values)):
         raise TabularError("values must be finite")
     out = sup & ((values < lower) | (values > upper))

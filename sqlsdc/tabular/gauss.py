@@ -28,6 +28,11 @@ frequency tables, 15 % primary cells): about 10^5 cells in 4 s (2-D) / 9 s (3-D)
 cells in 65 s (2-D) / 310 s (3-D). The cost is the fill-in of the echelon form while the large
 margins are published (they come first in the candidate order); no dense matrix is ever formed.
 
+Exact disclosure is all this elimination prevents; GaussSuppression's interval protection
+(``lpPackage`` with ``IntervalLimits``: ``rangePercent``/``rangeMin``, ``protectionPercent``) adds
+suppressions afterwards until every primary's feasibility interval reaches its limits:
+:func:`fix_risky_intervals` (R's ``FixRiskyIntervals``), driven by ``protect``'s audit rounds.
+
 Singleton methods for frequency tables (SSBtools ``singletonMethod``): ``"anySum"`` (default),
 ``"subSum"``, ``"subSumAny"``, ``"subSpace"``, ``"subSumSpace"`` and ``"none"``. Not implemented:
 ``"anySumNOTprimary"`` (published singletons), ``"sub2Sum"`` and the ``NumSingleton`` methods for
@@ -37,12 +42,15 @@ forced cells disclose is an error here, not a warning).
 References:
     Langsrud, Ø. (2024). Secondary Cell Suppression by Gaussian Elimination: An Algorithm
     Suitable for Handling Issues with Zeros and Singletons. PSD 2024, LNCS 14915, 83-91.
-    SSBtools ``GaussSuppression`` and GaussSuppression ``CandidatesDefault`` (Statistics Norway,
-    MIT licence), read at statisticsnorway/ssb-ssbtools and ssb-gausssuppression.
+    SSBtools ``GaussSuppression`` and GaussSuppression ``CandidatesDefault``,
+    ``interval_suppression``, ``FixRiskyIntervals``, ``SmartOrder`` and ``IntervalLimits``
+    (Statistics Norway, MIT licence), read at statisticsnorway/ssb-ssbtools and
+    ssb-gausssuppression.
 """
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from math import gcd
 
@@ -51,7 +59,7 @@ from scipy import sparse
 
 from sqlsdc.errors import InternalError, TabularError
 
-__all__ = ["SINGLETON_METHODS", "candidate_order", "gauss_suppress"]
+__all__ = ["SINGLETON_METHODS", "candidate_order", "fix_risky_intervals", "gauss_suppress"]
 
 SINGLETON_METHODS = ("anySum", "subSum", "subSumAny", "subSpace", "subSumSpace", "none")
 _LATER = ("anySumNOTprimary", "anySum0", "sub2Sum")
@@ -195,6 +203,169 @@ def gauss_suppress(
         else:
             elim.publish(vec)
     return suppressed
+
+
+def fix_risky_intervals(
+    A,
+    values,
+    suppressed,
+    risky,
+    upl,
+    lpl,
+    order,
+    *,
+    lower,
+    upper,
+    forced=None,
+    integer: bool = False,
+    time_limit: float = 60.0,
+) -> np.ndarray:
+    """New suppressions that widen the intervals of risky primary cells (``FixRiskyIntervals``).
+
+    GaussSuppression's interval protection (``interval_suppression`` and ``FixRiskyIntervals``
+    in R/FixRiskyIntervals.R of ssb-gausssuppression, with the ``lomax``/``upmin`` limits of
+    ``IntervalLimits``): after the exact-disclosure pass, the published cells are taken in
+    candidate order (the cells to publish first come first) and the attacker is allowed to know
+    only a prefix of them. Knowing more cells can only narrow an interval, so each risky primary
+    has a first prefix length at which its interval misses ``[v - lpl, v + upl]``; the cell that
+    ends that prefix is suppressed (R's "new primary") and the walk goes on without it. The
+    prefixes are visited in R's ``SmartOrder`` (:func:`smart_order`): every position twice, once
+    ahead of time in a bisection order and once in sequence; an interval found wide enough at a
+    prefix is wide enough at every shorter one and after every later suppression, so most
+    sequential checks are skipped. The caller then re-runs :func:`gauss_suppress` with all
+    suppressed cells as primary, so that no new suppression can be computed exactly, as R does.
+
+    The attacker is the one of :func:`~sqlsdc.tabular.attacker.audit_intervals` (``A``, the
+    a-priori bounds, LP or integer). Forced cells (R refuses them here) are always known and
+    never suppressed.
+
+    Args:
+        A: constraint matrix (R×C). values: float[C]. suppressed: bool[C], the pattern so far.
+        risky: bool[C], suppressed primary cells whose interval is too narrow.
+        upl, lpl: float[C], protection levels. order: int[C], :func:`candidate_order`.
+        lower, upper: float[C], a-priori bounds. forced: bool[C] or None.
+        integer: bound the cells over integer tables (count tables).
+        time_limit: seconds for all the interval computations; when it runs out the
+            suppressions found so far are returned (the caller's audit then fails closed).
+
+    Returns:
+        bool[C], the new suppressions.
+
+    Raises:
+        TabularError: a risky primary is too narrow even when only the forced cells are
+            published (no suppression pattern can protect it).
+
+    Example:
+        A 2×2 table with margins, cells (r1,c1) (r1,c2) (r2,c1) (r2,c2) r1 r2 c1 c2 total, the
+        inner cells suppressed. (r1,c1) = 5 needs its interval to reach 2 (``lpl = 3``). Once
+        r1, r2 and c1 are known, (r2,c2) = (r1,c1) - 3 >= 0 pins it at 3 or more, so c1 is
+        suppressed, and then c2, which gives c1 through the total:
+
+        >>> rows = [[0, 1, 4], [2, 3, 5], [0, 2, 6], [1, 3, 7], [4, 5, 8], [6, 7, 8]]
+        >>> A = np.zeros((6, 9))
+        >>> for k, (a, b, t) in enumerate(rows):
+        ...     A[k, [a, b, t]] = 1, 1, -1
+        >>> v = np.array([5.0, 3, 4, 2, 8, 6, 9, 5, 14])
+        >>> sup = np.arange(9) < 4
+        >>> lpl = np.where(np.arange(9) == 0, 3.0, 0.0)
+        >>> new = fix_risky_intervals(sparse.csr_matrix(A), v, sup, np.arange(9) == 0,
+        ...     np.zeros(9), lpl, [8, 4, 5, 6, 7, 0, 1, 2, 3], lower=np.zeros(9),
+        ...     upper=np.full(9, np.inf))
+        >>> np.flatnonzero(new).tolist()
+        [6, 7]
+    """
+    from sqlsdc.tabular.attacker import ProtectionCheck
+
+    values = np.asarray(values, dtype=np.float64)
+    n_cells = len(values)
+    suppressed = _mask(suppressed, n_cells, "suppressed")
+    risky = _mask(risky, n_cells, "risky") & suppressed
+    forced = np.zeros(n_cells, dtype=bool) if forced is None else _mask(forced, n_cells, "forced")
+    extra = np.zeros(n_cells, dtype=bool)
+    targets = np.flatnonzero(risky)
+    if targets.size == 0:
+        return extra
+    order = np.asarray(order, dtype=np.int64)
+    pub = order[~suppressed[order] & ~forced[order]]
+    rank = np.full(n_cells, len(pub))
+    rank[pub] = np.arange(len(pub))
+    rank[forced] = -1
+    deadline = time.monotonic() + max(float(time_limit), 0.0)
+    check = ProtectionCheck(A, values, upl, lpl, lower=lower, upper=upper, integer=integer)
+
+    def ok_at(i: int, which: np.ndarray, stop_early: bool = False) -> np.ndarray:
+        """Which of the primaries ``which`` keep their protection when prefix 1..i is known."""
+        unknown = suppressed | extra | (rank >= i)
+        left = deadline - time.monotonic()
+        return check.met(unknown, which, time_limit=left, stop_early=stop_early)
+
+    hopeless = ~ok_at(0, targets)
+    if hopeless.any() and check.timed_out:
+        return extra  # out of time before anything was decided
+    if hopeless.any():
+        cells = targets[hopeless][:10].tolist()
+        raise TabularError(
+            f"{int(hopeless.sum())} primary cell(s) cannot reach their protection levels even "
+            f"with every cell suppressed except the forced ones, e.g. cell(s) {cells}: the "
+            "forced cells and the a-priori bounds pin them; publish fewer cells as forced, "
+            "widen the a-priori bounds or lower the protection levels"
+        )
+    best_ok = np.zeros(len(targets), dtype=np.int64)  # longest prefix proven safe, per target
+    version, seen = 0, np.full(len(pub) + 1, -1)  # extra-set version at each look-ahead check
+    last = 0  # the target found risky last is tried first in the sequential visits
+    for step in [*smart_order(len(pub)), len(pub)]:
+        i, final = abs(step), step < 0
+        todo = best_ok < i
+        if todo.any() and (not final or seen[i] != version):
+            if time.monotonic() >= deadline:
+                break
+            which = np.flatnonzero(todo)
+            if final:  # only "is any target risky?" decides here: stop at the first one
+                which = np.concatenate([which[which == last], which[which != last]])
+            good = ok_at(i, targets[which], stop_early=final)
+            best_ok[which[good]] = i
+            if not good.all():
+                last = int(which[np.argmin(good)])
+        if final and best_ok.min() < i:
+            extra[pub[i - 1]] = True
+            version += 1
+        if not final:
+            seen[i] = version
+    return extra
+
+
+def smart_order(n: int) -> list[int]:
+    """R's ``SmartOrder``: positions 1..n, each twice; the second visits are negative, in order.
+
+    The first visits follow ``SmartOrder0`` (the middle, the left half recursively, the end,
+    the right half recursively); a position's second visit comes as soon as it and all earlier
+    positions have had their first.
+
+    Example:
+        >>> smart_order(5)
+        [2, 1, -1, -2, 5, 3, -3, 4, -4, -5]
+    """
+    ahead: list[int] = []
+    stack = [(0, n)]  # SmartOrder0(m) shifted by `offset`, without recursion
+    while stack:
+        offset, m = stack.pop()
+        if m <= 2:
+            ahead.extend(offset + k for k in range(1, m + 1))
+            continue
+        half = m // 2
+        ahead.append(offset + half)
+        # pushed in reverse: the left half, then the end, then the right half
+        stack.append((offset + half, m - half - 1))
+        stack.append((offset + m - 1, 1))
+        stack.append((offset, half - 1))
+    out, visited, k = [], np.zeros(n + 2, dtype=bool), 1
+    for a in ahead:
+        out.append(a)
+        visited[a] = True
+        while k <= n and visited[k]:
+            out.append(-k)
+            k += 1
+    return out
 
 
 class _Elimination:

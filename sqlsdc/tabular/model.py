@@ -1,4 +1,8 @@
-"""The table model: hierarchies, cells over all margins, model matrix X and constraint matrix A.
+"""The table model: cells over all margins, model matrix X and constraint matrix A.
+
+Hierarchies are in :mod:`sqlsdc.tabular.hierarchy`, the numeric kernel (keys, sums, top
+contributions, constraint rows) in :mod:`sqlsdc.tabular._cube`, linked tables in
+:mod:`sqlsdc.tabular.linking`; ``Hierarchy``, ``TOTAL`` and ``link_tables`` are re-exported here.
 
 A table over dimensions d = 1..D holds one cell for every combination of codes, one code per
 dimension taken from any level of that dimension's hierarchy (inner cells and all margins).
@@ -23,182 +27,16 @@ The two matrices of the contract (notes/tabular_contract.md):
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 
 import numpy as np
 import pandas as pd
 from scipy import sparse
 
-from sqlsdc.errors import InternalError, TabularError
-
-TOTAL = "Total"
-_MAX_KEY = 2**62
-
-
-@dataclass(frozen=True, eq=False)
-class Hierarchy:
-    """The codes of one dimension with their parents, in pre-order (the total first).
-
-    Codes are strings (numbers in the data are compared by their text, as in τ-ARGUS code lists).
-
-    Example:
-        >>> h = Hierarchy.from_parents({"A": None, "A1": "A", "A2": "A", "B": None})
-        >>> h.parents["A1"], h.parents["Total"], h.children["A"]
-        ('A', None, ('A1', 'A2'))
-    """
-
-    codes: tuple[str, ...]
-    parent_index: tuple[int, ...]
-    total: str = TOTAL
-
-    def __post_init__(self):
-        if not self.codes or self.codes[0] != self.total or self.parent_index[0] != -1:
-            raise InternalError("a Hierarchy must start with its total code and no parent")
-        if any(not 0 <= p < i for i, p in enumerate(self.parent_index) if i):
-            raise InternalError("Hierarchy codes must be listed parents before children")
-
-    @classmethod
-    def flat(cls, codes: Sequence, total: str = TOTAL) -> Hierarchy:
-        """A one-level dimension: every code rolls up into ``total``."""
-        return cls.from_parents({c: None for c in codes}, total=total)
-
-    @classmethod
-    def from_parents(cls, parents: Mapping, total: str = TOTAL) -> Hierarchy:
-        """Build from ``{code: parent}``; a parent of ``None`` (or the total) means the top level.
-
-        Raises:
-            TabularError: for an unknown parent, a cycle, or the total code with a parent.
-        """
-        total = str(total)
-        up: dict[str, str] = {}
-        for code, parent in parents.items():
-            code = str(code)
-            if code == total:
-                if parent is not None:
-                    raise TabularError(
-                        f"the total code {total!r} cannot have a parent (got {parent!r}); "
-                        "it is the root of the hierarchy"
-                    )
-                continue
-            up[code] = total if parent is None else str(parent)
-        for code, parent in up.items():
-            if parent != total and parent not in up:
-                raise TabularError(
-                    f"code {code!r} has parent {parent!r}, which is not a code of the hierarchy; "
-                    f"add {parent!r} to the mapping or map {code!r} to None (the total)"
-                )
-        kids: dict[str, list[str]] = {total: []}
-        for code, parent in up.items():
-            kids.setdefault(parent, []).append(code)
-        order, index, parent_index = [], {}, []
-        stack = [(total, -1)]
-        while stack:
-            code, parent = stack.pop()
-            index[code] = len(order)
-            order.append(code)
-            parent_index.append(parent)
-            stack.extend((k, index[code]) for k in reversed(kids.get(code, [])))
-        if len(order) != len(up) + 1:
-            lost = sorted(set(up) - set(index))
-            raise TabularError(
-                f"the hierarchy has a cycle through codes {lost[:5]}; every code must roll up to "
-                f"the total {total!r}"
-            )
-        return cls(tuple(order), tuple(parent_index), total)
-
-    @classmethod
-    def from_levels(cls, frame: pd.DataFrame, columns: Sequence[str], total: str = TOTAL):
-        """Build from columns of ``frame`` ordered coarse to fine, e.g. ``["region", "muni"]``.
-
-        Each code of a finer column rolls up into the code of the coarser column on the same rows,
-        and the coarsest into ``total``; codes are listed in sorted order within a level.
-
-        Raises:
-            TabularError: a missing code, a code with two parents, a code on two levels, or a code
-                equal to the total code.
-        """
-        _require_columns(frame, columns, "hierarchy level")
-        parents: dict[str, str | None] = {}
-        level_of: dict[str, str] = {}
-        above = None
-        for column in columns:
-            ids, names = _factor(frame[column], column, total)
-            if above is None:
-                pairs = [(c, None) for c in names]
-            else:
-                up_ids, up_names = above
-                pair = np.unique(ids * len(up_names) + up_ids)
-                child, par = pair // len(up_names), pair % len(up_names)
-                twice = child[np.r_[False, child[1:] == child[:-1]]]
-                if len(twice):
-                    two = sorted(up_names[p] for p in par[child == twice[0]])[:2]
-                    raise TabularError(
-                        f"code {names[twice[0]]!r} of column {column!r} has two parents in the "
-                        f"coarser column: {two[0]!r} and {two[1]!r}; a hierarchy needs exactly "
-                        "one parent per code"
-                    )
-                pairs = [(names[c], up_names[p]) for c, p in zip(child, par, strict=True)]
-            for c, p in sorted(pairs):
-                if c in level_of:
-                    raise TabularError(
-                        f"code {c!r} appears in columns {level_of[c]!r} and {column!r}; codes "
-                        "must be unique across hierarchy levels (prefix them, e.g. 'R1', 'M1')"
-                    )
-                level_of[c] = column
-                parents[c] = p
-            above = (ids, names)
-        return cls.from_parents(parents, total=total)
-
-    @cached_property
-    def index(self) -> dict[str, int]:
-        """Position of each code in :attr:`codes`."""
-        return {c: i for i, c in enumerate(self.codes)}
-
-    @property
-    def parents(self) -> dict[str, str | None]:
-        """``{code: parent code}``; the total's parent is ``None``."""
-        return {
-            c: (self.codes[p] if p >= 0 else None)
-            for c, p in zip(self.codes, self.parent_index, strict=True)
-        }
-
-    @property
-    def children(self) -> dict[str, tuple[str, ...]]:
-        """``{code: child codes}`` (empty for a bottom-level code)."""
-        kids: dict[str, list[str]] = {c: [] for c in self.codes}
-        for c, p in zip(self.codes[1:], self.parent_index[1:], strict=True):
-            kids[self.codes[p]].append(c)
-        return {c: tuple(k) for c, k in kids.items()}
-
-    @cached_property
-    def depth(self) -> np.ndarray:
-        """Depth of each code (total 0) in :attr:`codes` order."""
-        d = np.zeros(len(self.codes), dtype=np.int64)
-        for i, p in enumerate(self.parent_index[1:], start=1):
-            d[i] = d[p] + 1
-        return d
-
-    @cached_property
-    def is_leaf(self) -> np.ndarray:
-        """True for bottom-level codes (the codes of inner cells)."""
-        leaf = np.ones(len(self.codes), dtype=bool)
-        leaf[[p for p in self.parent_index if p >= 0]] = False
-        return leaf
-
-    @cached_property
-    def ancestor(self) -> np.ndarray:
-        """``ancestor[level, code]``: the code's ancestor at depth ``level``, or -1 if shallower."""
-        parent = np.asarray(self.parent_index, dtype=np.int64)
-        table = np.full((int(self.depth.max()) + 1, len(self.codes)), -1, dtype=np.int64)
-        cur = np.arange(len(self.codes))
-        for _ in range(table.shape[0]):
-            ok = cur >= 0
-            table[self.depth[cur[ok]], np.flatnonzero(ok)] = cur[ok]
-            cur = np.where(ok, parent[np.maximum(cur, 0)], -1)
-        return table
+from sqlsdc.errors import TabularError
+from sqlsdc.tabular._cube import _Cube, _pairs, _top_candidates
+from sqlsdc.tabular.hierarchy import TOTAL, Hierarchy, _factor, _require_columns
 
 
 @dataclass(frozen=True, eq=False)
@@ -436,258 +274,6 @@ def build_table(
     )
 
 
-def link_tables(tables: Sequence[Table]) -> Table:
-    """Link tables that share cells into one table over the union of their dimensions.
-
-    A table without dimension ``d`` is read as being at ``d``'s total code. Cells with identical
-    codes are one cell (their values and frequencies must agree); ``A`` stacks every table's
-    equations. ``X`` is over the cross-classification of all dimensions (the "cover table") and
-    needs tables built by :func:`build_table` from the same microdata rows, or tables over the
-    same dimensions; otherwise ``X`` is ``None`` (use ``method="optimal"``).
-
-    Example:
-        >>> df = pd.DataFrame({"r": ["a", "b", "b"], "s": ["m", "f", "m"], "g": ["x", "x", "y"]})
-        >>> t = link_tables([build_table(df, ["r", "s"]), build_table(df, ["r", "g"])])
-        >>> len(t.cells), t.X.shape
-        (13, (3, 13))
-
-    Raises:
-        TabularError: different total codes, or a shared cell with different values.
-    """
-    if not tables:
-        raise TabularError("link_tables needs at least one table")
-    total = tables[0].total
-    if any(t.total != total for t in tables):
-        raise TabularError("linked tables must use the same total code")
-    dims = tuple(dict.fromkeys(d for t in tables for d in t.dims))
-    frames = []
-    for j, t in enumerate(tables):
-        f = t.cells.drop(columns=["level", "is_inner"], errors="ignore")
-        f = f.assign(**{d: total for d in dims if d not in t.dims}, __table=j)
-        frames.append(f)
-    allc = pd.concat(frames, ignore_index=True)
-    codes = allc[list(dims)].astype(str)
-    order = {}
-    for d in dims:  # totals first, then codes in text order
-        order[f"__{d}"], order[d] = codes[d] != total, codes[d]
-    allc["__cell"] = pd.DataFrame(order).groupby(list(order), sort=True).ngroup()
-    first = allc.groupby("__cell")[["value", "n"]].transform("first")
-    bad = ~np.isclose(allc["value"], first["value"], rtol=1e-9) | (allc["n"] != first["n"])
-    if bad.any():
-        row = allc[bad].iloc[0]
-        seen = sorted({float(v) for v in allc.loc[allc["__cell"] == row["__cell"], "value"]})
-        raise TabularError(
-            f"linked tables disagree on cell {dict(row[list(dims)].astype(str))}: values "
-            f"{seen}; tables must come from the same data"
-        )
-    keep = [c for c in allc.columns if c not in ("__table", "__cell")]
-    cells = allc.groupby("__cell", sort=True)[keep].first()  # rule inputs of the first table
-    cols = [sparse.csr_matrix(t.A) for t in tables]
-    maps = [allc.loc[allc["__table"] == j, "__cell"].to_numpy() for j in range(len(tables))]
-    C = len(cells)
-    A = _distinct_rows(
-        sparse.vstack([a @ _selector(m, C) for a, m in zip(cols, maps, strict=True)])
-    )
-    hiers = {}
-    for d in dims:
-        hs = [t.hierarchies[d] for t in tables if d in t.dims]
-        hiers[d] = hs[0] if all(h is not None and h.codes == hs[0].codes for h in hs) else None
-    X, inner = _linked_x(tables, dims, maps, C)
-    out = cells[[*dims, *(c for c in keep if c not in dims)]].reset_index(drop=True)
-    out["is_inner"] = False
-    for t, m in zip(tables, maps, strict=True):
-        out.loc[m[t.inner], "is_inner"] = True
-    return Table(
-        out,
-        dims,
-        hiers,
-        X,
-        A,
-        inner,
-        total,
-        count=all(t.count for t in tables),
-        weighted=any(t.weighted for t in tables),
-        negative=any(t.negative for t in tables),
-    )
-
-
-# --- the cube: per level combination grouping ------------------------------------------------
-
-
-class _Cube:
-    """Key arithmetic over the hierarchies and the vectorised aggregation of all margins."""
-
-    def __init__(self, hiers: list[Hierarchy]):
-        self.hiers = hiers
-        self.size = np.array([len(h.codes) for h in hiers], dtype=np.int64)
-        if float(np.prod(self.size.astype(float))) >= _MAX_KEY:
-            raise TabularError(
-                f"the table has {' x '.join(map(str, self.size))} codes per dimension, too many "
-                "cell keys for 64-bit integers; split the table"
-            )
-        self.stride = np.ones(len(hiers), dtype=np.int64)
-        for d in range(len(hiers) - 2, -1, -1):
-            self.stride[d] = self.stride[d + 1] * self.size[d + 1]
-
-    def key(self, ids: np.ndarray) -> np.ndarray:
-        return ids.astype(np.int64) @ self.stride
-
-    def ids(self, keys: np.ndarray) -> np.ndarray:
-        return (keys[:, None] // self.stride[None, :]) % self.size[None, :]
-
-    def combos(self, inner_ids: np.ndarray):
-        """For each level combination: the key of each inner cell's ancestor cell (-1: none)."""
-        levels = [range(h.ancestor.shape[0]) for h in self.hiers]
-        for combo in itertools.product(*levels):
-            key = np.zeros(len(inner_ids), dtype=np.int64)
-            ok = np.ones(len(inner_ids), dtype=bool)
-            for d, lev in enumerate(combo):
-                anc = self.hiers[d].ancestor[lev, inner_ids[:, d]]
-                ok &= anc >= 0
-                key += np.maximum(anc, 0) * self.stride[d]
-            yield np.where(ok, key, -1)
-
-    def assemble(self, inner_ids, sums, cand, top_k, groups=None, holdings=None) -> dict:
-        """Aggregate inner cells into every cell, one vectorised pass per level combination.
-
-        ``sums``: per inner cell arrays summed into each cell. ``cand``: ``(inner index,
-        contribution, weight)`` of distinct contributors for the top-k (the top-k of a cell is
-        the top-k of its inner cells' top-k lists). ``groups``: ``(inner index, unit id,
-        contribution, weight)`` when units span inner cells: ``n``, ``weight`` and top-k then
-        come from per-cell unit sums. ``holdings``: ``(inner index, holding id, contribution)``.
-        """
-        parts: dict[str, list] = {"key": [], "ikey": []}
-        crank = None if cand is None else _rank(cand[1])
-        for ckey in self.combos(inner_ids):
-            ok = ckey >= 0
-            ukeys, inv = np.unique(ckey[ok], return_inverse=True)
-            nc = len(ukeys)
-            ci = np.full(len(ckey), -1, dtype=np.int64)
-            ci[ok] = inv
-            parts["key"].append(ukeys)
-            parts["ikey"].append(ckey)
-            for name, col in sums.items():
-                parts.setdefault(name, []).append(np.bincount(inv, col[ok], nc))
-            if groups is not None:
-                idx, gid, x, w = groups
-                c2, _, x2, w2 = _pairs(ci[idx], gid, x, w)
-                parts.setdefault("n", []).append(np.bincount(c2, minlength=nc).astype(float))
-                if w is not None:
-                    parts.setdefault("weight", []).append(np.bincount(c2, w2, nc))
-                if top_k:
-                    _add(parts, "", _top(c2, nc, x2, w2, _rank(x2), top_k))
-            elif cand is not None and top_k:
-                idx, x, w = cand
-                cc = ci[idx]
-                m = cc >= 0
-                _add(parts, "", _top(cc[m], nc, x[m], None if w is None else w[m], crank[m], top_k))
-            if holdings is not None:
-                idx, hid, x = holdings
-                c2, _, x2, _ = _pairs(ci[idx], hid, x, None)
-                parts.setdefault("n_holding", []).append(np.bincount(c2, minlength=nc) * 1.0)
-                _add(parts, "h", _top(c2, nc, x2, None, _rank(x2), max(top_k, 1)))
-        ikeys = parts.pop("ikey")
-        out = {name: np.concatenate(v) for name, v in parts.items()}
-        order = np.argsort(out["key"], kind="stable")
-        out = {name: v[order] for name, v in out.items()}
-        rows, cols = [], []
-        for ckey in ikeys:
-            ok = np.flatnonzero(ckey >= 0)
-            rows.append(ok)
-            cols.append(np.searchsorted(out["key"], ckey[ok]))
-        r, c = np.concatenate(rows), np.concatenate(cols)
-        out["X"] = sparse.csc_matrix(
-            (np.ones(len(r), dtype=np.int8), (r, c)), shape=(len(inner_ids), len(out["key"]))
-        )
-        out["inner"] = np.searchsorted(out["key"], self.key(inner_ids))
-        return out
-
-    def constraints(self, keys: np.ndarray) -> sparse.csr_matrix:
-        """``A``: one row per (parent cell, dimension) with +1 on the parent, -1 on its children."""
-        ids = self.ids(keys)
-        eq, child, parent = [], [], []
-        for d, h in enumerate(self.hiers):
-            par = np.asarray(h.parent_index, dtype=np.int64)[ids[:, d]]
-            has = np.flatnonzero(par >= 0)
-            pkey = keys[has] + (par[has] - ids[has, d]) * self.stride[d]
-            ppos = np.searchsorted(keys, pkey)
-            if np.any(keys[np.minimum(ppos, len(keys) - 1)] != pkey):
-                raise InternalError("a cell's parent cell is missing from the table")
-            eq.append(ppos * len(self.hiers) + d)
-            child.append(has)
-            parent.append(ppos)
-        eq_all = np.concatenate(eq)
-        rows, row_of = np.unique(eq_all, return_inverse=True)
-        par_pos = rows // len(self.hiers)
-        r = np.concatenate([row_of, np.arange(len(rows))])
-        c = np.concatenate([np.concatenate(child), par_pos])
-        v = np.concatenate([-np.ones(len(row_of)), np.ones(len(rows))])
-        return sparse.csr_matrix((v, (r, c)), shape=(len(rows), len(keys)))
-
-
-def _rank(x: np.ndarray) -> np.ndarray:
-    """Position of each contribution in descending order (ties by input order)."""
-    r = np.empty(len(x), dtype=np.int64)
-    r[np.argsort(-x, kind="stable")] = np.arange(len(x))
-    return r
-
-
-def _order2(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Order by (a, b) for non-negative integers; one integer sort when the pair fits."""
-    nb = int(b.max()) + 1 if len(b) else 1
-    if len(a) and (int(a.max()) + 1) * nb < _MAX_KEY:
-        return np.argsort(a * nb + b, kind="stable")
-    return np.lexsort((b, a))
-
-
-def _top(ci, nc, x, w, rank, k):
-    """Top-k contributions (largest first) per cell index; 0 where a cell has fewer."""
-    order = _order2(ci, rank)
-    cs = ci[order]
-    starts = np.flatnonzero(np.r_[True, cs[1:] != cs[:-1]]) if len(cs) else cs[:0]
-    counts = np.diff(np.r_[starts, len(cs)])
-    at = cs[starts]
-    top = np.zeros((nc, k))
-    topw = None if w is None else np.zeros((nc, k))
-    for j in range(k):
-        m = counts > j
-        top[at[m], j] = x[order[starts[m] + j]]
-        if topw is not None:
-            topw[at[m], j] = w[order[starts[m] + j]]
-    return top, topw, counts, at
-
-
-def _add(parts, prefix, result):
-    top, topw = result[:2]
-    parts.setdefault(prefix + "top", []).append(top)
-    if topw is not None:
-        parts.setdefault(prefix + "top_w", []).append(topw)
-
-
-def _pairs(ci, gid, x, w):
-    """Sum contributions per (cell index, group): one contributor per group and cell.
-
-    Returns the pairs' cell index, group, summed contribution and weight (the group's first).
-    """
-    ok = ci >= 0
-    ci, gid, x = ci[ok], gid[ok], x[ok]
-    order = _order2(ci, gid - gid.min() if len(gid) else gid)
-    c2, g2 = ci[order], gid[order]
-    if not len(c2):
-        return c2, g2, x[:0], (None if w is None else x[:0])
-    starts = np.flatnonzero(np.r_[True, (c2[1:] != c2[:-1]) | (g2[1:] != g2[:-1])])
-    w2 = None if w is None else w[ok][order][starts]
-    return c2[starts], g2[starts], np.add.reduceat(x[order], starts), w2
-
-
-def _top_candidates(inv, ni, x, w, k):
-    """Reduce contributors to each inner cell's k largest (enough for every margin's top-k)."""
-    top, topw, counts, at = _top(inv, ni, x, w, _rank(x), k)
-    keep = np.arange(k)[None, :] < np.bincount(inv, minlength=ni)[:, None]
-    idx = np.broadcast_to(np.arange(ni)[:, None], (ni, k))[keep]
-    return idx, top[keep], (None if topw is None else topw[keep])
-
-
 def _finish(cube, dims, hiers, total, out, *, count, weighted, neg, rows=None) -> Table:
     keys = out["key"]
     ids = cube.ids(keys)
@@ -724,75 +310,6 @@ def _finish(cube, dims, hiers, total, out, *, count, weighted, neg, rows=None) -
     )
 
 
-def _selector(cell_of: np.ndarray, C: int) -> sparse.csr_matrix:
-    """Matrix mapping a table's cell positions to positions in the linked cell list."""
-    return sparse.csr_matrix(
-        (np.ones(len(cell_of)), (np.arange(len(cell_of)), cell_of)), shape=(len(cell_of), C)
-    )
-
-
-def _distinct_rows(A) -> sparse.csr_matrix:
-    """Drop equations that several linked tables share (rows equal entry by entry)."""
-    A = sparse.csr_matrix(A)
-    A.sort_indices()
-    probe = A @ np.random.default_rng(0).random((A.shape[1], 2))  # a row fingerprint
-    _, first, of = np.unique(probe, axis=0, return_index=True, return_inverse=True)
-    keep = np.zeros(A.shape[0], dtype=bool)
-    keep[first] = True
-    drop = np.flatnonzero(~keep)
-    same = abs(A[drop] - A[first[of.ravel()[drop]]]).sum(axis=1).A.ravel() == 0
-    keep[drop[~same]] = True
-    return A[np.flatnonzero(keep)]
-
-
-def _linked_x(tables, dims, maps, C):
-    """X of linked tables over the cover table's inner cells (the cross-classification of all
-    dimensions), and for each of its rows the linked cell it is, or -1 when it is not a cell."""
-    if all(t._rows is not None for t in tables) and len({len(t._rows) for t in tables}) == 1:
-        shared: dict[str, int] = {}
-        rows = {}
-        for t in tables:
-            for d in t.dims:
-                trans = np.array(
-                    [shared.setdefault(c, len(shared)) for c in t.hierarchies[d].codes]
-                )
-                ids = trans[t._rows[d].to_numpy()]
-                if d in rows and not np.array_equal(rows[d], ids):
-                    raise TabularError(f"linked tables code dimension {d!r} differently by row")
-                rows[d] = ids
-        names = np.array(list(shared), dtype=object)
-        cover = pd.DataFrame(rows)[list(dims)].drop_duplicates()
-        cover = pd.DataFrame({d: names[cover[d].to_numpy()] for d in dims})
-    elif all(set(t.dims) == set(dims) for t in tables):
-        cover = pd.concat([t.cells.loc[t.inner, list(dims)] for t in tables], ignore_index=True)
-    else:
-        return None, np.zeros(0, dtype=np.int64)
-    cover = cover.astype(str).drop_duplicates().reset_index(drop=True)
-    X = None
-    for t, m in zip(tables, maps, strict=True):
-        inner_codes = t.cells.loc[t.inner, list(t.dims)].astype(str).reset_index(drop=True)
-        inner_codes["__i"] = np.arange(len(inner_codes))
-        at = cover[list(t.dims)].merge(inner_codes, on=list(t.dims), how="left")["__i"]
-        if at.isna().any():
-            raise InternalError("a cover cell has no inner cell in a linked table")
-        P = _selector(at.to_numpy(dtype=np.int64), len(inner_codes))
-        block = (P @ t.X.astype(np.float64) @ _selector(m, C)).tocsc()
-        X = block if X is None else X.maximum(block)
-    ncov = len(cover)
-    cover["__row"] = np.arange(ncov)
-    inner = np.full(ncov, -1, dtype=np.int64)
-    for t, m in zip(tables, maps, strict=True):
-        if set(t.dims) == set(dims):
-            codes = t.cells.loc[t.inner, list(dims)].astype(str).reset_index(drop=True)
-            codes["__cell"] = m[t.inner]
-            hit = cover.merge(codes, on=list(dims), how="inner")
-            inner[hit["__row"].to_numpy()] = hit["__cell"].to_numpy()
-    return sparse.csc_matrix(X.astype(np.int8)), inner
-
-
-# --- input checking -----------------------------------------------------------------------------
-
-
 def _as_dims(dims) -> tuple[str, ...]:
     dims = (dims,) if isinstance(dims, str) else tuple(dims)
     if not dims:
@@ -800,29 +317,6 @@ def _as_dims(dims) -> tuple[str, ...]:
     if len(set(dims)) != len(dims):
         raise TabularError(f"dimensions {list(dims)} repeat a name")
     return dims
-
-
-def _require_columns(frame: pd.DataFrame, columns, what: str) -> None:
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise TabularError(
-            f"{what} has no column(s) {missing}; available columns: {list(frame.columns)}"
-        )
-
-
-def _factor(col: pd.Series, name: str, total: str | None) -> tuple[np.ndarray, list[str]]:
-    """Row codes as integers into a list of distinct code strings (fast on large columns)."""
-    ids, uniques = pd.factorize(col)
-    if (ids < 0).any():
-        raise TabularError(f"column {name!r} has missing codes; recode them (e.g. 'unknown')")
-    as_text = [str(u) for u in uniques]
-    again, names = pd.factorize(pd.Index(as_text, dtype=object))
-    if total is not None and str(total) in as_text:
-        raise TabularError(
-            f"column {name!r} contains the total code {total!r} as a data code; rename it or "
-            "pass another `total`"
-        )
-    return again.astype(np.int64)[ids], [str(n) for n in names]
 
 
 def _resolve_hierarchies(frame, dims, hierarchies, total, *, aggregated):
@@ -907,3 +401,10 @@ def _top_columns(frame: pd.DataFrame) -> list[str]:
         key=lambda c: int(c[3:]),
     )
     return tops
+
+
+# linked tables live in their own module; re-exported here, where they were first defined (the
+# import comes last because linking builds on Table)
+from sqlsdc.tabular.linking import link_tables  # noqa: E402
+
+__all__ = ["TOTAL", "Hierarchy", "Table", "build_table", "link_tables"]

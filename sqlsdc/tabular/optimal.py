@@ -40,12 +40,19 @@ suppressed cell (cover rows; implied by the tight caps, added to the big-M model
 each attacker sub-problem keeps only the connected component of its primary in the bipartite
 graph "cell -- equation" over the movable cells, and the equations touching it.
 
+**Units.** Solver tolerances are absolute, so turnover tables of 10^10 with fractional levels came
+out "infeasible": for SCIP/HiGHS/CBC each witness ``z`` is measured in units of its own protection
+level (the model is homogeneous in lengths) and the costs in units of a power of two near the
+largest.
+
 **CP-SAT** needs integers: all lengths (ranges, protection levels) are multiplied by ``10**k`` with
 the smallest ``k`` in 0..6 that makes them integral (smaller when magnitudes would pass 2**40) and
-rounded inwards (ranges down, protection levels up); ``z`` is integer. Both roundings only shrink
-the witnesses, so the result stays safe; with integral data and a totally unimodular ``A``
-(2-D tables without hierarchy) it is exact. Costs are scaled the same way and rounded (a
-positive cost at least 1): with non-integral costs the optimum is optimal for rounded costs.
+rounded inwards (ranges down, protection levels up); the tight caps, which only restrict the
+witnesses, round outwards (a cap equal to a level would otherwise fall below it); ``z`` is
+integer. The roundings of ranges and levels only shrink the witnesses, so the result stays safe;
+with integral data and a totally unimodular ``A`` (2-D tables without hierarchy) it is exact.
+Costs are scaled the same way and rounded (a positive cost at least 1): with non-integral costs
+the optimum is optimal for rounded costs.
 
 Every solution is re-checked with an independent LP (scipy/HiGHS) of the attacker over the
 published table before it is returned.
@@ -73,6 +80,8 @@ CHECK_TOLERANCE = 1e-6
 #: CP-SAT's full portfolio needs about 8 workers; fewer often finds no useful lower bound.
 CPSAT_WORKERS = 8
 _MAX_SCALED = 2.0**40
+#: Relative float noise forgiven when rounding lengths to integers (far below one unit at 2**40).
+_FLOAT_NOISE = 1e-12
 
 
 @dataclass(frozen=True, eq=False)
@@ -175,7 +184,8 @@ def optimal_suppress(
     start = time.monotonic()
     args = (A, values, primary, upl, lpl, cost, lower, upper, forced)
     exact = _totally_unimodular(A[:, ~forced])
-    tight = _build_model(*args, tight=True)
+    per_level = solver != "CP-SAT"  # CP-SAT scales lengths to integers itself
+    tight = _build_model(*args, tight=True, per_level=per_level)
     if tight is None:  # a protection level exceeds the primary's own a-priori range
         return result(fail_closed, "infeasible", None)
     if exact:
@@ -187,7 +197,8 @@ def optimal_suppress(
         remaining = time_limit - (time.monotonic() - start)
         run = first
         if remaining > 0.01 * time_limit:
-            second = _solve(_build_model(*args, tight=False), solver, remaining)
+            big_m = _build_model(*args, tight=False, per_level=per_level)
+            second = _solve(big_m, solver, remaining)
             run = _combine(first, second)
     if run.y is None:
         return result(fail_closed, run.status, None)
@@ -305,6 +316,8 @@ class _Model:
     y_cost: np.ndarray
     var_lb: np.ndarray
     var_ub: np.ndarray
+    room_lb: np.ndarray  # var_lb/var_ub without the tight caps (rooms and protection levels)
+    room_ub: np.ndarray
     con_lb: np.ndarray
     con_ub: np.ndarray
     matrix: sp.csr_matrix
@@ -321,8 +334,14 @@ def _movable_components(A, movable):
     return out
 
 
-def _build_model(A, values, primary, upl, lpl, cost, lower, upper, forced, *, tight: bool):
-    """The compact MILP (module docstring), or None if a primary cannot move far enough."""
+def _build_model(
+    A, values, primary, upl, lpl, cost, lower, upper, forced, *, tight: bool, per_level: bool
+):
+    """The compact MILP (module docstring), or None if a primary cannot move far enough.
+
+    ``per_level``: each witness ``z`` is measured in units of its own protection level (the
+    model is homogeneous in lengths, so this changes nothing but the numbers the solver sees).
+    """
     cap = float(np.abs(values).max() + max(upl[primary].max(), lpl[primary].max()))
     up_room = np.minimum(upper - values, cap)
     dn_room = np.minimum(values - lower, cap)
@@ -357,6 +376,7 @@ def _build_model(A, values, primary, upl, lpl, cost, lower, upper, forced, *, ti
 
     blocks = {}
     lbs, ubs = [np.zeros(y_cells.size)], [np.ones(y_cells.size)]
+    room_lbs, room_ubs = [np.zeros(y_cells.size)], [np.ones(y_cells.size)]
     n_var = y_cells.size
     for p, direction, level in tasks:
         if label[p] not in blocks:
@@ -364,15 +384,19 @@ def _build_model(A, values, primary, upl, lpl, cost, lower, upper, forced, *, ti
             sub = A[:, cells]
             blocks[label[p]] = (cells, sub[sub.getnnz(axis=1) > 0].tocoo())
         cells, eq = blocks[label[p]]
-        limit = level if tight else np.inf  # see _totally_unimodular
-        lb, ub = -np.minimum(dn_room[cells], limit), np.minimum(up_room[cells], limit)
+        unit = level if per_level else 1.0
+        room_lb, room_ub = -dn_room[cells] / unit, up_room[cells] / unit
         at = np.searchsorted(cells, p)
         if direction > 0:
-            lb[at] = level
+            room_lb[at] = level / unit
         else:
-            ub[at] = -level
+            room_ub[at] = -level / unit
+        limit = level / unit if tight else np.inf  # see _totally_unimodular
+        lb, ub = np.maximum(room_lb, -limit), np.minimum(room_ub, limit)
         lbs.append(lb)
         ubs.append(ub)
+        room_lbs.append(room_lb)
+        room_ubs.append(room_ub)
         coo.append((eq.row + n_row, eq.col + n_var, eq.data))
         con_lb.append(np.zeros(eq.shape[0]))
         con_ub.append(np.zeros(eq.shape[0]))
@@ -394,6 +418,8 @@ def _build_model(A, values, primary, upl, lpl, cost, lower, upper, forced, *, ti
         y_cost=cost[y_cells],
         var_lb=np.concatenate(lbs),
         var_ub=np.concatenate(ubs),
+        room_lb=np.concatenate(room_lbs),
+        room_ub=np.concatenate(room_ubs),
         con_lb=np.concatenate(con_lb),
         con_ub=np.concatenate(con_ub),
         matrix=sp.csr_matrix((d, (r, c)), shape=(n_row, n_var)),
@@ -441,7 +467,10 @@ def _solve_mip(model: _Model, solver: str, time_limit: float) -> _Run:
     n_y = model.y_cells.size
     builder = model_builder.Model()
     objective = np.zeros(model.var_lb.size)
-    objective[:n_y] = model.y_cost
+    # costs in units of a power of two near the largest (exact): solver tolerances are absolute
+    top = float(model.y_cost.max()) if n_y else 1.0
+    unit = 2.0 ** math.frexp(top)[1] if top > 1.0 else 1.0
+    objective[:n_y] = model.y_cost / unit
     builder.helper.fill_model_from_sparse_data(
         model.var_lb, model.var_ub, objective, model.con_lb, model.con_ub, model.matrix
     )
@@ -471,14 +500,19 @@ def _solve_mip(model: _Model, solver: str, time_limit: float) -> _Run:
         response.variable_value
     ):
         # NOT_SOLVED (SCIP, CBC) or an unknown status (HiGHS: 99) when the limit struck first
-        return _Run("timeout", bound=_field(response, "best_objective_bound"))
+        return _Run("timeout", bound=_scaled(_field(response, "best_objective_bound"), unit))
     y = np.asarray(response.variable_value[:n_y], dtype=np.float64)
     status = "optimal" if code == pywraplp.Solver.OPTIMAL else "feasible"
-    return _Run(status, y, response.objective_value, _field(response, "best_objective_bound"))
+    bound = _scaled(_field(response, "best_objective_bound"), unit)
+    return _Run(status, y, response.objective_value * unit, bound)
 
 
 def _field(message, name):
     return float(getattr(message, name)) if message.HasField(name) else None
+
+
+def _scaled(x, unit):
+    return None if x is None else x * unit
 
 
 def _decimal_scale(x: np.ndarray, limit: float) -> float:
@@ -489,7 +523,7 @@ def _decimal_scale(x: np.ndarray, limit: float) -> float:
         if big * 10.0**k > limit:
             break
         scaled = x * 10.0**k
-        if np.all(np.abs(scaled - np.round(scaled)) <= 1e-9 * np.maximum(1.0, scaled)):
+        if np.all(np.abs(scaled - np.round(scaled)) <= _FLOAT_NOISE * np.maximum(1.0, scaled)):
             return 10.0**k
     k = math.floor(math.log10(limit / big)) if big > 0 else 0
     return 10.0 ** min(k, 6)
@@ -500,21 +534,38 @@ def _solve_cpsat(model: _Model, time_limit: float) -> _Run:
     from ortools.sat.python import cp_model
 
     n_y = model.y_cells.size
-    z_lb, z_ub = model.var_lb[n_y:], model.var_ub[n_y:]
+    room_lb, room_ub = model.room_lb[n_y:], model.room_ub[n_y:]
     m = model.matrix.tocsr()
     y_coef = m[:, :n_y]
-    s = _decimal_scale(np.concatenate([z_lb, z_ub, y_coef.data]), _MAX_SCALED)
-    eps = 1e-9
-    lb = np.concatenate([np.zeros(n_y), np.ceil(z_lb * s - eps * np.maximum(1, abs(z_lb * s)))])
-    ub = np.concatenate([np.ones(n_y), np.floor(z_ub * s + eps * np.maximum(1, abs(z_ub * s)))])
+    s = _decimal_scale(np.concatenate([room_lb, room_ub, y_coef.data]), _MAX_SCALED)
+    eps = _FLOAT_NOISE
+
+    def down(x):
+        return np.floor(x * s + eps * np.maximum(1, abs(x * s)))
+
+    def up(x):
+        return np.ceil(x * s - eps * np.maximum(1, abs(x * s)))
+
+    # rooms and protection levels round inwards (safe); the tight caps only restrict the
+    # witnesses, so they round outwards, or a cap equal to a level would fall below it
+    z_lb = np.maximum(up(room_lb), down(model.var_lb[n_y:]))
+    z_ub = np.minimum(down(room_ub), up(model.var_ub[n_y:]))
+    lb = np.concatenate([np.zeros(n_y), z_lb])
+    ub = np.concatenate([np.ones(n_y), z_ub])
     if (lb > ub).any():  # rounding closed a primary's witness: conservative infeasible
         return _Run("infeasible")
     coef = m.copy()
     is_y = coef.indices < n_y
     if np.any(np.abs(coef.data[~is_y] - np.round(coef.data[~is_y])) > 0):
         raise TabularError("CP-SAT needs an integral constraint matrix A (entries +1/-1)")
-    scaled = np.abs(coef.data[is_y]) * s
-    coef.data[is_y] = np.sign(coef.data[is_y]) * np.floor(scaled + eps * np.maximum(1, scaled))
+    coef.data[is_y] = np.sign(coef.data[is_y]) * down(np.abs(coef.data[is_y]))
+    # a linking row z_c -/+ room_c * y <= / >= 0 takes the rounded bound of its z_c
+    row = np.repeat(np.arange(coef.shape[0]), np.diff(coef.indptr))
+    z_of_row = np.full(coef.shape[0], -1)
+    z_of_row[row[~is_y]] = coef.indices[~is_y]
+    link = is_y & (z_of_row[row] >= 0)
+    z = z_of_row[row[link]]
+    coef.data[link] = np.where(coef.data[link] < 0, -ub[z], -lb[z])
     cost_scale = _decimal_scale(model.y_cost, 2.0**50 / max(1, n_y))
     cost = np.round(model.y_cost * cost_scale)
     cost[(model.y_cost > 0) & (cost < 1)] = 1

@@ -8,6 +8,7 @@ import scipy.sparse as sp
 from scipy.optimize import linprog
 
 from sqlsdc.errors import TabularError
+from sqlsdc.tabular.attacker import audit_check, audit_intervals
 from sqlsdc.tabular.optimal import (
     SuppressionResult,
     _totally_unimodular,
@@ -195,6 +196,26 @@ def test_fractional_data_is_scaled_exactly_for_cp_sat():
     results = [solve(A, values, primary, pl, pl, values, solver=s) for s in ("SCIP", "CP-SAT")]
     assert [r.cost for r in results] == [pytest.approx(94 / 4)] * 2
     assert cells_of(results[1], idx) == VALUE_CYCLE
+
+
+@pytest.mark.parametrize("solver", ["SCIP", "HIGHS", "CP-SAT"])
+def test_turnover_sized_values_and_fractional_levels(solver):
+    # the demo's failure: turnover near 10^10 and levels like 100/60 * x1 - T (fractional) were
+    # "infeasible" — SCIP drowned in absolute tolerances, and CP-SAT rounded the tight caps down
+    # below the (rounded up) level. The witnesses are now measured in units of each level, and
+    # the caps round outwards; the answer is the one of the small table.
+    scale = 1e9 / 3.0
+    values, A, idx = grid_table(np.array(HAND) * scale)
+    primary = np.zeros(values.size, bool)
+    primary[idx[0, 0]] = True
+    pl = np.where(primary, 10.0 * scale, 0.0)
+    r = solve(A, values, primary, pl, pl, values, solver=solver)
+    assert r.status == "optimal"
+    assert r.cost == pytest.approx((30 + 4 * 6 + 20 + 20) * scale)
+    assert cells_of(r, idx) == VALUE_CYCLE
+    n = values.size  # (scipy's linprog in lp_range gives up at these magnitudes; GLOP is scaled)
+    res = audit_intervals(A, values, r.suppressed, lower=np.zeros(n), upper=np.full(n, np.inf))
+    assert audit_check(res, values, primary, pl, pl).all()
 
 
 def test_tiny_time_limit_is_never_a_wrong_optimal():
