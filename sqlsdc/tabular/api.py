@@ -384,7 +384,9 @@ def _audit_rounds(
     suppresses the first published cells (in candidate order) that make a failing primary's
     interval too narrow, then ``gauss_suppress`` re-runs with every suppressed cell as primary so
     that none of the new ones is computable (without ``X``, for linked tables, this step is
-    skipped and the audit alone judges the pattern).
+    skipped and the audit alone judges the pattern). The first walk uses the LP attacker (R's
+    ``allInt = FALSE``); later rounds, needed only when the integer audit of a count table still
+    fails, use the integer one.
     """
     from sqlsdc.tabular.attacker import audit_check, audit_intervals
     from sqlsdc.tabular.gauss import candidate_order, fix_risky_intervals, gauss_suppress
@@ -424,7 +426,7 @@ def _audit_rounds(
             lower=lower,
             upper=upper,
             forced=forced,
-            integer=integer,
+            integer=integer and rounds > 0,
             time_limit=time_limit,
         )
         if not extra.any():

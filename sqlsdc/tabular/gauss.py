@@ -25,8 +25,10 @@ result):
 
 Measured (benchmarks/bench_suppression.py, one core of a shared 2-core machine, hierarchical
 frequency tables, 15 % primary cells): about 10^5 cells in 4 s (2-D) / 9 s (3-D); about 10^6
-cells in 65 s (2-D) / 310 s (3-D). The cost is the fill-in of the echelon form while the large
-margins are published (they come first in the candidate order); no dense matrix is ever formed.
+cells in 65 s (2-D) / 310-330 s (3-D). The cost is the fill-in of the echelon form while the
+large margins are published (they come first in the candidate order), spread evenly over the
+walk; no dense matrix is ever formed. Other pivot rules and a lazily reduced basis were measured
+slower (benchmarks/README.md).
 
 Exact disclosure is all this elimination prevents; GaussSuppression's interval protection
 (``lpPackage`` with ``IntervalLimits``: ``rangePercent``/``rangeMin``, ``protectionPercent``) adds

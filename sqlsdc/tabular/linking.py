@@ -23,10 +23,11 @@ def link_tables(tables: Sequence[Table]) -> Table:
     A table without dimension ``d`` is read as being at ``d``'s total code. Cells with identical
     codes are one cell (their values and frequencies must agree); ``A`` stacks every table's
     equations. ``X`` is over the cross-classification of all dimensions (the "cover table") and
-    needs tables built by :func:`build_table` from the same microdata rows, or tables over the
-    same dimensions; otherwise ``X`` is ``None`` (use ``method="optimal"``).
+    needs tables built by :func:`~sqlsdc.tabular.model.build_table` from the same microdata rows,
+    or tables over the same dimensions; otherwise ``X`` is ``None`` (use ``method="optimal"``).
 
     Example:
+        >>> from sqlsdc.tabular.model import build_table
         >>> df = pd.DataFrame({"r": ["a", "b", "b"], "s": ["m", "f", "m"], "g": ["x", "x", "y"]})
         >>> t = link_tables([build_table(df, ["r", "s"]), build_table(df, ["r", "g"])])
         >>> len(t.cells), t.X.shape
