@@ -26,10 +26,11 @@ import pandas as pd
 import sqlglot
 from sqlglot import exp
 
+from sqlsdc.admin import require_admin
 from sqlsdc.catalog import store
 from sqlsdc.engines import duckdb as engine
-from sqlsdc.errors import AccessDenied, TabularError
-from sqlsdc.policy import ColumnRole, Policy, UserRole, load_policy
+from sqlsdc.errors import TabularError
+from sqlsdc.policy import ColumnRole, Policy, load_policy
 from sqlsdc.tabular.api import protect
 from sqlsdc.tabular.model import Hierarchy, Table
 from sqlsdc.tabular.rules import FrequencyRule, default_rules, required_top_k
@@ -153,13 +154,8 @@ def protect_query(
         raise TabularError(f"--into {into!r} must be a plain name (letters, digits, _)")
     con = engine.open_database(db, read_only=False)
     try:
-        current = store.current_policy(con)
-        if current is None:
-            raise TabularError("this database has no sqlsdc catalog; run `sqlsdc init` first")
+        current = require_admin(con, user)
         policy = load_policy(current[1], name=current[2])
-        declared = policy.user(user)
-        if declared is None or declared.role is not UserRole.ADMIN:
-            raise AccessDenied(f"user {user!r} is not an admin in the policy in force")
         spec = parse_job(sql, policy)
         exists = con.execute(
             "SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
