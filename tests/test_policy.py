@@ -336,11 +336,11 @@ def test_bounds_on_an_identifier():
     ("changes", "message"),
     [
         ({"colour": "red"},
-         "(top level): unknown key(s) colour; allowed here: description, protection, tables, "
-         "users, version"),
+         "(top level): unknown key(s) colour; allowed here: budgets, description, protection, "
+         "tables, users, version"),
         ({"tables__persons__colums": {}},
-         "tables.persons: unknown key(s) colums; allowed here: columns, description, hierarchies, "
-         "kind, privacy_unit, protection, suppression"),
+         "tables.persons: unknown key(s) colums; allowed here: columns, description, dp, "
+         "hierarchies, kind, privacy_unit, protection, suppression"),
         ({"tables__persons__columns__income__bound": [0, 1]},
          "tables.persons.columns.income: unknown key(s) bound; allowed here: bounds, description, "
          "domain, references, role"),

@@ -123,6 +123,9 @@ UNPROTECTED_AGGREGATES = (
     exp.Variance,
     exp.VariancePop,
     exp.Median,
+    exp.Quantile,
+    exp.PercentileCont,
+    exp.PercentileDisc,
     exp.RowNumber,
     exp.Rank,
     exp.DenseRank,
@@ -130,6 +133,19 @@ UNPROTECTED_AGGREGATES = (
     exp.Lead,
     exp.FirstValue,
     exp.LastValue,
+)
+
+# Aggregates over confidential rows that only differential privacy protects (bounded measures).
+DP_AGGREGATES = (
+    exp.Stddev,
+    exp.StddevSamp,
+    exp.StddevPop,
+    exp.Variance,
+    exp.VariancePop,
+    exp.Median,
+    exp.Quantile,
+    exp.PercentileCont,
+    exp.PercentileDisc,
 )
 
 ALLOWED = STRUCTURE + OPERATORS + SCALAR_FUNCTIONS + PROTECTED_AGGREGATES + UNPROTECTED_AGGREGATES

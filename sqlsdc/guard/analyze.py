@@ -27,11 +27,12 @@ from sqlglot.optimizer.scope import Scope, traverse_scope
 from sqlsdc.errors import InternalError, PolicyViolation
 from sqlsdc.guard.allowlist import (
     ALLOWED,
+    DP_AGGREGATES,
     PROTECTED_AGGREGATES,
     describe,
 )
 from sqlsdc.guard.totality import NUMERIC, TOTALITY_HINT, family, partiality
-from sqlsdc.policy import ColumnRole, Policy
+from sqlsdc.policy import AggregateKind, ColumnRole, Method, Policy
 
 DIALECT = "duckdb"
 ROW_ROLES = {ColumnRole.DIMENSION, ColumnRole.MEASURE, ColumnRole.WEIGHT}
@@ -511,6 +512,9 @@ class _Checker:
 
     def _check_aggregate(self, aggregate: exp.AggFunc, info: ScopeInfo, infos) -> None:
         name = aggregate.sql_name().upper()
+        if isinstance(aggregate, DP_AGGREGATES) and self._dp_magnitudes(aggregate, info, infos):
+            self._check_total(aggregate.this, info.scope)  # the aggregate itself is rewritten
+            return
         if not isinstance(aggregate, PROTECTED_AGGREGATES):
             raise self.refuse(
                 f"{name} over confidential values is not allowed (no protection mechanism "
@@ -560,6 +564,17 @@ class _Checker:
                         _LINEAR_HINT,
                     )
         self._check_total(argument, info.scope)
+
+    def _dp_magnitudes(self, aggregate: exp.AggFunc, info: ScopeInfo, infos) -> bool:
+        """Whether ``aggregate`` reads only measures of tables whose magnitudes use DP (which
+        releases variances and quantiles of bounded measures; sqlsdc.rewrite.dp checks the
+        rest)."""
+        lineage = self.lineage(aggregate.this, info.scope, infos)
+        tables = {t for t, _c in lineage.sources}
+        return bool(tables) and all(
+            self.policy.table(t).rule(AggregateKind.MAGNITUDES).method is Method.DP
+            for t in tables
+        )
 
     def _nonlinear(self, node: exp.Expr, scope: Scope, infos) -> str | None:
         """Why ``node`` is not linear in the measures, or None.

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from statistics import NormalDist
 
 import pandas as pd
 import pyarrow as pa
 from sqlglot import exp
 
 from sqlsdc.catalog import store
+from sqlsdc.catalog.budget import BudgetKey, cached_cells, charge
 from sqlsdc.catalog.patterns import ensure_patterns
 from sqlsdc.catalog.ptables import load_ptables
 from sqlsdc.catalog.setup import unit_index_name
@@ -28,17 +30,20 @@ from sqlsdc.errors import (
     PolicyViolation,
     ProgrammingError,
 )
+from sqlsdc.guard.dp_release import DpRelease, release
 from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, protect
 from sqlsdc.guard.postprocess import (
     accuracy,
     cell_status,
     check_faults,
+    dp_accuracy,
     record_release,
     values_of,
 )
 from sqlsdc.guard.resolve import analyst_schema
 from sqlsdc.guard.validate import check_engine_tables
-from sqlsdc.policy import Policy, load_policy
+from sqlsdc.mechanisms.accountant import BudgetLimit
+from sqlsdc.policy import Policy, UserRole, load_policy
 
 apilevel = "2.0"
 threadsafety = 1
@@ -89,6 +94,8 @@ class Connection:
             raise
         self._con = con
         self._cache: dict = {}
+        self._data_versions: dict[str, str] = {}
+        self._dp_noise = True
         self.user = user
         self.role = policy.user(user).role
         self.policy = policy
@@ -97,6 +104,23 @@ class Connection:
     @property
     def policy_version(self) -> int:
         return self._context.policy_version
+
+    @property
+    def dp_noise(self) -> bool:
+        """Whether DP results carry noise (always, except in an admin's semantics mode)."""
+        return self._dp_noise
+
+    def set_dp_noise(self, enabled: bool) -> None:
+        """Admins only: ``False`` turns DP noise off (epsilon -> infinity) on this connection,
+        to test what bounding, clamping, NULLs and empty groups do to a query. Results are the
+        exact bounded values; nothing is charged or cached, and the audit log marks them."""
+        self._check_open()
+        if not enabled and self.role is not UserRole.ADMIN:
+            raise AccessDenied(
+                f"user {self.user!r} is an analyst; only admins may turn differential-privacy "
+                "noise off"
+            )
+        self._dp_noise = bool(enabled)
 
     def cursor(self) -> Cursor:
         self._check_open()
@@ -170,13 +194,26 @@ class Connection:
         except Error as refusal:  # refusals, guard bugs and bad parameters are all audited
             self._audit_refusal(query_id, sql, refusal)
             raise
+        noisy = None
+        if query.dp_stages:
+            try:
+                noisy = self._release_dp(query, query_id)  # charged (committed) from here on
+            except engine.EngineError as failure:
+                store.record_query(
+                    con, query_id, self.user, context.policy_version, "failed", sql,
+                    reason=str(failure), fingerprint=query.fingerprint,
+                )  # fmt: skip
+                raise _engine_failure(failure, query_id) from None
+            except Error as refusal:
+                self._audit_refusal(query_id, sql, refusal)
+                raise
         con.execute("BEGIN TRANSACTION")
         try:
             if query.suppressed:
                 ensure_patterns(con, context.policy, context.policy_version, query.suppressed)
             tables_read = engine.tables_read_by(con, query.sql)
             check_engine_tables(tables_read, query.tree, context.policy)
-            result = engine.run(con, query.sql, timeout=self.timeout)
+            result = _run_over(con, query.sql, noisy, self.timeout)
             check_faults(result, query)
             values = values_of(result, query)
             record_release(con, result, query, query_id, self.user)
@@ -188,6 +225,7 @@ class Connection:
                 context.policy_version,
                 "accepted",
                 sql,
+                reason=None if self._dp_noise or noisy is None else _NOISE_OFF,
                 fingerprint=query.fingerprint,
                 rows=values.num_rows,
             )
@@ -212,7 +250,40 @@ class Connection:
         except BaseException:
             con.execute("ROLLBACK")
             raise
-        return values, query, query_id, status
+        return values, query, query_id, status, dp_accuracy(result, query)
+
+    def _release_dp(self, query: ProtectedQuery, query_id: int) -> DpRelease:
+        """Noisy cells of the query's DP aggregations, their cost charged to the ledger."""
+        con, context = self._con, self._context
+        for stage in query.dp_stages:
+            tables = engine.tables_read_by(con, stage.sql)
+            check_engine_tables(tables, query.tree, context.policy)
+        version = context.policy_version
+        noisy = release(
+            query.dp_stages,
+            lambda text: engine.run(con, text, timeout=self.timeout),
+            secret=_secret(con),
+            policy_version=version,
+            data_versions={s.table: self._data_version(s.table) for s in query.dp_stages},
+            cached=lambda digests: cached_cells(con, self.user, version, digests),
+            noise=self._dp_noise,
+        )
+        if self._dp_noise:
+            charge(con, user=self.user, tables=query.tables, cost=noisy.cost, query_id=query_id,
+                   limits=_limits(context.policy), cells=noisy.cells,
+                   policy_version=version)  # fmt: skip
+        return noisy
+
+    def _data_version(self, table: str) -> str:
+        """A fingerprint of the table's rows, part of every DP cell's identity: the same cell
+        over changed data gets fresh noise (and a new charge), never the old noise on a new
+        value. Computed once per connection (DuckDB locks the file against other writers)."""
+        if table not in self._data_versions:
+            rows, digest = engine.one(
+                self._con, f'SELECT count(*), bit_xor(hash("{table}")) FROM "{table}"'
+            )
+            self._data_versions[table] = f"{rows}:{digest}"
+        return self._data_versions[table]
 
 
 class Cursor:
@@ -227,6 +298,7 @@ class Cursor:
         self._position = 0
         self.query: ProtectedQuery | None = None
         self.query_id: int | None = None
+        self._dp_accuracy: pd.DataFrame | None = None
 
     @property
     def description(self):
@@ -239,8 +311,9 @@ class Cursor:
         return -1 if self._result is None else self._result.num_rows
 
     def execute(self, sql: str, params=None) -> Cursor:
-        result, query, query_id, status = self.connection._run(sql, params)
+        result, query, query_id, status, noise = self.connection._run(sql, params)
         self._result, self.query, self.query_id, self._status = result, query, query_id, status
+        self._dp_accuracy = noise
         self._position = 0
         return self
 
@@ -280,17 +353,31 @@ class Cursor:
         return self._status
 
     def cell_accuracy(self, level: float = 0.95) -> pd.DataFrame:
-        """Accuracy of every CKM-perturbed count in the result, one row per cell.
+        """Accuracy of every noisy cell in the result, one row per cell.
 
-        Columns: ``row``, ``column``, ``value`` (published), ``variance`` (of the ptable noise),
-        ``low``/``high``: the true count lies in [low, high] with probability ``level`` or more,
-        from the noise distribution of the ptable's general row (exact for true counts at or
-        above its last row, conservative bounds ±D hold for all). Magnitude cells are not
-        listed: their noise scales with the largest contribution, which must stay secret.
+        Columns: ``row``, ``column``, ``value`` (published), ``variance`` (of the noise),
+        ``low``/``high``: an interval around the value that holds the true (bounded) value with
+        probability ``level``.
+
+        CKM counts: from the noise distribution of the ptable's general row (exact for true
+        counts at or above its last row, conservative bounds ±D hold for all); CKM magnitude
+        cells are not listed: their noise scales with the largest contribution, which must stay
+        secret. DP cells: COUNT and SUM intervals are exact quantiles of the discrete Laplace or
+        Gaussian noise at level 0.95 (other levels: normal approximation z·sd); AVG intervals
+        are delta-method approximations; VAR, STDDEV and quantiles are not listed.
         """
         if not 0 < level < 1:
             raise ProgrammingError("level must be between 0 and 1, e.g. 0.95")
-        return accuracy(self._require_result(), self.query, level)
+        ckm = accuracy(self._require_result(), self.query, level)
+        if self._dp_accuracy is None or self._dp_accuracy.empty:
+            return ckm
+        dp = self._dp_accuracy.copy()
+        if level != 0.95:
+            dp["half_width"] = NormalDist().inv_cdf((1 + level) / 2) * dp["sd"]
+        dp["variance"] = dp["sd"] ** 2
+        dp["low"], dp["high"] = dp["value"] - dp["half_width"], dp["value"] + dp["half_width"]
+        dp = dp[["row", "column", "value", "variance", "low", "high"]]
+        return pd.concat([ckm, dp], ignore_index=True) if not ckm.empty else dp
 
     def explain(self) -> ProtectedQuery:
         if self.query is None:
@@ -313,6 +400,32 @@ class Cursor:
         if self._result is None:
             raise ProgrammingError("no result: call execute() first")
         return self._result
+
+
+_NOISE_OFF = "dp noise off (admin semantics mode): exact bounded values, not charged"
+
+
+def _secret(con) -> bytes:
+    row = engine.one(con, f"SELECT material FROM {store.S}.secrets WHERE name = 'prf'")
+    if row is None:
+        raise Error("this database has no PRF secret; an admin must re-apply the policy")
+    return bytes(row[0])
+
+
+def _limits(policy: Policy) -> dict[BudgetKey, BudgetLimit]:
+    return {BudgetKey(b.user, b.table): BudgetLimit(b.epsilon, b.rho) for b in policy.budgets}
+
+
+def _run_over(con, sql: str, noisy: DpRelease | None, timeout: float) -> pa.Table:
+    """Run the protected SQL, over the registered noisy cells of its DP aggregations."""
+    names = list(noisy.relations) if noisy is not None else []
+    for name in names:
+        con.register(name, noisy.relations[name])
+    try:
+        return engine.run(con, sql, timeout=timeout)
+    finally:
+        for name in names:
+            con.unregister(name)
 
 
 def _freeze(params):

@@ -19,9 +19,11 @@ from sqlsdc.guard.parse import bind_parameters, output_names, parse_statement
 from sqlsdc.guard.plan import plan_query
 from sqlsdc.guard.resolve import check_tables, qualify_tree
 from sqlsdc.guard.validate import validate_release
+from sqlsdc.mechanisms.accountant import PrivacyCost, compose
 from sqlsdc.policy import AggregateKind, Method, Policy
-from sqlsdc.rewrite.cells import STATUS_PREFIX, protect_cells
+from sqlsdc.rewrite.cells import HALF_WIDTH_PREFIX, SD_PREFIX, STATUS_PREFIX, protect_cells
 from sqlsdc.rewrite.ckm import PTableKey, PTableRef, ckm_frame
+from sqlsdc.rewrite.dp import DpStage, dp_frame
 from sqlsdc.rewrite.suppress import suppress_frame
 from sqlsdc.rewrite.threshold import threshold_frame
 
@@ -47,6 +49,7 @@ class OutputColumn:
     mechanism: str  # threshold | ckm | key | public | derived
     min_frequency: int | None = None
     noise: PTableRef | None = None  # CKM counts: the ptable whose noise the values carry
+    dp: tuple[float, float] | None = None  # DP counts and sums: (noise sd, 95% half-width)
 
     @property
     def released(self) -> bool:
@@ -62,6 +65,8 @@ class OutputColumn:
         if self.noise is not None:
             described["noise_variance"] = round(self.noise.variance, 6)
             described["max_deviation"] = max(abs(v) for v, _p in self.noise.noise)
+        if self.dp is not None:
+            described["noise_sd"], described["half_width_95"] = self.dp
         return described
 
 
@@ -74,14 +79,31 @@ class ProtectedQuery:
     tables: tuple[str, ...] = ()
     tree: exp.Expr | None = None
     suppressed: tuple[str, ...] = ()  # tables whose protected universe the SQL reads
+    dp_stages: tuple[DpStage, ...] = ()  # DP aggregations: exact cells, noised before the SQL
+    accuracy_columns: dict[int, tuple[str, str]] = field(default_factory=dict)  # sd, half-width
+
+    @property
+    def dp_cost(self) -> PrivacyCost:
+        """The most this query can cost: every DP cell new (cells released before are free)."""
+        return compose(stage.cost for stage in self.dp_stages)
+
+    @property
+    def dp_delta(self):
+        return sum(stage.delta for stage in self.dp_stages)
 
     def to_dict(self) -> dict:
-        return {
+        described = {
             "sql": self.sql,
             "fingerprint": self.fingerprint,
             "tables": list(self.tables),
             "columns": [c.to_dict() for c in self.columns],
         }
+        if self.dp_stages:
+            cost = self.dp_cost
+            described["dp_cost"] = {"epsilon": str(cost.epsilon), "rho": str(cost.rho),
+                                    "delta": str(self.dp_delta)}  # fmt: skip
+            described["dp_cells_sql"] = [stage.sql for stage in self.dp_stages]
+        return described
 
     def __str__(self) -> str:
         lines = ["columns:"]
@@ -93,12 +115,17 @@ class ProtectedQuery:
             if c.noise is not None:
                 deviation = max(abs(v) for v, _p in c.noise.noise)
                 k = f" (noise variance {c.noise.variance:.3g}, at most ±{deviation:g})"
+            if c.dp is not None:
+                k = f" (noise sd {c.dp[0]:.4g}; 95% of cells within ±{c.dp[1]:.4g})"
             lines.append(f"  {c.name}: {c.mechanism}{k}")
-        lines += [
-            "tables: " + (", ".join(self.tables) or "none"),
-            "protected SQL:",
-            "  " + self.sql,
-        ]
+        lines.append("tables: " + (", ".join(self.tables) or "none"))
+        if self.dp_stages:
+            cost = self.dp_cost.describe()
+            delta = f", δ = {self.dp_delta}" if self.dp_delta else ""
+            lines.append(f"privacy cost: at most {cost}{delta} (cells released before are free)")
+            for stage in self.dp_stages:
+                lines += ["exact bounded cells (never returned):", "  " + stage.sql]
+        lines += ["protected SQL:", "  " + self.sql]
         return "\n".join(lines)
 
 
@@ -126,18 +153,25 @@ def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
         names = qualified_names
     analysis = analyze(tree, context.policy, context.schema, sql, context.constant_is_safe)
     plan = plan_query(analysis, context.policy, context.unit_per_row)
+    stages: dict[int, DpStage] = {}  # by id of the aggregation in ``tree``
     builders = {
         Method.THRESHOLD: threshold_frame,
         Method.CKM: ckm_frame(context.policy, context.ptables),
         Method.SUPPRESS: suppress_frame(context.policy),
+        Method.DP: dp_frame(context.policy, stages, context.to_sql),
     }
     protected = protect_cells(tree, plan, builders)
     protected = _rename_outputs(protected, names)
     validate_release(protected, context.policy)
     text = context.to_sql(protected)
-    columns = _describe_outputs(analysis, plan, names, context.ptables)
+    columns = _describe_outputs(analysis, plan, names, context.ptables, stages)
     with_status = any(c.with_status for c in plan.cells)
     status = {i: f"{STATUS_PREFIX}{i}" for i in range(len(names))} if with_status else {}
+    accuracy = (
+        {i: (f"{SD_PREFIX}{i}", f"{HALF_WIDTH_PREFIX}{i}") for i in range(len(names))}
+        if with_status and stages
+        else {}
+    )
     tables = sorted(
         {
             t.name.lower()
@@ -149,6 +183,8 @@ def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
         sql=text,
         columns=columns,
         status_columns=status,
+        accuracy_columns=accuracy,
+        dp_stages=tuple(stages.values()),
         fingerprint=hashlib.sha256(text.encode()).hexdigest()[:16],
         tables=tuple(tables),
         tree=protected,
@@ -185,7 +221,20 @@ def _rename_outputs(tree: exp.Expr, names: list[str]) -> exp.Expr:
     return tree
 
 
-def _describe_outputs(analysis: Analysis, plan, names: list[str], ptables) -> list[OutputColumn]:
+def _dp_accuracy(stage: DpStage | None, node: exp.Expr, cell_plan) -> tuple[float, float] | None:
+    """(sd, 95% half-width) of a DP COUNT or SUM output; None for ratios (data-dependent)."""
+    if stage is None:
+        return None
+    for aggregate, output in zip(cell_plan.aggregates, stage.outputs, strict=True):
+        if aggregate.node is node:
+            plan = output.plan
+            return (plan.sd, plan.half_width) if plan.sd is not None else None
+    return None
+
+
+def _describe_outputs(
+    analysis: Analysis, plan, names: list[str], ptables, stages: dict[int, DpStage]
+) -> list[OutputColumn]:
     root = analysis.root
     cells = {id(c.select): c for c in plan.cells}
     select = _first_select(root.scope.expression)
@@ -203,7 +252,11 @@ def _describe_outputs(analysis: Analysis, plan, names: list[str], ptables) -> li
                     a.kind is AggregateKind.COUNTS and a.node is projection.unalias() for a in used
                 ):
                     noise = ptables.get(("counts", used[0].rule.ptable))
-                columns.append(OutputColumn(name, "+".join(sorted(methods)), k, noise))
+                dp = None
+                if methods == {Method.DP.value}:
+                    k = None
+                    dp = _dp_accuracy(stages.get(id(select)), projection.unalias(), cell_plan)
+                columns.append(OutputColumn(name, "+".join(sorted(methods)), k, noise, dp))
             else:
                 columns.append(OutputColumn(name, "key"))
         return columns

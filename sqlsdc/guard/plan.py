@@ -120,9 +120,11 @@ class _Planner:
     def plan_cells(self, info: ScopeInfo) -> CellPlan:
         select = info.scope.expression
         units, rkeys, tables, instances = self._units(info.scope, with_rkeys=False)
-        if self._uses_ckm(info, tables):
+        keyed = self._keyed_methods(info, tables)
+        if keyed:
             units, rkeys, tables, instances = self._units(info.scope, with_rkeys=True)
-        if instances == 1 and len(tables) == 1 and self.unit_per_row.get(tables[0], False):
+        one_per_row = instances == 1 and len(tables) == 1 and self.unit_per_row.get(tables[0])
+        if one_per_row and Method.DP not in keyed:  # DP bounds contributions per unit
             units = None
         aggregates = [self._aggregate(node, tables, select) for node in info.aggregates]
         group_k = None
@@ -171,14 +173,14 @@ class _Planner:
             argument = None
         return ProtectedAggregate(node, kind, k, argument, rules[0])
 
-    def _uses_ckm(self, info: ScopeInfo, tables: list[str]) -> bool:
+    def _keyed_methods(self, info: ScopeInfo, tables: list[str]) -> set[Method]:
+        """The methods among this aggregation's that need record keys (CKM and DP)."""
         kinds = {
             AggregateKind.COUNTS if isinstance(n, exp.Count) else AggregateKind.MAGNITUDES
             for n in info.aggregates
         }
-        return any(
-            self.policy.table(t).rule(kind).method is Method.CKM for t in tables for kind in kinds
-        )
+        methods = {self.policy.table(t).rule(kind).method for t in tables for kind in kinds}
+        return methods & {Method.CKM, Method.DP}
 
     def _units(
         self, scope: Scope, *, with_rkeys: bool

@@ -74,6 +74,29 @@ def accuracy(values: pa.Table, query: ProtectedQuery, level: float) -> pd.DataFr
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
 
 
+def dp_accuracy(result: pa.Table, query: ProtectedQuery) -> pd.DataFrame | None:
+    """Per DP cell of the result: ``row``, ``column``, ``value``, noise ``sd`` and 95%
+    ``half_width`` (from the hidden accuracy columns); None when the query has no DP cells."""
+    if not query.accuracy_columns:
+        return None
+    frames = []
+    for i, (sd_name, hw_name) in query.accuracy_columns.items():
+        sd = result.column(sd_name).to_numpy(zero_copy_only=False)
+        listed = ~pd.isna(sd) & ~pd.isna(result.column(i).to_numpy(zero_copy_only=False))
+        if not listed.any():
+            continue
+        frame = pd.DataFrame({
+            "row": range(result.num_rows),
+            "column": query.columns[i].name,
+            "value": result.column(i).to_numpy(zero_copy_only=False).astype(float),
+            "sd": sd.astype(float),
+            "half_width": result.column(hw_name).to_numpy(zero_copy_only=False).astype(float),
+        })  # fmt: skip
+        frames.append(frame[listed])
+    columns = ["row", "column", "value", "sd", "half_width"]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+
+
 def record_release(con, result: pa.Table, query: ProtectedQuery, query_id: int, user: str) -> None:
     """Write one ledger row per released protected cell (identity: the row's key values)."""
     keys = tuple((c.name, i) for i, c in enumerate(query.columns) if not c.released)

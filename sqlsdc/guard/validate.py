@@ -13,7 +13,8 @@ from sqlglot import exp
 from sqlsdc.catalog.schema import CATALOG_SCHEMA
 from sqlsdc.errors import InternalError
 from sqlsdc.policy import Policy
-from sqlsdc.rewrite.cells import CELLS, STATUS_PREFIX
+from sqlsdc.rewrite.cells import CELLS, HALF_WIDTH_PREFIX, SD_PREFIX, STATUS_PREFIX
+from sqlsdc.rewrite.dp import RELATION_PREFIX
 from sqlsdc.rewrite.suppress import PATTERN_PREFIX
 
 INTERNAL_COLUMNS = ("__rkey",)
@@ -24,7 +25,7 @@ CATALOG_TABLES = ("ptable_entries",)  # catalog tables a protected query may rea
 def validate_release(tree: exp.Expr, policy: Policy) -> None:
     ctes = {cte.alias_or_name.lower(): cte for cte in tree.find_all(exp.CTE)}
     for table in tree.find_all(exp.Table):
-        if _catalog_lookup(table):
+        if _catalog_lookup(table) or _noisy_cells(table):
             continue
         if (
             table.args.get("db")
@@ -43,9 +44,20 @@ def validate_release(tree: exp.Expr, policy: Policy) -> None:
     for column in tree.find_all(exp.Column):
         if column.name.lower() in INTERNAL_COLUMNS and not _protected(column, ctes, set()):
             raise InternalError(f"internal column {column.name} in the protected query")
+    hidden = (STATUS_PREFIX, SD_PREFIX, HALF_WIDTH_PREFIX)
     for name in _output_names(tree):
-        if name.startswith("__") and not name.startswith(STATUS_PREFIX):
+        if name.startswith("__") and not name.startswith(hidden):
             raise InternalError(f"internal column {name} would be returned")
+
+
+def _noisy_cells(table: exp.Table) -> bool:
+    """The noisy cells of a DP aggregation (registered by the connection), inside cells."""
+    return (
+        table.name.startswith(RELATION_PREFIX)
+        and not table.args.get("db")
+        and not table.args.get("catalog")
+        and _protected(table, {}, set())
+    )
 
 
 def _catalog_lookup(table: exp.Table) -> bool:
@@ -61,7 +73,7 @@ def _catalog_lookup(table: exp.Table) -> bool:
 def check_engine_tables(tables_read: set[str], tree: exp.Expr, policy: Policy) -> None:
     """Compare the tables DuckDB says the SQL reads with the policy (defence in depth)."""
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
-    ctes |= {t.name for t in tree.find_all(exp.Table) if _catalog_lookup(t)}
+    ctes |= {t.name for t in tree.find_all(exp.Table) if _catalog_lookup(t) or _noisy_cells(t)}
     for name in tables_read:
         if name not in ctes and policy.table(name) is None:
             raise InternalError(f"the engine would read undeclared table {name}")

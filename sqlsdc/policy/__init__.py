@@ -3,8 +3,11 @@
 from sqlsdc.policy.load import load_policy, policy_schema, validate_document
 from sqlsdc.policy.model import (
     AggregateKind,
+    Budget,
     Column,
     ColumnRole,
+    DpSettings,
+    GroupKeys,
     MagnitudeCkm,
     Method,
     Policy,
@@ -20,8 +23,11 @@ from sqlsdc.policy.model import (
 
 __all__ = [
     "AggregateKind",
+    "Budget",
     "Column",
     "ColumnRole",
+    "DpSettings",
+    "GroupKeys",
     "MagnitudeCkm",
     "Method",
     "Policy",

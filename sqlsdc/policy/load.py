@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+from fractions import Fraction
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -21,11 +22,15 @@ import jsonschema
 import yaml
 
 from sqlsdc.errors import PolicyError
+from sqlsdc.mechanisms.accountant import Bounding, PrivacyCost
 from sqlsdc.policy.model import (
     DEFAULT_MIN_FREQUENCY,
     AggregateKind,
+    Budget,
     Column,
     ColumnRole,
+    DpSettings,
+    GroupKeys,
     MagnitudeCkm,
     Method,
     Policy,
@@ -208,8 +213,9 @@ def _semantic_problems(doc: dict) -> list[str]:
                         f"{where}.protection.{kind_name}", kind_name, protection[kind_name]
                     )
             problems += _suppression_problems(where, spec, _uses_suppress(doc, spec))
+            problems += _dp_problems(where, spec, _uses(doc, spec, "dp"))
         else:
-            for key in ("privacy_unit", "hierarchies", "protection", "suppression"):
+            for key in ("privacy_unit", "hierarchies", "protection", "suppression", "dp"):
                 if key in spec:
                     problems.append(f"{where}.{key}: not used for a public table")
         for hname, levels in spec.get("hierarchies", {}).items():
@@ -225,16 +231,77 @@ def _semantic_problems(doc: dict) -> list[str]:
             )
     if not any(u["role"] == "admin" for u in doc["users"].values()):
         problems.append("users: declare at least one user with role admin")
+    for i, budget in enumerate(doc.get("budgets", [])):
+        where = f"budgets.{i}"
+        if budget.get("table", "*") != "*" and budget["table"].lower() not in tables:
+            problems.append(f"{where}.table: table {budget['table']!r} is not declared")
+        if budget.get("user", "*") not in ("*", *doc["users"]):
+            problems.append(f"{where}.user: user {budget['user']!r} is not declared")
     return problems
 
 
 def _uses_suppress(doc: dict, spec: dict) -> bool:
     """Whether a table's counts or magnitudes are protected by suppression (own or inherited)."""
+    return _uses(doc, spec, "suppress")
+
+
+def _uses(doc: dict, spec: dict, method: str) -> bool:
+    """Whether a table's counts or magnitudes use ``method`` (own rule or inherited)."""
     own, top = spec.get("protection", {}), doc.get("protection", {})
     return any(
-        (own.get(kind) or top.get(kind) or {}).get("method") == "suppress"
+        (own.get(kind) or top.get(kind) or {}).get("method") == method
         for kind in ("counts", "magnitudes")
     )
+
+
+def _dp_problems(where: str, spec: dict, uses_dp: bool) -> list[str]:
+    """Bounding settings that :class:`Bounding` accepts, on a table that uses DP."""
+    settings = spec.get("dp")
+    if settings is None:
+        return []
+    if not uses_dp:
+        return [f"{where}.dp: only used when counts or magnitudes use method dp"]
+    problems = []
+    dp = _dp_settings(settings)
+    if dp.groups is GroupKeys.PRIVATE and dp.selection_epsilon is None:
+        problems.append(
+            f"{where}.dp.selection: private groups need `selection: {{epsilon: .., delta: ..}}`"
+        )
+    if dp.groups is GroupKeys.PUBLIC and dp.selection_epsilon is not None:
+        problems.append(f"{where}.dp.selection: only used with `groups: private`")
+    if dp.selection_delta is not None and not dp.selection_delta < 1:
+        problems.append(f"{where}.dp.selection.delta: must be below 1, e.g. 1e-6")
+    for cname, col in spec.get("columns", {}).items():
+        if col.get("bounds") and col["role"] == "measure":
+            try:
+                Bounding(lower=_exact(col["bounds"][0]), upper=_exact(col["bounds"][1]),
+                         granularity=dp.granularity)  # fmt: skip
+            except ValueError as e:
+                problems.append(f"{where}.columns.{cname}.bounds: {e}")
+    return problems
+
+
+def _exact(value) -> Fraction:
+    """A policy number as an exact fraction: 0.1 means one tenth, as written."""
+    return Fraction(str(value))
+
+
+def _dp_settings(spec: dict | None) -> DpSettings:
+    spec = spec or {}
+    selection = spec.get("selection", {})
+    return DpSettings(
+        max_groups=int(spec.get("max_groups", 1)),
+        max_rows=int(spec.get("max_rows", 1)),
+        granularity=_exact(spec.get("granularity", 1)),
+        groups=GroupKeys(spec.get("groups", "public")),
+        selection_epsilon=_exact(selection["epsilon"]) if selection else None,
+        selection_delta=_exact(selection["delta"]) if selection else None,
+        min_frequency=spec.get("min_frequency"),
+    )
+
+
+def _spend(spec: dict) -> PrivacyCost:
+    return PrivacyCost(**{kind: _exact(v) for kind, v in spec.items()})
 
 
 def _case_dupes(mapping: dict) -> str:
@@ -268,6 +335,8 @@ def _rule(rule: dict, k: int) -> ProtectionRule:
     method = Method(rule["method"])
     if method is Method.THRESHOLD:
         return ProtectionRule(method, k)
+    if method is Method.DP:
+        return ProtectionRule(method, k, spend=_spend(rule["spend"]))
     if method is Method.SUPPRESS:
         return ProtectionRule(method, k, rules=tuple(rule.get("rules", ())))
     magnitude = None
@@ -347,6 +416,18 @@ def _ptable(spec: dict) -> PTableSpec:
 
 def _rule_problems(where: str, kind: str, rule: dict) -> list[str]:
     """Cross-field rules of a protection rule (cellKey ``ck_params_nums``/``ck_flexparams``)."""
+    if rule["method"] == "dp":
+        problems = []
+        if "spend" not in rule:
+            problems.append(
+                f"{where}.spend: method dp needs what each aggregate costs, e.g. "
+                "{epsilon: 0.5} (discrete Laplace) or {rho: 0.05} (discrete Gaussian)"
+            )
+        if extra := sorted(set(rule) - {"method", "spend"}):
+            problems.append(f"{where}: {', '.join(extra)} do not apply to method dp")
+        return problems
+    if "spend" in rule:
+        return [f"{where}.spend: only method dp spends a privacy budget"]
     if rule["method"] == "suppress":
         extra = sorted(set(rule) - {"method", "min_frequency", "rules"})
         return [f"{where}: {', '.join(extra)} do not apply to method suppress"] if extra else []
@@ -430,11 +511,22 @@ def _build(doc: dict, label: str) -> Policy:
             ),
             description=spec.get("description", ""),
             suppression=_suppression(spec.get("suppression")),
+            dp=_dp_settings(spec.get("dp")) if _uses(doc, spec, "dp") else None,
         )
     users = {n: User(n, UserRole(u["role"])) for n, u in doc["users"].items()}
+    budgets = tuple(
+        Budget(
+            user=b.get("user", "*"),
+            table=b.get("table", "*").lower(),
+            epsilon=_exact(b["epsilon"]) if "epsilon" in b else None,
+            rho=_exact(b["rho"]) if "rho" in b else None,
+        )
+        for b in doc.get("budgets", [])
+    )
     return Policy(
         tables=MappingProxyType(tables),
         users=MappingProxyType(users),
         document=MappingProxyType(copy.deepcopy(doc)),
         source=label,
+        budgets=budgets,
     )

@@ -10,8 +10,11 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from enum import StrEnum
+from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
+
+from sqlsdc.mechanisms.accountant import PrivacyCost
 
 DEFAULT_MIN_FREQUENCY = 10
 
@@ -53,6 +56,14 @@ class Method(StrEnum):
     THRESHOLD = "threshold"
     CKM = "ckm"
     SUPPRESS = "suppress"
+    DP = "dp"
+
+
+class GroupKeys(StrEnum):
+    """Where the groups of a DP result come from (Wilson et al. 2020, §3.2)."""
+
+    PUBLIC = "public"  # the declared domains of the key columns: every group, empty ones too
+    PRIVATE = "private"  # groups in the data, released by noisy-count thresholding (with delta)
 
 
 class SecondaryMethod(StrEnum):
@@ -121,6 +132,9 @@ class ProtectionRule:
     SUPPRESS: primary ``rules`` (``freq:3``, ``nk:1,60``, ``p:10``, ``pq:25,50``; default: the
     frequency rule with ``min_frequency``, plus ``p:10`` for magnitudes) and secondary
     suppression over the table's :class:`Suppression` universe.
+    DP: differential privacy; every aggregate of this kind in a query spends ``spend`` (pure
+    epsilon with discrete Laplace noise, or rho-zCDP with discrete Gaussian noise), bounded by
+    the table's :class:`DpSettings`.
     """
 
     method: Method = Method.THRESHOLD
@@ -128,6 +142,37 @@ class ProtectionRule:
     ptable: PTableSpec | None = None
     magnitude: MagnitudeCkm | None = None
     rules: tuple[str, ...] = ()
+    spend: PrivacyCost | None = None
+
+
+@dataclass(frozen=True)
+class DpSettings:
+    """Contribution bounding and group release of a DP table (Wilson et al., PoPETs 2020).
+
+    Each unit contributes to at most ``max_groups`` groups and ``max_rows`` rows per group;
+    measures are clamped to their column ``bounds`` and summed on a grid of ``granularity``.
+    ``groups`` says where groups come from; private groups are released when their noisy unit
+    count (spending ``selection_epsilon``) passes the threshold for ``selection_delta``.
+    ``min_frequency``: a cell whose noisy unit count is below it is suppressed (DPSQL+).
+    """
+
+    max_groups: int = 1
+    max_rows: int = 1
+    granularity: Fraction = Fraction(1)
+    groups: GroupKeys = GroupKeys.PUBLIC
+    selection_epsilon: Fraction | None = None
+    selection_delta: Fraction | None = None
+    min_frequency: int | None = None
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A privacy budget: what ``user`` may spend on ``table`` (``*``: all users / all tables)."""
+
+    user: str = "*"
+    table: str = "*"
+    epsilon: Fraction | None = None
+    rho: Fraction | None = None
 
 
 @dataclass(frozen=True)
@@ -167,6 +212,7 @@ class Table:
     protection: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     description: str = ""
     suppression: Suppression | None = None
+    dp: DpSettings | None = None
 
     @property
     def is_public(self) -> bool:
@@ -193,6 +239,7 @@ class Policy:
     users: MappingProxyType
     document: MappingProxyType  # the validated source document, for storing and showing
     source: str = "<policy>"
+    budgets: tuple[Budget, ...] = ()
 
     def table(self, name: str) -> Table | None:
         return self.tables.get(name.lower())

@@ -27,6 +27,7 @@ from sqlsdc.policy import Method
 
 CELLS = "__cells"
 STATUS_PREFIX = "__sdc_status_"
+SD_PREFIX, HALF_WIDTH_PREFIX = "__sdc_sd_", "__sdc_hw_"
 PUBLISHED, SUPPRESSED, FAULT = "published", "suppressed", "error"
 
 
@@ -39,6 +40,8 @@ class Frame:
     published: Callable[[int], exp.Expr]  # condition: aggregate i is published
     group_condition: exp.Expr | None = None  # groups that may exist at all
     fault: Callable[[int], exp.Expr] | None = None  # the mechanism failed for aggregate i
+    # (standard deviation, 95% half-width) of aggregate i's noise, for noisy mechanisms
+    accuracy: Callable[[int], tuple[exp.Expr, exp.Expr]] | None = None
 
 
 @dataclass(frozen=True)
@@ -64,8 +67,11 @@ def protect_cells(tree: exp.Expr, plan: QueryPlan, builders: dict[Method, FrameB
 
     ``builders`` maps a protection method to the module that builds its frame; an aggregation
     with any CKM aggregate is built by the CKM builder (which protects the others too), one with
-    any suppressed aggregate by the suppression builder (which refuses the others).
+    any suppressed or DP aggregate by that builder (which refuses the others). When any
+    aggregation is noisy (DP), the result carries the noise's standard deviation and 95%
+    half-width per position next to the status columns.
     """
+    noisy = any(a.rule.method is Method.DP for c in plan.cells for a in c.aggregates)
     copy = tree.copy()
     twin = {id(a): b for a, b in zip(tree.walk(), copy.walk(), strict=True)}
     for exposure in plan.exposures:
@@ -81,9 +87,10 @@ def protect_cells(tree: exp.Expr, plan: QueryPlan, builders: dict[Method, FrameB
         )
         methods = {a.rule.method for a in cell_plan.aggregates}
         method = next(
-            (m for m in (Method.SUPPRESS, Method.CKM) if m in methods), Method.THRESHOLD
+            (m for m in (Method.DP, Method.SUPPRESS, Method.CKM) if m in methods),
+            Method.THRESHOLD,
         )
-        protected = _lift(cells, builders[method](cells, twin))
+        protected = _lift(cells, builders[method](cells, twin), with_accuracy=noisy)
         if cells.select is copy:
             copy = protected
         else:
@@ -123,7 +130,7 @@ def cell_column(name: str) -> exp.Column:
     return exp.column(name, CELLS)
 
 
-def _lift(cells: Cells, frame: Frame) -> exp.Select:
+def _lift(cells: Cells, frame: Frame, *, with_accuracy: bool = False) -> exp.Select:
     select, plan = cells.select, cells.plan
 
     def lift(node: exp.Expr) -> exp.Expr:
@@ -146,7 +153,20 @@ def _lift(cells: Cells, frame: Frame) -> exp.Select:
             used = [i for i, a in enumerate(cells.aggregates) if _inside(a, projection)]
             status = _status(used, frame) if used else exp.cast(exp.null(), "VARCHAR")
             outer.append("expressions", exp.alias_(status, f"{STATUS_PREFIX}{position}"))
+        if with_accuracy:
+            for position, projection in enumerate(select.expressions):
+                sd, half = _accuracy(cells, frame, projection.unalias())
+                outer.append("expressions", exp.alias_(sd, f"{SD_PREFIX}{position}"))
+                outer.append("expressions", exp.alias_(half, f"{HALF_WIDTH_PREFIX}{position}"))
     return outer
+
+
+def _accuracy(cells: Cells, frame: Frame, projection: exp.Expr) -> tuple[exp.Expr, exp.Expr]:
+    """The noise accuracy of a position that is exactly one noisy aggregate, else NULLs."""
+    for i, aggregate in enumerate(cells.aggregates):
+        if aggregate is projection and frame.accuracy is not None:
+            return frame.accuracy(i)
+    return exp.cast(exp.null(), "DOUBLE"), exp.cast(exp.null(), "DOUBLE")
 
 
 def _status(used: list[int], frame: Frame) -> exp.Expr:

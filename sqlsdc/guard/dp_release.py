@@ -1,0 +1,254 @@
+"""Release step of DP queries: exact bounded cells in, noisy cells (and their cost) out.
+
+For every DP aggregation of a query (:class:`sqlsdc.rewrite.dp.DpStage`) the engine computes
+the exact bounded cells; this module completes them to the public domain (empty groups
+included) or selects private groups by noisy-count thresholding, draws the noise of every
+base statistic with the keyed exact samplers (:func:`sqlsdc.mechanisms.dp_cells.add_noise`;
+cells this user has seen before come from the cache and cost nothing), post-processes AVG,
+VAR, STDDEV and quantiles, applies the minimum-frequency rule on noisy unit counts, and
+returns the noisy cells as Arrow tables ready to be registered under the stage's relation
+name. Nothing here writes to the database: the caller charges :attr:`DpRelease.cost` with
+:func:`sqlsdc.catalog.budget.charge` *before* it runs the query over the noisy cells.
+
+Noise-off mode (``noise=False``, admins only) returns the exact bounded values, with zero
+cost and no cache: it shows what bounding, clamping, NULLs and empty groups do to a query.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from sqlsdc.errors import PolicyViolation
+from sqlsdc.mechanisms.accountant import ZERO, Aggregate, PrivacyCost, Statistic, ratio_sd
+from sqlsdc.mechanisms.dp_cells import (
+    CellMechanism,
+    CellRecord,
+    CellSpace,
+    add_noise,
+    average,
+    noisy_quantiles,
+    stddev,
+    variance,
+)
+from sqlsdc.rewrite.dp import DpStage
+
+MAX_QUANTILE_SCORES = 50_000_000  # cells x candidates of one quantile (memory: 8 bytes each)
+Z95 = 1.959963984540054  # two-sided 95% normal quantile (delta-method intervals of averages)
+
+
+@dataclass
+class DpRelease:
+    """Noisy cells per relation, what the new ones cost, and the cells to cache."""
+
+    relations: dict[str, pa.Table] = field(default_factory=dict)
+    cost: PrivacyCost = ZERO
+    delta: Fraction = Fraction(0)
+    cells: list[CellRecord] = field(default_factory=list)
+    reused: int = 0
+
+
+def release(
+    stages,
+    run: Callable[[str], pa.Table],
+    *,
+    secret: bytes,
+    policy_version: int,
+    data_versions: dict[str, str],
+    cached=None,
+    noise: bool = True,
+) -> DpRelease:
+    """Noisy cells of every stage. ``run`` executes SQL on the engine (exact cells)."""
+    out = DpRelease()
+    for stage in stages:
+        space = CellSpace.of(
+            stage.table,
+            {f"__g{j}": name for j, name in enumerate(stage.keys)},
+            scope=stage.scope,
+            data_version=data_versions[stage.table],
+        )
+        frame = _complete(run(stage.sql).to_pandas(types_mapper=_exact_types), stage, run)
+        noisy, spent = _noisy(frame, stage, space, secret, policy_version, cached, noise, out)
+        keep = np.ones(len(frame), dtype=bool)
+        if stage.selection is not None:
+            keep = np.array([v >= stage.selection.threshold for v in noisy[stage.units]], bool)
+            out.delta += stage.delta
+        frame, noisy = frame[keep].reset_index(drop=True), {
+            c: np.asarray(v, dtype=object)[keep] for c, v in noisy.items()
+        }
+        for name, sql in stage.histograms:
+            stat = next(s for s in stage.statistics if s.column == name)
+            values, new = _quantiles(run(sql), frame, stage, stat, space, secret,
+                                     policy_version, cached, noise)  # fmt: skip
+            noisy[name] = values
+            out.cells += new
+            if new:
+                spent.add(name)
+        for stat in stage.statistics:
+            if stat.column in spent and noise:
+                out.cost = out.cost + stat.calibration.cost
+        out.relations[stage.relation] = _cells_table(frame, noisy, stage, noise)
+    return out
+
+
+def _exact_types(dtype: pa.DataType):
+    """Keep exact integers and decimals as Python objects (HUGEINT sums come as decimals)."""
+    if pa.types.is_decimal(dtype) or pa.types.is_integer(dtype):
+        return pd.ArrowDtype(dtype)
+    return None
+
+
+def _complete(exact: pd.DataFrame, stage: DpStage, run) -> pd.DataFrame:
+    """Public domains: one row per domain cell (absent cells count 0; others dropped). A
+    domain given as SQL is the set of values of a public table's column."""
+    stats = [s.column for s in stage.statistics
+             if s.calibration.statistic is not Statistic.QUANTILE]  # fmt: skip
+    for column in stats:
+        exact[column] = [0 if v is None or v is pd.NA else int(v) for v in exact[column].tolist()]
+    keys = [f"__g{j}" for j in range(len(stage.keys))]
+    if stage.domains is None or not keys:
+        return exact
+    domains = [d if isinstance(d, tuple) else run(d).column(0).to_pylist() for d in stage.domains]
+    grid = pd.DataFrame(list(itertools.product(*domains)), columns=keys, dtype=object)
+    lookup = {tuple(row[:len(keys)]): row[len(keys):] for row in
+              exact[keys + stats].itertuples(index=False, name=None)}  # fmt: skip
+    zeros = (0,) * len(stats)
+    rows = [lookup.get(tuple(_plain(v) for v in key), zeros) for key in grid.itertuples(
+        index=False, name=None)]  # fmt: skip
+    values = pd.DataFrame(rows, columns=stats, dtype=object)
+    return pd.concat([grid, values], axis=1)
+
+
+def _plain(value):
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _noisy(frame, stage, space, secret, version, cached, noise, out):
+    """Noisy values (grid units times the unit, exact Fractions) of the additive statistics."""
+    spent = set()
+    mechanisms = {}
+    for stat in stage.statistics:
+        if stat.calibration.statistic is Statistic.QUANTILE:
+            continue
+        unit = stat.calibration.unit
+        frame[stat.column] = [Fraction(int(v)) * unit for v in frame[stat.column].tolist()]
+        mechanisms[stat.column] = CellMechanism(stat.measure, stat.calibration)
+    if not noise:
+        return {c: list(frame[c]) for c in mechanisms}, spent
+    result = add_noise(frame, space, mechanisms, secret=secret, policy_version=version,
+                       cached=cached)  # fmt: skip
+    out.cells += result.new_cells
+    out.reused += result.reused
+    spent |= {cell.column for cell in result.new_cells}
+    return {c: result.values[c] for c in mechanisms}, spent
+
+
+def _quantiles(histogram: pa.Table, frame, stage, stat, space, secret, version, cached, noise):
+    keys = [f"__g{j}" for j in range(len(stage.keys))]
+    long = histogram.to_pandas()
+    long = long[long["__bin"].notna()]  # rows whose measure is NULL do not count
+    b = stat.calibration.bounding
+    candidates = int((b.upper - b.lower) / b.granularity) + 1
+    if candidates * max(len(frame), 1) > MAX_QUANTILE_SCORES:
+        raise PolicyViolation(
+            f"a DP quantile over {len(frame):,} cells with {candidates:,} candidate values each "
+            "is too large to compute",
+            "ask fewer groups, or an admin sets a coarser dp.granularity for the table",
+        )
+    present = frame[keys].copy() if keys else pd.DataFrame(index=[0])
+    present["__bin"], present["__count"] = 0, 0
+    long = pd.concat([long, present], ignore_index=True)  # every released cell appears
+    if keys:
+        wanted = set(frame[keys].itertuples(index=False, name=None))
+        long = long[[k in wanted for k in long[keys].itertuples(index=False, name=None)]]
+    if not noise:
+        return _exact_quantiles(long, frame, keys, b, stat.calibration.alpha), []
+    result = noisy_quantiles(
+        long, space, CellMechanism(stat.measure, stat.calibration), secret=secret,
+        policy_version=version, column=stat.column, bin_column="__bin",
+        count_column="__count", cached=cached,
+    )  # fmt: skip
+    order = _align(result.frame, frame, keys)
+    return [result.values[stat.column][i] for i in order], result.new_cells
+
+
+def _align(released: pd.DataFrame, frame: pd.DataFrame, keys: list[str]) -> list[int]:
+    if not keys:
+        return [0]
+    position = {k: i for i, k in enumerate(released[keys].itertuples(index=False, name=None))}
+    return [position[k] for k in frame[keys].itertuples(index=False, name=None)]
+
+
+def _exact_quantiles(long, frame, keys, b, alpha) -> list[Fraction]:
+    """The exact alpha-quantile candidate per cell (noise-off mode): the smallest candidate
+    with at least alpha of the rows at or below it."""
+    values = []
+    groups = long.groupby(keys, dropna=False, sort=False) if keys else [((), long)]
+    found = {}
+    for key, part in groups:
+        hist = part.groupby("__bin")["__count"].sum()
+        total = int(hist.sum())
+        cumulative, chosen = 0, 0
+        for j, count in hist.sort_index().items():
+            cumulative += int(count)
+            if total and cumulative >= alpha * total:
+                chosen = int(j)
+                break
+        found[key if isinstance(key, tuple) else (key,)] = b.lower + chosen * b.granularity
+    for row in frame[keys].itertuples(index=False, name=None) if keys else [()]:
+        values.append(found.get(row, b.lower))
+    return values
+
+
+def _cells_table(frame, noisy, stage: DpStage, noise: bool) -> pa.Table:
+    """``__g<j>`` keys, then per aggregate ``__a<i>`` value, ``__p<i>`` published, and the
+    noise's ``__sd<i>`` and ``__hw<i>`` (95% half-width)."""
+    n = len(frame)
+    columns = {f"__g{j}": frame[f"__g{j}"].tolist() for j in range(len(stage.keys))}
+    published = np.ones(n, dtype=bool)
+    if stage.min_frequency is not None:
+        published = np.array([v >= stage.min_frequency for v in noisy[stage.units]], bool)
+    stats = {s.column: s for s in stage.statistics}
+    for i, output in enumerate(stage.outputs):
+        parts = [noisy[c] for c in output.statistics]
+        value, sd, half = _output(output, parts, [stats[c] for c in output.statistics], noise)
+        columns[f"__a{i}"] = pa.array(value, mask=~published)
+        columns[f"__p{i}"] = published
+        columns[f"__sd{i}"] = pa.array(sd, type=pa.float64())
+        columns[f"__hw{i}"] = pa.array(half, type=pa.float64())
+    return pa.table(columns) if columns else pa.table({"__none": [None] * n})
+
+
+def _output(output, parts, stats, noise: bool):
+    """Released values of one aggregate with their noise sd and 95% half-width per cell."""
+    n = len(parts[0])
+    plan = output.plan
+    lower, upper = plan.components[0].bounding.lower, plan.components[0].bounding.upper
+    zeros = [0.0] * n if not noise else None
+    if output.aggregate in (Aggregate.COUNT, Aggregate.COUNT_DISTINCT, Aggregate.SUM):
+        values = parts[0]
+        integral = stats[0].calibration.unit.denominator == 1
+        value = [int(v) for v in values] if integral else [float(v) for v in values]
+        return value, zeros or [plan.sd] * n, zeros or [plan.half_width] * n
+    if output.aggregate is Aggregate.AVG:
+        total = np.array([float(v) for v in parts[0]])
+        count = np.array([float(v) for v in parts[1]])
+        value = average(total, count, lower, upper)
+        if not noise:
+            return value.tolist(), zeros, zeros
+        s_sd, c_sd = (c.sd for c in plan.components)
+        sd = [ratio_sd(s_sd, c_sd, c, m) for c, m in zip(count, value, strict=True)]
+        return value.tolist(), sd, [Z95 * x for x in sd]
+    if output.aggregate in (Aggregate.VAR, Aggregate.STDDEV):
+        squares, total, count = (np.array([float(v) for v in p]) for p in parts)
+        f = variance if output.aggregate is Aggregate.VAR else stddev
+        value = f(squares, total, count, lower, upper, ddof=output.ddof)
+        return value.tolist(), [None] * n, [None] * n
+    return [float(v) for v in parts[0]], [None] * n, [None] * n  # QUANTILE
+

@@ -1,0 +1,495 @@
+"""Differential privacy in the query path: bounded exact cells in SQL, noise on the cells.
+
+Under ``method: dp`` an aggregation is split in two stages. The engine computes the *exact,
+bounded* cells (:func:`bounded_cells`); :mod:`sqlsdc.guard.dp_release` draws the noise, charges
+the budget and registers the noisy cells as a relation; the query's projection, HAVING, ORDER BY
+and LIMIT then run over that relation (the ``__cells`` frame of :mod:`sqlsdc.rewrite.cells`), so
+they only ever see noisy values.
+
+Bounding (Wilson, Zhang, Lam, Desfontaines, Simmons-Marengo, Gipson, "Differentially Private SQL
+with Bounded User Contribution", PoPETs 2020, §3): after the query's FROM, joins and WHERE, each
+privacy unit keeps at most ``max_groups`` groups and ``max_rows`` rows per group; measures are
+clamped to their declared bounds and rounded to the grid ``granularity``. The choice is a keyed,
+deterministic one, never ``RANDOM()``: groups are ranked per unit by ``hash(__rkey, keys)`` and
+rows per group by ``hash(__rkey, values)``, where ``__rkey`` is the unit's secret record key
+(:mod:`sqlsdc.catalog.keys`); a unit's choice depends on its own rows only, so adding or
+removing a unit changes at most ``max_groups`` cells by at most the per-cell bounds the
+accountant (:mod:`sqlsdc.mechanisms.accountant`) calibrates the noise with.
+
+Supported: one confidential table (joins with public tables are bounded after the join),
+GROUP BY over dimension keys, any WHERE the guard allows, and COUNT(*), COUNT(column),
+COUNT(DISTINCT unit), SUM, AVG, VAR_SAMP/VAR_POP/VARIANCE, STDDEV_SAMP/STDDEV_POP/STDDEV and
+MEDIAN/QUANTILE_CONT/QUANTILE_DISC of a measure column with declared bounds. Refused: ROLLUP,
+CUBE and GROUPING SETS (each grouping set would be a further release), measures without
+bounds, mixing DP with other methods in one aggregation, joins of confidential tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from sqlglot import exp
+
+from sqlsdc.errors import PolicyViolation
+from sqlsdc.mechanisms.accountant import (
+    Aggregate,
+    AggregatePlan,
+    Bounding,
+    PrivacyCost,
+    Statistic,
+    calibrate,
+    compose,
+    plan_aggregate,
+)
+from sqlsdc.mechanisms.partition import PartitionSelection, laplace_partition_selection
+from sqlsdc.policy import AggregateKind, GroupKeys, Method, Policy
+from sqlsdc.rewrite.cells import CELLS, Cells, Frame, cell_column
+
+MECHANISM = "dp"
+RELATION_PREFIX = "__sqlsdc_dp_cells_"
+UNIT, RANK_GROUP, RANK_ROW = "__u", "__group_rank", "__row_rank"
+MAX_DOMAIN_CELLS = 1_000_000
+SHAPE = (
+    "under differential privacy ask: SELECT <dimensions>, COUNT(*) | COUNT(DISTINCT unit) | "
+    "SUM(m) | AVG(m) | VAR_SAMP(m) | STDDEV_SAMP(m) | MEDIAN(m) FROM <table> [JOIN <public "
+    "table>] [WHERE ...] GROUP BY <dimensions>"
+)
+
+_AGGREGATES = {
+    exp.Sum: Aggregate.SUM,
+    exp.Avg: Aggregate.AVG,
+    exp.Variance: Aggregate.VAR,
+    exp.VariancePop: Aggregate.VAR,
+    exp.Stddev: Aggregate.STDDEV,
+    exp.StddevSamp: Aggregate.STDDEV,
+    exp.StddevPop: Aggregate.STDDEV,
+    exp.Median: Aggregate.QUANTILE,
+    exp.Quantile: Aggregate.QUANTILE,
+    exp.PercentileCont: Aggregate.QUANTILE,
+    exp.PercentileDisc: Aggregate.QUANTILE,
+}
+
+
+@dataclass(frozen=True)
+class DpStatistic:
+    """One noisy base statistic of the stage: its column in the exact cells and calibration."""
+
+    column: str
+    measure: str  # canonical measure: "*" for rows, the column name otherwise
+    calibration: object  # accountant.Calibration
+
+
+@dataclass(frozen=True)
+class DpOutput:
+    """How the released value ``__a<i>`` is post-processed from the noisy statistics."""
+
+    aggregate: Aggregate
+    statistics: tuple[str, ...]  # columns of the statistics, in accountant.components order
+    plan: AggregatePlan
+    ddof: int = 1  # VAR/STDDEV: 1 for the sample, 0 for the population
+    histogram: str | None = None  # QUANTILE: the bin column of the stage's histogram query
+
+
+@dataclass(frozen=True)
+class DpStage:
+    """Everything the release step needs for one aggregation (pure data, no connection)."""
+
+    relation: str  # the noisy cells are registered under this name
+    sql: str  # exact bounded cells: __g<j> keys, statistic columns
+    histograms: tuple[tuple[str, str], ...]  # QUANTILE: (statistic column, histogram SQL)
+    table: str
+    keys: tuple[str, ...]  # canonical key names, one per __g<j>
+    scope: str  # canonical population (FROM, joins, WHERE)
+    statistics: tuple[DpStatistic, ...]
+    outputs: tuple[DpOutput, ...]  # one per aggregate i: released as __a<i>
+    domains: tuple[tuple | str, ...] | None  # per key: declared values or SQL of a public
+    # table's values; None: private partition selection
+    selection: PartitionSelection | None
+    units: str | None  # column of the noisy unit count (selection and min_frequency)
+    min_frequency: int | None
+    delta: Fraction = Fraction(0)
+
+    @property
+    def cost(self) -> PrivacyCost:
+        """The most the stage can cost (every cell new); cached cells cost nothing."""
+        return compose(s.calibration.cost for s in self.statistics)
+
+
+def dp_frame(policy: Policy, stages: dict[int, DpStage], to_sql):
+    """Frame builder for aggregations protected by DP; records each aggregation's stage in
+    ``stages`` under the id of its (original) select; ``to_sql`` renders the stage's SQL."""
+
+    def build(cells: Cells, twin) -> Frame:
+        stage = _stage(cells, twin, policy, f"{RELATION_PREFIX}{len(stages)}", to_sql)
+        stages[id(cells.plan.select)] = stage
+        source = exp.select("*").from_(exp.to_table(stage.relation))
+        return Frame(
+            source.subquery(CELLS),
+            value=lambda i: cell_column(f"__a{i}"),
+            published=lambda i: cell_column(f"__p{i}"),
+            accuracy=lambda i: (cell_column(f"__sd{i}"), cell_column(f"__hw{i}")),
+        )
+
+    return build
+
+
+def _refuse(select: exp.Select, reason: str, hint: str = SHAPE) -> PolicyViolation:
+    return PolicyViolation(reason, hint, select.sql("duckdb"))
+
+
+def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage:
+    plan, select = cells.plan, cells.select
+    methods = {a.rule.method for a in plan.aggregates}
+    if methods != {Method.DP}:
+        raise _refuse(
+            select,
+            "this aggregation mixes differential privacy with "
+            + ", ".join(sorted(m.value for m in methods - {Method.DP})),
+            "ask the counts and the magnitudes in separate queries",
+        )
+    if len(set(plan.tables)) != 1 or not plan.units or len(plan.units) != 1:
+        raise _refuse(
+            select,
+            "differential privacy covers one confidential table per aggregation",
+            "aggregate each confidential table in its own query (joins with public tables are "
+            "allowed)",
+        )
+    table = policy.table(plan.tables[0])
+    settings = table.dp
+    group = select.args.get("group")
+    levels = ("rollup", "cube", "grouping_sets")
+    if group is not None and (
+        group.find(exp.Rollup, exp.Cube, exp.GroupingSets) or any(group.args.get(k) for k in levels)
+    ):
+        raise _refuse(
+            select,
+            "ROLLUP, CUBE and GROUPING SETS are not available under differential privacy (each "
+            "level would be a further release of every unit)",
+            "ask each level as its own GROUP BY query",
+        )
+    if cells.groupings:
+        raise _refuse(select, "GROUPING() is not available under differential privacy")
+    unit, rkey = plan.units[0], plan.rkeys[0]
+    canonical = _Canonical(select)
+    keys = tuple(canonical.text(k) for k in cells.keys)
+    if len(set(keys)) != len(keys):
+        raise _refuse(select, "the same group key appears twice")
+    domains = None
+    if settings.groups is GroupKeys.PUBLIC:
+        domains = tuple(_domain(k, table, select, policy, to_sql) for k in cells.keys)
+        size = 1
+        for d in domains:
+            size *= len(d) if isinstance(d, tuple) else 1
+        if size > MAX_DOMAIN_CELLS:
+            raise _refuse(
+                select,
+                f"the public domains of the group keys give {size:,} cells (more than "
+                f"{MAX_DOMAIN_CELLS:,})",
+                "group by fewer or coarser dimensions, or filter the result",
+            )
+
+    rows = _rows_select(cells, unit, rkey)
+    measures: dict[str, exp.Expr] = {}  # canonical measure -> column of rows
+    statistics: dict[tuple, DpStatistic] = {}
+    aggregates: list[exp.Expr] = []
+    histograms: list[tuple[str, exp.Expr]] = []
+    outputs = []
+    for i, node in enumerate(cells.aggregates):
+        aggregate, measure, bounding, alpha, ddof = _describe(
+            node, cells, twin, table, settings, canonical, select
+        )
+        kind = AggregateKind.COUNTS if isinstance(node, exp.Count) else AggregateKind.MAGNITUDES
+        try:
+            agg_plan = plan_aggregate(aggregate, bounding, table.rule(kind).spend, alpha=alpha)
+        except ValueError as e:
+            raise _refuse(select, str(e), "declare bounds on the measure in the policy") from None
+        column = None
+        if measure != "*" and measure not in measures:
+            column = f"__x{len(measures)}"
+            measures[measure] = column
+            argument = cells.argument(i, twin)
+            rows.append("expressions", exp.alias_(argument.copy(), column))
+        column = measures.get(measure)
+        names = []
+        for calibration in agg_plan.components:
+            ident = (calibration.describe(), measure)
+            if ident not in statistics:
+                name = f"__s{len(statistics)}"
+                statistics[ident] = DpStatistic(name, measure, calibration)
+                if calibration.statistic is not Statistic.QUANTILE:
+                    aggregates.append(exp.alias_(_statistic_sql(calibration, column), name))
+                else:
+                    histograms.append((name, _histogram(calibration.bounding, column)))
+            names.append(statistics[ident].column)
+        histogram = names[0] if aggregate is Aggregate.QUANTILE else None
+        outputs.append(DpOutput(aggregate, tuple(names), agg_plan, ddof, histogram))
+
+    units_column, selection, delta = None, None, Fraction(0)
+    needs_units = settings.groups is GroupKeys.PRIVATE or settings.min_frequency is not None
+    if needs_units:
+        base = Bounding(settings.max_groups, settings.max_rows)
+        if settings.groups is GroupKeys.PRIVATE:
+            selection = laplace_partition_selection(
+                settings.selection_epsilon, settings.selection_delta, settings.max_groups
+            )
+            calibration, delta = selection.calibration, settings.selection_delta
+        else:
+            spend = table.rule(AggregateKind.COUNTS).spend
+            if spend is None:
+                raise _refuse(
+                    select,
+                    f"{table.name} has dp.min_frequency but does not protect counts with dp",
+                    "declare `counts: {method: dp, spend: ...}` for the table",
+                )
+            calibration = calibrate(Statistic.COUNT_UNITS, base, spend)
+        ident = (calibration.describe(), "*")
+        if ident not in statistics:
+            name = f"__s{len(statistics)}"
+            statistics[ident] = DpStatistic(name, "*", calibration)
+            aggregates.append(exp.alias_(_statistic_sql(calibration, None), name))
+        units_column = statistics[ident].column
+
+    exact = _bounded_cells(rows, len(cells.keys), aggregates, settings)
+    return DpStage(
+        relation=relation,
+        sql=to_sql(exact),
+        histograms=tuple(
+            (name, to_sql(_bounded_cells(rows, len(cells.keys), [b], settings, bins=True)))
+            for name, b in histograms
+        ),
+        table=table.name,
+        keys=keys,
+        scope=canonical.scope(),
+        statistics=tuple(statistics.values()),
+        outputs=tuple(outputs),
+        domains=domains,
+        selection=selection,
+        units=units_column,
+        min_frequency=settings.min_frequency,
+        delta=delta,
+    )
+
+
+def _describe(node, cells, twin, table, settings, canonical, select):
+    """(aggregate, canonical measure, bounding, alpha, ddof) of one aggregate call."""
+    rows = Bounding(settings.max_groups, settings.max_rows)
+    if isinstance(node, exp.Count):
+        argument = node.this
+        if isinstance(argument, exp.Distinct):
+            return Aggregate.COUNT_DISTINCT, "*", rows, None, 1
+        if isinstance(argument, exp.Star):
+            return Aggregate.COUNT, "*", rows, None, 1
+        return Aggregate.COUNT, canonical.text(argument), rows, None, 1
+    aggregate = _AGGREGATES.get(type(node))
+    if aggregate is None:
+        raise _refuse(select, f"{node.sql_name()} is not available under differential privacy")
+    argument = cells.argument(cells.aggregates.index(node), twin)
+    column = _measure_column(argument, table, select)
+    lower, upper = (Fraction(str(b)) for b in column.bounds)
+    bounding = Bounding(settings.max_groups, settings.max_rows, lower, upper,
+                        settings.granularity)  # fmt: skip
+    alpha = None
+    if aggregate is Aggregate.QUANTILE:
+        alpha = _quantile_alpha(node, select)
+    ddof = 0 if isinstance(node, (exp.VariancePop, exp.StddevPop)) else 1
+    return aggregate, column.name, bounding, alpha, ddof
+
+
+def _measure_column(argument: exp.Expr | None, table, select):
+    if not isinstance(argument, exp.Column) or table.column(argument.name) is None:
+        raise _refuse(
+            select,
+            "under differential privacy, SUM, AVG and the other magnitudes take one measure "
+            "column with declared bounds",
+            "aggregate a column, e.g. SUM(income); transformations have no declared bounds",
+        )
+    column = table.column(argument.name)
+    if column.bounds is None:
+        raise _refuse(
+            select,
+            f"measure {column.name!r} of {table.name} has no bounds, so one unit's influence "
+            "on its sum is unbounded",
+            f"an admin must declare `bounds: [lower, upper]` for {table.name}.{column.name}",
+        )
+    return column
+
+
+def _quantile_alpha(node: exp.Expr, select) -> Fraction:
+    if isinstance(node, exp.Median):
+        return Fraction(1, 2)
+    q = node.args.get("quantile") or node.args.get("expression") or node.expression
+    if not isinstance(q, exp.Literal) or q.is_string:
+        raise _refuse(select, "the quantile must be a number literal such as 0.9")
+    alpha = Fraction(q.this)
+    if not 0 <= alpha <= 1:
+        raise _refuse(select, f"quantile {q.this} is not between 0 and 1")
+    return alpha
+
+
+def _domain(key: exp.Expr, table, select, policy: Policy, to_sql) -> tuple | str:
+    """The declared domain of a key, or the SQL of a public table's distinct values."""
+    source = _source_table(key, select)
+    if source is not None and policy.table(source.name).is_public:
+        values = exp.select(exp.column(key.name)).distinct().from_(exp.to_table(source.name))
+        return to_sql(values.where(exp.column(key.name).is_(exp.null()).not_()))
+    column = table.column(key.name) if source is not None else None
+    if column is None or column.domain is None:
+        raise _refuse(
+            select,
+            f"group key {key.sql('duckdb')} has no public domain, and {table.name} releases only "
+            "the groups of declared domains (groups present in the data would reveal units)",
+            "group by dimensions with a declared `domain`, or an admin sets "
+            f"`dp: {{groups: private, selection: ...}}` for {table.name}",
+        )
+    return column.domain
+
+
+def _source_table(key: exp.Expr, select: exp.Select) -> exp.Table | None:
+    """The base table a key column is read from directly, if it is one."""
+    if not isinstance(key, exp.Column):
+        return None
+    sources = [select.args["from_"].this, *[j.this for j in select.args.get("joins") or []]]
+    for source in sources:
+        if isinstance(source, exp.Table) and source.alias_or_name == key.table:
+            return source
+    return None
+
+
+def _rows_select(cells: Cells, unit: exp.Expr, rkey: exp.Expr) -> exp.Select:
+    """The rows after FROM, joins and WHERE: unit, record key, keys (measures added later)."""
+    rows = exp.Select()
+    for key in ("from_", "joins", "where"):
+        value = cells.select.args.get(key)
+        if value is not None:
+            rows.set(key, [v.copy() for v in value] if isinstance(value, list) else value.copy())
+    rows.append("expressions", exp.alias_(unit.copy(), UNIT))
+    rows.append("expressions", exp.alias_(rkey.copy(), "__rk"))
+    for j, key in enumerate(cells.keys):
+        rows.append("expressions", exp.alias_(key.copy(), f"__g{j}"))
+    return rows
+
+
+def _bounded_cells(rows: exp.Select, n_keys: int, aggregates: list, settings, *, bins=False):
+    """GROUP BY the keys over rows bounded per unit (module docstring)."""
+    keys = [exp.column(f"__g{j}") for j in range(n_keys)]
+    values = [exp.column(c.alias_or_name) for c in rows.expressions[2 + n_keys:]]
+    group_order = exp.func("hash", exp.column("__rk"), *keys) if keys else exp.Literal.number(0)
+    row_order = exp.func("hash", exp.column("__rk"), *values) if values else exp.Literal.number(0)
+    ranked = exp.select(
+        "*",
+        exp.alias_(_window("DENSE_RANK", [exp.column(UNIT)], [group_order, *keys]), RANK_GROUP),
+        exp.alias_(_window("ROW_NUMBER", [exp.column(UNIT), *keys], [row_order]), RANK_ROW),
+    ).from_(rows.copy().subquery("__rows"))
+    bounded = exp.select(*[exp.column(f"__g{j}") for j in range(n_keys)])
+    if bins:
+        bounded.append("expressions", exp.alias_(aggregates[0], "__bin"))
+        bounded.append("expressions", exp.alias_(exp.Count(this=exp.Star()), "__count"))
+    else:
+        for a in aggregates:
+            bounded.append("expressions", a)
+    within = exp.and_(
+        exp.LTE(this=exp.column(RANK_GROUP), expression=_int(settings.max_groups)),
+        exp.LTE(this=exp.column(RANK_ROW), expression=_int(settings.max_rows)),
+    )
+    bounded = bounded.from_(ranked.subquery("__ranked")).where(within)
+    group = [*keys, exp.column("__bin")] if bins else keys
+    if group:
+        bounded = bounded.group_by(*group)
+    return bounded
+
+
+def _window(function: str, partition: list, order: list) -> exp.Window:
+    return exp.Window(
+        this=exp.Anonymous(this=function),
+        partition_by=partition,
+        order=exp.Order(expressions=[exp.Ordered(this=o) for o in order]),
+    )
+
+
+def _grid_units(column: str, bounding: Bounding) -> exp.Expr:
+    """The clamped value in integer grid units: round(x / g) clamped to [lower/g, upper/g]."""
+    g = bounding.granularity
+    value = exp.cast(exp.column(column), "DOUBLE")
+    if g != 1:
+        value = exp.Div(this=value, expression=exp.Literal.number(_decimal(g)))
+    rounded = exp.func("ROUND", value)
+    lo, hi = _int(bounding.lower / g), _int(bounding.upper / g)  # Bounding checks the grid
+    clamped = exp.Case(
+        ifs=[
+            exp.If(this=exp.LT(this=rounded.copy(), expression=lo), true=lo.copy()),
+            exp.If(this=exp.GT(this=rounded.copy(), expression=hi), true=hi.copy()),
+        ],
+        default=rounded,
+    )
+    return exp.cast(clamped, "HUGEINT")
+
+
+def _statistic_sql(calibration, column: str | None) -> exp.Expr:
+    statistic = calibration.statistic
+    if statistic is Statistic.COUNT:
+        return exp.Count(this=exp.Star() if column is None else exp.column(column))
+    if statistic is Statistic.COUNT_UNITS:
+        return exp.Count(this=exp.Distinct(expressions=[exp.column(UNIT)]))
+    units = _grid_units(column, calibration.bounding)
+    if statistic is Statistic.SUM:
+        return exp.Sum(this=units)
+    return exp.Sum(this=exp.Mul(this=units, expression=units.copy()))  # SUM_SQUARES
+
+
+def _histogram(bounding: Bounding, column: str) -> exp.Expr:
+    """The quantile bin j = clamped grid value - lower/g, in 0..(upper - lower)/g."""
+    offset = bounding.lower / bounding.granularity
+    return exp.Sub(this=_grid_units(column, bounding), expression=_int(offset))
+
+
+def _int(x: Fraction) -> exp.Literal:
+    return exp.Literal.number(int(x))
+
+
+def _decimal(x: Fraction) -> str:
+    return str(x.numerator) if x.denominator == 1 else repr(x.numerator / x.denominator)
+
+
+class _Canonical:
+    """Canonical text of expressions of one aggregation, independent of table aliases.
+
+    With one source, column qualifiers are dropped; with joins they become the table names
+    (aliases used twice keep the alias). Conjuncts of WHERE are sorted, so ``a AND b`` and
+    ``b AND a`` define the same population.
+    """
+
+    def __init__(self, select: exp.Select):
+        self.select = select
+        sources = {}
+        for table in [select.args["from_"].this, *[j.this for j in select.args.get("joins") or []]]:
+            if isinstance(table, exp.Table):
+                sources[table.alias_or_name] = table.name.lower()
+            else:
+                sources[table.alias_or_name] = None
+        names = [n for n in sources.values() if n is not None]
+        self.single = len(sources) == 1
+        self.names = {
+            alias: (name if name is not None and names.count(name) == 1 else alias)
+            for alias, name in sources.items()
+        }
+
+    def text(self, node: exp.Expr) -> str:
+        node = node.copy()
+        for column in list(node.find_all(exp.Column)):
+            if column.table:
+                qualifier = None if self.single else self.names.get(column.table, column.table)
+                column.set("table", exp.to_identifier(qualifier) if qualifier else None)
+        return node.sql("duckdb")
+
+    def scope(self) -> str:
+        parts = []
+        if not self.single:
+            parts.append("from " + self.text(self.select.args["from_"]))
+            parts += [self.text(j) for j in self.select.args.get("joins") or []]
+        where = self.select.args.get("where")
+        if where is not None:
+            condition = where.this
+            conjuncts = condition.flatten() if isinstance(condition, exp.And) else [condition]
+            parts.append(" AND ".join(sorted(self.text(c) for c in conjuncts)))
+        return " | ".join(parts)

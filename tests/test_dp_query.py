@@ -1,0 +1,430 @@
+"""Differential privacy in the guarded query path: bounding, noise, consistency, budgets.
+
+The database: ``persons`` (one row per person; public domains) and ``visits`` (many rows per
+person; private groups, at most 2 groups and 5 rows per group per person, minimum frequency).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from fractions import Fraction
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+
+import sqlsdc
+from sqlsdc.engines.duckdb import open_database
+from sqlsdc.errors import AccessDenied, BudgetExhausted, PolicyViolation
+
+N = 3000
+DOMAIN = ["N", "S", "E", "W"]  # W is empty in the data; X is in the data but not the domain
+
+
+def dp_document(**budget) -> dict:
+    return {
+        "tables": {
+            "persons": {
+                "privacy_unit": "pid",
+                "columns": {
+                    "pid": {"role": "identifier"},
+                    "region": {"role": "dimension", "domain": DOMAIN},
+                    "sex": {"role": "dimension", "domain": ["m", "f"]},
+                    "age": {"role": "dimension"},
+                    "income": {"role": "measure", "bounds": [0, 100000]},
+                    "wealth": {"role": "measure"},
+                },
+                "protection": {
+                    "counts": {"method": "dp", "spend": {"epsilon": "1/2"}},
+                    "magnitudes": {"method": "dp", "spend": {"epsilon": 1}},
+                },
+                "dp": {"granularity": 10},
+            },
+            "visits": {
+                "privacy_unit": "pid",
+                "columns": {
+                    "pid": {"role": "identifier", "references": "persons.pid"},
+                    "clinic": {"role": "dimension"},
+                    "cost": {"role": "measure", "bounds": [0, 100]},
+                },
+                "protection": {
+                    "counts": {"method": "dp", "spend": {"rho": "1/10"}},
+                    "magnitudes": {"method": "dp", "spend": {"rho": "1/10"}},
+                },
+                "dp": {
+                    "max_groups": 2,
+                    "max_rows": 5,
+                    "groups": "private",
+                    "selection": {"epsilon": 1, "delta": "1e-6"},
+                    "min_frequency": 60,
+                },
+            },
+            "lookup": {"kind": "public"},
+        },
+        "users": {
+            "admin": {"role": "admin"},
+            "ana": {"role": "analyst"},
+            "bob": {"role": "analyst"},
+        },
+        "budgets": [budget or {"user": "*", "epsilon": 1000, "rho": 100}],
+    }
+
+
+def make_db(path, document) -> None:
+    rng = np.random.default_rng(7)
+    persons = pd.DataFrame(
+        {
+            "pid": np.arange(N),
+            "region": rng.choice(["N", "S", "E", "X"], N, p=[0.4, 0.3, 0.29, 0.01]),
+            "sex": rng.choice(["m", "f"], N),
+            "age": rng.integers(0, 100, N),
+            "income": rng.gamma(2, 15000, N).round(2),
+            "wealth": rng.gamma(2, 1e5, N),
+        }
+    )
+    persons.loc[::25, "income"] = None
+    persons.loc[7, "income"] = 5e8  # clamped to 100000
+    visits = pd.DataFrame(
+        {
+            "pid": rng.integers(0, N, 12000),
+            "clinic": rng.choice(["a", "b", "c", "rare"], 12000, p=[0.5, 0.3, 0.199, 0.001]),
+            "cost": rng.uniform(0, 150, 12000).round(1),
+        }
+    )
+    visits = pd.concat(
+        [visits, pd.DataFrame({"pid": 0, "clinic": ["a", "b", "c"] * 20, "cost": 50.0})]
+    )
+    lookup = pd.DataFrame({"code": ["N", "S"], "label": ["north", "south"]})
+    con = duckdb.connect(str(path))
+    for name, frame in (("persons", persons), ("visits", visits), ("lookup", lookup)):
+        con.register("frame", frame)
+        con.execute(f"CREATE TABLE {name} AS SELECT * FROM frame")
+    con.close()
+    sqlsdc.init(path, document)
+
+
+@pytest.fixture(scope="module")
+def dp_db(tmp_path_factory):
+    path = tmp_path_factory.mktemp("dp") / "dp.duckdb"
+    make_db(path, dp_document())
+    return path
+
+
+@pytest.fixture(scope="module")
+def raw(dp_db):
+    con = open_database(dp_db)  # sqlsdc's settings: DuckDB shares one instance per file
+    yield con
+    con.close()
+
+
+@pytest.fixture
+def exact(dp_db):
+    con = sqlsdc.connect(dp_db, "admin")
+    con.set_dp_noise(False)
+    yield con
+    con.close()
+
+
+def spend_rows(path, user=None) -> list[tuple]:
+    con = open_database(path)
+    try:
+        where = "" if user is None else f"WHERE user_name = '{user}'"
+        return con.execute(
+            f"SELECT user_name, epsilon, rho, cells FROM sqlsdc.budget_spend {where} ORDER BY seq"
+        ).fetchall()
+    finally:
+        con.close()
+
+
+# --- semantics with the noise off (admin) ----------------------------------------------------
+
+
+def test_noise_off_counts_equal_raw_counts_over_the_public_domain(exact, raw):
+    got = dict(exact.execute("SELECT region, COUNT(*) FROM persons GROUP BY region").fetchall())
+    want = dict(raw.execute("SELECT region, COUNT(*) FROM persons GROUP BY region").fetchall())
+    assert got == {"N": want["N"], "S": want["S"], "E": want["E"], "W": 0}  # X: not in domain
+
+
+def test_noise_off_sums_are_clamped_rounded_and_skip_nulls(exact, raw):
+    got = exact.execute("SELECT SUM(income), AVG(income) FROM persons WHERE region = 'N'")
+    total, mean = got.fetchall()[0]
+    values = [v for (v,) in raw.execute(
+        "SELECT income FROM persons WHERE region = 'N' AND income IS NOT NULL").fetchall()]
+    clamped = [min(max(round(v / 10), 0), 10000) * 10 for v in values]
+    assert total == sum(clamped)
+    assert mean == pytest.approx(sum(clamped) / len(clamped))
+    assert max(clamped) <= 100000 < max(values)  # person 7 was clamped
+
+
+def test_noise_off_bounds_each_unit_to_max_groups_and_max_rows(exact, raw):
+    units = raw.execute(
+        "SELECT COUNT(*) AS rows, COUNT(DISTINCT clinic) AS groups FROM visits GROUP BY pid"
+    ).df()
+    total = exact.execute("SELECT COUNT(*) FROM visits").fetchall()[0][0]
+    assert total == int(np.minimum(units["rows"], 5).sum())
+    by_clinic = exact.execute("SELECT clinic, COUNT(DISTINCT pid) FROM visits GROUP BY clinic")
+    released = dict(by_clinic.fetchall())
+    assert sum(released.values()) <= int(np.minimum(units["groups"], 2).sum())
+    assert "rare" not in released  # private partition selection drops tiny groups
+
+
+def test_noise_off_global_aggregate_over_no_rows_is_zero(exact):
+    assert exact.execute("SELECT COUNT(*), SUM(income) FROM persons WHERE age > 500").fetchall() \
+        == [(0, 0)]
+
+
+def test_analysts_cannot_turn_noise_off(dp_db):
+    with sqlsdc.connect(dp_db, "ana") as con, pytest.raises(AccessDenied, match="only admins"):
+        con.set_dp_noise(False)
+
+
+def test_noise_off_queries_are_marked_and_not_charged(dp_db, exact):
+    before = spend_rows(dp_db)
+    cursor = exact.execute("SELECT sex, COUNT(*) FROM persons GROUP BY sex")
+    assert spend_rows(dp_db) == before
+    con = open_database(dp_db)
+    reason = con.execute(
+        "SELECT reason FROM sqlsdc.audit WHERE query_id = ?", [cursor.query_id]
+    ).fetchall()[0][0]
+    con.close()
+    assert "noise off" in reason
+
+
+# --- noise, consistency and cost -------------------------------------------------------------
+
+
+def test_noisy_counts_are_integers_near_the_truth_with_stated_accuracy(dp_db, raw):
+    with sqlsdc.connect(dp_db, "ana") as con:
+        cursor = con.execute("SELECT region, COUNT(*) AS n FROM persons GROUP BY region")
+        got = dict(cursor.fetchall())
+        accuracy = cursor.cell_accuracy()
+    want = dict(raw.execute("SELECT region, COUNT(*) FROM persons GROUP BY region").fetchall())
+    assert set(got) == set(DOMAIN)
+    half = accuracy["high"].iloc[0] - accuracy["value"].iloc[0]
+    assert half == 6  # discrete Laplace, t = 2: P(|Z| <= 6) >= 95%
+    for region in ("N", "S", "E"):
+        assert isinstance(got[region], int)
+        assert abs(got[region] - want[region]) <= 30  # P(|Z| > 30) < 1e-6 at t = 2
+    assert len(accuracy) == 4 and (accuracy["variance"] > 0).all()
+
+
+def test_same_cells_rephrased_are_identical_and_free(dp_db):
+    queries = [
+        "SELECT region, COUNT(*) AS n FROM persons WHERE age >= 30 AND sex = 'f' GROUP BY region",
+        "SELECT p.region AS r, count(1 * 1) FROM persons p WHERE p.sex = 'f' AND p.age >= 30 "
+        "GROUP BY p.region",
+    ]
+    queries[1] = queries[1].replace("count(1 * 1)", "COUNT(*)")
+    with sqlsdc.connect(dp_db, "ana") as con:
+        first = sorted(con.execute(queries[0]).fetchall())
+        charged = len(spend_rows(dp_db, "ana"))
+        second = sorted(con.execute(queries[1]).fetchall())
+        again = sorted(con.execute(queries[0]).fetchall())
+    assert first == second == again
+    assert len(spend_rows(dp_db, "ana")) == charged  # cached cells cost nothing
+
+
+def test_other_users_see_the_same_noise_and_pay_for_it(dp_db):
+    sql = "SELECT sex, SUM(income) FROM persons WHERE age < 40 GROUP BY sex"
+    with sqlsdc.connect(dp_db, "ana") as con:
+        seen_by_ana = sorted(con.execute(sql).fetchall())
+    bob_before = len(spend_rows(dp_db, "bob"))
+    with sqlsdc.connect(dp_db, "bob") as con:
+        seen_by_bob = sorted(con.execute(sql).fetchall())
+    assert seen_by_ana == seen_by_bob
+    assert spend_rows(dp_db, "bob")[bob_before:] == [("bob", "1", "0", 2)]
+
+
+def test_avg_costs_sum_plus_count_and_explain_shows_the_cost_first(dp_db):
+    with sqlsdc.connect(dp_db, "ana") as con:
+        explained = con.explain("SELECT AVG(income), COUNT(*) FROM persons WHERE age = 33")
+        assert explained.dp_cost.epsilon == Fraction(3, 2)
+        assert "privacy cost: at most ε = 3/2" in str(explained)
+        assert explained.to_dict()["dp_cost"]["epsilon"] == "3/2"
+        before = len(spend_rows(dp_db, "ana"))
+        con.execute("SELECT AVG(income), COUNT(*) FROM persons WHERE age = 33")
+    assert spend_rows(dp_db, "ana")[before:] == [("ana", "3/2", "0", 3)]
+
+
+def test_having_order_and_limit_see_only_noisy_values(dp_db):
+    with sqlsdc.connect(dp_db, "ana") as con:
+        full = dict(con.execute("SELECT region, COUNT(*) FROM persons GROUP BY region").fetchall())
+        top = con.execute(
+            "SELECT region, COUNT(*) AS n FROM persons GROUP BY region HAVING COUNT(*) > 100 "
+            "ORDER BY n DESC LIMIT 2"
+        ).fetchall()
+    expected = sorted(((r, n) for r, n in full.items() if n > 100), key=lambda x: -x[1])[:2]
+    assert top == expected
+
+
+def test_min_frequency_suppresses_cells_with_few_noisy_units(dp_db):
+    with sqlsdc.connect(dp_db, "ana") as con:
+        cursor = con.execute(
+            "SELECT clinic, COUNT(*) AS n, SUM(cost) FROM visits WHERE cost > 149 GROUP BY clinic"
+        )
+        rows, status = cursor.fetchall(), cursor.cell_status()
+    for (_clinic, n, total), (_, s_n, s_total) in zip(rows, status.itertuples(index=False),
+                                                     strict=True):  # fmt: skip
+        assert (n is None) == (s_n == "suppressed") and (total is None) == (s_total == "suppressed")
+    assert any(s == "suppressed" for s in status["n"])
+
+
+def test_private_groups_cost_the_selection_and_report_delta(dp_db):
+    with sqlsdc.connect(dp_db, "ana") as con:
+        explained = con.explain("SELECT clinic, COUNT(*) FROM visits GROUP BY clinic")
+    assert explained.dp_cost.epsilon == 1 and explained.dp_cost.rho == Fraction(1, 10)
+    assert explained.dp_delta == Fraction(1, 10**6)
+    assert "δ = 1/1000000" in str(explained)
+
+
+def test_queries_over_noisy_results_and_public_joins(dp_db):
+    with sqlsdc.connect(dp_db, "ana") as con:
+        by_region = "SELECT region, COUNT(*) FROM persons GROUP BY region"
+        direct = dict(con.execute(by_region).fetchall())
+        nested = con.execute(
+            "WITH c AS (SELECT region, COUNT(*) AS n FROM persons GROUP BY region) "
+            "SELECT SUM(n) FROM c"
+        ).fetchall()[0][0]
+        joined = con.execute(
+            "SELECT l.label, COUNT(*) FROM persons p JOIN lookup l ON p.region = l.code "
+            "GROUP BY l.label"
+        )
+        assert joined.explain().dp_stages  # bounded after the join, then noised
+    assert nested == sum(direct.values())
+
+
+# --- budgets ---------------------------------------------------------------------------------
+
+
+def test_budget_exhaustion_refuses_before_anything_is_returned(tmp_path):
+    path = tmp_path / "small.duckdb"
+    make_db(path, dp_document(user="ana", epsilon=1))
+    with sqlsdc.connect(path, "ana") as con:
+        con.execute("SELECT region, COUNT(*) FROM persons GROUP BY region")  # 1/2
+        con.execute("SELECT sex, COUNT(*) FROM persons GROUP BY sex")  # 1/2: all spent
+        con.execute("SELECT sex, COUNT(*) FROM persons GROUP BY sex")  # cached: free
+        with pytest.raises(BudgetExhausted) as refused:
+            con.execute("SELECT sex, COUNT(*) FROM persons WHERE age > 50 GROUP BY sex")
+    assert refused.value.remaining.epsilon == 0
+    assert "remain" in str(refused.value).lower() or "left" in str(refused.value).lower()
+    assert [r[1] for r in spend_rows(path, "ana")] == ["1/2", "1/2"]
+
+
+def test_without_a_budget_dp_queries_are_refused(tmp_path):
+    path = tmp_path / "nobudget.duckdb"
+    document = dp_document()
+    document["budgets"] = [{"user": "bob", "epsilon": 5}]
+    make_db(path, document)
+    with sqlsdc.connect(path, "ana") as con, pytest.raises(BudgetExhausted):
+        con.execute("SELECT COUNT(*) FROM persons")
+
+
+def test_a_process_killed_after_the_charge_leaves_the_spend_recorded(tmp_path):
+    path = tmp_path / "killed.duckdb"
+    make_db(path, dp_document())
+    script = textwrap.dedent(
+        f"""
+        import os, signal
+        import sqlsdc
+        from sqlsdc.guard import connection
+
+        def die(*args, **kwargs):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        connection._run_over = die  # dies while the query over the noisy cells runs
+        con = sqlsdc.connect({str(path)!r}, "ana")
+        con.execute("SELECT region, COUNT(*) FROM persons GROUP BY region")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL
+    assert spend_rows(path, "ana") == [("ana", "1/2", "0", 4)]
+    assert os.path.exists(path)
+
+
+# --- refusals (fail closed) ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("SELECT SUM(wealth) FROM persons", "has no bounds"),
+        ("SELECT SUM(income * 2) FROM persons", "one measure column"),
+        ("SELECT region, COUNT(*) FROM persons GROUP BY ROLLUP (region)", "ROLLUP"),
+        ("SELECT age, COUNT(*) FROM persons GROUP BY age", "no public domain"),
+        ("SELECT COUNT(*) FROM persons p JOIN visits v ON p.pid = v.pid", "one confidential"),
+        ("SELECT region, GROUPING(region), COUNT(*) FROM persons GROUP BY region", "GROUPING"),
+    ],
+)
+def test_refused_shapes(dp_db, sql, message):
+    with sqlsdc.connect(dp_db, "ana") as con, pytest.raises(PolicyViolation, match=message):
+        con.execute(sql)
+
+
+def test_refusals_spend_nothing(dp_db):
+    before = spend_rows(dp_db)
+    with sqlsdc.connect(dp_db, "ana") as con, pytest.raises(PolicyViolation):
+        con.execute("SELECT SUM(wealth) FROM persons")
+    assert spend_rows(dp_db) == before
+
+
+def test_no_exact_value_or_internal_column_reaches_the_analyst(dp_db):
+    with sqlsdc.connect(dp_db, "ana") as con:
+        cursor = con.execute("SELECT region, COUNT(*) AS n FROM persons GROUP BY region")
+        assert [c[0] for c in cursor.description] == ["region", "n"]
+        with pytest.raises(PolicyViolation):
+            con.execute("SELECT * FROM __sqlsdc_dp_cells_0")
+        with pytest.raises(PolicyViolation):
+            con.execute("SELECT COUNT(*) FROM persons WHERE __rkey > 0")
+
+
+# --- DP audit: neighbouring databases --------------------------------------------------------
+
+
+def test_empirical_privacy_loss_on_neighbouring_databases_stays_within_epsilon(dp_db, tmp_path):
+    """Run the released mechanism (bounding in SQL, keyed noise, post-processing) on D and on D
+    minus one person, with 3000 fresh secrets each, and estimate the privacy loss
+    max |ln P[M(D) = v] / P[M(D') = v]| over outputs v seen at least 150 times on both sides.
+    The claim is epsilon = 1/2 (COUNT, t = 2). The mean loss must also be near 1/2: the test
+    would notice noise larger than claimed as well as smaller."""
+    import hashlib
+    import shutil
+    from collections import Counter
+
+    from sqlsdc.engines.duckdb import run
+    from sqlsdc.guard.dp_release import release
+
+    neighbour = tmp_path / "neighbour.duckdb"
+    shutil.copy(dp_db, neighbour)
+    with open_database(neighbour) as con:
+        con.execute("DELETE FROM persons WHERE pid = (SELECT min(pid) FROM persons "
+                    "WHERE region = 'N')")  # fmt: skip
+    sql = "SELECT COUNT(*) FROM persons WHERE region = 'N'"
+    with sqlsdc.connect(dp_db, "ana") as con:
+        stages = con.explain(sql).dp_stages
+    outputs = []
+    for path in (dp_db, neighbour):
+        con = open_database(path)
+        exact = {}
+
+        def runner(text, con=con, exact=exact):
+            return exact.setdefault(text, run(con, text))
+
+        seen = Counter()
+        for trial in range(3000):
+            secret = hashlib.sha256(f"audit {trial}".encode()).digest()
+            noisy = release(stages, runner, secret=secret, policy_version=1,
+                            data_versions={"persons": "audit"})  # fmt: skip
+            seen[noisy.relations[stages[0].relation].column("__a0")[0].as_py()] += 1
+        con.close()
+        outputs.append(seen)
+    d, d_prime = outputs
+    losses = [abs(np.log(d[v] / d_prime[v])) for v in d if d[v] >= 150 and d_prime[v] >= 150]
+    assert len(losses) >= 5
+    assert max(losses) <= 0.5 + 0.4  # sampling error of a log ratio of counts >= 150: ~0.12
+    assert 0.25 <= float(np.mean(losses)) <= 0.75
