@@ -50,6 +50,7 @@ class CellPlan:
     with_status: bool
     group_min_frequency: int | None = None  # groups with fewer units are dropped
     row_source: int | None = None  # position in units of the table whose rows the join's are
+    one_row_per_unit: bool = False  # one confidential table, no join, unit unique (enforced)
 
 
 @dataclass
@@ -153,6 +154,7 @@ class _Planner:
             id(select) in self._status,
             group_k,
             self._row_source(info.scope) if units is not None else None,
+            bool(one_per_row),
         )
 
     def _aggregate(self, node: exp.AggFunc, tables: list[str], select) -> ProtectedAggregate:

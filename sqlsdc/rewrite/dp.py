@@ -8,13 +8,16 @@ they only ever see noisy values.
 
 Bounding (Wilson, Zhang, Lam, Desfontaines, Simmons-Marengo, Gipson, "Differentially Private SQL
 with Bounded User Contribution", PoPETs 2020, §3): after the query's FROM, joins and WHERE, each
-privacy unit keeps at most ``max_groups`` groups and ``max_rows`` rows per group; measures are
-clamped to their declared bounds and rounded to the grid ``granularity``. The choice is a keyed,
-deterministic one, never ``RANDOM()``: groups are ranked per unit by ``hash(__rkey, keys)`` and
-rows per group by ``hash(__rkey, values)``, where ``__rkey`` is the unit's secret record key
-(:mod:`sqlsdc.catalog.keys`); a unit's choice depends on its own rows only, so adding or
+privacy unit contributes to at most ``max_groups`` groups and at most ``max_rows`` rows' worth
+per group; measures are clamped to their declared bounds and rounded to the grid
+``granularity``. The choice is keyed and deterministic, never ``RANDOM()``: a unit keeps the
+groups of smallest ``hash(__rkey, keys)``, where ``__rkey`` is its secret record key
+(:mod:`sqlsdc.catalog.keys`), and in a group where it has more than ``max_rows`` rows it counts
+``max_rows`` rows of its mean value (quantile histograms keep ``max_rows`` rows ranked by
+``hash(__rkey, value)``). A unit's contribution depends on its own rows only, so adding or
 removing a unit changes at most ``max_groups`` cells by at most the per-cell bounds the
-accountant (:mod:`sqlsdc.mechanisms.accountant`) calibrates the noise with.
+accountant (:mod:`sqlsdc.mechanisms.accountant`) calibrates the noise with. A table with one row
+per unit (enforced at apply time) and no join needs no bounding beyond clamping.
 
 Supported: one confidential table (joins with public tables are bounded after the join),
 GROUP BY over dimension keys, any WHERE the guard allows, and COUNT(*), COUNT(column),
@@ -192,7 +195,7 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
     rows = _rows_select(cells, unit, rkey)
     measures: dict[str, exp.Expr] = {}  # canonical measure -> column of rows
     statistics: dict[tuple, DpStatistic] = {}
-    aggregates: list[exp.Expr] = []
+    specs: list[tuple[str, object, str | None]] = []  # (name, calibration, column of rows)
     histograms: list[tuple[str, exp.Expr]] = []
     outputs = []
     for i, node in enumerate(cells.aggregates):
@@ -218,7 +221,7 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
                 name = f"__s{len(statistics)}"
                 statistics[ident] = DpStatistic(name, measure, calibration)
                 if calibration.statistic is not Statistic.QUANTILE:
-                    aggregates.append(exp.alias_(_statistic_sql(calibration, column), name))
+                    specs.append((name, calibration, column))
                 else:
                     histograms.append((name, _histogram(calibration.bounding, column)))
             names.append(statistics[ident].column)
@@ -247,15 +250,17 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
         if ident not in statistics:
             name = f"__s{len(statistics)}"
             statistics[ident] = DpStatistic(name, "*", calibration)
-            aggregates.append(exp.alias_(_statistic_sql(calibration, None), name))
+            specs.append((name, calibration, None))
         units_column = statistics[ident].column
 
-    exact = _bounded_cells(rows, len(cells.keys), aggregates, settings)
+    n_keys, one_row = len(cells.keys), plan.one_row_per_unit
+    exact = _unit_rows(rows, n_keys, specs) if one_row else _bounded_pairs(rows, n_keys, specs,
+                                                                            settings)  # fmt: skip
     return DpStage(
         relation=relation,
         sql=to_sql(exact),
         histograms=tuple(
-            (name, to_sql(_bounded_cells(rows, len(cells.keys), [b], settings, bins=True)))
+            (name, to_sql(_histogram_cells(rows, n_keys, b, settings, ranked=not one_row)))
             for name, b in histograms
         ),
         table=table.name,
@@ -370,33 +375,119 @@ def _rows_select(cells: Cells, unit: exp.Expr, rkey: exp.Expr) -> exp.Select:
     return rows
 
 
-def _bounded_cells(rows: exp.Select, n_keys: int, aggregates: list, settings, *, bins=False):
-    """GROUP BY the keys over rows bounded per unit (module docstring)."""
+def _unit_rows(rows: exp.Select, n_keys: int, specs) -> exp.Select:
+    """The cells of a table with one row per unit and no join: a unit lies in one group with one
+    row, so no unit exceeds any bound; values are clamped and put on the grid."""
+    keys = [exp.column(f"__g{j}") for j in range(n_keys)]
+    cells = exp.select(*keys).from_(rows.copy().subquery("__rows"))
+    for name, calibration, column in specs:
+        statistic = calibration.statistic
+        if statistic is Statistic.COUNT:
+            value = exp.Count(this=exp.Star() if column is None else exp.column(column))
+        elif statistic is Statistic.COUNT_UNITS:
+            value = exp.Count(this=exp.column(UNIT))  # units are never NULL (checked at apply)
+        elif statistic is Statistic.SUM:
+            value = exp.Sum(this=_grid_units(column, calibration.bounding))
+        else:
+            value = exp.Sum(this=_squared(_grid_units(column, calibration.bounding)))
+        cells.append("expressions", exp.alias_(value, name))
+    return cells.group_by(*keys) if keys else cells
+
+
+def _bounded_pairs(rows: exp.Select, n_keys: int, specs, settings) -> exp.Select:
+    """The cells with each unit bounded to ``max_groups`` groups and ``max_rows`` rows' worth
+    per group (WZL+20 §3), aggregated per (unit, group) first, so no window runs over rows.
+
+    A unit keeps the groups of smallest ``hash(record key, keys)`` (a keyed choice by the
+    unit's secret key, independent of other units; two groups of one unit with the same 64-bit
+    hash, probability about 2^-64 per pair, would both be kept). In a group where it has
+    c > max_rows rows (R), it contributes R rows to counts and R times its mean clamped grid
+    value to sums and sums of squares, rounded: the same bound (R rows of at most
+    max(|lower|, |upper|)) as keeping R of its rows, without the bias to averages that clamping
+    its total would cause.
+    """
+    keys = [exp.column(f"__g{j}") for j in range(n_keys)]
+    r = _int(settings.max_rows)
+    order = exp.func("hash", exp.func("MIN", exp.column("__rk")), *keys) if keys else None
+    pairs = exp.select(exp.column(UNIT), *keys, exp.alias_(exp.Count(this=exp.Star()), "__c"))
+    if order is not None:
+        pairs.append("expressions", exp.alias_(order, "__h"))
+    outer = exp.select(*keys)
+    done: set[str] = set()
+    for name, calibration, column in specs:
+        statistic = calibration.statistic
+        count = "__c" if column is None else f"__c{column}"
+        if column is not None and count not in done:
+            pairs.append("expressions", exp.alias_(exp.Count(this=exp.column(column)), count))
+            done.add(count)
+        if statistic is Statistic.COUNT:
+            value = exp.Sum(this=_at_most(exp.column(count), r))
+        elif statistic is Statistic.COUNT_UNITS:
+            value = exp.Count(this=exp.Star())  # one pair per unit and group
+        else:
+            total = f"__{'s' if statistic is Statistic.SUM else 'q'}{column}"
+            if total not in done:
+                units = _grid_units(column, calibration.bounding)
+                units = units if statistic is Statistic.SUM else _squared(units)
+                pairs.append("expressions", exp.alias_(exp.Sum(this=units), total))
+                done.add(total)
+            value = exp.Sum(this=_scaled(exp.column(total), exp.column(count), r))
+        outer.append("expressions", exp.alias_(value, name))
+    pairs = pairs.from_(rows.copy().subquery("__rows")).group_by(exp.column(UNIT), *keys)
+    if not keys:
+        return outer.from_(pairs.subquery("__pairs"))
+    # the max_groups-th smallest group hash of each unit: its groups up to it are kept
+    cut = exp.func("LIST_MAX", exp.func("MIN", exp.column("__h"), _int(settings.max_groups)))
+    units = exp.select(exp.column(UNIT), exp.alias_(cut, "__cut")).from_("__pairs")
+    units = units.group_by(exp.column(UNIT))
+    within = exp.LTE(this=exp.column("__h"), expression=exp.column("__cut"))
+    bounded = outer.from_("__pairs").join(units.subquery("__units"), using=[UNIT]).where(within)
+    return bounded.group_by(*keys).with_("__pairs", as_=pairs)
+
+
+def _at_most(value: exp.Expr, r: exp.Literal) -> exp.Expr:
+    return exp.Case(ifs=[exp.If(this=exp.GT(this=value, expression=r), true=r.copy())],
+                    default=value.copy())  # fmt: skip
+
+
+def _scaled(total: exp.Expr, count: exp.Expr, r: exp.Literal) -> exp.Expr:
+    """``total`` when ``count <= R``, else ``round(total * R / count)``."""
+    scaled = exp.Div(
+        this=exp.Mul(this=exp.cast(total.copy(), "DOUBLE"), expression=r.copy()),
+        expression=count.copy(),
+    )
+    return exp.Case(
+        ifs=[exp.If(this=exp.GT(this=count, expression=r),
+                    true=exp.cast(exp.func("ROUND", scaled), "HUGEINT"))],
+        default=total,
+    )  # fmt: skip
+
+
+def _histogram_cells(rows: exp.Select, n_keys: int, bins: exp.Expr, settings, *, ranked: bool):
+    """Quantile histograms: rows per (keys, bin), each unit bounded to ``max_groups`` groups and
+    ``max_rows`` rows per group, chosen by keyed ranks (windows over rows)."""
     keys = [exp.column(f"__g{j}") for j in range(n_keys)]
     values = [exp.column(c.alias_or_name) for c in rows.expressions[2 + n_keys:]]
-    group_order = exp.func("hash", exp.column("__rk"), *keys) if keys else exp.Literal.number(0)
-    row_order = exp.func("hash", exp.column("__rk"), *values) if values else exp.Literal.number(0)
-    ranked = exp.select(
-        "*",
-        exp.alias_(_window("DENSE_RANK", [exp.column(UNIT)], [group_order, *keys]), RANK_GROUP),
-        exp.alias_(_window("ROW_NUMBER", [exp.column(UNIT), *keys], [row_order]), RANK_ROW),
-    ).from_(rows.copy().subquery("__rows"))
-    bounded = exp.select(*[exp.column(f"__g{j}") for j in range(n_keys)])
-    if bins:
-        bounded.append("expressions", exp.alias_(aggregates[0], "__bin"))
-        bounded.append("expressions", exp.alias_(exp.Count(this=exp.Star()), "__count"))
+    source = rows.copy().subquery("__rows")
+    hist = exp.select(*keys, exp.alias_(bins, "__bin"),
+                      exp.alias_(exp.Count(this=exp.Star()), "__count"))  # fmt: skip
+    if ranked:
+        group_order = [exp.func("hash", exp.column("__rk"), *keys), *keys] if keys else [
+            exp.Literal.number(0)]  # fmt: skip
+        row_order = [exp.func("hash", exp.column("__rk"), *values)]
+        ranking = exp.select(
+            "*",
+            exp.alias_(_window("DENSE_RANK", [exp.column(UNIT)], group_order), RANK_GROUP),
+            exp.alias_(_window("ROW_NUMBER", [exp.column(UNIT), *keys], row_order), RANK_ROW),
+        ).from_(source)
+        within = exp.and_(
+            exp.LTE(this=exp.column(RANK_GROUP), expression=_int(settings.max_groups)),
+            exp.LTE(this=exp.column(RANK_ROW), expression=_int(settings.max_rows)),
+        )
+        hist = hist.from_(ranking.subquery("__ranked")).where(within)
     else:
-        for a in aggregates:
-            bounded.append("expressions", a)
-    within = exp.and_(
-        exp.LTE(this=exp.column(RANK_GROUP), expression=_int(settings.max_groups)),
-        exp.LTE(this=exp.column(RANK_ROW), expression=_int(settings.max_rows)),
-    )
-    bounded = bounded.from_(ranked.subquery("__ranked")).where(within)
-    group = [*keys, exp.column("__bin")] if bins else keys
-    if group:
-        bounded = bounded.group_by(*group)
-    return bounded
+        hist = hist.from_(source)
+    return hist.group_by(*keys, exp.column("__bin"))
 
 
 def _window(function: str, partition: list, order: list) -> exp.Window:
@@ -422,19 +513,11 @@ def _grid_units(column: str, bounding: Bounding) -> exp.Expr:
         ],
         default=rounded,
     )
-    return exp.cast(clamped, "HUGEINT")
+    return exp.cast(clamped, "BIGINT")
 
 
-def _statistic_sql(calibration, column: str | None) -> exp.Expr:
-    statistic = calibration.statistic
-    if statistic is Statistic.COUNT:
-        return exp.Count(this=exp.Star() if column is None else exp.column(column))
-    if statistic is Statistic.COUNT_UNITS:
-        return exp.Count(this=exp.Distinct(expressions=[exp.column(UNIT)]))
-    units = _grid_units(column, calibration.bounding)
-    if statistic is Statistic.SUM:
-        return exp.Sum(this=units)
-    return exp.Sum(this=exp.Mul(this=units, expression=units.copy()))  # SUM_SQUARES
+def _squared(units: exp.Expr) -> exp.Expr:
+    return exp.Mul(this=exp.cast(units, "HUGEINT"), expression=units.copy())
 
 
 def _histogram(bounding: Bounding, column: str) -> exp.Expr:
