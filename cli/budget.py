@@ -107,7 +107,9 @@ def budget(ctx, db: str, who: str | None, history: bool, show_ledger: bool, fmt:
         elif show_ledger:
             rows = ledger.spend_ledger(con, user=who)
         else:
-            rows = _rows(ledger.budget_status(con, user=who))
+            _version, document, source = store.current_policy(con)
+            limits = ledger.policy_limits(load_policy(document, name=source))
+            rows = _rows(ledger.budget_status(con, limits, user=who))
     finally:
         con.close()
     if fmt == "json":
@@ -189,7 +191,8 @@ def grant(obj, user, table, reason, admin, epsilon, rho) -> None:
         key = _target(policy, user, table)
         seq = ledger.grant(con, admin=admin, key=key, cost=PrivacyCost(eps or 0, r or 0),
                            reason=reason)  # fmt: skip
-        (status,) = [s for s in ledger.budget_status(con) if s.key == key]
+        statuses = ledger.budget_status(con, ledger.policy_limits(policy))
+        (status,) = [s for s in statuses if s.key == key]
     finally:
         con.close()
     added = PrivacyCost(eps or 0, r or 0).describe()

@@ -26,6 +26,7 @@ def threshold_policy():
     }
     for table in document["tables"].values():
         table.pop("protection", None)
+        table.pop("dp", None)
     return load_policy(document, name="threshold-demo-policy")
 
 

@@ -71,6 +71,7 @@ __all__ = [
     "ensure_budget_catalog",
     "grant",
     "parse_amount",
+    "policy_limits",
     "reset",
     "spend_ledger",
     "spent",
@@ -124,6 +125,11 @@ class Charge:
     cost: PrivacyCost
     cells: int
     charged_at: datetime
+
+
+def policy_limits(policy) -> dict[BudgetKey, BudgetLimit]:
+    """The limits a policy's ``budgets`` declare (grants in the catalog come on top)."""
+    return {BudgetKey(b.user, b.table): BudgetLimit(b.epsilon, b.rho) for b in policy.budgets}
 
 
 def _text(x: Fraction | None) -> str | None:

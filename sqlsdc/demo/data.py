@@ -40,6 +40,7 @@ OCCUPATIONS = [
 ]
 OCCUPATION_P = [0.05, 0.15, 0.12, 0.08, 0.14, 0.03, 0.09, 0.06, 0.08, 0.002, 0.198]
 TENURE, TENURE_P = ["owner", "tenant", "social"], [0.6, 0.3, 0.1]
+SCHEMES, SCHEME_P = ["child", "housing", "unemployment", "disability"], [0.4, 0.3, 0.2, 0.1]
 NACE = list("ABCDEFGHIJKLMNPQRS")
 SIZE_CLASSES = ["micro", "small", "medium", "large"]
 
@@ -59,7 +60,7 @@ def municipalities() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def build_tables(persons: int, seed: int, progress: Progress | None = None) -> dict[str, pa.Table]:
-    """Generate the four demo tables as Arrow tables."""
+    """Generate the five demo tables as Arrow tables."""
     if persons < 1:
         raise ValueError("the demo needs at least one person")
     step = progress or (lambda _label, _n: None)
@@ -147,12 +148,41 @@ def build_tables(persons: int, seed: int, progress: Progress | None = None) -> d
         }
     )
     step("regions", len(REGIONS))
+    benefits = _benefits(rng, persons_table)
+    step("benefit payments", benefits.num_rows)
     return {
         "persons": persons_table,
         "households": households,
         "enterprises": enterprises,
         "regions": regions,
+        "benefits": benefits,
     }
+
+
+def _benefits(rng: np.random.Generator, persons: pa.Table) -> pa.Table:
+    """Monthly benefit payments: about 12% of persons receive one or two schemes for 1 to 12
+    months each, so one person has many rows (the DP demo table, bounded per person)."""
+    n = persons.num_rows
+    receivers = np.flatnonzero(rng.random(n) < 0.12)
+    schemes = 1 + (rng.random(len(receivers)) < 0.25)
+    person = np.repeat(receivers, schemes)
+    scheme = rng.choice(len(SCHEMES), size=len(person), p=SCHEME_P)
+    months = rng.integers(1, 13, len(person))
+    row_person = np.repeat(person, months)
+    row_scheme = np.repeat(scheme, months)
+    month = np.arange(len(row_person)) - np.repeat(np.cumsum(months) - months, months) + 1
+    base = np.array([250.0, 400.0, 900.0, 700.0])[row_scheme]
+    amount = (base * np.exp(rng.normal(0, 0.3, len(row_person)))).round(2)
+    ids = np.asarray(persons["person_id"])[row_person]
+    return pa.table(
+        {
+            "person_id": ids.astype(np.int64),
+            "region": np.asarray(persons["region"])[row_person],
+            "scheme": np.array(SCHEMES)[row_scheme],
+            "month": month.astype(np.int32),
+            "amount": amount,
+        }
+    )
 
 
 def _region_shares(muni_region: np.ndarray, share: np.ndarray) -> np.ndarray:

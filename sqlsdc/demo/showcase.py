@@ -50,6 +50,14 @@ PROTECTED = (
         "turnover noise is built from the two largest enterprises of each cell",
     ),
     Example(
+        "Benefit recipients and payments by scheme (differential privacy)",
+        "SELECT scheme, COUNT(DISTINCT person_id) AS recipients, SUM(amount) AS paid "
+        "FROM benefits GROUP BY scheme ORDER BY scheme",
+        "exact discrete Laplace noise from a keyed PRF, charged to the analyst's budget once: "
+        "asking again returns the same values for free; each person counts in at most 2 cells "
+        "with at most 12 payments",
+    ),
+    Example(
         "Persons per 1,000 inhabitants of the public population figure (join with a public table)",
         "SELECT r.name, COUNT(*) * 1000.0 / r.population AS per_1000 FROM persons p "
         "JOIN regions r ON p.region = r.region GROUP BY r.name, r.population ORDER BY r.name",
@@ -79,6 +87,8 @@ def run_showcase(db: str, echo: Callable[[str], None], user: str = "analyst") ->
                     echo(f"   ({example.note})")
                 cursor = con.execute(example.sql)
                 echo(_side_by_side(raw.execute(example.sql).df(), cursor))
+                if cursor.explain().dp_stages:
+                    echo(_dp_summary(con, cursor))
             echo("\n== Refused queries (a refusal says what would be allowed instead)")
             for example in REFUSED:
                 try:
@@ -88,6 +98,24 @@ def run_showcase(db: str, echo: Callable[[str], None], user: str = "analyst") ->
                     echo(f"-- {example.title}\n   {example.sql}\n   refused: {refusal}")
     finally:
         raw.close()
+
+
+def _dp_summary(con, cursor) -> str:
+    """95% intervals of the noisy cells and the budget the user has left."""
+    accuracy = cursor.cell_accuracy()
+    keys = cursor.df().iloc[:, 0].tolist()
+    lines = ["   95% intervals (noise only; bounding is part of the query's definition):"]
+    for row in accuracy.itertuples(index=False):
+        lines.append(f"     {keys[row.row]:>14} {row.column:>10}: {row.value:>14,.0f}  "
+                     f"[{row.low:,.0f}, {row.high:,.0f}]")  # fmt: skip
+    cost = cursor.explain().dp_cost.describe()
+    lines.append(f"   this query costs at most {cost} (cells seen before are free)")
+    for status in con.remaining_budget():
+        if status.limit.epsilon is not None:
+            lines.append(f"   budget of {status.key.describe()}: spent ε = "
+                         f"{float(status.spent.epsilon):g}, remaining ε = "
+                         f"{float(status.remaining.epsilon):g}")  # fmt: skip
+    return "\n".join(lines)
 
 
 def _side_by_side(raw: pd.DataFrame, cursor) -> str:

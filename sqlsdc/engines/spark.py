@@ -870,4 +870,9 @@ def run_protected(engine: SparkEngine, query: ProtectedQuery) -> pa.Table:
             f"{', '.join(query.suppressed)} is protected by suppression, whose pattern is made "
             "and kept fresh by the DuckDB engine; run this query through sqlsdc.connect"
         )
+    if query.dp_stages:
+        raise NotSupportedError(
+            "differentially private results are noised and charged to the budget ledger by "
+            "the guarded connection; run this query through sqlsdc.connect"
+        )
     return values_of(engine.run(query.tree), query)

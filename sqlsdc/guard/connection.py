@@ -16,7 +16,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from sqlsdc.catalog import store
-from sqlsdc.catalog.budget import BudgetKey, cached_cells, charge
+from sqlsdc.catalog.budget import BudgetStatus, budget_status, cached_cells, charge, policy_limits
 from sqlsdc.catalog.patterns import ensure_patterns
 from sqlsdc.catalog.ptables import load_ptables
 from sqlsdc.catalog.setup import unit_index_name
@@ -42,7 +42,6 @@ from sqlsdc.guard.postprocess import (
 )
 from sqlsdc.guard.resolve import analyst_schema
 from sqlsdc.guard.validate import check_engine_tables
-from sqlsdc.mechanisms.accountant import BudgetLimit
 from sqlsdc.policy import Policy, UserRole, load_policy
 
 apilevel = "2.0"
@@ -109,6 +108,11 @@ class Connection:
     def dp_noise(self) -> bool:
         """Whether DP results carry noise (always, except in an admin's semantics mode)."""
         return self._dp_noise
+
+    def remaining_budget(self) -> list[BudgetStatus]:
+        """The privacy budgets that apply to this user: limit, spent and remaining."""
+        self._check_open()
+        return budget_status(self._con, policy_limits(self.policy), user=self.user)
 
     def set_dp_noise(self, enabled: bool) -> None:
         """Admins only: ``False`` turns DP noise off (epsilon -> infinity) on this connection,
@@ -270,7 +274,7 @@ class Connection:
         )
         if self._dp_noise:
             charge(con, user=self.user, tables=query.tables, cost=noisy.cost, query_id=query_id,
-                   limits=_limits(context.policy), cells=noisy.cells,
+                   limits=policy_limits(context.policy), cells=noisy.cells,
                    policy_version=version)  # fmt: skip
         return noisy
 
@@ -410,10 +414,6 @@ def _secret(con) -> bytes:
     if row is None:
         raise Error("this database has no PRF secret; an admin must re-apply the policy")
     return bytes(row[0])
-
-
-def _limits(policy: Policy) -> dict[BudgetKey, BudgetLimit]:
-    return {BudgetKey(b.user, b.table): BudgetLimit(b.epsilon, b.rho) for b in policy.budgets}
 
 
 def _run_over(con, sql: str, noisy: DpRelease | None, timeout: float) -> pa.Table:
