@@ -428,3 +428,49 @@ def test_empirical_privacy_loss_on_neighbouring_databases_stays_within_epsilon(d
     assert len(losses) >= 5
     assert max(losses) <= 0.5 + 0.4  # sampling error of a log ratio of counts >= 150: ~0.12
     assert 0.25 <= float(np.mean(losses)) <= 0.75
+
+
+# --- group release without aggregates, variances and quantiles -------------------------------
+
+
+def test_groups_without_aggregates_are_the_public_domain_and_free(dp_db):
+    """Under DP the groups of an aggregation without aggregates must not come from a threshold
+    on exact counts (a group's existence would depend on one person): they are the domain."""
+    with sqlsdc.connect(dp_db, "ana") as con:
+        groups = sorted(r for (r,) in con.execute(
+            "SELECT region FROM persons WHERE income > 99000 GROUP BY region").fetchall())
+        counted = con.execute(
+            "SELECT COUNT(*) FROM (SELECT region FROM persons WHERE age = 99 GROUP BY region)"
+        ).fetchall()[0][0]
+        explained = con.explain("SELECT region FROM persons GROUP BY region")
+    assert groups == sorted(DOMAIN) and counted == len(DOMAIN)
+    assert explained.dp_cost.is_zero
+
+
+def test_private_groups_without_aggregates_cost_the_selection(dp_db):
+    with sqlsdc.connect(dp_db, "ana") as con:
+        explained = con.explain("SELECT clinic FROM visits GROUP BY clinic")
+        released = {c for (c,) in con.execute(
+            "SELECT clinic FROM visits GROUP BY clinic").fetchall()}
+    assert explained.dp_cost.epsilon == 1 and explained.dp_delta == Fraction(1, 10**6)
+    assert released == {"a", "b", "c"}  # "rare" has a handful of units, far below tau
+
+
+def test_noise_off_variance_and_median_are_those_of_the_clamped_grid_values(exact, raw):
+    values = np.array([v for (v,) in raw.execute(
+        "SELECT income FROM persons WHERE sex = 'f' AND income IS NOT NULL").fetchall()])
+    grid = np.clip(np.round(values / 10), 0, 10000) * 10
+    var, median = exact.execute(
+        "SELECT VAR_SAMP(income), MEDIAN(income) FROM persons WHERE sex = 'f'").fetchall()[0]
+    assert var == pytest.approx(np.var(grid, ddof=1), rel=1e-6)  # float64 S2/n - mean^2
+    ordered = np.sort(grid)
+    assert median == ordered[int(np.ceil(len(ordered) / 2)) - 1]
+
+
+def test_noisy_median_is_close_to_the_true_median(dp_db, raw):
+    values = np.array([v for (v,) in raw.execute(
+        "SELECT income FROM persons WHERE income IS NOT NULL").fetchall()])
+    with sqlsdc.connect(dp_db, "ana") as con:
+        (median,) = con.execute("SELECT MEDIAN(income) FROM persons").fetchall()[0]
+    rank = np.searchsorted(np.sort(values), median) / len(values)
+    assert 0.4 <= rank <= 0.6  # permute-and-flip rank error bound: a few dozen of ~2,900 rows

@@ -24,6 +24,7 @@ from sqlsdc.policy import AggregateKind, Method, Policy
 from sqlsdc.rewrite.cells import HALF_WIDTH_PREFIX, SD_PREFIX, STATUS_PREFIX, protect_cells
 from sqlsdc.rewrite.ckm import PTableKey, PTableRef, ckm_frame
 from sqlsdc.rewrite.dp import DpStage, dp_frame
+from sqlsdc.rewrite.round import round_frame
 from sqlsdc.rewrite.suppress import suppress_frame
 from sqlsdc.rewrite.threshold import threshold_frame
 
@@ -50,6 +51,7 @@ class OutputColumn:
     min_frequency: int | None = None
     noise: PTableRef | None = None  # CKM counts: the ptable whose noise the values carry
     dp: tuple[float, float] | None = None  # DP counts and sums: (noise sd, 95% half-width)
+    rounding: tuple[int, str] | None = None  # method round: (base, rule)
 
     @property
     def released(self) -> bool:
@@ -67,6 +69,8 @@ class OutputColumn:
             described["max_deviation"] = max(abs(v) for v, _p in self.noise.noise)
         if self.dp is not None:
             described["noise_sd"], described["half_width_95"] = self.dp
+        if self.rounding is not None:
+            described["base"], described["rounding"] = self.rounding
         return described
 
 
@@ -117,6 +121,8 @@ class ProtectedQuery:
                 k = f" (noise variance {c.noise.variance:.3g}, at most ±{deviation:g})"
             if c.dp is not None:
                 k = f" (noise sd {c.dp[0]:.4g}; 95% of cells within ±{c.dp[1]:.4g})"
+            if c.rounding is not None:
+                k = f" (base {c.rounding[0]}, {c.rounding[1]}; min_frequency {c.min_frequency})"
             lines.append(f"  {c.name}: {c.mechanism}{k}")
         lines.append("tables: " + (", ".join(self.tables) or "none"))
         if self.dp_stages:
@@ -159,6 +165,7 @@ def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
         Method.CKM: ckm_frame(context.policy, context.ptables),
         Method.SUPPRESS: suppress_frame(context.policy),
         Method.DP: dp_frame(context.policy, stages, context.to_sql),
+        Method.ROUND: round_frame,
     }
     protected = protect_cells(tree, plan, builders)
     protected = _rename_outputs(protected, names)
@@ -256,7 +263,12 @@ def _describe_outputs(
                 if methods == {Method.DP.value}:
                     k = None
                     dp = _dp_accuracy(stages.get(id(select)), projection.unalias(), cell_plan)
-                columns.append(OutputColumn(name, "+".join(sorted(methods)), k, noise, dp))
+                rounding = None
+                if methods == {Method.ROUND.value} and len({a.rule for a in used}) == 1:
+                    rounding = (used[0].rule.base, used[0].rule.rounding.value)
+                columns.append(
+                    OutputColumn(name, "+".join(sorted(methods)), k, noise, dp, rounding)
+                )
             else:
                 columns.append(OutputColumn(name, "key"))
         return columns

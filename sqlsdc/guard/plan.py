@@ -51,6 +51,7 @@ class CellPlan:
     group_min_frequency: int | None = None  # groups with fewer units are dropped
     row_source: int | None = None  # position in units of the table whose rows the join's are
     one_row_per_unit: bool = False  # one confidential table, no join, unit unique (enforced)
+    dp_groups: bool = False  # a table counts with DP: its groups are released by DP only
 
 
 @dataclass
@@ -155,12 +156,14 @@ class _Planner:
             group_k,
             self._row_source(info.scope) if units is not None else None,
             bool(one_per_row),
+            any(self.policy.table(t).rule(AggregateKind.COUNTS).method is Method.DP
+                for t in tables),  # fmt: skip
         )
 
     def _aggregate(self, node: exp.AggFunc, tables: list[str], select) -> ProtectedAggregate:
         kind = AggregateKind.COUNTS if isinstance(node, exp.Count) else AggregateKind.MAGNITUDES
         rules = [self.policy.table(t).rule(kind) for t in tables]
-        if len({(r.method, r.ptable, r.magnitude) for r in rules}) > 1:
+        if len({(r.method, r.ptable, r.magnitude, r.base, r.rounding) for r in rules}) > 1:
             raise PolicyViolation(
                 f"the joined tables {', '.join(sorted(set(tables)))} protect {kind.value} "
                 "with different methods or parameters",
@@ -176,13 +179,13 @@ class _Planner:
         return ProtectedAggregate(node, kind, k, argument, rules[0])
 
     def _keyed_methods(self, info: ScopeInfo, tables: list[str]) -> set[Method]:
-        """The methods among this aggregation's that need record keys (CKM and DP)."""
+        """The methods among this aggregation's that need record keys (CKM, DP, ROUND)."""
         kinds = {
             AggregateKind.COUNTS if isinstance(n, exp.Count) else AggregateKind.MAGNITUDES
             for n in info.aggregates
-        }
+        } or {AggregateKind.COUNTS}  # no aggregates: the groups are the release
         methods = {self.policy.table(t).rule(kind).method for t in tables for kind in kinds}
-        return methods & {Method.CKM, Method.DP}
+        return methods & {Method.CKM, Method.DP, Method.ROUND}
 
     def _units(
         self, scope: Scope, *, with_rkeys: bool

@@ -36,6 +36,7 @@ from sqlsdc.policy.model import (
     Policy,
     ProtectionRule,
     PTableSpec,
+    Rounding,
     SecondaryMethod,
     Suppression,
     Table,
@@ -339,6 +340,9 @@ def _rule(rule: dict, k: int) -> ProtectionRule:
         return ProtectionRule(method, k, spend=_spend(rule["spend"]))
     if method is Method.SUPPRESS:
         return ProtectionRule(method, k, rules=tuple(rule.get("rules", ())))
+    if method is Method.ROUND:
+        rounding = Rounding(rule.get("rounding", Rounding.UNBIASED.value))
+        return ProtectionRule(method, k, base=int(rule["base"]), rounding=rounding)
     magnitude = None
     if "flex" in rule:
         flex = rule["flex"]
@@ -433,6 +437,18 @@ def _rule_problems(where: str, kind: str, rule: dict) -> list[str]:
         return [f"{where}: {', '.join(extra)} do not apply to method suppress"] if extra else []
     if "rules" in rule:
         return [f"{where}.rules: only method suppress has primary rules"]
+    if rule["method"] == "round":
+        problems = []
+        if "base" not in rule:
+            problems.append(
+                f"{where}.base: method round needs the rounding base, an integer >= 2, e.g. "
+                "{method: round, base: 5, rounding: unbiased}"
+            )
+        if extra := sorted(set(rule) - {"method", "min_frequency", "base", "rounding"}):
+            problems.append(f"{where}: {', '.join(extra)} do not apply to method round")
+        return problems
+    if extra := sorted(set(rule) & {"base", "rounding"}):
+        return [f"{where}: {', '.join(extra)} only apply to method round"]
     if rule["method"] != "ckm":
         extra = sorted(set(rule) - {"method", "min_frequency"})
         return [f"{where}: {', '.join(extra)} only apply to method ckm"] if extra else []

@@ -57,6 +57,16 @@ class Method(StrEnum):
     CKM = "ckm"
     SUPPRESS = "suppress"
     DP = "dp"
+    ROUND = "round"
+
+
+class Rounding(StrEnum):
+    """Per-cell rounding rule of a ``round`` rule (Cox & Kim 2006, digest §5.1)."""
+
+    CONVENTIONAL = "conventional"  # nearest multiple, halves up
+    MODIFIED_CONVENTIONAL = "modified_conventional"  # halves (even base) up or down, 1/2 each
+    ZERO_RESTRICTED = "zero_restricted"  # 50/50: multiples stay, others up or down, 1/2 each
+    UNBIASED = "unbiased"  # up with probability r/base
 
 
 class GroupKeys(StrEnum):
@@ -135,6 +145,9 @@ class ProtectionRule:
     DP: differential privacy; every aggregate of this kind in a query spends ``spend`` (pure
     epsilon with discrete Laplace noise, or rho-zCDP with discrete Gaussian noise), bounded by
     the table's :class:`DpSettings`.
+    ROUND: the exact value rounded to a multiple of ``base`` by the per-cell ``rounding`` rule
+    (Cox & Kim 2006), random rules drawing their uniform from the cell key; cells of fewer than
+    ``min_frequency`` units are suppressed as with THRESHOLD.
     """
 
     method: Method = Method.THRESHOLD
@@ -143,6 +156,8 @@ class ProtectionRule:
     magnitude: MagnitudeCkm | None = None
     rules: tuple[str, ...] = ()
     spend: PrivacyCost | None = None
+    base: int | None = None
+    rounding: Rounding | None = None
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,12 @@ Each aggregation over confidential rows is split in two:
     FROM (<cells: keys __g0.., GROUPING() __gg0.., protected values>) AS __cells
     WHERE <HAVING over protected cells>
 
-A mechanism module (``threshold``, ``ckm``) builds the ``__cells`` frame from the original FROM /
-WHERE / GROUP BY and says, per aggregate, which expression over ``__cells`` is its protected value
-and when it counts as published. Every aggregate the query mentions is replaced by its protected
-value, so HAVING, ORDER BY, LIMIT, window functions and any arithmetic on aggregates only ever see
-protected values. The functions here are pure: AST in, new AST out.
+A mechanism module (``threshold``, ``ckm``, ``round``, ...) builds the ``__cells`` frame from
+the original FROM / WHERE / GROUP BY and says, per aggregate, which expression over ``__cells``
+is its protected value and when it counts as published. Every aggregate the query mentions is
+replaced by its protected value, so HAVING, ORDER BY, LIMIT, window functions and any
+arithmetic on aggregates only ever see protected values. The functions here are pure: AST in,
+new AST out.
 """
 
 from __future__ import annotations
@@ -67,11 +68,11 @@ def protect_cells(tree: exp.Expr, plan: QueryPlan, builders: dict[Method, FrameB
 
     ``builders`` maps a protection method to the module that builds its frame; an aggregation
     with any CKM aggregate is built by the CKM builder (which protects the others too), one with
-    any suppressed or DP aggregate by that builder (which refuses the others). When any
-    aggregation is noisy (DP), the result carries the noise's standard deviation and 95%
-    half-width per position next to the status columns.
+    any suppressed, DP or rounded aggregate by that builder (which refuses the others; rounding
+    accepts threshold aggregates). When any aggregation is noisy (DP), the result carries the
+    noise's standard deviation and 95% half-width per position next to the status columns.
     """
-    noisy = any(a.rule.method is Method.DP for c in plan.cells for a in c.aggregates)
+    noisy = any(Method.DP in _methods(c) for c in plan.cells)
     copy = tree.copy()
     twin = {id(a): b for a, b in zip(tree.walk(), copy.walk(), strict=True)}
     for exposure in plan.exposures:
@@ -85,9 +86,9 @@ def protect_cells(tree: exp.Expr, plan: QueryPlan, builders: dict[Method, FrameB
             [twin[id(g)] for g in cell_plan.groupings],
             [twin[id(a.node)] for a in cell_plan.aggregates],
         )
-        methods = {a.rule.method for a in cell_plan.aggregates}
+        methods = _methods(cell_plan)
         method = next(
-            (m for m in (Method.DP, Method.SUPPRESS, Method.CKM) if m in methods),
+            (m for m in (Method.DP, Method.SUPPRESS, Method.ROUND, Method.CKM) if m in methods),
             Method.THRESHOLD,
         )
         protected = _lift(cells, builders[method](cells, twin), with_accuracy=noisy)
@@ -96,6 +97,14 @@ def protect_cells(tree: exp.Expr, plan: QueryPlan, builders: dict[Method, FrameB
         else:
             cells.select.replace(protected)
     return copy
+
+
+def _methods(plan: CellPlan) -> set[Method]:
+    """The methods of an aggregation's aggregates. One without aggregates releases its groups:
+    under DP they must come from the DP mechanism (public domains or noisy selection), not
+    from a threshold on exact counts."""
+    methods = {a.rule.method for a in plan.aggregates}
+    return methods or ({Method.DP} if plan.dp_groups else set())
 
 
 def inner_select(cells: Cells) -> exp.Select:

@@ -144,7 +144,7 @@ def _refuse(select: exp.Select, reason: str, hint: str = SHAPE) -> PolicyViolati
 def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage:
     plan, select = cells.plan, cells.select
     methods = {a.rule.method for a in plan.aggregates}
-    if methods != {Method.DP}:
+    if methods - {Method.DP}:
         raise _refuse(
             select,
             "this aggregation mixes differential privacy with "
@@ -254,6 +254,8 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
         units_column = statistics[ident].column
 
     n_keys, one_row = len(cells.keys), plan.one_row_per_unit
+    if not specs and not n_keys:  # only quantiles: the one global cell still needs a row
+        specs.append(("__rows", None, None))  # a row count that is never noised nor released
     exact = _unit_rows(rows, n_keys, specs) if one_row else _bounded_pairs(rows, n_keys, specs,
                                                                             settings)  # fmt: skip
     return DpStage(
@@ -381,7 +383,7 @@ def _unit_rows(rows: exp.Select, n_keys: int, specs) -> exp.Select:
     keys = [exp.column(f"__g{j}") for j in range(n_keys)]
     cells = exp.select(*keys).from_(rows.copy().subquery("__rows"))
     for name, calibration, column in specs:
-        statistic = calibration.statistic
+        statistic = calibration.statistic if calibration else Statistic.COUNT
         if statistic is Statistic.COUNT:
             value = exp.Count(this=exp.Star() if column is None else exp.column(column))
         elif statistic is Statistic.COUNT_UNITS:
@@ -415,7 +417,7 @@ def _bounded_pairs(rows: exp.Select, n_keys: int, specs, settings) -> exp.Select
     outer = exp.select(*keys)
     done: set[str] = set()
     for name, calibration, column in specs:
-        statistic = calibration.statistic
+        statistic = calibration.statistic if calibration else Statistic.COUNT
         count = "__c" if column is None else f"__c{column}"
         if column is not None and count not in done:
             pairs.append("expressions", exp.alias_(exp.Count(this=exp.column(column)), count))
