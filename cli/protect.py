@@ -1,6 +1,15 @@
-"""``sqlsdc protect``: table-protection jobs whose results are stored in the database."""
+"""``sqlsdc protect``: table-protection jobs whose results are stored in the database.
+
+One command, one method per ``--method``: cell suppression (:mod:`sqlsdc.tabular.job`),
+controlled rounding, controlled tabular adjustment and raking (:mod:`sqlsdc.tabular.adjust_job`).
+Options that belong to another method than the one chosen are refused, not ignored.
+"""
 
 from __future__ import annotations
+
+import contextlib
+import os
+import sys
 
 import click
 from sqlsdc.cli.admin import admin_option
@@ -9,74 +18,239 @@ from sqlsdc.cli.output import format_option, print_json, read_sql
 from sqlsdc.tabular.job import OUTPUT_SCHEMA, protect_query
 from sqlsdc.tabular.rules import parse_rule
 
+METHODS = ("suppress", "round", "cta", "ipf")
+STEPS = {"suppress": 3, "round": 4, "cta": 4, "ipf": 5}  # job.step() calls per method
+OWNERS = {  # option -> the methods it belongs to
+    "secondary": ("suppress",),
+    "cost": ("suppress",),
+    "rules": ("suppress", "cta", "ipf"),
+    "base": ("round",),
+    "cta_method": ("cta",),
+    "intervals": ("cta",),
+    "margins": ("ipf",),
+    "time_limit": ("suppress", "round", "cta"),
+}
+
 
 @click.command()
 @click.argument("db", type=click.Path(exists=True, dir_okay=False))
 @click.option("--sql", required=True, help="SELECT dims, SUM(measure)|COUNT(*) ... GROUP BY dims")
 @click.option(
     "--method",
-    type=click.Choice(["suppress"]),
+    type=click.Choice(METHODS),
     default="suppress",
     show_default=True,
-    help="Protection method.",
+    help="suppress: NULL unsafe cells; round: controlled rounding to --base; cta: controlled "
+    "tabular adjustment; ipf: rake to the --margins file.",
 )
 @click.option(
     "--secondary",
     type=click.Choice(["gauss", "optimal", "hitas"]),
-    default="gauss",
-    show_default=True,
-    help="Secondary suppression: fast Gaussian elimination, optimal MILP, or HiTaS.",
+    default=None,
+    help="[suppress] Secondary suppression: fast Gaussian elimination (default), optimal "
+    "MILP, or HiTaS.",
 )
 @click.option(
     "--rule",
     "rules",
     multiple=True,
-    help="Primary rule (repeatable): freq:N[,RANGE], nk:N,K, p:P, pq:P,Q. "
+    help="[suppress, cta, ipf] Primary rule (repeatable): freq:N[,RANGE], nk:N,K, p:P, pq:P,Q. "
     "Default: freq with the policy's minimum frequency, plus p:10 for sums.",
 )
 @click.option(
     "--cost",
     type=click.Choice(["value", "frequency", "unity"]),
-    default="value",
-    show_default=True,
-    help="What a secondary suppression costs.",
+    default=None,
+    help="[suppress] What a secondary suppression costs (default: value).",
+)
+@click.option("--base", type=click.IntRange(min=2), help="[round] Rounding base, e.g. 5 or 10.")
+@click.option(
+    "--cta-method",
+    type=click.Choice(["lp", "milp", "mdi"]),
+    default=None,
+    help="[cta] lp: fixed directions (default, fast); milp: free directions, optimal within "
+    "--time-limit; mdi: Cox-Orelien-Shah, margins kept, other cells raked.",
 )
 @click.option(
-    "--time-limit", type=float, default=60.0, show_default=True, help="Seconds per solver call."
+    "--intervals",
+    is_flag=True,
+    default=None,
+    help="[cta] Also store Giessing-Dittrich intervals (lower_bound, upper_bound) on the "
+    "adjusted sensitive cells; this tells which cells were adjusted. Sums only.",
+)
+@click.option(
+    "--margins",
+    type=click.Path(exists=True, dir_okay=False),
+    help="[ipf] CSV of margin cells: the stored table's dimension columns (code, or Total where "
+    "summed over) and value; complete margins only (every region total, say).",
+)
+@click.option(
+    "--time-limit",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="[suppress, round, cta] Seconds per solver call (round: for the whole job). "
+    "Default: 60 (round: 30).",
 )
 @click.option("--into", required=True, help=f"Name of the stored table ({OUTPUT_SCHEMA}.NAME).")
 @click.option("--replace", is_flag=True, help="Overwrite an existing output of that name.")
 @admin_option
 @format_option(default="table", choices=("table", "json"))
-def protect(db, sql, method, secondary, rules, cost, time_limit, into, replace, user, fmt):
-    """Protect a table by cell suppression and store it (admins only).
-
-    Primary rules mark unsafe cells, secondary suppression hides enough others that no unsafe
-    cell can be recomputed from the margins, and an attacker LP audits the result: it is
-    stored only if every unsafe cell keeps its protection interval. Suppressed values are NULL.
+def protect(db, sql, method, into, replace, user, fmt, **options):
+    """Protect a table computed from confidential data and store it (admins only).
 
     \b
-    Example:
+    suppress  primary rules mark unsafe cells, secondary suppression hides enough others that
+              none can be recomputed from the margins, an attacker LP audits the result;
+              suppressed values are NULL.
+    round     every cell to a multiple of --base, the table still additive (controlled
+              rounding; status optimal, feasible, or near_feasible when some margins had to
+              leave their adjacent multiples).
+    cta       every cell published; sensitive cells moved by at least their (secretly
+              enlarged) protection levels, the others as little as possible, additively.
+    ipf       sensitive cells placed at safe values, the others raked to the --margins file.
+    Every job prints its report (information loss: HD, RAD, AAD, chi2, additivity, largest
+    change) and stores it in sqlsdc.outputs; the table is written only if the job succeeds.
+
+    \b
+    Examples:
       sqlsdc protect demo.duckdb --into turnover \\
         --sql "SELECT nace, region, SUM(turnover) FROM enterprises GROUP BY nace, region" \\
         --rule nk:2,85 --rule freq:3
+      sqlsdc protect demo.duckdb --method round --base 5 --into persons_r5 \\
+        --sql "SELECT region, education, COUNT(*) FROM persons GROUP BY region, education"
+      sqlsdc protect demo.duckdb --method cta --intervals --into turnover_cta \\
+        --sql "SELECT nace, region, SUM(turnover) FROM enterprises GROUP BY nace, region"
+      sqlsdc protect demo.duckdb --method ipf --margins census.csv --into persons_ipf \\
+        --sql "SELECT region, sex, COUNT(*) FROM persons GROUP BY region, sex"
     """
-    if fmt != "json":
-        click.echo("computing cells, primary and secondary suppression, audit ...", err=True)
-    report = protect_query(
-        db,
-        user,
-        read_sql(sql),
-        into=into,
-        method=secondary,
-        rules=[parse_rule(r) for r in rules] or None,
-        cost=cost,
-        time_limit=time_limit,
-        replace=replace,
-    )
+    _check_options(method, options)
+    job = {"db": db, "user": user, "sql": read_sql(sql), "into": into, "replace": replace}
+    rules = [parse_rule(r) for r in options["rules"]] or None
+    with _progress(method) as progress, _native_output_to_stderr():
+        report = RUNNERS[method](job, options, rules, progress)
+    if method != "suppress" and report.status == "near_feasible":
+        _warn_near_feasible(report)
     if fmt == "json":
         print_json(report.to_dict())
+    elif method == "suppress":
+        _print_suppression(report)
+    else:
+        _print_adjustment(report)
+
+
+def _suppress(job, options, rules, progress):
+    return protect_query(
+        **job,
+        method=options["secondary"] or "gauss",
+        rules=rules,
+        cost=options["cost"] or "value",
+        time_limit=options["time_limit"] or 60.0,
+        progress=progress,
+    )
+
+
+def _round(job, options, rules, progress):
+    from sqlsdc.tabular.adjust_job import round_query
+
+    limit = options["time_limit"] or 30.0
+    return round_query(**job, base=options["base"], time_limit=limit, progress=progress)
+
+
+def _cta(job, options, rules, progress):
+    from sqlsdc.tabular.adjust_job import cta_query
+
+    return cta_query(
+        **job,
+        rules=rules,
+        method=options["cta_method"] or "lp",
+        time_limit=options["time_limit"] or 60.0,
+        intervals=bool(options["intervals"]),
+        progress=progress,
+    )
+
+
+def _ipf(job, options, rules, progress):
+    from sqlsdc.tabular.adjust_job import ipf_query
+
+    return ipf_query(**job, rules=rules, margins=options["margins"], progress=progress)
+
+
+RUNNERS = {"suppress": _suppress, "round": _round, "cta": _cta, "ipf": _ipf}
+REQUIRED = {"round": ("base", "--base B (an integer >= 2)"), "ipf": ("margins", "--margins FILE")}
+
+
+def _check_options(method: str, options: dict) -> None:
+    """Refuse options of other methods, and ask for the ones this method needs."""
+    if method in REQUIRED and options[REQUIRED[method][0]] is None:
+        raise click.UsageError(f"--method {method} needs {REQUIRED[method][1]}")
+    for option, owners in OWNERS.items():
+        given = options[option]
+        if given not in (None, False, ()) and method not in owners:
+            flag = "--rule" if option == "rules" else "--" + option.replace("_", "-")
+            raise click.UsageError(
+                f"{flag} belongs to --method {' or '.join(owners)}, not {method}"
+            )
+
+
+@contextlib.contextmanager
+def _progress(method: str):
+    """A step callback for the job: a progress bar on a terminal, one line per step otherwise;
+    always on stderr, so that ``--format json`` output stays clean."""
+    total = STEPS[method]
+    if not sys.stderr.isatty():
+        done = [0]
+
+        def line(step: str) -> None:
+            done[0] += 1
+            click.echo(f"[{min(done[0], total)}/{total}] {step} ...", err=True)
+
+        yield line
         return
+    with click.progressbar(length=total, label=f"protect ({method})", file=sys.stderr,
+                           item_show_func=lambda s: s) as bar:  # fmt: skip
+        started = [False]
+
+        def advance(step: str) -> None:
+            bar.update(1 if started[0] else 0, step)
+            started[0] = True
+
+        yield advance
+        bar.update(total - bar.pos, "done")
+
+
+@contextlib.contextmanager
+def _native_output_to_stderr():
+    """Send what native solver code writes to file descriptor 1 to stderr while the job runs:
+    HiGHS's MIP solver prints debug lines even with ``output_flag=false``, and stdout must hold
+    only the report (``--format json`` is parsed by scripts)."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no real descriptor 1 (embedded use)
+        yield
+        return
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _warn_near_feasible(report) -> None:
+    violations = report.details.get("violations") or []
+    shown = "; ".join(str(v) for v in violations[:3])
+    click.secho(
+        f"WARNING: NEAR-FEASIBLE ROUNDING: {len(violations)} margin(s) lie beyond their adjacent "
+        f"multiples of {report.details.get('base')} (by up to {report.details.get('max_excess'):g})"
+        f", e.g. {shown}. The table is additive but not zero-restricted.",
+        err=True,
+        fg="red",
+        bold=True,
+    )
+
+
+def _print_suppression(report) -> None:
     click.echo(f"stored {report.name}: {report.cells} cells")
     click.echo(f"  primary suppressions:   {report.primary}")
     secondary_text = f"{report.secondary} ({report.method}, cost {report.cost:g})"
@@ -85,6 +259,36 @@ def protect(db, sql, method, secondary, rules, cost, time_limit, into, replace, 
     click.echo(f"  rules fired: {fired}")
     exact = "exact" if report.audit_exact else "LP bounds"
     click.echo(f"  audit: {'passed' if report.audit_passed else 'FAILED'} ({exact})")
+
+
+def _print_adjustment(report) -> None:
+    d, q = report.details, report.quality
+    left_out = report.cells - report.stored
+    note = f"; {left_out} published as 0 are not stored" if left_out else ""
+    click.echo(f"stored {report.name}: {report.stored} rows ({report.cells} cells{note})")
+    how = {
+        "round": lambda: f"base {d['base']}, {len(d['violations'])} margin(s) relaxed",
+        "cta": lambda: (
+            f"{d['method']} ({d['solver']}), gap {d['gap']:.2g}, "
+            f"intervals {'yes' if d['intervals'] else 'no'}"
+        ),
+        "ipf": lambda: (
+            f"{d['margins_given']} margin cells, {d['iterations']} IPF cycles, "
+            f"margin error {d['max_margin_error']:.2g}"
+        ),
+    }[report.method]()
+    click.echo(f"  {report.method}: {report.status}; {how}")
+    if report.sensitive is not None:
+        click.echo(f"  sensitive cells: {report.sensitive}")
+    click.echo("  quality (inner cells):")
+    for key, label in (("hd", "Hellinger distance HD"), ("rad", "RAD"), ("aad", "AAD"),
+                       ("chi2", "chi2 (Cox-Kim)"), ("max_additivity_error", "additivity error"),
+                       ("max_abs_change", "largest change")):  # fmt: skip
+        value = q.get(key)
+        text = "n/a" if value is None or value != value else f"{value:.6g}"
+        click.echo(f"    {label + ':':24}{text}")
+    if q.get("max_abs_change_cell") is not None:
+        click.echo(f"    {'at cell:':24}{q['max_abs_change_cell']}")
 
 
 COMMANDS = (protect,)

@@ -1,11 +1,18 @@
-"""Table protection as a back-end job: a GROUP BY over confidential microdata, protected by
-primary and secondary suppression, audited, and stored in the database as a plain table.
+"""Table protection as a back-end job: a GROUP BY over confidential microdata, protected, and
+stored in the database as a plain table.
 
-The cells are computed in SQL (one row per inner cell: units, total, largest unit contributions
-as the list aggregate ``MAX(x, k)``); margins, rules, secondary suppression and the audit run on
-those aggregated cells with :func:`sqlsdc.tabular.protect`. Only the protected table is written:
-suppressed values are NULL, each row carries its status and the rule that fired, and the job is
-recorded in ``sqlsdc.outputs`` (what, by whom, how, the audit result).
+Every job runs the same steps (:class:`Job`): :func:`open_job` checks the acting admin, the
+output name and the SQL (:func:`parse_job`: one aggregation of one confidential table); the
+inner cells are computed in SQL (:func:`cells_sql`: one row per inner cell with units, total
+and the largest unit contributions as the list aggregate ``MAX(x, k)``); margins, rules and the
+method run on those aggregated cells; :meth:`Job.store` writes ``protected.<into>`` and its
+record in ``sqlsdc.outputs`` (what, by whom, how, the report) in one transaction, only after the
+method succeeded. The methods are one function each: cell suppression here
+(:func:`protect_query`, with :func:`sqlsdc.tabular.protect`); controlled rounding, controlled
+tabular adjustment and raking in :mod:`sqlsdc.tabular.adjust_job`.
+
+A suppression job stores suppressed values as NULL; each row carries its status and the rule
+that fired, and the record holds the audit result.
 
 Example (admins; the demo database):
     >>> report = protect_query("sqlsdc-demo.duckdb", "admin",  # doctest: +SKIP
@@ -18,10 +25,13 @@ Example (admins; the demo database):
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import sqlglot
 from sqlglot import exp
@@ -36,6 +46,8 @@ from sqlsdc.tabular.model import Hierarchy, Table
 from sqlsdc.tabular.rules import FrequencyRule, default_rules, required_top_k
 
 OUTPUT_SCHEMA = "protected"
+
+Progress = Callable[[str], None]  # called with the name of each step as it starts
 
 
 @dataclass(frozen=True)
@@ -142,13 +154,108 @@ def protect_query(
     cost: str = "value",
     time_limit: float = 60.0,
     replace: bool = False,
+    progress: Progress | None = None,
 ) -> JobReport:
     """Protect the table ``sql`` tabulates and store it as ``protected.<into>`` (admins only).
 
     Hierarchies declared in the policy whose levels are all grouped (``[region,
     municipality]``) become one hierarchical dimension with sub-totals; every other key is a
     flat dimension with a total. Rules default to the frequency rule with the policy's minimum
-    frequency, plus the p%-rule (p = 10) for magnitudes.
+    frequency, plus the p%-rule (p = 10) for magnitudes (:func:`job_rules`).
+    """
+    with open_job(db, user, sql, into, replace=replace, progress=progress) as job:
+        rules = job_rules(job, rules)
+        table = job.tabulate(rules)
+        job.step("primary and secondary suppression, audit")
+        result = protect(table, rules=list(rules), method=method, cost=cost,
+                         time_limit=time_limit)  # fmt: skip
+        out, report = _suppression_output(result, into, method)
+        job.store(out, "suppress", report.to_dict())
+        return report
+
+
+# ----------------------------------------------------------------------------- shared job steps
+
+
+@dataclass(eq=False)
+class Job:
+    """An opened job: the writable connection, the acting admin, the policy and the parsed SQL.
+
+    Every method's job runs the same steps: :func:`open_job` (admin check, SQL check, name
+    check), :meth:`tabulate` (inner cells in SQL, a :class:`Table` in Python), the method on
+    the table, and :meth:`store`, which writes the output table and its ``sqlsdc.outputs``
+    record in one transaction, so a failed job leaves nothing behind.
+    """
+
+    con: object
+    user: str
+    policy_version: int
+    policy: Policy
+    spec: JobSpec
+    sql: str
+    into: str
+    progress: Progress | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{OUTPUT_SCHEMA}.{self.into}"
+
+    def step(self, what: str) -> None:
+        """Report the step that starts now (the CLI shows it on stderr)."""
+        if self.progress is not None:
+            self.progress(what)
+
+    def tabulate(self, rules: Sequence = ()) -> Table:
+        """The table with the top contributions ``rules`` need, from inner cells computed in
+        SQL (:func:`cells_sql`)."""
+        self.step("computing the cells in SQL")
+        top_k = required_top_k(rules) if rules else 0
+        frame = self.con.sql(cells_sql(self.spec, top_k)).df()
+        if (frame["n"] != frame["units"]).any() or frame.empty:
+            raise TabularError(
+                "some units contribute to several cells (or none matched); the job needs each "
+                "unit in one inner cell"
+            )
+        return _table(frame, self.spec, self.policy, top_k)
+
+    def store(self, out: pd.DataFrame, method: str, report: dict) -> None:
+        """Write ``protected.<into>`` and record it in ``sqlsdc.outputs``, all or nothing."""
+        self.step(f"storing {self.name}")
+        name = exp.to_identifier(self.into).sql("duckdb")
+        con = self.con
+        con.register("__job_output", out)
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.execute(f"CREATE SCHEMA IF NOT EXISTS {OUTPUT_SCHEMA}")
+            con.execute(
+                f"CREATE OR REPLACE TABLE {OUTPUT_SCHEMA}.{name} AS SELECT * FROM __job_output"
+            )
+            store.record_output(con, self.name, method, self.sql, self.user,
+                                self.policy_version, json.dumps(_plain(report)))  # fmt: skip
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        finally:
+            con.unregister("__job_output")
+
+
+@contextmanager
+def open_job(
+    db: str | Path,
+    user: str,
+    sql: str,
+    into: str,
+    *,
+    replace: bool = False,
+    progress: Progress | None = None,
+) -> Iterator[Job]:
+    """Open ``db`` for a job by ``user`` (an admin) on ``sql``, storing ``protected.<into>``.
+
+    Raises:
+        AccessDenied: ``user`` is not an admin of the policy in force.
+        TabularError: ``into`` is not a plain name or exists (without ``replace``), or the SQL
+            is not one aggregation of a confidential table (:func:`parse_job`).
     """
     if not into.isidentifier():
         raise TabularError(f"--into {into!r} must be a plain name (letters, digits, _)")
@@ -163,25 +270,35 @@ def protect_query(
         ).fetchall()[0][0]
         if exists and not replace:
             raise TabularError(f"{OUTPUT_SCHEMA}.{into} exists; pass --replace to overwrite it")
-        table_rule = policy.table(spec.table).protection
-        if rules is None:
-            counts = next(iter(table_rule.values())).min_frequency
-            rules = [FrequencyRule(min_freq=counts)]
-            if spec.measure is not None:
-                rules = default_rules(False)[1:] + rules
-        top_k = required_top_k(rules)
-        frame = con.sql(cells_sql(spec, top_k)).df()
-        if (frame["n"] != frame["units"]).any() or frame.empty:
-            raise TabularError(
-                "some units contribute to several cells (or none matched); the job needs each "
-                "unit in one inner cell"
-            )
-        table = _table(frame, spec, policy, top_k)
-        result = protect(table, rules=list(rules), method=method, cost=cost,
-                         time_limit=time_limit)  # fmt: skip
-        return _store(con, result, spec, sql, into, method, user, current[0])
+        yield Job(con, user, current[0], policy, spec, sql, into, progress)
     finally:
         con.close()
+
+
+def job_rules(job: Job, rules: Sequence | None) -> list:
+    """``rules``, or the defaults: the frequency rule with the policy's minimum frequency for
+    the job's table, plus the p%-rule (p = 10) for magnitudes."""
+    if rules is not None:
+        return list(rules)
+    table_rule = job.policy.table(job.spec.table).protection
+    counts = next(iter(table_rule.values())).min_frequency
+    found = [FrequencyRule(min_freq=counts)]
+    if job.spec.measure is not None:
+        found = default_rules(False)[1:] + found
+    return found
+
+
+def _plain(value):
+    """JSON-safe copy: NaN and infinities become null (strict JSON has neither)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def _table(frame: pd.DataFrame, spec: JobSpec, policy: Policy, top_k: int) -> Table:
@@ -213,8 +330,9 @@ def _table(frame: pd.DataFrame, spec: JobSpec, policy: Policy, top_k: int) -> Ta
     return Table.from_cells(cells, dims, top=tops, hierarchies=hierarchies or None)
 
 
-def _store(con, result, spec, sql, into, method, user, version) -> JobReport:
-    name = exp.to_identifier(into).sql("duckdb")
+def _suppression_output(result: pd.DataFrame, into: str, method: str):
+    """The stored rows of a suppression job and its report: suppressed values and counts NULL,
+    the attacker's interval of each suppressed cell, no protection levels."""
     published = result["status"] == "published"
     out = result[[*[c for c in result.columns if c not in _INTERNAL]]].copy()
     out["value"] = out["value"].where(published)
@@ -239,17 +357,7 @@ def _store(con, result, spec, sql, into, method, user, version) -> JobReport:
         audit_exact=audit.exact,
         method=method,
     )
-    con.execute(f"CREATE SCHEMA IF NOT EXISTS {OUTPUT_SCHEMA}")
-    con.register("__job_output", out)
-    try:
-        con.execute(f"CREATE OR REPLACE TABLE {OUTPUT_SCHEMA}.{name} AS SELECT * FROM __job_output")
-    finally:
-        con.unregister("__job_output")
-    store.record_output(
-        con, f"{OUTPUT_SCHEMA}.{into}", "suppress", sql, user, version,
-        json.dumps(report.to_dict()),
-    )  # fmt: skip
-    return report
+    return out, report
 
 
 _INTERNAL = ("upl", "lpl", "lo", "hi", "level", "is_inner")  # protection levels reveal values

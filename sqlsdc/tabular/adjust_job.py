@@ -1,0 +1,439 @@
+"""Rounding and adjustment jobs: controlled rounding, controlled tabular adjustment (CTA) and
+raking, run on a table computed in SQL and stored next to the suppression jobs' outputs.
+
+Each method is one function over the shared steps of :mod:`sqlsdc.tabular.job` (admin check,
+SQL check, inner cells in SQL, :class:`~sqlsdc.tabular.model.Table`, transactional store):
+
+* :func:`round_query` — Salazar González's controlled rounding (PSD 2006) to a base:
+  :func:`~sqlsdc.tabular.rounding.controlled_round`.
+* :func:`cta_query` — CTA (Dandekar & Cox 2002; Castro 2006): sensitive cells (primary rules)
+  move by at least their protection levels, the table stays additive:
+  :func:`~sqlsdc.tabular.cta.cta`; optionally with Giessing & Dittrich's intervals (PSD 2006).
+* :func:`ipf_query` — rake the table to margins given in a file (e.g. census benchmarks), with
+  the sensitive inner cells first placed at safe values, as Cox, Orelien & Shah's MDI-CTA
+  (PSD 2006) does with the original margins; see the function for why.
+
+**What is stored.** The dimensions and the published ``value`` of every cell whose published
+value is not 0 — nothing else: no original values, contributor counts, protection levels or
+sensitivity flags, which would reveal the cells the rules found. Cells published as 0 are left
+out, so that a stored row does not tell a cell moved or rounded down to 0 from an empty one (a
+missing cell reads as 0; sums over the stored rows are unchanged). ``cta --intervals`` adds
+``lower_bound``/``upper_bound`` on the sensitive cells (:func:`cta_query`).
+
+**Secret levels.** CTA and the raking job move a sensitive cell to ``original ± level``, and
+the rules make the level a known share of the value; so both use the rules' levels enlarged by
+a secret factor (:func:`_secret_levels`), or the published value would give the original away
+(the factor blurs that relation; it does not remove it — see there).
+
+**The report** (returned, printed by the CLI, recorded in ``sqlsdc.outputs``) holds the
+method's status and the information loss of :func:`~sqlsdc.tabular.quality.quality` (HD, RAD,
+AAD, χ², additivity, largest change and its cell). It is for the data owner: the catalog is
+readable by admins only and ``sqlsdc publish`` copies the output tables, not the reports.
+
+Example (admins; the demo database):
+    >>> report = round_query("sqlsdc-demo.duckdb", "admin",  # doctest: +SKIP
+    ...     "SELECT region, sex, COUNT(*) FROM persons GROUP BY region, sex",
+    ...     into="persons_rounded", base=5)
+    >>> report.status, report.quality["max_additivity_error"]  # doctest: +SKIP
+    ('optimal', 0.0)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sqlsdc.catalog import store
+from sqlsdc.errors import TabularError
+from sqlsdc.tabular.job import OUTPUT_SCHEMA, Job, Progress, job_rules, open_job
+from sqlsdc.tabular.model import Table
+from sqlsdc.tabular.quality import quality
+from sqlsdc.tabular.rules import apply_rules
+
+METHODS = ("round", "cta", "ipf")
+
+#: Protection levels are multiplied by a secret factor in [1, 1 + LEVEL_SPREAD). A spread of 1
+#: made a third of the CTA runs on the demo's turnover table infeasible; 0.5 none.
+LEVEL_SPREAD = 0.5
+
+
+@dataclass(frozen=True)
+class AdjustReport:
+    """How a rounding or adjustment job went.
+
+    Attributes:
+        name: the stored table (``protected.<into>``). method: ``round``, ``cta`` or ``ipf``.
+        cells: cells of the table (margins included); stored: rows written (cells published
+            as 0 are left out). sensitive: cells the primary rules found (None for ``round``).
+        status: ``optimal``/``feasible``/``near_feasible`` (round), ``optimal``/``feasible``
+            (cta), ``converged`` (ipf). details: the method's own figures.
+        quality: :class:`~sqlsdc.tabular.quality.QualityReport` as a dict. seconds: wall time.
+    """
+
+    name: str
+    method: str
+    cells: int
+    stored: int
+    sensitive: int | None
+    status: str
+    details: dict = field(default_factory=dict)
+    quality: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def round_query(
+    db: str | Path,
+    user: str,
+    sql: str,
+    *,
+    into: str,
+    base: int,
+    time_limit: float = 30.0,
+    replace: bool = False,
+    progress: Progress | None = None,
+) -> AdjustReport:
+    """Round every cell of the table ``sql`` tabulates to a multiple of ``base``, additively,
+    and store it as ``protected.<into>`` (admins only).
+
+    Status ``near_feasible`` means no zero-restricted rounding was found: some margins lie
+    beyond their adjacent multiples (``details["violations"]`` names them); the table is
+    still additive.
+    """
+    from sqlsdc.tabular.rounding import controlled_round
+
+    started = time.perf_counter()
+    with open_job(db, user, sql, into, replace=replace, progress=progress) as job:
+        table = job.tabulate()
+        job.step(f"controlled rounding to base {base}")
+        result = controlled_round(table, base, time_limit=time_limit)
+        rounded = result.cells["rounded"].to_numpy(np.float64)
+        details = {
+            "base": result.base,
+            "max_excess": result.max_excess,
+            "excess_bound": result.excess_bound,
+            "violations": result.violations[list(table.dims)].to_dict("records"),
+            "distance": result.distance,
+            "partition": result.partition,
+            "subtables": result.subtables,
+        }
+        return _finish(job, table, rounded, "round", result.status, details, None, started)
+
+
+def cta_query(
+    db: str | Path,
+    user: str,
+    sql: str,
+    *,
+    into: str,
+    rules: Sequence | None = None,
+    method: str = "lp",
+    time_limit: float = 60.0,
+    intervals: bool = False,
+    replace: bool = False,
+    progress: Progress | None = None,
+) -> AdjustReport:
+    """Adjust the table ``sql`` tabulates by CTA and store it as ``protected.<into>`` (admins).
+
+    Primary ``rules`` (default as for suppression, :func:`~sqlsdc.tabular.job.job_rules`) find
+    the sensitive cells and their protection levels; ``method`` is ``lp``, ``milp`` or ``mdi``
+    (:func:`~sqlsdc.tabular.cta.cta`). Every cell is published with its adjusted value.
+
+    With ``intervals``, each sensitive cell also gets Giessing & Dittrich's interval
+    (:func:`~sqlsdc.tabular.intervals.publish_intervals`: it holds the original and the
+    adjusted value and covers the protection range, the bound on the original's side widened
+    by a secret coin) in ``lower_bound``/``upper_bound``; other cells get NULL. This says which
+    cells were adjusted for protection — exactly what Giessing & Dittrich publish (flagged
+    cells with intervals), and no more: no levels, no rule, no original. For a frequency table
+    that flag alone tells that a cell has fewer units than the minimum frequency, so
+    ``intervals`` is refused for ``COUNT(*)`` jobs. The coins are keyed by the database's PRF
+    secret and the job (same job, same intervals), never by user input.
+    """
+    from sqlsdc.tabular.cta import cta
+    from sqlsdc.tabular.intervals import publish_intervals
+
+    started = time.perf_counter()
+    with open_job(db, user, sql, into, replace=replace, progress=progress) as job:
+        if intervals and job.spec.measure is None:
+            raise TabularError(
+                "--intervals flags the sensitive cells, and in a frequency table (COUNT(*)) a "
+                "flagged cell is known to have fewer units than the minimum frequency; publish "
+                "the adjusted counts without intervals, or use --method suppress"
+            )
+        rules = job_rules(job, rules)
+        table = job.tabulate(rules)
+        job.step(f"controlled tabular adjustment ({method})")
+        found = apply_rules(table, rules)
+        upl, lpl = _secret_levels(job, found)
+        out = cta(table, rules=[], sensitive=found.primary, protection=(upl, lpl), method=method,
+                  time_limit=time_limit)  # fmt: skip
+        report = out.attrs["cta"]
+        sensitive = out["sensitive"].to_numpy(bool)
+        extra = None
+        if intervals:
+            bounds = publish_intervals(out, seed=_secret_seed(job, "cta-intervals"))
+            extra = pd.DataFrame(
+                {
+                    "lower_bound": bounds["lo"].where(sensitive),
+                    "upper_bound": bounds["hi"].where(sensitive),
+                }
+            )
+        details = {k: v for k, v in report.to_dict().items() if k != "status"}
+        details["intervals"] = intervals
+        adjusted = out["adjusted"].to_numpy(np.float64)
+        return _finish(job, table, adjusted, "cta", report.status, details, sensitive, started,
+                       extra=extra)  # fmt: skip
+
+
+def ipf_query(
+    db: str | Path,
+    user: str,
+    sql: str,
+    *,
+    into: str,
+    margins: pd.DataFrame | str | Path,
+    rules: Sequence | None = None,
+    max_iter: int = 1000,
+    replace: bool = False,
+    progress: Progress | None = None,
+) -> AdjustReport:
+    """Rake the table ``sql`` tabulates to given margins and store it (admins only).
+
+    ``margins`` (a CSV file or DataFrame) lists margin cells of the *stored* table: one column
+    per stored dimension (a policy hierarchy such as ``geography`` is one column with region
+    codes on sub-totals) holding a code or the total code ``Total``, and ``value``. Margins come
+    in complete sets: every region total, or every (region, sex) total, or the grand total. The
+    given values are published as they are, so they must be public (census benchmarks) or
+    already protected.
+
+    Raking alone protects nothing: raked to margins near the originals, every cell comes back
+    near its original. So, as in Cox, Orelien & Shah's MDI-CTA (PSD 2006, digest §1.1), the
+    sensitive inner cells (primary ``rules``, default as for suppression) are first placed at
+    a safe value — their protection level beyond the original, in the direction a plain raking
+    moves them, or where that raking puts them when it already moves them further — and the
+    other inner cells are raked (IPF, :func:`~sqlsdc.tabular.ipf.rake`) to the given margins
+    minus the fixed cells. The job refuses to store a table in which a sensitive cell (a margin
+    not given in the file, say) ends up inside its protection range.
+    """
+    started = time.perf_counter()
+    margins = _read_margins(margins)
+    with open_job(db, user, sql, into, replace=replace, progress=progress) as job:
+        rules = job_rules(job, rules)
+        table = job.tabulate(rules)
+        job.step("matching the margins, primary rules")
+        given = _given_margins(table, margins)
+        groups, targets, cells = _margin_groups(table, given)
+        found = apply_rules(table, rules)
+        upl, lpl = _secret_levels(job, found)
+        job.step("raking (IPF)")
+        raked, iterations, error, fixed = _rake_protected(
+            table, found.primary, upl, lpl, groups, targets, max_iter
+        )
+        _check_protected(table, raked, found, given_cells=cells)
+        details = {
+            "iterations": iterations,
+            "max_margin_error": error,
+            "margins_given": int(cells.size),
+            "fixed_sensitive": fixed,
+        }
+        return _finish(job, table, raked, "ipf", "converged", details, found.primary, started)
+
+
+# ----------------------------------------------------------------------------- shared
+
+
+def _finish(job: Job, table: Table, published, method, status, details, sensitive, started,
+            *, extra: pd.DataFrame | None = None) -> AdjustReport:  # fmt: skip
+    """Quality report, stored rows (dimensions, published value, ``extra`` columns; cells
+    published as 0 left out) and the ``sqlsdc.outputs`` record."""
+    job.step("quality report")
+    q = quality(table.values, published, table, sensitive=sensitive)
+    out = table.cells[list(table.dims)].reset_index(drop=True).copy()
+    out["value"] = published
+    if extra is not None:
+        out = pd.concat([out, extra.reset_index(drop=True)], axis=1)
+    out = out[out["value"] != 0].reset_index(drop=True)
+    report = AdjustReport(
+        name=f"{OUTPUT_SCHEMA}.{job.into}",
+        method=method,
+        cells=len(table.cells),
+        stored=len(out),
+        sensitive=None if sensitive is None else int(np.sum(sensitive)),
+        status=status,
+        details=details,
+        quality=q.to_dict(),
+        seconds=time.perf_counter() - started,
+    )
+    job.store(out, method, report.to_dict())
+    return report
+
+
+def _secret_levels(job: Job, found) -> tuple[np.ndarray, np.ndarray]:
+    """The rules' protection levels, each enlarged by a secret factor in [1, 1 + LEVEL_SPREAD).
+
+    An optimal adjustment puts a sensitive cell exactly at ``original ± level``, and rules fix
+    the level as a known share of the value (the frequency rule's 30 % safety range): a
+    published 11.7 would be 1.3 · 9, an exact disclosure of a count of 9. With the factor
+    secret (keyed by the database's PRF secret and the job), the original is only known to lie
+    in a range: p/1.45 < a ≤ p/1.3 upwards, p/0.7 ≤ a < p/0.55 downwards. This blurs the
+    relation; it does not hide it (the upward range holds a single integer for small counts),
+    so publish small counts by rounding or suppression. The levels stay at least the rules'.
+    """
+    rng = np.random.default_rng(_secret_seed(job, "levels"))
+    factor = 1.0 + LEVEL_SPREAD * rng.random(found.upl.size)
+    return found.upl * factor, found.lpl * factor
+
+
+def _secret_seed(job: Job, purpose: str) -> int:
+    """A 64-bit seed from the database's PRF secret and the job (name and SQL): secret, and the
+    same for the same job."""
+    store.ensure_secret(job.con)
+    ((material,),) = job.con.execute(
+        f"SELECT material FROM {store.S}.secrets WHERE name = 'prf'"
+    ).fetchall()
+    message = "\x1f".join([purpose, job.into, job.sql]).encode()
+    digest = hmac.new(bytes(material), message, hashlib.sha256).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+# ----------------------------------------------------------------------------- ipf helpers
+
+
+def _read_margins(margins) -> pd.DataFrame:
+    """The margins as a DataFrame of strings (codes such as ``01`` stay codes)."""
+    if isinstance(margins, pd.DataFrame):
+        return margins
+    path = Path(margins)
+    if not path.is_file():
+        raise TabularError(f"margins file {path} does not exist")
+    try:
+        return pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (ValueError, pd.errors.ParserError) as e:
+        raise TabularError(f"cannot read margins file {path}: {e}") from None
+
+
+def _given_margins(table: Table, margins: pd.DataFrame) -> pd.Series:
+    """The margins as target values indexed by cell position in ``table.cells``."""
+    dims = list(table.dims)
+    missing = [c for c in [*dims, "value"] if c not in margins.columns]
+    if missing:
+        raise TabularError(
+            f"the margins need columns {dims + ['value']} (the stored table's dimensions, with "
+            f"{table.total!r} on totals); missing {missing}"
+        )
+    values = pd.to_numeric(margins["value"], errors="coerce")
+    if values.isna().any() or not np.isfinite(values).all():
+        raise TabularError("every margin needs a finite numeric value")
+    keys = pd.MultiIndex.from_frame(margins[dims].astype(str))
+    index = pd.MultiIndex.from_frame(table.cells[dims].astype(str))
+    pos = index.get_indexer(keys)
+    if (pos < 0).any():
+        bad = dict(zip(dims, keys[np.argmax(pos < 0)], strict=True))
+        raise TabularError(f"margin {bad} is not a cell of the table (unknown code or empty)")
+    if pd.Index(pos).duplicated().any():
+        raise TabularError("the margins file gives a cell twice")
+    inner = table.cells["is_inner"].to_numpy(bool)
+    if inner[pos].any():
+        bad = dict(zip(dims, keys[np.argmax(inner[pos])], strict=True))
+        raise TabularError(f"{bad} is an inner cell; the margins file gives margins only")
+    return pd.Series(values.to_numpy(np.float64), index=pos)
+
+
+def _margin_groups(table: Table, given: pd.Series):
+    """IPF groups and targets: each complete set of given margins of one depth pattern (the
+    cells of such a set partition the inner cells)."""
+    from sqlsdc.tabular.ipf import _margin_partitions
+
+    X = table.X.tocsc()
+    groups, targets, used = [], [], []
+    for cols in _margin_partitions(table):
+        have = np.isin(cols, given.index)
+        if not have.any():
+            continue
+        if not have.all():
+            gap = cols[np.argmax(~have)]
+            cell = table.cells.iloc[gap][list(table.dims)].astype(str).to_dict()
+            raise TabularError(
+                f"the margins file gives {int(have.sum())} of the {cols.size} cells of one "
+                f"margin, e.g. not {cell}; give every cell of a margin (or none)"
+            )
+        label = np.full(table.inner.size, -1, dtype=np.int64)
+        rows, which = X[:, cols].nonzero()
+        label[rows] = which
+        groups.append(label)
+        targets.append(given.loc[cols].to_numpy(np.float64))
+        used.append(cols)
+    if not groups:
+        raise TabularError("the margins file gives no margin of the table")
+    return groups, targets, np.concatenate(used)
+
+
+def _rake_protected(table: Table, sensitive, upl, lpl, groups, targets, max_iter: int):
+    """Sensitive inner cells at safe values, the others raked to ``targets`` minus them:
+    ``(all cells, IPF cycles, largest margin error, fixed cells)``."""
+    from sqlsdc.tabular.ipf import rake
+
+    seed = table.values[table.inner]
+    plain, _, _, _ = rake(seed, groups, targets, max_iter=max_iter)
+    fixed = sensitive[table.inner]
+    safe = _safe_values(seed, plain, upl[table.inner], lpl[table.inner], table.negative)
+    free = ~fixed
+    rest = []
+    for g, t in zip(groups, targets, strict=True):
+        r = t - np.bincount(g[fixed], safe[fixed], t.size)
+        if (r < -1e-9 * max(1.0, float(np.abs(t).max()))).any():
+            raise TabularError(
+                "the sensitive cells at their safe values exceed a given margin; check the "
+                "margins file or use --method cta"
+            )
+        rest.append(np.maximum(r, 0.0))
+    fitted, iterations, error, converged = rake(
+        seed[free], [g[free] for g in groups], rest, max_iter=max_iter
+    )
+    if not converged:
+        raise TabularError(
+            f"IPF did not converge in {max_iter} cycles (largest margin error {error:g}); the "
+            "table's empty cells leave no table with these margins: check the margins"
+        )
+    inner = np.where(fixed, safe, 0.0)
+    inner[free] = fitted
+    cells = np.asarray(table.X.T @ inner, dtype=np.float64).ravel()
+    return cells, iterations, error, int(fixed.sum())
+
+
+def _safe_values(seed, plain, upl, lpl, negative: bool) -> np.ndarray:
+    """Safe values of the inner cells (used for the sensitive ones): where a plain raking moves
+    the cell if that is at least a protection level away, else one level beyond the original in
+    the same direction (upwards when downwards would cross 0 in a non-negative table)."""
+    up = plain >= seed
+    if not negative:
+        up |= seed - lpl < 0
+    target = np.where(up, seed + upl, seed - lpl)
+    far = np.where(up, plain >= target, plain <= target)
+    return np.where(far, plain, target)
+
+
+def _check_protected(table: Table, published, found, *, given_cells) -> None:
+    """Every sensitive cell not given as a (public) margin lies beyond its protection range."""
+    a = table.values
+    tol = 1e-9 * np.maximum(1.0, np.abs(a))
+    safe = (published >= a + found.upl - tol) | (published <= a - found.lpl + tol)
+    public = np.zeros(a.size, dtype=bool)
+    public[given_cells] = True
+    exposed = found.primary & ~safe & ~public
+    if exposed.any():
+        cells = table.cells.loc[exposed, list(table.dims)].astype(str).head(3)
+        raise TabularError(
+            f"{int(exposed.sum())} sensitive cell(s) end up inside their protection range "
+            f"after raking, e.g. {cells.to_dict('records')}; give those margins in the file "
+            "(if they are public) or use --method cta"
+        )

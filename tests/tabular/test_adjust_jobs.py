@@ -1,0 +1,232 @@
+"""Rounding and adjustment jobs on a real demo database: `round_query`, `cta_query`,
+`ipf_query` and `sqlsdc protect --method round|cta|ipf` (subprocess).
+
+Expected sensitive cells and their protection levels are computed independently, from the raw
+rows (read through an unguarded connection) with `build_table` and `apply_rules`; the stored
+tables are then checked against them: additive, sensitive cells at least a level away,
+multiples of the base, margins as given, registered with their quality report.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sqlsdc.engines.duckdb import open_database
+from sqlsdc.errors import AccessDenied, TabularError
+from sqlsdc.tabular.adjust_job import cta_query, ipf_query, round_query
+from sqlsdc.tabular.model import build_table
+from sqlsdc.tabular.rules import DominanceRule, FrequencyRule, apply_rules
+
+TURNOVER = "SELECT nace, region, SUM(turnover) FROM enterprises GROUP BY nace, region"
+OLD = "SELECT region, education, COUNT(*) FROM persons WHERE age >= 85 GROUP BY region, education"
+TURNOVER_RULES = [DominanceRule(n=1, k=60), FrequencyRule(3)]
+QUALITY_KEYS = {"hd", "rad", "aad", "chi2", "max_additivity_error", "max_abs_change"}
+
+
+@pytest.fixture()
+def db(pristine_demo_db, tmp_path):
+    path = tmp_path / "demo.duckdb"
+    shutil.copy(pristine_demo_db, path)
+    return path
+
+
+def raw(db, sql):
+    con = open_database(db)
+    try:
+        return con.sql(sql).df()
+    finally:
+        con.close()
+
+
+def stored(db, name):
+    """The stored table and its ``sqlsdc.outputs`` row (method, report as a dict)."""
+    con = open_database(db)
+    try:
+        frame = con.sql(f"SELECT * FROM protected.{name}").df()
+        rows = con.execute(
+            "SELECT method, created_by, report FROM sqlsdc.outputs WHERE name = ?",
+            [f"protected.{name}"],
+        ).fetchall()
+    finally:
+        con.close()
+    (method, by, report), *_ = rows
+    return frame, method, by, json.loads(report)
+
+
+def expected(db, dims, measure, rules, where=""):
+    """All cells of the raw table with the rules' sensitive cells and levels."""
+    columns = ", ".join([*dims, *([measure] if measure else [])])
+    table = build_table(raw(db, f"SELECT {columns} FROM {where}"), dims, measure, top_k=2)
+    found = apply_rules(table, rules)
+    cells = table.cells[[*dims, "value"]].astype({d: str for d in dims})
+    return cells.assign(sensitive=found.primary, upl=found.upl, lpl=found.lpl)
+
+
+def published(frame, cells, dims):
+    """The stored value of every cell of ``cells`` (missing rows are cells published as 0)."""
+    values = frame.set_index(dims)["value"]
+    index = pd.MultiIndex.from_frame(cells[dims])
+    return values.reindex(index).fillna(0.0).to_numpy(np.float64)
+
+
+def assert_additive(frame, dims, tol=1e-6):
+    """Every margin of a flat 2-D table equals the sum of its stored inner cells."""
+    a, b = dims
+    full = frame.set_index(dims)["value"]
+    inner = frame[(frame[a] != "Total") & (frame[b] != "Total")]
+    for dim in dims:
+        sums = inner.groupby(dim)["value"].sum()
+        for code, total in sums.items():
+            key = (code, "Total") if dim == a else ("Total", code)
+            assert full.get(key, 0.0) == pytest.approx(total, abs=tol, rel=1e-9), key
+    assert full.get(("Total", "Total"), 0.0) == pytest.approx(inner["value"].sum(), rel=1e-9)
+
+
+def assert_protected(values, cells):
+    s = cells["sensitive"].to_numpy()
+    a = cells["value"].to_numpy(np.float64)
+    tol = 1e-6 * np.maximum(1.0, np.abs(a))
+    moved_up = values >= a + cells["upl"].to_numpy() - tol
+    moved_down = values <= a - cells["lpl"].to_numpy() + tol
+    assert s.sum() > 0
+    assert np.all((moved_up | moved_down)[s]), cells[s & ~(moved_up | moved_down)]
+
+
+def test_cta_job_moves_every_sensitive_cell_and_stores_only_dims_and_values(db):
+    report = cta_query(db, "admin", TURNOVER, into="turnover_cta", rules=TURNOVER_RULES)
+    frame, method, by, record = stored(db, "turnover_cta")
+    assert set(frame.columns) == {"nace", "region", "value"}  # no flags, levels or originals
+    assert frame["value"].notna().all() and (frame["value"] != 0).all()
+    assert_additive(frame, ["nace", "region"], tol=1e-3)
+    cells = expected(db, ["nace", "region"], "turnover", TURNOVER_RULES, "enterprises")
+    assert_protected(published(frame, cells, ["nace", "region"]), cells)
+    assert report.sensitive == int(cells["sensitive"].sum())
+    assert (method, by) == ("cta", "admin") and record["status"] == report.status == "optimal"
+    assert QUALITY_KEYS <= set(record["quality"]) and record["quality"]["max_abs_change"] > 0
+
+
+def test_cta_levels_are_secretly_enlarged_and_the_same_for_the_same_job(db):
+    cta_query(db, "admin", OLD, into="a", rules=[FrequencyRule(10)])
+    first = stored(db, "a")[0]
+    cta_query(db, "admin", OLD, into="a", rules=[FrequencyRule(10)], replace=True)
+    frame = stored(db, "a")[0]
+    pd.testing.assert_frame_equal(first, frame)  # same job, same secret factors
+    cells = expected(db, ["region", "education"], None, [FrequencyRule(10)],
+                     "persons WHERE age >= 85")  # fmt: skip
+    values = published(frame, cells, ["region", "education"])
+    s = cells["sensitive"].to_numpy()
+    a = cells["value"].to_numpy()
+    # not exactly original ± 30 %: the published value must not give the original away
+    assert not np.any(np.isclose(values[s], 1.3 * a[s]) | np.isclose(values[s], 0.7 * a[s]))
+
+
+def test_round_job_stores_multiples_of_the_base_additively(db):
+    report = round_query(db, "admin", OLD, into="old_r5", base=5)
+    frame, method, _, record = stored(db, "old_r5")
+    assert set(frame.columns) == {"region", "education", "value"}
+    assert np.all(frame["value"] % 5 == 0) and (frame["value"] != 0).all()
+    assert_additive(frame, ["region", "education"], tol=0)
+    truth = raw(db, "SELECT region, education, count(*) AS n FROM persons WHERE age >= 85 "
+                    "GROUP BY region, education")  # fmt: skip
+    truth["rounded"] = published(frame, truth.astype({"region": str}), ["region", "education"])
+    assert np.all(np.abs(truth["rounded"] - truth["n"]) < 5)  # zero-restricted: adjacent multiples
+    assert report.status in ("optimal", "feasible") and method == "round"
+    assert record["details"]["base"] == 5 and record["quality"]["max_additivity_error"] == 0
+
+
+def margins_file(tmp_path, db, scale=1.02):
+    """Region totals scaled by ``scale`` and education totals scaled to the same grand total."""
+    regions = raw(db, "SELECT region, 'Total' AS education, count(*) AS value FROM persons "
+                      "WHERE age >= 85 GROUP BY region")  # fmt: skip
+    regions["value"] = regions["value"] * scale
+    levels = raw(db, "SELECT 'Total' AS region, education, count(*) AS value FROM persons "
+                     "WHERE age >= 85 GROUP BY education")  # fmt: skip
+    levels["value"] = levels["value"] * regions["value"].sum() / levels["value"].sum()
+    path = tmp_path / "margins.csv"
+    pd.concat([regions, levels]).to_csv(path, index=False)
+    return path
+
+
+def test_ipf_job_meets_the_given_margins_and_protects_sensitive_cells(db, tmp_path):
+    path = margins_file(tmp_path, db)
+    rules = [FrequencyRule(10)]
+    report = ipf_query(db, "admin", OLD, into="old_ipf", margins=path, rules=rules)
+    frame, method, _, record = stored(db, "old_ipf")
+    assert_additive(frame, ["region", "education"])
+    given = pd.read_csv(path)
+    got = published(frame, given.astype(str).assign(value=given["value"]), ["region", "education"])
+    assert np.allclose(got, given["value"], rtol=1e-7)
+    cells = expected(db, ["region", "education"], None, rules, "persons WHERE age >= 85")
+    inner = ((cells["region"] != "Total") & (cells["education"] != "Total")).to_numpy()
+    cells = cells[inner]
+    assert_protected(published(frame, cells, ["region", "education"]), cells)
+    assert method == "ipf" and report.status == "converged" and report.sensitive > 0
+    assert record["details"]["margins_given"] == len(given)
+
+
+def test_ipf_job_refuses_incomplete_margins_and_writes_nothing(db, tmp_path):
+    path = margins_file(tmp_path, db)
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:-1]) + "\n")  # one education total missing
+    with pytest.raises(TabularError, match="give every cell of a margin"):
+        ipf_query(db, "admin", OLD, into="old_ipf", margins=path)
+    con = open_database(db)
+    try:
+        tables = con.sql("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'protected'")
+        assert tables.fetchall() == []
+        assert con.sql("SELECT count(*) FROM sqlsdc.outputs").fetchall() == [(0,)]
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        lambda db, user: round_query(db, user, OLD, into="x", base=5),
+        lambda db, user: cta_query(db, user, OLD, into="x"),
+        lambda db, user: ipf_query(db, user, OLD, into="x", margins=pd.DataFrame()),
+    ],
+    ids=["round", "cta", "ipf"],
+)
+def test_adjustment_jobs_are_for_admins(db, run):
+    with pytest.raises(AccessDenied, match="not an admin"):
+        run(db, "analyst")
+
+
+def test_cta_intervals_are_refused_for_counts(db):
+    with pytest.raises(TabularError, match="fewer units than the minimum frequency"):
+        cta_query(db, "admin", OLD, into="x", intervals=True)
+
+
+def test_cli_cta_with_intervals_in_a_subprocess(db):
+    command = ["sqlsdc", "protect", str(db), "--method", "cta", "--intervals", "--sql", TURNOVER,
+               "--into", "turnover_cta", "--rule", "nk:1,60", "--rule", "freq:3"]  # fmt: skip
+    result = subprocess.run([*command, "--format", "json"], capture_output=True, text=True,
+                            timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["method"] == "cta" and report["name"] == "protected.turnover_cta"
+    assert QUALITY_KEYS <= set(report["quality"]) and "[4/4] storing" in result.stderr
+    frame, _, _, record = stored(db, "turnover_cta")
+    assert record["quality"]["hd"] == pytest.approx(report["quality"]["hd"])
+    cells = expected(db, ["nace", "region"], "turnover", TURNOVER_RULES, "enterprises")
+    flagged = frame.set_index(["nace", "region"])["lower_bound"].notna()
+    truth = cells.set_index(["nace", "region"])
+    assert flagged.sum() == truth["sensitive"].loc[flagged.index].sum() > 0
+    both = frame[flagged.to_numpy()].merge(
+        truth.reset_index(), on=["nace", "region"], suffixes=("", "_raw")
+    )
+    assert (both["lower_bound"] <= both["value_raw"]).all()  # intervals hold the original ...
+    assert (both["value_raw"] <= both["upper_bound"]).all()
+    assert (both["lower_bound"] <= both["value"]).all()  # ... and the published value
+    assert (both["value"] <= both["upper_bound"]).all()
+    assert (both["upper_bound"] - both["lower_bound"] >= both["upl"] + both["lpl"] - 1e-6).all()
+    wrong = subprocess.run(["sqlsdc", "protect", str(db), "--method", "round", "--sql", OLD,
+                            "--into", "r"], capture_output=True, text=True)  # fmt: skip
+    assert wrong.returncode == 2 and "needs --base" in wrong.stderr
