@@ -22,6 +22,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
 from sqlsdc.admin import require_admin
@@ -92,8 +93,9 @@ def publish(
         version, policy = _admin_policy(source, user)
         for name, method, sql in _job_outputs(source):
             say(f"job output {name}")
-            _add(tables, _clean(source.sql(f"SELECT * FROM {name}").to_arrow_table()),
-                 Published(name.split(".")[-1], "job", method, 0, sql))  # fmt: skip
+            data = _clean(source.sql(f"SELECT * FROM {name}").to_arrow_table())
+            _add(tables, _released_job(data), Published(name.split(".")[-1], "job", method, 0,
+                                                         sql))  # fmt: skip
         suppressed = [t.name for t in policy.confidential_tables if t.suppression is not None]
         if suppressed:
             say(f"suppression patterns of {', '.join(suppressed)}")
@@ -152,6 +154,19 @@ def _released_pattern(con, universe) -> pa.Table:
     select = exp.select(*columns).from_(pattern_table(universe.table))
     select = select.order_by(exp.column("__level"), *codes)
     return con.sql(engine.to_sql(select)).to_arrow_table()
+
+
+def _released_job(table: pa.Table) -> pa.Table:
+    """A job output as a release shows it: a suppression job's ``status`` becomes published or
+    suppressed, and the ``rule`` that fired is left out; both would tell which cells are
+    sensitive (primary) and why (e.g. fewer than 3 units), which the pattern hides."""
+    if "status" in table.column_names:
+        published = pc.equal(table["status"], "published")
+        status = pc.if_else(published, "published", "suppressed")
+        table = table.set_column(table.column_names.index("status"), "status", status)
+    if "rule" in table.column_names:
+        table = table.drop_columns(["rule"])
+    return table
 
 
 def _clean(table: pa.Table) -> pa.Table:

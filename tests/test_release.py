@@ -154,3 +154,28 @@ def test_publish_refusals(suppress_template, tmp_path):
     assert cli("--replace").returncode == 0
     with pytest.raises(sqlsdc.Error, match="another file"):
         publish(db, db, "admin")
+
+
+def test_released_job_output_does_not_tell_which_cells_are_sensitive(suppress_template, tmp_path):
+    """The stored job output keeps primary/secondary and the rule for admins; the release shows
+    published/suppressed only, as the released suppression patterns do."""
+    db, out = tmp_path / "demo.duckdb", tmp_path / "release.duckdb"
+    shutil.copy(suppress_template, db)
+    protect_query(db, "admin", "SELECT region, education, COUNT(*) FROM persons WHERE age >= 85 "
+                  "GROUP BY region, education", into="old", time_limit=10)  # fmt: skip
+    publish(db, out, "admin")
+    source = open_database(db)
+    try:
+        stored = source.sql("SELECT status FROM protected.old").df()
+    finally:
+        source.close()
+    release = open_database(out, read_only=True)
+    try:
+        shown = release.sql("SELECT * FROM old").df()
+    finally:
+        release.close()
+    assert {"primary", "secondary"} <= set(stored["status"])
+    assert "rule" not in shown.columns
+    assert set(shown["status"]) == {"published", "suppressed"}
+    assert (shown["status"] == "suppressed").sum() == stored["status"].isin(
+        ["primary", "secondary"]).sum()
