@@ -76,7 +76,7 @@ def policy(users: int) -> dict:
 
 def build(path: Path, rows: int, users: int) -> None:
     con = open_database(path)
-    persons = rows
+    persons = rows  # synthetic columns from hash(row number): reproducible data, not noise
     con.execute(
         f"""CREATE TABLE persons AS SELECT range AS pid,
             'R' || lpad(CAST(range % 20 AS VARCHAR), 2, '0') AS region,

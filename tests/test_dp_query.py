@@ -474,3 +474,29 @@ def test_noisy_median_is_close_to_the_true_median(dp_db, raw):
         (median,) = con.execute("SELECT MEDIAN(income) FROM persons").fetchall()[0]
     rank = np.searchsorted(np.sort(values), median) / len(values)
     assert 0.4 <= rank <= 0.6  # permute-and-flip rank error bound: a few dozen of ~2,900 rows
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT MEDIAN(income) FROM persons",
+        "SELECT region, QUANTILE_CONT(income, 0.99) FROM persons GROUP BY region",
+        "SELECT VAR_POP(income), STDDEV(income) FROM persons WHERE region = 'R01'",
+        "SELECT QUANTILE_DISC(age, 0.5) FROM persons",
+    ],
+)
+def test_variances_and_quantiles_stay_refused_without_dp(analyst, sql):
+    """The demo's persons use the cell key method: the aggregates only DP protects are refused
+    there (a 0.99 quantile or a variance would reveal extreme values)."""
+    with pytest.raises(PolicyViolation, match="not allowed"):
+        analyst.execute(sql)
+
+
+def test_dp_aggregates_over_noisy_results_are_post_processing(dp_db):
+    with sqlsdc.connect(dp_db, "ana") as con:
+        direct = [n for (_r, n) in con.execute(
+            "SELECT region, COUNT(*) FROM persons GROUP BY region").fetchall()]
+        (median,) = con.execute(
+            "SELECT MEDIAN(n) FROM (SELECT region, COUNT(*) AS n FROM persons GROUP BY region)"
+        ).fetchall()[0]
+    assert median == float(np.median(direct))

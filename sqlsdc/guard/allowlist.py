@@ -113,28 +113,6 @@ SCALAR_FUNCTIONS = (
 # Aggregates over confidential rows: each has a protection mechanism.
 PROTECTED_AGGREGATES = (exp.Count, exp.Sum, exp.Avg)
 
-# Aggregates and window functions allowed only over public or already protected values.
-UNPROTECTED_AGGREGATES = (
-    exp.Min,
-    exp.Max,
-    exp.Stddev,
-    exp.StddevSamp,
-    exp.StddevPop,
-    exp.Variance,
-    exp.VariancePop,
-    exp.Median,
-    exp.Quantile,
-    exp.PercentileCont,
-    exp.PercentileDisc,
-    exp.RowNumber,
-    exp.Rank,
-    exp.DenseRank,
-    exp.Lag,
-    exp.Lead,
-    exp.FirstValue,
-    exp.LastValue,
-)
-
 # Aggregates over confidential rows that only differential privacy protects (bounded measures).
 DP_AGGREGATES = (
     exp.Stddev,
@@ -146,6 +124,21 @@ DP_AGGREGATES = (
     exp.Quantile,
     exp.PercentileCont,
     exp.PercentileDisc,
+)
+
+# Aggregates and window functions allowed only over public or already protected values (the
+# DP aggregates too, except over confidential rows of a table whose magnitudes use DP).
+UNPROTECTED_AGGREGATES = (
+    exp.Min,
+    exp.Max,
+    *DP_AGGREGATES,
+    exp.RowNumber,
+    exp.Rank,
+    exp.DenseRank,
+    exp.Lag,
+    exp.Lead,
+    exp.FirstValue,
+    exp.LastValue,
 )
 
 ALLOWED = STRUCTURE + OPERATORS + SCALAR_FUNCTIONS + PROTECTED_AGGREGATES + UNPROTECTED_AGGREGATES
