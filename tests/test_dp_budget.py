@@ -223,6 +223,47 @@ def test_asking_the_same_cells_again_costs_nothing_and_gives_the_same_values(con
     assert stored == [("alice", 4), ("bob", 3)]
 
 
+def test_cells_cached_by_a_concurrent_query_are_not_cached_twice(con):
+    """Two queries of one user draw the same new cells; the second charge finds them cached
+    (a key conflict), retries without them, and is still charged: it has drawn them too."""
+    frame, space, mechanisms = _count_cells()
+    drawn = add_noise(frame, space, mechanisms, secret=SECRET, policy_version=3)
+    _charge(con, cells=drawn.new_cells, policy_version=3, qid=1)
+    _charge(con, cells=drawn.new_cells, policy_version=3, qid=2)
+    assert _ledger_rows(con) == 2
+    assert con.execute("SELECT count(*) FROM sqlsdc.dp_cells").fetchone()[0] == 3
+    assert budget.spent(con, BudgetKey("alice")).epsilon == 2 * EPS.epsilon
+
+
+def test_a_cache_of_an_older_catalog_is_keyed_with_its_rows_kept(tmp_path):
+    """Catalogs made before ``dp_cells`` had its one-column key are rebuilt on first use."""
+    path = tmp_path / "old.duckdb"
+    con = open_database(path)
+    ensure_catalog(con)
+    frame, space, mechanisms = _count_cells()
+    first = _ask(con, frame, space, mechanisms)
+    con.execute("DROP TABLE sqlsdc.dp_cells")
+    con.execute(
+        """CREATE TABLE sqlsdc.dp_cells (user_name VARCHAR NOT NULL, policy_version INTEGER
+        NOT NULL, cell_hash VARCHAR NOT NULL, cell VARCHAR NOT NULL, column_name VARCHAR NOT
+        NULL, statistic VARCHAR NOT NULL, value VARCHAR NOT NULL, query_id BIGINT NOT NULL,
+        released_at TIMESTAMP NOT NULL, PRIMARY KEY (user_name, policy_version, cell_hash))"""
+    )
+    for cell in first.new_cells:
+        con.execute(
+            "INSERT INTO sqlsdc.dp_cells VALUES ('alice', 3, ?, ?, 'n', 'count', ?, 1, now())",
+            [cell.identity.digest, cell.identity.text, str(cell.value)],
+        )
+    con.close()
+    con = open_database(path)
+    assert budget.cached_cells(con, "alice", 3, [c.identity.digest for c in first.new_cells]) == {}
+    budget.ensure_budget_catalog(con)
+    again = _ask(con, frame, space, mechanisms, qid=2)
+    assert again.reused == 3 and not again.new_cells and _ledger_rows(con) == 1
+    assert again.values["n"] == first.values["n"]
+    con.close()
+
+
 def test_refused_charges_cache_nothing(con):
     frame, space, mechanisms = _count_cells(scale=Fraction(1, 20))  # epsilon 20 > alice's 10
     with pytest.raises(BudgetExhausted):

@@ -44,15 +44,14 @@ Example:
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from fractions import Fraction
 
-import pyarrow as pa
-
 from sqlsdc.catalog.schema import CATALOG_SCHEMA
-from sqlsdc.catalog.store import ensure_catalog, now
+from sqlsdc.catalog.store import dp_cell_entry, ensure_catalog, now
 from sqlsdc.engines.duckdb import EngineError, one
 from sqlsdc.errors import BudgetExhausted, Error
 from sqlsdc.mechanisms.accountant import BudgetLimit, PrivacyCost, fraction
@@ -79,7 +78,6 @@ __all__ = [
 
 S = CATALOG_SCHEMA
 ALL = "*"
-_NEW_CELLS_VIEW = "__sqlsdc_new_dp_cells"
 _CONFLICT_RETRIES = 20
 
 
@@ -140,23 +138,40 @@ def _cost(eps: str | None, rho: str | None) -> PrivacyCost:
     return PrivacyCost(Fraction(eps or 0), Fraction(rho or 0))
 
 
+_WITH_BUDGET_TABLES: weakref.WeakSet = weakref.WeakSet()
+
+
 def _has_budget_tables(con) -> bool:
-    return (
+    """Whether the catalog has the budget tables in their current layout; remembered per
+    connection once true (the tables are never dropped), since every charge and cache look-up
+    asks."""
+    if con in _WITH_BUDGET_TABLES:
+        return True
+    found = (
         one(
             con,
-            "SELECT 1 FROM duckdb_tables() WHERE database_name = current_database() "
-            "AND schema_name = ? AND table_name = 'budget_spend'",
+            "SELECT 1 FROM duckdb_columns() WHERE database_name = current_database() "
+            "AND schema_name = ? AND table_name = 'dp_cells' AND column_name = 'entry'",
             [S],
         )
         is not None
     )
+    if found:
+        _WITH_BUDGET_TABLES.add(con)
+    return found
 
 
 def ensure_budget_catalog(con) -> None:
     """Create the budget tables if this catalog predates them (needs a writable connection)."""
     if not _has_budget_tables(con):
         try:
-            ensure_catalog(con)
+            con.execute("BEGIN TRANSACTION")
+            try:
+                ensure_catalog(con)
+                con.execute("COMMIT")
+            except BaseException:
+                _rollback(con)
+                raise
         except EngineError:  # another connection created them at the same moment
             if not _has_budget_tables(con):
                 raise
@@ -176,52 +191,64 @@ def _tables(tables: Iterable[str]) -> tuple[str, ...]:
 # --- limits and spending ---------------------------------------------------------------------
 
 
-def _grants(con) -> dict[BudgetKey, PrivacyCost]:
+def _events(con) -> tuple[dict[BudgetKey, PrivacyCost], dict[BudgetKey, int]]:
+    """Every key's total grant and the ``seq`` of its last reset, from one read of the
+    (small) table of administrators' events."""
+    grants: dict[BudgetKey, PrivacyCost] = {}
+    resets: dict[BudgetKey, int] = {}
     if not _has_budget_tables(con):
-        return {}
+        return grants, resets
     rows = con.execute(
-        f"SELECT user_name, table_name, epsilon, rho FROM {S}.budget_events "
-        "WHERE action = 'grant' ORDER BY seq"
+        f"SELECT action, user_name, table_name, epsilon, rho, seq FROM {S}.budget_events "
+        "ORDER BY seq"
     ).fetchall()
-    total: dict[BudgetKey, PrivacyCost] = {}
-    for user, table, eps, rho in rows:
+    for action, user, table, eps, rho, seq in rows:
         key = BudgetKey(user, table)
-        total[key] = total.get(key, PrivacyCost()) + _cost(eps, rho)
-    return total
+        if action == "grant":
+            grants[key] = grants.get(key, PrivacyCost()) + _cost(eps, rho)
+        else:
+            resets[key] = seq
+    return grants, resets
 
 
 def effective_limits(
     con, limits: Mapping[BudgetKey, BudgetLimit] | None = None
 ) -> dict[BudgetKey, BudgetLimit]:
     """Every key's limit: the given (policy) limit plus the administrators' grants."""
+    return _with_grants(limits, _events(con)[0])
+
+
+def _with_grants(limits, grants) -> dict[BudgetKey, BudgetLimit]:
     result = dict(limits or {})
-    for key, granted in _grants(con).items():
+    for key, granted in grants.items():
         result[key] = result.get(key, BudgetLimit()) + granted
     return result
 
 
-def _last_reset(con, key: BudgetKey) -> int:
-    row = one(
-        con,
-        f"SELECT coalesce(max(seq), 0) FROM {S}.budget_events WHERE action = 'reset' "
-        "AND user_name = ? AND table_name = ?",
-        [key.user, key.table],
-    )
-    return row[0]
-
-
 def spent(con, key: BudgetKey) -> PrivacyCost:
     """What the queries ``key`` covers have spent since its last reset."""
-    if not _has_budget_tables(con):
-        return PrivacyCost()
+    return _spent(con, [key])[key]
+
+
+def _spent(con, keys: list[BudgetKey], resets=None) -> dict[BudgetKey, PrivacyCost]:
+    """:func:`spent` of every key in one statement (``resets``: :func:`_events`' second part,
+    read when not given). The ledger is summed in SQL per distinct cost, so exact fractions
+    are added once per distinct cost, not once per charge."""
+    total = {key: PrivacyCost() for key in keys}
+    if not keys or not _has_budget_tables(con):
+        return total
+    if resets is None:
+        resets = _events(con)[1]
     rows = con.execute(
-        f"SELECT epsilon, rho FROM {S}.budget_spend WHERE seq > ? "
-        "AND (? = '*' OR user_name = ?) AND (? = '*' OR list_contains(tables, ?))",
-        [_last_reset(con, key), key.user, key.user, key.table, key.table],
+        f"""SELECT k.u, k.t, s.epsilon, s.rho, count(*)
+        FROM (SELECT unnest(?) AS u, unnest(?) AS t, unnest(?) AS since) AS k, {S}.budget_spend s
+        WHERE s.seq > k.since AND (k.u = '*' OR s.user_name = k.u)
+        AND (k.t = '*' OR list_contains(s.tables, k.t)) GROUP BY ALL""",
+        [[k.user for k in keys], [k.table for k in keys], [resets.get(k, 0) for k in keys]],
     ).fetchall()
-    total = PrivacyCost()
-    for eps, rho in rows:
-        total = total + _cost(eps, rho)
+    for user, table, eps, rho, n in rows:
+        key = BudgetKey(user, table)
+        total[key] = total[key] + _cost(eps, rho) * n
     return total
 
 
@@ -241,11 +268,11 @@ def budget_status(
     if user is not None:
         keys = {k for k in keys if k.user in (ALL, user)}
         keys.add(BudgetKey(user))
+    used = _spent(con, sorted(keys))
     out = []
-    for key in sorted(keys):
+    for key, cost in used.items():
         limit = lims.get(key, BudgetLimit())
-        used = spent(con, key)
-        out.append(BudgetStatus(key, limit, used, limit.remaining(used)))
+        out.append(BudgetStatus(key, limit, cost, limit.remaining(cost)))
     return out
 
 
@@ -342,23 +369,26 @@ def charge(
             (updated,) = one(con, f"UPDATE {S}.budget_lock SET charges = charges + 1 WHERE id = 1")
             if not updated:
                 con.execute(f"INSERT INTO {S}.budget_lock VALUES (1, 1)")
+            grants, resets = _events(con)
             lims = {
-                k: v for k, v in effective_limits(con, limits).items() if k.applies_to(user, tables)
+                k: v for k, v in _with_grants(limits, grants).items() if k.applies_to(user, tables)
             }
-            used = {k: spent(con, k) for k in lims}
+            used = _spent(con, list(lims), resets)
             refusal = _refusal(user, tables, cost, lims, used)
             if refusal is not None:
                 binding = _binding_remaining(cost, lims, used)
                 raise BudgetExhausted(refusal, requested=cost, remaining=binding)
-            (seq,) = one(con, f"SELECT nextval('{S}.budget_seq')")
             at = now()
-            con.execute(
-                f"INSERT INTO {S}.budget_spend VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [seq, query_id, at, user, list(tables), str(cost.epsilon), str(cost.rho),
-                 len(cells), policy_version],
+            (seq,) = one(
+                con,
+                f"INSERT INTO {S}.budget_spend VALUES (nextval('{S}.budget_seq'), ?, ?, ?, ?, ?, "
+                "?, ?, ?) RETURNING seq",
+                [query_id, at, user, list(tables), str(cost.epsilon), str(cost.rho), len(cells),
+                 policy_version],
             )  # fmt: skip
             if cells:
-                _insert_cells(con, user, policy_version, query_id, at, cells)
+                _insert_cells(con, user, policy_version, query_id, at, cells,
+                              skip_cached=attempt > 0)  # fmt: skip
             con.execute("COMMIT")
             return Charge(seq, query_id, user, tables, cost, len(cells), at)
         except BudgetExhausted:
@@ -383,25 +413,22 @@ def _binding_remaining(cost: PrivacyCost, lims, used) -> BudgetLimit:
     return BudgetLimit(min(eps) if eps else Fraction(0), min(rho) if rho else Fraction(0))
 
 
-def _insert_cells(con, user, policy_version, query_id, at, cells: list[CellRecord]) -> None:
-    batch = pa.table(
-        {
-            "cell_hash": [c.identity.digest for c in cells],
-            "cell": [c.identity.text for c in cells],
-            "column_name": [c.column for c in cells],
-            "statistic": [c.statistic.value for c in cells],
-            "value": [str(c.value) for c in cells],
-        }
-    )
-    con.register(_NEW_CELLS_VIEW, batch)
-    try:
-        con.execute(
-            f"INSERT OR IGNORE INTO {S}.dp_cells SELECT ?, ?, cell_hash, cell, column_name, "
-            f"statistic, value, ?, ? FROM {_NEW_CELLS_VIEW}",
-            [user, policy_version, query_id, at],
-        )
-    finally:
-        con.unregister(_NEW_CELLS_VIEW)
+def _insert_cells(con, user, policy_version, query_id, at, cells: list[CellRecord],
+                  *, skip_cached: bool) -> None:
+    """Cache the new cells. A concurrent query of the same user may have cached some of them
+    since they were looked up (with the same values: the noise is a function of the cell);
+    the retry after that key conflict (``skip_cached``) leaves those out."""
+    if skip_cached:
+        have = cached_cells(con, user, policy_version, [c.identity.digest for c in cells])
+        cells = [c for c in cells if c.identity.digest not in have]
+    con.execute(
+        f"INSERT INTO {S}.dp_cells SELECT unnest(?::BLOB[]), ?, ?, unnest(?), unnest(?), "
+        "unnest(?), unnest(?), unnest(?), ?, ?",
+        [[dp_cell_entry(user, policy_version, c.identity.digest) for c in cells], user,
+         policy_version, [c.identity.digest for c in cells], [c.identity.text for c in cells],
+         [c.column for c in cells], [c.statistic.value for c in cells],
+         [str(c.value) for c in cells], query_id, at],
+    )  # fmt: skip
 
 
 def cached_cells(
@@ -411,15 +438,10 @@ def cached_cells(
     digests = list(dict.fromkeys(digests))
     if not digests or not _has_budget_tables(con):
         return {}
-    con.register(_NEW_CELLS_VIEW, pa.table({"cell_hash": digests}))
-    try:
-        rows = con.execute(
-            f"SELECT d.cell_hash, d.value FROM {S}.dp_cells d JOIN {_NEW_CELLS_VIEW} n "
-            "USING (cell_hash) WHERE d.user_name = ? AND d.policy_version = ?",
-            [user, policy_version],
-        ).fetchall()
-    finally:
-        con.unregister(_NEW_CELLS_VIEW)
+    rows = con.execute(
+        f"SELECT cell_hash, value FROM {S}.dp_cells WHERE entry IN (SELECT unnest(?::BLOB[]))",
+        [[dp_cell_entry(user, policy_version, d) for d in digests]],
+    ).fetchall()
     return {h: Fraction(v) for h, v in rows}
 
 

@@ -22,6 +22,21 @@ from __future__ import annotations
 CATALOG_SCHEMA = "sqlsdc"
 CATALOG_VERSION = 1
 
+# ``entry`` = sha256(user | policy_version | cell_hash), the table's one-column key: DuckDB looks
+# up a one-column ART index per key, but scans the whole table for a compound key, so the cache
+# look-up and the insert of every DP query would grow with the ledger.
+DP_CELLS_DDL = f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.dp_cells (
+        entry BLOB PRIMARY KEY,
+        user_name VARCHAR NOT NULL,
+        policy_version INTEGER NOT NULL,
+        cell_hash VARCHAR NOT NULL,
+        cell VARCHAR NOT NULL,
+        column_name VARCHAR NOT NULL,
+        statistic VARCHAR NOT NULL,
+        value VARCHAR NOT NULL,
+        query_id BIGINT NOT NULL,
+        released_at TIMESTAMP NOT NULL)"""
+
 DDL = (
     f"CREATE SCHEMA IF NOT EXISTS {CATALOG_SCHEMA}",
     f"CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.meta (key VARCHAR PRIMARY KEY, value VARCHAR)",
@@ -120,15 +135,5 @@ DDL = (
     f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.budget_lock (
         id INTEGER PRIMARY KEY,
         charges BIGINT NOT NULL)""",
-    f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.dp_cells (
-        user_name VARCHAR NOT NULL,
-        policy_version INTEGER NOT NULL,
-        cell_hash VARCHAR NOT NULL,
-        cell VARCHAR NOT NULL,
-        column_name VARCHAR NOT NULL,
-        statistic VARCHAR NOT NULL,
-        value VARCHAR NOT NULL,
-        query_id BIGINT NOT NULL,
-        released_at TIMESTAMP NOT NULL,
-        PRIMARY KEY (user_name, policy_version, cell_hash))""",
+    DP_CELLS_DDL,
 )

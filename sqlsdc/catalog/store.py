@@ -15,7 +15,7 @@ from functools import lru_cache
 import pyarrow as pa
 from sqlglot import exp
 
-from sqlsdc.catalog.schema import CATALOG_SCHEMA, CATALOG_VERSION, DDL
+from sqlsdc.catalog.schema import CATALOG_SCHEMA, CATALOG_VERSION, DDL, DP_CELLS_DDL
 from sqlsdc.engines.duckdb import one
 from sqlsdc.errors import Error
 
@@ -41,9 +41,11 @@ def has_catalog(con) -> bool:
 
 
 def ensure_catalog(con) -> None:
-    """Create the catalog schema if needed and check its version."""
+    """Create the catalog schema if needed, check its version and bring older layouts up to
+    date."""
     for statement in DDL:
         con.execute(statement)
+    _key_dp_cells(con)
     row = one(con, f"SELECT value FROM {S}.meta WHERE key = 'catalog_version'")
     if row is None:
         con.execute(f"INSERT INTO {S}.meta VALUES ('catalog_version', ?)", [str(CATALOG_VERSION)])
@@ -52,6 +54,33 @@ def ensure_catalog(con) -> None:
             f"this database has catalog version {row[0]}, newer than this sqlsdc "
             f"({CATALOG_VERSION}); upgrade sqlsdc"
         )
+
+
+def dp_cell_entry(user: str, policy_version: int, cell_hash: str) -> bytes:
+    """The key of a cached DP cell in ``dp_cells`` (the same as the SQL of :func:`_key_dp_cells`:
+    ``cell_hash`` is hex and the version digits, so the text is unambiguous)."""
+    return hashlib.sha256(f"{user}|{policy_version}|{cell_hash}".encode()).digest()
+
+
+def _key_dp_cells(con) -> None:
+    """Catalogs made before ``dp_cells`` had its one-column key ``entry``: rebuild the table
+    with the same rows (callers run :func:`ensure_catalog` in a transaction)."""
+    if one(
+        con,
+        "SELECT 1 FROM duckdb_columns() WHERE database_name = current_database() "
+        "AND schema_name = ? AND table_name = 'dp_cells' AND column_name = 'entry'",
+        [S],
+    ):
+        return
+    con.execute(f"ALTER TABLE {S}.dp_cells RENAME TO dp_cells_unkeyed")
+    con.execute(DP_CELLS_DDL)
+    con.execute(
+        f"""INSERT INTO {S}.dp_cells SELECT unhex(sha256(user_name || '|' ||
+        CAST(policy_version AS VARCHAR) || '|' || cell_hash)), user_name, policy_version,
+        cell_hash, cell, column_name, statistic, value, query_id, released_at
+        FROM {S}.dp_cells_unkeyed"""
+    )
+    con.execute(f"DROP TABLE {S}.dp_cells_unkeyed")
 
 
 def ensure_secret(con, name: str = "prf") -> bool:

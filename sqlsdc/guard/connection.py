@@ -16,7 +16,14 @@ import pyarrow as pa
 from sqlglot import exp
 
 from sqlsdc.catalog import store
-from sqlsdc.catalog.budget import BudgetStatus, budget_status, cached_cells, charge, policy_limits
+from sqlsdc.catalog.budget import (
+    BudgetStatus,
+    budget_status,
+    cached_cells,
+    charge,
+    ensure_budget_catalog,
+    policy_limits,
+)
 from sqlsdc.catalog.patterns import ensure_patterns
 from sqlsdc.catalog.ptables import load_ptables
 from sqlsdc.catalog.setup import unit_index_name
@@ -88,6 +95,7 @@ class Connection:
                     "ask an admin to add it under `users:`"
                 )
             self._context = _context(con, policy, version)
+            ensure_budget_catalog(con)  # brings a cache of DP cells from older versions along
         except BaseException:
             con.close()
             raise
