@@ -33,27 +33,21 @@ def _decimal(x: Fraction | None) -> str | None:
     return f"{float(x):.{digits}f}" if digits <= 15 else str(x)
 
 
-STATUS_COLUMNS = (
-    "user", "table", "epsilon_limit", "epsilon_spent", "epsilon_remaining",
-    "rho_limit", "rho_spent", "rho_remaining",
-)  # fmt: skip
+KINDS = ("epsilon", "rho", "delta")
+STATUS_COLUMNS = ("user", "table") + tuple(
+    f"{kind}_{part}" for kind in KINDS for part in ("limit", "spent", "remaining")
+)
 
 
 def _rows(statuses) -> list[dict]:
     rows = []
     for s in statuses:
-        rows.append(
-            {
-                "user": s.key.user,
-                "table": s.key.table,
-                "epsilon_limit": _decimal(s.limit.epsilon),
-                "epsilon_spent": _decimal(s.spent.epsilon),
-                "epsilon_remaining": _decimal(s.remaining.epsilon),
-                "rho_limit": _decimal(s.limit.rho),
-                "rho_spent": _decimal(s.spent.rho),
-                "rho_remaining": _decimal(s.remaining.rho),
-            }
-        )
+        row = {"user": s.key.user, "table": s.key.table}
+        for kind in KINDS:
+            row[f"{kind}_limit"] = _decimal(getattr(s.limit, kind))
+            row[f"{kind}_spent"] = _decimal(getattr(s.spent, kind))
+            row[f"{kind}_remaining"] = _decimal(getattr(s.remaining, kind))
+        rows.append(row)
     return rows
 
 
@@ -87,14 +81,16 @@ def budget(ctx, db: str, who: str | None, history: bool, show_ledger: bool, fmt:
 
     A row's user or table '*' means all users or all tables: (alice, *) bounds what alice
     spends over all tables, (*, persons) what all users together spend on persons. Every
-    budget that applies to a query must allow it; a kind (ε or ρ) that no budget bounds cannot
-    be spent at all. Empty limits mean "not limited by this row".
+    budget that applies to a query must allow it; a kind (ε, ρ, or the δ of private group
+    selection) that no budget bounds cannot be spent at all. Empty limits mean "not limited by
+    this row".
 
     \b
     Examples:
       sqlsdc budget demo.duckdb
       sqlsdc budget demo.duckdb --user analyst --format json
       sqlsdc budget demo.duckdb grant --user analyst --epsilon 1 --reason "Q3 study" --admin root
+      sqlsdc budget demo.duckdb grant --user analyst --delta 1e-6 --reason "..." --admin root
       sqlsdc budget demo.duckdb reset --user analyst --reason "new quarter" --admin root
     """
     ctx.obj = {"db": db}
@@ -150,11 +146,16 @@ def _admin_session(db: str, admin: str):
     return con, load_policy(current[1], name=current[2])
 
 
-def _amount(text: str | None, name: str) -> Fraction | None:
+def _amount(text: str | None, name: str, *, below: Fraction | None = None) -> Fraction | None:
     try:
-        return ledger.parse_amount(text, name)
+        value = ledger.parse_amount(text, name)
     except (TypeError, ValueError) as e:
         raise click.BadParameter(str(e), param_hint=f"--{name}") from None
+    if value is not None and below is not None and not value < below:
+        raise click.BadParameter(
+            f"{name} must be below {below}, got {text}", param_hint=f"--{name}"
+        )
+    return value
 
 
 _target_options = [
@@ -180,23 +181,24 @@ def _with_target_options(f):
 @_with_target_options
 @click.option("--epsilon", help="ε to add (exact: 1, 0.5 or 1/3).")
 @click.option("--rho", help="ρ (zCDP) to add (exact: 1, 0.5 or 1/3).")
+@click.option("--delta", help="δ of private group selection to add (exact, below 1: 1e-6).")
 @click.pass_obj
-def grant(obj, user, table, reason, admin, epsilon, rho) -> None:
-    """Raise a budget by ε and/or ρ (admins only; recorded with who, when and why)."""
+def grant(obj, user, table, reason, admin, epsilon, rho, delta) -> None:
+    """Raise a budget by ε, ρ and/or δ (admins only; recorded with who, when and why)."""
     eps, r = _amount(epsilon, "epsilon"), _amount(rho, "rho")
-    if eps is None and r is None:
-        raise click.UsageError("give --epsilon and/or --rho")
+    d = _amount(delta, "delta", below=Fraction(1))
+    if eps is None and r is None and d is None:
+        raise click.UsageError("give --epsilon, --rho and/or --delta")
+    added = PrivacyCost(eps or 0, r or 0, d or 0)
     con, policy = _admin_session(obj["db"], admin)
     try:
         key = _target(policy, user, table)
-        seq = ledger.grant(con, admin=admin, key=key, cost=PrivacyCost(eps or 0, r or 0),
-                           reason=reason)  # fmt: skip
+        seq = ledger.grant(con, admin=admin, key=key, cost=added, reason=reason)
         statuses = ledger.budget_status(con, ledger.policy_limits(policy))
         (status,) = [s for s in statuses if s.key == key]
     finally:
         con.close()
-    added = PrivacyCost(eps or 0, r or 0).describe()
-    click.echo(f"granted {added} to {key.describe()} (event {seq})")
+    click.echo(f"granted {added.describe()} to {key.describe()} (event {seq})")
     click.echo(f"  limit now {status.limit.describe()}; remaining {status.remaining.describe()}")
 
 

@@ -74,7 +74,8 @@ def test_grant_show_and_reset_in_subprocesses(db):
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout) == [
         {"user": "alice", "table": "*", "epsilon_limit": "1.5", "epsilon_spent": "0.5",
-         "epsilon_remaining": "1", "rho_limit": None, "rho_spent": "0", "rho_remaining": None}
+         "epsilon_remaining": "1", "rho_limit": None, "rho_spent": "0", "rho_remaining": None,
+         "delta_limit": None, "delta_spent": "0", "delta_remaining": None}
     ]  # fmt: skip
     reset = run(db, "reset", "--user", "alice", "--reason", "new quarter", "--admin", "root")
     assert "reset the budget of user 'alice' on all tables" in reset.output
@@ -88,8 +89,34 @@ def test_grant_show_and_reset_in_subprocesses(db):
         "rho_limit",
         "rho_spent",
         "rho_remaining",
+        "delta_limit",
+        "delta_spent",
+        "delta_remaining",
     ]
-    assert row.split() == ["alice", "*", "1.5", "0", "1.5", "-", "0", "-"]  # fmt: skip
+    assert row.split() == ["alice", "*", "1.5", "0", "1.5", "-", "0", "-", "-", "0", "-"]
+
+
+def test_delta_grants_in_subprocesses(db):
+    granted = sqlsdc_cli(db, "grant", "--user", "alice", "--epsilon", "1", "--delta", "1e-6",
+                         "--reason", "private groups", "--admin", "root")  # fmt: skip
+    assert granted.returncode == 0, granted.stderr
+    assert "granted ε = 1, δ = 1/1000000 (~1e-06) to user 'alice' on all tables" in granted.stdout
+    assert "limit now ε 1, ρ unlimited, δ 1/1000000 (~1e-06)" in granted.stdout
+    spent = PrivacyCost(epsilon=Fraction(1, 2), delta=Fraction(1, 4 * 10**6))
+    con = open_database(db)
+    try:
+        budget.charge(con, user="alice", tables=["persons"], cost=spent, query_id=1, limits=None)
+    finally:
+        con.close()
+    shown = sqlsdc_cli(db, "--user", "alice", "--format", "json")
+    assert shown.returncode == 0, shown.stderr
+    (row,) = json.loads(shown.stdout)
+    assert (row["delta_limit"], row["delta_spent"], row["delta_remaining"]) == (
+        "0.000001", "0.00000025", "0.00000075")  # fmt: skip
+    history = json.loads(sqlsdc_cli(db, "--history", "--format", "json").stdout)
+    assert [(h["epsilon"], h["rho"], h["delta"]) for h in history] == [("1", None, "1/1000000")]
+    ledger = json.loads(sqlsdc_cli(db, "--ledger", "--format", "json").stdout)
+    assert [(r["epsilon"], r["delta"]) for r in ledger] == [("1/2", "1/4000000")]
 
 
 def test_refusals_have_meaningful_exit_codes_in_subprocesses(db, tmp_path):
@@ -135,8 +162,11 @@ def test_table_and_all_users_budgets(db):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["grant", "--user", "alice", "--reason", "x"], "give --epsilon and/or --rho"),
+        (["grant", "--user", "alice", "--reason", "x"], "give --epsilon, --rho and/or --delta"),
         (["grant", "--user", "alice", "--epsilon", "-1", "--reason", "x"], "must be > 0"),
+        (["grant", "--user", "alice", "--delta", "1", "--reason", "x"],
+         "Invalid value for --delta: delta must be below 1, got 1"),
+        (["grant", "--user", "alice", "--delta", "0", "--reason", "x"], "delta must be > 0"),
         (["grant", "--user", "alice", "--epsilon", "lots", "--reason", "x"], "must be a number"),
         (["grant", "--user", "alice", "--epsilon", "1"], "Missing option '--reason'"),
         (["grant", "--user", "mallory", "--epsilon", "1", "--reason", "x"],

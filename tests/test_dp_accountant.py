@@ -88,9 +88,43 @@ def test_limits_allow_exactly_the_budget_and_not_a_hair_more():
     assert not BudgetLimit(epsilon=0).allows(ZERO, PrivacyCost(epsilon=HAIR))
     assert limit.remaining(PrivacyCost(epsilon=2)) == BudgetLimit(epsilon=0)
     assert (limit + PrivacyCost(rho=Fraction(1, 2))) == BudgetLimit(1, Fraction(1, 2))
-    assert BudgetLimit().describe() == "ε unlimited, ρ unlimited"
+    assert BudgetLimit().describe() == "ε unlimited, ρ unlimited, δ unlimited"
     with pytest.raises(ValueError, match="epsilon limit must be >= 0"):
         BudgetLimit(epsilon=-1)
+
+
+def test_deltas_add_up_by_basic_composition():
+    selection = PrivacyCost(epsilon=1, delta=Fraction(1, 10**6))
+    total = compose([selection, PrivacyCost(rho=Fraction(1, 10)), 2 * selection])
+    assert total == PrivacyCost(epsilon=3, rho=Fraction(1, 10), delta=Fraction(3, 10**6))
+    assert total.describe() == "ε = 3, ρ = 1/10 (~0.1), δ = 3/1000000 (~3e-06)"
+    assert not PrivacyCost(delta=HAIR).is_zero
+    # with a delta of its own, epsilon' is the basic-composition bound (delta: the sum)
+    assert total.to_approx_dp(1e-6) == 3 + zcdp_to_approx_dp(Fraction(1, 10), 1e-6)
+    assert selection.to_approx_dp(1e-6) == 1
+    with pytest.raises(ValueError, match="delta must be >= 0"):
+        PrivacyCost(delta=-HAIR)
+
+
+def test_delta_limits_allow_exactly_the_budget_and_not_a_hair_more():
+    limit = BudgetLimit(epsilon=1, delta=Fraction(1, 10**5))
+    spent = PrivacyCost(epsilon=Fraction(1, 2), delta=Fraction(9, 10**6))
+    assert limit.allows(spent, PrivacyCost(delta=Fraction(1, 10**6)))
+    assert not limit.allows(spent, PrivacyCost(delta=Fraction(1, 10**6) + HAIR))
+    assert BudgetLimit(epsilon=1).allows(ZERO, PrivacyCost(delta=1))  # not bounded by this one
+    assert limit.remaining(spent) == BudgetLimit(Fraction(1, 2), None, Fraction(1, 10**6))
+    assert BudgetLimit(epsilon=1) + PrivacyCost(delta=HAIR) == BudgetLimit(1, None, HAIR)
+    assert limit + PrivacyCost(delta=HAIR) == BudgetLimit(1, None, Fraction(1, 10**5) + HAIR)
+    assert limit.describe() == "ε 1, ρ unlimited, δ 1/100000 (~1e-05)"
+    with pytest.raises(ValueError, match="delta limit must be >= 0"):
+        BudgetLimit(delta=-1)
+
+
+def test_noise_is_never_calibrated_with_a_delta():
+    with pytest.raises(ValueError, match="count is pure or zCDP and spends no delta"):
+        calibrate(Statistic.COUNT, Bounding(), PrivacyCost(epsilon=1, delta=HAIR))
+    with pytest.raises(ValueError, match="spends no delta"):
+        plan_aggregate(Aggregate.AVG, Bounding(lower=0, upper=1), PrivacyCost(rho=1, delta=HAIR))
 
 
 def test_bounding_is_validated():

@@ -160,11 +160,109 @@ def test_a_reset_applies_to_its_key_only(con):
         _charge(con, limits=limits)
 
 
+# --- delta of private group selection --------------------------------------------------------
+
+
+MICRO = Fraction(1, 10**6)
+SELECTION = PrivacyCost(epsilon=Fraction(1, 100), delta=MICRO)
+
+
+def test_delta_adds_up_and_is_refused_exactly_past_its_limit(con):
+    limits = {BudgetKey("alice"): BudgetLimit(epsilon=1, delta=4 * MICRO)}
+    _charge(con, SELECTION, limits=limits)
+    _charge(con, 2 * SELECTION, limits=limits)
+    _charge(con, PrivacyCost(delta=MICRO - HAIR), limits=limits)
+    refused = r"needs δ = 1/50{29} but only δ = 1/10{30} remains \(limit 1/250000, spent"
+    with pytest.raises(BudgetExhausted, match=refused) as info:
+        _charge(con, PrivacyCost(epsilon=Fraction(1, 100), delta=2 * HAIR), limits=limits)
+    assert info.value.requested.delta == 2 * HAIR and info.value.remaining.delta == HAIR
+    _charge(con, PrivacyCost(delta=HAIR), limits=limits)  # exactly the rest
+    (status,) = budget.budget_status(con, limits)
+    assert status.spent == PrivacyCost(epsilon=Fraction(3, 100), delta=4 * MICRO)
+    assert status.remaining == BudgetLimit(epsilon=Fraction(97, 100), delta=0)
+    assert [r["delta"] for r in budget.spend_ledger(con)] == [
+        str(HAIR), str(MICRO - HAIR), str(2 * MICRO), str(MICRO)]  # fmt: skip
+    assert _ledger_rows(con) == 4
+
+
+def test_delta_without_a_delta_budget_is_refused(con):
+    """An epsilon budget does not allow delta spending: a private-selection query needs one."""
+    with pytest.raises(BudgetExhausted, match=r"no δ budget applies to user 'alice' on persons, "
+                       r"so this query's δ = 1/1000000 cannot be spent \(fail closed\).*"
+                       r"--delta AMOUNT") as info:  # fmt: skip
+        _charge(con, SELECTION)
+    assert info.value.remaining == BudgetLimit(epsilon=1, rho=0, delta=0)
+    assert _ledger_rows(con) == 0
+
+
+def test_delta_grants_raise_the_limit_and_are_in_the_audit_trail(con):
+    budget.grant(con, admin="root", key=BudgetKey("alice"), cost=PrivacyCost(delta=MICRO),
+                 reason="private groups")  # fmt: skip
+    _charge(con, SELECTION)
+    with pytest.raises(BudgetExhausted, match="only δ = 0 remains"):
+        _charge(con, SELECTION)
+    budget.grant(con, admin="root", key=BudgetKey("alice"),
+                 cost=PrivacyCost(epsilon=1, delta=MICRO), reason="more")  # fmt: skip
+    _charge(con, SELECTION)
+    (status,) = budget.budget_status(con, ALICE)
+    assert status.limit == BudgetLimit(epsilon=2, delta=2 * MICRO)
+    assert status.spent.delta == 2 * MICRO
+    events = budget.budget_events(con, user="alice")
+    assert [(e["epsilon"], e["delta"]) for e in events] == [(None, "1/1000000"),
+                                                           ("1", "1/1000000")]  # fmt: skip
+    with pytest.raises(ValueError, match="a delta grant must be below 1"):
+        budget.grant(con, admin="root", key=BudgetKey("alice"), cost=PrivacyCost(delta=1),
+                     reason="too much")  # fmt: skip
+
+
+def _old_catalog(path):
+    """A catalog from before delta was accounted: no ``delta`` column in the ledger or the
+    events, rows written positionally as that version did."""
+    con = open_database(path)
+    ensure_catalog(con)
+    for table in ("budget_spend", "budget_events"):
+        con.execute(f"ALTER TABLE sqlsdc.{table} DROP COLUMN delta")
+    con.execute("INSERT INTO sqlsdc.budget_events VALUES (1, now(), 'root', 'grant', 'alice', "
+                "'*', '1/2', NULL, 'pilot')")  # fmt: skip
+    con.execute("INSERT INTO sqlsdc.budget_spend VALUES (2, 7, now(), 'alice', ['persons'], "
+                "'1/4', '0', 3, 1)")  # fmt: skip
+    con.execute("SELECT nextval('sqlsdc.budget_seq') FROM range(2)")  # seq 1 and 2 are taken
+    con.close()
+
+
+def test_an_older_catalog_gets_the_delta_columns_with_its_rows_kept(tmp_path):
+    path = tmp_path / "old.duckdb"
+    _old_catalog(path)
+    con = open_database(path, read_only=True)  # cannot migrate: reads the old layout as δ = 0
+    try:
+        (status,) = budget.budget_status(con)
+        assert status.spent == PrivacyCost(epsilon=Fraction(1, 4))
+        assert status.limit == BudgetLimit(epsilon=Fraction(1, 2))
+        assert [r["delta"] for r in budget.spend_ledger(con)] == ["0"]
+    finally:
+        con.close()
+    con = open_database(path)
+    try:
+        budget.ensure_budget_catalog(con)
+        (row,) = budget.spend_ledger(con)
+        assert (row["query_id"], row["epsilon"], row["delta"], row["cells"]) == (7, "1/4", "0", 3)
+        (event,) = budget.budget_events(con)
+        assert (event["epsilon"], event["delta"], event["reason"]) == ("1/2", None, "pilot")
+        limits = {BudgetKey("alice"): BudgetLimit(delta=MICRO)}
+        _charge(con, SELECTION, limits=limits, qid=8)
+        (status,) = budget.budget_status(con, limits)
+        assert status.spent == PrivacyCost(epsilon=Fraction(1, 4) + Fraction(1, 100),
+                                           delta=MICRO)  # fmt: skip
+        assert status.limit == BudgetLimit(epsilon=Fraction(1, 2), delta=MICRO)
+    finally:
+        con.close()
+
+
 @pytest.mark.parametrize(
     "call, match",
     [
         (lambda c: budget.grant(c, admin="root", key=BudgetKey("a"), cost=PrivacyCost(),
-                                reason="x"), "needs a positive epsilon or rho"),
+                                reason="x"), "needs a positive epsilon, rho or delta"),
         (lambda c: budget.grant(c, admin="root", key=BudgetKey("a"), cost=EPS, reason=" "),
          "needs a reason"),
         (lambda c: budget.reset(c, admin="", key=BudgetKey("a"), reason="x"),

@@ -71,7 +71,7 @@ def dp_document(**budget) -> dict:
             "ana": {"role": "analyst"},
             "bob": {"role": "analyst"},
         },
-        "budgets": [budget or {"user": "*", "epsilon": 1000, "rho": 100}],
+        "budgets": [budget or {"user": "*", "epsilon": 1000, "rho": 100, "delta": "1e-3"}],
     }
 
 
@@ -278,7 +278,8 @@ def test_private_groups_cost_the_selection_and_report_delta(dp_db):
     with sqlsdc.connect(dp_db, "ana") as con:
         explained = con.explain("SELECT clinic, COUNT(*) FROM visits GROUP BY clinic")
     assert explained.dp_cost.epsilon == 1 and explained.dp_cost.rho == Fraction(1, 10)
-    assert explained.dp_delta == Fraction(1, 10**6)
+    assert explained.dp_cost.delta == Fraction(1, 10**6)
+    assert explained.to_dict()["dp_cost"]["delta"] == "1/1000000"
     assert "δ = 1/1000000" in str(explained)
 
 
@@ -322,6 +323,47 @@ def test_without_a_budget_dp_queries_are_refused(tmp_path):
     make_db(path, document)
     with sqlsdc.connect(path, "ana") as con, pytest.raises(BudgetExhausted):
         con.execute("SELECT COUNT(*) FROM persons")
+
+
+def test_private_groups_need_a_delta_budget(tmp_path):
+    path = tmp_path / "nodelta.duckdb"
+    make_db(path, dp_document(user="*", epsilon=1000, rho=100))
+    with sqlsdc.connect(path, "ana") as con:
+        con.execute("SELECT region, COUNT(*) FROM persons GROUP BY region")  # public groups
+        with pytest.raises(BudgetExhausted, match=r"no δ budget applies to user 'ana' on "
+                           r"visits, so this query's δ = 1/1000000 cannot be spent"):  # fmt: skip
+            con.execute("SELECT clinic, COUNT(*) FROM visits GROUP BY clinic")
+    assert [r[0] for r in spend_rows(path)] == ["ana"]
+
+
+def delta_rows(path, user) -> list[str]:
+    con = open_database(path)
+    try:
+        return [d for (d,) in con.execute(
+            "SELECT delta FROM sqlsdc.budget_spend WHERE user_name = ? ORDER BY seq", [user]
+        ).fetchall()]  # fmt: skip
+    finally:
+        con.close()
+
+
+def test_private_selection_spends_delta_once_per_new_cells(tmp_path):
+    """Each private-selection query with new noisy unit counts spends the selection's delta;
+    asked again (cells from the cache) it spends none; the delta budget is enforced exactly."""
+    path = tmp_path / "delta.duckdb"
+    make_db(path, dp_document(user="ana", epsilon=1000, rho=100, delta="2e-6"))
+    by_clinic = "SELECT clinic, COUNT(*) FROM visits GROUP BY clinic"
+    with sqlsdc.connect(path, "ana") as con:
+        first = con.execute(by_clinic).fetchall()
+        again = con.execute("SELECT clinic AS c, COUNT(*) AS n FROM visits GROUP BY c").fetchall()
+        assert delta_rows(path, "ana") == ["1/1000000"]  # the repeat came from the cache
+        con.execute("SELECT clinic FROM visits WHERE cost > 50 GROUP BY clinic")
+        (status,) = con.remaining_budget()
+        with pytest.raises(BudgetExhausted, match=r"needs δ = 1/1000000 but only δ = 0 remains"):
+            con.execute("SELECT clinic FROM visits WHERE cost > 60 GROUP BY clinic")
+    assert sorted(again) == sorted(first)
+    assert status.spent.delta == Fraction(2, 10**6) and status.remaining.delta == 0
+    assert status.spent.epsilon == 2  # the selection's epsilon, once per query with new cells
+    assert delta_rows(path, "ana") == ["1/1000000", "1/1000000"]
 
 
 def test_a_process_killed_after_the_charge_leaves_the_spend_recorded(tmp_path):
@@ -452,7 +494,7 @@ def test_private_groups_without_aggregates_cost_the_selection(dp_db):
         explained = con.explain("SELECT clinic FROM visits GROUP BY clinic")
         released = {c for (c,) in con.execute(
             "SELECT clinic FROM visits GROUP BY clinic").fetchall()}
-    assert explained.dp_cost.epsilon == 1 and explained.dp_delta == Fraction(1, 10**6)
+    assert explained.dp_cost.epsilon == 1 and explained.dp_cost.delta == Fraction(1, 10**6)
     assert released == {"a", "b", "c"}  # "rare" has a handful of units, far below tau
 
 

@@ -6,6 +6,7 @@ import copy
 import dataclasses
 import json
 import re
+from fractions import Fraction
 from pathlib import Path
 
 import jsonschema
@@ -664,3 +665,28 @@ def test_top_level_suppress_needs_a_universe_on_every_confidential_table():
         load_policy(doc(protection={"counts": SUPPRESS}))
     assert "tables.persons: method suppress needs" in str(info.value)
     assert "tables.households: method suppress needs" in str(info.value)
+
+
+# --- budgets ----------------------------------------------------------------------------------
+
+
+def test_budgets_are_exact_and_may_limit_delta():
+    policy = load_policy(doc(budgets=[{"user": "analyst", "epsilon": 0.1, "delta": "1e-6"},
+                                      {"table": "Persons", "delta": 1e-5}]))  # fmt: skip
+    first, second = policy.budgets
+    assert (first.epsilon, first.rho, first.delta) == (Fraction(1, 10), None, Fraction(1, 10**6))
+    assert (second.user, second.table, second.delta) == ("*", "persons", Fraction(1, 10**5))
+
+
+@pytest.mark.parametrize(
+    ("delta", "message"),
+    [
+        (1, "budgets.0.delta: must be below 1, e.g. 1e-5"),
+        ("3/2", "budgets.0.delta: must be below 1, e.g. 1e-5"),
+        (-1e-6, "budgets.0.delta: -1e-06 is not valid under any of the given schemas"),
+        ("-1e-6", "budgets.0.delta: '-1e-6' is not valid under any of the given schemas"),
+        (0, "budgets.0.delta: 0 is not valid under any of the given schemas"),
+    ],
+)
+def test_budget_delta_must_be_positive_and_below_one(delta, message):
+    raises_exactly(doc(budgets=[{"user": "analyst", "delta": delta}]), f"p: {message}", name="p")

@@ -9,10 +9,13 @@ A query by user U on tables T is charged against every key that applies to it: `
 
 Limits come from two places: the ``limits`` argument (the policy's budgets, supplied by the
 caller) and administrators' grants stored in ``sqlsdc.budget_events``; a key's limit is the
-policy limit plus every grant for that key. A limit of ``None`` for a kind means the key does
-not constrain that kind, but every kind a query spends must be bounded by at least one
-applicable limit: a database without budgets spends nothing (fail closed). A reset starts a key's
-spending afresh (only that exact key), recorded with who, when and why like every grant.
+policy limit plus every grant for that key. Three kinds are limited separately: epsilon, rho and
+delta (spent by private group selection; deltas add up by basic composition, Dwork and Roth
+2014, Theorem 3.16). A limit of ``None`` for a kind means the key does not constrain that kind,
+but every kind a query spends must be bounded by at least one applicable limit: a database
+without budgets spends nothing, and a query with a delta needs a delta budget (fail closed). A
+reset starts a key's spending afresh (only that exact key), recorded with who, when and why like
+every grant.
 
 Enforcement (:func:`charge`) runs in one transaction: it first updates the single row of
 ``budget_lock`` (so concurrent charges in one process conflict and are retried one after the
@@ -127,38 +130,59 @@ class Charge:
 
 def policy_limits(policy) -> dict[BudgetKey, BudgetLimit]:
     """The limits a policy's ``budgets`` declare (grants in the catalog come on top)."""
-    return {BudgetKey(b.user, b.table): BudgetLimit(b.epsilon, b.rho) for b in policy.budgets}
+    return {
+        BudgetKey(b.user, b.table): BudgetLimit(b.epsilon, b.rho, b.delta) for b in policy.budgets
+    }
 
 
 def _text(x: Fraction | None) -> str | None:
     return None if x is None else str(x)
 
 
-def _cost(eps: str | None, rho: str | None) -> PrivacyCost:
-    return PrivacyCost(Fraction(eps or 0), Fraction(rho or 0))
+def _cost(eps: str | None, rho: str | None, delta: str | None) -> PrivacyCost:
+    return PrivacyCost(Fraction(eps or 0), Fraction(rho or 0), Fraction(delta or 0))
+
+
+_KINDS = (("epsilon", "ε"), ("rho", "ρ"), ("delta", "δ"))
 
 
 _WITH_BUDGET_TABLES: weakref.WeakSet = weakref.WeakSet()
 
 
 def _has_budget_tables(con) -> bool:
-    """Whether the catalog has the budget tables in their current layout; remembered per
-    connection once true (the tables are never dropped), since every charge and cache look-up
-    asks."""
+    """Whether the catalog has the budget tables in their current layout (``dp_cells`` keyed by
+    ``entry``, a ``delta`` column in the ledger and the events); remembered per connection once
+    true (the tables are never dropped), since every charge and cache look-up asks."""
     if con in _WITH_BUDGET_TABLES:
         return True
-    found = (
-        one(
-            con,
-            "SELECT 1 FROM duckdb_columns() WHERE database_name = current_database() "
-            "AND schema_name = ? AND table_name = 'dp_cells' AND column_name = 'entry'",
-            [S],
-        )
-        is not None
+    (found,) = one(
+        con,
+        "SELECT count(*) FROM duckdb_columns() WHERE database_name = current_database() "
+        "AND schema_name = ? AND ((table_name = 'dp_cells' AND column_name = 'entry') OR "
+        "(table_name IN ('budget_spend', 'budget_events') AND column_name = 'delta'))",
+        [S],
     )
-    if found:
+    if found == 3:
         _WITH_BUDGET_TABLES.add(con)
-    return found
+    return found == 3
+
+
+def _delta_of(con) -> str | None:
+    """How the ledger's and events' delta is read: ``"delta"``; ``"'0'"`` in a catalog from
+    before delta was accounted (a read-only connection cannot bring it up to date, and its rows
+    spent no delta); None if the catalog has no budget tables at all."""
+    if _has_budget_tables(con):
+        return "delta"
+    (tables, deltas) = one(
+        con,
+        "SELECT count(DISTINCT table_name), count(*) FILTER (column_name = 'delta') "
+        "FROM duckdb_columns() WHERE database_name = current_database() AND schema_name = ? "
+        "AND table_name IN ('budget_spend', 'budget_events')",
+        [S],
+    )
+    if tables < 2:
+        return None
+    return "delta" if deltas == 2 else "'0'"
 
 
 def ensure_budget_catalog(con) -> None:
@@ -196,16 +220,17 @@ def _events(con) -> tuple[dict[BudgetKey, PrivacyCost], dict[BudgetKey, int]]:
     (small) table of administrators' events."""
     grants: dict[BudgetKey, PrivacyCost] = {}
     resets: dict[BudgetKey, int] = {}
-    if not _has_budget_tables(con):
+    delta = _delta_of(con)
+    if delta is None:
         return grants, resets
     rows = con.execute(
-        f"SELECT action, user_name, table_name, epsilon, rho, seq FROM {S}.budget_events "
-        "ORDER BY seq"
+        f"SELECT action, user_name, table_name, epsilon, rho, {delta}, seq "
+        f"FROM {S}.budget_events ORDER BY seq"
     ).fetchall()
-    for action, user, table, eps, rho, seq in rows:
+    for action, user, table, eps, rho, dlt, seq in rows:
         key = BudgetKey(user, table)
         if action == "grant":
-            grants[key] = grants.get(key, PrivacyCost()) + _cost(eps, rho)
+            grants[key] = grants.get(key, PrivacyCost()) + _cost(eps, rho, dlt)
         else:
             resets[key] = seq
     return grants, resets
@@ -235,20 +260,21 @@ def _spent(con, keys: list[BudgetKey], resets=None) -> dict[BudgetKey, PrivacyCo
     read when not given). The ledger is summed in SQL per distinct cost, so exact fractions
     are added once per distinct cost, not once per charge."""
     total = {key: PrivacyCost() for key in keys}
-    if not keys or not _has_budget_tables(con):
+    delta = _delta_of(con) if keys else None
+    if delta is None:
         return total
     if resets is None:
         resets = _events(con)[1]
     rows = con.execute(
-        f"""SELECT k.u, k.t, s.epsilon, s.rho, count(*)
+        f"""SELECT k.u, k.t, s.epsilon, s.rho, {delta}, count(*)
         FROM (SELECT unnest(?) AS u, unnest(?) AS t, unnest(?) AS since) AS k, {S}.budget_spend s
         WHERE s.seq > k.since AND (k.u = '*' OR s.user_name = k.u)
         AND (k.t = '*' OR list_contains(s.tables, k.t)) GROUP BY ALL""",
         [[k.user for k in keys], [k.table for k in keys], [resets.get(k, 0) for k in keys]],
     ).fetchall()
-    for user, table, eps, rho, n in rows:
+    for user, table, eps, rho, dlt, n in rows:
         key = BudgetKey(user, table)
-        total[key] = total[key] + _cost(eps, rho) * n
+        total[key] = total[key] + _cost(eps, rho, dlt) * n
     return total
 
 
@@ -262,7 +288,7 @@ def budget_status(
     who spent something; with ``user``, only the keys that apply to that user."""
     lims = effective_limits(con, limits)
     keys = set(lims)
-    if _has_budget_tables(con):
+    if _delta_of(con) is not None:
         spenders = con.execute(f"SELECT DISTINCT user_name FROM {S}.budget_spend").fetchall()
         keys |= {BudgetKey(u) for (u,) in spenders}
     if user is not None:
@@ -278,7 +304,7 @@ def budget_status(
 
 def _refusal(user: str, tables: tuple[str, ...], cost: PrivacyCost, lims, used) -> str | None:
     """Why ``cost`` cannot be spent, or None if every applicable limit allows it."""
-    for kind, symbol in (("epsilon", "ε"), ("rho", "ρ")):
+    for kind, symbol in _KINDS:
         amount = getattr(cost, kind)
         if not amount:
             continue
@@ -381,10 +407,10 @@ def charge(
             at = now()
             (seq,) = one(
                 con,
-                f"INSERT INTO {S}.budget_spend VALUES (nextval('{S}.budget_seq'), ?, ?, ?, ?, ?, "
-                "?, ?, ?) RETURNING seq",
-                [query_id, at, user, list(tables), str(cost.epsilon), str(cost.rho), len(cells),
-                 policy_version],
+                f"INSERT INTO {S}.budget_spend ({', '.join(_SPEND_COLUMNS)}) VALUES "
+                f"(nextval('{S}.budget_seq'), ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+                [query_id, at, user, list(tables), str(cost.epsilon), str(cost.rho),
+                 str(cost.delta), len(cells), policy_version],
             )  # fmt: skip
             if cells:
                 _insert_cells(con, user, policy_version, query_id, at, cells,
@@ -407,10 +433,14 @@ def charge(
 
 
 def _binding_remaining(cost: PrivacyCost, lims, used) -> BudgetLimit:
-    """The tightest remaining budget among the applicable limits, per kind."""
-    eps = [lims[k].remaining(used[k]).epsilon for k in lims if lims[k].epsilon is not None]
-    rho = [lims[k].remaining(used[k]).rho for k in lims if lims[k].rho is not None]
-    return BudgetLimit(min(eps) if eps else Fraction(0), min(rho) if rho else Fraction(0))
+    """The tightest remaining budget among the applicable limits, per kind (0 where no limit
+    bounds a kind: nothing of it can be spent)."""
+    tightest = {}
+    for kind, _symbol in _KINDS:
+        bounded = [k for k in lims if getattr(lims[k], kind) is not None]
+        left = [getattr(lims[k].remaining(used[k]), kind) for k in bounded]
+        tightest[kind] = min(left) if left else Fraction(0)
+    return BudgetLimit(**tightest)
 
 
 def _insert_cells(con, user, policy_version, query_id, at, cells: list[CellRecord],
@@ -455,11 +485,12 @@ def _event(con, admin: str, action: str, key: BudgetKey, cost: PrivacyCost | Non
         raise ValueError(f"a budget {action} needs the acting administrator's name")
     ensure_budget_catalog(con)
     (seq,) = one(con, f"SELECT nextval('{S}.budget_seq')")
-    eps = _text(cost.epsilon) if cost and cost.epsilon else None
-    rho = _text(cost.rho) if cost and cost.rho else None
+    amounts = [_text(getattr(cost, kind)) if cost and getattr(cost, kind) else None
+               for kind, _symbol in _KINDS]  # fmt: skip
     con.execute(
-        f"INSERT INTO {S}.budget_events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [seq, now(), admin, action, key.user, key.table, eps, rho, reason.strip()],
+        f"INSERT INTO {S}.budget_events ({', '.join(_EVENT_COLUMNS)}) VALUES "
+        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [seq, now(), admin, action, key.user, key.table, *amounts, reason.strip()],
     )
     return seq
 
@@ -470,7 +501,9 @@ def grant(con, *, admin: str, key: BudgetKey, cost: PrivacyCost, reason: str) ->
     The caller checks that ``admin`` is an administrator (the CLI does).
     """
     if cost.is_zero:
-        raise ValueError("a grant needs a positive epsilon or rho")
+        raise ValueError("a grant needs a positive epsilon, rho or delta")
+    if cost.delta >= 1:
+        raise ValueError(f"a delta grant must be below 1 (delta 1 allows anything): {cost.delta}")
     return _event(con, admin, "grant", key, cost, reason)
 
 
@@ -484,30 +517,37 @@ def reset(con, *, admin: str, key: BudgetKey, reason: str) -> int:
 
 
 _EVENT_COLUMNS = ("seq", "event_at", "admin", "action", "user_name", "table_name", "epsilon",
-                  "rho", "reason")  # fmt: skip
+                  "rho", "delta", "reason")  # fmt: skip
 _SPEND_COLUMNS = ("seq", "query_id", "charged_at", "user_name", "tables", "epsilon", "rho",
-                  "cells", "policy_version")  # fmt: skip
+                  "delta", "cells", "policy_version")  # fmt: skip
+
+
+def _select(columns: tuple[str, ...], delta: str) -> str:
+    return ", ".join(f"{delta} AS delta" if c == "delta" else c for c in columns)
 
 
 def budget_events(con, *, user: str | None = None) -> list[dict]:
     """The audit trail of grants and resets, oldest first."""
-    if not _has_budget_tables(con):
+    delta = _delta_of(con)
+    if delta is None:
         return []
     where, params = ("WHERE user_name IN (?, '*')", [user]) if user else ("", [])
     rows = con.execute(
-        f"SELECT {', '.join(_EVENT_COLUMNS)} FROM {S}.budget_events {where} ORDER BY seq", params
+        f"SELECT {_select(_EVENT_COLUMNS, delta)} FROM {S}.budget_events {where} ORDER BY seq",
+        params,
     ).fetchall()
     return [dict(zip(_EVENT_COLUMNS, r, strict=True)) for r in rows]
 
 
 def spend_ledger(con, *, user: str | None = None, limit: int = 100) -> list[dict]:
     """The newest charges first."""
-    if not _has_budget_tables(con):
+    delta = _delta_of(con)
+    if delta is None:
         return []
     where, params = ("WHERE user_name = ?", [user]) if user else ("", [])
     rows = con.execute(
-        f"SELECT {', '.join(_SPEND_COLUMNS)} FROM {S}.budget_spend {where} ORDER BY seq DESC "
-        "LIMIT ?",
+        f"SELECT {_select(_SPEND_COLUMNS, delta)} FROM {S}.budget_spend {where} "
+        "ORDER BY seq DESC LIMIT ?",
         [*params, limit],
     ).fetchall()
     return [dict(zip(_SPEND_COLUMNS, r, strict=True)) for r in rows]

@@ -12,7 +12,7 @@ Tables:
     suppressions    per suppressed table: the fingerprint (data and settings) of its protected
                     universe ``suppressed__<table>``, when and under which policy it was made
     budget_events   privacy-budget grants and resets by administrators: who, when, why
-    budget_spend    the DP spend ledger: one row per charged query (user, tables, ε, ρ, cells)
+    budget_spend    the DP spend ledger: one row per charged query (user, tables, ε, ρ, δ, cells)
     budget_lock     one row updated by every charge, so concurrent charges serialise
     dp_cells        noisy DP cells already released (and charged) per user and policy version
 """
@@ -121,6 +121,7 @@ DDL = (
         table_name VARCHAR NOT NULL,
         epsilon VARCHAR,
         rho VARCHAR,
+        delta VARCHAR,
         reason VARCHAR NOT NULL)""",
     f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.budget_spend (
         seq BIGINT PRIMARY KEY,
@@ -130,6 +131,7 @@ DDL = (
         tables VARCHAR[] NOT NULL,
         epsilon VARCHAR NOT NULL,
         rho VARCHAR NOT NULL,
+        delta VARCHAR NOT NULL DEFAULT '0',
         cells BIGINT NOT NULL,
         policy_version INTEGER)""",
     f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.budget_lock (

@@ -46,6 +46,7 @@ def ensure_catalog(con) -> None:
     for statement in DDL:
         con.execute(statement)
     _key_dp_cells(con)
+    _add_delta_columns(con)
     row = one(con, f"SELECT value FROM {S}.meta WHERE key = 'catalog_version'")
     if row is None:
         con.execute(f"INSERT INTO {S}.meta VALUES ('catalog_version', ?)", [str(CATALOG_VERSION)])
@@ -81,6 +82,22 @@ def _key_dp_cells(con) -> None:
         FROM {S}.dp_cells_unkeyed"""
     )
     con.execute(f"DROP TABLE {S}.dp_cells_unkeyed")
+
+
+def _add_delta_columns(con) -> None:
+    """Catalogs made before delta was accounted: add the ledger's and the events' ``delta``
+    column (earlier charges spent no delta: '0'; earlier events granted none: NULL)."""
+    for table, column in (
+        ("budget_spend", "delta VARCHAR NOT NULL DEFAULT '0'"),
+        ("budget_events", "delta VARCHAR"),
+    ):
+        if not one(
+            con,
+            "SELECT 1 FROM duckdb_columns() WHERE database_name = current_database() "
+            "AND schema_name = ? AND table_name = ? AND column_name = 'delta'",
+            [S, table],
+        ):
+            con.execute(f"ALTER TABLE {S}.{table} ADD COLUMN {column}")
 
 
 def ensure_secret(con, name: str = "prf") -> bool:

@@ -49,7 +49,6 @@ class DpRelease:
 
     relations: dict[str, pa.Table] = field(default_factory=dict)
     cost: PrivacyCost = ZERO
-    delta: Fraction = Fraction(0)
     cells: list[CellRecord] = field(default_factory=list)
     reused: int = 0
 
@@ -78,7 +77,6 @@ def release(
         keep = np.ones(len(frame), dtype=bool)
         if stage.selection is not None:
             keep = np.array([v >= stage.selection.threshold for v in noisy[stage.units]], bool)
-            out.delta += stage.delta
         frame, noisy = frame[keep].reset_index(drop=True), {
             c: np.asarray(v, dtype=object)[keep] for c, v in noisy.items()
         }
@@ -93,6 +91,10 @@ def release(
         for stat in stage.statistics:
             if stat.column in spent and noise:
                 out.cost = out.cost + stat.calibration.cost
+        if stage.selection is not None and stage.units in spent and noise:
+            # (epsilon, delta)-DP selection: its epsilon is the units column's cost above;
+            # its delta is spent with it, when noisy unit counts were newly drawn
+            out.cost = out.cost + PrivacyCost(delta=stage.delta)
         out.relations[stage.relation] = _cells_table(frame, noisy, stage, noise)
     return out
 

@@ -88,12 +88,9 @@ class ProtectedQuery:
 
     @property
     def dp_cost(self) -> PrivacyCost:
-        """The most this query can cost: every DP cell new (cells released before are free)."""
+        """The most this query can cost: every DP cell new (cells released before are free);
+        its ``delta`` is that of private group selection, added up over the stages."""
         return compose(stage.cost for stage in self.dp_stages)
-
-    @property
-    def dp_delta(self):
-        return sum(stage.delta for stage in self.dp_stages)
 
     def to_dict(self) -> dict:
         described = {
@@ -105,7 +102,7 @@ class ProtectedQuery:
         if self.dp_stages:
             cost = self.dp_cost
             described["dp_cost"] = {"epsilon": str(cost.epsilon), "rho": str(cost.rho),
-                                    "delta": str(self.dp_delta)}  # fmt: skip
+                                    "delta": str(cost.delta)}  # fmt: skip
             described["dp_cells_sql"] = [stage.sql for stage in self.dp_stages]
         return described
 
@@ -127,8 +124,7 @@ class ProtectedQuery:
         lines.append("tables: " + (", ".join(self.tables) or "none"))
         if self.dp_stages:
             cost = self.dp_cost.describe()
-            delta = f", δ = {self.dp_delta}" if self.dp_delta else ""
-            lines.append(f"privacy cost: at most {cost}{delta} (cells released before are free)")
+            lines.append(f"privacy cost: at most {cost} (cells released before are free)")
             for stage in self.dp_stages:
                 lines += ["exact bounded cells (never returned):", "  " + stage.sql]
         lines += ["protected SQL:", "  " + self.sql]

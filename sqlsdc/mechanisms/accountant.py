@@ -7,12 +7,16 @@ Two kinds of guarantee are tracked side by side, never mixed:
 - rho-zCDP (Bun and Steinke, "Concentrated Differential Privacy: Simplifications, Extensions,
   and Lower Bounds", TCC 2016, BS16), spent by discrete Gaussian noise.
 
+Private group selection (:mod:`sqlsdc.mechanisms.partition`) is (epsilon, delta)-DP: its
+epsilon is counted with the pure epsilon, and its delta is a third amount.
+
 A :class:`PrivacyCost` holds one amount of each as a :class:`fractions.Fraction`. Sequential
 composition adds them component by component (BS16 Lemma 2.3 for zCDP; basic composition for
-pure DP). For reporting, the pair converts to one (epsilon, delta) guarantee: pure epsilon is
-(epsilon^2/2)-zCDP (BS16 Prop. 1.4), zCDP composes additively, and rho-zCDP implies
-(epsilon', delta)-DP by Canonne, Kamath and Steinke 2020, Corollary 13
-(:func:`sqlsdc.mechanisms.samplers.zcdp_to_approx_dp`).
+epsilon and delta, Dwork and Roth 2014, Theorem 3.16). For reporting, the cost converts to one
+(epsilon, delta) guarantee: pure epsilon is (epsilon^2/2)-zCDP (BS16 Prop. 1.4), zCDP composes
+additively, and rho-zCDP implies (epsilon', delta)-DP by Canonne, Kamath and Steinke 2020,
+Corollary 13 (:func:`sqlsdc.mechanisms.samplers.zcdp_to_approx_dp`); the cost's own delta is
+added to that conversion's delta.
 
 Bounding and sensitivities follow Wilson, Zhang, Lam, Desfontaines, Simmons-Marengo and Gipson,
 "Differentially Private SQL with Bounded User Contribution", PoPETs 2020 (WZL+20): each privacy
@@ -123,21 +127,27 @@ def _show(x: Fraction) -> str:
 
 @dataclass(frozen=True, slots=True)
 class PrivacyCost:
-    """An amount of privacy loss: pure ``epsilon`` and zCDP ``rho``, exact and non-negative.
+    """An amount of privacy loss: pure ``epsilon``, zCDP ``rho`` and ``delta``, exact and >= 0.
 
-    ``a + b`` is sequential composition; ``k * a`` is k-fold composition. The two kinds are kept
-    apart: a Laplace release spends epsilon, a Gaussian release spends rho.
+    ``a + b`` is sequential composition; ``k * a`` is k-fold composition. The kinds are kept
+    apart: a Laplace release spends epsilon, a Gaussian release spends rho, and private group
+    selection (:mod:`sqlsdc.mechanisms.partition`, (epsilon, delta)-DP) spends epsilon and
+    delta. Deltas add up under composition: basic composition of (epsilon_i, delta_i)-DP
+    mechanisms is (sum epsilon_i, sum delta_i)-DP (Dwork and Roth 2014, Theorem 3.16).
 
     Example:
         >>> PrivacyCost(epsilon=Fraction(1, 2)) + PrivacyCost(rho=Fraction(1, 8))
-        PrivacyCost(epsilon=Fraction(1, 2), rho=Fraction(1, 8))
+        PrivacyCost(epsilon=Fraction(1, 2), rho=Fraction(1, 8), delta=Fraction(0, 1))
+        >>> (2 * PrivacyCost(epsilon=1, delta=Fraction(1, 10**6))).describe()
+        'ε = 2, δ = 1/500000 (~2e-06)'
     """
 
     epsilon: Fraction = Fraction(0)
     rho: Fraction = Fraction(0)
+    delta: Fraction = Fraction(0)
 
     def __post_init__(self) -> None:
-        for name in ("epsilon", "rho"):
+        for name in _KINDS:
             value = fraction(getattr(self, name), name)
             if value < 0:
                 raise ValueError(f"{name} must be >= 0, got {value}")
@@ -146,49 +156,57 @@ class PrivacyCost:
     def __add__(self, other: PrivacyCost) -> PrivacyCost:
         if not isinstance(other, PrivacyCost):
             return NotImplemented
-        return PrivacyCost(self.epsilon + other.epsilon, self.rho + other.rho)
+        return PrivacyCost(
+            self.epsilon + other.epsilon, self.rho + other.rho, self.delta + other.delta
+        )
 
     def __mul__(self, k: int) -> PrivacyCost:
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             return NotImplemented
-        return PrivacyCost(self.epsilon * k, self.rho * k)
+        return PrivacyCost(self.epsilon * k, self.rho * k, self.delta * k)
 
     __rmul__ = __mul__
 
     @property
     def is_zero(self) -> bool:
-        return self.epsilon == 0 and self.rho == 0
+        return self.epsilon == 0 and self.rho == 0 and self.delta == 0
 
     def as_zcdp(self) -> Fraction:
         """One rho covering both parts: rho + epsilon^2/2 (epsilon-DP is (epsilon^2/2)-zCDP,
-        BS16 Prop. 1.4; zCDP composes additively). An upper bound when epsilon is a sum."""
+        BS16 Prop. 1.4; zCDP composes additively). An upper bound when epsilon is a sum.
+        ``delta`` is not covered: a cost with a delta is not zCDP."""
         return self.rho + self.epsilon**2 / 2
 
     def to_approx_dp(self, delta: Fraction | float) -> float:
-        """The epsilon' with this cost => (epsilon', delta)-DP.
+        """The epsilon' with this cost => (epsilon', self.delta + delta)-DP.
 
-        Pure cost: epsilon itself (delta unused). Otherwise the smaller of two valid bounds:
-        epsilon + eps(rho, delta) by basic composition, and eps(rho + epsilon^2/2, delta), with
-        eps(., delta) from CKS20 Corollary 13.
+        The total delta is the cost's own ``delta`` (of private group selection, added up by
+        basic composition) plus the ``delta`` of the conversion. Without rho: epsilon itself,
+        (epsilon, self.delta)-DP (the conversion's delta unused). Otherwise epsilon +
+        eps(rho, delta) by basic composition (Dwork and Roth 2014, Theorem 3.16), with
+        eps(., delta) from CKS20 Corollary 13; for a cost without a delta of its own (pure
+        epsilon and rho), the smaller of that and eps(rho + epsilon^2/2, delta), also valid.
         """
         if self.rho == 0:
             return float(self.epsilon)
         split = float(self.epsilon) + zcdp_to_approx_dp(self.rho, delta)
-        if self.epsilon == 0:
+        if self.epsilon == 0 or self.delta:
             return split
         return min(split, zcdp_to_approx_dp(self.as_zcdp(), delta))
 
     def describe(self) -> str:
         parts = [f"ε = {_show(self.epsilon)}"] if self.epsilon else []
         parts += [f"ρ = {_show(self.rho)}"] if self.rho else []
+        parts += [f"δ = {_show(self.delta)}"] if self.delta else []
         return ", ".join(parts) or "nothing"
 
 
+_KINDS = ("epsilon", "rho", "delta")
 ZERO = PrivacyCost()
 
 
 def compose(costs) -> PrivacyCost:
-    """Sequential composition of an iterable of costs."""
+    """Sequential composition of an iterable of costs (deltas add: basic composition)."""
     total = ZERO
     for cost in costs:
         total = total + cost
@@ -200,14 +218,17 @@ class BudgetLimit:
     """A limit on spending: ``None`` means this limit does not constrain that kind.
 
     A kind is spendable only where at least one applicable limit bounds it (fail closed; see
-    :mod:`sqlsdc.catalog.budget`). ``BudgetLimit(epsilon=0)`` forbids epsilon spending.
+    :mod:`sqlsdc.catalog.budget`). ``BudgetLimit(epsilon=0)`` forbids epsilon spending. Each
+    kind is limited separately: the deltas spent add up (basic composition, Dwork and Roth
+    2014, Theorem 3.16) and are compared with the ``delta`` limit like epsilon and rho.
     """
 
     epsilon: Fraction | None = None
     rho: Fraction | None = None
+    delta: Fraction | None = None
 
     def __post_init__(self) -> None:
-        for name in ("epsilon", "rho"):
+        for name in _KINDS:
             value = getattr(self, name)
             if value is not None:
                 value = fraction(value, name)
@@ -219,30 +240,37 @@ class BudgetLimit:
         """The limit raised by a grant; a grant of a kind creates a limit of that kind."""
         if not isinstance(grant, PrivacyCost):
             return NotImplemented
-        eps = self.epsilon if not grant.epsilon else (self.epsilon or 0) + grant.epsilon
-        rho = self.rho if not grant.rho else (self.rho or 0) + grant.rho
-        return BudgetLimit(eps, rho)
+        raised = {}
+        for kind in _KINDS:
+            have, more = getattr(self, kind), getattr(grant, kind)
+            raised[kind] = have if not more else (have or 0) + more
+        return BudgetLimit(**raised)
 
     def remaining(self, spent: PrivacyCost) -> BudgetLimit:
         """What is left after ``spent`` (never negative; None stays None)."""
-        eps = None if self.epsilon is None else max(self.epsilon - spent.epsilon, Fraction(0))
-        rho = None if self.rho is None else max(self.rho - spent.rho, Fraction(0))
-        return BudgetLimit(eps, rho)
+        left = {}
+        for kind in _KINDS:
+            limit = getattr(self, kind)
+            left[kind] = None if limit is None else max(limit - getattr(spent, kind), Fraction(0))
+        return BudgetLimit(**left)
 
     def allows(self, spent: PrivacyCost, cost: PrivacyCost) -> bool:
         """Whether ``spent + cost`` stays within this limit (exactly: spending it all is fine)."""
-        if (
-            cost.epsilon
-            and self.epsilon is not None
-            and spent.epsilon + cost.epsilon > self.epsilon
-        ):
-            return False
-        return not (cost.rho and self.rho is not None and spent.rho + cost.rho > self.rho)
+        for kind in _KINDS:
+            amount, limit = getattr(cost, kind), getattr(self, kind)
+            if amount and limit is not None and getattr(spent, kind) + amount > limit:
+                return False
+        return True
 
     def describe(self) -> str:
-        eps = "unlimited" if self.epsilon is None else _show(self.epsilon)
-        rho = "unlimited" if self.rho is None else _show(self.rho)
-        return f"ε {eps}, ρ {rho}"
+        shown = []
+        for kind, symbol in zip(_KINDS, _SYMBOLS, strict=True):
+            limit = getattr(self, kind)
+            shown.append(f"{symbol} {'unlimited' if limit is None else _show(limit)}")
+        return ", ".join(shown)
+
+
+_SYMBOLS = ("ε", "ρ", "δ")
 
 
 # --- aggregates and their statistics ---------------------------------------------------------
@@ -435,6 +463,10 @@ class Calibration:
 
 
 def _single_kind(cost: PrivacyCost, statistic: Statistic) -> Noise:
+    if cost.delta:
+        raise ValueError(
+            f"a noisy {statistic.value} is pure or zCDP and spends no delta; got {cost.describe()}"
+        )
     if cost.epsilon and not cost.rho:
         return Noise.PERMUTE_AND_FLIP if statistic is Statistic.QUANTILE else Noise.LAPLACE
     if cost.rho and not cost.epsilon:
@@ -557,8 +589,8 @@ def plan_aggregate(
         raise ValueError(f"weights must be positive, got {[str(w) for w in ws]}")
     total = sum(ws)
     parts = tuple(
-        calibrate(s, bounding, PrivacyCost(cost.epsilon * w / total, cost.rho * w / total),
-                  alpha=alpha)
+        calibrate(s, bounding, PrivacyCost(cost.epsilon * w / total, cost.rho * w / total,
+                                           cost.delta * w / total), alpha=alpha)
         for s, w in zip(stats, ws, strict=True)
     )  # fmt: skip
     return AggregatePlan(aggregate, parts)

@@ -82,7 +82,8 @@ class PartitionSelection:
 
     @property
     def cost(self) -> PrivacyCost:
-        """epsilon of the counts; delta is accounted for by the caller (not a zCDP cost)."""
+        """epsilon of the counts; the stage adds ``delta`` to it (:attr:`DpStage.cost`) and the
+        ledger adds up the deltas (basic composition), as it does epsilon."""
         return self.calibration.cost
 
 

@@ -238,6 +238,8 @@ def _semantic_problems(doc: dict) -> list[str]:
             problems.append(f"{where}.table: table {budget['table']!r} is not declared")
         if budget.get("user", "*") not in ("*", *doc["users"]):
             problems.append(f"{where}.user: user {budget['user']!r} is not declared")
+        if "delta" in budget and not _exact(budget["delta"]) < 1:
+            problems.append(f"{where}.delta: must be below 1, e.g. 1e-5")
     return problems
 
 
@@ -536,6 +538,7 @@ def _build(doc: dict, label: str) -> Policy:
             table=b.get("table", "*").lower(),
             epsilon=_exact(b["epsilon"]) if "epsilon" in b else None,
             rho=_exact(b["rho"]) if "rho" in b else None,
+            delta=_exact(b["delta"]) if "delta" in b else None,
         )
         for b in doc.get("budgets", [])
     )

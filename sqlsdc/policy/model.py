@@ -188,6 +188,7 @@ class Budget:
     table: str = "*"
     epsilon: Fraction | None = None
     rho: Fraction | None = None
+    delta: Fraction | None = None  # of private group selection (added up per query), below 1
 
 
 @dataclass(frozen=True)

@@ -111,12 +111,13 @@ class DpStage:
     selection: PartitionSelection | None
     units: str | None  # column of the noisy unit count (selection and min_frequency)
     min_frequency: int | None
-    delta: Fraction = Fraction(0)
+    delta: Fraction = Fraction(0)  # of private selection, spent with its noisy unit counts
 
     @property
     def cost(self) -> PrivacyCost:
-        """The most the stage can cost (every cell new); cached cells cost nothing."""
-        return compose(s.calibration.cost for s in self.statistics)
+        """The most the stage can cost (every cell new, private selection's delta included);
+        cached cells cost nothing."""
+        return compose(s.calibration.cost for s in self.statistics) + PrivacyCost(delta=self.delta)
 
 
 def dp_frame(policy: Policy, stages: dict[int, DpStage], to_sql):
