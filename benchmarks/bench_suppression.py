@@ -5,7 +5,8 @@ microdata (every dimension: Total -> G groups -> S codes per group; codes drawn 
 distribution so that a tail of small cells exists), marks cells with 1 <= n <= max_n as primary
 (frequency rule; with sqlsdc's table model only non-empty cells exist), runs ``gauss_suppress``
 (anySum singletons = inner cells with n = 1, cost n + 1 as GaussSuppression's CandidatesDefault)
-and ``audit_intervals`` (LP, a-priori bounds [0, inf)), and prints a markdown table.
+and ``audit_intervals`` (LP, a-priori bounds [0, inf), its components in ``--processes`` worker
+processes, 2 by default), and prints a markdown table.
 
     python benchmarks/bench_suppression.py                       # 10^3 .. 10^5 cells, 2-D and 3-D
     python benchmarks/bench_suppression.py --sizes 1e6 --dims 3  # the 10^6-cell target
@@ -126,7 +127,7 @@ def component_sizes(A, sup) -> np.ndarray:
     return np.bincount(label[m:])[np.unique(label[m:])]
 
 
-def run(dims, cells, max_n, seed, zipf, per_cell, time_limit):
+def run(dims, cells, max_n, seed, zipf, per_cell, time_limit, processes):
     groups, per = shape_for(cells, dims)
     records = int(per_cell * (groups * per) ** dims)
     frame, hiers = microdata(dims, groups, per, records, seed, zipf)
@@ -139,7 +140,13 @@ def run(dims, cells, max_n, seed, zipf, per_cell, time_limit):
     t_gauss = time.perf_counter() - t0
     t0 = time.perf_counter()
     res = audit_intervals(
-        A, n, sup, lower=np.zeros(len(n)), upper=np.full(len(n), np.inf), time_limit=time_limit
+        A,
+        n,
+        sup,
+        lower=np.zeros(len(n)),
+        upper=np.full(len(n), np.inf),
+        time_limit=time_limit,
+        processes=processes,
     )
     t_audit = time.perf_counter() - t0
     zero = np.zeros(len(n))
@@ -230,6 +237,7 @@ def main():
     )
     ap.add_argument("--zipf", type=float, default=0.5, help="code distribution exponent")
     ap.add_argument("--time-limit", type=float, default=300.0, help="audit time limit (s)")
+    ap.add_argument("--processes", type=int, default=2, help="audit worker processes")
     ap.add_argument("--seed", type=int, default=20261122)
     ap.add_argument("--intervals", action="store_true", help="interval protection instead")
     args = ap.parse_args()
@@ -240,13 +248,21 @@ def main():
     for size in args.sizes:
         for dims in args.dims:
             row = run(
-                dims, size, args.max_n, args.seed, args.zipf, args.records_per_cell, args.time_limit
+                dims,
+                size,
+                args.max_n,
+                args.seed,
+                args.zipf,
+                args.records_per_cell,
+                args.time_limit,
+                args.processes,
             )
             rows.append(row)
             print(f"# done: {row}", flush=True)
     print(
         f"\nPython {platform.python_version()}, {platform.machine()}, "
-        f"max_n={args.max_n}, records/cell={args.records_per_cell}, zipf={args.zipf}\n"
+        f"max_n={args.max_n}, records/cell={args.records_per_cell}, zipf={args.zipf}, "
+        f"audit processes={args.processes}\n"
     )
     print_rows(rows)
 

@@ -20,15 +20,21 @@ result):
   are chosen to keep fill-in low (a ±1 entry in the row touched by the fewest stored vectors).
   With singletons, R's order "non-singleton rows first, then singleton rows by index" is kept,
   because the singleton methods look at the singleton part of reduced columns.
-* Vectors are sparse ``{row: int}`` dicts with Python integers: arithmetic is exact and cannot
-  overflow (R uses 32-bit integers and falls back to doubles with a tolerance ``tolGauss``).
+* Arithmetic is exact (R uses 32-bit integers and falls back to doubles with a tolerance
+  ``tolGauss``). :class:`_Elimination` keeps vectors as sparse ``{row: int}`` dicts of Python
+  integers, which cannot overflow. Tables with at least 200,000 nonzeros in ``X`` take the same
+  walk compiled with numba (:mod:`sqlsdc.tabular._gauss_kernel`: flat int32 arrays, int64
+  arithmetic); if a coefficient would pass ``2**31 - 1`` there, the walk is redone with Python
+  integers. Coefficients stay at most 4 on the benchmark tables.
 
 Measured (benchmarks/bench_suppression.py, one core of a shared 2-core machine, hierarchical
-frequency tables, 15 % primary cells): about 10^5 cells in 4 s (2-D) / 9 s (3-D); about 10^6
-cells in 65 s (2-D) / 310-330 s (3-D). The cost is the fill-in of the echelon form while the
-large margins are published (they come first in the candidate order), spread evenly over the
-walk; no dense matrix is ever formed. Other pivot rules and a lazily reduced basis were measured
-slower (benchmarks/README.md).
+frequency tables, 15 % primary cells), compiled walk against the Python one: about 10^5 cells in
+1.3 s against 4 s (2-D) and 9 s (3-D); about 10^6 cells in 11 s against 65 s (2-D) and 55 s
+against 310-385 s (3-D), plus 15 s to compile the kernel the first time (numba caches it) and
+0.7 s to load it in each process. The cost is the fill-in of the echelon form while the large
+margins are published (they come first in the candidate order), spread evenly over the walk; no
+dense matrix is ever formed. Other pivot rules and a lazily reduced basis were measured slower
+in Python (benchmarks/README.md).
 
 Exact disclosure is all this elimination prevents; GaussSuppression's interval protection
 (``lpPackage`` with ``IntervalLimits``: ``rangePercent``/``rangeMin``, ``protectionPercent``) adds
@@ -65,6 +71,9 @@ __all__ = ["SINGLETON_METHODS", "candidate_order", "fix_risky_intervals", "gauss
 
 SINGLETON_METHODS = ("anySum", "subSum", "subSumAny", "subSpace", "subSumSpace", "none")
 _LATER = ("anySumNOTprimary", "anySum0", "sub2Sum")
+# X with fewer nonzeros takes the Python walk: it is done before numba is imported and the
+# compiled walk loaded (0.7 s; the first compile of all takes 15 s, then it is cached)
+_COMPILED_FROM_NNZ = 200_000
 
 
 def candidate_order(X, cost, values=None) -> np.ndarray:
@@ -154,7 +163,7 @@ def gauss_suppress(
     Xc, primary, cost, forced, single, method = _check(
         X, primary, cost, forced, singleton, singleton_method, values
     )
-    n_rows, n_cells = Xc.shape
+    n_cells = Xc.shape[1]
     suppressed = primary.copy()
     if not primary.any():
         return suppressed
@@ -170,41 +179,104 @@ def gauss_suppress(
         prim_cells, prim_vecs, single, method = _prepare_singletons(
             Xc, column, primary, forced, single, method, prim_cells, prim_vecs
         )
-    space = "Space" in method
-    use_single = single is not None and method != "subSum"
-    elim = _Elimination(n_rows, single if use_single else None, space)
-    for vec in prim_vecs:
-        elim.add_primary(vec)
-
-    forced_cells = np.flatnonzero(forced).tolist()
-    if forced_cells:
-        was_empty = [not v for v in elim.prim]
-        for c in forced_cells:
-            vec = elim.reduce(column(c))
-            if vec:
-                elim.publish(vec)
-        lost = [prim_cells[i] for i, v in enumerate(elim.prim) if not v and not was_empty[i]]
-        if lost:
-            raise TabularError(
-                f"forced (never suppressed) cells make {len(lost)} primary cell(s) computable, "
-                f"e.g. cell(s) {sorted(set(lost))[:10]} (a cell >= {n_cells} is a sum of "
-                "singletons); no suppression pattern can protect them: publish fewer cells as "
-                "forced or drop those primary flags"
-            )
-
-    for c in candidate_order(Xc, cost, values).tolist():
-        if primary[c] or forced[c]:
-            continue
-        if len(elim.basis) == n_rows:
-            break  # every inner cell is determined; R stops here too (ii > m)
-        vec = elim.reduce(column(c))
-        if not vec:
-            continue
-        if elim.is_secondary(vec):
-            suppressed[c] = True
-        else:
-            elim.publish(vec)
+    if single is None or method == "subSum":
+        single = None  # subSum's singleton rule is all in its extra primaries
+    walk = _Walk(Xc, prim_vecs, single, "Space" in method)
+    cand = candidate_order(Xc, cost, values)
+    cand = cand[~primary[cand] & ~forced[cand]]
+    result = None
+    if Xc.nnz >= _COMPILED_FROM_NNZ:
+        result = walk.compiled(np.flatnonzero(forced), cand)
+    if result is None:  # a small table, or a number outgrew the kernel's int32 storage
+        result = walk.exact(np.flatnonzero(forced).tolist(), cand.tolist(), column)
+    secondary, lost = result
+    if lost:
+        lost = [prim_cells[i] for i in lost]
+        raise TabularError(
+            f"forced (never suppressed) cells make {len(lost)} primary cell(s) computable, "
+            f"e.g. cell(s) {sorted(set(lost))[:10]} (a cell >= {n_cells} is a sum of "
+            "singletons); no suppression pattern can protect them: publish fewer cells as "
+            "forced or drop those primary flags"
+        )
+    suppressed[cand[secondary]] = True
     return suppressed
+
+
+class _Walk:
+    """GaussSuppression's walk over the forced cells, then the candidates, two ways.
+
+    :meth:`compiled` runs the numba kernel of :mod:`sqlsdc.tabular._gauss_kernel` (the same
+    steps on flat arrays, coefficients bounded by ``COEF_LIMIT``; 6 to 7 times faster on 10^6
+    cells) and returns None when a number outgrows its bound; :meth:`exact` runs
+    :class:`_Elimination` with Python integers, the reference. Both return ``(secondary,
+    lost)``: bool[len(cand)], the candidates suppressed, and the indexes of the primaries the
+    forced cells make computable (then the candidates are not walked).
+    """
+
+    def __init__(self, Xc, prim_vecs, single, space):
+        self.Xc, self.single, self.n_rows = Xc, single, Xc.shape[0]
+        self.space = space and single is not None
+        if self.space:  # the Space methods compare the primaries without their singleton rows
+            prim_vecs = [{r: x for r, x in v.items() if not single[r]} for v in prim_vecs]
+        self.prim_vecs = prim_vecs
+
+    def compiled(self, forced, cand):
+        from sqlsdc.tabular import _gauss_kernel as kernel  # imports numba: only when used
+
+        Xc, vecs = self.Xc, [sorted(v.items()) for v in self.prim_vecs]
+        if self.n_rows + len(vecs) + 2 > np.iinfo(np.int32).max:
+            return None  # the kernel numbers rows and vectors in int32
+        ptr = np.zeros(len(vecs) + 1, dtype=np.int64)
+        ptr[1:] = np.cumsum([len(v) for v in vecs])
+        flat = [item for v in vecs for item in v]
+        rows = np.array([r for r, _ in flat], dtype=np.int64)
+        vals = np.array([x for _, x in flat], dtype=np.int64)
+        single = np.zeros(self.n_rows, dtype=bool) if self.single is None else self.single
+        status, secondary, lost = kernel.walk(
+            Xc.indptr.astype(np.int64),
+            Xc.indices.astype(np.int64),
+            Xc.data.astype(np.int64),
+            self.n_rows,
+            ptr,
+            rows,
+            vals,
+            single,
+            self.single is not None,
+            self.space,
+            np.asarray(forced, dtype=np.int64),
+            np.asarray(cand, dtype=np.int64),
+            kernel.COEF_LIMIT,
+            kernel.POOL_SIZES,
+        )
+        if status == kernel.OVERFLOW:
+            return None
+        return secondary, lost.tolist()
+
+    def exact(self, forced, cand, column):
+        elim = _Elimination(self.n_rows, self.single, self.space)
+        for vec in self.prim_vecs:
+            elim.add_primary(vec)
+        secondary = np.zeros(len(cand), dtype=bool)
+        if forced:
+            was_empty = [not v for v in elim.prim]
+            for c in forced:
+                vec = elim.reduce(column(c))
+                if vec:
+                    elim.publish(vec)
+            lost = [i for i, v in enumerate(elim.prim) if not v and not was_empty[i]]
+            if lost:
+                return secondary, lost
+        for t, c in enumerate(cand):
+            if len(elim.basis) == self.n_rows:
+                break  # every inner cell is determined; R stops here too (ii > m)
+            vec = elim.reduce(column(c))
+            if not vec:
+                continue
+            if elim.is_secondary(vec):
+                secondary[t] = True
+            else:
+                elim.publish(vec)
+        return secondary, []
 
 
 def fix_risky_intervals(
@@ -389,8 +461,7 @@ class _Elimination:
         self.sub_used: set[int] = set()
 
     def add_primary(self, vec: dict[int, int]) -> None:
-        if self.space:
-            vec = {r: x for r, x in vec.items() if not self.single[r]}
+        """Add a primary column (in the Space methods without its singleton rows)."""
         i = len(self.prim)
         self.prim.append(vec)
         for r in vec:

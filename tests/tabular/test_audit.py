@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import astuple
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from scipy import sparse
 from scipy.optimize import linprog
 
 from sqlsdc.errors import TabularError
+from sqlsdc.tabular import attacker
 from sqlsdc.tabular.attacker import AuditResult, audit_check, audit_intervals
 from sqlsdc.tabular.gauss import gauss_suppress
 
@@ -364,3 +366,18 @@ def test_random_tables_match_an_independent_lp(seed):
     assert np.all(ires.lo >= res.lo - 1e-9) and np.all(ires.hi <= res.hi + 1e-9)
     if n_dims == 2:  # two-way tables are totally unimodular: LP bounds are integer bounds
         assert np.array_equal(ires.lo, res.lo) and np.array_equal(ires.hi, res.hi)
+
+
+def test_worker_processes_give_the_same_intervals(monkeypatch):
+    """Components solved in 2 spawned worker processes: the same result as in this process."""
+    monkeypatch.setattr(attacker, "_PARALLEL_FROM_CELLS", 0)
+    cases = [_random_case(np.random.default_rng(seed)) for seed in range(4)]
+    A = sparse.block_diag([A for _, A, _, _, _ in cases], format="csr")  # 4+ components
+    values = np.concatenate([v for _, _, v, _, _ in cases])
+    sup = np.concatenate([s for _, _, _, s, _ in cases])
+    for integer in (False, True):
+        one = audit_intervals(A, values, sup, **box(values), integer=integer)
+        two = audit_intervals(A, values, sup, **box(values), integer=integer, processes=2)
+        assert one.exact.all()
+        for got, want in zip(astuple(two), astuple(one), strict=True):
+            assert np.array_equal(got, want)

@@ -10,7 +10,9 @@ import pytest
 from scipy import sparse
 
 from sqlsdc.errors import TabularError
-from sqlsdc.tabular.gauss import candidate_order, gauss_suppress
+from sqlsdc.tabular import _gauss_kernel as kernel
+from sqlsdc.tabular import gauss
+from sqlsdc.tabular.gauss import SINGLETON_METHODS, candidate_order, gauss_suppress
 
 # --- a tiny table builder (cells = all code combinations, Kronecker order) ---------------------
 
@@ -352,3 +354,150 @@ def test_same_decisions_as_reference_and_no_primary_determined(seed):
             if "singleton" not in kwargs or X[:, c].toarray().ravel()[~single].any()
         ]
         assert not any(determined(X, ~got, check))
+
+
+# --- the compiled walk against the Python-integer walk -----------------------------------------
+
+
+def _hierarchy(rng, name, groups, codes):
+    """{code: parent}: Total -> ``groups`` groups -> 1..codes codes each."""
+    spec = {f"{name}{g}": None for g in range(groups)}
+    for g in range(groups):
+        spec |= {f"{name}{g}x{i}": f"{name}{g}" for i in range(int(rng.integers(1, codes + 1)))}
+    return spec
+
+
+def _both_walks(monkeypatch, X, primary, cost, **kwargs):
+    """gauss_suppress with the compiled walk, then with the exact one: result or error message.
+
+    The compiled walk also runs with pools that start at one entry and one chunk, so that every
+    table makes it collect garbage and grow; it must give the same answer.
+    """
+
+    def run():
+        try:
+            return gauss_suppress(X, primary, cost, **kwargs)
+        except TabularError as e:
+            return str(e)
+
+    with monkeypatch.context() as m:
+        m.setattr(gauss, "_COMPILED_FROM_NNZ", 0)
+        fast = run()
+        m.setattr(kernel, "POOL_SIZES", (1, 1))
+        tiny = run()
+    assert type(tiny) is type(fast)
+    assert tiny == fast if isinstance(fast, str) else np.array_equal(tiny, fast)
+    with monkeypatch.context() as m:
+        m.setattr(gauss._Walk, "compiled", lambda self, forced, cand: None)
+        exact = run()
+    return fast, exact
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_compiled_walk_takes_the_python_walks_decisions(monkeypatch, seed):
+    """Random 2-D (even seeds) and 3-D hierarchical tables, every singleton method, with and
+    without forced cells (some of which disclose a primary: the same error)."""
+    rng = np.random.default_rng(1000 + seed)
+    if seed % 2:
+        dims = [_hierarchy(rng, d, 2, 3) for d in "abc"]
+    else:
+        dims = [_hierarchy(rng, d, 3, 4) for d in "ab"]
+    shape = [len(_dim(d)[1]) for d in dims]
+    inner = rng.poisson(1.5, size=shape) * (rng.random(shape) < 0.85)
+    X, _, freq, _ = make_table(*dims, inner=inner)
+    primary = (freq >= 1) & (freq <= 2)
+    single = inner.ravel() == 1
+    forced = np.zeros(len(freq), dtype=bool)
+    forced[rng.choice(np.flatnonzero(~primary), size=3, replace=False)] = True
+    decided = 0
+    for method in SINGLETON_METHODS:
+        for kwargs in ({}, {"forced": forced}):
+            fast, exact = _both_walks(
+                monkeypatch,
+                X,
+                primary,
+                freq + 1,
+                singleton=single,
+                singleton_method=method,
+                values=freq,
+                **kwargs,
+            )
+            assert type(fast) is type(exact)
+            if isinstance(fast, str):
+                assert fast == exact
+            else:
+                assert np.array_equal(fast, exact), (method, kwargs)
+                decided += int((fast & ~primary).sum())
+    fast, exact = _both_walks(monkeypatch, X, primary, freq + 1, values=freq)
+    assert np.array_equal(fast, exact)
+    assert decided > 0  # the tables need secondary suppressions
+
+
+def _integer_matrix(rng, n_rows=24, n_cells=60):
+    """A random sparse model matrix with entries in ±{1, 2, 3}: pivots that need scaling."""
+    entries = rng.choice([-3, -2, -1, 1, 2, 3], size=(n_rows, n_cells))
+    return sparse.csc_matrix(entries * (rng.random((n_rows, n_cells)) < 0.12))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_compiled_walk_matches_on_integer_matrices(monkeypatch, seed):
+    rng = np.random.default_rng(2000 + seed)
+    X = _integer_matrix(rng)
+    primary = (rng.random(X.shape[1]) < 0.2) & (np.diff(X.indptr) > 0)
+    cost = rng.integers(1, 50, X.shape[1]).astype(float)
+    single = rng.random(X.shape[0]) < 0.2
+    for kwargs in (
+        {},
+        {"singleton": single},
+        {"singleton": single, "singleton_method": "subSpace"},
+    ):
+        fast, exact = _both_walks(monkeypatch, X, primary, cost, **kwargs)
+        assert type(fast) is type(exact)
+        assert fast == exact if isinstance(fast, str) else np.array_equal(fast, exact)
+
+
+@pytest.mark.parametrize("table", ["hierarchical", "integer"])
+def test_compiled_walk_falls_back_when_coefficients_outgrow_its_bound(monkeypatch, table):
+    """A coefficient beyond COEF_LIMIT stops the kernel; the Python-integer walk redoes it."""
+    rng = np.random.default_rng(8)
+    if table == "integer":
+        X = _integer_matrix(rng)
+        primary = (rng.random(X.shape[1]) < 0.2) & (np.diff(X.indptr) > 0)
+        cost = rng.integers(1, 50, X.shape[1]).astype(float)
+    else:
+        dims = [_hierarchy(rng, d, 2, 3) for d in "abc"]
+        shape = [len(_dim(d)[1]) for d in dims]
+        X, _, freq, _ = make_table(*dims, inner=rng.poisson(1.5, size=shape))
+        primary, cost = (freq >= 1) & (freq <= 2), freq + 1
+    want = gauss_suppress(X, primary, cost)
+    assert kernel.walk(*_kernel_args(X, primary, cost, limit=1))[0] == kernel.OVERFLOW
+    assert kernel.walk(*_kernel_args(X, primary, cost, limit=kernel.COEF_LIMIT))[0] == kernel.OK
+    calls = []
+    exact = gauss._Walk.exact
+
+    def spy(self, *args):
+        calls.append(1)
+        return exact(self, *args)
+
+    monkeypatch.setattr(gauss._Walk, "exact", spy)
+    monkeypatch.setattr(gauss, "_COMPILED_FROM_NNZ", 0)
+    for limit in (1, 2, 3, 5, 8):
+        monkeypatch.setattr(kernel, "COEF_LIMIT", limit)
+        assert np.array_equal(gauss_suppress(X, primary, cost), want), limit
+    assert calls  # the small limits fell back
+
+
+def _kernel_args(X, primary, cost, limit):
+    """kernel.walk's arguments for a matrix without singletons or forced cells."""
+    Xc = sparse.csc_matrix(X, dtype=np.int64)
+    Xc.sort_indices()
+    P = Xc[:, np.flatnonzero(primary)]
+    cand = candidate_order(Xc, cost)
+    cand = cand[~primary[cand]]
+    i64 = np.int64
+    return (
+        Xc.indptr.astype(i64), Xc.indices.astype(i64), Xc.data.astype(i64), Xc.shape[0],
+        P.indptr.astype(i64), P.indices.astype(i64), P.data.astype(i64),
+        np.zeros(Xc.shape[0], dtype=bool), False, False, np.zeros(0, dtype=i64), cand, limit,
+        (0, 0),
+    )  # fmt: skip
