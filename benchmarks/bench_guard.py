@@ -22,6 +22,7 @@ from pathlib import Path
 import sqlsdc
 from sqlsdc.demo.build import build_demo_database
 from sqlsdc.engines.duckdb import open_database
+from sqlsdc.engines.duckdb import run as run_sql
 from sqlsdc.guard.pipeline import protect
 
 QUERIES = {
@@ -78,8 +79,8 @@ def main() -> None:
     for name, sql in QUERIES.items():
         protected = con.explain(sql).sql
         check = median_ms(lambda sql=sql: protect(sql, None, con._context), args.repeat)
-        raw_ms = median_ms(lambda sql=sql: raw.sql(sql).to_arrow_table(), args.repeat)
-        engine_ms = median_ms(lambda p=protected: raw.sql(p).to_arrow_table(), args.repeat)
+        raw_ms = median_ms(lambda sql=sql: run_sql(raw, sql), args.repeat)
+        engine_ms = median_ms(lambda p=protected: run_sql(raw, p), args.repeat)
         guarded = median_ms(lambda sql=sql: con.execute(sql).fetchall(), args.repeat)
         print(
             f"| {name} | {check:.1f} | {raw_ms:.1f} | {engine_ms:.1f} | {guarded:.1f} | "

@@ -106,13 +106,20 @@ class _Builder:
             rows.append("expressions", exp.alias_(key.copy(), f"__g{i}"))
         for i in range(len(plan.aggregates)):
             argument = cells.argument(i, self.twin)
-            if argument is not None:
+            if argument is not None and self._value(i) == f"__v{i}":
                 rows.append("expressions", exp.alias_(argument.copy(), f"__v{i}"))
         for t, rkey in enumerate(plan.rkeys):
             rows.append("expressions", exp.alias_(rkey.copy(), f"__rk{t}"))
         for t, unit in enumerate(plan.units or []):
             rows.append("expressions", exp.alias_(unit.copy(), f"__u{t}"))
         return rows
+
+    def _value(self, i: int) -> str:
+        """The rows' column holding aggregate i's argument: one column per distinct argument,
+        so that the engine computes the aggregates of SUM(x) and AVG(x) once."""
+        arguments = [self.cells.argument(k, self.twin) for k in range(i + 1)]
+        first = next(k for k, a in enumerate(arguments) if a == arguments[i])
+        return f"__v{first}"
 
     def _aggregation(self, rows: exp.Select) -> exp.Select:
         cells, plan = self.cells, self.plan
@@ -133,7 +140,7 @@ class _Builder:
             agg.append("expressions", exp.alias_(remap(grouping), f"__gg{i}"))
         units = [exp.column(f"__u{t}", r) for t in range(len(plan.units or []))]
         for i, spec in enumerate(plan.aggregates):
-            argument = exp.column(f"__v{i}", r) if spec.argument is not None else None
+            argument = exp.column(self._value(i), r) if spec.argument is not None else None
             aggregate = cells.aggregates[i]
             method = spec.rule.method
             if method is Method.CKM and spec.kind is AggregateKind.MAGNITUDES:
@@ -203,7 +210,7 @@ class _Builder:
         |x_delta| is added), so x_1 is ``MAX(ABS(x))`` and x_j is element j of the top-k list
         aggregate ``MAX(ABS(x), k)`` (ties kept, NULLs ignored): one aggregate per cell in every
         grouping set, no sort of the rows."""
-        value = exp.Abs(this=exp.column(f"__v{i}", "__r"))
+        value = exp.Abs(this=exp.column(self._value(i), "__r"))
         if j == 1:
             return exp.Max(this=value)
         top = exp.Max(this=value, count=exp.Literal.number(self._magnitude(i).top_k))
@@ -294,10 +301,14 @@ class _Builder:
                 default=exp.Mul(this=x.copy(), expression=_flex(ax.copy(), prev(f"__f{i}_{j}"), m)),
             )
             amplitude.append("expressions", exp.alias_(normal, f"__xd{i}_{j}"))
+        rescaled = self._select_from(amplitude)
+        for i in steps:
+            m = self._magnitude(i)
             rescale = exp.LT(
-                this=exp.Abs(this=prev(f"__o{i}_{j - 1}")), expression=exp.Abs(this=normal.copy())
+                this=exp.Abs(this=prev(f"__o{i}_{j - 1}")),
+                expression=exp.Abs(this=prev(f"__xd{i}_{j}")),
             )
-            amplitude.append("expressions", exp.alias_(rescale, f"__rs{i}_{j}"))
+            rescaled.append("expressions", exp.alias_(rescale, f"__rs{i}_{j}"))
             xj = exp.Case(
                 ifs=[
                     exp.If(
@@ -305,10 +316,10 @@ class _Builder:
                         true=_div(prev(f"__o{i}_{j - 1}"), m.p_small * m.epsilon[j - 1]),
                     )
                 ],
-                default=x.copy(),
+                default=prev(f"__x{i}_{j}"),
             )
-            amplitude.append("expressions", exp.alias_(xj, f"__xj{i}_{j}"))
-        compute = self._select_from(amplitude)
+            rescaled.append("expressions", exp.alias_(xj, f"__xj{i}_{j}"))
+        compute = self._select_from(rescaled)
         for i in steps:
             m = self._magnitude(i)
             zs = _separation_point(m, self._small(m))
@@ -346,7 +357,7 @@ class _Builder:
                 ifs=[exp.If(this=exp.EQ(this=delta, expression=_number(0)), true=_number(0))],
                 default=exp.Abs(this=exp.Div(this=prev(f"__xj{i}_{j}"), expression=delta.copy())),
             )
-            a = exp.Least(this=ratio, expressions=[cap])
+            a = exp.Least(this=ratio, expressions=[cap], ignore_nulls=True)
             position.append("expressions", exp.alias_(a, f"__pa{i}_{j}"))
         rows = self._select_from(position)
         for i in steps:
@@ -451,23 +462,21 @@ class _Builder:
             mu_expr = exp.Case(ifs=[exp.If(this=sensitive, true=_number(mu))], default=_number(0))
         else:
             mu_expr = _number(0)
-        amount = _mul_expr(
-            _mul_expr(_sign(xo), exp.Abs(this=prev(f"__d{i}_{j}"))),
-            _mul_expr(_sign(v), exp.Add(this=mu_expr, expression=exp.Abs(this=v.copy()))),
+        size = _mul_expr(
+            exp.Abs(this=prev(f"__d{i}_{j}")), exp.Add(this=mu_expr, expression=exp.Abs(this=v))
         )
-        negative_v = exp.LT(this=v.copy(), expression=_number(0))
-        clamped = exp.Case(
+        # a negative v may shrink |x̂| at most to 0; a NULL cap (v >= 0) is ignored by LEAST
+        cap = exp.Case(
             ifs=[
                 exp.If(
-                    this=exp.and_(negative_v, exp.LT(this=xo.copy(), expression=_number(0))),
-                    true=exp.Least(this=amount, expressions=[exp.Neg(this=xo.copy())]),
-                ),
-                exp.If(
-                    this=negative_v.copy(),
-                    true=exp.Greatest(this=amount.copy(), expressions=[exp.Neg(this=xo.copy())]),
-                ),
-            ],
-            default=amount.copy(),
+                    this=exp.LT(this=v.copy(), expression=_number(0)),
+                    true=exp.Abs(this=xo.copy()),
+                )
+            ]
+        )
+        clamped = _mul_expr(
+            _mul_expr(_sign(xo), _sign(v)),
+            exp.Least(this=size, expressions=[cap], ignore_nulls=True),
         )
         skip = exp.or_(exp.Is(this=prev(f"__x{i}_{j}"), expression=exp.null()), prev(f"__z{i}_{j}"))
         added = exp.Case(ifs=[exp.If(this=skip, true=_number(0))], default=clamped)
