@@ -209,4 +209,3 @@ def _write(out: Path, version: int, tables: dict, say) -> PublishReport:
         con.close()
     partial.replace(out)
     return PublishReport(str(out), version, tuple(entry for _d, entry in tables.values()))
-

@@ -177,7 +177,9 @@ def test_magnitudes_are_the_reference_perturbation(ckm, reference, table, measur
     got = ckm.execute(
         f"SELECT {key}, SUM({measure}), AVG({measure}) FROM {table} GROUP BY {key}"
     ).fetchall()
-    assert len(got) == len(expected)
+    # a group appears when its protected count of units is positive (no NULL measures here,
+    # so that is the contributor count's perturbation)
+    assert {r[0] for r in got} == {k for k, (_x, _n, n_hat) in expected.items() if n_hat > 0}
     for k, published_sum, published_avg in got:
         x_hat, n, n_hat = expected[k]
         assert m.mean_before_sum
@@ -259,8 +261,9 @@ def test_rekeying_changes_the_noise_and_is_recorded(ckm_db, tmp_path):
     assert report == {"persons": 20_000}
     with sqlsdc.connect(path, "analyst") as con:
         after = dict(con.execute(sql).fetchall())
-    assert after.keys() == before.keys()
-    assert sum(after[k] != before[k] for k in after) > len(after) // 3
+    # groups published as 0 are left out: compare on all groups, missing ones as 0
+    groups = after.keys() | before.keys()
+    assert sum(after.get(k, 0) != before.get(k, 0) for k in groups) > len(groups) // 3
     con = open_database(path)
     try:
         events = con.execute(
@@ -348,7 +351,7 @@ def test_utility_and_risk_measures_on_a_released_table(ckm, reference):
         ).fetchall()
     )
     counts = np.array([n for *_k, n in raw], float)
-    perturbed = np.array([protected[(m, s)] for m, s, _n in raw], float)
+    perturbed = np.array([protected.get((m, s), 0) for m, s, _n in raw], float)  # 0: left out
     measures = utility_risk(counts, perturbed)
     assert 0 < measures["U"] < 0.05
     assert 0 < measures["hellinger"] < 0.05
@@ -433,19 +436,13 @@ def test_small_cells_parity_and_scrambled_keys_match_the_reference(tmp_path):
         assert published == pytest.approx(x_hat * n_hat / n, rel=1e-9), k
 
 
-def test_join_cell_keys_sum_the_records_counted(ckm, reference):
+def test_join_cell_keys_sum_the_records_counted(ckm):
     """A join along declared keys whose rows are one table's rows sums that table's keys (no
-    DISTINCT); a join that repeats the rows of every table sums the distinct keys of all."""
+    DISTINCT); a join that could repeat rows is refused before any cell key is built."""
     along_key = "FROM households h JOIN persons p ON h.household_id = p.household_id"
     assert (
         "SUM(DISTINCT" not in ckm.explain(f"SELECT h.tenure, COUNT(*) {along_key} GROUP BY 1").sql
     )
     pairs = "FROM persons p JOIN persons q ON p.household_id = q.household_id"
-    sql = f"SELECT p.region, COUNT(*) AS n {pairs} GROUP BY p.region"
-    assert ckm.explain(sql).sql.count("SUM(DISTINCT") == 2
-    expected = _expected_counts(
-        reference,
-        "SELECT p.region, count(*), sum(DISTINCT p.__rkey) + sum(DISTINCT q.__rkey) "
-        f"{pairs} GROUP BY p.region",
-    )
-    assert dict(ckm.execute(sql).fetchall()) == {k[0]: v for k, v in expected.items()}
+    with pytest.raises(sqlsdc.PolicyViolation, match="can repeat rows of p"):
+        ckm.explain(f"SELECT p.region, COUNT(*) AS n {pairs} GROUP BY p.region")

@@ -64,7 +64,7 @@ def dp_document(**budget) -> dict:
                     "min_frequency": 60,
                 },
             },
-            "lookup": {"kind": "public"},
+            "lookup": {"kind": "public", "key": "code"},
         },
         "users": {
             "admin": {"role": "admin"},

@@ -341,7 +341,7 @@ def test_bounds_on_an_identifier():
          "tables, users, version"),
         ({"tables__persons__colums": {}},
          "tables.persons: unknown key(s) colums; allowed here: columns, description, dp, "
-         "hierarchies, kind, privacy_unit, protection, suppression"),
+         "hierarchies, key, kind, privacy_unit, protection, suppression"),
         ({"tables__persons__columns__income__bound": [0, 1]},
          "tables.persons.columns.income: unknown key(s) bound; allowed here: bounds, description, "
          "domain, references, role"),

@@ -72,7 +72,7 @@ def round_document() -> dict:
             "magnitudes": {"method": "round", "base": 10},
         },
     }
-    tables["lookup"] = {"kind": "public"}
+    tables["lookup"] = {"kind": "public", "key": "code"}
     return {
         "tables": tables,
         "users": {

@@ -443,8 +443,9 @@ def _binding_remaining(cost: PrivacyCost, lims, used) -> BudgetLimit:
     return BudgetLimit(**tightest)
 
 
-def _insert_cells(con, user, policy_version, query_id, at, cells: list[CellRecord],
-                  *, skip_cached: bool) -> None:
+def _insert_cells(
+    con, user, policy_version, query_id, at, cells: list[CellRecord], *, skip_cached: bool
+) -> None:
     """Cache the new cells. A concurrent query of the same user may have cached some of them
     since they were looked up (with the same values: the noise is a function of the cell);
     the retry after that key conflict (``skip_cached``) leaves those out."""

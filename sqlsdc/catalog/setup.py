@@ -19,6 +19,7 @@ from sqlsdc.errors import PolicyError
 from sqlsdc.policy import Policy, load_policy
 
 UNIT_INDEX_PREFIX = "__sqlsdc_unit_"
+KEY_INDEX_PREFIX = "__sqlsdc_key_"
 
 
 def unit_index_name(table: str, unit: str) -> str:
@@ -53,6 +54,20 @@ def database_problems(con, policy: Policy) -> list[str]:
                 problems.append(
                     f"{where}.columns.{column}: no such column in the table (columns: {cols})"
                 )
+        key = table.key
+        if key and key not in schemas[table.name]:
+            problems.append(f"{where}.key: no such column in the table")
+        elif key:
+            total, distinct = one(
+                con, f'SELECT count(*), count(DISTINCT "{key}") FROM "{table.name}"'
+            )
+            if total != distinct:
+                problems.append(
+                    f"{where}.key: {key} is not unique ({total - distinct} rows repeat a value "
+                    "or are NULL); a key must identify each row"
+                )
+            elif table.name not in tables:
+                problems.append(f"{where}.key: a keyed public relation must be a table, not a view")
         unit = table.privacy_unit
         if unit and unit in schemas[table.name]:
             (nulls,) = one(con, f'SELECT count(*) FROM "{table.name}" WHERE "{unit}" IS NULL')
@@ -83,6 +98,9 @@ def apply_policy(con, policy: Policy, applied_by: str) -> ApplyReport:
                     store.record_key_event(con, table.name, "generated", keyed, applied_by)
                 _set_not_null(con, table.name, table.privacy_unit)
             report.unit_per_row[table.name] = _index_unit(con, table.name, table.privacy_unit)
+        for table in policy.tables.values():
+            if table.is_public and table.key:
+                _index_key(con, table.name, table.key)
         ptables.ensure_ptables(con, policy)
         report.version = store.store_policy(con, policy.document_dict(), policy.source, applied_by)
         con.execute("COMMIT")
@@ -153,6 +171,36 @@ def _index_unit(con, table: str, unit: str) -> bool:
         return False
     con.execute(f'CREATE UNIQUE INDEX "{index}" ON "{table}" ("{unit}")')
     return True
+
+
+def _index_key(con, table: str, key: str) -> None:
+    """A unique index on a public table's key, so the engine keeps it unique from now on."""
+    index = f"{KEY_INDEX_PREFIX}{table}__{key}"
+    if not any(name == index for name, _sql in _indexes(con, table)):
+        con.execute(f'CREATE UNIQUE INDEX "{index}" ON "{table}" ("{key}")')
+
+
+def unique_columns(con) -> dict[str, frozenset[str]]:
+    """Columns of main tables that the engine keeps unique (single-column unique index,
+    PRIMARY KEY or UNIQUE constraint), by lower-case table name; NULLs never join."""
+    found: dict[str, set[str]] = {}
+    rows = con.execute(
+        "SELECT lower(table_name), expressions FROM duckdb_indexes() "
+        "WHERE database_name = current_database() AND schema_name = 'main' AND is_unique"
+    ).fetchall()
+    for table, expressions in rows:
+        column = expressions.strip("[]").strip().strip('"')
+        if column and "," not in column and column.replace("_", "").isalnum():
+            found.setdefault(table, set()).add(column.lower())
+    rows = con.execute(
+        "SELECT lower(table_name), constraint_column_names FROM duckdb_constraints() "
+        "WHERE database_name = current_database() AND schema_name = 'main' "
+        "AND constraint_type IN ('PRIMARY KEY', 'UNIQUE')"
+    ).fetchall()
+    for table, columns in rows:
+        if len(columns) == 1:
+            found.setdefault(table, set()).add(columns[0].lower())
+    return {table: frozenset(columns) for table, columns in found.items()}
 
 
 def init(db_path, policy, *, applied_by: str = "admin") -> ApplyReport:

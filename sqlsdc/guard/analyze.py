@@ -572,8 +572,7 @@ class _Checker:
         lineage = self.lineage(aggregate.this, info.scope, infos)
         tables = {t for t, _c in lineage.sources}
         return bool(tables) and all(
-            self.policy.table(t).rule(AggregateKind.MAGNITUDES).method is Method.DP
-            for t in tables
+            self.policy.table(t).rule(AggregateKind.MAGNITUDES).method is Method.DP for t in tables
         )
 
     def _nonlinear(self, node: exp.Expr, scope: Scope, infos) -> str | None:

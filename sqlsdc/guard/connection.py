@@ -26,7 +26,7 @@ from sqlsdc.catalog.budget import (
 )
 from sqlsdc.catalog.patterns import ensure_patterns
 from sqlsdc.catalog.ptables import load_ptables
-from sqlsdc.catalog.setup import unit_index_name
+from sqlsdc.catalog.setup import unique_columns, unit_index_name
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import (
     AccessDenied,
@@ -480,6 +480,7 @@ def _context(con, policy: Policy, version: int) -> GuardContext:
         policy_version=version,
         schema=schema,
         unit_per_row=unit_per_row,
+        unique_columns=unique_columns(con),
         constant_is_safe=constant_is_safe,
         to_sql=engine.to_sql,
         ptables=load_ptables(con, policy),

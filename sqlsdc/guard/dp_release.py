@@ -77,9 +77,10 @@ def release(
         keep = np.ones(len(frame), dtype=bool)
         if stage.selection is not None:
             keep = np.array([v >= stage.selection.threshold for v in noisy[stage.units]], bool)
-        frame, noisy = frame[keep].reset_index(drop=True), {
-            c: np.asarray(v, dtype=object)[keep] for c, v in noisy.items()
-        }
+        frame, noisy = (
+            frame[keep].reset_index(drop=True),
+            {c: np.asarray(v, dtype=object)[keep] for c, v in noisy.items()},
+        )
         for name, sql in stage.histograms:
             stat = next(s for s in stage.statistics if s.column == name)
             values, new = _quantiles(run(sql), frame, stage, stat, space, secret,
@@ -253,4 +254,3 @@ def _output(output, parts, stats, noise: bool):
         value = f(squares, total, count, lower, upper, ddof=output.ddof)
         return value.tolist(), [None] * n, [None] * n
     return [float(v) for v in parts[0]], [None] * n, [None] * n  # QUANTILE
-

@@ -15,6 +15,7 @@ from sqlglot import exp
 
 from sqlsdc.errors import Error, InternalError
 from sqlsdc.guard.analyze import Analysis, Kind, analyze
+from sqlsdc.guard.multiplicity import prove_multiplicity
 from sqlsdc.guard.parse import bind_parameters, output_names, parse_statement
 from sqlsdc.guard.plan import plan_query
 from sqlsdc.guard.resolve import check_tables, qualify_tree
@@ -42,6 +43,7 @@ class GuardContext:
     constant_is_safe: Callable[[exp.Expr], bool]
     to_sql: Callable[[exp.Expr], str]
     ptables: Mapping[PTableKey, PTableRef] = field(default_factory=dict)
+    unique_columns: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,7 @@ def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
     if len(qualified_names) != len(names):  # a * was expanded
         names = qualified_names
     analysis = analyze(tree, context.policy, context.schema, sql, context.constant_is_safe)
+    prove_multiplicity(analysis, context.policy, context.unique_columns, sql)
     plan = plan_query(analysis, context.policy, context.unit_per_row)
     stages: dict[int, DpStage] = {}  # by id of the aggregation in ``tree``
     builders = {

@@ -52,6 +52,7 @@ class CellPlan:
     row_source: int | None = None  # position in units of the table whose rows the join's are
     one_row_per_unit: bool = False  # one confidential table, no join, unit unique (enforced)
     dp_groups: bool = False  # a table counts with DP: its groups are released by DP only
+    ckm_groups: bool = False  # a table counts with CKM: its groups appear by perturbed counts
 
 
 @dataclass
@@ -137,6 +138,7 @@ class _Planner:
             group_k = max(
                 self.policy.table(t).rule(AggregateKind.COUNTS).min_frequency for t in tables
             )
+        count_methods = {self.policy.table(t).rule(AggregateKind.COUNTS).method for t in tables}
         groupings = [
             n
             for part in (*select.expressions, select.args.get("having"), select.args.get("order"))
@@ -156,8 +158,8 @@ class _Planner:
             group_k,
             self._row_source(info.scope) if units is not None else None,
             bool(one_per_row),
-            any(self.policy.table(t).rule(AggregateKind.COUNTS).method is Method.DP
-                for t in tables),  # fmt: skip
+            Method.DP in count_methods,
+            Method.CKM in count_methods,
         )
 
     def _aggregate(self, node: exp.AggFunc, tables: list[str], select) -> ProtectedAggregate:

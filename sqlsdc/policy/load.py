@@ -199,6 +199,11 @@ def _semantic_problems(doc: dict) -> list[str]:
         if cname_dupes := _case_dupes(columns):
             problems.append(f"{where}.columns: names differ only in case: {cname_dupes}")
         roles = {c.lower(): v["role"] for c, v in columns.items()}
+        if "key" in spec and kind != "public":
+            problems.append(
+                f"{where}.key: only public tables declare a key; a confidential table's key is "
+                "its privacy_unit"
+            )
         if kind == "confidential":
             unit = spec.get("privacy_unit")
             if unit is None:
@@ -523,6 +528,7 @@ def _build(doc: dict, label: str) -> Policy:
             kind=kind,
             columns=MappingProxyType(columns),
             privacy_unit=spec["privacy_unit"].lower() if spec.get("privacy_unit") else None,
+            key=spec["key"].lower() if spec.get("key") else None,
             hierarchies=MappingProxyType(hierarchies),
             protection=MappingProxyType(
                 {} if kind is TableKind.PUBLIC else _rules(spec.get("protection"), top_rules)

@@ -224,6 +224,7 @@ class Table:
     kind: TableKind
     columns: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     privacy_unit: str | None = None
+    key: str | None = None  # a public table's unique key column (indexed when applied)
     hierarchies: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     protection: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     description: str = ""

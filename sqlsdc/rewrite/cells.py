@@ -71,6 +71,8 @@ def protect_cells(tree: exp.Expr, plan: QueryPlan, builders: dict[Method, FrameB
     any suppressed, DP or rounded aggregate by that builder (which refuses the others; rounding
     accepts threshold aggregates). When any aggregation is noisy (DP), the result carries the
     noise's standard deviation and 95% half-width per position next to the status columns.
+    An aggregation without aggregates releases its groups by its tables' count method: a
+    protected count whose value is hidden.
     """
     noisy = any(Method.DP in _methods(c) for c in plan.cells)
     copy = tree.copy()
@@ -101,10 +103,14 @@ def protect_cells(tree: exp.Expr, plan: QueryPlan, builders: dict[Method, FrameB
 
 def _methods(plan: CellPlan) -> set[Method]:
     """The methods of an aggregation's aggregates. One without aggregates releases its groups:
-    under DP they must come from the DP mechanism (public domains or noisy selection), not
-    from a threshold on exact counts."""
+    under DP they must come from the DP mechanism (public domains or noisy selection), under
+    CKM from the groups' perturbed counts, not from a threshold on exact counts."""
     methods = {a.rule.method for a in plan.aggregates}
-    return methods or ({Method.DP} if plan.dp_groups else set())
+    if methods:
+        return methods
+    if plan.dp_groups:
+        return {Method.DP}
+    return {Method.CKM} if plan.ckm_groups else set()
 
 
 def inner_select(cells: Cells) -> exp.Select:

@@ -81,6 +81,7 @@ class _Builder:
             final.append("expressions", exp.alias_(self._final_value(i, spec), f"__y{i}"))
             final.append("expressions", exp.alias_(self._final_fault(i, spec), f"__e{i}"))
         source = final.subquery(CELLS)
+        group = self._group_condition()
 
         def value(i: int) -> exp.Expr:
             return exp.column(f"__y{i}", CELLS)
@@ -88,10 +89,13 @@ class _Builder:
         def published(i: int) -> exp.Expr:
             return exp.Not(this=exp.Is(this=value(i), expression=exp.null()))
 
-        group = None
-        if self.plan.group_min_frequency is not None:
-            group = at_least("__n", self.plan.group_min_frequency)
-        return Frame(source, value, published, group, lambda i: exp.column(f"__e{i}", CELLS))
+        def fault(i: int) -> exp.Expr:
+            own = exp.column(f"__e{i}", CELLS)
+            if self.count_rule.method is not Method.CKM:
+                return own
+            return exp.or_(own, exp.Is(this=exp.column("__cn", CELLS), expression=exp.null()))
+
+        return Frame(source, value, published, group, fault)
 
     def _rows(self) -> exp.Select:
         cells, plan = self.cells, self.plan
@@ -157,12 +161,14 @@ class _Builder:
                 counted = unit_count(argument, units if plan.units is not None else None)
                 agg.append("expressions", exp.alias_(counted, f"__n{i}"))  # a CKM count's is n
             if method is Method.CKM:
-                agg.append("expressions", exp.alias_(self._cell_key(i, argument), f"__k{i}"))
+                key = self._cell_key(argument, spec.argument)
+                agg.append("expressions", exp.alias_(key, f"__k{i}"))
             if method is Method.CKM and spec.kind is AggregateKind.MAGNITUDES:
                 for j in range(1, self._magnitude(i).top_k + 1):
                     agg.append("expressions", exp.alias_(self._top(i, j), f"__x{i}_{j}"))
-        if plan.group_min_frequency is not None:
-            agg.append("expressions", exp.alias_(unit_count(None, units or None), "__n"))
+        agg.append("expressions", exp.alias_(unit_count(None, units or None), "__n"))
+        if self.count_rule.method is Method.CKM:
+            agg.append("expressions", exp.alias_(self._cell_key(None, None), "__kn"))
         return agg
 
     @staticmethod
@@ -176,14 +182,13 @@ class _Builder:
             rebuilt.set("this", argument)
         return rebuilt
 
-    def _cell_key(self, i: int, argument: exp.Expr | None) -> exp.Expr:
+    def _cell_key(self, argument: exp.Expr | None, spec_argument: exp.Expr | None) -> exp.Expr:
         """``SUM(rkey) % 2^32`` over the records counted: the rows of a single table, of the
         table whose rows the join's rows are (:attr:`CellPlan.row_source`), or the distinct
         units of the counted unit (``COUNT(DISTINCT unit)``) or, failing those, of every table.
         The same records give the same key, whichever tables the query joins to them."""
         plan = self.plan
         rkeys = [exp.column(f"__rk{t}", "__r") for t in range(len(plan.rkeys))]
-        spec_argument = plan.aggregates[i].argument
         counted = [t for t, unit in enumerate(plan.units or []) if unit == spec_argument]
         if plan.units is None:
             total = exp.Sum(this=when_present(rkeys[0], argument))
@@ -241,9 +246,23 @@ class _Builder:
         )
 
     def _count_layer(self, previous: exp.Select) -> exp.Select:
-        """Perturbed counts ``__y<i>`` and, for magnitudes, the protected contributor count."""
+        """Perturbed counts ``__y<i>``, for magnitudes the protected contributor count, and the
+        protected count of the group's units ``__cn`` that decides whether the group appears."""
         select = self._select_from(previous)
         prev = lambda c: exp.column(c, PREV)  # noqa: E731
+        reused = self._count_of_units()
+        if reused is not None:
+            noise = exp.cast(exp.column("v", f"__pc{reused}"), "BIGINT")
+            protected = exp.Add(this=prev(f"__a{reused}"), expression=noise)
+            select.append("expressions", exp.alias_(protected, "__cn"))
+        elif self.count_rule.method is Method.CKM:
+            ptable = ptable_ref(self.ptables, ("counts", self.count_rule.ptable))
+            row = exp.Least(this=prev("__n"), expressions=[_number(ptable.max_i)])
+            kind = exp.Literal.string("all")
+            self._join_ptable(select, "__pcn", ptable, row, prev("__kn"), kind)
+            noise = exp.cast(exp.column("v", "__pcn"), "BIGINT")
+            protected = exp.Add(this=prev("__n"), expression=noise)
+            select.append("expressions", exp.alias_(protected, "__cn"))
         for i, spec in enumerate(self.plan.aggregates):
             if spec.rule.method is not Method.CKM:
                 continue
@@ -519,6 +538,34 @@ class _Builder:
                 ifs=[exp.If(this=exp.EQ(this=count.copy(), expression=_number(0)), true=_number(0))]
             ),
         )
+
+    def _count_of_units(self) -> int | None:
+        """An aggregate that is already the group's CKM count of units (COUNT(*) when each row
+        is a unit): its perturbed value is the group's, so no second ptable lookup is needed."""
+        if self.plan.units is not None or self.count_rule.method is not Method.CKM:
+            return None
+        for i, spec in enumerate(self.plan.aggregates):
+            if spec.kind is AggregateKind.COUNTS and spec.argument is None:
+                if spec.rule == self.count_rule:
+                    return i
+        return None
+
+    def _group_condition(self) -> exp.Expr:
+        """Whether a group appears: decided on the protected count of its units, never on the
+        true count, so that presence tells no more than a published count would. A group
+        whose count would be published as 0 is left out; where the group's existence is the
+        whole release (no aggregate, or rows an outer query can count or test), its protected
+        count must reach the minimum frequency. Without CKM counts, the true count must."""
+        k = self.plan.group_min_frequency
+        if self.count_rule.method is not Method.CKM:
+            return at_least("__n", k if k is not None else self.count_rule.min_frequency)
+        if k is None:  # a missing ptable entry keeps the group, whose cells then fail
+            count = exp.column("__cn", CELLS)
+            return exp.or_(
+                exp.GT(this=count, expression=_number(0)),
+                exp.Is(this=count.copy(), expression=exp.null()),
+            )
+        return at_least("__cn", k)
 
     def _final_fault(self, i: int, spec) -> exp.Expr:
         if spec.rule.method is not Method.CKM:

@@ -470,7 +470,7 @@ def _histogram_cells(rows: exp.Select, n_keys: int, bins: exp.Expr, settings, *,
     """Quantile histograms: rows per (keys, bin), each unit bounded to ``max_groups`` groups and
     ``max_rows`` rows per group, chosen by keyed ranks (windows over rows)."""
     keys = [exp.column(f"__g{j}") for j in range(n_keys)]
-    values = [exp.column(c.alias_or_name) for c in rows.expressions[2 + n_keys:]]
+    values = [exp.column(c.alias_or_name) for c in rows.expressions[2 + n_keys :]]
     source = rows.copy().subquery("__rows")
     hist = exp.select(*keys, exp.alias_(bins, "__bin"),
                       exp.alias_(exp.Count(this=exp.Star()), "__count"))  # fmt: skip

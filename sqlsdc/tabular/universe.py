@@ -105,9 +105,7 @@ def universe_of(policy: Policy, table_name: str) -> Universe:
     spec = table.suppression
     if spec is None:
         raise TabularError(f"table {table.name} has no suppression universe in the policy")
-    groups = tuple(
-        (name, tuple(table.hierarchies.get(name, (name,)))) for name in spec.dimensions
-    )
+    groups = tuple((name, tuple(table.hierarchies.get(name, (name,)))) for name in spec.dimensions)
     measures = tuple(c.name for c in table.columns.values() if c.role is ColumnRole.MEASURE)
     rules = {k: table.rule(k) for k in AggregateKind}
     return Universe(

@@ -1,0 +1,270 @@
+"""Multiplicity: prove that no join repeats a confidential row, or refuse the query.
+
+Cell key noise depends on *which* units are in a cell, a threshold on *how many*; neither
+survives a join that repeats rows. Joining a public table twice on an always-true condition
+multiplies every count by the square of its size while the noise stays the same, and a
+self-join on a non-unique column repeats each person once per housemate. So every scope that
+reads confidential rows must have a **driver**: one source whose rows are confidential rows,
+such that every other source is reached from it through an equality on a column proven unique
+in that source. Each driver row then meets at most one row of every other source, the rows of
+the scope are the driver's rows (each at most once), and the other sources only add attributes
+(a person's household tenure, a region's name).
+
+A column is unique in a source when
+
+* it has a single-column unique index or constraint in the database (the privacy unit of a
+  table with one row per unit, the ``key`` a policy declares for a public table — both indexed
+  when the policy is applied, so the engine enforces them);
+* it is a derived table's only GROUP BY key (or only DISTINCT column), passed through; or
+* it passes a unique column of a derived table's driver through unchanged.
+
+A source of at most one row (an aggregation without GROUP BY) is reached without condition.
+
+Rows of the other confidential sources repeat (a household once per member), so their
+measures cannot be summed or averaged in that scope; they can be counted as units with
+``COUNT(DISTINCT unit)``, grouped by and filtered on. RIGHT, FULL and CROSS joins of
+confidential rows are refused, and so is a LEFT join whose preserved side is not the driver's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+from sqlglot.optimizer.scope import Scope
+
+from sqlsdc.errors import PolicyViolation
+from sqlsdc.guard.analyze import Analysis, Kind, ScopeInfo, own_nodes
+from sqlsdc.policy import Policy
+
+DIALECT = "duckdb"
+JOIN_HINT = (
+    "join other tables on a unique key so that each confidential row appears once: a "
+    "confidential table on its privacy unit (e.g. JOIN households h ON p.household_id = "
+    "h.household_id), a public table on the key its policy declares (e.g. JOIN regions r ON "
+    "p.region = r.region), or a derived table on its only GROUP BY column"
+)
+
+
+@dataclass(frozen=True)
+class SourceShape:
+    """What the multiplicity proof knows of one source of a scope."""
+
+    confidential: bool  # its rows are confidential rows
+    unique: frozenset[str] = frozenset()  # columns unique in it
+    single_row: bool = False
+    repeated: frozenset[str] = frozenset()  # columns that come from repeated rows
+
+
+@dataclass
+class Multiplicity:
+    """The proof for every scope that reads confidential rows: its driver's alias."""
+
+    drivers: dict[int, str] = field(default_factory=dict)  # id(select) -> driver alias
+    shapes: dict[int, SourceShape] = field(default_factory=dict)  # id(select) -> as a source
+
+
+def prove_multiplicity(
+    analysis: Analysis, policy: Policy, unique_columns: Mapping[str, frozenset[str]], sql: str
+) -> Multiplicity:
+    """Find the driver of every scope over confidential rows; refuse joins that may repeat."""
+    proof = Multiplicity()
+    prover = _Prover(analysis, policy, unique_columns, sql, proof)
+    for info in analysis.order:
+        prover.prove(info)
+    return proof
+
+
+class _Prover:
+    def __init__(self, analysis, policy, unique_columns, sql, proof: Multiplicity):
+        self.analysis = analysis
+        self.policy = policy
+        self.unique_columns = unique_columns
+        self.sql = sql
+        self.proof = proof
+
+    def refuse(self, reason: str) -> PolicyViolation:
+        return PolicyViolation(reason, JOIN_HINT, self.sql)
+
+    def prove(self, info: ScopeInfo) -> None:
+        select = info.scope.expression
+        if not isinstance(select, exp.Select):
+            return
+        shapes = {alias: self.shape(source) for alias, (_n, source) in
+                  info.scope.selected_sources.items()}  # fmt: skip
+        if info.kind is Kind.SAFE or len(shapes) < 2:
+            driver = next(iter(shapes), None)
+            self.proof.drivers[id(select)] = driver
+            self.proof.shapes[id(select)] = self._as_source(info, shapes, driver)
+            self._check_repeated_measures(info, shapes, driver)
+            return
+        joins = select.args.get("joins") or []
+        for join in joins:
+            side, kind = (join.args.get("side") or "").upper(), (join.args.get("kind") or "")
+            if side in ("RIGHT", "FULL") or kind.upper() == "CROSS":
+                raise self.refuse(
+                    f"{side or kind.upper()} JOIN of confidential rows is not allowed (it can add "
+                    "or repeat rows)"
+                )
+        left_joined = {j.this.alias_or_name for j in joins if (j.args.get("side") or "") == "LEFT"}
+        candidates = [a for a, s in shapes.items() if s.confidential and a not in left_joined]
+        for driver in candidates:
+            if self._reach(select, shapes, driver, left_joined) == set(shapes):
+                self.proof.drivers[id(select)] = driver
+                self.proof.shapes[id(select)] = self._as_source(info, shapes, driver)
+                self._check_repeated_measures(info, shapes, driver)
+                return
+        unreached = self._explain_failure(select, shapes, candidates, left_joined)
+        raise self.refuse(unreached)
+
+    # ------------------------------------------------------------------ sources
+    def shape(self, source) -> SourceShape:
+        if isinstance(source, exp.Table):
+            table = self.policy.table(source.name)
+            unique = self.unique_columns.get(table.name, frozenset())
+            return SourceShape(not table.is_public, frozenset(c.lower() for c in unique))
+        if isinstance(source, Scope):
+            known = self.proof.shapes.get(id(source.expression))
+            if known is not None:
+                return known
+            info = self.analysis.infos.get(id(source.expression))
+            return SourceShape(info is not None and info.kind is Kind.ROW)
+        return SourceShape(False)
+
+    def _as_source(self, info: ScopeInfo, shapes: dict[str, SourceShape], driver) -> SourceShape:
+        """How this scope looks to a scope that reads it."""
+        select = info.scope.expression
+        group = select.args.get("group")
+        if info.kind is not Kind.ROW:
+            keys = _plain_group_columns(select)
+            if keys is None:  # grouping sets, ROLLUP, CUBE: a key value can repeat
+                return SourceShape(False)
+            if not keys and not group and info.aggregates:
+                return SourceShape(False, single_row=True)
+            unique = set()
+            if len(keys) == 1:
+                unique = {p.alias_or_name.lower() for p in select.expressions
+                          if p.unalias() == keys[0]}  # fmt: skip
+            return SourceShape(False, frozenset(unique))
+        unique, repeated = set(), set()
+        for projection in select.expressions:
+            value, name = projection.unalias(), projection.alias_or_name.lower()
+            if not isinstance(value, exp.Column):
+                if any(self._is_repeated(c, shapes, driver) for c in value.find_all(exp.Column)):
+                    repeated.add(name)
+                continue
+            if value.table == driver and value.name.lower() in shapes[driver].unique:
+                unique.add(name)
+            if self._is_repeated(value, shapes, driver):
+                repeated.add(name)
+        return SourceShape(True, frozenset(unique), repeated=frozenset(repeated))
+
+    @staticmethod
+    def _is_repeated(column: exp.Column, shapes: dict[str, SourceShape], driver) -> bool:
+        shape = shapes.get(column.table)
+        if shape is None:
+            return False
+        if column.table != driver:
+            return shape.confidential
+        return column.name.lower() in shape.repeated
+
+    # ------------------------------------------------------------------ reach
+    def _reach(self, select, shapes, driver: str, left_joined: set[str]) -> set[str]:
+        """Sources each row of ``driver`` meets at most once, through unique-key equalities."""
+        reached = {driver} | {a for a, s in shapes.items() if s.single_row}
+        edges = self._edges(select, left_joined)
+        changed = True
+        while changed:
+            changed = False
+            for target, column, other_side, allowed in edges:
+                if target in reached or column not in shapes[target].unique:
+                    continue
+                if other_side <= reached and (allowed is None or other_side <= allowed):
+                    reached.add(target)
+                    changed = True
+        return reached
+
+    def _edges(self, select, left_joined: set[str]):
+        """(target alias, unique column, aliases of the other side, allowed origins) of every
+        top-level equality that can tie a source to the others."""
+        edges = []
+        clauses: list[tuple[exp.Expr, str | None]] = []
+        where = select.args.get("where")
+        if where is not None:
+            clauses.append((where.this, None))
+        seen = [select.args["from_"].this.alias_or_name]
+        for join in select.args.get("joins") or []:
+            alias = join.this.alias_or_name
+            if join.args.get("on") is not None:
+                clauses.append((join.args["on"], alias if alias in left_joined else None))
+            seen.append(alias)
+        order = {alias: i for i, alias in enumerate(seen)}
+        for clause, only_target in clauses:
+            for conjunct in clause.flatten() if isinstance(clause, exp.And) else [clause]:
+                conjunct = _unparen(conjunct)
+                if not isinstance(conjunct, exp.EQ):
+                    continue
+                for here, there in ((conjunct.left, conjunct.right),
+                                    (conjunct.right, conjunct.left)):  # fmt: skip
+                    here = _unparen(here)
+                    if not isinstance(here, exp.Column) or not here.table:
+                        continue
+                    if only_target is not None and here.table != only_target:
+                        continue
+                    other = {c.table for c in there.find_all(exp.Column)}
+                    if here.table in other:
+                        continue
+                    allowed = None
+                    if only_target is not None:  # a LEFT join's ON ties it to earlier sources
+                        allowed = {a for a, i in order.items() if i < order[only_target]}
+                    edges.append((here.table, here.name.lower(), other, allowed))
+        return edges
+
+    def _explain_failure(self, select, shapes, candidates, left_joined) -> str:
+        if not candidates:
+            return (
+                "a LEFT JOIN that preserves a public table adds rows to confidential ones; "
+                "put the confidential table first (FROM persons p LEFT JOIN ...)"
+            )
+        driver = candidates[0]
+        unreached = sorted(set(shapes) - self._reach(select, shapes, driver, left_joined))
+        return (
+            f"the join of {', '.join(unreached)} can repeat rows of {driver}: no equality ties "
+            f"{'it' if len(unreached) == 1 else 'them'} on a unique key"
+        )
+
+    # ------------------------------------------------------------------ measures
+    def _check_repeated_measures(self, info: ScopeInfo, shapes, driver: str) -> None:
+        for aggregate in info.aggregates:
+            if isinstance(aggregate, exp.Count):
+                continue
+            for column in own_nodes(aggregate):
+                if isinstance(column, exp.Column) and self._is_repeated(column, shapes, driver):
+                    raise PolicyViolation(
+                        f"{aggregate.sql(DIALECT)[:80]} sums values of {column.table}, whose rows "
+                        f"repeat once per matching row of {driver}",
+                        f"aggregate {column.table} on its own (FROM its table, without the join), "
+                        f"or count its units with COUNT(DISTINCT ...)",
+                        self.sql,
+                    )
+
+
+def _plain_group_columns(select: exp.Select) -> list[exp.Expr] | None:
+    """The plain GROUP BY keys (or DISTINCT projections); None for ROLLUP/CUBE/GROUPING SETS."""
+    group = select.args.get("group")
+    if group is not None:
+        if any(group.args.get(k) for k in ("rollup", "cube", "grouping_sets")):
+            return None
+        if any(isinstance(e, (exp.Rollup, exp.Cube, exp.GroupingSets)) for e in group.expressions):
+            return None
+        return list(group.expressions)
+    if select.args.get("distinct") is not None:
+        return [p.unalias() for p in select.expressions]
+    return []
+
+
+def _unparen(node: exp.Expr) -> exp.Expr:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node
