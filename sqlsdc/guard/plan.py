@@ -52,6 +52,7 @@ class CellPlan:
     row_source: int | None = None  # position in units of the table whose rows the join's are
     one_row_per_unit: bool = False  # one confidential table, no join, unit unique (enforced)
     dp_groups: bool = False  # a table counts with DP: its groups are released by DP only
+    scope: Scope | None = None  # the aggregation's scope (canonical identity: guard.identity)
 
 
 @dataclass
@@ -158,6 +159,7 @@ class _Planner:
             bool(one_per_row),
             any(self.policy.table(t).rule(AggregateKind.COUNTS).method is Method.DP
                 for t in tables),  # fmt: skip
+            scope=info.scope,
         )
 
     def _aggregate(self, node: exp.AggFunc, tables: list[str], select) -> ProtectedAggregate:
