@@ -14,14 +14,17 @@ a JSON document with sorted keys and no whitespace,
     {"aggregate": MEASURE, "data": DATA_VERSION, "keys": [[NAME, VALUE], ...],
      "mechanism": CALIBRATION, "scope": SCOPE, "table": TABLE, "v": 1}
 
-- TABLE: the canonical relation(s) tabulated (e.g. ``"persons"``; joins: sorted names joined
-  with ``","``), SCOPE: the canonical filter/join predicate that defines the population (``""``
-  for none), DATA_VERSION: a version of the data (``""`` if the data never change; see below).
-- MEASURE: the canonical measure expression (``"*"`` for counts, ``"income"`` for sums),
+- TABLE: the confidential table tabulated, SCOPE: the canonical population
+  (:attr:`sqlsdc.guard.identity.Population.text`: relations, join graph and every predicate,
+  derived tables and CTEs included), DATA_VERSION: a version of the data (``""`` if the data
+  never change; see below).
+- MEASURE: the canonical measure on base columns (``"*"`` for rows and units,
+  ``'"persons"."income"'`` for sums, ``'DISTINCT "t"."x"'`` for distinct values),
   CALIBRATION: :meth:`Calibration.describe` (statistic, noise and parameter, bounds, rows and
   groups per unit, grid): a different mechanism or bounding is a different release.
-- keys: ``[name, value]`` pairs sorted by the canonical key name (the source column, never the
-  output alias, so ``SELECT region AS r`` and ``SELECT region`` are the same cells), values
+- keys: ``[name, value]`` pairs sorted by the canonical key name (the base column expression,
+  never the output alias, so ``SELECT region AS r`` and ``SELECT region`` are the same cells),
+  values
   typed: ``null``, ``b:true``, ``i:42``, ``f:<repr>``, ``d:<decimal>``, ``s:<text>``,
   ``date:``/``ts:``/``time:<ISO 8601>``, ``x:<hex bytes>``. Float NaN is SQL NULL (pandas turns
   NULL keys of float columns into NaN). Other types are refused.

@@ -19,12 +19,20 @@ removing a unit changes at most ``max_groups`` cells by at most the per-cell bou
 accountant (:mod:`sqlsdc.mechanisms.accountant`) calibrates the noise with. A table with one row
 per unit (enforced at apply time) and no join needs no bounding beyond clamping.
 
-Supported: one confidential table (joins with public tables are bounded after the join),
+Supported: one confidential table (joins with public tables are bounded after the join), read
+directly or through row-level derived tables and CTEs (their SQL travels with the exact cells),
 GROUP BY over dimension keys, any WHERE the guard allows, and COUNT(*), COUNT(column),
-COUNT(DISTINCT unit), SUM, AVG, VAR_SAMP/VAR_POP/VARIANCE, STDDEV_SAMP/STDDEV_POP/STDDEV and
+COUNT(DISTINCT unit), COUNT(DISTINCT column) (distinct values, at most ``max_rows`` per unit and
+cell), SUM, AVG, VAR_SAMP/VAR_POP/VARIANCE, STDDEV_SAMP/STDDEV_POP/STDDEV and
 MEDIAN/QUANTILE_CONT/QUANTILE_DISC of a measure column with declared bounds. Refused: ROLLUP,
 CUBE and GROUPING SETS (each grouping set would be a further release), measures without
-bounds, mixing DP with other methods in one aggregation, joins of confidential tables.
+bounds or transformed on the way (also inside a derived table), mixing DP with other methods
+in one aggregation, joins of confidential tables.
+
+Cells are named by their canonical identity (:mod:`sqlsdc.guard.identity`): the population
+with every predicate (derived tables and CTEs included), the keys and the measures on base
+columns, never aliases or output names; that identity seeds the noise and keys the cache and
+the ledger.
 """
 
 from __future__ import annotations
