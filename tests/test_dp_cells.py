@@ -389,3 +389,37 @@ def test_count_noise_on_neighbouring_cells_stays_within_epsilon():
     assert both.sum() >= 8
     assert loss.max() <= 0.5 + 0.2  # 400 draws: log-ratio sd about 0.07
     assert loss.mean() > 0.3  # and the loss is really there, close to epsilon
+
+
+# --- statistic identities: what a query pays for before its cells are computed ---------------
+
+
+def test_statistic_identity_covers_population_keys_domains_and_mechanism():
+    from sqlsdc.mechanisms.dp_cells import statistic_identity
+
+    cal = calibrate(Statistic.COUNT, Bounding(), PrivacyCost(epsilon=Fraction(1)))
+    other = calibrate(Statistic.COUNT, Bounding(), PrivacyCost(epsilon=Fraction(1, 2)))
+    space = CellSpace.of("t", {"__g0": '"t"."region"'}, scope='{"w":1}', data_version="v1")
+    base = statistic_identity(space, CellMechanism("*", cal), [["N", "S"]])
+    same = statistic_identity(CellSpace.of("t", {"r": '"t"."region"'}, scope='{"w":1}',
+                                           data_version="v1"),
+                              CellMechanism("*", cal), [["S", "N", "N"]])  # fmt: skip
+    assert base == same  # column names and domain order do not matter
+    variants = [
+        statistic_identity(CellSpace.of("t", {"__g0": '"t"."region"'}, scope='{"w":2}',
+                                        data_version="v1"), CellMechanism("*", cal),
+                           [["N", "S"]]),  # fmt: skip
+        statistic_identity(CellSpace.of("t", {"__g0": '"t"."region"'}, scope='{"w":1}',
+                                        data_version="v2"), CellMechanism("*", cal),
+                           [["N", "S"]]),  # fmt: skip
+        statistic_identity(space, CellMechanism("*", cal), [["N", "S", "E"]]),
+        statistic_identity(space, CellMechanism("*", cal), None),
+        statistic_identity(space, CellMechanism('DISTINCT "t"."x"', cal), [["N", "S"]]),
+        statistic_identity(space, CellMechanism("*", other), [["N", "S"]]),
+    ]
+    assert len({v.digest for v in variants} | {base.digest}) == len(variants) + 1
+    cell = cell_identity(CellSpace.of("t", {}, scope='{"w":1}', data_version="v1"),
+                         CellMechanism("*", cal), {})  # fmt: skip
+    assert cell.digest != statistic_identity(
+        CellSpace.of("t", {}, scope='{"w":1}', data_version="v1"), CellMechanism("*", cal), []
+    ).digest  # a global cell is never mistaken for its statistic

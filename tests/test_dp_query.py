@@ -609,3 +609,32 @@ def test_dp_aggregates_over_noisy_results_are_post_processing(dp_db):
             "SELECT MEDIAN(n) FROM (SELECT region, COUNT(*) AS n FROM persons GROUP BY region)"
         ).fetchall()[0]
     assert median == float(np.median(direct))
+
+
+# --- CTEs, derived tables and distinct values (ISSUE16 class 9) -------------------------------
+
+
+def test_ctes_and_derived_tables_are_the_same_cells_as_the_plain_query(dp_db):
+    plain = "SELECT clinic, COUNT(*) FROM visits WHERE cost > 20 GROUP BY clinic"
+    spelled = [
+        "WITH v AS (SELECT * FROM visits WHERE cost > 20) SELECT clinic, COUNT(*) FROM v "
+        "GROUP BY clinic",
+        "SELECT x.clinic, COUNT(*) FROM (SELECT clinic, cost AS c FROM visits) AS x "
+        "WHERE x.c > 20 GROUP BY x.clinic",
+    ]
+    with sqlsdc.connect(dp_db, "ana") as con:
+        first = sorted(con.execute(plain).fetchall())
+        charged = len(spend_rows(dp_db, "ana"))
+        others = [sorted(con.execute(sql).fetchall()) for sql in spelled]
+    assert all(o == first for o in others)
+    assert len(spend_rows(dp_db, "ana")) == charged
+
+
+def test_count_distinct_of_a_dimension_is_the_number_of_values(exact, raw):
+    got = exact.execute("SELECT COUNT(DISTINCT clinic), COUNT(DISTINCT pid) FROM visits")
+    values, units = got.fetchall()[0]
+    assert values == raw.execute("SELECT COUNT(DISTINCT clinic) FROM visits").fetchone()[0]
+    assert units == raw.execute("SELECT COUNT(DISTINCT pid) FROM visits").fetchone()[0]
+    by_sex = exact.execute("SELECT sex, COUNT(DISTINCT age) FROM persons GROUP BY sex")
+    want = dict(raw.execute("SELECT sex, COUNT(DISTINCT age) FROM persons GROUP BY sex").fetchall())
+    assert dict(by_sex.fetchall()) == want  # one row per person: nothing bounded away

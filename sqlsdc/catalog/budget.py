@@ -29,8 +29,12 @@ result) leaves the spend recorded. Callers must therefore charge *before* handin
 to the user; a process killed before COMMIT has recorded nothing and returned nothing.
 
 Consistent noise: ``dp_cells`` holds every released DP cell per (user, policy version, cell
-hash) with its noisy value. :func:`cached_cells` looks them up; cells found there are returned as
-they are and cost nothing. Cells enter the cache only inside the charge that pays for them.
+hash) with its noisy value, and every *statistic* a user has paid for (the identity of one
+statistic over all cells of a canonical population, value 0; see
+:func:`sqlsdc.mechanisms.dp_cells.statistic_identity`). The guard charges a query's statistics
+that were not paid before *before* it computes any exact cell (:func:`charge` with the
+statistics as ``cells``), so a query that then fails or times out has paid; the cells drawn
+afterwards are recorded with :func:`record_cells`. :func:`cached_cells` looks both up.
 
 Example:
     >>> import duckdb
@@ -74,6 +78,7 @@ __all__ = [
     "grant",
     "parse_amount",
     "policy_limits",
+    "record_cells",
     "reset",
     "spend_ledger",
     "spent",
@@ -460,6 +465,39 @@ def _insert_cells(
          [c.column for c in cells], [c.statistic.value for c in cells],
          [str(c.value) for c in cells], query_id, at],
     )  # fmt: skip
+
+
+def record_cells(con, *, user: str, policy_version: int, query_id: int,
+                 cells: Iterable[CellRecord], paid_by: Charge | None = None) -> None:
+    """Cache the cells a query drew after its statistics were charged (nothing is spent here:
+    the statistics are paid); ``paid_by``'s ledger row then counts them. Cells cached by an
+    earlier or concurrent query of the same user are left as they are (the values are equal:
+    the noise is a function of the cell)."""
+    cells = list({c.identity.digest: c for c in cells}.values())
+    if not cells and paid_by is None:
+        return
+    for attempt in range(_CONFLICT_RETRIES):
+        con.execute("BEGIN TRANSACTION")
+        try:
+            have = cached_cells(con, user, policy_version, [c.identity.digest for c in cells])
+            new = [c for c in cells if c.identity.digest not in have]
+            if new:
+                _insert_cells(con, user, policy_version, query_id, now(), new, skip_cached=False)
+            if paid_by is not None:
+                con.execute(f"UPDATE {S}.budget_spend SET cells = ? WHERE seq = ?",
+                            [len(new), paid_by.seq])  # fmt: skip
+            con.execute("COMMIT")
+            return
+        except EngineError as e:
+            _rollback(con)
+            if _is_conflict(e) and attempt + 1 < _CONFLICT_RETRIES:
+                time.sleep(0.005 * (attempt + 1))
+                continue
+            raise Error(f"could not record the released cells: {str(e).splitlines()[0]}") from None
+        except BaseException:
+            _rollback(con)
+            raise
+    raise Error("could not record the released cells: too many concurrent queries; try again")
 
 
 def cached_cells(

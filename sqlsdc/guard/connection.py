@@ -23,6 +23,7 @@ from sqlsdc.catalog.budget import (
     charge,
     ensure_budget_catalog,
     policy_limits,
+    record_cells,
 )
 from sqlsdc.catalog.patterns import ensure_patterns
 from sqlsdc.catalog.ptables import load_ptables
@@ -37,7 +38,7 @@ from sqlsdc.errors import (
     PolicyViolation,
     ProgrammingError,
 )
-from sqlsdc.guard.dp_release import DpRelease, release
+from sqlsdc.guard.dp_release import DpRelease, price, release, resolve_domains
 from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, protect
 from sqlsdc.guard.postprocess import (
     accuracy,
@@ -265,25 +266,39 @@ class Connection:
         return values, query, query_id, status, dp_accuracy(result, query)
 
     def _release_dp(self, query: ProtectedQuery, query_id: int) -> DpRelease:
-        """Noisy cells of the query's DP aggregations, their cost charged to the ledger."""
+        """Noisy cells of the query's DP aggregations, their cost charged to the ledger first.
+
+        Order matters (ISSUE16 must-have 6): the statistics not paid before are charged and
+        committed *before* any exact cell is computed, so a query that then fails, is
+        interrupted or times out has paid; only the public domains and the tables' data
+        versions are read before. The drawn cells are cached afterwards (free)."""
         con, context = self._con, self._context
         for stage in query.dp_stages:
             tables = engine.tables_read_by(con, stage.sql)
             check_engine_tables(tables, query.tree, context.policy)
         version = context.policy_version
-        noisy = release(
-            query.dp_stages,
-            lambda text: engine.run(con, text, timeout=self.timeout),
-            secret=_secret(con),
-            policy_version=version,
-            data_versions={s.table: self._data_version(s.table) for s in query.dp_stages},
-            cached=lambda digests: cached_cells(con, self.user, version, digests),
-            noise=self._dp_noise,
-        )
+
+        def run(text: str):
+            return engine.run(con, text, timeout=self.timeout)
+
+        def cached(digests):
+            return cached_cells(con, self.user, version, digests)
+
+        data_versions = {s.table: self._data_version(s.table) for s in query.dp_stages}
+        domains = resolve_domains(query.dp_stages, run)  # public values only
+        paid = None
         if self._dp_noise:
-            charge(con, user=self.user, tables=query.tables, cost=noisy.cost, query_id=query_id,
-                   limits=policy_limits(context.policy), cells=noisy.cells,
-                   policy_version=version)  # fmt: skip
+            cost = price(query.dp_stages, data_versions=data_versions, domains=domains,
+                         paid=cached)  # fmt: skip
+            paid = charge(con, user=self.user, tables=query.tables, cost=cost.cost,
+                          query_id=query_id, limits=policy_limits(context.policy),
+                          cells=cost.statistics, policy_version=version)  # fmt: skip
+        noisy = release(query.dp_stages, run, secret=_secret(con), policy_version=version,
+                        data_versions=data_versions, cached=cached, noise=self._dp_noise,
+                        domains=domains)  # fmt: skip
+        if self._dp_noise:
+            record_cells(con, user=self.user, policy_version=version, query_id=query_id,
+                         cells=noisy.cells, paid_by=paid)  # fmt: skip
         return noisy
 
     def _data_version(self, table: str) -> str:

@@ -7,8 +7,16 @@ base statistic with the keyed exact samplers (:func:`sqlsdc.mechanisms.dp_cells.
 cells this user has seen before come from the cache and cost nothing), post-processes AVG,
 VAR, STDDEV and quantiles, applies the minimum-frequency rule on noisy unit counts, and
 returns the noisy cells as Arrow tables ready to be registered under the stage's relation
-name. Nothing here writes to the database: the caller charges :attr:`DpRelease.cost` with
-:func:`sqlsdc.catalog.budget.charge` *before* it runs the query over the noisy cells.
+name. Nothing here writes to the database.
+
+Budget before computation: the exact cells are a computation on confidential data whose
+failure or running time an analyst could try to exploit, so the caller prices the query with
+:func:`price` and charges that with :func:`sqlsdc.catalog.budget.charge` *before* it calls
+:func:`release`. A query pays per statistic over all cells of its partition
+(:func:`sqlsdc.mechanisms.dp_cells.statistic_identity`): its canonical population, keys,
+domains, measure and calibration. What this user has paid for before costs nothing again; a
+statistic that appears in two aggregations of one query (``UNION`` of the same cells, the same
+derived table twice) is paid and drawn once.
 
 Noise-off mode (``noise=False``, admins only) returns the exact bounded values, with zero
 cost and no cache: it shows what bounding, clamping, NULLs and empty groups do to a query.
@@ -34,6 +42,7 @@ from sqlsdc.mechanisms.dp_cells import (
     add_noise,
     average,
     noisy_quantiles,
+    statistic_identity,
     stddev,
     variance,
 )
@@ -45,12 +54,77 @@ Z95 = 1.959963984540054  # two-sided 95% normal quantile (delta-method intervals
 
 @dataclass
 class DpRelease:
-    """Noisy cells per relation, what the new ones cost, and the cells to cache."""
+    """Noisy cells per relation and the cells drawn now (to cache)."""
 
     relations: dict[str, pa.Table] = field(default_factory=dict)
-    cost: PrivacyCost = ZERO
     cells: list[CellRecord] = field(default_factory=list)
     reused: int = 0
+
+
+@dataclass
+class DpPrice:
+    """What a query's DP statistics cost before anything is computed, and the statistics
+    (:func:`statistic_identity` records) that the charge pays for."""
+
+    cost: PrivacyCost = ZERO
+    statistics: list[CellRecord] = field(default_factory=list)
+
+
+Domains = dict[str, list[list] | None]
+
+
+def resolve_domains(stages, run: Callable[[str], pa.Table]) -> Domains:
+    """Per stage relation, the values of each key's public domain (declared values, or the
+    values of a public table's column: public data only), or None for private groups."""
+    out: Domains = {}
+    for stage in stages:
+        if stage.domains is None or not stage.keys:
+            out[stage.relation] = None if stage.domains is None else []
+            continue
+        out[stage.relation] = [
+            list(d) if isinstance(d, tuple) else run(d).column(0).to_pylist()
+            for d in stage.domains
+        ]
+    return out
+
+
+def _space(stage: DpStage, data_versions: dict[str, str]) -> CellSpace:
+    return CellSpace.of(
+        stage.table,
+        {f"__g{j}": name for j, name in enumerate(stage.keys)},
+        scope=stage.scope,
+        data_version=data_versions[stage.table],
+    )
+
+
+def price(stages, *, data_versions: dict[str, str], domains: Domains, paid=None) -> DpPrice:
+    """The cost of every statistic of ``stages`` not paid before (``paid``: a look-up of
+    statistic digests already paid by this user, as for ``cached``), each once per query;
+    private selection's delta comes with its noisy unit counts."""
+    wanted = []
+    for stage in stages:
+        space = _space(stage, data_versions)
+        for stat in stage.statistics:
+            mechanism = CellMechanism(stat.measure, stat.calibration)
+            wanted.append((stage, stat, statistic_identity(space, mechanism,
+                                                           domains[stage.relation])))  # fmt: skip
+    known = _lookup(paid, [ident.digest for _s, _t, ident in wanted])
+    out = DpPrice()
+    for stage, stat, ident in wanted:
+        if ident.digest in known or any(r.identity == ident for r in out.statistics):
+            continue
+        out.cost = out.cost + stat.calibration.cost
+        if stage.selection is not None and stat.column == stage.units:
+            out.cost = out.cost + PrivacyCost(delta=stage.delta)  # (epsilon, delta) selection
+        out.statistics.append(CellRecord(ident, stat.column, stat.calibration.statistic,
+                                         Fraction(0)))  # fmt: skip
+    return out
+
+
+def _lookup(cached, digests: list[str]) -> dict:
+    if cached is None:
+        return {}
+    return dict(cached(digests) if callable(cached) else cached)
 
 
 def release(
@@ -62,18 +136,26 @@ def release(
     data_versions: dict[str, str],
     cached=None,
     noise: bool = True,
+    domains: Domains | None = None,
 ) -> DpRelease:
-    """Noisy cells of every stage. ``run`` executes SQL on the engine (exact cells)."""
+    """Noisy cells of every stage. ``run`` executes SQL on the engine (exact cells);
+    ``domains`` are those of :func:`resolve_domains` (read with ``run`` when not given).
+    A cell drawn for one stage is reused by any other stage of the query that has it."""
     out = DpRelease()
+    if domains is None:
+        domains = resolve_domains(stages, run)
+    drawn: dict[str, Fraction] = {}
+
+    def known(digests: list[str]) -> dict:
+        found = _lookup(cached, digests)
+        found.update((d, drawn[d]) for d in digests if d in drawn)
+        return found
+
     for stage in stages:
-        space = CellSpace.of(
-            stage.table,
-            {f"__g{j}": name for j, name in enumerate(stage.keys)},
-            scope=stage.scope,
-            data_version=data_versions[stage.table],
-        )
-        frame = _complete(run(stage.sql).to_pandas(types_mapper=_exact_types), stage, run)
-        noisy, spent = _noisy(frame, stage, space, secret, policy_version, cached, noise, out)
+        space = _space(stage, data_versions)
+        exact = run(stage.sql).to_pandas(types_mapper=_exact_types)
+        frame = _complete(exact, stage, domains[stage.relation])
+        noisy = _noisy(frame, stage, space, secret, policy_version, known, noise, out)
         keep = np.ones(len(frame), dtype=bool)
         if stage.selection is not None:
             keep = np.array([v >= stage.selection.threshold for v in noisy[stage.units]], bool)
@@ -84,18 +166,10 @@ def release(
         for name, sql in stage.histograms:
             stat = next(s for s in stage.statistics if s.column == name)
             values, new = _quantiles(run(sql), frame, stage, stat, space, secret,
-                                     policy_version, cached, noise)  # fmt: skip
+                                     policy_version, known, noise)  # fmt: skip
             noisy[name] = values
             out.cells += new
-            if new:
-                spent.add(name)
-        for stat in stage.statistics:
-            if stat.column in spent and noise:
-                out.cost = out.cost + stat.calibration.cost
-        if stage.selection is not None and stage.units in spent and noise:
-            # (epsilon, delta)-DP selection: its epsilon is the units column's cost above;
-            # its delta is spent with it, when noisy unit counts were newly drawn
-            out.cost = out.cost + PrivacyCost(delta=stage.delta)
+        drawn.update((c.identity.digest, c.value) for c in out.cells)
         out.relations[stage.relation] = _cells_table(frame, noisy, stage, noise)
     return out
 
@@ -107,17 +181,15 @@ def _exact_types(dtype: pa.DataType):
     return None
 
 
-def _complete(exact: pd.DataFrame, stage: DpStage, run) -> pd.DataFrame:
-    """Public domains: one row per domain cell (absent cells count 0; others dropped). A
-    domain given as SQL is the set of values of a public table's column."""
+def _complete(exact: pd.DataFrame, stage: DpStage, domains: list[list] | None) -> pd.DataFrame:
+    """Public domains: one row per domain cell (absent cells count 0; others dropped)."""
     stats = [s.column for s in stage.statistics
              if s.calibration.statistic is not Statistic.QUANTILE]  # fmt: skip
     for column in stats:
         exact[column] = [0 if v is None or v is pd.NA else int(v) for v in exact[column].tolist()]
     keys = [f"__g{j}" for j in range(len(stage.keys))]
-    if stage.domains is None or not keys:
+    if domains is None or not keys:
         return exact
-    domains = [d if isinstance(d, tuple) else run(d).column(0).to_pylist() for d in stage.domains]
     grid = pd.DataFrame(list(itertools.product(*domains)), columns=keys, dtype=object)
     lookup = {tuple(row[:len(keys)]): row[len(keys):] for row in
               exact[keys + stats].itertuples(index=False, name=None)}  # fmt: skip
@@ -134,7 +206,6 @@ def _plain(value):
 
 def _noisy(frame, stage, space, secret, version, cached, noise, out):
     """Noisy values (grid units times the unit, exact Fractions) of the additive statistics."""
-    spent = set()
     mechanisms = {}
     for stat in stage.statistics:
         if stat.calibration.statistic is Statistic.QUANTILE:
@@ -143,13 +214,12 @@ def _noisy(frame, stage, space, secret, version, cached, noise, out):
         frame[stat.column] = [Fraction(int(v)) * unit for v in frame[stat.column].tolist()]
         mechanisms[stat.column] = CellMechanism(stat.measure, stat.calibration)
     if not noise:
-        return {c: list(frame[c]) for c in mechanisms}, spent
+        return {c: list(frame[c]) for c in mechanisms}
     result = add_noise(frame, space, mechanisms, secret=secret, policy_version=version,
                        cached=cached)  # fmt: skip
     out.cells += result.new_cells
     out.reused += result.reused
-    spent |= {cell.column for cell in result.new_cells}
-    return {c: result.values[c] for c in mechanisms}, spent
+    return {c: result.values[c] for c in mechanisms}
 
 
 def _quantiles(histogram: pa.Table, frame, stage, stat, space, secret, version, cached, noise):

@@ -53,6 +53,7 @@ class CellPlan:
     one_row_per_unit: bool = False  # one confidential table, no join, unit unique (enforced)
     dp_groups: bool = False  # a table counts with DP: its groups are released by DP only
     ckm_groups: bool = False  # a table counts with CKM: its groups appear by perturbed counts
+    scope: Scope | None = None  # the aggregation's scope (canonical identity: guard.identity)
 
 
 @dataclass
@@ -160,6 +161,7 @@ class _Planner:
             bool(one_per_row),
             Method.DP in count_methods,
             Method.CKM in count_methods,
+            scope=info.scope,
         )
 
     def _aggregate(self, node: exp.AggFunc, tables: list[str], select) -> ProtectedAggregate:

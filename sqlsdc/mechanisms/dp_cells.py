@@ -14,14 +14,17 @@ a JSON document with sorted keys and no whitespace,
     {"aggregate": MEASURE, "data": DATA_VERSION, "keys": [[NAME, VALUE], ...],
      "mechanism": CALIBRATION, "scope": SCOPE, "table": TABLE, "v": 1}
 
-- TABLE: the canonical relation(s) tabulated (e.g. ``"persons"``; joins: sorted names joined
-  with ``","``), SCOPE: the canonical filter/join predicate that defines the population (``""``
-  for none), DATA_VERSION: a version of the data (``""`` if the data never change; see below).
-- MEASURE: the canonical measure expression (``"*"`` for counts, ``"income"`` for sums),
+- TABLE: the confidential table tabulated, SCOPE: the canonical population
+  (:attr:`sqlsdc.guard.identity.Population.text`: relations, join graph and every predicate,
+  derived tables and CTEs included), DATA_VERSION: a version of the data (``""`` if the data
+  never change; see below).
+- MEASURE: the canonical measure on base columns (``"*"`` for rows and units,
+  ``'"persons"."income"'`` for sums, ``'DISTINCT "t"."x"'`` for distinct values),
   CALIBRATION: :meth:`Calibration.describe` (statistic, noise and parameter, bounds, rows and
   groups per unit, grid): a different mechanism or bounding is a different release.
-- keys: ``[name, value]`` pairs sorted by the canonical key name (the source column, never the
-  output alias, so ``SELECT region AS r`` and ``SELECT region`` are the same cells), values
+- keys: ``[name, value]`` pairs sorted by the canonical key name (the base column expression,
+  never the output alias, so ``SELECT region AS r`` and ``SELECT region`` are the same cells),
+  values
   typed: ``null``, ``b:true``, ``i:42``, ``f:<repr>``, ``d:<decimal>``, ``s:<text>``,
   ``date:``/``ts:``/``time:<ISO 8601>``, ``x:<hex bytes>``. Float NaN is SQL NULL (pandas turns
   NULL keys of float columns into NaN). Other types are refused.
@@ -85,6 +88,7 @@ __all__ = [
     "noisy_quantiles",
     "permute_and_flip",
     "quantile_scores",
+    "statistic_identity",
     "stddev",
     "variance",
 ]
@@ -219,6 +223,49 @@ def cell_identity(
     prefix = _identity_prefix(space, mechanism)
     keys = sorted([name, encode_key_value(key_values[col])] for col, name in space.keys)
     return _identity(prefix, keys)
+
+
+STATISTIC_LABEL = "sqlsdc.dp_statistic.v1"
+
+
+def statistic_identity(
+    space: CellSpace, mechanism: CellMechanism, domains: Sequence[Sequence[object]] | None
+) -> CellIdentity:
+    """The identity of one statistic over *all* cells of ``space``: what a query pays for.
+
+    A query releases a statistic for every cell of its partition (the public domains of the
+    keys, or every group present in the data version), so the budget is charged per statistic
+    and space, before any exact value is computed; the cells then come for free. The document
+    is that of :func:`cell_identity` without key values, plus the sorted canonical key names
+    and the encoded domain of each key (``null`` for groups selected privately from the
+    data), under its own label so it never equals a cell's.
+
+    Example:
+        >>> from sqlsdc.mechanisms.accountant import Bounding, PrivacyCost, Statistic, calibrate
+        >>> m = CellMechanism("*", calibrate(Statistic.COUNT, Bounding(), PrivacyCost(epsilon=1)))
+        >>> a = statistic_identity(CellSpace.of("t", {"r": "region"}), m, [["N", "S"]])
+        >>> b = statistic_identity(CellSpace.of("t", {"r": "region"}), m, [["S", "N", "E"]])
+        >>> a == b, a.text.startswith('{"aggregate":"*"')
+        (False, True)
+    """
+    names = [name for _col, name in space.keys]
+    encoded = None
+    if domains is not None:
+        encoded = [sorted({encode_key_value(v) for v in d}) for d in domains]
+        encoded = [e for _n, e in sorted(zip(names, encoded, strict=True))]
+    doc = {
+        "v": 1,
+        "label": STATISTIC_LABEL,
+        "table": space.table,
+        "scope": space.scope,
+        "data": space.data_version,
+        "aggregate": mechanism.measure,
+        "mechanism": mechanism.calibration.describe(),
+        "keys": sorted(names),
+        "domains": encoded,
+    }
+    text = _json(doc)
+    return CellIdentity(text, hashlib.sha256(text.encode("utf-8")).hexdigest())
 
 
 def _encoded_keys(frame: pd.DataFrame, space: CellSpace) -> list[list[list[str]]]:

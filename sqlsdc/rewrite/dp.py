@@ -19,22 +19,32 @@ removing a unit changes at most ``max_groups`` cells by at most the per-cell bou
 accountant (:mod:`sqlsdc.mechanisms.accountant`) calibrates the noise with. A table with one row
 per unit (enforced at apply time) and no join needs no bounding beyond clamping.
 
-Supported: one confidential table (joins with public tables are bounded after the join),
+Supported: one confidential table (joins with public tables are bounded after the join), read
+directly or through row-level derived tables and CTEs (their SQL travels with the exact cells),
 GROUP BY over dimension keys, any WHERE the guard allows, and COUNT(*), COUNT(column),
-COUNT(DISTINCT unit), SUM, AVG, VAR_SAMP/VAR_POP/VARIANCE, STDDEV_SAMP/STDDEV_POP/STDDEV and
+COUNT(DISTINCT unit), COUNT(DISTINCT column) (distinct values, at most ``max_rows`` per unit and
+cell), SUM, AVG, VAR_SAMP/VAR_POP/VARIANCE, STDDEV_SAMP/STDDEV_POP/STDDEV and
 MEDIAN/QUANTILE_CONT/QUANTILE_DISC of a measure column with declared bounds. Refused: ROLLUP,
 CUBE and GROUPING SETS (each grouping set would be a further release), measures without
-bounds, mixing DP with other methods in one aggregation, joins of confidential tables.
+bounds or transformed on the way (also inside a derived table), mixing DP with other methods
+in one aggregation, joins of confidential tables.
+
+Cells are named by their canonical identity (:mod:`sqlsdc.guard.identity`): the population
+with every predicate (derived tables and CTEs included), the keys and the measures on base
+columns, never aliases or output names; that identity seeds the noise and keys the cache and
+the ledger.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import NamedTuple
 
 from sqlglot import exp
 
 from sqlsdc.errors import PolicyViolation
+from sqlsdc.guard.identity import aggregation_identity, canonical_expression
 from sqlsdc.mechanisms.accountant import (
     Aggregate,
     AggregatePlan,
@@ -53,6 +63,7 @@ MECHANISM = "dp"
 RELATION_PREFIX = "__sqlsdc_dp_cells_"
 UNIT, RANK_GROUP, RANK_ROW = "__u", "__group_rank", "__row_rank"
 MAX_DOMAIN_CELLS = 1_000_000
+DISTINCT = "DISTINCT "  # prefix of the canonical measure of COUNT(DISTINCT <not the unit>)
 SHAPE = (
     "under differential privacy ask: SELECT <dimensions>, COUNT(*) | COUNT(DISTINCT unit) | "
     "SUM(m) | AVG(m) | VAR_SAMP(m) | STDDEV_SAMP(m) | MEDIAN(m) FROM <table> [JOIN <public "
@@ -72,6 +83,17 @@ _AGGREGATES = {
     exp.PercentileCont: Aggregate.QUANTILE,
     exp.PercentileDisc: Aggregate.QUANTILE,
 }
+
+
+class _Spec(NamedTuple):
+    """One statistic column of the exact cells: its calibration (None: an unreleased row
+    count), the column of rows it reads (None: rows or units), and whether it counts the
+    distinct values of that column."""
+
+    name: str
+    calibration: object | None
+    column: str | None
+    distinct: bool = False
 
 
 @dataclass(frozen=True)
@@ -175,13 +197,16 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
     if cells.groupings:
         raise _refuse(select, "GROUPING() is not available under differential privacy")
     unit, rkey = plan.units[0], plan.rkeys[0]
-    canonical = _Canonical(select)
-    keys = tuple(canonical.text(k) for k in cells.keys)
+    identity = aggregation_identity(plan.scope, plan.keys, [a.node for a in plan.aggregates])
+    keys = identity.keys
     if len(set(keys)) != len(keys):
         raise _refuse(select, "the same group key appears twice")
     domains = None
     if settings.groups is GroupKeys.PUBLIC:
-        domains = tuple(_domain(k, table, select, policy, to_sql) for k in cells.keys)
+        domains = tuple(
+            _domain(canonical_expression(plan.scope, k), table, select, policy, to_sql)
+            for k in plan.keys
+        )
         size = 1
         for d in domains:
             size *= len(d) if isinstance(d, tuple) else 1
@@ -194,27 +219,26 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
             )
 
     rows = _rows_select(cells, unit, rkey)
-    measures: dict[str, exp.Expr] = {}  # canonical measure -> column of rows
+    measures: dict[str, exp.Expr] = {}  # canonical argument -> column of rows
     statistics: dict[tuple, DpStatistic] = {}
-    specs: list[tuple[str, object, str | None]] = []  # (name, calibration, column of rows)
+    specs: list[_Spec] = []
     histograms: list[tuple[str, exp.Expr]] = []
     outputs = []
     for i, node in enumerate(cells.aggregates):
-        aggregate, measure, bounding, alpha, ddof = _describe(
-            node, cells, twin, table, settings, canonical, select
-        )
+        aggregate, measure, bounding, alpha, ddof = _describe(i, node, plan, table, settings,
+                                                              select)  # fmt: skip
         kind = AggregateKind.COUNTS if isinstance(node, exp.Count) else AggregateKind.MAGNITUDES
         try:
             agg_plan = plan_aggregate(aggregate, bounding, table.rule(kind).spend, alpha=alpha)
         except ValueError as e:
             raise _refuse(select, str(e), "declare bounds on the measure in the policy") from None
-        column = None
-        if measure != "*" and measure not in measures:
-            column = f"__x{len(measures)}"
-            measures[measure] = column
+        distinct = measure.startswith(DISTINCT)
+        argument_text = measure.removeprefix(DISTINCT)
+        if argument_text != "*" and argument_text not in measures:
+            measures[argument_text] = f"__x{len(measures)}"
             argument = cells.argument(i, twin)
-            rows.append("expressions", exp.alias_(argument.copy(), column))
-        column = measures.get(measure)
+            rows.append("expressions", exp.alias_(argument.copy(), measures[argument_text]))
+        column = measures.get(argument_text)
         names = []
         for calibration in agg_plan.components:
             ident = (calibration.describe(), measure)
@@ -222,7 +246,7 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
                 name = f"__s{len(statistics)}"
                 statistics[ident] = DpStatistic(name, measure, calibration)
                 if calibration.statistic is not Statistic.QUANTILE:
-                    specs.append((name, calibration, column))
+                    specs.append(_Spec(name, calibration, column, distinct))
                 else:
                     histograms.append((name, _histogram(calibration.bounding, column)))
             names.append(statistics[ident].column)
@@ -251,24 +275,26 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
         if ident not in statistics:
             name = f"__s{len(statistics)}"
             statistics[ident] = DpStatistic(name, "*", calibration)
-            specs.append((name, calibration, None))
+            specs.append(_Spec(name, calibration, None))
         units_column = statistics[ident].column
 
     n_keys, one_row = len(cells.keys), plan.one_row_per_unit
     if not specs and not n_keys:  # only quantiles: the one global cell still needs a row
-        specs.append(("__rows", None, None))  # a row count that is never noised nor released
+        specs.append(_Spec("__rows", None, None))  # a row count never noised nor released
     exact = _unit_rows(rows, n_keys, specs) if one_row else _bounded_pairs(rows, n_keys, specs,
                                                                             settings)  # fmt: skip
+    ctes = _visible_ctes(select)
     return DpStage(
         relation=relation,
-        sql=to_sql(exact),
+        sql=to_sql(_with_ctes(exact, rows, ctes)),
         histograms=tuple(
-            (name, to_sql(_histogram_cells(rows, n_keys, b, settings, ranked=not one_row)))
+            (name, to_sql(_with_ctes(_histogram_cells(rows, n_keys, b, settings,
+                                                      ranked=not one_row), rows, ctes)))
             for name, b in histograms
         ),
         table=table.name,
         keys=keys,
-        scope=canonical.scope(),
+        scope=identity.population.text,
         statistics=tuple(statistics.values()),
         outputs=tuple(outputs),
         domains=domains,
@@ -279,20 +305,32 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
     )
 
 
-def _describe(node, cells, twin, table, settings, canonical, select):
-    """(aggregate, canonical measure, bounding, alpha, ddof) of one aggregate call."""
+def _describe(i: int, node, plan, table, settings, select):
+    """(aggregate, canonical measure, bounding, alpha, ddof) of aggregate ``i``.
+
+    The measure is the canonical argument on base columns (:mod:`sqlsdc.guard.identity`):
+    ``"*"`` for rows and units, ``DISTINCT <arg>`` for distinct values, so a renamed or
+    re-derived column is the same measure and another expression behind the same name is not.
+    """
     rows = Bounding(settings.max_groups, settings.max_rows)
+    spec = plan.aggregates[i].argument
+    argument = None if spec is None else canonical_expression(plan.scope, spec)
     if isinstance(node, exp.Count):
-        argument = node.this
-        if isinstance(argument, exp.Distinct):
-            return Aggregate.COUNT_DISTINCT, "*", rows, None, 1
-        if isinstance(argument, exp.Star):
+        if argument is None:
             return Aggregate.COUNT, "*", rows, None, 1
-        return Aggregate.COUNT, canonical.text(argument), rows, None, 1
+        text = argument.sql("duckdb")
+        if not isinstance(node.this, exp.Distinct):
+            return Aggregate.COUNT, text, rows, None, 1
+        if _is_column(argument, table.name, table.privacy_unit):
+            return Aggregate.COUNT_DISTINCT, "*", rows, None, 1
+        # Distinct values of another column: the SQL keeps at most max_rows values per unit
+        # and cell, and a unit is in at most max_groups cells, so adding or removing a unit
+        # changes at most max_groups cells by at most max_rows each: the sensitivity of a
+        # bounded row count (WZL+20 §3 with values for rows).
+        return Aggregate.COUNT, DISTINCT + text, rows, None, 1
     aggregate = _AGGREGATES.get(type(node))
     if aggregate is None:
         raise _refuse(select, f"{node.sql_name()} is not available under differential privacy")
-    argument = cells.argument(cells.aggregates.index(node), twin)
     column = _measure_column(argument, table, select)
     lower, upper = (Fraction(str(b)) for b in column.bounds)
     bounding = Bounding(settings.max_groups, settings.max_rows, lower, upper,
@@ -301,11 +339,21 @@ def _describe(node, cells, twin, table, settings, canonical, select):
     if aggregate is Aggregate.QUANTILE:
         alpha = _quantile_alpha(node, select)
     ddof = 0 if isinstance(node, (exp.VariancePop, exp.StddevPop)) else 1
-    return aggregate, column.name, bounding, alpha, ddof
+    return aggregate, argument.sql("duckdb"), bounding, alpha, ddof
+
+
+def _is_column(node: exp.Expr | None, table: str, column: str | None = None) -> bool:
+    """Whether a canonical expression is a base column of ``table`` (``column`` if given)."""
+    return (
+        isinstance(node, exp.Column)
+        and node.table == table
+        and (column is None or node.name == column.lower())
+    )
 
 
 def _measure_column(argument: exp.Expr | None, table, select):
-    if not isinstance(argument, exp.Column) or table.column(argument.name) is None:
+    """The declared, bounded measure that a canonical argument is (a bare column)."""
+    if not _is_column(argument, table.name) or table.column(argument.name) is None:
         raise _refuse(
             select,
             "under differential privacy, SUM, AVG and the other magnitudes take one measure "
@@ -336,12 +384,13 @@ def _quantile_alpha(node: exp.Expr, select) -> Fraction:
 
 
 def _domain(key: exp.Expr, table, select, policy: Policy, to_sql) -> tuple | str:
-    """The declared domain of a key, or the SQL of a public table's distinct values."""
-    source = _source_table(key, select)
-    if source is not None and policy.table(source.name).is_public:
+    """The declared domain of a canonical key (a base column of the DP table), or the SQL of
+    a public table's distinct values (a base column of a public table)."""
+    source = policy.table(key.table) if isinstance(key, exp.Column) and key.table else None
+    if source is not None and source.is_public:
         values = exp.select(exp.column(key.name)).distinct().from_(exp.to_table(source.name))
         return to_sql(values.where(exp.column(key.name).is_(exp.null()).not_()))
-    column = table.column(key.name) if source is not None else None
+    column = table.column(key.name) if _is_column(key, table.name) else None
     if column is None or column.domain is None:
         raise _refuse(
             select,
@@ -351,17 +400,6 @@ def _domain(key: exp.Expr, table, select, policy: Policy, to_sql) -> tuple | str
             f"`dp: {{groups: private, selection: ...}}` for {table.name}",
         )
     return column.domain
-
-
-def _source_table(key: exp.Expr, select: exp.Select) -> exp.Table | None:
-    """The base table a key column is read from directly, if it is one."""
-    if not isinstance(key, exp.Column):
-        return None
-    sources = [select.args["from_"].this, *[j.this for j in select.args.get("joins") or []]]
-    for source in sources:
-        if isinstance(source, exp.Table) and source.alias_or_name == key.table:
-            return source
-    return None
 
 
 def _rows_select(cells: Cells, unit: exp.Expr, rkey: exp.Expr) -> exp.Select:
@@ -378,14 +416,58 @@ def _rows_select(cells: Cells, unit: exp.Expr, rkey: exp.Expr) -> exp.Select:
     return rows
 
 
+def _visible_ctes(select: exp.Select) -> dict[str, exp.CTE]:
+    """The CTEs visible from ``select`` by name (an inner definition hides an outer one), in
+    an order where every CTE comes after those it can read: outer WITHs first, each in its
+    order of definition."""
+    levels: list[list[exp.CTE]] = []
+    node = select
+    while node is not None:
+        with_ = node.args.get("with_") if isinstance(node, exp.Query) else None
+        if with_ is not None:
+            levels.append(list(with_.expressions))
+        node = node.parent
+    found: dict[str, exp.CTE] = {}
+    for level in reversed(levels):
+        for cte in level:
+            found.pop(cte.alias_or_name, None)
+            found[cte.alias_or_name] = cte
+    return found
+
+
+def _with_ctes(query: exp.Select, rows: exp.Select, ctes: dict[str, exp.CTE]) -> exp.Select:
+    """``query`` with the CTEs that ``rows`` reads (directly or through other CTEs) in front of
+    its own, in their order of definition: the exact cells run as a statement of their own."""
+    needed: dict[str, exp.CTE] = {}
+
+    def visit(node: exp.Expr) -> None:
+        for table in node.find_all(exp.Table):
+            name = table.name
+            if not table.args.get("db") and name in ctes and name not in needed:
+                needed[name] = ctes[name]
+                visit(ctes[name].this)
+
+    visit(rows)
+    if not needed:
+        return query
+    order = list(ctes)
+    chosen = [needed[n].copy() for n in sorted(needed, key=order.index)]
+    query = query.copy()
+    own = query.args.get("with_")
+    query.set("with_", exp.With(expressions=chosen + (own.expressions if own else [])))
+    return query
+
+
 def _unit_rows(rows: exp.Select, n_keys: int, specs) -> exp.Select:
     """The cells of a table with one row per unit and no join: a unit lies in one group with one
     row, so no unit exceeds any bound; values are clamped and put on the grid."""
     keys = [exp.column(f"__g{j}") for j in range(n_keys)]
     cells = exp.select(*keys).from_(rows.copy().subquery("__rows"))
-    for name, calibration, column in specs:
+    for name, calibration, column, distinct in specs:
         statistic = calibration.statistic if calibration else Statistic.COUNT
-        if statistic is Statistic.COUNT:
+        if distinct:
+            value = exp.Count(this=exp.Distinct(expressions=[exp.column(column)]))
+        elif statistic is Statistic.COUNT:
             value = exp.Count(this=exp.Star() if column is None else exp.column(column))
         elif statistic is Statistic.COUNT_UNITS:
             value = exp.Count(this=exp.column(UNIT))  # units are never NULL (checked at apply)
@@ -408,6 +490,12 @@ def _bounded_pairs(rows: exp.Select, n_keys: int, specs, settings) -> exp.Select
     value to sums and sums of squares, rounded: the same bound (R rows of at most
     max(|lower|, |upper|)) as keeping R of its rows, without the bias to averages that clamping
     its total would cause.
+
+    Distinct values (COUNT(DISTINCT x) of a column other than the unit): a unit keeps at most
+    ``max_rows`` of its distinct non-NULL values per group (the smallest: a choice that depends
+    on its own rows only), and a cell counts the distinct values of the union over its units.
+    Adding or removing a unit then changes at most ``max_groups`` cells by at most
+    ``max_rows`` values each, the sensitivity of a bounded row count.
     """
     keys = [exp.column(f"__g{j}") for j in range(n_keys)]
     r = _int(settings.max_rows)
@@ -417,13 +505,20 @@ def _bounded_pairs(rows: exp.Select, n_keys: int, specs, settings) -> exp.Select
         pairs.append("expressions", exp.alias_(order, "__h"))
     outer = exp.select(*keys)
     done: set[str] = set()
-    for name, calibration, column in specs:
+    for name, calibration, column, distinct in specs:
         statistic = calibration.statistic if calibration else Statistic.COUNT
         count = "__c" if column is None else f"__c{column}"
         if column is not None and count not in done:
             pairs.append("expressions", exp.alias_(exp.Count(this=exp.column(column)), count))
             done.add(count)
-        if statistic is Statistic.COUNT:
+        if distinct:
+            kept = f"__d{column}"
+            if kept not in done:
+                pairs.append("expressions", exp.alias_(_kept_values(column, r), kept))
+                done.add(kept)
+            value = exp.func("LEN", exp.func("LIST_DISTINCT", exp.func(
+                "FLATTEN", exp.ArrayAgg(this=exp.column(kept)))))  # fmt: skip
+        elif statistic is Statistic.COUNT:
             value = exp.Sum(this=_at_most(exp.column(count), r))
         elif statistic is Statistic.COUNT_UNITS:
             value = exp.Count(this=exp.Star())  # one pair per unit and group
@@ -446,6 +541,12 @@ def _bounded_pairs(rows: exp.Select, n_keys: int, specs, settings) -> exp.Select
     within = exp.LTE(this=exp.column("__h"), expression=exp.column("__cut"))
     bounded = outer.from_("__pairs").join(units.subquery("__units"), using=[UNIT]).where(within)
     return bounded.group_by(*keys).with_("__pairs", as_=pairs)
+
+
+def _kept_values(column: str, r: exp.Literal) -> exp.Expr:
+    """The at most ``r`` smallest distinct non-NULL values of ``column`` in a (unit, group)."""
+    values = exp.func("LIST_DISTINCT", exp.ArrayAgg(this=exp.column(column)))
+    return exp.func("LIST_SLICE", exp.func("LIST_SORT", values), exp.Literal.number(1), r.copy())
 
 
 def _at_most(value: exp.Expr, r: exp.Literal) -> exp.Expr:
@@ -535,47 +636,3 @@ def _int(x: Fraction) -> exp.Literal:
 
 def _decimal(x: Fraction) -> str:
     return str(x.numerator) if x.denominator == 1 else repr(x.numerator / x.denominator)
-
-
-class _Canonical:
-    """Canonical text of expressions of one aggregation, independent of table aliases.
-
-    With one source, column qualifiers are dropped; with joins they become the table names
-    (aliases used twice keep the alias). Conjuncts of WHERE are sorted, so ``a AND b`` and
-    ``b AND a`` define the same population.
-    """
-
-    def __init__(self, select: exp.Select):
-        self.select = select
-        sources = {}
-        for table in [select.args["from_"].this, *[j.this for j in select.args.get("joins") or []]]:
-            if isinstance(table, exp.Table):
-                sources[table.alias_or_name] = table.name.lower()
-            else:
-                sources[table.alias_or_name] = None
-        names = [n for n in sources.values() if n is not None]
-        self.single = len(sources) == 1
-        self.names = {
-            alias: (name if name is not None and names.count(name) == 1 else alias)
-            for alias, name in sources.items()
-        }
-
-    def text(self, node: exp.Expr) -> str:
-        node = node.copy()
-        for column in list(node.find_all(exp.Column)):
-            if column.table:
-                qualifier = None if self.single else self.names.get(column.table, column.table)
-                column.set("table", exp.to_identifier(qualifier) if qualifier else None)
-        return node.sql("duckdb")
-
-    def scope(self) -> str:
-        parts = []
-        if not self.single:
-            parts.append("from " + self.text(self.select.args["from_"]))
-            parts += [self.text(j) for j in self.select.args.get("joins") or []]
-        where = self.select.args.get("where")
-        if where is not None:
-            condition = where.this
-            conjuncts = condition.flatten() if isinstance(condition, exp.And) else [condition]
-            parts.append(" AND ".join(sorted(self.text(c) for c in conjuncts)))
-        return " | ".join(parts)

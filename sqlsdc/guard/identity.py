@@ -1,0 +1,445 @@
+"""Canonical cell identity: what population an aggregation tabulates, independent of spelling.
+
+Every mechanism that keys anything by "the same cell" (DP noise seeds and the DP cell cache,
+the privacy ledger, CKM consistency checks, caches of any engine) must agree on when two
+aggregations are the same. Keying by aliases, output names or the text of one SELECT is
+unsafe: ``SELECT region, COUNT(*) FROM (SELECT * FROM t WHERE month < 6) x GROUP BY region``
+and the same with ``month >= 6`` have the same outer SELECT but different populations, and
+two draws of the same noise on different populations give their exact difference.
+
+:func:`aggregation_identity` describes one aggregation scope of a qualified, analysed tree
+(:mod:`sqlsdc.guard.analyze`) as canonical JSON, from the tree alone (no database, no engine):
+
+* **relations**: the base tables read, by name; a table read more than once gets ``#k`` labels
+  in the order of appearance. A source that cannot be flattened (an aggregation, a set
+  operation, a SELECT with DISTINCT/LIMIT/windows) is one relation described recursively by
+  its whole canonical query, so its predicates, groups and limits are all part of the identity.
+* **predicates**: *every* condition between the base tables and the aggregation: the WHERE and
+  the inner-join ON conditions of the aggregation and of every row-level derived table and CTE
+  it reads (inner joins and plain row-level SELECTs are flattened: a WHERE inside a derived
+  table is the same population as the same WHERE outside). Columns are replaced by the base
+  expression they stand for (``label.column``, aliases and output names gone); the conjunction
+  is simplified with sqlglot's ``simplify`` (semantics-preserving rewrites under SQL's
+  three-valued logic: ``6 > m`` is ``m < 6``, ``NOT m < 6`` is ``m >= 6``, constant folding,
+  absorption) and, when small, put in conjunctive normal form (``normalize``); conjuncts are
+  then deduplicated and sorted, so ``a AND b`` and ``b AND a`` are one population.
+  Outer joins are not flattened: their sources, sides and ON conditions are kept in order.
+* **keys**: the canonical base expression of every GROUP BY key (in the order given).
+* **aggregates**: the canonical text of every aggregate call (function, DISTINCT, arguments on
+  base columns).
+
+Soundness is one-sided by design: two spellings of one population should get one identity, but
+when in doubt (self-joins in another order, a renamed output of an opaque subquery, predicates
+the simplifier cannot equate) they get different identities, which costs budget but never
+privacy. Two different populations never get the same identity unless sqlglot's simplifier
+rewrites a predicate into one of different meaning; it is only applied to conditions the
+guard's allowlist accepted.
+
+Example:
+    >>> import sqlglot
+    >>> from sqlglot.optimizer.annotate_types import annotate_types
+    >>> from sqlglot.optimizer.qualify import qualify
+    >>> from sqlglot.optimizer.scope import build_scope
+    >>> schema = {"t": {"region": "VARCHAR", "month": "INT"}}
+    >>> def population(sql):
+    ...     tree = qualify(sqlglot.parse_one(sql, read="duckdb"), schema=schema, dialect="duckdb")
+    ...     annotate_types(tree, schema=schema)  # as the guard's analysis does
+    ...     return aggregation_identity(build_scope(tree)).population.text
+    >>> json.loads(population("SELECT region, COUNT(*) FROM t WHERE month < 6 GROUP BY 1"))
+    {'predicates': ['"t"."month" < 6'], 'relations': [{'label': 't', 'table': 't'}]}
+    >>> population("SELECT x.region, COUNT(*) FROM t AS x WHERE 'a' = x.region AND 6 > x.month "
+    ...            "GROUP BY 1") == population(
+    ...     "SELECT region, COUNT(*) FROM (SELECT * FROM t WHERE region = 'a') AS s "
+    ...     "WHERE s.month < 6.0 GROUP BY 1")
+    True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+
+from sqlglot import exp
+from sqlglot.optimizer.normalize import normalization_distance, normalize
+from sqlglot.optimizer.scope import Scope
+from sqlglot.optimizer.simplify import simplify
+
+__all__ = ["AggregationIdentity", "Population", "aggregation_identity", "describe_scope"]
+
+DIALECT = "duckdb"
+VERSION = 1
+MAX_CNF_DISTANCE = 64  # larger conditions keep their (simplified) shape rather than blow up
+_SET_OPERATIONS = (exp.Union, exp.Intersect, exp.Except)
+_ROW_BLOCKERS = ("group", "having", "distinct", "limit", "offset", "qualify", "order")
+
+
+@dataclass(frozen=True)
+class Population:
+    """The canonical population of an aggregation: base tables read and the JSON that
+    defines which of their rows (joined how, filtered how) are tabulated."""
+
+    tables: tuple[str, ...]  # base tables read (sorted, distinct), public ones included
+    text: str  # canonical JSON of relations and predicates
+    digest: str  # SHA-256 of text, hex
+
+
+@dataclass(frozen=True)
+class AggregationIdentity:
+    """Population, canonical group keys and aggregates of one aggregation scope."""
+
+    population: Population
+    keys: tuple[str, ...]
+    aggregates: tuple[str, ...]
+    text: str = field(repr=False)  # canonical JSON of the whole aggregation
+    digest: str = ""  # SHA-256 of text, hex
+
+    def key(self, i: int) -> str:
+        return self.keys[i]
+
+
+def aggregation_identity(
+    scope: Scope,
+    keys: list[exp.Expr] | None = None,
+    aggregates: list[exp.Expr] | None = None,
+) -> AggregationIdentity:
+    """The canonical identity of the aggregation ``scope`` (a SELECT of a qualified tree).
+
+    ``keys`` and ``aggregates`` are nodes of that SELECT (default: its GROUP BY expressions
+    and no aggregates); each gets its canonical text in the same order. Extra expressions of
+    the scope can be canonicalised later with :func:`canonical_expression`.
+    """
+    describer = _Describer()
+    block = describer.block(scope)
+    if keys is None:
+        keys = _group_parts(scope.expression)
+    key_texts = tuple(block.text(k) for k in keys)
+    aggregate_texts = tuple(block.text(a) for a in aggregates or [])
+    population = block.population()
+    doc = {
+        "v": VERSION,
+        "population": json.loads(population.text),
+        "keys": list(key_texts),
+        "aggregates": list(aggregate_texts),
+    }
+    text = _json(doc)
+    return AggregationIdentity(population, key_texts, aggregate_texts, text, _sha(text))
+
+
+def canonical_expression(scope: Scope, node: exp.Expr) -> exp.Expr:
+    """``node`` (an expression of ``scope``) with every column replaced by the canonical base
+    expression it stands for; a new tree. Base columns are ``"label"."column"``."""
+    return _Describer().block(scope).expression(node)
+
+
+def describe_scope(scope: Scope) -> dict:
+    """Canonical description of any query scope (SELECT or set operation), as a JSON value."""
+    return _Describer().query(scope)
+
+
+# --- implementation --------------------------------------------------------------------------
+
+
+def _json(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _unwrap(node: exp.Expr) -> exp.Expr:
+    while isinstance(node, (exp.Subquery, exp.Paren)):
+        node = node.this
+    return node
+
+
+def _is_inner(join: exp.Join) -> bool:
+    side, kind = join.args.get("side"), (join.args.get("kind") or "").upper()
+    return not side and kind in ("", "INNER", "CROSS") and not join.args.get("using")
+
+
+def _flattenable(scope: Scope) -> bool:
+    """A plain row-level SELECT: its rows are its sources' rows filtered (inner joins only)."""
+    select = scope.expression
+    if not isinstance(select, exp.Select):
+        return False
+    if any(select.args.get(k) for k in _ROW_BLOCKERS):
+        return False
+    if any(isinstance(n, (exp.AggFunc, exp.Window)) for p in select.expressions for n in p.walk()):
+        return False
+    return all(_is_inner(j) for j in select.args.get("joins") or [])
+
+
+class _Describer:
+    """Builds canonical descriptions; one per identity (labels are local to it)."""
+
+    def block(self, scope: Scope) -> _Block:
+        block = _Block(self)
+        block.add_select(scope)
+        return block
+
+    def query(self, scope: Scope) -> dict:
+        """Full canonical description of a query scope (used for opaque relations)."""
+        node = scope.expression
+        if isinstance(node, _SET_OPERATIONS):
+            parts = [self.query(s) for s in scope.union_scopes]
+            return {
+                "set": node.key,
+                "distinct": bool(node.args.get("distinct")),
+                "parts": parts,
+                **self._tail(node, None),
+            }
+        block = self.block(scope)
+        return {
+            "population": json.loads(block.population().text),
+            "select": [block.text(p.unalias()) for p in node.expressions],
+            "group": [block.text(g) for g in _group_parts(node)],
+            "having": block.predicate_text(node.args.get("having")),
+            "distinct": block.text(node.args["distinct"]) if node.args.get("distinct") else None,
+            "windows": any(isinstance(n, exp.Window) for n in node.walk()),
+            **self._tail(node, block),
+        }
+
+    @staticmethod
+    def _tail(node: exp.Expr, block: _Block | None) -> dict:
+        tail = {}
+        order = node.args.get("order")
+        if order is not None:
+            tail["order"] = block.text(order) if block else order.sql(DIALECT)
+        for key in ("limit", "offset", "qualify"):
+            value = node.args.get(key)
+            if value is not None:
+                tail[key] = block.text(value) if block else value.sql(DIALECT)
+        return tail
+
+
+def _group_parts(select: exp.Select) -> list[exp.Expr]:
+    group = select.args.get("group")
+    if group is None:
+        return []
+    parts = list(group.expressions)
+    for key in ("rollup", "cube", "grouping_sets"):
+        parts += list(group.args.get(key) or [])
+    return parts
+
+
+class _Block:
+    """Relations and predicates of one inner-join block, with canonical column resolution.
+
+    ``resolvers[id(scope)][alias]`` maps a source alias of a flattened scope to a function
+    that turns a column name into its canonical expression.
+    """
+
+    def __init__(self, describer: _Describer):
+        self.describer = describer
+        self.relations: list[tuple[str, object]] = []  # (kind, descriptor) in order of appearance
+        self.labels: list[str] = []
+        self.predicates: list[tuple[exp.Expr, Scope]] = []  # in the scope they belong to
+        self.outer: list[dict] = []  # joins of a SELECT with an outer join, in order
+        self.resolvers: dict[int, dict[str, object]] = {}
+        self.scopes: dict[int, Scope] = {}
+
+    # -- building
+    def add_select(self, scope: Scope) -> None:
+        """Add the sources and conditions of ``scope``; plain row-level children joined by
+        inner joins are flattened into this block. A SELECT with an outer join keeps its
+        joins in order and flattens nothing (a condition of a null-supplying side does not
+        commute with the join)."""
+        select = scope.expression
+        self.scopes[id(select)] = scope
+        resolvers: dict[str, tuple] = {}
+        self.resolvers[id(select)] = resolvers
+        joins = {id(j.this): j for j in select.args.get("joins") or []}
+        ordered = any(not _is_inner(j) for j in joins.values())
+        for alias, (node, source) in scope.selected_sources.items():
+            if isinstance(source, exp.Table):
+                resolvers[alias] = ("relation", self._relation(("table", source.name.lower())))
+            elif not ordered and _flattenable(source):
+                self.add_select(source)
+                resolvers[alias] = ("scope", source)
+            else:
+                described = ("query", self.describer.query(source))
+                resolvers[alias] = ("relation", self._relation(described))
+            join = joins.get(id(node))
+            on = join.args.get("on") if join is not None else None
+            if ordered and join is not None:
+                self.outer.append({"join": join, "scope": scope, "relation": resolvers[alias]})
+            elif on is not None:
+                self.predicates.append((on, scope))
+        where = select.args.get("where")
+        if where is not None:
+            self.predicates.append((where.this, scope))
+
+    def _relation(self, descriptor: tuple[str, object]) -> int:
+        self.relations.append(descriptor)
+        return len(self.relations) - 1
+
+    # -- labels
+    def _label(self, index: int) -> str:
+        if not self.labels:
+            texts = [_json(list(d)) for d in self.relations]
+            for i, (kind, value) in enumerate(self.relations):
+                base = value if kind == "table" else "q" + _sha(texts[i])[:16]
+                if texts.count(texts[i]) > 1:
+                    base += f"#{texts[:i + 1].count(texts[i])}"
+                self.labels.append(base)
+        return self.labels[index]
+
+    # -- canonical expressions
+    def expression(self, node: exp.Expr, scope: Scope | None = None) -> exp.Expr:
+        """A canonical copy of ``node`` of ``scope`` (default: the block's own select)."""
+        scope = scope or next(iter(self.scopes.values()))
+        return self._rebuild(node, scope)
+
+    def _rebuild(self, node: exp.Expr, scope: Scope) -> exp.Expr:
+        if isinstance(node, exp.Column):
+            return self._column(node, scope)
+        if isinstance(node, (exp.Subquery, exp.Select, *_SET_OPERATIONS)):
+            inner = _unwrap(node)
+            for sub in scope.subquery_scopes:
+                if sub.expression is inner:
+                    return exp.Literal.string("subquery:" + _json(self.describer.query(sub)))
+            return exp.Literal.string("subquery:" + node.sql(DIALECT))  # unresolved: verbatim
+        if isinstance(node, exp.Paren):
+            return exp.Paren(this=self._rebuild(node.this, scope))
+        copy = node.__class__(
+            **{
+                k: (
+                    [self._rebuild(v, scope) if isinstance(v, exp.Expr) else v for v in value]
+                    if isinstance(value, list)
+                    else self._rebuild(value, scope)
+                    if isinstance(value, exp.Expr)
+                    else value
+                )
+                for k, value in node.args.items()
+            }
+        )
+        copy.type = node.type
+        return copy
+
+    def _column(self, column: exp.Column, scope: Scope) -> exp.Expr:
+        resolvers = self.resolvers.get(id(scope.expression), {})
+        how = resolvers.get(column.table)
+        name = column.name.lower()
+        if how is None:  # not a source of a flattened scope: verbatim, qualified by its table
+            out = exp.column(name, table=f"?{column.table}", quoted=True)
+        elif how[0] == "relation":
+            index = how[1]
+            kind, _value = self.relations[index]
+            if kind == "query":  # an opaque relation: its output by position
+                source = scope.sources[column.table]
+                names = [p.alias_or_name for p in source.expression.selects]
+                name = f"${names.index(column.name)}" if column.name in names else name
+            out = exp.column(name, table=self._label(index), quoted=True)
+        else:
+            child: Scope = how[1]
+            for projection in child.expression.expressions:
+                if projection.alias_or_name == column.name:
+                    inner = self._rebuild(projection.unalias(), child)
+                    return inner if isinstance(inner, exp.Column) else exp.Paren(this=inner)
+            out = exp.column(name, table=f"?{column.table}", quoted=True)
+        out.type = column.type
+        return out
+
+    def text(self, node: exp.Expr, scope: Scope | None = None) -> str:
+        return _normalise_literals(self.expression(node, scope)).sql(DIALECT)
+
+    def predicate_text(self, node: exp.Expr | None) -> list[str]:
+        if node is None:
+            return []
+        condition = node.this if isinstance(node, exp.Having) else node
+        return _conjuncts([self.expression(condition)])
+
+    # -- the population
+    def population(self) -> Population:
+        predicates = _conjuncts([self._rebuild(p, s) for p, s in self.predicates])
+        outer = []
+        for item in self.outer:
+            join: exp.Join = item["join"]
+            on = join.args.get("on")
+            _kind, index = item["relation"]
+            outer.append({
+                "side": (join.args.get("side") or "").upper(),
+                "kind": (join.args.get("kind") or "").upper(),
+                "relation": self._label(index),
+                "on": _conjuncts([self._rebuild(on, item["scope"])]) if on is not None else [],
+            })  # fmt: skip
+        relations = []
+        for i, (kind, value) in enumerate(self.relations):
+            label = self._label(i)
+            relations.append({"label": label, kind: value})
+        if not outer:  # inner joins commute: the relations are a set
+            relations.sort(key=_json)
+        doc = {"relations": relations, "predicates": predicates}
+        if outer:
+            doc["joins"] = outer
+        text = _json(doc)
+        tables = tuple(sorted({v for k, v in self.relations if k == "table"}))
+        return Population(tables, text, _sha(text))
+
+
+def _conjuncts(conditions: list[exp.Expr]) -> list[str]:
+    """Sorted, deduplicated canonical conjuncts of the AND of ``conditions``."""
+    if not conditions:
+        return []
+    combined = exp.and_(*[c.copy() for c in conditions], copy=False)
+    try:
+        combined = simplify(combined, dialect=DIALECT)
+        if normalization_distance(combined) <= MAX_CNF_DISTANCE:
+            combined = simplify(normalize(combined), dialect=DIALECT)
+    except Exception:  # noqa: BLE001 - a simplifier failure keeps the unsimplified shape
+        combined = exp.and_(*[c.copy() for c in conditions], copy=False)
+    parts = combined.flatten() if isinstance(combined, exp.And) else [combined]
+    texts = set()
+    for part in parts:
+        part = _unwrap(part)
+        if isinstance(part, exp.Boolean) and part.this:
+            continue  # TRUE constrains nothing
+        texts.add(_normalise_literals(_sort_commutative(part)).sql(DIALECT))
+    return sorted(texts)
+
+
+def _sort_commutative(node: exp.Expr) -> exp.Expr:
+    """OR operands sorted (commutative under three-valued logic), IN lists sorted and
+    deduplicated; a new tree."""
+    node = node.copy()
+    for part in list(node.find_all(exp.Or)):
+        if isinstance(part.parent, exp.Or):
+            continue
+        operands = sorted({o.sql(DIALECT): o for o in part.flatten()}.items())
+        part.replace(exp.or_(*[o for _t, o in operands], copy=False))
+    for part in list(node.find_all(exp.In)):
+        values = part.args.get("expressions")
+        if values:
+            unique = sorted({v.sql(DIALECT): v for v in values}.items())
+            part.set("expressions", [v for _t, v in unique])
+    return node
+
+
+_NUMERIC = exp.DataType.NUMERIC_TYPES
+
+
+def _normalise_literals(node: exp.Expr) -> exp.Expr:
+    """Number literals compared with a numeric column are written in their shortest exact
+    decimal form (``6.0`` and ``6`` are one value there; against a text column they are not,
+    so other literals keep their spelling)."""
+    for literal in list(node.find_all(exp.Literal)):
+        if literal.is_string or not isinstance(literal.parent, exp.Binary):
+            continue
+        parent = literal.parent
+        other = parent.right if parent.left is literal else parent.left
+        if not isinstance(parent, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)):
+            continue
+        if other.type is None or not other.type.is_type(*_NUMERIC):
+            continue
+        text = literal.this
+        if "e" in text.lower():
+            continue
+        try:
+            value = Decimal(text)
+        except InvalidOperation:
+            continue
+        literal.replace(exp.Literal.number(format(value.normalize(), "f")))
+    return node
