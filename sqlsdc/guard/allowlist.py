@@ -104,6 +104,8 @@ SCALAR_FUNCTIONS = (
     exp.StartsWith,
     exp.Extract,
     exp.DateTrunc,
+    exp.TimestampTrunc,
+    exp.TimeToStr,
     exp.Year,
     exp.Month,
     exp.Quarter,
