@@ -282,8 +282,8 @@ def literal_refusal(node: exp.Expr, constant_is_safe: Callable[[exp.Expr], bool]
         return None
     for literal in sig.literals:
         argument = node.args.get(literal.key)
-        if argument is None or isinstance(argument, (exp.Var, exp.DataType)):
-            continue  # a keyword such as YEAR in DATE_TRUNC('year', d) is always a literal
+        if argument is None:
+            continue
         where = f"the {literal.what} of {sig.name}"
         instead = f"write it as a literal, e.g. {sig.example}" if sig.example else "write a literal"
         if not _is_constant(argument):

@@ -6,6 +6,10 @@ and DuckDB evaluates branches and casts lazily, per row. So every operation eval
 confidential rows must be total for its argument types, judged with DuckDB's typing rules
 (a literal ``1.5`` is DECIMAL, ``1e3`` DOUBLE, ``15`` INTEGER; string literals are cast per row).
 Constant sub-expressions are checked separately, by evaluating them once before the query.
+
+This module judges the *value* arguments of a call; the arguments that must be literals (date
+parts, formats, divisors, positions...) and the list of allowed functions are declared in
+:mod:`sqlsdc.guard.signatures`. Anything not known here is refused (fail closed).
 """
 
 from __future__ import annotations
