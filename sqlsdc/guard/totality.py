@@ -50,7 +50,6 @@ _ALWAYS_TOTAL = (
     exp.Distinct,
     exp.Count,
     exp.Avg,
-    exp.Div,
     exp.DPipe,
     exp.Concat,
     exp.Grouping,
@@ -212,6 +211,9 @@ def partiality(n: exp.Expr) -> str | None:
         return None if ok else "a sum of DECIMAL expressions can overflow; cast to DOUBLE first"
     if isinstance(n, _ALWAYS_TOTAL):
         return None
+    if isinstance(n, exp.Div):  # DOUBLE division: infinities and NaN, never an error
+        operands = {family(n.left), family(n.right)} - {"null"}
+        return None if operands <= NUMERIC else "dividing a value that is not a number casts it"
     if isinstance(n, (exp.Add, exp.Sub, exp.Mul)):
         return None if family(n) == "float" else "exact arithmetic can overflow"
     if isinstance(n, exp.Neg):

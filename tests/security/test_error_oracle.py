@@ -150,6 +150,8 @@ ATTACKS = [
     ("mod_negative", q("age % -1 = 0"), r"positive number literal"),
     ("intdiv_double_zero", q("income // 0.0 > 1"), r"positive number literal"),
     ("mod_measure", q("income % (income - 50000) = 0"), r"divisor of %"),
+    ("divide_by_text", q("income < 50000 OR (age / 'x') IS NULL"), ORACLE),
+    ("text_divided", q("income < 50000 OR ('x' / age) IS NULL"), ORACLE),
     # -- positions, precisions and indexes
     (
         "substring_start",
