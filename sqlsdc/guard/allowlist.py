@@ -6,6 +6,8 @@ Anything not listed here is refused, whatever it is: new sqlglot node types, unk
 
 from __future__ import annotations
 
+import re
+
 from sqlglot import exp
 
 STRUCTURE = (
@@ -104,6 +106,8 @@ SCALAR_FUNCTIONS = (
     exp.StartsWith,
     exp.Extract,
     exp.DateTrunc,
+    exp.TimestampTrunc,
+    exp.TimeToStr,
     exp.Year,
     exp.Month,
     exp.Quarter,
@@ -151,5 +155,6 @@ def describe(node: exp.Expr) -> str:
     if isinstance(node, exp.Anonymous):
         return f"function {node.name}()"
     if isinstance(node, exp.Func):
-        return f"function {node.sql_name().lower()}()"
+        called = re.match(r"([A-Za-z_][A-Za-z0-9_]*)\(", node.sql("duckdb"))
+        return f"function {(called.group(1) if called else node.sql_name()).lower()}()"
     return type(node).__name__.upper()

@@ -6,6 +6,10 @@ and DuckDB evaluates branches and casts lazily, per row. So every operation eval
 confidential rows must be total for its argument types, judged with DuckDB's typing rules
 (a literal ``1.5`` is DECIMAL, ``1e3`` DOUBLE, ``15`` INTEGER; string literals are cast per row).
 Constant sub-expressions are checked separately, by evaluating them once before the query.
+
+This module judges the *value* arguments of a call; the arguments that must be literals (date
+parts, formats, divisors, positions...) and the list of allowed functions are declared in
+:mod:`sqlsdc.guard.signatures`. Anything not known here is refused (fail closed).
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ from sqlsdc.guard.allowlist import describe
 DIALECT = "duckdb"
 T = exp.DataType.Type
 NUMERIC = {"integer", "decimal", "float"}
-MAX_POSITION = 2**31 - 1  # DuckDB refuses substring offsets and lengths beyond 2^32 - 1
 NARROW_INTEGERS = {T.TINYINT, T.SMALLINT, T.INT, T.BIGINT, T.UTINYINT, T.USMALLINT, T.UINT}
 
 TOTALITY_HINT = (
@@ -47,7 +50,6 @@ _ALWAYS_TOTAL = (
     exp.Distinct,
     exp.Count,
     exp.Avg,
-    exp.Div,
     exp.DPipe,
     exp.Concat,
     exp.Grouping,
@@ -57,9 +59,20 @@ _ALWAYS_TOTAL = (
     exp.GroupingSets,
     exp.TryCast,
     exp.Ordered,
+    exp.Order,
+    exp.WindowSpec,
     exp.DataTypeParam,
 )
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ)
+_TEMPORAL = (
+    exp.Extract,
+    exp.Year,
+    exp.Month,
+    exp.Quarter,
+    exp.DateTrunc,
+    exp.TimestampTrunc,
+    exp.TimeToStr,
+)
 _FLOAT_MATH = (
     exp.Abs,
     exp.Round,
@@ -169,23 +182,6 @@ def _same_family(values: list[exp.Expr]) -> str | None:
     return "mixing types casts values"
 
 
-def _small_integer_literal(node: exp.Expr | None) -> bool:
-    node = _unwrap(node) if node is not None else None
-    if isinstance(node, exp.Neg):
-        node = _unwrap(node.this)
-    return (
-        isinstance(node, exp.Literal)
-        and not node.is_string
-        and re.fullmatch(r"\d+", str(node.this)) is not None
-        and int(node.this) <= MAX_POSITION
-    )
-
-
-def _positive_constant(node: exp.Expr) -> bool:
-    node = _unwrap(node)
-    return isinstance(node, exp.Literal) and not node.is_string and float(node.this) > 0
-
-
 def _cast_is_total(source: exp.Expr, target: exp.DataType) -> bool:
     origin = family(source)
     if origin == "null" or target.is_type(*exp.DataType.TEXT_TYPES):
@@ -215,12 +211,16 @@ def partiality(n: exp.Expr) -> str | None:
         return None if ok else "a sum of DECIMAL expressions can overflow; cast to DOUBLE first"
     if isinstance(n, _ALWAYS_TOTAL):
         return None
+    if isinstance(n, exp.Div):  # DOUBLE division: infinities and NaN, never an error
+        operands = {family(n.left), family(n.right)} - {"null"}
+        return None if operands <= NUMERIC else "dividing a value that is not a number casts it"
     if isinstance(n, (exp.Add, exp.Sub, exp.Mul)):
         return None if family(n) == "float" else "exact arithmetic can overflow"
     if isinstance(n, exp.Neg):
         return None if family(n.this) == "float" else "negation of an exact number can overflow"
     if isinstance(n, (exp.IntDiv, exp.Mod)):
-        return None if _positive_constant(n.expression) else "the divisor could be zero"
+        # the divisor is a positive literal (its role in sqlsdc.guard.signatures)
+        return None if family(n.this) in NUMERIC else "the dividend is not a number"
     if isinstance(n, _COMPARISONS):
         return None if comparable(n.left, n.right) else "comparing different types casts values"
     if isinstance(n, exp.In):
@@ -259,12 +259,8 @@ def partiality(n: exp.Expr) -> str | None:
     if isinstance(n, (exp.Lower, exp.Upper, exp.Length, exp.Trim, exp.StartsWith)):
         return None if family(n.this) in ("text", "null") else "the argument is not text"
     if isinstance(n, exp.Substring):
-        positions = [n.args.get("start"), n.args.get("length")]
-        ok = family(n.this) in ("text", "null") and all(
-            p is None or _small_integer_literal(p) for p in positions
-        )
-        return None if ok else "substring() positions must be integer constants"
-    if isinstance(n, (exp.Extract, exp.Year, exp.Month, exp.Quarter, exp.DateTrunc)):
+        return None if family(n.this) in ("text", "null") else "the argument is not text"
+    if isinstance(n, _TEMPORAL):
         target = n.expression if isinstance(n, exp.Extract) else n.this
         return None if family(target) == "temporal" else "the argument is not a date or timestamp"
     return f"{describe(n)} is not known to be error-free"
