@@ -64,7 +64,10 @@ def dp_document(**budget) -> dict:
                     "min_frequency": 60,
                 },
             },
-            "lookup": {"kind": "public"},
+            "lookup": {
+                "kind": "public",
+                "columns": {"code": {"role": "dimension"}, "label": {"role": "dimension"}},
+            },
         },
         "users": {
             "admin": {"role": "admin"},
