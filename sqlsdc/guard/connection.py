@@ -201,6 +201,8 @@ class Connection:
             if isinstance(refusal, PolicyViolation)
             else (f"{type(refusal).__name__}: {refusal}")
         )
+        if getattr(refusal, "detail", None):
+            reason += f" [{refusal.detail}]"
         store.record_query(
             self._con,
             query_id,

@@ -146,9 +146,31 @@ def qualify_tree(tree: exp.Expr, schema: dict, sql: str) -> exp.Expr:
     except OptimizeError as e:
         message = str(e).split(". Line")[0]
         raise PolicyViolation(f"name resolution failed: {message}", _COLUMNS_HINT, sql) from None
+    for column in qualified.find_all(exp.Column):
+        if not column.table and not isinstance(column.this, exp.Star):
+            _check_output_reference(column, sql)
     for node in qualified.find_all(exp.Identifier):
         _check_reserved(node.name, sql)
     return qualified
+
+
+def _check_output_reference(column: exp.Column, sql: str) -> None:
+    """A column ``qualify`` left unqualified must name an output of its query in ORDER BY.
+
+    sqlglot does not resolve every clause (a bare name in HAVING stays as written), and DuckDB
+    would bind such a name to any column of the table, hidden ones included, while a name that
+    exists nowhere fails in the engine: the two must be refused alike, here."""
+    order = column.find_ancestor(exp.Order)
+    query = order.parent if order is not None else None
+    select = query
+    while isinstance(select, (exp.Union, exp.Intersect, exp.Except, exp.Subquery)):
+        select = select.this
+    if not isinstance(select, exp.Select) or column.name not in select.named_selects:
+        raise PolicyViolation(
+            f"name resolution failed: Column {column.name!r} could not be resolved",
+            _COLUMNS_HINT,
+            sql,
+        )
 
 
 def _check_reserved(name: str, sql: str) -> None:
