@@ -129,6 +129,17 @@ PUBLIC_COLUMN_ATTACKS = [
     "SELECT s.{name} FROM (SELECT * FROM regions) AS s",
     "SELECT p.region, COUNT(*) FROM persons p JOIN regions r ON p.region = r.region "
     "WHERE r.{name} > 0 GROUP BY p.region",
+    "SELECT region, COUNT(*) FROM regions GROUP BY ROLLUP (region, {name})",
+    "SELECT region, ROW_NUMBER() OVER (PARTITION BY {name}) AS n FROM regions",
+    "SELECT region, SUM(population) OVER (ORDER BY {name}) AS s FROM regions",
+    "SELECT COUNT(*) FILTER (WHERE {name} > 0) AS n FROM regions",
+    "SELECT COUNT(DISTINCT {name}) AS n FROM regions",
+    "SELECT region FROM regions LIMIT {name}",
+    "SELECT region FROM regions a JOIN regions b USING (region) WHERE {name} IN (1, 2)",
+    "SELECT region FROM regions GROUP BY region HAVING {name} > 0",
+    "SELECT region FROM regions GROUP BY ALL HAVING COUNT({name}) > 0",
+    'SELECT "{name}" FROM regions',
+    "SELECT region FROM regions WHERE region = 'R01' OR {name} = 1",
 ]
 
 CONFIDENTIAL_COLUMN_ATTACKS = [
@@ -227,13 +238,30 @@ def test_undeclared_tables_are_refused_alike(guarded, template, existing, missin
 
 
 @pytest.mark.parametrize("template", CTE_AND_ALIAS_USES)
-@pytest.mark.parametrize("name", [*HIDDEN_TABLES, "duckdb_tables", "pg_tables", "mood"])
+@pytest.mark.parametrize(
+    "name", [*HIDDEN_TABLES, "duckdb_tables", "pg_tables", "mood", "sqlsdc", "information_schema"]
+)
 def test_ctes_and_aliases_named_like_hidden_objects_behave_like_any_name(
     guarded, template, name
 ):
     seen = outcome(guarded, template.format(name=name))
     assert seen == outcome(guarded, template.format(name="nosuch_t"))
     assert seen[0] == "rows"
+
+
+def test_the_engine_check_does_not_exempt_a_cte_name_out_of_its_scope(guarded):
+    """Defence in depth: DuckDB's parser reports the tables a statement reads with CTE scopes
+    resolved, so a table named like a CTE of another scope is a table, and refused."""
+    import sqlglot
+
+    from sqlsdc.engines.duckdb import tables_read_by
+    from sqlsdc.guard.validate import check_engine_tables
+
+    sql = "SELECT * FROM (WITH secret_t AS (SELECT 1 AS a) SELECT a FROM secret_t) AS s, secret_t"
+    read = tables_read_by(guarded._con, sql)
+    assert read == {"secret_t"}
+    with pytest.raises(sqlsdc.InternalError, match="undeclared table secret_t"):
+        check_engine_tables(read, sqlglot.parse_one(sql, read="duckdb"), guarded.policy)
 
 
 @pytest.mark.parametrize("template", SCHEMA_ATTACKS)
