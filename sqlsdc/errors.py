@@ -25,7 +25,16 @@ class InterfaceError(Error):
 
 
 class OperationalError(Error):
-    """The engine failed while running a protected query (message withheld from analysts)."""
+    """The engine failed while running a protected query.
+
+    The message is sqlsdc's own and the same whatever the engine said; the engine's text, which
+    could quote confidential values or name objects the policy hides, is kept in ``detail`` for
+    the audit log and is never part of the message.
+    """
+
+    def __init__(self, message: str, detail: str | None = None):
+        self.detail = detail
+        super().__init__(message)
 
 
 class ProgrammingError(Error):

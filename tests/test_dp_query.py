@@ -64,7 +64,11 @@ def dp_document(**budget) -> dict:
                     "min_frequency": 60,
                 },
             },
-            "lookup": {"kind": "public", "key": "code"},
+            "lookup": {
+                "kind": "public",
+                "key": "code",
+                "columns": {"code": {"role": "dimension"}, "label": {"role": "dimension"}},
+            },
         },
         "users": {
             "admin": {"role": "admin"},

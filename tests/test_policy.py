@@ -337,8 +337,8 @@ def test_bounds_on_an_identifier():
     ("changes", "message"),
     [
         ({"colour": "red"},
-         "(top level): unknown key(s) colour; allowed here: budgets, description, protection, "
-         "tables, users, version"),
+         "(top level): unknown key(s) colour; allowed here: budgets, description, limits, "
+         "protection, tables, users, version"),
         ({"tables__persons__colums": {}},
          "tables.persons: unknown key(s) colums; allowed here: columns, description, dp, "
          "hierarchies, key, kind, privacy_unit, protection, suppression"),

@@ -72,7 +72,11 @@ def round_document() -> dict:
             "magnitudes": {"method": "round", "base": 10},
         },
     }
-    tables["lookup"] = {"kind": "public", "key": "code"}
+    tables["lookup"] = {  # public: its listed columns are readable as they are
+        "kind": "public",
+        "key": "code",
+        "columns": {"code": {"role": "dimension"}, "label": {"role": "dimension"}},
+    }
     return {
         "tables": tables,
         "users": {

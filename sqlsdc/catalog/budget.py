@@ -60,7 +60,7 @@ from fractions import Fraction
 from sqlsdc.catalog.schema import CATALOG_SCHEMA
 from sqlsdc.catalog.store import dp_cell_entry, ensure_catalog, now
 from sqlsdc.engines.duckdb import EngineError, one
-from sqlsdc.errors import BudgetExhausted, Error
+from sqlsdc.errors import BudgetExhausted, Error, OperationalError
 from sqlsdc.mechanisms.accountant import BudgetLimit, PrivacyCost, fraction
 from sqlsdc.mechanisms.dp_cells import CellRecord
 
@@ -390,7 +390,7 @@ def charge(
     try:
         ensure_budget_catalog(con)
     except EngineError as e:
-        raise Error(f"could not record the privacy spend: {str(e).splitlines()[0]}") from None
+        raise _spend_failure(e) from None
     for attempt in range(_CONFLICT_RETRIES):
         con.execute("BEGIN TRANSACTION")
         try:
@@ -430,11 +430,20 @@ def charge(
             if _is_conflict(e) and attempt + 1 < _CONFLICT_RETRIES:
                 time.sleep(0.005 * (attempt + 1))
                 continue
-            raise Error(f"could not record the privacy spend: {str(e).splitlines()[0]}") from None
+            raise _spend_failure(e) from None
         except BaseException:
             _rollback(con)
             raise
     raise Error("could not record the privacy spend: too many concurrent charges; try again")
+
+
+def _spend_failure(error: Exception) -> OperationalError:
+    """sqlsdc's message for a failed ledger write; the engine's text only in ``detail``."""
+    return OperationalError(
+        "could not record the privacy spend; the engine's message is withheld; an admin can "
+        "read it with `sqlsdc audit`",
+        detail=f"{type(error).__name__}: {error}",
+    )
 
 
 def _binding_remaining(cost: PrivacyCost, lims, used) -> BudgetLimit:

@@ -51,8 +51,14 @@ def open_database(path: str | Path, *, read_only: bool = False) -> duckdb.DuckDB
         )
     try:
         return duckdb.connect(str(path), read_only=read_only, config=dict(_CONNECT_CONFIG))
-    except duckdb.IOException as e:
-        raise Error(f"cannot open database {path}: {_first_line(e)}") from None
+    except duckdb.Error as e:  # the engine's text is not shown: it is not sqlsdc's to word
+        why = (
+            "another process holds a lock on it; close that process first"
+            if "lock" in str(e).lower()
+            else "it is not a DuckDB database of this version, or it is open in this process "
+            "with other settings"
+        )
+        raise Error(f"cannot open database {path}: {why}") from None
 
 
 def harden(con: duckdb.DuckDBPyConnection) -> None:
@@ -167,10 +173,6 @@ def run(con: duckdb.DuckDBPyConnection, sql: str, timeout: float | None = None) 
     finally:
         if timer:
             timer.cancel()
-
-
-def _first_line(error: Exception) -> str:
-    return str(error).splitlines()[0]
 
 
 def one(con: duckdb.DuckDBPyConnection, sql: str, params=None) -> tuple | None:

@@ -839,7 +839,10 @@ class SparkEngine:
             table = self.session.sql(sql).toArrow()
         except PySparkException as e:  # the message may quote confidential values: not shown
             condition = e.getCondition() or type(e).__name__
-            raise OperationalError(f"the query failed on Spark ({condition})") from e
+            raise OperationalError(
+                "the query failed on Spark; the engine's message is withheld",
+                detail=f"{condition}: {e}",
+            ) from None
         return normalise_types(table)
 
     def close(self) -> None:

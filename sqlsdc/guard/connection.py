@@ -56,14 +56,15 @@ apilevel = "2.0"
 threadsafety = 1
 paramstyle = "qmark"
 PROTECT_CACHE_SIZE = 256
-DEFAULT_TIMEOUT = 300.0
 
 
-def connect(path: str | Path, user: str, *, timeout: float = DEFAULT_TIMEOUT) -> Connection:
+def connect(path: str | Path, user: str, *, timeout: float | None = None) -> Connection:
     """Open a guarded connection to a database initialised with ``sqlsdc init``.
 
-    ``timeout`` (seconds) stops any query that runs longer, so that one analyst cannot occupy
-    a shared engine.
+    Every statement is stopped after the policy's ``limits.statement_timeout_seconds`` (300 s
+    by default), so that one analyst cannot occupy a shared engine nor learn anything from
+    how long a statement may run. ``timeout`` (seconds) may ask for a shorter limit on this
+    connection, never a longer one.
 
     Example:
         >>> con = sqlsdc.connect("sqlsdc-demo.duckdb", user="analyst")  # doctest: +SKIP
@@ -75,9 +76,8 @@ def connect(path: str | Path, user: str, *, timeout: float = DEFAULT_TIMEOUT) ->
 class Connection:
     """A PEP 249 connection that answers only protected aggregate queries."""
 
-    def __init__(self, path: str | Path, user: str, *, timeout: float = DEFAULT_TIMEOUT):
+    def __init__(self, path: str | Path, user: str, *, timeout: float | None = None):
         self._con = None
-        self.timeout = timeout
         if not Path(path).is_file():
             raise Error(
                 f"database {path} does not exist; create it with `sqlsdc init` or `sqlsdc demo`"
@@ -95,8 +95,16 @@ class Connection:
                     f"user {user!r} is not declared in the policy of {Path(path).name}; "
                     "ask an admin to add it under `users:`"
                 )
-            self._context = _context(con, policy, version)
+            self._timeout = _statement_timeout(policy, timeout)
+            self._context = _context(con, policy, version, self._timeout)
             ensure_budget_catalog(con)  # brings a cache of DP cells from older versions along
+        except engine.EngineError:
+            con.close()
+            raise OperationalError(
+                f"cannot open {Path(path).name}: the engine failed while reading the sqlsdc "
+                "catalog; the engine's message is withheld; an admin can check the database "
+                "with `sqlsdc policy show`"
+            ) from None
         except BaseException:
             con.close()
             raise
@@ -110,6 +118,11 @@ class Connection:
         self.path = str(path)
 
     @property
+    def timeout(self) -> float:
+        """Seconds after which a statement is stopped: the policy's limit, or less if asked."""
+        return self._timeout
+
+    @property
     def policy_version(self) -> int:
         return self._context.policy_version
 
@@ -121,7 +134,10 @@ class Connection:
     def remaining_budget(self) -> list[BudgetStatus]:
         """The privacy budgets that apply to this user: limit, spent and remaining."""
         self._check_open()
-        return budget_status(self._con, policy_limits(self.policy), user=self.user)
+        try:
+            return budget_status(self._con, policy_limits(self.policy), user=self.user)
+        except engine.EngineError as failure:
+            raise _engine_failure(failure, None) from None
 
     def set_dp_noise(self, enabled: bool) -> None:
         """Admins only: ``False`` turns DP noise off (epsilon -> infinity) on this connection,
@@ -145,7 +161,10 @@ class Connection:
     def explain(self, sql: str, params=None) -> ProtectedQuery:
         """The protected SQL and the mechanism of every output column, without reading data."""
         self._check_open()
-        return self._protect(sql, params)
+        try:
+            return self._protect(sql, params)
+        except engine.EngineError as failure:
+            raise _engine_failure(failure, None) from None
 
     def _protect(self, sql: str, params) -> ProtectedQuery:
         """``protect`` with a per-connection cache: the policy snapshot is fixed per connection."""
@@ -183,6 +202,8 @@ class Connection:
             if isinstance(refusal, PolicyViolation)
             else (f"{type(refusal).__name__}: {refusal}")
         )
+        if getattr(refusal, "detail", None):
+            reason += f" [{refusal.detail}]"
         store.record_query(
             self._con,
             query_id,
@@ -196,6 +217,31 @@ class Connection:
     def _check_open(self) -> None:
         if self._con is None:
             raise InterfaceError("the connection is closed")
+
+    def _execute(self, sql: str, params):
+        """``_run``, with every engine error that escapes it (an audit write, transaction
+        control, a catalog read) turned into sqlsdc's own message; the engine's text goes to
+        the audit log only, so what an analyst sees never depends on the engine's wording."""
+        try:
+            return self._run(sql, params)
+        except engine.EngineError as failure:
+            query_id = self._record_failure(sql, failure)
+            raise _engine_failure(failure, query_id) from None
+
+    def _record_failure(self, sql: str, failure: Exception) -> int | None:
+        """Best effort: a new audit entry for an engine failure outside a query's own entry."""
+        try:
+            self._con.execute("ROLLBACK")
+        except engine.EngineError:
+            pass  # no transaction was open
+        try:
+            query_id = store.next_query_id(self._con)
+            reason = f"{type(failure).__name__}: {failure}"
+            store.record_query(self._con, query_id, self.user, self._context.policy_version,
+                               "failed", sql, reason=reason)  # fmt: skip
+            return query_id
+        except engine.EngineError:
+            return None
 
     def _run(self, sql: str, params) -> tuple[pa.Table, ProtectedQuery, int, pd.DataFrame]:
         """Protect, execute, record; results are returned only after they are recorded."""
@@ -338,7 +384,7 @@ class Cursor:
         return -1 if self._result is None else self._result.num_rows
 
     def execute(self, sql: str, params=None) -> Cursor:
-        result, query, query_id, status, noise = self.connection._run(sql, params)
+        result, query, query_id, status, noise = self.connection._execute(sql, params)
         self._result, self.query, self.query_id, self._status = result, query, query_id, status
         self._dp_accuracy = noise
         self._position = 0
@@ -464,7 +510,23 @@ def _rows(table: pa.Table) -> list[tuple]:
     return list(zip(*columns, strict=True)) if columns else []
 
 
-def _context(con, policy: Policy, version: int) -> GuardContext:
+def _statement_timeout(policy: Policy, asked: float | None) -> float:
+    """The policy's statement timeout, or a shorter one asked for by the connection."""
+    limit = policy.statement_timeout
+    if asked is None:
+        return limit
+    if isinstance(asked, bool) or not isinstance(asked, (int, float)) or not asked > 0:
+        raise ProgrammingError(f"timeout must be a positive number of seconds, got {asked!r}")
+    if asked > limit:
+        raise AccessDenied(
+            f"timeout {asked!r} s is above the policy's statement timeout of {limit:g} s; a "
+            "connection may only shorten it (an admin sets `limits: {statement_timeout_seconds: "
+            "..}` in the policy)"
+        )
+    return float(asked)
+
+
+def _context(con, policy: Policy, version: int, timeout: float) -> GuardContext:
     schema = analyst_schema(policy, engine.table_schemas(con))
     indexes = {
         r[0]
@@ -480,7 +542,7 @@ def _context(con, policy: Policy, version: int) -> GuardContext:
     @lru_cache(maxsize=1024)
     def evaluates(sql: str) -> bool:
         try:
-            con.execute(sql).fetchall()
+            engine.run(con, sql, timeout=timeout)
             return True
         except engine.EngineError:
             return False
@@ -502,25 +564,17 @@ def _context(con, policy: Policy, version: int) -> GuardContext:
     )
 
 
-def _engine_failure(failure: Exception, query_id: int) -> Error:
+def _engine_failure(failure: Exception, query_id: int | None) -> Error:
+    """sqlsdc's message for an engine failure: whatever the engine said (a missing object, a
+    constraint, a conversion), the analyst reads the same words; the engine's text is in the
+    audit log for admins. Only a timeout is told apart, as the analyst can act on it."""
+    where = f" (query {query_id})" if query_id is not None else ""
     if isinstance(failure, engine.duckdb.InterruptException):
         return OperationalError(
-            f"the query was stopped because it ran longer than the connection's timeout "
-            f"(query {query_id}); narrow it or ask an admin for a longer timeout"
-        )
-    if isinstance(
-        failure,
-        (
-            engine.duckdb.BinderException,
-            engine.duckdb.CatalogException,
-            engine.duckdb.ParserException,
-        ),
-    ):
-        return OperationalError(
-            f"the protected query could not be planned: {str(failure).splitlines()[0]} "
-            f"(query {query_id})"
+            f"the query was stopped because it ran longer than the statement timeout{where}; "
+            "narrow it, or ask an admin about the policy's `limits.statement_timeout_seconds`"
         )
     return OperationalError(
-        f"the query failed while running (query {query_id}); the engine's message is withheld "
-        "because it could contain confidential values; an admin can read it with `sqlsdc audit`"
+        f"the query failed in the engine{where}; the engine's message is withheld because it "
+        "could reveal confidential values or objects; an admin can read it with `sqlsdc audit`"
     )

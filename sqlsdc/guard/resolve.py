@@ -1,6 +1,12 @@
-"""Name resolution: every table must be a declared table of the main schema; columns are then
-qualified against the policy's view of the schema (declared columns only; ``__`` columns and
-undeclared columns of confidential tables do not exist for analysts).
+"""Name resolution: every name an analyst writes must resolve inside the policy's view of the
+database, and a name that does not resolve is refused with the same message whatever the
+database holds.
+
+Tables resolve to a CTE in scope or to a declared table of the main schema; columns resolve
+against :func:`analyst_schema` (the declared, non-hidden columns of each declared table); types
+are DuckDB's built-in ones. So a hidden table, a view, a sequence, a user type, the ``sqlsdc``
+catalog, ``information_schema``, ``pg_catalog`` or an undeclared column is refused exactly as
+a name that exists nowhere, and nothing reaches the engine that it could resolve differently.
 """
 
 from __future__ import annotations
@@ -11,30 +17,42 @@ from sqlglot.optimizer.qualify import qualify
 
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.guard.allowlist import RESERVED_PREFIX
-from sqlsdc.policy import Policy
+from sqlsdc.policy import ColumnRole, Policy
 
 DIALECT = "duckdb"
+_COLUMNS_HINT = "use the declared columns of the declared tables; see `sqlsdc policy show`"
 
 
 def analyst_schema(
     policy: Policy, database: dict[str, dict[str, str]]
 ) -> dict[str, dict[str, str]]:
-    """``{table: {column: type}}`` as analysts may see it."""
+    """``{table: {column: type}}`` as analysts may see it, in the database's column order.
+
+    A column is visible when the policy declares it for its table with a role other than
+    ``hidden`` and it exists in the database; this holds for public tables as for confidential
+    ones. Undeclared columns, hidden ones and sqlsdc's ``__`` columns do not exist for analysts.
+    A table with no visible column is left out (:func:`qualify_tree` refuses reading it).
+    """
     schema = {}
     for table in policy.tables.values():
         columns = database.get(table.name, {})
-        if table.is_public:
-            visible = {c: t for c, t in columns.items() if not c.startswith(RESERVED_PREFIX)}
-        else:
-            visible = {c: columns[c] for c in table.columns if c in columns}
-        schema[table.name] = visible
+        visible = {
+            name: dtype
+            for name, dtype in columns.items()
+            if (declared := table.column(name)) is not None
+            and declared.role is not ColumnRole.HIDDEN
+            and not name.startswith(RESERVED_PREFIX)
+        }
+        if visible:
+            schema[table.name] = visible
     return schema
 
 
 def check_tables(tree: exp.Expr, policy: Policy, sql: str) -> None:
-    """Refuse table functions, qualified names, undeclared tables and CTEs shadowing tables."""
-    cte_names = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
-    for name in cte_names:
+    """Refuse every table reference that is neither a CTE in scope nor a declared table, every
+    qualified name, table function, CTE shadowing a declared table, and user-defined type."""
+    for cte in tree.find_all(exp.CTE):
+        name = cte.alias_or_name.lower()
         if policy.table(name) is not None:
             raise PolicyViolation(
                 f"the CTE name {name!r} shadows a table of the database",
@@ -49,25 +67,74 @@ def check_tables(tree: exp.Expr, policy: Policy, sql: str) -> None:
                 f"query the declared tables: {_declared(policy)}",
                 sql,
             )
-        name = table.name.lower()
         if table.args.get("db") or table.args.get("catalog"):
             raise PolicyViolation(
                 f"qualified table name {table.sql(DIALECT)!r} is not allowed",
                 f"use the plain table name; declared tables: {_declared(policy)}",
                 sql,
             )
-        if name in cte_names:
+        if _cte_in_scope(table):
             continue
-        if policy.table(name) is None:
+        if policy.table(table.name) is None:
             raise PolicyViolation(
                 f"table {table.name!r} is not declared in the policy",
                 f"query the declared tables: {_declared(policy)}",
                 sql,
             )
+    for column in tree.find_all(exp.Column):
+        if column.args.get("db") or column.args.get("catalog"):
+            raise PolicyViolation(
+                f"qualified column name {column.sql(DIALECT)!r} is not allowed",
+                "name a column as column or table.column (or alias.column)",
+                sql,
+            )
+    for dtype in tree.find_all(exp.DataType):
+        if dtype.this is exp.DataType.Type.USERDEFINED:
+            raise PolicyViolation(
+                f"type {dtype.sql(DIALECT)!r} is not a built-in type",
+                "cast to a built-in type such as INTEGER, BIGINT, DOUBLE, VARCHAR or DATE",
+                sql,
+            )
+
+
+def _cte_in_scope(table: exp.Table) -> bool:
+    """Whether ``table`` names a CTE visible where it is written, as DuckDB binds it: a CTE of a
+    WITH clause of an enclosing query; inside a CTE, only the CTEs before it in its WITH (and
+    itself under WITH RECURSIVE, which the analysis refuses). Any other reference is to the
+    catalog."""
+    name = table.name.lower()
+    child, node = table, table.parent
+    while node is not None:
+        if isinstance(node, exp.With):
+            position = next(i for i, cte in enumerate(node.expressions) if cte is child)
+            visible = node.expressions[: position + 1 if node.args.get("recursive") else position]
+            if name in _names(visible):
+                return True
+            child, node = node.parent, node.parent.parent  # the WITH's own query sees no more
+            continue
+        with_ = node.args.get("with_")
+        if isinstance(with_, exp.With) and name in _names(with_.expressions):
+            return True
+        child, node = node, node.parent
+    return False
+
+
+def _names(ctes: list[exp.CTE]) -> set[str]:
+    return {cte.alias_or_name.lower() for cte in ctes}
 
 
 def qualify_tree(tree: exp.Expr, schema: dict, sql: str) -> exp.Expr:
-    """Qualify every column with its source (sqlglot ``qualify``); unknown names are refused."""
+    """Qualify every column with its source (sqlglot ``qualify``); unknown names are refused.
+
+    The refusal quotes sqlglot's message, which is computed from ``schema`` (the analyst's view)
+    alone, so it is the same whether or not a hidden object of that name exists."""
+    for table in tree.find_all(exp.Table):
+        if table.name.lower() not in schema and not _cte_in_scope(table):
+            raise PolicyViolation(
+                f"table {table.name!r} has no columns that analysts may read",
+                "ask an admin to declare its columns in the policy",
+                sql,
+            )
     try:
         qualified = qualify(
             tree,
@@ -78,14 +145,32 @@ def qualify_tree(tree: exp.Expr, schema: dict, sql: str) -> exp.Expr:
         )
     except OptimizeError as e:
         message = str(e).split(". Line")[0]
-        raise PolicyViolation(
-            f"name resolution failed: {message}",
-            "use the declared columns of the declared tables; see `sqlsdc policy show`",
-            sql,
-        ) from None
+        raise PolicyViolation(f"name resolution failed: {message}", _COLUMNS_HINT, sql) from None
+    for column in qualified.find_all(exp.Column):
+        if not column.table and not isinstance(column.this, exp.Star):
+            _check_output_reference(column, sql)
     for node in qualified.find_all(exp.Identifier):
         _check_reserved(node.name, sql)
     return qualified
+
+
+def _check_output_reference(column: exp.Column, sql: str) -> None:
+    """A column ``qualify`` left unqualified must name an output of its query in ORDER BY.
+
+    sqlglot does not resolve every clause (a bare name in HAVING stays as written), and DuckDB
+    would bind such a name to any column of the table, hidden ones included, while a name that
+    exists nowhere fails in the engine: the two must be refused alike, here."""
+    order = column.find_ancestor(exp.Order)
+    query = order.parent if order is not None else None
+    select = query
+    while isinstance(select, (exp.Union, exp.Intersect, exp.Except, exp.Subquery)):
+        select = select.this
+    if not isinstance(select, exp.Select) or column.name not in select.named_selects:
+        raise PolicyViolation(
+            f"name resolution failed: Column {column.name!r} could not be resolved",
+            _COLUMNS_HINT,
+            sql,
+        )
 
 
 def _check_reserved(name: str, sql: str) -> None:

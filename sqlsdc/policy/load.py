@@ -25,6 +25,7 @@ from sqlsdc.errors import PolicyError
 from sqlsdc.mechanisms.accountant import Bounding, PrivacyCost
 from sqlsdc.policy.model import (
     DEFAULT_MIN_FREQUENCY,
+    DEFAULT_STATEMENT_TIMEOUT,
     AggregateKind,
     Budget,
     Column,
@@ -158,6 +159,10 @@ def _describe(error: jsonschema.ValidationError) -> str:
         return "must not be empty"
     if v == "minimum":
         return f"{error.instance!r} is below the minimum {kind}"
+    if v == "exclusiveMinimum":
+        return f"{error.instance!r} must be above {kind}"
+    if v == "maximum":
+        return f"{error.instance!r} is above the maximum {kind}"
     if v == "uniqueItems":
         return "items must be unique"
     return error.message
@@ -554,4 +559,7 @@ def _build(doc: dict, label: str) -> Policy:
         document=MappingProxyType(copy.deepcopy(doc)),
         source=label,
         budgets=budgets,
+        statement_timeout=float(
+            doc.get("limits", {}).get("statement_timeout_seconds", DEFAULT_STATEMENT_TIMEOUT)
+        ),
     )

@@ -17,6 +17,7 @@ from typing import Any
 from sqlsdc.mechanisms.accountant import PrivacyCost
 
 DEFAULT_MIN_FREQUENCY = 10
+DEFAULT_STATEMENT_TIMEOUT = 300.0  # seconds (``limits.statement_timeout_seconds``)
 
 
 class TableKind(StrEnum):
@@ -257,6 +258,7 @@ class Policy:
     document: MappingProxyType  # the validated source document, for storing and showing
     source: str = "<policy>"
     budgets: tuple[Budget, ...] = ()
+    statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT  # seconds; the policy's, not the user's
 
     def table(self, name: str) -> Table | None:
         return self.tables.get(name.lower())

@@ -146,7 +146,11 @@ def test_a_public_key_must_be_unique_when_the_policy_is_applied(tmp_path):
                 "privacy_unit": "id",
                 "columns": {"id": {"role": "identifier"}, "town": {"role": "dimension"}},
             },  # fmt: skip
-            "towns": {"kind": "public", "key": "town"},
+            "towns": {
+                "kind": "public",
+                "key": "town",
+                "columns": {"town": {"role": "dimension"}, "n": {"role": "measure"}},
+            },
         },
         "users": {"root": {"role": "admin"}, "ana": {"role": "analyst"}},
     }
@@ -177,7 +181,10 @@ def test_a_public_table_without_a_key_cannot_be_joined(tmp_path):
                 "privacy_unit": "id",
                 "columns": {"id": {"role": "identifier"}, "town": {"role": "dimension"}},
             },  # fmt: skip
-            "towns": {"kind": "public"},
+            "towns": {
+                "kind": "public",
+                "columns": {"town": {"role": "dimension"}, "n": {"role": "measure"}},
+            },
         },
         "users": {"root": {"role": "admin"}, "ana": {"role": "analyst"}},
     }
