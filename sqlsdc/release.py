@@ -28,14 +28,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from sqlsdc.admin import require_admin
 from sqlsdc.catalog import store
-from sqlsdc.catalog.patterns import ensure_patterns
+from sqlsdc.catalog.store import pattern_table, require_admin
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import Error, PolicyViolation
 from sqlsdc.guard.connection import connect
+from sqlsdc.jobs.patterns import ensure_patterns
 from sqlsdc.policy import load_policy
-from sqlsdc.rewrite.suppress import pattern_table
 from sqlsdc.tabular.universe import STATUS, VALUE, universe_of
 
 CONTENTS = "release_contents"

@@ -18,12 +18,31 @@ from sqlglot import exp
 
 from sqlsdc.catalog.schema import CATALOG_SCHEMA, CATALOG_VERSION, DDL, DP_CELLS_DDL
 from sqlsdc.engines.duckdb import one
-from sqlsdc.errors import Error, PolicyViolation
+from sqlsdc.errors import AccessDenied, Error, PolicyViolation
+from sqlsdc.policy import UserRole, load_policy
 
 S = CATALOG_SCHEMA
 LEDGER_TABLE = "ledger"
 RELEASE_VIEW = "__sqlsdc_release"
 SECRET_BYTES = 32
+PATTERN_PREFIX = "suppressed__"
+
+
+def pattern_table(table: str) -> exp.Table:
+    """The catalog table holding a confidential table's protected suppression universe."""
+    return exp.table_(f"{PATTERN_PREFIX}{table}", db=CATALOG_SCHEMA)
+
+
+def require_admin(con, user: str) -> tuple[int, dict, str]:
+    """``(version, document, source)`` of the policy in force, if ``user`` is an admin in it."""
+    current = current_policy(con)
+    if current is None:
+        raise Error("this database has no sqlsdc catalog; run `sqlsdc init DB --policy FILE`")
+    policy = load_policy(current[1], name=current[2])
+    declared = policy.user(user)
+    if declared is None or declared.role is not UserRole.ADMIN:
+        raise AccessDenied(f"user {user!r} is not an admin in the policy in force")
+    return current
 
 
 def now() -> datetime:

@@ -20,9 +20,9 @@ import sqlsdc
 from sqlsdc import release
 from sqlsdc.catalog import store
 from sqlsdc.errors import AccessDenied, TabularError
+from sqlsdc.jobs.adjust import cta_query, ipf_query, round_query
+from sqlsdc.jobs.protect import protect_query
 from sqlsdc.release import publish
-from sqlsdc.tabular.adjust_job import cta_query, ipf_query, round_query
-from sqlsdc.tabular.job import protect_query
 
 OLD = "SELECT region, education, COUNT(*) FROM persons WHERE age >= 85 GROUP BY region, education"
 YOUNG = "SELECT region, education, COUNT(*) FROM persons WHERE age < 20 GROUP BY region, education"

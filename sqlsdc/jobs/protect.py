@@ -17,8 +17,9 @@ answer "was this cell released, to whom, how". The cell identity is the one guar
 use (:func:`sqlsdc.catalog.store.ledger_insert`: the confidential table, the key values by
 column name) plus the job's WHERE as the population, so cells of different populations never
 share an identity. The methods are one function each: cell suppression here
-(:func:`protect_query`, with :func:`sqlsdc.tabular.protect`); controlled rounding, controlled
-tabular adjustment and raking in :mod:`sqlsdc.tabular.adjust_job`.
+(:func:`protect_query`, with :func:`sqlsdc.tabular.universe.suppression_pattern`, the
+pattern builder the query path uses too); controlled rounding, controlled
+tabular adjustment and raking in :mod:`sqlsdc.jobs.adjust`.
 
 A suppression job stores suppressed values as NULL; each row carries its status and the rule
 that fired, and the record holds the audit result.
@@ -48,14 +49,14 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
-from sqlsdc.admin import require_admin
 from sqlsdc.catalog import store
+from sqlsdc.catalog.store import require_admin
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import Error, TabularError
 from sqlsdc.policy import ColumnRole, Policy, load_policy
-from sqlsdc.tabular.api import protect
 from sqlsdc.tabular.model import Hierarchy, Table
 from sqlsdc.tabular.rules import FrequencyRule, default_rules, required_top_k
+from sqlsdc.tabular.universe import suppression_pattern
 
 OUTPUT_SCHEMA = "protected"
 LEDGER_STATUS = "__status"  # the ledger status column of a job's released cells
@@ -181,9 +182,9 @@ def protect_query(
         rules = job_rules(job, rules)
         table = job.tabulate(rules)
         job.step("primary and secondary suppression, audit")
-        result = protect(table, rules=list(rules), method=method, cost=cost,
-                         time_limit=time_limit)  # fmt: skip
-        out, report = _suppression_output(result, into, method)
+        result = suppression_pattern(table, rules, method=method, cost=cost,
+                                     time_limit=time_limit)  # fmt: skip
+        out, report = _suppression_output(table, result, into, method)
         status = np.where(out["status"] == "published", "published", "suppressed")
         released = out[[*table.dims, "n", "value"]].assign(**{LEDGER_STATUS: status})
         job.store(out, report.to_dict(), released, values=("n", "value"), status=LEDGER_STATUS)
@@ -426,13 +427,11 @@ def _table(frame: pd.DataFrame, spec: JobSpec, policy: Policy, top_k: int) -> Ta
     return Table.from_cells(cells, dims, top=tops, hierarchies=hierarchies or None)
 
 
-def _suppression_output(result: pd.DataFrame, into: str, method: str):
-    """The stored rows of a suppression job and its report: suppressed values and counts NULL,
-    the attacker's interval of each suppressed cell, no protection levels."""
+def _suppression_output(table: Table, result: pd.DataFrame, into: str, method: str):
+    """The stored rows of a suppression job and its report: the pattern (suppressed values and
+    counts NULL), the attacker's interval of each suppressed cell, no protection levels."""
     published = result["status"] == "published"
     out = result[[*[c for c in result.columns if c not in _INTERNAL]]].copy()
-    out["value"] = out["value"].where(published)
-    out["n"] = out["n"].where(published)
     # the attacker's interval of each suppressed cell, derived from the published cells only
     out["lower_bound"] = result["lo"].where(~published)
     out["upper_bound"] = result["hi"].where(~published)
@@ -447,7 +446,7 @@ def _suppression_output(result: pd.DataFrame, into: str, method: str):
         cells=len(result),
         primary=audit.n_primary,
         secondary=audit.n_secondary,
-        cost=float(result.loc[result["status"] == "secondary", "value"].abs().sum()),
+        cost=float(np.abs(table.values[(result["status"] == "secondary").to_numpy()]).sum()),
         rules_fired=fired,
         audit_passed=audit.passed,
         audit_exact=audit.exact,
