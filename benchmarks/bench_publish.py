@@ -20,10 +20,10 @@ from pathlib import Path
 from sqlsdc.catalog.setup import apply_policy
 from sqlsdc.demo.build import build_demo_database, demo_policy
 from sqlsdc.engines.duckdb import open_database
+from sqlsdc.jobs.adjust import cta_query, round_query
+from sqlsdc.jobs.protect import protect_query
 from sqlsdc.policy import load_policy
 from sqlsdc.release import publish
-from sqlsdc.tabular.adjust_job import cta_query, round_query
-from sqlsdc.tabular.job import protect_query
 
 TURNOVER = "SELECT nace, region, SUM(turnover) FROM enterprises GROUP BY nace, region"
 QUERIES = {

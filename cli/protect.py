@@ -1,7 +1,7 @@
 """``sqlsdc protect``: table-protection jobs whose results are stored in the database.
 
-One command, one method per ``--method``: cell suppression (:mod:`sqlsdc.tabular.job`),
-controlled rounding, controlled tabular adjustment and raking (:mod:`sqlsdc.tabular.adjust_job`).
+One command, one method per ``--method``: cell suppression (:mod:`sqlsdc.jobs.protect`),
+controlled rounding, controlled tabular adjustment and raking (:mod:`sqlsdc.jobs.adjust`).
 Options that belong to another method than the one chosen are refused, not ignored.
 """
 
@@ -15,7 +15,7 @@ import click
 from sqlsdc.cli.admin import admin_option
 from sqlsdc.cli.output import format_option, print_json, read_sql
 
-from sqlsdc.tabular.job import OUTPUT_SCHEMA, protect_query
+from sqlsdc.jobs.protect import OUTPUT_SCHEMA, protect_query
 from sqlsdc.tabular.rules import parse_rule
 
 METHODS = ("suppress", "round", "cta", "ipf")
@@ -150,14 +150,14 @@ def _suppress(job, options, rules, progress):
 
 
 def _round(job, options, rules, progress):
-    from sqlsdc.tabular.adjust_job import round_query
+    from sqlsdc.jobs.adjust import round_query
 
     limit = options["time_limit"] or 30.0
     return round_query(**job, base=options["base"], time_limit=limit, progress=progress)
 
 
 def _cta(job, options, rules, progress):
-    from sqlsdc.tabular.adjust_job import cta_query
+    from sqlsdc.jobs.adjust import cta_query
 
     return cta_query(
         **job,
@@ -170,7 +170,7 @@ def _cta(job, options, rules, progress):
 
 
 def _ipf(job, options, rules, progress):
-    from sqlsdc.tabular.adjust_job import ipf_query
+    from sqlsdc.jobs.adjust import ipf_query
 
     return ipf_query(**job, rules=rules, margins=options["margins"], progress=progress)
 

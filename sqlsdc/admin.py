@@ -13,22 +13,11 @@ import pandas as pd
 
 from sqlsdc.catalog import keys, store
 from sqlsdc.catalog.setup import ApplyReport, apply_policy
+from sqlsdc.catalog.store import require_admin
 from sqlsdc.engines import duckdb as engine
-from sqlsdc.errors import AccessDenied, Error
+from sqlsdc.errors import Error
 from sqlsdc.mechanisms.ckm import utility_risk
-from sqlsdc.policy import Policy, UserRole, load_policy
-
-
-def require_admin(con, user: str) -> tuple[int, dict, str]:
-    """``(version, document, source)`` of the policy in force, if ``user`` is an admin in it."""
-    current = store.current_policy(con)
-    if current is None:
-        raise Error("this database has no sqlsdc catalog; run `sqlsdc init DB --policy FILE`")
-    policy = load_policy(current[1], name=current[2])
-    declared = policy.user(user)
-    if declared is None or declared.role is not UserRole.ADMIN:
-        raise AccessDenied(f"user {user!r} is not an admin in the policy in force")
-    return current
+from sqlsdc.policy import Policy, load_policy
 
 
 def apply(db: str | Path, policy: Policy | str | Path, user: str) -> ApplyReport:

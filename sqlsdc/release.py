@@ -16,7 +16,10 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -25,13 +28,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from sqlsdc.admin import require_admin
-from sqlsdc.catalog.patterns import ensure_patterns
+from sqlsdc.catalog import store
+from sqlsdc.catalog.store import pattern_table, require_admin
 from sqlsdc.engines import duckdb as engine
-from sqlsdc.errors import Error
+from sqlsdc.errors import Error, PolicyViolation
 from sqlsdc.guard.connection import connect
+from sqlsdc.jobs.patterns import ensure_patterns
 from sqlsdc.policy import load_policy
-from sqlsdc.rewrite.suppress import pattern_table
 from sqlsdc.tabular.universe import STATUS, VALUE, universe_of
 
 CONTENTS = "release_contents"
@@ -72,30 +75,96 @@ def publish(
     ``user``), audited and recorded in the ledger like any query; their protected values are
     stored. The file is written next to ``out`` and moved into place only when complete.
 
+    The publication is a release of its own: one audit entry (``refused``, ``failed`` or
+    ``accepted``) and, with the accepted entry in one transaction, a ledger row for every cell
+    of every released table (:func:`_record`) — written before the file is moved into place, so
+    that no release exists that the ledger does not hold.
+
     Raises:
         AccessDenied: ``user`` is not an admin of the policy in force.
         Error: ``out`` exists (without ``replace``) or is the database itself, a name is not a
             plain identifier or is used twice; PolicyViolation when a query is refused.
     """
     out, db = Path(out), Path(db)
+    queries = dict(queries or {})
+    say = progress or (lambda _message: None)
+    request = json.dumps({"publish": str(out), "queries": queries, "as": analyst or user})
+    fingerprint = hashlib.sha256(request.encode()).hexdigest()[:16]
+    query_id, version = _open_entry(db)
+
+    def audit(decision: str, error: BaseException) -> None:
+        with _catalog(db) as con:
+            store.record_query(
+                con,
+                query_id,
+                user,
+                version,
+                decision,
+                request,
+                reason=store.audit_reason(error),
+                fingerprint=fingerprint,
+            )
+
+    try:
+        _check_request(db, out, queries, replace)
+        with _catalog(db) as con:
+            require_admin(con, user)
+    except Error as refusal:
+        audit("refused", refusal)
+        raise
+    partial = out.with_name(out.name + ".partial")
+    try:
+        version, tables = _collect(db, user, queries, analyst, say)
+        _write(partial, version, tables, say)
+        say("recording the release")
+        with _catalog(db) as con:
+            _record(con, tables, query_id, user, version, request, fingerprint)
+        partial.replace(out)
+    except BaseException as failure:
+        partial.unlink(missing_ok=True)
+        audit("refused" if isinstance(failure, PolicyViolation) else "failed", failure)
+        raise
+    return PublishReport(str(out), version, tuple(entry for _d, entry, _r in tables.values()))
+
+
+def _open_entry(db: Path) -> tuple[int, int]:
+    """A query id for the publication's audit entry, and the policy version in force."""
+    with _catalog(db) as con:
+        current = store.current_policy(con)
+        if current is None:
+            raise Error(f"{db} has no sqlsdc catalog; run `sqlsdc init DB --policy FILE`")
+        return store.next_query_id(con), current[0]
+
+
+@contextmanager
+def _catalog(db: Path):
+    con = engine.open_database(db)
+    try:
+        yield con
+    finally:
+        con.close()
+
+
+def _check_request(db: Path, out: Path, queries: dict, replace: bool) -> None:
     if out.resolve() == db.resolve():
         raise Error("the release database must be another file than the confidential one")
     if out.exists() and not replace:
         raise Error(f"{out} exists; pass --replace to overwrite it")
-    queries = dict(queries or {})
     for name in queries:
         if not name.isidentifier() or name.startswith("__") or name == CONTENTS:
             raise Error(f"release table name {name!r} must be a plain name (letters, digits, _)")
-    say = progress or (lambda _message: None)
-    tables: dict[str, tuple[pa.Table, Published]] = {}
-    source = engine.open_database(db)
-    try:
+
+
+def _collect(db: Path, user: str, queries: dict, analyst, say) -> tuple[int, dict]:
+    """Every table to release: ``name -> (data, Published, how to record its cells)``."""
+    tables: dict[str, tuple[pa.Table, Published, Recorder]] = {}
+    with _catalog(db) as source:
         version, policy = _admin_policy(source, user)
-        for name, method, sql in _job_outputs(source):
+        for name, method, sql, job_id in _job_outputs(source):
             say(f"job output {name}")
             data = _clean(source.sql(f"SELECT * FROM {name}").to_arrow_table())
-            _add(tables, _released_job(data), Published(name.split(".")[-1], "job", method, 0,
-                                                         sql))  # fmt: skip
+            entry = Published(name.split(".")[-1], "job", method, 0, sql)
+            _add(tables, _released_job(data), entry, _copied(job_id, name))
         suppressed = [t.name for t in policy.confidential_tables if t.suppression is not None]
         if suppressed:
             say(f"suppression patterns of {', '.join(suppressed)}")
@@ -106,10 +175,8 @@ def publish(
             universe = universe_of(policy, table)
             pattern = _released_pattern(source, universe)
             definition = f"suppression of {table} over {', '.join(universe.columns)}"
-            _add(tables, pattern, Published(f"suppressed_{table}", "suppression", "suppress", 0,
-                                            definition))  # fmt: skip
-    finally:
-        source.close()
+            entry = Published(f"suppressed_{table}", "suppression", "suppress", 0, definition)
+            _add(tables, pattern, entry, _pattern_cells(universe))
     if queries:
         with connect(db, analyst or user) as guarded:
             for name, sql in queries.items():
@@ -117,8 +184,58 @@ def publish(
                 cursor = guarded.execute(sql)
                 mechanisms = sorted({c.mechanism for c in cursor.query.columns if c.released})
                 entry = Published(name, "query", "+".join(mechanisms) or "public", 0, sql)
-                _add(tables, _clean(cursor.arrow()), entry)
-    return _write(out, version, tables, say)
+                _add(tables, _clean(cursor.arrow()), entry, _copied(cursor.query_id, name))
+    return version, tables
+
+
+Recorder = Callable[..., None]  # (con, data, query_id=, user=, fingerprint=) -> None
+
+
+def _copied(source_query_id: int | None, name: str) -> Recorder:
+    """Record a table whose cells the ledger holds already (a job's, a guarded query's) again,
+    with the same identities, under the publication."""
+
+    def record(con, _data, *, query_id, user, fingerprint) -> None:
+        if source_query_id is None:
+            raise Error(
+                f"{name} was stored before jobs were recorded in the ledger; run its job again "
+                "(sqlsdc protect ... --replace) to publish it"
+            )
+        store.copy_release(con, source_query_id, query_id=query_id, user=user,
+                           fingerprint=fingerprint)  # fmt: skip
+
+    return record
+
+
+def _pattern_cells(universe) -> Recorder:
+    """Record every cell of a released suppression pattern, per aggregate, with its status."""
+
+    def record(con, data, *, query_id, user, fingerprint) -> None:
+        for aggregate in universe.aggregates:
+            cells = data.select([*universe.columns, aggregate, f"{aggregate}_status"])
+            store.record_cells(con, cells, tables=(universe.table,), keys=universe.columns,
+                               values=(aggregate,), mechanism="suppress",
+                               status=f"{aggregate}_status", query_id=query_id, user=user,
+                               fingerprint=fingerprint)  # fmt: skip
+
+    return record
+
+
+def _record(con, tables: dict, query_id: int, user: str, version: int, request: str,
+            fingerprint: str) -> None:  # fmt: skip
+    """The publication's audit entry and the ledger rows of every released cell: one
+    transaction, so that either both are there or neither."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for data, _entry, record in tables.values():
+            record(con, data, query_id=query_id, user=user, fingerprint=fingerprint)
+        rows = sum(entry.rows for _data, entry, _record in tables.values())
+        store.record_query(con, query_id, user, version, "accepted", request,
+                           fingerprint=fingerprint, rows=rows)  # fmt: skip
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
 
 
 def _admin_policy(con, user: str):
@@ -126,9 +243,13 @@ def _admin_policy(con, user: str):
     return version, load_policy(document, name=source)
 
 
-def _job_outputs(con) -> list[tuple[str, str, str]]:
-    """``(schema.name, method, sql)`` of every registered job output that still exists."""
-    rows = con.sql("SELECT name, method, sql_text FROM sqlsdc.outputs ORDER BY name").fetchall()
+def _job_outputs(con) -> list[tuple[str, str, str, int | None]]:
+    """``(schema.name, method, sql, query id)`` of every registered job output that still
+    exists (the query id of its job's audit entry; NULL for outputs older than that)."""
+    job_id = "query_id" if "query_id" in engine.table_columns(con, "sqlsdc", "outputs") else "NULL"
+    rows = con.sql(
+        f"SELECT name, method, sql_text, {job_id} FROM sqlsdc.outputs ORDER BY name"
+    ).fetchall()
     existing = {
         f"{s}.{t}" for s, t in con.sql("SELECT schema_name, table_name FROM duckdb_tables()")
         .fetchall()
@@ -175,24 +296,24 @@ def _clean(table: pa.Table) -> pa.Table:
     return table.select(keep)
 
 
-def _add(tables: dict, data: pa.Table, entry: Published) -> None:
+def _add(tables: dict, data: pa.Table, entry: Published, record: Recorder) -> None:
     if entry.table in tables or entry.table == CONTENTS:
         raise Error(f"two outputs would be published as {entry.table!r}; rename one")
-    tables[entry.table] = (data, Published(**{**asdict(entry), "rows": data.num_rows}))
+    tables[entry.table] = (data, Published(**{**asdict(entry), "rows": data.num_rows}), record)
 
 
-def _write(out: Path, version: int, tables: dict, say) -> PublishReport:
-    partial = out.with_name(out.name + ".partial")
+def _write(partial: Path, version: int, tables: dict, say) -> None:
+    """Write the release into ``partial`` (the caller moves it into place once recorded)."""
     partial.unlink(missing_ok=True)
     con = duckdb.connect(str(partial))
     try:
-        for name, (data, _entry) in tables.items():
+        for name, (data, _entry, _record) in tables.items():
             say(f"writing {name}")
             con.register("__release_input", data)
             con.execute(f"CREATE TABLE {exp.to_identifier(name).sql('duckdb')} AS "
                         "SELECT * FROM __release_input")  # fmt: skip
             con.unregister("__release_input")
-        entries = [entry for _data, entry in tables.values()]
+        entries = [entry for _data, entry, _record in tables.values()]
         contents = pa.table({
             "table_name": [e.table for e in entries],
             "source": [e.source for e in entries],
@@ -207,5 +328,3 @@ def _write(out: Path, version: int, tables: dict, say) -> PublishReport:
         con.execute("CHECKPOINT")
     finally:
         con.close()
-    partial.replace(out)
-    return PublishReport(str(out), version, tuple(entry for _d, entry in tables.values()))

@@ -12,8 +12,8 @@ import pytest
 
 import sqlsdc
 from sqlsdc.engines.duckdb import open_database
+from sqlsdc.jobs.protect import protect_query
 from sqlsdc.release import publish
-from sqlsdc.tabular.job import protect_query
 
 QUERY = "SELECT region, sex, COUNT(*) AS n, AVG(income) AS mean_income FROM persons GROUP BY ALL"
 CONFIDENTIAL = {"persons", "households", "enterprises"}

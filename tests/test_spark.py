@@ -27,12 +27,12 @@ from sqlsdc.engines.spark import (
     SparkEngine,
     check_portable,
     normalise_types,
-    run_protected,
     tables_read,
     to_spark_sql,
     view_name,
 )
 from sqlsdc.errors import Error, NotSupportedError, OperationalError, ProgrammingError
+from sqlsdc.guard.spark import run_protected
 
 SparkError = pytest.importorskip("pyspark.errors").PySparkException
 
@@ -570,7 +570,7 @@ def assert_same_cells(demo, sql: str) -> None:
     con, queries, engine = demo
     query = queries[sql]
     ordered = query.tree.args.get("order") is not None and query.tree.args.get("limit") is not None
-    spark_result = run_protected(engine, query)
+    spark_result = run_protected(con, engine, sql)
     duck_result = normalise_types(con.execute(sql).arrow())
     assert spark_result.column_names == [c.name for c in query.columns]
     assert_same(duck_result, spark_result, ordered=ordered, rel_tol=1e-12)
@@ -589,6 +589,96 @@ def test_cell_key_method_gives_the_same_cells(ckm_demo, sql):
 def test_suppressed_cells_are_null_on_spark_too(threshold_demo):
     con, queries, engine = threshold_demo
     sql = next(q for q in CROSS_ENGINE_QUERIES if "RANK()" in q)  # mostly suppressed counts
-    spark_result = run_protected(engine, queries[sql])
+    spark_result = run_protected(con, engine, sql)
     assert spark_result["n"].null_count > 50
     assert spark_result["n"].null_count == con.execute(sql).arrow()["n"].null_count
+
+
+# --- (d) every Spark release is recorded: audit log and ledger, as on DuckDB ----------------------
+
+RECORDED = "SELECT region, sex, COUNT(*) AS n, SUM(income) AS income FROM persons GROUP BY ALL"
+
+
+@pytest.fixture()
+def recorded_demo(spark, ckm_db, tmp_path):
+    """A private copy of the CKM demo with its tables on Spark; returns the path and a runner
+    that opens a guarded connection, runs one statement on Spark and closes it again (the
+    audit log and ledger are then read with a plain DuckDB connection)."""
+    path = tmp_path / "demo.duckdb"
+    shutil.copy(ckm_db, path)
+    engine = SparkEngine(spark.newSession())
+    engine.load_duckdb(path, ["persons", "regions", "sqlsdc.ptable_entries"])
+
+    def run(sql: str, user: str = "analyst"):
+        with sqlsdc.connect(path, user) as con:
+            return run_protected(con, engine, sql)
+
+    yield path, run
+    engine.close()
+
+
+def catalog(path: Path, sql: str) -> list[tuple]:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return con.sql(sql).fetchall()
+    finally:
+        con.close()
+
+
+def last_audit(path: Path) -> tuple:
+    return catalog(
+        path,
+        "SELECT query_id, user_name, decision, reason, fingerprint, sql_text, rows_returned "
+        "FROM sqlsdc.audit ORDER BY query_id DESC LIMIT 1",
+    )[0]
+
+
+def ledger(path: Path, query_id: int) -> list[tuple]:
+    return catalog(
+        path,
+        "SELECT user_name, fingerprint, cell, column_name, mechanism, status FROM sqlsdc.ledger "
+        f"WHERE query_id = {query_id} ORDER BY cell, column_name",
+    )
+
+
+def test_spark_queries_are_audited_and_their_cells_ledgered_as_on_duckdb(recorded_demo):
+    path, run = recorded_demo
+    result = run(RECORDED)
+    spark_id, user, decision, reason, fingerprint, sql, rows = last_audit(path)
+    assert (user, decision, reason, sql) == ("analyst", "accepted", None, RECORDED)
+    assert rows == result.num_rows
+    with sqlsdc.connect(path, "analyst") as con:
+        assert fingerprint == con.explain(RECORDED).fingerprint
+        duck_id = con.execute(RECORDED).query_id
+    spark_cells, duck_cells = ledger(path, spark_id), ledger(path, duck_id)
+    assert len(spark_cells) == 2 * result.num_rows  # one row per released cell
+    assert spark_cells == duck_cells  # same identity, column, mechanism and status
+    assert {c[4] for c in spark_cells} == {"ckm"}
+
+
+@pytest.mark.parametrize(
+    "sql, error, match",
+    [
+        ("SELECT person_id, income FROM persons", sqlsdc.PolicyViolation, "row-level"),
+        ("SELECT region, COUNT(*) FROM persons WHERE municipality LIKE 'M1%' GROUP BY region",
+         NotSupportedError, "not portable to Spark"),
+    ],
+)  # fmt: skip
+def test_spark_refusals_are_audited_and_release_nothing(recorded_demo, sql, error, match):
+    path, run = recorded_demo
+    with pytest.raises(error, match=match):
+        run(sql)
+    query_id, user, decision, reason, _fp, logged, rows = last_audit(path)
+    assert (user, decision, logged, rows) == ("analyst", "refused", sql, None)
+    assert reason and ledger(path, query_id) == []
+
+
+def test_spark_failures_are_audited_failed_with_sparks_message(recorded_demo):
+    path, run = recorded_demo
+    sql = "SELECT region, COUNT(*) * 9223372036854775807 AS n FROM persons GROUP BY region"
+    with pytest.raises(OperationalError, match=r"failed on Spark \(ARITHMETIC_OVERFLOW\)"):
+        run(sql)
+    query_id, user, decision, reason, fingerprint, logged, _rows = last_audit(path)
+    assert (user, decision, logged) == ("analyst", "failed", sql)
+    assert "overflow" in reason.lower() and fingerprint
+    assert ledger(path, query_id) == []

@@ -357,9 +357,9 @@ def test_stricter_rules_keep_earlier_suppressions(
 
 
 def test_spark_refuses_suppressed_queries(guarded):
-    from sqlsdc.engines.spark import run_protected
+    from sqlsdc.guard.spark import run_protected
 
-    query = guarded.explain("SELECT nace, COUNT(*) FROM enterprises GROUP BY nace")
-    assert query.suppressed == ("enterprises",)
+    sql = "SELECT nace, COUNT(*) FROM enterprises GROUP BY nace"
+    assert guarded.explain(sql).suppressed == ("enterprises",)
     with pytest.raises(sqlsdc.NotSupportedError, match="DuckDB"):
-        run_protected(None, query)
+        run_protected(guarded, None, sql)

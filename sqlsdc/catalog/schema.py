@@ -9,6 +9,8 @@ Tables:
     ptables         every perturbation table generated, by its parameters (never changed)
     ptable_entries  their rows: transition probability, noise and integer key interval [lo, hi)
     key_events      record-key generations and re-keyings (which change all CKM noise)
+    outputs         tables stored by back-end jobs (``protected.*``): what, how, by whom, and the
+                    audit entry (``query_id``) under which the ledger holds their cells
     suppressions    per suppressed table: the fingerprint (data and settings) of its protected
                     universe ``suppressed__<table>``, when and under which policy it was made
     budget_events   privacy-budget grants and resets by administrators: who, when, why
@@ -108,7 +110,8 @@ DDL = (
         created_at TIMESTAMP NOT NULL,
         created_by VARCHAR NOT NULL,
         policy_version INTEGER NOT NULL,
-        report VARCHAR NOT NULL)""",
+        report VARCHAR NOT NULL,
+        query_id BIGINT)""",
     # --- differential privacy: budgets, spend ledger, released-cell cache (catalog/budget.py).
     # Amounts are exact rationals stored as text ("1/3"); user '*' / table '*' mean "all".
     f"CREATE SEQUENCE IF NOT EXISTS {CATALOG_SCHEMA}.budget_seq START 1",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from functools import lru_cache
 
@@ -17,12 +18,31 @@ from sqlglot import exp
 
 from sqlsdc.catalog.schema import CATALOG_SCHEMA, CATALOG_VERSION, DDL, DP_CELLS_DDL
 from sqlsdc.engines.duckdb import one
-from sqlsdc.errors import Error
+from sqlsdc.errors import AccessDenied, Error, PolicyViolation
+from sqlsdc.policy import UserRole, load_policy
 
 S = CATALOG_SCHEMA
 LEDGER_TABLE = "ledger"
 RELEASE_VIEW = "__sqlsdc_release"
 SECRET_BYTES = 32
+PATTERN_PREFIX = "suppressed__"
+
+
+def pattern_table(table: str) -> exp.Table:
+    """The catalog table holding a confidential table's protected suppression universe."""
+    return exp.table_(f"{PATTERN_PREFIX}{table}", db=CATALOG_SCHEMA)
+
+
+def require_admin(con, user: str) -> tuple[int, dict, str]:
+    """``(version, document, source)`` of the policy in force, if ``user`` is an admin in it."""
+    current = current_policy(con)
+    if current is None:
+        raise Error("this database has no sqlsdc catalog; run `sqlsdc init DB --policy FILE`")
+    policy = load_policy(current[1], name=current[2])
+    declared = policy.user(user)
+    if declared is None or declared.role is not UserRole.ADMIN:
+        raise AccessDenied(f"user {user!r} is not an admin in the policy in force")
+    return current
 
 
 def now() -> datetime:
@@ -86,16 +106,18 @@ def _key_dp_cells(con) -> None:
 
 def _add_delta_columns(con) -> None:
     """Catalogs made before delta was accounted: add the ledger's and the events' ``delta``
-    column (earlier charges spent no delta: '0'; earlier events granted none: NULL)."""
+    column (earlier charges spent no delta: '0'; earlier events granted none: NULL); before job
+    outputs were recorded: their ``query_id`` (NULL: no ledger rows)."""
     for table, column in (
         ("budget_spend", "delta VARCHAR NOT NULL DEFAULT '0'"),
         ("budget_events", "delta VARCHAR"),
+        ("outputs", "query_id BIGINT"),
     ):
         if not one(
             con,
             "SELECT 1 FROM duckdb_columns() WHERE database_name = current_database() "
-            "AND schema_name = ? AND table_name = ? AND column_name = 'delta'",
-            [S, table],
+            "AND schema_name = ? AND table_name = ? AND column_name = ?",
+            [S, table, column.split()[0]],
         ):
             con.execute(f"ALTER TABLE {S}.{table} ADD COLUMN {column}")
 
@@ -118,13 +140,22 @@ def record_key_event(con, table: str, action: str, rows: int, by: str) -> None:
 
 
 def record_output(
-    con, name: str, method: str, sql: str, by: str, policy_version: int, report: str
+    con,
+    name: str,
+    method: str,
+    sql: str,
+    by: str,
+    policy_version: int,
+    report: str,
+    query_id: int | None = None,
 ) -> None:
-    """Register a protected output table (a back-end job's result), replacing an older one."""
+    """Register a protected output table (a back-end job's result), replacing an older one;
+    ``query_id`` is the job's audit entry, under which the ledger holds the table's cells."""
     con.execute(f"DELETE FROM {S}.outputs WHERE name = ?", [name])
     con.execute(
-        f"INSERT INTO {S}.outputs VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [name, method, sql, now(), by, policy_version, report],
+        f"INSERT INTO {S}.outputs (name, method, sql_text, created_at, created_by, "
+        "policy_version, report, query_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [name, method, sql, now(), by, policy_version, report, query_id],
     )
 
 
@@ -187,18 +218,26 @@ def ledger_insert(
     tables: tuple[str, ...],
     keys: tuple[tuple[str, int], ...],
     cells: tuple[tuple[str, int, str, int | None], ...],
+    population: str | None = None,
 ) -> str:
     """INSERT that turns a registered result ``__sqlsdc_release`` (columns c0, c1, ...) into
     ledger rows, one per released cell; parameters: query id, time, user, fingerprint.
 
     ``keys`` are ``(name, position)`` of the columns identifying a cell; ``cells`` are
     ``(name, position, mechanism, status position or None)`` of released values. Without a
-    status column a NULL value counts as suppressed.
+    status column a NULL value counts as suppressed. ``population``, when given, is the
+    canonical text of the predicate that selects the cell's rows (a job's WHERE); it becomes
+    part of the identity, so that cells of different populations never share a ledger key.
     """
+    scope = [exp.Literal.string("tables")]
+    scope.append(
+        exp.func("to_json", exp.Array(expressions=[exp.Literal.string(t) for t in tables]))
+    )
+    if population is not None:
+        scope += [exp.Literal.string("population"), exp.Literal.string(population)]
     identity = exp.func(
         "json_object",
-        exp.Literal.string("tables"),
-        exp.func("to_json", exp.Array(expressions=[exp.Literal.string(t) for t in tables])),
+        *scope,
         exp.Literal.string("keys"),
         exp.func(
             "json_object",
@@ -250,6 +289,58 @@ def record_release(
         con.execute(statement, [query_id, now(), user, fingerprint])
     finally:
         con.unregister(RELEASE_VIEW)
+
+
+def record_cells(
+    con,
+    cells: pa.Table,
+    *,
+    tables: Sequence[str],
+    keys: Sequence[str],
+    values: Sequence[str],
+    mechanism: str,
+    status: str | None = None,
+    population: str | None = None,
+    query_id: int,
+    user: str,
+    fingerprint: str,
+) -> None:
+    """Ledger rows for the released cells of a job's table: one per row and ``values`` column.
+
+    The identity is the one :func:`ledger_insert` gives guarded queries (``tables``, the key
+    values by name, and the ``population`` predicate when there is one). ``status`` names a
+    column holding ``published``/``suppressed``; without it a NULL value counts as suppressed.
+    """
+    names = cells.column_names
+    statement = ledger_insert(
+        tuple(tables),
+        tuple((k, names.index(k)) for k in keys),
+        tuple((v, names.index(v), mechanism, status and names.index(status)) for v in values),
+        population,
+    )
+    record_release(con, cells, statement, query_id=query_id, user=user, fingerprint=fingerprint)
+
+
+def copy_release(con, source_query_id: int, *, query_id: int, user: str, fingerprint: str) -> int:
+    """Record again, under ``query_id``, every cell that ``source_query_id`` released (the same
+    identities, columns, mechanisms and statuses), e.g. when a job's table is published;
+    returns the number of ledger rows written."""
+    (before,) = one(con, f"SELECT count(*) FROM {S}.{LEDGER_TABLE} WHERE query_id = ?",
+                    [query_id])  # fmt: skip
+    con.execute(
+        f"INSERT INTO {S}.{LEDGER_TABLE} SELECT ?, ?, ?, ?, cell, column_name, mechanism, status "
+        f"FROM {S}.{LEDGER_TABLE} WHERE query_id = ?",
+        [query_id, now(), user, fingerprint, source_query_id],
+    )
+    (after,) = one(con, f"SELECT count(*) FROM {S}.{LEDGER_TABLE} WHERE query_id = ?",
+                   [query_id])  # fmt: skip
+    return after - before
+
+
+def audit_reason(error: BaseException) -> str:
+    """The audit log's text for a refusal or failure: sqlsdc's own policy messages as they are,
+    anything else prefixed by its type (the log is for admins; analysts never read it)."""
+    return str(error) if isinstance(error, PolicyViolation) else f"{type(error).__name__}: {error}"
 
 
 AUDIT_COLUMNS = (

@@ -68,8 +68,6 @@ if TYPE_CHECKING:
     import duckdb
     from pyspark.sql import DataFrame, SparkSession
 
-    from sqlsdc.guard.pipeline import ProtectedQuery
-
 DIALECT = "spark"
 INSTALL_HINT = 'install it with: pip install "sqlsdc[spark]"'
 ANSI = "spark.sql.ansi.enabled"
@@ -751,8 +749,12 @@ class SparkEngine:
         >>> engine = SparkEngine(SparkSession.builder.getOrCreate())  # doctest: +SKIP
         >>> engine.register("persons", "s3://bucket/persons.parquet")  # doctest: +SKIP
         >>> engine.register("sqlsdc.ptable_entries", "s3://bucket/ptable.parquet")  # doctest: +SKIP
-        >>> query = con.explain("SELECT sex, COUNT(*) FROM persons GROUP BY sex")  # doctest: +SKIP
-        >>> run_protected(engine, query)  # doctest: +SKIP
+        >>> tree = con.explain("SELECT sex, COUNT(*) FROM persons GROUP BY sex")  # doctest: +SKIP
+        >>> tree = tree.tree  # doctest: +SKIP
+        >>> engine.run(tree)  # doctest: +SKIP
+
+    Guarded queries run on Spark through :func:`sqlsdc.guard.spark.run_protected`, which audits
+    them and records their cells in the ledger; :meth:`run` alone records nothing.
     """
 
     def __init__(self, session: SparkSession):
@@ -859,23 +861,3 @@ class SparkEngine:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def run_protected(engine: SparkEngine, query: ProtectedQuery) -> pa.Table:
-    """The values of a guarded query (``con.explain(sql)``) computed on Spark: the same columns
-    as the DuckDB path's cursor, without the hidden status columns."""
-    from sqlsdc.guard.postprocess import values_of  # engines do not import the guard at load
-
-    if query.tree is None:
-        raise ProgrammingError("the protected query has no tree; get it from con.explain()")
-    if query.suppressed:
-        raise NotSupportedError(
-            f"{', '.join(query.suppressed)} is protected by suppression, whose pattern is made "
-            "and kept fresh by the DuckDB engine; run this query through sqlsdc.connect"
-        )
-    if query.dp_stages:
-        raise NotSupportedError(
-            "differentially private results are noised and charged to the budget ledger by "
-            "the guarded connection; run this query through sqlsdc.connect"
-        )
-    return values_of(engine.run(query.tree), query)

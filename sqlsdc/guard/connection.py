@@ -25,7 +25,6 @@ from sqlsdc.catalog.budget import (
     policy_limits,
     record_cells,
 )
-from sqlsdc.catalog.patterns import ensure_patterns
 from sqlsdc.catalog.ptables import load_ptables
 from sqlsdc.catalog.setup import unique_columns, unit_index_name
 from sqlsdc.engines import duckdb as engine
@@ -50,6 +49,7 @@ from sqlsdc.guard.postprocess import (
 )
 from sqlsdc.guard.resolve import analyst_schema
 from sqlsdc.guard.validate import check_engine_tables
+from sqlsdc.jobs.patterns import ensure_patterns
 from sqlsdc.policy import Policy, UserRole, load_policy
 
 apilevel = "2.0"

@@ -11,11 +11,11 @@ from __future__ import annotations
 from sqlglot import exp
 
 from sqlsdc.catalog.schema import CATALOG_SCHEMA
+from sqlsdc.catalog.store import PATTERN_PREFIX
 from sqlsdc.errors import InternalError
 from sqlsdc.policy import Policy
 from sqlsdc.rewrite.cells import CELLS, HALF_WIDTH_PREFIX, SD_PREFIX, STATUS_PREFIX
 from sqlsdc.rewrite.dp import RELATION_PREFIX
-from sqlsdc.rewrite.suppress import PATTERN_PREFIX
 
 INTERNAL_COLUMNS = ("__rkey",)
 CATALOG_TABLES = ("ptable_entries",)  # catalog tables a protected query may read, with the

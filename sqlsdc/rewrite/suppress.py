@@ -21,25 +21,19 @@ import itertools
 
 from sqlglot import exp
 
-from sqlsdc.catalog.schema import CATALOG_SCHEMA
+from sqlsdc.catalog.store import pattern_table
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.policy import ColumnRole, Method, Policy
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, cell_column
 from sqlsdc.tabular.universe import CONTRIBUTORS, COUNT, LEVEL, STATUS, VALUE, universe_of
 
 MECHANISM = "suppress"
-PATTERN_PREFIX = "suppressed__"
 SOURCE = "__sup"
 MAX_GROUPING_SETS = 256
 SHAPE = (
     "under suppression ask: SELECT <dimensions>, COUNT(*) | SUM(m) | AVG(m) FROM <table> "
     "[WHERE dimension = value AND ...] GROUP BY <dimensions> (ROLLUP, CUBE, GROUPING SETS allowed)"
 )
-
-
-def pattern_table(table: str) -> exp.Table:
-    """The catalog table holding a confidential table's protected universe."""
-    return exp.table_(f"{PATTERN_PREFIX}{table}", db=CATALOG_SCHEMA)
 
 
 def suppress_frame(policy: Policy):

@@ -158,6 +158,24 @@ def inner_cells_sql(universe: Universe) -> exp.Select:
     return cells.order_by(*[exp.Ordered(this=d.copy(), nulls_first=True) for d in dims])
 
 
+def suppression_pattern(table: Table, rules, **options) -> pd.DataFrame:
+    """The suppression pattern of one table: :func:`sqlsdc.tabular.protect` (primary rules,
+    secondary suppression, audit) with ``value`` and ``n`` NULL in every cell that is not
+    published. The one place that decides what a cell under suppression shows, for the query
+    path (:func:`protect_universe`) and for protection jobs (:mod:`sqlsdc.jobs.protect`).
+
+    ``options`` are those of :func:`~sqlsdc.tabular.protect` (``method``, ``cost``,
+    ``primary``, ``forced``, ``time_limit``, ...). The result keeps ``status``, ``rule``, the
+    protection levels and the audited interval ``lo``/``hi`` for the producer, and the audit
+    report in ``attrs["audit"]``; rows are in the table's cell order.
+    """
+    result = protect(table, rules=list(rules), **options)
+    published = result["status"] == "published"
+    result["value"] = result["value"].where(published)
+    result["n"] = result["n"].where(published)
+    return result
+
+
 def fingerprint(universe: Universe, cells: pd.DataFrame) -> str:
     """Changes whenever the inner cells (data) or the policy settings of the pattern change."""
     digest = hashlib.sha256(json.dumps(universe.settings(), sort_keys=True).encode())
@@ -195,20 +213,19 @@ def protect_universe(
         before = _earlier(coordinates, earlier, aggregate)
         kept, forced = _carried_over(table, before)
         rules = [_Known(rule, forced) for rule in universe.rules(aggregate)]
-        result = protect(
+        result = suppression_pattern(
             table,
-            rules=rules,
+            rules,
             method=universe.secondary,
             cost=universe.cost,
             primary=ManualRule(kept, safety_range=0.0, name=EARLIER) if kept.any() else None,
             forced=forced if forced.any() else None,
             time_limit=universe.time_limit,
         )
-        published = (result["status"] == "published").to_numpy()
-        pattern[f"{aggregate}{VALUE}"] = result["value"].where(published).to_numpy()
+        pattern[f"{aggregate}{VALUE}"] = result["value"].to_numpy()
         pattern[f"{aggregate}{STATUS}"] = result["status"].to_numpy()
         if aggregate != COUNT:
-            pattern[f"{aggregate}{CONTRIBUTORS}"] = result["n"].where(published).to_numpy()
+            pattern[f"{aggregate}{CONTRIBUTORS}"] = result["n"].to_numpy()
         audit = result.attrs["audit"]
         report["aggregates"][aggregate] = {
             "primary": audit.n_primary,

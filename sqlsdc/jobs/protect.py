@@ -5,11 +5,21 @@ Every job runs the same steps (:class:`Job`): :func:`open_job` checks the acting
 output name and the SQL (:func:`parse_job`: one aggregation of one confidential table); the
 inner cells are computed in SQL (:func:`cells_sql`: one row per inner cell with units, total
 and the largest unit contributions as the list aggregate ``MAX(x, k)``); margins, rules and the
-method run on those aggregated cells; :meth:`Job.store` writes ``protected.<into>`` and its
-record in ``sqlsdc.outputs`` (what, by whom, how, the report) in one transaction, only after the
-method succeeded. The methods are one function each: cell suppression here
-(:func:`protect_query`, with :func:`sqlsdc.tabular.protect`); controlled rounding, controlled
-tabular adjustment and raking in :mod:`sqlsdc.tabular.adjust_job`.
+method run on those aggregated cells; :meth:`Job.store` writes ``protected.<into>``, its
+record in ``sqlsdc.outputs`` (what, by whom, how, the report), a ledger row per released cell
+and value column, and the job's ``accepted`` audit entry in one transaction, only after the
+method succeeded. A refused job is audited ``refused``, a failed one ``failed``; neither
+leaves a table or ledger rows.
+
+Ledger rows are per cell, not per table: the rows are written by one INSERT … SELECT over the
+stored cells (a 10^6-cell table takes about a second), and only per-cell rows let the ledger
+answer "was this cell released, to whom, how". The cell identity is the one guarded queries
+use (:func:`sqlsdc.catalog.store.ledger_insert`: the confidential table, the key values by
+column name) plus the job's WHERE as the population, so cells of different populations never
+share an identity. The methods are one function each: cell suppression here
+(:func:`protect_query`, with :func:`sqlsdc.tabular.universe.suppression_pattern`, the
+pattern builder the query path uses too); controlled rounding, controlled
+tabular adjustment and raking in :mod:`sqlsdc.jobs.adjust`.
 
 A suppression job stores suppressed values as NULL; each row carries its status and the rule
 that fired, and the record holds the audit result.
@@ -24,6 +34,8 @@ Example (admins; the demo database):
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -33,19 +45,21 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
-from sqlsdc.admin import require_admin
 from sqlsdc.catalog import store
+from sqlsdc.catalog.store import require_admin
 from sqlsdc.engines import duckdb as engine
-from sqlsdc.errors import TabularError
+from sqlsdc.errors import Error, TabularError
 from sqlsdc.policy import ColumnRole, Policy, load_policy
-from sqlsdc.tabular.api import protect
 from sqlsdc.tabular.model import Hierarchy, Table
 from sqlsdc.tabular.rules import FrequencyRule, default_rules, required_top_k
+from sqlsdc.tabular.universe import suppression_pattern
 
 OUTPUT_SCHEMA = "protected"
+LEDGER_STATUS = "__status"  # the ledger status column of a job's released cells
 
 Progress = Callable[[str], None]  # called with the name of each step as it starts
 
@@ -163,14 +177,17 @@ def protect_query(
     flat dimension with a total. Rules default to the frequency rule with the policy's minimum
     frequency, plus the p%-rule (p = 10) for magnitudes (:func:`job_rules`).
     """
-    with open_job(db, user, sql, into, replace=replace, progress=progress) as job:
+    with open_job(db, user, sql, into, method="suppress", replace=replace,
+                  progress=progress) as job:  # fmt: skip
         rules = job_rules(job, rules)
         table = job.tabulate(rules)
         job.step("primary and secondary suppression, audit")
-        result = protect(table, rules=list(rules), method=method, cost=cost,
-                         time_limit=time_limit)  # fmt: skip
-        out, report = _suppression_output(result, into, method)
-        job.store(out, "suppress", report.to_dict())
+        result = suppression_pattern(table, rules, method=method, cost=cost,
+                                     time_limit=time_limit)  # fmt: skip
+        out, report = _suppression_output(table, result, into, method)
+        status = np.where(out["status"] == "published", "published", "suppressed")
+        released = out[[*table.dims, "n", "value"]].assign(**{LEDGER_STATUS: status})
+        job.store(out, report.to_dict(), released, values=("n", "value"), status=LEDGER_STATUS)
         return report
 
 
@@ -183,8 +200,9 @@ class Job:
 
     Every method's job runs the same steps: :func:`open_job` (admin check, SQL check, name
     check), :meth:`tabulate` (inner cells in SQL, a :class:`Table` in Python), the method on
-    the table, and :meth:`store`, which writes the output table and its ``sqlsdc.outputs``
-    record in one transaction, so a failed job leaves nothing behind.
+    the table, and :meth:`store`, which writes the output table, its ``sqlsdc.outputs`` record,
+    the ledger rows of its cells and the audit entry in one transaction, so a failed job
+    leaves nothing behind but its audit entry.
     """
 
     con: object
@@ -194,11 +212,18 @@ class Job:
     spec: JobSpec
     sql: str
     into: str
+    method: str
+    query_id: int
     progress: Progress | None = None
 
     @property
     def name(self) -> str:
         return f"{OUTPUT_SCHEMA}.{self.into}"
+
+    @property
+    def fingerprint(self) -> str:
+        """The job's identity in the audit log and the ledger: method, output and SQL."""
+        return job_fingerprint(self.method, self.into, self.sql)
 
     def step(self, what: str) -> None:
         """Report the step that starts now (the CLI shows it on stderr)."""
@@ -218,26 +243,70 @@ class Job:
             )
         return _table(frame, self.spec, self.policy, top_k)
 
-    def store(self, out: pd.DataFrame, method: str, report: dict) -> None:
-        """Write ``protected.<into>`` and record it in ``sqlsdc.outputs``, all or nothing."""
+    def store(
+        self,
+        out: pd.DataFrame,
+        report: dict,
+        released: pd.DataFrame,
+        *,
+        values: Sequence[str] = ("value",),
+        status: str | None = None,
+        extra: Sequence[tuple[pd.DataFrame, Sequence[str]]] = (),
+    ) -> None:
+        """Write ``protected.<into>``, its ``sqlsdc.outputs`` record, the ledger rows of the
+        released cells and the job's audit entry: all or nothing.
+
+        ``released`` holds every cell of the table (cells published as 0 included, although
+        ``out`` may leave them out): its dimensions, the ``values`` columns and optionally a
+        ``status`` column (``published``/``suppressed``). ``extra`` adds ledger rows for other
+        released columns of some cells (e.g. the intervals of sensitive cells).
+        """
         self.step(f"storing {self.name}")
         name = exp.to_identifier(self.into).sql("duckdb")
         con = self.con
         con.register("__job_output", out)
         con.execute("BEGIN TRANSACTION")
         try:
+            store.ensure_catalog(con)  # catalogs made before jobs were recorded
             con.execute(f"CREATE SCHEMA IF NOT EXISTS {OUTPUT_SCHEMA}")
             con.execute(
                 f"CREATE OR REPLACE TABLE {OUTPUT_SCHEMA}.{name} AS SELECT * FROM __job_output"
             )
-            store.record_output(con, self.name, method, self.sql, self.user,
-                                self.policy_version, json.dumps(_plain(report)))  # fmt: skip
+            store.record_output(con, self.name, self.method, self.sql, self.user,
+                                self.policy_version, json.dumps(_plain(report)),
+                                self.query_id)  # fmt: skip
+            for cells, columns, state in [(released, values, status)] + [
+                (frame, columns, None) for frame, columns in extra
+            ]:
+                self._record_cells(cells, columns, state)
+            store.record_query(con, self.query_id, self.user, self.policy_version, "accepted",
+                               self.sql, reason=f"{self.method} job stored {self.name}",
+                               fingerprint=self.fingerprint, rows=len(out))  # fmt: skip
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
             raise
         finally:
             con.unregister("__job_output")
+
+    def _record_cells(self, cells: pd.DataFrame, values: Sequence[str], status) -> None:
+        """Ledger rows: the cell identity of a guarded query over the job's table and WHERE."""
+        keys = [c for c in cells.columns if c not in (*values, status)]
+        frame = cells.astype({k: str for k in keys}).reset_index(drop=True)
+        frame.attrs = {}  # the method's reports stay out of the Arrow metadata
+        where = self.spec.where
+        store.record_cells(self.con, pa.Table.from_pandas(frame, preserve_index=False),
+                           tables=(self.spec.table,), keys=keys, values=values,
+                           mechanism=self.method, status=status,
+                           population=None if where is None else where.sql("duckdb"),
+                           query_id=self.query_id, user=self.user,
+                           fingerprint=self.fingerprint)  # fmt: skip
+
+
+def job_fingerprint(method: str, into: str, sql: str) -> str:
+    """A short digest of what a job does (as guarded queries are fingerprinted)."""
+    text = json.dumps({"job": method, "into": into, "sql": sql}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 @contextmanager
@@ -247,32 +316,60 @@ def open_job(
     sql: str,
     into: str,
     *,
+    method: str,
     replace: bool = False,
     progress: Progress | None = None,
 ) -> Iterator[Job]:
-    """Open ``db`` for a job by ``user`` (an admin) on ``sql``, storing ``protected.<into>``.
+    """Open ``db`` for a ``method`` job by ``user`` (an admin) on ``sql``, storing
+    ``protected.<into>``.
+
+    Every job is audited under a query id of its own: ``accepted`` by :meth:`Job.store`
+    together with the output and its ledger rows, ``refused`` when a check below fails,
+    ``failed`` when the method or the store fails (nothing is stored then).
 
     Raises:
         AccessDenied: ``user`` is not an admin of the policy in force.
         TabularError: ``into`` is not a plain name or exists (without ``replace``), or the SQL
             is not one aggregation of a confidential table (:func:`parse_job`).
     """
-    if not into.isidentifier():
-        raise TabularError(f"--into {into!r} must be a plain name (letters, digits, _)")
     con = engine.open_database(db, read_only=False)
     try:
-        current = require_admin(con, user)
-        policy = load_policy(current[1], name=current[2])
-        spec = parse_job(sql, policy)
-        exists = con.execute(
-            "SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
-            [OUTPUT_SCHEMA, into],
-        ).fetchall()[0][0]
-        if exists and not replace:
-            raise TabularError(f"{OUTPUT_SCHEMA}.{into} exists; pass --replace to overwrite it")
-        yield Job(con, user, current[0], policy, spec, sql, into, progress)
+        current = store.current_policy(con)
+        if current is None:
+            raise Error(f"{db} has no sqlsdc catalog; run `sqlsdc init DB --policy FILE`")
+        query_id = store.next_query_id(con)
+        fingerprint = job_fingerprint(method, into, sql)
+        audit = functools.partial(store.record_query, con, query_id, user, current[0],
+                                  sql=sql, fingerprint=fingerprint)  # fmt: skip
+        try:
+            job = _checked_job(con, user, sql, into, method, query_id, replace)
+        except Error as refusal:
+            audit("refused", reason=store.audit_reason(refusal))
+            raise
+        job.progress = progress
+        try:
+            yield job
+        except BaseException as failure:
+            audit("failed", reason=store.audit_reason(failure))
+            raise
     finally:
         con.close()
+
+
+def _checked_job(con, user, sql, into, method, query_id, replace) -> Job:
+    """The job, once the admin, the SQL and the output name are checked."""
+    if not into.isidentifier():
+        raise TabularError(f"--into {into!r} must be a plain name (letters, digits, _)")
+    version, document, source = require_admin(con, user)
+    policy = load_policy(document, name=source)
+    spec = parse_job(sql, policy)
+    exists = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
+        [OUTPUT_SCHEMA, into],
+    ).fetchall()[0][0]
+    if exists and not replace:
+        raise TabularError(f"{OUTPUT_SCHEMA}.{into} exists; pass --replace to overwrite it")
+    return Job(con, user, version, policy, spec, sql, into, method, query_id)
 
 
 def job_rules(job: Job, rules: Sequence | None) -> list:
@@ -330,13 +427,11 @@ def _table(frame: pd.DataFrame, spec: JobSpec, policy: Policy, top_k: int) -> Ta
     return Table.from_cells(cells, dims, top=tops, hierarchies=hierarchies or None)
 
 
-def _suppression_output(result: pd.DataFrame, into: str, method: str):
-    """The stored rows of a suppression job and its report: suppressed values and counts NULL,
-    the attacker's interval of each suppressed cell, no protection levels."""
+def _suppression_output(table: Table, result: pd.DataFrame, into: str, method: str):
+    """The stored rows of a suppression job and its report: the pattern (suppressed values and
+    counts NULL), the attacker's interval of each suppressed cell, no protection levels."""
     published = result["status"] == "published"
     out = result[[*[c for c in result.columns if c not in _INTERNAL]]].copy()
-    out["value"] = out["value"].where(published)
-    out["n"] = out["n"].where(published)
     # the attacker's interval of each suppressed cell, derived from the published cells only
     out["lower_bound"] = result["lo"].where(~published)
     out["upper_bound"] = result["hi"].where(~published)
@@ -351,7 +446,7 @@ def _suppression_output(result: pd.DataFrame, into: str, method: str):
         cells=len(result),
         primary=audit.n_primary,
         secondary=audit.n_secondary,
-        cost=float(result.loc[result["status"] == "secondary", "value"].abs().sum()),
+        cost=float(np.abs(table.values[(result["status"] == "secondary").to_numpy()]).sum()),
         rules_fired=fired,
         audit_passed=audit.passed,
         audit_exact=audit.exact,

@@ -1,7 +1,7 @@
 """Rounding and adjustment jobs: controlled rounding, controlled tabular adjustment (CTA) and
 raking, run on a table computed in SQL and stored next to the suppression jobs' outputs.
 
-Each method is one function over the shared steps of :mod:`sqlsdc.tabular.job` (admin check,
+Each method is one function over the shared steps of :mod:`sqlsdc.jobs.protect` (admin check,
 SQL check, inner cells in SQL, :class:`~sqlsdc.tabular.model.Table`, transactional store):
 
 * :func:`round_query` — Salazar González's controlled rounding (PSD 2006) to a base:
@@ -52,7 +52,7 @@ import pandas as pd
 
 from sqlsdc.catalog import store
 from sqlsdc.errors import TabularError
-from sqlsdc.tabular.job import OUTPUT_SCHEMA, Job, Progress, job_rules, open_job
+from sqlsdc.jobs.protect import OUTPUT_SCHEMA, Job, Progress, job_rules, open_job
 from sqlsdc.tabular.model import Table
 from sqlsdc.tabular.quality import quality
 from sqlsdc.tabular.rules import apply_rules
@@ -112,7 +112,8 @@ def round_query(
     from sqlsdc.tabular.rounding import controlled_round
 
     started = time.perf_counter()
-    with open_job(db, user, sql, into, replace=replace, progress=progress) as job:
+    with open_job(db, user, sql, into, method="round", replace=replace,
+                  progress=progress) as job:  # fmt: skip
         table = job.tabulate()
         job.step(f"controlled rounding to base {base}")
         result = controlled_round(table, base, time_limit=time_limit)
@@ -144,7 +145,7 @@ def cta_query(
 ) -> AdjustReport:
     """Adjust the table ``sql`` tabulates by CTA and store it as ``protected.<into>`` (admins).
 
-    Primary ``rules`` (default as for suppression, :func:`~sqlsdc.tabular.job.job_rules`) find
+    Primary ``rules`` (default as for suppression, :func:`~sqlsdc.jobs.protect.job_rules`) find
     the sensitive cells and their protection levels; ``method`` is ``lp``, ``milp`` or ``mdi``
     (:func:`~sqlsdc.tabular.cta.cta`). Every cell is published with its adjusted value.
 
@@ -162,7 +163,8 @@ def cta_query(
     from sqlsdc.tabular.intervals import publish_intervals
 
     started = time.perf_counter()
-    with open_job(db, user, sql, into, replace=replace, progress=progress) as job:
+    with open_job(db, user, sql, into, method="cta", replace=replace,
+                  progress=progress) as job:  # fmt: skip
         if intervals and job.spec.measure is None:
             raise TabularError(
                 "--intervals flags the sensitive cells, and in a frequency table (COUNT(*)) a "
@@ -226,7 +228,8 @@ def ipf_query(
     """
     started = time.perf_counter()
     margins = _read_margins(margins)
-    with open_job(db, user, sql, into, replace=replace, progress=progress) as job:
+    with open_job(db, user, sql, into, method="ipf", replace=replace,
+                  progress=progress) as job:  # fmt: skip
         rules = job_rules(job, rules)
         table = job.tabulate(rules)
         job.step("matching the margins, primary rules")
@@ -254,13 +257,19 @@ def ipf_query(
 def _finish(job: Job, table: Table, published, method, status, details, sensitive, started,
             *, extra: pd.DataFrame | None = None) -> AdjustReport:  # fmt: skip
     """Quality report, stored rows (dimensions, published value, ``extra`` columns; cells
-    published as 0 left out) and the ``sqlsdc.outputs`` record."""
+    published as 0 left out), the ``sqlsdc.outputs`` record and the ledger rows of every cell
+    (those published as 0 too: a missing cell reads as 0, so it is released all the same)."""
     job.step("quality report")
     q = quality(table.values, published, table, sensitive=sensitive)
-    out = table.cells[list(table.dims)].reset_index(drop=True).copy()
-    out["value"] = published
+    cells = table.cells[list(table.dims)].reset_index(drop=True).copy()
+    cells["value"] = published
+    out = cells
+    recorded = []
     if extra is not None:
-        out = pd.concat([out, extra.reset_index(drop=True)], axis=1)
+        extra = extra.reset_index(drop=True)
+        out = pd.concat([out, extra], axis=1)
+        flagged = extra.notna().any(axis=1).to_numpy()
+        recorded.append((out.loc[flagged, [*table.dims, *extra.columns]], tuple(extra.columns)))
     out = out[out["value"] != 0].reset_index(drop=True)
     report = AdjustReport(
         name=f"{OUTPUT_SCHEMA}.{job.into}",
@@ -273,7 +282,7 @@ def _finish(job: Job, table: Table, published, method, status, details, sensitiv
         quality=q.to_dict(),
         seconds=time.perf_counter() - started,
     )
-    job.store(out, method, report.to_dict())
+    job.store(out, report.to_dict(), cells, extra=recorded)
     return report
 
 

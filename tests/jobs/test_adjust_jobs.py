@@ -19,7 +19,7 @@ import pytest
 
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import AccessDenied, TabularError
-from sqlsdc.tabular.adjust_job import cta_query, ipf_query, round_query
+from sqlsdc.jobs.adjust import cta_query, ipf_query, round_query
 from sqlsdc.tabular.model import build_table
 from sqlsdc.tabular.rules import DominanceRule, FrequencyRule, apply_rules
 

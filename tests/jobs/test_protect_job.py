@@ -15,7 +15,7 @@ import pytest
 
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import AccessDenied, TabularError
-from sqlsdc.tabular.job import protect_query
+from sqlsdc.jobs.protect import protect_query
 from sqlsdc.tabular.model import Table
 from sqlsdc.tabular.rules import DominanceRule, FrequencyRule, PPercentRule, parse_rule
 

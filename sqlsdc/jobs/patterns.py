@@ -15,11 +15,10 @@ import pandas as pd
 from sqlglot import exp
 
 from sqlsdc.catalog.schema import CATALOG_SCHEMA
-from sqlsdc.catalog.store import now
+from sqlsdc.catalog.store import now, pattern_table
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import TabularError
 from sqlsdc.policy import Policy
-from sqlsdc.rewrite.suppress import pattern_table
 from sqlsdc.tabular.universe import (
     LEVEL,
     Universe,

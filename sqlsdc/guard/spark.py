@@ -1,0 +1,105 @@
+"""Guarded queries on Spark: protected by the guard, run by the Spark engine, recorded like any
+other release.
+
+The DuckDB path (:mod:`sqlsdc.guard.connection`) audits every query and writes a ledger row per
+released cell before it returns a result. A Spark query goes through the same steps with the
+same records: the guarded connection protects the SQL (its policy, user and cache), the Spark
+engine runs the protected tree (:mod:`sqlsdc.engines.spark`), and the result is returned only
+after its ledger rows (:func:`sqlsdc.guard.postprocess.record_release`, the same cell identity
+as on DuckDB) and its ``accepted`` audit entry are committed in one transaction of the
+connection's catalog. Refusals are audited ``refused``, Spark failures ``failed`` (with Spark's
+message, for admins; the caller sees the condition name only).
+
+Spark releases cells of the cell key method and of the threshold rule. Suppression patterns are
+made and kept fresh by the DuckDB engine, and DP cells are noised and charged by the guarded
+connection, so both are refused here (and audited as refused).
+
+Example:
+    >>> engine = SparkEngine(SparkSession.builder.getOrCreate())  # doctest: +SKIP
+    >>> engine.load_duckdb("sqlsdc-demo.duckdb", ["persons", "sqlsdc.ptable_entries"])
+    >>> con = sqlsdc.connect("sqlsdc-demo.duckdb", "analyst")  # doctest: +SKIP
+    >>> run_protected(con, engine, "SELECT region, COUNT(*) FROM persons GROUP BY region")
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from sqlsdc.catalog import store
+from sqlsdc.engines.spark import tables_read
+from sqlsdc.errors import Error, NotSupportedError, OperationalError, ProgrammingError
+from sqlsdc.guard.postprocess import check_faults, record_release, values_of
+from sqlsdc.guard.validate import check_engine_tables
+
+if TYPE_CHECKING:
+    from sqlsdc.engines.spark import SparkEngine
+    from sqlsdc.guard.connection import Connection
+    from sqlsdc.guard.pipeline import ProtectedQuery
+
+
+def run_protected(connection: Connection, engine: SparkEngine, sql: str, params=None) -> pa.Table:
+    """The protected values of ``sql`` asked by ``connection``'s user, computed on Spark,
+    audited and recorded in ``connection``'s ledger; the same columns as the DuckDB path's
+    cursor gives.
+
+    Raises:
+        PolicyViolation: the guard refuses the query (audited ``refused``).
+        NotSupportedError: the query needs DuckDB (suppression, DP) or is not portable to Spark
+            (audited ``refused``).
+        OperationalError: Spark failed (audited ``failed`` with Spark's message).
+    """
+    connection._check_open()
+    con, user, version = connection._con, connection.user, connection.policy_version
+    query_id = store.next_query_id(con)
+    query: ProtectedQuery | None = None
+
+    def audit(decision: str, error: BaseException) -> None:
+        fingerprint = query.fingerprint if query is not None else None
+        store.record_query(con, query_id, user, version, decision, sql,
+                           reason=store.audit_reason(error), fingerprint=fingerprint)  # fmt: skip
+
+    try:
+        query = connection.explain(sql, params)
+        _check_spark_can_release(query)
+        names = {name.split(".")[-1] for name in tables_read(query.tree)}
+        check_engine_tables(names, query.tree, connection.policy)
+        result = engine.run(query.tree)
+        check_faults(result, query)
+    except OperationalError as failure:  # Spark ran and failed: its own message is for admins
+        cause = failure.__cause__ or failure
+        audit("failed", cause)
+        raise
+    except Error as refusal:
+        audit("refused", refusal)
+        raise
+    except Exception as failure:
+        audit("failed", failure)
+        raise
+    con.execute("BEGIN TRANSACTION")
+    try:
+        record_release(con, result, query, query_id, user)
+        values = values_of(result, query)
+        store.record_query(con, query_id, user, version, "accepted", sql,
+                           fingerprint=query.fingerprint, rows=values.num_rows)  # fmt: skip
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return values
+
+
+def _check_spark_can_release(query: ProtectedQuery) -> None:
+    if query.tree is None:
+        raise ProgrammingError("the protected query has no tree")
+    if query.suppressed:
+        raise NotSupportedError(
+            f"{', '.join(query.suppressed)} is protected by suppression, whose pattern is made "
+            "and kept fresh by the DuckDB engine; run this query through sqlsdc.connect"
+        )
+    if query.dp_stages:
+        raise NotSupportedError(
+            "differentially private results are noised and charged to the budget ledger by "
+            "the guarded connection; run this query through sqlsdc.connect"
+        )

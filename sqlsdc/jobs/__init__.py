@@ -1,0 +1,19 @@
+"""Back-end jobs: read confidential data through the engines, run the pure algorithms of
+:mod:`sqlsdc.tabular` on aggregated cells, and store the results together with their ledger
+rows and audit entry through :mod:`sqlsdc.catalog`.
+
+* :mod:`sqlsdc.jobs.protect` — the shared job steps (admin check, SQL check, inner cells in
+  SQL, transactional store with ledger and audit) and the cell suppression job
+  (``sqlsdc protect --method suppress``).
+* :mod:`sqlsdc.jobs.adjust` — controlled rounding, controlled tabular adjustment and raking.
+* :mod:`sqlsdc.jobs.patterns` — the suppression universes of the query path, protected and kept
+  fresh in the catalog.
+
+The algorithms below this layer use no database; everything that reads or writes one lives here
+(or in the guard, for queries).
+"""
+
+from sqlsdc.jobs.adjust import AdjustReport, cta_query, ipf_query, round_query
+from sqlsdc.jobs.protect import JobReport, protect_query
+
+__all__ = ["AdjustReport", "JobReport", "cta_query", "ipf_query", "protect_query", "round_query"]
