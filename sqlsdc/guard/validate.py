@@ -3,10 +3,25 @@
 It re-derives from the final tree alone that every read of a confidential table sits inside a
 protected-cells subquery (directly, or through CTEs used only there), that no internal column
 leaves the query, and that DuckDB's own parser sees no other table than the policy allows.
+
+Then it proves, per protected-cells subquery, that what leaves it is protected:
+
+* inside, every confidential row is aggregated before it reaches the boundary (no row-level
+  value can be a "cell");
+* outside, the query reads only the columns a mechanism marks as released — group keys
+  ``__g<i>``/``__gg<i>``, protected values ``__y<i>``, statuses ``__e<i>``/``__p<i>``,
+  accuracies ``__sd<i>``/``__hw<i>``, the protected group count ``__cn`` — and true values only
+  under the threshold rule's own guard: a true aggregate ``__a<i>`` as the only branch of
+  ``CASE WHEN __n<i> >= k``, a true unit count only in ``__n >= k``, with k at least the
+  policy's minimum frequency; true aggregates of DP cells are noisy already (they come from
+  the registered noisy relation, never from a table).
+
 A failure here is a bug in an earlier pass, so the query is refused rather than run.
 """
 
 from __future__ import annotations
+
+import re
 
 from sqlglot import exp
 
@@ -48,6 +63,127 @@ def validate_release(tree: exp.Expr, policy: Policy) -> None:
     for name in _output_names(tree):
         if name.startswith("__") and not name.startswith(hidden):
             raise InternalError(f"internal column {name} would be returned")
+    for cells in tree.find_all(exp.Subquery):
+        if cells.alias == CELLS:
+            prove_cells(cells, ctes, policy)
+
+
+RELEASED = re.compile(r"__(g|gg|y|e|p|sd|hw)\d+|__cn")
+TRUE_AGGREGATE = re.compile(r"__a(\d+)")
+TRUE_UNIT_COUNT = re.compile(r"__n(\d*)")
+
+
+def prove_cells(cells: exp.Subquery, ctes: dict[str, exp.CTE], policy: Policy) -> None:
+    """Prove that the query around ``cells`` reads only protected values from it."""
+    noisy = _reads_noisy_relation(cells)
+    for table in cells.find_all(exp.Table):
+        if _catalog_lookup(table) or _noisy_cells(table):
+            continue
+        declared = policy.table(table.name)
+        reads_rows = table.name.lower() in ctes or (declared is not None and not declared.is_public)
+        if reads_rows and not _aggregated_between(table, cells):
+            raise InternalError(f"rows of {table.name} leave protected cells unaggregated")
+    k = _min_frequency(cells, ctes, policy)
+    consumer = cells.parent.parent if isinstance(cells.parent, exp.From) else None
+    if not isinstance(consumer, exp.Select):
+        raise InternalError("protected cells must be the FROM of a select")
+    stack = [consumer]
+    while stack:
+        node = stack.pop()
+        if node is cells:
+            continue
+        stack.extend(node.iter_expressions())
+        if isinstance(node, exp.Star) and node.parent is consumer:
+            raise InternalError("a select * over protected cells would release every column")
+        if isinstance(node, exp.Column) and node.table == CELLS and not _released(node, noisy, k):
+            raise InternalError(f"{node.name} of protected cells is not a protected value")
+        if isinstance(node, exp.Column) and not node.table and node.name.startswith("__"):
+            raise InternalError(f"unqualified internal column {node.name} over protected cells")
+
+
+def _released(column: exp.Column, noisy: bool, k: int) -> bool:
+    name = column.name
+    if RELEASED.fullmatch(name):
+        return True
+    true_aggregate = TRUE_AGGREGATE.fullmatch(name)
+    if true_aggregate and noisy:
+        return True
+    if true_aggregate:
+        branch = column.parent
+        case = branch.parent if isinstance(branch, exp.If) else None
+        return (
+            isinstance(case, exp.Case)
+            and case.args.get("default") is None
+            and len(case.args.get("ifs") or []) == 1
+            and branch.args.get("true") is column
+            and _guard_of(branch.this, k) == true_aggregate.group(1)
+        )
+    if TRUE_UNIT_COUNT.fullmatch(name):
+        return _guard_of(column.parent, k) is not None and column.parent.this is column
+    return False
+
+
+def _guard_of(condition: exp.Expr, k: int) -> str | None:
+    """The index i of a threshold guard ``__cells.__n<i> >= k'`` with k' >= k, else None."""
+    if not isinstance(condition, exp.GTE) or not isinstance(condition.this, exp.Column):
+        return None
+    count, bound = condition.this, condition.expression
+    match = TRUE_UNIT_COUNT.fullmatch(count.name)
+    if count.table != CELLS or match is None or not isinstance(bound, exp.Literal):
+        return None
+    if bound.is_string or float(bound.this) < k:
+        return None
+    return match.group(1)
+
+
+def _reads_noisy_relation(cells: exp.Subquery) -> bool:
+    body = cells.this
+    source = body.args.get("from_") if isinstance(body, exp.Select) else None
+    return (
+        source is not None
+        and isinstance(source.this, exp.Table)
+        and source.this.name.startswith(RELATION_PREFIX)
+        and not body.args.get("joins")
+    )
+
+
+def _aggregated_between(node: exp.Expr, boundary: exp.Expr) -> bool:
+    """Whether a select that aggregates (GROUP BY or an aggregate function) lies on the way
+    from ``node`` up to ``boundary``."""
+    current = node.parent
+    while current is not None and current is not boundary:
+        if isinstance(current, exp.Select) and (
+            current.args.get("group") is not None
+            or any(_is_aggregate(n) for p in current.expressions for n in p.walk())
+        ):
+            return True
+        current = current.parent
+    return False
+
+
+AGGREGATE_NAMES = {"COUNT", "SUM", "AVG", "MIN", "MAX", "LIST", "QUANTILE_CONT"}
+
+
+def _is_aggregate(node: exp.Expr) -> bool:
+    """An aggregate call, also as the engine's SQL spells it (``system.main.COUNT(*)``, which
+    sqlglot reads back as an anonymous function)."""
+    if isinstance(node, exp.AggFunc):
+        return not isinstance(node.parent, exp.Window)
+    return isinstance(node, exp.Anonymous) and node.name.upper() in AGGREGATE_NAMES
+
+
+def _min_frequency(cells: exp.Subquery, ctes: dict[str, exp.CTE], policy: Policy) -> int:
+    """The smallest minimum frequency a threshold guard over ``cells`` must use."""
+    bounds = []
+    names = {t.name.lower() for t in cells.find_all(exp.Table)}
+    for name in list(names):
+        if name in ctes:
+            names |= {t.name.lower() for t in ctes[name].find_all(exp.Table)}
+    for name in names:
+        declared = policy.table(name)
+        if declared is not None and not declared.is_public:
+            bounds += [rule.min_frequency for rule in declared.protection.values()]
+    return min(bounds, default=1)
 
 
 def _noisy_cells(table: exp.Table) -> bool:

@@ -6,10 +6,12 @@ CUBE, HAVING-free filters, ORDER BY, LIMIT)."""
 
 from __future__ import annotations
 
+import sqlglot
 from hypothesis import HealthCheck, event, given, note, settings
 from test_property import MIN_FREQUENCY, Query, queries, recomputable
 
 import sqlsdc
+from sqlsdc.guard.validate import validate_release
 from sqlsdc.policy import AggregateKind
 
 
@@ -62,6 +64,8 @@ def test_ckm_refuses_or_perturbs_within_the_ptable(ckm, raw_ckm, query):
         return
     event("accepted")
     rows = cursor.fetchall()
+    # the final validator proves the emitted SQL as the engine reads it, not only the tree
+    validate_release(sqlglot.parse_one(cursor.explain().sql, read="duckdb"), ckm._context.policy)
     for item, column in zip(query.items, cursor.explain().columns, strict=True):
         expected = ("key", "public") if item.kind == "column" else ("ckm", "derived")
         assert column.mechanism in expected, (item, column)

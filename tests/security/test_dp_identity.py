@@ -52,9 +52,7 @@ def db(template, tmp_path):
 def spend(path) -> list[tuple]:
     con = open_database(path)
     try:
-        return con.execute(
-            "SELECT epsilon, cells FROM sqlsdc.budget_spend ORDER BY seq"
-        ).fetchall()
+        return con.execute("SELECT epsilon, cells FROM sqlsdc.budget_spend ORDER BY seq").fetchall()
     finally:
         con.close()
 
@@ -151,8 +149,7 @@ DIFFERENT_CELLS = [
     "SELECT region, COUNT(*) FROM (SELECT * FROM benefits WHERE month < 6 OR scheme = 'child') "
     "AS b GROUP BY region",
     "SELECT region, COUNT(*) FROM benefits GROUP BY region",
-    "SELECT region, COUNT(DISTINCT person_id) FROM benefits WHERE scheme = 'child' "
-    "GROUP BY region",
+    "SELECT region, COUNT(DISTINCT person_id) FROM benefits WHERE scheme = 'child' GROUP BY region",
     "SELECT region, COUNT(DISTINCT scheme) FROM benefits GROUP BY region",
     "SELECT region, COUNT(amount) FROM benefits GROUP BY region",
 ]
@@ -187,20 +184,30 @@ def identity(sql: str):
 @pytest.mark.parametrize(
     ("a", "b"),
     [
-        ("SELECT region, COUNT(*) FROM t WHERE month < 6 AND region = 'a' GROUP BY region",
-         "SELECT x.region, COUNT(*) FROM t AS x WHERE x.region = 'a' AND x.month < 6 "
-         "GROUP BY x.region"),
-        ("SELECT region, SUM(amount) FROM t WHERE month BETWEEN 1 AND 5 GROUP BY region",
-         "WITH c AS (SELECT * FROM t WHERE month >= 1) SELECT region, SUM(c.amount) FROM c "
-         "WHERE month <= 5 GROUP BY region"),
-        ("SELECT t.region, COUNT(*) FROM t JOIN u ON t.region = u.region WHERE u.name = 'n' "
-         "GROUP BY t.region",
-         "SELECT a.region, COUNT(*) FROM u AS b, t AS a WHERE b.name = 'n' AND a.region = "
-         "b.region GROUP BY a.region"),
-        ("SELECT region, COUNT(*) FROM t WHERE month IN (1, 2, 3) GROUP BY region",
-         "SELECT region, COUNT(*) FROM t WHERE month IN (3, 1, 2, 1) GROUP BY region"),
-        ("SELECT region, COUNT(*) FROM t WHERE month = 1 OR region = 'a' GROUP BY region",
-         "SELECT region, COUNT(*) FROM t WHERE region = 'a' OR month = 1 GROUP BY region"),
+        (
+            "SELECT region, COUNT(*) FROM t WHERE month < 6 AND region = 'a' GROUP BY region",
+            "SELECT x.region, COUNT(*) FROM t AS x WHERE x.region = 'a' AND x.month < 6 "
+            "GROUP BY x.region",
+        ),
+        (
+            "SELECT region, SUM(amount) FROM t WHERE month BETWEEN 1 AND 5 GROUP BY region",
+            "WITH c AS (SELECT * FROM t WHERE month >= 1) SELECT region, SUM(c.amount) FROM c "
+            "WHERE month <= 5 GROUP BY region",
+        ),
+        (
+            "SELECT t.region, COUNT(*) FROM t JOIN u ON t.region = u.region WHERE u.name = 'n' "
+            "GROUP BY t.region",
+            "SELECT a.region, COUNT(*) FROM u AS b, t AS a WHERE b.name = 'n' AND a.region = "
+            "b.region GROUP BY a.region",
+        ),
+        (
+            "SELECT region, COUNT(*) FROM t WHERE month IN (1, 2, 3) GROUP BY region",
+            "SELECT region, COUNT(*) FROM t WHERE month IN (3, 1, 2, 1) GROUP BY region",
+        ),
+        (
+            "SELECT region, COUNT(*) FROM t WHERE month = 1 OR region = 'a' GROUP BY region",
+            "SELECT region, COUNT(*) FROM t WHERE region = 'a' OR month = 1 GROUP BY region",
+        ),
     ],
 )
 def test_identity_is_the_same_for_the_same_population(a, b):
@@ -210,36 +217,55 @@ def test_identity_is_the_same_for_the_same_population(a, b):
 @pytest.mark.parametrize(
     ("a", "b"),
     [
-        ("SELECT region, COUNT(*) FROM (SELECT * FROM t WHERE month < 6) s GROUP BY region",
-         "SELECT region, COUNT(*) FROM (SELECT * FROM t WHERE month >= 6) s GROUP BY region"),
-        ("SELECT region, COUNT(*) FROM t WHERE region = '1' GROUP BY region",
-         "SELECT region, COUNT(*) FROM t WHERE region = '1.0' GROUP BY region"),
-        ("SELECT region, COUNT(*) FROM t WHERE month < 6 GROUP BY region",
-         "SELECT region, COUNT(*) FROM t WHERE month < 6.5 GROUP BY region"),
-        ("SELECT t.region, COUNT(*) FROM t JOIN u ON t.region = u.region GROUP BY t.region",
-         "SELECT t.region, COUNT(*) FROM t LEFT JOIN u ON t.region = u.region "
-         "GROUP BY t.region"),
-        ("SELECT t.region, COUNT(*) FROM t LEFT JOIN (SELECT * FROM u WHERE name = 'n') v "
-         "ON t.region = v.region GROUP BY t.region",
-         "SELECT t.region, COUNT(*) FROM t LEFT JOIN u ON t.region = u.region "
-         "WHERE u.name = 'n' GROUP BY t.region"),
-        ("SELECT region, COUNT(*) FROM t GROUP BY region",
-         "SELECT region, COUNT(DISTINCT uid) FROM t GROUP BY region"),
-        ("SELECT region, COUNT(*) FROM (SELECT * FROM t ORDER BY amount LIMIT 10) s "
-         "GROUP BY region",
-         "SELECT region, COUNT(*) FROM (SELECT * FROM t ORDER BY amount LIMIT 11) s "
-         "GROUP BY region"),
-        ("SELECT region, SUM(amount) FROM (SELECT region, amount FROM t) s GROUP BY region",
-         "SELECT region, SUM(amount) FROM (SELECT region, amount * 2 AS amount FROM t) s "
-         "GROUP BY region"),
-        ("SELECT region, COUNT(*) FROM t WHERE region IN (SELECT region FROM u WHERE name = 'a') "
-         "GROUP BY region",
-         "SELECT region, COUNT(*) FROM t WHERE region IN (SELECT region FROM u WHERE name = 'b') "
-         "GROUP BY region"),
-        ("WITH c AS (SELECT * FROM u WHERE name = 'a') SELECT region, COUNT(*) FROM t WHERE "
-         "region IN (SELECT region FROM c) GROUP BY region",
-         "WITH c AS (SELECT * FROM u WHERE name = 'b') SELECT region, COUNT(*) FROM t WHERE "
-         "region IN (SELECT region FROM c) GROUP BY region"),
+        (
+            "SELECT region, COUNT(*) FROM (SELECT * FROM t WHERE month < 6) s GROUP BY region",
+            "SELECT region, COUNT(*) FROM (SELECT * FROM t WHERE month >= 6) s GROUP BY region",
+        ),
+        (
+            "SELECT region, COUNT(*) FROM t WHERE region = '1' GROUP BY region",
+            "SELECT region, COUNT(*) FROM t WHERE region = '1.0' GROUP BY region",
+        ),
+        (
+            "SELECT region, COUNT(*) FROM t WHERE month < 6 GROUP BY region",
+            "SELECT region, COUNT(*) FROM t WHERE month < 6.5 GROUP BY region",
+        ),
+        (
+            "SELECT t.region, COUNT(*) FROM t JOIN u ON t.region = u.region GROUP BY t.region",
+            "SELECT t.region, COUNT(*) FROM t LEFT JOIN u ON t.region = u.region GROUP BY t.region",
+        ),
+        (
+            "SELECT t.region, COUNT(*) FROM t LEFT JOIN (SELECT * FROM u WHERE name = 'n') v "
+            "ON t.region = v.region GROUP BY t.region",
+            "SELECT t.region, COUNT(*) FROM t LEFT JOIN u ON t.region = u.region "
+            "WHERE u.name = 'n' GROUP BY t.region",
+        ),
+        (
+            "SELECT region, COUNT(*) FROM t GROUP BY region",
+            "SELECT region, COUNT(DISTINCT uid) FROM t GROUP BY region",
+        ),
+        (
+            "SELECT region, COUNT(*) FROM (SELECT * FROM t ORDER BY amount LIMIT 10) s "
+            "GROUP BY region",
+            "SELECT region, COUNT(*) FROM (SELECT * FROM t ORDER BY amount LIMIT 11) s "
+            "GROUP BY region",
+        ),
+        (
+            "SELECT region, SUM(amount) FROM (SELECT region, amount FROM t) s GROUP BY region",
+            "SELECT region, SUM(amount) FROM (SELECT region, amount * 2 AS amount FROM t) s "
+            "GROUP BY region",
+        ),
+        (
+            "SELECT region, COUNT(*) FROM t WHERE region IN (SELECT region FROM u WHERE name = 'a') "
+            "GROUP BY region",
+            "SELECT region, COUNT(*) FROM t WHERE region IN (SELECT region FROM u WHERE name = 'b') "
+            "GROUP BY region",
+        ),
+        (
+            "WITH c AS (SELECT * FROM u WHERE name = 'a') SELECT region, COUNT(*) FROM t WHERE "
+            "region IN (SELECT region FROM c) GROUP BY region",
+            "WITH c AS (SELECT * FROM u WHERE name = 'b') SELECT region, COUNT(*) FROM t WHERE "
+            "region IN (SELECT region FROM c) GROUP BY region",
+        ),
     ],
 )
 def test_identity_differs_for_different_populations_or_statistics(a, b):

@@ -241,9 +241,7 @@ def test_undeclared_tables_are_refused_alike(guarded, template, existing, missin
 @pytest.mark.parametrize(
     "name", [*HIDDEN_TABLES, "duckdb_tables", "pg_tables", "mood", "sqlsdc", "information_schema"]
 )
-def test_ctes_and_aliases_named_like_hidden_objects_behave_like_any_name(
-    guarded, template, name
-):
+def test_ctes_and_aliases_named_like_hidden_objects_behave_like_any_name(guarded, template, name):
     seen = outcome(guarded, template.format(name=name))
     assert seen == outcome(guarded, template.format(name="nosuch_t"))
     assert seen[0] == "rows"

@@ -20,11 +20,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
+import sqlglot
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
 import sqlsdc
 from sqlsdc.demo.build import demo_policy
+from sqlsdc.guard.validate import validate_release
 from sqlsdc.policy import ColumnRole
 
 POLICY = demo_policy()
@@ -377,6 +379,9 @@ def test_guard_refuses_or_releases_only_protected_cells(analyst, raw, query):
         return
     event("accepted")
     rows = cursor.fetchall()
+    validate_release(
+        sqlglot.parse_one(cursor.explain().sql, read="duckdb"), analyst._context.policy
+    )
     check_only_safe_outputs(query, cursor, rows, raw)
     if recomputable(query):
         event("recomputed")

@@ -206,10 +206,12 @@ def test_publish_records_every_released_cell_under_its_own_entry(suppress_db, tm
         if table.source == "suppression":
             released = read(out, f"SELECT * FROM {table.table}")
             name = table.table.removeprefix("suppressed_")
-            mine = cells[cells["cell"].str.contains(f'"tables":["{name}"]', regex=False)
-                         & (cells["mechanism"] == "suppress")
-                         & ~cells["cell"].isin(job["cell"])
-                         & (cells["column_name"] != "n")]  # fmt: skip (n: the query's)
+            mine = cells[
+                cells["cell"].str.contains(f'"tables":["{name}"]', regex=False)
+                & (cells["mechanism"] == "suppress")
+                & ~cells["cell"].isin(job["cell"])
+                & (cells["column_name"] != "n")
+            ]  # fmt: skip (n: the query's)
             aggregates = {c for c in mine["column_name"]}
             assert len(mine) == len(released) * len(aggregates) > 0
             assert {"published", "suppressed"} == set(mine["status"])

@@ -65,8 +65,7 @@ def test_having_on_a_hidden_value_reveals_nothing(guarded):
         ).fetchall()
         assert {(r[0], r[1]) for r in kept} <= published
     below = guarded.execute(
-        "SELECT nace, region FROM enterprises GROUP BY nace, region "
-        "HAVING SUM(turnover) IS NULL"
+        "SELECT nace, region FROM enterprises GROUP BY nace, region HAVING SUM(turnover) IS NULL"
     ).fetchall()
     assert {tuple(r) for r in below}.isdisjoint(published)
     assert len(below) + len(published) == len(guarded.execute(sql).fetchall())
