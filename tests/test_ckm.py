@@ -20,7 +20,13 @@ import sqlsdc
 from sqlsdc.catalog import store
 from sqlsdc.catalog.ptables import load_ptables, stored_entries
 from sqlsdc.engines.duckdb import open_database
-from sqlsdc.mechanisms.ckm import Lookup, perturb_count, perturb_magnitude, utility_risk
+from sqlsdc.mechanisms.ckm import (
+    Lookup,
+    magnitude_key,
+    perturb_count,
+    perturb_magnitude,
+    utility_risk,
+)
 from sqlsdc.policy import AggregateKind, load_policy
 
 M = 2**32
@@ -162,7 +168,9 @@ def _expected_magnitudes(reference, table, measure, key_sql, where=""):
         if m.small_cells is not None:
             small = tables[("small_cells", m.small_cells)]
             m1sq = refs[("small_cells", m.small_cells)].m1sq
-        x_hat = perturb_magnitude(float(total), top, key, n, m, main, small, m1sq)
+        # the magnitude's own key: the cell key plus the salt of its statistic (``sum:table.x``)
+        salted = magnitude_key(key, f"sum:{table}.{measure}")
+        x_hat = perturb_magnitude(float(total), top, salted, n, m, main, small, m1sq)
         expected[k] = (x_hat, n, n_hat)
     return expected, m
 

@@ -32,7 +32,10 @@ from sqlglot import exp
 
 from sqlsdc.catalog.ptables import KEY_MODULUS, PTableKey, PTableRef
 from sqlsdc.errors import PolicyViolation
+from sqlsdc.guard.normal_form import STATISTIC
+from sqlsdc.mechanisms.ckm import statistic_salt
 from sqlsdc.policy import AggregateKind, MagnitudeCkm, Method, Policy
+from sqlsdc.guard.plan import ProtectedAggregate
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, unit_count, when_present
 from sqlsdc.rewrite.threshold import at_least
 
@@ -153,9 +156,12 @@ class _Builder:
                 agg.append("expressions", exp.alias_(exp.Sum(this=argument), f"__a{i}"))
             else:
                 agg.append("expressions", exp.alias_(self._rebuilt(aggregate, argument), f"__a{i}"))
-            if method is not Method.CKM or spec.kind is AggregateKind.MAGNITUDES:
+            if method is not Method.CKM:
                 counted = unit_count(argument, units if plan.units is not None else None)
-                agg.append("expressions", exp.alias_(counted, f"__n{i}"))  # a CKM count's is n
+                agg.append("expressions", exp.alias_(counted, f"__n{i}"))
+            elif spec.kind is AggregateKind.MAGNITUDES:  # a CKM count's n is __a
+                counted = unit_count(argument, self._summed_units(i, units))
+                agg.append("expressions", exp.alias_(counted, f"__n{i}"))
             if method is Method.CKM:
                 agg.append("expressions", exp.alias_(self._cell_key(i, argument), f"__k{i}"))
             if method is Method.CKM and spec.kind is AggregateKind.MAGNITUDES:
@@ -164,6 +170,29 @@ class _Builder:
         if plan.group_min_frequency is not None:
             agg.append("expressions", exp.alias_(unit_count(None, units or None), "__n"))
         return agg
+
+    def _summed_units(self, i: int, units: list[exp.Expr]) -> list[exp.Expr] | None:
+        """The units whose rows a magnitude sums: its contributor count n, the denominator of
+        AVG and of the mean-before-sum adjustment, must count the rows summed, not the units of
+        another table of the join (``AVG(p.income)`` over persons ⋈ households divides by the
+        persons). None: every row is its own unit. Those are the rows of the table the join's
+        rows are (:attr:`CellPlan.row_source`), else of the one table the argument reads."""
+        plan = self.plan
+        if plan.units is None:
+            return None
+        if plan.row_source is not None:
+            return [units[plan.row_source]]
+        table = statistic(plan.aggregates[i]).split(":", 1)[1].split(".", 1)[0]
+        positions = [t for t, name in enumerate(plan.tables) if name == table]
+        if len(positions) != 1:
+            raise PolicyViolation(
+                "the cell key method cannot tell whose rows this sum or average adds up "
+                f"({self.cells.aggregates[i].sql('duckdb')})",
+                "join the other tables many-to-one onto their keys (e.g. persons p JOIN "
+                "households h ON p.household_id = h.household_id)",
+                self.cells.select.sql("duckdb"),
+            )
+        return [units[positions[0]]]
 
     @staticmethod
     def _rebuilt(aggregate: exp.AggFunc, argument: exp.Expr | None) -> exp.AggFunc:
@@ -201,6 +230,9 @@ class _Builder:
             for part in parts[1:]:
                 total = exp.Add(this=total, expression=part)
         total = exp.Coalesce(this=total, expressions=[exp.Literal.number(0)])
+        aggregate = plan.aggregates[i]
+        if isinstance(aggregate.node.this, exp.Distinct) and STATISTIC in aggregate.node.meta:
+            total = exp.Add(this=total, expression=_number(statistic_salt(statistic(aggregate))))
         return exp.Mod(this=exp.Paren(this=total), expression=exp.Literal.number(KEY_MODULUS))
 
     def _top(self, i: int, j: int) -> exp.Expr:
@@ -269,6 +301,15 @@ class _Builder:
             if spec.kind is AggregateKind.MAGNITUDES:
                 start = exp.cast(prev(f"__a{i}"), "DOUBLE")
                 select.append("expressions", exp.alias_(start, f"__o{i}_0"))
+                salted = exp.Mod(
+                    this=exp.Paren(
+                        this=exp.Add(
+                            this=prev(f"__k{i}"), expression=_number(statistic_salt(statistic(spec)))
+                        )
+                    ),
+                    expression=_number(KEY_MODULUS),
+                )
+                select.append("expressions", exp.alias_(salted, f"__q{i}"))
             select.append("expressions", exp.alias_(_any(faults), f"__e{i}_0"))
         return select
 
@@ -412,7 +453,7 @@ class _Builder:
             ifs=[exp.If(this=uses_small.copy(), true=exp.Literal.string("all"))], default=kind
         )
         a, low_row, high_row = prev(f"__pa{i}_{j}"), prev(f"__pl{i}_{j}"), prev(f"__ph{i}_{j}")
-        key = _scrambled(prev(f"__k{i}"), j - 1 + (0 if m.same_key else 1))
+        key = _scrambled(prev(f"__q{i}"), j - 1 + (0 if m.same_key else 1))
         values = []
         for suffix, row in (("lo", low_row), ("hi", high_row)):
             alias = f"__pm{i}_{j}{suffix}"
@@ -547,6 +588,16 @@ class _Builder:
         if m.small_cells is None:
             return None
         return ptable_ref(self.ptables, ("small_cells", m.small_cells))
+
+
+def statistic(aggregate: ProtectedAggregate) -> str:
+    """What an aggregate measures, independent of its rows: ``sum:persons.income``,
+    ``distinct:persons.municipality`` (the guard's normal form records the base columns)."""
+    kind = "distinct" if isinstance(aggregate.node.this, exp.Distinct) else "sum"
+    columns = aggregate.node.meta.get(STATISTIC)
+    if columns is None:
+        columns = (aggregate.argument or exp.Star()).sql("duckdb")
+    return f"{kind}:{columns.removeprefix('distinct:')}"
 
 
 def _separation_point(m: MagnitudeCkm, small: PTableRef | None) -> float:
