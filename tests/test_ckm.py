@@ -198,7 +198,7 @@ def test_magnitudes_are_the_reference_perturbation(ckm, reference, table, measur
         reference[0].execute(f"SELECT {key}, sum({measure}) FROM {table} GROUP BY ALL").fetchall()
     )
     changed = [k for k, s, _a in got if not math.isclose(s, raw[k], rel_tol=1e-12)]
-    assert len(changed) >= 0.2 * len(got)  # v = 0 has probability about 0.4 per cell
+    assert len(changed) >= 0.9 * len(got)  # v = 0 has probability about 0.03 per cell (step 12)
 
 
 def test_average_is_protected_sum_over_protected_count(ckm):
