@@ -6,7 +6,7 @@ filter ``c`` holds, written ``x_c = CASE WHEN c THEN x END``):
 =====================  ====================================================================
 ``SUM(a·x + b)``       ``a·SUM(x_c) + b·COUNT(x_c)``
 ``AVG(a·x + b)``       ``a·AVG(x_c) + b``
-``SUM(b)`` (no x)      ``b·NULLIF(COUNT(c), 0)`` — NULL on no rows, like SUM
+``SUM(b)`` (no x)      ``b·COUNT(c)`` — the protected count itself (0, not NULL, if it is 0)
 ``AVG(b)`` (no x)      ``CASE WHEN COUNT(c) > 0 THEN b END``
 ``SUM(NULL)``          ``CAST(NULL AS DOUBLE)``
 =====================  ====================================================================
@@ -61,7 +61,7 @@ def normal_form(aggregate: exp.AggFunc, form: LinearForm) -> tuple[exp.Expr, lis
         counted = exp.Star()
     count = exp.Count(this=counted)
     if isinstance(aggregate, exp.Sum):
-        value = _times(form.offset, exp.Nullif(this=count, expression=exp.Literal.number(0)))
+        value = _times(form.offset, count)
     else:
         positive = exp.GT(this=count, expression=exp.Literal.number(0))
         value = exp.Case(ifs=[exp.If(this=positive, true=_number(form.offset))])
