@@ -14,8 +14,16 @@ built from the cell's ``top_k`` largest contributions x_j (by absolute value, fo
 aggregates ``MAX(ABS(x))`` and ``MAX(ABS(x), k)``), one after the other; step j looks up v in the
 magnitude ptable at ``a = |x_j / x_delta_j|`` (interpolated between rows, capped at the last row)
 with the j-th scrambled cell key and adds ``sign(x̂)·|x_delta_j|·sign(v)·(μ_c + |v|)``, never
-flipping the sign of the running value. AVG is the protected sum over the protected count; with
-mean-before-sum (Geyer et al. §2) the published sum is ``x̂·n̂/n`` so that the mean is ``x̂/n``.
+flipping the sign of the running value. A magnitude's key is the cell key plus the salt of its
+statistic (:func:`sqlsdc.mechanisms.ckm.statistic_salt`), so different statistics of the same
+records get independent noise; so does a distinct count of a dimension.
+
+AVG is the protected sum over the protected count, n being the rows summed (on a join, those of
+:attr:`CellPlan.row_source`) and n̂ its CKM count. With mean-before-sum (Geyer et al., PSD 2022,
+§6.1(c), "MBS") the published sum is ``x̂·n̂/n`` and the published mean ``x̂/n`` — equal to the
+published sum over the published count; without it they are ``x̂`` and ``x̂/n̂``. The guard has
+already reduced every argument to one stored column (:mod:`sqlsdc.guard.normal_form`), so the
+scale of x is the data's, not the analyst's.
 
 The frame is a chain of subqueries over the aggregated cells only:
 ``__r`` (rows: keys, arguments, record keys) → ``__c`` (aggregation) → ptable joins for
@@ -33,9 +41,9 @@ from sqlglot import exp
 from sqlsdc.catalog.ptables import KEY_MODULUS, PTableKey, PTableRef
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.guard.normal_form import STATISTIC
+from sqlsdc.guard.plan import ProtectedAggregate
 from sqlsdc.mechanisms.ckm import statistic_salt
 from sqlsdc.policy import AggregateKind, MagnitudeCkm, Method, Policy
-from sqlsdc.guard.plan import ProtectedAggregate
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, unit_count, when_present
 from sqlsdc.rewrite.threshold import at_least
 
@@ -304,7 +312,8 @@ class _Builder:
                 salted = exp.Mod(
                     this=exp.Paren(
                         this=exp.Add(
-                            this=prev(f"__k{i}"), expression=_number(statistic_salt(statistic(spec)))
+                            this=prev(f"__k{i}"),
+                            expression=_number(statistic_salt(statistic(spec))),
                         )
                     ),
                     expression=_number(KEY_MODULUS),

@@ -79,8 +79,8 @@ def test_small_counts_are_not_exact_from_constant_averages(ckm, raw_ckm):
         ).fetchall()
     )
     rows = ckm.execute(
-        "SELECT municipality, COUNT(*), SUM(1), AVG(1), SUM(CAST(age AS DOUBLE) * 0 + 1) FROM persons "
-        "WHERE age = 37 GROUP BY 1"
+        "SELECT municipality, COUNT(*), SUM(1), AVG(1), SUM(CAST(age AS DOUBLE) * 0 + 1) "
+        "FROM persons WHERE age = 37 GROUP BY 1"
     ).fetchall()
     for _m, count, total, mean, ones in rows:
         assert total == ones == count and mean in (1, None)
@@ -121,9 +121,7 @@ def test_averages_are_scaled_protected_averages(ckm, scaled, factor, shift):
 
 def test_shifted_sums_differ_by_the_protected_count_not_the_true_one(ckm, raw_ckm):
     truth = dict(
-        raw_ckm.execute(
-            "SELECT municipality, count(income) FROM persons GROUP BY 1"
-        ).fetchall()
+        raw_ckm.execute("SELECT municipality, count(income) FROM persons GROUP BY 1").fetchall()
     )
     rows = ckm.execute(
         "SELECT municipality, SUM(income + 1) - SUM(income), COUNT(income) FROM persons GROUP BY 1"

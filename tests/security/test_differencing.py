@@ -89,8 +89,9 @@ def test_padding_a_cell_with_one_target_rarely_gives_the_exact_income(ckm, raw_c
         m for (m,) in raw_ckm.execute("SELECT DISTINCT municipality FROM persons").fetchall()
     )
     cells = dict(
-        ckm.execute("SELECT municipality, SUM(income) FROM persons GROUP BY municipality")
-        .fetchall()
+        ckm.execute(
+            "SELECT municipality, SUM(income) FROM persons GROUP BY municipality"
+        ).fetchall()
     )
     targets = _unique_targets(raw_ckm, 60)
     assert len(targets) == 60
