@@ -414,7 +414,7 @@ def test_small_cells_parity_and_scrambled_keys_match_the_reference(tmp_path):
     document = demo_policy().document_dict()
     document["protection"]["magnitudes"] = {
         "method": "ckm",
-        "ptable": {"D": 6, "V": 1, "parity": True},
+        "ptable": {"D": 4, "V": 1, "step": 12, "parity": True},
         "flex": {"fp": 20000, "p_small": 0.2, "p_large": 0.05, "q": 2},
         "same_key": False,
         "small_cells": {"D": 2, "V": 0.5},
