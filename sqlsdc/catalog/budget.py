@@ -476,8 +476,15 @@ def _insert_cells(
     )  # fmt: skip
 
 
-def record_cells(con, *, user: str, policy_version: int, query_id: int,
-                 cells: Iterable[CellRecord], paid_by: Charge | None = None) -> None:
+def record_cells(
+    con,
+    *,
+    user: str,
+    policy_version: int,
+    query_id: int,
+    cells: Iterable[CellRecord],
+    paid_by: Charge | None = None,
+) -> None:
     """Cache the cells a query drew after its statistics were charged (nothing is spent here:
     the statistics are paid); ``paid_by``'s ledger row then counts them. Cells cached by an
     earlier or concurrent query of the same user are left as they are (the values are equal:

@@ -339,8 +339,13 @@ def copy_release(con, source_query_id: int, *, query_id: int, user: str, fingerp
 
 def audit_reason(error: BaseException) -> str:
     """The audit log's text for a refusal or failure: sqlsdc's own policy messages as they are,
-    anything else prefixed by its type (the log is for admins; analysts never read it)."""
-    return str(error) if isinstance(error, PolicyViolation) else f"{type(error).__name__}: {error}"
+    anything else prefixed by its type, with the engine's withheld text (``detail``) appended
+    (the log is for admins; analysts never read it)."""
+    if isinstance(error, PolicyViolation):
+        return str(error)
+    reason = f"{type(error).__name__}: {error}"
+    detail = getattr(error, "detail", None)
+    return f"{reason} [{detail}]" if detail else reason
 
 
 AUDIT_COLUMNS = (

@@ -31,6 +31,8 @@ from sqlsdc.guard.allowlist import (
     PROTECTED_AGGREGATES,
     describe,
 )
+from sqlsdc.guard.linear import LinearForm, NotLinear, is_constant, linear_form
+from sqlsdc.guard.normal_form import STATISTIC, normal_form
 from sqlsdc.guard.signatures import literal_refusal
 from sqlsdc.guard.totality import NUMERIC, TOTALITY_HINT, family, partiality
 from sqlsdc.policy import AggregateKind, ColumnRole, Method, Policy
@@ -497,8 +499,11 @@ class _Checker:
                 )
         if group:
             self._check_total(group, info.scope)
-        for aggregate in info.aggregates:
-            self._check_aggregate(aggregate, info, infos)
+        info.aggregates = [
+            checked
+            for aggregate in list(info.aggregates)
+            for checked in self._check_aggregate(aggregate, info, infos)
+        ]
         aggregate_ids = {id(n) for a in info.aggregates for n in a.walk()}
         for part in _clauses(select, "expressions", "having", "order"):
             for n in own_nodes(part):
@@ -512,11 +517,23 @@ class _Checker:
                         )
         self._check_filters(info, infos)
 
-    def _check_aggregate(self, aggregate: exp.AggFunc, info: ScopeInfo, infos) -> None:
+    def _check_aggregate(self, aggregate: exp.AggFunc, info: ScopeInfo, infos) -> list:
+        """Check one aggregate; return the aggregates that replace it in the tree.
+
+        SUM and AVG over confidential rows are normalised to their linear form first
+        (:mod:`sqlsdc.guard.linear`): ``SUM(a·x + b)`` becomes ``a·SUM(x) + b·COUNT(x)``,
+        ``AVG(a·x + b)`` becomes ``a·AVG(x) + b`` and an argument whose value does not depend on
+        a measure (``1``, ``income * 0``, ``age - age``, ``CASE WHEN c THEN 1 END``) becomes the
+        COUNT of the rows it is defined on, so that the mechanism only ever protects ``SUM(x)``
+        and ``COUNT(x)`` of a column as it is stored, and the constants are applied to the
+        protected values. Each protected aggregate gets its statistic's identity in
+        ``meta[STATISTIC]`` (the base columns of its value), which the cell key method uses to
+        give different statistics of the same rows independent noise.
+        """
         name = aggregate.sql_name().upper()
         if isinstance(aggregate, DP_AGGREGATES) and self._dp_magnitudes(aggregate, info, infos):
             self._check_total(aggregate.this, info.scope)  # the aggregate itself is rewritten
-            return
+            return [aggregate]
         if not isinstance(aggregate, PROTECTED_AGGREGATES):
             raise self.refuse(
                 f"{name} over confidential values is not allowed (no protection mechanism "
@@ -535,11 +552,11 @@ class _Checker:
                 raise self.refuse(f"{name}(DISTINCT ...) takes exactly one column")
             argument = argument.expressions[0]
         if isinstance(argument, exp.Star):
-            return
+            return [aggregate]
         lineage = self.lineage(argument, info.scope, infos)
         if isinstance(aggregate, exp.Count):
             if distinct and isinstance(_unwrap(argument), exp.Column) and self._is_unit(lineage):
-                return
+                return [aggregate]
             allowed = {ColumnRole.DIMENSION} if distinct else ROW_ROLES
             if lineage.roles - allowed:
                 raise self.refuse(
@@ -548,24 +565,41 @@ class _Checker:
                     "count rows with COUNT(*), units with COUNT(DISTINCT <privacy unit>), or "
                     "distinct values of a dimension",
                 )
-        else:
             if distinct:
-                raise self.refuse(f"{name}(DISTINCT ...) is not allowed", f"use {name}(...)")
-            if lineage.roles - ROW_ROLES:
-                raise self.refuse(
-                    f"{name} over {_role_text(lineage.roles - ROW_ROLES)} {_names(lineage)} "
-                    "is not allowed",
-                    "sum or average measures",
-                )
-            if lineage.row:
-                problem = self._nonlinear(argument, info.scope, infos)
-                if problem:
-                    raise self.refuse(
-                        f"{name}({argument.sql(DIALECT)[:80]}) is not a linear sum of columns "
-                        f"({problem})",
-                        _LINEAR_HINT,
-                    )
-        self._check_total(argument, info.scope)
+                aggregate.meta[STATISTIC] = "distinct:" + _names(lineage)
+            self._check_total(argument, info.scope)
+            return [aggregate]
+        if distinct:
+            raise self.refuse(f"{name}(DISTINCT ...) is not allowed", f"use {name}(...)")
+        if lineage.roles - ROW_ROLES:
+            raise self.refuse(
+                f"{name} over {_role_text(lineage.roles - ROW_ROLES)} {_names(lineage)} "
+                "is not allowed",
+                "sum or average measures",
+            )
+        if not lineage.row and not is_constant(argument):
+            raise self.refuse(
+                f"{name}({argument.sql(DIALECT)[:80]}) does not depend on a confidential "
+                "measure: it is a count of rows times a value",
+                "count the rows with COUNT(*) and multiply the protected count",
+            )
+        self._check_total(argument, info.scope)  # fail closed even on what normalising drops
+        problem = self._nonlinear(argument, info.scope, infos)
+        if isinstance(problem, str):
+            raise self.refuse(
+                f"{name}({argument.sql(DIALECT)[:80]}) is not a linear sum of columns ({problem})",
+                _LINEAR_HINT,
+            )
+        replacement, aggregates = normal_form(aggregate, problem)
+        for new in aggregates:
+            inner = new.this
+            if isinstance(inner, exp.Star):
+                continue
+            new.meta[STATISTIC] = _names(self.lineage(inner, info.scope, infos))
+            self._check_total(inner, info.scope)
+        if replacement is not aggregate:
+            aggregate.replace(replacement)
+        return aggregates
 
     def _dp_magnitudes(self, aggregate: exp.AggFunc, info: ScopeInfo, infos) -> bool:
         """Whether ``aggregate`` reads only measures of tables whose magnitudes use DP (which
@@ -577,64 +611,51 @@ class _Checker:
             self.policy.table(t).rule(AggregateKind.MAGNITUDES).method is Method.DP for t in tables
         )
 
-    def _nonlinear(self, node: exp.Expr, scope: Scope, infos) -> str | None:
-        """Why ``node`` is not linear in the measures, or None.
+    def _nonlinear(self, node: exp.Expr, scope: Scope, infos) -> LinearForm | str:
+        """The linear form ``a·x + b`` of a SUM/AVG argument, or why it has none.
 
-        Sums of transformed values defeat the minimum frequency: a power mean
-        ``SUM(POW(income, 50))`` reveals the largest income of any cell, and zero padding
+        Sums of transformed values defeat the minimum frequency and the magnitude noise: a
+        power mean ``SUM(POW(income, 50))`` reveals the largest income of any cell, zero padding
         (``CASE WHEN age > 90 THEN income ELSE 0 END``, ``COALESCE(income, 0)``) makes one
-        person's value a cell of many contributors. So the argument of SUM and AVG must be
-        built from measure and weight columns by addition, subtraction (also of constants),
-        multiplication by a
-        constant or a weight, division by a constant, numeric casts and a single-branch
-        ``CASE WHEN condition THEN ... END`` (a filter: other rows are NULL and do not count).
-        Numeric dimensions (e.g. age) may be summed and averaged like measures.
+        person's value a cell of many contributors, and a scale (``income * 0.001``) moves
+        every value under the flex function's threshold. So the argument must be built from one
+        measure or numeric dimension column — stored as it is, not computed in a derived table
+        — times constants, plus a constant, optionally times a weight, under single-branch
+        ``CASE WHEN condition THEN ... END`` filters (other rows are NULL and do not count); see
+        :func:`sqlsdc.guard.linear.linear_form`.
         """
-        node = _unwrap(node)
-        if isinstance(node, exp.Column):
-            roles = self.column_lineage(node, scope, infos).roles
-            ok = bool(roles) and roles <= ROW_ROLES and family(node) in NUMERIC
-            return None if ok else f"{node.sql(DIALECT)} is not a numeric measure or dimension"
-        if isinstance(node, (exp.Add, exp.Sub)):
-            terms = [t for t in (node.left, node.right) if not _is_constant(t)]
-            for term in terms:
-                problem = self._nonlinear(term, scope, infos)
-                if problem:
-                    return problem
-            return None
-        if isinstance(node, exp.Neg):
-            return self._nonlinear(node.this, scope, infos)
-        if isinstance(node, (exp.Cast, exp.TryCast)) and node.to.is_type(
-            *exp.DataType.NUMERIC_TYPES
-        ):
-            return self._nonlinear(node.this, scope, infos)
-        if isinstance(node, exp.Mul):
-            for factor, other in ((node.left, node.right), (node.right, node.left)):
-                if _is_constant(factor) or self._is_weight(factor, scope, infos):
-                    return self._nonlinear(other, scope, infos)
-            return "a product of two values that are not a constant or a weight"
-        if isinstance(node, exp.Div):
-            if _is_constant(node.right):
-                return self._nonlinear(node.left, scope, infos)
-            return "division by a value that is not a constant"
-        if isinstance(node, exp.Case):
-            ifs = node.args.get("ifs") or []
-            default = node.args.get("default")
-            if len(ifs) == 1 and (default is None or isinstance(_unwrap(default), exp.Null)):
-                return self._nonlinear(ifs[0].args["true"], scope, infos)
-            return "CASE with more than one branch or an ELSE pads the cell with other values"
-        if isinstance(node, exp.If):
-            false = node.args.get("false")
-            if false is None or isinstance(_unwrap(false), exp.Null):
-                return self._nonlinear(node.args["true"], scope, infos)
-            return "IF with an ELSE value pads the cell with other values"
-        return f"{describe(node)} transforms the values"
 
-    def _is_weight(self, node: exp.Expr, scope: Scope, infos) -> bool:
-        node = _unwrap(node)
-        return isinstance(node, exp.Column) and self.column_lineage(node, scope, infos).roles == {
-            ColumnRole.WEIGHT
-        }
+        def kind(column: exp.Column) -> str:
+            roles = self.column_lineage(column, scope, infos).roles
+            if not self._stored(column, scope):
+                raise NotLinear(
+                    f"{column.sql(DIALECT)} is computed in a derived table; compute it inside "
+                    "the aggregate instead"
+                )
+            if roles == {ColumnRole.WEIGHT}:
+                return "weight"
+            if roles and roles <= ROW_ROLES and family(column) in NUMERIC:
+                return "value"
+            raise NotLinear(f"{column.sql(DIALECT)} is not a numeric measure or dimension")
+
+        try:
+            return linear_form(node, kind)
+        except NotLinear as problem:
+            return str(problem)
+
+    def _stored(self, column: exp.Column, scope: Scope) -> bool:
+        """Whether ``column`` is a base table's column, passed unchanged through any derived
+        tables and CTEs on the way (a value computed there would hide its scale)."""
+        source = scope.sources.get(column.table)
+        if isinstance(source, exp.Table):
+            return True
+        if not isinstance(source, Scope) or not isinstance(source.expression, exp.Select):
+            return False
+        for projection in source.expression.expressions:
+            if projection.alias_or_name == column.name:
+                inner = _unwrap(projection.unalias())
+                return isinstance(inner, exp.Column) and self._stored(inner, source)
+        return False
 
     def _dimensions(self, lineage: Lineage) -> str:
         tables = {t for t, _ in lineage.sources}
@@ -737,10 +758,6 @@ _LINEAR_HINT = (
     "WHERE or CASE WHEN condition THEN measure END; other transformations need a mechanism "
     "such as CKM or DP"
 )
-
-
-def _is_constant(node: exp.Expr) -> bool:
-    return not any(isinstance(n, (exp.Column, exp.Subquery, exp.Select)) for n in node.walk())
 
 
 def _names(lineage: Lineage) -> str:

@@ -82,8 +82,7 @@ def resolve_domains(stages, run: Callable[[str], pa.Table]) -> Domains:
             out[stage.relation] = None if stage.domains is None else []
             continue
         out[stage.relation] = [
-            list(d) if isinstance(d, tuple) else run(d).column(0).to_pylist()
-            for d in stage.domains
+            list(d) if isinstance(d, tuple) else run(d).column(0).to_pylist() for d in stage.domains
         ]
     return out
 

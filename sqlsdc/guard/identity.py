@@ -283,7 +283,7 @@ class _Block:
             for i, (kind, value) in enumerate(self.relations):
                 base = value if kind == "table" else "q" + _sha(texts[i])[:16]
                 if texts.count(texts[i]) > 1:
-                    base += f"#{texts[:i + 1].count(texts[i])}"
+                    base += f"#{texts[: i + 1].count(texts[i])}"
                 self.labels.append(base)
         return self.labels[index]
 

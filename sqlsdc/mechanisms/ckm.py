@@ -10,6 +10,7 @@ intervals [lo, hi).
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -55,6 +56,30 @@ class Lookup:
         weight = (a - below) / (above - below) if above > below else 0.0
         low, high = self.value(kind, below, key), self.value(kind, above, key)
         return (1 - weight) * low + weight * high
+
+
+def statistic_salt(statistic: str) -> int:
+    """The key offset of one statistic: the first 32 bits of BLAKE2b(``statistic``).
+
+    The cell key ``Σ rkey mod 2^32`` belongs to a set of records; every statistic of that set
+    would share its noise. A count and a sum, or the sums of two columns, then move together,
+    and their difference or ratio cancels the noise (``SUM(income * weight) / SUM(income)`` of a
+    one-person cell is exactly the weight when both contributions sit below the flex function's
+    threshold; ``COUNT(*) − COUNT(DISTINCT municipality)`` is exact when both counts use the
+    last ptable row). So a magnitude looks its noise up with the key ``(ckey + salt) mod 2^32``
+    and a distinct count of a dimension likewise, the salt being this hash of what is measured
+    (``sum:persons.income``, ``distinct:persons.municipality``), not of how the query wrote it:
+    the same statistic of the same records always gets the same noise. The salt is public; the
+    record keys it is added to are not, so the salted key is as uniform and as secret as the
+    cell key. Counts of rows and of units are one statistic of their records and keep the
+    unsalted key (``COUNT(income)`` equals ``COUNT(*)`` when income is never NULL).
+    """
+    return int.from_bytes(hashlib.blake2b(statistic.encode()).digest()[:4], "big")
+
+
+def magnitude_key(cell_key: int, statistic: str) -> int:
+    """The key a magnitude's ptable lookups start from (before scrambling)."""
+    return (cell_key + statistic_salt(statistic)) % 2**KEY_BITS
 
 
 def perturb_count(n: int, key: int, counts: Lookup, max_i: float) -> int:

@@ -488,6 +488,21 @@ def magnitude_ptable(
     return create_ptable(PTableParams(D, V, js, pstay, optim, mono, "nums", step, icat, type))
 
 
+def exact_difference_probability(table: PTable) -> float:
+    """The largest chance, over the rows i >= 1, that two cells draw the same noise: Σ_v p(v)².
+
+    Differencing (Geyer et al., PSD 2022, §6.4): two cells whose populations differ by one unit
+    and share their largest contributor have the same amplitude x_δ; with independent cell keys
+    their noises x_δ·v_A and x_δ·v_B are equal with probability Σ p(v)² of the row used, and then
+    the difference of the published sums is that unit's exact value. (Both cells unchanged is
+    the part p(0)² of it.) A magnitude ptable on the integer grid (step 1) with V = 1 has
+    p(0) ≈ 0.40 and Σ p² ≈ 0.28 (0.31 in row 1); on a grid of 1/step the mass spreads over step
+    times as many values and Σ p² falls roughly like 1/(2·√(π·V)·step): D 4, V 1, step 12 gives
+    0.024 in its last row (p(0) = 0.033) and 0.038 in row 1.
+    """
+    return max(sum(r.p**2 for r in table.row(i)) for i in table.classes if i > 0)
+
+
 def small_cells_ptable() -> PTable:
     """The separation ptable of ``pt_ex_nums(separation = TRUE)``, labelled as cellKey does."""
     return magnitude_ptable(5, 1, optim=(4, 1, 1), step=5, icat=(1, 3, 5), type="small_cells")

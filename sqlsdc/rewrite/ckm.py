@@ -14,8 +14,16 @@ built from the cell's ``top_k`` largest contributions x_j (by absolute value, fo
 aggregates ``MAX(ABS(x))`` and ``MAX(ABS(x), k)``), one after the other; step j looks up v in the
 magnitude ptable at ``a = |x_j / x_delta_j|`` (interpolated between rows, capped at the last row)
 with the j-th scrambled cell key and adds ``sign(x̂)·|x_delta_j|·sign(v)·(μ_c + |v|)``, never
-flipping the sign of the running value. AVG is the protected sum over the protected count; with
-mean-before-sum (Geyer et al. §2) the published sum is ``x̂·n̂/n`` so that the mean is ``x̂/n``.
+flipping the sign of the running value. A magnitude's key is the cell key plus the salt of its
+statistic (:func:`sqlsdc.mechanisms.ckm.statistic_salt`), so different statistics of the same
+records get independent noise; so does a distinct count of a dimension.
+
+AVG is the protected sum over the protected count, n being the rows summed (on a join, those of
+:attr:`CellPlan.row_source`) and n̂ its CKM count. With mean-before-sum (Geyer et al., PSD 2022,
+§6.1(c), "MBS") the published sum is ``x̂·n̂/n`` and the published mean ``x̂/n`` — equal to the
+published sum over the published count; without it they are ``x̂`` and ``x̂/n̂``. The guard has
+already reduced every argument to one stored column (:mod:`sqlsdc.guard.normal_form`), so the
+scale of x is the data's, not the analyst's.
 
 The frame is a chain of subqueries over the aggregated cells only:
 ``__r`` (rows: keys, arguments, record keys) → ``__c`` (aggregation) → ptable joins for
@@ -32,6 +40,9 @@ from sqlglot import exp
 
 from sqlsdc.catalog.ptables import KEY_MODULUS, PTableKey, PTableRef
 from sqlsdc.errors import PolicyViolation
+from sqlsdc.guard.normal_form import STATISTIC
+from sqlsdc.guard.plan import ProtectedAggregate
+from sqlsdc.mechanisms.ckm import statistic_salt
 from sqlsdc.policy import AggregateKind, MagnitudeCkm, Method, Policy
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, unit_count, when_present
 from sqlsdc.rewrite.threshold import at_least
@@ -157,11 +168,14 @@ class _Builder:
                 agg.append("expressions", exp.alias_(exp.Sum(this=argument), f"__a{i}"))
             else:
                 agg.append("expressions", exp.alias_(self._rebuilt(aggregate, argument), f"__a{i}"))
-            if method is not Method.CKM or spec.kind is AggregateKind.MAGNITUDES:
+            if method is not Method.CKM:
                 counted = unit_count(argument, units if plan.units is not None else None)
-                agg.append("expressions", exp.alias_(counted, f"__n{i}"))  # a CKM count's is n
+                agg.append("expressions", exp.alias_(counted, f"__n{i}"))
+            elif spec.kind is AggregateKind.MAGNITUDES:  # a CKM count's n is __a
+                counted = unit_count(argument, self._summed_units(i, units))
+                agg.append("expressions", exp.alias_(counted, f"__n{i}"))
             if method is Method.CKM:
-                key = self._cell_key(argument, spec.argument)
+                key = self._cell_key(argument, spec)
                 agg.append("expressions", exp.alias_(key, f"__k{i}"))
             if method is Method.CKM and spec.kind is AggregateKind.MAGNITUDES:
                 for j in range(1, self._magnitude(i).top_k + 1):
@@ -170,6 +184,29 @@ class _Builder:
         if self.count_rule.method is Method.CKM:
             agg.append("expressions", exp.alias_(self._cell_key(None, None), "__kn"))
         return agg
+
+    def _summed_units(self, i: int, units: list[exp.Expr]) -> list[exp.Expr] | None:
+        """The units whose rows a magnitude sums: its contributor count n, the denominator of
+        AVG and of the mean-before-sum adjustment, must count the rows summed, not the units of
+        another table of the join (``AVG(p.income)`` over persons ⋈ households divides by the
+        persons). None: every row is its own unit. Those are the rows of the table the join's
+        rows are (:attr:`CellPlan.row_source`), else of the one table the argument reads."""
+        plan = self.plan
+        if plan.units is None:
+            return None
+        if plan.row_source is not None:
+            return [units[plan.row_source]]
+        table = statistic(plan.aggregates[i]).split(":", 1)[1].split(".", 1)[0]
+        positions = [t for t, name in enumerate(plan.tables) if name == table]
+        if len(positions) != 1:
+            raise PolicyViolation(
+                "the cell key method cannot tell whose rows this sum or average adds up "
+                f"({self.cells.aggregates[i].sql('duckdb')})",
+                "join the other tables many-to-one onto their keys (e.g. persons p JOIN "
+                "households h ON p.household_id = h.household_id)",
+                self.cells.select.sql("duckdb"),
+            )
+        return [units[positions[0]]]
 
     @staticmethod
     def _rebuilt(aggregate: exp.AggFunc, argument: exp.Expr | None) -> exp.AggFunc:
@@ -182,12 +219,14 @@ class _Builder:
             rebuilt.set("this", argument)
         return rebuilt
 
-    def _cell_key(self, argument: exp.Expr | None, spec_argument: exp.Expr | None) -> exp.Expr:
+    def _cell_key(self, argument: exp.Expr | None, aggregate=None) -> exp.Expr:
         """``SUM(rkey) % 2^32`` over the records counted: the rows of a single table, of the
         table whose rows the join's rows are (:attr:`CellPlan.row_source`), or the distinct
         units of the counted unit (``COUNT(DISTINCT unit)``) or, failing those, of every table.
-        The same records give the same key, whichever tables the query joins to them."""
+        The same records give the same key, whichever tables the query joins to them.
+        ``aggregate`` is the plan's aggregate (None: the group's count of units)."""
         plan = self.plan
+        spec_argument = aggregate.argument if aggregate is not None else None
         rkeys = [exp.column(f"__rk{t}", "__r") for t in range(len(plan.rkeys))]
         counted = [t for t, unit in enumerate(plan.units or []) if unit == spec_argument]
         if plan.units is None:
@@ -206,6 +245,12 @@ class _Builder:
             for part in parts[1:]:
                 total = exp.Add(this=total, expression=part)
         total = exp.Coalesce(this=total, expressions=[exp.Literal.number(0)])
+        if (
+            aggregate is not None
+            and isinstance(aggregate.node.this, exp.Distinct)
+            and STATISTIC in aggregate.node.meta
+        ):
+            total = exp.Add(this=total, expression=_number(statistic_salt(statistic(aggregate))))
         return exp.Mod(this=exp.Paren(this=total), expression=exp.Literal.number(KEY_MODULUS))
 
     def _top(self, i: int, j: int) -> exp.Expr:
@@ -288,6 +333,16 @@ class _Builder:
             if spec.kind is AggregateKind.MAGNITUDES:
                 start = exp.cast(prev(f"__a{i}"), "DOUBLE")
                 select.append("expressions", exp.alias_(start, f"__o{i}_0"))
+                salted = exp.Mod(
+                    this=exp.Paren(
+                        this=exp.Add(
+                            this=prev(f"__k{i}"),
+                            expression=_number(statistic_salt(statistic(spec))),
+                        )
+                    ),
+                    expression=_number(KEY_MODULUS),
+                )
+                select.append("expressions", exp.alias_(salted, f"__q{i}"))
             select.append("expressions", exp.alias_(_any(faults), f"__e{i}_0"))
         return select
 
@@ -431,7 +486,7 @@ class _Builder:
             ifs=[exp.If(this=uses_small.copy(), true=exp.Literal.string("all"))], default=kind
         )
         a, low_row, high_row = prev(f"__pa{i}_{j}"), prev(f"__pl{i}_{j}"), prev(f"__ph{i}_{j}")
-        key = _scrambled(prev(f"__k{i}"), j - 1 + (0 if m.same_key else 1))
+        key = _scrambled(prev(f"__q{i}"), j - 1 + (0 if m.same_key else 1))
         values = []
         for suffix, row in (("lo", low_row), ("hi", high_row)):
             alias = f"__pm{i}_{j}{suffix}"
@@ -594,6 +649,16 @@ class _Builder:
         if m.small_cells is None:
             return None
         return ptable_ref(self.ptables, ("small_cells", m.small_cells))
+
+
+def statistic(aggregate: ProtectedAggregate) -> str:
+    """What an aggregate measures, independent of its rows: ``sum:persons.income``,
+    ``distinct:persons.municipality`` (the guard's normal form records the base columns)."""
+    kind = "distinct" if isinstance(aggregate.node.this, exp.Distinct) else "sum"
+    columns = aggregate.node.meta.get(STATISTIC)
+    if columns is None:
+        columns = (aggregate.argument or exp.Star()).sql("duckdb")
+    return f"{kind}:{columns.removeprefix('distinct:')}"
 
 
 def _separation_point(m: MagnitudeCkm, small: PTableRef | None) -> float:

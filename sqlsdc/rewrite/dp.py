@@ -288,8 +288,14 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
         relation=relation,
         sql=to_sql(_with_ctes(exact, rows, ctes)),
         histograms=tuple(
-            (name, to_sql(_with_ctes(_histogram_cells(rows, n_keys, b, settings,
-                                                      ranked=not one_row), rows, ctes)))
+            (
+                name,
+                to_sql(
+                    _with_ctes(
+                        _histogram_cells(rows, n_keys, b, settings, ranked=not one_row), rows, ctes
+                    )
+                ),
+            )
             for name, b in histograms
         ),
         table=table.name,

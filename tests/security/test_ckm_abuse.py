@@ -95,3 +95,59 @@ def test_joins_that_can_repeat_rows_keep_distinct_cell_keys(ckm, on):
     except sqlsdc.PolicyViolation:
         return  # refused is safe too
     assert protected.count("SUM(DISTINCT") == 2
+
+
+def test_a_count_and_a_distinct_count_do_not_share_noise(ckm, raw_ckm):
+    """COUNT(*) − COUNT(DISTINCT municipality) must not be the exact difference (both counts
+    use the last ptable row, so one key would give both the same noise)."""
+    sql = (
+        "SELECT region, COUNT(*) - COUNT(DISTINCT municipality), "
+        "COUNT(*) - COUNT(DISTINCT age), COUNT(*) - COUNT(DISTINCT person_id) "
+        "FROM persons GROUP BY region"
+    )
+    truth = {r: tuple(v) for r, *v in raw_ckm.execute(sql).fetchall()}
+    got = {r: tuple(v) for r, *v in ckm.execute(sql).fetchall()}
+    exact = [r for r in got if got[r][:2] == truth[r][:2]]
+    assert len(exact) <= 1
+    assert all(v[2] == 0 for v in got.values())  # one statistic: the units are the rows
+
+
+def test_sums_of_different_columns_do_not_share_noise(ckm, raw_ckm):
+    """SUM(income * weight) / SUM(income) of a one-person cell must not be its exact weight."""
+    sql = (
+        "SELECT municipality, age, sex, occupation, {} FROM persons "
+        "WHERE income IS NOT NULL GROUP BY ALL"
+    )
+    truth = {
+        tuple(k): w
+        for *k, n, w in raw_ckm.execute(sql.format("count(*), any_value(weight)")).fetchall()
+        if n == 1
+    }
+    got = {
+        tuple(k): r
+        for *k, r in ckm.execute(sql.format("SUM(income * weight) / SUM(income)")).fetchall()
+    }
+    exact = [k for k, w in truth.items() if got.get(k) is not None and abs(got[k] - w) < 1e-6]
+    assert len(truth) > 100 and len(exact) <= 0.05 * len(truth)
+
+
+def test_the_same_statistic_gets_the_same_noise_however_it_is_written(ckm):
+    """Salts follow what is measured (base columns), not the text: no averaging over rewrites."""
+    forms = [
+        "SUM(income)",
+        "SUM(p.income)",
+        "SUM(CAST(income AS DOUBLE))",
+        "SUM(CASE WHEN TRUE THEN income END)",
+        "SUM(income + 0)",
+        "SUM(income * 1)",
+    ]
+    values = set()
+    for form in forms:
+        sql = f"SELECT region, {form} FROM persons p GROUP BY region ORDER BY region"
+        values.add(tuple(round(v, 6) for _r, v in ckm.execute(sql).fetchall()))
+    derived = ckm.execute(
+        "SELECT region, SUM(x) FROM (SELECT region, income AS x FROM persons) s "
+        "GROUP BY region ORDER BY region"
+    ).fetchall()
+    values.add(tuple(round(v, 6) for _r, v in derived))
+    assert len(values) == 1

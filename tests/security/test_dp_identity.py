@@ -255,9 +255,11 @@ def test_identity_is_the_same_for_the_same_population(a, b):
             "GROUP BY region",
         ),
         (
-            "SELECT region, COUNT(*) FROM t WHERE region IN (SELECT region FROM u WHERE name = 'a') "
+            "SELECT region, COUNT(*) FROM t WHERE region IN "
+            "(SELECT region FROM u WHERE name = 'a') "
             "GROUP BY region",
-            "SELECT region, COUNT(*) FROM t WHERE region IN (SELECT region FROM u WHERE name = 'b') "
+            "SELECT region, COUNT(*) FROM t WHERE region IN "
+            "(SELECT region FROM u WHERE name = 'b') "
             "GROUP BY region",
         ),
         (
