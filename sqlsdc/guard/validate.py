@@ -13,8 +13,8 @@ Then it proves, per protected-cells subquery, that what leaves it is protected:
   accuracies ``__sd<i>``/``__hw<i>``, the protected group count ``__cn`` — and true values only
   under the threshold rule's own guard: a true aggregate ``__a<i>`` as the only branch of
   ``CASE WHEN __n<i> >= k``, a true unit count only in ``__n >= k``, with k at least the
-  policy's minimum frequency; true aggregates of DP cells are noisy already (they come from
-  the registered noisy relation, never from a table).
+  policy's minimum frequency. Frames that read no confidential table (DP's registered noisy
+  cells, a stored suppression pattern) hold protected values only.
 
 A failure here is a bug in an earlier pass, so the query is refused rather than run.
 """
@@ -75,7 +75,7 @@ TRUE_UNIT_COUNT = re.compile(r"__n(\d*)")
 
 def prove_cells(cells: exp.Subquery, ctes: dict[str, exp.CTE], policy: Policy) -> None:
     """Prove that the query around ``cells`` reads only protected values from it."""
-    noisy = _reads_noisy_relation(cells)
+    confidential = False
     for table in cells.find_all(exp.Table):
         if _catalog_lookup(table) or _noisy_cells(table):
             continue
@@ -83,6 +83,9 @@ def prove_cells(cells: exp.Subquery, ctes: dict[str, exp.CTE], policy: Policy) -
         reads_rows = table.name.lower() in ctes or (declared is not None and not declared.is_public)
         if reads_rows and not _aggregated_between(table, cells):
             raise InternalError(f"rows of {table.name} leave protected cells unaggregated")
+        confidential |= reads_rows
+    if not confidential:  # DP's noisy cells, a stored suppression pattern, public data
+        return
     k = _min_frequency(cells, ctes, policy)
     consumer = cells.parent.parent if isinstance(cells.parent, exp.From) else None
     if not isinstance(consumer, exp.Select):
@@ -95,19 +98,17 @@ def prove_cells(cells: exp.Subquery, ctes: dict[str, exp.CTE], policy: Policy) -
         stack.extend(node.iter_expressions())
         if isinstance(node, exp.Star) and node.parent is consumer:
             raise InternalError("a select * over protected cells would release every column")
-        if isinstance(node, exp.Column) and node.table == CELLS and not _released(node, noisy, k):
+        if isinstance(node, exp.Column) and node.table == CELLS and not _released(node, k):
             raise InternalError(f"{node.name} of protected cells is not a protected value")
         if isinstance(node, exp.Column) and not node.table and node.name.startswith("__"):
             raise InternalError(f"unqualified internal column {node.name} over protected cells")
 
 
-def _released(column: exp.Column, noisy: bool, k: int) -> bool:
+def _released(column: exp.Column, k: int) -> bool:
     name = column.name
     if RELEASED.fullmatch(name):
         return True
     true_aggregate = TRUE_AGGREGATE.fullmatch(name)
-    if true_aggregate and noisy:
-        return True
     if true_aggregate:
         branch = column.parent
         case = branch.parent if isinstance(branch, exp.If) else None
@@ -134,17 +135,6 @@ def _guard_of(condition: exp.Expr, k: int) -> str | None:
     if bound.is_string or float(bound.this) < k:
         return None
     return match.group(1)
-
-
-def _reads_noisy_relation(cells: exp.Subquery) -> bool:
-    body = cells.this
-    source = body.args.get("from_") if isinstance(body, exp.Select) else None
-    return (
-        source is not None
-        and isinstance(source.this, exp.Table)
-        and source.this.name.startswith(RELATION_PREFIX)
-        and not body.args.get("joins")
-    )
 
 
 def _aggregated_between(node: exp.Expr, boundary: exp.Expr) -> bool:

@@ -66,8 +66,6 @@ REPEATED_MEASURES = [
     "ON p.household_id = h.household_id GROUP BY h.tenure",
     "SELECT tenure, SUM(size) FROM (SELECT h.tenure, h.size FROM persons p JOIN households h "
     "ON p.household_id = h.household_id) x GROUP BY tenure",
-    "SELECT tenure, SUM(s) FROM (SELECT h.tenure, CAST(h.size AS DOUBLE) * 2 AS s FROM persons p "
-    "JOIN households h ON p.household_id = h.household_id) x GROUP BY tenure",
 ]
 
 
