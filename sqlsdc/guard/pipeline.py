@@ -8,26 +8,26 @@ cannot prove safe raises :class:`~sqlsdc.PolicyViolation`; there is no fallback 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from sqlglot import exp
 
 from sqlsdc.errors import Error, InternalError
-from sqlsdc.guard.analyze import Analysis, Kind, analyze
-from sqlsdc.guard.multiplicity import prove_multiplicity
 from sqlsdc.guard.parse import bind_parameters, output_names, parse_statement
-from sqlsdc.guard.plan import plan_query
 from sqlsdc.guard.resolve import check_tables, qualify_tree
 from sqlsdc.guard.validate import validate_release
 from sqlsdc.mechanisms.accountant import PrivacyCost, compose
+from sqlsdc.planner.analyze import Analysis, Kind, analyze
+from sqlsdc.planner.identity import aggregation_identity, describe_scope
+from sqlsdc.planner.multiplicity import prove_multiplicity
+from sqlsdc.planner.plan import plan_query
 from sqlsdc.policy import AggregateKind, Method, Policy
 from sqlsdc.rewrite.cells import HALF_WIDTH_PREFIX, SD_PREFIX, STATUS_PREFIX, protect_cells
-from sqlsdc.rewrite.ckm import PTableKey, PTableRef, ckm_frame
-from sqlsdc.rewrite.dp import DpStage, dp_frame
-from sqlsdc.rewrite.round import round_frame
-from sqlsdc.rewrite.suppress import suppress_frame
-from sqlsdc.rewrite.threshold import threshold_frame
+from sqlsdc.rewrite.ckm import PTableKey, PTableRef
+from sqlsdc.rewrite.dp import DpStage
+from sqlsdc.rewrite.registry import RewriteContext, frame_builders
 
 DIALECT = "duckdb"
 
@@ -87,6 +87,7 @@ class ProtectedQuery:
     suppressed: tuple[str, ...] = ()  # tables whose protected universe the SQL reads
     dp_stages: tuple[DpStage, ...] = ()  # DP aggregations: exact cells, noised before the SQL
     accuracy_columns: dict[int, tuple[str, str]] = field(default_factory=dict)  # sd, half-width
+    population: str = ""  # canonical identity of what the result tabulates (ledger cell key)
 
     @property
     def dp_cost(self) -> PrivacyCost:
@@ -159,14 +160,8 @@ def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
     prove_multiplicity(analysis, context.policy, context.unique_columns, sql)
     plan = plan_query(analysis, context.policy, context.unit_per_row)
     stages: dict[int, DpStage] = {}  # by id of the aggregation in ``tree``
-    builders = {
-        Method.THRESHOLD: threshold_frame,
-        Method.CKM: ckm_frame(context.policy, context.ptables),
-        Method.SUPPRESS: suppress_frame(context.policy),
-        Method.DP: dp_frame(context.policy, stages, context.to_sql),
-        Method.ROUND: round_frame,
-    }
-    protected = protect_cells(tree, plan, builders)
+    rewrite = RewriteContext(context.policy, context.ptables, stages, context.to_sql)
+    protected = protect_cells(tree, plan, frame_builders(rewrite))
     protected = _rename_outputs(protected, names)
     validate_release(protected, context.policy)
     text = context.to_sql(protected)
@@ -192,6 +187,7 @@ def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
         accuracy_columns=accuracy,
         dp_stages=tuple(stages.values()),
         fingerprint=hashlib.sha256(text.encode()).hexdigest()[:16],
+        population=_population(analysis),
         tables=tuple(tables),
         tree=protected,
         suppressed=tuple(
@@ -204,6 +200,18 @@ def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
             )
         ),
     )
+
+
+def _population(analysis: Analysis) -> str:
+    """The canonical identity of the query's result: of its aggregation (population, keys and
+    aggregates written on base columns, whatever the aliases, CTEs or conjunct order) when the
+    result is one, else of the whole query. With the key values of a row it identifies a
+    released cell in the ledger, so that cells of different populations never share a key."""
+    root = analysis.root
+    if root.kind is Kind.AGGREGATE:
+        return aggregation_identity(root.scope, aggregates=root.aggregates).digest
+    text = json.dumps(describe_scope(root.scope), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _first_select(tree: exp.Expr) -> exp.Select:

@@ -98,7 +98,8 @@ def dp_accuracy(result: pa.Table, query: ProtectedQuery) -> pd.DataFrame | None:
 
 
 def record_release(con, result: pa.Table, query: ProtectedQuery, query_id: int, user: str) -> None:
-    """Write one ledger row per released protected cell (identity: the row's key values)."""
+    """Write one ledger row per released protected cell; its identity is the query's canonical
+    population (:func:`sqlsdc.planner.identity.aggregation_identity`) and the row's key values."""
     keys = tuple((c.name, i) for i, c in enumerate(query.columns) if not c.released)
     status_positions = {i: result.column_names.index(c) for i, c in query.status_columns.items()}
     cells = tuple(
@@ -108,7 +109,7 @@ def record_release(con, result: pa.Table, query: ProtectedQuery, query_id: int, 
     )
     if not cells:
         return
-    statement = store.ledger_insert(query.tables, keys, cells)
+    statement = store.ledger_insert(query.tables, keys, cells, query.population or None)
     store.record_release(
         con, result, statement, query_id=query_id, user=user, fingerprint=query.fingerprint
     )

@@ -16,7 +16,7 @@ from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
 
 from sqlsdc.errors import PolicyViolation
-from sqlsdc.guard.allowlist import RESERVED_PREFIX
+from sqlsdc.planner.allowlist import RESERVED_PREFIX
 from sqlsdc.policy import ColumnRole, Policy
 
 DIALECT = "duckdb"

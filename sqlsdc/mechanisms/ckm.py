@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sqlsdc.policy import MagnitudeCkm
+from sqlsdc.mechanisms.parameters import MagnitudeCkm
 
 KEY_BITS = 32
 

@@ -15,7 +15,7 @@ a JSON document with sorted keys and no whitespace,
      "mechanism": CALIBRATION, "scope": SCOPE, "table": TABLE, "v": 1}
 
 - TABLE: the confidential table tabulated, SCOPE: the canonical population
-  (:attr:`sqlsdc.guard.identity.Population.text`: relations, join graph and every predicate,
+  (:attr:`sqlsdc.planner.identity.Population.text`: relations, join graph and every predicate,
   derived tables and CTEs included), DATA_VERSION: a version of the data (``""`` if the data
   never change; see below).
 - MEASURE: the canonical measure on base columns (``"*"`` for rows and units,

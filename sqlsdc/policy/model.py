@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from sqlsdc.mechanisms.accountant import PrivacyCost
+from sqlsdc.mechanisms.parameters import MagnitudeCkm, PTableSpec
 
 DEFAULT_MIN_FREQUENCY = 10
 DEFAULT_STATEMENT_TIMEOUT = 300.0  # seconds (``limits.statement_timeout_seconds``)
@@ -83,52 +84,6 @@ class SecondaryMethod(StrEnum):
     GAUSS = "gauss"
     OPTIMAL = "optimal"
     HITAS = "hitas"
-
-
-@dataclass(frozen=True)
-class PTableSpec:
-    """Parameters of a maximum-entropy perturbation table (R package ``ptable``, τ-ARGUS).
-
-    D: maximum deviation; V: noise variance; js: no positive count <= js is published;
-    pstay: minimum probability of no change; step: steps per unit of a magnitude table;
-    parity: separate tables for cells with an even and an odd number of contributors.
-    """
-
-    D: int
-    V: float
-    js: int = 0
-    pstay: float | None = None
-    optim: int = 1
-    mono: bool = True
-    step: int = 1
-    parity: bool = False
-
-    def as_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
-@dataclass(frozen=True)
-class MagnitudeCkm:
-    """Magnitude cell-key parameters (cellKey ``ck_params_nums`` with ``ck_flexparams``).
-
-    The noise of a cell is built from its ``top_k`` largest contributions x_j: amplitude
-    x_j·m(|x_j|) from the flex function (fp, p_small, p_large, q), weighted by epsilon_j when a
-    cell is smaller than that amplitude; sensitive cells (fewer than ``sensitive_below``
-    contributors) get the extra amount ``mu_c``; ``small_cells`` is the separate ptable for
-    contributions below the separation point z_s.
-    """
-
-    top_k: int
-    fp: float
-    p_small: float
-    p_large: float
-    q: float = 3.0
-    epsilon: tuple[float, ...] = (1.0,)
-    mu_c: float = 0.0
-    sensitive_below: int = 0
-    same_key: bool = True
-    mean_before_sum: bool = True
-    small_cells: PTableSpec | None = None
 
 
 @dataclass(frozen=True)

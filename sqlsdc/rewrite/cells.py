@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from sqlsdc.errors import PolicyViolation
-from sqlsdc.guard.analyze import own_nodes
-from sqlsdc.guard.plan import CellPlan, QueryPlan
+from sqlsdc.planner.analyze import own_nodes
+from sqlsdc.planner.plan import CellPlan, QueryPlan
 from sqlsdc.policy import Method
 
 CELLS = "__cells"
@@ -66,15 +66,13 @@ FrameBuilder = Callable[[Cells, dict[int, exp.Expr]], Frame]
 def protect_cells(tree: exp.Expr, plan: QueryPlan, builders: dict[Method, FrameBuilder]):
     """Return a protected copy of ``tree``; ``plan`` refers to nodes of ``tree``, left unchanged.
 
-    ``builders`` maps a protection method to the module that builds its frame; an aggregation
-    with any CKM aggregate is built by the CKM builder (which protects the others too), one with
-    any suppressed, DP or rounded aggregate by that builder (which refuses the others; rounding
-    accepts threshold aggregates). When any aggregation is noisy (DP), the result carries the
-    noise's standard deviation and 95% half-width per position next to the status columns.
-    An aggregation without aggregates releases its groups by its tables' count method: a
-    protected count whose value is hidden.
+    ``builders`` maps a protection method to the module that builds its frame
+    (:mod:`sqlsdc.rewrite.registry`); each aggregation is built by the builder of the method
+    the planner chose for it (:func:`sqlsdc.planner.plan.choose_mechanism`). When any
+    aggregation is noisy (DP), the result carries the noise's standard deviation and 95%
+    half-width per position next to the status columns.
     """
-    noisy = any(Method.DP in _methods(c) for c in plan.cells)
+    noisy = any(c.mechanism is Method.DP for c in plan.cells)
     copy = tree.copy()
     twin = {id(a): b for a, b in zip(tree.walk(), copy.walk(), strict=True)}
     for exposure in plan.exposures:
@@ -88,29 +86,13 @@ def protect_cells(tree: exp.Expr, plan: QueryPlan, builders: dict[Method, FrameB
             [twin[id(g)] for g in cell_plan.groupings],
             [twin[id(a.node)] for a in cell_plan.aggregates],
         )
-        methods = _methods(cell_plan)
-        method = next(
-            (m for m in (Method.DP, Method.SUPPRESS, Method.ROUND, Method.CKM) if m in methods),
-            Method.THRESHOLD,
-        )
-        protected = _lift(cells, builders[method](cells, twin), with_accuracy=noisy)
+        frame = builders[cell_plan.mechanism](cells, twin)
+        protected = _lift(cells, frame, with_accuracy=noisy)
         if cells.select is copy:
             copy = protected
         else:
             cells.select.replace(protected)
     return copy
-
-
-def _methods(plan: CellPlan) -> set[Method]:
-    """The methods of an aggregation's aggregates. One without aggregates releases its groups:
-    under DP they must come from the DP mechanism (public domains or noisy selection), under
-    CKM from the groups' perturbed counts, not from a threshold on exact counts."""
-    methods = {a.rule.method for a in plan.aggregates}
-    if methods:
-        return methods
-    if plan.dp_groups:
-        return {Method.DP}
-    return {Method.CKM} if plan.ckm_groups else set()
 
 
 def inner_select(cells: Cells) -> exp.Select:

@@ -22,7 +22,7 @@ AVG is the protected sum over the protected count, n being the rows summed (on a
 :attr:`CellPlan.row_source`) and n̂ its CKM count. With mean-before-sum (Geyer et al., PSD 2022,
 §6.1(c), "MBS") the published sum is ``x̂·n̂/n`` and the published mean ``x̂/n`` — equal to the
 published sum over the published count; without it they are ``x̂`` and ``x̂/n̂``. The guard has
-already reduced every argument to one stored column (:mod:`sqlsdc.guard.normal_form`), so the
+already reduced every argument to one stored column (:mod:`sqlsdc.planner.normal_form`), so the
 scale of x is the data's, not the analyst's.
 
 The frame is a chain of subqueries over the aggregated cells only:
@@ -40,9 +40,9 @@ from sqlglot import exp
 
 from sqlsdc.catalog.ptables import KEY_MODULUS, PTableKey, PTableRef
 from sqlsdc.errors import PolicyViolation
-from sqlsdc.guard.normal_form import STATISTIC
-from sqlsdc.guard.plan import ProtectedAggregate
 from sqlsdc.mechanisms.ckm import statistic_salt
+from sqlsdc.planner.normal_form import STATISTIC
+from sqlsdc.planner.plan import ProtectedAggregate
 from sqlsdc.policy import AggregateKind, MagnitudeCkm, Method, Policy
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, unit_count, when_present
 from sqlsdc.rewrite.threshold import at_least

@@ -29,7 +29,7 @@ CUBE and GROUPING SETS (each grouping set would be a further release), measures 
 bounds or transformed on the way (also inside a derived table), mixing DP with other methods
 in one aggregation, joins of confidential tables.
 
-Cells are named by their canonical identity (:mod:`sqlsdc.guard.identity`): the population
+Cells are named by their canonical identity (:mod:`sqlsdc.planner.identity`): the population
 with every predicate (derived tables and CTEs included), the keys and the measures on base
 columns, never aliases or output names; that identity seeds the noise and keys the cache and
 the ledger.
@@ -44,7 +44,6 @@ from typing import NamedTuple
 from sqlglot import exp
 
 from sqlsdc.errors import PolicyViolation
-from sqlsdc.guard.identity import aggregation_identity, canonical_expression
 from sqlsdc.mechanisms.accountant import (
     Aggregate,
     AggregatePlan,
@@ -56,6 +55,7 @@ from sqlsdc.mechanisms.accountant import (
     plan_aggregate,
 )
 from sqlsdc.mechanisms.partition import PartitionSelection, laplace_partition_selection
+from sqlsdc.planner.identity import aggregation_identity, canonical_expression
 from sqlsdc.policy import AggregateKind, GroupKeys, Method, Policy
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, cell_column
 
@@ -314,7 +314,7 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
 def _describe(i: int, node, plan, table, settings, select):
     """(aggregate, canonical measure, bounding, alpha, ddof) of aggregate ``i``.
 
-    The measure is the canonical argument on base columns (:mod:`sqlsdc.guard.identity`):
+    The measure is the canonical argument on base columns (:mod:`sqlsdc.planner.identity`):
     ``"*"`` for rows and units, ``DISTINCT <arg>`` for distinct values, so a renamed or
     re-derived column is the same measure and another expression behind the same name is not.
     """

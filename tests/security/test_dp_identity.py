@@ -21,7 +21,7 @@ from sqlsdc.demo.build import build_demo_database, demo_policy
 from sqlsdc.engines.duckdb import EngineError, open_database
 from sqlsdc.errors import BudgetExhausted, OperationalError
 from sqlsdc.guard import connection
-from sqlsdc.guard.identity import aggregation_identity
+from sqlsdc.planner.identity import aggregation_identity
 from sqlsdc.policy import load_policy
 
 PERSONS = 20_000

@@ -16,13 +16,13 @@ import pytest
 from sqlglot import exp
 
 import sqlsdc
-from sqlsdc.guard.allowlist import (
+from sqlsdc.planner.allowlist import (
     OPERATORS,
     PROTECTED_AGGREGATES,
     SCALAR_FUNCTIONS,
     UNPROTECTED_AGGREGATES,
 )
-from sqlsdc.guard.signatures import SIGNATURES
+from sqlsdc.planner.signatures import SIGNATURES
 
 TARGET = "municipality = 'R08-M018' AND sex = 'F' AND age = 43 AND occupation = 'craft_trades'"
 D = "DATE '2020-01-01'"

@@ -1,6 +1,6 @@
 """Normalise SUM and AVG to protected aggregates of stored columns with constants outside.
 
-From the :class:`~sqlsdc.guard.linear.LinearForm` ``a·x + b`` of the argument (rows where the
+From the :class:`~sqlsdc.planner.linear.LinearForm` ``a·x + b`` of the argument (rows where the
 filter ``c`` holds, written ``x_c = CASE WHEN c THEN x END``):
 
 =====================  ====================================================================
@@ -25,7 +25,7 @@ from fractions import Fraction
 
 from sqlglot import exp
 
-from sqlsdc.guard.linear import LinearForm
+from sqlsdc.planner.linear import LinearForm
 
 STATISTIC = "sqlsdc_statistic"  # meta key: the base columns whose value an aggregate protects
 

@@ -27,7 +27,7 @@ from fractions import Fraction
 
 from sqlglot import exp
 
-from sqlsdc.guard.allowlist import describe
+from sqlsdc.planner.allowlist import describe
 
 DIALECT = "duckdb"
 

@@ -9,7 +9,7 @@ Constant sub-expressions are checked separately, by evaluating them once before 
 
 This module judges the *value* arguments of a call; the arguments that must be literals (date
 parts, formats, divisors, positions...) and the list of allowed functions are declared in
-:mod:`sqlsdc.guard.signatures`. Anything not known here is refused (fail closed).
+:mod:`sqlsdc.planner.signatures`. Anything not known here is refused (fail closed).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import re
 
 from sqlglot import exp
 
-from sqlsdc.guard.allowlist import describe
+from sqlsdc.planner.allowlist import describe
 
 DIALECT = "duckdb"
 T = exp.DataType.Type
@@ -219,7 +219,7 @@ def partiality(n: exp.Expr) -> str | None:
     if isinstance(n, exp.Neg):
         return None if family(n.this) == "float" else "negation of an exact number can overflow"
     if isinstance(n, (exp.IntDiv, exp.Mod)):
-        # the divisor is a positive literal (its role in sqlsdc.guard.signatures)
+        # the divisor is a positive literal (its role in sqlsdc.planner.signatures)
         return None if family(n.this) in NUMERIC else "the dividend is not a number"
     if isinstance(n, _COMPARISONS):
         return None if comparable(n.left, n.right) else "comparing different types casts values"

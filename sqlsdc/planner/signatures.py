@@ -8,7 +8,7 @@ when some row satisfies the condition: one bit about the data per query, with no
 confidential rows, every such argument has the role :attr:`Role.LITERAL`: it must be a literal
 (or an expression without columns, subqueries or aggregates, which is checked by evaluating the
 call once on a sample value before the query runs). The other arguments are *values*: the
-function is total in them for values of the right type, which :mod:`sqlsdc.guard.totality` checks.
+function is total in them for values of the right type, which :mod:`sqlsdc.planner.totality` checks.
 
 :data:`SIGNATURES` lists every function and operator the guard allows in expressions evaluated on
 confidential rows, and only these: anything else is refused there (fail closed).

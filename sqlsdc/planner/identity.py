@@ -8,7 +8,7 @@ and the same with ``month >= 6`` have the same outer SELECT but different popula
 two draws of the same noise on different populations give their exact difference.
 
 :func:`aggregation_identity` describes one aggregation scope of a qualified, analysed tree
-(:mod:`sqlsdc.guard.analyze`) as canonical JSON, from the tree alone (no database, no engine):
+(:mod:`sqlsdc.planner.analyze`) as canonical JSON, from the tree alone (no database, no engine):
 
 * **relations**: the base tables read, by name; a table read more than once gets ``#k`` labels
   in the order of appearance. A source that cannot be flattened (an aggregation, a set

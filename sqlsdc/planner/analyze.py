@@ -25,16 +25,16 @@ from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from sqlsdc.errors import InternalError, PolicyViolation
-from sqlsdc.guard.allowlist import (
+from sqlsdc.planner.allowlist import (
     ALLOWED,
     DP_AGGREGATES,
     PROTECTED_AGGREGATES,
     describe,
 )
-from sqlsdc.guard.linear import LinearForm, NotLinear, is_constant, linear_form
-from sqlsdc.guard.normal_form import STATISTIC, normal_form
-from sqlsdc.guard.signatures import literal_refusal
-from sqlsdc.guard.totality import NUMERIC, TOTALITY_HINT, family, partiality
+from sqlsdc.planner.linear import LinearForm, NotLinear, is_constant, linear_form
+from sqlsdc.planner.normal_form import STATISTIC, normal_form
+from sqlsdc.planner.signatures import literal_refusal
+from sqlsdc.planner.totality import NUMERIC, TOTALITY_HINT, family, partiality
 from sqlsdc.policy import AggregateKind, ColumnRole, Method, Policy
 
 DIALECT = "duckdb"
@@ -521,7 +521,7 @@ class _Checker:
         """Check one aggregate; return the aggregates that replace it in the tree.
 
         SUM and AVG over confidential rows are normalised to their linear form first
-        (:mod:`sqlsdc.guard.linear`): ``SUM(a·x + b)`` becomes ``a·SUM(x) + b·COUNT(x)``,
+        (:mod:`sqlsdc.planner.linear`): ``SUM(a·x + b)`` becomes ``a·SUM(x) + b·COUNT(x)``,
         ``AVG(a·x + b)`` becomes ``a·AVG(x) + b`` and an argument whose value does not depend on
         a measure (``1``, ``income * 0``, ``age - age``, ``CASE WHEN c THEN 1 END``) becomes the
         COUNT of the rows it is defined on, so that the mechanism only ever protects ``SUM(x)``
@@ -622,7 +622,7 @@ class _Checker:
         measure or numeric dimension column — stored as it is, not computed in a derived table
         — times constants, plus a constant, optionally times a weight, under single-branch
         ``CASE WHEN condition THEN ... END`` filters (other rows are NULL and do not count); see
-        :func:`sqlsdc.guard.linear.linear_form`.
+        :func:`sqlsdc.planner.linear.linear_form`.
         """
 
         def kind(column: exp.Column) -> str:
@@ -684,7 +684,7 @@ class _Checker:
     def _check_total(self, node: exp.Expr, scope: Scope, released: bool = False) -> None:
         """Refuse ``node`` unless no confidential value can make it raise an error.
 
-        Every function must be listed in :data:`sqlsdc.guard.signatures.SIGNATURES`, its
+        Every function must be listed in :data:`sqlsdc.planner.signatures.SIGNATURES`, its
         literal arguments (date parts, formats, divisors, positions...) must be literals, and
         its value arguments must have types it is total on. ``released`` marks the projections,
         HAVING and ORDER BY of an aggregation: they run on every cell, published or not, so an

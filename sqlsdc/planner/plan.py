@@ -16,7 +16,7 @@ from sqlglot.optimizer.scope import Scope
 
 from sqlsdc.catalog.keys import RKEY
 from sqlsdc.errors import PolicyViolation
-from sqlsdc.guard.analyze import Analysis, Kind, ScopeInfo, own_nodes
+from sqlsdc.planner.analyze import Analysis, Kind, ScopeInfo, own_nodes
 from sqlsdc.policy import AggregateKind, Method, Policy, ProtectionRule
 
 
@@ -51,8 +51,7 @@ class CellPlan:
     group_min_frequency: int | None = None  # groups with fewer units are dropped
     row_source: int | None = None  # position in units of the table whose rows the join's are
     one_row_per_unit: bool = False  # one confidential table, no join, unit unique (enforced)
-    dp_groups: bool = False  # a table counts with DP: its groups are released by DP only
-    ckm_groups: bool = False  # a table counts with CKM: its groups appear by perturbed counts
+    mechanism: Method = Method.THRESHOLD  # the one method that builds these cells
     scope: Scope | None = None  # the aggregation's scope (canonical identity: guard.identity)
 
 
@@ -66,6 +65,23 @@ def plan_query(analysis: Analysis, policy: Policy, unit_per_row: dict[str, bool]
     planner = _Planner(analysis, policy, unit_per_row)
     cells = [planner.plan_cells(info) for info in analysis.order if info.kind is Kind.AGGREGATE]
     return QueryPlan(cells, planner.exposures)
+
+
+PRECEDENCE = (Method.DP, Method.SUPPRESS, Method.ROUND, Method.CKM)
+
+
+def choose_mechanism(aggregates: list[ProtectedAggregate], count_methods: set[Method]) -> Method:
+    """The single place where an aggregation's protection method is decided.
+
+    The aggregates carry their table's rule for their kind (counts or magnitudes). The first
+    method of ``PRECEDENCE`` any of them uses builds all the cells: DP, suppression and
+    rounding refuse aggregates of another method (rounding takes threshold ones), CKM protects
+    threshold ones with its own frame. An aggregation without aggregates releases its groups
+    with its tables' count method: by DP's group release, or by CKM's perturbed counts (a count
+    whose value is hidden); otherwise by the threshold rule.
+    """
+    methods = {a.rule.method for a in aggregates} or count_methods & {Method.DP, Method.CKM}
+    return next((m for m in PRECEDENCE if m in methods), Method.THRESHOLD)
 
 
 def status_scopes(analysis: Analysis) -> set[int]:
@@ -159,8 +175,7 @@ class _Planner:
             group_k,
             self._row_source(info.scope) if units is not None else None,
             bool(one_per_row),
-            Method.DP in count_methods,
-            Method.CKM in count_methods,
+            choose_mechanism(aggregates, count_methods),
             scope=info.scope,
         )
 

@@ -1,0 +1,56 @@
+"""Parameters of the cell key method, owned by the mechanism that uses them.
+
+The policy model (:mod:`sqlsdc.policy`) reads them from YAML and re-exports them; the math in
+:mod:`sqlsdc.mechanisms` depends on them only, never on the policy (imports point down:
+policy → mechanisms).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PTableSpec:
+    """Parameters of a maximum-entropy perturbation table (R package ``ptable``, τ-ARGUS).
+
+    D: maximum deviation; V: noise variance; js: no positive count <= js is published;
+    pstay: minimum probability of no change; step: steps per unit of a magnitude table;
+    parity: separate tables for cells with an even and an odd number of contributors.
+    """
+
+    D: int
+    V: float
+    js: int = 0
+    pstay: float | None = None
+    optim: int = 1
+    mono: bool = True
+    step: int = 1
+    parity: bool = False
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class MagnitudeCkm:
+    """Magnitude cell-key parameters (cellKey ``ck_params_nums`` with ``ck_flexparams``).
+
+    The noise of a cell is built from its ``top_k`` largest contributions x_j: amplitude
+    x_j·m(|x_j|) from the flex function (fp, p_small, p_large, q), weighted by epsilon_j when a
+    cell is smaller than that amplitude; sensitive cells (fewer than ``sensitive_below``
+    contributors) get the extra amount ``mu_c``; ``small_cells`` is the separate ptable for
+    contributions below the separation point z_s.
+    """
+
+    top_k: int
+    fp: float
+    p_small: float
+    p_large: float
+    q: float = 3.0
+    epsilon: tuple[float, ...] = (1.0,)
+    mu_c: float = 0.0
+    sensitive_below: int = 0
+    same_key: bool = True
+    mean_before_sum: bool = True
+    small_cells: PTableSpec | None = None
