@@ -36,7 +36,10 @@ M = 2**32
 def reference(raw_ckm, ckm):
     """Raw access, the policy and the stored ptables (as Lookup tables)."""
     refs = load_ptables(raw_ckm, ckm.policy)
-    tables = {k: Lookup.from_table(stored_entries(raw_ckm, r.ptable_id)) for k, r in refs.items()}
+    tables = {
+        k: Lookup.from_table(stored_entries(raw_ckm, r.ptable_id), step=k[1].step)
+        for k, r in refs.items()
+    }
     return raw_ckm, ckm.policy, refs, tables
 
 
@@ -432,7 +435,10 @@ def test_small_cells_parity_and_scrambled_keys_match_the_reference(tmp_path):
     raw = open_database(path)
     try:
         refs = load_ptables(raw, policy)
-        tables = {k: Lookup.from_table(stored_entries(raw, r.ptable_id)) for k, r in refs.items()}
+        tables = {
+            k: Lookup.from_table(stored_entries(raw, r.ptable_id), step=k[1].step)
+            for k, r in refs.items()
+        }
         expected, m = _expected_magnitudes(
             (raw, policy, refs, tables), "households", "size", "municipality", "WHERE size <= 3"
         )

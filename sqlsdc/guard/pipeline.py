@@ -157,8 +157,8 @@ def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
     if len(qualified_names) != len(names):  # a * was expanded
         names = qualified_names
     analysis = analyze(tree, context.policy, context.schema, sql, context.constant_is_safe)
-    prove_multiplicity(analysis, context.policy, context.unique_columns, sql)
-    plan = plan_query(analysis, context.policy, context.unit_per_row)
+    multiplicity = prove_multiplicity(analysis, context.policy, context.unique_columns, sql)
+    plan = plan_query(analysis, context.policy, context.unit_per_row, multiplicity)
     stages: dict[int, DpStage] = {}  # by id of the aggregation in ``tree``
     rewrite = RewriteContext(context.policy, context.ptables, stages, context.to_sql)
     protected = protect_cells(tree, plan, frame_builders(rewrite))

@@ -24,38 +24,61 @@ KEY_BITS = 32
 
 @dataclass(frozen=True)
 class Lookup:
-    """A stored ptable as arrays: rows by (type, i) with the entries' [lo, hi) and noise v."""
+    """A stored ptable as arrays: rows by (type, i) with the entries' [lo, hi) and noise v.
+
+    ``step`` is the table's number of noise steps per unit (``PTableSpec.step``); when given,
+    magnitude lookups spread v uniformly over its grid cell (see :meth:`interpolated`).
+    """
 
     type: np.ndarray
     i: np.ndarray
     v: np.ndarray
     lo: np.ndarray
     hi: np.ndarray
+    step: int = 0
 
     @classmethod
-    def from_table(cls, table) -> Lookup:
+    def from_table(cls, table, step: int = 0) -> Lookup:
         """From an Arrow table or DataFrame with columns type, i, v, lo, hi."""
         get = (lambda c: table.column(c).to_numpy()) if hasattr(table, "column") else table.get
-        return cls(*(np.asarray(get(c)) for c in ("type", "i", "v", "lo", "hi")))
+        return cls(*(np.asarray(get(c)) for c in ("type", "i", "v", "lo", "hi")), step=step)
 
     @property
     def classes(self) -> list[float]:
         return sorted(set(self.i.tolist()))
 
     def value(self, kind: str, i: float, key: int) -> float:
+        return self.entry(kind, i, key)[0]
+
+    def entry(self, kind: str, i: float, key: int) -> tuple[float, float]:
+        """(v, u): the noise of the entry whose [lo, hi) holds ``key``, and where in it the key
+        lies, u = (key − lo) / (hi − lo) in [0, 1)."""
         hit = (self.type == kind) & (self.i == i) & (self.lo <= key) & (key < self.hi)
         if hit.sum() != 1:
             raise LookupError(f"no unique ptable entry for type={kind} i={i} key={key}")
-        return float(self.v[hit][0])
+        lo, hi = float(self.lo[hit][0]), float(self.hi[hit][0])
+        return float(self.v[hit][0]), (key - lo) / (hi - lo)
 
     def interpolated(self, kind: str, a: float, key: int) -> float:
-        """v at ``a``, linear between the ptable rows around it (cellKey ``.lookup_v_flex``)."""
+        """v at ``a``, linear between the ptable rows around it (cellKey ``.lookup_v_flex``),
+        then spread over its grid cell: v + (u − ½)/step, u the key's place in the lower row's
+        entry.
+
+        The spread is sqlsdc's addition to the flex method. A magnitude ptable has a small
+        public set of noise values, so x̂ = x·(1 ± m(x)·(μ + |v|)) can be inverted for the few
+        candidate factors, and a value recorded in cents comes out exact (one person's income
+        from one AVG). u is uniform and secret (it comes from the record keys), and
+        independent of v since every entry's interval is cut at random places of the key
+        space, so v + (u − ½)/step is continuous: the noise keeps its mean, its variance grows
+        by 1/(12·step²), and no finite set of factors remains to try.
+        """
         classes = self.classes
         below = max((c for c in classes if c <= a), default=classes[0])
         above = min((c for c in classes if c >= a), default=classes[-1])
         weight = (a - below) / (above - below) if above > below else 0.0
-        low, high = self.value(kind, below, key), self.value(kind, above, key)
-        return (1 - weight) * low + weight * high
+        (low, u), high = self.entry(kind, below, key), self.value(kind, above, key)
+        spread = (u - 0.5) / self.step if self.step else 0.0
+        return (1 - weight) * low + weight * high + spread
 
 
 def statistic_salt(statistic: str) -> int:

@@ -31,6 +31,7 @@ from sqlsdc.planner.allowlist import (
     PROTECTED_AGGREGATES,
     describe,
 )
+from sqlsdc.planner.identity import canonical_expression
 from sqlsdc.planner.linear import LinearForm, NotLinear, is_constant, linear_form
 from sqlsdc.planner.normal_form import STATISTIC, normal_form
 from sqlsdc.planner.signatures import literal_refusal
@@ -467,6 +468,26 @@ class _Checker:
         declared = self.policy.table(table).column(column)
         return declared.references or (table, column)
 
+    def _check_plain_distinct(self, aggregate: exp.AggFunc, argument: exp.Expr, info) -> None:
+        """COUNT(DISTINCT x) takes a stored column as it is. The distinct values of an
+        expression are another statistic of the same column, whose noise would either repeat
+        the column's (and their difference cancel it: ``COUNT(DISTINCT m) − COUNT(DISTINCT
+        CASE WHEN m = 'a' THEN 'b' ELSE m END)`` tells whether 'a' holds anyone) or be drawn
+        afresh for every spelling (and averaged away)."""
+        if not isinstance(canonical_expression(info.scope, argument), exp.Column):
+            raise self.refuse(
+                f"{aggregate.sql(DIALECT)[:80]}: COUNT(DISTINCT ...) counts the values of one "
+                "stored column, not of an expression",
+                "count the distinct values of a dimension or unit as it is, e.g. "
+                "COUNT(DISTINCT municipality), and filter rows with WHERE",
+            )
+
+    def _own_unit(self, lineage: Lineage) -> bool:
+        """The identifier is the privacy unit of the table it is stored in (persons.person_id),
+        so its distinct count is the count of the rows' own units."""
+        table, column = next(iter(lineage.sources))
+        return self.policy.table(table).privacy_unit == column
+
     def _is_unit(self, lineage: Lineage) -> bool:
         if lineage.roles != {ColumnRole.IDENTIFIER} or len(lineage.sources) != 1:
             return False
@@ -555,7 +576,12 @@ class _Checker:
             return [aggregate]
         lineage = self.lineage(argument, info.scope, infos)
         if isinstance(aggregate, exp.Count):
-            if distinct and isinstance(_unwrap(argument), exp.Column) and self._is_unit(lineage):
+            if distinct:
+                self._check_plain_distinct(aggregate, argument, info)
+            if distinct and self._is_unit(lineage):
+                own_unit = self._own_unit(lineage)
+                if not own_unit:  # e.g. households counted through persons.household_id
+                    aggregate.meta[STATISTIC] = "distinct:" + _names(lineage)
                 return [aggregate]
             allowed = {ColumnRole.DIMENSION} if distinct else ROW_ROLES
             if lineage.roles - allowed:

@@ -110,7 +110,7 @@ def constant(node: exp.Expr) -> Fraction:
             raise NotLinear(f"{node.sql(DIALECT)} is not a number") from error
     if isinstance(node, exp.Neg):
         return -constant(node.this)
-    if isinstance(node, (exp.Cast, exp.TryCast)) and node.to.is_type(*exp.DataType.NUMERIC_TYPES):
+    if isinstance(node, (exp.Cast, exp.TryCast)) and _keeps_value(node):
         return constant(node.this)
     if isinstance(node, exp.Add):
         return constant(node.left) + constant(node.right)
@@ -124,6 +124,13 @@ def constant(node: exp.Expr) -> Fraction:
             raise NotLinear("it divides by zero")
         return constant(node.left) / divisor
     raise NotLinear(f"the constant {node.sql(DIALECT)[:40]} is not a plain number; write it out")
+
+
+def _keeps_value(cast: exp.Cast | exp.TryCast) -> bool:
+    """A cast that leaves every number as it is (to within DOUBLE precision): to DOUBLE.
+    Narrower targets round, truncate or (TRY_CAST) turn large values into NULL, so the sum of
+    the cast values is not the sum of the values."""
+    return cast.to.is_type(exp.DataType.Type.DOUBLE)
 
 
 def is_constant(node: exp.Expr) -> bool:
@@ -148,8 +155,13 @@ def _decompose(node: exp.Expr, kind: ColumnKind) -> LinearForm:
     if isinstance(node, exp.Sub):
         right = _decompose(node.right, kind).scaled(Fraction(-1))
         return _decompose(node.left, kind).plus(right)
-    if isinstance(node, (exp.Cast, exp.TryCast)) and node.to.is_type(*exp.DataType.NUMERIC_TYPES):
+    if isinstance(node, (exp.Cast, exp.TryCast)) and _keeps_value(node):
         return _decompose(node.this, kind)
+    if isinstance(node, (exp.Cast, exp.TryCast)):
+        raise NotLinear(
+            f"{node.sql(DIALECT)[:60]} can change the values (rounding, or NULL where they do not "
+            "fit); cast to DOUBLE"
+        )
     if isinstance(node, exp.Mul):
         for factor, other in ((node.left, node.right), (node.right, node.left)):
             if is_constant(factor):

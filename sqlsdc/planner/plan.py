@@ -17,6 +17,7 @@ from sqlglot.optimizer.scope import Scope
 from sqlsdc.catalog.keys import RKEY
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.planner.analyze import Analysis, Kind, ScopeInfo, own_nodes
+from sqlsdc.planner.multiplicity import Multiplicity
 from sqlsdc.policy import AggregateKind, Method, Policy, ProtectionRule
 
 
@@ -61,8 +62,14 @@ class QueryPlan:
     exposures: list[UnitExposure] = field(default_factory=list)
 
 
-def plan_query(analysis: Analysis, policy: Policy, unit_per_row: dict[str, bool]) -> QueryPlan:
-    planner = _Planner(analysis, policy, unit_per_row)
+def plan_query(
+    analysis: Analysis,
+    policy: Policy,
+    unit_per_row: dict[str, bool],
+    multiplicity: Multiplicity,
+) -> QueryPlan:
+    """The cell model of an analysed query whose joins ``multiplicity`` has proven."""
+    planner = _Planner(analysis, policy, unit_per_row, multiplicity)
     cells = [planner.plan_cells(info) for info in analysis.order if info.kind is Kind.AGGREGATE]
     return QueryPlan(cells, planner.exposures)
 
@@ -129,8 +136,9 @@ def group_keys(select: exp.Select) -> list[exp.Expr]:
 
 
 class _Planner:
-    def __init__(self, analysis: Analysis, policy: Policy, unit_per_row: dict[str, bool]):
+    def __init__(self, analysis, policy, unit_per_row, multiplicity: Multiplicity):
         self.analysis = analysis
+        self.multiplicity = multiplicity
         self.policy = policy
         self.unit_per_row = unit_per_row
         self.exposures: list[UnitExposure] = []
@@ -241,51 +249,28 @@ class _Planner:
         return units, rkeys, tables, instances
 
     def _row_source(self, scope: Scope) -> int | None:
-        """The confidential table whose rows are the rows of this join, each at most once.
-
-        That holds for a table R when every other table of an inner join is tied by an
-        equality to its own privacy unit, declared unique (``unit_per_row``), along a chain that
-        starts at R: each row of R then matches at most one row of every other table. Then
-        record keys of R need no DISTINCT, and the join's rows are R's rows. None when any
-        source is not a confidential table or the joins do not prove it.
-        """
-        select = scope.expression
-        aliases = []
+        """Position in this scope's units of the confidential table whose rows the scope's rows
+        are, each at most once: the driver of the multiplicity proof
+        (:mod:`sqlsdc.planner.multiplicity`), followed through derived tables. Record keys of
+        that table need no DISTINCT, and a cell's key is theirs alone: joining other tables
+        (a LEFT self-join, a household's attributes) leaves the key, and so the noise, as is."""
+        driver = self.multiplicity.drivers.get(id(scope.expression))
+        position = 0
         for alias, (_node, source) in scope.selected_sources.items():
-            if not isinstance(source, exp.Table) or self.policy.table(source.name).is_public:
-                return None
-            aliases.append(alias)
-        joins = select.args.get("joins") or []
-        if any(j.args.get("side") or (j.kind or "INNER") != "INNER" for j in joins):
-            return None
-        edges: dict[str, set[str]] = {alias: set() for alias in aliases}
-        for join in joins:
-            on = join.args.get("on")
-            for conjunct in on.flatten() if isinstance(on, exp.And) else [on]:
-                if not isinstance(conjunct, exp.EQ):
+            if isinstance(source, exp.Table):
+                if self.policy.table(source.name).is_public:
                     continue
-                left, right = conjunct.left, conjunct.right
-                if not (isinstance(left, exp.Column) and isinstance(right, exp.Column)):
-                    continue
-                for here, there in ((left, right), (right, left)):
-                    if self._is_unique_unit(scope, there) and here.table in edges:
-                        edges[here.table].add(there.table)
-        for position, root in enumerate(aliases):
-            reached, frontier = {root}, [root]
-            while frontier:
-                for target in edges[frontier.pop()] - reached:
-                    reached.add(target)
-                    frontier.append(target)
-            if reached == set(aliases):
-                return position
+                if alias == driver:
+                    return position
+                position += 1
+                continue
+            if self.analysis.infos[id(source.expression)].kind is not Kind.ROW:
+                continue
+            if alias == driver:
+                inner = self._row_source(source)
+                return None if inner is None else position + inner
+            position += len(self._units(source, with_rkeys=False)[0])
         return None
-
-    def _is_unique_unit(self, scope: Scope, column: exp.Column) -> bool:
-        found = scope.selected_sources.get(column.table)
-        if found is None or not isinstance(found[1], exp.Table):
-            return False
-        table = self.policy.table(found[1].name)
-        return column.name == table.privacy_unit and self.unit_per_row.get(table.name, False)
 
     def _expose(self, select: exp.Select, expression: exp.Expr) -> str:
         key = (id(select), expression.sql())

@@ -518,12 +518,29 @@ class _Builder:
             this=_mul_expr(exp.Sub(this=_number(1), expression=weight), values[0]),
             expression=_mul_expr(weight.copy(), values[1]),
         )
+        v = exp.Add(this=v, expression=self._spread(key, f"__pm{i}_{j}lo", uses_small, rule, m))
         skip = exp.or_(exp.Is(this=prev(f"__x{i}_{j}"), expression=exp.null()), prev(f"__z{i}_{j}"))
         fault = exp.and_(
             exp.Not(this=exp.Paren(this=skip)),
             exp.or_(_missing(f"__pm{i}_{j}lo"), _missing(f"__pm{i}_{j}hi")),
         )
         return v, exp.or_(prev(f"__e{i}_{j - 1}"), exp.Paren(this=fault))
+
+    @staticmethod
+    def _spread(key: exp.Expr, alias: str, uses_small: exp.Expr, rule, m: MagnitudeCkm):
+        """(u − ½)/step: v spread over its grid cell by the key's place u in the entry
+        (:meth:`sqlsdc.mechanisms.ckm.Lookup.interpolated` says why)."""
+        lo, hi = exp.column("lo", alias), exp.column("hi", alias)
+        place = exp.Div(
+            this=exp.Paren(this=exp.Sub(this=exp.cast(key.copy(), "DOUBLE"), expression=lo)),
+            expression=exp.Paren(this=exp.Sub(this=exp.cast(hi, "DOUBLE"), expression=lo.copy())),
+        )
+        small_step = m.small_cells.step if m.small_cells is not None else rule.ptable.step
+        width = exp.Case(
+            ifs=[exp.If(this=uses_small.copy(), true=_number(1 / small_step))],
+            default=_number(1 / rule.ptable.step),
+        )
+        return _mul_expr(exp.Paren(this=exp.Sub(this=place, expression=_number(0.5))), width)
 
     def _add_noise(self, i: int, j: int, m: MagnitudeCkm) -> exp.Expr:
         """x̂_j = x̂_{j−1} + sign(x̂)·|x_delta|·sign(v)·(μ + |v|), never flipping the sign."""

@@ -164,6 +164,10 @@ def _refuse(select: exp.Select, reason: str, hint: str = SHAPE) -> PolicyViolati
     return PolicyViolation(reason, hint, select.sql("duckdb"))
 
 
+def _as_list(value) -> list:
+    return value if isinstance(value, list) else [] if value is None else [value]
+
+
 def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage:
     plan, select = cells.plan, cells.select
     methods = {a.rule.method for a in plan.aggregates}
@@ -173,6 +177,20 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
             "this aggregation mixes differential privacy with "
             + ", ".join(sorted(m.value for m in methods - {Method.DP})),
             "ask the counts and the magnitudes in separate queries",
+        )
+    if any(
+        sub.alias == CELLS
+        for key in ("from_", "joins", "where")
+        for part in _as_list(select.args.get(key))
+        for sub in part.find_all(exp.Subquery)
+    ):
+        raise _refuse(
+            select,
+            "a differentially private aggregation cannot read the results of another "
+            "aggregation (a subquery or derived table of protected cells in FROM, JOIN or WHERE): "
+            "its rows would depend on released values the budget does not account for",
+            "filter the rows with conditions on their own columns, or ask the other "
+            "aggregation in its own query",
         )
     if len(set(plan.tables)) != 1 or not plan.units or len(plan.units) != 1:
         raise _refuse(
