@@ -149,17 +149,19 @@ class _Planner:
         select = info.scope.expression
         units, rkeys, tables, instances = self._units(info.scope, with_rkeys=False)
         keyed = self._keyed_methods(info, tables)
-        if keyed:
+        groups_released = not info.aggregates or id(select) not in self._status
+        if keyed or groups_released:  # a released group's presence is keyed noise too
             units, rkeys, tables, instances = self._units(info.scope, with_rkeys=True)
         one_per_row = instances == 1 and len(tables) == 1 and self.unit_per_row.get(tables[0])
         if one_per_row and Method.DP not in keyed:  # DP bounds contributions per unit
             units = None
         aggregates = [self._aggregate(node, tables, select) for node in info.aggregates]
         group_k = None
-        if not aggregates or id(select) not in self._status:
+        if groups_released:
             # The group's existence is the release when there is no value to suppress, and
             # when an outer query can count, join or test the rows (IN, EXISTS, COUNT(*)):
-            # then groups of fewer than k units are dropped, not shown with NULL values.
+            # then groups whose protected count (CKM) or keyed noisy count (threshold) is
+            # below k are dropped, not shown with NULL values.
             group_k = max(
                 self.policy.table(t).rule(AggregateKind.COUNTS).min_frequency for t in tables
             )

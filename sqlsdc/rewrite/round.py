@@ -46,8 +46,8 @@ from sqlglot import exp
 from sqlsdc.catalog.ptables import KEY_MODULUS
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.policy import AggregateKind, Method, Rounding
-from sqlsdc.rewrite.cells import CELLS, Cells, Frame, inner_select, unit_count, when_present
-from sqlsdc.rewrite.threshold import add_keys, at_least, group_condition
+from sqlsdc.rewrite.cells import CELLS, Cells, Frame, inner_select, unit_count
+from sqlsdc.rewrite.threshold import add_keys, at_least, group_condition, records_key, rotated
 
 MECHANISM = "round"
 AGGREGATION = "__c"
@@ -144,42 +144,8 @@ def rounded(x: exp.Expr, key: exp.Expr, base: int, rule: Rounding) -> exp.Expr:
 
 
 def cell_key(cells: Cells, i: int, argument: exp.Expr | None) -> exp.Expr:
-    """``SUM(rkey) % 2^32`` over the records behind aggregate i (as :mod:`sqlsdc.rewrite.ckm`).
-
-    The rows of a single table, of the table whose rows the join's rows are
-    (:attr:`CellPlan.row_source`), or the distinct units of the counted unit
-    (``COUNT(DISTINCT unit)``) or, failing those, the distinct records of every table.
-    """
-    plan = cells.plan
-    spec_argument = plan.aggregates[i].argument
-    counted = [t for t, unit in enumerate(plan.units or []) if unit == spec_argument]
-    if plan.units is None:
-        total = exp.Sum(this=when_present(plan.rkeys[0], argument))
-    elif not counted and plan.row_source is not None:
-        total = exp.Sum(this=when_present(plan.rkeys[plan.row_source], argument))
-    else:
-        distinct = [
-            exp.Sum(this=exp.Distinct(expressions=[when_present(plan.rkeys[t], argument)]))
-            for t in counted or range(len(plan.rkeys))
-        ]
-        parts = [exp.Coalesce(this=d, expressions=[exp.Literal.number(0)]) for d in distinct]
-        total = parts[0]
-        for part in parts[1:]:
-            total = exp.Add(this=total, expression=part)
-    total = exp.Coalesce(this=total, expressions=[exp.Literal.number(0)])
-    return exp.Mod(this=exp.Paren(this=total), expression=exp.Literal.number(KEY_MODULUS))
-
-
-def rotated(key: exp.Expr, bits: int) -> exp.Expr:
-    """The 32-bit key rotated left by ``bits``: ``(key % 2^(32-bits))·2^bits + key // 2^(32-bits)``,
-    integer arithmetic below 2^32 on every engine."""
-    low = exp.Literal.number(2 ** (32 - bits))
-    kept = exp.Mul(
-        this=exp.Paren(this=exp.Mod(this=key.copy(), expression=low)),
-        expression=exp.Literal.number(2**bits),
-    )
-    moved = exp.cast(exp.Floor(this=exp.Div(this=key.copy(), expression=low.copy())), "BIGINT")
-    return exp.Paren(this=exp.Add(this=kept, expression=moved))
+    """``SUM(rkey) % 2^32`` over the records behind aggregate i (as :mod:`sqlsdc.rewrite.ckm`)."""
+    return records_key(cells.plan, argument, cells.plan.aggregates[i].argument)
 
 
 def at_least_in(column: str, k: int) -> exp.Expr:

@@ -13,7 +13,16 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from sqlsdc.rewrite.cells import CELLS, Cells, Frame, cell_column, inner_select, unit_count
+from sqlsdc.catalog.ptables import KEY_MODULUS
+from sqlsdc.rewrite.cells import (
+    CELLS,
+    Cells,
+    Frame,
+    cell_column,
+    inner_select,
+    unit_count,
+    when_present,
+)
 
 MECHANISM = "threshold"
 
@@ -45,12 +54,62 @@ def add_keys(inner: exp.Select, cells: Cells) -> None:
 
 
 def group_condition(inner: exp.Select, cells: Cells) -> exp.Expr | None:
-    """Groups of fewer than k units are dropped where the group's existence is the release."""
+    """Where the group's existence is the release (no aggregate, or rows an outer query can
+    count or test), a group appears when its count of units plus keyed noise reaches k.
+
+    The noise is an integer uniform on [−w, w], w = ⌊(k − 1)/2⌋, drawn from the group's record
+    key (rotated, so that it is independent of the key rounding uses): the same group always
+    gets the same noise, a group of one unit never appears, and whether a group of about k
+    units appears no longer answers exactly whether one more person is in it. Group presence in
+    the query's own result keeps the threshold rule's documented behaviour (a row with NULL
+    values), a known limit of this baseline (README, threat model)."""
     k = cells.plan.group_min_frequency
     if k is None:
         return None
     inner.append("expressions", exp.alias_(unit_count(None, cells.plan.units), "__n"))
-    return at_least("__n", k)
+    inner.append("expressions", exp.alias_(records_key(cells.plan, None, None), "__kg"))
+    width = (k - 1) // 2
+    draw = exp.Mod(
+        this=rotated(cell_column("__kg"), 16), expression=exp.Literal.number(2 * width + 1)
+    )
+    noise = exp.Sub(this=exp.Paren(this=draw), expression=exp.Literal.number(width))
+    noisy = exp.Add(this=cell_column("__n"), expression=exp.Paren(this=noise))
+    return exp.GTE(this=noisy, expression=exp.Literal.number(k))
+
+
+def records_key(plan, argument: exp.Expr | None, spec_argument: exp.Expr | None) -> exp.Expr:
+    """``SUM(rkey) % 2^32`` over the records behind a cell (as :mod:`sqlsdc.rewrite.ckm`): the
+    rows of a single table, of the table whose rows the join's rows are
+    (:attr:`CellPlan.row_source`), or the distinct units of the counted unit
+    (``COUNT(DISTINCT unit)``) or, failing those, the distinct records of every table."""
+    counted = [t for t, unit in enumerate(plan.units or []) if unit == spec_argument]
+    if plan.units is None:
+        total = exp.Sum(this=when_present(plan.rkeys[0], argument))
+    elif not counted and plan.row_source is not None:
+        total = exp.Sum(this=when_present(plan.rkeys[plan.row_source], argument))
+    else:
+        distinct = [
+            exp.Sum(this=exp.Distinct(expressions=[when_present(plan.rkeys[t], argument)]))
+            for t in counted or range(len(plan.rkeys))
+        ]
+        parts = [exp.Coalesce(this=d, expressions=[exp.Literal.number(0)]) for d in distinct]
+        total = parts[0]
+        for part in parts[1:]:
+            total = exp.Add(this=total, expression=part)
+    total = exp.Coalesce(this=total, expressions=[exp.Literal.number(0)])
+    return exp.Mod(this=exp.Paren(this=total), expression=exp.Literal.number(KEY_MODULUS))
+
+
+def rotated(key: exp.Expr, bits: int) -> exp.Expr:
+    """The 32-bit key rotated left by ``bits``: ``(key % 2^(32-bits))·2^bits + key // 2^(32-bits)``,
+    integer arithmetic below 2^32 on every engine."""
+    low = exp.Literal.number(2 ** (32 - bits))
+    kept = exp.Mul(
+        this=exp.Paren(this=exp.Mod(this=key.copy(), expression=low)),
+        expression=exp.Literal.number(2**bits),
+    )
+    moved = exp.cast(exp.Floor(this=exp.Div(this=key.copy(), expression=low.copy())), "BIGINT")
+    return exp.Paren(this=exp.Add(this=kept, expression=moved))
 
 
 def at_least(column: str, k: int) -> exp.Expr:
