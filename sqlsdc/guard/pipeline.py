@@ -19,10 +19,11 @@ from sqlsdc.guard.parse import bind_parameters, output_names, parse_statement
 from sqlsdc.guard.resolve import check_tables, qualify_tree
 from sqlsdc.guard.validate import validate_release
 from sqlsdc.mechanisms.accountant import PrivacyCost, compose
-from sqlsdc.planner.analyze import Analysis, Kind, analyze
+from sqlsdc.planner.analyze import analyze
 from sqlsdc.planner.identity import aggregation_identity, describe_scope
 from sqlsdc.planner.multiplicity import prove_multiplicity
 from sqlsdc.planner.plan import plan_query
+from sqlsdc.planner.scopes import Analysis, Kind
 from sqlsdc.policy import AggregateKind, Method, Policy
 from sqlsdc.rewrite.cells import HALF_WIDTH_PREFIX, SD_PREFIX, STATUS_PREFIX, protect_cells
 from sqlsdc.rewrite.ckm import PTableKey, PTableRef

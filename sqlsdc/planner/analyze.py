@@ -16,82 +16,34 @@ raise for any input of their type are allowed there.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from enum import Enum
-
 from sqlglot import exp
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from sqlsdc.errors import InternalError, PolicyViolation
+from sqlsdc.planner.aggregates import AggregateChecks
 from sqlsdc.planner.allowlist import (
     ALLOWED,
-    DP_AGGREGATES,
-    PROTECTED_AGGREGATES,
     describe,
 )
-from sqlsdc.planner.identity import canonical_expression
-from sqlsdc.planner.linear import LinearForm, NotLinear, is_constant, linear_form
-from sqlsdc.planner.normal_form import STATISTIC, normal_form
-from sqlsdc.planner.signatures import literal_refusal
-from sqlsdc.planner.totality import NUMERIC, TOTALITY_HINT, family, partiality
-from sqlsdc.policy import AggregateKind, ColumnRole, Method, Policy
-
-DIALECT = "duckdb"
-ROW_ROLES = {ColumnRole.DIMENSION, ColumnRole.MEASURE, ColumnRole.WEIGHT}
-SET_OPERATIONS = (exp.Union, exp.Intersect, exp.Except)
-
-
-class Kind(Enum):
-    SAFE = "safe"
-    ROW = "row"
-    AGGREGATE = "aggregate"
-
-
-@dataclass(frozen=True)
-class Lineage:
-    """Where a value comes from: confidential row values (with their roles) or safe values."""
-
-    row: bool = False
-    roles: frozenset = frozenset()
-    sources: frozenset = frozenset()  # {(table, column)} of confidential base columns
-    protected: bool = False  # derived from a protected aggregate cell
-
-    def __or__(self, other: Lineage) -> Lineage:
-        return Lineage(
-            self.row or other.row,
-            self.roles | other.roles,
-            self.sources | other.sources,
-            self.protected or other.protected,
-        )
-
-
-@dataclass
-class ScopeInfo:
-    scope: Scope
-    kind: Kind
-    outputs: dict[str, Lineage] = field(default_factory=dict)
-    aggregates: list[exp.AggFunc] = field(default_factory=list)
-
-
-@dataclass
-class Analysis:
-    """The result of classification: one ScopeInfo per scope, children before parents."""
-
-    tree: exp.Expr
-    infos: dict[int, ScopeInfo]
-    order: list[ScopeInfo]
-
-    @property
-    def root(self) -> ScopeInfo:
-        return self.order[-1]
-
-    def info(self, node: exp.Expr) -> ScopeInfo:
-        return self.infos[id(_unwrap(node))]
-
-
-ConstantCheck = Callable[[exp.Expr], bool]
+from sqlsdc.planner.scopes import (
+    DIALECT,
+    ROW_ROLES,
+    SET_OPERATIONS,
+    Analysis,
+    ConstantCheck,
+    Kind,
+    Lineage,
+    ScopeInfo,
+    contains_aggregate,
+    names,
+    own_nodes,
+    role_text,
+    scope_aggregates,
+    unwrap,
+)
+from sqlsdc.planner.total_checks import TotalityChecks
+from sqlsdc.policy import ColumnRole, Policy
 
 
 def analyze(
@@ -111,12 +63,6 @@ def analyze(
     for info in order:
         checker.check(info, infos)
     return Analysis(tree, infos, order)
-
-
-def _unwrap(node: exp.Expr) -> exp.Expr:
-    while isinstance(node, (exp.Subquery, exp.Paren)):
-        node = node.this
-    return node
 
 
 SELECT_CLAUSES = {
@@ -181,46 +127,8 @@ def _expand_group_by_all(tree: exp.Expr) -> None:
         group = select.args.get("group")
         if group is None or not group.args.get("all"):
             continue
-        keys = [p.unalias().copy() for p in select.expressions if not _contains_aggregate(p)]
+        keys = [p.unalias().copy() for p in select.expressions if not contains_aggregate(p)]
         select.set("group", exp.Group(expressions=keys) if keys else None)
-
-
-def own_nodes(node: exp.Expr) -> Iterator[exp.Expr]:
-    """Nodes of ``node`` that belong to its scope (nested subqueries are not entered)."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        children = [
-            c
-            for c in current.iter_expressions()
-            if not isinstance(c, (exp.Subquery, exp.Select, *SET_OPERATIONS))
-        ]
-        stack.extend(reversed(children))
-
-
-def scope_aggregates(node: exp.Expr) -> list[exp.AggFunc]:
-    """Aggregate calls of the scope, outermost first; window functions are not aggregates."""
-    found = []
-    for n in own_nodes(node):
-        if isinstance(n, exp.AggFunc) and not isinstance(n.parent, exp.Window):
-            if not any(
-                isinstance(a, exp.AggFunc) and a is not n and not isinstance(a.parent, exp.Window)
-                for a in _ancestors(n, node)
-            ):
-                found.append(n)
-    return found
-
-
-def _ancestors(node: exp.Expr, stop: exp.Expr) -> Iterator[exp.Expr]:
-    current = node.parent
-    while current is not None and current is not stop:
-        yield current
-        current = current.parent
-
-
-def _contains_aggregate(node: exp.Expr) -> bool:
-    return bool(scope_aggregates(node))
 
 
 def _clauses(select: exp.Select, *keys: str) -> list[exp.Expr]:
@@ -234,7 +142,7 @@ def _clauses(select: exp.Select, *keys: str) -> list[exp.Expr]:
     return nodes
 
 
-class _Checker:
+class _Checker(AggregateChecks, TotalityChecks):
     def __init__(self, policy: Policy, sql: str, constant_is_safe: ConstantCheck):
         self.policy = policy
         self.sql = sql
@@ -276,14 +184,12 @@ class _Checker:
         for projection in node.expressions:
             lineage = self.lineage(projection, scope, infos)
             if kind is Kind.AGGREGATE:
-                lineage = Lineage(
-                    sources=lineage.sources, protected=_contains_aggregate(projection)
-                )
+                lineage = Lineage(sources=lineage.sources, protected=contains_aggregate(projection))
             info.outputs[projection.alias_or_name] = lineage
         return info
 
     def _classify_set_operation(self, node: exp.Expr, infos: dict[int, ScopeInfo]) -> ScopeInfo:
-        left, right = infos[id(_unwrap(node.left))], infos[id(_unwrap(node.right))]
+        left, right = infos[id(unwrap(node.left))], infos[id(unwrap(node.right))]
         if Kind.ROW in (left.kind, right.kind):
             raise self.refuse(
                 f"{node.key.upper()} of confidential rows is not allowed",
@@ -300,7 +206,7 @@ class _Checker:
             if isinstance(n, exp.Column):
                 result = result | self.column_lineage(n, scope, infos)
         for subquery in node.find_all(exp.Subquery):
-            inner = infos.get(id(_unwrap(subquery)))
+            inner = infos.get(id(unwrap(subquery)))
             if inner is not None:
                 for lineage in inner.outputs.values():
                     result = result | lineage
@@ -369,7 +275,7 @@ class _Checker:
             lineage = self.lineage(value, info.scope, infos)
             if ColumnRole.IDENTIFIER in lineage.roles and not isinstance(value, exp.Column):
                 raise self.refuse(
-                    f"identifier column(s) {_names(lineage)} can only be passed through unchanged",
+                    f"identifier column(s) {names(lineage)} can only be passed through unchanged",
                     "identifiers may only join declared keys or be counted with COUNT(DISTINCT)",
                 )
             self._check_total(value, info.scope)
@@ -390,7 +296,7 @@ class _Checker:
                     bad = lineage.roles - ROW_ROLES
                     if bad:
                         raise self.refuse(
-                            f"{_role_text(bad)} {n.sql(DIALECT)} cannot be used in {label}",
+                            f"{role_text(bad)} {n.sql(DIALECT)} cannot be used in {label}",
                             "filter on dimensions or measures; identifiers may only appear in "
                             "equality joins along declared keys (e.g. p.household_id = "
                             "h.household_id)",
@@ -446,10 +352,10 @@ class _Checker:
         allowed: set[int] = set()
         conjuncts = list(clause.flatten()) if isinstance(clause, exp.And) else [clause]
         for conjunct in conjuncts:
-            conjunct = _unwrap(conjunct)
+            conjunct = unwrap(conjunct)
             if not isinstance(conjunct, exp.EQ):
                 continue
-            left, right = _unwrap(conjunct.left), _unwrap(conjunct.right)
+            left, right = unwrap(conjunct.left), unwrap(conjunct.right)
             if not (isinstance(left, exp.Column) and isinstance(right, exp.Column)):
                 continue
             a = self.column_lineage(left, scope, infos)
@@ -468,33 +374,6 @@ class _Checker:
         declared = self.policy.table(table).column(column)
         return declared.references or (table, column)
 
-    def _check_plain_distinct(self, aggregate: exp.AggFunc, argument: exp.Expr, info) -> None:
-        """COUNT(DISTINCT x) takes a stored column as it is. The distinct values of an
-        expression are another statistic of the same column, whose noise would either repeat
-        the column's (and their difference cancel it: ``COUNT(DISTINCT m) − COUNT(DISTINCT
-        CASE WHEN m = 'a' THEN 'b' ELSE m END)`` tells whether 'a' holds anyone) or be drawn
-        afresh for every spelling (and averaged away)."""
-        if not isinstance(canonical_expression(info.scope, argument), exp.Column):
-            raise self.refuse(
-                f"{aggregate.sql(DIALECT)[:80]}: COUNT(DISTINCT ...) counts the values of one "
-                "stored column, not of an expression",
-                "count the distinct values of a dimension or unit as it is, e.g. "
-                "COUNT(DISTINCT municipality), and filter rows with WHERE",
-            )
-
-    def _own_unit(self, lineage: Lineage) -> bool:
-        """The identifier is the privacy unit of the table it is stored in (persons.person_id),
-        so its distinct count is the count of the rows' own units."""
-        table, column = next(iter(lineage.sources))
-        return self.policy.table(table).privacy_unit == column
-
-    def _is_unit(self, lineage: Lineage) -> bool:
-        if lineage.roles != {ColumnRole.IDENTIFIER} or len(lineage.sources) != 1:
-            return False
-        table, column = self._key_target(*next(iter(lineage.sources)))
-        target = self.policy.table(table)
-        return target is not None and target.privacy_unit == column
-
     def _check_aggregate_scope(self, info: ScopeInfo, infos) -> None:
         select = info.scope.expression
         if select.args.get("qualify") is not None:
@@ -507,7 +386,7 @@ class _Checker:
                 continue
             lineage = self.column_lineage(key, info.scope, infos)
             if lineage.roles & {ColumnRole.MEASURE, ColumnRole.WEIGHT}:
-                role = _role_text(lineage.roles)
+                role = role_text(lineage.roles)
                 raise self.refuse(
                     f"column {key.name!r} is a {role} and cannot be grouped by",
                     "aggregate it with SUM or AVG, or group by a dimension: "
@@ -515,7 +394,7 @@ class _Checker:
                 )
             if lineage.roles - {ColumnRole.DIMENSION}:
                 raise self.refuse(
-                    f"{_role_text(lineage.roles)} {key.sql(DIALECT)} cannot be grouped by",
+                    f"{role_text(lineage.roles)} {key.sql(DIALECT)} cannot be grouped by",
                     f"group by a dimension: {self._dimensions(lineage)}",
                 )
         if group:
@@ -532,156 +411,11 @@ class _Checker:
                     lineage = self.column_lineage(n, info.scope, infos)
                     if lineage.roles - {ColumnRole.DIMENSION}:
                         raise self.refuse(
-                            f"{_role_text(lineage.roles)} {n.sql(DIALECT)} can only be used "
+                            f"{role_text(lineage.roles)} {n.sql(DIALECT)} can only be used "
                             "inside COUNT, SUM or AVG",
                             "output dimensions you group by, and aggregates",
                         )
         self._check_filters(info, infos)
-
-    def _check_aggregate(self, aggregate: exp.AggFunc, info: ScopeInfo, infos) -> list:
-        """Check one aggregate; return the aggregates that replace it in the tree.
-
-        SUM and AVG over confidential rows are normalised to their linear form first
-        (:mod:`sqlsdc.planner.linear`): ``SUM(a·x + b)`` becomes ``a·SUM(x) + b·COUNT(x)``,
-        ``AVG(a·x + b)`` becomes ``a·AVG(x) + b`` and an argument whose value does not depend on
-        a measure (``1``, ``income * 0``, ``age - age``, ``CASE WHEN c THEN 1 END``) becomes the
-        COUNT of the rows it is defined on, so that the mechanism only ever protects ``SUM(x)``
-        and ``COUNT(x)`` of a column as it is stored, and the constants are applied to the
-        protected values. Each protected aggregate gets its statistic's identity in
-        ``meta[STATISTIC]`` (the base columns of its value), which the cell key method uses to
-        give different statistics of the same rows independent noise.
-        """
-        name = aggregate.sql_name().upper()
-        if isinstance(aggregate, DP_AGGREGATES) and self._dp_magnitudes(aggregate, info, infos):
-            self._check_total(aggregate.this, info.scope)  # the aggregate itself is rewritten
-            return [aggregate]
-        if not isinstance(aggregate, PROTECTED_AGGREGATES):
-            raise self.refuse(
-                f"{name} over confidential values is not allowed (no protection mechanism "
-                "covers it yet)",
-                "use COUNT, SUM or AVG",
-            )
-        if isinstance(aggregate.parent, exp.Filter) or aggregate.find(exp.Filter):
-            raise self.refuse(
-                "FILTER (WHERE ...) on aggregates is not supported",
-                "move the condition into a CASE WHEN inside the aggregate",
-            )
-        argument = aggregate.this
-        distinct = isinstance(argument, exp.Distinct)
-        if distinct:
-            if len(argument.expressions) != 1:
-                raise self.refuse(f"{name}(DISTINCT ...) takes exactly one column")
-            argument = argument.expressions[0]
-        if isinstance(argument, exp.Star):
-            return [aggregate]
-        lineage = self.lineage(argument, info.scope, infos)
-        if isinstance(aggregate, exp.Count):
-            if distinct:
-                self._check_plain_distinct(aggregate, argument, info)
-            if distinct and self._is_unit(lineage):
-                own_unit = self._own_unit(lineage)
-                if not own_unit:  # e.g. households counted through persons.household_id
-                    aggregate.meta[STATISTIC] = "distinct:" + _names(lineage)
-                return [aggregate]
-            allowed = {ColumnRole.DIMENSION} if distinct else ROW_ROLES
-            if lineage.roles - allowed:
-                raise self.refuse(
-                    f"{name}({'DISTINCT ' if distinct else ''}{argument.sql(DIALECT)}) uses "
-                    f"{_role_text(lineage.roles - allowed)} {_names(lineage)}",
-                    "count rows with COUNT(*), units with COUNT(DISTINCT <privacy unit>), or "
-                    "distinct values of a dimension",
-                )
-            if distinct:
-                aggregate.meta[STATISTIC] = "distinct:" + _names(lineage)
-            self._check_total(argument, info.scope)
-            return [aggregate]
-        if distinct:
-            raise self.refuse(f"{name}(DISTINCT ...) is not allowed", f"use {name}(...)")
-        if lineage.roles - ROW_ROLES:
-            raise self.refuse(
-                f"{name} over {_role_text(lineage.roles - ROW_ROLES)} {_names(lineage)} "
-                "is not allowed",
-                "sum or average measures",
-            )
-        if not lineage.row and not is_constant(argument):
-            raise self.refuse(
-                f"{name}({argument.sql(DIALECT)[:80]}) does not depend on a confidential "
-                "measure: it is a count of rows times a value",
-                "count the rows with COUNT(*) and multiply the protected count",
-            )
-        self._check_total(argument, info.scope)  # fail closed even on what normalising drops
-        problem = self._nonlinear(argument, info.scope, infos)
-        if isinstance(problem, str):
-            raise self.refuse(
-                f"{name}({argument.sql(DIALECT)[:80]}) is not a linear sum of columns ({problem})",
-                _LINEAR_HINT,
-            )
-        replacement, aggregates = normal_form(aggregate, problem)
-        for new in aggregates:
-            inner = new.this
-            if isinstance(inner, exp.Star):
-                continue
-            new.meta[STATISTIC] = _names(self.lineage(inner, info.scope, infos))
-            self._check_total(inner, info.scope)
-        if replacement is not aggregate:
-            aggregate.replace(replacement)
-        return aggregates
-
-    def _dp_magnitudes(self, aggregate: exp.AggFunc, info: ScopeInfo, infos) -> bool:
-        """Whether ``aggregate`` reads only measures of tables whose magnitudes use DP (which
-        releases variances and quantiles of bounded measures; sqlsdc.rewrite.dp checks the
-        rest)."""
-        lineage = self.lineage(aggregate.this, info.scope, infos)
-        tables = {t for t, _c in lineage.sources}
-        return bool(tables) and all(
-            self.policy.table(t).rule(AggregateKind.MAGNITUDES).method is Method.DP for t in tables
-        )
-
-    def _nonlinear(self, node: exp.Expr, scope: Scope, infos) -> LinearForm | str:
-        """The linear form ``a·x + b`` of a SUM/AVG argument, or why it has none.
-
-        Sums of transformed values defeat the minimum frequency and the magnitude noise: a
-        power mean ``SUM(POW(income, 50))`` reveals the largest income of any cell, zero padding
-        (``CASE WHEN age > 90 THEN income ELSE 0 END``, ``COALESCE(income, 0)``) makes one
-        person's value a cell of many contributors, and a scale (``income * 0.001``) moves
-        every value under the flex function's threshold. So the argument must be built from one
-        measure or numeric dimension column — stored as it is, not computed in a derived table
-        — times constants, plus a constant, optionally times a weight, under single-branch
-        ``CASE WHEN condition THEN ... END`` filters (other rows are NULL and do not count); see
-        :func:`sqlsdc.planner.linear.linear_form`.
-        """
-
-        def kind(column: exp.Column) -> str:
-            roles = self.column_lineage(column, scope, infos).roles
-            if not self._stored(column, scope):
-                raise NotLinear(
-                    f"{column.sql(DIALECT)} is computed in a derived table; compute it inside "
-                    "the aggregate instead"
-                )
-            if roles == {ColumnRole.WEIGHT}:
-                return "weight"
-            if roles and roles <= ROW_ROLES and family(column) in NUMERIC:
-                return "value"
-            raise NotLinear(f"{column.sql(DIALECT)} is not a numeric measure or dimension")
-
-        try:
-            return linear_form(node, kind)
-        except NotLinear as problem:
-            return str(problem)
-
-    def _stored(self, column: exp.Column, scope: Scope) -> bool:
-        """Whether ``column`` is a base table's column, passed unchanged through any derived
-        tables and CTEs on the way (a value computed there would hide its scale)."""
-        source = scope.sources.get(column.table)
-        if isinstance(source, exp.Table):
-            return True
-        if not isinstance(source, Scope) or not isinstance(source.expression, exp.Select):
-            return False
-        for projection in source.expression.expressions:
-            if projection.alias_or_name == column.name:
-                inner = _unwrap(projection.unalias())
-                return isinstance(inner, exp.Column) and self._stored(inner, source)
-        return False
 
     def _dimensions(self, lineage: Lineage) -> str:
         tables = {t for t, _ in lineage.sources}
@@ -696,115 +430,3 @@ class _Checker:
         return ", ".join(dims) or "none declared"
 
     # ---------------------------------------------------------------- totality
-    def _check_released(self, select: exp.Select, scope: Scope) -> None:
-        """Projections, HAVING and ORDER BY of an aggregation are evaluated on every cell."""
-        having, order = select.args.get("having"), select.args.get("order")
-        parts = [
-            *select.expressions,
-            *([having.this] if having else []),
-            *(order.expressions if order else []),
-        ]
-        for part in parts:
-            self._check_total(part, scope, released=True)
-
-    def _check_total(self, node: exp.Expr, scope: Scope, released: bool = False) -> None:
-        """Refuse ``node`` unless no confidential value can make it raise an error.
-
-        Every function must be listed in :data:`sqlsdc.planner.signatures.SIGNATURES`, its
-        literal arguments (date parts, formats, divisors, positions...) must be literals, and
-        its value arguments must have types it is total on. ``released`` marks the projections,
-        HAVING and ORDER BY of an aggregation: they run on every cell, published or not, so an
-        error there would reveal which cells exist; aggregate results are released values there,
-        and only the literal arguments are checked on what depends on them.
-        """
-        for n in _evaluated_nodes(node, released):
-            refusal = literal_refusal(n, self.constant_is_safe)
-            if refusal:
-                raise self.refuse(refusal.reason, refusal.hint)
-        for n in _evaluated_nodes(node, released):
-            if released and _contains_released_value(n):
-                continue
-            if not any(isinstance(c, exp.Column) for c in own_nodes(n)):
-                if not isinstance(n, _INERT) and not self.constant_is_safe(n):
-                    raise self.refuse(
-                        f"the expression {n.sql(DIALECT)} raises an error", "fix the expression"
-                    )
-                continue
-            problem = partiality(n)
-            if problem:
-                raise self.refuse(
-                    f"{n.sql(DIALECT)[:80]} could raise an error for some confidential values "
-                    f"({problem}), which would reveal them",
-                    TOTALITY_HINT,
-                )
-
-
-_INERT = (
-    exp.Literal,
-    exp.Null,
-    exp.Boolean,
-    exp.Star,
-    exp.DataType,
-    exp.Var,
-    exp.Identifier,
-    exp.DataTypeParam,
-)
-
-
-def _evaluated_nodes(node: exp.Expr, released: bool) -> Iterator[exp.Expr]:
-    """The nodes of ``node`` in its scope, parents first; with ``released``, the arguments of
-    aggregates are not entered (they are checked as aggregate arguments)."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        if released and _is_aggregate_call(current):
-            continue
-        children = [
-            c
-            for c in current.iter_expressions()
-            if not isinstance(c, (exp.Subquery, exp.Select, *SET_OPERATIONS))
-        ]
-        stack.extend(reversed(children))
-
-
-def _is_aggregate_call(node: exp.Expr) -> bool:
-    return isinstance(node, exp.AggFunc) and not isinstance(node.parent, exp.Window)
-
-
-def _contains_released_value(node: exp.Expr) -> bool:
-    """Whether ``node`` computes on an aggregate result or is a window function over the cells."""
-    if isinstance(node.parent, exp.Window) and node.arg_key == "this":
-        return True
-    return any(_is_aggregate_call(n) or isinstance(n, exp.Window) for n in own_nodes(node))
-
-
-_LINEAR_HINT = (
-    "sum measures as they are, weighted (income * weight), scaled by constants, or filtered with "
-    "WHERE or CASE WHEN condition THEN measure END; other transformations need a mechanism "
-    "such as CKM or DP"
-)
-
-
-def _names(lineage: Lineage) -> str:
-    return ", ".join(f"{t}.{c}" for t, c in sorted(lineage.sources)) or "(none)"
-
-
-def _role_text(roles) -> str:
-    order = [
-        ColumnRole.IDENTIFIER,
-        ColumnRole.HIDDEN,
-        ColumnRole.MEASURE,
-        ColumnRole.WEIGHT,
-        ColumnRole.DIMENSION,
-    ]
-    for role in order:
-        if role in roles:
-            return {
-                "identifier": "identifier",
-                "hidden": "hidden column",
-                "measure": "measure",
-                "weight": "weight",
-                "dimension": "dimension",
-            }[role.value]
-    return "value"

@@ -35,7 +35,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
 from sqlsdc.errors import PolicyViolation
-from sqlsdc.planner.analyze import Analysis, Kind, ScopeInfo, own_nodes
+from sqlsdc.planner.scopes import Analysis, Kind, ScopeInfo, own_nodes
 from sqlsdc.policy import Policy
 
 DIALECT = "duckdb"

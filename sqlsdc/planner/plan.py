@@ -16,8 +16,8 @@ from sqlglot.optimizer.scope import Scope
 
 from sqlsdc.catalog.keys import RKEY
 from sqlsdc.errors import PolicyViolation
-from sqlsdc.planner.analyze import Analysis, Kind, ScopeInfo, own_nodes
 from sqlsdc.planner.multiplicity import Multiplicity
+from sqlsdc.planner.scopes import Analysis, Kind, ScopeInfo, own_nodes
 from sqlsdc.policy import AggregateKind, Method, Policy, ProtectionRule
 
 

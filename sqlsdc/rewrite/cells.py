@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from sqlsdc.errors import PolicyViolation
-from sqlsdc.planner.analyze import own_nodes
 from sqlsdc.planner.plan import CellPlan, QueryPlan
+from sqlsdc.planner.scopes import own_nodes
 from sqlsdc.policy import Method
 
 CELLS = "__cells"

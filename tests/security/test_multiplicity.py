@@ -132,26 +132,28 @@ def test_joins_analysts_need_are_accepted(analyst, sql):
     assert analyst.execute(sql).fetchall()
 
 
-def test_a_public_key_must_be_unique_when_the_policy_is_applied(tmp_path):
-    path = tmp_path / "dupes.duckdb"
+def _people_and_towns(path, towns_sql: str, key: str | None) -> dict:
+    """A database of 20 people in town 'a' and a public ``towns`` table; its policy."""
     con = duckdb.connect(str(path))
     con.execute("CREATE TABLE people AS SELECT range AS id, 'a' AS town FROM range(20)")
-    con.execute("CREATE TABLE towns AS SELECT * FROM (VALUES ('a', 1), ('a', 2)) t(town, n)")
+    con.execute(f"CREATE TABLE towns AS {towns_sql}")
     con.close()
-    policy = {
-        "tables": {
-            "people": {
-                "privacy_unit": "id",
-                "columns": {"id": {"role": "identifier"}, "town": {"role": "dimension"}},
-            },  # fmt: skip
-            "towns": {
-                "kind": "public",
-                "key": "town",
-                "columns": {"town": {"role": "dimension"}, "n": {"role": "measure"}},
-            },
-        },
+    towns = {"kind": "public", "columns": {"town": {"role": "dimension"}, "n": {"role": "measure"}}}
+    if key is not None:
+        towns["key"] = key
+    people = {"id": {"role": "identifier"}, "town": {"role": "dimension"}}
+    return {
+        "tables": {"people": {"privacy_unit": "id", "columns": people}, "towns": towns},
         "users": {"root": {"role": "admin"}, "ana": {"role": "analyst"}},
     }
+
+
+JOIN_TOWNS = "SELECT t.n, COUNT(*) FROM people p JOIN towns t ON p.town = t.town GROUP BY t.n"
+
+
+def test_a_public_key_must_be_unique_when_the_policy_is_applied(tmp_path):
+    path = tmp_path / "dupes.duckdb"
+    policy = _people_and_towns(path, "SELECT * FROM (VALUES ('a', 1), ('a', 2)) t(town, n)", "town")
     with pytest.raises(sqlsdc.PolicyError, match="tables.towns.key: town is not unique"):
         sqlsdc.init(path, policy)
     con = duckdb.connect(str(path))
@@ -163,34 +165,15 @@ def test_a_public_key_must_be_unique_when_the_policy_is_applied(tmp_path):
         con.execute("INSERT INTO towns VALUES ('a', 3)")
     con.close()
     with sqlsdc.connect(path, "ana") as ana:
-        sql = "SELECT t.n, COUNT(*) FROM people p JOIN towns t ON p.town = t.town GROUP BY t.n"
-        assert ana.execute(sql).fetchall()
+        assert ana.execute(JOIN_TOWNS).fetchall()
 
 
 def test_a_public_table_without_a_key_cannot_be_joined(tmp_path):
     path = tmp_path / "nokey.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE people AS SELECT range AS id, 'a' AS town FROM range(20)")
-    con.execute("CREATE TABLE towns AS SELECT 'a' AS town, 1 AS n")
-    con.close()
-    policy = {
-        "tables": {
-            "people": {
-                "privacy_unit": "id",
-                "columns": {"id": {"role": "identifier"}, "town": {"role": "dimension"}},
-            },  # fmt: skip
-            "towns": {
-                "kind": "public",
-                "columns": {"town": {"role": "dimension"}, "n": {"role": "measure"}},
-            },
-        },
-        "users": {"root": {"role": "admin"}, "ana": {"role": "analyst"}},
-    }
-    sqlsdc.init(path, policy)
+    sqlsdc.init(path, _people_and_towns(path, "SELECT 'a' AS town, 1 AS n", None))
     with sqlsdc.connect(path, "ana") as ana:
         with pytest.raises(sqlsdc.PolicyViolation, match="can repeat rows of p"):
-            ana.execute("SELECT t.n, COUNT(*) FROM people p JOIN towns t ON p.town = t.town "
-                        "GROUP BY t.n")  # fmt: skip
+            ana.execute(JOIN_TOWNS)
 
 
 def test_only_public_tables_declare_a_key():
