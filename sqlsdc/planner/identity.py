@@ -184,7 +184,7 @@ class _Describer:
         """Full canonical description of a query scope (used for opaque relations)."""
         node = scope.expression
         if isinstance(node, _SET_OPERATIONS):
-            parts = [self.query(s) for s in scope.union_scopes]
+            parts = [self.query(s) for s in scope.set_operation_scopes]
             return {
                 "set": node.key,
                 "distinct": bool(node.args.get("distinct")),
