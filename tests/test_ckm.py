@@ -22,9 +22,10 @@ from sqlsdc.catalog.ptables import load_ptables, stored_entries
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.mechanisms.ckm import (
     Lookup,
-    magnitude_key,
+    MixKeys,
     perturb_count,
     perturb_magnitude,
+    statistic_key,
     utility_risk,
 )
 from sqlsdc.policy import AggregateKind, load_policy
@@ -149,6 +150,12 @@ def test_magnitude_cell_is_consistent_across_queries(ckm):
     assert max(values) - min(values) <= 1e-12 * max(values), values
 
 
+def _mix_keys(con) -> MixKeys:
+    """The secret constants of the statistic keys (test only: read from the catalog)."""
+    (material,) = con.execute("SELECT material FROM sqlsdc.secrets WHERE name = 'prf'").fetchone()
+    return MixKeys.from_secret(bytes(material))
+
+
 def _expected_magnitudes(reference, table, measure, key_sql, where=""):
     con, policy, refs, tables = reference
     counts_rule = _rule(policy, table, AggregateKind.COUNTS)
@@ -178,7 +185,7 @@ def _expected_magnitudes(reference, table, measure, key_sql, where=""):
             small = tables[("small_cells", m.small_cells)]
             m1sq = refs[("small_cells", m.small_cells)].m1sq
         # the magnitude's own key: the cell key plus the salt of its statistic (``sum:table.x``)
-        salted = magnitude_key(key, f"sum:{table}.{measure}")
+        salted = statistic_key(key, f"sum:{table}.{measure}", _mix_keys(con))
         x_hat = perturb_magnitude(float(total), top, salted, n, m, main, small, m1sq)
         expected[k] = (x_hat, n, n_hat)
     return expected, m, present

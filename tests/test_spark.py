@@ -609,7 +609,7 @@ def recorded_demo(spark, ckm_db, tmp_path):
     path = tmp_path / "demo.duckdb"
     shutil.copy(ckm_db, path)
     engine = SparkEngine(spark.newSession())
-    engine.load_duckdb(path, ["persons", "regions", "sqlsdc.ptable_entries"])
+    engine.load_duckdb(path, ["persons", "regions", "sqlsdc.ptable_entries", "sqlsdc.ckm_mix"])
 
     def run(sql: str, user: str = "analyst"):
         with sqlsdc.connect(path, user) as con:

@@ -4,6 +4,7 @@ Tables:
     meta            catalog format version
     policy_versions every applied policy document, numbered; the highest is in force
     secrets         key material for keyed PRFs (never readable through a guarded connection)
+    ckm_mix         the secret constants of the cell key method's statistic keys (one row)
     audit           every query, accepted, refused or failed, with the reason
     ledger          every released cell: user, time, query fingerprint, cell identity, status
     ptables         every perturbation table generated, by its parameters (never changed)
@@ -23,6 +24,12 @@ from __future__ import annotations
 
 CATALOG_SCHEMA = "sqlsdc"
 CATALOG_VERSION = 1
+
+CKM_MIX_DDL = f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.ckm_mix (
+    k_square BIGINT NOT NULL,
+    k_scale BIGINT NOT NULL,
+    k_shift BIGINT NOT NULL,
+    k_final BIGINT NOT NULL)"""
 
 # ``entry`` = sha256(user | policy_version | cell_hash), the table's one-column key: DuckDB looks
 # up a one-column ART index per key, but scans the whole table for a compound key, so the cache
@@ -53,6 +60,7 @@ DDL = (
         name VARCHAR PRIMARY KEY,
         material BLOB NOT NULL,
         created_at TIMESTAMP NOT NULL)""",
+    CKM_MIX_DDL,
     f"CREATE SEQUENCE IF NOT EXISTS {CATALOG_SCHEMA}.query_ids START 1",
     f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.audit (
         query_id BIGINT PRIMARY KEY,

@@ -88,6 +88,7 @@ def apply_policy(con, policy: Policy, applied_by: str) -> ApplyReport:
     try:
         store.ensure_catalog(con)
         created = store.ensure_secret(con)
+        store.ensure_mix_keys(con)
         report = ApplyReport(version=0, secret_created=created)
         for table in policy.confidential_tables:
             _drop_stale_unit_indexes(con, table.name, table.privacy_unit)

@@ -16,9 +16,10 @@ from functools import lru_cache
 import pyarrow as pa
 from sqlglot import exp
 
-from sqlsdc.catalog.schema import CATALOG_SCHEMA, CATALOG_VERSION, DDL, DP_CELLS_DDL
+from sqlsdc.catalog.schema import CATALOG_SCHEMA, CATALOG_VERSION, CKM_MIX_DDL, DDL, DP_CELLS_DDL
 from sqlsdc.engines.duckdb import one
 from sqlsdc.errors import AccessDenied, Error, PolicyViolation
+from sqlsdc.mechanisms.ckm import MixKeys
 from sqlsdc.policy import UserRole, load_policy
 
 S = CATALOG_SCHEMA
@@ -130,6 +131,23 @@ def ensure_secret(con, name: str = "prf") -> bool:
         f"INSERT INTO {S}.secrets VALUES (?, ?, ?)", [name, os.urandom(SECRET_BYTES), now()]
     )
     return True
+
+
+def ensure_mix_keys(con) -> None:
+    """Store the cell key method's statistic-key constants, derived from the PRF secret, if
+    absent (``sqlsdc.mechanisms.ckm.MixKeys``): protected SQL reads them from the catalog, so
+    they never appear in its text."""
+    con.execute(CKM_MIX_DDL)
+    if one(con, f"SELECT 1 FROM {S}.ckm_mix"):
+        return
+    row = one(con, f"SELECT material FROM {S}.secrets WHERE name = 'prf'")
+    if row is None:
+        return
+    keys = MixKeys.from_secret(bytes(row[0]))
+    con.execute(
+        f"INSERT INTO {S}.ckm_mix VALUES (?, ?, ?, ?)",
+        [keys.square, keys.scale, keys.shift, keys.final],
+    )
 
 
 def record_key_event(con, table: str, action: str, rows: int, by: str) -> None:

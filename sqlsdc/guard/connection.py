@@ -98,6 +98,7 @@ class Connection:
             self._timeout = _statement_timeout(policy, timeout)
             self._context = _context(con, policy, version, self._timeout)
             ensure_budget_catalog(con)  # brings a cache of DP cells from older versions along
+            store.ensure_mix_keys(con)  # catalogs made before statistic keys were secret
         except engine.EngineError:
             con.close()
             raise OperationalError(

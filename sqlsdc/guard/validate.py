@@ -33,8 +33,8 @@ from sqlsdc.rewrite.cells import CELLS, HALF_WIDTH_PREFIX, SD_PREFIX, STATUS_PRE
 from sqlsdc.rewrite.dp import RELATION_PREFIX
 
 INTERNAL_COLUMNS = ("__rkey",)
-CATALOG_TABLES = ("ptable_entries",)  # catalog tables a protected query may read, with the
-# protected universes of suppressed tables (``suppressed__<table>``)
+CATALOG_TABLES = ("ptable_entries", "ckm_mix")  # catalog tables a protected query may read,
+# with the protected universes of suppressed tables (``suppressed__<table>``)
 
 
 def validate_release(tree: exp.Expr, policy: Policy) -> None:

@@ -11,6 +11,7 @@ intervals [lo, hi).
 from __future__ import annotations
 
 import hashlib
+import hmac
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -89,20 +90,57 @@ def statistic_salt(statistic: str) -> int:
     and their difference or ratio cancels the noise (``SUM(income * weight) / SUM(income)`` of a
     one-person cell is exactly the weight when both contributions sit below the flex function's
     threshold; ``COUNT(*) − COUNT(DISTINCT municipality)`` is exact when both counts use the
-    last ptable row). So a magnitude looks its noise up with the key ``(ckey + salt) mod 2^32``
-    and a distinct count of a dimension likewise, the salt being this hash of what is measured
+    last ptable row). So a magnitude looks its noise up with a key of its own,
+    :func:`statistic_key`, and a distinct count of a dimension likewise, from this hash of what
+    is measured
     (``sum:persons.income``, ``distinct:persons.municipality``), not of how the query wrote it:
-    the same statistic of the same records always gets the same noise. The salt is public; the
-    record keys it is added to are not, so the salted key is as uniform and as secret as the
-    cell key. Counts of rows and of units are one statistic of their records and keep the
-    unsalted key (``COUNT(income)`` equals ``COUNT(*)`` when income is never NULL).
+    the same statistic of the same records always gets the same noise. Counts of rows and of
+    units are one statistic of their records and keep the cell key (``COUNT(income)`` equals
+    ``COUNT(*)`` when income is never NULL).
     """
     return int.from_bytes(hashlib.blake2b(statistic.encode()).digest()[:4], "big")
 
 
-def magnitude_key(cell_key: int, statistic: str) -> int:
-    """The key a magnitude's ptable lookups start from (before scrambling)."""
-    return (cell_key + statistic_salt(statistic)) % 2**KEY_BITS
+MIX_PRIME = 2**31 - 1  # the keyed mix works modulo this prime: every product fits in 62 bits
+
+
+@dataclass(frozen=True)
+class MixKeys:
+    """The secret constants of :func:`statistic_key`, derived from the database's PRF secret."""
+
+    square: int
+    scale: int
+    shift: int
+    final: int
+
+    @classmethod
+    def from_secret(cls, secret: bytes) -> MixKeys:
+        digest = hmac.new(secret, b"sqlsdc: cell key method statistic keys", "sha256").digest()
+        words = [int.from_bytes(digest[i : i + 4], "big") % MIX_PRIME for i in range(0, 16, 4)]
+        return cls(words[0], max(words[1], 1), words[2], words[3])
+
+
+def statistic_key(cell_key: int, statistic: str, keys: MixKeys) -> int:
+    """The key a statistic other than a count of units looks its noise up with.
+
+    y = (ckey + salt) mod p, y ← y² + a, y ← b·y + c, y ← y² + d (all mod p = 2³¹ − 1, a..d
+    secret), key = 2y + (ckey mod 2). The salt (:func:`statistic_salt`) keeps the statistics of
+    one set of records apart; the secret mix keeps them *unlinkable*. With a public salt alone
+    the key of every statistic was the cell key plus a known constant, so one statistic whose
+    true value the analyst knows (the AVG(age) of a cell whose ages the WHERE fixes) gave away
+    its noise, hence its key, hence the cell key and the noise of every other statistic of the
+    same records: a one-person cell's income to the cent from one query. Knowing one
+    statistic's key now says nothing of another's without the 124 secret bits (two squarings
+    mod p stand between them). The map is integer arithmetic that every engine computes
+    exactly; it is a keyed mix, not a cryptographic PRF, and its outputs fall on about a
+    quarter of the key space, spread evenly, which keeps every ptable entry's probability.
+    """
+    p = MIX_PRIME
+    y = (cell_key + statistic_salt(statistic)) % p
+    y = (y * y + keys.square) % p
+    y = (y * keys.scale + keys.shift) % p
+    y = (y * y + keys.final) % p
+    return 2 * y + cell_key % 2
 
 
 def perturb_count(n: int, key: int, counts: Lookup, max_i: float) -> int:

@@ -53,6 +53,7 @@ class CellPlan:
     row_source: int | None = None  # position in units of the table whose rows the join's are
     one_row_per_unit: bool = False  # one confidential table, no join, unit unique (enforced)
     mechanism: Method = Method.THRESHOLD  # the one method that builds these cells
+    rows_are_units: bool = False  # the rows are the driver's, each its own unit (COUNT(*))
     scope: Scope | None = None  # the aggregation's scope (canonical identity: guard.identity)
 
 
@@ -166,6 +167,7 @@ class _Planner:
                 self.policy.table(t).rule(AggregateKind.COUNTS).min_frequency for t in tables
             )
         count_methods = {self.policy.table(t).rule(AggregateKind.COUNTS).method for t in tables}
+        row_source = self._row_source(info.scope) if units is not None else None
         groupings = [
             n
             for part in (*select.expressions, select.args.get("having"), select.args.get("order"))
@@ -183,9 +185,11 @@ class _Planner:
             rkeys,
             id(select) in self._status,
             group_k,
-            self._row_source(info.scope) if units is not None else None,
+            row_source,
             bool(one_per_row),
             choose_mechanism(aggregates, count_methods),
+            rows_are_units=bool(one_per_row)
+            or (row_source is not None and self.unit_per_row.get(tables[row_source], False)),
             scope=info.scope,
         )
 

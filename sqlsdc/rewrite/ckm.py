@@ -39,7 +39,7 @@ from sqlglot import exp
 
 from sqlsdc.catalog.ptables import KEY_MODULUS, PTableKey, PTableRef
 from sqlsdc.errors import PolicyViolation
-from sqlsdc.mechanisms.ckm import statistic_salt
+from sqlsdc.mechanisms.ckm import MIX_PRIME, statistic_salt
 from sqlsdc.planner.normal_form import STATISTIC
 from sqlsdc.planner.plan import ProtectedAggregate
 from sqlsdc.policy import AggregateKind, Method, Policy
@@ -169,7 +169,9 @@ class _Builder(MagnitudeLayers):
             if method is Method.CKM and spec.kind is AggregateKind.MAGNITUDES:
                 for j in range(1, self._magnitude(i).top_k + 1):
                     agg.append("expressions", exp.alias_(self._top(i, j), f"__x{i}_{j}"))
-        agg.append("expressions", exp.alias_(unit_count(None, units or None), "__n"))
+        # the group's units: the join's rows when they are the driver's units, one each
+        group_units = None if plan.rows_are_units else units or None
+        agg.append("expressions", exp.alias_(unit_count(None, group_units), "__n"))
         if self.count_rule.method is Method.CKM:
             agg.append("expressions", exp.alias_(self._cell_key(None, None), "__kn"))
         return agg
@@ -234,12 +236,6 @@ class _Builder(MagnitudeLayers):
             for part in parts[1:]:
                 total = exp.Add(this=total, expression=part)
         total = exp.Coalesce(this=total, expressions=[exp.Literal.number(0)])
-        if (
-            aggregate is not None
-            and isinstance(aggregate.node.this, exp.Distinct)
-            and STATISTIC in aggregate.node.meta
-        ):
-            total = exp.Add(this=total, expression=number(statistic_salt(statistic(aggregate))))
         return exp.Mod(this=exp.Paren(this=total), expression=exp.Literal.number(KEY_MODULUS))
 
     def _top(self, i: int, j: int) -> exp.Expr:
@@ -297,6 +293,10 @@ class _Builder(MagnitudeLayers):
             noise = exp.cast(exp.column("v", "__pcn"), "BIGINT")
             protected = exp.Add(this=prev("__n"), expression=noise)
             select.append("expressions", exp.alias_(protected, "__cn"))
+        if any(self._own_statistic(spec) for spec in self.plan.aggregates):
+            select.append(
+                "joins", exp.Join(this=CKM_MIX.copy().as_(MIX), side="LEFT", on=exp.true())
+            )
         for i, spec in enumerate(self.plan.aggregates):
             if spec.rule.method is not Method.CKM:
                 continue
@@ -307,9 +307,10 @@ class _Builder(MagnitudeLayers):
                 ptable = ptable_ref(self.ptables, ("counts", rule.ptable))
                 alias = f"__pc{i}"
                 row = exp.Least(this=count, expressions=[number(ptable.max_i)])
-                self._join_ptable(
-                    select, alias, ptable, row, prev(f"__k{i}"), exp.Literal.string("all")
-                )
+                key = prev(f"__k{i}")
+                if spec.kind is AggregateKind.COUNTS and self._own_statistic(spec):
+                    key = statistic_key_sql(key, statistic(spec))
+                self._join_ptable(select, alias, ptable, row, key, exp.Literal.string("all"))
                 noise = exp.cast(exp.column("v", alias), "BIGINT")
                 protected = exp.Add(this=count.copy(), expression=noise)
                 faults.append(missing(alias))
@@ -322,15 +323,7 @@ class _Builder(MagnitudeLayers):
             if spec.kind is AggregateKind.MAGNITUDES:
                 start = exp.cast(prev(f"__a{i}"), "DOUBLE")
                 select.append("expressions", exp.alias_(start, f"__o{i}_0"))
-                salted = exp.Mod(
-                    this=exp.Paren(
-                        this=exp.Add(
-                            this=prev(f"__k{i}"),
-                            expression=number(statistic_salt(statistic(spec))),
-                        )
-                    ),
-                    expression=number(KEY_MODULUS),
-                )
+                salted = statistic_key_sql(prev(f"__k{i}"), statistic(spec))
                 select.append("expressions", exp.alias_(salted, f"__q{i}"))
             select.append("expressions", exp.alias_(any_(faults), f"__e{i}_0"))
         return select
@@ -373,10 +366,20 @@ class _Builder(MagnitudeLayers):
             ),
         )
 
+    @staticmethod
+    def _own_statistic(spec) -> bool:
+        """A CKM magnitude, or a distinct count of another column than the rows' own unit:
+        statistics that look their noise up with a key of their own."""
+        if spec.rule.method is not Method.CKM:
+            return False
+        if spec.kind is AggregateKind.MAGNITUDES:
+            return True
+        return isinstance(spec.node.this, exp.Distinct) and STATISTIC in spec.node.meta
+
     def _count_of_units(self) -> int | None:
         """An aggregate that is already the group's CKM count of units (COUNT(*) when each row
         is a unit): its perturbed value is the group's, so no second ptable lookup is needed."""
-        if self.plan.units is not None or self.count_rule.method is not Method.CKM:
+        if not self.plan.rows_are_units or self.count_rule.method is not Method.CKM:
             return None
         for i, spec in enumerate(self.plan.aggregates):
             if spec.kind is AggregateKind.COUNTS and spec.argument is None:
@@ -408,6 +411,33 @@ class _Builder(MagnitudeLayers):
         return exp.column(f"__e{i}_{steps}", PREV)
 
     # -- helpers -------------------------------------------------------------------------------
+
+
+MIX = "__mix"
+CKM_MIX = exp.Table(this=exp.to_identifier("ckm_mix"), db=exp.to_identifier("sqlsdc"))
+
+
+def statistic_key_sql(cell_key: exp.Expr, name: str) -> exp.Expr:
+    """:func:`sqlsdc.mechanisms.ckm.statistic_key` in SQL, its secret constants read from the
+    catalog (``sqlsdc.ckm_mix``, joined as ``__mix``): integer arithmetic below 2^62."""
+    p = number(MIX_PRIME)
+
+    def mod(value: exp.Expr) -> exp.Expr:
+        return exp.Mod(this=exp.Paren(this=value), expression=p.copy())
+
+    def constant(column: str) -> exp.Expr:
+        return exp.column(column, MIX)
+
+    y = mod(exp.Add(this=cell_key.copy(), expression=number(statistic_salt(name))))
+    y = mod(exp.Add(this=exp.Mul(this=y, expression=y.copy()), expression=constant("k_square")))
+    y = mod(
+        exp.Add(
+            this=exp.Mul(this=y, expression=constant("k_scale")), expression=constant("k_shift")
+        )
+    )
+    y = mod(exp.Add(this=exp.Mul(this=y, expression=y.copy()), expression=constant("k_final")))
+    parity = exp.Mod(this=cell_key.copy(), expression=number(2))
+    return exp.Add(this=exp.Mul(this=number(2), expression=y), expression=parity)
 
 
 def statistic(aggregate: ProtectedAggregate) -> str:

@@ -1,6 +1,8 @@
 """Red-team round 2 on protection core v2 (issue 16): attacks that still work, written as tests
-of the SAFE behaviour. The union crash is fixed; the other three are open and marked as strict
-expected failures with the fix each needs (README, threat model).
+of the SAFE behaviour. Fixed since: the union crash, and the two known-valued-statistic attacks
+(statistic keys now go through a secret mix, ``sqlsdc.mechanisms.ckm.statistic_key``). Open,
+and marked as a strict expected failure with the fix it needs: the bisection through a padded
+count (README, threat model).
 
 The attacker knows the policy and therefore the perturbation tables (public parameters; the tests
 read them from the catalog through ``raw_ckm`` only as a shortcut for regenerating them) and the
@@ -16,10 +18,16 @@ import pytest
 
 import sqlsdc
 from sqlsdc.demo.build import demo_policy
-from sqlsdc.mechanisms.ckm import Lookup, magnitude_key, perturb_magnitude, statistic_salt
+from sqlsdc.mechanisms.ckm import Lookup, perturb_magnitude, statistic_salt
 from sqlsdc.policy import AggregateKind
 
 M = 2**32
+
+
+def magnitude_key(cell_key: int, statistic: str) -> int:
+    """The attacker's model of a statistic's key: the cell key plus the public salt (what the
+    build this attack was found on did; statistic keys now go through a secret mix)."""
+    return (cell_key + statistic_salt(statistic)) % M
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -67,14 +75,6 @@ def _cell_key_from_known_average(pt, avg: float, n: int, known_sum: float, top: 
 
 
 # ------------------------- 1. a known-valued magnitude gives the cell key: exact incomes
-KEY_LEAK = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "OPEN (issue 16): statistic keys are the cell key plus a public salt, so a statistic whose "
-        "true value the analyst knows reveals the cell key and every other statistic's noise; the "
-        "fix is a secret PRF per (cell key, statistic), see the README's threat model"
-    ),
-)
 BISECTION = pytest.mark.xfail(
     strict=True,
     reason=(
@@ -84,7 +84,6 @@ BISECTION = pytest.mark.xfail(
 )
 
 
-@KEY_LEAK
 def test_known_valued_average_does_not_reveal_the_cell_key_and_an_exact_income(ckm, raw_ckm):
     """AVG(age) of a cell whose ages the WHERE fixes has a known true value, so its published
     value gives the noise, v + (u − ½)/12 — and since u is the key's place inside its (public,
@@ -141,7 +140,6 @@ def test_known_valued_average_does_not_reveal_the_cell_key_and_an_exact_income(c
 
 
 # --------------------------- 2. the same key gives the exact count of small cells
-@KEY_LEAK
 def test_known_valued_average_does_not_reveal_exact_small_counts(ckm, raw_ckm):
     """The cell key recovered from AVG(age) under ``WHERE age = 40`` (test 1) fixes the count
     noise too: for each candidate n in n̂ ± 5 the key is recovered and the count ptable must give
