@@ -343,8 +343,8 @@ def test_bounds_on_an_identifier():
          "tables.persons: unknown key(s) colums; allowed here: columns, description, dp, "
          "hierarchies, key, kind, privacy_unit, protection, suppression"),
         ({"tables__persons__columns__income__bound": [0, 1]},
-         "tables.persons.columns.income: unknown key(s) bound; allowed here: bounds, description, "
-         "domain, references, role"),
+         "tables.persons.columns.income: unknown key(s) bound; allowed here: bounds, breaks, "
+         "description, domain, references, role"),
         ({"users__admin__password": "x"},
          "users.admin: unknown key(s) password; allowed here: description, role"),
         ({"protection": {"k": 5}},

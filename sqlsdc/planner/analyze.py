@@ -26,6 +26,8 @@ from sqlsdc.planner.allowlist import (
     ALLOWED,
     describe,
 )
+from sqlsdc.planner.breaks import check_classed_comparisons
+from sqlsdc.planner.identity import canonical_expression
 from sqlsdc.planner.scopes import (
     DIALECT,
     ROW_ROLES,
@@ -43,7 +45,7 @@ from sqlsdc.planner.scopes import (
     unwrap,
 )
 from sqlsdc.planner.total_checks import TotalityChecks
-from sqlsdc.policy import ColumnRole, Policy
+from sqlsdc.policy import AggregateKind, ColumnRole, Method, Policy
 
 
 def analyze(
@@ -249,6 +251,27 @@ class _Checker(AggregateChecks, TotalityChecks):
         elif info.kind is Kind.AGGREGATE:
             self._check_aggregate_scope(info, infos)
             self._check_released(scope.expression, scope)
+        if info.kind is not Kind.SAFE:
+            self._check_classes(info, infos)
+
+    def _check_classes(self, info: ScopeInfo, infos) -> None:
+        """Row conditions compare measures and weights only with their class breaks."""
+        scope = info.scope
+
+        def resolve(column: exp.Column):
+            lineage = self.column_lineage(column, scope, infos)
+            if not lineage.row or len(lineage.sources) != 1:
+                return None
+            table, name = next(iter(lineage.sources))
+            declared = self.policy.table(table)
+            if declared.rule(AggregateKind.MAGNITUDES).method is Method.DP:
+                return None  # fresh noise per population and a charge per question
+            return declared.column(name)
+
+        def plain(operand: exp.Expr) -> bool:
+            return isinstance(canonical_expression(scope, operand), exp.Column)
+
+        check_classed_comparisons(own_nodes(scope.expression), resolve, plain, self.sql)
 
     def _check_row_scope(self, info: ScopeInfo, infos) -> None:
         select = info.scope.expression

@@ -188,6 +188,8 @@ def _semantic_problems(doc: dict) -> list[str]:
                 problems.append(f"{cwhere}.bounds: a column with role {col['role']} has no bounds")
             if "domain" in col and col["role"] != "dimension":
                 problems.append(f"{cwhere}.domain: only dimensions have a domain")
+            if "breaks" in col and col["role"] not in ("measure", "weight"):
+                problems.append(f"{cwhere}.breaks: only measures and weights have class breaks")
             ref = col.get("references")
             if ref:
                 if col["role"] != "identifier":
@@ -520,6 +522,7 @@ def _build(doc: dict, label: str) -> Policy:
                 role=ColumnRole(col["role"]),
                 domain=tuple(col["domain"]) if "domain" in col else None,
                 bounds=tuple(col["bounds"]) if "bounds" in col else None,
+                breaks=tuple(sorted(col["breaks"])) if "breaks" in col else None,
                 references=tuple(ref.lower().split(".")) if ref else None,
                 description=col.get("description", ""),
             )

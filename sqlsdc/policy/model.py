@@ -170,6 +170,7 @@ class Column:
     role: ColumnRole
     domain: tuple[Any, ...] | None = None
     bounds: tuple[float, float] | None = None
+    breaks: tuple[float, ...] | None = None  # the values row conditions may compare a measure with
     references: tuple[str, str] | None = None  # (table, column) this identifier points to
     description: str = ""
 

@@ -77,7 +77,7 @@ ATTACKS = [
         "date_trunc_scalar_aggregate",
         q(
             f"DATE_TRUNC((SELECT CASE WHEN COUNT(*) > 0 THEN 'x' ELSE 'year' END FROM persons "
-            f"WHERE {TARGET} AND income > 40000), {D}) IS NULL"
+            f"WHERE {TARGET} AND income > 50000), {D}) IS NULL"
         ),
         LITERAL,
     ),
@@ -398,7 +398,7 @@ SAFE = [
     ),
     ("mod_literal", "SELECT age % 10 AS d, COUNT(*) FROM persons GROUP BY d"),
     ("intdiv_literal", "SELECT age // 10 AS decade, COUNT(*) FROM persons GROUP BY decade"),
-    ("division_by_data", q("1 / (income - 50000) > 0")),
+    ("division_by_data", q("1 / (CAST(age AS DOUBLE) - 50) > 0")),
     ("try_cast", q("TRY_CAST(CASE WHEN income > 5e4 THEN 'x' ELSE '1' END AS INTEGER) IS NULL")),
     ("substring_literal", q("SUBSTRING(occupation, 1, 5) = 'craft'")),
     ("round_output", "SELECT region, ROUND(SUM(income), 2) FROM persons GROUP BY region"),
@@ -413,7 +413,7 @@ SAFE = [
         "SELECT region, COUNT(*), SUM(COUNT(*)) OVER (), "
         "LAG(COUNT(*), 1) OVER (ORDER BY region) FROM persons GROUP BY region",
     ),
-    ("pow_double", q("POW(CAST(income AS DOUBLE), 1e6) >= 0")),
+    ("pow_double", q("POW(CAST(age AS DOUBLE), 1e6) >= 0")),
     (
         "strftime_public",
         "SELECT region, STRFTIME(CASE WHEN population > 1000 THEN DATE "

@@ -1,8 +1,8 @@
-"""Red-team round 2 on protection core v2 (issue 16): attacks that still work, written as tests
-of the SAFE behaviour. Fixed since: the union crash, and the two known-valued-statistic attacks
-(statistic keys now go through a secret mix, ``sqlsdc.mechanisms.ckm.statistic_key``). Open,
-and marked as a strict expected failure with the fix it needs: the bisection through a padded
-count (README, threat model).
+"""Red-team round 2 on protection core v2 (issue 16): attacks that worked on the first build of
+the new core, written as tests of the SAFE behaviour. Fixed since: the union crash, the two
+known-valued-statistic attacks (statistic keys now go through a secret mix,
+``sqlsdc.mechanisms.ckm.statistic_key``) and the bisection through a padded count (conditions
+on measures take class breaks only, ``sqlsdc.planner.breaks``).
 
 The attacker knows the policy and therefore the perturbation tables (public parameters; the tests
 read them from the catalog through ``raw_ckm`` only as a shortcut for regenerating them) and the
@@ -75,15 +75,6 @@ def _cell_key_from_known_average(pt, avg: float, n: int, known_sum: float, top: 
 
 
 # ------------------------- 1. a known-valued magnitude gives the cell key: exact incomes
-BISECTION = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "OPEN (issue 16): a predicate on a measure at any cut point makes a padded CKM count a "
-        "yes/no oracle on one unit; the fix is declared class breaks for measure predicates"
-    ),
-)
-
-
 def test_known_valued_average_does_not_reveal_the_cell_key_and_an_exact_income(ckm, raw_ckm):
     """AVG(age) of a cell whose ages the WHERE fixes has a known true value, so its published
     value gives the noise, v + (u − ½)/12 — and since u is the key's place inside its (public,
@@ -171,47 +162,25 @@ def test_known_valued_average_does_not_reveal_exact_small_counts(ckm, raw_ckm):
 
 
 # ------------------ 3. a CKM count of padding ∪ {target if income > x}: bisection oracle
-@BISECTION
 def test_padded_count_with_a_condition_on_the_target_is_not_a_bisection_oracle(ckm, raw_ckm):
-    """CKM gives one noisy value per set of units, and a WHERE may test a measure at any
-    threshold. A count of a padding cell plus one target under ``income > x`` takes one of two
-    values, the padding's or the padding-with-target's, which differ for most paddings (tried a
-    few: ``age < 10``, ``age < 11``, ...): each query is one exact bit of the target's income,
-    ~30 queries give it to the cent. The same bisection through group presence is what issue 16
-    class 4 closed; the published count itself still carries it. (planner: conditions on
-    measures accepted at any cut point; mechanism: deterministic noise of the two sets.)"""
-    targets = raw_ckm.execute(
-        "SELECT * FROM (SELECT municipality, age, sex, occupation, any_value(income) AS x "
-        "FROM persons WHERE age BETWEEN 25 AND 65 GROUP BY ALL "
-        "HAVING count(*) = 1 AND count(income) = 1) AS t "
-        "ORDER BY hash(municipality, age, sex, occupation) LIMIT 3"
-    ).fetchall()
-    exact = 0
-    for m, a, s, o, income in targets:
-
-        def count(x: float, pad: str, target=(m, a, s, o)) -> int | None:
-            rows = ckm.execute(
-                f"SELECT COUNT(*) FROM persons WHERE municipality = ? AND ({pad} OR "
-                "(age = ? AND sex = ? AND occupation = ? AND income > ?))",
-                [*target, x],
-            ).fetchall()
-            return rows[0][0] if rows else None
-
-        for pad in ("age < 10", "age < 11", "age < 12", "age < 9", "age < 13", "age < 14"):
-            yes, no = count(-1.0, pad), count(1e12, pad)
-            if yes != no:
-                break
-        else:
-            continue
-        lo, hi = 0, 200_000_000  # in cents: income > lo holds, income > hi does not
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if count(mid / 100, pad) == yes:
-                lo = mid
-            else:
-                hi = mid
-        exact += hi / 100 == income
-    assert exact == 0, f"exact income of {exact} of {len(targets)} targets by bisection"
+    """CKM gives one noisy value per set of units, and a WHERE could test a measure at any
+    threshold: a count of a padding cell plus one target under ``income > x`` took one of two
+    values, the padding's or the padding-with-target's, so each query was one exact bit of the
+    target's income (~30 queries gave it to the cent). Conditions on measures now take class
+    breaks only (``sqlsdc.planner.breaks``): a bisection stops at the income class."""
+    m, a, s, o = raw_ckm.execute(
+        "SELECT municipality, age, sex, occupation FROM persons WHERE age BETWEEN 25 AND 65 "
+        "AND income IS NOT NULL GROUP BY ALL HAVING count(*) = 1 LIMIT 1"
+    ).fetchone()
+    sql = (
+        "SELECT COUNT(*) FROM persons WHERE municipality = ? AND (age < 10 OR "
+        "(age = ? AND sex = ? AND occupation = ? AND income > ?))"
+    )
+    for x in (-1.0, 12_345.67, 49_999.0, 1e12):
+        with pytest.raises(sqlsdc.PolicyViolation, match="class breaks"):
+            ckm.execute(sql, [m, a, s, o, x])
+    for x in (0, 20_000, 50_000, 100_000):  # the classes remain askable
+        assert ckm.execute(sql, [m, a, s, o, x]).fetchall()
 
 
 # ---------------------------- 4. accepted queries that crash with an internal error

@@ -1,0 +1,128 @@
+"""Class breaks: the only values a condition on confidential rows may compare a measure with.
+
+A condition on a measure at any cut point (``income > x``) is a yes/no question about one
+person once the cell around them is padded with known others: the published counts of the cell
+with and without the person differ, whatever the noise, because consistent noise gives the same
+population the same answer every time. Bisection on x then finds the person's income to the
+cent in about 30 queries. Tables published by statistics offices answer the same need with
+size classes; so do we: a measure (or weight) may only be compared with its class breaks —
+those the policy declares (``breaks:``), else 0 and 1, 2, 5 times the powers of ten within the
+column's bounds — as a plain column, so that the most a bisection can learn is the class.
+Tables protected by differential privacy need no breaks: their noise is fresh per population
+and every question is charged.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+
+from sqlglot import exp
+
+from sqlsdc.errors import PolicyViolation
+from sqlsdc.policy import Column, ColumnRole
+
+COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ)
+CLASSED_ROLES = {ColumnRole.MEASURE, ColumnRole.WEIGHT}
+MANTISSAS = (1, 2, 5)
+DEFAULT_RANGE = (0.0, 1e15)
+
+
+def class_breaks(column: Column) -> tuple[float, ...]:
+    """The declared breaks of ``column``, or 0 and ±{1, 2, 5}·10^k within its bounds."""
+    if column.breaks is not None:
+        return column.breaks
+    low, high = column.bounds or DEFAULT_RANGE
+    largest = max(abs(low), abs(high), 1.0)
+    values = {0.0}
+    for power in range(-6, int(math.log10(largest)) + 2):
+        for mantissa in MANTISSAS:
+            for value in (mantissa * 10.0**power, -mantissa * 10.0**power):
+                if low <= value <= high:
+                    values.add(round(value, 6))
+    return tuple(sorted(values))
+
+
+Resolve = Callable[[exp.Column], Column | None]  # the classed column a row-level column is
+Plain = Callable[[exp.Expr], bool]  # an operand is a stored column as it is
+
+
+def check_classed_comparisons(
+    nodes: Iterable[exp.Expr], resolve: Resolve, plain: Plain, sql: str
+) -> None:
+    """Refuse a comparison of a row-level measure or weight with anything but its breaks.
+    ``nodes`` are the nodes of one scope (nested scopes are checked as their own)."""
+    comparisons = (n for n in nodes if isinstance(n, (*COMPARISONS, exp.Between, exp.In)))
+    for comparison in comparisons:
+        operands = _operands(comparison)
+        classed = [(o, c) for o in operands for c in _row_columns(o, resolve)]
+        if not classed:
+            continue
+        operand, column = classed[0]
+        others = [o for o in operands if o is not operand]
+        breaks = class_breaks(column)
+        if not plain(operand) or not all(
+            _is_break(o, breaks) for o in others
+        ):
+            raise PolicyViolation(
+                f"{comparison.sql('duckdb')[:80]}: a condition on the {column.role.value} "
+                f"{column.name} may compare the column as it is with one of its class breaks "
+                "(a condition at any value would answer a yes/no question about one person)",
+                f"use a class break of {column.name}: {_describe(breaks)}",
+                sql,
+            )
+
+
+def _operands(comparison: exp.Expr) -> list[exp.Expr]:
+    if isinstance(comparison, exp.Between):
+        return [comparison.this, comparison.args["low"], comparison.args["high"]]
+    if isinstance(comparison, exp.In):
+        if comparison.args.get("query") is not None:
+            return [comparison.this, comparison.args["query"]]
+        return [comparison.this, *comparison.expressions]
+    return [comparison.left, comparison.right]
+
+
+def _row_columns(operand: exp.Expr, resolve: Resolve) -> list[Column]:
+    """Classed columns read row by row in ``operand`` (not inside an aggregate)."""
+    found = []
+    for column in operand.find_all(exp.Column):
+        if _inside_aggregate(column, operand):
+            continue
+        declared = resolve(column)
+        if declared is not None and declared.role in CLASSED_ROLES:
+            found.append(declared)
+    return found
+
+
+def _inside_aggregate(node: exp.Expr, stop: exp.Expr) -> bool:
+    current = node.parent
+    while current is not None and current is not stop.parent:
+        if isinstance(current, exp.AggFunc) and not isinstance(current.parent, exp.Window):
+            return True
+        current = current.parent
+    return False
+
+
+def _is_break(operand: exp.Expr, breaks: tuple[float, ...]) -> bool:
+    operand = _unparen(operand)
+    negative = isinstance(operand, exp.Neg)
+    literal = operand.this if negative else operand
+    if not isinstance(literal, exp.Literal) or literal.is_string:
+        return False
+    try:
+        value = float(literal.this) * (-1 if negative else 1)
+    except ValueError:
+        return False
+    return any(math.isclose(value, b, rel_tol=1e-12, abs_tol=1e-12) for b in breaks)
+
+
+def _unparen(node: exp.Expr) -> exp.Expr:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node
+
+
+def _describe(breaks: tuple[float, ...]) -> str:
+    shown = [f"{b:g}" for b in breaks]
+    return ", ".join(shown if len(shown) <= 12 else [*shown[:6], "...", *shown[-4:]])
