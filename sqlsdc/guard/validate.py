@@ -10,7 +10,8 @@ Then it proves, per protected-cells subquery, that what leaves it is protected:
   value can be a "cell");
 * outside, the query reads only the columns a mechanism marks as released — group keys
   ``__g<i>``/``__gg<i>``, protected values ``__y<i>``, statuses ``__e<i>``/``__p<i>``,
-  accuracies ``__sd<i>``/``__hw<i>``, the protected group count ``__cn`` — and true values only
+  accuracies ``__sd<i>``/``__hw<i>``, the protected group count ``__cn`` or contributor count
+  ``__m<i>`` — and true values only
   under the threshold rule's own guard: a true aggregate ``__a<i>`` as the only branch of
   ``CASE WHEN __n<i> >= k``, a true unit count only in ``__n >= k``, with k at least the
   policy's minimum frequency. Frames that read no confidential table (DP's registered noisy
@@ -68,7 +69,7 @@ def validate_release(tree: exp.Expr, policy: Policy) -> None:
             prove_cells(cells, ctes, policy)
 
 
-RELEASED = re.compile(r"__(g|gg|y|e|p|sd|hw)\d+|__cn")
+RELEASED = re.compile(r"__(g|gg|y|e|p|sd|hw|m)\d+|__cn")
 TRUE_AGGREGATE = re.compile(r"__a(\d+)")
 TRUE_UNIT_COUNT = re.compile(r"__n(\d*)")
 GROUP_KEY = "__kg"  # the record key of a group, read only by the noisy group guard

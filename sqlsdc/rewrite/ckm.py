@@ -93,7 +93,8 @@ class _Builder(MagnitudeLayers):
             own = exp.column(f"__e{i}", CELLS)
             if self.count_rule.method is not Method.CKM:
                 return own
-            return exp.or_(own, exp.Is(this=exp.column("__cn", CELLS), expression=exp.null()))
+            presence = exp.column(self._presence_column(), CELLS)
+            return exp.or_(own, exp.Is(this=presence, expression=exp.null()))
 
         return Frame(source, value, published, group, fault)
 
@@ -171,8 +172,9 @@ class _Builder(MagnitudeLayers):
                     agg.append("expressions", exp.alias_(self._top(i, j), f"__x{i}_{j}"))
         # the group's units: the join's rows when they are the driver's units, one each
         group_units = None if plan.rows_are_units else units or None
-        agg.append("expressions", exp.alias_(unit_count(None, group_units), "__n"))
-        if self.count_rule.method is Method.CKM:
+        if self._presence_column() == "__cn" or self.count_rule.method is not Method.CKM:
+            agg.append("expressions", exp.alias_(unit_count(None, group_units), "__n"))
+        if self._presence_column() == "__cn" and self._count_of_units() is None:
             agg.append("expressions", exp.alias_(self._cell_key(None, None), "__kn"))
         return agg
 
@@ -285,7 +287,7 @@ class _Builder(MagnitudeLayers):
             noise = exp.cast(exp.column("v", f"__pc{reused}"), "BIGINT")
             protected = exp.Add(this=prev(f"__a{reused}"), expression=noise)
             select.append("expressions", exp.alias_(protected, "__cn"))
-        elif self.count_rule.method is Method.CKM:
+        elif self.count_rule.method is Method.CKM and self._presence_column() == "__cn":
             ptable = ptable_ref(self.ptables, ("counts", self.count_rule.ptable))
             row = exp.Least(this=prev("__n"), expressions=[number(ptable.max_i)])
             kind = exp.Literal.string("all")
@@ -396,13 +398,26 @@ class _Builder(MagnitudeLayers):
         k = self.plan.group_min_frequency
         if self.count_rule.method is not Method.CKM:
             return at_least("__n", k if k is not None else self.count_rule.min_frequency)
+        presence = self._presence_column()
         if k is None:  # a missing ptable entry keeps the group, whose cells then fail
-            count = exp.column("__cn", CELLS)
+            count = exp.column(presence, CELLS)
             return exp.or_(
                 exp.GT(this=count, expression=number(0)),
                 exp.Is(this=count.copy(), expression=exp.null()),
             )
-        return at_least("__cn", k)
+        return at_least(presence, k)
+
+    def _presence_column(self) -> str:
+        """The protected count that decides whether a group appears: the group's own count of
+        units ``__cn`` (reusing a COUNT(*) of the query when there is one), or, when the query
+        counts nothing, the protected contributor count ``__m<i>`` of its first magnitude, so
+        that a sum needs no second count and lookup. Either is a published protected count:
+        a group appears exactly when one of its protected counts is positive."""
+        if self.count_rule.method is Method.CKM and self._count_of_units() is None:
+            for i, spec in enumerate(self.plan.aggregates):
+                if spec.rule.method is Method.CKM and spec.kind is AggregateKind.MAGNITUDES:
+                    return f"__m{i}"
+        return "__cn"
 
     def _final_fault(self, i: int, spec) -> exp.Expr:
         if spec.rule.method is not Method.CKM:

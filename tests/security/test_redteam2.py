@@ -146,11 +146,12 @@ def test_known_valued_average_does_not_reveal_exact_small_counts(ckm, raw_ckm):
             "SELECT municipality, sex, COUNT(*) FROM persons WHERE age = 40 GROUP BY ALL"
         ).fetchall()
     }
-    small = exact = 0
+    small = exact = naive = 0
     for m, s, nhat, avg in ckm.execute(sql).fetchall():
         if avg is None or truth[(m, s)] >= 10:
             continue
         small += 1
+        naive += nhat == truth[(m, s)]  # what the published count alone gets right
         candidates = []
         for n in range(max(1, nhat - 5), nhat + 6):
             key = _cell_key_from_known_average(pt, avg, n, 40 * n, 40)
@@ -158,7 +159,9 @@ def test_known_valued_average_does_not_reveal_exact_small_counts(ckm, raw_ckm):
                 candidates.append(n)
         exact += candidates == [truth[(m, s)]]
     assert small >= 20
-    assert exact <= 0.2 * small, f"exact count of {exact} of {small} small cells"
+    # the attack must do no better than reading the published count (it got 55-60 % of the
+    # small cells exact before statistic keys were mixed; the count alone gets about 25 %)
+    assert exact <= naive + 0.1 * small, f"exact count of {exact} of {small} small cells"
 
 
 # ------------------ 3. a CKM count of padding ∪ {target if income > x}: bisection oracle
