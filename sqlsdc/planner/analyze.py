@@ -26,7 +26,7 @@ from sqlsdc.planner.allowlist import (
     ALLOWED,
     describe,
 )
-from sqlsdc.planner.breaks import check_classed_comparisons
+from sqlsdc.planner.breaks import check_classed_comparisons, check_classed_positions
 from sqlsdc.planner.identity import canonical_expression
 from sqlsdc.planner.scopes import (
     DIALECT,
@@ -271,7 +271,9 @@ class _Checker(AggregateChecks, TotalityChecks):
         def plain(operand: exp.Expr) -> bool:
             return isinstance(canonical_expression(scope, operand), exp.Column)
 
-        check_classed_comparisons(own_nodes(scope.expression), resolve, plain, self.sql)
+        nodes = list(own_nodes(scope.expression))
+        check_classed_positions(nodes, resolve, self.sql)
+        check_classed_comparisons(nodes, resolve, plain, self.sql)
 
     def _check_row_scope(self, info: ScopeInfo, infos) -> None:
         select = info.scope.expression

@@ -61,9 +61,7 @@ def check_classed_comparisons(
         operand, column = classed[0]
         others = [o for o in operands if o is not operand]
         breaks = class_breaks(column)
-        if not plain(operand) or not all(
-            _is_break(o, breaks) for o in others
-        ):
+        if not plain(operand) or not all(_is_break(o, breaks) for o in others):
             raise PolicyViolation(
                 f"{comparison.sql('duckdb')[:80]}: a condition on the {column.role.value} "
                 f"{column.name} may compare the column as it is with one of its class breaks "
@@ -71,6 +69,81 @@ def check_classed_comparisons(
                 f"use a class break of {column.name}: {_describe(breaks)}",
                 sql,
             )
+
+
+LINEAR = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg, exp.Cast, exp.TryCast)
+
+
+def check_classed_positions(nodes: Iterable[exp.Expr], resolve: Resolve, sql: str) -> None:
+    """A measure or weight read row by row may only stand where it cannot become a condition
+    at an arbitrary value: as an operand of a comparison (checked against the breaks by
+    :func:`check_classed_comparisons`), under ``IS [NOT] NULL``, as a plain projection passed
+    to an outer aggregation, as the argument of COUNT, or in the linear argument of SUM/AVG
+    (checked by the linear form). ``NULLIF(LEAST(income, x), x) IS NULL``, ``SIGN(income -
+    x)``, ``CAST(income AS VARCHAR) LIKE '3%'`` or ``COUNT(NULLIF(income, x))`` would each ask
+    about one value at any cut point, so any other place is refused."""
+    for column in nodes:
+        if not isinstance(column, exp.Column):
+            continue
+        declared = resolve(column)
+        if declared is None or declared.role not in CLASSED_ROLES:
+            continue
+        if not _allowed_position(column):
+            raise PolicyViolation(
+                f"{_context(column).sql('duckdb')[:80]}: the {declared.role.value} "
+                f"{declared.name} may be compared with one of its class breaks, tested with IS "
+                "NULL, or aggregated; a function of it in a condition would answer a yes/no "
+                "question about one person",
+                f"compare {declared.name} as it is with a class break: "
+                + _describe(class_breaks(declared)),
+                sql,
+            )
+
+
+def _allowed_position(column: exp.Column) -> bool:
+    node, linear = column, False
+    while True:
+        parent = node.parent
+        if isinstance(parent, (exp.Paren, exp.Alias)):
+            node = parent
+            continue
+        if parent is None or isinstance(parent, exp.Select):
+            return parent is not None and not linear
+        if isinstance(parent, (exp.Sum, exp.Avg)) and not isinstance(parent.parent, exp.Window):
+            return True
+        if linear:  # a linear value must end in SUM or AVG
+            if isinstance(parent, LINEAR) or _is_branch_value(parent, node):
+                node = parent
+                continue
+            return False
+        if isinstance(parent, (*COMPARISONS, exp.Between, exp.In)):
+            return any(o is node for o in _operands(parent))
+        if isinstance(parent, exp.Is):
+            return parent.this is node
+        if isinstance(parent, exp.Count) or (
+            isinstance(parent, exp.Distinct) and isinstance(parent.parent, exp.Count)
+        ):
+            return True
+        if isinstance(parent, LINEAR) or _is_branch_value(parent, node):
+            node, linear = parent, True
+            continue
+        return False
+
+
+def _is_branch_value(parent: exp.Expr, node: exp.Expr) -> bool:
+    """``node`` is the value a CASE or IF branch yields, not its condition."""
+    if isinstance(parent, exp.If):
+        return parent.args.get("true") is node or parent.args.get("false") is node
+    if isinstance(parent, exp.Case):
+        return parent.args.get("default") is node or any(i is node for i in parent.args["ifs"])
+    return False
+
+
+def _context(column: exp.Column) -> exp.Expr:
+    node = column
+    while node.parent is not None and not isinstance(node.parent, (exp.Select, exp.Where)):
+        node = node.parent
+    return node
 
 
 def _operands(comparison: exp.Expr) -> list[exp.Expr]:
