@@ -259,6 +259,8 @@ class _Checker(AggregateChecks, TotalityChecks):
         scope = info.scope
 
         def resolve(column: exp.Column):
+            if not column.table or column.table not in scope.sources:
+                return None  # an output alias (ORDER BY n) or a column of another scope
             lineage = self.column_lineage(column, scope, infos)
             if not lineage.row or len(lineage.sources) != 1:
                 return None

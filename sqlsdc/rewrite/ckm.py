@@ -443,6 +443,7 @@ def statistic_key_sql(cell_key: exp.Expr, name: str) -> exp.Expr:
     def constant(column: str) -> exp.Expr:
         return exp.column(column, MIX)
 
+    cell_key = exp.cast(cell_key.copy(), "BIGINT")  # below 2^32; BIGINT arithmetic, not HUGEINT
     y = mod(exp.Add(this=cell_key.copy(), expression=number(statistic_salt(name))))
     y = mod(exp.Add(this=exp.Mul(this=y, expression=y.copy()), expression=constant("k_square")))
     y = mod(
