@@ -39,8 +39,10 @@ CATALOG_TABLES = ("ptable_entries", "ckm_mix")  # catalog tables a protected que
 
 
 def validate_release(tree: exp.Expr, policy: Policy) -> None:
-    ctes = {cte.alias_or_name.lower(): cte for cte in tree.find_all(exp.CTE)}
-    for table in tree.find_all(exp.Table):
+    nodes = list(tree.walk())  # one walk: the checks below select from it
+    ctes = {n.alias_or_name.lower(): n for n in nodes if isinstance(n, exp.CTE)}
+    tables = [n for n in nodes if isinstance(n, exp.Table)]
+    for table in tables:
         if _catalog_lookup(table) or _noisy_cells(table):
             continue
         if (
@@ -57,16 +59,21 @@ def validate_release(tree: exp.Expr, policy: Policy) -> None:
             raise InternalError(f"undeclared table {name} in the protected query")
         if not declared.is_public and not _protected(table, ctes, set()):
             raise InternalError(f"confidential table {name} is read outside protected cells")
-    for column in tree.find_all(exp.Column):
-        if column.name.lower() in INTERNAL_COLUMNS and not _protected(column, ctes, set()):
+    for column in nodes:
+        if (
+            isinstance(column, exp.Column)
+            and column.name.lower() in INTERNAL_COLUMNS
+            and not _protected(column, ctes, set())
+        ):
             raise InternalError(f"internal column {column.name} in the protected query")
     hidden = (STATUS_PREFIX, SD_PREFIX, HALF_WIDTH_PREFIX)
     for name in _output_names(tree):
         if name.startswith("__") and not name.startswith(hidden):
             raise InternalError(f"internal column {name} would be returned")
-    for cells in tree.find_all(exp.Subquery):
-        if cells.alias == CELLS:
-            prove_cells(cells, ctes, policy)
+    for cells in nodes:
+        if isinstance(cells, exp.Subquery) and cells.alias == CELLS:
+            inside = [t for t in tables if _inside(t, cells)]
+            prove_cells(cells, inside, ctes, policy)
 
 
 RELEASED = re.compile(r"__(g|gg|y|e|p|sd|hw|m)\d+|__cn")
@@ -75,10 +82,11 @@ TRUE_UNIT_COUNT = re.compile(r"__n(\d*)")
 GROUP_KEY = "__kg"  # the record key of a group, read only by the noisy group guard
 
 
-def prove_cells(cells: exp.Subquery, ctes: dict[str, exp.CTE], policy: Policy) -> None:
-    """Prove that the query around ``cells`` reads only protected values from it."""
+def prove_cells(cells: exp.Subquery, tables: list, ctes: dict[str, exp.CTE], policy) -> None:
+    """Prove that the query around ``cells`` reads only protected values from it; ``tables``
+    are the table references inside ``cells``."""
     confidential = False
-    for table in cells.find_all(exp.Table):
+    for table in tables:
         if _catalog_lookup(table) or _noisy_cells(table):
             continue
         declared = policy.table(table.name)
@@ -88,7 +96,7 @@ def prove_cells(cells: exp.Subquery, ctes: dict[str, exp.CTE], policy: Policy) -
         confidential |= reads_rows
     if not confidential:  # DP's noisy cells, a stored suppression pattern, public data
         return
-    k = _min_frequency(cells, ctes, policy)
+    k = _min_frequency(tables, ctes, policy)
     consumer = cells.parent.parent if isinstance(cells.parent, exp.From) else None
     if not isinstance(consumer, exp.Select):
         raise InternalError("protected cells must be the FROM of a select")
@@ -194,10 +202,10 @@ def _is_aggregate(node: exp.Expr) -> bool:
     return isinstance(node, exp.Anonymous) and node.name.upper() in AGGREGATE_NAMES
 
 
-def _min_frequency(cells: exp.Subquery, ctes: dict[str, exp.CTE], policy: Policy) -> int:
-    """The smallest minimum frequency a threshold guard over ``cells`` must use."""
+def _min_frequency(tables: list, ctes: dict[str, exp.CTE], policy: Policy) -> int:
+    """The smallest minimum frequency a threshold guard over cells reading ``tables`` must use."""
     bounds = []
-    names = {t.name.lower() for t in cells.find_all(exp.Table)}
+    names = {t.name.lower() for t in tables}
     for name in list(names):
         if name in ctes:
             names |= {t.name.lower() for t in ctes[name].find_all(exp.Table)}
