@@ -14,9 +14,10 @@ built from the cell's ``top_k`` largest contributions x_j (by absolute value, fo
 aggregates ``MAX(ABS(x))`` and ``MAX(ABS(x), k)``), one after the other; step j looks up v in the
 magnitude ptable at ``a = |x_j / x_delta_j|`` (interpolated between rows, capped at the last row)
 with the j-th scrambled cell key and adds ``sign(x̂)·|x_delta_j|·sign(v)·(μ_c + |v|)``, never
-flipping the sign of the running value. A magnitude's key is the cell key plus the salt of its
-statistic (:func:`sqlsdc.mechanisms.ckm.statistic_salt`), so different statistics of the same
-records get independent noise; so does a distinct count of a dimension.
+flipping the sign of the running value, v spread over its grid cell. A magnitude's key is the
+cell key through the secret mix of its statistic (:func:`sqlsdc.mechanisms.ckm.statistic_key`,
+constants read from ``sqlsdc.ckm_mix``), so different statistics of the same records get
+unlinkable noise; so does a distinct count of another column than the rows' own unit.
 
 AVG is the protected sum over the protected count, n being the rows summed (on a join, those of
 :attr:`CellPlan.row_source`) and n̂ its CKM count. With mean-before-sum (Geyer et al., PSD 2022,
