@@ -190,7 +190,7 @@ def unique_columns(con) -> dict[str, frozenset[str]]:
         "WHERE database_name = current_database() AND schema_name = 'main' AND is_unique"
     ).fetchall()
     for table, expressions in rows:
-        column = expressions.strip("[]").strip().strip('"')
+        column = expressions.strip("[]").strip().strip("'").strip('"')  # ['"name"'] for keywords
         if column and "," not in column and column.replace("_", "").isalnum():
             found.setdefault(table, set()).add(column.lower())
     rows = con.execute(

@@ -7,6 +7,7 @@ itself; real isolation means the confidential file belongs to another OS user or
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from statistics import NormalDist
@@ -37,6 +38,7 @@ from sqlsdc.errors import (
     PolicyViolation,
     ProgrammingError,
 )
+from sqlsdc.guard.check_cache import checked, context_fingerprint
 from sqlsdc.guard.dp_release import DpRelease, price, release, resolve_domains
 from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, protect
 from sqlsdc.guard.postprocess import (
@@ -55,7 +57,6 @@ from sqlsdc.policy import Policy, UserRole, load_policy
 apilevel = "2.0"
 threadsafety = 1
 paramstyle = "qmark"
-PROTECT_CACHE_SIZE = 256
 
 
 def connect(path: str | Path, user: str, *, timeout: float | None = None) -> Connection:
@@ -96,7 +97,7 @@ class Connection:
                     "ask an admin to add it under `users:`"
                 )
             self._timeout = _statement_timeout(policy, timeout)
-            self._context = _context(con, policy, version, self._timeout)
+            self._context = _context(con, policy, version, self._timeout, Path(path))
             ensure_budget_catalog(con)  # brings a cache of DP cells from older versions along
             store.ensure_mix_keys(con)  # catalogs made before statistic keys were secret
         except engine.EngineError:
@@ -110,7 +111,6 @@ class Connection:
             con.close()
             raise
         self._con = con
-        self._cache: dict = {}
         self._data_versions: dict[str, str] = {}
         self._dp_noise = True
         self.user = user
@@ -168,17 +168,14 @@ class Connection:
             raise _engine_failure(failure, None) from None
 
     def _protect(self, sql: str, params) -> ProtectedQuery:
-        """``protect`` with a per-connection cache: the policy snapshot is fixed per connection."""
+        """``protect``, shared with every connection of the process that sees the same policy
+        version, schema and catalog (``check_cache``)."""
         try:
-            key = (sql, _freeze(params))
-            hash(key)
+            frozen = _freeze(params)
+            hash(frozen)
         except TypeError:
             return protect(sql, params, self._context)
-        if key not in self._cache:
-            if len(self._cache) >= PROTECT_CACHE_SIZE:
-                self._cache.pop(next(iter(self._cache)))
-            self._cache[key] = protect(sql, params, self._context)
-        return self._cache[key]
+        return checked(sql, params, frozen, self._context)
 
     def commit(self) -> None:
         """Queries are read-only and their audit entries are committed as they run."""
@@ -527,7 +524,7 @@ def _statement_timeout(policy: Policy, asked: float | None) -> float:
     return float(asked)
 
 
-def _context(con, policy: Policy, version: int, timeout: float) -> GuardContext:
+def _context(con, policy: Policy, version: int, timeout: float, path: Path) -> GuardContext:
     schema = analyst_schema(policy, engine.table_schemas(con))
     indexes = {
         r[0]
@@ -553,7 +550,7 @@ def _context(con, policy: Policy, version: int, timeout: float) -> GuardContext:
             return True  # not a constant; its own scope is checked
         return evaluates(engine.to_sql(exp.select(node.copy())))
 
-    return GuardContext(
+    context = GuardContext(
         policy=policy,
         policy_version=version,
         schema=schema,
@@ -563,6 +560,8 @@ def _context(con, policy: Policy, version: int, timeout: float) -> GuardContext:
         to_sql=engine.to_sql,
         ptables=load_ptables(con, policy),
     )
+    fingerprint = context_fingerprint(str(path.resolve()), context, engine.duckdb.__version__)
+    return replace(context, fingerprint=fingerprint)
 
 
 def _engine_failure(failure: Exception, query_id: int | None) -> Error:

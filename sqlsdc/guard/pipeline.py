@@ -45,6 +45,7 @@ class GuardContext:
     to_sql: Callable[[exp.Expr], str]
     ptables: Mapping[PTableKey, PTableRef] = field(default_factory=dict)
     unique_columns: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    fingerprint: str = ""  # digest of all the above; empty: checks are not shared (check_cache)
 
 
 @dataclass(frozen=True)

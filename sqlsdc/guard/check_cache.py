@@ -1,0 +1,66 @@
+"""Checked and rewritten statements shared by every guarded connection of the process.
+
+The check of a statement (parse, classify, plan, rewrite, validate) is a pure function of the
+SQL, its parameters and the connection's :class:`~sqlsdc.guard.pipeline.GuardContext`: the
+policy version, the analyst schema, unique columns and stored perturbation tables. Dashboards
+and BI servers open many connections and send the same statements, so the result is kept per
+process under a fingerprint of everything it depends on; a new policy, table, index or ptable
+gives a new fingerprint, and the old entries are never read again (they age out).
+
+Only accepted statements are kept: a refusal is computed again each time, so its message
+cannot come from another connection's state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+
+from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, protect
+
+CAPACITY = 1024
+
+_entries: OrderedDict[tuple, ProtectedQuery] = OrderedDict()
+_lock = threading.Lock()
+
+
+def context_fingerprint(database: str, context: GuardContext, engine_version: str) -> str:
+    """A digest of everything a check reads besides the statement itself."""
+    described = repr(
+        (
+            database,
+            engine_version,
+            context.policy_version,
+            sorted((t, sorted(c.items())) for t, c in context.schema.items()),
+            sorted(context.unit_per_row.items()),
+            sorted((t, sorted(c)) for t, c in context.unique_columns.items()),
+            sorted(context.ptables.items(), key=repr),
+        )
+    )
+    return hashlib.sha256(described.encode()).hexdigest()
+
+
+def checked(sql: str, params, frozen_params, context: GuardContext) -> ProtectedQuery:
+    """``protect(sql, params, context)``, from the process cache when the same statement was
+    accepted under the same fingerprint before."""
+    if not context.fingerprint:
+        return protect(sql, params, context)
+    key = (context.fingerprint, sql, frozen_params)
+    with _lock:
+        found = _entries.get(key)
+        if found is not None:
+            _entries.move_to_end(key)
+            return found
+    query = protect(sql, params, context)
+    with _lock:
+        _entries[key] = query
+        while len(_entries) > CAPACITY:
+            _entries.popitem(last=False)
+    return query
+
+
+def clear() -> None:
+    """Forget every kept statement (tests, and admins who replace a database file in place)."""
+    with _lock:
+        _entries.clear()
