@@ -308,14 +308,15 @@ def _output(output, parts, stats, noise: bool):
         integral = stats[0].calibration.unit.denominator == 1
         value = [int(v) for v in values] if integral else [float(v) for v in values]
         return value, zeros or [plan.sd] * n, zeros or [plan.half_width] * n
-    if output.aggregate is Aggregate.AVG:
+    if output.aggregate is Aggregate.AVG:  # statistics of (measure - centre): see rewrite.dp
         total = np.array([float(v) for v in parts[0]])
         count = np.array([float(v) for v in parts[1]])
-        value = average(total, count, lower, upper)
+        shifted = average(total, count, lower, upper)
+        value = shifted + float(output.centre)
         if not noise:
             return value.tolist(), zeros, zeros
         s_sd, c_sd = (c.sd for c in plan.components)
-        sd = [ratio_sd(s_sd, c_sd, c, m) for c, m in zip(count, value, strict=True)]
+        sd = [ratio_sd(s_sd, c_sd, c, m) for c, m in zip(count, shifted, strict=True)]
         return value.tolist(), sd, [Z95 * x for x in sd]
     if output.aggregate in (Aggregate.VAR, Aggregate.STDDEV):
         squares, total, count = (np.array([float(v) for v in p]) for p in parts)

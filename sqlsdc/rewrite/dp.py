@@ -37,7 +37,7 @@ the ledger.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import NamedTuple
 
@@ -48,6 +48,7 @@ from sqlsdc.mechanisms.accountant import (
     Aggregate,
     AggregatePlan,
     Bounding,
+    Calibration,
     PrivacyCost,
     Statistic,
     calibrate,
@@ -114,6 +115,7 @@ class DpOutput:
     plan: AggregatePlan
     ddof: int = 1  # VAR/STDDEV: 1 for the sample, 0 for the population
     histogram: str | None = None  # QUANTILE: the bin column of the stage's histogram query
+    centre: Fraction = Fraction(0)  # AVG/VAR/STDDEV: the statistics are of (measure - centre)
 
 
 @dataclass(frozen=True)
@@ -237,39 +239,57 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
             )
 
     rows = _rows_select(cells, unit, rkey)
-    measures: dict[str, exp.Expr] = {}  # canonical argument -> column of rows
+    measures: dict[str, str] = {}  # canonical argument -> column of rows
     statistics: dict[tuple, DpStatistic] = {}
     specs: list[_Spec] = []
     histograms: list[tuple[str, exp.Expr]] = []
-    outputs = []
-    for i, node in enumerate(cells.aggregates):
-        aggregate, measure, bounding, alpha, ddof = _describe(i, node, plan, table, settings,
-                                                              select)  # fmt: skip
-        kind = AggregateKind.COUNTS if isinstance(node, exp.Count) else AggregateKind.MAGNITUDES
-        try:
-            agg_plan = plan_aggregate(aggregate, bounding, table.rule(kind).spend, alpha=alpha)
-        except ValueError as e:
-            raise _refuse(select, str(e), "declare bounds on the measure in the policy") from None
+
+    def column_of(text: str, i: int, centre: Fraction = Fraction(0)) -> str:
+        """The rows column of aggregate ``i``'s argument, shifted by ``-centre``."""
+        if text not in measures:
+            measures[text] = f"__x{len(measures)}"
+            argument = cells.argument(i, twin).copy()
+            if centre:
+                argument = exp.Sub(this=exp.paren(argument), expression=_number(centre))
+            rows.append("expressions", exp.alias_(argument, measures[text]))
+        return measures[text]
+
+    def statistic(calibration, measure: str, column: str | None, distinct: bool) -> str:
+        ident = (calibration.describe(), measure)
+        if ident not in statistics:
+            name = f"__s{len(statistics)}"
+            statistics[ident] = DpStatistic(name, measure, calibration)
+            if calibration.statistic is not Statistic.QUANTILE:
+                specs.append(_Spec(name, calibration, column, distinct))
+            else:
+                histograms.append((name, _histogram(calibration.bounding, column)))
+        return statistics[ident].column
+
+    described = [_describe(i, node, plan, table, settings, select)
+                 for i, node in enumerate(cells.aggregates)]  # fmt: skip
+    asked: dict[tuple[Statistic, str], tuple[str, Calibration]] = {}
+    outputs: list[DpOutput | None] = [None] * len(described)
+    for i, (aggregate, measure, bounding, alpha, ddof) in enumerate(described):
+        if aggregate in COMPOSITE:
+            continue
+        kind = AggregateKind.COUNTS if aggregate in COUNTS else AggregateKind.MAGNITUDES
+        agg_plan = _plan(aggregate, bounding, table.rule(kind).spend, alpha, select)
         distinct = measure.startswith(DISTINCT)
-        argument_text = measure.removeprefix(DISTINCT)
-        if argument_text != "*" and argument_text not in measures:
-            measures[argument_text] = f"__x{len(measures)}"
-            argument = cells.argument(i, twin)
-            rows.append("expressions", exp.alias_(argument.copy(), measures[argument_text]))
-        column = measures.get(argument_text)
-        names = []
-        for calibration in agg_plan.components:
-            ident = (calibration.describe(), measure)
-            if ident not in statistics:
-                name = f"__s{len(statistics)}"
-                statistics[ident] = DpStatistic(name, measure, calibration)
-                if calibration.statistic is not Statistic.QUANTILE:
-                    specs.append(_Spec(name, calibration, column, distinct))
-                else:
-                    histograms.append((name, _histogram(calibration.bounding, column)))
-            names.append(statistics[ident].column)
+        text = measure.removeprefix(DISTINCT)
+        column = None if text == "*" else column_of(text, i)
+        names = [statistic(c, measure, column, distinct) for c in agg_plan.components]
+        if aggregate in (Aggregate.SUM, Aggregate.COUNT) and not distinct:
+            asked[(agg_plan.components[0].statistic, measure)] = (names[0], agg_plan.components[0])
         histogram = names[0] if aggregate is Aggregate.QUANTILE else None
-        outputs.append(DpOutput(aggregate, tuple(names), agg_plan, ddof, histogram))
+        outputs[i] = DpOutput(aggregate, tuple(names), agg_plan, ddof, histogram)
+    for i, (aggregate, measure, bounding, _alpha, ddof) in enumerate(described):
+        if aggregate in COMPOSITE:
+            spend = table.rule(AggregateKind.MAGNITUDES).spend
+            try:
+                outputs[i] = _composite(aggregate, measure, bounding, ddof, spend, asked,
+                                        column_of, statistic, i)  # fmt: skip
+            except ValueError as e:
+                raise _refuse(select, str(e), "declare bounds on the measure") from None
 
     units_column, selection, delta = None, None, Fraction(0)
     needs_units = settings.groups is GroupKeys.PRIVATE or settings.min_frequency is not None
@@ -327,6 +347,60 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
         min_frequency=settings.min_frequency,
         delta=delta,
     )
+
+
+COMPOSITE = (Aggregate.AVG, Aggregate.VAR, Aggregate.STDDEV)
+COUNTS = (Aggregate.COUNT, Aggregate.COUNT_DISTINCT)
+
+
+def _plan(aggregate, bounding, spend, alpha, select) -> AggregatePlan:
+    try:
+        return plan_aggregate(aggregate, bounding, spend, alpha=alpha)
+    except ValueError as e:
+        raise _refuse(select, str(e), "declare bounds on the measure in the policy") from None
+
+
+def _composite(aggregate, measure, bounding, ddof, spend, asked, column_of, statistic, i):
+    """AVG, VAR or STDDEV as post-processing of noisy sums and counts of the same cell.
+
+    A component the aggregation already releases — ``SUM(m)`` or ``COUNT(m)`` next to
+    ``AVG(m)`` — is reused: the aggregate adds no cost for it. The others share the aggregate's
+    spend equally and are drawn over the values centred on the middle of the bounds,
+    ``m - c`` with ``c`` the grid point nearest (lower + upper)/2, whose per-row bound
+    max(|lower - c|, |upper - c|) is about half of max(|lower|, |upper|) for non-negative
+    measures: the normalised sum of the DP mean (OpenDP ``make_mean``; Wilson et al. 2020
+    §4.3 bound the sum by the largest magnitude). AVG = c + S_c / N and VAR is unchanged by the
+    shift, so the released values estimate the same quantities with less noise.
+    """
+    reuse_sum = aggregate is Aggregate.AVG and (Statistic.SUM, measure) in asked
+    g = bounding.granularity
+    centre = Fraction(0) if reuse_sum else g * round((bounding.lower + bounding.upper) / (2 * g))
+    shifted = replace(bounding, lower=bounding.lower - centre, upper=bounding.upper - centre)
+    text = measure if not centre else f"({measure}) - {centre}"
+    wanted = [Statistic.SUM, Statistic.COUNT]
+    if aggregate is not Aggregate.AVG:
+        wanted.insert(0, Statistic.SUM_SQUARES)
+    reused = {
+        s: asked[(s, measure)]
+        for s in wanted
+        if (s, measure) in asked and (s is Statistic.COUNT or reuse_sum)
+    }
+    missing = len([s for s in wanted if s not in reused])
+    share = spend
+    if missing:
+        share = PrivacyCost(epsilon=spend.epsilon / missing, rho=spend.rho / missing,
+                            delta=spend.delta / missing)  # fmt: skip
+    names, parts = [], []
+    for s in wanted:
+        if s in reused:
+            name, calibration = reused[s]
+        else:
+            calibration = calibrate(s, shifted, share)
+            name = statistic(calibration, text, column_of(text, i, centre), False)
+        names.append(name)
+        parts.append(calibration)
+    return DpOutput(aggregate, tuple(names), AggregatePlan(aggregate, tuple(parts)), ddof,
+                    centre=centre)  # fmt: skip
 
 
 def _describe(i: int, node, plan, table, settings, select):
@@ -652,6 +726,10 @@ def _histogram(bounding: Bounding, column: str) -> exp.Expr:
     """The quantile bin j = clamped grid value - lower/g, in 0..(upper - lower)/g."""
     offset = bounding.lower / bounding.granularity
     return exp.Sub(this=_grid_units(column, bounding), expression=_int(offset))
+
+
+def _number(x: Fraction) -> exp.Literal:
+    return exp.Literal.number(_decimal(x))
 
 
 def _int(x: Fraction) -> exp.Literal:
