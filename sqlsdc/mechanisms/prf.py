@@ -160,12 +160,20 @@ class KeyedStream:
         Rejection sampling: draw ``(n - 1).bit_length()`` bits and retry while the value is
         ``>= n``. No modulo reduction, so no bias; on average fewer than two draws.
         """
-        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        if type(n) is not int:  # the samplers' hot path passes plain ints: no ABC check
+            if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+                raise ValueError(f"uniform_int needs an integer n >= 1, got {n!r}")
+            n = int(n)
+        if n < 1:
             raise ValueError(f"uniform_int needs an integer n >= 1, got {n!r}")
-        n = int(n)
         k = (n - 1).bit_length()
         while True:
-            value = self.bits(k)
+            while self._nbits < k:  # self.bits(k), inlined: most draws of a sampler land here
+                self._pool = (self._pool << _BLOCK_BITS) | self._block()
+                self._nbits += _BLOCK_BITS
+            self._nbits -= k
+            value = self._pool >> self._nbits
+            self._pool &= (1 << self._nbits) - 1
             if value < n:
                 return value
 
