@@ -1,4 +1,5 @@
-"""Private partition selection (Laplace tau-thresholding with discrete noise)."""
+"""Private partition selection: Laplace tau-thresholding with discrete noise, and the optimal
+rule of Desfontaines et al. (PoPETs 2022)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from sqlsdc.mechanisms.partition import (
     google_laplace_threshold,
     keep_partitions,
     laplace_partition_selection,
+    optimal_keep_probability,
+    optimal_partition_selection,
     release_probability,
 )
 from sqlsdc.mechanisms.samplers import discrete_laplace_pmf
@@ -125,3 +128,91 @@ def test_lone_units_are_released_at_the_claimed_rate():
 def test_bad_parameters_are_refused(kwargs, error, match):
     with pytest.raises(error, match=match):
         laplace_partition_selection(**kwargs)
+
+
+# --- the optimal rule ------------------------------------------------------------------------
+
+OPTIMAL_CASES = [
+    (Fraction(1), Fraction(1, 10**6)),
+    (Fraction(1, 2), Fraction(1, 10**5)),
+    (Fraction(1, 10), Fraction(1, 100)),
+    (Fraction(3), Fraction(1, 10**9)),
+    (LN3, Fraction(DELTA)),
+]
+
+
+def _recurrence(epsilon: float, delta: float, n_max: int) -> list[float]:
+    """The definition (Desfontaines et al. 2022, Theorem 1), step by step."""
+    pi = [0.0]
+    for _ in range(n_max):
+        p = pi[-1]
+        pi.append(min(math.exp(epsilon) * p + delta, 1 - math.exp(-epsilon) * (1 - p - delta), 1))
+    return pi
+
+
+@pytest.mark.parametrize("epsilon, delta", OPTIMAL_CASES)
+def test_closed_form_equals_the_defining_recurrence(epsilon, delta):
+    reference = _recurrence(float(epsilon), float(delta), 400)
+    for n, expected in enumerate(reference):
+        assert float(optimal_keep_probability(n, epsilon, delta)) == pytest.approx(
+            expected, abs=1e-12
+        )
+
+
+@pytest.mark.parametrize("epsilon, delta", OPTIMAL_CASES)
+def test_keep_probabilities_satisfy_epsilon_delta_both_ways(epsilon, delta):
+    e, d = math.exp(float(epsilon)), float(delta)
+    pi = [float(optimal_keep_probability(n, epsilon, delta)) for n in range(400)]
+    for before, after in zip(pi, pi[1:], strict=False):  # one unit added or removed
+        assert after <= e * before + d + 1e-15  # P(keep) with the unit
+        assert 1 - before <= e * (1 - after) + d + 1e-15  # P(drop) without it
+
+
+@pytest.mark.parametrize("epsilon, delta", OPTIMAL_CASES[:3])
+def test_optimal_rule_keeps_every_group_at_least_as_often_as_thresholding(epsilon, delta):
+    laplace = laplace_partition_selection(epsilon, delta, 1)
+    for n in range(1, 200):
+        assert (
+            float(optimal_keep_probability(n, epsilon, delta))
+            >= release_probability(n, laplace.scale, laplace.threshold) - 1e-12
+        )
+
+
+def test_small_groups_are_kept_much_more_often_than_by_thresholding():
+    epsilon, delta = Fraction(1), Fraction(1, 10**6)
+    laplace = laplace_partition_selection(epsilon, delta, 1)
+    assert float(optimal_keep_probability(14, epsilon, delta)) == pytest.approx(0.6999, abs=1e-4)
+    assert release_probability(14, laplace.scale, laplace.threshold) == pytest.approx(0.269, 1e-2)
+
+
+def test_decisions_are_drawn_at_the_stated_probability_and_use_epsilon_and_delta_per_group():
+    sel = optimal_partition_selection(Fraction(2), Fraction(1, 10), max_groups=2)
+    assert sel.calibration.rate == 1 and sel.calibration.selection_delta == Fraction(1, 20)
+    assert sel.threshold == 1 and sel.cost.epsilon == 2
+    n = 20_000
+    units = np.arange(n) % 4  # groups of 0, 1, 2 and 3 units
+    frame = pd.DataFrame({"g": np.arange(n), "units": units})
+    out = add_noise(frame, CellSpace.of("t", ["g"]), {"units": CellMechanism("*", sel.calibration)},
+                    secret=SECRET, policy_version=1)  # fmt: skip
+    kept = out.frame["units"].to_numpy()
+    assert set(np.unique(kept)) <= {0, 1}
+    for size in range(4):
+        p = float(optimal_keep_probability(size, Fraction(1), Fraction(1, 20)))
+        k = int(kept[units == size].sum())
+        if p == 0:
+            assert k == 0
+        else:
+            assert stats.binomtest(k, n // 4, p).pvalue > 1e-4
+    again = add_noise(frame, CellSpace.of("t", ["g"]),
+                      {"units": CellMechanism("*", sel.calibration)}, secret=SECRET,
+                      policy_version=1)  # fmt: skip
+    assert (again.frame["units"].to_numpy() == kept).all()  # keyed: the same decisions
+
+
+def test_bad_parameters_of_the_optimal_rule_are_refused():
+    with pytest.raises(ValueError, match="epsilon must be positive"):
+        optimal_partition_selection(0, "1e-6", 1)
+    with pytest.raises(ValueError, match=r"delta must be in \(0, 1\)"):
+        optimal_partition_selection(1, 1, 1)
+    with pytest.raises(ValueError, match="max_groups must be"):
+        optimal_partition_selection(1, "1e-6", 0)

@@ -347,6 +347,25 @@ def test_private_groups_cost_the_selection_and_report_delta(dp_db):
     assert "δ = 1/1000000" in str(explained)
 
 
+def test_private_groups_without_min_frequency_use_the_optimal_rule(tmp_path, raw):
+    document = dp_document()
+    del document["tables"]["visits"]["dp"]["min_frequency"]
+    path = tmp_path / "optimal.duckdb"
+    make_db(path, document)
+    sql = "SELECT clinic, COUNT(DISTINCT pid) FROM visits GROUP BY clinic"
+    with sqlsdc.connect(path, "ana") as con:
+        stage = con.explain(sql).dp_stages[0]
+        assert stage.selection.calibration.noise.value == "optimal_selection"
+        first = dict(con.execute(sql).fetchall())
+        second = dict(con.execute(sql).fetchall())
+    assert first == second  # the same decisions and noise, from the cache
+    # a, b and c have hundreds of units each: kept with probability 1 (pi(n) = 1 from n = 54
+    # at epsilon 1/2 and delta 1/2e-6 per group, m = 2)
+    assert {"a", "b", "c"} <= set(first)
+    rows = spend_rows(path, "ana")
+    assert len(rows) == 1 and rows[0][1] == "1"  # selection epsilon 1, paid once
+
+
 def test_queries_over_noisy_results_and_public_joins(dp_db):
     with sqlsdc.connect(dp_db, "ana") as con:
         by_region = "SELECT region, COUNT(*) FROM persons GROUP BY region"

@@ -280,6 +280,7 @@ class Noise(StrEnum):
     LAPLACE = "laplace"  # discrete Laplace, pure epsilon-DP
     GAUSSIAN = "gaussian"  # discrete Gaussian, rho-zCDP
     PERMUTE_AND_FLIP = "permute_and_flip"  # selection among candidates, pure epsilon-DP
+    OPTIMAL_SELECTION = "optimal_selection"  # keep a group with probability pi(n): partition.py
 
 
 class Statistic(StrEnum):
@@ -446,6 +447,7 @@ class Calibration:
     sd: float | None = None
     half_width: float | None = None
     rank_error95: float | None = None
+    selection_delta: Fraction | None = None  # OPTIMAL_SELECTION: delta per group (rate: epsilon)
 
     @property
     def unit(self) -> Fraction:
@@ -458,6 +460,7 @@ class Calibration:
             Noise.LAPLACE: f"t={self.scale}",
             Noise.GAUSSIAN: f"sigma2={self.sigma2}",
             Noise.PERMUTE_AND_FLIP: f"rate={self.rate};alpha={self.alpha}",
+            Noise.OPTIMAL_SELECTION: f"epsilon={self.rate};delta={self.selection_delta}",
         }[self.noise]
         return f"{self.statistic.value};{self.noise.value};{param};{self.bounding.describe()}"
 

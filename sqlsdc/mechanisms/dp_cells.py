@@ -71,6 +71,7 @@ import numpy as np
 import pandas as pd
 
 from sqlsdc.mechanisms.accountant import Calibration, Noise, Statistic
+from sqlsdc.mechanisms.partition import keep_decision
 from sqlsdc.mechanisms.prf import KeyedStream
 from sqlsdc.mechanisms.samplers import bernoulli_exp, discrete_gaussian, discrete_laplace
 
@@ -389,7 +390,11 @@ def add_noise(
                 values.append(Fraction(hit))
                 result.reused += 1
                 continue
-            noisy = _units(x, unit) + _draw(cal, streams.derive(ident.text))
+            stream = streams.derive(ident.text)
+            if cal.noise is Noise.OPTIMAL_SELECTION:  # the keep decision of the group, 1 or 0
+                noisy = keep_decision(_units(x, unit), cal, stream)
+            else:
+                noisy = _units(x, unit) + _draw(cal, stream)
             noisy = Fraction(noisy) if unit == 1 else noisy * unit
             values.append(noisy)
             result.new_cells.append(CellRecord(ident, column, cal.statistic, noisy))

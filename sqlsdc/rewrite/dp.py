@@ -55,7 +55,11 @@ from sqlsdc.mechanisms.accountant import (
     compose,
     plan_aggregate,
 )
-from sqlsdc.mechanisms.partition import PartitionSelection, laplace_partition_selection
+from sqlsdc.mechanisms.partition import (
+    PartitionSelection,
+    laplace_partition_selection,
+    optimal_partition_selection,
+)
 from sqlsdc.planner.identity import aggregation_identity, canonical_expression
 from sqlsdc.policy import AggregateKind, GroupKeys, Method, Policy
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, cell_column
@@ -296,9 +300,15 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
     if needs_units:
         base = Bounding(settings.max_groups, settings.max_rows)
         if settings.groups is GroupKeys.PRIVATE:
-            selection = laplace_partition_selection(
-                settings.selection_epsilon, settings.selection_delta, settings.max_groups
+            # without min_frequency no noisy unit count is needed: the optimal rule keeps
+            # more small groups at the same cost; with it, thresholding's noisy counts serve both
+            rule = (
+                laplace_partition_selection
+                if settings.min_frequency
+                else optimal_partition_selection
             )
+            selection = rule(settings.selection_epsilon, settings.selection_delta,
+                             settings.max_groups)  # fmt: skip
             calibration, delta = selection.calibration, settings.selection_delta
         else:
             spend = table.rule(AggregateKind.COUNTS).spend
