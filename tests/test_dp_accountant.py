@@ -20,6 +20,7 @@ from sqlsdc.mechanisms.accountant import (
     components,
     compose,
     fraction,
+    norms,
     plan_aggregate,
     ratio_sd,
     sensitivity,
@@ -220,3 +221,53 @@ def test_aggregate_plans_split_the_budget_exactly():
 def test_ratio_sd_is_the_delta_method():
     assert ratio_sd(10.0, 2.0, 100, 5.0) == pytest.approx(math.sqrt(100 + 25 * 4) / 100)
     assert ratio_sd(1.0, 1.0, -3, 0.0) == 1.0  # count floored at 1
+
+
+# --- a cap on a unit's rows over the whole query -----------------------------------------------
+
+
+def _worst_case(m: int, r: int, cap: int | None) -> tuple[int, int]:
+    """Largest L1 and L2^2 of one unit's row counts per cell, by enumeration: at most m cells,
+    at most r rows in each, at most ``cap`` rows in all."""
+    best_l1 = best_l2 = 0
+
+    def fill(cells_left: int, rows_left: int, counts: list[int]) -> None:
+        nonlocal best_l1, best_l2
+        best_l1 = max(best_l1, sum(counts))
+        best_l2 = max(best_l2, sum(c * c for c in counts))
+        if cells_left == 0:
+            return
+        for n in range(1, min(r, rows_left) + 1):
+            fill(cells_left - 1, rows_left - n, counts + [n])
+
+    fill(m, m * r if cap is None else cap, [])
+    return best_l1, best_l2
+
+
+@pytest.mark.parametrize("m", [1, 2, 3])
+@pytest.mark.parametrize("r", [1, 2, 4])
+@pytest.mark.parametrize("cap", [None, 1, 3, 5, 12])
+def test_unit_row_cap_norms_are_the_worst_case_over_all_allocations(m, r, cap):
+    l1, l2sq = _worst_case(m, r, cap)
+    count = Bounding(max_groups=m, max_rows=r, max_unit_rows=cap)
+    assert norms(Statistic.COUNT, count) == (l1, l2sq)
+    total = Bounding(m, r, Fraction(-30), Fraction(20), Fraction(10), max_unit_rows=cap)
+    assert norms(Statistic.SUM, total) == (3 * l1, 9 * l2sq)  # a row moves a sum by |-30|/10
+    assert norms(Statistic.SUM_SQUARES, total) == (9 * l1, 81 * l2sq)
+    cells = min(m, cap or m)
+    assert norms(Statistic.COUNT_UNITS, count) == (cells, cells)
+
+
+def test_a_unit_row_cap_calibrates_like_the_rows_it_allows():
+    """24 monthly rows of one person: per-cell caps need 24 groups x 1 row (L1 24), the cap
+    needs 24 rows in all: the same noise, but it keeps the person's rows in whichever months."""
+    spend = PrivacyCost(epsilon=Fraction(1))
+    per_cell = calibrate(Statistic.COUNT, Bounding(max_groups=24, max_rows=1), spend)
+    capped = calibrate(Statistic.COUNT, Bounding(24, 24, max_unit_rows=24), spend)
+    assert per_cell.scale == capped.scale == 24
+    gauss = calibrate(Statistic.COUNT, Bounding(24, 24, max_unit_rows=24),
+                      PrivacyCost(rho=Fraction(1, 2)))  # fmt: skip
+    assert gauss.sigma2 == 24 * 24  # all 24 rows may fall in one cell: L2 = 24
+    assert "unit_rows=24" in capped.describe() and "unit_rows" not in per_cell.describe()
+    with pytest.raises(ValueError, match="max_unit_rows must be an integer >= 1"):
+        Bounding(max_unit_rows=0)

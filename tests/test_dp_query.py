@@ -366,6 +366,44 @@ def test_private_groups_without_min_frequency_use_the_optimal_rule(tmp_path, raw
     assert len(rows) == 1 and rows[0][1] == "1"  # selection epsilon 1, paid once
 
 
+def _unit_cap_db(tmp_path, **dp):
+    document = dp_document()
+    visits = document["tables"]["visits"]
+    visits["columns"]["clinic"]["domain"] = ["a", "b", "c", "rare"]
+    visits["dp"] = {"max_groups": 4, "max_rows": 100, **dp}
+    path = tmp_path / "unit_cap.duckdb"
+    make_db(path, document)
+    return path
+
+
+def test_a_unit_row_cap_keeps_each_unit_s_rows_up_to_the_cap_wherever_they_fall(tmp_path, raw):
+    path = _unit_cap_db(tmp_path, max_rows_per_unit=8)
+    per_unit = [n for (n,) in raw.execute("SELECT COUNT(*) FROM visits GROUP BY pid").fetchall()]
+    with sqlsdc.connect(path, "admin") as con:
+        con.set_dp_noise(False)
+        total = con.execute("SELECT COUNT(*) FROM visits").fetchall()[0][0]
+        by_clinic = dict(con.execute("SELECT clinic, COUNT(*) FROM visits GROUP BY clinic")
+                         .fetchall())  # fmt: skip
+        again = dict(con.execute("SELECT clinic, COUNT(*) FROM visits GROUP BY clinic")
+                     .fetchall())  # fmt: skip
+        cost = con.execute("SELECT clinic, SUM(cost) FROM visits GROUP BY clinic").fetchall()
+    assert total == sum(min(n, 8) for n in per_unit)  # person 0's 60+ visits count 8
+    assert sum(by_clinic.values()) == total and by_clinic == again  # keyed: reproducible
+    exact = dict(raw.execute("SELECT clinic, COUNT(*) FROM visits GROUP BY clinic").fetchall())
+    assert all(by_clinic[k] <= exact[k] for k in exact)
+    assert len(cost) == 4
+
+
+def test_a_unit_row_cap_sets_the_noise_by_the_rows_it_allows(tmp_path):
+    capped = _unit_cap_db(tmp_path, max_rows_per_unit=8)
+    with sqlsdc.connect(capped, "ana") as con:
+        stage = con.explain("SELECT clinic, COUNT(*) FROM visits GROUP BY clinic").dp_stages[0]
+    (count,) = stage.statistics
+    # rho 1/10 for counts; a unit's 8 rows may all fall in one clinic: L2^2 = 64
+    assert count.calibration.sigma2 == Fraction(64) / (2 * Fraction(1, 10))
+    assert "unit_rows=8" in count.calibration.describe()
+
+
 def test_queries_over_noisy_results_and_public_joins(dp_db):
     with sqlsdc.connect(dp_db, "ana") as con:
         by_region = "SELECT region, COUNT(*) FROM persons GROUP BY region"

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from fractions import Fraction
 
@@ -328,6 +328,10 @@ class Bounding:
         max_rows: rows one unit may contribute to one cell (>= 1).
         lower, upper: clamping bounds of the measure (required for sums and quantiles).
         granularity: grid g of sums and quantile candidates; bounds must be multiples of g.
+        max_unit_rows: rows one unit may contribute to the whole query, over all its cells
+            (None: no such cap). With it a unit with many rows keeps up to this many of them
+            wherever they fall, instead of the rows of only ``max_groups`` cells; see
+            :func:`norms` for the sensitivity.
     """
 
     max_groups: int = 1
@@ -335,10 +339,13 @@ class Bounding:
     lower: Fraction | None = None
     upper: Fraction | None = None
     granularity: Fraction = Fraction(1)
+    max_unit_rows: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_groups", "max_rows"):
+        for name in ("max_groups", "max_rows", "max_unit_rows"):
             value = getattr(self, name)
+            if value is None and name == "max_unit_rows":
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         g = fraction(self.granularity, "granularity")
@@ -367,8 +374,10 @@ class Bounding:
     def describe(self) -> str:
         """Canonical text (part of every cell identity: bounding changes the exact value)."""
         bounds = f"[{self.lower},{self.upper}]" if self.bounded else "unbounded"
+        unit = "" if self.max_unit_rows is None else f";unit_rows={self.max_unit_rows}"
         return (
             f"groups={self.max_groups};rows={self.max_rows};bounds={bounds};grid={self.granularity}"
+            + unit
         )
 
 
@@ -421,6 +430,36 @@ def _quantile_sensitivity(bounding: Bounding, alpha: Fraction) -> Fraction:
     _require_bounds(Statistic.QUANTILE, bounding)
     a, b = alpha.numerator, alpha.denominator
     return Fraction(bounding.max_rows * max(a, b - a))
+
+
+def norms(statistic: Statistic, bounding: Bounding) -> tuple[Fraction, Fraction]:
+    """``(L1, L2^2)`` in grid units: how far one unit moves the vector of a statistic's cells.
+
+    Per-cell caps alone (WZL+20 §3): a unit changes at most m = max_groups cells by at most
+    c = max_rows a each (a: one row's largest contribution), so L1 = m c and L2^2 = m c^2.
+    With a cap R = max_unit_rows on its rows over the whole query, it also contributes at most
+    R a in total: L1 = a min(m r, R) (r = max_rows), and L2^2 = a^2 S with S the largest
+    sum of squared rows per cell when R rows fill cells of at most r rows in at most m cells:
+    m r^2 if R >= m r, else floor(R/r) r^2 + (R mod r)^2 (fill whole cells first: squares
+    grow fastest). COUNT(DISTINCT unit) counts 1 per cell, in at most min(m, R) cells.
+    """
+    c, groups = sensitivity(statistic, bounding)
+    if c == 0:  # bounds [0, 0]: the statistic is constant and needs no noise, but keep it DP-shaped
+        c = Fraction(1)
+    cap = bounding.max_unit_rows
+    if cap is None:
+        return groups * c, groups * c * c
+    if statistic is Statistic.COUNT_UNITS:
+        cells = min(groups, cap)
+        return Fraction(cells), Fraction(cells)
+    r = bounding.max_rows
+    per_row = c / r
+    if cap >= groups * r:
+        squares = groups * r * r
+    else:
+        whole, rest = divmod(cap, r)
+        squares = whole * r * r + rest * rest
+    return per_row * min(groups * r, cap), per_row * per_row * squares
 
 
 @dataclass(frozen=True, slots=True)
@@ -511,8 +550,10 @@ def calibrate(
         a = Fraction(1, 2) if alpha is None else fraction(alpha, "alpha")
         if not 0 <= a <= 1:
             raise ValueError(f"quantile alpha must be in [0, 1], got {a}")
-        delta = _quantile_sensitivity(bounding, a)
-        eps_cell = cost.epsilon / bounding.max_groups
+        cap = bounding.max_unit_rows or bounding.max_rows * bounding.max_groups
+        per_cell = replace(bounding, max_rows=min(bounding.max_rows, cap))
+        delta = _quantile_sensitivity(per_cell, a)
+        eps_cell = cost.epsilon / min(bounding.max_groups, cap)  # cells a unit can reach
         rate = eps_cell / (2 * delta)
         candidates = int((bounding.upper - bounding.lower) / bounding.granularity) + 1
         rank = 2 * float(delta) * math.log(candidates / float(ALPHA)) / float(eps_cell)
@@ -520,15 +561,13 @@ def calibrate(
             statistic, bounding, noise, cost, rate=rate, alpha=a,
             rank_error95=rank / a.denominator,
         )  # fmt: skip
-    c, groups = sensitivity(statistic, bounding)
-    if c == 0:  # bounds [0, 0]: the statistic is constant and needs no noise, but keep it DP-shaped
-        c = Fraction(1)
+    l1, l2sq = norms(statistic, bounding)
     if noise is Noise.LAPLACE:
-        t = groups * c / cost.epsilon
+        t = l1 / cost.epsilon
         sd = math.sqrt(discrete_laplace_variance(t)) * float(unit)
         half = discrete_laplace_interval(t, ALPHA) * float(unit)
         return Calibration(statistic, bounding, noise, cost, scale=t, sd=sd, half_width=half)
-    s2 = groups * c * c / (2 * cost.rho)
+    s2 = l2sq / (2 * cost.rho)
     sd = math.sqrt(discrete_gaussian_variance(s2)) * float(unit)
     half = discrete_gaussian_interval(s2, ALPHA) * float(unit)
     return Calibration(statistic, bounding, noise, cost, sigma2=s2, sd=sd, half_width=half)

@@ -307,6 +307,7 @@ def _dp_settings(spec: dict | None) -> DpSettings:
     return DpSettings(
         max_groups=int(spec.get("max_groups", 1)),
         max_rows=int(spec.get("max_rows", 1)),
+        max_rows_per_unit=spec.get("max_rows_per_unit"),
         granularity=_exact(spec.get("granularity", 1)),
         groups=GroupKeys(spec.get("groups", "public")),
         selection_epsilon=_exact(selection["epsilon"]) if selection else None,

@@ -125,10 +125,14 @@ class DpSettings:
     ``groups`` says where groups come from; private groups are released when their noisy unit
     count (spending ``selection_epsilon``) passes the threshold for ``selection_delta``.
     ``min_frequency``: a cell whose noisy unit count is below it is suppressed (DPSQL+).
+    ``max_rows_per_unit``: a cap on a unit's rows over the whole query, in addition to the
+    per-cell caps (the keyed choice of :func:`sqlsdc.rewrite.dp._unit_row_cap`; sensitivity in
+    :func:`sqlsdc.mechanisms.accountant.norms`).
     """
 
     max_groups: int = 1
     max_rows: int = 1
+    max_rows_per_unit: int | None = None
     granularity: Fraction = Fraction(1)
     groups: GroupKeys = GroupKeys.PUBLIC
     selection_epsilon: Fraction | None = None

@@ -298,7 +298,8 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
     units_column, selection, delta = None, None, Fraction(0)
     needs_units = settings.groups is GroupKeys.PRIVATE or settings.min_frequency is not None
     if needs_units:
-        base = Bounding(settings.max_groups, settings.max_rows)
+        base = Bounding(settings.max_groups, settings.max_rows,
+                        max_unit_rows=settings.max_rows_per_unit)  # fmt: skip
         if settings.groups is GroupKeys.PRIVATE:
             # without min_frequency no noisy unit count is needed: the optimal rule keeps
             # more small groups at the same cost; with it, thresholding's noisy counts serve both
@@ -327,6 +328,8 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
         units_column = statistics[ident].column
 
     n_keys, one_row = len(cells.keys), plan.one_row_per_unit
+    if settings.max_rows_per_unit is not None and not one_row:
+        rows = _unit_row_cap(rows, settings.max_rows_per_unit)
     if not specs and not n_keys:  # only quantiles: the one global cell still needs a row
         specs.append(_Spec("__rows", None, None))  # a row count never noised nor released
     exact = _unit_rows(rows, n_keys, specs) if one_row else _bounded_pairs(rows, n_keys, specs,
@@ -420,7 +423,8 @@ def _describe(i: int, node, plan, table, settings, select):
     ``"*"`` for rows and units, ``DISTINCT <arg>`` for distinct values, so a renamed or
     re-derived column is the same measure and another expression behind the same name is not.
     """
-    rows = Bounding(settings.max_groups, settings.max_rows)
+    rows = Bounding(settings.max_groups, settings.max_rows,
+                    max_unit_rows=settings.max_rows_per_unit)  # fmt: skip
     spec = plan.aggregates[i].argument
     argument = None if spec is None else canonical_expression(plan.scope, spec)
     if isinstance(node, exp.Count):
@@ -442,7 +446,7 @@ def _describe(i: int, node, plan, table, settings, select):
     column = _measure_column(argument, table, select)
     lower, upper = (Fraction(str(b)) for b in column.bounds)
     bounding = Bounding(settings.max_groups, settings.max_rows, lower, upper,
-                        settings.granularity)  # fmt: skip
+                        settings.granularity, settings.max_rows_per_unit)  # fmt: skip
     alpha = None
     if aggregate is Aggregate.QUANTILE:
         alpha = _quantile_alpha(node, select)
@@ -585,6 +589,18 @@ def _unit_rows(rows: exp.Select, n_keys: int, specs) -> exp.Select:
             value = exp.Sum(this=_squared(_grid_units(column, calibration.bounding)))
         cells.append("expressions", exp.alias_(value, name))
     return cells.group_by(*keys) if keys else cells
+
+
+def _unit_row_cap(rows: exp.Select, cap: int) -> exp.Select:
+    """The rows with each unit cut to its ``cap`` rows of smallest ``hash(record key, row)``
+    over the whole query: a keyed choice by the unit's secret key, reproducible, and
+    independent of other units. Rows with the same hash have the same keys and measures, so
+    which of them is kept changes no cell."""
+    columns = [exp.column(e.alias_or_name) for e in rows.expressions]
+    order = exp.func("hash", *columns[1:])  # __rk, keys and measures; not the unit itself
+    rank = _window("ROW_NUMBER", [exp.column(UNIT)], [order])
+    kept = exp.select(*columns).from_(rows.subquery("__all_rows"))
+    return kept.qualify(exp.LTE(this=rank, expression=_int(cap)))
 
 
 def _bounded_pairs(rows: exp.Select, n_keys: int, specs, settings) -> exp.Select:
