@@ -39,6 +39,11 @@ EngineError = duckdb.Error
 # the deep CKM SQL) than copying a result of aggregated cells.
 warnings.filterwarnings("ignore", message="Arrow output on a DB-API result", category=UserWarning)
 
+# DuckDB shares one database instance between the connections of a process to the same file;
+# opening it and locking its configuration (``harden``: check, then set) must not interleave
+# between threads, or a second thread's SET meets a configuration the first just locked.
+_OPEN_LOCK = threading.RLock()
+
 
 def open_database(path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     """Open a DuckDB file for sqlsdc's own (trusted) work, with extensions and scans locked down."""
@@ -50,7 +55,8 @@ def open_database(path: str | Path, *, read_only: bool = False) -> duckdb.DuckDB
             f"database {path} does not exist; create it with `sqlsdc init` or `sqlsdc demo`"
         )
     try:
-        return duckdb.connect(str(path), read_only=read_only, config=dict(_CONNECT_CONFIG))
+        with _OPEN_LOCK:
+            return duckdb.connect(str(path), read_only=read_only, config=dict(_CONNECT_CONFIG))
     except duckdb.Error as e:  # the engine's text is not shown: it is not sqlsdc's to word
         why = (
             "another process holds a lock on it; close that process first"
@@ -67,6 +73,11 @@ def harden(con: duckdb.DuckDBPyConnection) -> None:
     Settings belong to the database instance, which DuckDB shares between connections to the
     same file in one process; an instance locked by an earlier connection stays locked.
     """
+    with _OPEN_LOCK:
+        _harden(con)
+
+
+def _harden(con: duckdb.DuckDBPyConnection) -> None:
     locked = one(con, "SELECT current_setting('lock_configuration')")[0]
     external = one(con, "SELECT current_setting('enable_external_access')")[0]
     if locked:

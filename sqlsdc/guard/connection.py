@@ -7,6 +7,7 @@ itself; real isolation means the confidential file belongs to another OS user or
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
@@ -55,8 +56,20 @@ from sqlsdc.jobs.patterns import ensure_patterns
 from sqlsdc.policy import Policy, UserRole, load_policy
 
 apilevel = "2.0"
-threadsafety = 1
+threadsafety = 2  # threads may share a connection: its statements run one after the other
 paramstyle = "qmark"
+
+_DATABASE_LOCKS: dict[str, threading.Lock] = {}
+_DATABASE_LOCKS_GUARD = threading.Lock()
+
+
+def _database_lock(path: Path) -> threading.Lock:
+    """The lock that serialises this process's writes to the state of one database (catalog
+    upgrades on connect, budget charges), so that concurrent connections of the process wait
+    for each other instead of failing on the engine's write conflicts."""
+    key = str(path.resolve())
+    with _DATABASE_LOCKS_GUARD:
+        return _DATABASE_LOCKS.setdefault(key, threading.Lock())
 
 
 def connect(path: str | Path, user: str, *, timeout: float | None = None) -> Connection:
@@ -75,10 +88,15 @@ def connect(path: str | Path, user: str, *, timeout: float | None = None) -> Con
 
 
 class Connection:
-    """A PEP 249 connection that answers only protected aggregate queries."""
+    """A PEP 249 connection that answers only protected aggregate queries.
+
+    A connection may be shared between threads: its statements then run one at a time (a
+    lock around every use of the engine connection). Threads that should run in parallel
+    open a connection each."""
 
     def __init__(self, path: str | Path, user: str, *, timeout: float | None = None):
         self._con = None
+        self._lock = threading.RLock()
         if not Path(path).is_file():
             raise Error(
                 f"database {path} does not exist; create it with `sqlsdc init` or `sqlsdc demo`"
@@ -98,8 +116,9 @@ class Connection:
                 )
             self._timeout = _statement_timeout(policy, timeout)
             self._context = _context(con, policy, version, self._timeout, Path(path))
-            ensure_budget_catalog(con)  # brings a cache of DP cells from older versions along
-            store.ensure_mix_keys(con)  # catalogs made before statistic keys were secret
+            with _database_lock(Path(path)):
+                ensure_budget_catalog(con)  # brings a cache of DP cells from older versions
+                store.ensure_mix_keys(con)  # catalogs made before statistic keys were secret
         except engine.EngineError:
             con.close()
             raise OperationalError(
@@ -134,11 +153,12 @@ class Connection:
 
     def remaining_budget(self) -> list[BudgetStatus]:
         """The privacy budgets that apply to this user: limit, spent and remaining."""
-        self._check_open()
-        try:
-            return budget_status(self._con, policy_limits(self.policy), user=self.user)
-        except engine.EngineError as failure:
-            raise _engine_failure(failure, None) from None
+        with self._lock:
+            self._check_open()
+            try:
+                return budget_status(self._con, policy_limits(self.policy), user=self.user)
+            except engine.EngineError as failure:
+                raise _engine_failure(failure, None) from None
 
     def set_dp_noise(self, enabled: bool) -> None:
         """Admins only: ``False`` turns DP noise off (epsilon -> infinity) on this connection,
@@ -161,11 +181,12 @@ class Connection:
 
     def explain(self, sql: str, params=None) -> ProtectedQuery:
         """The protected SQL and the mechanism of every output column, without reading data."""
-        self._check_open()
-        try:
-            return self._protect(sql, params)
-        except engine.EngineError as failure:
-            raise _engine_failure(failure, None) from None
+        with self._lock:
+            self._check_open()
+            try:
+                return self._protect(sql, params)
+            except engine.EngineError as failure:
+                raise _engine_failure(failure, None) from None
 
     def _protect(self, sql: str, params) -> ProtectedQuery:
         """``protect``, shared with every connection of the process that sees the same policy
@@ -184,9 +205,10 @@ class Connection:
         raise NotSupportedError("guarded connections have no transactions to roll back")
 
     def close(self) -> None:
-        if self._con is not None:
-            self._con.close()
-            self._con = None
+        with self._lock:
+            if self._con is not None:
+                self._con.close()
+                self._con = None
 
     def __enter__(self) -> Connection:
         return self
@@ -220,11 +242,12 @@ class Connection:
         """``_run``, with every engine error that escapes it (an audit write, transaction
         control, a catalog read) turned into sqlsdc's own message; the engine's text goes to
         the audit log only, so what an analyst sees never depends on the engine's wording."""
-        try:
-            return self._run(sql, params)
-        except engine.EngineError as failure:
-            query_id = self._record_failure(sql, failure)
-            raise _engine_failure(failure, query_id) from None
+        with self._lock:
+            try:
+                return self._run(sql, params)
+            except engine.EngineError as failure:
+                query_id = self._record_failure(sql, failure)
+                raise _engine_failure(failure, query_id) from None
 
     def _record_failure(self, sql: str, failure: Exception) -> int | None:
         """Best effort: a new audit entry for an engine failure outside a query's own entry."""
@@ -330,19 +353,22 @@ class Connection:
 
         data_versions = {s.table: self._data_version(s.table) for s in query.dp_stages}
         domains = resolve_domains(query.dp_stages, run)  # public values only
+        lock = _database_lock(Path(self.path))  # charges of this process wait for each other
         paid = None
         if self._dp_noise:
             cost = price(query.dp_stages, data_versions=data_versions, domains=domains,
                          paid=cached)  # fmt: skip
-            paid = charge(con, user=self.user, tables=query.tables, cost=cost.cost,
-                          query_id=query_id, limits=policy_limits(context.policy),
-                          cells=cost.statistics, policy_version=version)  # fmt: skip
+            with lock:
+                paid = charge(con, user=self.user, tables=query.tables, cost=cost.cost,
+                              query_id=query_id, limits=policy_limits(context.policy),
+                              cells=cost.statistics, policy_version=version)  # fmt: skip
         noisy = release(query.dp_stages, run, secret=_secret(con), policy_version=version,
                         data_versions=data_versions, cached=cached, noise=self._dp_noise,
                         domains=domains)  # fmt: skip
         if self._dp_noise:
-            record_cells(con, user=self.user, policy_version=version, query_id=query_id,
-                         cells=noisy.cells, paid_by=paid)  # fmt: skip
+            with lock:
+                record_cells(con, user=self.user, policy_version=version, query_id=query_id,
+                             cells=noisy.cells, paid_by=paid)  # fmt: skip
         return noisy
 
     def _data_version(self, table: str) -> str:
