@@ -445,7 +445,8 @@ class Connection:
     def _data_version(self, table: str) -> str:
         """A fingerprint of the table's rows, part of every DP cell's identity: the same cell
         over changed data gets fresh noise (and a new charge), never the old noise on a new
-        value. Computed once per connection (DuckDB locks the file against other writers)."""
+        value. Computed once per opening of the file (while it is open, DuckDB locks it against
+        other writers)."""
         if table not in self._data_versions:
             rows, digest = engine.one(
                 self._con, f'SELECT count(*), bit_xor(hash("{table}")) FROM "{table}"'
