@@ -99,9 +99,17 @@ def worker(db: str, seed: int, queries: int, pause: float) -> None:
 def run(db: Path, processes: int, queries: int, pause: float) -> dict:
     start = time.perf_counter()
     me = str(Path(__file__).resolve())
-    workers = [
+    workers = [  # worker 0, the victim, has more to do, so that it is killed mid-run
         subprocess.Popen(
-            [sys.executable, me, "worker", str(db), str(i), str(queries), str(pause)],
+            [
+                sys.executable,
+                me,
+                "worker",
+                str(db),
+                str(i),
+                str(queries * (10 if i == 0 else 1)),
+                str(pause),
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -109,22 +117,22 @@ def run(db: Path, processes: int, queries: int, pause: float) -> dict:
         for i in range(processes)
     ]
     victim = workers[0]
+    first = victim.stdout.readline()  # the victim has answered a query: kill it now
+    os.kill(victim.pid, signal.SIGKILL)
+    killed = True
     admin = [["sqlsdc", "audit", str(db), "--limit", "5", "--format", "json"],
              ["sqlsdc", "budget", str(db), "--format", "json"]]  # fmt: skip
-    admin_failures, admin_runs, killed = [], 0, False
+    admin_failures, admin_runs = [], 0
     while any(w.poll() is None for w in workers[1:]) or admin_runs < 2:
         command = admin[admin_runs % len(admin)]
         done = subprocess.run(command, capture_output=True, text=True, timeout=300)
         admin_runs += 1
         if done.returncode != 0:
             admin_failures.append(f"{' '.join(command[:2])}: {done.stderr.strip()[-300:]}")
-        if not killed and victim.poll() is None:
-            time.sleep(0.5)  # the victim is running queries by now
-            os.kill(victim.pid, signal.SIGKILL)
-            killed = True
     outputs = []
     for w in workers:
         out, err = w.communicate(timeout=600)
+        out = first + out if w is victim else out
         outputs.append((w.returncode, out.splitlines(), err))
     elapsed = time.perf_counter() - start
     return check(db, outputs, admin_failures, admin_runs, killed, elapsed)

@@ -8,6 +8,7 @@ itself; real isolation means the confidential file belongs to another OS user or
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from contextlib import contextmanager
 from dataclasses import replace
@@ -62,6 +63,8 @@ threadsafety = 2  # threads may share a connection: its statements run one after
 paramstyle = "qmark"
 
 IDLE_RELEASE_SECONDS = 1.0  # a connection idle this long lets other processes open the file
+MAX_HOLD_SECONDS = 0.5  # a busy connection releases the file after a statement past this hold
+TURN_SECONDS = 0.06  # ... and waits this long before opening it again: other processes' turn
 
 _DATABASE_LOCKS: dict[str, threading.Lock] = {}
 _DATABASE_LOCKS_GUARD = threading.Lock()
@@ -111,6 +114,7 @@ class Connection:
         self._lock = threading.RLock()
         self._timer: threading.Timer | None = None
         self._uses = 0
+        self._turn_until = 0.0
         self._context: GuardContext | None = None
         self._asked_timeout = timeout
         self._idle_release = idle_release
@@ -130,6 +134,7 @@ class Connection:
         """Open the database file (waiting while another process writes it), and load the
         policy in force, again only when an admin applied a new version since the last open."""
         path = Path(self.path)
+        time.sleep(max(0.0, self._turn_until - time.monotonic()))
         con = engine.open_database(path, wait=engine.LOCK_WAIT_SECONDS)
         try:
             engine.harden(con)
@@ -150,6 +155,7 @@ class Connection:
             con.close()
             raise
         self._db = con
+        self._held_since = time.monotonic()
         self._data_versions: dict[str, str] = {}  # the data may have changed while released
 
     def _load_policy(self, con, version: int, policy: Policy) -> None:
@@ -194,6 +200,10 @@ class Connection:
             self._timer.cancel()
         self._uses += 1
         if self._idle_release is None or self._closed:
+            return
+        if self._db is not None and time.monotonic() - self._held_since > MAX_HOLD_SECONDS:
+            self._release(self._uses)  # busy for a while: let waiting processes in
+            self._turn_until = time.monotonic() + TURN_SECONDS
             return
         self._timer = threading.Timer(self._idle_release, _release_idle,
                                       args=(weakref.ref(self), self._uses))  # fmt: skip
