@@ -121,7 +121,7 @@ def publish(
             _record(con, tables, query_id, user, version, request, fingerprint)
         partial.replace(out)
     except BaseException as failure:
-        partial.unlink(missing_ok=True)
+        _remove(partial)
         audit("refused" if isinstance(failure, PolicyViolation) else "failed", failure)
         raise
     return PublishReport(str(out), version, tuple(entry for _d, entry, _r in tables.values()))
@@ -150,9 +150,21 @@ def _check_request(db: Path, out: Path, queries: dict, replace: bool) -> None:
         raise Error("the release database must be another file than the confidential one")
     if out.exists() and not replace:
         raise Error(f"{out} exists; pass --replace to overwrite it")
+    seen: dict[str, str] = {}
     for name in queries:
-        if not name.isidentifier() or name.startswith("__") or name == CONTENTS:
+        if not name.isidentifier() or name.startswith("__") or name.casefold() == CONTENTS:
             raise Error(f"release table name {name!r} must be a plain name (letters, digits, _)")
+        if name.casefold() in seen:
+            raise Error(_same_name(seen[name.casefold()], name))
+        seen[name.casefold()] = name
+
+
+def _same_name(first: str, second: str) -> str:
+    """Table names are case-insensitive in DuckDB (and in most BI tools)."""
+    return (
+        f"two outputs would be published as {first!r} and {second!r}, which differ only in "
+        "case and name the same table; rename one"
+    )
 
 
 def _collect(db: Path, user: str, queries: dict, analyst, say) -> tuple[int, dict]:
@@ -177,6 +189,10 @@ def _collect(db: Path, user: str, queries: dict, analyst, say) -> tuple[int, dic
             definition = f"suppression of {table} over {', '.join(universe.columns)}"
             entry = Published(f"suppressed_{table}", "suppression", "suppress", 0, definition)
             _add(tables, pattern, entry, _pattern_cells(universe))
+    taken = {name.casefold(): name for name in tables}
+    clashes = [(taken[n.casefold()], n) for n in queries if n.casefold() in taken]
+    if clashes:  # refused before any query runs (and is charged)
+        raise Error(_same_name(*clashes[0]))
     if queries:
         with connect(db, analyst or user) as guarded:
             for name, sql in queries.items():
@@ -297,14 +313,21 @@ def _clean(table: pa.Table) -> pa.Table:
 
 
 def _add(tables: dict, data: pa.Table, entry: Published, record: Recorder) -> None:
-    if entry.table in tables or entry.table == CONTENTS:
-        raise Error(f"two outputs would be published as {entry.table!r}; rename one")
+    taken = {name.casefold(): name for name in [*tables, CONTENTS]}
+    if entry.table.casefold() in taken:
+        raise Error(_same_name(taken[entry.table.casefold()], entry.table))
     tables[entry.table] = (data, Published(**{**asdict(entry), "rows": data.num_rows}), record)
+
+
+def _remove(partial: Path) -> None:
+    """Delete a half-written release and the write-ahead log DuckDB may have left beside it."""
+    for path in (partial, partial.with_name(partial.name + ".wal")):
+        path.unlink(missing_ok=True)
 
 
 def _write(partial: Path, version: int, tables: dict, say) -> None:
     """Write the release into ``partial`` (the caller moves it into place once recorded)."""
-    partial.unlink(missing_ok=True)
+    _remove(partial)
     con = duckdb.connect(str(partial))
     try:
         for name, (data, _entry, _record) in tables.items():

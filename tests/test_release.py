@@ -178,4 +178,27 @@ def test_released_job_output_does_not_tell_which_cells_are_sensitive(suppress_te
     assert "rule" not in shown.columns
     assert set(shown["status"]) == {"published", "suppressed"}
     assert (shown["status"] == "suppressed").sum() == stored["status"].isin(
-        ["primary", "secondary"]).sum()
+        ["primary", "secondary"]
+    ).sum()
+
+
+def test_publish_refuses_names_that_differ_only_in_case_before_running_anything(
+    suppress_template, tmp_path
+):
+    """DuckDB table names are case-insensitive: such a request is refused before any query runs
+    (nothing audited as accepted, nothing charged) and leaves no partial file behind."""
+    db, out = tmp_path / "demo.duckdb", tmp_path / "release.duckdb"
+    shutil.copy(suppress_template, db)
+    by_region = "SELECT region, COUNT(*) AS n FROM persons GROUP BY region"
+    requests = [
+        {"ByRegion": by_region, "byregion": by_region},
+        {"Suppressed_Persons": by_region},  # a released suppression pattern's name
+        {"Release_Contents": by_region},
+    ]
+    for queries in requests:
+        with pytest.raises(sqlsdc.Error, match="differ only in case|must be a plain name"):
+            publish(db, out, "admin", queries=queries, analyst="analyst")
+    entries = sqlsdc.admin.audit(db, "admin", limit=100)
+    assert set(entries["user_name"]) == {"admin"}  # no guarded query ran as the analyst
+    assert set(entries["decision"]) <= {"refused", "failed"} and len(entries) == len(requests)
+    assert not out.exists() and list(tmp_path.iterdir()) == [db]

@@ -9,7 +9,9 @@ statement can re-enable files, network or extensions.
 
 from __future__ import annotations
 
+import random
 import threading
+import time
 import warnings
 from functools import cache
 from pathlib import Path
@@ -39,9 +41,23 @@ EngineError = duckdb.Error
 # the deep CKM SQL) than copying a result of aggregated cells.
 warnings.filterwarnings("ignore", message="Arrow output on a DB-API result", category=UserWarning)
 
+# DuckDB shares one database instance between the connections of a process to the same file;
+# opening it and locking its configuration (``harden``: check, then set) must not interleave
+# between threads, or a second thread's SET meets a configuration the first just locked.
+_OPEN_LOCK = threading.RLock()
 
-def open_database(path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """Open a DuckDB file for sqlsdc's own (trusted) work, with extensions and scans locked down."""
+# How long an open waits while another process holds the file (DuckDB lets one process write a
+# file, and a writer excludes every other process): guarded connections release it when idle.
+LOCK_WAIT_SECONDS = 60.0
+
+
+def open_database(
+    path: str | Path, *, read_only: bool = False, wait: float = LOCK_WAIT_SECONDS
+) -> duckdb.DuckDBPyConnection:
+    """Open a DuckDB file for sqlsdc's own (trusted) work, with extensions and scans locked down.
+
+    While another process holds the file, the open is retried for up to ``wait`` seconds (a
+    guarded connection holds it while it runs statements, and releases it when idle)."""
     path = Path(path)
     if not read_only and not path.parent.exists():
         raise Error(f"cannot create database {path}: folder {path.parent} does not exist")
@@ -49,16 +65,26 @@ def open_database(path: str | Path, *, read_only: bool = False) -> duckdb.DuckDB
         raise Error(
             f"database {path} does not exist; create it with `sqlsdc init` or `sqlsdc demo`"
         )
-    try:
-        return duckdb.connect(str(path), read_only=read_only, config=dict(_CONNECT_CONFIG))
-    except duckdb.Error as e:  # the engine's text is not shown: it is not sqlsdc's to word
-        why = (
-            "another process holds a lock on it; close that process first"
-            if "lock" in str(e).lower()
-            else "it is not a DuckDB database of this version, or it is open in this process "
-            "with other settings"
-        )
-        raise Error(f"cannot open database {path}: {why}") from None
+    deadline, pause = time.monotonic() + wait, 0.002
+    while True:
+        try:
+            with _OPEN_LOCK:
+                return duckdb.connect(str(path), read_only=read_only, config=dict(_CONNECT_CONFIG))
+        except duckdb.Error as e:
+            locked = "lock" in str(e).lower()
+            if not locked or time.monotonic() + pause > deadline:
+                break
+        time.sleep(pause * (0.5 + random.random()))  # jitter: waiting processes take turns
+        pause = min(pause * 2, 0.05)
+    # the engine's text is not shown: it is not sqlsdc's to word
+    why = (
+        f"another process has held a lock on it for {wait:g} s (a guarded connection "
+        "running statements, or an admin command); try again, or close that process"
+        if locked
+        else "it is not a DuckDB database of this version, or it is open in this process "
+        "with other settings"
+    )
+    raise Error(f"cannot open database {path}: {why}") from None
 
 
 def harden(con: duckdb.DuckDBPyConnection) -> None:
@@ -67,6 +93,11 @@ def harden(con: duckdb.DuckDBPyConnection) -> None:
     Settings belong to the database instance, which DuckDB shares between connections to the
     same file in one process; an instance locked by an earlier connection stays locked.
     """
+    with _OPEN_LOCK:
+        _harden(con)
+
+
+def _harden(con: duckdb.DuckDBPyConnection) -> None:
     locked = one(con, "SELECT current_setting('lock_configuration')")[0]
     external = one(con, "SELECT current_setting('enable_external_access')")[0]
     if locked:

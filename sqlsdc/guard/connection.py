@@ -7,6 +7,10 @@ itself; real isolation means the confidential file belongs to another OS user or
 
 from __future__ import annotations
 
+import threading
+import time
+import weakref
+from contextlib import contextmanager
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
@@ -55,8 +59,24 @@ from sqlsdc.jobs.patterns import ensure_patterns
 from sqlsdc.policy import Policy, UserRole, load_policy
 
 apilevel = "2.0"
-threadsafety = 1
+threadsafety = 2  # threads may share a connection: its statements run one after the other
 paramstyle = "qmark"
+
+IDLE_RELEASE_SECONDS = 1.0  # a connection idle this long lets other processes open the file
+MAX_HOLD_SECONDS = 0.5  # a busy connection releases the file after a statement past this hold
+TURN_SECONDS = 0.06  # ... and waits this long before opening it again: other processes' turn
+
+_DATABASE_LOCKS: dict[str, threading.Lock] = {}
+_DATABASE_LOCKS_GUARD = threading.Lock()
+
+
+def _database_lock(path: Path) -> threading.Lock:
+    """The lock that serialises this process's writes to the state of one database (catalog
+    upgrades on connect, budget charges), so that concurrent connections of the process wait
+    for each other instead of failing on the engine's write conflicts."""
+    key = str(path.resolve())
+    with _DATABASE_LOCKS_GUARD:
+        return _DATABASE_LOCKS.setdefault(key, threading.Lock())
 
 
 def connect(path: str | Path, user: str, *, timeout: float | None = None) -> Connection:
@@ -75,48 +95,127 @@ def connect(path: str | Path, user: str, *, timeout: float | None = None) -> Con
 
 
 class Connection:
-    """A PEP 249 connection that answers only protected aggregate queries."""
+    """A PEP 249 connection that answers only protected aggregate queries.
 
-    def __init__(self, path: str | Path, user: str, *, timeout: float | None = None):
-        self._con = None
+    A connection may be shared between threads: its statements then run one at a time (a
+    lock around every use of the engine connection). Threads that should run in parallel
+    open a connection each."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        user: str,
+        *,
+        timeout: float | None = None,
+        idle_release: float | None = IDLE_RELEASE_SECONDS,
+    ):
+        self._db = None  # the engine connection, while this connection holds the file
+        self._closed = True
+        self._lock = threading.RLock()
+        self._timer: threading.Timer | None = None
+        self._uses = 0
+        self._turn_until = 0.0
+        self._context: GuardContext | None = None
+        self._asked_timeout = timeout
+        self._idle_release = idle_release
+        self._dp_noise = True
+        self.user = user
+        self.path = str(path)
         if not Path(path).is_file():
             raise Error(
                 f"database {path} does not exist; create it with `sqlsdc init` or `sqlsdc demo`"
             )
-        con = engine.open_database(path)
+        with self._lock:
+            self._open()
+            self._closed = False
+            self._schedule_release()
+
+    def _open(self) -> None:
+        """Open the database file (waiting while another process writes it), and load the
+        policy in force, again only when an admin applied a new version since the last open."""
+        path = Path(self.path)
+        time.sleep(max(0.0, self._turn_until - time.monotonic()))
+        con = engine.open_database(path, wait=engine.LOCK_WAIT_SECONDS)
         try:
             engine.harden(con)
             current = store.current_policy(con)
             if current is None:
                 raise Error(f"{path} has no sqlsdc catalog; run `sqlsdc init {path} --policy FILE`")
             version, document, source = current
-            policy = load_policy(document, name=source)
-            if policy.user(user) is None:
-                raise AccessDenied(
-                    f"user {user!r} is not declared in the policy of {Path(path).name}; "
-                    "ask an admin to add it under `users:`"
-                )
-            self._timeout = _statement_timeout(policy, timeout)
-            self._context = _context(con, policy, version, self._timeout, Path(path))
-            ensure_budget_catalog(con)  # brings a cache of DP cells from older versions along
-            store.ensure_mix_keys(con)  # catalogs made before statistic keys were secret
+            if self._context is None or self._context.policy_version != version:
+                self._load_policy(con, version, load_policy(document, name=source))
         except engine.EngineError:
             con.close()
             raise OperationalError(
-                f"cannot open {Path(path).name}: the engine failed while reading the sqlsdc "
+                f"cannot open {path.name}: the engine failed while reading the sqlsdc "
                 "catalog; the engine's message is withheld; an admin can check the database "
                 "with `sqlsdc policy show`"
             ) from None
         except BaseException:
             con.close()
             raise
-        self._con = con
-        self._data_versions: dict[str, str] = {}
-        self._dp_noise = True
-        self.user = user
-        self.role = policy.user(user).role
-        self.policy = policy
-        self.path = str(path)
+        self._db = con
+        self._held_since = time.monotonic()
+        self._data_versions: dict[str, str] = {}  # the data may have changed while released
+
+    def _load_policy(self, con, version: int, policy: Policy) -> None:
+        declared = policy.user(self.user)
+        if declared is None:
+            raise AccessDenied(
+                f"user {self.user!r} is not declared in the policy of {Path(self.path).name}; "
+                "ask an admin to add it under `users:`"
+            )
+        timeout = _statement_timeout(policy, self._asked_timeout)
+        context = _context(con, lambda: self._db, policy, version, timeout, Path(self.path))
+        with _database_lock(Path(self.path)):
+            ensure_budget_catalog(con)  # brings a cache of DP cells from older versions
+            store.ensure_mix_keys(con)  # catalogs made before statistic keys were secret
+        self._timeout, self._context = timeout, context
+        self.policy, self.role = policy, declared.role
+        if self.role is not UserRole.ADMIN:
+            self._dp_noise = True
+
+    @property
+    def _con(self):
+        """The engine connection, opening the file again if it was released while idle."""
+        with self._lock:
+            self._check_open()
+            if self._db is None:
+                self._open()
+            return self._db
+
+    @contextmanager
+    def _holding(self):
+        """Use the engine connection alone (other threads wait), then schedule its release."""
+        with self._lock:
+            try:
+                yield self._con
+            finally:
+                self._schedule_release()
+
+    def _schedule_release(self) -> None:
+        """Release the file ``idle_release`` seconds after the last statement, so that other
+        processes and admin commands can open it while this connection is idle."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._uses += 1
+        if self._idle_release is None or self._closed:
+            return
+        if self._db is not None and time.monotonic() - self._held_since > MAX_HOLD_SECONDS:
+            self._release(self._uses)  # busy for a while: let waiting processes in
+            self._turn_until = time.monotonic() + TURN_SECONDS
+            return
+        self._timer = threading.Timer(self._idle_release, _release_idle,
+                                      args=(weakref.ref(self), self._uses))  # fmt: skip
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _release(self, use: int) -> None:
+        """Close the engine connection if no statement ran since release ``use`` was planned."""
+        with self._lock:
+            if use == self._uses and self._db is not None:
+                self._db.close()
+                self._db = None
 
     @property
     def timeout(self) -> float:
@@ -134,11 +233,11 @@ class Connection:
 
     def remaining_budget(self) -> list[BudgetStatus]:
         """The privacy budgets that apply to this user: limit, spent and remaining."""
-        self._check_open()
-        try:
-            return budget_status(self._con, policy_limits(self.policy), user=self.user)
-        except engine.EngineError as failure:
-            raise _engine_failure(failure, None) from None
+        with self._holding() as con:
+            try:
+                return budget_status(con, policy_limits(self.policy), user=self.user)
+            except engine.EngineError as failure:
+                raise _engine_failure(failure, None) from None
 
     def set_dp_noise(self, enabled: bool) -> None:
         """Admins only: ``False`` turns DP noise off (epsilon -> infinity) on this connection,
@@ -161,11 +260,11 @@ class Connection:
 
     def explain(self, sql: str, params=None) -> ProtectedQuery:
         """The protected SQL and the mechanism of every output column, without reading data."""
-        self._check_open()
-        try:
-            return self._protect(sql, params)
-        except engine.EngineError as failure:
-            raise _engine_failure(failure, None) from None
+        with self._holding():
+            try:
+                return self._protect(sql, params)
+            except engine.EngineError as failure:
+                raise _engine_failure(failure, None) from None
 
     def _protect(self, sql: str, params) -> ProtectedQuery:
         """``protect``, shared with every connection of the process that sees the same policy
@@ -184,9 +283,13 @@ class Connection:
         raise NotSupportedError("guarded connections have no transactions to roll back")
 
     def close(self) -> None:
-        if self._con is not None:
-            self._con.close()
-            self._con = None
+        with self._lock:
+            self._closed = True
+            if self._timer is not None:
+                self._timer.cancel()
+            if self._db is not None:
+                self._db.close()
+                self._db = None
 
     def __enter__(self) -> Connection:
         return self
@@ -213,18 +316,19 @@ class Connection:
         )
 
     def _check_open(self) -> None:
-        if self._con is None:
+        if self._closed:
             raise InterfaceError("the connection is closed")
 
     def _execute(self, sql: str, params):
         """``_run``, with every engine error that escapes it (an audit write, transaction
         control, a catalog read) turned into sqlsdc's own message; the engine's text goes to
         the audit log only, so what an analyst sees never depends on the engine's wording."""
-        try:
-            return self._run(sql, params)
-        except engine.EngineError as failure:
-            query_id = self._record_failure(sql, failure)
-            raise _engine_failure(failure, query_id) from None
+        with self._holding():
+            try:
+                return self._run(sql, params)
+            except engine.EngineError as failure:
+                query_id = self._record_failure(sql, failure)
+                raise _engine_failure(failure, query_id) from None
 
     def _record_failure(self, sql: str, failure: Exception) -> int | None:
         """Best effort: a new audit entry for an engine failure outside a query's own entry."""
@@ -330,25 +434,29 @@ class Connection:
 
         data_versions = {s.table: self._data_version(s.table) for s in query.dp_stages}
         domains = resolve_domains(query.dp_stages, run)  # public values only
+        lock = _database_lock(Path(self.path))  # charges of this process wait for each other
         paid = None
         if self._dp_noise:
             cost = price(query.dp_stages, data_versions=data_versions, domains=domains,
                          paid=cached)  # fmt: skip
-            paid = charge(con, user=self.user, tables=query.tables, cost=cost.cost,
-                          query_id=query_id, limits=policy_limits(context.policy),
-                          cells=cost.statistics, policy_version=version)  # fmt: skip
+            with lock:
+                paid = charge(con, user=self.user, tables=query.tables, cost=cost.cost,
+                              query_id=query_id, limits=policy_limits(context.policy),
+                              cells=cost.statistics, policy_version=version)  # fmt: skip
         noisy = release(query.dp_stages, run, secret=_secret(con), policy_version=version,
                         data_versions=data_versions, cached=cached, noise=self._dp_noise,
                         domains=domains)  # fmt: skip
         if self._dp_noise:
-            record_cells(con, user=self.user, policy_version=version, query_id=query_id,
-                         cells=noisy.cells, paid_by=paid)  # fmt: skip
+            with lock:
+                record_cells(con, user=self.user, policy_version=version, query_id=query_id,
+                             cells=noisy.cells, paid_by=paid)  # fmt: skip
         return noisy
 
     def _data_version(self, table: str) -> str:
         """A fingerprint of the table's rows, part of every DP cell's identity: the same cell
         over changed data gets fresh noise (and a new charge), never the old noise on a new
-        value. Computed once per connection (DuckDB locks the file against other writers)."""
+        value. Computed once per opening of the file (while it is open, DuckDB locks it against
+        other writers)."""
         if table not in self._data_versions:
             rows, digest = engine.one(
                 self._con, f'SELECT count(*), bit_xor(hash("{table}")) FROM "{table}"'
@@ -473,6 +581,14 @@ class Cursor:
         return self._result
 
 
+def _release_idle(connection: weakref.ref, use: int) -> None:
+    """The idle timer's action; the timer holds the connection weakly, so that a connection
+    the program dropped is closed by the garbage collector as before."""
+    alive = connection()
+    if alive is not None:
+        alive._release(use)
+
+
 _NOISE_OFF = "dp noise off (admin semantics mode): exact bounded values, not charged"
 
 
@@ -524,7 +640,11 @@ def _statement_timeout(policy: Policy, asked: float | None) -> float:
     return float(asked)
 
 
-def _context(con, policy: Policy, version: int, timeout: float, path: Path) -> GuardContext:
+def _context(
+    con, current, policy: Policy, version: int, timeout: float, path: Path
+) -> GuardContext:
+    """The guard's view of the database; ``current()`` is the engine connection open when a
+    constant is evaluated (the connection reopens the file after releasing it)."""
     schema = analyst_schema(policy, engine.table_schemas(con))
     indexes = {
         r[0]
@@ -540,7 +660,7 @@ def _context(con, policy: Policy, version: int, timeout: float, path: Path) -> G
     @lru_cache(maxsize=1024)
     def evaluates(sql: str) -> bool:
         try:
-            engine.run(con, sql, timeout=timeout)
+            engine.run(current(), sql, timeout=timeout)
             return True
         except engine.EngineError:
             return False

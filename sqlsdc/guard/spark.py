@@ -50,8 +50,12 @@ def run_protected(connection: Connection, engine: SparkEngine, sql: str, params=
             (audited ``refused``).
         OperationalError: Spark failed (audited ``failed`` with Spark's message).
     """
-    connection._check_open()
-    con, user, version = connection._con, connection.user, connection.policy_version
+    with connection._holding() as con:  # the file stays open (and this thread alone uses it)
+        return _run_protected(connection, con, engine, sql, params)
+
+
+def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, params):
+    user, version = connection.user, connection.policy_version
     query_id = store.next_query_id(con)
     query: ProtectedQuery | None = None
 

@@ -1,0 +1,215 @@
+"""Many analysts on one database: N processes x M DP queries, admin commands, one kill -9.
+
+Each worker process opens its own guarded connection and runs DP counts with random filters
+(new statistics are charged, repeats are free); meanwhile admin commands (`sqlsdc audit`,
+`sqlsdc budget`) run in a loop, and one worker is killed with SIGKILL part-way. Afterwards the
+script checks that nothing is lost and no budget is exceeded:
+
+- every worker but the killed one ended cleanly; every failure a worker saw was sqlsdc's own
+  budget refusal (no engine error, no lock error); every admin command succeeded;
+- every answered query has an ``accepted`` audit entry;
+- the spend ledger adds up to what the budget reports as spent, and that is within the limit;
+- at most one charge (the killed worker's last) has no audit entry: it was paid, never shown.
+
+Usage:
+    python benchmarks/load_test.py                      # 16 processes x 100 queries
+    python benchmarks/load_test.py --processes 4 --queries 10
+Exit status 0 when every check holds; a JSON summary on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from fractions import Fraction
+from pathlib import Path
+
+LIMIT = Fraction(30)  # the analyst's epsilon: sixty new statistics at 1/2
+AGES = 100  # distinct filters: 100 statistics, more than the budget pays for
+
+
+def document() -> dict:
+    return {
+        "tables": {
+            "persons": {
+                "privacy_unit": "pid",
+                "columns": {
+                    "pid": {"role": "identifier"},
+                    "region": {"role": "dimension", "domain": ["N", "S", "E", "W"]},
+                    "age": {"role": "dimension"},
+                },
+                "protection": {
+                    "counts": {"method": "dp", "spend": {"epsilon": "1/2"}},
+                    "magnitudes": {"method": "dp", "spend": {"epsilon": "1/2"}},
+                },
+            },
+        },
+        "users": {"admin": {"role": "admin"}, "ana": {"role": "analyst"}},
+        "budgets": [{"user": "ana", "epsilon": str(LIMIT)}],
+    }
+
+
+def build(path: Path) -> None:
+    import duckdb
+    import numpy as np
+    import pandas as pd
+
+    import sqlsdc
+
+    rng = np.random.default_rng(3)
+    persons = pd.DataFrame({"pid": np.arange(5000), "region": rng.choice(list("NSEW"), 5000),
+                            "age": rng.integers(0, AGES, 5000)})  # fmt: skip
+    con = duckdb.connect(str(path))
+    con.register("frame", persons)
+    con.execute("CREATE TABLE persons AS SELECT * FROM frame")
+    con.close()
+    sqlsdc.init(path, document())
+
+
+def worker(db: str, seed: int, queries: int, pause: float) -> None:
+    """Run DP queries; one line per query: ``ok ID``, ``budget`` or ``error TYPE``."""
+    import sqlsdc
+    from sqlsdc.errors import BudgetExhausted
+
+    rng = random.Random(seed)
+    with sqlsdc.connect(db, "ana") as con:
+        for _ in range(queries):
+            age = rng.randrange(AGES)
+            sql = f"SELECT region, COUNT(*) FROM persons WHERE age >= {age} GROUP BY region"
+            try:
+                cursor = con.execute(sql)
+                cursor.fetchall()
+                print(f"ok {cursor.query_id}", flush=True)
+            except BudgetExhausted:
+                print("budget", flush=True)
+            except Exception as error:  # noqa: BLE001 - reported to the parent, which fails
+                print(f"error {type(error).__module__}.{type(error).__name__}: {error}",
+                      flush=True)  # fmt: skip
+            if pause:
+                time.sleep(rng.uniform(0, pause))
+
+
+def run(db: Path, processes: int, queries: int, pause: float) -> dict:
+    start = time.perf_counter()
+    me = str(Path(__file__).resolve())
+    workers = [  # worker 0, the victim, has more to do, so that it is killed mid-run
+        subprocess.Popen(
+            [
+                sys.executable,
+                me,
+                "worker",
+                str(db),
+                str(i),
+                str(queries * (10 if i == 0 else 1)),
+                str(pause),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for i in range(processes)
+    ]
+    victim = workers[0]
+    first = victim.stdout.readline()  # the victim has answered a query: kill it now
+    os.kill(victim.pid, signal.SIGKILL)
+    killed = True
+    admin = [["sqlsdc", "audit", str(db), "--limit", "5", "--format", "json"],
+             ["sqlsdc", "budget", str(db), "--format", "json"]]  # fmt: skip
+    admin_failures, admin_runs = [], 0
+    while any(w.poll() is None for w in workers[1:]) or admin_runs < 2:
+        command = admin[admin_runs % len(admin)]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        admin_runs += 1
+        if done.returncode != 0:
+            admin_failures.append(f"{' '.join(command[:2])}: {done.stderr.strip()[-300:]}")
+    outputs = []
+    for w in workers:
+        out, err = w.communicate(timeout=600)
+        out = first + out if w is victim else out
+        outputs.append((w.returncode, out.splitlines(), err))
+    elapsed = time.perf_counter() - start
+    return check(db, outputs, admin_failures, admin_runs, killed, elapsed)
+
+
+def check(db: Path, outputs, admin_failures, admin_runs, killed, elapsed) -> dict:
+    import sqlsdc
+    from sqlsdc.catalog import budget
+    from sqlsdc.engines.duckdb import open_database
+
+    problems = list(admin_failures)
+    answered: list[int] = []
+    refused = 0
+    for i, (code, lines, err) in enumerate(outputs):
+        if i == 0 and killed:
+            if code != -signal.SIGKILL:
+                problems.append(f"worker 0 was not killed (exit {code})")
+        elif code != 0:
+            problems.append(f"worker {i} exited {code}: {err.strip()[-300:]}")
+        for line in lines:
+            if line.startswith("ok "):
+                answered.append(int(line.split()[1]))
+            elif line == "budget":
+                refused += 1
+            else:
+                problems.append(f"worker {i}: {line}")
+    con = open_database(db, read_only=True)
+    try:
+        audit = dict(con.execute("SELECT query_id, decision FROM sqlsdc.audit").fetchall())
+        ledger = budget.spend_ledger(con, limit=10**9)
+        policy = sqlsdc.policy.load_policy(document())
+        (status,) = [s for s in budget.budget_status(con, budget.policy_limits(policy))
+                     if s.key == budget.BudgetKey("ana")]  # fmt: skip
+    finally:
+        con.close()
+    lost = [q for q in answered if audit.get(q) != "accepted"]
+    if lost:
+        problems.append(f"{len(lost)} answered queries have no accepted audit entry: {lost[:5]}")
+    total = sum((Fraction(r["epsilon"]) for r in ledger), Fraction(0))
+    if total != status.spent.epsilon:
+        problems.append(f"ledger adds up to {total}, budget reports {status.spent.epsilon}")
+    if status.spent.epsilon > LIMIT:
+        problems.append(f"spent {status.spent.epsilon} > limit {LIMIT}")
+    unaudited = [r["query_id"] for r in ledger if r["query_id"] not in audit]
+    if len(unaudited) > (1 if killed else 0):
+        problems.append(f"charges without an audit entry: {unaudited}")
+    return {
+        "processes": len(outputs),
+        "answered": len(answered),
+        "budget_refusals": refused,
+        "admin_commands": admin_runs,
+        "killed": killed,
+        "charges": len(ledger),
+        "spent": str(status.spent.epsilon),
+        "limit": str(LIMIT),
+        "seconds": round(elapsed, 1),
+        "queries_per_second": round(len(answered) / elapsed, 1),
+        "problems": problems,
+    }
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "worker":
+        worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]))
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--processes", type=int, default=16)
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--pause", type=float, default=0.0, help="max seconds between queries")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        db = Path(folder) / "load.duckdb"
+        build(db)
+        summary = run(db, args.processes, args.queries, args.pause)
+    print(json.dumps(summary, indent=2))
+    return 1 if summary["problems"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

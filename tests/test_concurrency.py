@@ -1,0 +1,127 @@
+"""Many users on one database: threads sharing or opening connections, concurrent DP charges.
+
+Every failure a thread sees must be sqlsdc's own error (never a raw engine exception), and after
+any number of concurrent DP queries the spend ledger and the budgets agree and stay within the
+limits.
+"""
+
+from __future__ import annotations
+
+import threading
+from fractions import Fraction
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+
+import sqlsdc
+from sqlsdc.catalog import budget
+from sqlsdc.engines.duckdb import open_database
+from sqlsdc.errors import BudgetExhausted
+
+THREADS = 16
+LIMIT = Fraction(5)  # the analyst's epsilon: ten COUNT queries at 1/2
+
+
+def document() -> dict:
+    return {
+        "tables": {
+            "persons": {
+                "privacy_unit": "pid",
+                "columns": {
+                    "pid": {"role": "identifier"},
+                    "region": {"role": "dimension", "domain": ["N", "S", "E", "W"]},
+                    "age": {"role": "dimension"},
+                },
+                "protection": {
+                    "counts": {"method": "dp", "spend": {"epsilon": "1/2"}},
+                    "magnitudes": {"method": "dp", "spend": {"epsilon": "1/2"}},
+                },
+            },
+        },
+        "users": {"admin": {"role": "admin"}, "ana": {"role": "analyst"}},
+        "budgets": [{"user": "ana", "epsilon": str(LIMIT)}],
+    }
+
+
+@pytest.fixture
+def dp_db(tmp_path):
+    path = tmp_path / "dp.duckdb"
+    rng = np.random.default_rng(3)
+    persons = pd.DataFrame({"pid": np.arange(2000), "region": rng.choice(list("NSEW"), 2000),
+                            "age": rng.integers(0, 100, 2000)})  # fmt: skip
+    con = duckdb.connect(str(path))
+    con.register("frame", persons)
+    con.execute("CREATE TABLE persons AS SELECT * FROM frame")
+    con.close()
+    sqlsdc.init(path, document())
+    return path
+
+
+def run_threads(target, n: int = THREADS) -> list[BaseException]:
+    """Run ``target(i)`` in ``n`` threads started together; the exceptions they raised."""
+    failures: list[BaseException] = []
+    start = threading.Barrier(n)
+
+    def work(i: int) -> None:
+        start.wait()
+        try:
+            target(i)
+        except BaseException as error:  # noqa: BLE001 - collected and asserted by the test
+            failures.append(error)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return failures
+
+
+def ledger_epsilon(path) -> Fraction:
+    con = open_database(path, read_only=True)
+    try:
+        return sum((Fraction(r["epsilon"]) for r in budget.spend_ledger(con, limit=10_000)),
+                   Fraction(0))  # fmt: skip
+    finally:
+        con.close()
+
+
+def query(i: int) -> str:
+    return f"SELECT region, COUNT(*) FROM persons WHERE age >= {i} GROUP BY region"
+
+
+@pytest.mark.parametrize("threads", [8, 16])
+def test_connections_opened_from_many_threads_at_once_all_work(dp_db, threads):
+    def open_and_query(i: int) -> None:
+        with sqlsdc.connect(dp_db, "admin") as con:
+            con.set_dp_noise(False)
+            assert len(con.execute(query(i)).fetchall()) == 4
+
+    assert run_threads(open_and_query, threads) == []
+
+
+def test_one_connection_shared_by_threads_runs_their_queries_one_by_one(dp_db):
+    con = sqlsdc.connect(dp_db, "ana")
+    try:
+        failures = run_threads(lambda i: con.execute(query(i % 8)).fetchall())
+        spent = {s.key: s.spent.epsilon for s in con.remaining_budget()}
+    finally:
+        con.close()
+    assert failures == []  # 8 distinct queries (4 of epsilon): repeats are free from the cache
+    assert spent[budget.BudgetKey("ana")] == Fraction(4) == ledger_epsilon(dp_db)
+
+
+def test_concurrent_dp_queries_serialise_and_never_exceed_the_budget(dp_db):
+    def own_connection(i: int) -> None:
+        with sqlsdc.connect(dp_db, "ana") as con:
+            con.execute(query(i)).fetchall()
+
+    failures = run_threads(own_connection)
+    assert all(isinstance(f, BudgetExhausted) for f in failures), failures
+    assert len(failures) == THREADS - 10  # exactly ten queries of 1/2 fit in 5
+    with sqlsdc.connect(dp_db, "ana") as con:
+        (status,) = [s for s in con.remaining_budget() if s.key == budget.BudgetKey("ana")]
+    assert status.spent.epsilon == LIMIT == ledger_epsilon(dp_db)
+    assert status.remaining.epsilon == 0

@@ -1,0 +1,23 @@
+"""Many processes on one database (a small run of ``benchmarks/load_test.py``): 4 analyst
+processes x 10 DP queries, admin commands meanwhile, one process killed with SIGKILL; nothing is
+lost, no budget is exceeded, nobody is locked out."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "load_test.py"
+
+
+def test_four_processes_admin_commands_and_a_kill_lose_nothing():
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--processes", "4", "--queries", "10", "--pause", "0.3"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    summary = json.loads(done.stdout)
+    assert summary["problems"] == [] and done.returncode == 0, done.stderr[-2000:]
+    assert summary["killed"] and summary["admin_commands"] >= 2
+    assert summary["answered"] >= 30  # three workers' ten queries, and what the victim got
