@@ -7,6 +7,9 @@ limits.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from fractions import Fraction
 
@@ -17,7 +20,7 @@ import pytest
 
 import sqlsdc
 from sqlsdc.catalog import budget
-from sqlsdc.engines.duckdb import open_database
+from sqlsdc.engines.duckdb import open_database, others_waiting
 from sqlsdc.errors import BudgetExhausted
 
 THREADS = 16
@@ -125,3 +128,20 @@ def test_concurrent_dp_queries_serialise_and_never_exceed_the_budget(dp_db):
         (status,) = [s for s in con.remaining_budget() if s.key == budget.BudgetKey("ana")]
     assert status.spent.epsilon == LIMIT == ledger_epsilon(dp_db)
     assert status.remaining.epsilon == 0
+
+
+def test_a_busy_holder_yields_the_file_only_to_live_waiters_of_other_processes(tmp_path):
+    db = tmp_path / "x.duckdb"
+    folder = tmp_path / "x.duckdb.waiting"
+    assert not others_waiting(db)  # nobody ever waited
+    folder.mkdir()
+    (folder / str(os.getpid())).touch()
+    assert not others_waiting(db)  # this process's own threads do not wait on the file
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        (folder / str(sleeper.pid)).touch()
+        assert others_waiting(db)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert not others_waiting(db)  # a waiter killed while waiting is not waited for

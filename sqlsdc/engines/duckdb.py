@@ -9,6 +9,8 @@ statement can re-enable files, network or extensions.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 import threading
 import time
@@ -65,17 +67,25 @@ def open_database(
         raise Error(
             f"database {path} does not exist; create it with `sqlsdc init` or `sqlsdc demo`"
         )
-    deadline, pause = time.monotonic() + wait, 0.002
-    while True:
-        try:
-            with _OPEN_LOCK:
-                return duckdb.connect(str(path), read_only=read_only, config=dict(_CONNECT_CONFIG))
-        except duckdb.Error as e:
-            locked = "lock" in str(e).lower()
-            if not locked or time.monotonic() + pause > deadline:
-                break
-        time.sleep(pause * (0.5 + random.random()))  # jitter: waiting processes take turns
-        pause = min(pause * 2, 0.05)
+    deadline, pause, marker = time.monotonic() + wait, 0.002, None
+    try:
+        while True:
+            try:
+                with _OPEN_LOCK:
+                    return duckdb.connect(str(path), read_only=read_only,
+                                          config=dict(_CONNECT_CONFIG))  # fmt: skip
+            except duckdb.Error as e:
+                locked = "lock" in str(e).lower()
+                if not locked or time.monotonic() + pause > deadline:
+                    break
+            marker = marker or _mark_waiting(path)
+            time.sleep(pause * (0.5 + random.random()))  # jitter: waiting processes take turns
+            pause = min(pause * 2, 0.05)
+    finally:
+        if marker is not None:
+            marker.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # left to another waiter, if any
+                marker.parent.rmdir()
     # the engine's text is not shown: it is not sqlsdc's to word
     why = (
         f"another process has held a lock on it for {wait:g} s (a guarded connection "
@@ -85,6 +95,45 @@ def open_database(
         "with other settings"
     )
     raise Error(f"cannot open database {path}: {why}") from None
+
+
+def _waiting_folder(path: Path) -> Path:
+    return path.with_name(path.name + ".waiting")
+
+
+def _mark_waiting(path: Path) -> Path | None:
+    """A file named by this process's id in ``<db>.waiting/``, while it waits for the file."""
+    folder = _waiting_folder(path)
+    try:
+        folder.mkdir(exist_ok=True)
+        marker = folder / str(os.getpid())
+        marker.touch()
+        return marker
+    except OSError:  # a read-only folder: holders then never hear of this waiter
+        return None
+
+
+def others_waiting(path: str | Path) -> bool:
+    """Whether another live process waits to open the database file (:func:`open_database`
+    marks itself): a busy holder then releases the file for a turn, and otherwise keeps it."""
+    try:
+        waiters = list(_waiting_folder(Path(path)).iterdir())
+    except OSError:
+        return False
+    for marker in waiters:
+        if marker.name.isdigit() and int(marker.name) != os.getpid() and _alive(int(marker.name)):
+            return True
+    return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
 
 
 def harden(con: duckdb.DuckDBPyConnection) -> None:

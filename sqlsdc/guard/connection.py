@@ -63,7 +63,7 @@ threadsafety = 2  # threads may share a connection: its statements run one after
 paramstyle = "qmark"
 
 IDLE_RELEASE_SECONDS = 1.0  # a connection idle this long lets other processes open the file
-MAX_HOLD_SECONDS = 0.5  # a busy connection releases the file after a statement past this hold
+MAX_HOLD_SECONDS = 0.5  # a busy connection that others wait for releases it after this hold
 TURN_SECONDS = 0.06  # ... and waits this long before opening it again: other processes' turn
 
 _DATABASE_LOCKS: dict[str, threading.Lock] = {}
@@ -201,8 +201,9 @@ class Connection:
         self._uses += 1
         if self._idle_release is None or self._closed:
             return
-        if self._db is not None and time.monotonic() - self._held_since > MAX_HOLD_SECONDS:
-            self._release(self._uses)  # busy for a while: let waiting processes in
+        held = self._db is not None and time.monotonic() - self._held_since > MAX_HOLD_SECONDS
+        if held and engine.others_waiting(self.path):
+            self._release(self._uses)  # busy for a while and others wait: let them in
             self._turn_until = time.monotonic() + TURN_SECONDS
             return
         self._timer = threading.Timer(self._idle_release, _release_idle,
