@@ -684,3 +684,79 @@ def test_spark_failures_are_audited_failed_with_sparks_message(recorded_demo):
     assert (user, decision, logged) == ("analyst", "failed", sql)
     assert "overflow" in reason.lower() and fingerprint
     assert ledger(path, query_id) == []
+
+
+# --- differential privacy on Spark -----------------------------------------------------------
+
+DP_CROSS_ENGINE_QUERIES = [
+    "SELECT region, COUNT(*) AS n FROM persons GROUP BY region",
+    "SELECT sex, SUM(income) AS s, COUNT(income) AS c, AVG(income) AS a FROM persons "
+    "WHERE age >= 30 GROUP BY sex",
+    "SELECT region, sex, AVG(income) AS a FROM persons WHERE age < 60 GROUP BY region, sex",
+]
+
+
+@pytest.fixture(scope="module")
+def dp_on_spark(spark, tmp_path_factory):
+    """The DP test database of test_dp_query (one row per person in ``persons``), on Spark."""
+    from test_dp_query import dp_document, make_db
+
+    path = tmp_path_factory.mktemp("dp-spark") / "dp.duckdb"
+    make_db(path, dp_document())
+    engine = SparkEngine(spark.newSession())
+    engine.load_duckdb(path, ["persons", "visits", "lookup"])
+    yield path, engine
+    engine.close()
+
+
+def spent(path: Path, user: str) -> list[tuple]:
+    return catalog(path, f"SELECT epsilon, rho, cells FROM sqlsdc.budget_spend "
+                         f"WHERE user_name = '{user}' ORDER BY seq")  # fmt: skip
+
+
+@pytest.mark.parametrize("sql", DP_CROSS_ENGINE_QUERIES)
+def test_dp_cells_on_spark_are_duckdbs_charged_and_recorded_the_same(dp_on_spark, sql):
+    """Another user asks on Spark what ``ana`` asked on DuckDB: the same exact cells, the same
+    identities, hence the same noise; each pays for them, and the ledger holds the same cells."""
+    path, engine = dp_on_spark
+    with sqlsdc.connect(path, "ana") as con:
+        cursor = con.execute(sql)
+        on_duckdb, duck_id = sorted(cursor.fetchall()), cursor.query_id
+    with sqlsdc.connect(path, "bob") as con:
+        result = run_protected(con, engine, sql)
+    on_spark = sorted(zip(*(c.to_pylist() for c in result.columns), strict=True))
+    assert on_spark == on_duckdb
+    spark_id = last_audit(path)[0]
+    assert last_audit(path)[1:3] == ("bob", "accepted")
+    assert spent(path, "bob")[-1] == spent(path, "ana")[-1]
+    strip = [cell[1:] for cell in ledger(path, spark_id)]
+    assert strip == [cell[1:] for cell in ledger(path, duck_id)] and strip
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT clinic, COUNT(*) FROM visits GROUP BY clinic",  # several rows per person
+        "SELECT l.label, COUNT(*) FROM persons p JOIN lookup l ON p.region = l.code "
+        "GROUP BY l.label",  # a join: bounded per (person, group), keyed by hash()
+        "SELECT sex, STDDEV(income) FROM persons GROUP BY sex",  # sums of squares in HUGEINT
+    ],
+)
+def test_dp_stages_spark_cannot_run_are_refused_before_anything_is_charged(dp_on_spark, sql):
+    path, engine = dp_on_spark
+    before = spent(path, "bob")
+    with sqlsdc.connect(path, "bob") as con:
+        with pytest.raises(NotSupportedError, match="not portable to Spark"):
+            run_protected(con, engine, sql)
+    assert spent(path, "bob") == before
+    assert last_audit(path)[1:3] == ("bob", "refused")
+
+
+def test_dp_on_spark_needs_tables_copied_from_duckdb(dp_on_spark, spark):
+    path, _engine = dp_on_spark
+    engine = SparkEngine(spark.newSession())
+    engine.register("persons", spark.createDataFrame([(1, "N")], "pid long, region string"))
+    with sqlsdc.connect(path, "bob") as con:
+        with pytest.raises(NotSupportedError, match="copied with load_duckdb"):
+            run_protected(con, engine, "SELECT region, COUNT(*) FROM persons GROUP BY region")
+    engine.close()

@@ -762,6 +762,7 @@ class SparkEngine:
         self.session = session
         session.conf.set(ANSI, "true")
         self.schemas: dict[str, dict[str, str]] = {}  # view -> {column: Spark type}
+        self.data_versions: dict[str, str] = {}  # tables copied by load_duckdb: DuckDB version
         self._folders: list[str] = []
 
     def register(self, name: str, source: DataFrame | str | Path) -> None:
@@ -769,9 +770,34 @@ class SparkEngine:
         protected trees, from a DataFrame of this session or a Parquet path."""
         is_path = isinstance(source, (str, Path))
         frame = self.session.read.parquet(str(source)) if is_path else source
+        self._register_frame(name, frame)
+        self.data_versions.pop(name.lower(), None)  # not (or no longer) a copy of a DuckDB table
+
+    def register_cells(self, name: str, cells: pa.Table) -> None:
+        """Make a relation of released cells (the noisy DP cells a protected tree reads,
+        aggregated values only) readable by protected trees."""
+        self._register_frame(name, self.session.createDataFrame(cells))
+
+    def _register_frame(self, name: str, frame: DataFrame) -> None:
         view = view_name(name)
         frame.createOrReplaceTempView(view)
         self.schemas[view] = {f.name.lower(): f.dataType.simpleString() for f in frame.schema}
+
+    def data_version(self, table: str) -> str:
+        """The DuckDB data version (row count and hash, as the guarded connection computes it)
+        of a table copied by :meth:`load_duckdb`: DP cells are named by it, so the same cells
+        get the same noise on both engines and changed data gets fresh noise.
+
+        Raises:
+            NotSupportedError: ``table`` was not copied from DuckDB by :meth:`load_duckdb`.
+        """
+        try:
+            return self.data_versions[table.lower()]
+        except KeyError:
+            raise NotSupportedError(
+                f"differential privacy on Spark needs {table} copied with load_duckdb(): its "
+                "cells are named by the data version of the DuckDB table they come from"
+            ) from None
 
     def load_duckdb(self, database: str | Path | duckdb.DuckDBPyConnection, tables: Iterable[str]):
         """Copy DuckDB tables (all columns, hidden ``__rkey`` included; ``sqlsdc.*`` too) into
@@ -812,6 +838,11 @@ class SparkEngine:
                         "pass the database path instead of a hardened sqlsdc connection"
                     ) from None
                 self.register(name, path)
+                if "." not in name:  # a data table (not sqlsdc.*): as Connection._data_version
+                    rows, digest = con.execute(
+                        f'SELECT count(*), bit_xor(hash("{name}")) FROM "{name}"'
+                    ).fetchall()[0]
+                    self.data_versions[name.lower()] = f"{rows}:{digest}"
         finally:
             if own:
                 con.close()
@@ -852,6 +883,7 @@ class SparkEngine:
         for view in self.schemas:
             self.session.catalog.dropTempView(view)
         self.schemas.clear()
+        self.data_versions.clear()
         for folder in self._folders:
             shutil.rmtree(folder, ignore_errors=True)
         self._folders.clear()

@@ -414,26 +414,35 @@ class Connection:
             raise
         return values, query, query_id, status, dp_accuracy(result, query)
 
-    def _release_dp(self, query: ProtectedQuery, query_id: int) -> DpRelease:
+    def _release_dp(
+        self, query: ProtectedQuery, query_id: int, *, run=None, data_version=None
+    ) -> DpRelease:
         """Noisy cells of the query's DP aggregations, their cost charged to the ledger first.
 
         Order matters (ISSUE16 must-have 6): the statistics not paid before are charged and
         committed *before* any exact cell is computed, so a query that then fails, is
         interrupted or times out has paid; only the public domains and the tables' data
-        versions are read before. The drawn cells are cached afterwards (free)."""
+        versions are read before. The drawn cells are cached afterwards (free).
+
+        ``run`` (SQL text -> Arrow) and ``data_version`` (table -> version) default to this
+        connection's DuckDB; the Spark path passes its engine's (:mod:`sqlsdc.guard.spark`)."""
         con, context = self._con, self._context
         for stage in query.dp_stages:
             tables = engine.tables_read_by(con, stage.sql)
             check_engine_tables(tables, query.tree, context.policy)
         version = context.policy_version
 
-        def run(text: str):
-            return engine.run(con, text, timeout=self.timeout)
+        if run is None:
+
+            def run(text: str):
+                return engine.run(con, text, timeout=self.timeout)
+
+        data_version = data_version or self._data_version
 
         def cached(digests):
             return cached_cells(con, self.user, version, digests)
 
-        data_versions = {s.table: self._data_version(s.table) for s in query.dp_stages}
+        data_versions = {s.table: data_version(s.table) for s in query.dp_stages}
         domains = resolve_domains(query.dp_stages, run)  # public values only
         lock = _database_lock(Path(self.path))  # charges of this process wait for each other
         paid = None

@@ -10,9 +10,13 @@ as on DuckDB) and its ``accepted`` audit entry are committed in one transaction 
 connection's catalog. Refusals are audited ``refused``, Spark failures ``failed`` (with Spark's
 message, for admins; the caller sees the condition name only).
 
-Spark releases cells of the cell key method and of the threshold rule. Suppression patterns are
-made and kept fresh by the DuckDB engine, and DP cells are noised and charged by the guarded
-connection, so both are refused here (and audited as refused).
+Spark releases cells of the cell key method, of the threshold rule and of differential privacy.
+For DP the exact bounded cells run on Spark, and the guarded connection charges the budget
+before they run, draws the noise and records the cells, exactly as for DuckDB; the noisy cells
+are then registered on Spark for the rest of the protected tree. A DP stage whose SQL is not
+portable (the keyed choice of groups of tables with several rows per unit uses DuckDB's
+``hash``) is refused before anything is charged. Suppression patterns are made and kept fresh
+by the DuckDB engine, so suppression is refused here (and audited as refused).
 
 Example:
     >>> engine = SparkEngine(SparkSession.builder.getOrCreate())  # doctest: +SKIP
@@ -26,6 +30,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import sqlglot
 
 from sqlsdc.catalog import store
 from sqlsdc.engines.spark import tables_read
@@ -46,8 +51,9 @@ def run_protected(connection: Connection, engine: SparkEngine, sql: str, params=
 
     Raises:
         PolicyViolation: the guard refuses the query (audited ``refused``).
-        NotSupportedError: the query needs DuckDB (suppression, DP) or is not portable to Spark
+        NotSupportedError: the query needs DuckDB (suppression) or is not portable to Spark
             (audited ``refused``).
+        BudgetExhausted: a DP query costs more than the user's remaining budget.
         OperationalError: Spark failed (audited ``failed`` with Spark's message).
     """
     with connection._holding() as con:  # the file stays open (and this thread alone uses it)
@@ -69,6 +75,8 @@ def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, p
         _check_spark_can_release(query)
         names = {name.split(".")[-1] for name in tables_read(query.tree)}
         check_engine_tables(names, query.tree, connection.policy)
+        if query.dp_stages:
+            _release_dp(connection, engine, query, query_id)  # charged from here on
         result = engine.run(query.tree)
         check_faults(result, query)
     except OperationalError as failure:  # Spark ran and failed: its own message is for admins
@@ -102,8 +110,25 @@ def _check_spark_can_release(query: ProtectedQuery) -> None:
             f"{', '.join(query.suppressed)} is protected by suppression, whose pattern is made "
             "and kept fresh by the DuckDB engine; run this query through sqlsdc.connect"
         )
-    if query.dp_stages:
-        raise NotSupportedError(
-            "differentially private results are noised and charged to the budget ledger by "
-            "the guarded connection; run this query through sqlsdc.connect"
-        )
+
+
+def _release_dp(connection: Connection, engine: SparkEngine, query, query_id: int) -> None:
+    """Noise the DP cells of ``query`` from exact cells computed on Spark, charged to the
+    connection's budget first (as on DuckDB), and register them for the protected tree.
+
+    Every stage's SQL is translated (and checked portable) before anything is charged: a stage
+    Spark cannot run is refused, not paid for. Cells are named by the data version of the
+    DuckDB table Spark's copy came from, so the same cell has the same noise on both engines."""
+    trees = {}  # DuckDB text of each stage SQL -> its tree (what the engine translates)
+    for stage in query.dp_stages:
+        texts = {None: stage.sql, **dict(stage.histograms)}
+        for key, tree in stage.trees.items():
+            engine.sql(tree)
+            trees[texts[key]] = tree
+
+    def run(text: str) -> pa.Table:  # stage SQL by its tree; public domains parsed from text
+        return engine.run(trees.get(text) or sqlglot.parse_one(text, read="duckdb"))
+
+    noisy = connection._release_dp(query, query_id, run=run, data_version=engine.data_version)
+    for relation, cells in noisy.relations.items():
+        engine.register_cells(relation, cells)

@@ -37,7 +37,7 @@ the ledger.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import NamedTuple
 
@@ -140,6 +140,9 @@ class DpStage:
     units: str | None  # column of the noisy unit count (selection and min_frequency)
     min_frequency: int | None
     delta: Fraction = Fraction(0)  # of private selection, spent with its noisy unit counts
+    # the trees behind ``sql`` (key None) and each histogram's SQL (by name), for engines that
+    # run trees rather than DuckDB's text (Spark)
+    trees: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def cost(self) -> PrivacyCost:
@@ -335,20 +338,16 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
     exact = _unit_rows(rows, n_keys, specs) if one_row else _bounded_pairs(rows, n_keys, specs,
                                                                             settings)  # fmt: skip
     ctes = _visible_ctes(select)
+    exact_tree = _with_ctes(exact, rows, ctes)
+    histogram_trees = tuple(
+        (name, _with_ctes(_histogram_cells(rows, n_keys, b, settings, ranked=not one_row), rows,
+                          ctes))  # fmt: skip
+        for name, b in histograms
+    )
     return DpStage(
         relation=relation,
-        sql=to_sql(_with_ctes(exact, rows, ctes)),
-        histograms=tuple(
-            (
-                name,
-                to_sql(
-                    _with_ctes(
-                        _histogram_cells(rows, n_keys, b, settings, ranked=not one_row), rows, ctes
-                    )
-                ),
-            )
-            for name, b in histograms
-        ),
+        sql=to_sql(exact_tree),
+        histograms=tuple((name, to_sql(tree)) for name, tree in histogram_trees),
         table=table.name,
         keys=keys,
         scope=identity.population.text,
@@ -359,6 +358,7 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
         units=units_column,
         min_frequency=settings.min_frequency,
         delta=delta,
+        trees={None: exact_tree, **dict(histogram_trees)},
     )
 
 
