@@ -121,7 +121,8 @@ def publish(
             _record(con, tables, query_id, user, version, request, fingerprint)
         partial.replace(out)
     except BaseException as failure:
-        partial.unlink(missing_ok=True)
+        for leftover in (partial, partial.with_name(partial.name + ".wal")):
+            leftover.unlink(missing_ok=True)
         audit("refused" if isinstance(failure, PolicyViolation) else "failed", failure)
         raise
     return PublishReport(str(out), version, tuple(entry for _d, entry, _r in tables.values()))
@@ -149,7 +150,7 @@ def _check_request(db: Path, out: Path, queries: dict, replace: bool) -> None:
     if out.resolve() == db.resolve():
         raise Error("the release database must be another file than the confidential one")
     if out.exists() and not replace:
-        raise Error(f"{out} exists; pass --replace to overwrite it")
+        raise Error(f"{out} exists; pass --force (or --replace) to overwrite it")
     for name in queries:
         if not name.isidentifier() or name.startswith("__") or name == CONTENTS:
             raise Error(f"release table name {name!r} must be a plain name (letters, digits, _)")

@@ -19,7 +19,7 @@ import pyarrow as pa
 from sqlglot import exp
 from sqlglot.dialects.duckdb import DuckDB
 
-from sqlsdc.errors import Error
+from sqlsdc.errors import Error, NotFoundError
 
 DIALECT = "duckdb"
 
@@ -44,17 +44,21 @@ def open_database(path: str | Path, *, read_only: bool = False) -> duckdb.DuckDB
     """Open a DuckDB file for sqlsdc's own (trusted) work, with extensions and scans locked down."""
     path = Path(path)
     if not read_only and not path.parent.exists():
-        raise Error(f"cannot create database {path}: folder {path.parent} does not exist")
+        raise NotFoundError(f"cannot create database {path}: folder {path.parent} does not exist")
     if read_only and not path.exists():
-        raise Error(
+        raise NotFoundError(
             f"database {path} does not exist; create it with `sqlsdc init` or `sqlsdc demo`"
         )
     try:
         return duckdb.connect(str(path), read_only=read_only, config=dict(_CONNECT_CONFIG))
     except duckdb.Error as e:  # the engine's text is not shown: it is not sqlsdc's to word
+        text = str(e).lower()
         why = (
             "another process holds a lock on it; close that process first"
-            if "lock" in str(e).lower()
+            if "lock" in text
+            else "it cannot be written here (a read-only file system or no permission); "
+            "choose another place or ask for write access"
+            if "permission denied" in text or "read-only file system" in text
             else "it is not a DuckDB database of this version, or it is open in this process "
             "with other settings"
         )

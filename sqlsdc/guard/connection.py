@@ -34,6 +34,7 @@ from sqlsdc.errors import (
     AccessDenied,
     Error,
     InterfaceError,
+    NotFoundError,
     NotSupportedError,
     OperationalError,
     PolicyViolation,
@@ -81,7 +82,7 @@ class Connection:
     def __init__(self, path: str | Path, user: str, *, timeout: float | None = None):
         self._con = None
         if not Path(path).is_file():
-            raise Error(
+            raise NotFoundError(
                 f"database {path} does not exist; create it with `sqlsdc init` or `sqlsdc demo`"
             )
         con = engine.open_database(path)

@@ -16,7 +16,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from sqlsdc.errors import PolicyViolation, ProgrammingError
+from sqlsdc.errors import PolicyViolation, ProgrammingError, SqlSyntaxError
 from sqlsdc.planner.connectors import balance_connectors, depth
 from sqlsdc.policy.model import DEFAULT_MAX_STATEMENT_CHARACTERS
 
@@ -48,7 +48,7 @@ def parse_statement(sql: str, max_length: int = DEFAULT_MAX_STATEMENT_CHARACTERS
     except RecursionError:
         raise too_complex(sql) from None
     except (ParseError, TokenError) as e:
-        raise PolicyViolation(
+        raise SqlSyntaxError(
             f"the statement could not be parsed: {_first_error(e)}",
             "write one SELECT query in DuckDB's SQL dialect",
             sql,
@@ -73,7 +73,7 @@ def parse_statement(sql: str, max_length: int = DEFAULT_MAX_STATEMENT_CHARACTERS
 
 def too_complex(sql: str | None) -> PolicyViolation:
     """The refusal for a statement nested too deeply to check."""
-    return PolicyViolation(
+    return SqlSyntaxError(
         "the statement is too complex: it is nested too deeply to be checked",
         "remove redundant parentheses or nesting, or split the query into simpler ones",
         sql,
