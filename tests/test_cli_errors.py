@@ -151,14 +151,16 @@ def test_ptable_output_is_written_atomically_and_not_overwritten(tmp_path):
 
 
 def test_publish_refuses_an_existing_file_and_leaves_no_partial(db, tmp_path):
-    out = tmp_path / "release.duckdb"
+    folder = tmp_path / "out"
+    folder.mkdir()
+    out = folder / "release.duckdb"
     out.write_text("old")
     failed(run("publish", db, out), errors.ERROR, "--force")
     assert out.read_text() == "old"
     refused = run("publish", db, out, "--force", "--query", "t=SELECT income FROM persons")
     failed(refused, errors.REFUSED, "refused")
     assert out.read_text() == "old"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["release.duckdb"]
+    assert sorted(p.name for p in folder.iterdir()) == ["release.duckdb"]
 
 
 def test_every_json_output_is_strict_json(db, tmp_path):
