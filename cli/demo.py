@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import click
 
 from sqlsdc.demo.build import DEFAULT_PERSONS, DEFAULT_SEED, build_demo_database
 from sqlsdc.demo.showcase import run_showcase
+from sqlsdc.errors import Error
 
 STEPS = ("households", "persons", "enterprises", "regions", "record keys and catalog")
 
@@ -35,7 +37,8 @@ STEPS = ("households", "persons", "enterprises", "regions", "record keys and cat
     help="Random seed; the same seed gives the same data.",
 )
 @click.option("--no-queries", is_flag=True, help="Only build the database.")
-def demo(db: str, persons: int, seed: int, no_queries: bool) -> None:
+@click.option("--force", is_flag=True, help="Replace DB if it exists.")
+def demo(db: str, persons: int, seed: int, no_queries: bool, force: bool) -> None:
     """Build a synthetic population with a ready policy and run guarded queries.
 
     \b
@@ -44,6 +47,8 @@ def demo(db: str, persons: int, seed: int, no_queries: bool) -> None:
       sqlsdc query sqlsdc-demo.duckdb --user analyst \\
         "SELECT sex, COUNT(*) FROM persons GROUP BY sex"
     """
+    if Path(db).exists() and not force:
+        raise Error(f"{db} exists; pass --force to replace it, or choose another --db")
     started = time.perf_counter()
     with click.progressbar(length=len(STEPS), label=f"building {db}", file=None) as bar:
         report = build_demo_database(

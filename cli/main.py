@@ -1,7 +1,6 @@
 """The ``sqlsdc`` command: administration, guarded queries and the demo.
 
-Exit codes: 0 success, 1 error, 2 usage error, 3 query refused by the policy, 4 invalid policy,
-5 access denied.
+Exit codes: one per class of failure (``sqlsdc.cli.errors.EXIT_CODES``, shown by ``--help``).
 """
 
 from __future__ import annotations
@@ -9,27 +8,22 @@ from __future__ import annotations
 import sys
 
 import click
+from sqlsdc.cli.errors import classify, epilog
 
 from sqlsdc import __version__
-from sqlsdc.errors import AccessDenied, Error, PolicyError, PolicyViolation
-
-EXIT_ERROR, EXIT_REFUSED, EXIT_POLICY, EXIT_DENIED = 1, 3, 4, 5
 
 
 class SqlsdcGroup(click.Group):
-    """Turns every sqlsdc error into a one-line message on stderr and a meaningful exit code."""
+    """Turns every error of a command into a message on stderr and its class's exit code;
+    no traceback reaches the user."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except PolicyViolation as e:
-            _fail(f"refused: {e}", EXIT_REFUSED)
-        except PolicyError as e:
-            _fail(f"invalid policy:\n{e}", EXIT_POLICY)
-        except AccessDenied as e:
-            _fail(f"access denied: {e}", EXIT_DENIED)
-        except Error as e:
-            _fail(str(e), EXIT_ERROR)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort):
+            raise  # click's own usage errors (exit code 2), --help and aborts
+        except Exception as e:  # noqa: BLE001 - the one place errors become exit codes
+            _fail(*classify(e))
 
 
 def _fail(message: str, code: int) -> None:
@@ -37,7 +31,9 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
-@click.group(cls=SqlsdcGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=SqlsdcGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=epilog()
+)
 @click.version_option(__version__, prog_name="sqlsdc")
 def cli() -> None:
     """Statistical disclosure control in SQL.

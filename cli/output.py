@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import json
+import math
+import os
 import sys
+import tempfile
+from pathlib import Path
 
 import click
 import pandas as pd
+
+from sqlsdc.errors import Error, NotFoundError
 
 FORMATS = ("table", "csv", "json")
 
@@ -28,7 +34,7 @@ def print_frame(frame: pd.DataFrame, fmt: str) -> None:
     if fmt == "csv":
         frame.to_csv(sys.stdout, index=False)
     elif fmt == "json":
-        click.echo(frame.to_json(orient="records", date_format="iso", default_handler=str))
+        click.echo(frame_json(frame))
     elif frame.empty:
         click.echo("(no rows)" if len(frame.columns) else "(no columns)")
     else:
@@ -36,10 +42,46 @@ def print_frame(frame: pd.DataFrame, fmt: str) -> None:
         click.echo(shown.to_string(index=False, max_colwidth=60))
 
 
+def frame_json(frame: pd.DataFrame) -> str:
+    """JSON records of ``frame``; NaN and ±inf become null (JSON has no such numbers)."""
+    finite = frame.replace([math.inf, -math.inf], None)
+    return finite.to_json(orient="records", date_format="iso", default_handler=str)
+
+
 def print_json(value) -> None:
-    click.echo(json.dumps(value, indent=2, default=str))
+    """Write ``value`` as strict JSON: NaN and ±inf become null, other objects their text."""
+    click.echo(json.dumps(_finite(value), indent=2, default=str, allow_nan=False))
+
+
+def _finite(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def read_sql(sql: str) -> str:
     """The SQL argument, or standard input when it is ``-``."""
     return sys.stdin.read() if sql == "-" else sql
+
+
+def write_file(path: str | Path, text: str, *, force: bool) -> None:
+    """Write ``text`` to ``path`` atomically (a temporary file in the same folder, then a
+    rename): readers see the old file or the whole new one, and a failure leaves nothing
+    half-written. An existing file is replaced only with ``force``."""
+    path = Path(path)
+    if path.exists() and not force:
+        raise Error(f"{path} exists; pass --force to overwrite it")
+    if not path.parent.is_dir():
+        raise NotFoundError(f"cannot write {path}: folder {path.parent} does not exist")
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

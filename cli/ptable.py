@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
+from sqlsdc.cli.output import frame_json, write_file
 
 from sqlsdc.mechanisms.ptable import PTableParams, create_ptable, to_tauargus
 
@@ -25,7 +25,7 @@ def _render(frame, fmt: str) -> str:
     if fmt == "csv":
         return frame.to_csv(index=False)
     if fmt == "json":
-        return frame.to_json(orient="records") + "\n"
+        return frame_json(frame) + "\n"
     return frame.to_string(index=False, float_format=lambda x: f"{x:.8g}") + "\n"
 
 
@@ -65,7 +65,8 @@ def _render(frame, fmt: str) -> str:
 )
 @click.option("--check", is_flag=True, help="Print the per-row checks (R's empResults) instead.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to FILE, not stdout.")
-def ptable(D, V, js, pstay, optim, mono, table, step, icat, type_, fmt, check, output) -> None:
+@click.option("--force", is_flag=True, help="Overwrite the --output file if it exists.")
+def ptable(D, V, js, pstay, optim, mono, table, step, icat, type_, fmt, check, output, force):
     """Generate a perturbation table (ptable) for the Cell Key Method.
 
     Maximum-entropy noise with mean 0 and variance V, at most D, as the R package ptable
@@ -93,7 +94,7 @@ def ptable(D, V, js, pstay, optim, mono, table, step, icat, type_, fmt, check, o
         click.echo(f"sqlsdc: {e}", err=True)
         sys.exit(EXIT_USAGE)
     if output:
-        Path(output).write_text(text, encoding="utf-8")
+        write_file(output, text, force=force)
     else:
         click.echo(text, nl=False)
 

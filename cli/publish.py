@@ -26,7 +26,7 @@ from sqlsdc.release import publish as publish_release
     default=None,
     help="User the queries run as (default: the acting administrator).",
 )
-@click.option("--replace", is_flag=True, help="Overwrite OUT if it exists.")
+@click.option("--force", "--replace", "replace", is_flag=True, help="Overwrite OUT if it exists.")
 @admin_option
 @format_option(default="table", choices=("table", "json"))
 def publish(db, out, queries, analyst, replace, user, fmt):

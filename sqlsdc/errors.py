@@ -61,6 +61,15 @@ class PolicyViolation(Error):
         super().__init__(f"{reason}. {hint}" if hint else reason)
 
 
+class SqlSyntaxError(PolicyViolation):
+    """The statement is not valid SQL, or too large or deeply nested to be checked; nothing
+    about the policy was decided."""
+
+
+class NotFoundError(Error):
+    """A database, file or folder named by the user does not exist."""
+
+
 class PolicyError(ValueError, Error):
     """A policy file or document is invalid; the message names file, path and problem."""
 

@@ -149,7 +149,7 @@ def _check_request(db: Path, out: Path, queries: dict, replace: bool) -> None:
     if out.resolve() == db.resolve():
         raise Error("the release database must be another file than the confidential one")
     if out.exists() and not replace:
-        raise Error(f"{out} exists; pass --replace to overwrite it")
+        raise Error(f"{out} exists; pass --force (or --replace) to overwrite it")
     seen: dict[str, str] = {}
     for name in queries:
         if not name.isidentifier() or name.startswith("__") or name.casefold() == CONTENTS:

@@ -138,7 +138,7 @@ def test_init_on_a_plain_database(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "args, code", [(["--help"], 0), (["query", "missing.duckdb", "-u", "a", "SELECT 1"], 1)]
+    "args, code", [(["--help"], 0), (["query", "missing.duckdb", "-u", "a", "SELECT 1"], 8)]
 )
 def test_subprocess_entry_point(args, code, tmp_path):
     result = subprocess.run(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from importlib import resources
 from pathlib import Path
 
 from sqlsdc.catalog.setup import ApplyReport, apply_policy
 from sqlsdc.demo.data import Progress, build_tables, write_tables
 from sqlsdc.engines import duckdb as engine
+from sqlsdc.errors import NotFoundError
 from sqlsdc.policy import Policy, load_policy
 
 DEFAULT_PERSONS = 1_000_000
@@ -30,13 +32,28 @@ def build_demo_database(
     """Create (or replace) the demo database at ``path`` and initialise its catalog with
     ``policy`` (default: the demo policy, :func:`demo_policy`).
 
+    The database is built in a temporary file next to ``path`` and moved into place only when
+    complete, so a failure leaves ``path`` as it was and no half-built file behind.
+
     Example:
         >>> build_demo_database("/tmp/demo.duckdb", persons=2000).version  # doctest: +SKIP
         1
     """
     path = Path(path)
-    for stale in (path, path.with_name(path.name + ".wal")):
-        stale.unlink(missing_ok=True)
+    if not path.parent.is_dir():
+        raise NotFoundError(f"cannot create {path}: folder {path.parent} does not exist")
+    building = path.with_name(f".{path.name}.{os.getpid()}.building")
+    try:
+        report = _build(building, persons, seed, progress, policy)
+        path.with_name(path.name + ".wal").unlink(missing_ok=True)  # belongs to the old file
+        os.replace(building, path)
+    finally:
+        for partial in (building, building.with_name(building.name + ".wal")):
+            partial.unlink(missing_ok=True)
+    return report
+
+
+def _build(path: Path, persons: int, seed: int, progress, policy) -> ApplyReport:
     tables = build_tables(persons, seed, progress)
     con = engine.open_database(path)
     try:

@@ -23,7 +23,7 @@ import pyarrow as pa
 from sqlglot import exp
 from sqlglot.dialects.duckdb import DuckDB
 
-from sqlsdc.errors import Error
+from sqlsdc.errors import Error, NotFoundError
 
 DIALECT = "duckdb"
 
@@ -62,9 +62,9 @@ def open_database(
     guarded connection holds it while it runs statements, and releases it when idle)."""
     path = Path(path)
     if not read_only and not path.parent.exists():
-        raise Error(f"cannot create database {path}: folder {path.parent} does not exist")
+        raise NotFoundError(f"cannot create database {path}: folder {path.parent} does not exist")
     if read_only and not path.exists():
-        raise Error(
+        raise NotFoundError(
             f"database {path} does not exist; create it with `sqlsdc init` or `sqlsdc demo`"
         )
     deadline, pause, marker = time.monotonic() + wait, 0.002, None
@@ -75,7 +75,8 @@ def open_database(
                     return duckdb.connect(str(path), read_only=read_only,
                                           config=dict(_CONNECT_CONFIG))  # fmt: skip
             except duckdb.Error as e:
-                locked = "lock" in str(e).lower()
+                text = str(e).lower()
+                locked = "lock" in text
                 if not locked or time.monotonic() + pause > deadline:
                     break
             marker = marker or _mark_waiting(path)
@@ -91,6 +92,9 @@ def open_database(
         f"another process has held a lock on it for {wait:g} s (a guarded connection "
         "running statements, or an admin command); try again, or close that process"
         if locked
+        else "it cannot be written here (a read-only file system or no permission); "
+        "choose another place or ask for write access"
+        if "permission denied" in text or "read-only file system" in text
         else "it is not a DuckDB database of this version, or it is open in this process "
         "with other settings"
     )

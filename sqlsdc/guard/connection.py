@@ -37,6 +37,7 @@ from sqlsdc.errors import (
     AccessDenied,
     Error,
     InterfaceError,
+    NotFoundError,
     NotSupportedError,
     OperationalError,
     PolicyViolation,
@@ -119,10 +120,11 @@ class Connection:
         self._asked_timeout = timeout
         self._idle_release = idle_release
         self._dp_noise = True
+        self._deadline = 0.0  # of the statement running (monotonic clock)
         self.user = user
         self.path = str(path)
         if not Path(path).is_file():
-            raise Error(
+            raise NotFoundError(
                 f"database {path} does not exist; create it with `sqlsdc init` or `sqlsdc demo`"
             )
         with self._lock:
@@ -269,13 +271,25 @@ class Connection:
 
     def _protect(self, sql: str, params) -> ProtectedQuery:
         """``protect``, shared with every connection of the process that sees the same policy
-        version, schema and catalog (``check_cache``)."""
+        version, schema and catalog (``check_cache``). The statement timeout starts here: the
+        check counts against it, and the engine gets what is left (:meth:`_time_left`)."""
+        self._deadline = time.monotonic() + self.timeout
         try:
             frozen = _freeze(params)
             hash(frozen)
         except TypeError:
-            return protect(sql, params, self._context)
-        return checked(sql, params, frozen, self._context)
+            query = protect(sql, params, self._context)
+        else:
+            query = checked(sql, params, frozen, self._context)
+        self._time_left()
+        return query
+
+    def _time_left(self) -> float:
+        """Seconds left of the statement timeout; stops the statement when none are."""
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise _timeout_error("")
+        return left
 
     def commit(self) -> None:
         """Queries are read-only and their audit entries are committed as they run."""
@@ -375,7 +389,7 @@ class Connection:
                 ensure_patterns(con, context.policy, context.policy_version, query.suppressed)
             tables_read = engine.tables_read_by(con, query.sql)
             check_engine_tables(tables_read, query.tree, context.policy)
-            result = _run_over(con, query.sql, noisy, self.timeout)
+            result = _run_over(con, query.sql, noisy, self._time_left())
             check_faults(result, query)
             values = values_of(result, query)
             record_release(con, result, query, query_id, self.user)
@@ -435,7 +449,7 @@ class Connection:
         if run is None:
 
             def run(text: str):
-                return engine.run(con, text, timeout=self.timeout)
+                return engine.run(con, text, timeout=self._time_left())
 
         data_version = data_version or self._data_version
 
@@ -694,16 +708,20 @@ def _context(
     return replace(context, fingerprint=fingerprint)
 
 
+def _timeout_error(where: str) -> OperationalError:
+    return OperationalError(
+        f"the query was stopped because it ran longer than the statement timeout{where}; "
+        "narrow it, or ask an admin about the policy's `limits.statement_timeout_seconds`"
+    )
+
+
 def _engine_failure(failure: Exception, query_id: int | None) -> Error:
     """sqlsdc's message for an engine failure: whatever the engine said (a missing object, a
     constraint, a conversion), the analyst reads the same words; the engine's text is in the
     audit log for admins. Only a timeout is told apart, as the analyst can act on it."""
     where = f" (query {query_id})" if query_id is not None else ""
     if isinstance(failure, engine.duckdb.InterruptException):
-        return OperationalError(
-            f"the query was stopped because it ran longer than the statement timeout{where}; "
-            "narrow it, or ask an admin about the policy's `limits.statement_timeout_seconds`"
-        )
+        return _timeout_error(where)
     return OperationalError(
         f"the query failed in the engine{where}; the engine's message is withheld because it "
         "could reveal confidential values or objects; an admin can read it with `sqlsdc audit`"

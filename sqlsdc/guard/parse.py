@@ -16,22 +16,39 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from sqlsdc.errors import PolicyViolation, ProgrammingError
+from sqlsdc.errors import PolicyViolation, ProgrammingError, SqlSyntaxError
+from sqlsdc.planner.connectors import balance_connectors, depth
+from sqlsdc.policy.model import DEFAULT_MAX_STATEMENT_CHARACTERS
 
 DIALECT = "duckdb"
+MAX_DEPTH = 150  # tree levels after balancing AND/OR chains; real queries stay far below
 logging.getLogger("sqlglot").setLevel(logging.ERROR)  # its fallback warnings are not for users
 _LEADING_COMMENTS = re.compile(r"^(\s|--[^\n]*(\n|$)|/\*.*?\*/)*", re.S)
 QUERY_TYPES = (exp.Select, exp.Union, exp.Intersect, exp.Except)
 
 
-def parse_statement(sql: str) -> exp.Expr:
-    """Parse ``sql`` into one query tree or refuse it."""
+def parse_statement(sql: str, max_length: int = DEFAULT_MAX_STATEMENT_CHARACTERS) -> exp.Expr:
+    """Parse ``sql`` into one query tree or refuse it.
+
+    The work of every later pass is bounded here: a statement longer than ``max_length``
+    characters is refused before parsing, long AND/OR chains (which sqlglot parses as one
+    nested node per operand) are rebuilt as balanced trees, and a tree still nested deeper
+    than :data:`MAX_DEPTH` is refused as too complex, so no pass recurses without bound.
+    """
     if not isinstance(sql, str) or not sql.strip():
         raise PolicyViolation("empty statement", "send one SELECT query")
+    if len(sql) > max_length:
+        raise PolicyViolation(
+            f"the statement is {len(sql):,} characters long; the limit is {max_length:,}",
+            "shorten it (e.g. a range instead of a long IN list or OR chain), or ask an admin "
+            "about the policy's `limits.max_statement_characters`",
+        )
     try:
         statements = [s for s in sqlglot.parse(sql, read=DIALECT) if s is not None]
+    except RecursionError:
+        raise too_complex(sql) from None
     except (ParseError, TokenError) as e:
-        raise PolicyViolation(
+        raise SqlSyntaxError(
             f"the statement could not be parsed: {_first_error(e)}",
             "write one SELECT query in DuckDB's SQL dialect",
             sql,
@@ -51,6 +68,22 @@ def parse_statement(sql: str) -> exp.Expr:
             "only SELECT queries (and UNION/INTERSECT/EXCEPT of them) can be run",
             sql,
         )
+    return _check_depth(balance_connectors(tree), sql)
+
+
+def too_complex(sql: str | None) -> PolicyViolation:
+    """The refusal for a statement nested too deeply to check."""
+    return SqlSyntaxError(
+        "the statement is too complex: it is nested too deeply to be checked",
+        "remove redundant parentheses or nesting, or split the query into simpler ones",
+        sql,
+    )
+
+
+def _check_depth(tree: exp.Expr, sql: str) -> exp.Expr:
+    """Refuse a tree nested deeper than :data:`MAX_DEPTH` levels."""
+    if depth(tree) > MAX_DEPTH:
+        raise too_complex(sql)
     return tree
 
 

@@ -62,15 +62,20 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
 from sqlglot.optimizer.normalize import normalization_distance, normalize
 from sqlglot.optimizer.scope import Scope
 from sqlglot.optimizer.simplify import simplify
+
+from sqlsdc.planner.connectors import balanced
 
 __all__ = ["AggregationIdentity", "Population", "aggregation_identity", "describe_scope"]
 
 DIALECT = "duckdb"
 VERSION = 1
 MAX_CNF_DISTANCE = 64  # larger conditions keep their (simplified) shape rather than blow up
+MAX_SIMPLIFY_NODES = 2_000  # larger conditions are not simplified (sqlglot's simplify compares
+# the operands of a connector pairwise: quadratic); they keep their shape, a finer identity
 _SET_OPERATIONS = (exp.Union, exp.Intersect, exp.Except)
 _ROW_BLOCKERS = ("group", "having", "distinct", "limit", "offset", "qualify", "order")
 
@@ -381,39 +386,55 @@ class _Block:
 
 
 def _conjuncts(conditions: list[exp.Expr]) -> list[str]:
-    """Sorted, deduplicated canonical conjuncts of the AND of ``conditions``."""
+    """Sorted, deduplicated canonical conjuncts of the AND of ``conditions`` (fresh trees the
+    caller hands over; they are changed)."""
     if not conditions:
         return []
-    combined = exp.and_(*[c.copy() for c in conditions], copy=False)
-    try:
-        combined = simplify(combined, dialect=DIALECT)
-        if normalization_distance(combined) <= MAX_CNF_DISTANCE:
-            combined = simplify(normalize(combined), dialect=DIALECT)
-    except Exception:  # noqa: BLE001 - a simplifier failure keeps the unsimplified shape
-        combined = exp.and_(*[c.copy() for c in conditions], copy=False)
+    combined = exp.and_(*conditions, copy=False)
+    if _size(combined) <= MAX_SIMPLIFY_NODES:
+        try:
+            simplified = simplify(combined.copy(), dialect=DIALECT)
+            if normalization_distance(simplified) <= MAX_CNF_DISTANCE:
+                simplified = simplify(normalize(simplified), dialect=DIALECT)
+            combined = simplified
+        except Exception:  # noqa: BLE001 - a simplifier failure keeps the unsimplified shape
+            pass
+    generator = Dialect.get_or_raise(DIALECT).generator()
     parts = combined.flatten() if isinstance(combined, exp.And) else [combined]
     texts = set()
     for part in parts:
         part = _unwrap(part)
         if isinstance(part, exp.Boolean) and part.this:
             continue  # TRUE constrains nothing
-        texts.add(_normalise_literals(_sort_commutative(part)).sql(DIALECT))
+        canonical = _normalise_literals(_sort_commutative(part, generator))
+        texts.add(generator.generate(canonical, copy=False))
     return sorted(texts)
 
 
-def _sort_commutative(node: exp.Expr) -> exp.Expr:
-    """OR operands sorted (commutative under three-valued logic), IN lists sorted and
-    deduplicated; a new tree."""
-    node = node.copy()
+def _size(node: exp.Expr) -> int:
+    return sum(1 for _ in node.walk())
+
+
+def _sort_commutative(node: exp.Expr, generator) -> exp.Expr:
+    """``node`` (changed in place) with OR operands sorted (commutative under three-valued
+    logic) and IN lists sorted and deduplicated."""
     for part in list(node.find_all(exp.Or)):
         if isinstance(part.parent, exp.Or):
             continue
-        operands = sorted({o.sql(DIALECT): o for o in part.flatten()}.items())
-        part.replace(exp.or_(*[o for _t, o in operands], copy=False))
+        texts = {generator.generate(o, copy=False): o for o in part.flatten()}
+        operands = [
+            exp.paren(o, copy=False) if isinstance(o, exp.Connector) else o
+            for _t, o in sorted(texts.items())
+        ]
+        joined = balanced(exp.Or, operands)
+        if part is node:
+            node = joined
+        else:
+            part.replace(joined)
     for part in list(node.find_all(exp.In)):
         values = part.args.get("expressions")
         if values:
-            unique = sorted({v.sql(DIALECT): v for v in values}.items())
+            unique = sorted({generator.generate(v, copy=False): v for v in values}.items())
             part.set("expressions", [v for _t, v in unique])
     return node
 

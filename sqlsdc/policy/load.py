@@ -24,6 +24,7 @@ import yaml
 from sqlsdc.errors import PolicyError
 from sqlsdc.mechanisms.accountant import Bounding, PrivacyCost
 from sqlsdc.policy.model import (
+    DEFAULT_MAX_STATEMENT_CHARACTERS,
     DEFAULT_MIN_FREQUENCY,
     DEFAULT_STATEMENT_TIMEOUT,
     AggregateKind,
@@ -565,5 +566,8 @@ def _build(doc: dict, label: str) -> Policy:
         budgets=budgets,
         statement_timeout=float(
             doc.get("limits", {}).get("statement_timeout_seconds", DEFAULT_STATEMENT_TIMEOUT)
+        ),
+        max_statement_characters=int(
+            doc.get("limits", {}).get("max_statement_characters", DEFAULT_MAX_STATEMENT_CHARACTERS)
         ),
     )

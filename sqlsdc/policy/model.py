@@ -19,6 +19,7 @@ from sqlsdc.mechanisms.parameters import MagnitudeCkm, PTableSpec
 
 DEFAULT_MIN_FREQUENCY = 10
 DEFAULT_STATEMENT_TIMEOUT = 300.0  # seconds (``limits.statement_timeout_seconds``)
+DEFAULT_MAX_STATEMENT_CHARACTERS = 1_000_000  # ``limits.max_statement_characters``
 
 
 class TableKind(StrEnum):
@@ -219,6 +220,7 @@ class Policy:
     source: str = "<policy>"
     budgets: tuple[Budget, ...] = ()
     statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT  # seconds; the policy's, not the user's
+    max_statement_characters: int = DEFAULT_MAX_STATEMENT_CHARACTERS  # longer SQL is refused
 
     def table(self, name: str) -> Table | None:
         return self.tables.get(name.lower())

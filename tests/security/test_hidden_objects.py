@@ -452,7 +452,8 @@ def test_a_statement_over_the_policy_s_timeout_is_stopped(hidden_db, tmp_path):
          "limits.statement_timeout_seconds: 100000 is above the maximum 86400"),
         ({"statement_timeout_seconds": "30"},
          "limits.statement_timeout_seconds: expected number, got str '30'"),
-        ({"timeout": 5}, "limits: unknown key(s) timeout; allowed here: statement_timeout_seconds"),
+        ({"timeout": 5}, "limits: unknown key(s) timeout; allowed here: "
+                         "max_statement_characters, statement_timeout_seconds"),
     ],
 )  # fmt: skip
 def test_the_policy_s_timeout_is_validated(limits, problem):

@@ -1,0 +1,77 @@
+"""The guard's check time against the size of the SQL (ISSUE18 must-have 6: linear; 100 KB
+in at most 1 s on an idle machine).
+
+For OR chains, AND chains and IN lists of growing length over the demo persons it reports the
+median time of one uncached check (parse, resolve, check, plan, rewrite, validate), and fails
+(exit code 1) when a 100 KB statement takes longer than ``--bound`` seconds.
+
+Usage: python benchmarks/bench_guard_size.py [--persons 20000] [--repeat 3] [--bound 1.0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import sqlsdc
+from sqlsdc.demo.build import build_demo_database
+from sqlsdc.guard.pipeline import protect
+
+SHAPES = {
+    "OR chain": lambda n: " OR ".join(f"age = {i}" for i in range(n)),
+    "AND chain": lambda n: " AND ".join(f"age <> {i}" for i in range(n)),
+    "IN list": lambda n: "age IN (" + ", ".join(str(i) for i in range(n)) + ")",
+}
+TEMPLATE = "SELECT region, COUNT(*) FROM persons WHERE {} GROUP BY region"
+SIZES_KB = (10, 25, 50, 100)
+
+
+def statement(shape: str, kilobytes: int) -> str:
+    n = 1
+    while len(TEMPLATE.format(SHAPES[shape](n))) < kilobytes * 1000:
+        n *= 2
+    low, high = n // 2, n
+    while low < high:  # the shortest chain of at least that size
+        middle = (low + high) // 2
+        if len(TEMPLATE.format(SHAPES[shape](middle))) < kilobytes * 1000:
+            low = middle + 1
+        else:
+            high = middle
+    return TEMPLATE.format(SHAPES[shape](low))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--persons", type=int, default=20_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--bound", type=float, default=1.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        db = Path(folder) / "demo.duckdb"
+        build_demo_database(db, persons=args.persons)
+        with sqlsdc.connect(db, user="analyst") as con:
+            context = con._context  # uncached checks: protect() itself, not the cache
+            print(f"{'shape':10} {'KB':>5} {'check s':>9}")
+            worst = 0.0
+            for shape in SHAPES:
+                for kilobytes in SIZES_KB:
+                    sql = statement(shape, kilobytes)
+                    times = []
+                    for _ in range(args.repeat):
+                        started = time.perf_counter()
+                        protect(sql, None, context)
+                        times.append(time.perf_counter() - started)
+                    median = statistics.median(times)
+                    if kilobytes == 100:
+                        worst = max(worst, median)
+                    print(f"{shape:10} {len(sql) / 1000:5.0f} {median:9.3f}")
+    print(f"slowest 100 KB check: {worst:.3f} s (bound {args.bound} s)")
+    return 0 if worst <= args.bound else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

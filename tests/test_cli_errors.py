@@ -1,0 +1,209 @@
+"""Every failure of the ``sqlsdc`` command ends in one message and its class's exit code, never a
+traceback (ISSUE18 must-have 3); files are never overwritten without --force and are written
+atomically; JSON output is strict JSON. Real subprocesses on real DuckDB files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from sqlsdc.cli import errors
+from sqlsdc.cli.main import cli
+
+from sqlsdc.errors import BudgetExhausted, InternalError, OperationalError
+
+
+def run(*args, cwd=None, stdin=None):
+    return subprocess.run(
+        [sys.executable, "-m", "sqlsdc.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        input=stdin,
+        timeout=300,
+    )
+
+
+def strict_json(text: str):
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def failed(result, code: int, words: str):
+    assert result.returncode == code, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr and words in result.stderr, result.stderr
+    assert "sqlsdc: " in result.stderr or code == errors.USAGE
+
+
+@pytest.fixture
+def db(fresh_demo_db):
+    return fresh_demo_db
+
+
+def test_each_class_has_its_own_exit_code(db, tmp_path):
+    q = ("query", db, "-u", "analyst")
+    failed(run("querry"), 2, "No such command")
+    failed(run(*q, "SELEC region FROM persons"), errors.SYNTAX, "syntax error: ")
+    failed(run(*q, "SELECT income FROM persons"), errors.REFUSED, "refused: ")
+    failed(run("query", tmp_path / "none.duckdb", "-u", "a", "SELECT 1"), errors.NOT_FOUND,
+           "not found: database")  # fmt: skip
+    failed(run(*q[:2], "-u", "nobody", "SELECT 1"), errors.DENIED, "access denied: ")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("tables: 3\n")
+    failed(run("policy", "validate", bad), errors.INVALID_POLICY, "invalid policy:")
+    deep = "SELECT COUNT(*) FROM persons WHERE " + "(" * 3000 + "age = 1" + ")" * 3000
+    failed(run(*q, "-", stdin=deep), errors.SYNTAX, "too complex")
+
+
+def test_codes_are_distinct_and_documented():
+    codes = [code for code, _meaning in errors.EXIT_CODES]
+    assert len(codes) == len(set(codes))
+    help_text = run("--help").stdout
+    for code, meaning in errors.EXIT_CODES:
+        assert f"{code:>2}  {meaning}" in help_text
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "words"),
+    [
+        (BudgetExhausted("epsilon 1 asked, 0 left"), errors.BUDGET, "budget exhausted: epsilon"),
+        (OperationalError("stopped: timeout"), errors.OPERATIONAL, "failed: stopped"),
+        (InternalError("x"), errors.INTERNAL, "internal error: x"),
+        (ZeroDivisionError("division by zero"), errors.INTERNAL, "ZeroDivisionError"),
+        (PermissionError(13, "Permission denied", "/r/x"), errors.OPERATIONAL, "/r/x: permission"),
+        (FileNotFoundError(2, "No such file", "/r/y"), errors.NOT_FOUND, "not found: /r/y"),
+    ],
+)
+def test_classify_maps_the_remaining_classes(error, code, words):
+    message, got = errors.classify(error)
+    assert got == code and words in message
+
+
+def test_budget_exhausted_and_a_bug_reach_the_user_as_messages(monkeypatch):
+    """Through the real command group (click's runner: the raised errors need no database)."""
+    from click.testing import CliRunner
+    from sqlsdc.cli import query as query_module
+
+    def exhausted(*_a, **_k):
+        raise BudgetExhausted("epsilon 1 asked, 0 left")
+
+    monkeypatch.setattr(query_module.sqlsdc, "connect", exhausted)
+    result = CliRunner().invoke(cli, ["query", "x.duckdb", "-u", "a", "SELECT 1"])
+    assert result.exit_code == errors.BUDGET and "budget exhausted" in result.output
+
+    def bug(*_a, **_k):
+        raise KeyError("oops")
+
+    monkeypatch.setattr(query_module.sqlsdc, "connect", bug)
+    result = CliRunner().invoke(cli, ["query", "x.duckdb", "-u", "a", "SELECT 1"])
+    assert result.exit_code == errors.INTERNAL and "this is a bug" in result.output
+
+
+def test_demo_never_replaces_a_file_without_force(tmp_path):
+    target = tmp_path / "mine.duckdb"
+    target.write_text("my work")
+    failed(run("demo", "--db", target, "--persons", 100, "--no-queries"), errors.ERROR, "--force")
+    assert target.read_text() == "my work"
+    done = run("demo", "--db", target, "--persons", 100, "--no-queries", "--force")
+    assert done.returncode == 0, done.stderr
+    assert target.read_bytes()[:4] != b"my w"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.duckdb"]  # nothing left over
+
+
+def test_missing_folders_are_reported(tmp_path):
+    missing = tmp_path / "no" / "such"
+    failed(run("demo", "--db", missing / "d.duckdb", "--persons", 100), errors.NOT_FOUND,
+           "does not exist")  # fmt: skip
+    failed(run("ptable", "--D", 2, "--V", 1, "-o", missing / "p.txt"), errors.NOT_FOUND,
+           "does not exist")  # fmt: skip
+
+
+@pytest.mark.skipif(
+    hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes into read-only folders"
+)
+def test_a_read_only_folder_is_a_clear_failure(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        result = run("demo", "--db", folder / "d.duckdb", "--persons", 100, "--no-queries")
+        assert result.returncode in (errors.OPERATIONAL, errors.ERROR), result.stderr
+        assert "Traceback" not in result.stderr
+        result = run("ptable", "--D", 2, "--V", 1, "-o", folder / "p.txt")
+        failed(result, errors.OPERATIONAL, "permission denied")
+    finally:
+        folder.chmod(0o755)
+
+
+def test_ptable_output_is_written_atomically_and_not_overwritten(tmp_path):
+    out = tmp_path / "p.txt"
+    out.write_text("keep")
+    failed(run("ptable", "--D", 2, "--V", 1, "-o", out), errors.ERROR, "--force")
+    assert out.read_text() == "keep"
+    assert run("ptable", "--D", 2, "--V", 1, "-o", out, "--force").returncode == 0
+    assert "keep" not in out.read_text()
+    assert [p.name for p in tmp_path.iterdir()] == ["p.txt"]
+
+
+def test_publish_refuses_an_existing_file_and_leaves_no_partial(db, tmp_path):
+    folder = tmp_path / "out"
+    folder.mkdir()
+    out = folder / "release.duckdb"
+    out.write_text("old")
+    failed(run("publish", db, out), errors.ERROR, "--force")
+    assert out.read_text() == "old"
+    refused = run("publish", db, out, "--force", "--query", "t=SELECT income FROM persons")
+    failed(refused, errors.REFUSED, "refused")
+    assert out.read_text() == "old"
+    assert sorted(p.name for p in folder.iterdir()) == ["release.duckdb"]
+
+
+def test_every_json_output_is_strict_json(db, tmp_path):
+    q = ("--user", "analyst", "--format", "json")
+    empty_avg = "SELECT region, AVG(income) AS a, COUNT(*) AS n FROM persons GROUP BY region"
+    outputs = [
+        run("query", db, *q, empty_avg),
+        run("query", db, *q, "--status", empty_avg),
+        run("explain", db, *q, empty_avg),
+        run("policy", "show", db, "--format", "json"),
+        run("policy", "show", db, "--format", "json", "--history"),
+        run("audit", db, "--format", "json"),
+        run("ptable", "--D", 2, "--V", 1, "--format", "json"),
+        run("ptable", "--D", 2, "--V", 1, "--format", "json", "--check"),
+        run("budget", db, "--format", "json"),
+        run(
+            "risk",
+            db,
+            "SELECT region, COUNT(*) AS n FROM persons GROUP BY region",
+            "--count",
+            "n",
+            "--format",
+            "json",
+        ),  # fmt: skip
+    ]
+    for result in outputs:
+        assert result.returncode == 0, (result.args, result.stderr)
+        strict_json(result.stdout)
+
+
+def test_print_json_turns_nan_and_inf_into_null(capsys):
+    from sqlsdc.cli.output import print_json
+
+    print_json({"a": float("nan"), "b": [float("inf"), 1.5], "c": -float("inf")})
+    assert strict_json(capsys.readouterr().out) == {"a": None, "b": [None, 1.5], "c": None}
+
+
+def test_a_failed_write_leaves_the_old_file(tmp_path):
+    from sqlsdc.cli.output import write_file
+
+    out = tmp_path / "f.txt"
+    out.write_text("old")
+
+    with pytest.raises(TypeError):
+        write_file(out, 12345, force=True)  # not text: the write fails half-way
+    assert out.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["f.txt"]

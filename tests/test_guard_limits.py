@@ -1,0 +1,117 @@
+"""The guard's work is bounded by the size of the statement (ISSUE18 must-have 6).
+
+Long AND/OR chains are checked in time linear in their length (they are balanced, and large
+predicates skip sqlglot's pairwise simplifier), a statement nested too deeply is refused as too
+complex instead of failing with RecursionError, a statement longer than the policy's
+``limits.max_statement_characters`` is refused before parsing, and the statement timeout counts
+the check as well as the engine. Timings are asserted only in ``benchmarks/bench_guard.py``.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+import sqlsdc
+from sqlsdc.catalog import store
+from sqlsdc.engines.duckdb import open_database
+from sqlsdc.guard.parse import MAX_DEPTH, parse_statement
+from sqlsdc.planner.connectors import depth
+from sqlsdc.policy import load_policy
+
+TERMS = 1_500  # deeper than Python's recursion limit when left unbalanced
+GROUPED = "SELECT region, COUNT(*) AS n FROM persons WHERE {} GROUP BY region ORDER BY region"
+
+
+def _sorted(rows):
+    return sorted(rows, key=repr)
+
+
+@pytest.mark.parametrize(
+    ("condition", "equivalent"),
+    [
+        (" OR ".join(f"age = {i}" for i in range(TERMS)), f"age BETWEEN 0 AND {TERMS - 1}"),
+        (" AND ".join(f"age <> {i}" for i in range(TERMS, 2 * TERMS)), "age < 1500 OR age > 2999"),
+        ("age IN (" + ", ".join(str(i) for i in range(TERMS)) + ")", f"age < {TERMS}"),
+    ],
+    ids=["or-chain", "and-chain", "in-list"],
+)
+def test_long_chains_are_checked_and_answer_like_their_short_form(analyst, condition, equivalent):
+    long_rows = analyst.execute(GROUPED.format(condition)).fetchall()
+    short_rows = analyst.execute(GROUPED.format(equivalent)).fetchall()
+    assert long_rows == short_rows
+    assert len(long_rows) > 1
+
+
+def test_a_chain_is_balanced_and_keeps_its_meaning():
+    condition = " OR ".join(f"x = {i}" for i in range(TERMS))
+    tree = parse_statement(f"SELECT 1 FROM t WHERE {condition} AND y = 1")
+    assert depth(tree) < 20
+    where = tree.args["where"].this
+    assert where.sql() == f"{condition} AND y = 1"  # the OR chain under the AND, as written
+
+
+def test_an_or_chain_in_parentheses_under_and_keeps_its_parentheses():
+    condition = "(" + " OR ".join(f"x = {i}" for i in range(40)) + ")"
+    sql = f"SELECT 1 FROM t WHERE {' AND '.join([condition] * 20)}"
+    assert parse_statement(sql).sql() == sql
+
+
+@pytest.mark.parametrize("levels", [MAX_DEPTH, 5_000])
+def test_deep_nesting_is_refused_as_too_complex(analyst, levels):
+    sql = "SELECT COUNT(*) FROM persons WHERE " + "(" * levels + "age = 1" + ")" * levels
+    with pytest.raises(sqlsdc.PolicyViolation, match="too complex: it is nested too deeply"):
+        analyst.execute(sql)
+
+
+def test_a_long_arithmetic_chain_is_refused_as_too_complex(analyst):
+    sql = "SELECT SUM(" + " + ".join(["income"] * 2_000) + ") FROM persons"
+    with pytest.raises(sqlsdc.PolicyViolation, match="too complex"):
+        analyst.execute(sql)
+
+
+@pytest.fixture
+def limited_db(pristine_demo_db, tmp_path):
+    """The demo database with a policy limiting statements to 2,000 characters."""
+    path = tmp_path / "limited.duckdb"
+    shutil.copy(pristine_demo_db, path)
+    con = open_database(path)
+    try:
+        document = store.current_policy(con)[1]
+    finally:
+        con.close()
+    document["limits"] = {"max_statement_characters": 2_000}
+    sqlsdc.admin.apply(path, load_policy(document), user="admin")
+    return path
+
+
+def test_a_statement_over_the_size_limit_is_refused_before_parsing(limited_db):
+    fits = GROUPED.format(" OR ".join(f"age = {i}" for i in range(100)))
+    too_long = GROUPED.format(" OR ".join(f"age = {i}" for i in range(300)))
+    assert len(fits) <= 2_000 < len(too_long)
+    with sqlsdc.connect(limited_db, user="analyst") as con:
+        assert con.execute(fits).fetchall()
+        with pytest.raises(
+            sqlsdc.PolicyViolation,
+            match=rf"is {len(too_long):,} characters long; the limit is 2,000.*"
+            r"limits.max_statement_characters",
+        ):
+            con.execute(too_long)
+
+
+def test_the_size_limit_has_a_default_and_is_validated():
+    document = {"tables": {"t": {"kind": "public", "columns": {"a": {"role": "dimension"}}}},
+                "users": {"root": {"role": "admin"}}}  # fmt: skip
+    assert load_policy(document).max_statement_characters == 1_000_000
+    with pytest.raises(sqlsdc.PolicyError, match="max_statement_characters: 10 is below"):
+        load_policy({**document, "limits": {"max_statement_characters": 10}}, name="p.yaml")
+
+
+def test_the_statement_timeout_counts_the_check(demo_db):
+    """A check longer than the statement timeout stops the statement with the timeout error,
+    before anything runs in the engine."""
+    sql = GROUPED.format(" OR ".join(f"age = {i}" for i in range(TERMS)))
+    with sqlsdc.connect(demo_db, user="analyst", timeout=1e-6) as con:
+        with pytest.raises(sqlsdc.OperationalError, match="longer than the statement timeout"):
+            con.execute(sql)
