@@ -17,7 +17,8 @@ from sqlsdc.tabular.rules import parse_rule
 
 HEAD = (
     "tables:\n  persons:\n    privacy_unit: pid\n    columns:\n      pid: {role: identifier}\n"
-    "      region: {role: dimension, domain: [N, S]}\n      income: {role: measure, bounds: [0, 1000]}\n"
+    "      region: {role: dimension, domain: [N, S]}\n"
+    "      income: {role: measure, bounds: [0, 1000]}\n"
 )
 USERS = "users:\n  admin: {role: admin}\n  ana: {role: analyst}\n"
 
