@@ -16,7 +16,8 @@ admin_option = click.option(
     "-u",
     default="admin",
     show_default=True,
-    help="Acting administrator (must have role admin in the policy in force; for `init` of a new database, in the new policy).",
+    help="Acting administrator (must have role admin in the policy in force; for `init` of a "
+    "new database, in the new policy).",
 )
 
 
