@@ -70,10 +70,14 @@ AMOUNT_RANGES: dict[str, tuple[Fraction, Fraction, bool]] = {
     "rho": (Fraction(1, 10**9), Fraction(1000), True),
     "delta": (Fraction(1, 10**15), Fraction(1), False),
     "granularity": (Fraction(1, 10**6), Fraction(10**6), True),
+    "budget epsilon": (Fraction(1, 10**6), Fraction(10**6), True),
+    "budget rho": (Fraction(1, 10**9), Fraction(10**6), True),
+    "budget delta": (Fraction(1, 10**15), Fraction(1), False),
 }
 """Exact policy amounts outside these ranges are refused: a smaller epsilon or rho gives noise
 that drowns every cell (and samplers that never finish), a larger one no protection at all; a
-delta is a probability of failure and stays far below 1."""
+delta is a probability of failure and stays far below 1. Budgets (totals over many queries)
+may reach 10^6."""
 
 
 @cache
@@ -385,7 +389,7 @@ def _amount_problems(doc: dict, shape_problems: set[str]) -> list[str]:
     for i, budget in enumerate(budgets if isinstance(budgets, list) else ()):
         for key in ("epsilon", "rho", "delta"):
             if isinstance(budget, dict) and key in budget:
-                found.append((f"budgets.{i}.{key}", key, budget[key]))
+                found.append((f"budgets.{i}.{key}", f"budget {key}", budget[key]))
     problems = []
     for where, kind, value in found:
         if kind not in AMOUNT_RANGES or isinstance(value, bool) or where in shape_problems:
