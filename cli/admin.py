@@ -16,7 +16,8 @@ admin_option = click.option(
     "-u",
     default="admin",
     show_default=True,
-    help="Acting administrator (must have role admin in the policy in force).",
+    help="Acting administrator (must have role admin in the policy in force; for `init` of a "
+    "new database, in the new policy).",
 )
 
 
@@ -44,7 +45,8 @@ def init(db: str, policy_file: str, user: str) -> None:
 
     Gives every row of every confidential table a secret record key, creates the PRF secret and
     stores the policy as version 1. Running it again on an initialised database applies the
-    policy as a new version and keys rows added since.
+    policy as a new version and keys rows added since. The acting user must be an admin: of the
+    policy in force, or on a new database, of the policy being applied.
     """
     _report(init_database(db, load_policy(policy_file), applied_by=user))
 

@@ -71,7 +71,13 @@ class _BudgetGroup(click.Group):
 
 @click.group(cls=_BudgetGroup, invoke_without_command=True)
 @click.argument("db", type=click.Path(exists=True, dir_okay=False))
-@click.option("--user", "-u", "who", help="Only the budgets that apply to this user.")
+@click.option(
+    "--for",
+    "--user",
+    "-u",
+    "who",
+    help="Only the budgets that apply to this user; --user is the older spelling.",
+)
 @click.option("--history", is_flag=True, help="List the grants and resets (the audit trail).")
 @click.option("--ledger", "show_ledger", is_flag=True, help="List the charges, newest first.")
 @format_option(choices=("table", "json"))
@@ -89,9 +95,9 @@ def budget(ctx, db: str, who: str | None, history: bool, show_ledger: bool, fmt:
     Examples:
       sqlsdc budget demo.duckdb
       sqlsdc budget demo.duckdb --user analyst --format json
-      sqlsdc budget demo.duckdb grant --user analyst --epsilon 1 --reason "Q3 study" --admin root
-      sqlsdc budget demo.duckdb grant --user analyst --delta 1e-6 --reason "..." --admin root
-      sqlsdc budget demo.duckdb reset --user analyst --reason "new quarter" --admin root
+      sqlsdc budget demo.duckdb grant --for analyst --epsilon 1 --reason "Q3 study" --as root
+      sqlsdc budget demo.duckdb grant --for analyst --delta 1e-6 --reason "..." --as root
+      sqlsdc budget demo.duckdb reset --for analyst --reason "new quarter" --as root
     """
     ctx.obj = {"db": db}
     if ctx.invoked_subcommand is not None:
@@ -159,16 +165,48 @@ def _amount(text: str | None, name: str, *, below: Fraction | None = None) -> Fr
 
 
 _target_options = [
-    click.option("--user", "-u", "user", help="User whose budget changes ('*' = all users)."),
+    click.option(
+        "--for",
+        "--user",
+        "-u",
+        "user",
+        help="User whose budget changes ('*' = all users); --user is the older spelling.",
+    ),
     click.option("--table", "-t", "table", help="Table whose budget changes ('*' = all tables)."),
     click.option("--reason", required=True, help="Why (kept in the audit trail)."),
     click.option(
+        "--as",
         "--admin",
+        "admin",
         default="admin",
         show_default=True,
-        help="Acting administrator (must have role admin in the policy in force).",
+        help="Acting administrator (role admin in the policy in force); --admin is the older "
+        "spelling.",
     ),
 ]
+
+
+def _status(con, policy, key: ledger.BudgetKey) -> ledger.BudgetStatus:
+    statuses = ledger.budget_status(con, ledger.policy_limits(policy))
+    found = [s for s in statuses if s.key == key]
+    if found:
+        return found[0]
+    none = ledger.BudgetLimit()
+    return ledger.BudgetStatus(key, none, PrivacyCost(), none)
+
+
+def _change(before: ledger.BudgetStatus, after: ledger.BudgetStatus) -> list[str]:
+    """One line per kind that changed: limit and remaining, before -> after."""
+    lines = []
+    for kind in KINDS:
+        old = (getattr(before.limit, kind), getattr(before.remaining, kind))
+        new = (getattr(after.limit, kind), getattr(after.remaining, kind))
+        if old != new:
+            show = [_decimal(x) if x is not None else "none" for x in (*old, *new)]
+            lines.append(
+                f"  {kind}: limit {show[0]} -> {show[2]}; remaining {show[1]} -> {show[3]}"
+            )
+    return lines
 
 
 def _with_target_options(f):
@@ -193,13 +231,18 @@ def grant(obj, user, table, reason, admin, epsilon, rho, delta) -> None:
     con, policy = _admin_session(obj["db"], admin)
     try:
         key = _target(policy, user, table)
-        seq = ledger.grant(con, admin=admin, key=key, cost=added, reason=reason)
-        statuses = ledger.budget_status(con, ledger.policy_limits(policy))
-        (status,) = [s for s in statuses if s.key == key]
+        before = _status(con, policy, key)
+        try:
+            seq = ledger.grant(con, admin=admin, key=key, cost=added, reason=reason,
+                               limits=ledger.policy_limits(policy))  # fmt: skip
+        except ValueError as e:
+            raise Error(str(e)) from None
+        after = _status(con, policy, key)
     finally:
         con.close()
     click.echo(f"granted {added.describe()} to {key.describe()} (event {seq})")
-    click.echo(f"  limit now {status.limit.describe()}; remaining {status.remaining.describe()}")
+    for line in _change(before, after):
+        click.echo(line)
 
 
 @budget.command()
@@ -214,10 +257,14 @@ def reset(obj, user, table, reason, admin) -> None:
     con, policy = _admin_session(obj["db"], admin)
     try:
         key = _target(policy, user, table)
+        before = _status(con, policy, key)
         seq = ledger.reset(con, admin=admin, key=key, reason=reason)
+        after = _status(con, policy, key)
     finally:
         con.close()
-    click.echo(f"reset the budget of {key.describe()} (event {seq})")
+    click.echo(f"reset the spending of {key.describe()} (event {seq}); limits unchanged")
+    for line in _change(before, after) or ["  nothing was spent: remaining unchanged"]:
+        click.echo(line)
 
 
 COMMANDS = (budget,)

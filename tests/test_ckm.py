@@ -344,7 +344,7 @@ def test_ckm_rules_need_a_stored_ptable(ckm_db, tmp_path):
     ).fetchall()[0][0]
     policy = load_policy(__import__("json").loads(document))
     changed = policy.document_dict()
-    changed["protection"]["counts"]["ptable"]["V"] = 1.5
+    changed["protection"]["counts"]["ptable"]["V"] = 2.5  # buildable, never stored
     store.store_policy(con, changed, "hand-edited", "test")  # bypasses apply: no ptable generated
     con.close()
     with sqlsdc.connect(path, "analyst") as guarded:

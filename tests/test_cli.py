@@ -99,7 +99,8 @@ def test_invalid_policy_exit_code(tmp_path):
     result = CliRunner().invoke(cli, ["policy", "validate", str(bad)])
     assert result.exit_code == 4
     expected = (
-        "policy.yaml: tables.persons.columns.income.bounds: lower bound 10 is above upper bound 5"
+        "policy.yaml: line 6, column 31: tables.persons.columns.income.bounds: lower bound 10 "
+        "is above upper bound 5"
     )
     assert expected in result.output
 

@@ -78,7 +78,8 @@ def test_grant_show_and_reset_in_subprocesses(db):
          "delta_limit": None, "delta_spent": "0", "delta_remaining": None}
     ]  # fmt: skip
     reset = run(db, "reset", "--user", "alice", "--reason", "new quarter", "--admin", "root")
-    assert "reset the budget of user 'alice' on all tables" in reset.output
+    assert "reset the spending of user 'alice' on all tables" in reset.output
+    assert "  epsilon: limit 1.5 -> 1.5; remaining 1 -> 1.5" in reset.output
     header, row = run(db).output.splitlines()
     assert header.split() == [
         "user",
@@ -101,7 +102,8 @@ def test_delta_grants_in_subprocesses(db):
                          "--reason", "private groups", "--admin", "root")  # fmt: skip
     assert granted.returncode == 0, granted.stderr
     assert "granted ε = 1, δ = 1/1000000 (~1e-06) to user 'alice' on all tables" in granted.stdout
-    assert "limit now ε 1, ρ unlimited, δ 1/1000000 (~1e-06)" in granted.stdout
+    assert "  epsilon: limit none -> 1; remaining none -> 1" in granted.stdout
+    assert "  delta: limit none -> 0.000001; remaining none -> 0.000001" in granted.stdout
     spent = PrivacyCost(epsilon=Fraction(1, 2), delta=Fraction(1, 4 * 10**6))
     con = open_database(db)
     try:
@@ -131,15 +133,33 @@ def test_refusals_have_meaningful_exit_codes_in_subprocesses(db, tmp_path):
     assert missing.returncode == 1 and "has no sqlsdc catalog" in missing.stderr
 
 
+def test_grant_adds_to_the_allowance_and_shows_before_and_after(db, tmp_path):
+    """ISSUE18: a grant to (analyst, *) under a shared (*, *) budget cut 48.8 to 0.8."""
+    run(db, "grant", "--for", "*", "--epsilon", "50", "--reason", "all", "--as", "root")
+    _spend(db, "alice", Fraction(6, 5))
+    refused = run(db, "grant", "--for", "alice", "--epsilon", "2", "--reason", "more", "--as",
+                  "root", code=1)  # fmt: skip
+    assert "has no ε budget of its own; its ε is bounded by all users on all tables" in (
+        refused.output)  # fmt: skip
+    added = run(db, "grant", "--for", "*", "--epsilon", "2", "--reason", "more", "--as", "root")
+    assert "  epsilon: limit 50 -> 52; remaining 48.8 -> 50.8" in added.output
+
+
 def test_table_and_all_users_budgets(db):
     run(db, "grant", "--table", "persons", "--rho", "1/3", "--reason", "all analysts",
         "--admin", "root")  # fmt: skip
-    run(db, "grant", "--user", "alice", "--table", "PERSONS", "--epsilon", "2", "--rho", "0.25",
-        "--reason", "project", "--admin", "root")  # fmt: skip
+    refused = run(db, "grant", "--user", "alice", "--table", "PERSONS", "--epsilon", "2", "--rho",
+                  "0.25", "--reason", "project", "--admin", "root", code=1)  # fmt: skip
+    assert (
+        "user 'alice' on table 'persons' has no ρ budget of its own; its ρ is bounded by all "
+        "users on table 'persons'" in refused.output
+    )
+    run(db, "grant", "--for", "alice", "--table", "PERSONS", "--epsilon", "2",
+        "--reason", "project", "--as", "root")  # fmt: skip
     rows = json.loads(run(db, "--format", "json").output)
     assert [(r["user"], r["table"], r["epsilon_limit"], r["rho_limit"]) for r in rows] == [
         ("*", "persons", None, "1/3"),
-        ("alice", "persons", "2", "0.25"),
+        ("alice", "persons", "2", None),
     ]
     history = json.loads(run(db, "--history", "--format", "json").output)
     assert [(h["action"], h["admin"], h["reason"]) for h in history] == [

@@ -52,7 +52,7 @@ def test_costs_are_exact_and_compose():
         ({"epsilon": 0.1}, TypeError, "must be exact"),
         ({"epsilon": True}, TypeError, "must be exact"),
         ({"epsilon": -1}, ValueError, "epsilon must be >= 0"),
-        ({"rho": "abc"}, ValueError, "rho must be a number"),
+        ({"rho": "abc"}, ValueError, "rho: must be a number"),
     ],
 )
 def test_costs_refuse_inexact_or_negative_amounts(kwargs, error, match):

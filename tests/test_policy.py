@@ -309,11 +309,15 @@ def test_bounds_order_with_name():
 
 
 def test_bounds_order_from_a_file_named_policy_yaml(tmp_path):
+    """A YAML source adds the line and column of the offending key."""
     path = tmp_path / "policy.yaml"
     bad = doc(tables__persons__columns__income={"role": "measure", "bounds": [10, 5]})
-    path.write_text(yaml.safe_dump(bad), "utf-8")
-    raises_exactly(path, BOUNDS_MESSAGE)
-    raises_exactly(str(path), BOUNDS_MESSAGE)
+    text = yaml.safe_dump(bad, default_flow_style=None, sort_keys=False)
+    path.write_text(text, "utf-8")
+    line = 1 + next(i for i, t in enumerate(text.splitlines()) if "bounds: [10, 5]" in t)
+    located = BOUNDS_MESSAGE.replace("policy.yaml: ", f"policy.yaml: line {line}, column 9: ", 1)
+    raises_exactly(path, located)
+    raises_exactly(str(path), located)
 
 
 def test_bounds_message_keeps_the_exact_numbers():
@@ -681,8 +685,8 @@ def test_budgets_are_exact_and_may_limit_delta():
 @pytest.mark.parametrize(
     ("delta", "message"),
     [
-        (1, "budgets.0.delta: must be below 1, e.g. 1e-5"),
-        ("3/2", "budgets.0.delta: must be below 1, e.g. 1e-5"),
+        (1, "budgets.0.delta: 1 is outside the allowed range: at least 1e-15 and below 1"),
+        ("3/2", "budgets.0.delta: '3/2' is outside the allowed range: at least 1e-15 and below 1"),
         (-1e-6, "budgets.0.delta: -1e-06 is not valid under any of the given schemas"),
         ("-1e-6", "budgets.0.delta: '-1e-6' is not valid under any of the given schemas"),
         (0, "budgets.0.delta: 0 is not valid under any of the given schemas"),

@@ -550,16 +550,49 @@ def _event(con, admin: str, action: str, key: BudgetKey, cost: PrivacyCost | Non
     return seq
 
 
-def grant(con, *, admin: str, key: BudgetKey, cost: PrivacyCost, reason: str) -> int:
+def grant(
+    con,
+    *,
+    admin: str,
+    key: BudgetKey,
+    cost: PrivacyCost,
+    reason: str,
+    limits: Mapping[BudgetKey, BudgetLimit] | None = None,
+) -> int:
     """Raise ``key``'s limit by ``cost`` (recorded with who, when and why); returns its seq.
 
-    The caller checks that ``admin`` is an administrator (the CLI does).
+    A grant only ever adds to an allowance. A kind that ``key`` does not limit yet would get a
+    new limit of just the grant; when another budget already bounds that kind for the same
+    users or tables (e.g. ``(*, *)`` with 48.8 left), that new limit would cut the allowance
+    (to 0.8 after 1.2 spent), so the grant is refused and names the budget to grant to.
+    ``limits``: the policy's limits (grants in the catalog are added). The caller checks that
+    ``admin`` is an administrator (the CLI does).
     """
     if cost.is_zero:
         raise ValueError("a grant needs a positive epsilon, rho or delta")
     if cost.delta >= 1:
         raise ValueError(f"a delta grant must be below 1 (delta 1 allows anything): {cost.delta}")
+    lims = effective_limits(con, limits)
+    for kind, symbol in _KINDS:
+        if not getattr(cost, kind) or getattr(lims.get(key, BudgetLimit()), kind) is not None:
+            continue
+        bounded = [k for k, lim in lims.items() if getattr(lim, kind) is not None]
+        binding = sorted(k for k in bounded if k != key and _overlap(k, key))
+        if binding:
+            names = "; ".join(k.describe() for k in binding)
+            raise ValueError(
+                f"{key.describe()} has no {symbol} budget of its own; its {symbol} is bounded by "
+                f"{names}. A grant here would create a new, smaller limit of {getattr(cost, kind)} "
+                "instead of adding to the allowance; grant to that budget instead"
+            )
     return _event(con, admin, "grant", key, cost, reason)
+
+
+def _overlap(a: BudgetKey, b: BudgetKey) -> bool:
+    """Whether some query is covered by both budgets."""
+    return (ALL in (a.user, b.user) or a.user == b.user) and (
+        ALL in (a.table, b.table) or a.table == b.table
+    )
 
 
 def reset(con, *, admin: str, key: BudgetKey, reason: str) -> int:

@@ -19,12 +19,16 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 from sqlsdc.catalog.schema import CATALOG_SCHEMA as S
 from sqlsdc.catalog.store import now
 from sqlsdc.engines.duckdb import one
-from sqlsdc.errors import Error, PolicyError
-from sqlsdc.mechanisms import ptable as pt
+from sqlsdc.errors import Error
+from sqlsdc.mechanisms.ptable_build import (  # noqa: F401  (re-exported)
+    MAX_EXACT_DIFFERENCE,
+    check_differencing,
+    generate,
+    generated,
+)
 from sqlsdc.policy import Method, Policy, PTableSpec
 
 KEY_MODULUS = 2**32
-MAX_EXACT_DIFFERENCE = 0.05  # largest Σ p(v)² of a magnitude ptable row (differencing)
 PTableKey = tuple[str, PTableSpec]  # ("counts" | "magnitudes" | "small_cells", parameters)
 
 
@@ -67,30 +71,10 @@ def required_ptables(policy: Policy) -> set[PTableKey]:
     return needed
 
 
-def generate(kind: str, spec: PTableSpec) -> pt.PTable:
-    """Build the ptable of ``spec``: counts and small cells as count tables, magnitudes as
-    magnitude tables (even and odd rows when ``parity``)."""
-    common = dict(
-        D=spec.D, V=spec.V, js=spec.js, pstay=spec.pstay, optim=spec.optim, mono=spec.mono
-    )
-    if kind in ("counts", "small_cells"):
-        return pt.count_ptable(**common)
-    return pt.magnitude_ptable(**common, step=spec.step, type="even" if spec.parity else "all")
-
-
-def _generated(kind: str, spec: PTableSpec) -> list[pt.PTable]:
-    """The tables of ``spec``: one, or the even and the odd table of a parity magnitude table."""
-    tables = [generate(kind, spec)]
-    if kind == "magnitudes" and spec.parity:
-        common = dict(D=spec.D, V=spec.V, js=spec.js, pstay=spec.pstay, optim=spec.optim)
-        tables.append(pt.magnitude_ptable(**common, mono=spec.mono, step=spec.step, type="odd"))
-    return tables
-
-
 def entries(kind: str, spec: PTableSpec) -> pa.Table:
     """The rows to store for one ptable: type, i, j, p, v and the integer key interval."""
     parts = []
-    for table in _generated(kind, spec):
+    for table in generated(kind, spec):
         frame = table.to_frame()
         lo, hi = table.key_bounds(32)
         types = frame["type"].astype(str) if "type" in frame else "all"
@@ -111,28 +95,6 @@ def entries(kind: str, spec: PTableSpec) -> pa.Table:
     if kind == "small_cells":  # looked up as the "all" rows of their own table
         rows = rows.set_column(0, "type", pa.array(["all"] * rows.num_rows))
     return rows
-
-
-def check_differencing(kind: str, spec: PTableSpec) -> None:
-    """Refuse a magnitude ptable under which differencing gives exact values too often.
-
-    Two cells that differ by one unit and share their largest contributor publish that unit's
-    exact value when both draw the same noise, with probability
-    :func:`~sqlsdc.mechanisms.ptable.exact_difference_probability` (Σ p(v)² of a row). It
-    must not exceed :data:`MAX_EXACT_DIFFERENCE`; a finer noise grid (``step``) lowers it.
-    """
-    if kind != "magnitudes":
-        return
-    chance = max(pt.exact_difference_probability(t) for t in _generated(kind, spec))
-    if chance > MAX_EXACT_DIFFERENCE:
-        raise PolicyError(
-            [
-                f"magnitude ptable {_params(spec)}: two cells differing by one unit draw the same "
-                f"noise with probability {chance:.3f} (above {MAX_EXACT_DIFFERENCE}), so their "
-                "difference would reveal that unit's exact value; use a finer noise grid, "
-                "e.g. ptable {D: 4, V: 1, step: 12} (probability 0.038)"
-            ]
-        )
 
 
 def ensure_ptables(con, policy: Policy) -> dict[PTableKey, PTableRef]:

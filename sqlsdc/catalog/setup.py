@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from sqlsdc.catalog import keys, ptables, store
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines.duckdb import one
-from sqlsdc.errors import PolicyError
-from sqlsdc.policy import Policy, load_policy
+from sqlsdc.errors import AccessDenied, PolicyError
+from sqlsdc.policy import Policy, UserRole, load_policy
 
 UNIT_INDEX_PREFIX = "__sqlsdc_unit_"
 KEY_INDEX_PREFIX = "__sqlsdc_key_"
@@ -204,8 +204,12 @@ def unique_columns(con) -> dict[str, frozenset[str]]:
     return {table: frozenset(columns) for table, columns in found.items()}
 
 
-def init(db_path, policy, *, applied_by: str = "admin") -> ApplyReport:
+def init(db_path, policy, *, applied_by: str | None = None) -> ApplyReport:
     """Create or upgrade the catalog of ``db_path`` and apply ``policy`` (path, text or dict).
+
+    Only an admin applies a policy: ``applied_by`` must have role admin in the policy in force
+    when the database has one, else in the new ``policy`` (by default: the first admin declared
+    there), so that the version history always names a real administrator.
 
     Example:
         >>> import sqlsdc, duckdb, tempfile, os
@@ -220,6 +224,22 @@ def init(db_path, policy, *, applied_by: str = "admin") -> ApplyReport:
         policy = load_policy(policy)
     con = engine.open_database(db_path)
     try:
+        current = store.current_policy(con)
+        in_force = policy if current is None else load_policy(current[1], name=current[2])
+        if applied_by is None:
+            applied_by = next(u.name for u in in_force.users.values() if u.role is UserRole.ADMIN)
+        _require_admin(in_force, applied_by, new=current is None)
         return apply_policy(con, policy, applied_by)
     finally:
         con.close()
+
+
+def _require_admin(policy: Policy, user: str, *, new: bool) -> None:
+    declared = policy.user(user)
+    if declared is None or declared.role is not UserRole.ADMIN:
+        which = "the policy being applied to this new database" if new else "the policy in force"
+        admins = ", ".join(u.name for u in policy.users.values() if u.role is UserRole.ADMIN)
+        raise AccessDenied(
+            f"user {user!r} is not an admin in {which}; only an admin applies a policy "
+            f"(admins: {admins}); name one with --user"
+        )

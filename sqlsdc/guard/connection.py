@@ -548,6 +548,25 @@ class Cursor:
     def arrow(self) -> pa.Table:
         return self._require_result()
 
+    def fetchdf(self) -> pd.DataFrame:
+        """The result as a pandas DataFrame (DuckDB's name for :meth:`df`)."""
+        return self.df()
+
+    def fetch_arrow_table(self) -> pa.Table:
+        """The result as an Arrow table (DuckDB's name for :meth:`arrow`)."""
+        return self.arrow()
+
+    def pl(self):
+        """The result as a polars DataFrame (polars is optional: ``pip install polars``)."""
+        try:
+            import polars
+        except ImportError:
+            raise NotSupportedError(
+                "pl() needs polars, which is not installed; `pip install polars`, or use df() "
+                "(pandas) or arrow()"
+            ) from None
+        return polars.from_arrow(self._require_result())
+
     def cell_status(self) -> pd.DataFrame:
         """Per result cell: ``published`` or ``suppressed`` for protected aggregates, ``key``
         for group keys, ``public`` for public values, ``derived`` for values computed from
@@ -598,6 +617,12 @@ class Cursor:
 
     def __iter__(self):
         return iter(self.fetchall())
+
+    def __enter__(self) -> Cursor:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def _require_result(self) -> pa.Table:
         if self._result is None:

@@ -98,6 +98,7 @@ def bind_parameters(tree: exp.Expr, params) -> exp.Expr:
         return tree
     tree = tree.copy()
     positional = not isinstance(params, Mapping)
+    _check_count(placeholders, params, positional)
     counter = iter(range(len(placeholders)))
 
     def value_for(node: exp.Expr):
@@ -117,6 +118,19 @@ def bind_parameters(tree: exp.Expr, params) -> exp.Expr:
         return node
 
     return tree.transform(replace, copy=False)
+
+
+def _check_count(placeholders: list[exp.Expr], params, positional: bool) -> None:
+    """Every given parameter is used: an extra one is a mistake, never silently ignored."""
+    names = {p.name if isinstance(p, exp.Placeholder) else p.this.name for p in placeholders}
+    if not positional:
+        if extra := sorted(set(params) - names):
+            raise ProgrammingError(f"parameters given but not in the query: {', '.join(extra)}")
+        return
+    numbered = [int(n) for n in names if n.isdigit()]
+    needed = max(numbered) if numbered else len(placeholders)
+    if len(params) != needed:
+        raise ProgrammingError(f"the query has {needed} parameter(s) but {len(params)} were given")
 
 
 def literal(value) -> exp.Expr:

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from fractions import Fraction
@@ -85,6 +86,7 @@ __all__ = [
     "components",
     "compose",
     "fraction",
+    "parse_exact",
     "plan_aggregate",
     "ratio_sd",
     "sensitivity",
@@ -94,16 +96,58 @@ ALPHA = Fraction(1, 20)
 """Error level of the reported intervals: 95% two-sided."""
 
 
+MAX_DIGITS = 40
+"""Most digits in each part of an exact number written as text."""
+MAX_EXPONENT = 400
+"""Largest |exponent| of an exact number written as text (1e-400 .. 1e400)."""
+_EXACT_TEXT = re.compile(
+    rf"([-+]?)([0-9]{{1,{MAX_DIGITS}}})(?:\.([0-9]{{1,{MAX_DIGITS}}}))?"
+    rf"(?:[eE]([-+]?[0-9]{{1,20}}))?(?:/([0-9]{{1,{MAX_DIGITS}}}))?"
+)
+
+
+def parse_exact(text: str, name: str) -> Fraction:
+    """An exact number written as text: a decimal (``0.1``, ``1e-6``) or a ratio (``1/3``).
+
+    The parser is bounded, never evaluates anything, and refuses what ``Fraction(text)`` would
+    turn into an error or an endless computation: a zero denominator, more than
+    :data:`MAX_DIGITS` digits in a part, an exponent beyond :data:`MAX_EXPONENT`
+    (``Fraction("1e-999999999")`` builds a billion-digit integer).
+
+    Example:
+        >>> parse_exact("1e-6", "epsilon"), parse_exact("2/4", "epsilon")
+        (Fraction(1, 1000000), Fraction(1, 2))
+        >>> parse_exact("1/0", "epsilon")
+        Traceback (most recent call last):
+        ...
+        ValueError: epsilon: '1/0' divides by zero
+    """
+    match = _EXACT_TEXT.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(
+            f"{name}: must be a number such as 0.5, 1e-6 or 1/3 (at most {MAX_DIGITS} digits per "
+            f"part), got {text!r}"
+        )
+    sign, whole, decimals, exponent, denominator = match.groups()
+    power = int(exponent or 0)
+    if abs(power) > MAX_EXPONENT:
+        raise ValueError(f"{name}: the exponent of {text!r} is beyond +-{MAX_EXPONENT}")
+    if denominator is not None and int(denominator) == 0:
+        raise ValueError(f"{name}: {text!r} divides by zero")
+    decimals = decimals or ""
+    value = Fraction(int(whole + decimals), 10 ** len(decimals)) * Fraction(10) ** power
+    value /= int(denominator or 1)
+    return -value if sign == "-" else value
+
+
 def fraction(value: object, name: str) -> Fraction:
     """``value`` as an exact Fraction: int, Fraction, Decimal or a decimal string ("0.1", "1/3").
 
     Floats are refused (``0.1`` is not one tenth); write ``Fraction("0.1")`` or ``"0.1"``.
+    Strings go through the bounded :func:`parse_exact`.
     """
     if isinstance(value, str):
-        try:
-            return Fraction(value.strip())
-        except (ValueError, ZeroDivisionError):
-            raise ValueError(f"{name} must be a number such as 0.5 or 1/3, got {value!r}") from None
+        return parse_exact(value, name)
     if isinstance(value, bool) or isinstance(value, float):
         raise TypeError(
             f"{name} must be exact (int, Fraction, Decimal or a string such as '0.1'), got "

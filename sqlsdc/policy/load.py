@@ -1,9 +1,18 @@
 """Load a policy from YAML, JSON or a dict, validate it, and build the typed model.
 
-Validation runs in two layers: the JSON Schema (``schemas/policy.schema.json``) for shape, then
-the cross-field rules the schema cannot express (bounds order, privacy unit declared, references
-and hierarchies pointing at real columns). Every problem is reported as
-``<file>: <path.inside.document>: <problem>``, all problems at once.
+Reading is bounded: at most :data:`MAX_POLICY_BYTES` of text, YAML's safe loader (no Python
+objects), at most :data:`MAX_ALIASES` aliases, :data:`MAX_DEPTH` levels of nesting and
+:data:`MAX_NODES` values after expanding aliases (an alias bomb is refused before it expands).
+
+Validation is one pass and reports every problem at once, as
+``<file>: line L, column C: <path.inside.document>: <problem>`` (line and column when the source
+is YAML or JSON text): the JSON Schema (``schemas/policy.schema.json``) for shape and ranges,
+every number finite, exact amounts (epsilon, rho, delta, granularity) parsed by a bounded
+parser (never evaluated) and inside :data:`AMOUNT_RANGES`, the cross-field rules the schema
+cannot express (bounds order, privacy unit declared, references and hierarchies pointing at
+real columns, suppression rules that parse), and every perturbation table buildable. A document
+that validated once is not validated again in the same process (:func:`load_policy` caches by
+the document's text).
 """
 
 from __future__ import annotations
@@ -11,8 +20,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
+from collections.abc import Callable
 from fractions import Fraction
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
@@ -22,7 +33,8 @@ import jsonschema
 import yaml
 
 from sqlsdc.errors import PolicyError
-from sqlsdc.mechanisms.accountant import Bounding, PrivacyCost
+from sqlsdc.mechanisms.accountant import Bounding, PrivacyCost, parse_exact
+from sqlsdc.mechanisms.ptable_build import check_differencing, generate
 from sqlsdc.policy.model import (
     DEFAULT_MAX_STATEMENT_CHARACTERS,
     DEFAULT_MIN_FREQUENCY,
@@ -46,6 +58,27 @@ from sqlsdc.policy.model import (
     User,
     UserRole,
 )
+from sqlsdc.policy.rule_syntax import rule_arguments
+
+MAX_POLICY_BYTES = 1_000_000
+MAX_DEPTH = 32
+MAX_ALIASES = 100
+MAX_NODES = 100_000
+
+AMOUNT_RANGES: dict[str, tuple[Fraction, Fraction, bool]] = {
+    # name: (lowest, highest, whether the highest is allowed)
+    "epsilon": (Fraction(1, 10**6), Fraction(1000), True),
+    "rho": (Fraction(1, 10**9), Fraction(1000), True),
+    "delta": (Fraction(1, 10**15), Fraction(1), False),
+    "granularity": (Fraction(1, 10**6), Fraction(10**6), True),
+    "budget epsilon": (Fraction(1, 10**6), Fraction(10**6), True),
+    "budget rho": (Fraction(1, 10**9), Fraction(10**6), True),
+    "budget delta": (Fraction(1, 10**15), Fraction(1), False),
+}
+"""Exact policy amounts outside these ranges are refused: a smaller epsilon or rho gives noise
+that drowns every cell (and samplers that never finish), a larger one no protection at all; a
+delta is a probability of failure and stays far below 1. Budgets (totals over many queries)
+may reach 10^6."""
 
 
 @cache
@@ -63,7 +96,7 @@ def load_policy(source: str | Path | dict, *, name: str | None = None) -> Policy
         name: how to call the source in error messages (defaults to the file name).
 
     Raises:
-        PolicyError: naming the file, the path inside it and each problem.
+        PolicyError: naming the file, the line and column, the path inside it and each problem.
 
     Example:
         >>> doc = {"tables": {"t": {"kind": "public"}}, "users": {"a": {"role": "admin"}}}
@@ -71,26 +104,79 @@ def load_policy(source: str | Path | dict, *, name: str | None = None) -> Policy
         >>> p.table("t").is_public
         True
     """
-    document, label = _read(source, name)
-    problems = [f"{label}: {p}" for p in validate_document(document)]
+    if isinstance(source, dict):
+        try:
+            text = json.dumps(source, allow_nan=True)  # order kept: it is the tables' order
+        except (TypeError, ValueError, RecursionError):
+            text = None  # not JSON-like: validation names the problem
+        if text is None or len(text) > MAX_POLICY_BYTES:
+            return _load_dict(copy.deepcopy(source), name or "<policy>")
+        return _loaded(text, name or "<policy>", True)
+    text, label = _text(source, name)
+    return _loaded(text, label, False)
+
+
+@lru_cache(maxsize=64)
+def _loaded(text: str, label: str, is_json_dict: bool) -> Policy:
+    """Validate and build a policy from its text, once per process and document (the guarded
+    connection loads the stored policy each time it opens)."""
+    if is_json_dict:
+        return _load_dict(json.loads(text), label)
+    document, marks = _parse(text, label)
+    return _validated(document, label, marks)
+
+
+def _load_dict(document: Any, label: str) -> Policy:
+    return _validated(document, label, {})
+
+
+def _validated(document: Any, label: str, marks: Marks) -> Policy:
+    """The policy of a valid ``document``; PolicyError listing every problem otherwise."""
+    problems = validate_document(document)
+    if not problems:
+        policy = _build(document, label)
+        problems = _ptable_problems(policy)
     if problems:
-        raise PolicyError(problems)
-    return _build(document, label)
+        raise PolicyError([_located(label, p, marks) for p in _by_position(problems, marks)])
+    return policy
+
+
+def _by_position(problems: list[str], marks: Marks) -> list[str]:
+    """Problems in the order of the text they point at (as found, for a dict)."""
+    if not marks:
+        return problems
+    return sorted(problems, key=lambda p: _mark(p, marks) or (0, 0))
 
 
 def validate_document(document: Any) -> list[str]:
-    """Return every problem of a parsed policy document as ``path: problem`` strings."""
+    """Return every problem of a parsed policy document as ``path: problem`` strings.
+
+    Checks of a part whose shape is wrong are skipped (the shape problem is reported instead),
+    so one pass lists every problem that can be found.
+    """
+    too_deep = _depth_problem(document)
+    if too_deep:
+        return [too_deep]
     validator = jsonschema.Draft202012Validator(policy_schema())
     errors = sorted(validator.iter_errors(document), key=lambda e: list(map(str, e.absolute_path)))
     problems = [f"{_path(e.absolute_path)}: {_describe(e)}" for e in errors]
-    if problems:
+    problems += _finite_problems(document)
+    if not isinstance(document, dict):
         return problems
-    return _semantic_problems(document)
+    problems += _amount_problems(document, {_path(e.absolute_path) for e in errors})
+    found_before = bool(problems)
+    malformed = {str(e.absolute_path[1]) for e in errors
+                 if len(e.absolute_path) > 1 and e.absolute_path[0] == "tables"}  # fmt: skip
+    for check in _semantic_checks(document, malformed):
+        try:
+            problems += check()
+        except (KeyError, TypeError, AttributeError, ValueError, IndexError):
+            if not found_before:
+                raise  # a valid shape must never crash a check: this is a bug
+    return problems
 
 
-def _read(source: str | Path | dict, name: str | None) -> tuple[Any, str]:
-    if isinstance(source, dict):
-        return source, name or "<policy>"
+def _text(source: str | Path, name: str | None) -> tuple[str, str]:
     text_is_document = isinstance(source, str) and ("\n" in source or source.lstrip()[:1] in "{")
     if text_is_document:
         label, text = name or "<policy>", source
@@ -98,25 +184,76 @@ def _read(source: str | Path | dict, name: str | None) -> tuple[Any, str]:
         path = Path(source)
         label = name or path.name
         try:
+            size = path.stat().st_size
+            if path.is_file() and size > MAX_POLICY_BYTES:
+                raise PolicyError(
+                    [f"{label}: the policy file has {size} bytes, more than {MAX_POLICY_BYTES}"]
+                )
             text = path.read_text("utf-8")
         except OSError as e:
             raise PolicyError([f"{label}: cannot read the policy file: {e.strerror}"]) from None
         except UnicodeDecodeError as e:
             raise PolicyError([f"{label}: not UTF-8 text (byte {e.start})"]) from None
+    if len(text) > MAX_POLICY_BYTES:
+        raise PolicyError([f"{label}: the policy has {len(text)} characters, more than "
+                           f"{MAX_POLICY_BYTES}"])  # fmt: skip
+    return text, label
+
+
+Marks = dict[tuple[str, ...], tuple[int, int]]
+
+
+def _parse(text: str, label: str) -> tuple[Any, Marks]:
+    """The document in ``text`` and the (line, column) of every key and item in it."""
+    loader = _PolicyLoader(text)
     try:
-        document = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+        node = loader.get_single_node()
+        if node is None:
+            raise PolicyError([f"{label}: the policy is empty"])
+        _check_expansion(node)
+        marks: Marks = {}
+        _collect_marks(node, (), marks)
+        document = loader.construct_document(node)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(e, "problem", None) or str(e)
         raise PolicyError([f"{label}: {where}not valid YAML: {problem}"]) from None
+    finally:
+        loader.dispose()
     if document is None:
         raise PolicyError([f"{label}: the policy is empty"])
-    return document, label
+    return document, marks
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader, refusing duplicate keys (YAML forbids them; PyYAML keeps the last)."""
+class _PolicyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing duplicate keys (YAML forbids them; PyYAML keeps the last),
+    more than :data:`MAX_ALIASES` aliases and nesting deeper than :data:`MAX_DEPTH`."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._depth = 0
+        self._aliases = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_ALIASES:
+                raise yaml.composer.ComposerError(
+                    None, None, f"more than {MAX_ALIASES} aliases (*name); write values out",
+                    self.peek_event().start_mark,
+                )  # fmt: skip
+            return super().compose_node(parent, index)
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested deeper than {MAX_DEPTH} levels",
+                    self.peek_event().start_mark,
+                )  # fmt: skip
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
     def construct_mapping(self, node, deep=False):
         seen = set()
@@ -128,6 +265,181 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Refuse a document that expands (aliases repeated) to more than :data:`MAX_NODES` values
+    or :data:`MAX_DEPTH` levels; computed on the shared node graph, never expanded."""
+    size: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    order, stack = [], [root]
+    while stack:  # post-order over distinct nodes (the composer made the graph acyclic)
+        node = stack.pop()
+        if id(node) in size:
+            continue
+        size[id(node)] = -1
+        order.append(node)
+        stack.extend(_children(node))
+    for node in reversed(order):
+        kids = _children(node)
+        size[id(node)] = min(MAX_NODES + 1, 1 + sum(size[id(k)] for k in kids))
+        depth[id(node)] = 1 + max((depth[id(k)] for k in kids), default=0)
+    if size[id(root)] > MAX_NODES or depth[id(root)] > MAX_DEPTH + 1:
+        raise yaml.composer.ComposerError(
+            None, None, f"the document expands to more than {MAX_NODES} values or "
+            f"{MAX_DEPTH} levels (through aliases)", root.start_mark,
+        )  # fmt: skip
+
+
+def _collect_marks(node: yaml.Node, path: tuple[str, ...], marks: Marks) -> None:
+    marks.setdefault(path, (node.start_mark.line + 1, node.start_mark.column + 1))
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            child = (*path, str(key.value))
+            marks.setdefault(child, (key.start_mark.line + 1, key.start_mark.column + 1))
+            _collect_marks(value, child, marks)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _collect_marks(item, (*path, str(i)), marks)
+
+
+def _mark(problem: str, marks: Marks) -> tuple[int, int] | None:
+    """(line, column) of the deepest part of the problem's path found in the text."""
+    path = problem.split(": ", 1)[0]
+    parts = () if path == "(top level)" else tuple(path.split("."))
+    for n in range(len(parts), 0, -1):
+        if parts[:n] in marks:
+            return marks[parts[:n]]
+    return None
+
+
+def _located(label: str, problem: str, marks: Marks) -> str:
+    """``problem`` prefixed with the line and column its path points at, when known."""
+    mark = _mark(problem, marks)
+    return (
+        f"{label}: line {mark[0]}, column {mark[1]}: {problem}" if mark else f"{label}: {problem}"
+    )
+
+
+def _depth_problem(document: Any) -> str | None:
+    """A document (a dict from Python) nested deeper than :data:`MAX_DEPTH`, or None."""
+    stack = [(document, 1)]
+    count = 0
+    while stack:
+        value, level = stack.pop()
+        count += 1
+        if level > MAX_DEPTH + 1 or count > MAX_NODES:
+            return (f"(top level): the document has more than {MAX_NODES} values or "
+                    f"{MAX_DEPTH} levels")  # fmt: skip
+        if isinstance(value, dict):
+            stack.extend((v, level + 1) for v in value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend((v, level + 1) for v in value)
+    return None
+
+
+def _finite_problems(document: Any) -> list[str]:
+    """Every number in the document finite (YAML's .inf and .nan break every computation)."""
+    problems, stack = [], [((), document)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            problems.append(f"{_path(path)}: must be a finite number, got {value}")
+        elif isinstance(value, dict):
+            stack.extend(((*path, k), v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend(((*path, i), v) for i, v in enumerate(value))
+    return sorted(problems)
+
+
+def _amount_problems(doc: dict, shape_problems: set[str]) -> list[str]:
+    """Exact amounts parse (bounded, no evaluation) and lie inside :data:`AMOUNT_RANGES`."""
+    found: list[tuple[str, str, Any]] = []  # (path, kind, value)
+
+    def rule_spends(where: str, protection: Any) -> None:
+        if not isinstance(protection, dict):
+            return
+        for kind in ("counts", "magnitudes"):
+            spend = (protection.get(kind) or {}) if isinstance(protection.get(kind), dict) else {}
+            if isinstance(spend.get("spend"), dict):
+                for key, value in spend["spend"].items():
+                    found.append((f"{where}.{kind}.spend.{key}", key, value))
+
+    rule_spends("protection", doc.get("protection"))
+    tables = doc.get("tables")
+    for tname, spec in tables.items() if isinstance(tables, dict) else ():
+        if not isinstance(spec, dict):
+            continue
+        rule_spends(f"tables.{tname}.protection", spec.get("protection"))
+        dp = spec.get("dp")
+        if isinstance(dp, dict):
+            if "granularity" in dp:
+                found.append((f"tables.{tname}.dp.granularity", "granularity", dp["granularity"]))
+            selection = dp.get("selection")
+            for key, value in selection.items() if isinstance(selection, dict) else ():
+                found.append((f"tables.{tname}.dp.selection.{key}", key, value))
+    budgets = doc.get("budgets")
+    for i, budget in enumerate(budgets if isinstance(budgets, list) else ()):
+        for key in ("epsilon", "rho", "delta"):
+            if isinstance(budget, dict) and key in budget:
+                found.append((f"budgets.{i}.{key}", f"budget {key}", budget[key]))
+    problems = []
+    for where, kind, value in found:
+        if kind not in AMOUNT_RANGES or isinstance(value, bool) or where in shape_problems:
+            continue  # the schema names it
+        if isinstance(value, float) and not math.isfinite(value):
+            continue  # reported as not finite
+        try:
+            amount = _exact(value, where)
+        except (ValueError, TypeError) as e:
+            problems.append(str(e) if str(e).startswith(where) else f"{where}: {e}")
+            continue
+        low, high, high_allowed = AMOUNT_RANGES[kind]
+        if amount < low or amount > high or (amount == high and not high_allowed):
+            upper = f"at most {_show(high)}" if high_allowed else f"below {_show(high)}"
+            problems.append(
+                f"{where}: {value!r} is outside the allowed range: at least {_show(low)} and "
+                f"{upper}"
+            )
+    return problems
+
+
+def _show(x: Fraction) -> str:
+    return str(x.numerator) if x.denominator == 1 else f"{float(x):g}"
+
+
+def _ptable_problems(policy: Policy) -> list[str]:
+    """Every perturbation table a confidential table uses can be built and is safe against
+    differencing; one that cannot would otherwise fail every query of the table."""
+    problems, seen = [], set()
+    for table in policy.confidential_tables:
+        own = (policy.document["tables"].get(table.name) or {}).get("protection") or {}
+        for kind, rule in table.protection.items():
+            if rule.method is not Method.CKM:
+                continue
+            where = f"tables.{table.name}.protection" if kind.value in own else "protection"
+            small = rule.magnitude.small_cells if rule.magnitude else None
+            for table_kind, key, spec in ((kind.value, "ptable", rule.ptable),
+                                          ("small_cells", "small_cells", small)):  # fmt: skip
+                if spec is None or (table_kind, spec) in seen:
+                    continue
+                seen.add((table_kind, spec))
+                try:
+                    generate(table_kind, spec)
+                    check_differencing(table_kind, spec)
+                except PolicyError as e:
+                    problems += [f"{where}.{kind.value}.{key}: {p}" for p in e.problems]
+                except ValueError as e:
+                    problems.append(f"{where}.{kind.value}.{key}: the ptable cannot be built: {e}")
+    return problems
 
 
 def _path(parts) -> str:
@@ -169,75 +481,91 @@ def _describe(error: jsonschema.ValidationError) -> str:
     return error.message
 
 
-def _semantic_problems(doc: dict) -> list[str]:
+def _semantic_checks(doc: dict, malformed: set[str]) -> list[Callable[[], list[str]]]:
+    """The cross-field checks, one per table and one for the rest: each runs on its own, so a
+    part with a wrong shape does not hide the problems of the others; tables with a shape
+    problem (``malformed``) are left to the schema's message."""
+    tables = doc.get("tables")
+    names = [n for n in tables if str(n) not in malformed] if isinstance(tables, dict) else []
+    return [
+        *(lambda name=name: _table_problems(doc, name) for name in names),
+        lambda: _global_problems(doc),
+    ]
+
+
+def _table_problems(doc: dict, tname: str) -> list[str]:
+    problems: list[str] = []
+    tables = {name.lower(): spec for name, spec in doc["tables"].items()}
+    spec = doc["tables"][tname]
+    where = f"tables.{tname}"
+    columns = spec.get("columns", {})
+    kind = spec.get("kind", "confidential")
+    for cname, col in columns.items():
+        cwhere = f"{where}.columns.{cname}"
+        bounds = col.get("bounds")
+        if bounds and bounds[0] > bounds[1]:
+            problems.append(
+                f"{cwhere}.bounds: lower bound {bounds[0]} is above upper bound {bounds[1]}"
+            )
+        if bounds and col["role"] in ("identifier", "hidden"):
+            problems.append(f"{cwhere}.bounds: a column with role {col['role']} has no bounds")
+        if "domain" in col and col["role"] != "dimension":
+            problems.append(f"{cwhere}.domain: only dimensions have a domain")
+        if "breaks" in col and col["role"] not in ("measure", "weight"):
+            problems.append(f"{cwhere}.breaks: only measures and weights have class breaks")
+        ref = col.get("references")
+        if ref:
+            if col["role"] != "identifier":
+                problems.append(f"{cwhere}.references: only identifiers may reference a table")
+            rtable, rcol = ref.lower().split(".")
+            target = tables.get(rtable, {}).get("columns", {})
+            target = {k.lower(): v for k, v in target.items()}
+            if rtable not in tables:
+                problems.append(f"{cwhere}.references: table {rtable!r} is not declared")
+            elif target.get(rcol, {}).get("role") != "identifier":
+                problems.append(f"{cwhere}.references: {ref} is not a declared identifier column")
+    if cname_dupes := _case_dupes(columns):
+        problems.append(f"{where}.columns: names differ only in case: {cname_dupes}")
+    roles = {c.lower(): v["role"] for c, v in columns.items()}
+    if "key" in spec and kind != "public":
+        problems.append(
+            f"{where}.key: only public tables declare a key; a confidential table's key is "
+            "its privacy_unit"
+        )
+    if kind == "confidential":
+        unit = spec.get("privacy_unit")
+        if unit is None:
+            problems.append(f"{where}: a confidential table needs a privacy_unit")
+        elif roles.get(unit.lower()) != "identifier":
+            problems.append(
+                f"{where}.privacy_unit: {unit!r} must be a declared column with role identifier"
+            )
+        protection = spec.get("protection", {})
+        for kind_name in ("counts", "magnitudes"):
+            if kind_name in protection:
+                problems += _rule_problems(
+                    f"{where}.protection.{kind_name}", kind_name, protection[kind_name]
+                )
+        problems += _suppression_problems(where, spec, _uses_suppress(doc, spec))
+        problems += _dp_problems(where, spec, _uses(doc, spec, "dp"))
+    else:
+        for key in ("privacy_unit", "hierarchies", "protection", "suppression", "dp"):
+            if key in spec:
+                problems.append(f"{where}.{key}: not used for a public table")
+    for hname, levels in spec.get("hierarchies", {}).items():
+        for level in levels:
+            if roles.get(level.lower()) != "dimension":
+                problems.append(
+                    f"{where}.hierarchies.{hname}: {level!r} is not a declared dimension"
+                )
+    return problems
+
+
+def _global_problems(doc: dict) -> list[str]:
     problems: list[str] = []
     tables = {name.lower(): spec for name, spec in doc["tables"].items()}
     if dupes := _case_dupes(doc["tables"]):
         problems.append(f"tables: names differ only in case: {dupes}")
-    for tname, spec in doc["tables"].items():
-        where = f"tables.{tname}"
-        columns = spec.get("columns", {})
-        kind = spec.get("kind", "confidential")
-        for cname, col in columns.items():
-            cwhere = f"{where}.columns.{cname}"
-            bounds = col.get("bounds")
-            if bounds and bounds[0] > bounds[1]:
-                problems.append(
-                    f"{cwhere}.bounds: lower bound {bounds[0]} is above upper bound {bounds[1]}"
-                )
-            if bounds and col["role"] in ("identifier", "hidden"):
-                problems.append(f"{cwhere}.bounds: a column with role {col['role']} has no bounds")
-            if "domain" in col and col["role"] != "dimension":
-                problems.append(f"{cwhere}.domain: only dimensions have a domain")
-            if "breaks" in col and col["role"] not in ("measure", "weight"):
-                problems.append(f"{cwhere}.breaks: only measures and weights have class breaks")
-            ref = col.get("references")
-            if ref:
-                if col["role"] != "identifier":
-                    problems.append(f"{cwhere}.references: only identifiers may reference a table")
-                rtable, rcol = ref.lower().split(".")
-                target = tables.get(rtable, {}).get("columns", {})
-                target = {k.lower(): v for k, v in target.items()}
-                if rtable not in tables:
-                    problems.append(f"{cwhere}.references: table {rtable!r} is not declared")
-                elif target.get(rcol, {}).get("role") != "identifier":
-                    problems.append(
-                        f"{cwhere}.references: {ref} is not a declared identifier column"
-                    )
-        if cname_dupes := _case_dupes(columns):
-            problems.append(f"{where}.columns: names differ only in case: {cname_dupes}")
-        roles = {c.lower(): v["role"] for c, v in columns.items()}
-        if "key" in spec and kind != "public":
-            problems.append(
-                f"{where}.key: only public tables declare a key; a confidential table's key is "
-                "its privacy_unit"
-            )
-        if kind == "confidential":
-            unit = spec.get("privacy_unit")
-            if unit is None:
-                problems.append(f"{where}: a confidential table needs a privacy_unit")
-            elif roles.get(unit.lower()) != "identifier":
-                problems.append(
-                    f"{where}.privacy_unit: {unit!r} must be a declared column with role identifier"
-                )
-            protection = spec.get("protection", {})
-            for kind_name in ("counts", "magnitudes"):
-                if kind_name in protection:
-                    problems += _rule_problems(
-                        f"{where}.protection.{kind_name}", kind_name, protection[kind_name]
-                    )
-            problems += _suppression_problems(where, spec, _uses_suppress(doc, spec))
-            problems += _dp_problems(where, spec, _uses(doc, spec, "dp"))
-        else:
-            for key in ("privacy_unit", "hierarchies", "protection", "suppression", "dp"):
-                if key in spec:
-                    problems.append(f"{where}.{key}: not used for a public table")
-        for hname, levels in spec.get("hierarchies", {}).items():
-            for level in levels:
-                if roles.get(level.lower()) != "dimension":
-                    problems.append(
-                        f"{where}.hierarchies.{hname}: {level!r} is not a declared dimension"
-                    )
     for kind_name in ("counts", "magnitudes"):
         if kind_name in doc.get("protection", {}):
             problems += _rule_problems(
@@ -251,8 +579,6 @@ def _semantic_problems(doc: dict) -> list[str]:
             problems.append(f"{where}.table: table {budget['table']!r} is not declared")
         if budget.get("user", "*") not in ("*", *doc["users"]):
             problems.append(f"{where}.user: user {budget['user']!r} is not declared")
-        if "delta" in budget and not _exact(budget["delta"]) < 1:
-            problems.append(f"{where}.delta: must be below 1, e.g. 1e-5")
     return problems
 
 
@@ -285,8 +611,6 @@ def _dp_problems(where: str, spec: dict, uses_dp: bool) -> list[str]:
         )
     if dp.groups is GroupKeys.PUBLIC and dp.selection_epsilon is not None:
         problems.append(f"{where}.dp.selection: only used with `groups: private`")
-    if dp.selection_delta is not None and not dp.selection_delta < 1:
-        problems.append(f"{where}.dp.selection.delta: must be below 1, e.g. 1e-6")
     for cname, col in spec.get("columns", {}).items():
         if col.get("bounds") and col["role"] == "measure":
             try:
@@ -297,9 +621,14 @@ def _dp_problems(where: str, spec: dict, uses_dp: bool) -> list[str]:
     return problems
 
 
-def _exact(value) -> Fraction:
-    """A policy number as an exact fraction: 0.1 means one tenth, as written."""
-    return Fraction(str(value))
+def _exact(value, name: str = "value") -> Fraction:
+    """A policy number as an exact fraction: 0.1 means one tenth, as written (a float's
+    shortest text; strings through the bounded parser, never evaluated)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise TypeError(f"expected a number, got {type(value).__name__} {value!r}")
+    if isinstance(value, int):
+        return Fraction(value)
+    return parse_exact(str(value), name)
 
 
 def _dp_settings(spec: dict | None) -> DpSettings:
@@ -434,6 +763,18 @@ def _ptable(spec: dict) -> PTableSpec:
     )
 
 
+def _primary_rule_problems(where: str, rules) -> list[str]:
+    """Primary suppression rules that parse and whose numbers are in range (``freq:0`` or a
+    ``freq`` without its number would protect nothing)."""
+    problems = []
+    for i, text in enumerate(rules):
+        try:
+            rule_arguments(text)
+        except ValueError as e:
+            problems.append(f"{where}.{i}: {e}")
+    return problems
+
+
 def _rule_problems(where: str, kind: str, rule: dict) -> list[str]:
     """Cross-field rules of a protection rule (cellKey ``ck_params_nums``/``ck_flexparams``)."""
     if rule["method"] == "dp":
@@ -450,7 +791,8 @@ def _rule_problems(where: str, kind: str, rule: dict) -> list[str]:
         return [f"{where}.spend: only method dp spends a privacy budget"]
     if rule["method"] == "suppress":
         extra = sorted(set(rule) - {"method", "min_frequency", "rules"})
-        return [f"{where}: {', '.join(extra)} do not apply to method suppress"] if extra else []
+        problems = [f"{where}: {', '.join(extra)} do not apply to method suppress"] if extra else []
+        return problems + _primary_rule_problems(f"{where}.rules", rule.get("rules", ()))
     if "rules" in rule:
         return [f"{where}.rules: only method suppress has primary rules"]
     if rule["method"] == "round":

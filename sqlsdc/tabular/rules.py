@@ -58,6 +58,7 @@ import numpy as np
 import pandas as pd
 
 from sqlsdc.errors import TabularError
+from sqlsdc.policy.rule_syntax import rule_arguments
 
 Level = Literal["unit", "holding"]
 
@@ -340,20 +341,21 @@ def apply_rules(table_or_stats, rules: Sequence, *, min_level: float = 1.0) -> P
 
 
 def parse_rule(text: str):
-    """A primary rule from ``freq:3[,30]``, ``nk:2,85``, ``p:10`` or ``pq:25,50``."""
-    name, _, numbers = text.partition(":")
-    if name not in RULES:
-        raise TabularError(f"unknown rule {text!r}; use one of freq:N, nk:N,K, p:P, pq:P,Q")
+    """A primary rule from ``freq:3[,30]``, ``nk:2,85``, ``p:10`` or ``pq:25,50``
+    (syntax and ranges: :func:`sqlsdc.policy.rule_syntax.rule_arguments`).
+
+    Example:
+        >>> parse_rule("freq:3")
+        FrequencyRule(min_freq=3, safety_range=30.0, level='unit')
+        >>> parse_rule("freq:0")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        sqlsdc.errors.TabularError: rule 'freq:0': N must be an integer >= 1, e.g. freq:3 ...
+    """
     try:
-        values = [float(v) for v in numbers.split(",")] if numbers else []
-    except ValueError:
-        raise TabularError(f"rule {text!r}: parameters must be numbers") from None
-    fields = RULE_FIELDS[name]
-    if len(values) > len(fields):
-        raise TabularError(f"rule {text!r} takes at most {len(fields)} numbers: {fields}")
-    kwargs = {
-        f: (int(v) if f in ("min_freq", "n") else v) for f, v in zip(fields, values, strict=False)
-    }
+        name, kwargs = rule_arguments(text)
+    except ValueError as e:
+        raise TabularError(str(e)) from None
     return RULES[name](**kwargs)
 
 
@@ -374,8 +376,6 @@ def required_top_k(rules: Sequence) -> int:
 
 
 RULES = {"freq": FrequencyRule, "nk": DominanceRule, "p": PPercentRule, "pq": PQRule}
-RULE_FIELDS = {"freq": ("min_freq", "safety_range"), "nk": ("n", "k"), "p": ("p",),
-               "pq": ("p", "q")}  # fmt: skip
 
 
 # --- helpers --------------------------------------------------------------------------------

@@ -164,7 +164,7 @@ def test_rule_syntax():
     assert parse_rule("p:15") == PPercentRule(p=15.0)
     with pytest.raises(TabularError, match="unknown rule"):
         parse_rule("dominance:1")
-    with pytest.raises(TabularError, match="at most 1 numbers"):
+    with pytest.raises(TabularError, match=r"needs 1 number\(s\) \(p\)"):
         parse_rule("p:1,2")
     with pytest.raises(TabularError, match="must be numbers"):
         parse_rule("nk:a,b")
