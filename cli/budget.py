@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 import click
-import pandas as pd
 from sqlsdc.cli.output import format_option, print_frame, print_json
 
-from sqlsdc.admin import require_admin
-from sqlsdc.catalog import budget as ledger
-from sqlsdc.catalog import store
-from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import Error
 from sqlsdc.mechanisms.accountant import PrivacyCost
 from sqlsdc.policy import load_policy
+
+if TYPE_CHECKING:
+    from sqlsdc.catalog import budget as ledger
 
 
 def _decimal(x: Fraction | None) -> str | None:
@@ -52,6 +51,9 @@ def _rows(statuses) -> list[dict]:
 
 
 def _open_with_catalog(db: str, *, read_only: bool):
+    from sqlsdc.catalog import store
+    from sqlsdc.engines import duckdb as engine
+
     con = engine.open_database(db, read_only=read_only)
     if store.current_policy(con) is None:
         con.close()
@@ -96,6 +98,11 @@ def budget(ctx, db: str, who: str | None, history: bool, show_ledger: bool, fmt:
     ctx.obj = {"db": db}
     if ctx.invoked_subcommand is not None:
         return
+    import pandas as pd
+
+    from sqlsdc.catalog import budget as ledger
+    from sqlsdc.catalog import store
+
     con = _open_with_catalog(db, read_only=True)
     try:
         if history:
@@ -118,6 +125,8 @@ def budget(ctx, db: str, who: str | None, history: bool, show_ledger: bool, fmt:
 
 
 def _target(policy, user: str | None, table: str | None) -> ledger.BudgetKey:
+    from sqlsdc.catalog import budget as ledger
+
     if user is None and table is None:
         raise click.UsageError("name the budget: --user NAME and/or --table NAME ('*' = all)")
     user, table = user or ledger.ALL, (table or ledger.ALL).lower()
@@ -137,6 +146,8 @@ def _target(policy, user: str | None, table: str | None) -> ledger.BudgetKey:
 
 
 def _admin_session(db: str, admin: str):
+    from sqlsdc.admin import require_admin
+
     con = _open_with_catalog(db, read_only=False)
     try:
         current = require_admin(con, admin)
@@ -147,6 +158,8 @@ def _admin_session(db: str, admin: str):
 
 
 def _amount(text: str | None, name: str, *, below: Fraction | None = None) -> Fraction | None:
+    from sqlsdc.catalog import budget as ledger
+
     try:
         value = ledger.parse_amount(text, name)
     except (TypeError, ValueError) as e:
@@ -185,6 +198,8 @@ def _with_target_options(f):
 @click.pass_obj
 def grant(obj, user, table, reason, admin, epsilon, rho, delta) -> None:
     """Raise a budget by ε, ρ and/or δ (admins only; recorded with who, when and why)."""
+    from sqlsdc.catalog import budget as ledger
+
     eps, r = _amount(epsilon, "epsilon"), _amount(rho, "rho")
     d = _amount(delta, "delta", below=Fraction(1))
     if eps is None and r is None and d is None:
@@ -211,6 +226,8 @@ def reset(obj, user, table, reason, admin) -> None:
     Only the named budget is reset: resetting (alice, *) leaves (*, persons) as it was. The
     ledger keeps every charge, so the total privacy loss stays visible.
     """
+    from sqlsdc.catalog import budget as ledger
+
     con, policy = _admin_session(obj["db"], admin)
     try:
         key = _target(policy, user, table)

@@ -6,8 +6,7 @@ import time
 
 import click
 
-from sqlsdc.demo.build import DEFAULT_PERSONS, DEFAULT_SEED, build_demo_database
-from sqlsdc.demo.showcase import run_showcase
+from sqlsdc.demo import DEFAULT_PERSONS, DEFAULT_SEED
 
 STEPS = ("households", "persons", "enterprises", "regions", "record keys and catalog")
 
@@ -44,6 +43,9 @@ def demo(db: str, persons: int, seed: int, no_queries: bool) -> None:
       sqlsdc query sqlsdc-demo.duckdb --user analyst \\
         "SELECT sex, COUNT(*) FROM persons GROUP BY sex"
     """
+    from sqlsdc.demo.build import build_demo_database
+    from sqlsdc.demo.showcase import run_showcase
+
     started = time.perf_counter()
     with click.progressbar(length=len(STEPS), label=f"building {db}", file=None) as bar:
         report = build_demo_database(

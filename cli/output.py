@@ -6,7 +6,6 @@ import json
 import sys
 
 import click
-import pandas as pd
 
 FORMATS = ("table", "csv", "json")
 
@@ -22,7 +21,7 @@ def format_option(default: str = "table", choices=FORMATS):
     )
 
 
-def print_frame(frame: pd.DataFrame, fmt: str) -> None:
+def print_frame(frame, fmt: str) -> None:
     """Write a DataFrame to stdout as an aligned table, CSV or JSON records."""
     frame = frame.convert_dtypes()  # integers stay integers next to NULLs
     if fmt == "csv":
