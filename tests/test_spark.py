@@ -1,4 +1,4 @@
-"""The Spark engine: the same protected tree on PySpark gives DuckDB's cells (DESIGN.md §7).
+"""The Spark engine: the same protected tree on PySpark gives DuckDB's cells (docs/ARCHITECTURE.md, principle 7).
 
 One local SparkSession for the module: local[1], two shuffle partitions, no UI, no progress bar,
 and the JVM's quick (C1) compiler only, because these queries are small and a fast start matters
