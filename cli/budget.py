@@ -91,9 +91,9 @@ def budget(ctx, db: str, who: str | None, history: bool, show_ledger: bool, fmt:
     Examples:
       sqlsdc budget demo.duckdb
       sqlsdc budget demo.duckdb --user analyst --format json
-      sqlsdc budget demo.duckdb grant --user analyst --epsilon 1 --reason "Q3 study" --admin root
-      sqlsdc budget demo.duckdb grant --user analyst --delta 1e-6 --reason "..." --admin root
-      sqlsdc budget demo.duckdb reset --user analyst --reason "new quarter" --admin root
+      sqlsdc budget demo.duckdb grant --user analyst --epsilon 1 --reason "Q3 study" --admin admin
+      sqlsdc budget demo.duckdb grant --user analyst --delta 1e-6 --reason "..." --admin admin
+      sqlsdc budget demo.duckdb reset --user analyst --reason "new quarter" --admin admin
     """
     ctx.obj = {"db": db}
     if ctx.invoked_subcommand is not None:

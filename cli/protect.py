@@ -118,7 +118,8 @@ def protect(db, sql, method, into, replace, user, fmt, **options):
       sqlsdc protect demo.duckdb --method cta --intervals --into turnover_cta \\
         --sql "SELECT nace, region, SUM(turnover) FROM enterprises GROUP BY nace, region"
       sqlsdc protect demo.duckdb --method ipf --margins census.csv --into persons_ipf \\
-        --sql "SELECT region, sex, COUNT(*) FROM persons GROUP BY region, sex"
+        --sql "SELECT region, education, COUNT(*) FROM persons WHERE age >= 80
+        GROUP BY region, education"
     """
     from sqlsdc.tabular.rules import parse_rule
 
