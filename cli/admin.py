@@ -7,8 +7,6 @@ import click
 import yaml
 from sqlsdc.cli.output import format_option, print_frame, print_json
 
-from sqlsdc.policy import load_policy
-
 admin_option = click.option(
     "--user",
     "-u",
@@ -45,6 +43,7 @@ def init(db: str, policy_file: str, user: str) -> None:
     policy as a new version and keys rows added since.
     """
     from sqlsdc.catalog import init as init_database
+    from sqlsdc.policy import load_policy
 
     _report(init_database(db, load_policy(policy_file), applied_by=user))
 
@@ -58,6 +57,8 @@ def policy() -> None:
 @click.argument("file", type=click.Path(dir_okay=False))
 def validate(file: str) -> None:
     """Check a policy file against the schema and its own rules (no database needed)."""
+    from sqlsdc.policy import load_policy
+
     load_policy(file)
     click.echo(f"{file}: valid")
 

@@ -10,7 +10,6 @@ from sqlsdc.cli.output import format_option, print_frame, print_json
 
 from sqlsdc.errors import Error
 from sqlsdc.mechanisms.accountant import PrivacyCost
-from sqlsdc.policy import load_policy
 
 if TYPE_CHECKING:
     from sqlsdc.catalog import budget as ledger
@@ -102,6 +101,7 @@ def budget(ctx, db: str, who: str | None, history: bool, show_ledger: bool, fmt:
 
     from sqlsdc.catalog import budget as ledger
     from sqlsdc.catalog import store
+    from sqlsdc.policy import load_policy
 
     con = _open_with_catalog(db, read_only=True)
     try:
@@ -147,6 +147,7 @@ def _target(policy, user: str | None, table: str | None) -> ledger.BudgetKey:
 
 def _admin_session(db: str, admin: str):
     from sqlsdc.admin import require_admin
+    from sqlsdc.policy import load_policy
 
     con = _open_with_catalog(db, read_only=False)
     try:

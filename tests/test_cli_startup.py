@@ -13,7 +13,9 @@ import sys
 
 import pytest
 
-HEAVY = ("duckdb", "numpy", "pandas", "ortools", "numba", "sqlglot", "scipy", "pyarrow")
+HEAVY = (
+    "duckdb", "numpy", "pandas", "ortools", "numba", "sqlglot", "scipy", "pyarrow", "jsonschema",
+)  # fmt: skip
 
 # Runs the CLI in-process with the given arguments and reports which heavy modules it loaded.
 PROBE = """
