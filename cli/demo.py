@@ -47,7 +47,8 @@ def demo(db: str, persons: int, seed: int, no_queries: bool) -> None:
     from sqlsdc.demo.showcase import run_showcase
 
     started = time.perf_counter()
-    with click.progressbar(length=len(STEPS), label=f"building {db}", file=None) as bar:
+    stderr = click.get_text_stream("stderr")  # stdout keeps only the report
+    with click.progressbar(length=len(STEPS), label=f"building {db}", file=stderr) as bar:
         report = build_demo_database(
             db, persons=persons, seed=seed, progress=lambda _step, _n: bar.update(1)
         )
