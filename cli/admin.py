@@ -7,10 +7,6 @@ import click
 import yaml
 from sqlsdc.cli.output import format_option, print_frame, print_json
 
-from sqlsdc import admin
-from sqlsdc.catalog import init as init_database
-from sqlsdc.policy import load_policy
-
 admin_option = click.option(
     "--user",
     "-u",
@@ -48,6 +44,9 @@ def init(db: str, policy_file: str, user: str) -> None:
     policy as a new version and keys rows added since. The acting user must be an admin: of the
     policy in force, or on a new database, of the policy being applied.
     """
+    from sqlsdc.catalog import init as init_database
+    from sqlsdc.policy import load_policy
+
     _report(init_database(db, load_policy(policy_file), applied_by=user))
 
 
@@ -60,6 +59,8 @@ def policy() -> None:
 @click.argument("file", type=click.Path(dir_okay=False))
 def validate(file: str) -> None:
     """Check a policy file against the schema and its own rules (no database needed)."""
+    from sqlsdc.policy import load_policy
+
     load_policy(file)
     click.echo(f"{file}: valid")
 
@@ -70,6 +71,8 @@ def validate(file: str) -> None:
 @click.option("--history", is_flag=True, help="List all applied versions instead.")
 def show(db: str, fmt: str, history: bool) -> None:
     """Print the policy in force (or the version history)."""
+    from sqlsdc import admin
+
     version, document, versions = admin.show(db)
     if history:
         rows = [
@@ -91,6 +94,8 @@ def show(db: str, fmt: str, history: bool) -> None:
 @admin_option
 def apply(db: str, file: str, user: str) -> None:
     """Apply FILE to DB as a new policy version (earlier versions are kept)."""
+    from sqlsdc import admin
+
     _report(admin.apply(db, file, user))
 
 
@@ -103,6 +108,8 @@ def apply(db: str, file: str, user: str) -> None:
 @format_option()
 def audit(db: str, user: str, who: str | None, decision: str | None, limit: int, fmt: str) -> None:
     """Show the audit log: every query, accepted, refused or failed, newest first."""
+    from sqlsdc import admin
+
     frame = admin.audit(db, user, who=who, decision=decision, limit=limit)
     if fmt == "table":
         frame = frame.drop(columns=["fingerprint"])
@@ -121,6 +128,8 @@ def rekey(db: str, user: str, tables: tuple[str, ...], yes: bool) -> None:
     Values published before no longer match new ones, and a user who saw both could compare
     them; re-key only when keys may have leaked. Every re-keying is recorded.
     """
+    from sqlsdc import admin
+
     if not yes:
         click.confirm("Re-keying changes every published CKM value. Continue?", abort=True)
     for table, rows in admin.rekey(db, user, tables=list(tables) or None).items():
@@ -144,6 +153,8 @@ def risk(db: str, sql: str, user: str, count_column: str, value_column, fmt: str
       sqlsdc risk demo.duckdb "SELECT municipality, COUNT(*) AS n FROM persons
         GROUP BY municipality" --count n
     """
+    from sqlsdc import admin
+
     measures = admin.ckm_measures(db, user, sql, count=count_column, value=value_column)
     if fmt == "json":
         print_json(measures)

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 import click
-import pandas as pd
 from sqlsdc.cli.output import format_option, print_frame, print_json
 
-from sqlsdc.admin import require_admin
-from sqlsdc.catalog import budget as ledger
-from sqlsdc.catalog import store
-from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import Error
 from sqlsdc.mechanisms.accountant import PrivacyCost
-from sqlsdc.policy import load_policy
+
+if TYPE_CHECKING:
+    from sqlsdc.catalog import budget as ledger
 
 
 def _decimal(x: Fraction | None) -> str | None:
@@ -52,6 +50,9 @@ def _rows(statuses) -> list[dict]:
 
 
 def _open_with_catalog(db: str, *, read_only: bool):
+    from sqlsdc.catalog import store
+    from sqlsdc.engines import duckdb as engine
+
     con = engine.open_database(db, read_only=read_only)
     if store.current_policy(con) is None:
         con.close()
@@ -95,13 +96,19 @@ def budget(ctx, db: str, who: str | None, history: bool, show_ledger: bool, fmt:
     Examples:
       sqlsdc budget demo.duckdb
       sqlsdc budget demo.duckdb --user analyst --format json
-      sqlsdc budget demo.duckdb grant --for analyst --epsilon 1 --reason "Q3 study" --as root
-      sqlsdc budget demo.duckdb grant --for analyst --delta 1e-6 --reason "..." --as root
-      sqlsdc budget demo.duckdb reset --for analyst --reason "new quarter" --as root
+      sqlsdc budget demo.duckdb grant --for analyst --epsilon 1 --reason "Q3 study" --as admin
+      sqlsdc budget demo.duckdb grant --for analyst --delta 1e-6 --reason "..." --as admin
+      sqlsdc budget demo.duckdb reset --for analyst --reason "new quarter" --as admin
     """
     ctx.obj = {"db": db}
     if ctx.invoked_subcommand is not None:
         return
+    import pandas as pd
+
+    from sqlsdc.catalog import budget as ledger
+    from sqlsdc.catalog import store
+    from sqlsdc.policy import load_policy
+
     con = _open_with_catalog(db, read_only=True)
     try:
         if history:
@@ -124,6 +131,8 @@ def budget(ctx, db: str, who: str | None, history: bool, show_ledger: bool, fmt:
 
 
 def _target(policy, user: str | None, table: str | None) -> ledger.BudgetKey:
+    from sqlsdc.catalog import budget as ledger
+
     if user is None and table is None:
         raise click.UsageError("name the budget: --user NAME and/or --table NAME ('*' = all)")
     user, table = user or ledger.ALL, (table or ledger.ALL).lower()
@@ -143,6 +152,9 @@ def _target(policy, user: str | None, table: str | None) -> ledger.BudgetKey:
 
 
 def _admin_session(db: str, admin: str):
+    from sqlsdc.admin import require_admin
+    from sqlsdc.policy import load_policy
+
     con = _open_with_catalog(db, read_only=False)
     try:
         current = require_admin(con, admin)
@@ -153,6 +165,8 @@ def _admin_session(db: str, admin: str):
 
 
 def _amount(text: str | None, name: str, *, below: Fraction | None = None) -> Fraction | None:
+    from sqlsdc.catalog import budget as ledger
+
     try:
         value = ledger.parse_amount(text, name)
     except (TypeError, ValueError) as e:
@@ -223,6 +237,8 @@ def _with_target_options(f):
 @click.pass_obj
 def grant(obj, user, table, reason, admin, epsilon, rho, delta) -> None:
     """Raise a budget by ε, ρ and/or δ (admins only; recorded with who, when and why)."""
+    from sqlsdc.catalog import budget as ledger
+
     eps, r = _amount(epsilon, "epsilon"), _amount(rho, "rho")
     d = _amount(delta, "delta", below=Fraction(1))
     if eps is None and r is None and d is None:
@@ -254,6 +270,8 @@ def reset(obj, user, table, reason, admin) -> None:
     Only the named budget is reset: resetting (alice, *) leaves (*, persons) as it was. The
     ledger keeps every charge, so the total privacy loss stays visible.
     """
+    from sqlsdc.catalog import budget as ledger
+
     con, policy = _admin_session(obj["db"], admin)
     try:
         key = _target(policy, user, table)

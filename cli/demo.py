@@ -7,8 +7,7 @@ from pathlib import Path
 
 import click
 
-from sqlsdc.demo.build import DEFAULT_PERSONS, DEFAULT_SEED, build_demo_database
-from sqlsdc.demo.showcase import run_showcase
+from sqlsdc.demo import DEFAULT_PERSONS, DEFAULT_SEED
 from sqlsdc.errors import Error
 
 STEPS = ("households", "persons", "enterprises", "regions", "record keys and catalog")
@@ -47,10 +46,14 @@ def demo(db: str, persons: int, seed: int, no_queries: bool, force: bool) -> Non
       sqlsdc query sqlsdc-demo.duckdb --user analyst \\
         "SELECT sex, COUNT(*) FROM persons GROUP BY sex"
     """
+    from sqlsdc.demo.build import build_demo_database
+    from sqlsdc.demo.showcase import run_showcase
+
     if Path(db).exists() and not force:
         raise Error(f"{db} exists; pass --force to replace it, or choose another --db")
     started = time.perf_counter()
-    with click.progressbar(length=len(STEPS), label=f"building {db}", file=None) as bar:
+    stderr = click.get_text_stream("stderr")  # stdout keeps only the report
+    with click.progressbar(length=len(STEPS), label=f"building {db}", file=stderr) as bar:
         report = build_demo_database(
             db, persons=persons, seed=seed, progress=lambda _step, _n: bar.update(1)
         )

@@ -8,11 +8,14 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import pandas as pd
 
 from sqlsdc.errors import Error, NotFoundError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FORMATS = ("table", "csv", "json")
 
@@ -28,7 +31,7 @@ def format_option(default: str = "table", choices=FORMATS):
     )
 
 
-def print_frame(frame: pd.DataFrame, fmt: str) -> None:
+def print_frame(frame, fmt: str) -> None:
     """Write a DataFrame to stdout as an aligned table, CSV or JSON records."""
     frame = frame.convert_dtypes()  # integers stay integers next to NULLs
     if fmt == "csv":

@@ -15,9 +15,6 @@ import click
 from sqlsdc.cli.admin import admin_option
 from sqlsdc.cli.output import format_option, print_json, read_sql
 
-from sqlsdc.jobs.protect import OUTPUT_SCHEMA, protect_query
-from sqlsdc.tabular.rules import parse_rule
-
 METHODS = ("suppress", "round", "cta", "ipf")
 STEPS = {"suppress": 3, "round": 4, "cta": 4, "ipf": 5}  # job.step() calls per method
 OWNERS = {  # option -> the methods it belongs to
@@ -91,7 +88,7 @@ OWNERS = {  # option -> the methods it belongs to
     help="[suppress, round, cta] Seconds per solver call (round: for the whole job). "
     "Default: 60 (round: 30).",
 )
-@click.option("--into", required=True, help=f"Name of the stored table ({OUTPUT_SCHEMA}.NAME).")
+@click.option("--into", required=True, help="Name of the stored table (protected.NAME).")
 @click.option("--replace", is_flag=True, help="Overwrite an existing output of that name.")
 @admin_option
 @format_option(default="table", choices=("table", "json"))
@@ -121,8 +118,11 @@ def protect(db, sql, method, into, replace, user, fmt, **options):
       sqlsdc protect demo.duckdb --method cta --intervals --into turnover_cta \\
         --sql "SELECT nace, region, SUM(turnover) FROM enterprises GROUP BY nace, region"
       sqlsdc protect demo.duckdb --method ipf --margins census.csv --into persons_ipf \\
-        --sql "SELECT region, sex, COUNT(*) FROM persons GROUP BY region, sex"
+        --sql "SELECT region, education, COUNT(*) FROM persons WHERE age >= 80
+        GROUP BY region, education"
     """
+    from sqlsdc.tabular.rules import parse_rule
+
     _check_options(method, options)
     job = {"db": db, "user": user, "sql": read_sql(sql), "into": into, "replace": replace}
     rules = [parse_rule(r) for r in options["rules"]] or None
@@ -139,6 +139,8 @@ def protect(db, sql, method, into, replace, user, fmt, **options):
 
 
 def _suppress(job, options, rules, progress):
+    from sqlsdc.jobs.protect import protect_query
+
     return protect_query(
         **job,
         method=options["secondary"] or "gauss",

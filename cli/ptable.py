@@ -7,8 +7,6 @@ import sys
 import click
 from sqlsdc.cli.output import frame_json, write_file
 
-from sqlsdc.mechanisms.ptable import PTableParams, create_ptable, to_tauargus
-
 EXIT_USAGE = 2
 
 
@@ -75,11 +73,13 @@ def ptable(D, V, js, pstay, optim, mono, table, step, icat, type_, fmt, check, o
 
     \b
     Examples:
-      sqlsdc ptable --D 5 --V 2 --js 2
+      sqlsdc ptable --D 5 --V 3 --js 2
       sqlsdc ptable --D 5 --V 3 --js 2 --pstay 0.5 --format tauargus -o ptable.txt
       sqlsdc ptable --D 5 --V 1 --table nums --step 2 --icat 1,5 --format csv
       sqlsdc ptable --D 2 --V 1 --check
     """
+    from sqlsdc.mechanisms.ptable import PTableParams, create_ptable, to_tauargus
+
     try:
         classes = _classes(icat)
         params = PTableParams(D, V, js, pstay, optim, mono, table, step, classes, type_)

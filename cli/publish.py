@@ -7,7 +7,6 @@ from sqlsdc.cli.admin import admin_option
 from sqlsdc.cli.output import format_option, print_json
 
 from sqlsdc.errors import Error
-from sqlsdc.release import publish as publish_release
 
 
 @click.command()
@@ -42,6 +41,8 @@ def publish(db, out, queries, analyst, replace, user, fmt):
       sqlsdc publish demo.duckdb release.duckdb \\
         --query "persons_by_region=SELECT region, COUNT(*) AS n FROM persons GROUP BY region"
     """
+    from sqlsdc.release import publish as publish_release
+
     named = {}
     for item in queries:
         name, sep, sql = item.partition("=")

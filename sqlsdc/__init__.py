@@ -6,11 +6,14 @@ everything that could reveal a person or a business is refused.
 Example:
     >>> import sqlsdc
     >>> con = sqlsdc.connect("sqlsdc-demo.duckdb", user="analyst")  # doctest: +SKIP
-    >>> con.execute("SELECT region, COUNT(*) AS n FROM persons GROUP BY region").fetchall()
+    >>> con.execute("SELECT COUNT(*) FROM persons").fetchall()  # doctest: +SKIP
 """
 
-from sqlsdc import admin
-from sqlsdc.catalog import init
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
 from sqlsdc.errors import (
     AccessDenied,
     BudgetExhausted,
@@ -26,24 +29,68 @@ from sqlsdc.errors import (
     TabularError,
     Warning,
 )
-from sqlsdc.guard.connection import Connection, Cursor, apilevel, connect, paramstyle, threadsafety
-from sqlsdc.guard.dbapi import (
-    BINARY,
-    DATETIME,
-    NUMBER,
-    ROWID,
-    STRING,
-    Binary,
-    Date,
-    DateFromTicks,
-    Time,
-    TimeFromTicks,
-    Timestamp,
-    TimestampFromTicks,
-)
-from sqlsdc.policy import load_policy
+
+if TYPE_CHECKING:
+    from sqlsdc import admin
+    from sqlsdc.catalog import init
+    from sqlsdc.guard.connection import (
+        Connection,
+        Cursor,
+        apilevel,
+        connect,
+        paramstyle,
+        threadsafety,
+    )
+    from sqlsdc.guard.dbapi import (
+        BINARY,
+        DATETIME,
+        NUMBER,
+        ROWID,
+        STRING,
+        Binary,
+        Date,
+        DateFromTicks,
+        Time,
+        TimeFromTicks,
+        Timestamp,
+        TimestampFromTicks,
+    )
+    from sqlsdc.policy import load_policy
 
 __version__ = "0.1.0"
+
+# Imported on first use (PEP 562), so that ``sqlsdc --help`` and ``import sqlsdc.errors`` do not
+# load duckdb, pandas, sqlglot or OR-Tools: name -> (module, attribute or None for the module).
+_LAZY = {
+    "admin": ("sqlsdc.admin", None),
+    "init": ("sqlsdc.catalog", "init"),
+    "load_policy": ("sqlsdc.policy", "load_policy"),
+    **{
+        name: ("sqlsdc.guard.connection", name)
+        for name in ("Connection", "Cursor", "apilevel", "connect", "paramstyle", "threadsafety")
+    },
+    **{
+        name: ("sqlsdc.guard.dbapi", name)
+        for name in ("BINARY", "DATETIME", "NUMBER", "ROWID", "STRING", "Binary", "Date",
+                     "DateFromTicks", "Time", "TimeFromTicks", "Timestamp", "TimestampFromTicks")
+    },
+}
+
+
+def __getattr__(name: str):
+    """Imports a public name of the API on first access and caches it in the module."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'sqlsdc' has no attribute {name!r}")
+    module_name, attribute = _LAZY[name]
+    module = importlib.import_module(module_name)
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "BINARY",

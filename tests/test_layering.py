@@ -1,4 +1,4 @@
-"""Imports point down only (DESIGN.md, Layout): the package-level import graph of sqlsdc has no
+"""Imports point down only (ARCHITECTURE.md): the package-level import graph of sqlsdc has no
 cycles, and the pure algorithms of ``tabular/`` use no database, catalog, guard or job.
 
 The graph is read from the source with ``ast`` (every ``import``/``from … import`` anywhere in

@@ -1,4 +1,4 @@
-"""The Spark engine: the same protected tree on PySpark gives DuckDB's cells (DESIGN.md §7).
+"""The Spark engine: the same protected tree on PySpark gives DuckDB's cells (ARCHITECTURE.md §7).
 
 One local SparkSession for the module: local[1], two shuffle partitions, no UI, no progress bar,
 and the JVM's quick (C1) compiler only, because these queries are small and a fast start matters
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -34,7 +35,12 @@ from sqlsdc.engines.spark import (
 from sqlsdc.errors import Error, NotSupportedError, OperationalError, ProgrammingError
 from sqlsdc.guard.spark import run_protected
 
-SparkError = pytest.importorskip("pyspark.errors").PySparkException
+SparkError = pytest.importorskip(
+    "pyspark.errors", reason="the Spark tests need the spark extra: pip install -e '.[spark]'"
+).PySparkException
+_JAVA_HOME = Path(os.environ.get("JAVA_HOME", "/nonexistent"))
+if not (shutil.which("java") or (_JAVA_HOME / "bin" / "java").exists()):
+    pytest.skip("the Spark tests need a JDK (java on PATH or JAVA_HOME)", allow_module_level=True)
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:PySpark does not yet fully support pandas:FutureWarning"  # no pandas used here

@@ -7,13 +7,11 @@ from importlib import resources
 from pathlib import Path
 
 from sqlsdc.catalog.setup import ApplyReport, apply_policy
+from sqlsdc.demo import DEFAULT_PERSONS, DEFAULT_SEED
 from sqlsdc.demo.data import Progress, build_tables, write_tables
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import NotFoundError
 from sqlsdc.policy import Policy, load_policy
-
-DEFAULT_PERSONS = 1_000_000
-DEFAULT_SEED = 20260101
 
 
 def demo_policy() -> Policy:

@@ -1,4 +1,4 @@
-"""The reproducible synthetic population of the demo database (DESIGN.md, "The demo database").
+"""The reproducible synthetic population of the demo database (docs/ARCHITECTURE.md).
 
 Municipality sizes are log-normal (σ = 1.8) inside eight regions, so large cities sit next to
 villages of a handful of people and small cells appear as soon as a table is crossed by age or sex.

@@ -1,6 +1,6 @@
 """The Spark engine: the protected sqlglot tree runs on PySpark and returns DuckDB's answers.
 
-DESIGN.md principle 7: the rewriter emits one engine-neutral tree; DuckDB runs it embedded, Spark
+ARCHITECTURE.md §7: the rewriter emits one engine-neutral tree; DuckDB runs it embedded, Spark
 runs it at scale. sqlglot transpiles syntax, not meaning: it passes unknown functions through
 (``hash`` is a 64-bit hash in DuckDB and a 32-bit signed Murmur3 in Spark) and keeps operators
 whose results differ per engine. So a tree reaches Spark only through four passes:

@@ -20,9 +20,9 @@ by the DuckDB engine, so suppression is refused here (and audited as refused).
 
 Example:
     >>> engine = SparkEngine(SparkSession.builder.getOrCreate())  # doctest: +SKIP
-    >>> engine.load_duckdb("sqlsdc-demo.duckdb", ["persons", "sqlsdc.ptable_entries"])
-    >>> con = sqlsdc.connect("sqlsdc-demo.duckdb", "analyst")  # doctest: +SKIP
-    >>> run_protected(con, engine, "SELECT region, COUNT(*) FROM persons GROUP BY region")
+    >>> engine.load_duckdb("demo.duckdb", ["persons", "sqlsdc.ptable_entries"])  # doctest: +SKIP
+    >>> con = sqlsdc.connect("demo.duckdb", "analyst")  # doctest: +SKIP
+    >>> run_protected(con, engine, "SELECT COUNT(*) FROM persons")  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The engine computes exact, bounded aggregates per cell in SQL; this module turns
 released values. Each noisy value is drawn with the exact samplers of
 :mod:`sqlsdc.mechanisms.samplers` from a keyed stream that depends only on the server secret, the
 policy version and the *cell identity*, so asking for a cell again, in any query, gives the same
-value (DESIGN principle 3), and rephrasing cannot average the noise away.
+value (ARCHITECTURE.md §3), and rephrasing cannot average the noise away.
 
 Cell identity (canonical encoding, version 1)
 ---------------------------------------------

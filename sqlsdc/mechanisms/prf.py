@@ -1,6 +1,6 @@
 """A keyed pseudo-random stream: the only source of randomness behind sqlsdc's DP noise.
 
-"Same question, same answer" (DESIGN principle 3) needs noise that is a *function* of the cell:
+"Same question, same answer" (ARCHITECTURE.md §3) needs noise that is a *function* of the cell:
 the stream for a cell is fixed by a server-side secret and a context such as
 ``(policy version, mechanism, table, cell identity)``. Repeating or rephrasing a query reproduces
 the same bits, so noise cannot be averaged away; anyone without the secret sees bits that are

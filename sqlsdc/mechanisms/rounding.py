@@ -12,7 +12,7 @@ x = qB + r with 0 <= r < B; adjacent rounding gives R(x) = qB + R(r), R(r) ∈ {
 4. unbiased (:func:`round_unbiased`): up with probability r/B, so E[R(x) | x] = x.
 
 The random rules take their uniforms from the caller, e.g. from the keyed PRF through
-:func:`prf_uniforms`, so that the same cell always rounds the same way (DESIGN principle 3). They
+:func:`prf_uniforms`, so that the same cell always rounds the same way (ARCHITECTURE.md §3). They
 are the reference implementations of the SQL rewrite in :mod:`sqlsdc.rewrite.round`, which takes
 the uniform of a cell from its cell key instead. Controlled rounding of whole tables (additive
 margins) is :func:`sqlsdc.tabular.rounding.controlled_round`.
@@ -107,7 +107,7 @@ def prf_uniforms(secret: bytes, identities, *context: str | int | bytes) -> np.n
 
     The uniform of a cell is the first 53 bits of ``KeyedStream(secret, "rounding", *context,
     *identity)`` divided by 2^53, so the same cell under the same secret and context always
-    rounds the same way (DESIGN principle 3) and nobody without the secret can predict it.
+    rounds the same way (ARCHITECTURE.md §3) and nobody without the secret can predict it.
 
     Args:
         secret: the server-side key (bytes, at least 16).

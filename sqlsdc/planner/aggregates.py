@@ -14,6 +14,7 @@ from sqlsdc.planner.allowlist import (
 from sqlsdc.planner.identity import canonical_expression
 from sqlsdc.planner.linear import LinearForm, NotLinear, is_constant, linear_form
 from sqlsdc.planner.normal_form import STATISTIC, normal_form
+from sqlsdc.planner.plan import group_keys
 from sqlsdc.planner.scopes import (
     DIALECT,
     ROW_ROLES,
@@ -58,6 +59,20 @@ class AggregateChecks:
         target = self.policy.table(table)
         return target is not None and target.privacy_unit == column
 
+    def _check_grouping(self, grouping: exp.Grouping, info: ScopeInfo) -> None:
+        """``GROUPING(key, ...)`` of a ROLLUP/CUBE/GROUPING SETS query is a bit mask of which
+        keys a result row totals over: a function of the grouping level alone, never of
+        confidential values, so it needs no protection. Its arguments must be whole group keys
+        (DuckDB refuses anything else, and an error must not depend on the query's data)."""
+        keys = group_keys(info.scope.expression)
+        for argument in grouping.expressions:
+            if not isinstance(argument, exp.Column) or argument not in keys:
+                raise self.refuse(
+                    f"{grouping.sql(DIALECT)[:80]}: GROUPING takes columns the query groups by",
+                    "name group keys as they are, e.g. GROUPING(region) with "
+                    "GROUP BY ROLLUP (region, sex)",
+                )
+
     def _check_aggregate(self, aggregate: exp.AggFunc, info: ScopeInfo, infos) -> list:
         """Check one aggregate; return the aggregates that replace it in the tree.
 
@@ -72,6 +87,9 @@ class AggregateChecks:
         give different statistics of the same rows independent noise.
         """
         name = aggregate.sql_name().upper()
+        if isinstance(aggregate, exp.Grouping):
+            self._check_grouping(aggregate, info)
+            return []  # not an aggregate of values: the rewrite reads it from the cell's level
         if isinstance(aggregate, DP_AGGREGATES) and self._dp_magnitudes(aggregate, info, infos):
             self._check_total(aggregate.this, info.scope)  # the aggregate itself is rewritten
             return [aggregate]

@@ -17,7 +17,7 @@ that contribute to the aggregate, the key of the cell key method (:mod:`sqlsdc.r
 each unit once when units repeat, so the same records give the same key whatever the query
 joins to them). It is a keyed PRF of the cell's contributors: the record keys are uniform
 secret integers, so u is uniform and unpredictable without them, and the same cell rounds the
-same way in every query, for every user (DESIGN principle 3), so repeating or rephrasing a
+same way in every query, for every user (ARCHITECTURE.md §3), so repeating or rephrasing a
 query cannot average the rounding away. Magnitudes use the key rotated by 16 bits, so that a
 count and a sum of the same records decide up/down on disjoint (independent) bits of the key.
 The comparisons are integer arithmetic on the key (``u < 1/2`` is ``key < 2^31``, ``u < r/B``

@@ -1,0 +1,64 @@
+"""GROUPING(key, ...) of ROLLUP/CUBE/GROUPING SETS: a function of the grouping level only.
+
+It is answered under the threshold rule, the cell key method and suppression, equals DuckDB's own
+GROUPING on the same groups, and takes only whole group keys (anything else is refused before the
+engine could fail on it). Under differential privacy it is refused with ROLLUP itself
+(tests/test_dp_query.py).
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+import sqlsdc
+from sqlsdc import PolicyViolation
+
+ROLLUP = (
+    "SELECT region, sex, GROUPING(region) AS g1, GROUPING(region, sex) AS g2, COUNT(*) AS n "
+    "FROM persons GROUP BY ROLLUP (region, sex)"
+)
+
+
+def _levels(rows) -> set[tuple]:
+    """(keys, GROUPING values) of each row: what GROUPING must agree on."""
+    return {tuple(row[:4]) for row in rows}
+
+
+def test_grouping_under_the_threshold_rule_equals_duckdbs(analyst, raw):
+    guarded = analyst.execute(ROLLUP).fetchall()
+    assert _levels(guarded) == _levels(raw.execute(ROLLUP).fetchall())
+    assert {(g1, g2) for _r, _s, g1, g2, _n in guarded} == {(0, 0), (0, 1), (1, 3)}
+
+
+def test_grouping_under_the_cell_key_method(ckm, raw_ckm):
+    sql = ROLLUP + " HAVING GROUPING(region, sex) > 0 ORDER BY g2 DESC, region"
+    guarded = ckm.execute(sql).fetchall()
+    assert guarded[0][:4] == (None, None, 1, 3)  # the grand total comes first
+    assert _levels(guarded) == _levels(raw_ckm.execute(sql).fetchall())
+
+
+def test_grouping_under_suppression(suppress_template, tmp_path):
+    db = tmp_path / "suppress.duckdb"
+    shutil.copy(suppress_template, db)
+    sql = (
+        "SELECT region, GROUPING(region) AS g, COUNT(*) AS n FROM enterprises "
+        "WHERE nace = 'C' GROUP BY ROLLUP (region) ORDER BY g, region"
+    )
+    with sqlsdc.connect(db, user="analyst") as con:
+        rows = con.execute(sql).fetchall()
+    assert [g for _r, g, _n in rows] == [0] * (len(rows) - 1) + [1]
+    assert rows[-1][0] is None
+
+
+@pytest.mark.parametrize(
+    "argument", ["sex", "income", "age", "age // 10", "region || 'x'"], ids=str
+)
+def test_grouping_takes_whole_group_keys_only(analyst, argument):
+    sql = (
+        f"SELECT age // 10 AS d, region, GROUPING({argument}) FROM persons "
+        "GROUP BY ROLLUP (age // 10, region)"
+    )
+    with pytest.raises(PolicyViolation, match="GROUPING takes columns the query groups by"):
+        analyst.execute(sql)

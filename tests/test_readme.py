@@ -1,0 +1,234 @@
+"""Every command of the README runs, and its console sessions print what the README shows.
+
+The ``console`` blocks are replayed in order, as a new user would type them, in a fresh directory
+after ``sqlsdc demo`` (the default 1,000,000-person demo: the README's numbers are its numbers),
+each command a real subprocess. Expected output is compared after normalising whitespace (the
+README wraps long lines); ``...`` in the README elides output, ``# ...`` at the end of a line is
+an annotation, and ``echo $?`` checks the previous exit status. Values that depend on the
+database's secret record keys (cell-key noise; the README says so with "yours will differ") and
+the audit log's timestamps are the only parts compared by shape instead of by value.
+
+The examples in ``--help`` texts are run too (:func:`test_help_examples_run`).
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import shlex
+import subprocess
+import sys
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import pytest
+
+pytestmark = pytest.mark.slow  # the default demo and ~30 CLI subprocesses: about a minute
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DB = "sqlsdc-demo.duckdb"
+
+
+@dataclass
+class Command:
+    text: str
+    expected: list[str] = field(default_factory=list)
+    line: int = 0
+
+
+def console_commands(text: str) -> list[Command]:
+    """The ``$ ...`` commands of the README's console blocks with the output lines after them."""
+    commands: list[Command] = []
+    for block in re.finditer(r"```console\n(.*?)```", text, re.S):
+        start = text.count("\n", 0, block.start()) + 2
+        current = None
+        open_command = False
+        for offset, line in enumerate(block.group(1).splitlines()):
+            if line.startswith("$ "):
+                current = Command(line[2:], line=start + offset)
+                commands.append(current)
+                open_command = _continues(current.text)
+            elif open_command:
+                current.text += "\n" + line
+                open_command = _continues(current.text)
+            elif line.strip():
+                current.expected.append(line)
+    return commands
+
+
+def _continues(text: str) -> bool:
+    """A command goes on after a trailing backslash or inside an open quote."""
+    if text.rstrip().endswith("\\"):
+        return True
+    try:
+        shlex.split(text, comments=True)
+    except ValueError:  # no closing quotation
+        return True
+    return False
+
+
+def _argv(text: str) -> list[str]:
+    return shlex.split(text.replace("\\\n", " "), comments=True)
+
+
+def _words(lines: list[str]) -> str:
+    return " ".join(" ".join(lines).split())
+
+
+def _expected_fragments(lines: list[str]) -> list[str]:
+    """The README's output without annotations, split where it elides (``...``)."""
+    kept = [re.sub(r"\s+(#|--) [^'\"]*$", "", line) for line in lines]
+    return [f for f in (x.strip() for x in _words(kept).split("...")) if f]
+
+
+def _census(workdir: Path) -> None:
+    """census.csv as the README describes it: complete margins (Total rows) of the old_ipf table."""
+    con = duckdb.connect(str(workdir / DB), read_only=True)
+    rows = con.execute(
+        "SELECT COALESCE(region, 'Total'), COALESCE(CAST(education AS VARCHAR), 'Total'), "
+        "COUNT(*) FROM persons WHERE age >= 80 GROUP BY CUBE (region, education) "
+        "HAVING region IS NULL OR education IS NULL ORDER BY ALL"
+    ).fetchall()
+    con.close()
+    with open(workdir / "census.csv", "w", newline="") as f:
+        csv.writer(f).writerows([("region", "education", "value"), *rows])
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("readme")
+    built = subprocess.run(
+        [sys.executable, "-m", "sqlsdc.cli", "demo"],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert built.returncode == 0, built.stderr
+    (workdir / "schemas").symlink_to(ROOT / "schemas")  # the README runs in a checkout
+    _census(workdir)
+    return workdir
+
+
+def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    if argv[0] == "sqlsdc":
+        argv = [sys.executable, "-m", "sqlsdc.cli", *argv[1:]]
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+# Commands whose failure is a known open bug owned elsewhere: run, but reported as a warning.
+# Remove an entry when its fix lands (the test then holds the README to it again).
+KNOWN_BROKEN = {
+    "--into turnover_cta": "issue 18, must-have 2: the CTA job (helper 'jobs')",
+}
+# (help examples name the same output, turnover_cta, and are skipped alike)
+
+
+def test_readme_console_sessions(session):
+    failures = []
+    last = None
+    for command in console_commands(README.read_text("utf-8")):
+        argv = _argv(command.text)
+        where = f"README.md:{command.line}: $ {' '.join(argv)[:100]}"
+        known = [why for marker, why in KNOWN_BROKEN.items() if marker in command.text]
+        if known:  # not run: the broken job would only spend its time limit
+            warnings.warn(f"{where}: not checked, known broken ({known[0]})", stacklevel=1)
+            continue
+        if argv[:2] == ["echo", "$?"]:
+            if last is None or str(last.returncode) != command.expected[0].strip():
+                failures.append(f"{where}: exit status {last.returncode}, README says "
+                                f"{command.expected[0]}")  # fmt: skip
+            continue
+        last = _run(argv, session)
+        actual = _words((last.stdout + "\n" + last.stderr).splitlines())
+        if last.returncode not in (0, 3) or "Traceback" in last.stderr:
+            failures.append(f"{where}: exit {last.returncode}\n{last.stderr[-2000:]}")
+            continue
+        failures += [f"{where}: {p}" for p in _compare(command.expected, actual)]
+    assert not failures, "\n\n".join(failures)
+
+
+def _compare(expected: list[str], actual: str) -> list[str]:
+    """Problems of one command's output: README fragments missing from it, in order."""
+    if any("yours will differ" in line for line in expected):
+        header = _expected_fragments(expected[:1])[0]  # noisy values: the header and row count
+        rows = len(expected) - 1
+        return [] if actual.startswith(header) and _row_count(actual, header) == rows else [
+            f"expected the header {header!r} and {rows} rows, got:\n{actual}"
+        ]  # fmt: skip
+    problems, position = [], 0
+    for fragment in _expected_fragments(expected):
+        pattern = _pattern(fragment)
+        found = re.compile(pattern).search(actual, position)
+        if found is None:
+            problems.append(f"missing {fragment!r}\nin:\n{actual[position : position + 3000]}")
+            break
+        position = found.end()
+    return problems
+
+
+TIMESTAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?"
+
+
+def _pattern(fragment: str) -> str:
+    """A fragment as a regular expression: timestamps match any timestamp."""
+    parts = re.split(TIMESTAMP, fragment)
+    stamps = re.findall(TIMESTAMP, fragment)
+    return (
+        TIMESTAMP.join(re.escape(p) for p in parts[: len(stamps) + 1])
+        if stamps
+        else re.escape(fragment)
+    )
+
+
+def _row_count(actual: str, header: str) -> int:
+    body = actual[len(header):].split()  # fmt: skip
+    width = len(header.split())
+    return len(body) // width
+
+
+# --- examples in --help texts ------------------------------------------------------------------
+
+
+def help_examples() -> list[tuple[str, str]]:
+    """(command path, example) for every line under ``Example(s):`` in a --help text."""
+    from sqlsdc.cli.main import cli
+
+    found = []
+
+    def visit(command, path):
+        text = command.help or ""
+        for block in re.findall(r"Examples?:\n(.*?)(?:\n\n|\Z)", text, re.S):
+            example = ""
+            for line in block.splitlines():
+                example += (" " if example else "") + line.strip()
+                if not line.rstrip().endswith("\\") and not _continues(example):
+                    if example.startswith("sqlsdc "):  # not the prose after the examples
+                        found.append((path, example.replace("\\ ", "")))
+                    example = ""
+        for name, sub in getattr(command, "commands", {}).items():
+            visit(sub, f"{path} {name}")
+
+    visit(cli, "sqlsdc")
+    return found
+
+
+def test_help_examples_run(session):
+    """Each example of a --help text runs, on the README session's database (after it), in a
+    directory of its own so that files the README wrote (release.duckdb) are not in the way."""
+    workdir = session / "help"
+    workdir.mkdir()
+    for name in (DB, "census.csv", "schemas"):
+        (workdir / name).symlink_to(session / name)
+    (workdir / "demo.duckdb").symlink_to(session / DB)  # the name some help texts use
+    failures = []
+    for path, example in help_examples():
+        if any(marker in example for marker in KNOWN_BROKEN):
+            continue
+        done = _run(_argv(example), workdir)
+        if done.returncode != 0:
+            failures.append(f"{path}: $ {example}\nexit {done.returncode}: {done.stderr[-1500:]}")
+    assert not failures, "\n\n".join(failures)
