@@ -201,6 +201,8 @@ _target_options = [
 
 
 def _status(con, policy, key: ledger.BudgetKey) -> ledger.BudgetStatus:
+    from sqlsdc.catalog import budget as ledger
+
     statuses = ledger.budget_status(con, ledger.policy_limits(policy))
     found = [s for s in statuses if s.key == key]
     if found:
