@@ -30,8 +30,8 @@ method's own constraints by :mod:`sqlsdc.tabular.verify`, independently of the s
 additivity, bounds, every sensitive cell beyond its protection range; rounding: multiples of
 the base, adjacent multiples, additivity; raking: the given margins within IPF's tolerance,
 additivity). A failed check raises :class:`~sqlsdc.errors.VerificationError`: nothing is
-stored, and the job is audited ``failed`` with the reason ``verification_failed: …``. The report's ``details["verification"]`` holds
-the checks' figures.
+stored, and the job is audited ``failed`` with the reason ``verification_failed: …``. The
+report's ``details["verification"]`` holds the checks' figures.
 
 **The report** (returned, printed by the CLI, recorded in ``sqlsdc.outputs``) holds the
 method's status and the information loss of :func:`~sqlsdc.tabular.quality.quality` (HD, RAD,
@@ -130,8 +130,11 @@ def round_query(
         result = controlled_round(table, base, time_limit=time_limit)
         rounded = result.cells["rounded"].to_numpy(np.float64)
         relaxed = np.zeros(rounded.size, dtype=bool)
-        relaxed[result.violations.merge(
-            table.cells[list(table.dims)].reset_index(), on=list(table.dims))["index"]] = True
+        relaxed[
+            result.violations.merge(
+                table.cells[list(table.dims)].reset_index(), on=list(table.dims)
+            )["index"]
+        ] = True
         verification = verify_rounding(table, rounded, result.base, relaxed=relaxed,
                                        max_excess=result.max_excess).require()  # fmt: skip
         details = {

@@ -111,7 +111,8 @@ class _Checks:
         bad = ~np.isfinite(x)
         if bad.any():
             self.problems.append(
-                f"values: {int(bad.sum())} cell(s) are not finite, e.g. {_describe(self.table, bad)}"
+                f"values: {int(bad.sum())} cell(s) are not finite, e.g. "
+                f"{_describe(self.table, bad)}"
             )
         return not bad.any()
 
