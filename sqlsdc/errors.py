@@ -83,6 +83,24 @@ class TabularError(ValueError, Error):
     protection requirements; the message names the input and what to change."""
 
 
+class VerificationError(TabularError):
+    """A protection method's result fails the independent check of its own constraints
+    (:mod:`sqlsdc.tabular.verify`); nothing is stored. ``status`` is ``"verification_failed"``
+    and ``problems`` lists every failed check."""
+
+    status = "verification_failed"
+
+    def __init__(self, method: str, problems: list[str]):
+        self.method = method
+        self.problems = list(problems)
+        shown = "; ".join(self.problems[:5])
+        more = f" (and {len(self.problems) - 5} more)" if len(self.problems) > 5 else ""
+        super().__init__(
+            f"the {method} result fails verification and is not stored: {shown}{more}; this is "
+            "a solver or model fault, please report it with the job's SQL"
+        )
+
+
 class AccessDenied(Error):
     """The user is unknown to the policy or lacks the role for an operation."""
 

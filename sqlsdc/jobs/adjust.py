@@ -25,6 +25,14 @@ the rules make the level a known share of the value; so both use the rules' leve
 a secret factor (:func:`_secret_levels`), or the published value would give the original away
 (the factor blurs that relation; it does not remove it — see there).
 
+**Verification.** Before anything is stored, the published values are checked against the
+method's own constraints by :mod:`sqlsdc.tabular.verify`, independently of the solver (CTA:
+additivity, bounds, every sensitive cell beyond its protection range; rounding: multiples of
+the base, adjacent multiples, additivity; raking: the given margins within IPF's tolerance,
+additivity). A failed check raises :class:`~sqlsdc.errors.VerificationError`: nothing is
+stored, and the job is audited ``failed`` with the reason ``verification_failed: …``. The
+report's ``details["verification"]`` holds the checks' figures.
+
 **The report** (returned, printed by the CLI, recorded in ``sqlsdc.outputs``) holds the
 method's status and the information loss of :func:`~sqlsdc.tabular.quality.quality` (HD, RAD,
 AAD, χ², additivity, largest change and its cell). It is for the data owner: the catalog is
@@ -56,6 +64,7 @@ from sqlsdc.jobs.protect import OUTPUT_SCHEMA, Job, Progress, job_rules, open_jo
 from sqlsdc.tabular.model import Table
 from sqlsdc.tabular.quality import quality
 from sqlsdc.tabular.rules import apply_rules
+from sqlsdc.tabular.verify import verify_cta, verify_margins, verify_rounding
 
 METHODS = ("round", "cta", "ipf")
 
@@ -73,7 +82,9 @@ class AdjustReport:
         cells: cells of the table (margins included); stored: rows written (cells published
             as 0 are left out). sensitive: cells the primary rules found (None for ``round``).
         status: ``optimal``/``feasible``/``near_feasible`` (round), ``optimal``/``feasible``
-            (cta), ``converged`` (ipf). details: the method's own figures.
+            (cta: the solver's status; ``feasible`` when a limit stopped it), ``converged``
+            (ipf). A job whose result fails verification stores nothing and raises.
+            details: the method's own figures and ``verification``.
         quality: :class:`~sqlsdc.tabular.quality.QualityReport` as a dict. seconds: wall time.
     """
 
@@ -118,6 +129,14 @@ def round_query(
         job.step(f"controlled rounding to base {base}")
         result = controlled_round(table, base, time_limit=time_limit)
         rounded = result.cells["rounded"].to_numpy(np.float64)
+        relaxed = np.zeros(rounded.size, dtype=bool)
+        relaxed[
+            result.violations.merge(
+                table.cells[list(table.dims)].reset_index(), on=list(table.dims)
+            )["index"]
+        ] = True
+        verification = verify_rounding(table, rounded, result.base, relaxed=relaxed,
+                                       max_excess=result.max_excess).require()  # fmt: skip
         details = {
             "base": result.base,
             "max_excess": result.max_excess,
@@ -126,6 +145,7 @@ def round_query(
             "distance": result.distance,
             "partition": result.partition,
             "subtables": result.subtables,
+            "verification": verification.to_dict(),
         }
         return _finish(job, table, rounded, "round", result.status, details, None, started)
 
@@ -192,6 +212,11 @@ def cta_query(
         details = {k: v for k, v in report.to_dict().items() if k != "status"}
         details["intervals"] = intervals
         adjusted = out["adjusted"].to_numpy(np.float64)
+        # checked again here, on what is stored, against the job's own rules and levels
+        details["verification"] = verify_cta(table, adjusted, sensitive=found.primary, upl=upl,
+                                             lpl=lpl, method=f"CTA job ({method})",
+                                             atol=_ipf_tolerance(table) if method == "mdi" else 0,
+                                             ).require().to_dict()  # fmt: skip
         return _finish(job, table, adjusted, "cta", report.status, details, sensitive, started,
                        extra=extra)  # fmt: skip
 
@@ -242,11 +267,15 @@ def ipf_query(
             table, found.primary, upl, lpl, groups, targets, max_iter
         )
         _check_protected(table, raked, found, given_cells=cells)
+        verification = verify_margins(table, raked, cells, given.loc[cells].to_numpy(np.float64),
+                                      tolerance=_ipf_tolerance(table, given)).require()  # fmt: skip
         details = {
             "iterations": iterations,
             "max_margin_error": error,
             "margins_given": int(cells.size),
             "fixed_sensitive": fixed,
+            "converged": True,
+            "verification": verification.to_dict(),
         }
         return _finish(job, table, raked, "ipf", "converged", details, found.primary, started)
 
@@ -315,6 +344,16 @@ def _secret_seed(job: Job, purpose: str) -> int:
 
 
 # ----------------------------------------------------------------------------- ipf helpers
+
+
+def _ipf_tolerance(table: Table, given: pd.Series | None = None) -> float:
+    """How far a raked margin may be from its target: IPF's convergence tolerance
+    (:func:`~sqlsdc.tabular.ipf.rake`, 1e-9 of the largest target) plus float rounding of the
+    margins recomputed from the inner cells."""
+    top = float(np.abs(table.values).max(initial=0.0))
+    if given is not None:
+        top = max(top, float(np.abs(given.to_numpy()).max(initial=0.0)))
+    return 2e-9 * max(1.0, top)
 
 
 def _read_margins(margins) -> pd.DataFrame:

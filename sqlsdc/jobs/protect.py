@@ -22,7 +22,9 @@ pattern builder the query path uses too); controlled rounding, controlled
 tabular adjustment and raking in :mod:`sqlsdc.jobs.adjust`.
 
 A suppression job stores suppressed values as NULL; each row carries its status and the rule
-that fired, and the record holds the audit result.
+that fired, and the record holds the audit result. Before storing, the pattern is checked
+independently (:func:`~sqlsdc.tabular.verify.verify_suppression`: every primary cell of the
+job's rules suppressed, the attacker LP run again on the pattern).
 
 Example (admins; the demo database):
     >>> report = protect_query("sqlsdc-demo.duckdb", "admin",  # doctest: +SKIP
@@ -52,11 +54,12 @@ from sqlglot import exp
 from sqlsdc.catalog import store
 from sqlsdc.catalog.store import require_admin
 from sqlsdc.engines import duckdb as engine
-from sqlsdc.errors import Error, TabularError
+from sqlsdc.errors import Error, TabularError, VerificationError
 from sqlsdc.policy import ColumnRole, Policy, load_policy
 from sqlsdc.tabular.model import Hierarchy, Table
-from sqlsdc.tabular.rules import FrequencyRule, default_rules, required_top_k
+from sqlsdc.tabular.rules import FrequencyRule, apply_rules, default_rules, required_top_k
 from sqlsdc.tabular.universe import suppression_pattern
+from sqlsdc.tabular.verify import verify_suppression
 
 OUTPUT_SCHEMA = "protected"
 LEDGER_STATUS = "__status"  # the ledger status column of a job's released cells
@@ -184,6 +187,10 @@ def protect_query(
         job.step("primary and secondary suppression, audit")
         result = suppression_pattern(table, rules, method=method, cost=cost,
                                      time_limit=time_limit)  # fmt: skip
+        found = apply_rules(table, rules)  # the job's own primary cells, checked independently
+        verify_suppression(table, result["status"].to_numpy() != "published",
+                           primary=found.primary, upl=found.upl, lpl=found.lpl,
+                           time_limit=time_limit).require()  # fmt: skip
         out, report = _suppression_output(table, result, into, method)
         status = np.where(out["status"] == "published", "published", "suppressed")
         released = out[[*table.dims, "n", "value"]].assign(**{LEDGER_STATUS: status})
@@ -325,7 +332,9 @@ def open_job(
 
     Every job is audited under a query id of its own: ``accepted`` by :meth:`Job.store`
     together with the output and its ledger rows, ``refused`` when a check below fails,
-    ``failed`` when the method or the store fails (nothing is stored then).
+    ``failed`` when the method or the store fails (the reason starts with
+    ``verification_failed:`` when the method's result failed its independent check,
+    :mod:`sqlsdc.tabular.verify`); nothing is stored then.
 
     Raises:
         AccessDenied: ``user`` is not an admin of the policy in force.
@@ -350,7 +359,10 @@ def open_job(
         try:
             yield job
         except BaseException as failure:
-            audit("failed", reason=store.audit_reason(failure))
+            reason = store.audit_reason(failure)
+            if isinstance(failure, VerificationError):  # the result was wrong, not the input
+                reason = f"{VerificationError.status}: {reason}"
+            audit("failed", reason=reason)
             raise
     finally:
         con.close()

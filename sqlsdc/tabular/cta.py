@@ -41,7 +41,10 @@ sensitive requirement may fall short by a slack ``t_s·level_s``, minimise Σ t_
 sensitive cells that cannot reach their levels, and a :class:`~sqlsdc.errors.TabularError` says so.
 
 Margins are recomputed from the adjusted inner cells (``X.T @ inner``), so the published table is
-additive to float rounding, not just to the solver's tolerance.
+additive to float rounding, not just to the solver's tolerance. The result is then checked
+independently (:func:`~sqlsdc.tabular.verify.verify_cta`: additivity, bounds, protection in the
+chosen direction, the solver's objective against the cost recomputed from the table) and never
+returned when a check fails; the reported objective is the recomputed cost.
 
 The models and solver calls live in :mod:`sqlsdc.tabular._cta_model`; the intervals published
 with an adjusted table in :mod:`sqlsdc.tabular.intervals` (re-exported here).
@@ -69,6 +72,7 @@ from sqlsdc.tabular._cta_model import (
 from sqlsdc.tabular.intervals import publish_intervals
 from sqlsdc.tabular.model import Table
 from sqlsdc.tabular.rules import apply_rules, default_rules
+from sqlsdc.tabular.verify import verify_cta
 
 __all__ = ["CTAReport", "choose_directions", "cta", "publish_intervals"]
 
@@ -82,8 +86,9 @@ class CTAReport:
     """How a CTA run went (``result.attrs["cta"]``).
 
     Attributes:
-        method, solver: as requested. status: ``"optimal"`` or ``"feasible"`` (time limit hit
-            with an incumbent; for ``milp`` possibly the LP heuristic's solution).
+        method, solver: as requested. status: the solver's, ``"optimal"`` or ``"feasible"``
+            (a limit hit with an incumbent; for ``milp`` possibly the LP heuristic's solution);
+            a result that fails verification raises instead.
         objective: Σ w·|change| of the returned table (for ``mdi``: K, exact for the chosen
             directions). bound: best proven lower bound on (1) (``objective`` for an optimal
             LP). gap: (objective − bound)/objective.
@@ -204,6 +209,20 @@ def cta(
         dirs = choose_directions(prob, directions, seed)
         run = solve_lp_flipping(prob, dirs, solver, time_limit)
     adjusted = _repair(table, prob.values + run.change)
+    cost = float(np.sum(prob.weights * np.abs(adjusted - prob.values)))
+    verify_cta(
+        table,
+        adjusted,
+        sensitive=prob.sensitive,
+        upl=prob.upl,
+        lpl=prob.lpl,
+        up_room=prob.up_room,
+        down_room=prob.down_room,
+        weights=prob.weights,
+        objective=float(run.objective),
+        method=f"CTA ({method}, {solver})",
+    ).require()
+    run.objective = cost
     mdi_k = iterations = None
     if method == "mdi":
         from sqlsdc.tabular.ipf import mdi_adjust
@@ -212,6 +231,10 @@ def cta(
         safe = np.where(up, prob.values + prob.upl, prob.values - prob.lpl)
         fit = mdi_adjust(table, prob.sensitive, safe[prob.sensitive])
         adjusted, mdi_k, iterations = fit.adjusted, fit.mdi_k, fit.iterations
+        verify_cta(table, adjusted, sensitive=prob.sensitive, upl=prob.upl, lpl=prob.lpl,
+                   up_room=prob.up_room, down_room=prob.down_room, directions=np.where(up, 1, -1),
+                   atol=2e-9 * max(1.0, float(np.abs(prob.values).max())),  # IPF's tolerance
+                   method="CTA (mdi)").require()  # fmt: skip
         run.objective = run.bound = mdi_k  # IPF's limit is the exact MDI table for these directions
     report = CTAReport(
         method=method,

@@ -9,6 +9,7 @@ multiples of the base, margins as given, registered with their quality report.
 
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
 import subprocess
@@ -18,7 +19,7 @@ import pandas as pd
 import pytest
 
 from sqlsdc.engines.duckdb import open_database
-from sqlsdc.errors import AccessDenied, TabularError
+from sqlsdc.errors import AccessDenied, TabularError, VerificationError
 from sqlsdc.jobs.adjust import cta_query, ipf_query, round_query
 from sqlsdc.tabular.model import build_table
 from sqlsdc.tabular.rules import DominanceRule, FrequencyRule, apply_rules
@@ -230,3 +231,79 @@ def test_cli_cta_with_intervals_in_a_subprocess(db):
     wrong = subprocess.run(["sqlsdc", "protect", str(db), "--method", "round", "--sql", OLD,
                             "--into", "r"], capture_output=True, text=True)  # fmt: skip
     assert wrong.returncode == 2 and "needs --base" in wrong.stderr
+
+
+def test_cta_job_on_the_demo_turnover_table_keeps_the_table_near_the_original(db):
+    """Issue 18: with the default rules, the LP's costs 1/|a| (1e-11..1e-7) were below HiGHS's
+    dual tolerance; it moved most cells to 0 (total 161e9 -> 107e9) and said "optimal"."""
+    report = cta_query(db, "admin", TURNOVER, into="turnover_cta")
+    frame, _, _, record = stored(db, "turnover_cta")
+    rules = [DominanceRule(n=1, k=85), FrequencyRule(3)]  # near the defaults; levels differ
+    cells = expected(db, ["nace", "region"], "turnover", rules, "enterprises")
+    values = published(frame, cells, ["nace", "region"])
+    original = cells["value"].to_numpy(np.float64)
+    assert np.count_nonzero(values == 0) == np.count_nonzero(original == 0)
+    # the free-direction MILP (same job, same secret levels) is at least as good as the LP
+    milp = cta_query(db, "admin", TURNOVER, into="turnover_cta", method="milp", replace=True)
+    assert milp.details["objective"] <= report.details["objective"] * (1 + 1e-6)
+    assert report.details["objective"] < report.sensitive
+    assert_additive(frame, ["nace", "region"], tol=1e-3)
+    assert record["status"] == report.status == "optimal"
+    check = record["details"]["verification"]
+    assert check["passed"] and check["protection"] == 0 and check["bounds"] == 0
+    # the reported cost is the cost of the stored table, Σ |change| / |original|
+    moved = np.abs(values - original) / np.where(original != 0, np.abs(original), 1.0)
+    assert record["details"]["objective"] == pytest.approx(moved.sum(), rel=1e-6)
+
+
+@pytest.mark.parametrize("method", ["milp"])
+def test_cta_job_other_methods_pass_verification(db, method):
+    report = cta_query(db, "admin", TURNOVER, into="t", method=method, rules=TURNOVER_RULES)
+    assert report.status == "optimal" and report.details["verification"]["passed"]
+    frame = stored(db, "t")[0]
+    cells = expected(db, ["nace", "region"], "turnover", TURNOVER_RULES, "enterprises")
+    assert_protected(published(frame, cells, ["nace", "region"]), cells)
+
+
+def test_a_job_whose_result_fails_verification_stores_nothing(db, monkeypatch):
+    """A broken solution (one sensitive cell left at its original value, margins not updated)
+    is refused with VerificationError, nothing is stored, and the audit names the failure."""
+    cta_module = importlib.import_module("sqlsdc.tabular.cta")
+    real = cta_module.cta
+
+    def broken(*args, **kwargs):
+        out = real(*args, **kwargs)
+        i = np.flatnonzero(out["sensitive"].to_numpy() & (out["change"].to_numpy() != 0))[0]
+        out.loc[i, "adjusted"] = out.loc[i, "value"]
+        return out
+
+    monkeypatch.setattr(cta_module, "cta", broken)
+    with pytest.raises(VerificationError, match="fails verification and is not stored") as e:
+        cta_query(db, "admin", TURNOVER, into="broken", rules=TURNOVER_RULES)
+    assert e.value.status == "verification_failed"
+    assert any(p.startswith("protection: 1 cell(s)") for p in e.value.problems)
+    con = open_database(db)
+    try:
+        tables = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'broken'")
+        assert tables.fetchall() == [(0,)]
+        outputs = con.execute(
+            "SELECT count(*) FROM sqlsdc.outputs WHERE name = 'protected.broken'"
+        ).fetchall()
+        ((decision, reason),) = con.execute(
+            "SELECT decision, reason FROM sqlsdc.audit ORDER BY query_id DESC LIMIT 1"
+        ).fetchall()
+    finally:
+        con.close()
+    assert outputs == [(0,)] and decision == "failed"
+    assert reason.startswith("verification_failed: ")
+
+
+def test_round_and_ipf_jobs_report_their_verification(db, tmp_path):
+    report = round_query(db, "admin", OLD, into="old_r5", base=5)
+    check = report.details["verification"]
+    assert check["passed"] and check["multiples"] == 0 and check["max_distance"] < 5
+    report = ipf_query(db, "admin", OLD, into="old_ipf", margins=margins_file(tmp_path, db),
+                       rules=[FrequencyRule(10)])  # fmt: skip
+    check = report.details["verification"]
+    assert report.details["converged"] and check["passed"]
+    assert check["max_margin_error"] <= 2e-9 * 10_000
