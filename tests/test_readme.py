@@ -121,9 +121,7 @@ def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 # Commands whose failure is a known open bug owned elsewhere: run, but reported as a warning.
 # Remove an entry when its fix lands (the test then holds the README to it again).
-KNOWN_BROKEN = {
-    "--into turnover_cta": "issue 18, must-have 2: the CTA job (helper 'jobs')",
-}
+KNOWN_BROKEN: dict[str, str] = {}  # command marker -> why it is not run (none at present)
 # (help examples name the same output, turnover_cta, and are skipped alike)
 
 
