@@ -110,7 +110,7 @@ def test_a_count_and_a_distinct_count_do_not_share_noise(ckm, raw_ckm):
     # shared noise would make a difference exact in every region; independent noise makes it
     # exact in a region with probability p = sum_v P(v)^2 of the ptable's noise (0.16), so
     # in all 8 regions with probability p^8 (5e-7): a fixed bound like "at most one exact
-    # region" would fail about one run in ten, as the record keys are new in every run
+    # region" fails in some runs, as the record keys are new in every run
     for i in range(2):
         exact = [r for r in got if got[r][i] == truth[r][i]]
         assert len(exact) < len(got), f"expression {i} is exact in every region"
