@@ -74,6 +74,10 @@ class TabularError(ValueError, Error):
     protection requirements; the message names the input and what to change."""
 
 
+class MicrodataError(ValueError, Error):
+    """Input to a microdata method (sqlsdc.microdata) is invalid, e.g. k larger than the data."""
+
+
 class AccessDenied(Error):
     """The user is unknown to the policy or lacks the role for an operation."""
 

@@ -1,0 +1,41 @@
+"""Microdata protection and risk (issue 20): pure algorithms on arrays and DataFrames, no database.
+
+* :mod:`~sqlsdc.microdata.microaggregation` — MDAV, a better-than-MDAV optimiser, IL = 100·SSE/SST
+  and IL1s;
+* :mod:`~sqlsdc.microdata.risk` — sample frequencies fk, population estimates Fk, k-anonymity
+  violations, the Benedetti–Franconi individual risk, global risk.
+
+The jobs that read and store data are in :mod:`sqlsdc.jobs.anonymize`.
+"""
+
+from sqlsdc.microdata.microaggregation import (
+    MicroaggregationResult,
+    il1s,
+    improve,
+    information_loss,
+    mdav,
+    microaggregate,
+    standardise,
+)
+from sqlsdc.microdata.risk import (
+    RiskSummary,
+    frequencies,
+    individual_risk,
+    k_anonymity_violations,
+    risk_summary,
+)
+
+__all__ = [
+    "MicroaggregationResult",
+    "RiskSummary",
+    "frequencies",
+    "il1s",
+    "improve",
+    "individual_risk",
+    "information_loss",
+    "k_anonymity_violations",
+    "mdav",
+    "microaggregate",
+    "risk_summary",
+    "standardise",
+]

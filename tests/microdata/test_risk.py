@@ -1,0 +1,75 @@
+"""Risk measures: frequencies, k-anonymity, Benedetti–Franconi risk on the digest's case T4."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from sqlsdc.errors import MicrodataError
+from sqlsdc.microdata.risk import (
+    frequencies,
+    individual_risk,
+    k_anonymity_violations,
+    risk_summary,
+)
+
+
+@pytest.mark.parametrize(
+    ("f", "F", "r"),
+    [(1, 10, 0.255843), (1, 2, 0.693147), (2, 10, 0.149410), (2, 4, 0.306853), (3, 30, 0.046368)],
+)
+def test_benedetti_franconi_worked_case_t4(f, F, r):
+    assert individual_risk([f], [F])[0] == pytest.approx(r, abs=5e-7)
+
+
+@pytest.mark.parametrize("f", [1, 2, 3, 7, 40, 300])
+@pytest.mark.parametrize("p", [1e-4, 0.01, 0.3, 0.5, 0.9, 0.999])
+def test_stable_form_equals_the_hypergeometric_definition(f, p):
+    """r = (p^f/f)·₂F₁(f, f; f+1; 1−p) (digest §12) in 50-digit arithmetic, also where p^f
+    underflows and SciPy's hyp2f1 fails."""
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 50
+    pp = mpmath.mpf(p)
+    exact = pp**f / f * mpmath.hyp2f1(f, f, f + 1, 1 - pp)
+    assert individual_risk([f], [f / p])[0] == pytest.approx(float(exact), rel=1e-9)
+
+
+def test_risk_limits_and_clamping():
+    assert individual_risk([1, 2, 5], [1, 2, 5]).tolist() == [1.0, 0.5, 0.2]  # p = 1 → 1/f
+    assert individual_risk([3], [1.5])[0] == pytest.approx(1 / 3)  # F̂ < f clamped to f
+    with pytest.raises(MicrodataError, match="whole numbers of at least 1"):
+        individual_risk([0], [3])
+
+
+def test_frequencies_and_violations():
+    df = pd.DataFrame(
+        {
+            "zip": ["47906", "47906", "47906", "47907", None],
+            "age": [30, 30, 45, 30, 30],
+            "w": [10.0, 20.0, 5.0, 1.0, 2.0],
+        }
+    )
+    freq = frequencies(df, ["zip", "age"], "w")
+    assert freq["fk"].tolist() == [2, 2, 1, 1, 1]
+    assert freq["Fk"].tolist() == [30.0, 30.0, 5.0, 1.0, 2.0]
+    assert frequencies(df, ["zip"])["fk"].tolist() == [3, 3, 3, 1, 1]  # NA is its own category
+    assert k_anonymity_violations(df, ["zip", "age"], (2, 3)) == {2: 3, 3: 5}
+
+
+def test_risk_summary():
+    df = pd.DataFrame({"a": [1, 1, 2, 3], "w": [5.0, 5.0, 10.0, 1.0]})
+    s = risk_summary(df, ["a"], weights="w", ks=(2,), threshold=0.5)
+    r = individual_risk([2, 2, 1, 1], [10, 10, 10, 1])
+    assert s.sample_uniques == 2 and s.violations == {2: 2}
+    assert s.expected_reidentifications == pytest.approx(r.sum())
+    assert s.global_risk == pytest.approx(r.mean())
+    assert s.max_risk == 1.0 and s.above_threshold == 1
+    assert s.to_dict()["violations"] == {"2": 2}
+
+
+def test_bad_keys_and_weights():
+    df = pd.DataFrame({"a": [1, 2], "w": [1.0, -1.0]})
+    with pytest.raises(MicrodataError, match="not in the data"):
+        frequencies(df, ["b"])
+    with pytest.raises(MicrodataError, match="non-negative"):
+        frequencies(df, ["a"], "w")
