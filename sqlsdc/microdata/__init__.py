@@ -3,7 +3,12 @@
 * :mod:`~sqlsdc.microdata.microaggregation` — MDAV, a better-than-MDAV optimiser, IL = 100·SSE/SST
   and IL1s;
 * :mod:`~sqlsdc.microdata.risk` — sample frequencies fk, population estimates Fk, k-anonymity
-  violations, the Benedetti–Franconi individual risk, global risk.
+  violations, the Benedetti–Franconi individual risk, global risk;
+* :mod:`~sqlsdc.microdata.pram` — PRAM matrices (nE, nB, nF, invariant), draws, unbiased
+  counts and their variance;
+* :mod:`~sqlsdc.microdata.perturb` — correlated noise, rank swapping, top/bottom coding,
+  global recoding, local suppression to k-anonymity;
+* :mod:`~sqlsdc.microdata.steps` — the step language of ``sqlsdc anonymize``, keyed draws.
 
 The jobs that read and store data are in :mod:`sqlsdc.jobs.anonymize`.
 """
