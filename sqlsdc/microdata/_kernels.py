@@ -160,7 +160,7 @@ def local_search(X, labels, k, candidates, max_sweeps):
         counts[g] += 1
         for j in range(d):
             sums[g, j] += X[i, j]
-    width = max(cap, counts.max())
+    width = max(cap, counts.max()) + 1  # a swap first moves a into B, then b out of it
     members = np.full((G, width), -1, dtype=np.int64)
     fill = np.zeros(G, dtype=np.int64)
     slot = np.empty(n, dtype=np.int64)

@@ -246,7 +246,7 @@ class MicroaggregationResult:
 
     Attributes:
         data: the input frame with the chosen columns replaced by their group means.
-        labels: group number of every row.
+        labels: group number of every row (-1: a row with a missing value, left as it is).
         k: minimum group size.
         method: ``"mdav"`` or ``"optimal"``.
         il: 100 · SSE / SST on the standardised columns (Castro et al. 2022).
@@ -285,9 +285,12 @@ def microaggregate(
         seed: seed of the optimiser's perturbations.
         time_limit: seconds the optimiser may spend on its perturbations.
 
+    Rows with a missing value in ``columns`` are left as they are (labelled -1) and take no
+    part in the groups or the information loss.
+
     Raises:
-        MicrodataError: unknown method or column, non-numeric or missing values, k < 2 or
-            fewer than k rows.
+        MicrodataError: unknown method or column, non-numeric values, k < 2 or fewer than k
+            complete rows.
     """
     if method not in METHODS:
         raise MicrodataError(f"unknown microaggregation method {method!r}; use one of {METHODS}")
@@ -300,7 +303,8 @@ def microaggregate(
         raw = df[list(columns)].to_numpy(dtype=float)
     except (TypeError, ValueError) as exc:
         raise MicrodataError(f"microaggregation needs numeric columns: {exc}") from None
-    raw = _matrix(raw, k)
+    complete = np.isfinite(raw).all(axis=1)
+    raw = _matrix(raw[complete], k)
     X = standardise(raw) if standardised else raw
     t0 = time.perf_counter()
     labels = mdav(X, k) if method == "mdav" else improve(X, k, seed=seed, time_limit=time_limit)
@@ -308,10 +312,14 @@ def microaggregate(
     masked = _centroids(raw, labels)[labels]
     out = df.copy()
     for j, c in enumerate(columns):
-        out[c] = masked[:, j]
+        column = out[c].to_numpy(dtype=float, na_value=np.nan).copy()
+        column[complete] = masked[:, j]
+        out[c] = column
+    full = np.full(len(df), -1, dtype=np.int64)
+    full[complete] = labels
     return MicroaggregationResult(
         data=out,
-        labels=labels,
+        labels=full,
         k=int(k),
         method=method,
         il=information_loss(raw, labels),

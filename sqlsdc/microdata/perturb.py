@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from sqlsdc.errors import MicrodataError
+from sqlsdc.microdata.risk import frequencies
 
 __all__ = ["add_noise", "local_suppression", "rank_swap", "recode", "top_code"]
 
@@ -103,26 +104,8 @@ def recode(x: pd.Series, breaks: Sequence[float]) -> pd.Series:
 
 
 def _violators(df: pd.DataFrame, keys: list[str], k: int) -> np.ndarray:
-    """Records sharing their key with fewer than k records, a missing value matching any value
-    (sdcMicro's convention). Only combinations with a missing value can match others, so the
-    compatibility matrix is (combinations with a missing value) × (all), built in blocks."""
-    codes = np.stack([pd.Categorical(df[c].astype("string")).codes for c in keys], axis=1).astype(
-        np.int64
-    )
-    combos, inverse, counts = np.unique(codes, axis=0, return_inverse=True, return_counts=True)
-    wild = np.flatnonzero((combos < 0).any(axis=1))
-    f = counts.astype(np.int64)
-    f[wild] = 0
-    step = max(1, 10**7 // max(1, len(combos) * len(keys)))
-    for start in range(0, len(wild), step):
-        rows = combos[wild[start : start + step]]
-        comp = (
-            (rows[:, None, :] == combos[None, :, :]) | (rows[:, None, :] < 0) | (combos < 0)
-        ).all(axis=2)  # block of wild combinations × all combinations
-        f[wild[start : start + step]] = comp @ counts
-        plain = (combos >= 0).all(axis=1)
-        f[plain] += counts[wild[start : start + step]] @ comp[:, plain]
-    return (f < k)[inverse.ravel()]
+    """Records whose key matches fewer than k records, a missing value matching any value."""
+    return frequencies(df, keys)["fk"].to_numpy() < k
 
 
 def local_suppression(

@@ -11,7 +11,7 @@ them for a person links the person to the records with the same key.
 * :func:`risk_summary` — global risk Σr/n, expected re-identifications Σr, records above a
   threshold, k-anonymity violations.
 
-Missing values in a key variable are a category of their own (they match each other only).
+A missing value in a key variable matches any value (sdcMicro's convention).
 
 Example:
     >>> round(float(individual_risk([1], [10])[0]), 6)
@@ -47,26 +47,51 @@ def _check(df: pd.DataFrame, keys: Sequence[str], weights: str | None) -> None:
 
 
 def frequencies(df: pd.DataFrame, keys: Sequence[str], weights: str | None = None) -> pd.DataFrame:
-    """Per record: ``fk``, the number of records with its key, and ``Fk``, the estimated number
-    of population units with it (the sum of the weights over those records; ``fk`` without
-    weights). Indexed like ``df``.
+    """Per record: ``fk``, the number of records whose key matches its key, and ``Fk``, the
+    estimated number of population units with it (the sum of the weights over those records;
+    ``fk`` without weights). Indexed like ``df``.
+
+    A missing value matches any value (sdcMicro's convention, so that local suppression lowers
+    the risk): a record with region missing matches every record that agrees on the other keys.
+    Only combinations with a missing value can match others, so the compatibility matrix is
+    (combinations with a missing value) × (all combinations), built in blocks.
 
     Raises:
         MicrodataError: a key or weight column is missing, or a weight is negative or missing.
     """
     _check(df, keys, weights)
-    codes = df[list(keys)].astype("string").fillna("\x00NA").astype(str)
-    cell = codes.groupby(list(keys), sort=False).ngroup().to_numpy()
-    fk = np.bincount(cell)[cell]
     if weights is None:
-        Fk = fk.astype(float)
+        w = np.ones(len(df))
     else:
         w = pd.to_numeric(df[weights], errors="coerce").to_numpy(dtype=float)
         if not np.isfinite(w).all() or (w < 0).any():
             raise MicrodataError(
                 f"weights in {weights!r} must be finite and non-negative; fix or drop those rows"
             )
-        Fk = np.bincount(cell, weights=w)[cell]
+    if not len(df):
+        return pd.DataFrame({"fk": np.zeros(0, dtype=np.int64), "Fk": np.zeros(0)}, index=df.index)
+    codes = np.stack([pd.Categorical(df[c].astype("string")).codes for c in keys], axis=1).astype(
+        np.int64
+    )
+    combos, inverse, counts = np.unique(codes, axis=0, return_inverse=True, return_counts=True)
+    inverse = inverse.ravel()
+    sums = np.bincount(inverse, weights=w, minlength=len(combos))
+    f, F = counts.astype(np.int64), sums.copy()
+    wild = np.flatnonzero((combos < 0).any(axis=1))
+    plain = ~(combos < 0).any(axis=1)
+    f[wild], F[wild] = 0, 0.0
+    step = max(1, 10**7 // max(1, len(combos) * len(keys)))
+    for start in range(0, len(wild), step):
+        block = wild[start : start + step]
+        rows = combos[block]
+        comp = (
+            (rows[:, None, :] == combos[None, :, :]) | (rows[:, None, :] < 0) | (combos < 0)
+        ).all(axis=2)  # block of combinations with a missing value × all combinations
+        f[block], F[block] = comp @ counts, comp @ sums
+        f[plain] += counts[block] @ comp[:, plain]
+        F[plain] += sums[block] @ comp[:, plain]
+    fk = f[inverse]
+    Fk = fk.astype(float) if weights is None else F[inverse]
     return pd.DataFrame({"fk": fk, "Fk": Fk}, index=df.index)
 
 

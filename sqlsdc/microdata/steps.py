@@ -14,8 +14,8 @@ Steps (``sqlsdc anonymize --step``):
 
 Randomised steps draw from a NumPy Philox generator keyed by :func:`generator`: 128 bits of
 sqlsdc's keyed PRF (:class:`sqlsdc.mechanisms.prf.KeyedStream`) over the database secret, the
-seed, the output name and the step's position and text. Same secret, seed and step: same draws;
-without the secret they cannot be reproduced.
+seed and the step's position and text. Same secret, seed, steps and input: same output, whatever
+the output is called; without the secret the draws cannot be reproduced.
 """
 
 from __future__ import annotations
@@ -76,9 +76,9 @@ def parse_step(text: str) -> Step:
     return Step(method, cols, found)
 
 
-def generator(secret: bytes, seed: int, name: str, position: int, step: Step):
+def generator(secret: bytes, seed: int, position: int, step: Step):
     """A Philox generator keyed by 128 bits of the keyed PRF (see the module docstring)."""
-    stream = KeyedStream(secret, PRF_LABEL, int(seed), name, position, step.text())
+    stream = KeyedStream(secret, PRF_LABEL, int(seed), position, step.text())
     return np.random.Generator(np.random.Philox(key=stream.bits(128)))
 
 
@@ -192,7 +192,6 @@ def apply_steps(
     *,
     secret: bytes,
     seed: int,
-    name: str,
 ) -> tuple[pd.DataFrame, list[dict]]:
     """Apply ``steps`` in order; return the data and one record per step (text, details)."""
     out, log = df, []
@@ -203,7 +202,7 @@ def apply_steps(
                 f"step {step.text()!r}: columns {missing} not in the data; available: "
                 f"{list(out.columns)}"
             )
-        rng = generator(secret, seed, name, position, step)
+        rng = generator(secret, seed, position, step)
         out, details = METHODS[step.method](out, step, rng)
         log.append({"step": step.text(), **details})
     return out, log

@@ -141,10 +141,18 @@ def test_il1s_formula():
         ({"columns": ["a"], "k": 1}, "k must be an integer"),
         ({"columns": ["a"], "k": 3, "method": "kmeans"}, "unknown microaggregation method"),
         ({"columns": ["s"], "k": 2}, "numeric columns"),
-        ({"columns": ["m"], "k": 2}, "finite values"),
+        ({"columns": ["m"], "k": 3}, "cannot form a group"),
     ],
 )
 def test_microaggregate_rejects_bad_input(kwargs, match):
     df = pd.DataFrame({"a": [1.0, 2, 3], "s": list("xyz"), "m": [1.0, None, 2]})
     with pytest.raises(MicrodataError, match=match):
         microaggregate(df, **kwargs)
+
+
+def test_rows_with_missing_values_are_left_out():
+    df = pd.DataFrame({"a": [1.0, 2, None, 3, 10, 11, 12], "b": [1.0, 1, 1, 1, 2, 2, np.nan]})
+    out = microaggregate(df, ["a", "b"], 2)
+    assert out.labels[2] == -1 and out.labels[6] == -1
+    assert np.isnan(out.data["a"][2]) and out.data["a"][6] == 12 and np.isnan(out.data["b"][6])
+    assert (np.bincount(out.labels[out.labels >= 0]) >= 2).all()

@@ -126,13 +126,13 @@ def test_steps_are_reproducible_from_secret_and_seed():
         {"edu": rng.choice(["p", "s", "t"], 300), "income": rng.lognormal(10, 1, 300)}
     )
     steps = [parse_step("pram:edu:p=0.7"), parse_step("noise:income:c=0.1")]
-    a, log = apply_steps(df, steps, secret=SECRET, seed=1, name="x")
-    b, _ = apply_steps(df, steps, secret=SECRET, seed=1, name="x")
-    c, _ = apply_steps(df, steps, secret=SECRET, seed=2, name="x")
-    d, _ = apply_steps(df, steps, secret=b"another secret of 16 bytes", seed=1, name="x")
+    a, log = apply_steps(df, steps, secret=SECRET, seed=1)
+    b, _ = apply_steps(df, steps, secret=SECRET, seed=1)
+    c, _ = apply_steps(df, steps, secret=SECRET, seed=2)
+    d, _ = apply_steps(df, steps, secret=b"another secret of 16 bytes", seed=1)
     assert a.equals(b) and not a.equals(c) and not a.equals(d)
     assert log[0]["step"] == "pram:edu:p=0.7" and log[0]["edu"]["changed"] > 0
-    g1, g2 = (generator(SECRET, 1, "x", 0, steps[0]) for _ in range(2))
+    g1, g2 = (generator(SECRET, 1, 0, steps[0]) for _ in range(2))
     assert g1.random() == g2.random()
     with pytest.raises(MicrodataError, match="not in the data"):
-        apply_steps(df, [parse_step("pram:nope:p=0.5")], secret=SECRET, seed=1, name="x")
+        apply_steps(df, [parse_step("pram:nope:p=0.5")], secret=SECRET, seed=1)

@@ -50,10 +50,13 @@ def test_frequencies_and_violations():
         }
     )
     freq = frequencies(df, ["zip", "age"], "w")
-    assert freq["fk"].tolist() == [2, 2, 1, 1, 1]
-    assert freq["Fk"].tolist() == [30.0, 30.0, 5.0, 1.0, 2.0]
-    assert frequencies(df, ["zip"])["fk"].tolist() == [3, 3, 3, 1, 1]  # NA is its own category
-    assert k_anonymity_violations(df, ["zip", "age"], (2, 3)) == {2: 3, 3: 5}
+    assert freq["fk"].tolist() == [3, 3, 1, 2, 4]  # row 5 (zip missing, 30) matches 1, 2, 4
+    assert freq["Fk"].tolist() == [32.0, 32.0, 5.0, 3.0, 33.0]
+    # a missing value matches any value
+    assert frequencies(df, ["zip"])["fk"].tolist() == [4, 4, 4, 2, 5]
+    plain = frequencies(df.dropna(), ["zip", "age"], "w")
+    assert plain["fk"].tolist() == [2, 2, 1, 1] and plain["Fk"].tolist() == [30, 30, 5, 1]
+    assert k_anonymity_violations(df, ["zip", "age"], (2, 3)) == {2: 1, 3: 2}
 
 
 def test_risk_summary():
