@@ -98,13 +98,24 @@ def microdata_report(db, name, user, fmt):
         _print(report)
 
 
+def _step_summary(step: dict) -> str:
+    """What a step did, in a few words (the JSON report has everything)."""
+    if "suppressed" in step:
+        done = ", ".join(f"{c} {n}" for c, n in step["suppressed"].items() if n) or "none"
+        return f"  (suppressed: {done})"
+    if "il" in step:
+        return f"  (IL {step['il']:.3f})"
+    changed = [f"{c} {v['changed']}" for c, v in step.items() if isinstance(v, dict)]
+    return f"  (changed: {', '.join(changed)})" if changed else ""
+
+
 def _print(r: dict) -> None:
     click.echo(f"stored {r['name']}: {r['records']} records, {len(r['columns'])} columns")
     if r["dropped"]:
         click.echo(f"  left out: {', '.join(r['dropped'])}")
     click.echo(f"  seed {r['seed']}; steps:")
     for step in r["steps"]:
-        click.echo(f"    {step['step']}")
+        click.echo(f"    {step['step']}{_step_summary(step)}")
     if r["before"]:
         b, a = r["before"], r["after"]
         weights = f", weights {r['weights']}" if r["weights"] else ""
