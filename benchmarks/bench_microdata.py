@@ -4,10 +4,12 @@ For Census (1,080 × 13) and Tarragona (834 × 13), all 13 variables standardise
 information loss IL = 100·SSE/SST and time of MDAV and of the optimiser (``improve``: MDAV,
 local search, iterated local search), next to sdcMicro's MDAV and the targets of issue 20
 (Castro, Gentile & Spagnolo-Arrizabalaga 2022: MDAV/VMDAV + two-swap, and their best heuristic).
-Then MDAV time on synthetic standard-normal records × 5 variables (k = 3). Prints markdown.
+Then MDAV time on synthetic standard-normal records × 5 variables (k = 3), whole up to 2·10^5
+records and partitioned (``mdav(..., block=)``) above ``--block``. Prints markdown.
 
     python benchmarks/bench_microdata.py
-    python benchmarks/bench_microdata.py --data /work/shared/data --rounds 400 --sizes 1e5 1e6
+    python benchmarks/bench_microdata.py --data /work/shared/data --rounds 400
+    python benchmarks/bench_microdata.py --skip-casc --sizes 1e5 1e6 --block 50000
 
 Times are wall-clock seconds and CPU seconds of this process (the machine is shared; CPU time
 is the steadier figure). The first call compiles the numba kernels (cached on disk after).
@@ -57,14 +59,19 @@ def casc(data: Path, rounds: int, time_limit: float) -> None:
               f"| {w1:.1f} / {c1:.1f} | ≤ {target:.2f} | {best:.2f} |")  # fmt: skip
 
 
-def synthetic(sizes: list[float], d: int, k: int) -> None:
+def synthetic(sizes: list[float], d: int, k: int, block: int) -> None:
     mdav(np.zeros((2 * k, d)), k)  # compile (or load the cache) outside the timing
-    print(f"\n| records × {d} | k | MDAV s (wall / CPU) | IL |")
-    print("|---|---|---|---|")
+    print(f"\n| records × {d} | k | MDAV | s (wall / CPU) | IL |")
+    print("|---|---|---|---|---|")
     for n in sizes:
         X = np.random.default_rng(1).standard_normal((int(n), d))
-        labels, wall, cpu = timed(mdav, X, k)
-        print(f"| {int(n):,} | {k} | {wall:.1f} / {cpu:.1f} | {information_loss(X, labels):.2f} |")
+        runs = [("whole", None)] if n <= 2e5 else []
+        runs += [(f"partitioned, block {block:,}", block)] if n > block else []
+        for label, size in runs:
+            labels, wall, cpu = timed(mdav, X, k, block=size)
+            assert np.bincount(labels).min() >= k
+            il = information_loss(X, labels)
+            print(f"| {int(n):,} | {k} | {label} | {wall:.1f} / {cpu:.1f} | {il:.2f} |")
 
 
 def main() -> None:
@@ -74,10 +81,13 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=30.0, help="seconds per optimiser run")
     ap.add_argument("--sizes", type=float, nargs="*", default=[1e5])
     ap.add_argument("--vars", type=int, default=5)
+    ap.add_argument("--block", type=int, default=50_000, help="partitioned MDAV part size")
+    ap.add_argument("--skip-casc", action="store_true")
     args = ap.parse_args()
     print(f"python {platform.python_version()}, {platform.machine()}")
-    casc(args.data, args.rounds, args.time_limit)
-    synthetic(args.sizes, args.vars, 3)
+    if not args.skip_casc:
+        casc(args.data, args.rounds, args.time_limit)
+    synthetic(args.sizes, args.vars, 3, args.block)
 
 
 if __name__ == "__main__":

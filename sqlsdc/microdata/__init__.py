@@ -1,6 +1,7 @@
 """Microdata protection and risk (issue 20): pure algorithms on arrays and DataFrames, no database.
 
-* :mod:`~sqlsdc.microdata.microaggregation` — MDAV, a better-than-MDAV optimiser, IL = 100·SSE/SST
+* :mod:`~sqlsdc.microdata.microaggregation` — MDAV (whole or partitioned), V-MDAV, a
+  better-than-MDAV optimiser, IL = 100·SSE/SST
   and IL1s;
 * :mod:`~sqlsdc.microdata.risk` — sample frequencies fk, population estimates Fk, k-anonymity
   violations, the Benedetti–Franconi individual risk, global risk;
@@ -21,6 +22,7 @@ from sqlsdc.microdata.microaggregation import (
     mdav,
     microaggregate,
     standardise,
+    vmdav,
 )
 from sqlsdc.microdata.risk import (
     RiskSummary,
@@ -43,4 +45,5 @@ __all__ = [
     "microaggregate",
     "risk_summary",
     "standardise",
+    "vmdav",
 ]

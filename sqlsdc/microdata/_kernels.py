@@ -235,3 +235,94 @@ def _move(X, a, A, B, labels, counts, sums, members, slot):
     for j in range(X.shape[1]):
         sums[A, j] -= X[a, j]
         sums[B, j] += X[a, j]
+
+
+@njit(cache=True)
+def vmdav(X, k, gamma):
+    """V-MDAV labels (see :func:`sqlsdc.microdata.microaggregation.vmdav`)."""
+    n, d = X.shape
+    Yt = np.ascontiguousarray(X.T)
+    idx = np.arange(n)
+    labels = np.full(n, -1, dtype=np.int64)
+    total = np.zeros(d)
+    for j in range(d):
+        for i in range(n):
+            total[j] += Yt[j, i]
+    near = np.empty(k, dtype=np.int64)
+    best = np.empty(k)
+    dist = np.empty(n)
+    din = np.empty(n)  # distance of each ungrouped record to the group being built
+    tmp = np.empty(n)
+    centre = np.empty(d)
+    m, group = n, 0
+    cap = 2 * k - 1
+    while m >= k:
+        for j in range(d):
+            centre[j] = total[j] / m
+        _distances(Yt, m, centre, dist)
+        e = _argmax(dist, m)
+        for j in range(d):
+            centre[j] = Yt[j, e]
+        _distances(Yt, m, centre, dist)
+        _nearest(dist, m, k, near, best)
+        members = np.empty(k, dtype=np.int64)
+        for q in range(k):
+            members[q] = near[q]
+        # nearest member distance of every record (members are swapped out below)
+        for i in range(m):
+            din[i] = np.inf
+        for q in range(k):
+            for j in range(d):
+                centre[j] = Yt[j, members[q]]
+            _distances(Yt, m, centre, tmp)
+            for i in range(m):
+                if tmp[i] < din[i]:
+                    din[i] = tmp[i]
+        # move the group behind m, keeping din aligned with the swaps
+        order = np.sort(members)[::-1]
+        for p in order:
+            last = m - 1
+            labels[idx[p]] = group
+            for j in range(d):
+                total[j] -= Yt[j, p]
+                t = Yt[j, p]
+                Yt[j, p] = Yt[j, last]
+                Yt[j, last] = t
+            t2 = idx[p]
+            idx[p] = idx[last]
+            idx[last] = t2
+            din[p] = din[last]
+            m -= 1
+        size = k
+        while size < cap and m > 0:
+            u, du = 0, np.inf
+            for i in range(m):
+                if din[i] < du:
+                    u, du = i, din[i]
+            for j in range(d):
+                centre[j] = Yt[j, u]
+            _distances(Yt, m, centre, tmp)
+            dout = np.inf
+            for i in range(m):
+                if i != u and tmp[i] < dout:
+                    dout = tmp[i]
+            if not (np.sqrt(du) < gamma * np.sqrt(dout)):
+                break
+            for i in range(m):
+                if tmp[i] < din[i]:
+                    din[i] = tmp[i]
+            last = m - 1
+            labels[idx[u]] = group
+            for j in range(d):
+                total[j] -= Yt[j, u]
+                t = Yt[j, u]
+                Yt[j, u] = Yt[j, last]
+                Yt[j, last] = t
+            t2 = idx[u]
+            idx[u] = idx[last]
+            idx[last] = t2
+            din[u] = din[last]
+            m -= 1
+            size += 1
+        group += 1
+    return labels, idx[:m].copy()

@@ -49,9 +49,10 @@ __all__ = [
     "sse",
     "sst",
     "standardise",
+    "vmdav",
 ]
 
-METHODS = ("mdav", "optimal")
+METHODS = ("mdav", "vmdav", "optimal")
 
 
 def standardise(X: np.ndarray) -> np.ndarray:
@@ -85,7 +86,7 @@ def _matrix(X, k: int) -> np.ndarray:
     return X
 
 
-def mdav(X, k: int) -> np.ndarray:
+def mdav(X, k: int, *, block: int | None = None) -> np.ndarray:
     """Group labels (0, 1, …) of MDAV (Domingo-Ferrer & Mateo-Sanz 2002; digest 2006 T8).
 
     While at least 3k records remain: r is the record farthest from the centroid of the
@@ -94,9 +95,65 @@ def mdav(X, k: int) -> np.ndarray:
     around the record farthest from the centroid, and the rest form the last group; with fewer
     than 2k left, they form one group. Every group has k..2k − 1 records.
 
+    MDAV's time grows with n²/k. With ``block``, files of more than ``block`` records are
+    halved at the median of their first principal component, recursively, until every part
+    holds at most ``block`` records, and each part is microaggregated alone (*partitioned
+    MDAV*): about n·block/k time, at some loss of quality near the cuts
+    (``benchmarks/README.md`` reports it).
+
     Distances are Euclidean on ``X`` as given: standardise first (:func:`standardise`).
     """
-    return _kernels.mdav(_matrix(X, k), int(k))
+    X = _matrix(X, k)
+    if block is None or len(X) <= block:
+        return _kernels.mdav(X, int(k))
+    if block < 2 * k:
+        raise MicrodataError(f"block must hold at least 2k = {2 * k} records, got {block}")
+    labels = np.empty(len(X), dtype=np.int64)
+    offset = 0
+    for part in _slices(X, np.arange(len(X)), block):
+        local = _kernels.mdav(np.ascontiguousarray(X[part]), int(k))
+        labels[part] = local + offset
+        offset += local.max() + 1
+    return labels
+
+
+def _slices(X: np.ndarray, rows: np.ndarray, block: int) -> list[np.ndarray]:
+    """Halve ``rows`` at the median of their first principal component until every part
+    holds at most ``block`` records (compact cells, unlike slabs along one axis)."""
+    if len(rows) <= block:
+        return [rows]
+    centred = X[rows] - X[rows].mean(axis=0)
+    axis = np.linalg.eigh(centred.T @ centred)[1][:, -1]
+    order = rows[np.argsort(centred @ axis, kind="stable")]
+    half = len(order) // 2
+    return _slices(X, order[:half], block) + _slices(X, order[half:], block)
+
+
+def vmdav(X, k: int, *, gamma: float = 0.2) -> np.ndarray:
+    """Group labels of V-MDAV, variable-size MDAV (Solanas & Martínez-Ballesté 2006; digest
+    2022 §1.1).
+
+    While at least k records are ungrouped: e is the record farthest from their centroid; e
+    and its k − 1 nearest form a group, which then grows while it has fewer than 2k − 1
+    records: u is the ungrouped record nearest to a member (at distance d_in), d_out its
+    distance to the nearest other ungrouped record, and u joins if d_in < γ·d_out (γ ≈ 0.2
+    for scattered data, ≈ 1.1 for clustered data). The fewer than k records left join the
+    group with the nearest centroid, one by one.
+    """
+    X = _matrix(X, k)
+    if gamma < 0:
+        raise MicrodataError(f"gamma must be ≥ 0, got {gamma}")
+    labels, rest = _kernels.vmdav(X, int(k), float(gamma))
+    if len(rest):
+        done = labels >= 0
+        cents = _centroids(X[done], labels[done])
+        sizes = np.bincount(labels[done])
+        for i in rest:
+            g = int(np.argmin(((cents - X[i]) ** 2).sum(axis=1)))
+            cents[g] = (cents[g] * sizes[g] + X[i]) / (sizes[g] + 1)
+            sizes[g] += 1
+            labels[i] = g
+    return labels
 
 
 def groups(labels: np.ndarray) -> list[np.ndarray]:
@@ -272,6 +329,8 @@ def microaggregate(
     standardised: bool = True,
     seed: int = 0,
     time_limit: float = 30.0,
+    gamma: float = 0.2,
+    block: int | None = None,
 ) -> MicroaggregationResult:
     """Replace ``columns`` of ``df`` by the means of groups of at least ``k`` similar rows.
 
@@ -279,11 +338,13 @@ def microaggregate(
         df: the records.
         columns: the numeric variables grouped together (multivariate microaggregation).
         k: minimum group size (≥ 2).
-        method: ``"mdav"`` (:func:`mdav`) or ``"optimal"`` (:func:`improve`, which starts from
-            MDAV and never does worse).
+        method: ``"mdav"`` (:func:`mdav`), ``"vmdav"`` (:func:`vmdav`) or ``"optimal"``
+            (:func:`improve`, which starts from MDAV and never does worse).
         standardised: group on z-scores (the usual choice; otherwise the raw scales weigh in).
         seed: seed of the optimiser's perturbations.
         time_limit: seconds the optimiser may spend on its perturbations.
+        gamma: V-MDAV's gain.
+        block: partitioned MDAV above this many records (``mdav(..., block=)``).
 
     Rows with a missing value in ``columns`` are left as they are (labelled -1) and take no
     part in the groups or the information loss.
@@ -307,7 +368,12 @@ def microaggregate(
     raw = _matrix(raw[complete], k)
     X = standardise(raw) if standardised else raw
     t0 = time.perf_counter()
-    labels = mdav(X, k) if method == "mdav" else improve(X, k, seed=seed, time_limit=time_limit)
+    if method == "mdav":
+        labels = mdav(X, k, block=block)
+    elif method == "vmdav":
+        labels = vmdav(X, k, gamma=gamma)
+    else:
+        labels = improve(X, k, seed=seed, time_limit=time_limit)
     seconds = time.perf_counter() - t0
     masked = _centroids(raw, labels)[labels]
     out = df.copy()

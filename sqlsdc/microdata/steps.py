@@ -3,7 +3,8 @@
 Steps (``sqlsdc anonymize --step``):
 
 ==================  ======================================================================
-``microaggregate``  ``microaggregate:income,age:k=5,method=optimal`` (mdav | optimal)
+``microaggregate``  ``microaggregate:income,age:k=5,method=optimal`` (mdav | vmdav | optimal;
+                    gamma= for vmdav, block= for partitioned mdav)
 ``pram``            ``pram:education:p=0.8[,invariant=1]`` — nE(p); invariant: two-stage R
 ``noise``           ``noise:income:c=0.1`` — correlated noise with covariance c·Σ
 ``rankswap``        ``rankswap:income:p=5`` — ranks swapped within p % of n
@@ -108,7 +109,8 @@ def _microaggregate(df, step, rng):
     k = _number(step, "k", kind=int)
     method = step.params.get("method", "mdav")
     result = microaggregate(df, list(step.columns), k, method=method,
-                            seed=int(rng.integers(2**31)))  # fmt: skip
+                            seed=int(rng.integers(2**31)), gamma=_number(step, "gamma", 0.2),
+                            block=_number(step, "block", None, int))  # fmt: skip
     return result.data, {"k": k, "method": method, "il": result.il, "il1s": result.il1s}
 
 
@@ -175,7 +177,7 @@ METHODS: dict[str, Method] = {
     "suppress": _suppress,
 }
 PARAMS: dict[str, dict[str, bool]] = {  # parameter -> required
-    "microaggregate": {"k": True, "method": False},
+    "microaggregate": {"k": True, "method": False, "gamma": False, "block": False},
     "pram": {"p": True, "invariant": False},
     "noise": {"c": True},
     "rankswap": {"p": True},
