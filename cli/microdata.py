@@ -136,6 +136,13 @@ def _print(r: dict) -> None:
         click.echo(f"    {'':30}{'IL':>10} {'IL1s':>10}")
         for column, loss in r["information_loss"].items():
             click.echo(f"    {column:30}{loss['il']:>10.3f} {loss['il1s']:>10.4f}")
+    link = r.get("linkage")
+    if link:
+        click.echo(
+            f"  record linkage on {', '.join(link['columns'])}: {link['euclidean']:.1%} of "
+            f"{link['records']} records linked to their original (Euclidean), "
+            f"{link['mahalanobis']:.1%} (Mahalanobis)"
+        )
 
 
 COMMANDS = (anonymize, microdata_report)

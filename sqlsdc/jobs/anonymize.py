@@ -44,7 +44,7 @@ from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import Error, MicrodataError
 from sqlsdc.jobs.protect import OUTPUT_SCHEMA, _plain, job_fingerprint
 from sqlsdc.microdata.microaggregation import il1s
-from sqlsdc.microdata.risk import risk_summary
+from sqlsdc.microdata.risk import linkage_rate, risk_summary
 from sqlsdc.microdata.steps import Step, apply_steps, parse_step
 from sqlsdc.policy import ColumnRole, load_policy
 
@@ -71,6 +71,9 @@ class AnonymizeReport:
         after: risk of the stored records.
         information_loss: IL (100·SSE/SST, standardised) and IL1s per changed numeric column
             and over all of them.
+        linkage: distance-based record linkage of the changed numeric columns back to the
+            originals (share of records linked to their own original, Euclidean on z-scores
+            and Mahalanobis; :func:`sqlsdc.microdata.risk.linkage_rate`).
     """
 
     name: str
@@ -85,6 +88,7 @@ class AnonymizeReport:
     before: dict
     after: dict
     information_loss: dict
+    linkage: dict
 
     def to_dict(self) -> dict:
         return _plain(asdict(self))
@@ -172,6 +176,7 @@ def anonymize(
                 before=_risk(original, keys, weights),
                 after=_risk(result, keys, weights),
                 information_loss=_loss(original, result),
+                linkage=_linkage(original, result),
             )
             say(f"storing {report.name}")
             _store(con, result, report, user, version, request, query_id, fingerprint, into)
@@ -267,15 +272,36 @@ def _risk(frame: pd.DataFrame, keys, weights) -> dict:
     return risk_summary(frame, keys, weights=weights, ks=(2, 3, 5)).to_dict()
 
 
-def _loss(original: pd.DataFrame, result: pd.DataFrame) -> dict:
-    """IL and IL1s of the numeric columns whose values changed (missing values left out)."""
-    changed = [
+def _changed_numeric(original: pd.DataFrame, result: pd.DataFrame) -> list[str]:
+    return [
         c
         for c in original.columns
         if pd.api.types.is_numeric_dtype(original[c])
         and pd.api.types.is_numeric_dtype(result[c])
         and not original[c].equals(result[c])
     ]
+
+
+def _linkage(original: pd.DataFrame, result: pd.DataFrame) -> dict:
+    """DBRL rates over the changed numeric columns, on rows complete in both files."""
+    changed = _changed_numeric(original, result)
+    if not changed:
+        return {}
+    both = original[changed].notna().all(axis=1) & result[changed].notna().all(axis=1)
+    x, y = original.loc[both, changed].to_numpy(float), result.loc[both, changed].to_numpy(float)
+    if len(x) < 2:
+        return {}
+    return {
+        "columns": changed,
+        "records": int(len(x)),
+        "euclidean": linkage_rate(x, y),
+        "mahalanobis": linkage_rate(x, y, metric="mahalanobis"),
+    }
+
+
+def _loss(original: pd.DataFrame, result: pd.DataFrame) -> dict:
+    """IL and IL1s of the numeric columns whose values changed (missing values left out)."""
+    changed = _changed_numeric(original, result)
     out: dict = {}
     for c in changed:
         both = original[c].notna() & result[c].notna()

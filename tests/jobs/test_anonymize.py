@@ -47,6 +47,7 @@ def test_job_stores_a_k_anonymous_file_with_report_and_audit(fresh_demo_db):
     income = stored["income"].dropna()
     assert income.groupby(income).size().min() >= 5  # every income value shared by ≥ 5
     assert 0 < report.information_loss["income"]["il"] < 100
+    assert report.linkage["columns"] == ["income"] and report.linkage["euclidean"] <= 0.25
     record = _read(fresh_demo_db, "SELECT method, report FROM sqlsdc.outputs")
     assert record["method"].tolist() == ["anonymize"]
     assert json.loads(record["report"][0])["seed"] == 4

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from sqlsdc.errors import MicrodataError
+from sqlsdc.microdata.microaggregation import microaggregate
 from sqlsdc.microdata.risk import (
     frequencies,
     individual_risk,
     k_anonymity_violations,
+    linkage_rate,
+    mahalanobis_sq,
     risk_summary,
 )
 
@@ -76,3 +80,22 @@ def test_bad_keys_and_weights():
         frequencies(df, ["b"])
     with pytest.raises(MicrodataError, match="non-negative"):
         frequencies(df, ["a"], "w")
+
+
+def test_mahalanobis_case_t13():
+    C = [[2, 1.8], [1.8, 2]]
+    assert mahalanobis_sq([[1, -1], [1, 1]], C) == pytest.approx([10.0, 0.5263], abs=1e-4)
+
+
+def test_linkage_rate():
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((600, 3)) @ [[1, 0.8, 0], [0, 1, 0.5], [0, 0, 1]]
+    for metric in ("euclidean", "mahalanobis"):
+        assert linkage_rate(X, X, metric=metric) == 1.0
+        noisy = linkage_rate(X, X + rng.normal(0, 0.5, X.shape), metric=metric)
+        assert 0 < noisy < 1
+    df = pd.DataFrame(X, columns=list("abc"))
+    masked = microaggregate(df, list("abc"), 5).data.to_numpy()
+    assert linkage_rate(X, masked) <= 1 / 5 + 0.05
+    with pytest.raises(MicrodataError, match="unknown metric"):
+        linkage_rate(X, X, metric="cosine")
