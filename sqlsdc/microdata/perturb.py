@@ -2,6 +2,9 @@
 
 * :func:`add_noise` — correlated additive noise with exact moments (Oganian & Karr, PSD 2006,
   digest §1): X' = X + E, E with sample mean 0 and sample covariance exactly c·Σ.
+* :func:`shuffle` — data shuffling (Muralidhar & Sarathy 2006; digest §6): values drawn from
+  their conditional distribution given non-confidential variables, then replaced rank for rank
+  by the original values.
 * :func:`rank_swap` — rank swapping (Moore; digest §6 and T17): values swapped only between
   ranks closer than p % of n; each column stays a permutation of the original.
 * :func:`top_code`, :func:`recode` — top/bottom coding and global recoding into intervals.
@@ -25,7 +28,7 @@ import pandas as pd
 from sqlsdc.errors import MicrodataError
 from sqlsdc.microdata.risk import frequencies
 
-__all__ = ["add_noise", "local_suppression", "rank_swap", "recode", "top_code"]
+__all__ = ["add_noise", "local_suppression", "rank_swap", "recode", "shuffle", "top_code"]
 
 
 def add_noise(X, c: float, rng: np.random.Generator) -> np.ndarray:
@@ -48,6 +51,49 @@ def add_noise(X, c: float, rng: np.random.Generator) -> np.ndarray:
     L_s = np.linalg.cholesky(c * S + jitter * max(1.0, np.abs(S).max()))
     E = E @ np.linalg.inv(L_e).T @ L_s.T
     return X + E
+
+
+def _normal_scores(A: np.ndarray) -> np.ndarray:
+    """Φ⁻¹((rank − ½)/n) per column (ties by order of appearance)."""
+    from scipy.stats import norm
+
+    ranks = np.argsort(np.argsort(A, axis=0, kind="stable"), axis=0)
+    return norm.ppf((ranks + 0.5) / len(A))
+
+
+def shuffle(X, S, rng: np.random.Generator) -> np.ndarray:
+    """Data shuffling of the confidential columns ``X`` given the non-confidential ``S``.
+
+    In normal scores (digest §6 [ext]): y* = Σ_XS·Σ_SS⁻¹·s + e, e ~ N(0, Σ_XX − Σ_XS·Σ_SS⁻¹·Σ_SX);
+    then each column of X is reverse-mapped: the record with the r-th smallest y*_j gets the
+    r-th smallest x_j. Only original values are released, every marginal is exactly the
+    original one, and rank correlations with S and within X are kept in expectation. ``S``
+    may have no columns (then y* = e ~ N(0, Σ_XX)).
+    """
+    X = np.asarray(X, dtype=float)
+    X = X.reshape(len(X), -1)
+    S = np.asarray(S, dtype=float).reshape(len(X), -1)
+    n, p = X.shape
+    if n < 3:
+        return X.copy()
+    Zx = _normal_scores(X)
+    if S.shape[1]:
+        Zs = _normal_scores(S)
+        C = np.atleast_2d(np.corrcoef(np.hstack([Zx, Zs]), rowvar=False))
+        Cxx, Cxs, Css = C[:p, :p], C[:p, p:], C[p:, p:]
+        B = Cxs @ np.linalg.pinv(Css)
+        mean = Zs @ B.T
+        cov = Cxx - B @ Cxs.T
+    else:
+        mean = np.zeros_like(Zx)
+        cov = np.atleast_2d(np.corrcoef(Zx, rowvar=False))
+    vals, vecs = np.linalg.eigh((cov + cov.T) / 2)
+    root = vecs * np.sqrt(np.clip(vals, 0, None))
+    y = mean + rng.standard_normal((n, p)) @ root.T
+    out = np.empty_like(X)
+    for j in range(p):
+        out[np.argsort(y[:, j], kind="stable"), j] = np.sort(X[:, j])
+    return out
 
 
 def rank_swap(x, p: float, rng: np.random.Generator) -> np.ndarray:

@@ -8,6 +8,7 @@ Steps (``sqlsdc anonymize --step``):
 ``pram``            ``pram:education:p=0.8[,invariant=1]`` — nE(p); invariant: two-stage R
 ``noise``           ``noise:income:c=0.1`` — correlated noise with covariance c·Σ
 ``rankswap``        ``rankswap:income:p=5`` — ranks swapped within p % of n
+``shuffle``         ``shuffle:income,rent[:given=age/household_size]`` — data shuffling
 ``topcode``         ``topcode:income:upper=200000[,lower=0]``
 ``recode``          ``recode:age:breaks=18/30/45/65`` — intervals as labels
 ``suppress``        ``suppress:region,sex,age:k=3[,importance=1/2/3]`` — local suppression
@@ -31,6 +32,7 @@ from sqlsdc.errors import MicrodataError
 from sqlsdc.mechanisms.prf import KeyedStream
 from sqlsdc.microdata import perturb, pram
 from sqlsdc.microdata.microaggregation import microaggregate
+from sqlsdc.microdata.perturb import shuffle
 
 __all__ = ["Step", "apply_steps", "generator", "parse_step"]
 
@@ -144,6 +146,26 @@ def _rankswap(df, step, rng):
     return out, {"p": p}
 
 
+def _shuffle(df, step, rng):
+    given = [c for c in step.params.get("given", "").split("/") if c]
+    missing = [c for c in given if c not in df.columns]
+    if missing:
+        raise MicrodataError(f"step shuffle: given columns {missing} not in the data")
+    cols = list(step.columns)
+    complete = df[cols + given].notna().all(axis=1).to_numpy()
+    out = df.copy()
+    try:
+        shuffled = shuffle(df.loc[complete, cols].to_numpy(float),
+                           df.loc[complete, given].to_numpy(float), rng)  # fmt: skip
+    except (TypeError, ValueError):
+        raise MicrodataError("step shuffle needs numeric columns") from None
+    for j, c in enumerate(cols):
+        column = out[c].to_numpy(dtype=float, na_value=np.nan).copy()
+        column[complete] = shuffled[:, j]
+        out[c] = column
+    return out, {"given": given, "records": int(complete.sum())}
+
+
 def _topcode(df, step, rng):
     upper, lower = _number(step, "upper"), _number(step, "lower")
     out = df.copy()
@@ -172,6 +194,7 @@ METHODS: dict[str, Method] = {
     "pram": _pram,
     "noise": _noise,
     "rankswap": _rankswap,
+    "shuffle": _shuffle,
     "topcode": _topcode,
     "recode": _recode,
     "suppress": _suppress,
@@ -181,11 +204,11 @@ PARAMS: dict[str, dict[str, bool]] = {  # parameter -> required
     "pram": {"p": True, "invariant": False},
     "noise": {"c": True},
     "rankswap": {"p": True},
+    "shuffle": {"given": False},
     "topcode": {"upper": False, "lower": False},
     "recode": {"breaks": True},
     "suppress": {"k": True, "importance": False},
 }
-RANDOM = {"pram", "noise", "rankswap", "microaggregate"}
 
 
 def apply_steps(

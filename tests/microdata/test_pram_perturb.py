@@ -110,7 +110,7 @@ def test_step_parser_and_errors():
     assert step.columns == ("income", "age") and step.params == {"k": "5", "method": "optimal"}
     assert step.text() == "microaggregate:income,age:k=5,method=optimal"
     for text, match in [
-        ("shuffle:x", "unknown step"),
+        ("swap:x", "unknown step"),
         ("pram:", "names no column"),
         ("pram:x", "needs p="),
         ("pram:x:p=1,q=2", "unknown parameter"),
@@ -136,3 +136,19 @@ def test_steps_are_reproducible_from_secret_and_seed():
     assert g1.random() == g2.random()
     with pytest.raises(MicrodataError, match="not in the data"):
         apply_steps(df, [parse_step("pram:nope:p=0.5")], secret=SECRET, seed=1)
+
+
+def test_shuffle_keeps_marginals_and_rank_correlations():
+    """Digest T17: shuffled columns are permutations; the dependence on S survives."""
+    from scipy.stats import spearmanr
+
+    rng = np.random.default_rng(9)
+    s = rng.standard_normal(2000)
+    x = np.exp(0.8 * s + 0.6 * rng.standard_normal(2000))  # confidential, skewed
+    y = perturb.shuffle(x, s[:, None], np.random.default_rng(10))[:, 0]
+    assert np.array_equal(np.sort(y), np.sort(x))
+    assert spearmanr(y, s)[0] == pytest.approx(spearmanr(x, s)[0], abs=0.05)
+    assert np.mean(y == x) < 0.05  # values moved between records
+    df = pd.DataFrame({"x": x, "s": s})
+    out, log = apply_steps(df, [parse_step("shuffle:x:given=s")], secret=SECRET, seed=1)
+    assert np.array_equal(np.sort(out["x"]), np.sort(x)) and log[0]["given"] == ["s"]
