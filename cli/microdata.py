@@ -24,7 +24,8 @@ from sqlsdc.cli.output import format_option, print_json, read_sql
     metavar="METHOD:COLUMNS[:K=V,...]",
     help="A step, applied in the order given (repeatable): microaggregate:income:k=5"
     "[,method=optimal]; pram:education:p=0.8[,invariant=1]; noise:income:c=0.1; "
-    "rankswap:income:p=5; shuffle:income[:given=age]; topcode:income:upper=200000; recode:age:breaks=15/30/45/65; "
+    "rankswap:income:p=5; shuffle:income[:given=age]; topcode:income:upper=200000; "
+    "recode:age:breaks=15/30/45/65; "
     "suppress:region,sex,age:k=3[,importance=1/2/3].",
 )
 @click.option(
