@@ -135,20 +135,20 @@ def anonymize(
         raise MicrodataError("give at least one step, e.g. --step microaggregate:income:k=5")
     if (source is None) == (sql is None):
         raise MicrodataError("read either a table (--from TABLE) or a query (--sql QUERY)")
-    definition = _definition(source, sql)
     con = engine.open_database(db, read_only=False)
     try:
         current = store.current_policy(con)
         if current is None:
             raise Error(f"{db} has no sqlsdc catalog; run `sqlsdc init DB --policy FILE`")
         query_id = store.next_query_id(con)
-        request = json.dumps({"job": METHOD, "into": into, "from": definition,
+        request = json.dumps({"job": METHOD, "into": into, "from": source or sql,
                               "steps": [s.text() for s in parsed], "seed": seed})  # fmt: skip
         fingerprint = job_fingerprint(METHOD, into, request)
         audit = functools.partial(store.record_query, con, query_id, user, current[0],
                                   sql=request, fingerprint=fingerprint)  # fmt: skip
         try:
             version, policy = _check(con, user, into, replace)
+            definition = _definition(source, sql)
             original, dropped = _read(con, policy, source, definition)
         except Error as refusal:
             audit("refused", reason=store.audit_reason(refusal))
@@ -219,11 +219,13 @@ def _check(con, user: str, into: str, replace: bool):
 
 def _read(con, policy, source: str | None, definition: str) -> tuple[pd.DataFrame, list[str]]:
     """The records without direct identifiers (policy role ``identifier``) and internal
-    columns (``__…``, e.g. the record keys)."""
+    columns (``__…``, e.g. the record keys). The query may read tables of the policy only: no
+    catalog (secrets, ledger), no earlier outputs, no table functions (files)."""
     if source is not None:
         table = policy.table(source)
         if table is None or table.is_public:
             raise MicrodataError(f"{source} is not a confidential table of the policy")
+    _check_tables(con, policy, definition)
     identifiers = {
         c.name.lower()
         for t in policy.confidential_tables
@@ -240,6 +242,28 @@ def _read(con, policy, source: str | None, definition: str) -> tuple[pd.DataFram
     if RKEY in frame.columns and RKEY not in dropped:
         dropped.append(RKEY)
     return frame.drop(columns=dropped), dropped
+
+
+def _check_tables(con, policy, definition: str) -> None:
+    """Refuse a query that reads anything but the policy's tables (checked on the syntax tree
+    and again by DuckDB's own list of the tables the statement reads)."""
+    tree = sqlglot.parse_one(definition, read="duckdb")
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    allowed = ", ".join(sorted(policy.tables))
+    for table in tree.find_all(exp.Table):
+        name = table.name.lower()
+        plain = isinstance(table.this, exp.Identifier) and table.db in ("", "main")
+        if not plain or table.catalog or (name not in ctes and policy.table(name) is None):
+            raise MicrodataError(
+                f"--sql may read the policy's tables only ({allowed}), not {table.sql('duckdb')}"
+            )
+    try:
+        read = engine.tables_read_by(con, definition)
+    except Exception:  # the engine's text is not shown
+        raise MicrodataError("the --sql query could not be checked; write one SELECT") from None
+    unknown = sorted(read - set(policy.tables) - ctes)
+    if unknown:
+        raise MicrodataError(f"--sql may read the policy's tables only ({allowed}), not {unknown}")
 
 
 def _risk_columns(policy, source, frame, keys, weights):

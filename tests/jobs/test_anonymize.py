@@ -74,6 +74,32 @@ def test_sql_source(fresh_demo_db):
 
 
 @pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM read_csv('/etc/passwd')",
+        "SELECT * FROM sqlsdc.secrets",
+        "SELECT s.* FROM persons p, sqlsdc.secrets s",
+        "SELECT * FROM persons WHERE age > (SELECT count(*) FROM sqlsdc.ledger)",
+        "SELECT * FROM protected.earlier",
+        "SELECT * FROM duckdb_settings()",
+        "DROP TABLE persons",
+        "SELECT 1; DROP TABLE persons",
+    ],
+)
+def test_sql_reads_the_policy_tables_only(fresh_demo_db, sql):
+    with pytest.raises(MicrodataError, match="policy's tables only|one SELECT"):
+        anonymize(fresh_demo_db, user="admin", into="x", sql=sql, steps=["pram:sex:p=0.9"])
+    assert _last_audit(fresh_demo_db)["decision"][0] == "refused"
+    assert len(_read(fresh_demo_db, "SELECT * FROM persons")) > 0
+
+
+def test_sql_with_a_cte(fresh_demo_db):
+    sql = "WITH a AS (SELECT region, sex FROM persons) SELECT * FROM a"
+    report = anonymize(fresh_demo_db, user="admin", into="x", sql=sql, steps=["pram:sex:p=0.9"])
+    assert report.columns == ["region", "sex"]
+
+
+@pytest.mark.parametrize(
     ("kwargs", "error", "match", "decision"),
     [
         ({"user": "analyst"}, AccessDenied, "not an admin", "refused"),
