@@ -101,6 +101,10 @@ class VerificationError(TabularError):
         )
 
 
+class MicrodataError(ValueError, Error):
+    """Input to a microdata method (sqlsdc.microdata) is invalid, e.g. k larger than the data."""
+
+
 class AccessDenied(Error):
     """The user is unknown to the policy or lacks the role for an operation."""
 

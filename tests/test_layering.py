@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = {"sqlsdc": ROOT / "sqlsdc", "cli": ROOT / "cli"}
 
-PURE = ("tabular",)
+PURE = ("tabular", "microdata")
 """Packages of pure algorithms: arrays and DataFrames in, arrays and DataFrames out."""
 
 ABOVE_PURE = ("admin", "catalog", "engines", "guard", "jobs", "rewrite", "release", "cli")

@@ -1,0 +1,149 @@
+"""``sqlsdc anonymize`` and ``sqlsdc microdata-report``: protected microdata files (issue 20).
+
+Thin commands over :mod:`sqlsdc.jobs.anonymize`; the methods are in :mod:`sqlsdc.microdata`.
+"""
+
+from __future__ import annotations
+
+import click
+from sqlsdc.cli.admin import admin_option
+from sqlsdc.cli.output import format_option, print_json, read_sql
+
+
+@click.command()
+@click.argument("db", type=click.Path(exists=True, dir_okay=False))
+@click.option("--from", "source", metavar="TABLE", help="A confidential table of the policy.")
+@click.option("--sql", metavar="QUERY", help="A SELECT whose rows are the records ('-': stdin).")
+@click.option("--into", required=True, help="Name of the stored table (protected.NAME).")
+@click.option(
+    "--step",
+    "--steps",
+    "steps",
+    multiple=True,
+    required=True,
+    metavar="METHOD:COLUMNS[:K=V,...]",
+    help="A step, applied in the order given (repeatable): microaggregate:income:k=5"
+    "[,method=optimal]; pram:education:p=0.8[,invariant=1]; noise:income:c=0.1; "
+    "rankswap:income:p=5; shuffle:income[:given=age]; topcode:income:upper=200000; "
+    "recode:age:breaks=15/30/45/65; "
+    "suppress:region,sex,age:k=3[,importance=1/2/3].",
+)
+@click.option(
+    "--keys",
+    help="Key variables (quasi-identifiers) for the risk report, comma-separated "
+    "(default: the table's dimension columns).",
+)
+@click.option("--weights", help="Sampling-weight column (default: the policy's weight column).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the keyed draws.")
+@click.option("--replace", is_flag=True, help="Overwrite an existing output of that name.")
+@admin_option
+@format_option(default="table", choices=("table", "json"))
+def anonymize(db, source, sql, into, steps, keys, weights, seed, replace, user, fmt):
+    """Anonymise records and store them as protected.NAME (admins only).
+
+    Direct identifiers and internal columns are left out; the steps run in order, random ones
+    drawing from the database's secret and --seed (same seed, same output); the table, its
+    report (risk before and after on the key variables, information loss) and an audit entry
+    are stored together. `sqlsdc publish` releases it; `sqlsdc microdata-report` shows the
+    report again.
+
+    \b
+    Example:
+      sqlsdc anonymize demo.duckdb --from persons --into persons_sdc \\
+        --step recode:age:breaks=15/30/45/65 \\
+        --step suppress:region,sex,age,education:k=3 \\
+        --step microaggregate:income:k=5 --keys region,sex,age,education
+    """
+    from sqlsdc.jobs.anonymize import anonymize as run
+
+    if (source is None) == (sql is None):
+        raise click.UsageError("give either --from TABLE or --sql QUERY")
+    say = None if fmt == "json" else (lambda message: click.echo(message, err=True))
+    report = run(
+        db,
+        user=user,
+        into=into,
+        steps=list(steps),
+        source=source,
+        sql=read_sql(sql) if sql is not None else None,
+        keys=[k.strip() for k in keys.split(",") if k.strip()] if keys else None,
+        weights=weights,
+        seed=seed,
+        replace=replace,
+        progress=say,
+    )
+    if fmt == "json":
+        print_json(report.to_dict())
+    else:
+        _print(report.to_dict())
+
+
+@click.command("microdata-report")
+@click.argument("db", type=click.Path(exists=True, dir_okay=False))
+@click.argument("name")
+@admin_option
+@format_option(default="table", choices=("table", "json"))
+def microdata_report(db, name, user, fmt):
+    """Risk before/after and information loss of the anonymised table NAME (admins only).
+
+    \b
+    Example:
+      sqlsdc microdata-report demo.duckdb persons_sdc --format json
+    """
+    from sqlsdc.jobs.anonymize import stored_report
+
+    report = stored_report(db, name, user=user)
+    if fmt == "json":
+        print_json(report)
+    else:
+        _print(report)
+
+
+def _step_summary(step: dict) -> str:
+    """What a step did, in a few words (the JSON report has everything)."""
+    if "suppressed" in step:
+        done = ", ".join(f"{c} {n}" for c, n in step["suppressed"].items() if n) or "none"
+        return f"  (suppressed: {done})"
+    if "il" in step:
+        return f"  (IL {step['il']:.3f})"
+    changed = [f"{c} {v['changed']}" for c, v in step.items() if isinstance(v, dict)]
+    return f"  (changed: {', '.join(changed)})" if changed else ""
+
+
+def _print(r: dict) -> None:
+    click.echo(f"stored {r['name']}: {r['records']} records, {len(r['columns'])} columns")
+    if r["dropped"]:
+        click.echo(f"  left out: {', '.join(r['dropped'])}")
+    click.echo(f"  seed {r['seed']}; steps:")
+    for step in r["steps"]:
+        click.echo(f"    {step['step']}{_step_summary(step)}")
+    if r["before"]:
+        b, a = r["before"], r["after"]
+        weights = f", weights {r['weights']}" if r["weights"] else ""
+        click.echo(f"  risk on {', '.join(r['keys'])}{weights}:")
+        click.echo(f"    {'':30}{'before':>10} {'after':>10}")
+        rows = [("sample uniques", "sample_uniques", "d")]
+        rows += [(f"records with fk < {k}", ("violations", k), "d") for k in b["violations"]]
+        rows += [
+            ("expected re-identifications", "expected_reidentifications", ".1f"),
+            ("global risk", "global_risk", ".4f"),
+            ("largest individual risk", "max_risk", ".4f"),
+        ]
+        for label, key, spec in rows:
+            x, y = (d[key[0]][key[1]] if isinstance(key, tuple) else d[key] for d in (b, a))
+            click.echo(f"    {label:30}{x:>10{spec}} {y:>10{spec}}")
+    if r["information_loss"]:
+        click.echo("  information loss (IL = 100·SSE/SST on z-scores):")
+        click.echo(f"    {'':30}{'IL':>10} {'IL1s':>10}")
+        for column, loss in r["information_loss"].items():
+            click.echo(f"    {column:30}{loss['il']:>10.3f} {loss['il1s']:>10.4f}")
+    link = r.get("linkage")
+    if link:
+        click.echo(
+            f"  record linkage on {', '.join(link['columns'])}: {link['euclidean']:.1%} of "
+            f"{link['records']} records linked to their original (Euclidean), "
+            f"{link['mahalanobis']:.1%} (Mahalanobis)"
+        )
+
+
+COMMANDS = (anonymize, microdata_report)

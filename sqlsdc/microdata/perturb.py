@@ -1,0 +1,187 @@
+"""Perturbation and coding of microdata: noise, rank swapping, recoding, local suppression.
+
+* :func:`add_noise` — correlated additive noise with exact moments (Oganian & Karr, PSD 2006,
+  digest §1): X' = X + E, E with sample mean 0 and sample covariance exactly c·Σ.
+* :func:`shuffle` — data shuffling (Muralidhar & Sarathy 2006; digest §6): values drawn from
+  their conditional distribution given non-confidential variables, then replaced rank for rank
+  by the original values.
+* :func:`rank_swap` — rank swapping (Moore; digest §6 and T17): values swapped only between
+  ranks closer than p % of n; each column stays a permutation of the original.
+* :func:`top_code`, :func:`recode` — top/bottom coding and global recoding into intervals.
+* :func:`local_suppression` — set key values to missing until every key combination is shared
+  by at least k records (as sdcMicro's ``localSuppression``: a missing value matches any value;
+  the variable suppressed first is the one with the lowest ``importance`` rank).
+
+Example:
+    >>> import pandas as pd
+    >>> top_code(pd.Series([1, 5, 9]), upper=6).tolist()
+    [1, 5, 6]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from sqlsdc.errors import MicrodataError
+from sqlsdc.microdata.risk import frequencies
+
+__all__ = ["add_noise", "local_suppression", "rank_swap", "recode", "shuffle", "top_code"]
+
+
+def add_noise(X, c: float, rng: np.random.Generator) -> np.ndarray:
+    """X + E with E drawn N(0, c·Σ) and then made exact: centred, whitened by the Cholesky
+    factor of its sample covariance and recoloured by that of c·Σ (Oganian & Karr §2; digest
+    §1). So Cov(X') = (1 + c)·Σ exactly and the means are unchanged.
+    """
+    X = np.asarray(X, dtype=float)
+    X = X.reshape(len(X), -1)
+    if c < 0:
+        raise MicrodataError(f"the noise level c must be ≥ 0, got {c}")
+    n, d = X.shape
+    if c == 0 or n < d + 2:
+        return X.copy()
+    S = np.atleast_2d(np.cov(X, rowvar=False))
+    E = rng.standard_normal((n, d))
+    E -= E.mean(axis=0)
+    jitter = 1e-12 * np.eye(d)
+    L_e = np.linalg.cholesky(np.atleast_2d(np.cov(E, rowvar=False)) + jitter)
+    L_s = np.linalg.cholesky(c * S + jitter * max(1.0, np.abs(S).max()))
+    E = E @ np.linalg.inv(L_e).T @ L_s.T
+    return X + E
+
+
+def _normal_scores(A: np.ndarray) -> np.ndarray:
+    """Φ⁻¹((rank − ½)/n) per column (ties by order of appearance)."""
+    from scipy.stats import norm
+
+    ranks = np.argsort(np.argsort(A, axis=0, kind="stable"), axis=0)
+    return norm.ppf((ranks + 0.5) / len(A))
+
+
+def shuffle(X, S, rng: np.random.Generator) -> np.ndarray:
+    """Data shuffling of the confidential columns ``X`` given the non-confidential ``S``.
+
+    In normal scores (digest §6 [ext]): y* = Σ_XS·Σ_SS⁻¹·s + e, e ~ N(0, Σ_XX − Σ_XS·Σ_SS⁻¹·Σ_SX);
+    then each column of X is reverse-mapped: the record with the r-th smallest y*_j gets the
+    r-th smallest x_j. Only original values are released, every marginal is exactly the
+    original one, and rank correlations with S and within X are kept in expectation. ``S``
+    may have no columns (then y* = e ~ N(0, Σ_XX)).
+    """
+    X = np.asarray(X, dtype=float)
+    X = X.reshape(len(X), -1)
+    S = np.asarray(S, dtype=float).reshape(len(X), -1)
+    n, p = X.shape
+    if n < 3:
+        return X.copy()
+    Zx = _normal_scores(X)
+    if S.shape[1]:
+        Zs = _normal_scores(S)
+        C = np.atleast_2d(np.corrcoef(np.hstack([Zx, Zs]), rowvar=False))
+        Cxx, Cxs, Css = C[:p, :p], C[:p, p:], C[p:, p:]
+        B = Cxs @ np.linalg.pinv(Css)
+        mean = Zs @ B.T
+        cov = Cxx - B @ Cxs.T
+    else:
+        mean = np.zeros_like(Zx)
+        cov = np.atleast_2d(np.corrcoef(Zx, rowvar=False))
+    vals, vecs = np.linalg.eigh((cov + cov.T) / 2)
+    root = vecs * np.sqrt(np.clip(vals, 0, None))
+    y = mean + rng.standard_normal((n, p)) @ root.T
+    out = np.empty_like(X)
+    for j in range(p):
+        out[np.argsort(y[:, j], kind="stable"), j] = np.sort(X[:, j])
+    return out
+
+
+def rank_swap(x, p: float, rng: np.random.Generator) -> np.ndarray:
+    """Rank swapping with parameter p (per cent): walk the ranks from the lowest; each unswapped
+    rank i is swapped with an unswapped rank j drawn uniformly from i < j < i + p·n/100
+    (digest §6: |i − j| < P·N/100). The result is a permutation of ``x``."""
+    x = np.asarray(x)
+    n = len(x)
+    if not 0 < p <= 100:
+        raise MicrodataError(f"the rank-swap parameter p must lie in (0, 100], got {p}")
+    order = np.argsort(x, kind="stable")
+    sorted_x = x[order].copy()
+    window = p * n / 100.0
+    swapped = np.zeros(n, dtype=bool)
+    for i in range(n):
+        if swapped[i]:
+            continue
+        hi = min(n, int(np.ceil(i + window)))
+        free = np.flatnonzero(~swapped[i + 1 : hi]) + i + 1
+        free = free[free - i < window]
+        if len(free):
+            j = free[rng.integers(len(free))]
+            sorted_x[i], sorted_x[j] = sorted_x[j], sorted_x[i]
+            swapped[j] = True
+        swapped[i] = True
+    out = np.empty_like(x)
+    out[order] = sorted_x
+    return out
+
+
+def top_code(x: pd.Series, *, upper=None, lower=None) -> pd.Series:
+    """Values above ``upper`` become ``upper``, values below ``lower`` become ``lower``."""
+    return x.clip(lower=lower, upper=upper)
+
+
+def recode(x: pd.Series, breaks: Sequence[float]) -> pd.Series:
+    """Global recoding into the intervals [b_i, b_(i+1)) labelled ``"b_i-b_(i+1)"``; the first
+    and last are open (``"<b_0"``, ``">=b_last"``)."""
+    b = sorted(float(v) for v in breaks)
+    if not b:
+        raise MicrodataError("recode needs at least one break")
+
+    def label(v):
+        if pd.isna(v):
+            return None
+        if v < b[0]:
+            return f"<{b[0]:g}"
+        for lo, hi in zip(b, b[1:], strict=False):
+            if v < hi:
+                return f"{lo:g}-{hi:g}"
+        return f">={b[-1]:g}"
+
+    return pd.Series([label(v) for v in x], index=x.index, dtype=object)
+
+
+def _violators(df: pd.DataFrame, keys: list[str], k: int) -> np.ndarray:
+    """Records whose key matches fewer than k records, a missing value matching any value."""
+    return frequencies(df, keys)["fk"].to_numpy() < k
+
+
+def local_suppression(
+    df: pd.DataFrame, keys: Sequence[str], k: int, importance: Sequence[int] | None = None
+) -> tuple[pd.DataFrame, dict[str, int]]:
+    """Suppress (set to missing) key values until no record shares its key with fewer than k.
+
+    Greedy, as sdcMicro's ``localSuppression`` with ``importance``: repeatedly, for every
+    record still violating k-anonymity, suppress its value of the least important key variable
+    not yet suppressed in it (``importance``: 1 = most important; default: the variable with
+    the most distinct values goes first). Missing values match any value, so each step can only
+    raise the frequencies. Returns the data and the suppressions per variable.
+    """
+    keys = list(keys)
+    if importance is None:
+        importance = list(pd.Series({c: -df[c].nunique() for c in keys}).rank(method="first"))
+    if len(importance) != len(keys):
+        raise MicrodataError("give one importance per key variable")
+    order = [keys[i] for i in np.argsort(importance, kind="stable")[::-1]]
+    out = df.copy()
+    for c in keys:
+        out[c] = out[c].astype(object)
+    counts = dict.fromkeys(keys, 0)
+    if len(out) < k:
+        raise MicrodataError(f"{len(out)} records cannot be {k}-anonymous")
+    for variable in order:
+        bad = _violators(out, keys, k)
+        if not bad.any():
+            break
+        target = bad & out[variable].notna().to_numpy()
+        out.loc[target, variable] = None
+        counts[variable] += int(target.sum())
+    return out, counts

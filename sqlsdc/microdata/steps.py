@@ -1,0 +1,233 @@
+"""Anonymisation steps: parsed from ``METHOD:COLUMNS[:NAME=VALUE,...]`` and applied in order.
+
+Steps (``sqlsdc anonymize --step``):
+
+==================  ======================================================================
+``microaggregate``  ``microaggregate:income,age:k=5,method=optimal`` (mdav | vmdav | optimal;
+                    gamma= for vmdav, block= for partitioned mdav)
+``pram``            ``pram:education:p=0.8[,invariant=1]`` — nE(p); invariant: two-stage R
+``noise``           ``noise:income:c=0.1`` — correlated noise with covariance c·Σ
+``rankswap``        ``rankswap:income:p=5`` — ranks swapped within p % of n
+``shuffle``         ``shuffle:income,rent[:given=age/household_size]`` — data shuffling
+``topcode``         ``topcode:income:upper=200000[,lower=0]``
+``recode``          ``recode:age:breaks=18/30/45/65`` — intervals as labels
+``suppress``        ``suppress:region,sex,age:k=3[,importance=1/2/3]`` — local suppression
+==================  ======================================================================
+
+Randomised steps draw from a NumPy Philox generator keyed by :func:`generator`: 128 bits of
+sqlsdc's keyed PRF (:class:`sqlsdc.mechanisms.prf.KeyedStream`) over the database secret, the
+seed and the step's position and text. Same secret, seed, steps and input: same output, whatever
+the output is called; without the secret the draws cannot be reproduced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from sqlsdc.errors import MicrodataError
+from sqlsdc.mechanisms.prf import KeyedStream
+from sqlsdc.microdata import perturb, pram
+from sqlsdc.microdata.microaggregation import microaggregate
+from sqlsdc.microdata.perturb import shuffle
+
+__all__ = ["Step", "apply_steps", "generator", "parse_step"]
+
+PRF_LABEL = "sqlsdc.microdata.v1"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step: a method, the columns it changes and its parameters (as given)."""
+
+    method: str
+    columns: tuple[str, ...]
+    params: dict[str, str] = field(default_factory=dict)
+
+    def text(self) -> str:
+        params = ",".join(f"{k}={v}" for k, v in self.params.items())
+        return f"{self.method}:{','.join(self.columns)}" + (f":{params}" if params else "")
+
+
+def parse_step(text: str) -> Step:
+    """``"pram:education:p=0.8"`` → ``Step("pram", ("education",), {"p": "0.8"})``."""
+    method, _, rest = text.strip().partition(":")
+    columns, _, params = rest.partition(":")
+    if method not in METHODS:
+        raise MicrodataError(f"unknown step {method!r}; use one of {sorted(METHODS)}")
+    cols = tuple(c.strip() for c in columns.split(",") if c.strip())
+    if not cols:
+        raise MicrodataError(f"step {text!r} names no column: write {method}:COL1,COL2[:k=v]")
+    found: dict[str, str] = {}
+    for item in filter(None, (p.strip() for p in params.split(","))):
+        name, eq, value = item.partition("=")
+        if not eq:
+            raise MicrodataError(f"step {text!r}: parameter {item!r} is not NAME=VALUE")
+        found[name.strip()] = value.strip()
+    allowed = PARAMS[method]
+    unknown = sorted(set(found) - set(allowed))
+    if unknown:
+        raise MicrodataError(
+            f"step {method}: unknown parameter(s) {unknown}; it takes {sorted(allowed)}"
+        )
+    missing = [p for p, required in allowed.items() if required and p not in found]
+    if missing:
+        raise MicrodataError(f"step {method} needs {', '.join(f'{p}=...' for p in missing)}")
+    return Step(method, cols, found)
+
+
+def generator(secret: bytes, seed: int, position: int, step: Step):
+    """A Philox generator keyed by 128 bits of the keyed PRF (see the module docstring)."""
+    stream = KeyedStream(secret, PRF_LABEL, int(seed), position, step.text())
+    return np.random.Generator(np.random.Philox(key=stream.bits(128)))
+
+
+def _number(step: Step, name: str, default=None, kind=float):
+    if name not in step.params:
+        return default
+    try:
+        return kind(step.params[name])
+    except ValueError:
+        raise MicrodataError(
+            f"step {step.method}: {name}={step.params[name]!r} is not a {kind.__name__}"
+        ) from None
+
+
+def _list(step: Step, name: str, kind=float) -> list | None:
+    if name not in step.params:
+        return None
+    try:
+        return [kind(v) for v in step.params[name].split("/")]
+    except ValueError:
+        raise MicrodataError(
+            f"step {step.method}: {name} is a /-separated list of numbers"
+        ) from None
+
+
+def _microaggregate(df, step, rng):
+    k = _number(step, "k", kind=int)
+    method = step.params.get("method", "mdav")
+    result = microaggregate(df, list(step.columns), k, method=method,
+                            seed=int(rng.integers(2**31)), gamma=_number(step, "gamma", 0.2),
+                            block=_number(step, "block", None, int))  # fmt: skip
+    return result.data, {"k": k, "method": method, "il": result.il, "il1s": result.il1s}
+
+
+def _pram(df, step, rng):
+    p = _number(step, "p")
+    out, details = df.copy(), {}
+    for c in step.columns:
+        counts = df[c].dropna().value_counts().sort_index()
+        P = pram.matrix_e(p, len(counts))
+        if _number(step, "invariant", 0, int):
+            P = pram.make_invariant(P, counts.to_numpy())
+        out[c] = pram.apply(df[c], P, counts.index, rng)
+        details[c] = {"categories": [str(v) for v in counts.index], "matrix": P.round(6).tolist(),
+                      "changed": int((out[c] != df[c]).sum())}  # fmt: skip
+    return out, details
+
+
+def _noise(df, step, rng):
+    c = _number(step, "c")
+    out = df.copy()
+    cols = list(step.columns)
+    out[cols] = perturb.add_noise(df[cols].to_numpy(float), c, rng)
+    return out, {"c": c}
+
+
+def _rankswap(df, step, rng):
+    p = _number(step, "p")
+    out = df.copy()
+    for c in step.columns:
+        out[c] = perturb.rank_swap(df[c].to_numpy(), p, rng)
+    return out, {"p": p}
+
+
+def _shuffle(df, step, rng):
+    given = [c for c in step.params.get("given", "").split("/") if c]
+    missing = [c for c in given if c not in df.columns]
+    if missing:
+        raise MicrodataError(f"step shuffle: given columns {missing} not in the data")
+    cols = list(step.columns)
+    complete = df[cols + given].notna().all(axis=1).to_numpy()
+    out = df.copy()
+    try:
+        shuffled = shuffle(df.loc[complete, cols].to_numpy(float),
+                           df.loc[complete, given].to_numpy(float), rng)  # fmt: skip
+    except (TypeError, ValueError):
+        raise MicrodataError("step shuffle needs numeric columns") from None
+    for j, c in enumerate(cols):
+        column = out[c].to_numpy(dtype=float, na_value=np.nan).copy()
+        column[complete] = shuffled[:, j]
+        out[c] = column
+    return out, {"given": given, "records": int(complete.sum())}
+
+
+def _topcode(df, step, rng):
+    upper, lower = _number(step, "upper"), _number(step, "lower")
+    out = df.copy()
+    for c in step.columns:
+        out[c] = perturb.top_code(df[c], upper=upper, lower=lower)
+    return out, {"upper": upper, "lower": lower}
+
+
+def _recode(df, step, rng):
+    breaks = _list(step, "breaks")
+    out = df.copy()
+    for c in step.columns:
+        out[c] = perturb.recode(df[c], breaks)
+    return out, {"breaks": breaks}
+
+
+def _suppress(df, step, rng):
+    k = _number(step, "k", kind=int)
+    out, counts = perturb.local_suppression(df, step.columns, k, _list(step, "importance", int))
+    return out, {"k": k, "suppressed": counts}
+
+
+Method = Callable[[pd.DataFrame, Step, np.random.Generator], tuple[pd.DataFrame, dict]]
+METHODS: dict[str, Method] = {
+    "microaggregate": _microaggregate,
+    "pram": _pram,
+    "noise": _noise,
+    "rankswap": _rankswap,
+    "shuffle": _shuffle,
+    "topcode": _topcode,
+    "recode": _recode,
+    "suppress": _suppress,
+}
+PARAMS: dict[str, dict[str, bool]] = {  # parameter -> required
+    "microaggregate": {"k": True, "method": False, "gamma": False, "block": False},
+    "pram": {"p": True, "invariant": False},
+    "noise": {"c": True},
+    "rankswap": {"p": True},
+    "shuffle": {"given": False},
+    "topcode": {"upper": False, "lower": False},
+    "recode": {"breaks": True},
+    "suppress": {"k": True, "importance": False},
+}
+
+
+def apply_steps(
+    df: pd.DataFrame,
+    steps: Sequence[Step],
+    *,
+    secret: bytes,
+    seed: int,
+) -> tuple[pd.DataFrame, list[dict]]:
+    """Apply ``steps`` in order; return the data and one record per step (text, details)."""
+    out, log = df, []
+    for position, step in enumerate(steps):
+        missing = [c for c in step.columns if c not in out.columns]
+        if missing:
+            raise MicrodataError(
+                f"step {step.text()!r}: columns {missing} not in the data; available: "
+                f"{list(out.columns)}"
+            )
+        rng = generator(secret, seed, position, step)
+        out, details = METHODS[step.method](out, step, rng)
+        log.append({"step": step.text(), **details})
+    return out, log

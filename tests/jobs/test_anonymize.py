@@ -1,0 +1,145 @@
+"""The anonymisation job and its CLI on real demo databases (issue 20)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import duckdb
+import pytest
+
+from sqlsdc.errors import AccessDenied, MicrodataError
+from sqlsdc.jobs.anonymize import anonymize, stored_report
+from sqlsdc.microdata.risk import frequencies
+
+KEYS = ["region", "sex", "age", "education"]
+STEPS = [
+    "recode:age:breaks=15/30/45/65",
+    "suppress:region,sex,age,education:k=3",
+    "microaggregate:income:k=5",
+    "pram:occupation:p=0.8,invariant=1",
+]
+
+
+def _read(db, sql):
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.sql(sql).df()
+    finally:
+        con.close()
+
+
+def _last_audit(db):
+    return _read(db, "SELECT decision, reason FROM sqlsdc.audit ORDER BY query_id DESC LIMIT 1")
+
+
+def test_job_stores_a_k_anonymous_file_with_report_and_audit(fresh_demo_db):
+    report = anonymize(fresh_demo_db, user="admin", source="persons", into="persons_sdc",
+                       steps=STEPS, keys=KEYS, seed=4)  # fmt: skip
+    stored = _read(fresh_demo_db, "SELECT * FROM protected.persons_sdc")
+    assert len(stored) == report.records > 0
+    assert not {"person_id", "household_id", "__rkey"} & set(stored.columns)
+    assert set(report.dropped) == {"person_id", "household_id", "__rkey"}
+    assert (frequencies(stored, KEYS)["fk"] >= 3).all()  # k-anonymous on the keys
+    assert report.after["violations"]["3"] == 0 and report.before["violations"]["3"] > 0
+    assert report.after["global_risk"] < report.before["global_risk"]
+    assert report.weights == "weight"
+    income = stored["income"].dropna()
+    assert income.groupby(income).size().min() >= 5  # every income value shared by ≥ 5
+    assert 0 < report.information_loss["income"]["il"] < 100
+    assert report.linkage["columns"] == ["income"] and report.linkage["euclidean"] <= 0.25
+    record = _read(fresh_demo_db, "SELECT method, report FROM sqlsdc.outputs")
+    assert record["method"].tolist() == ["anonymize"]
+    assert json.loads(record["report"][0])["seed"] == 4
+    assert stored_report(fresh_demo_db, "persons_sdc", user="admin")["steps"][0]["step"] == STEPS[0]
+    assert _last_audit(fresh_demo_db)["decision"][0] == "accepted"
+
+
+def test_same_seed_same_output_other_seed_other_draws(fresh_demo_db):
+    run = dict(user="admin", source="persons", steps=["pram:occupation:p=0.7"], keys=KEYS)
+    anonymize(fresh_demo_db, into="a", seed=1, **run)
+    anonymize(fresh_demo_db, into="b", seed=1, **run)
+    anonymize(fresh_demo_db, into="c", seed=2, **run)
+    a, b, c = (_read(fresh_demo_db, f"SELECT occupation FROM protected.{n}") for n in "abc")
+    assert a.equals(b) and not a.equals(c)
+
+
+def test_sql_source(fresh_demo_db):
+    report = anonymize(fresh_demo_db, user="admin", into="adults",
+                       sql="SELECT person_id, region, sex, income FROM persons WHERE age >= 18",
+                       steps=["topcode:income:upper=100000"], keys=["region", "sex"])  # fmt: skip
+    stored = _read(fresh_demo_db, "SELECT * FROM protected.adults")
+    assert list(stored.columns) == ["region", "sex", "income"] and report.dropped == ["person_id"]
+    assert stored["income"].max() <= 100000
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM read_csv('/etc/passwd')",
+        "SELECT * FROM sqlsdc.secrets",
+        "SELECT s.* FROM persons p, sqlsdc.secrets s",
+        "SELECT * FROM persons WHERE age > (SELECT count(*) FROM sqlsdc.ledger)",
+        "SELECT * FROM protected.earlier",
+        "SELECT * FROM duckdb_settings()",
+        "DROP TABLE persons",
+        "SELECT 1; DROP TABLE persons",
+    ],
+)
+def test_sql_reads_the_policy_tables_only(fresh_demo_db, sql):
+    with pytest.raises(MicrodataError, match="policy's tables only|one SELECT"):
+        anonymize(fresh_demo_db, user="admin", into="x", sql=sql, steps=["pram:sex:p=0.9"])
+    assert _last_audit(fresh_demo_db)["decision"][0] == "refused"
+    assert len(_read(fresh_demo_db, "SELECT * FROM persons")) > 0
+
+
+def test_sql_with_a_cte(fresh_demo_db):
+    sql = "WITH a AS (SELECT region, sex FROM persons) SELECT * FROM a"
+    report = anonymize(fresh_demo_db, user="admin", into="x", sql=sql, steps=["pram:sex:p=0.9"])
+    assert report.columns == ["region", "sex"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match", "decision"),
+    [
+        ({"user": "analyst"}, AccessDenied, "not an admin", "refused"),
+        ({"source": "regions"}, MicrodataError, "not a confidential table", "refused"),
+        ({"into": "bad name"}, MicrodataError, "plain name", "refused"),
+        ({"steps": ["pram:nope:p=0.5"]}, MicrodataError, "not in the data", "failed"),
+    ],
+)
+def test_refused_and_failed_jobs_store_nothing(fresh_demo_db, kwargs, error, match, decision):
+    run = {"user": "admin", "source": "persons", "into": "x", "steps": ["pram:sex:p=0.9"]}
+    with pytest.raises(error, match=match):
+        anonymize(fresh_demo_db, **{**run, **kwargs})
+    assert _last_audit(fresh_demo_db)["decision"][0] == decision
+    tables = _read(fresh_demo_db, "SELECT count(*) AS n FROM duckdb_tables() "
+                   "WHERE schema_name = 'protected'")  # fmt: skip
+    assert tables["n"][0] == 0
+
+
+def test_cli_session_anonymize_report_publish(tmp_path):
+    """The README session in real subprocesses: demo → anonymize → report → publish."""
+    db, out = tmp_path / "micro-demo.duckdb", tmp_path / "release.duckdb"
+
+    def sqlsdc(*args):
+        return subprocess.run(["sqlsdc", *map(str, args)], capture_output=True, text=True,
+                              timeout=300)  # fmt: skip
+
+    assert sqlsdc("demo", "--db", db, "--persons", 5000, "--seed", 3).returncode == 0
+    run = sqlsdc("anonymize", db, "--from", "persons", "--into", "persons_sdc",
+                 "--step", STEPS[0], "--step", STEPS[1], "--step", STEPS[2],
+                 "--keys", ",".join(KEYS), "--seed", 7)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "stored protected.persons_sdc" in run.stdout and "records with fk < 3" in run.stdout
+    report = sqlsdc("microdata-report", db, "persons_sdc", "--format", "json")
+    assert report.returncode == 0, report.stderr
+    assert json.loads(report.stdout)["after"]["violations"]["3"] == 0
+    published = sqlsdc("publish", db, out)
+    assert published.returncode == 0 and "persons_sdc" in published.stdout
+    assert len(_read(out, "SELECT * FROM persons_sdc")) == 5000
+    again = sqlsdc("anonymize", db, "--from", "persons", "--into", "persons_sdc", "--step", "x")
+    assert again.returncode == 1 and "Traceback" not in again.stderr
+    assert "unknown step 'x'" in again.stderr
+    neither = sqlsdc("anonymize", db, "--into", "y", "--step", STEPS[0])
+    assert neither.returncode == 2 and "--from TABLE or --sql QUERY" in neither.stderr
