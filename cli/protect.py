@@ -271,7 +271,7 @@ def _print_adjustment(report) -> None:
     how = {
         "round": lambda: f"base {d['base']}, {len(d['violations'])} margin(s) relaxed",
         "cta": lambda: (
-            f"{d['method']} ({d['solver']}), gap {d['gap']:.2g}, "
+            f"{d['method']} ({d['solver']}), gap {_gap(d['gap'])}, "
             f"intervals {'yes' if d['intervals'] else 'no'}"
         ),
         "ipf": lambda: (
@@ -294,3 +294,8 @@ def _print_adjustment(report) -> None:
 
 
 COMMANDS = (protect,)
+
+
+def _gap(gap: float) -> str:
+    """The solver's relative optimality gap; rounding noise below 1e-9 is shown as 0."""
+    return "0" if abs(gap) < 1e-9 else f"{gap:.2g}"
