@@ -7,14 +7,21 @@ import click
 import yaml
 from sqlsdc.cli.output import format_option, print_frame, print_json
 
-admin_option = click.option(
-    "--user",
-    "-u",
-    default="admin",
-    show_default=True,
-    help="Acting administrator (must have role admin in the policy in force; for `init` of a "
-    "new database, in the new policy).",
-)
+
+def acting_admin_option(*names: str):
+    """The acting administrator's option, spelled ``names`` (default ``admin``)."""
+    return click.option(
+        *names,
+        "user",
+        default="admin",
+        show_default=True,
+        help="Acting administrator (must have role admin in the policy in force; for `init` of "
+        "a new database, in the new policy)."
+        + (" --admin and --user are older spellings of --as." if "--as" in names else ""),
+    )
+
+
+admin_option = acting_admin_option("--as", "--admin", "--user", "-u")
 
 
 def _report(report) -> None:

@@ -98,6 +98,7 @@ def budget(ctx, db: str, who: str | None, history: bool, show_ledger: bool, fmt:
       sqlsdc budget demo.duckdb --user analyst --format json
       sqlsdc budget demo.duckdb grant --for analyst --epsilon 1 --reason "Q3 study" --as admin
       sqlsdc budget demo.duckdb grant --for analyst --delta 1e-6 --reason "..." --as admin
+      sqlsdc budget demo.duckdb set --for analyst --table benefits --epsilon 5 --reason "..."
       sqlsdc budget demo.duckdb reset --for analyst --reason "new quarter" --as admin
     """
     ctx.obj = {"db": db}
@@ -139,7 +140,7 @@ def _target(policy, user: str | None, table: str | None) -> ledger.BudgetKey:
     if user != ledger.ALL and policy.user(user) is None:
         known = ", ".join(sorted(policy.users)) or "none"
         raise click.BadParameter(f"{user!r} is not a user of the policy in force ({known})",
-                                 param_hint="--user")  # fmt: skip
+                                 param_hint="--for")  # fmt: skip
     if table != ledger.ALL:
         declared = policy.table(table)
         if declared is None or declared.is_public:
@@ -164,11 +165,13 @@ def _admin_session(db: str, admin: str):
     return con, load_policy(current[1], name=current[2])
 
 
-def _amount(text: str | None, name: str, *, below: Fraction | None = None) -> Fraction | None:
+def _amount(
+    text: str | None, name: str, *, below: Fraction | None = None, zero: bool = False
+) -> Fraction | None:
     from sqlsdc.catalog import budget as ledger
 
     try:
-        value = ledger.parse_amount(text, name)
+        value = ledger.parse_amount(text, name, zero=zero)
     except (TypeError, ValueError) as e:
         raise click.BadParameter(str(e), param_hint=f"--{name}") from None
     if value is not None and below is not None and not value < below:
@@ -260,6 +263,53 @@ def grant(obj, user, table, reason, admin, epsilon, rho, delta) -> None:
         con.close()
     click.echo(f"granted {added.describe()} to {key.describe()} (event {seq})")
     for line in _change(before, after):
+        click.echo(line)
+
+
+@budget.command(name="set")
+@_with_target_options
+@click.option("--epsilon", help="The ε limit (exact: 5, 0.5 or 1/3; 0 forbids ε spending).")
+@click.option("--rho", help="The ρ (zCDP) limit (exact).")
+@click.option("--delta", help="The δ limit of private group selection (exact, below 1).")
+@click.pass_obj
+def set_limit(obj, user, table, reason, admin, epsilon, rho, delta) -> None:
+    """Set a budget's own limit of ε, ρ and/or δ (admins only; recorded with who, when, why).
+
+    This gives a user an allowance of their own under a shared budget, e.g. analyst at ε 5 on
+    benefits under the (*, benefits) budget of 50, which `grant` refuses (a grant there would
+    cut the shared allowance). Every budget that applies must allow a query, so the shared
+    budget still binds. Kinds not given keep their limit; later grants add to the new limit.
+
+    \b
+    Example:
+      sqlsdc budget demo.duckdb set --for analyst -t benefits --epsilon 5 --reason "pilot"
+    """
+    from sqlsdc.catalog import budget as ledger
+
+    if user is None:
+        raise click.UsageError("name whose limit to set: --for USER ('*' = all users)")
+    amounts = {
+        "epsilon": _amount(epsilon, "epsilon", zero=True),
+        "rho": _amount(rho, "rho", zero=True),
+        "delta": _amount(delta, "delta", below=Fraction(1), zero=True),
+    }
+    if all(v is None for v in amounts.values()):
+        raise click.UsageError("give --epsilon, --rho and/or --delta")
+    con, policy = _admin_session(obj["db"], admin)
+    try:
+        key = _target(policy, user, table)
+        before = _status(con, policy, key)
+        try:
+            seq = ledger.set_limit(con, admin=admin, key=key, reason=reason,
+                                   limit=ledger.BudgetLimit(**amounts))  # fmt: skip
+        except ValueError as e:
+            raise Error(str(e)) from None
+        after = _status(con, policy, key)
+    finally:
+        con.close()
+    limits = ", ".join(f"{k} {_decimal(v)}" for k, v in amounts.items() if v is not None)
+    click.echo(f"set the limit of {key.describe()} to {limits} (event {seq})")
+    for line in _change(before, after) or ["  unchanged: the limit was already that"]:
         click.echo(line)
 
 

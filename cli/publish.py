@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import click
-from sqlsdc.cli.admin import admin_option
+from sqlsdc.cli.admin import acting_admin_option
 from sqlsdc.cli.output import format_option, print_json
 
 from sqlsdc.errors import Error
@@ -26,7 +26,7 @@ from sqlsdc.errors import Error
     help="User the queries run as (default: the acting administrator).",
 )
 @click.option("--force", "--replace", "replace", is_flag=True, help="Overwrite OUT if it exists.")
-@admin_option
+@acting_admin_option("--admin", "--user", "-u")  # its --as names the analyst
 @format_option(default="table", choices=("table", "json"))
 def publish(db, out, queries, analyst, replace, user, fmt):
     """Write OUT, a DuckDB file holding only protected outputs (admins only).

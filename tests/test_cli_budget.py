@@ -194,6 +194,12 @@ def test_table_and_all_users_budgets(db):
         (["grant", "--table", "cars", "--epsilon", "1", "--reason", "x"],
          "'cars' is not a confidential table of the policy (persons)"),
         (["reset", "--reason", "x"], "name the budget: --user NAME and/or --table NAME"),
+        (["set", "--for", "alice", "--reason", "x"], "give --epsilon, --rho and/or --delta"),
+        (["set", "--epsilon", "1", "--reason", "x"], "name whose limit to set: --for USER"),
+        (["set", "--for", "alice", "--epsilon", "-1", "--reason", "x"], "must be >= 0"),
+        (["set", "--for", "alice", "--delta", "1", "--reason", "x"], "delta must be below 1"),
+        (["set", "--for", "mallory", "--epsilon", "1", "--reason", "x"],
+         "Invalid value for --for: 'mallory' is not a user of the policy in force"),
     ],
 )  # fmt: skip
 def test_usage_errors_exit_2(db, args, message):
@@ -203,7 +209,85 @@ def test_usage_errors_exit_2(db, args, message):
 
 
 def test_help(db):
-    for args in ([], [db, "grant"], [db, "reset"]):
+    for args in ([], [db, "grant"], [db, "set"], [db, "reset"]):
         result = CliRunner().invoke(cli, ["budget", *map(str, args), "--help"])
         assert result.exit_code == 0 and "Usage:" in result.output
     assert "budget" in CliRunner().invoke(cli, ["--help"]).output
+
+
+def test_set_gives_a_user_an_allowance_of_their_own_under_a_shared_budget(db):
+    """ISSUE18 must-have 7: the per-user cap that ``grant`` refuses under a shared budget is
+    set, shown before -> after and recorded with its reason; the shared budget still binds."""
+    run(db, "grant", "--for", "*", "--epsilon", "50", "--reason", "all", "--as", "root")
+    _spend(db, "alice", Fraction(6, 5))
+    done = sqlsdc_cli(db, "set", "--for", "alice", "--epsilon", "5", "--reason", "pilot study",
+                      "--as", "root")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "set the limit of user 'alice' on all tables to epsilon 5 (event 3)",
+        "  epsilon: limit none -> 5; remaining none -> 3.8",
+    ]
+    lower = sqlsdc_cli(db, "set", "--for", "alice", "--epsilon", "2", "--rho", "1/4",
+                       "--reason", "smaller", "--as", "root")  # fmt: skip
+    assert lower.returncode == 0, lower.stderr
+    assert "  epsilon: limit 5 -> 2; remaining 3.8 -> 0.8" in lower.stdout
+    assert "  rho: limit none -> 0.25; remaining none -> 0.25" in lower.stdout
+    more = sqlsdc_cli(db, "grant", "--for", "alice", "--epsilon", "1", "--reason", "more",
+                      "--as", "root")  # fmt: skip
+    assert "  epsilon: limit 2 -> 3; remaining 0.8 -> 1.8" in more.stdout  # grants add to it
+    history = json.loads(sqlsdc_cli(db, "--history", "--format", "json").stdout)
+    events = [(h["action"], h["user_name"], h["epsilon"], h["rho"], h["reason"]) for h in history]
+    assert events == [
+        ("grant", "*", "50", None, "all"),
+        ("set", "alice", "5", None, "pilot study"),
+        ("set", "alice", "2", "1/4", "smaller"),
+        ("grant", "alice", "1", None, "more"),
+    ]  # fmt: skip
+    with pytest.raises(sqlsdc.BudgetExhausted):
+        _spend(db, "alice", Fraction(2))  # 1.8 left of alice's own 3
+    _spend(db, "alice", Fraction(9, 5))
+    shared = [r for r in json.loads(run(db, "--format", "json").output) if r["user"] == "*"]
+    assert shared[0]["epsilon_remaining"] == "47"  # the shared budget was charged too
+
+
+def test_set_upgrades_a_catalog_made_before_it(db):
+    """Catalogs whose event table only admits 'grant' and 'reset' are rebuilt with their rows."""
+    run(db, "grant", "--for", "alice", "--epsilon", "1", "--reason", "old", "--as", "root")
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE old_events AS SELECT * FROM sqlsdc.budget_events")
+    con.execute("DROP TABLE sqlsdc.budget_events")
+    con.execute(
+        "CREATE TABLE sqlsdc.budget_events (seq BIGINT PRIMARY KEY, event_at TIMESTAMP NOT NULL, "
+        "admin VARCHAR NOT NULL, action VARCHAR NOT NULL CHECK (action IN ('grant', 'reset')), "
+        "user_name VARCHAR NOT NULL, table_name VARCHAR NOT NULL, epsilon VARCHAR, rho VARCHAR, "
+        "reason VARCHAR NOT NULL, delta VARCHAR)"
+    )
+    con.execute("INSERT INTO sqlsdc.budget_events BY NAME SELECT * FROM old_events")
+    con.execute("DROP TABLE old_events")
+    con.close()
+    done = sqlsdc_cli(db, "set", "--for", "alice", "--epsilon", "1/2", "--reason", "cap",
+                      "--as", "root")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "  epsilon: limit 1 -> 0.5; remaining 1 -> 0.5" in done.stdout
+    history = json.loads(run(db, "--history", "--format", "json").output)
+    assert [(h["action"], h["reason"]) for h in history] == [("grant", "old"), ("set", "cap")]
+
+
+def test_admin_commands_take_the_acting_admin_as_as_in_budget(db, tmp_path):
+    for spelling in ("--as", "--admin", "--user", "-u"):
+        done = subprocess.run(
+            [sys.executable, "-m", "sqlsdc.cli", "audit", str(db), spelling, "root"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, (spelling, done.stderr)
+    denied = subprocess.run(
+        [sys.executable, "-m", "sqlsdc.cli", "audit", str(db), "--as", "alice"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert denied.returncode == 5
+    assert "access denied: user 'alice' is not an admin" in denied.stderr
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps(POLICY))
+    applied = CliRunner().invoke(cli, ["policy", "apply", str(db), str(policy), "--as", "root"])
+    assert applied.exit_code == 0, applied.output
+    assert "policy version 2 applied" in applied.output

@@ -8,8 +8,9 @@ A query by user U on tables T is charged against every key that applies to it: `
 ``(*, *)`` and, for each t in T, ``(U, t)`` and ``(*, t)``.
 
 Limits come from two places: the ``limits`` argument (the policy's budgets, supplied by the
-caller) and administrators' grants stored in ``sqlsdc.budget_events``; a key's limit is the
-policy limit plus every grant for that key. Three kinds are limited separately: epsilon, rho and
+caller) and administrators' grants and sets stored in ``sqlsdc.budget_events``; a key's limit
+is the policy limit plus every grant for that key, where a set replaces it (for the kinds it
+names) at that point. Three kinds are limited separately: epsilon, rho and
 delta (spent by private group selection; deltas add up by basic composition, Dwork and Roth
 2014, Theorem 3.16). A limit of ``None`` for a kind means the key does not constrain that kind,
 but every kind a query spends must be bounded by at least one applicable limit: a database
@@ -80,6 +81,7 @@ __all__ = [
     "policy_limits",
     "record_cells",
     "reset",
+    "set_limit",
     "spend_ledger",
     "spent",
 ]
@@ -220,14 +222,15 @@ def _tables(tables: Iterable[str]) -> tuple[str, ...]:
 # --- limits and spending ---------------------------------------------------------------------
 
 
-def _events(con) -> tuple[dict[BudgetKey, PrivacyCost], dict[BudgetKey, int]]:
-    """Every key's total grant and the ``seq`` of its last reset, from one read of the
-    (small) table of administrators' events."""
-    grants: dict[BudgetKey, PrivacyCost] = {}
+def _events(con) -> tuple[dict[BudgetKey, list], dict[BudgetKey, int]]:
+    """Every key's changes of limit in order (``("grant", PrivacyCost)`` adds to it, ``("set",
+    BudgetLimit)`` replaces the kinds it names) and the ``seq`` of its last reset, from one read
+    of the (small) table of administrators' events."""
+    changes: dict[BudgetKey, list] = {}
     resets: dict[BudgetKey, int] = {}
     delta = _delta_of(con)
     if delta is None:
-        return grants, resets
+        return changes, resets
     rows = con.execute(
         f"SELECT action, user_name, table_name, epsilon, rho, {delta}, seq "
         f"FROM {S}.budget_events ORDER BY seq"
@@ -235,24 +238,37 @@ def _events(con) -> tuple[dict[BudgetKey, PrivacyCost], dict[BudgetKey, int]]:
     for action, user, table, eps, rho, dlt, seq in rows:
         key = BudgetKey(user, table)
         if action == "grant":
-            grants[key] = grants.get(key, PrivacyCost()) + _cost(eps, rho, dlt)
+            changes.setdefault(key, []).append((action, _cost(eps, rho, dlt)))
+        elif action == "set":
+            amounts = (None if x is None else Fraction(x) for x in (eps, rho, dlt))
+            changes.setdefault(key, []).append((action, BudgetLimit(*amounts)))
         else:
             resets[key] = seq
-    return grants, resets
+    return changes, resets
 
 
 def effective_limits(
     con, limits: Mapping[BudgetKey, BudgetLimit] | None = None
 ) -> dict[BudgetKey, BudgetLimit]:
-    """Every key's limit: the given (policy) limit plus the administrators' grants."""
+    """Every key's limit: the given (policy) limit changed by the administrators' grants and
+    sets, in the order they were made."""
     return _with_grants(limits, _events(con)[0])
 
 
-def _with_grants(limits, grants) -> dict[BudgetKey, BudgetLimit]:
+def _with_grants(limits, changes) -> dict[BudgetKey, BudgetLimit]:
     result = dict(limits or {})
-    for key, granted in grants.items():
-        result[key] = result.get(key, BudgetLimit()) + granted
+    for key, steps in changes.items():
+        limit = result.get(key, BudgetLimit())
+        for action, amount in steps:
+            limit = limit + amount if action == "grant" else _replaced(limit, amount)
+        result[key] = limit
     return result
+
+
+def _replaced(limit: BudgetLimit, new: BudgetLimit) -> BudgetLimit:
+    """``limit`` with the kinds that ``new`` bounds set to ``new``'s values."""
+    kinds = [kind for kind, _symbol in _KINDS]
+    return BudgetLimit(*(getattr(new if getattr(new, k) is not None else limit, k) for k in kinds))
 
 
 def spent(con, key: BudgetKey) -> PrivacyCost:
@@ -533,15 +549,20 @@ def cached_cells(
 # --- administration --------------------------------------------------------------------------
 
 
-def _event(con, admin: str, action: str, key: BudgetKey, cost: PrivacyCost | None, reason: str):
+def _event(con, admin: str, action: str, key: BudgetKey, cost, reason: str):
+    """Record a grant (``cost``: the PrivacyCost added), a set (``cost``: the BudgetLimit, None
+    for the kinds it leaves) or a reset (``cost`` None)."""
     if not isinstance(reason, str) or not reason.strip():
         raise ValueError(f"a budget {action} needs a reason (it is kept in the audit trail)")
     if not isinstance(admin, str) or not admin:
         raise ValueError(f"a budget {action} needs the acting administrator's name")
     ensure_budget_catalog(con)
     (seq,) = one(con, f"SELECT nextval('{S}.budget_seq')")
-    amounts = [_text(getattr(cost, kind)) if cost and getattr(cost, kind) else None
-               for kind, _symbol in _KINDS]  # fmt: skip
+    if isinstance(cost, BudgetLimit):
+        amounts = [_text(getattr(cost, kind)) for kind, _symbol in _KINDS]
+    else:
+        amounts = [_text(getattr(cost, kind)) if cost and getattr(cost, kind) else None
+                   for kind, _symbol in _KINDS]  # fmt: skip
     con.execute(
         f"INSERT INTO {S}.budget_events ({', '.join(_EVENT_COLUMNS)}) VALUES "
         "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -583,9 +604,34 @@ def grant(
             raise ValueError(
                 f"{key.describe()} has no {symbol} budget of its own; its {symbol} is bounded by "
                 f"{names}. A grant here would create a new, smaller limit of {getattr(cost, kind)} "
-                "instead of adding to the allowance; grant to that budget instead"
+                "instead of adding to the allowance; grant to that budget instead, or give "
+                "this one a limit of its own with `sqlsdc budget DB set`"
             )
     return _event(con, admin, "grant", key, cost, reason)
+
+
+def set_limit(con, *, admin: str, key: BudgetKey, limit: BudgetLimit, reason: str) -> int:
+    """Set ``key``'s own limit of the kinds ``limit`` bounds (recorded with who, when and why,
+    like grants); returns its seq.
+
+    This is how an allowance of its own is given under a shared budget (e.g. analyst at ε 5
+    under ``(*, benefits)`` at 50), which a grant refuses because it would cut the shared
+    allowance. Every budget that applies to a query must still allow it, so a limit set above a
+    shared one is not spendable beyond the shared one. Later grants add to the limit set.
+    """
+    if all(getattr(limit, kind) is None for kind, _symbol in _KINDS):
+        raise ValueError("a budget set needs an epsilon, rho or delta limit")
+    if limit.delta is not None and limit.delta >= 1:
+        raise ValueError(f"a delta limit must be below 1 (delta 1 allows anything): {limit.delta}")
+    con.execute("BEGIN TRANSACTION")
+    try:
+        ensure_catalog(con)  # older catalogs: their event table learns the 'set' action
+        seq = _event(con, admin, "set", key, limit, reason)
+        con.execute("COMMIT")
+    except BaseException:
+        _rollback(con)
+        raise
+    return seq
 
 
 def _overlap(a: BudgetKey, b: BudgetKey) -> bool:
@@ -641,11 +687,12 @@ def spend_ledger(con, *, user: str | None = None, limit: int = 100) -> list[dict
     return [dict(zip(_SPEND_COLUMNS, r, strict=True)) for r in rows]
 
 
-def parse_amount(text: str | None, name: str) -> Fraction | None:
-    """A budget amount from the command line ("1", "0.5", "1/3"); None if not given."""
+def parse_amount(text: str | None, name: str, *, zero: bool = False) -> Fraction | None:
+    """A budget amount from the command line ("1", "0.5", "1/3"); None if not given. Amounts
+    are positive; with ``zero`` (a limit, not a grant) 0 is allowed too."""
     if text is None:
         return None
     value = fraction(text, name)
-    if value <= 0:
-        raise ValueError(f"{name} must be > 0, got {text}")
+    if value < 0 or (value == 0 and not zero):
+        raise ValueError(f"{name} must be {'>=' if zero else '>'} 0, got {text}")
     return value

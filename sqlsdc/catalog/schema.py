@@ -127,7 +127,7 @@ DDL = (
         seq BIGINT PRIMARY KEY,
         event_at TIMESTAMP NOT NULL,
         admin VARCHAR NOT NULL,
-        action VARCHAR NOT NULL CHECK (action IN ('grant', 'reset')),
+        action VARCHAR NOT NULL CHECK (action IN ('grant', 'set', 'reset')),
         user_name VARCHAR NOT NULL,
         table_name VARCHAR NOT NULL,
         epsilon VARCHAR,

@@ -68,6 +68,7 @@ def ensure_catalog(con) -> None:
         con.execute(statement)
     _key_dp_cells(con)
     _add_delta_columns(con)
+    _allow_set_events(con)
     row = one(con, f"SELECT value FROM {S}.meta WHERE key = 'catalog_version'")
     if row is None:
         con.execute(f"INSERT INTO {S}.meta VALUES ('catalog_version', ?)", [str(CATALOG_VERSION)])
@@ -121,6 +122,30 @@ def _add_delta_columns(con) -> None:
             [S, table, column.split()[0]],
         ):
             con.execute(f"ALTER TABLE {S}.{table} ADD COLUMN {column}")
+
+
+def _allow_set_events(con) -> None:
+    """Catalogs made before ``budget set``: rebuild ``budget_events`` with the same rows, so its
+    action check admits 'set' (DuckDB cannot alter a CHECK constraint)."""
+    (check,) = one(
+        con,
+        "SELECT string_agg(expression, ' ') FROM duckdb_constraints() WHERE "
+        "database_name = current_database() AND schema_name = ? AND "
+        "table_name = 'budget_events' AND constraint_type = 'CHECK'",
+        [S],
+    )
+    if check is None or "'set'" in check:
+        return
+    columns = [row[0] for row in con.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
+        "AND schema_name = ? AND table_name = 'budget_events' ORDER BY column_index", [S]
+    ).fetchall()]  # fmt: skip
+    con.execute(f"ALTER TABLE {S}.budget_events RENAME TO budget_events_before_set")
+    con.execute(next(d for d in DDL if f"{S}.budget_events (" in d))
+    names = ", ".join(columns)
+    con.execute(f"INSERT INTO {S}.budget_events ({names}) "
+                f"SELECT {names} FROM {S}.budget_events_before_set")  # fmt: skip
+    con.execute(f"DROP TABLE {S}.budget_events_before_set")
 
 
 def ensure_secret(con, name: str = "prf") -> bool:

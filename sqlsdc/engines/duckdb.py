@@ -253,10 +253,44 @@ def run(con: duckdb.DuckDBPyConnection, sql: str, timeout: float | None = None) 
         timer.daemon = True
         timer.start()
     try:
-        return con.execute(sql).to_arrow_reader().read_all()
+        result = con.execute(sql)
+        types = [str(column[1]) for column in result.description]
+        return _mark_wide_integers(result.to_arrow_reader().read_all(), types)
     finally:
         if timer:
             timer.cancel()
+
+
+# Arrow has no 128-bit integer: DuckDB exports HUGEINT (the type of SUM over integers) as
+# decimal128(38, 0), which Arrow turns into ``Decimal`` in Python where DuckDB itself gives
+# ``int``. The field keeps the engine's type in its metadata, so results can be converted as
+# DuckDB converts them (``is_wide_integer``).
+_ENGINE_TYPE = b"sqlsdc.engine_type"
+_WIDE_INTEGERS = frozenset({"HUGEINT", "UHUGEINT"})
+
+
+def _mark_wide_integers(table: pa.Table, types: list[str]) -> pa.Table:
+    """``table`` with its HUGEINT/UHUGEINT fields marked (Arrow types and values unchanged)."""
+    if not _WIDE_INTEGERS.intersection(types):
+        return table
+    fields = [
+        field.with_metadata({_ENGINE_TYPE: kind.encode()}) if kind in _WIDE_INTEGERS else field
+        for field, kind in zip(table.schema, types, strict=True)
+    ]
+    return pa.Table.from_arrays(table.columns, schema=pa.schema(fields, table.schema.metadata))
+
+
+def without_marks(table: pa.Table) -> pa.Table:
+    """``table`` as DuckDB exports it: the fields without the marks of ``run``."""
+    if not any(_ENGINE_TYPE in (field.metadata or {}) for field in table.schema):
+        return table
+    fields = [field.remove_metadata() for field in table.schema]
+    return pa.Table.from_arrays(table.columns, schema=pa.schema(fields, table.schema.metadata))
+
+
+def is_wide_integer(field: pa.Field) -> bool:
+    """Whether a result field is a DuckDB HUGEINT/UHUGEINT (an integer shown as a decimal)."""
+    return bool(field.metadata) and field.metadata.get(_ENGINE_TYPE, b"").decode() in _WIDE_INTEGERS
 
 
 def one(con: duckdb.DuckDBPyConnection, sql: str, params=None) -> tuple | None:

@@ -543,10 +543,10 @@ class Cursor:
         return _rows(chunk)
 
     def df(self) -> pd.DataFrame:
-        return self._require_result().to_pandas()
+        return _frame(self._require_result())
 
     def arrow(self) -> pa.Table:
-        return self._require_result()
+        return engine.without_marks(self._require_result())
 
     def fetchdf(self) -> pd.DataFrame:
         """The result as a pandas DataFrame (DuckDB's name for :meth:`df`)."""
@@ -565,7 +565,7 @@ class Cursor:
                 "pl() needs polars, which is not installed; `pip install polars`, or use df() "
                 "(pandas) or arrow()"
             ) from None
-        return polars.from_arrow(self._require_result())
+        return polars.from_arrow(self.arrow())
 
     def cell_status(self) -> pd.DataFrame:
         """Per result cell: ``published`` or ``suppressed`` for protected aggregates, ``key``
@@ -669,8 +669,25 @@ def _freeze(params):
 
 
 def _rows(table: pa.Table) -> list[tuple]:
-    columns = [c.to_pylist() for c in table.columns]
+    """Python rows with DuckDB's own conversions (a HUGEINT is an ``int``, not a ``Decimal``)."""
+    columns = [_python_values(c, f) for c, f in zip(table.columns, table.schema, strict=True)]
     return list(zip(*columns, strict=True)) if columns else []
+
+
+def _python_values(column: pa.ChunkedArray, field: pa.Field) -> list:
+    values = column.to_pylist()
+    if engine.is_wide_integer(field):
+        return [None if v is None else int(v) for v in values]
+    return values
+
+
+def _frame(table: pa.Table) -> pd.DataFrame:
+    """A DataFrame typed as DuckDB's ``df()`` types it: decimals (and HUGEINT) as float64."""
+    decimals = [i for i, f in enumerate(table.schema) if pa.types.is_decimal(f.type)]
+    for i in decimals:
+        table = table.set_column(i, table.field(i).with_type(pa.float64()),
+                                 table.column(i).cast(pa.float64()))  # fmt: skip
+    return table.to_pandas()
 
 
 def _statement_timeout(policy: Policy, asked: float | None) -> float:

@@ -152,7 +152,8 @@ def release(
 
     for stage in stages:
         space = _space(stage, data_versions)
-        exact = run(stage.sql).to_pandas(types_mapper=_exact_types)
+        exact_cells = run(stage.sql)
+        exact = exact_cells.to_pandas(types_mapper=_exact_types)
         frame = _complete(exact, stage, domains[stage.relation])
         noisy = _noisy(frame, stage, space, secret, policy_version, known, noise, out)
         keep = np.ones(len(frame), dtype=bool)
@@ -169,7 +170,8 @@ def release(
             noisy[name] = values
             out.cells += new
         drawn.update((c.identity.digest, c.value) for c in out.cells)
-        out.relations[stage.relation] = _cells_table(frame, noisy, stage, noise)
+        key_types = [exact_cells.schema.field(f"__g{j}").type for j in range(len(stage.keys))]
+        out.relations[stage.relation] = _cells_table(frame, noisy, stage, noise, key_types)
     return out
 
 
@@ -278,11 +280,12 @@ def _exact_quantiles(long, frame, keys, b, alpha) -> list[Fraction]:
     return values
 
 
-def _cells_table(frame, noisy, stage: DpStage, noise: bool) -> pa.Table:
-    """``__g<j>`` keys, then per aggregate ``__a<i>`` value, ``__p<i>`` published, and the
-    noise's ``__sd<i>`` and ``__hw<i>`` (95% half-width)."""
+def _cells_table(frame, noisy, stage: DpStage, noise: bool, key_types: list) -> pa.Table:
+    """``__g<j>`` keys (of the engine's types, ``key_types``), then per aggregate ``__a<i>``
+    value, ``__p<i>`` published, and the noise's ``__sd<i>`` and ``__hw<i>`` (95% half-width)."""
     n = len(frame)
-    columns = {f"__g{j}": frame[f"__g{j}"].tolist() for j in range(len(stage.keys))}
+    columns = {f"__g{j}": _keys(frame[f"__g{j}"].tolist(), key_types[j])
+               for j in range(len(stage.keys))}  # fmt: skip
     published = np.ones(n, dtype=bool)
     if stage.min_frequency is not None:
         published = np.array([v >= stage.min_frequency for v in noisy[stage.units]], bool)
@@ -295,6 +298,15 @@ def _cells_table(frame, noisy, stage: DpStage, noise: bool) -> pa.Table:
         columns[f"__sd{i}"] = pa.array(sd, type=pa.float64())
         columns[f"__hw{i}"] = pa.array(half, type=pa.float64())
     return pa.table(columns) if columns else pa.table({"__none": [None] * n})
+
+
+def _keys(values: list, engine_type: pa.DataType) -> pa.Array:
+    """Group keys with the type the engine gave the column (a month stays INTEGER); keys of a
+    declared domain that do not fit that type keep the type Arrow infers for them."""
+    try:
+        return pa.array(values, type=engine_type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        return pa.array(values)
 
 
 def _output(output, parts, stats, noise: bool):

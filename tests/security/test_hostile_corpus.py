@@ -513,7 +513,7 @@ MEASURES_GROUPED = [
     ("group_income", "SELECT income, COUNT(*) FROM persons GROUP BY income"),
     ("group_turnover", "SELECT turnover, COUNT(*) FROM enterprises GROUP BY turnover"),
     ("group_weight", "SELECT weight, COUNT(*) FROM persons GROUP BY weight"),
-    ("group_size", "SELECT size, COUNT(*) FROM households GROUP BY size"),
+    ("group_employees", "SELECT employees, COUNT(*) FROM enterprises GROUP BY employees"),
     (
         "group_income_round",
         "SELECT ROUND(income, -3), COUNT(*) FROM persons GROUP BY ROUND(income, -3)",

@@ -47,7 +47,7 @@ OCCUPATIONS = [
 ]
 PROTECTED = ("COUNT", "SUM", "AVG")
 RAW_VALUE_ROLES = {ColumnRole.IDENTIFIER, ColumnRole.MEASURE, ColumnRole.WEIGHT}
-NUMERIC_DIMS = {"age"}  # the demo's numeric dimensions, which may be summed and averaged
+NUMERIC_DIMS = {"age", "size"}  # the demo's numeric dimensions, which may be summed and averaged
 
 
 def role(table: str, column: str) -> ColumnRole:
@@ -151,7 +151,8 @@ def aggregates(draw, table: str) -> Item:
         return Item("aggregate", None, "COUNT")
     plausible = draw(st.integers(0, 4)) > 0  # mostly what the policy allows, sometimes not
     if function in ("SUM", "AVG") and plausible:
-        pool = columns(table, ColumnRole.MEASURE, ColumnRole.WEIGHT)
+        summable = columns(table, ColumnRole.MEASURE, ColumnRole.WEIGHT)
+        pool = summable + [c for c in columns(table, ColumnRole.DIMENSION) if c in NUMERIC_DIMS]
     elif function == "COUNT" and plausible:
         pool = columns(table, ColumnRole.DIMENSION, ColumnRole.MEASURE, ColumnRole.WEIGHT)
     else:
