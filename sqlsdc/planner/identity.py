@@ -453,7 +453,7 @@ def _normalise_literals(node: exp.Expr) -> exp.Expr:
         other = parent.right if parent.left is literal else parent.left
         if not isinstance(parent, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)):
             continue
-        if other.type is None or not other.type.is_type(*_NUMERIC):
+        if other.type is None or other.type.this not in _NUMERIC:  # is_type, built-ins
             continue
         text = literal.this
         if "e" in text.lower():

@@ -81,7 +81,7 @@ class _Builder(MagnitudeLayers):
         for i, spec in enumerate(self.plan.aggregates):
             final.append("expressions", exp.alias_(self._final_value(i, spec), f"__y{i}"))
             final.append("expressions", exp.alias_(self._final_fault(i, spec), f"__e{i}"))
-        source = final.subquery(CELLS)
+        source = final.subquery(CELLS, copy=False)
         group = self._group_condition()
 
         def value(i: int) -> exp.Expr:
@@ -136,7 +136,7 @@ class _Builder(MagnitudeLayers):
             return node.transform(lambda n: keys[n].copy() if n in keys else n, copy=True)
 
         agg = exp.Select(expressions=[])
-        agg.set("from_", exp.From(this=rows.subquery(r)))
+        agg.set("from_", exp.From(this=rows.subquery(r, copy=False)))
         group = cells.select.args.get("group")
         if group is not None:
             agg.set("group", remap(group))
@@ -260,7 +260,7 @@ class _Builder(MagnitudeLayers):
         select = exp.Select(
             expressions=[exp.Column(this=exp.Star(), table=exp.to_identifier(PREV))]
         )
-        select.set("from_", exp.From(this=previous.subquery(PREV)))
+        select.set("from_", exp.From(this=previous.subquery(PREV, copy=False)))
         return select
 
     def _join_ptable(self, select: exp.Select, alias: str, ptable: PTableRef, row, key, kind):
