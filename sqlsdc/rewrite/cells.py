@@ -73,7 +73,7 @@ def protect_cells(tree: exp.Expr, plan: QueryPlan, builders: dict[Method, FrameB
     half-width per position next to the status columns.
     """
     noisy = any(c.mechanism is Method.DP for c in plan.cells)
-    copy = untyped_copy(tree)
+    copy = tree.copy()  # with the analysis' types: the generator reads some of them
     twin = {id(a): b for a, b in zip(tree.walk(), copy.walk(), strict=True)}
     for exposure in plan.exposures:
         select = twin[id(exposure.select)]
@@ -93,22 +93,6 @@ def protect_cells(tree: exp.Expr, plan: QueryPlan, builders: dict[Method, FrameB
         else:
             cells.select.replace(protected)
     return copy
-
-
-def untyped_copy(tree: exp.Expr) -> exp.Expr:
-    """A copy of ``tree`` without the types the analysis annotated (``tree`` is unchanged).
-
-    The rewrite reads no annotated type, and sqlglot copies a node's type with it: an
-    annotated tree costs about twice as much to copy, and the protected tree is copied again
-    by the rewrite and by the SQL generator."""
-    types = [(node, node.type) for node in tree.walk() if node.type is not None]
-    try:
-        for node, _type in types:
-            node.type = None
-        return tree.copy()
-    finally:
-        for node, dtype in types:
-            node.type = dtype
 
 
 def inner_select(cells: Cells) -> exp.Select:
