@@ -46,7 +46,7 @@ from sqlsdc.planner.plan import ProtectedAggregate
 from sqlsdc.policy import AggregateKind, Method, Policy
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, unit_count, when_present
 from sqlsdc.rewrite.ckm_magnitudes import PREV, PTABLE_ENTRIES, MagnitudeLayers, ptable_ref
-from sqlsdc.rewrite.sql import any_, at_least_column, missing, mul_expr, number
+from sqlsdc.rewrite.sql import any_, at_least_column, copy_clause, missing, mul_expr, number
 from sqlsdc.rewrite.threshold import at_least
 
 MECHANISM = "ckm"
@@ -105,9 +105,7 @@ class _Builder(MagnitudeLayers):
         for key in ("from_", "joins", "where"):
             value = cells.select.args.get(key)
             if value is not None:
-                rows.set(
-                    key, [v.copy() for v in value] if isinstance(value, list) else value.copy()
-                )
+                rows.set(key, copy_clause(value))
         for i, key in enumerate(cells.keys):
             rows.append("expressions", exp.alias_(key.copy(), f"__g{i}"))
         for i in range(len(plan.aggregates)):
