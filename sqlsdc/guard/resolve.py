@@ -51,7 +51,8 @@ def analyst_schema(
 def check_tables(tree: exp.Expr, policy: Policy, sql: str) -> None:
     """Refuse every table reference that is neither a CTE in scope nor a declared table, every
     qualified name, table function, CTE shadowing a declared table, and user-defined type."""
-    for cte in tree.find_all(exp.CTE):
+    found = _nodes_by_type(tree, exp.CTE, exp.Table, exp.Column, exp.DataType)
+    for cte in found[exp.CTE]:
         name = cte.alias_or_name.lower()
         if policy.table(name) is not None:
             raise PolicyViolation(
@@ -60,7 +61,7 @@ def check_tables(tree: exp.Expr, policy: Policy, sql: str) -> None:
                 sql,
             )
         _check_reserved(name, sql)
-    for table in tree.find_all(exp.Table):
+    for table in found[exp.Table]:
         if not isinstance(table.this, exp.Identifier):
             raise PolicyViolation(
                 f"table functions such as {table.this.sql(DIALECT)[:60]} are not allowed",
@@ -81,20 +82,31 @@ def check_tables(tree: exp.Expr, policy: Policy, sql: str) -> None:
                 f"query the declared tables: {_declared(policy)}",
                 sql,
             )
-    for column in tree.find_all(exp.Column):
+    for column in found[exp.Column]:
         if column.args.get("db") or column.args.get("catalog"):
             raise PolicyViolation(
                 f"qualified column name {column.sql(DIALECT)!r} is not allowed",
                 "name a column as column or table.column (or alias.column)",
                 sql,
             )
-    for dtype in tree.find_all(exp.DataType):
+    for dtype in found[exp.DataType]:
         if dtype.this is exp.DataType.Type.USERDEFINED:
             raise PolicyViolation(
                 f"type {dtype.sql(DIALECT)!r} is not a built-in type",
                 "cast to a built-in type such as INTEGER, BIGINT, DOUBLE, VARCHAR or DATE",
                 sql,
             )
+
+
+def _nodes_by_type(tree: exp.Expr, *types: type) -> dict[type, list[exp.Expr]]:
+    """The nodes of each of ``types`` in ``tree``, each list in ``find_all`` order: one walk
+    of the tree instead of one per type (a node counts for every listed type it is)."""
+    found: dict[type, list[exp.Expr]] = {t: [] for t in types}
+    for node in tree.walk():
+        for t in types:
+            if isinstance(node, t):
+                found[t].append(node)
+    return found
 
 
 def _cte_in_scope(table: exp.Table) -> bool:
@@ -146,10 +158,11 @@ def qualify_tree(tree: exp.Expr, schema: dict, sql: str) -> exp.Expr:
     except OptimizeError as e:
         message = str(e).split(". Line")[0]
         raise PolicyViolation(f"name resolution failed: {message}", _COLUMNS_HINT, sql) from None
-    for column in qualified.find_all(exp.Column):
+    found = _nodes_by_type(qualified, exp.Column, exp.Identifier)
+    for column in found[exp.Column]:
         if not column.table and not isinstance(column.this, exp.Star):
             _check_output_reference(column, sql)
-    for node in qualified.find_all(exp.Identifier):
+    for node in found[exp.Identifier]:
         _check_reserved(node.name, sql)
     return qualified
 

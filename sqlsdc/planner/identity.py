@@ -57,6 +57,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -391,7 +392,7 @@ def _conjuncts(conditions: list[exp.Expr]) -> list[str]:
     if not conditions:
         return []
     combined = exp.and_(*conditions, copy=False)
-    if _size(combined) <= MAX_SIMPLIFY_NODES:
+    if _size(combined, MAX_SIMPLIFY_NODES + 1) <= MAX_SIMPLIFY_NODES:
         try:
             simplified = simplify(combined.copy(), dialect=DIALECT)
             if normalization_distance(simplified) <= MAX_CNF_DISTANCE:
@@ -411,8 +412,10 @@ def _conjuncts(conditions: list[exp.Expr]) -> list[str]:
     return sorted(texts)
 
 
-def _size(node: exp.Expr) -> int:
-    return sum(1 for _ in node.walk())
+def _size(node: exp.Expr, at_most: int) -> int:
+    """The number of nodes of ``node``, counted up to ``at_most`` (a huge condition is not
+    walked to the end only to learn that it is too large)."""
+    return sum(1 for _ in itertools.islice(node.walk(), at_most))
 
 
 def _sort_commutative(node: exp.Expr, generator) -> exp.Expr:
@@ -453,7 +456,7 @@ def _normalise_literals(node: exp.Expr) -> exp.Expr:
         other = parent.right if parent.left is literal else parent.left
         if not isinstance(parent, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)):
             continue
-        if other.type is None or not other.type.is_type(*_NUMERIC):
+        if other.type is None or other.type.this not in _NUMERIC:  # is_type, built-ins
             continue
         text = literal.this
         if "e" in text.lower():

@@ -16,6 +16,7 @@ from sqlsdc.policy import ColumnRole
 DIALECT = "duckdb"
 ROW_ROLES = {ColumnRole.DIMENSION, ColumnRole.MEASURE, ColumnRole.WEIGHT}
 SET_OPERATIONS = (exp.Union, exp.Intersect, exp.Except)
+_NESTED = (exp.Subquery, exp.Select, *SET_OPERATIONS)  # nodes that open a scope of their own
 
 
 class Kind(Enum):
@@ -81,12 +82,9 @@ def own_nodes(node: exp.Expr) -> Iterator[exp.Expr]:
     while stack:
         current = stack.pop()
         yield current
-        children = [
-            c
-            for c in current.iter_expressions()
-            if not isinstance(c, (exp.Subquery, exp.Select, *SET_OPERATIONS))
-        ]
-        stack.extend(reversed(children))
+        stack.extend(
+            c for c in current.iter_expressions(reverse=True) if not isinstance(c, _NESTED)
+        )
 
 
 def scope_aggregates(node: exp.Expr) -> list[exp.AggFunc]:

@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
@@ -39,14 +37,15 @@ class TotalityChecks:
         error there would reveal which cells exist; aggregate results are released values there,
         and only the literal arguments are checked on what depends on them.
         """
-        for n in _evaluated_nodes(node, released):
+        nodes, reads_column = _evaluated_nodes(node, released)
+        for n in nodes:
             refusal = literal_refusal(n, self.constant_is_safe)
             if refusal:
                 raise self.refuse(refusal.reason, refusal.hint)
-        for n in _evaluated_nodes(node, released):
+        for n, reads in zip(nodes, reads_column, strict=True):
             if released and _contains_released_value(n):
                 continue
-            if not any(isinstance(c, exp.Column) for c in own_nodes(n)):
+            if not reads:
                 if not isinstance(n, _INERT) and not self.constant_is_safe(n):
                     raise self.refuse(
                         f"the expression {n.sql(DIALECT)} raises an error", "fix the expression"
@@ -73,21 +72,35 @@ _INERT = (
 )
 
 
-def _evaluated_nodes(node: exp.Expr, released: bool) -> Iterator[exp.Expr]:
-    """The nodes of ``node`` in its scope, parents first; with ``released``, the arguments of
-    aggregates are not entered (they are checked as aggregate arguments)."""
-    stack = [node]
+def _evaluated_nodes(node: exp.Expr, released: bool) -> tuple[list[exp.Expr], list[bool]]:
+    """The nodes of ``node`` in its scope, parents first, and whether each reads a column of
+    the scope (is one or has one below it); with ``released``, the arguments of aggregates are
+    not entered (they are checked as aggregate arguments). One walk, whatever the size: the
+    column flags are carried up from the children, not searched for from every node.
+
+    Under ``released`` the flag of a node with an aggregate below it misses the aggregate's
+    arguments; such a node is skipped as a released value (``_contains_released_value``)."""
+    nodes: list[exp.Expr] = []
+    parents: list[int] = []
+    stack = [(node, -1)]
     while stack:
-        current = stack.pop()
-        yield current
+        current, parent = stack.pop()
+        index = len(nodes)
+        nodes.append(current)
+        parents.append(parent)
         if released and _is_aggregate_call(current):
             continue
-        children = [
-            c
-            for c in current.iter_expressions()
-            if not isinstance(c, (exp.Subquery, exp.Select, *SET_OPERATIONS))
-        ]
-        stack.extend(reversed(children))
+        for child in current.iter_expressions(reverse=True):
+            if not isinstance(child, _NESTED):
+                stack.append((child, index))
+    reads_column = [isinstance(n, exp.Column) for n in nodes]
+    for index in range(len(nodes) - 1, 0, -1):  # children come after their parents
+        if reads_column[index]:
+            reads_column[parents[index]] = True
+    return nodes, reads_column
+
+
+_NESTED = (exp.Subquery, exp.Select, *SET_OPERATIONS)
 
 
 def _is_aggregate_call(node: exp.Expr) -> bool:

@@ -119,23 +119,32 @@ def family(node: exp.Expr | None) -> str | None:
 
 
 def _type_family(dtype: exp.DataType | None) -> str | None:
-    if dtype is None or dtype.is_type(T.UNKNOWN):
+    if dtype is None:
         return None
-    if dtype.is_type(T.NULL):
-        return "null"
-    if dtype.is_type(T.DOUBLE, T.FLOAT):
-        return "float"
-    if dtype.is_type(*exp.DataType.REAL_TYPES):
-        return "decimal"
-    if dtype.is_type(*exp.DataType.INTEGER_TYPES):
-        return "integer"
-    if dtype.is_type(*exp.DataType.TEXT_TYPES):
-        return "text"
-    if dtype.is_type(*exp.DataType.TEMPORAL_TYPES):
-        return "temporal"
-    if dtype.is_type(T.BOOLEAN):
-        return "boolean"
-    return None
+    return _FAMILIES.get(dtype.this)
+
+
+def _families() -> dict:
+    """The family of each built-in type (``DataType.is_type`` compares built-in types by their
+    ``this``; a lookup spares building the candidate types on every call)."""
+    families: dict = {}
+    for types, name in (
+        ({T.UNKNOWN}, None),
+        ({T.NULL}, "null"),
+        ({T.DOUBLE, T.FLOAT}, "float"),
+        (exp.DataType.REAL_TYPES, "decimal"),
+        (exp.DataType.INTEGER_TYPES, "integer"),
+        (exp.DataType.TEXT_TYPES, "text"),
+        (exp.DataType.TEMPORAL_TYPES, "temporal"),
+        ({T.BOOLEAN}, "boolean"),
+    ):
+        for dtype in types:
+            families.setdefault(dtype, name)  # the first match wins, as in a chain of tests
+    families.pop(T.USERDEFINED, None)
+    return families
+
+
+_FAMILIES = _families()
 
 
 def _literal_converts(literal: exp.Literal, target: str | None) -> bool:

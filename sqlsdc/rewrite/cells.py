@@ -25,6 +25,7 @@ from sqlsdc.errors import PolicyViolation
 from sqlsdc.planner.plan import CellPlan, QueryPlan
 from sqlsdc.planner.scopes import own_nodes
 from sqlsdc.policy import Method
+from sqlsdc.rewrite.sql import copy_clause, copy_tree
 
 CELLS = "__cells"
 STATUS_PREFIX = "__sdc_status_"
@@ -73,7 +74,7 @@ def protect_cells(tree: exp.Expr, plan: QueryPlan, builders: dict[Method, FrameB
     half-width per position next to the status columns.
     """
     noisy = any(c.mechanism is Method.DP for c in plan.cells)
-    copy = tree.copy()
+    copy = copy_tree(tree)  # with the analysis' types: the generator reads some of them
     twin = {id(a): b for a, b in zip(tree.walk(), copy.walk(), strict=True)}
     for exposure in plan.exposures:
         select = twin[id(exposure.select)]
@@ -101,7 +102,7 @@ def inner_select(cells: Cells) -> exp.Select:
     for key in ("from_", "joins", "where", "group"):
         value = cells.select.args.get(key)
         if value is not None:
-            inner.set(key, [v.copy() for v in value] if isinstance(value, list) else value.copy())
+            inner.set(key, copy_clause(value))
     return inner
 
 

@@ -46,7 +46,7 @@ from sqlsdc.planner.plan import ProtectedAggregate
 from sqlsdc.policy import AggregateKind, Method, Policy
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, unit_count, when_present
 from sqlsdc.rewrite.ckm_magnitudes import PREV, PTABLE_ENTRIES, MagnitudeLayers, ptable_ref
-from sqlsdc.rewrite.sql import any_, at_least_column, missing, mul_expr, number
+from sqlsdc.rewrite.sql import any_, at_least_column, copy_clause, missing, mul_expr, number
 from sqlsdc.rewrite.threshold import at_least
 
 MECHANISM = "ckm"
@@ -81,7 +81,7 @@ class _Builder(MagnitudeLayers):
         for i, spec in enumerate(self.plan.aggregates):
             final.append("expressions", exp.alias_(self._final_value(i, spec), f"__y{i}"))
             final.append("expressions", exp.alias_(self._final_fault(i, spec), f"__e{i}"))
-        source = final.subquery(CELLS)
+        source = final.subquery(CELLS, copy=False)
         group = self._group_condition()
 
         def value(i: int) -> exp.Expr:
@@ -105,9 +105,7 @@ class _Builder(MagnitudeLayers):
         for key in ("from_", "joins", "where"):
             value = cells.select.args.get(key)
             if value is not None:
-                rows.set(
-                    key, [v.copy() for v in value] if isinstance(value, list) else value.copy()
-                )
+                rows.set(key, copy_clause(value))
         for i, key in enumerate(cells.keys):
             rows.append("expressions", exp.alias_(key.copy(), f"__g{i}"))
         for i in range(len(plan.aggregates)):
@@ -136,7 +134,7 @@ class _Builder(MagnitudeLayers):
             return node.transform(lambda n: keys[n].copy() if n in keys else n, copy=True)
 
         agg = exp.Select(expressions=[])
-        agg.set("from_", exp.From(this=rows.subquery(r)))
+        agg.set("from_", exp.From(this=rows.subquery(r, copy=False)))
         group = cells.select.args.get("group")
         if group is not None:
             agg.set("group", remap(group))
@@ -260,7 +258,7 @@ class _Builder(MagnitudeLayers):
         select = exp.Select(
             expressions=[exp.Column(this=exp.Star(), table=exp.to_identifier(PREV))]
         )
-        select.set("from_", exp.From(this=previous.subquery(PREV)))
+        select.set("from_", exp.From(this=previous.subquery(PREV, copy=False)))
         return select
 
     def _join_ptable(self, select: exp.Select, alias: str, ptable: PTableRef, row, key, kind):

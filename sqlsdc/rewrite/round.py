@@ -85,7 +85,7 @@ def round_frame(cells: Cells, twin: dict[int, exp.Expr]) -> Frame:
             if not p.alias.startswith(("__a", "__k"))
         ]
     )
-    outer.set("from_", exp.From(this=inner.subquery(AGGREGATION)))
+    outer.set("from_", exp.From(this=inner.subquery(AGGREGATION, copy=False)))
     for i, spec in enumerate(plan.aggregates):
         exact = exp.column(f"__a{i}", AGGREGATION)
         if spec.rule.method is Method.ROUND:
@@ -103,7 +103,7 @@ def round_frame(cells: Cells, twin: dict[int, exp.Expr]) -> Frame:
     def published(i: int) -> exp.Expr:
         return at_least(f"__n{i}", plan.aggregates[i].min_frequency)
 
-    return Frame(outer.subquery(CELLS), value, published, group)
+    return Frame(outer.subquery(CELLS, copy=False), value, published, group)
 
 
 def rounded(x: exp.Expr, key: exp.Expr, base: int, rule: Rounding) -> exp.Expr:

@@ -43,7 +43,7 @@ def threshold_frame(cells: Cells, twin: dict[int, exp.Expr]) -> Frame:
         return exp.Case(ifs=[exp.If(this=published(i), true=cell_column(f"__a{i}"))])
 
     group = group_condition(inner, cells)
-    return Frame(inner.subquery(CELLS), value, published, group)
+    return Frame(inner.subquery(CELLS, copy=False), value, published, group)
 
 
 def add_keys(inner: exp.Select, cells: Cells) -> None:
