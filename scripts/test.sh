@@ -4,4 +4,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install --quiet --disable-pip-version-check -e ".[test,spark]"
 python3 -m ruff check .
-python3 -m pytest -q "$@"
+python3 -m pytest -q -n auto --dist loadfile "$@"  # one worker per core, a file per worker

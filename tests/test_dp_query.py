@@ -549,6 +549,7 @@ def test_no_exact_value_or_internal_column_reaches_the_analyst(dp_db):
 # --- DP audit: neighbouring databases --------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_empirical_privacy_loss_on_neighbouring_databases_stays_within_epsilon(dp_db, tmp_path):
     """Run the released mechanism (bounding in SQL, keyed noise, post-processing) on D and on D
     minus one person, with 3000 fresh secrets each, and estimate the privacy loss
@@ -595,6 +596,7 @@ def test_empirical_privacy_loss_on_neighbouring_databases_stays_within_epsilon(d
     assert 0.25 <= float(np.mean(losses)) <= 0.75
 
 
+@pytest.mark.slow
 def test_empirical_zcdp_loss_of_a_gaussian_sum_on_neighbouring_databases(tmp_path):
     """The Gaussian (rho-zCDP) counterpart of the audit above, for SUM. Person 0's value is far
     above the bounds [0, 10], so removing them moves the bounded sum by exactly the sensitivity

@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "load_test.py"
 
 
+@pytest.mark.slow
 def test_four_processes_admin_commands_and_a_kill_lose_nothing():
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--processes", "4", "--queries", "10", "--pause", "0.3"],

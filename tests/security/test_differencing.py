@@ -82,6 +82,7 @@ def _unique_targets(raw, count: int) -> list[tuple]:
     ).fetchall()
 
 
+@pytest.mark.slow
 def test_padding_a_cell_with_one_target_rarely_gives_the_exact_income(ckm, raw_ckm):
     """The attack of issue 16 over 60 targets, as the analyst: ``SUM(income)`` of a
     municipality, and of the same municipality OR the target's attributes."""

@@ -145,6 +145,7 @@ def _unique_targets(raw, count: int) -> list[tuple]:
     ).fetchall()
 
 
+@pytest.mark.slow
 def test_one_person_average_does_not_invert_to_the_exact_income(ckm, raw_ckm):
     """A one-person cell's AVG(income) is x̂ = x·(1 ± m(x)·(0.5 + |pv|)) with m the public flex
     function and pv one of ~100 grid values: inverting each candidate factor and keeping the
@@ -166,6 +167,7 @@ def test_one_person_average_does_not_invert_to_the_exact_income(ckm, raw_ckm):
     assert exact <= 0.2 * published, f"exact income of {exact} of {published} published targets"
 
 
+@pytest.mark.slow
 def test_zero_padded_cell_does_not_invert_to_the_exact_income(ckm, raw_ckm):
     """Padding the target with children of the same municipality (income 0, real persons, so
     the cell is large and always published, and the target is its only and largest

@@ -75,6 +75,7 @@ def _cell_key_from_known_average(pt, avg: float, n: int, known_sum: float, top: 
 
 
 # ------------------------- 1. a known-valued magnitude gives the cell key: exact incomes
+@pytest.mark.slow
 def test_known_valued_average_does_not_reveal_the_cell_key_and_an_exact_income(ckm, raw_ckm):
     """AVG(age) of a cell whose ages the WHERE fixes has a known true value, so its published
     value gives the noise, v + (u − ½)/12 — and since u is the key's place inside its (public,

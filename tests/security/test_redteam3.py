@@ -107,6 +107,7 @@ def test_measure_conditions_at_any_value_are_refused(ckm, condition):
 
 
 # --------------------- 2. averaging CKM count noise over unions with different known-size sets
+@pytest.mark.slow
 @pytest.mark.xfail(
     strict=True,
     reason=(
