@@ -112,6 +112,17 @@ def _dec(x: Fraction) -> Decimal:
     return Decimal(x.numerator) / Decimal(x.denominator)
 
 
+def _selection_budget(epsilon, delta) -> tuple[Fraction, Fraction]:
+    """(epsilon, delta) of a selection rule, exact; epsilon > 0 and delta in (0, 1)."""
+    eps = fraction(epsilon, "epsilon")
+    d = fraction(delta, "delta")
+    if eps <= 0:
+        raise ValueError(f"epsilon must be positive, got {eps}")
+    if not 0 < d < 1:
+        raise ValueError(f"delta must be in (0, 1), got {d}")
+    return eps, d
+
+
 def _adjusted_delta(delta: Fraction, m: int) -> Decimal:
     """delta_g = 1 - (1 - delta)^(1/m), to 60 digits (rounded down: a smaller delta_g only
     raises the threshold)."""
@@ -142,12 +153,7 @@ def laplace_partition_selection(
     Raises:
         ValueError: epsilon <= 0, delta outside (0, 1), max_groups or per_group < 1.
     """
-    eps = fraction(epsilon, "epsilon")
-    d = fraction(delta, "delta")
-    if eps <= 0:
-        raise ValueError(f"epsilon must be positive, got {eps}")
-    if not 0 < d < 1:
-        raise ValueError(f"delta must be in (0, 1), got {d}")
+    eps, d = _selection_budget(epsilon, delta)
     if isinstance(per_group, bool) or not isinstance(per_group, int) or per_group < 1:
         raise ValueError(f"per_group must be an integer >= 1, got {per_group!r}")
     statistic = Statistic.COUNT_UNITS if per_group == 1 else Statistic.COUNT
@@ -200,12 +206,7 @@ def optimal_partition_selection(
     Raises:
         ValueError: epsilon <= 0, delta outside (0, 1), max_groups < 1.
     """
-    eps = fraction(epsilon, "epsilon")
-    d = fraction(delta, "delta")
-    if eps <= 0:
-        raise ValueError(f"epsilon must be positive, got {eps}")
-    if not 0 < d < 1:
-        raise ValueError(f"delta must be in (0, 1), got {d}")
+    eps, d = _selection_budget(epsilon, delta)
     bounding = Bounding(max_groups=max_groups, max_rows=1)  # validates max_groups
     cal = Calibration(
         Statistic.COUNT_UNITS, bounding, Noise.OPTIMAL_SELECTION, PrivacyCost(epsilon=eps),
