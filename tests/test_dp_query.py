@@ -366,6 +366,48 @@ def test_private_groups_without_min_frequency_use_the_optimal_rule(tmp_path, raw
     assert len(rows) == 1 and rows[0][1] == "1"  # selection epsilon 1, paid once
 
 
+def test_private_groups_threshold_and_release_the_query_s_own_unit_count(tmp_path):
+    """COUNT(DISTINCT unit) under private groups is one noisy count at the selection's epsilon
+    plus the count's: thresholded and released, never a second draw."""
+    document = dp_document()
+    visits = document["tables"]["visits"]
+    del visits["dp"]["min_frequency"]
+    visits["protection"]["counts"] = {"method": "dp", "spend": {"epsilon": "1/2"}}
+    visits["dp"]["selection"] = {"epsilon": "1/2", "delta": "1e-6"}
+    path = tmp_path / "fused.duckdb"
+    make_db(path, document)
+    sql = "SELECT clinic, COUNT(DISTINCT pid) AS persons FROM visits GROUP BY clinic"
+    with sqlsdc.connect(path, "ana") as con:
+        explained = con.explain(sql)
+        (stage,) = explained.dp_stages
+        (statistic,) = stage.statistics
+        assert stage.outputs[0].statistics == (stage.units,) == (statistic.column,)
+        assert statistic.calibration.scale == 2  # max_groups 2 / (1/2 + 1/2)
+        assert explained.dp_cost.epsilon == 1 and explained.dp_cost.delta == Fraction(1, 10**6)
+        released = dict(con.execute(sql).fetchall())
+        again = dict(con.execute(sql).fetchall())
+        shown = con.execute(sql).cell_accuracy()
+    threshold = stage.selection.threshold
+    assert released == again and {"a", "b", "c"} <= set(released)
+    assert all(n >= threshold for n in released.values())  # the count that passed is released
+    q = np.exp(-1 / 2)  # discrete Laplace of scale 2: variance 2 q / (1 - q)^2
+    assert np.allclose(shown["variance"], 2 * q / (1 - q) ** 2)
+    rows = spend_rows(path, "ana")
+    assert len(rows) == 1 and rows[0][1] == "1"
+
+
+def test_private_groups_with_a_sum_alone_keep_the_optimal_rule(tmp_path):
+    document = dp_document()
+    visits = document["tables"]["visits"]
+    del visits["dp"]["min_frequency"]
+    visits["protection"]["counts"] = {"method": "dp", "spend": {"epsilon": "1/2"}}
+    path = tmp_path / "sum.duckdb"
+    make_db(path, document)
+    with sqlsdc.connect(path, "ana") as con:
+        (stage,) = con.explain("SELECT clinic, SUM(cost) FROM visits GROUP BY clinic").dp_stages
+    assert stage.selection.calibration.noise.value == "optimal_selection"
+
+
 def _unit_cap_db(tmp_path, **dp):
     document = dp_document()
     visits = document["tables"]["visits"]

@@ -276,8 +276,9 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
                  for i, node in enumerate(cells.aggregates)]  # fmt: skip
     asked: dict[tuple[Statistic, str], tuple[str, Calibration]] = {}
     outputs: list[DpOutput | None] = [None] * len(described)
+    fused = _selection_count(described, settings, table, plan.one_row_per_unit)
     for i, (aggregate, measure, bounding, alpha, ddof) in enumerate(described):
-        if aggregate in COMPOSITE:
+        if aggregate in COMPOSITE or i == fused:
             continue
         kind = AggregateKind.COUNTS if aggregate in COUNTS else AggregateKind.MAGNITUDES
         agg_plan = _plan(aggregate, bounding, table.rule(kind).spend, alpha, select)
@@ -303,7 +304,15 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
     if needs_units:
         base = Bounding(settings.max_groups, settings.max_rows,
                         max_unit_rows=settings.max_rows_per_unit)  # fmt: skip
-        if settings.groups is GroupKeys.PRIVATE:
+        if settings.groups is GroupKeys.PRIVATE and fused is not None:
+            # the query's own unit count, drawn once with its spend and the selection's, is
+            # thresholded and released: one noisy count at the sum of both epsilons
+            count = table.rule(AggregateKind.COUNTS).spend.epsilon
+            selection = laplace_partition_selection(settings.selection_epsilon + count,
+                                                    settings.selection_delta,
+                                                    settings.max_groups)  # fmt: skip
+            calibration, delta = selection.calibration, settings.selection_delta
+        elif settings.groups is GroupKeys.PRIVATE:
             # without min_frequency no noisy unit count is needed: the optimal rule keeps
             # more small groups at the same cost; with it, thresholding's noisy counts serve both
             rule = (
@@ -329,6 +338,10 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
             statistics[ident] = DpStatistic(name, "*", calibration)
             specs.append(_Spec(name, calibration, None))
         units_column = statistics[ident].column
+        if fused is not None:
+            aggregate = described[fused][0]
+            outputs[fused] = DpOutput(aggregate, (units_column,),
+                                      AggregatePlan(aggregate, (calibration,)))  # fmt: skip
 
     n_keys, one_row = len(cells.keys), plan.one_row_per_unit
     if settings.max_rows_per_unit is not None and not one_row:
@@ -371,6 +384,22 @@ def _plan(aggregate, bounding, spend, alpha, select) -> AggregatePlan:
         return plan_aggregate(aggregate, bounding, spend, alpha=alpha)
     except ValueError as e:
         raise _refuse(select, str(e), "declare bounds on the measure in the policy") from None
+
+
+def _selection_count(described, settings, table, one_row: bool) -> int | None:
+    """The position of an aggregate whose value is the group's unit count — COUNT(DISTINCT
+    unit), or COUNT(*) when a unit is one row — that private selection can threshold and
+    release as one noisy count (Laplace: its epsilon and the selection's add up), or None."""
+    spend = table.rule(AggregateKind.COUNTS).spend
+    if settings.groups is not GroupKeys.PRIVATE or spend is None or spend.rho or spend.delta:
+        return None
+    for i, (aggregate, measure, _bounding, _alpha, _ddof) in enumerate(described):
+        units = aggregate is Aggregate.COUNT_DISTINCT or (
+            aggregate is Aggregate.COUNT and measure == "*" and one_row and settings.max_rows == 1
+        )
+        if units:
+            return i
+    return None
 
 
 def _composite(aggregate, measure, bounding, ddof, spend, asked, column_of, statistic, i):
