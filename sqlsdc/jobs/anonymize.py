@@ -26,7 +26,6 @@ Example (admins; the demo database):
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -42,7 +41,7 @@ from sqlsdc.catalog.keys import RKEY
 from sqlsdc.catalog.store import require_admin
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import Error, MicrodataError
-from sqlsdc.jobs.protect import OUTPUT_SCHEMA, _plain, job_fingerprint
+from sqlsdc.jobs.protect import OUTPUT_SCHEMA, _plain, job_catalog
 from sqlsdc.microdata.microaggregation import il1s
 from sqlsdc.microdata.risk import linkage_rate, risk_summary
 from sqlsdc.microdata.steps import Step, apply_steps, parse_step
@@ -135,17 +134,9 @@ def anonymize(
         raise MicrodataError("give at least one step, e.g. --step microaggregate:income:k=5")
     if (source is None) == (sql is None):
         raise MicrodataError("read either a table (--from TABLE) or a query (--sql QUERY)")
-    con = engine.open_database(db, read_only=False)
-    try:
-        current = store.current_policy(con)
-        if current is None:
-            raise Error(f"{db} has no sqlsdc catalog; run `sqlsdc init DB --policy FILE`")
-        query_id = store.next_query_id(con)
-        request = json.dumps({"job": METHOD, "into": into, "from": source or sql,
-                              "steps": [s.text() for s in parsed], "seed": seed})  # fmt: skip
-        fingerprint = job_fingerprint(METHOD, into, request)
-        audit = functools.partial(store.record_query, con, query_id, user, current[0],
-                                  sql=request, fingerprint=fingerprint)  # fmt: skip
+    request = json.dumps({"job": METHOD, "into": into, "from": source or sql,
+                          "steps": [s.text() for s in parsed], "seed": seed})  # fmt: skip
+    with job_catalog(db, user, METHOD, into, request) as (con, query_id, fingerprint, audit):
         try:
             version, policy = _check(con, user, into, replace)
             definition = _definition(source, sql)
@@ -184,8 +175,6 @@ def anonymize(
             audit("failed", reason=store.audit_reason(failure))
             raise
         return report
-    finally:
-        con.close()
 
 
 def _definition(source: str | None, sql: str | None) -> str:

@@ -341,15 +341,7 @@ def open_job(
         TabularError: ``into`` is not a plain name or exists (without ``replace``), or the SQL
             is not one aggregation of a confidential table (:func:`parse_job`).
     """
-    con = engine.open_database(db, read_only=False)
-    try:
-        current = store.current_policy(con)
-        if current is None:
-            raise Error(f"{db} has no sqlsdc catalog; run `sqlsdc init DB --policy FILE`")
-        query_id = store.next_query_id(con)
-        fingerprint = job_fingerprint(method, into, sql)
-        audit = functools.partial(store.record_query, con, query_id, user, current[0],
-                                  sql=sql, fingerprint=fingerprint)  # fmt: skip
+    with job_catalog(db, user, method, into, sql) as (con, query_id, _fingerprint, audit):
         try:
             job = _checked_job(con, user, sql, into, method, query_id, replace)
         except Error as refusal:
@@ -364,6 +356,23 @@ def open_job(
                 reason = f"{VerificationError.status}: {reason}"
             audit("failed", reason=reason)
             raise
+
+
+@contextmanager
+def job_catalog(db: str | Path, user: str, method: str, into: str, request: str) -> Iterator:
+    """``(connection, query id, fingerprint, audit)`` for one back-end job on ``db``: the
+    connection (read-write, closed afterwards), the job's own audit entry id, and
+    ``audit(decision, reason=...)`` writing that entry for ``request`` by ``user``."""
+    con = engine.open_database(db, read_only=False)
+    try:
+        current = store.current_policy(con)
+        if current is None:
+            raise Error(f"{db} has no sqlsdc catalog; run `sqlsdc init DB --policy FILE`")
+        query_id = store.next_query_id(con)
+        fingerprint = job_fingerprint(method, into, request)
+        audit = functools.partial(store.record_query, con, query_id, user, current[0],
+                                  sql=request, fingerprint=fingerprint)  # fmt: skip
+        yield con, query_id, fingerprint, audit
     finally:
         con.close()
 
