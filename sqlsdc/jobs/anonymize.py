@@ -350,6 +350,14 @@ def _store(con, frame, report, user, version, request, query_id, fingerprint, in
         con.execute(f"CREATE OR REPLACE TABLE {OUTPUT_SCHEMA}.{name} AS SELECT * FROM __job_output")
         store.record_output(con, report.name, METHOD, request, user, version,
                             json.dumps(report.to_dict()), query_id)  # fmt: skip
+        # the ledger names what was released: the file (from its source) per column; a row per
+        # record and column would add up to millions of rows for one census file
+        released, cell = store.now(), f"{report.name} <- {report.source}"
+        con.executemany(
+            f"INSERT INTO {store.S}.ledger VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [(query_id, released, user, fingerprint, cell, column, METHOD, "published")
+             for column in report.columns],
+        )  # fmt: skip
         store.record_query(con, query_id, user, version, "accepted", request,
                            reason=f"{METHOD} job stored {report.name}",
                            fingerprint=fingerprint, rows=len(frame))  # fmt: skip

@@ -53,6 +53,10 @@ def test_job_stores_a_k_anonymous_file_with_report_and_audit(fresh_demo_db):
     assert json.loads(record["report"][0])["seed"] == 4
     assert stored_report(fresh_demo_db, "persons_sdc", user="admin")["steps"][0]["step"] == STEPS[0]
     assert _last_audit(fresh_demo_db)["decision"][0] == "accepted"
+    ledger = _read(fresh_demo_db, "SELECT cell, column_name, mechanism, status FROM sqlsdc.ledger")
+    assert sorted(ledger["column_name"]) == sorted(stored.columns)
+    assert set(ledger["cell"]) == {"protected.persons_sdc <- persons"}
+    assert set(ledger["mechanism"]) == {"anonymize"} and set(ledger["status"]) == {"published"}
 
 
 def test_same_seed_same_output_other_seed_other_draws(fresh_demo_db):
