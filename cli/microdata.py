@@ -34,11 +34,12 @@ from sqlsdc.cli.output import format_option, print_json, read_sql
     "(default: the table's dimension columns).",
 )
 @click.option("--weights", help="Sampling-weight column (default: the policy's weight column).")
+@click.option("--household", help="Household identifier column, for household risk.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the keyed draws.")
 @click.option("--replace", is_flag=True, help="Overwrite an existing output of that name.")
 @admin_option
 @format_option(default="table", choices=("table", "json"))
-def anonymize(db, source, sql, into, steps, keys, weights, seed, replace, user, fmt):
+def anonymize(db, source, sql, into, steps, keys, weights, household, seed, replace, user, fmt):
     """Anonymise records and store them as protected.NAME (admins only).
 
     Direct identifiers and internal columns are left out; the steps run in order, random ones
@@ -68,6 +69,7 @@ def anonymize(db, source, sql, into, steps, keys, weights, seed, replace, user, 
         sql=read_sql(sql) if sql is not None else None,
         keys=[k.strip() for k in keys.split(",") if k.strip()] if keys else None,
         weights=weights,
+        household=household,
         seed=seed,
         replace=replace,
         progress=say,
@@ -129,6 +131,12 @@ def _print(r: dict) -> None:
             ("global risk", "global_risk", ".4f"),
             ("largest individual risk", "max_risk", ".4f"),
         ]
+        if b.get("households"):
+            expected = ("households", "expected_reidentifications")
+            rows += [("expected households re-identified", expected, ".1f")]
+        if b.get("suda"):
+            rows += [("records with an MSU (SUDA)", ("suda", "records_with_msu"), "d"),
+                     ("largest SUDA score", ("suda", "max_score"), ".0f")]  # fmt: skip
         for label, key, spec in rows:
             x, y = (d[key[0]][key[1]] if isinstance(key, tuple) else d[key] for d in (b, a))
             click.echo(f"    {label:30}{x:>10{spec}} {y:>10{spec}}")
@@ -142,7 +150,8 @@ def _print(r: dict) -> None:
         click.echo(
             f"  record linkage on {', '.join(link['columns'])}: {link['euclidean']:.1%} of "
             f"{link['records']} records linked to their original (Euclidean), "
-            f"{link['mahalanobis']:.1%} (Mahalanobis)"
+            f"{link['mahalanobis']:.1%} (Mahalanobis); interval disclosure "
+            f"{link['interval_disclosure']:.1f} %"
         )
 
 

@@ -43,8 +43,9 @@ from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import Error, MicrodataError
 from sqlsdc.jobs.protect import OUTPUT_SCHEMA, _plain, job_catalog
 from sqlsdc.microdata.microaggregation import il1s
-from sqlsdc.microdata.risk import linkage_rate, risk_summary
+from sqlsdc.microdata.risk import interval_disclosure, linkage_rate, risk_summary
 from sqlsdc.microdata.steps import Step, apply_steps, parse_step
+from sqlsdc.microdata.suda import MAX_KEYS, suda
 from sqlsdc.policy import ColumnRole, load_policy
 
 METHOD = "anonymize"
@@ -72,7 +73,13 @@ class AnonymizeReport:
             and over all of them.
         linkage: distance-based record linkage of the changed numeric columns back to the
             originals (share of records linked to their own original, Euclidean on z-scores
-            and Mahalanobis; :func:`sqlsdc.microdata.risk.linkage_rate`).
+            and Mahalanobis; :func:`sqlsdc.microdata.risk.linkage_rate`) and their interval
+            disclosure by rank (:func:`sqlsdc.microdata.risk.interval_disclosure`).
+        household: the household identifier column, if given: ``before``/``after`` then
+            carry household risk too.
+
+    ``before``/``after`` also hold the SUDA summary of special uniques on the keys
+    (:func:`sqlsdc.microdata.suda.suda`) when there are at most 16 of them.
     """
 
     name: str
@@ -88,6 +95,7 @@ class AnonymizeReport:
     after: dict
     information_loss: dict
     linkage: dict
+    household: str | None = None
 
     def to_dict(self) -> dict:
         return _plain(asdict(self))
@@ -103,6 +111,7 @@ def anonymize(
     sql: str | None = None,
     keys: Sequence[str] | None = None,
     weights: str | None = None,
+    household: str | None = None,
     seed: int = 0,
     replace: bool = False,
     progress: Progress | None = None,
@@ -120,6 +129,8 @@ def anonymize(
         keys: key variables for the risk report; default: the dimension columns of ``source``
             that are in the data.
         weights: sampling-weight column; default: the policy's weight column, if stored.
+        household: household identifier column, for household risk (kept out of the stored
+            table if it is a direct identifier, but read for the risk).
         seed: seed of the keyed draws (with the database secret: same seed, same output).
         replace: overwrite an existing ``protected.<into>``.
         progress: called with the name of each step as it starts.
@@ -140,7 +151,7 @@ def anonymize(
         try:
             version, policy = _check(con, user, into, replace)
             definition = _definition(source, sql)
-            original, dropped = _read(con, policy, source, definition)
+            original, dropped = _read(con, policy, source, definition, household)
         except Error as refusal:
             audit("refused", reason=store.audit_reason(refusal))
             raise
@@ -153,24 +164,26 @@ def anonymize(
             ).fetchall()
             say("applying " + ", ".join(s.text() for s in parsed))
             result, log = apply_steps(original, parsed, secret=bytes(secret), seed=seed)
+            stored = result.drop(columns=[c for c in dropped if c in result.columns])
             say("measuring risk and information loss")
             report = AnonymizeReport(
                 name=f"{OUTPUT_SCHEMA}.{into}",
                 source=source or sql,
-                records=len(result),
-                columns=list(result.columns),
+                records=len(stored),
+                columns=list(stored.columns),
                 dropped=dropped,
                 steps=log,
                 seed=int(seed),
                 keys=list(keys),
                 weights=weights,
-                before=_risk(original, keys, weights),
-                after=_risk(result, keys, weights),
+                before=_risk(original, keys, weights, household),
+                after=_risk(result, keys, weights, household),
                 information_loss=_loss(original, result),
                 linkage=_linkage(original, result),
+                household=household,
             )
             say(f"storing {report.name}")
-            _store(con, result, report, user, version, request, query_id, fingerprint, into)
+            _store(con, stored, report, user, version, request, query_id, fingerprint, into)
         except BaseException as failure:
             audit("failed", reason=store.audit_reason(failure))
             raise
@@ -206,10 +219,14 @@ def _check(con, user: str, into: str, replace: bool):
     return version, load_policy(document, name=source)
 
 
-def _read(con, policy, source: str | None, definition: str) -> tuple[pd.DataFrame, list[str]]:
+def _read(
+    con, policy, source: str | None, definition: str, keep: str | None
+) -> tuple[pd.DataFrame, list[str]]:
     """The records without direct identifiers (policy role ``identifier``) and internal
-    columns (``__…``, e.g. the record keys). The query may read tables of the policy only: no
-    catalog (secrets, ledger), no earlier outputs, no table functions (files)."""
+    columns (``__…``, e.g. the record keys), but with ``keep`` (the household identifier,
+    which the job needs and leaves out of the stored table), and the columns left out. The
+    query may read tables of the policy only: no catalog (secrets, ledger), no earlier
+    outputs, no table functions (files)."""
     if source is not None:
         table = policy.table(source)
         if table is None or table.is_public:
@@ -230,7 +247,9 @@ def _read(con, policy, source: str | None, definition: str) -> tuple[pd.DataFram
     dropped = [c for c in frame.columns if c.lower() in identifiers or c.startswith("__")]
     if RKEY in frame.columns and RKEY not in dropped:
         dropped.append(RKEY)
-    return frame.drop(columns=dropped), dropped
+    if keep is not None and keep not in frame.columns:
+        raise MicrodataError(f"household column {keep!r} is not in the data")
+    return frame.drop(columns=[c for c in dropped if c != keep]), dropped
 
 
 def _check_tables(con, policy, definition: str) -> None:
@@ -279,10 +298,13 @@ def _risk_columns(policy, source, frame, keys, weights):
     return keys, weights
 
 
-def _risk(frame: pd.DataFrame, keys, weights) -> dict:
+def _risk(frame: pd.DataFrame, keys, weights, household) -> dict:
     if not keys:
         return {}
-    return risk_summary(frame, keys, weights=weights, ks=(2, 3, 5)).to_dict()
+    out = risk_summary(frame, keys, weights=weights, ks=(2, 3, 5), household=household).to_dict()
+    if len(keys) <= MAX_KEYS:
+        out["suda"] = suda(frame, keys).summary()
+    return out
 
 
 def _changed_numeric(original: pd.DataFrame, result: pd.DataFrame) -> list[str]:
@@ -309,7 +331,9 @@ def _linkage(original: pd.DataFrame, result: pd.DataFrame) -> dict:
         "records": int(len(x)),
         "euclidean": linkage_rate(x, y),
         "mahalanobis": linkage_rate(x, y, metric="mahalanobis"),
-    }
+        "interval_disclosure": interval_disclosure(original.loc[both, changed],
+                                                   result.loc[both, changed])["overall"],
+    }  # fmt: skip
 
 
 def _loss(original: pd.DataFrame, result: pd.DataFrame) -> dict:

@@ -10,8 +10,14 @@ them for a person links the person to the records with the same key.
   sdcMicro (Di Consiglio & Polettini, PSD 2006; digest 2006 §12 and test case T4).
 * :func:`linkage_rate` — distance-based record linkage (DBRL) of masked numeric records back to
   the originals, Euclidean on standardised variables or Mahalanobis (digest 2006 §11, T13).
+* :func:`household_risk` — the risk of a household: the probability that at least one of its
+  members is re-identified, 1 − ∏(1 − r_i) (μ-Argus's household risk; Hundepool et al.,
+  *Statistical Disclosure Control*, 2012, §3.3.6).
+* :func:`interval_disclosure` — share of original numeric values lying in an interval around
+  their masked value, by rank or by standard deviation (Domingo-Ferrer, Mateo-Sanz & Torra
+  2001; digest 2006 §20).
 * :func:`risk_summary` — global risk Σr/n, expected re-identifications Σr, records above a
-  threshold, k-anonymity violations.
+  threshold, k-anonymity violations, and household risk when households are given.
 
 A missing value in a key variable matches any value (sdcMicro's convention).
 
@@ -34,6 +40,8 @@ from sqlsdc.errors import MicrodataError
 
 __all__ = [
     "RiskSummary",
+    "household_risk",
+    "interval_disclosure",
     "linkage_rate",
     "mahalanobis_sq",
     "frequencies",
@@ -182,6 +190,9 @@ class RiskSummary:
         max_risk: the largest individual risk.
         above_threshold: records with r_i > ``threshold``.
         threshold: the individual-risk threshold used.
+        households: the household figures when a household column was given — households,
+            expected re-identified households Σ_h r_h, global household risk and the
+            households with r_h above ``threshold`` — else None.
     """
 
     records: int
@@ -193,6 +204,7 @@ class RiskSummary:
     max_risk: float
     above_threshold: int
     threshold: float
+    households: dict | None = None
 
     def to_dict(self) -> dict:
         """Plain JSON-ready values."""
@@ -209,11 +221,25 @@ def risk_summary(
     weights: str | None = None,
     ks: Sequence[int] = (2, 3, 5),
     threshold: float = 0.1,
+    household: str | None = None,
 ) -> RiskSummary:
-    """Sample uniques, k-anonymity violations, and Benedetti–Franconi global risk of ``df``."""
+    """Sample uniques, k-anonymity violations, and Benedetti–Franconi global risk of ``df``;
+    with ``household`` (a household identifier column), the household risk too."""
     freq = frequencies(df, keys, weights)
     fk = freq["fk"].to_numpy()
     r = individual_risk(fk, freq["Fk"].to_numpy()) if len(df) else np.zeros(0)
+    households = None
+    if household is not None:
+        if household not in df.columns:
+            raise MicrodataError(f"household column {household!r} not in the data")
+        rh = household_risk(r, df[household].to_numpy())
+        first = ~df[household].duplicated().to_numpy()
+        households = {
+            "households": int(first.sum()),
+            "expected_reidentifications": float(rh[first].sum()),
+            "global_risk": float(rh[first].mean()) if first.any() else 0.0,
+            "above_threshold": int((rh[first] > threshold).sum()),
+        }
     return RiskSummary(
         records=len(df),
         keys=tuple(keys),
@@ -224,7 +250,83 @@ def risk_summary(
         max_risk=float(r.max()) if len(r) else 0.0,
         above_threshold=int((r > threshold).sum()),
         threshold=float(threshold),
+        households=households,
     )
+
+
+def household_risk(risk, households) -> np.ndarray:
+    """Per record, the risk of its household: r_h = 1 − ∏_{i∈h}(1 − r_i), the probability that
+    at least one member is re-identified when members are re-identified independently (an
+    intruder who identifies one member learns the whole household; μ-Argus, Hundepool et al.
+    2012 §3.3.6). ``households`` holds each record's household identifier (missing values are
+    refused: every record must belong to a household).
+
+    Example: members with risks 0.5 and 0.2 give 1 − 0.5·0.8 = 0.6 for both.
+    """
+    r = np.asarray(risk, dtype=float)
+    ids = pd.Series(households)
+    if len(ids) != len(r):
+        raise MicrodataError(f"{len(r)} risks but {len(ids)} household identifiers")
+    if ids.isna().any():
+        raise MicrodataError("household identifiers are missing for some records")
+    if ((r < 0) | (r > 1)).any():
+        raise MicrodataError("individual risks must lie in [0, 1]")
+    codes, _ = pd.factorize(ids)
+    with np.errstate(divide="ignore"):
+        log_safe = np.bincount(codes, weights=np.log1p(-np.minimum(r, 1.0)))
+    return 1.0 - np.exp(log_safe)[codes]
+
+
+def interval_disclosure(original, masked, *, p: Sequence[float] = tuple(range(1, 11)),
+                        method: str = "rank") -> dict:  # fmt: skip
+    """Interval disclosure of masked numeric columns (Domingo-Ferrer, Mateo-Sanz & Torra 2001;
+    digest 2006 §20): the percentage of original values that lie in an interval around their
+    masked value, per column and averaged over columns, for each width p (per cent):
+
+    * ``rank``: the interval spans the original values whose ranks lie within p % of n on
+      either side of the masked value's rank among the originals;
+    * ``sd``: masked value ± p % of the original column's standard deviation (as sdcMicro's
+      ``dRisk`` with k = p/100).
+
+    Row i of ``masked`` is the masked version of row i of ``original``. Returns
+    ``{"method", "p", "per_column": {column: [% per p]}, "mean": [% per p], "overall"}`` where
+    ``overall`` averages over the widths, the single figure usually quoted. Missing values
+    count as not disclosed.
+    """
+    X = pd.DataFrame(original).reset_index(drop=True)
+    Z = pd.DataFrame(masked).reset_index(drop=True)
+    if list(X.columns) != list(Z.columns) or len(X) != len(Z) or not len(X):
+        raise MicrodataError(f"original {X.shape} and masked {Z.shape} data must match")
+    if method not in ("rank", "sd"):
+        raise MicrodataError(f"unknown interval method {method!r}; use rank or sd")
+    widths = [float(w) for w in p]
+    if not widths or any(not 0 < w <= 100 for w in widths):
+        raise MicrodataError("interval widths p are percentages in (0, 100]")
+    per_column = {}
+    for c in X.columns:
+        x = pd.to_numeric(X[c], errors="coerce").to_numpy(float)
+        z = pd.to_numeric(Z[c], errors="coerce").to_numpy(float)
+        per_column[str(c)] = [100.0 * float(_within(x, z, w, method).mean()) for w in widths]
+    mean = np.mean(list(per_column.values()), axis=0)
+    return {"method": method, "p": widths, "per_column": per_column,
+            "mean": [float(v) for v in mean], "overall": float(mean.mean())}  # fmt: skip
+
+
+def _within(x: np.ndarray, z: np.ndarray, width: float, method: str) -> np.ndarray:
+    """Whether each original x_i lies in the interval of width ``width`` % around z_i."""
+    known = np.isfinite(x) & np.isfinite(z)
+    if method == "sd":
+        half = width / 100.0 * np.nanstd(x[np.isfinite(x)], ddof=1)
+        return known & (np.abs(x - z) <= half)
+    ordered = np.sort(x[np.isfinite(x)])
+    n = len(ordered)
+    if not n:
+        return np.zeros(len(x), dtype=bool)
+    reach = int(np.floor(width / 100.0 * n))
+    rank = np.clip(np.searchsorted(ordered, np.where(known, z, 0.0)), 0, n - 1)
+    lo = ordered[np.clip(rank - reach, 0, n - 1)]
+    hi = ordered[np.clip(rank + reach, 0, n - 1)]
+    return known & (x >= lo) & (x <= hi)
 
 
 def mahalanobis_sq(diff, cov) -> np.ndarray:

@@ -12,6 +12,8 @@ Steps (``sqlsdc anonymize --step``):
 ``topcode``         ``topcode:income:upper=200000[,lower=0]``
 ``recode``          ``recode:age:breaks=18/30/45/65`` — intervals as labels
 ``suppress``        ``suppress:region,sex,age:k=3[,importance=1/2/3]`` — local suppression
+``swap``            ``swap:region:household=household_id,risk=age/sex,similar=size,k=3,rate=0.1``
+                    — targeted record swapping of whole households' geography
 ==================  ======================================================================
 
 Randomised steps draw from a NumPy Philox generator keyed by :func:`generator`: 128 bits of
@@ -33,6 +35,7 @@ from sqlsdc.mechanisms.prf import KeyedStream
 from sqlsdc.microdata import perturb, pram
 from sqlsdc.microdata.microaggregation import microaggregate
 from sqlsdc.microdata.perturb import shuffle
+from sqlsdc.microdata.swapping import swap_households
 
 __all__ = ["Step", "apply_steps", "generator", "parse_step"]
 
@@ -131,11 +134,20 @@ def _pram(df, step, rng):
 
 
 def _noise(df, step, rng):
+    """Noise on the records complete in the step's columns (missing values stay missing)."""
     c = _number(step, "c")
     out = df.copy()
     cols = list(step.columns)
-    out[cols] = perturb.add_noise(df[cols].to_numpy(float), c, rng)
-    return out, {"c": c}
+    complete = df[cols].notna().all(axis=1).to_numpy()
+    try:
+        noisy = perturb.add_noise(df.loc[complete, cols].to_numpy(float), c, rng)
+    except (TypeError, ValueError):
+        raise MicrodataError("step noise needs numeric columns") from None
+    for j, column in enumerate(cols):
+        values = out[column].to_numpy(dtype=float, na_value=np.nan).copy()
+        values[complete] = noisy[:, j]
+        out[column] = values
+    return out, {"c": c, "records": int(complete.sum())}
 
 
 def _rankswap(df, step, rng):
@@ -188,6 +200,21 @@ def _suppress(df, step, rng):
     return out, {"k": k, "suppressed": counts}
 
 
+def _swap(df, step, rng):
+    lists = {name: [c for c in step.params.get(name, "").split("/") if c]
+             for name in ("risk", "similar")}  # fmt: skip
+    return swap_households(
+        df,
+        household=step.params["household"],
+        geography=list(step.columns),
+        risk=lists["risk"],
+        similar=lists["similar"],
+        k=_number(step, "k", 3, int),
+        rate=_number(step, "rate", 0.05),
+        rng=rng,
+    )
+
+
 Method = Callable[[pd.DataFrame, Step, np.random.Generator], tuple[pd.DataFrame, dict]]
 METHODS: dict[str, Method] = {
     "microaggregate": _microaggregate,
@@ -198,6 +225,7 @@ METHODS: dict[str, Method] = {
     "topcode": _topcode,
     "recode": _recode,
     "suppress": _suppress,
+    "swap": _swap,
 }
 PARAMS: dict[str, dict[str, bool]] = {  # parameter -> required
     "microaggregate": {"k": True, "method": False, "gamma": False, "block": False},
@@ -208,6 +236,7 @@ PARAMS: dict[str, dict[str, bool]] = {  # parameter -> required
     "topcode": {"upper": False, "lower": False},
     "recode": {"breaks": True},
     "suppress": {"k": True, "importance": False},
+    "swap": {"household": True, "risk": False, "similar": False, "k": False, "rate": False},
 }
 
 

@@ -6,6 +6,7 @@ import json
 import subprocess
 
 import duckdb
+import pandas as pd
 import pytest
 
 from sqlsdc.errors import AccessDenied, MicrodataError
@@ -147,3 +148,27 @@ def test_cli_session_anonymize_report_publish(tmp_path):
     assert "unknown step 'x'" in again.stderr
     neither = sqlsdc("anonymize", db, "--into", "y", "--step", STEPS[0])
     assert neither.returncode == 2 and "--from TABLE or --sql QUERY" in neither.stderr
+
+
+def test_household_swapping_and_household_risk(fresh_demo_db):
+    """The household identifier is read for the swap and the household risk, and left out of
+    the stored file like every direct identifier; SUDA and interval disclosure are reported."""
+    report = anonymize(fresh_demo_db, user="admin", source="persons", into="swapped",
+                       steps=["swap:region,municipality:household=household_id,risk=age/sex,"
+                              "k=3,rate=0.05", "noise:income:c=0.2"],
+                       keys=["region", "sex", "age"], household="household_id", seed=2)  # fmt: skip
+    stored = _read(fresh_demo_db, "SELECT * FROM protected.swapped")
+    assert "household_id" not in stored.columns and "household_id" in report.dropped
+    swap = report.steps[0]
+    assert swap["swapped_households"] > 0 and swap["realised_rate"] >= 0.05
+    original = _read(fresh_demo_db, "SELECT * FROM persons ORDER BY ALL")
+    assert len(stored) == len(original)
+    assert (stored["region"] != original["region"]).any()  # people moved ...
+    pd.testing.assert_frame_equal(stored[["sex", "age"]], original[["sex", "age"]])  # ... only
+    for side in (report.before, report.after):
+        assert side["households"]["households"] > 0
+        assert side["suda"]["keys"] == ["region", "sex", "age"]
+    assert 0 <= report.linkage["interval_disclosure"] <= 100
+    with pytest.raises(MicrodataError, match="household column"):
+        anonymize(fresh_demo_db, user="admin", source="persons", into="x", household="nope",
+                  steps=["topcode:income:upper=1"])  # fmt: skip

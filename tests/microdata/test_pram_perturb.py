@@ -110,7 +110,7 @@ def test_step_parser_and_errors():
     assert step.columns == ("income", "age") and step.params == {"k": "5", "method": "optimal"}
     assert step.text() == "microaggregate:income,age:k=5,method=optimal"
     for text, match in [
-        ("swap:x", "unknown step"),
+        ("twirl:x", "unknown step"),
         ("pram:", "names no column"),
         ("pram:x", "needs p="),
         ("pram:x:p=1,q=2", "unknown parameter"),
