@@ -82,23 +82,50 @@ def anonymize(db, source, sql, into, steps, keys, weights, household, seed, repl
 
 @click.command("microdata-report")
 @click.argument("db", type=click.Path(exists=True, dir_okay=False))
-@click.argument("name")
+@click.argument("names", nargs=-1, required=True)
+@click.option("--plot", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write the risk–utility plot of the files (.png or .html).")  # fmt: skip
 @admin_option
 @format_option(default="table", choices=("table", "json"))
-def microdata_report(db, name, user, fmt):
-    """Risk before/after and information loss of the anonymised table NAME (admins only).
+def microdata_report(db, names, plot, user, fmt):
+    """Risk before/after and information loss of anonymised tables (admins only).
+
+    With one NAME, its stored report; with several (the same records anonymised with other
+    settings), a risk–utility comparison, and with --plot a picture of it to choose from.
 
     \b
-    Example:
+    Examples:
       sqlsdc microdata-report demo.duckdb persons_sdc --format json
+      sqlsdc microdata-report demo.duckdb k3 k5 k10 --plot tradeoff.html
     """
     from sqlsdc.jobs.anonymize import stored_report
+    from sqlsdc.microdata.tradeoff import plot_tradeoff, tradeoff
 
-    report = stored_report(db, name, user=user)
+    reports = [stored_report(db, name, user=user) for name in names]
+    rows = tradeoff(reports)
+    if plot:
+        click.echo(f"wrote {plot_tradeoff(rows, plot)}", err=True)
     if fmt == "json":
-        print_json(report)
+        print_json(reports[0] if len(reports) == 1 else rows)
+    elif len(reports) == 1:
+        _print(reports[0])
     else:
-        _print(report)
+        _print_tradeoff(rows)
+
+
+def _print_tradeoff(rows: list[dict]) -> None:
+    click.echo(f"{'file':28}{'exp. re-id.':>12}{'global risk':>12}{'fk < 3':>8}"
+               f"{'linkage':>9}{'IL':>9}{'suppr.':>8}{'PRAM':>7}")  # fmt: skip
+    for r in rows:
+        specs = [("expected_reidentifications", ".1f", 12), ("global_risk", ".4f", 12),
+                 ("below_3", "d", 8), ("linkage", ".1%", 9), ("information_loss", ".3f", 9),
+                 ("suppressed", "d", 8), ("pram_changed", "d", 7)]  # fmt: skip
+        cells = [_fmt(r[key], spec, width) for key, spec, width in specs]
+        click.echo(f"{r['name']:28}" + "".join(cells))
+
+
+def _fmt(value, spec: str, width: int) -> str:
+    return f"{'–':>{width}}" if value is None else f"{value:>{width}{spec}}"
 
 
 def _step_summary(step: dict) -> str:

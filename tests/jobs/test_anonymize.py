@@ -172,3 +172,34 @@ def test_household_swapping_and_household_risk(fresh_demo_db):
     with pytest.raises(MicrodataError, match="household column"):
         anonymize(fresh_demo_db, user="admin", source="persons", into="x", household="nope",
                   steps=["topcode:income:upper=1"])  # fmt: skip
+
+
+def test_risk_utility_comparison_of_candidate_settings(fresh_demo_db, tmp_path):
+    """Three settings of the same job side by side: stronger k, less risk, more loss; the
+    comparison as JSON and as a plot (PNG and an HTML page with the table)."""
+    pytest.importorskip("matplotlib")
+    for k in (3, 5, 10):
+        anonymize(fresh_demo_db, user="admin", source="persons", into=f"k{k}", keys=KEYS,
+                  steps=[STEPS[0], f"suppress:region,sex,age,education:k={k}",
+                         f"microaggregate:income:k={k}"])  # fmt: skip
+
+    def report(*args):
+        return subprocess.run(["sqlsdc", "microdata-report", str(fresh_demo_db), "k3", "k5",
+                               "k10", *map(str, args)], capture_output=True, text=True,
+                              timeout=120)  # fmt: skip
+
+    run = report("--format", "json", "--plot", tmp_path / "tradeoff.html")
+    assert run.returncode == 0, run.stderr
+    rows = json.loads(run.stdout)
+    assert [r["name"] for r in rows] == ["protected.k3", "protected.k5", "protected.k10"]
+    risk = [r["expected_reidentifications"] for r in rows]
+    loss = [r["information_loss"] for r in rows]
+    assert risk == sorted(risk, reverse=True) and loss == sorted(loss)
+    assert rows[2]["suppressed"] >= rows[0]["suppressed"] and rows[0]["below_3"] == 0
+    page = (tmp_path / "tradeoff.html").read_text()
+    assert "data:image/png;base64," in page and "protected.k10" in page
+    png = report("--plot", tmp_path / "tradeoff.png")
+    assert png.returncode == 0 and "protected.k5" in png.stdout
+    assert (tmp_path / "tradeoff.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bad = report("--plot", tmp_path / "tradeoff.pdf")
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr and ".png or .html" in bad.stderr
