@@ -62,3 +62,41 @@ def test_grouping_takes_whole_group_keys_only(analyst, argument):
     )
     with pytest.raises(PolicyViolation, match="GROUPING takes columns the query groups by"):
         analyst.execute(sql)
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("SELECT region, COUNT(*) FROM persons GROUP BY ROLLUP (1)", "not positions"),
+        ("SELECT region, sex, COUNT(*) FROM persons GROUP BY CUBE (region, 2)", "not positions"),
+        (
+            "SELECT region, COUNT(*) FROM persons GROUP BY GROUPING SETS ((region, 'x'), ())",
+            "not positions",
+        ),  # fmt: skip
+        (
+            "SELECT region, SUM(CASE WHEN GROUPING(region) = 0 THEN income END) FROM persons "
+            "GROUP BY ROLLUP (region)",
+            "inside an aggregate",
+        ),  # fmt: skip
+        (
+            "SELECT region, COUNT(*) FILTER (WHERE GROUPING(region) = 0) FROM persons "
+            "GROUP BY ROLLUP (region)",
+            "inside an aggregate|FILTER",
+        ),  # fmt: skip
+    ],
+)
+def test_misplaced_grouping_gets_a_message_that_says_what_to_write(analyst, sql, message):
+    with pytest.raises(PolicyViolation, match=message):
+        analyst.execute(sql)
+
+
+def test_common_bi_total_label_and_expression_keys_are_answered(analyst, raw):
+    labelled = ("SELECT CASE WHEN GROUPING(region) = 1 THEN 'Total' ELSE region END AS r, "
+                "COUNT(*) AS n FROM persons GROUP BY ROLLUP (region) ORDER BY r")  # fmt: skip
+    assert [r for r, _n in analyst.execute(labelled).fetchall()] == [
+        r for r, _n in raw.execute(labelled).fetchall()
+    ]
+    banded = "SELECT FLOOR(age / 10) AS d, COUNT(*) FROM persons GROUP BY ROLLUP (FLOOR(age / 10))"
+    assert {d for d, _n in analyst.execute(banded).fetchall()} <= {
+        d for d, _n in raw.execute(banded).fetchall()
+    }

@@ -424,6 +424,20 @@ class _Checker(AggregateChecks, TotalityChecks):
                     f"{role_text(lineage.roles)} {key.sql(DIALECT)} cannot be grouped by",
                     f"group by a dimension: {self._dimensions(lineage)}",
                 )
+        for node in group.find_all(exp.Rollup, exp.Cube, exp.GroupingSets) if group else []:
+            if any(isinstance(n, exp.Literal) for n in _grouping_elements(node)):
+                raise self.refuse(
+                    f"{node.sql(DIALECT)[:80]}: ROLLUP, CUBE and GROUPING SETS take columns, "
+                    "not positions or constants",
+                    "name the columns, e.g. GROUP BY ROLLUP (region, sex)",
+                )
+        for aggregate in info.aggregates:
+            if not isinstance(aggregate, exp.Grouping) and aggregate.find(exp.Grouping):
+                raise self.refuse(
+                    f"{aggregate.sql(DIALECT)[:80]}: GROUPING() cannot be used inside an aggregate",
+                    "use it outside, e.g. CASE WHEN GROUPING(region) = 1 THEN 'Total' ELSE "
+                    "region END",
+                )
         if group:
             self._check_total(group, info.scope)
         info.aggregates = [
@@ -457,3 +471,12 @@ class _Checker(AggregateChecks, TotalityChecks):
         return ", ".join(dims) or "none declared"
 
     # ---------------------------------------------------------------- totality
+
+
+def _grouping_elements(node: exp.Expr):
+    """The key expressions a ROLLUP, CUBE or GROUPING SETS lists (inside its tuples)."""
+    for child in node.expressions:
+        if isinstance(child, (exp.Tuple, exp.Paren)):
+            yield from child.expressions if isinstance(child, exp.Tuple) else [child.this]
+        else:
+            yield child
