@@ -101,6 +101,15 @@ def open_database(
     raise Error(f"cannot open database {path}: {why}") from None
 
 
+def memory_database() -> duckdb.DuckDBPyConnection:
+    """A private in-memory database, hardened like a file's: no file, network, extension or
+    setting can be reached from its statements (the server's shadow catalog runs clients'
+    catalog queries in one)."""
+    con = duckdb.connect(":memory:", config=dict(_CONNECT_CONFIG))
+    harden(con)
+    return con
+
+
 def _waiting_folder(path: Path) -> Path:
     return path.with_name(path.name + ".waiting")
 
