@@ -53,8 +53,8 @@ FUNCTIONS = shadow.MACROS | {
     "explode", "generate_subscripts", "json_object", "row_number", "rank", "denserank",
     "any", "all", "exists", "in", "tostring", "lag", "lead", "firstvalue", "chr", "ascii",
     "collate", "array_to_string", "explodinggenerateseries", "string_agg", "generate_series",
-    "generateseries",
-    "json_build_object", "currentschema", "currentdatabase", "currentuser", "sessionuser",
+    "generateseries", "json_build_object", "currentversion", "currentschema", "currentdatabase",
+    "currentuser", "sessionuser",
 }  # fmt: skip
 """Functions a catalog query may call (sqlglot's names of known functions, lowercase, or the
 name of an unknown one): the shadow's macros and plain SQL. Everything else is refused, so
