@@ -159,9 +159,9 @@ class SessionCatalog:
         if upper.startswith(("TRANSACTION", "SESSION CHARACTERISTICS")):
             return CatalogAnswer(None, "SET")  # sessions are read-only; levels change nothing
         if upper.startswith("TIME ZONE"):
-            name, value = "TimeZone", rest[len("TIME ZONE"):]
+            name, value = "TimeZone", rest[len("TIME ZONE") :]
         elif upper.startswith("NAMES"):
-            name, value = "client_encoding", rest[len("NAMES"):]
+            name, value = "client_encoding", rest[len("NAMES") :]
         else:
             match = re.match(r"([A-Za-z_][A-Za-z0-9_.]*)\s*(?:=|\s+TO\s+|\s+)(.*)\Z", rest,
                              re.I | re.S)  # fmt: skip
@@ -182,7 +182,7 @@ class SessionCatalog:
         return CatalogAnswer(None, "SET")
 
     def _show(self, text: str) -> CatalogAnswer:
-        rest = text[len("SHOW"):].strip()
+        rest = text[len("SHOW") :].strip()
         if rest.upper() == "ALL":
             names = sorted(self._settings, key=str.lower)
             table = pa.table({"name": names, "setting": [self._settings[n] for n in names],
@@ -200,7 +200,7 @@ class SessionCatalog:
         return CatalogAnswer(pa.table({name.lower(): [self._settings[name]]}), "SHOW")
 
     def _reset(self, text: str) -> CatalogAnswer:
-        name = text[len("RESET"):].strip()
+        name = text[len("RESET") :].strip()
         if name.upper() == "ALL":
             self._settings = dict(DEFAULT_SETTINGS, session_authorization=self._connection.user)
         else:
@@ -311,8 +311,9 @@ def _classify(tree: exp.Query, sql: str) -> bool | None:
     return bool(catalog)
 
 
-_ROW_FUNCTIONS = frozenset({"unnest", "explode", "generate_series", "generateseries",
-                            "explodinggenerateseries"})
+_ROW_FUNCTIONS = frozenset(
+    {"unnest", "explode", "generate_series", "generateseries", "explodinggenerateseries"}
+)
 """Functions that may stand in a catalog query's FROM: they make rows of their arguments."""
 
 
@@ -355,7 +356,8 @@ def _rewrite(tree: exp.Expr, params, user: str, sql: str) -> exp.Expr:
         if isinstance(node, (exp.Parameter, exp.Placeholder)):
             return _parameter(node, values, sql)
         if isinstance(node, (exp.CurrentUser, exp.SessionUser)) or (
-            isinstance(node, exp.Column) and node.name.lower() in {"current_user", "session_user"}
+            isinstance(node, exp.Column)
+            and node.name.lower() in {"current_user", "session_user"}
             and not node.table
         ):
             return exp.Literal.string(user)
@@ -451,4 +453,3 @@ def _unquote(value: str) -> str:
     if len(value) >= 2 and value[0] == value[-1] == '"':
         return value[1:-1]
     return value
-

@@ -227,13 +227,81 @@ def _fill(con, tables, *, user: str, database: str, settings: dict) -> None:
     _insert(con, "pg_namespace", schemata)
     types = []
     for name, oid, array, length, category, display in _TYPES:
-        types.append((oid, name, PG_CATALOG, 10, length, length > 0, "b", category,
-                      False, True, ",", 0, None, 0, array, None, None, None, None, None, None,
-                      None, "i", "p", False, 0, -1, 0, 0, None, None, None, display))
+        types.append(
+            (
+                oid,
+                name,
+                PG_CATALOG,
+                10,
+                length,
+                length > 0,
+                "b",
+                category,
+                False,
+                True,
+                ",",
+                0,
+                None,
+                0,
+                array,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                "i",
+                "p",
+                False,
+                0,
+                -1,
+                0,
+                0,
+                None,
+                None,
+                None,
+                display,
+            )
+        )
         if array:
-            types.append((array, f"_{name}", PG_CATALOG, 10, -1, False, "b", "A", False, True,
-                          ",", 0, None, oid, 0, None, None, None, None, None, None, None, "i",
-                          "x", False, 0, -1, 0, 0, None, None, None, f"{display}[]"))
+            types.append(
+                (
+                    array,
+                    f"_{name}",
+                    PG_CATALOG,
+                    10,
+                    -1,
+                    False,
+                    "b",
+                    "A",
+                    False,
+                    True,
+                    ",",
+                    0,
+                    None,
+                    oid,
+                    0,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    "i",
+                    "x",
+                    False,
+                    0,
+                    -1,
+                    0,
+                    0,
+                    None,
+                    None,
+                    None,
+                    f"{display}[]",
+                )
+            )
     _insert(con, "pg_type", types)
     classes, attributes, descriptions = [], [], []
     namespaces = {"public": PUBLIC, "protected": PUBLIC + 1}

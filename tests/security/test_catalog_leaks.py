@@ -7,15 +7,11 @@ from __future__ import annotations
 import pytest
 
 import sqlsdc
-from sqlsdc.server.catalog import SessionCatalog
 
 
 @pytest.fixture
-def catalog(demo_db):
-    with sqlsdc.connect(demo_db, user="analyst") as con:
-        session = SessionCatalog(con)
-        yield session
-        session.close()
+def catalog(session_catalog):
+    return session_catalog
 
 
 def all_text(answer) -> str:

@@ -39,11 +39,8 @@ def captured(name: str) -> list[tuple[str, tuple | None]]:
 
 
 @pytest.fixture
-def catalog(demo_db):
-    with sqlsdc.connect(demo_db, user="analyst") as con:
-        session = SessionCatalog(con)
-        yield session
-        session.close()
+def catalog(session_catalog):
+    return session_catalog
 
 
 def persons_oid(catalog: SessionCatalog) -> int:
