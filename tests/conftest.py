@@ -111,6 +111,16 @@ def analyst(demo_db):
 
 
 @pytest.fixture
+def session_catalog(analyst):
+    """The server's catalog of an analyst's session (sqlsdc.server.catalog)."""
+    from sqlsdc.server.catalog import SessionCatalog
+
+    catalog = SessionCatalog(analyst)
+    yield catalog
+    catalog.close()
+
+
+@pytest.fixture
 def raw(demo_db):
     """An unguarded DuckDB connection to the demo data, for computing expected values.
 

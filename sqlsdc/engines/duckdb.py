@@ -101,6 +101,15 @@ def open_database(
     raise Error(f"cannot open database {path}: {why}") from None
 
 
+def memory_database() -> duckdb.DuckDBPyConnection:
+    """A private in-memory database, hardened like a file's: no file, network, extension or
+    setting can be reached from its statements (the server's shadow catalog runs clients'
+    catalog queries in one)."""
+    con = duckdb.connect(":memory:", config=dict(_CONNECT_CONFIG))
+    harden(con)
+    return con
+
+
 def _waiting_folder(path: Path) -> Path:
     return path.with_name(path.name + ".waiting")
 
@@ -208,12 +217,15 @@ def to_sql(tree: exp.Expr) -> str:
     return QualifiedDuckDB().generate(tree)
 
 
-def table_schemas(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, str]]:
-    """``{table: {column: type}}`` of the user tables and views in the main schema."""
+def table_schemas(
+    con: duckdb.DuckDBPyConnection, schema: str = "main"
+) -> dict[str, dict[str, str]]:
+    """``{table: {column: type}}`` of the user tables and views in ``schema``."""
     rows = con.execute(
         "SELECT lower(table_name), lower(column_name), data_type FROM information_schema.columns "
-        "WHERE table_catalog = current_database() AND table_schema = 'main' "
-        "ORDER BY table_name, ordinal_position"
+        "WHERE table_catalog = current_database() AND table_schema = ? "
+        "ORDER BY table_name, ordinal_position",
+        [schema],
     ).fetchall()
     schemas: dict[str, dict[str, str]] = {}
     for table, column, dtype in rows:

@@ -234,6 +234,21 @@ class Connection:
         """Whether DP results carry noise (always, except in an admin's semantics mode)."""
         return self._dp_noise
 
+    @property
+    def analyst_schema(self) -> dict[str, dict[str, str]]:
+        """``{table: {column: type}}`` as the guard resolves names: the policy's view."""
+        return {table: dict(columns) for table, columns in self._context.schema.items()}
+
+    def stored_schemas(self, schema: str) -> dict[str, dict[str, str]]:
+        """``{table: {column: type}}`` of the tables of a schema of the database (e.g. the
+        ``protected`` outputs of jobs). Whether the user may read one is the guard's decision
+        (:func:`sqlsdc.server.visible.visible_tables` asks it), not this listing's."""
+        with self._holding() as con:
+            try:
+                return engine.table_schemas(con, schema)
+            except engine.EngineError as failure:
+                raise _engine_failure(failure, None) from None
+
     def remaining_budget(self) -> list[BudgetStatus]:
         """The privacy budgets that apply to this user: limit, spent and remaining."""
         with self._holding() as con:
