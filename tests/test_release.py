@@ -137,9 +137,10 @@ def test_publish_refusals(suppress_template, tmp_path):
         return subprocess.run(["sqlsdc", "publish", str(db), str(out), *args],
                               capture_output=True, text=True, timeout=300)  # fmt: skip
 
-    denied = cli("--user", "analyst")
-    assert denied.returncode == 5 and "not an admin" in denied.stderr and not out.exists()
-    refused = cli("--query", "rows=SELECT person_id, income FROM persons", "--as", "analyst")
+    for acting in ("--as", "--user"):  # --as names the acting administrator, as everywhere
+        denied = cli(acting, "analyst")
+        assert denied.returncode == 5 and "not an admin" in denied.stderr and not out.exists()
+    refused = cli("--query", "rows=SELECT person_id, income FROM persons", "--for", "analyst")
     assert refused.returncode == 3 and not out.exists()
     assert not list(tmp_path.glob("*.partial"))
     malformed = cli("--query", "SELECT 1")
