@@ -15,7 +15,6 @@ from sqlsdc.engines.duckdb import open_database
 from sqlsdc.jobs.protect import protect_query
 from sqlsdc.release import publish
 
-QUERY = "SELECT region, sex, COUNT(*) AS n, AVG(income) AS mean_income FROM persons GROUP BY ALL"
 CONFIDENTIAL = {"persons", "households", "enterprises"}
 
 READER = r"""
@@ -45,18 +44,6 @@ with engine.connect() as connection:
 print(json.dumps({"schemas": schemas, "tables": tables, "macros": macros, "views": views,
                   "sqlalchemy": via_sqlalchemy}))
 """
-
-
-@pytest.fixture(scope="module")
-def released(suppress_template, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("release")
-    db = folder / "demo.duckdb"
-    shutil.copy(suppress_template, db)
-    protect_query(db, "admin", "SELECT sex, education, COUNT(*) FROM persons WHERE age >= 90 "
-                  "GROUP BY sex, education", into="old_people")  # fmt: skip
-    out = folder / "release.duckdb"
-    report = publish(db, out, "admin", queries={"persons_by_region": QUERY}, analyst="analyst")
-    return db, out, report
 
 
 def read_in_another_process(path) -> dict:
