@@ -6,7 +6,10 @@ protected by suppression in the query path, and the results of named guarded que
 no confidential table, no internal ``__`` column, no ledger, no key and no secret, and needs no
 Python UDF, so any DuckDB client — the CLI, SQLAlchemy's ``duckdb_engine`` (Superset, Metabase
 drivers), R, a notebook — can open it read-only in another process. A table ``release_contents``
-says where every table came from.
+says where every table came from. The file is written in the storage format of DuckDB
+``storage_version`` (default v1.0.0, so DuckDB 1.x readers open it too: see
+:mod:`sqlsdc.engines.release_storage`), and with ``parquet`` also as Parquet files with a
+manifest (:mod:`sqlsdc.release_parquet`).
 
 Example:
     >>> publish("sqlsdc-demo.duckdb", "release.duckdb", "admin",  # doctest: +SKIP
@@ -23,14 +26,15 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
+from sqlsdc import release_parquet
 from sqlsdc.catalog import store
 from sqlsdc.catalog.store import pattern_table, require_admin
 from sqlsdc.engines import duckdb as engine
+from sqlsdc.engines.release_storage import OLDEST_READER, ReleaseFile, storage_version
 from sqlsdc.errors import Error, PolicyViolation
 from sqlsdc.guard.connection import connect
 from sqlsdc.jobs.patterns import ensure_patterns
@@ -54,6 +58,9 @@ class PublishReport:
     path: str
     policy_version: int
     tables: tuple[Published, ...]
+    storage_version: str = OLDEST_READER
+    parquet: str | None = None  # the folder of Parquet files and manifest.json, if written
+    release_id: int | None = None  # the publication's audit entry (the ledger's query id)
 
     def to_dict(self) -> dict:
         return {**asdict(self), "tables": [asdict(t) for t in self.tables]}
@@ -67,6 +74,8 @@ def publish(
     queries: Mapping[str, str] | None = None,
     analyst: str | None = None,
     replace: bool = False,
+    storage: str = OLDEST_READER,
+    parquet: str | Path | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> PublishReport:
     """Write the release database ``out`` from the protected outputs of ``db`` (admins only).
@@ -75,6 +84,13 @@ def publish(
     ``user``), audited and recorded in the ledger like any query; their protected values are
     stored. The file is written next to ``out`` and moved into place only when complete.
 
+    ``storage`` is the oldest DuckDB release that must open ``out`` (``v1.0.0`` by default, or
+    ``latest``; :func:`~sqlsdc.engines.release_storage.storage_version`); types that release
+    does not know are stored as ones it does (:data:`~sqlsdc.engines.release_storage.NEWER_TYPES`).
+    With ``parquet``, the same tables are also written to that folder as Parquet files with a
+    ``manifest.json`` (:func:`~sqlsdc.release_parquet.write_parquet`), also moved into place
+    only when complete.
+
     The publication is a release of its own: one audit entry (``refused``, ``failed`` or
     ``accepted``) and, with the accepted entry in one transaction, a ledger row for every cell
     of every released table (:func:`_record`) — written before the file is moved into place, so
@@ -82,10 +98,12 @@ def publish(
 
     Raises:
         AccessDenied: ``user`` is not an admin of the policy in force.
-        Error: ``out`` exists (without ``replace``) or is the database itself, a name is not a
-            plain identifier or is used twice; PolicyViolation when a query is refused.
+        Error: ``out`` or ``parquet`` exists (without ``replace``) or ``out`` is the database
+            itself, a name is not a plain identifier or is used twice, ``storage`` is unknown;
+            PolicyViolation when a query is refused.
     """
     out, db = Path(out), Path(db)
+    folder = None if parquet is None else Path(parquet)
     queries = dict(queries or {})
     say = progress or (lambda _message: None)
     request = json.dumps({"publish": str(out), "queries": queries, "as": analyst or user})
@@ -106,25 +124,38 @@ def publish(
             )
 
     try:
-        _check_request(db, out, queries, replace)
+        storage = storage_version(storage)
+        _check_request(db, out, folder, queries, replace)
         with _catalog(db) as con:
             require_admin(con, user)
     except Error as refusal:
         audit("refused", refusal)
         raise
     partial = out.with_name(out.name + ".partial")
+    partial_folder = None if folder is None else folder.with_name(folder.name + ".partial")
     try:
         version, tables = _collect(db, user, queries, analyst, say)
-        _write(partial, version, tables, say)
+        _write(partial, version, tables, storage, say)
+        if partial_folder is not None:
+            say(f"writing Parquet files into {folder}")
+            release_parquet.remove(partial_folder)
+            release_parquet.write_parquet(partial_folder, tables, release_id=query_id,
+                                          policy_version=version)  # fmt: skip
         say("recording the release")
         with _catalog(db) as con:
             _record(con, tables, query_id, user, version, request, fingerprint)
         partial.replace(out)
+        if partial_folder is not None:
+            release_parquet.put_in_place(partial_folder, folder)
     except BaseException as failure:
         _remove(partial)
+        if partial_folder is not None:
+            release_parquet.remove(partial_folder)
         audit("refused" if isinstance(failure, PolicyViolation) else "failed", failure)
         raise
-    return PublishReport(str(out), version, tuple(entry for _d, entry, _r in tables.values()))
+    entries = tuple(entry for _d, entry, _r in tables.values())
+    return PublishReport(str(out), version, entries, storage,
+                         None if folder is None else str(folder), query_id)  # fmt: skip
 
 
 def _open_entry(db: Path) -> tuple[int, int]:
@@ -145,11 +176,16 @@ def _catalog(db: Path):
         con.close()
 
 
-def _check_request(db: Path, out: Path, queries: dict, replace: bool) -> None:
+def _check_request(db: Path, out: Path, folder: Path | None, queries: dict, replace: bool) -> None:
     if out.resolve() == db.resolve():
         raise Error("the release database must be another file than the confidential one")
-    if out.exists() and not replace:
-        raise Error(f"{out} exists; pass --force (or --replace) to overwrite it")
+    for target in (out, folder):
+        if target is not None and target.exists() and not replace:
+            raise Error(f"{target} exists; pass --force (or --replace) to overwrite it")
+    if folder is not None and (
+        folder.is_file() or folder.resolve() in (db.resolve(), out.resolve())
+    ):
+        raise Error(f"--parquet {folder} must be a folder, not a file; name a new folder")
     seen: dict[str, str] = {}
     for name in queries:
         if not name.isidentifier() or name.startswith("__") or name.casefold() == CONTENTS:
@@ -325,17 +361,14 @@ def _remove(partial: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _write(partial: Path, version: int, tables: dict, say) -> None:
-    """Write the release into ``partial`` (the caller moves it into place once recorded)."""
+def _write(partial: Path, version: int, tables: dict, storage: str, say) -> None:
+    """Write the release into ``partial`` in DuckDB ``storage`` format (the caller moves it into
+    place once recorded)."""
     _remove(partial)
-    con = duckdb.connect(str(partial))
-    try:
+    with ReleaseFile(partial, storage) as release:
         for name, (data, _entry, _record) in tables.items():
             say(f"writing {name}")
-            con.register("__release_input", data)
-            con.execute(f"CREATE TABLE {exp.to_identifier(name).sql('duckdb')} AS "
-                        "SELECT * FROM __release_input")  # fmt: skip
-            con.unregister("__release_input")
+            release.write(name, data)
         entries = [entry for _data, entry, _record in tables.values()]
         contents = pa.table({
             "table_name": [e.table for e in entries],
@@ -345,9 +378,4 @@ def _write(partial: Path, version: int, tables: dict, say) -> None:
             "definition": [e.definition for e in entries],
             "policy_version": pa.array([version] * len(entries), pa.int32()),
         })  # fmt: skip
-        con.register("__release_input", contents)
-        con.execute(f"CREATE TABLE {CONTENTS} AS SELECT * FROM __release_input")
-        con.unregister("__release_input")
-        con.execute("CHECKPOINT")
-    finally:
-        con.close()
+        release.write(CONTENTS, contents)

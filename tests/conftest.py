@@ -146,3 +146,24 @@ def raw_ckm(ckm_db, ckm):
     con = open_database(ckm_db)
     yield con
     con.close()
+
+
+@pytest.fixture(scope="module")
+def released(suppress_template, tmp_path_factory):
+    """A release of the suppression demo (a job output, the suppression patterns and a guarded
+    query), with its Parquet copy in ``parquet/`` beside it: (db, release file, report)."""
+    from sqlsdc.jobs.protect import protect_query
+    from sqlsdc.release import publish
+
+    folder = tmp_path_factory.mktemp("release")
+    db = folder / "demo.duckdb"
+    shutil.copy(suppress_template, db)
+    protect_query(db, "admin", "SELECT sex, education, COUNT(*) FROM persons WHERE age >= 90 "
+                  "GROUP BY sex, education", into="old_people")  # fmt: skip
+    query = (
+        "SELECT region, sex, COUNT(*) AS n, AVG(income) AS mean_income FROM persons GROUP BY ALL"
+    )
+    out = folder / "release.duckdb"
+    report = publish(db, out, "admin", queries={"persons_by_region": query}, analyst="analyst",
+                     parquet=folder / "parquet")  # fmt: skip
+    return db, out, report

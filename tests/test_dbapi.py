@@ -21,8 +21,10 @@ def test_type_objects_compare_with_description_type_codes(analyst):
         assert region[1] == sqlsdc.STRING and region[1] != sqlsdc.NUMBER
         assert n[1] == sqlsdc.NUMBER and n[1] != sqlsdc.DATETIME
     assert cursor.description is None  # closed by the with block
-    assert sqlsdc.BINARY == "binary" and sqlsdc.DATETIME == "timestamp[us]"
-    assert sqlsdc.ROWID != "int64"
+    assert (region[1], n[1]) == ("VARCHAR", "BIGINT")  # DuckDB's names, as its cursor gives
+    assert sqlsdc.BINARY == "BLOB" and sqlsdc.DATETIME == "TIMESTAMP WITH TIME ZONE"
+    assert sqlsdc.NUMBER == "DECIMAL(18,3)" and sqlsdc.DATETIME != "INTERVAL"
+    assert sqlsdc.ROWID != "BIGINT" and sqlsdc.STRING != 1
 
 
 def test_constructors():

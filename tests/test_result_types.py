@@ -101,3 +101,26 @@ def test_dp_group_keys_keep_the_columns_type(ckm_db, ckm, raw_ckm):
     assert guarded.column("month").to_pylist() == expected.column("month").to_pylist()
     # the count itself is protected: noisy, so not DuckDB's exact value
     assert guarded.column("n").to_pylist() != expected.column("n").to_pylist()
+
+
+@pytest.mark.parametrize("aggregate", ["SUM", "AVG", "COUNT", "MIN", "MAX"])
+def test_description_is_duckdbs_own(typed_db, aggregate):
+    """PEP 249 ``description``: DuckDB's type names (HUGEINT for a SUM of integers, DECIMAL with
+    precision and scale) and the sizes DuckDB gives (none), equal to the type objects."""
+    items = ", ".join(f"{aggregate}({c}) AS {c}_{aggregate.lower()}" for c in COLUMNS)
+    sql = f"SELECT grp, {items}, COUNT(*) AS n FROM facts GROUP BY grp"
+    with sqlsdc.connect(typed_db, user="analyst") as con:
+        description = con.execute(sql).description
+    raw = open_database(typed_db)
+    try:
+        result = raw.execute(sql)
+        expected = [(d[0], str(d[1]), *d[2:]) for d in result.description]
+        result.fetchall()
+    finally:
+        raw.close()
+    assert description == expected
+    assert description[0][1] == "VARCHAR" == sqlsdc.STRING
+    assert all(d[1] == sqlsdc.NUMBER and d[1] != sqlsdc.STRING for d in description[1:])
+    if aggregate == "SUM":
+        kinds = ["HUGEINT", "HUGEINT", "DECIMAL(38,2)", "DECIMAL(38,1)"]  # dbl is i * 0.5
+        assert [d[1] for d in description[1:5]] == kinds

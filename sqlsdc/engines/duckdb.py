@@ -15,7 +15,7 @@ import random
 import threading
 import time
 import warnings
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 import duckdb
@@ -298,6 +298,30 @@ def without_marks(table: pa.Table) -> pa.Table:
         return table
     fields = [field.remove_metadata() for field in table.schema]
     return pa.Table.from_arrays(table.columns, schema=pa.schema(fields, table.schema.metadata))
+
+
+_TYPE_READER = threading.local()  # an in-memory connection per thread, to name Arrow types
+
+
+def type_names(schema: pa.Schema) -> list[str]:
+    """DuckDB's names of a result's column types, as its own cursor's ``description`` gives
+    them (``BIGINT``, ``DOUBLE``, ``VARCHAR``, ``DECIMAL(18,3)``): the types DuckDB reads the
+    Arrow ``schema`` as, and HUGEINT/UHUGEINT where :func:`run` marked a field.
+
+    >>> type_names(pa.schema([("n", pa.int64()), ("v", pa.decimal128(18, 3))]))
+    ['BIGINT', 'DECIMAL(18,3)']
+    """
+    return list(_type_names(schema))
+
+
+@lru_cache(maxsize=256)
+def _type_names(schema: pa.Schema) -> tuple[str, ...]:
+    con = getattr(_TYPE_READER, "con", None)
+    if con is None:
+        con = _TYPE_READER.con = duckdb.connect()
+    read = [str(t) for t in con.from_arrow(schema.empty_table()).types]
+    marks = [(f.metadata or {}).get(_ENGINE_TYPE, b"").decode() for f in schema]
+    return tuple(mark or name for mark, name in zip(marks, read, strict=True))
 
 
 def is_wide_integer(field: pa.Field) -> bool:

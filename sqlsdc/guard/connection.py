@@ -522,7 +522,9 @@ class Cursor:
     def description(self):
         if self._result is None:
             return None
-        return [(f.name, str(f.type), None, None, None, None, True) for f in self._result.schema]
+        schema = self._result.schema
+        kinds = zip(schema, engine.type_names(schema), strict=True)
+        return [(f.name, kind, None, None, None, None, None) for f, kind in kinds]  # as DuckDB
 
     @property
     def rowcount(self) -> int:

@@ -1,7 +1,12 @@
 """PEP 249 module globals: type objects and constructors of the guarded connection.
 
-Type objects compare equal to the type codes in ``Cursor.description`` (Arrow type names such
-as ``int64``, ``double``, ``string``, ``timestamp[us]``), so ``desc[1] == sqlsdc.NUMBER`` works.
+``Cursor.description`` gives DuckDB's type names as type codes, as DuckDB's own cursor does
+(``BIGINT``, ``DOUBLE``, ``VARCHAR``, ``DECIMAL(18,3)``, ``TIMESTAMP WITH TIME ZONE``), and
+the type objects compare equal to the type codes of their family, with DuckDB's families
+(``duckdb.NUMBER`` etc.), so ``desc[1] == sqlsdc.NUMBER`` works.
+
+>>> "DECIMAL(18,3)" == NUMBER, "VARCHAR" == STRING, "VARCHAR" == NUMBER
+(True, True, False)
 """
 
 from __future__ import annotations
@@ -11,16 +16,19 @@ import time
 
 
 class DBAPITypeObject:
-    """A PEP 249 type object: equal to every type code of its family."""
+    """A PEP 249 type object: equal to every DuckDB type name of its family (a parametrised
+    type by its base name: ``DECIMAL(18,3)`` is a ``DECIMAL``)."""
 
-    def __init__(self, name: str, *prefixes: str):
+    def __init__(self, name: str, *types: str):
         self.name = name
-        self._prefixes = prefixes
+        self._types = frozenset(types)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, DBAPITypeObject):
             return other is self
-        return isinstance(other, str) and other.lower().startswith(self._prefixes)
+        if not isinstance(other, str):
+            return NotImplemented
+        return other.upper().split("(", 1)[0].strip() in self._types
 
     def __hash__(self) -> int:
         return hash(self.name)
@@ -29,10 +37,16 @@ class DBAPITypeObject:
         return f"sqlsdc.{self.name}"
 
 
-STRING = DBAPITypeObject("STRING", "string", "large_string", "dictionary")
-BINARY = DBAPITypeObject("BINARY", "binary", "large_binary", "fixed_size_binary")
-NUMBER = DBAPITypeObject("NUMBER", "int", "uint", "float", "double", "halffloat", "decimal", "bool")
-DATETIME = DBAPITypeObject("DATETIME", "date", "time", "timestamp", "duration")
+STRING = DBAPITypeObject("STRING", "VARCHAR", "JSON", "ENUM", "UUID")
+BINARY = DBAPITypeObject("BINARY", "BLOB", "BIT")
+NUMBER = DBAPITypeObject(
+    "NUMBER", "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+    "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "DECIMAL", "BIGNUM",
+)  # fmt: skip
+DATETIME = DBAPITypeObject(
+    "DATETIME", "DATE", "TIME", "TIME_NS", "TIME WITH TIME ZONE", "TIMESTAMP", "TIMESTAMP_S",
+    "TIMESTAMP_MS", "TIMESTAMP_NS", "TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ_NS",
+)  # fmt: skip
 ROWID = DBAPITypeObject("ROWID")  # guarded results never expose row identifiers
 
 Date = dt.date

@@ -247,7 +247,7 @@ def test_refused_publications_are_audited_and_release_nothing(suppress_db, tmp_p
 def test_a_publication_that_fails_is_audited_and_leaves_no_file_and_no_ledger(
     suppress_db, tmp_path, monkeypatch
 ):
-    def broken(partial, version, tables, say):
+    def broken(partial, version, tables, storage, say):
         partial.write_bytes(b"half a file")
         raise OSError("disk full")
 
