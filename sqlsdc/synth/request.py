@@ -78,7 +78,7 @@ class Estimand:
 
 @dataclass(frozen=True)
 class Request:
-    table: str  # as written: "protected.name" or "name"
+    table: str  # "protected.name" (also when written without the schema)
     groups: tuple[str, ...]
     estimands: tuple[Estimand, ...]
     where: exp.Expr | None
@@ -174,7 +174,7 @@ def parse_request(sql: str) -> Request:
     if source is None or not isinstance(source.this, exp.Table) or source.this.catalog:
         raise _refuse("the query must read one synthetic output table", sql)
     table = source.this
-    name = f"{table.db}.{table.name}".lower() if table.db else table.name.lower()
+    name = f"{table.db or 'protected'}.{table.name}".lower()  # outputs live in ``protected``
     groups = []
     for node in (tree.args.get("group") or exp.Group()).expressions:
         if not isinstance(node, exp.Column):

@@ -296,12 +296,11 @@ def _epsilon(mode: str, epsilon) -> Fraction | None:
 
 def _output(con, request: Request, sql: str) -> _Output:
     """The synthetic output the query reads (``protected.name`` or just ``name``)."""
-    name = request.table if "." in request.table else f"protected.{request.table}"
     row = engine.one(
         con,
         f"SELECT name, sql_text, report, CAST(created_at AS VARCHAR) FROM {S}.outputs "
         "WHERE method = 'synthesize' AND lower(name) = ?",
-        [name],
+        [request.table],
     )
     if row is None:
         names = [
@@ -361,11 +360,19 @@ def _records(con, request: Request, source: exp.Expr, copies: bool, timeout) -> 
 
 
 def _keys(request: Request, frame: pd.DataFrame) -> pd.Series:
-    """One hashable group key per row (a tuple of the group values)."""
+    """One group key per row: the tuple of its group values (missing values as None)."""
     names = [f"__g{i}" for i in range(len(request.groups))]
-    if not names:
-        return pd.Series([()] * len(frame), index=frame.index, dtype=object)
-    return pd.Series(list(zip(*(frame[n] for n in names), strict=True)), index=frame.index)
+    columns = [frame[n].astype(object).where(frame[n].notna(), None) for n in names]
+    return pd.Series(
+        list(zip(*columns, strict=True)) if names else [()] * len(frame),
+        index=frame.index,
+        dtype=object,
+    )
+
+
+def _member(keys: pd.Series, group: tuple) -> np.ndarray:
+    """Which rows belong to ``group`` (element-wise: pandas would read a tuple as a list)."""
+    return np.fromiter((k == group for k in keys), dtype=bool, count=len(keys))
 
 
 def _plain(value):
@@ -396,7 +403,7 @@ def _plan(request: Request, synthetic: pd.DataFrame, output: _Output, k_min: int
     keys = _keys(request, inside)
     cells = []
     for group in sorted(set(keys), key=lambda g: tuple((v is None, str(v)) for v in g)):
-        rows = inside[keys == group]
+        rows = inside[_member(keys, group)]
         per_copy = len(rows) / output.copies
         for k, term, j in _terms(request):
             cell = {
@@ -442,11 +449,24 @@ def _estimate(kind, rows, k, j, width, population) -> tuple[float, float]:
 
 
 def _synthetic_ci(request, slot, synthetic, output) -> tuple[float, float]:
+    """The synthetic confidence interval of one cell (refused if the synthetic regressors
+    are collinear)."""
+    try:
+        return _combined_ci(request, slot, synthetic, output)
+    except np.linalg.LinAlgError:
+        label = request.estimands[slot[1]].label
+        raise PolicyViolation(
+            f"{label}: the regressors are collinear on the synthetic data",
+            "drop or merge regressors",
+        ) from None
+
+
+def _combined_ci(request, slot, synthetic, output) -> tuple[float, float]:
     group, k, j = slot
     estimand = request.estimands[k]
     width = len(estimand.inputs)
     keys = _keys(request, synthetic)
-    cell_rows = synthetic[synthetic["__in"] & (keys == group)]
+    cell_rows = synthetic[synthetic["__in"].to_numpy() & _member(keys, group)]
     if output.copies == 1:
         est, var = _estimate(estimand.kind, cell_rows, k, j, width, len(synthetic))
         return normal_ci(est, np.sqrt(var))
@@ -478,7 +498,7 @@ def _measure(request, plan, synthetic, confidential, output, key, k_min, mode, e
             continue
         group, k, j = slot
         estimand = request.estimands[k]
-        inside = (confidential["__in"] & (keys == group)).to_numpy()
+        inside = confidential["__in"].to_numpy() & _member(keys, group)
         rows, outside = confidential[inside], confidential[~inside]
         if mode == "interval" and len(rows) < k_min:
             out.append(

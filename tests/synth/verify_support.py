@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from sqlsdc.catalog import store
 from sqlsdc.engines.duckdb import open_database
@@ -24,6 +25,7 @@ def make_synthetic_output(
     *,
     copies: int = 1,
     noise: float = 0.05,
+    scale: float = 1.0,
     seed: int = 1,
     report: dict | None = None,
 ) -> str:
@@ -35,11 +37,12 @@ def make_synthetic_output(
         parts = []
         for copy in range(1, copies + 1):
             part = data.sample(len(data), replace=True, random_state=rng).reset_index(drop=True)
-            part["income"] = (part["income"] * np.exp(rng.normal(0, noise, len(part)))).round()
+            factor = scale * np.exp(rng.normal(0, noise, len(part)))
+            part["income"] = (part["income"] * factor).round()
             if copies > 1:
                 part.insert(0, "synthetic_copy", copy)
             parts.append(part)
-        synthetic = parts[0] if copies == 1 else __import__("pandas").concat(parts)
+        synthetic = pd.concat(parts)
         con.register("__synthetic", synthetic)
         con.execute("CREATE SCHEMA IF NOT EXISTS protected")
         con.execute(f"CREATE OR REPLACE TABLE protected.{name} AS SELECT * FROM __synthetic")
@@ -54,7 +57,7 @@ def make_synthetic_output(
             "seed": seed,
             "epsilon": None,
             "copies": copies,
-            "parameters": {"noise": noise},
+            "parameters": {"noise": noise, "scale": scale},
             **(report or {}),
         }
         store.record_output(con, f"protected.{name}", "synthesize", SOURCE_SQL, "admin", version,
