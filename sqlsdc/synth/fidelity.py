@@ -127,6 +127,14 @@ def _interval(q: float, t: float, df: float) -> tuple[float, float]:
     return q - half, q + half
 
 
+def _moments(q, u) -> tuple[int, float, float, float]:
+    """m, q̄ = Σq/m, ū = Σu/m and b = Σ(q − q̄)²/(m − 1) of m ≥ 2 copies."""
+    q, u = np.asarray(q, dtype=float), np.asarray(u, dtype=float)
+    if len(q) < 2:
+        raise ValueError(f"combining rules need m >= 2 copies, got {len(q)}")
+    return len(q), float(q.mean()), float(u.mean()), float(q.var(ddof=1))
+
+
 def combine_partial(q, u) -> Combined:
     """Reiter (2003) for m ≥ 2 partially synthetic copies (digest A.1): q̄ = Σq/m, ū = Σu/m,
     b = Σ(q − q̄)²/(m − 1), T = ū + b/m, ν = (m − 1)(1 + m·ū/b)², CI q̄ ± t_{ν,.975}·√T.
@@ -137,12 +145,7 @@ def combine_partial(q, u) -> Combined:
         >>> round(c.df), round(c.low, 6), round(c.high, 6)
         (512, 0.646293, 1.553707)
     """
-    q, u = np.asarray(q, dtype=float), np.asarray(u, dtype=float)
-    m = len(q)
-    if m < 2:
-        raise ValueError(f"combining rules need m >= 2 copies, got {m}")
-    q_bar, u_bar = float(q.mean()), float(u.mean())
-    b = float(q.var(ddof=1))
+    m, q_bar, u_bar, b = _moments(q, u)
     t = u_bar + b / m
     df = math.inf if b == 0 else (m - 1) * (1 + m * u_bar / b) ** 2
     return Combined(q_bar, t, df, *_interval(q_bar, t, df))
@@ -158,12 +161,7 @@ def combine_full(q, u, *, n_synthetic: int, n_observed: int) -> Combined:
         >>> round(c.variance, 6), round(c.df, 3)
         (0.203333, 1.817)
     """
-    q, u = np.asarray(q, dtype=float), np.asarray(u, dtype=float)
-    m = len(q)
-    if m < 2:
-        raise ValueError(f"combining rules need m >= 2 copies, got {m}")
-    q_bar, u_bar = float(q.mean()), float(u.mean())
-    b = float(q.var(ddof=1))
+    m, q_bar, u_bar, b = _moments(q, u)
     t = (1 + 1 / m) * b - u_bar
     if t <= 0:
         t, df = n_synthetic / n_observed * u_bar, math.inf

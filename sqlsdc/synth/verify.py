@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 
@@ -210,7 +211,7 @@ def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeou
     if mode == "noisy" and released:
         spent = eps * len(released)
         cost = PrivacyCost(epsilon=spent)
-        if lock is None:
+        with lock or nullcontext():
             charge(
                 con,
                 user=user,
@@ -220,17 +221,6 @@ def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeou
                 limits=policy_limits(policy),
                 policy_version=version,
             )
-        else:
-            with lock:
-                charge(
-                    con,
-                    user=user,
-                    tables=tables,
-                    cost=cost,
-                    query_id=query_id,
-                    limits=policy_limits(policy),
-                    policy_version=version,
-                )
     source = sqlglot.parse_one(output.source_sql, read="duckdb")
     confidential = _records(con, request, source, False, timeout)
     key = KeyedStream(secret, "sqlsdc.verify", output.name, output.version)
