@@ -284,6 +284,22 @@ class Connection:
             except engine.EngineError as failure:
                 raise _engine_failure(failure, None) from None
 
+    def verify(self, sql: str, *, mode: str = "interval", epsilon=None):
+        """Compare an aggregate or OLS query on a synthetic output with the confidential data
+        (McClure and Reiter's verification server, :mod:`sqlsdc.synth.verify`): a decile
+        interval of the fidelity measure (``interval``), or a noisy one charged ``epsilon``
+        per cell to this user's budget (``noisy``). Audited and cached like any query."""
+        from sqlsdc.synth.verify import verify
+
+        with self._holding() as con:
+            try:
+                return verify(con, sql, user=self.user, policy=self.policy,
+                              policy_version=self.policy_version, secret=_secret(con), mode=mode,
+                              epsilon=epsilon, lock=_database_lock(Path(self.path)),
+                              timeout=self.timeout)  # fmt: skip
+            except engine.EngineError as failure:
+                raise _engine_failure(failure, self._record_failure(sql, failure)) from None
+
     def _protect(self, sql: str, params) -> ProtectedQuery:
         """``protect``, shared with every connection of the process that sees the same policy
         version, schema and catalog (``check_cache``). The statement timeout starts here: the

@@ -1,0 +1,1 @@
+"""Synthetic data: synthesis jobs, utility and disclosure measures, and the verification server."""

@@ -1,0 +1,595 @@
+"""The verification server of McClure and Reiter [MR]: how well does an analysis of a synthetic
+output reproduce the same analysis of the confidential data?
+
+An analyst sends an aggregate or OLS query on a synthetic output (:mod:`sqlsdc.synth.request`);
+the server computes the same estimand on the synthetic copies (combined by Reiter's rules when
+m ≥ 2, :mod:`sqlsdc.synth.fidelity`) and on the confidential records the output was made from
+(its ``source_sql``, read through the same rewritten query), and releases only a fidelity
+measure of the two confidence intervals ([MR] eq. 1), never a confidential value:
+
+- ``interval`` (default, [MR] §5 "must-have"): the decile interval of FM over the true data and
+  every neighbour in the safety-zone scan (:mod:`sqlsdc.synth.scan`). Deterministic, so free.
+- ``noisy`` ([MR] §4): FM on a grid of 1/1000 plus discrete Laplace noise of scale 1000/ε grid
+  units (FM is in [0, 1]: sensitivity 1 with the synthetic data fixed), clipped to [0, 1]
+  (post-processing). Each released cell costs ε (sequential composition), charged to the
+  analyst's budgets through :func:`sqlsdc.catalog.budget.charge` *before* any confidential
+  record is read; the noise is drawn from the database's keyed PRF, so a repeat is identical.
+
+Limits against an intruder with an analyst's connection (digest B.5): answers are cached by
+canonical query per user (repeats are identical and free); every new query counts against a
+per-user, per-output limit (``report.verification.max_queries``, default
+:data:`DEFAULT_MAX_QUERIES`); cells with fewer records than the policy's minimum frequency are
+suppressed (interval mode: on either side; noisy mode: on the synthetic side only, so the DP
+guarantee is not broken by a data-dependent decision); OLS refuses regressors that single out
+records (a leverage above 1/min_frequency) and cells with fewer residual degrees of freedom
+than the minimum frequency. Residual risk [MR] §5: what the synthetic data themselves say is
+not accounted for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+import sqlglot
+from sqlglot import exp
+
+from sqlsdc.catalog import store
+from sqlsdc.catalog.budget import charge, policy_limits
+from sqlsdc.catalog.schema import CATALOG_SCHEMA
+from sqlsdc.engines import duckdb as engine
+from sqlsdc.errors import Error, PolicyViolation, ProgrammingError
+from sqlsdc.mechanisms.accountant import PrivacyCost, fraction
+from sqlsdc.mechanisms.prf import KeyedStream
+from sqlsdc.mechanisms.samplers import discrete_laplace
+from sqlsdc.policy.model import DEFAULT_MIN_FREQUENCY
+from sqlsdc.synth.fidelity import (
+    Z95,
+    combine_full,
+    combine_partial,
+    decile_interval,
+    fidelity,
+    normal_ci,
+)
+from sqlsdc.synth.request import Request, parse_request, record_query
+from sqlsdc.synth.scan import (
+    aggregate_ci,
+    candidates,
+    fit_ols,
+    ols_ci,
+    safety_zones,
+    scan_aggregate,
+    scan_ols,
+)
+
+__all__ = ["DEFAULT_MAX_QUERIES", "MODES", "Verification", "verify"]
+
+MODES = ("interval", "noisy")
+DEFAULT_MAX_QUERIES = 200
+"""New (uncached) verification queries a user may send per synthetic output."""
+NOISY_GRID = 1000
+S = CATALOG_SCHEMA
+VERIFICATIONS_DDL = f"""CREATE TABLE IF NOT EXISTS {S}.verifications (
+    entry VARCHAR PRIMARY KEY,
+    user_name VARCHAR NOT NULL,
+    output VARCHAR NOT NULL,
+    output_version VARCHAR NOT NULL,
+    canonical VARCHAR NOT NULL,
+    mode VARCHAR NOT NULL,
+    epsilon VARCHAR,
+    answer VARCHAR NOT NULL,
+    query_id BIGINT NOT NULL,
+    created_at TIMESTAMP NOT NULL)"""
+
+
+@dataclass(frozen=True)
+class Verification:
+    """A verification answer: one entry per cell (group × estimand × term) with its ``status``
+    (``released`` or ``suppressed``) and ``fm_interval`` ([lo, hi]) or ``fm_noisy``."""
+
+    output: str
+    mode: str
+    copies: int
+    combining: str  # "naive" (one copy), "partial" or "full" (Reiter's rules)
+    cells: list[dict]
+    epsilon_spent: str = "0"
+    cached: bool = False
+    query_id: int | None = None
+    canonical: str = field(default="", repr=False)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def frame(self) -> pd.DataFrame:
+        """The cells as a table: group columns, estimand, term, status, fidelity."""
+        rows = [
+            {**c.get("group", {}), **{k: v for k, v in c.items() if k != "group"}}
+            for c in self.cells
+        ]
+        return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class _Output:
+    name: str
+    source_sql: str
+    version: str
+    copies: int
+    combining: str
+    max_queries: int
+
+
+def verify(
+    con,
+    sql: str,
+    *,
+    user: str,
+    policy,
+    policy_version: int,
+    secret: bytes,
+    mode: str = "interval",
+    epsilon=None,
+    lock=None,
+    timeout: float | None = None,
+) -> Verification:
+    """Answer one verification query (see the module docstring); audited like any query.
+
+    Args:
+        con: the guarded connection's (writable) engine connection.
+        sql: the analyst's query on a synthetic output.
+        mode: ``interval`` (default) or ``noisy``.
+        epsilon: noisy mode only: ε per released cell (exact: int, Fraction or "0.5").
+        lock: serialises budget charges of this process (the guard's database lock).
+
+    Raises:
+        PolicyViolation: the query cannot be verified, or the user's limit is reached.
+        BudgetExhausted: noisy mode, the analyst's budget does not allow the charge.
+    """
+    query_id = store.next_query_id(con)
+    try:
+        answer = _answer(
+            con, sql, user, policy, policy_version, secret, mode, epsilon, lock, timeout, query_id
+        )
+    except Error as refusal:
+        store.record_query(
+            con, query_id, user, policy_version, "refused", sql, reason=store.audit_reason(refusal)
+        )
+        raise
+    return answer
+
+
+def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeout, query_id):
+    if mode not in MODES:
+        raise ProgrammingError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    eps = _epsilon(mode, epsilon)
+    request = parse_request(sql)
+    output = _output(con, request, sql)
+    con.execute(VERIFICATIONS_DDL)
+    entry = hashlib.sha256(
+        "\x00".join([user, output.name, output.version, request.digest, mode, str(eps)]).encode()
+    ).hexdigest()
+    row = engine.one(con, f"SELECT answer FROM {S}.verifications WHERE entry = ?", [entry])
+    if row is not None:
+        answer = Verification(
+            **{**json.loads(row[0]), "cached": True, "query_id": query_id, "epsilon_spent": "0"}
+        )
+        store.record_query(
+            con,
+            query_id,
+            user,
+            version,
+            "accepted",
+            sql,
+            reason=f"verification ({mode}, cached)",
+            fingerprint=request.digest,
+            rows=len(answer.cells),
+        )
+        return answer
+    (asked,) = engine.one(
+        con,
+        f"SELECT count(*) FROM {S}.verifications WHERE user_name = ? AND output = ? "
+        "AND output_version = ?",
+        [user, output.name, output.version],
+    )
+    if asked >= output.max_queries:
+        raise PolicyViolation(
+            f"user {user!r} has sent {asked} verification queries on {output.name}, its limit",
+            "repeat an earlier query (answered from the cache), or ask an admin to raise "
+            "`verification.max_queries` in the output's report",
+        )
+    tables = engine.tables_read_by(con, output.source_sql)
+    k_min = _min_frequency(policy, tables)
+    synthetic = _records(con, request, exp.to_table(output.name), output.copies > 1, timeout)
+    plan = _plan(request, synthetic, output, k_min)
+    released = [c for c in plan if c["status"] == "released"]
+    spent = Fraction(0)
+    if mode == "noisy" and released:
+        spent = eps * len(released)
+        cost = PrivacyCost(epsilon=spent)
+        with lock or nullcontext():
+            charge(
+                con,
+                user=user,
+                tables=tables,
+                cost=cost,
+                query_id=query_id,
+                limits=policy_limits(policy),
+                policy_version=version,
+            )
+    source = sqlglot.parse_one(output.source_sql, read="duckdb")
+    confidential = _records(con, request, source, False, timeout)
+    key = KeyedStream(secret, "sqlsdc.verify", output.name, output.version)
+    cells = _measure(request, plan, synthetic, confidential, output, key, k_min, mode, eps)
+    answer = Verification(
+        output.name,
+        mode,
+        output.copies,
+        "naive" if output.copies == 1 else output.combining,
+        cells,
+        str(spent),
+        False,
+        query_id,
+        request.canonical,
+    )
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute(
+            f"INSERT OR IGNORE INTO {S}.verifications VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                entry,
+                user,
+                output.name,
+                output.version,
+                request.canonical,
+                mode,
+                None if eps is None else str(eps),
+                json.dumps(answer.to_dict()),
+                query_id,
+                store.now(),
+            ],
+        )
+        store.record_query(
+            con,
+            query_id,
+            user,
+            version,
+            "accepted",
+            sql,
+            reason=f"verification ({mode})",
+            fingerprint=request.digest,
+            rows=len(cells),
+        )
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return answer
+
+
+def _epsilon(mode: str, epsilon) -> Fraction | None:
+    if mode == "interval":
+        if epsilon is not None:
+            raise ProgrammingError("epsilon applies to noisy mode only; interval mode is free")
+        return None
+    if epsilon is None:
+        raise ProgrammingError("noisy mode needs epsilon, e.g. epsilon='0.5' (charged per cell)")
+    value = fraction(epsilon, "epsilon")
+    if value <= 0:
+        raise ProgrammingError(f"epsilon must be > 0, got {epsilon}")
+    return value
+
+
+def _output(con, request: Request, sql: str) -> _Output:
+    """The synthetic output the query reads (``protected.name`` or just ``name``)."""
+    row = engine.one(
+        con,
+        f"SELECT name, sql_text, report, CAST(created_at AS VARCHAR) FROM {S}.outputs "
+        "WHERE method = 'synthesize' AND lower(name) = ?",
+        [request.table],
+    )
+    if row is None:
+        names = [
+            r[0]
+            for r in con.execute(
+                f"SELECT name FROM {S}.outputs WHERE method = 'synthesize' ORDER BY name"
+            ).fetchall()
+        ]
+        raise PolicyViolation(
+            f"{request.table} is not a synthetic output; verification compares analyses of "
+            "synthetic outputs with the confidential data",
+            f"synthetic outputs: {', '.join(names) or 'none yet (admins run sqlsdc synthesize)'}",
+            sql=sql,
+        )
+    report = json.loads(row[2])
+    schema, table = row[0].split(".", 1)
+    columns = {c.lower() for c in engine.table_columns(con, schema, table)}
+    inputs = [i for e in request.estimands for i in e.inputs]
+    used = {c.name.lower() for i in inputs for c in i.find_all(exp.Column)}
+    used |= set(request.groups)
+    if request.where is not None:
+        used |= {c.name.lower() for c in request.where.find_all(exp.Column)}
+    missing = sorted(used - columns)
+    if missing:
+        raise PolicyViolation(
+            f"{row[0]} has no column {', '.join(missing)}",
+            f"its columns: {', '.join(sorted(columns - {'synthetic_copy'}))}",
+            sql=sql,
+        )
+    limits = report.get("verification") or {}
+    return _Output(
+        name=row[0],
+        source_sql=row[1],
+        version=row[3],
+        copies=int(report.get("copies") or 1),
+        combining="full" if report.get("combining") == "full" else "partial",
+        max_queries=int(limits.get("max_queries", DEFAULT_MAX_QUERIES)),
+    )
+
+
+def _min_frequency(policy, tables) -> int:
+    """The largest minimum frequency the policy sets on the confidential tables read."""
+    found = [DEFAULT_MIN_FREQUENCY]
+    for name in tables:
+        table = policy.table(name)
+        if table is None:
+            continue
+        found += [rule.min_frequency for rule in table.protection.values()]
+        if table.dp is not None and table.dp.min_frequency:
+            found.append(table.dp.min_frequency)
+    return max(found)
+
+
+def _records(con, request: Request, source: exp.Expr, copies: bool, timeout) -> pd.DataFrame:
+    sql = record_query(request, source, copies=copies)
+    return engine.without_marks(engine.run(con, sql, timeout=timeout)).to_pandas()
+
+
+def _keys(request: Request, frame: pd.DataFrame) -> pd.Series:
+    """One group key per row: the tuple of its group values (missing values as None)."""
+    names = [f"__g{i}" for i in range(len(request.groups))]
+    columns = [frame[n].astype(object).where(frame[n].notna(), None) for n in names]
+    return pd.Series(
+        list(zip(*columns, strict=True)) if names else [()] * len(frame),
+        index=frame.index,
+        dtype=object,
+    )
+
+
+def _member(keys: pd.Series, group: tuple) -> np.ndarray:
+    """Which rows belong to ``group`` (element-wise: pandas would read a tuple as a list)."""
+    return np.fromiter((k == group for k in keys), dtype=bool, count=len(keys))
+
+
+def _plain(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, float) and np.isnan(value):
+        return None
+    return value
+
+
+def _terms(request: Request) -> list[tuple[int, str | None, int]]:
+    """(estimand index, term name, coefficient index) for every released quantity."""
+    terms = []
+    for k, e in enumerate(request.estimands):
+        if e.kind == "ols":
+            names = ["intercept", *(i.sql("duckdb") for i in e.inputs[1:])]
+            terms += [(k, name, j) for j, name in enumerate(names)]
+        else:
+            terms.append((k, None, 0))
+    return terms
+
+
+def _plan(request: Request, synthetic: pd.DataFrame, output: _Output, k_min: int) -> list[dict]:
+    """The cells of the answer, from the synthetic (public) records only: one per group present
+    in the synthetic data × estimand × term; groups under ``k_min`` records per copy are
+    suppressed."""
+    inside = synthetic[synthetic["__in"]]
+    keys = _keys(request, inside)
+    cells = []
+    for group in sorted(set(keys), key=lambda g: tuple((v is None, str(v)) for v in g)):
+        rows = inside[_member(keys, group)]
+        per_copy = len(rows) / output.copies
+        for k, term, j in _terms(request):
+            cell = {
+                "group": {n: _plain(v) for n, v in zip(request.groups, group, strict=True)},
+                "estimand": request.estimands[k].label,
+                "term": term,
+            }
+            if per_copy < k_min:
+                cell.update(status="suppressed", reason=f"fewer than {k_min} synthetic records")
+            else:
+                cell.update(status="released")
+            cell["_slot"] = (group, k, j)
+            cells.append(cell)
+    return cells
+
+
+def _values(rows: pd.DataFrame, k: int, kind: str) -> np.ndarray:
+    if kind == "count" and f"__i{k}_0" not in rows:
+        return np.ones(len(rows))
+    y = rows[f"__i{k}_0"].to_numpy(dtype=float)
+    y = y[~np.isnan(y)]
+    return np.ones(len(y)) if kind == "count" else y
+
+
+def _design(rows: pd.DataFrame, k: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    y = rows[f"__i{k}_0"].to_numpy(dtype=float)
+    x = np.column_stack(
+        [np.ones(len(rows))] + [rows[f"__i{k}_{j}"].to_numpy(dtype=float) for j in range(1, width)]
+    )
+    ok = ~np.isnan(y) & ~np.isnan(x).any(axis=1)
+    return x[ok], y[ok]
+
+
+def _estimate(kind, rows, k, j, width, population) -> tuple[float, float]:
+    """(estimate, variance) of one quantity on one copy or on the confidential records."""
+    if kind == "ols":
+        x, y = _design(rows, k, width)
+        est, se = ols_ci(fit_ols(x, y), j)
+        return est, se**2
+    y = _values(rows, k, kind)
+    est, se = aggregate_ci(kind, y.sum(), (y * y).sum(), len(y), population)
+    return float(est), float(se) ** 2
+
+
+def _synthetic_ci(request, slot, synthetic, output) -> tuple[float, float]:
+    """The synthetic confidence interval of one cell (refused if the synthetic regressors
+    are collinear)."""
+    try:
+        return _combined_ci(request, slot, synthetic, output)
+    except np.linalg.LinAlgError:
+        label = request.estimands[slot[1]].label
+        raise PolicyViolation(
+            f"{label}: the regressors are collinear on the synthetic data",
+            "drop or merge regressors",
+        ) from None
+
+
+def _combined_ci(request, slot, synthetic, output) -> tuple[float, float]:
+    group, k, j = slot
+    estimand = request.estimands[k]
+    width = len(estimand.inputs)
+    keys = _keys(request, synthetic)
+    cell_rows = synthetic[synthetic["__in"].to_numpy() & _member(keys, group)]
+    if output.copies == 1:
+        est, var = _estimate(estimand.kind, cell_rows, k, j, width, len(synthetic))
+        return normal_ci(est, np.sqrt(var))
+    q, u = [], []
+    for copy in range(1, output.copies + 1):
+        mine = synthetic["__copy"] == copy
+        est, var = _estimate(
+            estimand.kind, cell_rows[cell_rows["__copy"] == copy], k, j, width, int(mine.sum())
+        )
+        q.append(est)
+        u.append(var)
+    if output.combining == "full":
+        n_syn = len(synthetic) / output.copies
+        combined = combine_full(q, u, n_synthetic=int(n_syn), n_observed=int(n_syn))
+    else:
+        combined = combine_partial(q, u)
+    return combined.low, combined.high
+
+
+def _measure(request, plan, synthetic, confidential, output, key, k_min, mode, eps) -> list:
+    """Fidelity of every released cell: the decile interval of the scan, or the noisy FM."""
+    keys = _keys(request, confidential)
+    population = len(confidential)
+    out = []
+    for cell in plan:
+        slot = cell.pop("_slot")
+        if cell["status"] != "released":
+            out.append(cell)
+            continue
+        group, k, j = slot
+        estimand = request.estimands[k]
+        inside = confidential["__in"].to_numpy() & _member(keys, group)
+        rows, outside = confidential[inside], confidential[~inside]
+        if mode == "interval" and len(rows) < k_min:
+            out.append(
+                {
+                    **cell,
+                    "status": "suppressed",
+                    "reason": f"fewer than {k_min} confidential records",
+                }
+            )
+            continue
+        syn_ci = _synthetic_ci(request, slot, synthetic, output)
+        width = len(estimand.inputs)
+        if mode == "noisy":
+            fm = _true_fm(estimand.kind, rows, k, j, width, population, syn_ci)
+            out.append({**cell, "fm_noisy": _noisy(fm, key, request, cell, eps)})
+            continue
+        if estimand.kind == "ols":
+            low, high = _scan_ols(
+                rows,
+                outside,
+                k,
+                j,
+                width,
+                syn_ci,
+                key,
+                estimand,
+                _spread(synthetic[f"__i{k}_0"]),
+                k_min,
+            )
+        else:
+            y = _values(rows, k, estimand.kind)
+            zones = None
+            if estimand.kind != "count":
+                column = estimand.inputs[0].sql("duckdb")
+                zones = safety_zones(
+                    y, key=_zone_key(key, column), spread=_spread(synthetic[f"__i{k}_0"])
+                )
+            joiners = candidates(_values(outside, k, estimand.kind))
+            low, high = scan_aggregate(
+                estimand.kind,
+                y,
+                population=population,
+                synthetic=syn_ci,
+                zones=zones,
+                joiners=joiners,
+                z=Z95,
+            )
+        out.append({**cell, "fm_interval": list(decile_interval([low, high]))})
+    return out
+
+
+def _true_fm(kind, rows, k, j, width, population, syn_ci) -> float:
+    """The exact FM of one cell: internal only, never released ([MR] §3)."""
+    try:
+        est, var = _estimate(kind, rows, k, j, width, population)
+    except (np.linalg.LinAlgError, ValueError, ZeroDivisionError):
+        return 0.0  # no confidential estimate: no overlap
+    if not np.isfinite(est) or not np.isfinite(var):
+        return 0.0
+    return fidelity(normal_ci(est, float(np.sqrt(var))), syn_ci)
+
+
+def _noisy(fm: float, key: KeyedStream, request: Request, cell: dict, eps: Fraction) -> float:
+    """FM on the grid 1/NOISY_GRID plus discrete Laplace noise of scale NOISY_GRID/ε, clipped
+    to [0, 1]: ε-DP for FM in [0, 1] (sensitivity NOISY_GRID grid units), [MR] §4 / digest B.2.
+    The noise is keyed by the query's canonical digest, ε and the cell: repeats are identical."""
+    label = json.dumps([cell["group"], cell["estimand"], cell["term"]], sort_keys=True, default=str)
+    stream = key.derive("noisy", request.digest, str(eps), label)
+    noise = discrete_laplace(Fraction(NOISY_GRID) / eps, stream)
+    grid = round(min(max(fm, 0.0), 1.0) * NOISY_GRID)
+    return min(max(grid + noise, 0), NOISY_GRID) / NOISY_GRID
+
+
+def _spread(values: pd.Series) -> float:
+    """The synthetic (public) standard deviation of a column, 1 when it has none."""
+    sd = float(np.nanstd(values.to_numpy(dtype=float))) if len(values) else 0.0
+    return sd if np.isfinite(sd) and sd > 0 else 1.0
+
+
+def _zone_key(key: KeyedStream, column: str) -> bytes:
+    return key.derive("zone", column).bits(256).to_bytes(32, "big")
+
+
+def _scan_ols(rows, outside, k, j, width, syn_ci, key, estimand, spread, k_min):
+    x, y = _design(rows, k, width)
+    try:
+        fit = fit_ols(x, y)
+    except np.linalg.LinAlgError:
+        raise PolicyViolation(
+            f"{estimand.label}: the regressors are collinear on the confidential records",
+            "drop or merge regressors",
+        ) from None
+    if fit.dof < k_min or float(fit.leverage.max()) > 1 / k_min:
+        raise PolicyViolation(
+            f"{estimand.label}: a regressor singles out fewer than {k_min} records (or the cell "
+            f"has fewer than {k_min} residual degrees of freedom) in the confidential data",
+            "use regressors that describe groups of records, or a larger population",
+        )
+    column = estimand.inputs[0].sql("duckdb")
+    zones = safety_zones(y, key=_zone_key(key, column), spread=spread)
+    x_join, y_join = _design(outside, k, width)
+    return scan_ols(
+        fit, x, j, synthetic=syn_ci, zones=zones, y=y, x_join=x_join, y_join=y_join, z=Z95
+    )

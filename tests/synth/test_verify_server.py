@@ -1,0 +1,162 @@
+"""The verification server through the guarded connection and the CLI, on the demo database
+with synthetic outputs stored as the synthesis job stores them (tests/synth/verify_support.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from fractions import Fraction
+
+import pytest
+
+import sqlsdc
+from sqlsdc.engines.duckdb import open_database
+from sqlsdc.errors import BudgetExhausted, PolicyViolation, ProgrammingError
+from synth.verify_support import make_synthetic_output, synthetic_db
+
+QUERY = "SELECT sex, AVG(income), COUNT(*), SUM(income) FROM syn_persons GROUP BY sex"
+
+
+@pytest.fixture(scope="module")
+def db(pristine_demo_db, tmp_path_factory):
+    path = synthetic_db(pristine_demo_db, tmp_path_factory.mktemp("verify"))
+    make_synthetic_output(path, "syn_bad", scale=1.5)
+    make_synthetic_output(path, "syn_three", copies=3)
+    make_synthetic_output(path, "syn_full", copies=3, report={"combining": "full"})
+    return path
+
+
+@pytest.fixture
+def fresh(pristine_demo_db, tmp_path):
+    return synthetic_db(pristine_demo_db, tmp_path)
+
+
+def _spent(con) -> Fraction:
+    return next(s.spent.epsilon for s in con.remaining_budget() if s.key.user == "analyst")
+
+
+def _on_decile_grid(interval):
+    lo, hi = interval
+    return 0 <= lo < hi <= 1 and round(lo * 10, 9) % 1 == 0 and round(hi * 10, 9) % 1 == 0
+
+
+def test_interval_mode_releases_decile_intervals_per_cell(db):
+    with sqlsdc.connect(db, user="analyst") as con:
+        answer = con.verify(QUERY)
+    assert answer.mode == "interval" and answer.combining == "naive"
+    assert [(c["group"]["sex"], c["estimand"]) for c in answer.cells] == [
+        ("F", "avg(income)"), ("F", "count(*)"), ("F", "sum(income)"),
+        ("M", "avg(income)"), ("M", "count(*)"), ("M", "sum(income)"),
+    ]  # fmt: skip
+    assert all(c["status"] == "released" and _on_decile_grid(c["fm_interval"])
+               for c in answer.cells)  # fmt: skip
+    assert answer.epsilon_spent == "0"
+
+
+def test_fidelity_tells_a_good_synthesis_from_a_bad_one(db):
+    with sqlsdc.connect(db, user="analyst") as con:
+        good = con.verify("SELECT AVG(income) FROM syn_persons").cells[0]["fm_interval"]
+        bad = con.verify("SELECT AVG(income) FROM syn_bad").cells[0]["fm_interval"]
+    assert bad == [0.0, 0.1]  # incomes scaled by 1.5: the intervals do not overlap
+    assert good[1] >= 0.7
+
+
+def test_regression_terms_are_verified(db):
+    with sqlsdc.connect(db, user="analyst") as con:
+        answer = con.verify("SELECT OLS(income, age, sex = 'F') FROM syn_persons")
+    assert [c["term"] for c in answer.cells] == ["intercept", "age", "sex = 'F'"]
+    assert all(_on_decile_grid(c["fm_interval"]) for c in answer.cells)
+
+
+def test_repeats_and_rewordings_come_from_the_cache(fresh):
+    with sqlsdc.connect(fresh, user="analyst") as con:
+        first = con.verify("SELECT AVG(income) FROM syn_persons WHERE age > 30")
+        again = con.verify("select avg(INCOME) as mean from protected.syn_persons where age>30")
+    assert again.cached and not first.cached
+    assert again.cells == first.cells
+    raw = open_database(fresh)
+    try:
+        (stored,) = raw.execute("SELECT count(*) FROM sqlsdc.verifications").fetchone()
+        audit = raw.execute(
+            "SELECT decision, reason FROM sqlsdc.audit WHERE reason LIKE 'verification%' "
+            "ORDER BY query_id"
+        ).fetchall()
+    finally:
+        raw.close()
+    assert stored == 1
+    assert audit == [("accepted", "verification (interval)"),
+                     ("accepted", "verification (interval, cached)")]  # fmt: skip
+
+
+def test_noisy_mode_is_charged_once_per_query_and_epsilon(fresh):
+    sql = "SELECT sex, AVG(income) FROM syn_persons GROUP BY sex"
+    with sqlsdc.connect(fresh, user="analyst") as con:
+        before = _spent(con)
+        first = con.verify(sql, mode="noisy", epsilon="1/2")
+        assert _spent(con) - before == Fraction(1)  # two cells at ε = 1/2
+        again = con.verify(sql, mode="noisy", epsilon="1/2")
+        assert _spent(con) - before == Fraction(1)
+        assert again.cached and again.cells == first.cells and again.epsilon_spent == "0"
+        con.verify(sql, mode="noisy", epsilon=1)
+        assert _spent(con) - before == Fraction(3)
+    values = [c["fm_noisy"] for c in first.cells]
+    assert all(0 <= v <= 1 and round(v * 1000, 6) % 1 == 0 for v in values)
+
+
+def test_noisy_mode_stops_at_the_budget(fresh):
+    with sqlsdc.connect(fresh, user="analyst") as con:
+        with pytest.raises(BudgetExhausted):
+            con.verify("SELECT region, AVG(income) FROM syn_persons GROUP BY region",
+                       mode="noisy", epsilon=2)  # 8 regions x 2 > 10  # fmt: skip
+        assert _spent(con) == 0
+
+
+def test_mode_and_epsilon_are_checked(db):
+    with sqlsdc.connect(db, user="analyst") as con:
+        with pytest.raises(ProgrammingError, match="needs epsilon"):
+            con.verify("SELECT AVG(income) FROM syn_persons", mode="noisy")
+        with pytest.raises(ProgrammingError, match="noisy mode only"):
+            con.verify("SELECT AVG(income) FROM syn_persons", epsilon="1")
+        with pytest.raises(ProgrammingError, match="mode must be"):
+            con.verify("SELECT AVG(income) FROM syn_persons", mode="exact")
+
+
+def test_copies_are_combined_by_reiters_rules(db):
+    with sqlsdc.connect(db, user="analyst") as con:
+        partial = con.verify("SELECT sex, AVG(income) FROM syn_three GROUP BY sex")
+        full = con.verify("SELECT sex, AVG(income) FROM syn_full GROUP BY sex")
+    assert (partial.copies, partial.combining) == (3, "partial")
+    assert (full.copies, full.combining) == (3, "full")
+    assert all(_on_decile_grid(c["fm_interval"]) for c in partial.cells + full.cells)
+
+
+def test_refusals_are_audited(fresh):
+    with sqlsdc.connect(fresh, user="analyst") as con:
+        with pytest.raises(PolicyViolation, match="not a synthetic output"):
+            con.verify("SELECT AVG(income) FROM persons")
+        with pytest.raises(PolicyViolation, match="has no column"):
+            con.verify("SELECT AVG(salary) FROM syn_persons")
+    raw = open_database(fresh)
+    try:
+        rows = raw.execute("SELECT decision FROM sqlsdc.audit ORDER BY query_id").fetchall()
+    finally:
+        raw.close()
+    assert rows[-2:] == [("refused",), ("refused",)]
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "sqlsdc.cli", "verify", *args],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+def test_cli_verify_json_and_refusal(db):
+    done = _cli(str(db), "--user", "analyst", "--format", "json",
+                "--sql", "SELECT sex, AVG(income) FROM syn_persons GROUP BY sex")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["output"] == "protected.syn_persons"
+    assert [c["group"]["sex"] for c in answer["cells"]] == ["F", "M"]
+    refused = _cli(str(db), "--user", "analyst", "--sql", "SELECT AVG(income) FROM persons")
+    assert refused.returncode == 3
+    assert "not a synthetic output" in refused.stderr
