@@ -308,8 +308,12 @@ def attribute_disclosure_ratio(
     zo = (original[cont].to_numpy(float) - mean) / sd
     zs = (synthetic[cont].to_numpy(float) - mean) / sd
     tree = cKDTree(zs) if cont else None
-    syn_cat = _keys(synthetic, categorical).to_numpy() if categorical else None
-    orig_cat = _keys(original, categorical).to_numpy() if categorical else None
+    if categorical:  # one integer per combination of categorical quasi-identifiers
+        codes, _ = pd.factorize(pd.concat([_keys(original, categorical),
+                                           _keys(synthetic, categorical)]))  # fmt: skip
+        orig_cat, syn_cat = codes[: len(original)], codes[len(original) :]
+    else:
+        orig_cat = syn_cat = None
     syn_target = synthetic[target].to_numpy()
     ratios = np.ones(len(original))
     for j, value in enumerate(original[target].to_numpy()):

@@ -401,7 +401,7 @@ def marginal_distances(original: pd.DataFrame, synthetic: pd.DataFrame) -> dict:
             }
         else:
             a, b = o.dropna().to_numpy(float), s.dropna().to_numpy(float)
-            ks = float(stats.ks_2samp(a, b).statistic) if len(a) and len(b) else None
+            ks = float(stats.ks_2samp(a, b, method="asymp").statistic) if len(a) and len(b) else None
             out[column] = {"ks": ks, "missing": [float(o.isna().mean()), float(s.isna().mean())]}
     return out
 
@@ -442,7 +442,7 @@ def quality_score(original: pd.DataFrame, synthetic: pd.DataFrame) -> dict:
             shapes[column] = 1 - 0.5 * float(np.abs(p - q).sum())
         else:
             a, b = o.dropna().to_numpy(float), s.dropna().to_numpy(float)
-            shapes[column] = 1 - float(stats.ks_2samp(a, b).statistic) if len(b) else 0.0
+            shapes[column] = 1 - float(stats.ks_2samp(a, b, method="asymp").statistic) if len(b) else 0.0
     pairs = {}
     for a, b in itertools.combinations(original.columns, 2):
         oa, ob, sa, sb = original[a], original[b], synthetic[a], synthetic[b]
