@@ -53,6 +53,7 @@ def _register() -> None:
         for command in module.COMMANDS:
             cli.add_command(command)
     cli.add_command(__import__("sqlsdc.cli.ptable", fromlist=["ptable"]).ptable)
+    cli.add_command(__import__("sqlsdc.cli.synth_report", fromlist=["x"]).synth_report)
 
 
 _register()

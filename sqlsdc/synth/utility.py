@@ -401,9 +401,14 @@ def marginal_distances(original: pd.DataFrame, synthetic: pd.DataFrame) -> dict:
             }
         else:
             a, b = o.dropna().to_numpy(float), s.dropna().to_numpy(float)
-            ks = float(stats.ks_2samp(a, b, method="asymp").statistic) if len(a) and len(b) else None
+            ks = _ks(a, b) if len(a) and len(b) else None
             out[column] = {"ks": ks, "missing": [float(o.isna().mean()), float(s.isna().mean())]}
     return out
+
+
+def _ks(a: np.ndarray, b: np.ndarray) -> float:
+    """The two-sample Kolmogorov–Smirnov statistic (the p-value is not needed)."""
+    return float(stats.ks_2samp(a, b, method="asymp").statistic)
 
 
 def _bins(original: pd.Series, synthetic: pd.Series, bins: int = 10):
@@ -442,7 +447,7 @@ def quality_score(original: pd.DataFrame, synthetic: pd.DataFrame) -> dict:
             shapes[column] = 1 - 0.5 * float(np.abs(p - q).sum())
         else:
             a, b = o.dropna().to_numpy(float), s.dropna().to_numpy(float)
-            shapes[column] = 1 - float(stats.ks_2samp(a, b, method="asymp").statistic) if len(b) else 0.0
+            shapes[column] = 1 - _ks(a, b) if len(a) and len(b) else 0.0
     pairs = {}
     for a, b in itertools.combinations(original.columns, 2):
         oa, ob, sa, sb = original[a], original[b], synthetic[a], synthetic[b]
