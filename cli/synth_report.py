@@ -39,7 +39,7 @@ def synth_report(db, table, against, keys, target, out, user, fmt):
     utility_pairs.png (two-way U of every pair) and marginals.png.
 
     \b
-    Example:
+    After `sqlsdc synthesize demo.duckdb --from persons --into persons_syn --method cart`:
       sqlsdc synth-report demo.duckdb --table protected.persons_syn \\
         --keys region,sex,age --target occupation
     """
