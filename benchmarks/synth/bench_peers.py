@@ -37,7 +37,7 @@ def main() -> None:
     print("|---|---|---|---|")
     for name in ("casc_census", "tarragona", "sd2011"):
         real = pd.read_csv(DATA / f"{name}.csv")
-        metadata = Metadata.detect_from_dataframe(real, table_name="t")
+        metadata = Metadata.detect_from_dataframes({"t": real})
         for own in sorted(csv.glob(f"{name}.*.csv")):
             method = own.name.split(".")[1]
             quality = score(real, pd.read_csv(own), metadata)
