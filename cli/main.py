@@ -54,6 +54,7 @@ def _register() -> None:
             cli.add_command(command)
     cli.add_command(__import__("sqlsdc.cli.ptable", fromlist=["ptable"]).ptable)
     cli.add_command(__import__("sqlsdc.cli.verify", fromlist=["verify"]).verify)
+    cli.add_command(__import__("sqlsdc.cli.synth_report", fromlist=["x"]).synth_report)
 
 
 _register()

@@ -1,0 +1,94 @@
+"""``sqlsdc synth-report``: the report of a stored synthetic table, through the Python API and
+a real subprocess, on a real demo database. The synthetic table and its ``sqlsdc.outputs`` row
+are written here as the synthesis job stores them (CONTRACTS19)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime
+
+import duckdb
+import numpy as np
+import pytest
+
+from sqlsdc.errors import AccessDenied, NotFoundError
+from sqlsdc.synth.cart import SynthesisError, synthesize_cart
+from sqlsdc.synth.report import synth_report
+
+SOURCE = "SELECT region, sex, age, education, income FROM persons WHERE person_id <= 3000"
+
+
+@pytest.fixture(scope="module")
+def synth_db(pristine_demo_db, tmp_path_factory):
+    path = tmp_path_factory.mktemp("synth") / "demo.duckdb"
+    path.write_bytes(pristine_demo_db.read_bytes())
+    con = duckdb.connect(str(path))
+    original = con.sql(SOURCE).df()
+    syn, details = synthesize_cart(original, rng=np.random.default_rng(0))
+    con.execute("CREATE SCHEMA IF NOT EXISTS protected")
+    con.register("syn", syn)
+    con.execute("CREATE TABLE protected.persons_syn AS SELECT * FROM syn")
+    report = {"synthetic": True, "method": "cart", "source": "persons", "source_sql": SOURCE,
+              "columns": list(syn.columns), "seed": 0, "epsilon": None, "copies": 1,
+              "parameters": details}  # fmt: skip
+    con.execute(
+        "INSERT INTO sqlsdc.outputs VALUES (?, 'synthesize', ?, ?, 'admin', 1, ?, NULL)",
+        ["protected.persons_syn", SOURCE, datetime(2026, 1, 1), json.dumps(report)],
+    )
+    con.close()
+    return path
+
+
+def test_report_measures_and_files(synth_db, tmp_path):
+    pytest.importorskip("matplotlib")
+    r = synth_report(synth_db, "protected.persons_syn", user="admin", keys=["region", "sex",
+                     "age"], target="education", out=tmp_path)  # fmt: skip
+    assert r["records"]["original"] == r["records"]["synthetic"] > 0
+    assert r["utility"]["quality"]["score"] > 0.9
+    assert len(r["utility"]["two_way"]["tables"]) == 10
+    assert 0 <= r["disclosure"]["identical_share"] <= 1
+    assert r["disclosure"]["replicated_uniques"]["columns"] == ["region", "sex", "age"]
+    assert 0 <= r["disclosure"]["tcap"]["tcap"] <= 1
+    for kind in ("json", "html", "utility_pairs", "marginals"):
+        assert (tmp_path / r["files"][kind].split("/")[-1]).stat().st_size > 0
+    page = (tmp_path / "report.html").read_text()
+    assert "SDMetrics quality score" in page and "data:image/png;base64," in page
+    stored = json.loads((tmp_path / "report.json").read_text())
+    assert stored["utility"]["quality"]["score"] == pytest.approx(r["utility"]["quality"]["score"])
+
+
+@pytest.mark.slow  # measures against all the demo persons
+def test_report_against_a_confidential_table(synth_db, tmp_path):
+    r = synth_report(synth_db, "persons_syn", user="admin", against="persons", out=tmp_path)
+    assert r["source"] == "persons" and r["records"]["original"] > r["records"]["synthetic"]
+    with pytest.raises(SynthesisError, match="the source has no column"):
+        synth_report(synth_db, "persons_syn", user="admin", against="households", out=tmp_path)
+
+
+def test_report_refusals(synth_db, tmp_path):
+    with pytest.raises(AccessDenied, match="not an admin"):
+        synth_report(synth_db, "persons_syn", user="analyst", out=tmp_path)
+    with pytest.raises(NotFoundError, match="does not exist"):
+        synth_report(synth_db, "protected.nothing", user="admin", out=tmp_path)
+    with pytest.raises(SynthesisError, match="not a confidential table"):
+        synth_report(synth_db, "persons_syn", user="admin", against="sqlsdc.prf_secret",
+                     out=tmp_path)  # fmt: skip
+    with pytest.raises(SynthesisError, match="needs --keys"):
+        synth_report(synth_db, "persons_syn", user="admin", target="sex", out=tmp_path)
+
+
+@pytest.mark.slow  # three interpreter starts
+def test_cli_subprocess_json_and_text(synth_db, tmp_path):
+    command = [sys.executable, "-m", "sqlsdc.cli", "synth-report", str(synth_db),
+               "--table", "protected.persons_syn", "--out", str(tmp_path)]  # fmt: skip
+    done = subprocess.run([*command, "--format", "json"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["table"] == "protected.persons_syn" and result["files"]["html"]
+    text = subprocess.run(command, capture_output=True, text=True)
+    assert text.returncode == 0 and "SDMetrics quality score" in text.stdout
+    denied = subprocess.run([*command, "--as", "analyst"], capture_output=True, text=True)
+    assert denied.returncode != 0 and "not an admin" in denied.stderr
+    assert "Traceback" not in denied.stderr
