@@ -42,6 +42,7 @@ from sqlsdc.errors import (
     OperationalError,
     PolicyViolation,
     ProgrammingError,
+    QueryCanceled,
 )
 from sqlsdc.guard.check_cache import checked, context_fingerprint
 from sqlsdc.guard.dp_release import DpRelease, price, release, resolve_domains
@@ -290,6 +291,15 @@ class Connection:
         if left <= 0:
             raise _timeout_error("")
         return left
+
+    def interrupt(self) -> None:
+        """Stop the statement running on this connection, from another thread (the server's
+        CancelRequest): it ends with :class:`~sqlsdc.errors.QueryCanceled` as if its timeout
+        had passed. A connection with no statement running is not affected."""
+        self._deadline = 0.0
+        db = self._db
+        if db is not None:
+            db.interrupt()
 
     def commit(self) -> None:
         """Queries are read-only and their audit entries are committed as they run."""
@@ -750,8 +760,8 @@ def _context(
     return replace(context, fingerprint=fingerprint)
 
 
-def _timeout_error(where: str) -> OperationalError:
-    return OperationalError(
+def _timeout_error(where: str) -> QueryCanceled:
+    return QueryCanceled(
         f"the query was stopped because it ran longer than the statement timeout{where}; "
         "narrow it, or ask an admin about the policy's `limits.statement_timeout_seconds`"
     )
