@@ -243,8 +243,8 @@ def _numeric_from_binary(data: bytes) -> decimal.Decimal:
     if ndigits < 0 or len(data) != 8 + 2 * ndigits:
         raise ParameterError("malformed binary numeric")
     digits = struct.unpack(f"!{ndigits}H", data[8:])
-    value = sum(decimal.Decimal(d) * decimal.Decimal(10000) ** (weight - i)
-                for i, d in enumerate(digits))  # fmt: skip
+    value = sum((decimal.Decimal(d) * decimal.Decimal(10000) ** (weight - i)
+                 for i, d in enumerate(digits)), decimal.Decimal(0))  # fmt: skip
     value = -value if sign == 0x4000 else value
     return value.quantize(decimal.Decimal(1).scaleb(-scale)) if scale < 1000 else value
 
