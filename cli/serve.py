@@ -49,7 +49,7 @@ def serve(db: str, host: str, port: int, tls_cert, tls_key, insecure: bool, idle
     `sqlsdc server-user add`; each session runs as its user, with its role and budget.
 
     \b
-    Example:
+    To try it on the demo (a server runs until stopped):
       sqlsdc server-user add sqlsdc-demo.duckdb analyst
       sqlsdc serve sqlsdc-demo.duckdb --insecure &
       psql "host=127.0.0.1 port=5433 user=analyst dbname=demo"
