@@ -289,7 +289,7 @@ class Connection:
         """Seconds left of the statement timeout; stops the statement when none are."""
         left = self._deadline - time.monotonic()
         if left <= 0:
-            raise _timeout_error("")
+            raise _timeout_error("") from None  # like the engine's timeout: no context shown
         return left
 
     def interrupt(self) -> None:
