@@ -37,6 +37,11 @@ class OperationalError(Error):
         super().__init__(message)
 
 
+class QueryCanceled(OperationalError):
+    """A statement was stopped: it ran longer than the statement timeout, or it was interrupted
+    (:meth:`sqlsdc.Connection.interrupt`, a PostgreSQL CancelRequest to ``sqlsdc serve``)."""
+
+
 class ProgrammingError(Error):
     """Wrong use of the API, e.g. fetching from a cursor that has no result."""
 

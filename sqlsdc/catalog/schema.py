@@ -18,6 +18,8 @@ Tables:
     budget_spend    the DP spend ledger: one row per charged query (user, tables, ε, ρ, δ, cells)
     budget_lock     one row updated by every charge, so concurrent charges serialise
     dp_cells        noisy DP cells already released (and charged) per user and policy version
+    server_users    passwords of ``sqlsdc serve`` users as SCRAM-SHA-256 keys (salt, StoredKey,
+                    ServerKey; never the password): ``sqlsdc server-user``
 """
 
 from __future__ import annotations
@@ -45,6 +47,16 @@ DP_CELLS_DDL = f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.dp_cells (
         value VARCHAR NOT NULL,
         query_id BIGINT NOT NULL,
         released_at TIMESTAMP NOT NULL)"""
+
+SERVER_USERS_DDL = f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.server_users (
+    user_name VARCHAR PRIMARY KEY,
+    mechanism VARCHAR NOT NULL,
+    salt BLOB NOT NULL,
+    stored_key BLOB NOT NULL,
+    server_key BLOB NOT NULL,
+    iterations INTEGER NOT NULL,
+    changed_at TIMESTAMP NOT NULL,
+    changed_by VARCHAR NOT NULL)"""
 
 DDL = (
     f"CREATE SCHEMA IF NOT EXISTS {CATALOG_SCHEMA}",
@@ -149,4 +161,5 @@ DDL = (
         id INTEGER PRIMARY KEY,
         charges BIGINT NOT NULL)""",
     DP_CELLS_DDL,
+    SERVER_USERS_DDL,
 )

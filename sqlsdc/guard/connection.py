@@ -42,6 +42,7 @@ from sqlsdc.errors import (
     OperationalError,
     PolicyViolation,
     ProgrammingError,
+    QueryCanceled,
 )
 from sqlsdc.guard.check_cache import checked, context_fingerprint
 from sqlsdc.guard.dp_release import DpRelease, price, release, resolve_domains
@@ -319,8 +320,17 @@ class Connection:
         """Seconds left of the statement timeout; stops the statement when none are."""
         left = self._deadline - time.monotonic()
         if left <= 0:
-            raise _timeout_error("")
+            raise _timeout_error("") from None  # like the engine's timeout: no context shown
         return left
+
+    def interrupt(self) -> None:
+        """Stop the statement running on this connection, from another thread (the server's
+        CancelRequest): it ends with :class:`~sqlsdc.errors.QueryCanceled` as if its timeout
+        had passed. A connection with no statement running is not affected."""
+        self._deadline = 0.0
+        db = self._db
+        if db is not None:
+            db.interrupt()
 
     def commit(self) -> None:
         """Queries are read-only and their audit entries are committed as they run."""
@@ -783,8 +793,8 @@ def _context(
     return replace(context, fingerprint=fingerprint)
 
 
-def _timeout_error(where: str) -> OperationalError:
-    return OperationalError(
+def _timeout_error(where: str) -> QueryCanceled:
+    return QueryCanceled(
         f"the query was stopped because it ran longer than the statement timeout{where}; "
         "narrow it, or ask an admin about the policy's `limits.statement_timeout_seconds`"
     )

@@ -1,0 +1,150 @@
+"""``sqlsdc serve`` (the PostgreSQL-protocol server) and ``sqlsdc server-user`` (its users)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from sqlsdc.cli.admin import admin_option
+from sqlsdc.cli.output import format_option, print_json
+
+db_argument = click.argument("db", type=click.Path(exists=True, dir_okay=False))
+
+
+@click.command()
+@db_argument
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=5433, show_default=True, type=click.IntRange(0, 65535),
+              help="TCP port (0: any free port; the one chosen is printed).")  # fmt: skip
+@click.option(
+    "--tls-cert",
+    type=click.Path(exists=True, dir_okay=False),
+    help="TLS certificate chain (PEM); clients then connect with sslmode=require.",
+)
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False),
+              help="Private key of the certificate (PEM).")  # fmt: skip
+@click.option("--insecure", is_flag=True,
+              help="Accept connections without TLS (authentication is still SCRAM; statements "
+              "and results cross the network in clear).")  # fmt: skip
+@click.option("--idle-timeout", type=click.FloatRange(min=0, min_open=True),
+              help="Close sessions idle this many seconds.")  # fmt: skip
+@click.option(
+    "--statement-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Stop statements after this many seconds (at most the policy's limit).",
+)
+@click.option("--max-connections", default=100, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--workers",
+    default=8,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Statements running at once (a thread pool); others wait their turn.",
+)
+def serve(db: str, host: str, port: int, tls_cert, tls_key, insecure: bool, idle_timeout,
+          statement_timeout, max_connections: int, workers: int) -> None:  # fmt: skip
+    """Serve DB to PostgreSQL clients (psql, JDBC, BI tools): every statement passes the guard.
+
+    Users log in with SCRAM-SHA-256 as the policy users an admin gave a password with
+    `sqlsdc server-user add`; each session runs as its user, with its role and budget.
+
+    \b
+    To try it on the demo (a server runs until stopped):
+      sqlsdc server-user add sqlsdc-demo.duckdb analyst
+      sqlsdc serve sqlsdc-demo.duckdb --insecure &
+      psql "host=127.0.0.1 port=5433 user=analyst dbname=demo"
+    """
+    import asyncio
+    import logging
+
+    from sqlsdc.server.serve import Server, ServerSettings
+
+    logging.basicConfig(level=logging.WARNING, format="sqlsdc serve: %(message)s")
+    server = Server(ServerSettings(db, host, port, tls_cert, tls_key, insecure, idle_timeout,
+                                   statement_timeout, max_connections, workers))  # fmt: skip
+
+    def ready(address: str, bound: int) -> None:
+        mode = "TLS" if tls_cert else "without TLS (--insecure)"
+        click.echo(f"sqlsdc serve: listening on {address}:{bound} {mode}; Ctrl-C stops", err=True)
+        click.echo(f"{address}:{bound}")
+        sys.stdout.flush()
+
+    try:
+        asyncio.run(server.serve_forever(ready))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+
+
+@click.group("server-user")
+def server_user() -> None:
+    """Passwords of the users who log in to `sqlsdc serve` (stored as SCRAM keys)."""
+
+
+def _password(from_stdin: bool) -> str:
+    if from_stdin:
+        return sys.stdin.readline().rstrip("\r\n")
+    return click.prompt("Password", hide_input=True, confirmation_prompt=True)
+
+
+password_stdin = click.option("--password-stdin", is_flag=True,
+                              help="Read the password from the first line of stdin.")  # fmt: skip
+
+
+@server_user.command("add")
+@db_argument
+@click.argument("name")
+@admin_option
+@password_stdin
+def add(db: str, name: str, user: str, password_stdin: bool) -> None:
+    """Let policy user NAME log in to the server with a password."""
+    from sqlsdc.server import auth
+
+    auth.set_password(db, user, name, _password(password_stdin), new=True)
+    click.echo(f"server user {name} added")
+
+
+@server_user.command("passwd")
+@db_argument
+@click.argument("name")
+@admin_option
+@password_stdin
+def passwd(db: str, name: str, user: str, password_stdin: bool) -> None:
+    """Change the password of server user NAME."""
+    from sqlsdc.server import auth
+
+    auth.set_password(db, user, name, _password(password_stdin), new=False)
+    click.echo(f"password of server user {name} changed")
+
+
+@server_user.command("remove")
+@db_argument
+@click.argument("name")
+@admin_option
+def remove(db: str, name: str, user: str) -> None:
+    """Remove server user NAME (its open sessions end at their next login)."""
+    from sqlsdc.server import auth
+
+    auth.remove(db, user, name)
+    click.echo(f"server user {name} removed")
+
+
+@server_user.command("list")
+@db_argument
+@admin_option
+@format_option(default="table", choices=("table", "json"))
+def list_users(db: str, user: str, fmt: str) -> None:
+    """List server users (names and when their password was set; never a key)."""
+    from sqlsdc.server import auth
+
+    users = auth.list_users(db, user)
+    if fmt == "json":
+        print_json(users)
+        return
+    for row in users:
+        note = "" if row["in_policy"] else "  (not in the policy: cannot log in)"
+        click.echo(f"{row['user']}  set {row['password_set_at']} by {row['set_by']}{note}")
+
+
+COMMANDS = (serve, server_user)

@@ -1,0 +1,142 @@
+"""``sqlsdc serve``: the asyncio server that accepts PostgreSQL clients.
+
+One :class:`~sqlsdc.server.session.Session` per client; statements run in a bounded thread
+pool (each session's guarded connection is synchronous). The server keeps the sessions by
+process id for CancelRequests, which must carry the session's secret key (compared in constant
+time), limits the number of clients, and closes sessions idle longer than ``idle_timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import itertools
+import logging
+import os
+import secrets
+import ssl
+import struct
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlsdc.errors import AccessDenied, Error, NotFoundError
+from sqlsdc.server import codec
+from sqlsdc.server.session import Session
+
+log = logging.getLogger("sqlsdc.server")
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """What ``sqlsdc serve`` was asked for (see its ``--help``)."""
+
+    db: str
+    host: str = "127.0.0.1"
+    port: int = 5433
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    insecure: bool = False
+    idle_timeout: float | None = None  # seconds; None: never
+    statement_timeout: float | None = None  # seconds; None: the policy's
+    max_connections: int = 100
+    workers: int = 8
+
+
+def tls_context(cert: str, key: str) -> ssl.SSLContext:
+    """A server TLS context (TLS 1.2 or later) with the given certificate chain and key."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as e:
+        raise Error(f"cannot load the TLS certificate {cert} and key {key}: "
+                    f"{getattr(e, 'strerror', None) or e}") from None  # fmt: skip
+    return context
+
+
+class Server:
+    """The listening server: settings, thread pool, sessions by process id."""
+
+    def __init__(self, settings: ServerSettings):
+        if not Path(settings.db).is_file():
+            raise NotFoundError(f"database {settings.db} does not exist")
+        if (settings.tls_cert is None) != (settings.tls_key is None):
+            raise Error("give both --tls-cert and --tls-key, or neither")
+        if settings.tls_cert is None and not settings.insecure:
+            raise Error("no TLS certificate: give --tls-cert and --tls-key, or pass --insecure "
+                        "to serve unencrypted connections (results and statements then cross "
+                        "the network in clear)")  # fmt: skip
+        self.settings = settings
+        self.db = settings.db
+        self.insecure = settings.insecure
+        self.idle_timeout = settings.idle_timeout
+        self.ssl_context = (tls_context(settings.tls_cert, settings.tls_key)
+                            if settings.tls_cert else None)  # fmt: skip
+        self.pool = ThreadPoolExecutor(settings.workers, thread_name_prefix="sqlsdc-session")
+        self.decoy_secret = secrets.token_bytes(32)
+        self.sessions: dict[int, Session] = {}
+        self._pids = itertools.count(os.getpid() % 100_000 * 10_000 + 1)
+        self._secrets: dict[int, int] = {}
+        self._server: asyncio.base_events.Server | None = None
+
+    def connect(self, db: str, user: str):
+        """A guarded connection for an authenticated session (called in the thread pool)."""
+        from sqlsdc.guard.connection import connect
+
+        asked = self.settings.statement_timeout
+        if asked is None:
+            return connect(db, user)
+        try:
+            return connect(db, user, timeout=asked)
+        except AccessDenied:  # the policy's limit is shorter (or the user unknown: raised again)
+            return connect(db, user)
+
+    async def in_pool(self, function, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.pool, function, *args)
+
+    def register(self, session: Session) -> tuple[int, int]:
+        pid = next(self._pids) & 0x7FFFFFFF
+        secret = struct.unpack("!i", secrets.token_bytes(4))[0]
+        self.sessions[pid], self._secrets[pid] = session, secret
+        return pid, secret
+
+    def unregister(self, pid: int) -> None:
+        self.sessions.pop(pid, None)
+        self._secrets.pop(pid, None)
+
+    def cancel(self, pid: int, secret: int) -> None:
+        """A CancelRequest: only with the session's secret; nothing is said either way."""
+        expected = self._secrets.get(pid)
+        if expected is None:
+            return
+        if hmac.compare_digest(struct.pack("!i", expected), struct.pack("!i", secret)):
+            self.sessions[pid].cancel()
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self.sessions) >= self.settings.max_connections:
+            writer.write(codec.error_response("FATAL", "53300", "sorry, too many clients already"))
+            await writer.drain()
+            writer.close()
+            return
+        await Session(self, reader, writer).run()
+
+    async def start(self) -> asyncio.base_events.Server:
+        self._server = await asyncio.start_server(
+            self._client, self.settings.host, self.settings.port, limit=2**16
+        )
+        return self._server
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self._server.sockets[0].getsockname()[:2]
+
+    async def serve_forever(self, ready=None) -> None:
+        await self.start()
+        if ready is not None:
+            ready(*self.address)
+        async with self._server:
+            await self._server.serve_forever()
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,514 @@
+"""One client of ``sqlsdc serve``: startup, authentication, then the simple and extended query
+protocols (PostgreSQL documentation, chapter 55 "Frontend/Backend Protocol", 55.2 "Message
+Flow"), every statement answered by the session catalog or by the user's guarded connection.
+
+Statements run in the server's bounded thread pool (a guarded connection is synchronous); the
+event loop only reads, parses and writes messages. Errors become ErrorResponses with SQLSTATE
+codes (:func:`error_fields`); an engine's own text never reaches a client (the guard withholds
+it), and an unexpected failure is reported as XX000 with no detail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from dataclasses import dataclass, field
+from functools import partial
+
+import pyarrow as pa
+
+from sqlsdc.errors import (
+    AccessDenied,
+    BudgetExhausted,
+    Error,
+    InternalError,
+    NotSupportedError,
+    OperationalError,
+    PolicyViolation,
+    ProgrammingError,
+    QueryCanceled,
+    SqlSyntaxError,
+)
+from sqlsdc.server import codec, types
+from sqlsdc.server.auth import MECHANISM, AuthenticationFailed, ScramExchange, lookup
+from sqlsdc.server.catalog import SERVER_VERSION, CatalogAnswer, SessionCatalog
+from sqlsdc.server.codec import ProtocolError
+
+log = logging.getLogger("sqlsdc.server")
+
+AUTH_TIMEOUT = 15.0  # seconds from the first byte to the end of authentication
+BUDGET_EXHAUSTED = "53S01"  # class 53 "insufficient resources", an implementation-defined code
+_BLANK = re.compile(r"^(\s|;|--[^\n]*(\n|$)|/\*.*?\*/)*$", re.S)
+_PARAMETER = re.compile(r"\$(\d{1,5})")
+_CAST = re.compile(
+    r"\$(\d{1,5})\s*::\s*([a-z0-9_]+)|cast\s*\(\s*\$(\d{1,5})\s+as\s+([a-z0-9_]+)", re.I
+)
+_NOT_IN_TRANSACTION = ("COMMIT", "ROLLBACK")
+
+
+class StatementError(Exception):
+    """An error that ends one statement (ERROR severity); the session goes on."""
+
+    def __init__(self, code: str, text: str, hint: str = ""):
+        super().__init__(text)
+        self.code, self.text, self.hint = code, text, hint
+
+
+class Fatal(Exception):
+    """An error that ends the session (FATAL severity)."""
+
+    def __init__(self, code: str, text: str, hint: str = ""):
+        super().__init__(text)
+        self.code, self.text, self.hint = code, text, hint
+
+
+def error_fields(error: BaseException, cancelled: bool = False) -> StatementError:
+    """The SQLSTATE, message and hint of an error raised by the guard or the catalog."""
+    if isinstance(error, StatementError):
+        return error
+    if isinstance(error, SqlSyntaxError):
+        return StatementError("42601", error.reason, error.hint)
+    if isinstance(error, PolicyViolation):
+        return StatementError("42501", error.reason, error.hint)
+    if isinstance(error, BudgetExhausted):
+        return StatementError(BUDGET_EXHAUSTED, str(error))
+    if isinstance(error, QueryCanceled):
+        return StatementError("57014", "canceling statement due to user request"
+                              if cancelled else str(error))  # fmt: skip
+    if isinstance(error, AccessDenied):
+        return StatementError("42501", str(error))
+    if isinstance(error, NotSupportedError):
+        return StatementError("0A000", str(error))
+    if isinstance(error, ProgrammingError):
+        return StatementError("08P01", str(error))
+    if isinstance(error, types.ParameterError):
+        return StatementError("22P02", str(error))
+    if isinstance(error, InternalError) or not isinstance(error, Error):
+        log.error("internal error: %s", type(error).__name__)
+        return StatementError("XX000", "internal error in sqlsdc; the server log names it")
+    if isinstance(error, OperationalError):
+        return StatementError("58000", str(error))
+    return StatementError("XX000", str(error))  # sqlsdc's own words, never the engine's
+
+
+@dataclass
+class Statement:
+    sql: str
+    param_types: tuple[int, ...]
+    described: CatalogAnswer | None = None  # run by Describe (no parameters), for the Execute
+    text_only: bool = False  # described before its parameters were known: columns as text
+
+
+@dataclass
+class Portal:
+    statement: Statement
+    params: tuple
+    formats: tuple[int, ...]
+    result: CatalogAnswer | None = None
+    position: int = 0
+    text_only: bool = False
+    encoded: list | None = field(default=None, repr=False)
+
+
+def parameter_types(sql: str, given: tuple[int, ...]) -> tuple[int, ...]:
+    """Types of ``$1 .. $n``: as the client gave them, else from a cast in the statement
+    (``$1::int``, ``CAST($1 AS date)``), else text (the guard converts text as DuckDB does)."""
+    count = max([len(given), *(int(n) for n in _PARAMETER.findall(sql))])
+    cast = {}
+    for match in _CAST.finditer(sql):
+        number, name = (match.group(1), match.group(2)) if match.group(1) else match.group(3, 4)
+        cast.setdefault(int(number), types.NAMES.get(name.lower(), types.TEXT))
+    return tuple(
+        (given[i] if i < len(given) and given[i] else cast.get(i + 1, types.TEXT))
+        for i in range(count)
+    )
+
+
+class Session:
+    """The protocol state of one client connection."""
+
+    def __init__(self, server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.server, self.reader, self.writer = server, reader, writer
+        self.pid, self.secret = server.register(self)
+        self.tls = False
+        self.user = ""
+        self.connection = None
+        self.catalog: SessionCatalog | None = None
+        self.status = "I"  # ReadyForQuery: I idle, T in a transaction block, E failed block
+        self.statements: dict[str, Statement] = {}
+        self.portals: dict[str, Portal] = {}
+        self.skipping = False  # after an error in the extended protocol, until Sync
+        self.running = False
+        self.cancelled = False
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            if await asyncio.wait_for(self._startup(), AUTH_TIMEOUT):
+                await self._serve()
+        except Fatal as e:
+            self._send(codec.error_response("FATAL", e.code, e.text, hint=e.hint))
+        except ProtocolError as e:
+            self._send(codec.error_response("FATAL", "08P01", str(e)))
+        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
+            pass
+        except Exception as e:  # noqa: BLE001 - a session never takes the server down
+            log.error("session %d ended by an internal error: %s", self.pid, type(e).__name__)
+            self._send(codec.error_response("FATAL", "XX000", "internal error in sqlsdc"))
+        finally:
+            await self._close()
+
+    async def _close(self) -> None:
+        self.server.unregister(self.pid)
+        try:
+            await asyncio.wait_for(self.writer.drain(), 1.0)
+        except (ConnectionError, TimeoutError, RuntimeError):
+            pass
+        self.writer.close()
+        if self.connection is not None:
+            if self.running:
+                self.connection.interrupt()
+            await self.server.in_pool(self.connection.close)
+
+    def cancel(self) -> None:
+        """A CancelRequest for this session: stop the running statement, if any."""
+        if self.running and self.connection is not None:
+            self.cancelled = True
+            self.connection.interrupt()
+
+    def _send(self, data: bytes) -> None:
+        if not self.writer.is_closing():
+            self.writer.write(data)
+
+    # --- startup and authentication ----------------------------------------------------------
+
+    async def _startup(self) -> bool:
+        for _ in range(3):  # an SSLRequest and a GSSENCRequest may come before the startup
+            code, body = await codec.read_startup(self.reader)
+            if code == codec.SSL_REQUEST:
+                body.end()
+                if self.server.ssl_context is not None and not self.tls:
+                    self.writer.write(b"S")
+                    await self.writer.drain()
+                    await self.writer.start_tls(self.server.ssl_context)
+                    self.tls = True
+                else:
+                    self.writer.write(b"N")
+                continue
+            if code == codec.GSSENC_REQUEST:
+                self.writer.write(b"N")
+                continue
+            if code == codec.CANCEL_REQUEST:
+                pid, secret = body.int32(), body.int32()
+                self.server.cancel(pid, secret)
+                return False
+            if code >> 16 == 3:
+                return await self._authenticate(code, codec.parse_startup(body))
+            raise ProtocolError(f"unsupported frontend protocol {code >> 16}.{code & 0xFFFF}; "
+                                "this server speaks 3.0")  # fmt: skip
+        raise ProtocolError("too many negotiation requests before the startup message")
+
+    async def _authenticate(self, code: int, params: dict[str, str]) -> bool:
+        options = [k for k in params if k.startswith("_pq_.")]
+        if code & 0xFFFF or options:
+            self._send(codec.negotiate_protocol_version(0, options))
+        if not self.tls and not self.server.insecure:
+            raise Fatal("28000", "this server accepts only TLS connections",
+                        "connect with sslmode=require")  # fmt: skip
+        self.user = params.get("user", "")
+        if not self.user:
+            raise Fatal("28000", "no user name in the startup message")
+        keys = await self.server.in_pool(lookup, self.server.db, self.user)
+        exchange = ScramExchange(self.user, keys, self.server.decoy_secret)
+        self._send(codec.sasl_mechanisms(MECHANISM))
+        await self.writer.drain()
+        failed = Fatal("28P01", f'password authentication failed for user "{self.user}"')
+        mechanism, first = codec.parse_sasl_initial(await self._expect_password())
+        if mechanism != MECHANISM:
+            raise Fatal("28000", f"SASL mechanism {mechanism!r} is not offered; use {MECHANISM}")
+        try:
+            self._send(codec.authentication(codec.AUTH_SASL_CONTINUE, exchange.first(first)))
+            await self.writer.drain()
+            final = exchange.final((await self._expect_password()).rest())
+        except AuthenticationFailed:
+            raise failed from None
+        self._send(codec.authentication(codec.AUTH_SASL_FINAL, final))
+        self._send(codec.authentication(codec.AUTH_OK))
+        try:
+            self.connection = await self.server.in_pool(
+                self.server.connect, self.server.db, self.user
+            )
+        except Error as e:
+            fields = error_fields(e)
+            raise Fatal("28000" if isinstance(e, AccessDenied) else fields.code,
+                        fields.text, fields.hint) from None  # fmt: skip
+        self.catalog = SessionCatalog(self.connection)
+        for name, value in self._parameters(params.get("application_name", "")):
+            self._send(codec.parameter_status(name, value))
+        self._send(codec.backend_key_data(self.pid, self.secret))
+        self._send(codec.ready_for_query(self.status))
+        await self.writer.drain()
+        return True
+
+    async def _expect_password(self) -> codec.Reader:
+        kind, body = await codec.read_message(self.reader, limit=10_000)
+        if kind != b"p":
+            raise ProtocolError("expected a SASL response during authentication")
+        return body
+
+    def _parameters(self, application: str) -> list[tuple[str, str]]:
+        return [("server_version", SERVER_VERSION), ("server_encoding", "UTF8"),
+                ("client_encoding", "UTF8"), ("DateStyle", "ISO, MDY"), ("TimeZone", "UTC"),
+                ("IntervalStyle", "postgres"), ("integer_datetimes", "on"),
+                ("standard_conforming_strings", "on"), ("is_superuser", "off"),
+                ("session_authorization", self.user), ("application_name", application),
+                ("default_transaction_read_only", "on"), ("in_hot_standby", "off")]  # fmt: skip
+
+    # --- the query loop ----------------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        handlers = {b"Q": self._query, b"P": self._parse, b"B": self._bind,
+                    b"D": self._describe, b"E": self._execute, b"C": self._close_message,
+                    b"S": self._sync, b"H": self._flush}  # fmt: skip
+        while True:
+            try:
+                kind, body = await asyncio.wait_for(
+                    codec.read_message(self.reader), self.server.idle_timeout
+                )
+            except TimeoutError:
+                raise Fatal("57P05", "terminating connection due to idle-session timeout") from None
+            if kind == b"X":
+                return
+            handler = handlers.get(kind)
+            if handler is None:
+                raise ProtocolError(f"unexpected message type {kind!r}")
+            if self.skipping and kind != b"S":
+                continue  # the extended protocol discards messages after an error until Sync
+            try:
+                await handler(body)
+            except StatementError as e:
+                self._send(codec.error_response("ERROR", e.code, e.text, hint=e.hint))
+                if kind != b"Q":
+                    self.skipping = True
+                if kind == b"Q":
+                    self._send(codec.ready_for_query(self.status))
+                    await self.writer.drain()
+
+    async def _answer(self, sql: str, params: tuple) -> CatalogAnswer:
+        """The catalog's answer or the guard's result, run in the thread pool."""
+        if self.status == "E" and _tag_of(sql) not in _NOT_IN_TRANSACTION:
+            raise StatementError("25P02", "current transaction is aborted, commands ignored "
+                                 "until end of transaction block", "send ROLLBACK")  # fmt: skip
+        self.running, self.cancelled = True, False
+        try:
+            answer = await self.server.in_pool(_run, self.catalog, self.connection, sql, params)
+        except Exception as e:  # noqa: BLE001 - mapped to an SQLSTATE by error_fields
+            if self.status == "T":
+                self.status = "E"
+            raise error_fields(e, self.cancelled) from None
+        finally:
+            self.running = False
+        if answer.tag == "BEGIN":
+            self.status = "T"
+        elif answer.tag in _NOT_IN_TRANSACTION:
+            self.status = "I"
+        return answer
+
+    async def _query(self, body: codec.Reader) -> None:
+        sql = codec.parse_query(body)
+        if _BLANK.match(sql):
+            self._send(codec.EMPTY_QUERY)
+        else:
+            answer = await self._answer(sql, ())
+            if answer.table is not None:
+                await self._rows(answer, (), text_only=False, position=0, limit=0, header=True)
+            else:
+                self._send(codec.command_complete(answer.tag))
+        self._send(codec.ready_for_query(self.status))
+        await self.writer.drain()
+
+    async def _parse(self, body: codec.Reader) -> None:
+        message = codec.parse_parse(body)
+        if message.name and message.name in self.statements:
+            raise StatementError("42P05", f'prepared statement "{message.name}" already exists')
+        try:
+            kinds = parameter_types(message.sql, message.param_types)
+        except ValueError:
+            raise StatementError("08P01", "parameter numbers must be between 1 and 65535") from None
+        self.statements[message.name] = Statement(message.sql, kinds)
+        self._send(codec.PARSE_COMPLETE)
+
+    async def _bind(self, body: codec.Reader) -> None:
+        message = codec.parse_bind(body)
+        statement = self._statement(message.statement)
+        if len(message.params) != len(statement.param_types):
+            raise StatementError("08P01", f"bind message supplies {len(message.params)} "
+                                 f"parameters, but prepared statement requires "
+                                 f"{len(statement.param_types)}")  # fmt: skip
+        formats = message.param_formats or (0,)
+        params = tuple(
+            types.read_parameter(value, oid, (formats[i] if len(formats) > 1 else formats[0]) == 1)
+            for i, (value, oid) in enumerate(zip(message.params, statement.param_types,
+                                                 strict=True))
+        )  # fmt: skip
+        if message.portal and message.portal in self.portals:
+            raise StatementError("42P03", f'portal "{message.portal}" already exists')
+        portal = Portal(statement, params, message.result_formats, text_only=statement.text_only)
+        if statement.described is not None and not params:
+            portal.result, statement.described = statement.described, None
+        self.portals[message.portal] = portal
+        self._send(codec.BIND_COMPLETE)
+
+    async def _describe(self, body: codec.Reader) -> None:
+        message = codec.parse_describe(body)
+        if message.kind == "S":
+            statement = self._statement(message.name)
+            self._send(codec.parameter_description(statement.param_types))
+            if _BLANK.match(statement.sql):
+                self._send(codec.NO_DATA)
+            elif statement.param_types:  # columns without running: names only, typed as text
+                statement.text_only = True
+                shape = await self._shape(statement)
+                self._send(_description(shape, (), text_only=True) if shape else codec.NO_DATA)
+            else:
+                statement.described = await self._answer(statement.sql, ())
+                self._send(_description(statement.described.table, (), text_only=False)
+                           if statement.described.table is not None else codec.NO_DATA)  # fmt: skip
+            return
+        portal = self._portal(message.name)
+        if _BLANK.match(portal.statement.sql):
+            self._send(codec.NO_DATA)
+            return
+        if portal.result is None:
+            portal.result = await self._answer(portal.statement.sql, portal.params)
+        table = portal.result.table
+        self._send(codec.NO_DATA if table is None
+                   else _description(table, portal.formats, portal.text_only))  # fmt: skip
+
+    async def _shape(self, statement: Statement) -> list[str]:
+        """Column names of a parameterised statement, without running it: the catalog's answer
+        or the guard's plan, with every parameter NULL (nothing is read or charged)."""
+        nulls = (None,) * len(statement.param_types)
+
+        def names():
+            answer = self.catalog.answer(statement.sql, nulls)
+            if answer is not None:
+                return [] if answer.table is None else answer.table.column_names
+            return [c.name for c in self.connection.explain(statement.sql, nulls).columns]
+
+        try:
+            return await self.server.in_pool(names)
+        except Exception as e:  # noqa: BLE001 - mapped to an SQLSTATE by error_fields
+            raise error_fields(e) from None
+
+    async def _execute(self, body: codec.Reader) -> None:
+        message = codec.parse_execute(body)
+        portal = self._portal(message.portal)
+        if _BLANK.match(portal.statement.sql):
+            self._send(codec.EMPTY_QUERY)
+            return
+        if portal.result is None:
+            portal.result = await self._answer(portal.statement.sql, portal.params)
+        if portal.result.table is None:
+            self._send(codec.command_complete(portal.result.tag))
+            return
+        portal.position = await self._rows(portal.result, portal.formats, portal.text_only,
+                                           portal.position, message.max_rows)  # fmt: skip
+
+    async def _rows(self, answer: CatalogAnswer, formats, text_only: bool, position: int,
+                    limit: int, header: bool = False) -> int:  # fmt: skip
+        """Send DataRows from ``position`` (at most ``limit``, 0 = all), then PortalSuspended
+        or CommandComplete; returns the new position."""
+        table = answer.table
+        if header:
+            self._send(_description(table, formats, text_only))
+        end = table.num_rows if limit == 0 else min(table.num_rows, position + limit)
+        chunk = table.slice(position, end - position)
+        for i, row in enumerate(_encode(chunk, formats, text_only)):
+            self._send(codec.data_row(row))
+            if i % 1000 == 999:
+                await self.writer.drain()
+        if end < table.num_rows:
+            self._send(codec.PORTAL_SUSPENDED)
+        else:
+            tag = answer.tag if not answer.tag.startswith("SELECT") else f"SELECT {end - position}"
+            self._send(codec.command_complete(tag))
+        return end
+
+    async def _close_message(self, body: codec.Reader) -> None:
+        message = codec.parse_close(body)
+        (self.statements if message.kind == "S" else self.portals).pop(message.name, None)
+        self._send(codec.CLOSE_COMPLETE)
+
+    async def _sync(self, body: codec.Reader) -> None:
+        body.end()
+        self.skipping = False
+        self._send(codec.ready_for_query(self.status))
+        await self.writer.drain()
+
+    async def _flush(self, body: codec.Reader) -> None:
+        body.end()
+        await self.writer.drain()
+
+    def _statement(self, name: str) -> Statement:
+        if name not in self.statements:
+            raise StatementError("26000", f'prepared statement "{name}" does not exist')
+        return self.statements[name]
+
+    def _portal(self, name: str) -> Portal:
+        if name not in self.portals:
+            raise StatementError("34000", f'portal "{name}" does not exist')
+        return self.portals[name]
+
+
+def _run(catalog: SessionCatalog, connection, sql: str, params: tuple) -> CatalogAnswer:
+    """In the thread pool: the session catalog first, then the guard."""
+    answer = catalog.answer(sql, params or None)
+    if answer is not None:
+        return answer
+    table = connection.execute(sql, params or None).arrow()
+    return CatalogAnswer(table, f"SELECT {table.num_rows}")
+
+
+def _tag_of(sql: str) -> str:
+    word = (sql.strip().split(None, 1) or [""])[0].rstrip(";").upper()
+    return {"ABORT": "ROLLBACK", "END": "COMMIT"}.get(word, word)
+
+
+def _column_formats(formats, count: int) -> list[int]:
+    if not formats:
+        return [0] * count
+    if len(formats) == 1:
+        return [formats[0]] * count
+    if len(formats) != count:
+        raise StatementError("08P01", f"{len(formats)} result formats for {count} columns")
+    return list(formats)
+
+
+def _description(table_or_names, formats, text_only: bool) -> bytes:
+    if isinstance(table_or_names, pa.Table):
+        schema = table_or_names.schema
+        names, oids = schema.names, [types.oid_of(f.type) for f in schema]
+    else:
+        names, oids = list(table_or_names), [types.TEXT] * len(table_or_names)
+    if text_only:
+        oids = [types.TEXT] * len(names)
+    codes = _column_formats(formats, len(names))
+    return codec.row_description([(n, o, types.size_of(o), c)
+                                  for n, o, c in zip(names, oids, codes, strict=True)])  # fmt: skip
+
+
+def _encode(table: pa.Table, formats, text_only: bool):
+    """The DataRow values of ``table``, column by column, in each column's format."""
+    codes = _column_formats(formats, table.num_columns)
+    columns = []
+    for column, code in zip(table.columns, codes, strict=True):
+        oid = types.TEXT if text_only else types.oid_of(column.type)
+        encode = partial(types.binary_value if code == 1 else types.text_value, oid=oid)
+        if text_only:
+            real = types.oid_of(column.type)
+            encode = partial(lambda v, real: types.text_value(v, real), real=real)
+        columns.append([None if v is None else encode(v) for v in column.to_pylist()])
+    return zip(*columns, strict=True) if columns else iter(())

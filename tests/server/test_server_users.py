@@ -1,0 +1,69 @@
+"""``sqlsdc server-user``: passwords stored as SCRAM keys only, for policy users only, by admins
+only; the keys agree with an independent SCRAM implementation (scramp)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import duckdb
+import pytest
+
+from sqlsdc.server.auth import make_keys, saslprep
+
+
+def _cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sqlsdc.cli", "server-user", *args],
+                          input=stdin, capture_output=True, text=True, timeout=60)  # fmt: skip
+
+
+@pytest.fixture
+def db(pristine_demo_db, tmp_path):
+    copy = tmp_path / "demo.duckdb"
+    shutil.copy(pristine_demo_db, copy)
+    return copy
+
+
+@pytest.mark.slow  # eight CLI subprocesses
+def test_add_list_passwd_remove(db):
+    password = "a long secret 123"
+    assert (
+        _cli("add", str(db), "analyst", "--password-stdin", stdin=password + "\n").returncode == 0
+    )
+    listed = _cli("list", str(db), "--format", "json")
+    assert '"user": "analyst"' in listed.stdout and '"set_by": "admin"' in listed.stdout
+    with duckdb.connect(str(db), read_only=True) as con:
+        row = con.execute("SELECT * FROM sqlsdc.server_users").fetchall()
+    assert len(row) == 1
+    assert password.encode() not in repr(row).encode()
+    keys = make_keys(password, salt=bytes(row[0][2]))
+    assert (bytes(row[0][3]), bytes(row[0][4])) == (keys.stored_key, keys.server_key)
+    again = _cli("add", str(db), "analyst", "--password-stdin", stdin=password + "\n")
+    assert again.returncode == 1 and "exists" in again.stderr
+    assert _cli("passwd", str(db), "analyst", "--password-stdin",
+                stdin="another secret 456\n").returncode == 0  # fmt: skip
+    assert _cli("remove", str(db), "analyst").returncode == 0
+    gone = _cli("remove", str(db), "analyst")
+    assert gone.returncode == 8 and "no server user 'analyst'" in gone.stderr
+
+
+@pytest.mark.slow  # three CLI subprocesses
+def test_only_policy_users_and_only_admins(db):
+    stranger = _cli("add", str(db), "mallory", "--password-stdin", stdin="whatever 12345\n")
+    assert stranger.returncode == 5 and "not declared in the policy" in stranger.stderr
+    by_analyst = _cli("add", str(db), "analyst", "--user", "analyst", "--password-stdin",
+                      stdin="whatever 12345\n")  # fmt: skip
+    assert by_analyst.returncode == 5 and "not an admin" in by_analyst.stderr
+    short = _cli("add", str(db), "analyst", "--password-stdin", stdin="short\n")
+    assert short.returncode == 1 and "shorter than 8 characters" in short.stderr
+
+
+def test_keys_match_scramp():
+    scramp = pytest.importorskip("scramp")
+    keys = make_keys("pässwörd 12")
+    salt, stored, server, count = scramp.ScramMechanism("SCRAM-SHA-256").make_auth_info(
+        "pässwörd 12", iteration_count=4096, salt=keys.salt
+    )
+    assert (stored, server, count) == (keys.stored_key, keys.server_key, keys.iterations)
+    assert saslprep("a\u00a0b\u00ad") == "a b"  # RFC 4013: non-ASCII space mapped, soft hyphen gone
