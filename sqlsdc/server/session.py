@@ -32,8 +32,9 @@ from sqlsdc.errors import (
 )
 from sqlsdc.server import codec, types
 from sqlsdc.server.auth import MECHANISM, AuthenticationFailed, ScramExchange, lookup
-from sqlsdc.server.catalog import SERVER_VERSION, CatalogAnswer, SessionCatalog
+from sqlsdc.server.catalog import CatalogAnswer, SessionCatalog
 from sqlsdc.server.codec import ProtocolError
+from sqlsdc.server.shadow import SERVER_VERSION
 
 log = logging.getLogger("sqlsdc.server")
 
@@ -167,6 +168,8 @@ class Session:
         except (ConnectionError, TimeoutError, RuntimeError):
             pass
         self.writer.close()
+        if self.catalog is not None:
+            self.catalog.close()
         if self.connection is not None:
             if self.running:
                 self.connection.interrupt()

@@ -56,7 +56,7 @@ def test_psql_aggregate_and_version(server, expected):
     lines = done.stdout.strip().splitlines()
     rows = [line.split("|") for line in lines[:-1]]
     _same([(r, int(n), float(m)) for r, n, m in rows], expected)
-    assert lines[-1].startswith("PostgreSQL 16.0 (sqlsdc")
+    assert lines[-1].startswith("PostgreSQL 15.0 (sqlsdc")
 
 
 def test_psql_refusal_arrives_as_error_with_the_guards_message(server):
