@@ -47,9 +47,9 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from sqlsdc.cli import admin, budget, demo, microdata, protect, publish, query
+    from sqlsdc.cli import admin, budget, demo, microdata, protect, publish, query, synthesize
 
-    for module in (demo, admin, query, protect, publish, budget, microdata):
+    for module in (demo, admin, query, protect, publish, budget, microdata, synthesize):
         for command in module.COMMANDS:
             cli.add_command(command)
     cli.add_command(__import__("sqlsdc.cli.ptable", fromlist=["ptable"]).ptable)
