@@ -13,12 +13,11 @@ drawn and mapped back through each column's marginal:
   [0, 1] its frequency gives (categories in order of first appearance); a value's normal score
   is Φ⁻¹ of a uniform draw inside its interval, and a synthetic uniform picks the category
   whose interval holds it, so the frequencies are kept;
-* missing values: a column's missing values are drawn independently at the column's rate; for
-  the correlation, a missing numeric value gets an independent normal score (it carries no
-  information on the dependence).
+* missing values: a column's missing values are drawn independently at the column's rate.
 
 The correlation is the Pearson correlation of the normal scores (the normal-scores rank
-correlation), made positive definite by clipping its eigenvalues at 1e-6.
+correlation) over the records where both columns are present (pairwise deletion), made
+positive semi-definite by clipping its eigenvalues at 1e-6.
 
 Example:
     >>> import pandas as pd
@@ -56,7 +55,7 @@ def _as_float(column: pd.Series) -> np.ndarray:
 def _scores(column: pd.Series, rng: np.random.Generator) -> tuple[np.ndarray, dict]:
     """Normal scores of one column and what is needed to map scores back to values."""
     missing = column.isna().to_numpy()
-    z = rng.standard_normal(len(column))  # missing values: independent scores
+    z = np.full(len(column), np.nan)  # missing values: left out of the correlations
     if _numeric(column):
         x = _as_float(column)
         seen = x[~missing]
@@ -128,7 +127,7 @@ def synthesize_parametric(
         scores.append(z)
         marginals.append(marginal)
     z = np.column_stack(scores)
-    correlation = np.corrcoef(z, rowvar=False) if len(columns) > 1 else np.ones((1, 1))
+    correlation = pd.DataFrame(z).corr(min_periods=3).to_numpy()
     correlation = np.nan_to_num(np.atleast_2d(correlation))
     np.fill_diagonal(correlation, 1.0)
     w, v = np.linalg.eigh(correlation)
