@@ -164,7 +164,7 @@ def synthesize(
         epsilon: DP methods: the privacy budget the job spends (exact: ``"1"``, ``"1/2"``).
         margins: DP ``dp-ipf``: the margin sets (lists of column names); default all two-way.
         bins: DP: breaks of numeric columns, ``{"age": [0, 15, 30, 65, 111]}`` (levels
-            ``[0,15)``, ...).
+            ``[0-15)``, ...).
         levels: DP: the public levels of a column (instead of the policy's ``domain``).
         missing: DP: columns whose missing values are a level of their own ([RA]: NA is a
             level); without it, and for values outside a column's levels, the record is left
@@ -427,7 +427,7 @@ def _variable(table, types: dict, name: str, bins: dict, levels: dict, missing: 
                   next(v for k, v in bins.items() if k.lower() == name)]  # fmt: skip
         if len(breaks) < 2 or any(b >= c for b, c in zip(breaks, breaks[1:], strict=False)):
             raise SynthesisError(f"--bins {name}: give at least two increasing breaks")
-        labels = tuple(f"[{_num(lo)},{_num(hi)})" for lo, hi in zip(breaks, breaks[1:],
+        labels = tuple(f"[{_num(lo)}-{_num(hi)})" for lo, hi in zip(breaks, breaks[1:],
                                                                     strict=False))  # fmt: skip
         conditions = tuple(
             exp.and_(exp.GTE(this=column.copy(), expression=_literal(lo)),

@@ -101,7 +101,7 @@ def test_dp_ipf_charges_once_and_reproduces(fresh_demo_db):
     synth = one.groupby("education").size()
     for level, n in zip(truth["education"], truth["n"], strict=True):
         assert abs(synth[level] - n) < 0.05 * len(one)  # margins kept within the noise
-    assert set(one["age"].dropna()) <= {"[0,15)", "[15,30)", "[30,45)", "[45,65)", "[65,111)"}
+    assert set(one["age"].dropna()) <= {"[0-15)", "[15-30)", "[30-45)", "[45-65)", "[65-111)"}
 
 
 def test_exhausted_budget_refuses_and_stores_nothing(fresh_demo_db):
@@ -130,11 +130,11 @@ def test_structural_zeros_strata_and_missing_level(fresh_demo_db):
     report = synthesize(
         fresh_demo_db, user="admin", source="persons", into="dpz", method="dp-ipf",
         epsilon="2", columns=["education", "age"], bins={"age": [0, 15, 30, 45, 65, 111]},
-        zeros=[{"age": "[0,15)", "education": "tertiary"}], stratify="sex", missing=["education"],
+        zeros=[{"age": "[0-15)", "education": "tertiary"}], stratify="sex", missing=["education"],
     )  # fmt: skip
     out = _read(fresh_demo_db, "SELECT * FROM protected.dpz")
     assert list(out.columns) == ["education", "age", "sex"]
-    assert out.loc[out["age"] == "[0,15)", "education"].ne("tertiary").all()
+    assert out.loc[out["age"] == "[0-15)", "education"].ne("tertiary").all()
     assert [part["stratum"] for part in report.details["ipf"]] == [0, 1]
     assert report.parameters["margins"] == [["education", "age", "sex"]]
     assert set(out["sex"]) == {"F", "M"}
