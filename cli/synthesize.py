@@ -69,8 +69,13 @@ def _option(text: str) -> tuple[str, object]:
               help="DP: the public levels of a column (repeatable; default: the policy's "
                    "domain).")  # fmt: skip
 @click.option("--missing", help="DP: columns whose missing values are a level, comma-separated.")
-@click.option("--zero", "zeros", multiple=True, metavar="COL=LEVEL[,COL=LEVEL]",
-              help="DP: a structural zero, cells that cannot occur (repeatable; NULL: missing).")
+@click.option(
+    "--zero",
+    "zeros",
+    multiple=True,
+    metavar="COL=LEVEL[,COL=LEVEL]",
+    help="DP: a structural zero, cells that cannot occur (repeatable; NULL: missing).",
+)
 @click.option("--stratify", metavar="COL", help="DP: fit each level of COL on its own.")
 @click.option("--max-cells", type=int, default=10_000_000, show_default=True,
               help="DP: the largest full table (per stratum) the job builds.")  # fmt: skip
@@ -98,13 +103,12 @@ def synthesize(db, source, sql, into, method, columns, epsilon, margins, bins, l
     --bins or a `domain:` in the policy). Random draws come from the database's secret and
     --seed: same seed, same data. The table, its report, a view synthetic.NAME and an audit
     entry are stored together; `sqlsdc publish` releases it, and the policy's `releases:`
-    lets analysts read it row by row.
+    lets analysts read it row by row. A DP job, once a budget applies to the table:
+    --method dp-ipf --epsilon 1 --columns sex,education,age --bins age=0,15,30,45,65,111.
 
     \b
-    Examples:
-      sqlsdc synthesize demo.duckdb --from persons --into persons_syn --method parametric
-      sqlsdc synthesize demo.duckdb --from persons --into persons_dp --method dp-ipf \\
-        --epsilon 1 --columns sex,education,age --bins age=0,15,30,45,65,111
+    Example:
+      sqlsdc synthesize demo.duckdb --from persons --into persons_copula --method parametric
     """
     from sqlsdc.synth import synthesize as run
 

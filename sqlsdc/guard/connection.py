@@ -45,7 +45,6 @@ from sqlsdc.errors import (
 )
 from sqlsdc.guard.check_cache import checked, context_fingerprint
 from sqlsdc.guard.dp_release import DpRelease, price, release, resolve_domains
-from sqlsdc.guard.releases import attach_releases, available_releases, with_releases
 from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, protect
 from sqlsdc.guard.postprocess import (
     accuracy,
@@ -55,6 +54,7 @@ from sqlsdc.guard.postprocess import (
     record_release,
     values_of,
 )
+from sqlsdc.guard.releases import attach_releases, available_releases, with_releases
 from sqlsdc.guard.resolve import analyst_schema
 from sqlsdc.guard.validate import check_engine_tables
 from sqlsdc.jobs.patterns import ensure_patterns

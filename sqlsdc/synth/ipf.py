@@ -220,8 +220,10 @@ def sample_records(table: np.ndarray, n: int, rng: np.random.Generator) -> np.nd
     counts = rng.multinomial(int(n), p / total)
     cells = np.repeat(np.arange(p.size), counts)
     rng.shuffle(cells)
-    return np.stack(np.unravel_index(cells, table.shape), axis=1) if cells.size else np.zeros(
-        (0, table.ndim), np.int64
+    return (
+        np.stack(np.unravel_index(cells, table.shape), axis=1)
+        if cells.size
+        else np.zeros((0, table.ndim), np.int64)
     )
 
 

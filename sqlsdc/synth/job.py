@@ -257,8 +257,9 @@ def synthesize(
                 copies=copies,
                 seed=int(seed),
                 epsilon=str(plan["epsilon"]) if dp else None,
-                parameters=_parameters(method, plan if dp else None, prior, project, rows,
-                                       options),  # fmt: skip
+                parameters=_parameters(
+                    method, plan if dp else None, prior, project, rows, options
+                ),  # fmt: skip
                 details=details,
             )
             say(f"storing {report.name}")

@@ -61,8 +61,10 @@ def _refusal(con, sql) -> str:
 
 def test_a_release_reads_like_a_public_table(released):
     raw = _raw(released, "SELECT * FROM protected.persons_syn ORDER BY ALL")
-    sql = ("SELECT sex, count(*) AS n, max(income) AS top, "
-           "row_number() OVER (ORDER BY sex) AS r FROM persons_syn GROUP BY sex ORDER BY sex")
+    sql = (
+        "SELECT sex, count(*) AS n, max(income) AS top, "
+        "row_number() OVER (ORDER BY sex) AS r FROM persons_syn GROUP BY sex ORDER BY sex"
+    )
     expected = _raw(released, sql.replace("persons_syn", "protected.persons_syn"))
     with sqlsdc.connect(released, user="analyst") as con:
         rows = con.execute("SELECT * FROM persons_syn ORDER BY ALL").df()
@@ -117,8 +119,11 @@ def test_outputs_not_listed_are_refused_as_unknown_names(released):
     "change",
     [
         ["DROP VIEW synthetic.persons_syn", "DROP TABLE protected.persons_syn"],
-        ["DROP VIEW synthetic.persons_syn", "DROP TABLE protected.persons_syn",
-         "CREATE VIEW protected.persons_syn AS SELECT region, sex, age, income FROM persons"],
+        [
+            "DROP VIEW synthetic.persons_syn",
+            "DROP TABLE protected.persons_syn",
+            "CREATE VIEW protected.persons_syn AS SELECT region, sex, age, income FROM persons",
+        ],
         ["UPDATE sqlsdc.outputs SET method = 'suppress' WHERE name = 'protected.persons_syn'"],
         ["DELETE FROM sqlsdc.outputs WHERE name = 'protected.persons_syn'"],
         ["CREATE TABLE main.persons_syn AS SELECT region, sex, age, income FROM persons"],

@@ -46,7 +46,8 @@ def test_publish_releases_the_synthetic_table(fresh_demo_db, tmp_path):
     from sqlsdc.synth import synthesize
 
     synthesize(fresh_demo_db, user="admin", source="persons", into="persons_syn",
-               method="parametric", columns=["region", "sex", "income"], copies=2, rows=50)  # fmt: skip
+               method="parametric", columns=["region", "sex", "income"], copies=2,
+               rows=50)  # fmt: skip
     out = tmp_path / "release.duckdb"
     report = publish(fresh_demo_db, out, "admin")
     entry = next(t for t in report.tables if t.table == "persons_syn")

@@ -29,8 +29,8 @@ def _read(db, sql, params=None):
 def _budget(db, epsilon):
     con = duckdb.connect(str(db))
     try:
-        set_limit(con, admin="admin", key=BudgetKey("*", "persons"),
-                  limit=BudgetLimit(epsilon=Fraction(epsilon)), reason="synthesis tests")  # fmt: skip
+        limit = BudgetLimit(epsilon=Fraction(epsilon))
+        set_limit(con, admin="admin", key=BudgetKey("*", "persons"), limit=limit, reason="tests")
     finally:
         con.close()
 
@@ -153,7 +153,11 @@ def test_copies_and_rows(fresh_demo_db):
 @pytest.mark.parametrize(
     ("changes", "error", "match"),
     [
-        ({"columns": ["sex", "age"], "bins": {}}, SynthesisError, "'age' has no public levels.*--bins age"),
+        (
+            {"columns": ["sex", "age"], "bins": {}},
+            SynthesisError,
+            "'age' has no public levels.*--bins age",
+        ),
         ({"columns": ["sex", "region"]}, SynthesisError, "--levels region"),
         ({"columns": ["sex", "person_id"]}, SynthesisError, "identifier column"),
         ({"epsilon": None}, SynthesisError, "needs --epsilon"),

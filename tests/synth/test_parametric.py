@@ -44,7 +44,9 @@ def test_missing_rates_categories_dependence_and_dtypes():
     for level, share in data["group"].value_counts(normalize=True).items():
         assert shares[level] == pytest.approx(share, abs=0.03)
     rho = data[["income", "score"]].corr(method="spearman").iloc[0, 1]
-    assert out[["income", "score"]].corr(method="spearman").iloc[0, 1] == pytest.approx(rho, abs=0.06)
+    assert out[["income", "score"]].corr(method="spearman").iloc[0, 1] == pytest.approx(
+        rho, abs=0.06
+    )
     high = out.loc[out["group"] == "high", "score"].mean()
     assert high > out.loc[out["group"] != "high", "score"].mean()  # categorical dependence kept
     assert out["age"].dtype == data["age"].dtype and out["age"].between(18, 89).all()
