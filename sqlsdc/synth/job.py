@@ -57,7 +57,7 @@ from sqlglot import exp
 from sqlsdc.catalog import store
 from sqlsdc.catalog.budget import charge, policy_limits
 from sqlsdc.errors import Error, SynthesisError
-from sqlsdc.jobs.anonymize import _check, _definition, _read
+from sqlsdc.jobs.anonymize import _check, _definition, _read, _store
 from sqlsdc.jobs.protect import OUTPUT_SCHEMA, _plain, job_catalog
 from sqlsdc.mechanisms.accountant import PrivacyCost, fraction
 from sqlsdc.policy import ColumnRole
@@ -263,7 +263,8 @@ def synthesize(
                 details=details,
             )
             say(f"storing {report.name}")
-            _store(con, result, report, user, version, definition, query_id, fingerprint, into)
+            _store(con, result, report, user, version, definition, query_id, fingerprint, into,
+                   method=JOB, mechanism=method, view=VIEW_SCHEMA)  # fmt: skip
         except BaseException as failure:
             audit("failed", reason=store.audit_reason(failure))
             raise
@@ -583,36 +584,3 @@ def _decode(codes: np.ndarray, variables: Sequence[Variable]) -> pd.DataFrame:
             column = column.astype("string")
         out[v.name] = column
     return pd.DataFrame(out, columns=[v.name for v in variables])
-
-
-# ------------------------------------------------------------------------------------- store
-
-
-def _store(con, frame, report, user, version, definition, query_id, fingerprint, into) -> None:
-    name = exp.to_identifier(into).sql("duckdb")
-    con.register("__job_output", frame)
-    con.execute("BEGIN TRANSACTION")
-    try:
-        store.ensure_catalog(con)
-        con.execute(f"CREATE SCHEMA IF NOT EXISTS {OUTPUT_SCHEMA}")
-        con.execute(f"CREATE SCHEMA IF NOT EXISTS {VIEW_SCHEMA}")
-        con.execute(f"CREATE OR REPLACE TABLE {OUTPUT_SCHEMA}.{name} AS SELECT * FROM __job_output")
-        con.execute(f"CREATE OR REPLACE VIEW {VIEW_SCHEMA}.{name} AS "
-                    f"SELECT * FROM {OUTPUT_SCHEMA}.{name}")  # fmt: skip
-        store.record_output(con, report.name, JOB, definition, user, version,
-                            json.dumps(report.to_dict()), query_id)  # fmt: skip
-        released, cell = store.now(), f"{report.name} <- {report.source}"
-        con.executemany(
-            f"INSERT INTO {store.S}.ledger VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [(query_id, released, user, fingerprint, cell, column, report.method, "published")
-             for column in frame.columns],
-        )  # fmt: skip
-        store.record_query(con, query_id, user, version, "accepted", definition,
-                           reason=f"{JOB} job ({report.method}) stored {report.name}",
-                           fingerprint=fingerprint, rows=len(frame))  # fmt: skip
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-    finally:
-        con.unregister("__job_output")
