@@ -47,10 +47,11 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from sqlsdc.cli import admin, budget, demo, microdata, protect, publish, query
+    from sqlsdc.cli import admin, budget, demo, microdata, protect, publish, query, synthesize
     from sqlsdc.cli import serve as serve_commands
 
-    for module in (demo, admin, query, protect, publish, budget, microdata, serve_commands):
+    for module in (demo, admin, query, protect, publish, budget, microdata, synthesize,
+                   serve_commands):  # fmt: skip
         for command in module.COMMANDS:
             cli.add_command(command)
     cli.add_command(__import__("sqlsdc.cli.ptable", fromlist=["ptable"]).ptable)

@@ -110,6 +110,11 @@ class MicrodataError(ValueError, Error):
     """Input to a microdata method (sqlsdc.microdata) is invalid, e.g. k larger than the data."""
 
 
+class SynthesisError(ValueError, Error):
+    """A synthesis job's input is invalid (sqlsdc.synth), e.g. a numeric variable not binned for
+    a DP method, or a full table above the cell cap."""
+
+
 class AccessDenied(Error):
     """The user is unknown to the policy or lacks the role for an operation."""
 

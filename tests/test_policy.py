@@ -342,7 +342,7 @@ def test_bounds_on_an_identifier():
     [
         ({"colour": "red"},
          "(top level): unknown key(s) colour; allowed here: budgets, description, limits, "
-         "protection, tables, users, version"),
+         "protection, releases, tables, users, version"),
         ({"tables__persons__colums": {}},
          "tables.persons: unknown key(s) colums; allowed here: columns, description, dp, "
          "hierarchies, key, kind, privacy_unit, protection, suppression"),

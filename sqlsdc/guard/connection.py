@@ -55,6 +55,7 @@ from sqlsdc.guard.postprocess import (
     record_release,
     values_of,
 )
+from sqlsdc.guard.releases import attach_releases, available_releases, with_releases
 from sqlsdc.guard.resolve import analyst_schema
 from sqlsdc.guard.validate import check_engine_tables
 from sqlsdc.jobs.patterns import ensure_patterns
@@ -118,6 +119,8 @@ class Connection:
         self._uses = 0
         self._turn_until = 0.0
         self._context: GuardContext | None = None
+        self._base_policy: Policy | None = None  # the policy in force, before its releases
+        self._releases: dict = {}  # released outputs readable now (sqlsdc.guard.releases)
         self._asked_timeout = timeout
         self._idle_release = idle_release
         self._dp_noise = True
@@ -145,8 +148,13 @@ class Connection:
             if current is None:
                 raise Error(f"{path} has no sqlsdc catalog; run `sqlsdc init {path} --policy FILE`")
             version, document, source = current
-            if self._context is None or self._context.policy_version != version:
-                self._load_policy(con, version, load_policy(document, name=source))
+            changed = self._context is None or self._context.policy_version != version
+            base = load_policy(document, name=source) if changed else self._base_policy
+            releases = available_releases(con, base)  # checked on every opening
+            attach_releases(con, releases)
+            if changed or releases != self._releases:
+                self._load_policy(con, version, with_releases(base, releases), releases)
+                self._base_policy, self._releases = base, releases
         except engine.EngineError:
             con.close()
             raise OperationalError(
@@ -161,7 +169,7 @@ class Connection:
         self._held_since = time.monotonic()
         self._data_versions: dict[str, str] = {}  # the data may have changed while released
 
-    def _load_policy(self, con, version: int, policy: Policy) -> None:
+    def _load_policy(self, con, version: int, policy: Policy, releases=None) -> None:
         declared = policy.user(self.user)
         if declared is None:
             raise AccessDenied(
@@ -169,7 +177,8 @@ class Connection:
                 "ask an admin to add it under `users:`"
             )
         timeout = _statement_timeout(policy, self._asked_timeout)
-        context = _context(con, lambda: self._db, policy, version, timeout, Path(self.path))
+        context = _context(con, lambda: self._db, policy, version, timeout, Path(self.path),
+                           releases or {})  # fmt: skip
         with _database_lock(Path(self.path)):
             ensure_budget_catalog(con)  # brings a cache of DP cells from older versions
             store.ensure_mix_keys(con)  # catalogs made before statistic keys were secret
@@ -750,11 +759,12 @@ def _statement_timeout(policy: Policy, asked: float | None) -> float:
 
 
 def _context(
-    con, current, policy: Policy, version: int, timeout: float, path: Path
+    con, current, policy: Policy, version: int, timeout: float, path: Path, releases=None
 ) -> GuardContext:
     """The guard's view of the database; ``current()`` is the engine connection open when a
-    constant is evaluated (the connection reopens the file after releasing it)."""
-    schema = analyst_schema(policy, engine.table_schemas(con))
+    constant is evaluated (the connection reopens the file after releasing it); ``releases``:
+    the columns of the released outputs (:mod:`sqlsdc.guard.releases`)."""
+    schema = analyst_schema(policy, {**engine.table_schemas(con), **(releases or {})})
     indexes = {
         r[0]
         for r in con.execute(

@@ -76,6 +76,13 @@ def check_tables(tree: exp.Expr, policy: Policy, sql: str) -> None:
             )
         if _cte_in_scope(table):
             continue
+        if policy.table(table.name) is None and table.name.lower() in policy.releases:
+            raise PolicyViolation(
+                f"released output {table.name!r} is not available: protected.{table.name} was "
+                "dropped, or replaced by something other than a synthesis or anonymisation job",
+                "ask an admin to run the job again (sqlsdc synthesize/anonymize --replace)",
+                sql,
+            )
         if policy.table(table.name) is None:
             raise PolicyViolation(
                 f"table {table.name!r} is not declared in the policy",

@@ -364,7 +364,11 @@ def _il(x: np.ndarray, y: np.ndarray) -> float:
     return 0.0 if total == 0 else float(100 * (((x - y) / sd) ** 2).sum() / total)
 
 
-def _store(con, frame, report, user, version, request, query_id, fingerprint, into) -> None:
+def _store(con, frame, report, user, version, request, query_id, fingerprint, into, *,
+           method: str = METHOD, mechanism: str = METHOD, view: str | None = None):  # fmt: skip
+    """Store a file of records as ``protected.<into>`` (and a view ``<view>.<into>`` over it)
+    with its ``sqlsdc.outputs`` record (``method``), ledger rows (``mechanism``) and audit
+    entry, in one transaction (used by the synthesis job too)."""
     name = exp.to_identifier(into).sql("duckdb")
     con.register("__job_output", frame)
     con.execute("BEGIN TRANSACTION")
@@ -372,18 +376,23 @@ def _store(con, frame, report, user, version, request, query_id, fingerprint, in
         store.ensure_catalog(con)
         con.execute(f"CREATE SCHEMA IF NOT EXISTS {OUTPUT_SCHEMA}")
         con.execute(f"CREATE OR REPLACE TABLE {OUTPUT_SCHEMA}.{name} AS SELECT * FROM __job_output")
-        store.record_output(con, report.name, METHOD, request, user, version,
+        if view is not None:
+            con.execute(f"CREATE SCHEMA IF NOT EXISTS {view}")
+            con.execute(f"CREATE OR REPLACE VIEW {view}.{name} AS "
+                        f"SELECT * FROM {OUTPUT_SCHEMA}.{name}")  # fmt: skip
+        store.record_output(con, report.name, method, request, user, version,
                             json.dumps(report.to_dict()), query_id)  # fmt: skip
         # the ledger names what was released: the file (from its source) per column; a row per
         # record and column would add up to millions of rows for one census file
         released, cell = store.now(), f"{report.name} <- {report.source}"
         con.executemany(
             f"INSERT INTO {store.S}.ledger VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [(query_id, released, user, fingerprint, cell, column, METHOD, "published")
-             for column in report.columns],
+            [(query_id, released, user, fingerprint, cell, column, mechanism, "published")
+             for column in frame.columns],
         )  # fmt: skip
         store.record_query(con, query_id, user, version, "accepted", request,
-                           reason=f"{METHOD} job stored {report.name}",
+                           reason=f"{method} job stored {report.name}" if mechanism == method
+                           else f"{method} job ({mechanism}) stored {report.name}",
                            fingerprint=fingerprint, rows=len(frame))  # fmt: skip
         con.execute("COMMIT")
     except BaseException:

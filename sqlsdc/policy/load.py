@@ -579,6 +579,15 @@ def _global_problems(doc: dict) -> list[str]:
             problems.append(f"{where}.table: table {budget['table']!r} is not declared")
         if budget.get("user", "*") not in ("*", *doc["users"]):
             problems.append(f"{where}.user: user {budget['user']!r} is not declared")
+    releases = [r.lower() for r in doc.get("releases", [])]
+    for i, name in enumerate(releases):
+        if name in tables:
+            problems.append(f"releases.{i}: {name!r} is the name of a declared table; a "
+                            "released output is read under its own name")  # fmt: skip
+        if name.startswith("__"):
+            problems.append(f"releases.{i}: names starting with '__' are reserved for sqlsdc")
+        if releases.index(name) != i:
+            problems.append(f"releases.{i}: {name!r} is listed twice (names ignore case)")
     return problems
 
 
@@ -906,6 +915,7 @@ def _build(doc: dict, label: str) -> Policy:
         document=MappingProxyType(copy.deepcopy(doc)),
         source=label,
         budgets=budgets,
+        releases=tuple(dict.fromkeys(r.lower() for r in doc.get("releases", []))),
         statement_timeout=float(
             doc.get("limits", {}).get("statement_timeout_seconds", DEFAULT_STATEMENT_TIMEOUT)
         ),

@@ -219,6 +219,8 @@ class Policy:
     document: MappingProxyType  # the validated source document, for storing and showing
     source: str = "<policy>"
     budgets: tuple[Budget, ...] = ()
+    # outputs (protected.NAME of synthesis/anonymisation jobs) analysts read row by row
+    releases: tuple[str, ...] = ()
     statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT  # seconds; the policy's, not the user's
     max_statement_characters: int = DEFAULT_MAX_STATEMENT_CHARACTERS  # longer SQL is refused
 
