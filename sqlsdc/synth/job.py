@@ -216,7 +216,7 @@ def synthesize(
                 if epsilon is not None:
                     raise SynthesisError(f"{method} is not differentially private; --epsilon "
                                          "applies to dp-ipf and dp-catall")  # fmt: skip
-                original, dropped = _read(con, policy, source, _definition(source, sql))
+                original, dropped = _read(con, policy, source, _definition(source, sql), None)
                 original = _columns(original, columns)
                 definition = _source_sql(source, sql, list(original.columns))
             store.ensure_secret(con)
