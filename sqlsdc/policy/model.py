@@ -139,6 +139,9 @@ class DpSettings:
     selection_epsilon: Fraction | None = None
     selection_delta: Fraction | None = None
     min_frequency: int | None = None
+    # spend of the noisy shares of input dropped and clamped per cell (None: not reported);
+    # rewrite.dp._bounding_report, accountant.calibrate_report
+    bounding_report: PrivacyCost | None = None
 
 
 @dataclass(frozen=True)
