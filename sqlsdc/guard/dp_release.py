@@ -307,11 +307,13 @@ def _cells_table(frame, noisy, stage: DpStage, noise: bool, key_types: list) -> 
 def _shares(stage: DpStage, noisy: dict, n: int) -> tuple[pa.Array, pa.Array]:
     """Per cell, the shares of its input the bounding dropped and clamped, from the noisy
     bounding report (post-processing: D/(D + C + K) and C/(D + C + K), each clipped to [0, 1];
-    NULL where the noisy total is not positive). NULL without a report."""
+    NULL where the noisy total is not positive; D = 0 where nothing can be dropped). NULL
+    without a report."""
     if stage.report is None:
         empty = pa.nulls(n, pa.float64())
         return empty, empty
-    d, c, k = (np.array([float(v) for v in noisy[name]]) for name in stage.report)
+    d, c, k = (np.array([float(v) for v in noisy[name]]) if name else np.zeros(n)
+               for name in stage.report)  # fmt: skip
     total = d + c + k
     shown = total > 0
     safe = np.where(shown, total, 1.0)

@@ -149,10 +149,12 @@ def _report_line(stage: DpStage) -> str:
         return ("not reported (an admin sets dp.bounding_report); the intervals cover the "
                 "noise only: rows dropped by the caps and values clamped to the bounds bias the "
                 "cells")  # fmt: skip
-    calibration = next(s.calibration for s in stage.statistics if s.column == stage.report[0])
-    return (f"per cell, noisy shares of input dropped by the row caps and clamped to the bounds "
-            f"(cursor.cell_accuracy: dropped, clamped); cost {(3 * calibration.cost).describe()}"
-            f", noise sd {calibration.sd:.3g} persons' worth per part")  # fmt: skip
+    parts = [s.calibration for s in stage.statistics if s.column in stage.report]
+    dropped = ("noisy shares of input dropped by the row caps and" if stage.report[0] else
+               "no rows dropped (one row per unit); noisy shares of input")  # fmt: skip
+    return (f"per cell, {dropped} clamped to the bounds (cursor.cell_accuracy: dropped, "
+            f"clamped); cost {(len(parts) * parts[0].cost).describe()}, noise sd "
+            f"{parts[0].sd:.3g} persons' worth per part")  # fmt: skip
 
 
 def protect(sql: str, params, context: GuardContext) -> ProtectedQuery:

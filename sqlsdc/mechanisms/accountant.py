@@ -695,9 +695,9 @@ REPORT_PARTS = ("dropped", "clamped", "kept")
 the bounds, and kept as they are."""
 
 
-def calibrate_report(bounding: Bounding, cost: PrivacyCost) -> Calibration:
-    """The calibration of each of the bounding report's three statistics, which together cost
-    exactly ``cost``.
+def calibrate_report(bounding: Bounding, cost: PrivacyCost, parts: int = 3) -> Calibration:
+    """The calibration of each of the bounding report's ``parts`` statistics, which together
+    cost exactly ``cost`` (2 parts where nothing can be dropped: no D).
 
     Per cell, the report counts the rows the caps removed (D), kept but clamped (C) and kept
     unchanged (K), each row of unit u weighted 1/n_u with n_u the unit's rows in the whole query
@@ -706,8 +706,8 @@ def calibrate_report(bounding: Bounding, cost: PrivacyCost) -> Calibration:
     L2 sensitivity at most 1 (a sum of non-negative weights bounds their Euclidean norm): noise
     calibrated to those norms on each coordinate makes the joint release epsilon-DP (discrete
     Laplace, t = 1/epsilon) or rho-zCDP (discrete Gaussian, sigma^2 = 1/(2 rho)): one mechanism,
-    priced once. For the ledger the cost is booked in three equal parts, one per statistic; the
-    three always go together (their identities name the same measures, see
+    priced once. For the ledger the cost is booked in equal parts, one per statistic; they
+    always go together (their identities name the same measures, see
     :func:`sqlsdc.rewrite.dp._bounding_report`), so the parts always add up to ``cost``.
 
     Example:
@@ -716,8 +716,8 @@ def calibrate_report(bounding: Bounding, cost: PrivacyCost) -> Calibration:
         (Fraction(1000, 1), Fraction(1, 1000), Fraction(1, 3), 1.414)
     """
     whole = calibrate(Statistic.UNIT_SHARE, bounding, cost)
-    third = PrivacyCost(cost.epsilon / 3, cost.rho / 3, cost.delta / 3)
-    return replace(whole, cost=third)
+    share = PrivacyCost(cost.epsilon / parts, cost.rho / parts, cost.delta / parts)
+    return replace(whole, cost=share)
 
 
 def ratio_sd(sum_sd: float, count_sd: float, count: float, mean: float) -> float:

@@ -144,8 +144,9 @@ class DpStage:
     units: str | None  # column of the noisy unit count (selection and min_frequency)
     min_frequency: int | None
     delta: Fraction = Fraction(0)  # of private selection, spent with its noisy unit counts
-    # the bounding report's statistics (dropped, clamped, kept: accountant.REPORT_PARTS), or None
-    report: tuple[str, str, str] | None = None
+    # the bounding report's statistics (dropped, clamped, kept: accountant.REPORT_PARTS; dropped
+    # is None where nothing can be dropped: one row per unit), or None: no report
+    report: tuple[str | None, str, str] | None = None
     # the trees behind ``sql`` (key None) and each histogram's SQL (by name), for engines that
     # run trees rather than DuckDB's text (Spark)
     trees: dict = field(default_factory=dict, compare=False, repr=False)
@@ -356,15 +357,18 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
     n_keys, one_row = len(cells.keys), plan.one_row_per_unit
     report = None
     if settings.bounding_report is not None:
+        # one row per unit and no join: no cap removes anything (a public fact), so D is 0
+        # and not released; only C and K are, at the same total cost
+        parts = REPORT_PARTS[1:] if one_row else REPORT_PARTS
         try:
             calibration = calibrate_report(Bounding(settings.max_groups, settings.max_rows,
                                                     max_unit_rows=settings.max_rows_per_unit),
-                                           settings.bounding_report)  # fmt: skip
+                                           settings.bounding_report, len(parts))  # fmt: skip
         except ValueError as e:
             raise _refuse(select, f"dp.bounding_report of {table.name}: {e}") from None
         bounds = ";".join(sorted(f"{m} in {b.describe()}" for m, b in clamps.values()))
-        names = []
-        for part in REPORT_PARTS:  # the measures clamped are part of what is released
+        names = [] if parts == REPORT_PARTS else [None]
+        for part in parts:  # the measures clamped are part of what is released
             measure = f"{REPORT_MEASURE}{part}:{bounds}"
             name = f"__s{len(statistics)}"
             statistics[(calibration.describe(), measure)] = DpStatistic(name, measure, calibration)
@@ -740,7 +744,8 @@ def _bounding_report(rows: exp.Select, n_keys: int, settings, clamps: dict[str, 
     rows, R/c of its clamped rows), and *kept* otherwise. Each row weighs
     ``REPORT_GRID / n_u`` (n_u: the unit's rows in the query), each (unit, cell) sum rounded
     down, so a unit adds at most ``REPORT_GRID`` over all cells and parts: the report's
-    sensitivity. The three sums are the columns ``names``, in :data:`REPORT_PARTS` order.
+    sensitivity. The three sums are the columns ``names``, in :data:`REPORT_PARTS` order (a
+    None name: that sum is left out).
     """
     keys = [exp.column(f"__g{j}") for j in range(n_keys)]
     measures = [exp.column(c.alias_or_name) for c in rows.expressions[1:]]  # __rk, keys, values
@@ -805,8 +810,8 @@ def _bounding_report(rows: exp.Select, n_keys: int, settings, clamps: dict[str, 
     weighed = exp.select(*keys, exp.column("__a"), exp.column("__c"), exp.column("__cl"),
                          exp.column("__n"), exp.alias_(capped, "__kept"))  # fmt: skip
     weighed = weighed.from_("__report_pairs").join("__report_units", using=[UNIT])
-    report = exp.select(*keys, *(exp.alias_(exp.Sum(this=p), name)
-                                 for p, name in zip(parts, names, strict=True)))  # fmt: skip
+    sums = [exp.alias_(exp.Sum(this=p), n) for p, n in zip(parts, names, strict=True) if n]
+    report = exp.select(*keys, *sums)
     report = report.from_(weighed.subquery("__weighed"))
     if keys:
         report = report.group_by(*keys)

@@ -64,8 +64,9 @@ def _residuals(db, ks):
             if n < 50:
                 continue
             s = exact.loc[i, "clamped"]
-            # share = C/(D + C + K), D = 0: first-order noise (1 - s) Z_C - s (Z_D + Z_K) over n
-            expected_sd = sd_part * math.sqrt((1 - s) ** 2 + 2 * s * s) / n
+            # share = C/(C + K) (one row per person: D = 0, not released): first-order noise
+            # ((1 - s) Z_C - s Z_K) / n
+            expected_sd = sd_part * math.sqrt((1 - s) ** 2 + s * s) / n
             out.append((noisy.loc[i, "clamped"] - s) / expected_sd)
     return np.array(out)
 
