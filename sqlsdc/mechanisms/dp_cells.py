@@ -181,8 +181,13 @@ class CellIdentity:
         return f"CellIdentity({self.digest[:16]}…)"
 
 
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def _json(value) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """Canonical JSON (sorted keys, no whitespace); one encoder for all cells, as
+    ``json.dumps`` with these options builds a new one per call."""
+    return _ENCODER.encode(value)
 
 
 _KEYS_SLOT = "\x00keys\x00"
