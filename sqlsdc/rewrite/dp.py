@@ -29,6 +29,12 @@ CUBE and GROUPING SETS (each grouping set would be a further release), measures 
 bounds or transformed on the way (also inside a derived table), mixing DP with other methods
 in one aggregation, joins of confidential tables.
 
+With ``dp.bounding_report`` the exact cells also carry the bounding report
+(:func:`_bounding_report`): per cell, the input rows the caps dropped, kept but clamped, and
+kept, each row weighted 1/(its unit's rows), noised once as one vector of sensitivity 1
+(:func:`sqlsdc.mechanisms.accountant.calibrate_report`) and released as the shares of input
+dropped and clamped next to each cell's noise interval.
+
 Cells are named by their canonical identity (:mod:`sqlsdc.planner.identity`): the population
 with every predicate (derived tables and CTEs included), the keys and the measures on base
 columns, never aliases or output names; that identity seeds the noise and keys the cache and
