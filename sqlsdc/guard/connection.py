@@ -639,6 +639,14 @@ class Cursor:
         secret. DP cells: COUNT and SUM intervals are exact quantiles of the discrete Laplace or
         Gaussian noise at level 0.95 (other levels: normal approximation z·sd); AVG intervals
         are delta-method approximations; VAR, STDDEV and quantiles are not listed.
+
+        The interval covers the noise only. What the bounding did to a DP cell's input comes
+        with it: ``dropped`` and ``clamped`` are the shares of the cell's input rows that the
+        row caps removed and that were clamped to the measure's bounds (each unit's rows
+        weighted so that it counts once), released with noise at the policy's
+        ``dp.bounding_report`` spend (charged with the query) and NaN when the policy does not
+        report them. A large share means the exact answer can lie far outside the interval
+        (the bounded value is biased). CKM rows have NaN there.
         """
         if not 0 < level < 1:
             raise ProgrammingError("level must be between 0 and 1, e.g. 0.95")
@@ -650,7 +658,7 @@ class Cursor:
             dp["half_width"] = NormalDist().inv_cdf((1 + level) / 2) * dp["sd"]
         dp["variance"] = dp["sd"] ** 2
         dp["low"], dp["high"] = dp["value"] - dp["half_width"], dp["value"] + dp["half_width"]
-        dp = dp[["row", "column", "value", "variance", "low", "high"]]
+        dp = dp[["row", "column", "value", "variance", "low", "high", "dropped", "clamped"]]
         return pd.concat([ckm, dp], ignore_index=True) if not ckm.empty else dp
 
     def explain(self) -> ProtectedQuery:

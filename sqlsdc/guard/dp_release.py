@@ -290,6 +290,7 @@ def _cells_table(frame, noisy, stage: DpStage, noise: bool, key_types: list) -> 
     if stage.min_frequency is not None:
         published = np.array([v >= stage.min_frequency for v in noisy[stage.units]], bool)
     stats = {s.column: s for s in stage.statistics}
+    dropped, clamped = _shares(stage, noisy, n)
     for i, output in enumerate(stage.outputs):
         parts = [noisy[c] for c in output.statistics]
         value, sd, half = _output(output, parts, [stats[c] for c in output.statistics], noise)
@@ -297,7 +298,26 @@ def _cells_table(frame, noisy, stage: DpStage, noise: bool, key_types: list) -> 
         columns[f"__p{i}"] = published
         columns[f"__sd{i}"] = pa.array(sd, type=pa.float64())
         columns[f"__hw{i}"] = pa.array(half, type=pa.float64())
+        columns[f"__dr{i}"] = dropped
+        counted = output.aggregate in (Aggregate.COUNT, Aggregate.COUNT_DISTINCT)
+        columns[f"__cl{i}"] = pa.array([0.0] * n) if counted and stage.report else clamped
     return pa.table(columns) if columns else pa.table({"__none": [None] * n})
+
+
+def _shares(stage: DpStage, noisy: dict, n: int) -> tuple[pa.Array, pa.Array]:
+    """Per cell, the shares of its input the bounding dropped and clamped, from the noisy
+    bounding report (post-processing: D/(D + C + K) and C/(D + C + K), each clipped to [0, 1];
+    NULL where the noisy total is not positive; D = 0 where nothing can be dropped). NULL
+    without a report."""
+    if stage.report is None:
+        empty = pa.nulls(n, pa.float64())
+        return empty, empty
+    d, c, k = (np.array([float(v) for v in noisy[name]]) if name else np.zeros(n)
+               for name in stage.report)  # fmt: skip
+    total = d + c + k
+    shown = total > 0
+    safe = np.where(shown, total, 1.0)
+    return tuple(pa.array(np.clip(x / safe, 0.0, 1.0), mask=~shown) for x in (d, c))
 
 
 def _keys(values: list, engine_type: pa.DataType) -> pa.Array:

@@ -28,7 +28,7 @@ from sqlsdc.planner.multiplicity import prove_multiplicity
 from sqlsdc.planner.plan import plan_query
 from sqlsdc.planner.scopes import Analysis, Kind
 from sqlsdc.policy import AggregateKind, Method, Policy
-from sqlsdc.rewrite.cells import HALF_WIDTH_PREFIX, SD_PREFIX, STATUS_PREFIX, protect_cells
+from sqlsdc.rewrite.cells import ACCURACY_PREFIXES, STATUS_PREFIX, protect_cells
 from sqlsdc.rewrite.ckm import PTableKey, PTableRef
 from sqlsdc.rewrite.dp import DpStage
 from sqlsdc.rewrite.registry import RewriteContext, frame_builders
@@ -91,7 +91,8 @@ class ProtectedQuery:
     tree: exp.Expr | None = None
     suppressed: tuple[str, ...] = ()  # tables whose protected universe the SQL reads
     dp_stages: tuple[DpStage, ...] = ()  # DP aggregations: exact cells, noised before the SQL
-    accuracy_columns: dict[int, tuple[str, str]] = field(default_factory=dict)  # sd, half-width
+    # output position -> hidden columns: noise sd, 95% half-width, dropped and clamped shares
+    accuracy_columns: dict[int, tuple[str, ...]] = field(default_factory=dict)
     population: str = ""  # canonical identity of what the result tabulates (ledger cell key)
 
     @property
@@ -112,6 +113,7 @@ class ProtectedQuery:
             described["dp_cost"] = {"epsilon": str(cost.epsilon), "rho": str(cost.rho),
                                     "delta": str(cost.delta)}  # fmt: skip
             described["dp_cells_sql"] = [stage.sql for stage in self.dp_stages]
+            described["dp_bounding_report"] = [_report_line(s) for s in self.dp_stages]
         return described
 
     def __str__(self) -> str:
@@ -134,9 +136,25 @@ class ProtectedQuery:
             cost = self.dp_cost.describe()
             lines.append(f"privacy cost: at most {cost} (cells released before are free)")
             for stage in self.dp_stages:
+                lines.append(f"bounding ({stage.table}): {_report_line(stage)}")
+            for stage in self.dp_stages:
                 lines += ["exact bounded cells (never returned):", "  " + stage.sql]
         lines += ["protected SQL:", "  " + self.sql]
         return "\n".join(lines)
+
+
+def _report_line(stage: DpStage) -> str:
+    """What explain says about the bias that bounding may add to a stage's cells."""
+    if stage.report is None:
+        return ("not reported (an admin sets dp.bounding_report); the intervals cover the "
+                "noise only: rows dropped by the caps and values clamped to the bounds bias the "
+                "cells")  # fmt: skip
+    parts = [s.calibration for s in stage.statistics if s.column in stage.report]
+    dropped = ("noisy shares of input dropped by the row caps and" if stage.report[0] else
+               "no rows dropped (one row per unit); noisy shares of input")  # fmt: skip
+    return (f"per cell, {dropped} clamped to the bounds (cursor.cell_accuracy: dropped, "
+            f"clamped); cost {(len(parts) * parts[0].cost).describe()}, noise sd "
+            f"{parts[0].sd:.3g} persons' worth per part")  # fmt: skip
 
 
 def protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
@@ -207,7 +225,7 @@ def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
     with_status = any(c.with_status for c in plan.cells)
     status = {i: f"{STATUS_PREFIX}{i}" for i in range(len(names))} if with_status else {}
     accuracy = (
-        {i: (f"{SD_PREFIX}{i}", f"{HALF_WIDTH_PREFIX}{i}") for i in range(len(names))}
+        {i: tuple(f"{prefix}{i}" for prefix in ACCURACY_PREFIXES) for i in range(len(names))}
         if with_status and stages
         else {}
     )

@@ -75,12 +75,13 @@ def accuracy(values: pa.Table, query: ProtectedQuery, level: float) -> pd.DataFr
 
 
 def dp_accuracy(result: pa.Table, query: ProtectedQuery) -> pd.DataFrame | None:
-    """Per DP cell of the result: ``row``, ``column``, ``value``, noise ``sd`` and 95%
-    ``half_width`` (from the hidden accuracy columns); None when the query has no DP cells."""
+    """Per DP cell of the result: ``row``, ``column``, ``value``, noise ``sd``, 95%
+    ``half_width`` and the noisy shares of input the bounding ``dropped`` and ``clamped`` (NaN
+    when not reported), from the hidden accuracy columns; None when the query has no DP cells."""
     if not query.accuracy_columns:
         return None
     frames = []
-    for i, (sd_name, hw_name) in query.accuracy_columns.items():
+    for i, (sd_name, hw_name, dr_name, cl_name) in query.accuracy_columns.items():
         sd = result.column(sd_name).to_numpy(zero_copy_only=False)
         listed = ~pd.isna(sd) & ~pd.isna(result.column(i).to_numpy(zero_copy_only=False))
         if not listed.any():
@@ -91,9 +92,11 @@ def dp_accuracy(result: pa.Table, query: ProtectedQuery) -> pd.DataFrame | None:
             "value": result.column(i).to_numpy(zero_copy_only=False).astype(float),
             "sd": sd.astype(float),
             "half_width": result.column(hw_name).to_numpy(zero_copy_only=False).astype(float),
+            "dropped": result.column(dr_name).to_numpy(zero_copy_only=False).astype(float),
+            "clamped": result.column(cl_name).to_numpy(zero_copy_only=False).astype(float),
         })  # fmt: skip
         frames.append(frame[listed])
-    columns = ["row", "column", "value", "sd", "half_width"]
+    columns = ["row", "column", "value", "sd", "half_width", "dropped", "clamped"]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
 
 

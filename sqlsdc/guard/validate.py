@@ -30,7 +30,7 @@ from sqlsdc.catalog.schema import CATALOG_SCHEMA
 from sqlsdc.catalog.store import PATTERN_PREFIX
 from sqlsdc.errors import InternalError
 from sqlsdc.policy import Policy
-from sqlsdc.rewrite.cells import CELLS, HALF_WIDTH_PREFIX, SD_PREFIX, STATUS_PREFIX
+from sqlsdc.rewrite.cells import ACCURACY_PREFIXES, CELLS, STATUS_PREFIX
 from sqlsdc.rewrite.dp import RELATION_PREFIX
 
 INTERNAL_COLUMNS = ("__rkey",)
@@ -66,7 +66,7 @@ def validate_release(tree: exp.Expr, policy: Policy) -> None:
             and not _protected(column, ctes, set())
         ):
             raise InternalError(f"internal column {column.name} in the protected query")
-    hidden = (STATUS_PREFIX, SD_PREFIX, HALF_WIDTH_PREFIX)
+    hidden = (STATUS_PREFIX, *ACCURACY_PREFIXES)
     for name in _output_names(tree):
         if name.startswith("__") and not name.startswith(hidden):
             raise InternalError(f"internal column {name} would be returned")

@@ -83,6 +83,7 @@ __all__ = [
     "Statistic",
     "ZERO",
     "calibrate",
+    "calibrate_report",
     "components",
     "compose",
     "fraction",
@@ -335,6 +336,7 @@ class Statistic(StrEnum):
     SUM = "sum"  # SUM of clamped values on the grid g
     SUM_SQUARES = "sum_squares"  # SUM of squared clamped values on the grid g^2
     QUANTILE = "quantile"  # an alpha-quantile over the candidates lower, lower + g, ..., upper
+    UNIT_SHARE = "unit_share"  # rows weighted 1/(the unit's rows): the bounding report
 
 
 class Aggregate(StrEnum):
@@ -429,6 +431,8 @@ def _unit(statistic: Statistic, bounding: Bounding) -> Fraction:
     """The grid of a statistic's value: 1 for counts, g for sums and quantiles, g^2 for squares."""
     if statistic in (Statistic.COUNT, Statistic.COUNT_UNITS):
         return Fraction(1)
+    if statistic is Statistic.UNIT_SHARE:
+        return Fraction(1, REPORT_GRID)
     if statistic is Statistic.SUM_SQUARES:
         return bounding.granularity**2
     return bounding.granularity
@@ -451,6 +455,8 @@ def sensitivity(statistic: Statistic, bounding: Bounding) -> tuple[Fraction, Fra
     :func:`calibrate` for other alphas.
     """
     statistic = Statistic(statistic)
+    if statistic is Statistic.UNIT_SHARE:  # a unit's weights add up to at most one, anywhere
+        return Fraction(REPORT_GRID), Fraction(1)
     if statistic is Statistic.COUNT:
         c = Fraction(bounding.max_rows)
     elif statistic is Statistic.COUNT_UNITS:
@@ -491,7 +497,7 @@ def norms(statistic: Statistic, bounding: Bounding) -> tuple[Fraction, Fraction]
     if c == 0:  # bounds [0, 0]: the statistic is constant and needs no noise, but keep it DP-shaped
         c = Fraction(1)
     cap = bounding.max_unit_rows
-    if cap is None:
+    if cap is None or statistic is Statistic.UNIT_SHARE:
         return groups * c, groups * c * c
     if statistic is Statistic.COUNT_UNITS:
         cells = min(groups, cap)
@@ -680,6 +686,38 @@ def plan_aggregate(
         for s, w in zip(stats, ws, strict=True)
     )  # fmt: skip
     return AggregatePlan(aggregate, parts)
+
+
+REPORT_GRID = 1000
+"""Grid units per unit (person) of the bounding report: its weights are multiples of 1/1000."""
+REPORT_PARTS = ("dropped", "clamped", "kept")
+"""The bounding report's statistics: a unit's rows removed by the row caps, kept but clamped to
+the bounds, and kept as they are."""
+
+
+def calibrate_report(bounding: Bounding, cost: PrivacyCost, parts: int = 3) -> Calibration:
+    """The calibration of each of the bounding report's ``parts`` statistics, which together
+    cost exactly ``cost`` (2 parts where nothing can be dropped: no D).
+
+    Per cell, the report counts the rows the caps removed (D), kept but clamped (C) and kept
+    unchanged (K), each row of unit u weighted 1/n_u with n_u the unit's rows in the whole query
+    (on the grid 1/:data:`REPORT_GRID`, rounded down). A unit's rows add up to 1 over all cells
+    and all three parts, so the whole vector (D, C, K) over all cells has L1 sensitivity 1 and
+    L2 sensitivity at most 1 (a sum of non-negative weights bounds their Euclidean norm): noise
+    calibrated to those norms on each coordinate makes the joint release epsilon-DP (discrete
+    Laplace, t = 1/epsilon) or rho-zCDP (discrete Gaussian, sigma^2 = 1/(2 rho)): one mechanism,
+    priced once. For the ledger the cost is booked in equal parts, one per statistic; they
+    always go together (their identities name the same measures, see
+    :func:`sqlsdc.rewrite.dp._bounding_report`), so the parts always add up to ``cost``.
+
+    Example:
+        >>> c = calibrate_report(Bounding(max_groups=3, max_rows=5), PrivacyCost(epsilon=1))
+        >>> c.scale, c.unit, c.cost.epsilon, round(c.sd, 3)
+        (Fraction(1000, 1), Fraction(1, 1000), Fraction(1, 3), 1.414)
+    """
+    whole = calibrate(Statistic.UNIT_SHARE, bounding, cost)
+    share = PrivacyCost(cost.epsilon / parts, cost.rho / parts, cost.delta / parts)
+    return replace(whole, cost=share)
 
 
 def ratio_sd(sum_sd: float, count_sd: float, count: float, mean: float) -> float:

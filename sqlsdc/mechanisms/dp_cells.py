@@ -71,9 +71,10 @@ import numpy as np
 import pandas as pd
 
 from sqlsdc.mechanisms.accountant import Calibration, Noise, Statistic
+from sqlsdc.mechanisms.batch_samplers import discrete_gaussian_many, discrete_laplace_many
 from sqlsdc.mechanisms.partition import keep_decision
 from sqlsdc.mechanisms.prf import KeyedStream
-from sqlsdc.mechanisms.samplers import bernoulli_exp, discrete_gaussian, discrete_laplace
+from sqlsdc.mechanisms.samplers import bernoulli_exp
 
 __all__ = [
     "CELL_LABEL",
@@ -180,8 +181,13 @@ class CellIdentity:
         return f"CellIdentity({self.digest[:16]}…)"
 
 
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def _json(value) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """Canonical JSON (sorted keys, no whitespace); one encoder for all cells, as
+    ``json.dumps`` with these options builds a new one per call."""
+    return _ENCODER.encode(value)
 
 
 _KEYS_SLOT = "\x00keys\x00"
@@ -325,11 +331,13 @@ def _units(value: object, unit: Fraction) -> int:
     raise TypeError(f"exact aggregate of type {type(value).__name__} is not a number")
 
 
-def _draw(calibration: Calibration, stream: KeyedStream) -> int:
+def _draw_many(calibration: Calibration, streams: list[KeyedStream]) -> list[int]:
+    """One noise draw per fresh cell stream, all cells at once
+    (:mod:`sqlsdc.mechanisms.batch_samplers`: the scalar samplers' values, vectorised)."""
     if calibration.noise is Noise.LAPLACE:
-        return discrete_laplace(calibration.scale, stream)
+        return discrete_laplace_many(calibration.scale, streams)
     if calibration.noise is Noise.GAUSSIAN:
-        return discrete_gaussian(calibration.sigma2, stream)
+        return discrete_gaussian_many(calibration.sigma2, streams)
     raise ValueError(f"{calibration.statistic.value} cells are not additive; use noisy_quantiles")
 
 
@@ -383,21 +391,27 @@ def add_noise(
         cal = mechanism.calibration
         unit = cal.unit
         exact = frame[column].tolist()
-        values = []
-        for ident, x in zip(identities[column], exact, strict=True):
+        values: list[Fraction | None] = [None] * len(exact)
+        new: list[int] = []  # rows drawn now, in order
+        for row, ident in enumerate(identities[column]):
             hit = known.get(ident.digest)
             if hit is not None:
-                values.append(Fraction(hit))
+                values[row] = Fraction(hit)
                 result.reused += 1
-                continue
-            stream = streams.derive(ident.text)
-            if cal.noise is Noise.OPTIMAL_SELECTION:  # the keep decision of the group, 1 or 0
-                noisy = keep_decision(_units(x, unit), cal, stream)
             else:
-                noisy = _units(x, unit) + _draw(cal, stream)
-            noisy = Fraction(noisy) if unit == 1 else noisy * unit
-            values.append(noisy)
-            result.new_cells.append(CellRecord(ident, column, cal.statistic, noisy))
+                new.append(row)
+        cell_streams = [streams.derive(identities[column][row].text) for row in new]
+        if cal.noise is Noise.OPTIMAL_SELECTION:  # the keep decision of the group, 1 or 0
+            drawn = [keep_decision(_units(exact[row], unit), cal, stream)
+                     for row, stream in zip(new, cell_streams, strict=True)]  # fmt: skip
+        else:
+            noise = _draw_many(cal, cell_streams)
+            drawn = [_units(exact[row], unit) + z for row, z in zip(new, noise, strict=True)]
+        for row, units in zip(new, drawn, strict=True):
+            noisy = Fraction(units) if unit == 1 else units * unit
+            values[row] = noisy
+            result.new_cells.append(CellRecord(identities[column][row], column, cal.statistic,
+                                               noisy))  # fmt: skip
         result.values[column] = values
         if unit.denominator == 1 and all(v.denominator == 1 for v in values):
             out[column] = np.array([int(v) for v in values], dtype=np.int64)

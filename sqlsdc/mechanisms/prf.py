@@ -134,10 +134,21 @@ class KeyedStream:
         return self._context
 
     def _block(self) -> int:
-        mac = self._prefix.copy()
-        mac.update(_END + self._counter.to_bytes(8, "big"))
+        value = int.from_bytes(self.block(self._counter), "big")
         self._counter += 1
-        return int.from_bytes(mac.digest(), "big")
+        return value
+
+    def block(self, index: int) -> bytes:
+        """Block ``index`` of the stream (32 bytes), whatever has been read so far.
+
+        The stream is these blocks end to end, most significant bit first, so a reader that
+        takes bits from ``block(0)``, ``block(1)``, ... sees exactly what :meth:`bits` and
+        :meth:`uniform_int` see (:mod:`sqlsdc.mechanisms.batch_samplers` reads many streams
+        at once this way).
+        """
+        mac = self._prefix.copy()
+        mac.update(_END + index.to_bytes(8, "big"))
+        return mac.digest()
 
     def bits(self, k: int) -> int:
         """The next ``k`` bits of the stream as an integer in ``[0, 2**k)``.

@@ -652,6 +652,7 @@ def _dp_settings(spec: dict | None) -> DpSettings:
         selection_epsilon=_exact(selection["epsilon"]) if selection else None,
         selection_delta=_exact(selection["delta"]) if selection else None,
         min_frequency=spec.get("min_frequency"),
+        bounding_report=_spend(spec["bounding_report"]) if spec.get("bounding_report") else None,
     )
 
 

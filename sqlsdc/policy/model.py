@@ -129,6 +129,10 @@ class DpSettings:
     ``max_rows_per_unit``: a cap on a unit's rows over the whole query, in addition to the
     per-cell caps (the keyed choice of :func:`sqlsdc.rewrite.dp._unit_row_cap`; sensitivity in
     :func:`sqlsdc.mechanisms.accountant.norms`).
+    ``bounding_report``: the spend (epsilon or rho) of the per-cell noisy shares of input that
+    the caps dropped and the bounds clamped (:func:`sqlsdc.rewrite.dp._bounding_report`,
+    :func:`sqlsdc.mechanisms.accountant.calibrate_report`), charged with the query; None: not
+    reported.
     """
 
     max_groups: int = 1
@@ -139,6 +143,7 @@ class DpSettings:
     selection_epsilon: Fraction | None = None
     selection_delta: Fraction | None = None
     min_frequency: int | None = None
+    bounding_report: PrivacyCost | None = None
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,8 @@ from sqlsdc.rewrite.sql import copy_clause, copy_tree
 CELLS = "__cells"
 STATUS_PREFIX = "__sdc_status_"
 SD_PREFIX, HALF_WIDTH_PREFIX = "__sdc_sd_", "__sdc_hw_"
+DROPPED_PREFIX, CLAMPED_PREFIX = "__sdc_dr_", "__sdc_cl_"  # DP: noisy shares of input bounded
+ACCURACY_PREFIXES = (SD_PREFIX, HALF_WIDTH_PREFIX, DROPPED_PREFIX, CLAMPED_PREFIX)
 PUBLISHED, SUPPRESSED, FAULT = "published", "suppressed", "error"
 
 
@@ -42,8 +44,9 @@ class Frame:
     published: Callable[[int], exp.Expr]  # condition: aggregate i is published
     group_condition: exp.Expr | None = None  # groups that may exist at all
     fault: Callable[[int], exp.Expr] | None = None  # the mechanism failed for aggregate i
-    # (standard deviation, 95% half-width) of aggregate i's noise, for noisy mechanisms
-    accuracy: Callable[[int], tuple[exp.Expr, exp.Expr]] | None = None
+    # (standard deviation, 95% half-width) of aggregate i's noise and the shares of its input
+    # that the bounding dropped and clamped, for noisy mechanisms
+    accuracy: Callable[[int], tuple[exp.Expr, exp.Expr, exp.Expr, exp.Expr]] | None = None
 
 
 @dataclass(frozen=True)
@@ -153,18 +156,19 @@ def _lift(cells: Cells, frame: Frame, *, with_accuracy: bool = False) -> exp.Sel
             outer.append("expressions", exp.alias_(status, f"{STATUS_PREFIX}{position}"))
         if with_accuracy:
             for position, projection in enumerate(select.expressions):
-                sd, half = _accuracy(cells, frame, projection.unalias())
-                outer.append("expressions", exp.alias_(sd, f"{SD_PREFIX}{position}"))
-                outer.append("expressions", exp.alias_(half, f"{HALF_WIDTH_PREFIX}{position}"))
+                values = _accuracy(cells, frame, projection.unalias())
+                for prefix, value in zip(ACCURACY_PREFIXES, values, strict=True):
+                    outer.append("expressions", exp.alias_(value, f"{prefix}{position}"))
     return outer
 
 
-def _accuracy(cells: Cells, frame: Frame, projection: exp.Expr) -> tuple[exp.Expr, exp.Expr]:
-    """The noise accuracy of a position that is exactly one noisy aggregate, else NULLs."""
+def _accuracy(cells: Cells, frame: Frame, projection: exp.Expr) -> tuple[exp.Expr, ...]:
+    """The noise accuracy and bounding shares of a position that is exactly one noisy
+    aggregate, else NULLs."""
     for i, aggregate in enumerate(cells.aggregates):
         if aggregate is projection and frame.accuracy is not None:
             return frame.accuracy(i)
-    return exp.cast(exp.null(), "DOUBLE"), exp.cast(exp.null(), "DOUBLE")
+    return tuple(exp.cast(exp.null(), "DOUBLE") for _ in ACCURACY_PREFIXES)
 
 
 def _status(used: list[int], frame: Frame) -> exp.Expr:

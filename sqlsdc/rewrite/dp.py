@@ -29,6 +29,12 @@ CUBE and GROUPING SETS (each grouping set would be a further release), measures 
 bounds or transformed on the way (also inside a derived table), mixing DP with other methods
 in one aggregation, joins of confidential tables.
 
+With ``dp.bounding_report`` the exact cells also carry the bounding report
+(:func:`_bounding_report`): per cell, the input rows the caps dropped, kept but clamped, and
+kept, each row weighted 1/(its unit's rows), noised once as one vector of sensitivity 1
+(:func:`sqlsdc.mechanisms.accountant.calibrate_report`) and released as the shares of input
+dropped and clamped next to each cell's noise interval.
+
 Cells are named by their canonical identity (:mod:`sqlsdc.planner.identity`): the population
 with every predicate (derived tables and CTEs included), the keys and the measures on base
 columns, never aliases or output names; that identity seeds the noise and keys the cache and
@@ -45,6 +51,8 @@ from sqlglot import exp
 
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.mechanisms.accountant import (
+    REPORT_GRID,
+    REPORT_PARTS,
     Aggregate,
     AggregatePlan,
     Bounding,
@@ -52,6 +60,7 @@ from sqlsdc.mechanisms.accountant import (
     PrivacyCost,
     Statistic,
     calibrate,
+    calibrate_report,
     compose,
     plan_aggregate,
 )
@@ -68,6 +77,7 @@ MECHANISM = "dp"
 RELATION_PREFIX = "__sqlsdc_dp_cells_"
 UNIT, RANK_GROUP, RANK_ROW = "__u", "__group_rank", "__row_rank"
 MAX_DOMAIN_CELLS = 1_000_000
+REPORT_MEASURE = "bounding report:"  # prefix of the canonical measures of the bounding report
 DISTINCT = "DISTINCT "  # prefix of the canonical measure of COUNT(DISTINCT <not the unit>)
 SHAPE = (
     "under differential privacy ask: SELECT <dimensions>, COUNT(*) | COUNT(DISTINCT unit) | "
@@ -140,6 +150,9 @@ class DpStage:
     units: str | None  # column of the noisy unit count (selection and min_frequency)
     min_frequency: int | None
     delta: Fraction = Fraction(0)  # of private selection, spent with its noisy unit counts
+    # the bounding report's statistics (dropped, clamped, kept: accountant.REPORT_PARTS; dropped
+    # is None where nothing can be dropped: one row per unit), or None: no report
+    report: tuple[str | None, str, str] | None = None
     # the trees behind ``sql`` (key None) and each histogram's SQL (by name), for engines that
     # run trees rather than DuckDB's text (Spark)
     trees: dict = field(default_factory=dict, compare=False, repr=False)
@@ -163,7 +176,8 @@ def dp_frame(policy: Policy, stages: dict[int, DpStage], to_sql):
             source.subquery(CELLS),
             value=lambda i: cell_column(f"__a{i}"),
             published=lambda i: cell_column(f"__p{i}"),
-            accuracy=lambda i: (cell_column(f"__sd{i}"), cell_column(f"__hw{i}")),
+            accuracy=lambda i: (cell_column(f"__sd{i}"), cell_column(f"__hw{i}"),
+                                cell_column(f"__dr{i}"), cell_column(f"__cl{i}")),  # fmt: skip
         )
 
     return build
@@ -250,6 +264,7 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
     statistics: dict[tuple, DpStatistic] = {}
     specs: list[_Spec] = []
     histograms: list[tuple[str, exp.Expr]] = []
+    clamps: dict[str, tuple[str, Bounding]] = {}  # rows column -> (measure, bounds)
 
     def column_of(text: str, i: int, centre: Fraction = Fraction(0)) -> str:
         """The rows column of aggregate ``i``'s argument, shifted by ``-centre``."""
@@ -263,6 +278,8 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
 
     def statistic(calibration, measure: str, column: str | None, distinct: bool) -> str:
         ident = (calibration.describe(), measure)
+        if column is not None and calibration.bounding.bounded and not distinct:
+            clamps[column] = (measure, calibration.bounding)
         if ident not in statistics:
             name = f"__s{len(statistics)}"
             statistics[ident] = DpStatistic(name, measure, calibration)
@@ -344,12 +361,34 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
                                       AggregatePlan(aggregate, (calibration,)))  # fmt: skip
 
     n_keys, one_row = len(cells.keys), plan.one_row_per_unit
+    report = None
+    if settings.bounding_report is not None:
+        # one row per unit and no join: no cap removes anything (a public fact), so D is 0
+        # and not released; only C and K are, at the same total cost
+        parts = REPORT_PARTS[1:] if one_row else REPORT_PARTS
+        try:
+            calibration = calibrate_report(Bounding(settings.max_groups, settings.max_rows,
+                                                    max_unit_rows=settings.max_rows_per_unit),
+                                           settings.bounding_report, len(parts))  # fmt: skip
+        except ValueError as e:
+            raise _refuse(select, f"dp.bounding_report of {table.name}: {e}") from None
+        bounds = ";".join(sorted(f"{m} in {b.describe()}" for m, b in clamps.values()))
+        names = [] if parts == REPORT_PARTS else [None]
+        for part in parts:  # the measures clamped are part of what is released
+            measure = f"{REPORT_MEASURE}{part}:{bounds}"
+            name = f"__s{len(statistics)}"
+            statistics[(calibration.describe(), measure)] = DpStatistic(name, measure, calibration)
+            names.append(name)
+        report = _bounding_report(rows, n_keys, settings, {c: b for c, (_m, b) in
+                                                           clamps.items()}, names)  # fmt: skip
     if settings.max_rows_per_unit is not None and not one_row:
         rows = _unit_row_cap(rows, settings.max_rows_per_unit)
     if not specs and not n_keys:  # only quantiles: the one global cell still needs a row
         specs.append(_Spec("__rows", None, None))  # a row count never noised nor released
     exact = _unit_rows(rows, n_keys, specs) if one_row else _bounded_pairs(rows, n_keys, specs,
                                                                             settings)  # fmt: skip
+    if report is not None:
+        exact = _join_report(exact, report, n_keys)
     ctes = _visible_ctes(select)
     exact_tree = _with_ctes(exact, rows, ctes)
     histogram_trees = tuple(
@@ -371,6 +410,7 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
         units=units_column,
         min_frequency=settings.min_frequency,
         delta=delta,
+        report=tuple(names) if report is not None else None,
         trees={None: exact_tree, **dict(histogram_trees)},
     )
 
@@ -696,6 +736,111 @@ def _bounded_pairs(rows: exp.Select, n_keys: int, specs, settings) -> exp.Select
     return bounded.group_by(*keys).with_("__pairs", as_=pairs)
 
 
+def _bounding_report(rows: exp.Select, n_keys: int, settings, clamps: dict[str, Bounding],
+                     names: list[str]) -> exp.Select:  # fmt: skip
+    """Per cell, how much of its input the bounding removed or clamped: the exact statistics of
+    the bounding report (:func:`sqlsdc.mechanisms.accountant.calibrate_report`).
+
+    ``rows`` are the query's rows before any cap. A row of unit u is *dropped* when the caps
+    remove it — the per-unit row cap (the same keyed choice as :func:`_unit_row_cap`), the
+    groups beyond ``max_groups`` (the same ``hash(record key, keys)`` cut as
+    :func:`_bounded_pairs`) or the rows beyond ``max_rows`` in a group (a unit with c > R rows
+    there keeps R rows' worth, so c - R are dropped) — *clamped* when it is kept and one of the
+    aggregation's bounded measures lies outside its bounds on the grid (in a group with c > R
+    rows, R/c of its clamped rows), and *kept* otherwise. Each row weighs
+    ``REPORT_GRID / n_u`` (n_u: the unit's rows in the query), each (unit, cell) sum rounded
+    down, so a unit adds at most ``REPORT_GRID`` over all cells and parts: the report's
+    sensitivity. The three sums are the columns ``names``, in :data:`REPORT_PARTS` order (a
+    None name: that sum is left out).
+    """
+    keys = [exp.column(f"__g{j}") for j in range(n_keys)]
+    measures = [exp.column(c.alias_or_name) for c in rows.expressions[1:]]  # __rk, keys, values
+    kept = exp.true()
+    if settings.max_rows_per_unit is not None:
+        rank = _window("ROW_NUMBER", [exp.column(UNIT)], [exp.func("hash", *measures)])
+        kept = exp.LTE(this=rank, expression=_int(settings.max_rows_per_unit))
+    outside = [
+        exp.or_(
+            exp.LT(this=_grid_rounded(column, b), expression=_int(b.lower / b.granularity)),
+            exp.GT(this=_grid_rounded(column, b), expression=_int(b.upper / b.granularity)),
+        )
+        for column, b in clamps.items()
+    ]
+    clamped = exp.func("COALESCE", exp.or_(*outside), exp.false()) if outside else exp.false()
+    flagged = exp.select(exp.column(UNIT), exp.column("__rk"), *keys,
+                         exp.alias_(kept, "__keep"), exp.alias_(clamped, "__clamp"))  # fmt: skip
+    flagged = flagged.from_(rows.copy().subquery("__rows"))
+
+    def count_if(condition: exp.Expr) -> exp.Expr:
+        return exp.Sum(this=exp.Case(ifs=[exp.If(this=condition, true=exp.Literal.number(1))],
+                                     default=exp.Literal.number(0)))  # fmt: skip
+
+    keep, both = exp.column("__keep"), exp.and_(exp.column("__keep"), exp.column("__clamp"))
+    pairs = exp.select(exp.column(UNIT), *keys,
+                       exp.alias_(exp.Count(this=exp.Star()), "__a"),
+                       exp.alias_(count_if(keep), "__c"),
+                       exp.alias_(count_if(both), "__cl"))  # fmt: skip
+    if keys:
+        first = exp.func("MIN", exp.Case(ifs=[exp.If(this=keep.copy(), true=exp.column("__rk"))]))
+        hashed = exp.Case(ifs=[exp.If(this=exp.GT(this=count_if(keep), expression=_int(0)),
+                                      true=exp.func("hash", first, *keys))])  # fmt: skip
+        pairs.append("expressions", exp.alias_(hashed, "__h"))
+    pairs = pairs.from_(flagged.subquery("__flagged")).group_by(exp.column(UNIT), *keys)
+    units = exp.select(exp.column(UNIT), exp.alias_(exp.Sum(this=exp.column("__a")), "__n"))
+    if keys:
+        cut = exp.func("LIST_MAX", exp.func("MIN", exp.column("__h"), _int(settings.max_groups)))
+        units.append("expressions", exp.alias_(cut, "__cut"))
+    units = units.from_("__report_pairs").group_by(exp.column(UNIT))
+    r = _int(settings.max_rows)
+    capped = exp.func("LEAST", exp.column("__c"), r)
+    if keys:
+        within = exp.LTE(this=exp.column("__h"), expression=exp.column("__cut"))
+        capped = exp.Case(ifs=[exp.If(this=within, true=capped)], default=_int(0))
+    g = _int(Fraction(REPORT_GRID))
+    a, c, cl, n = (exp.column(x) for x in ("__a", "__c", "__cl", "__n"))
+    held = exp.column("__kept")
+
+    def floor_div(top: exp.Expr, bottom: exp.Expr) -> exp.Expr:
+        return exp.IntDiv(this=exp.cast(top, "BIGINT"), expression=exp.cast(bottom, "BIGINT"))
+
+    def per_kept(part: exp.Expr) -> exp.Expr:  # G * kept * part / (c n), 0 when c = 0
+        share = floor_div(exp.Mul(this=exp.Mul(this=g.copy(), expression=held.copy()),
+                                  expression=part), exp.Mul(this=c.copy(), expression=n.copy()))
+        return exp.Case(ifs=[exp.If(this=exp.GT(this=c.copy(), expression=_int(0)), true=share)],
+                        default=_int(0))  # fmt: skip
+
+    dropped = floor_div(exp.Mul(this=g.copy(), expression=exp.paren(exp.Sub(
+        this=a.copy(), expression=held.copy()))), n)  # fmt: skip
+    unclamped = exp.paren(exp.Sub(this=c.copy(), expression=cl.copy()))
+    parts = (dropped, per_kept(cl.copy()), per_kept(unclamped))
+    weighed = exp.select(*keys, exp.column("__a"), exp.column("__c"), exp.column("__cl"),
+                         exp.column("__n"), exp.alias_(capped, "__kept"))  # fmt: skip
+    weighed = weighed.from_("__report_pairs").join("__report_units", using=[UNIT])
+    sums = [exp.alias_(exp.Sum(this=p), n) for p, n in zip(parts, names, strict=True) if n]
+    report = exp.select(*keys, *sums)
+    report = report.from_(weighed.subquery("__weighed"))
+    if keys:
+        report = report.group_by(*keys)
+    return report.with_("__report_pairs", as_=pairs).with_("__report_units", as_=units)
+
+
+def _join_report(exact: exp.Select, report: exp.Select, n_keys: int) -> exp.Select:
+    """The exact cells with the bounding report's columns, matched on every key (NULL = NULL):
+    both have one row per group present in the rows."""
+    names = [e.alias_or_name for e in report.expressions[n_keys:]]
+    joined = exp.select(exp.Column(this=exp.Star(), table=exp.to_identifier("__exact")),
+                        *(exp.column(n, "__report") for n in names))  # fmt: skip
+    joined = joined.from_(exact.subquery("__exact"))
+    if not n_keys:
+        return joined.join(report.subquery("__report"), join_type="cross")
+    on = exp.and_(*(
+        exp.NullSafeEQ(this=exp.column(f"__g{j}", "__exact"),
+                       expression=exp.column(f"__g{j}", "__report"))
+        for j in range(n_keys)
+    ))  # fmt: skip
+    return joined.join(report.subquery("__report"), on=on, join_type="left")
+
+
 def _kept_values(column: str, r: exp.Literal) -> exp.Expr:
     """The at most ``r`` smallest distinct non-NULL values of ``column`` in a (unit, group)."""
     values = exp.func("LIST_DISTINCT", exp.ArrayAgg(this=exp.column(column)))
@@ -755,13 +900,19 @@ def _window(function: str, partition: list, order: list) -> exp.Window:
     )
 
 
-def _grid_units(column: str, bounding: Bounding) -> exp.Expr:
-    """The clamped value in integer grid units: round(x / g) clamped to [lower/g, upper/g]."""
+def _grid_rounded(column: str, bounding: Bounding) -> exp.Expr:
+    """The value in grid units, round(x / g), before clamping."""
     g = bounding.granularity
     value = exp.cast(exp.column(column), "DOUBLE")
     if g != 1:
         value = exp.Div(this=value, expression=exp.Literal.number(_decimal(g)))
-    rounded = exp.func("ROUND", value)
+    return exp.func("ROUND", value)
+
+
+def _grid_units(column: str, bounding: Bounding) -> exp.Expr:
+    """The clamped value in integer grid units: round(x / g) clamped to [lower/g, upper/g]."""
+    g = bounding.granularity
+    rounded = _grid_rounded(column, bounding)
     lo, hi = _int(bounding.lower / g), _int(bounding.upper / g)  # Bounding checks the grid
     clamped = exp.Case(
         ifs=[
