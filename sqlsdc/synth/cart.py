@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
-from sqlsdc.errors import Error
+from sqlsdc.errors import SynthesisError
 
 __all__ = [
     "SynthesisError",
@@ -57,10 +57,6 @@ _NAN = "__nan__"
 
 
 DRAWS = ("balanced", "random", "bayes")
-
-
-class SynthesisError(ValueError, Error):
-    """The options of a synthesis do not fit the data."""
 
 
 def is_categorical(column: pd.Series) -> bool:
@@ -91,7 +87,8 @@ def synthesize_cart(
         draw: how donors are drawn: ``"balanced"`` (default), ``"random"`` (synthpop) or
             ``"bayes"`` (Bale & Quick's Bayesian bootstrap), see the module docstring.
         smoothing: Gaussian-kernel smoothing of the values drawn for numeric variables
-            (``True`` for all, or the names), as synthpop's ``smoothing="density"``: values
+            (``True``, ``"density"`` or ``"all"`` for all, or the names, as a sequence or a
+            comma-separated string), as synthpop's ``smoothing="density"``: values
             drawn from a leaf are replaced by N(value, h²) with h Silverman's bandwidth of the
             leaf's donors, except a value taking over 70 % of the leaf; results are clipped to
             the observed range and rounded to the observed number of decimals.
@@ -113,7 +110,7 @@ def synthesize_cart(
     order = list(data.columns if visit_sequence is None else visit_sequence)
     _check(data, n, order, draw, special_values)
     leaves = _leaf_sizes(min_leaf, order)
-    smooth = set(order if smoothing is True else (smoothing or ()))
+    smooth = _smoothed(smoothing, order)
     special = {c: list(v) for c, v in (special_values or {}).items()}
 
     coder = _Coder(data, order, special)
@@ -574,3 +571,19 @@ def _decoys(out, record, ss, delta, target, values, continuous, categorical, mix
         for i, column in enumerate(continuous):
             decoys[column] = _cast(chosen[:, i], out[column]).to_numpy()
     return decoys
+
+
+def _smoothed(smoothing, order: Sequence[str]) -> set[str]:
+    """The variables whose drawn values are smoothed (see ``synthesize_cart``)."""
+    if smoothing is True or smoothing in ("density", "all"):
+        return set(order)
+    if smoothing is False or smoothing is None:
+        return set()
+    names = [c.strip() for c in smoothing.split(",")] if isinstance(smoothing, str) else smoothing
+    unknown = sorted(set(names) - set(order))
+    if unknown:
+        raise SynthesisError(
+            f"smoothing names {unknown}, not synthesised variables; use true (all numeric "
+            f"variables) or some of {list(order)}"
+        )
+    return set(names)

@@ -24,9 +24,9 @@ from sqlglot import exp
 from sqlsdc.catalog import store
 from sqlsdc.catalog.store import require_admin
 from sqlsdc.engines import duckdb as engine
-from sqlsdc.errors import NotFoundError
+from sqlsdc.errors import NotFoundError, SynthesisError
 from sqlsdc.policy import load_policy
-from sqlsdc.synth.cart import SynthesisError, is_categorical
+from sqlsdc.synth.cart import is_categorical
 from sqlsdc.synth.disclosure import disco, identical_share, replicated_uniques, tcap
 from sqlsdc.synth.utility import (
     marginal_distances,
