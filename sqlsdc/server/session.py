@@ -38,6 +38,7 @@ from sqlsdc.server.shadow import SERVER_VERSION
 
 log = logging.getLogger("sqlsdc.server")
 
+MAX_PARAMETERS = 65_535  # PostgreSQL's limit: ParameterDescription counts them in 16 bits
 ROWS_PER_WRITE = 1000  # DataRows encoded and written at a time
 AUTH_TIMEOUT = 15.0  # seconds from the first byte to the end of authentication
 BUDGET_EXHAUSTED = "53S01"  # class 53 "insufficient resources", an implementation-defined code
@@ -117,6 +118,8 @@ def parameter_types(sql: str, given: tuple[int, ...]) -> tuple[int, ...]:
     """Types of ``$1 .. $n``: as the client gave them, else from a cast in the statement
     (``$1::int``, ``CAST($1 AS date)``), else text (the guard converts text as DuckDB does)."""
     count = max([len(given), *(int(n) for n in _PARAMETER.findall(sql))])
+    if count > MAX_PARAMETERS:
+        raise ValueError(f"{count} parameters")
     cast = {}
     for match in _CAST.finditer(sql):
         number, name = (match.group(1), match.group(2)) if match.group(1) else match.group(3, 4)

@@ -239,3 +239,16 @@ def test_idle_unauthenticated_sockets_do_not_lock_users_out(server_db):
                 sock.close()
     finally:
         stop_server(running)
+
+
+# --- malformed but well-framed statements end one statement, never the session ----------------
+
+
+def test_tens_of_thousands_of_parameters_do_not_end_the_session(server):
+    with connect(server) as con:
+        too_many = con.pgconn.prepare(b"too_many", b"SELECT $99999::int AS x")
+        assert too_many.error_field(ord("C")) == b"08P01"
+        assert con.pgconn.prepare(b"many", b"SELECT $40000::int AS x").error_field(ord("C")) is None
+        described = con.pgconn.describe_prepared(b"many")
+        assert described.error_field(ord("C")) is None and described.nparams == 40000
+        assert con.execute("SELECT 1").fetchall() == [(1,)]
