@@ -101,11 +101,16 @@ def open_database(
     raise Error(f"cannot open database {path}: {why}") from None
 
 
-def memory_database() -> duckdb.DuckDBPyConnection:
+def memory_database(
+    memory_limit: str | None = None, threads: int | None = None
+) -> duckdb.DuckDBPyConnection:
     """A private in-memory database, hardened like a file's: no file, network, extension or
     setting can be reached from its statements (the server's shadow catalog runs clients'
-    catalog queries in one)."""
-    con = duckdb.connect(":memory:", config=dict(_CONNECT_CONFIG))
+    catalog queries in one). ``memory_limit`` (DuckDB's, e.g. ``"256MB"``) and ``threads``
+    bound what one statement may take; they are locked with the rest."""
+    limits = {"memory_limit": memory_limit, "threads": threads}
+    config = dict(_CONNECT_CONFIG, **{k: v for k, v in limits.items() if v is not None})
+    con = duckdb.connect(":memory:", config=config)
     harden(con)
     return con
 

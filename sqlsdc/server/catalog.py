@@ -22,6 +22,7 @@ shadow database has none and cannot open files (it is hardened like the guard's 
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from sqlsdc.server import shadow
 from sqlsdc.server.visible import visible_tables
 
 CATALOG_TIMEOUT = 10.0  # seconds; catalog queries read a few small tables
+MAX_CATALOG_ROWS = 100_000  # rows of one catalog answer; more is refused (server memory)
 CATALOG_SCHEMAS = {"pg_catalog": "pgc", "information_schema": "isc"}
 INFORMATION_SCHEMA_VIEWS = frozenset({
     "schemata", "tables", "views", "columns", "table_constraints", "key_column_usage",
@@ -246,13 +248,13 @@ class SessionCatalog:
             )
         tree = _rewrite(tree.copy(), params, self._connection.user, text)
         try:
-            rows = engine.run(self._catalog(), tree.sql("duckdb"), timeout=CATALOG_TIMEOUT)
+            rows = _run_capped(self._catalog(), tree.sql("duckdb"), text)
         except engine.EngineError:
             raise ProgrammingError(
                 "this catalog query is not supported by sqlsdc's catalog (the engine's message "
                 "is withheld); the catalog offers PostgreSQL's usual tables, views and functions"
             ) from None
-        return CatalogAnswer(engine.without_marks(rows), f"SELECT {rows.num_rows}")
+        return CatalogAnswer(rows, f"SELECT {rows.num_rows}")
 
     def _catalog(self):
         if self._shadow is None:
@@ -268,6 +270,31 @@ class SessionCatalog:
         if self._shadow is not None:
             self._shadow.close()
             self._shadow = None
+
+
+def _run_capped(shadow_db, sql: str, text: str) -> pa.Table:
+    """The rows of a catalog query, read as a stream and refused beyond
+    :data:`MAX_CATALOG_ROWS`: a catalog has a few hundred rows, and ``generate_series`` or a
+    cross join must not make a session's answer fill the server's memory. Interrupted after
+    :data:`CATALOG_TIMEOUT` seconds."""
+    timer = threading.Timer(CATALOG_TIMEOUT, shadow_db.interrupt)
+    timer.daemon = True
+    timer.start()
+    try:
+        reader = shadow_db.sql(sql).to_arrow_reader(1024)
+        batches, count = [], 0
+        for batch in reader:
+            count += batch.num_rows
+            if count > MAX_CATALOG_ROWS:
+                raise PolicyViolation(
+                    f"a catalog query may return at most {MAX_CATALOG_ROWS} rows",
+                    "filter the catalog query (WHERE, LIMIT)",
+                    text,
+                )
+            batches.append(batch)
+        return pa.Table.from_batches(batches, reader.schema)
+    finally:
+        timer.cancel()
 
 
 def _classify(tree: exp.Query, sql: str) -> bool | None:

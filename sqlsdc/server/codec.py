@@ -276,7 +276,8 @@ def row_description(fields: list[tuple[str, int, int, int]]) -> bytes:
 
 
 def parameter_description(oids: tuple[int, ...]) -> bytes:
-    return message(b"t", _I16.pack(len(oids)) + b"".join(_I32.pack(o) for o in oids))
+    """The parameters' type OIDs; the count is an unsigned 16-bit number (at most 65535)."""
+    return message(b"t", struct.pack("!H", len(oids)) + b"".join(_I32.pack(o) for o in oids))
 
 
 def data_row(values: list[bytes | None]) -> bytes:

@@ -38,6 +38,8 @@ from sqlsdc.server.shadow import SERVER_VERSION
 
 log = logging.getLogger("sqlsdc.server")
 
+MAX_PARAMETERS = 65_535  # PostgreSQL's limit: ParameterDescription counts them in 16 bits
+ROWS_PER_WRITE = 1000  # DataRows encoded and written at a time
 AUTH_TIMEOUT = 15.0  # seconds from the first byte to the end of authentication
 BUDGET_EXHAUSTED = "53S01"  # class 53 "insufficient resources", an implementation-defined code
 _BLANK = re.compile(r"^(\s|;|--[^\n]*(\n|$)|/\*.*?\*/)*$", re.S)
@@ -116,6 +118,8 @@ def parameter_types(sql: str, given: tuple[int, ...]) -> tuple[int, ...]:
     """Types of ``$1 .. $n``: as the client gave them, else from a cast in the statement
     (``$1::int``, ``CAST($1 AS date)``), else text (the guard converts text as DuckDB does)."""
     count = max([len(given), *(int(n) for n in _PARAMETER.findall(sql))])
+    if count > MAX_PARAMETERS:
+        raise ValueError(f"{count} parameters")
     cast = {}
     for match in _CAST.finditer(sql):
         number, name = (match.group(1), match.group(2)) if match.group(1) else match.group(3, 4)
@@ -428,11 +432,10 @@ class Session:
         if header:
             self._send(_description(table, formats, text_only))
         end = table.num_rows if limit == 0 else min(table.num_rows, position + limit)
-        chunk = table.slice(position, end - position)
-        for i, row in enumerate(_encode(chunk, formats, text_only)):
-            self._send(codec.data_row(row))
-            if i % 1000 == 999:
-                await self.writer.drain()
+        for start in range(position, end, ROWS_PER_WRITE):  # encoded in the pool: the event
+            chunk = table.slice(start, min(ROWS_PER_WRITE, end - start))  # loop serves others
+            self._send(await self.server.in_pool(_data_rows, chunk, formats, text_only))
+            await self.writer.drain()
         if end < table.num_rows:
             self._send(codec.PORTAL_SUSPENDED)
         else:
@@ -501,6 +504,11 @@ def _description(table_or_names, formats, text_only: bool) -> bytes:
     codes = _column_formats(formats, len(names))
     return codec.row_description([(n, o, types.size_of(o), c)
                                   for n, o, c in zip(names, oids, codes, strict=True)])  # fmt: skip
+
+
+def _data_rows(table: pa.Table, formats, text_only: bool) -> bytes:
+    """The DataRow messages of ``table``, one after the other (run in the thread pool)."""
+    return b"".join(codec.data_row(row) for row in _encode(table, formats, text_only))
 
 
 def _encode(table: pa.Table, formats, text_only: bool):

@@ -23,6 +23,7 @@ PG_CATALOG, PUBLIC, INFORMATION_SCHEMA = 11, 2200, 13_000
 FIRST_OID = 16_384  # PostgreSQL's first oid of user objects
 SERVER_VERSION = "15.0"
 DATABASE_OID = 16_383
+MEMORY_LIMIT = "128MB"  # per session; the catalog is a few hundred rows, a query's work is bounded
 
 # name, oid, array oid, length, category, SQL display name (format_type)
 _TYPES = (
@@ -203,7 +204,7 @@ def pg_type(duckdb_type: str) -> tuple[str, int]:
 
 def build(tables: tuple[VisibleTable, ...], *, user: str, database: str, settings: dict):
     """A hardened in-memory DuckDB holding the catalog of ``tables`` and nothing else."""
-    con = engine.memory_database()
+    con = engine.memory_database(memory_limit=MEMORY_LIMIT, threads=1)
     for schema in ("pgc", "isc"):
         con.execute(f"CREATE SCHEMA {schema}")
     for name, columns in PG_TABLES.items():
