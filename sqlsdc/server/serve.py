@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sqlsdc.errors import AccessDenied, Error, NotFoundError
-from sqlsdc.server import codec
 from sqlsdc.server.session import Session
 
 log = logging.getLogger("sqlsdc.server")
@@ -113,12 +112,17 @@ class Server:
         if hmac.compare_digest(struct.pack("!i", expected), struct.pack("!i", secret)):
             self.sessions[pid].cancel()
 
+    def logged_in(self) -> int:
+        """Sessions past authentication: what ``max_connections`` bounds."""
+        return sum(1 for s in self.sessions.values() if s.user_connected)
+
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if len(self.sessions) >= self.settings.max_connections:
-            writer.write(codec.error_response("FATAL", "53300", "sorry, too many clients already"))
-            await writer.drain()
-            writer.close()
-            return
+        """Serve one client. Handshakes not yet authenticated are bounded apart (as many as
+        ``max_connections``): when they are all taken, the oldest is dropped for the newcomer,
+        so sockets held open without logging in cannot lock real users out."""
+        pending = [s for s in self.sessions.values() if not s.user_connected]
+        if len(pending) >= self.settings.max_connections:
+            min(pending, key=lambda s: s.opened).evict()
         await Session(self, reader, writer).run()
 
     async def start(self) -> asyncio.base_events.Server:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -136,6 +137,8 @@ class Session:
     def __init__(self, server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         self.server, self.reader, self.writer = server, reader, writer
         self.pid, self.secret = server.register(self)
+        self.opened = time.monotonic()
+        self.user_connected = False  # authenticated, counted against max_connections
         self.tls = False
         self.user = ""
         self.connection = None
@@ -178,6 +181,10 @@ class Session:
             if self.running:
                 self.connection.interrupt()
             await self.server.in_pool(self.connection.close)
+
+    def evict(self) -> None:
+        """End a handshake that has not authenticated (the server needs its place)."""
+        self.writer.close()
 
     def cancel(self) -> None:
         """A CancelRequest for this session: stop the running statement, if any."""
@@ -241,6 +248,9 @@ class Session:
             final = exchange.final((await self._expect_password()).rest())
         except AuthenticationFailed:
             raise failed from None
+        if self.server.logged_in() >= self.server.settings.max_connections:
+            raise Fatal("53300", "sorry, too many clients already")
+        self.user_connected = True
         self._send(codec.authentication(codec.AUTH_SASL_FINAL, final))
         self._send(codec.authentication(codec.AUTH_OK))
         try:

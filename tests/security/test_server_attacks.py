@@ -223,10 +223,8 @@ def test_a_wrong_channel_binding_header_fails_like_a_wrong_password(server):
 # --- denial of service before authentication ---------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="OPEN: unauthenticated connections count against "
-                   "--max-connections for the whole authentication timeout (15 s), so anyone "
-                   "who can reach the port denies every login by holding idle sockets")  # fmt: skip
 def test_idle_unauthenticated_sockets_do_not_lock_users_out(server_db):
+    """Handshakes are bounded apart from logged-in sessions and the oldest gives way."""
     running = start_server(server_db, "--insecure", "--max-connections", "3")
     try:
         idle = [socket.create_connection((running.host, running.port)) for _ in range(3)]
@@ -237,6 +235,32 @@ def test_idle_unauthenticated_sockets_do_not_lock_users_out(server_db):
         finally:
             for sock in idle:
                 sock.close()
+    finally:
+        stop_server(running)
+
+
+def test_logged_in_sessions_are_still_bounded_by_max_connections(server_db):
+    running = start_server(server_db, "--insecure", "--max-connections", "2")
+    try:
+        first = psycopg.connect(running.dsn(), autocommit=True, connect_timeout=5)
+        second = psycopg.connect(running.dsn(), autocommit=True, connect_timeout=5)
+        try:
+            with pytest.raises(psycopg.OperationalError, match="too many clients"):
+                psycopg.connect(running.dsn(), autocommit=True, connect_timeout=5)
+            assert first.execute("SELECT 1").fetchall() == [(1,)]
+        finally:
+            first.close()
+            second.close()
+        deadline = time.monotonic() + 10  # the server frees the places as the sessions end
+        while True:
+            try:
+                with psycopg.connect(running.dsn(), autocommit=True, connect_timeout=5) as con:
+                    assert con.execute("SELECT 1").fetchall() == [(1,)]
+                break
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
     finally:
         stop_server(running)
 
