@@ -94,8 +94,11 @@ def microdata_report(db, names, plot, user, fmt):
     settings), a risk–utility comparison, and with --plot a picture of it to choose from.
 
     \b
-    Examples:
+    Example:
       sqlsdc microdata-report demo.duckdb persons_sdc --format json
+
+    \b
+    After anonymising the same records as k3, k5 and k10 (three settings):
       sqlsdc microdata-report demo.duckdb k3 k5 k10 --plot tradeoff.html
     """
     from sqlsdc.jobs.anonymize import stored_report

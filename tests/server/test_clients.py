@@ -245,3 +245,34 @@ def test_pgjdbc(server, expected, tmp_path):
     assert lines[:-2] == [f"{e[0]}|{e[1]}" for e in expected]
     assert lines[-2] == "n|8"
     assert lines[-1] == "refused|42501"
+
+
+# --- SQLAlchemy's PostgreSQL dialect, with pandas -----------------------------------------------
+
+
+def test_sqlalchemy_postgresql_dialect_and_pandas_read_sql(server, expected):
+    """What BI tools built on SQLAlchemy do: connect (version, schema and settings queries),
+    reflect the catalog (only what the policy shows) and read an aggregate with pandas."""
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    pytest.importorskip("psycopg")
+    import pandas as pd
+
+    url = sqlalchemy.engine.URL.create(
+        "postgresql+psycopg", username="analyst", password=PASSWORD, host=server.host,
+        port=server.port, database="demo", query={"sslmode": "disable"},
+    )  # fmt: skip
+    engine = sqlalchemy.create_engine(url)
+    try:
+        frame = pd.read_sql(AGGREGATE, engine)
+        _same(list(frame.itertuples(index=False, name=None)), expected)
+        inspector = sqlalchemy.inspect(engine)
+        assert set(inspector.get_table_names()) == {
+            "benefits", "enterprises", "households", "persons", "regions"
+        }  # fmt: skip
+        columns = {c["name"] for c in inspector.get_columns("persons")}
+        assert "income" in columns and not any(c.startswith("__") for c in columns)
+        with engine.connect() as con, pytest.raises(sqlalchemy.exc.ProgrammingError,
+                                                    match="row-level output"):  # fmt: skip
+            con.execute(sqlalchemy.text(ROWS))
+    finally:
+        engine.dispose()
