@@ -136,18 +136,26 @@ def _pram(df, step, rng):
 def _noise(df, step, rng):
     """Noise on the records complete in the step's columns (missing values stay missing)."""
     c = _number(step, "c")
-    out = df.copy()
+    out, records = _on_complete_rows(df, step, (), lambda x, _s: perturb.add_noise(x, c, rng))
+    return out, {"c": c, "records": records}
+
+
+def _on_complete_rows(df, step, given, compute):
+    """``compute(X, S)`` over the rows complete in the step's columns (X) and ``given`` (S);
+    the other rows keep their values. The step's columns become floats."""
     cols = list(step.columns)
-    complete = df[cols].notna().all(axis=1).to_numpy()
+    complete = df[cols + list(given)].notna().all(axis=1).to_numpy()
     try:
-        noisy = perturb.add_noise(df.loc[complete, cols].to_numpy(float), c, rng)
+        result = compute(df.loc[complete, cols].to_numpy(float),
+                         df.loc[complete, list(given)].to_numpy(float))  # fmt: skip
     except (TypeError, ValueError):
-        raise MicrodataError("step noise needs numeric columns") from None
-    for j, column in enumerate(cols):
-        values = out[column].to_numpy(dtype=float, na_value=np.nan).copy()
-        values[complete] = noisy[:, j]
-        out[column] = values
-    return out, {"c": c, "records": int(complete.sum())}
+        raise MicrodataError(f"step {step.method} needs numeric columns") from None
+    out = df.copy()
+    for j, c in enumerate(cols):
+        column = out[c].to_numpy(dtype=float, na_value=np.nan).copy()
+        column[complete] = result[:, j]
+        out[c] = column
+    return out, int(complete.sum())
 
 
 def _rankswap(df, step, rng):
@@ -163,19 +171,8 @@ def _shuffle(df, step, rng):
     missing = [c for c in given if c not in df.columns]
     if missing:
         raise MicrodataError(f"step shuffle: given columns {missing} not in the data")
-    cols = list(step.columns)
-    complete = df[cols + given].notna().all(axis=1).to_numpy()
-    out = df.copy()
-    try:
-        shuffled = shuffle(df.loc[complete, cols].to_numpy(float),
-                           df.loc[complete, given].to_numpy(float), rng)  # fmt: skip
-    except (TypeError, ValueError):
-        raise MicrodataError("step shuffle needs numeric columns") from None
-    for j, c in enumerate(cols):
-        column = out[c].to_numpy(dtype=float, na_value=np.nan).copy()
-        column[complete] = shuffled[:, j]
-        out[c] = column
-    return out, {"given": given, "records": int(complete.sum())}
+    out, records = _on_complete_rows(df, step, given, lambda x, s: shuffle(x, s, rng))
+    return out, {"given": given, "records": records}
 
 
 def _topcode(df, step, rng):
