@@ -56,7 +56,7 @@ FUNCTIONS = shadow.MACROS | {
     "any", "all", "exists", "in", "tostring", "lag", "lead", "firstvalue", "chr", "ascii",
     "collate", "array_to_string", "explodinggenerateseries", "string_agg", "generate_series",
     "generateseries", "json_build_object", "currentversion", "currentschema", "currentdatabase",
-    "currentuser", "sessionuser",
+    "currentcatalog", "currentuser", "sessionuser", "rownumber", "pad",
 }  # fmt: skip
 """Functions a catalog query may call (sqlglot's names of known functions, lowercase, or the
 name of an unknown one): the shadow's macros and plain SQL. Everything else is refused, so
@@ -78,6 +78,7 @@ DEFAULT_SETTINGS = {
     "transaction_read_only": "on",
     "default_transaction_read_only": "on",
     "max_identifier_length": "63",
+    "max_index_keys": "32",
     "application_name": "",
     "extra_float_digits": "1",
     "is_superuser": "off",
@@ -87,7 +88,7 @@ DEFAULT_SETTINGS = {
     "statement_timeout": "0",
 }
 _FIXED = {"server_version", "server_version_num", "server_encoding", "is_superuser",
-          "integer_datetimes", "max_identifier_length", "lc_collate", "lc_ctype",
+          "integer_datetimes", "max_identifier_length", "max_index_keys", "lc_collate", "lc_ctype",
           "session_authorization", "transaction_read_only"}  # fmt: skip
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _COMMENTS = re.compile(r"\A(?:\s+|--[^\n]*(?:\n|\Z)|/\*.*?\*/)*", re.S)
@@ -388,6 +389,8 @@ def _rewrite(tree: exp.Expr, params, user: str, sql: str) -> exp.Expr:
             and not node.table
         ):
             return exp.Literal.string(user)
+        if isinstance(node, exp.CurrentCatalog):  # pgjdbc's getCatalog: the database's name
+            return exp.Anonymous(this="current_database", expressions=[])
         if isinstance(node, exp.Collate):
             return node.this
         if isinstance(node, exp.Operator):

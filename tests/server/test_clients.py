@@ -219,6 +219,16 @@ public class JdbcSmoke {
             }
             try { c.createStatement().executeQuery("SELECT * FROM persons"); }
             catch (SQLException e) { System.out.println("refused|" + e.getSQLState()); }
+            DatabaseMetaData m = c.getMetaData();  // what JDBC BI tools read to list tables
+            try (ResultSet r = m.getTables(null, "public", "%", new String[]{"TABLE"})) {
+                while (r.next()) System.out.println("table|" + r.getString("TABLE_NAME"));
+            }
+            try (ResultSet r = m.getColumns(null, "public", "persons", "%")) {
+                while (r.next()) System.out.println("column|" + r.getString("COLUMN_NAME"));
+            }
+            try (ResultSet r = m.getImportedKeys(null, "public", "persons")) {
+                int n = 0; while (r.next()) n++; System.out.println("foreign keys|" + n);
+            }
         }
     }
 }
@@ -242,9 +252,16 @@ def test_pgjdbc(server, expected, tmp_path):
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.strip().splitlines()
-    assert lines[:-2] == [f"{e[0]}|{e[1]}" for e in expected]
-    assert lines[-2] == "n|8"
-    assert lines[-1] == "refused|42501"
+    rows = len(expected)
+    assert lines[:rows] == [f"{e[0]}|{e[1]}" for e in expected]
+    assert lines[rows : rows + 2] == ["n|8", "refused|42501"]
+    meta = lines[rows + 2 :]
+    assert [x for x in meta if x.startswith("table|")] == [
+        f"table|{t}" for t in ("benefits", "enterprises", "households", "persons", "regions")
+    ]
+    columns = [x.split("|")[1] for x in meta if x.startswith("column|")]
+    assert "income" in columns and not any(c.startswith("__") for c in columns)
+    assert meta[-1] == "foreign keys|0"
 
 
 # --- SQLAlchemy's PostgreSQL dialect, with pandas -----------------------------------------------
