@@ -37,7 +37,6 @@ import sqlglot
 from sqlglot import exp
 
 from sqlsdc.catalog import store
-from sqlsdc.catalog.keys import RKEY
 from sqlsdc.catalog.store import require_admin
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import Error, MicrodataError
@@ -238,18 +237,65 @@ def _read(
         for c in t.columns.values()
         if c.role is ColumnRole.IDENTIFIER
     }
+    internal, reading = _without_internal(con, policy, definition)
     try:
-        frame = con.sql(definition).df()
+        asked = set(con.sql(definition).columns)  # bound, not run: the columns it selects
+        records = con.sql(reading)
+        nested = [n for n, t in zip(records.columns, records.types, strict=True)
+                  if t.id in NESTED]  # fmt: skip
+        frame = None if nested else records.df()
     except Exception:  # the engine's text is not shown (it may quote data)
         raise MicrodataError(
             "the records could not be read: check the table name or the --sql query"
         ) from None
+    if nested:
+        raise MicrodataError(
+            f"columns {nested} are nested values (a whole row, a list or a map), which could "
+            "carry direct identifiers; select plain columns"
+        )
     dropped = [c for c in frame.columns if c.lower() in identifiers or c.startswith("__")]
-    if RKEY in frame.columns and RKEY not in dropped:
-        dropped.append(RKEY)
+    dropped += [c for c in internal if c in asked and c not in dropped]  # left out before
     if keep is not None and keep not in frame.columns:
         raise MicrodataError(f"household column {keep!r} is not in the data")
-    return frame.drop(columns=[c for c in dropped if c != keep]), dropped
+    return frame.drop(columns=[c for c in dropped if c != keep and c in frame]), dropped
+
+
+NESTED = {"struct", "map", "union", "list", "array", "variant"}  # DuckDB type ids
+
+
+def _without_internal(con, policy, definition: str) -> tuple[list[str], str]:
+    """``definition`` with each table of the policy read through ``(SELECT * EXCLUDE (<internal
+    columns>) FROM t)`` under the same alias, so that no spelling (an alias of ``__rkey``,
+    ``COLUMNS('.*key')``, the row as a struct, a column list on the alias) carries the secret
+    record keys or other internal columns into the records; and the columns so left out."""
+    tree = sqlglot.parse_one(definition, read="duckdb")
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    if ctes & set(policy.tables):
+        raise MicrodataError("a CTE of --sql may not have the name of a table of the policy")
+    left_out: list[str] = []
+    for table in list(tree.find_all(exp.Table)):
+        if table.name.lower() in ctes:
+            continue
+        internal = [
+            name
+            for (name,) in con.execute(
+                "SELECT column_name FROM duckdb_columns() WHERE database_name = "
+                "current_database() AND schema_name = 'main' AND lower(table_name) = ? AND "
+                "starts_with(column_name, '__')",
+                [table.name.lower()],
+            ).fetchall()
+        ]
+        if not internal:
+            continue
+        left_out += [c for c in internal if c not in left_out]
+        excluded = ", ".join(exp.to_identifier(c, quoted=True).sql("duckdb") for c in internal)
+        inner = sqlglot.parse_one(
+            f"SELECT * EXCLUDE ({excluded}) FROM {exp.to_identifier(table.name).sql('duckdb')}",
+            read="duckdb",
+        )
+        alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(table.name))
+        table.replace(exp.Subquery(this=inner, alias=alias.copy()))
+    return left_out, tree.sql("duckdb")
 
 
 def _check_tables(con, policy, definition: str) -> None:
