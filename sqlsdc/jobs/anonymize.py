@@ -253,7 +253,9 @@ def _read(
             f"columns {nested} are nested values (a whole row, a list or a map), which could "
             "carry direct identifiers; select plain columns"
         )
-    dropped = [c for c in frame.columns if c.lower() in identifiers or c.startswith("__")]
+    derived = _identifier_derived(con, policy, reading, list(frame.columns))
+    dropped = [c for c in frame.columns
+               if c.lower() in identifiers or c.startswith("__") or c in derived]  # fmt: skip
     dropped += [c for c in internal if c in asked and c not in dropped]  # left out before
     if keep is not None and keep not in frame.columns:
         raise MicrodataError(f"household column {keep!r} is not in the data")
@@ -261,6 +263,33 @@ def _read(
 
 
 NESTED = {"struct", "map", "union", "list", "array", "variant"}  # DuckDB type ids
+
+
+def _identifier_derived(con, policy, sql: str, columns: list[str]) -> set[str]:
+    """The output columns of ``sql`` computed from a direct identifier under another name
+    (``person_id + 0 AS pid``), traced through CTEs and subqueries with sqlglot's column
+    lineage; they are left out like the identifiers themselves. A column whose lineage
+    cannot be traced is refused (fail closed)."""
+    from sqlglot.lineage import lineage
+
+    schema = {t: cols for t, cols in engine.table_schemas(con).items() if policy.table(t)}
+    ids = {(t.name.lower(), c.name.lower()) for t in policy.confidential_tables
+           for c in t.columns.values() if c.role is ColumnRole.IDENTIFIER}  # fmt: skip
+    derived = set()
+    for column in columns:
+        try:
+            root = lineage(exp.to_identifier(column), sql, schema=schema, dialect="duckdb")
+        except Exception:  # noqa: BLE001 - sqlglot cannot trace it: refuse, do not guess
+            raise MicrodataError(
+                f"the source of column {column!r} of --sql could not be traced; select plain "
+                "columns of the policy's tables (or compute them in a simpler query)"
+            ) from None
+        for node in root.walk():
+            if isinstance(node.source, exp.Table) and isinstance(node.expression, exp.Table):
+                source = (node.source.name.lower(), node.name.split(".")[-1].lower())
+                if source in ids:
+                    derived.add(column)
+    return derived
 
 
 def _without_internal(con, policy, definition: str) -> tuple[list[str], str]:
