@@ -310,6 +310,36 @@ class Connection:
             except engine.EngineError as failure:
                 raise _engine_failure(failure, self._record_failure(sql, failure)) from None
 
+    def pram_counts(self, sql: str):
+        """Unbiased counts from a released anonymised output whose group key was PRAMmed:
+        ``SELECT keys..., COUNT(*) FROM output [WHERE ...] GROUP BY keys...`` answered with
+        each observed count weighted by the inverse of the stored PRAM matrix
+        (:mod:`sqlsdc.microdata.pram_estimate`); the rewritten query runs through the guard
+        like any other. Returns a cursor."""
+        import json
+
+        import sqlglot
+
+        from sqlsdc.microdata.pram_estimate import corrected_counts, pram_matrices
+
+        try:
+            source = sqlglot.parse_one(sql, read="duckdb").find(exp.Table)
+        except sqlglot.errors.ParseError:
+            raise PolicyViolation("the query could not be parsed") from None
+        name = source.name.lower() if source is not None else ""
+        if name not in (r.lower() for r in self.policy.releases):
+            raise PolicyViolation(
+                f"{name or 'the query'} is not a released output of the policy",
+                "PRAM estimates read an anonymised output listed under `releases:`",
+            )
+        with self._holding() as con:
+            row = engine.one(con, "SELECT method, report FROM sqlsdc.outputs WHERE name = ?",
+                             [f"protected.{name}"])  # fmt: skip
+        matrices = pram_matrices(json.loads(row[1])) if row and row[0] == "anonymize" else {}
+        if not matrices:
+            raise PolicyViolation(f"{name} has no PRAMmed column to estimate counts for")
+        return self.execute(corrected_counts(sql, source.name, matrices))
+
     def _protect(self, sql: str, params) -> ProtectedQuery:
         """``protect``, shared with every connection of the process that sees the same policy
         version, schema and catalog (``check_cache``). The statement timeout starts here: the
