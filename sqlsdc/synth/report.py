@@ -24,7 +24,8 @@ from sqlglot import exp
 from sqlsdc.catalog import store
 from sqlsdc.catalog.store import require_admin
 from sqlsdc.engines import duckdb as engine
-from sqlsdc.errors import NotFoundError, SynthesisError
+from sqlsdc.errors import Error, NotFoundError, SynthesisError
+from sqlsdc.jobs.protect import job_catalog
 from sqlsdc.policy import load_policy
 from sqlsdc.synth.cart import is_categorical
 from sqlsdc.synth.disclosure import disco, identical_share, replicated_uniques, tcap
@@ -91,21 +92,25 @@ def synth_report(
 
     Returns the measures with the paths of the files written (``files``)."""
     name = table.split(".", 1)[1] if table.startswith(f"{SCHEMA}.") else table
-    con = engine.open_database(db, read_only=True)
-    try:
-        version, document, source_name = require_admin(con, user)
-        policy = load_policy(document, name=source_name)
-        synthetic = _read_synthetic(con, name)
-        source_sql = _source_sql(con, policy, name, against)
+    request = json.dumps({"job": "synth-report", "table": f"{SCHEMA}.{name}", "against": against})
+    # it reads confidential records: audited like a job (accepted or refused, by whom)
+    with job_catalog(db, user, "synth-report", name, request) as (con, _id, _fp, audit):
         try:
-            original = con.sql(source_sql).df()
-        except Exception:  # the engine's text is not shown
-            raise SynthesisError(
-                f"the source records of {SCHEMA}.{name} could not be read; name a confidential "
-                "table with --against"
-            ) from None
-    finally:
-        con.close()
+            version, document, source_name = require_admin(con, user)
+            policy = load_policy(document, name=source_name)
+            synthetic = _read_synthetic(con, name)
+            source_sql = _source_sql(con, policy, name, against)
+            try:
+                original = con.sql(source_sql).df()
+            except Exception:  # the engine's text is not shown
+                raise SynthesisError(
+                    f"the source records of {SCHEMA}.{name} could not be read; name a "
+                    "confidential table with --against"
+                ) from None
+        except Error as refusal:
+            audit("refused", reason=store.audit_reason(refusal))
+            raise
+        audit("accepted")
     copies = int(synthetic[COPY].max()) if COPY in synthetic else 1
     if COPY in synthetic:  # the measures describe the first copy
         synthetic = synthetic[synthetic[COPY] == 1].drop(columns=COPY)

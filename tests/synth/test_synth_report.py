@@ -92,3 +92,16 @@ def test_cli_subprocess_json_and_text(synth_db, tmp_path):
     denied = subprocess.run([*command, "--as", "analyst"], capture_output=True, text=True)
     assert denied.returncode != 0 and "not an admin" in denied.stderr
     assert "Traceback" not in denied.stderr
+
+
+def test_reports_are_audited_with_who_asked_and_refusals(synth_db, tmp_path):
+    """The report reads confidential records: each request leaves an audit entry."""
+    synth_report(synth_db, "persons_syn", user="admin", out=tmp_path)
+    with pytest.raises(AccessDenied):
+        synth_report(synth_db, "persons_syn", user="analyst", out=tmp_path)
+    con = duckdb.connect(str(synth_db), read_only=True)
+    entries = con.execute("SELECT user_name, decision, sql_text FROM sqlsdc.audit "
+                          "ORDER BY query_id DESC LIMIT 2").fetchall()  # fmt: skip
+    con.close()
+    assert [(u, d) for u, d, _ in entries] == [("analyst", "refused"), ("admin", "accepted")]
+    assert all("synth-report" in text for _u, _d, text in entries)
