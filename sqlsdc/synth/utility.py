@@ -425,19 +425,29 @@ def _bins(original: pd.Series, synthetic: pd.Series, bins: int = 10):
     return cut(original), cut(synthetic)
 
 
-def quality_score(original: pd.DataFrame, synthetic: pd.DataFrame) -> dict:
-    """The SDMetrics quality score of a single table (SDMetrics ``QualityReport``).
+def quality_score(
+    original: pd.DataFrame,
+    synthetic: pd.DataFrame,
+    *,
+    correlation_threshold: float = 0.5,
+    association_threshold: float = 0.3,
+) -> dict:
+    """The SDMetrics quality score of a single table (SDMetrics 0.32 ``QualityReport``).
 
     - Column Shapes: the mean over columns of KSComplement = 1 − KS statistic (numeric, NaN
       left out) or TVComplement = 1 − ½ Σ |p − q| (categorical, NaN a category).
-    - Column Pair Trends: the mean over pairs of CorrelationSimilarity = 1 − |r_o − r_s| / 2
-      (Pearson, two numeric columns, rows with NaN left out) or ContingencySimilarity =
+    - Column Pair Trends: the mean over the pairs *associated in the original* of
+      CorrelationSimilarity = 1 − |r_o − r_s| / 2 (Pearson, two numeric columns, rows with NaN
+      left out; counted when |r_o| > ``correlation_threshold``) or ContingencySimilarity =
       1 − ½ Σ |p_ab − q_ab| of the normalised contingency tables (numeric columns cut into 10
-      equal-width bins of the real data, NaN a category).
-    - Score: the mean of the two properties.
+      equal-width bins of the real data, NaN a category; counted when the original's Cramér's
+      V > ``association_threshold``). SDMetrics' defaults are 0.5 and 0.3; 0 and 0 count
+      every pair (SDMetrics before 0.2x).
+    - Score: the mean of the two properties (Column Shapes alone when no pair is associated).
 
-    Written from SDMetrics' documentation so that scores are comparable without the package;
-    ``benchmarks/synth`` checks it against SDMetrics where that installs.
+    Written from SDMetrics' documentation and source so that scores are comparable without the
+    package (it detects column types and ids from SDV metadata, which this does not: every
+    column is scored); ``benchmarks/synth`` checks it against the package.
     """
     shapes = {}
     for column in original.columns:
@@ -448,13 +458,15 @@ def quality_score(original: pd.DataFrame, synthetic: pd.DataFrame) -> dict:
         else:
             a, b = o.dropna().to_numpy(float), s.dropna().to_numpy(float)
             shapes[column] = 1 - _ks(a, b) if len(a) and len(b) else 0.0
-    pairs = {}
+    pairs, counted = {}, []
     for a, b in itertools.combinations(original.columns, 2):
         oa, ob, sa, sb = original[a], original[b], synthetic[a], synthetic[b]
+        name = f"{a} × {b}"
         if not is_categorical(oa) and not is_categorical(ob):
             r_o = _pearson(oa, ob)
-            r_s = _pearson(sa, sb)
-            pairs[f"{a} × {b}"] = 1 - abs(r_o - r_s) / 2
+            pairs[name] = 1 - abs(r_o - _pearson(sa, sb)) / 2
+            if abs(r_o) > correlation_threshold or correlation_threshold <= 0:
+                counted.append(name)
             continue
         if not is_categorical(oa):
             oa, sa = _bins(oa, sa)
@@ -463,16 +475,27 @@ def quality_score(original: pd.DataFrame, synthetic: pd.DataFrame) -> dict:
         joint_o = oa.astype(str).str.cat(ob.astype(str).to_numpy(), sep="\x00")
         joint_s = sa.astype(str).str.cat(sb.astype(str).to_numpy(), sep="\x00")
         p, q = _shares(joint_o.reset_index(drop=True), joint_s.reset_index(drop=True))
-        pairs[f"{a} × {b}"] = 1 - 0.5 * float(np.abs(p - q).sum())
+        pairs[name] = 1 - 0.5 * float(np.abs(p - q).sum())
+        if association_threshold <= 0 or _cramers_v(oa, ob) > association_threshold:
+            counted.append(name)
     shape = float(np.mean(list(shapes.values())))
-    trend = float(np.mean(list(pairs.values()))) if pairs else shape
+    trend = float(np.mean([pairs[n] for n in counted])) if counted else None
     return {
-        "score": (shape + trend) / 2,
+        "score": shape if trend is None else (shape + trend) / 2,
         "column_shapes": shape,
         "column_pair_trends": trend,
         "columns": shapes,
         "pairs": pairs,
+        "pairs_counted": counted,
     }
+
+
+def _cramers_v(a: pd.Series, b: pd.Series) -> float:
+    """Cramér's V of two columns (NaN a category; 0 for a table with one row or column)."""
+    table = pd.crosstab(a.astype(str).to_numpy(), b.astype(str).to_numpy())
+    if min(table.shape) < 2:
+        return 0.0
+    return float(stats.contingency.association(table.to_numpy(), method="cramer"))
 
 
 def _pearson(a: pd.Series, b: pd.Series) -> float:

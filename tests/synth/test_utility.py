@@ -132,3 +132,29 @@ def test_marginal_distances_and_quality_score():
     assert r["pairs"]["x × y"] == pytest.approx(
         1 - abs(np.corrcoef(frame.x, frame.y)[0, 1] + 1) / 2
     )
+
+
+def test_quality_score_counts_only_associated_pairs_as_sdmetrics():
+    """SDMetrics 0.32: pair trends average the pairs with |r| > 0.5 (numeric) or Cramér's
+    V > 0.3 (otherwise) in the original; thresholds 0 count every pair."""
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=2000)
+    frame = pd.DataFrame({
+        "x": x,
+        "y": x + rng.normal(scale=0.3, size=2000),  # r ≈ 0.96
+        "z": rng.normal(size=2000),  # independent of everything
+        "g": np.where(x > 0, "pos", "neg"),  # V of g × binned x is 1
+        "h": rng.choice(["a", "b"], 2000),  # independent
+    })  # fmt: skip
+    synthetic = frame.sample(frac=1, random_state=1).reset_index(drop=True)
+    synthetic["y"] = rng.normal(size=2000)  # breaks every pair with y
+    r = quality_score(frame, synthetic)
+    assert sorted(r["pairs_counted"]) == ["x × g", "x × y", "y × g"]
+    assert r["column_pair_trends"] == pytest.approx(
+        np.mean([r["pairs"][n] for n in ("x × y", "x × g", "y × g")])
+    )
+    every = quality_score(frame, synthetic, correlation_threshold=0, association_threshold=0)
+    assert len(every["pairs_counted"]) == 10
+    assert every["column_pair_trends"] == pytest.approx(np.mean(list(every["pairs"].values())))
+    alone = quality_score(frame[["z", "h"]], synthetic[["z", "h"]])
+    assert alone["column_pair_trends"] is None and alone["score"] == alone["column_shapes"]
