@@ -207,3 +207,21 @@ def test_publish_storage_and_parquet_refusals(released, tmp_path):
     second = json.loads((tmp_path / "p" / "manifest.json").read_text())
     assert second["release_id"] > first["release_id"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p", "r.duckdb"]
+
+
+def test_a_synthetic_output_reads_in_duckdb_1_0_from_the_release(fresh_demo_db, tmp_path):
+    """What a BI tool bundling DuckDB 1.x sees of a synthesis job's output: the same rows."""
+    from sqlsdc.synth import synthesize
+
+    python = old_reader()
+    columns = ["region", "sex", "age", "income"]
+    synthesize(fresh_demo_db, user="admin", source="persons", into="persons_syn", method="cart",
+               columns=columns, rows=200, seed=3)  # fmt: skip
+    out = tmp_path / "release.duckdb"
+    report = publish(fresh_demo_db, out, "admin")
+    assert any(t.table == "persons_syn" and t.method == "synthesize" for t in report.tables)
+    old, new = read(python, out), read(sys.executable, out)
+    assert old["version"] == OLDEST_READER.removeprefix("v")
+    assert old["tables"]["persons_syn"] == new["tables"]["persons_syn"]
+    assert len(old["tables"]["persons_syn"]["rows"]) == 200
+    assert [c for c, _t in old["tables"]["persons_syn"]["columns"]] == columns
