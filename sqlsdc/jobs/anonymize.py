@@ -343,7 +343,11 @@ def _check_tables(con, policy, definition: str) -> None:
     try:
         read = engine.tables_read_by(con, definition)
     except Exception:  # the engine's text is not shown
-        raise MicrodataError("the --sql query could not be checked; write one SELECT") from None
+        raise MicrodataError(
+            "the --sql query could not be checked: DuckDB could not list the tables it reads. "
+            "Write one SELECT; DuckDB 2.0 cannot list the tables of a JOIN ... USING (...), so "
+            "write JOIN ... ON a.key = b.key instead"
+        ) from None
     unknown = sorted(read - set(policy.tables) - ctes)
     if unknown:
         raise MicrodataError(f"--sql may read the policy's tables only ({allowed}), not {unknown}")

@@ -98,6 +98,16 @@ def test_sql_reads_the_policy_tables_only(fresh_demo_db, sql):
     assert len(_read(fresh_demo_db, "SELECT * FROM persons")) > 0
 
 
+def test_a_join_using_is_refused_with_the_way_round(fresh_demo_db):
+    """DuckDB 2.0 cannot list the tables of JOIN ... USING; the error says to write ON."""
+    using = "SELECT p.sex, h.tenure FROM persons p JOIN households h USING (household_id)"
+    with pytest.raises(MicrodataError, match=r"JOIN \.\.\. ON a\.key = b\.key"):
+        anonymize(fresh_demo_db, user="admin", into="x", sql=using, steps=["pram:sex:p=0.9"])
+    on = using.replace("USING (household_id)", "ON p.household_id = h.household_id")
+    report = anonymize(fresh_demo_db, user="admin", into="x", sql=on, steps=["pram:sex:p=0.9"])
+    assert report.columns == ["sex", "tenure"]
+
+
 def test_sql_with_a_cte(fresh_demo_db):
     sql = "WITH a AS (SELECT region, sex FROM persons) SELECT * FROM a"
     report = anonymize(fresh_demo_db, user="admin", into="x", sql=sql, steps=["pram:sex:p=0.9"])
