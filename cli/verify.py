@@ -15,23 +15,24 @@ import sqlsdc
 @click.option(
     "--mode",
     type=click.Choice(("interval", "noisy")),
-    default="interval",
-    show_default=True,
-    help="Decile interval (free) or noisy value (costs epsilon).",
+    help="noisy: a DP value, costs epsilon per cell (analysts' only mode); interval: a decile "
+    "interval, free (admins only, their default).",
 )
 @click.option("--epsilon", help="Noisy mode: epsilon charged per cell, e.g. 0.5 or 1/4.")
 @format_option()
-def verify(db: str, user: str, sql: str, mode: str, epsilon: str | None, fmt: str) -> None:
-    """Compare a query on a synthetic output with the same query on the confidential data.
+def verify(db: str, user: str, sql: str, mode: str | None, epsilon: str | None, fmt: str) -> None:
+    """Compare a query on a released synthetic output with the same query on the confidential
+    data.
 
     Prints, per group and estimate, the fidelity of the synthetic confidence interval to the
-    confidential one (McClure and Reiter): a decile interval such as [0.8, 0.9] (1 = the same
-    interval, 0 = no overlap), or with --mode noisy a value with DP noise charged to your
-    budget. Repeating a query gives the same answer and costs nothing.
+    confidential one (McClure and Reiter; 1 = the same interval, 0 = no overlap): for analysts
+    a value with DP noise charged to their budget (--mode noisy --epsilon E), for admins also
+    a decile interval such as [0.8, 0.9] (--mode interval, free). Repeating a query gives the
+    same answer and costs nothing.
 
     \b
-    For a synthetic output protected.syn_persons made from persons:
-      sqlsdc verify DB --user analyst \\
+    For a released synthetic output syn_persons made from persons:
+      sqlsdc verify DB --user analyst --mode noisy --epsilon 0.5 \\
         --sql "SELECT sex, AVG(income) FROM syn_persons GROUP BY sex"
     """
     with sqlsdc.connect(db, user=user) as con:

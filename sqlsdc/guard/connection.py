@@ -294,11 +294,12 @@ class Connection:
             except engine.EngineError as failure:
                 raise _engine_failure(failure, None) from None
 
-    def verify(self, sql: str, *, mode: str = "interval", epsilon=None):
-        """Compare an aggregate or OLS query on a synthetic output with the confidential data
-        (McClure and Reiter's verification server, :mod:`sqlsdc.synth.verify`): a decile
-        interval of the fidelity measure (``interval``), or a noisy one charged ``epsilon``
-        per cell to this user's budget (``noisy``). Audited and cached like any query."""
+    def verify(self, sql: str, *, mode: str | None = None, epsilon=None):
+        """Compare an aggregate or OLS query on a released synthetic output with the
+        confidential data (McClure and Reiter's verification server, :mod:`sqlsdc.synth.verify`):
+        a noisy fidelity measure charged ``epsilon`` per cell to this user's budget (``noisy``,
+        analysts' only mode), or its decile interval (``interval``, admins only, their
+        default). Audited and cached like any query."""
         from sqlsdc.synth.verify import verify
 
         with self._holding() as con:

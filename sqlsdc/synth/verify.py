@@ -7,23 +7,30 @@ m ≥ 2, :mod:`sqlsdc.synth.fidelity`) and on the confidential records the outpu
 (its ``source_sql``, read through the same rewritten query), and releases only a fidelity
 measure of the two confidence intervals ([MR] eq. 1), never a confidential value:
 
-- ``interval`` (default, [MR] §5 "must-have"): the decile interval of FM over the true data and
-  every neighbour in the safety-zone scan (:mod:`sqlsdc.synth.scan`). Deterministic, so free.
-- ``noisy`` ([MR] §4): FM on a grid of 1/1000 plus discrete Laplace noise of scale 1000/ε grid
-  units (FM is in [0, 1]: sensitivity 1 with the synthetic data fixed), clipped to [0, 1]
-  (post-processing). Each released cell costs ε (sequential composition), charged to the
-  analyst's budgets through :func:`sqlsdc.catalog.budget.charge` *before* any confidential
-  record is read; the noise is drawn from the database's keyed PRF, so a repeat is identical.
+- ``interval`` ([MR] §5 "must-have"; admins only, their default): the decile interval of FM
+  over the true data and every neighbour in the safety-zone scan (:mod:`sqlsdc.synth.scan`).
+  Deterministic, so free — and therefore not offered to analysts: the interval covers the
+  neighbours of *one* answer, but an analyst who sends two requests that differ in one person
+  (``cell`` and ``cell AND NOT person``, with the synthetic side moved so that a decile
+  boundary falls between them) tells them apart, and its suppression of cells under the
+  minimum frequency is an exact threshold on a confidential count; the red-team tests of
+  ``tests/security/test_redteam_s25.py`` read an income to the cent both ways.
+- ``noisy`` ([MR] §4; analysts' only mode): FM on a grid of 1/1000 plus discrete Laplace noise of
+  scale 1000/ε grid units (FM is in [0, 1]: sensitivity 1 with the synthetic data fixed), clipped to
+  [0, 1] (post-processing). Each released cell costs ε (sequential composition), charged to the
+  analyst's budgets through :func:`sqlsdc.catalog.budget.charge` *before* any confidential record is
+  read; the noise is drawn from the database's keyed PRF, so a repeat is identical.
 
 Limits against an intruder with an analyst's connection (digest B.5): answers are cached by
-canonical query per user (repeats are identical and free); every new query counts against a
+canonical query per user (repeats are identical and free); analysts verify released outputs only
+(the policy's ``releases:``) and never learn the names of others; every new query counts against a
 per-user, per-output limit (``report.verification.max_queries``, default
 :data:`DEFAULT_MAX_QUERIES`); cells with fewer records than the policy's minimum frequency are
 suppressed (interval mode: on either side; noisy mode: on the synthetic side only, so the DP
 guarantee is not broken by a data-dependent decision); OLS refuses regressors that single out
-records (a leverage above 1/min_frequency) and cells with fewer residual degrees of freedom
-than the minimum frequency. Residual risk [MR] §5: what the synthetic data themselves say is
-not accounted for.
+records (a leverage above 1/min_frequency) and cells with fewer residual degrees of freedom than the
+minimum frequency. Residual risk [MR] §5: what the synthetic data themselves say is not accounted
+for.
 """
 
 from __future__ import annotations
@@ -47,7 +54,7 @@ from sqlsdc.errors import Error, PolicyViolation, ProgrammingError
 from sqlsdc.mechanisms.accountant import PrivacyCost, fraction
 from sqlsdc.mechanisms.prf import KeyedStream
 from sqlsdc.mechanisms.samplers import discrete_laplace
-from sqlsdc.policy.model import DEFAULT_MIN_FREQUENCY
+from sqlsdc.policy.model import DEFAULT_MIN_FREQUENCY, UserRole
 from sqlsdc.synth.fidelity import (
     Z95,
     combine_full,
@@ -132,7 +139,7 @@ def verify(
     policy,
     policy_version: int,
     secret: bytes,
-    mode: str = "interval",
+    mode: str | None = None,
     epsilon=None,
     lock=None,
     timeout: float | None = None,
@@ -142,7 +149,7 @@ def verify(
     Args:
         con: the guarded connection's (writable) engine connection.
         sql: the analyst's query on a synthetic output.
-        mode: ``interval`` (default) or ``noisy``.
+        mode: ``interval`` (admins only; their default) or ``noisy`` (analysts' default).
         epsilon: noisy mode only: ε per released cell (exact: int, Fraction or "0.5").
         lock: serialises budget charges of this process (the guard's database lock).
 
@@ -164,11 +171,21 @@ def verify(
 
 
 def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeout, query_id):
+    admin = _is_admin(policy, user)
+    mode = mode or ("interval" if admin else "noisy")
     if mode not in MODES:
         raise ProgrammingError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    eps = _epsilon(mode, epsilon)
+    if mode == "interval" and not admin:
+        raise PolicyViolation(
+            "interval mode is for admins: its answers are exact functions of the confidential "
+            "data, and two requests that differ in one person can be told apart",
+            "use mode='noisy' with epsilon=... (sqlsdc verify --mode noisy --epsilon 0.5): "
+            "differentially private, charged per released cell to your budget",
+            sql=sql,
+        )
     request = parse_request(sql)
-    output = _output(con, request, sql)
+    output = _output(con, request, sql, policy, admin)
+    eps = _epsilon(mode, epsilon)
     con.execute(VERIFICATIONS_DDL)
     entry = hashlib.sha256(
         "\x00".join([user, output.name, output.version, request.digest, mode, str(eps)]).encode()
@@ -277,32 +294,44 @@ def _epsilon(mode: str, epsilon) -> Fraction | None:
             raise ProgrammingError("epsilon applies to noisy mode only; interval mode is free")
         return None
     if epsilon is None:
-        raise ProgrammingError("noisy mode needs epsilon, e.g. epsilon='0.5' (charged per cell)")
+        raise ProgrammingError(
+            "noisy mode needs epsilon, e.g. epsilon='0.5' (--epsilon 0.5), charged per released "
+            "cell to your budget"
+        )
     value = fraction(epsilon, "epsilon")
     if value <= 0:
         raise ProgrammingError(f"epsilon must be > 0, got {epsilon}")
     return value
 
 
-def _output(con, request: Request, sql: str) -> _Output:
-    """The synthetic output the query reads (``protected.name`` or just ``name``)."""
+def _is_admin(policy, user: str) -> bool:
+    found = policy.user(user)
+    return found is not None and found.role == UserRole.ADMIN
+
+
+def _output(con, request: Request, sql: str, policy, admin: bool) -> _Output:
+    """The synthetic output the query reads (``protected.name`` or just ``name``): for an
+    analyst, one the policy releases (``releases:``); an admin may verify any."""
+    visible = "" if admin else " AND split_part(lower(name), '.', 2) IN (SELECT unnest(?))"
+    released = [] if admin else [list(policy.releases)]
     row = engine.one(
         con,
         f"SELECT name, sql_text, report, CAST(created_at AS VARCHAR) FROM {S}.outputs "
-        "WHERE method = 'synthesize' AND lower(name) = ?",
-        [request.table],
+        f"WHERE method = 'synthesize' AND lower(name) = ?{visible}",
+        [request.table, *released],
     )
     if row is None:
         names = [
             r[0]
             for r in con.execute(
-                f"SELECT name FROM {S}.outputs WHERE method = 'synthesize' ORDER BY name"
+                f"SELECT name FROM {S}.outputs WHERE method = 'synthesize'{visible} ORDER BY name",
+                released,
             ).fetchall()
         ]
         raise PolicyViolation(
-            f"{request.table} is not a synthetic output; verification compares analyses of "
-            "synthetic outputs with the confidential data",
-            f"synthetic outputs: {', '.join(names) or 'none yet (admins run sqlsdc synthesize)'}",
+            f"{request.table} is not a released synthetic output; verification compares "
+            "analyses of released synthetic outputs with the confidential data",
+            f"released synthetic outputs: {', '.join(names) or 'none'}",
             sql=sql,
         )
     report = json.loads(row[2])

@@ -1,5 +1,7 @@
-"""Attacks on the verification server with an analyst's connection: exact values, tiny groups,
-a regression dummy for one person, differencing, repeated noisy queries, query floods."""
+"""Attacks on the verification server: exact values, tiny groups, a regression dummy for one
+person, differencing, repeated noisy queries, query floods. Analysts verify in noisy mode only;
+the interval mode's own protections (suppression, refusals, the neighbour scan) are checked as
+the admin, its only user (tests/security/test_redteam_s25.py shows why analysts may not use it)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ def db(pristine_demo_db, tmp_path_factory):
 
 
 def test_answers_hold_only_fidelity_deciles(db):
-    with sqlsdc.connect(db, user="analyst") as con:
+    with sqlsdc.connect(db, user="admin") as con:
         answer = con.verify("SELECT region, SUM(income), AVG(income) FROM syn_persons "
                             "GROUP BY region")  # fmt: skip
     for cell in answer.cells:
@@ -41,8 +43,9 @@ def test_tiny_groups_are_suppressed(db):
     finally:
         raw.close()
     where = f"WHERE age = {age} AND region = '{region}'"
-    with sqlsdc.connect(db, user="analyst") as con:
+    with sqlsdc.connect(db, user="admin") as con:
         answer = con.verify(f"SELECT sex, AVG(income) FROM syn_persons {where} GROUP BY sex")
+    with sqlsdc.connect(db, user="analyst") as con:
         tiny = con.verify(f"SELECT AVG(income) FROM syn_persons {where}", mode="noisy",
                           epsilon="1/10")  # fmt: skip
     assert answer.cells and all(c["status"] == "suppressed" for c in answer.cells)
@@ -61,7 +64,7 @@ def test_a_regression_dummy_for_one_person_is_refused(db):
     finally:
         raw.close()
     with (
-        sqlsdc.connect(db, user="analyst") as con,
+        sqlsdc.connect(db, user="admin") as con,
         pytest.raises(PolicyViolation, match="singles out"),
     ):
         con.verify(f"SELECT OLS(income, age, age = {age} AND region = '{region}' AND "
@@ -74,7 +77,7 @@ def test_the_interval_covers_every_one_record_difference(db):
     without any one of its records, so the answers of a query and of the query that leaves one
     person out are consistent with each other whatever that person's value."""
     sql = "SELECT AVG(income) FROM syn_persons WHERE region = 'R01' AND age BETWEEN 40 AND 44"
-    with sqlsdc.connect(db, user="analyst") as con:
+    with sqlsdc.connect(db, user="admin") as con:
         (cell,) = con.verify(sql).cells
     raw = open_database(db)
     try:
@@ -106,7 +109,7 @@ def test_repeated_noisy_queries_cannot_be_averaged(db):
 def test_query_floods_hit_the_per_user_limit(pristine_demo_db, tmp_path):
     path = synthetic_db(pristine_demo_db, tmp_path)
     make_synthetic_output(path, "syn_limited", report={"verification": {"max_queries": 3}})
-    with sqlsdc.connect(path, user="analyst") as con:
+    with sqlsdc.connect(path, user="admin") as con:
         for age in (30, 40, 50):
             con.verify(f"SELECT AVG(income) FROM syn_limited WHERE age > {age}")
         with pytest.raises(PolicyViolation, match="its limit"):

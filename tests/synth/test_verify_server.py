@@ -42,7 +42,7 @@ def _on_decile_grid(interval):
 
 
 def test_interval_mode_releases_decile_intervals_per_cell(db):
-    with sqlsdc.connect(db, user="analyst") as con:
+    with sqlsdc.connect(db, user="admin") as con:
         answer = con.verify(QUERY)
     assert answer.mode == "interval" and answer.combining == "naive"
     assert [(c["group"]["sex"], c["estimand"]) for c in answer.cells] == [
@@ -55,7 +55,7 @@ def test_interval_mode_releases_decile_intervals_per_cell(db):
 
 
 def test_fidelity_tells_a_good_synthesis_from_a_bad_one(db):
-    with sqlsdc.connect(db, user="analyst") as con:
+    with sqlsdc.connect(db, user="admin") as con:
         good = con.verify("SELECT AVG(income) FROM syn_persons").cells[0]["fm_interval"]
         bad = con.verify("SELECT AVG(income) FROM syn_bad").cells[0]["fm_interval"]
     assert bad == [0.0, 0.1]  # incomes scaled by 1.5: the intervals do not overlap
@@ -63,14 +63,14 @@ def test_fidelity_tells_a_good_synthesis_from_a_bad_one(db):
 
 
 def test_regression_terms_are_verified(db):
-    with sqlsdc.connect(db, user="analyst") as con:
+    with sqlsdc.connect(db, user="admin") as con:
         answer = con.verify("SELECT OLS(income, age, sex = 'F') FROM syn_persons")
     assert [c["term"] for c in answer.cells] == ["intercept", "age", "sex = 'F'"]
     assert all(_on_decile_grid(c["fm_interval"]) for c in answer.cells)
 
 
 def test_repeats_and_rewordings_come_from_the_cache(fresh):
-    with sqlsdc.connect(fresh, user="analyst") as con:
+    with sqlsdc.connect(fresh, user="admin") as con:
         first = con.verify("SELECT AVG(income) FROM syn_persons WHERE age > 30")
         again = con.verify("select avg(INCOME) as mean from protected.syn_persons where age>30")
     assert again.cached and not first.cached
@@ -113,7 +113,7 @@ def test_noisy_mode_stops_at_the_budget(fresh):
 
 
 def test_mode_and_epsilon_are_checked(db):
-    with sqlsdc.connect(db, user="analyst") as con:
+    with sqlsdc.connect(db, user="admin") as con:
         with pytest.raises(ProgrammingError, match="needs epsilon"):
             con.verify("SELECT AVG(income) FROM syn_persons", mode="noisy")
         with pytest.raises(ProgrammingError, match="noisy mode only"):
@@ -123,7 +123,7 @@ def test_mode_and_epsilon_are_checked(db):
 
 
 def test_copies_are_combined_by_reiters_rules(db):
-    with sqlsdc.connect(db, user="analyst") as con:
+    with sqlsdc.connect(db, user="admin") as con:
         partial = con.verify("SELECT sex, AVG(income) FROM syn_three GROUP BY sex")
         full = con.verify("SELECT sex, AVG(income) FROM syn_full GROUP BY sex")
     assert (partial.copies, partial.combining) == (3, "partial")
@@ -131,12 +131,38 @@ def test_copies_are_combined_by_reiters_rules(db):
     assert all(_on_decile_grid(c["fm_interval"]) for c in partial.cells + full.cells)
 
 
+def test_analysts_verify_in_noisy_mode_only(db):
+    """Interval mode is deterministic in the confidential data (differencing two requests that
+    differ in one person tells them apart: tests/security/test_redteam_s25.py), so analysts
+    get the noisy mode, by default, and an interval request is refused with the way round."""
+    sql = "SELECT AVG(income) FROM syn_persons"
+    with sqlsdc.connect(db, user="analyst") as con:
+        with pytest.raises(PolicyViolation, match="interval mode is for admins") as refused:
+            con.verify(sql, mode="interval")
+        assert "mode='noisy'" in refused.value.hint
+        with pytest.raises(ProgrammingError, match="noisy mode needs epsilon"):
+            con.verify(sql)  # the analyst's default mode is noisy
+        assert con.verify(sql, epsilon="1/4").mode == "noisy"
+    with sqlsdc.connect(db, user="admin") as con:
+        assert con.verify(sql).mode == "interval"  # the admin's default
+
+
+def test_outputs_not_released_are_neither_verified_nor_named(fresh):
+    make_synthetic_output(fresh, "syn_draft", release=False)
+    with sqlsdc.connect(fresh, user="analyst") as con:
+        with pytest.raises(PolicyViolation, match="not a released synthetic output") as refused:
+            con.verify("SELECT AVG(income) FROM syn_draft", epsilon=1)
+        assert "syn_draft" not in refused.value.hint and "syn_persons" in refused.value.hint
+    with sqlsdc.connect(fresh, user="admin") as con:
+        assert con.verify("SELECT AVG(income) FROM syn_draft").mode == "interval"
+
+
 def test_refusals_are_audited(fresh):
     with sqlsdc.connect(fresh, user="analyst") as con:
-        with pytest.raises(PolicyViolation, match="not a synthetic output"):
-            con.verify("SELECT AVG(income) FROM persons")
+        with pytest.raises(PolicyViolation, match="not a released synthetic output"):
+            con.verify("SELECT AVG(income) FROM persons", epsilon=1)
         with pytest.raises(PolicyViolation, match="has no column"):
-            con.verify("SELECT AVG(salary) FROM syn_persons")
+            con.verify("SELECT AVG(salary) FROM syn_persons", epsilon=1)
     raw = open_database(fresh)
     try:
         rows = raw.execute("SELECT decision FROM sqlsdc.audit ORDER BY query_id").fetchall()
@@ -151,12 +177,14 @@ def _cli(*args):
 
 
 def test_cli_verify_json_and_refusal(db):
-    done = _cli(str(db), "--user", "analyst", "--format", "json",
+    done = _cli(str(db), "--user", "analyst", "--format", "json", "--mode", "noisy",
+                "--epsilon", "1/10",
                 "--sql", "SELECT sex, AVG(income) FROM syn_persons GROUP BY sex")  # fmt: skip
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)
     assert answer["output"] == "protected.syn_persons"
     assert [c["group"]["sex"] for c in answer["cells"]] == ["F", "M"]
-    refused = _cli(str(db), "--user", "analyst", "--sql", "SELECT AVG(income) FROM persons")
+    refused = _cli(str(db), "--user", "analyst", "--mode", "interval",
+                   "--sql", "SELECT AVG(income) FROM syn_persons")  # fmt: skip
     assert refused.returncode == 3
-    assert "not a synthetic output" in refused.stderr
+    assert "interval mode is for admins" in refused.stderr

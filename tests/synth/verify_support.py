@@ -13,8 +13,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from sqlsdc.admin import apply
 from sqlsdc.catalog import store
 from sqlsdc.engines.duckdb import open_database
+from sqlsdc.policy import load_policy
 
 SOURCE_SQL = "SELECT region, sex, age, education, income FROM persons"
 
@@ -28,8 +30,10 @@ def make_synthetic_output(
     scale: float = 1.0,
     seed: int = 1,
     report: dict | None = None,
+    release: bool = True,
 ) -> str:
-    """Store the synthetic output ``protected.<name>`` in the database at ``path``."""
+    """Store the synthetic output ``protected.<name>`` in the database at ``path``, listed
+    under the policy's ``releases:`` unless ``release`` is false."""
     con = open_database(path)
     try:
         data = con.execute(SOURCE_SQL).df()
@@ -62,8 +66,12 @@ def make_synthetic_output(
         }
         store.record_output(con, f"protected.{name}", "synthesize", SOURCE_SQL, "admin", version,
                             json.dumps(details))  # fmt: skip
+        document = store.current_policy(con)[1]
     finally:
         con.close()
+    if release:
+        releases = [*(document.get("releases") or []), name]
+        apply(path, load_policy({**document, "releases": releases}, name="releases"), "admin")
     return f"protected.{name}"
 
 
