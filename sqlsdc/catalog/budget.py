@@ -369,7 +369,7 @@ def charge(
     user: str,
     tables: Iterable[str],
     cost: PrivacyCost,
-    query_id: int,
+    query_id: int | None,
     limits: Mapping[BudgetKey, BudgetLimit] | None = None,
     cells: Iterable[CellRecord] = (),
     policy_version: int | None = None,
@@ -381,7 +381,8 @@ def charge(
         user: the analyst.
         tables: the confidential tables the query reads.
         cost: what the query's new cells cost (``ZERO`` if all were cached: nothing happens).
-        query_id: the audit log's id of the query.
+        query_id: the audit log's id of the query; None draws the next one in the charge's
+            transaction (the returned row has it), saving a commit of its own.
         limits: the policy's limits by key (grants in the catalog are added).
         cells: the newly drawn cells (:attr:`NoisyCells.new_cells`), cached for this user.
         policy_version: the policy the cells were drawn under (required with ``cells``).
@@ -426,18 +427,20 @@ def charge(
                 binding = _binding_remaining(cost, lims, used)
                 raise BudgetExhausted(refusal, requested=cost, remaining=binding)
             at = now()
-            (seq,) = one(
+            query = "?" if query_id is not None else f"nextval('{S}.query_ids')"
+            (seq, charged) = one(
                 con,
                 f"INSERT INTO {S}.budget_spend ({', '.join(_SPEND_COLUMNS)}) VALUES "
-                f"(nextval('{S}.budget_seq'), ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
-                [query_id, at, user, list(tables), str(cost.epsilon), str(cost.rho),
-                 str(cost.delta), len(cells), policy_version],
+                f"(nextval('{S}.budget_seq'), {query}, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "RETURNING seq, query_id",
+                [*([query_id] if query_id is not None else []), at, user, list(tables),
+                 str(cost.epsilon), str(cost.rho), str(cost.delta), len(cells), policy_version],
             )  # fmt: skip
             if cells:
-                _insert_cells(con, user, policy_version, query_id, at, cells,
+                _insert_cells(con, user, policy_version, charged, at, cells,
                               skip_cached=attempt > 0)  # fmt: skip
             con.execute("COMMIT")
-            return Charge(seq, query_id, user, tables, cost, len(cells), at)
+            return Charge(seq, charged, user, tables, cost, len(cells), at)
         except BudgetExhausted:
             _rollback(con)
             raise

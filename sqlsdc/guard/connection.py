@@ -127,6 +127,7 @@ class Connection:
         self._idle_release = idle_release
         self._dp_noise = True
         self._deadline = 0.0  # of the statement running (monotonic clock)
+        self._query_id: int | None = None  # of the DP statement running, once drawn
         self.user = user
         self.path = str(path)
         if not Path(path).is_file():
@@ -171,6 +172,7 @@ class Connection:
         self._held_since = time.monotonic()
         self._data_versions: dict[str, str] = {}  # the data may have changed while released
         self._engine_checked: set[str] = set()  # ... and the catalog (_check_engine_reads)
+        self._prf_key: bytes | None = None  # read when a DP query needs it (_secret)
 
     def _load_policy(self, con, version: int, policy: Policy, releases=None) -> None:
         declared = policy.user(self.user)
@@ -219,8 +221,7 @@ class Connection:
             return
         held = self._db is not None and self._last_use - self._held_since > MAX_HOLD_SECONDS
         if held and engine.others_waiting(self.path):
-            self._db.close()  # busy for a while and others wait: let them in
-            self._db = None
+            self._close_engine()  # busy for a while and others wait: let them in
             self._turn_until = time.monotonic() + TURN_SECONDS
             return
         if self._alarm is None:
@@ -241,12 +242,18 @@ class Connection:
             if self._closed or self._db is None:
                 self._alarm = None
             elif idle >= self._idle_release:
-                self._db.close()
-                self._db, self._alarm = None, None
+                self._close_engine()
+                self._alarm = None
             else:
                 self._alarm = watchdog.after(self._idle_release - idle, again)
         finally:
             self._lock.release()
+
+    def _close_engine(self) -> None:
+        """Close the engine connection (the lock held); what was read for this opening only,
+        the PRF key among it, is dropped with it."""
+        self._db.close()
+        self._db, self._prf_key = None, None
 
     @property
     def timeout(self) -> float:
@@ -322,7 +329,7 @@ class Connection:
         with self._holding() as con:
             try:
                 return verify(con, sql, user=self.user, policy=self.policy,
-                              policy_version=self.policy_version, secret=_secret(con), mode=mode,
+                              policy_version=self.policy_version, secret=self._secret(), mode=mode,
                               epsilon=epsilon, lock=_database_lock(Path(self.path)),
                               timeout=self.timeout)  # fmt: skip
             except engine.EngineError as failure:
@@ -401,8 +408,7 @@ class Connection:
             if self._alarm is not None:
                 self._alarm.cancel()
             if self._db is not None:
-                self._db.close()
-                self._db = None
+                self._close_engine()
 
     def __enter__(self) -> Connection:
         return self
@@ -469,20 +475,20 @@ class Connection:
         except Error as refusal:  # refusals, guard bugs and bad parameters are all audited
             self._audit_refusal(None, sql, refusal)
             raise
-        noisy, query_id = None, None  # a DP query's id is drawn before its charge
+        noisy, self._query_id = None, None  # a DP query's charge may draw its id
         if query.dp_stages:
-            query_id = store.next_query_id(con)
             try:
-                noisy = self._release_dp(query, query_id)  # charged (committed) from here on
+                noisy = self._release_dp(query, None)  # charged (committed) from here on
             except engine.EngineError as failure:
-                store.record_query(
-                    con, query_id, self.user, context.policy_version, "failed", sql,
+                query_id = store.record_query(
+                    con, self._query_id, self.user, context.policy_version, "failed", sql,
                     reason=str(failure), fingerprint=query.fingerprint,
                 )  # fmt: skip
                 raise _engine_failure(failure, query_id) from None
             except Error as refusal:
-                self._audit_refusal(query_id, sql, refusal)
+                self._audit_refusal(self._query_id, sql, refusal)
                 raise
+        query_id = self._query_id  # None: the audit entry draws it
         con.execute("BEGIN TRANSACTION")
         try:
             if query.suppressed:
@@ -540,9 +546,12 @@ class Connection:
         self._engine_checked.add(sql)
 
     def _release_dp(
-        self, query: ProtectedQuery, query_id: int, *, run=None, data_version=None
+        self, query: ProtectedQuery, query_id: int | None, *, run=None, data_version=None
     ) -> DpRelease:
         """Noisy cells of the query's DP aggregations, their cost charged to the ledger first.
+        ``query_id`` None: the charge draws it, or the recording of new cells of statistics
+        paid before; the id drawn is left in ``_query_id`` for the audit entry, also when
+        this raises.
 
         Order matters (ISSUE16 must-have 6): the statistics not paid before are charged and
         committed *before* any exact cell is computed, so a query that then fails, is
@@ -577,14 +586,25 @@ class Connection:
                 paid = charge(con, user=self.user, tables=query.tables, cost=cost.cost,
                               query_id=query_id, limits=policy_limits(context.policy),
                               cells=cost.statistics, policy_version=version)  # fmt: skip
-        noisy = release(query.dp_stages, run, secret=_secret(con), policy_version=version,
+            if paid is not None:
+                query_id = self._query_id = paid.query_id
+        noisy = release(query.dp_stages, run, secret=self._secret(), policy_version=version,
                         data_versions=data_versions, cached=cached, noise=self._dp_noise,
                         domains=domains)  # fmt: skip
-        if self._dp_noise:
+        if self._dp_noise and (noisy.cells or paid is not None):
+            if query_id is None:
+                query_id = self._query_id = store.next_query_id(con)
             with lock:
                 record_cells(con, user=self.user, policy_version=version, query_id=query_id,
                              cells=noisy.cells, paid_by=paid)  # fmt: skip
         return noisy
+
+    def _secret(self) -> bytes:
+        """The PRF key, read once per opening of the file (kept in memory only, as the
+        engine's own pages hold it; never logged)."""
+        if self._prf_key is None:
+            self._prf_key = _secret(self._con)
+        return self._prf_key
 
     def _data_version(self, table: str) -> str:
         """A fingerprint of the table's rows, part of every DP cell's identity: the same cell
