@@ -542,11 +542,21 @@ def cached_cells(
     digests = list(dict.fromkeys(digests))
     if not digests or not _has_budget_tables(con):
         return {}
+    entries = [dp_cell_entry(user, policy_version, d) for d in digests]
+    if len(entries) <= _LISTED_ENTRIES:  # a list of constants: a filter, no join over the cache
+        wanted, params = ", ".join("?" * len(entries)), entries
+    else:
+        wanted, params = "SELECT unnest(?::BLOB[])", [entries]
     rows = con.execute(
-        f"SELECT cell_hash, value FROM {S}.dp_cells WHERE entry IN (SELECT unnest(?::BLOB[]))",
-        [[dp_cell_entry(user, policy_version, d) for d in digests]],
+        f"SELECT cell_hash, value FROM {S}.dp_cells WHERE entry IN ({wanted})", params
     ).fetchall()
     return {h: Fraction(v) for h, v in rows}
+
+
+_LISTED_ENTRIES = 256
+"""Up to this many cells, :func:`cached_cells` lists the keys as constants, which DuckDB
+filters the cache with (about 1 ms at 300,000 cached cells, against 3.4 ms for the semi-join
+over an unnested list that larger look-ups use)."""
 
 
 # --- administration --------------------------------------------------------------------------
