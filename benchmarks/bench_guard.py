@@ -8,7 +8,14 @@ For each GROUP BY count query over the demo persons it reports:
   guarded ms   ``con.execute(sql).fetchall()`` end to end (cached check, run, ledger, audit)
   engine/raw and guarded/raw ratios
 
+``--fixed-cost`` measures instead what the guard adds to one repeated CKM query (ISSUE18
+must-have 5: at most 3 ms): in each round, in turn, the original SQL and the protected SQL on
+an unguarded connection and the query on a guarded one (cached check, defence-in-depth table
+check, run, audit entry and ledger rows committed), so that load on the machine falls on all
+three alike; the guard's overhead is the median over rounds of guarded minus protected SQL.
+
 Usage: python benchmarks/bench_guard.py [--persons 1000000] [--repeat 15] [--db PATH]
+       python benchmarks/bench_guard.py --fixed-cost [--persons 100000] [--repeat 31] [--db PATH]
 """
 
 from __future__ import annotations
@@ -58,11 +65,45 @@ def median_ms(action, repeat: int) -> float:
     return statistics.median(times) * 1000
 
 
+FIXED_COST_SQL = "SELECT region, COUNT(*) AS n FROM persons GROUP BY region"
+
+
+def fixed_cost(db: Path, repeat: int) -> None:
+    """Print the medians of the three interleaved timings and of the guard's overhead."""
+    raw = open_database(db)
+    con = sqlsdc.connect(db, user="analyst")
+    protected = con.explain(FIXED_COST_SQL).sql
+    actions = {
+        "raw": lambda: run_sql(raw, FIXED_COST_SQL),
+        "protected": lambda: run_sql(raw, protected),
+        "guarded": lambda: con.execute(FIXED_COST_SQL).fetchall(),
+    }
+    times: dict[str, list[float]] = {name: [] for name in actions}
+    for round_ in range(repeat + 3):  # three warm-up rounds
+        for name, action in actions.items():
+            started = time.perf_counter()
+            action()
+            if round_ >= 3:
+                times[name].append((time.perf_counter() - started) * 1000)
+    overhead = [g - p for g, p in zip(times["guarded"], times["protected"], strict=True)]
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    print(f"{FIXED_COST_SQL}  ({repeat} rounds, medians)")
+    print("| raw ms | protected SQL ms | guarded ms | guard overhead ms | guarded/raw |")
+    print("|---:|---:|---:|---:|---:|")
+    ratio = medians["guarded"] / medians["raw"]
+    print(f"| {medians['raw']:.2f} | {medians['protected']:.2f} | {medians['guarded']:.2f} | "
+          f"{statistics.median(overhead):.2f} | {ratio:.2f} |")  # fmt: skip
+    con.close()
+    raw.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--persons", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--db", type=Path, help="existing demo database (built if missing)")
+    parser.add_argument("--fixed-cost", action="store_true",
+                        help="the guard's overhead on one repeated CKM query")  # fmt: skip
     args = parser.parse_args()
     db = args.db or Path(tempfile.mkdtemp()) / "bench.duckdb"
     if not db.exists():
@@ -72,6 +113,9 @@ def main() -> None:
             f"built demo database with {args.persons:,} persons in "
             f"{time.perf_counter() - started:.1f} s"
         )
+    if args.fixed_cost:
+        fixed_cost(db, args.repeat)
+        return
     raw = open_database(db)
     con = sqlsdc.connect(db, user="analyst")
     print("| query | check ms | raw ms | engine ms | guarded ms | engine/raw | guarded/raw |")

@@ -239,7 +239,7 @@ def next_query_id(con) -> int:
 
 def record_query(
     con,
-    query_id: int,
+    query_id: int | None,
     user: str,
     policy_version: int | None,
     decision: str,
@@ -248,12 +248,21 @@ def record_query(
     reason: str | None = None,
     fingerprint: str | None = None,
     rows: int | None = None,
-) -> None:
-    """Append one entry to the audit log."""
-    con.execute(
-        f"INSERT INTO {S}.audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [query_id, now(), user, policy_version, decision, reason, fingerprint, sql, rows],
+) -> int:
+    """Append one entry to the audit log and return its query id; ``None`` draws the next id
+    in the same statement (one round trip, and no commit of its own inside a transaction)."""
+    values = [now(), user, policy_version, decision, reason, fingerprint, sql, rows]
+    if query_id is not None:
+        con.execute(f"INSERT INTO {S}.audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [query_id, *values])  # fmt: skip
+        return query_id
+    (drawn,) = one(
+        con,
+        f"INSERT INTO {S}.audit VALUES (nextval('{S}.query_ids'), ?, ?, ?, ?, ?, ?, ?, ?) "
+        "RETURNING query_id",
+        values,
     )
+    return drawn
 
 
 @lru_cache(maxsize=512)

@@ -23,6 +23,7 @@ import pyarrow as pa
 from sqlglot import exp
 from sqlglot.dialects.duckdb import DuckDB
 
+from sqlsdc.engines import watchdog
 from sqlsdc.errors import Error, NotFoundError
 
 DIALECT = "duckdb"
@@ -265,10 +266,7 @@ def tables_read_by(con: duckdb.DuckDBPyConnection, sql: str) -> set[str]:
 def run(con: duckdb.DuckDBPyConnection, sql: str, timeout: float | None = None) -> pa.Table:
     """Run a query and return its result as an Arrow table; interrupt it after ``timeout`` s.
     The statement is planned once (``con.sql`` would bind and plan it twice)."""
-    timer = threading.Timer(timeout, con.interrupt) if timeout else None
-    if timer:
-        timer.daemon = True
-        timer.start()
+    timer = watchdog.after(timeout, con.interrupt) if timeout else None
     try:
         result = con.execute(sql)
         types = [str(column[1]) for column in result.description]

@@ -12,7 +12,7 @@ import time
 import weakref
 from contextlib import contextmanager
 from dataclasses import replace
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from statistics import NormalDist
 
@@ -33,6 +33,7 @@ from sqlsdc.catalog.budget import (
 from sqlsdc.catalog.ptables import load_ptables
 from sqlsdc.catalog.setup import unique_columns, unit_index_name
 from sqlsdc.engines import duckdb as engine
+from sqlsdc.engines import watchdog
 from sqlsdc.errors import (
     AccessDenied,
     Error,
@@ -68,6 +69,7 @@ paramstyle = "qmark"
 IDLE_RELEASE_SECONDS = 1.0  # a connection idle this long lets other processes open the file
 MAX_HOLD_SECONDS = 0.5  # a busy connection that others wait for releases it after this hold
 TURN_SECONDS = 0.06  # ... and waits this long before opening it again: other processes' turn
+ENGINE_CHECKED_TEXTS = 1024  # protected SQL texts whose engine reads are known, per opening
 
 _DATABASE_LOCKS: dict[str, threading.Lock] = {}
 _DATABASE_LOCKS_GUARD = threading.Lock()
@@ -115,8 +117,8 @@ class Connection:
         self._db = None  # the engine connection, while this connection holds the file
         self._closed = True
         self._lock = threading.RLock()
-        self._timer: threading.Timer | None = None
-        self._uses = 0
+        self._alarm: watchdog.Alarm | None = None  # the idle release, while one is planned
+        self._last_use = 0.0
         self._turn_until = 0.0
         self._context: GuardContext | None = None
         self._base_policy: Policy | None = None  # the policy in force, before its releases
@@ -125,6 +127,7 @@ class Connection:
         self._idle_release = idle_release
         self._dp_noise = True
         self._deadline = 0.0  # of the statement running (monotonic clock)
+        self._query_id: int | None = None  # of the DP statement running, once drawn
         self.user = user
         self.path = str(path)
         if not Path(path).is_file():
@@ -168,6 +171,8 @@ class Connection:
         self._db = con
         self._held_since = time.monotonic()
         self._data_versions: dict[str, str] = {}  # the data may have changed while released
+        self._engine_checked: set[str] = set()  # ... and the catalog (_check_engine_reads)
+        self._prf_key: bytes | None = None  # read when a DP query needs it (_secret)
 
     def _load_policy(self, con, version: int, policy: Policy, releases=None) -> None:
         declared = policy.user(self.user)
@@ -207,28 +212,48 @@ class Connection:
 
     def _schedule_release(self) -> None:
         """Release the file ``idle_release`` seconds after the last statement, so that other
-        processes and admin commands can open it while this connection is idle."""
-        if self._timer is not None:
-            self._timer.cancel()
-        self._uses += 1
+        processes and admin commands can open it while this connection is idle. Called with
+        the lock held. One watchdog alarm per connection looks at the time of the last
+        statement when it comes due (:meth:`_release_if_idle`), so a statement only notes its
+        time and sets no timer of its own."""
+        self._last_use = time.monotonic()
         if self._idle_release is None or self._closed:
             return
-        held = self._db is not None and time.monotonic() - self._held_since > MAX_HOLD_SECONDS
+        held = self._db is not None and self._last_use - self._held_since > MAX_HOLD_SECONDS
         if held and engine.others_waiting(self.path):
-            self._release(self._uses)  # busy for a while and others wait: let them in
+            self._close_engine()  # busy for a while and others wait: let them in
             self._turn_until = time.monotonic() + TURN_SECONDS
             return
-        self._timer = threading.Timer(self._idle_release, _release_idle,
-                                      args=(weakref.ref(self), self._uses))  # fmt: skip
-        self._timer.daemon = True
-        self._timer.start()
+        if self._alarm is None:
+            self._alarm = watchdog.after(self._idle_release,
+                                         partial(_release_idle, weakref.ref(self)))  # fmt: skip
 
-    def _release(self, use: int) -> None:
-        """Close the engine connection if no statement ran since release ``use`` was planned."""
-        with self._lock:
-            if use == self._uses and self._db is not None:
-                self._db.close()
-                self._db = None
+    def _release_if_idle(self) -> None:
+        """The idle alarm's action, on the watchdog thread: close the engine connection if no
+        statement ran for ``idle_release`` seconds, else look again when that many will have
+        passed. It never waits for the lock (the watchdog also interrupts statements): while
+        a statement holds it, it looks again later."""
+        again = partial(_release_idle, weakref.ref(self))
+        if not self._lock.acquire(blocking=False):
+            self._alarm = watchdog.after(self._idle_release, again)
+            return
+        try:
+            idle = time.monotonic() - self._last_use
+            if self._closed or self._db is None:
+                self._alarm = None
+            elif idle >= self._idle_release:
+                self._close_engine()
+                self._alarm = None
+            else:
+                self._alarm = watchdog.after(self._idle_release - idle, again)
+        finally:
+            self._lock.release()
+
+    def _close_engine(self) -> None:
+        """Close the engine connection (the lock held); what was read for this opening only,
+        the PRF key among it, is dropped with it."""
+        self._db.close()
+        self._db, self._prf_key = None, None
 
     @property
     def timeout(self) -> float:
@@ -305,7 +330,7 @@ class Connection:
         with self._holding() as con:
             try:
                 return verify(con, sql, user=self.user, policy=self.policy,
-                              policy_version=self.policy_version, secret=_secret(con), mode=mode,
+                              policy_version=self.policy_version, secret=self._secret(), mode=mode,
                               epsilon=epsilon, lock=_database_lock(Path(self.path)),
                               timeout=self.timeout)  # fmt: skip
             except engine.EngineError as failure:
@@ -381,11 +406,10 @@ class Connection:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            if self._timer is not None:
-                self._timer.cancel()
+            if self._alarm is not None:
+                self._alarm.cancel()
             if self._db is not None:
-                self._db.close()
-                self._db = None
+                self._close_engine()
 
     def __enter__(self) -> Connection:
         return self
@@ -393,7 +417,8 @@ class Connection:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _audit_refusal(self, query_id: int, sql: str, refusal: Error) -> None:
+    def _audit_refusal(self, query_id: int | None, sql: str, refusal: Error) -> int:
+        """Audit a refused statement under ``query_id`` (None: a new id); returns the id."""
         reason = (
             str(refusal)
             if isinstance(refusal, PolicyViolation)
@@ -401,7 +426,7 @@ class Connection:
         )
         if getattr(refusal, "detail", None):
             reason += f" [{refusal.detail}]"
-        store.record_query(
+        return store.record_query(
             self._con,
             query_id,
             self.user,
@@ -433,49 +458,47 @@ class Connection:
         except engine.EngineError:
             pass  # no transaction was open
         try:
-            query_id = store.next_query_id(self._con)
             reason = f"{type(failure).__name__}: {failure}"
-            store.record_query(self._con, query_id, self.user, self._context.policy_version,
-                               "failed", sql, reason=reason)  # fmt: skip
-            return query_id
+            return store.record_query(self._con, None, self.user, self._context.policy_version,
+                                      "failed", sql, reason=reason)  # fmt: skip
         except engine.EngineError:
             return None
 
-    def _run(self, sql: str, params) -> tuple[pa.Table, ProtectedQuery, int, pd.DataFrame]:
-        """Protect, execute, record; results are returned only after they are recorded."""
+    def _run(self, sql: str, params) -> tuple[pa.Table, ProtectedQuery, int, pa.Table]:
+        """Protect, execute, record; results are returned only after they are recorded: the
+        audit entry (which draws the query id) and the ledger rows commit in one transaction.
+        Returns the values, the checked query, its id and the whole result (with the hidden
+        status and accuracy columns, read when the cursor is asked for them)."""
         self._check_open()
         con, context = self._con, self._context
-        query_id = store.next_query_id(con)
         try:
             query = self._protect(sql, params)
         except Error as refusal:  # refusals, guard bugs and bad parameters are all audited
-            self._audit_refusal(query_id, sql, refusal)
+            self._audit_refusal(None, sql, refusal)
             raise
-        noisy = None
+        noisy, self._query_id = None, None  # a DP query's charge may draw its id
         if query.dp_stages:
             try:
-                noisy = self._release_dp(query, query_id)  # charged (committed) from here on
+                noisy = self._release_dp(query, None)  # charged (committed) from here on
             except engine.EngineError as failure:
-                store.record_query(
-                    con, query_id, self.user, context.policy_version, "failed", sql,
+                query_id = store.record_query(
+                    con, self._query_id, self.user, context.policy_version, "failed", sql,
                     reason=str(failure), fingerprint=query.fingerprint,
                 )  # fmt: skip
                 raise _engine_failure(failure, query_id) from None
             except Error as refusal:
-                self._audit_refusal(query_id, sql, refusal)
+                self._audit_refusal(self._query_id, sql, refusal)
                 raise
+        query_id = self._query_id  # None: the audit entry draws it
         con.execute("BEGIN TRANSACTION")
         try:
             if query.suppressed:
                 ensure_patterns(con, context.policy, context.policy_version, query.suppressed)
-            tables_read = engine.tables_read_by(con, query.sql)
-            check_engine_tables(tables_read, query.tree, context.policy)
+            self._check_engine_reads(query.sql, query)
             result = _run_over(con, query.sql, noisy, self._time_left())
             check_faults(result, query)
             values = values_of(result, query)
-            record_release(con, result, query, query_id, self.user)
-            status = cell_status(result, query)
-            store.record_query(
+            drawn = store.record_query(
                 con,
                 query_id,
                 self.user,
@@ -486,10 +509,11 @@ class Connection:
                 fingerprint=query.fingerprint,
                 rows=values.num_rows,
             )
+            record_release(con, result, query, drawn, self.user)
             con.execute("COMMIT")
         except engine.EngineError as failure:
             con.execute("ROLLBACK")
-            store.record_query(
+            query_id = store.record_query(
                 con,
                 query_id,
                 self.user,
@@ -507,12 +531,28 @@ class Connection:
         except BaseException:
             con.execute("ROLLBACK")
             raise
-        return values, query, query_id, status, dp_accuracy(result, query)
+        return values, query, drawn, result
+
+    def _check_engine_reads(self, sql: str, query: ProtectedQuery) -> None:
+        """Defence in depth: the tables DuckDB says ``sql`` reads are declared in the policy
+        (:func:`~sqlsdc.guard.validate.check_engine_tables`). DuckDB's answer depends on the
+        text and on the catalog (it expands views), so a text that passed is not asked again
+        while the file stays open: no other process can change the catalog meanwhile, and
+        every opening starts afresh (:meth:`_open`)."""
+        if sql in self._engine_checked:
+            return
+        check_engine_tables(engine.tables_read_by(self._con, sql), query.tree, self.policy)
+        if len(self._engine_checked) >= ENGINE_CHECKED_TEXTS:
+            self._engine_checked.clear()
+        self._engine_checked.add(sql)
 
     def _release_dp(
-        self, query: ProtectedQuery, query_id: int, *, run=None, data_version=None
+        self, query: ProtectedQuery, query_id: int | None, *, run=None, data_version=None
     ) -> DpRelease:
         """Noisy cells of the query's DP aggregations, their cost charged to the ledger first.
+        ``query_id`` None: the charge draws it, or the recording of new cells of statistics
+        paid before; the id drawn is left in ``_query_id`` for the audit entry, also when
+        this raises.
 
         Order matters (ISSUE16 must-have 6): the statistics not paid before are charged and
         committed *before* any exact cell is computed, so a query that then fails, is
@@ -523,8 +563,7 @@ class Connection:
         connection's DuckDB; the Spark path passes its engine's (:mod:`sqlsdc.guard.spark`)."""
         con, context = self._con, self._context
         for stage in query.dp_stages:
-            tables = engine.tables_read_by(con, stage.sql)
-            check_engine_tables(tables, query.tree, context.policy)
+            self._check_engine_reads(stage.sql, query)
         version = context.policy_version
 
         if run is None:
@@ -548,14 +587,25 @@ class Connection:
                 paid = charge(con, user=self.user, tables=query.tables, cost=cost.cost,
                               query_id=query_id, limits=policy_limits(context.policy),
                               cells=cost.statistics, policy_version=version)  # fmt: skip
-        noisy = release(query.dp_stages, run, secret=_secret(con), policy_version=version,
+            if paid is not None:
+                query_id = self._query_id = paid.query_id
+        noisy = release(query.dp_stages, run, secret=self._secret(), policy_version=version,
                         data_versions=data_versions, cached=cached, noise=self._dp_noise,
                         domains=domains)  # fmt: skip
-        if self._dp_noise:
+        if self._dp_noise and (noisy.cells or paid is not None):
+            if query_id is None:
+                query_id = self._query_id = store.next_query_id(con)
             with lock:
                 record_cells(con, user=self.user, policy_version=version, query_id=query_id,
                              cells=noisy.cells, paid_by=paid)  # fmt: skip
         return noisy
+
+    def _secret(self) -> bytes:
+        """The PRF key, read once per opening of the file (kept in memory only, as the
+        engine's own pages hold it; never logged)."""
+        if self._prf_key is None:
+            self._prf_key = _secret(self._con)
+        return self._prf_key
 
     def _data_version(self, table: str) -> str:
         """A fingerprint of the table's rows, part of every DP cell's identity: the same cell
@@ -578,11 +628,11 @@ class Cursor:
     def __init__(self, connection: Connection):
         self.connection = connection
         self._result: pa.Table | None = None
-        self._status: pd.DataFrame | None = None
+        self._whole: pa.Table | None = None  # the result with its hidden columns
+        self._status: pd.DataFrame | None = None  # made from it when first asked for
         self._position = 0
         self.query: ProtectedQuery | None = None
         self.query_id: int | None = None
-        self._dp_accuracy: pd.DataFrame | None = None
 
     @property
     def description(self):
@@ -597,9 +647,9 @@ class Cursor:
         return -1 if self._result is None else self._result.num_rows
 
     def execute(self, sql: str, params=None) -> Cursor:
-        result, query, query_id, status, noise = self.connection._execute(sql, params)
-        self._result, self.query, self.query_id, self._status = result, query, query_id, status
-        self._dp_accuracy = noise
+        result, query, query_id, whole = self.connection._execute(sql, params)
+        self._result, self.query, self.query_id, self._whole = result, query, query_id, whole
+        self._status = None
         self._position = 0
         return self
 
@@ -655,6 +705,8 @@ class Cursor:
         for group keys, ``public`` for public values, ``derived`` for values computed from
         protected cells (suppressed when NULL)."""
         self._require_result()
+        if self._status is None:
+            self._status = cell_status(self._whole, self.query)
         return self._status
 
     def cell_accuracy(self, level: float = 0.95) -> pd.DataFrame:
@@ -682,9 +734,9 @@ class Cursor:
         if not 0 < level < 1:
             raise ProgrammingError("level must be between 0 and 1, e.g. 0.95")
         ckm = accuracy(self._require_result(), self.query, level)
-        if self._dp_accuracy is None or self._dp_accuracy.empty:
+        dp = dp_accuracy(self._whole, self.query)
+        if dp is None or dp.empty:
             return ckm
-        dp = self._dp_accuracy.copy()
         if level != 0.95:
             dp["half_width"] = NormalDist().inv_cdf((1 + level) / 2) * dp["sd"]
         dp["variance"] = dp["sd"] ** 2
@@ -704,7 +756,7 @@ class Cursor:
         """PEP 249 no-op."""
 
     def close(self) -> None:
-        self._result = None
+        self._result = self._whole = self._status = None
 
     def __iter__(self):
         return iter(self.fetchall())
@@ -721,12 +773,12 @@ class Cursor:
         return self._result
 
 
-def _release_idle(connection: weakref.ref, use: int) -> None:
-    """The idle timer's action; the timer holds the connection weakly, so that a connection
+def _release_idle(connection: weakref.ref) -> None:
+    """The idle alarm's action; the alarm holds the connection weakly, so that a connection
     the program dropped is closed by the garbage collector as before."""
     alive = connection()
     if alive is not None:
-        alive._release(use)
+        alive._release_if_idle()
 
 
 _NOISE_OFF = "dp noise off (admin semantics mode): exact bounded values, not charged"

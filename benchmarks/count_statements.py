@@ -1,0 +1,83 @@
+"""Engine round trips and commits per guarded query: a measure of the fixed cost that load
+on a shared machine does not blur (timings there vary 2-4x from one minute to the next).
+
+Every engine connection the guard opens is wrapped in a counter of statements (``execute``,
+``register``, ``unregister``, ``get_table_names``), of COMMITs and of autocommitted
+``nextval`` calls (each a commit of its own). Counted per query over 10 queries, after a
+warm-up query on the same connection and with every query's check cached:
+
+  ckm repeated          the CKM count by region of ``bench_guard.py --fixed-cost``
+  dp cached             an 8-cell DP count by region, repeated (cells from the cache)
+  dp new cells, open    8-cell DP counts with a new filter each (charged, drawn, cached)
+
+Usage: python benchmarks/count_statements.py CKM_DEMO_DB DP_HARNESS_DB
+(a ``sqlsdc demo`` database, and the ``harness.duckdb`` that ``bench_dp_noise.py`` builds in
+its ``--workdir``; both are copied first).
+"""
+
+from __future__ import annotations
+
+import collections
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import sqlsdc
+from sqlsdc.engines import duckdb as engine
+
+COUNTS: collections.Counter = collections.Counter()
+COUNTED = ("register", "unregister", "get_table_names")
+
+
+class CountingConnection:
+    """A DuckDB connection that counts what is sent to the engine."""
+
+    def __init__(self, con):
+        self._con = con
+
+    def execute(self, sql, *args, **kwargs):
+        COUNTS["statements"] += 1
+        head = sql.split(None, 1)[0].upper()
+        COUNTS["commits"] += head == "COMMIT"
+        COUNTS["autocommitted nextval"] += head == "SELECT" and "nextval(" in sql
+        return self._con.execute(sql, *args, **kwargs)
+
+    def __getattr__(self, name):
+        COUNTS["statements"] += name in COUNTED
+        return getattr(self._con, name)
+
+
+def counted(label: str, source: Path, user: str, statements: list[str], workdir: Path) -> None:
+    path = workdir / f"{label.replace(' ', '_')}.duckdb"
+    shutil.copy(source, path)
+    with sqlsdc.connect(path, user) as con:
+        con.execute(statements[0]).fetchall()
+        for sql in statements[1:]:
+            con.explain(sql)
+        COUNTS.clear()
+        for sql in statements[1:]:
+            con.execute(sql).fetchall()
+    n = len(statements) - 1
+    kinds = ("statements", "commits", "autocommitted nextval")
+    print(f"| {label} | " + " | ".join(f"{COUNTS[k] / n:.1f}" for k in kinds) + " |")
+
+
+def main() -> None:
+    ckm_db, dp_db = (Path(a) for a in sys.argv[1:3])
+    opened = engine.open_database
+    engine.open_database = lambda *a, **k: CountingConnection(opened(*a, **k))
+    ckm = "SELECT region, COUNT(*) AS n FROM persons GROUP BY region"
+    small = "SELECT region, COUNT(*) FROM persons GROUP BY region"
+    new = [f"SELECT region, COUNT(*) FROM persons WHERE age2 <> 'none {i}' GROUP BY region"
+           for i in range(10)]  # fmt: skip
+    print("| query | statements | commits | autocommitted nextval |")
+    print("|---|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as workdir:
+        counted("ckm repeated", ckm_db, "analyst", [ckm] * 11, Path(workdir))
+        counted("dp cached", dp_db, "u0", [small] * 11, Path(workdir))
+        counted("dp new cells, open", dp_db, "u1", [small, *new], Path(workdir))
+
+
+if __name__ == "__main__":
+    main()
