@@ -27,20 +27,30 @@ from sqlsdc.errors import MicrodataError, PolicyViolation
 __all__ = ["corrected_counts", "pram_matrices"]
 
 
-def pram_matrices(report: dict) -> dict[str, tuple[list[str], np.ndarray]]:
+def pram_matrices(report: dict) -> dict[str, tuple[list[str], np.ndarray] | None]:
     """``{column: (categories, P)}`` of the PRAM steps of an anonymisation report whose column
-    no later step changed."""
-    found: dict[str, tuple[list[str], np.ndarray]] = {}
+    no later step changed; ``None`` for a column PRAMmed with an *invariant* matrix, which is
+    built from the source's confidential frequencies (Tᵀ·R = Tᵀ): an estimate weighted by it
+    would give them away exactly (its inverse read back row by row, T its left eigenvector),
+    so it is never used."""
+    found: dict[str, tuple[list[str], np.ndarray] | None] = {}
     for entry in report.get("steps", []):
         text = entry.get("step", "")
         method, _, rest = text.partition(":")
-        columns = rest.partition(":")[0].split(",")
+        columns, _, params = rest.partition(":")
+        columns = columns.split(",")
         for column in columns:
             found.pop(column, None)  # a later step changed it: no estimate
         if method == "pram":
+            invariant = any(
+                name.strip() == "invariant" and value.strip() not in ("", "0")
+                for name, _, value in (item.partition("=") for item in params.split(","))
+            )
             for column in columns:
                 details = entry[column]
-                found[column] = (details["categories"], np.asarray(details["matrix"], float))
+                found[column] = None if invariant else (
+                    details["categories"], np.asarray(details["matrix"], float)
+                )  # fmt: skip
     return found
 
 
@@ -74,6 +84,13 @@ def corrected_counts(sql: str, table: str, matrices: dict) -> str:
     if len(prammed) != 1:
         raise PolicyViolation(
             f"group by exactly one PRAMmed column (here {sorted(matrices)}), not {prammed}", form
+        )
+    if matrices[prammed[0]] is None:
+        raise PolicyViolation(
+            f"{prammed[0]} was PRAMmed with an invariant matrix, which is built from the "
+            "source's confidential frequencies and is therefore never used for estimates",
+            "over the whole file the observed counts are already unbiased (that is what "
+            "invariant means): count them with an ordinary query",
         )
     where = tree.args.get("where")
     if where is not None and any(c.name in matrices for c in where.find_all(exp.Column)):

@@ -81,3 +81,24 @@ def test_a_later_step_on_the_column_voids_the_estimate():
     assert pram_matrices(report) == {}
     with pytest.raises(PolicyViolation, match="one PRAMmed"):
         corrected_counts("SELECT a, COUNT(*) FROM t GROUP BY a", "t", pram_matrices(report))
+
+
+def test_an_invariant_matrix_is_never_used(fresh_demo_db):
+    """Invariant PRAM's matrix is built from the source's confidential frequencies; weighting
+    estimates by it would give them away (red team s25), so such a column gets no estimate."""
+    steps = ["pram:occupation:p=0.8,invariant=1", "pram:education:p=0.8"]
+    report = anonymize(fresh_demo_db, user="admin", source="persons", into="seniors_syn",
+                       steps=steps, seed=3)  # fmt: skip
+    matrices = pram_matrices(report.to_dict())
+    assert matrices["occupation"] is None and matrices["education"] is not None
+    with sqlsdc.connect(fresh_demo_db, user="analyst") as con:
+        with pytest.raises(PolicyViolation, match="invariant matrix") as refused:
+            con.pram_counts(COUNTS)
+        assert "ordinary query" in refused.value.hint
+        education = "SELECT education, COUNT(*) AS n FROM seniors_syn GROUP BY education"
+        assert len(con.pram_counts(education).fetchall()) > 0
+        with pytest.raises(PolicyViolation, match="may not read a PRAMmed column"):
+            con.pram_counts(
+                "SELECT education, COUNT(*) AS n FROM seniors_syn WHERE occupation = 'clerks' "
+                "GROUP BY education"
+            )
