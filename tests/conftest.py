@@ -16,6 +16,19 @@ DEMO_PERSONS = 20_000
 DEMO_SEED = 7
 
 
+def pytest_collection_modifyitems(items):
+    """Files of only ``slow`` tests first, then files with some (a stable sort: the same order in
+    every xdist worker).
+
+    With ``--dist loadfile`` a worker runs whole files in collection order; a long file started
+    last keeps one worker busy while the other idles, so the long ones are handed out first.
+    """
+    slow, other = set(), set()
+    for item in items:
+        (slow if item.get_closest_marker("slow") else other).add(item.path)
+    items.sort(key=lambda item: (item.path not in slow, item.path in other))
+
+
 def threshold_policy():
     """The demo policy with threshold protection everywhere (the guard's baseline tests)."""
     document = demo_policy().document_dict()
