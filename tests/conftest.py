@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,22 @@ def released(suppress_template, tmp_path_factory):
     report = publish(db, out, "admin", queries={"persons_by_region": query}, analyst="analyst",
                      parquet=folder / "parquet")  # fmt: skip
     return db, out, report
+
+
+@pytest.fixture(scope="session")
+def sqlsdc_in_process():
+    """``sqlsdc ARGS`` run in this process by click's runner, as a ``CompletedProcess``.
+
+    For CLI calls whose assertions do not need a process of their own (a process start and the
+    imports cost about a second): each command keeps real-subprocess tests too. Exceptions are not
+    caught, so a traceback that would reach a user fails the test.
+    """
+    from click.testing import CliRunner
+    from sqlsdc.cli.main import cli
+
+    def run(*args, input=None):
+        argv = [str(a) for a in args]
+        result = CliRunner().invoke(cli, argv, input=input, catch_exceptions=False)
+        return subprocess.CompletedProcess(argv, result.exit_code, result.stdout, result.stderr)
+
+    return run
