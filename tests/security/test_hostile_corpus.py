@@ -1028,6 +1028,16 @@ CORPUS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def analyst(demo_db):
+    """One guarded connection for the whole corpus (opening one per statement was most of the
+    module's time). Every statement is refused before it runs, so none changes what the next one
+    sees; one that ran would fail its own test."""
+    con = sqlsdc.connect(demo_db, user="analyst")
+    yield con
+    con.close()
+
+
 def test_corpus_is_large_and_distinct():
     statements = [p.values[0] for p in CORPUS]
     assert len(statements) >= 130
