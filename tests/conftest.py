@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -17,17 +18,24 @@ DEMO_PERSONS = 20_000
 DEMO_SEED = 7
 
 
-def pytest_collection_modifyitems(items):
-    """Files of only ``slow`` tests first, then files with some (a stable sort: the same order in
-    every xdist worker).
+def pytest_configure(config):
+    """Keep the order below under xdist: ``--dist loadfile`` would otherwise re-sort the files by
+    their number of tests, and the long README replay (two tests) would start last."""
+    if getattr(config.option, "loadscopereorder", False):
+        config.option.loadscopereorder = False
 
-    With ``--dist loadfile`` a worker runs whole files in collection order; a long file started
-    last keeps one worker busy while the other idles, so the long ones are handed out first.
+
+def pytest_collection_modifyitems(items):
+    """Files of only ``slow`` tests first, then files with some, then the others by their number
+    of tests (a stable sort: the same order in every xdist worker).
+
+    With ``--dist loadfile`` a worker runs whole files in this order; a long file started last
+    keeps one worker busy while the other idles, so the long ones are handed out first.
     """
-    slow, other = set(), set()
+    slow, other, count = set(), set(), Counter(item.path for item in items)
     for item in items:
         (slow if item.get_closest_marker("slow") else other).add(item.path)
-    items.sort(key=lambda item: (item.path not in slow, item.path in other))
+    items.sort(key=lambda item: (item.path not in slow, item.path in other, -count[item.path]))
 
 
 def threshold_policy():
@@ -119,6 +127,16 @@ def fresh_demo_db(pristine_demo_db, tmp_path) -> Path:
 @pytest.fixture
 def analyst(demo_db):
     """A guarded connection to the shared demo database as user ``analyst``."""
+    con = sqlsdc.connect(demo_db, user="analyst")
+    yield con
+    con.close()
+
+
+@pytest.fixture(scope="module")
+def module_analyst(demo_db):
+    """One guarded connection as ``analyst`` for a whole module: for modules of statements that
+    are refused before they run or only read, so that none changes what the next one sees.
+    Opening and closing a connection per test was most of such a module's time."""
     con = sqlsdc.connect(demo_db, user="analyst")
     yield con
     con.close()

@@ -1028,14 +1028,10 @@ CORPUS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def analyst(demo_db):
-    """One guarded connection for the whole corpus (opening one per statement was most of the
-    module's time). Every statement is refused before it runs, so none changes what the next one
-    sees; one that ran would fail its own test."""
-    con = sqlsdc.connect(demo_db, user="analyst")
-    yield con
-    con.close()
+@pytest.fixture
+def analyst(module_analyst):
+    """The corpus shares one connection: every statement is refused before it runs."""
+    return module_analyst
 
 
 def test_corpus_is_large_and_distinct():
