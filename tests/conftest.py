@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,26 @@ from sqlsdc.policy import load_policy
 
 DEMO_PERSONS = 20_000
 DEMO_SEED = 7
+
+
+def pytest_configure(config):
+    """Keep the order below under xdist: ``--dist loadfile`` would otherwise re-sort the files by
+    their number of tests, and the long README replay (two tests) would start last."""
+    if getattr(config.option, "loadscopereorder", False):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(items):
+    """Files of only ``slow`` tests first, then files with some, then the others by their number
+    of tests (a stable sort: the same order in every xdist worker).
+
+    With ``--dist loadfile`` a worker runs whole files in this order; a long file started last
+    keeps one worker busy while the other idles, so the long ones are handed out first.
+    """
+    slow, other, count = set(), set(), Counter(item.path for item in items)
+    for item in items:
+        (slow if item.get_closest_marker("slow") else other).add(item.path)
+    items.sort(key=lambda item: (item.path not in slow, item.path in other, -count[item.path]))
 
 
 def threshold_policy():
@@ -110,6 +132,16 @@ def analyst(demo_db):
     con.close()
 
 
+@pytest.fixture(scope="module")
+def module_analyst(demo_db):
+    """One guarded connection as ``analyst`` for a whole module: for modules of statements that
+    are refused before they run or only read, so that none changes what the next one sees.
+    Opening and closing a connection per test was most of such a module's time."""
+    con = sqlsdc.connect(demo_db, user="analyst")
+    yield con
+    con.close()
+
+
 @pytest.fixture
 def session_catalog(analyst):
     """The server's catalog of an analyst's session (sqlsdc.server.catalog)."""
@@ -167,3 +199,22 @@ def released(suppress_template, tmp_path_factory):
     report = publish(db, out, "admin", queries={"persons_by_region": query}, analyst="analyst",
                      parquet=folder / "parquet")  # fmt: skip
     return db, out, report
+
+
+@pytest.fixture(scope="session")
+def sqlsdc_in_process():
+    """``sqlsdc ARGS`` run in this process by click's runner, as a ``CompletedProcess``.
+
+    For CLI calls whose assertions do not need a process of their own (a process start and the
+    imports cost about a second): each command keeps real-subprocess tests too. Exceptions are not
+    caught, so a traceback that would reach a user fails the test.
+    """
+    from click.testing import CliRunner
+    from sqlsdc.cli.main import cli
+
+    def run(*args, input=None):
+        argv = [str(a) for a in args]
+        result = CliRunner().invoke(cli, argv, input=input, catch_exceptions=False)
+        return subprocess.CompletedProcess(argv, result.exit_code, result.stdout, result.stderr)
+
+    return run

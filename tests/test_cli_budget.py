@@ -97,7 +97,7 @@ def test_grant_show_and_reset_in_subprocesses(db):
     assert row.split() == ["alice", "*", "1.5", "0", "1.5", "-", "0", "-", "-", "0", "-"]
 
 
-def test_delta_grants_in_subprocesses(db):
+def test_delta_grants_in_subprocesses(db, sqlsdc_in_process):
     granted = sqlsdc_cli(db, "grant", "--user", "alice", "--epsilon", "1", "--delta", "1e-6",
                          "--reason", "private groups", "--admin", "root")  # fmt: skip
     assert granted.returncode == 0, granted.stderr
@@ -110,14 +110,14 @@ def test_delta_grants_in_subprocesses(db):
         budget.charge(con, user="alice", tables=["persons"], cost=spent, query_id=1, limits=None)
     finally:
         con.close()
-    shown = sqlsdc_cli(db, "--user", "alice", "--format", "json")
+    shown = sqlsdc_in_process("budget", db, "--user", "alice", "--format", "json")
     assert shown.returncode == 0, shown.stderr
     (row,) = json.loads(shown.stdout)
     assert (row["delta_limit"], row["delta_spent"], row["delta_remaining"]) == (
         "0.000001", "0.00000025", "0.00000075")  # fmt: skip
-    history = json.loads(sqlsdc_cli(db, "--history", "--format", "json").stdout)
+    history = json.loads(run(db, "--history", "--format", "json").output)
     assert [(h["epsilon"], h["rho"], h["delta"]) for h in history] == [("1", None, "1/1000000")]
-    ledger = json.loads(sqlsdc_cli(db, "--ledger", "--format", "json").stdout)
+    ledger = json.loads(run(db, "--ledger", "--format", "json").output)
     assert [(r["epsilon"], r["delta"]) for r in ledger] == [("1/2", "1/4000000")]
 
 
@@ -227,15 +227,14 @@ def test_set_gives_a_user_an_allowance_of_their_own_under_a_shared_budget(db):
         "set the limit of user 'alice' on all tables to epsilon 5 (event 3)",
         "  epsilon: limit none -> 5; remaining none -> 3.8",
     ]
-    lower = sqlsdc_cli(db, "set", "--for", "alice", "--epsilon", "2", "--rho", "1/4",
-                       "--reason", "smaller", "--as", "root")  # fmt: skip
-    assert lower.returncode == 0, lower.stderr
-    assert "  epsilon: limit 5 -> 2; remaining 3.8 -> 0.8" in lower.stdout
-    assert "  rho: limit none -> 0.25; remaining none -> 0.25" in lower.stdout
-    more = sqlsdc_cli(db, "grant", "--for", "alice", "--epsilon", "1", "--reason", "more",
-                      "--as", "root")  # fmt: skip
-    assert "  epsilon: limit 2 -> 3; remaining 0.8 -> 1.8" in more.stdout  # grants add to it
-    history = json.loads(sqlsdc_cli(db, "--history", "--format", "json").stdout)
+    lower = run(db, "set", "--for", "alice", "--epsilon", "2", "--rho", "1/4",
+                "--reason", "smaller", "--as", "root")  # fmt: skip
+    assert "  epsilon: limit 5 -> 2; remaining 3.8 -> 0.8" in lower.output
+    assert "  rho: limit none -> 0.25; remaining none -> 0.25" in lower.output
+    more = run(db, "grant", "--for", "alice", "--epsilon", "1", "--reason", "more",
+               "--as", "root")  # fmt: skip
+    assert "  epsilon: limit 2 -> 3; remaining 0.8 -> 1.8" in more.output  # grants add to it
+    history = json.loads(run(db, "--history", "--format", "json").output)
     events = [(h["action"], h["user_name"], h["epsilon"], h["rho"], h["reason"]) for h in history]
     assert events == [
         ("grant", "*", "50", None, "all"),
@@ -265,20 +264,15 @@ def test_set_upgrades_a_catalog_made_before_it(db):
     con.execute("INSERT INTO sqlsdc.budget_events BY NAME SELECT * FROM old_events")
     con.execute("DROP TABLE old_events")
     con.close()
-    done = sqlsdc_cli(db, "set", "--for", "alice", "--epsilon", "1/2", "--reason", "cap",
-                      "--as", "root")  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert "  epsilon: limit 1 -> 0.5; remaining 1 -> 0.5" in done.stdout
+    done = run(db, "set", "--for", "alice", "--epsilon", "1/2", "--reason", "cap", "--as", "root")
+    assert "  epsilon: limit 1 -> 0.5; remaining 1 -> 0.5" in done.output
     history = json.loads(run(db, "--history", "--format", "json").output)
     assert [(h["action"], h["reason"]) for h in history] == [("grant", "old"), ("set", "cap")]
 
 
-def test_admin_commands_take_the_acting_admin_as_as_in_budget(db, tmp_path):
-    for spelling in ("--as", "--admin", "--user", "-u"):
-        done = subprocess.run(
-            [sys.executable, "-m", "sqlsdc.cli", "audit", str(db), spelling, "root"],
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+def test_admin_commands_take_the_acting_admin_as_as_in_budget(db, tmp_path, sqlsdc_in_process):
+    for spelling in ("--as", "--admin", "--user", "-u"):  # the denial below is a real process
+        done = sqlsdc_in_process("audit", db, spelling, "root")
         assert done.returncode == 0, (spelling, done.stderr)
     denied = subprocess.run(
         [sys.executable, "-m", "sqlsdc.cli", "audit", str(db), "--as", "alice"],

@@ -163,29 +163,26 @@ def test_publish_refuses_an_existing_file_and_leaves_no_partial(db, tmp_path):
     assert sorted(p.name for p in folder.iterdir()) == ["release.duckdb"]
 
 
-def test_every_json_output_is_strict_json(db, tmp_path):
+def test_every_json_output_is_strict_json(db, sqlsdc_in_process):
+    """The first command in a real process; the others in this one (the same stdout)."""
     q = ("--user", "analyst", "--format", "json")
     empty_avg = "SELECT region, AVG(income) AS a, COUNT(*) AS n FROM persons GROUP BY region"
-    outputs = [
-        run("query", db, *q, empty_avg),
-        run("query", db, *q, "--status", empty_avg),
-        run("explain", db, *q, empty_avg),
-        run("policy", "show", db, "--format", "json"),
-        run("policy", "show", db, "--format", "json", "--history"),
-        run("audit", db, "--format", "json"),
-        run("ptable", "--D", 2, "--V", 1, "--format", "json"),
-        run("ptable", "--D", 2, "--V", 1, "--format", "json", "--check"),
-        run("budget", db, "--format", "json"),
-        run(
-            "risk",
-            db,
-            "SELECT region, COUNT(*) AS n FROM persons GROUP BY region",
-            "--count",
-            "n",
-            "--format",
-            "json",
-        ),  # fmt: skip
-    ]
+    outputs = [run("query", db, *q, empty_avg)]
+    outputs += [
+        sqlsdc_in_process(*args)
+        for args in [
+            ("query", db, *q, "--status", empty_avg),
+            ("explain", db, *q, empty_avg),
+            ("policy", "show", db, "--format", "json"),
+            ("policy", "show", db, "--format", "json", "--history"),
+            ("audit", db, "--format", "json"),
+            ("ptable", "--D", 2, "--V", 1, "--format", "json"),
+            ("ptable", "--D", 2, "--V", 1, "--format", "json", "--check"),
+            ("budget", db, "--format", "json"),
+            ("risk", db, "SELECT region, COUNT(*) AS n FROM persons GROUP BY region",
+             "--count", "n", "--format", "json"),
+        ]
+    ]  # fmt: skip
     for result in outputs:
         assert result.returncode == 0, (result.args, result.stderr)
         strict_json(result.stdout)

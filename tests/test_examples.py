@@ -66,7 +66,9 @@ def demo_copy(ckm_db, tmp_path) -> Path:
 
 
 @pytest.mark.parametrize("name", ["demo.yaml", "suppress.yaml"])
-def test_demo_examples_apply_and_answer(demo_copy, name):
+def test_demo_examples_apply_and_answer(demo_copy, name, sqlsdc_in_process):
+    """Applied by a real process; the queries run in this one (each command has its own
+    real-process tests)."""
     applied = sqlsdc_cli("policy", "apply", demo_copy, EXAMPLES / name, "--user", "admin")
     assert applied.returncode == 0, applied.stderr
     assert "policy version 2 applied" in applied.stdout
@@ -75,10 +77,10 @@ def test_demo_examples_apply_and_answer(demo_copy, name):
         "SELECT scheme, COUNT(*) AS n FROM benefits GROUP BY scheme",
         "SELECT sex, COUNT(*) AS n, AVG(income) AS m FROM persons GROUP BY sex",
     ):
-        done = sqlsdc_cli("query", demo_copy, "--user", "analyst", "--format", "csv", sql)
+        done = sqlsdc_in_process("query", demo_copy, "--user", "analyst", "--format", "csv", sql)
         assert done.returncode == 0, (sql, done.stderr)
         assert len(done.stdout.splitlines()) >= 3
-    budget = sqlsdc_cli("budget", demo_copy, "--format", "json")
+    budget = sqlsdc_in_process("budget", demo_copy, "--format", "json")
     assert budget.returncode == 0, budget.stderr
     assert '"table": "benefits"' in budget.stdout
 

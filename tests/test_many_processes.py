@@ -20,6 +20,7 @@ def test_four_processes_admin_commands_and_a_kill_lose_nothing():
         [sys.executable, str(SCRIPT), "--processes", "4", "--queries", "10", "--pause", "0.3"],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
+    assert done.stdout, done.stderr[-3000:]  # no summary: the script failed, say how
     summary = json.loads(done.stdout)
     assert summary["problems"] == [] and done.returncode == 0, done.stderr[-2000:]
     assert summary["killed"] and summary["admin_commands"] >= 2

@@ -115,14 +115,17 @@ def test_released_cells_are_the_guarded_answers(released):
     assert stored == answer
 
 
-def test_publish_refusals(suppress_template, tmp_path):
+def test_publish_refusals(suppress_template, tmp_path, sqlsdc_in_process):
+    """The first refusal in a real process, the others in this one."""
     db = tmp_path / "demo.duckdb"
     shutil.copy(suppress_template, db)
     out = tmp_path / "release.duckdb"
+    denied = subprocess.run(["sqlsdc", "publish", str(db), str(out), "--as", "analyst"],
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert denied.returncode == 5 and "not an admin" in denied.stderr and not out.exists()
 
     def cli(*args):
-        return subprocess.run(["sqlsdc", "publish", str(db), str(out), *args],
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        return sqlsdc_in_process("publish", db, out, *args)
 
     for acting in ("--as", "--user"):  # --as names the acting administrator, as everywhere
         denied = cli(acting, "analyst")

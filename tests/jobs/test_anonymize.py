@@ -133,8 +133,9 @@ def test_refused_and_failed_jobs_store_nothing(fresh_demo_db, kwargs, error, mat
     assert tables["n"][0] == 0
 
 
-def test_cli_session_anonymize_report_publish(tmp_path):
-    """The README session in real subprocesses: demo → anonymize → report → publish."""
+def test_cli_session_anonymize_report_publish(tmp_path, sqlsdc_in_process):
+    """The README session in real subprocesses: demo → anonymize → report → publish; then two
+    usage errors, in process."""
     db, out = tmp_path / "micro-demo.duckdb", tmp_path / "release.duckdb"
 
     def sqlsdc(*args):
@@ -153,10 +154,12 @@ def test_cli_session_anonymize_report_publish(tmp_path):
     published = sqlsdc("publish", db, out)
     assert published.returncode == 0 and "persons_sdc" in published.stdout
     assert len(_read(out, "SELECT * FROM persons_sdc")) == 5000
-    again = sqlsdc("anonymize", db, "--from", "persons", "--into", "persons_sdc", "--step", "x")
+    again = sqlsdc_in_process(
+        "anonymize", db, "--from", "persons", "--into", "persons_sdc", "--step", "x"
+    )
     assert again.returncode == 1 and "Traceback" not in again.stderr
     assert "unknown step 'x'" in again.stderr
-    neither = sqlsdc("anonymize", db, "--into", "y", "--step", STEPS[0])
+    neither = sqlsdc_in_process("anonymize", db, "--into", "y", "--step", STEPS[0])
     assert neither.returncode == 2 and "--from TABLE or --sql QUERY" in neither.stderr
 
 

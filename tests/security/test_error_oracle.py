@@ -333,6 +333,12 @@ DP_ATTACKS = [
 ]
 
 
+@pytest.fixture
+def analyst(module_analyst):
+    """The module shares one connection: its statements are refused or only read."""
+    return module_analyst
+
+
 @pytest.fixture(params=["analyst", "ckm"])
 def guarded(request):
     """Both the threshold demo and the demo as shipped (CKM, DP for benefits)."""

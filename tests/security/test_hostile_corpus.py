@@ -1028,6 +1028,12 @@ CORPUS = [
 ]
 
 
+@pytest.fixture
+def analyst(module_analyst):
+    """The corpus shares one connection: every statement is refused before it runs."""
+    return module_analyst
+
+
 def test_corpus_is_large_and_distinct():
     statements = [p.values[0] for p in CORPUS]
     assert len(statements) >= 130

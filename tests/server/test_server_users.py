@@ -25,8 +25,8 @@ def db(pristine_demo_db, tmp_path):
     return copy
 
 
-@pytest.mark.slow  # eight CLI subprocesses
-def test_add_list_passwd_remove(db):
+def test_add_list_passwd_remove(db, sqlsdc_in_process):
+    """Each command in a real process; the two refusals in this one."""
     password = "a long secret 123"
     assert (
         _cli("add", str(db), "analyst", "--password-stdin", stdin=password + "\n").returncode == 0
@@ -39,23 +39,25 @@ def test_add_list_passwd_remove(db):
     assert password.encode() not in repr(row).encode()
     keys = make_keys(password, salt=bytes(row[0][2]))
     assert (bytes(row[0][3]), bytes(row[0][4])) == (keys.stored_key, keys.server_key)
-    again = _cli("add", str(db), "analyst", "--password-stdin", stdin=password + "\n")
+    again = sqlsdc_in_process("server-user", "add", db, "analyst", "--password-stdin",
+                              input=password + "\n")  # fmt: skip
     assert again.returncode == 1 and "exists" in again.stderr
     assert _cli("passwd", str(db), "analyst", "--password-stdin",
                 stdin="another secret 456\n").returncode == 0  # fmt: skip
     assert _cli("remove", str(db), "analyst").returncode == 0
-    gone = _cli("remove", str(db), "analyst")
+    gone = sqlsdc_in_process("server-user", "remove", db, "analyst")
     assert gone.returncode == 8 and "no server user 'analyst'" in gone.stderr
 
 
-@pytest.mark.slow  # three CLI subprocesses
-def test_only_policy_users_and_only_admins(db):
+def test_only_policy_users_and_only_admins(db, sqlsdc_in_process):
+    """The first refusal in a real process, the others in this one."""
     stranger = _cli("add", str(db), "mallory", "--password-stdin", stdin="whatever 12345\n")
     assert stranger.returncode == 5 and "not declared in the policy" in stranger.stderr
-    by_analyst = _cli("add", str(db), "analyst", "--user", "analyst", "--password-stdin",
-                      stdin="whatever 12345\n")  # fmt: skip
+    by_analyst = sqlsdc_in_process("server-user", "add", db, "analyst", "--user", "analyst",
+                                   "--password-stdin", input="whatever 12345\n")  # fmt: skip
     assert by_analyst.returncode == 5 and "not an admin" in by_analyst.stderr
-    short = _cli("add", str(db), "analyst", "--password-stdin", stdin="short\n")
+    short = sqlsdc_in_process("server-user", "add", db, "analyst", "--password-stdin",
+                              input="short\n")  # fmt: skip
     assert short.returncode == 1 and "shorter than 8 characters" in short.stderr
 
 

@@ -16,7 +16,8 @@ def _sqlsdc(*args):
                           capture_output=True, text=True, timeout=120)  # fmt: skip
 
 
-def test_cli_synthesize_json_budget_and_exit_codes(fresh_demo_db):
+def test_cli_synthesize_json_budget_and_exit_codes(fresh_demo_db, sqlsdc_in_process):
+    """Both methods in real processes; the refusals, the grant and --help in this one."""
     done = _sqlsdc("synthesize", fresh_demo_db, "--from", "persons", "--into", "syn",
                    "--method", "parametric", "--columns", "sex,age,income", "--seed", "4",
                    "--format", "json")  # fmt: skip
@@ -27,19 +28,19 @@ def test_cli_synthesize_json_budget_and_exit_codes(fresh_demo_db):
     dp = ["synthesize", fresh_demo_db, "--from", "persons", "--into", "dp", "--method",
           "dp-ipf", "--epsilon", "1", "--columns", "sex,education,age",
           "--bins", "age=0,15,30,45,65,111", "--zero", "age=[0-15),education=tertiary"]  # fmt: skip
-    refused = _sqlsdc(*dp)
+    refused = sqlsdc_in_process(*dp)
     assert refused.returncode == 7 and "no ε budget applies" in refused.stderr
-    granted = _sqlsdc("budget", fresh_demo_db, "set", "--for", "*", "--table", "persons",
+    granted = sqlsdc_in_process("budget", fresh_demo_db, "set", "--for", "*", "--table", "persons",
                       "--epsilon", "2", "--reason", "synthetic persons")  # fmt: skip
     assert granted.returncode == 0, granted.stderr
     done = _sqlsdc(*dp)
     assert done.returncode == 0, done.stderr
     assert "ε = 1 charged; 3 margins" in done.stdout and "IPF converged" in done.stdout
-    numeric = _sqlsdc("synthesize", fresh_demo_db, "--from", "persons", "--into", "dp2",
+    numeric = sqlsdc_in_process("synthesize", fresh_demo_db, "--from", "persons", "--into", "dp2",
                       "--method", "dp-ipf", "--epsilon", "1", "--columns", "sex,age")  # fmt: skip
     assert numeric.returncode == 1 and "--bins age=" in numeric.stderr
     assert "Traceback" not in numeric.stderr
-    assert _sqlsdc("synthesize", "--help").returncode == 0
+    assert sqlsdc_in_process("synthesize", "--help").returncode == 0
 
 
 def test_publish_releases_the_synthetic_table(fresh_demo_db, tmp_path):

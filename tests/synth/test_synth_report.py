@@ -79,17 +79,19 @@ def test_report_refusals(synth_db, tmp_path):
         synth_report(synth_db, "persons_syn", user="admin", target="sex", out=tmp_path)
 
 
-@pytest.mark.slow  # three interpreter starts
-def test_cli_subprocess_json_and_text(synth_db, tmp_path):
-    command = [sys.executable, "-m", "sqlsdc.cli", "synth-report", str(synth_db),
-               "--table", "protected.persons_syn", "--out", str(tmp_path)]  # fmt: skip
-    done = subprocess.run([*command, "--format", "json"], capture_output=True, text=True)
+@pytest.mark.slow  # three reports
+def test_cli_subprocess_json_and_text(synth_db, tmp_path, sqlsdc_in_process):
+    """JSON from a real process; the text report and the refusal in this one."""
+    command = ["synth-report", str(synth_db), "--table", "protected.persons_syn",
+               "--out", str(tmp_path)]  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "sqlsdc.cli", *command, "--format", "json"],
+                          capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["table"] == "protected.persons_syn" and result["files"]["html"]
-    text = subprocess.run(command, capture_output=True, text=True)
+    text = sqlsdc_in_process(*command)
     assert text.returncode == 0 and "SDMetrics quality score" in text.stdout
-    denied = subprocess.run([*command, "--as", "analyst"], capture_output=True, text=True)
+    denied = sqlsdc_in_process(*command, "--as", "analyst")
     assert denied.returncode != 0 and "not an admin" in denied.stderr
     assert "Traceback" not in denied.stderr
 
