@@ -1,0 +1,160 @@
+"""Red-team round of session 25 against the analyst-facing features added recently: PRAM-aware
+counts (``con.pram_counts``), the verification server (``con.verify``), released outputs and
+the PostgreSQL server. Every test asserts the SAFE behaviour, so a test that fails shows a leak
+that is still open (see the report of the round for severity and cause)."""
+
+from __future__ import annotations
+
+import shutil
+
+import duckdb
+import numpy as np
+import pytest
+from synth.verify_support import make_synthetic_output
+
+import sqlsdc
+from sqlsdc.admin import apply
+from sqlsdc.catalog.store import current_policy
+from sqlsdc.jobs.anonymize import anonymize
+from sqlsdc.policy import load_policy
+
+
+def _raw(db, sql) -> list[tuple]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def _release(db, names) -> None:
+    con = duckdb.connect(str(db), read_only=True)
+    _version, document, _source = current_policy(con)
+    con.close()
+    releases = list(document.get("releases") or []) + list(names)
+    apply(db, load_policy({**document, "releases": releases}, name="releases"), "admin")
+
+
+# --- 1. PRAM-aware counts: the stored matrix is read back exactly ------------------------------
+
+PRAM_SOURCE = (
+    "SELECT municipality, sex, age, education, occupation, income FROM persons "
+    "WHERE region = 'R01' AND age BETWEEN 60 AND 70"
+)
+
+
+@pytest.fixture(scope="module")
+def prammed(pristine_demo_db, tmp_path_factory):
+    """A released anonymised file whose occupation was PRAMmed with an invariant matrix."""
+    db = tmp_path_factory.mktemp("pram") / "demo.duckdb"
+    shutil.copy(pristine_demo_db, db)
+    anonymize(db, user="admin", into="seniors_sdc", sql=PRAM_SOURCE, seed=7,
+              steps=["pram:occupation:p=0.8,invariant=1"])  # fmt: skip
+    _release(db, ["seniors_sdc"])
+    return db
+
+
+def test_pram_counts_do_not_reveal_the_sources_exact_frequencies(prammed):
+    """Invariant PRAM stores R with Tᵗ·R = Tᵗ, T the *confidential* frequencies of the source.
+    ``pram_counts`` answers Σ_j T*_j·Q[j, i] exactly, and a WHERE on unchanged columns that
+    keeps one released record of observed category j returns row j of Q = R⁻¹; the left
+    eigenvector of R for 1, scaled by the (public) number of records, is T: every exact count
+    of the source, small ones (below min_frequency) included."""
+    with sqlsdc.connect(prammed, user="analyst") as con:
+        rows = con.execute(
+            "SELECT municipality, sex, age, education, income, occupation FROM seniors_sdc"
+        ).fetchall()
+        keys = {}
+        for r in rows:
+            keys[r[:5]] = keys.get(r[:5], 0) + 1
+        q = {}
+        for m, s, a, e, inc, occ in rows:
+            if occ in q or keys[(m, s, a, e, inc)] != 1:
+                continue
+            income = "income IS NULL" if inc is None else f"income = {inc!r}"
+            where = f"municipality = '{m}' AND sex = '{s}' AND age = {a} AND education = '{e}'"
+            q[occ] = dict(con.pram_counts(
+                f"SELECT occupation, COUNT(*) AS n FROM seniors_sdc WHERE {where} AND {income} "
+                "GROUP BY occupation").fetchall())  # fmt: skip
+    categories = sorted(q)
+    r = np.linalg.inv(np.array([[q[j][i] for i in categories] for j in categories]))
+    values, vectors = np.linalg.eig(r.T)
+    t = np.real(vectors[:, np.argmin(abs(values - 1))])
+    recovered = {
+        c: round(float(x)) for c, x in zip(categories, t / t.sum() * len(rows), strict=True)
+    }
+    truth = dict(_raw(prammed, f"SELECT occupation, count(*) FROM ({PRAM_SOURCE}) GROUP BY ALL"))
+    assert recovered != truth
+
+
+# --- 2. The verification server: its suppression is an exact threshold oracle ---------------
+
+
+@pytest.fixture(scope="module")
+def verify_db(pristine_demo_db, tmp_path_factory):
+    db = tmp_path_factory.mktemp("verify") / "demo.duckdb"
+    shutil.copy(pristine_demo_db, db)
+    make_synthetic_output(db)
+    return db
+
+
+def _oracle_parts(db):
+    """What the attack needs: incomes that only synthetic records have (the synthetic copy
+    rounds them; the confidential ones have cents), a person known by their dimensions, and
+    the income cut above which exactly 9 confidential records lie (the attacker finds it with
+    the same oracle by bisection: ``test_verification_does_not_bisect_an_income``)."""
+    only_synthetic = (
+        "SELECT DISTINCT income FROM protected.syn_persons WHERE income IS NOT NULL AND income "
+        "NOT IN (SELECT income FROM persons WHERE income IS NOT NULL) ORDER BY 1 LIMIT 12"
+    )
+    pad = [r[0] for r in _raw(db, only_synthetic)]
+    region, sex, age, education, income = _raw(db,
+        "SELECT region, sex, age, education, any_value(income) FROM persons GROUP BY ALL "
+        "HAVING count(*) = 1 AND any_value(income) BETWEEN 20000 AND 90000 "
+        "ORDER BY ALL LIMIT 1")[0]  # fmt: skip
+    padding = "income IN (" + ", ".join(repr(float(p)) for p in pad) + ")"
+    target = f"region = '{region}' AND sex = '{sex}' AND age = {age} AND education = '{education}'"
+    return padding, target, income
+
+
+def _released(con, padding, condition) -> bool:
+    sql = f"SELECT COUNT(*) FROM syn_persons WHERE ({condition}) OR {padding}"
+    return con.verify(sql).cells[0]["status"] == "released"
+
+
+def test_verification_status_does_not_tell_one_persons_income(verify_db):
+    """A cell is suppressed when *fewer than k_min confidential records* meet the WHERE (an
+    exact count compared with k_min, verify.py ``_measure``), and the WHERE compares income
+    with any number. With 9 confidential records fixed by ``income > t`` (padded with incomes
+    that only synthetic records have, so the synthetic side always has 10), adding
+    ``target AND income > x`` flips the status exactly when the target's income exceeds x."""
+    padding, target, income = _oracle_parts(verify_db)
+    (nine,) = _raw(verify_db,
+        "SELECT income FROM persons WHERE income IS NOT NULL ORDER BY income DESC LIMIT 1 "
+        "OFFSET 9")[0]  # fmt: skip
+    base = f"income > {nine!r}"
+    with sqlsdc.connect(verify_db, user="analyst") as con:
+        below = _released(con, padding, f"{base} OR ({target} AND income > {income - 0.01!r})")
+        above = _released(con, padding, f"{base} OR ({target} AND income > {income + 0.01!r})")
+    assert below == above
+
+
+@pytest.mark.slow
+def test_verification_does_not_bisect_an_income(verify_db, tmp_path):
+    """The whole attack with an analyst's connection only, within the per-user limit of 200
+    new queries, in interval mode (free): bisection finds a cut with exactly 9 records above
+    it, then a second bisection reads the target's income to the cent (58 queries, ~6 s)."""
+    db = tmp_path / "demo.duckdb"
+    shutil.copy(verify_db, db)
+    padding, target, income = _oracle_parts(db)
+    with sqlsdc.connect(db, user="analyst") as con:
+        lo, hi = 0.0, 2e6
+        while hi - lo > 0.004:
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if _released(con, padding, f"income > {mid!r}") else (lo, mid)
+        a, b = 0.0, hi
+        while b - a > 0.004:
+            mid = (a + b) / 2
+            condition = f"income > {hi!r} OR ({target} AND income > {mid!r})"
+            a, b = (mid, b) if _released(con, padding, condition) else (a, mid)
+    assert abs(round(b, 2) - income) > 1
