@@ -15,6 +15,7 @@ from synth.verify_support import make_synthetic_output
 import sqlsdc
 from sqlsdc.admin import apply
 from sqlsdc.catalog.store import current_policy
+from sqlsdc.errors import Error, PolicyViolation
 from sqlsdc.jobs.anonymize import anonymize
 from sqlsdc.policy import load_policy
 
@@ -158,3 +159,48 @@ def test_verification_does_not_bisect_an_income(verify_db, tmp_path):
             condition = f"income > {hi!r} OR ({target} AND income > {mid!r})"
             a, b = (mid, b) if _released(con, padding, condition) else (a, mid)
     assert abs(round(b, 2) - income) > 1
+
+
+# --- 3. The verification server reads outputs the policy did not release --------------------
+
+DRAFT_SOURCE = (
+    "SELECT sex, age, education, occupation, income FROM persons WHERE region = 'R01' AND age >= 60"
+)
+
+
+@pytest.fixture(scope="module")
+def draft_db(pristine_demo_db, tmp_path_factory):
+    """A CART synthesis an admin ran but did not list under ``releases:`` (e.g. because
+    ``synth-report`` showed records identical to originals)."""
+    from sqlsdc.synth import synthesize
+
+    db = tmp_path_factory.mktemp("draft") / "demo.duckdb"
+    shutil.copy(pristine_demo_db, db)
+    synthesize(db, user="admin", into="draft_syn", method="cart", seed=3, sql=DRAFT_SOURCE)
+    return db
+
+
+def test_verification_refuses_outputs_that_are_not_released(draft_db):
+    """``verify`` looks the output up in ``sqlsdc.outputs`` (verify.py ``_output``) without
+    checking the policy's ``releases:``; its cells carry the group keys of every group of the
+    synthetic records, suppressed ones too, so one free query grouped by every column lists
+    every distinct record of the unreleased table (here hundreds identical to a confidential
+    record, income to the cent)."""
+    with sqlsdc.connect(draft_db, user="analyst") as con:
+        assert "draft_syn" not in [r.lower() for r in con.policy.releases]
+        with pytest.raises(Error):
+            con.execute("SELECT * FROM draft_syn")
+        with pytest.raises(PolicyViolation):
+            con.verify(
+                "SELECT sex, age, education, occupation, income, COUNT(*) FROM draft_syn "
+                "GROUP BY sex, age, education, occupation, income"
+            )
+
+
+def test_verification_does_not_name_unreleased_outputs(draft_db):
+    """The refusal of an unknown table lists every synthetic output (released or not), and an
+    unknown column lists the columns of the output: names the policy hides."""
+    with sqlsdc.connect(draft_db, user="analyst") as con:
+        with pytest.raises(PolicyViolation) as unknown:
+            con.verify("SELECT COUNT(*) FROM nosuch")
+    assert "draft_syn" not in f"{unknown.value} {unknown.value.hint}"
