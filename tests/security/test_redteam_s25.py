@@ -204,3 +204,127 @@ def test_verification_does_not_name_unreleased_outputs(draft_db):
         with pytest.raises(PolicyViolation) as unknown:
             con.verify("SELECT COUNT(*) FROM nosuch")
     assert "draft_syn" not in f"{unknown.value} {unknown.value.hint}"
+
+
+# --- 4. The PostgreSQL server: limits one analyst can exhaust ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def server_db(pristine_demo_db, tmp_path_factory):
+    from tests.server.conftest import add_server_user
+
+    db = tmp_path_factory.mktemp("s25server") / "demo.duckdb"
+    shutil.copy(pristine_demo_db, db)
+    add_server_user(db)
+    add_server_user(db, "admin", "admin password 42")
+    return db
+
+
+def _rss_mb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return int(status.read().split("VmRSS:")[1].split()[0]) // 1024
+
+
+@pytest.mark.slow
+def test_a_session_cannot_store_unbounded_prepared_statements(server_db):
+    """Parse stores every named statement (up to 4 MB of text each) with no count or size
+    limit per session (session.py ``_parse``): 40 statements of 3 MB are 120 MB of server
+    memory from one analyst, and nothing stops 1,000 of them (3 GB) or 100 sessions doing so."""
+    psycopg = pytest.importorskip("psycopg")
+    from tests.server.conftest import start_server, stop_server
+
+    running = start_server(server_db, "--insecure")
+    try:
+        refused = None
+        with psycopg.connect(running.dsn(), autocommit=True) as con:
+            body = ("SELECT 1 AS x -- " + "x" * (3 * 1024 * 1024)).encode()
+            for i in range(40):
+                result = con.pgconn.prepare(f"s{i}".encode(), body)
+                refused = result.error_field(ord("C"))
+                if refused:
+                    break
+        assert refused is not None, "120 MB of prepared statements were all stored"
+    finally:
+        stop_server(running)
+
+
+@pytest.mark.slow
+def test_one_answer_does_not_hold_the_servers_memory(server_db):
+    """A guarded answer is materialised whole (``read_all`` of the Arrow reader) before its
+    first row is sent, with no row or byte cap (the catalog has one: MAX_CATALOG_ROWS). 8^7
+    rows of the public table cost the server ~300 MB; 8^8 rows ~2 GB (measured), 8^10 rows
+    more than the machine has: one analyst statement can end every session. Safe: the answer
+    is streamed or refused above a cap, so memory does not grow with it."""
+    psycopg = pytest.importorskip("psycopg")
+    import threading
+    import time
+
+    from tests.server.conftest import start_server, stop_server
+
+    running = start_server(server_db, "--insecure")
+    try:
+        pid = running.process.pid
+        with psycopg.connect(running.dsn(), autocommit=True) as con:
+            con.execute("SELECT 1").fetchall()
+        base, peak, done = _rss_mb(pid), [0], threading.Event()
+
+        def watch():
+            while not done.is_set():
+                peak[0] = max(peak[0], _rss_mb(pid))
+                time.sleep(0.02)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        big = "SELECT r1.name, r2.name, r3.name FROM " + ", ".join(
+            f"regions r{i}" for i in range(1, 8)
+        )
+        try:
+            with psycopg.connect(running.dsn(), autocommit=True) as con:
+                try:
+                    con.execute(big)
+                except psycopg.Error:
+                    pass  # refused above a cap: safe
+        finally:
+            done.set()
+            watcher.join()
+        assert peak[0] - base < 100, f"the server grew by {peak[0] - base} MB for one answer"
+    finally:
+        stop_server(running)
+
+
+@pytest.mark.slow
+def test_one_analyst_cannot_occupy_every_worker(server_db):
+    """Statements run in a pool of ``--workers`` threads shared by all users, with no limit per
+    user or session: one analyst with ``workers`` slow (accepted) statements on as many
+    connections makes every other user wait until the statement timeout (default 300 s, 8
+    workers) ends them, again and again."""
+    psycopg = pytest.importorskip("psycopg")
+    import threading
+    import time
+
+    from tests.server.conftest import SLOW_SQL, start_server, stop_server
+
+    running = start_server(server_db, "--insecure", "--workers", "2", "--statement-timeout", "12")
+    try:
+
+        def hog():
+            with psycopg.connect(running.dsn(), autocommit=True) as con:
+                try:
+                    con.execute(SLOW_SQL).fetchall()
+                except psycopg.Error:
+                    pass
+
+        hogs = [threading.Thread(target=hog) for _ in range(2)]
+        for thread in hogs:
+            thread.start()
+        time.sleep(1.5)
+        started = time.monotonic()
+        victim = running.dsn(user="admin", password="admin password 42")
+        with psycopg.connect(victim, autocommit=True) as con:
+            con.execute("SELECT region, COUNT(*) AS n FROM persons GROUP BY region").fetchall()
+        waited = time.monotonic() - started
+        for thread in hogs:
+            thread.join()
+        assert waited < 5, f"another user waited {waited:.1f} s for one analyst's statements"
+    finally:
+        stop_server(running)
