@@ -328,3 +328,31 @@ def test_one_analyst_cannot_occupy_every_worker(server_db):
         assert waited < 5, f"another user waited {waited:.1f} s for one analyst's statements"
     finally:
         stop_server(running)
+
+
+def _ols_accepted(con, padding, condition) -> bool:
+    try:
+        con.verify(f"SELECT OLS(income, ({condition}) OR {padding}) FROM syn_persons")
+    except PolicyViolation as refusal:
+        assert "singles out" in str(refusal) or "on the confidential" in str(refusal)
+        return False
+    return True
+
+
+def test_ols_refusal_does_not_tell_one_persons_income(verify_db):
+    """The OLS refusal is decided on the confidential records (verify.py ``_scan_ols``: a
+    leverage above 1/k_min or fewer than k_min residual degrees of freedom): with a dummy
+    regressor, the leverage of its records is 1/|D|, so refused or answered tells whether
+    |D| < k_min exactly, the same oracle as the suppression status; refusals are neither
+    cached nor counted against ``max_queries``, so half of a bisection is free (57 queries
+    read an income to the cent, 27 of them refused)."""
+    padding, target, income = _oracle_parts(verify_db)
+    (nine,) = _raw(
+        verify_db,
+        "SELECT income FROM persons WHERE income IS NOT NULL ORDER BY income DESC LIMIT 1 OFFSET 9",
+    )[0]
+    base = f"income > {nine!r}"
+    with sqlsdc.connect(verify_db, user="analyst") as con:
+        below = _ols_accepted(con, padding, f"{base} OR ({target} AND income > {income - 0.01!r})")
+        above = _ols_accepted(con, padding, f"{base} OR ({target} AND income > {income + 0.01!r})")
+    assert below == above
