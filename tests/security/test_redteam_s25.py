@@ -356,3 +356,15 @@ def test_ols_refusal_does_not_tell_one_persons_income(verify_db):
         below = _ols_accepted(con, padding, f"{base} OR ({target} AND income > {income - 0.01!r})")
         above = _ols_accepted(con, padding, f"{base} OR ({target} AND income > {income + 0.01!r})")
     assert below == above
+
+
+@pytest.mark.parametrize("column", ['"OCCUPATION"', "OCCUPATION", "Occupation"])
+def test_pram_counts_refuse_a_where_on_the_prammed_column_in_any_case(prammed, column):
+    """The WHERE check compared names case-sensitively, so ``WHERE "OCCUPATION" = 'clerks'``
+    (the same column to DuckDB) selected records by their PRAMmed value and returned biased
+    estimates; fixed in pram_estimate.py (names compared lower-cased)."""
+    with sqlsdc.connect(prammed, user="analyst") as con, pytest.raises(PolicyViolation):
+        con.pram_counts(
+            f"SELECT occupation, COUNT(*) AS n FROM seniors_sdc WHERE {column} = 'clerks' "
+            "GROUP BY occupation"
+        )
