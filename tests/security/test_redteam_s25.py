@@ -368,3 +368,36 @@ def test_pram_counts_refuse_a_where_on_the_prammed_column_in_any_case(prammed, c
             f"SELECT occupation, COUNT(*) AS n FROM seniors_sdc WHERE {column} = 'clerks' "
             "GROUP BY occupation"
         )
+
+
+def test_the_fidelity_interval_does_not_tell_one_person_apart(verify_db):
+    """Differencing without any suppression: a cell of 33 confidential records with and
+    without one person (known by their dimensions; ``AND income > x`` turns it into the
+    income bisection of the other tests). The interval covers the FM of every neighbour of
+    *one* answer, but the analyst moves the synthetic interval at will (padding with incomes
+    only synthetic records have), so that a decile boundary falls between the counts n and
+    n − 1: the answers then differ (at 8 and 16 padding records on the test database)."""
+    only_synthetic = (
+        "SELECT DISTINCT income FROM protected.syn_persons WHERE income IS NOT NULL AND income "
+        "NOT IN (SELECT income FROM persons WHERE income IS NOT NULL) ORDER BY 1 LIMIT 24"
+    )
+    pad = [r[0] for r in _raw(verify_db, only_synthetic)]
+    cell = "region = 'R01' AND age BETWEEN 40 AND 41"
+    region, sex, age, education = _raw(
+        verify_db,
+        f"SELECT region, sex, age, education FROM persons WHERE {cell} GROUP BY ALL "
+        "HAVING count(*) = 1 ORDER BY ALL LIMIT 1",
+    )[0]
+    target = f"region = '{region}' AND sex = '{sex}' AND age = {age} AND education = '{education}'"
+    differ = []
+    with sqlsdc.connect(verify_db, user="analyst") as con:
+        for size in range(0, 24, 4):
+            padding = "income IN (" + ", ".join(repr(float(p)) for p in pad[:size]) + ")"
+            padding = padding if size else "FALSE"
+            with_ = con.verify(f"SELECT COUNT(*) FROM syn_persons WHERE ({cell}) OR {padding}")
+            without = con.verify(
+                f"SELECT COUNT(*) FROM syn_persons WHERE ({cell} AND NOT ({target})) OR {padding}"
+            )
+            if with_.cells[0].get("fm_interval") != without.cells[0].get("fm_interval"):
+                differ.append(size)
+    assert differ == []
