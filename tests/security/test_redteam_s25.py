@@ -401,3 +401,41 @@ def test_the_fidelity_interval_does_not_tell_one_person_apart(verify_db):
             if with_.cells[0].get("fm_interval") != without.cells[0].get("fm_interval"):
                 differ.append(size)
     assert differ == []
+
+
+@pytest.mark.slow
+def test_the_fidelity_interval_does_not_bisect_an_income(verify_db, tmp_path):
+    """The differencing above as an income bisection in a cell of 33 records, no suppression
+    involved: padding 8 synthetic-only records puts a decile boundary between n and n − 1;
+    ``NOT (target AND income > x AND income NOT IN (the target's synthetic twins))`` removes
+    the target from the confidential side only, exactly when their income exceeds x. 29 free
+    interval-mode queries read the income to the cent today."""
+    db = tmp_path / "demo.duckdb"
+    shutil.copy(verify_db, db)
+    only_synthetic = (
+        "SELECT DISTINCT income FROM protected.syn_persons WHERE income IS NOT NULL AND income "
+        "NOT IN (SELECT income FROM persons WHERE income IS NOT NULL) ORDER BY 1 LIMIT 8"
+    )
+    padding = "income IN (" + ", ".join(repr(float(r[0])) for r in _raw(db, only_synthetic)) + ")"
+    cell = "region = 'R01' AND age BETWEEN 40 AND 41"
+    region, sex, age, education, income = _raw(
+        db,
+        f"SELECT region, sex, age, education, any_value(income) FROM persons WHERE {cell} "
+        "GROUP BY ALL HAVING count(*) = 1 ORDER BY ALL LIMIT 1",
+    )[0]
+    target = f"region = '{region}' AND sex = '{sex}' AND age = {age} AND education = '{education}'"
+    twins = _raw(db, f"SELECT income FROM protected.syn_persons WHERE {target} AND income > 0")
+    twins = ", ".join(repr(float(t[0])) for t in twins) or "-1"
+
+    def interval(condition):
+        sql = f"SELECT COUNT(*) FROM syn_persons WHERE ({condition}) OR {padding}"
+        return con.verify(sql).cells[0].get("fm_interval")
+
+    with sqlsdc.connect(db, user="analyst") as con:
+        reference = interval(cell)
+        lo, hi = 0.0, 2e6
+        while hi - lo > 0.004:
+            mid = (lo + hi) / 2
+            gone = f"{target} AND income > {mid!r} AND income NOT IN ({twins})"
+            lo, hi = (mid, hi) if interval(f"{cell} AND NOT ({gone})") != reference else (lo, mid)
+    assert abs(round(hi, 2) - income) > 1
