@@ -93,7 +93,10 @@ def corrected_counts(sql: str, table: str, matrices: dict) -> str:
             "invariant means): count them with an ordinary query",
         )
     where = tree.args.get("where")
-    if where is not None and any(c.name in matrices for c in where.find_all(exp.Column)):
+    prammed_names = {m.lower() for m in matrices}  # SQL identifiers ignore case
+    if where is not None and any(
+        c.name.lower() in prammed_names for c in where.find_all(exp.Column)
+    ):
         raise PolicyViolation("the WHERE of a PRAM estimate may not read a PRAMmed column", form)
     counts, outputs = [], []
     for projection in tree.expressions:
