@@ -21,6 +21,7 @@ shadow database has none and cannot open files (it is hardened like the guard's 
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from dataclasses import dataclass
@@ -229,24 +230,9 @@ class SessionCatalog:
     # --- catalog queries ----------------------------------------------------------------
 
     def _query(self, text: str, params) -> CatalogAnswer | None:
-        try:
-            tree = sqlglot.parse_one(text, read="postgres")
-        except (ParseError, TokenError, ValueError):
-            return None  # not for the catalog to judge: the guard refuses it with its reasons
-        if not isinstance(tree, exp.Query):
+        tree = _catalog_tree(text)
+        if tree is None:
             return None
-        reads_catalog = _classify(tree, text)
-        if reads_catalog is None:
-            return None  # a data query: the guard's
-        unknown = _unknown_functions(tree)
-        if unknown:
-            if not reads_catalog:
-                return None  # e.g. SELECT random(): the guard decides
-            raise PolicyViolation(
-                f"function {sorted(unknown)[0]!r} is not available in catalog queries",
-                "catalog queries may call PostgreSQL's catalog functions and plain SQL ones",
-                text,
-            )
         tree = _rewrite(tree.copy(), params, self._connection.user, text)
         try:
             rows = _run_capped(self._catalog(), tree.sql("duckdb"), text)
@@ -271,6 +257,38 @@ class SessionCatalog:
         if self._shadow is not None:
             self._shadow.close()
             self._shadow = None
+
+
+@functools.lru_cache(maxsize=256)
+def _catalog_tree(text: str) -> exp.Query | None:
+    """The parse tree of a catalog query, or None for a statement that is the guard's.
+
+    Decided on the text alone (never on parameters, the user or the policy), so the decision is
+    kept for the statements clients repeat: a dashboard's data query is parsed here once, not
+    at every execution. The tree is shared: callers copy it before changing it.
+
+    Raises:
+        PolicyViolation: a catalog query that reaches beyond the catalog (see module).
+    """
+    try:
+        tree = sqlglot.parse_one(text, read="postgres")
+    except (ParseError, TokenError, ValueError):
+        return None  # not for the catalog to judge: the guard refuses it with its reasons
+    if not isinstance(tree, exp.Query):
+        return None
+    reads_catalog = _classify(tree, text)
+    if reads_catalog is None:
+        return None  # a data query: the guard's
+    unknown = _unknown_functions(tree)
+    if unknown:
+        if not reads_catalog:
+            return None  # e.g. SELECT random(): the guard decides
+        raise PolicyViolation(
+            f"function {sorted(unknown)[0]!r} is not available in catalog queries",
+            "catalog queries may call PostgreSQL's catalog functions and plain SQL ones",
+            text,
+        )
+    return tree
 
 
 def _run_capped(shadow_db, sql: str, text: str) -> pa.Table:
