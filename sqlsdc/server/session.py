@@ -16,6 +16,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -35,6 +36,7 @@ from sqlsdc.server import codec, types
 from sqlsdc.server.auth import MECHANISM, AuthenticationFailed, ScramExchange, lookup
 from sqlsdc.server.catalog import CatalogAnswer, SessionCatalog
 from sqlsdc.server.codec import ProtocolError
+from sqlsdc.server.qualified import unqualified
 from sqlsdc.server.shadow import SERVER_VERSION
 
 log = logging.getLogger("sqlsdc.server")
@@ -423,7 +425,8 @@ class Session:
             answer = self.catalog.answer(statement.sql, nulls)
             if answer is not None:
                 return [] if answer.table is None else answer.table.column_names
-            return [c.name for c in self.connection.explain(statement.sql, nulls).columns]
+            sql = unqualified(statement.sql, _database(self.connection))
+            return [c.name for c in self.connection.explain(sql, nulls).columns]
 
         try:
             return await self.server.in_pool(names)
@@ -509,8 +512,13 @@ def _run(catalog: SessionCatalog, connection, sql: str, params: tuple):
     if answer is not None:
         return answer, 0.0
     started = time.perf_counter()
-    table = connection.execute(sql, params or None).arrow()
+    table = connection.execute(unqualified(sql, _database(connection)), params or None).arrow()
     return CatalogAnswer(table, f"SELECT {table.num_rows}"), time.perf_counter() - started
+
+
+def _database(connection) -> str:
+    """The database's name as the catalog shows it (``current_database()``)."""
+    return Path(connection.path).stem
 
 
 def _tag_of(sql: str) -> str:
