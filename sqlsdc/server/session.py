@@ -36,6 +36,7 @@ from sqlsdc.server import codec, types
 from sqlsdc.server.auth import MECHANISM, AuthenticationFailed, ScramExchange, lookup
 from sqlsdc.server.catalog import CatalogAnswer, SessionCatalog
 from sqlsdc.server.codec import ProtocolError
+from sqlsdc.server.colnames import postgres_names
 from sqlsdc.server.qualified import unqualified
 from sqlsdc.server.shadow import SERVER_VERSION
 
@@ -426,7 +427,8 @@ class Session:
             if answer is not None:
                 return [] if answer.table is None else answer.table.column_names
             sql = unqualified(statement.sql, _database(self.connection))
-            return [c.name for c in self.connection.explain(sql, nulls).columns]
+            names = [c.name for c in self.connection.explain(sql, nulls).columns]
+            return postgres_names(sql, names)
 
         try:
             return await self.server.in_pool(names)
@@ -506,14 +508,20 @@ class Session:
 
 
 def _run(catalog: SessionCatalog, connection, sql: str, params: tuple):
-    """In the thread pool: the session catalog first, then the guard. Returns the answer and
+    """In the thread pool: the session catalog first, then the guard (``public.t`` written
+    ``t``; unaliased function columns named as PostgreSQL names them). Returns the answer and
     the seconds spent in the guarded connection (what an embedded connection would spend)."""
     answer = catalog.answer(sql, params or None)
     if answer is not None:
         return answer, 0.0
+    sql = unqualified(sql, _database(connection))
     started = time.perf_counter()
-    table = connection.execute(unqualified(sql, _database(connection)), params or None).arrow()
-    return CatalogAnswer(table, f"SELECT {table.num_rows}"), time.perf_counter() - started
+    table = connection.execute(sql, params or None).arrow()
+    guarded = time.perf_counter() - started
+    names = postgres_names(sql, table.column_names)
+    if names != table.column_names:
+        table = table.rename_columns(names)
+    return CatalogAnswer(table, f"SELECT {table.num_rows}"), guarded
 
 
 def _database(connection) -> str:
