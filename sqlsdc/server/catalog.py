@@ -369,13 +369,18 @@ def _function_name(node: exp.Expr) -> str:
     return node.key.lower()
 
 
+_INFORMATION_SCHEMA_FUNCTIONS = frozenset({("information_schema", "_pg_expandarray")})
+"""Functions of PostgreSQL's ``information_schema`` that clients call (pgjdbc's metadata)."""
+
+
 def _unknown_functions(tree: exp.Expr) -> set[str]:
     found = set()
     for node in tree.walk():
         if isinstance(node, exp.Func) and _function_name(node) not in FUNCTIONS:
             found.add(_function_name(node))
         elif isinstance(node, exp.Dot) and isinstance(node.expression, exp.Func):
-            if node.this.name.lower() != "pg_catalog":
+            qualified = (node.this.name.lower(), _function_name(node.expression))
+            if qualified[0] != "pg_catalog" and qualified not in _INFORMATION_SCHEMA_FUNCTIONS:
                 found.add(f"{node.this.name}.{_function_name(node.expression)}")
     return found
 
