@@ -21,7 +21,6 @@ shadow database has none and cannot open files (it is hardened like the guard's 
 
 from __future__ import annotations
 
-import functools
 import re
 import threading
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import NotSupportedError, PolicyViolation, ProgrammingError
 from sqlsdc.server import shadow
+from sqlsdc.server.textcache import text_cache
 from sqlsdc.server.visible import visible_tables
 
 CATALOG_TIMEOUT = 10.0  # seconds; catalog queries read a few small tables
@@ -259,13 +259,23 @@ class SessionCatalog:
             self._shadow = None
 
 
-@functools.lru_cache(maxsize=256)
 def _catalog_tree(text: str) -> exp.Query | None:
     """The parse tree of a catalog query, or None for a statement that is the guard's.
 
-    Decided on the text alone (never on parameters, the user or the policy), so the decision is
-    kept for the statements clients repeat: a dashboard's data query is parsed here once, not
-    at every execution. The tree is shared: callers copy it before changing it.
+    Decided on the text alone (never on parameters, the user or the policy), so a data query's
+    decision is kept (:func:`_for_the_guard`): a dashboard's query is parsed here once, not at
+    every execution. Catalog queries are parsed each time (they are rare, and their trees big).
+    """
+    return None if _for_the_guard(text) else _parse_catalog_query(text)
+
+
+@text_cache
+def _for_the_guard(text: str) -> bool:
+    return _parse_catalog_query(text) is None
+
+
+def _parse_catalog_query(text: str) -> exp.Query | None:
+    """See :func:`_catalog_tree`.
 
     Raises:
         PolicyViolation: a catalog query that reaches beyond the catalog (see module).

@@ -14,11 +14,11 @@ function calls; the guard, its checks and its cells are untouched.
 
 from __future__ import annotations
 
-import functools
-
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
+
+from sqlsdc.server.textcache import text_cache
 
 DIALECT = "duckdb"  # the guard's dialect (sqlsdc.guard.parse)
 _WRAPPERS = (exp.Cast, exp.Window, exp.Filter, exp.WithinGroup, exp.Paren)
@@ -41,7 +41,7 @@ def postgres_names(sql: str, names: list[str]) -> list[str]:
             for old, new in zip(names, figured, strict=True)]  # fmt: skip
 
 
-@functools.lru_cache(maxsize=256)
+@text_cache
 def _select_names(sql: str) -> tuple[str | None, ...] | None:
     """PostgreSQL's name of each function column of the statement's (first) select list, None
     for the others; None when the statement is not one plain query or selects ``*``."""

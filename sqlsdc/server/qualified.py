@@ -13,17 +13,17 @@ hides that its plain form would not.
 
 from __future__ import annotations
 
-import functools
-
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
+
+from sqlsdc.server.textcache import text_cache
 
 SCHEMA = "public"
 DIALECT = "duckdb"  # the guard's dialect (sqlsdc.guard.parse)
 
 
-@functools.lru_cache(maxsize=256)
+@text_cache
 def unqualified(sql: str, database: str) -> str:
     """``sql`` with ``public.t`` (and ``database.public.t``) written ``t``; ``sql`` itself when
     it has no such name or cannot be parsed (the guard then reports why).

@@ -43,3 +43,16 @@ def test_a_public_qualified_aggregate_equals_the_plain_one(server):
         assert con.execute(plain.replace("persons", "demo.public.persons")).fetchall() == expected
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match="qualified table name"):
             con.execute(plain.replace("persons", "main.persons"))
+
+
+def test_long_statements_are_decided_but_not_kept():
+    """Decisions on a statement's text are cached only for short texts: a client sending many
+    long distinct statements cannot make the server keep them."""
+    long = "SELECT COUNT(*) AS n FROM public.persons WHERE " + " OR ".join(
+        f"age = {i}" for i in range(1000)
+    )
+    kept = unqualified.cache_info().currsize
+    assert unqualified(long, "demo").startswith("SELECT COUNT(*) AS n FROM persons WHERE")
+    assert unqualified.cache_info().currsize == kept
+    unqualified("SELECT COUNT(*) AS n FROM public.persons WHERE age = 7", "demo")
+    assert unqualified.cache_info().currsize == kept + 1
