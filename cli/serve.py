@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -60,6 +61,8 @@ def serve(db: str, host: str, port: int, tls_cert, tls_key, insecure: bool, idle
     from sqlsdc.server.serve import Server, ServerSettings
 
     logging.basicConfig(level=logging.WARNING, format="sqlsdc serve: %(message)s")
+    if os.environ.get("SQLSDC_SERVER_TIMING") == "1":  # benchmarks/server/bench_server.py
+        logging.getLogger("sqlsdc.server.timing").setLevel(logging.DEBUG)
     server = Server(ServerSettings(db, host, port, tls_cert, tls_key, insecure, idle_timeout,
                                    statement_timeout, max_connections, workers))  # fmt: skip
 

@@ -4,7 +4,12 @@ Reports:
   embedded ms     ``con.execute(sql).fetchall()`` on a guarded connection in this process, median
   server ms       the same statement through the server with psycopg 3 (extended protocol,
                   one round trip per query), median
-  overhead ms     server - embedded (target: <= 2 ms for a small aggregate)
+  overhead ms     per statement, in the same sample (target: <= 2 ms median for a small
+                  aggregate): the server logs, for each statement, the time spent in the
+                  guarded connection and the time from the first message received to the last
+                  byte written (``SQLSDC_SERVER_TIMING=1``, durations only); the overhead is
+                  server total - guard (inside the server) and client round trip - guard (the
+                  whole path: socket, protocol, psycopg), median and 95th percentile
   throughput      statements per second with 32 clients, each its own connection and thread
   idle memory     growth of the server's resident memory per idle authenticated connection
 
@@ -16,6 +21,8 @@ Usage: python benchmarks/server/bench_server.py [--persons 100000] [--repeat 200
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import statistics
 import subprocess
 import sys
@@ -32,6 +39,7 @@ from sqlsdc.server.auth import set_password
 
 SMALL_AGGREGATE = "SELECT region, COUNT(*) AS n FROM persons GROUP BY region"
 PASSWORD = "benchmark password"
+TIMING = re.compile(r"guard_ms=([0-9.]+) total_ms=([0-9.]+)")
 
 
 def _rss_kib(pid: int) -> int:
@@ -45,6 +53,18 @@ def _ms(run) -> float:
     start = time.perf_counter()
     run()
     return (time.perf_counter() - start) * 1000
+
+
+def _read_timings(stream, timings: list) -> None:
+    """The server's timing lines (``guard_ms=… total_ms=…``), in order, from its stderr."""
+    for line in stream:
+        match = TIMING.search(line)
+        if match:
+            timings.append((float(match[1]), float(match[2])))
+
+
+def _percentile(values: list[float], q: int) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
 def main() -> None:
@@ -72,17 +92,29 @@ def main() -> None:
     server = subprocess.Popen(
         [sys.executable, "-m", "sqlsdc.cli", "serve", str(db), "--port", "0", "--insecure",
          "--workers", "8", "--max-connections", "200"],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "SQLSDC_SERVER_TIMING": "1", "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
+    timings: list[tuple[float, float]] = []  # (guard ms, server total ms), one per statement
+    threading.Thread(target=_read_timings, args=(server.stderr, timings), daemon=True).start()
     host, port = server.stdout.readline().strip().rsplit(":", 1)
     dsn = (f"host={host} port={port} user=analyst password='{PASSWORD}' dbname=demo "
            "sslmode=disable")  # fmt: skip
     try:
         with psycopg.connect(dsn, autocommit=True) as remote:
             remote.execute(SMALL_AGGREGATE).fetchall()
+            time.sleep(0.2)
+            timings.clear()
             server_times = [_ms(lambda: remote.execute(SMALL_AGGREGATE).fetchall())
                             for _ in range(args.repeat)]  # fmt: skip
+        time.sleep(0.5)  # the last timing lines
+        statements = [t for t in timings if t[0] > 0]  # the connect's SET etc. have no guard
+        assert len(statements) == args.repeat, (len(statements), args.repeat)
+        inside = [total - guard for guard, total in statements]
+        round_trip = [client - guard for client, (guard, _) in zip(server_times, statements,
+                                                                   strict=True)]  # fmt: skip
         embedded_ms, server_ms = statistics.median(embedded_times), statistics.median(server_times)
+        guard_ms = statistics.median(guard for guard, _ in statements)
 
         counts = [0] * args.clients
         stop = time.monotonic() + args.seconds
@@ -113,7 +145,16 @@ def main() -> None:
         print(f"persons {args.persons}, query: {SMALL_AGGREGATE}")
         print(f"embedded ms (median of {args.repeat})  {embedded_ms:8.2f}")
         print(f"server ms   (median of {args.repeat})  {server_ms:8.2f}")
-        print(f"overhead ms (difference of medians) {server_ms - embedded_ms:6.2f}")
+        print(f"guard ms in the server (median)   {guard_ms:8.2f}")
+        print(
+            f"overhead ms, server total - guard  median {statistics.median(inside):6.3f}  "
+            f"p95 {_percentile(inside, 95):6.3f}"
+        )
+        print(
+            f"overhead ms, round trip - guard    median {statistics.median(round_trip):6.3f}  "
+            f"p95 {_percentile(round_trip, 95):6.3f}"
+        )
+        print(f"difference of medians (two phases) {server_ms - embedded_ms:6.2f}")
         print(
             f"throughput, {args.clients} clients, {args.seconds:g} s  {throughput:8.1f} queries/s "
             f"(min per client {min(counts)}, max {max(counts)})"

@@ -34,6 +34,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import NotSupportedError, PolicyViolation, ProgrammingError
 from sqlsdc.server import shadow
+from sqlsdc.server.textcache import text_cache
 from sqlsdc.server.visible import visible_tables
 
 CATALOG_TIMEOUT = 10.0  # seconds; catalog queries read a few small tables
@@ -229,24 +230,9 @@ class SessionCatalog:
     # --- catalog queries ----------------------------------------------------------------
 
     def _query(self, text: str, params) -> CatalogAnswer | None:
-        try:
-            tree = sqlglot.parse_one(text, read="postgres")
-        except (ParseError, TokenError, ValueError):
-            return None  # not for the catalog to judge: the guard refuses it with its reasons
-        if not isinstance(tree, exp.Query):
+        tree = _catalog_tree(text)
+        if tree is None:
             return None
-        reads_catalog = _classify(tree, text)
-        if reads_catalog is None:
-            return None  # a data query: the guard's
-        unknown = _unknown_functions(tree)
-        if unknown:
-            if not reads_catalog:
-                return None  # e.g. SELECT random(): the guard decides
-            raise PolicyViolation(
-                f"function {sorted(unknown)[0]!r} is not available in catalog queries",
-                "catalog queries may call PostgreSQL's catalog functions and plain SQL ones",
-                text,
-            )
         tree = _rewrite(tree.copy(), params, self._connection.user, text)
         try:
             rows = _run_capped(self._catalog(), tree.sql("duckdb"), text)
@@ -271,6 +257,48 @@ class SessionCatalog:
         if self._shadow is not None:
             self._shadow.close()
             self._shadow = None
+
+
+def _catalog_tree(text: str) -> exp.Query | None:
+    """The parse tree of a catalog query, or None for a statement that is the guard's.
+
+    Decided on the text alone (never on parameters, the user or the policy), so a data query's
+    decision is kept (:func:`_for_the_guard`): a dashboard's query is parsed here once, not at
+    every execution. Catalog queries are parsed each time (they are rare, and their trees big).
+    """
+    return None if _for_the_guard(text) else _parse_catalog_query(text)
+
+
+@text_cache
+def _for_the_guard(text: str) -> bool:
+    return _parse_catalog_query(text) is None
+
+
+def _parse_catalog_query(text: str) -> exp.Query | None:
+    """See :func:`_catalog_tree`.
+
+    Raises:
+        PolicyViolation: a catalog query that reaches beyond the catalog (see module).
+    """
+    try:
+        tree = sqlglot.parse_one(text, read="postgres")
+    except (ParseError, TokenError, ValueError):
+        return None  # not for the catalog to judge: the guard refuses it with its reasons
+    if not isinstance(tree, exp.Query):
+        return None
+    reads_catalog = _classify(tree, text)
+    if reads_catalog is None:
+        return None  # a data query: the guard's
+    unknown = _unknown_functions(tree)
+    if unknown:
+        if not reads_catalog:
+            return None  # e.g. SELECT random(): the guard decides
+        raise PolicyViolation(
+            f"function {sorted(unknown)[0]!r} is not available in catalog queries",
+            "catalog queries may call PostgreSQL's catalog functions and plain SQL ones",
+            text,
+        )
+    return tree
 
 
 def _run_capped(shadow_db, sql: str, text: str) -> pa.Table:
@@ -351,13 +379,18 @@ def _function_name(node: exp.Expr) -> str:
     return node.key.lower()
 
 
+_INFORMATION_SCHEMA_FUNCTIONS = frozenset({("information_schema", "_pg_expandarray")})
+"""Functions of PostgreSQL's ``information_schema`` that clients call (pgjdbc's metadata)."""
+
+
 def _unknown_functions(tree: exp.Expr) -> set[str]:
     found = set()
     for node in tree.walk():
         if isinstance(node, exp.Func) and _function_name(node) not in FUNCTIONS:
             found.add(_function_name(node))
         elif isinstance(node, exp.Dot) and isinstance(node.expression, exp.Func):
-            if node.this.name.lower() != "pg_catalog":
+            qualified = (node.this.name.lower(), _function_name(node.expression))
+            if qualified[0] != "pg_catalog" and qualified not in _INFORMATION_SCHEMA_FUNCTIONS:
                 found.add(f"{node.this.name}.{_function_name(node.expression)}")
     return found
 

@@ -16,6 +16,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -35,12 +36,19 @@ from sqlsdc.server import codec, types
 from sqlsdc.server.auth import MECHANISM, AuthenticationFailed, ScramExchange, lookup
 from sqlsdc.server.catalog import CatalogAnswer, SessionCatalog
 from sqlsdc.server.codec import ProtocolError
+from sqlsdc.server.colnames import postgres_names
+from sqlsdc.server.qualified import unqualified
 from sqlsdc.server.shadow import SERVER_VERSION
 
 log = logging.getLogger("sqlsdc.server")
+timing = logging.getLogger("sqlsdc.server.timing")
+"""Per-statement timings at DEBUG level, for benchmarks/server/bench_server.py only: off unless
+``sqlsdc serve`` runs with ``SQLSDC_SERVER_TIMING=1``; a line holds two durations, never a
+statement, a user or a value."""
 
 MAX_PARAMETERS = 65_535  # PostgreSQL's limit: ParameterDescription counts them in 16 bits
 ROWS_PER_WRITE = 1000  # DataRows encoded and written at a time
+INLINE_ROWS = 100  # DataRows encoded on the event loop (tens of microseconds), not in the pool
 AUTH_TIMEOUT = 15.0  # seconds from the first byte to the end of authentication
 BUDGET_EXHAUSTED = "53S01"  # class 53 "insufficient resources", an implementation-defined code
 _BLANK = re.compile(r"^(\s|;|--[^\n]*(\n|$)|/\*.*?\*/)*$", re.S)
@@ -149,6 +157,8 @@ class Session:
         self.skipping = False  # after an error in the extended protocol, until Sync
         self.running = False
         self.cancelled = False
+        self.received: float | None = None  # first message since the last ReadyForQuery
+        self.guard_seconds = 0.0  # time in the guarded connection since then
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -296,6 +306,8 @@ class Session:
                 )
             except TimeoutError:
                 raise Fatal("57P05", "terminating connection due to idle-session timeout") from None
+            if self.received is None:
+                self.received = time.perf_counter()
             if kind == b"X":
                 return
             handler = handlers.get(kind)
@@ -310,8 +322,7 @@ class Session:
                 if kind != b"Q":
                     self.skipping = True
                 if kind == b"Q":
-                    self._send(codec.ready_for_query(self.status))
-                    await self.writer.drain()
+                    await self._ready()
 
     async def _answer(self, sql: str, params: tuple) -> CatalogAnswer:
         """The catalog's answer or the guard's result, run in the thread pool."""
@@ -320,7 +331,10 @@ class Session:
                                  "until end of transaction block", "send ROLLBACK")  # fmt: skip
         self.running, self.cancelled = True, False
         try:
-            answer = await self.server.in_pool(_run, self.catalog, self.connection, sql, params)
+            answer, guarded = await self.server.in_pool(
+                _run, self.catalog, self.connection, sql, params
+            )
+            self.guard_seconds += guarded
         except Exception as e:  # noqa: BLE001 - mapped to an SQLSTATE by error_fields
             if self.status == "T":
                 self.status = "E"
@@ -343,8 +357,7 @@ class Session:
                 await self._rows(answer, (), text_only=False, position=0, limit=0, header=True)
             else:
                 self._send(codec.command_complete(answer.tag))
-        self._send(codec.ready_for_query(self.status))
-        await self.writer.drain()
+        await self._ready()
 
     async def _parse(self, body: codec.Reader) -> None:
         message = codec.parse_parse(body)
@@ -413,7 +426,9 @@ class Session:
             answer = self.catalog.answer(statement.sql, nulls)
             if answer is not None:
                 return [] if answer.table is None else answer.table.column_names
-            return [c.name for c in self.connection.explain(statement.sql, nulls).columns]
+            sql = unqualified(statement.sql, _database(self.connection))
+            names = [c.name for c in self.connection.explain(sql, nulls).columns]
+            return postgres_names(sql, names)
 
         try:
             return await self.server.in_pool(names)
@@ -442,9 +457,12 @@ class Session:
         if header:
             self._send(_description(table, formats, text_only))
         end = table.num_rows if limit == 0 else min(table.num_rows, position + limit)
-        for start in range(position, end, ROWS_PER_WRITE):  # encoded in the pool: the event
-            chunk = table.slice(start, min(ROWS_PER_WRITE, end - start))  # loop serves others
-            self._send(await self.server.in_pool(_data_rows, chunk, formats, text_only))
+        for start in range(position, end, ROWS_PER_WRITE):
+            chunk = table.slice(start, min(ROWS_PER_WRITE, end - start))
+            if chunk.num_rows <= INLINE_ROWS:  # microseconds: a thread hand-off costs more
+                self._send(_data_rows(chunk, formats, text_only))
+            else:  # encoded in the pool: the event loop serves others meanwhile
+                self._send(await self.server.in_pool(_data_rows, chunk, formats, text_only))
             await self.writer.drain()
         if end < table.num_rows:
             self._send(codec.PORTAL_SUSPENDED)
@@ -461,8 +479,18 @@ class Session:
     async def _sync(self, body: codec.Reader) -> None:
         body.end()
         self.skipping = False
+        await self._ready()
+
+    async def _ready(self) -> None:
+        """ReadyForQuery, written out; then the timing line of what it ends (when enabled):
+        from the first message received to the last byte written, and the guard's share."""
         self._send(codec.ready_for_query(self.status))
         await self.writer.drain()
+        if self.received is not None and timing.isEnabledFor(logging.DEBUG):
+            total = time.perf_counter() - self.received
+            timing.debug("timing guard_ms=%.3f total_ms=%.3f", self.guard_seconds * 1000,
+                         total * 1000)  # fmt: skip
+        self.received, self.guard_seconds = None, 0.0
 
     async def _flush(self, body: codec.Reader) -> None:
         body.end()
@@ -479,13 +507,26 @@ class Session:
         return self.portals[name]
 
 
-def _run(catalog: SessionCatalog, connection, sql: str, params: tuple) -> CatalogAnswer:
-    """In the thread pool: the session catalog first, then the guard."""
+def _run(catalog: SessionCatalog, connection, sql: str, params: tuple):
+    """In the thread pool: the session catalog first, then the guard (``public.t`` written
+    ``t``; unaliased function columns named as PostgreSQL names them). Returns the answer and
+    the seconds spent in the guarded connection (what an embedded connection would spend)."""
     answer = catalog.answer(sql, params or None)
     if answer is not None:
-        return answer
+        return answer, 0.0
+    sql = unqualified(sql, _database(connection))
+    started = time.perf_counter()
     table = connection.execute(sql, params or None).arrow()
-    return CatalogAnswer(table, f"SELECT {table.num_rows}")
+    guarded = time.perf_counter() - started
+    names = postgres_names(sql, table.column_names)
+    if names != table.column_names:
+        table = table.rename_columns(names)
+    return CatalogAnswer(table, f"SELECT {table.num_rows}"), guarded
+
+
+def _database(connection) -> str:
+    """The database's name as the catalog shows it (``current_database()``)."""
+    return Path(connection.path).stem
 
 
 def _tag_of(sql: str) -> str:

@@ -474,6 +474,11 @@ def _functions(con, *, user: str, database: str) -> None:
         "sdc_s WHERE lower(sdc_s.name) = lower(setting_name))",
         "array_upper(a, dimension)": "len(a)",
         "array_lower(a, dimension)": "CASE WHEN len(a) > 0 THEN 1 END",
+        # information_schema._pg_expandarray: one (x, n) row per element (x the element, n its
+        # 1-based position), a set-returning function in the select list (pgjdbc's
+        # getPrimaryKeys/getIndexInfo); unnest keeps PostgreSQL's lock-step of such functions
+        "_pg_expandarray(arr)": "unnest(list_transform(generate_series(1, len(arr)), "
+        "lambda i: {'x': arr[i], 'n': i}))",
     }
     overloads = {  # a second signature of some functions
         "pg_get_expr": "(expr, relation, pretty) AS NULL::VARCHAR",
@@ -509,7 +514,7 @@ MACROS = frozenset(
         "pg_relation_size", "pg_total_relation_size", "pg_table_size", "pg_indexes_size",
         "pg_size_pretty", "has_table_privilege", "has_schema_privilege",
         "has_database_privilege", "has_column_privilege", "pg_has_role", "current_setting",
-        "array_upper", "array_lower",
+        "array_upper", "array_lower", "_pg_expandarray",
     }
 )  # fmt: skip
 """The functions :func:`build` defines; the catalog module allows calls of these by name."""

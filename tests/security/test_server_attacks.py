@@ -276,3 +276,28 @@ def test_tens_of_thousands_of_parameters_do_not_end_the_session(server):
         described = con.pgconn.describe_prepared(b"many")
         assert described.error_field(ord("C")) is None and described.nparams == 40000
         assert con.execute("SELECT 1").fetchall() == [(1,)]
+
+
+# --- public.table (the catalog's schema, as BI tools write it) reaches no more than table ------
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("SELECT * FROM public.persons", "row-level output"),
+        (
+            "SELECT region, SUM(public.persons.__rkey) AS k FROM public.persons GROUP BY region",
+            "name resolution failed",
+        ),
+        ("SELECT COUNT(*) AS n FROM public.server_users", "not declared"),
+        ("SELECT COUNT(*) AS n FROM sqlsdc.public.server_users", "qualified table name"),
+        ("SELECT COUNT(*) AS n FROM public.pg_class", "not declared"),
+        (
+            "WITH p AS (SELECT region FROM persons) SELECT COUNT(*) AS n FROM public.p",
+            "qualified table name",
+        ),
+    ],
+)
+def test_public_qualified_names_are_refused_like_plain_ones(server, sql, message):
+    error = refusal(server, sql)
+    assert error.sqlstate == "42501" and message in str(error)

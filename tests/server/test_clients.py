@@ -229,6 +229,16 @@ public class JdbcSmoke {
             try (ResultSet r = m.getImportedKeys(null, "public", "persons")) {
                 int n = 0; while (r.next()) n++; System.out.println("foreign keys|" + n);
             }
+            try (ResultSet r = m.getPrimaryKeys(null, "public", "persons")) {
+                int n = 0; while (r.next()) n++; System.out.println("primary keys|" + n);
+            }
+            try (ResultSet r = m.getIndexInfo(null, "public", "persons", false, true)) {
+                int n = 0; while (r.next()) n++; System.out.println("indexes|" + n);
+            }
+            try (ResultSet r = c.createStatement().executeQuery(
+                    "SELECT region, COUNT(*) FROM persons GROUP BY region")) {
+                r.next(); System.out.println("label|" + r.getMetaData().getColumnLabel(2));
+            }
         }
     }
 }
@@ -261,7 +271,7 @@ def test_pgjdbc(server, expected, tmp_path):
     ]
     columns = [x.split("|")[1] for x in meta if x.startswith("column|")]
     assert "income" in columns and not any(c.startswith("__") for c in columns)
-    assert meta[-1] == "foreign keys|0"
+    assert meta[-4:] == ["foreign keys|0", "primary keys|0", "indexes|0", "label|count"]
 
 
 # --- SQLAlchemy's PostgreSQL dialect, with pandas -----------------------------------------------

@@ -150,3 +150,26 @@ def test_data_queries_are_left_to_the_guard(catalog):
     assert catalog.answer("SELECT region, COUNT(*) FROM persons GROUP BY region") is None
     assert catalog.answer("SELECT random()") is None
     assert catalog.answer("") is None
+
+
+def test_pg_expandarray_expands_an_array_with_positions(catalog):
+    """information_schema._pg_expandarray, as pgjdbc's getPrimaryKeys and getIndexInfo call
+    it: one (x, n) row per element, in the select list, field access on the record."""
+    rows = catalog.answer(
+        "SELECT (information_schema._pg_expandarray(ARRAY[5, 3, 9])).x AS x, "
+        "(information_schema._pg_expandarray(ARRAY[5, 3, 9])).n AS n"
+    ).table.to_pylist()
+    assert rows == [{"x": 5, "n": 1}, {"x": 3, "n": 2}, {"x": 9, "n": 3}]
+    keys = catalog.answer(
+        "SELECT result.column_name, result.key_seq FROM (SELECT a.attname AS column_name, "
+        "(information_schema._pg_expandarray(con.conkey)).n AS key_seq, "
+        "information_schema._pg_expandarray(con.conkey) AS keys, a.attnum AS a_attnum "
+        "FROM pg_catalog.pg_constraint con JOIN pg_catalog.pg_class ct ON con.conrelid = ct.oid "
+        "JOIN pg_catalog.pg_attribute a ON a.attrelid = ct.oid WHERE con.contype = 'p' "
+        "AND ct.relname = 'persons') result WHERE result.a_attnum = (result.keys).x"
+    )
+    assert keys.table.num_rows == 0  # the catalog shows no key: none to expand
+    with pytest.raises(sqlsdc.PolicyViolation, match="_pg_keysequal"):
+        catalog.answer(
+            "SELECT information_schema._pg_keysequal(indkey, indkey) FROM pg_catalog.pg_index"
+        )

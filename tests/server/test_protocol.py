@@ -5,6 +5,7 @@ answer or close each hostile connection promptly and go on serving others."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import struct
 import subprocess
@@ -264,3 +265,36 @@ def test_fuzz_malformed_messages_never_break_the_server(server, startup_bytes, m
     good.close()
     assert server.process.poll() is None
     assert len(os.listdir(f"/proc/{server.process.pid}/fd")) < 64  # no sockets left behind
+
+
+def test_timing_lines_only_when_asked_and_only_durations(server_db, monkeypatch):
+    """``SQLSDC_SERVER_TIMING=1`` (for the benchmark) logs two durations per statement: the
+    guard's share and the server's total; never the statement, the user or a value."""
+    monkeypatch.setenv("SQLSDC_SERVER_TIMING", "1")
+    running = start_server(server_db, "--insecure")
+    try:
+        sock, _, _ = login(running)
+        assert (
+            query(sock, "SELECT region, COUNT(*) AS n FROM persons GROUP BY region")[-1][0] == b"Z"
+        )
+        assert query(sock, "SHOW server_version")[-1][0] == b"Z"
+        sock.close()
+        time.sleep(0.5)  # the line is written just after the last byte to the client
+    finally:
+        stop_server(running)
+    lines = [line for line in running.process.stderr.read().splitlines() if "timing" in line]
+    assert len(lines) == 2, lines
+    guard, total = (float(v) for v in re.findall(r"[0-9.]+", lines[0].split("timing", 1)[1]))
+    assert 0 < guard <= total
+    assert re.fullmatch(r"sqlsdc serve: timing guard_ms=0\.000 total_ms=[0-9.]+", lines[1])
+    assert not any(word in line for line in lines for word in ("persons", "analyst", "region"))
+
+    monkeypatch.delenv("SQLSDC_SERVER_TIMING")
+    running = start_server(server_db, "--insecure")
+    try:
+        sock, _, _ = login(running)
+        query(sock, "SELECT region, COUNT(*) AS n FROM persons GROUP BY region")
+        sock.close()
+    finally:
+        stop_server(running)
+    assert "timing" not in running.process.stderr.read()
