@@ -202,9 +202,12 @@ def main() -> int:
     parser.add_argument("--processes", type=int, default=16)
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--pause", type=float, default=0.0, help="max seconds between queries")
+    parser.add_argument("--keep", type=Path, help="build the database here and keep it")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
-        db = Path(folder) / "load.duckdb"
+        db = (args.keep or Path(folder)) / "load.duckdb"
+        db.parent.mkdir(parents=True, exist_ok=True)
+        db.unlink(missing_ok=True)
         build(db)
         summary = run(db, args.processes, args.queries, args.pause)
     print(json.dumps(summary, indent=2))

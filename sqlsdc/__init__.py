@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from sqlsdc.errors import (
     AccessDenied,
+    AnswerTooLarge,
     BudgetExhausted,
     DatabaseError,
     Error,
@@ -107,6 +108,7 @@ __all__ = [
     "TimestampFromTicks",
     "admin",
     "AccessDenied",
+    "AnswerTooLarge",
     "BudgetExhausted",
     "Connection",
     "Cursor",

@@ -42,6 +42,11 @@ class QueryCanceled(OperationalError):
     (:meth:`sqlsdc.Connection.interrupt`, a PostgreSQL CancelRequest to ``sqlsdc serve``)."""
 
 
+class AnswerTooLarge(OperationalError):
+    """A result had more rows than a connection returns (``MAX_ANSWER_ROWS``): it was stopped
+    while being read, so that one statement cannot fill the memory of a shared process."""
+
+
 class ProgrammingError(Error):
     """Wrong use of the API, e.g. fetching from a cursor that has no result."""
 

@@ -24,7 +24,7 @@ from sqlglot import exp
 from sqlglot.dialects.duckdb import DuckDB
 
 from sqlsdc.engines import watchdog
-from sqlsdc.errors import Error, NotFoundError
+from sqlsdc.errors import AnswerTooLarge, Error, NotFoundError
 
 DIALECT = "duckdb"
 
@@ -263,14 +263,41 @@ def tables_read_by(con: duckdb.DuckDBPyConnection, sql: str) -> set[str]:
     return {name.split(".")[-1].lower() for name in con.get_table_names(sql, qualified=False)}
 
 
-def run(con: duckdb.DuckDBPyConnection, sql: str, timeout: float | None = None) -> pa.Table:
+def run(
+    con: duckdb.DuckDBPyConnection,
+    sql: str,
+    timeout: float | None = None,
+    max_rows: int | None = None,
+    max_bytes: int | None = None,
+) -> pa.Table:
     """Run a query and return its result as an Arrow table; interrupt it after ``timeout`` s.
-    The statement is planned once (``con.sql`` would bind and plan it twice)."""
+    The statement is planned once (``con.sql`` would bind and plan it twice). With
+    ``max_rows`` (and ``max_bytes``), the result is read batch by batch and abandoned
+    (:class:`AnswerTooLarge`) as soon as it has more rows (bytes): it never sits whole in
+    memory."""
     timer = watchdog.after(timeout, con.interrupt) if timeout else None
     try:
-        result = con.execute(sql)
-        types = [str(column[1]) for column in result.description]
-        return _mark_wide_integers(result.to_arrow_reader().read_all(), types)
+        if max_rows is None and max_bytes is None:
+            result = con.execute(sql)
+            types = [str(column[1]) for column in result.description]
+            return _mark_wide_integers(result.to_arrow_reader().read_all(), types)
+        # a relation's reader streams; an execute() result is copied whole before it is read
+        relation = con.sql(sql)
+        types = [str(t) for t in relation.types]
+        reader = relation.to_arrow_reader()
+        batches, rows, size = [], 0, 0
+        for batch in reader:
+            rows, size = rows + batch.num_rows, size + batch.nbytes
+            if rows > (max_rows or rows) or size > (max_bytes or size):
+                reader.close()  # the connection refuses other statements while it is open
+                limit = (f"{max_rows:,} rows" if max_rows and rows > max_rows
+                         else f"{max_bytes // 2**20:,} MiB")  # fmt: skip
+                raise AnswerTooLarge(
+                    f"the answer has more than {limit}, the most a connection returns: "
+                    "aggregate further, filter, or add a LIMIT"
+                )
+            batches.append(batch)
+        return _mark_wide_integers(pa.Table.from_batches(batches, reader.schema), types)
     finally:
         if timer:
             timer.cancel()

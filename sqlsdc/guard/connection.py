@@ -70,6 +70,9 @@ IDLE_RELEASE_SECONDS = 1.0  # a connection idle this long lets other processes o
 MAX_HOLD_SECONDS = 0.5  # a busy connection that others wait for releases it after this hold
 TURN_SECONDS = 0.06  # ... and waits this long before opening it again: other processes' turn
 ENGINE_CHECKED_TEXTS = 1024  # protected SQL texts whose engine reads are known, per opening
+MAX_ANSWER_ROWS = 1_000_000  # rows one statement may return (a public table's cross join could
+MAX_ANSWER_BYTES = 64 * 2**20  # otherwise fill the memory of a process shared by many sessions,
+# such as `sqlsdc serve`); the bytes are Arrow's, read batch by batch
 
 _DATABASE_LOCKS: dict[str, threading.Lock] = {}
 _DATABASE_LOCKS_GUARD = threading.Lock()
@@ -792,12 +795,15 @@ def _secret(con) -> bytes:
 
 
 def _run_over(con, sql: str, noisy: DpRelease | None, timeout: float) -> pa.Table:
-    """Run the protected SQL, over the registered noisy cells of its DP aggregations."""
+    """Run the protected SQL, over the registered noisy cells of its DP aggregations; at most
+    :data:`MAX_ANSWER_ROWS` rows and :data:`MAX_ANSWER_BYTES` bytes."""
     names = list(noisy.relations) if noisy is not None else []
     for name in names:
         con.register(name, noisy.relations[name])
     try:
-        return engine.run(con, sql, timeout=timeout)
+        return engine.run(
+            con, sql, timeout=timeout, max_rows=MAX_ANSWER_ROWS, max_bytes=MAX_ANSWER_BYTES
+        )
     finally:
         for name in names:
             con.unregister(name)

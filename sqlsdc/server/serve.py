@@ -73,6 +73,7 @@ class Server:
         self.ssl_context = (tls_context(settings.tls_cert, settings.tls_key)
                             if settings.tls_cert else None)  # fmt: skip
         self.pool = ThreadPoolExecutor(settings.workers, thread_name_prefix="sqlsdc-session")
+        self._shares: dict[str, asyncio.Semaphore] = {}  # per user: see in_pool
         self.decoy_secret = secrets.token_bytes(32)
         self.sessions: dict[int, Session] = {}
         self._pids = itertools.count(os.getpid() % 100_000 * 10_000 + 1)
@@ -91,8 +92,16 @@ class Server:
         except AccessDenied:  # the policy's limit is shorter (or the user unknown: raised again)
             return connect(db, user)
 
-    async def in_pool(self, function, *args):
-        return await asyncio.get_running_loop().run_in_executor(self.pool, function, *args)
+    async def in_pool(self, function, *args, user: str | None = None):
+        """Run ``function(*args)`` in the thread pool; with ``user``, wait first for one of that
+        user's shares of the pool (half the workers, at least one), so that one user's slow
+        statements never occupy every worker and make other users wait for them."""
+        loop = asyncio.get_running_loop()
+        if user is None:
+            return await loop.run_in_executor(self.pool, function, *args)
+        share = self._shares.setdefault(user, asyncio.Semaphore(max(1, self.settings.workers // 2)))
+        async with share:
+            return await loop.run_in_executor(self.pool, function, *args)
 
     def register(self, session: Session) -> tuple[int, int]:
         pid = next(self._pids) & 0x7FFFFFFF

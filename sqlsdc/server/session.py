@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from sqlsdc.errors import (
     AccessDenied,
+    AnswerTooLarge,
     BudgetExhausted,
     Error,
     InternalError,
@@ -47,6 +48,8 @@ timing = logging.getLogger("sqlsdc.server.timing")
 statement, a user or a value."""
 
 MAX_PARAMETERS = 65_535  # PostgreSQL's limit: ParameterDescription counts them in 16 bits
+MAX_PREPARED = 1_000  # named statements (and portals) one session may keep
+MAX_PREPARED_BYTES = 32 * 1024 * 1024  # their text, together: one analyst cannot fill memory
 ROWS_PER_WRITE = 1000  # DataRows encoded and written at a time
 INLINE_ROWS = 100  # DataRows encoded on the event loop (tens of microseconds), not in the pool
 AUTH_TIMEOUT = 15.0  # seconds from the first byte to the end of authentication
@@ -99,6 +102,8 @@ def error_fields(error: BaseException, cancelled: bool = False) -> StatementErro
     if isinstance(error, InternalError) or not isinstance(error, Error):
         log.error("internal error: %s", type(error).__name__)
         return StatementError("XX000", "internal error in sqlsdc; the server log names it")
+    if isinstance(error, AnswerTooLarge):
+        return StatementError("54000", str(error))  # program_limit_exceeded
     if isinstance(error, OperationalError):
         return StatementError("58000", str(error))
     return StatementError("XX000", str(error))  # sqlsdc's own words, never the engine's
@@ -332,7 +337,7 @@ class Session:
         self.running, self.cancelled = True, False
         try:
             answer, guarded = await self.server.in_pool(
-                _run, self.catalog, self.connection, sql, params
+                _run, self.catalog, self.connection, sql, params, user=self.user
             )
             self.guard_seconds += guarded
         except Exception as e:  # noqa: BLE001 - mapped to an SQLSTATE by error_fields
@@ -363,6 +368,14 @@ class Session:
         message = codec.parse_parse(body)
         if message.name and message.name in self.statements:
             raise StatementError("42P05", f'prepared statement "{message.name}" already exists')
+        kept = [st for name, st in self.statements.items() if name != message.name]
+        if len(kept) >= MAX_PREPARED or (
+            sum(len(st.sql) for st in kept) + len(message.sql) > MAX_PREPARED_BYTES
+        ):
+            raise StatementError("53400", f"this session keeps {len(kept)} prepared statements "
+                                 f"({MAX_PREPARED} or {MAX_PREPARED_BYTES // 2**20} MB of text "
+                                 "at most)", "close (DEALLOCATE) statements it no longer "
+                                 "needs")  # fmt: skip
         try:
             kinds = parameter_types(message.sql, message.param_types)
         except ValueError:
@@ -385,6 +398,9 @@ class Session:
         )  # fmt: skip
         if message.portal and message.portal in self.portals:
             raise StatementError("42P03", f'portal "{message.portal}" already exists')
+        if len(self.portals) >= MAX_PREPARED:
+            raise StatementError("53400", f"this session keeps {MAX_PREPARED} open portals, the "
+                                 "most it may", "close portals it no longer needs")  # fmt: skip
         portal = Portal(statement, params, message.result_formats, text_only=statement.text_only)
         if statement.described is not None and not params:
             portal.result, statement.described = statement.described, None
