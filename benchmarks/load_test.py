@@ -96,7 +96,7 @@ def worker(db: str, seed: int, queries: int, pause: float) -> None:
                 time.sleep(rng.uniform(0, pause))
 
 
-def run(db: Path, processes: int, queries: int, pause: float) -> dict:
+def run(db: Path, processes: int, queries: int, pause: float, kill: bool = True) -> dict:
     start = time.perf_counter()
     me = str(Path(__file__).resolve())
     workers = [  # worker 0, the victim, has more to do, so that it is killed mid-run
@@ -118,8 +118,9 @@ def run(db: Path, processes: int, queries: int, pause: float) -> dict:
     ]
     victim = workers[0]
     first = victim.stdout.readline()  # the victim has answered a query: kill it now
-    os.kill(victim.pid, signal.SIGKILL)
-    killed = True
+    if kill:
+        os.kill(victim.pid, signal.SIGKILL)
+    killed = kill
     admin = [["sqlsdc", "audit", str(db), "--limit", "5", "--format", "json"],
              ["sqlsdc", "budget", str(db), "--format", "json"]]  # fmt: skip
     admin_failures, admin_runs = [], 0
@@ -203,13 +204,14 @@ def main() -> int:
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--pause", type=float, default=0.0, help="max seconds between queries")
     parser.add_argument("--keep", type=Path, help="build the database here and keep it")
+    parser.add_argument("--no-kill", action="store_true", help="kill no worker")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         db = (args.keep or Path(folder)) / "load.duckdb"
         db.parent.mkdir(parents=True, exist_ok=True)
         db.unlink(missing_ok=True)
         build(db)
-        summary = run(db, args.processes, args.queries, args.pause)
+        summary = run(db, args.processes, args.queries, args.pause, kill=not args.no_kill)
     print(json.dumps(summary, indent=2))
     return 1 if summary["problems"] else 0
 
