@@ -192,4 +192,4 @@ def test_publish_refuses_names_that_differ_only_in_case_before_running_anything(
     entries = sqlsdc.admin.audit(db, "admin", limit=100)
     assert set(entries["user_name"]) == {"admin"}  # no guarded query ran as the analyst
     assert set(entries["decision"]) <= {"refused", "failed"} and len(entries) == len(requests)
-    assert not out.exists() and list(tmp_path.iterdir()) == [db]
+    assert not out.exists() and {p.name for p in tmp_path.iterdir()} == {db.name, db.name + ".lock"}

@@ -46,7 +46,7 @@ def build_demo_database(
         path.with_name(path.name + ".wal").unlink(missing_ok=True)  # belongs to the old file
         os.replace(building, path)
     finally:
-        for partial in (building, building.with_name(building.name + ".wal")):
+        for partial in (building, *engine.sidecar_files(building)):
             partial.unlink(missing_ok=True)
     return report
 

@@ -23,7 +23,7 @@ import pyarrow as pa
 from sqlglot import exp
 from sqlglot.dialects.duckdb import DuckDB
 
-from sqlsdc.engines import watchdog
+from sqlsdc.engines import file_lock, watchdog
 from sqlsdc.errors import AnswerTooLarge, Error, NotFoundError
 
 DIALECT = "duckdb"
@@ -56,11 +56,13 @@ LOCK_WAIT_SECONDS = 60.0
 
 def open_database(
     path: str | Path, *, read_only: bool = False, wait: float = LOCK_WAIT_SECONDS
-) -> duckdb.DuckDBPyConnection:
+) -> LockedConnection:
     """Open a DuckDB file for sqlsdc's own (trusted) work, with extensions and scans locked down.
 
-    While another process holds the file, the open is retried for up to ``wait`` seconds (a
-    guarded connection holds it while it runs statements, and releases it when idle)."""
+    The file's operating-system lock (:mod:`sqlsdc.engines.file_lock`) is taken first and held
+    until the connection is closed, so no commit is lost when processes take turns. While
+    another process holds the file, the open is retried for up to ``wait`` seconds (a guarded
+    connection holds it while it runs statements, and releases it when idle)."""
     path = Path(path)
     if not read_only and not path.parent.exists():
         raise NotFoundError(f"cannot create database {path}: folder {path.parent} does not exist")
@@ -68,18 +70,23 @@ def open_database(
         raise NotFoundError(
             f"database {path} does not exist; create it with `sqlsdc init` or `sqlsdc demo`"
         )
-    deadline, pause, marker = time.monotonic() + wait, 0.002, None
+    deadline, pause, marker, text = time.monotonic() + wait, 0.002, None, "lock"
     try:
         while True:
-            try:
-                with _OPEN_LOCK:
-                    return duckdb.connect(str(path), read_only=read_only,
-                                          config=dict(_CONNECT_CONFIG))  # fmt: skip
-            except duckdb.Error as e:
-                text = str(e).lower()
-                locked = "lock" in text
-                if not locked or time.monotonic() + pause > deadline:
-                    break
+            hold = file_lock.try_acquire(path, shared=read_only)
+            if hold is not None:
+                try:
+                    with _OPEN_LOCK:
+                        con = duckdb.connect(str(path), read_only=read_only,
+                                             config=dict(_CONNECT_CONFIG))  # fmt: skip
+                    return LockedConnection(con, hold)
+                except duckdb.Error as e:  # held by a process outside sqlsdc, or not DuckDB's
+                    hold.release()
+                    text = str(e).lower()
+                    if "lock" not in text:
+                        break
+            if time.monotonic() + pause > deadline:
+                break
             marker = marker or _mark_waiting(path)
             time.sleep(pause * (0.5 + random.random()))  # jitter: waiting processes take turns
             pause = min(pause * 2, 0.05)
@@ -92,7 +99,7 @@ def open_database(
     why = (
         f"another process has held a lock on it for {wait:g} s (a guarded connection "
         "running statements, or an admin command); try again, or close that process"
-        if locked
+        if "lock" in text
         else "it cannot be written here (a read-only file system or no permission); "
         "choose another place or ask for write access"
         if "permission denied" in text or "read-only file system" in text
@@ -100,6 +107,47 @@ def open_database(
         "with other settings"
     )
     raise Error(f"cannot open database {path}: {why}") from None
+
+
+class LockedConnection:
+    """A DuckDB connection to a file that lets the file's lock go once it is closed (or
+    collected); every other attribute is the connection's own."""
+
+    __slots__ = ("__weakref__", "_con", "_hold")
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, hold: file_lock.FileLock):
+        self._con, self._hold = con, hold
+
+    def __getattr__(self, name: str):
+        return getattr(self._con, name)
+
+    def execute(self, *args, **kwargs):
+        return self._con.execute(*args, **kwargs)
+
+    def close(self) -> None:
+        hold, self._hold = self._hold, None
+        try:
+            self._con.close()
+        finally:
+            if hold is not None:
+                hold.release()
+
+    def __enter__(self) -> LockedConnection:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if self._hold is not None:
+            self.close()
+
+
+def sidecar_files(path: str | Path) -> tuple[Path, Path]:
+    """The files kept beside a database file: DuckDB's write-ahead log and the file of the OS
+    lock (:mod:`~sqlsdc.engines.file_lock`); a private file's creator removes them with it."""
+    path = Path(path)
+    return path.with_name(path.name + ".wal"), file_lock.lock_path(path)
 
 
 def memory_database(

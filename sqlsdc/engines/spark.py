@@ -810,16 +810,12 @@ class SparkEngine:
         """
         import duckdb
 
+        from sqlsdc.engines.duckdb import open_database
+
         folder = tempfile.mkdtemp(prefix="sqlsdc-spark-")
         self._folders.append(folder)
         own = isinstance(database, (str, Path))
-        try:
-            con = duckdb.connect(str(database), read_only=True) if own else database
-        except duckdb.Error as e:
-            raise Error(
-                f"cannot open {database} for copying to Spark ({str(e).splitlines()[0]}); close "
-                "other connections to it in this process first"
-            ) from None
+        con = open_database(database, read_only=True) if own else database
         try:
             for name in tables:
                 path = Path(folder) / f"{view_name(name)}.parquet"

@@ -1,0 +1,120 @@
+"""An operating-system lock on a database file, held from before it is opened until after it
+is closed, so that processes taking turns on one DuckDB file never lose a commit.
+
+DuckDB lets one process write a file and keeps others out with its own lock, but that lock is
+released before the closing process has finished with the file: with 16 processes taking turns
+(open, commit, close), DuckDB 2.0 lost 5-10 of 960 acknowledged commits per run and handed
+their sequence ids out again, and once left a damaged block (``benchmarks/duckdb_handover.py``).
+A ``flock`` on a sidecar file ``<db>.lock``, taken before ``connect`` and let go after ``close``
+returns, lost none in every run. Writers take it exclusively, read-only openings shared.
+
+The lock belongs to the process: connections of one process to one file share it (DuckDB
+shares their database instance too), and it is let go when the last of them closes. The
+kernel lets it go if the process dies, so a killed process never blocks the others.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows: DuckDB's own lock only
+    fcntl = None
+
+__all__ = ["FileLock", "try_acquire"]
+
+
+class FileLock:
+    """This process's hold on one database file's lock: :meth:`release` once per acquire."""
+
+    def __init__(self, key: str, handle, shared: bool):
+        self.key, self.handle, self.shared, self.holders = key, handle, shared, 1
+
+    def release(self) -> None:
+        """Let go of one hold; the lock itself goes with the last. Never waits: a release may
+        run in a finaliser, while this very thread is inside :func:`try_acquire`, so it is
+        queued and applied by whichever thread holds the registry next (or now)."""
+        _releases.append(self)
+        _apply_releases()
+
+
+_registry_lock = threading.Lock()
+_held: dict[str, FileLock] = {}
+_releases: list[FileLock] = []  # queued by release(), applied under the registry lock
+
+
+def _apply_releases() -> None:
+    while _releases and _registry_lock.acquire(blocking=False):
+        try:
+            while _releases:
+                _let_go(_releases.pop())
+        finally:
+            _registry_lock.release()
+
+
+def _let_go(hold: FileLock) -> None:
+    hold.holders -= 1
+    if hold.holders or _held.get(hold.key) is not hold:
+        return
+    del _held[hold.key]
+    if hold.handle is not None:
+        fcntl.flock(hold.handle, fcntl.LOCK_UN)
+        hold.handle.close()
+
+
+def lock_path(path: Path) -> Path:
+    return path.with_name(path.name + ".lock")
+
+
+def try_acquire(path: str | Path, *, shared: bool) -> FileLock | None:
+    """Take the file's lock without waiting, or None while another process holds it in a
+    conflicting mode. A process that already holds it (in either mode) holds it once more; a
+    lock file that cannot be created (a read-only folder) gives a hold on nothing, as no
+    process can then have written the database there through sqlsdc."""
+    path = Path(path).resolve()
+    key = str(path)
+    try:
+        with _registry_lock:
+            while _releases:
+                _let_go(_releases.pop())
+            held = _held.get(key)
+            if held is not None:
+                held.holders += 1
+                return held
+            handle = _open(lock_path(path))
+            if handle is not None:
+                try:
+                    mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+                    fcntl.flock(handle, mode | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    handle.close()
+                    return None
+            held = _held[key] = FileLock(key, handle, shared)
+            return held
+    finally:
+        _apply_releases()  # those queued while this thread held the registry
+
+
+def _open(path: Path):
+    if fcntl is None:
+        return None
+    for mode in ("a", "r"):  # "r": an existing lock file in a folder this user cannot write
+        try:
+            return open(path, mode)  # noqa: SIM115 - closed by FileLock.release
+        except OSError:
+            continue
+    return None
+
+
+def _forget_after_fork() -> None:
+    """A forked child does not hold its parent's locks (their descriptions stay the parent's:
+    unlocking them here would unlock them for the parent)."""
+    global _registry_lock, _held, _releases
+    _registry_lock, _held, _releases = threading.Lock(), {}, []
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)

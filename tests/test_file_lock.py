@@ -1,0 +1,133 @@
+"""The OS lock around every open of a database file (sqlsdc.engines.file_lock): held from the
+open until the last connection of the process closes, exclusive for writers and shared for
+readers, let go when a process dies; other processes wait for it within the open's time."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import duckdb
+import pytest
+
+import sqlsdc
+from sqlsdc.engines import file_lock
+from sqlsdc.engines.duckdb import open_database
+
+
+@pytest.fixture
+def path(tmp_path):
+    path = tmp_path / "locked.duckdb"
+    duckdb.connect(str(path)).close()
+    return path
+
+
+def other_process_gets(path, *, shared: bool) -> bool:
+    """Whether another process could take the file's lock now (it lets it go at once)."""
+    code = textwrap.dedent(f"""
+        from sqlsdc.engines import file_lock
+        hold = file_lock.try_acquire({str(path)!r}, shared={shared})
+        print(hold is not None)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return done.stdout.strip() == "True"
+
+
+def test_a_writer_holds_the_file_until_its_last_connection_closes(path):
+    first = open_database(path)
+    second = open_database(path)  # the same process: one lock, held twice
+    assert (path.parent / "locked.duckdb.lock").is_file()
+    assert not other_process_gets(path, shared=False)
+    assert not other_process_gets(path, shared=True)
+    first.close()
+    assert not other_process_gets(path, shared=False)
+    second.close()
+    assert other_process_gets(path, shared=False)
+
+
+def test_readers_share_the_file_and_keep_writers_out(path):
+    reader = open_database(path, read_only=True)
+    try:
+        assert other_process_gets(path, shared=True)
+        assert not other_process_gets(path, shared=False)
+    finally:
+        reader.close()
+    assert other_process_gets(path, shared=False)
+
+
+def test_a_connection_dropped_without_close_lets_the_lock_go(path):
+    con = open_database(path)
+    con.execute("SELECT 1")
+    del con
+    gc.collect()
+    assert other_process_gets(path, shared=False)
+
+
+def test_closing_twice_lets_the_lock_go_once(path):
+    con = open_database(path)
+    con.close()
+    con.close()
+    other = open_database(path)
+    try:
+        assert not other_process_gets(path, shared=False)  # still held by ``other``
+    finally:
+        other.close()
+
+
+def test_an_open_waits_for_another_process_and_says_why_it_gave_up(path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys
+            from sqlsdc.engines.duckdb import open_database
+            con = open_database({str(path)!r})
+            print("open", flush=True)
+            sys.stdin.readline()
+            con.close()
+        """)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        with pytest.raises(sqlsdc.Error, match="another process has held a lock on it for 0.3 s"):
+            open_database(path, wait=0.3)
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        con = open_database(path, wait=30)  # waits for the holder to close
+        con.close()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_killed_holder_never_blocks_the_others(path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import time
+            from sqlsdc.engines.duckdb import open_database
+            con = open_database({str(path)!r})
+            con.execute("CREATE TABLE t AS SELECT 1 AS x")
+            print("open", flush=True)
+            time.sleep(600)
+        """)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert holder.stdout.readline().strip() == "open"
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    con = open_database(path, wait=30)
+    try:
+        assert con.execute("SELECT x FROM t").fetchall() == [(1,)]  # committed before the kill
+    finally:
+        con.close()
+
+
+def test_a_lock_file_that_cannot_be_made_holds_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(file_lock, "_open", lambda path: None)
+    hold = file_lock.try_acquire(tmp_path / "x.duckdb", shared=False)
+    assert hold is not None and hold.handle is None
+    hold.release()
+    assert file_lock._held == {}
