@@ -598,3 +598,57 @@ def test_connecting_to_a_missing_file_does_not_create_it(tmp_path):
     with pytest.raises(sqlsdc.Error, match="sqlsdc init"):
         sqlsdc.connect(path, user="analyst")
     assert not path.exists()
+
+
+def _ledger_rows(result, monkeypatch, parameter_rows):
+    monkeypatch.setattr(store, "PARAMETER_ROWS", parameter_rows)
+    con = duckdb.connect()
+    con.execute(f"CREATE SCHEMA {store.S}")
+    con.execute(next(d for d in store.DDL if f"{store.S}.ledger" in d))
+    keys = [(name, i) for i, name in enumerate(result.column_names[:-2])]
+    n = result.num_columns
+    cells = [("value", n - 2, "ckm", None), ("value_again", n - 2, "ckm", n - 1)]
+    store.record_release(con, result, tables=["t"], keys=keys, cells=cells, population="p",
+                         query_id=7, user="u", fingerprint="f")  # fmt: skip
+    rows = con.execute(
+        f"SELECT query_id, cell, column_name, mechanism, status FROM {store.S}.ledger "
+        "ORDER BY ALL"
+    ).fetchall()
+    con.close()
+    return rows
+
+
+def test_ledger_rows_are_the_same_from_parameters_and_from_a_registered_view(monkeypatch):
+    """Small results go to the ledger as list parameters, large or nested ones as a registered
+    Arrow view; a cell's identity (its JSON key values) must not depend on which."""
+    import datetime as dt
+    from decimal import Decimal
+
+    import pyarrow as pa
+
+    plain = pa.table({
+        "s": pa.array(["a", "é", None]),
+        "i8": pa.array([1, -2, None], pa.int8()),
+        "u64": pa.array([2**63, 0, 5], pa.uint64()),
+        "f32": pa.array([1.1, float("nan"), -0.0], pa.float32()),
+        "f64": pa.array([1 / 3, 1e300, None]),
+        "d": pa.array([Decimal("1.500"), Decimal("-0.001"), None], pa.decimal128(18, 3)),
+        "wide": pa.array([Decimal(10**30), Decimal(-1), Decimal(0)], pa.decimal128(38, 0)),
+        "b": pa.array([True, None, False]),
+        "day": pa.array([dt.date(2020, 1, 2), None, dt.date(1, 1, 1)]),
+        "ts": pa.array([dt.datetime(2020, 1, 2, 3, 4, 5, 123456), None, None], pa.timestamp("us")),
+        "value": pa.array([10, None, 3]),
+        "status": pa.array(["published", "suppressed", "published"]),
+    })  # fmt: skip
+    assert all(store._plain(field.type) for field in plain.schema)  # parameters, at 1024 rows
+    from_parameters = _ledger_rows(plain, monkeypatch, parameter_rows=1024)
+    from_view = _ledger_rows(plain, monkeypatch, parameter_rows=0)
+    assert from_parameters == from_view and len(from_view) == 6
+    cell = json.loads(from_view[0][1])
+    assert set(cell["keys"]) == set(plain.column_names[:-2]) and cell["tables"] == ["t"]
+    assert [r[4] for r in from_view].count("suppressed") == 2  # NULL value, and the status column
+
+    nested = plain.append_column("tz", pa.array([dt.datetime(2020, 1, 1, tzinfo=dt.UTC)] * 3))
+    nested = nested.append_column("none", pa.nulls(3))
+    nested = nested.select([*plain.column_names[:-2], "tz", "none", "value", "status"])
+    assert _ledger_rows(nested, monkeypatch, 1024) == _ledger_rows(nested, monkeypatch, 0)

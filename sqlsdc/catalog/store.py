@@ -11,13 +11,13 @@ import json
 import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import pyarrow as pa
 from sqlglot import exp
 
 from sqlsdc.catalog.schema import CATALOG_SCHEMA, CATALOG_VERSION, CKM_MIX_DDL, DDL, DP_CELLS_DDL
-from sqlsdc.engines.duckdb import one
+from sqlsdc.engines.duckdb import one, parsed, type_names
 from sqlsdc.errors import AccessDenied, Error, PolicyViolation
 from sqlsdc.mechanisms.ckm import MixKeys
 from sqlsdc.policy import UserRole, load_policy
@@ -237,6 +237,13 @@ def next_query_id(con) -> int:
     return one(con, f"SELECT nextval('{S}.query_ids')")[0]
 
 
+_AUDIT_INSERT = f"INSERT INTO {S}.audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_AUDIT_INSERT_DRAWING = (
+    f"INSERT INTO {S}.audit VALUES (nextval('{S}.query_ids'), ?, ?, ?, ?, ?, ?, ?, ?) "
+    "RETURNING query_id"
+)
+
+
 def record_query(
     con,
     query_id: int | None,
@@ -253,16 +260,20 @@ def record_query(
     in the same statement (one round trip, and no commit of its own inside a transaction)."""
     values = [now(), user, policy_version, decision, reason, fingerprint, sql, rows]
     if query_id is not None:
-        con.execute(f"INSERT INTO {S}.audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [query_id, *values])  # fmt: skip
+        con.execute(parsed(_AUDIT_INSERT), [query_id, *values])
         return query_id
     (drawn,) = one(
         con,
-        f"INSERT INTO {S}.audit VALUES (nextval('{S}.query_ids'), ?, ?, ?, ?, ?, ?, ?, ?) "
-        "RETURNING query_id",
+        parsed(_AUDIT_INSERT_DRAWING),
         values,
     )
     return drawn
+
+
+# A result of at most this many rows whose ledger columns are plain scalars is passed to the
+# ledger INSERT as list parameters; registering it as an Arrow view (and unregistering it) cost
+# more than half a millisecond of a CKM query's fixed cost (benchmarks/README.md).
+PARAMETER_ROWS = 1024
 
 
 @lru_cache(maxsize=512)
@@ -271,9 +282,13 @@ def ledger_insert(
     keys: tuple[tuple[str, int], ...],
     cells: tuple[tuple[str, int, str, int | None], ...],
     population: str | None = None,
+    parameter_types: tuple[tuple[int, str], ...] | None = None,
 ) -> str:
-    """INSERT that turns a registered result ``__sqlsdc_release`` (columns c0, c1, ...) into
-    ledger rows, one per released cell; parameters: query id, time, user, fingerprint.
+    """INSERT that turns a result (columns c0, c1, ...) into ledger rows, one per released
+    cell; parameters: query id, time, user, fingerprint. The result is the registered view
+    ``__sqlsdc_release``, or, with ``parameter_types`` (``(position, DuckDB type)`` of every
+    column read), one list parameter per such column after those four, cast to its type so
+    that identities read exactly as from the view.
 
     ``keys`` are ``(name, position)`` of the columns identifying a cell; ``cells`` are
     ``(name, position, mechanism, status position or None)`` of released values. Without a
@@ -296,6 +311,7 @@ def ledger_insert(
             *[a for name, i in keys for a in (exp.Literal.string(name), exp.column(f"c{i}"))],
         ),
     )
+    source = _release_source(parameter_types)
     parts = []
     for name, position, mechanism, status in cells:
         if status is None:
@@ -321,7 +337,7 @@ def ledger_insert(
                 exp.Literal.string(name),
                 exp.Literal.string(mechanism),
                 status_expr,
-            ).from_(RELEASE_VIEW)
+            ).from_(source.copy())
         )
     query = parts[0]
     for part in parts[1:]:
@@ -329,18 +345,68 @@ def ledger_insert(
     return exp.insert(query, exp.table_(LEDGER_TABLE, db=S)).sql("duckdb")
 
 
+def _release_source(parameter_types: tuple[tuple[int, str], ...] | None) -> exp.Expr:
+    """The registered view, or a subquery unnesting list parameters $5, $6, ... in parallel."""
+    if parameter_types is None:
+        return exp.to_table(RELEASE_VIEW)
+    columns = [
+        exp.alias_(
+            exp.func(
+                "unnest",
+                exp.cast(
+                    exp.Placeholder(this=str(5 + k)),
+                    exp.DataType.build(f"{kind}[]", dialect="duckdb"),
+                ),
+            ),
+            f"c{position}",
+        )
+        for k, (position, kind) in enumerate(parameter_types)
+    ]
+    return exp.select(*columns).subquery(RELEASE_VIEW)
+
+
 def record_release(
-    con, result: pa.Table, statement: str, *, query_id: int, user: str, fingerprint: str
+    con,
+    result: pa.Table,
+    *,
+    tables: Sequence[str],
+    keys: Sequence[tuple[str, int]],
+    cells: Sequence[tuple[str, int, str, int | None]],
+    population: str | None = None,
+    query_id: int,
+    user: str,
+    fingerprint: str,
 ) -> None:
-    """Run a :func:`ledger_insert` statement over a protected result."""
+    """Ledger rows for a protected result (:func:`ledger_insert`), in one statement."""
     if result.num_rows == 0:
         return
-    batch = result.rename_columns([f"c{i}" for i in range(result.num_columns)])
-    con.register(RELEASE_VIEW, batch)
+    statement = partial(ledger_insert, tuple(tables), tuple(keys), tuple(cells), population)
+    values = [query_id, now(), user, fingerprint]
+    read = sorted({i for _, i in keys} | {c[1] for c in cells} | {c[3] for c in cells} - {None})
+    if result.num_rows <= PARAMETER_ROWS and all(_plain(result.field(i).type) for i in read):
+        kinds = type_names(pa.schema([result.field(i) for i in read]))
+        columns = [result.column(i).to_pylist() for i in read]
+        con.execute(parsed(statement(tuple(zip(read, kinds, strict=True)))), values + columns)
+        return
+    con.register(RELEASE_VIEW, result.rename_columns([f"c{i}" for i in range(result.num_columns)]))
     try:
-        con.execute(statement, [query_id, now(), user, fingerprint])
+        con.execute(statement(), values)
     finally:
         con.unregister(RELEASE_VIEW)
+
+
+def _plain(kind: pa.DataType) -> bool:
+    """Arrow types whose Python values bind back to the same DuckDB values exactly."""
+    return (
+        pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+        or pa.types.is_integer(kind)
+        or pa.types.is_floating(kind)
+        or pa.types.is_decimal(kind)
+        or pa.types.is_boolean(kind)
+        or pa.types.is_date(kind)
+        or (pa.types.is_timestamp(kind) and kind.tz is None)
+    )
 
 
 def record_cells(
@@ -364,13 +430,17 @@ def record_cells(
     column holding ``published``/``suppressed``; without it a NULL value counts as suppressed.
     """
     names = cells.column_names
-    statement = ledger_insert(
-        tuple(tables),
-        tuple((k, names.index(k)) for k in keys),
-        tuple((v, names.index(v), mechanism, status and names.index(status)) for v in values),
-        population,
+    record_release(
+        con,
+        cells,
+        tables=tables,
+        keys=[(k, names.index(k)) for k in keys],
+        cells=[(v, names.index(v), mechanism, status and names.index(status)) for v in values],
+        population=population,
+        query_id=query_id,
+        user=user,
+        fingerprint=fingerprint,
     )
-    record_release(con, cells, statement, query_id=query_id, user=user, fingerprint=fingerprint)
 
 
 def copy_release(con, source_query_id: int, *, query_id: int, user: str, fingerprint: str) -> int:

@@ -112,7 +112,14 @@ def record_release(con, result: pa.Table, query: ProtectedQuery, query_id: int, 
     )
     if not cells:
         return
-    statement = store.ledger_insert(query.tables, keys, cells, query.population or None)
     store.record_release(
-        con, result, statement, query_id=query_id, user=user, fingerprint=query.fingerprint
+        con,
+        result,
+        tables=query.tables,
+        keys=keys,
+        cells=cells,
+        population=query.population or None,
+        query_id=query_id,
+        user=user,
+        fingerprint=query.fingerprint,
     )

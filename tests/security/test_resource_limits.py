@@ -8,6 +8,7 @@ import duckdb
 import pytest
 
 import sqlsdc
+from sqlsdc.engines.duckdb import is_wide_integer, memory_database, run
 from sqlsdc.guard import connection
 
 
@@ -42,3 +43,26 @@ def test_an_answer_over_the_byte_cap_is_stopped(demo_db, monkeypatch):
         with pytest.raises(sqlsdc.AnswerTooLarge, match="more than 1 MiB"):
             con.execute(f"SELECT {many} FROM {tables}")  # 32,768 rows x 5 names: about 2 MB
         assert len(con.execute(f"SELECT {many} FROM {tables} LIMIT 10").fetchall()) == 10
+
+
+class _PublicOnly:
+    """A connection seen through DuckDB's public API only (no private ``_submit``)."""
+
+    def __init__(self, con):
+        self.sql, self.interrupt = con.sql, con.interrupt
+
+
+@pytest.mark.parametrize("through", [lambda con: con, _PublicOnly], ids=["submit", "public"])
+def test_run_streams_the_same_answer_either_way_and_stops_at_the_cap(through):
+    con = memory_database()
+    sql = "SELECT range AS i, range::HUGEINT AS h, 'x' || range AS s FROM range(300000)"
+    try:
+        answer = run(through(con), sql)
+        assert answer.num_rows == 300_000 and answer.column("s")[299_999].as_py() == "x299999"
+        assert is_wide_integer(answer.schema.field("h"))
+        assert not is_wide_integer(answer.schema.field("i"))
+        with pytest.raises(sqlsdc.AnswerTooLarge, match="more than 1,000 rows"):
+            run(through(con), sql, max_rows=1_000)
+        assert run(con, "SELECT 42 AS x").column("x").to_pylist() == [42]  # the stream was closed
+    finally:
+        con.close()
