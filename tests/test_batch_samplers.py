@@ -36,6 +36,12 @@ GAUSSIAN_SIGMA2 = [Fraction(1, 4), 1, Fraction(10, 3), 100, 10**4, Fraction(10**
                    10**12]  # fmt: skip
 
 
+@pytest.fixture(autouse=True)
+def lanes_for_every_batch(monkeypatch):
+    """Run the lanes on batches of any size here (outside tests, small ones go cell by cell)."""
+    monkeypatch.setattr(batch_samplers, "LANES_FROM", 1)
+
+
 def _streams(label: str, n: int) -> list[KeyedStream]:
     return [BASE.derive(label, i) for i in range(n)]
 
@@ -63,6 +69,19 @@ def test_batch_path_is_vectorised_where_it_fits(monkeypatch):
     assert calls == []
     discrete_laplace_many(Fraction(2**41), _streams("lanes", 5))
     assert len(calls) == 5
+
+
+def test_small_batches_are_drawn_cell_by_cell(monkeypatch):
+    """Below LANES_FROM streams the scalar samplers run (faster there; the same values)."""
+    monkeypatch.setattr(batch_samplers, "LANES_FROM", 2048)
+    calls = []
+    monkeypatch.setattr(batch_samplers, "discrete_laplace",
+                        lambda *a: calls.append(a) or 0)  # fmt: skip
+    monkeypatch.setattr(batch_samplers, "discrete_gaussian",
+                        lambda *a: calls.append(a) or 0)  # fmt: skip
+    discrete_laplace_many(Fraction(240), _streams("small", 8))
+    discrete_gaussian_many(Fraction(100), _streams("small", 8))
+    assert len(calls) == 16
 
 
 def test_many_blocks_per_lane():

@@ -35,7 +35,8 @@ statistic over all cells of a canonical population, value 0; see
 :func:`sqlsdc.mechanisms.dp_cells.statistic_identity`). The guard charges a query's statistics
 that were not paid before *before* it computes any exact cell (:func:`charge` with the
 statistics as ``cells``), so a query that then fails or times out has paid; the cells drawn
-afterwards are recorded with :func:`record_cells`. :func:`cached_cells` looks both up.
+afterwards are cached with :func:`cache_cells`, in the transaction that records the query's
+answer. :func:`cached_cells` looks both up.
 
 Example:
     >>> import duckdb
@@ -60,7 +61,7 @@ from fractions import Fraction
 
 from sqlsdc.catalog.schema import CATALOG_SCHEMA
 from sqlsdc.catalog.store import dp_cell_entry, ensure_catalog, now
-from sqlsdc.engines.duckdb import EngineError, one
+from sqlsdc.engines.duckdb import EngineError, one, parsed, rollback
 from sqlsdc.errors import BudgetExhausted, Error, OperationalError
 from sqlsdc.mechanisms.accountant import BudgetLimit, PrivacyCost, fraction
 from sqlsdc.mechanisms.dp_cells import CellRecord
@@ -72,6 +73,7 @@ __all__ = [
     "Charge",
     "budget_events",
     "budget_status",
+    "cache_cells",
     "cached_cells",
     "charge",
     "effective_limits",
@@ -79,7 +81,7 @@ __all__ = [
     "grant",
     "parse_amount",
     "policy_limits",
-    "record_cells",
+    "is_conflict",
     "reset",
     "set_limit",
     "spend_ledger",
@@ -201,7 +203,7 @@ def ensure_budget_catalog(con) -> None:
                 ensure_catalog(con)
                 con.execute("COMMIT")
             except BaseException:
-                _rollback(con)
+                rollback(con)
                 raise
         except EngineError:  # another connection created them at the same moment
             if not _has_budget_tables(con):
@@ -350,17 +352,10 @@ def _refusal(user: str, tables: tuple[str, ...], cost: PrivacyCost, lims, used) 
     return None
 
 
-def _is_conflict(error: Exception) -> bool:
+def is_conflict(error: Exception) -> bool:
     """A concurrent transaction got there first (retrying is safe)."""
     text = str(error).lower()
     return "conflict" in text or "duplicate key" in text or "constraint violat" in text
-
-
-def _rollback(con) -> None:
-    try:
-        con.execute("ROLLBACK")
-    except EngineError:
-        pass  # DuckDB already ended a transaction whose COMMIT failed
 
 
 def charge(
@@ -442,16 +437,16 @@ def charge(
             con.execute("COMMIT")
             return Charge(seq, charged, user, tables, cost, len(cells), at)
         except BudgetExhausted:
-            _rollback(con)
+            rollback(con)
             raise
         except EngineError as e:
-            _rollback(con)
-            if _is_conflict(e) and attempt + 1 < _CONFLICT_RETRIES:
+            rollback(con)
+            if is_conflict(e) and attempt + 1 < _CONFLICT_RETRIES:
                 time.sleep(0.005 * (attempt + 1))
                 continue
             raise _spend_failure(e) from None
         except BaseException:
-            _rollback(con)
+            rollback(con)
             raise
     raise Error("could not record the privacy spend: too many concurrent charges; try again")
 
@@ -477,25 +472,41 @@ def _binding_remaining(cost: PrivacyCost, lims, used) -> BudgetLimit:
 
 
 def _insert_cells(
-    con, user, policy_version, query_id, at, cells: list[CellRecord], *, skip_cached: bool
-) -> None:
+    con,
+    user,
+    policy_version,
+    query_id,
+    at,
+    cells: list[CellRecord],
+    *,
+    skip_cached: bool,
+    returning: bool = False,
+) -> list[tuple]:
     """Cache the new cells. A concurrent query of the same user may have cached some of them
     since they were looked up (with the same values: the noise is a function of the cell);
-    the retry after that key conflict (``skip_cached``) leaves those out."""
+    the retry after that key conflict (``skip_cached``) leaves those out. With ``returning``
+    cells cached before are skipped, and the entries inserted are returned."""
     if skip_cached:
         have = cached_cells(con, user, policy_version, [c.identity.digest for c in cells])
         cells = [c for c in cells if c.identity.digest not in have]
-    con.execute(
-        f"INSERT INTO {S}.dp_cells SELECT unnest(?::BLOB[]), ?, ?, unnest(?), unnest(?), "
-        "unnest(?), unnest(?), unnest(?), ?, ?",
+    result = con.execute(
+        parsed(_INSERT_CELLS_RETURNING if returning else _INSERT_CELLS),
         [[dp_cell_entry(user, policy_version, c.identity.digest) for c in cells], user,
          policy_version, [c.identity.digest for c in cells], [c.identity.text for c in cells],
          [c.column for c in cells], [c.statistic.value for c in cells],
          [str(c.value) for c in cells], query_id, at],
     )  # fmt: skip
+    return result.fetchall() if returning else []
 
 
-def record_cells(
+_CELL_VALUES = (
+    "SELECT unnest(?::BLOB[]), ?, ?, unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), ?, ?"
+)
+_INSERT_CELLS = f"INSERT INTO {S}.dp_cells {_CELL_VALUES}"
+_INSERT_CELLS_RETURNING = f"INSERT OR IGNORE INTO {S}.dp_cells {_CELL_VALUES} RETURNING entry"
+
+
+def cache_cells(
     con,
     *,
     user: str,
@@ -505,34 +516,23 @@ def record_cells(
     paid_by: Charge | None = None,
 ) -> None:
     """Cache the cells a query drew after its statistics were charged (nothing is spent here:
-    the statistics are paid); ``paid_by``'s ledger row then counts them. Cells cached by an
-    earlier or concurrent query of the same user are left as they are (the values are equal:
-    the noise is a function of the cell)."""
+    the statistics are paid); ``paid_by``'s ledger row then counts them.
+
+    Runs inside the caller's transaction, the one that records the query's audit entry, so
+    that the cells, the answer's record and the answer go together. Cells cached by an earlier
+    query of the same user are left as they are (the values are equal: the noise is a function
+    of the cell); one cached meanwhile by a concurrent query of the same user makes the
+    transaction conflict at commit (:func:`is_conflict`), and the caller retries it."""
     cells = list({c.identity.digest: c for c in cells}.values())
-    if not cells and paid_by is None:
-        return
-    for attempt in range(_CONFLICT_RETRIES):
-        con.execute("BEGIN TRANSACTION")
-        try:
-            have = cached_cells(con, user, policy_version, [c.identity.digest for c in cells])
-            new = [c for c in cells if c.identity.digest not in have]
-            if new:
-                _insert_cells(con, user, policy_version, query_id, now(), new, skip_cached=False)
-            if paid_by is not None:
-                con.execute(f"UPDATE {S}.budget_spend SET cells = ? WHERE seq = ?",
-                            [len(new), paid_by.seq])  # fmt: skip
-            con.execute("COMMIT")
-            return
-        except EngineError as e:
-            _rollback(con)
-            if _is_conflict(e) and attempt + 1 < _CONFLICT_RETRIES:
-                time.sleep(0.005 * (attempt + 1))
-                continue
-            raise Error(f"could not record the released cells: {str(e).splitlines()[0]}") from None
-        except BaseException:
-            _rollback(con)
-            raise
-    raise Error("could not record the released cells: too many concurrent queries; try again")
+    inserted = 0
+    if cells:
+        inserted = len(_insert_cells(con, user, policy_version, query_id, now(), cells,
+                                     skip_cached=False, returning=True))  # fmt: skip
+    if paid_by is not None:
+        con.execute(parsed(_SPEND_CELLS), [inserted, paid_by.seq])
+
+
+_SPEND_CELLS = f"UPDATE {S}.budget_spend SET cells = ? WHERE seq = ?"
 
 
 def cached_cells(
@@ -642,7 +642,7 @@ def set_limit(con, *, admin: str, key: BudgetKey, limit: BudgetLimit, reason: st
         seq = _event(con, admin, "set", key, limit, reason)
         con.execute("COMMIT")
     except BaseException:
-        _rollback(con)
+        rollback(con)
         raise
     return seq
 

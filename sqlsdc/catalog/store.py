@@ -281,18 +281,19 @@ def ledger_insert(
     tables: tuple[str, ...],
     keys: tuple[tuple[str, int], ...],
     cells: tuple[tuple[str, int, str, int | None], ...],
-    population: str | None = None,
+    population: bool = False,
     parameter_types: tuple[tuple[int, str], ...] | None = None,
 ) -> str:
     """INSERT that turns a result (columns c0, c1, ...) into ledger rows, one per released
-    cell; parameters: query id, time, user, fingerprint. The result is the registered view
-    ``__sqlsdc_release``, or, with ``parameter_types`` (``(position, DuckDB type)`` of every
-    column read), one list parameter per such column after those four, cast to its type so
-    that identities read exactly as from the view.
+    cell; parameters: query id, time, user, fingerprint, and the population with
+    ``population``. The result is the registered view ``__sqlsdc_release``, or, with
+    ``parameter_types`` (``(position, DuckDB type)`` of every column read), one list parameter
+    per such column after those, cast to its type so that identities read exactly as from the
+    view. The text depends on the shape of the result only, so it is built once per shape.
 
     ``keys`` are ``(name, position)`` of the columns identifying a cell; ``cells`` are
     ``(name, position, mechanism, status position or None)`` of released values. Without a
-    status column a NULL value counts as suppressed. ``population``, when given, is the
+    status column a NULL value counts as suppressed. The population, when there is one, is the
     canonical text of the predicate that selects the cell's rows (a job's WHERE); it becomes
     part of the identity, so that cells of different populations never share a ledger key.
     """
@@ -300,8 +301,8 @@ def ledger_insert(
     scope.append(
         exp.func("to_json", exp.Array(expressions=[exp.Literal.string(t) for t in tables]))
     )
-    if population is not None:
-        scope += [exp.Literal.string("population"), exp.Literal.string(population)]
+    if population:
+        scope += [exp.Literal.string("population"), exp.Placeholder(this="5")]
     identity = exp.func(
         "json_object",
         *scope,
@@ -311,7 +312,7 @@ def ledger_insert(
             *[a for name, i in keys for a in (exp.Literal.string(name), exp.column(f"c{i}"))],
         ),
     )
-    source = _release_source(parameter_types)
+    source = _release_source(parameter_types, first=6 if population else 5)
     parts = []
     for name, position, mechanism, status in cells:
         if status is None:
@@ -345,8 +346,9 @@ def ledger_insert(
     return exp.insert(query, exp.table_(LEDGER_TABLE, db=S)).sql("duckdb")
 
 
-def _release_source(parameter_types: tuple[tuple[int, str], ...] | None) -> exp.Expr:
-    """The registered view, or a subquery unnesting list parameters $5, $6, ... in parallel."""
+def _release_source(parameter_types: tuple[tuple[int, str], ...] | None, first: int) -> exp.Expr:
+    """The registered view, or a subquery unnesting list parameters ``$first``, ... in
+    parallel."""
     if parameter_types is None:
         return exp.to_table(RELEASE_VIEW)
     columns = [
@@ -354,7 +356,7 @@ def _release_source(parameter_types: tuple[tuple[int, str], ...] | None) -> exp.
             exp.func(
                 "unnest",
                 exp.cast(
-                    exp.Placeholder(this=str(5 + k)),
+                    exp.Placeholder(this=str(first + k)),
                     exp.DataType.build(f"{kind}[]", dialect="duckdb"),
                 ),
             ),
@@ -380,8 +382,9 @@ def record_release(
     """Ledger rows for a protected result (:func:`ledger_insert`), in one statement."""
     if result.num_rows == 0:
         return
-    statement = partial(ledger_insert, tuple(tables), tuple(keys), tuple(cells), population)
-    values = [query_id, now(), user, fingerprint]
+    statement = partial(ledger_insert, tuple(tables), tuple(keys), tuple(cells),
+                        population is not None)  # fmt: skip
+    values = [query_id, now(), user, fingerprint, *([population] if population is not None else [])]
     read = sorted({i for _, i in keys} | {c[1] for c in cells} | {c[3] for c in cells} - {None})
     if result.num_rows <= PARAMETER_ROWS and all(_plain(result.field(i).type) for i in read):
         kinds = type_names(pa.schema([result.field(i) for i in read]))
@@ -390,7 +393,7 @@ def record_release(
         return
     con.register(RELEASE_VIEW, result.rename_columns([f"c{i}" for i in range(result.num_columns)]))
     try:
-        con.execute(statement(), values)
+        con.execute(parsed(statement()), values)
     finally:
         con.unregister(RELEASE_VIEW)
 

@@ -425,6 +425,15 @@ def is_wide_integer(field: pa.Field) -> bool:
     return bool(field.metadata) and field.metadata.get(_ENGINE_TYPE, b"").decode() in _WIDE_INTEGERS
 
 
+def rollback(con) -> None:
+    """Roll back the open transaction, if there is one (DuckDB ends a transaction whose COMMIT
+    failed by itself, and then refuses a ROLLBACK)."""
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.Error:
+        pass
+
+
 @lru_cache(maxsize=1024)
 def parsed(sql: str) -> duckdb.Statement:
     """``sql`` (one statement of sqlsdc's own) parsed once: ``execute`` of a parsed statement

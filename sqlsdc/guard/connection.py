@@ -23,12 +23,14 @@ from sqlglot import exp
 from sqlsdc.catalog import store
 from sqlsdc.catalog.budget import (
     BudgetStatus,
+    Charge,
     budget_status,
+    cache_cells,
     cached_cells,
     charge,
     ensure_budget_catalog,
+    is_conflict,
     policy_limits,
-    record_cells,
 )
 from sqlsdc.catalog.ptables import load_ptables
 from sqlsdc.catalog.setup import unique_columns, unit_index_name
@@ -69,6 +71,7 @@ paramstyle = "qmark"
 IDLE_RELEASE_SECONDS = 1.0  # a connection idle this long lets other processes open the file
 MAX_HOLD_SECONDS = 0.5  # a busy connection that others wait for releases it after this hold
 TURN_SECONDS = 0.06  # ... and waits this long before opening it again: other processes' turn
+RECORD_RETRIES = 20  # a query's recording transaction, when a concurrent one cached a cell first
 ENGINE_CHECKED_TEXTS = 1024  # protected SQL texts whose engine reads are known, per opening
 MAX_ANSWER_ROWS = 1_000_000  # rows one statement may return (a public table's cross join could
 MAX_ANSWER_BYTES = 64 * 2**20  # otherwise fill the memory of a process shared by many sessions,
@@ -479,10 +482,10 @@ class Connection:
         except Error as refusal:  # refusals, guard bugs and bad parameters are all audited
             self._audit_refusal(None, sql, refusal)
             raise
-        noisy, self._query_id = None, None  # a DP query's charge may draw its id
+        noisy, paid, self._query_id = None, None, None  # a DP query's charge may draw its id
         if query.dp_stages:
             try:
-                noisy = self._release_dp(query, None)  # charged (committed) from here on
+                noisy, paid = self._release_dp(query, None)  # charged (committed) from here on
             except engine.EngineError as failure:
                 query_id = store.record_query(
                     con, self._query_id, self.user, context.policy_version, "failed", sql,
@@ -493,48 +496,54 @@ class Connection:
                 self._audit_refusal(self._query_id, sql, refusal)
                 raise
         query_id = self._query_id  # None: the audit entry draws it
-        con.execute("BEGIN TRANSACTION")
-        try:
-            if query.suppressed:
-                ensure_patterns(con, context.policy, context.policy_version, query.suppressed)
-            self._check_engine_reads(query.sql, query)
-            result = _run_over(con, query.sql, noisy, self._time_left())
-            check_faults(result, query)
-            values = values_of(result, query)
-            drawn = store.record_query(
-                con,
-                query_id,
-                self.user,
-                context.policy_version,
-                "accepted",
-                sql,
-                reason=None if self._dp_noise or noisy is None else _NOISE_OFF,
-                fingerprint=query.fingerprint,
-                rows=values.num_rows,
-            )
-            record_release(con, result, query, drawn, self.user)
-            con.execute("COMMIT")
-        except engine.EngineError as failure:
-            con.execute("ROLLBACK")
-            query_id = store.record_query(
-                con,
-                query_id,
-                self.user,
-                context.policy_version,
-                "failed",
-                sql,
-                reason=str(failure),
-                fingerprint=query.fingerprint,
-            )
-            raise _engine_failure(failure, query_id) from None
-        except Error as refusal:
-            con.execute("ROLLBACK")
-            self._audit_refusal(query_id, sql, refusal)
-            raise
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
-        return values, query, drawn, result
+        for attempt in range(RECORD_RETRIES):
+            con.execute("BEGIN TRANSACTION")
+            try:
+                if query.suppressed:
+                    ensure_patterns(con, context.policy, context.policy_version, query.suppressed)
+                self._check_engine_reads(query.sql, query)
+                result = _run_over(con, query.sql, noisy, self._time_left())
+                check_faults(result, query)
+                values = values_of(result, query)
+                drawn = store.record_query(
+                    con,
+                    query_id,
+                    self.user,
+                    context.policy_version,
+                    "accepted",
+                    sql,
+                    reason=None if self._dp_noise or noisy is None else _NOISE_OFF,
+                    fingerprint=query.fingerprint,
+                    rows=values.num_rows,
+                )
+                self._cache_cells(noisy, paid, drawn)
+                record_release(con, result, query, drawn, self.user)
+                con.execute("COMMIT")
+                return values, query, drawn, result
+            except engine.EngineError as failure:
+                engine.rollback(con)
+                if is_conflict(failure) and attempt + 1 < RECORD_RETRIES:
+                    time.sleep(0.005 * (attempt + 1))  # a concurrent query cached a cell first
+                    continue
+                query_id = store.record_query(
+                    con,
+                    query_id,
+                    self.user,
+                    context.policy_version,
+                    "failed",
+                    sql,
+                    reason=str(failure),
+                    fingerprint=query.fingerprint,
+                )
+                raise _engine_failure(failure, query_id) from None
+            except Error as refusal:
+                engine.rollback(con)
+                self._audit_refusal(query_id, sql, refusal)
+                raise
+            except BaseException:
+                engine.rollback(con)
+                raise
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _check_engine_reads(self, sql: str, query: ProtectedQuery) -> None:
         """Defence in depth: the tables DuckDB says ``sql`` reads are declared in the policy
@@ -551,16 +560,17 @@ class Connection:
 
     def _release_dp(
         self, query: ProtectedQuery, query_id: int | None, *, run=None, data_version=None
-    ) -> DpRelease:
-        """Noisy cells of the query's DP aggregations, their cost charged to the ledger first.
-        ``query_id`` None: the charge draws it, or the recording of new cells of statistics
-        paid before; the id drawn is left in ``_query_id`` for the audit entry, also when
-        this raises.
+    ) -> tuple[DpRelease, Charge | None]:
+        """Noisy cells of the query's DP aggregations, their cost charged to the ledger first,
+        and the charge (None when every statistic was paid before). ``query_id`` None: the
+        charge draws it (left in ``_query_id`` for the audit entry, also when this raises), or
+        else the audit entry. The drawn cells are cached by :meth:`_cache_cells`.
 
         Order matters (ISSUE16 must-have 6): the statistics not paid before are charged and
         committed *before* any exact cell is computed, so a query that then fails, is
         interrupted or times out has paid; only the public domains and the tables' data
-        versions are read before. The drawn cells are cached afterwards (free).
+        versions are read before. The drawn cells are cached afterwards (free), with the
+        answer.
 
         ``run`` (SQL text -> Arrow) and ``data_version`` (table -> version) default to this
         connection's DuckDB; the Spark path passes its engine's (:mod:`sqlsdc.guard.spark`)."""
@@ -595,13 +605,15 @@ class Connection:
         noisy = release(query.dp_stages, run, secret=self._secret(), policy_version=version,
                         data_versions=data_versions, cached=cached, noise=self._dp_noise,
                         domains=domains)  # fmt: skip
-        if self._dp_noise and (noisy.cells or paid is not None):
-            if query_id is None:
-                query_id = self._query_id = store.next_query_id(con)
-            with lock:
-                record_cells(con, user=self.user, policy_version=version, query_id=query_id,
-                             cells=noisy.cells, paid_by=paid)  # fmt: skip
-        return noisy
+        return noisy, paid
+
+    def _cache_cells(self, noisy: DpRelease | None, paid: Charge | None, query_id: int) -> None:
+        """Cache the cells a DP query drew (and count them on its charge), in the transaction
+        that records its answer (:func:`~sqlsdc.catalog.budget.cache_cells`)."""
+        if noisy is None or not self._dp_noise or not (noisy.cells or paid is not None):
+            return
+        cache_cells(self._con, user=self.user, policy_version=self._context.policy_version,
+                    query_id=query_id, cells=noisy.cells, paid_by=paid)  # fmt: skip
 
     def _secret(self) -> bytes:
         """The PRF key, read once per opening of the file (kept in memory only, as the

@@ -33,6 +33,7 @@ import pyarrow as pa
 import sqlglot
 
 from sqlsdc.catalog import store
+from sqlsdc.engines.duckdb import EngineError, rollback
 from sqlsdc.engines.spark import tables_read
 from sqlsdc.errors import Error, NotSupportedError, OperationalError, ProgrammingError
 from sqlsdc.guard.postprocess import check_faults, record_release, values_of
@@ -64,6 +65,7 @@ def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, p
     user, version = connection.user, connection.policy_version
     query_id = store.next_query_id(con)
     query: ProtectedQuery | None = None
+    noisy, paid = None, None
 
     def audit(decision: str, error: BaseException) -> None:
         fingerprint = query.fingerprint if query is not None else None
@@ -76,7 +78,7 @@ def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, p
         names = {name.split(".")[-1] for name in tables_read(query.tree)}
         check_engine_tables(names, query.tree, connection.policy)
         if query.dp_stages:
-            _release_dp(connection, engine, query, query_id)  # charged from here on
+            noisy, paid = _release_dp(connection, engine, query, query_id)  # charged from here
         result = engine.run(query.tree)
         check_faults(result, query)
     except OperationalError as failure:  # Spark ran and failed: its own message is for admins
@@ -91,13 +93,21 @@ def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, p
         raise
     con.execute("BEGIN TRANSACTION")
     try:
+        connection._cache_cells(noisy, paid, query_id)
         record_release(con, result, query, query_id, user)
         values = values_of(result, query)
         store.record_query(con, query_id, user, version, "accepted", sql,
                            fingerprint=query.fingerprint, rows=values.num_rows)  # fmt: skip
         con.execute("COMMIT")
+    except EngineError as failure:  # the catalog write failed (or conflicted): nothing returned
+        rollback(con)
+        audit("failed", failure)
+        raise OperationalError(
+            f"could not record query {query_id}; nothing was returned; run it again (the "
+            "engine's message is in the audit log)"
+        ) from None
     except BaseException:
-        con.execute("ROLLBACK")
+        rollback(con)
         raise
     return values
 
@@ -112,9 +122,10 @@ def _check_spark_can_release(query: ProtectedQuery) -> None:
         )
 
 
-def _release_dp(connection: Connection, engine: SparkEngine, query, query_id: int) -> None:
+def _release_dp(connection: Connection, engine: SparkEngine, query, query_id: int):
     """Noise the DP cells of ``query`` from exact cells computed on Spark, charged to the
-    connection's budget first (as on DuckDB), and register them for the protected tree.
+    connection's budget first (as on DuckDB), and register them for the protected tree;
+    returns them and the charge, to be cached with the answer's record.
 
     Every stage's SQL is translated (and checked portable) before anything is charged: a stage
     Spark cannot run is refused, not paid for. Cells are named by the data version of the
@@ -129,6 +140,8 @@ def _release_dp(connection: Connection, engine: SparkEngine, query, query_id: in
     def run(text: str) -> pa.Table:  # stage SQL by its tree; public domains parsed from text
         return engine.run(trees.get(text) or sqlglot.parse_one(text, read="duckdb"))
 
-    noisy = connection._release_dp(query, query_id, run=run, data_version=engine.data_version)
+    noisy, paid = connection._release_dp(query, query_id, run=run,
+                                         data_version=engine.data_version)  # fmt: skip
     for relation, cells in noisy.relations.items():
         engine.register_cells(relation, cells)
+    return noisy, paid

@@ -16,6 +16,10 @@ A loop of the scalar code ("retry until accepted") becomes a loop over the lanes
 lanes that are done are left out of later draws, so they read no more bits. Blocks are
 computed lazily per lane (HMAC-SHA256, one per 256 bits read).
 
+Below :data:`LANES_FROM` streams the scalar samplers run instead: numpy's cost per call
+outweighs the Python loop on small batches (8 cells: 0.6 ms in lanes, 0.04 ms one by one; the
+lanes win from about 2,000 cells, 12.8 against 21.9 ms at 4,096). Same values either way.
+
 Where the integers could leave int64 (a discrete Laplace scale with a numerator or denominator
 of 2^40 or more; a discrete Gaussian whose CKS20 Algorithm 3 ratio needs more than 62 bits,
 about sigma^2 above 10^8), the whole batch is drawn by the scalar samplers instead: same values,
@@ -47,6 +51,7 @@ __all__ = ["discrete_gaussian_many", "discrete_laplace_many"]
 _BLOCK = 256  # bits per PRF block
 _LIMIT = 1 << 62  # every integer a lane holds or draws stays below this
 _PARAMETER_LIMIT = 1 << 40  # Laplace numerator/denominator: t * k and u + t v stay far below
+LANES_FROM = 2048  # streams: below, the scalar samplers are faster (see the module docstring)
 
 
 class _Overflow(Exception):
@@ -210,7 +215,11 @@ def discrete_laplace_many(scale: Fraction | int, streams: Sequence[KeyedStream])
     t = _positive(scale, "scale")
     if not streams:
         return []
-    if t.numerator < _PARAMETER_LIMIT and t.denominator < _PARAMETER_LIMIT:
+    if (
+        len(streams) >= LANES_FROM
+        and t.numerator < _PARAMETER_LIMIT
+        and t.denominator < _PARAMETER_LIMIT
+    ):
         try:
             lanes = _Lanes(streams)
             return lanes.laplace(np.arange(len(streams)), t.numerator, t.denominator).tolist()
@@ -225,6 +234,8 @@ def discrete_gaussian_many(sigma2: Fraction | int, streams: Sequence[KeyedStream
     s2 = _positive(sigma2, "sigma2")
     if not streams:
         return []
+    if len(streams) < LANES_FROM:
+        return [discrete_gaussian(s2, _fresh(s)) for s in streams]
     try:
         lanes = _Lanes(streams)
         return lanes.gaussian(np.arange(len(streams)), s2.numerator, s2.denominator).tolist()
