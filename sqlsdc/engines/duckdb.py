@@ -9,6 +9,7 @@ statement can re-enable files, network or extensions.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import random
@@ -440,6 +441,11 @@ def parsed(sql: str) -> duckdb.Statement:
     skips DuckDB's parser, 0.1-0.2 ms of each catalog write on every guarded query."""
     (statement,) = _type_reader().extract_statements(sql)
     return statement
+
+
+# Parsed statements are engine objects: let them go before the interpreter tears the engine's
+# module down, or nanobind reports them as leaked on stderr at exit.
+atexit.register(parsed.cache_clear)
 
 
 def one(con: duckdb.DuckDBPyConnection, sql, params=None) -> tuple | None:
