@@ -482,10 +482,36 @@ def test_cache_cells_caches_paid_cells_once_and_counts_them_on_the_charge(con):
     paid = _charge(con, cost=mechanisms["n"].calibration.cost, cells=[], policy_version=3)
     budget.cache_cells(con, user="alice", policy_version=3, query_id=1, cells=out.new_cells,
                        paid_by=paid)  # fmt: skip
-    budget.cache_cells(con, user="alice", policy_version=3, query_id=2,
-                       cells=out.new_cells + out.new_cells)  # again, twice: no conflict
+    budget.cache_cells(
+        con, user="alice", policy_version=3, query_id=2, cells=out.new_cells + out.new_cells
+    )  # again, twice: no conflict
     cached = budget.cached_cells(con, "alice", 3, [c.identity.digest for c in out.new_cells])
     assert cached == {c.identity.digest: c.value for c in out.new_cells}
     assert con.execute("SELECT cells FROM sqlsdc.budget_spend").fetchall() == [(3,)]
     assert con.execute("SELECT count(*) FROM sqlsdc.dp_cells").fetchone()[0] == 3
     assert _ledger_rows(con) == 1  # recording cells spends nothing
+
+
+def test_spent_is_the_same_summed_per_key_or_joined_in_one_pass(con, monkeypatch):
+    """A charge sums its few keys with a filter each; `sqlsdc budget` over many keys joins
+    them with the ledger in one pass: the totals must not depend on which ran."""
+    wide = {BudgetKey(ALL): BudgetLimit(epsilon=Fraction(100), rho=Fraction(100),
+                                        delta=Fraction(1, 1000))}  # fmt: skip
+    _charge(con, limits=wide)
+    _charge(con, PrivacyCost(epsilon=Fraction(1, 3)), user="bob", tables=("persons", "benefits"),
+            limits=wide)  # fmt: skip
+    budget.reset(con, admin="root", key=BudgetKey("alice"), reason="new quarter")
+    _charge(con, PrivacyCost(epsilon=Fraction(1, 7), delta=Fraction(1, 10**6)), limits=wide)
+    _charge(con, PrivacyCost(rho=Fraction(1, 5)), user="bob", tables=("benefits",), limits=wide)
+    keys = [BudgetKey(ALL), BudgetKey("alice"), BudgetKey("bob"), BudgetKey(ALL, "benefits"),
+            BudgetKey("bob", "persons"), BudgetKey("carol")]  # fmt: skip
+    apart = budget._spent(con, keys)
+    monkeypatch.setattr(budget, "_KEYS_APART", 0)
+    assert budget._spent(con, keys) == apart
+    assert apart[BudgetKey("alice")] == PrivacyCost(
+        epsilon=Fraction(1, 7), delta=Fraction(1, 10**6)
+    )
+    assert apart[BudgetKey(ALL, "benefits")] == PrivacyCost(
+        epsilon=Fraction(1, 3), rho=Fraction(1, 5)
+    )
+    assert apart[BudgetKey("carol")] == PrivacyCost()

@@ -288,17 +288,43 @@ def _spent(con, keys: list[BudgetKey], resets=None) -> dict[BudgetKey, PrivacyCo
         return total
     if resets is None:
         resets = _events(con)[1]
-    rows = con.execute(
-        f"""SELECT k.u, k.t, s.epsilon, s.rho, {delta}, count(*)
-        FROM (SELECT unnest(?) AS u, unnest(?) AS t, unnest(?) AS since) AS k, {S}.budget_spend s
-        WHERE s.seq > k.since AND (k.u = '*' OR s.user_name = k.u)
-        AND (k.t = '*' OR list_contains(s.tables, k.t)) GROUP BY ALL""",
-        [[k.user for k in keys], [k.table for k in keys], [resets.get(k, 0) for k in keys]],
-    ).fetchall()
-    for user, table, eps, rho, dlt, n in rows:
-        key = BudgetKey(user, table)
+    if len(keys) > _KEYS_APART:
+        rows = con.execute(
+            f"""SELECT k.u, k.t, s.epsilon, s.rho, {delta}, count(*)
+            FROM (SELECT unnest(?) AS u, unnest(?) AS t, unnest(?) AS since) AS k,
+            {S}.budget_spend s WHERE s.seq > k.since AND (k.u = '*' OR s.user_name = k.u)
+            AND (k.t = '*' OR list_contains(s.tables, k.t)) GROUP BY ALL""",
+            [[k.user for k in keys], [k.table for k in keys], [resets.get(k, 0) for k in keys]],
+        ).fetchall()
+        spent_by = [
+            (BudgetKey(user, table), eps, rho, dlt, n) for user, table, eps, rho, dlt, n in rows
+        ]
+    else:
+        parts, params = [], []
+        for i, key in enumerate(keys):
+            where = ["seq > ?"]
+            params.append(resets.get(key, 0))
+            for column, value in (
+                ("user_name = ?", key.user),
+                ("list_contains(tables, ?)", key.table),
+            ):
+                if value != ALL:
+                    where.append(column)
+                    params.append(value)
+            condition = " AND ".join(where)
+            parts.append(f"SELECT {i} AS k, epsilon, rho, {delta}, count(*) "
+                         f"FROM {S}.budget_spend WHERE {condition} GROUP BY ALL")  # fmt: skip
+        rows = con.execute(parsed(" UNION ALL ".join(parts)), params).fetchall()
+        spent_by = [(keys[i], eps, rho, dlt, n) for i, eps, rho, dlt, n in rows]
+    for key, eps, rho, dlt, n in spent_by:
         total[key] = total[key] + _cost(eps, rho, dlt) * n
     return total
+
+
+_KEYS_APART = 8
+"""Up to this many keys (a charge has at most four), :func:`_spent` sums each with a filter of
+its own, in one statement of UNION ALL parts (0.8 ms); more (``sqlsdc budget`` over every
+user) are joined with the ledger in one pass, which DuckDB plans slowly (3-7 ms for two keys)."""
 
 
 def budget_status(
