@@ -27,7 +27,7 @@ import sqlsdc
 from sqlsdc.engines import duckdb as engine
 
 COUNTS: collections.Counter = collections.Counter()
-COUNTED = ("register", "unregister", "get_table_names")
+COUNTED = ("register", "unregister", "get_table_names", "_submit")  # _submit: a streamed answer
 
 
 class CountingConnection:
@@ -38,6 +38,7 @@ class CountingConnection:
 
     def execute(self, sql, *args, **kwargs):
         COUNTS["statements"] += 1
+        sql = getattr(sql, "query", sql)  # the text of a parsed statement
         head = sql.split(None, 1)[0].upper()
         COUNTS["commits"] += head == "COMMIT"
         COUNTS["autocommitted nextval"] += head == "SELECT" and "nextval(" in sql

@@ -353,8 +353,7 @@ def _stream(con, sql: str) -> tuple[list[str], pa.RecordBatchReader]:
     The connection's ``_submit`` is the one call under ``to_arrow_reader``: it runs the text
     once and streams. It is private, so the public path stays for a DuckDB without it (the
     package pins the version whose ``_submit`` is tested)."""
-    raw = getattr(con, "_con", con)  # under a LockedConnection
-    submit = getattr(raw, "_submit", None)
+    submit = getattr(con, "_submit", None)
     if submit is None:
         relation = con.sql(sql)
         return [str(t) for t in relation.types], relation.to_arrow_reader()
