@@ -42,7 +42,6 @@ from itertools import groupby
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import linprog
 
 from sqlsdc.errors import Error
 
@@ -276,6 +275,8 @@ def _max_entropy(v: np.ndarray, V: float, lb: np.ndarray, mono: bool, optim: int
 
 def _variance_range(v: np.ndarray, lb: np.ndarray, mono: bool) -> tuple[float, float]:
     """The smallest and largest variance a row's targets allow (two LPs; for error messages)."""
+    from scipy.optimize import linprog  # 0.4 s to import, and only a failed build needs it
+
     m = _mono_matrix(v) if mono else None
     kw = dict(A_eq=np.vstack([np.ones_like(v), v]), b_eq=[1.0, 0.0], bounds=[(b, 1.0) for b in lb])
     kw |= {} if m is None else dict(A_ub=m, b_ub=np.zeros(len(m)))
