@@ -92,7 +92,9 @@ def test_an_open_waits_for_another_process_and_says_why_it_gave_up(path):
     )  # fmt: skip
     try:
         assert holder.stdout.readline().strip() == "open"
-        with pytest.raises(sqlsdc.Error, match="another process has held a lock on it for 0.3 s"):
+        with pytest.raises(  # exit status 9 in the CLI, as its help says for a locked database
+            sqlsdc.OperationalError, match="another process has held a lock on it for 0.3 s"
+        ):
             open_database(path, wait=0.3)
         holder.stdin.write("\n")
         holder.stdin.flush()
@@ -125,9 +127,34 @@ def test_a_killed_holder_never_blocks_the_others(path):
         con.close()
 
 
-def test_a_lock_file_that_cannot_be_made_holds_nothing(tmp_path, monkeypatch):
-    monkeypatch.setattr(file_lock, "_open", lambda path: None)
-    hold = file_lock.try_acquire(tmp_path / "x.duckdb", shared=False)
+def test_a_reader_that_cannot_make_the_lock_file_holds_nothing_and_a_writer_refuses(
+    path, monkeypatch
+):
+    """A read-only folder: readers go on without the lock (nobody can write the database
+    there); a writer never opens without it."""
+    real_open = os.open
+
+    def no_new_files(name, flags, *args):
+        if flags & os.O_CREAT:
+            raise PermissionError(13, "Permission denied", name)
+        return real_open(name, flags, *args)
+
+    monkeypatch.setattr(file_lock.os, "open", no_new_files)
+    hold = file_lock.try_acquire(path, shared=True)
     assert hold is not None and hold.handle is None
     hold.release()
-    assert file_lock._held == {}
+    with pytest.raises(sqlsdc.OperationalError, match=r"lock cannot be taken .*Permission denied"):
+        open_database(path)
+
+
+def test_something_else_at_the_lock_path_is_refused_not_ignored(path):
+    file_lock.lock_path(path).mkdir()
+    for read_only in (False, True):
+        with pytest.raises(sqlsdc.OperationalError, match=r"is not a lock file sqlsdc made"):
+            open_database(path, read_only=read_only)
+
+
+def test_the_lock_file_is_no_more_reachable_than_the_database(path):
+    os.chmod(path, 0o600)
+    open_database(path).close()
+    assert os.stat(file_lock.lock_path(path)).st_mode & 0o777 == 0o600

@@ -386,9 +386,9 @@ def record_release(
                         population is not None)  # fmt: skip
     values = [query_id, now(), user, fingerprint, *([population] if population is not None else [])]
     read = sorted({i for _, i in keys} | {c[1] for c in cells} | {c[3] for c in cells} - {None})
-    if result.num_rows <= PARAMETER_ROWS and all(_plain(result.field(i).type) for i in read):
+    columns = _as_parameters(result, read)
+    if columns is not None:
         kinds = type_names(pa.schema([result.field(i) for i in read]))
-        columns = [result.column(i).to_pylist() for i in read]
         con.execute(parsed(statement(tuple(zip(read, kinds, strict=True)))), values + columns)
         return
     con.register(RELEASE_VIEW, result.rename_columns([f"c{i}" for i in range(result.num_columns)]))
@@ -398,8 +398,20 @@ def record_release(
         con.unregister(RELEASE_VIEW)
 
 
+def _as_parameters(result: pa.Table, read: list[int]) -> list[list] | None:
+    """The columns ``read`` as Python lists that bind back to the same DuckDB values, or None
+    when the result is large or a value has no exact Python form (a date beyond year 9999)."""
+    if result.num_rows > PARAMETER_ROWS or not all(_plain(result.field(i).type) for i in read):
+        return None
+    try:
+        return [result.column(i).to_pylist() for i in read]
+    except (OverflowError, ValueError):
+        return None
+
+
 def _plain(kind: pa.DataType) -> bool:
-    """Arrow types whose Python values bind back to the same DuckDB values exactly."""
+    """Arrow types whose Python values bind back to the same DuckDB values exactly (not
+    nanosecond timestamps: Python's hold microseconds)."""
     return (
         pa.types.is_string(kind)
         or pa.types.is_large_string(kind)
@@ -408,7 +420,7 @@ def _plain(kind: pa.DataType) -> bool:
         or pa.types.is_decimal(kind)
         or pa.types.is_boolean(kind)
         or pa.types.is_date(kind)
-        or (pa.types.is_timestamp(kind) and kind.tz is None)
+        or (pa.types.is_timestamp(kind) and kind.tz is None and kind.unit != "ns")
     )
 
 

@@ -71,9 +71,12 @@ def lock_path(path: Path) -> Path:
 
 def try_acquire(path: str | Path, *, shared: bool) -> FileLock | None:
     """Take the file's lock without waiting, or None while another process holds it in a
-    conflicting mode. A process that already holds it (in either mode) holds it once more; a
-    lock file that cannot be created (a read-only folder) gives a hold on nothing, as no
-    process can then have written the database there through sqlsdc."""
+    conflicting mode. A process that already holds it (in either mode) holds it once more.
+
+    A reader in a folder where the lock file cannot be made (a read-only folder) holds
+    nothing: no process can write the database there. Anything else that keeps the lock from
+    being taken (something else at ``<db>.lock``, no permission to open it) is an
+    :class:`OSError` with the reason, never an open without the lock."""
     path = Path(path).resolve()
     key = str(path)
     try:
@@ -84,7 +87,7 @@ def try_acquire(path: str | Path, *, shared: bool) -> FileLock | None:
             if held is not None:
                 held.holders += 1
                 return held
-            handle = _open(lock_path(path))
+            handle = _open(lock_path(path), path, shared=shared)
             if handle is not None:
                 try:
                     mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
@@ -98,15 +101,35 @@ def try_acquire(path: str | Path, *, shared: bool) -> FileLock | None:
         _apply_releases()  # those queued while this thread held the registry
 
 
-def _open(path: Path):
+def _open(lock: Path, database: Path, *, shared: bool):
+    """The lock file, opened (and made, with the database file's permissions: it is no more
+    reachable than the database itself), or None for a reader that cannot make it."""
     if fcntl is None:
         return None
-    for mode in ("a", "r"):  # "r": an existing lock file in a folder this user cannot write
+    if lock.is_symlink() or (lock.exists() and not lock.is_file()):
+        raise OSError(f"{lock} is not a lock file sqlsdc made; remove it")
+    try:
+        if database.exists():
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            os.fchmod(fd, os.stat(database).st_mode & 0o666)
+        else:  # made with the database, as DuckDB makes it (the umask applies to both)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    except FileExistsError:
+        fd = _open_existing(lock)
+    except OSError as failure:
+        if shared and not lock.exists():
+            return None  # a read-only folder: nobody writes the database here
+        raise OSError(f"cannot make the lock file {lock}: {failure.strerror}") from None
+    return os.fdopen(fd, "rb")
+
+
+def _open_existing(lock: Path) -> int:
+    for flags in (os.O_RDWR, os.O_RDONLY):  # read-only: a lock file another user made
         try:
-            return open(path, mode)  # noqa: SIM115 - closed by FileLock.release
-        except OSError:
+            return os.open(lock, flags | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except PermissionError:
             continue
-    return None
+    raise OSError(f"cannot open the lock file {lock} (no permission to read it)")
 
 
 def _forget_after_fork() -> None:

@@ -71,6 +71,8 @@ paramstyle = "qmark"
 IDLE_RELEASE_SECONDS = 1.0  # a connection idle this long lets other processes open the file
 MAX_HOLD_SECONDS = 0.5  # a busy connection that others wait for releases it after this hold
 TURN_SECONDS = 0.06  # ... and waits this long before opening it again: other processes' turn
+MAX_TURN_SECONDS = 2.0  # ... and after this hold even with no waiter known (one may not have
+# been able to mark itself: something else at <db>.waiting); a reopen costs about 15 ms
 RECORD_RETRIES = 20  # a query's recording transaction, when a concurrent one cached a cell first
 ENGINE_CHECKED_TEXTS = 1024  # protected SQL texts whose engine reads are known, per opening
 MAX_ANSWER_ROWS = 1_000_000  # rows one statement may return (a public table's cross join could
@@ -225,8 +227,10 @@ class Connection:
         self._last_use = time.monotonic()
         if self._idle_release is None or self._closed:
             return
-        held = self._db is not None and self._last_use - self._held_since > MAX_HOLD_SECONDS
-        if held and engine.others_waiting(self.path):
+        held = self._last_use - self._held_since if self._db is not None else 0.0
+        if held > MAX_TURN_SECONDS or (
+            held > MAX_HOLD_SECONDS and engine.others_waiting(self.path)
+        ):
             self._close_engine()  # busy for a while and others wait: let them in
             self._turn_until = time.monotonic() + TURN_SECONDS
             return
@@ -495,8 +499,12 @@ class Connection:
             except Error as refusal:
                 self._audit_refusal(self._query_id, sql, refusal)
                 raise
+            except Exception as bug:  # paid (perhaps): never without an audit entry
+                self._audit_bug(self._query_id, sql, bug)
+                raise
         query_id = self._query_id  # None: the audit entry draws it
         for attempt in range(RECORD_RETRIES):
+            caching = False  # set once the analyst's SQL has run, when DP cells are cached
             con.execute("BEGIN TRANSACTION")
             try:
                 if query.suppressed:
@@ -516,13 +524,14 @@ class Connection:
                     fingerprint=query.fingerprint,
                     rows=values.num_rows,
                 )
+                caching = noisy is not None
                 self._cache_cells(noisy, paid, drawn)
                 record_release(con, result, query, drawn, self.user)
                 con.execute("COMMIT")
                 return values, query, drawn, result
             except engine.EngineError as failure:
                 engine.rollback(con)
-                if is_conflict(failure) and attempt + 1 < RECORD_RETRIES:
+                if caching and _cell_conflict(failure) and attempt + 1 < RECORD_RETRIES:
                     time.sleep(0.005 * (attempt + 1))  # a concurrent query cached a cell first
                     continue
                 query_id = store.record_query(
@@ -540,10 +549,23 @@ class Connection:
                 engine.rollback(con)
                 self._audit_refusal(query_id, sql, refusal)
                 raise
+            except Exception as bug:
+                engine.rollback(con)
+                self._audit_bug(query_id, sql, bug)
+                raise
             except BaseException:
                 engine.rollback(con)
                 raise
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _audit_bug(self, query_id: int | None, sql: str, bug: Exception) -> None:
+        """Best effort: a ``failed`` audit entry for an error sqlsdc did not foresee (a bug),
+        so that no query, and no paid DP query above all, goes unrecorded."""
+        try:
+            store.record_query(self._con, query_id, self.user, self._context.policy_version,
+                               "failed", sql, reason=store.audit_reason(bug))  # fmt: skip
+        except engine.EngineError:
+            pass
 
     def _check_engine_reads(self, sql: str, query: ProtectedQuery) -> None:
         """Defence in depth: the tables DuckDB says ``sql`` reads are declared in the policy
@@ -917,6 +939,14 @@ def _timeout_error(where: str) -> QueryCanceled:
         f"the query was stopped because it ran longer than the statement timeout{where}; "
         "narrow it, or ask an admin about the policy's `limits.statement_timeout_seconds`"
     )
+
+
+def _cell_conflict(failure: Exception) -> bool:
+    """Whether sqlsdc's own writes after the analyst's SQL failed because a concurrent query of
+    the same user cached one of the same DP cells first (retrying is then safe): the cache's
+    key, at its INSERT or at COMMIT. An error of the analyst's SQL is never run again."""
+    kinds = (engine.duckdb.TransactionException, engine.duckdb.ConstraintException)
+    return isinstance(failure, kinds) and is_conflict(failure)
 
 
 def _engine_failure(failure: Exception, query_id: int | None) -> Error:
