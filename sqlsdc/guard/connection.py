@@ -556,6 +556,8 @@ class Connection:
             except BaseException:
                 engine.rollback(con)
                 raise
+            finally:
+                _unregister(con, noisy)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _audit_bug(self, query_id: int | None, sql: str, bug: Exception) -> None:
@@ -829,18 +831,23 @@ def _secret(con) -> bytes:
 
 
 def _run_over(con, sql: str, noisy: DpRelease | None, timeout: float) -> pa.Table:
-    """Run the protected SQL, over the registered noisy cells of its DP aggregations; at most
-    :data:`MAX_ANSWER_ROWS` rows and :data:`MAX_ANSWER_BYTES` bytes."""
-    names = list(noisy.relations) if noisy is not None else []
-    for name in names:
-        con.register(name, noisy.relations[name])
-    try:
-        return engine.run(
-            con, sql, timeout=timeout, max_rows=MAX_ANSWER_ROWS, max_bytes=MAX_ANSWER_BYTES
-        )
-    finally:
-        for name in names:
-            con.unregister(name)
+    """Run the protected SQL, over the noisy cells of its DP aggregations registered under
+    their relations' names (the caller unregisters them, :func:`_unregister`, once its
+    transaction has ended); at most :data:`MAX_ANSWER_ROWS` rows and
+    :data:`MAX_ANSWER_BYTES` bytes."""
+    for name, cells in (noisy.relations if noisy is not None else {}).items():
+        con.register(name, cells)
+    return engine.run(
+        con, sql, timeout=timeout, max_rows=MAX_ANSWER_ROWS, max_bytes=MAX_ANSWER_BYTES
+    )
+
+
+def _unregister(con, noisy: DpRelease | None) -> None:
+    """Let go of the noisy cells :func:`_run_over` registered. Called after COMMIT or
+    ROLLBACK: inside a transaction an engine error aborted, DuckDB refuses it, and that refusal
+    would replace the error the audit log must keep."""
+    for name in noisy.relations if noisy is not None else ():
+        con.unregister(name)
 
 
 def _freeze(params):

@@ -1,8 +1,8 @@
 """Red-team round of session 26 against the day's changes: the OS lock on ``<db>.lock`` around
 every open, answers streamed with ``_submit``, ledger rows written with list parameters, DP
 cells cached in the answer's transaction, scalar samplers for small batches. Every test
-asserts the SAFE behaviour, so a test that fails shows a hole that is still open (see the
-report of the round for severity and cause)."""
+asserts the SAFE behaviour. Each docstring tells the hole as the red team found it; all were
+closed in the same session (the README's "Many users" section and the test names say how)."""
 
 from __future__ import annotations
 
@@ -186,6 +186,31 @@ def test_every_paid_dp_query_has_an_audit_entry(tmp_path):
     finally:
         con.close()
     assert unaudited == []
+
+
+def test_a_failed_dp_answer_keeps_the_engines_reason_for_the_admin(tmp_path):
+    """In a DP query the noisy cells are registered for the answer's statement and
+    unregistered in a ``finally`` inside the answer's transaction: after any engine error
+    there, ``unregister`` raises "Current transaction is aborted", which replaces the error.
+    The admin's audit reason is lost, and a timeout there is told to the analyst as an engine
+    failure instead of :class:`QueryCanceled`. Safe: the engine's own reason is audited."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from test_dp_query import dp_document, make_db
+
+    path = tmp_path / "dp.duckdb"
+    make_db(path, dp_document())
+    sql = "SELECT region, CAST(COUNT(*) AS TINYINT) FROM persons GROUP BY region"
+    with sqlsdc.connect(path, user="ana") as con:
+        with pytest.raises(Error, match="withheld"):
+            con.execute(sql)
+    con = open_database(path, read_only=True)
+    try:
+        (reason,) = con.execute(
+            "SELECT reason FROM sqlsdc.audit WHERE sql_text = ?", [sql]
+        ).fetchone()
+    finally:
+        con.close()
+    assert "aborted" not in reason, reason
 
 
 # --- 3. the OS lock on <db>.lock ----------------------------------------------------------------
