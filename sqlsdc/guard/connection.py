@@ -502,7 +502,15 @@ class Connection:
             except Exception as bug:  # paid (perhaps): never without an audit entry
                 self._audit_bug(self._query_id, sql, bug)
                 raise
-        query_id = self._query_id  # None: the audit entry draws it
+        return self._answer(sql, query, noisy, paid, self._query_id)
+
+    def _answer(self, sql: str, query: ProtectedQuery, noisy: DpRelease | None,
+                paid: Charge | None, query_id: int | None):  # fmt: skip
+        """Run the protected SQL and record it in one transaction (``query_id`` None: the
+        audit entry draws it): the answer, its audit entry, its ledger rows and the DP cells
+        it drew (:meth:`_cache_cells`) commit together or not at all; a conflict on a cached
+        cell runs the transaction again."""
+        con, context = self._con, self._context
         for attempt in range(RECORD_RETRIES):
             caching = False  # set once the analyst's SQL has run, when DP cells are cached
             con.execute("BEGIN TRANSACTION")
