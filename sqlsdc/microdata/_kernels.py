@@ -137,8 +137,8 @@ def mdav(X, k):
 
 
 @njit(cache=True)
-def local_search(X, labels, k, candidates, max_sweeps):
-    """Improve ``labels`` in place by moves and swaps; return (sweeps, improving steps).
+def local_search(X, labels, k, candidates, max_sweeps, stamp, seen, clock):
+    """Improve ``labels`` in place by moves and swaps; return (sweeps, improving steps, clock).
 
     For each record a in group A and each candidate group B ≠ A (``candidates[a]``), evaluate:
 
@@ -149,6 +149,15 @@ def local_search(X, labels, k, candidates, max_sweeps):
       ΔSSE = ‖b − c_A‖² − ‖a − c_A‖² − ‖a − b‖²/|A| + ‖a − c_B‖² − ‖b − c_B‖² − ‖a − b‖²/|B|;
 
     and apply the best one if it lowers the SSE. Sweeps repeat until one changes nothing.
+
+    Records are skipped whose evaluation would again find nothing: ``seen[a]`` is the ``clock``
+    at which a was last evaluated without finding an improving step (-1: never), ``stamp[g]``
+    the clock of the last change of group g (both updated in place; each step advances the
+    clock). If a's group and its candidate groups are all stamped at or before ``seen[a]``,
+    the counts, sums and members its deltas read are those it saw then, and whether some delta
+    lies below the threshold does not depend on the order of the candidates or members. Every
+    other record is evaluated as before, in the same order, so the steps are the same as
+    without skipping.
     """
     n, d = X.shape
     G = labels.max() + 1
@@ -179,6 +188,8 @@ def local_search(X, labels, k, candidates, max_sweeps):
         changed = 0
         for a in range(n):
             A = labels[a]
+            if _unchanged(a, A, candidates, stamp, seen[a]):
+                continue
             na = counts[A]
             for j in range(d):
                 ca[j] = sums[A, j] / na
@@ -208,8 +219,12 @@ def local_search(X, labels, k, candidates, max_sweeps):
                     if delta < best:
                         best, best_b, best_B = delta, b, B
             if best_b == -2:
+                seen[a] = clock
                 continue
             B = best_B
+            clock += 1
+            stamp[A] = clock
+            stamp[B] = clock
             # a leaves A for B
             _move(X, a, A, B, labels, counts, sums, members, slot)
             if best_b >= 0:
@@ -218,7 +233,53 @@ def local_search(X, labels, k, candidates, max_sweeps):
         steps += changed
         if changed == 0:
             break
-    return sweeps, steps
+    return sweeps, steps, clock
+
+
+@njit(cache=True, inline="always")
+def _unchanged(a, A, candidates, stamp, seen):
+    """Whether record a's group and candidate groups are stamped at or before ``seen``."""
+    if seen < 0 or stamp[A] > seen:
+        return False
+    for t in range(candidates.shape[1]):
+        B = candidates[a, t]
+        if B >= 0 and stamp[B] > seen:
+            return False
+    return True
+
+
+@njit(cache=True)
+def same_groups(old, new, n_old, n_new):
+    """For each group of ``old`` (labels 0..n_old-1), the group of ``new`` with exactly the same
+    records, or -1."""
+    size_old = np.zeros(n_old, dtype=np.int64)
+    size_new = np.zeros(n_new, dtype=np.int64)
+    image = np.full(n_old, -1, dtype=np.int64)
+    split = np.zeros(n_old, dtype=np.bool_)
+    for i in range(len(old)):
+        h, g = old[i], new[i]
+        size_old[h] += 1
+        size_new[g] += 1
+        if image[h] < 0:
+            image[h] = g
+        elif image[h] != g:
+            split[h] = True
+    for h in range(n_old):
+        if image[h] < 0 or split[h] or size_old[h] != size_new[image[h]]:
+            image[h] = -1
+    return image
+
+
+@njit(cache=True)
+def within(X, centres, bound):
+    """Whether some row of ``centres`` lies within squared distance ``bound[i]`` of ``X[i]``."""
+    out = np.zeros(len(X), dtype=np.bool_)
+    for i in range(len(X)):
+        for c in range(len(centres)):
+            if _dist2(X, i, centres[c]) <= bound[i]:
+                out[i] = True
+                break
+    return out
 
 
 @njit(cache=True)
