@@ -271,6 +271,30 @@ def same_groups(old, new, n_old, n_new):
 
 
 @njit(cache=True)
+def translate(groups, image):
+    """Replace every group number g in ``groups`` by ``image[g]``, in place; return whether each
+    row held a group without image (-1)."""
+    lost = np.zeros(len(groups), dtype=np.bool_)
+    for i in range(groups.shape[0]):
+        for t in range(groups.shape[1]):
+            g = image[groups[i, t]]
+            groups[i, t] = g
+            if g < 0:
+                lost[i] = True
+    return lost
+
+
+@njit(cache=True)
+def forget(seen, old, new, image):
+    """Set ``seen[i]`` to -1 where row i of ``old`` translated by ``image`` differs from ``new``."""
+    for i in range(old.shape[0]):
+        for t in range(old.shape[1]):
+            if image[old[i, t]] != new[i, t]:
+                seen[i] = -1
+                break
+
+
+@njit(cache=True)
 def within(X, centres, bound):
     """Whether some row of ``centres`` lies within squared distance ``bound[i]`` of ``X[i]``."""
     out = np.zeros(len(X), dtype=np.bool_)

@@ -248,9 +248,8 @@ class _Candidates:
             image = _kernels.same_groups(self.labels, labels, self.groups, len(cents))
             fresh = np.ones(len(cents), dtype=bool)
             fresh[image[image >= 0]] = False
-            self.near = image[self.near]
+            redo = self.ties | _kernels.translate(self.near, image)
             bound = self.dist[:, q] ** 2 * (1 + 1e-9)
-            redo = self.ties | (self.near < 0).any(axis=1)
             redo |= _kernels.within(X, np.ascontiguousarray(cents[fresh]), bound)
         if redo.any():
             dist, near = tree.query(X[redo], k=q + 1)
@@ -293,7 +292,7 @@ class _LocalSearch:
             old = self.stamp[kept]
             stamp[image[kept]] = np.where(old <= self.start, old, self.clock)
             if self.cand.shape == cand.shape:
-                self.seen[(image[self.cand] != cand).any(axis=1)] = -1
+                _kernels.forget(self.seen, self.cand, cand, image)
             else:
                 self.seen[:] = -1
         self.start = self.clock
