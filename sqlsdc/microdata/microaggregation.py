@@ -14,7 +14,8 @@ values are k-anonymous on the microaggregated variables.
 * :func:`improve` — MDAV followed by a local search that moves single records between groups
   and swaps pairs of records (the two-swap of Castro et al. 2022, Fig. 1, extended by moves
   that keep every group within [k, 2k − 1]), repeated from perturbed solutions (an iterated
-  local search, seeded, so deterministic). It never returns a worse partition than MDAV.
+  local search, seeded, so deterministic; each round recomputes only what its perturbation
+  may have changed). It never returns a worse partition than MDAV.
 
 Example:
     >>> import numpy as np
@@ -337,6 +338,13 @@ def improve(
        with its two nearest groups, regroup the pool by MDAV, run the local search, and keep
        the result if its SSE is lower. The generator is seeded (``seed``): the same input
        gives the same partition.
+
+    A round changes only a few groups, so the rounds carry over what did not change: the
+    candidate lists of records far from the changed groups (:class:`_Candidates`) and the
+    records whose last evaluation found no step and whose groups are as they were
+    (:class:`_LocalSearch`). The steps, hence the partition, are those of recomputing
+    everything every round (``tests/microdata/test_improve_incremental.py`` compares them);
+    on 28,025 records × 1 variable, k = 5, 200 rounds take about 2 s instead of 25 s.
 
     The SSE never rises above that of the start.
     """

@@ -194,6 +194,20 @@ def test_same_partition_with_few_groups_and_few_neighbours():
     _same(np.round(x * 2), 3, neighbours=4, rounds=40, seed=2)
 
 
+def test_same_partition_with_short_candidate_lists():
+    """Short lists change often between rounds: records whose list changed are evaluated again,
+    records with equally distant centroids are asked again (seeds 281 and 292 fail otherwise)."""
+    for seed in range(280, 295):
+        rng = np.random.default_rng(seed)
+        d, k, neighbours = int(rng.integers(1, 4)), int(rng.integers(2, 6)), int(rng.integers(2, 8))
+        n = int(rng.integers(60, 300))
+        if seed % 2:
+            x = rng.integers(0, 4, (n, d)).astype(float)
+        else:
+            x = rng.standard_normal((n, d))
+        _same(x, k, neighbours=neighbours, rounds=30, seed=seed)
+
+
 def test_same_partition_from_given_labels():
     rng = np.random.default_rng(4)
     x = rng.standard_normal((400, 2))
