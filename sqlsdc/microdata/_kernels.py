@@ -150,14 +150,15 @@ def local_search(X, labels, k, candidates, max_sweeps, stamp, seen, clock):
 
     and apply the best one if it lowers the SSE. Sweeps repeat until one changes nothing.
 
-    Records are skipped whose evaluation would again find nothing: ``seen[a]`` is the ``clock``
-    at which a was last evaluated without finding an improving step (-1: never), ``stamp[g]``
-    the clock of the last change of group g (both updated in place; each step advances the
-    clock). If a's group and its candidate groups are all stamped at or before ``seen[a]``,
-    the counts, sums and members its deltas read are those it saw then, and whether some delta
-    lies below the threshold does not depend on the order of the candidates or members. Every
-    other record is evaluated as before, in the same order, so the steps are the same as
-    without skipping.
+    Evaluations that would again find nothing are skipped: ``seen[a]`` is the ``clock`` at
+    which a was last evaluated without finding an improving step (-1: never), ``stamp[g]`` the
+    clock of the last change of group g (both updated in place; each step advances the clock).
+    If a's group is stamped at or before ``seen[a]``, the deltas of a candidate group also
+    stamped at or before it read the counts, sums and members they read then, so none of them
+    lies below the threshold (whatever the order of candidates and members): only the candidate
+    groups changed since are evaluated, in their order, and none if there is none. The best
+    step is the first strictly best among them, as it is among all candidates, so the steps
+    are the same as without skipping.
     """
     n, d = X.shape
     G = labels.max() + 1
@@ -188,7 +189,9 @@ def local_search(X, labels, k, candidates, max_sweeps, stamp, seen, clock):
         changed = 0
         for a in range(n):
             A = labels[a]
-            if _unchanged(a, A, candidates, stamp, seen[a]):
+            seen_a = seen[a]
+            partial = seen_a >= 0 and stamp[A] <= seen_a
+            if partial and _unchanged(a, candidates, stamp, seen_a):
                 continue
             na = counts[A]
             for j in range(d):
@@ -197,7 +200,7 @@ def local_search(X, labels, k, candidates, max_sweeps, stamp, seen, clock):
             best, best_b, best_B = -tol * (1.0 + daA), -2, -1
             for t in range(candidates.shape[1]):
                 B = candidates[a, t]
-                if B == A or B < 0:
+                if B == A or B < 0 or (partial and stamp[B] <= seen_a):
                     continue
                 nb = counts[B]
                 for j in range(d):
@@ -237,10 +240,8 @@ def local_search(X, labels, k, candidates, max_sweeps, stamp, seen, clock):
 
 
 @njit(cache=True, inline="always")
-def _unchanged(a, A, candidates, stamp, seen):
-    """Whether record a's group and candidate groups are stamped at or before ``seen``."""
-    if seen < 0 or stamp[A] > seen:
-        return False
+def _unchanged(a, candidates, stamp, seen):
+    """Whether record a's candidate groups are all stamped at or before ``seen``."""
     for t in range(candidates.shape[1]):
         B = candidates[a, t]
         if B >= 0 and stamp[B] > seen:
