@@ -137,8 +137,8 @@ def mdav(X, k):
 
 
 @njit(cache=True)
-def local_search(X, labels, k, candidates, max_sweeps):
-    """Improve ``labels`` in place by moves and swaps; return (sweeps, improving steps).
+def local_search(X, labels, k, candidates, max_sweeps, stamp, seen, clock):
+    """Improve ``labels`` in place by moves and swaps; return (sweeps, improving steps, clock).
 
     For each record a in group A and each candidate group B ≠ A (``candidates[a]``), evaluate:
 
@@ -149,6 +149,16 @@ def local_search(X, labels, k, candidates, max_sweeps):
       ΔSSE = ‖b − c_A‖² − ‖a − c_A‖² − ‖a − b‖²/|A| + ‖a − c_B‖² − ‖b − c_B‖² − ‖a − b‖²/|B|;
 
     and apply the best one if it lowers the SSE. Sweeps repeat until one changes nothing.
+
+    Evaluations that would again find nothing are skipped: ``seen[a]`` is the ``clock`` at
+    which a was last evaluated without finding an improving step (-1: never), ``stamp[g]`` the
+    clock of the last change of group g (both updated in place; each step advances the clock).
+    If a's group is stamped at or before ``seen[a]``, the deltas of a candidate group also
+    stamped at or before it read the counts, sums and members they read then, so none of them
+    lies below the threshold (whatever the order of candidates and members): only the candidate
+    groups changed since are evaluated, in their order, and none if there is none. The best
+    step is the first strictly best among them, as it is among all candidates, so the steps
+    are the same as without skipping.
     """
     n, d = X.shape
     G = labels.max() + 1
@@ -179,6 +189,10 @@ def local_search(X, labels, k, candidates, max_sweeps):
         changed = 0
         for a in range(n):
             A = labels[a]
+            seen_a = seen[a]
+            partial = seen_a >= 0 and stamp[A] <= seen_a
+            if partial and _unchanged(a, candidates, stamp, seen_a):
+                continue
             na = counts[A]
             for j in range(d):
                 ca[j] = sums[A, j] / na
@@ -186,7 +200,7 @@ def local_search(X, labels, k, candidates, max_sweeps):
             best, best_b, best_B = -tol * (1.0 + daA), -2, -1
             for t in range(candidates.shape[1]):
                 B = candidates[a, t]
-                if B == A or B < 0:
+                if B == A or B < 0 or (partial and stamp[B] <= seen_a):
                     continue
                 nb = counts[B]
                 for j in range(d):
@@ -208,8 +222,12 @@ def local_search(X, labels, k, candidates, max_sweeps):
                     if delta < best:
                         best, best_b, best_B = delta, b, B
             if best_b == -2:
+                seen[a] = clock
                 continue
             B = best_B
+            clock += 1
+            stamp[A] = clock
+            stamp[B] = clock
             # a leaves A for B
             _move(X, a, A, B, labels, counts, sums, members, slot)
             if best_b >= 0:
@@ -218,7 +236,75 @@ def local_search(X, labels, k, candidates, max_sweeps):
         steps += changed
         if changed == 0:
             break
-    return sweeps, steps
+    return sweeps, steps, clock
+
+
+@njit(cache=True, inline="always")
+def _unchanged(a, candidates, stamp, seen):
+    """Whether record a's candidate groups are all stamped at or before ``seen``."""
+    for t in range(candidates.shape[1]):
+        B = candidates[a, t]
+        if B >= 0 and stamp[B] > seen:
+            return False
+    return True
+
+
+@njit(cache=True)
+def same_groups(old, new, n_old, n_new):
+    """For each group of ``old`` (labels 0..n_old-1), the group of ``new`` with exactly the same
+    records, or -1."""
+    size_old = np.zeros(n_old, dtype=np.int64)
+    size_new = np.zeros(n_new, dtype=np.int64)
+    image = np.full(n_old, -1, dtype=np.int64)
+    split = np.zeros(n_old, dtype=np.bool_)
+    for i in range(len(old)):
+        h, g = old[i], new[i]
+        size_old[h] += 1
+        size_new[g] += 1
+        if image[h] < 0:
+            image[h] = g
+        elif image[h] != g:
+            split[h] = True
+    for h in range(n_old):
+        if image[h] < 0 or split[h] or size_old[h] != size_new[image[h]]:
+            image[h] = -1
+    return image
+
+
+@njit(cache=True)
+def translate(groups, image):
+    """Replace every group number g in ``groups`` by ``image[g]``, in place; return whether each
+    row held a group without image (-1)."""
+    lost = np.zeros(len(groups), dtype=np.bool_)
+    for i in range(groups.shape[0]):
+        for t in range(groups.shape[1]):
+            g = image[groups[i, t]]
+            groups[i, t] = g
+            if g < 0:
+                lost[i] = True
+    return lost
+
+
+@njit(cache=True)
+def forget(seen, old, new, image):
+    """Set ``seen[i]`` to -1 where row i of ``old`` translated by ``image`` differs from ``new``."""
+    for i in range(old.shape[0]):
+        for t in range(old.shape[1]):
+            if image[old[i, t]] != new[i, t]:
+                seen[i] = -1
+                break
+
+
+@njit(cache=True)
+def within(X, centres, bound):
+    """Whether some row of ``centres`` lies within squared distance ``bound[i]`` of ``X[i]``."""
+    out = np.zeros(len(X), dtype=np.bool_)
+    for i in range(len(X)):
+        for c in range(len(centres)):
+            if _dist2(X, i, centres[c]) <= bound[i]:
+                out[i] = True
+                break
+    return out
 
 
 @njit(cache=True)

@@ -14,7 +14,8 @@ values are k-anonymous on the microaggregated variables.
 * :func:`improve` — MDAV followed by a local search that moves single records between groups
   and swaps pairs of records (the two-swap of Castro et al. 2022, Fig. 1, extended by moves
   that keep every group within [k, 2k − 1]), repeated from perturbed solutions (an iterated
-  local search, seeded, so deterministic). It never returns a worse partition than MDAV.
+  local search, seeded, so deterministic; each round recomputes only what its perturbation
+  may have changed). It never returns a worse partition than MDAV.
 
 Example:
     >>> import numpy as np
@@ -210,23 +211,106 @@ def il1s(original, masked) -> float:
     return float((np.abs(X - Z)[:, keep] / (np.sqrt(2) * sd[keep])).mean())
 
 
-def _candidates(X: np.ndarray, labels: np.ndarray, neighbours: int) -> np.ndarray:
-    """For each record, the ``neighbours`` groups whose centroids are nearest to it."""
-    cents = _centroids(X, labels)
-    q = min(neighbours, len(cents))
-    if q == len(cents):
-        return np.broadcast_to(np.arange(q), (len(X), q)).copy()
-    _, near = cKDTree(cents).query(X, k=q)
-    return np.ascontiguousarray(near.reshape(len(X), q), dtype=np.int64)
+class _Candidates:
+    """For each record, the ``neighbours`` groups whose centroids are nearest to it:
+    ``cKDTree(centroids).query(X, k=neighbours)``, asked again only for the records whose answer
+    may have changed since the previous call.
+
+    Between two calls of the iterated local search only a few groups change. Each call keeps,
+    per record, the ``neighbours + 1`` nearest centroids and their distances. A record keeps
+    its list (group numbers translated to the new labels, :func:`_kernels.same_groups`) when
+    those ``neighbours + 1`` groups still have exactly the same records (hence the same
+    centroids, summed in the same order), no new centroid is as near as the last of them, and
+    the ``neighbours + 1`` distances are all different: then the nearest ``neighbours`` are
+    unique and in a unique order, so the tree would return them. Records with equal distances
+    (whose order is the tree's) are asked every time. The answer is the same array as a query
+    of every record.
+    """
+
+    def __init__(self, X: np.ndarray, neighbours: int):
+        self.X = X
+        self.neighbours = neighbours
+        self.labels: np.ndarray | None = None  # labels of the previous call
+
+    def __call__(self, labels: np.ndarray) -> np.ndarray:
+        X = self.X
+        cents = _centroids(X, labels)
+        q = min(self.neighbours, len(cents))
+        if q == len(cents):
+            self.labels = None
+            return np.broadcast_to(np.arange(q), (len(X), q)).copy()
+        tree = cKDTree(cents)
+        if self.labels is None or self.near.shape[1] != q + 1:
+            redo = np.ones(len(X), dtype=bool)
+            self.near = np.empty((len(X), q + 1), dtype=np.int64)
+            self.dist = np.empty((len(X), q + 1))
+            self.ties = np.zeros(len(X), dtype=bool)
+        else:
+            image = _kernels.same_groups(self.labels, labels, self.groups, len(cents))
+            fresh = np.ones(len(cents), dtype=bool)
+            fresh[image[image >= 0]] = False
+            redo = self.ties | _kernels.translate(self.near, image)
+            bound = self.dist[:, q] ** 2 * (1 + 1e-9)
+            redo |= _kernels.within(X, np.ascontiguousarray(cents[fresh]), bound)
+        if redo.any():
+            dist, near = tree.query(X[redo], k=q + 1)
+            self.near[redo] = near
+            self.dist[redo] = dist
+            self.ties[redo] = (np.diff(dist, axis=1) == 0).any(axis=1)
+        cand = np.ascontiguousarray(self.near[:, :q])
+        if self.ties.any():
+            cand[self.ties] = tree.query(X[self.ties], k=q)[1].reshape(-1, q)
+        self.labels, self.groups = labels.copy(), len(cents)
+        return cand
 
 
-def _search(X, labels, k, neighbours) -> np.ndarray:
+class _LocalSearch:
+    """:func:`_kernels.local_search` from call to call, remembering which records found no
+    improving step and which groups changed since (the kernel's ``seen`` and ``stamp``).
+
+    Between calls a group keeps its stamp when the new labels have a group with exactly the
+    same records (:func:`_kernels.same_groups`) and the previous call did not change it (its
+    sums were then summed afresh in record order, as the new call sums them); every other group
+    is stamped with the new call's clock, and a record whose candidate groups are not the same
+    groups as before loses its ``seen``. A call thus evaluates only the records near what
+    changed, and takes the same steps as a call that evaluates every record.
+    """
+
+    def __init__(self, n: int):
+        self.seen = np.full(n, -1, dtype=np.int64)
+        self.clock = 0
+        self.labels: np.ndarray | None = None  # labels at the end of the previous call
+
+    def __call__(self, X, labels, k, cand, max_sweeps) -> int:
+        """Improve ``labels`` in place; return the number of sweeps."""
+        self.clock += 1
+        groups = int(labels.max()) + 1
+        stamp = np.zeros(groups, dtype=np.int64)
+        if self.labels is not None:
+            image = _kernels.same_groups(self.labels, labels, len(self.stamp), groups)
+            kept = image >= 0
+            stamp[:] = self.clock
+            old = self.stamp[kept]
+            stamp[image[kept]] = np.where(old <= self.start, old, self.clock)
+            if self.cand.shape == cand.shape:
+                _kernels.forget(self.seen, self.cand, cand, image)
+            else:
+                self.seen[:] = -1
+        self.start = self.clock
+        sweeps, _, self.clock = _kernels.local_search(
+            X, labels, k, cand, max_sweeps, stamp, self.seen, self.clock
+        )
+        self.labels, self.cand, self.stamp = labels.copy(), cand, stamp
+        return sweeps
+
+
+def _search(X, labels, k, candidates: _Candidates, local_search: _LocalSearch) -> np.ndarray:
+    """Local search from ``labels`` to a local optimum (new candidates every 50 sweeps). Steps
+    keep every group non-empty, so the labels stay 0..G-1."""
     labels = labels.copy()
-    while True:
-        cand = _candidates(X, labels, neighbours)
-        sweeps, _ = _kernels.local_search(X, labels, k, cand, 50)
-        if sweeps < 50:
-            return _relabel(labels)
+    while local_search(X, labels, k, candidates(labels), 50) == 50:
+        pass
+    return labels
 
 
 def _relabel(labels: np.ndarray) -> np.ndarray:
@@ -255,12 +339,20 @@ def improve(
        the result if its SSE is lower. The generator is seeded (``seed``): the same input
        gives the same partition.
 
+    A round changes only a few groups, so the rounds carry over what did not change: the
+    candidate lists of records far from the changed groups (:class:`_Candidates`) and the
+    records whose last evaluation found no step and whose groups are as they were
+    (:class:`_LocalSearch`). The steps, hence the partition, are those of recomputing
+    everything every round (``tests/microdata/test_improve_incremental.py`` compares them);
+    on 28,025 records × 1 variable, k = 5, 200 rounds take about 2 s instead of 25 s.
+
     The SSE never rises above that of the start.
     """
     X = _matrix(X, k)
     k = int(k)
     start = mdav(X, k) if labels is None else _relabel(np.asarray(labels))
-    best = _search(X, start, k, neighbours)
+    candidates, local_search = _Candidates(X, neighbours), _LocalSearch(len(X))
+    best = _search(X, start, k, candidates, local_search)
     best_sse = sse(X, best)
     rng = np.random.default_rng(seed)
     deadline = time.monotonic() + time_limit
@@ -270,7 +362,7 @@ def improve(
         trial = _perturb(X, best, k, rng)
         if trial is None:
             break
-        trial = _search(X, trial, k, neighbours)
+        trial = _search(X, trial, k, candidates, local_search)
         value = sse(X, trial)
         if value < best_sse - 1e-9 * (1 + best_sse):
             best, best_sse = trial, value
