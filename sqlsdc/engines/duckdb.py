@@ -24,6 +24,7 @@ from sqlglot import exp
 from sqlglot.dialects.duckdb import DuckDB
 
 from sqlsdc.engines import file_lock, watchdog
+from sqlsdc.engines.trees import copy_tree, release
 from sqlsdc.errors import AnswerTooLarge, Error, NotFoundError
 
 DIALECT = "duckdb"
@@ -267,8 +268,15 @@ class QualifiedDuckDB(DuckDB):
 
 
 def to_sql(tree: exp.Expr) -> str:
-    """DuckDB SQL for a protected tree, with built-in functions schema-qualified."""
-    return QualifiedDuckDB().generate(tree)
+    """DuckDB SQL for a protected tree, with built-in functions schema-qualified.
+
+    The generator changes the tree it prints, so it prints a copy (sharing the type
+    annotations, :func:`~sqlsdc.engines.trees.copy_tree`), released right after."""
+    copy = copy_tree(tree)
+    try:
+        return QualifiedDuckDB().generate(copy, copy=False)
+    finally:
+        release([copy])
 
 
 def table_schemas(

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
+from sqlsdc.engines.trees import release
 from sqlsdc.errors import Error, InternalError
 from sqlsdc.guard.parse import bind_parameters, output_names, parse_statement, too_complex
 from sqlsdc.guard.resolve import check_tables, qualify_tree
@@ -204,8 +205,8 @@ def _cycle_collection_paused():
 
 
 def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
-    tree = parse_statement(sql, context.policy.max_statement_characters)
-    tree = bind_parameters(tree, params)
+    parsed = parse_statement(sql, context.policy.max_statement_characters)
+    tree = bind_parameters(parsed, params)
     names = output_names(tree)
     check_tables(tree, context.policy, sql)
     tree = qualify_tree(tree, context.schema, sql)
@@ -217,7 +218,8 @@ def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
     plan = plan_query(analysis, context.policy, context.unit_per_row, multiplicity)
     stages: dict[int, DpStage] = {}  # by id of the aggregation in ``tree``
     rewrite = RewriteContext(context.policy, context.ptables, stages, context.to_sql)
-    protected = protect_cells(tree, plan, frame_builders(rewrite))
+    discarded: list[exp.Expr] = []  # parts of the rewrite's copy that it replaced
+    protected = protect_cells(tree, plan, frame_builders(rewrite), discarded)
     protected = _rename_outputs(protected, names)
     validate_release(protected, context.policy)
     text = context.to_sql(protected)
@@ -236,6 +238,12 @@ def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
             if context.policy.table(t.name) is not None
         }
     )
+    population = _population(analysis)
+    # the analysed trees are not read any more: freed now, not by the cycle collector
+    release(
+        {id(t): t for t in (parsed, tree, *discarded)}.values(),
+        keep=[protected, *(t for stage in stages.values() for t in stage.trees.values())],
+    )
     return ProtectedQuery(
         sql=text,
         columns=columns,
@@ -243,7 +251,7 @@ def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
         accuracy_columns=accuracy,
         dp_stages=tuple(stages.values()),
         fingerprint=hashlib.sha256(text.encode()).hexdigest()[:16],
-        population=_population(analysis),
+        population=population,
         tables=tuple(tables),
         tree=protected,
         suppressed=tuple(

@@ -34,10 +34,23 @@ def balance_connectors(tree: exp.Expr) -> exp.Expr:
         operands = list(chain.flatten(unnest=False))
         if len(operands) > BALANCE_FROM:
             joined = balanced(type(chain), operands)
+            if chain is not tree:
+                chain.replace(joined)
+            _detach(chain)
             if chain is tree:
                 return joined
-            chain.replace(joined)
     return tree
+
+
+def _detach(chain: exp.Connector) -> None:
+    """Break the parent links between the connectors of a chain whose operands moved to a
+    balanced tree, so that reference counting frees them (not the cycle collector, which
+    would walk every node of the statement to find them)."""
+    stack = [chain]
+    while stack:
+        node = stack.pop()
+        node.parent = None
+        stack.extend(c for c in (node.this, node.expression) if type(c) is type(chain))
 
 
 def balanced(kind: type[exp.Connector], operands: list[exp.Expr]) -> exp.Expr:

@@ -21,11 +21,12 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from sqlsdc.engines.trees import copy_tree
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.planner.plan import CellPlan, QueryPlan
 from sqlsdc.planner.scopes import own_nodes
 from sqlsdc.policy import Method
-from sqlsdc.rewrite.sql import copy_clause, copy_tree
+from sqlsdc.rewrite.sql import copy_clause
 
 CELLS = "__cells"
 STATUS_PREFIX = "__sdc_status_"
@@ -67,8 +68,14 @@ class Cells:
 FrameBuilder = Callable[[Cells, dict[int, exp.Expr]], Frame]
 
 
-def protect_cells(tree: exp.Expr, plan: QueryPlan, builders: dict[Method, FrameBuilder]):
+def protect_cells(
+    tree: exp.Expr,
+    plan: QueryPlan,
+    builders: dict[Method, FrameBuilder],
+    discarded: list[exp.Expr] | None = None,
+):
     """Return a protected copy of ``tree``; ``plan`` refers to nodes of ``tree``, left unchanged.
+    The parts of the copy that the protected frames replaced are appended to ``discarded``.
 
     ``builders`` maps a protection method to the module that builds its frame
     (:mod:`sqlsdc.rewrite.registry`); each aggregation is built by the builder of the method
@@ -77,8 +84,8 @@ def protect_cells(tree: exp.Expr, plan: QueryPlan, builders: dict[Method, FrameB
     half-width per position next to the status columns.
     """
     noisy = any(c.mechanism is Method.DP for c in plan.cells)
-    copy = copy_tree(tree)  # with the analysis' types: the generator reads some of them
-    twin = {id(a): b for a, b in zip(tree.walk(), copy.walk(), strict=True)}
+    twin: dict[int, exp.Expr] = {}  # id of a node of ``tree`` -> its copy
+    copy = copy_tree(tree, twin)  # with the analysis' types: the generator reads some of them
     for exposure in plan.exposures:
         select = twin[id(exposure.select)]
         select.append("expressions", exp.alias_(exposure.expression.copy(), exposure.alias))
@@ -96,6 +103,8 @@ def protect_cells(tree: exp.Expr, plan: QueryPlan, builders: dict[Method, FrameB
             copy = protected
         else:
             cells.select.replace(protected)
+        if discarded is not None:
+            discarded.append(cells.select)
     return copy
 
 
