@@ -33,10 +33,10 @@ def copy_tree(tree: exp.Expr, twin: dict[int, exp.Expr] | None = None) -> exp.Ex
         if twin is not None:
             twin[id(node)] = copy
         if node.comments is not None:
-            copy.comments = deepcopy(node.comments)
+            copy.comments = _copied(node.comments)
         copy._type = node._type  # the annotation; ``type`` of a cast is its target
         if node._meta is not None:
-            copy._meta = deepcopy(node._meta)
+            copy._meta = _copied(node._meta)
         if node._hash is not None:
             copy._hash = node._hash
         for key, value in node.args.items():
@@ -56,40 +56,60 @@ def copy_tree(tree: exp.Expr, twin: dict[int, exp.Expr] | None = None) -> exp.Ex
     return root
 
 
+_ATOMS = (str, int, float, bool, type(None))
+
+
+def _copied(value: list | dict) -> list | dict:
+    """``deepcopy(value)`` of a node's comments or meta; a shallow copy when the values are
+    immutable (the parser's positions and comments), which is the same and much faster."""
+    if type(value) is dict and all(type(v) in _ATOMS for v in value.values()):
+        return value.copy()
+    if type(value) is list and all(type(v) in _ATOMS for v in value):
+        return value.copy()
+    return deepcopy(value)
+
+
 def release(trees: Iterable[exp.Expr | None], keep: Iterable[exp.Expr | None] = ()) -> None:
     """Break the parent links of ``trees``, which are not used any more, so that reference
     counting frees their nodes instead of the cycle collector.
 
-    Nodes of the trees in ``keep`` (a result that lives on) and everything below them are left
-    untouched, also where a node of a released tree was moved into a kept one."""
+    Only a node's own children are entered (those whose parent it is): a node moved to
+    another tree keeps its place there, and trees that share parts are walked once. Nodes of
+    the trees in ``keep`` (a result that lives on) and everything below them are never
+    touched."""
     kept = set()
     for tree in keep:
         if tree is not None:
-            kept.update(map(id, _nodes(tree)))
+            kept.update(map(id, nodes(tree)))
     for tree in trees:
         if tree is None or id(tree) in kept:
             continue
         stack = [tree]
         while stack:
             node = stack.pop()
-            node.parent = None
             for value in node.args.values():
                 if isinstance(value, exp.Expr):
-                    if id(value) not in kept:
+                    if value.parent is node and id(value) not in kept:
                         stack.append(value)
                 elif type(value) is list:
-                    stack.extend(v for v in value if isinstance(v, exp.Expr) and id(v) not in kept)
+                    stack.extend(
+                        v
+                        for v in value
+                        if isinstance(v, exp.Expr) and v.parent is node and id(v) not in kept
+                    )
+            node.parent = None
 
 
-def _nodes(tree: exp.Expr) -> list[exp.Expr]:
-    """Every node of ``tree`` (a plain stack walk: cheaper than ``Expr.walk``)."""
-    nodes, stack = [], [tree]
-    while stack:
-        node = stack.pop()
-        nodes.append(node)
-        for value in node.args.values():
-            if isinstance(value, exp.Expr):
-                stack.append(value)
-            elif type(value) is list:
-                stack.extend(v for v in value if isinstance(v, exp.Expr))
-    return nodes
+def nodes(tree: exp.Expr) -> list[exp.Expr]:
+    """Every node of ``tree`` in the order of ``tree.walk()`` (breadth first, children in
+    argument order), as a list: three times faster than ``walk``, whose generators dominate
+    the passes over a large tree. For passes that do not change the tree while they walk it."""
+    found, i = [tree], 0
+    while i < len(found):
+        for value in found[i].args.values():
+            if isinstance(value, list):
+                found.extend(v for v in value if isinstance(v, exp.Expr))
+            elif isinstance(value, exp.Expr):
+                found.append(value)
+        i += 1
+    return found

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from sqlsdc.engines.trees import release
+from sqlsdc.engines.trees import nodes, release
 from sqlsdc.errors import Error, InternalError
 from sqlsdc.guard.parse import bind_parameters, output_names, parse_statement, too_complex
 from sqlsdc.guard.resolve import check_tables, qualify_tree
@@ -234,8 +234,8 @@ def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
     tables = sorted(
         {
             t.name.lower()
-            for t in tree.find_all(exp.Table)
-            if context.policy.table(t.name) is not None
+            for t in nodes(tree)
+            if isinstance(t, exp.Table) and context.policy.table(t.name) is not None
         }
     )
     population = _population(analysis)

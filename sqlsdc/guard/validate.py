@@ -28,6 +28,7 @@ from sqlglot import exp
 
 from sqlsdc.catalog.schema import CATALOG_SCHEMA
 from sqlsdc.catalog.store import PATTERN_PREFIX
+from sqlsdc.engines.trees import nodes
 from sqlsdc.errors import InternalError
 from sqlsdc.policy import Policy
 from sqlsdc.rewrite.cells import ACCURACY_PREFIXES, CELLS, STATUS_PREFIX
@@ -39,9 +40,9 @@ CATALOG_TABLES = ("ptable_entries", "ckm_mix")  # catalog tables a protected que
 
 
 def validate_release(tree: exp.Expr, policy: Policy) -> None:
-    nodes = list(tree.walk())  # one walk: the checks below select from it
-    ctes = {n.alias_or_name.lower(): n for n in nodes if isinstance(n, exp.CTE)}
-    tables = [n for n in nodes if isinstance(n, exp.Table)]
+    found = nodes(tree)  # one walk: the checks below select from it
+    ctes = {n.alias_or_name.lower(): n for n in found if isinstance(n, exp.CTE)}
+    tables = [n for n in found if isinstance(n, exp.Table)]
     for table in tables:
         if _catalog_lookup(table) or _noisy_cells(table):
             continue
@@ -59,7 +60,7 @@ def validate_release(tree: exp.Expr, policy: Policy) -> None:
             raise InternalError(f"undeclared table {name} in the protected query")
         if not declared.is_public and not _protected(table, ctes, set()):
             raise InternalError(f"confidential table {name} is read outside protected cells")
-    for column in nodes:
+    for column in found:
         if (
             isinstance(column, exp.Column)
             and column.name.lower() in INTERNAL_COLUMNS
@@ -70,7 +71,7 @@ def validate_release(tree: exp.Expr, policy: Policy) -> None:
     for name in _output_names(tree):
         if name.startswith("__") and not name.startswith(hidden):
             raise InternalError(f"internal column {name} would be returned")
-    for cells in nodes:
+    for cells in found:
         if isinstance(cells, exp.Subquery) and cells.alias == CELLS:
             inside = [t for t in tables if _inside(t, cells)]
             prove_cells(cells, inside, ctes, policy)

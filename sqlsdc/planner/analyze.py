@@ -20,6 +20,7 @@ from sqlglot import exp
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
+from sqlsdc.engines.trees import nodes
 from sqlsdc.errors import InternalError, PolicyViolation
 from sqlsdc.planner.aggregates import AggregateChecks
 from sqlsdc.planner.allowlist import (
@@ -97,7 +98,7 @@ SET_OPERATION_CLAUSES = {
 
 
 def _check_nodes(tree: exp.Expr, sql: str) -> None:
-    for node in tree.walk():
+    for node in nodes(tree):
         if isinstance(node, (exp.Select, *SET_OPERATIONS)):
             allowed = SELECT_CLAUSES if isinstance(node, exp.Select) else SET_OPERATION_CLAUSES
             extra = [

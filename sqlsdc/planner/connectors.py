@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from sqlsdc.engines.trees import nodes
+
 BALANCE_FROM = 16  # chains with more operands are rebuilt; shorter ones keep the parser's shape
 
 
@@ -27,7 +29,7 @@ def balance_connectors(tree: exp.Expr) -> exp.Expr:
     balanced (mutates ``tree``; returns the new root when the root itself is a chain)."""
     chains = [
         node
-        for node in tree.walk()
+        for node in nodes(tree)
         if isinstance(node, exp.Connector) and type(node.parent) is not type(node)
     ]
     for chain in chains:
@@ -71,6 +73,12 @@ def depth(tree: exp.Expr) -> int:
     deepest, stack = 0, [(tree, 1)]
     while stack:
         node, level = stack.pop()
-        deepest = max(deepest, level)
-        stack.extend((child, level + 1) for child in node.iter_expressions())
+        if level > deepest:
+            deepest = level
+        level += 1
+        for value in node.args.values():
+            if isinstance(value, list):
+                stack.extend((v, level) for v in value if isinstance(v, exp.Expr))
+            elif isinstance(value, exp.Expr):
+                stack.append((value, level))
     return deepest
