@@ -70,9 +70,11 @@ def _copied(value: list | dict) -> list | dict:
 
 
 def release(trees: Iterable[exp.Expr | None], keep: Iterable[exp.Expr | None] = ()) -> None:
-    """Break the parent links of ``trees``, which are not used any more, so that reference
-    counting frees their nodes instead of the cycle collector.
+    """Take apart ``trees``, which are not used any more, so that reference counting frees
+    their nodes instead of the cycle collector: every node loses its parent and its children.
 
+    The links both ways go: a node still referenced from another cycle (a closure or a scope
+    of the analysis that held a root) then keeps only itself alive, not the tree below it.
     Only a node's own children are entered (those whose parent it is): a node moved to
     another tree keeps its place there, and trees that share parts are walked once. Nodes of
     the trees in ``keep`` (a result that lives on) and everything below them are never
@@ -98,6 +100,7 @@ def release(trees: Iterable[exp.Expr | None], keep: Iterable[exp.Expr | None] = 
                         if isinstance(v, exp.Expr) and v.parent is node and id(v) not in kept
                     )
             node.parent = None
+            node.args.clear()
 
 
 def nodes(tree: exp.Expr) -> list[exp.Expr]:
