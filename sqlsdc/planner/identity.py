@@ -68,7 +68,7 @@ from sqlglot.optimizer.normalize import normalization_distance, normalize
 from sqlglot.optimizer.scope import Scope
 from sqlglot.optimizer.simplify import simplify
 
-from sqlsdc.engines.trees import release
+from sqlsdc.engines.trees import nodes, release
 from sqlsdc.planner.connectors import balanced
 
 __all__ = ["AggregationIdentity", "Population", "aggregation_identity", "describe_scope"]
@@ -427,7 +427,7 @@ def _sort_commutative(node: exp.Expr, generator, replaced: list[exp.Expr]) -> ex
     """``node`` (changed in place) with OR operands sorted (commutative under three-valued
     logic) and IN lists sorted and deduplicated; the OR chains it replaced are appended to
     ``replaced``."""
-    for part in list(node.find_all(exp.Or)):
+    for part in [n for n in nodes(node) if isinstance(n, exp.Or)]:
         if isinstance(part.parent, exp.Or):
             continue
         texts = {generator.generate(o, copy=False): o for o in part.flatten()}
@@ -441,7 +441,7 @@ def _sort_commutative(node: exp.Expr, generator, replaced: list[exp.Expr]) -> ex
             node = joined
         else:
             part.replace(joined)
-    for part in list(node.find_all(exp.In)):
+    for part in [n for n in nodes(node) if isinstance(n, exp.In)]:
         values = part.args.get("expressions")
         if values:
             unique = sorted({generator.generate(v, copy=False): v for v in values}.items())
@@ -456,7 +456,7 @@ def _normalise_literals(node: exp.Expr) -> exp.Expr:
     """Number literals compared with a numeric column are written in their shortest exact
     decimal form (``6.0`` and ``6`` are one value there; against a text column they are not,
     so other literals keep their spelling)."""
-    for literal in list(node.find_all(exp.Literal)):
+    for literal in [n for n in nodes(node) if isinstance(n, exp.Literal)]:
         if literal.is_string or not isinstance(literal.parent, exp.Binary):
             continue
         parent = literal.parent
