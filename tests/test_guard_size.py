@@ -173,3 +173,15 @@ def test_release_frees_a_tree_and_leaves_kept_nodes_in_place():
     assert all(n is kept or n.parent is not None for n in nodes(kept))
     assert moved.this.parent is moved
     assert kept.sql("duckdb") == 'SELECT x WHERE "persons"."age" > 30 /* c */'
+
+
+def test_release_leaves_types_whole():
+    """A type may be shared with trees that live on (annotations, which sqlglot's generator
+    may place in a CAST it builds): released trees never take one apart."""
+    tree = _analysed(TREES[1])
+    target = tree.find(exp.Cast).to
+    annotation = tree.find(exp.Column).type
+    tree.find(exp.Where).this.replace(exp.Cast(this=exp.column("y"), to=annotation))
+    release([tree])
+    assert target.this is exp.DType.DOUBLE and annotation.this is not None
+    assert annotation.sql("duckdb") == _analysed(TREES[1]).find(exp.Column).type.sql("duckdb")

@@ -76,9 +76,9 @@ def release(trees: Iterable[exp.Expr | None], keep: Iterable[exp.Expr | None] = 
     The links both ways go: a node still referenced from another cycle (a closure or a scope
     of the analysis that held a root) then keeps only itself alive, not the tree below it.
     Only a node's own children are entered (those whose parent it is): a node moved to
-    another tree keeps its place there, and trees that share parts are walked once. Nodes of
-    the trees in ``keep`` (a result that lives on) and everything below them are never
-    touched."""
+    another tree keeps its place there, and trees that share parts are walked once. Types
+    (``DataType`` nodes) are never taken apart, and neither are the nodes of the trees in
+    ``keep`` (a result that lives on) and everything below them."""
     kept = set()
     for tree in keep:
         if tree is not None:
@@ -90,17 +90,24 @@ def release(trees: Iterable[exp.Expr | None], keep: Iterable[exp.Expr | None] = 
         while stack:
             node = stack.pop()
             for value in node.args.values():
-                if isinstance(value, exp.Expr):
-                    if value.parent is node and id(value) not in kept:
-                        stack.append(value)
-                elif type(value) is list:
-                    stack.extend(
-                        v
-                        for v in value
-                        if isinstance(v, exp.Expr) and v.parent is node and id(v) not in kept
-                    )
+                if isinstance(value, list):
+                    stack.extend(v for v in value if _owned(v, node, kept))
+                elif _owned(value, node, kept):
+                    stack.append(value)
             node.parent = None
             node.args.clear()
+
+
+def _owned(value: object, node: exp.Expr, kept: set[int]) -> bool:
+    """Whether ``release`` takes apart ``value``, a child of ``node``: a node whose parent is
+    ``node``, not kept, and not a type: a type annotation may be shared with other trees (see
+    :func:`copy_tree`; sqlglot's generator may place a node's annotation in a CAST it builds)."""
+    return (
+        isinstance(value, exp.Expr)
+        and value.parent is node
+        and not isinstance(value, exp.DataType)
+        and id(value) not in kept
+    )
 
 
 def nodes(tree: exp.Expr) -> list[exp.Expr]:
