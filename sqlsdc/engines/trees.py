@@ -1,11 +1,11 @@
-"""Copying and discarding sqlglot syntax trees cheaply (the guard handles trees of 100,000s of
-nodes: ISSUE18 must-have 6, a 100 KB statement checked in about a second).
+"""Copying, walking and discarding sqlglot syntax trees cheaply: the guard checks statements
+of 100 KB, trees of 10,000s of nodes, in time linear in their size (ISSUE18 must-have 6).
 
 sqlglot trees are reference cycles (every node points to its parent, the parent to its
 children), so a tree that is no longer used is freed only by Python's cycle collector, which
 must first walk it: after checking a 100 KB statement, the analysed tree, the rewrite's working
-copy and the generator's copy made it walk about 400,000 objects (0.4 s). :func:`release`
-breaks the cycles of a tree nobody reads any more, so that reference counting frees it at once.
+copy and the generator's copy made it walk about 380,000 objects (0.45 s). :func:`release`
+takes apart a tree nobody reads any more, so that reference counting frees it at once.
 """
 
 from __future__ import annotations
