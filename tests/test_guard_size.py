@@ -165,7 +165,7 @@ def test_release_frees_a_tree_and_leaves_kept_nodes_in_place():
     released = nodes(tree)
     moved = exp.Where(this=tree.args["where"].this)  # a node moved to a tree that lives on
     kept = exp.Select(expressions=[exp.column("x")], where=moved)
-    release([tree], keep=[kept])
+    release([tree], keep=nodes(kept))
     moved_nodes = {id(n) for n in nodes(moved.this)}
     for node in released:
         if id(node) not in moved_nodes:

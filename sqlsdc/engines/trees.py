@@ -69,7 +69,7 @@ def _copied(value: list | dict) -> list | dict:
     return deepcopy(value)
 
 
-def release(trees: Iterable[exp.Expr | None], keep: Iterable[exp.Expr | None] = ()) -> None:
+def release(trees: Iterable[exp.Expr | None], keep: Iterable[exp.Expr] = ()) -> None:
     """Take apart ``trees``, which are not used any more, so that reference counting frees
     their nodes instead of the cycle collector: every node loses its parent and its children.
 
@@ -77,12 +77,9 @@ def release(trees: Iterable[exp.Expr | None], keep: Iterable[exp.Expr | None] = 
     of the analysis that held a root) then keeps only itself alive, not the tree below it.
     Only a node's own children are entered (those whose parent it is): a node moved to
     another tree keeps its place there, and trees that share parts are walked once. Types
-    (``DataType`` nodes) are never taken apart, and neither are the nodes of the trees in
-    ``keep`` (a result that lives on) and everything below them."""
-    kept = set()
-    for tree in keep:
-        if tree is not None:
-            kept.update(map(id, nodes(tree)))
+    (``DataType`` nodes) are never taken apart, and neither are the nodes in ``keep`` (every
+    node of a result that lives on: ``nodes(result)``) and everything below them."""
+    kept = set(map(id, keep))
     for tree in trees:
         if tree is None or id(tree) in kept:
             continue

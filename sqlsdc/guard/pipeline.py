@@ -221,7 +221,7 @@ def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
     discarded: list[exp.Expr] = []  # parts of the rewrite's copy that it replaced
     protected = protect_cells(tree, plan, frame_builders(rewrite), discarded)
     protected = _rename_outputs(protected, names)
-    validate_release(protected, context.policy)
+    kept = validate_release(protected, context.policy)  # the nodes of the result
     text = context.to_sql(protected)
     columns = _describe_outputs(analysis, plan, names, context.ptables, stages)
     with_status = any(c.with_status for c in plan.cells)
@@ -240,10 +240,9 @@ def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
     )
     population = _population(analysis)
     # the analysed trees are not read any more: freed now, not by the cycle collector
-    release(
-        {id(t): t for t in (parsed, tree, *discarded)}.values(),
-        keep=[protected, *(t for stage in stages.values() for t in stage.trees.values())],
-    )
+    for stage in stages.values():
+        kept += [n for t in stage.trees.values() for n in nodes(t)]
+    release({id(t): t for t in (parsed, tree, *discarded)}.values(), keep=kept)
     return ProtectedQuery(
         sql=text,
         columns=columns,

@@ -39,7 +39,10 @@ CATALOG_TABLES = ("ptable_entries", "ckm_mix")  # catalog tables a protected que
 # with the protected universes of suppressed tables (``suppressed__<table>``)
 
 
-def validate_release(tree: exp.Expr, policy: Policy) -> None:
+def validate_release(tree: exp.Expr, policy: Policy) -> list[exp.Expr]:
+    """Raise InternalError unless the protected ``tree`` reads confidential tables only
+    inside protected cells and returns no internal column; its nodes (``nodes(tree)``), for
+    the caller's next pass over the same tree."""
     found = nodes(tree)  # one walk: the checks below select from it
     ctes = {n.alias_or_name.lower(): n for n in found if isinstance(n, exp.CTE)}
     tables = [n for n in found if isinstance(n, exp.Table)]
@@ -75,6 +78,7 @@ def validate_release(tree: exp.Expr, policy: Policy) -> None:
         if isinstance(cells, exp.Subquery) and cells.alias == CELLS:
             inside = [t for t in tables if _inside(t, cells)]
             prove_cells(cells, inside, ctes, policy)
+    return found
 
 
 RELEASED = re.compile(r"__(g|gg|y|e|p|sd|hw|m)\d+|__cn")
