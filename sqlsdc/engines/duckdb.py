@@ -25,6 +25,7 @@ from sqlglot import exp
 from sqlglot.dialects.duckdb import DuckDB
 
 from sqlsdc.engines import file_lock, watchdog
+from sqlsdc.engines.trees import copy_tree, release
 from sqlsdc.errors import AnswerTooLarge, Error, NotFoundError, OperationalError
 
 DIALECT = "duckdb"
@@ -40,9 +41,9 @@ _CONNECT_CONFIG = {
 
 EngineError = duckdb.Error
 
-# ``run`` takes Arrow from an executed statement: DuckDB warns that this copies the rows, but its
-# suggested ``con.sql(...)`` binds and plans the statement twice, which costs more (15-20 ms on
-# the deep CKM SQL) than copying a result of aggregated cells.
+# Catalog reads take Arrow from an executed statement (``execute(sql, params).to_arrow_table()``):
+# DuckDB warns that this copies the rows, but its suggested ``con.sql(...)`` binds the statement
+# twice, which costs more than copying a few catalog rows. ``run`` streams (see ``_stream``).
 warnings.filterwarnings("ignore", message="Arrow output on a DB-API result", category=UserWarning)
 
 # DuckDB shares one database instance between the connections of a process to the same file;
@@ -276,8 +277,15 @@ class QualifiedDuckDB(DuckDB):
 
 
 def to_sql(tree: exp.Expr) -> str:
-    """DuckDB SQL for a protected tree, with built-in functions schema-qualified."""
-    return QualifiedDuckDB().generate(tree)
+    """DuckDB SQL for a protected tree, with built-in functions schema-qualified.
+
+    The generator changes the tree it prints, so it prints a copy (sharing the type
+    annotations, :func:`~sqlsdc.engines.trees.copy_tree`), released right after."""
+    copy = copy_tree(tree)
+    try:
+        return QualifiedDuckDB().generate(copy, copy=False)
+    finally:
+        release([copy])
 
 
 def table_schemas(

@@ -16,6 +16,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
+from sqlsdc.engines.trees import nodes
 from sqlsdc.errors import PolicyViolation, ProgrammingError, SqlSyntaxError
 from sqlsdc.planner.connectors import balance_connectors, depth
 from sqlsdc.policy.model import DEFAULT_MAX_STATEMENT_CHARACTERS
@@ -89,7 +90,7 @@ def _check_depth(tree: exp.Expr, sql: str) -> exp.Expr:
 
 def bind_parameters(tree: exp.Expr, params) -> exp.Expr:
     """Copy of ``tree`` with ``?``, ``$n`` and ``$name`` placeholders replaced by literals."""
-    placeholders = [p for p in tree.find_all(exp.Placeholder, exp.Parameter)]
+    placeholders = [p for p in nodes(tree) if isinstance(p, (exp.Placeholder, exp.Parameter))]
     if params is None or (isinstance(params, (Sequence, Mapping)) and len(params) == 0):
         if placeholders:
             raise ProgrammingError(

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
+from sqlsdc.engines.trees import nodes, release
 from sqlsdc.errors import Error, InternalError
 from sqlsdc.guard.parse import bind_parameters, output_names, parse_statement, too_complex
 from sqlsdc.guard.resolve import check_tables, qualify_tree
@@ -204,8 +205,8 @@ def _cycle_collection_paused():
 
 
 def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
-    tree = parse_statement(sql, context.policy.max_statement_characters)
-    tree = bind_parameters(tree, params)
+    parsed = parse_statement(sql, context.policy.max_statement_characters)
+    tree = bind_parameters(parsed, params)
     names = output_names(tree)
     check_tables(tree, context.policy, sql)
     tree = qualify_tree(tree, context.schema, sql)
@@ -217,9 +218,10 @@ def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
     plan = plan_query(analysis, context.policy, context.unit_per_row, multiplicity)
     stages: dict[int, DpStage] = {}  # by id of the aggregation in ``tree``
     rewrite = RewriteContext(context.policy, context.ptables, stages, context.to_sql)
-    protected = protect_cells(tree, plan, frame_builders(rewrite))
+    discarded: list[exp.Expr] = []  # parts of the rewrite's copy that it replaced
+    protected = protect_cells(tree, plan, frame_builders(rewrite), discarded)
     protected = _rename_outputs(protected, names)
-    validate_release(protected, context.policy)
+    kept = validate_release(protected, context.policy)  # the nodes of the result
     text = context.to_sql(protected)
     columns = _describe_outputs(analysis, plan, names, context.ptables, stages)
     with_status = any(c.with_status for c in plan.cells)
@@ -232,10 +234,15 @@ def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
     tables = sorted(
         {
             t.name.lower()
-            for t in tree.find_all(exp.Table)
-            if context.policy.table(t.name) is not None
+            for t in nodes(tree)
+            if isinstance(t, exp.Table) and context.policy.table(t.name) is not None
         }
     )
+    population = _population(analysis)
+    # the analysed trees are not read any more: freed now, not by the cycle collector
+    for stage in stages.values():
+        kept += [n for t in stage.trees.values() for n in nodes(t)]
+    release({id(t): t for t in (parsed, tree, *discarded)}.values(), keep=kept)
     return ProtectedQuery(
         sql=text,
         columns=columns,
@@ -243,7 +250,7 @@ def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
         accuracy_columns=accuracy,
         dp_stages=tuple(stages.values()),
         fingerprint=hashlib.sha256(text.encode()).hexdigest()[:16],
-        population=_population(analysis),
+        population=population,
         tables=tuple(tables),
         tree=protected,
         suppressed=tuple(

@@ -15,6 +15,7 @@ from sqlglot import exp
 from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
 
+from sqlsdc.engines.trees import nodes
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.planner.allowlist import RESERVED_PREFIX
 from sqlsdc.policy import ColumnRole, Policy
@@ -109,7 +110,7 @@ def _nodes_by_type(tree: exp.Expr, *types: type) -> dict[type, list[exp.Expr]]:
     """The nodes of each of ``types`` in ``tree``, each list in ``find_all`` order: one walk
     of the tree instead of one per type (a node counts for every listed type it is)."""
     found: dict[type, list[exp.Expr]] = {t: [] for t in types}
-    for node in tree.walk():
+    for node in nodes(tree):
         for t in types:
             if isinstance(node, t):
                 found[t].append(node)
@@ -147,7 +148,7 @@ def qualify_tree(tree: exp.Expr, schema: dict, sql: str) -> exp.Expr:
 
     The refusal quotes sqlglot's message, which is computed from ``schema`` (the analyst's view)
     alone, so it is the same whether or not a hidden object of that name exists."""
-    for table in tree.find_all(exp.Table):
+    for table in _nodes_by_type(tree, exp.Table)[exp.Table]:
         if table.name.lower() not in schema and not _cte_in_scope(table):
             raise PolicyViolation(
                 f"table {table.name!r} has no columns that analysts may read",

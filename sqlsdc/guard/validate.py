@@ -28,6 +28,7 @@ from sqlglot import exp
 
 from sqlsdc.catalog.schema import CATALOG_SCHEMA
 from sqlsdc.catalog.store import PATTERN_PREFIX
+from sqlsdc.engines.trees import nodes
 from sqlsdc.errors import InternalError
 from sqlsdc.policy import Policy
 from sqlsdc.rewrite.cells import ACCURACY_PREFIXES, CELLS, STATUS_PREFIX
@@ -38,10 +39,13 @@ CATALOG_TABLES = ("ptable_entries", "ckm_mix")  # catalog tables a protected que
 # with the protected universes of suppressed tables (``suppressed__<table>``)
 
 
-def validate_release(tree: exp.Expr, policy: Policy) -> None:
-    nodes = list(tree.walk())  # one walk: the checks below select from it
-    ctes = {n.alias_or_name.lower(): n for n in nodes if isinstance(n, exp.CTE)}
-    tables = [n for n in nodes if isinstance(n, exp.Table)]
+def validate_release(tree: exp.Expr, policy: Policy) -> list[exp.Expr]:
+    """Raise InternalError unless the protected ``tree`` reads confidential tables only
+    inside protected cells and returns no internal column; its nodes (``nodes(tree)``), for
+    the caller's next pass over the same tree."""
+    found = nodes(tree)  # one walk: the checks below select from it
+    ctes = {n.alias_or_name.lower(): n for n in found if isinstance(n, exp.CTE)}
+    tables = [n for n in found if isinstance(n, exp.Table)]
     for table in tables:
         if _catalog_lookup(table) or _noisy_cells(table):
             continue
@@ -59,7 +63,7 @@ def validate_release(tree: exp.Expr, policy: Policy) -> None:
             raise InternalError(f"undeclared table {name} in the protected query")
         if not declared.is_public and not _protected(table, ctes, set()):
             raise InternalError(f"confidential table {name} is read outside protected cells")
-    for column in nodes:
+    for column in found:
         if (
             isinstance(column, exp.Column)
             and column.name.lower() in INTERNAL_COLUMNS
@@ -70,10 +74,11 @@ def validate_release(tree: exp.Expr, policy: Policy) -> None:
     for name in _output_names(tree):
         if name.startswith("__") and not name.startswith(hidden):
             raise InternalError(f"internal column {name} would be returned")
-    for cells in nodes:
+    for cells in found:
         if isinstance(cells, exp.Subquery) and cells.alias == CELLS:
             inside = [t for t in tables if _inside(t, cells)]
             prove_cells(cells, inside, ctes, policy)
+    return found
 
 
 RELEASED = re.compile(r"__(g|gg|y|e|p|sd|hw|m)\d+|__cn")

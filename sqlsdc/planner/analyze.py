@@ -20,6 +20,7 @@ from sqlglot import exp
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
+from sqlsdc.engines.trees import nodes
 from sqlsdc.errors import InternalError, PolicyViolation
 from sqlsdc.planner.aggregates import AggregateChecks
 from sqlsdc.planner.allowlist import (
@@ -97,7 +98,7 @@ SET_OPERATION_CLAUSES = {
 
 
 def _check_nodes(tree: exp.Expr, sql: str) -> None:
-    for node in tree.walk():
+    for node in nodes(tree):
         if isinstance(node, (exp.Select, *SET_OPERATIONS)):
             allowed = SELECT_CLAUSES if isinstance(node, exp.Select) else SET_OPERATION_CLAUSES
             extra = [
@@ -124,13 +125,23 @@ def _check_nodes(tree: exp.Expr, sql: str) -> None:
 
 
 def _expand_group_by_all(tree: exp.Expr) -> None:
-    """Replace DuckDB's GROUP BY ALL by its non-aggregate projections (changes the tree)."""
-    for select in tree.find_all(exp.Select):
-        group = select.args.get("group")
-        if group is None or not group.args.get("all"):
-            continue
-        keys = [p.unalias().copy() for p in select.expressions if not contains_aggregate(p)]
-        select.set("group", exp.Group(expressions=keys) if keys else None)
+    """Replace DuckDB's GROUP BY ALL by its non-aggregate projections (changes the tree).
+
+    Breadth first like ``tree.find_all``, each SELECT expanded before its children are
+    visited (the copies of its projections too), without ``walk``'s generators."""
+    queue, i = [tree], 0
+    while i < len(queue):
+        select = queue[i]
+        i += 1
+        group = select.args.get("group") if isinstance(select, exp.Select) else None
+        if group is not None and group.args.get("all"):
+            keys = [p.unalias().copy() for p in select.expressions if not contains_aggregate(p)]
+            select.set("group", exp.Group(expressions=keys) if keys else None)
+        for value in select.args.values():
+            if isinstance(value, list):
+                queue.extend(v for v in value if isinstance(v, exp.Expr))
+            elif isinstance(value, exp.Expr):
+                queue.append(value)
 
 
 def _clauses(select: exp.Select, *keys: str) -> list[exp.Expr]:

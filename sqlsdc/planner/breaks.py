@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 
 from sqlglot import exp
 
+from sqlsdc.engines.trees import nodes
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.policy import Column, ColumnRole
 
@@ -159,8 +160,8 @@ def _operands(comparison: exp.Expr) -> list[exp.Expr]:
 def _row_columns(operand: exp.Expr, resolve: Resolve) -> list[Column]:
     """Classed columns read row by row in ``operand`` (not inside an aggregate)."""
     found = []
-    for column in operand.find_all(exp.Column):
-        if _inside_aggregate(column, operand):
+    for column in nodes(operand):
+        if not isinstance(column, exp.Column) or _inside_aggregate(column, operand):
             continue
         declared = resolve(column)
         if declared is not None and declared.role in CLASSED_ROLES:

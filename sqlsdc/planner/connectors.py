@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from sqlsdc.engines.trees import nodes
+
 BALANCE_FROM = 16  # chains with more operands are rebuilt; shorter ones keep the parser's shape
 
 
@@ -27,17 +29,30 @@ def balance_connectors(tree: exp.Expr) -> exp.Expr:
     balanced (mutates ``tree``; returns the new root when the root itself is a chain)."""
     chains = [
         node
-        for node in tree.walk()
+        for node in nodes(tree)
         if isinstance(node, exp.Connector) and type(node.parent) is not type(node)
     ]
     for chain in chains:
         operands = list(chain.flatten(unnest=False))
         if len(operands) > BALANCE_FROM:
             joined = balanced(type(chain), operands)
+            if chain is not tree:
+                chain.replace(joined)
+            _detach(chain)
             if chain is tree:
                 return joined
-            chain.replace(joined)
     return tree
+
+
+def _detach(chain: exp.Connector) -> None:
+    """Break the parent links between the connectors of a chain whose operands moved to a
+    balanced tree, so that reference counting frees them (not the cycle collector, which
+    would walk every node of the statement to find them)."""
+    stack = [chain]
+    while stack:
+        node = stack.pop()
+        node.parent = None
+        stack.extend(c for c in (node.this, node.expression) if type(c) is type(chain))
 
 
 def balanced(kind: type[exp.Connector], operands: list[exp.Expr]) -> exp.Expr:
@@ -58,6 +73,12 @@ def depth(tree: exp.Expr) -> int:
     deepest, stack = 0, [(tree, 1)]
     while stack:
         node, level = stack.pop()
-        deepest = max(deepest, level)
-        stack.extend((child, level + 1) for child in node.iter_expressions())
+        if level > deepest:
+            deepest = level
+        level += 1
+        for value in node.args.values():
+            if isinstance(value, list):
+                stack.extend((v, level) for v in value if isinstance(v, exp.Expr))
+            elif isinstance(value, exp.Expr):
+                stack.append((value, level))
     return deepest

@@ -68,6 +68,7 @@ from sqlglot.optimizer.normalize import normalization_distance, normalize
 from sqlglot.optimizer.scope import Scope
 from sqlglot.optimizer.simplify import simplify
 
+from sqlsdc.engines.trees import nodes, release
 from sqlsdc.planner.connectors import balanced
 
 __all__ = ["AggregationIdentity", "Population", "aggregation_identity", "describe_scope"]
@@ -392,6 +393,7 @@ def _conjuncts(conditions: list[exp.Expr]) -> list[str]:
     if not conditions:
         return []
     combined = exp.and_(*conditions, copy=False)
+    used = [combined]  # every tree built here: only the texts are kept
     if _size(combined, MAX_SIMPLIFY_NODES + 1) <= MAX_SIMPLIFY_NODES:
         try:
             simplified = simplify(combined.copy(), dialect=DIALECT)
@@ -401,14 +403,17 @@ def _conjuncts(conditions: list[exp.Expr]) -> list[str]:
         except Exception:  # noqa: BLE001 - a simplifier failure keeps the unsimplified shape
             pass
     generator = Dialect.get_or_raise(DIALECT).generator()
-    parts = combined.flatten() if isinstance(combined, exp.And) else [combined]
+    parts = list(combined.flatten()) if isinstance(combined, exp.And) else [combined]
     texts = set()
+    used += [combined, *parts]
     for part in parts:
         part = _unwrap(part)
         if isinstance(part, exp.Boolean) and part.this:
             continue  # TRUE constrains nothing
-        canonical = _normalise_literals(_sort_commutative(part, generator))
+        canonical = _normalise_literals(_sort_commutative(part, generator, used))
+        used.append(canonical)
         texts.add(generator.generate(canonical, copy=False))
+    release(used)
     return sorted(texts)
 
 
@@ -418,10 +423,11 @@ def _size(node: exp.Expr, at_most: int) -> int:
     return sum(1 for _ in itertools.islice(node.walk(), at_most))
 
 
-def _sort_commutative(node: exp.Expr, generator) -> exp.Expr:
+def _sort_commutative(node: exp.Expr, generator, replaced: list[exp.Expr]) -> exp.Expr:
     """``node`` (changed in place) with OR operands sorted (commutative under three-valued
-    logic) and IN lists sorted and deduplicated."""
-    for part in list(node.find_all(exp.Or)):
+    logic) and IN lists sorted and deduplicated; the OR chains it replaced are appended to
+    ``replaced``."""
+    for part in [n for n in nodes(node) if isinstance(n, exp.Or)]:
         if isinstance(part.parent, exp.Or):
             continue
         texts = {generator.generate(o, copy=False): o for o in part.flatten()}
@@ -430,11 +436,12 @@ def _sort_commutative(node: exp.Expr, generator) -> exp.Expr:
             for _t, o in sorted(texts.items())
         ]
         joined = balanced(exp.Or, operands)
+        replaced.append(part)
         if part is node:
             node = joined
         else:
             part.replace(joined)
-    for part in list(node.find_all(exp.In)):
+    for part in [n for n in nodes(node) if isinstance(n, exp.In)]:
         values = part.args.get("expressions")
         if values:
             unique = sorted({generator.generate(v, copy=False): v for v in values}.items())
@@ -449,7 +456,7 @@ def _normalise_literals(node: exp.Expr) -> exp.Expr:
     """Number literals compared with a numeric column are written in their shortest exact
     decimal form (``6.0`` and ``6`` are one value there; against a text column they are not,
     so other literals keep their spelling)."""
-    for literal in list(node.find_all(exp.Literal)):
+    for literal in [n for n in nodes(node) if isinstance(n, exp.Literal)]:
         if literal.is_string or not isinstance(literal.parent, exp.Binary):
             continue
         parent = literal.parent

@@ -118,21 +118,18 @@ def group_keys(select: exp.Select) -> list[exp.Expr]:
     """Distinct key expressions of GROUP BY, ROLLUP, CUBE and GROUPING SETS."""
     group = select.args.get("group")
     keys: list[exp.Expr] = []
-
-    def add(node: exp.Expr) -> None:
+    pending = [*group.expressions] if group else []
+    for key in ("rollup", "cube", "grouping_sets"):
+        pending += group.args.get(key) or [] if group else []
+    stack = pending[::-1]  # depth first, in order (a loop: a recursive closure is a cycle)
+    while stack:
+        node = stack.pop()
         if isinstance(node, (exp.Rollup, exp.Cube, exp.GroupingSets, exp.Tuple)):
-            for child in node.expressions:
-                add(child)
+            stack.extend(reversed(node.expressions))
         elif isinstance(node, exp.Paren):
-            add(node.this)
+            stack.append(node.this)
         elif node not in keys:
             keys.append(node)
-
-    for node in group.expressions if group else []:
-        add(node)
-    for key in ("rollup", "cube", "grouping_sets"):
-        for node in group.args.get(key) or [] if group else []:
-            add(node)
     return keys
 
 

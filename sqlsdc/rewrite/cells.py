@@ -21,11 +21,12 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from sqlsdc.engines.trees import copy_tree
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.planner.plan import CellPlan, QueryPlan
 from sqlsdc.planner.scopes import own_nodes
 from sqlsdc.policy import Method
-from sqlsdc.rewrite.sql import copy_clause, copy_tree
+from sqlsdc.rewrite.sql import copy_clause
 
 CELLS = "__cells"
 STATUS_PREFIX = "__sdc_status_"
@@ -67,8 +68,14 @@ class Cells:
 FrameBuilder = Callable[[Cells, dict[int, exp.Expr]], Frame]
 
 
-def protect_cells(tree: exp.Expr, plan: QueryPlan, builders: dict[Method, FrameBuilder]):
+def protect_cells(
+    tree: exp.Expr,
+    plan: QueryPlan,
+    builders: dict[Method, FrameBuilder],
+    discarded: list[exp.Expr] | None = None,
+):
     """Return a protected copy of ``tree``; ``plan`` refers to nodes of ``tree``, left unchanged.
+    The parts of the copy that the protected frames replaced are appended to ``discarded``.
 
     ``builders`` maps a protection method to the module that builds its frame
     (:mod:`sqlsdc.rewrite.registry`); each aggregation is built by the builder of the method
@@ -77,8 +84,8 @@ def protect_cells(tree: exp.Expr, plan: QueryPlan, builders: dict[Method, FrameB
     half-width per position next to the status columns.
     """
     noisy = any(c.mechanism is Method.DP for c in plan.cells)
-    copy = copy_tree(tree)  # with the analysis' types: the generator reads some of them
-    twin = {id(a): b for a, b in zip(tree.walk(), copy.walk(), strict=True)}
+    twin: dict[int, exp.Expr] = {}  # id of a node of ``tree`` -> its copy
+    copy = copy_tree(tree, twin)  # with the analysis' types: the generator reads some of them
     for exposure in plan.exposures:
         select = twin[id(exposure.select)]
         select.append("expressions", exp.alias_(exposure.expression.copy(), exposure.alias))
@@ -96,6 +103,8 @@ def protect_cells(tree: exp.Expr, plan: QueryPlan, builders: dict[Method, FrameB
             copy = protected
         else:
             cells.select.replace(protected)
+        if discarded is not None:
+            discarded.append(cells.select)
     return copy
 
 
@@ -190,33 +199,44 @@ def _replace_own(node, keys, groupings, aggregates, protected_value) -> exp.Expr
     """Copy of ``node`` with this scope's aggregates, GROUPING() calls and keys replaced."""
     aggregate_ids = {id(a): i for i, a in enumerate(aggregates)}
     grouping_ids = {id(g): i for i, g in enumerate(groupings)}
+    return _Rebuild(aggregate_ids, grouping_ids, keys, protected_value).node(node)
 
-    def rebuild(current: exp.Expr) -> exp.Expr:
-        if id(current) in aggregate_ids:
-            return protected_value(aggregate_ids[id(current)])
-        if id(current) in grouping_ids:
-            return cell_column(f"__gg{grouping_ids[id(current)]}")
+
+@dataclass
+class _Rebuild:
+    """The recursion of :func:`_replace_own` (a method, not a recursive closure: a closure that
+    calls itself is a reference cycle, which kept the analysed tree alive until the cycle
+    collector ran)."""
+
+    aggregate_ids: dict[int, int]
+    grouping_ids: dict[int, int]
+    keys: list[exp.Expr]
+    protected_value: Callable[[int], exp.Expr]
+
+    def node(self, current: exp.Expr) -> exp.Expr:
+        if id(current) in self.aggregate_ids:
+            return self.protected_value(self.aggregate_ids[id(current)])
+        if id(current) in self.grouping_ids:
+            return cell_column(f"__gg{self.grouping_ids[id(current)]}")
         if isinstance(current, (exp.Subquery, exp.Select)):
             return current.copy()
         if (
             not isinstance(current, (exp.Alias, exp.Ordered, exp.Order, exp.Window, exp.WindowSpec))
-            and current in keys
+            and current in self.keys
         ):
-            return cell_column(f"__g{keys.index(current)}")
+            return cell_column(f"__g{self.keys.index(current)}")
         return current.__class__(
             **{
                 k: (
-                    [rebuild(v) if isinstance(v, exp.Expr) else v for v in value]
+                    [self.node(v) if isinstance(v, exp.Expr) else v for v in value]
                     if isinstance(value, list)
-                    else rebuild(value)
+                    else self.node(value)
                     if isinstance(value, exp.Expr)
                     else value
                 )
                 for k, value in current.args.items()
             }
         )
-
-    return rebuild(node)
 
 
 def _check_lifted(outer: exp.Select, original: exp.Select) -> None:

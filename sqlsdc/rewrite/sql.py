@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from sqlsdc.engines.trees import copy_tree
+
 
 def missing(alias: str) -> exp.Expr:
     return exp.Is(this=exp.column("lo", alias), expression=exp.null())
@@ -47,27 +49,6 @@ def paren(node: exp.Expr) -> exp.Expr:
     if isinstance(node, (exp.Column, exp.Literal, exp.Paren, exp.Func)):
         return node
     return exp.Paren(this=node)
-
-
-def copy_tree(tree: exp.Expr) -> exp.Expr:
-    """A copy of ``tree`` whose nodes share the type annotations of the originals.
-
-    ``tree.copy()`` deep-copies every node's annotated type as well, which doubles the cost of
-    copying an analysed tree; the rewrite never changes a type (sqlglot's annotation already
-    shares one type object among many nodes), and the SQL generator copies the tree, types
-    included, before it changes anything. Copies the nodes, comments and meta as ``copy``."""
-    nodes = list(tree.walk())
-    types = [node._type for node in nodes]  # the annotation; ``type`` of a cast is its target
-    try:
-        for node in nodes:
-            node._type = None
-        copy = tree.copy()
-    finally:
-        for node, dtype in zip(nodes, types, strict=True):
-            node._type = dtype
-    for node, dtype in zip(copy.walk(), types, strict=True):
-        node._type = dtype
-    return copy
 
 
 def copy_clause(value: exp.Expr | list[exp.Expr]) -> exp.Expr | list[exp.Expr]:

@@ -1,0 +1,122 @@
+"""Copying, walking and discarding sqlglot syntax trees cheaply: the guard checks statements
+of 100 KB, trees of 10,000s of nodes, in time linear in their size (ISSUE18 must-have 6).
+
+sqlglot trees are reference cycles (every node points to its parent, the parent to its
+children), so a tree that is no longer used is freed only by Python's cycle collector, which
+must first walk it: after checking a 100 KB statement, the analysed tree, the rewrite's working
+copy and the generator's copy made it walk about 380,000 objects (0.45 s). :func:`release`
+takes apart a tree nobody reads any more, so that reference counting frees it at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from copy import deepcopy
+
+from sqlglot import exp
+
+
+def copy_tree(tree: exp.Expr, twin: dict[int, exp.Expr] | None = None) -> exp.Expr:
+    """A copy of ``tree`` whose nodes share the type annotations of the originals.
+
+    Node for node what sqlglot's ``Expression.__deepcopy__`` (``tree.copy()``) makes, in one
+    walk, except that each copy refers to its original's annotated type instead of a deep copy
+    of it (one type object per node), which doubles the cost of copying an analysed tree.
+    Nothing changes an annotation in place: the rewrite never does, and sqlglot's passes and
+    generator give a node a new type rather than change the one it has. ``twin``, when given,
+    receives ``id(original) -> copy`` for every node of the tree.
+    """
+    root = tree.__class__()
+    stack: list[tuple[exp.Expr, exp.Expr]] = [(tree, root)]
+    while stack:
+        node, copy = stack.pop()
+        if twin is not None:
+            twin[id(node)] = copy
+        if node.comments is not None:
+            copy.comments = _copied(node.comments)
+        copy._type = node._type  # the annotation; ``type`` of a cast is its target
+        if node._meta is not None:
+            copy._meta = _copied(node._meta)
+        if node._hash is not None:
+            copy._hash = node._hash
+        for key, value in node.args.items():
+            if isinstance(value, exp.Expr):
+                stack.append((value, value.__class__()))
+                copy.set(key, stack[-1][-1])
+            elif type(value) is list:
+                copy.args[key] = []
+                for item in value:
+                    if isinstance(item, exp.Expr):
+                        stack.append((item, item.__class__()))
+                        copy.append(key, stack[-1][-1])
+                    else:
+                        copy.append(key, item)
+            else:
+                copy.args[key] = value
+    return root
+
+
+_ATOMS = (str, int, float, bool, type(None))
+
+
+def _copied(value: list | dict) -> list | dict:
+    """``deepcopy(value)`` of a node's comments or meta; a shallow copy when the values are
+    immutable (the parser's positions and comments), which is the same and much faster."""
+    if type(value) is dict and all(type(v) in _ATOMS for v in value.values()):
+        return value.copy()
+    if type(value) is list and all(type(v) in _ATOMS for v in value):
+        return value.copy()
+    return deepcopy(value)
+
+
+def release(trees: Iterable[exp.Expr | None], keep: Iterable[exp.Expr] = ()) -> None:
+    """Take apart ``trees``, which are not used any more, so that reference counting frees
+    their nodes instead of the cycle collector: every node loses its parent and its children.
+
+    The links both ways go: a node still referenced from another cycle (a closure or a scope
+    of the analysis that held a root) then keeps only itself alive, not the tree below it.
+    Only a node's own children are entered (those whose parent it is): a node moved to
+    another tree keeps its place there, and trees that share parts are walked once. Types
+    (``DataType`` nodes) are never taken apart, and neither are the nodes in ``keep`` (every
+    node of a result that lives on: ``nodes(result)``) and everything below them."""
+    kept = set(map(id, keep))
+    for tree in trees:
+        if tree is None or id(tree) in kept:
+            continue
+        stack = [tree]
+        while stack:
+            node = stack.pop()
+            for value in node.args.values():
+                if isinstance(value, list):
+                    stack.extend(v for v in value if _owned(v, node, kept))
+                elif _owned(value, node, kept):
+                    stack.append(value)
+            node.parent = None
+            node.args.clear()
+
+
+def _owned(value: object, node: exp.Expr, kept: set[int]) -> bool:
+    """Whether ``release`` takes apart ``value``, a child of ``node``: a node whose parent is
+    ``node``, not kept, and not a type: a type annotation may be shared with other trees (see
+    :func:`copy_tree`; sqlglot's generator may place a node's annotation in a CAST it builds)."""
+    return (
+        isinstance(value, exp.Expr)
+        and value.parent is node
+        and not isinstance(value, exp.DataType)
+        and id(value) not in kept
+    )
+
+
+def nodes(tree: exp.Expr) -> list[exp.Expr]:
+    """Every node of ``tree`` in the order of ``tree.walk()`` (breadth first, children in
+    argument order), as a list: three times faster than ``walk``, whose generators dominate
+    the passes over a large tree. For passes that do not change the tree while they walk it."""
+    found, i = [tree], 0
+    while i < len(found):
+        for value in found[i].args.values():
+            if isinstance(value, list):
+                found.extend(v for v in value if isinstance(v, exp.Expr))
+            elif isinstance(value, exp.Expr):
+                found.append(value)
+        i += 1
+    return found
