@@ -145,3 +145,25 @@ def test_a_busy_holder_yields_the_file_only_to_live_waiters_of_other_processes(t
         sleeper.kill()
         sleeper.wait()
     assert not others_waiting(db)  # a waiter killed while waiting is not waited for
+
+
+def test_the_same_new_cells_asked_at_once_are_cached_once_with_one_answer(dp_db):
+    """Threads of one user ask the same new cells at once: each caches them with its answer,
+    and a thread that meets a cell another cached first runs its answer's transaction again
+    (no error, and every thread sees the same noisy cells)."""
+    answers: list[list] = []
+
+    def own_connection(i: int) -> None:
+        with sqlsdc.connect(dp_db, "ana") as con:
+            answers.append(sorted(con.execute(query(30)).fetchall()))
+
+    assert run_threads(own_connection) == []
+    assert len(answers) == THREADS and all(a == answers[0] for a in answers)
+    con = open_database(dp_db, read_only=True)
+    try:
+        entries = con.execute(
+            "SELECT count(*), count(DISTINCT entry) FROM sqlsdc.dp_cells WHERE user_name = 'ana'"
+        ).fetchone()
+    finally:
+        con.close()
+    assert entries[0] == entries[1] > 0

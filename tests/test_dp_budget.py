@@ -482,9 +482,8 @@ def test_cache_cells_caches_paid_cells_once_and_counts_them_on_the_charge(con):
     paid = _charge(con, cost=mechanisms["n"].calibration.cost, cells=[], policy_version=3)
     budget.cache_cells(con, user="alice", policy_version=3, query_id=1, cells=out.new_cells,
                        paid_by=paid)  # fmt: skip
-    budget.cache_cells(
-        con, user="alice", policy_version=3, query_id=2, cells=out.new_cells + out.new_cells
-    )  # again, twice: no conflict
+    budget.cache_cells(con, user="alice", policy_version=3, query_id=2,
+                       cells=out.new_cells + out.new_cells, again=True)  # fmt: skip
     cached = budget.cached_cells(con, "alice", 3, [c.identity.digest for c in out.new_cells])
     assert cached == {c.identity.digest: c.value for c in out.new_cells}
     assert con.execute("SELECT cells FROM sqlsdc.budget_spend").fetchall() == [(3,)]

@@ -540,20 +540,23 @@ def cache_cells(
     query_id: int,
     cells: Iterable[CellRecord],
     paid_by: Charge | None = None,
+    again: bool = False,
 ) -> None:
     """Cache the cells a query drew after its statistics were charged (nothing is spent here:
     the statistics are paid); ``paid_by``'s ledger row then counts them.
 
     Runs inside the caller's transaction, the one that records the query's audit entry, so
-    that the cells, the answer's record and the answer go together. Cells cached by an earlier
-    query of the same user are left as they are (the values are equal: the noise is a function
-    of the cell); one cached meanwhile by a concurrent query of the same user makes the
-    transaction conflict at commit (:func:`is_conflict`), and the caller retries it."""
+    that the cells, the answer's record and the answer go together. The cells are those the
+    query did not find cached; one cached meanwhile by a concurrent query of the same user
+    makes the transaction conflict (:func:`is_conflict`), and the caller runs it ``again``:
+    cells cached by then are left as they are (the values are equal: the noise is a function
+    of the cell; INSERT OR IGNORE, 1 ms dearer than the first attempt's plain INSERT)."""
     cells = list({c.identity.digest: c for c in cells}.values())
     inserted = 0
     if cells:
         inserted = len(_insert_cells(con, user, policy_version, query_id, now(), cells,
-                                     skip_cached=False, returning=True))  # fmt: skip
+                                     skip_cached=False, returning=again))  # fmt: skip
+        inserted = inserted if again else len(cells)
     if paid_by is not None:
         con.execute(parsed(_SPEND_CELLS), [inserted, paid_by.seq])
 

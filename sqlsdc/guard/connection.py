@@ -533,7 +533,7 @@ class Connection:
                     rows=values.num_rows,
                 )
                 caching = noisy is not None
-                self._cache_cells(noisy, paid, drawn)
+                self._cache_cells(noisy, paid, drawn, again=attempt > 0)
                 record_release(con, result, query, drawn, self.user)
                 con.execute("COMMIT")
                 return values, query, drawn, result
@@ -626,9 +626,9 @@ class Connection:
         lock = _database_lock(Path(self.path))  # charges of this process wait for each other
         paid = None
         if self._dp_noise:
-            cost = price(query.dp_stages, data_versions=data_versions, domains=domains,
-                         paid=cached)  # fmt: skip
-            with lock:
+            with lock:  # priced under it too: threads asking the same statistic pay it once
+                cost = price(query.dp_stages, data_versions=data_versions, domains=domains,
+                             paid=cached)  # fmt: skip
                 paid = charge(con, user=self.user, tables=query.tables, cost=cost.cost,
                               query_id=query_id, limits=policy_limits(context.policy),
                               cells=cost.statistics, policy_version=version)  # fmt: skip
@@ -639,13 +639,15 @@ class Connection:
                         domains=domains)  # fmt: skip
         return noisy, paid
 
-    def _cache_cells(self, noisy: DpRelease | None, paid: Charge | None, query_id: int) -> None:
+    def _cache_cells(
+        self, noisy: DpRelease | None, paid: Charge | None, query_id: int, *, again=False
+    ) -> None:
         """Cache the cells a DP query drew (and count them on its charge), in the transaction
         that records its answer (:func:`~sqlsdc.catalog.budget.cache_cells`)."""
         if noisy is None or not self._dp_noise or not (noisy.cells or paid is not None):
             return
         cache_cells(self._con, user=self.user, policy_version=self._context.policy_version,
-                    query_id=query_id, cells=noisy.cells, paid_by=paid)  # fmt: skip
+                    query_id=query_id, cells=noisy.cells, paid_by=paid, again=again)  # fmt: skip
 
     def _secret(self) -> bytes:
         """The PRF key, read once per opening of the file (kept in memory only, as the
