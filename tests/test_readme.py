@@ -215,23 +215,26 @@ def help_examples() -> list[tuple[str, str]]:
     return found
 
 
-def test_help_examples_run(ckm_db, tmp_path):
+def test_help_examples_run(ckm_db, tmp_path, sqlsdc_in_process, monkeypatch):
     """Each example of a --help text runs (exit status 0) on a demo database of its own.
 
     The examples' outputs are not compared, so they do not need the README's 1,000,000 persons:
     they run on the 20,000-person demo with the demo policy as shipped (``ckm_db``, the same
     ``build_demo_database`` as ``sqlsdc demo``). On the full demo, ``anonymize``'s example alone
-    (microaggregation of a million records) takes minutes.
+    (microaggregation of a million records) takes minutes. They run in this process (click's
+    runner, in the examples' folder): every command has subprocess tests of its own, and the
+    README's sessions above are real subprocesses.
     """
     shutil.copy(ckm_db, tmp_path / DB)
     (tmp_path / "demo.duckdb").symlink_to(tmp_path / DB)  # the name some help texts use
     (tmp_path / "schemas").symlink_to(ROOT / "schemas")
     _census(tmp_path)
+    monkeypatch.chdir(tmp_path)
     failures = []
     for path, example in help_examples():
         if any(marker in example for marker in KNOWN_BROKEN):
             continue
-        done = _run(_argv(example), tmp_path)
+        done = sqlsdc_in_process(*_argv(example)[1:])
         if done.returncode != 0:
             failures.append(f"{path}: $ {example}\nexit {done.returncode}: {done.stderr[-1500:]}")
     assert not failures, "\n\n".join(failures)
