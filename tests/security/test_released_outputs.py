@@ -131,10 +131,12 @@ def test_outputs_not_listed_are_refused_as_unknown_names(released):
     ids=["dropped", "replaced-by-view", "other-job", "unrecorded", "shadowed"],
 )
 def test_a_dropped_or_replaced_output_is_no_longer_read(released, change):
-    con = sqlsdc.connect(released, user="analyst")
+    con = sqlsdc.Connection(released, "analyst", idle_release=0.05)
     try:
         assert len(con.execute("SELECT * FROM persons_syn").df()) == 20_000
-        time.sleep(sqlsdc.guard.connection.IDLE_RELEASE_SECONDS + 0.5)  # the file is let go
+        deadline = time.monotonic() + 30
+        while con._db is not None and time.monotonic() < deadline:  # the file is let go
+            time.sleep(0.01)
         _admin(released, *change)
         message = _refusal(con, "SELECT * FROM persons_syn")
         assert "released output 'persons_syn' is not available" in message
