@@ -30,8 +30,8 @@ __all__ = ["FileLock", "try_acquire"]
 class FileLock:
     """This process's hold on one database file's lock: :meth:`release` once per acquire."""
 
-    def __init__(self, key: str, handle, shared: bool):
-        self.key, self.handle, self.shared, self.holders = key, handle, shared, 1
+    def __init__(self, key: str, handle):
+        self.key, self.handle, self.holders = key, handle, 1
 
     def release(self) -> None:
         """Let go of one hold; the lock itself goes with the last. Never waits: a release may
@@ -66,6 +66,7 @@ def _let_go(hold: FileLock) -> None:
 
 
 def lock_path(path: Path) -> Path:
+    """``<db>.lock``, beside the database file."""
     return path.with_name(path.name + ".lock")
 
 
@@ -95,7 +96,7 @@ def try_acquire(path: str | Path, *, shared: bool) -> FileLock | None:
                 except BlockingIOError:
                     handle.close()
                     return None
-            held = _held[key] = FileLock(key, handle, shared)
+            held = _held[key] = FileLock(key, handle)
             return held
     finally:
         _apply_releases()  # those queued while this thread held the registry
