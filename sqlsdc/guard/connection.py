@@ -231,7 +231,7 @@ class Connection:
         if held > MAX_TURN_SECONDS or (
             held > MAX_HOLD_SECONDS and engine.others_waiting(self.path)
         ):
-            self._close_engine()  # busy for a while and others wait: let them in
+            self._close_engine()  # busy for long, or for a while with others waiting: a turn
             self._turn_until = time.monotonic() + TURN_SECONDS
             return
         if self._alarm is None:
