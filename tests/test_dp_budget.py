@@ -321,15 +321,22 @@ def test_asking_the_same_cells_again_costs_nothing_and_gives_the_same_values(con
     assert stored == [("alice", 4), ("bob", 3)]
 
 
-def test_cells_cached_by_a_concurrent_query_are_not_cached_twice(con):
-    """Two queries of one user draw the same new cells; the second charge finds them cached
-    (a key conflict), retries without them, and is still charged: it has drawn them too."""
+def test_statistics_paid_by_a_concurrent_query_are_not_paid_twice(con):
+    """Two queries of one user (in two processes) price the same new statistics before
+    either has charged; the second charge meets them cached (a key conflict), and on its retry
+    finds every one paid: it is not charged (what it draws is a function of the cells: the
+    values the first query released). Some paid and some not: it is charged in full
+    (conservative)."""
     frame, space, mechanisms = _count_cells()
     drawn = add_noise(frame, space, mechanisms, secret=SECRET, policy_version=3)
-    _charge(con, cells=drawn.new_cells, policy_version=3, qid=1)
-    _charge(con, cells=drawn.new_cells, policy_version=3, qid=2)
-    assert _ledger_rows(con) == 2
+    assert _charge(con, cells=drawn.new_cells, policy_version=3, qid=1) is not None
+    assert _charge(con, cells=drawn.new_cells, policy_version=3, qid=2) is None
+    assert _ledger_rows(con) == 1
     assert con.execute("SELECT count(*) FROM sqlsdc.dp_cells").fetchone()[0] == 3
+    assert budget.spent(con, BudgetKey("alice")).epsilon == EPS.epsilon
+    more = add_noise(_count_cells(4)[0], space, mechanisms, secret=SECRET, policy_version=3)
+    assert _charge(con, cells=more.new_cells, policy_version=3, qid=3) is not None
+    assert con.execute("SELECT count(*) FROM sqlsdc.dp_cells").fetchone()[0] == 4
     assert budget.spent(con, BudgetKey("alice")).epsilon == 2 * EPS.epsilon
 
 

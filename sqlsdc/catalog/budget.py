@@ -409,7 +409,8 @@ def charge(
         policy_version: the policy the cells were drawn under (required with ``cells``).
 
     Returns:
-        The ledger row, or None for a zero cost.
+        The ledger row, or None for a zero cost, and None when a charge it conflicted with
+        (another process) paid every one of its statistics first: they are not paid twice.
 
     Raises:
         BudgetExhausted: an applicable limit would be exceeded, or no limit bounds a kind the
@@ -438,6 +439,9 @@ def charge(
             (updated,) = one(con, f"UPDATE {S}.budget_lock SET charges = charges + 1 WHERE id = 1")
             if not updated:
                 con.execute(f"INSERT INTO {S}.budget_lock VALUES (1, 1)")
+            if attempt and cells and _all_paid(con, user, policy_version, cells):
+                rollback(con)  # the charge we conflicted with paid these statistics
+                return None
             grants, resets = _events(con)
             lims = {
                 k: v for k, v in _with_grants(limits, grants).items() if k.applies_to(user, tables)
@@ -475,6 +479,13 @@ def charge(
             rollback(con)
             raise
     raise Error("could not record the privacy spend: too many concurrent charges; try again")
+
+
+def _all_paid(con, user: str, policy_version: int, cells: list[CellRecord]) -> bool:
+    """Whether every statistic of a charge is paid already (a concurrent query of the same user,
+    in another process, asked it first)."""
+    digests = {c.identity.digest for c in cells}
+    return set(cached_cells(con, user, policy_version, digests)) >= digests
 
 
 def _spend_failure(error: Exception) -> OperationalError:
