@@ -23,26 +23,23 @@ from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import Error, QueryCanceled
 
 
-def _audit(db) -> list[tuple]:
-    """(query_id, decision, sql_text) of every audit entry, oldest first."""
+def _read(db, sql: str, params=None) -> list[tuple]:
+    """The rows of a catalog read, on a connection of its own."""
     con = open_database(db, read_only=True)
     try:
-        return con.execute(
-            "SELECT query_id, decision, sql_text FROM sqlsdc.audit ORDER BY query_id"
-        ).fetchall()
+        return con.execute(sql, params).fetchall()
     finally:
         con.close()
+
+
+def _audit(db) -> list[tuple]:
+    """(query_id, decision, sql_text) of every audit entry, oldest first."""
+    return _read(db, "SELECT query_id, decision, sql_text FROM sqlsdc.audit ORDER BY query_id")
 
 
 def _ledger_cells(db, query_id) -> list[str]:
-    con = open_database(db, read_only=True)
-    try:
-        rows = con.execute(
-            "SELECT DISTINCT cell FROM sqlsdc.ledger WHERE query_id = ? ORDER BY cell", [query_id]
-        ).fetchall()
-    finally:
-        con.close()
-    return [r[0] for r in rows]
+    sql = "SELECT DISTINCT cell FROM sqlsdc.ledger WHERE query_id = ? ORDER BY cell"
+    return [r[0] for r in _read(db, sql, [query_id])]
 
 
 # --- 1. the streamed answer: engine errors raised while reading batches ------------------------
@@ -175,16 +172,13 @@ def test_every_paid_dp_query_has_an_audit_entry(tmp_path):
     with sqlsdc.connect(path, user="ana") as con:
         try:
             con.execute(sql)
-        except Exception:  # noqa: BLE001 - the traceback is the previous test's finding
-            pass
-    con = open_database(path, read_only=True)
-    try:
-        unaudited = con.execute(
-            "SELECT s.query_id FROM sqlsdc.budget_spend s "
-            "LEFT JOIN sqlsdc.audit a ON a.query_id = s.query_id WHERE a.query_id IS NULL"
-        ).fetchall()
-    finally:
-        con.close()
+        except Error:
+            pass  # refused or failed, in sqlsdc's words
+    unaudited = _read(
+        path,
+        "SELECT s.query_id FROM sqlsdc.budget_spend s "
+        "LEFT JOIN sqlsdc.audit a ON a.query_id = s.query_id WHERE a.query_id IS NULL",
+    )
     assert unaudited == []
 
 
@@ -203,13 +197,7 @@ def test_a_failed_dp_answer_keeps_the_engines_reason_for_the_admin(tmp_path):
     with sqlsdc.connect(path, user="ana") as con:
         with pytest.raises(Error, match="withheld"):
             con.execute(sql)
-    con = open_database(path, read_only=True)
-    try:
-        (reason,) = con.execute(
-            "SELECT reason FROM sqlsdc.audit WHERE sql_text = ?", [sql]
-        ).fetchone()
-    finally:
-        con.close()
+    ((reason,),) = _read(path, "SELECT reason FROM sqlsdc.audit WHERE sql_text = ?", [sql])
     assert "aborted" not in reason, reason
 
 
