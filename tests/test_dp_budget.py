@@ -387,7 +387,8 @@ def test_cells_need_a_policy_version(con):
 # --- concurrency and crash safety ------------------------------------------------------------
 
 
-def test_concurrent_charges_never_overspend(db):
+@pytest.mark.parametrize("kept_state", [False, True], ids=["read-each-time", "kept-state"])
+def test_concurrent_charges_never_overspend(db, kept_state):
     limit = {BudgetKey("alice"): BudgetLimit(epsilon=1)}
     tenth = PrivacyCost(epsilon=Fraction(1, 10))
     outcomes: list[str] = []
@@ -395,10 +396,11 @@ def test_concurrent_charges_never_overspend(db):
 
     def worker():
         con = open_database(db)
+        state = budget.BudgetState() if kept_state else None  # as a guarded connection keeps
         try:
             for _ in range(8):
                 try:
-                    _charge(con, tenth, limits=limit)
+                    _charge(con, tenth, limits=limit, state=state)
                     result = "charged"
                 except BudgetExhausted:
                     result = "refused"
@@ -521,3 +523,77 @@ def test_spent_is_the_same_summed_per_key_or_joined_in_one_pass(con, monkeypatch
         epsilon=Fraction(1, 3), rho=Fraction(1, 5)
     )
     assert apart[BudgetKey("carol")] == PrivacyCost()
+
+
+def test_a_kept_budget_state_is_read_again_after_anyone_elses_write(con, monkeypatch):
+    """A connection's BudgetState skips reading the events and summing the ledger only while
+    nothing but its own charges wrote them: another charge, a reset, a set or a grant makes the
+    next charge read again, and it decides exactly as a charge that reads everything."""
+    reads = []
+    real_events = budget._events
+    monkeypatch.setattr(budget, "_events", lambda c: reads.append(1) or real_events(c))
+    alice, persons = BudgetKey("alice"), BudgetKey(ALL, "persons")
+    limits = {alice: BudgetLimit(epsilon=1), persons: BudgetLimit(epsilon=2)}
+    state = budget.BudgetState()
+    quarter = Fraction(1, 4)
+
+    def spent_now():
+        return {
+            s.key: s.spent.epsilon for s in budget.budget_status(con, limits) if s.key in limits
+        }
+
+    _charge(con, limits=limits, state=state)
+    _charge(con, limits=limits, state=state)
+    assert len(reads) == 1
+    assert {k: v.epsilon for k, v in state.spent.items()} == {alice: 2 * quarter,
+                                                              persons: 2 * quarter}  # fmt: skip
+    _charge(con, user="bob", limits=limits)  # another connection: reads, and writes
+    _charge(con, limits=limits, state=state)
+    assert len(reads) == 3  # bob's charge read, and this one read again
+    assert (
+        {k: v.epsilon for k, v in state.spent.items()}
+        == spent_now()
+        == {alice: 3 * quarter, persons: 4 * quarter}
+    )
+    with pytest.raises(BudgetExhausted):  # alice has 1/4 left
+        _charge(con, PrivacyCost(epsilon=Fraction(1, 2)), limits=limits, state=state)
+    before = len(reads)
+    _charge(con, limits=limits, state=state)  # the refusal wrote nothing: the state holds
+    assert len(reads) == before and spent_now()[alice] == 1
+
+    budget.reset(con, admin="root", key=alice, reason="new quarter")
+    _charge(con, limits=limits, state=state)  # read again: alice starts afresh
+    assert state.spent[alice].epsilon == quarter == spent_now()[alice]
+    budget.set_limit(con, admin="root", key=alice, limit=BudgetLimit(epsilon=quarter),
+                     reason="pilot over")  # fmt: skip
+    with pytest.raises(BudgetExhausted):
+        _charge(con, limits=limits, state=state)
+    budget.grant(con, admin="root", key=alice, cost=PrivacyCost(epsilon=quarter), reason="more")
+    _charge(con, limits=limits, state=state)
+    assert spent_now() == {alice: 2 * quarter, persons: 7 * quarter}
+    with pytest.raises(BudgetExhausted):  # (*, persons) has 1/4 left
+        _charge(con, PrivacyCost(epsilon=Fraction(1, 2)), user="carol", limits=limits,
+                state=state)  # fmt: skip
+    _charge(con, user="carol", limits=limits, state=state)
+    assert spent_now()[persons] == 2
+
+
+def test_every_administrators_event_counts_as_a_write_of_the_budget_tables(con):
+    """The counter a kept BudgetState is checked against moves with grants, sets and resets,
+    each in the transaction of its event (a failed one moves nothing)."""
+
+    def writes():
+        return con.execute("SELECT charges FROM sqlsdc.budget_lock").fetchall()
+
+    assert writes() == []
+    budget.grant(con, admin="root", key=BudgetKey("alice"), cost=EPS, reason="start",
+                 limits=ALICE)  # fmt: skip
+    budget.set_limit(con, admin="root", key=BudgetKey("bob"), limit=BudgetLimit(epsilon=1),
+                     reason="own allowance")  # fmt: skip
+    budget.reset(con, admin="root", key=BudgetKey("alice"), reason="new quarter")
+    _charge(con)
+    assert writes() == [(4,)]
+    with pytest.raises(ValueError, match="no ε budget of its own"):
+        budget.grant(con, admin="root", key=BudgetKey("alice", "persons"), cost=EPS,
+                     reason="would cut", limits=ALICE)  # fmt: skip
+    assert writes() == [(4,)] and len(budget.budget_events(con)) == 3

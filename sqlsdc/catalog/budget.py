@@ -22,7 +22,11 @@ Enforcement (:func:`charge`) runs in one transaction: it first updates the singl
 ``budget_lock`` (so concurrent charges in one process conflict and are retried one after the
 other: DuckDB's first-updater-wins), then reads the limits and what was spent, refuses with
 :class:`sqlsdc.errors.BudgetExhausted` if any applicable key would be exceeded, and otherwise
-appends one ``budget_spend`` row and the new cells to ``dp_cells``, then commits.
+appends one ``budget_spend`` row and the new cells to ``dp_cells``, then commits. The row's
+counter counts every write of the budget tables (charges and administrators' events bump it in
+their transactions), so a caller's :class:`BudgetState` from its previous charge is reused
+while nobody else has written since, instead of reading the events and summing the ledger
+again.
 
 Crash safety: :func:`charge` returns only after COMMIT, and DuckDB has written the commit to its
 write-ahead log by then, so a process killed at any later point (before or while it returns the
@@ -55,7 +59,7 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
 
@@ -69,6 +73,7 @@ from sqlsdc.mechanisms.dp_cells import CellRecord
 __all__ = [
     "ALL",
     "BudgetKey",
+    "BudgetState",
     "BudgetStatus",
     "Charge",
     "budget_events",
@@ -135,6 +140,45 @@ class Charge:
     cost: PrivacyCost
     cells: int
     charged_at: datetime
+
+
+@dataclass
+class BudgetState:
+    """What one guarded connection last read of the budget tables: the administrators' events
+    (``grants``, ``resets``: :func:`_events`) and what some keys have spent, as of ``writes``,
+    the counter of ``budget_lock`` that every charge and every administrator's event bumps in
+    its own transaction. A charge whose bump returns ``writes + 1`` knows that nothing was
+    written since (its transaction would have conflicted with a write not yet committed), so
+    it reuses the state instead of reading the events and summing the ledger, which grows with
+    every charge. Any other value (another connection, process or admin wrote) reads afresh.
+    Used under the caller's charge lock; a new opening of the file starts a new state."""
+
+    writes: int = 0  # the counter starts at 1: nothing is known yet
+    grants: dict[BudgetKey, list] = field(default_factory=dict)
+    resets: dict[BudgetKey, int] = field(default_factory=dict)
+    spent: dict[BudgetKey, PrivacyCost] = field(default_factory=dict)
+
+    def read(self, con, writes: int) -> None:
+        """Be the state just before this charge's bump to ``writes``, reading only if needed."""
+        if self.writes and writes == self.writes + 1:
+            return
+        self.writes = writes - 1
+        self.grants, self.resets = _events(con)
+        self.spent = {}
+
+    def spent_of(self, con, keys) -> dict[BudgetKey, PrivacyCost]:
+        """What each key has spent; keys not known yet are summed from the ledger."""
+        missing = [k for k in keys if k not in self.spent]
+        if missing:
+            self.spent.update(_spent(con, missing, self.resets))
+        return {k: self.spent[k] for k in keys}
+
+    def charged(self, writes: int, user: str, tables: tuple[str, ...], row: PrivacyCost) -> None:
+        """After the charge that bumped the counter to ``writes`` committed ``row``."""
+        self.writes = writes
+        for key in self.spent:
+            if key.applies_to(user, tables):
+                self.spent[key] = self.spent[key] + row
 
 
 def policy_limits(policy) -> dict[BudgetKey, BudgetLimit]:
@@ -394,6 +438,7 @@ def charge(
     limits: Mapping[BudgetKey, BudgetLimit] | None = None,
     cells: Iterable[CellRecord] = (),
     policy_version: int | None = None,
+    state: BudgetState | None = None,
 ) -> Charge | None:
     """Check and record one query's spend, and cache its new cells, in one transaction.
 
@@ -407,6 +452,7 @@ def charge(
         limits: the policy's limits by key (grants in the catalog are added).
         cells: the newly drawn cells (:attr:`NoisyCells.new_cells`), cached for this user.
         policy_version: the policy the cells were drawn under (required with ``cells``).
+        state: the caller's :class:`BudgetState`, kept from charge to charge (None: read all).
 
     Returns:
         The ledger row, or None for a zero cost, and None when a charge it conflicted with
@@ -430,41 +476,45 @@ def charge(
         ensure_budget_catalog(con)
     except EngineError as e:
         raise _spend_failure(e) from None
+    state = state if state is not None else BudgetState()
     for attempt in range(_CONFLICT_RETRIES):
         con.execute("BEGIN TRANSACTION")
         try:
             # First statement: takes the snapshot and the lock row, so a charge committed by
-            # another connection after our snapshot makes this one conflict and retry. The
-            # very first charge creates the row; two first charges conflict on its key.
-            (updated,) = one(con, f"UPDATE {S}.budget_lock SET charges = charges + 1 WHERE id = 1")
-            if not updated:
-                con.execute(f"INSERT INTO {S}.budget_lock VALUES (1, 1)")
+            # another connection after our snapshot makes this one conflict and retry.
+            writes = _bump(con)
             if attempt and cells and _all_paid(con, user, policy_version, cells):
                 rollback(con)  # the charge we conflicted with paid these statistics
                 return None
-            grants, resets = _events(con)
+            state.read(con, writes)
             lims = {
-                k: v for k, v in _with_grants(limits, grants).items() if k.applies_to(user, tables)
+                k: v
+                for k, v in _with_grants(limits, state.grants).items()
+                if k.applies_to(user, tables)
             }
-            used = _spent(con, list(lims), resets)
+            used = state.spent_of(con, list(lims))
             refusal = _refusal(user, tables, cost, lims, used)
             if refusal is not None:
                 binding = _binding_remaining(cost, lims, used)
                 raise BudgetExhausted(refusal, requested=cost, remaining=binding)
             at = now()
             query = "?" if query_id is not None else f"nextval('{S}.query_ids')"
+            amounts = [str(cost.epsilon), str(cost.rho), str(cost.delta)]
             (seq, charged) = one(
                 con,
-                f"INSERT INTO {S}.budget_spend ({', '.join(_SPEND_COLUMNS)}) VALUES "
-                f"(nextval('{S}.budget_seq'), {query}, ?, ?, ?, ?, ?, ?, ?, ?) "
-                "RETURNING seq, query_id",
+                parsed(
+                    f"INSERT INTO {S}.budget_spend ({', '.join(_SPEND_COLUMNS)}) VALUES "
+                    f"(nextval('{S}.budget_seq'), {query}, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "RETURNING seq, query_id"
+                ),
                 [*([query_id] if query_id is not None else []), at, user, list(tables),
-                 str(cost.epsilon), str(cost.rho), str(cost.delta), len(cells), policy_version],
+                 *amounts, len(cells), policy_version],
             )  # fmt: skip
             if cells:
                 _insert_cells(con, user, policy_version, charged, at, cells,
                               skip_cached=attempt > 0)  # fmt: skip
             con.execute("COMMIT")
+            state.charged(writes, user, tables, _cost(*amounts))  # as the ledger will sum it
             return Charge(seq, charged, user, tables, cost, len(cells), at)
         except BudgetExhausted:
             rollback(con)
@@ -479,6 +529,19 @@ def charge(
             rollback(con)
             raise
     raise Error("could not record the privacy spend: too many concurrent charges; try again")
+
+
+def _bump(con) -> int:
+    """Count one write of the budget tables on ``budget_lock``'s row; the new count. The first
+    write creates the row; two first writes conflict on its key."""
+    bumped = con.execute(parsed(_BUMP)).fetchall()
+    if bumped:
+        return bumped[0][0]
+    con.execute(f"INSERT INTO {S}.budget_lock VALUES (1, 1)")
+    return 1
+
+
+_BUMP = f"UPDATE {S}.budget_lock SET charges = charges + 1 WHERE id = 1 RETURNING charges"
 
 
 def _all_paid(con, user: str, policy_version: int, cells: list[CellRecord]) -> bool:
@@ -602,14 +665,31 @@ over an unnested list that larger look-ups use)."""
 # --- administration --------------------------------------------------------------------------
 
 
-def _event(con, admin: str, action: str, key: BudgetKey, cost, reason: str):
-    """Record a grant (``cost``: the PrivacyCost added), a set (``cost``: the BudgetLimit, None
-    for the kinds it leaves) or a reset (``cost`` None)."""
+def _recorded(con, admin: str, action: str, reason: str, record) -> int:
+    """Run ``record`` (which checks the change and writes it with :func:`_event`) in one
+    transaction; its event's seq. The catalog is brought up to date first (older catalogs:
+    their event table learns the 'set' action)."""
     if not isinstance(reason, str) or not reason.strip():
         raise ValueError(f"a budget {action} needs a reason (it is kept in the audit trail)")
     if not isinstance(admin, str) or not admin:
         raise ValueError(f"a budget {action} needs the acting administrator's name")
-    ensure_budget_catalog(con)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        ensure_catalog(con)
+        seq = record()
+        con.execute("COMMIT")
+    except BaseException:
+        rollback(con)
+        raise
+    return seq
+
+
+def _event(con, admin: str, action: str, key: BudgetKey, cost, reason: str) -> int:
+    """Record a grant (``cost``: the PrivacyCost added), a set (``cost``: the BudgetLimit, None
+    for the kinds it leaves) or a reset (``cost`` None), inside the caller's transaction; it
+    counts as a write of the budget tables (:func:`_bump`), so no charge reuses a
+    :class:`BudgetState` read before it."""
+    _bump(con)
     (seq,) = one(con, f"SELECT nextval('{S}.budget_seq')")
     if isinstance(cost, BudgetLimit):
         amounts = [_text(getattr(cost, kind)) for kind, _symbol in _KINDS]
@@ -646,6 +726,11 @@ def grant(
         raise ValueError("a grant needs a positive epsilon, rho or delta")
     if cost.delta >= 1:
         raise ValueError(f"a delta grant must be below 1 (delta 1 allows anything): {cost.delta}")
+    return _recorded(con, admin, "grant", reason,
+                     lambda: _grant(con, admin, key, cost, reason, limits))  # fmt: skip
+
+
+def _grant(con, admin: str, key: BudgetKey, cost: PrivacyCost, reason: str, limits) -> int:
     lims = effective_limits(con, limits)
     for kind, symbol in _KINDS:
         if not getattr(cost, kind) or getattr(lims.get(key, BudgetLimit()), kind) is not None:
@@ -676,15 +761,8 @@ def set_limit(con, *, admin: str, key: BudgetKey, limit: BudgetLimit, reason: st
         raise ValueError("a budget set needs an epsilon, rho or delta limit")
     if limit.delta is not None and limit.delta >= 1:
         raise ValueError(f"a delta limit must be below 1 (delta 1 allows anything): {limit.delta}")
-    con.execute("BEGIN TRANSACTION")
-    try:
-        ensure_catalog(con)  # older catalogs: their event table learns the 'set' action
-        seq = _event(con, admin, "set", key, limit, reason)
-        con.execute("COMMIT")
-    except BaseException:
-        rollback(con)
-        raise
-    return seq
+    return _recorded(con, admin, "set", reason,
+                     lambda: _event(con, admin, "set", key, limit, reason))  # fmt: skip
 
 
 def _overlap(a: BudgetKey, b: BudgetKey) -> bool:
@@ -700,7 +778,8 @@ def reset(con, *, admin: str, key: BudgetKey, reason: str) -> int:
     Resetting gives analysts new budget over the same data; their total privacy loss is the sum
     over all periods (the ledger keeps every charge). Returns the event's seq.
     """
-    return _event(con, admin, "reset", key, None, reason)
+    return _recorded(con, admin, "reset", reason,
+                     lambda: _event(con, admin, "reset", key, None, reason))  # fmt: skip
 
 
 _EVENT_COLUMNS = ("seq", "event_at", "admin", "action", "user_name", "table_name", "epsilon",

@@ -22,6 +22,7 @@ from sqlglot import exp
 
 from sqlsdc.catalog import store
 from sqlsdc.catalog.budget import (
+    BudgetState,
     BudgetStatus,
     Charge,
     budget_status,
@@ -181,6 +182,7 @@ class Connection:
         self._data_versions: dict[str, str] = {}  # the data may have changed while released
         self._engine_checked: set[str] = set()  # ... and the catalog (_check_engine_reads)
         self._prf_key: bytes | None = None  # read when a DP query needs it (_secret)
+        self._budget = BudgetState()  # what its last charge read of the budget tables
 
     def _load_policy(self, con, version: int, policy: Policy, releases=None) -> None:
         declared = policy.user(self.user)
@@ -631,7 +633,8 @@ class Connection:
                              paid=cached)  # fmt: skip
                 paid = charge(con, user=self.user, tables=query.tables, cost=cost.cost,
                               query_id=query_id, limits=policy_limits(context.policy),
-                              cells=cost.statistics, policy_version=version)  # fmt: skip
+                              cells=cost.statistics, policy_version=version,
+                              state=self._budget)  # fmt: skip
             if paid is not None:
                 query_id = self._query_id = paid.query_id
         noisy = release(query.dp_stages, run, secret=self._secret(), policy_version=version,
