@@ -39,9 +39,9 @@ from sqlsdc.mechanisms.dp_cells import (
     CellMechanism,
     CellRecord,
     CellSpace,
-    add_noise,
     average,
     noisy_quantiles,
+    noisy_values,
     statistic_identity,
     stddev,
     variance,
@@ -156,13 +156,12 @@ def release(
         exact = exact_cells.to_pandas(types_mapper=_exact_types)
         frame = _complete(exact, stage, domains[stage.relation])
         noisy = _noisy(frame, stage, space, secret, policy_version, known, noise, out)
-        keep = np.ones(len(frame), dtype=bool)
         if stage.selection is not None:
             keep = np.array([v >= stage.selection.threshold for v in noisy[stage.units]], bool)
-        frame, noisy = (
-            frame[keep].reset_index(drop=True),
-            {c: np.asarray(v, dtype=object)[keep] for c, v in noisy.items()},
-        )
+            frame, noisy = (
+                frame[keep].reset_index(drop=True),
+                {c: np.asarray(v, dtype=object)[keep] for c, v in noisy.items()},
+            )
         for name, sql in stage.histograms:
             stat = next(s for s in stage.statistics if s.column == name)
             values, new = _quantiles(run(sql), frame, stage, stat, space, secret,
@@ -186,19 +185,24 @@ def _complete(exact: pd.DataFrame, stage: DpStage, domains: list[list] | None) -
     """Public domains: one row per domain cell (absent cells count 0; others dropped)."""
     stats = [s.column for s in stage.statistics
              if s.calibration.statistic is not Statistic.QUANTILE]  # fmt: skip
-    for column in stats:
-        exact[column] = [0 if v is None or v is pd.NA else int(v) for v in exact[column].tolist()]
+    values = {
+        column: [0 if v is None or v is pd.NA else int(v) for v in exact[column].tolist()]
+        for column in stats
+    }
     keys = [f"__g{j}" for j in range(len(stage.keys))]
     if domains is None or not keys:
+        for column, exact_values in values.items():
+            exact[column] = exact_values
         return exact
-    grid = pd.DataFrame(list(itertools.product(*domains)), columns=keys, dtype=object)
-    lookup = {tuple(row[:len(keys)]): row[len(keys):] for row in
-              exact[keys + stats].itertuples(index=False, name=None)}  # fmt: skip
+    grid = list(itertools.product(*domains))
+    present = list(zip(*(exact[k].tolist() for k in keys), strict=True))
+    found = list(zip(*values.values(), strict=True)) if stats else [()] * len(present)
+    lookup = dict(zip(present, found, strict=True))
     zeros = (0,) * len(stats)
-    rows = [lookup.get(tuple(_plain(v) for v in key), zeros) for key in grid.itertuples(
-        index=False, name=None)]  # fmt: skip
-    values = pd.DataFrame(rows, columns=stats, dtype=object)
-    return pd.concat([grid, values], axis=1)
+    rows = [lookup.get(tuple(_plain(v) for v in key), zeros) for key in grid]
+    columns = {k: [key[j] for key in grid] for j, k in enumerate(keys)}
+    columns.update((c, [row[i] for row in rows]) for i, c in enumerate(stats))
+    return pd.DataFrame(columns, columns=keys + stats, dtype=object)
 
 
 def _plain(value):
@@ -207,17 +211,18 @@ def _plain(value):
 
 def _noisy(frame, stage, space, secret, version, cached, noise, out):
     """Noisy values (grid units times the unit, exact Fractions) of the additive statistics."""
-    mechanisms = {}
+    exact, mechanisms = {}, {}
     for stat in stage.statistics:
         if stat.calibration.statistic is Statistic.QUANTILE:
             continue
         unit = stat.calibration.unit
-        frame[stat.column] = [Fraction(int(v)) * unit for v in frame[stat.column].tolist()]
+        exact[stat.column] = [Fraction(int(v)) * unit for v in frame[stat.column].tolist()]
         mechanisms[stat.column] = CellMechanism(stat.measure, stat.calibration)
     if not noise:
-        return {c: list(frame[c]) for c in mechanisms}
-    result = add_noise(frame, space, mechanisms, secret=secret, policy_version=version,
-                       cached=cached)  # fmt: skip
+        return exact
+    keys = {column: frame[column].tolist() for column, _name in space.keys}
+    result = noisy_values(keys, exact, space, mechanisms, secret=secret, policy_version=version,
+                          cached=cached)  # fmt: skip
     out.cells += result.new_cells
     out.reused += result.reused
     return {c: result.values[c] for c in mechanisms}

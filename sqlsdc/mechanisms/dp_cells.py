@@ -84,6 +84,7 @@ __all__ = [
     "CellSpace",
     "NoisyCells",
     "add_noise",
+    "noisy_values",
     "average",
     "cell_identity",
     "encode_key_value",
@@ -279,12 +280,20 @@ def _encoded_keys(frame: pd.DataFrame, space: CellSpace) -> list[list[list[str]]
     missing = [col for col, _ in space.keys if col not in frame.columns]
     if missing:
         raise ValueError(f"key columns {missing} are not in the frame (columns: {list(frame)})")
+    return _encoded_key_rows({col: frame[col].tolist() for col, _ in space.keys}, space,
+                             len(frame))  # fmt: skip
+
+
+def _encoded_key_rows(
+    columns: Mapping[str, list], space: CellSpace, n: int
+) -> list[list[list[str]]]:
+    """Per cell, its canonical ``[name, encoded value]`` pairs sorted by name."""
     order = sorted(range(len(space.keys)), key=lambda i: space.keys[i][1])
-    columns = [frame[space.keys[i][0]].tolist() for i in order]
+    values = [columns[space.keys[i][0]] for i in order]
     names = [space.keys[i][1] for i in order]
     return [
-        [[name, encode_key_value(col[row])] for name, col in zip(names, columns, strict=True)]
-        for row in range(len(frame))
+        [[name, encode_key_value(col[row])] for name, col in zip(names, values, strict=True)]
+        for row in range(n)
     ]
 
 
@@ -306,7 +315,7 @@ class NoisyCells:
     """Noisy values: ``frame`` (keys + released columns), exact ``values`` per column, the
     cells drawn now (``new_cells``, to charge and cache) and how many came from the cache."""
 
-    frame: pd.DataFrame
+    frame: pd.DataFrame | None = None  # None from :func:`noisy_values`
     values: dict[str, list[Fraction]] = field(default_factory=dict)
     new_cells: list[CellRecord] = field(default_factory=list)
     reused: int = 0
@@ -374,23 +383,54 @@ def add_noise(
     Returns:
         :class:`NoisyCells`; counts are int64 columns, sums float64 (exact in ``values``).
     """
-    streams = KeyedStream(secret, policy_version, CELL_LABEL)
     keys = _encoded_keys(frame, space)
-    identities: dict[str, list[CellIdentity]] = {}
-    for column, mechanism in mechanisms.items():
+    for column in mechanisms:
         if column not in frame.columns:
             raise ValueError(
                 f"value column {column!r} is not in the frame (columns: {list(frame)})"
             )
+    exact = {column: frame[column].tolist() for column in mechanisms}
+    result = _noisy_values(keys, exact, space, mechanisms, secret, policy_version, cached)
+    result.frame = out = frame[[col for col, _ in space.keys]].copy()
+    for column, mechanism in mechanisms.items():
+        values, unit = result.values[column], mechanism.calibration.unit
+        if unit.denominator == 1 and all(v.denominator == 1 for v in values):
+            out[column] = np.array([int(v) for v in values], dtype=np.int64)
+        else:
+            out[column] = np.array([float(v) for v in values], dtype=np.float64)
+    return result
+
+
+def noisy_values(
+    keys: Mapping[str, list],
+    exact: Mapping[str, list],
+    space: CellSpace,
+    mechanisms: Mapping[str, CellMechanism],
+    *,
+    secret: bytes,
+    policy_version: int,
+    cached: Cached = None,
+) -> NoisyCells:
+    """:func:`add_noise` on plain columns (``keys``: each key column of ``space``;
+    ``exact``: each value column of ``mechanisms``, all of one length): the same values,
+    without a frame (``frame`` None), for callers that keep their cells as lists."""
+    n = len(next(iter(exact.values()), []))
+    rows = _encoded_key_rows(keys, space, n)
+    return _noisy_values(rows, exact, space, mechanisms, secret, policy_version, cached)
+
+
+def _noisy_values(keys, exact_columns, space, mechanisms, secret, policy_version, cached):
+    streams = KeyedStream(secret, policy_version, CELL_LABEL)
+    identities: dict[str, list[CellIdentity]] = {}
+    for column, mechanism in mechanisms.items():
         prefix = _identity_prefix(space, mechanism)
         identities[column] = [_identity(prefix, k) for k in keys]
     known = _lookup(cached, [i.digest for ids in identities.values() for i in ids])
-    out = frame[[col for col, _ in space.keys]].copy()
-    result = NoisyCells(out)
+    result = NoisyCells()
     for column, mechanism in mechanisms.items():
         cal = mechanism.calibration
         unit = cal.unit
-        exact = frame[column].tolist()
+        exact = exact_columns[column]
         values: list[Fraction | None] = [None] * len(exact)
         new: list[int] = []  # rows drawn now, in order
         for row, ident in enumerate(identities[column]):
@@ -413,10 +453,6 @@ def add_noise(
             result.new_cells.append(CellRecord(identities[column][row], column, cal.statistic,
                                                noisy))  # fmt: skip
         result.values[column] = values
-        if unit.denominator == 1 and all(v.denominator == 1 for v in values):
-            out[column] = np.array([int(v) for v in values], dtype=np.int64)
-        else:
-            out[column] = np.array([float(v) for v in values], dtype=np.float64)
     return result
 
 
