@@ -49,7 +49,7 @@ from sqlsdc.errors import (
     QueryCanceled,
 )
 from sqlsdc.guard.check_cache import checked, context_fingerprint
-from sqlsdc.guard.dp_release import DpRelease, price, release, resolve_domains
+from sqlsdc.guard.dp_release import DpRelease, prefetching, price, release, resolve_domains
 from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, protect
 from sqlsdc.guard.postprocess import (
     accuracy,
@@ -620,11 +620,11 @@ class Connection:
 
         data_version = data_version or self._data_version
 
-        def cached(digests):
-            return cached_cells(con, self.user, version, digests)
-
         data_versions = {s.table: data_version(s.table) for s in query.dp_stages}
         domains = resolve_domains(query.dp_stages, run)  # public values only
+        cached = prefetching(lambda digests: cached_cells(con, self.user, version, digests),
+                             query.dp_stages, data_versions=data_versions,
+                             domains=domains)  # fmt: skip
         lock = _database_lock(Path(self.path))  # charges of this process wait for each other
         paid = None
         if self._dp_noise:

@@ -25,6 +25,7 @@ cost and no cache: it shows what bounding, clamping, NULLs and empty groups do t
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -40,6 +41,7 @@ from sqlsdc.mechanisms.dp_cells import (
     CellRecord,
     CellSpace,
     average,
+    cell_digests,
     noisy_quantiles,
     noisy_values,
     statistic_identity,
@@ -117,6 +119,50 @@ def price(stages, *, data_versions: dict[str, str], domains: Domains, paid=None)
             out.cost = out.cost + PrivacyCost(delta=stage.delta)  # (epsilon, delta) selection
         out.statistics.append(CellRecord(ident, stat.column, stat.calibration.statistic,
                                          Fraction(0)))  # fmt: skip
+    return out
+
+
+PREFETCHED_CELLS = 256
+"""At most this many cells over public domains are looked up with a query's statistics."""
+
+
+def prefetching(
+    cached: Callable[[list[str]], dict], stages, *, data_versions: dict[str, str], domains: Domains
+) -> Callable[[list[str]], dict]:
+    """``cached`` (digests -> values already released) that also asks, with its first call
+    (:func:`price`'s statistics), for the cells :func:`release` will look up over the stages'
+    public domains (up to :data:`PREFETCHED_CELLS`), and does not ask again for digests it
+    asked: one look-up instead of two. A cell cached by a concurrent query in between is drawn
+    again with the same value (the noise is a function of the cell)."""
+    expected = _expected_cells(stages, data_versions, domains)
+    found: dict = {}
+    asked: set[str] = set()
+
+    def lookup(digests: list[str]) -> dict:
+        digests = list(digests)
+        wanted = [d for d in dict.fromkeys(digests + (expected if not asked else [])) if
+                  d not in asked]  # fmt: skip
+        if wanted:
+            found.update(cached(wanted))
+            asked.update(wanted)
+        return {d: found[d] for d in digests if d in found}
+
+    return lookup
+
+
+def _expected_cells(stages, data_versions: dict[str, str], domains: Domains) -> list[str]:
+    out: list[str] = []
+    for stage in stages:
+        stage_domains = domains[stage.relation]
+        if stage_domains is None or not stage.keys:
+            continue
+        mechanisms = {s.column: CellMechanism(s.measure, s.calibration) for s in stage.statistics
+                      if s.calibration.statistic is not Statistic.QUANTILE}  # fmt: skip
+        if len(out) + math.prod(map(len, stage_domains)) * len(mechanisms) > PREFETCHED_CELLS:
+            break
+        grid = list(itertools.product(*stage_domains))
+        keys = {f"__g{j}": [key[j] for key in grid] for j in range(len(stage.keys))}
+        out += cell_digests(keys, _space(stage, data_versions), mechanisms)
     return out
 
 

@@ -84,6 +84,7 @@ __all__ = [
     "CellSpace",
     "NoisyCells",
     "add_noise",
+    "cell_digests",
     "noisy_values",
     "average",
     "cell_identity",
@@ -417,6 +418,16 @@ def noisy_values(
     n = len(next(iter(exact.values()), []))
     rows = _encoded_key_rows(keys, space, n)
     return _noisy_values(rows, exact, space, mechanisms, secret, policy_version, cached)
+
+
+def cell_digests(
+    keys: Mapping[str, list], space: CellSpace, mechanisms: Mapping[str, CellMechanism]
+) -> list[str]:
+    """The digests of the cells :func:`noisy_values` looks up for these keys, known before
+    their exact values are (e.g. to look them up along with other digests)."""
+    rows = _encoded_key_rows(keys, space, len(next(iter(keys.values()), [])))
+    prefixes = [_identity_prefix(space, m) for m in mechanisms.values()]
+    return [_identity(prefix, k).digest for prefix in prefixes for k in rows]
 
 
 def _noisy_values(keys, exact_columns, space, mechanisms, secret, policy_version, cached):

@@ -1,0 +1,101 @@
+"""The catalog reads of a DP query: the cells of public domains are looked up with the
+statistics (one look-up, not two), and a charge reuses its connection's budget state while
+nobody else wrote; the answers stay those of a query that reads everything afresh."""
+
+from __future__ import annotations
+
+import pytest
+from test_dp_query import dp_document, make_db
+
+import sqlsdc
+from sqlsdc.catalog import budget
+from sqlsdc.guard.dp_release import PREFETCHED_CELLS, prefetching
+from sqlsdc.mechanisms.accountant import Bounding, PrivacyCost, Statistic, calibrate
+from sqlsdc.mechanisms.dp_cells import CellMechanism, CellSpace, cell_digests, cell_identity
+
+
+@pytest.fixture
+def dp_db(tmp_path):
+    path = tmp_path / "dp.duckdb"
+    make_db(path, dp_document())
+    return path
+
+
+def _counting(monkeypatch) -> list[int]:
+    """How many digests each catalog look-up of cached cells asks for."""
+    calls: list[int] = []
+    real = budget.cached_cells
+
+    def counted(con, user, version, digests):
+        digests = list(digests)
+        calls.append(len(digests))
+        return real(con, user, version, digests)
+
+    monkeypatch.setattr("sqlsdc.guard.connection.cached_cells", counted)
+    return calls
+
+
+def test_a_query_over_public_domains_looks_its_cells_up_with_its_statistic(dp_db, monkeypatch):
+    calls = _counting(monkeypatch)
+    sql = "SELECT region, sex, COUNT(*) FROM persons GROUP BY region, sex ORDER BY 1, 2"
+    with sqlsdc.connect(dp_db, "ana") as con:
+        first = con.execute(sql).fetchall()
+        assert calls == [1 + 4 * 2]  # the statistic and the 8 cells of the domains' grid
+        assert con.execute(sql).fetchall() == first  # cached: one look-up again, nothing paid
+        assert calls == [9, 9]
+        spent = {s.key: s.spent for s in con.remaining_budget()}
+    with sqlsdc.connect(dp_db, "ana") as again:  # a new opening reads everything afresh
+        assert again.execute(sql).fetchall() == first
+        assert {s.key: s.spent for s in again.remaining_budget()} == spent
+
+
+def test_private_groups_are_looked_up_once_their_exact_cells_are_known(dp_db, monkeypatch):
+    calls = _counting(monkeypatch)
+    with sqlsdc.connect(dp_db, "ana") as con:
+        con.execute("SELECT clinic, COUNT(*) FROM visits GROUP BY clinic").fetchall()
+    assert len(calls) == 2 and calls[0] < calls[1]  # the statistics; the groups found then
+
+
+def test_prefetching_asks_for_the_expected_cells_once_and_never_twice():
+    asked: list[list[str]] = []
+
+    def lookup(digests):
+        asked.append(list(digests))
+        return {d: 7 for d in digests if d.startswith("c")}
+
+    count = CellMechanism("*", calibrate(Statistic.COUNT, Bounding(), PrivacyCost(epsilon=1)))
+    space = CellSpace.of("t", {"__g0": "region"}, data_version="1:2")
+    stage = _Stage(relation="r", keys=("region",), table="t", scope="s",
+                   statistics=(_Stat("__s0", "*", count.calibration),))  # fmt: skip
+    cached = prefetching(lookup, [stage], data_versions={"t": "1:2"}, domains={"r": [["N", "S"]]})
+    scoped = CellSpace.of("t", {"__g0": "region"}, scope="s", data_version="1:2")
+    cells = cell_digests({"__g0": ["N", "S"]}, scoped, {"__s0": count})
+    assert cached(["stat"]) == {}
+    assert asked == [["stat", *cells]]
+    assert cached(cells) == {} and cached(["stat"]) == {} and len(asked) == 1
+    assert cached(["c-other"]) == {"c-other": 7} and asked[-1] == ["c-other"]
+    assert cell_digests({"__g0": ["N"]}, space, {"__s0": count}) == [
+        cell_identity(space, count, {"__g0": "N"}).digest
+    ]
+
+
+def test_prefetching_stops_at_its_limit():
+    count = CellMechanism("*", calibrate(Statistic.COUNT, Bounding(), PrivacyCost(epsilon=1)))
+    stage = _Stage(relation="r", keys=("k",), table="t", scope="s",
+                   statistics=(_Stat("__s0", "*", count.calibration),))  # fmt: skip
+    asked: list[list[str]] = []
+    big = [list(range(PREFETCHED_CELLS + 1))]
+    prefetching(lambda d: asked.append(list(d)) or {}, [stage], data_versions={"t": "v"},
+                domains={"r": big})(["stat"])  # fmt: skip
+    assert asked == [["stat"]]
+
+
+class _Stat:
+    def __init__(self, column, measure, calibration):
+        self.column, self.measure, self.calibration = column, measure, calibration
+
+
+class _Stage:
+    def __init__(self, *, relation, keys, table, scope, statistics):
+        self.relation, self.keys, self.table, self.scope = relation, keys, table, scope
+        self.statistics = statistics
