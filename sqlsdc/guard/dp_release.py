@@ -199,8 +199,7 @@ def release(
     for stage in stages:
         space = _space(stage, data_versions)
         exact_cells = run(stage.sql)
-        exact = exact_cells.to_pandas(types_mapper=_exact_types)
-        frame = _complete(exact, stage, domains[stage.relation])
+        frame = _complete(exact_cells, stage, domains[stage.relation])
         noisy = _noisy(frame, stage, space, secret, policy_version, known, noise, out)
         if stage.selection is not None:
             keep = np.array([v >= stage.selection.threshold for v in noisy[stage.units]], bool)
@@ -227,28 +226,31 @@ def _exact_types(dtype: pa.DataType):
     return None
 
 
-def _complete(exact: pd.DataFrame, stage: DpStage, domains: list[list] | None) -> pd.DataFrame:
-    """Public domains: one row per domain cell (absent cells count 0; others dropped)."""
+def _complete(exact_cells: pa.Table, stage: DpStage, domains: list[list] | None) -> pd.DataFrame:
+    """The exact cells as a frame of exact integers (grid units); over public domains, one row
+    per domain cell (absent cells count 0; others dropped)."""
     stats = [s.column for s in stage.statistics
              if s.calibration.statistic is not Statistic.QUANTILE]  # fmt: skip
-    values = {
-        column: [0 if v is None or v is pd.NA else int(v) for v in exact[column].tolist()]
-        for column in stats
-    }
     keys = [f"__g{j}" for j in range(len(stage.keys))]
     if domains is None or not keys:
-        for column, exact_values in values.items():
-            exact[column] = exact_values
+        exact = exact_cells.to_pandas(types_mapper=_exact_types)
+        for column in stats:
+            exact[column] = [_exact_int(v) for v in exact[column].tolist()]
         return exact
-    grid = list(itertools.product(*domains))
-    present = list(zip(*(exact[k].tolist() for k in keys), strict=True))
+    values = {c: [_exact_int(v) for v in exact_cells.column(c).to_pylist()] for c in stats}
+    present = list(zip(*(exact_cells.column(k).to_pylist() for k in keys), strict=True))
     found = list(zip(*values.values(), strict=True)) if stats else [()] * len(present)
     lookup = dict(zip(present, found, strict=True))
+    grid = list(itertools.product(*domains))
     zeros = (0,) * len(stats)
     rows = [lookup.get(tuple(_plain(v) for v in key), zeros) for key in grid]
     columns = {k: [key[j] for key in grid] for j, k in enumerate(keys)}
     columns.update((c, [row[i] for row in rows]) for i, c in enumerate(stats))
     return pd.DataFrame(columns, columns=keys + stats, dtype=object)
+
+
+def _exact_int(value) -> int:
+    return 0 if value is None or value is pd.NA else int(value)
 
 
 def _plain(value):
