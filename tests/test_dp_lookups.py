@@ -99,3 +99,62 @@ class _Stage:
     def __init__(self, *, relation, keys, table, scope, statistics):
         self.relation, self.keys, self.table, self.scope = relation, keys, table, scope
         self.statistics = statistics
+
+
+def _engine_texts(monkeypatch) -> list[str]:
+    """The SQL texts the guard runs through ``engines.duckdb.run`` (exact cells, answers)."""
+    from sqlsdc.engines import duckdb as engine
+
+    texts: list[str] = []
+    real = engine.run
+
+    def run(con, sql, *args, **kwargs):
+        texts.append(sql)
+        return real(con, sql, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "run", run)
+    return texts
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT region, sex, COUNT(*) AS n, SUM(income) AS s FROM persons "
+        "WHERE age > 30 GROUP BY region, sex ORDER BY 1, 2",
+        "SELECT sex, AVG(income) AS mean FROM persons GROUP BY sex ORDER BY 1",
+    ],
+    ids=["count-and-sum", "average"],
+)
+def test_a_repeated_query_is_answered_from_the_cache_without_its_exact_cells(
+    dp_db, monkeypatch, sql
+):
+    texts = _engine_texts(monkeypatch)
+    with sqlsdc.connect(dp_db, "ana") as con:
+        first = con.execute(sql)
+        values, schema, accuracy = first.fetchall(), first.arrow().schema, first.cell_accuracy()
+        ran_first = len(texts)
+        assert ran_first == 2  # the exact cells, then the answer over the noisy ones
+        spent = [s.spent for s in con.remaining_budget()]
+        again = con.execute(sql)
+        assert len(texts) == ran_first + 1  # the answer only
+        assert again.fetchall() == values and again.arrow().schema == schema
+        assert again.cell_accuracy().equals(accuracy)
+        assert [s.spent for s in con.remaining_budget()] == spent
+    with sqlsdc.connect(dp_db, "ana") as other:  # a new opening: key types unknown, computed
+        assert other.execute(sql).fetchall() == values
+        assert len(texts) == ran_first + 3
+
+
+def test_cells_not_all_released_before_are_computed(dp_db, monkeypatch):
+    """A filter seen before with a new aggregate: the cached counts alone do not answer it."""
+    texts = _engine_texts(monkeypatch)
+    with sqlsdc.connect(dp_db, "ana") as con:
+        con.execute("SELECT sex, COUNT(*) FROM persons GROUP BY sex").fetchall()
+        counts = len(texts)
+        both = con.execute("SELECT sex, COUNT(*), SUM(income) FROM persons GROUP BY sex")
+        assert len(texts) == counts + 2 and len(both.fetchall()) == 2
+        private = "SELECT clinic, COUNT(*) FROM visits GROUP BY clinic ORDER BY 1"
+        first = con.execute(private).fetchall()
+        ran = len(texts)
+        assert con.execute(private).fetchall() == first
+        assert len(texts) == ran + 2  # private groups: their exact cells say which exist

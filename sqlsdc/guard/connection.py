@@ -181,6 +181,7 @@ class Connection:
         self._held_since = time.monotonic()
         self._data_versions: dict[str, str] = {}  # the data may have changed while released
         self._engine_checked: set[str] = set()  # ... and the catalog (_check_engine_reads)
+        self._key_types: dict = {}  # of DP stages run on this opening (dp_release.release)
         self._prf_key: bytes | None = None  # read when a DP query needs it (_secret)
         self._budget = BudgetState()  # what its last charge read of the budget tables
 
@@ -613,7 +614,11 @@ class Connection:
             self._check_engine_reads(stage.sql, query)
         version = context.policy_version
 
+        key_types = None  # known for DuckDB's stages (Spark's types are its own)
         if run is None:
+            key_types = self._key_types
+            if len(key_types) >= ENGINE_CHECKED_TEXTS:
+                key_types.clear()
 
             def run(text: str):
                 return engine.run(con, text, timeout=self._time_left())
@@ -639,7 +644,7 @@ class Connection:
                 query_id = self._query_id = paid.query_id
         noisy = release(query.dp_stages, run, secret=self._secret(), policy_version=version,
                         data_versions=data_versions, cached=cached, noise=self._dp_noise,
-                        domains=domains)  # fmt: skip
+                        domains=domains, key_types=key_types)  # fmt: skip
         return noisy, paid
 
     def _cache_cells(

@@ -156,13 +156,11 @@ def _expected_cells(stages, data_versions: dict[str, str], domains: Domains) -> 
         stage_domains = domains[stage.relation]
         if stage_domains is None or not stage.keys:
             continue
-        mechanisms = {s.column: CellMechanism(s.measure, s.calibration) for s in stage.statistics
-                      if s.calibration.statistic is not Statistic.QUANTILE}  # fmt: skip
+        mechanisms = _mechanisms(stage)
         if len(out) + math.prod(map(len, stage_domains)) * len(mechanisms) > PREFETCHED_CELLS:
             break
-        grid = list(itertools.product(*stage_domains))
-        keys = {f"__g{j}": [key[j] for key in grid] for j in range(len(stage.keys))}
-        out += cell_digests(keys, _space(stage, data_versions), mechanisms)
+        out += cell_digests(_grid_keys(stage, stage_domains), _space(stage, data_versions),
+                            mechanisms)  # fmt: skip
     return out
 
 
@@ -182,10 +180,16 @@ def release(
     cached=None,
     noise: bool = True,
     domains: Domains | None = None,
+    key_types: dict[str, list[pa.DataType]] | None = None,
 ) -> DpRelease:
     """Noisy cells of every stage. ``run`` executes SQL on the engine (exact cells);
     ``domains`` are those of :func:`resolve_domains` (read with ``run`` when not given).
-    A cell drawn for one stage is reused by any other stage of the query that has it."""
+    A cell drawn for one stage is reused by any other stage of the query that has it.
+
+    ``key_types``: the engine's key types of the stage SQL texts run before (filled here).
+    A stage over public domains whose every cell was released to this user before, and whose
+    key types are known, is answered from the cache without computing its exact cells: a
+    repeated query costs its cells, not a scan of the table."""
     out = DpRelease()
     if domains is None:
         domains = resolve_domains(stages, run)
@@ -198,6 +202,14 @@ def release(
 
     for stage in stages:
         space = _space(stage, data_versions)
+        types = None if key_types is None else key_types.get(stage.sql)
+        if noise and types is not None:
+            reused = _from_cache(stage, space, domains[stage.relation], known)
+            if reused is not None:
+                frame, noisy = reused
+                out.reused += len(frame) * len(noisy)
+                out.relations[stage.relation] = _cells_table(frame, noisy, stage, noise, types)
+                continue
         exact_cells = run(stage.sql)
         frame = _complete(exact_cells, stage, domains[stage.relation])
         noisy = _noisy(frame, stage, space, secret, policy_version, known, noise, out)
@@ -214,9 +226,43 @@ def release(
             noisy[name] = values
             out.cells += new
         drawn.update((c.identity.digest, c.value) for c in out.cells)
-        key_types = [exact_cells.schema.field(f"__g{j}").type for j in range(len(stage.keys))]
-        out.relations[stage.relation] = _cells_table(frame, noisy, stage, noise, key_types)
+        types = [exact_cells.schema.field(f"__g{j}").type for j in range(len(stage.keys))]
+        if key_types is not None:
+            key_types[stage.sql] = types
+        out.relations[stage.relation] = _cells_table(frame, noisy, stage, noise, types)
     return out
+
+
+def _from_cache(stage: DpStage, space: CellSpace, stage_domains, known):
+    """The frame (the domains' grid) and noisy values of a stage whose cells all come from the
+    cache, or None when its exact cells must be computed (private groups, quantiles, a grid
+    beyond :data:`PREFETCHED_CELLS`, or a cell not released to this user before)."""
+    mechanisms = _mechanisms(stage)
+    if stage_domains is None or not stage.keys or stage.histograms or stage.selection:
+        return None
+    n = math.prod(map(len, stage_domains))
+    if len(mechanisms) != len(stage.statistics) or n * len(mechanisms) > PREFETCHED_CELLS:
+        return None
+    keys = _grid_keys(stage, stage_domains)
+    digests = cell_digests(keys, space, mechanisms)
+    found = known(digests)
+    if any(d not in found for d in digests):
+        return None
+    values = {column: [Fraction(found[d]) for d in digests[i * n:(i + 1) * n]]
+              for i, column in enumerate(mechanisms)}  # fmt: skip
+    return pd.DataFrame(keys, dtype=object), values
+
+
+def _mechanisms(stage: DpStage) -> dict[str, CellMechanism]:
+    """The stage's additive statistics (quantiles are drawn from histograms) by column."""
+    return {s.column: CellMechanism(s.measure, s.calibration) for s in stage.statistics
+            if s.calibration.statistic is not Statistic.QUANTILE}  # fmt: skip
+
+
+def _grid_keys(stage: DpStage, stage_domains: list[list]) -> dict[str, list]:
+    """The ``__g<j>`` key columns of the public domains' product, one row per cell."""
+    grid = list(itertools.product(*stage_domains))
+    return {f"__g{j}": [key[j] for key in grid] for j in range(len(stage.keys))}
 
 
 def _exact_types(dtype: pa.DataType):
@@ -241,10 +287,10 @@ def _complete(exact_cells: pa.Table, stage: DpStage, domains: list[list] | None)
     present = list(zip(*(exact_cells.column(k).to_pylist() for k in keys), strict=True))
     found = list(zip(*values.values(), strict=True)) if stats else [()] * len(present)
     lookup = dict(zip(present, found, strict=True))
-    grid = list(itertools.product(*domains))
+    columns = _grid_keys(stage, domains)
     zeros = (0,) * len(stats)
+    grid = zip(*columns.values(), strict=True)
     rows = [lookup.get(tuple(_plain(v) for v in key), zeros) for key in grid]
-    columns = {k: [key[j] for key in grid] for j, k in enumerate(keys)}
     columns.update((c, [row[i] for row in rows]) for i, c in enumerate(stats))
     return pd.DataFrame(columns, columns=keys + stats, dtype=object)
 
@@ -259,13 +305,11 @@ def _plain(value):
 
 def _noisy(frame, stage, space, secret, version, cached, noise, out):
     """Noisy values (grid units times the unit, exact Fractions) of the additive statistics."""
-    exact, mechanisms = {}, {}
-    for stat in stage.statistics:
-        if stat.calibration.statistic is Statistic.QUANTILE:
-            continue
-        unit = stat.calibration.unit
-        exact[stat.column] = [Fraction(int(v)) * unit for v in frame[stat.column].tolist()]
-        mechanisms[stat.column] = CellMechanism(stat.measure, stat.calibration)
+    mechanisms = _mechanisms(stage)
+    exact = {
+        column: [Fraction(int(v)) * m.calibration.unit for v in frame[column].tolist()]
+        for column, m in mechanisms.items()
+    }
     if not noise:
         return exact
     keys = {column: frame[column].tolist() for column, _name in space.keys}
