@@ -24,6 +24,7 @@ cost and no cache: it shows what bounding, clamping, NULLs and empty groups do t
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import math
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.mechanisms.accountant import ZERO, Aggregate, PrivacyCost, Statistic, ratio_sd
@@ -198,7 +200,7 @@ def release(
 
     for stage in stages:
         space = _space(stage, data_versions)
-        exact_cells = run(stage.sql)
+        exact_cells = _representable(run(stage.sql), stage, domains[stage.relation] is None)
         frame = _complete(exact_cells, stage, domains[stage.relation])
         noisy = _noisy(frame, stage, space, secret, policy_version, known, noise, out)
         if stage.selection is not None:
@@ -219,6 +221,74 @@ def release(
     return out
 
 
+def _representable(exact_cells: pa.Table, stage: DpStage, private: bool) -> pa.Table:
+    """The exact cells whose group keys become distinct Python values; the others dropped.
+
+    Keys become Python values (to encode each cell's identity, to complete public domains), and
+    that must neither fail for some values only (the error would tell, exactly and whatever
+    the noise, whether a group with such a key exists: DuckDB's dates and timestamps reach far
+    beyond Python's years 1 to 9999, 'infinity' among them) nor give two groups one identity
+    (one noise on two exact values reveals their difference). So keys of dates and timestamps
+    outside Python's range are dropped, as keys outside a public domain are: whether a cell
+    is dropped depends on its key, never on its count. Private groups (keys from the data)
+    of a type whose Python values are not one per group are refused, by the type alone:
+    floats (the NaN and the NULL group would be one cell) and times (``24:00:00`` is
+    ``00:00:00`` in Python, TIMETZ loses its offset)."""
+    keep = None
+    for j in range(len(stage.keys)):
+        column = exact_cells.column(f"__g{j}")
+        if private and not _distinct_in_python(column.type):
+            raise PolicyViolation(
+                f"a DP group key of type {column.type} is not released as groups from the "
+                "data (its values do not name one group each)",
+                "cast the key to VARCHAR, or group by a dimension with a declared domain",
+            )
+        inside = _in_python_range(column)
+        if inside is not None:
+            keep = inside if keep is None else pc.and_(keep, inside)
+    return exact_cells if keep is None else exact_cells.filter(keep)
+
+
+def _distinct_in_python(kind: pa.DataType) -> bool:
+    """Whether distinct keys of this type are distinct Python values of one canonical text
+    each (:func:`sqlsdc.mechanisms.dp_cells.encode_key_value`)."""
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    checks = (pa.types.is_null, pa.types.is_boolean, pa.types.is_integer, pa.types.is_decimal,
+              pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
+              pa.types.is_large_binary, pa.types.is_date, pa.types.is_timestamp)  # fmt: skip
+    return any(check(kind) for check in checks) or kind == pa.string_view()
+
+
+_EPOCH = dt.datetime(1970, 1, 1)
+_PER_SECOND = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}
+
+
+def _in_python_range(column: pa.ChunkedArray) -> pa.ChunkedArray | None:
+    """Per value, whether Python's dates and datetimes hold it (NULL: yes); None for types
+    without such a limit. Timestamps with a time zone keep a day's margin for its offset."""
+    kind = column.type
+    if pa.types.is_date32(kind):
+        low, high, values = dt.date.min, dt.date.max, pc.cast(column, pa.int32())
+        low, high = ((d - _EPOCH.date()).days for d in (low, high))
+    elif pa.types.is_date64(kind):
+        days = [(d - _EPOCH.date()).days for d in (dt.date.min, dt.date.max)]
+        low, high, values = days[0] * 86_400_000, days[1] * 86_400_000, pc.cast(column, pa.int64())
+    elif pa.types.is_timestamp(kind):
+        margin = dt.timedelta(days=1 if kind.tz else 0)
+        per = _PER_SECOND[kind.unit]
+        low, high = (
+            (t - _EPOCH) // dt.timedelta(microseconds=1) * per // 10**6
+            for t in (dt.datetime.min + margin, dt.datetime.max - margin)
+        )
+        low, high = max(low, -(2**63) + 1), min(high, 2**63 - 1)  # -2**63: pandas' NaT
+        values = pc.cast(column, pa.int64())
+    else:
+        return None
+    inside = pc.and_(pc.greater_equal(values, low), pc.less_equal(values, high))
+    return pc.fill_null(inside, True)
+
+
 def _exact_types(dtype: pa.DataType):
     """Keep exact integers and decimals as Python objects (HUGEINT sums come as decimals)."""
     if pa.types.is_decimal(dtype) or pa.types.is_integer(dtype):
@@ -236,6 +306,9 @@ def _complete(exact_cells: pa.Table, stage: DpStage, domains: list[list] | None)
         exact = exact_cells.to_pandas(types_mapper=_exact_types)
         for column in stats:
             exact[column] = [_exact_int(v) for v in exact[column].tolist()]
+        for key in keys:  # NULL timestamps as None, not NaT (which Arrow cannot take back)
+            if pa.types.is_timestamp(exact_cells.schema.field(key).type):
+                exact[key] = pd.Series(exact_cells.column(key).to_pylist(), dtype=object)
         return exact
     values = {c: [_exact_int(v) for v in exact_cells.column(c).to_pylist()] for c in stats}
     present = list(zip(*(exact_cells.column(k).to_pylist() for k in keys), strict=True))
@@ -278,7 +351,7 @@ def _noisy(frame, stage, space, secret, version, cached, noise, out):
 
 def _quantiles(histogram: pa.Table, frame, stage, stat, space, secret, version, cached, noise):
     keys = [f"__g{j}" for j in range(len(stage.keys))]
-    long = histogram.to_pandas()
+    long = _representable(histogram, stage, private=False).to_pandas()
     long = long[long["__bin"].notna()]  # rows whose measure is NULL do not count
     b = stat.calibration.bounding
     candidates = int((b.upper - b.lower) / b.granularity) + 1
