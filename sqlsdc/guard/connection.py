@@ -49,7 +49,14 @@ from sqlsdc.errors import (
     QueryCanceled,
 )
 from sqlsdc.guard.check_cache import checked, context_fingerprint
-from sqlsdc.guard.dp_release import DpRelease, prefetching, price, release, resolve_domains
+from sqlsdc.guard.dp_release import (
+    DpRelease,
+    data_versions_of,
+    prefetching,
+    price,
+    release,
+    resolve_domains,
+)
 from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, protect
 from sqlsdc.guard.postprocess import (
     accuracy,
@@ -620,7 +627,9 @@ class Connection:
 
         data_version = data_version or self._data_version
 
-        data_versions = {s.table: data_version(s.table) for s in query.dp_stages}
+        declared = context.policy.table
+        data_versions = data_versions_of(query.dp_stages, data_version,
+                                         lambda name: declared(name) is not None)  # fmt: skip
         domains = resolve_domains(query.dp_stages, run)  # public values only
         cached = prefetching(lambda digests: cached_cells(con, self.user, version, digests),
                              query.dp_stages, data_versions=data_versions,

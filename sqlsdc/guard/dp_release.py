@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+from sqlglot import exp
 
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.mechanisms.accountant import ZERO, Aggregate, PrivacyCost, Statistic, ratio_sd
@@ -89,6 +90,26 @@ def resolve_domains(stages, run: Callable[[str], pa.Table]) -> Domains:
             list(d) if isinstance(d, tuple) else run(d).column(0).to_pylist() for d in stage.domains
         ]
     return out
+
+
+def data_versions_of(stages, data_version: Callable[[str], str], declared) -> dict[str, str]:
+    """Per tabulated table, the data version its cells are named by: the table's own, then
+    ``;name=version`` of every other declared table (``declared``: name -> bool) that a stage
+    of it reads. A cell's exact value depends on every table its population joins (a public
+    table's labels, a confidential table's filter columns), so the same noise must never
+    come back over another version of any of them: it would reveal the exact difference.
+    Stages over one table alone keep the table's own version."""
+    joined: dict[str, set[str]] = {}
+    for stage in stages:
+        tree = stage.trees.get(None)
+        names = {t.name.lower() for t in tree.find_all(exp.Table)} if tree is not None else set()
+        joined.setdefault(stage.table, set()).update(
+            n for n in names if n != stage.table and declared(n)
+        )
+    return {
+        table: data_version(table) + "".join(f";{t}={data_version(t)}" for t in sorted(others))
+        for table, others in joined.items()
+    }
 
 
 def _space(stage: DpStage, data_versions: dict[str, str]) -> CellSpace:

@@ -289,6 +289,46 @@ def test_nan_and_null_groups_never_share_one_noise(roomy):
         con.execute(NAN_OR_NULL).fetchall()
 
 
+LABELS = (
+    "SELECT l.label, COUNT(*) FROM persons p JOIN lookup l ON p.region = l.code "
+    "GROUP BY l.label ORDER BY 1"
+)
+
+
+def test_a_changed_joined_table_gives_a_cell_new_noise(db):
+    """Cells were named by the data version of the tabulated table only. ana asks counts by
+    the label of a joined public table (north: N + z); an admin then maps S to 'north' too;
+    bob asks the same: north is N + S + z, with the same z (same table version, scope and
+    key), so ana and bob together had S exactly (ana 1195, bob 2081: 886, the exact count).
+    The same holds for a joined confidential table whose rows change. Safe: a cell's
+    identity carries the version of every declared table its stage reads."""
+    with sqlsdc.connect(db, "ana") as con:
+        con.execute(LABELS).fetchall()
+    raw = open_database(db)
+    try:
+        raw.execute("UPDATE lookup SET label = 'north' WHERE code = 'S'")
+    finally:
+        raw.close()
+    with sqlsdc.connect(db, "bob") as con:
+        con.execute(LABELS).fetchall()
+    cells = dict(
+        _read(
+            db,
+            "SELECT user_name, list(cell_hash) FROM sqlsdc.dp_cells "
+            "WHERE column_name LIKE '%' AND cell LIKE '%north%' GROUP BY ALL",
+        )
+    )
+    assert cells["ana"] and cells["bob"] and not set(cells["ana"]) & set(cells["bob"])
+
+
+def _read(db, sql: str) -> list[tuple]:
+    con = open_database(db, read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
 def test_time_keys_of_private_groups_are_refused(roomy):
     """``TIME '24:00:00'`` becomes ``00:00:00`` in Python (one identity for two groups), and
     the pandas conversion failed on it only when such a group existed. Safe: refused by
