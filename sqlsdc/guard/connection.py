@@ -508,7 +508,7 @@ class Connection:
             except Error as refusal:
                 self._audit_refusal(self._query_id, sql, refusal)
                 raise
-            except Exception as bug:  # paid (perhaps): never without an audit entry
+            except BaseException as bug:  # paid (perhaps), Ctrl-C too: never unaudited
                 self._audit_bug(self._query_id, sql, bug)
                 raise
         return self._answer(sql, query, noisy, paid, self._query_id)
@@ -566,20 +566,18 @@ class Connection:
                 engine.rollback(con)
                 self._audit_refusal(query_id, sql, refusal)
                 raise
-            except Exception as bug:
+            except BaseException as bug:  # a bug, or Ctrl-C after a charge: audited all the same
                 engine.rollback(con)
                 self._audit_bug(query_id, sql, bug)
-                raise
-            except BaseException:
-                engine.rollback(con)
                 raise
             finally:
                 _unregister(con, noisy)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def _audit_bug(self, query_id: int | None, sql: str, bug: Exception) -> None:
-        """Best effort: a ``failed`` audit entry for an error sqlsdc did not foresee (a bug),
-        so that no query, and no paid DP query above all, goes unrecorded."""
+    def _audit_bug(self, query_id: int | None, sql: str, bug: BaseException) -> None:
+        """Best effort: a ``failed`` audit entry for an error sqlsdc did not foresee (a bug)
+        or an interrupt (Ctrl-C), so that no query, and no paid DP query above all, goes
+        unrecorded."""
         try:
             store.record_query(self._con, query_id, self.user, self._context.policy_version,
                                "failed", sql, reason=store.audit_reason(bug))  # fmt: skip

@@ -264,6 +264,29 @@ def test_every_paid_query_has_an_audit_entry(db):
     assert unaudited == []
 
 
+@pytest.mark.parametrize("stage", ["release", "answer"])
+def test_a_paid_query_interrupted_by_the_analyst_is_audited(db, monkeypatch, stage):
+    """Ctrl-C (KeyboardInterrupt) after the charge committed: while the noise is drawn, or
+    while the answer's transaction runs. Only ``Exception`` was audited there, so the
+    ledger kept a row whose query had no audit entry. Safe: a ``failed`` entry."""
+    from sqlsdc.guard import connection
+
+    target = "release" if stage == "release" else "_run_over"
+    real = getattr(connection, target)
+
+    def interrupted(*args, **kwargs):
+        real(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(connection, target, interrupted)
+    with sqlsdc.connect(db, "ana") as con, pytest.raises(KeyboardInterrupt):
+        con.execute(COUNT.format(1)).fetchall()
+    paid = _read(db, "SELECT query_id FROM sqlsdc.budget_spend")
+    assert len(paid) == 1
+    audited = _read(db, "SELECT decision FROM sqlsdc.audit WHERE query_id = ?", paid[0])
+    assert audited == [("failed",)]
+
+
 # --- (b) two noisy values for one cell, or an exact value -------------------------------------
 
 
@@ -321,10 +344,10 @@ def test_a_changed_joined_table_gives_a_cell_new_noise(db):
     assert cells["ana"] and cells["bob"] and not set(cells["ana"]) & set(cells["bob"])
 
 
-def _read(db, sql: str) -> list[tuple]:
+def _read(db, sql: str, params=None) -> list[tuple]:
     con = open_database(db, read_only=True)
     try:
-        return con.execute(sql).fetchall()
+        return con.execute(sql, params).fetchall()
     finally:
         con.close()
 
