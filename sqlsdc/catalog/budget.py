@@ -162,9 +162,10 @@ class BudgetState:
         """Be the state just before this charge's bump to ``writes``, reading only if needed."""
         if self.writes and writes == self.writes + 1:
             return
-        self.writes = writes - 1
-        self.grants, self.resets = _events(con)
+        self.writes = 0  # nothing known while reading: a read that fails (an interrupt) must
+        self.grants, self.resets = _events(con)  # not leave old events under a new counter
         self.spent = {}
+        self.writes = writes - 1
 
     def spent_of(self, con, keys) -> dict[BudgetKey, PrivacyCost]:
         """What each key has spent; keys not known yet are summed from the ledger."""

@@ -205,6 +205,35 @@ def test_a_file_swapped_while_released_is_read_afresh(db, tmp_path):
     assert _spent_epsilon(db) == 2
 
 
+def test_a_charge_interrupted_while_reading_the_budget_leaves_no_stale_state(db, monkeypatch):
+    """``Connection.interrupt()`` (any thread; the server's cancel request) can land while a
+    charge reads the administrators' events, once the state has taken the new counter. The
+    state then kept its old events and spends with the new counter, so the connection's
+    next charge (counter + 1) trusted what it knew before bob spent: ana spent past (*, *).
+    Here the interrupt is made to land there. Safe: the next charge reads afresh."""
+    a, b = sqlsdc.connect(db, "ana"), sqlsdc.connect(db, "bob")
+    try:
+        assert _try(a, COUNT.format(1))  # ana's state: ε 1/2 spent
+        assert all(_try(b, COUNT.format(10 + i)) for i in range(3))  # (*, *) now spent
+        real, landed = budget._events, []
+
+        def interrupted(con):
+            if not landed:
+                landed.append(1)
+                raise duckdb.InterruptException("INTERRUPT Error: Interrupted!")
+            return real(con)
+
+        monkeypatch.setattr(budget, "_events", interrupted)
+        with pytest.raises(Error):
+            a.execute(COUNT.format(2)).fetchall()
+        assert landed
+        assert not _try(a, COUNT.format(3))
+    finally:
+        a.close()
+        b.close()
+    assert _spent_epsilon(db) == 2
+
+
 _KILLED_CHARGE = textwrap.dedent(
     """
     import os, signal, sys
