@@ -87,9 +87,17 @@ def resolve_domains(stages, run: Callable[[str], pa.Table]) -> Domains:
             out[stage.relation] = None if stage.domains is None else []
             continue
         out[stage.relation] = [
-            list(d) if isinstance(d, tuple) else run(d).column(0).to_pylist() for d in stage.domains
+            list(d) if isinstance(d, tuple) else _domain_values(run(d)) for d in stage.domains
         ]
     return out
+
+
+def _domain_values(values: pa.Table) -> list:
+    """A public table's values as Python values; dates beyond Python's range (a table's
+    'infinity') are left out, as their cells would be (:func:`_representable`)."""
+    column = values.column(0)
+    inside = _in_python_range(column)
+    return (column if inside is None else column.filter(inside)).to_pylist()
 
 
 def data_versions_of(stages, data_version: Callable[[str], str], declared) -> dict[str, str]:
