@@ -341,6 +341,28 @@ def test_nan_and_null_groups_never_share_one_noise(roomy):
         con.execute(NAN_OR_NULL).fetchall()
 
 
+def test_a_domain_mixing_booleans_and_numbers_is_refused(tmp_path):
+    """A declared domain ``[0, 1, true, false]`` passed the schema (JSON tells true from 1)
+    but Python does not: ``true`` and ``1`` found the same exact cell under two identities
+    (two noises on one value), and the query failed after paying (pyarrow's "Expected
+    integer, got bool"). Safe: the policy is refused."""
+    path = tmp_path / "mixed.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE persons AS SELECT i AS pid, i % 2 AS flag FROM range(100) t(i)")
+    con.close()
+    document = {
+        "tables": {"persons": {
+            "privacy_unit": "pid",
+            "columns": {"pid": {"role": "identifier"},
+                        "flag": {"role": "dimension", "domain": [0, 1, True, False]}},
+            "protection": {"counts": {"method": "dp", "spend": {"epsilon": 1}}}}},
+        "users": {"admin": {"role": "admin"}, "ana": {"role": "analyst"}},
+        "budgets": [{"user": "*", "epsilon": 10}],
+    }  # fmt: skip
+    with pytest.raises(Error, match="mixes true/false"):
+        sqlsdc.init(path, document)
+
+
 LABELS = (
     "SELECT l.label, COUNT(*) FROM persons p JOIN lookup l ON p.region = l.code "
     "GROUP BY l.label ORDER BY 1"
