@@ -234,6 +234,26 @@ def test_a_charge_interrupted_while_reading_the_budget_leaves_no_stale_state(db,
     assert _spent_epsilon(db) == 2
 
 
+def test_one_file_by_two_paths_in_one_process_keeps_one_ledger(db, tmp_path):
+    """A hard link (or a bind mount) gives the database a second path that ``resolve()`` does
+    not undo: one process connecting by both got two DuckDB instances of one file (DuckDB's
+    file lock does not keep a process from itself), each writing its own state over the
+    other's: ana and bob answered 8 counts under a limit of 4 and ana's ledger rows were
+    lost. Safe: one instance, one ledger, four counts."""
+    link = tmp_path / "link.duckdb"
+    os.link(db, link)
+    a, b = sqlsdc.connect(db, "ana"), sqlsdc.connect(link, "bob")
+    try:
+        answered = [_try(a if i % 2 == 0 else b, COUNT.format(i)) for i in range(8)]
+    finally:
+        a.close()
+        b.close()
+    assert sum(answered) == 4
+    assert sorted(
+        u for u, _e in _read(db, "SELECT user_name, epsilon FROM sqlsdc.budget_spend")
+    ) == ["ana", "ana", "bob", "bob"]
+
+
 _KILLED_CHARGE = textwrap.dedent(
     """
     import os, signal, sys
