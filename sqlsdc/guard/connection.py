@@ -25,6 +25,7 @@ from sqlsdc.catalog.budget import (
     BudgetState,
     BudgetStatus,
     Charge,
+    PolicyChanged,
     budget_status,
     cache_cells,
     cached_cells,
@@ -142,6 +143,7 @@ class Connection:
         self._asked_timeout = timeout
         self._idle_release = idle_release
         self._dp_noise = True
+        self._reopen = False  # an admin applied a policy in this process: read it (_open)
         self._deadline = 0.0  # of the statement running (monotonic clock)
         self._query_id: int | None = None  # of the DP statement running, once drawn
         self.user = user
@@ -234,6 +236,10 @@ class Connection:
         statement when it comes due (:meth:`_release_if_idle`), so a statement only notes its
         time and sets no timer of its own."""
         self._last_use = time.monotonic()
+        if self._reopen and self._db is not None:
+            self._reopen = False
+            self._close_engine()  # the next statement opens the file and reads the new policy
+            return
         if self._idle_release is None or self._closed:
             return
         held = self._last_use - self._held_since if self._db is not None else 0.0
@@ -638,10 +644,14 @@ class Connection:
             with lock:  # priced under it too: threads asking the same statistic pay it once
                 cost = price(query.dp_stages, data_versions=data_versions, domains=domains,
                              paid=cached)  # fmt: skip
-                paid = charge(con, user=self.user, tables=query.tables, cost=cost.cost,
-                              query_id=query_id, limits=policy_limits(context.policy),
-                              cells=cost.statistics, policy_version=version,
-                              state=self._budget)  # fmt: skip
+                try:
+                    paid = charge(con, user=self.user, tables=query.tables, cost=cost.cost,
+                                  query_id=query_id, limits=policy_limits(context.policy),
+                                  cells=cost.statistics, policy_version=version,
+                                  state=self._budget)  # fmt: skip
+                except PolicyChanged:  # applied by this process: the file stays open
+                    self._reopen = True
+                    raise
             if paid is not None:
                 query_id = self._query_id = paid.query_id
         noisy = release(query.dp_stages, run, secret=self._secret(), policy_version=version,

@@ -181,6 +181,25 @@ def test_a_budget_lowered_by_policy_apply_binds_a_held_connection(db, tmp_path):
     assert _spent_epsilon(db) == Fraction(1, 2)
 
 
+def test_a_policy_applied_in_the_same_process_binds_a_held_connection(db, tmp_path):
+    """``sqlsdc.admin.apply`` (a notebook, a server process) lowers (*, *) to ε 1/2 while an
+    analyst's connection of the same process holds the file: the connection kept the old
+    policy and its limits until it opened the file again, and spent ε 2. Safe: its next
+    charge sees the new policy (nothing charged), and the connection then reads it."""
+    import yaml
+
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump(dp_document(user="*", epsilon="1/2", rho=1, delta="1e-3")))
+    with sqlsdc.connect(db, "ana") as con:
+        assert _try(con, COUNT.format(1))
+        sqlsdc.admin.apply(db, policy, "admin")
+        with pytest.raises(Error, match="policy version 2 was applied"):
+            con.execute(COUNT.format(2)).fetchall()
+        assert not any(_try(con, COUNT.format(i)) for i in range(3, 6))
+        assert con.policy_version == 2
+    assert _spent_epsilon(db) == Fraction(1, 2)
+
+
 def test_a_file_swapped_while_released_is_read_afresh(db, tmp_path):
     """A copy of the database taken before a connection's first charge gets one charge of its
     own by bob (ε 3/2: the same counter, another ledger) and is put in place while the
