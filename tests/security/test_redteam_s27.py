@@ -2,9 +2,14 @@
 guarded connection keeps between charges (``BudgetState``, trusted while ``budget_lock``'s
 counter says nobody else wrote), the statistics' cache look-up that also fetches the cells of
 public domains (``prefetching``), and public domains completed from Arrow columns. Every test
-asserts the SAFE outcome. The docstrings tell what was tried; the attacks on group keys whose
-Python values are not one per group (NaN and NULL, ``24:00:00``, dates beyond year 9999)
-succeeded and were closed in this session (``dp_release._representable``)."""
+asserts the SAFE outcome; each docstring tells what was tried. What succeeded, and was closed
+in this session: an interrupt landing in a charge's read of the budget events (stale state
+trusted), a policy applied in the connection's own process (old limits kept), one file by
+two paths in one process (two engines, lost ledger rows), Ctrl-C after a charge (paid, not
+audited), group keys whose Python values are not one per group (NaN and NULL, ``24:00:00``,
+nanoseconds: one noise on two exact values; dates beyond year 9999: an exact existence
+oracle), a joined table's change (same noise over a new exact value), and a declared domain
+mixing booleans with numbers."""
 
 from __future__ import annotations
 
