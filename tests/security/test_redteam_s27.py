@@ -26,6 +26,8 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 import pytest
+from test_dp_query import dp_document, make_db
+from test_redteam_s26 import _read
 
 import sqlsdc
 from sqlsdc.catalog import budget
@@ -35,9 +37,6 @@ from sqlsdc.errors import BudgetExhausted, Error, PolicyViolation
 from sqlsdc.guard.connection import Connection
 from sqlsdc.mechanisms.accountant import BudgetLimit
 from sqlsdc.mechanisms.dp_cells import encode_key_value
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from test_dp_query import dp_document, make_db  # noqa: E402
 
 COUNT = "SELECT COUNT(*) FROM persons WHERE age > {}"  # ε 1/2 each (persons' counts)
 
@@ -66,12 +65,17 @@ def roomy(tmp_path_factory) -> Path:
 
 
 def _spent_epsilon(db) -> Fraction:
-    con = open_database(db, read_only=True)
-    try:
-        rows = con.execute("SELECT epsilon FROM sqlsdc.budget_spend").fetchall()
-    finally:
-        con.close()
+    rows = _read(db, "SELECT epsilon FROM sqlsdc.budget_spend")
     return sum((Fraction(e) for (e,) in rows), Fraction(0))
+
+
+def _interleaved(a, b, n: int = 8) -> list[bool]:
+    """Whether each of ``n`` counts was answered, asked in turn by ``a`` and ``b`` (closed)."""
+    try:
+        return [_try(a if i % 2 == 0 else b, COUNT.format(i)) for i in range(n)]
+    finally:
+        a.close()
+        b.close()
 
 
 def _try(con, sql) -> bool:
@@ -90,12 +94,7 @@ def test_interleaved_connections_of_one_user_never_trust_a_stale_state(db):
     """Two connections of one analyst in one process take turns: each keeps a BudgetState,
     and the other's charges must make it read afresh (the counter jumps by 2, not 1). Safe:
     four counts in all, never eight."""
-    a, b = sqlsdc.connect(db, "ana"), sqlsdc.connect(db, "ana")
-    try:
-        answered = [_try(a if i % 2 == 0 else b, COUNT.format(i)) for i in range(8)]
-    finally:
-        a.close()
-        b.close()
+    answered = _interleaved(sqlsdc.connect(db, "ana"), sqlsdc.connect(db, "ana"))
     assert answered == [True] * 4 + [False] * 4
     assert _spent_epsilon(db) == 2
 
@@ -266,13 +265,7 @@ def test_one_file_by_two_paths_in_one_process_keeps_one_ledger(db, tmp_path):
     lost. Safe: one instance, one ledger, four counts."""
     link = tmp_path / "link.duckdb"
     os.link(db, link)
-    a, b = sqlsdc.connect(db, "ana"), sqlsdc.connect(link, "bob")
-    try:
-        answered = [_try(a if i % 2 == 0 else b, COUNT.format(i)) for i in range(8)]
-    finally:
-        a.close()
-        b.close()
-    assert sum(answered) == 4
+    assert sum(_interleaved(sqlsdc.connect(db, "ana"), sqlsdc.connect(link, "bob"))) == 4
     assert sorted(
         u for u, _e in _read(db, "SELECT user_name, epsilon FROM sqlsdc.budget_spend")
     ) == ["ana", "ana", "bob", "bob"]
@@ -437,14 +430,6 @@ def test_a_changed_joined_table_gives_a_cell_new_noise(db):
         )
     )
     assert cells["ana"] and cells["bob"] and not set(cells["ana"]) & set(cells["bob"])
-
-
-def _read(db, sql: str, params=None) -> list[tuple]:
-    con = open_database(db, read_only=True)
-    try:
-        return con.execute(sql, params).fetchall()
-    finally:
-        con.close()
 
 
 def test_time_keys_of_private_groups_are_refused(roomy):
