@@ -76,6 +76,7 @@ __all__ = [
     "BudgetState",
     "BudgetStatus",
     "Charge",
+    "PolicyChanged",
     "budget_events",
     "budget_status",
     "cache_cells",
@@ -87,6 +88,7 @@ __all__ = [
     "parse_amount",
     "policy_limits",
     "is_conflict",
+    "note_policy",
     "reset",
     "set_limit",
     "spend_ledger",
@@ -158,13 +160,23 @@ class BudgetState:
     resets: dict[BudgetKey, int] = field(default_factory=dict)
     spent: dict[BudgetKey, PrivacyCost] = field(default_factory=dict)
 
-    def read(self, con, writes: int) -> None:
-        """Be the state just before this charge's bump to ``writes``, reading only if needed."""
+    def read(self, con, writes: int, policy_version: int | None = None) -> None:
+        """Be the state just before this charge's bump to ``writes``, reading only if needed.
+        Raises :class:`PolicyChanged` if a policy other than ``policy_version`` (the caller's,
+        whose limits it charges against) was applied since (:func:`note_policy`)."""
         if self.writes and writes == self.writes + 1:
             return
-        self.writes = writes - 1
+        self.writes = 0  # nothing known while reading: a read that fails (an interrupt) must
+        if policy_version is not None:  # not leave old events under a new counter
+            (current,) = one(con, f"SELECT max(version) FROM {S}.policy_versions")
+            if current is not None and current != policy_version:
+                raise PolicyChanged(
+                    f"policy version {current} was applied since this connection read version "
+                    f"{policy_version}; nothing was charged or run: run the query again"
+                )
         self.grants, self.resets = _events(con)
         self.spent = {}
+        self.writes = writes - 1
 
     def spent_of(self, con, keys) -> dict[BudgetKey, PrivacyCost]:
         """What each key has spent; keys not known yet are summed from the ledger."""
@@ -179,6 +191,18 @@ class BudgetState:
         for key in self.spent:
             if key.applies_to(user, tables):
                 self.spent[key] = self.spent[key] + row
+
+
+class PolicyChanged(OperationalError):
+    """A charge's limits come from a policy that is no longer in force."""
+
+
+def note_policy(con) -> None:
+    """Count a policy's application as a write of the budget tables (its budgets are limits),
+    in the caller's transaction: a connection of this process that read the previous policy
+    then learns it at its next charge (:meth:`BudgetState.read`) instead of spending under
+    the old limits until it opens the file again."""
+    _bump(con)
 
 
 def policy_limits(policy) -> dict[BudgetKey, BudgetLimit]:
@@ -486,7 +510,7 @@ def charge(
             if attempt and cells and _all_paid(con, user, policy_version, cells):
                 rollback(con)  # the charge we conflicted with paid these statistics
                 return None
-            state.read(con, writes)
+            state.read(con, writes, policy_version)
             lims = {
                 k: v
                 for k, v in _with_grants(limits, state.grants).items()

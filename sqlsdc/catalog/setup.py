@@ -12,7 +12,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from sqlsdc.catalog import keys, ptables, store
+from sqlsdc.catalog import budget, keys, ptables, store
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines.duckdb import one
 from sqlsdc.errors import AccessDenied, PolicyError
@@ -104,6 +104,7 @@ def apply_policy(con, policy: Policy, applied_by: str) -> ApplyReport:
                 _index_key(con, table.name, table.key)
         ptables.ensure_ptables(con, policy)
         report.version = store.store_policy(con, policy.document_dict(), policy.source, applied_by)
+        budget.note_policy(con)
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")

@@ -51,6 +51,29 @@ warnings.filterwarnings("ignore", message="Arrow output on a DB-API result", cat
 # between threads, or a second thread's SET meets a configuration the first just locked.
 _OPEN_LOCK = threading.RLock()
 
+_PATHS: dict[tuple[int, int], str] = {}  # (device, inode) -> the path it was first opened by
+
+
+def _one_path(path: Path) -> Path:
+    """The path this process first opened this file by, while that path still names it: one
+    file reached by two paths (a hard link, a bind mount) must not get two DuckDB instances
+    in one process (DuckDB shares an instance per path, and its file lock does not keep a
+    process from itself): each would write its own state over the other's, and the ledger
+    rows of one were lost, so each analyst spent the whole budget."""
+    try:
+        found = path.stat()
+    except OSError:
+        return path  # a file yet to be made
+    key = (found.st_dev, found.st_ino)
+    with _OPEN_LOCK:
+        first = _PATHS.get(key)
+        with contextlib.suppress(OSError):
+            if first is not None and os.path.samefile(first, path):
+                return Path(first)
+        _PATHS[key] = str(path)
+    return path
+
+
 # How long an open waits while another process holds the file (DuckDB lets one process write a
 # file, and a writer excludes every other process): guarded connections release it when idle.
 LOCK_WAIT_SECONDS = 60.0
@@ -65,7 +88,7 @@ def open_database(
     until the connection is closed, so no commit is lost when processes take turns. While
     another process holds the file, the open is retried for up to ``wait`` seconds (a guarded
     connection holds it while it runs statements, and releases it when idle)."""
-    path = Path(path)
+    path = _one_path(Path(path))
     if not read_only and not path.parent.exists():
         raise NotFoundError(f"cannot create database {path}: folder {path.parent} does not exist")
     if read_only and not path.exists():

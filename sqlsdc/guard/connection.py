@@ -25,6 +25,7 @@ from sqlsdc.catalog.budget import (
     BudgetState,
     BudgetStatus,
     Charge,
+    PolicyChanged,
     budget_status,
     cache_cells,
     cached_cells,
@@ -49,7 +50,14 @@ from sqlsdc.errors import (
     QueryCanceled,
 )
 from sqlsdc.guard.check_cache import checked, context_fingerprint
-from sqlsdc.guard.dp_release import DpRelease, prefetching, price, release, resolve_domains
+from sqlsdc.guard.dp_release import (
+    DpRelease,
+    data_versions_of,
+    prefetching,
+    price,
+    release,
+    resolve_domains,
+)
 from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, protect
 from sqlsdc.guard.postprocess import (
     accuracy,
@@ -135,6 +143,7 @@ class Connection:
         self._asked_timeout = timeout
         self._idle_release = idle_release
         self._dp_noise = True
+        self._reopen = False  # an admin applied a policy in this process: read it (_open)
         self._deadline = 0.0  # of the statement running (monotonic clock)
         self._query_id: int | None = None  # of the DP statement running, once drawn
         self.user = user
@@ -228,6 +237,10 @@ class Connection:
         statement when it comes due (:meth:`_release_if_idle`), so a statement only notes its
         time and sets no timer of its own."""
         self._last_use = time.monotonic()
+        if self._reopen and self._db is not None:
+            self._reopen = False
+            self._close_engine()  # the next statement opens the file and reads the new policy
+            return
         if self._idle_release is None or self._closed:
             return
         held = self._last_use - self._held_since if self._db is not None else 0.0
@@ -502,7 +515,7 @@ class Connection:
             except Error as refusal:
                 self._audit_refusal(self._query_id, sql, refusal)
                 raise
-            except Exception as bug:  # paid (perhaps): never without an audit entry
+            except BaseException as bug:  # paid (perhaps), Ctrl-C too: never unaudited
                 self._audit_bug(self._query_id, sql, bug)
                 raise
         return self._answer(sql, query, noisy, paid, self._query_id)
@@ -560,20 +573,18 @@ class Connection:
                 engine.rollback(con)
                 self._audit_refusal(query_id, sql, refusal)
                 raise
-            except Exception as bug:
+            except BaseException as bug:  # a bug, or Ctrl-C after a charge: audited all the same
                 engine.rollback(con)
                 self._audit_bug(query_id, sql, bug)
-                raise
-            except BaseException:
-                engine.rollback(con)
                 raise
             finally:
                 _unregister(con, noisy)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def _audit_bug(self, query_id: int | None, sql: str, bug: Exception) -> None:
-        """Best effort: a ``failed`` audit entry for an error sqlsdc did not foresee (a bug),
-        so that no query, and no paid DP query above all, goes unrecorded."""
+    def _audit_bug(self, query_id: int | None, sql: str, bug: BaseException) -> None:
+        """Best effort: a ``failed`` audit entry for an error sqlsdc did not foresee (a bug)
+        or an interrupt (Ctrl-C), so that no query, and no paid DP query above all, goes
+        unrecorded."""
         try:
             store.record_query(self._con, query_id, self.user, self._context.policy_version,
                                "failed", sql, reason=store.audit_reason(bug))  # fmt: skip
@@ -625,7 +636,9 @@ class Connection:
 
         data_version = data_version or self._data_version
 
-        data_versions = {s.table: data_version(s.table) for s in query.dp_stages}
+        declared = context.policy.table
+        data_versions = data_versions_of(query.dp_stages, data_version,
+                                         lambda name: declared(name) is not None)  # fmt: skip
         domains = resolve_domains(query.dp_stages, run)  # public values only
         cached = prefetching(lambda digests: cached_cells(con, self.user, version, digests),
                              query.dp_stages, data_versions=data_versions,
@@ -636,10 +649,14 @@ class Connection:
             with lock:  # priced under it too: threads asking the same statistic pay it once
                 cost = price(query.dp_stages, data_versions=data_versions, domains=domains,
                              paid=cached)  # fmt: skip
-                paid = charge(con, user=self.user, tables=query.tables, cost=cost.cost,
-                              query_id=query_id, limits=policy_limits(context.policy),
-                              cells=cost.statistics, policy_version=version,
-                              state=self._budget)  # fmt: skip
+                try:
+                    paid = charge(con, user=self.user, tables=query.tables, cost=cost.cost,
+                                  query_id=query_id, limits=policy_limits(context.policy),
+                                  cells=cost.statistics, policy_version=version,
+                                  state=self._budget)  # fmt: skip
+                except PolicyChanged:  # applied by this process: the file stays open
+                    self._reopen = True
+                    raise
             if paid is not None:
                 query_id = self._query_id = paid.query_id
         noisy = release(query.dp_stages, run, secret=self._secret(), policy_version=version,

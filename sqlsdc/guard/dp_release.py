@@ -24,6 +24,7 @@ cost and no cache: it shows what bounding, clamping, NULLs and empty groups do t
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import math
 from collections.abc import Callable
@@ -33,6 +34,8 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
+from sqlglot import exp
 
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.mechanisms.accountant import ZERO, Aggregate, PrivacyCost, Statistic, ratio_sd
@@ -84,9 +87,37 @@ def resolve_domains(stages, run: Callable[[str], pa.Table]) -> Domains:
             out[stage.relation] = None if stage.domains is None else []
             continue
         out[stage.relation] = [
-            list(d) if isinstance(d, tuple) else run(d).column(0).to_pylist() for d in stage.domains
+            list(d) if isinstance(d, tuple) else _domain_values(run(d)) for d in stage.domains
         ]
     return out
+
+
+def _domain_values(values: pa.Table) -> list:
+    """A public table's values as Python values; dates beyond Python's range (a table's
+    'infinity') are left out, as their cells would be (:func:`_representable`)."""
+    column = values.column(0)
+    inside = _in_python_range(column)
+    return (column if inside is None else column.filter(inside)).to_pylist()
+
+
+def data_versions_of(stages, data_version: Callable[[str], str], declared) -> dict[str, str]:
+    """Per tabulated table, the data version its cells are named by: the table's own, then
+    ``;name=version`` of every other declared table (``declared``: name -> bool) that a stage
+    of it reads. A cell's exact value depends on every table its population joins (a public
+    table's labels, a confidential table's filter columns), so the same noise must never
+    come back over another version of any of them: it would reveal the exact difference.
+    Stages over one table alone keep the table's own version."""
+    joined: dict[str, set[str]] = {}
+    for stage in stages:
+        tree = stage.trees.get(None)
+        names = {t.name.lower() for t in tree.find_all(exp.Table)} if tree is not None else set()
+        joined.setdefault(stage.table, set()).update(
+            n for n in names if n != stage.table and declared(n)
+        )
+    return {
+        table: data_version(table) + "".join(f";{t}={data_version(t)}" for t in sorted(others))
+        for table, others in joined.items()
+    }
 
 
 def _space(stage: DpStage, data_versions: dict[str, str]) -> CellSpace:
@@ -210,7 +241,7 @@ def release(
                 out.reused += len(frame) * len(noisy)
                 out.relations[stage.relation] = _cells_table(frame, noisy, stage, noise, types)
                 continue
-        exact_cells = run(stage.sql)
+        exact_cells = _representable(run(stage.sql), stage, domains[stage.relation] is None)
         frame = _complete(exact_cells, stage, domains[stage.relation])
         noisy = _noisy(frame, stage, space, secret, policy_version, known, noise, out)
         if stage.selection is not None:
@@ -265,6 +296,74 @@ def _grid_keys(stage: DpStage, stage_domains: list[list]) -> dict[str, list]:
     return {f"__g{j}": [key[j] for key in grid] for j in range(len(stage.keys))}
 
 
+def _representable(exact_cells: pa.Table, stage: DpStage, private: bool) -> pa.Table:
+    """The exact cells whose group keys become distinct Python values; the others dropped.
+
+    Keys become Python values (to encode each cell's identity, to complete public domains), and
+    that must neither fail for some values only (the error would tell, exactly and whatever
+    the noise, whether a group with such a key exists: DuckDB's dates and timestamps reach far
+    beyond Python's years 1 to 9999, 'infinity' among them) nor give two groups one identity
+    (one noise on two exact values reveals their difference). So keys of dates and timestamps
+    outside Python's range are dropped, as keys outside a public domain are: whether a cell
+    is dropped depends on its key, never on its count. Private groups (keys from the data)
+    of a type whose Python values are not one per group are refused, by the type alone:
+    floats (the NaN and the NULL group would be one cell) and times (``24:00:00`` is
+    ``00:00:00`` in Python, TIMETZ loses its offset)."""
+    keep = None
+    for j in range(len(stage.keys)):
+        column = exact_cells.column(f"__g{j}")
+        if private and not _distinct_in_python(column.type):
+            raise PolicyViolation(
+                f"a DP group key of type {column.type} is not released as groups from the "
+                "data (its values do not name one group each)",
+                "cast the key to VARCHAR, or group by a dimension with a declared domain",
+            )
+        inside = _in_python_range(column)
+        if inside is not None:
+            keep = inside if keep is None else pc.and_(keep, inside)
+    return exact_cells if keep is None else exact_cells.filter(keep)
+
+
+def _distinct_in_python(kind: pa.DataType) -> bool:
+    """Whether distinct keys of this type are distinct Python values of one canonical text
+    each (:func:`sqlsdc.mechanisms.dp_cells.encode_key_value`)."""
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    checks = (pa.types.is_null, pa.types.is_boolean, pa.types.is_integer, pa.types.is_decimal,
+              pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
+              pa.types.is_large_binary, pa.types.is_date, pa.types.is_timestamp)  # fmt: skip
+    return any(check(kind) for check in checks) or kind == pa.string_view()
+
+
+_EPOCH = dt.datetime(1970, 1, 1)
+_PER_SECOND = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}
+
+
+def _in_python_range(column: pa.ChunkedArray) -> pa.ChunkedArray | None:
+    """Per value, whether Python's dates and datetimes hold it (NULL: yes); None for types
+    without such a limit. Timestamps with a time zone keep a day's margin for its offset."""
+    kind = column.type
+    if pa.types.is_date32(kind):
+        low, high, values = dt.date.min, dt.date.max, pc.cast(column, pa.int32())
+        low, high = ((d - _EPOCH.date()).days for d in (low, high))
+    elif pa.types.is_date64(kind):
+        days = [(d - _EPOCH.date()).days for d in (dt.date.min, dt.date.max)]
+        low, high, values = days[0] * 86_400_000, days[1] * 86_400_000, pc.cast(column, pa.int64())
+    elif pa.types.is_timestamp(kind):
+        margin = dt.timedelta(days=1 if kind.tz else 0)
+        per = _PER_SECOND[kind.unit]
+        low, high = (
+            (t - _EPOCH) // dt.timedelta(microseconds=1) * per // 10**6
+            for t in (dt.datetime.min + margin, dt.datetime.max - margin)
+        )
+        low, high = max(low, -(2**63) + 1), min(high, 2**63 - 1)  # -2**63: pandas' NaT
+        values = pc.cast(column, pa.int64())
+    else:
+        return None
+    inside = pc.and_(pc.greater_equal(values, low), pc.less_equal(values, high))
+    return pc.fill_null(inside, True)
+
+
 def _exact_types(dtype: pa.DataType):
     """Keep exact integers and decimals as Python objects (HUGEINT sums come as decimals)."""
     if pa.types.is_decimal(dtype) or pa.types.is_integer(dtype):
@@ -282,6 +381,9 @@ def _complete(exact_cells: pa.Table, stage: DpStage, domains: list[list] | None)
         exact = exact_cells.to_pandas(types_mapper=_exact_types)
         for column in stats:
             exact[column] = [_exact_int(v) for v in exact[column].tolist()]
+        for key in keys:  # NULL timestamps as None, not NaT (which Arrow cannot take back)
+            if pa.types.is_timestamp(exact_cells.schema.field(key).type):
+                exact[key] = pd.Series(exact_cells.column(key).to_pylist(), dtype=object)
         return exact
     values = {c: [_exact_int(v) for v in exact_cells.column(c).to_pylist()] for c in stats}
     present = list(zip(*(exact_cells.column(k).to_pylist() for k in keys), strict=True))
@@ -322,7 +424,7 @@ def _noisy(frame, stage, space, secret, version, cached, noise, out):
 
 def _quantiles(histogram: pa.Table, frame, stage, stat, space, secret, version, cached, noise):
     keys = [f"__g{j}" for j in range(len(stage.keys))]
-    long = histogram.to_pandas()
+    long = _representable(histogram, stage, private=False).to_pandas()
     long = long[long["__bin"].notna()]  # rows whose measure is NULL do not count
     b = stat.calibration.bounding
     candidates = int((b.upper - b.lower) / b.granularity) + 1

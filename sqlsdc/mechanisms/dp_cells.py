@@ -26,8 +26,10 @@ a JSON document with sorted keys and no whitespace,
   never the output alias, so ``SELECT region AS r`` and ``SELECT region`` are the same cells),
   values
   typed: ``null``, ``b:true``, ``i:42``, ``f:<repr>``, ``d:<decimal>``, ``s:<text>``,
-  ``date:``/``ts:``/``time:<ISO 8601>``, ``x:<hex bytes>``. Float NaN is SQL NULL (pandas turns
-  NULL keys of float columns into NaN). Other types are refused.
+  ``date:``/``ts:``/``time:<ISO 8601>`` (nanoseconds kept), ``x:<hex bytes>``. Float NaN
+  encodes as ``null``, so groups taken from the data are never keyed by floats (nor by times,
+  whose ``24:00:00`` is Python's ``00:00:00``): the guard refuses those key types, as NaN and
+  NULL are two groups (:func:`sqlsdc.guard.dp_release.release`). Other types are refused.
 
 The PRF stream of a cell is ``KeyedStream(secret, policy_version, "sqlsdc.dp_cell.v1", TEXT)``
 and its catalog key is ``SHA-256(TEXT)`` (:attr:`CellIdentity.digest`). The noise does not
@@ -121,8 +123,8 @@ def encode_key_value(value: object) -> str:
         return "null" if value.is_nan() else f"d:{value.normalize()}"
     if isinstance(value, str):
         return f"s:{value}"
-    if isinstance(value, pd.Timestamp):
-        value = value.to_pydatetime()
+    if isinstance(value, pd.Timestamp):  # nanoseconds, which datetime drops, are kept
+        value = value.to_pydatetime() if not value.nanosecond else value
     if isinstance(value, _dt.datetime):
         return f"ts:{value.isoformat()}"
     if isinstance(value, _dt.date):
