@@ -346,6 +346,17 @@ def base_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
     return {r[0] for r in rows}
 
 
+def data_version(con: duckdb.DuckDBPyConnection, table: str) -> str:
+    """A fingerprint of a table's rows: their count, and the XOR and the sum of their hashes.
+    DP cells are named by it, so changed data gets fresh noise, never the old noise over a new
+    exact value. The sum keeps what the XOR alone loses: two equal rows cancel in an XOR, so
+    a pair of duplicates replaced by another pair would keep the version."""
+    rows, xor, total = one(
+        con, f'SELECT count(*), bit_xor(hash("{table}")), sum(hash("{table}")) FROM "{table}"'
+    )
+    return f"{rows}:{xor}:{total or 0}"
+
+
 def tables_read_by(con: duckdb.DuckDBPyConnection, sql: str) -> set[str]:
     """The tables DuckDB's own parser says a statement reads (defence in depth)."""
     return {name.split(".")[-1].lower() for name in con.get_table_names(sql, qualified=False)}

@@ -810,7 +810,7 @@ class SparkEngine:
         """
         import duckdb
 
-        from sqlsdc.engines.duckdb import open_database
+        from sqlsdc.engines.duckdb import data_version, open_database
 
         folder = tempfile.mkdtemp(prefix="sqlsdc-spark-")
         self._folders.append(folder)
@@ -835,10 +835,7 @@ class SparkEngine:
                     ) from None
                 self.register(name, path)
                 if "." not in name:  # a data table (not sqlsdc.*): as Connection._data_version
-                    rows, digest = con.execute(
-                        f'SELECT count(*), bit_xor(hash("{name}")) FROM "{name}"'
-                    ).fetchall()[0]
-                    self.data_versions[name.lower()] = f"{rows}:{digest}"
+                    self.data_versions[name.lower()] = data_version(con, name)
         finally:
             if own:
                 con.close()

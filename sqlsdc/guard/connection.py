@@ -687,10 +687,7 @@ class Connection:
         value. Computed once per opening of the file (while it is open, DuckDB locks it against
         other writers)."""
         if table not in self._data_versions:
-            rows, digest = engine.one(
-                self._con, f'SELECT count(*), bit_xor(hash("{table}")) FROM "{table}"'
-            )
-            self._data_versions[table] = f"{rows}:{digest}"
+            self._data_versions[table] = engine.data_version(self._con, table)
         return self._data_versions[table]
 
 

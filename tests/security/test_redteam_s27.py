@@ -32,6 +32,7 @@ from test_redteam_s26 import _read
 import sqlsdc
 from sqlsdc.catalog import budget
 from sqlsdc.catalog.budget import BudgetKey
+from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import BudgetExhausted, Error, PolicyViolation
 from sqlsdc.guard.connection import Connection
@@ -603,3 +604,36 @@ def test_errors_of_the_release_path_are_sqlsdc_errors(roomy):
                 con.execute(sql).fetchall()
             except Error:
                 pass
+
+
+def test_a_pair_of_duplicate_rows_replaced_by_another_pair_gives_new_noise(db):
+    """Reported by the red team, closed after it: the data version was the row count and the
+    XOR of the rows' hashes, in which two equal rows cancel. Two duplicate visits changed
+    together (a correction applied to both) kept the version, so the same cells came back
+    with the same noise over new exact values: asked before and after, their difference is
+    exact. Safe: the version also sums the hashes, so the cells are new."""
+    sql = "SELECT clinic, SUM(cost) FROM visits GROUP BY clinic ORDER BY 1"
+    raw = open_database(db)
+    try:
+        raw.execute(
+            "INSERT INTO visits SELECT * REPLACE (12.3456 AS cost) FROM visits "
+            "WHERE clinic = 'a' LIMIT 1"
+        )
+        raw.execute("INSERT INTO visits SELECT * FROM visits WHERE cost = 12.3456")
+        before = engine.data_version(raw, "visits")
+    finally:
+        raw.close()
+    with sqlsdc.connect(db, "ana") as con:
+        con.execute(sql).fetchall()
+    raw = open_database(db)
+    try:
+        (changed,) = raw.execute("UPDATE visits SET cost = 77.7 WHERE cost = 12.3456").fetchone()
+        assert changed == 2
+        assert engine.data_version(raw, "visits") != before
+    finally:
+        raw.close()
+    with sqlsdc.connect(db, "ana") as con:
+        con.execute(sql).fetchall()
+    drawn = _read(db, "SELECT query_id, list(cell_hash) FROM sqlsdc.dp_cells GROUP BY ALL")
+    first, second = (set(hashes) for _query, hashes in sorted(drawn)[-2:])
+    assert first and second and not first & second
