@@ -26,10 +26,12 @@ def copy_tree(tree: exp.Expr, twin: dict[int, exp.Expr] | None = None) -> exp.Ex
     generator give a node a new type rather than change the one it has. ``twin``, when given,
     receives ``id(original) -> copy`` for every node of the tree.
     """
+    Expr = exp.Expr
     root = tree.__class__()
     stack: list[tuple[exp.Expr, exp.Expr]] = [(tree, root)]
+    push, pop = stack.append, stack.pop
     while stack:
-        node, copy = stack.pop()
+        node, copy = pop()
         if twin is not None:
             twin[id(node)] = copy
         if node.comments is not None:
@@ -37,36 +39,47 @@ def copy_tree(tree: exp.Expr, twin: dict[int, exp.Expr] | None = None) -> exp.Ex
         copy._type = node._type  # the annotation; ``type`` of a cast is its target
         if node._meta is not None:
             copy._meta = _copied(node._meta)
-        if node._hash is not None:
-            copy._hash = node._hash
+        # the children are linked as ``set`` and ``append`` link them (parent, arg_key, index),
+        # without their per-call work; like them, a node with children keeps no cached hash
+        args, linked = copy.args, False
         for key, value in node.args.items():
-            if isinstance(value, exp.Expr):
-                stack.append((value, value.__class__()))
-                copy.set(key, stack[-1][-1])
+            if isinstance(value, Expr):
+                child = value.__class__()
+                child.parent, child.arg_key = copy, key
+                args[key] = child
+                push((value, child))
+                linked = True
             elif type(value) is list:
-                copy.args[key] = []
-                for item in value:
-                    if isinstance(item, exp.Expr):
-                        stack.append((item, item.__class__()))
-                        copy.append(key, stack[-1][-1])
-                    else:
-                        copy.append(key, item)
+                items = []
+                for index, item in enumerate(value):
+                    if isinstance(item, Expr):
+                        child = item.__class__()
+                        child.parent, child.arg_key, child.index = copy, key, index
+                        push((item, child))
+                        item = child
+                    items.append(item)
+                args[key] = items
+                linked = linked or bool(items)
             else:
-                copy.args[key] = value
+                args[key] = value
+        if node._hash is not None and not linked:
+            copy._hash = node._hash
     return root
 
 
-_ATOMS = (str, int, float, bool, type(None))
+_ATOM_TYPES = frozenset((str, int, float, bool, type(None)))
 
 
 def _copied(value: list | dict) -> list | dict:
     """``deepcopy(value)`` of a node's comments or meta; a shallow copy when the values are
     immutable (the parser's positions and comments), which is the same and much faster."""
-    if type(value) is dict and all(type(v) in _ATOMS for v in value.values()):
-        return value.copy()
-    if type(value) is list and all(type(v) in _ATOMS for v in value):
-        return value.copy()
-    return deepcopy(value)
+    kind = type(value)
+    if kind is not dict and kind is not list:
+        return deepcopy(value)
+    for item in value.values() if kind is dict else value:
+        if type(item) not in _ATOM_TYPES:
+            return deepcopy(value)
+    return value.copy()
 
 
 def release(trees: Iterable[exp.Expr | None], keep: Iterable[exp.Expr] = ()) -> None:
@@ -80,31 +93,36 @@ def release(trees: Iterable[exp.Expr | None], keep: Iterable[exp.Expr] = ()) -> 
     (``DataType`` nodes) are never taken apart, and neither are the nodes in ``keep`` (every
     node of a result that lives on: ``nodes(result)``) and everything below them."""
     kept = set(map(id, keep))
+    Expr, DataType = exp.Expr, exp.DataType
     for tree in trees:
         if tree is None or id(tree) in kept:
             continue
         stack = [tree]
+        push = stack.append
         while stack:
             node = stack.pop()
+            # a child is taken apart when it is ``node``'s own (its parent), not kept, and not
+            # a type: a type annotation may be shared with other trees (see :func:`copy_tree`;
+            # sqlglot's generator may place a node's annotation in a CAST it builds)
             for value in node.args.values():
                 if isinstance(value, list):
-                    stack.extend(v for v in value if _owned(v, node, kept))
-                elif _owned(value, node, kept):
-                    stack.append(value)
+                    for item in value:
+                        if (
+                            isinstance(item, Expr)
+                            and item.parent is node
+                            and not isinstance(item, DataType)
+                            and id(item) not in kept
+                        ):
+                            push(item)
+                elif (
+                    isinstance(value, Expr)
+                    and value.parent is node
+                    and not isinstance(value, DataType)
+                    and id(value) not in kept
+                ):
+                    push(value)
             node.parent = None
             node.args.clear()
-
-
-def _owned(value: object, node: exp.Expr, kept: set[int]) -> bool:
-    """Whether ``release`` takes apart ``value``, a child of ``node``: a node whose parent is
-    ``node``, not kept, and not a type: a type annotation may be shared with other trees (see
-    :func:`copy_tree`; sqlglot's generator may place a node's annotation in a CAST it builds)."""
-    return (
-        isinstance(value, exp.Expr)
-        and value.parent is node
-        and not isinstance(value, exp.DataType)
-        and id(value) not in kept
-    )
 
 
 def nodes(tree: exp.Expr) -> list[exp.Expr]:
