@@ -464,8 +464,8 @@ def _sort_commutative(
 ) -> exp.Expr:
     """``node`` (changed in place) with OR operands sorted (commutative under three-valued
     logic) and IN lists sorted and deduplicated; the OR chains it replaced are appended to
-    ``replaced``, the IN predicates it changed to ``changed``. The generator remembers the
-    text of every OR operand."""
+    ``replaced``, the nested OR chains and IN predicates it changed to ``changed``. The
+    generator remembers the text of every OR operand."""
     walked = nodes(node)  # the OR chains are rebuilt from their operands: the INs stay
     ins = [n for n in walked if isinstance(n, exp.In)]
     for part in [n for n in walked if isinstance(n, exp.Or)]:
@@ -482,6 +482,7 @@ def _sort_commutative(
             node = joined
         else:
             part.replace(joined)
+            changed.append(joined)  # inside an operand of an OR chain sorted before
     for part in ins:
         values = part.args.get("expressions")
         if values:
