@@ -22,7 +22,6 @@ from sqlsdc.engines.duckdb import (
 def parse_one(sql: str):
     return sqlglot.parse_one(sql, read="duckdb")
 
-
 LOCKED = "the configuration has been locked"
 NO_FILES = "file system operations are disabled by configuration"
 
@@ -72,14 +71,12 @@ def clean():
 def test_open_database_locks_extensions_and_replacement_scans(path):
     con = open_database(path)
     try:
-        settings = dict(
-            con.execute(
-                "SELECT name, value FROM duckdb_settings() WHERE name IN ("
-                "'autoinstall_known_extensions', 'autoload_known_extensions', "
-                "'allow_community_extensions', 'allow_unsigned_extensions', "
-                "'python_enable_replacements', 'allow_persistent_secrets')"
-            ).fetchall()
-        )
+        settings = dict(con.execute(
+            "SELECT name, value FROM duckdb_settings() WHERE name IN ("
+            "'autoinstall_known_extensions', 'autoload_known_extensions', "
+            "'allow_community_extensions', 'allow_unsigned_extensions', "
+            "'python_enable_replacements', 'allow_persistent_secrets')"
+        ).fetchall())
     finally:
         con.close()
     assert len(settings) == 6
@@ -275,9 +272,7 @@ def test_window_aggregates_are_qualified_and_run(hardened):
         "SELECT system.main.SUM(x) OVER () FROM t"
     )
     assert hardened.execute("SELECT system.main.COUNT(*) OVER () FROM range(3)").fetchall() == [
-        (3,),
-        (3,),
-        (3,),
+        (3,), (3,), (3,)
     ]
 
 
@@ -384,11 +379,8 @@ def test_least_is_qualified_however_it_was_built(hardened, clean, builtins):
     """Parsed ``LEAST(a, b)`` and the rewrite's NULL-propagating ``exp.Least`` must both come out
     as valid SQL calling the built-in, whichever of the two is qualified first."""
     parsed = "SELECT LEAST(COUNT(DISTINCT id), COUNT(DISTINCT g)) AS n FROM t"
-    for sql in (
-        to_sql(parse_one(parsed)),
-        to_sql(least_of_unit_counts()),
-        to_sql(parse_one(parsed)),
-    ):
+    for sql in (to_sql(parse_one(parsed)), to_sql(least_of_unit_counts()),
+                to_sql(parse_one(parsed))):
         assert hardened.execute(sql).fetchall() == [(3,)], sql
         assert unqualified_calls(sql, "LEAST") == 0, sql
 
