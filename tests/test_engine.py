@@ -388,3 +388,16 @@ def test_least_is_qualified_however_it_was_built(hardened, clean, builtins):
 def test_least_macro_does_not_change_the_join_unit_count(shadowed):
     generated = to_sql(least_of_unit_counts())
     assert shadowed.execute(generated).fetchall() == [(3,)], generated
+
+
+def test_sqlglots_compiled_build_is_refused_with_a_remedy(demo_db, monkeypatch):
+    """Under sqlglot's compiled build (``sqlglotc``) a Python subclass of its generator cannot
+    be instantiated; a connection says so before any query instead of failing every check."""
+    from sqlsdc.engines import duckdb as engine
+
+    def compiled(self, *args, **kwargs):  # what mypyc's compiled base class raises
+        raise TypeError("interpreted classes cannot inherit from compiled")
+
+    monkeypatch.setattr(engine._QualifiedGenerator, "__init__", compiled)
+    with pytest.raises(sqlsdc.InterfaceError, match=r"(?s)compiled build.*pip uninstall sqlglotc"):
+        sqlsdc.connect(demo_db, user="analyst")

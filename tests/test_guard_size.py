@@ -2,15 +2,16 @@
 about a second) change how it works, never what it decides or writes.
 
 The protected SQL and the cell identity of large statements are pinned (values computed before
-the speed-ups, commit 7bb1129); a forbidden name or function deep inside a 100 KB statement is
-refused as in a short one; the helpers that copy, walk and free trees do what sqlglot's own
-``copy`` and ``walk`` do; and a check leaves no cyclic garbage for the collector. Timings are
-measured in ``benchmarks/bench_guard_size.py``, not here.
+the speed-ups, commit 7bb1129; ``nested-or`` at 21ccaff); a forbidden name or function deep
+inside a 100 KB statement is refused as in a short one; the helpers that copy, walk and free
+trees do what sqlglot's own ``copy`` and ``walk`` do; and a check leaves no cyclic garbage for
+the collector. Timings are measured in ``benchmarks/bench_guard_size.py``, not here.
 """
 
 from __future__ import annotations
 
 import gc
+import random
 
 import pytest
 import sqlglot
@@ -21,6 +22,7 @@ from sqlglot.optimizer.qualify import qualify
 import sqlsdc
 from sqlsdc.engines.trees import copy_tree, nodes, release
 from sqlsdc.guard.pipeline import protect
+from sqlsdc.planner import identity
 
 GROUPED = "SELECT region, COUNT(*) FROM persons WHERE {} GROUP BY region"
 STATEMENTS = {
@@ -32,6 +34,16 @@ STATEMENTS = {
     + " GROUP BY region",
     "cte-group-by-all": "WITH p AS (SELECT * FROM persons WHERE age > 30 AND (sex = 'F' OR "
     "age < 40)) SELECT region, sex, AVG(income) FROM p GROUP BY ALL",
+    # OR chains inside the operands of an OR chain, too large to simplify: sorting an inner
+    # chain changes the text of the outer operand (and so do the literals and the IN lists)
+    "nested-or": GROUPED.format(
+        " OR ".join(
+            f"(sex = 'F' AND (age = {i + 7} OR age = {i}))"
+            if i % 2
+            else f"(sex = 'M' AND (age = {i}.0 OR age IN ({i + 2}, {i}, {i})))"
+            for i in range(300, 0, -1)
+        )
+    ),
 }
 # the fingerprint of the protected SQL, by policy and statement
 FINGERPRINTS = {
@@ -41,6 +53,7 @@ FINGERPRINTS = {
         "in-list": "e5cd3f6277e0d973",
         "or-of-ands": "4058e1d0d35d8056",
         "cte-group-by-all": "3f2a792bafb76242",
+        "nested-or": "b165ea67eaac1208",
     },
     "ckm": {
         "or-chain": "64b22f7821d39dab",
@@ -48,6 +61,7 @@ FINGERPRINTS = {
         "in-list": "35263521b0fe494a",
         "or-of-ands": "a5016b0171c99cb8",
         "cte-group-by-all": "1643ecbe4244a1c0",
+        "nested-or": "4eb9bb7ce2f791b5",
     },
 }
 # the population digest (the cell identity does not depend on the protection method)
@@ -57,6 +71,7 @@ POPULATIONS = {
     "in-list": "59c1128d199929434e40adb5080cdea3a5fd94f613a97ccbb9e2ae9276a191ab",
     "or-of-ands": "c185431d510619bb7a6d547c4f977baa0de381c9c613c58c74946aecc0bb53b1",
     "cte-group-by-all": "b933ac8a771da23987b06438f397eeb28aec16c3e8f0201374379bfb12e51925",
+    "nested-or": "f2ef39900e59f4606351c98805cc93c27b22828388a35b1704cc887971be707e",
 }
 
 
@@ -185,3 +200,32 @@ def test_release_leaves_types_whole():
     release([tree])
     assert target.this is exp.DType.DOUBLE and annotation.this is not None
     assert annotation.sql("duckdb") == _analysed(TREES[1]).find(exp.Column).type.sql("duckdb")
+
+
+def _condition(rng: random.Random, depth: int) -> str:
+    atoms = ["age = 6", "age = 6.0", "6 = age", "age >= 3.50", "region = 'b'",
+             "age IN (3, 1, 2, 1)", "region IN ('b', 'a')", "NOT age = 4", "age <> 2",
+             "age /* c */ = 7", "income > 1e3"]  # fmt: skip
+    if depth == 0 or rng.random() < 0.3:
+        return rng.choice(atoms)
+    parts = [_condition(rng, depth - 1) for _ in range(rng.randint(2, 4))]
+    return "(" + rng.choice([" OR ", " AND ", " OR "]).join(parts) + ")"
+
+
+def test_the_identity_prints_reused_operand_texts_as_a_fresh_generation(monkeypatch):
+    """The cell identity prints the OR operands it sorted once and reuses their texts; sorting
+    nested chains, IN lists and literals afterwards must drop the texts they change. Random
+    nested conditions, too large to simplify, give the same conjuncts with and without reuse."""
+    rng = random.Random(7)
+    padding = " OR ".join(f"age = {i}" for i in range(400, 0, -1))  # > 2,000 nodes
+    conditions = [
+        _analysed(f"SELECT 1 FROM persons WHERE {_condition(rng, 4)} AND ({padding})")
+        .args["where"]
+        .this
+        for _ in range(20)
+    ]
+    reused = [identity._conjuncts([c.copy()]) for c in conditions]
+    monkeypatch.setattr(  # the texts are computed as before, never stored
+        identity._ReusingGenerator, "remember", lambda self, node: self.generate(node, copy=False)
+    )
+    assert [identity._conjuncts([c.copy()]) for c in conditions] == reused

@@ -26,7 +26,7 @@ from sqlglot.dialects.duckdb import DuckDB
 
 from sqlsdc.engines import file_lock, watchdog
 from sqlsdc.engines.trees import copy_tree, release
-from sqlsdc.errors import AnswerTooLarge, Error, NotFoundError, OperationalError
+from sqlsdc.errors import AnswerTooLarge, Error, InterfaceError, NotFoundError, OperationalError
 
 DIALECT = "duckdb"
 
@@ -297,6 +297,20 @@ class _QualifiedGenerator(DuckDB.Generator):
 
 class QualifiedDuckDB(DuckDB):
     Generator = _QualifiedGenerator
+
+
+def require_extensible_sqlglot() -> None:
+    """Refuse to work with sqlglot's compiled build (the ``sqlglotc`` package, which
+    ``sqlglot[c]`` or another tool may install): its classes cannot be subclassed from Python,
+    so the generator above, and with it every check, would fail. The guard fails closed
+    either way; this says why and what to do, before any query."""
+    try:
+        QualifiedDuckDB().generator()
+    except TypeError as e:  # "interpreted classes cannot inherit from compiled"
+        raise InterfaceError(
+            f"sqlglot's compiled build is installed ({e}); sqlsdc extends sqlglot's SQL "
+            "generator, which that build does not allow: run `pip uninstall sqlglotc`"
+        ) from None
 
 
 def to_sql(tree: exp.Expr) -> str:

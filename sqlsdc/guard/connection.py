@@ -152,6 +152,7 @@ class Connection:
             raise NotFoundError(
                 f"database {path} does not exist; create it with `sqlsdc init` or `sqlsdc demo`"
             )
+        engine.require_extensible_sqlglot()
         with self._lock:
             self._open()
             self._closed = False

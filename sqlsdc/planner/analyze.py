@@ -53,8 +53,8 @@ def analyze(
     tree: exp.Expr, policy: Policy, schema: dict, sql: str, constant_is_safe: ConstantCheck
 ) -> Analysis:
     """Classify every scope of a qualified tree and refuse whatever the policy does not allow."""
-    _check_nodes(tree, sql)
-    _expand_group_by_all(tree)
+    if _check_nodes(tree, sql):
+        _expand_group_by_all(tree)
     annotate_types(tree, schema=schema, dialect=DIALECT)
     checker = _Checker(policy, sql, constant_is_safe)
     infos: dict[int, ScopeInfo] = {}
@@ -97,7 +97,9 @@ SET_OPERATION_CLAUSES = {
 }
 
 
-def _check_nodes(tree: exp.Expr, sql: str) -> None:
+def _check_nodes(tree: exp.Expr, sql: str) -> bool:
+    """Refuse any node outside the allowlist; True when some SELECT groups BY ALL."""
+    group_all = False
     for node in nodes(tree):
         if isinstance(node, (exp.Select, *SET_OPERATIONS)):
             allowed = SELECT_CLAUSES if isinstance(node, exp.Select) else SET_OPERATION_CLAUSES
@@ -122,6 +124,9 @@ def _check_nodes(tree: exp.Expr, sql: str) -> None:
             raise PolicyViolation("WITH RECURSIVE is not allowed", "use non-recursive CTEs", sql)
         if isinstance(node, exp.Distinct) and node.args.get("on"):
             raise PolicyViolation("DISTINCT ON is not allowed", "use GROUP BY", sql)
+        if isinstance(node, exp.Group) and node.args.get("all"):
+            group_all = True
+    return group_all
 
 
 def _expand_group_by_all(tree: exp.Expr) -> None:

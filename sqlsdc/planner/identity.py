@@ -402,7 +402,7 @@ def _conjuncts(conditions: list[exp.Expr]) -> list[str]:
             combined = simplified
         except Exception:  # noqa: BLE001 - a simplifier failure keeps the unsimplified shape
             pass
-    generator = Dialect.get_or_raise(DIALECT).generator()
+    generator = _ReusingGenerator(dialect=Dialect.get_or_raise(DIALECT))
     parts = list(combined.flatten()) if isinstance(combined, exp.And) else [combined]
     texts = set()
     used += [combined, *parts]
@@ -410,11 +410,47 @@ def _conjuncts(conditions: list[exp.Expr]) -> list[str]:
         part = _unwrap(part)
         if isinstance(part, exp.Boolean) and part.this:
             continue  # TRUE constrains nothing
-        canonical = _normalise_literals(_sort_commutative(part, generator, used))
+        changed: list[exp.Expr] = []
+        canonical = _sort_commutative(part, generator, used, changed)
+        canonical = _normalise_literals(canonical, changed)
+        generator.forget(changed)
         used.append(canonical)
         texts.add(generator.generate(canonical, copy=False))
+        generator.known.clear()
     release(used)
     return sorted(texts)
+
+
+class _ReusingGenerator(Dialect.get_or_raise(DIALECT).generator_class):
+    """DuckDB's generator that reuses the text of the OR operands it printed to sort them
+    when it prints the sorted condition: a long OR chain is printed once, not twice.
+
+    ``known`` maps ``id(node)`` to ``(node, text)``; an entry holds its node, so the id is
+    not reused while it lives. :meth:`forget` drops the entries of a changed node's
+    ancestors, whose text would not be that of the changed tree."""
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        self.known: dict[int, tuple[exp.Expr, str]] = {}
+
+    def remember(self, node: exp.Expr) -> str:
+        """The text of ``node`` (a node with a parent) as :meth:`generate` prints it."""
+        text = self.sql(node)
+        self.known[id(node)] = (node, text)
+        return text.strip()  # what ``generate`` returns; ``sql`` prints nested nodes unstripped
+
+    def forget(self, changed: list[exp.Expr]) -> None:
+        for node in changed:
+            while node is not None:
+                self.known.pop(id(node), None)
+                node = node.parent
+
+    def sql(self, expression, key=None, comment=True) -> str:
+        if key is None and comment:
+            known = self.known.get(id(expression))
+            if known is not None and known[0] is expression:
+                return known[1]
+        return super().sql(expression, key, comment)
 
 
 def _size(node: exp.Expr, at_most: int) -> int:
@@ -423,14 +459,19 @@ def _size(node: exp.Expr, at_most: int) -> int:
     return sum(1 for _ in itertools.islice(node.walk(), at_most))
 
 
-def _sort_commutative(node: exp.Expr, generator, replaced: list[exp.Expr]) -> exp.Expr:
+def _sort_commutative(
+    node: exp.Expr, generator: _ReusingGenerator, replaced: list[exp.Expr], changed: list[exp.Expr]
+) -> exp.Expr:
     """``node`` (changed in place) with OR operands sorted (commutative under three-valued
     logic) and IN lists sorted and deduplicated; the OR chains it replaced are appended to
-    ``replaced``."""
-    for part in [n for n in nodes(node) if isinstance(n, exp.Or)]:
+    ``replaced``, the nested OR chains and IN predicates it changed to ``changed``. The
+    generator remembers the text of every OR operand."""
+    walked = nodes(node)  # the OR chains are rebuilt from their operands: the INs stay
+    ins = [n for n in walked if isinstance(n, exp.In)]
+    for part in [n for n in walked if isinstance(n, exp.Or)]:
         if isinstance(part.parent, exp.Or):
             continue
-        texts = {generator.generate(o, copy=False): o for o in part.flatten()}
+        texts = {generator.remember(o): o for o in part.flatten()}
         operands = [
             exp.paren(o, copy=False) if isinstance(o, exp.Connector) else o
             for _t, o in sorted(texts.items())
@@ -441,21 +482,25 @@ def _sort_commutative(node: exp.Expr, generator, replaced: list[exp.Expr]) -> ex
             node = joined
         else:
             part.replace(joined)
-    for part in [n for n in nodes(node) if isinstance(n, exp.In)]:
+            changed.append(joined)  # inside an operand of an OR chain sorted before
+    for part in ins:
         values = part.args.get("expressions")
         if values:
             unique = sorted({generator.generate(v, copy=False): v for v in values}.items())
             part.set("expressions", [v for _t, v in unique])
+            changed.append(part)
     return node
 
 
 _NUMERIC = exp.DataType.NUMERIC_TYPES
 
 
-def _normalise_literals(node: exp.Expr) -> exp.Expr:
+def _normalise_literals(node: exp.Expr, changed: list[exp.Expr] | None = None) -> exp.Expr:
     """Number literals compared with a numeric column are written in their shortest exact
     decimal form (``6.0`` and ``6`` are one value there; against a text column they are not,
-    so other literals keep their spelling)."""
+    so other literals keep their spelling). A literal already in that form and without
+    comments is kept, untyped like the new one it stands for (it prints the same); the new
+    literals are appended to ``changed``."""
     for literal in [n for n in nodes(node) if isinstance(n, exp.Literal)]:
         if literal.is_string or not isinstance(literal.parent, exp.Binary):
             continue
@@ -472,5 +517,12 @@ def _normalise_literals(node: exp.Expr) -> exp.Expr:
             value = Decimal(text)
         except InvalidOperation:
             continue
-        literal.replace(exp.Literal.number(format(value.normalize(), "f")))
+        shortest = format(value.normalize(), "f")
+        if shortest == text and not literal.comments:
+            literal.type = None  # as the new literal would be: a later comparison reads it
+            continue
+        new = exp.Literal.number(shortest)
+        literal.replace(new)
+        if changed is not None:
+            changed.append(new)
     return node
