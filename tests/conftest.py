@@ -7,6 +7,7 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
+import cli_fork
 import pytest
 
 import sqlsdc
@@ -23,6 +24,10 @@ def pytest_configure(config):
     their number of tests, and the long README replay (two tests) would start last."""
     if getattr(config.option, "loadscopereorder", False):
         config.option.loadscopereorder = False
+
+
+def pytest_unconfigure(config):
+    cli_fork.close()
 
 
 def pytest_collection_modifyitems(items):
