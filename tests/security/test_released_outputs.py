@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 
 import duckdb
@@ -43,14 +44,26 @@ def _release(db, names):
     apply(db, load_policy({**document, "releases": list(names)}, name="releases"), "admin")
 
 
-@pytest.fixture
-def released(fresh_demo_db):
-    synthesize(fresh_demo_db, user="admin", source="persons", into="persons_syn",
+@pytest.fixture(scope="module")
+def released_template(pristine_demo_db, tmp_path_factory):
+    """The demo with two synthetic outputs, one of them released (and one missing release)."""
+    db = tmp_path_factory.mktemp("released") / "demo.duckdb"
+    shutil.copy(pristine_demo_db, db)
+    synthesize(db, user="admin", source="persons", into="persons_syn",
                method="parametric", columns=COLUMNS, seed=1)  # fmt: skip
-    synthesize(fresh_demo_db, user="admin", source="persons", into="other_syn",
+    synthesize(db, user="admin", source="persons", into="other_syn",
                method="parametric", columns=COLUMNS, seed=2)  # fmt: skip
-    _release(fresh_demo_db, ["persons_syn", "missing_syn"])
-    return fresh_demo_db
+    _release(db, ["persons_syn", "missing_syn"])
+    assert not db.with_name(db.name + ".wal").exists()  # all in the file: copy it
+    return db
+
+
+@pytest.fixture
+def released(released_template, tmp_path):
+    """A copy of the template that the test may change."""
+    db = tmp_path / "demo.duckdb"
+    shutil.copy(released_template, db)
+    return db
 
 
 def _refusal(con, sql) -> str:
