@@ -80,6 +80,21 @@ def suppress_document(**changes) -> dict:
     return document
 
 
+def _copy_database(source: Path, folder: Path) -> Path:
+    """A copy of the database file ``source`` as ``folder/demo.duckdb`` (its connections closed:
+    everything is in the file, no write-ahead log beside it)."""
+    assert not source.with_name(source.name + ".wal").exists(), f"{source} has a WAL"
+    target = folder / "demo.duckdb"
+    shutil.copy(source, target)
+    return target
+
+
+@pytest.fixture(scope="session")
+def copy_database():
+    """:func:`_copy_database`: a module prepares a database once, each test changes a copy."""
+    return _copy_database
+
+
 @pytest.fixture(scope="session")
 def make_suppress_document():
     """:func:`suppress_document`, for tests that change its rules."""

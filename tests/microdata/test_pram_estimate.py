@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-
 import duckdb
 import numpy as np
 import pytest
@@ -17,24 +15,20 @@ COUNTS = "SELECT occupation, COUNT(*) AS n FROM seniors_syn GROUP BY occupation 
 
 
 @pytest.fixture(scope="module")
-def prammed_template(pristine_demo_db, tmp_path_factory):
-    db = tmp_path_factory.mktemp("prammed") / "demo.duckdb"
-    shutil.copy(pristine_demo_db, db)
+def prammed_template(pristine_demo_db, tmp_path_factory, copy_database):
+    db = copy_database(pristine_demo_db, tmp_path_factory.mktemp("prammed"))
     report = anonymize(db, user="admin", source="persons", into="seniors_syn",
                        steps=["pram:occupation:p=0.7"], seed=3)  # fmt: skip
-    assert not db.with_name(db.name + ".wal").exists()  # all in the file: copy it
     return db, report
 
 
 @pytest.fixture
-def prammed(prammed_template, tmp_path):
+def prammed(prammed_template, tmp_path, copy_database):
     """The demo policy releases ``seniors_syn``: here an anonymised file with PRAMmed
     occupation (invariant PRAM would hide the bias; plain nE PRAM shows it). A copy for one
     test."""
     template, report = prammed_template
-    db = tmp_path / "demo.duckdb"
-    shutil.copy(template, db)
-    return db, report
+    return copy_database(template, tmp_path), report
 
 
 def test_estimates_are_the_inverse_matrix_applied_to_the_observed_counts(prammed):

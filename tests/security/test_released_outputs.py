@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import shutil
 import time
 
 import duckdb
@@ -45,25 +44,21 @@ def _release(db, names):
 
 
 @pytest.fixture(scope="module")
-def released_template(pristine_demo_db, tmp_path_factory):
+def released_template(pristine_demo_db, tmp_path_factory, copy_database):
     """The demo with two synthetic outputs, one of them released (and one missing release)."""
-    db = tmp_path_factory.mktemp("released") / "demo.duckdb"
-    shutil.copy(pristine_demo_db, db)
+    db = copy_database(pristine_demo_db, tmp_path_factory.mktemp("released"))
     synthesize(db, user="admin", source="persons", into="persons_syn",
                method="parametric", columns=COLUMNS, seed=1)  # fmt: skip
     synthesize(db, user="admin", source="persons", into="other_syn",
                method="parametric", columns=COLUMNS, seed=2)  # fmt: skip
     _release(db, ["persons_syn", "missing_syn"])
-    assert not db.with_name(db.name + ".wal").exists()  # all in the file: copy it
     return db
 
 
 @pytest.fixture
-def released(released_template, tmp_path):
+def released(released_template, tmp_path, copy_database):
     """A copy of the template that the test may change."""
-    db = tmp_path / "demo.duckdb"
-    shutil.copy(released_template, db)
-    return db
+    return copy_database(released_template, tmp_path)
 
 
 def _refusal(con, sql) -> str:

@@ -5,8 +5,6 @@ not open confidential rows through joins, subqueries or set operations."""
 
 from __future__ import annotations
 
-import shutil
-
 import duckdb
 import pytest
 
@@ -130,25 +128,21 @@ def test_analysts_cannot_run_the_jobs(fresh_demo_db):
 
 
 @pytest.fixture(scope="module")
-def released_template(pristine_demo_db, tmp_path_factory):
-    db = tmp_path_factory.mktemp("released") / "demo.duckdb"
-    shutil.copy(pristine_demo_db, db)
+def released_template(pristine_demo_db, tmp_path_factory, copy_database):
+    db = copy_database(pristine_demo_db, tmp_path_factory.mktemp("released"))
     synthesize(db, user="admin", into="seniors_syn", method="parametric", seed=1,
                sql=f"SELECT sex, age, education, income {R01} AND age >= 65")  # fmt: skip
     con = duckdb.connect(str(db), read_only=True)
     _version, document, _source = current_policy(con)
     con.close()
     apply(db, load_policy({**document, "releases": ["seniors_syn"]}, name="r"), "admin")
-    assert not db.with_name(db.name + ".wal").exists()  # all in the file: copy it
     return db
 
 
 @pytest.fixture
-def released(released_template, tmp_path):
+def released(released_template, tmp_path, copy_database):
     """The demo with a released synthetic output ``seniors_syn``: a copy for one test."""
-    db = tmp_path / "demo.duckdb"
-    shutil.copy(released_template, db)
-    return db
+    return copy_database(released_template, tmp_path)
 
 
 @pytest.mark.parametrize(
