@@ -7,6 +7,7 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
+import cli_fork
 import pytest
 
 import sqlsdc
@@ -23,6 +24,10 @@ def pytest_configure(config):
     their number of tests, and the long README replay (two tests) would start last."""
     if getattr(config.option, "loadscopereorder", False):
         config.option.loadscopereorder = False
+
+
+def pytest_unconfigure(config):
+    cli_fork.close()
 
 
 def pytest_collection_modifyitems(items):
@@ -73,6 +78,21 @@ def suppress_document(**changes) -> dict:
     }
     persons["suppression"] = {"dimensions": ["geography", "sex"], "time_limit": 10}
     return document
+
+
+def _copy_database(source: Path, folder: Path) -> Path:
+    """A copy of the database file ``source`` as ``folder/demo.duckdb`` (its connections closed:
+    everything is in the file, no write-ahead log beside it)."""
+    assert not source.with_name(source.name + ".wal").exists(), f"{source} has a WAL"
+    target = folder / "demo.duckdb"
+    shutil.copy(source, target)
+    return target
+
+
+@pytest.fixture(scope="session")
+def copy_database():
+    """:func:`_copy_database`: a module prepares a database once, each test changes a copy."""
+    return _copy_database
 
 
 @pytest.fixture(scope="session")

@@ -10,9 +10,8 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import subprocess
-import sys
 
+import cli_fork
 import numpy as np
 import pytest
 
@@ -389,41 +388,13 @@ def test_cli_risk_and_rekey(ckm_db, tmp_path):
     path = tmp_path / "cli.duckdb"
     shutil.copy(ckm_db, path)
     sql = "SELECT municipality, COUNT(*) AS n, SUM(income) AS s FROM persons GROUP BY 1"
-    risk = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sqlsdc.cli",
-            "risk",
-            str(path),
-            sql,
-            "--count",
-            "n",
-            "--value",
-            "s",
-            "--format",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    risk = cli_fork.run(["risk", path, sql, "--count", "n", "--value", "s", "--format", "json"])
     assert risk.returncode == 0, risk.stderr
     measures = json.loads(risk.stdout)
     assert 0 < measures["U"] < 0.1 and 0 <= measures["hellinger"] < 0.1
-    denied = subprocess.run(
-        [sys.executable, "-m", "sqlsdc.cli", "rekey", str(path), "--user", "analyst", "--yes"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    denied = cli_fork.run(["rekey", path, "--user", "analyst", "--yes"])
     assert denied.returncode == 5 and "not an admin" in denied.stderr
-    done = subprocess.run(
-        [sys.executable, "-m", "sqlsdc.cli", "rekey", str(path), "--table", "persons", "--yes"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = cli_fork.run(["rekey", path, "--table", "persons", "--yes"])
     assert done.returncode == 0 and "persons: 20000 rows re-keyed" in done.stdout
 
 

@@ -1,4 +1,5 @@
-"""``sqlsdc budget`` through real subprocesses and click's runner, on real DuckDB files."""
+"""``sqlsdc budget`` through real processes (forked with sqlsdc imported, :mod:`cli_fork`; one
+through a new interpreter) and click's runner, on real DuckDB files."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import subprocess
 import sys
 from fractions import Fraction
 
+import cli_fork
 import duckdb
 import pytest
 from click.testing import CliRunner
@@ -41,12 +43,7 @@ def db(tmp_path):
 
 
 def sqlsdc_cli(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "sqlsdc.cli", "budget", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return cli_fork.run(["budget", *args], timeout=120)
 
 
 def run(*args, code=0):

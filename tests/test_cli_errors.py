@@ -1,6 +1,7 @@
 """Every failure of the ``sqlsdc`` command ends in one message and its class's exit code, never a
 traceback (ISSUE18 must-have 3); files are never overwritten without --force and are written
-atomically; JSON output is strict JSON. Real subprocesses on real DuckDB files."""
+atomically; JSON output is strict JSON. Real processes on real DuckDB files: forked with sqlsdc
+imported (:mod:`cli_fork`), and the exit codes once more through a fresh interpreter."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import subprocess
 import sys
 
+import cli_fork
 import pytest
 from sqlsdc.cli import errors
 from sqlsdc.cli.main import cli
@@ -17,14 +19,13 @@ from sqlsdc.errors import BudgetExhausted, InternalError, OperationalError
 
 
 def run(*args, cwd=None, stdin=None):
-    return subprocess.run(
-        [sys.executable, "-m", "sqlsdc.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        input=stdin,
-        timeout=300,
-    )
+    return cli_fork.run(args, cwd=cwd, input=stdin, timeout=300)
+
+
+def run_interpreter(*args, stdin=None):
+    """``python -m sqlsdc.cli ARGS`` in a new interpreter."""
+    return subprocess.run([sys.executable, "-m", "sqlsdc.cli", *map(str, args)],
+                          capture_output=True, text=True, input=stdin, timeout=300)  # fmt: skip
 
 
 def strict_json(text: str):
@@ -58,6 +59,9 @@ def test_each_class_has_its_own_exit_code(db, tmp_path):
     failed(run("policy", "validate", bad), errors.INVALID_POLICY, "invalid policy:")
     deep = "SELECT COUNT(*) FROM persons WHERE " + "(" * 3000 + "age = 1" + ")" * 3000
     failed(run(*q, "-", stdin=deep), errors.SYNTAX, "too complex")
+    # the same through a new interpreter (its own stack and recursion limit)
+    failed(run_interpreter(*q, "-", stdin=deep), errors.SYNTAX, "too complex")
+    failed(run_interpreter(*q, "SELECT income FROM persons"), errors.REFUSED, "refused: ")
 
 
 def test_codes_are_distinct_and_documented():

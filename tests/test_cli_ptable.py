@@ -1,12 +1,12 @@
-"""``sqlsdc ptable`` through real subprocesses and through click's runner."""
+"""``sqlsdc ptable`` through real processes (forked with sqlsdc imported, :mod:`cli_fork`) and
+through click's runner."""
 
 from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 
+import cli_fork
 import pandas as pd
 import pytest
 from click.testing import CliRunner
@@ -16,13 +16,7 @@ from sqlsdc.mechanisms.ptable import count_ptable, from_csv, from_tauargus, magn
 
 
 def sqlsdc(*args, cwd=None):
-    return subprocess.run(
-        [sys.executable, "-m", "sqlsdc.cli", "ptable", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=120,
-    )
+    return cli_fork.run(["ptable", *args], cwd=cwd, timeout=120)
 
 
 def run(*args, code=0):

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
+import cli_fork
 import duckdb
 import pytest
 import yaml
@@ -22,12 +22,7 @@ DEMO_POLICY = ROOT / "sqlsdc" / "demo" / "policy.yaml"
 
 
 def sqlsdc_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "sqlsdc.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return cli_fork.run(args, timeout=300)
 
 
 def _document(path: Path) -> dict:

@@ -2,9 +2,10 @@
 
 The ``console`` blocks are replayed in order, as a new user would type them, in a fresh directory
 after ``sqlsdc demo`` (the default 1,000,000-person demo: the README's numbers are its numbers),
-each command a real subprocess. Expected output is compared after normalising whitespace (the
-README wraps long lines); ``...`` in the README elides output, ``# ...`` at the end of a line is
-an annotation, and ``echo $?`` checks the previous exit status. Values that depend on the
+each command a process of its own (forked with sqlsdc imported: :mod:`cli_fork`). Expected
+output is compared after normalising whitespace (the README wraps long lines); ``...`` in the
+README elides output, ``# ...`` at the end of a line is an annotation, and ``echo $?`` checks the
+previous exit status. Values that depend on the
 database's secret record keys (cell-key noise; the README says so with "yours will differ") and
 the audit log's timestamps are the only parts compared by shape instead of by value.
 
@@ -18,15 +19,15 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import cli_fork
 import duckdb
 import pytest
 
-pytestmark = pytest.mark.slow  # the default demo and ~30 CLI subprocesses: about a minute
+pytestmark = pytest.mark.slow  # the default demo and ~25 CLI processes: about 20 s
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -101,13 +102,7 @@ def _census(workdir: Path) -> None:
 @pytest.fixture(scope="module")
 def session(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("readme")
-    built = subprocess.run(
-        [sys.executable, "-m", "sqlsdc.cli", "demo"],
-        cwd=workdir,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    built = cli_fork.run(["demo"], cwd=workdir, timeout=600)
     assert built.returncode == 0, built.stderr
     (workdir / "schemas").symlink_to(ROOT / "schemas")  # the README runs in a checkout
     _census(workdir)
@@ -116,7 +111,7 @@ def session(tmp_path_factory):
 
 def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
     if argv[0] == "sqlsdc":
-        argv = [sys.executable, "-m", "sqlsdc.cli", *argv[1:]]
+        return cli_fork.run(argv[1:], cwd=cwd, timeout=600)
     return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=600)
 
 

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 
+import cli_fork
 import pytest
 
 import sqlsdc
@@ -116,12 +117,11 @@ def test_released_cells_are_the_guarded_answers(released):
 
 
 def test_publish_refusals(suppress_template, tmp_path, sqlsdc_in_process):
-    """The first refusal in a real process, the others in this one."""
+    """The first refusal in a real process (:mod:`cli_fork`), the others in this one."""
     db = tmp_path / "demo.duckdb"
     shutil.copy(suppress_template, db)
     out = tmp_path / "release.duckdb"
-    denied = subprocess.run(["sqlsdc", "publish", str(db), str(out), "--as", "analyst"],
-                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    denied = cli_fork.run(["publish", db, out, "--as", "analyst"], timeout=300)
     assert denied.returncode == 5 and "not an admin" in denied.stderr and not out.exists()
 
     def cli(*args):

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cli_fork
 import duckdb
 import pyarrow.parquet as pq
 import pytest
@@ -190,8 +191,7 @@ def test_publish_storage_and_parquet_refusals(released, tmp_path):
     assert not (tmp_path / "r.duckdb").exists()
 
     def cli(*args):
-        return subprocess.run(["sqlsdc", "publish", str(db), *args],
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        return cli_fork.run(["publish", db, *args], timeout=300)
 
     unknown = cli(str(tmp_path / "r.duckdb"), "--storage-version", "1.9.0")
     assert unknown.returncode == 1 and "unknown storage version '1.9.0'" in unknown.stderr

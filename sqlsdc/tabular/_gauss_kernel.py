@@ -504,7 +504,7 @@ def walk(
     slots = np.empty(cap, np.int32)
     vstart, vlen = np.zeros(n_ids, np.int64), np.zeros(n_ids, np.int64)
     vdead = np.zeros(n_ids, np.int64)  # zero entries left in a basis vector (see _eliminate)
-    top = 0
+    top = np.int64(0)  # (typed zeros here and below: a literal 0 would compile a second copy)
     for i in range(n_prim):
         a, n = prim_ptr[i], prim_ptr[i + 1] - prim_ptr[i]
         rows[top], vals[top] = n_rows + i, n
@@ -636,7 +636,7 @@ def walk(
                     top = _copy_without_singletons(q, PART, single, rows, vals, vstart, vlen, top)
                     by = PART
             n_found = _entries(base + q, found, nxt, head, used, pool)
-            done = 0
+            done = np.int64(0)
             while done < n_found:
                 done, top, ok = _eliminate(
                     found, done, n_found, by, q, nq, base, limit, rows, vals, slots, vstart,
@@ -663,7 +663,7 @@ def walk(
                 if not ok:
                     return OVERFLOW, secondary, lost
                 _index_vector(
-                    q, 0, rows, slots, vstart, vlen, pool, nxt, free, meta, head, tail, used,
-                    hole, count,
+                    q, np.int64(0), rows, slots, vstart, vlen, pool, nxt, free, meta, head, tail,
+                    used, hole, count,
                 )  # fmt: skip
     return OK, secondary, lost

@@ -12,8 +12,8 @@ from __future__ import annotations
 import importlib
 import json
 import shutil
-import subprocess
 
+import cli_fork
 import numpy as np
 import pandas as pd
 import pytest
@@ -218,10 +218,9 @@ def test_cta_intervals_are_refused_for_counts(db):
 
 
 def test_cli_cta_with_intervals_in_a_subprocess(db):
-    command = ["sqlsdc", "protect", str(db), "--method", "cta", "--intervals", "--sql", TURNOVER,
+    command = ["protect", str(db), "--method", "cta", "--intervals", "--sql", TURNOVER,
                "--into", "turnover_cta", "--rule", "nk:1,60", "--rule", "freq:3"]  # fmt: skip
-    result = subprocess.run([*command, "--format", "json"], capture_output=True, text=True,
-                            timeout=300)  # fmt: skip
+    result = cli_fork.run([*command, "--format", "json"], timeout=300)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["method"] == "cta" and report["name"] == "protected.turnover_cta"
@@ -240,8 +239,7 @@ def test_cli_cta_with_intervals_in_a_subprocess(db):
     assert (both["lower_bound"] <= both["value"]).all()  # ... and the published value
     assert (both["value"] <= both["upper_bound"]).all()
     assert (both["upper_bound"] - both["lower_bound"] >= both["upl"] + both["lpl"] - 1e-6).all()
-    wrong = subprocess.run(["sqlsdc", "protect", str(db), "--method", "round", "--sql", OLD,
-                            "--into", "r"], capture_output=True, text=True)  # fmt: skip
+    wrong = cli_fork.run(["protect", db, "--method", "round", "--sql", OLD, "--into", "r"])
     assert wrong.returncode == 2 and "needs --base" in wrong.stderr
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import subprocess
 
+import cli_fork
 import duckdb
 import pandas as pd
 import pytest
@@ -134,13 +134,12 @@ def test_refused_and_failed_jobs_store_nothing(fresh_demo_db, kwargs, error, mat
 
 
 def test_cli_session_anonymize_report_publish(tmp_path, sqlsdc_in_process):
-    """The README session in real subprocesses: demo → anonymize → report → publish; then two
-    usage errors, in process."""
+    """The README session in real processes (:mod:`cli_fork`): demo → anonymize → report →
+    publish; then two usage errors, in process."""
     db, out = tmp_path / "micro-demo.duckdb", tmp_path / "release.duckdb"
 
     def sqlsdc(*args):
-        return subprocess.run(["sqlsdc", *map(str, args)], capture_output=True, text=True,
-                              timeout=300)  # fmt: skip
+        return cli_fork.run(args, timeout=300)
 
     assert sqlsdc("demo", "--db", db, "--persons", 5000, "--seed", 3).returncode == 0
     run = sqlsdc("anonymize", db, "--from", "persons", "--into", "persons_sdc",
@@ -197,9 +196,8 @@ def test_risk_utility_comparison_of_candidate_settings(fresh_demo_db, tmp_path):
                          f"microaggregate:income:k={k}"])  # fmt: skip
 
     def report(*args):
-        return subprocess.run(["sqlsdc", "microdata-report", str(fresh_demo_db), "k3", "k5",
-                               "k10", *map(str, args)], capture_output=True, text=True,
-                              timeout=120)  # fmt: skip
+        return cli_fork.run(["microdata-report", fresh_demo_db, "k3", "k5", "k10", *args],
+                            timeout=120)  # fmt: skip
 
     run = report("--format", "json", "--plot", tmp_path / "tradeoff.html")
     assert run.returncode == 0, run.stderr

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 
+import cli_fork
 import numpy as np
 import pytest
 
@@ -171,20 +171,17 @@ def test_rule_syntax():
 
 
 def test_cli_protect_in_a_subprocess(db):
-    command = ["sqlsdc", "protect", str(db), "--sql", TURNOVER, "--into", "turnover"]
+    command = ["protect", str(db), "--sql", TURNOVER, "--into", "turnover"]
     command += ["--rule", "nk:1,60", "--rule", "freq:3"]
-    result = subprocess.run(
-        [*command, "--format", "json"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    result = cli_fork.run([*command, "--format", "json"], timeout=300)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert (
         report["audit_passed"] and report["primary"] > 0 and report["name"] == "protected.turnover"
     )
-    denied = subprocess.run([*command, "--user", "analyst"], capture_output=True, text=True)
+    denied = cli_fork.run([*command, "--user", "analyst"])
     assert denied.returncode == 5 and "not an admin" in denied.stderr
-    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    again = cli_fork.run(command, timeout=300)
     assert again.returncode == 1 and "--replace" in again.stderr and "Traceback" not in again.stderr
 
 

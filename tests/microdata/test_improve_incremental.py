@@ -26,7 +26,7 @@ from sqlsdc.microdata.microaggregation import (
 DATA = Path("/work/shared/data")
 
 
-@njit
+@njit(cache=True)
 def _dist2(Y, i, c):
     s = 0.0
     for j in range(Y.shape[1]):
@@ -35,7 +35,7 @@ def _dist2(Y, i, c):
     return s
 
 
-@njit
+@njit(cache=True)
 def _move(X, a, A, B, labels, counts, sums, members, slot):
     last = members[A, counts[A] - 1]
     members[A, slot[a]] = last
@@ -51,7 +51,7 @@ def _move(X, a, A, B, labels, counts, sums, members, slot):
         sums[B, j] += X[a, j]
 
 
-@njit
+@njit(cache=True)
 def _local_search(X, labels, k, candidates, max_sweeps):
     n, d = X.shape
     G = labels.max() + 1

@@ -14,13 +14,21 @@ from sqlsdc.microdata.pram_estimate import corrected_counts, pram_matrices
 COUNTS = "SELECT occupation, COUNT(*) AS n FROM seniors_syn GROUP BY occupation ORDER BY 1"
 
 
-@pytest.fixture
-def prammed(fresh_demo_db):
-    """The demo policy releases ``seniors_syn``: here an anonymised file with PRAMmed
-    occupation (invariant PRAM would hide the bias; plain nE PRAM shows it)."""
-    report = anonymize(fresh_demo_db, user="admin", source="persons", into="seniors_syn",
+@pytest.fixture(scope="module")
+def prammed_template(pristine_demo_db, tmp_path_factory, copy_database):
+    db = copy_database(pristine_demo_db, tmp_path_factory.mktemp("prammed"))
+    report = anonymize(db, user="admin", source="persons", into="seniors_syn",
                        steps=["pram:occupation:p=0.7"], seed=3)  # fmt: skip
-    return fresh_demo_db, report
+    return db, report
+
+
+@pytest.fixture
+def prammed(prammed_template, tmp_path, copy_database):
+    """The demo policy releases ``seniors_syn``: here an anonymised file with PRAMmed
+    occupation (invariant PRAM would hide the bias; plain nE PRAM shows it). A copy for one
+    test."""
+    template, report = prammed_template
+    return copy_database(template, tmp_path), report
 
 
 def test_estimates_are_the_inverse_matrix_applied_to_the_observed_counts(prammed):

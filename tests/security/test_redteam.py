@@ -57,14 +57,20 @@ def _invert_income(xhat: float, mu: float, pvs: list[float]) -> set[float]:
                 return x + s * x * _flex(x) * (mu + p) - xhat
 
             lo, hi = 0.0, 3 * abs(xhat) + 1
-            if g(lo) * g(hi) > 0:
+            g_lo = g(lo)
+            if g_lo * g(hi) > 0:
                 continue
-            for _ in range(200):
+            for _ in range(200):  # bisection, until the interval stops changing
                 mid = (lo + hi) / 2
-                if g(lo) * g(mid) <= 0:
+                g_mid = g(mid)
+                if g_lo * g_mid <= 0:
+                    if hi == mid:
+                        break
                     hi = mid
                 else:
-                    lo = mid
+                    if lo == mid:
+                        break
+                    lo, g_lo = mid, g_mid
             x = (lo + hi) / 2
             if abs(x * 100 - round(x * 100)) < 1e-4:
                 found.add(round(x, 2))

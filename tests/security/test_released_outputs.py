@@ -43,14 +43,22 @@ def _release(db, names):
     apply(db, load_policy({**document, "releases": list(names)}, name="releases"), "admin")
 
 
-@pytest.fixture
-def released(fresh_demo_db):
-    synthesize(fresh_demo_db, user="admin", source="persons", into="persons_syn",
+@pytest.fixture(scope="module")
+def released_template(pristine_demo_db, tmp_path_factory, copy_database):
+    """The demo with two synthetic outputs, one of them released (and one missing release)."""
+    db = copy_database(pristine_demo_db, tmp_path_factory.mktemp("released"))
+    synthesize(db, user="admin", source="persons", into="persons_syn",
                method="parametric", columns=COLUMNS, seed=1)  # fmt: skip
-    synthesize(fresh_demo_db, user="admin", source="persons", into="other_syn",
+    synthesize(db, user="admin", source="persons", into="other_syn",
                method="parametric", columns=COLUMNS, seed=2)  # fmt: skip
-    _release(fresh_demo_db, ["persons_syn", "missing_syn"])
-    return fresh_demo_db
+    _release(db, ["persons_syn", "missing_syn"])
+    return db
+
+
+@pytest.fixture
+def released(released_template, tmp_path, copy_database):
+    """A copy of the template that the test may change."""
+    return copy_database(released_template, tmp_path)
 
 
 def _refusal(con, sql) -> str:

@@ -127,15 +127,22 @@ def test_analysts_cannot_run_the_jobs(fresh_demo_db):
         anonymize(fresh_demo_db, user="analyst", source="persons", into="mine", steps=STEP)
 
 
-@pytest.fixture
-def released(fresh_demo_db):
-    synthesize(fresh_demo_db, user="admin", into="seniors_syn", method="parametric", seed=1,
+@pytest.fixture(scope="module")
+def released_template(pristine_demo_db, tmp_path_factory, copy_database):
+    db = copy_database(pristine_demo_db, tmp_path_factory.mktemp("released"))
+    synthesize(db, user="admin", into="seniors_syn", method="parametric", seed=1,
                sql=f"SELECT sex, age, education, income {R01} AND age >= 65")  # fmt: skip
-    con = duckdb.connect(str(fresh_demo_db), read_only=True)
+    con = duckdb.connect(str(db), read_only=True)
     _version, document, _source = current_policy(con)
     con.close()
-    apply(fresh_demo_db, load_policy({**document, "releases": ["seniors_syn"]}, name="r"), "admin")
-    return fresh_demo_db
+    apply(db, load_policy({**document, "releases": ["seniors_syn"]}, name="r"), "admin")
+    return db
+
+
+@pytest.fixture
+def released(released_template, tmp_path, copy_database):
+    """The demo with a released synthetic output ``seniors_syn``: a copy for one test."""
+    return copy_database(released_template, tmp_path)
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
-"""A real ``sqlsdc serve`` subprocess over a copy of the demo database, for the client tests.
+"""A real ``sqlsdc serve`` process over a copy of the demo database, for the client tests.
 
 The server listens on a free port (``--port 0`` prints the one chosen) and has one server user,
-``analyst`` (password :data:`PASSWORD`), added through the CLI as an admin would.
+``analyst`` (password :data:`PASSWORD`), added through the CLI as an admin would. Both are
+processes of their own, forked with sqlsdc imported (:mod:`cli_fork`).
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ import datetime as dt
 import os
 import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import cli_fork
 import pytest
 
 PASSWORD = "correct horse 42"
@@ -27,7 +28,7 @@ class Running:
     host: str
     port: int
     db: Path
-    process: subprocess.Popen
+    process: cli_fork.ForkedProcess
 
     def dsn(self, user: str = "analyst", password: str = PASSWORD, **extra) -> str:
         options = {"host": self.host, "port": self.port, "user": user, "password": password,
@@ -36,14 +37,13 @@ class Running:
 
 
 def add_server_user(db: Path, name: str = "analyst", password: str = PASSWORD) -> None:
-    subprocess.run([sys.executable, "-m", "sqlsdc.cli", "server-user", "add", str(db), name,
-                    "--password-stdin"], input=password + "\n", text=True, check=True,
-                   capture_output=True)  # fmt: skip
+    cli_fork.run(["server-user", "add", db, name, "--password-stdin"], input=password + "\n",
+                 check=True)  # fmt: skip
 
 
 def start_server(db: Path, *options: str) -> Running:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "sqlsdc.cli", "serve", str(db), "--port", "0", *options],
+    process = cli_fork.popen(
+        ["serve", db, "--port", "0", *options],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip

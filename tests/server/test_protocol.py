@@ -8,10 +8,9 @@ import os
 import re
 import socket
 import struct
-import subprocess
-import sys
 import time
 
+import cli_fork
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -198,8 +197,7 @@ def test_tls_is_required_unless_insecure(server_db, tls_files):
 
 
 def test_serve_refuses_to_start_without_tls_or_insecure(server_db):
-    done = subprocess.run([sys.executable, "-m", "sqlsdc.cli", "serve", str(server_db)],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = cli_fork.run(["serve", server_db], timeout=60)
     assert done.returncode == 1
     assert "no TLS certificate: give --tls-cert and --tls-key, or pass --insecure" in done.stderr
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 
+import cli_fork
 import duckdb
 import pytest
 
@@ -14,8 +14,7 @@ from sqlsdc.server.auth import make_keys, saslprep
 
 
 def _cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sqlsdc.cli", "server-user", *args],
-                          input=stdin, capture_output=True, text=True, timeout=60)  # fmt: skip
+    return cli_fork.run(["server-user", *args], input=stdin, timeout=60)
 
 
 @pytest.fixture

@@ -1,19 +1,18 @@
-"""``sqlsdc synthesize`` through a subprocess, and ``sqlsdc publish`` of a synthetic output."""
+"""``sqlsdc synthesize`` through a process of its own (:mod:`cli_fork`), and ``sqlsdc publish``
+of a synthetic output."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
+import cli_fork
 import duckdb
 
 from sqlsdc.release import publish
 
 
 def _sqlsdc(*args):
-    return subprocess.run([sys.executable, "-m", "sqlsdc.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    return cli_fork.run(args, timeout=120)
 
 
 def test_cli_synthesize_json_budget_and_exit_codes(fresh_demo_db, sqlsdc_in_process):

@@ -1,14 +1,13 @@
 """``sqlsdc synth-report``: the report of a stored synthetic table, through the Python API and
-a real subprocess, on a real demo database. The synthetic table and its ``sqlsdc.outputs`` row
-are written here as the synthesis job stores them (CONTRACTS19)."""
+a real process (:mod:`cli_fork`), on a real demo database. The synthetic table and its
+``sqlsdc.outputs`` row are written here as the synthesis job stores them (CONTRACTS19)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from datetime import datetime
 
+import cli_fork
 import duckdb
 import numpy as np
 import pytest
@@ -84,8 +83,7 @@ def test_cli_subprocess_json_and_text(synth_db, tmp_path, sqlsdc_in_process):
     """JSON from a real process; the text report and the refusal in this one."""
     command = ["synth-report", str(synth_db), "--table", "protected.persons_syn",
                "--out", str(tmp_path)]  # fmt: skip
-    done = subprocess.run([sys.executable, "-m", "sqlsdc.cli", *command, "--format", "json"],
-                          capture_output=True, text=True)  # fmt: skip
+    done = cli_fork.run([*command, "--format", "json"])
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["table"] == "protected.persons_syn" and result["files"]["html"]

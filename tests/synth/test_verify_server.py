@@ -4,10 +4,9 @@ with synthetic outputs stored as the synthesis job stores them (tests/synth/veri
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from fractions import Fraction
 
+import cli_fork
 import pytest
 
 import sqlsdc
@@ -172,8 +171,7 @@ def test_refusals_are_audited(fresh):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "sqlsdc.cli", "verify", *args],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    return cli_fork.run(["verify", *args], timeout=120)
 
 
 def test_cli_verify_json_and_refusal(db):

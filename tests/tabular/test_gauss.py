@@ -66,29 +66,28 @@ def cells_of(labels, mask):
 
 
 def determined(X, published, cells) -> bool | list[bool]:
-    """Exact rank test: is each column in ``cells`` in the span of the published columns of X?"""
-    P = X[:, np.flatnonzero(published)].toarray()
-    base = _rank(P)
-    out = [
-        _rank(np.column_stack([P, X[:, c].toarray().ravel()])) == base for c in np.atleast_1d(cells)
-    ]
+    """Exact test: is each column in ``cells`` in the span of the published columns of X?
+
+    The published columns are brought to echelon form once (rational arithmetic); a column is
+    in their span when the echelon vectors reduce it to zero."""
+    basis: list[tuple[int, list[Fraction]]] = []  # (pivot, vector): zero at earlier pivots
+    for c in np.flatnonzero(published):
+        vector = _reduced(X[:, c].toarray().ravel(), basis)
+        pivot = next((i for i, v in enumerate(vector) if v), None)
+        if pivot is not None:
+            basis.append((pivot, vector))
+    out = [not any(_reduced(X[:, c].toarray().ravel(), basis)) for c in np.atleast_1d(cells)]
     return out if np.ndim(cells) else out[0]
 
 
-def _rank(M) -> int:
-    M = [[Fraction(int(v)) for v in row] for row in np.asarray(M)]
-    rank, cols = 0, len(M[0]) if M else 0
-    for c in range(cols):
-        piv = next((r for r in range(rank, len(M)) if M[r][c] != 0), None)
-        if piv is None:
-            continue
-        M[rank], M[piv] = M[piv], M[rank]
-        for r in range(len(M)):
-            if r != rank and M[r][c] != 0:
-                f = M[r][c] / M[rank][c]
-                M[r] = [a - f * b for a, b in zip(M[r], M[rank], strict=True)]
-        rank += 1
-    return rank
+def _reduced(column, basis) -> list[Fraction]:
+    """``column`` minus its components along the echelon vectors, in their order."""
+    vector = [Fraction(int(v)) for v in column]
+    for pivot, b in basis:
+        if vector[pivot]:
+            f = vector[pivot] / b[pivot]
+            vector = [v - f * w if w else v for v, w in zip(vector, b, strict=True)]
+    return vector
 
 
 # --- a literal transcription of SSBtools GaussSuppression1 (dense, Fractions, slow) -----------
