@@ -14,6 +14,7 @@ import pytest
 import sqlsdc
 from sqlsdc.engines import watchdog
 from sqlsdc.engines.duckdb import memory_database, open_database, run
+from sqlsdc.guard import connection as guard_connection
 
 COUNT = "SELECT region, COUNT(*) AS n FROM persons GROUP BY region"
 
@@ -137,3 +138,19 @@ def test_cell_status_is_made_when_asked_and_matches_the_result(analyst):
     assert set(status["region"]) == {"key"}
     assert len(status) == cursor.rowcount
     assert cursor.cell_status() is status
+
+
+def test_a_nested_use_gives_no_turn_while_the_outer_one_runs(fresh_demo_db, monkeypatch):
+    """The Spark path explains and charges while it holds the connection; a busy holder's
+    turn given at the end of such a nested use closed the engine connection the outer use
+    still ran on ("Connection already closed" under load). Only the outermost end gives it."""
+    monkeypatch.setattr(guard_connection, "MAX_TURN_SECONDS", 0.0)  # every hold is "long"
+    con = sqlsdc.Connection(fresh_demo_db, "analyst")
+    try:
+        with con._holding() as outer:
+            con.explain(COUNT)
+            assert outer.execute("SELECT 1").fetchall() == [(1,)]
+        assert con._db is None  # the outermost end gave the turn
+        assert sorted(con.execute(COUNT).fetchall())  # and the next statement opens again
+    finally:
+        con.close()

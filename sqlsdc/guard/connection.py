@@ -134,6 +134,7 @@ class Connection:
         self._db = None  # the engine connection, while this connection holds the file
         self._closed = True
         self._lock = threading.RLock()
+        self._depth = 0  # nested _holding uses in progress (under the lock)
         self._alarm: watchdog.Alarm | None = None  # the idle release, while one is planned
         self._last_use = 0.0
         self._turn_until = 0.0
@@ -224,12 +225,18 @@ class Connection:
 
     @contextmanager
     def _holding(self):
-        """Use the engine connection alone (other threads wait), then schedule its release."""
+        """Use the engine connection alone (other threads wait), then schedule its release.
+        Nested uses (the Spark path explains and charges while it holds the connection) leave
+        that to the outermost: a turn given in between would close the engine connection the
+        outer use still runs on."""
         with self._lock:
+            self._depth += 1
             try:
                 yield self._con
             finally:
-                self._schedule_release()
+                self._depth -= 1
+                if not self._depth:
+                    self._schedule_release()
 
     def _schedule_release(self) -> None:
         """Release the file ``idle_release`` seconds after the last statement, so that other
