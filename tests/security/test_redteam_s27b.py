@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import test_redteam_s27 as s27
 from test_dp_bounding_report import _document as report_document
 from test_dp_query import dp_document, make_db
 from test_redteam_s26 import _read
@@ -24,6 +25,9 @@ import sqlsdc
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import Error
 from sqlsdc.guard.connection import Connection
+
+TYPED_KEYS = s27.TYPED_KEYS
+typed_db = s27.typed_db  # the fixture: persons with keys of every type, public tables of them
 
 BY_REGION = "SELECT region, SUM(income) AS s, COUNT(*) AS n FROM persons GROUP BY region ORDER BY 1"
 
@@ -71,6 +75,22 @@ def test_data_changed_in_the_same_process_is_not_answered_from_the_cache(db):
         before = con.execute(BY_REGION).fetchall()
         _write(db, "UPDATE persons SET income = 90000 WHERE region = 'N'")
         again = con.execute(BY_REGION).fetchall()
+    assert again != before
+    assert again == _fresh(db, "ana", BY_REGION)
+
+
+def test_a_writer_open_beside_the_analyst_is_seen_at_each_query(db):
+    """The admin's connection of the process is opened first and kept open while ana asks,
+    then writes, and ana asks again (no opening in between to notice). Safe: the repeated
+    query gives what a fresh connection gives after the write."""
+    raw = open_database(db)
+    try:
+        with sqlsdc.connect(db, "ana") as con:
+            before = con.execute(BY_REGION).fetchall()
+            raw.execute("UPDATE persons SET income = 90000 WHERE region = 'S'")
+            again = con.execute(BY_REGION).fetchall()
+    finally:
+        raw.close()
     assert again != before
     assert again == _fresh(db, "ana", BY_REGION)
 
@@ -216,3 +236,23 @@ def test_nested_uses_release_the_file_and_never_close_under_the_outer_one(db):
         assert con.execute(BY_REGION).fetchall()
     finally:
         con.close()
+
+
+@pytest.mark.parametrize("n", range(len(TYPED_KEYS)), ids=list(TYPED_KEYS))
+def test_a_cached_answer_has_the_key_types_of_the_first(typed_db, n):
+    """Dates, timestamps, decimals, booleans, huge integers and strings as public-domain
+    keys: the second run of a query on one connection is answered from the cache, its key
+    column built from the domain's Python values and the key types kept from the first.
+    Safe: the same rows and column types as the first run and as a fresh connection's."""
+    sql = (f"SELECT l.code, COUNT(*) FROM persons p JOIN pub{n} l ON p.k{n} = l.code "
+           "GROUP BY l.code ORDER BY l.code")  # fmt: skip
+    with sqlsdc.connect(typed_db, "ana") as con:
+        first = con.execute(sql)
+        rows, kinds = first.fetchall(), [d[1] for d in first.description]
+        again = con.execute(sql)
+        assert again.fetchall() == rows
+        assert [d[1] for d in again.description] == kinds
+    with sqlsdc.connect(typed_db, "ana") as con:
+        fresh = con.execute(sql)
+        assert fresh.fetchall() == rows
+        assert [d[1] for d in fresh.description] == kinds
