@@ -11,7 +11,6 @@ values (their difference was exact)."""
 
 from __future__ import annotations
 
-import shutil
 import threading
 from pathlib import Path
 
@@ -40,10 +39,8 @@ def pristine(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def db(pristine, tmp_path) -> Path:
-    path = tmp_path / "dp.duckdb"
-    shutil.copy(pristine, path)
-    return path
+def db(pristine, tmp_path, copy_database) -> Path:
+    return copy_database(pristine, tmp_path)
 
 
 def _write(db, sql: str) -> None:
