@@ -168,12 +168,7 @@ class BudgetState:
             return
         self.writes = 0  # nothing known while reading: a read that fails (an interrupt) must
         if policy_version is not None:  # not leave old events under a new counter
-            (current,) = one(con, f"SELECT max(version) FROM {S}.policy_versions")
-            if current is not None and current != policy_version:
-                raise PolicyChanged(
-                    f"policy version {current} was applied since this connection read version "
-                    f"{policy_version}; nothing was charged or run: run the query again"
-                )
+            check_policy(con, policy_version)
         self.grants, self.resets = _events(con)
         self.spent = {}
         self.writes = writes - 1
@@ -195,6 +190,16 @@ class BudgetState:
 
 class PolicyChanged(OperationalError):
     """A charge's limits come from a policy that is no longer in force."""
+
+
+def check_policy(con, policy_version: int) -> None:
+    """Raise :class:`PolicyChanged` if a policy other than ``policy_version`` is in force."""
+    (current,) = one(con, f"SELECT max(version) FROM {S}.policy_versions")
+    if current is not None and current != policy_version:
+        raise PolicyChanged(
+            f"policy version {current} was applied since this connection read version "
+            f"{policy_version}; nothing was charged or run: run the query again"
+        )
 
 
 def note_policy(con) -> None:

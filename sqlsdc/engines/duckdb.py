@@ -52,6 +52,8 @@ warnings.filterwarnings("ignore", message="Arrow output on a DB-API result", cat
 _OPEN_LOCK = threading.RLock()
 
 _PATHS: dict[tuple[int, int], str] = {}  # (device, inode) -> the path it was first opened by
+# (device, inode) -> [connections opened, connections open] by open_database in this process
+_OPENINGS: dict[tuple[int, int], list[int]] = {}
 
 
 def _one_path(path: Path) -> Path:
@@ -109,7 +111,7 @@ def open_database(
                     with _OPEN_LOCK:
                         con = duckdb.connect(str(path), read_only=read_only,
                                              config=dict(_CONNECT_CONFIG))  # fmt: skip
-                    return LockedConnection(con, hold)
+                        return LockedConnection(con, hold, _opened(path))
                 except duckdb.Error as e:  # held by a process outside sqlsdc, or not DuckDB's
                     hold.release()
                     text = str(e).lower()
@@ -146,10 +148,10 @@ class LockedConnection:
     """A DuckDB connection to a file that lets the file's lock go once it is closed (or
     collected); every other attribute is the connection's own."""
 
-    __slots__ = ("__weakref__", "_con", "_hold")
+    __slots__ = ("__weakref__", "_con", "_hold", "_file")
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, hold: file_lock.FileLock):
-        self._con, self._hold = con, hold
+    def __init__(self, con: duckdb.DuckDBPyConnection, hold: file_lock.FileLock, file=None):
+        self._con, self._hold, self._file = con, hold, file
 
     def __getattr__(self, name: str):
         return getattr(self._con, name)
@@ -164,6 +166,9 @@ class LockedConnection:
         finally:
             if hold is not None:
                 hold.release()
+                if self._file is not None:
+                    with _OPEN_LOCK:
+                        _OPENINGS[self._file][1] -= 1
 
     def __enter__(self) -> LockedConnection:
         return self
@@ -174,6 +179,26 @@ class LockedConnection:
     def __del__(self) -> None:
         if self._hold is not None:
             self.close()
+
+
+def _opened(path: Path) -> tuple[int, int]:
+    """Count an opening of the file (under ``_OPEN_LOCK``); its (device, inode)."""
+    found = path.stat()
+    key = (found.st_dev, found.st_ino)
+    counts = _OPENINGS.setdefault(key, [0, 0])
+    counts[0] += 1
+    counts[1] += 1
+    return key
+
+
+def sole_opening(con: LockedConnection) -> int | None:
+    """How many connections this process has opened to ``con``'s file, while ``con`` is the
+    only one open; None while another is open. The OS lock keeps other processes out, not
+    this one (DuckDB shares one instance per file in a process): what ``con`` read of the
+    file's data (its data versions) holds while this number stays the same."""
+    with _OPEN_LOCK:
+        opened, open_now = _OPENINGS.get(con._file, (0, 0))
+    return opened if open_now == 1 else None
 
 
 def sidecar_files(path: str | Path) -> tuple[Path, Path]:

@@ -30,6 +30,7 @@ from sqlsdc.catalog.budget import (
     cache_cells,
     cached_cells,
     charge,
+    check_policy,
     ensure_budget_catalog,
     is_conflict,
     policy_limits,
@@ -193,6 +194,7 @@ class Connection:
         self._data_versions: dict[str, str] = {}  # the data may have changed while released
         self._engine_checked: set[str] = set()  # ... and the catalog (_check_engine_reads)
         self._key_types: dict = {}  # of DP stages run on this opening (dp_release.release)
+        self._opening: int | None = None  # engine.sole_opening when they were read
         self._prf_key: bytes | None = None  # read when a DP query needs it (_secret)
         self._budget = BudgetState()  # what its last charge read of the budget tables
 
@@ -632,6 +634,16 @@ class Connection:
         for stage in query.dp_stages:
             self._check_engine_reads(stage.sql, query)
         version = context.policy_version
+        opening = engine.sole_opening(con)
+        if opening is None or opening != self._opening:  # written in this process, perhaps
+            try:  # a policy applied there: its cache answers nothing at the old version
+                check_policy(con, version)
+            except PolicyChanged:
+                self._reopen = True
+                raise
+            self._data_versions.clear()
+            self._key_types.clear()
+            self._opening = opening
 
         key_types = None  # known for DuckDB's stages (Spark's types are its own)
         if run is None:
@@ -693,7 +705,8 @@ class Connection:
         """A fingerprint of the table's rows, part of every DP cell's identity: the same cell
         over changed data gets fresh noise (and a new charge), never the old noise on a new
         value. Computed once per opening of the file (while it is open, DuckDB locks it against
-        other writers)."""
+        other processes' writers), and again after another connection of this process opened
+        it (:meth:`_release_dp`)."""
         if table not in self._data_versions:
             self._data_versions[table] = engine.data_version(self._con, table)
         return self._data_versions[table]
