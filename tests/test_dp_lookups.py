@@ -9,6 +9,7 @@ from test_dp_query import dp_document, make_db
 
 import sqlsdc
 from sqlsdc.catalog import budget
+from sqlsdc.engines.duckdb import open_database
 from sqlsdc.guard.dp_release import PREFETCHED_CELLS, prefetching
 from sqlsdc.mechanisms.accountant import Bounding, PrivacyCost, Statistic, calibrate
 from sqlsdc.mechanisms.dp_cells import CellMechanism, CellSpace, cell_digests, cell_identity
@@ -158,3 +159,19 @@ def test_cells_not_all_released_before_are_computed(dp_db, monkeypatch):
         ran = len(texts)
         assert con.execute(private).fetchall() == first
         assert len(texts) == ran + 2  # private groups: their exact cells say which exist
+
+
+def test_other_guarded_connections_open_in_the_process_keep_the_cache_answering(dp_db, monkeypatch):
+    """Guarded connections never write the tables' data, so several open at once in one
+    process (a server's sessions) do not make each DP query read its data versions again: a
+    repeated query is still answered from the cache. A connection that may write data, opened
+    meanwhile, makes the next query compute again."""
+    texts = _engine_texts(monkeypatch)
+    sql = "SELECT sex, COUNT(*) FROM persons GROUP BY sex ORDER BY 1"
+    with sqlsdc.connect(dp_db, "ana") as ana, sqlsdc.connect(dp_db, "bob") as bob:
+        first = ana.execute(sql).fetchall()
+        bob.execute(sql).fetchall()
+        ran = len(texts)
+        assert ana.execute(sql).fetchall() == first and len(texts) == ran + 1
+        open_database(dp_db).close()  # an admin's connection (it could have changed data)
+        assert ana.execute(sql).fetchall() == first and len(texts) == ran + 3

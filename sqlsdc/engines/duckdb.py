@@ -82,14 +82,21 @@ LOCK_WAIT_SECONDS = 60.0
 
 
 def open_database(
-    path: str | Path, *, read_only: bool = False, wait: float = LOCK_WAIT_SECONDS
+    path: str | Path,
+    *,
+    read_only: bool = False,
+    wait: float = LOCK_WAIT_SECONDS,
+    writes_data: bool = True,
 ) -> LockedConnection:
     """Open a DuckDB file for sqlsdc's own (trusted) work, with extensions and scans locked down.
 
     The file's operating-system lock (:mod:`sqlsdc.engines.file_lock`) is taken first and held
     until the connection is closed, so no commit is lost when processes take turns. While
     another process holds the file, the open is retried for up to ``wait`` seconds (a guarded
-    connection holds it while it runs statements, and releases it when idle)."""
+    connection holds it while it runs statements, and releases it when idle). ``writes_data``
+    False: the connection writes the catalog at most, never the tables' data (a guarded
+    connection); every other opening counts as a possible writer of the data
+    (:func:`data_writers`)."""
     path = _one_path(Path(path))
     if not read_only and not path.parent.exists():
         raise NotFoundError(f"cannot create database {path}: folder {path.parent} does not exist")
@@ -111,7 +118,7 @@ def open_database(
                     with _OPEN_LOCK:
                         con = duckdb.connect(str(path), read_only=read_only,
                                              config=dict(_CONNECT_CONFIG))  # fmt: skip
-                        return LockedConnection(con, hold, _opened(path))
+                        return LockedConnection(con, hold, _opened(path) if writes_data else None)
                 except duckdb.Error as e:  # held by a process outside sqlsdc, or not DuckDB's
                     hold.release()
                     text = str(e).lower()
@@ -182,7 +189,8 @@ class LockedConnection:
 
 
 def _opened(path: Path) -> tuple[int, int]:
-    """Count an opening of the file (under ``_OPEN_LOCK``); its (device, inode)."""
+    """Count an opening of the file by a possible writer of its data (under ``_OPEN_LOCK``);
+    its (device, inode)."""
     found = path.stat()
     key = (found.st_dev, found.st_ino)
     counts = _OPENINGS.setdefault(key, [0, 0])
@@ -191,14 +199,18 @@ def _opened(path: Path) -> tuple[int, int]:
     return key
 
 
-def sole_opening(con: LockedConnection) -> int | None:
-    """How many connections this process has opened to ``con``'s file, while ``con`` is the
-    only one open; None while another is open. The OS lock keeps other processes out, not
-    this one (DuckDB shares one instance per file in a process): what ``con`` read of the
-    file's data (its data versions) holds while this number stays the same."""
+def data_writers(path: str | Path) -> int | None:
+    """How many connections that may write the file's data (``writes_data``) this process
+    has opened, while none of them is open; None while one is. The OS lock keeps other
+    processes out, not this one (DuckDB shares one instance per file in a process): what a
+    guarded connection read of the data (its data versions) holds while this stays the same."""
+    try:
+        found = Path(path).stat()
+    except OSError:
+        return None
     with _OPEN_LOCK:
-        opened, open_now = _OPENINGS.get(con._file, (0, 0))
-    return opened if open_now == 1 else None
+        opened, open_now = _OPENINGS.get((found.st_dev, found.st_ino), (0, 0))
+    return opened if open_now == 0 else None
 
 
 def sidecar_files(path: str | Path) -> tuple[Path, Path]:

@@ -165,7 +165,7 @@ class Connection:
         policy in force, again only when an admin applied a new version since the last open."""
         path = Path(self.path)
         time.sleep(max(0.0, self._turn_until - time.monotonic()))
-        con = engine.open_database(path, wait=engine.LOCK_WAIT_SECONDS)
+        con = engine.open_database(path, wait=engine.LOCK_WAIT_SECONDS, writes_data=False)
         try:
             engine.harden(con)
             current = store.current_policy(con)
@@ -194,7 +194,7 @@ class Connection:
         self._data_versions: dict[str, str] = {}  # the data may have changed while released
         self._engine_checked: set[str] = set()  # ... and the catalog (_check_engine_reads)
         self._key_types: dict = {}  # of DP stages run on this opening (dp_release.release)
-        self._opening: int | None = None  # engine.sole_opening when they were read
+        self._writers: int | None = None  # engine.data_writers when they were read
         self._prf_key: bytes | None = None  # read when a DP query needs it (_secret)
         self._budget = BudgetState()  # what its last charge read of the budget tables
 
@@ -634,8 +634,8 @@ class Connection:
         for stage in query.dp_stages:
             self._check_engine_reads(stage.sql, query)
         version = context.policy_version
-        opening = engine.sole_opening(con)
-        if opening is None or opening != self._opening:  # written in this process, perhaps
+        writers = engine.data_writers(self.path)
+        if writers is None or writers != self._writers:  # written in this process, perhaps
             try:  # a policy applied there: its cache answers nothing at the old version
                 check_policy(con, version)
             except PolicyChanged:
@@ -643,7 +643,7 @@ class Connection:
                 raise
             self._data_versions.clear()
             self._key_types.clear()
-            self._opening = opening
+            self._writers = writers
 
         key_types = None  # known for DuckDB's stages (Spark's types are its own)
         if run is None:

@@ -149,7 +149,7 @@ def _row(con, name: str):
 
 def lookup(db: str | Path, name: str) -> ScramKeys | None:
     """The stored keys of server user ``name`` (None if there is none)."""
-    con = engine.open_database(db)
+    con = engine.open_database(db, writes_data=False)
     try:
         if engine.one(con, "SELECT 1 FROM duckdb_tables() WHERE schema_name = ? AND "
                            "table_name = 'server_users'", [S]) is None:  # fmt: skip
