@@ -256,6 +256,7 @@ def test_a_cached_answer_has_the_key_types_of_the_first(typed_db, n):
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
 def test_a_cached_duckdb_answer_is_sparks_answer(db):
     """ana asks on DuckDB twice on one connection (the second from the cache), then on Spark
     on that held connection (whose key types are DuckDB's: Spark's path computes its cells),
