@@ -705,8 +705,8 @@ class Connection:
         """A fingerprint of the table's rows, part of every DP cell's identity: the same cell
         over changed data gets fresh noise (and a new charge), never the old noise on a new
         value. Computed once per opening of the file (while it is open, DuckDB locks it against
-        other processes' writers), and again after another connection of this process opened
-        it (:meth:`_release_dp`)."""
+        other processes' writers), and again after a connection of this process that may write
+        data opened it (:meth:`_release_dp`)."""
         if table not in self._data_versions:
             self._data_versions[table] = engine.data_version(self._con, table)
         return self._data_versions[table]
