@@ -767,3 +767,27 @@ def test_dp_on_spark_needs_tables_copied_from_duckdb(dp_on_spark, spark):
         with pytest.raises(NotSupportedError, match="copied with load_duckdb"):
             run_protected(con, engine, "SELECT region, COUNT(*) FROM persons GROUP BY region")
     engine.close()
+
+
+def test_a_cached_duckdb_answer_is_sparks_answer(spark, tmp_path):
+    """(Red team s27b.) ana asks on DuckDB twice on one connection (the second from the
+    cache), then on Spark on that held connection (whose key types are DuckDB's: Spark's path
+    computes its cells), then bob on Spark. Safe: one answer on both engines, and Spark's run
+    charged nothing new for ana (her cells were paid)."""
+    from test_dp_query import dp_document, make_db
+
+    path = tmp_path / "dp.duckdb"
+    make_db(path, dp_document())
+    sql = "SELECT region, COUNT(*) AS n FROM persons GROUP BY region"
+    with SparkEngine(spark.newSession()) as engine:
+        engine.load_duckdb(path, ["persons"])
+        with sqlsdc.connect(path, "ana") as con:
+            first = sorted(con.execute(sql).fetchall())
+            assert sorted(con.execute(sql).fetchall()) == first
+            on_spark = run_protected(con, engine, sql)
+            assert sorted(zip(*(c.to_pylist() for c in on_spark.columns), strict=True)) == first
+        assert catalog(path, "SELECT user_name, count(*) FROM sqlsdc.budget_spend "
+                             "GROUP BY 1") == [("ana", 1)]  # fmt: skip
+        with sqlsdc.connect(path, "bob") as con:
+            on_spark = run_protected(con, engine, sql)
+    assert sorted(zip(*(c.to_pylist() for c in on_spark.columns), strict=True)) == first

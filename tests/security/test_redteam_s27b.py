@@ -253,36 +253,3 @@ def test_a_cached_answer_has_the_key_types_of_the_first(typed_db, n):
         fresh = con.execute(sql)
         assert fresh.fetchall() == rows
         assert [d[1] for d in fresh.description] == kinds
-
-
-@pytest.mark.slow
-@pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
-def test_a_cached_duckdb_answer_is_sparks_answer(db):
-    """ana asks on DuckDB twice on one connection (the second from the cache), then on Spark
-    on that held connection (whose key types are DuckDB's: Spark's path computes its cells),
-    then bob on Spark. Safe: one answer on both engines, and Spark's run charged nothing
-    new for ana (her cells were paid)."""
-    spark_test = pytest.importorskip("test_spark")
-    from pyspark.sql import SparkSession
-
-    from sqlsdc.engines.spark import SparkEngine
-    from sqlsdc.guard.spark import run_protected
-
-    sql = "SELECT region, COUNT(*) AS n FROM persons GROUP BY region"
-    builder = SparkSession.builder.master("local[1]").appName("sqlsdc-s27b")
-    for key, value in spark_test.SPARK_CONF.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("OFF")
-    with SparkEngine(session.newSession()) as engine:
-        engine.load_duckdb(db, ["persons"])
-        with sqlsdc.connect(db, "ana") as con:
-            first = sorted(con.execute(sql).fetchall())
-            assert sorted(con.execute(sql).fetchall()) == first
-            on_spark = run_protected(con, engine, sql)
-            assert sorted(zip(*(c.to_pylist() for c in on_spark.columns), strict=True)) == first
-        spent = _read(db, "SELECT user_name, count(*) FROM sqlsdc.budget_spend GROUP BY 1")
-        assert spent == [("ana", 1)]
-        with sqlsdc.connect(db, "bob") as con:
-            on_spark = run_protected(con, engine, sql)
-    assert sorted(zip(*(c.to_pylist() for c in on_spark.columns), strict=True)) == first
