@@ -1,0 +1,179 @@
+"""Long chains of equalities on one column are checked as the IN lists they mean
+(``planner/connectors.fold_comparisons``): the same answers as written, the same decisions as
+the IN list (which an analyst may write anyway), and nothing folded that could compare
+differently."""
+
+from __future__ import annotations
+
+import random
+
+import duckdb
+import pytest
+
+import sqlsdc
+from sqlsdc.guard.parse import parse_statement
+
+GROUPED = "SELECT region, COUNT(*) FROM persons WHERE {} GROUP BY region"
+
+
+def _where(condition: str) -> str:
+    """The WHERE clause ``parse_statement`` makes of ``condition``."""
+    return parse_statement(f"SELECT 1 FROM t WHERE {condition}").args["where"].this.sql("duckdb")
+
+
+def _chain(connector: str, terms) -> str:
+    return f" {connector} ".join(terms)
+
+
+def test_an_or_chain_of_equalities_becomes_an_in_list_where_its_first_member_stood():
+    condition = _chain(
+        "OR", ["y > 1", *(f"x = {i}" for i in range(20)), "z = 'a'", "-5 = x", "x = 99"]
+    )
+    listed = ", ".join(map(str, range(20)))
+    assert _where(condition) == f"y > 1 OR x IN ({listed}, -5, 99) OR z = 'a'"
+
+
+def test_an_and_chain_of_inequalities_becomes_a_negated_in_list():
+    condition = _chain("AND", [f"x <> 'v{i}'" for i in range(17)])
+    listed = ", ".join(f"'v{i}'" for i in range(17))
+    assert _where(condition) == f"NOT x IN ({listed})"
+
+
+@pytest.mark.parametrize(
+    "terms",
+    [
+        [f"x = {i}" for i in range(16)],  # short: as written
+        [f"x <> {i}" for i in range(20)],  # an OR of inequalities means no list
+        [f"x > {i}" for i in range(20)],
+        [f"x = {i}.5" for i in range(20)],  # decimals: a list would be typed as a whole
+        [f"x = {2**63 + i}" for i in range(20)],  # beyond BIGINT
+        [f"x = -{2**63 + 1 + i}" for i in range(20)],
+        [f"x = y + {i}" for i in range(20)],  # not literals
+        [f"x = {i} /* c */" for i in range(20)],  # comments stay where they were written
+        [f"x IS NOT DISTINCT FROM {i}" for i in range(20)],
+        [f"{'x' if i % 2 else 'X'} = {i}" for i in range(32)],  # 16 of each spelling
+    ],
+    ids=[
+        "short",
+        "or-of-inequalities",
+        "ranges",
+        "decimals",
+        "beyond-bigint",
+        "beyond-bigint-negative",
+        "expressions",
+        "comments",
+        "null-safe",
+        "two-spellings",
+    ],
+)
+def test_what_could_compare_differently_or_is_short_stays_as_written(terms):
+    condition = _chain("OR", terms)
+    assert "IN (" not in _where(condition)
+
+
+def test_an_and_chain_of_equalities_stays_as_written():
+    assert "IN (" not in _where(_chain("AND", [f"x = {i}" for i in range(20)]))
+
+
+def test_kinds_and_columns_get_lists_of_their_own():
+    terms = [f"x = {i}" for i in range(17)] + [f"x = 's{i}'" for i in range(17)]
+    terms += [f"t.x = {i}" for i in range(17)] + [f'"x" = {i}' for i in range(17)]
+    where = _where(_chain("OR", terms))
+    assert where.count(" IN (") == 4
+    assert "x IN (0, 1," in where and "x IN ('s0', 's1'," in where
+    assert "t.x IN (0," in where and '"x" IN (0,' in where
+
+
+def test_chains_nested_in_parentheses_are_folded_too():
+    inner = "(" + _chain("OR", [f"x = {i}" for i in range(17)]) + ")"
+    where = _where(_chain("AND", [inner, "y = 1", inner]))
+    assert where.count("x IN (0, 1, 2,") == 2 and where.count("(x IN") == 2
+
+
+# --- the same answers: DuckDB evaluates the folded tree as it evaluates the chain -------------
+
+DATA = """
+CREATE TABLE t AS SELECT
+    CASE WHEN i % 11 = 0 THEN NULL ELSE i % 40 - 10 END AS n,
+    CASE WHEN i % 13 = 0 THEN NULL ELSE 'v' || (i % 30) END AS s,
+    CASE WHEN i % 17 = 0 THEN NULL ELSE DATE '2020-01-01' + (i % 25)::INT END AS d,
+    CASE WHEN i % 7 = 0 THEN NULL ELSE lpad((i % 20)::VARCHAR, 2, '0') END AS padded,
+    (i % 9)::SMALLINT AS small
+FROM range(600) AS r(i)
+"""
+LITERALS = {
+    "n": lambda r: str(r.randint(-12, 35)),
+    "s": lambda r: f"'v{r.randint(0, 35)}'",
+    "d": lambda r: f"'2020-01-{r.randint(1, 31):02d}'",
+    "padded": lambda r: r.choice([f"'{r.randint(0, 25):02d}'", f"'{r.randint(0, 25)}'"]),
+    "small": lambda r: str(r.choice([r.randint(-3, 12), 40_000, 2**62])),
+}
+
+
+def _random_chain(rng: random.Random) -> str:
+    connector = rng.choice(["OR", "AND"])
+    comparison = "=" if connector == "OR" else "<>"
+    columns = rng.sample(list(LITERALS), rng.randint(1, 3))
+    terms = []
+    for _ in range(rng.randint(17, 80)):
+        column = rng.choice(columns)
+        literal = LITERALS[column](rng)
+        term = (
+            f"{column} {comparison} {literal}"
+            if rng.random() < 0.8
+            else (f"{literal} {comparison} {column}")
+        )
+        terms.append(term if rng.random() < 0.9 else f"small > {rng.randint(0, 8)}")
+    return _chain(connector, terms)
+
+
+def test_folded_chains_have_the_same_truth_values_as_written():
+    """400 random chains over columns with NULLs (integers, strings, dates, strings compared
+    as written and as numbers would be, a SMALLINT compared with wider integers): on every row,
+    DuckDB gives the tree the guard checks the truth value (true, false or NULL) of the chain."""
+    con = duckdb.connect()
+    con.execute(DATA)
+    rng = random.Random(20261126)
+    folded_some, selected = 0, set()
+    for _ in range(400):
+        chain = _random_chain(rng)
+        folded = _where(chain)
+        folded_some += " IN (" in folded
+        differ, true = con.execute(
+            f"SELECT count(*) FILTER (WHERE ({chain}) IS DISTINCT FROM ({folded})), "
+            f"count(*) FILTER (WHERE {chain}) FROM t"
+        ).fetchone()
+        assert differ == 0, chain
+        selected.add(true)
+    assert folded_some > 250 and len(selected) > 50  # folded, and selecting various rows
+
+
+# --- the same decisions as the IN list an analyst could write ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("terms", "refusal"),
+    [
+        ([f"region = {i}" for i in range(20)], "could raise an error for some confidential"),
+        ([f"person_id = {i}" for i in range(20)], "identifier"),
+        ([f"secret_column = {i}" for i in range(20)], "name resolution failed"),
+    ],
+    ids=["cast-of-confidential-values", "identifier", "unknown-column"],
+)
+def test_a_refused_comparison_is_refused_in_a_long_chain(analyst, terms, refusal):
+    for chain in (_chain("OR", terms), _chain("AND", [t.replace("=", "<>") for t in terms])):
+        with pytest.raises(sqlsdc.PolicyViolation, match=refusal):
+            analyst.explain(GROUPED.format(chain))
+
+
+def test_a_chain_and_its_in_list_are_one_population(analyst):
+    """Written either way, a filter selects one population: the same protected SQL and the
+    same cell identity, so neither way gives a second noise draw over the same cells."""
+    values = [f"'R0{i % 9 + 1}'" for i in range(18)] + [f"'R{i:02d}'" for i in range(10, 30)]
+    chain = analyst.explain(GROUPED.format(_chain("OR", [f"region = {v}" for v in values])))
+    listed = analyst.explain(GROUPED.format(f"region IN ({', '.join(values)})"))
+    assert (chain.fingerprint, chain.population) == (listed.fingerprint, listed.population)
+    rows = analyst.execute(GROUPED.format(_chain("OR", [f"region = {v}" for v in values])))
+    assert sorted(rows.fetchall()) == sorted(
+        analyst.execute(GROUPED.format(f"region IN ({', '.join(values)})")).fetchall()
+    )
