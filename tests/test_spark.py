@@ -61,6 +61,12 @@ SPARK_CONF = {
 # included, are copied to Spark.
 CROSS_ENGINE_QUERIES = [
     "SELECT region, COUNT(*) AS n FROM persons GROUP BY region",
+    # checked as age IN (...) AND NOT region IN (...) (planner/connectors.fold_comparisons)
+    "SELECT region, COUNT(*) AS n FROM persons WHERE ("
+    + " OR ".join(f"age = {i}" for i in range(20, 40))
+    + ") AND "
+    + " AND ".join(f"region <> 'R{i:02d}'" for i in range(3, 20))
+    + " GROUP BY region",
     "SELECT region, sex, COUNT(*) AS n, SUM(income) AS income, AVG(age) AS mean_age "
     "FROM persons GROUP BY ROLLUP (region, sex)",
     "SELECT nace, size_class, COUNT(*) AS n, SUM(turnover) AS turnover "
@@ -104,6 +110,12 @@ CROSS_ENGINE_QUERIES = [
 # counts (exact cell keys), magnitudes (the flex function), a join, ORDER BY + LIMIT.
 CKM_CROSS_ENGINE_QUERIES = [
     "SELECT region, COUNT(*) AS n FROM persons GROUP BY region",
+    # checked as age IN (...) AND NOT region IN (...) (planner/connectors.fold_comparisons)
+    "SELECT region, COUNT(*) AS n FROM persons WHERE ("
+    + " OR ".join(f"age = {i}" for i in range(20, 40))
+    + ") AND "
+    + " AND ".join(f"region <> 'R{i:02d}'" for i in range(3, 20))
+    + " GROUP BY region",
     "SELECT region, sex, COUNT(*) AS n, SUM(income) AS income, AVG(age) AS mean_age "
     "FROM persons GROUP BY ROLLUP (region, sex)",
     "SELECT r.name, COUNT(*) AS n FROM persons p JOIN regions r ON p.region = r.region "
@@ -697,6 +709,12 @@ def test_spark_failures_are_audited_failed_with_sparks_message(recorded_demo):
 
 DP_CROSS_ENGINE_QUERIES = [
     "SELECT region, COUNT(*) AS n FROM persons GROUP BY region",
+    # checked as age IN (...) AND NOT region IN (...) (planner/connectors.fold_comparisons)
+    "SELECT region, COUNT(*) AS n FROM persons WHERE ("
+    + " OR ".join(f"age = {i}" for i in range(20, 40))
+    + ") AND "
+    + " AND ".join(f"region <> 'R{i:02d}'" for i in range(3, 20))
+    + " GROUP BY region",
     "SELECT sex, SUM(income) AS s, COUNT(income) AS c, AVG(income) AS a FROM persons "
     "WHERE age >= 30 GROUP BY sex",
     "SELECT region, sex, AVG(income) AS a FROM persons WHERE age < 60 GROUP BY region, sex",
