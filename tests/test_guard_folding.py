@@ -50,6 +50,8 @@ def test_an_and_chain_of_inequalities_becomes_a_negated_in_list():
         [f"x = -{2**63 + 1 + i}" for i in range(20)],
         [f"x = y + {i}" for i in range(20)],  # not literals
         [f"x = {i} /* c */" for i in range(20)],  # comments stay where they were written
+        [f"x /* c */ = {i}" for i in range(20)],
+        [f"x = {'9' * 5000}{i}" for i in range(20)],  # beyond Python's digits for int()
         [f"x IS NOT DISTINCT FROM {i}" for i in range(20)],
         [f"{'x' if i % 2 else 'X'} = {i}" for i in range(32)],  # 16 of each spelling
     ],
@@ -62,6 +64,8 @@ def test_an_and_chain_of_inequalities_becomes_a_negated_in_list():
         "beyond-bigint-negative",
         "expressions",
         "comments",
+        "comments-on-columns",
+        "thousands-of-digits",
         "null-safe",
         "two-spellings",
     ],

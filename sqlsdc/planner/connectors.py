@@ -87,14 +87,14 @@ def fold_comparisons(kind: type[exp.Connector], operands: list[exp.Expr]) -> lis
 def _foldable(operand: exp.Expr, comparison: type[exp.Binary]) -> tuple | None:
     """The group of ``column <comparison> literal`` (either side): the column's parts and the
     literal's kind; None for any other operand."""
-    if type(operand) is not comparison:
+    if type(operand) is not comparison or operand.comments:
         return None
     pair = _column_and_literal(operand)
     if pair is None:
         return None
     column, literal = pair
     parts = column.parts
-    if not all(type(p) is exp.Identifier for p in parts):
+    if column.comments or not all(type(p) is exp.Identifier for p in parts):
         return None
     return (*((p.this, p.quoted) for p in parts), literal.is_string)
 
@@ -117,7 +117,11 @@ def _plain_literal(node: exp.Expr) -> bool:
     if literal.is_string:
         return not negative
     text = literal.this
-    return bool(_DIGITS.fullmatch(text)) and int(text) <= _BIGINT_LIMIT - (not negative)
+    return (
+        len(text) < 20
+        and bool(_DIGITS.fullmatch(text))
+        and int(text) <= _BIGINT_LIMIT - (not negative)
+    )
 
 
 def _in_list(members: list[tuple[exp.Column, exp.Expr]], negated: bool) -> exp.Expr:
