@@ -9,6 +9,7 @@ import random
 
 import duckdb
 import pytest
+from test_dp_query import dp_document, make_db
 
 import sqlsdc
 from sqlsdc.guard.parse import parse_statement
@@ -181,3 +182,22 @@ def test_a_chain_and_its_in_list_are_one_population(analyst):
     assert sorted(rows.fetchall()) == sorted(
         analyst.execute(GROUPED.format(f"region IN ({', '.join(values)})")).fetchall()
     )
+
+
+def test_under_dp_the_other_spelling_is_the_cached_answer(tmp_path):
+    """The chain and its IN list are one statistic: asked the other way, the answer comes back
+    from the cache, the same values, with nothing charged."""
+    path = tmp_path / "dp.duckdb"
+    make_db(path, dp_document())
+    ages = list(range(20, 60))
+    chain = " OR ".join(f"age = {a}" for a in ages)
+    listed = f"age IN ({', '.join(map(str, ages))})"
+    sql = "SELECT region, COUNT(*) FROM persons WHERE {} GROUP BY region ORDER BY region"
+    with sqlsdc.connect(path, "ana") as con:
+        first = con.execute(sql.format(chain)).fetchall()
+        spent = {s.key: s.spent for s in con.remaining_budget()}
+        assert con.execute(sql.format(listed)).fetchall() == first
+        assert {s.key: s.spent for s in con.remaining_budget()} == spent
+        other = con.execute(sql.format(listed.replace("20,", "19,"))).fetchall()
+        assert {s.key: s.spent for s in con.remaining_budget()} != spent  # a new statistic
+    assert len(first) == 4 and other != first
