@@ -1,0 +1,135 @@
+"""Red-team round of session 28 against the day's change, long chains of equalities folded
+into IN lists at parse time (``planner/connectors.fold_comparisons``), and the guard around
+it: the canonical identity of a DP population (``planner/identity``), which names the noise of
+a cell for every user (the same identity over two populations gives two colluding analysts the
+same noise over two exact values, hence their exact difference).
+
+What succeeded, and was closed in this session: a string literal spelling the identity's
+stand-in for a subquery (``x = 'subquery:{...}'`` had the identity of ``x = (SELECT ...)``);
+sqlglot's ``simplify`` folding constants as Python computes them (``x = 1 OR 1.0 / 3 * 3 = 1``,
+every row to DuckDB, had the identity of ``x = 1``; a DATE plus hours lost its hours); number
+literals rounded to 28 digits (``m < 1.00000000000000000000000000001`` read as ``m < 1``).
+What held: the folding itself (same truth values as written, the same refusals, one identity
+for a chain and its IN list); each test asserts the safe outcome."""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+import pytest
+from sqlglot.optimizer.annotate_types import annotate_types
+from sqlglot.optimizer.qualify import qualify
+from sqlglot.optimizer.scope import build_scope
+from test_dp_query import dp_document, make_db
+
+import sqlsdc
+from sqlsdc.guard.parse import parse_statement
+from sqlsdc.planner.identity import aggregation_identity
+
+SCHEMA = {"t": {"region": "VARCHAR", "month": "INT", "day": "DATE", "amount": "DOUBLE"}}
+GROUPED = "SELECT region, COUNT(*) FROM t WHERE {} GROUP BY region"
+
+
+def predicates(where: str) -> list[str]:
+    """The canonical predicates of ``GROUPED`` with ``where``, parsed as the guard parses."""
+    tree = qualify(parse_statement(GROUPED.format(where)), schema=SCHEMA, dialect="duckdb")
+    annotate_types(tree, schema=SCHEMA)
+    identity = aggregation_identity(build_scope(tree))
+    return json.loads(identity.population.text)["predicates"]
+
+
+def selected(where: str) -> list[tuple]:
+    """The rows of a small table of ``SCHEMA`` that DuckDB selects with ``where``."""
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE t AS SELECT 'r' || (i % 3) AS region, i % 13 AS month, "
+        "DATE '2020-01-28' + (i % 9)::INT AS day, i / 10 AS amount FROM range(60) AS r(i)"
+    )
+    return con.execute(f"SELECT * FROM t WHERE {where} ORDER BY ALL").fetchall()
+
+
+# --- the identity of a population: two different populations never share it -----------------
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("month = 1 OR 1.0 / 3 * 3 = 1", "month = 1"),  # DuckDB: TRUE; sqlglot: FALSE
+        ("month = 1 OR 0.1e0 * 3 = 0.3", "TRUE"),  # DuckDB: FALSE; sqlglot: TRUE
+        ("CAST(month AS DOUBLE) + 1e16 = 1e16", "CAST(month AS DOUBLE) = 0E+16"),
+        ("day < DATE '2020-01-31' + INTERVAL 36 HOUR", "day < CAST('2020-02-01 12:00:00' AS DATE)"),
+        ("month < 1.00000000000000000000000000001", "month < 1"),  # 28 digits: rounded
+        ("month = 1.00000000000000000000000000001", "month = 1"),
+    ],
+    ids=["double-fold-true", "double-fold-false", "double-sum", "date-hours", "long-lt", "long-eq"],
+)
+def test_constants_are_not_folded_into_another_population(a, b):
+    assert selected(a) != selected(b)  # two populations to DuckDB
+    assert predicates(a) != predicates(b)
+
+
+def test_the_subquery_stand_in_cannot_be_spelled_by_a_literal():
+    subquery = predicates("region = (SELECT 'r1')")
+    assert selected("region = (SELECT 'r1')") != selected("region = 'anything'")
+    assert len(subquery) == 1
+    spelled = subquery[0].split(" = ", 1)[1]  # whatever the stand-in prints as
+    literal = "'" + spelled.replace("'", "''") + "'"
+    assert predicates(f"region = {literal}") != subquery
+    if spelled.startswith("'"):  # the stand-in was a literal: this is its very spelling
+        assert predicates(f"region = {spelled}") != subquery
+
+
+def test_rephrasings_still_share_one_identity():
+    """What the identity equated before still holds (the logic is simplified, the values are
+    not): flipped comparisons, NOT over a comparison, BETWEEN, absorption, 6.0 and 6."""
+    assert predicates("6 > month AND 'r1' = region") == predicates("region = 'r1' AND month < 6.0")
+    assert predicates("NOT month >= 6") == predicates("month < 6")
+    assert predicates("month BETWEEN 1 AND 5") == predicates("month >= 1 AND 5 >= month")
+    assert predicates("month = 1 AND (month = 1 OR region = 'r2')") == predicates("month = 1")
+
+
+# --- through the guard: two analysts, one DP table, no shared noise -------------------------
+
+
+@pytest.fixture(scope="module")
+def dp_db(tmp_path_factory):
+    path = tmp_path_factory.mktemp("s28") / "dp.duckdb"
+    make_db(path, dp_document())  # users ana and bob, DP counts of persons
+    return path
+
+
+@pytest.fixture(scope="module")
+def ana(dp_db):
+    con = sqlsdc.connect(dp_db, "ana")
+    yield con
+    con.close()
+
+
+def _scope(con, sql: str) -> str:
+    """The canonical population that names the noise of the query's DP cells."""
+    (stage,) = con.explain(sql).dp_stages
+    return stage.scope
+
+
+COUNTS = "SELECT region, COUNT(*) FROM persons WHERE {} GROUP BY region"
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("sex = 'm'", "sex = 'm' OR 1.0 / 3 * 3 = 1"),
+        ("age < 1", "age < 1.00000000000000000000000000001"),
+    ],
+)
+def test_two_populations_get_two_noises_through_the_guard(ana, a, b):
+    assert _scope(ana, COUNTS.format(a)) != _scope(ana, COUNTS.format(b))
+
+
+def test_a_subquery_and_the_literal_of_its_stand_in_get_two_noises(ana):
+    scope = _scope(ana, COUNTS.format("sex = (SELECT 'm')"))
+    spelled = json.loads(scope)["predicates"][0].split(" = ", 1)[1]
+    literal = "'" + spelled.replace("'", "''") + "'"
+    assert _scope(ana, COUNTS.format(f"sex = {literal}")) != scope
+    with pytest.raises(sqlsdc.PolicyViolation, match="not allowed"):
+        ana.explain(COUNTS.format(f"sex = {spelled}"))  # the stand-in itself: refused
