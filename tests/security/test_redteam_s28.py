@@ -133,3 +133,18 @@ def test_a_subquery_and_the_literal_of_its_stand_in_get_two_noises(ana):
     assert _scope(ana, COUNTS.format(f"sex = {literal}")) != scope
     with pytest.raises(sqlsdc.PolicyViolation, match="not allowed"):
         ana.explain(COUNTS.format(f"sex = {spelled}"))  # the stand-in itself: refused
+
+
+# --- parameters: the check cache keeps each value apart ---------------------------------------
+
+
+def test_equal_parameters_of_other_types_are_checked_and_run_as_themselves(analyst):
+    """``1 == 1.0 == True`` in Python: the process-wide check cache took them for one key and
+    answered ``CAST(? AS VARCHAR) = '1.0'`` for ``1`` and ``True`` (any connection's) with the
+    statement checked for ``1.0``."""
+    sql = "SELECT sex, COUNT(*) FROM persons WHERE CAST(? AS VARCHAR) = '1.0' GROUP BY sex"
+    assert analyst.execute(sql, (1.0,)).fetchall()
+    assert analyst.execute(sql, (1,)).fetchall() == []
+    assert analyst.execute(sql, (True,)).fetchall() == []
+    assert analyst.execute(sql.replace("?", "$v"), {"v": 1.0}).fetchall()
+    assert analyst.execute(sql.replace("?", "$v"), {"v": 1}).fetchall() == []
