@@ -303,7 +303,7 @@ class _Block:
         if not self.labels:
             texts = [_json(list(d)) for d in self.relations]
             for i, (kind, value) in enumerate(self.relations):
-                base = value if kind == "table" else "q" + _sha(texts[i])[:16]
+                base = value if kind == "table" else "q" + _sha(texts[i])  # whole: no collision
                 if texts.count(texts[i]) > 1:
                     base += f"#{texts[: i + 1].count(texts[i])}"
                 self.labels.append(base)
@@ -484,7 +484,7 @@ def _logic(condition: exp.Expr, values: dict[str, exp.Expr]) -> exp.Expr:
 
     def placeholder(node: exp.Expr) -> exp.Column:
         text = node.sql(DIALECT)
-        name = _sha(text)[:16]
+        name = _sha(text)  # whole: two values must never share a placeholder
         values.setdefault(name, node)
         return exp.column(exp.to_identifier(name, quoted=True),
                           table=exp.to_identifier(_OPAQUE, quoted=True))  # fmt: skip
