@@ -273,7 +273,8 @@ class _Block:
         self.scopes[id(select)] = scope
         resolvers: dict[str, tuple] = {}
         self.resolvers[id(select)] = resolvers
-        joins = {id(j.this): j for j in select.args.get("joins") or []}
+        # a source's node is its Table, or the SELECT inside a derived table's parentheses
+        joins = {id(_unwrap(j.this)): j for j in select.args.get("joins") or []}
         ordered = any(not _is_inner(j) for j in joins.values())
         for alias, (node, source) in scope.selected_sources.items():
             if isinstance(source, exp.Table):

@@ -8,8 +8,9 @@ What succeeded, and was closed in this session: a string literal spelling the id
 stand-in for a subquery (``x = 'subquery:{...}'`` had the identity of ``x = (SELECT ...)``);
 sqlglot's ``simplify`` folding constants as Python computes them (``x = 1 OR 1.0 / 3 * 3 = 1``,
 every row to DuckDB, had the identity of ``x = 1``; a DATE plus hours lost its hours); number
-literals rounded to 28 digits (``m < 1.00000000000000000000000000001`` read as ``m < 1``).
-What held: the folding itself (same truth values as written, the same refusals, one identity
+literals rounded to 28 digits (``m < 1.00000000000000000000000000001`` read as ``m < 1``);
+the ON condition of a join with a derived table left out of the population; the check cache
+taking ``1``, ``1.0`` and ``True`` for one parameter value. What held: the folding itself (same truth values as written, the same refusals, one identity
 for a chain and its IN list); each test asserts the safe outcome."""
 
 from __future__ import annotations
@@ -222,3 +223,28 @@ def test_a_chain_is_one_population_however_it_is_written(ana):
     scopes = {_scope(ana, COUNTS.format(w)) for w in (chain, backwards, listed)}
     assert len(scopes) == 1
     assert _scope(ana, COUNTS.format(chain.replace("age = 39", "age = 41"))) not in scopes
+
+
+# --- the ON condition of a join with a derived table is part of the population ---------------
+
+DERIVED = "(SELECT code, MIN(label) AS label FROM lookup GROUP BY code)"
+
+
+@pytest.mark.parametrize(
+    ("template", "older"),
+    [
+        ("SELECT persons.region, COUNT(*) FROM persons JOIN {d} AS q "
+         "ON persons.region = q.code{on} GROUP BY persons.region", " AND persons.age > 50"),
+        ("SELECT persons.region, COUNT(*) FROM persons LEFT JOIN {d} AS q "
+         "ON persons.region = q.code{on} GROUP BY persons.region", " AND persons.age > 50"),
+        ("SELECT p.region, COUNT(*) FROM lookup AS l JOIN (SELECT * FROM persons) AS p "
+         "ON p.region = l.code{on} GROUP BY p.region", " AND p.age > 50"),
+    ],
+    ids=["opaque", "outer", "flattened"],
+)  # fmt: skip
+def test_a_join_condition_with_a_derived_table_names_the_population(ana, template, older):
+    """The identity found a join by its Table node, and a derived table's source node is the
+    SELECT inside its parentheses: the ON condition was left out, so persons over 50 and all
+    persons had one identity, and two analysts the exact count of those 50 or younger."""
+    everyone = _scope(ana, template.format(d=DERIVED, on=""))
+    assert everyone != _scope(ana, template.format(d=DERIVED, on=older))
