@@ -10,8 +10,9 @@ sqlglot's ``simplify`` folding constants as Python computes them (``x = 1 OR 1.0
 every row to DuckDB, had the identity of ``x = 1``; a DATE plus hours lost its hours); number
 literals rounded to 28 digits (``m < 1.00000000000000000000000000001`` read as ``m < 1``);
 the ON condition of a join with a derived table left out of the population; the check cache
-taking ``1``, ``1.0`` and ``True`` for one parameter value. What held: the folding itself (same truth values as written, the same refusals, one identity
-for a chain and its IN list); each test asserts the safe outcome."""
+taking ``1``, ``1.0`` and ``True`` for one parameter value. What held: the folding itself
+(same truth values as written for every column type, the same refusals, one identity for a
+chain and its IN list); each test asserts the safe outcome."""
 
 from __future__ import annotations
 
