@@ -904,11 +904,15 @@ def _unregister(con, noisy: DpRelease | None) -> None:
 
 
 def _freeze(params):
+    """The parameters as a key of the check cache: each value with its type and spelling, as
+    Python's equality would take ``1``, ``1.0``, ``True`` and ``Decimal('1.00')`` for one value
+    and the cache would then run the statement checked with another literal
+    (``CAST(? AS VARCHAR)`` is ``'1'``, ``'1.0'`` or ``'true'``)."""
     if params is None:
         return None
     if isinstance(params, dict):
-        return tuple(sorted(params.items()))
-    return tuple(params)
+        return tuple(sorted((k, type(v), repr(v)) for k, v in params.items()))
+    return tuple((type(v), repr(v)) for v in params)
 
 
 def _rows(table: pa.Table) -> list[tuple]:

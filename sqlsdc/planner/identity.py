@@ -20,9 +20,12 @@ two draws of the same noise on different populations give their exact difference
   table is the same population as the same WHERE outside). Columns are replaced by the base
   expression they stand for (``label.column``, aliases and output names gone); the conjunction
   is simplified with sqlglot's ``simplify`` (semantics-preserving rewrites under SQL's
-  three-valued logic: ``6 > m`` is ``m < 6``, ``NOT m < 6`` is ``m >= 6``, constant folding,
-  absorption) and, when small, put in conjunctive normal form (``normalize``); conjuncts are
-  then deduplicated and sorted, so ``a AND b`` and ``b AND a`` are one population.
+  three-valued logic: ``6 > m`` is ``m < 6``, ``NOT m < 6`` is ``m >= 6``, absorption) and,
+  when small, put in conjunctive normal form (``normalize``); conjuncts are then deduplicated
+  and sorted, so ``a AND b`` and ``b AND a`` are one population. simplify sees the logic
+  only, every value an opaque placeholder (:func:`_logic`): it folds constants as Python
+  computes them, not as DuckDB does, and ``1.0 / 3 * 3 = 1`` (TRUE to DuckDB, FALSE to it)
+  made ``x = 1 OR 1.0 / 3 * 3 = 1``, every row, the population ``x = 1``.
   Outer joins are not flattened: their sources, sides and ON conditions are kept in order.
 * **keys**: the canonical base expression of every GROUP BY key (in the order given).
 * **aggregates**: the canonical text of every aggregate call (function, DISTINCT, arguments on
@@ -60,7 +63,7 @@ import hashlib
 import itertools
 import json
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
@@ -79,6 +82,10 @@ MAX_CNF_DISTANCE = 64  # larger conditions keep their (simplified) shape rather 
 MAX_SIMPLIFY_NODES = 2_000  # larger conditions are not simplified (sqlglot's simplify compares
 # the operands of a connector pairwise: quadratic); they keep their shape, a finer identity
 _SET_OPERATIONS = (exp.Union, exp.Intersect, exp.Except)
+SUBQUERY_MARKER = "SQLSDC_SUBQUERY"
+_OPAQUE = "\x00value"  # the table of the placeholders simplify sees instead of values
+_FLIPPED = {exp.EQ: exp.EQ, exp.NEQ: exp.NEQ, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT,
+            exp.LTE: exp.GTE}  # fmt: skip
 _ROW_BLOCKERS = ("group", "having", "distinct", "limit", "offset", "qualify", "order")
 
 
@@ -146,6 +153,14 @@ def describe_scope(scope: Scope) -> dict:
 
 
 # --- implementation --------------------------------------------------------------------------
+
+
+def _subquery(description: str) -> exp.Expr:
+    """The canonical stand-in for a subquery: a call of a function no analyst can write (the
+    allowlist refuses unknown functions), so that no literal, expression or column spells the
+    same text. A string literal did: ``x = 'subquery:{...}'`` had the identity of
+    ``x = (SELECT ...)`` over another population."""
+    return exp.Anonymous(this=SUBQUERY_MARKER, expressions=[exp.Literal.string(description)])
 
 
 def _json(value) -> str:
@@ -258,7 +273,8 @@ class _Block:
         self.scopes[id(select)] = scope
         resolvers: dict[str, tuple] = {}
         self.resolvers[id(select)] = resolvers
-        joins = {id(j.this): j for j in select.args.get("joins") or []}
+        # a source's node is its Table, or the SELECT inside a derived table's parentheses
+        joins = {id(_unwrap(j.this)): j for j in select.args.get("joins") or []}
         ordered = any(not _is_inner(j) for j in joins.values())
         for alias, (node, source) in scope.selected_sources.items():
             if isinstance(source, exp.Table):
@@ -288,7 +304,7 @@ class _Block:
         if not self.labels:
             texts = [_json(list(d)) for d in self.relations]
             for i, (kind, value) in enumerate(self.relations):
-                base = value if kind == "table" else "q" + _sha(texts[i])[:16]
+                base = value if kind == "table" else "q" + _sha(texts[i])  # whole: no collision
                 if texts.count(texts[i]) > 1:
                     base += f"#{texts[: i + 1].count(texts[i])}"
                 self.labels.append(base)
@@ -307,8 +323,8 @@ class _Block:
             inner = _unwrap(node)
             for sub in scope.subquery_scopes:
                 if sub.expression is inner:
-                    return exp.Literal.string("subquery:" + _json(self.describer.query(sub)))
-            return exp.Literal.string("subquery:" + node.sql(DIALECT))  # unresolved: verbatim
+                    return _subquery(_json(self.describer.query(sub)))
+            return _subquery(node.sql(DIALECT))  # unresolved: verbatim
         if isinstance(node, exp.Paren):
             return exp.Paren(this=self._rebuild(node.this, scope))
         copy = node.__class__(
@@ -396,10 +412,12 @@ def _conjuncts(conditions: list[exp.Expr]) -> list[str]:
     used = [combined]  # every tree built here: only the texts are kept
     if _size(combined, MAX_SIMPLIFY_NODES + 1) <= MAX_SIMPLIFY_NODES:
         try:
-            simplified = simplify(combined.copy(), dialect=DIALECT)
+            values: dict[str, exp.Expr] = {}
+            simplified = simplify(_logic(combined, values), dialect=DIALECT)
             if normalization_distance(simplified) <= MAX_CNF_DISTANCE:
                 simplified = simplify(normalize(simplified), dialect=DIALECT)
-            combined = simplified
+            used.append(simplified)
+            combined = _with_values(simplified, values)
         except Exception:  # noqa: BLE001 - a simplifier failure keeps the unsimplified shape
             pass
     generator = _ReusingGenerator(dialect=Dialect.get_or_raise(DIALECT))
@@ -451,6 +469,67 @@ class _ReusingGenerator(Dialect.get_or_raise(DIALECT).generator_class):
             if known is not None and known[0] is expression:
                 return known[1]
         return super().sql(expression, key, comment)
+
+
+def _logic(condition: exp.Expr, values: dict[str, exp.Expr]) -> exp.Expr:
+    """The logical skeleton of ``condition`` for sqlglot's ``simplify``: AND, OR, NOT, TRUE,
+    FALSE and comparisons (BETWEEN too), with every value and every other predicate replaced
+    by an opaque placeholder column, one per distinct canonical text (``values``: placeholder
+    name -> the node it stands for).
+
+    simplify then applies only the laws of three-valued logic and of comparisons (absorption,
+    De Morgan, ``NOT m < 6`` is ``m >= 6``, CNF). It never sees a value: its folding of
+    constants follows Python, not DuckDB (``1.0 / 3 * 3 = 1`` is FALSE to it and TRUE to
+    DuckDB; ``DATE '2020-01-31' + INTERVAL 36 HOUR`` loses its hours), so a folded condition
+    could name another population. A new tree; ``condition`` is not changed."""
+
+    def placeholder(node: exp.Expr) -> exp.Column:
+        text = node.sql(DIALECT)
+        name = _sha(text)  # whole: two values must never share a placeholder
+        values.setdefault(name, node)
+        return exp.column(exp.to_identifier(name, quoted=True),
+                          table=exp.to_identifier(_OPAQUE, quoted=True))  # fmt: skip
+
+    def skeleton(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, (exp.And, exp.Or)):
+            return node.__class__(this=skeleton(node.this), expression=skeleton(node.expression))
+        if isinstance(node, (exp.Not, exp.Paren)):
+            return node.__class__(this=skeleton(node.this))
+        if isinstance(node, exp.Boolean):
+            return exp.Boolean(this=node.this)
+        if type(node) in _FLIPPED:
+            return type(node)(this=placeholder(node.left), expression=placeholder(node.right))
+        if type(node) is exp.Between and not node.args.get("symmetric"):
+            return exp.Between(this=placeholder(node.this), low=placeholder(node.args["low"]),
+                               high=placeholder(node.args["high"]))  # fmt: skip
+        return placeholder(node)
+
+    return skeleton(condition)
+
+
+def _constant(node: exp.Expr) -> bool:
+    """No column and no subquery in ``node``."""
+    return not any(isinstance(n, (exp.Column, exp.Query, *_SET_OPERATIONS)) for n in node.walk())
+
+
+def _with_values(skeleton: exp.Expr, values: dict[str, exp.Expr]) -> exp.Expr:
+    """``skeleton`` (changed in place) with a copy of its value for every placeholder, and
+    every comparison of a constant with another value written with the constant on the right
+    (``6 > m`` is ``m < 6``; simplify orders two placeholders as it likes)."""
+    walked = nodes(skeleton)
+    for column in [n for n in walked if isinstance(n, exp.Column)]:
+        value = values[column.name].copy()
+        if column is skeleton:
+            return value
+        column.replace(value)
+    for comparison in [n for n in walked if type(n) in _FLIPPED]:
+        left, right = comparison.left, comparison.right
+        if _constant(left) and not _constant(right):
+            flipped = _FLIPPED[type(comparison)](this=right, expression=left)
+            if comparison is skeleton:
+                return flipped
+            comparison.replace(flipped)
+    return skeleton
 
 
 def _size(node: exp.Expr, at_most: int) -> int:
@@ -517,7 +596,9 @@ def _normalise_literals(node: exp.Expr, changed: list[exp.Expr] | None = None) -
             value = Decimal(text)
         except InvalidOperation:
             continue
-        shortest = format(value.normalize(), "f")
+        # exact: the default context would round to 28 digits, and 1.00000000000000000000000000001
+        # (DECIMAL(30,29) to DuckDB, above 1) would read as 1
+        shortest = format(value.normalize(Context(prec=max(len(value.as_tuple().digits), 1))), "f")
         if shortest == text and not literal.comments:
             literal.type = None  # as the new literal would be: a later comparison reads it
             continue
