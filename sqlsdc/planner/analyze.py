@@ -182,6 +182,7 @@ class _Checker(AggregateChecks, TotalityChecks):
             return self._classify_set_operation(node, infos)
         if not isinstance(node, exp.Select):
             raise self.refuse(f"{describe(node)} is not allowed here")
+        self._check_distinct_outputs(scope)
         reads_rows = False
         for source in scope.sources.values():
             if isinstance(source, exp.Table):
@@ -205,6 +206,30 @@ class _Checker(AggregateChecks, TotalityChecks):
                 lineage = Lineage(sources=lineage.sources, protected=contains_aggregate(projection))
             info.outputs[projection.alias_or_name] = lineage
         return info
+
+    def _check_distinct_outputs(self, scope: Scope) -> None:
+        """Refuse a SELECT read by name (a derived table, CTE or subquery, or a part of a set
+        operation that is one) with two outputs of one name. DuckDB renames the second ``x``
+        to ``x_1`` (then ``x_1_1``...) while the lineage, the identity and sqlglot take ``q.x``
+        and ``q.x_1`` as written: ``(SELECT income AS x, sex AS x, sex AS x_1 ...) q GROUP BY
+        q.x_1`` was checked as a grouping by sex and ran as one by income."""
+        outer = scope
+        while outer.is_set_operation and outer.parent is not None:
+            if unwrap(outer.parent.expression.this) is not outer.expression:
+                return  # not the first part: its names name nothing
+            outer = outer.parent
+        if outer.is_root:
+            return  # the result's own names: DuckDB's renaming only changes the headings
+        seen = set()
+        for projection in scope.expression.expressions:
+            name = projection.alias_or_name.lower()
+            if name in seen:
+                raise self.refuse(
+                    f"two outputs of a derived table, CTE or subquery are named {name!r}",
+                    "give every output of a derived table or CTE its own name (DuckDB renames "
+                    "a repeated name, so a reference to it would read another column)",
+                )
+            seen.add(name)
 
     def _classify_set_operation(self, node: exp.Expr, infos: dict[int, ScopeInfo]) -> ScopeInfo:
         left, right = infos[id(unwrap(node.left))], infos[id(unwrap(node.right))]

@@ -83,6 +83,7 @@ MAX_SIMPLIFY_NODES = 2_000  # larger conditions are not simplified (sqlglot's si
 # the operands of a connector pairwise: quadratic); they keep their shape, a finer identity
 _SET_OPERATIONS = (exp.Union, exp.Intersect, exp.Except)
 SUBQUERY_MARKER = "SQLSDC_SUBQUERY"
+OUTPUT_MARKER = "SQLSDC_OUTPUT"  # an output by position (ORDER BY its alias)
 _OPAQUE = "\x00value"  # the table of the placeholders simplify sees instead of values
 _FLIPPED = {exp.EQ: exp.EQ, exp.NEQ: exp.NEQ, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT,
             exp.LTE: exp.GTE}  # fmt: skip
@@ -163,6 +164,33 @@ def _subquery(description: str) -> exp.Expr:
     return exp.Anonymous(this=SUBQUERY_MARKER, expressions=[exp.Literal.string(description)])
 
 
+def _output(names: list[str], column: exp.Column) -> exp.Expr | None:
+    """The canonical stand-in for a reference to the output ``column`` names (an alias in
+    ORDER BY): its position, by a call no analyst can write. The select list is described
+    without its names, so ``SELECT a AS x, b AS y ... ORDER BY x LIMIT 1`` and ``SELECT a AS
+    y, b AS x ... ORDER BY x LIMIT 1`` (other rows) had one description. None when
+    ``column`` is qualified or names no output."""
+    if column.table or column.name not in names:
+        return None
+    return exp.Anonymous(
+        this=OUTPUT_MARKER, expressions=[exp.Literal.number(names.index(column.name))]
+    )
+
+
+def _outputs_by_position(node: exp.Expr, query: exp.Query) -> str:
+    """The text of ``node`` (a clause of the set operation ``query``) with every reference
+    to an output by name written as its position."""
+    names = list(query.named_selects)
+    copy = node.copy()
+    for column in [n for n in nodes(copy) if isinstance(n, exp.Column)]:
+        position = _output(names, column)
+        if position is not None:
+            if column is copy:
+                return position.sql(DIALECT)
+            column.replace(position)
+    return copy.sql(DIALECT)
+
+
 def _json(value) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
@@ -226,14 +254,16 @@ class _Describer:
 
     @staticmethod
     def _tail(node: exp.Expr, block: _Block | None) -> dict:
+        """ORDER BY, LIMIT, OFFSET and QUALIFY of a query; a name of an output in them is
+        its position (:func:`_output`), as the select list is described without names."""
         tail = {}
         order = node.args.get("order")
         if order is not None:
-            tail["order"] = block.text(order) if block else order.sql(DIALECT)
+            tail["order"] = block.text(order) if block else _outputs_by_position(order, node)
         for key in ("limit", "offset", "qualify"):
             value = node.args.get(key)
             if value is not None:
-                tail[key] = block.text(value) if block else value.sql(DIALECT)
+                tail[key] = block.text(value) if block else _outputs_by_position(value, node)
         return tail
 
 
@@ -346,6 +376,10 @@ class _Block:
         resolvers = self.resolvers.get(id(scope.expression), {})
         how = resolvers.get(column.table)
         name = column.name.lower()
+        if how is None and isinstance(scope.expression, exp.Select):
+            position = _output(list(scope.expression.named_selects), column)
+            if position is not None:
+                return position
         if how is None:  # not a source of a flattened scope: verbatim, qualified by its table
             out = exp.column(name, table=f"?{column.table}", quoted=True)
         elif how[0] == "relation":
@@ -577,7 +611,9 @@ _NUMERIC = exp.DataType.NUMERIC_TYPES
 def _normalise_literals(node: exp.Expr, changed: list[exp.Expr] | None = None) -> exp.Expr:
     """Number literals compared with a numeric column are written in their shortest exact
     decimal form (``6.0`` and ``6`` are one value there; against a text column they are not,
-    so other literals keep their spelling). A literal already in that form and without
+    so other literals keep their spelling). Literals DuckDB types DOUBLE keep their spelling:
+    an exponent, or more than 38 digits with a decimal point (a DECIMAL holds 38), are
+    compared after rounding to a double. A literal already in that form and without
     comments is kept, untyped like the new one it stands for (it prints the same); the new
     literals are appended to ``changed``."""
     for literal in [n for n in nodes(node) if isinstance(n, exp.Literal)]:
@@ -590,8 +626,9 @@ def _normalise_literals(node: exp.Expr, changed: list[exp.Expr] | None = None) -
         if other.type is None or other.type.this not in _NUMERIC:  # is_type, built-ins
             continue
         text = literal.this
-        if "e" in text.lower():
-            continue
+        if "e" in text.lower() or ("." in text and sum(c.isdigit() for c in text) > 38):
+            continue  # a DOUBLE to DuckDB (so are more than 38 digits with a point, zeros too:
+            # ``x > 1.000...0`` compares x rounded to a double, ``x > 1`` exactly)
         try:
             value = Decimal(text)
         except InvalidOperation:

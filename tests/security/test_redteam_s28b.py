@@ -1,0 +1,179 @@
+"""Red-team round of session 28 (second), against the canonical identity of a DP population
+(``planner/identity``) and the name resolution it relies on: every canonicalisation step asked
+whether two queries of different answers could get one identity (one noise over two exact
+values gives two colluding analysts, or one analyst and a rephrasing, the exact difference).
+
+What succeeded, and was closed: two outputs of one name in a derived table (DuckDB reads
+``q.x_1`` as the second ``x``, sqlglot and the guard as the output written ``x_1``: a grouping
+by income checked as one by sex, released in the clear under CKM and with the noise of the
+population by sex under DP); an output alias in the ORDER BY of a described query (``ORDER
+BY x`` was written ``"?"."x"`` beside a select list without names, so two queries that swap
+the aliases of two outputs, and limit to other rows, had one description); a number literal
+of more than 38 digits with a decimal point (a DOUBLE to DuckDB, exact once normalised:
+``x > 1.000...0`` had the identity of ``x > 1``). Each test asserts the safe outcome.
+"""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+import pytest
+from sqlglot.optimizer.annotate_types import annotate_types
+from sqlglot.optimizer.qualify import qualify
+from sqlglot.optimizer.scope import build_scope
+from test_dp_query import dp_document, make_db
+
+import sqlsdc
+from sqlsdc.engines.duckdb import open_database
+from sqlsdc.guard.parse import parse_statement
+from sqlsdc.planner.identity import aggregation_identity
+
+
+@pytest.fixture(scope="module")
+def dp_db(tmp_path_factory):
+    path = tmp_path_factory.mktemp("s28b") / "dp.duckdb"
+    make_db(path, dp_document())  # users ana and bob, DP counts of persons
+    return path
+
+
+@pytest.fixture(scope="module")
+def ana(dp_db):
+    con = sqlsdc.connect(dp_db, "ana")
+    yield con
+    con.close()
+
+
+@pytest.fixture(scope="module")
+def raw(dp_db):
+    con = open_database(dp_db)  # sqlsdc's settings: DuckDB shares one instance per file
+    yield con
+    con.close()
+
+
+def _scope(con, sql: str) -> str:
+    """The canonical population that names the noise of the query's DP cells."""
+    (stage,) = con.explain(sql).dp_stages
+    return stage.scope
+
+
+COUNTS = "SELECT sex, COUNT(*) FROM persons WHERE {} GROUP BY sex"
+
+
+# --- two outputs of one name: DuckDB renames the second ---------------------------------------
+
+
+def test_duckdb_reads_a_renamed_duplicate_as_the_second_output():
+    """Why the guard refuses: DuckDB names the outputs x, x_1, x_1_1 and binds ``q.x_1`` to
+    the second ``x``, where sqlglot binds it to the output written ``x_1``."""
+    con = duckdb.connect()
+    sql = "SELECT q.x_1 FROM (SELECT 'code' AS x, 'label' AS x, 'third' AS x_1) AS q"
+    assert con.execute(sql).fetchall() == [("label",)]
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT q.x_1, COUNT(*) FROM (SELECT pid, sex AS x, income AS x, sex AS x_1 "
+        "FROM persons) AS q GROUP BY q.x_1",
+        "SELECT q.x, COUNT(*) FROM (SELECT pid, income AS x, sex AS X FROM persons) AS q "
+        "GROUP BY q.x",
+        "WITH q AS (SELECT pid, sex AS x, income AS x, sex AS x_1 FROM persons) "
+        "SELECT q.x_1, COUNT(*) FROM q GROUP BY q.x_1",
+        "SELECT q.sex, COUNT(*) FROM (SELECT income, sex FROM persons) AS q(sex) GROUP BY q.sex",
+        "SELECT sex, COUNT(*) FROM persons WHERE region IN (SELECT x_1 FROM (SELECT code AS x, "
+        "label AS x, code AS x_1 FROM lookup UNION ALL SELECT code, code, code FROM lookup)) "
+        "GROUP BY sex",
+    ],
+    ids=["derived", "case", "cte", "alias-list", "set-operation"],
+)
+def test_two_outputs_of_one_name_in_a_derived_table_are_refused(ana, sql):
+    """Grouping by ``q.x_1`` was checked as a grouping by sex and ran as one by income: the
+    DP cells of sex got the noise of the population by sex over exact counts of 0."""
+    with pytest.raises(sqlsdc.PolicyViolation, match="two outputs of a derived table"):
+        ana.explain(sql)
+
+
+def test_repeated_names_that_name_nothing_are_allowed(ana):
+    """The result's own headings and a later part of a set operation name nothing."""
+    assert ana.explain("SELECT sex AS x, region AS x, COUNT(*) FROM persons GROUP BY 1, 2")
+    sql = COUNTS.format("region IN (SELECT x FROM (SELECT code AS x, label AS y FROM lookup "
+                        "UNION ALL SELECT code, code FROM lookup))")  # fmt: skip
+    assert _scope(ana, sql)
+
+
+def test_duplicate_names_do_not_release_a_measure_under_ckm(analyst):
+    """The demo's counts use the cell key method: the grouping ran by income and released
+    income values as keys."""
+    with pytest.raises(sqlsdc.PolicyViolation, match="two outputs of a derived table"):
+        analyst.execute(
+            "SELECT q.x_1, COUNT(*) FROM (SELECT person_id, sex AS x, income AS x, sex AS x_1 "
+            "FROM persons) AS q GROUP BY q.x_1"
+        )
+
+
+# --- an output alias in ORDER BY of a described query ------------------------------------------
+
+FIRST = "CASE WHEN code = 'N' THEN 'z' ELSE 'a' END"  # sorts S first, where code sorts N first
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "region IN (SELECT {a} FROM (SELECT code AS {a}, {f} AS {b} FROM lookup "
+        "ORDER BY x LIMIT 1))",
+        "region IN (SELECT {a} FROM (SELECT code AS {a}, {f} AS {b} FROM lookup UNION ALL "
+        "SELECT code, {f} FROM lookup ORDER BY x LIMIT 1))",
+    ],
+    ids=["select", "set-operation"],
+)
+def test_an_order_by_alias_names_its_output_in_the_identity(ana, raw, template):
+    """ORDER BY x over outputs whose aliases are swapped: other rows, so other populations
+    (region N and region S), which had one identity and so one noise."""
+    by_code = COUNTS.format(template.format(a="x", b="y", f=FIRST))
+    by_case = COUNTS.format(template.format(a="y", b="x", f=FIRST))
+    assert raw.execute(by_code).fetchall() != raw.execute(by_case).fetchall()
+    assert _scope(ana, by_code) != _scope(ana, by_case)
+
+
+def test_an_order_by_alias_and_its_position_are_one_identity(ana):
+    by_name = COUNTS.format(f"region IN (SELECT x FROM (SELECT code AS x, {FIRST} AS y FROM "
+                            "lookup ORDER BY y LIMIT 1))")  # fmt: skip
+    assert _scope(ana, by_name) == _scope(ana, by_name.replace("ORDER BY y", "ORDER BY 2"))
+
+
+# --- number literals that DuckDB reads as DOUBLE ----------------------------------------------
+
+SCHEMA = {"t": {"region": "VARCHAR", "month": "INT", "amount": "DOUBLE"}}
+LONG = "1." + "0" * 40  # 41 digits: a DOUBLE to DuckDB; 1.0 and 1 are DECIMAL and INTEGER
+FINE = "TRY_CAST(CAST(age AS VARCHAR) || '.00000000000000000001' AS DECIMAL(38, 20))"
+
+
+def _predicates(where: str) -> list[str]:
+    sql = f"SELECT region, COUNT(*) FROM t WHERE {where} GROUP BY region"
+    tree = qualify(parse_statement(sql), schema=SCHEMA, dialect="duckdb")
+    annotate_types(tree, schema=SCHEMA)
+    return json.loads(aggregation_identity(build_scope(tree)).population.text)["predicates"]
+
+
+def test_duckdb_compares_a_long_literal_as_a_double():
+    con = duckdb.connect()
+    assert con.execute(f"SELECT typeof({LONG}), typeof(1.{'0' * 37})").fetchone() == (
+        "DOUBLE",
+        "DECIMAL(38,37)",
+    )
+    fine = "CAST('1.00000000000000000001' AS DECIMAL(38, 20))"
+    assert con.execute(f"SELECT {fine} > {LONG}, {fine} > 1").fetchone() == (False, True)
+
+
+@pytest.mark.parametrize("literal", [LONG, "0" * 39 + "1.5", "1.5" + "0" * 40])
+def test_a_double_literal_keeps_its_spelling(literal):
+    short = format(float(literal), "g")
+    assert _predicates(f"month > {literal}") != _predicates(f"month > {short}")
+    assert _predicates("month > 1.0") == _predicates("month > 1")  # DECIMAL and INTEGER: one
+
+
+def test_a_long_literal_and_its_short_form_get_two_noises(ana, raw):
+    long, short = COUNTS.format(f"{FINE} > {LONG}"), COUNTS.format(f"{FINE} > 1")
+    assert raw.execute(long).fetchall() != raw.execute(short).fetchall()
+    assert _scope(ana, long) != _scope(ana, short)
