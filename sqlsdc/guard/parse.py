@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import logging
+import math
 import re
 from collections.abc import Mapping, Sequence
 
@@ -140,6 +141,8 @@ def literal(value) -> exp.Expr:
         return exp.null()
     if isinstance(value, bool):
         return exp.Boolean(this=value)
+    if (special := _non_finite(value)) is not None:
+        return exp.cast(exp.Literal.string(special), "DOUBLE")
     if isinstance(value, (int, float, decimal.Decimal)):
         return exp.Literal.number(value)
     if isinstance(value, str):
@@ -152,6 +155,18 @@ def literal(value) -> exp.Expr:
         f"parameters of type {type(value).__name__} are not supported; "
         "use str, int, float, bool, None, date or datetime"
     )
+
+
+def _non_finite(value) -> str | None:
+    """``'nan'``, ``'inf'`` or ``'-inf'`` for a float or Decimal that is not finite, else None.
+
+    Such a value cannot be a number literal: sqlglot prints it bare, and DuckDB reads a bare
+    ``inf`` or ``nan`` as a column name (a column of that name, hidden ones too)."""
+    if isinstance(value, decimal.Decimal) and not value.is_finite():
+        return "nan" if value.is_nan() else ("-inf" if value.is_signed() else "inf")
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("-inf" if value < 0 else "inf")
+    return None
 
 
 def output_names(tree: exp.Expr) -> list[str]:

@@ -309,7 +309,9 @@ class _Block:
         for alias, (node, source) in scope.selected_sources.items():
             if isinstance(source, exp.Table):
                 resolvers[alias] = ("relation", self._relation(("table", source.name.lower())))
-            elif not ordered and _flattenable(source):
+            elif not ordered and _flattenable(source) and id(source.expression) not in self.scopes:
+                # a CTE read twice is flattened once: its second reading is opaque (one scope
+                # has one set of column resolutions, and both readings took the second's)
                 self.add_select(source)
                 resolvers[alias] = ("scope", source)
             else:

@@ -16,6 +16,7 @@ of more than 38 digits with a decimal point (a DOUBLE to DuckDB, exact once norm
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 
 import duckdb
 import pytest
@@ -177,3 +178,48 @@ def test_a_long_literal_and_its_short_form_get_two_noises(ana, raw):
     long, short = COUNTS.format(f"{FINE} > {LONG}"), COUNTS.format(f"{FINE} > 1")
     assert raw.execute(long).fetchall() != raw.execute(short).fetchall()
     assert _scope(ana, long) != _scope(ana, short)
+
+
+# --- a CTE read twice in one block ------------------------------------------------------------
+
+JOINED = {"t": {"region": "VARCHAR", "month": "INT"}, "l": {"code": "VARCHAR", "label": "VARCHAR"}}
+
+
+def _population(sql: str) -> str:
+    tree = qualify(parse_statement(sql), schema=JOINED, dialect="duckdb")
+    annotate_types(tree, schema=JOINED)
+    return aggregation_identity(build_scope(tree)).population.text
+
+
+def test_a_cte_read_twice_keeps_its_two_readings_apart():
+    """One scope has one set of column resolutions: both readings of ``c`` took the second's,
+    so ``a.code`` read as ``b.code`` and the population was that of t.region = 'N' with an
+    unconstrained l, not of every region of l."""
+    twice = (
+        "WITH c AS (SELECT * FROM l) SELECT t.region, COUNT(*) FROM t "
+        "JOIN c AS a ON t.region = a.code JOIN c AS b ON b.code = 'N' GROUP BY t.region"
+    )
+    only_n = (
+        "SELECT t.region, COUNT(*) FROM t JOIN l AS a ON TRUE "
+        "JOIN l AS b ON t.region = b.code AND b.code = 'N' GROUP BY t.region"
+    )
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT * FROM (VALUES ('N', 1), ('S', 2)) AS v(region, month)")
+    con.execute("CREATE TABLE l AS SELECT * FROM (VALUES ('N', 'n'), ('S', 's')) AS v(code, label)")
+    assert con.execute(twice).fetchall() != con.execute(only_n).fetchall()
+    assert _population(twice) != _population(only_n)
+
+
+# --- parameters that are not finite numbers -----------------------------------------------------
+
+
+def test_a_non_finite_parameter_is_a_double_not_a_name(ana):
+    """``inf`` and ``nan`` were bound as bare number literals, which DuckDB reads as column
+    names (a column of that name, hidden ones too, would be read; none: the engine fails)."""
+    assert duckdb.connect().execute("SELECT inf FROM (SELECT 7 AS inf)").fetchall() == [(7,)]
+    sql = "SELECT sex, COUNT(*) FROM persons WHERE income < ? GROUP BY sex"
+    for value, spelled in ((float("inf"), "'inf'"), (Decimal("-Infinity"), "'-inf'"),
+                           (float("nan"), "'nan'"), (Decimal("sNaN"), "'nan'")):  # fmt: skip
+        assert len(ana.execute(sql, (value,)).fetchall()) == 2
+        (stage,) = ana.explain(sql, (value,)).dp_stages
+        assert f"CAST({spelled} AS DOUBLE)" in stage.sql
