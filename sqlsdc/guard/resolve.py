@@ -75,6 +75,15 @@ def check_tables(tree: exp.Expr, policy: Policy, sql: str) -> None:
                 f"use the plain table name; declared tables: {_declared(policy)}",
                 sql,
             )
+        alias = table.args.get("alias")
+        if alias is not None and alias.columns:
+            # DuckDB renames the table's first columns by position; sqlglot reads the names
+            # as the table's own: ``persons AS p(sex)`` grouped by p.sex ran by the identifier
+            raise PolicyViolation(
+                f"column aliases on a table ({alias.sql(DIALECT)[:60]}) are not allowed",
+                "rename columns in a derived table: (SELECT pid AS x FROM t) AS p",
+                sql,
+            )
         if _cte_in_scope(table):
             continue
         if policy.table(table.name) is None and table.name.lower() in policy.releases:

@@ -113,6 +113,35 @@ def test_duplicate_names_do_not_release_a_measure_under_ckm(analyst):
         )
 
 
+def test_duckdb_renames_a_table_s_first_columns_by_an_alias_list():
+    con = duckdb.connect()
+    con.execute("CREATE TABLE persons AS SELECT 7 AS pid, 'm' AS sex")
+    assert con.execute("SELECT p.sex FROM persons AS p(sex)").fetchall() == [(7,)]
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["persons AS p(sex)", "persons p(x, y)", "(SELECT 1) AS d JOIN persons AS p(sex) ON TRUE"],
+)
+def test_column_aliases_on_a_table_are_refused(ana, source):
+    """``persons AS p(sex)`` names the first column, the identifier, ``sex``: grouped by
+    ``p.sex``, checked as a grouping by sex, it ran as one by the identifier."""
+    with pytest.raises(sqlsdc.PolicyViolation, match="column aliases on a table"):
+        ana.explain(f"SELECT p.sex, COUNT(*) FROM {source} GROUP BY p.sex")
+
+
+def test_column_aliases_on_a_table_release_no_identifier_under_ckm(analyst):
+    with pytest.raises(sqlsdc.PolicyViolation, match="column aliases on a table"):
+        analyst.execute("SELECT p.sex, COUNT(*) FROM persons AS p(sex) GROUP BY p.sex")
+
+
+def test_column_aliases_on_a_derived_table_rename_its_outputs(ana, raw):
+    sql = "SELECT q.x, COUNT(*) FROM (SELECT sex, income FROM persons) AS q(x) GROUP BY q.x"
+    plain = "SELECT sex, COUNT(*) FROM persons GROUP BY sex"
+    assert sorted(raw.execute(sql).fetchall()) == sorted(raw.execute(plain).fetchall())
+    assert _scope(ana, sql) == _scope(ana, plain)
+
+
 # --- an output alias in ORDER BY of a described query ------------------------------------------
 
 FIRST = "CASE WHEN code = 'N' THEN 'z' ELSE 'a' END"  # sorts S first, where code sorts N first
