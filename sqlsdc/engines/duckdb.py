@@ -292,6 +292,11 @@ def _harden(con: duckdb.DuckDBPyConnection) -> None:
         return
     con.execute("SET allowed_directories = []")
     con.execute("SET enable_external_access = false")
+    # values of TIMESTAMPTZ (hour, date, truncation) follow the session's time zone, which
+    # DuckDB takes from the process (TZ): one question, one identity, one noise must mean one
+    # value in every process, or two processes give two exact values under one noise
+    con.execute("SET GLOBAL TimeZone = 'UTC'")
+    con.execute("SET GLOBAL Calendar = 'gregorian'")
     con.execute("SET lock_configuration = true")
 
 

@@ -15,8 +15,13 @@ of more than 38 digits with a decimal point (a DOUBLE to DuckDB, exact once norm
 
 from __future__ import annotations
 
+import ast
 import json
+import os
+import subprocess
+import sys
 from decimal import Decimal
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -252,3 +257,42 @@ def test_a_non_finite_parameter_is_a_double_not_a_name(ana):
         assert len(ana.execute(sql, (value,)).fetchall()) == 2
         (stage,) = ana.explain(sql, (value,)).dp_stages
         assert f"CAST({spelled} AS DOUBLE)" in stage.sql
+
+
+# --- the session's time zone: one question, one value in every process --------------------------
+
+TZ_QUESTION = (
+    "SELECT sex, COUNT(*) FROM persons WHERE age < 10 OR EXTRACT(hour FROM TIMESTAMPTZ "
+    "'2020-01-01 00:00:00+00') = 9 GROUP BY sex ORDER BY sex"
+)
+TZ_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+import sqlsdc
+from test_dp_query import dp_document, make_db
+make_db(sys.argv[1], dp_document())
+con = sqlsdc.connect(sys.argv[1], "admin")
+con.set_dp_noise(False)
+print(repr((con.execute({sql!r}).fetchall(), con.explain({sql!r}).dp_stages[0].scope)))
+"""
+
+
+def test_a_process_s_time_zone_does_not_change_a_cell(dp_db, tmp_path):
+    """DuckDB takes the session's time zone from the process (TZ): the hour of a TIMESTAMPTZ,
+    its date and its truncation differ between processes while the question, its identity and
+    so its noise are the same; two analysts in two processes got two exact values under one
+    noise. The guard's engine sets UTC."""
+    tests = str(Path(__file__).resolve().parents[1])
+    script = TZ_SCRIPT.format(tests=tests, sql=TZ_QUESTION)
+    env = {**os.environ, "TZ": "Asia/Tokyo"}
+    command = [sys.executable, "-c", script, str(tmp_path / "tokyo.duckdb")]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=True)
+    tokyo_rows, tokyo_scope = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    con = sqlsdc.connect(dp_db, "admin")
+    try:
+        con.set_dp_noise(False)
+        here = con.execute(TZ_QUESTION).fetchall()
+        assert tokyo_scope == con.explain(TZ_QUESTION).dp_stages[0].scope  # one noise...
+    finally:
+        con.close()
+    assert tokyo_rows == here  # ...over one exact value
