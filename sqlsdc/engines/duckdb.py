@@ -406,9 +406,26 @@ def data_version(con: duckdb.DuckDBPyConnection, table: str) -> str:
     """A fingerprint of a table's rows: their count, and the XOR and the sum of their hashes.
     DP cells are named by it, so changed data gets fresh noise, never the old noise over a new
     exact value. The sum keeps what the XOR alone loses: two equal rows cancel in an XOR, so
-    a pair of duplicates replaced by another pair would keep the version."""
+    a pair of duplicates replaced by another pair would keep the version.
+
+    The row is read by the table's name, unless a column has that name (``hash("visits")``
+    of a table with a column ``visits`` hashed that column alone, and an update of any other
+    kept the version): then by that name with underscores before it, one that no column has
+    (a row's hash does not depend on the name it is read by)."""
+    names = {
+        name.lower()
+        for (name,) in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE table_name = ? AND schema_name = "
+            "current_schema()",
+            [table],
+        ).fetchall()
+    }
+    row = table
+    while row.lower() in names:
+        row = "_" + row
     rows, xor, total = one(
-        con, f'SELECT count(*), bit_xor(hash("{table}")), sum(hash("{table}")) FROM "{table}"'
+        con,
+        f'SELECT count(*), bit_xor(hash("{row}")), sum(hash("{row}")) FROM "{table}" AS "{row}"',
     )
     return f"{rows}:{xor}:{total or 0}"
 

@@ -31,7 +31,7 @@ from sqlglot.optimizer.scope import build_scope
 from test_dp_query import dp_document, make_db
 
 import sqlsdc
-from sqlsdc.engines.duckdb import open_database
+from sqlsdc.engines.duckdb import data_version, open_database
 from sqlsdc.guard.parse import parse_statement
 from sqlsdc.planner.identity import aggregation_identity
 
@@ -296,3 +296,22 @@ def test_a_process_s_time_zone_does_not_change_a_cell(dp_db, tmp_path):
     finally:
         con.close()
     assert tokyo_rows == here  # ...over one exact value
+
+
+# --- the data version of a table with a column of its own name ----------------------------------
+
+
+def test_a_column_named_as_its_table_does_not_freeze_the_data_version():
+    """``hash("visits")`` of a table with a column ``visits`` is the hash of that column: an
+    update of any other column kept the version, so the old noise came back over the new
+    exact value (two analysts, before and after, had the exact change)."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE visits (visits INTEGER, cost DOUBLE)")
+    con.execute("CREATE TABLE plain (n INTEGER, cost DOUBLE)")
+    con.execute("INSERT INTO visits VALUES (1, 1.0)")
+    con.execute("INSERT INTO plain VALUES (1, 1.0)")
+    before = data_version(con, "visits")
+    con.execute("UPDATE visits SET cost = 999")
+    assert data_version(con, "visits") != before
+    (row_hash,) = con.execute("SELECT hash(plain) FROM plain").fetchone()
+    assert data_version(con, "plain") == f"1:{row_hash}:{row_hash}"  # as before the fix
