@@ -72,6 +72,7 @@ from sqlglot.optimizer.scope import Scope
 from sqlglot.optimizer.simplify import simplify
 
 from sqlsdc.engines.trees import nodes, release
+from sqlsdc.errors import InternalError
 from sqlsdc.planner.connectors import balanced
 
 __all__ = ["AggregationIdentity", "Population", "aggregation_identity", "describe_scope"]
@@ -189,6 +190,12 @@ def _outputs_by_position(node: exp.Expr, query: exp.Query) -> str:
                 return position.sql(DIALECT)
             column.replace(position)
     return copy.sql(DIALECT)
+
+
+def _unresolved(column: exp.Column) -> InternalError:
+    return InternalError(
+        f"column {column.sql(DIALECT)} could not be resolved for the cell identity"
+    )
 
 
 def _json(value) -> str:
@@ -356,7 +363,7 @@ class _Block:
             for sub in scope.subquery_scopes:
                 if sub.expression is inner:
                     return _subquery(_json(self.describer.query(sub)))
-            return _subquery(node.sql(DIALECT))  # unresolved: verbatim
+            raise InternalError("a subquery could not be resolved for the cell identity")
         if isinstance(node, exp.Paren):
             return exp.Paren(this=self._rebuild(node.this, scope))
         copy = node.__class__(
@@ -375,6 +382,9 @@ class _Block:
         return copy
 
     def _column(self, column: exp.Column, scope: Scope) -> exp.Expr:
+        """The canonical expression of ``column`` of ``scope``. A column that resolves to
+        nothing known is an error, never its verbatim text: ``"?q"."x"`` named whatever the
+        alias ``q`` stood for, so two queries with two meanings of it shared one text."""
         resolvers = self.resolvers.get(id(scope.expression), {})
         how = resolvers.get(column.table)
         name = column.name.lower()
@@ -382,25 +392,26 @@ class _Block:
             position = _output(list(scope.expression.named_selects), column)
             if position is not None:
                 return position
-        if how is None:  # not a source of a flattened scope: verbatim, qualified by its table
-            out = exp.column(name, table=f"?{column.table}", quoted=True)
-        elif how[0] == "relation":
+        if how is None:
+            raise _unresolved(column)
+        if how[0] == "relation":
             index = how[1]
             kind, _value = self.relations[index]
             if kind == "query":  # an opaque relation: its output by position
                 source = scope.sources[column.table]
                 names = [p.alias_or_name for p in source.expression.selects]
-                name = f"${names.index(column.name)}" if column.name in names else name
+                if column.name not in names:
+                    raise _unresolved(column)
+                name = f"${names.index(column.name)}"
             out = exp.column(name, table=self._label(index), quoted=True)
-        else:
-            child: Scope = how[1]
-            for projection in child.expression.expressions:
-                if projection.alias_or_name == column.name:
-                    inner = self._rebuild(projection.unalias(), child)
-                    return inner if isinstance(inner, exp.Column) else exp.Paren(this=inner)
-            out = exp.column(name, table=f"?{column.table}", quoted=True)
-        out.type = column.type
-        return out
+            out.type = column.type
+            return out
+        child: Scope = how[1]
+        for projection in child.expression.expressions:
+            if projection.alias_or_name == column.name:
+                inner = self._rebuild(projection.unalias(), child)
+                return inner if isinstance(inner, exp.Column) else exp.Paren(this=inner)
+        raise _unresolved(column)
 
     def text(self, node: exp.Expr, scope: Scope | None = None) -> str:
         return _normalise_literals(self.expression(node, scope)).sql(DIALECT)

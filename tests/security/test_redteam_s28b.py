@@ -315,3 +315,18 @@ def test_a_column_named_as_its_table_does_not_freeze_the_data_version():
     assert data_version(con, "visits") != before
     (row_hash,) = con.execute("SELECT hash(plain) FROM plain").fetchone()
     assert data_version(con, "plain") == f"1:{row_hash}:{row_hash}"  # as before the fix
+
+
+# --- a column the identity cannot resolve is an error, not its verbatim text ---------------------
+
+
+def test_an_unresolved_column_fails_closed():
+    """A correlated column (the analysis refuses the query before, this is the identity alone)
+    was written ``"?t"."region"``: the alias as written, whatever it stood for, so two
+    meanings of ``t`` shared one text."""
+    correlated = (
+        "SELECT t.region, COUNT(*) FROM t WHERE EXISTS (SELECT 1 FROM l WHERE l.code = t.region) "
+        "GROUP BY t.region"
+    )
+    with pytest.raises(sqlsdc.InternalError, match="could not be resolved for the cell identity"):
+        _population(correlated)
