@@ -201,6 +201,16 @@ def _check_output_reference(column: exp.Column, sql: str) -> None:
             _COLUMNS_HINT,
             sql,
         )
+    if not isinstance(column.parent, exp.Ordered):
+        # DuckDB reads an ORDER BY key that is a name alone as the output, but a name inside
+        # an expression as a column of the tables first (a hidden one too), the output only
+        # when no column has that name
+        raise PolicyViolation(
+            f"the output name {column.name!r} inside an ORDER BY expression is ambiguous "
+            "(DuckDB would read a column of that name first)",
+            "order by the output's name alone or its position, or write the expression out",
+            sql,
+        )
 
 
 def _check_reserved(name: str, sql: str) -> None:

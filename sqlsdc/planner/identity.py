@@ -170,8 +170,9 @@ def _output(names: list[str], column: exp.Column) -> exp.Expr | None:
     ORDER BY): its position, by a call no analyst can write. The select list is described
     without its names, so ``SELECT a AS x, b AS y ... ORDER BY x LIMIT 1`` and ``SELECT a AS
     y, b AS x ... ORDER BY x LIMIT 1`` (other rows) had one description. None when
-    ``column`` is qualified or names no output."""
-    if column.table or column.name not in names:
+    ``column`` is qualified, names no output or is not a whole ORDER BY key (inside an
+    expression DuckDB reads a column of the tables first; the guard refuses such a name)."""
+    if column.table or column.name not in names or not isinstance(column.parent, exp.Ordered):
         return None
     return exp.Anonymous(
         this=OUTPUT_MARKER, expressions=[exp.Literal.number(names.index(column.name))]

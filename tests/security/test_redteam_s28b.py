@@ -177,6 +177,32 @@ def test_an_order_by_alias_and_its_position_are_one_identity(ana):
     assert _scope(ana, by_name) == _scope(ana, by_name.replace("ORDER BY y", "ORDER BY 2"))
 
 
+def test_duckdb_reads_a_name_inside_an_order_by_expression_as_a_column():
+    """Alone, ``label`` is the output (lookup.code); inside ``label || ''``, the column."""
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE lookup AS SELECT * FROM (VALUES ('N', 'b'), ('S', 'a')) v(code, label)"
+    )
+    select = "SELECT code AS label FROM lookup ORDER BY {} LIMIT 1"
+    assert con.execute(select.format("label")).fetchall() == [("N",)]
+    assert con.execute(select.format("label || ''")).fetchall() == [("S",)]
+
+
+@pytest.mark.parametrize(
+    "order", ["label || ''", "-LENGTH(label)", "CASE WHEN label = 'N' THEN 0 END, label"]
+)
+def test_an_output_name_inside_an_order_by_expression_is_refused(ana, order):
+    """The identity (and sqlglot) read it as the output, DuckDB as the column of that name:
+    ``ORDER BY label || ''`` over ``code AS label`` ordered by the label and had the identity
+    of an order by the code; a hidden column of that name would have been read."""
+    sql = COUNTS.format(
+        f"region IN (SELECT label FROM (SELECT code AS label, label AS x FROM lookup "
+        f"ORDER BY {order} LIMIT 1))"
+    )
+    with pytest.raises(sqlsdc.PolicyViolation, match="inside an ORDER BY expression"):
+        ana.explain(sql)
+
+
 # --- number literals that DuckDB reads as DOUBLE ----------------------------------------------
 
 SCHEMA = {"t": {"region": "VARCHAR", "month": "INT", "amount": "DOUBLE"}}
