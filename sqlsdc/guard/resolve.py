@@ -18,6 +18,7 @@ from sqlglot.optimizer.qualify import qualify
 from sqlsdc.engines.trees import nodes
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.planner.allowlist import RESERVED_PREFIX
+from sqlsdc.planner.identity import output_reference
 from sqlsdc.policy import ColumnRole, Policy
 
 DIALECT = "duckdb"
@@ -201,7 +202,7 @@ def _check_output_reference(column: exp.Column, sql: str) -> None:
             _COLUMNS_HINT,
             sql,
         )
-    if not isinstance(column.parent, exp.Ordered):
+    if output_reference(select, column) is None:
         # DuckDB reads an ORDER BY key that is a name alone as the output, but a name inside
         # an expression as a column of the tables first (a hidden one too), the output only
         # when no column has that name

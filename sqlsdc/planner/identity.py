@@ -75,7 +75,13 @@ from sqlsdc.engines.trees import nodes, release
 from sqlsdc.errors import InternalError
 from sqlsdc.planner.connectors import balanced
 
-__all__ = ["AggregationIdentity", "Population", "aggregation_identity", "describe_scope"]
+__all__ = [
+    "AggregationIdentity",
+    "Population",
+    "aggregation_identity",
+    "describe_scope",
+    "output_reference",
+]
 
 DIALECT = "duckdb"
 VERSION = 1
@@ -165,27 +171,40 @@ def _subquery(description: str) -> exp.Expr:
     return exp.Anonymous(this=SUBQUERY_MARKER, expressions=[exp.Literal.string(description)])
 
 
-def _output(names: list[str], column: exp.Column) -> exp.Expr | None:
-    """The canonical stand-in for a reference to the output ``column`` names (an alias in
-    ORDER BY): its position, by a call no analyst can write. The select list is described
-    without its names, so ``SELECT a AS x, b AS y ... ORDER BY x LIMIT 1`` and ``SELECT a AS
-    y, b AS x ... ORDER BY x LIMIT 1`` (other rows) had one description. None when
-    ``column`` is qualified, names no output or is not a whole ORDER BY key (inside an
-    expression DuckDB reads a column of the tables first; the guard refuses such a name)."""
-    if column.table or column.name not in names or not isinstance(column.parent, exp.Ordered):
+def output_reference(query: exp.Query, column: exp.Column) -> int | None:
+    """The position of the output that the unqualified ``column`` of ``query``'s ORDER BY
+    names as DuckDB reads it, or None when DuckDB could read it otherwise (the guard refuses
+    such a name). Alone as an ORDER BY key a name is the output; inside an expression DuckDB
+    reads a column of the tables of that name first, so only an output that is that very
+    column (``m`` of ``SELECT m ...``) is read the same either way."""
+    names = list(query.named_selects)
+    if column.table or column.name not in names:
         return None
-    return exp.Anonymous(
-        this=OUTPUT_MARKER, expressions=[exp.Literal.number(names.index(column.name))]
-    )
+    position = names.index(column.name)
+    if isinstance(column.parent, exp.Ordered):
+        return position
+    itself = query.selects[position].unalias()
+    same = isinstance(itself, exp.Column) and itself.name == column.name
+    return position if same else None
+
+
+def _output(query: exp.Query, column: exp.Column) -> exp.Expr | None:
+    """The canonical stand-in for a reference to an output by name (an alias in ORDER BY):
+    its position (:func:`output_reference`), by a call no analyst can write. The select list
+    is described without its names, so ``SELECT a AS x, b AS y ... ORDER BY x LIMIT 1`` and
+    ``SELECT a AS y, b AS x ... ORDER BY x LIMIT 1`` (other rows) had one description."""
+    position = output_reference(query, column)
+    if position is None:
+        return None
+    return exp.Anonymous(this=OUTPUT_MARKER, expressions=[exp.Literal.number(position)])
 
 
 def _outputs_by_position(node: exp.Expr, query: exp.Query) -> str:
     """The text of ``node`` (a clause of the set operation ``query``) with every reference
     to an output by name written as its position."""
-    names = list(query.named_selects)
     copy = node.copy()
     for column in [n for n in nodes(copy) if isinstance(n, exp.Column)]:
-        position = _output(names, column)
+        position = _output(query, column)
         if position is not None:
             if column is copy:
                 return position.sql(DIALECT)
@@ -390,7 +409,7 @@ class _Block:
         how = resolvers.get(column.table)
         name = column.name.lower()
         if how is None and isinstance(scope.expression, exp.Select):
-            position = _output(list(scope.expression.named_selects), column)
+            position = _output(scope.expression, column)
             if position is not None:
                 return position
         if how is None:

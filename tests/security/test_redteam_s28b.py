@@ -203,6 +203,13 @@ def test_an_output_name_inside_an_order_by_expression_is_refused(ana, order):
         ana.explain(sql)
 
 
+def test_an_output_that_is_its_own_column_may_stand_in_an_order_by_expression(ana):
+    """``code`` of ``SELECT code`` is read alike as the output and as the column."""
+    within = "region IN (SELECT code FROM (SELECT code, label FROM lookup ORDER BY {} LIMIT 1))"
+    by_expression = _scope(ana, COUNTS.format(within.format("code || ''")))
+    assert by_expression != _scope(ana, COUNTS.format(within.format("label || ''")))
+
+
 # --- number literals that DuckDB reads as DOUBLE ----------------------------------------------
 
 SCHEMA = {"t": {"region": "VARCHAR", "month": "INT", "amount": "DOUBLE"}}
