@@ -20,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+from contextlib import closing
 from decimal import Decimal
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.optimizer.scope import build_scope
 from test_dp_query import dp_document, make_db
+from test_redteam_s28 import _scope
 
 import sqlsdc
 from sqlsdc.engines.duckdb import data_version, open_database
@@ -38,29 +40,22 @@ from sqlsdc.planner.identity import aggregation_identity
 
 @pytest.fixture(scope="module")
 def dp_db(tmp_path_factory):
+    """Users ana and bob, DP counts of persons (``test_dp_query``)."""
     path = tmp_path_factory.mktemp("s28b") / "dp.duckdb"
-    make_db(path, dp_document())  # users ana and bob, DP counts of persons
+    make_db(path, dp_document())
     return path
 
 
 @pytest.fixture(scope="module")
 def ana(dp_db):
-    con = sqlsdc.connect(dp_db, "ana")
-    yield con
-    con.close()
+    with closing(sqlsdc.connect(dp_db, "ana")) as con:
+        yield con
 
 
 @pytest.fixture(scope="module")
 def raw(dp_db):
-    con = open_database(dp_db)  # sqlsdc's settings: DuckDB shares one instance per file
-    yield con
-    con.close()
-
-
-def _scope(con, sql: str) -> str:
-    """The canonical population that names the noise of the query's DP cells."""
-    (stage,) = con.explain(sql).dp_stages
-    return stage.scope
+    with closing(open_database(dp_db)) as con:  # sqlsdc's settings: one instance per file
+        yield con
 
 
 COUNTS = "SELECT sex, COUNT(*) FROM persons WHERE {} GROUP BY sex"
