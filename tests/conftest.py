@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import gc
 import shutil
 import subprocess
 from collections import Counter
@@ -41,6 +43,31 @@ def pytest_collection_modifyitems(items):
     for item in items:
         (slow if item.get_closest_marker("slow") else other).add(item.path)
     items.sort(key=lambda item: (item.path not in slow, item.path in other, -count[item.path]))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session):
+    """Collect with the cycle collector paused, then exempt what collection built from it: the
+    test modules, the libraries they import and the test items, ~0.3 M objects that stay alive
+    until the end of the run.
+
+    Imports make next to no cyclic garbage, yet the collector walked the growing heap 7 times
+    while a worker collected (1-2 s), and every later full collection walked these objects
+    again (a worker made 20-26, 0.4-0.5 s each, the last five at the very end: pytest's search
+    for unraisable exceptions). Frozen objects are still freed by reference counting; what
+    the tests create stays collectable. They are handed back at exit, to the interpreter's
+    last collection (else DuckDB's bindings report them as leaked).
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return (yield)
+    finally:
+        if enabled:
+            gc.enable()
+        gc.collect()
+        gc.freeze()
+        atexit.register(gc.unfreeze)
 
 
 def threshold_policy():
