@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import gc
 import shutil
 import subprocess
 from collections import Counter
@@ -41,6 +43,49 @@ def pytest_collection_modifyitems(items):
     for item in items:
         (slow if item.get_closest_marker("slow") else other).add(item.path)
     items.sort(key=lambda item: (item.path not in slow, item.path in other, -count[item.path]))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session):
+    """Collect with the cycle collector paused (imports make next to no cyclic garbage, yet
+    it walked the growing heap 7 times while a worker collected: 1-2 s), then
+    :func:`_freeze_the_survivors`; they are handed back at exit, to the interpreter's last
+    collection (else DuckDB's bindings report them as leaked)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return (yield)
+    finally:
+        if enabled:
+            gc.enable()
+        _freeze_the_survivors()
+        atexit.register(gc.unfreeze)
+
+
+_FROZEN_BEFORE: list[Path | None] = [None]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Before each test file's first test (the last file's fixtures are gone by then),
+    :func:`_freeze_the_survivors`."""
+    if item.path != _FROZEN_BEFORE[0]:
+        _FROZEN_BEFORE[0] = item.path
+        _freeze_the_survivors()
+
+
+def _freeze_the_survivors() -> None:
+    """Exempt every object alive now from later full collections (:func:`gc.freeze`): what
+    survives collection or a test file is modules, libraries, test items, session fixtures
+    and caches, ~0.3-1 M objects that a full collection otherwise walks again and again.
+
+    A worker made 20-26 full collections of 0.4-0.5 s each (the last five at the very end:
+    pytest's search for unraisable exceptions), 9-11 s of CPU; with the survivors frozen,
+    75-125 collections take 1.3-2.6 s, these calls included. Frozen objects are still freed by
+    reference counting; what a test creates stays collectable until the next file starts.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def threshold_policy():
