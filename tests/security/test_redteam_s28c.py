@@ -23,25 +23,13 @@ from contextlib import closing
 
 import duckdb
 import pytest
-from test_dp_query import dp_document, make_db
+import test_redteam_s28b
 from test_redteam_s28 import _scope
 
 import sqlsdc
 from sqlsdc.engines.duckdb import open_database
 
-
-@pytest.fixture(scope="module")
-def dp_db(tmp_path_factory):
-    """Users ana and bob, DP counts of persons, a public lookup (``test_dp_query``)."""
-    path = tmp_path_factory.mktemp("s28c") / "dp.duckdb"
-    make_db(path, dp_document())
-    return path
-
-
-@pytest.fixture(scope="module")
-def ana(dp_db):
-    with closing(sqlsdc.connect(dp_db, "ana")) as con:
-        yield con
+dp_db, ana = test_redteam_s28b.dp_db, test_redteam_s28b.ana  # DP counts, a public lookup
 
 
 @pytest.fixture
