@@ -52,8 +52,10 @@ def analyst_schema(
 
 def check_tables(tree: exp.Expr, policy: Policy, sql: str) -> None:
     """Refuse every table reference that is neither a CTE in scope nor a declared table, every
-    qualified name, table function, CTE shadowing a declared table, and user-defined type."""
+    qualified name, table function, CTE shadowing a declared table or another CTE, and
+    user-defined type."""
     found = _nodes_by_type(tree, exp.CTE, exp.Table, exp.Column, exp.DataType)
+    ctes: set[str] = set()
     for cte in found[exp.CTE]:
         name = cte.alias_or_name.lower()
         if policy.table(name) is not None:
@@ -63,6 +65,14 @@ def check_tables(tree: exp.Expr, policy: Policy, sql: str) -> None:
                 sql,
             )
         _check_reserved(name, sql)
+        if name in ctes:
+            # one WITH: DuckDB refuses the statement, sqlglot and the lineage read the last
+            # definition; nested WITHs: sqlsdc's passes that look CTEs up by name (the release
+            # validation) would see one of the two
+            raise PolicyViolation(
+                f"two CTEs are named {name!r}", "give every CTE its own name", sql
+            )
+        ctes.add(name)
     for table in found[exp.Table]:
         if not isinstance(table.this, exp.Identifier):
             raise PolicyViolation(

@@ -449,8 +449,8 @@ class _Checker(AggregateChecks, TotalityChecks):
                 "QUALIFY is not supported", "filter the aggregated result in an outer query"
             )
         group = select.args.get("group")
-        for key in group.find_all(exp.Column) if group else []:
-            if isinstance(key.parent, exp.Grouping):
+        for key in own_nodes(group) if group else []:  # a subquery's names are its own
+            if not isinstance(key, exp.Column) or isinstance(key.parent, exp.Grouping):
                 continue
             lineage = self.column_lineage(key, info.scope, infos)
             if lineage.roles & {ColumnRole.MEASURE, ColumnRole.WEIGHT}:

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable
 
 from sqlglot import exp
 
-from sqlsdc.engines.trees import nodes
 from sqlsdc.errors import PolicyViolation
+from sqlsdc.planner.scopes import NESTED, own_nodes
 from sqlsdc.policy import Column, ColumnRole
 
 COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ)
@@ -158,9 +158,14 @@ def _operands(comparison: exp.Expr) -> list[exp.Expr]:
 
 
 def _row_columns(operand: exp.Expr, resolve: Resolve) -> list[Column]:
-    """Classed columns read row by row in ``operand`` (not inside an aggregate)."""
+    """Classed columns read row by row in ``operand`` (not inside an aggregate), in the
+    comparison's own scope: a nested query (``IN (SELECT ...)``, a scalar subquery) is
+    checked as its own scope, and its names are not this scope's (``p`` of ``FROM regions
+    AS p`` inside it is not the ``p`` of ``FROM persons AS p`` around it)."""
+    if isinstance(operand, NESTED):
+        return []
     found = []
-    for column in nodes(operand):
+    for column in own_nodes(operand):
         if not isinstance(column, exp.Column) or _inside_aggregate(column, operand):
             continue
         declared = resolve(column)

@@ -16,7 +16,7 @@ from sqlsdc.policy import ColumnRole
 DIALECT = "duckdb"
 ROW_ROLES = {ColumnRole.DIMENSION, ColumnRole.MEASURE, ColumnRole.WEIGHT}
 SET_OPERATIONS = (exp.Union, exp.Intersect, exp.Except)
-_NESTED = (exp.Subquery, exp.Select, *SET_OPERATIONS)  # nodes that open a scope of their own
+NESTED = (exp.Subquery, exp.Select, *SET_OPERATIONS)  # nodes that open a scope of their own
 
 
 class Kind(Enum):
@@ -89,8 +89,8 @@ def own_nodes(node: exp.Expr) -> list[exp.Expr]:
         for value in reversed(current.args.values()):
             if isinstance(value, list):
                 stack.extend([v for v in reversed(value) if isinstance(v, exp.Expr)
-                              and not isinstance(v, _NESTED)])  # fmt: skip
-            elif isinstance(value, exp.Expr) and not isinstance(value, _NESTED):
+                              and not isinstance(v, NESTED)])  # fmt: skip
+            elif isinstance(value, exp.Expr) and not isinstance(value, NESTED):
                 stack.append(value)
     return found
 
