@@ -25,7 +25,7 @@ a JSON document with sorted keys and no whitespace,
 - keys: ``[name, value]`` pairs sorted by the canonical key name (the base column expression,
   never the output alias, so ``SELECT region AS r`` and ``SELECT region`` are the same cells),
   values
-  typed: ``null``, ``b:true``, ``i:42``, ``f:<repr>``, ``d:<decimal>``, ``s:<text>``,
+  typed: ``null``, ``b:true``, ``i:42``, ``f:<repr>``, ``d:<decimal, exact>``, ``s:<text>``,
   ``date:``/``ts:``/``time:<ISO 8601>`` (nanoseconds kept), ``x:<hex bytes>``. Float NaN
   encodes as ``null``, so groups taken from the data are never keyed by floats (nor by times,
   whose ``24:00:00`` is Python's ``00:00:00``): the guard refuses those key types, as NaN and
@@ -66,7 +66,7 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import Context, Decimal
 from fractions import Fraction
 
 import numpy as np
@@ -120,7 +120,12 @@ def encode_key_value(value: object) -> str:
         f = float(value)
         return "null" if math.isnan(f) else f"f:{f!r}"
     if isinstance(value, Decimal):
-        return "null" if value.is_nan() else f"d:{value.normalize()}"
+        if value.is_nan():
+            return "null"
+        # exact: the default context rounds to 28 digits, and two DECIMAL(38, x) groups that
+        # differ beyond them (1.00000000000000000000000000001 and ...02) were one cell
+        exact = Context(prec=max(len(value.as_tuple().digits), 1))
+        return f"d:{value.normalize(exact)}"
     if isinstance(value, str):
         return f"s:{value}"
     if isinstance(value, pd.Timestamp):  # nanoseconds, which datetime drops, are kept
