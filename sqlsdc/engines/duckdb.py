@@ -408,26 +408,45 @@ def data_version(con: duckdb.DuckDBPyConnection, table: str) -> str:
     exact value. The sum keeps what the XOR alone loses: two equal rows cancel in an XOR, so
     a pair of duplicates replaced by another pair would keep the version.
 
+    DuckDB hashes values that compare equal alike, but some of them are told apart by
+    functions an analyst may call: ``-0.0`` and ``0.0`` (``1 / x``, ``CAST(x AS VARCHAR)``),
+    the NaNs of either sign, ``INTERVAL '1 month'`` and ``'30 days'`` (``date_part``). A
+    column of such a type (also inside a list or struct) is hashed again by its text, which
+    tells them apart: a row changed from one to the other changes the version. Tables without
+    such a column keep the fingerprint of their rows alone.
+
     The row is read by the table's name, unless a column has that name (``hash("visits")``
     of a table with a column ``visits`` hashed that column alone, and an update of any other
     kept the version): then by that name with underscores before it, one that no column has
     (a row's hash does not depend on the name it is read by)."""
-    names = {
-        name.lower()
-        for (name,) in con.execute(
-            "SELECT column_name FROM duckdb_columns() WHERE table_name = ? AND schema_name = "
-            "current_schema()",
-            [table],
-        ).fetchall()
-    }
+    columns = con.execute(
+        "SELECT column_name, data_type FROM duckdb_columns() WHERE table_name = ? AND "
+        "schema_name = current_schema() ORDER BY column_index",
+        [table],
+    ).fetchall()
+    names = {name.lower() for name, _kind in columns}
     row = table
     while row.lower() in names:
         row = "_" + row
+    texts = "".join(
+        f', CAST("{row}"."{_quoted(name)}" AS VARCHAR)'
+        for name, kind in columns
+        if any(t in kind.upper() for t in _EQUAL_BUT_DISTINCT)
+    )
     rows, xor, total = one(
         con,
-        f'SELECT count(*), bit_xor(hash("{row}")), sum(hash("{row}")) FROM "{table}" AS "{row}"',
+        f'SELECT count(*), bit_xor(hash("{row}"{texts})), sum(hash("{row}"{texts})) '
+        f'FROM "{table}" AS "{row}"',
     )
     return f"{rows}:{xor}:{total or 0}"
+
+
+_EQUAL_BUT_DISTINCT = ("FLOAT", "DOUBLE", "REAL", "INTERVAL")
+"""Types with values that DuckDB hashes alike and functions tell apart (:func:`data_version`)."""
+
+
+def _quoted(name: str) -> str:
+    return name.replace('"', '""')
 
 
 def tables_read_by(con: duckdb.DuckDBPyConnection, sql: str) -> set[str]:
