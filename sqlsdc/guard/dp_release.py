@@ -381,9 +381,9 @@ def _complete(exact_cells: pa.Table, stage: DpStage, domains: list[list] | None)
         exact = exact_cells.to_pandas(types_mapper=_exact_types)
         for column in stats:
             exact[column] = [_exact_int(v) for v in exact[column].tolist()]
-        for key in keys:  # NULL timestamps as None, not NaT (which Arrow cannot take back)
-            if pa.types.is_timestamp(exact_cells.schema.field(key).type):
-                exact[key] = pd.Series(exact_cells.column(key).to_pylist(), dtype=object)
+        for key in keys:  # Python values, NULL as None: pandas makes a NULL timestamp NaT and
+            # a NULL string NaN (its ``str`` dtype), which Arrow cannot take back to the type
+            exact[key] = pd.Series(exact_cells.column(key).to_pylist(), dtype=object)
         return exact
     values = {c: [_exact_int(v) for v in exact_cells.column(c).to_pylist()] for c in stats}
     present = list(zip(*(exact_cells.column(k).to_pylist() for k in keys), strict=True))
