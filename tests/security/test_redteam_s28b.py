@@ -335,7 +335,7 @@ def test_a_column_named_as_its_table_does_not_freeze_the_data_version():
     exact value (two analysts, before and after, had the exact change)."""
     con = duckdb.connect()
     con.execute("CREATE TABLE visits (visits INTEGER, cost DOUBLE)")
-    con.execute("CREATE TABLE plain (n INTEGER, cost DOUBLE)")
+    con.execute("CREATE TABLE plain (n INTEGER, cost DECIMAL(9, 1))")  # no float: test_redteam_s28d
     con.execute("INSERT INTO visits VALUES (1, 1.0)")
     con.execute("INSERT INTO plain VALUES (1, 1.0)")
     before = data_version(con, "visits")
