@@ -424,7 +424,10 @@ def _noisy(frame, stage, space, secret, version, cached, noise, out):
 
 def _quantiles(histogram: pa.Table, frame, stage, stat, space, secret, version, cached, noise):
     keys = [f"__g{j}" for j in range(len(stage.keys))]
-    long = _representable(histogram, stage, private=False).to_pandas()
+    kept = _representable(histogram, stage, private=False)
+    long = kept.to_pandas()
+    for key in keys:  # as the frame's keys (:func:`_complete`): NULL as None, not NaN
+        long[key] = pd.Series(kept.column(key).to_pylist(), dtype=object)
     long = long[long["__bin"].notna()]  # rows whose measure is NULL do not count
     b = stat.calibration.bounding
     candidates = int((b.upper - b.lower) / b.granularity) + 1
@@ -454,8 +457,17 @@ def _quantiles(histogram: pa.Table, frame, stage, stat, space, secret, version, 
 def _align(released: pd.DataFrame, frame: pd.DataFrame, keys: list[str]) -> list[int]:
     if not keys:
         return [0]
-    position = {k: i for i, k in enumerate(released[keys].itertuples(index=False, name=None))}
-    return [position[k] for k in frame[keys].itertuples(index=False, name=None)]
+    rows = released[keys].itertuples(index=False, name=None)
+    position = {_null_as_none(k): i for i, k in enumerate(rows)}
+    return [position[_null_as_none(k)] for k in frame[keys].itertuples(index=False, name=None)]
+
+
+def _null_as_none(key: tuple) -> tuple:
+    """A cell's keys with a missing value as None: pandas' factorising of the histogram makes
+    a NULL key NaN (a NULL string group's quantile failed to find its cell). NaN and NULL are
+    never two groups of one key (:func:`_representable`)."""
+    return tuple(None if v is None or v is pd.NA or (isinstance(v, float) and v != v) else v
+                 for v in key)  # fmt: skip
 
 
 def _exact_quantiles(long, frame, keys, b, alpha) -> list[Fraction]:

@@ -12,17 +12,20 @@ with ``-0.0`` for ``0.0``, ``-nan`` for ``nan`` or ``INTERVAL '30 days'`` for ``
 kept its version, so ``WHERE 1 / x < 0`` got the old noise over a new exact count); a
 NULL group of a string key from the data (``CASE WHEN clinic = 'a' THEN 'y' END``) failed
 with Arrow's own error (pandas' ``str`` dtype made the NULL a NaN, which Arrow could not take
-back to a string key), so no NULL-producing string key could be released.
+back to a string key), so no NULL-producing string key could be released, and with a
+quantile the NULL cell was not found (a raw ``KeyError``).
 The areas that held are pinned below, one test each.
 """
 
 from __future__ import annotations
 
+from contextlib import closing
 from decimal import Decimal
 
 import duckdb
 import pytest
 import test_redteam_s28b
+from test_dp_query import dp_document, make_db
 
 import sqlsdc
 import sqlsdc.guard.connection as connection
@@ -134,6 +137,32 @@ def test_an_empty_string_and_null_are_two_cells(ana, drawn):
     assert {row[0] for row in ana.execute(sql).fetchall()} == {"", None}
     digests = [c.identity.digest for c in drawn]
     assert len(digests) == len(set(digests)) == 4
+
+
+@pytest.fixture(scope="module")
+def quantiles(tmp_path_factory):
+    """ana on visits whose magnitudes spend epsilon (quantiles of private groups)."""
+    path = tmp_path_factory.mktemp("s28d") / "dp.duckdb"
+    document = dp_document()
+    document["tables"]["visits"]["protection"]["magnitudes"] = {
+        "method": "dp",
+        "spend": {"epsilon": 1},
+    }
+    make_db(path, document)
+    with closing(sqlsdc.connect(path, "ana")) as con:
+        yield con
+
+
+def test_a_null_group_gets_its_quantile(quantiles):
+    """The histogram's NULL key came back NaN from pandas and the cell was not found (a
+    ``KeyError`` reached the analyst)."""
+    sql = (
+        "SELECT CASE WHEN clinic = 'a' THEN 'y' END AS k, MEDIAN(cost), COUNT(*) FROM visits "
+        "GROUP BY k"
+    )
+    rows = {row[0]: row for row in quantiles.execute(sql).fetchall()}
+    assert set(rows) == {"y", None}
+    assert 0 < rows[None][1] < 150
 
 
 def test_each_count_is_its_own_statistic(ana):
