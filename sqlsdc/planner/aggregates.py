@@ -24,7 +24,7 @@ from sqlsdc.planner.scopes import (
     role_text,
     unwrap,
 )
-from sqlsdc.planner.totality import NUMERIC, family
+from sqlsdc.planner.totality import NUMERIC, family, wide_exact
 from sqlsdc.policy import AggregateKind, ColumnRole, Method
 
 
@@ -161,6 +161,13 @@ class AggregateChecks:
                 continue
             new.meta[STATISTIC] = names(self.lineage(inner, info.scope, infos))
             self._check_total(inner, info.scope)
+            if isinstance(new, (exp.Sum, exp.Avg)) and wide_exact(inner):
+                raise self.refuse(
+                    f"{name}({argument.sql(DIALECT)[:80]}) adds up HUGEINT or DECIMAL(p > 18) "
+                    "values, which can overflow in the engine for some confidential values only "
+                    "(the error would reveal them)",
+                    "ask an admin to store the measure as DOUBLE, BIGINT or DECIMAL(18, s)",
+                )
         if replacement is not aggregate:
             aggregate.replace(replacement)
         return aggregates

@@ -207,6 +207,27 @@ def _cast_is_total(source: exp.Expr, target: exp.DataType) -> bool:
     return False
 
 
+def wide_exact(node: exp.Expr | None) -> bool:
+    """Whether ``node``'s values are exact numbers too wide for DuckDB to sum without overflow.
+
+    DuckDB sums and averages exact numbers in a 128-bit accumulator and raises on overflow
+    ("Overflow in HUGEINT addition"): a 64-bit value needs 2^63 rows to get there, a HUGEINT
+    or a DECIMAL stored in 128 bits (precision over 18) a few rows of large values, so whether
+    the query fails would tell those values."""
+    node = _unwrap(node) if node is not None else None
+    if node is None:
+        return False
+    dtype = node.to if isinstance(node, (exp.Cast, exp.TryCast)) else node.type
+    if dtype is None:
+        return False
+    if dtype.this in (T.INT128, T.UINT128, T.BIGNUM):
+        return True
+    if dtype.this is T.DECIMAL:
+        precision = dtype.expressions[0].this if dtype.expressions else None  # DataTypeParam
+        return isinstance(precision, exp.Literal) and int(precision.this) > 18
+    return False
+
+
 def partiality(n: exp.Expr) -> str | None:
     """Why ``n`` can raise an error on some input of its argument types, or None if it cannot."""
     if isinstance(n, exp.Case):

@@ -245,8 +245,10 @@ class _Builder(MagnitudeLayers):
         Only |x_j| enters the perturbation (the sign cancels in x_j / x_delta and only
         |x_delta| is added), so x_1 is ``MAX(ABS(x))`` and x_j is element j of the top-k list
         aggregate ``MAX(ABS(x), k)`` (ties kept, NULLs ignored): one aggregate per cell in every
-        grouping set, no sort of the rows."""
-        value = exp.Abs(this=exp.column(self._value(i), "__r"))
+        grouping set, no sort of the rows. The value is made a DOUBLE before ``ABS``: the
+        absolute value of the smallest integer of its type (``ABS(-2147483648)``) raises an
+        error in the engine, which would tell that a cell holds that value."""
+        value = exp.Abs(this=exp.cast(exp.column(self._value(i), "__r"), exp.DataType.Type.DOUBLE))
         if j == 1:
             return exp.Max(this=value)
         top = exp.Max(this=value, count=exp.Literal.number(self._magnitude(i).top_k))

@@ -5,16 +5,83 @@ in a count but once in its key), expressions that could raise for some confident
 only (casts, integer arithmetic, computed string positions, divisors), and a LEFT JOIN that
 adds public rows to a count whose key sums the confidential rows only.
 
-Nothing succeeded in this round: every attempt was refused with sqlsdc's own message, or was
-answered with the noise of the same rows however the cell was phrased. The areas that held
-are pinned below, one test each; each asserts the safe outcome.
+What succeeded, and was closed: two engine errors that only some confidential values raise,
+both inside sums the guard accepted. The cell key method's top contributions were
+``MAX(ABS(x))`` on the stored measure, and ``ABS`` of the smallest integer of its type
+(``-2147483648``, a common "missing" code) raises, so a cell failed exactly when it held that
+value (now ``ABS(CAST(x AS DOUBLE))``); and ``SUM``/``AVG`` of a HUGEINT or DECIMAL(p > 18)
+measure overflow DuckDB's 128-bit accumulator for a few large values, the totality check
+taking any plain column as safe (now refused, whatever cast is written around it, since the
+linear normal form sums the stored column). Nothing else succeeded: every other attempt was
+refused with sqlsdc's own message, or was answered with the noise of the same rows however
+the cell was phrased. The areas that held are pinned below, one test each.
 """
 
 from __future__ import annotations
 
+import duckdb
 import pytest
 
 import sqlsdc
+
+CKM = {
+    "counts": {"method": "ckm", "ptable": {"D": 5, "V": 3, "js": 2}},
+    "magnitudes": {
+        "method": "ckm",
+        "ptable": {"D": 4, "V": 1, "step": 12},
+        "top_k": 1,
+        "flex": {"fp": 20000, "p_small": 0.2, "p_large": 0.05, "q": 3},
+    },
+}
+
+
+def ckm_table(path, columns: str, values: str) -> sqlsdc.Connection:
+    """A CKM database of one table ``t`` (pid, g in a/b, the measures ``columns`` filled by
+    the SQL ``values`` over ``i`` in 0..199), and an analyst's connection to it."""
+    con = duckdb.connect(str(path))
+    con.execute(f"CREATE TABLE t (pid BIGINT, g VARCHAR, {columns})")
+    con.execute(
+        f"INSERT INTO t SELECT i, CASE WHEN i % 2 = 0 THEN 'a' ELSE 'b' END, {values} "
+        "FROM range(200) AS r(i)"
+    )
+    con.close()
+    measures = {c.split()[0]: {"role": "measure"} for c in columns.split(", ")}
+    columns_doc = {"pid": {"role": "identifier"}, "g": {"role": "dimension", "domain": ["a", "b"]}}
+    document = {
+        "tables": {
+            "t": {"privacy_unit": "pid", "columns": columns_doc | measures, "protection": CKM}
+        },
+        "users": {"analyst": {"role": "analyst"}, "admin": {"role": "admin"}},
+    }
+    sqlsdc.init(path, document)
+    return sqlsdc.connect(path, user="analyst")
+
+
+def test_the_smallest_integer_in_a_cell_is_summed_not_an_engine_error(tmp_path):
+    """``ABS(-2147483648)`` raised in the top contribution of the cell holding it: the cell of
+    ``b`` failed and the cell of ``a`` did not, telling that value's presence."""
+    con = ckm_table(
+        tmp_path / "m.duckdb", "m INTEGER", "CASE WHEN i = 7 THEN -2147483648 ELSE i END"
+    )
+    released = dict(rows(con, "SELECT g, SUM(m) FROM t GROUP BY g"))
+    con.close()
+    assert set(released) == {"a", "b"}
+    assert released["b"] < -1e9 < 0 < released["a"]
+
+
+@pytest.mark.parametrize("argument", ["d", "h", "CAST(d AS DOUBLE)", "CAST(h AS DOUBLE) * 2"])
+@pytest.mark.parametrize("aggregate", ["SUM", "AVG"])
+def test_sums_of_128_bit_measures_are_refused(tmp_path, aggregate, argument):
+    """Twenty values of 10^37 overflow the engine's sum in the cell of ``a`` only."""
+    con = ckm_table(
+        tmp_path / "w.duckdb",
+        "d DECIMAL(38,0), h HUGEINT",
+        "CASE WHEN i < 40 THEN 10::HUGEINT ** 37 ELSE i END::DECIMAL(38, 0), "
+        "CASE WHEN i < 40 THEN 10::HUGEINT ** 37 ELSE i END",
+    )
+    with pytest.raises(sqlsdc.PolicyViolation, match="HUGEINT or DECIMAL"):
+        con.cursor().execute(f"SELECT g, {aggregate}({argument}) FROM t GROUP BY g")
+    con.close()
 
 
 @pytest.fixture
