@@ -267,12 +267,12 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
     clamps: dict[str, tuple[str, Bounding]] = {}  # rows column -> (measure, bounds)
 
     def column_of(text: str, i: int, centre: Fraction = Fraction(0)) -> str:
-        """The rows column of aggregate ``i``'s argument, shifted by ``-centre``."""
+        """The rows column of aggregate ``i``'s argument, shifted by ``-centre`` (a DOUBLE)."""
         if text not in measures:
             measures[text] = f"__x{len(measures)}"
             argument = cells.argument(i, twin).copy()
-            if centre:
-                argument = exp.Sub(this=exp.paren(argument), expression=_number(centre))
+            if centre:  # on DOUBLE, as the grid reads it: INT_MIN - 50 raises on integers
+                argument = exp.Sub(this=exp.cast(argument, "DOUBLE"), expression=_number(centre))
             rows.append("expressions", exp.alias_(argument, measures[text]))
         return measures[text]
 

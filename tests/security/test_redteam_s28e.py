@@ -1,20 +1,22 @@
-"""Red-team round of session 28 (fifth), against the cell key method's link between a cell's
-rows and its noise key: record keys lost or repeated through joins, UNION ALL, derived tables,
+"""Red-team round of session 28 (fifth), against the cell key method's link between a cell's rows
+and its noise key: record keys lost or repeated through joins, UNION ALL, derived tables,
 DISTINCT and grouping sets (two cells of different rows under one key, or a row counted twice
-in a count but once in its key), expressions that could raise for some confidential values
-only (casts, integer arithmetic, computed string positions, divisors), and a LEFT JOIN that
-adds public rows to a count whose key sums the confidential rows only.
+in a count but once in its key), expressions that could raise for some confidential values only
+(casts, integer arithmetic, computed string positions, divisors), and a LEFT JOIN that adds
+public rows to a count whose key sums the confidential rows only.
 
-What succeeded, and was closed: two engine errors that only some confidential values raise,
-both inside sums the guard accepted. The cell key method's top contributions were
+What succeeded, and was closed: three engine errors that only some confidential values raise,
+all inside aggregates the guard accepted. The cell key method's top contributions were
 ``MAX(ABS(x))`` on the stored measure, and ``ABS`` of the smallest integer of its type
 (``-2147483648``, a common "missing" code) raises, so a cell failed exactly when it held that
-value (now ``ABS(CAST(x AS DOUBLE))``); and ``SUM``/``AVG`` of a HUGEINT or DECIMAL(p > 18)
-measure overflow DuckDB's 128-bit accumulator for a few large values, the totality check
-taking any plain column as safe (now refused, whatever cast is written around it, since the
-linear normal form sums the stored column). Nothing else succeeded: every other attempt was
-refused with sqlsdc's own message, or was answered with the noise of the same rows however
-the cell was phrased. The areas that held are pinned below, one test each.
+value (now ``ABS(CAST(x AS DOUBLE))``); the same value in a DP average, variance or standard
+deviation, whose measure is centred on the middle of its bounds as ``x - 50`` in the type of x
+before clamping (now on DOUBLE, as the grid reads it); and ``SUM``/``AVG`` of a HUGEINT or
+DECIMAL(p > 18) measure overflow DuckDB's 128-bit accumulator for a few large values, the
+totality check taking any plain column as safe (now refused, whatever cast is written around
+it, since the linear normal form sums the stored column). Nothing else succeeded: every other
+attempt was refused with sqlsdc's own message, or was answered with the noise of the same rows
+however the cell was phrased. The areas that held are pinned below, one test each.
 """
 
 from __future__ import annotations
@@ -35,24 +37,38 @@ CKM = {
 }
 
 
-def ckm_table(path, columns: str, values: str) -> sqlsdc.Connection:
+DP = {
+    "counts": {"method": "dp", "spend": {"epsilon": "1/2"}},
+    "magnitudes": {"method": "dp", "spend": {"epsilon": 1}},
+}
+
+
+def ckm_table(path, columns: str, values: str, protection=None) -> sqlsdc.Connection:
     """A CKM database of one table ``t`` (pid, g in a/b, the measures ``columns`` filled by
-    the SQL ``values`` over ``i`` in 0..199), and an analyst's connection to it."""
+    the SQL ``values`` over ``i`` in 0..1999), and an analyst's connection to it."""
     con = duckdb.connect(str(path))
     con.execute(f"CREATE TABLE t (pid BIGINT, g VARCHAR, {columns})")
     con.execute(
         f"INSERT INTO t SELECT i, CASE WHEN i % 2 = 0 THEN 'a' ELSE 'b' END, {values} "
-        "FROM range(200) AS r(i)"
+        "FROM range(2000) AS r(i)"
     )
     con.close()
-    measures = {c.split()[0]: {"role": "measure"} for c in columns.split(", ")}
+    bounds = {"bounds": [0, 100]} if protection is DP else {}
+    measures = {c.split()[0]: {"role": "measure", **bounds} for c in columns.split(", ")}
     columns_doc = {"pid": {"role": "identifier"}, "g": {"role": "dimension", "domain": ["a", "b"]}}
     document = {
         "tables": {
-            "t": {"privacy_unit": "pid", "columns": columns_doc | measures, "protection": CKM}
+            "t": {
+                "privacy_unit": "pid",
+                "columns": columns_doc | measures,
+                "protection": protection or CKM,
+            }
         },
         "users": {"analyst": {"role": "analyst"}, "admin": {"role": "admin"}},
+        "budgets": [{"user": "*", "epsilon": 1000, "rho": 100, "delta": "1e-3"}],
     }
+    if protection is DP:
+        document["tables"]["t"]["dp"] = {"granularity": 10}
     sqlsdc.init(path, document)
     return sqlsdc.connect(path, user="analyst")
 
@@ -67,6 +83,21 @@ def test_the_smallest_integer_in_a_cell_is_summed_not_an_engine_error(tmp_path):
     con.close()
     assert set(released) == {"a", "b"}
     assert released["b"] < -1e9 < 0 < released["a"]
+
+
+@pytest.mark.parametrize("aggregate", ["AVG", "VARIANCE", "STDDEV"])
+def test_the_smallest_integer_in_a_dp_centred_statistic_is_not_an_engine_error(tmp_path, aggregate):
+    """``m - 50`` raised for ``m = -2147483648`` in the cell holding it."""
+    con = ckm_table(
+        tmp_path / "dp.duckdb",
+        "m INTEGER",
+        "CASE WHEN i = 7 THEN -2147483648 ELSE i % 100 END",
+        protection=DP,
+    )
+    released = dict(rows(con, f"SELECT g, {aggregate}(m) FROM t GROUP BY g"))
+    con.close()
+    assert set(released) == {"a", "b"}
+    assert all(0 <= value <= 100**2 for value in released.values())
 
 
 @pytest.mark.parametrize("argument", ["d", "h", "CAST(d AS DOUBLE)", "CAST(h AS DOUBLE) * 2"])
