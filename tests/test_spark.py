@@ -777,6 +777,29 @@ def test_dp_stages_spark_cannot_run_are_refused_before_anything_is_charged(dp_on
     assert last_audit(path)[1:3] == ("bob", "refused")
 
 
+def test_sums_over_spark_data_holding_nan_are_refused_before_anything_is_charged(
+    dp_on_spark, spark
+):
+    """Spark's copy of the data is scanned (sqlsdc.guard.summable), once per registration."""
+    path, _engine = dp_on_spark
+    engine = SparkEngine(spark.newSession())
+    schema = "pid long, region string, income double"
+    frame = engine.session.createDataFrame  # its views are the session's
+    engine.register("persons", frame([(1, "N", float("nan"))], schema))
+    before = spent(path, "bob")
+    sql = "SELECT region, SUM(income) FROM persons GROUP BY region"
+    with sqlsdc.connect(path, "bob") as con:
+        with pytest.raises(sqlsdc.PolicyViolation, match="persons.income holds values that no"):
+            run_protected(con, engine, sql)
+    assert last_audit(path)[1:3] == ("bob", "refused")
+    engine.register("persons", frame([(1, "N", 2.0)], schema))
+    with sqlsdc.connect(path, "bob") as con:
+        with pytest.raises(NotSupportedError, match="copied with load_duckdb"):  # scanned again
+            run_protected(con, engine, sql)
+    assert spent(path, "bob") == before
+    engine.close()
+
+
 def test_dp_on_spark_needs_tables_copied_from_duckdb(dp_on_spark, spark):
     path, _engine = dp_on_spark
     engine = SparkEngine(spark.newSession())

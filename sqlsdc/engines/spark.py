@@ -763,6 +763,7 @@ class SparkEngine:
         session.conf.set(ANSI, "true")
         self.schemas: dict[str, dict[str, str]] = {}  # view -> {column: Spark type}
         self.data_versions: dict[str, str] = {}  # tables copied by load_duckdb: DuckDB version
+        self.summable: dict[tuple[str, str], bool] = {}  # sqlsdc.guard.summable's scans
         self._folders: list[str] = []
 
     def register(self, name: str, source: DataFrame | str | Path) -> None:
@@ -772,6 +773,7 @@ class SparkEngine:
         frame = self.session.read.parquet(str(source)) if is_path else source
         self._register_frame(name, frame)
         self.data_versions.pop(name.lower(), None)  # not (or no longer) a copy of a DuckDB table
+        self.summable = {key: ok for key, ok in self.summable.items() if key[0] != name.lower()}
 
     def register_cells(self, name: str, cells: pa.Table) -> None:
         """Make a relation of released cells (the noisy DP cells a protected tree reads,

@@ -70,6 +70,7 @@ from sqlsdc.guard.postprocess import (
 )
 from sqlsdc.guard.releases import attach_releases, available_releases, with_releases
 from sqlsdc.guard.resolve import analyst_schema
+from sqlsdc.guard.summable import Checked, check_summable
 from sqlsdc.guard.validate import check_engine_tables
 from sqlsdc.jobs.patterns import ensure_patterns
 from sqlsdc.policy import Policy, UserRole, load_policy
@@ -194,6 +195,8 @@ class Connection:
         self._data_versions: dict[str, str] = {}  # the data may have changed while released
         self._engine_checked: set[str] = set()  # ... and the catalog (_check_engine_reads)
         self._key_types: dict = {}  # of DP stages run on this opening (dp_release.release)
+        self._summable: Checked = {}  # columns scanned on this opening (_check_summable)
+        self._summable_writers: int | None = None  # engine.data_writers when they were scanned
         self._writers: int | None = None  # engine.data_writers when they were read
         self._prf_key: bytes | None = None  # read when a DP query needs it (_secret)
         self._budget = BudgetState()  # what its last charge read of the budget tables
@@ -509,6 +512,11 @@ class Connection:
         con, context = self._con, self._context
         try:
             query = self._protect(sql, params)
+            self._check_summable(query)
+        except engine.EngineError as failure:
+            query_id = store.record_query(con, None, self.user, context.policy_version,
+                                          "failed", sql, reason=str(failure))  # fmt: skip
+            raise _engine_failure(failure, query_id) from None
         except Error as refusal:  # refusals, guard bugs and bad parameters are all audited
             self._audit_refusal(None, sql, refusal)
             raise
@@ -613,6 +621,24 @@ class Connection:
         if len(self._engine_checked) >= ENGINE_CHECKED_TEXTS:
             self._engine_checked.clear()
         self._engine_checked.add(sql)
+
+    def _check_summable(self, query: ProtectedQuery) -> None:
+        """Refuse a query that sums a floating-point column holding NaN, infinities or huge
+        values (:mod:`sqlsdc.guard.summable`), before anything is charged or run. The scan's
+        answer is kept while the data cannot have changed: for this opening of the file, while
+        no connection of this process that may write data has opened it (as data versions)."""
+        if not query.summed:
+            return
+        writers = engine.data_writers(self.path)
+        if writers is None or writers != self._summable_writers:
+            self._summable.clear()
+            self._summable_writers = writers
+        con, to_sql = self._con, self._context.to_sql
+
+        def run(tree: exp.Select) -> pa.Table:
+            return engine.run(con, to_sql(tree), timeout=self._time_left())
+
+        check_summable(query.summed, self._summable, run)
 
     def _release_dp(
         self, query: ProtectedQuery, query_id: int | None, *, run=None, data_version=None

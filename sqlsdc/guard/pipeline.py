@@ -26,6 +26,7 @@ from sqlsdc.mechanisms.accountant import PrivacyCost, compose
 from sqlsdc.planner.analyze import analyze
 from sqlsdc.planner.identity import aggregation_identity, describe_scope
 from sqlsdc.planner.multiplicity import prove_multiplicity
+from sqlsdc.planner.normal_form import SUMMED
 from sqlsdc.planner.plan import plan_query
 from sqlsdc.planner.scopes import Analysis, Kind
 from sqlsdc.policy import AggregateKind, Method, Policy
@@ -95,6 +96,7 @@ class ProtectedQuery:
     # output position -> hidden columns: noise sd, 95% half-width, dropped and clamped shares
     accuracy_columns: dict[int, tuple[str, ...]] = field(default_factory=dict)
     population: str = ""  # canonical identity of what the result tabulates (ledger cell key)
+    summed: tuple[tuple[str, str], ...] = ()  # (table, column) a floating-point sum adds up
 
     @property
     def dp_cost(self) -> PrivacyCost:
@@ -251,6 +253,8 @@ def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
         dp_stages=tuple(stages.values()),
         fingerprint=hashlib.sha256(text.encode()).hexdigest()[:16],
         population=population,
+        summed=tuple(sorted({s for c in plan.cells for a in c.aggregates
+                             for s in a.node.meta.get(SUMMED, ())})),  # fmt: skip
         tables=tuple(tables),
         tree=protected,
         suppressed=tuple(

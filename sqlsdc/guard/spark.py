@@ -37,6 +37,7 @@ from sqlsdc.engines.duckdb import EngineError, rollback
 from sqlsdc.engines.spark import tables_read
 from sqlsdc.errors import Error, NotSupportedError, OperationalError, ProgrammingError
 from sqlsdc.guard.postprocess import check_faults, record_release, values_of
+from sqlsdc.guard.summable import check_summable
 from sqlsdc.guard.validate import check_engine_tables
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, p
     try:
         query = connection.explain(sql, params)
         _check_spark_can_release(query)
+        check_summable(query.summed, engine.summable, engine.run)  # Spark's copy of the data
         names = {name.split(".")[-1] for name in tables_read(query.tree)}
         check_engine_tables(names, query.tree, connection.policy)
         if query.dp_stages:

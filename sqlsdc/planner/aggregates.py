@@ -13,7 +13,7 @@ from sqlsdc.planner.allowlist import (
 )
 from sqlsdc.planner.identity import canonical_expression
 from sqlsdc.planner.linear import LinearForm, NotLinear, is_constant, linear_form
-from sqlsdc.planner.normal_form import STATISTIC, normal_form
+from sqlsdc.planner.normal_form import STATISTIC, SUMMED, normal_form
 from sqlsdc.planner.plan import group_keys
 from sqlsdc.planner.scopes import (
     DIALECT,
@@ -161,6 +161,10 @@ class AggregateChecks:
                 continue
             new.meta[STATISTIC] = names(self.lineage(inner, info.scope, infos))
             self._check_total(inner, info.scope)
+            core = problem.core
+            if isinstance(new, (exp.Sum, exp.Avg)) and family(core) in ("float", None):
+                # the values added up, to be checked finite and bounded (sqlsdc.guard.summable)
+                new.meta[SUMMED] = self.lineage(core, info.scope, infos).sources
             if isinstance(new, (exp.Sum, exp.Avg)) and wide_exact(inner):
                 raise self.refuse(
                     f"{name}({argument.sql(DIALECT)[:80]}) adds up HUGEINT or DECIMAL(p > 18) "

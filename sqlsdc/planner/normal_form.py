@@ -28,6 +28,7 @@ from sqlglot import exp
 from sqlsdc.planner.linear import LinearForm
 
 STATISTIC = "sqlsdc_statistic"  # meta key: the base columns whose value an aggregate protects
+SUMMED = "sqlsdc_summed"  # meta key: the floating-point base columns a SUM/AVG adds up
 
 
 def normal_form(aggregate: exp.AggFunc, form: LinearForm) -> tuple[exp.Expr, list[exp.AggFunc]]:
