@@ -274,6 +274,8 @@ def summarise(runs: list[dict], qs: list[dict], exact: dict, bounded: dict) -> l
                 "system": system, "q": q["id"],
                 "seconds": statistics.median(r["seconds"] for r in mine),
                 "mae": statistics.fmean(abs(e) for e in errors) if errors else float("nan"),
+                "mae_se": (statistics.stdev(abs(e) for e in errors) / len(errors) ** 0.5
+                           if len(errors) > 1 else float("nan")),
                 "bias": statistics.fmean(errors) if errors else float("nan"),
                 "recall": released / (len(target) * len(mine)) if target else float("nan"),
                 "cover_bounded": covered_b / intervals if intervals else None,
@@ -288,7 +290,7 @@ def fmt(x: float) -> str:
 
 
 def print_table(rows: list[dict]) -> None:
-    print("| question | system | median s | cells | mean abs. error | bias | recall "
+    print("| question | system | median s | cells | mean abs. error (± s.e.) | bias | recall "
           "| 95% coverage (bounded / exact) |")  # fmt: skip
     print("|---|---|---:|---:|---:|---:|---:|---|")
     for r in sorted(rows, key=lambda r: r["q"]):
@@ -299,7 +301,8 @@ def print_table(rows: list[dict]) -> None:
                  else f"{r['cover_bounded']:.1%} / {r['cover_exact']:.1%}")  # fmt: skip
         print(
             f"| {r['q']} | {r['system']} | {r['seconds']:.3f} | {r['cells']:,.0f} | "
-            f"{fmt(r['mae'])} | {fmt(r['bias'])} | {r['recall']:.1%} | {cover} |"
+            f"{fmt(r['mae'])} ± {fmt(r['mae_se'])} | {fmt(r['bias'])} | {r['recall']:.1%} | "
+            f"{cover} |"
         )
 
 
@@ -310,11 +313,13 @@ def main() -> None:
     parser.add_argument("--persons", type=int, default=100_000)
     parser.add_argument("--workdir", type=Path)
     parser.add_argument("--systems", default="sqlsdc,opendp,smartnoise,pipelinedp")
+    parser.add_argument("--questions", default="Q1,Q2,Q3,Q4,Q5", help="e.g. Q1,Q2")
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="peers-"))
     workdir.mkdir(parents=True, exist_ok=True)
     domain = prepare(workdir, args.persons)
-    qs = questions(public_keys(domain), domain["rows"])
+    asked = args.questions.split(",")
+    qs = [q for q in questions(public_keys(domain), domain["rows"]) if q["id"] in asked]
     (workdir / "questions.json").write_text(json.dumps(qs))
     exact = exact_answers(workdir, qs)
     systems = args.systems.split(",")
