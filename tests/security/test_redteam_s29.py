@@ -1,0 +1,60 @@
+"""Red-team round of session 29, against the refusal of sums over floating-point values that no
+protected sum can add up (:mod:`sqlsdc.guard.summable`, commit 01dbf68): NaN, ±infinity or
+magnitudes beyond 1e140 show in exactly the cells that hold them.
+
+What succeeded, and was closed: a weighted sum of a 32-bit FLOAT measure (or of any measure
+with a FLOAT weight) multiplied the two in 32 bits, which overflow to infinity past 3.4e38,
+far below the scan's bound: the cell holding such a product came out infinite, the others
+finite. The factors of a weighted product stored as FLOAT are now read as DOUBLE.
+
+What held (one test each below): every SUM/AVG in HAVING, ORDER BY or a derived table is
+refused like one in the SELECT list; scale constants are applied to the protected value only;
+the refusal is the same whatever the WHERE, is audited and comes before any DP charge.
+"""
+
+from __future__ import annotations
+
+import math
+
+import duckdb
+
+import sqlsdc
+from tests.security.test_redteam_s28e import CKM, rows
+
+
+def weighted_table(path, measure: str, weight: str, values: str) -> sqlsdc.Connection:
+    """A CKM table ``t`` (pid, g in a/b, measure m of type ``measure`` filled by ``values``
+    over i in 0..1999, weight w of type ``weight`` equal to 2), and an analyst's connection."""
+    raw = duckdb.connect(str(path))
+    raw.execute(
+        f"CREATE TABLE t AS SELECT i AS pid, CASE WHEN i % 2 = 0 THEN 'a' ELSE 'b' END AS g, "
+        f"CAST({values} AS {measure}) AS m, CAST(2 AS {weight}) AS w FROM range(2000) AS r(i)"
+    )
+    raw.close()
+    sqlsdc.init(path, {
+        "tables": {"t": {
+            "privacy_unit": "pid",
+            "columns": {"pid": {"role": "identifier"},
+                        "g": {"role": "dimension", "domain": ["a", "b"]},
+                        "m": {"role": "measure"}, "w": {"role": "weight"}},
+            "protection": CKM,
+        }},
+        "users": {"analyst": {"role": "analyst"}, "admin": {"role": "admin"}},
+    })  # fmt: skip
+    return sqlsdc.connect(path, user="analyst")
+
+
+def test_a_float_product_that_overflows_32_bits_is_not_told_by_its_cell(tmp_path):
+    """One row (i = 7, in b) holds 3e38, within FLOAT and far below the scan's bound; times
+    the weight 2 it overflowed FLOAT to infinity, and only the cell of b was infinite."""
+    for measure, weight in (("FLOAT", "INTEGER"), ("FLOAT", "FLOAT"), ("FLOAT", "DECIMAL(18, 2)")):
+        path = tmp_path / f"{measure}{weight[:7]}.duckdb"
+        con = weighted_table(path, measure, weight, "CASE WHEN i = 7 THEN 3e38 ELSE i END")
+        for sql in (
+            "SELECT g, SUM(m * w) FROM t GROUP BY g",
+            "SELECT g, AVG(w * m) FROM t GROUP BY g",
+            "SELECT g, SUM(CASE WHEN g = 'b' THEN m * w END) FROM t GROUP BY g",
+        ):
+            released = rows(con, sql)
+            assert released and all(math.isfinite(v) for _g, v in released), (measure, sql)
+        con.close()
