@@ -17,9 +17,10 @@ from __future__ import annotations
 import math
 
 import duckdb
+import pytest
 
 import sqlsdc
-from tests.security.test_redteam_s28e import CKM, rows
+from tests.security.test_redteam_s28e import CKM, DP, ckm_table, rows
 
 
 def weighted_table(path, measure: str, weight: str, values: str) -> sqlsdc.Connection:
@@ -58,3 +59,25 @@ def test_a_float_product_that_overflows_32_bits_is_not_told_by_its_cell(tmp_path
             released = rows(con, sql)
             assert released and all(math.isfinite(v) for _g, v in released), (measure, sql)
         con.close()
+
+
+def test_a_constant_beyond_doubles_range_is_refused_at_once(tmp_path):
+    """``Fraction("1e9999999")`` builds a ten-million-digit integer (6 s of CPU, holding the
+    connection and its file; 1e999999999 hours), after which the guard failed with an internal
+    error; constants are now read by the bounded parser and must be within DOUBLE's range (so
+    no scale or offset applied to a protected value overflows in the engine)."""
+    con = ckm_table(tmp_path / "c.duckdb", "m DOUBLE", "i")
+    for sql in (
+        "SELECT g, SUM(m * 1e9999999) FROM t GROUP BY g",
+        "SELECT g, AVG(m / 1e-999999999) FROM t GROUP BY g",
+        "SELECT g, SUM(m + 1e400) FROM t GROUP BY g",
+        "SELECT g, SUM(m * 1e300 * 1e300 / 1e300) FROM t GROUP BY g",
+    ):
+        with pytest.raises(sqlsdc.PolicyViolation, match="within the range of DOUBLE"):
+            con.execute(sql)
+    assert [g for g, _s in rows(con, "SELECT g, SUM(m * 1e300) FROM t GROUP BY g")] == ["a", "b"]
+    con.close()
+    dp = ckm_table(tmp_path / "q.duckdb", "m DOUBLE", "i % 100", DP)
+    with pytest.raises(sqlsdc.PolicyViolation, match="is not a number between 0 and 1"):
+        dp.execute("SELECT g, QUANTILE_CONT(m, 1e-999999999) FROM t GROUP BY g")
+    dp.close()
