@@ -15,6 +15,7 @@ the refusal is the same whatever the WHERE, is audited and comes before any DP c
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 
 import duckdb
 import pytest
@@ -81,3 +82,15 @@ def test_a_constant_beyond_doubles_range_is_refused_at_once(tmp_path):
     with pytest.raises(sqlsdc.PolicyViolation, match="is not a number between 0 and 1"):
         dp.execute("SELECT g, QUANTILE_CONT(m, 1e-999999999) FROM t GROUP BY g")
     dp.close()
+
+
+def test_a_decimal_epsilon_is_read_by_the_bounded_parser(fresh_demo_db):
+    """The same billion-digit integer through the Python API: a verification's ε given as
+    ``Decimal("1e-9999999")`` took 6 s before failing (1e-999999999: hours, holding the file)."""
+    from tests.synth.verify_support import make_synthetic_output
+
+    make_synthetic_output(fresh_demo_db)
+    with sqlsdc.connect(fresh_demo_db, user="analyst") as con:
+        with pytest.raises(ValueError, match="the exponent of '1E-9999999' is beyond"):
+            con.verify("SELECT AVG(income) FROM syn_persons", mode="noisy",
+                       epsilon=Decimal("1e-9999999"))  # fmt: skip
