@@ -131,3 +131,52 @@ def test_spark_data_typed_other_than_the_database_is_not_summed(tmp_path):
                 run_protected(con, engine, sql)
     finally:
         engine.close()
+
+
+# --- what held -------------------------------------------------------------------------------
+
+
+def test_every_place_a_sum_can_stand_is_refused_alike(tmp_path):
+    """HAVING, ORDER BY, windows over aggregates, grouping sets, CTEs, self-joins and derived
+    tables read the same sums: each is refused, with the SELECT list's message."""
+    con = ckm_table(
+        tmp_path / "p.duckdb", "m DOUBLE", "CASE WHEN i = 7 THEN 'NaN'::DOUBLE ELSE i END"
+    )
+    for sql in (
+        "SELECT g, COUNT(*) FROM t GROUP BY g HAVING SUM(m) > 0",
+        "SELECT g, COUNT(*) FROM t GROUP BY g ORDER BY AVG(m) DESC",
+        "SELECT g, RANK() OVER (ORDER BY SUM(m)) FROM t GROUP BY g",
+        "SELECT g, SUM(m) FROM t GROUP BY GROUPING SETS ((g), ())",
+        "WITH c AS (SELECT g, m FROM t) SELECT g, SUM(m) FROM c GROUP BY g",
+        "SELECT x.g, SUM(x.m) FROM t AS x JOIN t AS y ON x.pid = y.pid GROUP BY x.g",
+        "SELECT g, c FROM (SELECT g, COUNT(*) AS c, SUM(m) AS s FROM t GROUP BY g) WHERE s > 0",
+    ):
+        with pytest.raises(sqlsdc.PolicyViolation, match="t.m holds values that no protected"):
+            con.execute(sql)
+    con.close()
+
+
+def test_a_scale_is_applied_to_the_protected_value(tmp_path):
+    """``SUM(m * 1e200)`` is ``1e200 * SUM(m)`` of the same protected cell (same noise): an
+    overflow there would be a function of released values only."""
+    con = ckm_table(tmp_path / "s.duckdb", "m DOUBLE", "i")
+    plain = rows(con, "SELECT g, SUM(m) FROM t GROUP BY g")
+    scaled = rows(con, "SELECT g, SUM(m * 1e200) FROM t GROUP BY g")
+    con.close()
+    assert [(g, v * 1e200) for g, v in plain] == scaled
+
+
+def test_dp_clamps_non_finite_values_in_variances_and_quantiles(tmp_path):
+    """DP statistics that are not sums are not refused: their values are clamped to the
+    declared bounds (NaN and infinities included), so every cell is finite."""
+    for value in ("'NaN'", "'inf'", "'-inf'"):
+        values = f"CASE WHEN i = 7 THEN CAST({value} AS DOUBLE) ELSE i % 100 END"
+        con = ckm_table(tmp_path / f"{value[1:-1]}.duckdb", "m DOUBLE", values, DP)
+        for sql in (
+            "SELECT g, VAR_SAMP(m) FROM t GROUP BY g",
+            "SELECT g, STDDEV(m) FROM t GROUP BY g",
+            "SELECT g, QUANTILE_CONT(m, 0.9) FROM t GROUP BY g",
+        ):
+            released = rows(con, sql)
+            assert len(released) == 2 and all(math.isfinite(v) for _g, v in released), sql
+        con.close()
