@@ -40,7 +40,8 @@ from sqlsdc.guard.postprocess import check_faults, record_release, values_of
 from sqlsdc.guard.summable import check_summable
 from sqlsdc.guard.validate import check_engine_tables
 
-FLOATING = ("FLOAT", "DOUBLE")  # the database's floating-point types, as analyst_schema names them
+STORED_AS = {"float": ("FLOAT",), "double": ("FLOAT", "DOUBLE")}
+"""Spark's floating-point types -> the database's types (as analyst_schema names them) they copy."""
 
 if TYPE_CHECKING:
     from sqlsdc.engines.spark import SparkEngine
@@ -128,18 +129,20 @@ def _check_spark_can_release(query: ProtectedQuery) -> None:
 
 
 def _check_spark_types(tables: set[str], schema: dict, spark: dict) -> None:
-    """Refuse when Spark's copy of a table holds floating-point values in a column the
-    database stores as an exact number. The guard checks queries on the database's types, so a
-    sum over that column is not scanned for NaN and infinities (:mod:`sqlsdc.guard.summable`)
-    and would show them in exactly the cells holding them (red team s29)."""
+    """Refuse when Spark's copy of a table holds floating-point values where the database
+    stores an exact number, or 32-bit FLOAT where it stores DOUBLE. The guard checks queries on
+    the database's types: a sum over an exact column is not scanned for NaN and infinities
+    (:mod:`sqlsdc.guard.summable`), a product with a DOUBLE column is not read as DOUBLE
+    (:func:`sqlsdc.planner.linear.linear_form`), and either would show a non-finite value in
+    exactly the cells holding it (red team s29)."""
     for table in sorted(tables & set(schema)):
         copied = spark.get(view_name(table), {})
         for column, dtype in schema[table].items():
-            if copied.get(column.lower()) in ("float", "double") and dtype not in FLOATING:
+            held = copied.get(column.lower())
+            if held in STORED_AS and dtype not in STORED_AS[held]:
                 raise NotSupportedError(
-                    f"Spark's copy of {table}.{column} is floating-point where the database "
-                    f"stores {dtype}; register data with the database's types (load_duckdb "
-                    "copies them)"
+                    f"Spark's copy of {table}.{column} is {held} where the database stores "
+                    f"{dtype}; register data with the database's types (load_duckdb copies them)"
                 )
 
 
