@@ -2,14 +2,29 @@
 protected sum can add up (:mod:`sqlsdc.guard.summable`, commit 01dbf68): NaN, ±infinity or
 magnitudes beyond 1e140 show in exactly the cells that hold them.
 
-What succeeded, and was closed: a weighted sum of a 32-bit FLOAT measure (or of any measure
-with a FLOAT weight) multiplied the two in 32 bits, which overflow to infinity past 3.4e38,
-far below the scan's bound: the cell holding such a product came out infinite, the others
-finite. The factors of a weighted product stored as FLOAT are now read as DOUBLE.
+Tried: sums in every place of a query (HAVING, ORDER BY, windows, grouping sets, CTEs, joins,
+derived tables, subqueries, UNION ALL), scale constants and casts inside the aggregate, integer
+and DECIMAL measures, 32-bit FLOAT measures and weights, DP variances and quantiles over NaN and
+infinities, threshold post-processing over suppressed cells, verification requests, the scan's
+ordering, audit and cache, and Spark's registered copies.
 
-What held (one test each below): every SUM/AVG in HAVING, ORDER BY or a derived table is
-refused like one in the SELECT list; scale constants are applied to the protected value only;
-the refusal is the same whatever the WHERE, is audited and comes before any DP charge.
+What succeeded, and was closed:
+
+* a weighted sum of a 32-bit FLOAT measure (or with a FLOAT weight) was multiplied in 32 bits,
+  which overflow to infinity past 3.4e38, far below the scan's bound: the cell holding such a
+  product came out infinite and the others finite. FLOAT factors are now read as DOUBLE;
+* on Spark the guard types a query by the database's schema, so a column the database stores
+  as BIGINT was summed unscanned while Spark's registered copy held it as DOUBLE with a NaN:
+  only the cell holding it was NaN. Copies whose floating-point types differ are now refused;
+* ``SUM(m * 1e9999999)`` made ``Fraction`` build a ten-million-digit integer (6 s of CPU while
+  holding the connection, hours for 1e999999999) before an internal error; constants are now
+  read by the bounded parser and must lie within DOUBLE's range. The same for DP quantiles'
+  fractions and for a ``Decimal`` ε given to a verification request.
+
+What held (one test each below): every SUM/AVG wherever it stands is refused like one in the
+SELECT list; scale constants are applied to the protected value only; DP statistics that are
+not sums clamp NaN and infinities. Left as is: the scan and the query run in two transactions,
+so an admin writing data *in the same process* between the two could slip a value past it.
 """
 
 from __future__ import annotations
