@@ -40,13 +40,13 @@ import sqlsdc
 from tests.security.test_redteam_s28e import CKM, DP, ckm_table, rows
 
 
-def weighted_table(path, measure: str, weight: str, values: str) -> sqlsdc.Connection:
-    """A CKM table ``t`` (pid, g in a/b, measure m of type ``measure`` filled by ``values``
-    over i in 0..1999, weight w of type ``weight`` equal to 2), and an analyst's connection."""
+def weighted_table(path, measure: str, weight: str) -> sqlsdc.Connection:
+    """A CKM table ``t`` (pid, g in a/b, a measure m and a weight w given as SQL over i in
+    0..1999), and an analyst's connection to it."""
     raw = duckdb.connect(str(path))
     raw.execute(
         f"CREATE TABLE t AS SELECT i AS pid, CASE WHEN i % 2 = 0 THEN 'a' ELSE 'b' END AS g, "
-        f"CAST({values} AS {measure}) AS m, CAST(2 AS {weight}) AS w FROM range(2000) AS r(i)"
+        f"{measure} AS m, {weight} AS w FROM range(2000) AS r(i)"
     )
     raw.close()
     sqlsdc.init(path, {
@@ -67,7 +67,8 @@ def test_a_float_product_that_overflows_32_bits_is_not_told_by_its_cell(tmp_path
     the weight 2 it overflowed FLOAT to infinity, and only the cell of b was infinite."""
     for measure, weight in (("FLOAT", "INTEGER"), ("FLOAT", "FLOAT"), ("FLOAT", "DECIMAL(18, 2)")):
         path = tmp_path / f"{measure}{weight[:7]}.duckdb"
-        con = weighted_table(path, measure, weight, "CASE WHEN i = 7 THEN 3e38 ELSE i END")
+        measure_sql = f"CAST(CASE WHEN i = 7 THEN 3e38 ELSE i END AS {measure})"
+        con = weighted_table(path, measure_sql, f"CAST(2 AS {weight})")
         for sql in (
             "SELECT g, SUM(m * w) FROM t GROUP BY g",
             "SELECT g, AVG(w * m) FROM t GROUP BY g",
