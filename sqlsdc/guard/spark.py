@@ -34,11 +34,14 @@ import sqlglot
 
 from sqlsdc.catalog import store
 from sqlsdc.engines.duckdb import EngineError, rollback
-from sqlsdc.engines.spark import tables_read
+from sqlsdc.engines.spark import tables_read, view_name
 from sqlsdc.errors import Error, NotSupportedError, OperationalError, ProgrammingError
 from sqlsdc.guard.postprocess import check_faults, record_release, values_of
 from sqlsdc.guard.summable import check_summable
 from sqlsdc.guard.validate import check_engine_tables
+
+STORED_AS = {"float": ("FLOAT",), "double": ("FLOAT", "DOUBLE")}
+"""Spark's floating-point types -> the database's types (as analyst_schema names them) they copy."""
 
 if TYPE_CHECKING:
     from sqlsdc.engines.spark import SparkEngine
@@ -76,8 +79,9 @@ def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, p
     try:
         query = connection.explain(sql, params)
         _check_spark_can_release(query)
-        check_summable(query.summed, engine.summable, engine.run)  # Spark's copy of the data
         names = {name.split(".")[-1] for name in tables_read(query.tree)}
+        _check_spark_types(names, connection.analyst_schema, engine.schemas)
+        check_summable(query.summed, engine.summable, engine.run)  # Spark's copy of the data
         check_engine_tables(names, query.tree, connection.policy)
         if query.dp_stages:
             noisy, paid = _release_dp(connection, engine, query, query_id)  # charged from here
@@ -122,6 +126,24 @@ def _check_spark_can_release(query: ProtectedQuery) -> None:
             f"{', '.join(query.suppressed)} is protected by suppression, whose pattern is made "
             "and kept fresh by the DuckDB engine; run this query through sqlsdc.connect"
         )
+
+
+def _check_spark_types(tables: set[str], schema: dict, spark: dict) -> None:
+    """Refuse when Spark's copy of a table holds floating-point values where the database
+    stores an exact number, or 32-bit FLOAT where it stores DOUBLE. The guard checks queries on
+    the database's types: a sum over an exact column is not scanned for NaN and infinities
+    (:mod:`sqlsdc.guard.summable`), a product with a DOUBLE column is not read as DOUBLE
+    (:func:`sqlsdc.planner.linear.linear_form`), and either would show a non-finite value in
+    exactly the cells holding it (red team s29)."""
+    for table in sorted(tables & set(schema)):
+        copied = spark.get(view_name(table), {})
+        for column, dtype in schema[table].items():
+            held = copied.get(column.lower())
+            if held in STORED_AS and dtype not in STORED_AS[held]:
+                raise NotSupportedError(
+                    f"Spark's copy of {table}.{column} is {held} where the database stores "
+                    f"{dtype}; register data with the database's types (load_duckdb copies them)"
+                )
 
 
 def _release_dp(connection: Connection, engine: SparkEngine, query, query_id: int):

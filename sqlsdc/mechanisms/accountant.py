@@ -145,7 +145,7 @@ def fraction(value: object, name: str) -> Fraction:
     """``value`` as an exact Fraction: int, Fraction, Decimal or a decimal string ("0.1", "1/3").
 
     Floats are refused (``0.1`` is not one tenth); write ``Fraction("0.1")`` or ``"0.1"``.
-    Strings go through the bounded :func:`parse_exact`.
+    Strings and Decimals go through the bounded :func:`parse_exact`.
     """
     if isinstance(value, str):
         return parse_exact(value, name)
@@ -158,8 +158,8 @@ def fraction(value: object, name: str) -> Fraction:
         return Fraction(value)
     from decimal import Decimal
 
-    if isinstance(value, Decimal) and value.is_finite():
-        return Fraction(value)
+    if isinstance(value, Decimal) and value.is_finite():  # Fraction(Decimal("1e-999999999"))
+        return parse_exact(str(value), name)  # would build a billion-digit integer
     raise TypeError(f"{name} must be an exact number, got {type(value).__name__} {value!r}")
 
 

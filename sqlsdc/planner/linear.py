@@ -21,12 +21,14 @@ pure: it reads the tree and builds nothing.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 from sqlglot import exp
 
+from sqlsdc.mechanisms.accountant import parse_exact
 from sqlsdc.planner.allowlist import describe
 
 DIALECT = "duckdb"
@@ -47,8 +49,8 @@ class LinearForm:
     null: bool = False
 
     def scaled(self, factor: Fraction) -> LinearForm:
-        terms = {k: (core, c * factor) for k, (core, c) in self.terms.items()}
-        return LinearForm(terms, self.offset * factor, self.conditions, self.null)
+        terms = {k: (core, _in_range(c * factor)) for k, (core, c) in self.terms.items()}
+        return LinearForm(terms, _in_range(self.offset * factor), self.conditions, self.null)
 
     def plus(self, other: LinearForm) -> LinearForm:
         terms = dict(self.terms)
@@ -105,25 +107,57 @@ def constant(node: exp.Expr) -> Fraction:
     node = _unwrap(node)
     if isinstance(node, exp.Literal) and not node.is_string:
         try:
-            return Fraction(node.this)
+            return exact_number(node.this)
         except ValueError as error:
-            raise NotLinear(f"{node.sql(DIALECT)} is not a number") from error
+            raise NotLinear(f"{node.sql(DIALECT)[:40]} is not a number {RANGE_TEXT}") from error
     if isinstance(node, exp.Neg):
         return -constant(node.this)
     if isinstance(node, (exp.Cast, exp.TryCast)) and _keeps_value(node):
         return constant(node.this)
     if isinstance(node, exp.Add):
-        return constant(node.left) + constant(node.right)
+        return _in_range(constant(node.left) + constant(node.right))
     if isinstance(node, exp.Sub):
-        return constant(node.left) - constant(node.right)
+        return _in_range(constant(node.left) - constant(node.right))
     if isinstance(node, exp.Mul):
-        return constant(node.left) * constant(node.right)
+        return _in_range(constant(node.left) * constant(node.right))
     if isinstance(node, exp.Div):
         divisor = constant(node.right)
         if divisor == 0:
             raise NotLinear("it divides by zero")
-        return constant(node.left) / divisor
+        return _in_range(constant(node.left) / divisor)
     raise NotLinear(f"the constant {node.sql(DIALECT)[:40]} is not a plain number; write it out")
+
+
+EXACT_BITS = 2048
+"""The most bits of the numerator or denominator of an exact constant: more than DOUBLE's
+range and precision need (2^±1074), and few enough that arithmetic on it is instant."""
+_LARGEST = Fraction(sys.float_info.max)
+RANGE_TEXT = "within the range of DOUBLE (at most about 1.8e308 in magnitude)"
+
+
+def exact_number(text: str) -> Fraction:
+    """The exact value of a numeric literal's text, read by the bounded
+    :func:`~sqlsdc.mechanisms.accountant.parse_exact` (``Fraction("1e999999999")`` would
+    compute 10^999999999, minutes of CPU and gigabytes while the guard holds the connection:
+    red team s29).
+
+    Raises:
+        ValueError: not a number, or one outside DOUBLE's range.
+    """
+    if "/" in text:
+        raise ValueError(text[:40])
+    text = text.replace(".e", "e").replace(".E", "E").removesuffix(".")  # 5. and 1.e3
+    return _in_range(parse_exact(text, "constant"), error=ValueError)
+
+
+def _in_range(value: Fraction, error: type[Exception] = NotLinear) -> Fraction:
+    """``value`` if it is within DOUBLE's range, as the scale and offset applied to protected
+    values in the engine must be, and its numerator and denominator have at most
+    :data:`EXACT_BITS` bits."""
+    bits = max(value.numerator.bit_length(), value.denominator.bit_length())
+    if bits > EXACT_BITS or abs(value) > _LARGEST:
+        raise error(f"a constant is not {RANGE_TEXT}")
+    return value
 
 
 def _keeps_value(cast: exp.Cast | exp.TryCast) -> bool:
@@ -206,11 +240,21 @@ def _weighted(form: LinearForm, weight: exp.Column) -> LinearForm:
     for key, (core, c) in form.terms.items():
         if any(isinstance(n, exp.Mul) for n in core.walk()):
             raise NotLinear("a product of several weights")
-        product = exp.Mul(this=core.copy(), expression=weight.copy())
+        product = exp.Mul(this=_in_double(core), expression=_in_double(weight))
         terms[f"{key}*{_key(weight)}"] = (product, c)
     if form.offset != 0:
         terms[_key(weight)] = (weight, form.offset)
     return LinearForm(terms, Fraction(0), form.conditions, form.null)
+
+
+def _in_double(column: exp.Expr) -> exp.Expr:
+    """A factor of a product, read as DOUBLE when stored as 32-bit FLOAT: the engines multiply
+    FLOAT by anything but DOUBLE in 32 bits, which overflow to infinity past 3.4e38, far below
+    the magnitudes :mod:`sqlsdc.guard.summable` lets through (red team s29), so the cell
+    holding such a product would tell it."""
+    if column.type is not None and column.type.this is exp.DataType.Type.FLOAT:
+        return exp.cast(column.copy(), "DOUBLE")
+    return column.copy()
 
 
 def _filtered(condition: exp.Expr, form: LinearForm) -> LinearForm:

@@ -12,7 +12,8 @@ import pytest
 import sqlsdc
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.guard.summable import SUMMABLE_MAGNITUDE
-from tests.security.test_redteam_s28e import CKM, DP, ckm_table, rows
+from tests.security.test_redteam_s28e import DP, ckm_table, rows
+from tests.security.test_redteam_s29 import weighted_table
 
 
 def refusal(con, sql: str) -> str:
@@ -94,23 +95,8 @@ def test_the_summed_columns_are_the_floating_point_values_added_up(tmp_path):
 
 
 def test_a_weight_holding_an_unsummable_value_refuses_weighted_sums(tmp_path):
-    path = tmp_path / "w.duckdb"
-    raw = duckdb.connect(str(path))
-    raw.execute("CREATE TABLE t AS SELECT i AS pid, CASE WHEN i % 2 = 0 THEN 'a' ELSE 'b' END "
-                "AS g, i AS m, CASE WHEN i = 5 THEN 'NaN'::DOUBLE ELSE 1.5 END AS w "
-                "FROM range(2000) AS r(i)")  # fmt: skip
-    raw.close()
-    sqlsdc.init(path, {
-        "tables": {"t": {
-            "privacy_unit": "pid",
-            "columns": {"pid": {"role": "identifier"},
-                        "g": {"role": "dimension", "domain": ["a", "b"]},
-                        "m": {"role": "measure"}, "w": {"role": "weight"}},
-            "protection": CKM,
-        }},
-        "users": {"analyst": {"role": "analyst"}, "admin": {"role": "admin"}},
-    })  # fmt: skip
-    con = sqlsdc.connect(path, user="analyst")
+    weight = "CASE WHEN i = 5 THEN 'NaN'::DOUBLE ELSE 1.5 END"
+    con = weighted_table(tmp_path / "w.duckdb", "i", weight)
     assert con.explain("SELECT g, SUM(m * w) FROM t GROUP BY g").summed == (("t", "m"), ("t", "w"))
     assert "t.w holds values that no protected sum" in refusal(
         con, "SELECT g, SUM(m * w) FROM t GROUP BY g"
