@@ -800,6 +800,29 @@ def test_sums_over_spark_data_holding_nan_are_refused_before_anything_is_charged
     engine.close()
 
 
+def test_spark_data_typed_other_than_the_database_is_not_summed(spark, tmp_path):
+    """(Red team s29.) The guard types queries by the database's schema, so a BIGINT measure
+    is not scanned; Spark's registered copy held it as DOUBLE with one NaN, and only the cell
+    holding it was NaN. Such a copy is now refused (load_duckdb copies the database's types)."""
+    from tests.security.test_redteam_s28e import ckm_table
+
+    path = tmp_path / "s.duckdb"
+    ckm_table(path, "m BIGINT", "i").close()
+    engine = SparkEngine(spark.newSession())
+    engine.load_duckdb(path, ["t", "sqlsdc.ckm_mix", "sqlsdc.ptable_entries"])
+    sql = "SELECT g, SUM(m) FROM t GROUP BY g"
+    try:
+        with sqlsdc.connect(path, user="analyst") as con:
+            assert [g for g, _s in zip(*run_protected(con, engine, sql).columns[:2], strict=True)]
+            copy = "SELECT pid, g, IF(pid = 7, double('NaN'), double(m)) AS m, __rkey FROM t"
+            engine.register("t", engine.session.sql(copy))
+            refused = "Spark's copy of t.m is double where the database stores BIGINT"
+            with pytest.raises(sqlsdc.NotSupportedError, match=refused):
+                run_protected(con, engine, sql)
+    finally:
+        engine.close()
+
+
 def test_dp_on_spark_needs_tables_copied_from_duckdb(dp_on_spark, spark):
     path, _engine = dp_on_spark
     engine = SparkEngine(spark.newSession())

@@ -15,7 +15,8 @@ What succeeded, and was closed:
   product came out infinite and the others finite. FLOAT factors are now read as DOUBLE;
 * on Spark the guard types a query by the database's schema, so a column the database stores
   as BIGINT was summed unscanned while Spark's registered copy held it as DOUBLE with a NaN:
-  only the cell holding it was NaN. Copies whose floating-point types differ are now refused;
+  only the cell holding it was NaN. Copies whose floating-point types differ are now refused
+  (its test is in tests/test_spark.py, which has a Spark session);
 * ``SUM(m * 1e9999999)`` made ``Fraction`` build a ten-million-digit integer (6 s of CPU while
   holding the connection, hours for 1e999999999) before an internal error; constants are now
   read by the bounded parser and must lie within DOUBLE's range. The same for DP quantiles'
@@ -30,7 +31,6 @@ so an admin writing data *in the same process* between the two could slip a valu
 from __future__ import annotations
 
 import math
-import shutil
 from decimal import Decimal
 
 import duckdb
@@ -111,43 +111,6 @@ def test_a_decimal_epsilon_is_read_by_the_bounded_parser(fresh_demo_db):
         with pytest.raises(ValueError, match="the exponent of '1E-9999999' is beyond"):
             con.verify("SELECT AVG(income) FROM syn_persons", mode="noisy",
                        epsilon=Decimal("1e-9999999"))  # fmt: skip
-
-
-@pytest.mark.slow
-@pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
-def test_spark_data_typed_other_than_the_database_is_not_summed(tmp_path):
-    """The guard types queries by the database's schema, so a BIGINT measure is not scanned;
-    Spark's registered copy held it as DOUBLE with one NaN, and only the cell holding it was
-    NaN. Such a copy is now refused (load_duckdb copies the database's types)."""
-    pytest.importorskip("pyspark", reason="the spark extra is not installed")
-    if not shutil.which("java"):
-        pytest.skip("Spark needs a JDK")
-    from pyspark.sql import SparkSession
-
-    from sqlsdc.engines.spark import SparkEngine
-    from sqlsdc.guard.spark import run_protected
-    from tests.test_spark import SPARK_CONF
-
-    path = tmp_path / "s.duckdb"
-    ckm_table(path, "m BIGINT", "i").close()
-    builder = SparkSession.builder.master("local[1]").appName("sqlsdc-redteam-s29")
-    for key, value in SPARK_CONF.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("OFF")
-    engine = SparkEngine(session.newSession())
-    engine.load_duckdb(path, ["t", "sqlsdc.ckm_mix", "sqlsdc.ptable_entries"])
-    sql = "SELECT g, SUM(m) FROM t GROUP BY g"
-    try:
-        with sqlsdc.connect(path, user="analyst") as con:
-            assert [g for g, _s in zip(*run_protected(con, engine, sql).columns[:2], strict=True)]
-            copy = "SELECT pid, g, IF(pid = 7, double('NaN'), double(m)) AS m, __rkey FROM t"
-            engine.register("t", engine.session.sql(copy))
-            refused = "Spark's copy of t.m is double where the database stores BIGINT"
-            with pytest.raises(sqlsdc.NotSupportedError, match=refused):
-                run_protected(con, engine, sql)
-    finally:
-        engine.close()
 
 
 # --- what held -------------------------------------------------------------------------------
