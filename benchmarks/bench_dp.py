@@ -123,7 +123,7 @@ def main() -> None:
         stage = guarded[0].explain(sql).dp_stages[0].sql
         for con in guarded:  # connection-level work (data version) outside the timing
             con._data_version(guarded[0].explain(sql).dp_stages[0].table)
-        raw = open_database(path)
+        raw = open_database(path, writes_data=False)  # reads only (engines.duckdb.data_writers)
         raw.execute(sql).fetchall()
         raw_ms = median_ms(lambda raw=raw, sql=sql: raw.execute(sql).fetchall(), args.repeat)
         cells_ms = median_ms(lambda raw=raw, stage=stage: raw.execute(stage).fetchall(),

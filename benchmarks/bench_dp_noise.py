@@ -97,7 +97,11 @@ def noise_cells(n: int, repeat: int) -> dict:
 
 
 def query_times(path: Path, repeat: int, profile: bool) -> dict:
-    raw = open_database(path)
+    """Medians of the queries of the module docstring. The raw connection that times DuckDB
+    alone is opened as a reader (``writes_data=False``): a connection of the process that may
+    write data makes every guarded DP query read its data versions again (as it must), which
+    an analyst's process does not have open."""
+    raw = open_database(path, writes_data=False)
     with sqlsdc.connect(path, "admin") as con:
         stages = {sql: con.explain(sql).dp_stages[0].sql for sql in (SMALL, MID)}
     out = {"raw small": _median(lambda: raw.execute(SMALL).fetchall(), repeat)}
