@@ -12,7 +12,7 @@ magnitude. The answer is a fact about the table, the same for every query, and a
 fails refuses every sum over that column until an admin corrects the data. With the bound, a
 cell of up to 10^12 rows of products of a measure and a weight stays below 10^293, far from
 overflow, and so does its cell-key perturbation. Integer and DECIMAL(p <= 18) columns cannot
-fail it and are not scanned (:func:`sqlsdc.planner.aggregates` marks the columns to check).
+fail it and are not scanned (:mod:`sqlsdc.planner.aggregates` marks the columns to check).
 """
 
 from __future__ import annotations
