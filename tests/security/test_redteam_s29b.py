@@ -52,3 +52,67 @@ def test_a_ckm_sum_filtered_by_a_condition_true_for_every_row_has_the_noise_of_t
         for argument in (f"CASE WHEN {condition} THEN income END", f"IF({condition}, income)"):
             assert rows(con, f"SELECT region, {aggregate}({argument}) {where}") == plain, columns
     con.close()
+
+
+def spent(con: sqlsdc.Connection):
+    return con.remaining_budget()[0].spent.epsilon
+
+
+def test_every_spelling_of_a_scale_is_one_dp_statistic_charged_once(tmp_path):
+    """``0.1``, ``1e-1``, ``1/10``, ``CAST(0.1 AS DOUBLE)``, ``1.e-1``: one noisy sum, paid
+    once; a quantile's fraction likewise (``0.5``, ``.5``, ``5e-1``, MEDIAN)."""
+    con = ckm_table(tmp_path / "dp.duckdb", "m INTEGER", "i % 100", protection=DP)
+    base = rows(con, "SELECT g, SUM(m) FROM t GROUP BY g")
+    paid = spent(con)
+    for scale in ("1e-1", "/ 10", "* CAST(0.1 AS DOUBLE)", "* 1.e-1", "* (1 / 10)"):
+        argument = "m / 10" if scale == "/ 10" else f"m * {scale.lstrip('* ')}"
+        released = rows(con, f"SELECT g, SUM({argument}) FROM t GROUP BY g")
+        assert [(g, float(v)) for g, v in released] == [(g, v / 10) for g, v in base], scale
+    medians = {
+        tuple(rows(con, f"SELECT g, {q} FROM t GROUP BY g"))
+        for q in ("MEDIAN(m)", "quantile_cont(m, 0.5)", "quantile_cont(m, .5)",
+                  "quantile_cont(m, 5e-1)", "quantile_cont(m, 0.50)")
+    }  # fmt: skip
+    assert len(medians) == 1
+    assert spent(con) == paid + 1  # the sum once, the median once
+    con.close()
+
+
+def test_dp_noise_over_changed_data_is_fresh_and_charged_and_comes_back_with_the_data(tmp_path):
+    """A writer of this process changes one row while the analyst's connection stays open:
+    the next answer is drawn and paid again (not the cached noise over the new value); the
+    data set back gives the first answer again from the cache, free."""
+    from sqlsdc.engines import duckdb as engine
+
+    path = tmp_path / "dp.duckdb"
+    con = ckm_table(path, "m INTEGER", "i % 100", protection=DP)
+    sql = "SELECT g, SUM(m) FROM t GROUP BY g"
+    first, paid = rows(con, sql), spent(con)
+    for value, total in ((100, paid + 1), (7, paid + 1)):  # pid 7 held 7
+        writer = engine.open_database(path)
+        writer.execute(f"UPDATE t SET m = {value} WHERE pid = 7")
+        writer.close()
+        released = rows(con, sql)
+        assert spent(con) == total
+        assert (released == first) is (value == 7)
+    con.close()
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "(SELECT * FROM t UNION ALL SELECT * FROM t) AS x",
+        "t, (VALUES (1), (2)) AS v(k)",
+        "t CROSS JOIN range(2)",
+        "(SELECT g, unnest([1, 2]) AS k FROM t) AS x",
+        "t NATURAL JOIN t",
+        "t AS a POSITIONAL JOIN t AS b",
+    ],
+)
+def test_repeated_rows_never_reach_a_dp_aggregation(tmp_path, source):
+    """A table of one row per unit is counted without a per-unit cap: any way of repeating
+    its rows would double a unit's contribution beyond the noise's sensitivity."""
+    con = ckm_table(tmp_path / "dp.duckdb", "m INTEGER", "i % 100", protection=DP)
+    with pytest.raises(sqlsdc.PolicyViolation):
+        con.cursor().execute(f"SELECT COUNT(*) FROM {source}")
+    con.close()
