@@ -116,3 +116,26 @@ def test_repeated_rows_never_reach_a_dp_aggregation(tmp_path, source):
     with pytest.raises(sqlsdc.PolicyViolation):
         con.cursor().execute(f"SELECT COUNT(*) FROM {source}")
     con.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "OPEN: the households of a set of persons counted through persons.household_id (a "
+        "statistic keyed by the persons' rows) and through a join to households (keyed by the "
+        "households' own records) are one number with two independent noises; the first "
+        "should be keyed by the referenced households' record keys"
+    ),
+)
+def test_the_households_of_persons_have_one_noise_however_they_are_counted(ckm_db):
+    con = sqlsdc.connect(ckm_db, user="analyst")
+    through_persons = rows(
+        con, "SELECT region, COUNT(DISTINCT household_id) FROM persons GROUP BY region"
+    )
+    through_join = rows(
+        con,
+        "SELECT p.region, COUNT(DISTINCT h.household_id) FROM persons AS p "
+        "JOIN households AS h ON p.household_id = h.household_id GROUP BY p.region",
+    )
+    con.close()
+    assert through_persons == through_join
