@@ -51,6 +51,9 @@ def test_a_ckm_sum_filtered_by_a_condition_true_for_every_row_has_the_noise_of_t
         condition = " AND ".join(f"({EVERY_ROW.format(c=c)})" for c in columns)
         for argument in (f"CASE WHEN {condition} THEN income END", f"IF({condition}, income)"):
             assert rows(con, f"SELECT region, {aggregate}({argument}) {where}") == plain, columns
+    filtered = f"SELECT region, {aggregate}(CASE WHEN age > 30 THEN income END) {where}"
+    narrowed = f"SELECT region, {aggregate}(income) {where.replace('GROUP', 'AND age > 30 GROUP')}"
+    assert rows(con, filtered) == rows(con, narrowed) != plain  # a filter is its WHERE
     con.close()
 
 
