@@ -13,13 +13,19 @@ What succeeded, and was closed:
   named by the columns of the value alone, as a WHERE clause is (noise depends on rows and
   measure, not on spelling).
 
+Left open (strict xfail below): the households of a set of persons, counted as
+``COUNT(DISTINCT persons.household_id)`` and through a join to households, are one number with
+two independent noises (two draws to average, not many).
+
 What held (one test each below): every spelling of a scale constant (``0.1``, ``1e-1``,
 ``1/10``, ``CAST(0.1 AS DOUBLE)``, ``1.e-1``) gives one DP identity and one charge, and a DP
 quantile's fraction likewise; tautologies and their negations in a DP filter are one
 population with one noise, and what differs is charged; DP answers come from the cache over
 the same data version only; repeated rows (UNION ALL, self-joins, table functions, VALUES,
-UNNEST) never reach a DP aggregation. Spark (``tests/test_spark.py``): a copy registered under
-another case of the table's name is still checked against the database's types.
+UNNEST) never reach a DP aggregation; a repeated DP query answered from the cache has the
+values, types and accuracy report of the first. Spark (``tests/test_spark.py``): a copy
+registered under another case of the table's name is still checked against the database's
+types.
 
 Observed, not a leak: ``SUM(m * 0.1)`` of an INTEGER measure is refused (the totality check
 sees INTEGER × DECIMAL) while ``SUM(m * 1e-1)`` and ``SUM(m / 10)`` are answered; the guard
@@ -29,6 +35,8 @@ overflows BIGINT): it fails on released values only, never on a withheld one.
 """
 
 from __future__ import annotations
+
+from fractions import Fraction
 
 import pytest
 
@@ -142,3 +150,20 @@ def test_the_households_of_persons_have_one_noise_however_they_are_counted(ckm_d
     )
     con.close()
     assert through_persons == through_join
+
+
+def test_one_dp_population_written_several_ways_is_one_noise_and_the_cache_repeats_it(tmp_path):
+    """``m = m``, ``NOT m <> m`` and ``m = m OR FALSE`` (rows where m is not NULL) are one
+    population: one noise, paid once; the same question again comes from the cache with the
+    same values, types and accuracy report."""
+    con = ckm_table(tmp_path / "dp.duckdb", "m INTEGER",
+                    "CASE WHEN i % 7 = 0 THEN NULL ELSE i % 100 END", protection=DP)  # fmt: skip
+    answers, reports = set(), []
+    for where in ("m = m", "NOT m <> m", "m = m OR FALSE", "m = m"):
+        cur = con.cursor()
+        cur.execute(f"SELECT g, COUNT(*) FROM t WHERE {where} GROUP BY g ORDER BY g")
+        answers.add((tuple(cur.fetchall()), str(cur.arrow().schema)))
+        reports.append(cur.cell_accuracy())
+    assert len(answers) == 1 and all(r.equals(reports[0]) for r in reports)
+    assert spent(con) == Fraction(DP["counts"]["spend"]["epsilon"])  # once
+    con.close()
