@@ -855,3 +855,36 @@ def test_a_cached_duckdb_answer_is_sparks_answer(spark, tmp_path):
         with sqlsdc.connect(path, "bob") as con:
             on_spark = run_protected(con, engine, sql)
     assert sorted(zip(*(c.to_pylist() for c in on_spark.columns), strict=True)) == first
+
+
+def test_a_copy_registered_under_another_case_is_checked_against_the_database_types(
+    spark, tmp_path
+):
+    """(Red team s29b.) The policy's table ``Tab``, Spark's copy registered as ``TAB`` and
+    queried as ``tab`` or ``"Tab"``: one table to the type check, so a DOUBLE copy with a NaN
+    of a BIGINT column is refused however the names are written."""
+    import duckdb
+
+    from tests.security.test_redteam_s28e import CKM
+
+    path = tmp_path / "s.duckdb"
+    raw = duckdb.connect(str(path))
+    raw.execute("CREATE TABLE Tab AS SELECT i AS pid, CASE WHEN i % 2 = 0 THEN 'a' ELSE 'b' END "
+                "AS g, i::BIGINT AS m FROM range(200) AS r(i)")  # fmt: skip
+    raw.close()
+    columns = {"pid": {"role": "identifier"}, "m": {"role": "measure"},
+               "g": {"role": "dimension", "domain": ["a", "b"]}}  # fmt: skip
+    users = {"analyst": {"role": "analyst"}, "admin": {"role": "admin"}}
+    table = {"privacy_unit": "pid", "columns": columns, "protection": CKM}
+    sqlsdc.init(path, {"tables": {"Tab": table}, "users": users})
+    engine = SparkEngine(spark.newSession())
+    engine.load_duckdb(path, ["Tab", "sqlsdc.ckm_mix", "sqlsdc.ptable_entries"])
+    copy = "SELECT pid, g, IF(pid = 7, double('NaN'), double(m)) AS m, __rkey FROM tab"
+    engine.register("TAB", engine.session.sql(copy))
+    try:
+        with sqlsdc.connect(path, user="analyst") as con:
+            for table in ("tab", "Tab", '"Tab"', "TAB"):
+                with pytest.raises(sqlsdc.NotSupportedError, match="tab.m is double"):
+                    run_protected(con, engine, f"SELECT g, SUM(m) FROM {table} GROUP BY g")
+    finally:
+        engine.close()

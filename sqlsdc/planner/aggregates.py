@@ -159,9 +159,13 @@ class AggregateChecks:
             inner = new.this
             if isinstance(inner, exp.Star):
                 continue
-            new.meta[STATISTIC] = names(self.lineage(inner, info.scope, infos))
-            self._check_total(inner, info.scope)
+            # the value's columns, not the filter's: the cell key already tells which rows a
+            # CASE WHEN keeps (as for a WHERE), and naming the filter's columns too gave one
+            # sum of one set of records as many noises as column sets (red team s29b)
             core = problem.core
+            measured = inner if core is None else core
+            new.meta[STATISTIC] = names(self.lineage(measured, info.scope, infos))
+            self._check_total(inner, info.scope)
             if isinstance(new, (exp.Sum, exp.Avg)) and family(core) in ("float", None):
                 # the values added up, to be checked finite and bounded (sqlsdc.guard.summable)
                 new.meta[SUMMED] = self.lineage(core, info.scope, infos).sources
