@@ -86,9 +86,11 @@ def choose_mechanism(aggregates: list[ProtectedAggregate], count_methods: set[Me
     rounding refuse aggregates of another method (rounding takes threshold ones), CKM protects
     threshold ones with its own frame. An aggregation without aggregates releases its groups
     with its tables' count method: by DP's group release, or by CKM's perturbed counts (a count
-    whose value is hidden); otherwise by the threshold rule.
+    whose value is hidden), by the suppression pattern's cells (whose shape then applies: a
+    group-only query must not test filters a count could not); otherwise by the threshold rule.
     """
-    methods = {a.rule.method for a in aggregates} or count_methods & {Method.DP, Method.CKM}
+    hidden = {Method.DP, Method.SUPPRESS, Method.CKM}
+    methods = {a.rule.method for a in aggregates} or count_methods & hidden
     return next((m for m in PRECEDENCE if m in methods), Method.THRESHOLD)
 
 
