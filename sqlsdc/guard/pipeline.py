@@ -259,11 +259,7 @@ def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
         tree=protected,
         suppressed=tuple(
             sorted(
-                {
-                    c.tables[0]
-                    for c in plan.cells
-                    if any(a.rule.method is Method.SUPPRESS for a in c.aggregates)
-                }
+                {c.tables[0] for c in plan.cells if c.mechanism is Method.SUPPRESS}
             )
         ),
     )

@@ -59,3 +59,15 @@ def test_windows_and_ordering_over_suppressed_cells_see_null(guarded):
     assert hidden and published
     assert {r[3] for r in hidden} == {len(published) + 1}  # one tie: no order among them
     assert {r[4] for r in rows} == {sum(r[2] for r in published)}
+
+
+def test_a_group_only_query_first_on_a_fresh_database_builds_the_pattern(
+    suppress_template, tmp_path
+):
+    """The first query of a table reading its pattern makes it, aggregates or not."""
+    path = tmp_path / "demo.duckdb"
+    shutil.copy(suppress_template, path)
+    with sqlsdc.connect(path, user="analyst") as con:
+        groups = con.execute("SELECT region FROM persons GROUP BY region").fetchall()
+        counted = con.execute("SELECT region, COUNT(*) FROM persons GROUP BY region").fetchall()
+    assert sorted(groups) == sorted((r,) for r, _ in counted)
