@@ -258,9 +258,7 @@ def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
         tables=tuple(tables),
         tree=protected,
         suppressed=tuple(
-            sorted(
-                {c.tables[0] for c in plan.cells if c.mechanism is Method.SUPPRESS}
-            )
+            sorted({c.tables[0] for c in plan.cells if c.mechanism is Method.SUPPRESS})
         ),
     )
 

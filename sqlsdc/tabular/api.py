@@ -73,6 +73,8 @@ def protect(
     hierarchies: Mapping | None = None,
     primary: np.ndarray | Callable | None = None,
     forced: np.ndarray | Callable | None = None,
+    held: np.ndarray | Callable | None = None,
+    forced_known: bool = False,
     cost: str | np.ndarray = "value",
     weight: str | None = None,
     holding: str | None = None,
@@ -99,6 +101,12 @@ def protect(
             τ-ARGUS's manual protection (10 % of the value; pass a ``ManualRule`` in ``rules``
             for another range).
         forced: cells that must be published (mask or function), e.g. published elsewhere.
+        held: cells that must stay suppressed without a protection level of their own (mask
+            or function), e.g. secondary cells of an earlier release; primary when any rule
+            flags them, with that rule's levels.
+        forced_known: the forced cells are public already (an earlier release): a primary
+            cell's levels are cut to the interval they leave open (hiding more cannot widen
+            it) instead of refusing the table.
         cost: ``"value"`` (|value|), ``"frequency"`` (n) or ``"unity"`` — τ-ARGUS's cost
             functions — or an array of costs.
         apriori: what the attacker knows of every cell: ``None`` (``[0, inf)`` for non-negative
@@ -163,8 +171,10 @@ def protect(
     lower, upper = _bounds(table, apriori)
     upl = np.minimum(found.upl, upper - values)
     lpl = np.minimum(found.lpl, values - lower)
-    prim = found.primary
+    prim = found.primary | _mask(held, table, "held")
     force = _mask(forced, table, "forced")
+    if forced_known and force.any():
+        upl, lpl = _left_open(table, prim, upl, lpl, lower, upper, force, integer, time_limit)
     if (force & prim).any():
         raise TabularError(
             f"{int((force & prim).sum())} cells are both primary and forced to be published; "
@@ -435,6 +445,25 @@ def _audit_rounds(
         if table.X is not None:
             suppressed = gauss_suppress(table.X, suppressed, cost, forced=forced, values=values)
         rounds += 1
+
+
+def _left_open(table, prim, upl, lpl, lower, upper, forced, integer, time_limit):
+    """``upl``/``lpl`` of the primary cells cut to the widest interval an attacker can have
+    with every cell but the forced ones hidden (exact audits only; others keep their levels)."""
+    from sqlsdc.tabular.attacker import audit_intervals
+
+    values = table.values
+    integer = _integer(table) if integer is None else integer
+    widest = audit_intervals(
+        table.A, values, ~forced, lower=lower, upper=upper, integer=integer,
+        time_limit=time_limit, cells=prim & ~forced,
+    )  # fmt: skip
+    exact = prim & ~forced & np.asarray(widest.exact, dtype=bool)
+    hi = np.asarray(widest.hi, dtype=np.float64)
+    lo = np.asarray(widest.lo, dtype=np.float64)
+    upl = np.where(exact, np.fmin(upl, hi - values), upl)
+    lpl = np.where(exact, np.fmin(lpl, values - lo), lpl)
+    return upl, lpl
 
 
 def _refuse_unprotectable(table, failing, upl, lpl, lower, upper, forced, integer, time_limit):

@@ -211,7 +211,7 @@ def protect_universe(
         if pattern is None:
             pattern = coordinates
         before = _earlier(coordinates, earlier, aggregate)
-        kept, forced = _carried_over(table, before)
+        kept, held, forced = _carried_over(table, before)
         rules = [_Known(rule, forced) for rule in universe.rules(aggregate)]
         result = suppression_pattern(
             table,
@@ -219,8 +219,11 @@ def protect_universe(
             method=universe.secondary,
             cost=universe.cost,
             primary=ManualRule(kept, safety_range=0.0, name=EARLIER) if kept.any() else None,
+            held=held if held.any() else None,
             forced=forced if forced.any() else None,
+            forced_known=True,
             time_limit=universe.time_limit,
+            apriori=_known_bounds(universe, aggregate, table, cells, codes, dims, hierarchies),
         )
         pattern[f"{aggregate}{VALUE}"] = result["value"].to_numpy()
         pattern[f"{aggregate}{STATUS}"] = result["status"].to_numpy()
@@ -230,7 +233,7 @@ def protect_universe(
         report["aggregates"][aggregate] = {
             "primary": audit.n_primary,
             "secondary": audit.n_secondary,
-            "kept_from_earlier": int(kept.sum()),
+            "kept_from_earlier": int((kept | held).sum()),
             "known_from_earlier": int(forced.sum()),
             "audit_passed": audit.passed,
             "audit_exact": audit.exact,
@@ -238,6 +241,22 @@ def protect_universe(
         }
     report["cells"] = 0 if pattern is None else len(pattern)
     return pattern, report
+
+
+def _known_bounds(universe, aggregate, table, cells, codes, dims, hierarchies):
+    """What an analyst knows of every cell before any value: a query lists every cell of the
+    pattern, a suppressed one with NULL, so a unit count is at least the number of inner cells
+    it adds up (each holds a unit). The audit must protect against those bounds, not against
+    ``[0, inf)``; lower protection beyond them is impossible and is not asked (the protection
+    levels are clipped to the a-priori bounds). Sums keep the default bounds: a unit may add 0.
+    """
+    if aggregate != COUNT:
+        return None
+    ones = cells.assign(__units=1)
+    leaves = _table(universe, aggregate, ones, codes, dims, hierarchies)
+    if not leaves.cells[dims].equals(table.cells[dims]):  # pragma: no cover - same input order
+        raise TabularError("the universe's cells came out in another order; this is a bug")
+    return leaves.values.astype(float), np.inf
 
 
 def _dimensions(universe: Universe, codes: pd.DataFrame) -> tuple[list[str], dict]:
@@ -324,14 +343,16 @@ _TOTAL_KEY = "\x00total"
 
 
 def _carried_over(table: Table, before) -> tuple[np.ndarray, np.ndarray]:
-    """Cells to keep suppressed, and cells published before with the same value (known)."""
+    """Cells to keep suppressed with their protection (primary before), cells to keep
+    suppressed without a level of their own (secondary before: they protected others, which
+    the rules and ``kept`` still protect), and cells published before with the same value
+    (known)."""
     none = np.zeros(len(table.cells), dtype=bool)
     if before is None:
-        return none, none
+        return none, none, none
     status = before["status"].to_numpy(dtype=object)
-    kept = np.isin(status, ["primary", "secondary"])
     same = before["value"].to_numpy(dtype=float) == table.values
-    return kept, (status == "published") & same
+    return status == "primary", status == "secondary", (status == "published") & same
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,36 @@
-"""Red team, session 29 (c): suppression, threshold/rounding releases and released outputs,
-attacked with only an analyst's guarded connection.
+"""Red team, session 29 (c): suppression, rounding releases and released outputs, attacked
+with only an analyst's guarded connection.
 
-Tried: window functions, ORDER BY/LIMIT and RANK over suppressed cells (they see NULL: held);
-group-only queries on a table protected by suppression (found: they were answered by the
-threshold rule's noisy group guard over the raw rows, so any WHERE the suppression shape
-refuses, ``turnover > 5e6`` included, could be tested for presence; fixed: a group-only
-aggregation of a suppressed table now reads the suppression universe, with its shape).
+Tried: window functions, ORDER BY/LIMIT, RANK and HAVING over suppressed cells (they see NULL:
+held); scale constants under rounding (``SUM(m::DOUBLE * 1e6)`` scales the rounded sum: held);
+the pattern table and released names read directly (refused: held); differencing the
+suppressed pattern through its margins with a linear program.
+
+What succeeded, and was closed:
+
+* group-only queries on a table protected by suppression were answered by the threshold
+  rule's noisy group guard over the raw rows, so any WHERE the suppression shape refuses
+  (``turnover > 5e6``) could be tested for presence. A group-only aggregation of a suppressed
+  table now reads the cells of the suppression pattern, with its shape (and makes the
+  pattern first, as an aggregate would);
+* every cell of the pattern is listed by queries, a suppressed one with NULL, so an analyst
+  knows each hidden count is at least 1 (a margin at least its number of inner cells); the
+  secondary suppression and its audit assumed ``[0, inf)``. With that bound a linear program
+  over the published nace x region counts narrowed hidden cells to one value either way (a
+  count of 2 under ``freq:3`` shown to be 1 or 2, against a required upper protection of 1).
+  The count patterns are now protected and audited against those a-priori bounds.
 """
 
 from __future__ import annotations
 
 import shutil
 
+import numpy as np
 import pytest
+from scipy.optimize import linprog
 
 import sqlsdc
+from sqlsdc.engines.duckdb import open_database
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +61,9 @@ def test_group_only_queries_list_the_cells_of_the_pattern(guarded):
     counted = guarded.execute(
         "SELECT nace, region, COUNT(*) FROM enterprises GROUP BY nace, region"
     ).fetchall()
-    groups = guarded.execute("SELECT nace, region FROM enterprises GROUP BY nace, region").fetchall()
+    groups = guarded.execute(
+        "SELECT nace, region FROM enterprises GROUP BY nace, region"
+    ).fetchall()
     assert sorted(groups) == sorted((n, r) for n, r, _ in counted)
 
 
@@ -71,3 +89,67 @@ def test_a_group_only_query_first_on_a_fresh_database_builds_the_pattern(
         groups = con.execute("SELECT region FROM persons GROUP BY region").fetchall()
         counted = con.execute("SELECT region, COUNT(*) FROM persons GROUP BY region").fetchall()
     assert sorted(groups) == sorted((r,) for r, _ in counted)
+
+
+def _attacker_intervals(cells: dict, lower: float) -> dict:
+    """Each hidden inner cell's [min, max] over the nace x region table's additivity, every
+    hidden cell at least ``lower`` (what the analyst knows of it a priori)."""
+    inner = [k for k in cells if None not in k]
+    hidden = [k for k in inner if cells[k] is None]
+    at = {k: i for i, k in enumerate(hidden)}
+    rows, totals = [], []
+    margins = [(n, None) for n in {n for n, _ in inner}] + [
+        (None, r) for r in {r for _, r in inner}
+    ]
+    for margin in [*margins, (None, None)]:
+        if cells.get(margin) is None:
+            continue
+        members = [
+            k for k in inner if all(m is None or m == c for m, c in zip(margin, k, strict=True))
+        ]
+        row = np.zeros(len(hidden))
+        for k in members:
+            if k in at:
+                row[at[k]] = 1
+        rows.append(row)
+        totals.append(cells[margin] - sum(cells[k] for k in members if k not in at))
+    bounds = [(lower, None)] * len(hidden)
+    out = {}
+    for k, i in at.items():
+        c = np.zeros(len(hidden))
+        c[i] = 1
+        lo = linprog(c, A_eq=np.array(rows), b_eq=totals, bounds=bounds).fun
+        hi = -linprog(-c, A_eq=np.array(rows), b_eq=totals, bounds=bounds).fun
+        out[k] = (lo, hi)
+    return out
+
+
+def test_a_hidden_count_keeps_its_upper_protection_given_that_its_cell_exists(
+    suppress_template, tmp_path
+):
+    """A suppressed cell's row is in the result (NULL count), so the analyst knows it has at
+    least one unit; the pattern must protect primary cells against that bound, not 0: a
+    count under ``freq:3`` must be possibly one higher than it is (UPL = max(30 %, 1))."""
+    path = tmp_path / "demo.duckdb"
+    shutil.copy(suppress_template, path)
+    with sqlsdc.connect(path, user="analyst") as con:
+        rows = con.execute(
+            "SELECT nace, region, COUNT(*) FROM enterprises GROUP BY CUBE(nace, region)"
+        ).fetchall()
+    cells = {(n, r): v for n, r, v in rows}
+    intervals = _attacker_intervals(cells, lower=1.0)
+    raw = open_database(path)
+    try:
+        true = dict(
+            ((n, r), c)
+            for n, r, c in raw.execute(
+                "SELECT nace, region, COUNT(*) FROM enterprises GROUP BY nace, region"
+            ).fetchall()
+        )
+    finally:
+        raw.close()
+    primary = {k: true[k] for k in intervals if true[k] < 3}
+    assert primary
+    assert all(intervals[k][1] >= v + 1 - 1e-6 for k, v in primary.items()), {
+        k: (v, intervals[k]) for k, v in primary.items()
+    }
