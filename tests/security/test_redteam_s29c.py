@@ -23,8 +23,6 @@ What succeeded, and was closed:
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pytest
 from scipy.optimize import linprog
@@ -34,12 +32,10 @@ from sqlsdc.engines.duckdb import open_database
 
 
 @pytest.fixture(scope="module")
-def guarded(suppress_template, tmp_path_factory):
-    path = tmp_path_factory.mktemp("redteam-s29c") / "demo.duckdb"
-    shutil.copy(suppress_template, path)
-    con = sqlsdc.connect(path, user="analyst")
-    yield con
-    con.close()
+def guarded(suppress_template, tmp_path_factory, copy_database):
+    path = copy_database(suppress_template, tmp_path_factory.mktemp("redteam-s29c"))
+    with sqlsdc.connect(path, user="analyst") as con:
+        yield con
 
 
 @pytest.mark.parametrize(
@@ -80,11 +76,10 @@ def test_windows_and_ordering_over_suppressed_cells_see_null(guarded):
 
 
 def test_a_group_only_query_first_on_a_fresh_database_builds_the_pattern(
-    suppress_template, tmp_path
+    suppress_template, tmp_path, copy_database
 ):
     """The first query of a table reading its pattern makes it, aggregates or not."""
-    path = tmp_path / "demo.duckdb"
-    shutil.copy(suppress_template, path)
+    path = copy_database(suppress_template, tmp_path)
     with sqlsdc.connect(path, user="analyst") as con:
         groups = con.execute("SELECT region FROM persons GROUP BY region").fetchall()
         counted = con.execute("SELECT region, COUNT(*) FROM persons GROUP BY region").fetchall()
@@ -125,13 +120,12 @@ def _attacker_intervals(cells: dict, lower: float) -> dict:
 
 
 def test_a_hidden_count_keeps_its_upper_protection_given_that_its_cell_exists(
-    suppress_template, tmp_path
+    suppress_template, tmp_path, copy_database
 ):
     """A suppressed cell's row is in the result (NULL count), so the analyst knows it has at
     least one unit; the pattern must protect primary cells against that bound, not 0: a
     count under ``freq:3`` must be possibly one higher than it is (UPL = max(30 %, 1))."""
-    path = tmp_path / "demo.duckdb"
-    shutil.copy(suppress_template, path)
+    path = copy_database(suppress_template, tmp_path)
     with sqlsdc.connect(path, user="analyst") as con:
         rows = con.execute(
             "SELECT nace, region, COUNT(*) FROM enterprises GROUP BY CUBE(nace, region)"
