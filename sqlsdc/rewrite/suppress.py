@@ -230,8 +230,9 @@ def _protected(aggregate: str, avg: bool, empty: bool) -> tuple[exp.Expr, exp.Ex
     missing = exp.Is(this=exp.column(LEVEL, SOURCE), expression=exp.null())
     if aggregate == COUNT:
         value, published = col(VALUE), is_published(COUNT)
-        if empty:  # no cell: the count is 0, as SQL says
-            value = exp.Coalesce(this=value, expressions=[exp.Literal.number(0)])
+        if empty:  # no cell: the count is 0, as SQL says; a suppressed cell stays NULL
+            value = exp.Case(ifs=[exp.If(this=missing.copy(), true=exp.Literal.number(0))])
+            value.set("default", col(VALUE))
             published = exp.or_(missing, published)
         return value, published
     if not avg:

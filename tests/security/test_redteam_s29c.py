@@ -13,6 +13,8 @@ What succeeded, and was closed:
   (``turnover > 5e6``) could be tested for presence. A group-only aggregation of a suppressed
   table now reads the cells of the suppression pattern, with its shape (and makes the
   pattern first, as an aggregate would);
+* a count without GROUP BY whose filters name a suppressed cell came back as 0 (the value for
+  no unit at all) instead of NULL; it is NULL now, and 0 only where no cell matches;
 * every cell of the pattern is listed by queries, a suppressed one with NULL, so an analyst
   knows each hidden count is at least 1 (a margin at least its number of inner cells); the
   secondary suppression and its audit assumed ``[0, inf)``. With that bound a linear program
@@ -61,6 +63,21 @@ def test_group_only_queries_list_the_cells_of_the_pattern(guarded):
         "SELECT nace, region FROM enterprises GROUP BY nace, region"
     ).fetchall()
     assert sorted(groups) == sorted((n, r) for n, r, _ in counted)
+
+
+def test_a_suppressed_total_is_null_and_an_empty_one_is_zero(guarded):
+    """Without GROUP BY a count is one cell: NULL when the pattern hides it (it was 0, the
+    answer for no unit at all), 0 when no cell matches."""
+    hidden = guarded.execute(
+        "SELECT nace, region FROM enterprises GROUP BY nace, region HAVING COUNT(*) IS NULL"
+    ).fetchall()
+    assert hidden
+    for nace, region in hidden[:3]:
+        sql = f"SELECT COUNT(*) FROM enterprises WHERE nace = '{nace}' AND region = '{region}'"
+        assert guarded.execute(sql).fetchall() == [(None,)]
+        assert guarded.execute(sql + " HAVING COUNT(*) = 0").fetchall() == []
+    none = "SELECT COUNT(*) FROM enterprises WHERE nace = 'A' AND region = 'nowhere'"
+    assert guarded.execute(none).fetchall() == [(0,)]
 
 
 def test_windows_and_ordering_over_suppressed_cells_see_null(guarded):
