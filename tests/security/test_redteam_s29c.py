@@ -3,8 +3,10 @@ with only an analyst's guarded connection.
 
 Tried: window functions, ORDER BY/LIMIT, RANK and HAVING over suppressed cells (they see NULL:
 held); scale constants under rounding (``SUM(m::DOUBLE * 1e6)`` scales the rounded sum: held);
-the pattern table and released names read directly (refused: held); differencing the
-suppressed pattern through its margins with a linear program.
+the pattern table and released names read directly (refused: held); a released synthetic
+table as a scalar bound on a confidential measure, in correlated subqueries, in joins that
+repeat rows, or shadowed by CREATE (all refused: held, pinned in test_released_outputs.py);
+differencing the suppressed pattern through its margins with a linear program.
 
 What succeeded, and was closed:
 
