@@ -317,7 +317,8 @@ def _solve(model, solver, params, time_limit):
     helper.solve(model.helper)
     code = mbh.SolveStatus(helper.status())
     left = float(time_limit) - (time.perf_counter() - start)
-    if solver == "highs" and code == mbh.SolveStatus.UNKNOWN_STATUS and left > 0.05 * time_limit:
+    retry = solver == "highs" and "presolve=off" not in params  # once
+    if retry and code == mbh.SolveStatus.UNKNOWN_STATUS and left > 0.05 * time_limit:
         return _solve(model, solver, params + "\npresolve=off", left)
     if code == mbh.SolveStatus.INFEASIBLE:
         return "infeasible", None, np.inf, np.inf
