@@ -95,6 +95,51 @@ def test_chains_nested_in_parentheses_are_folded_too():
     assert where.count("x IN (0, 1, 2,") == 2 and where.count("(x IN") == 2
 
 
+def test_rows_of_a_filter_on_several_columns_are_factored_into_an_in_list():
+    """``(x = i AND y = 'a') OR ...``, the rows of a two-column filter, become one AND with the
+    column that varies as an IN list, per value of the other terms, where each group's first
+    member stood; short groups stay as written."""
+    rows = [f"(x = {i} AND y = 'a')" for i in range(17)] + ["z > 1"]
+    rows += [f"(y = 'b' AND x = {i})" for i in range(17)] + ["(x = 0 AND y = 'c')"]
+    listed = ", ".join(map(str, range(17)))
+    assert _where(_chain("OR", rows)) == (
+        f"(x IN ({listed}) AND y = 'a') OR z > 1 OR (y = 'b' AND x IN ({listed})) "
+        "OR (x = 0 AND y = 'c')"
+    )
+    exclusions = _chain("AND", [f"(x <> {i} OR y <> 'a')" for i in range(17)])
+    assert _where(exclusions) == f"(NOT x IN ({listed}) OR y <> 'a')"
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [f"(x = {i} AND y = 'a')" for i in range(16)],  # short
+        [f"(x = {i} AND y = {i})" for i in range(20)],  # nothing in common
+        [f"(x = {i} AND y > 1)" for i in range(20)],  # a term that is not an equality
+        [f"(x = {i} AND y = 'a' /* c */)" for i in range(20)],
+        [f"(x = {i} AND x = 1)" for i in range(20)],  # the column twice
+        [f"(x = {i} OR y = 'a')" for i in range(20)],  # an OR of ORs is one chain already
+        [f"(x = {i} AND y = {'0' * (i % 2)}1)" for i in range(32)],  # 01 is not 1 as written
+        [
+            "(" + _chain("AND", [f"c{j} = 1" for j in range(9)] + [f"x = {i}"]) + ")"
+            for i in range(20)
+        ],  # fmt: skip
+    ],
+    ids=[
+        "short",
+        "no-common-part",
+        "range",
+        "comment",
+        "column-twice",
+        "or",
+        "spelling",
+        "long-rows",
+    ],  # fmt: skip
+)
+def test_rows_that_could_compare_differently_or_are_few_stay_as_written(rows):
+    assert "IN (" not in _where(_chain("OR", rows))
+
+
 # --- the same answers: DuckDB evaluates the folded tree as it evaluates the chain -------------
 
 DATA = """
@@ -132,6 +177,22 @@ def _random_chain(rng: random.Random) -> str:
     return _chain(connector, terms)
 
 
+def _random_rows(rng: random.Random) -> str:
+    """An OR of ANDs of equalities (or its dual), many of whose rows share all terms but one."""
+    connector, inner, comparison = rng.choice([("OR", "AND", "="), ("AND", "OR", "<>")])
+    columns = rng.sample(list(LITERALS), rng.randint(2, 3))
+    shared = {c: [LITERALS[c](rng) for _ in range(2)] for c in columns}
+    rows = []
+    for _ in range(rng.randint(30, 90)):
+        varying = rng.choice(columns[:2])
+        terms = [
+            f"{c} {comparison} {LITERALS[c](rng) if c == varying else rng.choice(shared[c])}"
+            for c in rng.sample(columns, len(columns))
+        ]
+        rows.append("(" + _chain(inner, terms) + ")" if rng.random() < 0.95 else "small > 3")
+    return _chain(connector, rows)
+
+
 def test_folded_chains_have_the_same_truth_values_as_written():
     """400 random chains over columns with NULLs (integers, strings, dates, strings compared
     as written and as numbers would be, a SMALLINT compared with wider integers): on every row,
@@ -153,6 +214,26 @@ def test_folded_chains_have_the_same_truth_values_as_written():
     assert folded_some > 250 and len(selected) > 50  # folded, and selecting various rows
 
 
+def test_factored_rows_have_the_same_truth_values_as_written():
+    """300 random ORs of ANDs of equalities (and ANDs of ORs of ``<>``) over columns with
+    NULLs: on every row, DuckDB gives the factored tree the truth value of the chain."""
+    con = duckdb.connect()
+    con.execute(DATA)
+    rng = random.Random(20261127)
+    factored, selected = 0, set()
+    for _ in range(300):
+        chain = _random_rows(rng)
+        folded = _where(chain)
+        factored += " IN (" in folded
+        differ, true = con.execute(
+            f"SELECT count(*) FILTER (WHERE ({chain}) IS DISTINCT FROM ({folded})), "
+            f"count(*) FILTER (WHERE {chain}) FROM t"
+        ).fetchone()
+        assert differ == 0, chain
+        selected.add(true)
+    assert factored > 80 and len(selected) > 40  # factored, and selecting various rows
+
+
 # --- the same decisions as the IN list an analyst could write ----------------------------------
 
 
@@ -169,6 +250,15 @@ def test_a_refused_comparison_is_refused_in_a_long_chain(analyst, terms, refusal
     for chain in (_chain("OR", terms), _chain("AND", [t.replace("=", "<>") for t in terms])):
         with pytest.raises(sqlsdc.PolicyViolation, match=refusal):
             analyst.explain(GROUPED.format(chain))
+
+
+def test_a_refused_comparison_is_refused_in_factored_rows(analyst):
+    rows = [f"(sex = 'F' AND region = {i})" for i in range(20)]
+    with pytest.raises(sqlsdc.PolicyViolation, match="could raise an error for some confidential"):
+        analyst.explain(GROUPED.format(_chain("OR", rows)))
+    rows = [f"(sex = 'F' AND person_id = {i})" for i in range(20)]
+    with pytest.raises(sqlsdc.PolicyViolation, match="identifier"):
+        analyst.explain(GROUPED.format(_chain("OR", rows)))
 
 
 def test_a_chain_and_its_in_list_are_one_population(analyst):

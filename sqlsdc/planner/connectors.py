@@ -13,6 +13,12 @@ In a long chain, the equalities of one column with literals of one kind become o
 few leaves where the chain is a subtree per operand for every later pass to walk. BI tools send
 multi-value filters written either way.
 
+Likewise the rows of a filter on several columns, ``(x = 1 AND y = 'a') OR (x = 2 AND y = 'a')
+OR ...``, that differ only in one column's literal become ``(y = 'a' AND x IN (1, 2, ...))``
+(and dually for an AND chain of ORs of ``<>``). AND and OR distribute over each other in SQL's
+three-valued logic (Kleene's logic is a distributive lattice), so the factored tree has the
+chain's truth value on every row.
+
 Example:
     >>> import sqlglot
     >>> chain = " OR ".join(f"x > {i}" for i in range(100))
@@ -47,6 +53,7 @@ def balance_connectors(tree: exp.Expr) -> exp.Expr:
     for chain in chains:
         operands = list(chain.flatten(unnest=False))
         if len(operands) > BALANCE_FROM:
+            operands = factor_conjunctions(type(chain), operands)
             joined = balanced(type(chain), fold_comparisons(type(chain), operands))
             if chain is not tree:
                 chain.replace(joined)
@@ -82,6 +89,110 @@ def fold_comparisons(kind: type[exp.Connector], operands: list[exp.Expr]) -> lis
             folded.append(_in_list(lists[key], negated=kind is exp.And))
             lists[key] = None
     return folded
+
+
+def factor_conjunctions(kind: type[exp.Connector], operands: list[exp.Expr]) -> list[exp.Expr]:
+    """``operands`` of an OR (AND) chain with every group of more than :data:`BALANCE_FROM`
+    parenthesised ANDs (ORs) of equalities (``<>``), ``(x = 1 AND y = 'a')``, that differ only
+    in the literal of one column replaced, where its first member stood, by that AND with the
+    column's equalities as one IN list: ``(y = 'a' AND x IN (1, ...))``.
+
+    Only conjunctions of at most :data:`_FACTOR_TERMS` terms, each ``column = literal`` as
+    :func:`fold_comparisons` folds them, are factored; one column is chosen per chain, the one
+    that removes the most operands. The chain's other operands keep their order.
+    """
+    inner = exp.And if kind is exp.Or else exp.Or
+    comparison = exp.EQ if kind is exp.Or else exp.NEQ
+    terms = [_terms(operand, inner, comparison) for operand in operands]
+    factor = _best_factor(terms)
+    if factor is None:
+        return operands
+    groups: dict[tuple, list[int]] = {}
+    for index, row in enumerate(terms):
+        rest = _rest(row, factor)
+        if rest is not None:
+            groups.setdefault(rest, []).append(index)
+    firsts, dropped = {}, set()
+    for members in groups.values():
+        if len(members) > BALANCE_FROM:
+            firsts[members[0]] = members
+            dropped.update(members[1:])
+    factored = []
+    for index, operand in enumerate(operands):
+        if index in firsts:
+            factored.append(_factored(operand, [terms[i] for i in firsts[index]], factor, inner))
+        elif index not in dropped:
+            factored.append(operand)
+    release(operands[i] for i in dropped)
+    return factored
+
+
+_FACTOR_TERMS = 8  # the columns of a multi-column filter's row; longer conjunctions stay
+
+
+def _terms(operand: exp.Expr, inner: type[exp.Connector], comparison: type[exp.Binary]):
+    """The terms of ``(a = 1 AND b = 2)``: (comparison node, its column's group, its literal's
+    text) for each; None unless every term is a foldable comparison."""
+    if type(operand) is not exp.Paren or operand.comments:
+        return None
+    conjunction = operand.this
+    if type(conjunction) is not inner or conjunction.comments:
+        return None
+    parts = list(conjunction.flatten(unnest=False))
+    if len(parts) > _FACTOR_TERMS:
+        return None
+    terms = []
+    for part in parts:
+        group = _foldable(part, comparison)
+        if group is None:
+            return None
+        terms.append((part, group, _column_and_literal(part)[1].sql()))
+    return terms
+
+
+def _rest(terms, factor: tuple) -> tuple | None:
+    """The key of a row's other terms, when exactly one of its terms is on ``factor``."""
+    if terms is None or sum(group == factor for _node, group, _text in terms) != 1:
+        return None
+    return tuple((group, text) for _node, group, text in terms if group != factor)
+
+
+def _best_factor(rows: list) -> tuple | None:
+    """The column (with its literal kind) whose factoring removes the most operands."""
+    counts: dict[tuple, int] = {}
+    for terms in rows:
+        for group in {group for _node, group, _text in terms or ()}:
+            counts[group] = counts.get(group, 0) + 1
+    best, removed = None, 0
+    for factor, count in counts.items():
+        if count <= BALANCE_FROM:
+            continue
+        sizes: dict[tuple, int] = {}
+        for terms in rows:
+            rest = _rest(terms, factor)
+            if rest is not None:
+                sizes[rest] = sizes.get(rest, 0) + 1
+        saving = sum(size - 1 for size in sizes.values() if size > BALANCE_FROM)
+        if saving > removed:
+            best, removed = factor, saving
+    return best
+
+
+def _factored(first: exp.Paren, rows: list, factor: tuple, inner: type[exp.Connector]):
+    """``first`` (a member of a group) with its term on ``factor`` replaced by the IN list of
+    every member's term on it, and the other terms in their order."""
+    members = [
+        _column_and_literal(node) for terms in rows for node, group, _text in terms
+        if group == factor
+    ]  # fmt: skip
+    listed = _in_list(members, negated=inner is exp.Or)
+    kept = [
+        listed if group == factor else node for node, group, _text in rows[0]
+    ]  # the first member's other terms, moved
+    conjunction = first.this
+    first.set("this", balanced(inner, kept))
+    release([conjunction])
+    return first
 
 
 def _foldable(operand: exp.Expr, comparison: type[exp.Binary]) -> tuple | None:
