@@ -50,13 +50,11 @@ STATEMENTS = {
 FINGERPRINTS = {
     "threshold": {
         "in-list": "e5cd3f6277e0d973",
-        "or-of-ands": "4058e1d0d35d8056",
         "cte-group-by-all": "3f2a792bafb76242",
         "nested-or": "b165ea67eaac1208",
     },
     "ckm": {
         "in-list": "35263521b0fe494a",
-        "or-of-ands": "d1fd48bbc2ca3cda",  # s28: top contributions read as DOUBLE
         "cte-group-by-all": "f88159bdd3cc126e",  # s28: the same
         "nested-or": "4eb9bb7ce2f791b5",
     },
@@ -64,16 +62,20 @@ FINGERPRINTS = {
 # the population digest (the cell identity does not depend on the protection method)
 POPULATIONS = {
     "in-list": "59c1128d199929434e40adb5080cdea3a5fd94f613a97ccbb9e2ae9276a191ab",
-    "or-of-ands": "c185431d510619bb7a6d547c4f977baa0de381c9c613c58c74946aecc0bb53b1",
     "cte-group-by-all": "b933ac8a771da23987b06438f397eeb28aec16c3e8f0201374379bfb12e51925",
     "nested-or": "f2ef39900e59f4606351c98805cc93c27b22828388a35b1704cc887971be707e",
 }
 
 
-# chains of equalities on one column are checked as the IN list they mean (planner/connectors)
+# chains of equalities on one column, and rows of a filter on several columns that differ in one,
+# are checked as the IN list they mean (planner/connectors)
 WRITTEN_AS_LISTS = {
     "or-chain": GROUPED.format("age IN (" + ", ".join(str(i) for i in range(1200)) + ")"),
     "and-chain": GROUPED.format("NOT age IN (" + ", ".join(str(i) for i in range(1200)) + ")"),
+    # rows differing in one column: one AND with that column's IN list
+    "or-of-ands": "SELECT region, SUM(income), COUNT(*) FROM persons WHERE (age IN ("
+    + ", ".join(str(i) for i in range(300))
+    + ") AND sex = 'F') GROUP BY region",
 }
 
 

@@ -405,10 +405,20 @@ def test_a_dp_query_that_fails_while_computing_has_paid(db, monkeypatch):
 
 def test_a_real_timeout_of_the_exact_cells_still_spends(db, monkeypatch):
     """The exact cells of a DP query, stopped by the statement timeout, have been paid. The
-    check fits in the timeout (it counts too); the engine gets a nanosecond of what is left."""
+    check and what runs before the charge fit in the timeout (they count too); once the
+    charge is committed, the engine gets a nanosecond of what is left."""
     sql = ("SELECT region, COUNT(*), SUM(amount), AVG(amount) FROM benefits AS a "
            "WHERE month > 1 GROUP BY region")  # fmt: skip
-    monkeypatch.setattr(connection.Connection, "_time_left", lambda _self: 1e-9)
+    charged, time_left, charge = [], connection.Connection._time_left, connection.charge
+
+    def charge_then_note(*args, **kwargs):
+        paid = charge(*args, **kwargs)
+        charged.append(True)
+        return paid
+
+    monkeypatch.setattr(connection, "charge", charge_then_note)
+    monkeypatch.setattr(connection.Connection, "_time_left",
+                        lambda self: 1e-9 if charged else time_left(self))  # fmt: skip
     with sqlsdc.connect(db, "analyst") as con:
         try:
             con.execute(sql)
