@@ -181,10 +181,10 @@ def _random_rows(rng: random.Random) -> str:
     """An OR of ANDs of equalities (or its dual), many of whose rows share all terms but one."""
     connector, inner, comparison = rng.choice([("OR", "AND", "="), ("AND", "OR", "<>")])
     columns = rng.sample(list(LITERALS), rng.randint(2, 3))
-    shared = {c: [LITERALS[c](rng) for _ in range(2)] for c in columns}
+    shared = {c: [LITERALS[c](rng) for _ in range(rng.randint(1, 2))] for c in columns}
     rows = []
-    for _ in range(rng.randint(30, 90)):
-        varying = rng.choice(columns[:2])
+    for _ in range(rng.randint(20, 50)):
+        varying = columns[rng.random() < 0.2]
         terms = [
             f"{c} {comparison} {LITERALS[c](rng) if c == varying else rng.choice(shared[c])}"
             for c in rng.sample(columns, len(columns))
@@ -215,13 +215,13 @@ def test_folded_chains_have_the_same_truth_values_as_written():
 
 
 def test_factored_rows_have_the_same_truth_values_as_written():
-    """300 random ORs of ANDs of equalities (and ANDs of ORs of ``<>``) over columns with
+    """60 random ORs of ANDs of equalities (and ANDs of ORs of ``<>``) over columns with
     NULLs: on every row, DuckDB gives the factored tree the truth value of the chain."""
     con = duckdb.connect()
     con.execute(DATA)
     rng = random.Random(20261127)
     factored, selected = 0, set()
-    for _ in range(300):
+    for _ in range(60):
         chain = _random_rows(rng)
         folded = _where(chain)
         factored += " IN (" in folded
@@ -231,7 +231,7 @@ def test_factored_rows_have_the_same_truth_values_as_written():
         ).fetchone()
         assert differ == 0, chain
         selected.add(true)
-    assert factored > 80 and len(selected) > 40  # factored, and selecting various rows
+    assert factored > 20 and len(selected) > 25  # factored, and selecting various rows
 
 
 # --- the same decisions as the IN list an analyst could write ----------------------------------
