@@ -38,6 +38,7 @@ from collections.abc import Mapping
 
 from sqlglot import exp
 
+from sqlsdc.catalog.keys import RKEY
 from sqlsdc.catalog.ptables import KEY_MODULUS, PTableKey, PTableRef
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.mechanisms.ckm import MIX_PRIME, statistic_salt
@@ -47,7 +48,7 @@ from sqlsdc.policy import AggregateKind, Method, Policy
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, unit_count, when_present
 from sqlsdc.rewrite.ckm_magnitudes import PREV, PTABLE_ENTRIES, MagnitudeLayers, ptable_ref
 from sqlsdc.rewrite.sql import any_, at_least_column, copy_clause, missing, mul_expr, number
-from sqlsdc.rewrite.threshold import at_least
+from sqlsdc.rewrite.threshold import at_least, rotated
 
 MECHANISM = "ckm"
 
@@ -67,6 +68,7 @@ class _Builder(MagnitudeLayers):
         self.plan = cells.plan
         self.count_rule = policy.table(self.plan.tables[0]).rule(AggregateKind.COUNTS)
         self.layer = 0
+        self.lookups = self._lookups()
 
     # -- rows and aggregation ------------------------------------------------------------------
 
@@ -116,7 +118,38 @@ class _Builder(MagnitudeLayers):
             rows.append("expressions", exp.alias_(rkey.copy(), f"__rk{t}"))
         for t, unit in enumerate(plan.units or []):
             rows.append("expressions", exp.alias_(unit.copy(), f"__u{t}"))
+        for j in sorted(set(self.lookups.values())):
+            i = min(i for i, looked_up in self.lookups.items() if looked_up == j)
+            counted, alias = plan.aggregates[i].counted, f"{LOOKUP}{j}"
+            lookup = unit_keys(counted.table, counted.column).subquery(alias)
+            on = exp.EQ(
+                this=cells.argument(i, self.twin).copy(), expression=exp.column(UNIT, alias)
+            )
+            rows.append("joins", exp.Join(this=lookup, side="LEFT", on=on))
+            rows.append("expressions", exp.alias_(exp.column(RKEY, alias), f"__rr{j}"))
         return rows
+
+    def _lookups(self) -> dict[int, int]:
+        """The distinct counts of units whose record keys the rows do not carry, each mapped to
+        its lookup of those keys (one per counted column): the units of another table, read
+        from a reference (``persons.household_id``), or of a table reached through a derived
+        table whose unit column the rows expose under another name. The others are keyed by
+        the rows' own keys: one table of one row per unit counting its own unit, or a unit the
+        rows carry (:attr:`CellPlan.units`)."""
+        plan, found, lookups = self.plan, [], {}
+        for i, spec in enumerate(plan.aggregates):
+            counted = spec.counted
+            if counted is None or spec.rule.method is not Method.CKM:
+                continue
+            if plan.units is None and not counted.referenced:
+                continue
+            if plan.units is not None and spec.argument in plan.units:
+                continue
+            key = (counted.table, self.cells.argument(i, self.twin))
+            if key not in found:
+                found.append(key)
+            lookups[i] = found.index(key)
+        return lookups
 
     def _value(self, i: int) -> str:
         """The rows' column holding aggregate i's argument: one column per distinct argument,
@@ -163,7 +196,10 @@ class _Builder(MagnitudeLayers):
             elif spec.kind is AggregateKind.MAGNITUDES:  # a CKM count's n is __a
                 counted = unit_count(argument, self._summed_units(i, units))
                 agg.append("expressions", exp.alias_(counted, f"__n{i}"))
-            if method is Method.CKM:
+            if method is Method.CKM and i in self.lookups:
+                key = self._looked_up_key(self.lookups[i], argument)
+                agg.append("expressions", exp.alias_(key, f"__k{i}"))
+            elif method is Method.CKM:
                 key = self._cell_key(argument, spec)
                 agg.append("expressions", exp.alias_(key, f"__k{i}"))
             if method is Method.CKM and spec.kind is AggregateKind.MAGNITUDES:
@@ -237,6 +273,26 @@ class _Builder(MagnitudeLayers):
             for part in parts[1:]:
                 total = exp.Add(this=total, expression=part)
         total = exp.Coalesce(this=total, expressions=[exp.Literal.number(0)])
+        return exp.Mod(this=exp.Paren(this=total), expression=exp.Literal.number(KEY_MODULUS))
+
+    def _looked_up_key(self, j: int, argument: exp.Expr) -> exp.Expr:
+        """The key of a distinct count of units looked up (:meth:`_lookups`): the sum of the
+        counted units' distinct record keys, the key the units get in any query that counts
+        them (``COUNT(DISTINCT h.household_id)`` over a join, ``COUNT(*)`` of households).
+
+        A value that matches no unit (an orphan reference) is still counted, as SQL counts it;
+        its part of the key is the rows' own key of the orphan rows (:meth:`_cell_key`) rotated
+        by 16 bits, so a cell with orphans gets other noise than the same units without them
+        (whose count differs), and its noise is not the rows' COUNT's at the same key."""
+        looked_up = exp.column(f"__rr{j}", "__r")
+        matched = exp.Coalesce(
+            this=exp.Sum(this=exp.Distinct(expressions=[looked_up])),
+            expressions=[exp.Literal.number(0)],
+        )
+        orphan = exp.Case(
+            ifs=[exp.If(this=exp.Is(this=looked_up.copy(), expression=exp.null()), true=argument)]
+        )
+        total = exp.Add(this=matched, expression=rotated(self._cell_key(orphan), 16))
         return exp.Mod(this=exp.Paren(this=total), expression=exp.Literal.number(KEY_MODULUS))
 
     def _top(self, i: int, j: int) -> exp.Expr:
@@ -427,6 +483,23 @@ class _Builder(MagnitudeLayers):
         return exp.column(f"__e{i}_{steps}", PREV)
 
     # -- helpers -------------------------------------------------------------------------------
+
+
+LOOKUP, UNIT = "__ref", "__ru"  # a lookup of record keys, its unit column
+
+
+def unit_keys(table: str, unit: str) -> exp.Select:
+    """``SELECT unit AS __ru, MIN(__rkey) AS __rkey FROM table GROUP BY unit``: one row per
+    unit of ``table`` with its record key (all rows of a unit share one)."""
+    column = exp.column(unit, "__t")
+    select = exp.Select(
+        expressions=[
+            exp.alias_(column, UNIT),
+            exp.alias_(exp.Min(this=exp.column(RKEY, "__t")), RKEY),
+        ]
+    )
+    select.set("from_", exp.From(this=exp.Table(this=exp.to_identifier(table)).as_("__t")))
+    return select.group_by(column.copy(), copy=False)
 
 
 MIX = "__mix"

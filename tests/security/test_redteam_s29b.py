@@ -129,15 +129,6 @@ def test_repeated_rows_never_reach_a_dp_aggregation(tmp_path, source):
     con.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "OPEN: the households of a set of persons counted through persons.household_id (a "
-        "statistic keyed by the persons' rows) and through a join to households (keyed by the "
-        "households' own records) are one number with two independent noises; the first "
-        "should be keyed by the referenced households' record keys"
-    ),
-)
 def test_the_households_of_persons_have_one_noise_however_they_are_counted(ckm_db):
     con = sqlsdc.connect(ckm_db, user="analyst")
     through_persons = rows(
