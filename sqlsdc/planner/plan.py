@@ -9,7 +9,7 @@ row-level CTEs and derived tables. Planning does not change the tree; the rewrit
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
@@ -28,11 +28,13 @@ class CountedUnits:
     """The units a ``COUNT(DISTINCT identifier)`` counts: those of ``table``, whose privacy unit
     is ``column``, read from that column itself (``referenced`` False) or from a column that
     declares a reference to it (``persons.household_id`` counts households). The cell key
-    method keys the count by these units' own record keys, however the query reaches them."""
+    method keys the count by these units' own record keys, however the query reaches them;
+    ``unique``: the table has one row per unit (the planner's knowledge of the catalog)."""
 
     table: str
     column: str
     referenced: bool
+    unique: bool = False
 
 
 @dataclass(frozen=True)
@@ -223,7 +225,10 @@ class _Planner:
             argument = argument.expressions[0]
         if isinstance(argument, exp.Star):
             argument = None
-        return ProtectedAggregate(node, kind, k, argument, rules[0], node.meta.get(COUNTED_UNITS))
+        counted = node.meta.get(COUNTED_UNITS)
+        if counted is not None:
+            counted = replace(counted, unique=self.unit_per_row.get(counted.table, False))
+        return ProtectedAggregate(node, kind, k, argument, rules[0], counted)
 
     def _keyed_methods(self, info: ScopeInfo, tables: list[str]) -> set[Method]:
         """The methods among this aggregation's that need record keys (CKM, DP, ROUND)."""

@@ -43,7 +43,7 @@ from sqlsdc.catalog.ptables import KEY_MODULUS, PTableKey, PTableRef
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.mechanisms.ckm import MIX_PRIME, statistic_salt
 from sqlsdc.planner.normal_form import STATISTIC
-from sqlsdc.planner.plan import ProtectedAggregate
+from sqlsdc.planner.plan import CountedUnits, ProtectedAggregate
 from sqlsdc.policy import AggregateKind, Method, Policy
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, unit_count, when_present
 from sqlsdc.rewrite.ckm_magnitudes import PREV, PTABLE_ENTRIES, MagnitudeLayers, ptable_ref
@@ -121,7 +121,7 @@ class _Builder(MagnitudeLayers):
         for j in sorted(set(self.lookups.values())):
             i = min(i for i, looked_up in self.lookups.items() if looked_up == j)
             counted, alias = plan.aggregates[i].counted, f"{LOOKUP}{j}"
-            lookup = unit_keys(counted.table, counted.column).subquery(alias)
+            lookup = unit_keys(counted).subquery(alias)
             on = exp.EQ(
                 this=cells.argument(i, self.twin).copy(), expression=exp.column(UNIT, alias)
             )
@@ -488,18 +488,20 @@ class _Builder(MagnitudeLayers):
 LOOKUP, UNIT = "__ref", "__ru"  # a lookup of record keys, its unit column
 
 
-def unit_keys(table: str, unit: str) -> exp.Select:
-    """``SELECT unit AS __ru, MIN(__rkey) AS __rkey FROM table GROUP BY unit``: one row per
-    unit of ``table`` with its record key (all rows of a unit share one)."""
-    column = exp.column(unit, "__t")
+def unit_keys(counted: CountedUnits) -> exp.Select:
+    """One row per unit of the counted table with its record key (all rows of a unit share
+    one): ``SELECT unit AS __ru, __rkey FROM table``, grouped by the unit unless the table
+    has one row per unit."""
+    unit = exp.column(counted.column, "__t")
+    key = exp.column(RKEY, "__t")
     select = exp.Select(
         expressions=[
-            exp.alias_(column, UNIT),
-            exp.alias_(exp.Min(this=exp.column(RKEY, "__t")), RKEY),
+            exp.alias_(unit, UNIT),
+            exp.alias_(key if counted.unique else exp.Min(this=key), RKEY),
         ]
     )
-    select.set("from_", exp.From(this=exp.Table(this=exp.to_identifier(table)).as_("__t")))
-    return select.group_by(column.copy(), copy=False)
+    select.set("from_", exp.From(this=exp.Table(this=exp.to_identifier(counted.table)).as_("__t")))
+    return select if counted.unique else select.group_by(unit.copy(), copy=False)
 
 
 MIX = "__mix"
