@@ -48,11 +48,13 @@ class AggregateChecks:
 
     def _counted_units(self, lineage: Lineage) -> CountedUnits:
         """The units a distinct count of the unit identifier ``lineage`` counts: the table's own
-        (persons.person_id) or those of the table its column references (persons.household_id:
-        households)."""
-        source = next(iter(lineage.sources))
-        table, column = self._key_target(*source)
-        return CountedUnits(table, column, referenced=(table, column) != source)
+        when it is the table's privacy unit (persons.person_id, also benefits.person_id, whose
+        rows have keys of their own), else those of the table it references
+        (persons.household_id: households)."""
+        table, column = next(iter(lineage.sources))
+        if self.policy.table(table).privacy_unit == column:
+            return CountedUnits(table, column, referenced=False)
+        return CountedUnits(*self._key_target(table, column), referenced=True)
 
     def _is_unit(self, lineage: Lineage) -> bool:
         if lineage.roles != {ColumnRole.IDENTIFIER} or len(lineage.sources) != 1:

@@ -38,17 +38,17 @@ from collections.abc import Mapping
 
 from sqlglot import exp
 
-from sqlsdc.catalog.keys import RKEY
 from sqlsdc.catalog.ptables import KEY_MODULUS, PTableKey, PTableRef
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.mechanisms.ckm import MIX_PRIME, statistic_salt
 from sqlsdc.planner.normal_form import STATISTIC
-from sqlsdc.planner.plan import CountedUnits, ProtectedAggregate
+from sqlsdc.planner.plan import ProtectedAggregate
 from sqlsdc.policy import AggregateKind, Method, Policy
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, unit_count, when_present
 from sqlsdc.rewrite.ckm_magnitudes import PREV, PTABLE_ENTRIES, MagnitudeLayers, ptable_ref
+from sqlsdc.rewrite.counted_units import counted_units_key, join_unit_keys, unit_lookups
 from sqlsdc.rewrite.sql import any_, at_least_column, copy_clause, missing, mul_expr, number
-from sqlsdc.rewrite.threshold import at_least, rotated
+from sqlsdc.rewrite.threshold import at_least
 
 MECHANISM = "ckm"
 
@@ -68,7 +68,7 @@ class _Builder(MagnitudeLayers):
         self.plan = cells.plan
         self.count_rule = policy.table(self.plan.tables[0]).rule(AggregateKind.COUNTS)
         self.layer = 0
-        self.lookups = self._lookups()
+        self.lookups = unit_lookups(self.plan, self._arguments(), Method.CKM)
 
     # -- rows and aggregation ------------------------------------------------------------------
 
@@ -118,38 +118,13 @@ class _Builder(MagnitudeLayers):
             rows.append("expressions", exp.alias_(rkey.copy(), f"__rk{t}"))
         for t, unit in enumerate(plan.units or []):
             rows.append("expressions", exp.alias_(unit.copy(), f"__u{t}"))
-        for j in sorted(set(self.lookups.values())):
-            i = min(i for i, looked_up in self.lookups.items() if looked_up == j)
-            counted, alias = plan.aggregates[i].counted, f"{LOOKUP}{j}"
-            lookup = unit_keys(counted).subquery(alias)
-            on = exp.EQ(
-                this=cells.argument(i, self.twin).copy(), expression=exp.column(UNIT, alias)
-            )
-            rows.append("joins", exp.Join(this=lookup, side="LEFT", on=on))
-            rows.append("expressions", exp.alias_(exp.column(RKEY, alias), f"__rr{j}"))
+        looked_up = join_unit_keys(rows, plan, self._arguments(), self.lookups)
+        for j, key in enumerate(looked_up):
+            rows.append("expressions", exp.alias_(key, f"__rr{j}"))
         return rows
 
-    def _lookups(self) -> dict[int, int]:
-        """The distinct counts of units whose record keys the rows do not carry, each mapped to
-        its lookup of those keys (one per counted column): the units of another table, read
-        from a reference (``persons.household_id``), or of a table reached through a derived
-        table whose unit column the rows expose under another name. The others are keyed by
-        the rows' own keys: one table of one row per unit counting its own unit, or a unit the
-        rows carry (:attr:`CellPlan.units`)."""
-        plan, found, lookups = self.plan, [], {}
-        for i, spec in enumerate(plan.aggregates):
-            counted = spec.counted
-            if counted is None or spec.rule.method is not Method.CKM:
-                continue
-            if plan.units is None and not counted.referenced:
-                continue
-            if plan.units is not None and spec.argument in plan.units:
-                continue
-            key = (counted.table, self.cells.argument(i, self.twin))
-            if key not in found:
-                found.append(key)
-            lookups[i] = found.index(key)
-        return lookups
+    def _arguments(self) -> list[exp.Expr | None]:
+        return [self.cells.argument(i, self.twin) for i in range(len(self.plan.aggregates))]
 
     def _value(self, i: int) -> str:
         """The rows' column holding aggregate i's argument: one column per distinct argument,
@@ -197,7 +172,8 @@ class _Builder(MagnitudeLayers):
                 counted = unit_count(argument, self._summed_units(i, units))
                 agg.append("expressions", exp.alias_(counted, f"__n{i}"))
             if method is Method.CKM and i in self.lookups:
-                key = self._looked_up_key(self.lookups[i], argument)
+                looked_up = exp.column(f"__rr{self.lookups[i]}", "__r")
+                key = counted_units_key(looked_up, argument, self._cell_key)
                 agg.append("expressions", exp.alias_(key, f"__k{i}"))
             elif method is Method.CKM:
                 key = self._cell_key(argument, spec)
@@ -273,26 +249,6 @@ class _Builder(MagnitudeLayers):
             for part in parts[1:]:
                 total = exp.Add(this=total, expression=part)
         total = exp.Coalesce(this=total, expressions=[exp.Literal.number(0)])
-        return exp.Mod(this=exp.Paren(this=total), expression=exp.Literal.number(KEY_MODULUS))
-
-    def _looked_up_key(self, j: int, argument: exp.Expr) -> exp.Expr:
-        """The key of a distinct count of units looked up (:meth:`_lookups`): the sum of the
-        counted units' distinct record keys, the key the units get in any query that counts
-        them (``COUNT(DISTINCT h.household_id)`` over a join, ``COUNT(*)`` of households).
-
-        A value that matches no unit (an orphan reference) is still counted, as SQL counts it;
-        its part of the key is the rows' own key of the orphan rows (:meth:`_cell_key`) rotated
-        by 16 bits, so a cell with orphans gets other noise than the same units without them
-        (whose count differs), and its noise is not the rows' COUNT's at the same key."""
-        looked_up = exp.column(f"__rr{j}", "__r")
-        matched = exp.Coalesce(
-            this=exp.Sum(this=exp.Distinct(expressions=[looked_up])),
-            expressions=[exp.Literal.number(0)],
-        )
-        orphan = exp.Case(
-            ifs=[exp.If(this=exp.Is(this=looked_up.copy(), expression=exp.null()), true=argument)]
-        )
-        total = exp.Add(this=matched, expression=rotated(self._cell_key(orphan), 16))
         return exp.Mod(this=exp.Paren(this=total), expression=exp.Literal.number(KEY_MODULUS))
 
     def _top(self, i: int, j: int) -> exp.Expr:
@@ -483,25 +439,6 @@ class _Builder(MagnitudeLayers):
         return exp.column(f"__e{i}_{steps}", PREV)
 
     # -- helpers -------------------------------------------------------------------------------
-
-
-LOOKUP, UNIT = "__ref", "__ru"  # a lookup of record keys, its unit column
-
-
-def unit_keys(counted: CountedUnits) -> exp.Select:
-    """One row per unit of the counted table with its record key (all rows of a unit share
-    one): ``SELECT unit AS __ru, __rkey FROM table``, grouped by the unit unless the table
-    has one row per unit."""
-    unit = exp.column(counted.column, "__t")
-    key = exp.column(RKEY, "__t")
-    select = exp.Select(
-        expressions=[
-            exp.alias_(unit, UNIT),
-            exp.alias_(key if counted.unique else exp.Min(this=key), RKEY),
-        ]
-    )
-    select.set("from_", exp.From(this=exp.Table(this=exp.to_identifier(counted.table)).as_("__t")))
-    return select if counted.unique else select.group_by(unit.copy(), copy=False)
 
 
 MIX = "__mix"

@@ -1,5 +1,6 @@
-"""A distinct count of units under the cell key method is keyed by the counted units' own record
-keys, however the query reaches them (red team s29b; ``sqlsdc.rewrite.ckm._lookups``).
+"""A distinct count of units under the cell key method (and rounding) is keyed by the counted
+units' own record keys, however the query reaches them (red team s29b;
+``sqlsdc.rewrite.counted_units``).
 
 ``COUNT(DISTINCT persons.household_id)`` counts households: it is keyed by the households'
 record keys, looked up through the declared reference, as ``COUNT(DISTINCT h.household_id)``
@@ -144,11 +145,9 @@ def test_a_count_of_persons_and_of_their_households_do_not_share_noise(ckm_db, h
 GROUPS = 60
 
 
-@pytest.fixture(scope="module")
-def orphans(tmp_path_factory):
+def households_db(path, counts: dict):
     """Persons of 60 groups: per group 12 households of 4, 10 missing households of 2 (orphan
-    references) and one person without a household (NULL)."""
-    path = tmp_path_factory.mktemp("orphans") / "orphans.duckdb"
+    references) and one person without a household (NULL); counts protected by ``counts``."""
     with duckdb.connect(str(path)) as con:
         con.execute(f"CREATE TABLE households AS SELECT i AS hid FROM range({GROUPS * 12}) r(i)")
         con.execute(
@@ -167,7 +166,7 @@ def orphans(tmp_path_factory):
     sqlsdc.init(
         path,
         {
-            "protection": {"counts": {"method": "ckm", "ptable": {"D": 5, "V": 3, "js": 2}}},
+            "protection": {"min_frequency": 1, "counts": counts},
             "tables": {
                 "persons": {
                     "privacy_unit": "pid",
@@ -184,6 +183,12 @@ def orphans(tmp_path_factory):
         },
     )
     return path
+
+
+@pytest.fixture(scope="module")
+def orphans(tmp_path_factory):
+    path = tmp_path_factory.mktemp("orphans") / "orphans.duckdb"
+    return households_db(path, {"method": "ckm", "ptable": {"D": 5, "V": 3, "js": 2}})
 
 
 def test_an_orphan_reference_gets_other_noise_than_the_households_without_it(orphans):
@@ -226,3 +231,25 @@ def test_orphans_and_the_persons_who_name_them_do_not_share_noise(orphans):
     assert len(released) == GROUPS
     exact = sum(persons - households == 10 for _g, persons, households in released)
     assert exact <= 0.5 * GROUPS, f"{exact} of {GROUPS} differences are exact"
+
+
+def test_a_rounded_count_of_households_is_one_coin_however_it_is_counted(tmp_path):
+    """Rounding's coin is the cell key too: 12 households of a group round (unbiased, base 10)
+    to 10 or 20 by one coin, the same through the reference and through the join (with two
+    keys about a third of the groups would come out differently: two draws of one number)."""
+    path = households_db(
+        tmp_path / "round.duckdb", {"method": "round", "base": 10, "rounding": "unbiased"}
+    )
+    con = sqlsdc.connect(path, user="analyst")
+    through_reference = rows(
+        con, "SELECT g, COUNT(DISTINCT hid) FROM persons WHERE kind = 'member' GROUP BY g"
+    )
+    through_join = rows(
+        con,
+        "SELECT p.g, COUNT(DISTINCT h.hid) FROM persons AS p JOIN households AS h "
+        "ON p.hid = h.hid GROUP BY p.g",
+    )
+    con.close()
+    assert len(through_reference) == GROUPS
+    assert {value for _g, value in through_reference} == {10, 20}
+    assert through_reference == through_join
