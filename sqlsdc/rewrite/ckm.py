@@ -17,7 +17,9 @@ with the j-th scrambled cell key and adds ``sign(x̂)·|x_delta_j|·sign(v)·(μ
 flipping the sign of the running value, v spread over its grid cell. A magnitude's key is the
 cell key through the secret mix of its statistic (:func:`sqlsdc.mechanisms.ckm.statistic_key`,
 constants read from ``sqlsdc.ckm_mix``), so different statistics of the same records get
-unlinkable noise; so does a distinct count of another column than the rows' own unit.
+unlinkable noise; so does a distinct count of a dimension. A distinct count of units is keyed
+by those units' own record keys, however the query reaches them
+(:mod:`sqlsdc.rewrite.counted_units`).
 
 AVG is the protected sum over the protected count, n being the rows summed (on a join, those of
 :attr:`CellPlan.row_source`) and n̂ its CKM count. With mean-before-sum (Geyer et al., PSD 2022,
@@ -383,7 +385,7 @@ class _Builder(MagnitudeLayers):
 
     @staticmethod
     def _own_statistic(spec) -> bool:
-        """A CKM magnitude, or a distinct count of another column than the rows' own unit:
+        """A CKM magnitude, or a distinct count of a dimension (not of units):
         statistics that look their noise up with a key of their own."""
         if spec.rule.method is not Method.CKM:
             return False
