@@ -57,6 +57,17 @@ QUERIES = [  # (name, kind, sql)
         "SELECT h.tenure, COUNT(*) FROM persons p JOIN households h "
         "ON p.household_id = h.household_id GROUP BY h.tenure",
     ),
+    (  # keyed by the households' record keys, looked up through the reference
+        "households of persons by region",
+        "counts",
+        "SELECT region, COUNT(DISTINCT household_id) FROM persons GROUP BY region",
+    ),
+    (
+        "households by region through a join",
+        "counts",
+        "SELECT p.region, COUNT(DISTINCT h.household_id) FROM persons p JOIN households h "
+        "ON p.household_id = h.household_id GROUP BY p.region",
+    ),
     ("sum income by region", "sums", "SELECT region, SUM(income) FROM persons GROUP BY region"),
     (
         "sum + avg income by municipality",

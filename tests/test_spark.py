@@ -84,6 +84,8 @@ CROSS_ENGINE_QUERIES = [
     "SELECT p.region, h.tenure, COUNT(DISTINCT p.household_id) AS households "
     "FROM persons p JOIN households h ON p.household_id = h.household_id "
     "GROUP BY p.region, h.tenure",
+    # keyed by the households' record keys, looked up through the reference
+    "SELECT region, COUNT(DISTINCT household_id) AS households FROM persons GROUP BY region",
     "SELECT r.name, r.population, COUNT(*) AS n "
     "FROM persons p JOIN regions r ON p.region = r.region GROUP BY r.name, r.population",
     "SELECT municipality, COUNT(*) AS n FROM persons GROUP BY municipality "

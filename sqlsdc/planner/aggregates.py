@@ -14,7 +14,7 @@ from sqlsdc.planner.allowlist import (
 from sqlsdc.planner.identity import canonical_expression
 from sqlsdc.planner.linear import LinearForm, NotLinear, is_constant, linear_form
 from sqlsdc.planner.normal_form import STATISTIC, SUMMED, normal_form
-from sqlsdc.planner.plan import group_keys
+from sqlsdc.planner.plan import COUNTED_UNITS, CountedUnits, group_keys
 from sqlsdc.planner.scopes import (
     DIALECT,
     ROW_ROLES,
@@ -46,11 +46,15 @@ class AggregateChecks:
                 "COUNT(DISTINCT municipality), and filter rows with WHERE",
             )
 
-    def _own_unit(self, lineage: Lineage) -> bool:
-        """The identifier is the privacy unit of the table it is stored in (persons.person_id),
-        so its distinct count is the count of the rows' own units."""
+    def _counted_units(self, lineage: Lineage) -> CountedUnits:
+        """The units a distinct count of the unit identifier ``lineage`` counts: the table's own
+        when it is the table's privacy unit (persons.person_id, also benefits.person_id, whose
+        rows have keys of their own), else those of the table it references
+        (persons.household_id: households)."""
         table, column = next(iter(lineage.sources))
-        return self.policy.table(table).privacy_unit == column
+        if self.policy.table(table).privacy_unit == column:
+            return CountedUnits(table, column, referenced=False)
+        return CountedUnits(*self._key_target(table, column), referenced=True)
 
     def _is_unit(self, lineage: Lineage) -> bool:
         if lineage.roles != {ColumnRole.IDENTIFIER} or len(lineage.sources) != 1:
@@ -117,9 +121,9 @@ class AggregateChecks:
             if distinct:
                 self._check_plain_distinct(aggregate, argument, info)
             if distinct and self._is_unit(lineage):
-                own_unit = self._own_unit(lineage)
-                if not own_unit:  # e.g. households counted through persons.household_id
-                    aggregate.meta[STATISTIC] = "distinct:" + names(lineage)
+                # keyed by the counted units' record keys (households, also when counted
+                # through persons.household_id): one set of units, one noise (red team s29b)
+                aggregate.meta[COUNTED_UNITS] = self._counted_units(lineage)
                 return [aggregate]
             allowed = {ColumnRole.DIMENSION} if distinct else ROW_ROLES
             if lineage.roles - allowed:

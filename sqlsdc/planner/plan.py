@@ -9,7 +9,7 @@ row-level CTEs and derived tables. Planning does not change the tree; the rewrit
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
@@ -20,6 +20,22 @@ from sqlsdc.planner.multiplicity import Multiplicity
 from sqlsdc.planner.scopes import Analysis, Kind, ScopeInfo, own_nodes
 from sqlsdc.policy import AggregateKind, Method, Policy, ProtectionRule
 
+COUNTED_UNITS = "sqlsdc_counted_units"  # meta key of a COUNT(DISTINCT unit): its CountedUnits
+
+
+@dataclass(frozen=True)
+class CountedUnits:
+    """The units a ``COUNT(DISTINCT identifier)`` counts: those of ``table``, whose privacy unit
+    is ``column``, read from that column itself (``referenced`` False) or from a column that
+    declares a reference to it (``persons.household_id`` counts households). The cell key
+    method keys the count by these units' own record keys, however the query reaches them;
+    ``unique``: the table has one row per unit (the planner's knowledge of the catalog)."""
+
+    table: str
+    column: str
+    referenced: bool
+    unique: bool = False
+
 
 @dataclass(frozen=True)
 class ProtectedAggregate:
@@ -28,6 +44,7 @@ class ProtectedAggregate:
     min_frequency: int
     argument: exp.Expr | None  # rows contribute where this is not NULL; None: every row
     rule: ProtectionRule
+    counted: CountedUnits | None = None  # COUNT(DISTINCT unit): whose units it counts
 
 
 @dataclass(frozen=True)
@@ -208,7 +225,10 @@ class _Planner:
             argument = argument.expressions[0]
         if isinstance(argument, exp.Star):
             argument = None
-        return ProtectedAggregate(node, kind, k, argument, rules[0])
+        counted = node.meta.get(COUNTED_UNITS)
+        if counted is not None:
+            counted = replace(counted, unique=self.unit_per_row.get(counted.table, False))
+        return ProtectedAggregate(node, kind, k, argument, rules[0], counted)
 
     def _keyed_methods(self, info: ScopeInfo, tables: list[str]) -> set[Method]:
         """The methods among this aggregation's that need record keys (CKM, DP, ROUND)."""

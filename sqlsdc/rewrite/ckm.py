@@ -17,7 +17,9 @@ with the j-th scrambled cell key and adds ``sign(x̂)·|x_delta_j|·sign(v)·(μ
 flipping the sign of the running value, v spread over its grid cell. A magnitude's key is the
 cell key through the secret mix of its statistic (:func:`sqlsdc.mechanisms.ckm.statistic_key`,
 constants read from ``sqlsdc.ckm_mix``), so different statistics of the same records get
-unlinkable noise; so does a distinct count of another column than the rows' own unit.
+unlinkable noise; so does a distinct count of a dimension. A distinct count of units is keyed
+by those units' own record keys, however the query reaches them
+(:mod:`sqlsdc.rewrite.counted_units`).
 
 AVG is the protected sum over the protected count, n being the rows summed (on a join, those of
 :attr:`CellPlan.row_source`) and n̂ its CKM count. With mean-before-sum (Geyer et al., PSD 2022,
@@ -46,6 +48,7 @@ from sqlsdc.planner.plan import ProtectedAggregate
 from sqlsdc.policy import AggregateKind, Method, Policy
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, unit_count, when_present
 from sqlsdc.rewrite.ckm_magnitudes import PREV, PTABLE_ENTRIES, MagnitudeLayers, ptable_ref
+from sqlsdc.rewrite.counted_units import counted_units_key, join_unit_keys, unit_lookups
 from sqlsdc.rewrite.sql import any_, at_least_column, copy_clause, missing, mul_expr, number
 from sqlsdc.rewrite.threshold import at_least
 
@@ -67,6 +70,7 @@ class _Builder(MagnitudeLayers):
         self.plan = cells.plan
         self.count_rule = policy.table(self.plan.tables[0]).rule(AggregateKind.COUNTS)
         self.layer = 0
+        self.lookups = unit_lookups(self.plan, self._arguments(), Method.CKM)
 
     # -- rows and aggregation ------------------------------------------------------------------
 
@@ -116,7 +120,13 @@ class _Builder(MagnitudeLayers):
             rows.append("expressions", exp.alias_(rkey.copy(), f"__rk{t}"))
         for t, unit in enumerate(plan.units or []):
             rows.append("expressions", exp.alias_(unit.copy(), f"__u{t}"))
+        looked_up = join_unit_keys(rows, plan, self._arguments(), self.lookups)
+        for j, key in enumerate(looked_up):
+            rows.append("expressions", exp.alias_(key, f"__rr{j}"))
         return rows
+
+    def _arguments(self) -> list[exp.Expr | None]:
+        return [self.cells.argument(i, self.twin) for i in range(len(self.plan.aggregates))]
 
     def _value(self, i: int) -> str:
         """The rows' column holding aggregate i's argument: one column per distinct argument,
@@ -163,7 +173,11 @@ class _Builder(MagnitudeLayers):
             elif spec.kind is AggregateKind.MAGNITUDES:  # a CKM count's n is __a
                 counted = unit_count(argument, self._summed_units(i, units))
                 agg.append("expressions", exp.alias_(counted, f"__n{i}"))
-            if method is Method.CKM:
+            if method is Method.CKM and i in self.lookups:
+                looked_up = exp.column(f"__rr{self.lookups[i]}", "__r")
+                key = counted_units_key(looked_up, argument, self._cell_key)
+                agg.append("expressions", exp.alias_(key, f"__k{i}"))
+            elif method is Method.CKM:
                 key = self._cell_key(argument, spec)
                 agg.append("expressions", exp.alias_(key, f"__k{i}"))
             if method is Method.CKM and spec.kind is AggregateKind.MAGNITUDES:
@@ -371,7 +385,7 @@ class _Builder(MagnitudeLayers):
 
     @staticmethod
     def _own_statistic(spec) -> bool:
-        """A CKM magnitude, or a distinct count of another column than the rows' own unit:
+        """A CKM magnitude, or a distinct count of a dimension (not of units):
         statistics that look their noise up with a key of their own."""
         if spec.rule.method is not Method.CKM:
             return False

@@ -41,12 +41,15 @@ and the rounded values ``__y<i>``; exact values and keys never reach the outer q
 
 from __future__ import annotations
 
+from functools import partial
+
 from sqlglot import exp
 
 from sqlsdc.catalog.ptables import KEY_MODULUS
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.policy import AggregateKind, Method, Rounding
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, inner_select, unit_count
+from sqlsdc.rewrite.counted_units import counted_units_key, join_unit_keys, unit_lookups
 from sqlsdc.rewrite.threshold import add_keys, at_least, group_condition, records_key, rotated
 
 MECHANISM = "round"
@@ -71,11 +74,17 @@ def round_frame(cells: Cells, twin: dict[int, exp.Expr]) -> Frame:
         )
     inner = inner_select(cells)
     add_keys(inner, cells)
+    arguments = [cells.argument(i, twin) for i in range(len(cells.aggregates))]
+    lookups = unit_lookups(plan, arguments, Method.ROUND)
+    looked_up = join_unit_keys(inner, plan, arguments, lookups)
     for i, aggregate in enumerate(cells.aggregates):
-        argument = cells.argument(i, twin)
+        argument = arguments[i]
         inner.append("expressions", exp.alias_(aggregate.copy(), f"__a{i}"))
         inner.append("expressions", exp.alias_(unit_count(argument, plan.units), f"__n{i}"))
-        if plan.aggregates[i].rule.method is Method.ROUND:
+        if i in lookups:  # a distinct count of units: their own keys (counted_units)
+            key = counted_units_key(looked_up[lookups[i]], argument, partial(cell_key, cells, i))
+            inner.append("expressions", exp.alias_(key, f"__k{i}"))
+        elif plan.aggregates[i].rule.method is Method.ROUND:
             inner.append("expressions", exp.alias_(cell_key(cells, i, argument), f"__k{i}"))
     group = group_condition(inner, cells)
     outer = exp.Select(

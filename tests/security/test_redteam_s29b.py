@@ -13,9 +13,11 @@ What succeeded, and was closed:
   named by the columns of the value alone, as a WHERE clause is (noise depends on rows and
   measure, not on spelling).
 
-Left open (strict xfail below): the households of a set of persons, counted as
-``COUNT(DISTINCT persons.household_id)`` and through a join to households, are one number with
-two independent noises (two draws to average, not many).
+Left open, closed in session 30: the households of a set of persons, counted as
+``COUNT(DISTINCT persons.household_id)`` and through a join to households, were one number with
+two independent noises (two draws to average, not many). A distinct count of units is now keyed
+by the counted units' own record keys (``sqlsdc.rewrite.counted_units``; its attacks in
+``test_ckm_counted_units.py``).
 
 What held (one test each below): every spelling of a scale constant (``0.1``, ``1e-1``,
 ``1/10``, ``CAST(0.1 AS DOUBLE)``, ``1.e-1``) gives one DP identity and one charge, and a DP
@@ -129,15 +131,6 @@ def test_repeated_rows_never_reach_a_dp_aggregation(tmp_path, source):
     con.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "OPEN: the households of a set of persons counted through persons.household_id (a "
-        "statistic keyed by the persons' rows) and through a join to households (keyed by the "
-        "households' own records) are one number with two independent noises; the first "
-        "should be keyed by the referenced households' record keys"
-    ),
-)
 def test_the_households_of_persons_have_one_noise_however_they_are_counted(ckm_db):
     con = sqlsdc.connect(ckm_db, user="analyst")
     through_persons = rows(
