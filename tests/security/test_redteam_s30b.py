@@ -32,8 +32,9 @@ Left open (strict xfail below):
 * under the cell key method the noise of a sum is keyed by the records of its contributors,
   and a record whose value is 0 contributes nothing to the sum but changes the key: ``WHERE NOT
   (income = 0 AND age = a)`` for each age gives the same exact sum with as many independent
-  noises (16 on one region of the demo, one per age of its children). It is the padding of the known averaging attack
-  (``tests/security/test_redteam3.py``) without the second noisy term. Keying the sum by its
+  noises (16 on one region of the demo, one per age of its children). It is the padding of
+  the known averaging attack (``tests/security/test_redteam3.py``) without the second noisy
+  term. Keying the sum by its
   non-zero records would not be safe as is: under mean-before-sum the published mean is
   ``x̂ / n`` with the true n, and two cells of one key differing by zero records would tell n.
 
@@ -225,7 +226,8 @@ def test_truncating_the_earliest_timestamps_is_not_an_error_oracle(tmp_path):
     with sqlsdc.connect(path, user="analyst") as con:
         outcomes = set()
         for group in ("a", "b"):
-            sql = f"SELECT DATE_TRUNC('year', ts) AS y, COUNT(*) FROM t WHERE g = '{group}' GROUP BY 1"
+            where = f"WHERE g = '{group}'"
+            sql = f"SELECT DATE_TRUNC('year', ts) AS y, COUNT(*) FROM t {where} GROUP BY 1"
             try:
                 con.execute(sql).fetchall()
                 outcomes.add("answered")
@@ -382,7 +384,8 @@ def test_parameters_are_checked_as_the_literals_they_bind(ckm, sql, params):
 
 
 def test_parameters_bound_to_breaks_and_shapes_answer_like_literals(ckm):
-    """A class break through a parameter (an int or a float) is the literal's query; ``LIMIT ?`` and ``ORDER BY ?`` (an ordinal) shape released rows only."""
+    """A class break through a parameter (an int or a float) is the literal's query;
+    ``LIMIT ?`` and ``ORDER BY ?`` (an ordinal) shape released rows only."""
     literal = rows(ckm, "SELECT region, COUNT(*) FROM persons WHERE income > 50000 GROUP BY 1")
     sql = "SELECT region, COUNT(*) FROM persons WHERE income > ? GROUP BY 1"
     for params in ([50000], [50000.0]):
