@@ -124,34 +124,39 @@ def test_question_mark_parameters_are_bound_in_the_order_of_the_text(ckm):
     )
 
 
+def dimensions_table(path, columns: dict[str, str], rows: int) -> sqlsdc.Connection:
+    """A CKM table ``t`` (pid, g in a/b, and dimension columns given as SQL over i in
+    0..rows-1), and an analyst's connection to it."""
+    values = ", ".join(f"{sql} AS {name}" for name, sql in columns.items())
+    raw = duckdb.connect(str(path))
+    raw.execute(
+        "CREATE TABLE t AS SELECT i AS pid, CASE WHEN i % 2 = 0 THEN 'a' ELSE 'b' END AS g, "
+        f"{values} FROM range({rows}) AS r(i)"
+    )
+    raw.close()
+    declared = {"pid": {"role": "identifier"}, "g": {"role": "dimension", "domain": ["a", "b"]}}
+    declared |= {name: {"role": "dimension"} for name in columns}
+    sqlsdc.init(path, {
+        "tables": {"t": {"privacy_unit": "pid", "columns": declared, "protection": CKM}},
+        "users": {"analyst": {"role": "analyst"}, "admin": {"role": "admin"}},
+    })  # fmt: skip
+    return sqlsdc.connect(path, user="analyst")
+
+
 @pytest.fixture(scope="module")
 def temporal(tmp_path_factory):
     """A CKM table whose pid 7 (in group b) holds a DATE beyond TIMESTAMP's range and pid 9
     (in b) the earliest DATE; every other date, timestamp and TIMESTAMPTZ is of 2020-2021."""
+    hours = "to_seconds(i * 3600)"
+    columns = {
+        "d": "CASE WHEN i = 7 THEN DATE '5877641-06-25' WHEN i = 9 THEN DATE '-5877641-06-25' "
+        "ELSE DATE '2020-01-01' + CAST(i % 700 AS INTEGER) END",
+        "ts": f"TIMESTAMP '2020-01-01' + {hours}",
+        "tz": f"TIMESTAMPTZ '2020-01-01 00:00:00+00' + {hours}",
+        "tms": f"CAST(TIMESTAMP '2020-01-01' + {hours} AS TIMESTAMP_MS)",
+    }
     path = tmp_path_factory.mktemp("temporal") / "t.duckdb"
-    raw = duckdb.connect(str(path))
-    raw.execute(
-        "CREATE TABLE t AS SELECT i AS pid, CASE WHEN i % 2 = 0 THEN 'a' ELSE 'b' END AS g, "
-        "CASE WHEN i = 7 THEN DATE '5877641-06-25' WHEN i = 9 THEN DATE '-5877641-06-25' "
-        "ELSE DATE '2020-01-01' + CAST(i % 700 AS INTEGER) END AS d, "
-        "TIMESTAMP '2020-01-01' + to_seconds(i * 3600) AS ts, "
-        "TIMESTAMPTZ '2020-01-01 00:00:00+00' + to_seconds(i * 3600) AS tz, "
-        "CAST(TIMESTAMP '2020-01-01' + to_seconds(i * 3600) AS TIMESTAMP_MS) AS tms "
-        "FROM range(2000) AS r(i)"
-    )
-    raw.close()
-    dimension = {"role": "dimension"}
-    sqlsdc.init(path, {
-        "tables": {"t": {
-            "privacy_unit": "pid",
-            "columns": {"pid": {"role": "identifier"},
-                        "g": {"role": "dimension", "domain": ["a", "b"]},
-                        "d": dimension, "ts": dimension, "tz": dimension, "tms": dimension},
-            "protection": CKM,
-        }},
-        "users": {"analyst": {"role": "analyst"}, "admin": {"role": "admin"}},
-    })  # fmt: skip
-    with sqlsdc.connect(path, user="analyst") as con:
+    with dimensions_table(path, columns, 2000) as con:
         yield con
 
 
@@ -209,21 +214,8 @@ def test_date_bucketing_of_one_type_still_works(temporal, sql):
     ),
 )
 def test_truncating_the_earliest_timestamps_is_not_an_error_oracle(tmp_path):
-    path = tmp_path / "ts.duckdb"
-    raw = duckdb.connect(str(path))
-    raw.execute(
-        "CREATE TABLE t AS SELECT i AS pid, CASE WHEN i % 2 = 0 THEN 'a' ELSE 'b' END AS g, "
-        "CASE WHEN i = 7 THEN TIMESTAMP '-290308-12-22' ELSE TIMESTAMP '2020-01-01' END AS ts "
-        "FROM range(200) AS r(i)"
-    )
-    raw.close()
-    sqlsdc.init(path, {
-        "tables": {"t": {"privacy_unit": "pid", "protection": CKM, "columns": {
-            "pid": {"role": "identifier"}, "g": {"role": "dimension", "domain": ["a", "b"]},
-            "ts": {"role": "dimension"}}}},
-        "users": {"analyst": {"role": "analyst"}, "admin": {"role": "admin"}},
-    })  # fmt: skip
-    with sqlsdc.connect(path, user="analyst") as con:
+    earliest = "CASE WHEN i = 7 THEN TIMESTAMP '-290308-12-22' ELSE TIMESTAMP '2020-01-01' END"
+    with dimensions_table(tmp_path / "ts.duckdb", {"ts": earliest}, 200) as con:
         outcomes = set()
         for group in ("a", "b"):
             where = f"WHERE g = '{group}'"
