@@ -253,11 +253,8 @@ def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
         dp_stages=tuple(stages.values()),
         fingerprint=hashlib.sha256(text.encode()).hexdigest()[:16],
         population=population,
-        summed=tuple(
-            sorted(
-                {s for c in plan.cells for a in c.aggregates for s in a.node.meta.get(SUMMED, ())}
-            )
-        ),  # fmt: skip
+        summed=tuple(sorted({s for c in plan.cells for a in c.aggregates
+                             for s in a.node.meta.get(SUMMED, ())})),  # fmt: skip
         tables=tuple(tables),
         tree=protected,
         suppressed=tuple(
