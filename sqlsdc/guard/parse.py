@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType
 
 from sqlsdc.engines.trees import nodes
 from sqlsdc.errors import PolicyViolation, ProgrammingError, SqlSyntaxError
@@ -46,7 +47,7 @@ def parse_statement(sql: str, max_length: int = DEFAULT_MAX_STATEMENT_CHARACTERS
             "about the policy's `limits.max_statement_characters`",
         )
     try:
-        statements = [s for s in sqlglot.parse(sql, read=DIALECT) if s is not None]
+        statements = [s for s in sqlglot.parse(number_placeholders(sql), read=DIALECT) if s]
     except RecursionError:
         raise too_complex(sql) from None
     except (ParseError, TokenError) as e:
@@ -71,6 +72,30 @@ def parse_statement(sql: str, max_length: int = DEFAULT_MAX_STATEMENT_CHARACTERS
             sql,
         )
     return _check_depth(balance_connectors(tree), sql)
+
+
+def number_placeholders(sql: str) -> str:
+    """``sql`` with its ``?`` placeholders written ``$1``, ``$2``... in the order of the text.
+
+    A ``?`` is the next parameter in the order it is written (PEP 249 ``qmark``, DuckDB);
+    sqlglot's trees keep the clauses of a SELECT in another order (LIMIT and OFFSET before
+    WHERE), so ``WHERE age > ? ... LIMIT ?`` bound by a walk of the tree gave the WHERE the
+    LIMIT's value. Numbered, each is bound by its position in the text. ``?`` mixed with
+    ``$n`` or ``$name`` parameters is refused, as DuckDB refuses it.
+    """
+    if "?" not in sql:
+        return sql
+    tokens = sqlglot.tokenize(sql, read=DIALECT)
+    marks = [t for t in tokens if t.token_type is TokenType.PLACEHOLDER and t.text == "?"]
+    if not marks:
+        return sql
+    if any(t.token_type is TokenType.PARAMETER for t in tokens):
+        raise ProgrammingError("the query mixes ? placeholders with $n or $name parameters")
+    parts, start = [], 0
+    for number, mark in enumerate(marks, 1):
+        parts += [sql[start : mark.start], f"${number}"]
+        start = mark.end + 1
+    return "".join([*parts, sql[start:]])
 
 
 def too_complex(sql: str | None) -> PolicyViolation:

@@ -340,7 +340,7 @@ def _describe_outputs(
             else:
                 columns.append(OutputColumn(name, "key"))
         return columns
-    for name, lineage in zip(names, root.outputs.values(), strict=False):
+    for name, lineage in zip(names, root.columns, strict=False):
         mechanism = "derived" if lineage.protected else "key" if lineage.sources else "public"
         columns.append(OutputColumn(name, mechanism))
     return columns

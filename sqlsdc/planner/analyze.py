@@ -205,6 +205,7 @@ class _Checker(AggregateChecks, TotalityChecks):
             if kind is Kind.AGGREGATE:
                 lineage = Lineage(sources=lineage.sources, protected=contains_aggregate(projection))
             info.outputs[projection.alias_or_name] = lineage
+            info.columns.append(lineage)
         return info
 
     def _check_distinct_outputs(self, scope: Scope) -> None:
@@ -238,10 +239,11 @@ class _Checker(AggregateChecks, TotalityChecks):
                 f"{node.key.upper()} of confidential rows is not allowed",
                 "aggregate each part (GROUP BY ... with COUNT/SUM/AVG) before combining them",
             )
-        outputs = {}
-        for (name, a), b in zip(left.outputs.items(), right.outputs.values(), strict=False):
-            outputs[name] = a | b
-        return ScopeInfo(left.scope, Kind.SAFE, outputs)
+        # by position: a part may repeat a name (only the first part's names name anything)
+        columns = [a | b for a, b in zip(left.columns, right.columns, strict=False)]
+        names = [p.alias_or_name for p in left.scope.expression.expressions]
+        outputs = dict(zip(names, columns, strict=False))
+        return ScopeInfo(left.scope, Kind.SAFE, outputs, columns=columns)
 
     def lineage(self, node: exp.Expr, scope: Scope, infos: dict[int, ScopeInfo]) -> Lineage:
         result = Lineage()

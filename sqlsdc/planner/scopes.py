@@ -45,10 +45,15 @@ class Lineage:
 
 @dataclass
 class ScopeInfo:
+    """A scope's kind and the lineage of its outputs: by name (``outputs``, what an outer scope
+    reads as ``q.name``) and by position (``columns``): the result's own outputs may repeat a
+    name (``SELECT a.n, b.n``), and each is still a column of its own."""
+
     scope: Scope
     kind: Kind
     outputs: dict[str, Lineage] = field(default_factory=dict)
     aggregates: list[exp.AggFunc] = field(default_factory=list)
+    columns: list[Lineage] = field(default_factory=list)
 
 
 @dataclass

@@ -172,6 +172,8 @@ def comparable(a: exp.Expr, b: exp.Expr) -> bool:
         return True
     if fa is None or fb is None:
         return False
+    if fa == fb == "temporal":
+        return _temporal_type(a) == _temporal_type(b) or (_in_range(a) and _in_range(b))
     if fa == fb or (fa in NUMERIC and fb in NUMERIC):
         return True
     for text, other in ((a, fb), (b, fa)):
@@ -186,9 +188,68 @@ def _same_family(values: list[exp.Expr]) -> str | None:
     families = {family(v) for v in values} - {"null"}
     if None in families:
         return "a value of unknown type"
+    if families == {"temporal"} and len({_temporal_type(v) for v in values} - {None}) > 1:
+        if not all(_in_range(v) for v in values):
+            return "mixing date and time types casts values"
     if len(families) <= 1 or families <= NUMERIC:
         return None
     return "mixing types casts values"
+
+
+def _temporal_type(node: exp.Expr) -> exp.DataType.Type | None:
+    """The exact type of a date or time value (None for NULL): values of two temporal types
+    are compared or mixed by casting one to the other, which fails outside the target's range
+    (a DATE beyond year 294246 is no TIMESTAMP, a TIMESTAMP beyond 2262 no TIMESTAMP_NS)."""
+    node = _unwrap(node)
+    if isinstance(node, exp.Null):
+        return None
+    dtype = node.to if isinstance(node, (exp.Cast, exp.TryCast)) else node.type
+    return dtype.this if dtype is not None else None
+
+
+def _in_range(node: exp.Expr) -> bool:
+    """Whether every value ``node`` can take is NULL or a date/time literal of years 1-9999
+    (through CASE, IF, COALESCE, GREATEST, LEAST and DATE_TRUNC): such values convert to every
+    temporal type, so casting them cannot fail, whichever rows choose among them."""
+    node = _unwrap(node)
+    if isinstance(node, exp.Null):
+        return True
+    if isinstance(node, (exp.Cast, exp.TryCast)):
+        literal = _unwrap(node.this)
+        return isinstance(literal, exp.Literal) and _literal_converts(literal, "temporal")
+    if isinstance(node, exp.Case):
+        values = [i.args.get("true") for i in node.args.get("ifs", [])]
+        return all(_in_range(v) for v in [*values, node.args.get("default")] if v is not None)
+    if isinstance(node, exp.If):
+        values = [node.args.get("true"), node.args.get("false")]
+        return all(_in_range(v) for v in values if v is not None)
+    if isinstance(node, (exp.Coalesce, exp.Greatest, exp.Least)):
+        return all(_in_range(v) for v in [node.this, *node.expressions])
+    if isinstance(node, (exp.DateTrunc, exp.TimestampTrunc)):
+        return _in_range(node.this)
+    return False
+
+
+def _temporal_partiality(n: exp.Expr, target: exp.Expr) -> str | None:
+    """Why a date/time function can raise on some values of its argument's type (DuckDB 2.0):
+    DATE_TRUNC of a DATE is a TIMESTAMP, out of range for dates beyond year 294246 (or before
+    -290308), whatever the part; EXTRACT of the week, ISO year or year-week of the earliest
+    dates; STRFTIME of TIMESTAMP_S/_MS values converts them to microseconds first."""
+    kind = _temporal_type(target)
+    if isinstance(n, (exp.DateTrunc, exp.TimestampTrunc)) and kind is T.DATE:
+        if _in_range(target):
+            return None
+        return (
+            "DATE_TRUNC of a DATE is a TIMESTAMP, and dates outside its range raise; "
+            "use year(d), month(d), quarter(d) or strftime(d, '%Y-%m')"
+        )
+    if isinstance(n, exp.Extract) and kind is T.DATE:
+        part = n.this.name.lower() if isinstance(n.this, (exp.Var, exp.Literal)) else ""
+        if part in {"week", "weeks", "w", "isoyear", "yearweek"}:
+            return f"EXTRACT({part}) of the earliest dates raises; use year(d) or month(d)"
+    if isinstance(n, exp.TimeToStr) and kind in (T.TIMESTAMP_S, T.TIMESTAMP_MS):
+        return "STRFTIME converts the value to microseconds, which can overflow"
+    return None
 
 
 def _cast_is_total(source: exp.Expr, target: exp.DataType) -> bool:
@@ -292,5 +353,7 @@ def partiality(n: exp.Expr) -> str | None:
         return None if family(n.this) in ("text", "null") else "the argument is not text"
     if isinstance(n, _TEMPORAL):
         target = n.expression if isinstance(n, exp.Extract) else n.this
-        return None if family(target) == "temporal" else "the argument is not a date or timestamp"
+        if family(target) != "temporal":
+            return "the argument is not a date or timestamp"
+        return _temporal_partiality(n, target)
     return f"{describe(n)} is not known to be error-free"
