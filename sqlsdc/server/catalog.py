@@ -29,7 +29,9 @@ from pathlib import Path
 import pyarrow as pa
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType
 
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import NotSupportedError, PolicyViolation, ProgrammingError
@@ -39,6 +41,7 @@ from sqlsdc.server.visible import visible_tables
 
 CATALOG_TIMEOUT = 10.0  # seconds; catalog queries read a few small tables
 MAX_CATALOG_ROWS = 100_000  # rows of one catalog answer; more is refused (server memory)
+MAX_CATALOG_BYTES = 16 * 2**20  # bytes of one catalog answer (a catalog has a few hundred KB)
 CATALOG_SCHEMAS = {"pg_catalog": "pgc", "information_schema": "isc"}
 INFORMATION_SCHEMA_VIEWS = frozenset({
     "schemata", "tables", "views", "columns", "table_constraints", "key_column_usage",
@@ -49,7 +52,7 @@ FUNCTIONS = shadow.MACROS | {
     # plain SQL: operators, conditionals, strings, arrays and aggregates over catalog rows
     "and", "or", "not", "cast", "trycast", "array", "case", "if", "coalesce", "nullif",
     "greatest", "least", "lower", "upper", "length", "concat", "concatws", "substring",
-    "trim", "replace", "left", "right", "lpad", "rpad", "strposition", "splitpart", "initcap",
+    "trim", "left", "right", "strposition", "splitpart", "initcap",
     "regexplike", "regexpilike", "startswith", "abs", "round", "floor", "ceil", "count", "sum",
     "min", "max", "avg", "arrayagg", "arrayposition", "arraytostring", "arraysize",
     "arraycontains", "stringtoarray", "groupconcat", "logicaland", "logicalor", "unnest",
@@ -57,11 +60,15 @@ FUNCTIONS = shadow.MACROS | {
     "any", "all", "exists", "in", "tostring", "lag", "lead", "firstvalue", "chr", "ascii",
     "collate", "array_to_string", "explodinggenerateseries", "string_agg", "generate_series",
     "generateseries", "json_build_object", "currentversion", "currentschema", "currentdatabase",
-    "currentcatalog", "currentuser", "sessionuser", "rownumber", "pad",
+    "currentcatalog", "currentuser", "sessionuser", "rownumber",
 }  # fmt: skip
 """Functions a catalog query may call (sqlglot's names of known functions, lowercase, or the
 name of an unknown one): the shadow's macros and plain SQL. Everything else is refused, so
-DuckDB's table functions, file readers and ``duckdb_*`` functions are never reached."""
+DuckDB's table functions, file readers and ``duckdb_*`` functions are never reached. None of
+them makes a string much longer than its arguments: ``lpad``/``rpad``/``repeat`` (a length
+argument) and ``replace`` (nested, it multiplies) are left out, as the guard leaves them out,
+because one call runs to its end without checking the catalog's timeout: ``lpad('x',
+2000000000)`` held a worker for 37 s and 2 GB (tests/security/test_redteam_s30.py)."""
 
 DEFAULT_SETTINGS = {
     "server_version": shadow.SERVER_VERSION,
@@ -100,6 +107,34 @@ _TRANSACTION_TAGS = {
 }  # fmt: skip
 
 
+_SESSION_KEYWORDS = {"SET", "SHOW", "RESET", "DISCARD", "DEALLOCATE", "LISTEN", "NOTIFY",
+                     *_TRANSACTION_TAGS}  # fmt: skip
+
+
+def _one_statement(text: str) -> str:
+    """The session statement ``text`` without the semicolons and comments after it.
+
+    A session statement followed by another (``BEGIN; SELECT ...``) is refused, as the guard
+    refuses two queries: answering the first alone would drop the others without a word.
+
+    Raises:
+        PolicyViolation: more than one statement (or one the tokenizer cannot read).
+    """
+    try:
+        tokens = Postgres.Tokenizer().tokenize(text)
+    except TokenError:
+        tokens = None
+    kinds = [t.token_type for t in tokens or ()]
+    first = kinds.index(TokenType.SEMICOLON) if TokenType.SEMICOLON in kinds else len(kinds)
+    if tokens is None or any(kind is not TokenType.SEMICOLON for kind in kinds[first:]):
+        raise PolicyViolation(
+            "several statements were sent; exactly one is allowed",
+            "send one statement per call",
+            text,
+        )
+    return text[: tokens[first - 1].end + 1] if first else text
+
+
 @dataclass(frozen=True)
 class CatalogAnswer:
     """What the server sends back: rows (None for a command without rows) and the command tag
@@ -135,6 +170,8 @@ class SessionCatalog:
         if not text:
             return None
         keyword = text.split(None, 1)[0].upper()
+        if keyword in _SESSION_KEYWORDS:
+            text = _one_statement(text)
         if keyword == "SET":
             return self._set(text)
         if keyword == "SHOW":
@@ -303,20 +340,22 @@ def _parse_catalog_query(text: str) -> exp.Query | None:
 
 def _run_capped(shadow_db, sql: str, text: str) -> pa.Table:
     """The rows of a catalog query, read as a stream and refused beyond
-    :data:`MAX_CATALOG_ROWS`: a catalog has a few hundred rows, and ``generate_series`` or a
-    cross join must not make a session's answer fill the server's memory. Interrupted after
+    :data:`MAX_CATALOG_ROWS` rows or :data:`MAX_CATALOG_BYTES` bytes: a catalog has a few
+    hundred rows, and ``generate_series`` or a cross join must not make a session's answer fill
+    the server's memory (99,000 rows of 1,000 characters were 99 MB). Interrupted after
     :data:`CATALOG_TIMEOUT` seconds."""
     timer = threading.Timer(CATALOG_TIMEOUT, shadow_db.interrupt)
     timer.daemon = True
     timer.start()
     try:
         reader = shadow_db.sql(sql).to_arrow_reader(1024)
-        batches, count = [], 0
+        batches, count, size = [], 0, 0
         for batch in reader:
-            count += batch.num_rows
-            if count > MAX_CATALOG_ROWS:
+            count, size = count + batch.num_rows, size + batch.nbytes
+            if count > MAX_CATALOG_ROWS or size > MAX_CATALOG_BYTES:
                 raise PolicyViolation(
-                    f"a catalog query may return at most {MAX_CATALOG_ROWS} rows",
+                    f"a catalog query may return at most {MAX_CATALOG_ROWS} rows and "
+                    f"{MAX_CATALOG_BYTES // 2**20} MB",
                     "filter the catalog query (WHERE, LIMIT)",
                     text,
                 )

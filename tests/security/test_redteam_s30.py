@@ -1,0 +1,256 @@
+"""Red-team round of session 30 (first), with an analyst's login only, against what an analyst
+or a BI tool reaches outside the embedded guarded connection: ``sqlsdc serve`` (its catalog
+shadow, session statements, extended protocol, concurrency), the release database and the
+analyst's CLI commands.
+
+What succeeded, and was closed:
+
+* **DoS through the catalog shadow**: a catalog query (one that reads ``pg_catalog`` or no table
+  at all) could call ``lpad``/``rpad``/``replace``, which the guard refuses.
+  ``SELECT length(lpad('x', 2000000000, 'y'))`` held a worker of the server for 37 s and 2 GB:
+  one call runs to its end without looking at the catalog's 10 s timeout, and its string is
+  not counted against the shadow's 128 MB memory limit; nested ``replace`` multiplies a string
+  (a 1 GB value per catalog row in 4.6 s). Catalog queries now call neither, like the guard.
+* **Memory through catalog answers**: a catalog answer was capped at 100,000 rows only, so
+  ``SELECT lpad('x', 200000000, 'y')`` sent one 200 MB value, and 99,000 rows of a
+  1,000-character literal (a 1 KB statement) 99 MB, all held in the server's memory while sent
+  to a client that may read slowly. A catalog answer now stops at 16 MB as well.
+* **Silent half-answers**: a session statement followed by another in one message (``SET a =
+  1; SELECT ...``, ``START TRANSACTION; SELECT * FROM persons``, ``DISCARD ALL; ...``) was
+  answered as the first statement alone and the rest dropped without a word (nothing leaked:
+  the rest never ran). It is now refused like two queries are.
+
+What held (one test each below): a parameter whose conversion fails is refused before any
+row is read, whatever the data (no error oracle through ``$n``); sessions of one user racing
+the ledger over the extended protocol never spend more than the budget, and each refusal is
+the budget's SQLSTATE; the server's cells equal the embedded connection's, in text, binary and
+prepared form; DuckDB-only statements (``SUMMARIZE``, ``DESCRIBE``, ``PRAGMA``, ``CALL``,
+``FROM``-first, ``EXPLAIN ANALYZE``, ``SET GLOBAL``) are refused or kept as strings; a flood of
+unauthenticated startups (each looks the user up in the database) leaves logged-in users
+served. Probed and holding without a new test: COPY/ATTACH/file functions and
+``sqlsdc.server_users`` (tests/security/test_server_attacks.py), password and role views
+(``pg_authid``, ``pg_shadow``, ``pg_roles``, ``pg_user``: refused or withheld), recursive CTEs
+that double a string in the shadow (stopped by its memory limit), the release database (plain
+tables; no ``rule``, no primary/secondary status, contributor counts and values NULL at
+suppressed cells, no ``sqlsdc`` schema: tests/test_release.py), ``sqlsdc explain`` (the salt in
+its SQL is public by design; the mix constants stay in ``sqlsdc.ckm_mix``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import struct
+import threading
+import time
+from collections import Counter
+from fractions import Fraction
+
+import pytest
+
+import sqlsdc
+from sqlsdc.server import codec
+from tests.server.conftest import add_server_user, start_server, stop_server
+
+psycopg = pytest.importorskip("psycopg")
+
+
+@pytest.fixture(scope="module")
+def server_db(ckm_db, tmp_path_factory):
+    db = tmp_path_factory.mktemp("redteam_s30") / "demo.duckdb"
+    shutil.copy(ckm_db, db)
+    add_server_user(db)
+    return db
+
+
+@pytest.fixture(scope="module")
+def server(server_db):
+    running = start_server(server_db, "--insecure", "--statement-timeout", "20")
+    yield running
+    stop_server(running)
+
+
+def connect(server):
+    return psycopg.connect(server.dsn(), autocommit=True)
+
+
+def refusal(server, sql: str, params=None) -> psycopg.Error:
+    with connect(server) as con, pytest.raises(psycopg.Error) as caught:
+        con.execute(sql, params).fetchall()
+    return caught.value
+
+
+# --- closed: the catalog shadow cannot be made to build huge strings --------------------------
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT length(lpad('x', 2000000000, 'y')) AS n FROM pg_catalog.pg_class",
+        "SELECT length(pg_catalog.lpad('x', 2000000000, 'y')) AS n FROM pg_catalog.pg_type",
+        "SELECT length(rpad(relname, 2000000000, 'y')) AS n FROM pg_class",
+        "SELECT length(lpad('x', 2000000000, 'y')) AS n",
+        "SELECT length(replace(replace(typname, '', ''), 'a', typname || typname)) AS n "
+        "FROM pg_type",
+        "SELECT length(pg_catalog.repeat('x', 2000000000)) AS n FROM pg_class",
+    ],
+)
+def test_a_catalog_query_cannot_build_a_gigabyte_string(server, sql):
+    started = time.monotonic()
+    error = refusal(server, sql)
+    assert error.sqlstate == "42501", (error.sqlstate, str(error))
+    assert "not" in str(error) and "allowed" in str(error) or "not available" in str(error)
+    assert time.monotonic() - started < 3
+
+
+def test_a_catalog_answer_is_capped_in_bytes_as_well_as_rows(server):
+    """99,000 rows (under the row cap) of a 1,000-character literal: 99 MB from a 1 KB query."""
+    wide = "x" * 1000
+    error = refusal(server, f"SELECT g, '{wide}' AS s FROM generate_series(1, 99000) t(g)")
+    assert error.sqlstate == "42501" and "16 MB" in str(error)
+    with connect(server) as con:  # a catalog answer of ordinary size is still answered
+        rows = con.execute("SELECT g FROM generate_series(1, 5000) t(g)").fetchall()
+        assert len(rows) == 5000
+
+
+# --- closed: a session statement never silently drops the statements after it ------------------
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SET application_name = 'a'; SELECT region, COUNT(*) AS n FROM persons GROUP BY region",
+        "START TRANSACTION; SELECT * FROM persons",
+        "DISCARD ALL; SELECT * FROM persons",
+        "SAVEPOINT a; SELECT income FROM persons",
+        "RESET ALL; SELECT 1",
+        "SHOW search_path; SELECT 1",
+    ],
+)
+def test_a_session_statement_followed_by_another_is_refused(server, sql):
+    error = refusal(server, sql)
+    assert error.sqlstate == "42501" and "exactly one is allowed" in str(error)
+
+
+def test_semicolons_inside_a_set_value_or_at_the_end_are_one_statement(server):
+    with connect(server) as con:
+        con.execute("SET application_name = 'a;b';")
+        assert con.execute("SHOW application_name").fetchall() == [("a;b",)]
+        con.execute("SET search_path = public; -- a comment")
+        assert con.execute("SHOW search_path").fetchall() == [("public",)]
+
+
+# --- held --------------------------------------------------------------------------------------
+
+
+def test_a_parameter_that_fails_to_convert_fails_for_every_data(server):
+    """A ``$n`` typed text and cast in a branch only some rows take: the guard folds the cast
+    of the bound constant and refuses it before reading a row, so whether any income passes
+    the threshold cannot be told from the error."""
+    sql = ("SELECT COUNT(*) AS n FROM persons WHERE CASE WHEN income > $1 THEN "
+           "CAST($2::text AS INTEGER) ELSE 0 END = 0")  # fmt: skip
+    outcomes = set()
+    for threshold in (0, 10**12):
+        with connect(server) as con, pytest.raises(psycopg.Error) as caught:
+            con.execute(sql.replace("$1", "%s").replace("$2", "%s"), (threshold, "abc"))
+        outcomes.add((caught.value.sqlstate, str(caught.value).replace(str(threshold), "T")))
+    assert len(outcomes) == 1, outcomes
+    assert next(iter(outcomes))[0] == "42501"
+
+
+def test_the_servers_cells_are_the_embedded_connections(server, server_db):
+    sql = ("SELECT municipality, sex, COUNT(*) AS n, AVG(income) AS a FROM persons "
+           "WHERE region = 'R01' GROUP BY ALL ORDER BY 1, 2")  # fmt: skip
+    with connect(server) as con:
+        text = con.execute(sql).fetchall()
+        binary = con.execute(sql, binary=True).fetchall()
+        bound = con.execute(sql.replace("'R01'", "%s"), ("R01",), prepare=True).fetchall()
+    with sqlsdc.connect(server_db, user="analyst") as embedded:
+        assert embedded.execute(sql).fetchall() == text == binary == bound
+    assert len(text) > 10
+
+
+@pytest.mark.parametrize(
+    ("sql", "sqlstate"),
+    [
+        ("SUMMARIZE persons", "42501"),
+        ("DESCRIBE persons", "42501"),
+        ("PRAGMA table_info('persons')", "42501"),
+        ("CALL pragma_version()", "42501"),
+        ("FROM persons", "42501"),
+        ("EXPLAIN ANALYZE SELECT region, COUNT(*) AS n FROM persons GROUP BY region", "42501"),
+        ("PREPARE p AS SELECT * FROM persons", "42501"),
+        ("SELECT rolname, rolpassword FROM pg_catalog.pg_roles", "08P01"),
+        ("SELECT * FROM pg_catalog.pg_authid", "42501"),
+    ],
+)
+def test_duckdb_statements_and_password_views_are_refused(server, sql, sqlstate):
+    error = refusal(server, sql)
+    assert error.sqlstate == sqlstate, (error.sqlstate, str(error))
+
+
+def test_set_global_is_a_string_never_an_engine_setting(server):
+    with connect(server) as con:
+        assert con.execute("SET GLOBAL threads = 1").statusmessage == "SET"
+        assert con.execute("SELECT current_setting('threads')").fetchall() == [(None,)]
+
+
+def test_concurrent_sessions_never_spend_more_than_the_budget(ckm_db, tmp_path):
+    """Eight sessions of the analyst send 80 distinct DP counts (ε 0.2 each, 50 fit in the
+    analyst's ε 10) at once over the extended protocol: at most 50 are answered, every other
+    one is refused with the budget's SQLSTATE, and the ledger holds no more than the limit."""
+    db = tmp_path / "race.duckdb"
+    shutil.copy(ckm_db, db)
+    add_server_user(db)
+    running = start_server(db, "--insecure", "--workers", "8")
+    outcomes, lock = Counter(), threading.Lock()
+
+    def analyst(first: int) -> None:
+        with connect(running) as con:
+            for i in range(first, first + 10):
+                try:
+                    con.execute("SELECT COUNT(*) AS n FROM benefits WHERE amount > %s",
+                                (i,)).fetchall()  # fmt: skip
+                    outcome = "answered"
+                except psycopg.Error as e:
+                    outcome = e.sqlstate
+                with lock:
+                    outcomes[outcome] += 1
+
+    try:
+        threads = [threading.Thread(target=analyst, args=(10 * k,)) for k in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        stop_server(running)
+    assert set(outcomes) <= {"answered", "53S01"} and sum(outcomes.values()) == 80, outcomes
+    assert 0 < outcomes["answered"] <= 50
+    with sqlsdc.connect(db, user="analyst") as con:
+        status = [s for s in con.remaining_budget() if s.key.user == "analyst"]
+    assert status and status[0].spent.epsilon <= 10
+    assert status[0].spent.epsilon == outcomes["answered"] * Fraction(1, 5)
+
+
+def test_unauthenticated_startups_do_not_starve_logged_in_users(server):
+    """Each startup makes the server look its user up in the database (in the thread pool)
+    before any password: 300 of them at once leave a logged-in analyst's query served."""
+
+    def startup(user: str) -> bytes:
+        body = struct.pack("!i", codec.PROTOCOL_3_0) + b"user\0" + user.encode() + b"\0\0"
+        return struct.pack("!i", len(body) + 4) + body
+
+    with connect(server) as con:
+        sockets = []
+        try:
+            for i in range(300):
+                sock = socket.create_connection((server.host, server.port), timeout=10)
+                sock.sendall(startup(f"nobody{i}"))
+                sockets.append(sock)
+            started = time.monotonic()
+            con.execute("SELECT region, COUNT(*) AS n FROM persons GROUP BY region").fetchall()
+            assert time.monotonic() - started < 2
+        finally:
+            for sock in sockets:
+                sock.close()
