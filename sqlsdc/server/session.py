@@ -50,6 +50,8 @@ statement, a user or a value."""
 MAX_PARAMETERS = 65_535  # PostgreSQL's limit: ParameterDescription counts them in 16 bits
 MAX_PREPARED = 1_000  # named statements (and portals) one session may keep
 MAX_PREPARED_BYTES = 32 * 1024 * 1024  # their text, together: one analyst cannot fill memory
+MAX_HELD_BYTES = 64 * 1024 * 1024  # answers kept for portals and described statements; beyond,
+# no further statement runs until some are closed (so a session keeps less than twice this)
 ROWS_PER_WRITE = 1000  # DataRows encoded and written at a time
 INLINE_ROWS = 100  # DataRows encoded on the event loop (tens of microseconds), not in the pool
 AUTH_TIMEOUT = 15.0  # seconds from the first byte to the end of authentication
@@ -352,6 +354,21 @@ class Session:
             self.status = "I"
         return answer
 
+    async def _kept(self, sql: str, params: tuple) -> CatalogAnswer:
+        """:meth:`_answer` for an answer the session keeps (a portal's, a described
+        statement's), refused while those it keeps already take :data:`MAX_HELD_BYTES`: a
+        thousand suspended portals of 20 MB each would otherwise hold 20 GB of the server's
+        memory (tests/security/test_redteam_s30.py)."""
+        kept = [p.result for p in self.portals.values()]
+        kept += [st.described for st in self.statements.values()]
+        held = sum(a.table.nbytes for a in kept if a is not None and a.table is not None)
+        if held >= MAX_HELD_BYTES:
+            raise StatementError("53400", f"this session keeps {held // 2**20} MB of answers in "
+                                 f"open portals and described statements ({MAX_HELD_BYTES // 2**20}"
+                                 " MB at most)", "close portals and statements it no longer "
+                                 "needs, or end the transaction block")  # fmt: skip
+        return await self._answer(sql, params)
+
     async def _query(self, body: codec.Reader) -> None:
         sql = codec.parse_query(body)
         if _BLANK.match(sql):
@@ -419,7 +436,7 @@ class Session:
                 shape = await self._shape(statement)
                 self._send(_description(shape, (), text_only=True) if shape else codec.NO_DATA)
             else:
-                statement.described = await self._answer(statement.sql, ())
+                statement.described = await self._kept(statement.sql, ())
                 self._send(_description(statement.described.table, (), text_only=False)
                            if statement.described.table is not None else codec.NO_DATA)  # fmt: skip
             return
@@ -428,7 +445,7 @@ class Session:
             self._send(codec.NO_DATA)
             return
         if portal.result is None:
-            portal.result = await self._answer(portal.statement.sql, portal.params)
+            portal.result = await self._kept(portal.statement.sql, portal.params)
         table = portal.result.table
         self._send(codec.NO_DATA if table is None
                    else _description(table, portal.formats, portal.text_only))  # fmt: skip
@@ -458,7 +475,7 @@ class Session:
             self._send(codec.EMPTY_QUERY)
             return
         if portal.result is None:
-            portal.result = await self._answer(portal.statement.sql, portal.params)
+            portal.result = await self._kept(portal.statement.sql, portal.params)
         if portal.result.table is None:
             self._send(codec.command_complete(portal.result.tag))
             return
@@ -493,8 +510,12 @@ class Session:
         self._send(codec.CLOSE_COMPLETE)
 
     async def _sync(self, body: codec.Reader) -> None:
+        """Sync ends the implicit transaction: outside a transaction block, every portal is
+        closed, as in PostgreSQL (section 55.2.3), and its answer freed."""
         body.end()
         self.skipping = False
+        if self.status == "I":
+            self.portals.clear()
         await self._ready()
 
     async def _ready(self) -> None:

@@ -15,6 +15,12 @@ What succeeded, and was closed:
   ``SELECT lpad('x', 200000000, 'y')`` sent one 200 MB value, and 99,000 rows of a
   1,000-character literal (a 1 KB statement) 99 MB, all held in the server's memory while sent
   to a client that may read slowly. A catalog answer now stops at 16 MB as well.
+* **Memory through portals**: a portal kept its whole answer (up to the 64 MiB answer cap)
+  until the session closed it, and Sync closed none, so one analyst's session binding a wide
+  query over a public table to portals suspended after one row each held 20 MB per portal (40
+  portals: 780 MB of the server's memory in 2.4 s; the 1,000 portals allowed: about 20 GB).
+  Sync now closes the portals outside a transaction block, as PostgreSQL does, and no further
+  statement runs while a session keeps 64 MB of answers (53400).
 * **Silent half-answers**: a session statement followed by another in one message (``SET a =
   1; SELECT ...``, ``START TRANSACTION; SELECT * FROM persons``, ``DISCARD ALL; ...``) was
   answered as the first statement alone and the rest dropped without a word (nothing leaked:
@@ -51,6 +57,7 @@ import pytest
 import sqlsdc
 from sqlsdc.server import codec
 from tests.server.conftest import add_server_user, start_server, stop_server
+from tests.server.test_protocol import error_code, login, query, read_until
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -138,6 +145,66 @@ def test_semicolons_inside_a_set_value_or_at_the_end_are_one_statement(server):
         assert con.execute("SHOW application_name").fetchall() == [("a;b",)]
         con.execute("SET search_path = public; -- a comment")
         assert con.execute("SHOW search_path").fetchall() == [("public",)]
+
+
+# --- closed: a session cannot keep answers without bound in portals ---------------------------
+
+WIDE = ("SELECT r0.region AS a, r1.region AS b, r2.region AS c, r3.region AS d, r4.region AS e, "
+        "r5.region AS f FROM regions r0, regions r1, regions r2, regions r3, regions r4, "
+        "regions r5")  # fmt: skip
+"""8^6 rows of a public table, under the answer cap: about 11 MB of Arrow per answer."""
+
+
+def _bind_execute(portal: str, statement: str = "wide") -> bytes:
+    bind = codec.cstr(portal) + codec.cstr(statement) + struct.pack("!hhh", 0, 0, 0)
+    execute = codec.cstr(portal) + struct.pack("!i", 1)  # one row, then PortalSuspended
+    return codec.message(b"B", bind) + codec.message(b"E", execute)
+
+
+def _parse(sock, name: str, sql: str) -> None:
+    body = codec.cstr(name) + codec.cstr(sql) + struct.pack("!h", 0)
+    sock.sendall(codec.message(b"P", body) + codec.message(b"S"))
+    assert [kind for kind, _ in read_until(sock)] == [b"1", b"Z"]
+
+
+def test_portals_end_with_the_implicit_transaction(server):
+    """Outside a transaction block, Sync closes every portal (and frees its answer), as in
+    PostgreSQL: a suspended portal was kept for the rest of the session."""
+    sock, _pid, _secret = login(server)
+    with sock:
+        _parse(sock, "wide", WIDE)
+        sock.sendall(_bind_execute("p0") + codec.message(b"S"))
+        assert [kind for kind, _ in read_until(sock)] == [b"2", b"D", b"s", b"Z"]
+        execute = codec.message(b"E", codec.cstr("p0") + struct.pack("!i", 1))
+        sock.sendall(execute + codec.message(b"S"))
+        kind, body = read_until(sock)[0]
+        assert kind == b"E" and error_code(body) == "34000"
+
+
+def test_suspended_portals_cannot_fill_the_servers_memory(server):
+    """In a transaction block portals live on; the answers one session keeps are bounded
+    (40 suspended portals of this query took 780 MB of the server's memory, 1,000 would have
+    taken 20 GB), and closing portals makes room again."""
+    sock, _pid, _secret = login(server)
+    with sock:
+        assert query(sock, "BEGIN")[-1] == (b"Z", b"T")
+        _parse(sock, "wide", WIDE)
+        refused_at = None
+        for i in range(20):
+            sock.sendall(_bind_execute(f"p{i}") + codec.message(b"S"))
+            messages = read_until(sock)
+            errors = [error_code(body) for kind, body in messages if kind == b"E"]
+            if errors:
+                assert errors == ["53400"], errors
+                refused_at = i
+                break
+        assert refused_at is not None and 3 <= refused_at < 20, refused_at
+        closes = b"".join(
+            codec.message(b"C", b"P" + codec.cstr(f"p{i}")) for i in range(refused_at)
+        )
+        sock.sendall(closes + _bind_execute("again") + codec.message(b"S"))
+        kinds = [kind for kind, _ in read_until(sock)]
+        assert b"E" not in kinds and b"s" in kinds
 
 
 # --- held --------------------------------------------------------------------------------------
