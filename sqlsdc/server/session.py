@@ -90,7 +90,8 @@ def error_fields(error: BaseException, cancelled: bool = False) -> StatementErro
         return StatementError("42501", error.reason, error.hint)
     if isinstance(error, BudgetExhausted):
         return StatementError(BUDGET_EXHAUSTED, str(error))
-    if isinstance(error, QueryCanceled):
+    if isinstance(error, QueryCanceled) or (cancelled and isinstance(error, OperationalError)):
+        # a cancel that lands in the ledger write fails it (OperationalError): still a cancel
         return StatementError("57014", "canceling statement due to user request"
                               if cancelled else str(error))  # fmt: skip
     if isinstance(error, AccessDenied):

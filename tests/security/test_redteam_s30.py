@@ -21,6 +21,12 @@ What succeeded, and was closed:
   portals: 780 MB of the server's memory in 2.4 s; the 1,000 portals allowed: about 20 GB).
   Sync now closes the portals outside a transaction block, as PostgreSQL does, and no further
   statement runs while a session keeps 64 MB of answers (53400).
+* **A failing cancel**: a CancelRequest that raced the release of the session's engine
+  connection (closed when idle) got a FATAL "internal error" instead of silence (the server log:
+  ``ConnectionException``); interrupting a closed engine connection now does nothing. A cancel
+  that lands in the ledger write came back as 58000 "could not record the privacy spend"; it
+  is now 57014 like any cancel (the spend is rolled back or kept, never an answer unpaid:
+  45 randomly cancelled DP queries charged at least every answer they gave).
 * **Silent half-answers**: a session statement followed by another in one message (``SET a =
   1; SELECT ...``, ``START TRANSACTION; SELECT * FROM persons``, ``DISCARD ALL; ...``) was
   answered as the first statement alone and the rest dropped without a word (nothing leaked:
@@ -205,6 +211,31 @@ def test_suspended_portals_cannot_fill_the_servers_memory(server):
         sock.sendall(closes + _bind_execute("again") + codec.message(b"S"))
         kinds = [kind for kind, _ in read_until(sock)]
         assert b"E" not in kinds and b"s" in kinds
+
+
+# --- closed: a CancelRequest racing the end of a statement is silent ----------------------------
+
+
+def test_an_interrupt_racing_the_release_of_the_engine_is_silent(server_db):
+    """The guarded connection's ``interrupt`` (a server's CancelRequest) reads the engine
+    connection without the lock; when the idle release closed it in between, DuckDB raised
+    ConnectionException and the server answered the canceller with a FATAL internal error
+    (psycopg: "cancellation failed: unexpected response from server", about 1 cancel in 150)."""
+    with sqlsdc.connect(server_db, user="analyst") as con:
+        assert con.execute("SELECT COUNT(*) AS n FROM regions").fetchall() == [(8,)]
+        con._db.close()  # what interrupt() read, closed by the idle release before it is used
+        con.interrupt()
+
+
+def test_a_cancel_that_fails_the_ledger_write_is_reported_as_a_cancel():
+    """A cancel landing in the spend write fails it with "could not record the privacy spend"
+    (58000, pointing at an admin); the client asked for the cancel and gets 57014."""
+    from sqlsdc.errors import OperationalError
+    from sqlsdc.server.session import error_fields
+
+    failed = OperationalError("could not record the privacy spend")
+    assert error_fields(failed, cancelled=True).code == "57014"
+    assert error_fields(failed, cancelled=False).code == "58000"
 
 
 # --- held --------------------------------------------------------------------------------------
