@@ -35,6 +35,7 @@ from sqlglot.tokens import TokenType
 
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import NotSupportedError, PolicyViolation, ProgrammingError
+from sqlsdc.guard.parse import too_complex
 from sqlsdc.server import shadow
 from sqlsdc.server.textcache import text_cache
 from sqlsdc.server.visible import visible_tables
@@ -42,6 +43,9 @@ from sqlsdc.server.visible import visible_tables
 CATALOG_TIMEOUT = 10.0  # seconds; catalog queries read a few small tables
 MAX_CATALOG_ROWS = 100_000  # rows of one catalog answer; more is refused (server memory)
 MAX_CATALOG_BYTES = 16 * 2**20  # bytes of one catalog answer (a catalog has a few hundred KB)
+MAX_CATALOG_CHARACTERS = 65_536  # a longer statement is the guard's to judge (and refuse):
+# clients' catalog queries are a few KB, and neither parsing nor DuckDB's planning of a long
+# one heeds CATALOG_TIMEOUT (100,000 ORs over pg_class held a worker for 430 s)
 CATALOG_SCHEMAS = {"pg_catalog": "pgc", "information_schema": "isc"}
 INFORMATION_SCHEMA_VIEWS = frozenset({
     "schemata", "tables", "views", "columns", "table_constraints", "key_column_usage",
@@ -270,7 +274,10 @@ class SessionCatalog:
         tree = _catalog_tree(text)
         if tree is None:
             return None
-        tree = _rewrite(tree.copy(), params, self._connection.user, text)
+        try:
+            tree = _rewrite(tree.copy(), params, self._connection.user, text)
+        except RecursionError:
+            raise too_complex(text) from None
         try:
             rows = _run_capped(self._catalog(), tree.sql("duckdb"), text)
         except engine.EngineError:
@@ -317,9 +324,11 @@ def _parse_catalog_query(text: str) -> exp.Query | None:
     Raises:
         PolicyViolation: a catalog query that reaches beyond the catalog (see module).
     """
+    if len(text) > MAX_CATALOG_CHARACTERS:
+        return None  # the guard's: it refuses catalog tables, and long statements by length
     try:
         tree = sqlglot.parse_one(text, read="postgres")
-    except (ParseError, TokenError, ValueError):
+    except (ParseError, TokenError, ValueError, RecursionError):
         return None  # not for the catalog to judge: the guard refuses it with its reasons
     if not isinstance(tree, exp.Query):
         return None

@@ -11,6 +11,13 @@ What succeeded, and was closed:
   one call runs to its end without looking at the catalog's 10 s timeout, and its string is
   not counted against the shadow's 128 MB memory limit; nested ``replace`` multiplies a string
   (a 1 GB value per catalog row in 4.6 s). Catalog queries now call neither, like the guard.
+* **CPU through long catalog statements**: the catalog classified every statement by parsing
+  it whole before the guard's length limit applied, and neither sqlglot nor DuckDB's planning
+  heed the catalog's timeout: 100,000 ORs over ``pg_class`` (2.2 MB) held a worker for 430 s,
+  and a 1.2 MB data statement spent 12 s there before the guard refused its length. A
+  statement over 64 KB is now left to the guard. A statement nested 5,000 parentheses deep
+  raised RecursionError in the catalog (XX000 "internal error"); it is now "too complex"
+  (42601) as on an embedded connection.
 * **Memory through catalog answers**: a catalog answer was capped at 100,000 rows only, so
   ``SELECT lpad('x', 200000000, 'y')`` sent one 200 MB value, and 99,000 rows of a
   1,000-character literal (a 1 KB statement) 99 MB, all held in the server's memory while sent
@@ -124,6 +131,27 @@ def test_a_catalog_answer_is_capped_in_bytes_as_well_as_rows(server):
     with connect(server) as con:  # a catalog answer of ordinary size is still answered
         rows = con.execute("SELECT g FROM generate_series(1, 5000) t(g)").fetchall()
         assert len(rows) == 5000
+
+
+def test_a_long_catalog_statement_is_left_to_the_guard(server):
+    """Parsing and DuckDB's planning of a long catalog query heed no timeout: 100,000 ORs over
+    pg_class (2.2 MB) held a worker for 430 s. Past 64 KB a statement is the guard's, which
+    refuses catalog tables and statements over its length limit at once."""
+    for count in (3500, 100_000):
+        sql = "SELECT 1 AS x FROM pg_class WHERE " + " OR ".join(
+            f"relname = 'a{i}'" for i in range(count)
+        )
+        started = time.monotonic()
+        error = refusal(server, sql)
+        assert error.sqlstate == "42501", (error.sqlstate, str(error)[:200])
+        assert "not declared" in str(error) or "characters long" in str(error)
+        assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("tail", ["", " FROM pg_class"])
+def test_a_deeply_nested_catalog_statement_is_too_complex_not_an_internal_error(server, tail):
+    error = refusal(server, "SELECT " + "(" * 5000 + "1" + ")" * 5000 + " AS x" + tail)
+    assert error.sqlstate == "42601" and "too complex" in str(error)
 
 
 # --- closed: a session statement never silently drops the statements after it ------------------
