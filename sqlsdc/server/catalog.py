@@ -34,7 +34,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
 from sqlsdc.engines import duckdb as engine
-from sqlsdc.errors import NotSupportedError, PolicyViolation, ProgrammingError
+from sqlsdc.errors import AccessDenied, NotSupportedError, PolicyViolation, ProgrammingError
 from sqlsdc.guard.parse import too_complex
 from sqlsdc.server import shadow
 from sqlsdc.server.textcache import text_cache
@@ -102,6 +102,11 @@ DEFAULT_SETTINGS = {
 _FIXED = {"server_version", "server_version_num", "server_encoding", "is_superuser",
           "integer_datetimes", "max_identifier_length", "max_index_keys", "lc_collate", "lc_ctype",
           "session_authorization", "transaction_read_only"}  # fmt: skip
+_IDENTITY = {
+    "role": "ROLE",
+    "authorization": "SESSION AUTHORIZATION",
+}  # SET ROLE x, SET SESSION AUTHORIZATION x: refused, as
+# answering SET (and SHOW role: x) would tell a client it acts as x while it still acts as itself
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _COMMENTS = re.compile(r"\A(?:\s+|--[^\n]*(?:\n|\Z)|/\*.*?\*/)*", re.S)
 _TRANSACTION_TAGS = {
@@ -218,6 +223,11 @@ class SessionCatalog:
         if name.lower() in _FIXED:
             raise ProgrammingError(f"parameter {name!r} cannot be changed")
         value = value.strip()
+        if name.lower() in _IDENTITY and _unquote(value).upper() not in {"NONE", "DEFAULT"}:
+            raise AccessDenied(
+                f"a session runs as the user who logged in ({self._connection.user}); "
+                f"SET {_IDENTITY[name.lower()]} cannot change it: log in as another server user"
+            )
         if value.upper() in {"DEFAULT", "LOCAL"} or not value:
             self._settings[name] = DEFAULT_SETTINGS.get(name, "")
         else:

@@ -34,6 +34,9 @@ What succeeded, and was closed:
   that lands in the ledger write came back as 58000 "could not record the privacy spend"; it
   is now 57014 like any cancel (the spend is rolled back or kept, never an answer unpaid:
   45 randomly cancelled DP queries charged at least every answer they gave).
+* **A role that was not**: ``SET ROLE admin`` and ``SET SESSION AUTHORIZATION admin`` were
+  answered SET, and ``SHOW role`` then said ``admin``, while the session still ran as the
+  analyst (nothing was gained, but the client was told otherwise). They are now refused (42501).
 * **Silent half-answers**: a session statement followed by another in one message (``SET a =
   1; SELECT ...``, ``START TRANSACTION; SELECT * FROM persons``, ``DISCARD ALL; ...``) was
   answered as the first statement alone and the rest dropped without a word (nothing leaked:
@@ -264,6 +267,24 @@ def test_a_cancel_that_fails_the_ledger_write_is_reported_as_a_cancel():
     failed = OperationalError("could not record the privacy spend")
     assert error_fields(failed, cancelled=True).code == "57014"
     assert error_fields(failed, cancelled=False).code == "58000"
+
+
+# --- closed: SET ROLE does not pretend to change the user -------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sql", ["SET ROLE admin", "SET SESSION AUTHORIZATION admin", "SET LOCAL role = 'admin'"]
+)
+def test_set_role_is_refused_not_echoed(server, sql):
+    """``SET ROLE admin`` was answered SET and ``SHOW role`` then said admin, while the session
+    still ran as the analyst: a client (or a BI tool's connection pool) was told it acts as
+    another user. It is now refused; the user is the one who logged in."""
+    with connect(server) as con:
+        with pytest.raises(psycopg.Error) as caught:
+            con.execute(sql)
+        assert caught.value.sqlstate == "42501" and "log in as another" in str(caught.value)
+        assert con.execute("SELECT current_user").fetchall() == [("analyst",)]
+        assert con.execute("SET ROLE NONE").statusmessage == "SET"
 
 
 # --- held --------------------------------------------------------------------------------------
