@@ -37,6 +37,8 @@ What succeeded, and was closed:
 * **A role that was not**: ``SET ROLE admin`` and ``SET SESSION AUTHORIZATION admin`` were
   answered SET, and ``SHOW role`` then said ``admin``, while the session still ran as the
   analyst (nothing was gained, but the client was told otherwise). They are now refused (42501).
+* **CLI**: a query that is not UTF-8 (a UTF-16 file piped to ``sqlsdc query -``) ended in
+  "the query failed in the engine" (exit 9); it is a syntax error (exit 6).
 * **Silent half-answers**: a session statement followed by another in one message (``SET a =
   1; SELECT ...``, ``START TRANSACTION; SELECT * FROM persons``, ``DISCARD ALL; ...``) was
   answered as the first statement alone and the rest dropped without a word (nothing leaked:
@@ -285,6 +287,24 @@ def test_set_role_is_refused_not_echoed(server, sql):
         assert caught.value.sqlstate == "42501" and "log in as another" in str(caught.value)
         assert con.execute("SELECT current_user").fetchall() == [("analyst",)]
         assert con.execute("SET ROLE NONE").statusmessage == "SET"
+
+
+# --- closed: the analyst's CLI ----------------------------------------------------------------
+
+
+def test_a_query_that_is_not_utf8_is_a_syntax_error(server_db):
+    """Bytes that are not UTF-8 (a UTF-16 file piped to ``sqlsdc query -``) became lone
+    surrogates that the guard's parser took for a name; the engine then failed (exit 9, "the
+    query failed in the engine"). It is a syntax error now (exit 6)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "sqlsdc.cli", "query", str(server_db), "--user", "analyst", "-"],
+        input=b"\xff\xfeSELECT 1 AS x", capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 6, done.stderr
+    assert b"not UTF-8" in done.stderr and b"Traceback" not in done.stderr
 
 
 # --- held --------------------------------------------------------------------------------------
