@@ -39,6 +39,13 @@ What succeeded, and was closed:
   analyst (nothing was gained, but the client was told otherwise). They are now refused (42501).
 * **CLI**: a query that is not UTF-8 (a UTF-16 file piped to ``sqlsdc query -``) ended in
   "the query failed in the engine" (exit 9); it is a syntax error (exit 6).
+* **Publish**: two publications to one release file at once both wrote ``OUT.partial``; the
+  second deleted the first's finished file before it was moved into place, the first then
+  failed after its accepted audit entry was committed, and its "failed" entry under the same id
+  broke the primary key (exit 70, "internal error ... Duplicate key"; seen with two
+  ``sqlsdc publish --force`` started together); a half-written file could be moved into
+  place. Each publication now writes its own partial file (named by its audit id), and a
+  failure after the release is recorded leaves the accepted entry alone.
 * **Silent half-answers**: a session statement followed by another in one message (``SET a =
   1; SELECT ...``, ``START TRANSACTION; SELECT * FROM persons``, ``DISCARD ALL; ...``) was
   answered as the first statement alone and the rest dropped without a word (nothing leaked:
@@ -70,6 +77,7 @@ import time
 from collections import Counter
 from fractions import Fraction
 
+import duckdb
 import pytest
 
 import sqlsdc
@@ -305,6 +313,40 @@ def test_a_query_that_is_not_utf8_is_a_syntax_error(server_db):
     )  # fmt: skip
     assert done.returncode == 6, done.stderr
     assert b"not UTF-8" in done.stderr and b"Traceback" not in done.stderr
+
+
+# --- closed: two publications to one release file at once --------------------------------------
+
+
+def test_two_publications_to_one_file_at_once_do_not_break_each_other(fresh_demo_db, tmp_path):
+    """Both wrote ``OUT.partial``: the second deleted the first's finished file before the first
+    moved it into place, the first then failed after its accepted audit entry was committed and
+    its "failed" entry under the same id broke the primary key (an internal error, exit 70),
+    and a half-written file could be moved into place. Here the second publication runs, whole,
+    while the first is recording its release (two admins, or a schedule and an admin)."""
+    from sqlsdc.release import publish
+
+    out = tmp_path / "release.duckdb"
+    other = {"by_sex": "SELECT sex, COUNT(*) AS n FROM persons GROUP BY sex"}
+
+    def meanwhile(message: str) -> None:
+        if message == "recording the release" and not meanwhile.done:
+            meanwhile.done = True
+            publish(fresh_demo_db, out, "admin", queries=other, analyst="analyst", replace=True)
+
+    meanwhile.done = False
+    first = {"by_region": "SELECT region, COUNT(*) AS n FROM persons GROUP BY region"}
+    report = publish(fresh_demo_db, out, "admin", queries=first, analyst="analyst",
+                     replace=True, progress=meanwhile)  # fmt: skip
+    assert meanwhile.done and [t.table for t in report.tables] == ["by_region"]
+    assert not list(tmp_path.glob("*partial*"))
+    with duckdb.connect(str(out), read_only=True) as release:
+        assert release.sql("SELECT table_name FROM release_contents").fetchall() == [("by_region",)]
+    from sqlsdc.admin import audit
+
+    entries = audit(fresh_demo_db, "admin")
+    publications = entries[entries["sql_text"].str.startswith('{"publish"')]
+    assert sorted(publications["decision"]) == ["accepted", "accepted"]
 
 
 # --- held --------------------------------------------------------------------------------------
