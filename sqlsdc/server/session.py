@@ -465,7 +465,7 @@ class Session:
             return postgres_names(sql, names)
 
         try:
-            return await self.server.in_pool(names)
+            return await self.server.in_pool(names, user=self.user)  # the guard plans: a share
         except Exception as e:  # noqa: BLE001 - mapped to an SQLSTATE by error_fields
             raise error_fields(e) from None
 

@@ -28,6 +28,10 @@ What succeeded, and was closed:
   portals: 780 MB of the server's memory in 2.4 s; the 1,000 portals allowed: about 20 GB).
   Sync now closes the portals outside a transaction block, as PostgreSQL does, and no further
   statement runs while a session keeps 64 MB of answers (53400).
+* **Workers through Describe**: describing a parameterised statement has the guard plan it
+  (a 714 KB statement: 7 s) outside the user's share of the thread pool, so one analyst
+  describing long statements from as many sessions as there are workers made every other user
+  wait (``--workers 2``: another user's query waited 4 s). It now takes the user's share.
 * **A failing cancel**: a CancelRequest that raced the release of the session's engine
   connection (closed when idle) got a FATAL "internal error" instead of silence (the server log:
   ``ConnectionException``); interrupting a closed engine connection now does nothing. A cancel
@@ -252,6 +256,36 @@ def test_suspended_portals_cannot_fill_the_servers_memory(server):
         sock.sendall(closes + _bind_execute("again") + codec.message(b"S"))
         kinds = [kind for kind, _ in read_until(sock)]
         assert b"E" not in kinds and b"s" in kinds
+
+
+def test_describing_statements_takes_only_the_users_share_of_the_workers(server_db):
+    """Describing a parameterised statement has the guard plan it (seconds for a long one: a
+    714 KB statement took 7 s); it ran outside the user's share of the thread pool, so one
+    analyst describing long statements from as many sessions as there are workers made every
+    other user wait."""
+    add_server_user(server_db, "admin")
+    running = start_server(server_db, "--insecure", "--workers", "2")
+    sql = "SELECT COUNT(*) AS n FROM persons WHERE age = $1 OR " + " OR ".join(
+        f"age = {i % 100}" for i in range(20000)
+    )
+    parse = codec.cstr("long") + codec.cstr(sql) + struct.pack("!h", 0)
+    describe = codec.message(b"D", b"S" + codec.cstr("long"))
+    try:
+        sessions = [login(running)[0] for _ in range(2)]
+        with psycopg.connect(running.dsn(user="admin"), autocommit=True) as admin:
+            for sock in sessions:
+                sock.sendall(codec.message(b"P", parse) + describe + codec.message(b"S"))
+            time.sleep(0.3)  # both describes are planning (or waiting for their share)
+            started = time.monotonic()
+            assert admin.execute("SELECT COUNT(*) AS n FROM regions").fetchall() == [(8,)]
+            waited = time.monotonic() - started
+        for sock in sessions:
+            kinds = [kind for kind, _ in read_until(sock)]
+            assert kinds == [b"1", b"t", b"T", b"Z"], kinds
+            sock.close()
+    finally:
+        stop_server(running)
+    assert waited < 1.5, waited  # 4 s before: both workers planned the analyst's statements
 
 
 # --- closed: a CancelRequest racing the end of a statement is silent ----------------------------
