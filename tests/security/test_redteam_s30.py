@@ -86,6 +86,7 @@ import pytest
 
 import sqlsdc
 from sqlsdc.server import codec
+from tests.security.test_server_attacks import connect, refusal
 from tests.server.conftest import add_server_user, start_server, stop_server
 from tests.server.test_protocol import error_code, login, query, read_until
 
@@ -94,6 +95,7 @@ psycopg = pytest.importorskip("psycopg")
 
 @pytest.fixture(scope="module")
 def server_db(ckm_db, tmp_path_factory):
+    """The demo as shipped (cell key method), so that server and embedded cells carry noise."""
     db = tmp_path_factory.mktemp("redteam_s30") / "demo.duckdb"
     shutil.copy(ckm_db, db)
     add_server_user(db)
@@ -105,16 +107,6 @@ def server(server_db):
     running = start_server(server_db, "--insecure", "--statement-timeout", "20")
     yield running
     stop_server(running)
-
-
-def connect(server):
-    return psycopg.connect(server.dsn(), autocommit=True)
-
-
-def refusal(server, sql: str, params=None) -> psycopg.Error:
-    with connect(server) as con, pytest.raises(psycopg.Error) as caught:
-        con.execute(sql, params).fetchall()
-    return caught.value
 
 
 # --- closed: the catalog shadow cannot be made to build huge strings --------------------------
