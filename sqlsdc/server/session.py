@@ -58,6 +58,11 @@ AUTH_TIMEOUT = 15.0  # seconds from the first byte to the end of authentication
 BUDGET_EXHAUSTED = "53S01"  # class 53 "insufficient resources", an implementation-defined code
 _BLANK = re.compile(r"^(\s|;|--[^\n]*(\n|$)|/\*.*?\*/)*$", re.S)
 _PARAMETER = re.compile(r"\$(\d{1,5})")
+_NOT_CODE = re.compile(
+    r"'(?:[^']|'')*+(?:'|\Z)|\"(?:[^\"]|\"\")*+(?:\"|\Z)|--[^\n]*+|/\*(?:.*?\*/|.*)", re.S
+)
+"""String literals, quoted names and comments, an unclosed one to the end (so that a text of
+many unclosed ``/*`` is read once, not once per ``/*``): a ``$1`` inside them is no parameter."""
 _CAST = re.compile(
     r"\$(\d{1,5})\s*::\s*([a-z0-9_]+)|cast\s*\(\s*\$(\d{1,5})\s+as\s+([a-z0-9_]+)", re.I
 )
@@ -134,6 +139,7 @@ class Portal:
 def parameter_types(sql: str, given: tuple[int, ...]) -> tuple[int, ...]:
     """Types of ``$1 .. $n``: as the client gave them, else from a cast in the statement
     (``$1::int``, ``CAST($1 AS date)``), else text (the guard converts text as DuckDB does)."""
+    sql = _NOT_CODE.sub(" ", sql)  # WHERE code <> '$2' takes no parameter
     count = max([len(given), *(int(n) for n in _PARAMETER.findall(sql))])
     if count > MAX_PARAMETERS:
         raise ValueError(f"{count} parameters")

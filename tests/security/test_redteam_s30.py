@@ -32,6 +32,10 @@ What succeeded, and was closed:
   (a 714 KB statement: 7 s) outside the user's share of the thread pool, so one analyst
   describing long statements from as many sessions as there are workers made every other user
   wait (``--workers 2``: another user's query waited 4 s). It now takes the user's share.
+* **Parameters that were not**: the server counted ``$n`` anywhere in a prepared statement,
+  string literals and comments included, so ``WHERE municipality <> '$2'`` prepared by a
+  client wanted two parameters and failed (08P01). Literals, quoted names and comments are
+  skipped now (an unclosed one runs to the end, so 4 MB of ``/*`` is read in 0.06 s).
 * **A failing cancel**: a CancelRequest that raced the release of the session's engine
   connection (closed when idle) got a FATAL "internal error" instead of silence (the server log:
   ``ConnectionException``); interrupting a closed engine connection now does nothing. A cancel
@@ -278,6 +282,17 @@ def test_describing_statements_takes_only_the_users_share_of_the_workers(server_
     finally:
         stop_server(running)
     assert waited < 1.5, waited  # 4 s before: both workers planned the analyst's statements
+
+
+def test_a_dollar_number_in_a_literal_or_comment_is_no_parameter(server):
+    """The server counted ``$n`` anywhere in a prepared statement, so ``WHERE municipality <>
+    '$2'`` wanted two parameters and every client that prepares statements failed on it (08P01
+    "bind message supplies 0 parameters, but prepared statement requires 2")."""
+    with connect(server) as con:
+        literal = con.execute("SELECT '$2' AS x", prepare=True).fetchall()
+        assert literal == [("$2",)]
+        sql = "SELECT /* $5 */ '$3' AS x, %s::int AS y -- $4"
+        assert con.execute(sql, (7,), prepare=True).fetchall() == [("$3", 7)]
 
 
 # --- closed: a CancelRequest racing the end of a statement is silent ----------------------------
