@@ -602,8 +602,21 @@ def _description(table_or_names, formats, text_only: bool) -> bytes:
 
 
 def _data_rows(table: pa.Table, formats, text_only: bool) -> bytes:
-    """The DataRow messages of ``table``, one after the other (run in the thread pool)."""
-    return b"".join(codec.data_row(row) for row in _encode(table, formats, text_only))
+    """The DataRow messages of ``table``, one after the other (run in the thread pool).
+
+    Raises:
+        StatementError: 22008 for a value the encoders cannot write (a date or timestamp
+            outside years 1-9999 or infinite: Python's datetime cannot hold it); the statement
+            fails, the session goes on (an OverflowError here used to end it as FATAL XX000).
+    """
+    try:
+        return b"".join(codec.data_row(row) for row in _encode(table, formats, text_only))
+    except (OverflowError, ValueError):
+        raise StatementError(
+            "22008", "a value of the answer cannot be sent: dates and timestamps must lie in "
+            "years 1 to 9999 (infinity and BC dates are not supported)",
+            "cast the column to text, or filter such values out",
+        ) from None  # fmt: skip
 
 
 def _encode(table: pa.Table, formats, text_only: bool):

@@ -36,6 +36,9 @@ What succeeded, and was closed:
   string literals and comments included, so ``WHERE municipality <> '$2'`` prepared by a
   client wanted two parameters and failed (08P01). Literals, quoted names and comments are
   skipped now (an unclosed one runs to the end, so 4 MB of ``/*`` is read in 0.06 s).
+* **A session ended by a date**: a date or timestamp outside years 1-9999, or infinite (as
+  validity ends often are), raised OverflowError while its row was encoded, and the session
+  ended with a FATAL internal error; the statement now fails with 22008 and the session goes on.
 * **A failing cancel**: a CancelRequest that raced the release of the session's engine
   connection (closed when idle) got a FATAL "internal error" instead of silence (the server log:
   ``ConnectionException``); interrupting a closed engine connection now does nothing. A cancel
@@ -293,6 +296,25 @@ def test_a_dollar_number_in_a_literal_or_comment_is_no_parameter(server):
         assert literal == [("$2",)]
         sql = "SELECT /* $5 */ '$3' AS x, %s::int AS y -- $4"
         assert con.execute(sql, (7,), prepare=True).fetchall() == [("$3", 7)]
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT 'infinity'::DATE AS d",
+        "SELECT DATE '9999-12-31' + 1 AS d",
+        "SELECT TIMESTAMPTZ '0001-01-01 00:00:00+14' AS t",
+    ],
+)
+@pytest.mark.parametrize("binary", [False, True])
+def test_a_date_python_cannot_hold_fails_the_statement_not_the_session(server, sql, binary):
+    """Dates and timestamps outside years 1-9999 (or infinite, as validity ends often are)
+    raised OverflowError while the rows were encoded, and the session ended (FATAL XX000)."""
+    with connect(server) as con:
+        with pytest.raises(psycopg.Error) as caught:
+            con.execute(sql, binary=binary).fetchall()
+        assert caught.value.sqlstate == "22008"
+        assert con.execute("SELECT COUNT(*) AS n FROM regions").fetchall() == [(8,)]
 
 
 # --- closed: a CancelRequest racing the end of a statement is silent ----------------------------
