@@ -131,8 +131,12 @@ def publish(
     except Error as refusal:
         audit("refused", refusal)
         raise
-    partial = out.with_name(out.name + ".partial")
-    partial_folder = None if folder is None else folder.with_name(folder.name + ".partial")
+    # one partial file (and folder) per publication, named by its audit entry: publications to
+    # one OUT at once never write, move or delete each other's half-written files
+    partial = out.with_name(f"{out.name}.{query_id}.partial")
+    partial_folder = (None if folder is None
+                      else folder.with_name(f"{folder.name}.{query_id}.partial"))  # fmt: skip
+    recorded = False
     try:
         version, tables = _collect(db, user, queries, analyst, say)
         _write(partial, version, tables, storage, say)
@@ -144,6 +148,7 @@ def publish(
         say("recording the release")
         with _catalog(db) as con:
             _record(con, tables, query_id, user, version, request, fingerprint)
+        recorded = True
         partial.replace(out)
         if partial_folder is not None:
             release_parquet.put_in_place(partial_folder, folder)
@@ -151,7 +156,8 @@ def publish(
         _remove(partial)
         if partial_folder is not None:
             release_parquet.remove(partial_folder)
-        audit("refused" if isinstance(failure, PolicyViolation) else "failed", failure)
+        if not recorded:  # else its accepted entry stands, with every cell in the ledger
+            audit("refused" if isinstance(failure, PolicyViolation) else "failed", failure)
         raise
     entries = tuple(entry for _d, entry, _r in tables.values())
     return PublishReport(str(out), version, entries, storage,

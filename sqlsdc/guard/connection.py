@@ -434,7 +434,10 @@ class Connection:
         self._deadline = 0.0
         db = self._db
         if db is not None:
-            db.interrupt()
+            try:
+                db.interrupt()
+            except engine.EngineError:  # closed since read (the lock is not taken here): it
+                pass  # runs nothing to stop; a server's CancelRequest got "internal error"
 
     def commit(self) -> None:
         """Queries are read-only and their audit entries are committed as they run."""

@@ -29,16 +29,23 @@ from pathlib import Path
 import pyarrow as pa
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType
 
 from sqlsdc.engines import duckdb as engine
-from sqlsdc.errors import NotSupportedError, PolicyViolation, ProgrammingError
+from sqlsdc.errors import AccessDenied, NotSupportedError, PolicyViolation, ProgrammingError
+from sqlsdc.guard.parse import too_complex
 from sqlsdc.server import shadow
 from sqlsdc.server.textcache import text_cache
 from sqlsdc.server.visible import visible_tables
 
 CATALOG_TIMEOUT = 10.0  # seconds; catalog queries read a few small tables
 MAX_CATALOG_ROWS = 100_000  # rows of one catalog answer; more is refused (server memory)
+MAX_CATALOG_BYTES = 16 * 2**20  # bytes of one catalog answer (a catalog has a few hundred KB)
+MAX_CATALOG_CHARACTERS = 65_536  # a longer statement is the guard's to judge (and refuse):
+# clients' catalog queries are a few KB, and neither parsing nor DuckDB's planning of a long
+# one heeds CATALOG_TIMEOUT (100,000 ORs over pg_class held a worker for 430 s)
 CATALOG_SCHEMAS = {"pg_catalog": "pgc", "information_schema": "isc"}
 INFORMATION_SCHEMA_VIEWS = frozenset({
     "schemata", "tables", "views", "columns", "table_constraints", "key_column_usage",
@@ -49,7 +56,7 @@ FUNCTIONS = shadow.MACROS | {
     # plain SQL: operators, conditionals, strings, arrays and aggregates over catalog rows
     "and", "or", "not", "cast", "trycast", "array", "case", "if", "coalesce", "nullif",
     "greatest", "least", "lower", "upper", "length", "concat", "concatws", "substring",
-    "trim", "replace", "left", "right", "lpad", "rpad", "strposition", "splitpart", "initcap",
+    "trim", "left", "right", "strposition", "splitpart", "initcap",
     "regexplike", "regexpilike", "startswith", "abs", "round", "floor", "ceil", "count", "sum",
     "min", "max", "avg", "arrayagg", "arrayposition", "arraytostring", "arraysize",
     "arraycontains", "stringtoarray", "groupconcat", "logicaland", "logicalor", "unnest",
@@ -57,11 +64,15 @@ FUNCTIONS = shadow.MACROS | {
     "any", "all", "exists", "in", "tostring", "lag", "lead", "firstvalue", "chr", "ascii",
     "collate", "array_to_string", "explodinggenerateseries", "string_agg", "generate_series",
     "generateseries", "json_build_object", "currentversion", "currentschema", "currentdatabase",
-    "currentcatalog", "currentuser", "sessionuser", "rownumber", "pad",
+    "currentcatalog", "currentuser", "sessionuser", "rownumber",
 }  # fmt: skip
 """Functions a catalog query may call (sqlglot's names of known functions, lowercase, or the
 name of an unknown one): the shadow's macros and plain SQL. Everything else is refused, so
-DuckDB's table functions, file readers and ``duckdb_*`` functions are never reached."""
+DuckDB's table functions, file readers and ``duckdb_*`` functions are never reached. None of
+them makes a string much longer than its arguments: ``lpad``/``rpad``/``repeat`` (a length
+argument) and ``replace`` (nested, it multiplies) are left out, as the guard leaves them out,
+because one call runs to its end without checking the catalog's timeout: ``lpad('x',
+2000000000)`` held a worker for 37 s and 2 GB (tests/security/test_redteam_s30.py)."""
 
 DEFAULT_SETTINGS = {
     "server_version": shadow.SERVER_VERSION,
@@ -91,6 +102,11 @@ DEFAULT_SETTINGS = {
 _FIXED = {"server_version", "server_version_num", "server_encoding", "is_superuser",
           "integer_datetimes", "max_identifier_length", "max_index_keys", "lc_collate", "lc_ctype",
           "session_authorization", "transaction_read_only"}  # fmt: skip
+_IDENTITY = {
+    "role": "ROLE",
+    "authorization": "SESSION AUTHORIZATION",
+}  # SET ROLE x, SET SESSION AUTHORIZATION x: refused, as
+# answering SET (and SHOW role: x) would tell a client it acts as x while it still acts as itself
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _COMMENTS = re.compile(r"\A(?:\s+|--[^\n]*(?:\n|\Z)|/\*.*?\*/)*", re.S)
 _TRANSACTION_TAGS = {
@@ -98,6 +114,34 @@ _TRANSACTION_TAGS = {
     "ROLLBACK": "ROLLBACK", "ABORT": "ROLLBACK", "SAVEPOINT": "SAVEPOINT",
     "RELEASE": "RELEASE", "UNLISTEN": "UNLISTEN",
 }  # fmt: skip
+
+
+_SESSION_KEYWORDS = {"SET", "SHOW", "RESET", "DISCARD", "DEALLOCATE", "LISTEN", "NOTIFY",
+                     *_TRANSACTION_TAGS}  # fmt: skip
+
+
+def _one_statement(text: str) -> str:
+    """The session statement ``text`` without the semicolons and comments after it.
+
+    A session statement followed by another (``BEGIN; SELECT ...``) is refused, as the guard
+    refuses two queries: answering the first alone would drop the others without a word.
+
+    Raises:
+        PolicyViolation: more than one statement (or one the tokenizer cannot read).
+    """
+    try:
+        tokens = Postgres.Tokenizer().tokenize(text)
+    except TokenError:
+        tokens = None
+    kinds = [t.token_type for t in tokens or ()]
+    first = kinds.index(TokenType.SEMICOLON) if TokenType.SEMICOLON in kinds else len(kinds)
+    if tokens is None or any(kind is not TokenType.SEMICOLON for kind in kinds[first:]):
+        raise PolicyViolation(
+            "several statements were sent; exactly one is allowed",
+            "send one statement per call",
+            text,
+        )
+    return text[: tokens[first - 1].end + 1] if first else text
 
 
 @dataclass(frozen=True)
@@ -135,6 +179,8 @@ class SessionCatalog:
         if not text:
             return None
         keyword = text.split(None, 1)[0].upper()
+        if keyword in _SESSION_KEYWORDS:
+            text = _one_statement(text)
         if keyword == "SET":
             return self._set(text)
         if keyword == "SHOW":
@@ -177,6 +223,11 @@ class SessionCatalog:
         if name.lower() in _FIXED:
             raise ProgrammingError(f"parameter {name!r} cannot be changed")
         value = value.strip()
+        if name.lower() in _IDENTITY and _unquote(value).upper() not in {"NONE", "DEFAULT"}:
+            raise AccessDenied(
+                f"a session runs as the user who logged in ({self._connection.user}); "
+                f"SET {_IDENTITY[name.lower()]} cannot change it: log in as another server user"
+            )
         if value.upper() in {"DEFAULT", "LOCAL"} or not value:
             self._settings[name] = DEFAULT_SETTINGS.get(name, "")
         else:
@@ -233,7 +284,10 @@ class SessionCatalog:
         tree = _catalog_tree(text)
         if tree is None:
             return None
-        tree = _rewrite(tree.copy(), params, self._connection.user, text)
+        try:
+            tree = _rewrite(tree.copy(), params, self._connection.user, text)
+        except RecursionError:
+            raise too_complex(text) from None
         try:
             rows = _run_capped(self._catalog(), tree.sql("duckdb"), text)
         except engine.EngineError:
@@ -280,9 +334,11 @@ def _parse_catalog_query(text: str) -> exp.Query | None:
     Raises:
         PolicyViolation: a catalog query that reaches beyond the catalog (see module).
     """
+    if len(text) > MAX_CATALOG_CHARACTERS:
+        return None  # the guard's: it refuses catalog tables, and long statements by length
     try:
         tree = sqlglot.parse_one(text, read="postgres")
-    except (ParseError, TokenError, ValueError):
+    except (ParseError, TokenError, ValueError, RecursionError):
         return None  # not for the catalog to judge: the guard refuses it with its reasons
     if not isinstance(tree, exp.Query):
         return None
@@ -303,20 +359,22 @@ def _parse_catalog_query(text: str) -> exp.Query | None:
 
 def _run_capped(shadow_db, sql: str, text: str) -> pa.Table:
     """The rows of a catalog query, read as a stream and refused beyond
-    :data:`MAX_CATALOG_ROWS`: a catalog has a few hundred rows, and ``generate_series`` or a
-    cross join must not make a session's answer fill the server's memory. Interrupted after
+    :data:`MAX_CATALOG_ROWS` rows or :data:`MAX_CATALOG_BYTES` bytes: a catalog has a few
+    hundred rows, and ``generate_series`` or a cross join must not make a session's answer fill
+    the server's memory (99,000 rows of 1,000 characters were 99 MB). Interrupted after
     :data:`CATALOG_TIMEOUT` seconds."""
     timer = threading.Timer(CATALOG_TIMEOUT, shadow_db.interrupt)
     timer.daemon = True
     timer.start()
     try:
         reader = shadow_db.sql(sql).to_arrow_reader(1024)
-        batches, count = [], 0
+        batches, count, size = [], 0, 0
         for batch in reader:
-            count += batch.num_rows
-            if count > MAX_CATALOG_ROWS:
+            count, size = count + batch.num_rows, size + batch.nbytes
+            if count > MAX_CATALOG_ROWS or size > MAX_CATALOG_BYTES:
                 raise PolicyViolation(
-                    f"a catalog query may return at most {MAX_CATALOG_ROWS} rows",
+                    f"a catalog query may return at most {MAX_CATALOG_ROWS} rows and "
+                    f"{MAX_CATALOG_BYTES // 2**20} MB",
                     "filter the catalog query (WHERE, LIMIT)",
                     text,
                 )

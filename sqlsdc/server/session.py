@@ -50,12 +50,19 @@ statement, a user or a value."""
 MAX_PARAMETERS = 65_535  # PostgreSQL's limit: ParameterDescription counts them in 16 bits
 MAX_PREPARED = 1_000  # named statements (and portals) one session may keep
 MAX_PREPARED_BYTES = 32 * 1024 * 1024  # their text, together: one analyst cannot fill memory
+MAX_HELD_BYTES = 64 * 1024 * 1024  # answers kept for portals and described statements; beyond,
+# no further statement runs until some are closed (so a session keeps less than twice this)
 ROWS_PER_WRITE = 1000  # DataRows encoded and written at a time
 INLINE_ROWS = 100  # DataRows encoded on the event loop (tens of microseconds), not in the pool
 AUTH_TIMEOUT = 15.0  # seconds from the first byte to the end of authentication
 BUDGET_EXHAUSTED = "53S01"  # class 53 "insufficient resources", an implementation-defined code
 _BLANK = re.compile(r"^(\s|;|--[^\n]*(\n|$)|/\*.*?\*/)*$", re.S)
 _PARAMETER = re.compile(r"\$(\d{1,5})")
+_NOT_CODE = re.compile(
+    r"'(?:[^']|'')*+(?:'|\Z)|\"(?:[^\"]|\"\")*+(?:\"|\Z)|--[^\n]*+|/\*(?:.*?\*/|.*)", re.S
+)
+"""String literals, quoted names and comments, an unclosed one to the end (so that a text of
+many unclosed ``/*`` is read once, not once per ``/*``): a ``$1`` inside them is no parameter."""
 _CAST = re.compile(
     r"\$(\d{1,5})\s*::\s*([a-z0-9_]+)|cast\s*\(\s*\$(\d{1,5})\s+as\s+([a-z0-9_]+)", re.I
 )
@@ -88,7 +95,8 @@ def error_fields(error: BaseException, cancelled: bool = False) -> StatementErro
         return StatementError("42501", error.reason, error.hint)
     if isinstance(error, BudgetExhausted):
         return StatementError(BUDGET_EXHAUSTED, str(error))
-    if isinstance(error, QueryCanceled):
+    if isinstance(error, QueryCanceled) or (cancelled and isinstance(error, OperationalError)):
+        # a cancel that lands in the ledger write fails it (OperationalError): still a cancel
         return StatementError("57014", "canceling statement due to user request"
                               if cancelled else str(error))  # fmt: skip
     if isinstance(error, AccessDenied):
@@ -131,6 +139,7 @@ class Portal:
 def parameter_types(sql: str, given: tuple[int, ...]) -> tuple[int, ...]:
     """Types of ``$1 .. $n``: as the client gave them, else from a cast in the statement
     (``$1::int``, ``CAST($1 AS date)``), else text (the guard converts text as DuckDB does)."""
+    sql = _NOT_CODE.sub(" ", sql)  # WHERE code <> '$2' takes no parameter
     count = max([len(given), *(int(n) for n in _PARAMETER.findall(sql))])
     if count > MAX_PARAMETERS:
         raise ValueError(f"{count} parameters")
@@ -352,6 +361,21 @@ class Session:
             self.status = "I"
         return answer
 
+    async def _kept(self, sql: str, params: tuple) -> CatalogAnswer:
+        """:meth:`_answer` for an answer the session keeps (a portal's, a described
+        statement's), refused while those it keeps already take :data:`MAX_HELD_BYTES`: a
+        thousand suspended portals of 20 MB each would otherwise hold 20 GB of the server's
+        memory (tests/security/test_redteam_s30.py)."""
+        kept = [p.result for p in self.portals.values()]
+        kept += [st.described for st in self.statements.values()]
+        held = sum(a.table.nbytes for a in kept if a is not None and a.table is not None)
+        if held >= MAX_HELD_BYTES:
+            raise StatementError("53400", f"this session keeps {held // 2**20} MB of answers in "
+                                 f"open portals and described statements ({MAX_HELD_BYTES // 2**20}"
+                                 " MB at most)", "close portals and statements it no longer "
+                                 "needs, or end the transaction block")  # fmt: skip
+        return await self._answer(sql, params)
+
     async def _query(self, body: codec.Reader) -> None:
         sql = codec.parse_query(body)
         if _BLANK.match(sql):
@@ -419,7 +443,7 @@ class Session:
                 shape = await self._shape(statement)
                 self._send(_description(shape, (), text_only=True) if shape else codec.NO_DATA)
             else:
-                statement.described = await self._answer(statement.sql, ())
+                statement.described = await self._kept(statement.sql, ())
                 self._send(_description(statement.described.table, (), text_only=False)
                            if statement.described.table is not None else codec.NO_DATA)  # fmt: skip
             return
@@ -428,7 +452,7 @@ class Session:
             self._send(codec.NO_DATA)
             return
         if portal.result is None:
-            portal.result = await self._answer(portal.statement.sql, portal.params)
+            portal.result = await self._kept(portal.statement.sql, portal.params)
         table = portal.result.table
         self._send(codec.NO_DATA if table is None
                    else _description(table, portal.formats, portal.text_only))  # fmt: skip
@@ -447,7 +471,7 @@ class Session:
             return postgres_names(sql, names)
 
         try:
-            return await self.server.in_pool(names)
+            return await self.server.in_pool(names, user=self.user)  # the guard plans: a share
         except Exception as e:  # noqa: BLE001 - mapped to an SQLSTATE by error_fields
             raise error_fields(e) from None
 
@@ -458,7 +482,7 @@ class Session:
             self._send(codec.EMPTY_QUERY)
             return
         if portal.result is None:
-            portal.result = await self._answer(portal.statement.sql, portal.params)
+            portal.result = await self._kept(portal.statement.sql, portal.params)
         if portal.result.table is None:
             self._send(codec.command_complete(portal.result.tag))
             return
@@ -493,8 +517,12 @@ class Session:
         self._send(codec.CLOSE_COMPLETE)
 
     async def _sync(self, body: codec.Reader) -> None:
+        """Sync ends the implicit transaction: outside a transaction block, every portal is
+        closed, as in PostgreSQL (section 55.2.3), and its answer freed."""
         body.end()
         self.skipping = False
+        if self.status == "I":
+            self.portals.clear()
         await self._ready()
 
     async def _ready(self) -> None:
@@ -574,8 +602,21 @@ def _description(table_or_names, formats, text_only: bool) -> bytes:
 
 
 def _data_rows(table: pa.Table, formats, text_only: bool) -> bytes:
-    """The DataRow messages of ``table``, one after the other (run in the thread pool)."""
-    return b"".join(codec.data_row(row) for row in _encode(table, formats, text_only))
+    """The DataRow messages of ``table``, one after the other (run in the thread pool).
+
+    Raises:
+        StatementError: 22008 for a value the encoders cannot write (a date or timestamp
+            outside years 1-9999 or infinite: Python's datetime cannot hold it); the statement
+            fails, the session goes on (an OverflowError here used to end it as FATAL XX000).
+    """
+    try:
+        return b"".join(codec.data_row(row) for row in _encode(table, formats, text_only))
+    except (OverflowError, ValueError):
+        raise StatementError(
+            "22008", "a value of the answer cannot be sent: dates and timestamps must lie in "
+            "years 1 to 9999 (infinity and BC dates are not supported)",
+            "cast the column to text, or filter such values out",
+        ) from None  # fmt: skip
 
 
 def _encode(table: pa.Table, formats, text_only: bool):
