@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sqlsdc.errors import Error, NotFoundError, SqlSyntaxError
+from sqlsdc.errors import Error, NotFoundError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -70,17 +70,12 @@ def read_sql(sql: str) -> str:
     """The SQL argument, or standard input when it is ``-``.
 
     Raises:
-        SqlSyntaxError: bytes that are not UTF-8 (Python keeps them as lone surrogates, which
-            the guard's parser took for names and the engine then failed on, exit 9).
+        SqlSyntaxError: bytes that are not UTF-8 (Python keeps them as lone surrogates).
     """
+    from sqlsdc.guard.parse import check_unicode  # imports sqlglot: only when a query runs
+
     text = sys.stdin.read() if sql == "-" else sql
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise SqlSyntaxError(
-            f"the statement is not UTF-8 text (character {e.start + 1} is an undecodable byte)",
-            "save the query as UTF-8",
-        ) from None
+    check_unicode(text)
     return text
 
 

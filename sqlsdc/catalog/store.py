@@ -259,6 +259,8 @@ def record_query(
 ) -> int:
     """Append one entry to the audit log and return its query id; ``None`` draws the next id
     in the same statement (one round trip, and no commit of its own inside a transaction)."""
+    if not sql.isascii():  # undecodable bytes kept as lone surrogates are logged escaped
+        sql = sql.encode("utf-8", "backslashreplace").decode("utf-8")
     values = [now(), user, policy_version, decision, reason, fingerprint, sql, rows]
     if query_id is not None:
         con.execute(parsed(_AUDIT_INSERT), [query_id, *values])

@@ -40,6 +40,8 @@ def parse_statement(sql: str, max_length: int = DEFAULT_MAX_STATEMENT_CHARACTERS
     """
     if not isinstance(sql, str) or not sql.strip():
         raise PolicyViolation("empty statement", "send one SELECT query")
+    if not sql.isascii():
+        check_unicode(sql)
     if len(sql) > max_length:
         raise PolicyViolation(
             f"the statement is {len(sql):,} characters long; the limit is {max_length:,}",
@@ -72,6 +74,18 @@ def parse_statement(sql: str, max_length: int = DEFAULT_MAX_STATEMENT_CHARACTERS
             sql,
         )
     return _check_depth(balance_connectors(tree), sql)
+
+
+def check_unicode(sql: str) -> None:
+    """Refuse text that is not Unicode: lone surrogates (undecodable bytes that Python kept
+    with ``surrogateescape``) would reach the engine, which fails on them."""
+    try:
+        sql.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise SqlSyntaxError(
+            f"the statement is not UTF-8 text (character {e.start + 1} is an undecodable byte)",
+            "save or send the query as UTF-8",
+        ) from None
 
 
 def number_placeholders(sql: str) -> str:

@@ -49,7 +49,9 @@ What succeeded, and was closed:
   answered SET, and ``SHOW role`` then said ``admin``, while the session still ran as the
   analyst (nothing was gained, but the client was told otherwise). They are now refused (42501).
 * **CLI**: a query that is not UTF-8 (a UTF-16 file piped to ``sqlsdc query -``) ended in
-  "the query failed in the engine" (exit 9); it is a syntax error (exit 6).
+  "the query failed in the engine" (exit 9); it is a syntax error (exit 6). On the Python
+  connection, such a string (lone surrogates) failed to be audited and ended as an engine
+  failure; the guard's parse refuses it as a syntax error, audited with the bytes escaped.
 * **Publish**: two publications to one release file at once both wrote ``OUT.partial``; the
   second deleted the first's finished file before it was moved into place, the first then
   failed after its accepted audit entry was committed, and its "failed" entry under the same id
@@ -92,6 +94,7 @@ import duckdb
 import pytest
 
 import sqlsdc
+from sqlsdc.admin import audit
 from sqlsdc.server import codec
 from tests.security.test_server_attacks import connect, refusal
 from tests.server.conftest import add_server_user, start_server, stop_server
@@ -376,6 +379,17 @@ def test_a_query_that_is_not_utf8_is_a_syntax_error(server_db):
     )  # fmt: skip
     assert done.returncode == 6, done.stderr
     assert b"not UTF-8" in done.stderr and b"Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("where", ["WHERE region <> '\udcff'", "-- \udcff"])
+def test_a_python_string_with_undecodable_bytes_is_a_syntax_error(server_db, where):
+    """On the Python connection too (a string read with ``surrogateescape``): a syntax error,
+    audited with the bytes escaped, not an engine failure."""
+    sql = f"SELECT region, COUNT(*) FROM persons {where} GROUP BY region"
+    with sqlsdc.connect(server_db, user="analyst") as con:
+        with pytest.raises(sqlsdc.errors.SqlSyntaxError, match="not UTF-8"):
+            con.execute(sql)
+    assert "\\udcff" in audit(server_db, "admin", limit=1)["sql_text"].iloc[0]
 
 
 # --- closed: two publications to one release file at once --------------------------------------
