@@ -128,10 +128,16 @@ def _check_depth(tree: exp.Expr, sql: str) -> exp.Expr:
     return tree
 
 
-def bind_parameters(tree: exp.Expr, params) -> exp.Expr:
-    """Copy of ``tree`` with ``?``, ``$n`` and ``$name`` placeholders replaced by literals."""
+def bind_parameters(tree: exp.Expr, params, sql: str | None = None) -> exp.Expr:
+    """Copy of ``tree`` with ``?``, ``$n`` and ``$name`` placeholders replaced by literals.
+
+    ``sql``, the text ``tree`` was parsed from, spares a statement without parameters the
+    walk of its tree: placeholders are written with ``?`` or ``$``."""
+    given = not (params is None or (isinstance(params, (Sequence, Mapping)) and len(params) == 0))
+    if not given and sql is not None and "?" not in sql and "$" not in sql:
+        return tree
     placeholders = [p for p in nodes(tree) if isinstance(p, (exp.Placeholder, exp.Parameter))]
-    if params is None or (isinstance(params, (Sequence, Mapping)) and len(params) == 0):
+    if not given:
         if placeholders:
             raise ProgrammingError(
                 f"the query has {len(placeholders)} parameters but none were given"

@@ -208,9 +208,9 @@ def _cycle_collection_paused():
 
 def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
     parsed = parse_statement(sql, context.policy.max_statement_characters)
-    tree = bind_parameters(parsed, params)
+    tree = bind_parameters(parsed, params, sql)
     names = output_names(tree)
-    check_tables(tree, context.policy, sql)
+    tables = sorted(check_tables(tree, context.policy, sql))
     tree = qualify_tree(tree, context.schema, sql)
     qualified_names = [p.alias_or_name for p in _first_select(tree).expressions]
     if len(qualified_names) != len(names):  # a * was expanded
@@ -233,13 +233,6 @@ def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
         if with_status and stages
         else {}
     )
-    tables = sorted(
-        {
-            t.name.lower()
-            for t in nodes(tree)
-            if isinstance(t, exp.Table) and context.policy.table(t.name) is not None
-        }
-    )
     population = _population(analysis)
     # the analysed trees are not read any more: freed now, not by the cycle collector
     for stage in stages.values():
@@ -253,8 +246,11 @@ def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
         dp_stages=tuple(stages.values()),
         fingerprint=hashlib.sha256(text.encode()).hexdigest()[:16],
         population=population,
-        summed=tuple(sorted({s for c in plan.cells for a in c.aggregates
-                             for s in a.node.meta.get(SUMMED, ())})),  # fmt: skip
+        summed=tuple(
+            sorted(
+                {s for c in plan.cells for a in c.aggregates for s in a.node.meta.get(SUMMED, ())}
+            )
+        ),  # fmt: skip
         tables=tuple(tables),
         tree=protected,
         suppressed=tuple(

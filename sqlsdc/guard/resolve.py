@@ -50,12 +50,13 @@ def analyst_schema(
     return schema
 
 
-def check_tables(tree: exp.Expr, policy: Policy, sql: str) -> None:
+def check_tables(tree: exp.Expr, policy: Policy, sql: str) -> set[str]:
     """Refuse every table reference that is neither a CTE in scope nor a declared table, every
     qualified name, table function, CTE shadowing a declared table or another CTE, and
-    user-defined type."""
+    user-defined type. Returns the declared tables the statement reads (lower case)."""
     found = _nodes_by_type(tree, exp.CTE, exp.Table, exp.Column, exp.DataType)
     ctes: set[str] = set()
+    read: set[str] = set()
     for cte in found[exp.CTE]:
         name = cte.alias_or_name.lower()
         if policy.table(name) is not None:
@@ -110,6 +111,7 @@ def check_tables(tree: exp.Expr, policy: Policy, sql: str) -> None:
                 f"query the declared tables: {_declared(policy)}",
                 sql,
             )
+        read.add(table.name.lower())
     for column in found[exp.Column]:
         if column.args.get("db") or column.args.get("catalog"):
             raise PolicyViolation(
@@ -124,6 +126,7 @@ def check_tables(tree: exp.Expr, policy: Policy, sql: str) -> None:
                 "cast to a built-in type such as INTEGER, BIGINT, DOUBLE, VARCHAR or DATE",
                 sql,
             )
+    return read
 
 
 def _nodes_by_type(tree: exp.Expr, *types: type) -> dict[type, list[exp.Expr]]:
