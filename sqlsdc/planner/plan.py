@@ -222,7 +222,8 @@ class _Planner:
             if joined != ", ".join(sorted(set(tables))):
                 raise PolicyViolation(
                     f"{node.sql('duckdb')[:80]} counts units of {counted.table}, whose "
-                    f"{kind.value} are protected with another method or parameters than {joined}'s",
+                    f"{kind.value} are protected with another method or parameters than those "
+                    f"of {joined}",
                     f"count them in their own table (COUNT(*) FROM {counted.table}), or give the "
                     "tables the same protection rule",
                     select.sql("duckdb"),
