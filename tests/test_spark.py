@@ -125,6 +125,11 @@ CKM_CROSS_ENGINE_QUERIES = [
     "SELECT municipality, COUNT(*) AS n FROM persons GROUP BY municipality "
     "HAVING COUNT(*) > 30 ORDER BY n DESC, municipality LIMIT 5",
     "SELECT nace, SUM(turnover) AS turnover FROM enterprises GROUP BY ROLLUP (nace)",
+    # red team s30c: the households' keys looked up through persons.household_id (a LEFT JOIN
+    # of the lookup) over rows of a multi-column filter checked as one AND with an IN list
+    "SELECT region, COUNT(DISTINCT household_id) AS households FROM persons WHERE "
+    + " OR ".join(f"(age = {i} AND sex = 'F')" for i in range(20, 40))
+    + " GROUP BY ROLLUP (region)",
 ]
 
 
