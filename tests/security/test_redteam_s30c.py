@@ -25,7 +25,25 @@ What succeeded, and was closed:
   40 rows of a multi-column filter factor into such an OR. The distance is now counted up to
   the bound it is compared with (0.1 s).
 
-What held (one test each below): ...
+Left open (xfail): an orphan reference's part of the key is the rotated record keys of the
+persons naming it, so filters that drop some of those persons but keep every orphan and every
+household draw new noise of the same count (needs dangling references in the data; keying an
+orphan by its own value needs a keyed PRF of an identifier in SQL).
+
+What held (one test each below): the households of a region are one noise and their total
+another, through ROLLUP, GROUPING SETS, UNION ALL branches, joins with a public table, a
+self-join on the unit and a filter true for every row (that of their ``COUNT(*)``); the lookup's
+reserved names cannot be taken by a query; under one rule the distinct count is the units'
+count; identifiers, measures and comparisons of other types stay refused when their rows are
+factored into IN lists; factored trees give the chain's rows wherever DuckDB answers the chain
+(NULLs, quoted, qualified and upper-case names, literals on either side, negative and
+zero-padded numbers, both kinds of literal). Also tried and refused by the guard: self-joins on
+the household (repeat rows), FULL/RIGHT/ASOF/POSITIONAL/SEMI joins, FILTER, NATURAL JOIN
+(``COALESCE`` of two identifiers), ``COUNT(DISTINCT (x))``, ``COUNT(x)`` of an identifier,
+window distinct counts, ``approx_count_distinct``. Spark (``tests/test_spark.py``): a CKM
+distinct count of households through the reference, over factored rows, gives DuckDB's cells.
+Not a leak: where a chain fails on a cast (a VARCHAR compared with integers), the factored tree
+may answer or fail in another order; the guard refuses such comparisons before they run.
 """
 
 from __future__ import annotations
@@ -55,6 +73,13 @@ def two_rules_db(path, persons_counts: dict, households_counts: dict):
             "CREATE TABLE persons AS SELECT i AS pid, i // 3 AS hid, 'g' || (i // 90) AS g "
             f"FROM range({GROUPS * 90}) r(i)"
         )
+    return init_households(path, persons_counts, households_counts, ["g"], ["g"])
+
+
+def init_households(path, persons_counts, households_counts, persons_dims, households_dims):
+    """Apply a policy of persons (``pid``, ``hid`` referencing households, dimensions) and
+    households (``hid``, dimensions), each table's counts under its own rule."""
+    dimension = {"role": "dimension"}
     sqlsdc.init(
         path,
         {
@@ -65,13 +90,13 @@ def two_rules_db(path, persons_counts: dict, households_counts: dict):
                     "columns": {
                         "pid": IDENTIFIER,
                         "hid": {**IDENTIFIER, "references": "households.hid"},
-                        "g": {"role": "dimension"},
+                        **dict.fromkeys(persons_dims, dimension),
                     },
                 },
                 "households": {
                     "privacy_unit": "hid",
                     "protection": {"counts": households_counts},
-                    "columns": {"hid": IDENTIFIER, "g": {"role": "dimension"}},
+                    "columns": {"hid": IDENTIFIER, **dict.fromkeys(households_dims, dimension)},
                 },
             },
             "users": {"analyst": {"role": "analyst"}, "admin": {"role": "admin"}},
@@ -274,26 +299,7 @@ def orphans_db(path):
             "'g' || (i // 44) AS g, CASE WHEN i % 44 < 22 THEN 'a' ELSE 'b' END AS kind "
             f"FROM range({GROUPS * 44}) r(i)"
         )
-    sqlsdc.init(
-        path,
-        {
-            "protection": {"min_frequency": 1, "counts": CKM},
-            "tables": {
-                "persons": {
-                    "privacy_unit": "pid",
-                    "columns": {
-                        "pid": IDENTIFIER,
-                        "hid": {**IDENTIFIER, "references": "households.hid"},
-                        "g": {"role": "dimension"},
-                        "kind": {"role": "dimension"},
-                    },
-                },
-                "households": {"privacy_unit": "hid", "columns": {"hid": IDENTIFIER}},
-            },
-            "users": {"analyst": {"role": "analyst"}, "admin": {"role": "admin"}},
-        },
-    )
-    return path
+    return init_households(path, CKM, CKM, ["g", "kind"], [])
 
 
 @pytest.mark.xfail(
