@@ -129,6 +129,11 @@ CKM_CROSS_ENGINE_QUERIES = [
     "SELECT a.region, a.n, b.n FROM (SELECT region, COUNT(*) AS n FROM persons GROUP BY region) "
     "AS a JOIN (SELECT region, SUM(income) AS n FROM persons GROUP BY region) AS b "
     "ON a.region = b.region",
+    # red team s30c: the households' keys looked up through persons.household_id (a LEFT JOIN
+    # of the lookup) over rows of a multi-column filter checked as one AND with an IN list
+    "SELECT region, COUNT(DISTINCT household_id) AS households FROM persons WHERE "
+    + " OR ".join(f"(age = {i} AND sex = 'F')" for i in range(20, 40))
+    + " GROUP BY ROLLUP (region)",
 ]
 
 

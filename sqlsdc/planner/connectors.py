@@ -158,21 +158,22 @@ def _rest(terms, factor: tuple) -> tuple | None:
 
 
 def _best_factor(rows: list) -> tuple | None:
-    """The column (with its literal kind) whose factoring removes the most operands."""
-    counts: dict[tuple, int] = {}
+    """The column (with its literal kind) whose factoring removes the most operands.
+
+    One pass over the rows, each row's other terms keyed once per column it has once (at most
+    :data:`_FACTOR_TERMS` each): linear in the chain, where scanning every row for every
+    candidate column was quadratic (red team s30c: 135 s for a 1 MB chain of 5,000 columns)."""
+    sizes: dict[tuple, dict[tuple, int]] = {}
     for terms in rows:
-        for group in {group for _node, group, _text in terms or ()}:
-            counts[group] = counts.get(group, 0) + 1
+        groups = [group for _node, group, _text in terms or ()]
+        for factor in dict.fromkeys(groups):  # in the row's order: the choice is deterministic
+            if groups.count(factor) == 1:
+                rest = tuple((group, text) for _node, group, text in terms if group != factor)
+                counted = sizes.setdefault(factor, {})
+                counted[rest] = counted.get(rest, 0) + 1
     best, removed = None, 0
-    for factor, count in counts.items():
-        if count <= BALANCE_FROM:
-            continue
-        sizes: dict[tuple, int] = {}
-        for terms in rows:
-            rest = _rest(terms, factor)
-            if rest is not None:
-                sizes[rest] = sizes.get(rest, 0) + 1
-        saving = sum(size - 1 for size in sizes.values() if size > BALANCE_FROM)
+    for factor, counted in sizes.items():
+        saving = sum(size - 1 for size in counted.values() if size > BALANCE_FROM)
         if saving > removed:
             best, removed = factor, saving
     return best

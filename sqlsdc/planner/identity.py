@@ -481,7 +481,7 @@ def _conjuncts(conditions: list[exp.Expr]) -> list[str]:
         try:
             values: dict[str, exp.Expr] = {}
             simplified = simplify(_logic(combined, values), dialect=DIALECT)
-            if normalization_distance(simplified) <= MAX_CNF_DISTANCE:
+            if normalization_distance(simplified, max_=MAX_CNF_DISTANCE) <= MAX_CNF_DISTANCE:
                 simplified = simplify(normalize(simplified), dialect=DIALECT)
             used.append(simplified)
             combined = _with_values(simplified, values)

@@ -211,10 +211,25 @@ class _Planner:
 
     def _aggregate(self, node: exp.AggFunc, tables: list[str], select) -> ProtectedAggregate:
         kind = AggregateKind.COUNTS if isinstance(node, exp.Count) else AggregateKind.MAGNITUDES
+        counted = node.meta.get(COUNTED_UNITS)
+        joined = ", ".join(sorted(set(tables)))
+        if counted is not None and counted.table not in tables:
+            # keyed by the counted table's record keys (counted_units): under another rule, one
+            # key would draw two coupled noises of one set of units (red team s30c)
+            tables = [*tables, counted.table]
         rules = [self.policy.table(t).rule(kind) for t in tables]
         if len({(r.method, r.ptable, r.magnitude, r.base, r.rounding) for r in rules}) > 1:
+            if joined != ", ".join(sorted(set(tables))):
+                raise PolicyViolation(
+                    f"{node.sql('duckdb')[:80]} counts units of {counted.table}, whose "
+                    f"{kind.value} are protected with another method or parameters than those "
+                    f"of {joined}",
+                    f"count them in their own table (COUNT(*) FROM {counted.table}), or give the "
+                    "tables the same protection rule",
+                    select.sql("duckdb"),
+                )
             raise PolicyViolation(
-                f"the joined tables {', '.join(sorted(set(tables)))} protect {kind.value} "
+                f"the joined tables {joined} protect {kind.value} "
                 "with different methods or parameters",
                 "aggregate each table on its own, or give the tables the same protection rule",
                 select.sql("duckdb"),
@@ -225,7 +240,6 @@ class _Planner:
             argument = argument.expressions[0]
         if isinstance(argument, exp.Star):
             argument = None
-        counted = node.meta.get(COUNTED_UNITS)
         if counted is not None:
             counted = replace(counted, unique=self.unit_per_row.get(counted.table, False))
         return ProtectedAggregate(node, kind, k, argument, rules[0], counted)
