@@ -100,14 +100,20 @@ def number_placeholders(sql: str) -> str:
     if "?" not in sql:
         return sql
     tokens = sqlglot.tokenize(sql, read=DIALECT)
-    marks = [t for t in tokens if t.token_type is TokenType.PLACEHOLDER and t.text == "?"]
+    marks = [
+        t
+        for t in tokens
+        if (t.token_type is TokenType.PLACEHOLDER and t.text == "?")
+        or t.token_type is TokenType.QDCOLON  # ``?::INTEGER``, a cast of a placeholder
+    ]
     if not marks:
         return sql
     if any(t.token_type is TokenType.PARAMETER for t in tokens):
         raise ProgrammingError("the query mixes ? placeholders with $n or $name parameters")
     parts, start = [], 0
     for number, mark in enumerate(marks, 1):
-        parts += [sql[start : mark.start], f"${number}"]
+        cast = "::" if mark.token_type is TokenType.QDCOLON else ""
+        parts += [sql[start : mark.start], f"${number}{cast}"]
         start = mark.end + 1
     return "".join([*parts, sql[start:]])
 

@@ -53,10 +53,10 @@ counts are published by the same query with ``COUNT(*)`` in its SELECT list, so 
 nothing new. ``LIMIT ?`` bound to -1 or 10^30 and ``ORDER BY ?`` bound to a string fail in the
 engine whatever the data. Over-refusals: window frames (``ROWS BETWEEN 1 PRECEDING AND CURRENT
 ROW``) are refused as raising; ``income > CAST('5e4' AS DOUBLE)`` is not recognised as a class
-break; ``?::INTEGER`` does not parse (``CAST(? AS INTEGER)`` does). A class break matches
-within a relative 1e-12 (``income > 50000.000000001`` is answered as the break), far below any
-stored precision. A CKM distinct count (``COUNT(DISTINCT age)``) is keyed by the rows it reads,
-not by the values it counts: the averaging limit of ``test_redteam3.py`` again.
+break; ``?::INTEGER`` did not parse (sqlglot reads ``?::`` as one token; fixed). A class break
+matches within a relative 1e-12 (``income > 50000.000000001`` is answered as the break), far
+below any stored precision. A CKM distinct count (``COUNT(DISTINCT age)``) is keyed by the rows
+it reads, not by the values it counts: the averaging limit of ``test_redteam3.py`` again.
 """
 
 from __future__ import annotations
@@ -134,6 +134,10 @@ def test_question_mark_parameters_are_bound_in_the_order_of_the_text(ckm):
     assert sorted(released(ckm, quoted, [30]), key=repr) == rows(
         ckm, "SELECT region, COUNT(*) FROM persons WHERE age > 30 GROUP BY 1"
     )
+    cast = "SELECT region, COUNT(*) FROM persons WHERE age > ?::INTEGER AND sex = ? GROUP BY 1"
+    assert released(ckm, cast, [30, "F"]) == released(
+        ckm, "SELECT region, COUNT(*) FROM persons WHERE age > 30 AND sex = 'F' GROUP BY 1"
+    )  # ``?::`` is one token of sqlglot's, a placeholder and a cast of DuckDB's
 
 
 def dimensions_table(path, columns: dict[str, str], rows: int) -> sqlsdc.Connection:
