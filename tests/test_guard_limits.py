@@ -10,6 +10,7 @@ the check as well as the engine. Timings are asserted only in ``benchmarks/bench
 from __future__ import annotations
 
 import shutil
+import time
 
 import pytest
 
@@ -115,3 +116,49 @@ def test_the_statement_timeout_counts_the_check(demo_db):
     with sqlsdc.connect(demo_db, user="analyst", timeout=1e-6) as con:
         with pytest.raises(sqlsdc.OperationalError, match="longer than the statement timeout"):
             con.execute(sql)
+
+
+def test_a_statement_is_parsed_before_the_database_file_is_taken(demo_db, monkeypatch):
+    """A long statement is parsed while the connection holds neither its lock nor the file
+    (released while idle), so it holds up no other thread or process; the tree parsed is the
+    one checked (the answer is the statement's), and a parse refusal is audited as before."""
+    from sqlsdc.admin import audit
+    from sqlsdc.guard import connection, pipeline
+
+    seen, parse = [], pipeline.parse
+
+    def watched(sql, context):
+        seen.append((con._db is None, con._lock._is_owned()))
+        return parse(sql, context)
+
+    monkeypatch.setattr(connection, "parse", watched)
+    chain = " OR ".join(f"age = {i}" for i in range(1, TERMS))  # not in the check cache
+    con = sqlsdc.Connection(demo_db, "analyst", idle_release=0.0)
+    try:
+        con._release_if_idle()  # the file is let go as it would be after idle_release
+        assert con._db is None
+        rows = con.execute(GROUPED.format(chain)).fetchall()
+        assert seen == [(True, False)]
+        assert rows == con.execute(GROUPED.format(f"age BETWEEN 1 AND {TERMS - 1}")).fetchall()
+        with pytest.raises(sqlsdc.errors.SqlSyntaxError):
+            con.execute("SELECT region, COUNT(* FROM persons")
+        seen.clear()
+        con.execute(GROUPED.format(chain))  # the check cache holds it: nothing to parse
+        assert seen == []
+    finally:
+        con.close()
+    refused = audit(demo_db, "admin", decision="refused", limit=1)["sql_text"].iloc[0]
+    assert refused == "SELECT region, COUNT(* FROM persons"
+
+
+def test_the_statement_timeout_counts_the_parse_before_the_file_is_taken(demo_db, monkeypatch):
+    from sqlsdc.guard import connection, pipeline
+
+    def slow(sql, context, parse=pipeline.parse):
+        time.sleep(0.3)
+        return parse(sql, context)
+
+    monkeypatch.setattr(connection, "parse", slow)
+    with sqlsdc.connect(demo_db, user="analyst", timeout=0.2) as con:
+        with pytest.raises(sqlsdc.OperationalError, match="longer than the statement timeout"):
+            con.execute(GROUPED.format("age > 17"))

@@ -17,6 +17,8 @@ import hashlib
 import threading
 from collections import OrderedDict
 
+from sqlglot import exp
+
 from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, protect
 
 CAPACITY = 1024
@@ -41,23 +43,31 @@ def context_fingerprint(database: str, context: GuardContext, engine_version: st
     return hashlib.sha256(described.encode()).hexdigest()
 
 
-def checked(sql: str, params, frozen_params, context: GuardContext) -> ProtectedQuery:
-    """``protect(sql, params, context)``, from the process cache when the same statement was
-    accepted under the same fingerprint before."""
+def checked(
+    sql: str, params, frozen_params, context: GuardContext, parsed: exp.Expr | None = None
+) -> ProtectedQuery:
+    """``protect(sql, params, context, parsed)``, from the process cache when the same
+    statement was accepted under the same fingerprint before."""
     if not context.fingerprint:
-        return protect(sql, params, context)
+        return protect(sql, params, context, parsed)
     key = (context.fingerprint, sql, frozen_params)
     with _lock:
         found = _entries.get(key)
         if found is not None:
             _entries.move_to_end(key)
             return found
-    query = protect(sql, params, context)
+    query = protect(sql, params, context, parsed)
     with _lock:
         _entries[key] = query
         while len(_entries) > CAPACITY:
             _entries.popitem(last=False)
     return query
+
+
+def is_kept(sql: str, frozen_params, context: GuardContext) -> bool:
+    """Whether :func:`checked` would answer from the cache (a statement that needs no parse)."""
+    with _lock:
+        return (context.fingerprint, sql, frozen_params) in _entries
 
 
 def clear() -> None:

@@ -11,7 +11,7 @@ import threading
 import time
 import weakref
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import lru_cache, partial
 from pathlib import Path
 from statistics import NormalDist
@@ -50,7 +50,7 @@ from sqlsdc.errors import (
     ProgrammingError,
     QueryCanceled,
 )
-from sqlsdc.guard.check_cache import checked, context_fingerprint
+from sqlsdc.guard.check_cache import checked, context_fingerprint, is_kept
 from sqlsdc.guard.dp_release import (
     DpRelease,
     data_versions_of,
@@ -59,7 +59,7 @@ from sqlsdc.guard.dp_release import (
     release,
     resolve_domains,
 )
-from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, protect
+from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, parse, protect
 from sqlsdc.guard.postprocess import (
     accuracy,
     cell_status,
@@ -405,20 +405,38 @@ class Connection:
             raise PolicyViolation(f"{name} has no PRAMmed column to estimate counts for")
         return self.execute(corrected_counts(sql, source.name, matrices))
 
-    def _protect(self, sql: str, params) -> ProtectedQuery:
+    def _protect(self, sql: str, params, early: _Parsed | None = None) -> ProtectedQuery:
         """``protect``, shared with every connection of the process that sees the same policy
-        version, schema and catalog (``check_cache``). The statement timeout starts here: the
-        check counts against it, and the engine gets what is left (:meth:`_time_left`)."""
-        self._deadline = time.monotonic() + self.timeout
-        try:
-            frozen = _freeze(params)
-            hash(frozen)
-        except TypeError:
-            query = protect(sql, params, self._context)
+        version, schema and catalog (``check_cache``). The statement timeout starts here, less
+        the time ``early`` (:meth:`_parse`) took: the check counts against it, and the engine
+        gets what is left (:meth:`_time_left`)."""
+        context = self._context
+        self._deadline = time.monotonic() + self.timeout - (early.took if early else 0.0)
+        parsed = early.tree_for(context) if early else None
+        frozen = _frozen(params)
+        if frozen is _UNCACHEABLE:
+            query = protect(sql, params, context, parsed)
         else:
-            query = checked(sql, params, frozen, self._context)
+            query = checked(sql, params, frozen, context, parsed)
         self._time_left()
         return query
+
+    def _parse(self, sql: str, params) -> _Parsed | None:
+        """The statement parsed before the database file is taken, so that a long statement
+        holds no other process up while it is parsed (the check that follows evaluates
+        constants in the engine, under the file). Nothing is parsed for a statement the check
+        cache holds, nor on a closed connection."""
+        context, started = self._context, time.monotonic()
+        if context is None or self._closed:
+            return None
+        frozen = _frozen(params)
+        if frozen is not _UNCACHEABLE and context.fingerprint and is_kept(sql, frozen, context):
+            return None
+        try:
+            tree, refusal = parse(sql, context), None
+        except Error as e:  # audited with the statement, under the file
+            tree, refusal = None, e
+        return _Parsed(context, time.monotonic() - started, tree, refusal)
 
     def _time_left(self) -> float:
         """Seconds left of the statement timeout; stops the statement when none are."""
@@ -486,9 +504,10 @@ class Connection:
         """``_run``, with every engine error that escapes it (an audit write, transaction
         control, a catalog read) turned into sqlsdc's own message; the engine's text goes to
         the audit log only, so what an analyst sees never depends on the engine's wording."""
+        early = self._parse(sql, params)
         with self._holding():
             try:
-                return self._run(sql, params)
+                return self._run(sql, params, early)
             except engine.EngineError as failure:
                 query_id = self._record_failure(sql, failure)
                 raise _engine_failure(failure, query_id) from None
@@ -506,7 +525,9 @@ class Connection:
         except engine.EngineError:
             return None
 
-    def _run(self, sql: str, params) -> tuple[pa.Table, ProtectedQuery, int, pa.Table]:
+    def _run(
+        self, sql: str, params, early: _Parsed | None = None
+    ) -> tuple[pa.Table, ProtectedQuery, int, pa.Table]:
         """Protect, execute, record; results are returned only after they are recorded: the
         audit entry (which draws the query id) and the ledger rows commit in one transaction.
         Returns the values, the checked query, its id and the whole result (with the hidden
@@ -514,7 +535,7 @@ class Connection:
         self._check_open()
         con, context = self._con, self._context
         try:
-            query = self._protect(sql, params)
+            query = self._protect(sql, params, early)
             self._check_summable(query)
         except engine.EngineError as failure:
             query_id = store.record_query(con, None, self.user, context.policy_version,
@@ -930,6 +951,40 @@ def _unregister(con, noisy: DpRelease | None) -> None:
     would replace the error the audit log must keep."""
     for name in noisy.relations if noisy is not None else ():
         con.unregister(name)
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    """A statement parsed under ``context`` before the database file was taken, in ``took``
+    seconds: its tree, or the refusal its parse raised."""
+
+    context: GuardContext
+    took: float
+    tree: exp.Expr | None
+    refusal: Error | None
+
+    def tree_for(self, context: GuardContext) -> exp.Expr | None:
+        """The tree, if parsed under ``context`` (the one in force now: an admin may have
+        applied another policy meanwhile); raises the parse's refusal."""
+        if context is not self.context:
+            return None
+        if self.refusal is not None:
+            raise self.refusal
+        return self.tree
+
+
+_UNCACHEABLE = object()  # parameters that cannot be a key of the check cache
+
+
+def _frozen(params):
+    """``params`` as a hashable key of the check cache (:func:`_freeze`), or
+    :data:`_UNCACHEABLE`."""
+    try:
+        frozen = _freeze(params)
+        hash(frozen)
+    except TypeError:
+        return _UNCACHEABLE
+    return frozen
 
 
 def _freeze(params):

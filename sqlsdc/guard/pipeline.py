@@ -160,15 +160,33 @@ def _report_line(stage: DpStage) -> str:
             f"{parts[0].sd:.3g} persons' worth per part")  # fmt: skip
 
 
-def protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
+def protect(
+    sql: str, params, context: GuardContext, parsed: exp.Expr | None = None
+) -> ProtectedQuery:
     """Check and rewrite one analyst query. Raises PolicyViolation when it is not allowed.
+
+    ``parsed``: ``parse_statement(sql, context.policy.max_statement_characters)``, when the
+    caller parsed the statement before (a guarded connection parses without holding the
+    database file); the tree is the check's to change.
 
     Any other failure inside the passes is a bug; it is raised as InternalError, so the query is
     refused, never run in another form.
     """
+    return _failing_closed(sql, lambda: _protect(sql, params, context, parsed))
+
+
+def parse(sql: str, context: GuardContext) -> exp.Expr:
+    """The tree :func:`protect` checks (``parsed``), parsed as it would parse it."""
+    limit = context.policy.max_statement_characters
+    return _failing_closed(sql, lambda: parse_statement(sql, limit))
+
+
+def _failing_closed(sql: str, run: Callable[[], object]):
+    """``run()`` with the cycle collector paused; a failure that is not a refusal is a bug,
+    raised as InternalError (the query is refused, never run in another form)."""
     try:
         with _cycle_collection_paused():
-            return _protect(sql, params, context)
+            return run()
     except Error:
         raise
     except RecursionError:  # a shape MAX_DEPTH let through but a pass cannot handle: refused
@@ -206,8 +224,9 @@ def _cycle_collection_paused():
                 gc.enable()
 
 
-def _protect(sql: str, params, context: GuardContext) -> ProtectedQuery:
-    parsed = parse_statement(sql, context.policy.max_statement_characters)
+def _protect(sql: str, params, context: GuardContext, parsed: exp.Expr | None) -> ProtectedQuery:
+    if parsed is None:
+        parsed = parse_statement(sql, context.policy.max_statement_characters)
     tree = bind_parameters(parsed, params, sql)
     names = output_names(tree)
     tables = sorted(check_tables(tree, context.policy, sql))
