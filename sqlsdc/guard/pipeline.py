@@ -269,7 +269,7 @@ def _protect(sql: str, params, context: GuardContext, parsed: exp.Expr | None) -
             sorted(
                 {s for c in plan.cells for a in c.aggregates for s in a.node.meta.get(SUMMED, ())}
             )
-        ),  # fmt: skip
+        ),
         tables=tuple(tables),
         tree=protected,
         suppressed=tuple(
