@@ -197,6 +197,14 @@ def literal(value) -> exp.Expr:
     if isinstance(value, (int, float, decimal.Decimal)):
         return exp.Literal.number(value)
     if isinstance(value, str):
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as e:  # a lone surrogate: the engine fails on it
+                raise ProgrammingError(
+                    f"a str parameter is not UTF-8 text (character {e.start + 1} is an "
+                    "undecodable byte); decode the value as UTF-8 before passing it"
+                ) from None
         return exp.Literal.string(value)
     if isinstance(value, dt.datetime):
         return exp.cast(exp.Literal.string(value.isoformat(sep=" ")), "TIMESTAMP")

@@ -1,0 +1,323 @@
+"""Red-team round of session 30 (fourth), with an analyst's connection (and an admin acting in
+between), against what was merged in the hour before: a statement parsed before the database
+file is taken, the tables read taken from the table check, ``?::TYPE`` placeholders and
+undecodable text.
+
+What succeeded, and was closed:
+
+* a str parameter holding a lone surrogate (an undecodable byte kept by ``surrogateescape``)
+  passed ``check_unicode`` (which reads the statement only) and reached the engine inside the
+  check: the analyst got an InternalError "this is a bug in sqlsdc" quoting the engine
+  binding's own TypeError text (``?::VARCHAR``) or Python's UnicodeEncodeError. A parameter
+  that is not UTF-8 is now refused as a bad parameter (ProgrammingError), before the engine.
+* a parameter *name* holding a lone surrogate (``{"\\udcff": 1}``) made the refusal's audit
+  write fail (``record_query`` escaped the statement, not the reason that quotes the name): the
+  analyst got an engine failure instead of the refusal, and the audit log a ``failed`` entry
+  with the engine's text instead of the refusal. The reason is now escaped as the statement is.
+
+What held (one test each below): a statement parsed under the policy of the last opening is
+checked again under a policy an admin applied between the parse and the check (a lower
+``limits.max_statement_characters`` refuses it; a higher one lets through what the old one
+refused; a user removed meanwhile is refused); two threads on one connection each get their
+own statement's answer or refusal, audited under their own text; a failure of the early parse
+that is not a refusal (MemoryError) is refused as a guard failure and audited, and an interrupt
+(KeyboardInterrupt) leaves the connection usable and the cycle collector on; a per-table budget
+is charged for a declared table read through a CTE, a nested CTE in a HAVING subquery, a
+UNION ALL branch, upper case or a quoted name; ``?::TYPE`` counts with the other ``?`` in the
+order of the text, and ``?::`` in strings, quoted names and comments is no placeholder.
+"""
+
+from __future__ import annotations
+
+import gc
+import shutil
+import threading
+
+import duckdb
+import pytest
+
+import sqlsdc
+from sqlsdc.admin import audit
+from sqlsdc.catalog import store
+from sqlsdc.engines.duckdb import open_database
+from sqlsdc.policy import load_policy
+
+GROUPED = "SELECT region, COUNT(*) AS n FROM persons WHERE {} GROUP BY region ORDER BY region"
+
+
+def _document(path) -> dict:
+    con = open_database(path)
+    try:
+        return store.current_policy(con)[1]
+    finally:
+        con.close()
+
+
+def _apply(path, **changes) -> None:
+    document = _document(path) | changes
+    sqlsdc.admin.apply(path, load_policy(document), user="admin")
+
+
+@pytest.fixture
+def own_demo(pristine_demo_db, tmp_path):
+    path = tmp_path / "demo.duckdb"
+    shutil.copy(pristine_demo_db, path)
+    return path
+
+
+def _between_parse_and_check(monkeypatch, action):
+    """Run ``action`` once, right after the connection's early parse (no lock, no file)."""
+    from sqlsdc.guard import connection, pipeline
+
+    parse, done = pipeline.parse, []
+
+    def parse_then_act(sql, context):
+        try:
+            return parse(sql, context)
+        finally:
+            if not done:
+                done.append(action())
+
+    monkeypatch.setattr(connection, "parse", parse_then_act)
+    return done
+
+
+def _released(path, **kwargs) -> sqlsdc.Connection:
+    """An analyst's connection that has let its file go, as after ``idle_release``."""
+    con = sqlsdc.Connection(path, "analyst", idle_release=0.0, **kwargs)
+    con._release_if_idle()
+    assert con._db is None
+    return con
+
+
+# --- what succeeded, closed ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "params"),
+    [
+        ("SELECT region, COUNT(*) FROM persons WHERE region = ? GROUP BY region", ["\udcff"]),
+        ("SELECT region, COUNT(*) FROM persons WHERE region <> ?::VARCHAR GROUP BY region",
+         ["R0\ud801"]),
+        ("SELECT region, COUNT(*) FROM persons WHERE region <> $x GROUP BY region",
+         {"x": "R\udc80"}),
+    ],
+)  # fmt: skip
+def test_a_parameter_that_is_not_utf8_is_refused_as_a_bad_parameter(demo_db, sql, params):
+    with sqlsdc.connect(demo_db, user="analyst") as con:
+        with pytest.raises(sqlsdc.ProgrammingError, match="parameter is not UTF-8 text") as e:
+            con.execute(sql, params)
+        assert "bug" not in str(e.value) and "_duckdb" not in str(e.value)
+        clean = {"x": "R01"} if isinstance(params, dict) else ["R01"]
+        assert con.execute(sql, clean).fetchall()  # the connection answers on
+
+
+def test_a_parameter_name_that_is_not_utf8_is_refused_and_audited_as_refused(demo_db):
+    sql = "SELECT region, COUNT(*) FROM persons WHERE region <> 'x' GROUP BY region -- s30d"
+    with sqlsdc.connect(demo_db, user="analyst") as con:
+        with pytest.raises(sqlsdc.ProgrammingError, match="parameters given but not in the"):
+            con.execute(sql, {"\udcff": 1})
+    entry = audit(demo_db, "admin", limit=1).iloc[0]
+    assert (entry["sql_text"], entry["decision"]) == (sql, "refused")
+    assert "\\udcff" in entry["reason"]
+
+
+# --- what held -----------------------------------------------------------------------------
+
+
+def test_a_lower_statement_limit_applied_between_parse_and_check_refuses(own_demo, monkeypatch):
+    """Parsed under a limit of 100,000 characters with no lock and no file; the admin lowers
+    it to 2,000 before the statement takes the file: the new limit refuses it, audited."""
+    long = GROUPED.format(" OR ".join(f"age = {i}" for i in range(300)))
+    assert len(long) > 2_000
+    con = _released(own_demo)
+    try:
+        done = _between_parse_and_check(
+            monkeypatch, lambda: _apply(own_demo, limits={"max_statement_characters": 2_000})
+        )
+        with pytest.raises(sqlsdc.PolicyViolation, match="the limit is 2,000"):
+            con.execute(long)
+        assert done and con.policy_version == 2
+    finally:
+        con.close()
+    entry = audit(own_demo, "admin", limit=1).iloc[0]
+    assert (entry["sql_text"], entry["decision"], entry["policy_version"]) == (long, "refused", 2)
+
+
+def test_a_parse_refused_under_an_old_limit_is_checked_under_a_new_one(own_demo, monkeypatch):
+    long = GROUPED.format(" OR ".join(f"age = {i}" for i in range(300)))
+    _apply(own_demo, limits={"max_statement_characters": 2_000})
+    con = _released(own_demo)
+    try:
+        _between_parse_and_check(
+            monkeypatch, lambda: _apply(own_demo, limits={"max_statement_characters": 100_000})
+        )
+        assert con.execute(long).fetchall()
+    finally:
+        con.close()
+
+
+def test_a_user_removed_between_parse_and_check_is_refused(own_demo, monkeypatch):
+    document = _document(own_demo)
+    users = {k: v for k, v in document["users"].items() if k != "analyst"}
+    budgets = [b for b in document["budgets"] if b["user"] != "analyst"]
+    con = _released(own_demo)
+    try:
+        _between_parse_and_check(
+            monkeypatch, lambda: _apply(own_demo, users=users, budgets=budgets)
+        )
+        with pytest.raises(sqlsdc.AccessDenied, match="not declared"):
+            con.execute(GROUPED.format("age > 17"))
+    finally:
+        con.close()
+
+
+def test_two_threads_on_one_connection_get_and_audit_their_own_statements(demo_db, monkeypatch):
+    """One thread's statement is refused by its parse while the other's is parsed, checked
+    and run: neither gets the other's answer or refusal, each is audited under its text."""
+    from sqlsdc.guard import connection, pipeline
+
+    broken = "SELECT region, COUNT(* FROM persons -- s30d thread"
+    good = GROUPED.format("age > 18 AND age < 90")
+    parse, both_parsing = pipeline.parse, threading.Barrier(2, timeout=5)
+
+    def in_step(sql, context):
+        both_parsing.wait()  # the two parses overlap, outside the connection's lock
+        return parse(sql, context)
+
+    monkeypatch.setattr(connection, "parse", in_step)
+    outcomes: dict[str, object] = {}
+    with sqlsdc.connect(demo_db, user="analyst") as con:
+
+        def run(sql):
+            try:
+                outcomes[sql] = con.execute(sql).fetchall()
+            except sqlsdc.Error as e:
+                outcomes[sql] = e
+
+        threads = [threading.Thread(target=run, args=(s,)) for s in (broken, good)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        monkeypatch.undo()
+        expected = con.execute(good).fetchall()
+    assert isinstance(outcomes[broken], sqlsdc.errors.SqlSyntaxError)
+    assert outcomes[good] == expected
+    log = audit(demo_db, "admin", limit=3)
+    decisions = dict(zip(log["sql_text"], log["decision"], strict=True))
+    assert decisions[broken] == "refused" and decisions[good] == "accepted"
+
+
+def test_a_memory_error_in_the_early_parse_is_refused_and_audited(demo_db, monkeypatch):
+    from sqlsdc.guard import pipeline
+
+    def exhausted(sql, limit):
+        raise MemoryError("no memory left")
+
+    sql = GROUPED.format("age > 20 AND age < 103")
+    monkeypatch.setattr(pipeline, "parse_statement", exhausted)
+    with sqlsdc.connect(demo_db, user="analyst") as con:
+        with pytest.raises(sqlsdc.errors.InternalError, match="MemoryError"):
+            con.execute(sql)
+        monkeypatch.undo()
+        assert con.execute(sql).fetchall()
+    refused = audit(demo_db, "admin", decision="refused", limit=1).iloc[0]
+    assert refused["sql_text"] == sql and "MemoryError" in refused["reason"]
+
+
+def test_an_interrupt_in_the_early_parse_leaves_the_connection_usable(demo_db, monkeypatch):
+    from sqlsdc.guard import pipeline
+
+    def interrupted(sql, limit):
+        raise KeyboardInterrupt
+
+    sql = GROUPED.format("age > 21 AND age < 104")
+    monkeypatch.setattr(pipeline, "parse_statement", interrupted)
+    with sqlsdc.connect(demo_db, user="analyst") as con:
+        with pytest.raises(KeyboardInterrupt):
+            con.execute(sql)
+        assert gc.isenabled() and not con._lock._is_owned()
+        monkeypatch.undo()
+        assert con.execute(sql).fetchall()
+
+
+def _two_dp_tables(path) -> None:
+    """Tables t and u (DP, 2,000 persons each) with a budget of their own each."""
+    con = duckdb.connect(str(path))
+    for name in ("t", "u"):
+        con.execute(f"CREATE TABLE {name} (pid BIGINT, g VARCHAR, m INTEGER)")
+        con.execute(
+            f"INSERT INTO {name} SELECT i, CASE WHEN i % 2 = 0 THEN 'a' ELSE 'b' END, i % 100 "
+            "FROM range(2000) AS r(i)"
+        )
+    con.close()
+    columns = {
+        "pid": {"role": "identifier"},
+        "g": {"role": "dimension", "domain": ["a", "b"]},
+        "m": {"role": "measure", "bounds": [0, 100]},
+    }
+    dp = {
+        "privacy_unit": "pid",
+        "columns": columns,
+        "protection": {"counts": {"method": "dp", "spend": {"epsilon": "1/2"}}},
+        "dp": {"granularity": 10},
+    }
+    sqlsdc.init(path, {
+        "tables": {"t": dp, "u": dp},
+        "users": {"analyst": {"role": "analyst"}, "admin": {"role": "admin"}},
+        "budgets": [{"user": "*", "epsilon": 1000, "delta": "1e-3"},
+                    {"user": "*", "table": "t", "epsilon": 50, "delta": "1e-3"},
+                    {"user": "*", "table": "u", "epsilon": 50, "delta": "1e-3"}],
+    })  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "WITH x AS (SELECT * FROM U) SELECT g, COUNT(*) FROM x GROUP BY g",
+        'SELECT g, COUNT(*) FROM "U" GROUP BY g',
+        "FROM u SELECT g, COUNT(*) GROUP BY g",
+        "SELECT g, COUNT(*) FROM t GROUP BY g "
+        'HAVING COUNT(*) > (WITH q AS (SELECT * FROM "u") SELECT COUNT(*) FROM q)',
+        "SELECT g, COUNT(*) FROM t GROUP BY g UNION ALL SELECT g, COUNT(*) FROM u GROUP BY g",
+        "WITH a AS (SELECT g, COUNT(*) AS n FROM t GROUP BY g) "
+        "SELECT * FROM a JOIN (WITH b AS (SELECT * FROM u) SELECT g, COUNT(*) AS k FROM b "
+        "GROUP BY g) AS c USING (g)",
+    ],
+)
+def test_a_table_read_in_any_part_of_a_dp_query_is_charged_its_budget(tmp_path, sql):
+    path = tmp_path / "two.duckdb"
+    _two_dp_tables(path)
+    with sqlsdc.connect(path, user="analyst") as con:
+        read = set(con.explain(sql).tables)
+        con.execute(sql).fetchall()
+        spent = {b.key.table: b.spent.epsilon for b in con.remaining_budget()}
+    assert "u" in read and read <= {"t", "u"}
+    assert spent["*"] > 0
+    assert {t for t in ("t", "u") if spent[t] == spent["*"]} == read
+    assert {t for t in ("t", "u") if spent[t] == 0} == {"t", "u"} - read
+
+
+def test_a_cast_placeholder_takes_its_value_in_the_order_of_the_text(demo_db):
+    """``?::TYPE`` is the next ``?``; ``?::`` in a string, a quoted name or a comment is no
+    placeholder; ``?::`` mixed with ``$n`` is refused."""
+    from sqlsdc.guard.parse import number_placeholders
+
+    text = "SELECT '?::', \"?::\", ?::INT /* ?:: */, ? -- ?::\n, ?::DATE"
+    assert number_placeholders(text) == (
+        "SELECT '?::', \"?::\", $1::INT /* ?:: */, $2 -- ?::\n, $3::DATE"
+    )
+    with sqlsdc.connect(demo_db, user="analyst") as con:
+        cast = ("SELECT region, COUNT(*) FROM persons WHERE age > ?::INTEGER "
+                "AND region <> ? AND age < ?::BIGINT GROUP BY region ORDER BY region")  # fmt: skip
+        plain = cast.replace("?::INTEGER", "?").replace("?::BIGINT", "?")
+        assert (
+            con.execute(cast, [30, "R01", 60]).fetchall()
+            == con.execute(plain, [30, "R01", 60]).fetchall()
+        )
+        assert "'R01'" not in con.execute(cast, [30, "R01", 60]).query.sql.split("age")[0]
+        with pytest.raises(sqlsdc.ProgrammingError, match="mixes"):
+            con.execute(cast.replace("age < ?", "age < $3"), [30, "R01", 60])
+        with pytest.raises(sqlsdc.ProgrammingError, match="3 parameter"):
+            con.execute(cast, [30, "R01"])
