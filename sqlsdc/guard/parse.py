@@ -181,6 +181,12 @@ def _check_count(placeholders: list[exp.Expr], params, positional: bool) -> None
             raise ProgrammingError(f"parameters given but not in the query: {', '.join(extra)}")
         return
     numbered = [int(n) for n in names if n.isdigit()]
+    if numbered and len(numbered) < len(names):
+        # a named one took the next value in the order of the tree, which a ? or $n also took
+        raise ProgrammingError(
+            "the query mixes numbered parameters (? or $n) with named ones ($name or :name); "
+            "number them all, or name them all and pass a dict"
+        )
     needed = max(numbered) if numbered else len(placeholders)
     if len(params) != needed:
         raise ProgrammingError(f"the query has {needed} parameter(s) but {len(params)} were given")

@@ -14,6 +14,10 @@ What succeeded, and was closed:
   write fail (``record_query`` escaped the statement, not the reason that quotes the name): the
   analyst got an engine failure instead of the refusal, and the audit log a ``failed`` entry
   with the engine's text instead of the refusal. The reason is now escaped as the statement is.
+* a named placeholder beside numbered ones (``region = :r AND age > ?``, ``$r`` with ``$1``)
+  was bound to the next value in the order of the tree, a value a ``?`` or ``$n`` also took:
+  one value in two places and no error (no leak: the check and the engine see one bound
+  tree). Numbered and named parameters in one statement are now refused.
 
 What held (one test each below): a statement parsed under the policy of the last opening is
 checked again under a policy an admin applied between the parse and the check (a lower
@@ -120,6 +124,22 @@ def test_a_parameter_name_that_is_not_utf8_is_refused_and_audited_as_refused(dem
     entry = audit(demo_db, "admin", limit=1).iloc[0]
     assert (entry["sql_text"], entry["decision"]) == (sql, "refused")
     assert "\\udcff" in entry["reason"]
+
+
+@pytest.mark.parametrize(
+    ("condition", "params"),
+    [
+        ("region = :r AND age > ?", ["R01"]),  # :r took the value of the ? too
+        ("age > ? AND region = :r", [30]),
+        ("region = $r AND age > $1", ["R01"]),
+    ],
+)
+def test_a_named_parameter_beside_numbered_ones_is_refused(demo_db, condition, params):
+    """A named placeholder among numbered ones was bound to the next value in the order of
+    the tree, a value a ``?`` or ``$n`` took too: one value in two places, no error."""
+    with sqlsdc.connect(demo_db, user="analyst") as con:
+        with pytest.raises(sqlsdc.ProgrammingError, match="mixes numbered parameters"):
+            con.execute(GROUPED.format(condition), params)
 
 
 # --- what held -----------------------------------------------------------------------------
