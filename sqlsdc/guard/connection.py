@@ -978,11 +978,12 @@ _UNCACHEABLE = object()  # parameters that cannot be a key of the check cache
 
 def _frozen(params):
     """``params`` as a hashable key of the check cache (:func:`_freeze`), or
-    :data:`_UNCACHEABLE`."""
+    :data:`_UNCACHEABLE` (the check then binds them, and refuses what it cannot bind: a value
+    whose ``repr`` fails, an int of more digits than Python writes out)."""
     try:
         frozen = _freeze(params)
         hash(frozen)
-    except TypeError:
+    except Exception:  # noqa: BLE001 - the analyst's objects: any error makes no cache key
         return _UNCACHEABLE
     return frozen
 

@@ -14,6 +14,17 @@ What succeeded, and was closed:
   write fail (``record_query`` escaped the statement, not the reason that quotes the name): the
   analyst got an engine failure instead of the refusal, and the audit log a ``failed`` entry
   with the engine's text instead of the refusal. The reason is now escaped as the statement is.
+* a number parameter of a subclass of int, float or Decimal (numpy's float64 is one) was
+  written into the statement run with its own ``__str__``: SQL text the check had taken for a
+  constant. ``age > ?`` bound to an int whose text was ``0 AND (CASE WHEN person_id = 7 AND
+  income > x THEN CAST('x' AS INTEGER) ELSE 1 END) = 1`` failed in the engine exactly when
+  that person's income was above x: an error oracle on one person's value, ~20 queries to
+  read it to the unit. Parameters are now converted to their built-in type first (str
+  subclasses too, though sqlglot quotes strings).
+* a parameter whose ``repr`` fails (an int of more than 4,300 digits, an object whose
+  ``__repr__`` raises) escaped the early parse (the check cache's key) as a bare ValueError,
+  unaudited (it escaped the check under the lock the same way before). It is now no cache
+  key, and the check refuses it as a bad parameter, audited.
 * a named placeholder beside numbered ones (``region = :r AND age > ?``, ``$r`` with ``$1``)
   was bound to the next value in the order of the tree, a value a ``?`` or ``$n`` also took:
   one value in two places and no error (no leak: the check and the engine see one bound
@@ -33,6 +44,7 @@ order of the text, and ``?::`` in strings, quoted names and comments is no place
 
 from __future__ import annotations
 
+import decimal
 import gc
 import shutil
 import threading
@@ -140,6 +152,49 @@ def test_a_named_parameter_beside_numbered_ones_is_refused(demo_db, condition, p
     with sqlsdc.connect(demo_db, user="analyst") as con:
         with pytest.raises(sqlsdc.ProgrammingError, match="mixes numbered parameters"):
             con.execute(GROUPED.format(condition), params)
+
+
+def _lying(base, text: str):
+    """A subclass of ``base`` whose ``str`` and ``repr`` are ``text``."""
+    return type(f"Lying{base.__name__}", (base,), {"__str__": lambda s: text,
+                                                     "__repr__": lambda s: text})  # fmt: skip
+
+
+ORACLE = "0 AND (CASE WHEN person_id = 7 AND income > {} THEN CAST('x' AS INTEGER) ELSE 1 END) = 1"
+
+
+@pytest.mark.parametrize("base", [int, float, decimal.Decimal])
+def test_a_number_parameter_is_bound_as_its_value_not_its_text(demo_db, base):
+    """An int (float, Decimal) subclass whose ``__str__`` was SQL wrote that SQL into the
+    statement run, where the check saw a constant: ``age > ?`` bound to ``0 AND <fails when
+    person 7 earns more than x>`` told, by an engine failure or an answer, whether one
+    person's income was above x (an error oracle, a bisection away from the value)."""
+    sql = "SELECT region, COUNT(*) FROM persons WHERE age > ? GROUP BY region ORDER BY region"
+    with sqlsdc.connect(demo_db, user="analyst") as con:
+        plain = con.execute(sql, [base(0)]).fetchall()
+        for x in (0, 10**9):
+            lying = _lying(base, ORACLE.format(x))(0)
+            assert con.execute(sql, [lying]).fetchall() == plain
+        text = "' OR 1 = 1 --"
+        assert "OR 1 = 1" not in con.explain(sql.replace("age > ?", "region = ?"),
+                                             [_lying(str, text)("R01")]).sql  # fmt: skip
+
+
+class Unwritable:
+    def __repr__(self):
+        raise ValueError("no text")
+
+
+@pytest.mark.parametrize("value", [10**5000, Unwritable()], ids=["5000 digits", "no repr"])
+def test_a_parameter_that_cannot_be_written_is_refused_and_audited(demo_db, value):
+    """``repr`` of a 5,000-digit int raises ValueError, as a value whose ``repr`` fails: it
+    escaped the early parse (the check cache's key) before any audit entry was written."""
+    sql = "SELECT region, COUNT(*) FROM persons WHERE income > ? GROUP BY region -- s30d"
+    with sqlsdc.connect(demo_db, user="analyst") as con:
+        with pytest.raises(sqlsdc.ProgrammingError):
+            con.execute(sql, [value])
+    entry = audit(demo_db, "admin", limit=1).iloc[0]
+    assert (entry["sql_text"], entry["decision"]) == (sql, "refused")
 
 
 # --- what held -----------------------------------------------------------------------------
