@@ -34,12 +34,18 @@ What held (one test each below): a statement parsed under the policy of the last
 checked again under a policy an admin applied between the parse and the check (a lower
 ``limits.max_statement_characters`` refuses it; a higher one lets through what the old one
 refused; a user removed meanwhile is refused); two threads on one connection each get their
-own statement's answer or refusal, audited under their own text; a failure of the early parse
+own statement's answer or refusal, audited under their own text, and a parse that outlasts
+the timeout stops its own statement only; a failure of the early parse
 that is not a refusal (MemoryError) is refused as a guard failure and audited, and an interrupt
 (KeyboardInterrupt) leaves the connection usable and the cycle collector on; a per-table budget
 is charged for a declared table read through a CTE, a nested CTE in a HAVING subquery, a
 UNION ALL branch, upper case or a quoted name; ``?::TYPE`` counts with the other ``?`` in the
 order of the text, and ``?::`` in strings, quoted names and comments is no placeholder.
+
+Observed, not changed: a KeyboardInterrupt during the early parse is not audited (nor was it
+during the check under the lock before); nothing has run or been charged then. The server's
+catalog queries (``sqlsdc/server/catalog.py``) write int parameters with ``str`` too, but
+their values are decoded from the wire as built-in types.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ import decimal
 import gc
 import shutil
 import threading
+import time
 
 import duckdb
 import pytest
@@ -282,6 +289,44 @@ def test_two_threads_on_one_connection_get_and_audit_their_own_statements(demo_d
     log = audit(demo_db, "admin", limit=3)
     decisions = dict(zip(log["sql_text"], log["decision"], strict=True))
     assert decisions[broken] == "refused" and decisions[good] == "accepted"
+
+
+def test_a_slow_parse_is_charged_to_its_own_statement_only(demo_db, monkeypatch):
+    """Thread A's parse outlasts the statement timeout; thread B, on the same connection,
+    runs its statement meanwhile (A holds no lock while parsing): B is answered, A is
+    stopped, and A's stop is audited under A's text."""
+    from sqlsdc.guard import connection, pipeline
+
+    slow_sql = GROUPED.format("age > 22 AND age < 105")
+    fast_sql = GROUPED.format("age > 23 AND age < 106")
+    parse, parsing = pipeline.parse, threading.Event()
+
+    def slow_for_a(sql, context):
+        if sql == slow_sql:
+            parsing.set()
+            time.sleep(0.8)
+        return parse(sql, context)
+
+    monkeypatch.setattr(connection, "parse", slow_for_a)
+    outcomes: dict[str, object] = {}
+    with sqlsdc.connect(demo_db, user="analyst", timeout=0.6) as con:
+
+        def run(sql):
+            try:
+                outcomes[sql] = con.execute(sql).fetchall()
+            except sqlsdc.Error as e:
+                outcomes[sql] = e
+
+        a = threading.Thread(target=run, args=(slow_sql,))
+        a.start()
+        assert parsing.wait(5)
+        run(fast_sql)
+        a.join(10)
+    assert isinstance(outcomes[fast_sql], list) and outcomes[fast_sql]
+    assert isinstance(outcomes[slow_sql], sqlsdc.errors.QueryCanceled)
+    log = audit(demo_db, "admin", limit=2)
+    decisions = dict(zip(log["sql_text"], log["decision"], strict=True))
+    assert decisions[fast_sql] == "accepted" and decisions[slow_sql] != "accepted"
 
 
 def test_a_memory_error_in_the_early_parse_is_refused_and_audited(demo_db, monkeypatch):
