@@ -352,6 +352,7 @@ class Connection:
 
     def explain(self, sql: str, params=None) -> ProtectedQuery:
         """The protected SQL and the mechanism of every output column, without reading data."""
+        sql = _built_in_text(sql)
         with self._holding():
             try:
                 return self._protect(sql, params)
@@ -504,6 +505,7 @@ class Connection:
         """``_run``, with every engine error that escapes it (an audit write, transaction
         control, a catalog read) turned into sqlsdc's own message; the engine's text goes to
         the audit log only, so what an analyst sees never depends on the engine's wording."""
+        sql = _built_in_text(sql)
         early = self._parse(sql, params)
         with self._holding():
             try:
@@ -971,6 +973,13 @@ class _Parsed:
         if self.refusal is not None:
             raise self.refusal
         return self.tree
+
+
+def _built_in_text(sql):
+    """A statement given as a str subclass, as a built-in str: the subclass's own ``__eq__``
+    and ``__hash__`` made the check cache answer it with another statement's check, so the
+    audit log recorded one text beside another statement's answer."""
+    return str.__str__(sql) if isinstance(sql, str) else sql
 
 
 _UNCACHEABLE = object()  # parameters that cannot be a key of the check cache

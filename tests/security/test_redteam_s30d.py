@@ -25,6 +25,10 @@ What succeeded, and was closed:
   ``__repr__`` raises) escaped the early parse (the check cache's key) as a bare ValueError,
   unaudited (it escaped the check under the lock the same way before). It is now no cache
   key, and the check refuses it as a bad parameter, audited.
+* a statement given as a str subclass equal to every string and hashed as another
+  statement was answered from the check cache with that statement's check: the analyst got
+  the other statement's answer and the audit log recorded the innocuous text (with the other
+  query's fingerprint only). A statement is now taken as a built-in str.
 * a named placeholder beside numbered ones (``region = :r AND age > ?``, ``$r`` with ``$1``)
   was bound to the next value in the order of the tree, a value a ``?`` or ``$n`` also took:
   one value in two places and no error (no leak: the check and the engine see one bound
@@ -202,6 +206,25 @@ def test_a_parameter_that_cannot_be_written_is_refused_and_audited(demo_db, valu
             con.execute(sql, [value])
     entry = audit(demo_db, "admin", limit=1).iloc[0]
     assert (entry["sql_text"], entry["decision"]) == (sql, "refused")
+
+
+def test_a_statement_given_as_a_str_subclass_is_checked_and_audited_as_its_own_text(demo_db):
+    """A str subclass equal to everything, hashed as another statement: the check cache
+    answered it with that statement's check, and the audit log recorded the innocuous text
+    beside the other statement's answer."""
+    asked = "SELECT region, SUM(income) FROM persons WHERE age > 64 GROUP BY region ORDER BY 1"
+    logged = "SELECT region, COUNT(*) FROM persons GROUP BY region ORDER BY region"
+
+    class Posing(str):
+        __hash__ = lambda self: hash(asked)  # noqa: E731
+        __eq__ = lambda self, other: True  # noqa: E731
+        __ne__ = lambda self, other: False  # noqa: E731
+
+    with sqlsdc.connect(demo_db, user="analyst") as con:
+        sums = con.execute(asked).fetchall()
+        counts = con.execute(Posing(logged)).fetchall()
+        assert counts == con.execute(logged).fetchall() != sums
+        assert con.explain(Posing(logged)).sql == con.explain(logged).sql
 
 
 # --- what held -----------------------------------------------------------------------------
