@@ -983,12 +983,18 @@ def _built_in_text(sql):
 
 
 _UNCACHEABLE = object()  # parameters that cannot be a key of the check cache
+_KEYED_PARAMETERS = (type(None), list, tuple, dict)
 
 
 def _frozen(params):
     """``params`` as a hashable key of the check cache (:func:`_freeze`), or
     :data:`_UNCACHEABLE` (the check then binds them, and refuses what it cannot bind: a value
-    whose ``repr`` fails, an int of more digits than Python writes out)."""
+    whose ``repr`` fails, an int of more digits than Python writes out). Only a built-in
+    list, tuple or dict is a key: a subclass may iterate over other values than it binds
+    (``__getitem__``), and its check, kept under the key of the values it iterates, answered
+    other connections of the process that bound those (cache poisoning)."""
+    if type(params) not in _KEYED_PARAMETERS:
+        return _UNCACHEABLE
     try:
         frozen = _freeze(params)
         hash(frozen)

@@ -29,6 +29,10 @@ What succeeded, and was closed:
   statement was answered from the check cache with that statement's check: the analyst got
   the other statement's answer and the audit log recorded the innocuous text (with the other
   query's fingerprint only). A statement is now taken as a built-in str.
+* a list subclass whose iteration (the check cache's key) listed other values than its
+  ``__getitem__`` bound poisoned the process's check cache: another connection asking
+  ``age > ?`` with [18] got the answer for 90 (integrity, not a leak: a checked query ran).
+  Only built-in lists, tuples and dicts are cache keys now.
 * a named placeholder beside numbered ones (``region = :r AND age > ?``, ``$r`` with ``$1``)
   was bound to the next value in the order of the tree, a value a ``?`` or ``$n`` also took:
   one value in two places and no error (no leak: the check and the engine see one bound
@@ -225,6 +229,25 @@ def test_a_statement_given_as_a_str_subclass_is_checked_and_audited_as_its_own_t
         counts = con.execute(Posing(logged)).fetchall()
         assert counts == con.execute(logged).fetchall() != sums
         assert con.explain(Posing(logged)).sql == con.explain(logged).sql
+
+
+def test_parameters_that_bind_other_values_than_they_list_do_not_poison_the_check_cache(
+    demo_db,
+):
+    """A list subclass listing 18 (its iteration, the cache's key) but binding 90 (its
+    ``__getitem__``): its check was kept under the key of 18, and another connection of the
+    process asking ``age > ?`` with a plain [18] got the answer for 90."""
+
+    class Binds90(list):
+        def __getitem__(self, index):
+            return 90
+
+    sql = "SELECT region, COUNT(*) FROM persons WHERE age > ? GROUP BY region ORDER BY region"
+    with sqlsdc.connect(demo_db, user="analyst") as attacker:
+        over_90 = attacker.execute(sql, Binds90([18])).fetchall()
+    with sqlsdc.connect(demo_db, user="analyst") as victim:
+        over_18 = victim.execute(sql, [18]).fetchall()
+        assert over_18 == victim.execute(sql.replace("?", "18")).fetchall() != over_90
 
 
 # --- what held -----------------------------------------------------------------------------
