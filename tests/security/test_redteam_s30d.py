@@ -32,7 +32,9 @@ What succeeded, and was closed:
 * a list subclass whose iteration (the check cache's key) listed other values than its
   ``__getitem__`` bound poisoned the process's check cache: another connection asking
   ``age > ?`` with [18] got the answer for 90 (integrity, not a leak: a checked query ran).
-  Only built-in lists, tuples and dicts are cache keys now.
+  A read-only mapping (``types.MappingProxyType``, any Mapping not a dict) was keyed by its
+  names only, so ``$a`` bound to 19 then to 91 got the first answer twice. Only built-in
+  lists, tuples and dicts are cache keys now.
 * a named placeholder beside numbered ones (``region = :r AND age > ?``, ``$r`` with ``$1``)
   was bound to the next value in the order of the tree, a value a ``?`` or ``$n`` also took:
   one value in two places and no error (no leak: the check and the engine see one bound
@@ -63,6 +65,7 @@ import gc
 import shutil
 import threading
 import time
+import types
 
 import duckdb
 import pytest
@@ -248,6 +251,17 @@ def test_parameters_that_bind_other_values_than_they_list_do_not_poison_the_chec
     with sqlsdc.connect(demo_db, user="analyst") as victim:
         over_18 = victim.execute(sql, [18]).fetchall()
         assert over_18 == victim.execute(sql.replace("?", "18")).fetchall() != over_90
+
+
+def test_a_read_only_mapping_of_parameters_is_bound_by_its_values(demo_db):
+    """A Mapping that is not a dict (``MappingProxyType``) was frozen by iterating over it,
+    its names only: ``$a`` bound to 18 and then to 90 was one cache key, and the second got
+    the first's answer."""
+    sql = "SELECT region, COUNT(*) FROM persons WHERE age > $a GROUP BY region ORDER BY region"
+    with sqlsdc.connect(demo_db, user="analyst") as con:
+        for age in (19, 91):
+            bound = con.execute(sql, types.MappingProxyType({"a": age})).fetchall()
+            assert bound == con.execute(sql.replace("$a", str(age))).fetchall()
 
 
 # --- what held -----------------------------------------------------------------------------
