@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import decimal
 import gc
-import shutil
 import threading
 import time
 import types
@@ -90,13 +89,6 @@ def _document(path) -> dict:
 def _apply(path, **changes) -> None:
     document = _document(path) | changes
     sqlsdc.admin.apply(path, load_policy(document), user="admin")
-
-
-@pytest.fixture
-def own_demo(pristine_demo_db, tmp_path):
-    path = tmp_path / "demo.duckdb"
-    shutil.copy(pristine_demo_db, path)
-    return path
 
 
 def _between_parse_and_check(monkeypatch, action):
@@ -267,46 +259,48 @@ def test_a_read_only_mapping_of_parameters_is_bound_by_its_values(demo_db):
 # --- what held -----------------------------------------------------------------------------
 
 
-def test_a_lower_statement_limit_applied_between_parse_and_check_refuses(own_demo, monkeypatch):
+def test_a_lower_statement_limit_applied_between_parse_and_check_refuses(
+    fresh_demo_db, monkeypatch
+):
     """Parsed under a limit of 100,000 characters with no lock and no file; the admin lowers
     it to 2,000 before the statement takes the file: the new limit refuses it, audited."""
     long = GROUPED.format(" OR ".join(f"age = {i}" for i in range(300)))
     assert len(long) > 2_000
-    con = _released(own_demo)
+    con = _released(fresh_demo_db)
     try:
         done = _between_parse_and_check(
-            monkeypatch, lambda: _apply(own_demo, limits={"max_statement_characters": 2_000})
+            monkeypatch, lambda: _apply(fresh_demo_db, limits={"max_statement_characters": 2_000})
         )
         with pytest.raises(sqlsdc.PolicyViolation, match="the limit is 2,000"):
             con.execute(long)
         assert done and con.policy_version == 2
     finally:
         con.close()
-    entry = audit(own_demo, "admin", limit=1).iloc[0]
+    entry = audit(fresh_demo_db, "admin", limit=1).iloc[0]
     assert (entry["sql_text"], entry["decision"], entry["policy_version"]) == (long, "refused", 2)
 
 
-def test_a_parse_refused_under_an_old_limit_is_checked_under_a_new_one(own_demo, monkeypatch):
+def test_a_parse_refused_under_an_old_limit_is_checked_under_a_new_one(fresh_demo_db, monkeypatch):
     long = GROUPED.format(" OR ".join(f"age = {i}" for i in range(300)))
-    _apply(own_demo, limits={"max_statement_characters": 2_000})
-    con = _released(own_demo)
+    _apply(fresh_demo_db, limits={"max_statement_characters": 2_000})
+    con = _released(fresh_demo_db)
     try:
         _between_parse_and_check(
-            monkeypatch, lambda: _apply(own_demo, limits={"max_statement_characters": 100_000})
+            monkeypatch, lambda: _apply(fresh_demo_db, limits={"max_statement_characters": 100_000})
         )
         assert con.execute(long).fetchall()
     finally:
         con.close()
 
 
-def test_a_user_removed_between_parse_and_check_is_refused(own_demo, monkeypatch):
-    document = _document(own_demo)
+def test_a_user_removed_between_parse_and_check_is_refused(fresh_demo_db, monkeypatch):
+    document = _document(fresh_demo_db)
     users = {k: v for k, v in document["users"].items() if k != "analyst"}
     budgets = [b for b in document["budgets"] if b["user"] != "analyst"]
-    con = _released(own_demo)
+    con = _released(fresh_demo_db)
     try:
         _between_parse_and_check(
-            monkeypatch, lambda: _apply(own_demo, users=users, budgets=budgets)
+            monkeypatch, lambda: _apply(fresh_demo_db, users=users, budgets=budgets)
         )
         with pytest.raises(sqlsdc.AccessDenied, match="not declared"):
             con.execute(GROUPED.format("age > 17"))
