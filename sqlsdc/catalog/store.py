@@ -259,8 +259,9 @@ def record_query(
 ) -> int:
     """Append one entry to the audit log and return its query id; ``None`` draws the next id
     in the same statement (one round trip, and no commit of its own inside a transaction)."""
-    if not sql.isascii():  # undecodable bytes kept as lone surrogates are logged escaped
-        sql = sql.encode("utf-8", "backslashreplace").decode("utf-8")
+    # undecodable bytes kept as lone surrogates are logged escaped: in the statement, and in
+    # a reason that quotes what the analyst sent (a parameter's name)
+    sql, reason = _escaped(sql), None if reason is None else _escaped(reason)
     values = [now(), user, policy_version, decision, reason, fingerprint, sql, rows]
     if query_id is not None:
         con.execute(parsed(_AUDIT_INSERT), [query_id, *values])
@@ -271,6 +272,11 @@ def record_query(
         values,
     )
     return drawn
+
+
+def _escaped(text: str) -> str:
+    """``text`` with lone surrogates written as ``\\udcff`` escapes (the engine refuses them)."""
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 # A result of at most this many rows whose ledger columns are plain scalars is passed to the

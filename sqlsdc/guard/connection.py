@@ -352,6 +352,7 @@ class Connection:
 
     def explain(self, sql: str, params=None) -> ProtectedQuery:
         """The protected SQL and the mechanism of every output column, without reading data."""
+        sql = _built_in_text(sql)
         with self._holding():
             try:
                 return self._protect(sql, params)
@@ -504,6 +505,7 @@ class Connection:
         """``_run``, with every engine error that escapes it (an audit write, transaction
         control, a catalog read) turned into sqlsdc's own message; the engine's text goes to
         the audit log only, so what an analyst sees never depends on the engine's wording."""
+        sql = _built_in_text(sql)
         early = self._parse(sql, params)
         with self._holding():
             try:
@@ -973,16 +975,30 @@ class _Parsed:
         return self.tree
 
 
+def _built_in_text(sql):
+    """A statement given as a str subclass, as a built-in str: the subclass's own ``__eq__``
+    and ``__hash__`` made the check cache answer it with another statement's check, so the
+    audit log recorded one text beside another statement's answer."""
+    return str.__str__(sql) if isinstance(sql, str) else sql
+
+
 _UNCACHEABLE = object()  # parameters that cannot be a key of the check cache
+_KEYED_PARAMETERS = (type(None), list, tuple, dict)
 
 
 def _frozen(params):
     """``params`` as a hashable key of the check cache (:func:`_freeze`), or
-    :data:`_UNCACHEABLE`."""
+    :data:`_UNCACHEABLE` (the check then binds them, and refuses what it cannot bind: a value
+    whose ``repr`` fails, an int of more digits than Python writes out). Only a built-in
+    list, tuple or dict is a key: a subclass may iterate over other values than it binds
+    (``__getitem__``), and its check, kept under the key of the values it iterates, answered
+    other connections of the process that bound those (cache poisoning)."""
+    if type(params) not in _KEYED_PARAMETERS:
+        return _UNCACHEABLE
     try:
         frozen = _freeze(params)
         hash(frozen)
-    except TypeError:
+    except Exception:  # noqa: BLE001 - the analyst's objects: any error makes no cache key
         return _UNCACHEABLE
     return frozen
 

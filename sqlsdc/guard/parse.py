@@ -181,6 +181,12 @@ def _check_count(placeholders: list[exp.Expr], params, positional: bool) -> None
             raise ProgrammingError(f"parameters given but not in the query: {', '.join(extra)}")
         return
     numbered = [int(n) for n in names if n.isdigit()]
+    if numbered and len(numbered) < len(names):
+        # a named one took the next value in the order of the tree, which a ? or $n also took
+        raise ProgrammingError(
+            "the query mixes numbered parameters (? or $n) with named ones ($name or :name); "
+            "number them all, or name them all and pass a dict"
+        )
     needed = max(numbered) if numbered else len(placeholders)
     if len(params) != needed:
         raise ProgrammingError(f"the query has {needed} parameter(s) but {len(params)} were given")
@@ -192,20 +198,52 @@ def literal(value) -> exp.Expr:
         return exp.null()
     if isinstance(value, bool):
         return exp.Boolean(this=value)
+    value = _built_in(value)
     if (special := _non_finite(value)) is not None:
         return exp.cast(exp.Literal.string(special), "DOUBLE")
     if isinstance(value, (int, float, decimal.Decimal)):
-        return exp.Literal.number(value)
+        try:
+            return exp.Literal.number(value)
+        except ValueError:  # more digits than Python writes out (sys.get_int_max_str_digits)
+            raise ProgrammingError(
+                "an int parameter has more digits than Python writes out; pass a smaller number"
+            ) from None
     if isinstance(value, str):
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as e:  # a lone surrogate: the engine fails on it
+                raise ProgrammingError(
+                    f"a str parameter is not UTF-8 text (character {e.start + 1} is an "
+                    "undecodable byte); decode the value as UTF-8 before passing it"
+                ) from None
         return exp.Literal.string(value)
     if isinstance(value, dt.datetime):
-        return exp.cast(exp.Literal.string(value.isoformat(sep=" ")), "TIMESTAMP")
+        return exp.cast(exp.Literal.string(dt.datetime.isoformat(value, sep=" ")), "TIMESTAMP")
     if isinstance(value, dt.date):
-        return exp.cast(exp.Literal.string(value.isoformat()), "DATE")
+        return exp.cast(exp.Literal.string(dt.date.isoformat(value)), "DATE")
     raise ProgrammingError(
         f"parameters of type {type(value).__name__} are not supported; "
         "use str, int, float, bool, None, date or datetime"
     )
+
+
+def _built_in(value):
+    """``value`` as its built-in type when it is a subclass of int, float, Decimal or str:
+    a number literal is written with ``str(value)``, so a subclass's own ``__str__`` (or
+    ``is_finite``) wrote SQL text into the statement run that the check took for a constant
+    (``age > ?`` with an int whose ``__str__`` is ``0 AND <a condition that fails for one
+    person's income>`` was an error oracle). The base types' own conversions ignore
+    overrides (numpy's float64 is a float subclass too)."""
+    for base, exact in (
+        (int, int.__int__),
+        (float, float.__float__),
+        (decimal.Decimal, decimal.Decimal),
+        (str, str.__str__),
+    ):
+        if isinstance(value, base) and type(value) is not base:
+            return exact(value)
+    return value
 
 
 def _non_finite(value) -> str | None:
