@@ -58,7 +58,7 @@ from sqlsdc.errors import Error, TabularError, VerificationError
 from sqlsdc.policy import ColumnRole, Policy, load_policy
 from sqlsdc.tabular.model import Hierarchy, Table
 from sqlsdc.tabular.rules import FrequencyRule, apply_rules, default_rules, required_top_k
-from sqlsdc.tabular.universe import suppression_pattern
+from sqlsdc.tabular.universe import COUNT, suppression_pattern, universe_of
 from sqlsdc.tabular.verify import verify_suppression
 
 OUTPUT_SCHEMA = "protected"
@@ -384,6 +384,7 @@ def _checked_job(con, user, sql, into, method, query_id, replace) -> Job:
     version, document, source = require_admin(con, user)
     policy = load_policy(document, name=source)
     spec = parse_job(sql, policy)
+    _refuse_live_universe(con, policy, spec)
     exists = con.execute(
         "SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
         [OUTPUT_SCHEMA, into],
@@ -391,6 +392,43 @@ def _checked_job(con, user, sql, into, method, query_id, replace) -> Job:
     if exists and not replace:
         raise TabularError(f"{OUTPUT_SCHEMA}.{into} exists; pass --replace to overwrite it")
     return Job(con, user, version, policy, spec, sql, into, method, query_id)
+
+
+def _refuse_live_universe(con, policy: Policy, spec: JobSpec) -> None:
+    """Refuse a job whose cells are cells the guard already releases from the policy's
+    suppression pattern (``suppression:`` of a table whose aggregate is suppressed).
+
+    Two patterns of one table are linked tables protected separately: a cell one hides and
+    the other publishes recomputes the first's primaries (red team s30f: a job on nace x
+    region with the policy's own rule published two secondaries of the live pattern, and a
+    count of 2 under ``freq:3`` was then known to be 1 or 2). The job's cells are live cells
+    when its population is one the guard answers: no WHERE, a WHERE on universe columns only
+    (``nace = 'C'`` picks live cells), or a WHERE that keeps every row of the table (a
+    tautology on another column). Those cells are released by ``sqlsdc publish`` already
+    (the pattern table); a job over another population (``age >= 90``) is not refused.
+    """
+    table = policy.table(spec.table)
+    if table.suppression is None:
+        return
+    universe = universe_of(policy, spec.table)
+    if (spec.measure or COUNT) not in universe.aggregates:
+        return
+    where = spec.where
+    if where is not None and {c.name.lower() for c in where.find_all(exp.Column)} - set(
+        universe.columns
+    ):
+        kept_all = exp.select(exp.Count(this=exp.Star())).from_(spec.table)
+        kept_all = kept_all.where(exp.not_(exp.Coalesce(this=where.copy(),
+                                                        expressions=[exp.false()])))  # fmt: skip
+        if con.execute(kept_all.sql("duckdb")).fetchall()[0][0] > 0:
+            return
+    raise TabularError(
+        f"{spec.table} is protected by suppression in the policy and the guard releases its "
+        f"cells from one pattern (published by `sqlsdc publish`); a job over the same "
+        f"population would protect them with another pattern, and the two together could "
+        f"recompute suppressed cells. Tabulate another population (a WHERE on a column "
+        f"outside {', '.join(universe.columns)}) or publish the policy's pattern"
+    )
 
 
 def job_rules(job: Job, rules: Sequence | None) -> list:
