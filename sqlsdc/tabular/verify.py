@@ -241,9 +241,11 @@ def verify_suppression(
     upl: np.ndarray,
     lpl: np.ndarray,
     time_limit: float = 60.0,
+    lower: np.ndarray | None = None,
 ) -> Verification:
     """Check a suppression pattern: every primary cell suppressed, and the attacker's LP on the
-    published cells leaves every primary cell an exact interval reaching its levels."""
+    published cells leaves every primary cell an exact interval reaching its levels. ``lower``:
+    what the attacker knows of each cell a priori (default 0 for non-negative tables)."""
     from sqlsdc.tabular.attacker import audit_check, audit_intervals
 
     values = table.values
@@ -253,7 +255,10 @@ def verify_suppression(
     c.cells("primary published", primary & ~suppressed, np.abs(values),
             "are primary but published")  # fmt: skip
     nonneg = not table.negative and bool((values >= 0).all())
-    lower = np.zeros_like(values) if nonneg else np.full_like(values, -np.inf)
+    if lower is None:
+        lower = np.zeros_like(values) if nonneg else np.full_like(values, -np.inf)
+    else:  # no protection below what is known (as sqlsdc.tabular.protect clips the levels)
+        lpl = np.minimum(lpl, values - lower)
     integer = bool(table.count and not table.weighted and np.all(values == np.round(values)))
     result = audit_intervals(table.A, values, suppressed, lower=lower,
                              upper=np.full_like(values, np.inf), integer=integer,

@@ -17,6 +17,12 @@ What succeeded, and was closed:
   answers — no WHERE, a WHERE on universe columns only, or a WHERE that keeps every row — on an
   aggregate the policy suppresses is now refused (``sqlsdc.jobs.protect``): its cells are the
   pattern's, which ``sqlsdc publish`` releases already.
+* the same a-priori bound, in jobs themselves: a count job's table (and its release) lists
+  every inner cell, so each hidden count is at least 1, but the job's pattern and its check
+  assumed ``[0, inf)`` (the query path was fixed in s29c, jobs were not). On the demo,
+  ``protect`` of enterprises by nace x region under ``freq:3`` left four counts of 2 at
+  [1, 2]. Count jobs now protect and verify against the number of inner cells of each cell
+  (``sqlsdc.jobs.protect._known_lower``; ``verify_suppression(lower=...)``).
 
 Left open (noted, not tested): a job over a population that differs from the whole table by a
 few units (``WHERE age >= 1`` next to the live universe) makes the difference of two exact
@@ -40,6 +46,7 @@ from sqlsdc.jobs.adjust import round_query
 from sqlsdc.jobs.protect import protect_query
 from sqlsdc.release import publish
 from sqlsdc.tabular.rules import FrequencyRule
+from tests.security.test_redteam_s29c import _attacker_intervals
 
 CUBE = "SELECT nace, region, COUNT(*) FROM enterprises GROUP BY CUBE(nace, region)"
 NACE_REGION = "SELECT nace, region, COUNT(*) FROM enterprises{where} GROUP BY nace, region"
@@ -62,8 +69,7 @@ def released(suppress_template, tmp_path_factory, copy_database):
     with sqlsdc.connect(db, user="analyst") as con:
         live = con.execute(CUBE).fetchall()
     old = (
-        "SELECT region, education, COUNT(*) FROM persons WHERE age >= 85 "
-        "GROUP BY region, education"
+        "SELECT region, education, COUNT(*) FROM persons WHERE age >= 85 GROUP BY region, education"
     )
     protect_query(db, "admin", old, into="old", time_limit=10)
     out = folder / "release.duckdb"
@@ -89,6 +95,31 @@ def test_a_job_over_the_live_universe_is_refused(released, where):
     decision, reason = read(db, "SELECT decision, reason FROM sqlsdc.audit "
                                 "ORDER BY logged_at DESC, query_id DESC LIMIT 1")[0]  # fmt: skip
     assert decision == "refused" and "protected by suppression" in reason
+
+
+def _job_cells(path, table: str, dims: tuple[str, str]) -> dict:
+    rows = read(path, f"SELECT {dims[0]}, {dims[1]}, value, status FROM {table}")
+    return {
+        tuple(None if c == "Total" else c for c in (a, b)): (v, status) for a, b, v, status in rows
+    }
+
+
+def test_a_job_count_keeps_its_upper_protection_given_that_its_cells_exist(
+    pristine_demo_db, tmp_path, copy_database
+):
+    """A count job's table lists every inner cell, so each hidden count is at least 1; a
+    primary count must still be possibly one higher than it is (the query path's s29c fix)."""
+    sql, dims = NACE_REGION.format(where=""), ("nace", "region")
+    db = copy_database(pristine_demo_db, tmp_path)
+    protect_query(db, "admin", sql, into="job", rules=[FrequencyRule(3)], time_limit=10)
+    cells = _job_cells(db, "protected.job", dims)
+    intervals = _attacker_intervals({k: v for k, (v, _s) in cells.items()}, lower=1.0)
+    true = {tuple(r[:2]): r[2] for r in read(db, sql)}
+    primary = {k: true[k] for k in intervals if cells[k][1] == "primary"}
+    assert primary
+    assert all(intervals[k][1] >= v + 1 - 1e-6 for k, v in primary.items()), {
+        k: (v, intervals[k]) for k, v in primary.items()
+    }
 
 
 def test_a_job_over_another_population_is_accepted(released):
