@@ -447,8 +447,17 @@ def _store(con, frame, report, user, version, request, query_id, fingerprint, in
            method: str = METHOD, mechanism: str = METHOD, view: str | None = None):  # fmt: skip
     """Store a file of records as ``protected.<into>`` (and a view ``<view>.<into>`` over it)
     with its ``sqlsdc.outputs`` record (``method``), ledger rows (``mechanism``) and audit
-    entry, in one transaction (used by the synthesis job too)."""
+    entry, in one transaction (used by the synthesis job too).
+
+    The records are stored sorted by their own values: in the source's order (the job's
+    ``SELECT``, persons by identifier) row ``i`` of two files made from one source was one
+    person, and a household's members sat next to each other (red team s30f: two PRAM files
+    of one source, aligned by position, told where PRAM had changed a value). Sorted, the
+    order is a function of the released values and tells nothing they do not.
+    """
     name = exp.to_identifier(into).sql("duckdb")
+    frame = frame.sort_values(list(frame.columns), kind="mergesort", na_position="last",
+                              ignore_index=True)  # fmt: skip
     con.register("__job_output", frame)
     con.execute("BEGIN TRANSACTION")
     try:
