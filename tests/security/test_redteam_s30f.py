@@ -39,7 +39,8 @@ two exact published cells; protecting linked tables of different populations nee
 covering universe for both, which jobs do not have (the admin's choice of populations).
 
 What held (one test each below): ``protected.<name>`` is no source for an analyst, alone or
-joined with a confidential table; a job over another population (persons ``age >= 85`` on a
+joined with a confidential table; a released suppression job shows published or suppressed,
+not which cells were primary; a job over another population (persons ``age >= 85`` on a
 table under suppression) is still accepted; the release file's suppression pattern has the
 live answers' published and hidden cells, cell for cell.
 """
@@ -136,6 +137,19 @@ def test_a_job_over_another_population_is_accepted(released):
     db, out, _live = released
     assert read(db, "SELECT count(*) FROM protected.old")[0][0] > 0
     assert read(out, "SELECT count(*) FROM old")[0][0] > 0
+
+
+def test_a_released_job_does_not_tell_primary_from_secondary(released):
+    """The job stores ``primary``/``secondary`` and the rule that fired; the release shows
+    published or suppressed only (a primary under ``freq:5`` would be known to count 1-4)."""
+    db, out, _live = released
+    assert {"primary", "secondary"} <= {s for (s,) in read(db, "SELECT status FROM protected.old")}
+    columns = {c for c, *_ in read(out, "DESCRIBE old")}
+    assert "rule" not in columns
+    assert {s for (s,) in read(out, "SELECT DISTINCT status FROM old")} == {
+        "published",
+        "suppressed",
+    }
 
 
 def test_the_release_pattern_is_the_live_pattern(released):
