@@ -57,7 +57,13 @@ from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import Error, TabularError, VerificationError
 from sqlsdc.policy import ColumnRole, Policy, load_policy
 from sqlsdc.tabular.model import Hierarchy, Table
-from sqlsdc.tabular.rules import FrequencyRule, apply_rules, default_rules, required_top_k
+from sqlsdc.tabular.rules import (
+    FrequencyRule,
+    ManualRule,
+    apply_rules,
+    default_rules,
+    required_top_k,
+)
 from sqlsdc.tabular.universe import COUNT, suppression_pattern, universe_of
 from sqlsdc.tabular.verify import verify_suppression
 
@@ -186,8 +192,19 @@ def protect_query(
         table = job.tabulate(rules)
         job.step("primary and secondary suppression, audit")
         known = _known_lower(table, count=job.spec.measure is None)
-        result = suppression_pattern(table, rules, method=method, cost=cost,
-                                     time_limit=time_limit, apriori=known)  # fmt: skip
+        kept, held = _earlier_suppressions(job, table) if replace else (None, None)
+        result = suppression_pattern(
+            table,
+            rules,
+            method=method,
+            cost=cost,
+            time_limit=time_limit,
+            apriori=known,
+            primary=ManualRule(kept, safety_range=0.0, name="earlier release")
+            if kept is not None and kept.any()
+            else None,
+            held=held if held is not None and held.any() else None,
+        )
         found = apply_rules(table, rules)  # the job's own primary cells, checked independently
         verify_suppression(table, result["status"].to_numpy() != "published",
                            primary=found.primary, upl=found.upl, lpl=found.lpl,
@@ -486,6 +503,31 @@ def _table(frame: pd.DataFrame, spec: JobSpec, policy: Policy, top_k: int) -> Ta
             cells[name] = [t[j] if t is not None and len(t) > j else 0.0 for t in frame["top"]]
             tops.append(name)
     return Table.from_cells(cells, dims, top=tops, hierarchies=hierarchies or None)
+
+
+def _earlier_suppressions(
+    job: Job, table: Table
+) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
+    """The cells ``protected.<into>`` suppressed before, as primary and as secondary, in
+    ``table``'s cell order: a replaced job keeps them suppressed, as the query path keeps its
+    earlier pattern (:func:`sqlsdc.tabular.universe._carried_over`). Red team s30f: re-run
+    after two enterprises were added to a hidden cell of 2, the job published it as 4, and
+    with the row and column totals up by 2 the old release's 2 was read off; the new
+    secondaries then pinned another primary of the old release exactly."""
+    dims = list(table.dims)
+    exists = job.con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
+        [OUTPUT_SCHEMA, job.into],
+    ).fetchall()[0][0]
+    if not exists:
+        return None, None
+    before = job.con.sql(f"SELECT * FROM {OUTPUT_SCHEMA}.{job.into}").df()
+    if "status" not in before.columns or not set(dims) <= set(before.columns):
+        return None, None
+    left = table.cells[dims].astype(str)
+    right = before[dims].astype(str).assign(__before=before["status"].to_numpy())
+    status = left.merge(right, on=dims, how="left", validate="one_to_one")["__before"]
+    return (status == "primary").to_numpy(), (status == "secondary").to_numpy()
 
 
 def _known_lower(table: Table, *, count: bool) -> tuple[np.ndarray, float] | None:

@@ -23,6 +23,12 @@ What succeeded, and was closed:
   ``protect`` of enterprises by nace x region under ``freq:3`` left four counts of 2 at
   [1, 2]. Count jobs now protect and verify against the number of inner cells of each cell
   (``sqlsdc.jobs.protect._known_lower``; ``verify_suppression(lower=...)``).
+* a job re-run with ``--replace`` after new data forgot its earlier pattern: on the demo, two
+  enterprises added to a hidden cell of 2 (G, R01) and the job published it as 4; with the
+  row and column totals up by 2, the old release's 2 was read off, and the new release's
+  other secondaries pinned another primary of the old release, (G, R06), to exactly 2. A
+  replaced suppression job now keeps every cell it suppressed before suppressed (earlier
+  primaries with a protection level, as the query path keeps its earlier pattern).
 * microdata files (``anonymize``, ``synthesize``) were stored in the job's read order,
   ``ORDER BY ALL`` of the source: persons by identifier for ``SELECT *``, so a household's
   members sat next to each other (the household identifier left out, its grouping kept: the
@@ -203,3 +209,43 @@ def test_a_microdata_file_is_ordered_by_its_own_values(pristine_demo_db, tmp_pat
     ordered = read(db, f"SELECT * FROM protected.f1 ORDER BY {', '.join(columns)} NULLS LAST")
     assert rows == ordered
     assert not {"person_id", "household_id"} & set(columns)
+
+
+def test_a_replaced_job_keeps_what_it_suppressed_before(pristine_demo_db, tmp_path, copy_database):
+    """Two releases of one job, before and after two enterprises joined a hidden cell of 2: the
+    old release's hidden cells stay hidden, so the margins' change (+2 in one row and one
+    column) reads no old value off the new release, and the old and new releases together
+    still keep every primary's upper protection."""
+    sql, dims = NACE_REGION.format(where=""), ("nace", "region")
+    db = copy_database(pristine_demo_db, tmp_path)
+    protect_query(db, "admin", sql, into="job", rules=[FrequencyRule(3)], time_limit=10)
+    before = {k: v for k, (v, _s) in _job_cells(db, "protected.job", dims).items()}
+    true = {tuple(r[:2]): r[2] for r in read(db, sql)}
+    twos = [k for k, v in before.items() if v is None and None not in k and true[k] == 2]
+    assert twos
+    for i, cell in enumerate(twos[:4]):
+        (tmp_path / f"after{i}").mkdir()
+        after_db = copy_database(db, tmp_path / f"after{i}")
+        con = duckdb.connect(str(after_db))
+        copies = (
+            "INSERT INTO enterprises SELECT * REPLACE (enterprise_id + 10000000 AS "
+            "enterprise_id) FROM enterprises WHERE nace = ? AND region = ?"
+        )
+        con.execute(copies, list(cell))
+        con.close()
+        protect_query(after_db, "admin", sql, into="job", rules=[FrequencyRule(3)],
+                      time_limit=10, replace=True)  # fmt: skip
+        after = {k: v for k, (v, _s) in _job_cells(after_db, "protected.job", dims).items()}
+        assert after[cell] is None
+        assert {k for k, v in before.items() if v is None} <= {
+            k for k, v in after.items() if v is None
+        }
+        # the attacker's merge: every cell but ``cell`` and its margins unchanged
+        moved = {
+            k: 2 * all(m is None or m == c for m, c in zip(k, cell, strict=True)) for k in after
+        }
+        merged = {k: after[k] if after[k] is not None else
+                  (None if before[k] is None else before[k] + moved[k]) for k in after}  # fmt: skip
+        intervals = _attacker_intervals(merged, lower=1.0)
+        now = {**true, cell: true[cell] + 2}
+        assert all(intervals[k][1] >= now[k] + 1 - 1e-6 for k in intervals if now[k] < 3)
