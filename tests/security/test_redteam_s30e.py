@@ -1,0 +1,219 @@
+"""Red-team round of session 30 (fifth), with an analyst's Python connection only, against the
+API beside ``cursor.execute(...).fetchall()``: ``Connection.verify``, ``pram_counts``,
+``cursor.cell_accuracy()`` / ``cell_status()`` and their hidden columns, ``explain``,
+``remaining_budget``, the other result forms (``df``, ``fetchdf``, ``arrow``,
+``fetch_arrow_table``, ``description``), ``executemany``, ``set_dp_noise`` and a closed
+connection.
+
+What succeeded, and was closed:
+
+* the ε of a noisy verification is the analyst's own exact number, and was charged exactly:
+  ``Fraction(1, 10**2000 + 1)`` (an int or Fraction skips the 40-digit bound that text gets)
+  charged three times, or ``"1/p"`` for 124 distinct 40-digit p (2.7 s, within the 200
+  verifications an output allows), made the sum of the analyst's spending a fraction whose
+  denominator has more than 4,300 digits: ``sqlsdc budget`` then failed for the admin with an
+  internal error (Python's limit on printing integers), and so would any message that shows
+  that sum. Availability, not disclosure (the checks compare fractions without printing them),
+  but an analyst broke an admin's tool. A verification's ε now has at most 40 digits per part
+  and is used and charged rounded down to a multiple of 10⁻⁹ (a little more noise, the same
+  charge), so every charge's denominator divides 10⁹ and no choice of ε can grow the sums.
+
+What held (one test each below): floats, zero, negatives and text beyond the bounds are
+refused before anything is charged; the same ε written two ways is one answer from the cache;
+``explain`` shows no byte of the PRF secret and no record key; the hidden status and accuracy
+columns reach no result form (rows, pandas, Arrow, description); ``cell_accuracy`` lists no
+cell-key magnitude cell (its noise scales with the largest contribution); an analyst cannot
+turn DP noise off; ``executemany`` checks every parameter set and keeps the last result;
+``pram_counts`` reads released anonymised outputs only; every public method of a closed
+connection raises ``InterfaceError`` and a closed cursor keeps no result.
+
+Observed, not a leak: ``explain`` shows the protected SQL with the policy's cell-key constants
+(the ptable is public by design: the accuracy of a count is its variance) and the exact-cell SQL
+of a DP stage, which names no value.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import duckdb
+import pytest
+from synth.verify_support import make_synthetic_output
+
+import sqlsdc
+from sqlsdc.catalog.store import S
+from sqlsdc.errors import (
+    AccessDenied,
+    InterfaceError,
+    PolicyViolation,
+    ProgrammingError,
+)
+
+GRID = 10**9
+AVG_SYN = "SELECT sex, AVG(income) FROM syn_persons GROUP BY sex"  # two cells, charged twice
+
+
+@pytest.fixture
+def synthetic(fresh_demo_db):
+    """A private demo database with a released synthetic output, ``syn_persons``."""
+    make_synthetic_output(fresh_demo_db)
+    return fresh_demo_db
+
+
+def _spent(con) -> Fraction:
+    """The analyst's own spending (the budget of user ``analyst`` on all tables)."""
+    (status,) = [s for s in con.remaining_budget() if s.key.user == con.user]
+    return status.spent.epsilon
+
+
+@pytest.mark.parametrize(
+    "epsilon",
+    [Fraction(1, 10**2000 + 1), 10**5000, Fraction(10**50, 10**50 + 1), "1e-400", "1/1" + "0" * 45],
+    ids=["fraction-2000-digits", "int-5000-digits", "fraction-51-digits", "exponent", "text"],
+)
+def test_a_verification_epsilon_with_more_digits_than_text_allows_is_refused_uncharged(
+    synthetic, epsilon
+):
+    """Three charges of ``Fraction(1, 10**2000 + 1)`` broke ``sqlsdc budget`` for the admin."""
+    with sqlsdc.connect(synthetic, user="analyst") as con:
+        before = _spent(con)
+        with pytest.raises((ProgrammingError, ValueError), match="digits"):
+            con.verify(AVG_SYN, mode="noisy", epsilon=epsilon)
+        assert _spent(con) == before
+
+
+def test_verification_charges_stay_on_a_grid_whatever_epsilon_is_asked(synthetic):
+    """``"k·10**36/p"`` for distinct 40-digit p: each charge had its own 40-digit denominator,
+    and 124 of them a sum no budget listing could print. Now each ε is used and charged
+    rounded down to a multiple of 10⁻⁹: the sum's denominator divides 10⁹."""
+    with sqlsdc.connect(synthetic, user="analyst") as con:
+        before = _spent(con)
+        asked = [Fraction(k * 10**36, 10**39 + k) for k in range(1, 13)]  # about k/1000
+        for epsilon in asked:
+            answer = con.verify(AVG_SYN, mode="noisy", epsilon=epsilon)
+            charged = Fraction(answer.epsilon_spent)
+            assert charged == 2 * Fraction(int(epsilon * GRID), GRID) and charged <= 2 * epsilon
+        spent = _spent(con) - before
+        assert GRID % spent.denominator == 0
+        assert spent == 2 * sum(Fraction(int(e * GRID), GRID) for e in asked)
+
+
+def test_an_epsilon_below_the_grid_is_refused_uncharged(synthetic):
+    with sqlsdc.connect(synthetic, user="analyst") as con:
+        before = _spent(con)
+        with pytest.raises(ProgrammingError, match="at least"):
+            con.verify(AVG_SYN, mode="noisy", epsilon="1/1000000001")
+        assert _spent(con) == before
+
+
+def test_one_epsilon_written_two_ways_is_one_cached_answer(synthetic):
+    """``1/3`` is used as 0.333333333, so ``"0.333333333"`` is the same request: the same
+    noisy fidelity, from the cache, free."""
+    with sqlsdc.connect(synthetic, user="analyst") as con:
+        first = con.verify(AVG_SYN, mode="noisy", epsilon="1/3")
+        spent = _spent(con)
+        again = con.verify(AVG_SYN, mode="noisy", epsilon="0.333333333")
+        assert again.cells == first.cells and again.cached
+        assert Fraction(first.epsilon_spent) == Fraction(2 * 333333333, GRID)
+        assert _spent(con) == spent
+
+
+@pytest.mark.parametrize("epsilon", [0.5, float("inf"), float("nan"), True, 0, -1, None])
+def test_a_verification_epsilon_that_is_not_a_positive_exact_number_is_refused(synthetic, epsilon):
+    with sqlsdc.connect(synthetic, user="analyst") as con:
+        before = _spent(con)
+        with pytest.raises((TypeError, ProgrammingError)):
+            con.verify(AVG_SYN, mode="noisy", epsilon=epsilon)
+        assert _spent(con) == before
+
+
+def test_explain_shows_no_byte_of_the_secret_and_no_record_key(ckm_db):
+    raw = duckdb.connect(str(ckm_db), read_only=True)
+    try:
+        secret = bytes(raw.execute(f"SELECT material FROM {S}.secrets").fetchall()[0][0])
+        keys = [str(k) for (k,) in raw.execute("SELECT __rkey FROM persons LIMIT 50").fetchall()]
+    finally:
+        raw.close()
+    with sqlsdc.connect(ckm_db, user="analyst") as con:
+        shown = []
+        for sql in ("SELECT region, COUNT(*), SUM(income) FROM persons GROUP BY region",
+                    "SELECT COUNT(*) FROM benefits WHERE amount > 100"):  # fmt: skip
+            query = con.explain(sql)
+            shown += [str(query), repr(query.to_dict())]
+    text = "\n".join(shown)
+    assert secret.hex() not in text and secret.hex().upper() not in text
+    assert not any(secret[i : i + 8].hex() in text for i in range(0, len(secret) - 8))
+    assert not any(f" {k} " in text or f"({k})" in text for k in keys if len(k) > 4)
+
+
+def test_hidden_status_and_accuracy_columns_reach_no_result_form(ckm_db):
+    with sqlsdc.connect(ckm_db, user="analyst") as con:
+        cur = con.execute("SELECT region, COUNT(*) AS n, SUM(income) AS s FROM persons "
+                          "GROUP BY region ORDER BY region")  # fmt: skip
+        names = ["region", "n", "s"]
+        assert [d[0] for d in cur.description] == names
+        assert list(cur.df().columns) == names and list(cur.fetchdf().columns) == names
+        assert cur.arrow().column_names == names
+        assert cur.fetch_arrow_table().column_names == names
+        assert all(len(row) == 3 for row in cur.fetchall())
+        dp = con.execute("SELECT COUNT(*) AS n FROM benefits WHERE amount > 100")
+        assert dp.arrow().column_names == ["n"] and list(dp.df().columns) == ["n"]
+        assert set(dp.cell_status().columns) == {"n"}
+
+
+def test_cell_accuracy_lists_no_cell_key_magnitude_cell(ckm_db):
+    with sqlsdc.connect(ckm_db, user="analyst") as con:
+        cur = con.execute("SELECT region, COUNT(*) AS n, SUM(income) AS s FROM persons "
+                          "GROUP BY region")  # fmt: skip
+        accuracy = cur.cell_accuracy()
+    assert set(accuracy["column"]) == {"n"}  # s's noise scales with its largest value
+    assert accuracy["variance"].nunique() == 1  # from the ptable, not from the true count
+
+
+def test_an_analyst_cannot_turn_dp_noise_off(ckm_db):
+    with sqlsdc.connect(ckm_db, user="analyst") as con:
+        with pytest.raises(AccessDenied, match="only admins"):
+            con.set_dp_noise(False)
+        assert con.dp_noise
+
+
+def test_executemany_checks_every_parameter_set_and_keeps_the_last_result(ckm_db):
+    sql = "SELECT COUNT(*) FROM persons WHERE region = ?"
+    with sqlsdc.connect(ckm_db, user="analyst") as con:
+        last = con.execute(sql, ["R02"]).fetchall()
+        assert con.cursor().executemany(sql, [["R01"], ["R02"]]).fetchall() == last
+        with pytest.raises(PolicyViolation):
+            con.cursor().executemany("SELECT income FROM persons WHERE region = ?", [["R01"]])
+
+
+def test_pram_counts_read_released_anonymised_outputs_only(synthetic):
+    with sqlsdc.connect(synthetic, user="analyst") as con:
+        with pytest.raises(PolicyViolation, match="not a released output"):
+            con.pram_counts("SELECT region, COUNT(*) FROM persons GROUP BY region")
+        with pytest.raises(PolicyViolation, match="no PRAMmed column"):
+            con.pram_counts("SELECT sex, COUNT(*) FROM syn_persons GROUP BY sex")
+
+
+def test_a_closed_connection_answers_nothing_and_a_closed_cursor_keeps_nothing(synthetic):
+    con = sqlsdc.connect(synthetic, user="analyst")
+    cur = con.execute("SELECT region, COUNT(*) FROM persons GROUP BY region")
+    cur.close()
+    with pytest.raises(ProgrammingError):
+        cur.fetchall()
+    with pytest.raises(ProgrammingError):
+        cur.cell_accuracy()
+    cur = con.cursor()
+    con.close()
+    calls = [
+        lambda: cur.execute("SELECT COUNT(*) FROM persons"),
+        lambda: con.explain("SELECT COUNT(*) FROM persons"),
+        lambda: con.verify(AVG_SYN, mode="noisy", epsilon="1/4"),
+        lambda: con.pram_counts("SELECT sex, COUNT(*) FROM syn_persons GROUP BY sex"),
+        lambda: con.remaining_budget(),
+        lambda: con.stored_schemas("protected"),
+        lambda: con.set_dp_noise(True),
+        lambda: con.cursor(),
+    ]
+    for call in calls:
+        with pytest.raises(InterfaceError, match="closed"):
+            call()
