@@ -69,7 +69,7 @@ from sqlsdc.guard.postprocess import (
     values_of,
 )
 from sqlsdc.guard.releases import attach_releases, available_releases, with_releases
-from sqlsdc.guard.resolve import analyst_schema
+from sqlsdc.guard.resolve import analyst_schema, readable
 from sqlsdc.guard.summable import Checked, check_summable
 from sqlsdc.guard.validate import check_engine_tables
 from sqlsdc.jobs.patterns import ensure_patterns
@@ -315,13 +315,22 @@ class Connection:
 
     def stored_schemas(self, schema: str) -> dict[str, dict[str, str]]:
         """``{table: {column: type}}`` of the tables of a schema of the database (e.g. the
-        ``protected`` outputs of jobs). Whether the user may read one is the guard's decision
-        (:func:`sqlsdc.server.visible.visible_tables` asks it), not this listing's."""
+        ``protected`` outputs of jobs). An admin gets every table and column; any other user
+        only the tables the guard lets them read under that schema's name, without ``__``
+        columns (:func:`sqlsdc.guard.resolve.readable`), so that no unreleased output, table
+        outside the policy, record key or catalog table is named to them."""
         with self._holding() as con:
             try:
-                return engine.table_schemas(con, schema)
+                stored = engine.table_schemas(con, schema)
             except engine.EngineError as failure:
                 raise _engine_failure(failure, None) from None
+        if self.role is UserRole.ADMIN:
+            return stored
+        return {
+            name: {c: kind for c, kind in columns.items() if not c.startswith("__")}
+            for name, columns in stored.items()
+            if readable(self.policy, exp.table_(name, db=schema))
+        }
 
     def remaining_budget(self) -> list[BudgetStatus]:
         """The privacy budgets that apply to this user: limit, spent and remaining."""

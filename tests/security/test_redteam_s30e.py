@@ -1,7 +1,7 @@
 """Red-team round of session 30 (fifth), with an analyst's Python connection only, against the
 API beside ``cursor.execute(...).fetchall()``: ``Connection.verify``, ``pram_counts``,
 ``cursor.cell_accuracy()`` / ``cell_status()`` and their hidden columns, ``explain``,
-``remaining_budget``, the other result forms (``df``, ``fetchdf``, ``arrow``,
+``remaining_budget``, ``stored_schemas``, the other result forms (``df``, ``fetchdf``, ``arrow``,
 ``fetch_arrow_table``, ``description``), ``executemany``, ``set_dp_noise`` and a closed
 connection.
 
@@ -17,6 +17,13 @@ What succeeded, and was closed:
   but an analyst broke an admin's tool. A verification's ε now has at most 40 digits per part
   and is used and charged rounded down to a multiple of 10⁻⁹ (a little more noise, the same
   charge), so every charge's denominator divides 10⁹ and no choice of ε can grow the sums.
+* ``Connection.stored_schemas(schema)`` (public, there for the server's catalog) listed every
+  table and column of any schema to an analyst: outputs not released (their names say what
+  was studied), tables outside the policy, record keys (``__rkey``) and the catalog
+  (``sqlsdc.secrets``, ``sqlsdc.ckm_mix`` and their columns), while the guard refuses an
+  undeclared table and a missing one with the same message. It now lists to users other than
+  admins only what the guard's table check lets them read under that schema's name (today
+  nothing qualified), without ``__`` columns: the catalog model of ``sqlsdc.server.visible``.
 
 What held (one test each below): floats, zero, negatives and text beyond the bounds are
 refused before anything is charged; the same ε written two ways is one answer from the cache;
@@ -217,3 +224,27 @@ def test_a_closed_connection_answers_nothing_and_a_closed_cursor_keeps_nothing(s
     for call in calls:
         with pytest.raises(InterfaceError, match="closed"):
             call()
+
+
+def test_stored_schemas_name_no_table_an_analyst_may_not_read(synthetic):
+    """``stored_schemas`` listed every table and column of any schema to an analyst: outputs
+    not released (``protected.r02_income_study``), tables outside the policy, record keys and
+    the catalog (``sqlsdc.secrets``, ``sqlsdc.ckm_mix``), while a query names none of them
+    (an undeclared table and a missing one are refused alike). Now an analyst gets what the
+    guard lets them read under that schema's name (today: nothing qualified); admins all."""
+    make_synthetic_output(synthetic, "r02_income_study", release=False)
+    raw = duckdb.connect(str(synthetic))
+    raw.execute("CREATE TABLE main.layoffs_plan (person_id INTEGER, salary_cut DOUBLE)")
+    raw.close()
+    with sqlsdc.connect(synthetic, user="analyst") as con:
+        for schema in ("protected", "synthetic", "main", "sqlsdc", "information_schema"):
+            assert con.stored_schemas(schema) == {}
+        refusals = []
+        for name in ("layoffs_plan", "no_such_plan"):
+            with pytest.raises(PolicyViolation) as refused:
+                con.execute(f"SELECT COUNT(*) FROM {name}")
+            refusals.append(str(refused.value).replace(name, "T"))
+        assert refusals[0] == refusals[1]
+    with sqlsdc.connect(synthetic, user="admin") as admin:
+        assert {"r02_income_study", "syn_persons"} <= set(admin.stored_schemas("protected"))
+        assert "__rkey" in admin.stored_schemas("main")["persons"]
