@@ -376,7 +376,8 @@ class Connection:
         default). Audited and cached like any query."""
         from sqlsdc.synth.verify import verify
 
-        with self._holding() as con:
+        sql, mode = _built_in_text(sql), _built_in_text(mode)  # a str subclass's __eq__ chose
+        with self._holding() as con:  # interval mode past the analysts' check, free
             try:
                 return verify(con, sql, user=self.user, policy=self.policy,
                               policy_version=self.policy_version, secret=self._secret(), mode=mode,
@@ -397,6 +398,7 @@ class Connection:
 
         from sqlsdc.microdata.pram_estimate import corrected_counts, pram_matrices
 
+        sql = _built_in_text(sql)
         try:
             source = sqlglot.parse_one(sql, read="duckdb").find(exp.Table)
         except sqlglot.errors.ParseError:

@@ -7,6 +7,14 @@ connection.
 
 What succeeded, and was closed:
 
+* ``verify(sql, mode=M)`` with ``M`` a ``str`` subclass whose ``__eq__`` says yes to the first
+  comparison only: ``mode in MODES`` passed, every later ``mode == "interval"`` and ``mode ==
+  "noisy"`` failed, so the analysts' refusal of interval mode, the charge and the noisy branch
+  were all skipped and the answer was the admins' decile interval of the fidelity, without the
+  suppression of cells under the minimum frequency, for nothing: the exact oracle that read
+  one person's income to the cent in 30-60 requests (``test_redteam_s25.py``), and the answer
+  went into the cache under the noisy mode's key. The mode (and the statement, as ``execute``
+  already did) is now read as a built-in str and matched to the modes' own strings.
 * the ε of a noisy verification is the analyst's own exact number, and was charged exactly:
   ``Fraction(1, 10**2000 + 1)`` (an int or Fraction skips the 40-digit bound that text gets)
   charged three times, or ``"1/p"`` for 124 distinct 40-digit p (2.7 s, within the 200
@@ -248,3 +256,35 @@ def test_stored_schemas_name_no_table_an_analyst_may_not_read(synthetic):
     with sqlsdc.connect(synthetic, user="admin") as admin:
         assert {"r02_income_study", "syn_persons"} <= set(admin.stored_schemas("protected"))
         assert "__rkey" in admin.stored_schemas("main")["persons"]
+
+
+class _LyingMode(str):
+    """ "noisy" to the first comparison (the membership test of the modes), no to all later."""
+
+    def __init__(self, text):
+        self.compared = 0
+
+    def __eq__(self, other):
+        self.compared += 1
+        return self.compared == 1
+
+    __hash__ = str.__hash__
+
+
+def test_a_mode_given_as_a_str_subclass_is_the_mode_it_spells(synthetic):
+    """A ``str`` subclass whose ``__eq__`` said yes to ``mode in MODES`` and no to every
+    ``mode == ...`` passed the analysts' check, was charged nothing (``mode == "noisy"``) and
+    answered the admins' decile intervals without the suppression of small cells: the oracle
+    that read one income to the cent (``test_redteam_s25.py``). The mode is now read as a
+    built-in str."""
+    mode = _LyingMode("noisy")
+    with sqlsdc.connect(synthetic, user="analyst") as con:
+        before = _spent(con)
+        answer = con.verify(AVG_SYN, mode=mode, epsilon="1/8")
+        assert all("fm_noisy" in c and "fm_interval" not in c for c in answer.cells)
+        assert _spent(con) - before == Fraction(2, 8) == Fraction(answer.epsilon_spent)
+        with pytest.raises(PolicyViolation, match="interval mode is for admins"):
+            con.verify(AVG_SYN, mode=_LyingMode("interval"))
+        with pytest.raises(ProgrammingError, match="mode must be one of"):
+            con.verify(AVG_SYN, mode=_LyingMode("neither"), epsilon="1/8")
+    assert mode.compared == 0
