@@ -345,12 +345,16 @@ class Connection:
         to test what bounding, clamping, NULLs and empty groups do to a query. Results are the
         exact bounded values; nothing is charged or cached, and the audit log marks them."""
         self._check_open()
+        if not isinstance(enabled, bool):  # read once, as True or False: an object whose
+            raise ProgrammingError(  # __bool__ said True to the check and False to the setting
+                f"set_dp_noise takes True or False, got {type(enabled).__name__}"
+            )  # turned an analyst's noise off
         if not enabled and self.role is not UserRole.ADMIN:
             raise AccessDenied(
                 f"user {self.user!r} is an analyst; only admins may turn differential-privacy "
                 "noise off"
             )
-        self._dp_noise = bool(enabled)
+        self._dp_noise = enabled
 
     def cursor(self) -> Cursor:
         self._check_open()

@@ -7,6 +7,11 @@ connection.
 
 What succeeded, and was closed:
 
+* ``set_dp_noise(x)`` with ``x`` an object whose ``__bool__`` says True once and False after:
+  the analysts' refusal asked ``not enabled`` (False: allowed), the setting stored
+  ``bool(enabled)`` (False): an analyst's DP answers came without noise, the exact bounded
+  values (``COUNT(*) FROM benefits WHERE amount > 302``: 12200, the admin's noiseless answer).
+  ``set_dp_noise`` now takes True or False only.
 * ``verify(sql, mode=M)`` with ``M`` a ``str`` subclass whose ``__eq__`` says yes to the first
   comparison only: ``mode in MODES`` passed, every later ``mode == "interval"`` and ``mode ==
   "noisy"`` failed, so the analysts' refusal of interval mode, the charge and the noisy branch
@@ -38,7 +43,7 @@ refused before anything is charged; the same ε written two ways is one answer f
 ``explain`` shows no byte of the PRF secret and no record key; the hidden status and accuracy
 columns reach no result form (rows, pandas, Arrow, description); ``cell_accuracy`` lists no
 cell-key magnitude cell (its noise scales with the largest contribution); an analyst cannot
-turn DP noise off; ``executemany`` checks every parameter set and keeps the last result;
+turn DP noise off with False; ``executemany`` checks every parameter set and keeps the last result;
 ``pram_counts`` reads released anonymised outputs only; every public method of a closed
 connection raises ``InterfaceError`` and a closed cursor keeps no result.
 
@@ -288,3 +293,28 @@ def test_a_mode_given_as_a_str_subclass_is_the_mode_it_spells(synthetic):
         with pytest.raises(ProgrammingError, match="mode must be one of"):
             con.verify(AVG_SYN, mode=_LyingMode("neither"), epsilon="1/8")
     assert mode.compared == 0
+
+
+class _Flip:
+    """True to the first question, False to every later one."""
+
+    def __init__(self):
+        self.asked = 0
+
+    def __bool__(self):
+        self.asked += 1
+        return self.asked == 1
+
+
+def test_an_analyst_cannot_turn_dp_noise_off_with_an_object_that_changes_its_truth(ckm_db):
+    """``set_dp_noise`` asked ``not enabled`` (True: no refusal) and then stored
+    ``bool(enabled)`` (False): DP answers without noise, the exact bounded values an admin's
+    semantics mode shows. It now takes True or False only."""
+    with sqlsdc.connect(ckm_db, user="analyst") as con:
+        flip = _Flip()
+        with pytest.raises(ProgrammingError, match="True or False"):
+            con.set_dp_noise(flip)
+        assert con.dp_noise and flip.asked == 0
+        with pytest.raises(ProgrammingError):
+            con.set_dp_noise(0)
+        assert con.dp_noise
