@@ -1057,7 +1057,10 @@ def _statement_timeout(policy: Policy, asked: float | None) -> float:
     limit = policy.statement_timeout
     if asked is None:
         return limit
-    if isinstance(asked, bool) or not isinstance(asked, (int, float)) or not asked > 0:
+    if isinstance(asked, bool) or not isinstance(asked, (int, float)):
+        raise ProgrammingError(f"timeout must be a positive number of seconds, got {asked!r}")
+    asked = float(asked)  # once: a subclass's comparisons and __float__ may disagree
+    if not asked > 0:
         raise ProgrammingError(f"timeout must be a positive number of seconds, got {asked!r}")
     if asked > limit:
         raise AccessDenied(
@@ -1065,7 +1068,7 @@ def _statement_timeout(policy: Policy, asked: float | None) -> float:
             "connection may only shorten it (an admin sets `limits: {statement_timeout_seconds: "
             "..}` in the policy)"
         )
-    return float(asked)
+    return asked
 
 
 def _context(

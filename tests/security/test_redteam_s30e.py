@@ -38,6 +38,11 @@ What succeeded, and was closed:
   admins only what the guard's table check lets them read under that schema's name (today
   nothing qualified), without ``__`` columns: the catalog model of ``sqlsdc.server.visible``.
 
+* ``connect(..., timeout=t)`` with ``t`` a float subclass that compared as 1 s and converted
+  to a day passed the check against the policy's statement timeout and was stored as
+  ``float(t)``: availability (one analyst's statement holds the database file that long). The
+  timeout is now converted once, then checked.
+
 What held (one test each below): floats, zero, negatives and text beyond the bounds are
 refused before anything is charged; the same ε written two ways is one answer from the cache;
 ``explain`` shows no byte of the PRF secret and no record key; the hidden status and accuracy
@@ -318,3 +323,26 @@ def test_an_analyst_cannot_turn_dp_noise_off_with_an_object_that_changes_its_tru
         with pytest.raises(ProgrammingError):
             con.set_dp_noise(0)
         assert con.dp_noise
+
+
+class _ShortTimeout(float):
+    """Compares as one second, converts to a day."""
+
+    def __gt__(self, other):
+        return 1.0 > other
+
+    def __le__(self, other):
+        return 1.0 <= other
+
+    def __float__(self):
+        return 86400.0
+
+
+def test_a_timeout_is_read_once_as_the_number_it_converts_to(ckm_db):
+    """A float subclass that compared as 1 s passed the check against the policy's statement
+    timeout and was stored as ``float(asked)``, a day: one analyst's statements held the
+    database file that long. It is now converted once, then checked."""
+    with pytest.raises(AccessDenied, match="above the policy's statement timeout"):
+        sqlsdc.connect(ckm_db, user="analyst", timeout=_ShortTimeout(1.0))
+    with sqlsdc.connect(ckm_db, user="analyst", timeout=2) as con:
+        assert con.timeout == 2.0
