@@ -364,11 +364,12 @@ class Connection:
         return self.cursor().execute(sql, params)
 
     def explain(self, sql: str, params=None) -> ProtectedQuery:
-        """The protected SQL and the mechanism of every output column, without reading data."""
+        """The protected SQL and the mechanism of every output column, without reading data
+        (a copy: the checked query itself is shared, :meth:`ProtectedQuery.detached`)."""
         sql = _built_in_text(sql)
         with self._holding():
             try:
-                return self._protect(sql, params)
+                return self._protect(sql, params).detached()
             except engine.EngineError as failure:
                 raise _engine_failure(failure, None) from None
 
@@ -790,7 +791,8 @@ class Cursor:
         self._whole: pa.Table | None = None  # the result with its hidden columns
         self._status: pd.DataFrame | None = None  # made from it when first asked for
         self._position = 0
-        self.query: ProtectedQuery | None = None
+        self._query: ProtectedQuery | None = None  # the guard's (shared) checked query
+        self._shown: ProtectedQuery | None = None  # the caller's copy of it
         self.query_id: int | None = None
 
     @property
@@ -807,7 +809,8 @@ class Cursor:
 
     def execute(self, sql: str, params=None) -> Cursor:
         result, query, query_id, whole = self.connection._execute(sql, params)
-        self._result, self.query, self.query_id, self._whole = result, query, query_id, whole
+        self._result, self._query, self.query_id, self._whole = result, query, query_id, whole
+        self._shown = None
         self._status = None
         self._position = 0
         return self
@@ -865,7 +868,7 @@ class Cursor:
         protected cells (suppressed when NULL)."""
         self._require_result()
         if self._status is None:
-            self._status = cell_status(self._whole, self.query)
+            self._status = cell_status(self._whole, self._query)
         return self._status
 
     def cell_accuracy(self, level: float = 0.95) -> pd.DataFrame:
@@ -892,8 +895,8 @@ class Cursor:
         """
         if not 0 < level < 1:
             raise ProgrammingError("level must be between 0 and 1, e.g. 0.95")
-        ckm = accuracy(self._require_result(), self.query, level)
-        dp = dp_accuracy(self._whole, self.query)
+        ckm = accuracy(self._require_result(), self._query, level)
+        dp = dp_accuracy(self._whole, self._query)
         if dp is None or dp.empty:
             return ckm
         if level != 0.95:
@@ -903,8 +906,15 @@ class Cursor:
         dp = dp[["row", "column", "value", "variance", "low", "high", "dropped", "clamped"]]
         return pd.concat([ckm, dp], ignore_index=True) if not ckm.empty else dp
 
+    @property
+    def query(self) -> ProtectedQuery | None:
+        """The checked query of the last statement (a copy of the guard's, made once)."""
+        if self._shown is None and self._query is not None:
+            self._shown = self._query.detached()
+        return self._shown
+
     def explain(self) -> ProtectedQuery:
-        if self.query is None:
+        if self._query is None:
             raise ProgrammingError("no query has been executed on this cursor")
         return self.query
 

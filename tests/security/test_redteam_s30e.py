@@ -43,6 +43,14 @@ What succeeded, and was closed:
   ``float(t)``: availability (one analyst's statement holds the database file that long). The
   timeout is now converted once, then checked.
 
+* ``explain`` (and ``cursor.query``) returned the check cache's own ``ProtectedQuery``,
+  shared by every connection of the process: its ``columns`` list, status dict and sqlglot
+  ``tree`` are mutable, so marking the count column a key made later runs of the statement
+  record no ledger row for it, and the Spark path (``sqlsdc.guard.spark``) runs that very
+  ``tree``: rewritten with sqlglot's public methods, it would have run the analyst's own SQL.
+  Callers outside the guard now get a copy that shares nothing mutable
+  (``ProtectedQuery.detached``).
+
 What held (one test each below): floats, zero, negatives and text beyond the bounds are
 refused before anything is charged; the same ε written two ways is one answer from the cache;
 ``explain`` shows no byte of the PRF secret and no record key; the hidden status and accuracy
@@ -59,6 +67,7 @@ of a DP stage, which names no value.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 
 import duckdb
@@ -346,3 +355,38 @@ def test_a_timeout_is_read_once_as_the_number_it_converts_to(ckm_db):
         sqlsdc.connect(ckm_db, user="analyst", timeout=_ShortTimeout(1.0))
     with sqlsdc.connect(ckm_db, user="analyst", timeout=2) as con:
         assert con.timeout == 2.0
+
+
+def _ledger_rows(path, query_id: int) -> int:
+    raw = duckdb.connect(str(path), read_only=True)
+    try:
+        return raw.execute(
+            f"SELECT count(*) FROM {S}.ledger WHERE query_id = ?", [query_id]
+        ).fetchall()[0][0]
+    finally:
+        raw.close()
+
+
+def test_changing_what_explain_returned_changes_no_later_statement(fresh_demo_db):
+    """``explain`` returned the check cache's own object, shared by every connection of the
+    process: marking its count column a key (``columns`` is a list) made the next run of the
+    statement record no ledger row for it, and Spark runs that object's ``tree``, which an
+    analyst could rewrite with sqlglot. ``explain`` and ``cursor.query`` now give copies."""
+    sql = "SELECT region, COUNT(*) AS n FROM persons WHERE age > 80 GROUP BY region"
+    with sqlsdc.connect(fresh_demo_db, user="analyst") as con:
+        shown = con.explain(sql)
+        text = shown.tree.sql()
+        shown.columns[1] = replace(shown.columns[1], mechanism="key")
+        shown.status_columns.clear()
+        shown.tree.set("expressions", shown.tree.expressions[:1])
+        cur = con.execute(sql)
+        assert cur.query.columns[1].mechanism != "key"
+        cur.query.columns.clear()
+        runs = [(cur.query_id, len(cur.fetchall()))]
+        again = con.execute(sql)
+        runs.append((again.query_id, len(again.fetchall())))
+        with sqlsdc.connect(fresh_demo_db, user="analyst") as other:
+            fresh = other.explain(sql)
+        assert fresh.columns[1].mechanism != "key" and fresh.tree.sql() == text
+    for query_id, released in runs:
+        assert _ledger_rows(fresh_demo_db, query_id) == released > 0
