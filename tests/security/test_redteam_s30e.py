@@ -37,17 +37,15 @@ What succeeded, and was closed:
   undeclared table and a missing one with the same message. It now lists to users other than
   admins only what the guard's table check lets them read under that schema's name (today
   nothing qualified), without ``__`` columns: the catalog model of ``sqlsdc.server.visible``.
-
 * ``connect(..., timeout=t)`` with ``t`` a float subclass that compared as 1 s and converted
   to a day passed the check against the policy's statement timeout and was stored as
   ``float(t)``: availability (one analyst's statement holds the database file that long). The
   timeout is now converted once, then checked.
-
 * ``explain`` (and ``cursor.query``) returned the check cache's own ``ProtectedQuery``,
   shared by every connection of the process: its ``columns`` list, status dict and sqlglot
   ``tree`` are mutable, so marking the count column a key made later runs of the statement
   record no ledger row for it, and the Spark path (``sqlsdc.guard.spark``) runs that very
-  ``tree``: rewritten with sqlglot's public methods, it would have run the analyst's own SQL.
+  ``tree``: rewritten with sqlglot's public methods, it could have run the analyst's own SQL.
   Callers outside the guard now get a copy that shares nothing mutable
   (``ProtectedQuery.detached``).
 
@@ -56,9 +54,10 @@ refused before anything is charged; the same ε written two ways is one answer f
 ``explain`` shows no byte of the PRF secret and no record key; the hidden status and accuracy
 columns reach no result form (rows, pandas, Arrow, description); ``cell_accuracy`` lists no
 cell-key magnitude cell (its noise scales with the largest contribution); an analyst cannot
-turn DP noise off with False; ``executemany`` checks every parameter set and keeps the last result;
-``pram_counts`` reads released anonymised outputs only; every public method of a closed
-connection raises ``InterfaceError`` and a closed cursor keeps no result.
+turn DP noise off with False; ``executemany`` checks every parameter set and keeps the last
+result; ``pram_counts`` reads released anonymised outputs only; ``con.policy``'s containers are
+read-only; every public method of a closed connection raises ``InterfaceError`` and a closed
+cursor keeps no result.
 
 Observed, not a leak: ``explain`` shows the protected SQL with the policy's cell-key constants
 (the ptable is public by design: the accuracy of a count is its variance) and the exact-cell SQL
@@ -390,3 +389,19 @@ def test_changing_what_explain_returned_changes_no_later_statement(fresh_demo_db
         assert fresh.columns[1].mechanism != "key" and fresh.tree.sql() == text
     for query_id, released in runs:
         assert _ledger_rows(fresh_demo_db, query_id) == released > 0
+
+
+def test_the_policy_an_analyst_is_shown_cannot_be_changed(synthetic):
+    """``con.policy`` is the guard's own policy: listing an output under ``releases`` or
+    making a table public through it would change what the guard allows. Its containers are
+    read-only."""
+    with sqlsdc.connect(synthetic, user="analyst") as con:
+        policy = con.policy
+        with pytest.raises((TypeError, AttributeError)):
+            policy.releases.append("persons")  # a tuple
+        with pytest.raises(TypeError):
+            policy.tables["persons2"] = policy.table("persons")
+        with pytest.raises(TypeError):
+            policy.table("persons").columns["sex"] = None
+        with pytest.raises((TypeError, AttributeError)):
+            policy.users["analyst"] = policy.users["admin"]
