@@ -1,5 +1,7 @@
 """The process-wide cache of checked statements: shared across connections only while the
-policy, schema and catalog a check reads are the same."""
+policy, schema and catalog a check reads are the same. ``explain`` gives a copy of the cached
+query (``ProtectedQuery.detached``) whose ``sql`` is the entry's own text object, so ``.sql is``
+tells whether two statements were answered by one entry."""
 
 from __future__ import annotations
 
@@ -30,9 +32,9 @@ def test_a_statement_is_checked_once_for_every_connection(fresh_demo_db):
     first = sqlsdc.connect(fresh_demo_db, user="analyst")
     second = sqlsdc.connect(fresh_demo_db, user="admin")
     try:
-        assert second.explain(COUNT) is first.explain(COUNT)
+        assert second.explain(COUNT).sql is first.explain(COUNT).sql  # one entry's text
         assert sorted(first.execute(COUNT).fetchall()) == sorted(second.execute(COUNT).fetchall())
-        assert first.explain(COUNT, None) is not first.explain(INCOME)
+        assert first.explain(COUNT, None).sql is not first.explain(INCOME).sql
     finally:
         first.close()
         second.close()
@@ -42,9 +44,9 @@ def test_parameters_are_part_of_the_key(fresh_demo_db):
     sql = "SELECT region, COUNT(*) FROM persons WHERE age >= ? GROUP BY region"
     with sqlsdc.connect(fresh_demo_db, user="analyst") as con:
         adults, seniors = con.explain(sql, [18]), con.explain(sql, [65])
-        assert adults is not seniors
+        assert adults.sql is not seniors.sql
         assert adults.sql != seniors.sql
-        assert con.explain(sql, (18,)) is adults
+        assert con.explain(sql, (18,)).sql is adults.sql
 
 
 def test_a_new_policy_is_checked_again(fresh_demo_db):
@@ -69,7 +71,7 @@ def test_a_new_index_changes_the_fingerprint(fresh_demo_db):
         raw.close()
     with sqlsdc.connect(fresh_demo_db, user="analyst") as con:
         assert con._context.fingerprint != before
-        assert con.explain(COUNT) is not cached
+        assert con.explain(COUNT).sql is not cached.sql
 
 
 def test_another_database_with_the_same_policy_does_not_share(fresh_demo_db, tmp_path):
@@ -77,7 +79,7 @@ def test_another_database_with_the_same_policy_does_not_share(fresh_demo_db, tmp
     shutil.copyfile(fresh_demo_db, copy)
     with sqlsdc.connect(fresh_demo_db, user="analyst") as a, sqlsdc.connect(copy, "analyst") as b:
         assert a._context.fingerprint != b._context.fingerprint
-        assert a.explain(COUNT) is not b.explain(COUNT)
+        assert a.explain(COUNT).sql is not b.explain(COUNT).sql
 
 
 def test_refusals_are_not_kept(fresh_demo_db):

@@ -69,7 +69,7 @@ from sqlsdc.guard.postprocess import (
     values_of,
 )
 from sqlsdc.guard.releases import attach_releases, available_releases, with_releases
-from sqlsdc.guard.resolve import analyst_schema
+from sqlsdc.guard.resolve import analyst_schema, readable
 from sqlsdc.guard.summable import Checked, check_summable
 from sqlsdc.guard.validate import check_engine_tables
 from sqlsdc.jobs.patterns import ensure_patterns
@@ -315,13 +315,22 @@ class Connection:
 
     def stored_schemas(self, schema: str) -> dict[str, dict[str, str]]:
         """``{table: {column: type}}`` of the tables of a schema of the database (e.g. the
-        ``protected`` outputs of jobs). Whether the user may read one is the guard's decision
-        (:func:`sqlsdc.server.visible.visible_tables` asks it), not this listing's."""
+        ``protected`` outputs of jobs). An admin gets every table and column; any other user
+        only the tables the guard lets them read under that schema's name, without ``__``
+        columns (:func:`sqlsdc.guard.resolve.readable`), so that no unreleased output, table
+        outside the policy, record key or catalog table is named to them."""
         with self._holding() as con:
             try:
-                return engine.table_schemas(con, schema)
+                stored = engine.table_schemas(con, schema)
             except engine.EngineError as failure:
                 raise _engine_failure(failure, None) from None
+        if self.role is UserRole.ADMIN:
+            return stored
+        return {
+            name: {c: kind for c, kind in columns.items() if not c.startswith("__")}
+            for name, columns in stored.items()
+            if readable(self.policy, exp.table_(name, db=schema))
+        }
 
     def remaining_budget(self) -> list[BudgetStatus]:
         """The privacy budgets that apply to this user: limit, spent and remaining."""
@@ -336,12 +345,16 @@ class Connection:
         to test what bounding, clamping, NULLs and empty groups do to a query. Results are the
         exact bounded values; nothing is charged or cached, and the audit log marks them."""
         self._check_open()
+        if not isinstance(enabled, bool):  # read once, as True or False: an object whose
+            raise ProgrammingError(  # __bool__ said True to the check and False to the setting
+                f"set_dp_noise takes True or False, got {type(enabled).__name__}"
+            )  # turned an analyst's noise off
         if not enabled and self.role is not UserRole.ADMIN:
             raise AccessDenied(
                 f"user {self.user!r} is an analyst; only admins may turn differential-privacy "
                 "noise off"
             )
-        self._dp_noise = bool(enabled)
+        self._dp_noise = enabled
 
     def cursor(self) -> Cursor:
         self._check_open()
@@ -351,11 +364,12 @@ class Connection:
         return self.cursor().execute(sql, params)
 
     def explain(self, sql: str, params=None) -> ProtectedQuery:
-        """The protected SQL and the mechanism of every output column, without reading data."""
+        """The protected SQL and the mechanism of every output column, without reading data
+        (a copy: the checked query itself is shared, :meth:`ProtectedQuery.detached`)."""
         sql = _built_in_text(sql)
         with self._holding():
             try:
-                return self._protect(sql, params)
+                return self._protect(sql, params).detached()
             except engine.EngineError as failure:
                 raise _engine_failure(failure, None) from None
 
@@ -367,7 +381,8 @@ class Connection:
         default). Audited and cached like any query."""
         from sqlsdc.synth.verify import verify
 
-        with self._holding() as con:
+        sql, mode = _built_in_text(sql), _built_in_text(mode)  # a str subclass's __eq__ chose
+        with self._holding() as con:  # interval mode past the analysts' check, free
             try:
                 return verify(con, sql, user=self.user, policy=self.policy,
                               policy_version=self.policy_version, secret=self._secret(), mode=mode,
@@ -388,6 +403,7 @@ class Connection:
 
         from sqlsdc.microdata.pram_estimate import corrected_counts, pram_matrices
 
+        sql = _built_in_text(sql)
         try:
             source = sqlglot.parse_one(sql, read="duckdb").find(exp.Table)
         except sqlglot.errors.ParseError:
@@ -775,7 +791,8 @@ class Cursor:
         self._whole: pa.Table | None = None  # the result with its hidden columns
         self._status: pd.DataFrame | None = None  # made from it when first asked for
         self._position = 0
-        self.query: ProtectedQuery | None = None
+        self._query: ProtectedQuery | None = None  # the guard's (shared) checked query
+        self._shown: ProtectedQuery | None = None  # the caller's copy of it
         self.query_id: int | None = None
 
     @property
@@ -792,7 +809,8 @@ class Cursor:
 
     def execute(self, sql: str, params=None) -> Cursor:
         result, query, query_id, whole = self.connection._execute(sql, params)
-        self._result, self.query, self.query_id, self._whole = result, query, query_id, whole
+        self._result, self._query, self.query_id, self._whole = result, query, query_id, whole
+        self._shown = None
         self._status = None
         self._position = 0
         return self
@@ -850,7 +868,7 @@ class Cursor:
         protected cells (suppressed when NULL)."""
         self._require_result()
         if self._status is None:
-            self._status = cell_status(self._whole, self.query)
+            self._status = cell_status(self._whole, self._query)
         return self._status
 
     def cell_accuracy(self, level: float = 0.95) -> pd.DataFrame:
@@ -877,8 +895,8 @@ class Cursor:
         """
         if not 0 < level < 1:
             raise ProgrammingError("level must be between 0 and 1, e.g. 0.95")
-        ckm = accuracy(self._require_result(), self.query, level)
-        dp = dp_accuracy(self._whole, self.query)
+        ckm = accuracy(self._require_result(), self._query, level)
+        dp = dp_accuracy(self._whole, self._query)
         if dp is None or dp.empty:
             return ckm
         if level != 0.95:
@@ -888,8 +906,15 @@ class Cursor:
         dp = dp[["row", "column", "value", "variance", "low", "high", "dropped", "clamped"]]
         return pd.concat([ckm, dp], ignore_index=True) if not ckm.empty else dp
 
+    @property
+    def query(self) -> ProtectedQuery | None:
+        """The checked query of the last statement (a copy of the guard's, made once)."""
+        if self._shown is None and self._query is not None:
+            self._shown = self._query.detached()
+        return self._shown
+
     def explain(self) -> ProtectedQuery:
-        if self.query is None:
+        if self._query is None:
             raise ProgrammingError("no query has been executed on this cursor")
         return self.query
 
@@ -1042,7 +1067,10 @@ def _statement_timeout(policy: Policy, asked: float | None) -> float:
     limit = policy.statement_timeout
     if asked is None:
         return limit
-    if isinstance(asked, bool) or not isinstance(asked, (int, float)) or not asked > 0:
+    if isinstance(asked, bool) or not isinstance(asked, (int, float)):
+        raise ProgrammingError(f"timeout must be a positive number of seconds, got {asked!r}")
+    asked = float(asked)  # once: a subclass's comparisons and __float__ may disagree
+    if not asked > 0:
         raise ProgrammingError(f"timeout must be a positive number of seconds, got {asked!r}")
     if asked > limit:
         raise AccessDenied(
@@ -1050,7 +1078,7 @@ def _statement_timeout(policy: Policy, asked: float | None) -> float:
             "connection may only shorten it (an admin sets `limits: {statement_timeout_seconds: "
             "..}` in the policy)"
         )
-    return float(asked)
+    return asked
 
 
 def _context(

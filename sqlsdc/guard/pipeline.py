@@ -13,7 +13,7 @@ import json
 import threading
 from collections.abc import Callable, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlglot import exp
 
@@ -97,6 +97,23 @@ class ProtectedQuery:
     accuracy_columns: dict[int, tuple[str, ...]] = field(default_factory=dict)
     population: str = ""  # canonical identity of what the result tabulates (ledger cell key)
     summed: tuple[tuple[str, str], ...] = ()  # (table, column) a floating-point sum adds up
+
+    def detached(self) -> ProtectedQuery:
+        """A copy that shares nothing mutable with this one (lists, dicts, trees), for callers
+        outside the guard: this object is the check cache's, answered to every connection of
+        the process, and Spark runs its ``tree``; an analyst who changed the one ``explain``
+        returned changed what later statements recorded in the ledger or ran."""
+        stages = tuple(
+            replace(s, trees={k: t.copy() for k, t in s.trees.items()}) for s in self.dp_stages
+        )
+        return replace(
+            self,
+            columns=list(self.columns),
+            status_columns=dict(self.status_columns),
+            accuracy_columns=dict(self.accuracy_columns),
+            tree=None if self.tree is None else self.tree.copy(),
+            dp_stages=stages,
+        )
 
     @property
     def dp_cost(self) -> PrivacyCost:

@@ -50,6 +50,18 @@ def analyst_schema(
     return schema
 
 
+def readable(policy: Policy, table: exp.Table) -> bool:
+    """Whether the guard accepts a statement that reads ``table``: :func:`check_tables` asked
+    rather than restated (what the catalogs of :mod:`sqlsdc.server.visible` and
+    ``Connection.stored_schemas`` list for users other than admins)."""
+    probe = exp.select(exp.Star()).from_(table.copy())
+    try:
+        check_tables(probe, policy, probe.sql("duckdb"))
+    except PolicyViolation:
+        return False
+    return True
+
+
 def check_tables(tree: exp.Expr, policy: Policy, sql: str) -> set[str]:
     """Refuse every table reference that is neither a CTE in scope nor a declared table, every
     qualified name, table function, CTE shadowing a declared table or another CTE, and

@@ -22,8 +22,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from sqlsdc.errors import PolicyViolation
-from sqlsdc.guard.resolve import check_tables
+from sqlsdc.guard.resolve import readable
 from sqlsdc.policy import ColumnRole, Policy, Table
 
 OUTPUT_SCHEMA = "protected"  # where back-end jobs store their outputs (sqlsdc.jobs.protect)
@@ -91,17 +90,6 @@ def visible_tables(connection) -> tuple[VisibleTable, ...]:
                 )
             )
     return tuple(tables)
-
-
-def readable(policy: Policy, table: exp.Table) -> bool:
-    """Whether the guard accepts a statement that reads ``table``: the guard's own rule
-    (:func:`~sqlsdc.guard.resolve.check_tables`), asked rather than restated."""
-    probe = exp.select(exp.Star()).from_(table.copy())
-    try:
-        check_tables(probe, policy, probe.sql("duckdb"))
-    except PolicyViolation:
-        return False
-    return True
 
 
 def _column_comment(table: Table | None, column: str) -> str:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
@@ -51,7 +52,7 @@ from sqlsdc.catalog.budget import charge, policy_limits
 from sqlsdc.catalog.schema import CATALOG_SCHEMA
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import Error, PolicyViolation, ProgrammingError
-from sqlsdc.mechanisms.accountant import PrivacyCost, fraction
+from sqlsdc.mechanisms.accountant import MAX_DIGITS, PrivacyCost, fraction
 from sqlsdc.mechanisms.prf import KeyedStream
 from sqlsdc.mechanisms.samplers import discrete_laplace
 from sqlsdc.policy.model import DEFAULT_MIN_FREQUENCY, UserRole
@@ -150,7 +151,8 @@ def verify(
         con: the guarded connection's (writable) engine connection.
         sql: the analyst's query on a synthetic output.
         mode: ``interval`` (admins only; their default) or ``noisy`` (analysts' default).
-        epsilon: noisy mode only: ε per released cell (exact: int, Fraction or "0.5").
+        epsilon: noisy mode only: ε per released cell (exact: int, Fraction or "0.5"), used
+            and charged rounded down to a multiple of 1/EPSILON_GRID.
         lock: serialises budget charges of this process (the guard's database lock).
 
     Raises:
@@ -172,9 +174,7 @@ def verify(
 
 def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeout, query_id):
     admin = _is_admin(policy, user)
-    mode = mode or ("interval" if admin else "noisy")
-    if mode not in MODES:
-        raise ProgrammingError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    mode = _mode(mode, admin)
     if mode == "interval" and not admin:
         raise PolicyViolation(
             "interval mode is for admins: its answers are exact functions of the confidential "
@@ -288,7 +288,27 @@ def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeou
     return answer
 
 
+def _mode(mode, admin: bool) -> str:
+    """``mode`` as one of :data:`MODES` itself, compared as a built-in str: a str subclass
+    whose ``__eq__`` says "noisy" to the membership test and no to every later ``mode ==``
+    test got an analyst the admins' interval answers (no suppression of small cells), free."""
+    if mode is None:
+        return "interval" if admin else "noisy"
+    text = str.__str__(mode) if isinstance(mode, str) else None
+    for known in MODES:
+        if text == known:
+            return known
+    raise ProgrammingError(f"mode must be one of {', '.join(MODES)}, got {text or type(mode)!r}")
+
+
+EPSILON_GRID = 10**9
+"""An analyst's ε is used and charged rounded down to a multiple of 1/EPSILON_GRID (a little
+more noise, the same charge): every charge then has a denominator dividing 10⁹, so no choice
+of ε (``1/p`` for a hundred 40-digit primes p) makes the sums of a budget too long to print."""
+
+
 def _epsilon(mode: str, epsilon) -> Fraction | None:
+    """The ε of a noisy verification, exact, bounded and on :data:`EPSILON_GRID`."""
     if mode == "interval":
         if epsilon is not None:
             raise ProgrammingError("epsilon applies to noisy mode only; interval mode is free")
@@ -299,9 +319,15 @@ def _epsilon(mode: str, epsilon) -> Fraction | None:
             "cell to your budget"
         )
     value = fraction(epsilon, "epsilon")
-    if value <= 0:
-        raise ProgrammingError(f"epsilon must be > 0, got {epsilon}")
-    return value
+    if max(abs(value.numerator), value.denominator) >= 10**MAX_DIGITS:
+        raise ProgrammingError(
+            f"epsilon must have at most {MAX_DIGITS} digits in its numerator and denominator, "
+            "e.g. epsilon='0.5' or '1/3'"
+        )
+    used = Fraction(math.floor(value * EPSILON_GRID), EPSILON_GRID)
+    if used <= 0:
+        raise ProgrammingError(f"epsilon must be at least 1/{EPSILON_GRID:,}, got {value}")
+    return used
 
 
 def _is_admin(policy, user: str) -> bool:
