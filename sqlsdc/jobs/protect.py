@@ -28,10 +28,10 @@ job's rules suppressed, the attacker LP run again on the pattern).
 
 Example (admins; the demo database):
     >>> report = protect_query("sqlsdc-demo.duckdb", "admin",  # doctest: +SKIP
-    ...     "SELECT nace, region, SUM(turnover) FROM enterprises GROUP BY nace, region",
-    ...     into="turnover_by_nace_region")
+    ...     "SELECT nace, region, SUM(turnover) FROM enterprises WHERE employees >= 10 "
+    ...     "GROUP BY nace, region", into="turnover_by_nace_region")
     >>> report.secondary, report.audit_passed  # doctest: +SKIP
-    (41, True)
+    (23, True)
 """
 
 from __future__ import annotations
