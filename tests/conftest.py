@@ -283,3 +283,14 @@ def sqlsdc_in_process():
         return subprocess.CompletedProcess(argv, result.exit_code, result.stdout, result.stderr)
 
     return run
+
+
+@pytest.fixture(scope="module")
+def server(server_db):
+    """A sqlsdc server (``tests/server/conftest.py``) over the ``server_db`` of the module or
+    folder that asks for it, for the module's tests."""
+    from tests.server.conftest import start_server, stop_server
+
+    running = start_server(server_db, "--insecure", "--statement-timeout", "20")
+    yield running
+    stop_server(running)

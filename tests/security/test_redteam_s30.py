@@ -112,13 +112,6 @@ def server_db(ckm_db, tmp_path_factory):
     return db
 
 
-@pytest.fixture(scope="module")
-def server(server_db):
-    running = start_server(server_db, "--insecure", "--statement-timeout", "20")
-    yield running
-    stop_server(running)
-
-
 # --- closed: the catalog shadow cannot be made to build huge strings --------------------------
 
 

@@ -29,13 +29,6 @@ def server_db(pristine_demo_db, tmp_path_factory):
     return db
 
 
-@pytest.fixture(scope="module")
-def server(server_db):
-    running = start_server(server_db, "--insecure", "--statement-timeout", "20")
-    yield running
-    stop_server(running)
-
-
 def connect(server):
     return psycopg.connect(server.dsn(), autocommit=True)
 

@@ -71,13 +71,6 @@ def server_db(pristine_demo_db, tmp_path_factory) -> Path:
     return db
 
 
-@pytest.fixture(scope="module")
-def server(server_db):
-    running = start_server(server_db, "--insecure", "--statement-timeout", "20")
-    yield running
-    stop_server(running)
-
-
 @pytest.fixture(scope="session")
 def tls_files(tmp_path_factory) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1 and its key."""
