@@ -336,6 +336,28 @@ class _QualifiedGenerator(DuckDB.Generator):
             return f"system.main.{call}"
         return call
 
+    def datetrunc_sql(self, expression: exp.DateTrunc) -> str:
+        return self._total_truncation(expression, super().datetrunc_sql(expression))
+
+    def timestamptrunc_sql(self, expression: exp.TimestampTrunc) -> str:
+        return self._total_truncation(expression, super().timestamptrunc_sql(expression))
+
+    def _total_truncation(self, expression: exp.Expr, truncated: str) -> str:
+        """DATE_TRUNC to the year, quarter, month or ISO year raises for a timestamp of the
+        type's first year (-290308: its 1 January is out of range), so whether a query that
+        truncates stored values fails would tell whether a row of its cells holds one. Stored
+        values of that year truncate to NULL, whatever the part (``epoch_us`` is total on
+        every TIMESTAMP type and, with UTC sessions, compares instants alike); constants are
+        evaluated before the query and keep DuckDB's error."""
+        if not any(isinstance(n, exp.Column) for n in expression.this.walk()):
+            return truncated
+        instant = self.func("epoch_us", expression.this)
+        return f"CASE WHEN {instant} >= {TRUNCATABLE_EPOCH_US} THEN {truncated} END"
+
+
+TRUNCATABLE_EPOCH_US = -9223371158400000000
+"""``epoch_us(TIMESTAMP '-290307-01-01')``: DuckDB truncates every timestamp from there on."""
+
 
 class QualifiedDuckDB(DuckDB):
     Generator = _QualifiedGenerator
