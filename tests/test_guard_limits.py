@@ -158,7 +158,29 @@ def test_the_statement_timeout_counts_the_parse_before_the_file_is_taken(demo_db
         time.sleep(0.3)
         return parse(sql, context)
 
+    checked = []
     monkeypatch.setattr(connection, "parse", slow)
+    monkeypatch.setattr(pipeline, "analyze", lambda *args: checked.append(args))
     with sqlsdc.connect(demo_db, user="analyst", timeout=0.2) as con:
         with pytest.raises(sqlsdc.OperationalError, match="longer than the statement timeout"):
             con.execute(GROUPED.format("age > 17"))
+    assert checked == []  # the check, under the database file, did not begin
+
+
+def test_a_check_past_the_statement_timeout_stops_at_its_next_pass(demo_db, monkeypatch):
+    """The timeout stops a long check between its passes, not after the last one: here the
+    planner never runs after an analysis that outlasted it."""
+    from sqlsdc.guard import pipeline
+
+    planned, analyze = [], pipeline.analyze
+
+    def slow(*args):
+        time.sleep(0.3)
+        return analyze(*args)
+
+    monkeypatch.setattr(pipeline, "analyze", slow)
+    monkeypatch.setattr(pipeline, "plan_query", lambda *args: planned.append(args))
+    with sqlsdc.connect(demo_db, user="analyst", timeout=0.2) as con:
+        with pytest.raises(sqlsdc.OperationalError, match="longer than the statement timeout"):
+            con.execute(GROUPED.format("age > 18 AND age < 93"))  # not in the check cache
+    assert planned == []

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 
 from sqlglot import exp
 
@@ -44,19 +45,24 @@ def context_fingerprint(database: str, context: GuardContext, engine_version: st
 
 
 def checked(
-    sql: str, params, frozen_params, context: GuardContext, parsed: exp.Expr | None = None
+    sql: str,
+    params,
+    frozen_params,
+    context: GuardContext,
+    parsed: exp.Expr | None = None,
+    in_time: Callable[[], object] | None = None,
 ) -> ProtectedQuery:
-    """``protect(sql, params, context, parsed)``, from the process cache when the same
-    statement was accepted under the same fingerprint before."""
+    """``protect(sql, params, context, parsed, in_time)``, from the process cache when the
+    same statement was accepted under the same fingerprint before."""
     if not context.fingerprint:
-        return protect(sql, params, context, parsed)
+        return protect(sql, params, context, parsed, in_time)
     key = (context.fingerprint, sql, frozen_params)
     with _lock:
         found = _entries.get(key)
         if found is not None:
             _entries.move_to_end(key)
             return found
-    query = protect(sql, params, context, parsed)
+    query = protect(sql, params, context, parsed, in_time)
     with _lock:
         _entries[key] = query
         while len(_entries) > CAPACITY:

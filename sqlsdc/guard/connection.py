@@ -425,16 +425,17 @@ class Connection:
     def _protect(self, sql: str, params, early: _Parsed | None = None) -> ProtectedQuery:
         """``protect``, shared with every connection of the process that sees the same policy
         version, schema and catalog (``check_cache``). The statement timeout starts here, less
-        the time ``early`` (:meth:`_parse`) took: the check counts against it, and the engine
-        gets what is left (:meth:`_time_left`)."""
+        the time ``early`` (:meth:`_parse`) took: the check counts against it and stops at the
+        first pass that begins after it, and the engine gets what is left
+        (:meth:`_time_left`)."""
         context = self._context
         self._deadline = time.monotonic() + self.timeout - (early.took if early else 0.0)
         parsed = early.tree_for(context) if early else None
         frozen = _frozen(params)
         if frozen is _UNCACHEABLE:
-            query = protect(sql, params, context, parsed)
+            query = protect(sql, params, context, parsed, self._time_left)
         else:
-            query = checked(sql, params, frozen, context, parsed)
+            query = checked(sql, params, frozen, context, parsed, self._time_left)
         self._time_left()
         return query
 

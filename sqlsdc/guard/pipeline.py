@@ -178,18 +178,24 @@ def _report_line(stage: DpStage) -> str:
 
 
 def protect(
-    sql: str, params, context: GuardContext, parsed: exp.Expr | None = None
+    sql: str,
+    params,
+    context: GuardContext,
+    parsed: exp.Expr | None = None,
+    in_time: Callable[[], object] | None = None,
 ) -> ProtectedQuery:
     """Check and rewrite one analyst query. Raises PolicyViolation when it is not allowed.
 
     ``parsed``: ``parse_statement(sql, context.policy.max_statement_characters)``, when the
     caller parsed the statement before (a guarded connection parses without holding the
-    database file); the tree is the check's to change.
+    database file); the tree is the check's to change. ``in_time`` is called before each pass
+    and raises to stop the check (a guarded connection's statement timeout): a long check
+    ends at the next pass, not after the last.
 
     Any other failure inside the passes is a bug; it is raised as InternalError, so the query is
     refused, never run in another form.
     """
-    return _failing_closed(sql, lambda: _protect(sql, params, context, parsed))
+    return _failing_closed(sql, lambda: _protect(sql, params, context, parsed, in_time))
 
 
 def parse(sql: str, context: GuardContext) -> exp.Expr:
@@ -241,9 +247,14 @@ def _cycle_collection_paused():
                 gc.enable()
 
 
-def _protect(sql: str, params, context: GuardContext, parsed: exp.Expr | None) -> ProtectedQuery:
+def _protect(
+    sql: str, params, context: GuardContext, parsed: exp.Expr | None, in_time
+) -> ProtectedQuery:
+    in_time = in_time or _unlimited
     if parsed is None:
+        in_time()
         parsed = parse_statement(sql, context.policy.max_statement_characters)
+    in_time()
     tree = bind_parameters(parsed, params, sql)
     names = output_names(tree)
     tables = sorted(check_tables(tree, context.policy, sql))
@@ -251,13 +262,17 @@ def _protect(sql: str, params, context: GuardContext, parsed: exp.Expr | None) -
     qualified_names = [p.alias_or_name for p in _first_select(tree).expressions]
     if len(qualified_names) != len(names):  # a * was expanded
         names = qualified_names
+    in_time()
     analysis = analyze(tree, context.policy, context.schema, sql, context.constant_is_safe)
+    in_time()
     multiplicity = prove_multiplicity(analysis, context.policy, context.unique_columns, sql)
     plan = plan_query(analysis, context.policy, context.unit_per_row, multiplicity)
+    in_time()
     stages: dict[int, DpStage] = {}  # by id of the aggregation in ``tree``
     rewrite = RewriteContext(context.policy, context.ptables, stages, context.to_sql)
     discarded: list[exp.Expr] = []  # parts of the rewrite's copy that it replaced
     protected = protect_cells(tree, plan, frame_builders(rewrite), discarded)
+    in_time()
     protected = _rename_outputs(protected, names)
     kept = validate_release(protected, context.policy)  # the nodes of the result
     text = context.to_sql(protected)
@@ -293,6 +308,10 @@ def _protect(sql: str, params, context: GuardContext, parsed: exp.Expr | None) -
             sorted({c.tables[0] for c in plan.cells if c.mechanism is Method.SUPPRESS})
         ),
     )
+
+
+def _unlimited() -> None:
+    """No time limit (``protect`` without ``in_time``)."""
 
 
 def _population(analysis: Analysis) -> str:
