@@ -125,6 +125,9 @@ CKM_CROSS_ENGINE_QUERIES = [
     "SELECT municipality, COUNT(*) AS n FROM persons GROUP BY municipality "
     "HAVING COUNT(*) > 30 ORDER BY n DESC, municipality LIMIT 5",
     "SELECT nace, SUM(turnover) AS turnover FROM enterprises GROUP BY ROLLUP (nace)",
+    # a window frame over the cells (tests/security/test_window_frames.py)
+    "SELECT age, COUNT(*) AS n, AVG(COUNT(*)) OVER (ORDER BY age ROWS BETWEEN 2 PRECEDING "
+    "AND CURRENT ROW) AS ma FROM persons WHERE age < 30 GROUP BY age",
     # two outputs of one name, each returned (tests/security/test_redteam_s30b.py)
     "SELECT a.region, a.n, b.n FROM (SELECT region, COUNT(*) AS n FROM persons GROUP BY region) "
     "AS a JOIN (SELECT region, SUM(income) AS n FROM persons GROUP BY region) AS b "

@@ -42,6 +42,14 @@ class TotalityChecks:
             refusal = literal_refusal(n, self.constant_is_safe)
             if refusal:
                 raise self.refuse(refusal.reason, refusal.hint)
+            if isinstance(n, exp.WindowSpec) and not _literal_frame(n):
+                raise self.refuse(
+                    f"the window frame {n.sql(DIALECT)[:80]} has an offset that is not a "
+                    "number or interval literal (an offset computed from the cells could "
+                    "fail for some of them)",
+                    "write the frame with literal offsets, e.g. ROWS BETWEEN 2 PRECEDING AND "
+                    "CURRENT ROW",
+                )
         for n, reads in zip(nodes, reads_column, strict=True):
             if released and _contains_released_value(n):
                 continue
@@ -69,7 +77,25 @@ _INERT = (
     exp.Var,
     exp.Identifier,
     exp.DataTypeParam,
+    exp.WindowSpec,  # a frame's clauses; its offsets are nodes of their own, checked as any
 )
+
+
+def _literal_frame(spec: exp.WindowSpec) -> bool:
+    """Whether each offset of a window frame is UNBOUNDED, CURRENT ROW, a non-negative number
+    literal or an interval of one."""
+    for offset in (spec.args.get("start"), spec.args.get("end")):
+        if isinstance(offset, exp.Interval):
+            offset = offset.this
+        if not (offset is None or isinstance(offset, str) or _number_literal(offset)):
+            return False
+    return True
+
+
+def _number_literal(node: exp.Expr) -> bool:
+    return isinstance(node, exp.Literal) and (
+        not node.is_string or node.this.replace(".", "", 1).isdigit()
+    )
 
 
 def _evaluated_nodes(node: exp.Expr, released: bool) -> tuple[list[exp.Expr], list[bool]]:
