@@ -64,3 +64,17 @@ def test_duckdb_style_fetchers(analyst):
             cursor.pl()
     else:
         assert cursor.pl().shape == cursor.df().shape
+
+
+@pytest.mark.parametrize("statement", [123, None, b"SELECT 1", ["SELECT 1"]])
+def test_a_statement_that_is_not_text_is_the_callers_error(analyst, statement):
+    """PEP 249's ProgrammingError that says what to pass, from every entry point."""
+    entries = (
+        analyst.execute,
+        analyst.explain,
+        analyst.verify,
+        lambda sql: analyst.cursor().executemany(sql, [None]),
+    )
+    for entry in entries:
+        with pytest.raises(sqlsdc.ProgrammingError, match="a statement must be a str"):
+            entry(statement)

@@ -366,7 +366,7 @@ class Connection:
     def explain(self, sql: str, params=None) -> ProtectedQuery:
         """The protected SQL and the mechanism of every output column, without reading data
         (a copy: the checked query itself is shared, :meth:`ProtectedQuery.detached`)."""
-        sql = _built_in_text(sql)
+        sql = _statement_text(sql)
         with self._holding():
             try:
                 return self._protect(sql, params).detached()
@@ -381,7 +381,7 @@ class Connection:
         default). Audited and cached like any query."""
         from sqlsdc.synth.verify import verify
 
-        sql, mode = _built_in_text(sql), _built_in_text(mode)  # a str subclass's __eq__ chose
+        sql, mode = _statement_text(sql), _built_in_text(mode)  # a str subclass's __eq__ chose
         with self._holding() as con:  # interval mode past the analysts' check, free
             try:
                 return verify(con, sql, user=self.user, policy=self.policy,
@@ -403,7 +403,7 @@ class Connection:
 
         from sqlsdc.microdata.pram_estimate import corrected_counts, pram_matrices
 
-        sql = _built_in_text(sql)
+        sql = _statement_text(sql)
         try:
             source = sqlglot.parse_one(sql, read="duckdb").find(exp.Table)
         except sqlglot.errors.ParseError:
@@ -522,7 +522,7 @@ class Connection:
         """``_run``, with every engine error that escapes it (an audit write, transaction
         control, a catalog read) turned into sqlsdc's own message; the engine's text goes to
         the audit log only, so what an analyst sees never depends on the engine's wording."""
-        sql = _built_in_text(sql)
+        sql = _statement_text(sql)
         early = self._parse(sql, params)
         with self._holding():
             try:
@@ -999,6 +999,17 @@ class _Parsed:
         if self.refusal is not None:
             raise self.refusal
         return self.tree
+
+
+def _statement_text(sql) -> str:
+    """The statement as a built-in str (:func:`_built_in_text`); anything else is the
+    caller's mistake, said as such (PEP 249's ProgrammingError), not an internal error."""
+    if not isinstance(sql, str):
+        raise ProgrammingError(
+            f"a statement must be a str, not {type(sql).__name__}: pass the SQL text "
+            "(bytes: decode them first)"
+        )
+    return _built_in_text(sql)
 
 
 def _built_in_text(sql):
