@@ -118,32 +118,42 @@ def test_the_statement_timeout_counts_the_check(demo_db):
             con.execute(sql)
 
 
-def test_a_statement_is_parsed_before_the_database_file_is_taken(demo_db, monkeypatch):
-    """A long statement is parsed while the connection holds neither its lock nor the file
-    (released while idle), so it holds up no other thread or process; the tree parsed is the
-    one checked (the answer is the statement's), and a parse refusal is audited as before."""
+def test_a_statement_is_checked_before_the_database_file_is_taken(demo_db, monkeypatch):
+    """A long statement is parsed and checked (its constants evaluated too) while the
+    connection holds neither its lock nor the file (released while idle), so it holds up no
+    other thread or process; the query checked is the one run (the answer is the
+    statement's), and a refusal is audited as before."""
     from sqlsdc.admin import audit
-    from sqlsdc.guard import connection, pipeline
+    from sqlsdc.engines import duckdb as engine
+    from sqlsdc.guard import pipeline
 
-    seen, parse = [], pipeline.parse
+    seen = []
 
-    def watched(sql, context):
-        seen.append((con._db is None, con._lock._is_owned()))
-        return parse(sql, context)
+    def watched(function):
+        def watching(*args):
+            seen.append((function.__name__, con._db is None, con._lock._is_owned()))
+            return function(*args)
 
-    monkeypatch.setattr(connection, "parse", watched)
+        return watching
+
+    for module, name in ((pipeline, "parse_statement"), (pipeline, "analyze"),
+                         (pipeline, "plan_query"), (engine, "evaluate_constant")):  # fmt: skip
+        monkeypatch.setattr(module, name, watched(getattr(module, name)))
     chain = " OR ".join(f"age = {i}" for i in range(1, TERMS))  # not in the check cache
+    sql = GROUPED.format(f"({chain}) AND region <> ('R' || 'X')")  # a constant
     con = sqlsdc.Connection(demo_db, "analyst", idle_release=0.0)
     try:
         con._release_if_idle()  # the file is let go as it would be after idle_release
         assert con._db is None
-        rows = con.execute(GROUPED.format(chain)).fetchall()
-        assert seen == [(True, False)]
+        rows = con.execute(sql).fetchall()
+        names = {name for name, *_ in seen}
+        assert names == {"parse_statement", "analyze", "plan_query", "evaluate_constant"}
+        assert {(released, held) for _, released, held in seen} == {(True, False)}
         assert rows == con.execute(GROUPED.format(f"age BETWEEN 1 AND {TERMS - 1}")).fetchall()
         with pytest.raises(sqlsdc.errors.SqlSyntaxError):
             con.execute("SELECT region, COUNT(* FROM persons")
         seen.clear()
-        con.execute(GROUPED.format(chain))  # the check cache holds it: nothing to parse
+        con.execute(sql)  # the check cache holds it: nothing to parse or check
         assert seen == []
     finally:
         con.close()
@@ -152,14 +162,14 @@ def test_a_statement_is_parsed_before_the_database_file_is_taken(demo_db, monkey
 
 
 def test_the_statement_timeout_counts_the_parse_before_the_file_is_taken(demo_db, monkeypatch):
-    from sqlsdc.guard import connection, pipeline
+    from sqlsdc.guard import pipeline
 
-    def slow(sql, context, parse=pipeline.parse):
+    def slow(sql, limit, parse=pipeline.parse_statement):
         time.sleep(0.3)
-        return parse(sql, context)
+        return parse(sql, limit)
 
     checked = []
-    monkeypatch.setattr(connection, "parse", slow)
+    monkeypatch.setattr(pipeline, "parse_statement", slow)
     monkeypatch.setattr(pipeline, "analyze", lambda *args: checked.append(args))
     with sqlsdc.connect(demo_db, user="analyst", timeout=0.2) as con:
         with pytest.raises(sqlsdc.OperationalError, match="longer than the statement timeout"):
@@ -184,3 +194,24 @@ def test_a_check_past_the_statement_timeout_stops_at_its_next_pass(demo_db, monk
         with pytest.raises(sqlsdc.OperationalError, match="longer than the statement timeout"):
             con.execute(GROUPED.format("age > 18 AND age < 93"))  # not in the check cache
     assert planned == []
+
+
+def test_an_interrupt_during_the_early_check_stops_the_statement(demo_db, monkeypatch):
+    """A cancel (the server's CancelRequest calls ``interrupt``) that arrives while the
+    statement is checked, before it takes the file, stops it as it would stop the engine;
+    the next statement runs."""
+    from sqlsdc.guard import pipeline
+
+    analyze = pipeline.analyze
+
+    def cancelled_meanwhile(*args):
+        con.interrupt()
+        return analyze(*args)
+
+    sql = GROUPED.format("age > 19 AND age < 94")  # not in the check cache
+    with sqlsdc.connect(demo_db, user="analyst") as con:
+        monkeypatch.setattr(pipeline, "analyze", cancelled_meanwhile)
+        with pytest.raises(sqlsdc.errors.QueryCanceled):
+            con.execute(sql)
+        monkeypatch.undo()
+        assert con.execute(sql).fetchall()

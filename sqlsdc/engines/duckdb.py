@@ -300,6 +300,31 @@ def _harden(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("SET lock_configuration = true")
 
 
+def evaluate_constant(sql: str, timeout: float) -> None:
+    """Run ``sql``, a statement that reads no table (a query's constant, evaluated once
+    before the query to see whether it raises), on a private in-memory instance hardened and
+    set like every file's (``harden``: UTC, the Gregorian calendar), so that checking needs
+    neither a database file nor its lock. Each call has its own cursor: checks in several
+    threads never wait for one another, and each is interrupted after ``timeout`` alone.
+
+    Raises:
+        EngineError: the statement failed (or ran out of time).
+    """
+    with _OPEN_LOCK:
+        cursor = _scratch().cursor()
+    try:
+        run(cursor, sql, timeout=timeout)
+    finally:
+        cursor.close()
+
+
+@cache
+def _scratch() -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect(":memory:", config=dict(_CONNECT_CONFIG))
+    _harden(con)  # under _OPEN_LOCK (evaluate_constant)
+    return con
+
+
 def system_functions(con: duckdb.DuckDBPyConnection) -> frozenset[str]:
     """Names of built-in scalar and aggregate functions that can be called as system.main.f()."""
     rows = con.execute(

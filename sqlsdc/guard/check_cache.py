@@ -18,8 +18,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 
-from sqlglot import exp
-
 from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, protect
 
 CAPACITY = 1024
@@ -49,20 +47,19 @@ def checked(
     params,
     frozen_params,
     context: GuardContext,
-    parsed: exp.Expr | None = None,
     in_time: Callable[[], object] | None = None,
 ) -> ProtectedQuery:
-    """``protect(sql, params, context, parsed, in_time)``, from the process cache when the
-    same statement was accepted under the same fingerprint before."""
+    """``protect(sql, params, context, in_time)``, from the process cache when the same
+    statement was accepted under the same fingerprint before."""
     if not context.fingerprint:
-        return protect(sql, params, context, parsed, in_time)
+        return protect(sql, params, context, in_time)
     key = (context.fingerprint, sql, frozen_params)
     with _lock:
         found = _entries.get(key)
         if found is not None:
             _entries.move_to_end(key)
             return found
-    query = protect(sql, params, context, parsed, in_time)
+    query = protect(sql, params, context, in_time)
     with _lock:
         _entries[key] = query
         while len(_entries) > CAPACITY:

@@ -59,7 +59,7 @@ from sqlsdc.guard.dp_release import (
     release,
     resolve_domains,
 )
-from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, parse, protect
+from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, protect
 from sqlsdc.guard.postprocess import (
     accuracy,
     cell_status,
@@ -148,6 +148,7 @@ class Connection:
         self._dp_noise = True
         self._reopen = False  # an admin applied a policy in this process: read it (_open)
         self._deadline = 0.0  # of the statement running (monotonic clock)
+        self._interrupts = 0  # interrupt() calls: one during an early check stops it too
         self._query_id: int | None = None  # of the DP statement running, once drawn
         self.user = user
         self.path = str(path)
@@ -209,8 +210,7 @@ class Connection:
                 "ask an admin to add it under `users:`"
             )
         timeout = _statement_timeout(policy, self._asked_timeout)
-        context = _context(con, lambda: self._db, policy, version, timeout, Path(self.path),
-                           releases or {})  # fmt: skip
+        context = _context(con, policy, version, timeout, Path(self.path), releases or {})
         with _database_lock(Path(self.path)):
             ensure_budget_catalog(con)  # brings a cache of DP cells from older versions
             store.ensure_mix_keys(con)  # catalogs made before statistic keys were secret
@@ -422,39 +422,55 @@ class Connection:
             raise PolicyViolation(f"{name} has no PRAMmed column to estimate counts for")
         return self.execute(corrected_counts(sql, source.name, matrices))
 
-    def _protect(self, sql: str, params, early: _Parsed | None = None) -> ProtectedQuery:
+    def _protect(self, sql: str, params, early: _Early | None = None) -> ProtectedQuery:
         """``protect``, shared with every connection of the process that sees the same policy
         version, schema and catalog (``check_cache``). The statement timeout starts here, less
-        the time ``early`` (:meth:`_parse`) took: the check counts against it and stops at the
-        first pass that begins after it, and the engine gets what is left
-        (:meth:`_time_left`)."""
+        the time ``early`` (:meth:`_check_early`) took: the check counts against it and stops
+        at the first pass that begins after it, and the engine gets what is left
+        (:meth:`_time_left`). ``early``'s outcome stands if it was reached under the context
+        in force now; otherwise (an admin applied another policy meanwhile) the statement is
+        checked again."""
         context = self._context
         self._deadline = time.monotonic() + self.timeout - (early.took if early else 0.0)
-        parsed = early.tree_for(context) if early else None
-        frozen = _frozen(params)
-        if frozen is _UNCACHEABLE:
-            query = protect(sql, params, context, parsed, self._time_left)
+        if early is not None and early.interrupts != self._interrupts:
+            self._deadline = 0.0  # interrupted while it was checked early
+        if early is not None and early.context is context:
+            query = early.outcome()
         else:
-            query = checked(sql, params, frozen, context, parsed, self._time_left)
+            query = self._checked(sql, params, context, self._time_left)
         self._time_left()
         return query
 
-    def _parse(self, sql: str, params) -> _Parsed | None:
-        """The statement parsed before the database file is taken, so that a long statement
-        holds no other process up while it is parsed (the check that follows evaluates
-        constants in the engine, under the file). Nothing is parsed for a statement the check
-        cache holds, nor on a closed connection."""
-        context, started = self._context, time.monotonic()
+    def _checked(self, sql: str, params, context: GuardContext, in_time) -> ProtectedQuery:
+        frozen = _frozen(params)
+        if frozen is _UNCACHEABLE:
+            return protect(sql, params, context, in_time)
+        return checked(sql, params, frozen, context, in_time)
+
+    def _check_early(self, sql: str, params) -> _Early | None:
+        """The statement checked before the connection takes the database file or its own
+        lock, under the context of the last opening, so that no other process or thread
+        waits while a statement is parsed and checked (constants are evaluated apart from the
+        file, :func:`~sqlsdc.engines.duckdb.evaluate_constant`). A refusal is kept, to be
+        audited under the file. Nothing is done for a statement the check cache holds, nor on
+        a closed connection."""
+        context, started, interrupts = self._context, time.monotonic(), self._interrupts
         if context is None or self._closed:
             return None
         frozen = _frozen(params)
         if frozen is not _UNCACHEABLE and context.fingerprint and is_kept(sql, frozen, context):
             return None
+        deadline = started + self.timeout
+
+        def in_time() -> None:
+            if time.monotonic() >= deadline or self._interrupts != interrupts:
+                raise _timeout_error("")
+
         try:
-            tree, refusal = parse(sql, context), None
-        except Error as e:  # audited with the statement, under the file
-            tree, refusal = None, e
-        return _Parsed(context, time.monotonic() - started, tree, refusal)
+            query, refusal = self._checked(sql, params, context, in_time), None
+        except Error as e:
+            query, refusal = None, e
+        return _Early(context, time.monotonic() - started, interrupts, query, refusal)
 
     def _time_left(self) -> float:
         """Seconds left of the statement timeout; stops the statement when none are."""
@@ -467,6 +483,7 @@ class Connection:
         """Stop the statement running on this connection, from another thread (the server's
         CancelRequest): it ends with :class:`~sqlsdc.errors.QueryCanceled` as if its timeout
         had passed. A connection with no statement running is not affected."""
+        self._interrupts += 1
         self._deadline = 0.0
         db = self._db
         if db is not None:
@@ -523,7 +540,7 @@ class Connection:
         control, a catalog read) turned into sqlsdc's own message; the engine's text goes to
         the audit log only, so what an analyst sees never depends on the engine's wording."""
         sql = _statement_text(sql)
-        early = self._parse(sql, params)
+        early = self._check_early(sql, params)
         with self._holding():
             try:
                 return self._run(sql, params, early)
@@ -545,7 +562,7 @@ class Connection:
             return None
 
     def _run(
-        self, sql: str, params, early: _Parsed | None = None
+        self, sql: str, params, early: _Early | None = None
     ) -> tuple[pa.Table, ProtectedQuery, int, pa.Table]:
         """Protect, execute, record; results are returned only after they are recorded: the
         audit entry (which draws the query id) and the ledger rows commit in one transaction.
@@ -982,23 +999,22 @@ def _unregister(con, noisy: DpRelease | None) -> None:
 
 
 @dataclass(frozen=True)
-class _Parsed:
-    """A statement parsed under ``context`` before the database file was taken, in ``took``
-    seconds: its tree, or the refusal its parse raised."""
+class _Early:
+    """A statement checked under ``context`` before the database file was taken, in ``took``
+    seconds, begun after ``interrupts`` interrupts of its connection: its checked query, or
+    the refusal its check raised."""
 
     context: GuardContext
     took: float
-    tree: exp.Expr | None
+    interrupts: int
+    query: ProtectedQuery | None
     refusal: Error | None
 
-    def tree_for(self, context: GuardContext) -> exp.Expr | None:
-        """The tree, if parsed under ``context`` (the one in force now: an admin may have
-        applied another policy meanwhile); raises the parse's refusal."""
-        if context is not self.context:
-            return None
+    def outcome(self) -> ProtectedQuery:
+        """The checked query; raises the check's refusal."""
         if self.refusal is not None:
             raise self.refusal
-        return self.tree
+        return self.query
 
 
 def _statement_text(sql) -> str:
@@ -1094,11 +1110,11 @@ def _statement_timeout(policy: Policy, asked: float | None) -> float:
 
 
 def _context(
-    con, current, policy: Policy, version: int, timeout: float, path: Path, releases=None
+    con, policy: Policy, version: int, timeout: float, path: Path, releases=None
 ) -> GuardContext:
-    """The guard's view of the database; ``current()`` is the engine connection open when a
-    constant is evaluated (the connection reopens the file after releasing it); ``releases``:
-    the columns of the released outputs (:mod:`sqlsdc.guard.releases`)."""
+    """The guard's view of the database; ``releases``: the columns of the released outputs
+    (:mod:`sqlsdc.guard.releases`). Constants are evaluated apart from the file
+    (:func:`~sqlsdc.engines.duckdb.evaluate_constant`), so a check holds no file."""
     schema = analyst_schema(policy, {**engine.table_schemas(con), **(releases or {})})
     indexes = {
         r[0]
@@ -1114,7 +1130,7 @@ def _context(
     @lru_cache(maxsize=1024)
     def evaluates(sql: str) -> bool:
         try:
-            engine.run(current(), sql, timeout=timeout)
+            engine.evaluate_constant(sql, timeout)
             return True
         except engine.EngineError:
             return False

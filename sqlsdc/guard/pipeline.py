@@ -178,30 +178,17 @@ def _report_line(stage: DpStage) -> str:
 
 
 def protect(
-    sql: str,
-    params,
-    context: GuardContext,
-    parsed: exp.Expr | None = None,
-    in_time: Callable[[], object] | None = None,
+    sql: str, params, context: GuardContext, in_time: Callable[[], object] | None = None
 ) -> ProtectedQuery:
     """Check and rewrite one analyst query. Raises PolicyViolation when it is not allowed.
 
-    ``parsed``: ``parse_statement(sql, context.policy.max_statement_characters)``, when the
-    caller parsed the statement before (a guarded connection parses without holding the
-    database file); the tree is the check's to change. ``in_time`` is called before each pass
-    and raises to stop the check (a guarded connection's statement timeout): a long check
-    ends at the next pass, not after the last.
+    ``in_time`` is called before each pass and raises to stop the check (a guarded
+    connection's statement timeout): a long check ends at the next pass, not after the last.
 
     Any other failure inside the passes is a bug; it is raised as InternalError, so the query is
     refused, never run in another form.
     """
-    return _failing_closed(sql, lambda: _protect(sql, params, context, parsed, in_time))
-
-
-def parse(sql: str, context: GuardContext) -> exp.Expr:
-    """The tree :func:`protect` checks (``parsed``), parsed as it would parse it."""
-    limit = context.policy.max_statement_characters
-    return _failing_closed(sql, lambda: parse_statement(sql, limit))
+    return _failing_closed(sql, lambda: _protect(sql, params, context, in_time))
 
 
 def _failing_closed(sql: str, run: Callable[[], object]):
@@ -247,13 +234,10 @@ def _cycle_collection_paused():
                 gc.enable()
 
 
-def _protect(
-    sql: str, params, context: GuardContext, parsed: exp.Expr | None, in_time
-) -> ProtectedQuery:
+def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery:
     in_time = in_time or _unlimited
-    if parsed is None:
-        in_time()
-        parsed = parse_statement(sql, context.policy.max_statement_characters)
+    in_time()
+    parsed = parse_statement(sql, context.policy.max_statement_characters)
     in_time()
     tree = bind_parameters(parsed, params, sql)
     names = output_names(tree)

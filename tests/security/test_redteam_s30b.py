@@ -48,17 +48,18 @@ parameters are bound as literals and checked like them (a measure compared with 
 through ``?`` is refused); DP refuses grouping sets, and every other spelling of a population
 is charged; the DP accuracy of a count or sum is the plan's, the same for every cell.
 
-Observed, not a leak: a group-only CKM query whose HAVING raises for small counts (``HAVING
-CASE WHEN COUNT(*) < 10 THEN CAST(COUNT(*) * 100 AS TINYINT) END IS NULL``) fails in the
-engine, because HAVING is evaluated on cells the group release then drops; their protected
-counts are published by the same query with ``COUNT(*)`` in its SELECT list, so the error tells
-nothing new. ``LIMIT ?`` bound to -1 or 10^30 and ``ORDER BY ?`` bound to a string fail in the
-engine whatever the data. Over-refusals: window frames (``ROWS BETWEEN 1 PRECEDING AND CURRENT
-ROW``) were refused as raising (answered since session 31, ``test_window_frames.py``); ``income > CAST('5e4' AS DOUBLE)`` is not recognised as a class
-break; ``?::INTEGER`` did not parse (sqlglot reads ``?::`` as one token; fixed). A class break
-matches within a relative 1e-12 (``income > 50000.000000001`` is answered as the break), far
-below any stored precision. A CKM distinct count (``COUNT(DISTINCT age)``) is keyed by the rows
-it reads, not by the values it counts: the averaging limit of ``test_redteam3.py`` again.
+Observed, not a leak: a group-only CKM query whose HAVING raises for small counts (``HAVING CASE
+WHEN COUNT(*) < 10 THEN CAST(COUNT(*) * 100 AS TINYINT) END IS NULL``) fails in the engine, because
+HAVING is evaluated on cells the group release then drops; their protected counts are published by
+the same query with ``COUNT(*)`` in its SELECT list, so the error tells nothing new. ``LIMIT ?``
+bound to -1 or 10^30 and ``ORDER BY ?`` bound to a string fail in the engine whatever the data.
+Over-refusals: window frames (``ROWS BETWEEN 1 PRECEDING AND CURRENT ROW``) were refused as raising
+(answered since session 31, ``test_window_frames.py``); ``income > CAST('5e4' AS DOUBLE)`` is not
+recognised as a class break; ``?::INTEGER`` did not parse (sqlglot reads ``?::`` as one token;
+fixed). A class break matches within a relative 1e-12 (``income > 50000.000000001`` is answered as
+the break), far below any stored precision. A CKM distinct count (``COUNT(DISTINCT age)``) is keyed
+by the rows it reads, not by the values it counts: the averaging limit of ``test_redteam3.py``
+again.
 """
 
 from __future__ import annotations

@@ -93,18 +93,18 @@ def _apply(path, **changes) -> None:
 
 def _between_parse_and_check(monkeypatch, action):
     """Run ``action`` once, right after the connection's early parse (no lock, no file)."""
-    from sqlsdc.guard import connection, pipeline
+    from sqlsdc.guard import pipeline
 
-    parse, done = pipeline.parse, []
+    parse, done = pipeline.parse_statement, []
 
-    def parse_then_act(sql, context):
+    def parse_then_act(sql, limit):
         try:
-            return parse(sql, context)
+            return parse(sql, limit)
         finally:
             if not done:
                 done.append(action())
 
-    monkeypatch.setattr(connection, "parse", parse_then_act)
+    monkeypatch.setattr(pipeline, "parse_statement", parse_then_act)
     return done
 
 
@@ -311,17 +311,17 @@ def test_a_user_removed_between_parse_and_check_is_refused(fresh_demo_db, monkey
 def test_two_threads_on_one_connection_get_and_audit_their_own_statements(demo_db, monkeypatch):
     """One thread's statement is refused by its parse while the other's is parsed, checked
     and run: neither gets the other's answer or refusal, each is audited under its text."""
-    from sqlsdc.guard import connection, pipeline
+    from sqlsdc.guard import pipeline
 
     broken = "SELECT region, COUNT(* FROM persons -- s30d thread"
     good = GROUPED.format("age > 18 AND age < 90")
-    parse, both_parsing = pipeline.parse, threading.Barrier(2, timeout=5)
+    parse, both_parsing = pipeline.parse_statement, threading.Barrier(2, timeout=5)
 
-    def in_step(sql, context):
+    def in_step(sql, limit):
         both_parsing.wait()  # the two parses overlap, outside the connection's lock
-        return parse(sql, context)
+        return parse(sql, limit)
 
-    monkeypatch.setattr(connection, "parse", in_step)
+    monkeypatch.setattr(pipeline, "parse_statement", in_step)
     outcomes: dict[str, object] = {}
     with sqlsdc.connect(demo_db, user="analyst") as con:
 
@@ -349,19 +349,19 @@ def test_a_slow_parse_is_charged_to_its_own_statement_only(demo_db, monkeypatch)
     """Thread A's parse outlasts the statement timeout; thread B, on the same connection,
     runs its statement meanwhile (A holds no lock while parsing): B is answered, A is
     stopped, and A's stop is audited under A's text."""
-    from sqlsdc.guard import connection, pipeline
+    from sqlsdc.guard import pipeline
 
     slow_sql = GROUPED.format("age > 22 AND age < 105")
     fast_sql = GROUPED.format("age > 23 AND age < 106")
-    parse, parsing = pipeline.parse, threading.Event()
+    parse, parsing = pipeline.parse_statement, threading.Event()
 
-    def slow_for_a(sql, context):
+    def slow_for_a(sql, limit):
         if sql == slow_sql:
             parsing.set()
             time.sleep(0.8)
-        return parse(sql, context)
+        return parse(sql, limit)
 
-    monkeypatch.setattr(connection, "parse", slow_for_a)
+    monkeypatch.setattr(pipeline, "parse_statement", slow_for_a)
     outcomes: dict[str, object] = {}
     with sqlsdc.connect(demo_db, user="analyst", timeout=0.6) as con:
 
