@@ -180,12 +180,8 @@ def dp_frame(policy: Policy, stages: dict[int, DpStage], to_sql):
             source.subquery(CELLS),
             value=lambda i: cell_column(f"__a{i}"),
             published=lambda i: cell_column(f"__p{i}"),
-            accuracy=lambda i: (
-                cell_column(f"__sd{i}"),
-                cell_column(f"__hw{i}"),
-                cell_column(f"__dr{i}"),
-                cell_column(f"__cl{i}"),
-            ),  # fmt: skip
+            accuracy=lambda i: (cell_column(f"__sd{i}"), cell_column(f"__hw{i}"),
+                                cell_column(f"__dr{i}"), cell_column(f"__cl{i}")),  # fmt: skip
         )
 
     return build
@@ -400,10 +396,8 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
     ctes = _visible_ctes(select)
     exact_tree = _with_ctes(exact, rows, ctes)
     histogram_trees = tuple(
-        (
-            name,
-            _with_ctes(_histogram_cells(rows, n_keys, b, settings, ranked=not one_row), rows, ctes),
-        )  # fmt: skip
+        (name, _with_ctes(_histogram_cells(rows, n_keys, b, settings, ranked=not one_row), rows,
+                          ctes))  # fmt: skip
         for name, b in histograms
     )
     return DpStage(
@@ -818,10 +812,8 @@ def _bounding_report(rows: exp.Select, n_keys: int, settings, clamps: dict[str, 
         return exp.IntDiv(this=exp.cast(top, "BIGINT"), expression=exp.cast(bottom, "BIGINT"))
 
     def per_kept(part: exp.Expr) -> exp.Expr:  # G * kept * part / (c n), 0 when c = 0
-        share = floor_div(
-            exp.Mul(this=exp.Mul(this=g.copy(), expression=held.copy()), expression=part),
-            exp.Mul(this=c.copy(), expression=n.copy()),
-        )
+        share = floor_div(exp.Mul(this=exp.Mul(this=g.copy(), expression=held.copy()),
+                                  expression=part), exp.Mul(this=c.copy(), expression=n.copy()))
         return exp.Case(ifs=[exp.If(this=exp.GT(this=c.copy(), expression=_int(0)), true=share)],
                         default=_int(0))  # fmt: skip
 
