@@ -428,14 +428,17 @@ def _plain(value):
 
 
 def _noisy(frame, stage, space, secret, version, cached, noise, out):
-    """Noisy values (grid units times the unit, exact Fractions) of the additive statistics."""
+    """Noisy values (grid units times the unit, exact Fractions) of the additive statistics.
+    Exact values of unit 1 go to the noise as the integers they are (``_units``' short way;
+    the same values)."""
     mechanisms = _mechanisms(stage)
-    exact = {
-        column: [Fraction(int(v)) * m.calibration.unit for v in frame[column]]
-        for column, m in mechanisms.items()
-    }
     if not noise:
-        return exact
+        return {column: [Fraction(int(v)) * m.calibration.unit for v in frame[column]]
+                for column, m in mechanisms.items()}  # fmt: skip
+    exact = {
+        column: [int(v) if unit == 1 else Fraction(int(v)) * unit for v in frame[column]]
+        for column, unit in ((c, m.calibration.unit) for c, m in mechanisms.items())
+    }
     keys = {column: frame[column] for column, _name in space.keys}
     result = noisy_values(keys, exact, space, mechanisms, secret=secret, policy_version=version,
                           cached=cached)  # fmt: skip
