@@ -523,15 +523,16 @@ def _cells_table(frame, noisy, stage: DpStage, noise: bool, key_types: list) -> 
     n = len(frame)
     columns = {f"__g{j}": _keys(frame[f"__g{j}"], key_types[j])
                for j in range(len(stage.keys))}  # fmt: skip
-    published = np.ones(n, dtype=bool)
+    withheld = None  # cells below the minimum frequency (without one, none)
     if stage.min_frequency is not None:
-        published = np.array([v >= stage.min_frequency for v in noisy[stage.units]], bool)
+        withheld = np.array([v < stage.min_frequency for v in noisy[stage.units]], bool)
+    published = pa.array([True] * n if withheld is None else ~withheld, pa.bool_())
     stats = {s.column: s for s in stage.statistics}
     dropped, clamped = _shares(stage, noisy, n)
     for i, output in enumerate(stage.outputs):
         parts = [noisy[c] for c in output.statistics]
         value, sd, half = _output(output, parts, [stats[c] for c in output.statistics], noise)
-        columns[f"__a{i}"] = pa.array(value, mask=~published)
+        columns[f"__a{i}"] = pa.array(value, mask=withheld)
         columns[f"__p{i}"] = published
         columns[f"__sd{i}"] = pa.array(sd, type=pa.float64())
         columns[f"__hw{i}"] = pa.array(half, type=pa.float64())
