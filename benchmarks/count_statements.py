@@ -9,6 +9,9 @@ warm-up query on the same connection and with every query's check cached:
   ckm repeated          the CKM count by region of ``bench_guard.py --fixed-cost``
   dp cached             an 8-cell DP count by region, repeated (cells from the cache)
   dp new cells, open    8-cell DP counts with a new filter each (charged, drawn, cached)
+  dp new cells, new connection
+                        the 8-cell DP count by a new user on a new connection each (its
+                        first query: the opening's data version, secret and budget state)
 
 Usage: python benchmarks/count_statements.py CKM_DEMO_DB DP_HARNESS_DB
 (a ``sqlsdc demo`` database, and the ``harness.duckdb`` that ``bench_dp_noise.py`` builds in
@@ -59,7 +62,24 @@ def counted(label: str, source: Path, user: str, statements: list[str], workdir:
         COUNTS.clear()
         for sql in statements[1:]:
             con.execute(sql).fetchall()
-    n = len(statements) - 1
+    _report(label, len(statements) - 1)
+
+
+def counted_fresh(label: str, source: Path, users: list[str], sql: str, workdir: Path) -> None:
+    """The first query of each user, each on a connection of its own (opened uncounted)."""
+    path = workdir / f"{label.replace(' ', '_').replace(',', '')}.duckdb"
+    shutil.copy(source, path)
+    with sqlsdc.connect(path, users[0]) as con:  # the check of the text, cached for the others
+        con.execute(sql).fetchall()
+    connections = [sqlsdc.connect(path, user) for user in users[1:]]
+    COUNTS.clear()
+    for con in connections:
+        con.execute(sql).fetchall()
+        con.close()
+    _report(label, len(users) - 1)
+
+
+def _report(label: str, n: int) -> None:
     kinds = ("statements", "commits", "autocommitted nextval")
     print(f"| {label} | " + " | ".join(f"{COUNTS[k] / n:.1f}" for k in kinds) + " |")
 
@@ -78,6 +98,8 @@ def main() -> None:
         counted("ckm repeated", ckm_db, "analyst", [ckm] * 11, Path(workdir))
         counted("dp cached", dp_db, "u0", [small] * 11, Path(workdir))
         counted("dp new cells, open", dp_db, "u1", [small, *new], Path(workdir))
+        fresh = [f"u{i}" for i in range(2, 13)]  # users who have asked nothing
+        counted_fresh("dp new cells, new connection", dp_db, fresh, small, Path(workdir))
 
 
 if __name__ == "__main__":

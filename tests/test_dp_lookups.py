@@ -5,14 +5,17 @@ nobody else wrote; the answers stay those of a query that reads everything afres
 from __future__ import annotations
 
 import pytest
-from test_dp_query import dp_document, make_db
+from test_dp_query import dp_document, make_db, spend_rows
 
 import sqlsdc
+import sqlsdc.admin
 from sqlsdc.catalog import budget
 from sqlsdc.engines.duckdb import open_database
+from sqlsdc.guard import connection as guard_connection
 from sqlsdc.guard.dp_release import PREFETCHED_CELLS, prefetching
 from sqlsdc.mechanisms.accountant import Bounding, PrivacyCost, Statistic, calibrate
 from sqlsdc.mechanisms.dp_cells import CellMechanism, CellSpace, cell_digests, cell_identity
+from sqlsdc.policy import load_policy
 
 
 @pytest.fixture
@@ -177,3 +180,59 @@ def test_other_guarded_connections_open_in_the_process_keep_the_cache_answering(
         assert ana.execute(sql).fetchall() == first and len(texts) == ran + 1
         open_database(dp_db).close()  # an admin's connection (it could have changed data)
         assert ana.execute(sql).fetchall() == first and len(texts) == ran + 3
+
+
+def test_the_first_dp_query_of_an_opening_does_not_read_the_policy_version_again(
+    dp_db, monkeypatch
+):
+    """The opening has just read the policy in force, so its first DP query does not read the
+    version again; a connection that may write the file (an admin's), opened in the process
+    since, makes the next DP query read it."""
+    checked: list[int] = []
+    real = guard_connection.check_policy
+
+    def check(con, version):
+        checked.append(version)
+        return real(con, version)
+
+    monkeypatch.setattr(guard_connection, "check_policy", check)
+    sql = "SELECT sex, COUNT(*) FROM persons GROUP BY sex ORDER BY 1"
+    with sqlsdc.Connection(dp_db, "ana", idle_release=None) as con:
+        first = con.execute(sql).fetchall()
+        assert checked == []
+        open_database(dp_db).close()
+        assert con.execute(sql).fetchall() == first
+        assert checked == [con.policy_version]
+
+
+def test_a_policy_applied_in_the_process_after_the_opening_stops_the_first_charge(tmp_path):
+    """A policy an admin applies in the process between a connection's opening and its first
+    DP query: that query is refused before anything is charged, the next one runs under the
+    new policy."""
+    path = tmp_path / "applied.duckdb"
+    make_db(path, dp_document())
+    sql = "SELECT sex, COUNT(*) FROM persons GROUP BY sex ORDER BY 1"
+    with sqlsdc.Connection(path, "ana", idle_release=None) as con:
+        version = con.policy_version
+        newer = dp_document(user="*", epsilon=500, rho=100, delta="1e-3")
+        sqlsdc.admin.apply(path, load_policy(newer), user="admin")
+        with pytest.raises(sqlsdc.OperationalError, match=f"version {version + 1} was applied"):
+            con.execute(sql)
+        assert spend_rows(path, "ana") == []
+        assert len(con.execute(sql).fetchall()) == 2
+        assert con.policy_version == version + 1
+    assert len(spend_rows(path, "ana")) == 1
+
+
+def test_a_dp_stage_names_the_tables_its_exact_cells_read(dp_db):
+    """Found once by the check (``DpStage.reads``; the names of its CTEs too, which declare
+    nothing): the declared ones name the data versions in its cells' identities."""
+    with sqlsdc.connect(dp_db, "ana") as con:
+        alone = con.explain("SELECT sex, COUNT(*) FROM persons GROUP BY sex")
+        joined = con.explain(
+            "SELECT p.sex, COUNT(*) FROM persons p JOIN lookup l ON p.region = l.code "
+            "WHERE l.label = 'north' GROUP BY p.sex"
+        )
+    (one,), (both,) = alone.dp_stages, joined.dp_stages
+    assert "persons" in one.reads and "lookup" not in one.reads
+    assert {"persons", "lookup"} <= both.reads and "visits" not in both.reads

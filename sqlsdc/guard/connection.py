@@ -168,6 +168,7 @@ class Connection:
         path = Path(self.path)
         time.sleep(max(0.0, self._turn_until - time.monotonic()))
         con = engine.open_database(path, wait=engine.LOCK_WAIT_SECONDS, writes_data=False)
+        writers = engine.data_writers(path)  # before the policy is read: see _release_dp
         try:
             engine.harden(con)
             current = store.current_policy(con)
@@ -198,7 +199,9 @@ class Connection:
         self._key_types: dict = {}  # of DP stages run on this opening (dp_release.release)
         self._summable: Checked = {}  # columns scanned on this opening (_check_summable)
         self._summable_writers: int | None = None  # engine.data_writers when they were scanned
-        self._writers: int | None = None  # engine.data_writers when they were read
+        # engine.data_writers when the policy in force was read (just now: the opening's
+        # first DP query need not read it again) and the data versions
+        self._writers: int | None = writers
         self._prf_key: bytes | None = None  # read when a DP query needs it (_secret)
         self._budget = BudgetState()  # what its last charge read of the budget tables
 

@@ -35,7 +35,6 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-from sqlglot import exp
 
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.mechanisms.accountant import ZERO, Aggregate, PrivacyCost, Statistic, ratio_sd
@@ -78,6 +77,33 @@ class DpPrice:
 Domains = dict[str, list[list] | None]
 
 
+@dataclass
+class _Cells:
+    """One stage's cells as plain columns, one value per cell: the ``__g<j>`` keys (Python
+    values, NULL as None) and the exact statistics (integers in grid units). A handful of
+    cells go through as lists: a pandas frame of 8 cells cost more (0.5-1 ms per query) than
+    drawing their noise."""
+
+    columns: dict[str, list]
+    n: int
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, name: str) -> list:
+        return self.columns[name]
+
+    def where(self, keep: list[bool]) -> _Cells:
+        """The cells where ``keep`` is true, in order."""
+        columns = {c: [v for v, k in zip(values, keep, strict=True) if k]
+                   for c, values in self.columns.items()}  # fmt: skip
+        return _Cells(columns, sum(map(bool, keep)))
+
+    def keys_frame(self, keys: list[str]) -> pd.DataFrame:
+        """The key columns as a frame of Python values (object dtype), one row per cell."""
+        return pd.DataFrame({k: self.columns[k] for k in keys}, index=range(self.n), dtype=object)
+
+
 def resolve_domains(stages, run: Callable[[str], pa.Table]) -> Domains:
     """Per stage relation, the values of each key's public domain (declared values, or the
     values of a public table's column: public data only), or None for private groups."""
@@ -109,10 +135,8 @@ def data_versions_of(stages, data_version: Callable[[str], str], declared) -> di
     Stages over one table alone keep the table's own version."""
     joined: dict[str, set[str]] = {}
     for stage in stages:
-        tree = stage.trees.get(None)
-        names = {t.name.lower() for t in tree.find_all(exp.Table)} if tree is not None else set()
         joined.setdefault(stage.table, set()).update(
-            n for n in names if n != stage.table and declared(n)
+            n for n in stage.reads if n != stage.table and declared(n)
         )
     return {
         table: data_version(table) + "".join(f";{t}={data_version(t)}" for t in sorted(others))
@@ -245,11 +269,10 @@ def release(
         frame = _complete(exact_cells, stage, domains[stage.relation])
         noisy = _noisy(frame, stage, space, secret, policy_version, known, noise, out)
         if stage.selection is not None:
-            keep = np.array([v >= stage.selection.threshold for v in noisy[stage.units]], bool)
-            frame, noisy = (
-                frame[keep].reset_index(drop=True),
-                {c: np.asarray(v, dtype=object)[keep] for c, v in noisy.items()},
-            )
+            keep = [v >= stage.selection.threshold for v in noisy[stage.units]]
+            frame = frame.where(keep)
+            noisy = {c: [v for v, k in zip(values, keep, strict=True) if k]
+                     for c, values in noisy.items()}  # fmt: skip
         for name, sql in stage.histograms:
             stat = next(s for s in stage.statistics if s.column == name)
             values, new = _quantiles(run(sql), frame, stage, stat, space, secret,
@@ -281,7 +304,7 @@ def _from_cache(stage: DpStage, space: CellSpace, stage_domains, known):
         return None
     values = {column: [Fraction(found[d]) for d in digests[i * n:(i + 1) * n]]
               for i, column in enumerate(mechanisms)}  # fmt: skip
-    return pd.DataFrame(keys, dtype=object), values
+    return _Cells(keys, n), values
 
 
 def _mechanisms(stage: DpStage) -> dict[str, CellMechanism]:
@@ -371,20 +394,19 @@ def _exact_types(dtype: pa.DataType):
     return None
 
 
-def _complete(exact_cells: pa.Table, stage: DpStage, domains: list[list] | None) -> pd.DataFrame:
-    """The exact cells as a frame of exact integers (grid units); over public domains, one row
-    per domain cell (absent cells count 0; others dropped)."""
+def _complete(exact_cells: pa.Table, stage: DpStage, domains: list[list] | None) -> _Cells:
+    """The exact cells as exact integers (grid units); over public domains, one cell per
+    domain cell (absent cells count 0; others dropped)."""
     stats = [s.column for s in stage.statistics
              if s.calibration.statistic is not Statistic.QUANTILE]  # fmt: skip
     keys = [f"__g{j}" for j in range(len(stage.keys))]
     if domains is None or not keys:
         exact = exact_cells.to_pandas(types_mapper=_exact_types)
-        for column in stats:
-            exact[column] = [_exact_int(v) for v in exact[column].tolist()]
-        for key in keys:  # Python values, NULL as None: pandas makes a NULL timestamp NaT and
-            # a NULL string NaN (its ``str`` dtype), which Arrow cannot take back to the type
-            exact[key] = pd.Series(exact_cells.column(key).to_pylist(), dtype=object)
-        return exact
+        columns = {c: [_exact_int(v) for v in exact[c].tolist()] for c in stats}
+        # keys as Python values, NULL as None: pandas makes a NULL timestamp NaT and a NULL
+        # string NaN (its ``str`` dtype), which Arrow cannot take back to the type
+        columns.update((key, exact_cells.column(key).to_pylist()) for key in keys)
+        return _Cells(columns, exact_cells.num_rows)
     values = {c: [_exact_int(v) for v in exact_cells.column(c).to_pylist()] for c in stats}
     present = list(zip(*(exact_cells.column(k).to_pylist() for k in keys), strict=True))
     found = list(zip(*values.values(), strict=True)) if stats else [()] * len(present)
@@ -394,7 +416,7 @@ def _complete(exact_cells: pa.Table, stage: DpStage, domains: list[list] | None)
     grid = zip(*columns.values(), strict=True)
     rows = [lookup.get(tuple(_plain(v) for v in key), zeros) for key in grid]
     columns.update((c, [row[i] for row in rows]) for i, c in enumerate(stats))
-    return pd.DataFrame(columns, columns=keys + stats, dtype=object)
+    return _Cells(columns, len(rows))
 
 
 def _exact_int(value) -> int:
@@ -406,15 +428,18 @@ def _plain(value):
 
 
 def _noisy(frame, stage, space, secret, version, cached, noise, out):
-    """Noisy values (grid units times the unit, exact Fractions) of the additive statistics."""
+    """Noisy values (grid units times the unit, exact Fractions) of the additive statistics.
+    Exact values of unit 1 go to the noise as the integers they are (``_units``' short way;
+    the same values)."""
     mechanisms = _mechanisms(stage)
-    exact = {
-        column: [Fraction(int(v)) * m.calibration.unit for v in frame[column].tolist()]
-        for column, m in mechanisms.items()
-    }
     if not noise:
-        return exact
-    keys = {column: frame[column].tolist() for column, _name in space.keys}
+        return {column: [Fraction(int(v)) * m.calibration.unit for v in frame[column]]
+                for column, m in mechanisms.items()}  # fmt: skip
+    exact = {
+        column: [int(v) if unit == 1 else Fraction(int(v)) * unit for v in frame[column]]
+        for column, unit in ((c, m.calibration.unit) for c, m in mechanisms.items())
+    }
+    keys = {column: frame[column] for column, _name in space.keys}
     result = noisy_values(keys, exact, space, mechanisms, secret=secret, policy_version=version,
                           cached=cached)  # fmt: skip
     out.cells += result.new_cells
@@ -422,8 +447,9 @@ def _noisy(frame, stage, space, secret, version, cached, noise, out):
     return {c: result.values[c] for c in mechanisms}
 
 
-def _quantiles(histogram: pa.Table, frame, stage, stat, space, secret, version, cached, noise):
+def _quantiles(histogram: pa.Table, cells, stage, stat, space, secret, version, cached, noise):
     keys = [f"__g{j}" for j in range(len(stage.keys))]
+    frame = cells.keys_frame(keys)
     kept = _representable(histogram, stage, private=False)
     long = kept.to_pandas()
     for key in keys:  # as the frame's keys (:func:`_complete`): NULL as None, not NaN
@@ -495,17 +521,18 @@ def _cells_table(frame, noisy, stage: DpStage, noise: bool, key_types: list) -> 
     """``__g<j>`` keys (of the engine's types, ``key_types``), then per aggregate ``__a<i>``
     value, ``__p<i>`` published, and the noise's ``__sd<i>`` and ``__hw<i>`` (95% half-width)."""
     n = len(frame)
-    columns = {f"__g{j}": _keys(frame[f"__g{j}"].tolist(), key_types[j])
+    columns = {f"__g{j}": _keys(frame[f"__g{j}"], key_types[j])
                for j in range(len(stage.keys))}  # fmt: skip
-    published = np.ones(n, dtype=bool)
+    withheld = None  # cells below the minimum frequency (without one, none)
     if stage.min_frequency is not None:
-        published = np.array([v >= stage.min_frequency for v in noisy[stage.units]], bool)
+        withheld = np.array([v < stage.min_frequency for v in noisy[stage.units]], bool)
+    published = pa.array([True] * n if withheld is None else ~withheld, pa.bool_())
     stats = {s.column: s for s in stage.statistics}
     dropped, clamped = _shares(stage, noisy, n)
     for i, output in enumerate(stage.outputs):
         parts = [noisy[c] for c in output.statistics]
         value, sd, half = _output(output, parts, [stats[c] for c in output.statistics], noise)
-        columns[f"__a{i}"] = pa.array(value, mask=~published)
+        columns[f"__a{i}"] = pa.array(value, mask=withheld)
         columns[f"__p{i}"] = published
         columns[f"__sd{i}"] = pa.array(sd, type=pa.float64())
         columns[f"__hw{i}"] = pa.array(half, type=pa.float64())

@@ -246,10 +246,12 @@ def check_engine_tables(tables_read: set[str], tree: exp.Expr, policy: Policy) -
 
     DuckDB resolves CTE scopes itself (a CTE in scope is not a table it reads), so a name that
     is also a CTE elsewhere in the tree is not exempt: it would be a catalog object."""
+    undeclared = {name for name in tables_read if policy.table(name) is None}
+    if not undeclared:  # the usual case of a DP stage's exact cells: no walk of the tree
+        return
     internal = {t.name for t in tree.find_all(exp.Table) if _catalog_lookup(t) or _noisy_cells(t)}
-    for name in tables_read:
-        if name not in internal and policy.table(name) is None:
-            raise InternalError(f"the engine would read undeclared table {name}")
+    for name in sorted(undeclared - internal):
+        raise InternalError(f"the engine would read undeclared table {name}")
 
 
 def _protected(node: exp.Expr, ctes: dict[str, exp.CTE], seen: set[str]) -> bool:

@@ -154,6 +154,9 @@ class DpStage:
     # the bounding report's statistics (dropped, clamped, kept: accountant.REPORT_PARTS; dropped
     # is None where nothing can be dropped: one row per unit), or None: no report
     report: tuple[str | None, str, str] | None = None
+    # the tables (lower-case names) the exact cells read: a cell's identity names the data
+    # version of each declared one (dp_release.data_versions_of); found once, by the check
+    reads: frozenset[str] = frozenset()
     # the trees behind ``sql`` (key None) and each histogram's SQL (by name), for engines that
     # run trees rather than DuckDB's text (Spark)
     trees: dict = field(default_factory=dict, compare=False, repr=False)
@@ -412,6 +415,7 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
         min_frequency=settings.min_frequency,
         delta=delta,
         report=tuple(names) if report is not None else None,
+        reads=frozenset(t.name.lower() for t in exact_tree.find_all(exp.Table)),
         trees={None: exact_tree, **dict(histogram_trees)},
     )
 

@@ -1,0 +1,130 @@
+"""Where the fixed cost of a DP query goes: the engine's statements, and the guard's Python.
+
+On a shared machine whole-query timings swing 2-3x with the load; the split is steadier. Every
+engine connection the guard opens is wrapped: each statement it sends (``execute``,
+``register``, ``unregister``, ``get_table_names``, ``_submit``) and the reading of streamed
+answers is timed as engine time; the rest of a query's time is the guard's Python (check
+cache look-up, pricing, noise, identities, Arrow tables, ledger rows). Timed per query over
+``--queries`` 8-cell DP counts with a new filter each (charged, drawn, cached) on one open
+connection, after a warm-up and with every query's check cached, as the ``dp small, new
+cells, open`` query of ``bench_dp_noise.py``. Printed: the 10th percentile (the least loaded
+queries) and the median of each part, then the median time of each statement in the order
+the guard sends them.
+
+Usage: python benchmarks/dp_time_split.py DP_HARNESS_DB [--queries 60]
+(the ``harness.duckdb`` that ``bench_dp_noise.py`` builds in its ``--workdir``; copied first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import sqlsdc
+from sqlsdc.engines import duckdb as engine
+
+TIMED = ("register", "unregister", "get_table_names", "_submit")
+LOG: list[tuple[str, int]] = []  # (statement, nanoseconds)
+
+
+class TimedConnection:
+    """A DuckDB connection that times what it sends to the engine."""
+
+    def __init__(self, con):
+        self._con = con
+
+    def execute(self, sql, *args, **kwargs):
+        start = time.perf_counter_ns()
+        try:
+            return self._con.execute(sql, *args, **kwargs)
+        finally:
+            text = " ".join(getattr(sql, "query", sql).split())
+            LOG.append((text[:64], time.perf_counter_ns() - start))
+
+    def __getattr__(self, name):
+        attr = getattr(self._con, name)
+        if name not in TIMED:
+            return attr
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter_ns()
+            try:
+                return attr(*args, **kwargs)
+            finally:
+                LOG.append((name, time.perf_counter_ns() - start))
+
+        return timed
+
+
+def _timed_batches(batches):
+    def read(reader):
+        stream = batches(reader)
+        while True:
+            start = time.perf_counter_ns()
+            batch = next(stream, None)
+            LOG.append(("(streamed batches)", time.perf_counter_ns() - start))
+            if batch is None:
+                return
+            yield batch
+
+    return read
+
+
+def _percentile(values: list[float], p: float) -> float:
+    return sorted(values)[int(p * (len(values) - 1))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("database", type=Path)
+    parser.add_argument("--queries", type=int, default=60)
+    args = parser.parse_args()
+    opened = engine.open_database
+    engine.open_database = lambda *a, **k: TimedConnection(opened(*a, **k))
+    engine._batches = _timed_batches(engine._batches)
+    sqls = [f"SELECT region, COUNT(*) FROM persons WHERE age2 <> 'none {i}' GROUP BY region"
+            for i in range(args.queries)]  # fmt: skip
+    spans, walls = [], []
+    with tempfile.TemporaryDirectory() as workdir:
+        path = Path(workdir) / "split.duckdb"
+        shutil.copy(args.database, path)
+        with sqlsdc.connect(path, "u1") as con:
+            con.execute("SELECT region, COUNT(*) FROM persons GROUP BY region").fetchall()
+            for sql in sqls:
+                con.explain(sql)
+            for sql in sqls:
+                first = len(LOG)
+                start = time.perf_counter_ns()
+                con.execute(sql).fetchall()
+                walls.append(time.perf_counter_ns() - start)
+                spans.append((first, len(LOG)))
+    engine_ns = [sum(t for _s, t in LOG[a:b]) for a, b in spans]
+    parts = {"engine": engine_ns, "python": [w - e for w, e in zip(walls, engine_ns, strict=True)],
+             "query": walls}  # fmt: skip
+    print("| part | p10 ms | median ms |\n|---|---:|---:|")
+    for name, values in parts.items():
+        print(f"| {name} | {_percentile(values, 0.1) / 1e6:.2f} | "
+              f"{statistics.median(values) / 1e6:.2f} |")  # fmt: skip
+    by_place: dict[tuple[str, int], list[int]] = collections.defaultdict(list)
+    for a, b in spans:
+        seen: collections.Counter = collections.Counter()
+        for text, ns in LOG[a:b]:
+            seen[text] += 1
+            by_place[(text, seen[text])].append(ns)
+    a, b = spans[len(spans) // 2]
+    calls = sum(text != "(streamed batches)" for text, _ns in LOG[a:b])
+    print(f"\n{calls} engine calls in a query, then the reading of streamed answers\n")
+    print("| statement | median ms |\n|---|---:|")
+    seen = collections.Counter()
+    for text, _ns in LOG[a:b]:
+        seen[text] += 1
+        print(f"| `{text}` | {statistics.median(by_place[(text, seen[text])]) / 1e6:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
