@@ -23,6 +23,7 @@ import threading
 from fractions import Fraction
 from pathlib import Path
 
+import cli_fork
 import duckdb
 import pandas as pd
 import pytest
@@ -144,11 +145,10 @@ def test_a_limit_set_to_zero_by_the_cli_binds_a_connection_that_waited(db):
     release. Safe: the connection's next query is refused."""
     with sqlsdc.connect(db, "ana") as con:
         assert _try(con, COUNT.format(1))
-        done = subprocess.run(
-            [sys.executable, "-m", "sqlsdc.cli", "budget", str(db), "set", "--for", "*",
-             "--epsilon", "0", "--reason", "stop"],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+        done = cli_fork.run(
+            ["budget", str(db), "set", "--for", "*", "--epsilon", "0", "--reason", "stop"],
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
         assert not _try(con, COUNT.format(2))
     assert _spent_epsilon(db) == Fraction(1, 2)
@@ -179,8 +179,7 @@ def test_a_budget_lowered_by_policy_apply_binds_a_held_connection(db, tmp_path):
     policy.write_text(yaml.safe_dump(dp_document(user="*", epsilon="1/2", rho=1, delta="1e-3")))
     with sqlsdc.connect(db, "ana") as con:
         assert _try(con, COUNT.format(1))
-        apply = [sys.executable, "-m", "sqlsdc.cli", "policy", "apply", str(db), str(policy)]
-        done = subprocess.run(apply, capture_output=True, text=True, timeout=60)
+        done = cli_fork.run(["policy", "apply", str(db), str(policy)], timeout=60)
         assert done.returncode == 0, done.stderr
         assert not _try(con, COUNT.format(2))
     assert _spent_epsilon(db) == Fraction(1, 2)
