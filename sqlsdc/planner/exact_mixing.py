@@ -105,7 +105,8 @@ def shape(node: exp.Expr, family: Callable[[exp.Expr], str | None]) -> Shape | N
     if negative:
         node = _unwrap(node.this)
     if isinstance(node, exp.Literal) and not node.is_string:
-        return _literal_shape(node, negative)
+        found = _literal_shape(node, negative)  # beyond 38 digits DuckDB reads it as a DOUBLE
+        return found if found.digits + found.scale <= MAX_DECIMAL_DIGITS else None
     if isinstance(node, _CHOICES):
         values = [v for v in _choice_values(node) if family(v) != "null"]
         shapes = [shape(v, family) for v in values]
