@@ -64,12 +64,6 @@ class Shape:
 _BIGINT = Shape(19, signed=True)  # DuckDB's type of YEAR(), LENGTH(), EXTRACT(...)
 
 
-def _unwrap(node: exp.Expr) -> exp.Expr:
-    while isinstance(node, exp.Paren):
-        node = node.this
-    return node
-
-
 def _type_shape(dtype: exp.DataType | None) -> Shape | None:
     if dtype is None:
         return None
@@ -98,12 +92,12 @@ def shape(node: exp.Expr, family: Callable[[exp.Expr], str | None]) -> Shape | N
     """The shape of an exact number, or None for a value of another family (``family`` is
     :func:`sqlsdc.planner.totality.family`); a choice among values (CASE, COALESCE...) has the
     shape of their common type, None when one of them is a float."""
-    node = _unwrap(node)
+    node = node.unnest()
     if family(node) not in ("integer", "decimal"):
         return None
     negative = isinstance(node, exp.Neg)
     if negative:
-        node = _unwrap(node.this)
+        node = node.this.unnest()
     if isinstance(node, exp.Literal) and not node.is_string:
         found = _literal_shape(node, negative)  # beyond 38 digits DuckDB reads it as a DOUBLE
         return found if found.digits + found.scale <= MAX_DECIMAL_DIGITS else None
