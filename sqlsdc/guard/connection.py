@@ -72,6 +72,7 @@ from sqlsdc.guard.releases import attach_releases, available_releases, with_rele
 from sqlsdc.guard.resolve import analyst_schema, readable
 from sqlsdc.guard.summable import Checked, check_summable
 from sqlsdc.guard.validate import check_engine_tables
+from sqlsdc.guard.values import frame, python_list
 from sqlsdc.jobs.patterns import ensure_patterns
 from sqlsdc.policy import Policy, UserRole, load_policy
 
@@ -1078,7 +1079,7 @@ def _rows(table: pa.Table) -> list[tuple]:
 
 
 def _python_values(column: pa.ChunkedArray, field: pa.Field) -> list:
-    values = column.to_pylist()
+    values = python_list(column)
     if engine.is_wide_integer(field):
         return [None if v is None else int(v) for v in values]
     return values
@@ -1090,7 +1091,7 @@ def _frame(table: pa.Table) -> pd.DataFrame:
     for i in decimals:
         table = table.set_column(i, table.field(i).with_type(pa.float64()),
                                  table.column(i).cast(pa.float64()))  # fmt: skip
-    return table.to_pandas()
+    return frame(table)
 
 
 def _statement_timeout(policy: Policy, asked: float | None) -> float:

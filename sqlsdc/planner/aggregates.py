@@ -173,7 +173,7 @@ class AggregateChecks:
             if isinstance(new, (exp.Sum, exp.Avg)) and family(core) in ("float", None):
                 # the values added up, to be checked finite and bounded (sqlsdc.guard.summable)
                 new.meta[SUMMED] = self.lineage(core, info.scope, infos).sources
-            if isinstance(new, (exp.Sum, exp.Avg)) and wide_exact(inner):
+            if isinstance(new, (exp.Sum, exp.Avg)) and (wide_exact(inner) or wide_exact(core)):
                 raise self.refuse(
                     f"{name}({argument.sql(DIALECT)[:80]}) adds up HUGEINT or DECIMAL(p > 18) "
                     "values, which can overflow in the engine for some confidential values only "

@@ -20,6 +20,8 @@ import re
 from sqlglot import exp
 
 from sqlsdc.planner.allowlist import describe
+from sqlsdc.planner.exact_mixing import mixing
+from sqlsdc.planner.temporal_parts import TIMES, extract_problem, strftime_problem
 
 DIALECT = "duckdb"
 T = exp.DataType.Type
@@ -57,7 +59,6 @@ _ALWAYS_TOTAL = (
     exp.Rollup,
     exp.Cube,
     exp.GroupingSets,
-    exp.TryCast,
     exp.Ordered,
     exp.Order,
     exp.WindowSpec,
@@ -141,6 +142,7 @@ def _families() -> dict:
         for dtype in types:
             families.setdefault(dtype, name)  # the first match wins, as in a chain of tests
     families.pop(T.USERDEFINED, None)
+    families.pop(T.BIT, None)  # a bit string: its casts to numbers fail for long strings
     return families
 
 
@@ -192,8 +194,15 @@ def _same_family(values: list[exp.Expr]) -> str | None:
         if not all(_in_range(v) for v in values):
             return "mixing date and time types casts values"
     if len(families) <= 1 or families <= NUMERIC:
-        return None
+        return mixing(values, family)
     return "mixing types casts values"
+
+
+def _comparison_problem(values: list[exp.Expr]) -> str | None:
+    """Why comparing the first value with the others can raise, or None."""
+    if not all(comparable(values[0], v) for v in values[1:]):
+        return "comparing different types casts values"
+    return mixing(values, family)
 
 
 def _temporal_type(node: exp.Expr) -> exp.DataType.Type | None:
@@ -233,9 +242,11 @@ def _in_range(node: exp.Expr) -> bool:
 def _temporal_partiality(n: exp.Expr, target: exp.Expr) -> str | None:
     """Why a date/time function can raise on some values of its argument's type (DuckDB 2.0):
     DATE_TRUNC of a DATE is a TIMESTAMP, out of range for dates beyond year 294246 (or before
-    -290308), whatever the part; EXTRACT of the week, ISO year or year-week of the earliest
-    dates; STRFTIME of TIMESTAMP_S/_MS values converts them to microseconds first."""
+    -290308), whatever the part; EXTRACT and STRFTIME allow the parts and formats of
+    :mod:`sqlsdc.planner.temporal_parts` (STRFTIME of TIMESTAMP_S/_MS values none)."""
     kind = _temporal_type(target)
+    if kind in TIMES and not isinstance(n, exp.Extract):
+        return "a time of day has no date: only EXTRACT of its hour, minute or second"
     if isinstance(n, (exp.DateTrunc, exp.TimestampTrunc)) and kind is T.DATE:
         if _in_range(target):
             return None
@@ -243,12 +254,10 @@ def _temporal_partiality(n: exp.Expr, target: exp.Expr) -> str | None:
             "DATE_TRUNC of a DATE is a TIMESTAMP, and dates outside its range raise; "
             "use year(d), month(d), quarter(d) or strftime(d, '%Y-%m')"
         )
-    if isinstance(n, exp.Extract) and kind is T.DATE:
-        part = n.this.name.lower() if isinstance(n.this, (exp.Var, exp.Literal)) else ""
-        if part in {"week", "weeks", "w", "isoyear", "yearweek"}:
-            return f"EXTRACT({part}) of the earliest dates raises; use year(d) or month(d)"
-    if isinstance(n, exp.TimeToStr) and kind in (T.TIMESTAMP_S, T.TIMESTAMP_MS):
-        return "STRFTIME converts the value to microseconds, which can overflow"
+    if isinstance(n, exp.Extract):
+        return extract_problem(n, kind)
+    if isinstance(n, exp.TimeToStr):
+        return strftime_problem(n, kind)
     return None
 
 
@@ -266,6 +275,11 @@ def _cast_is_total(source: exp.Expr, target: exp.DataType) -> bool:
             origin == "integer" and dtype is not None and dtype.this in NARROW_INTEGERS
         )
     return False
+
+
+def _type_name(node: exp.Expr) -> str:
+    dtype = _unwrap(node).type
+    return dtype.sql(DIALECT) if dtype is not None else "unknown"
 
 
 def wide_exact(node: exp.Expr | None) -> bool:
@@ -313,31 +327,33 @@ def partiality(n: exp.Expr) -> str | None:
         # the divisor is a positive literal (its role in sqlsdc.planner.signatures)
         return None if family(n.this) in NUMERIC else "the dividend is not a number"
     if isinstance(n, _COMPARISONS):
-        return None if comparable(n.left, n.right) else "comparing different types casts values"
+        return _comparison_problem([n.left, n.right])
     if isinstance(n, exp.In):
         if n.args.get("unnest") or n.args.get("field"):
             return "IN UNNEST/field is not supported"
         query = n.args.get("query")
         if query is not None:
             query = query.this if isinstance(query, exp.Subquery) else query
-            ok = (
-                isinstance(query, exp.Select)
-                and len(query.expressions) == 1
-                and comparable(n.this, query.expressions[0])
-            )
-            return None if ok else "IN with a subquery of another type casts values"
-        ok = all(comparable(n.this, e) for e in n.expressions)
-        return None if ok else "comparing different types casts values"
+            if not isinstance(query, exp.Select) or len(query.expressions) != 1:
+                return "IN with a subquery of another type casts values"
+            return _comparison_problem([n.this, query.expressions[0]])
+        return _comparison_problem([n.this, *n.expressions])
     if isinstance(n, exp.Between):
-        ok = comparable(n.this, n.args["low"]) and comparable(n.this, n.args["high"])
-        return None if ok else "comparing different types casts values"
+        return _comparison_problem([n.this, n.args["low"], n.args["high"]])
     if isinstance(n, (exp.Like, exp.ILike)):
         ok = family(n.this) in ("text", "null") and family(n.expression) in ("text", "null")
         return None if ok else "LIKE on a non-text value casts it"
     if isinstance(n, (exp.Coalesce, exp.Greatest, exp.Least)):
         return _same_family([n.this, *n.expressions])
     if isinstance(n, exp.Nullif):
-        return None if comparable(n.this, n.expression) else "comparing different types"
+        return _comparison_problem([n.this, n.expression])
+    if isinstance(n, exp.TryCast):
+        if family(n.this) is not None or n.to.is_type(*exp.DataType.TEXT_TYPES):
+            return None
+        return (
+            f"TRY_CAST of a value of type {_type_name(n.this)} to {n.to.sql(DIALECT)} can fail "
+            "in the engine; cast it to VARCHAR"
+        )
     if isinstance(n, exp.Cast):
         if _cast_is_total(n.this, n.to):
             return None

@@ -1,0 +1,154 @@
+"""Whether comparing or mixing exact numbers of different types can fail in DuckDB.
+
+DuckDB compares ``a = b``, ``a IN (b, c)``, ``a BETWEEN b AND c`` and chooses among
+``CASE``/``COALESCE``/``GREATEST``/``LEAST``/``NULLIF`` values by casting every exact number to
+one common type: the wider integer type, or a DECIMAL with as many integer digits and as many
+decimals as the widest operand has. A DECIMAL holds at most 38 digits, so when the operands
+need more the common type is too narrow, and the cast fails for the stored values that do not
+fit: ``hugeint_col > 0.5`` (DECIMAL(38,1)) fails for a value beyond 10^37, ``dec38_col = 1.5``
+for a DECIMAL(38,0) beyond 10^37, ``uhugeint_col = bigint_col`` for an UHUGEINT beyond 2^127
+(no signed type holds it). Whether the query fails would tell whether a row of the cells holds
+such a value: an error oracle (found by the sweep of ``tests/security/test_error_oracle_sweep.py``).
+
+This module computes each operand's *shape* (integer digits, decimals, sign) from the types of
+DuckDB 2.0 and refuses a mix that needs more than 38 digits, or an UHUGEINT with a signed value.
+A float among the operands makes the common type DOUBLE, which holds every exact number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+T = exp.DataType.Type
+MAX_DECIMAL_DIGITS = 38
+
+_INTEGER_DIGITS = {
+    T.TINYINT: 3,
+    T.SMALLINT: 5,
+    T.INT: 10,
+    T.BIGINT: 19,
+    T.INT128: 39,
+    T.UTINYINT: 3,
+    T.USMALLINT: 5,
+    T.UINT: 10,
+    T.UBIGINT: 20,
+    T.UINT128: 39,
+}
+_UNSIGNED = {T.UTINYINT, T.USMALLINT, T.UINT, T.UBIGINT, T.UINT128}
+_CHOICES = (exp.Case, exp.If, exp.Coalesce, exp.Greatest, exp.Least, exp.Nullif)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What an exact number needs: integer digits, decimals, and which kinds of sign."""
+
+    digits: int
+    scale: int = 0
+    decimal: bool = False  # a DECIMAL type or literal (not an integer type)
+    signed: bool = False  # may be negative, or is of a signed type
+    unsigned128: bool = False  # an UHUGEINT: no signed type holds its values
+
+    def join(self, other: Shape) -> Shape:
+        return Shape(
+            max(self.digits, other.digits),
+            max(self.scale, other.scale),
+            self.decimal or other.decimal,
+            self.signed or other.signed,
+            self.unsigned128 or other.unsigned128,
+        )
+
+
+_BIGINT = Shape(19, signed=True)  # DuckDB's type of YEAR(), LENGTH(), EXTRACT(...)
+
+
+def _type_shape(dtype: exp.DataType | None) -> Shape | None:
+    if dtype is None:
+        return None
+    if dtype.this in _INTEGER_DIGITS:
+        return Shape(
+            _INTEGER_DIGITS[dtype.this],
+            signed=dtype.this not in _UNSIGNED,
+            unsigned128=dtype.this is T.UINT128,
+        )
+    if dtype.this is T.DECIMAL:
+        params = [p.this for p in dtype.expressions if isinstance(p, exp.DataTypeParam)]
+        values = [int(p.this) for p in params if isinstance(p, exp.Literal)]
+        precision, scale = {0: (18, 3), 1: (*values, 0)}.get(len(values), values[:2])
+        return Shape(max(precision - scale, 0), scale, decimal=True, signed=True)
+    return None
+
+
+def _literal_shape(literal: exp.Literal, negative: bool) -> Shape:
+    text = str(literal.this).lstrip("+")
+    whole, _, fraction = text.partition(".")
+    digits = len(whole.lstrip("0")) or 1
+    return Shape(digits, len(fraction), decimal=bool(fraction), signed=negative)
+
+
+def shape(node: exp.Expr, family: Callable[[exp.Expr], str | None]) -> Shape | None:
+    """The shape of an exact number, or None for a value of another family (``family`` is
+    :func:`sqlsdc.planner.totality.family`); a choice among values (CASE, COALESCE...) has the
+    shape of their common type, None when one of them is a float."""
+    node = node.unnest()
+    if family(node) not in ("integer", "decimal"):
+        return None
+    negative = isinstance(node, exp.Neg)
+    if negative:
+        node = node.this.unnest()
+    if isinstance(node, exp.Literal) and not node.is_string:
+        found = _literal_shape(node, negative)  # beyond 38 digits DuckDB reads it as a DOUBLE
+        return found if found.digits + found.scale <= MAX_DECIMAL_DIGITS else None
+    if isinstance(node, _CHOICES):
+        values = [v for v in _choice_values(node) if family(v) != "null"]
+        shapes = [shape(v, family) for v in values]
+        if not shapes or None in shapes:
+            return None
+        joined = shapes[0]
+        for s in shapes[1:]:
+            joined = joined.join(s)
+        return joined
+    if isinstance(node, (exp.IntDiv, exp.Mod)):
+        return shape(node.this, family)
+    dtype = node.to if isinstance(node, (exp.Cast, exp.TryCast)) else node.type
+    found = _type_shape(dtype) or _BIGINT
+    return found.join(Shape(0, signed=True)) if negative else found
+
+
+def _choice_values(node: exp.Expr) -> list[exp.Expr]:
+    if isinstance(node, exp.Case):
+        values = [i.args.get("true") for i in node.args.get("ifs", [])]
+        return [v for v in [*values, node.args.get("default")] if v is not None]
+    if isinstance(node, exp.If):
+        return [v for v in (node.args.get("true"), node.args.get("false")) if v is not None]
+    return [node.this, *node.expressions] if not isinstance(node, exp.Nullif) else [node.this]
+
+
+def mixing_problem(shapes: list[Shape]) -> str | None:
+    """Why casting exact numbers of these shapes to one common type can fail, or None."""
+    if len(set(shapes)) <= 1:
+        return None
+    if any(s.unsigned128 for s in shapes) and any(s.signed for s in shapes):
+        return "no common type holds both UHUGEINT and signed values"
+    if any(s.decimal for s in shapes):
+        needed = max(s.digits for s in shapes) + max(s.scale for s in shapes)
+        if needed > MAX_DECIMAL_DIGITS:
+            return (
+                f"their common DECIMAL type would need {needed} digits (at most "
+                f"{MAX_DECIMAL_DIGITS}), so large values cannot be cast to it"
+            )
+    return None
+
+
+def mixing(values: list[exp.Expr], family: Callable[[exp.Expr], str | None]) -> str | None:
+    """Why comparing or choosing among ``values`` can fail when DuckDB casts their exact
+    numbers to one common type, or None (no exact numbers, or a float among them: DOUBLE)."""
+    families = {family(v) for v in values}
+    if "float" in families:
+        return None
+    shapes = [shape(v, family) for v in values if family(v) in ("integer", "decimal")]
+    if None in shapes:  # a choice with a float inside: DOUBLE
+        return None
+    return mixing_problem([s for s in shapes if s is not None])
