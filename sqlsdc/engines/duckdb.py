@@ -372,12 +372,13 @@ class _QualifiedGenerator(DuckDB.Generator):
         type's first year (-290308: its 1 January is out of range), so whether a query that
         truncates stored values fails would tell whether a row of its cells holds one. Stored
         values of that year truncate to NULL, whatever the part (``epoch_us`` is total on
-        every TIMESTAMP type and, with UTC sessions, compares instants alike); constants are
-        evaluated before the query and keep DuckDB's error."""
+        every TIMESTAMP type and, with UTC sessions, compares instants alike; it is NULL for
+        ±infinity, which truncate to themselves); constants are evaluated before the query
+        and keep DuckDB's error."""
         if not any(isinstance(n, exp.Column) for n in expression.this.walk()):
             return truncated
         instant = self.func("epoch_us", expression.this)
-        return f"CASE WHEN {instant} >= {TRUNCATABLE_EPOCH_US} THEN {truncated} END"
+        return f"CASE WHEN {instant} < {TRUNCATABLE_EPOCH_US} THEN NULL ELSE {truncated} END"
 
 
 TRUNCATABLE_EPOCH_US = -9223371158400000000
