@@ -209,8 +209,8 @@ class Connection:
                 "ask an admin to add it under `users:`"
             )
         timeout = _statement_timeout(policy, self._asked_timeout)
-        context = _context(con, lambda: self._db, policy, version, timeout, Path(self.path),
-                           releases or {})  # fmt: skip
+        context = _context(con, lambda: self._db, policy, version, self._time_left,
+                           Path(self.path), releases or {})  # fmt: skip
         with _database_lock(Path(self.path)):
             ensure_budget_catalog(con)  # brings a cache of DP cells from older versions
             store.ensure_mix_keys(con)  # catalogs made before statistic keys were secret
@@ -1083,11 +1083,17 @@ def _statement_timeout(policy: Policy, asked: float | None) -> float:
 
 
 def _context(
-    con, current, policy: Policy, version: int, timeout: float, path: Path, releases=None
+    con, current, policy: Policy, version: int, time_left, path: Path, releases=None
 ) -> GuardContext:
     """The guard's view of the database; ``current()`` is the engine connection open when a
     constant is evaluated (the connection reopens the file after releasing it); ``releases``:
-    the columns of the released outputs (:mod:`sqlsdc.guard.releases`)."""
+    the columns of the released outputs (:mod:`sqlsdc.guard.releases`).
+
+    Constants are evaluated within the statement's time (``time_left()``, seconds left; it
+    raises when none are): a check of many constants stops at its deadline, under the file,
+    instead of giving each constant the whole timeout. An evaluation the timeout (or a
+    cancel) interrupted says nothing about the constant: the statement is stopped, and
+    nothing is cached."""
     schema = analyst_schema(policy, {**engine.table_schemas(con), **(releases or {})})
     indexes = {
         r[0]
@@ -1103,8 +1109,10 @@ def _context(
     @lru_cache(maxsize=1024)
     def evaluates(sql: str) -> bool:
         try:
-            engine.run(current(), sql, timeout=timeout)
+            engine.run(current(), sql, timeout=time_left())
             return True
+        except engine.duckdb.InterruptException:
+            raise _timeout_error("") from None
         except engine.EngineError:
             return False
 

@@ -54,8 +54,9 @@ engine, because HAVING is evaluated on cells the group release then drops; their
 counts are published by the same query with ``COUNT(*)`` in its SELECT list, so the error tells
 nothing new. ``LIMIT ?`` bound to -1 or 10^30 and ``ORDER BY ?`` bound to a string fail in the
 engine whatever the data. Over-refusals: window frames (``ROWS BETWEEN 1 PRECEDING AND CURRENT
-ROW``) were refused as raising (answered since session 31, ``test_window_frames.py``); ``income > CAST('5e4' AS DOUBLE)`` is not recognised as a class
-break; ``?::INTEGER`` did not parse (sqlglot reads ``?::`` as one token; fixed). A class break
+ROW``) were refused as raising (answered since session 31, ``test_window_frames.py``);
+``income > CAST('5e4' AS DOUBLE)`` is not recognised as a class break; ``?::INTEGER`` did
+not parse (sqlglot reads ``?::`` as one token; fixed). A class break
 matches within a relative 1e-12 (``income > 50000.000000001`` is answered as the break), far
 below any stored precision. A CKM distinct count (``COUNT(DISTINCT age)``) is keyed by the rows
 it reads, not by the values it counts: the averaging limit of ``test_redteam3.py`` again.
