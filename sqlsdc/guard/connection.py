@@ -10,7 +10,9 @@ from __future__ import annotations
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from functools import lru_cache, partial
 from pathlib import Path
@@ -445,11 +447,18 @@ class Connection:
         self._time_left()
         return query
 
-    def _checked(self, sql: str, params, context: GuardContext, in_time) -> ProtectedQuery:
+    def _checked(self, sql: str, params, context: GuardContext, time_left) -> ProtectedQuery:
+        """``protect``, through the check cache when the parameters can key it; ``time_left()``
+        says how many seconds the statement has left, and raises when none are (it stops the
+        check between passes, and bounds the evaluation of each constant)."""
         frozen = _frozen(params)
-        if frozen is _UNCACHEABLE:
-            return protect(sql, params, context, in_time)
-        return checked(sql, params, frozen, context, in_time)
+        token = _TIME_LEFT.set(time_left)
+        try:
+            if frozen is _UNCACHEABLE:
+                return protect(sql, params, context, time_left)
+            return checked(sql, params, frozen, context, time_left)
+        finally:
+            _TIME_LEFT.reset(token)
 
     def _check_early(self, sql: str, params) -> _Early | None:
         """The statement checked before the connection takes the database file or its own
@@ -466,12 +475,14 @@ class Connection:
             return None
         deadline = started + self.timeout
 
-        def in_time() -> None:
-            if time.monotonic() >= deadline or self._interrupts != interrupts:
+        def time_left() -> float:
+            left = deadline - time.monotonic()
+            if left <= 0 or self._interrupts != interrupts:
                 raise _timeout_error("")
+            return left
 
         try:
-            query, refusal = self._checked(sql, params, context, in_time), None
+            query, refusal = self._checked(sql, params, context, time_left), None
         except Error as e:
             query, refusal = None, e
         return _Early(context, time.monotonic() - started, interrupts, query, refusal)
@@ -1039,6 +1050,9 @@ def _built_in_text(sql):
     return str.__str__(sql) if isinstance(sql, str) else sql
 
 
+_TIME_LEFT: ContextVar[Callable[[], float]] = ContextVar("sqlsdc_check_time_left")
+"""Seconds the statement being checked (in this thread) has left; raises when none are."""
+
 _UNCACHEABLE = object()  # parameters that cannot be a key of the check cache
 _KEYED_PARAMETERS = (type(None), list, tuple, dict)
 
@@ -1117,8 +1131,14 @@ def _context(
     con, policy: Policy, version: int, timeout: float, path: Path, releases=None
 ) -> GuardContext:
     """The guard's view of the database; ``releases``: the columns of the released outputs
-    (:mod:`sqlsdc.guard.releases`). Constants are evaluated apart from the file
-    (:func:`~sqlsdc.engines.duckdb.evaluate_constant`), so a check holds no file."""
+    (:mod:`sqlsdc.guard.releases`).
+
+    Constants are evaluated apart from the file
+    (:func:`~sqlsdc.engines.duckdb.evaluate_constant`), so a check holds no file, and within
+    the statement's time (:data:`_TIME_LEFT`): a check of many constants stops at its
+    deadline instead of giving each constant the whole timeout. An evaluation the timeout
+    (or a cancel) interrupted says nothing about the constant: the statement is stopped, and
+    nothing is cached."""
     schema = analyst_schema(policy, {**engine.table_schemas(con), **(releases or {})})
     indexes = {
         r[0]
@@ -1134,8 +1154,10 @@ def _context(
     @lru_cache(maxsize=1024)
     def evaluates(sql: str) -> bool:
         try:
-            engine.evaluate_constant(sql, timeout)
+            engine.evaluate_constant(sql, _TIME_LEFT.get(lambda: timeout)())
             return True
+        except engine.duckdb.InterruptException:
+            raise _timeout_error("") from None
         except engine.EngineError:
             return False
 

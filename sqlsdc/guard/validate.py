@@ -45,6 +45,7 @@ def validate_release(tree: exp.Expr, policy: Policy) -> list[exp.Expr]:
     the caller's next pass over the same tree."""
     found = nodes(tree)  # one walk: the checks below select from it
     ctes = {n.alias_or_name.lower(): n for n in found if isinstance(n, exp.CTE)}
+    known: dict[int, bool] = {}  # whether each CTE is read only inside cells (_protected)
     tables = [n for n in found if isinstance(n, exp.Table)]
     for table in tables:
         if _catalog_lookup(table) or _noisy_cells(table):
@@ -61,13 +62,13 @@ def validate_release(tree: exp.Expr, policy: Policy) -> list[exp.Expr]:
         declared = policy.table(name)
         if declared is None:
             raise InternalError(f"undeclared table {name} in the protected query")
-        if not declared.is_public and not _protected(table, ctes, set()):
+        if not declared.is_public and not _protected(table, ctes, set(), known):
             raise InternalError(f"confidential table {name} is read outside protected cells")
     for column in found:
         if (
             isinstance(column, exp.Column)
             and column.name.lower() in INTERNAL_COLUMNS
-            and not _protected(column, ctes, set())
+            and not _protected(column, ctes, set(), known)
         ):
             raise InternalError(f"internal column {column.name} in the protected query")
     hidden = (STATUS_PREFIX, *ACCURACY_PREFIXES)
@@ -91,12 +92,13 @@ def prove_cells(cells: exp.Subquery, tables: list, ctes: dict[str, exp.CTE], pol
     """Prove that the query around ``cells`` reads only protected values from it; ``tables``
     are the table references inside ``cells``."""
     confidential = False
+    aggregating: dict[int, bool] = {}  # whether each select on the way aggregates
     for table in tables:
         if _catalog_lookup(table) or _noisy_cells(table):
             continue
         declared = policy.table(table.name)
         reads_rows = table.name.lower() in ctes or (declared is not None and not declared.is_public)
-        if reads_rows and not _aggregated_between(table, cells):
+        if reads_rows and not _aggregated_between(table, cells, aggregating):
             raise InternalError(f"rows of {table.name} leave protected cells unaggregated")
         confidential |= reads_rows
     if not confidential:  # DP's noisy cells, a stored suppression pattern, public data
@@ -182,16 +184,19 @@ def _guard_of(condition: exp.Expr, k: int) -> str | None:
     return match.group(1)
 
 
-def _aggregated_between(node: exp.Expr, boundary: exp.Expr) -> bool:
+def _aggregated_between(node: exp.Expr, boundary: exp.Expr, aggregating: dict[int, bool]) -> bool:
     """Whether a select that aggregates (GROUP BY or an aggregate function) lies on the way
-    from ``node`` up to ``boundary``."""
+    from ``node`` up to ``boundary``; ``aggregating`` keeps the answer per select (a join of
+    n tables asked it n times, each a walk of projections that name every table's units)."""
     current = node.parent
     while current is not None and current is not boundary:
-        if isinstance(current, exp.Select) and (
-            current.args.get("group") is not None
-            or any(_is_aggregate(n) for p in current.expressions for n in p.walk())
-        ):
-            return True
+        if isinstance(current, exp.Select):
+            if id(current) not in aggregating:
+                aggregating[id(current)] = current.args.get("group") is not None or any(
+                    _is_aggregate(n) for p in current.expressions for n in p.walk()
+                )
+            if aggregating[id(current)]:
+                return True
         current = current.parent
     return False
 
@@ -254,7 +259,13 @@ def check_engine_tables(tables_read: set[str], tree: exp.Expr, policy: Policy) -
         raise InternalError(f"the engine would read undeclared table {name}")
 
 
-def _protected(node: exp.Expr, ctes: dict[str, exp.CTE], seen: set[str]) -> bool:
+def _protected(
+    node: exp.Expr, ctes: dict[str, exp.CTE], seen: set[str], known: dict[int, bool] | None = None
+) -> bool:
+    """Whether ``node`` runs only inside protected cells: inside them, or in CTEs whose every
+    use is. ``known`` keeps the answer per CTE: a chain of CTEs each read twice by the next
+    asked it 2^k times (hours of checking for a statement of a kilobyte)."""
+    known = {} if known is None else known
     current = node.parent
     while current is not None:
         if isinstance(current, exp.Subquery) and current.alias == CELLS:
@@ -263,12 +274,14 @@ def _protected(node: exp.Expr, ctes: dict[str, exp.CTE], seen: set[str]) -> bool
             name = current.alias_or_name.lower()
             if name in seen:
                 return False
-            uses = [
-                t
-                for t in current.root().find_all(exp.Table)
-                if t.name.lower() == name and not _inside(t, current)
-            ]
-            return all(_protected(t, ctes, seen | {name}) for t in uses)  # unused CTEs never run
+            if id(current) not in known:
+                uses = [
+                    t
+                    for t in current.root().find_all(exp.Table)
+                    if t.name.lower() == name and not _inside(t, current)
+                ]  # unused CTEs never run
+                known[id(current)] = all(_protected(t, ctes, seen | {name}, known) for t in uses)
+            return known[id(current)]
         current = current.parent
     return False
 

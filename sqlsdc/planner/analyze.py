@@ -29,6 +29,7 @@ from sqlsdc.planner.allowlist import (
 )
 from sqlsdc.planner.breaks import check_classed_comparisons, check_classed_positions
 from sqlsdc.planner.identity import canonical_expression
+from sqlsdc.planner.inlining import Inlining
 from sqlsdc.planner.scopes import (
     DIALECT,
     ROW_ROLES,
@@ -59,7 +60,9 @@ def analyze(
     checker = _Checker(policy, sql, constant_is_safe)
     infos: dict[int, ScopeInfo] = {}
     order = []
+    inlining = Inlining(sql)
     for scope in traverse_scope(tree):
+        inlining.add(scope)  # refuses a query whose inlined size would swamp the next passes
         info = checker.classify(scope, infos)
         infos[id(scope.expression)] = info
         order.append(info)
