@@ -304,18 +304,20 @@ def evaluate_constant(sql: str, timeout: float) -> None:
     """Run ``sql``, a statement that reads no table (a query's constant, evaluated once
     before the query to see whether it raises), on a private in-memory instance hardened and
     set like every file's (``harden``: UTC, the Gregorian calendar), so that checking needs
-    neither a database file nor its lock. Each call has its own cursor: checks in several
+    neither a database file nor its lock. Each thread has its own cursor: checks in several
     threads never wait for one another, and each is interrupted after ``timeout`` alone.
 
     Raises:
         EngineError: the statement failed (or ran out of time).
     """
-    with _OPEN_LOCK:
-        cursor = _scratch().cursor()
-    try:
-        run(cursor, sql, timeout=timeout)
-    finally:
-        cursor.close()
+    cursor = getattr(_SCRATCH_CURSORS, "cursor", None)
+    if cursor is None:
+        with _OPEN_LOCK:
+            cursor = _SCRATCH_CURSORS.cursor = _scratch().cursor()
+    run(cursor, sql, timeout=timeout)
+
+
+_SCRATCH_CURSORS = threading.local()
 
 
 @cache
