@@ -215,3 +215,17 @@ def test_an_interrupt_during_the_early_check_stops_the_statement(demo_db, monkey
             con.execute(sql)
         monkeypatch.undo()
         assert con.execute(sql).fetchall()
+
+
+def test_constants_are_evaluated_apart_from_the_file_and_an_internal_error_is_not_sticky():
+    """Constants run on a private in-memory instance; one that makes DuckDB fail internally
+    is 'raises' (refused), and the next constant gets a working instance."""
+    from sqlsdc.engines import duckdb as engine
+
+    with pytest.raises(engine.EngineError):
+        engine.evaluate_constant("SELECT TRY_CAST(CAST(repeat('9', 400) AS BIGNUM) AS INT)", 5)
+    engine.evaluate_constant("SELECT 1 + 1", 5)
+    with pytest.raises(engine.EngineError):
+        engine.evaluate_constant("SELECT * FROM read_csv('/etc/passwd')", 5)  # no files
+    with pytest.raises(engine.EngineError):
+        engine.evaluate_constant("SET TimeZone = 'Asia/Tokyo'", 5)  # settings locked

@@ -314,7 +314,14 @@ def evaluate_constant(sql: str, timeout: float) -> None:
     if cursor is None:
         with _OPEN_LOCK:
             cursor = _SCRATCH_CURSORS.cursor = _scratch().cursor()
-    run(cursor, sql, timeout=timeout)
+    try:
+        run(cursor, sql, timeout=timeout)
+    except (duckdb.InternalException, duckdb.FatalException):
+        # DuckDB may have invalidated the instance: later constants get a fresh one
+        _SCRATCH_CURSORS.cursor = None
+        with _OPEN_LOCK:
+            _scratch.cache_clear()
+        raise
 
 
 _SCRATCH_CURSORS = threading.local()
