@@ -1,0 +1,166 @@
+"""Red-team round s31b, with an analyst's connection only, on the change of the day: a
+statement is parsed *and checked* before its connection takes the database file or its own
+lock (``Connection._check_early``), and its constants are evaluated on a private in-memory
+DuckDB instance (:func:`sqlsdc.engines.duckdb.evaluate_constant`).
+
+What was tried, and held:
+
+* a policy applied by an admin (same process) between the early check and the execution,
+  making a column the statement reads hidden: the context the early check used is no longer
+  the one in force, so the statement is checked again under the new policy and refused
+  (``test_a_policy_applied_after_the_early_check_is_the_one_that_checks``).
+* an early refusal is audited exactly once, under the file, with the refusal's own text
+  (``test_an_early_refusal_is_audited_once_with_its_text``).
+* two threads on one connection, interleaving early checks and executions of different
+  statements: each gets its own statement's answer or refusal, and the audit log holds one
+  entry per statement with its own text (``test_two_threads_on_one_connection_keep_their_own
+  _statements``).
+* a cancel (``interrupt()``) during the early check stops the statement, which is audited
+  as refused, and is not kept: the same statement asked again is answered
+  (``test_a_cancel_during_the_early_check_stops_it_and_is_not_kept``).
+* constants that would evaluate differently on the scratch instance than on the file
+  (``current_database()``, ``current_setting('access_mode')``, ``strptime``, ``version()``)
+  are refused by the function allowlist before any evaluation; only arithmetic, casts,
+  string and date functions of literals reach the scratch instance, whose TimeZone and
+  Calendar are those of every file (UTC, Gregorian) and whose configuration is locked.
+* constants are single-row scalar expressions (a subquery is not a constant): none can be
+  made to run long or hold memory on the scratch instance; each evaluation's result is
+  dropped when it returns.
+
+Observed, not fixed: an ``interrupt()`` aimed at one thread's statement on a shared
+connection also stops another thread's statement that is in its early check at that moment
+(both end with QueryCanceled, audited): fail closed, a cancel is per connection.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import duckdb
+import pytest
+
+import sqlsdc
+from sqlsdc.catalog import store
+from sqlsdc.engines.duckdb import open_database
+from sqlsdc.errors import Error, PolicyViolation, QueryCanceled
+from sqlsdc.guard.connection import Connection
+from sqlsdc.policy import load_policy
+
+BY_REGION = "SELECT region, COUNT(*) FROM persons GROUP BY region ORDER BY 1"
+BY_SEX = "SELECT sex, COUNT(*) FROM persons GROUP BY sex ORDER BY 1"
+REFUSED = "SELECT region, COUNT(*) FROM persons WHERE current_database() = 'x' GROUP BY 1"
+
+
+def read(path, sql: str, params=None) -> list[tuple]:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return con.execute(sql, params or []).fetchall()
+    finally:
+        con.close()
+
+
+def test_an_early_refusal_is_audited_once_with_its_text(fresh_demo_db):
+    with sqlsdc.connect(fresh_demo_db, user="analyst") as con:
+        with pytest.raises(PolicyViolation) as refused:
+            con.execute(REFUSED)
+    rows = read(
+        fresh_demo_db, "SELECT decision, reason FROM sqlsdc.audit WHERE sql_text = ?", [REFUSED]
+    )
+    assert rows == [("refused", str(refused.value))]
+
+
+def test_a_policy_applied_after_the_early_check_is_the_one_that_checks(fresh_demo_db):
+    """The admin hides ``persons.sex`` after the statement was checked early (and accepted)
+    but before it takes the file (released while idle): it must be refused under the new
+    policy. (A connection that holds the file when an admin of its own process applies a
+    policy reads it when it next opens the file, as before the change.)"""
+    con = Connection(fresh_demo_db, "analyst", idle_release=0.05)
+    try:
+        con.execute(BY_SEX).fetchall()  # accepted under the first policy
+        deadline = time.monotonic() + 10
+        while con._db is not None and time.monotonic() < deadline:
+            time.sleep(0.05)  # released while idle: the next statement opens the file again
+        assert con._db is None
+        document = store.current_policy(open_database_ro(fresh_demo_db))[1]
+        document["tables"]["persons"]["columns"]["sex"] = {"role": "hidden"}
+        early_check = con._check_early
+
+        def then_apply(sql, params):
+            early = early_check(sql, params)
+            sqlsdc.admin.apply(fresh_demo_db, load_policy(document), user="admin")
+            return early
+
+        con._check_early = then_apply
+        again = "SELECT sex, COUNT(*) FROM persons GROUP BY sex ORDER BY 1 "  # not kept
+        with pytest.raises(Error):
+            con.execute(again).fetchall()
+        con._check_early = early_check
+        with pytest.raises(Error):
+            con.execute(again).fetchall()
+    finally:
+        con.close()
+
+
+def open_database_ro(path):
+    con = open_database(path)
+    _close_later.append(con)
+    return con
+
+
+_close_later: list = []
+
+
+@pytest.fixture(autouse=True)
+def _close_opened():
+    yield
+    while _close_later:
+        _close_later.pop().close()
+
+
+def test_two_threads_on_one_connection_keep_their_own_statements(fresh_demo_db):
+    statements = [BY_REGION, BY_SEX, REFUSED] * 4
+    with sqlsdc.connect(fresh_demo_db, user="analyst") as con:
+        expected = {BY_REGION: con.execute(BY_REGION).fetchall(),
+                    BY_SEX: con.execute(BY_SEX).fetchall()}  # fmt: skip
+        outcomes: dict[int, object] = {}
+
+        def ask(i: int, sql: str) -> None:
+            try:
+                outcomes[i] = con.execute(sql + " " * (i + 1)).fetchall()  # never kept
+            except Error as e:
+                outcomes[i] = type(e)
+
+        threads = [threading.Thread(target=ask, args=(i, s)) for i, s in enumerate(statements)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    for i, sql in enumerate(statements):
+        assert outcomes[i] == expected.get(sql, PolicyViolation), sql
+        audited = read(fresh_demo_db, "SELECT decision FROM sqlsdc.audit WHERE sql_text = ?",
+                       [sql + " " * (i + 1)])  # fmt: skip
+        assert audited == [("refused" if sql == REFUSED else "accepted",)]
+
+
+def test_a_cancel_during_the_early_check_stops_it_and_is_not_kept(fresh_demo_db):
+    """The cancel comes while the statement is checked early (a hook after the check, before
+    the file): it ends with QueryCanceled, audited; asked again, it is answered."""
+    sql = "SELECT region, COUNT(*) FROM persons WHERE age < 1 + 200 GROUP BY region ORDER BY 1"
+    with sqlsdc.connect(fresh_demo_db, user="analyst") as con:
+        early_check = con._check_early
+
+        def cancelled(text, params):
+            early = early_check(text, params)
+            con.interrupt()
+            return early
+
+        con._check_early = cancelled
+        with pytest.raises(QueryCanceled):
+            con.execute(sql)
+        con._check_early = early_check
+        answer = con.execute(sql).fetchall()
+    assert answer
+    audited = read(fresh_demo_db, "SELECT decision FROM sqlsdc.audit WHERE sql_text = ? ORDER BY "
+                   "query_id", [sql])  # fmt: skip
+    assert audited == [("refused",), ("accepted",)]
