@@ -34,6 +34,8 @@ connection also stops another thread's statement that is in its early check at t
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 
@@ -47,6 +49,7 @@ from sqlsdc.errors import Error, PolicyViolation, QueryCanceled
 from sqlsdc.guard.connection import Connection
 from sqlsdc.policy import load_policy
 
+CLI = [sys.executable, "-c", "from sqlsdc.cli.main import main; main()"]
 BY_REGION = "SELECT region, COUNT(*) FROM persons GROUP BY region ORDER BY 1"
 BY_SEX = "SELECT sex, COUNT(*) FROM persons GROUP BY sex ORDER BY 1"
 REFUSED = "SELECT region, COUNT(*) FROM persons WHERE current_database() = 'x' GROUP BY 1"
@@ -164,3 +167,57 @@ def test_a_cancel_during_the_early_check_stops_it_and_is_not_kept(fresh_demo_db)
     audited = read(fresh_demo_db, "SELECT decision FROM sqlsdc.audit WHERE sql_text = ? ORDER BY "
                    "query_id", [sql])  # fmt: skip
     assert audited == [("refused",), ("accepted",)]
+
+
+def without_sex(document: dict) -> None:
+    document["tables"]["persons"]["columns"]["sex"] = {"role": "hidden"}
+
+
+def without_analyst(document: dict) -> None:
+    del document["users"]["analyst"]
+    document["budgets"] = [b for b in document["budgets"] if b.get("user") != "analyst"]
+
+
+def without_persons(document: dict) -> None:
+    del document["tables"]["persons"]
+    document["tables"]["benefits"]["columns"]["person_id"].pop("references", None)
+
+
+@pytest.mark.parametrize("change", [without_sex, without_analyst, without_persons])
+def test_a_policy_applied_by_another_process_after_the_early_check_refuses(
+    fresh_demo_db, tmp_path, change
+):
+    """``sqlsdc policy apply`` (another process) between the early check, which accepted the
+    statement, and the execution: the new policy refuses it (a column hidden, the analyst
+    removed, the table removed)."""
+    import yaml
+
+    con = Connection(fresh_demo_db, "analyst", idle_release=0.05)
+    try:
+        con.execute(BY_SEX).fetchall()
+        document = store.current_policy(open_database_ro(fresh_demo_db))[1]
+        _close_later.pop().close()
+        change(document)
+        policy = tmp_path / "policy.yaml"
+        policy.write_text(yaml.safe_dump(document))
+        deadline = time.monotonic() + 10
+        while con._db is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        early_check = con._check_early
+
+        def then_apply(sql, params):
+            early = early_check(sql, params)
+            assert early is not None and early.refusal is None
+            apply = [*CLI, "policy", "apply", str(fresh_demo_db), str(policy)]
+            done = subprocess.run(apply, capture_output=True)
+            assert done.returncode == 0, done.stderr
+            return early
+
+        con._check_early = then_apply
+        with pytest.raises(Error):
+            con.execute(BY_SEX + " ").fetchall()
+    finally:
+        con.close()
+    rows = read(fresh_demo_db, "SELECT decision FROM sqlsdc.audit WHERE sql_text = ?",
+                [BY_SEX + " "])  # fmt: skip
+    assert rows in ([], [("refused",)])  # a removed user may get no entry, never an answer
