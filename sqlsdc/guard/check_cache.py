@@ -21,8 +21,10 @@ from collections.abc import Callable
 from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, protect
 
 CAPACITY = 1024
+CHARACTERS = 16 * 2**20  # of the kept statements and their protected SQL, all entries together
 
 _entries: OrderedDict[tuple, ProtectedQuery] = OrderedDict()
+_kept = [0]  # characters kept now (under _lock)
 _lock = threading.Lock()
 
 
@@ -60,11 +62,22 @@ def checked(
             _entries.move_to_end(key)
             return found
     query = protect(sql, params, context, in_time)
+    size = _size(key, query)
+    if size > CHARACTERS // 64:  # a statement of a megabyte is checked again when asked again:
+        return query  # 1,024 of them kept (with their rewrites) took gigabytes of a server
     with _lock:
-        _entries[key] = query
-        while len(_entries) > CAPACITY:
-            _entries.popitem(last=False)
+        if key not in _entries:
+            _entries[key] = query
+            _kept[0] += size
+        while len(_entries) > CAPACITY or _kept[0] > CHARACTERS:
+            old_key, old = _entries.popitem(last=False)
+            _kept[0] -= _size(old_key, old)
     return query
+
+
+def _size(key: tuple, query: ProtectedQuery) -> int:
+    """Characters an entry keeps: the statement's text and its protected SQL."""
+    return len(key[1]) + len(query.sql)
 
 
 def is_kept(sql: str, frozen_params, context: GuardContext) -> bool:
@@ -77,3 +90,4 @@ def clear() -> None:
     """Forget every kept statement (tests, and admins who replace a database file in place)."""
     with _lock:
         _entries.clear()
+        _kept[0] = 0

@@ -52,6 +52,7 @@ from sqlsdc.errors import (
     ProgrammingError,
     QueryCanceled,
 )
+from sqlsdc.guard.check_cache import CHARACTERS as KEPT_CHARACTERS
 from sqlsdc.guard.check_cache import checked, context_fingerprint, is_kept
 from sqlsdc.guard.dp_release import (
     DpRelease,
@@ -88,6 +89,7 @@ TURN_SECONDS = 0.06  # ... and waits this long before opening it again: other pr
 MAX_TURN_SECONDS = 2.0  # ... and after this hold even with no waiter known (one may not have
 # been able to mark itself: something else at <db>.waiting); a reopen costs about 15 ms
 RECORD_RETRIES = 20  # a query's recording transaction, when a concurrent one cached a cell first
+KEPT_CONSTANT_CHARACTERS = 4096  # longer constants are evaluated each time (_context)
 ENGINE_CHECKED_TEXTS = 1024  # protected SQL texts whose engine reads are known, per opening
 MAX_ANSWER_ROWS = 1_000_000  # rows one statement may return (a public table's cross join could
 MAX_ANSWER_BYTES = 64 * 2**20  # otherwise fill the memory of a process shared by many sessions,
@@ -693,6 +695,8 @@ class Connection:
         if sql in self._engine_checked:
             return
         check_engine_tables(engine.tables_read_by(self._con, sql), query.tree, self.policy)
+        if len(sql) > KEPT_CHARACTERS // 64:
+            return  # asked again each time, like the check cache (not kept: memory)
         if len(self._engine_checked) >= ENGINE_CHECKED_TEXTS:
             self._engine_checked.clear()
         self._engine_checked.add(sql)
@@ -1151,8 +1155,12 @@ def _context(
         for t in policy.confidential_tables
     }
 
-    @lru_cache(maxsize=1024)
     def evaluates(sql: str) -> bool:
+        if len(sql) > KEPT_CONSTANT_CHARACTERS:  # 1,024 constants of a megabyte: a gigabyte
+            return evaluates_once(sql)
+        return kept_evaluates(sql)
+
+    def evaluates_once(sql: str) -> bool:
         try:
             engine.evaluate_constant(sql, _TIME_LEFT.get(lambda: timeout)())
             return True
@@ -1160,6 +1168,8 @@ def _context(
             raise _timeout_error("") from None
         except engine.EngineError:
             return False
+
+    kept_evaluates = lru_cache(maxsize=1024)(evaluates_once)
 
     def constant_is_safe(node: exp.Expr) -> bool:
         if node.find(exp.Subquery, exp.Select, exp.Table, exp.Column):
