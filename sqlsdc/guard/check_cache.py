@@ -9,6 +9,10 @@ gives a new fingerprint, and the old entries are never read again (they age out)
 
 Only accepted statements are kept: a refusal is computed again each time, so its message
 cannot come from another connection's state.
+
+What is kept is bounded in memory as well as in number (:data:`CHARACTERS`): an analyst's
+distinct long statements (a constant of a megabyte each) would otherwise hold gigabytes of a
+server shared by every user; a statement too long to keep is checked again when asked again.
 """
 
 from __future__ import annotations
