@@ -21,6 +21,12 @@ What was tried, and held:
   making a column the statement reads hidden: the context the early check used is no longer
   the one in force, so the statement is checked again under the new policy and refused
   (``test_a_policy_applied_after_the_early_check_is_the_one_that_checks``).
+* the same from another process (``sqlsdc policy apply``): a column hidden, the analyst
+  removed, the table removed (``test_a_policy_applied_by_another_process_after_the_early
+  _check_refuses``); a released output replaced by a view over the confidential table after
+  ``SELECT * FROM persons_syn`` was accepted early is refused as unavailable (``test_a_release
+  _replaced_after_the_early_check_is_not_read``; without the context test, the engine-reads
+  defence still stopped it, as an internal error).
 * an early refusal is audited exactly once, under the file, with the refusal's own text
   (``test_an_early_refusal_is_audited_once_with_its_text``).
 * two threads on one connection, interleaving early checks and executions of different
@@ -273,3 +279,54 @@ def test_long_statements_are_not_kept_in_memory(fresh_demo_db):
         finally:
             tracemalloc.stop()
     assert grown < 1_000_000, f"{grown:,} bytes kept for ten statements of 300 KB"
+
+
+@pytest.fixture(scope="module")
+def released_template(pristine_demo_db, tmp_path_factory, copy_database):
+    """The demo with a released synthetic output ``persons_syn``."""
+    from sqlsdc.synth import synthesize
+
+    db = copy_database(pristine_demo_db, tmp_path_factory.mktemp("released31b"))
+    synthesize(db, user="admin", source="persons", into="persons_syn", method="parametric",
+               columns=["region", "sex", "age", "income"], seed=1)  # fmt: skip
+    con = duckdb.connect(str(db), read_only=True)
+    document = store.current_policy(con)[1]
+    con.close()
+    sqlsdc.admin.apply(db, load_policy({**document, "releases": ["persons_syn"]}), "admin")
+    return db
+
+
+def test_a_release_replaced_after_the_early_check_is_not_read(released_template, tmp_path,
+                                                               copy_database):  # fmt: skip
+    """``SELECT * FROM persons_syn`` (row-level, allowed on a released output) is checked
+    early; then an admin replaces the output by a view over the confidential table before
+    the statement takes the file. Safe: the opening sees the release gone, the statement is
+    checked again and refused; no confidential row is returned."""
+    db = copy_database(released_template, tmp_path)
+    con = Connection(db, "analyst", idle_release=0.05)
+    try:
+        sql = "SELECT * FROM persons_syn"
+        assert len(con.execute(sql).fetchall()) == 20_000
+        deadline = time.monotonic() + 10
+        while con._db is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        early_check = con._check_early
+
+        def then_replace(text, params):
+            early = early_check(text, params)
+            assert early is not None and early.refusal is None
+            admin = duckdb.connect(str(db))
+            try:
+                admin.execute("DROP VIEW synthetic.persons_syn")
+                admin.execute("DROP TABLE protected.persons_syn")
+                admin.execute("CREATE VIEW protected.persons_syn AS "
+                              "SELECT region, sex, age, income FROM persons")  # fmt: skip
+            finally:
+                admin.close()
+            return early
+
+        con._check_early = then_replace
+        with pytest.raises(PolicyViolation, match="released output 'persons_syn' is not"):
+            con.execute(sql + " ").fetchall()
+    finally:
+        con.close()
