@@ -67,6 +67,7 @@ import subprocess
 import sys
 import threading
 import time
+from functools import partial
 
 import duckdb
 import pytest
@@ -92,6 +93,25 @@ def read(path, sql: str, params=None) -> list[tuple]:
         con.close()
 
 
+def idle_then(con: Connection, action) -> object:
+    """Wait until ``con`` lets the file go (idle), then have ``action()`` run after each of
+    its early checks, which must have accepted the statement; returns the plain early check."""
+    deadline = time.monotonic() + 10
+    while con._db is not None and time.monotonic() < deadline:
+        time.sleep(0.05)  # released while idle: the next statement opens the file again
+    assert con._db is None
+    early_check = con._check_early
+
+    def then_act(sql, params):
+        early = early_check(sql, params)
+        assert early is not None and early.refusal is None
+        action()
+        return early
+
+    con._check_early = then_act
+    return early_check
+
+
 def test_an_early_refusal_is_audited_once_with_its_text(fresh_demo_db):
     with sqlsdc.connect(fresh_demo_db, user="analyst") as con:
         with pytest.raises(PolicyViolation) as refused:
@@ -110,20 +130,10 @@ def test_a_policy_applied_after_the_early_check_is_the_one_that_checks(fresh_dem
     con = Connection(fresh_demo_db, "analyst", idle_release=0.05)
     try:
         con.execute(BY_SEX).fetchall()  # accepted under the first policy
-        deadline = time.monotonic() + 10
-        while con._db is not None and time.monotonic() < deadline:
-            time.sleep(0.05)  # released while idle: the next statement opens the file again
-        assert con._db is None
         document = store.current_policy(open_database_ro(fresh_demo_db))[1]
         document["tables"]["persons"]["columns"]["sex"] = {"role": "hidden"}
-        early_check = con._check_early
-
-        def then_apply(sql, params):
-            early = early_check(sql, params)
-            sqlsdc.admin.apply(fresh_demo_db, load_policy(document), user="admin")
-            return early
-
-        con._check_early = then_apply
+        apply = partial(sqlsdc.admin.apply, fresh_demo_db, load_policy(document), user="admin")
+        early_check = idle_then(con, apply)
         again = "SELECT sex, COUNT(*) FROM persons GROUP BY sex ORDER BY 1 "  # not kept
         with pytest.raises(Error):
             con.execute(again).fetchall()
@@ -229,20 +239,13 @@ def test_a_policy_applied_by_another_process_after_the_early_check_refuses(
         change(document)
         policy = tmp_path / "policy.yaml"
         policy.write_text(yaml.safe_dump(document))
-        deadline = time.monotonic() + 10
-        while con._db is not None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        early_check = con._check_early
 
-        def then_apply(sql, params):
-            early = early_check(sql, params)
-            assert early is not None and early.refusal is None
-            apply = [*CLI, "policy", "apply", str(fresh_demo_db), str(policy)]
-            done = subprocess.run(apply, capture_output=True)
+        def apply() -> None:
+            command = [*CLI, "policy", "apply", str(fresh_demo_db), str(policy)]
+            done = subprocess.run(command, capture_output=True)
             assert done.returncode == 0, done.stderr
-            return early
 
-        con._check_early = then_apply
+        idle_then(con, apply)
         with pytest.raises(Error):
             con.execute(BY_SEX + " ").fetchall()
     finally:
@@ -307,14 +310,8 @@ def test_a_release_replaced_after_the_early_check_is_not_read(released_template,
     try:
         sql = "SELECT * FROM persons_syn"
         assert len(con.execute(sql).fetchall()) == 20_000
-        deadline = time.monotonic() + 10
-        while con._db is not None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        early_check = con._check_early
 
-        def then_replace(text, params):
-            early = early_check(text, params)
-            assert early is not None and early.refusal is None
+        def replace() -> None:
             admin = duckdb.connect(str(db))
             try:
                 admin.execute("DROP VIEW synthetic.persons_syn")
@@ -323,9 +320,8 @@ def test_a_release_replaced_after_the_early_check_is_not_read(released_template,
                               "SELECT region, sex, age, income FROM persons")  # fmt: skip
             finally:
                 admin.close()
-            return early
 
-        con._check_early = then_replace
+        idle_then(con, replace)
         with pytest.raises(PolicyViolation, match="released output 'persons_syn' is not"):
             con.execute(sql + " ").fetchall()
     finally:
