@@ -430,18 +430,22 @@ class Connection:
             raise PolicyViolation(f"{name} has no PRAMmed column to estimate counts for")
         return self.execute(corrected_counts(sql, source.name, matrices))
 
-    def _protect(self, sql: str, params, early: _Early | None = None) -> ProtectedQuery:
+    def _protect(
+        self, sql: str, params, early: _Early | None = None, interrupts: int | None = None
+    ) -> ProtectedQuery:
         """``protect``, shared with every connection of the process that sees the same policy
         version, schema and catalog (``check_cache``). The statement timeout starts here, less
         the time ``early`` (:meth:`_check_early`) took: the check counts against it and stops
         at the first pass that begins after it, and the engine gets what is left
         (:meth:`_time_left`). ``early``'s outcome stands if it was reached under the context
         in force now; otherwise (an admin applied another policy meanwhile) the statement is
-        checked again."""
+        checked again. ``interrupts``: the connection's count of :meth:`interrupt` calls when
+        the statement began; one since (during its early check, or while it waited for the
+        file or the lock) stops it."""
         context = self._context
         self._deadline = time.monotonic() + self.timeout - (early.took if early else 0.0)
-        if early is not None and early.interrupts != self._interrupts:
-            self._deadline = 0.0  # interrupted while it was checked early
+        if interrupts is not None and interrupts != self._interrupts:
+            self._deadline = 0.0  # cancelled before it took the file
         if early is not None and early.context is context:
             query = early.outcome()
         else:
@@ -462,14 +466,14 @@ class Connection:
         finally:
             _TIME_LEFT.reset(token)
 
-    def _check_early(self, sql: str, params) -> _Early | None:
+    def _check_early(self, sql: str, params, interrupts: int) -> _Early | None:
         """The statement checked before the connection takes the database file or its own
         lock, under the context of the last opening, so that no other process or thread
         waits while a statement is parsed and checked (constants are evaluated apart from the
         file, :func:`~sqlsdc.engines.duckdb.evaluate_constant`). A refusal is kept, to be
         audited under the file. Nothing is done for a statement the check cache holds, nor on
-        a closed connection."""
-        context, started, interrupts = self._context, time.monotonic(), self._interrupts
+        a closed connection. An :meth:`interrupt` after ``interrupts`` of them stops it."""
+        context, started = self._context, time.monotonic()
         if context is None or self._closed:
             return None
         frozen = _frozen(params)
@@ -487,7 +491,7 @@ class Connection:
             query, refusal = self._checked(sql, params, context, time_left), None
         except Error as e:
             query, refusal = None, e
-        return _Early(context, time.monotonic() - started, interrupts, query, refusal)
+        return _Early(context, time.monotonic() - started, query, refusal)
 
     def _time_left(self) -> float:
         """Seconds left of the statement timeout; stops the statement when none are."""
@@ -557,10 +561,11 @@ class Connection:
         control, a catalog read) turned into sqlsdc's own message; the engine's text goes to
         the audit log only, so what an analyst sees never depends on the engine's wording."""
         sql = _statement_text(sql)
-        early = self._check_early(sql, params)
+        interrupts = self._interrupts  # a cancel from here on stops this statement
+        early = self._check_early(sql, params, interrupts)
         with self._holding():
             try:
-                return self._run(sql, params, early)
+                return self._run(sql, params, early, interrupts)
             except engine.EngineError as failure:
                 query_id = self._record_failure(sql, failure)
                 raise _engine_failure(failure, query_id) from None
@@ -579,7 +584,7 @@ class Connection:
             return None
 
     def _run(
-        self, sql: str, params, early: _Early | None = None
+        self, sql: str, params, early: _Early | None = None, interrupts: int | None = None
     ) -> tuple[pa.Table, ProtectedQuery, int, pa.Table]:
         """Protect, execute, record; results are returned only after they are recorded: the
         audit entry (which draws the query id) and the ledger rows commit in one transaction.
@@ -588,7 +593,7 @@ class Connection:
         self._check_open()
         con, context = self._con, self._context
         try:
-            query = self._protect(sql, params, early)
+            query = self._protect(sql, params, early, interrupts)
             self._check_summable(query)
         except engine.EngineError as failure:
             query_id = store.record_query(con, None, self.user, context.policy_version,
@@ -1020,12 +1025,10 @@ def _unregister(con, noisy: DpRelease | None) -> None:
 @dataclass(frozen=True)
 class _Early:
     """A statement checked under ``context`` before the database file was taken, in ``took``
-    seconds, begun after ``interrupts`` interrupts of its connection: its checked query, or
-    the refusal its check raised."""
+    seconds: its checked query, or the refusal its check raised."""
 
     context: GuardContext
     took: float
-    interrupts: int
     query: ProtectedQuery | None
     refusal: Error | None
 

@@ -15,6 +15,12 @@ What succeeded, and was closed:
   texts over 256 Ki characters are not kept: 10 such statements now hold under 1 MB
   (``test_long_statements_are_not_kept_in_memory``).
 
+* a cancel was lost for a statement the check cache holds (it skips the early check, which
+  alone noted the interrupts): while it waited for the file (another process writing), the
+  server's cancel came, then its timeout started afresh once it had the file and it ran to
+  the end. The count of interrupts is now taken when every statement begins, and one since
+  stops it (``test_a_cancel_while_waiting_for_the_file_stops_a_kept_statement``).
+
 What was tried, and held:
 
 * a policy applied by an admin (same process) between the early check and the execution,
@@ -96,20 +102,25 @@ def read(path, sql: str, params=None) -> list[tuple]:
 def idle_then(con: Connection, action) -> object:
     """Wait until ``con`` lets the file go (idle), then have ``action()`` run after each of
     its early checks, which must have accepted the statement; returns the plain early check."""
-    deadline = time.monotonic() + 10
-    while con._db is not None and time.monotonic() < deadline:
-        time.sleep(0.05)  # released while idle: the next statement opens the file again
-    assert con._db is None
+    wait_idle(con)
     early_check = con._check_early
 
-    def then_act(sql, params):
-        early = early_check(sql, params)
+    def then_act(sql, params, interrupts):
+        early = early_check(sql, params, interrupts)
         assert early is not None and early.refusal is None
         action()
         return early
 
     con._check_early = then_act
     return early_check
+
+
+def wait_idle(con: Connection) -> None:
+    """Wait until ``con`` lets the file go (idle): its next statement opens it again."""
+    deadline = time.monotonic() + 10
+    while con._db is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert con._db is None
 
 
 def test_an_early_refusal_is_audited_once_with_its_text(fresh_demo_db):
@@ -192,8 +203,8 @@ def test_a_cancel_during_the_early_check_stops_it_and_is_not_kept(fresh_demo_db)
     with sqlsdc.connect(fresh_demo_db, user="analyst") as con:
         early_check = con._check_early
 
-        def cancelled(text, params):
-            early = early_check(text, params)
+        def cancelled(text, params, interrupts):
+            early = early_check(text, params, interrupts)
             con.interrupt()
             return early
 
@@ -326,3 +337,27 @@ def test_a_release_replaced_after_the_early_check_is_not_read(released_template,
             con.execute(sql + " ").fetchall()
     finally:
         con.close()
+
+
+def test_a_cancel_while_waiting_for_the_file_stops_a_kept_statement(fresh_demo_db):
+    """A statement the check cache holds skips the early check; while it waits for the file
+    (another process writes it), the server's cancel comes. Before, the cancel was lost: the
+    statement's timeout started afresh once it had the file, and it ran to the end."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from sqlsdc.engines.duckdb import "
+         "open_database; con = open_database(sys.argv[1]); print('held', flush=True); "
+         "time.sleep(2); con.close()", str(fresh_demo_db)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    con = Connection(fresh_demo_db, "analyst", idle_release=0.05)
+    try:
+        con.execute(BY_REGION).fetchall()  # kept from now on
+        wait_idle(con)
+        holder_started = holder.stdout.readline()
+        assert holder_started.strip() == "held"
+        threading.Timer(0.5, con.interrupt).start()
+        with pytest.raises(QueryCanceled):
+            con.execute(BY_REGION).fetchall()
+    finally:
+        con.close()
+        holder.wait(10)
