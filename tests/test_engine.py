@@ -11,6 +11,7 @@ from sqlglot import exp
 import sqlsdc
 from sqlsdc.engines.duckdb import (
     base_tables,
+    described,
     harden,
     open_database,
     system_functions,
@@ -21,6 +22,7 @@ from sqlsdc.engines.duckdb import (
 
 def parse_one(sql: str):
     return sqlglot.parse_one(sql, read="duckdb")
+
 
 LOCKED = "the configuration has been locked"
 NO_FILES = "file system operations are disabled by configuration"
@@ -71,12 +73,14 @@ def clean():
 def test_open_database_locks_extensions_and_replacement_scans(path):
     con = open_database(path)
     try:
-        settings = dict(con.execute(
-            "SELECT name, value FROM duckdb_settings() WHERE name IN ("
-            "'autoinstall_known_extensions', 'autoload_known_extensions', "
-            "'allow_community_extensions', 'allow_unsigned_extensions', "
-            "'python_enable_replacements', 'allow_persistent_secrets')"
-        ).fetchall())
+        settings = dict(
+            con.execute(
+                "SELECT name, value FROM duckdb_settings() WHERE name IN ("
+                "'autoinstall_known_extensions', 'autoload_known_extensions', "
+                "'allow_community_extensions', 'allow_unsigned_extensions', "
+                "'python_enable_replacements', 'allow_persistent_secrets')"
+            ).fetchall()
+        )
     finally:
         con.close()
     assert len(settings) == 6
@@ -228,6 +232,36 @@ def test_table_schemas_and_base_tables(path):
         con.close()
 
 
+def test_described_tables_have_the_listings_types_and_their_keys(path):
+    """``described`` (one ``DESCRIBE`` per named table, no catalog listing) spells every type
+    as ``information_schema.columns`` does, leaves out what does not exist, and reads the
+    database's own table under a temporary view of the same name."""
+    con = open_database(path)
+    try:
+        con.execute("CREATE TYPE mood AS ENUM ('a', 'b')")
+        con.execute(
+            'CREATE TABLE "Mixed" ("Id" BIGINT PRIMARY KEY, u UNION(n INT, s VARCHAR), '
+            'a INTEGER[3], m MAP(VARCHAR, INT), s STRUCT("a b" INT), t TIMESTAMPTZ, '
+            "d DECIMAL(38, 10), e mood, h UHUGEINT, i INTERVAL, j JSON, "
+            "c VARCHAR COLLATE NOCASE, k INTEGER, l INTEGER, UNIQUE (k, l))"
+        )
+        con.execute('CREATE VIEW v AS SELECT "Id" + 1 AS x, t FROM mixed')
+        con.execute("CREATE TEMP VIEW v AS SELECT 1 AS shadow")
+        found = described(con, ["mixed", "v", "absent"])
+        assert set(found) == {"mixed", "v"}
+        listed = con.execute(
+            "SELECT lower(table_name), column_name, data_type FROM information_schema.columns "
+            "WHERE table_catalog = current_database() AND table_schema = 'main'"
+        ).fetchall()
+        assert sorted((t, c, kind) for t, rows in found.items() for c, kind, _k in rows) == sorted(
+            listed
+        )
+        keys = {c: key for c, _kind, key in found["mixed"]}
+        assert keys["Id"] == "PRI" and keys["k"] == keys["l"] == "UNI" and keys["u"] is None
+    finally:
+        con.close()
+
+
 # --- function qualification ---------------------------------------------------------------------
 
 
@@ -272,7 +306,9 @@ def test_window_aggregates_are_qualified_and_run(hardened):
         "SELECT system.main.SUM(x) OVER () FROM t"
     )
     assert hardened.execute("SELECT system.main.COUNT(*) OVER () FROM range(3)").fetchall() == [
-        (3,), (3,), (3,)
+        (3,),
+        (3,),
+        (3,),
     ]
 
 
@@ -379,8 +415,11 @@ def test_least_is_qualified_however_it_was_built(hardened, clean, builtins):
     """Parsed ``LEAST(a, b)`` and the rewrite's NULL-propagating ``exp.Least`` must both come out
     as valid SQL calling the built-in, whichever of the two is qualified first."""
     parsed = "SELECT LEAST(COUNT(DISTINCT id), COUNT(DISTINCT g)) AS n FROM t"
-    for sql in (to_sql(parse_one(parsed)), to_sql(least_of_unit_counts()),
-                to_sql(parse_one(parsed))):
+    for sql in (
+        to_sql(parse_one(parsed)),
+        to_sql(least_of_unit_counts()),
+        to_sql(parse_one(parsed)),
+    ):
         assert hardened.execute(sql).fetchall() == [(3,)], sql
         assert unqualified_calls(sql, "LEAST") == 0, sql
 

@@ -13,7 +13,7 @@ import pytest
 
 import sqlsdc
 from sqlsdc.engines import watchdog
-from sqlsdc.engines.duckdb import memory_database, open_database, run
+from sqlsdc.engines.duckdb import LockedConnection, memory_database, open_database, run
 from sqlsdc.guard import connection as guard_connection
 
 COUNT = "SELECT region, COUNT(*) AS n FROM persons GROUP BY region"
@@ -81,6 +81,33 @@ def test_idle_connection_releases_the_file_and_opens_it_again(fresh_demo_db):
         assert sorted(con.execute(COUNT).fetchall()) == sorted(first)  # no ORDER BY: any order
     finally:
         con.close()
+
+
+LISTINGS = ("duckdb_tables", "duckdb_columns", "duckdb_constraints", "duckdb_views",
+            "information_schema")  # fmt: skip
+
+
+def test_opening_and_querying_list_none_of_the_engines_catalogs(ckm_db, tmp_path, monkeypatch):
+    """The engine's catalog listings first build and bind every system view of a newly opened
+    database (7-13 ms each): a guarded connection's opening, its first CKM and DP queries and
+    its openings again after an idle release describe the tables they need instead (the
+    demo policy: no stored release, no PRIMARY KEY or UNIQUE constraint)."""
+    path = tmp_path / "demo.duckdb"
+    path.write_bytes(ckm_db.read_bytes())
+    statements: list[str] = []
+    execute = LockedConnection.execute
+    monkeypatch.setattr(LockedConnection, "execute", lambda self, sql, *rest, **named: (
+        statements.append(str(sql)), execute(self, sql, *rest, **named))[1])  # fmt: skip
+    con = sqlsdc.Connection(path, "analyst")
+    try:
+        for _ in range(2):
+            assert con.execute(COUNT).fetchall()
+            assert con.execute("SELECT scheme, COUNT(*) FROM benefits GROUP BY scheme").fetchall()
+            con._close_engine()  # as an idle release does
+    finally:
+        con.close()
+    assert any("DESCRIBE" in s for s in statements)
+    assert [s for s in statements if any(name in s for name in LISTINGS)] == []
 
 
 def test_busy_connection_keeps_the_file_and_releases_it_once_idle(fresh_demo_db):

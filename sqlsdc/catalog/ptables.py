@@ -132,33 +132,45 @@ def store_ptable(con, kind: str, spec: PTableSpec, rows: pa.Table) -> int:
 
 def load_ptables(con, policy: Policy) -> dict[PTableKey, PTableRef]:
     """References to the stored ptables of ``policy`` (missing ones are left out; the rewrite
-    refuses a query that needs one)."""
-    refs = {}
-    for kind, spec in required_ptables(policy):
-        row = one(
-            con,
-            f"SELECT ptable_id, max_i, m1sq FROM {S}.ptables WHERE kind = ? AND params = ?",
-            [kind, _params(spec)],
+    refuses a query that needs one), read in three statements whatever their number."""
+    required = {(kind, _params(spec)): (kind, spec) for kind, spec in required_ptables(policy)}
+    stored = {
+        (kind, params): (int(ptable_id), float(max_i), float(m1sq))
+        for kind, params, ptable_id, max_i, m1sq in con.execute(
+            f"SELECT kind, params, ptable_id, max_i, m1sq FROM {S}.ptables"
+        ).fetchall()
+        if (kind, params) in required
+    }
+    if not stored:
+        return {}
+    ids = sorted({ptable_id for ptable_id, _max_i, _m1sq in stored.values()})
+    marks = ", ".join("?" * len(ids))
+    classes = dict(
+        con.execute(
+            f"SELECT ptable_id, list(DISTINCT i ORDER BY i) FROM {S}.ptable_entries "
+            f"WHERE ptable_id IN ({marks}) GROUP BY ptable_id",
+            ids,
+        ).fetchall()
+    )
+    noise: dict[int, list[tuple[float, float]]] = {ptable_id: [] for ptable_id in ids}
+    for ptable_id, v, p in con.execute(
+        f"SELECT e.ptable_id, e.v, e.p FROM {S}.ptable_entries AS e "
+        f"JOIN {S}.ptables AS t ON e.ptable_id = t.ptable_id AND e.i = t.max_i "
+        f"WHERE e.ptable_id IN ({marks}) AND e.type = (SELECT min(m.type) FROM "
+        f"{S}.ptable_entries AS m WHERE m.ptable_id = e.ptable_id) ORDER BY e.ptable_id, e.v",
+        ids,
+    ).fetchall():
+        noise[ptable_id].append((float(v), float(p)))
+    return {
+        required[key]: PTableRef(
+            ptable_id,
+            max_i,
+            m1sq,
+            tuple(classes.get(ptable_id, ())),
+            tuple(noise[ptable_id]),
         )
-        if row is not None:
-            classes = con.execute(
-                f"SELECT DISTINCT i FROM {S}.ptable_entries WHERE ptable_id = ? ORDER BY i",
-                [row[0]],
-            ).fetchall()
-            noise = con.execute(
-                f"SELECT v, p FROM {S}.ptable_entries WHERE ptable_id = ? AND i = ? "
-                "AND type = (SELECT min(type) FROM sqlsdc.ptable_entries WHERE ptable_id = ?) "
-                "ORDER BY v",
-                [row[0], row[1], row[0]],
-            ).fetchall()
-            refs[(kind, spec)] = PTableRef(
-                int(row[0]),
-                float(row[1]),
-                float(row[2]),
-                tuple(c[0] for c in classes),
-                tuple((float(v), float(p)) for v, p in noise),
-            )
-    return refs
+        for key, (ptable_id, max_i, m1sq) in stored.items()
+    }
 
 
 def stored_entries(con, ptable_id: int) -> pa.Table:

@@ -182,9 +182,12 @@ def _index_key(con, table: str, key: str) -> None:
         con.execute(f'CREATE UNIQUE INDEX "{index}" ON "{table}" ("{key}")')
 
 
-def unique_columns(con) -> dict[str, frozenset[str]]:
+def unique_columns(con, *, constraints: bool = True) -> dict[str, frozenset[str]]:
     """Columns of main tables that the engine keeps unique (single-column unique index,
-    PRIMARY KEY or UNIQUE constraint), by lower-case table name; NULLs never join."""
+    PRIMARY KEY or UNIQUE constraint), by lower-case table name; NULLs never join.
+    ``constraints`` False: the caller knows no table of interest has a PRIMARY KEY or UNIQUE
+    constraint (``DESCRIBE`` showed no key), and the engine's listing of constraints (which
+    first builds every system view of a newly opened database, ~7 ms) is not read."""
     found: dict[str, set[str]] = {}
     rows = con.execute(
         "SELECT lower(table_name), expressions FROM duckdb_indexes() "
@@ -194,11 +197,15 @@ def unique_columns(con) -> dict[str, frozenset[str]]:
         column = expressions.strip("[]").strip().strip("'").strip('"')  # ['"name"'] for keywords
         if column and "," not in column and column.replace("_", "").isalnum():
             found.setdefault(table, set()).add(column.lower())
-    rows = con.execute(
-        "SELECT lower(table_name), constraint_column_names FROM duckdb_constraints() "
-        "WHERE database_name = current_database() AND schema_name = 'main' "
-        "AND constraint_type IN ('PRIMARY KEY', 'UNIQUE')"
-    ).fetchall()
+    rows = (
+        con.execute(
+            "SELECT lower(table_name), constraint_column_names FROM duckdb_constraints() "
+            "WHERE database_name = current_database() AND schema_name = 'main' "
+            "AND constraint_type IN ('PRIMARY KEY', 'UNIQUE')"
+        ).fetchall()
+        if constraints
+        else []
+    )
     for table, columns in rows:
         if len(columns) == 1:
             found.setdefault(table, set()).add(columns[0].lower())

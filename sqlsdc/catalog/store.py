@@ -18,7 +18,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from sqlsdc.catalog.schema import CATALOG_SCHEMA, CATALOG_VERSION, CKM_MIX_DDL, DDL, DP_CELLS_DDL
-from sqlsdc.engines.duckdb import EngineError, one, parsed, type_names
+from sqlsdc.engines.duckdb import EngineError, described, one, parsed, type_names
 from sqlsdc.errors import AccessDenied, Error, PolicyViolation
 from sqlsdc.mechanisms.ckm import MixKeys
 from sqlsdc.policy import UserRole, load_policy
@@ -216,9 +216,16 @@ def store_policy(con, document: dict, source: str, applied_by: str) -> int:
     return version
 
 
-def current_policy(con) -> tuple[int, dict, str] | None:
-    """``(version, document, source)`` of the policy in force, or None before init."""
-    if not has_catalog(con):
+def current_policy(con, *, in_transaction: bool = True) -> tuple[int, dict, str] | None:
+    """``(version, document, source)`` of the policy in force, or None before init.
+
+    ``in_transaction`` False (a connection just opened, in no transaction): whether the
+    catalog exists is asked of the policy table itself rather than of the engine's listing of
+    tables, which first builds every system view of a newly opened database (~7 ms of each
+    opening of a guarded connection)."""
+    if in_transaction and not has_catalog(con):
+        return None
+    if not in_transaction and not described(con, ["policy_versions"], S):
         return None
     row = one(
         con,

@@ -440,6 +440,32 @@ def table_schemas(
     return schemas
 
 
+def described(
+    con: duckdb.DuckDBPyConnection, tables: list[str], schema: str = "main"
+) -> dict[str, list[tuple[str, str, str | None]]]:
+    """``{table: [(column, type, key), ...]}`` of the named tables or views of ``schema`` in
+    the connection's database (``DESCRIBE``: types as ``table_schemas`` spells them; key
+    ``PRI`` or ``UNI`` on a column of a primary key or unique constraint, single-column or
+    not); a table that does not exist is left out.
+
+    Unlike the listings of the engine's catalog (``duckdb_tables()``, ``duckdb_columns()``,
+    ``information_schema``), which build and bind every system view of a newly opened
+    database first, 7-13 ms apiece, a description reads the named table alone (0.3 ms). Only
+    outside a transaction: a table that does not exist fails the statement, and a failed
+    statement aborts the transaction it is in.
+    """
+    (database,) = one(con, "SELECT current_database()")
+    found = {}
+    for table in tables:
+        name = ".".join(f'"{_quoted(part)}"' for part in (database, schema, table))
+        try:
+            rows = con.execute(f"DESCRIBE {name}").fetchall()
+        except duckdb.CatalogException:
+            continue
+        found[table] = [(column, dtype, key) for column, dtype, _null, key, *_ in rows]
+    return found
+
+
 def table_columns(con: duckdb.DuckDBPyConnection, schema: str, table: str) -> list[str]:
     """Column names of ``schema.table`` in order (empty when it does not exist)."""
     rows = con.execute(

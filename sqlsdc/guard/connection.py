@@ -36,6 +36,7 @@ from sqlsdc.catalog.budget import (
     ensure_budget_catalog,
     is_conflict,
     policy_limits,
+    remember_budget_tables,
 )
 from sqlsdc.catalog.ptables import load_ptables
 from sqlsdc.catalog.setup import unique_columns, unit_index_name
@@ -176,7 +177,7 @@ class Connection:
         writers = engine.data_writers(path)  # before the policy is read: see _release_dp
         try:
             engine.harden(con)
-            current = store.current_policy(con)
+            current = store.current_policy(con, in_transaction=False)
             if current is None:
                 raise Error(f"{path} has no sqlsdc catalog; run `sqlsdc init {path} --policy FILE`")
             version, document, source = current
@@ -187,6 +188,8 @@ class Connection:
             if changed or releases != self._releases:
                 self._load_policy(con, version, with_releases(base, releases), releases)
                 self._base_policy, self._releases = base, releases
+            else:
+                remember_budget_tables(con)  # as _load_policy found or made them
         except engine.EngineError:
             con.close()
             raise OperationalError(
@@ -1146,7 +1149,12 @@ def _context(
     deadline instead of giving each constant the whole timeout. An evaluation the timeout
     (or a cancel) interrupted says nothing about the constant: the statement is stopped, and
     nothing is cached."""
-    schema = analyst_schema(policy, {**engine.table_schemas(con), **(releases or {})})
+    tables = engine.described(con, [t.name for t in policy.tables.values()])
+    stored = {
+        table: {column.lower(): dtype for column, dtype, _key in columns}
+        for table, columns in tables.items()
+    }
+    schema = analyst_schema(policy, {**stored, **(releases or {})})
     indexes = {
         r[0]
         for r in con.execute(
@@ -1157,6 +1165,7 @@ def _context(
         t.name: unit_index_name(t.name, t.privacy_unit) in indexes
         for t in policy.confidential_tables
     }
+    constrained = any(key for columns in tables.values() for _c, _t, key in columns)
 
     def evaluates(sql: str) -> bool:
         if len(sql) > KEPT_CONSTANT_CHARACTERS:  # 1,024 constants of a megabyte: a gigabyte
@@ -1184,7 +1193,7 @@ def _context(
         policy_version=version,
         schema=schema,
         unit_per_row=unit_per_row,
-        unique_columns=unique_columns(con),
+        unique_columns=unique_columns(con, constraints=constrained),
         constant_is_safe=constant_is_safe,
         to_sql=engine.to_sql,
         ptables=load_ptables(con, policy),

@@ -176,6 +176,30 @@ def test_a_public_table_without_a_key_cannot_be_joined(tmp_path):
             ana.execute(JOIN_TOWNS)
 
 
+@pytest.mark.parametrize(
+    ("constraint", "unique"),
+    [("PRIMARY KEY (town)", True), ("UNIQUE (town)", True), ("UNIQUE (town, n)", False)],
+)
+def test_a_constraint_of_the_engine_makes_a_key_of_one_column_only(tmp_path, constraint, unique):
+    """A public table without a declared key joins on a column the engine keeps unique by a
+    constraint (read from ``duckdb_constraints()`` only when ``DESCRIBE`` shows a key), never
+    on one column of a constraint over several."""
+    path = tmp_path / "constrained.duckdb"
+    policy = _people_and_towns(path, "SELECT 'a' AS town, 1 AS n", None)
+    with duckdb.connect(str(path)) as con:
+        con.execute(f"CREATE TABLE keyed (town VARCHAR, n INTEGER, {constraint})")
+        con.execute("INSERT INTO keyed FROM towns")
+        con.execute("DROP TABLE towns")
+        con.execute("ALTER TABLE keyed RENAME TO towns")
+    sqlsdc.init(path, policy)
+    with sqlsdc.connect(path, "ana") as ana:
+        if unique:
+            assert ana.execute(JOIN_TOWNS).fetchall()
+        else:
+            with pytest.raises(sqlsdc.PolicyViolation, match="can repeat rows of p"):
+                ana.execute(JOIN_TOWNS)
+
+
 def test_only_public_tables_declare_a_key():
     policy = {
         "tables": {
