@@ -1,0 +1,150 @@
+"""Red-team round s32b, with what an analyst (and a BI user of the release database) has, on
+the protection methods and their outputs: differential privacy, suppression and thresholds,
+releases and back-end jobs.
+
+What succeeded, and was closed:
+
+* one keyed noise over two exact values under a DP unit row cap (``dp.max_rows_per_unit``):
+  the cap keeps each unit's rows of smallest ``hash(record key, keys, measures)``, with the
+  measures of the *query*, while a cell's identity (which keys its noise, for every user)
+  named only its own statistic. ``SELECT g, COUNT(*)`` asked by one analyst and ``SELECT g,
+  COUNT(*), SUM(x)`` by another counted other rows with the same noise: the difference of the
+  two released counts was the exact difference of the two bounded counts, noise-free (seen:
+  ``[7, -9, 2, 0]`` over four clinics, equal to the admin's noise-off difference). The cells of
+  a capped stage are now named with the measures that choose its rows
+  (``test_a_count_next_to_a_sum_under_a_unit_cap_is_not_the_count_alone_with_its_noise``).
+* the same within a cell for quantiles: a unit's ``max_rows`` rows in a cell are ranked by the
+  hash of every measure of the query, so ``MEDIAN(x)`` alone and next to ``AVG(x)`` read
+  other histograms (exact medians 51 and 42) with one keyed draw
+  (``test_a_median_next_to_another_measure_is_another_statistic``).
+* the order a query writes its keys and measures in: a unit keeps its ``max_groups`` groups
+  of smallest ``hash(record key, keys)`` with the keys in the order of the GROUP BY, while the
+  identity sorts them, so ``GROUP BY g, h`` and ``GROUP BY h, g`` (one identity, one noise)
+  bounded other groups: two analysts' releases differed by exactly the admin's noise-off
+  difference (``[8, 22, 0, -17, 18, 27, -32, 0, 4]``). The keyed choices now hash keys and
+  measures in the identity's order, so every spelling counts the same rows
+  (``test_the_order_of_keys_and_measures_chooses_no_other_rows``).
+"""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+
+import sqlsdc
+
+N_UNITS, ROWS_PER_UNIT = 300, 12
+
+
+def _document(**dp) -> dict:
+    return {
+        "tables": {
+            "t": {
+                "privacy_unit": "pid",
+                "columns": {
+                    "pid": {"role": "identifier"},
+                    "g": {"role": "dimension", "domain": ["a", "b", "c"]},
+                    "h": {"role": "dimension", "domain": ["u", "v", "w"]},
+                    "x": {"role": "measure", "bounds": [0, 100]},
+                },
+                "protection": {
+                    "counts": {"method": "dp", "spend": {"epsilon": 1}},
+                    "magnitudes": {"method": "dp", "spend": {"epsilon": 1}},
+                },
+                "dp": {"max_groups": 3, "max_rows": 2, **dp},
+            }
+        },
+        "users": {
+            "admin": {"role": "admin"},
+            "ana": {"role": "analyst"},
+            "bob": {"role": "analyst"},
+        },
+        "budgets": [{"user": "*", "epsilon": 1000}],
+    }
+
+
+def _database(path, **dp):
+    rng = np.random.default_rng(32)
+    frame = pd.DataFrame({
+        "pid": np.repeat(np.arange(N_UNITS), ROWS_PER_UNIT),
+        "g": rng.choice(["a", "b", "c"], N_UNITS * ROWS_PER_UNIT),
+        "h": rng.choice(["u", "v", "w"], N_UNITS * ROWS_PER_UNIT),
+        "x": rng.integers(0, 101, N_UNITS * ROWS_PER_UNIT),
+    })  # fmt: skip
+    con = duckdb.connect(str(path))
+    con.register("frame", frame)
+    con.execute("CREATE TABLE t AS SELECT * FROM frame")
+    con.close()
+    sqlsdc.init(path, _document(**dp))
+    return path
+
+
+@pytest.fixture(scope="module")
+def capped(tmp_path_factory):
+    return _database(tmp_path_factory.mktemp("s32b") / "capped.duckdb", max_rows=100,
+                     max_rows_per_unit=4)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def ranked(tmp_path_factory):
+    return _database(tmp_path_factory.mktemp("s32b") / "ranked.duckdb")
+
+
+COUNT_ALONE = "SELECT g, COUNT(*) FROM t GROUP BY g ORDER BY g"
+COUNT_AND_SUM = "SELECT g, COUNT(*), SUM(x) FROM t GROUP BY g ORDER BY g"
+
+
+def _counts(path, user, sql, noise=True) -> list[int]:
+    with sqlsdc.connect(path, user) as con:
+        if not noise:
+            con.set_dp_noise(False)
+        return [row[1] for row in con.execute(sql).fetchall()]
+
+
+def test_a_count_next_to_a_sum_under_a_unit_cap_is_not_the_count_alone_with_its_noise(capped):
+    alone, beside = (_counts(capped, "admin", q, noise=False) for q in (COUNT_ALONE,
+                                                                         COUNT_AND_SUM))
+    assert alone != beside  # the cap keeps other rows when the query also sums x
+    exact = [a - b for a, b in zip(alone, beside, strict=True)]
+    released = [a - b for a, b in zip(_counts(capped, "ana", COUNT_ALONE),
+                                      _counts(capped, "bob", COUNT_AND_SUM), strict=True)]
+    assert released != exact  # before: equal, the noise cancelled
+    with sqlsdc.connect(capped, "ana") as con:
+        (first,), (second,) = (con.explain(q).dp_stages for q in (COUNT_ALONE, COUNT_AND_SUM))
+    assert first.scope != second.scope
+
+
+def test_a_median_next_to_another_measure_is_another_statistic(ranked):
+    with sqlsdc.connect(ranked, "admin") as con:
+        con.set_dp_noise(False)
+        alone = con.execute("SELECT g, MEDIAN(x) FROM t GROUP BY g ORDER BY g").fetchall()
+        beside = con.execute("SELECT g, MEDIAN(x), AVG(x) FROM t GROUP BY g ORDER BY g")
+        assert [r[:2] for r in beside.fetchall()] != alone  # other rows ranked within a cell
+    with sqlsdc.connect(ranked, "ana") as con:
+        stages = [con.explain(q).dp_stages[0] for q in (
+            "SELECT g, MEDIAN(x) FROM t GROUP BY g", "SELECT g, MEDIAN(x), AVG(x) FROM t GROUP BY g"
+        )]  # fmt: skip
+    medians = [next(s for s in stage.statistics if s.calibration.statistic.name == "QUANTILE")
+               for stage in stages]  # fmt: skip
+    assert medians[0].measure != medians[1].measure
+
+
+def _cells(path, user, sql, noise=True) -> dict:
+    with sqlsdc.connect(path, user) as con:
+        if not noise:
+            con.set_dp_noise(False)
+        return {row[:2]: row[2:] for row in con.execute(sql).fetchall()}
+
+
+def test_the_order_of_keys_and_measures_chooses_no_other_rows(ranked):
+    by_g_h = "SELECT g, h, COUNT(*) FROM t GROUP BY g, h"
+    by_h_g = "SELECT g, h, COUNT(*) FROM t GROUP BY h, g"
+    assert _cells(ranked, "admin", by_g_h, noise=False) == _cells(ranked, "admin", by_h_g,
+                                                                   noise=False)  # fmt: skip
+    assert _cells(ranked, "ana", by_g_h) == _cells(ranked, "bob", by_h_g)  # one cell, one value
+    first = "SELECT g, h, MEDIAN(x), AVG(x) FROM t GROUP BY g, h"
+    second = "SELECT g, h, AVG(x), MEDIAN(x) FROM t GROUP BY h, g"
+    one, other = (_cells(ranked, "admin", q, noise=False) for q in (first, second))
+    assert {k: v[0] for k, v in one.items()} == {k: v[1] for k, v in other.items()}
