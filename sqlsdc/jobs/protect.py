@@ -192,7 +192,7 @@ def protect_query(
         table = job.tabulate(rules)
         job.step("primary and secondary suppression, audit")
         known = _known_lower(table, count=job.spec.measure is None)
-        kept, held = _earlier_suppressions(job, table) if replace else (None, None)
+        kept, held = _earlier_suppressions(job, table)
         result = suppression_pattern(
             table,
             rules,
@@ -508,26 +508,68 @@ def _table(frame: pd.DataFrame, spec: JobSpec, policy: Policy, top_k: int) -> Ta
 def _earlier_suppressions(
     job: Job, table: Table
 ) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
-    """The cells ``protected.<into>`` suppressed before, as primary and as secondary, in
-    ``table``'s cell order: a replaced job keeps them suppressed, as the query path keeps its
-    earlier pattern (:func:`sqlsdc.tabular.universe._carried_over`). Red team s30f: re-run
-    after two enterprises were added to a hidden cell of 2, the job published it as 4, and
-    with the row and column totals up by 2 the old release's 2 was read off; the new
-    secondaries then pinned another primary of the old release exactly."""
+    """The cells earlier suppression jobs of the same cells suppressed, as primary and as
+    secondary, in ``table``'s cell order: ``protected.<into>`` itself (replaced) and every
+    other suppression output of the same table, population (WHERE), aggregate and dimensions
+    (:func:`_same_cells`). The job keeps them suppressed, as the query path keeps its earlier
+    pattern (:func:`sqlsdc.tabular.universe._carried_over`), so what it publishes is a subset
+    of what each of them published.
+
+    Red team s30f: re-run after two enterprises were added to a hidden cell of 2, the job
+    published it as 4, and with the row and column totals up by 2 the old release's 2 was
+    read off; the new secondaries then pinned another primary of the old release exactly.
+    Red team s32b: a second job of the same SQL under another name (``--method hitas`` next to
+    ``gauss``) hid other secondaries; ``sqlsdc publish`` released both tables, and together
+    they pinned eight primaries of the demo's nace x region counts exactly."""
     dims = list(table.dims)
-    exists = job.con.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
-        [OUTPUT_SCHEMA, job.into],
-    ).fetchall()[0][0]
-    if not exists:
+    primary = secondary = None
+    for name in _same_cells(job):
+        before = job.con.sql(f"SELECT * FROM {name}").df()
+        if "status" not in before.columns or not set(dims) <= set(before.columns):
+            continue
+        left = table.cells[dims].astype(str)
+        right = before[dims].astype(str).assign(__before=before["status"].to_numpy())
+        status = left.merge(right, on=dims, how="left", validate="one_to_one")["__before"]
+        found = (status == "primary").to_numpy(), (status == "secondary").to_numpy()
+        primary = found[0] if primary is None else primary | found[0]
+        secondary = found[1] if secondary is None else secondary | found[1]
+    if primary is None:
         return None, None
-    before = job.con.sql(f"SELECT * FROM {OUTPUT_SCHEMA}.{job.into}").df()
-    if "status" not in before.columns or not set(dims) <= set(before.columns):
-        return None, None
-    left = table.cells[dims].astype(str)
-    right = before[dims].astype(str).assign(__before=before["status"].to_numpy())
-    status = left.merge(right, on=dims, how="left", validate="one_to_one")["__before"]
-    return (status == "primary").to_numpy(), (status == "secondary").to_numpy()
+    return primary, secondary & ~primary
+
+
+def _same_cells(job: Job) -> list[str]:
+    """The stored suppression outputs (``protected.<name>``) whose cells are the job's: its own
+    (when replaced), and every other one whose SQL tabulates the same table, population,
+    aggregate and dimensions."""
+    own = f"{OUTPUT_SCHEMA}.{job.into}"
+    existing = {
+        f"{schema}.{name}"
+        for schema, name in job.con.execute(
+            "SELECT schema_name, table_name FROM duckdb_tables() WHERE schema_name = ?",
+            [OUTPUT_SCHEMA],
+        ).fetchall()
+    }
+    found = [own] if own in existing else []
+    rows = job.con.execute(
+        "SELECT name, sql_text FROM sqlsdc.outputs WHERE method = 'suppress' ORDER BY name"
+    ).fetchall()
+    for name, sql in rows:
+        if name == own or name not in existing:
+            continue
+        try:
+            spec = parse_job(sql, job.policy)
+        except TabularError:  # a table or column the policy no longer declares
+            continue
+        if _population(spec) == _population(job.spec):
+            found.append(name)
+    return found
+
+
+def _population(spec: JobSpec) -> tuple:
+    """What a job tabulates, spelling aside: table, aggregate, dimensions, WHERE."""
+    where = None if spec.where is None else spec.where.sql("duckdb", normalize=True)
+    return spec.table, spec.measure, frozenset(spec.dims), where
 
 
 def _known_lower(table: Table, *, count: bool) -> tuple[np.ndarray, float] | None:

@@ -24,6 +24,14 @@ What succeeded, and was closed:
   difference (``[8, 22, 0, -17, 18, 27, -32, 0, 4]``). The keyed choices now hash keys and
   measures in the identity's order, so every spelling counts the same rows
   (``test_the_order_of_keys_and_measures_chooses_no_other_rows``).
+* two suppression jobs of the same cells: ``protect`` of ``SELECT nace, region, COUNT(*) FROM
+  enterprises GROUP BY nace, region`` (``freq:3``) as ``gauss`` into one output and ``hitas``
+  into another hid other secondaries (11 cells differ), and ``sqlsdc publish`` released both:
+  with the published cells of the two together (every listed cell at least 1), eight primary
+  counts (ones and twos) were pinned exactly. A suppression job now keeps suppressed every
+  cell an earlier suppression output of the same table, population, aggregate and dimensions
+  suppressed (as ``--replace`` kept its own), so it publishes a subset of what that one did
+  (``test_a_second_job_of_the_same_cells_publishes_nothing_the_first_hid``).
 """
 
 from __future__ import annotations
@@ -34,6 +42,9 @@ import pandas as pd
 import pytest
 
 import sqlsdc
+from sqlsdc.jobs.protect import protect_query
+from sqlsdc.tabular.rules import FrequencyRule
+from tests.security.test_redteam_s29c import _attacker_intervals
 
 N_UNITS, ROWS_PER_UNIT = 300, 12
 
@@ -148,3 +159,36 @@ def test_the_order_of_keys_and_measures_chooses_no_other_rows(ranked):
     second = "SELECT g, h, AVG(x), MEDIAN(x) FROM t GROUP BY h, g"
     one, other = (_cells(ranked, "admin", q, noise=False) for q in (first, second))
     assert {k: v[0] for k, v in one.items()} == {k: v[1] for k, v in other.items()}
+
+
+NACE_REGION = "SELECT nace, region, COUNT(*) FROM enterprises GROUP BY nace, region"
+
+
+def _job(path, name: str) -> dict:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        rows = con.execute(f"SELECT nace, region, value FROM protected.{name}").fetchall()
+    finally:
+        con.close()
+    return {tuple(None if c == "Total" else c for c in (a, b)): v for a, b, v in rows}
+
+
+def test_a_second_job_of_the_same_cells_publishes_nothing_the_first_hid(
+    pristine_demo_db, tmp_path, copy_database
+):
+    db = copy_database(pristine_demo_db, tmp_path)
+    for method in ("gauss", "hitas"):
+        protect_query(db, "admin", NACE_REGION, into=f"by_{method}", method=method,
+                      rules=[FrequencyRule(3)], time_limit=10)  # fmt: skip
+    first, second = _job(db, "by_gauss"), _job(db, "by_hitas")
+    assert not [k for k, v in second.items() if v is not None and first[k] is None]
+    both = {k: first[k] if first[k] is not None else second[k] for k in first}
+    con = duckdb.connect(str(db), read_only=True)
+    true = {tuple(r[:2]): r[2] for r in con.execute(NACE_REGION).fetchall()}
+    con.close()
+    intervals = _attacker_intervals(both, lower=1.0)
+    primary = {k: true[k] for k in intervals if true[k] < 3}
+    assert primary
+    assert all(intervals[k][1] >= v + 1 - 1e-6 for k, v in primary.items()), {
+        k: (v, intervals[k]) for k, v in primary.items()
+    }
