@@ -32,6 +32,12 @@ What succeeded, and was closed:
   cell an earlier suppression output of the same table, population, aggregate and dimensions
   suppressed (as ``--replace`` kept its own), so it publishes a subset of what that one did
   (``test_a_second_job_of_the_same_cells_publishes_nothing_the_first_hid``).
+* a silently wrong DP answer: ``MEDIAN(DISTINCT x)``, ``VAR_SAMP(DISTINCT x)``,
+  ``STDDEV(DISTINCT x)`` and ``QUANTILE_CONT(DISTINCT x, 0.5)`` were answered as the
+  aggregates of every row (one identity with ``MEDIAN(x)``; the admin's noise-off median 52
+  where DuckDB's distinct median is 50). No value leaked, but the answer was not the
+  question's; they are refused as ``SUM(DISTINCT x)`` is, before anything is charged
+  (``test_distinct_dp_magnitudes_are_refused_not_answered_as_all_rows``).
 """
 
 from __future__ import annotations
@@ -192,3 +198,13 @@ def test_a_second_job_of_the_same_cells_publishes_nothing_the_first_hid(
     assert all(intervals[k][1] >= v + 1 - 1e-6 for k, v in primary.items()), {
         k: (v, intervals[k]) for k, v in primary.items()
     }
+
+
+@pytest.mark.parametrize("aggregate", ["MEDIAN(DISTINCT x)", "VAR_SAMP(DISTINCT x)",
+                                       "STDDEV(DISTINCT x)", "QUANTILE_CONT(DISTINCT x, 0.5)"])
+def test_distinct_dp_magnitudes_are_refused_not_answered_as_all_rows(ranked, aggregate):
+    with sqlsdc.connect(ranked, "ana") as con:
+        before = con.remaining_budget()
+        with pytest.raises(sqlsdc.PolicyViolation, match=r"\(DISTINCT \.\.\.\) is not allowed"):
+            con.execute(f"SELECT g, {aggregate} FROM t GROUP BY g")
+        assert con.remaining_budget() == before
