@@ -38,6 +38,12 @@ What succeeded, and was closed:
   where DuckDB's distinct median is 50). No value leaked, but the answer was not the
   question's; they are refused as ``SUM(DISTINCT x)`` is, before anything is charged
   (``test_distinct_dp_magnitudes_are_refused_not_answered_as_all_rows``).
+* a NULL pattern under suppression: ``AVG(m)`` was published where its SUM and COUNT were and
+  the cell's contributors equalled its units, so a NULL AVG next to a published SUM and COUNT
+  said that someone in the cell has no value: on the suppression demo 130 of the 272 published
+  municipality x sex cells (``R01-M001``, women: 14 persons, 13 incomes). Whether every unit
+  has a value is now asked of the whole table (the pattern's grand total), one fact for all
+  cells (``test_a_null_average_does_not_tell_that_someone_in_the_cell_has_no_value``).
 """
 
 from __future__ import annotations
@@ -208,3 +214,20 @@ def test_distinct_dp_magnitudes_are_refused_not_answered_as_all_rows(ranked, agg
         with pytest.raises(sqlsdc.PolicyViolation, match=r"\(DISTINCT \.\.\.\) is not allowed"):
             con.execute(f"SELECT g, {aggregate} FROM t GROUP BY g")
         assert con.remaining_budget() == before
+
+
+def test_a_null_average_does_not_tell_that_someone_in_the_cell_has_no_value(
+    suppress_template, tmp_path, copy_database
+):
+    path = copy_database(suppress_template, tmp_path)
+    sql = "SELECT municipality, sex, COUNT(*), SUM(income), AVG(income) FROM persons GROUP BY ALL"
+    with sqlsdc.connect(path, user="analyst") as con:
+        released = con.execute(sql).fetchall()
+    con = duckdb.connect(str(path), read_only=True)
+    missing = {(m, s) for m, s in con.execute(
+        "SELECT municipality, sex FROM persons GROUP BY ALL HAVING count(income) < count(*)"
+    ).fetchall()}  # fmt: skip
+    con.close()
+    shown = [row for row in released if row[2] is not None and row[3] is not None]
+    assert {row[:2] in missing for row in shown} == {True, False}  # both kinds are published
+    assert len({row[4] is None for row in shown}) == 1  # one answer for all: the table's
