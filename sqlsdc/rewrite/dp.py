@@ -399,8 +399,12 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
     ctes = _visible_ctes(select)
     exact_tree = _with_ctes(exact, rows, ctes)
     histogram_trees = tuple(
-        (name, _with_ctes(_histogram_cells(rows, n_keys, b, settings, order,
-                                           ranked=not one_row), rows, ctes))  # fmt: skip
+        (
+            name,
+            _with_ctes(
+                _histogram_cells(rows, n_keys, b, settings, order, ranked=not one_row), rows, ctes
+            ),
+        )
         for name, b in histograms
     )
     # the rows kept are chosen by hashes of the query's measures (the unit row cap over all
@@ -413,8 +417,11 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
         histograms=tuple((name, to_sql(tree)) for name, tree in histogram_trees),
         table=table.name,
         keys=keys,
-        scope=(_rows_chosen_by(identity.population.text, ranked) if capped and ranked
-               else identity.population.text),  # fmt: skip
+        scope=(
+            _rows_chosen_by(identity.population.text, ranked)
+            if capped and ranked
+            else identity.population.text
+        ),
         statistics=tuple(
             _quantile_rows_chosen_by(s, ranked) if not one_row and len(ranked) > 1 else s
             for s in statistics.values()

@@ -127,12 +127,15 @@ def _counts(path, user, sql, noise=True) -> list[int]:
 
 
 def test_a_count_next_to_a_sum_under_a_unit_cap_is_not_the_count_alone_with_its_noise(capped):
-    alone, beside = (_counts(capped, "admin", q, noise=False) for q in (COUNT_ALONE,
-                                                                         COUNT_AND_SUM))
+    alone, beside = (_counts(capped, "admin", q, noise=False) for q in (COUNT_ALONE, COUNT_AND_SUM))
     assert alone != beside  # the cap keeps other rows when the query also sums x
     exact = [a - b for a, b in zip(alone, beside, strict=True)]
-    released = [a - b for a, b in zip(_counts(capped, "ana", COUNT_ALONE),
-                                      _counts(capped, "bob", COUNT_AND_SUM), strict=True)]
+    released = [
+        a - b
+        for a, b in zip(
+            _counts(capped, "ana", COUNT_ALONE), _counts(capped, "bob", COUNT_AND_SUM), strict=True
+        )
+    ]
     assert released != exact  # before: equal, the noise cancelled
     with sqlsdc.connect(capped, "ana") as con:
         (first,), (second,) = (con.explain(q).dp_stages for q in (COUNT_ALONE, COUNT_AND_SUM))
@@ -206,8 +209,15 @@ def test_a_second_job_of_the_same_cells_publishes_nothing_the_first_hid(
     }
 
 
-@pytest.mark.parametrize("aggregate", ["MEDIAN(DISTINCT x)", "VAR_SAMP(DISTINCT x)",
-                                       "STDDEV(DISTINCT x)", "QUANTILE_CONT(DISTINCT x, 0.5)"])
+@pytest.mark.parametrize(
+    "aggregate",
+    [
+        "MEDIAN(DISTINCT x)",
+        "VAR_SAMP(DISTINCT x)",
+        "STDDEV(DISTINCT x)",
+        "QUANTILE_CONT(DISTINCT x, 0.5)",
+    ],
+)
 def test_distinct_dp_magnitudes_are_refused_not_answered_as_all_rows(ranked, aggregate):
     with sqlsdc.connect(ranked, "ana") as con:
         before = con.remaining_budget()
