@@ -540,8 +540,8 @@ def _earlier_suppressions(
 
 def _same_cells(job: Job) -> list[str]:
     """The stored suppression outputs (``protected.<name>``) whose cells are the job's: its own
-    (when replaced), and every other one whose SQL tabulates the same table, population,
-    aggregate and dimensions."""
+    (when replaced), and every other one whose SQL tabulates the same table, aggregate and
+    dimensions over the same rows (:func:`_same_rows`: however its WHERE is written)."""
     own = f"{OUTPUT_SCHEMA}.{job.into}"
     existing = {
         f"{schema}.{name}"
@@ -554,6 +554,7 @@ def _same_cells(job: Job) -> list[str]:
     rows = job.con.execute(
         "SELECT name, sql_text FROM sqlsdc.outputs WHERE method = 'suppress' ORDER BY name"
     ).fetchall()
+    mine = job.spec
     for name, sql in rows:
         if name == own or name not in existing:
             continue
@@ -561,15 +562,31 @@ def _same_cells(job: Job) -> list[str]:
             spec = parse_job(sql, job.policy)
         except TabularError:  # a table or column the policy no longer declares
             continue
-        if _population(spec) == _population(job.spec):
+        if _shape(spec) == _shape(mine) and _same_rows(job.con, mine.table, spec.where,
+                                                        mine.where):  # fmt: skip
             found.append(name)
     return found
 
 
-def _population(spec: JobSpec) -> tuple:
-    """What a job tabulates, spelling aside: table, aggregate, dimensions, WHERE."""
-    where = None if spec.where is None else spec.where.sql("duckdb", normalize=True)
-    return spec.table, spec.measure, frozenset(spec.dims), where
+def _shape(spec: JobSpec) -> tuple:
+    """What a job tabulates besides its rows: table, aggregate, dimensions (in any order)."""
+    return spec.table, spec.measure, frozenset(spec.dims)
+
+
+def _same_rows(con, table: str, first: exp.Expr | None, second: exp.Expr | None) -> bool:
+    """Whether two WHERE conditions keep the same rows of ``table`` (in its data now): two
+    spellings of one population (``age >= 85``, ``85 <= age``, none and a tautology) are one
+    set of cells."""
+    if first is None and second is None:
+        return True
+
+    def kept(where: exp.Expr | None) -> exp.Expr:
+        return exp.true() if where is None else exp.Coalesce(this=where.copy(),
+                                                             expressions=[exp.false()])  # fmt: skip
+
+    differ = exp.select(exp.Count(this=exp.Star())).from_(table)
+    differ = differ.where(exp.NEQ(this=exp.paren(kept(first)), expression=exp.paren(kept(second))))
+    return con.execute(differ.sql("duckdb")).fetchall()[0][0] == 0
 
 
 def _known_lower(table: Table, *, count: bool) -> tuple[np.ndarray, float] | None:
