@@ -45,6 +45,13 @@ What succeeded, and was closed:
   municipality x sex cells (``R01-M001``, women: 14 persons, 13 incomes). Whether every unit
   has a value is now asked of the whole table (the pattern's grand total), one fact for all
   cells (``test_a_null_average_does_not_tell_that_someone_in_the_cell_has_no_value``).
+* one noise over two versions of the data in noisy verification: the noise of a noisy answer
+  (and its cache entry) was keyed by the synthetic output, the query and epsilon, not by the
+  confidential data it compares with. After an admin corrected one income, a second analyst's
+  answer had the first's noise over the new fidelity measure: women's cell 0.582 before, 0.584
+  after (the exact change), men's cell the same 0.868. The data versions of the tables the
+  output's source reads now name the noise and the cache entry, so changed data gets fresh
+  noise and a new charge (``test_noisy_verification_over_changed_data_draws_fresh_noise``).
 """
 
 from __future__ import annotations
@@ -55,9 +62,14 @@ import pandas as pd
 import pytest
 
 import sqlsdc
+from sqlsdc.admin import apply
+from sqlsdc.catalog import store
+from sqlsdc.engines.duckdb import open_database
 from sqlsdc.jobs.protect import protect_query
+from sqlsdc.policy import load_policy
 from sqlsdc.tabular.rules import FrequencyRule
 from tests.security.test_redteam_s29c import _attacker_intervals
+from tests.synth.verify_support import make_synthetic_output
 
 N_UNITS, ROWS_PER_UNIT = 300, 12
 
@@ -244,3 +256,36 @@ def test_a_null_average_does_not_tell_that_someone_in_the_cell_has_no_value(
     shown = [row for row in released if row[2] is not None and row[3] is not None]
     assert {row[:2] in missing for row in shown} == {True, False}  # both kinds are published
     assert len({row[4] is None for row in shown}) == 1  # one answer for all: the table's
+
+
+def test_noisy_verification_over_changed_data_draws_fresh_noise(
+    pristine_demo_db, tmp_path, copy_database
+):
+    db = copy_database(pristine_demo_db, tmp_path)
+    make_synthetic_output(db)
+    con = open_database(db)
+    document = store.current_policy(con)[1]
+    con.close()
+    document["users"]["bob"] = {"role": "analyst"}
+    document["budgets"] = [{"user": "*", "epsilon": 1000}]
+    apply(db, load_policy(document, name="two analysts"), "admin")
+    query = "SELECT region, AVG(income) FROM syn_persons GROUP BY region"
+
+    def ask(user):
+        with sqlsdc.connect(db, user) as guarded:
+            answer = guarded.verify(query, mode="noisy", epsilon=20)
+        return answer, {c["group"]["region"]: c.get("fm_noisy") for c in answer.cells}
+
+    _answer, before = ask("analyst")
+    con = duckdb.connect(str(db))
+    (region,) = con.execute(
+        "UPDATE persons SET income = income + 40000 WHERE person_id = (SELECT min(person_id) "
+        "FROM persons WHERE income IS NOT NULL) RETURNING region"
+    ).fetchone()
+    con.close()
+    _answer, after = ask("bob")
+    unchanged = [r for r in before if r != region and before[r] is not None]
+    assert len(unchanged) >= 5
+    assert [r for r in unchanged if after[r] != before[r]]  # before: every one the same
+    again, _cells = ask("analyst")
+    assert not again.cached  # the analyst's cached answer was for the old data
