@@ -32,7 +32,11 @@ What succeeded, and was closed:
   cell an earlier suppression output of the same table, population, aggregate and dimensions
   suppressed (as ``--replace`` kept its own), so it publishes a subset of what that one did;
   a WHERE that keeps the same rows (``employees >= 0``) is the same population
-  (``test_a_second_job_of_the_same_cells_publishes_nothing_the_first_hid``).
+  (``test_a_second_job_of_the_same_cells_publishes_nothing_the_first_hid``). The same held
+  for a job of more dimensions: nace x region x size_class published one (nace, region,
+  total) cell that the nace x region job hid, and a count of 1 was pinned; the cells two
+  tables share are now carried over too
+  (``test_a_job_of_more_dimensions_publishes_no_shared_cell_the_other_hid``).
 * a silently wrong DP answer: ``MEDIAN(DISTINCT x)``, ``VAR_SAMP(DISTINCT x)``,
   ``STDDEV(DISTINCT x)`` and ``QUANTILE_CONT(DISTINCT x, 0.5)`` were answered as the
   aggregates of every row (one identity with ``MEDIAN(x)``; the admin's noise-off median 52
@@ -289,3 +293,33 @@ def test_noisy_verification_over_changed_data_draws_fresh_noise(
     assert [r for r in unchanged if after[r] != before[r]]  # before: every one the same
     again, _cells = ask("analyst")
     assert not again.cached  # the analyst's cached answer was for the old data
+
+
+NACE_REGION_SIZE = (
+    "SELECT nace, region, size_class, COUNT(*) FROM enterprises GROUP BY nace, region, size_class"
+)
+
+
+@pytest.mark.parametrize("order", ["two-then-three", "three-then-two"])
+def test_a_job_of_more_dimensions_publishes_no_shared_cell_the_other_hid(
+    pristine_demo_db, tmp_path, copy_database, order
+):
+    db = copy_database(pristine_demo_db, tmp_path)
+    jobs = [("two", NACE_REGION), ("three", NACE_REGION_SIZE)]
+    for name, sql in jobs if order == "two-then-three" else jobs[::-1]:
+        protect_query(db, "admin", sql, into=name, rules=[FrequencyRule(3)], time_limit=60)
+    two = _job(db, "two")
+    con = duckdb.connect(str(db), read_only=True)
+    rows = con.execute(
+        "SELECT nace, region, value FROM protected.three WHERE size_class = 'Total'"
+    ).fetchall()
+    true = {tuple(r[:2]): r[2] for r in con.execute(NACE_REGION).fetchall()}
+    con.close()
+    three = {tuple(None if c == "Total" else c for c in (a, b)): v for a, b, v in rows}
+    assert set(three) == set(two)
+    earlier, later = (two, three) if order == "two-then-three" else (three, two)
+    assert not [k for k in two if earlier[k] is None and later[k] is not None]
+    intervals = _attacker_intervals({k: two[k] if two[k] is not None else three[k]
+                                     for k in two}, lower=1.0)  # fmt: skip
+    primary = {k: true[k] for k in intervals if true[k] < 3}
+    assert primary and all(intervals[k][1] >= v + 1 - 1e-6 for k, v in primary.items())
