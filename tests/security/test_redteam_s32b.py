@@ -56,6 +56,26 @@ What succeeded, and was closed:
   after (the exact change), men's cell the same 0.868. The data versions of the tables the
   output's source reads now name the noise and the cache entry, so changed data gets fresh
   noise and a new charge (``test_noisy_verification_over_changed_data_draws_fresh_noise``).
+
+What was tried, and held (not kept as tests): volatile functions in a DP population
+(``current_date``, ``now()``, ``random()``, ``uuid()``: refused); DISTINCT, LIMIT, OFFSET,
+ORDER BY, UNION ALL, QUALIFY, windows and SAMPLE in a DP table's derived rows (refused); joins
+that repeat DP rows (refused); a scalar subquery over a public table in a DP population (its
+data version is in the identity); the sd and interval of a DP cell withheld by
+``min_frequency`` (not listed); a released file's catalog (plain tables only: no view,
+sequence, macro, type, comment or index; ``release_contents`` lists definitions only); the
+contributor counts ``n`` of a magnitude suppression job's published cells (none of the
+demo's small counts narrowed); a suppression job next to a rounding job (base 5) or next to a
+one-dimension job of the same rows (no primary narrowed on the demo).
+
+Left open (noted, not tested): CKM noise is keyed by the units' record keys, so a cell whose
+rows changed values but not units keeps its noise: after an admin corrected one income by
+1,234, the demo's region sum moved by exactly 1,234 (fresh noise per data version would let
+an analyst average unchanged cells over versions instead: the trade-off of the method). Four
+rounding jobs of one table to bases 2, 3, 5 and 7 pinned 3 of 141 cells by intersection
+(admins' choice of bases; no check across rounding or CTA outputs). Shared cells under a
+hierarchy are matched by the stored column names only: a job by region and one by
+region x municipality (``geography``) are not compared.
 """
 
 from __future__ import annotations
