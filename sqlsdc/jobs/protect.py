@@ -56,7 +56,7 @@ from sqlsdc.catalog.store import require_admin
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import Error, TabularError, VerificationError
 from sqlsdc.policy import ColumnRole, Policy, load_policy
-from sqlsdc.tabular.model import Hierarchy, Table
+from sqlsdc.tabular.model import TOTAL, Hierarchy, Table
 from sqlsdc.tabular.rules import (
     FrequencyRule,
     ManualRule,
@@ -192,7 +192,7 @@ def protect_query(
         table = job.tabulate(rules)
         job.step("primary and secondary suppression, audit")
         known = _known_lower(table, count=job.spec.measure is None)
-        kept, held = _earlier_suppressions(job, table) if replace else (None, None)
+        kept, held = _earlier_suppressions(job, table)
         result = suppression_pattern(
             table,
             rules,
@@ -476,26 +476,34 @@ def _plain(value):
     return value
 
 
-def _table(frame: pd.DataFrame, spec: JobSpec, policy: Policy, top_k: int) -> Table:
-    """A :class:`Table` from inner cells. The levels of a declared hierarchy (``geography:
-    [region, municipality]``) become one dimension named after it, holding municipality codes
-    in inner cells and region codes in sub-totals."""
-    dims, hierarchies = [], {}
-    cells = frame[["n", "value"]].copy()
-    folded: set[str] = set()
+def table_dims(spec: JobSpec, policy: Policy) -> list[str]:
+    """The dimension columns of a job's table: the levels of a declared hierarchy that the job
+    groups by from its top (``geography: [region, municipality]``) fold into one dimension
+    named after it, the other keys stay as they are."""
+    dims, folded = [], set()
     for name, levels in policy.table(spec.table).hierarchies.items():
         present = [level for level in levels if level in spec.dims]
         if len(present) >= 2 and present == list(levels)[: len(present)]:
+            folded |= set(present)
+            dims.append(name)
+    return dims + [d for d in spec.dims if d not in folded]
+
+
+def _table(frame: pd.DataFrame, spec: JobSpec, policy: Policy, top_k: int) -> Table:
+    """A :class:`Table` from inner cells (dimensions: :func:`table_dims`): a hierarchy's
+    dimension holds municipality codes in inner cells and region codes in sub-totals."""
+    dims, hierarchies = table_dims(spec, policy), {}
+    cells = frame[["n", "value"]].copy()
+    for name, levels in policy.table(spec.table).hierarchies.items():
+        if name in dims:
+            present = [level for level in levels if level in spec.dims]
             hierarchies[name] = Hierarchy.from_levels(
                 frame.astype({p: str for p in present}), present
             )
             cells[name] = frame[present[-1]].astype(str)
-            folded |= set(present)
-            dims.append(name)
-    for d in spec.dims:
-        if d not in folded:
+    for d in dims:
+        if d not in hierarchies:
             cells[d] = frame[d].astype(str)
-            dims.append(d)
     tops = []
     if top_k:
         for j in range(top_k):
@@ -508,26 +516,108 @@ def _table(frame: pd.DataFrame, spec: JobSpec, policy: Policy, top_k: int) -> Ta
 def _earlier_suppressions(
     job: Job, table: Table
 ) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
-    """The cells ``protected.<into>`` suppressed before, as primary and as secondary, in
-    ``table``'s cell order: a replaced job keeps them suppressed, as the query path keeps its
-    earlier pattern (:func:`sqlsdc.tabular.universe._carried_over`). Red team s30f: re-run
-    after two enterprises were added to a hidden cell of 2, the job published it as 4, and
-    with the row and column totals up by 2 the old release's 2 was read off; the new
-    secondaries then pinned another primary of the old release exactly."""
-    dims = list(table.dims)
-    exists = job.con.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
-        [OUTPUT_SCHEMA, job.into],
-    ).fetchall()[0][0]
-    if not exists:
+    """The cells earlier suppression jobs suppressed, as primary and as secondary, in
+    ``table``'s cell order: ``protected.<into>`` itself (replaced) and every other suppression
+    output of the same table, aggregate and rows (:func:`_same_cells`), on the cells the two
+    tables share (:func:`_shared_status`: a table by nace x region x size_class holds the
+    nace x region table as its size_class total). The job keeps them suppressed, as the query
+    path keeps its earlier pattern (:func:`sqlsdc.tabular.universe._carried_over`), so it
+    publishes none of the cells they hid.
+
+    Red team s30f: re-run after two enterprises were added to a hidden cell of 2, the job
+    published it as 4, and with the row and column totals up by 2 the old release's 2 was
+    read off; the new secondaries then pinned another primary of the old release exactly.
+    Red team s32b: a second job of the same SQL under another name (``--method hitas`` next to
+    ``gauss``) hid other secondaries; ``sqlsdc publish`` released both tables, and together
+    they pinned eight primaries of the demo's nace x region counts exactly; a job by nace x
+    region x size_class published a (nace, region) cell the nace x region job hid, and a
+    count of 1 was pinned."""
+    primary = secondary = None
+    for name, theirs in _same_cells(job):
+        before = job.con.sql(f"SELECT * FROM {name}").df()
+        if "status" not in before.columns or not set(theirs) <= set(before.columns):
+            continue
+        status = _shared_status(table.cells[list(table.dims)], before, theirs)
+        found = (status == "primary").to_numpy(), (status == "secondary").to_numpy()
+        primary = found[0] if primary is None else primary | found[0]
+        secondary = found[1] if secondary is None else secondary | found[1]
+    if primary is None:
         return None, None
-    before = job.con.sql(f"SELECT * FROM {OUTPUT_SCHEMA}.{job.into}").df()
-    if "status" not in before.columns or not set(dims) <= set(before.columns):
-        return None, None
-    left = table.cells[dims].astype(str)
-    right = before[dims].astype(str).assign(__before=before["status"].to_numpy())
-    status = left.merge(right, on=dims, how="left", validate="one_to_one")["__before"]
-    return (status == "primary").to_numpy(), (status == "secondary").to_numpy()
+    return primary, secondary & ~primary
+
+
+def _shared_status(mine: pd.DataFrame, before: pd.DataFrame, theirs: list[str]) -> pd.Series:
+    """Per cell of ``mine`` (its dimension columns), the status of the same cell in ``before``
+    (a stored output with dimensions ``theirs``), or NaN where it has none: a cell is shared
+    when the dimensions of one table only are at their total in both."""
+    dims = list(mine.columns)
+    common = [d for d in dims if d in theirs]
+    left = mine.astype(str).reset_index(drop=True)
+    right = before[theirs].astype(str).assign(__before=before["status"].to_numpy())
+    only_mine = [d for d in dims if d not in common]
+    only_theirs = [d for d in theirs if d not in common]
+    at_total = (left[only_mine] == TOTAL).all(axis=1) if only_mine else None
+    if only_theirs:
+        right = right[(right[only_theirs] == TOTAL).all(axis=1)]
+    right = right[[*common, "__before"]].assign(__shared=1)
+    left = left[common].assign(__shared=1)
+    status = left.merge(right, on=[*common, "__shared"], how="left",
+                        validate="many_to_one")["__before"]  # fmt: skip
+    return status.where(at_total, None) if at_total is not None else status
+
+
+def _same_cells(job: Job) -> list[tuple[str, list[str]]]:
+    """The stored suppression outputs (``protected.<name>``) that share cells with the job, with
+    their dimension columns: its own (when replaced), and every other one whose SQL tabulates
+    the same table and aggregate over the same rows (:func:`_same_rows`: however its WHERE is
+    written)."""
+    own = f"{OUTPUT_SCHEMA}.{job.into}"
+    existing = {
+        f"{schema}.{name}"
+        for schema, name in job.con.execute(
+            "SELECT schema_name, table_name FROM duckdb_tables() WHERE schema_name = ?",
+            [OUTPUT_SCHEMA],
+        ).fetchall()
+    }
+    rows = job.con.execute(
+        "SELECT name, sql_text FROM sqlsdc.outputs WHERE method = 'suppress' ORDER BY name"
+    ).fetchall()
+    mine = job.spec
+    found = []
+    for name, sql in rows:
+        if name not in existing:
+            continue
+        try:
+            spec = parse_job(sql, job.policy)
+        except TabularError:  # a table or column the policy no longer declares
+            continue
+        if name == own or (
+            _shape(spec) == _shape(mine) and _same_rows(job.con, mine.table, spec.where,
+                                                        mine.where)
+        ):  # fmt: skip
+            found.append((name, table_dims(spec, job.policy)))
+    return found
+
+
+def _shape(spec: JobSpec) -> tuple:
+    """What a job tabulates besides its rows and dimensions: table and aggregate."""
+    return spec.table, spec.measure
+
+
+def _same_rows(con, table: str, first: exp.Expr | None, second: exp.Expr | None) -> bool:
+    """Whether two WHERE conditions keep the same rows of ``table`` (in its data now): two
+    spellings of one population (``age >= 85``, ``85 <= age``, none and a tautology) are one
+    set of cells."""
+    if first is None and second is None:
+        return True
+
+    def kept(where: exp.Expr | None) -> exp.Expr:
+        return exp.true() if where is None else exp.Coalesce(this=where.copy(),
+                                                             expressions=[exp.false()])  # fmt: skip
+
+    differ = exp.select(exp.Count(this=exp.Star())).from_(table)
+    differ = differ.where(exp.NEQ(this=exp.paren(kept(first)), expression=exp.paren(kept(second))))
+    return con.execute(differ.sql("duckdb")).fetchall()[0][0] == 0
 
 
 def _known_lower(table: Table, *, count: bool) -> tuple[np.ndarray, float] | None:

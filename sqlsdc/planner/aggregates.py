@@ -95,6 +95,8 @@ class AggregateChecks:
             self._check_grouping(aggregate, info)
             return []  # not an aggregate of values: the rewrite reads it from the cell's level
         if isinstance(aggregate, DP_AGGREGATES) and self._dp_magnitudes(aggregate, info, infos):
+            if isinstance(aggregate.this, exp.Distinct):  # DP bounds rows, not distinct values
+                raise self.refuse(f"{name}(DISTINCT ...) is not allowed", f"use {name}(...)")
             self._check_total(aggregate.this, info.scope)  # the aggregate itself is rewritten
             return [aggregate]
         if not isinstance(aggregate, PROTECTED_AGGREGATES):

@@ -43,6 +43,7 @@ the ledger.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import NamedTuple
@@ -365,6 +366,7 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
                                       AggregatePlan(aggregate, (calibration,)))  # fmt: skip
 
     n_keys, one_row = len(cells.keys), plan.one_row_per_unit
+    order = _Hashed.of(keys, measures)
     report = None
     if settings.bounding_report is not None:
         # one row per unit and no join: no cap removes anything (a public fact), so D is 0
@@ -384,30 +386,46 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
             statistics[(calibration.describe(), measure)] = DpStatistic(name, measure, calibration)
             names.append(name)
         report = _bounding_report(rows, n_keys, settings, {c: b for c, (_m, b) in
-                                                           clamps.items()}, names)  # fmt: skip
+                                                           clamps.items()}, names,
+                                  order)  # fmt: skip
     if settings.max_rows_per_unit is not None and not one_row:
-        rows = _unit_row_cap(rows, settings.max_rows_per_unit)
+        rows = _unit_row_cap(rows, settings.max_rows_per_unit, order)
     if not specs and not n_keys:  # only quantiles: the one global cell still needs a row
         specs.append(_Spec("__rows", None, None))  # a row count never noised nor released
-    exact = _unit_rows(rows, n_keys, specs) if one_row else _bounded_pairs(rows, n_keys, specs,
-                                                                            settings)  # fmt: skip
+    exact = (_unit_rows(rows, n_keys, specs) if one_row
+             else _bounded_pairs(rows, n_keys, specs, settings, order))  # fmt: skip
     if report is not None:
         exact = _join_report(exact, report, n_keys)
     ctes = _visible_ctes(select)
     exact_tree = _with_ctes(exact, rows, ctes)
     histogram_trees = tuple(
-        (name, _with_ctes(_histogram_cells(rows, n_keys, b, settings, ranked=not one_row), rows,
-                          ctes))  # fmt: skip
+        (
+            name,
+            _with_ctes(
+                _histogram_cells(rows, n_keys, b, settings, order, ranked=not one_row), rows, ctes
+            ),
+        )
         for name, b in histograms
     )
+    # the rows kept are chosen by hashes of the query's measures (the unit row cap over all
+    # cells, a quantile's rows within a cell), so the cells' identity names them
+    ranked = tuple(sorted(measures))
+    capped = settings.max_rows_per_unit is not None and not one_row
     return DpStage(
         relation=relation,
         sql=to_sql(exact_tree),
         histograms=tuple((name, to_sql(tree)) for name, tree in histogram_trees),
         table=table.name,
         keys=keys,
-        scope=identity.population.text,
-        statistics=tuple(statistics.values()),
+        scope=(
+            _rows_chosen_by(identity.population.text, ranked)
+            if capped and ranked
+            else identity.population.text
+        ),
+        statistics=tuple(
+            _quantile_rows_chosen_by(s, ranked) if not one_row and len(ranked) > 1 else s
+            for s in statistics.values()
+        ),
         outputs=tuple(outputs),
         domains=domains,
         selection=selection,
@@ -418,6 +436,54 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
         reads=frozenset(t.name.lower() for t in exact_tree.find_all(exp.Table)),
         trees={None: exact_tree, **dict(histogram_trees)},
     )
+
+
+class _Hashed(NamedTuple):
+    """The columns of the rows that the keyed choices hash, in the cells' canonical order: the
+    ``__g<j>`` keys by canonical key name, the ``__x<i>`` measures by canonical measure.
+
+    The identity names a cell by its keys and measures sorted (:mod:`sqlsdc.planner.identity`),
+    so the rows a unit keeps must not depend on the order the query writes them in: with
+    ``hash(record key, g, h)`` for ``GROUP BY g, h`` and ``hash(record key, h, g)`` for
+    ``GROUP BY h, g``, one cell identity (one noise) covered two choices of groups, and two
+    analysts differenced the exact effect out of their releases."""
+
+    keys: tuple[str, ...]
+    measures: tuple[str, ...]
+
+    @classmethod
+    def of(cls, keys: tuple[str, ...], measures: dict[str, str]) -> _Hashed:
+        by_name = sorted(range(len(keys)), key=lambda j: keys[j])
+        return cls(tuple(f"__g{j}" for j in by_name),
+                   tuple(measures[text] for text in sorted(measures)))  # fmt: skip
+
+    def groups(self, first: exp.Expr) -> exp.Expr:
+        """``hash(first, keys)``: the order of a unit's groups."""
+        return exp.func("hash", first, *(exp.column(k) for k in self.keys))
+
+    def rows(self, *, keys: bool = True) -> exp.Expr:
+        """``hash(__rk, [keys,] measures)``: the order of a unit's rows."""
+        columns = [*(self.keys if keys else ()), *self.measures]
+        return exp.func("hash", exp.column("__rk"), *(exp.column(c) for c in columns))
+
+
+def _rows_chosen_by(scope: str, ranked: tuple[str, ...]) -> str:
+    """The population of a stage whose unit row cap keeps each unit's rows of smallest
+    ``hash(record key, keys, measures)`` (:func:`_unit_row_cap`): the measures (canonical, in
+    the order hashed) are part of which rows every cell counts. ``COUNT(*)`` asked alone and
+    next to ``SUM(m)`` keeps other rows, so its two exact values must not share one noise: the
+    difference of the two releases would be the exact difference of the two counts."""
+    return json.dumps({"population": json.loads(scope), "rows chosen by": list(ranked)},
+                      sort_keys=True)  # fmt: skip
+
+
+def _quantile_rows_chosen_by(statistic: DpStatistic, ranked: tuple[str, ...]) -> DpStatistic:
+    """A quantile's statistic named with the measures whose hash chooses the ``max_rows`` rows
+    a unit keeps in a cell (:func:`_histogram_cells`): ``MEDIAN(m)`` asked with another
+    measure ranks other rows, so its histogram is another exact input to the keyed draw."""
+    if statistic.calibration.statistic is not Statistic.QUANTILE:
+        return statistic
+    return replace(statistic, measure=f"{statistic.measure}; rows chosen by {', '.join(ranked)}")
 
 
 COMPOSITE = (Aggregate.AVG, Aggregate.VAR, Aggregate.STDDEV)
@@ -668,19 +734,19 @@ def _unit_rows(rows: exp.Select, n_keys: int, specs) -> exp.Select:
     return cells.group_by(*keys) if keys else cells
 
 
-def _unit_row_cap(rows: exp.Select, cap: int) -> exp.Select:
+def _unit_row_cap(rows: exp.Select, cap: int, order: _Hashed) -> exp.Select:
     """The rows with each unit cut to its ``cap`` rows of smallest ``hash(record key, row)``
     over the whole query: a keyed choice by the unit's secret key, reproducible, and
     independent of other units. Rows with the same hash have the same keys and measures, so
     which of them is kept changes no cell."""
     columns = [exp.column(e.alias_or_name) for e in rows.expressions]
-    order = exp.func("hash", *columns[1:])  # __rk, keys and measures; not the unit itself
-    rank = _window("ROW_NUMBER", [exp.column(UNIT)], [order])
+    rank = _window("ROW_NUMBER", [exp.column(UNIT)], [order.rows()])  # not the unit itself
     kept = exp.select(*columns).from_(rows.subquery("__all_rows"))
     return kept.qualify(exp.LTE(this=rank, expression=_int(cap)))
 
 
-def _bounded_pairs(rows: exp.Select, n_keys: int, specs, settings) -> exp.Select:
+def _bounded_pairs(rows: exp.Select, n_keys: int, specs, settings, hashed: _Hashed
+                   ) -> exp.Select:  # fmt: skip
     """The cells with each unit bounded to ``max_groups`` groups and ``max_rows`` rows' worth
     per group (WZL+20 §3), aggregated per (unit, group) first, so no window runs over rows.
 
@@ -700,7 +766,7 @@ def _bounded_pairs(rows: exp.Select, n_keys: int, specs, settings) -> exp.Select
     """
     keys = [exp.column(f"__g{j}") for j in range(n_keys)]
     r = _int(settings.max_rows)
-    order = exp.func("hash", exp.func("MIN", exp.column("__rk")), *keys) if keys else None
+    order = hashed.groups(exp.func("MIN", exp.column("__rk"))) if keys else None
     pairs = exp.select(exp.column(UNIT), *keys, exp.alias_(exp.Count(this=exp.Star()), "__c"))
     if order is not None:
         pairs.append("expressions", exp.alias_(order, "__h"))
@@ -745,7 +811,7 @@ def _bounded_pairs(rows: exp.Select, n_keys: int, specs, settings) -> exp.Select
 
 
 def _bounding_report(rows: exp.Select, n_keys: int, settings, clamps: dict[str, Bounding],
-                     names: list[str]) -> exp.Select:  # fmt: skip
+                     names: list[str], order: _Hashed) -> exp.Select:  # fmt: skip
     """Per cell, how much of its input the bounding removed or clamped: the exact statistics of
     the bounding report (:func:`sqlsdc.mechanisms.accountant.calibrate_report`).
 
@@ -762,10 +828,9 @@ def _bounding_report(rows: exp.Select, n_keys: int, settings, clamps: dict[str, 
     None name: that sum is left out).
     """
     keys = [exp.column(f"__g{j}") for j in range(n_keys)]
-    measures = [exp.column(c.alias_or_name) for c in rows.expressions[1:]]  # __rk, keys, values
     kept = exp.true()
     if settings.max_rows_per_unit is not None:
-        rank = _window("ROW_NUMBER", [exp.column(UNIT)], [exp.func("hash", *measures)])
+        rank = _window("ROW_NUMBER", [exp.column(UNIT)], [order.rows()])
         kept = exp.LTE(this=rank, expression=_int(settings.max_rows_per_unit))
     outside = [
         exp.or_(
@@ -791,7 +856,7 @@ def _bounding_report(rows: exp.Select, n_keys: int, settings, clamps: dict[str, 
     if keys:
         first = exp.func("MIN", exp.Case(ifs=[exp.If(this=keep.copy(), true=exp.column("__rk"))]))
         hashed = exp.Case(ifs=[exp.If(this=exp.GT(this=count_if(keep), expression=_int(0)),
-                                      true=exp.func("hash", first, *keys))])  # fmt: skip
+                                      true=order.groups(first))])  # fmt: skip
         pairs.append("expressions", exp.alias_(hashed, "__h"))
     pairs = pairs.from_(flagged.subquery("__flagged")).group_by(exp.column(UNIT), *keys)
     units = exp.select(exp.column(UNIT), exp.alias_(exp.Sum(this=exp.column("__a")), "__n"))
@@ -873,18 +938,18 @@ def _scaled(total: exp.Expr, count: exp.Expr, r: exp.Literal) -> exp.Expr:
     )  # fmt: skip
 
 
-def _histogram_cells(rows: exp.Select, n_keys: int, bins: exp.Expr, settings, *, ranked: bool):
+def _histogram_cells(rows: exp.Select, n_keys: int, bins: exp.Expr, settings, order: _Hashed,
+                     *, ranked: bool):  # fmt: skip
     """Quantile histograms: rows per (keys, bin), each unit bounded to ``max_groups`` groups and
     ``max_rows`` rows per group, chosen by keyed ranks (windows over rows)."""
     keys = [exp.column(f"__g{j}") for j in range(n_keys)]
-    values = [exp.column(c.alias_or_name) for c in rows.expressions[2 + n_keys :]]
     source = rows.copy().subquery("__rows")
     hist = exp.select(*keys, exp.alias_(bins, "__bin"),
                       exp.alias_(exp.Count(this=exp.Star()), "__count"))  # fmt: skip
     if ranked:
-        group_order = [exp.func("hash", exp.column("__rk"), *keys), *keys] if keys else [
-            exp.Literal.number(0)]  # fmt: skip
-        row_order = [exp.func("hash", exp.column("__rk"), *values)]
+        group_order = [order.groups(exp.column("__rk")), *(exp.column(k) for k in order.keys)
+                       ] if keys else [exp.Literal.number(0)]  # fmt: skip
+        row_order = [order.rows(keys=False)]
         ranking = exp.select(
             "*",
             exp.alias_(_window("DENSE_RANK", [exp.column(UNIT)], group_order), RANK_GROUP),

@@ -199,7 +199,7 @@ def _branch(cells, universe, keys, filters, aggregates, present: frozenset[int])
         projections.append(exp.alias_(_grouping_value(grouping, cells.keys, present), f"__gg{j}"))
     empty = not present  # a grand total exists even when no row matches, as in SQL
     for i, (aggregate, avg) in enumerate(aggregates):
-        value, published = _protected(aggregate, avg, empty)
+        value, published = _protected(aggregate, avg, empty, _every_value(universe, aggregate))
         projections += [exp.alias_(value, f"__a{i}"), exp.alias_(published, f"__p{i}")]
     pattern = pattern_table(universe.table)
     pattern.set("alias", exp.TableAlias(this=exp.to_identifier(SOURCE)))
@@ -218,8 +218,28 @@ def _grouping_value(grouping: exp.Grouping, keys, present: frozenset[int]) -> ex
     return exp.Literal.number(value)
 
 
-def _protected(aggregate: str, avg: bool, empty: bool) -> tuple[exp.Expr, exp.Expr]:
-    """Value and published-condition of one aggregate in a universe row."""
+def _every_value(universe, aggregate: str) -> exp.Expr:
+    """Whether every unit of the table has a value of the measure ``aggregate``: its
+    contributors equal the units at the grand total (every bit of ``__level`` set), one fact
+    about the whole table."""
+    bits = sum(len(levels) for _name, levels in universe.groups)
+    whole = exp.select(exp.EQ(this=exp.column(f"{aggregate}{CONTRIBUTORS}"),
+                              expression=exp.column(f"{COUNT}{VALUE}")))  # fmt: skip
+    whole = whole.from_(pattern_table(universe.table)).where(
+        exp.EQ(this=exp.column(LEVEL), expression=exp.Literal.number((1 << bits) - 1))
+    )
+    return exp.func("COALESCE", whole.subquery(), exp.false())
+
+
+def _protected(aggregate: str, avg: bool, empty: bool, every_value: exp.Expr
+               ) -> tuple[exp.Expr, exp.Expr]:  # fmt: skip
+    """Value and published-condition of one aggregate in a universe row.
+
+    An AVG is its published sum over its published count, so it is published only where the
+    measure's contributors are the cell's units; that is asked of the whole table
+    (``every_value``), never of the cell: per cell, a NULL AVG next to a published SUM and
+    COUNT told that someone in it has no value (red team s32b: 130 of the demo's 272
+    published municipality x sex cells, each "one of these persons has no income")."""
 
     def col(suffix: str, name: str = aggregate) -> exp.Column:
         return exp.column(f"{name}{suffix}", SOURCE)
@@ -238,8 +258,7 @@ def _protected(aggregate: str, avg: bool, empty: bool) -> tuple[exp.Expr, exp.Ex
     if not avg:
         published = is_published(aggregate)
         return col(VALUE), exp.or_(missing, published) if empty else published
-    same_units = exp.EQ(this=col(CONTRIBUTORS), expression=col(VALUE, COUNT))
-    published = exp.and_(is_published(aggregate), is_published(COUNT), same_units)
+    published = exp.and_(is_published(aggregate), is_published(COUNT), every_value)
     value = exp.Div(this=col(VALUE), expression=col(CONTRIBUTORS), typed=False, safe=True)
     value = exp.Case(ifs=[exp.If(this=published.copy(), true=value)])
     return value, exp.or_(missing, published) if empty else published

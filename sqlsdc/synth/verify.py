@@ -187,8 +187,12 @@ def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeou
     output = _output(con, request, sql, policy, admin)
     eps = _epsilon(mode, epsilon)
     con.execute(VERIFICATIONS_DDL)
+    tables = engine.tables_read_by(con, output.source_sql)
+    data = _data_versions(con, tables)
     entry = hashlib.sha256(
-        "\x00".join([user, output.name, output.version, request.digest, mode, str(eps)]).encode()
+        "\x00".join(
+            [user, output.name, output.version, data, request.digest, mode, str(eps)]
+        ).encode()
     ).hexdigest()
     row = engine.one(con, f"SELECT answer FROM {S}.verifications WHERE entry = ?", [entry])
     if row is not None:
@@ -219,7 +223,6 @@ def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeou
             "repeat an earlier query (answered from the cache), or ask an admin to raise "
             "`verification.max_queries` in the output's report",
         )
-    tables = engine.tables_read_by(con, output.source_sql)
     k_min = _min_frequency(policy, tables)
     synthetic = _records(con, request, exp.to_table(output.name), output.copies > 1, timeout)
     plan = _plan(request, synthetic, output, k_min)
@@ -240,7 +243,7 @@ def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeou
             )
     source = sqlglot.parse_one(output.source_sql, read="duckdb")
     confidential = _records(con, request, source, False, timeout)
-    key = KeyedStream(secret, "sqlsdc.verify", output.name, output.version)
+    key = KeyedStream(secret, "sqlsdc.verify", output.name, output.version, data)
     cells = _measure(request, plan, synthetic, confidential, output, key, k_min, mode, eps)
     answer = Verification(
         output.name,
@@ -333,6 +336,15 @@ def _epsilon(mode: str, epsilon) -> Fraction | None:
 def _is_admin(policy, user: str) -> bool:
     found = policy.user(user)
     return found is not None and found.role == UserRole.ADMIN
+
+
+def _data_versions(con, tables) -> str:
+    """The data versions (:func:`sqlsdc.engines.duckdb.data_version`) of the tables the
+    output's source reads: the noise of a noisy answer, and its cache entry, are named by them.
+    Red team s32b: keyed by the output and the query alone, the same noise came back over
+    changed confidential data (one income corrected), and two analysts' answers, one before
+    and one after, differed by the exact change of the fidelity measure."""
+    return ";".join(f"{t}={engine.data_version(con, t)}" for t in sorted(tables))
 
 
 def _output(con, request: Request, sql: str, policy, admin: bool) -> _Output:
