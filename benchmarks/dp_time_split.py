@@ -11,7 +11,11 @@ cells, open`` query of ``bench_dp_noise.py``. Printed: the 10th percentile (the 
 queries) and the median of each part, then the median time of each statement in the order
 the guard sends them.
 
-Usage: python benchmarks/dp_time_split.py DP_HARNESS_DB [--queries 60]
+With ``--cpu`` every time is the process's CPU time (``time.process_time_ns``: all its
+threads, DuckDB's workers among them) instead of the wall clock: steadier when other jobs
+share the cores, but blind to waits (a COMMIT's sync of the write-ahead log).
+
+Usage: python benchmarks/dp_time_split.py DP_HARNESS_DB [--queries 60] [--cpu]
 (the ``harness.duckdb`` that ``bench_dp_noise.py`` builds in its ``--workdir``; copied first).
 """
 
@@ -30,6 +34,7 @@ from sqlsdc.engines import duckdb as engine
 
 TIMED = ("register", "unregister", "get_table_names", "_submit")
 LOG: list[tuple[str, int]] = []  # (statement, nanoseconds)
+_clock = time.perf_counter_ns  # time.process_time_ns with --cpu
 
 
 class TimedConnection:
@@ -39,12 +44,12 @@ class TimedConnection:
         self._con = con
 
     def execute(self, sql, *args, **kwargs):
-        start = time.perf_counter_ns()
+        start = _clock()
         try:
             return self._con.execute(sql, *args, **kwargs)
         finally:
             text = " ".join(getattr(sql, "query", sql).split())
-            LOG.append((text[:64], time.perf_counter_ns() - start))
+            LOG.append((text[:64], _clock() - start))
 
     def __getattr__(self, name):
         attr = getattr(self._con, name)
@@ -52,11 +57,11 @@ class TimedConnection:
             return attr
 
         def timed(*args, **kwargs):
-            start = time.perf_counter_ns()
+            start = _clock()
             try:
                 return attr(*args, **kwargs)
             finally:
-                LOG.append((name, time.perf_counter_ns() - start))
+                LOG.append((name, _clock() - start))
 
         return timed
 
@@ -65,9 +70,9 @@ def _timed_batches(batches):
     def read(reader):
         stream = batches(reader)
         while True:
-            start = time.perf_counter_ns()
+            start = _clock()
             batch = next(stream, None)
-            LOG.append(("(streamed batches)", time.perf_counter_ns() - start))
+            LOG.append(("(streamed batches)", _clock() - start))
             if batch is None:
                 return
             yield batch
@@ -83,7 +88,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("database", type=Path)
     parser.add_argument("--queries", type=int, default=60)
+    parser.add_argument("--cpu", action="store_true", help="process CPU time, not wall time")
     args = parser.parse_args()
+    if args.cpu:
+        global _clock
+        _clock = time.process_time_ns
     opened = engine.open_database
     engine.open_database = lambda *a, **k: TimedConnection(opened(*a, **k))
     engine._batches = _timed_batches(engine._batches)
@@ -99,9 +108,9 @@ def main() -> None:
                 con.explain(sql)
             for sql in sqls:
                 first = len(LOG)
-                start = time.perf_counter_ns()
+                start = _clock()
                 con.execute(sql).fetchall()
-                walls.append(time.perf_counter_ns() - start)
+                walls.append(_clock() - start)
                 spans.append((first, len(LOG)))
     engine_ns = [sum(t for _s, t in LOG[a:b]) for a, b in spans]
     parts = {"engine": engine_ns, "python": [w - e for w, e in zip(walls, engine_ns, strict=True)],

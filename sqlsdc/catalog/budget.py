@@ -700,7 +700,7 @@ def cached_cells(
     else:
         wanted, params = "SELECT unnest(?::BLOB[])", [entries]
     rows = con.execute(
-        f"SELECT cell_hash, value FROM {S}.dp_cells WHERE entry IN ({wanted})", params
+        parsed(f"SELECT cell_hash, value FROM {S}.dp_cells WHERE entry IN ({wanted})"), params
     ).fetchall()
     return {h: Fraction(v) for h, v in rows}
 
