@@ -255,7 +255,7 @@ def _resolved(sql: str, context, grouped: bool) -> list[tuple]:
     repeated = RepeatedColumns(tree) if grouped else None
     tree = qualify_tree(tree, context.schema, sql, repeated)
     analyze(tree, context.policy, context.schema, sql, context.constant_is_safe, repeated)
-    assert not grouped or repeated.pairs
+    assert not grouped or repeated.pairs or repeated.lists
     positions = {"line", "col", "start", "end"}
     return [
         (
@@ -287,12 +287,30 @@ RANGES = " OR ".join(f"age BETWEEN {i} AND {i + 2}" for i in range(40))
         "SELECT r, COUNT(*) FROM (SELECT region AS r, age AS x FROM persons) q WHERE "
         + " AND ".join(f"x BETWEEN {i} AND {i + 100}.5" for i in range(30))
         + " GROUP BY r",
+        # IN lists of literals: put back after the passes, typed as sqlglot types them
+        GROUPED.format("age IN (" + ", ".join(str(i) for i in range(40)) + ")"),
+        GROUPED.format(
+            "region IN ("
+            + ", ".join(f"'r{i}'" for i in range(40))
+            + ") AND NOT age IN ("
+            + ", ".join(f"{i}.5" if i % 2 else f"{i}e0" for i in range(30))
+            + ")"
+        ),  # fmt: skip
     ],
-    ids=["ranges", "qualified", "quoted-and-upper", "output-alias", "derived-table"],
+    ids=[
+        "ranges",
+        "qualified",
+        "quoted-and-upper",
+        "output-alias",
+        "derived-table",
+        "in-list",
+        "in-lists-of-other-literals",
+    ],
 )
 def test_ranges_of_one_column_resolved_once_are_resolved_as_each_alone(analyst, sql):
     """The ranges of a long chain on one column get copies of the first one's resolved and
-    typed column (guard/repeated_columns): node for node what sqlglot makes of each."""
+    typed column, and IN lists their literals back, typed (planner/repeated_columns): node for
+    node what sqlglot makes of each."""
     context = analyst._context
     assert _resolved(sql, context, grouped=True) == _resolved(sql, context, grouped=False)
 

@@ -69,7 +69,7 @@ def analyze(
         repeated.detach()
     annotate_types(tree, schema=schema, dialect=DIALECT)
     if repeated is not None:
-        repeated.attach()
+        repeated.attach(typed=True)
     checker = _Checker(policy, sql, constant_is_safe)
     infos: dict[int, ScopeInfo] = {}
     order = []

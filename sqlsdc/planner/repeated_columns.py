@@ -18,6 +18,12 @@ for node what the pass would have made of theirs, types included (shared, as
 :func:`~sqlsdc.engines.trees.copy_tree` shares them; the parser's positions are the first
 operand's, and nothing reads them). Between the passes every operand has its own column, so
 every check of the guard still sees every node.
+
+Likewise the values of a long IN list of literals (what chains of equalities become at parse,
+:mod:`sqlsdc.planner.connectors`): neither pass has anything to resolve in a literal, and
+``annotate_types`` gives each the type of its spelling alone (a string VARCHAR, an integer INT,
+another number DOUBLE; :func:`_literal_type`). All but the first are taken out while a pass runs
+and put back after it, typed so after type inference.
 """
 
 from __future__ import annotations
@@ -25,8 +31,10 @@ from __future__ import annotations
 from sqlglot import exp
 
 from sqlsdc.engines.trees import copy_tree, nodes
+from sqlsdc.errors import InternalError
 
 GROUP_FROM = 16  # groups of more operands are resolved once (as chains are balanced from 16)
+T = exp.DType
 
 
 class RepeatedColumns:
@@ -34,9 +42,14 @@ class RepeatedColumns:
 
     def __init__(self, tree: exp.Expr):
         self.pairs: list[tuple[exp.Expr, exp.Expr]] = []  # (range, its group's first)
+        self.lists: list[tuple[exp.In, list[exp.Literal]]] = []  # (IN, its values)
         for node in nodes(tree):
             if isinstance(node, exp.Connector) and type(node.parent) is not type(node):
                 self._add_chain(node)
+            elif type(node) is exp.In:
+                values = node.args.get("expressions") or []
+                if len(values) > GROUP_FROM and all(type(v) is exp.Literal for v in values):
+                    self.lists.append((node, values))
 
     def _add_chain(self, chain: exp.Connector) -> None:
         operands = list(chain.flatten(unnest=False))
@@ -52,16 +65,28 @@ class RepeatedColumns:
                 self.pairs += [(member, members[0]) for member in members[1:]]
 
     def detach(self) -> None:
-        """Take the columns of the grouped ranges but the first of each group out."""
+        """Take the columns of the grouped ranges but the first of each group out, and the
+        values of the IN lists but the first."""
         for between, _first in self.pairs:
             between.args["this"] = None
+        for listed, values in self.lists:
+            listed.args["expressions"] = values[:1]
 
-    def attach(self) -> None:
-        """Give every grouped range a copy of its group's first column as it is now."""
+    def attach(self, typed: bool = False) -> None:
+        """Give every grouped range a copy of its group's first column as it is now, and
+        every IN list its values back (``typed``: as type inference types them)."""
         for between, first in self.pairs:
             column = copy_tree(first.this)
             column.parent, column.arg_key, column.index = between, "this", None
             between.args["this"] = column
+        for listed, values in self.lists:
+            if listed.args.get("expressions") != values[:1] or values[0].parent is not listed:
+                raise InternalError("an IN list changed while its values were set aside")
+            listed.args["expressions"] = values
+            if typed:
+                for value in values[1:]:
+                    value._type = _literal_type(value).into_expr()
+                    value.meta["nonnull"] = True
 
 
 def _written(operand: exp.Expr) -> tuple | None:
@@ -82,3 +107,10 @@ def _written(operand: exp.Expr) -> tuple | None:
             return None
         parts.append((key, value.this, bool(value.args.get("quoted"))))
     return tuple(sorted(parts))
+
+
+def _literal_type(literal: exp.Literal) -> exp.DType:
+    """The type sqlglot's ``annotate_types`` gives a literal (its rule for DuckDB too)."""
+    if literal.is_string:
+        return T.VARCHAR
+    return T.INT if literal.is_int else T.DOUBLE
