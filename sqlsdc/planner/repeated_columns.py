@@ -80,7 +80,8 @@ class RepeatedColumns:
             column.parent, column.arg_key, column.index = between, "this", None
             between.args["this"] = column
         for listed, values in self.lists:
-            if listed.args.get("expressions") != values[:1] or values[0].parent is not listed:
+            kept = listed.args.get("expressions") or []
+            if len(kept) != 1 or kept[0] is not values[0] or values[0].parent is not listed:
                 raise InternalError("an IN list changed while its values were set aside")
             listed.args["expressions"] = values
             if typed:
