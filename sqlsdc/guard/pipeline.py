@@ -247,7 +247,7 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
     try:
         tree = qualify_tree(tree, context.schema, sql, repeated)
     except PolicyViolation:
-        if not repeated.pairs:
+        if not (repeated.pairs or repeated.lists):
             raise
         # refused as when sqlglot resolves every column (which one a message names may
         # depend on the order it meets them in): again, on a fresh tree, without groups

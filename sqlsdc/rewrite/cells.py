@@ -134,7 +134,8 @@ def protect_cells(
 
 
 def inner_select(cells: Cells) -> exp.Select:
-    """A SELECT with the aggregation's FROM, joins, WHERE and GROUP BY (copies)."""
+    """A SELECT with the aggregation's FROM, joins, WHERE and GROUP BY (copies; the WHERE
+    moved, :meth:`Cells.clause`)."""
     inner = exp.Select()
     for key in ("from_", "joins", "where", "group"):
         value = cells.clause(key)
