@@ -22,8 +22,12 @@ from sqlglot.optimizer.qualify import qualify
 
 import sqlsdc
 from sqlsdc.engines.trees import copy_tree, nodes, release
+from sqlsdc.guard.parse import parse_statement
 from sqlsdc.guard.pipeline import protect
+from sqlsdc.guard.resolve import check_tables, qualify_tree
 from sqlsdc.planner import identity
+from sqlsdc.planner.analyze import analyze
+from sqlsdc.planner.repeated_columns import RepeatedColumns
 
 GROUPED = "SELECT region, COUNT(*) FROM persons WHERE {} GROUP BY region"
 STATEMENTS = {
@@ -241,3 +245,84 @@ def test_the_identity_prints_reused_operand_texts_as_a_fresh_generation(monkeypa
         identity._ReusingGenerator, "remember", lambda self, node: self.generate(node, copy=False)
     )
     assert [identity._conjuncts([c.copy()]) for c in conditions] == reused
+
+
+def _resolved(sql: str, context, grouped: bool) -> list[tuple]:
+    """Every node of ``sql`` after the guard's name resolution and type inference, with its
+    place, plain arguments, type and meta (not the parser's positions)."""
+    tree = parse_statement(sql)
+    check_tables(tree, context.policy, sql)
+    repeated = RepeatedColumns(tree) if grouped else None
+    tree = qualify_tree(tree, context.schema, sql, repeated)
+    analyze(tree, context.policy, context.schema, sql, context.constant_is_safe, repeated)
+    assert not grouped or repeated.pairs or repeated.lists
+    positions = {"line", "col", "start", "end"}
+    return [
+        (
+            type(n).__name__,
+            n.arg_key,
+            n.index,
+            [(k, v) for k, v in n.args.items() if not isinstance(v, (exp.Expr, list))],
+            n.type.sql("duckdb") if n.type is not None else None,
+            sorted((k, repr(v)) for k, v in (n._meta or {}).items() if k not in positions),
+            type(n.parent).__name__,
+        )
+        for n in nodes(tree)
+    ]
+
+
+RANGES = " OR ".join(f"age BETWEEN {i} AND {i + 2}" for i in range(40))
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        GROUPED.format(RANGES),
+        GROUPED.format(RANGES.replace("age", "p.age")).replace("persons", "persons p"),
+        GROUPED.format(RANGES.replace("age", '"AGE"') + " OR " + RANGES.replace("age", "AGE")),
+        # an output alias in the WHERE: each range gets its own copy of the expression
+        "SELECT region, CAST(age AS DOUBLE) AS a, COUNT(*) FROM persons WHERE "
+        + RANGES.replace("age", "a")
+        + " GROUP BY region, age",
+        "SELECT r, COUNT(*) FROM (SELECT region AS r, age AS x FROM persons) q WHERE "
+        + " AND ".join(f"x BETWEEN {i} AND {i + 100}.5" for i in range(30))
+        + " GROUP BY r",
+        # IN lists of literals: put back after the passes, typed as sqlglot types them
+        GROUPED.format("age IN (" + ", ".join(str(i) for i in range(40)) + ")"),
+        GROUPED.format(
+            "region IN ("
+            + ", ".join(f"'r{i}'" for i in range(40))
+            + ") AND NOT age IN ("
+            + ", ".join(f"{i}.5" if i % 2 else f"{i}e0" for i in range(30))
+            + ")"
+        ),  # fmt: skip
+    ],
+    ids=[
+        "ranges",
+        "qualified",
+        "quoted-and-upper",
+        "output-alias",
+        "derived-table",
+        "in-list",
+        "in-lists-of-other-literals",
+    ],
+)
+def test_ranges_of_one_column_resolved_once_are_resolved_as_each_alone(analyst, sql):
+    """The ranges of a long chain on one column get copies of the first one's resolved and
+    typed column, and IN lists their literals back, typed (planner/repeated_columns): node for
+    node what sqlglot makes of each."""
+    context = analyst._context
+    assert _resolved(sql, context, grouped=True) == _resolved(sql, context, grouped=False)
+
+
+def test_an_unknown_column_among_ranges_is_refused_as_without_groups(analyst):
+    """A refusal of a name in a grouped chain is the one sqlglot gives on the whole statement
+    (the guard checks the statement again without groups to word it)."""
+    planted = " OR ".join(f"nosuch BETWEEN {i} AND {i + 1}" for i in range(20))
+    sql = GROUPED.format(f"{RANGES} OR {planted} OR {RANGES.replace('age', 'income')}")
+    with pytest.raises(sqlsdc.PolicyViolation, match="name resolution failed") as refused:
+        analyst.explain(sql)
+    tree = parse_statement(sql)
+    with pytest.raises(sqlsdc.PolicyViolation) as alone:
+        qualify_tree(tree, analyst._context.schema, sql)
+    assert str(refused.value) == str(alone.value)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from sqlglot import exp
 
 from sqlsdc.engines.trees import nodes, release
-from sqlsdc.errors import Error, InternalError
+from sqlsdc.errors import Error, InternalError, PolicyViolation
 from sqlsdc.guard.parse import bind_parameters, output_names, parse_statement, too_complex
 from sqlsdc.guard.resolve import check_tables, qualify_tree
 from sqlsdc.guard.validate import validate_release
@@ -28,6 +28,7 @@ from sqlsdc.planner.identity import aggregation_identity, describe_scope
 from sqlsdc.planner.multiplicity import prove_multiplicity
 from sqlsdc.planner.normal_form import SUMMED
 from sqlsdc.planner.plan import plan_query
+from sqlsdc.planner.repeated_columns import RepeatedColumns
 from sqlsdc.planner.scopes import Analysis, Kind
 from sqlsdc.policy import AggregateKind, Method, Policy
 from sqlsdc.rewrite.cells import ACCURACY_PREFIXES, STATUS_PREFIX, protect_cells
@@ -242,12 +243,25 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
     tree = bind_parameters(parsed, params, sql)
     names = output_names(tree)
     tables = sorted(check_tables(tree, context.policy, sql))
-    tree = qualify_tree(tree, context.schema, sql)
+    repeated = RepeatedColumns(tree)
+    try:
+        tree = qualify_tree(tree, context.schema, sql, repeated)
+    except PolicyViolation:
+        if not (repeated.pairs or repeated.lists):
+            raise
+        # refused as when sqlglot resolves every column (which one a message names may
+        # depend on the order it meets them in): again, on a fresh tree, without groups
+        fresh = bind_parameters(parse_statement(sql, context.policy.max_statement_characters),
+                                params, sql)  # fmt: skip
+        qualify_tree(fresh, context.schema, sql)
+        raise
     qualified_names = [p.alias_or_name for p in _first_select(tree).expressions]
     if len(qualified_names) != len(names):  # a * was expanded
         names = qualified_names
     in_time()
-    analysis = analyze(tree, context.policy, context.schema, sql, context.constant_is_safe)
+    analysis = analyze(
+        tree, context.policy, context.schema, sql, context.constant_is_safe, repeated
+    )
     in_time()
     multiplicity = prove_multiplicity(analysis, context.policy, context.unique_columns, sql)
     plan = plan_query(analysis, context.policy, context.unit_per_row, multiplicity)

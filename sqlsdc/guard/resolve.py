@@ -19,6 +19,7 @@ from sqlsdc.engines.trees import nodes
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.planner.allowlist import RESERVED_PREFIX
 from sqlsdc.planner.identity import output_reference
+from sqlsdc.planner.repeated_columns import RepeatedColumns
 from sqlsdc.policy import ColumnRole, Policy
 
 DIALECT = "duckdb"
@@ -178,11 +179,15 @@ def _names(ctes: list[exp.CTE]) -> set[str]:
     return {cte.alias_or_name.lower() for cte in ctes}
 
 
-def qualify_tree(tree: exp.Expr, schema: dict, sql: str) -> exp.Expr:
+def qualify_tree(
+    tree: exp.Expr, schema: dict, sql: str, repeated: RepeatedColumns | None = None
+) -> exp.Expr:
     """Qualify every column with its source (sqlglot ``qualify``); unknown names are refused.
 
     The refusal quotes sqlglot's message, which is computed from ``schema`` (the analyst's view)
-    alone, so it is the same whether or not a hidden object of that name exists."""
+    alone, so it is the same whether or not a hidden object of that name exists. ``repeated``:
+    the columns of long chains that sqlglot resolves once per group (the others get copies of
+    the result before any check reads them)."""
     for table in _nodes_by_type(tree, exp.Table)[exp.Table]:
         if table.name.lower() not in schema and not _cte_in_scope(table):
             raise PolicyViolation(
@@ -190,6 +195,8 @@ def qualify_tree(tree: exp.Expr, schema: dict, sql: str) -> exp.Expr:
                 "ask an admin to declare its columns in the policy",
                 sql,
             )
+    if repeated is not None:
+        repeated.detach()
     try:
         qualified = qualify(
             tree,
@@ -198,6 +205,8 @@ def qualify_tree(tree: exp.Expr, schema: dict, sql: str) -> exp.Expr:
             quote_identifiers=False,
             validate_qualify_columns=True,
         )
+        if repeated is not None:
+            repeated.attach()
     except OptimizeError as e:
         message = str(e).split(". Line")[0]
         raise PolicyViolation(f"name resolution failed: {message}", _COLUMNS_HINT, sql) from None

@@ -30,6 +30,7 @@ from sqlsdc.planner.allowlist import (
 from sqlsdc.planner.breaks import check_classed_comparisons, check_classed_positions
 from sqlsdc.planner.identity import canonical_expression
 from sqlsdc.planner.inlining import Inlining
+from sqlsdc.planner.repeated_columns import RepeatedColumns
 from sqlsdc.planner.scopes import (
     DIALECT,
     ROW_ROLES,
@@ -51,12 +52,24 @@ from sqlsdc.policy import AggregateKind, ColumnRole, Method, Policy
 
 
 def analyze(
-    tree: exp.Expr, policy: Policy, schema: dict, sql: str, constant_is_safe: ConstantCheck
+    tree: exp.Expr,
+    policy: Policy,
+    schema: dict,
+    sql: str,
+    constant_is_safe: ConstantCheck,
+    repeated: RepeatedColumns | None = None,
 ) -> Analysis:
-    """Classify every scope of a qualified tree and refuse whatever the policy does not allow."""
+    """Classify every scope of a qualified tree and refuse whatever the policy does not allow.
+
+    ``repeated``: the columns of long chains whose types sqlglot infers once per group (the
+    others get copies of the result before any check reads them)."""
     if _check_nodes(tree, sql):
         _expand_group_by_all(tree)
+    if repeated is not None:
+        repeated.detach()
     annotate_types(tree, schema=schema, dialect=DIALECT)
+    if repeated is not None:
+        repeated.attach(typed=True)
     checker = _Checker(policy, sql, constant_is_safe)
     infos: dict[int, ScopeInfo] = {}
     order = []
@@ -168,6 +181,7 @@ class _Checker(AggregateChecks, TotalityChecks):
         self.policy = policy
         self.sql = sql
         self.constant_is_safe = constant_is_safe
+        self._lineages: dict[tuple[int, str, str], tuple[Scope, Lineage]] = {}
 
     def refuse(self, reason: str, hint: str = "") -> PolicyViolation:
         return PolicyViolation(reason, hint, self.sql)
@@ -261,6 +275,16 @@ class _Checker(AggregateChecks, TotalityChecks):
         return result
 
     def column_lineage(self, column: exp.Column, scope: Scope, infos) -> Lineage:
+        """The lineage of ``column`` of ``scope``: a function of the scope's sources and the
+        column's qualifier and name, computed once per scope for each (a long condition
+        names one column thousands of times; every check asks for each)."""
+        key = (id(scope), column.table, column.name)
+        known = self._lineages.get(key)
+        if known is None or known[0] is not scope:
+            known = self._lineages[key] = (scope, self._column_lineage(column, scope, infos))
+        return known[1]
+
+    def _column_lineage(self, column: exp.Column, scope: Scope, infos) -> Lineage:
         source = scope.sources.get(column.table)
         if isinstance(source, exp.Table):
             table = self.policy.table(source.name)

@@ -376,6 +376,46 @@ class _Block:
         return self._rebuild(node, scope)
 
     def _rebuild(self, node: exp.Expr, scope: Scope) -> exp.Expr:
+        """A canonical copy of ``node`` of ``scope``: columns replaced by their canonical
+        expressions, subqueries by their descriptions, parentheses kept (untyped), any other
+        node copied with its type, without its comments. One walk with a stack, each copy's
+        children linked as its constructor links them; a node of a class with a constructor of
+        its own (which may change its arguments) is built by that constructor."""
+        root = self._replaced(node, scope)
+        if root is not None:
+            return root
+        root = _shell(node)
+        stack = [(node, root)]
+        while stack:
+            original, copy = stack.pop()
+            args = copy.args
+            for key, value in original.args.items():
+                if isinstance(value, exp.Expr):
+                    child = self._replaced(value, scope)
+                    if child is None:
+                        child = _shell(value)
+                        stack.append((value, child))
+                    child.parent, child.arg_key, child.index = copy, key, None
+                    args[key] = child
+                elif type(value) is list:
+                    items = []
+                    for index, item in enumerate(value):
+                        if isinstance(item, exp.Expr):
+                            child = self._replaced(item, scope)
+                            if child is None:
+                                child = _shell(item)
+                                stack.append((item, child))
+                            child.parent, child.arg_key, child.index = copy, key, index
+                            item = child
+                        items.append(item)
+                    args[key] = items
+                else:
+                    args[key] = value
+        return root
+
+    def _replaced(self, node: exp.Expr, scope: Scope) -> exp.Expr | None:
+        """The canonical stand-in of a column or subquery, or the copy of a node whose class
+        has its own constructor; None for a node :meth:`_rebuild` copies itself."""
         if isinstance(node, exp.Column):
             return self._column(node, scope)
         if isinstance(node, (exp.Subquery, exp.Select, *_SET_OPERATIONS)):
@@ -384,22 +424,22 @@ class _Block:
                 if sub.expression is inner:
                     return _subquery(_json(self.describer.query(sub)))
             raise InternalError("a subquery could not be resolved for the cell identity")
-        if isinstance(node, exp.Paren):
-            return exp.Paren(this=self._rebuild(node.this, scope))
-        copy = node.__class__(
-            **{
-                k: (
-                    [self._rebuild(v, scope) if isinstance(v, exp.Expr) else v for v in value]
-                    if isinstance(value, list)
-                    else self._rebuild(value, scope)
-                    if isinstance(value, exp.Expr)
-                    else value
-                )
-                for k, value in node.args.items()
-            }
-        )
-        copy.type = node.type
-        return copy
+        if type(node).__init__ is not _PLAIN_INIT:
+            copy = node.__class__(
+                **{
+                    k: (
+                        [self._rebuild(v, scope) if isinstance(v, exp.Expr) else v for v in value]
+                        if isinstance(value, list)
+                        else self._rebuild(value, scope)
+                        if isinstance(value, exp.Expr)
+                        else value
+                    )
+                    for k, value in node.args.items()
+                }
+            )
+            copy.type = node.type
+            return copy
+        return None
 
     def _column(self, column: exp.Column, scope: Scope) -> exp.Expr:
         """The canonical expression of ``column`` of ``scope``. A column that resolves to
@@ -468,6 +508,18 @@ class _Block:
         text = _json(doc)
         tables = tuple(sorted({v for k, v in self.relations if k == "table"}))
         return Population(tables, text, _sha(text))
+
+
+_PLAIN_INIT = exp.Expr.__init__
+
+
+def _shell(node: exp.Expr) -> exp.Expr:
+    """An empty node of ``node``'s class for :meth:`_Block._rebuild` to fill: a parenthesis
+    untyped, any other node with ``node``'s type."""
+    shell = node.__class__()
+    if not isinstance(node, exp.Paren):
+        shell.type = node.type
+    return shell
 
 
 def _conjuncts(conditions: list[exp.Expr]) -> list[str]:

@@ -17,7 +17,7 @@ new AST out.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlglot import exp
 
@@ -59,6 +59,31 @@ class Cells:
     keys: list[exp.Expr]
     groupings: list[exp.Grouping]
     aggregates: list[exp.AggFunc]
+    moved: dict[str, exp.Expr] = field(default_factory=dict)  # clauses taken out of ``select``
+
+    def clause(self, key: str) -> exp.Expr | list[exp.Expr] | None:
+        """The clause ``key`` (``from_``, ``joins``, ``where``, ``group``) of the aggregation,
+        for a frame to own. The WHERE is moved out of ``select``, the working copy that the
+        frame replaces, rather than copied: a long condition is the largest part of a
+        statement, and its copy in ``select`` would only be freed. :meth:`text` prints the
+        aggregation with it; a second call gets a copy."""
+        if key in self.moved:
+            return copy_tree(self.moved[key])
+        value = self.select.args.get(key)
+        if key != "where" or value is None:
+            return None if value is None else copy_clause(value)
+        self.moved[key] = value.pop()
+        return value
+
+    def text(self) -> str:
+        """The SQL of the aggregation as analysed, with the clauses the frame took
+        (the text of a refusal)."""
+        if not self.moved:
+            return self.select.sql("duckdb")
+        shown = self.select.copy()
+        for key, value in self.moved.items():
+            shown.set(key, value.copy())
+        return shown.sql("duckdb")
 
     def argument(self, i: int, twin: dict[int, exp.Expr]) -> exp.Expr | None:
         spec = self.plan.aggregates[i].argument
@@ -109,12 +134,13 @@ def protect_cells(
 
 
 def inner_select(cells: Cells) -> exp.Select:
-    """A SELECT with the aggregation's FROM, joins, WHERE and GROUP BY (copies)."""
+    """A SELECT with the aggregation's FROM, joins, WHERE and GROUP BY (copies; the WHERE
+    moved, :meth:`Cells.clause`)."""
     inner = exp.Select()
     for key in ("from_", "joins", "where", "group"):
-        value = cells.select.args.get(key)
+        value = cells.clause(key)
         if value is not None:
-            inner.set(key, copy_clause(value))
+            inner.set(key, value)
     return inner
 
 
@@ -157,7 +183,7 @@ def _lift(cells: Cells, frame: Frame, *, with_accuracy: bool = False) -> exp.Sel
         value = select.args.get(key)
         if value is not None:
             outer.set(key, lift(value) if key == "order" else value.copy())
-    _check_lifted(outer, select)
+    _check_lifted(outer, cells)
     if plan.with_status:  # one per position, so that branches of a set operation line up
         for position, projection in enumerate(select.expressions):
             used = [i for i, a in enumerate(cells.aggregates) if _inside(a, projection)]
@@ -239,7 +265,7 @@ class _Rebuild:
         )
 
 
-def _check_lifted(outer: exp.Select, original: exp.Select) -> None:
+def _check_lifted(outer: exp.Select, cells: Cells) -> None:
     """Every column the outer query reads must come from the protected cells."""
     aliases = {p.alias for p in outer.expressions if isinstance(p, exp.Alias)}
     for part in (*outer.expressions, outer.args.get("where"), outer.args.get("order")):
@@ -252,5 +278,5 @@ def _check_lifted(outer: exp.Select, original: exp.Select) -> None:
                 raise PolicyViolation(
                     f"column {n.sql('duckdb')} must appear in GROUP BY or inside an aggregate",
                     "group by it, or aggregate it with COUNT, SUM or AVG",
-                    original.sql("duckdb"),
+                    cells.text(),
                 )

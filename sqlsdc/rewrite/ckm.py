@@ -49,7 +49,7 @@ from sqlsdc.policy import AggregateKind, Method, Policy
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, unit_count, when_present
 from sqlsdc.rewrite.ckm_magnitudes import PREV, PTABLE_ENTRIES, MagnitudeLayers, ptable_ref
 from sqlsdc.rewrite.counted_units import counted_units_key, join_unit_keys, unit_lookups
-from sqlsdc.rewrite.sql import any_, at_least_column, copy_clause, missing, mul_expr, number
+from sqlsdc.rewrite.sql import any_, at_least_column, missing, mul_expr, number
 from sqlsdc.rewrite.threshold import at_least
 
 MECHANISM = "ckm"
@@ -107,9 +107,9 @@ class _Builder(MagnitudeLayers):
         cells, plan = self.cells, self.plan
         rows = exp.Select()
         for key in ("from_", "joins", "where"):
-            value = cells.select.args.get(key)
+            value = cells.clause(key)
             if value is not None:
-                rows.set(key, copy_clause(value))
+                rows.set(key, value)
         for i, key in enumerate(cells.keys):
             rows.append("expressions", exp.alias_(key.copy(), f"__g{i}"))
         for i in range(len(plan.aggregates)):
@@ -162,7 +162,7 @@ class _Builder(MagnitudeLayers):
                     raise PolicyViolation(
                         "the cell key method does not perturb sums or averages of DISTINCT values",
                         "remove DISTINCT",
-                        cells.select.sql("duckdb"),
+                        cells.text(),
                     )
                 agg.append("expressions", exp.alias_(exp.Sum(this=argument), f"__a{i}"))
             else:
@@ -210,7 +210,7 @@ class _Builder(MagnitudeLayers):
                 f"({self.cells.aggregates[i].sql('duckdb')})",
                 "join the other tables many-to-one onto their keys (e.g. persons p JOIN "
                 "households h ON p.household_id = h.household_id)",
-                self.cells.select.sql("duckdb"),
+                self.cells.text(),
             )
         return [units[positions[0]]]
 

@@ -1,0 +1,117 @@
+"""One column resolved once for a long chain of comparisons of it (ISSUE18 must-have 6).
+
+``age BETWEEN 0 AND 9 OR age BETWEEN 20 AND 29 OR ...`` names one column once per operand, and
+sqlglot resolves every one of them alike: ``qualify`` finds its table and ``annotate_types``
+its type, each walking the scope and looking the name up in the schema, which is most of their
+time on such a chain (a 100 KB OR of ranges: 3,500 columns). Every operand of a chain is in the
+same scope as the others (AND and OR are no scope boundaries), so the same name written the
+same way resolves the same way in each: to the table, name and type of the first operand's
+column, or to the same expansion of an output alias.
+
+:class:`RepeatedColumns` finds, in every AND/OR chain of more than :data:`GROUP_FROM`
+operands, the ranges (``BETWEEN``) of a plain column written alike (same name, same qualifier,
+same quoting, no comments): a range is a BOOLEAN whatever its column (other comparisons are
+typed from their operands, so they are not grouped). The first of each
+group keeps its column for sqlglot's passes; the others are taken out (:meth:`detach`) while a
+pass runs and get a copy of the first one's column as that pass left it (:meth:`attach`), node
+for node what the pass would have made of theirs, types included (shared, as
+:func:`~sqlsdc.engines.trees.copy_tree` shares them; the parser's positions are the first
+operand's, and nothing reads them). Between the passes every operand has its own column, so
+every check of the guard still sees every node.
+
+Likewise the values of a long IN list of literals (what chains of equalities become at parse,
+:mod:`sqlsdc.planner.connectors`): neither pass has anything to resolve in a literal, and
+``annotate_types`` gives each the type of its spelling alone (a string VARCHAR, an integer INT,
+another number DOUBLE; :func:`_literal_type`). All but the first are taken out while a pass runs
+and put back after it, typed so after type inference.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from sqlsdc.engines.trees import copy_tree, nodes
+from sqlsdc.errors import InternalError
+
+GROUP_FROM = 16  # groups of more operands are resolved once (as chains are balanced from 16)
+T = exp.DType
+
+
+class RepeatedColumns:
+    """The ranges of a tree whose column is resolved as its group's first one's."""
+
+    def __init__(self, tree: exp.Expr):
+        self.pairs: list[tuple[exp.Expr, exp.Expr]] = []  # (range, its group's first)
+        self.lists: list[tuple[exp.In, list[exp.Literal]]] = []  # (IN, its values)
+        for node in nodes(tree):
+            if isinstance(node, exp.Connector) and type(node.parent) is not type(node):
+                self._add_chain(node)
+            elif type(node) is exp.In:
+                values = node.args.get("expressions") or []
+                if len(values) > GROUP_FROM and all(type(v) is exp.Literal for v in values):
+                    self.lists.append((node, values))
+
+    def _add_chain(self, chain: exp.Connector) -> None:
+        operands = list(chain.flatten(unnest=False))
+        if len(operands) <= GROUP_FROM:
+            return
+        groups: dict[tuple, list[exp.Expr]] = {}
+        for operand in operands:
+            key = _written(operand)
+            if key is not None:
+                groups.setdefault(key, []).append(operand)
+        for members in groups.values():
+            if len(members) > GROUP_FROM:
+                self.pairs += [(member, members[0]) for member in members[1:]]
+
+    def detach(self) -> None:
+        """Take the columns of the grouped ranges but the first of each group out, and the
+        values of the IN lists but the first."""
+        for between, _first in self.pairs:
+            between.args["this"] = None
+        for listed, values in self.lists:
+            listed.args["expressions"] = values[:1]
+
+    def attach(self, typed: bool = False) -> None:
+        """Give every grouped range a copy of its group's first column as it is now, and
+        every IN list its values back (``typed``: as type inference types them)."""
+        for between, first in self.pairs:
+            column = copy_tree(first.this)
+            column.parent, column.arg_key, column.index = between, "this", None
+            between.args["this"] = column
+        for listed, values in self.lists:
+            kept = listed.args.get("expressions") or []
+            if len(kept) != 1 or kept[0] is not values[0] or values[0].parent is not listed:
+                raise InternalError("an IN list changed while its values were set aside")
+            listed.args["expressions"] = values
+            if typed:
+                for value in values[1:]:
+                    value._type = _literal_type(value).into_expr()
+                    value.meta["nonnull"] = True
+
+
+def _written(operand: exp.Expr) -> tuple | None:
+    """How the column of a range of a plain column is written, or None for any other operand
+    (the bounds of a range stay where they are)."""
+    if type(operand) is not exp.Between:
+        return None
+    column = operand.this
+    if type(column) is not exp.Column or column.comments:
+        return None
+    parts = []
+    for key, value in column.args.items():
+        if value is None:
+            continue
+        if key not in ("this", "table") or type(value) is not exp.Identifier or value.comments:
+            return None
+        if any(v is not None for k, v in value.args.items() if k not in ("this", "quoted")):
+            return None
+        parts.append((key, value.this, bool(value.args.get("quoted"))))
+    return tuple(sorted(parts))
+
+
+def _literal_type(literal: exp.Literal) -> exp.DType:
+    """The type sqlglot's ``annotate_types`` gives a literal (its rule for DuckDB too)."""
+    if literal.is_string:
+        return T.VARCHAR
+    return T.INT if literal.is_int else T.DOUBLE
