@@ -18,7 +18,7 @@ A float among the operands makes the common type DOUBLE, which holds every exact
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlglot import exp
 
@@ -50,6 +50,7 @@ class Shape:
     decimal: bool = False  # a DECIMAL type or literal (not an integer type)
     signed: bool = False  # may be negative, or is of a signed type
     unsigned128: bool = False  # an UHUGEINT: no signed type holds its values
+    wide_literal: bool = False  # an integer literal of over 38 digits (HUGEINT, UHUGEINT, BIGNUM)
 
     def join(self, other: Shape) -> Shape:
         return Shape(
@@ -58,6 +59,7 @@ class Shape:
             self.decimal or other.decimal,
             self.signed or other.signed,
             self.unsigned128 or other.unsigned128,
+            self.wide_literal or other.wide_literal,
         )
 
 
@@ -99,8 +101,12 @@ def shape(node: exp.Expr, family: Callable[[exp.Expr], str | None]) -> Shape | N
     if negative:
         node = node.this.unnest()
     if isinstance(node, exp.Literal) and not node.is_string:
-        found = _literal_shape(node, negative)  # beyond 38 digits DuckDB reads it as a DOUBLE
-        return found if found.digits + found.scale <= MAX_DECIMAL_DIGITS else None
+        found = _literal_shape(node, negative)
+        if found.digits + found.scale <= MAX_DECIMAL_DIGITS:
+            return found
+        # beyond 38 digits DuckDB reads a number with a point as a DOUBLE, an integer as a
+        # HUGEINT, UHUGEINT or BIGNUM, which it casts to the other operands' type row by row
+        return None if found.decimal else replace(found, wide_literal=True)
     if isinstance(node, _CHOICES):
         values = [v for v in _choice_values(node) if family(v) != "null"]
         shapes = [shape(v, family) for v in values]
@@ -130,6 +136,11 @@ def mixing_problem(shapes: list[Shape]) -> str | None:
     """Why casting exact numbers of these shapes to one common type can fail, or None."""
     if len(set(shapes)) <= 1:
         return None
+    if any(s.wide_literal for s in shapes):
+        return (
+            "an integer literal of more than 38 digits is a HUGEINT, UHUGEINT or BIGNUM, which "
+            "does not convert to every other exact type"
+        )
     if any(s.unsigned128 for s in shapes) and any(s.signed for s in shapes):
         return "no common type holds both UHUGEINT and signed values"
     if any(s.decimal for s in shapes):

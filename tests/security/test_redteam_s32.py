@@ -1,0 +1,121 @@
+"""Red-team round of session 32, with an analyst's connection only.
+
+What succeeded, and was closed:
+
+* **string and wide literals compared with stored values** (error oracles): DuckDB casts a
+  string literal compared with a column to the column's exact type, row by row (a cast that
+  fails is not folded, so it fails only where it is evaluated), and the guard judged the
+  literal by the column's type *family*: ``int_col = '99999999999'`` (a BIGINT's digits, no
+  INTEGER), ``tinyint_col = '300'``, ``utinyint_col = '-1'``, ``decimal_4_1_col = '99999'``,
+  date texts Python's ``fromisoformat`` reads and DuckDB does not (``'20200101'``,
+  ``'2020-W01-1'``, ``'2020-01-01T10'``, a trailing space), dates outside TIMESTAMP_NS's
+  range compared with one, and time-of-day columns with dates. Likewise an integer literal of
+  39 digits (a HUGEINT or UHUGEINT) compared with an INTEGER or DECIMAL column, and date
+  literals of years outside 1678-2261 mixed with a TIMESTAMP_NS in a CASE or COALESCE. Inside
+  ``CASE WHEN <condition on dimensions> THEN <comparison> ELSE TRUE END`` each failed in the
+  engine exactly when a row met the condition: whether one person of the demo (municipality
+  R08-M019, aged 66) exists, through ``age = '99999999999'``. The literal must now fit the
+  operand's exact type (``sqlsdc.planner.totality._literal_converts``), and a literal of more
+  than 38 digits is mixed with no other exact number (``sqlsdc.planner.exact_mixing``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import sqlsdc
+from tests.security.test_redteam_s30b import dimensions_table
+
+RARE = "municipality = 'R08-M019' AND age = 66"  # one person of the demo (seed 7)
+NOBODY = "municipality = 'R08-M019' AND age = 200"
+
+
+@pytest.mark.parametrize(
+    "comparison", ["age = '99999999999'", "age = 340282366920938463463374607431768211455"]
+)
+def test_a_literal_the_column_cannot_hold_is_no_oracle_on_the_demo(ckm, comparison):
+    """The attack on the shipped demo: before, the first query failed in the engine and the
+    second was answered (one person is aged 66 in R08-M019). Both are refused now."""
+    for condition in (RARE, NOBODY):
+        sql = (
+            f"SELECT region, COUNT(*) FROM persons WHERE CASE WHEN {condition} THEN "
+            f"{comparison} ELSE TRUE END GROUP BY region"
+        )
+        with pytest.raises(sqlsdc.PolicyViolation, match="could raise an error"):
+            ckm.execute(sql)
+
+
+@pytest.fixture(scope="module")
+def typed(tmp_path_factory):
+    """A CKM table whose pid 7 alone has k = 1, with columns of narrow exact and temporal
+    types (everyone's values ordinary)."""
+    columns = {
+        "k": "CASE WHEN i = 7 THEN 1 ELSE 0 END",
+        "ti": "CAST(i % 100 AS TINYINT)",
+        "ii": "CAST(i AS INTEGER)",
+        "ui": "CAST(i % 100 AS UTINYINT)",
+        "de": "CAST(i % 100 AS DECIMAL(4,1))",
+        "d": "DATE '2020-01-01' + CAST(i % 700 AS INTEGER)",
+        "ts": "TIMESTAMP '2020-01-01' + to_hours(i)",
+        "tns": "CAST(TIMESTAMP '2020-01-01' + to_hours(i) AS TIMESTAMP_NS)",
+        "tm": "TIME '10:00' + to_minutes(i % 600)",
+    }
+    with dimensions_table(tmp_path_factory.mktemp("typed") / "t.duckdb", columns, 200) as con:
+        yield con
+
+
+FAILED_FOR_K_1 = [  # each failed in the engine when k = 1 selected pid 7, answered for k = 2
+    "ii = '99999999999'",
+    "ti = '300'",
+    "ui = '-1'",
+    "ii IN ('1', '99999999999')",
+    "ii BETWEEN '1' AND '99999999999'",
+    "de = '99999'",
+    "de = '99999999999999999999999999999999999999999'",
+    "de = 170141183460469231731687303715884105727",
+    "ii = 170141183460469231731687303715884105728",
+    "d = '20200101'",
+    "d = '2020-W01-1'",
+    "d > '2020-01-01 1000'",
+    "ts = '2020-01-01T10'",
+    "ts = '2020-01-01 10:00:00,5'",
+    "ts = '2020-01-01 '",
+    "tns = '0001-01-01'",
+    "tns = '9999-12-31'",
+    "CASE WHEN k = {v} THEN CAST('0001-01-01' AS DATE) ELSE "
+    "CAST('2020-01-01' AS TIMESTAMP_NS) END IS NULL",
+    "COALESCE(CASE WHEN k = {v} THEN CAST('9999-01-01' AS TIMESTAMP) END, "
+    "CAST('2020-01-01' AS TIMESTAMP_NS)) IS NULL",
+]
+
+
+@pytest.mark.parametrize("comparison", FAILED_FOR_K_1)
+def test_a_literal_cast_to_a_columns_type_must_fit_it(typed, comparison):
+    for v in (1, 2):
+        condition = comparison.format(v=v)
+        if "{v}" not in comparison:
+            condition = f"CASE WHEN k = {v} THEN {comparison} ELSE TRUE END"
+        with pytest.raises(sqlsdc.PolicyViolation, match="could raise an error"):
+            typed.execute(f"SELECT g, COUNT(*) FROM t WHERE {condition} GROUP BY g")
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        "ii = '150'",
+        "ti IN ('1', '-5', '127')",
+        "ui BETWEEN '0' AND '255'",
+        "de = '12.5'",
+        "d = '2020-03-01'",
+        "d < '2020-03-01 12:00:00'",
+        "ts >= '2020-01-02T05:30'",
+        "tns < '2020-01-03 10:00:00.5'",
+        "tm > '12:30'",
+        "ii = 99999999999",
+        "CASE WHEN k = 1 THEN CAST('2000-01-01' AS DATE) ELSE CAST('2020-01-01' AS "
+        "TIMESTAMP_NS) END IS NULL",
+    ],
+)
+def test_literals_of_the_columns_type_are_still_compared(typed, condition):
+    """Answered (a cell may be dropped by the cell key method: the answer may be empty)."""
+    typed.execute(f"SELECT g, COUNT(*) FROM t WHERE {condition} GROUP BY g").fetchall()
