@@ -51,13 +51,13 @@ from sqlsdc.policy import AggregateKind, ColumnRole, Method, Policy
 
 
 def analyze(
-    tree: exp.Expr, policy: Policy, schema: dict, sql: str, constant_is_safe: ConstantCheck
+    tree: exp.Expr, policy: Policy, schema: dict, sql: str, constant_type: ConstantCheck
 ) -> Analysis:
     """Classify every scope of a qualified tree and refuse whatever the policy does not allow."""
     if _check_nodes(tree, sql):
         _expand_group_by_all(tree)
     annotate_types(tree, schema=schema, dialect=DIALECT)
-    checker = _Checker(policy, sql, constant_is_safe)
+    checker = _Checker(policy, sql, constant_type)
     infos: dict[int, ScopeInfo] = {}
     order = []
     inlining = Inlining(sql)
@@ -164,10 +164,10 @@ def _clauses(select: exp.Select, *keys: str) -> list[exp.Expr]:
 
 
 class _Checker(AggregateChecks, TotalityChecks):
-    def __init__(self, policy: Policy, sql: str, constant_is_safe: ConstantCheck):
+    def __init__(self, policy: Policy, sql: str, constant_type: ConstantCheck):
         self.policy = policy
         self.sql = sql
-        self.constant_is_safe = constant_is_safe
+        self.constant_type = constant_type
 
     def refuse(self, reason: str, hint: str = "") -> PolicyViolation:
         return PolicyViolation(reason, hint, self.sql)

@@ -64,6 +64,7 @@ class Shape:
 
 
 _BIGINT = Shape(19, signed=True)  # DuckDB's type of YEAR(), LENGTH(), EXTRACT(...)
+ENGINE_TYPED = "sqlsdc_engine_typed"  # meta of a constant whose type the engine gave
 
 
 def _type_shape(dtype: exp.DataType | None) -> Shape | None:
@@ -95,8 +96,13 @@ def shape(node: exp.Expr, family: Callable[[exp.Expr], str | None]) -> Shape | N
     :func:`sqlsdc.planner.totality.family`); a choice among values (CASE, COALESCE...) has the
     shape of their common type, None when one of them is a float."""
     node = node.unnest()
+    if isinstance(node, exp.Select):  # a scalar subquery (``unnest`` gives its SELECT)
+        values = [e.unalias() for e in node.expressions]
+        return shape(values[0], family) if len(values) == 1 else None
     if family(node) not in ("integer", "decimal"):
         return None
+    if node.meta.get(ENGINE_TYPED) and _type_shape(node.type) is not None:
+        return _type_shape(node.type)  # a constant, as the engine typed it
     negative = isinstance(node, exp.Neg)
     if negative:
         node = node.this.unnest()
@@ -118,9 +124,32 @@ def shape(node: exp.Expr, family: Callable[[exp.Expr], str | None]) -> Shape | N
         return joined
     if isinstance(node, (exp.IntDiv, exp.Mod)):
         return shape(node.this, family)
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
+        return _arithmetic_shape(node, family)  # exact arithmetic reads no column (totality)
+    if not isinstance(node, (exp.Cast, exp.TryCast)) and not node.find(exp.Column):
+        return _UNKNOWN_CONSTANT
     dtype = node.to if isinstance(node, (exp.Cast, exp.TryCast)) else node.type
     found = _type_shape(dtype) or _BIGINT
     return found.join(Shape(0, signed=True)) if negative else found
+
+
+def _arithmetic_shape(node: exp.Add | exp.Sub | exp.Mul, family) -> Shape:
+    """At least the shape DuckDB gives a sum, difference or product of exact constants: a
+    sum needs one more digit than its widest term, a product the digits and decimals of both
+    factors (DuckDB 2.0 types ``1.000 * 1`` DECIMAL(38, 3))."""
+    left, right = shape(node.left, family), shape(node.right, family)
+    if left is None or right is None:
+        return _UNKNOWN_CONSTANT
+    joined = left.join(right)
+    if isinstance(node, exp.Mul):
+        return replace(joined, digits=left.digits + right.digits, scale=left.scale + right.scale)
+    return replace(joined, digits=joined.digits + 1, signed=True)
+
+
+# An exact constant whose type sqlglot does not know and the engine did not give (inside a
+# subquery, which its own scope evaluates): as wide as a DECIMAL gets, so mixing it with any
+# other exact number is refused rather than guessed.
+_UNKNOWN_CONSTANT = Shape(MAX_DECIMAL_DIGITS, MAX_DECIMAL_DIGITS, decimal=True, signed=True)
 
 
 def _choice_values(node: exp.Expr) -> list[exp.Expr]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
+from sqlsdc.planner.exact_mixing import ENGINE_TYPED
 from sqlsdc.planner.scopes import DIALECT, SET_OPERATIONS, own_nodes
 from sqlsdc.planner.signatures import literal_refusal
 from sqlsdc.planner.totality import TOTALITY_HINT, partiality
@@ -14,7 +15,7 @@ from sqlsdc.planner.totality import TOTALITY_HINT, partiality
 
 class TotalityChecks:
     """Mixed into the checker (:mod:`sqlsdc.planner.analyze`): ``self.refuse`` and
-    ``self.constant_is_safe`` come from there."""
+    ``self.constant_type`` come from there."""
 
     def _check_released(self, select: exp.Select, scope: Scope) -> None:
         """Projections, HAVING and ORDER BY of an aggregation are evaluated on every cell."""
@@ -39,7 +40,7 @@ class TotalityChecks:
         """
         nodes, reads_column = _evaluated_nodes(node, released)
         for n in nodes:
-            refusal = literal_refusal(n, self.constant_is_safe)
+            refusal = literal_refusal(n, self.constant_type)
             if refusal:
                 raise self.refuse(refusal.reason, refusal.hint)
             if isinstance(n, exp.WindowSpec) and not _literal_frame(n):
@@ -50,15 +51,15 @@ class TotalityChecks:
                     "write the frame with literal offsets, e.g. ROWS BETWEEN 2 PRECEDING AND "
                     "CURRENT ROW",
                 )
+        checked = []
         for n, reads in zip(nodes, reads_column, strict=True):
             if released and _contains_released_value(n):
                 continue
             if not reads:
-                if not isinstance(n, _INERT) and not self.constant_is_safe(n):
-                    raise self.refuse(
-                        f"the expression {n.sql(DIALECT)} raises an error", "fix the expression"
-                    )
+                self._type_constant(n)
                 continue
+            checked.append(n)
+        for n in checked:  # after the constants have the engine's types
             problem = partiality(n)
             if problem:
                 raise self.refuse(
@@ -66,6 +67,21 @@ class TotalityChecks:
                     f"({problem}), which would reveal them",
                     TOTALITY_HINT,
                 )
+
+    def _type_constant(self, n: exp.Expr) -> None:
+        """Evaluate a constant once (refused if it raises) and give it the engine's type:
+        DuckDB types ``1.000 * 1`` DECIMAL(38, 3) and ``NULLIF(1.5, 0)`` DECIMAL(2, 1), which
+        sqlglot's inference does not know, and comparing such a value with a stored exact
+        number casts both to one type that may not hold some stored values."""
+        if isinstance(n, _INERT):
+            return
+        engine_type = self.constant_type(n)
+        if engine_type is None:
+            raise self.refuse(
+                f"the expression {n.sql(DIALECT)} raises an error", "fix the expression"
+            )
+        n.type = engine_type
+        n.meta[ENGINE_TYPED] = True
 
 
 _INERT = (

@@ -108,6 +108,9 @@ def family(node: exp.Expr | None) -> str | None:
         return "float" if "e" in text else "decimal" if "." in text else "integer"
     if isinstance(node, exp.Neg):
         return family(node.this)
+    if isinstance(node, exp.Subquery):
+        projection = scalar_projection(node)
+        return family(projection) if projection is not None else None
     if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
         families = {family(node.left), family(node.right)} - {"null"}
         if not families or not families <= NUMERIC:
@@ -117,6 +120,15 @@ def family(node: exp.Expr | None) -> str | None:
         return "decimal" if "decimal" in families else "integer"
     dtype = node.to if isinstance(node, (exp.Cast, exp.TryCast)) else node.type
     return _type_family(dtype)
+
+
+def scalar_projection(node: exp.Subquery) -> exp.Expr | None:
+    """The one value a scalar subquery selects (its type is that value's, as the engine
+    types it), or None for a set operation or several values."""
+    select = node.this
+    if not isinstance(select, exp.Select) or len(select.expressions) != 1:
+        return None
+    return select.expressions[0].unalias()
 
 
 def _type_family(dtype: exp.DataType | None) -> str | None:

@@ -17,6 +17,16 @@ What succeeded, and was closed:
   R08-M019, aged 66) exists, through ``age = '99999999999'``. The literal must now fit the
   operand's exact type (``sqlsdc.planner.totality._literal_converts``), and a literal of more
   than 38 digits is mixed with no other exact number (``sqlsdc.planner.exact_mixing``).
+* **exact constants whose type sqlglot guessed** (error oracles): ``int_col = 1.000…0 * 1``
+  (30 decimals) is DECIMAL(38, 30) in DuckDB, so comparing it with an INTEGER casts the
+  column to DECIMAL(38, 30), which fails for values of 10^8 and more; sqlglot typed the
+  product DOUBLE (or the exact-mixing check took it for a BIGINT), and ``ROUND(1.0…0, 30)``,
+  ``ABS(…)``, ``NULLIF(…, 0)``, ``CASE WHEN TRUE THEN … END``, ``(SELECT … * 1)`` and
+  ``hugeint_col = 1.5 * 1`` likewise. Inside a CASE on dimensions each failed in the engine
+  exactly when the chosen person held a large value. A constant now carries the type the
+  engine gives it when it is evaluated before the query (``evaluate_constant`` returns it),
+  sums and products of exact constants are shaped from their terms, and an exact constant
+  of a type neither knows (inside a subquery) is mixed with no other exact number.
 """
 
 from __future__ import annotations
@@ -119,3 +129,55 @@ def test_a_literal_cast_to_a_columns_type_must_fit_it(typed, comparison):
 def test_literals_of_the_columns_type_are_still_compared(typed, condition):
     """Answered (a cell may be dropped by the cell key method: the answer may be empty)."""
     typed.execute(f"SELECT g, COUNT(*) FROM t WHERE {condition} GROUP BY g").fetchall()
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory):
+    """A CKM table whose pid 7 alone has k = 1 and large exact values."""
+    columns = {
+        "k": "CASE WHEN i = 7 THEN 1 ELSE 0 END",
+        "big": "CAST(CASE WHEN i = 7 THEN 2000000000 ELSE i END AS INTEGER)",
+        "hu": "CAST(CASE WHEN i = 7 THEN 170141183460469231731687303715884105727 ELSE i END "
+        "AS HUGEINT)",
+    }
+    with dimensions_table(tmp_path_factory.mktemp("wide") / "t.duckdb", columns, 200) as con:
+        yield con
+
+
+D30 = "1." + "0" * 30  # DECIMAL(31, 30)
+
+
+@pytest.mark.parametrize(
+    "comparison",
+    [
+        f"big = {D30} * 1",
+        f"big = {D30} + 0",
+        f"big IN (1, {D30} * 1)",
+        f"big BETWEEN 0 AND {D30} * 1",
+        f"COALESCE(big, {D30} * 1) = 1",
+        f"GREATEST(big, {D30} * 1) = 1",
+        f"big = ROUND({D30}, 30)",
+        f"big = ABS({D30})",
+        f"big = NULLIF({D30}, 0)",
+        f"big = CASE WHEN TRUE THEN {D30} END",
+        f"big = (SELECT {D30} * 1)",
+        "hu = 1.5 * 1",
+        "hu = 0.5 + 0",
+    ],
+)
+def test_an_exact_constant_is_mixed_as_the_engine_types_it(wide, comparison):
+    """Each failed in the engine when k = 1 selected pid 7 (its large value cannot be cast to
+    the constant's DECIMAL type), and was answered for k = 2."""
+    for v in (1, 2):
+        condition = f"CASE WHEN k = {v} THEN {comparison} ELSE TRUE END"
+        sql = f"SELECT g, COUNT(*) FROM t WHERE {condition} GROUP BY g"
+        with pytest.raises(sqlsdc.PolicyViolation, match="could raise an error"):
+            wide.execute(sql)
+
+
+@pytest.mark.parametrize(
+    "comparison",
+    ["big = 1.5 * 1", "big > 17 + 1", "big = (SELECT 5)", f"big = FLOOR({D30})", "hu = 1 / 2"],
+)
+def test_exact_constants_that_fit_are_still_compared(wide, comparison):
+    wide.execute(f"SELECT g, COUNT(*) FROM t WHERE {comparison} GROUP BY g").fetchall()
