@@ -186,6 +186,8 @@ def _exact_type(node: exp.Expr) -> exp.DataType | None:
     node = _unwrap(node)
     if isinstance(node, (exp.Cast, exp.TryCast)):
         return node.to
+    if isinstance(node, (exp.Year, exp.Month, exp.Quarter, exp.Length)):
+        return exp.DataType.build("BIGINT")
     return node.type if isinstance(node, exp.Column) else None
 
 
