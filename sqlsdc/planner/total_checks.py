@@ -10,7 +10,7 @@ from sqlglot.optimizer.scope import Scope
 from sqlsdc.planner.exact_mixing import ENGINE_TYPED
 from sqlsdc.planner.scopes import DIALECT, SET_OPERATIONS, own_nodes
 from sqlsdc.planner.signatures import literal_refusal
-from sqlsdc.planner.totality import TOTALITY_HINT, partiality
+from sqlsdc.planner.totality import STORED, TOTALITY_HINT, partiality
 
 
 class TotalityChecks:
@@ -40,6 +40,8 @@ class TotalityChecks:
         """
         nodes, reads_column = _evaluated_nodes(node, released)
         for n in nodes:
+            if isinstance(n, exp.Column) and isinstance(scope.sources.get(n.table), exp.Table):
+                n.meta[STORED] = True  # its type is the table's, not sqlglot's inference
             refusal = literal_refusal(n, self.constant_type)
             if refusal:
                 raise self.refuse(refusal.reason, refusal.hint)

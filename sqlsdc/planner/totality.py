@@ -179,16 +179,20 @@ _TIME_TEXT = re.compile(r"\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?")
 _NANOSECOND_YEARS = (1678, 2261)  # TIMESTAMP_NS holds 1677-09-21 to 2262-04-11
 
 
+STORED = "sqlsdc_stored"  # meta of a column read from a table (total_checks marks it)
+
+
 def _exact_type(node: exp.Expr) -> exp.DataType | None:
-    """The type DuckDB gives ``node`` for sure: a column's declared type or a cast's target
-    (sqlglot's inferred type of other expressions may be wider than DuckDB's: ``tinyint_col
-    // 2`` is a TINYINT)."""
+    """The type DuckDB gives ``node`` for sure: a stored column's type or a cast's target
+    (sqlglot's inferred type of other expressions, and of a derived table's column, may be
+    wider than DuckDB's: ``tinyint_col // 2`` is a TINYINT)."""
     node = _unwrap(node)
     if isinstance(node, (exp.Cast, exp.TryCast)):
         return node.to
     if isinstance(node, (exp.Year, exp.Month, exp.Quarter, exp.Length)):
         return exp.DataType.build("BIGINT")
-    return node.type if isinstance(node, exp.Column) else None
+    stored = isinstance(node, exp.Column) and node.meta.get(STORED)
+    return node.type if stored else None
 
 
 def _literal_converts(literal: exp.Literal, other: exp.Expr) -> bool:

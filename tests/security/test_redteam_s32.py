@@ -15,8 +15,10 @@ What succeeded, and was closed:
   ``CASE WHEN <condition on dimensions> THEN <comparison> ELSE TRUE END`` each failed in the
   engine exactly when a row met the condition: whether one person of the demo (municipality
   R08-M019, aged 66) exists, through ``age = '99999999999'``. The literal must now fit the
-  operand's exact type (``sqlsdc.planner.totality._literal_converts``), and a literal of more
-  than 38 digits is mixed with no other exact number (``sqlsdc.planner.exact_mixing``).
+  operand's exact type (``sqlsdc.planner.totality._literal_converts``: a stored column's or
+  a cast's; a derived table's column is typed by sqlglot's inference, which called
+  ``tinyint_col // 2`` an INTEGER), and a literal of more than 38 digits is mixed with no
+  other exact number (``sqlsdc.planner.exact_mixing``).
 * **exact constants whose type sqlglot guessed** (error oracles): ``int_col = 1.000…0 * 1``
   (30 decimals) is DECIMAL(38, 30) in DuckDB, so comparing it with an INTEGER casts the
   column to DECIMAL(38, 30), which fails for values of 10^8 and more; sqlglot typed the
@@ -107,6 +109,23 @@ def test_a_literal_cast_to_a_columns_type_must_fit_it(typed, comparison):
             condition = f"CASE WHEN k = {v} THEN {comparison} ELSE TRUE END"
         with pytest.raises(sqlsdc.PolicyViolation, match="could raise an error"):
             typed.execute(f"SELECT g, COUNT(*) FROM t WHERE {condition} GROUP BY g")
+
+
+@pytest.mark.parametrize(
+    "inner",
+    ["ti // 2", "GREATEST(ti, 5)", "CASE WHEN k = 0 THEN ti ELSE 1 END", "COALESCE(ti, 1)"],
+)
+def test_a_derived_column_is_no_wider_than_the_engine_types_it(typed, inner):
+    """sqlglot types ``tinyint_col // 2`` (and GREATEST, COALESCE, CASE of it) INTEGER, DuckDB
+    TINYINT: through a derived table, ``h = '200'`` passed as an INTEGER's literal and failed
+    in the engine exactly when the branch was reached. Only a stored column's type is
+    trusted now."""
+    for v in (1, 2):
+        with pytest.raises(sqlsdc.PolicyViolation, match="could raise an error"):
+            typed.execute(
+                f"SELECT g, COUNT(*) FROM (SELECT g, k, {inner} AS h FROM t) AS q "
+                f"WHERE CASE WHEN k = {v} THEN h = '200' ELSE TRUE END GROUP BY g"
+            )
 
 
 @pytest.mark.parametrize(
