@@ -65,6 +65,7 @@ class Shape:
 
 _BIGINT = Shape(19, signed=True)  # DuckDB's type of YEAR(), LENGTH(), EXTRACT(...)
 ENGINE_TYPED = "sqlsdc_engine_typed"  # meta of a constant whose type the engine gave
+DERIVED = "sqlsdc_derived"  # meta of a derived table's column: (family, shape) of its value
 
 
 def _type_shape(dtype: exp.DataType | None) -> Shape | None:
@@ -101,6 +102,8 @@ def shape(node: exp.Expr, family: Callable[[exp.Expr], str | None]) -> Shape | N
         return shape(values[0], family) if len(values) == 1 else None
     if family(node) not in ("integer", "decimal"):
         return None
+    if isinstance(node, exp.Column) and DERIVED in node.meta:
+        return node.meta[DERIVED][1] or _UNKNOWN_CONSTANT  # its value's (total_checks)
     if node.meta.get(ENGINE_TYPED) and _type_shape(node.type) is not None:
         return _type_shape(node.type)  # a constant, as the engine typed it
     negative = isinstance(node, exp.Neg)

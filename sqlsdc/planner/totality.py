@@ -20,7 +20,7 @@ import re
 from sqlglot import exp
 
 from sqlsdc.planner.allowlist import describe
-from sqlsdc.planner.exact_mixing import mixing
+from sqlsdc.planner.exact_mixing import DERIVED, mixing
 from sqlsdc.planner.temporal_parts import TIMES, extract_problem, strftime_problem
 
 DIALECT = "duckdb"
@@ -111,6 +111,10 @@ def family(node: exp.Expr | None) -> str | None:
     if isinstance(node, exp.Subquery):
         projection = scalar_projection(node)
         return family(projection) if projection is not None else None
+    if isinstance(node, exp.Column) and DERIVED in node.meta:
+        return node.meta[DERIVED][0]
+    if isinstance(node, _CHOICE_NODES):
+        return _choice_family(node)
     if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
         families = {family(node.left), family(node.right)} - {"null"}
         if not families or not families <= NUMERIC:
@@ -120,6 +124,29 @@ def family(node: exp.Expr | None) -> str | None:
         return "decimal" if "decimal" in families else "integer"
     dtype = node.to if isinstance(node, (exp.Cast, exp.TryCast)) else node.type
     return _type_family(dtype)
+
+
+_CHOICE_NODES = (exp.Case, exp.If, exp.Coalesce, exp.Greatest, exp.Least, exp.Nullif)
+
+
+def _choice_family(node: exp.Expr) -> str | None:
+    """The family of a choice among values, from the values (sqlglot types a CASE of DECIMAL
+    literals DOUBLE): one family, or among numbers the widest; None for a mix."""
+    if isinstance(node, exp.Case):
+        values = [i.args.get("true") for i in node.args.get("ifs", [])]
+        values.append(node.args.get("default"))
+    elif isinstance(node, exp.If):
+        values = [node.args.get("true"), node.args.get("false")]
+    elif isinstance(node, exp.Nullif):
+        values = [node.this]
+    else:
+        values = [node.this, *node.expressions]
+    families = {family(v) for v in values if v is not None} - {"null"}
+    if not families:
+        return "null"
+    if families <= NUMERIC:
+        return "float" if "float" in families else "decimal" if "decimal" in families else "integer"
+    return families.pop() if len(families) == 1 else None
 
 
 def scalar_projection(node: exp.Subquery) -> exp.Expr | None:
@@ -180,6 +207,7 @@ _NANOSECOND_YEARS = (1678, 2261)  # TIMESTAMP_NS holds 1677-09-21 to 2262-04-11
 
 
 STORED = "sqlsdc_stored"  # meta of a column read from a table (total_checks marks it)
+NUMERIC_FAMILIES = frozenset({"integer", "decimal", "float"})
 
 
 def _exact_type(node: exp.Expr) -> exp.DataType | None:
