@@ -129,7 +129,7 @@ def shape(node: exp.Expr, family: Callable[[exp.Expr], str | None]) -> Shape | N
         return shape(node.this, family)
     if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
         return _arithmetic_shape(node, family)  # exact arithmetic reads no column (totality)
-    if not isinstance(node, (exp.Cast, exp.TryCast)) and not node.find(exp.Column):
+    if not isinstance(node, (exp.Cast, exp.TryCast)) and not node.find(*_NOT_CONSTANT):
         return _UNKNOWN_CONSTANT
     dtype = node.to if isinstance(node, (exp.Cast, exp.TryCast)) else node.type
     found = _type_shape(dtype) or _BIGINT
@@ -148,6 +148,8 @@ def _arithmetic_shape(node: exp.Add | exp.Sub | exp.Mul, family) -> Shape:
         return replace(joined, digits=left.digits + right.digits, scale=left.scale + right.scale)
     return replace(joined, digits=joined.digits + 1, signed=True)
 
+
+_NOT_CONSTANT = (exp.Column, exp.AggFunc, exp.Window, exp.Subquery, exp.Select)
 
 # An exact constant whose type sqlglot does not know and the engine did not give (inside a
 # subquery, which its own scope evaluates): as wide as a DECIMAL gets, so mixing it with any
