@@ -254,7 +254,7 @@ def _resolved(sql: str, context, grouped: bool) -> list[tuple]:
     check_tables(tree, context.policy, sql)
     repeated = RepeatedColumns(tree) if grouped else None
     tree = qualify_tree(tree, context.schema, sql, repeated)
-    analyze(tree, context.policy, context.schema, sql, context.constant_is_safe, repeated)
+    analyze(tree, context.policy, context.schema, sql, context.constant_type, repeated)
     assert not grouped or repeated.pairs or repeated.lists
     positions = {"line", "col", "start", "end"}
     return [

@@ -300,9 +300,10 @@ def _harden(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("SET lock_configuration = true")
 
 
-def evaluate_constant(sql: str, timeout: float) -> None:
+def evaluate_constant(sql: str, timeout: float) -> str:
     """Run ``sql``, a statement that reads no table (a query's constant, evaluated once
-    before the query to see whether it raises), on a private in-memory instance hardened and
+    before the query to see whether it raises), and return the engine's type of its first
+    column (``DECIMAL(38,3)``, ``HUGEINT``), on a private in-memory instance hardened and
     set like every file's (``harden``: UTC, the Gregorian calendar), so that checking needs
     neither a database file nor its lock. Each thread has its own cursor: checks in several
     threads never wait for one another, and each is interrupted after ``timeout`` alone.
@@ -315,7 +316,7 @@ def evaluate_constant(sql: str, timeout: float) -> None:
         with _OPEN_LOCK:
             cursor = _SCRATCH_CURSORS.cursor = _scratch().cursor()
     try:
-        run(cursor, sql, timeout=timeout)
+        return type_names(run(cursor, sql, timeout=timeout).schema)[0]
     except (duckdb.InternalException, duckdb.FatalException):
         # DuckDB may have invalidated the instance: later constants get a fresh one
         _SCRATCH_CURSORS.cursor = None

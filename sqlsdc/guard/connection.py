@@ -21,6 +21,7 @@ from statistics import NormalDist
 import pandas as pd
 import pyarrow as pa
 from sqlglot import exp
+from sqlglot.errors import ParseError
 
 from sqlsdc.catalog import store
 from sqlsdc.catalog.budget import (
@@ -1167,26 +1168,27 @@ def _context(
     }
     constrained = any(key for columns in tables.values() for _c, _t, key in columns)
 
-    def evaluates(sql: str) -> bool:
+    def evaluates(sql: str) -> str | None:
         if len(sql) > KEPT_CONSTANT_CHARACTERS:  # 1,024 constants of a megabyte: a gigabyte
             return evaluates_once(sql)
         return kept_evaluates(sql)
 
-    def evaluates_once(sql: str) -> bool:
+    def evaluates_once(sql: str) -> str | None:
         try:
-            engine.evaluate_constant(sql, _TIME_LEFT.get(lambda: timeout)())
-            return True
+            return engine.evaluate_constant(sql, _TIME_LEFT.get(lambda: timeout)())
         except engine.duckdb.InterruptException:
             raise _timeout_error("") from None
         except engine.EngineError:
-            return False
+            return None
 
     kept_evaluates = lru_cache(maxsize=1024)(evaluates_once)
 
-    def constant_is_safe(node: exp.Expr) -> bool:
+    def constant_type(node: exp.Expr) -> exp.DataType | None:
         if node.find(exp.Subquery, exp.Select, exp.Table, exp.Column):
-            return True  # not a constant; its own scope is checked
-        return evaluates(engine.to_sql(exp.select(node.copy())))
+            # not a constant; its own scope is checked
+            return node.type or exp.DataType.build("UNKNOWN")
+        name = evaluates(engine.to_sql(exp.select(node.copy())))
+        return None if name is None else _engine_type(name)
 
     context = GuardContext(
         policy=policy,
@@ -1194,12 +1196,25 @@ def _context(
         schema=schema,
         unit_per_row=unit_per_row,
         unique_columns=unique_columns(con, constraints=constrained),
-        constant_is_safe=constant_is_safe,
+        constant_type=constant_type,
         to_sql=engine.to_sql,
         ptables=load_ptables(con, policy),
     )
     fingerprint = context_fingerprint(str(path.resolve()), context, engine.duckdb.__version__)
     return replace(context, fingerprint=fingerprint)
+
+
+@lru_cache(maxsize=256)
+def _engine_data_type(name: str) -> exp.DataType:
+    try:
+        return exp.DataType.build(name, dialect="duckdb")
+    except (ValueError, ParseError):  # a type sqlglot cannot read: no family, no shape
+        return exp.DataType.build("UNKNOWN")
+
+
+def _engine_type(name: str) -> exp.DataType:
+    """sqlglot's type for the engine's type name of a constant (a copy: types are nodes)."""
+    return _engine_data_type(name).copy()
 
 
 def _timeout_error(where: str) -> QueryCanceled:

@@ -47,7 +47,7 @@ class GuardContext:
     policy_version: int
     schema: dict[str, dict[str, str]]
     unit_per_row: dict[str, bool]
-    constant_is_safe: Callable[[exp.Expr], bool]
+    constant_type: Callable[[exp.Expr], exp.DataType | None]  # planner.scopes.ConstantCheck
     to_sql: Callable[[exp.Expr], str]
     ptables: Mapping[PTableKey, PTableRef] = field(default_factory=dict)
     unique_columns: Mapping[str, frozenset[str]] = field(default_factory=dict)
@@ -259,9 +259,7 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
     if len(qualified_names) != len(names):  # a * was expanded
         names = qualified_names
     in_time()
-    analysis = analyze(
-        tree, context.policy, context.schema, sql, context.constant_is_safe, repeated
-    )
+    analysis = analyze(tree, context.policy, context.schema, sql, context.constant_type, repeated)
     in_time()
     multiplicity = prove_multiplicity(analysis, context.policy, context.unique_columns, sql)
     plan = plan_query(analysis, context.policy, context.unit_per_row, multiplicity)

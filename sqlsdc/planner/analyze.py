@@ -56,7 +56,7 @@ def analyze(
     policy: Policy,
     schema: dict,
     sql: str,
-    constant_is_safe: ConstantCheck,
+    constant_type: ConstantCheck,
     repeated: RepeatedColumns | None = None,
 ) -> Analysis:
     """Classify every scope of a qualified tree and refuse whatever the policy does not allow.
@@ -70,7 +70,7 @@ def analyze(
     annotate_types(tree, schema=schema, dialect=DIALECT)
     if repeated is not None:
         repeated.attach(typed=True)
-    checker = _Checker(policy, sql, constant_is_safe)
+    checker = _Checker(policy, sql, constant_type)
     infos: dict[int, ScopeInfo] = {}
     order = []
     inlining = Inlining(sql)
@@ -177,10 +177,10 @@ def _clauses(select: exp.Select, *keys: str) -> list[exp.Expr]:
 
 
 class _Checker(AggregateChecks, TotalityChecks):
-    def __init__(self, policy: Policy, sql: str, constant_is_safe: ConstantCheck):
+    def __init__(self, policy: Policy, sql: str, constant_type: ConstantCheck):
         self.policy = policy
         self.sql = sql
-        self.constant_is_safe = constant_is_safe
+        self.constant_type = constant_type
         self._lineages: dict[tuple[int, str, str], tuple[Scope, Lineage]] = {}
 
     def refuse(self, reason: str, hint: str = "") -> PolicyViolation:

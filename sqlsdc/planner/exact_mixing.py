@@ -18,7 +18,7 @@ A float among the operands makes the common type DOUBLE, which holds every exact
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlglot import exp
 
@@ -50,6 +50,7 @@ class Shape:
     decimal: bool = False  # a DECIMAL type or literal (not an integer type)
     signed: bool = False  # may be negative, or is of a signed type
     unsigned128: bool = False  # an UHUGEINT: no signed type holds its values
+    wide_literal: bool = False  # an integer literal of over 38 digits (HUGEINT, UHUGEINT, BIGNUM)
 
     def join(self, other: Shape) -> Shape:
         return Shape(
@@ -58,10 +59,13 @@ class Shape:
             self.decimal or other.decimal,
             self.signed or other.signed,
             self.unsigned128 or other.unsigned128,
+            self.wide_literal or other.wide_literal,
         )
 
 
 _BIGINT = Shape(19, signed=True)  # DuckDB's type of YEAR(), LENGTH(), EXTRACT(...)
+ENGINE_TYPED = "sqlsdc_engine_typed"  # meta of a constant whose type the engine gave
+DERIVED = "sqlsdc_derived"  # meta of a derived table's column: (family, shape) of its value
 
 
 def _type_shape(dtype: exp.DataType | None) -> Shape | None:
@@ -93,14 +97,25 @@ def shape(node: exp.Expr, family: Callable[[exp.Expr], str | None]) -> Shape | N
     :func:`sqlsdc.planner.totality.family`); a choice among values (CASE, COALESCE...) has the
     shape of their common type, None when one of them is a float."""
     node = node.unnest()
+    if isinstance(node, exp.Select):  # a scalar subquery (``unnest`` gives its SELECT)
+        values = [e.unalias() for e in node.expressions]
+        return shape(values[0], family) if len(values) == 1 else None
     if family(node) not in ("integer", "decimal"):
         return None
+    if isinstance(node, exp.Column) and DERIVED in node.meta:
+        return node.meta[DERIVED][1] or _UNKNOWN_CONSTANT  # its value's (total_checks)
+    if node.meta.get(ENGINE_TYPED) and _type_shape(node.type) is not None:
+        return _type_shape(node.type)  # a constant, as the engine typed it
     negative = isinstance(node, exp.Neg)
     if negative:
         node = node.this.unnest()
     if isinstance(node, exp.Literal) and not node.is_string:
-        found = _literal_shape(node, negative)  # beyond 38 digits DuckDB reads it as a DOUBLE
-        return found if found.digits + found.scale <= MAX_DECIMAL_DIGITS else None
+        found = _literal_shape(node, negative)
+        if found.digits + found.scale <= MAX_DECIMAL_DIGITS:
+            return found
+        # beyond 38 digits DuckDB reads a number with a point as a DOUBLE, an integer as a
+        # HUGEINT, UHUGEINT or BIGNUM, which it casts to the other operands' type row by row
+        return None if found.decimal else replace(found, wide_literal=True)
     if isinstance(node, _CHOICES):
         values = [v for v in _choice_values(node) if family(v) != "null"]
         shapes = [shape(v, family) for v in values]
@@ -112,9 +127,34 @@ def shape(node: exp.Expr, family: Callable[[exp.Expr], str | None]) -> Shape | N
         return joined
     if isinstance(node, (exp.IntDiv, exp.Mod)):
         return shape(node.this, family)
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
+        return _arithmetic_shape(node, family)  # exact arithmetic reads no column (totality)
+    if not isinstance(node, (exp.Cast, exp.TryCast)) and not node.find(*_NOT_CONSTANT):
+        return _UNKNOWN_CONSTANT
     dtype = node.to if isinstance(node, (exp.Cast, exp.TryCast)) else node.type
     found = _type_shape(dtype) or _BIGINT
     return found.join(Shape(0, signed=True)) if negative else found
+
+
+def _arithmetic_shape(node: exp.Add | exp.Sub | exp.Mul, family) -> Shape:
+    """At least the shape DuckDB gives a sum, difference or product of exact constants: a
+    sum needs one more digit than its widest term, a product the digits and decimals of both
+    factors (DuckDB 2.0 types ``1.000 * 1`` DECIMAL(38, 3))."""
+    left, right = shape(node.left, family), shape(node.right, family)
+    if left is None or right is None:
+        return _UNKNOWN_CONSTANT
+    joined = left.join(right)
+    if isinstance(node, exp.Mul):
+        return replace(joined, digits=left.digits + right.digits, scale=left.scale + right.scale)
+    return replace(joined, digits=joined.digits + 1, signed=True)
+
+
+_NOT_CONSTANT = (exp.Column, exp.AggFunc, exp.Window, exp.Subquery, exp.Select)
+
+# An exact constant whose type sqlglot does not know and the engine did not give (inside a
+# subquery, which its own scope evaluates): as wide as a DECIMAL gets, so mixing it with any
+# other exact number is refused rather than guessed.
+_UNKNOWN_CONSTANT = Shape(MAX_DECIMAL_DIGITS, MAX_DECIMAL_DIGITS, decimal=True, signed=True)
 
 
 def _choice_values(node: exp.Expr) -> list[exp.Expr]:
@@ -130,6 +170,11 @@ def mixing_problem(shapes: list[Shape]) -> str | None:
     """Why casting exact numbers of these shapes to one common type can fail, or None."""
     if len(set(shapes)) <= 1:
         return None
+    if any(s.wide_literal for s in shapes):
+        return (
+            "an integer literal of more than 38 digits is a HUGEINT, UHUGEINT or BIGNUM, which "
+            "does not convert to every other exact type"
+        )
     if any(s.unsigned128 for s in shapes) and any(s.signed for s in shapes):
         return "no common type holds both UHUGEINT and signed values"
     if any(s.decimal for s in shapes):

@@ -72,7 +72,9 @@ class Analysis:
         return self.infos[id(unwrap(node))]
 
 
-ConstantCheck = Callable[[exp.Expr], bool]
+ConstantCheck = Callable[[exp.Expr], exp.DataType | None]
+"""Evaluates a constant (an expression that reads no column) once, apart from the query: the
+engine's type of its value, or None if it raises (the guard's ``constant_type``)."""
 
 
 def unwrap(node: exp.Expr) -> exp.Expr:

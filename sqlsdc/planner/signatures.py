@@ -271,7 +271,9 @@ def _probe(node: exp.Expr, sig: Signature) -> exp.Expr:
     return probe
 
 
-def literal_refusal(node: exp.Expr, constant_is_safe: Callable[[exp.Expr], bool]) -> Refusal | None:
+def literal_refusal(
+    node: exp.Expr, constant_type: Callable[[exp.Expr], exp.DataType | None]
+) -> Refusal | None:
     """Why an argument of ``node`` that must be a literal is not one, or None.
 
     An argument passes if it is a literal of the required kind, or (for VALID arguments) a
@@ -299,7 +301,7 @@ def literal_refusal(node: exp.Expr, constant_is_safe: Callable[[exp.Expr], bool]
                 f"{argument.sql(DIALECT)[:80]}: any other value {_ORACLE}",
                 instead,
             )
-        if literal.check is Check.VALID and not constant_is_safe(_probe(node, sig)):
+        if literal.check is Check.VALID and constant_type(_probe(node, sig)) is None:
             return Refusal(
                 f"{where} {argument.sql(DIALECT)[:80]} is not valid: the call raises an error",
                 instead,

@@ -7,14 +7,21 @@ from __future__ import annotations
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
+from sqlsdc.planner.exact_mixing import DERIVED, ENGINE_TYPED, shape
 from sqlsdc.planner.scopes import DIALECT, SET_OPERATIONS, own_nodes
 from sqlsdc.planner.signatures import literal_refusal
-from sqlsdc.planner.totality import TOTALITY_HINT, partiality
+from sqlsdc.planner.totality import (
+    NUMERIC_FAMILIES,
+    STORED,
+    TOTALITY_HINT,
+    family,
+    partiality,
+)
 
 
 class TotalityChecks:
     """Mixed into the checker (:mod:`sqlsdc.planner.analyze`): ``self.refuse`` and
-    ``self.constant_is_safe`` come from there."""
+    ``self.constant_type`` come from there."""
 
     def _check_released(self, select: exp.Select, scope: Scope) -> None:
         """Projections, HAVING and ORDER BY of an aggregation are evaluated on every cell."""
@@ -39,7 +46,9 @@ class TotalityChecks:
         """
         nodes, reads_column = _evaluated_nodes(node, released)
         for n in nodes:
-            refusal = literal_refusal(n, self.constant_is_safe)
+            if isinstance(n, exp.Column):
+                _type_column(n, scope, 0)
+            refusal = literal_refusal(n, self.constant_type)
             if refusal:
                 raise self.refuse(refusal.reason, refusal.hint)
             if isinstance(n, exp.WindowSpec) and not _literal_frame(n):
@@ -50,15 +59,15 @@ class TotalityChecks:
                     "write the frame with literal offsets, e.g. ROWS BETWEEN 2 PRECEDING AND "
                     "CURRENT ROW",
                 )
+        checked = []
         for n, reads in zip(nodes, reads_column, strict=True):
             if released and _contains_released_value(n):
                 continue
             if not reads:
-                if not isinstance(n, _INERT) and not self.constant_is_safe(n):
-                    raise self.refuse(
-                        f"the expression {n.sql(DIALECT)} raises an error", "fix the expression"
-                    )
+                self._type_constant(n)
                 continue
+            checked.append(n)
+        for n in checked:  # after the constants have the engine's types
             problem = partiality(n)
             if problem:
                 raise self.refuse(
@@ -66,6 +75,87 @@ class TotalityChecks:
                     f"({problem}), which would reveal them",
                     TOTALITY_HINT,
                 )
+
+    def _type_constant(self, n: exp.Expr) -> None:
+        """Evaluate a constant once (refused if it raises) and give it the engine's type:
+        DuckDB types ``1.000 * 1`` DECIMAL(38, 3) and ``NULLIF(1.5, 0)`` DECIMAL(2, 1), which
+        sqlglot's inference does not know, and comparing such a value with a stored exact
+        number casts both to one type that may not hold some stored values."""
+        if isinstance(n, _INERT):
+            return
+        engine_type = self.constant_type(n)
+        if engine_type is None:
+            raise self.refuse(
+                f"the expression {n.sql(DIALECT)} raises an error", "fix the expression"
+            )
+        n.type = engine_type
+        n.meta[ENGINE_TYPED] = True
+
+
+def _type_column(column: exp.Column, scope: Scope, depth: int) -> None:
+    """Mark what a column's values are, where sqlglot's inferred type may be wrong: a stored
+    column has its table's type (``STORED``); a derived table's column has the family and
+    exact shape of the value it selects (``DERIVED``), read through nested derived tables and
+    set operations (sqlglot types ``1.5`` and ``CASE … THEN 1.5 END`` DOUBLE where DuckDB has
+    a DECIMAL, and ``tinyint_col // 2`` INTEGER where DuckDB has a TINYINT). A column whose
+    values cannot be followed has no family: comparisons with it are refused."""
+    source = scope.sources.get(column.table)
+    if isinstance(source, exp.Table):
+        column.meta[STORED] = True
+        return
+    if not isinstance(source, Scope) or column.meta.get(DERIVED) is not None:
+        return
+    values = _selected(source, column.name, depth)
+    if values is None:
+        column.meta[DERIVED] = (None, None)
+        return
+    families = {family(v) for v in values} - {"null"}
+    found = families.pop() if len(families) == 1 else None
+    if families and families <= NUMERIC_FAMILIES:
+        found = (
+            "float" if "float" in families else "decimal" if "decimal" in families else "integer"
+        )
+    shapes = [shape(v, family) for v in values if family(v) in ("integer", "decimal")]
+    joined = None
+    if shapes and None not in shapes and found in ("integer", "decimal"):
+        joined = shapes[0]
+        for s in shapes[1:]:
+            joined = joined.join(s)
+    column.meta[DERIVED] = (found, joined)
+
+
+def _selected(source: Scope, name: str, depth: int) -> list[exp.Expr] | None:
+    """The values a derived table's column ``name`` takes (one per branch of a set
+    operation), their own columns marked; None if they cannot be found."""
+    if depth > _DEPTH:
+        return None
+    if isinstance(source.expression, SET_OPERATIONS):
+        branches = source.set_operation_scopes
+        first = source.expression.selects
+        position = next((i for i, p in enumerate(first) if p.alias_or_name == name), None)
+        if position is None:
+            return None
+        values = []
+        for branch in branches:
+            selects = branch.expression.selects
+            if position >= len(selects):
+                return None
+            found = _selected(branch, selects[position].alias_or_name, depth + 1)
+            if found is None:
+                return None
+            values.extend(found)
+        return values
+    for projection in source.expression.selects:
+        if projection.alias_or_name == name:
+            value = projection.unalias()
+            for n in own_nodes(value):
+                if isinstance(n, exp.Column):
+                    _type_column(n, source, depth + 1)
+            return [value]
+    return None
+
+
+_DEPTH = 64  # nested derived tables followed; deeper ones are unknown
 
 
 _INERT = (

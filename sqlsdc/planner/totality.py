@@ -20,7 +20,7 @@ import re
 from sqlglot import exp
 
 from sqlsdc.planner.allowlist import describe
-from sqlsdc.planner.exact_mixing import mixing
+from sqlsdc.planner.exact_mixing import DERIVED, mixing
 from sqlsdc.planner.temporal_parts import TIMES, extract_problem, strftime_problem
 
 DIALECT = "duckdb"
@@ -108,6 +108,13 @@ def family(node: exp.Expr | None) -> str | None:
         return "float" if "e" in text else "decimal" if "." in text else "integer"
     if isinstance(node, exp.Neg):
         return family(node.this)
+    if isinstance(node, exp.Subquery):
+        projection = scalar_projection(node)
+        return family(projection) if projection is not None else None
+    if isinstance(node, exp.Column) and DERIVED in node.meta:
+        return node.meta[DERIVED][0]
+    if isinstance(node, _CHOICE_NODES):
+        return _choice_family(node)
     if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
         families = {family(node.left), family(node.right)} - {"null"}
         if not families or not families <= NUMERIC:
@@ -117,6 +124,38 @@ def family(node: exp.Expr | None) -> str | None:
         return "decimal" if "decimal" in families else "integer"
     dtype = node.to if isinstance(node, (exp.Cast, exp.TryCast)) else node.type
     return _type_family(dtype)
+
+
+_CHOICE_NODES = (exp.Case, exp.If, exp.Coalesce, exp.Greatest, exp.Least, exp.Nullif)
+
+
+def _choice_family(node: exp.Expr) -> str | None:
+    """The family of a choice among values, from the values (sqlglot types a CASE of DECIMAL
+    literals DOUBLE): one family, or among numbers the widest; None for a mix."""
+    if isinstance(node, exp.Case):
+        values = [i.args.get("true") for i in node.args.get("ifs", [])]
+        values.append(node.args.get("default"))
+    elif isinstance(node, exp.If):
+        values = [node.args.get("true"), node.args.get("false")]
+    elif isinstance(node, exp.Nullif):
+        values = [node.this]
+    else:
+        values = [node.this, *node.expressions]
+    families = {family(v) for v in values if v is not None} - {"null"}
+    if not families:
+        return "null"
+    if families <= NUMERIC:
+        return "float" if "float" in families else "decimal" if "decimal" in families else "integer"
+    return families.pop() if len(families) == 1 else None
+
+
+def scalar_projection(node: exp.Subquery) -> exp.Expr | None:
+    """The one value a scalar subquery selects (its type is that value's, as the engine
+    types it), or None for a set operation or several values."""
+    select = node.this
+    if not isinstance(select, exp.Select) or len(select.expressions) != 1:
+        return None
+    return select.expressions[0].unalias()
 
 
 def _type_family(dtype: exp.DataType | None) -> str | None:
@@ -149,22 +188,101 @@ def _families() -> dict:
 _FAMILIES = _families()
 
 
-def _literal_converts(literal: exp.Literal, target: str | None) -> bool:
-    """Whether a string literal converts without error to a value of family ``target``."""
-    text = str(literal.this).strip()
+_INTEGER_RANGES = {
+    T.TINYINT: (-(2**7), 2**7 - 1),
+    T.SMALLINT: (-(2**15), 2**15 - 1),
+    T.INT: (-(2**31), 2**31 - 1),
+    T.BIGINT: (-(2**63), 2**63 - 1),
+    T.INT128: (-(2**127), 2**127 - 1),
+    T.UTINYINT: (0, 2**8 - 1),
+    T.USMALLINT: (0, 2**16 - 1),
+    T.UINT: (0, 2**32 - 1),
+    T.UBIGINT: (0, 2**64 - 1),
+    T.UINT128: (0, 2**128 - 1),
+}
+_ANY_INTEGER = (0, 2**7 - 1)  # holds in every integer type: for values of no known exact type
+_DATE_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}([ T]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?)?")
+_TIME_TEXT = re.compile(r"\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?")
+_NANOSECOND_YEARS = (1678, 2261)  # TIMESTAMP_NS holds 1677-09-21 to 2262-04-11
+
+
+STORED = "sqlsdc_stored"  # meta of a column read from a table (total_checks marks it)
+NUMERIC_FAMILIES = frozenset({"integer", "decimal", "float"})
+
+
+def _exact_type(node: exp.Expr) -> exp.DataType | None:
+    """The type DuckDB gives ``node`` for sure: a stored column's type or a cast's target
+    (sqlglot's inferred type of other expressions, and of a derived table's column, may be
+    wider than DuckDB's: ``tinyint_col // 2`` is a TINYINT)."""
+    node = _unwrap(node)
+    if isinstance(node, (exp.Cast, exp.TryCast)):
+        return node.to
+    if isinstance(node, (exp.Year, exp.Month, exp.Quarter, exp.Length)):
+        return exp.DataType.build("BIGINT")
+    stored = isinstance(node, exp.Column) and node.meta.get(STORED)
+    return node.type if stored else None
+
+
+def _literal_converts(literal: exp.Literal, other: exp.Expr) -> bool:
+    """Whether a string literal compared with ``other`` converts without error to its type.
+
+    DuckDB casts the literal to the exact type of the other operand, row by row (it is not
+    folded when the cast fails), so the text must fit that type: an integer within its range
+    (``int_col = '99999999999'`` fails), a DECIMAL within its digits, a date or timestamp in
+    the one spelling DuckDB reads in its type's range (Python's ``fromisoformat`` reads
+    ``20200101`` and ``2020-W01-1`` too)."""
+    text = str(literal.this)
+    target, dtype = family(other), _exact_type(other)
+    kind = dtype.this if dtype is not None else None
     if target == "integer":
-        return re.fullmatch(r"[+-]?\d{1,18}", text) is not None
-    if target in ("decimal", "float"):
+        low, high = _INTEGER_RANGES.get(kind, _ANY_INTEGER)
+        return re.fullmatch(r"[+-]?\d{1,40}", text) is not None and low <= int(text) <= high
+    if target == "decimal":
+        return kind is T.DECIMAL and _fits_decimal(text, dtype)
+    if target == "float":
         return re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", text) is not None
     if target == "boolean":
         return text.lower() in {"true", "false", "t", "f", "1", "0"}
     if target == "temporal":
+        return _temporal_text(text, {kind})
+    return False
+
+
+def _fits_decimal(text: str, dtype: exp.DataType) -> bool:
+    """Whether ``text`` is a plain decimal number that a DECIMAL ``dtype`` holds unrounded."""
+    found = re.fullmatch(r"[+-]?(\d*)(?:\.(\d*))?", text)
+    params = [p.this for p in dtype.expressions if isinstance(p, exp.DataTypeParam)]
+    values = [int(p.this) for p in params if isinstance(p, exp.Literal)]
+    precision, scale = {0: (18, 3), 1: (*values, 0)}.get(len(values), values[:2])
+    if found is None or not (found.group(1) or found.group(2)):
+        return False
+    whole, fraction = found.group(1).lstrip("0"), found.group(2) or ""
+    return len(whole) <= precision - scale and len(fraction) <= scale
+
+
+def _temporal_text(text: str, kinds: set) -> bool:
+    """Whether ``text`` converts to every temporal type of ``kinds`` (None: a type not known,
+    so any): a time of day for TIME, else ``YYYY-MM-DD[ HH:MM[:SS[.ffffff]]]`` of years 1-9999
+    (1678-2261 where a TIMESTAMP_NS may be the target)."""
+    if kinds & {T.TIMETZ}:
+        return False
+    if kinds and kinds <= {T.TIME, T.TIME_NS}:
+        if _TIME_TEXT.fullmatch(text) is None:
+            return False
         try:
-            (dt.datetime if len(text) > 10 else dt.date).fromisoformat(text)
-            return True
+            dt.time.fromisoformat(text)
         except ValueError:
             return False
-    return False
+        return True
+    if _DATE_TEXT.fullmatch(text) is None:
+        return False
+    try:
+        value = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return False
+    if kinds & {T.TIMESTAMP_NS, None}:
+        return _NANOSECOND_YEARS[0] <= value.year <= _NANOSECOND_YEARS[1]
+    return True
 
 
 def comparable(a: exp.Expr, b: exp.Expr) -> bool:
@@ -175,10 +293,11 @@ def comparable(a: exp.Expr, b: exp.Expr) -> bool:
     if fa is None or fb is None:
         return False
     if fa == fb == "temporal":
-        return _temporal_type(a) == _temporal_type(b) or (_in_range(a) and _in_range(b))
+        kinds = {_temporal_type(a), _temporal_type(b)}
+        return len(kinds) == 1 or (_in_range(a, kinds) and _in_range(b, kinds))
     if fa == fb or (fa in NUMERIC and fb in NUMERIC):
         return True
-    for text, other in ((a, fb), (b, fa)):
+    for text, other in ((a, b), (b, a)):
         text = _unwrap(text)
         if isinstance(text, exp.Literal) and text.is_string and _literal_converts(text, other):
             return True
@@ -190,8 +309,9 @@ def _same_family(values: list[exp.Expr]) -> str | None:
     families = {family(v) for v in values} - {"null"}
     if None in families:
         return "a value of unknown type"
-    if families == {"temporal"} and len({_temporal_type(v) for v in values} - {None}) > 1:
-        if not all(_in_range(v) for v in values):
+    kinds = {_temporal_type(v) for v in values if family(v) != "null"}
+    if families == {"temporal"} and len(kinds) > 1:
+        if not all(_in_range(v, kinds) for v in values):
             return "mixing date and time types casts values"
     if len(families) <= 1 or families <= NUMERIC:
         return mixing(values, family)
@@ -216,26 +336,32 @@ def _temporal_type(node: exp.Expr) -> exp.DataType.Type | None:
     return dtype.this if dtype is not None else None
 
 
-def _in_range(node: exp.Expr) -> bool:
-    """Whether every value ``node`` can take is NULL or a date/time literal of years 1-9999
-    (through CASE, IF, COALESCE, GREATEST, LEAST and DATE_TRUNC): such values convert to every
-    temporal type, so casting them cannot fail, whichever rows choose among them."""
+def _in_range(node: exp.Expr, kinds: set) -> bool:
+    """Whether every value ``node`` can take is NULL or a date/time literal that converts to
+    every temporal type of ``kinds`` (:func:`_temporal_text`: years 1-9999, 1678-2261 when one
+    is a TIMESTAMP_NS or not known), through CASE, IF, COALESCE, GREATEST, LEAST and
+    DATE_TRUNC: casting them cannot fail, whichever rows choose among them."""
     node = _unwrap(node)
     if isinstance(node, exp.Null):
         return True
     if isinstance(node, (exp.Cast, exp.TryCast)):
         literal = _unwrap(node.this)
-        return isinstance(literal, exp.Literal) and _literal_converts(literal, "temporal")
+        return (
+            isinstance(literal, exp.Literal)
+            and literal.is_string
+            and _temporal_text(str(literal.this), kinds | {_temporal_type(node)})
+        )
     if isinstance(node, exp.Case):
         values = [i.args.get("true") for i in node.args.get("ifs", [])]
-        return all(_in_range(v) for v in [*values, node.args.get("default")] if v is not None)
+        values = [*values, node.args.get("default")]
+        return all(_in_range(v, kinds) for v in values if v is not None)
     if isinstance(node, exp.If):
         values = [node.args.get("true"), node.args.get("false")]
-        return all(_in_range(v) for v in values if v is not None)
+        return all(_in_range(v, kinds) for v in values if v is not None)
     if isinstance(node, (exp.Coalesce, exp.Greatest, exp.Least)):
-        return all(_in_range(v) for v in [node.this, *node.expressions])
+        return all(_in_range(v, kinds) for v in [node.this, *node.expressions])
     if isinstance(node, (exp.DateTrunc, exp.TimestampTrunc)):
-        return _in_range(node.this)
+        return _in_range(node.this, kinds)
     return False
 
 
@@ -248,7 +374,7 @@ def _temporal_partiality(n: exp.Expr, target: exp.Expr) -> str | None:
     if kind in TIMES and not isinstance(n, exp.Extract):
         return "a time of day has no date: only EXTRACT of its hour, minute or second"
     if isinstance(n, (exp.DateTrunc, exp.TimestampTrunc)) and kind is T.DATE:
-        if _in_range(target):
+        if _in_range(target, {T.DATE, T.TIMESTAMP}):
             return None
         return (
             "DATE_TRUNC of a DATE is a TIMESTAMP, and dates outside its range raise; "
