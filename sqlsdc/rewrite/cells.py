@@ -172,13 +172,11 @@ def _lift(cells: Cells, frame: Frame, *, with_accuracy: bool = False) -> exp.Sel
     def lift(node: exp.Expr) -> exp.Expr:
         return _replace_own(node, cells.keys, cells.groupings, cells.aggregates, frame.value)
 
-    conditions = [frame.group_condition] if frame.group_condition is not None else []
-    if select.args.get("having") is not None:
-        conditions.append(lift(select.args["having"].this))
     outer = exp.Select(expressions=[lift(p) for p in select.expressions])
     outer.set("from_", exp.From(this=frame.source))
-    if conditions:
-        outer.set("where", exp.Where(this=exp.and_(*conditions)))
+    condition = _shown_and_kept(frame.group_condition, select.args.get("having"), lift)
+    if condition is not None:
+        outer.set("where", exp.Where(this=condition))
     for key in ("order", "limit", "offset", "distinct", "with_"):
         value = select.args.get(key)
         if value is not None:
@@ -195,6 +193,21 @@ def _lift(cells: Cells, frame: Frame, *, with_accuracy: bool = False) -> exp.Sel
                 for prefix, value in zip(ACCURACY_PREFIXES, values, strict=True):
                     outer.append("expressions", exp.alias_(value, f"{prefix}{position}"))
     return outer
+
+
+def _shown_and_kept(shown: exp.Expr | None, having: exp.Having | None, lift) -> exp.Expr | None:
+    """The outer filter: the frame's condition of the groups it shows, and the query's HAVING
+    over protected values, evaluated only for groups shown: ``CASE WHEN shown THEN having ELSE
+    FALSE END``. In an AND the engine may evaluate the HAVING first (its optimiser reorders
+    and pushes down conjuncts), and a HAVING that can fail on a hidden cell's value
+    (``CAST(COUNT(*) - 1 AS UTINYINT)`` on a cell the noise made 0) would tell that the cell
+    exists."""
+    if having is None:
+        return shown
+    kept = lift(having.this)
+    if shown is None:
+        return kept
+    return exp.Case(ifs=[exp.If(this=shown, true=kept)], default=exp.false())
 
 
 def _accuracy(cells: Cells, frame: Frame, projection: exp.Expr) -> tuple[exp.Expr, ...]:

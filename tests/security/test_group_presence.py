@@ -9,6 +9,8 @@ person meets the condition unless the published count would.
 from __future__ import annotations
 
 import pytest
+import sqlglot
+from sqlglot import exp
 
 THRESHOLDS = [50_000, 100_000, 200_000, 500_000]
 
@@ -86,3 +88,20 @@ def test_bisection_on_presence_cannot_go_below_the_published_counts(ckm):
         sql = f"SELECT municipality, SUM(income) FROM persons WHERE {where} GROUP BY municipality"
         present = {r[0] for r in ckm.execute(sql).fetchall()}
         assert present == set(counts)
+
+
+def test_having_is_evaluated_only_for_the_groups_shown(ckm):
+    """A HAVING that can fail (``CAST(COUNT(*) - 1 AS USMALLINT)`` on a cell the noise made 0)
+    must never be evaluated on a hidden cell, whatever order the engine's optimiser gives the
+    conjuncts of a filter: the protected SQL nests it in ``CASE WHEN <shown> THEN <having>
+    ELSE FALSE END``, and the query over many small cells, some hidden, is answered."""
+    sql = (
+        "SELECT municipality, sex, age, COUNT(*) AS n FROM persons "
+        "GROUP BY municipality, sex, age HAVING CAST(COUNT(*) - 1 AS USMALLINT) > 0"
+    )
+    where = sqlglot.parse_one(ckm.explain(sql).sql, read="duckdb").args["where"].this
+    assert isinstance(where, exp.Case) and where.args["default"] == exp.false()
+    (branch,) = where.args["ifs"]
+    assert "__cn" in branch.this.sql() and branch.args["true"].find(exp.Cast) is not None
+    rows = ckm.execute(sql).fetchall()
+    assert rows and all(n > 1 for *_keys, n in rows)
