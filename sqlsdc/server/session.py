@@ -415,11 +415,15 @@ class Session:
                                  f"parameters, but prepared statement requires "
                                  f"{len(statement.param_types)}")  # fmt: skip
         formats = message.param_formats or (0,)
-        params = tuple(
-            types.read_parameter(value, oid, (formats[i] if len(formats) > 1 else formats[0]) == 1)
-            for i, (value, oid) in enumerate(zip(message.params, statement.param_types,
-                                                 strict=True))
-        )  # fmt: skip
+        try:  # a value the server cannot read fails this statement (22P02), not the session
+            params = tuple(
+                types.read_parameter(value, oid,
+                                     (formats[i] if len(formats) > 1 else formats[0]) == 1)
+                for i, (value, oid) in enumerate(zip(message.params, statement.param_types,
+                                                     strict=True))
+            )  # fmt: skip
+        except types.ParameterError as e:
+            raise error_fields(e) from None
         if message.portal and message.portal in self.portals:
             raise StatementError("42P03", f'portal "{message.portal}" already exists')
         if len(self.portals) >= MAX_PREPARED:
