@@ -274,6 +274,10 @@ class Session:
             raise failed from None
         if self.server.logged_in() >= self.server.settings.max_connections:
             raise Fatal("53300", "sorry, too many clients already")
+        if self.server.logged_in(self.user) >= self.server.settings.user_connections:
+            raise Fatal("53300", f'too many connections for role "{self.user}"',
+                        f"one user may hold {self.server.settings.user_connections} sessions "
+                        "(--max-connections-per-user); close some")  # fmt: skip
         self.user_connected = True
         self._send(codec.authentication(codec.AUTH_SASL_FINAL, final))
         self._send(codec.authentication(codec.AUTH_OK))

@@ -12,6 +12,13 @@ What succeeded, and was closed:
   and the server log filled with "ended by an internal error" lines an analyst could write at
   will. It is now ``22P02`` for that statement, and the session goes on
   (``test_an_unreadable_parameter_ends_the_statement_not_the_session``).
+* one analyst's login locked every other user out: ``--max-connections`` bounded the logged-in
+  sessions of all users together, and nothing bounded one user's share, so an analyst who
+  opened 100 idle sessions (no idle timeout by default) left every other analyst and the
+  admins with "too many clients" until the server was restarted. A user now holds at most
+  half the places (at least one; ``--max-connections-per-user``), as a user holds at most
+  half the workers, and is told so with PostgreSQL's message for a role's limit
+  (``test_one_user_cannot_take_every_place_on_the_server``).
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import uuid
 
 import pytest
 
-from tests.server.conftest import add_server_user, start_server, stop_server
+from tests.server.conftest import PASSWORD, add_server_user, start_server, stop_server
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -59,3 +66,22 @@ def test_an_unreadable_parameter_ends_the_statement_not_the_session(server, valu
         assert "internal error" not in str(caught.value)
         assert con.pgconn.describe_prepared(b"kept").error_field(ord("C")) is None
         assert con.execute("SELECT 1 AS one").fetchall() == [(1,)]
+
+
+def test_one_user_cannot_take_every_place_on_the_server(server_db):
+    add_server_user(server_db, "admin", PASSWORD + " admin")
+    running = start_server(server_db, "--insecure", "--max-connections", "4")
+    held = []
+    try:
+        with pytest.raises(psycopg.OperationalError) as caught:
+            for _ in range(5):
+                held.append(psycopg.connect(running.dsn(), autocommit=True, connect_timeout=5))
+        assert len(held) == 2 and 'too many connections for role "analyst"' in str(caught.value)
+        admin = running.dsn(user="admin", password=PASSWORD + " admin")
+        with psycopg.connect(admin, autocommit=True, connect_timeout=5) as con:
+            assert con.execute("SELECT 1").fetchall() == [(1,)]
+        assert held[0].execute("SELECT 1").fetchall() == [(1,)]
+    finally:
+        for con in held:
+            con.close()
+        stop_server(running)
