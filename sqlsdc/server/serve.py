@@ -136,6 +136,12 @@ class Server:
         return sum(1 for s in self.sessions.values()
                    if s.user_connected and (user is None or s.user == user))  # fmt: skip
 
+    def held(self, user: str) -> int:
+        """Bytes of answers the logged-in sessions of ``user`` keep (portals, described
+        statements): what ``MAX_HELD_BYTES`` bounds, for all of them together."""
+        return sum(s.held() for s in self.sessions.values()
+                   if s.user_connected and s.user == user)  # fmt: skip
+
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Serve one client. Handshakes not yet authenticated are bounded apart (as many as
         ``max_connections``): when they are all taken, the oldest is dropped for the newcomer,

@@ -50,8 +50,9 @@ statement, a user or a value."""
 MAX_PARAMETERS = 65_535  # PostgreSQL's limit: ParameterDescription counts them in 16 bits
 MAX_PREPARED = 1_000  # named statements (and portals) one session may keep
 MAX_PREPARED_BYTES = 32 * 1024 * 1024  # their text, together: one analyst cannot fill memory
-MAX_HELD_BYTES = 64 * 1024 * 1024  # answers kept for portals and described statements; beyond,
-# no further statement runs until some are closed (so a session keeps less than twice this)
+MAX_HELD_BYTES = 64 * 1024 * 1024  # answers kept for portals and described statements by all
+# sessions of one user; beyond, none of them runs a further statement to keep until some are
+# closed (so a user keeps less than this plus one answer per statement running at once)
 ROWS_PER_WRITE = 1000  # DataRows encoded and written at a time
 INLINE_ROWS = 100  # DataRows encoded on the event loop (tens of microseconds), not in the pool
 AUTH_TIMEOUT = 15.0  # seconds from the first byte to the end of authentication
@@ -365,19 +366,25 @@ class Session:
             self.status = "I"
         return answer
 
-    async def _kept(self, sql: str, params: tuple) -> CatalogAnswer:
-        """:meth:`_answer` for an answer the session keeps (a portal's, a described
-        statement's), refused while those it keeps already take :data:`MAX_HELD_BYTES`: a
-        thousand suspended portals of 20 MB each would otherwise hold 20 GB of the server's
-        memory (tests/security/test_redteam_s30.py)."""
+    def held(self) -> int:
+        """Bytes of the answers this session keeps for its portals and described statements."""
         kept = [p.result for p in self.portals.values()]
         kept += [st.described for st in self.statements.values()]
-        held = sum(a.table.nbytes for a in kept if a is not None and a.table is not None)
+        return sum(a.table.nbytes for a in kept if a is not None and a.table is not None)
+
+    async def _kept(self, sql: str, params: tuple) -> CatalogAnswer:
+        """:meth:`_answer` for an answer the session keeps (a portal's, a described
+        statement's), refused while those its user's sessions keep already take
+        :data:`MAX_HELD_BYTES` together: a thousand suspended portals of 20 MB each would
+        otherwise hold 20 GB of the server's memory (tests/security/test_redteam_s30.py), and
+        so would 50 sessions of one user keeping 64 MB each (test_redteam_s32c.py)."""
+        held = self.server.held(self.user)
         if held >= MAX_HELD_BYTES:
-            raise StatementError("53400", f"this session keeps {held // 2**20} MB of answers in "
-                                 f"open portals and described statements ({MAX_HELD_BYTES // 2**20}"
-                                 " MB at most)", "close portals and statements it no longer "
-                                 "needs, or end the transaction block")  # fmt: skip
+            raise StatementError("53400", f"the sessions of user {self.user} keep "
+                                 f"{held // 2**20} MB of answers in open portals and described "
+                                 f"statements ({MAX_HELD_BYTES // 2**20} MB at most)",
+                                 "close portals and statements they no longer need, or end "
+                                 "the transaction blocks")  # fmt: skip
         return await self._answer(sql, params)
 
     async def _query(self, body: codec.Reader) -> None:

@@ -19,17 +19,27 @@ What succeeded, and was closed:
   half the places (at least one; ``--max-connections-per-user``), as a user holds at most
   half the workers, and is told so with PostgreSQL's message for a role's limit
   (``test_one_user_cannot_take_every_place_on_the_server``).
+* one analyst could still fill the server's memory with answers: a session keeps at most 64 MB
+  of answers in suspended portals (red team s30), but each of a user's sessions kept its own
+  64 MB. Two portals of a cross join of the public ``regions`` table (262,144 rows, 18
+  columns) held about 140 MB of the server per session, and 50 sessions (or 100, before the
+  share above) held 7 GB (14 GB) of a server shared by every user. The bound is now on what
+  all of a user's sessions keep together
+  (``test_a_users_sessions_together_keep_at_most_the_bound_of_one``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import shutil
+import struct
 import uuid
 
 import pytest
 
+from sqlsdc.server import codec
 from tests.server.conftest import PASSWORD, add_server_user, start_server, stop_server
+from tests.server.test_protocol import error_code, login, query, read_until
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -85,3 +95,41 @@ def test_one_user_cannot_take_every_place_on_the_server(server_db):
         for con in held:
             con.close()
         stop_server(running)
+
+
+CROSS_JOIN = (
+    "SELECT "
+    + ", ".join(
+        f"r{i}.name AS n{i}, r{i}.region AS g{i}, r{i}.population AS p{i}" for i in range(6)
+    )
+    + " FROM "
+    + ", ".join(f"regions r{i}" for i in range(6))
+)
+"""A row-level read of the public table: 262,144 rows of about 35 MB in Arrow."""
+
+
+def _suspend(sock, portals: list[str]) -> list[str]:
+    """In an open transaction block: a portal per name over :data:`CROSS_JOIN`, each executed
+    for one row (suspended: its answer stays in the server); the SQLSTATEs of the errors."""
+    messages = codec.message(b"P", b"\0" + CROSS_JOIN.encode() + b"\0\0\0")
+    for name in portals:
+        messages += codec.message(b"B", name.encode() + b"\0\0" + b"\0" * 6)
+        messages += codec.message(b"E", name.encode() + b"\0" + struct.pack("!i", 1))
+    sock.sendall(messages + codec.message(b"S"))
+    return [error_code(body) for kind, body in read_until(sock) if kind == b"E"]
+
+
+def test_a_users_sessions_together_keep_at_most_the_bound_of_one(server):
+    first, _, _ = login(server)
+    second, _, _ = login(server)
+    try:
+        for sock in (first, second):
+            assert [k for k, _ in query(sock, "BEGIN")][-1] == b"Z"
+        assert _suspend(first, ["a", "b", "c"]) == ["53400"]  # two kept: 64 MB and more
+        assert _suspend(second, ["a"]) == ["53400"]
+        first.sendall(codec.message(b"X"))  # the first session ends: its answers are freed
+        assert first.recv(1) == b""
+        assert _suspend(second, ["z"]) == []
+    finally:
+        first.close()
+        second.close()
