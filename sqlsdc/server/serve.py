@@ -137,8 +137,8 @@ class Server:
                    if s.user_connected and (user is None or s.user == user))  # fmt: skip
 
     def held(self, user: str) -> int:
-        """Bytes of answers the logged-in sessions of ``user`` keep (portals, described
-        statements): what ``MAX_HELD_BYTES`` bounds, for all of them together."""
+        """Bytes the logged-in sessions of ``user`` keep (answers and parameters of portals,
+        answers of described statements): what ``MAX_HELD_BYTES`` bounds, for all together."""
         return sum(s.held() for s in self.sessions.values()
                    if s.user_connected and s.user == user)  # fmt: skip
 

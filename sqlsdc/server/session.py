@@ -135,6 +135,7 @@ class Portal:
     position: int = 0
     text_only: bool = False
     encoded: list | None = field(default=None, repr=False)
+    size: int = 0  # bytes of the parameter values of its Bind, which it keeps
 
 
 def parameter_types(sql: str, given: tuple[int, ...]) -> tuple[int, ...]:
@@ -367,24 +368,31 @@ class Session:
         return answer
 
     def held(self) -> int:
-        """Bytes of the answers this session keeps for its portals and described statements."""
+        """Bytes this session keeps for its portals (answers and bound parameter values) and
+        described statements (answers)."""
         kept = [p.result for p in self.portals.values()]
         kept += [st.described for st in self.statements.values()]
-        return sum(a.table.nbytes for a in kept if a is not None and a.table is not None)
+        answers = sum(a.table.nbytes for a in kept if a is not None and a.table is not None)
+        return answers + sum(p.size for p in self.portals.values())
+
+    def _check_held(self, more: int = 0) -> None:
+        """Refuse (53400) to keep anything more while the sessions of this user keep
+        :data:`MAX_HELD_BYTES` together (or would, with ``more`` bytes): a thousand suspended
+        portals of 20 MB each would otherwise hold 20 GB of the server's memory
+        (tests/security/test_redteam_s30.py), and so would 50 sessions of one user keeping
+        64 MB each, or a thousand portals bound with 4 MB parameters (test_redteam_s32c.py)."""
+        held = self.server.held(self.user)
+        if held + more >= MAX_HELD_BYTES:
+            raise StatementError("53400", f"the sessions of user {self.user} keep "
+                                 f"{held // 2**20} MB of answers and parameters in open portals "
+                                 f"and described statements ({MAX_HELD_BYTES // 2**20} MB at "
+                                 "most)", "close portals and statements they no longer need, "
+                                 "or end the transaction blocks")  # fmt: skip
 
     async def _kept(self, sql: str, params: tuple) -> CatalogAnswer:
         """:meth:`_answer` for an answer the session keeps (a portal's, a described
-        statement's), refused while those its user's sessions keep already take
-        :data:`MAX_HELD_BYTES` together: a thousand suspended portals of 20 MB each would
-        otherwise hold 20 GB of the server's memory (tests/security/test_redteam_s30.py), and
-        so would 50 sessions of one user keeping 64 MB each (test_redteam_s32c.py)."""
-        held = self.server.held(self.user)
-        if held >= MAX_HELD_BYTES:
-            raise StatementError("53400", f"the sessions of user {self.user} keep "
-                                 f"{held // 2**20} MB of answers in open portals and described "
-                                 f"statements ({MAX_HELD_BYTES // 2**20} MB at most)",
-                                 "close portals and statements they no longer need, or end "
-                                 "the transaction blocks")  # fmt: skip
+        statement's), refused while what its user's sessions keep is at the bound."""
+        self._check_held()
         return await self._answer(sql, params)
 
     async def _query(self, body: codec.Reader) -> None:
@@ -440,7 +448,10 @@ class Session:
         if len(self.portals) >= MAX_PREPARED:
             raise StatementError("53400", f"this session keeps {MAX_PREPARED} open portals, the "
                                  "most it may", "close portals it no longer needs")  # fmt: skip
-        portal = Portal(statement, params, message.result_formats, text_only=statement.text_only)
+        size = sum(len(value) for value in message.params if value is not None)
+        self._check_held(size)
+        portal = Portal(statement, params, message.result_formats, text_only=statement.text_only,
+                        size=size)  # fmt: skip
         if statement.described is not None and not params:
             portal.result, statement.described = statement.described, None
         self.portals[message.portal] = portal

@@ -26,6 +26,12 @@ What succeeded, and was closed:
   share above) held 7 GB (14 GB) of a server shared by every user. The bound is now on what
   all of a user's sessions keep together
   (``test_a_users_sessions_together_keep_at_most_the_bound_of_one``).
+* parameters kept without bound: a portal keeps the values of its Bind, and only answers were
+  counted, so one session binding a 4 MB text parameter to 100 portals (no Sync: nothing
+  closes them) grew the server by 450 MB in a second; the 1,000 portals a session may keep
+  would hold 4 GB, and 50 sessions 200 GB. The values a user's portals keep now count with
+  the answers against the same 64 MB
+  (``test_bound_parameters_count_against_what_a_user_keeps``).
 """
 
 from __future__ import annotations
@@ -133,3 +139,25 @@ def test_a_users_sessions_together_keep_at_most_the_bound_of_one(server):
     finally:
         first.close()
         second.close()
+
+
+def test_bound_parameters_count_against_what_a_user_keeps(server):
+    value = b"x" * (4 * 2**20 - 100)  # within the 4 MiB bound of one message
+
+    def bind(name: str) -> bytes:
+        body = codec.cstr(name) + codec.cstr("s") + struct.pack("!hh", 0, 1)
+        body += struct.pack("!i", len(value)) + value + struct.pack("!h", 0)
+        return codec.message(b"B", body)
+
+    sock, _, _ = login(server)
+    try:
+        sock.sendall(codec.message(b"P", b"s\0SELECT $1 AS x\0\0\0"))
+        sock.sendall(b"".join(bind(f"p{i}") for i in range(20)) + codec.message(b"S"))
+        messages = read_until(sock)
+        errors = [error_code(body) for kind, body in messages if kind == b"E"]
+        assert errors == ["53400"]  # the Bind of a portal past 64 MB; the rest skipped
+        assert 10 <= [kind for kind, _ in messages].count(b"2") < 17
+        sock.sendall(bind("again") + codec.message(b"S"))  # Sync closed the portals
+        assert [kind for kind, _ in read_until(sock)] == [b"2", b"Z"]
+    finally:
+        sock.close()
