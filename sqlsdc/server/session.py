@@ -230,6 +230,10 @@ class Session:
             if code == codec.SSL_REQUEST:
                 body.end()
                 if self.server.ssl_context is not None and not self.tls:
+                    if self.reader._buffer:  # noqa: SLF001 - asyncio has no public way to ask
+                        # bytes sent in clear before our answer would be read as if they came
+                        # through TLS (PostgreSQL's CVE-2021-23214)
+                        raise ProtocolError("received unencrypted data after SSL request")
                     self.writer.write(b"S")
                     await self.writer.drain()
                     await self.writer.start_tls(self.server.ssl_context)

@@ -32,20 +32,34 @@ What succeeded, and was closed:
   would hold 4 GB, and 50 sessions 200 GB. The values a user's portals keep now count with
   the answers against the same 64 MB
   (``test_bound_parameters_count_against_what_a_user_keeps``).
+* plaintext taken for TLS (PostgreSQL's CVE-2021-23214): bytes a client sent after its
+  SSLRequest, before the server's ``S``, stayed in the server's read buffer and were read
+  after the TLS handshake as if they had come through it, so a man in the middle could put
+  a startup message (or, in PostgreSQL, statements) into a TLS session. Such bytes now end the
+  connection before TLS starts ("received unencrypted data after SSL request", as PostgreSQL
+  says) (``test_plaintext_sent_with_the_ssl_request_is_not_read_as_tls``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import shutil
+import socket
+import ssl
 import struct
 import uuid
 
 import pytest
 
 from sqlsdc.server import codec
-from tests.server.conftest import PASSWORD, add_server_user, start_server, stop_server
-from tests.server.test_protocol import error_code, login, query, read_until
+from tests.server.conftest import (
+    PASSWORD,
+    add_server_user,
+    start_server,
+    stop_server,
+    tls_files,  # noqa: F401 - the fixture
+)
+from tests.server.test_protocol import error_code, login, query, read, read_until, startup
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -161,3 +175,24 @@ def test_bound_parameters_count_against_what_a_user_keeps(server):
         assert [kind for kind, _ in read_until(sock)] == [b"2", b"Z"]
     finally:
         sock.close()
+
+
+def test_plaintext_sent_with_the_ssl_request_is_not_read_as_tls(server_db, tls_files):  # noqa: F811
+    cert, key = tls_files
+    running = start_server(server_db, "--tls-cert", str(cert), "--tls-key", str(key))
+    try:
+        raw = socket.create_connection((running.host, running.port), timeout=10)
+        raw.sendall(struct.pack("!ii", 8, codec.SSL_REQUEST) + startup())  # injected in clear
+        answer = raw.recv(1)
+        if answer == b"S":  # the server went on to TLS: nothing may come from the clear bytes
+            context = ssl.create_default_context()
+            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+            with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+                with pytest.raises((ConnectionError, ssl.SSLError, OSError)):
+                    kind, _ = read(tls)
+                    pytest.fail(f"the clear startup was answered through TLS with {kind!r}")
+        else:
+            assert answer in (b"", b"E")
+            raw.close()
+    finally:
+        stop_server(running)
