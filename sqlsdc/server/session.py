@@ -173,6 +173,7 @@ class Session:
         self.skipping = False  # after an error in the extended protocol, until Sync
         self.running = False
         self.cancelled = False
+        self.sending = 0  # bytes of a simple Query's answer still being written to the client
         self.received: float | None = None  # first message since the last ReadyForQuery
         self.guard_seconds = 0.0  # time in the guarded connection since then
 
@@ -372,19 +373,20 @@ class Session:
         return answer
 
     def held(self) -> int:
-        """Bytes this session keeps for its portals (answers and bound parameter values) and
-        described statements (answers)."""
+        """Bytes this session keeps for its portals (answers and bound parameter values),
+        described statements (answers) and the simple Query whose answer it is writing."""
         kept = [p.result for p in self.portals.values()]
         kept += [st.described for st in self.statements.values()]
         answers = sum(a.table.nbytes for a in kept if a is not None and a.table is not None)
-        return answers + sum(p.size for p in self.portals.values())
+        return answers + sum(p.size for p in self.portals.values()) + self.sending
 
     def _check_held(self, more: int = 0) -> None:
         """Refuse (53400) to keep anything more while the sessions of this user keep
         :data:`MAX_HELD_BYTES` together (or would, with ``more`` bytes): a thousand suspended
         portals of 20 MB each would otherwise hold 20 GB of the server's memory
         (tests/security/test_redteam_s30.py), and so would 50 sessions of one user keeping
-        64 MB each, or a thousand portals bound with 4 MB parameters (test_redteam_s32c.py)."""
+        64 MB each, a thousand portals bound with 4 MB parameters, or 50 sessions that never
+        read the answers of their queries (test_redteam_s32c.py)."""
         held = self.server.held(self.user)
         if held + more >= MAX_HELD_BYTES:
             raise StatementError("53400", f"the sessions of user {self.user} keep "
@@ -404,9 +406,16 @@ class Session:
         if _BLANK.match(sql):
             self._send(codec.EMPTY_QUERY)
         else:
+            if _tag_of(sql) not in _NOT_IN_TRANSACTION:  # a client that does not read keeps
+                self._check_held()  # its answer in the server: counted like a portal's
             answer = await self._answer(sql, ())
             if answer.table is not None:
-                await self._rows(answer, (), text_only=False, position=0, limit=0, header=True)
+                self.sending = answer.table.nbytes
+                try:
+                    await self._rows(answer, (), text_only=False, position=0, limit=0,
+                                     header=True)  # fmt: skip
+                finally:
+                    self.sending = 0
             else:
                 self._send(codec.command_complete(answer.tag))
         await self._ready()

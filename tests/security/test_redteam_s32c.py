@@ -32,6 +32,12 @@ What succeeded, and was closed:
   would hold 4 GB, and 50 sessions 200 GB. The values a user's portals keep now count with
   the answers against the same 64 MB
   (``test_bound_parameters_count_against_what_a_user_keeps``).
+* answers a client does not read: the answer of a simple Query stays in the server while it
+  is written, and a client that reads nothing keeps it there for ever (no timeout applies to
+  writing); four sessions sending the cross join above and reading nothing held 330 MB, 50
+  sessions of one analyst would hold 3 GB. That answer now counts with what the user keeps,
+  and no further statement runs (53400) while the user's sessions keep 64 MB
+  (``test_answers_a_client_does_not_read_count_against_what_a_user_keeps``).
 * plaintext taken for TLS (PostgreSQL's CVE-2021-23214): bytes a client sent after its
   SSLRequest, before the server's ``S``, stayed in the server's read buffer and were read
   after the TLS handshake as if they had come through it, so a man in the middle could put
@@ -58,6 +64,7 @@ from tests.server.conftest import (
     start_server,
     stop_server,
     tls_files,  # noqa: F401 - the fixture
+    wait_until,
 )
 from tests.server.test_protocol import error_code, login, query, read, read_until, startup
 
@@ -196,3 +203,30 @@ def test_plaintext_sent_with_the_ssl_request_is_not_read_as_tls(server_db, tls_f
             raw.close()
     finally:
         stop_server(running)
+
+
+def test_answers_a_client_does_not_read_count_against_what_a_user_keeps(server):
+    readers = []
+    try:
+        for _ in range(2):
+            sock, _, _ = login(server)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.sendall(codec.message(b"Q", codec.cstr(CROSS_JOIN)))  # and read nothing
+            readers.append(sock)
+        with connect(server) as con:
+
+            def refused() -> bool:
+                try:
+                    con.execute("SELECT 1 AS one").fetchall()
+                except psycopg.Error as e:
+                    assert e.sqlstate == "53400", str(e)
+                    return True
+                return False
+
+            assert wait_until(refused, timeout=30)
+            for sock in readers:
+                sock.close()
+            assert wait_until(lambda: not refused(), timeout=30)
+    finally:
+        for sock in readers:
+            sock.close()
