@@ -44,6 +44,44 @@ What succeeded, and was closed:
   a startup message (or, in PostgreSQL, statements) into a TLS session. Such bytes now end the
   connection before TLS starts ("received unencrypted data after SSL request", as PostgreSQL
   says) (``test_plaintext_sent_with_the_ssl_request_is_not_read_as_tls``).
+
+What held (tried against a running server as ``analyst``, or with no login):
+
+* the catalog's shadow: ``pg_settings`` and ``current_setting`` show the session's strings
+  only; ``pg_user.passwd``, ``pg_roles.rolpassword``, ``pg_shadow``, ``pg_authid``,
+  ``pg_stat_activity``, ``pg_stats``, ``pg_statistic``, ``pg_stat_user_tables``,
+  ``pg_file_settings``, ``pg_hba_file_rules``, ``prosrc`` are refused; ``reltuples`` is -1 and
+  relation sizes 0; ``pg_database_size``, ``inet_server_addr``, ``pg_current_logfile``,
+  ``set_config`` are refused; answers of odd types (interval, uuid, bytea, arrays, hugeint)
+  are sent, an infinite timestamp is 22008, an overflow is withheld (08P01).
+* session statements: ``SET ROLE``, ``SET SESSION AUTHORIZATION`` and ``session_authorization``
+  are refused; two statements in one Query, ``COPY ... TO STDOUT``, ``EXPLAIN [ANALYZE]``,
+  ``LOAD``, ``INSTALL``, ``PRAGMA``, ``CALL``, ``DESCRIBE``, ``SUMMARIZE``, ``CHECKPOINT`` are
+  refused; ``SET search_path`` and ``SET statement_timeout`` stay strings.
+* parameters: a quoted-SQL string is a value; text against a measure is refused as an error
+  oracle; NaN and infinity are values; ``$1::regclass`` is refused.
+* budget: 12 sessions racing 200 distinct DP queries against 1 epsilon spent exactly 1.
+* sessions of the server do not wait for another's minute-long statement (0.17 s).
+* no login: 16 threads of startups (574 user lookups in a second) slowed an analyst's query
+  from 0.12 to 0.4 s; 3,000 startups sent and abandoned left no backlog.
+* the CLI: a user is a name given on the command line (``--user``/``--as``), not
+  authenticated: whoever can open the file is trusted with all of it (DuckDB's file holds the
+  data), so another user's CLI identity is no boundary; an analyst's ``audit`` is refused
+  (exit 5), and refusals are one line on stderr in every ``--format``.
+
+Left open:
+
+* the database file is one process's at a time: a statement holds it, and the server process
+  holds it while any of its sessions runs one, so an analyst running overlapping slow
+  statements in several sessions keeps it from every other process (three statements of about
+  25 s, started 25 s apart, made an admin's ``sqlsdc audit`` wait 47 s; more of them make it
+  fail after its 60 s wait). The turn-taking of guarded connections works per connection, not
+  per process; a fix needs a gate in the server that starts no statement while another
+  process waits after a turn.
+* COMMIT or ROLLBACK sent as a simple Query leaves the portals of the block open until the
+  next Sync (PostgreSQL closes them); they count against the user's 64 MB.
+* the bound is checked before a statement runs: a user's statements running at once (half the
+  workers) may each add one answer past it.
 """
 
 from __future__ import annotations
