@@ -35,6 +35,9 @@ db_argument = click.argument("db", type=click.Path(exists=True, dir_okay=False))
     help="Stop statements after this many seconds (at most the policy's limit).",
 )
 @click.option("--max-connections", default=100, show_default=True, type=click.IntRange(1))
+@click.option("--max-connections-per-user", type=click.IntRange(1),
+              help="Sessions one user may hold at once (default: half of --max-connections), "
+              "so that one login cannot lock the other users out.")  # fmt: skip
 @click.option(
     "--workers",
     default=8,
@@ -43,7 +46,8 @@ db_argument = click.argument("db", type=click.Path(exists=True, dir_okay=False))
     help="Statements running at once (a thread pool); others wait their turn.",
 )
 def serve(db: str, host: str, port: int, tls_cert, tls_key, insecure: bool, idle_timeout,
-          statement_timeout, max_connections: int, workers: int) -> None:  # fmt: skip
+          statement_timeout, max_connections: int, max_connections_per_user, workers: int,
+          ) -> None:  # fmt: skip
     """Serve DB to PostgreSQL clients (psql, JDBC, BI tools): every statement passes the guard.
 
     Users log in with SCRAM-SHA-256 as the policy users an admin gave a password with
@@ -64,7 +68,8 @@ def serve(db: str, host: str, port: int, tls_cert, tls_key, insecure: bool, idle
     if os.environ.get("SQLSDC_SERVER_TIMING") == "1":  # benchmarks/server/bench_server.py
         logging.getLogger("sqlsdc.server.timing").setLevel(logging.DEBUG)
     server = Server(ServerSettings(db, host, port, tls_cert, tls_key, insecure, idle_timeout,
-                                   statement_timeout, max_connections, workers))  # fmt: skip
+                                   statement_timeout, max_connections, workers,
+                                   max_connections_per_user))  # fmt: skip
 
     def ready(address: str, bound: int) -> None:
         mode = "TLS" if tls_cert else "without TLS (--insecure)"

@@ -40,6 +40,15 @@ class ServerSettings:
     statement_timeout: float | None = None  # seconds; None: the policy's
     max_connections: int = 100
     workers: int = 8
+    max_connections_per_user: int | None = None  # None: half of max_connections, at least 1
+
+    @property
+    def user_connections(self) -> int:
+        """Logged-in sessions one user may hold: a share of ``max_connections``, so that one
+        login (an analyst's idle sessions) cannot lock every other user out."""
+        if self.max_connections_per_user is not None:
+            return min(self.max_connections_per_user, self.max_connections)
+        return max(1, self.max_connections // 2)
 
 
 def tls_context(cert: str, key: str) -> ssl.SSLContext:
@@ -121,9 +130,17 @@ class Server:
         if hmac.compare_digest(struct.pack("!i", expected), struct.pack("!i", secret)):
             self.sessions[pid].cancel()
 
-    def logged_in(self) -> int:
-        """Sessions past authentication: what ``max_connections`` bounds."""
-        return sum(1 for s in self.sessions.values() if s.user_connected)
+    def logged_in(self, user: str | None = None) -> int:
+        """Sessions past authentication (of ``user``, if given): what ``max_connections``
+        (and ``user_connections``) bound."""
+        return sum(1 for s in self.sessions.values()
+                   if s.user_connected and (user is None or s.user == user))  # fmt: skip
+
+    def held(self, user: str) -> int:
+        """Bytes the logged-in sessions of ``user`` keep (answers and parameters of portals,
+        answers of described statements): what ``MAX_HELD_BYTES`` bounds, for all together."""
+        return sum(s.held() for s in self.sessions.values()
+                   if s.user_connected and s.user == user)  # fmt: skip
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Serve one client. Handshakes not yet authenticated are bounded apart (as many as

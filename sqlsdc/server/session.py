@@ -50,8 +50,9 @@ statement, a user or a value."""
 MAX_PARAMETERS = 65_535  # PostgreSQL's limit: ParameterDescription counts them in 16 bits
 MAX_PREPARED = 1_000  # named statements (and portals) one session may keep
 MAX_PREPARED_BYTES = 32 * 1024 * 1024  # their text, together: one analyst cannot fill memory
-MAX_HELD_BYTES = 64 * 1024 * 1024  # answers kept for portals and described statements; beyond,
-# no further statement runs until some are closed (so a session keeps less than twice this)
+MAX_HELD_BYTES = 64 * 1024 * 1024  # answers kept for portals and described statements by all
+# sessions of one user; beyond, none of them runs a further statement to keep until some are
+# closed (so a user keeps less than this plus one answer per statement running at once)
 ROWS_PER_WRITE = 1000  # DataRows encoded and written at a time
 INLINE_ROWS = 100  # DataRows encoded on the event loop (tens of microseconds), not in the pool
 AUTH_TIMEOUT = 15.0  # seconds from the first byte to the end of authentication
@@ -134,6 +135,7 @@ class Portal:
     position: int = 0
     text_only: bool = False
     encoded: list | None = field(default=None, repr=False)
+    size: int = 0  # bytes of the parameter values of its Bind, which it keeps
 
 
 def parameter_types(sql: str, given: tuple[int, ...]) -> tuple[int, ...]:
@@ -171,6 +173,7 @@ class Session:
         self.skipping = False  # after an error in the extended protocol, until Sync
         self.running = False
         self.cancelled = False
+        self.sending = 0  # bytes of a simple Query's answer still being written to the client
         self.received: float | None = None  # first message since the last ReadyForQuery
         self.guard_seconds = 0.0  # time in the guarded connection since then
 
@@ -228,6 +231,10 @@ class Session:
             if code == codec.SSL_REQUEST:
                 body.end()
                 if self.server.ssl_context is not None and not self.tls:
+                    if self.reader._buffer:  # noqa: SLF001 - asyncio has no public way to ask
+                        # bytes sent in clear before our answer would be read as if they came
+                        # through TLS (PostgreSQL's CVE-2021-23214)
+                        raise ProtocolError("received unencrypted data after SSL request")
                     self.writer.write(b"S")
                     await self.writer.drain()
                     await self.writer.start_tls(self.server.ssl_context)
@@ -274,6 +281,10 @@ class Session:
             raise failed from None
         if self.server.logged_in() >= self.server.settings.max_connections:
             raise Fatal("53300", "sorry, too many clients already")
+        if self.server.logged_in(self.user) >= self.server.settings.user_connections:
+            raise Fatal("53300", f'too many connections for role "{self.user}"',
+                        f"one user may hold {self.server.settings.user_connections} sessions "
+                        "(--max-connections-per-user); close some")  # fmt: skip
         self.user_connected = True
         self._send(codec.authentication(codec.AUTH_SASL_FINAL, final))
         self._send(codec.authentication(codec.AUTH_OK))
@@ -361,19 +372,33 @@ class Session:
             self.status = "I"
         return answer
 
-    async def _kept(self, sql: str, params: tuple) -> CatalogAnswer:
-        """:meth:`_answer` for an answer the session keeps (a portal's, a described
-        statement's), refused while those it keeps already take :data:`MAX_HELD_BYTES`: a
-        thousand suspended portals of 20 MB each would otherwise hold 20 GB of the server's
-        memory (tests/security/test_redteam_s30.py)."""
+    def held(self) -> int:
+        """Bytes this session keeps for its portals (answers and bound parameter values),
+        described statements (answers) and the simple Query whose answer it is writing."""
         kept = [p.result for p in self.portals.values()]
         kept += [st.described for st in self.statements.values()]
-        held = sum(a.table.nbytes for a in kept if a is not None and a.table is not None)
-        if held >= MAX_HELD_BYTES:
-            raise StatementError("53400", f"this session keeps {held // 2**20} MB of answers in "
-                                 f"open portals and described statements ({MAX_HELD_BYTES // 2**20}"
-                                 " MB at most)", "close portals and statements it no longer "
-                                 "needs, or end the transaction block")  # fmt: skip
+        answers = sum(a.table.nbytes for a in kept if a is not None and a.table is not None)
+        return answers + sum(p.size for p in self.portals.values()) + self.sending
+
+    def _check_held(self, more: int = 0) -> None:
+        """Refuse (53400) to keep anything more while the sessions of this user keep
+        :data:`MAX_HELD_BYTES` together (or would, with ``more`` bytes): a thousand suspended
+        portals of 20 MB each would otherwise hold 20 GB of the server's memory
+        (tests/security/test_redteam_s30.py), and so would 50 sessions of one user keeping
+        64 MB each, a thousand portals bound with 4 MB parameters, or 50 sessions that never
+        read the answers of their queries (test_redteam_s32c.py)."""
+        held = self.server.held(self.user)
+        if held + more >= MAX_HELD_BYTES:
+            raise StatementError("53400", f"the sessions of user {self.user} keep "
+                                 f"{held // 2**20} MB of answers and parameters in open portals "
+                                 f"and described statements ({MAX_HELD_BYTES // 2**20} MB at "
+                                 "most)", "close portals and statements they no longer need, "
+                                 "or end the transaction blocks")  # fmt: skip
+
+    async def _kept(self, sql: str, params: tuple) -> CatalogAnswer:
+        """:meth:`_answer` for an answer the session keeps (a portal's, a described
+        statement's), refused while what its user's sessions keep is at the bound."""
+        self._check_held()
         return await self._answer(sql, params)
 
     async def _query(self, body: codec.Reader) -> None:
@@ -381,9 +406,16 @@ class Session:
         if _BLANK.match(sql):
             self._send(codec.EMPTY_QUERY)
         else:
+            if _tag_of(sql) not in _NOT_IN_TRANSACTION:  # a client that does not read keeps
+                self._check_held()  # its answer in the server: counted like a portal's
             answer = await self._answer(sql, ())
             if answer.table is not None:
-                await self._rows(answer, (), text_only=False, position=0, limit=0, header=True)
+                self.sending = answer.table.nbytes
+                try:
+                    await self._rows(answer, (), text_only=False, position=0, limit=0,
+                                     header=True)  # fmt: skip
+                finally:
+                    self.sending = 0
             else:
                 self._send(codec.command_complete(answer.tag))
         await self._ready()
@@ -415,17 +447,24 @@ class Session:
                                  f"parameters, but prepared statement requires "
                                  f"{len(statement.param_types)}")  # fmt: skip
         formats = message.param_formats or (0,)
-        params = tuple(
-            types.read_parameter(value, oid, (formats[i] if len(formats) > 1 else formats[0]) == 1)
-            for i, (value, oid) in enumerate(zip(message.params, statement.param_types,
-                                                 strict=True))
-        )  # fmt: skip
+        try:  # a value the server cannot read fails this statement (22P02), not the session
+            params = tuple(
+                types.read_parameter(value, oid,
+                                     (formats[i] if len(formats) > 1 else formats[0]) == 1)
+                for i, (value, oid) in enumerate(zip(message.params, statement.param_types,
+                                                     strict=True))
+            )  # fmt: skip
+        except types.ParameterError as e:
+            raise error_fields(e) from None
         if message.portal and message.portal in self.portals:
             raise StatementError("42P03", f'portal "{message.portal}" already exists')
         if len(self.portals) >= MAX_PREPARED:
             raise StatementError("53400", f"this session keeps {MAX_PREPARED} open portals, the "
                                  "most it may", "close portals it no longer needs")  # fmt: skip
-        portal = Portal(statement, params, message.result_formats, text_only=statement.text_only)
+        size = sum(len(value) for value in message.params if value is not None)
+        self._check_held(size)
+        portal = Portal(statement, params, message.result_formats, text_only=statement.text_only,
+                        size=size)  # fmt: skip
         if statement.described is not None and not params:
             portal.result, statement.described = statement.described, None
         self.portals[message.portal] = portal

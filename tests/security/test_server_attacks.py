@@ -236,7 +236,8 @@ def test_idle_unauthenticated_sockets_do_not_lock_users_out(server_db):
 
 
 def test_logged_in_sessions_are_still_bounded_by_max_connections(server_db):
-    running = start_server(server_db, "--insecure", "--max-connections", "2")
+    running = start_server(server_db, "--insecure", "--max-connections", "2",
+                           "--max-connections-per-user", "2")  # fmt: skip
     try:
         first = psycopg.connect(running.dsn(), autocommit=True, connect_timeout=5)
         second = psycopg.connect(running.dsn(), autocommit=True, connect_timeout=5)
