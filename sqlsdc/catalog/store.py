@@ -223,9 +223,8 @@ def current_policy(con, *, in_transaction: bool = True) -> tuple[int, dict, str]
     catalog exists is asked of the policy table itself rather than of the engine's listing of
     tables, which first builds every system view of a newly opened database (~7 ms of each
     opening of a guarded connection)."""
-    if in_transaction and not has_catalog(con):
-        return None
-    if not in_transaction and not described(con, ["policy_versions"], S):
+    exists = has_catalog(con) if in_transaction else bool(described(con, ["policy_versions"], S))
+    if not exists:
         return None
     row = one(
         con,
