@@ -24,6 +24,12 @@ Likewise the values of a long IN list of literals (what chains of equalities bec
 ``annotate_types`` gives each the type of its spelling alone (a string VARCHAR, an integer INT,
 another number DOUBLE; :func:`_literal_type`). All but the first are taken out while a pass runs
 and put back after it, typed so after type inference.
+
+Neither is done inside a projection of any SELECT (:func:`_in_projection`): ``qualify``
+copies a projection where an output alias or position names it (``WHERE young``, ``GROUP BY
+1``), and a copy made while the values are set aside keeps a range with no column or an IN
+list of its first value alone: ``SELECT age IN (0, ..., 19) AS young ... WHERE young``
+counted ``age IN (0)``.
 """
 
 from __future__ import annotations
@@ -45,10 +51,15 @@ class RepeatedColumns:
         self.lists: list[tuple[exp.In, list[exp.Literal]]] = []  # (IN, its values)
         for node in nodes(tree):
             if isinstance(node, exp.Connector) and type(node.parent) is not type(node):
-                self._add_chain(node)
+                if not _in_projection(node):
+                    self._add_chain(node)
             elif type(node) is exp.In:
                 values = node.args.get("expressions") or []
-                if len(values) > GROUP_FROM and all(type(v) is exp.Literal for v in values):
+                if (
+                    len(values) > GROUP_FROM
+                    and all(type(v) is exp.Literal for v in values)
+                    and not _in_projection(node)
+                ):
                     self.lists.append((node, values))
 
     def _add_chain(self, chain: exp.Connector) -> None:
@@ -88,6 +99,16 @@ class RepeatedColumns:
                 for value in values[1:]:
                     value._type = _literal_type(value).into_expr()
                     value.meta["nonnull"] = True
+
+
+def _in_projection(node: exp.Expr) -> bool:
+    """Whether ``node`` is inside an output expression of a SELECT, at any depth (a
+    subquery in a projection is copied with it)."""
+    while node.parent is not None:
+        if node.arg_key == "expressions" and isinstance(node.parent, exp.Select):
+            return True
+        node = node.parent
+    return False
 
 
 def _written(operand: exp.Expr) -> tuple | None:
