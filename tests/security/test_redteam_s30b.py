@@ -138,9 +138,11 @@ def test_question_mark_parameters_are_bound_in_the_order_of_the_text(ckm):
         ckm, "SELECT region, COUNT(*) FROM persons WHERE age > 30 GROUP BY 1"
     )
     cast = "SELECT region, COUNT(*) FROM persons WHERE age > ?::INTEGER AND sex = ? GROUP BY 1"
-    assert released(ckm, cast, [30, "F"]) == released(
-        ckm, "SELECT region, COUNT(*) FROM persons WHERE age > 30 AND sex = 'F' GROUP BY 1"
-    )  # ``?::`` is one token of sqlglot's, a placeholder and a cast of DuckDB's
+    assert sorted(released(ckm, cast, [30, "F"])) == sorted(
+        released(
+            ckm, "SELECT region, COUNT(*) FROM persons WHERE age > 30 AND sex = 'F' GROUP BY 1"
+        )
+    )  # ``?::`` is one token of sqlglot's, a placeholder and a cast of DuckDB's (no ORDER BY)
 
 
 def dimensions_table(path, columns: dict[str, str], rows: int) -> sqlsdc.Connection:
