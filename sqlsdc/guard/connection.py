@@ -76,6 +76,7 @@ from sqlsdc.guard.postprocess import (
 from sqlsdc.guard.releases import attach_releases, available_releases, with_releases
 from sqlsdc.guard.resolve import analyst_schema, readable
 from sqlsdc.guard.summable import Checked, check_summable
+from sqlsdc.guard.turns import ProcessTurns
 from sqlsdc.guard.validate import check_engine_tables
 from sqlsdc.guard.values import frame, python_list
 from sqlsdc.jobs.patterns import ensure_patterns
@@ -97,6 +98,7 @@ MAX_ANSWER_ROWS = 1_000_000  # rows one statement may return (a public table's c
 MAX_ANSWER_BYTES = 64 * 2**20  # otherwise fill the memory of a process shared by many sessions,
 # such as `sqlsdc serve`); the bytes are Arrow's, read batch by batch
 
+_TURNS = ProcessTurns(hold=MAX_HOLD_SECONDS, turn=TURN_SECONDS)  # the whole process's turns
 _DATABASE_LOCKS: dict[str, threading.Lock] = {}
 _DATABASE_LOCKS_GUARD = threading.Lock()
 
@@ -147,6 +149,7 @@ class Connection:
         self._alarm: watchdog.Alarm | None = None  # the idle release, while one is planned
         self._last_use = 0.0
         self._turn_until = 0.0
+        self._timeout: float | None = None  # the statement timeout, once the policy is read
         self._context: GuardContext | None = None
         self._base_policy: Policy | None = None  # the policy in force, before its releases
         self._releases: dict = {}  # released outputs readable now (sqlsdc.guard.releases)
@@ -174,7 +177,10 @@ class Connection:
         policy in force, again only when an admin applied a new version since the last open."""
         path = Path(self.path)
         time.sleep(max(0.0, self._turn_until - time.monotonic()))
+        key = str(path.resolve())
+        _TURNS.wait(key, partial(engine.others_waiting, path), self._turn_bound())
         con = engine.open_database(path, wait=engine.LOCK_WAIT_SECONDS, writes_data=False)
+        _TURNS.held(key, con)
         writers = engine.data_writers(path)  # before the policy is read: see _release_dp
         try:
             engine.harden(con)
@@ -192,6 +198,7 @@ class Connection:
             else:
                 remember_budget_tables(con)  # as _load_policy found or made them
         except engine.EngineError:
+            _TURNS.closed(key, con)
             con.close()
             raise OperationalError(
                 f"cannot open {path.name}: the engine failed while reading the sqlsdc "
@@ -199,6 +206,7 @@ class Connection:
                 "with `sqlsdc policy show`"
             ) from None
         except BaseException:
+            _TURNS.closed(key, con)
             con.close()
             raise
         self._db = con
@@ -300,9 +308,15 @@ class Connection:
         finally:
             self._lock.release()
 
+    def _turn_bound(self) -> float:
+        """How long an opening waits for the process's turn (:mod:`sqlsdc.guard.turns`): a
+        statement timeout, within which the process's running statements end."""
+        return min(self._timeout or engine.LOCK_WAIT_SECONDS, engine.LOCK_WAIT_SECONDS)
+
     def _close_engine(self) -> None:
         """Close the engine connection (the lock held); what was read for this opening only,
         the PRF key among it, is dropped with it."""
+        _TURNS.closed(str(Path(self.path).resolve()), self._db)  # resolved as _open did
         self._db.close()
         self._db, self._prf_key = None, None
 

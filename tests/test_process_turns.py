@@ -1,0 +1,114 @@
+"""The whole process gives other processes a turn of the database file
+(:mod:`sqlsdc.guard.turns`): a process whose guarded connections keep running statements used
+to keep the file as long as they overlapped (red team s32c: an admin command waited 47 s
+behind a server's sessions)."""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import threading
+import time
+
+import sqlsdc
+from sqlsdc.engines import duckdb as engine
+from sqlsdc.guard import connection as guard_connection
+from sqlsdc.guard.turns import ProcessTurns
+
+COUNT = "SELECT region, COUNT(*) AS n FROM persons GROUP BY region"
+
+
+class _Waiter:
+    """Another live process marked as waiting for the file, as ``open_database`` marks it."""
+
+    def __init__(self, db):
+        self.process = subprocess.Popen(["sleep", "60"])
+        folder = db.with_name(db.name + ".waiting")
+        folder.mkdir(exist_ok=True)
+        self.marker = folder / str(self.process.pid)
+        self.marker.touch()
+
+    def leave(self):
+        self.marker.unlink(missing_ok=True)
+        self.process.kill()
+        self.process.wait()
+
+
+def _open_in_a_thread(db, opened: list):
+    def run():
+        con = sqlsdc.Connection(db, "analyst")
+        opened.append((time.monotonic(), con))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_an_opening_waits_while_the_process_keeps_the_file_from_a_waiting_process(
+    fresh_demo_db, monkeypatch
+):
+    monkeypatch.setattr(guard_connection._TURNS, "hold", 0.0)  # the process held it long
+    holder = sqlsdc.Connection(fresh_demo_db, "analyst", idle_release=None)
+    assert holder.execute(COUNT).fetchall()
+    waiter = _Waiter(fresh_demo_db)
+    opened: list = []
+    try:
+        thread = _open_in_a_thread(fresh_demo_db, opened)
+        time.sleep(0.5)
+        assert thread.is_alive() and not opened  # waits for the process's holders
+        released = time.monotonic()
+        holder.close()  # the last holder lets go: the waiting process's turn, then this one
+        thread.join(10)
+        assert not thread.is_alive()
+        ((at, con),) = opened
+        assert at - released >= guard_connection.TURN_SECONDS * 0.9
+        assert con.execute(COUNT).fetchall()
+        con.close()
+    finally:
+        waiter.leave()
+        holder.close()
+
+
+def test_an_opening_waits_no_longer_than_its_bound(fresh_demo_db, monkeypatch):
+    """A connection of the process left open and idle delays an opening, never stops it."""
+    monkeypatch.setattr(guard_connection._TURNS, "hold", 0.0)
+    monkeypatch.setattr(engine, "LOCK_WAIT_SECONDS", 0.4)
+    holder = sqlsdc.Connection(fresh_demo_db, "analyst", idle_release=None)
+    assert holder.execute(COUNT).fetchall()
+    waiter = _Waiter(fresh_demo_db)
+    try:
+        started = time.monotonic()
+        with sqlsdc.Connection(fresh_demo_db, "analyst") as con:
+            assert 0.35 <= time.monotonic() - started < 5
+            assert con.execute(COUNT).fetchall()
+    finally:
+        waiter.leave()
+        holder.close()
+
+
+def test_without_a_waiting_process_nothing_waits(fresh_demo_db, monkeypatch):
+    monkeypatch.setattr(guard_connection._TURNS, "hold", 0.0)
+    with sqlsdc.Connection(fresh_demo_db, "analyst", idle_release=None) as holder:
+        assert holder.execute(COUNT).fetchall()
+        started = time.monotonic()
+        with sqlsdc.Connection(fresh_demo_db, "analyst") as con:
+            assert con.execute(COUNT).fetchall()
+        assert time.monotonic() - started < 5  # no turn to give: joins the process's hold
+
+
+class _Engine:
+    """A stand-in engine connection: only its identity and lifetime matter to the turns."""
+
+
+def test_a_holder_dropped_without_closing_stops_counting():
+    turns = ProcessTurns(hold=0.0, turn=0.05)
+    held = _Engine()
+    turns.held("db", held)
+    started = time.monotonic()
+    turns.wait("db", lambda: True, bound=0.3)
+    assert time.monotonic() - started >= 0.25  # a holder, another process waiting: bounded
+    del held
+    gc.collect()
+    started = time.monotonic()
+    turns.wait("db", lambda: True, bound=5)
+    assert time.monotonic() - started < 0.2
