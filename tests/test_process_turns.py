@@ -112,3 +112,53 @@ def test_a_holder_dropped_without_closing_stops_counting():
     started = time.monotonic()
     turns.wait("db", lambda: True, bound=5)
     assert time.monotonic() - started < 0.2
+
+
+def test_a_close_after_the_working_folder_changed_lets_the_file_go(fresh_demo_db, monkeypatch):
+    """The key a holder is counted under is the one its opening used: a relative path resolved
+    again at close, after a chdir, named another file and left the holder counted (red team
+    s32: every opening of the process then waited its whole bound while another waited)."""
+    monkeypatch.setattr(guard_connection._TURNS, "hold", 0.0)
+    monkeypatch.setattr(engine, "LOCK_WAIT_SECONDS", 3.0)
+    monkeypatch.chdir(fresh_demo_db.parent)
+    holder = sqlsdc.Connection(fresh_demo_db.name, "analyst", idle_release=None)
+    assert holder.execute(COUNT).fetchall()
+    kept = holder._db  # still referenced (a cursor, a traceback): the weak set keeps it
+    monkeypatch.chdir(fresh_demo_db.parent.parent)
+    holder.close()
+    waiter = _Waiter(fresh_demo_db)
+    try:
+        started = time.monotonic()
+        with sqlsdc.Connection(fresh_demo_db, "analyst") as con:
+            assert time.monotonic() - started < 1.5
+            assert con.execute(COUNT).fetchall()
+    finally:
+        waiter.leave()
+        del kept
+
+
+def test_an_opening_that_fails_before_reading_the_catalog_lets_the_file_go(
+    fresh_demo_db, monkeypatch
+):
+    """Whatever fails after the engine connection is counted closes it and stops counting."""
+    monkeypatch.setattr(guard_connection._TURNS, "hold", 0.0)
+    monkeypatch.setattr(engine, "LOCK_WAIT_SECONDS", 3.0)
+
+    def interrupted(path):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(engine, "data_writers", interrupted)
+        try:
+            sqlsdc.Connection(fresh_demo_db, "analyst")
+        except KeyboardInterrupt as stopped:
+            kept = stopped  # its traceback keeps the opening's frame, and its connection
+    waiter = _Waiter(fresh_demo_db)
+    try:
+        started = time.monotonic()
+        with sqlsdc.Connection(fresh_demo_db, "analyst") as con:
+            assert time.monotonic() - started < 1.5
+            assert con.execute(COUNT).fetchall()
+    finally:
+        waiter.leave()
+        del kept

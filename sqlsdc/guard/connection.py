@@ -180,9 +180,9 @@ class Connection:
         key = str(path.resolve())
         _TURNS.wait(key, partial(engine.others_waiting, path), self._turn_bound())
         con = engine.open_database(path, wait=engine.LOCK_WAIT_SECONDS, writes_data=False)
-        _TURNS.held(key, con)
-        writers = engine.data_writers(path)  # before the policy is read: see _release_dp
         try:
+            _TURNS.held(key, con)
+            writers = engine.data_writers(path)  # before the policy is read: see _release_dp
             engine.harden(con)
             current = store.current_policy(con, in_transaction=False)
             if current is None:
@@ -209,7 +209,7 @@ class Connection:
             _TURNS.closed(key, con)
             con.close()
             raise
-        self._db = con
+        self._db, self._turn_key = con, key  # the key closes as it opened (a chdir since)
         self._held_since = time.monotonic()
         self._data_versions: dict[str, str] = {}  # the data may have changed while released
         self._engine_checked: set[str] = set()  # ... and the catalog (_check_engine_reads)
@@ -316,7 +316,7 @@ class Connection:
     def _close_engine(self) -> None:
         """Close the engine connection (the lock held); what was read for this opening only,
         the PRF key among it, is dropped with it."""
-        _TURNS.closed(str(Path(self.path).resolve()), self._db)  # resolved as _open did
+        _TURNS.closed(self._turn_key, self._db)
         self._db.close()
         self._db, self._prf_key = None, None
 
