@@ -112,10 +112,24 @@ def make_db(path, document) -> None:
     sqlsdc.init(path, document)
 
 
+def pin_noise(path, secret: bytes = b"sqlsdc dp tests, fixed secret") -> None:
+    """Fix the PRF secret and the record keys (random at init, and part of the data version
+    that names every cell): the noise drawn, and so the outcome of every statistical test on
+    the database, is then the same on every run."""
+    con = open_database(path)
+    try:
+        con.execute("UPDATE sqlsdc.secrets SET material = ? WHERE name = 'prf'", [secret])
+        for table in ("persons", "visits"):
+            con.execute(f"UPDATE {table} SET __rkey = (hash(pid) % 4294967296)::UINTEGER")
+    finally:
+        con.close()
+
+
 @pytest.fixture(scope="module")
 def dp_db(tmp_path_factory):
     path = tmp_path_factory.mktemp("dp") / "dp.duckdb"
     make_db(path, dp_document())
+    pin_noise(path)
     return path
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from test_dp_query import dp_document, make_db  # noqa: E402
+from test_dp_query import dp_document, make_db, pin_noise  # noqa: E402
 
 import sqlsdc  # noqa: E402
 from sqlsdc.engines.duckdb import open_database  # noqa: E402
@@ -35,12 +35,7 @@ def db(tmp_path_factory):
     persons["dp"]["bounding_report"] = {"epsilon": "1/2"}
     path = tmp_path_factory.mktemp("report_attacks") / "db.duckdb"
     make_db(path, document)
-    con = open_database(path)
-    con.execute("UPDATE sqlsdc.secrets SET material = ? WHERE name = 'prf'", [FIXED_SECRET])
-    # the record keys are random at init and part of the data version that names every cell:
-    # fixed here, the noise drawn (and the statistical tests' outcome) is the same every run
-    con.execute("UPDATE persons SET __rkey = (hash(pid) % 4294967296)::UINTEGER")
-    con.close()
+    pin_noise(path, FIXED_SECRET)
     return path
 
 
