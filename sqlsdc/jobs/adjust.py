@@ -171,13 +171,13 @@ def cta_query(
 
     With ``intervals``, each sensitive cell also gets Giessing & Dittrich's interval
     (:func:`~sqlsdc.tabular.intervals.publish_intervals`: it holds the original and the
-    adjusted value and covers the protection range, the bound on the original's side widened
-    by a secret coin) in ``lower_bound``/``upper_bound``; other cells get NULL. This says which
-    cells were adjusted for protection — exactly what Giessing & Dittrich publish (flagged
-    cells with intervals), and no more: no levels, no rule, no original. For a frequency table
-    that flag alone tells that a cell has fewer units than the minimum frequency, so
-    ``intervals`` is refused for ``COUNT(*)`` jobs. The coins are keyed by the database's PRF
-    secret and the job (same job, same intervals), never by user input.
+    adjusted value and covers the protection range, and its bounds follow the adjusted value
+    and the power of ten of the adjustment only) in ``lower_bound``/``upper_bound``; other
+    cells get NULL. This says which cells were adjusted for protection, and by how much to
+    within a factor of ten — what Giessing & Dittrich publish (flagged cells with intervals),
+    and no more: no levels, no rule, no direction, no original. For a frequency table that flag
+    alone tells that a cell has fewer units than the minimum frequency, so ``intervals`` is
+    refused for ``COUNT(*)`` jobs.
     """
     from sqlsdc.tabular.cta import cta
     from sqlsdc.tabular.intervals import publish_intervals
@@ -202,7 +202,7 @@ def cta_query(
         sensitive = out["sensitive"].to_numpy(bool)
         extra = None
         if intervals:
-            bounds = publish_intervals(out, seed=_secret_seed(job, "cta-intervals"))
+            bounds = publish_intervals(out)
             extra = pd.DataFrame(
                 {
                     "lower_bound": bounds["lo"].where(sensitive),
