@@ -104,7 +104,9 @@ def protect(db, sql, method, into, replace, user, fmt, **options):
               leave their adjacent multiples).
     cta       every cell published; sensitive cells moved by at least their (secretly
               enlarged) protection levels, the others as little as possible, additively.
-    ipf       sensitive cells placed at safe values, the others raked to the --margins file.
+              Sums only when a cell is sensitive: a moved count gives itself back.
+    ipf       sensitive cells placed at safe values, the others raked to the --margins file
+              (a count table only when no cell is sensitive, as for cta).
     Every job prints its report (information loss: HD, RAD, AAD, chi2, additivity, largest
     change) and stores it in sqlsdc.outputs; the table is written only if the job succeeds.
 
