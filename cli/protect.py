@@ -120,8 +120,8 @@ def protect(db, sql, method, into, replace, user, fmt, **options):
       sqlsdc protect demo.duckdb --method cta --intervals --into turnover_adjusted \\
         --sql "SELECT nace, region, SUM(turnover) FROM enterprises WHERE employees >= 10
         GROUP BY nace, region"
-      sqlsdc protect demo.duckdb --method ipf --margins census.csv --into persons_ipf \\
-        --sql "SELECT region, education, COUNT(*) FROM persons WHERE age >= 80
+      sqlsdc protect demo.duckdb --method ipf --margins census.csv --rule freq:5 \\
+        --into persons_ipf --sql "SELECT region, education, COUNT(*) FROM persons WHERE age >= 80
         GROUP BY region, education"
     """
     from sqlsdc.tabular.rules import parse_rule
