@@ -146,18 +146,21 @@ def parse_job(sql: str, policy: Policy) -> JobSpec:
 
 def cells_sql(spec: JobSpec, top_k: int) -> str:
     """Inner cells: units, total and the ``top_k`` largest unit contributions, per unit summed
-    first (a unit's rows are one contribution)."""
+    first (a unit's rows are one contribution), and ``spread``: the most inner cells any unit
+    of the cell lies in (1 when every unit is in one cell, which the margins' counts and
+    largest contributions assume)."""
     unit = exp.column(spec.unit)
     contribution = exp.Sum(this=exp.column(spec.measure)) if spec.measure else exp.Literal.number(1)
     per_unit = exp.select(unit, *(exp.column(d) for d in spec.dims)).from_(spec.table)
-    per_unit = per_unit.select(exp.alias_(contribution, "x"))
+    cells_of_unit = exp.Window(this=exp.Count(this=exp.Star()), partition_by=[unit.copy()])
+    per_unit = per_unit.select(exp.alias_(contribution, "x"), exp.alias_(cells_of_unit, "k"))
     if spec.where is not None:
         per_unit = per_unit.where(spec.where.copy())
     per_unit = per_unit.group_by(unit.copy(), *(exp.column(d) for d in spec.dims))
     cells = exp.select(*(exp.column(d) for d in spec.dims)).from_(per_unit.subquery("u"))
     cells = cells.select(
         exp.alias_(exp.Count(this=exp.Star()), "n"),
-        exp.alias_(exp.Count(this=exp.Distinct(expressions=[exp.column(spec.unit)])), "units"),
+        exp.alias_(exp.Max(this=exp.column("k")), "spread"),
         exp.alias_(exp.Sum(this=exp.column("x")), "value"),
     )
     if top_k:
@@ -262,10 +265,13 @@ class Job:
         self.step("computing the cells in SQL")
         top_k = required_top_k(rules) if rules else 0
         frame = self.con.sql(cells_sql(self.spec, top_k)).df()
-        if (frame["n"] != frame["units"]).any() or frame.empty:
+        if frame.empty:
+            raise TabularError("no row matched; the job has no cell to protect")
+        if (frame["spread"] > 1).any():
             raise TabularError(
-                "some units contribute to several cells (or none matched); the job needs each "
-                "unit in one inner cell"
+                "some units lie in several inner cells (their rows differ in the dimensions); "
+                "the job needs each unit in one inner cell, as the margins' counts and largest "
+                "contributions are built from the inner cells"
             )
         return _table(frame, self.spec, self.policy, top_k)
 
