@@ -31,7 +31,11 @@ What succeeded, and was closed:
   nor the 2,414 persons, but person-cell pairs; and the margins' largest contributions, which
   the dominance rules read, are taken from the inner cells, so a unit whose pieces in several
   cells dominate a margin is not seen there. The check now counts the cells of each unit
-  (``test_a_job_refuses_units_in_several_cells``).
+  (``test_a_job_refuses_units_in_several_cells``). The query path had the same blind spot:
+  with the demo's benefits under ``method: suppress`` on [scheme, region], an analyst's
+  ``SELECT COUNT(DISTINCT person_id) FROM benefits`` returned 2,855 (2,414 persons). The
+  suppression universe now refuses such a table when it is protected
+  (``test_a_suppression_universe_refuses_units_in_several_cells``).
 
 Checked against the references, and held (not kept as tests beyond those the methods have):
 the optimal partition-selection probabilities (closed form against the recurrence of
@@ -56,6 +60,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import sqlsdc
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import TabularError
 from sqlsdc.jobs.adjust import cta_query, ipf_query
@@ -189,3 +194,40 @@ def test_a_job_refuses_units_in_several_cells(pristine_demo_db, tmp_path, aggreg
     # one cell per person: accepted
     protect_query(db, "admin", "SELECT region, COUNT(*) FROM benefits GROUP BY region",
                   into="benefits_regions", rules=[FrequencyRule(3)])  # fmt: skip
+
+
+def _suppressed_table(path, rows_per_unit: int):
+    """A table ``t`` of 60 units with ``rows_per_unit`` rows each, whose dimension g varies
+    within a unit when ``rows_per_unit`` > 1, protected by suppression on (g)."""
+    rng = np.random.default_rng(33)
+    rows = 60 * rows_per_unit
+    frame = pd.DataFrame({
+        "pid": np.repeat(np.arange(60), rows_per_unit),
+        "g": rng.choice(["a", "b", "c"], rows),
+        "x": rng.integers(0, 101, rows),
+    })  # fmt: skip
+    with duckdb.connect(str(path)) as con:
+        con.register("frame", frame)
+        con.execute("CREATE TABLE t AS SELECT * FROM frame")
+    sqlsdc.init(path, {
+        "tables": {"t": {
+            "privacy_unit": "pid",
+            "columns": {"pid": {"role": "identifier"},
+                        "g": {"role": "dimension", "domain": ["a", "b", "c"]},
+                        "x": {"role": "measure", "bounds": [0, 100]}},
+            "protection": {"counts": {"method": "suppress", "rules": ["freq:3"]},
+                           "magnitudes": {"method": "suppress", "rules": ["freq:3"]}},
+            "suppression": {"dimensions": ["g"]},
+        }},
+        "users": {"admin": {"role": "admin"}, "ana": {"role": "analyst"}},
+    })  # fmt: skip
+    return path
+
+
+def test_a_suppression_universe_refuses_units_in_several_cells(tmp_path):
+    spread = _suppressed_table(tmp_path / "spread.duckdb", rows_per_unit=3)
+    with sqlsdc.connect(spread, "ana") as con, pytest.raises(TabularError, match="several inner"):
+        con.execute("SELECT COUNT(DISTINCT pid) FROM t").fetchall()  # 60 units, not 150
+    single = _suppressed_table(tmp_path / "single.duckdb", rows_per_unit=1)
+    with sqlsdc.connect(single, "ana") as con:
+        assert con.execute("SELECT COUNT(DISTINCT pid) FROM t").fetchall() == [(60,)]
