@@ -31,7 +31,11 @@ OWNERS = {  # option -> the methods it belongs to
 
 @click.command()
 @click.argument("db", type=click.Path(exists=True, dir_okay=False))
-@click.option("--sql", required=True, help="SELECT dims, SUM(measure)|COUNT(*) ... GROUP BY dims")
+@click.option(
+    "--sql",
+    required=True,
+    help="SELECT dims, SUM(measure)|COUNT(*)|COUNT(DISTINCT unit) ... GROUP BY dims",
+)
 @click.option(
     "--method",
     type=click.Choice(METHODS),

@@ -30,12 +30,13 @@ What succeeded, and was closed:
   scheme, region"`` stored a grand total of 2,855: neither the 19,606 rows the query counts
   nor the 2,414 persons, but person-cell pairs; and the margins' largest contributions, which
   the dominance rules read, are taken from the inner cells, so a unit whose pieces in several
-  cells dominate a margin is not seen there. The check now counts the cells of each unit
-  (``test_a_job_refuses_units_in_several_cells``). The query path had the same blind spot:
-  with the demo's benefits under ``method: suppress`` on [scheme, region], an analyst's
-  ``SELECT COUNT(DISTINCT person_id) FROM benefits`` returned 2,855 (2,414 persons). The
-  suppression universe now refuses such a table when it is protected
-  (``test_a_suppression_universe_refuses_units_in_several_cells``).
+  cells dominate a margin is not seen there. The check now counts the cells of each unit;
+  and as the job counts units, ``COUNT(*)`` (rows) is refused where a unit has several rows,
+  ``COUNT(DISTINCT unit)`` accepted (``test_a_job_refuses_units_in_several_cells``). The
+  query path had the same blind spot: with the demo's benefits under ``method: suppress`` on
+  [scheme, region], an analyst's ``SELECT COUNT(DISTINCT person_id) FROM benefits`` returned
+  2,855 (2,414 persons). The suppression universe now refuses such a table when it is
+  protected (``test_a_suppression_universe_refuses_units_in_several_cells``).
 
 Checked against the references, and held (not kept as tests beyond those the methods have):
 the optimal partition-selection probabilities (closed form against the recurrence of
@@ -191,9 +192,18 @@ def test_a_job_refuses_units_in_several_cells(pristine_demo_db, tmp_path, aggreg
     sql = f"SELECT scheme, region, {aggregate} FROM benefits GROUP BY scheme, region"
     with pytest.raises(TabularError, match="several inner cells"):
         protect_query(db, "admin", sql, into="benefits_sup", rules=[FrequencyRule(3)])
-    # one cell per person: accepted
-    protect_query(db, "admin", "SELECT region, COUNT(*) FROM benefits GROUP BY region",
-                  into="benefits_regions", rules=[FrequencyRule(3)])  # fmt: skip
+    # one cell per person, but twelve rows each: COUNT(*) asks rows, the job counts persons
+    with pytest.raises(TabularError, match="COUNT\\(\\*\\) counts rows"):
+        protect_query(db, "admin", "SELECT region, COUNT(*) FROM benefits GROUP BY region",
+                      into="benefits_regions", rules=[FrequencyRule(3)])  # fmt: skip
+    protect_query(db, "admin", "SELECT region, COUNT(DISTINCT person_id) FROM benefits "
+                  "GROUP BY region", into="benefits_regions", rules=[FrequencyRule(3)])  # fmt: skip
+    with duckdb.connect(str(db), read_only=True) as con:
+        ((persons,),) = con.execute("SELECT count(DISTINCT person_id) FROM benefits").fetchall()
+        ((total,),) = con.execute(
+            "SELECT value FROM protected.benefits_regions WHERE region = 'Total'"
+        ).fetchall()
+    assert total == persons
 
 
 def _suppressed_table(path, rows_per_unit: int):
