@@ -31,7 +31,11 @@ OWNERS = {  # option -> the methods it belongs to
 
 @click.command()
 @click.argument("db", type=click.Path(exists=True, dir_okay=False))
-@click.option("--sql", required=True, help="SELECT dims, SUM(measure)|COUNT(*) ... GROUP BY dims")
+@click.option(
+    "--sql",
+    required=True,
+    help="SELECT dims, SUM(measure)|COUNT(*)|COUNT(DISTINCT unit) ... GROUP BY dims",
+)
 @click.option(
     "--method",
     type=click.Choice(METHODS),
@@ -104,7 +108,9 @@ def protect(db, sql, method, into, replace, user, fmt, **options):
               leave their adjacent multiples).
     cta       every cell published; sensitive cells moved by at least their (secretly
               enlarged) protection levels, the others as little as possible, additively.
-    ipf       sensitive cells placed at safe values, the others raked to the --margins file.
+              Sums only when a cell is sensitive: a moved count gives itself back.
+    ipf       sensitive cells placed at safe values, the others raked to the --margins file
+              (a count table only when no cell is sensitive, as for cta).
     Every job prints its report (information loss: HD, RAD, AAD, chi2, additivity, largest
     change) and stores it in sqlsdc.outputs; the table is written only if the job succeeds.
 
@@ -118,8 +124,8 @@ def protect(db, sql, method, into, replace, user, fmt, **options):
       sqlsdc protect demo.duckdb --method cta --intervals --into turnover_adjusted \\
         --sql "SELECT nace, region, SUM(turnover) FROM enterprises WHERE employees >= 10
         GROUP BY nace, region"
-      sqlsdc protect demo.duckdb --method ipf --margins census.csv --into persons_ipf \\
-        --sql "SELECT region, education, COUNT(*) FROM persons WHERE age >= 80
+      sqlsdc protect demo.duckdb --method ipf --margins census.csv --rule freq:5 \\
+        --into persons_ipf --sql "SELECT region, education, COUNT(*) FROM persons WHERE age >= 80
         GROUP BY region, education"
     """
     from sqlsdc.tabular.rules import parse_rule

@@ -171,13 +171,13 @@ def cta_query(
 
     With ``intervals``, each sensitive cell also gets Giessing & Dittrich's interval
     (:func:`~sqlsdc.tabular.intervals.publish_intervals`: it holds the original and the
-    adjusted value and covers the protection range, the bound on the original's side widened
-    by a secret coin) in ``lower_bound``/``upper_bound``; other cells get NULL. This says which
-    cells were adjusted for protection — exactly what Giessing & Dittrich publish (flagged
-    cells with intervals), and no more: no levels, no rule, no original. For a frequency table
-    that flag alone tells that a cell has fewer units than the minimum frequency, so
-    ``intervals`` is refused for ``COUNT(*)`` jobs. The coins are keyed by the database's PRF
-    secret and the job (same job, same intervals), never by user input.
+    adjusted value and covers the protection range, and its bounds follow the adjusted value
+    and the power of ten of the adjustment only) in ``lower_bound``/``upper_bound``; other
+    cells get NULL. This says which cells were adjusted for protection, and by how much to
+    within a factor of ten — what Giessing & Dittrich publish (flagged cells with intervals),
+    and no more: no levels, no rule, no direction, no original. For a frequency table that flag
+    alone tells that a cell has fewer units than the minimum frequency, so ``intervals`` is
+    refused for ``COUNT(*)`` jobs.
     """
     from sqlsdc.tabular.cta import cta
     from sqlsdc.tabular.intervals import publish_intervals
@@ -195,6 +195,7 @@ def cta_query(
         table = job.tabulate(rules)
         job.step(f"controlled tabular adjustment ({method})")
         found = apply_rules(table, rules)
+        _refuse_moved_counts(job, found, "cta")
         upl, lpl = _secret_levels(job, found)
         out = cta(table, rules=[], sensitive=found.primary, protection=(upl, lpl), method=method,
                   time_limit=time_limit)  # fmt: skip
@@ -202,7 +203,7 @@ def cta_query(
         sensitive = out["sensitive"].to_numpy(bool)
         extra = None
         if intervals:
-            bounds = publish_intervals(out, seed=_secret_seed(job, "cta-intervals"))
+            bounds = publish_intervals(out)
             extra = pd.DataFrame(
                 {
                     "lower_bound": bounds["lo"].where(sensitive),
@@ -261,6 +262,7 @@ def ipf_query(
         given = _given_margins(table, margins)
         groups, targets, cells = _margin_groups(table, given)
         found = apply_rules(table, rules)
+        _refuse_moved_counts(job, found, "ipf")
         upl, lpl = _secret_levels(job, found)
         job.step("raking (IPF)")
         raked, iterations, error, fixed = _rake_protected(
@@ -315,6 +317,27 @@ def _finish(job: Job, table: Table, published, method, status, details, sensitiv
     return report
 
 
+def _refuse_moved_counts(job: Job, found, method: str) -> None:
+    """Refuse to place the sensitive cells of a frequency table at ``original ± level``.
+
+    CTA and the safe values of IPF move a sensitive cell by its protection level, and a count's
+    level is a known function of the count (the frequency rule's 30 %, at least 1): with the
+    secret factor of :func:`_secret_levels` in [1, 1.5), a sensitive 1 is published in
+    [2, 2.5) upwards and a 2 in [3, 3.5) or (0.5, 1], ranges that hold one integer original
+    each, while an unmoved count stays an integer. Red team s33b read every small count of the
+    demo's nace x region table (``freq:3``) this way: 20 of 20 from the CTA output, none wrong,
+    and 20 of 27 guesses from the IPF output raked to the true margins. Counts are therefore
+    published by rounding or suppression, as the README advised; a count table whose rules flag
+    no cell may still be raked."""
+    if job.spec.measure is None and bool(np.any(found.primary)):
+        raise TabularError(
+            f"--method {method} would publish each sensitive count at its original plus or "
+            "minus its protection level, a known function of the count, so the published value "
+            "gives the count back (2.27 is a 1 moved up); publish frequency tables with "
+            "--method round or --method suppress"
+        )
+
+
 def _secret_levels(job: Job, found) -> tuple[np.ndarray, np.ndarray]:
     """The rules' protection levels, each enlarged by a secret factor in [1, 1 + LEVEL_SPREAD).
 
@@ -324,7 +347,8 @@ def _secret_levels(job: Job, found) -> tuple[np.ndarray, np.ndarray]:
     secret (keyed by the database's PRF secret and the job), the original is only known to lie
     in a range: p/1.45 < a ≤ p/1.3 upwards, p/0.7 ≤ a < p/0.55 downwards. This blurs the
     relation; it does not hide it (the upward range holds a single integer for small counts),
-    so publish small counts by rounding or suppression. The levels stay at least the rules'.
+    so jobs refuse sensitive counts (:func:`_refuse_moved_counts`). The levels stay at least the
+    rules'.
     """
     rng = np.random.default_rng(_secret_seed(job, "levels"))
     factor = 1.0 + LEVEL_SPREAD * rng.random(found.upl.size)

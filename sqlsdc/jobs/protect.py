@@ -75,13 +75,18 @@ Progress = Callable[[str], None]  # called with the name of each step as it star
 
 @dataclass(frozen=True)
 class JobSpec:
-    """What a protection job tabulates: ``SELECT dims, SUM(measure)|COUNT(*) FROM table``."""
+    """What a protection job tabulates: ``SELECT dims, SUM(measure)|COUNT(*) FROM table``.
+
+    A frequency table counts units (the rules protect units); ``rows`` is set when the SQL
+    counts rows (``COUNT(*)``), which are the units only where each unit has one row (checked
+    by :meth:`Job.tabulate`); ``COUNT(DISTINCT unit)`` counts units in any table."""
 
     table: str
     dims: tuple[str, ...]
     measure: str | None  # None: a frequency table
     unit: str
     where: exp.Expr | None
+    rows: bool = False
 
 
 @dataclass(frozen=True)
@@ -106,7 +111,10 @@ def parse_job(sql: str, policy: Policy) -> JobSpec:
         tree = sqlglot.parse_one(sql, read="duckdb")
     except sqlglot.errors.ParseError as e:
         raise TabularError(f"the job's SQL does not parse: {e}") from None
-    shape = "SELECT dim, ..., SUM(measure) | COUNT(*) FROM table [WHERE ...] GROUP BY dim, ..."
+    shape = (
+        "SELECT dim, ..., SUM(measure) | COUNT(*) | COUNT(DISTINCT unit) FROM table [WHERE ...] "
+        "GROUP BY dim, ..."
+    )
     if not isinstance(tree, exp.Select) or tree.args.get("joins") or tree.args.get("with_"):
         raise TabularError(f"a protection job is one aggregation of one table: {shape}")
     source = tree.args.get("from_")
@@ -131,7 +139,16 @@ def parse_job(sql: str, policy: Policy) -> JobSpec:
     if len(aggregates) != 1:
         raise TabularError(f"a protection job has exactly one aggregate: {shape}")
     aggregate = aggregates[0]
-    if isinstance(aggregate, exp.Count) and isinstance(aggregate.this, exp.Star):
+    counted = aggregate.this.expressions if isinstance(aggregate.this, exp.Distinct) else []
+    rows = isinstance(aggregate, exp.Count) and isinstance(aggregate.this, exp.Star)
+    if rows:
+        measure = None
+    elif (
+        isinstance(aggregate, exp.Count)
+        and len(counted) == 1
+        and isinstance(counted[0], exp.Column)
+        and counted[0].name.lower() == table.privacy_unit.lower()
+    ):
         measure = None
     elif isinstance(aggregate, exp.Sum) and isinstance(aggregate.this, exp.Column):
         measure = aggregate.this.name.lower()
@@ -139,25 +156,36 @@ def parse_job(sql: str, policy: Policy) -> JobSpec:
         if declared is None or declared.role is not ColumnRole.MEASURE:
             raise TabularError(f"{measure} is not a measure of {table.name}")
     else:
-        raise TabularError(f"the aggregate must be SUM(measure) or COUNT(*): {shape}")
+        raise TabularError(
+            f"the aggregate must be SUM(measure) or COUNT(*) (or COUNT(DISTINCT "
+            f"{table.privacy_unit})): {shape}"
+        )
     where = tree.args.get("where")
-    return JobSpec(table.name, dims, measure, table.privacy_unit, where and where.this)
+    return JobSpec(table.name, dims, measure, table.privacy_unit, where and where.this, rows)
 
 
 def cells_sql(spec: JobSpec, top_k: int) -> str:
     """Inner cells: units, total and the ``top_k`` largest unit contributions, per unit summed
-    first (a unit's rows are one contribution)."""
+    first (a unit's rows are one contribution), ``spread``: the most inner cells any unit of
+    the cell lies in (1 when every unit is in one cell, which the margins' counts and largest
+    contributions assume), and ``rows``: the most rows a unit of the cell has."""
     unit = exp.column(spec.unit)
     contribution = exp.Sum(this=exp.column(spec.measure)) if spec.measure else exp.Literal.number(1)
     per_unit = exp.select(unit, *(exp.column(d) for d in spec.dims)).from_(spec.table)
-    per_unit = per_unit.select(exp.alias_(contribution, "x"))
+    cells_of_unit = exp.Window(this=exp.Count(this=exp.Star()), partition_by=[unit.copy()])
+    per_unit = per_unit.select(
+        exp.alias_(contribution, "x"),
+        exp.alias_(cells_of_unit, "k"),
+        exp.alias_(exp.Count(this=exp.Star()), "r"),
+    )
     if spec.where is not None:
         per_unit = per_unit.where(spec.where.copy())
     per_unit = per_unit.group_by(unit.copy(), *(exp.column(d) for d in spec.dims))
     cells = exp.select(*(exp.column(d) for d in spec.dims)).from_(per_unit.subquery("u"))
     cells = cells.select(
         exp.alias_(exp.Count(this=exp.Star()), "n"),
-        exp.alias_(exp.Count(this=exp.Distinct(expressions=[exp.column(spec.unit)])), "units"),
+        exp.alias_(exp.Max(this=exp.column("k")), "spread"),
+        exp.alias_(exp.Max(this=exp.column("r")), "rows"),
         exp.alias_(exp.Sum(this=exp.column("x")), "value"),
     )
     if top_k:
@@ -262,10 +290,19 @@ class Job:
         self.step("computing the cells in SQL")
         top_k = required_top_k(rules) if rules else 0
         frame = self.con.sql(cells_sql(self.spec, top_k)).df()
-        if (frame["n"] != frame["units"]).any() or frame.empty:
+        if frame.empty:
+            raise TabularError("no row matched; the job has no cell to protect")
+        if (frame["spread"] > 1).any():
             raise TabularError(
-                "some units contribute to several cells (or none matched); the job needs each "
-                "unit in one inner cell"
+                "some units lie in several inner cells (their rows differ in the dimensions); "
+                "the job needs each unit in one inner cell, as the margins' counts and largest "
+                "contributions are built from the inner cells"
+            )
+        if self.spec.rows and (frame["rows"] > 1).any():
+            raise TabularError(
+                f"COUNT(*) counts rows, and some units of {self.spec.table} have several: the "
+                "job counts and protects units; write "
+                f"COUNT(DISTINCT {self.spec.unit}) to count them"
             )
         return _table(frame, self.spec, self.policy, top_k)
 

@@ -49,6 +49,7 @@ from sqlsdc.tabular.rules import (
 LEVEL = "__level"
 COUNT = "count"  # the aggregate name of unit counts
 STATUS, VALUE, CONTRIBUTORS = "__status", "__value", "__n"
+SPREAD = "__spread"  # the most inner cells a unit of the cell lies in
 EARLIER = "earlier release"
 
 
@@ -137,15 +138,23 @@ def inner_cells_sql(universe: Universe) -> exp.Select:
     ``<m>__n`` (units with a value) and ``<m>__top`` (largest unit contributions, a list).
 
     A unit's rows in one cell are one contribution (summed first), as the rules require.
+    ``__spread`` is the most inner cells any unit of the cell lies in: margins add up the inner
+    cells' units and take their largest contributions from the inner cells, which is right only
+    when it is 1 (:func:`protect_universe` refuses more).
     """
     dims = [exp.column(c) for c in universe.columns]
     unit = exp.column(universe.unit)
     per_unit = exp.select(unit, *[d.copy() for d in dims]).from_(universe.table)
     for m in universe.measures:
         per_unit = per_unit.select(exp.alias_(exp.Sum(this=exp.column(m)), m))
+    cells_of_unit = exp.Window(this=exp.Count(this=exp.Star()), partition_by=[unit.copy()])
+    per_unit = per_unit.select(exp.alias_(cells_of_unit, SPREAD))
     per_unit = per_unit.group_by(unit.copy(), *[d.copy() for d in dims])
     cells = exp.select(*[d.copy() for d in dims]).from_(per_unit.subquery("__u"))
-    cells = cells.select(exp.alias_(exp.Count(this=exp.Star()), "__units"))
+    cells = cells.select(
+        exp.alias_(exp.Count(this=exp.Star()), "__units"),
+        exp.alias_(exp.Max(this=exp.column(SPREAD)), SPREAD),
+    )
     k = top_k(universe)
     for m in universe.measures if universe.magnitudes else ():
         x = exp.column(m)
@@ -193,8 +202,17 @@ def protect_universe(
     published cells are forced published.
 
     Raises:
-        TabularError: a universe column holds NULLs, or no audited pattern exists.
+        TabularError: a universe column holds NULLs, a unit lies in several inner cells, or no
+            audited pattern exists.
     """
+    if (cells[SPREAD] > 1).any():
+        raise TabularError(
+            f"some units of {universe.table} lie in several inner cells (their rows differ in "
+            f"{', '.join(universe.columns)}); suppression needs each unit in one inner cell: "
+            "the margins count the inner cells' units and take their largest contributions "
+            "from the inner cells, so a unit would be counted twice and its share of a margin "
+            "under-read"
+        )
     for column in universe.columns:
         if cells[column].isna().any():
             raise TabularError(
