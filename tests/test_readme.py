@@ -91,7 +91,7 @@ def _census(workdir: Path) -> None:
     con = duckdb.connect(str(workdir / DB), read_only=True)
     rows = con.execute(
         "SELECT COALESCE(region, 'Total'), COALESCE(CAST(education AS VARCHAR), 'Total'), "
-        "COUNT(*) FROM persons WHERE age >= 80 GROUP BY CUBE (region, education) "
+        "COUNT(*) FROM persons WHERE age >= 85 GROUP BY CUBE (region, education) "
         "HAVING region IS NULL OR education IS NULL ORDER BY ALL"
     ).fetchall()
     con.close()

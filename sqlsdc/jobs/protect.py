@@ -9,7 +9,10 @@ method run on those aggregated cells; :meth:`Job.store` writes ``protected.<into
 record in ``sqlsdc.outputs`` (what, by whom, how, the report), a ledger row per released cell
 and value column, and the job's ``accepted`` audit entry in one transaction, only after the
 method succeeded. A refused job is audited ``refused``, a failed one ``failed``; neither
-leaves a table or ledger rows.
+leaves a table or ledger rows. One set of cells (a table, an aggregate, the same rows) is
+released protected one way: a job over cells another job's output already releases is refused
+unless both are suppression jobs, which keep each other's suppressions
+(:func:`_refuse_second_protection`).
 
 Ledger rows are per cell, not per table: the rows are written by one INSERT … SELECT over the
 stored cells (a 10^6-cell table takes about a second), and only per-cell rows let the ledger
@@ -69,6 +72,7 @@ from sqlsdc.tabular.verify import verify_suppression
 
 OUTPUT_SCHEMA = "protected"
 LEDGER_STATUS = "__status"  # the ledger status column of a job's released cells
+TABULAR_METHODS = ("suppress", "round", "cta", "ipf")  # jobs that store a table of cells
 
 Progress = Callable[[str], None]  # called with the name of each step as it starts
 
@@ -441,6 +445,7 @@ def _checked_job(con, user, sql, into, method, query_id, replace) -> Job:
     policy = load_policy(document, name=source)
     spec = parse_job(sql, policy)
     _refuse_live_universe(con, policy, spec)
+    _refuse_second_protection(con, policy, spec, into, method)
     exists = con.execute(
         "SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
         [OUTPUT_SCHEMA, into],
@@ -485,6 +490,30 @@ def _refuse_live_universe(con, policy: Policy, spec: JobSpec) -> None:
         f"recompute suppressed cells. Tabulate another population (a WHERE on a column "
         f"outside {', '.join(universe.columns)}) or publish the policy's pattern"
     )
+
+
+def _refuse_second_protection(con, policy: Policy, spec: JobSpec, into: str, method: str) -> None:
+    """Refuse a job whose cells a stored output of another job already releases, protected
+    another way: by another method, or by a rounding, CTA or IPF job under another name.
+
+    Two protections of one cell combine (red team s33b): a rounding to base 3 and one to base
+    5 of a count leave only the values both allow; a cell a suppression job hides has a
+    rounded or adjusted value in the other table; a suppression job's exact values tell how
+    far CTA moved each cell. Suppression jobs of the same cells stay allowed: each keeps what
+    the others hid (:func:`_earlier_suppressions`); so does replacing an output by a job of its
+    own method (``--replace``)."""
+    own = f"{OUTPUT_SCHEMA}.{into}"
+    for name, theirs, _dims in _outputs_of_the_same_cells(con, policy, spec, own):
+        if theirs == method and (name == own or method == "suppress"):
+            continue
+        raise TabularError(
+            f"{name} already releases these cells ({spec.table}, the same aggregate and rows), "
+            f"protected by method {theirs}; this job (method {method}) would release them "
+            "protected a second way, and a reader of both tables could combine the two (two "
+            "roundings of a cell, or a rounded or adjusted value of a cell the other hides) to "
+            "narrow the values they protect. Tabulate another population, or protect these "
+            f"cells with {theirs} (`--into {name.split('.', 1)[1]} --replace` replaces that table)"
+        )
 
 
 def job_rules(job: Job, rules: Sequence | None) -> list:
@@ -605,34 +634,48 @@ def _shared_status(mine: pd.DataFrame, before: pd.DataFrame, theirs: list[str]) 
 
 def _same_cells(job: Job) -> list[tuple[str, list[str]]]:
     """The stored suppression outputs (``protected.<name>``) that share cells with the job, with
-    their dimension columns: its own (when replaced), and every other one whose SQL tabulates
-    the same table and aggregate over the same rows (:func:`_same_rows`: however its WHERE is
-    written)."""
+    their dimension columns (:func:`_outputs_of_the_same_cells`)."""
     own = f"{OUTPUT_SCHEMA}.{job.into}"
+    return [
+        (name, dims)
+        for name, method, dims in _outputs_of_the_same_cells(job.con, job.policy, job.spec, own)
+        if method == "suppress"
+    ]
+
+
+def _outputs_of_the_same_cells(
+    con, policy: Policy, spec: JobSpec, own: str
+) -> list[tuple[str, str, list[str]]]:
+    """``(name, method, dimension columns)`` of the stored job outputs that share cells with a
+    job of ``spec`` storing ``own``: ``own`` itself (when replaced), and every other one whose
+    SQL tabulates the same table and aggregate over the same rows (:func:`_same_rows`: however
+    its WHERE is written), whatever its dimensions (tables of other dimensions share their
+    totals)."""
     existing = {
         f"{schema}.{name}"
-        for schema, name in job.con.execute(
+        for schema, name in con.execute(
             "SELECT schema_name, table_name FROM duckdb_tables() WHERE schema_name = ?",
             [OUTPUT_SCHEMA],
         ).fetchall()
     }
-    rows = job.con.execute(
-        "SELECT name, sql_text FROM sqlsdc.outputs WHERE method = 'suppress' ORDER BY name"
+    rows = con.execute(
+        "SELECT name, method, sql_text FROM sqlsdc.outputs WHERE method IN (?, ?, ?, ?) "
+        "ORDER BY name",
+        list(TABULAR_METHODS),
     ).fetchall()
-    mine = job.spec
     found = []
-    for name, sql in rows:
+    for name, method, sql in rows:
         if name not in existing:
             continue
         try:
-            spec = parse_job(sql, job.policy)
+            theirs = parse_job(sql, policy)
         except TabularError:  # a table or column the policy no longer declares
             continue
         if name == own or (
-            _shape(spec) == _shape(mine) and _same_rows(job.con, mine.table, spec.where,
-                                                        mine.where)
+            _shape(theirs) == _shape(spec) and _same_rows(con, spec.table, theirs.where,
+                                                          spec.where)
         ):  # fmt: skip
-            found.append((name, table_dims(spec, job.policy)))
+            found.append((name, method, table_dims(theirs, policy)))
     return found
 
 

@@ -316,13 +316,67 @@ def test_a_job_whose_result_fails_verification_stores_nothing(db, monkeypatch):
     assert reason.startswith("verification_failed: ")
 
 
-def test_round_and_ipf_jobs_report_their_verification(db, tmp_path):
+def test_round_job_reports_its_verification(db):
     report = round_query(db, "admin", OLD, into="old_r5", base=5)
     check = report.details["verification"]
     assert check["passed"] and check["multiples"] == 0 and check["max_distance"] < 5
+
+
+def test_ipf_job_reports_its_verification(db, tmp_path):
     # a count table is raked when its rules flag no cell (sensitive counts are refused)
     report = ipf_query(db, "admin", OLD, into="old_ipf", margins=margins_file(tmp_path, db),
                        rules=[])  # fmt: skip
     check = report.details["verification"]
     assert report.details["converged"] and check["passed"]
     assert check["max_margin_error"] <= 2e-9 * 10_000
+
+
+# Same rows as OLD, written otherwise: one set of cells.
+OLD_AGAIN = (
+    "SELECT region, education, COUNT(*) FROM persons WHERE NOT age < 85 GROUP BY region, education"
+)
+
+
+def _outputs(db) -> list[tuple]:
+    return raw(db, "SELECT name, method FROM sqlsdc.outputs ORDER BY name").values.tolist()
+
+
+def _last_audit(db) -> tuple:
+    return tuple(raw(db, "SELECT decision, reason FROM sqlsdc.audit ORDER BY query_id DESC "
+                         "LIMIT 1").iloc[0])  # fmt: skip
+
+
+def test_two_roundings_of_the_same_cells_are_refused(db):
+    """Bases 3 and 5 of one count leave only the values both allow (a 7 published as 6 and 5:
+    5 <= x < 8 and 2.5 <= x < 7.5 give x in {5, 6, 7}; with more bases, one value)."""
+    round_query(db, "admin", OLD, into="old_r3", base=3)
+    with pytest.raises(TabularError, match=r"protected.old_r3 already releases these cells.*round"):
+        round_query(db, "admin", OLD_AGAIN, into="old_r5", base=5)
+    assert _outputs(db) == [["protected.old_r3", "round"]]
+    decision, reason = _last_audit(db)
+    assert decision == "refused" and "already releases these cells" in reason
+    round_query(db, "admin", OLD, into="old_r3", base=3, replace=True)  # its own replacement
+    # another population is other cells
+    round_query(db, "admin", OLD.replace("85", "90"), into="older_r5", base=5)
+    assert [name for name, _ in _outputs(db)] == ["protected.old_r3", "protected.older_r5"]
+
+
+def test_a_suppression_and_an_adjustment_of_the_same_cells_are_refused(db, tmp_path):
+    """A cell the suppression job hides would have a rounded or raked value next to it, and
+    the suppression job's exact values would tell how far each adjusted cell moved."""
+    from sqlsdc.jobs.protect import protect_query
+
+    protect_query(db, "admin", OLD, into="old_suppressed")
+    with pytest.raises(TabularError, match="protected by method suppress; this job .method round"):
+        round_query(db, "admin", OLD_AGAIN, into="old_r5", base=5)
+    with pytest.raises(TabularError, match="protected by method suppress; this job .method ipf"):
+        ipf_query(db, "admin", OLD, into="old_ipf", margins=margins_file(tmp_path, db), rules=[])
+    # replacing the output itself by another method is refused too: its cells are released
+    with pytest.raises(TabularError, match="protected by method suppress; this job .method round"):
+        round_query(db, "admin", OLD, into="old_suppressed", base=5, replace=True)
+    assert _outputs(db) == [["protected.old_suppressed", "suppress"]]
+    # and the other way round
+    round_query(db, "admin", OLD_INCOME.replace("SUM(income)", "COUNT(*)").replace("85", "80"),
+                into="r5", base=5)  # fmt: skip
+    with pytest.raises(TabularError, match="protected by method round; this job .method suppress"):
+        protect_query(db, "admin", OLD.replace("85", "80"), into="s")
