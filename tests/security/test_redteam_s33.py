@@ -12,6 +12,21 @@ What was found, and closed:
   engine and that its message could reveal confidential values. Such a statement is now
   refused with sqlsdc's own message, before any DP charge, the engine's text kept for the
   audit log (``guard.connection._check_engine_reads``).
+
+Tried and held (no test added): subqueries over protected counts in LIMIT, OFFSET and ORDER BY
+(a hidden cell gives NULL, so no limit); FILTER, EXISTS/IN/ANY and correlated subqueries on
+confidential rows; UNION/EXCEPT/INTERSECT of group-only aggregations (groups need a protected
+count of min_frequency); ROLLUP/CUBE/GROUPING SETS over a one-person cell; DISTINCT ON,
+QUALIFY, VALUES, UNNEST, range(), WITH RECURSIVE, TABLESAMPLE, AT (VERSION), #1, COLUMNS(*),
+* EXCLUDE, table-as-struct (``GROUP BY p``), COLLATE, GLOB, SIMILAR TO, regexp, LIKE ...
+ESCAPE (DuckDB raises per row for ``'a\\' ESCAPE '\\'``: refused); measures compared with
+other columns, public columns, protected aggregates, scalar subqueries, scaled or shifted
+(``income - 545 > 49455``), through derived tables, CTE and derived column alias lists,
+``SELECT *`` alias lists (expanded to named columns before DuckDB sees them) and UNION [BY
+NAME]; CTEs and aliases that differ from tables or from each other only in case (quoted);
+41 spellings of one CKM sum (one value each); 20 spellings of one DP count (one noise per
+identity; every other identity charged); SUM/AVG of a UHUGEINT/HUGEINT measure through casts
+to FLOAT/DOUBLE; sqlglot's generated SQL against DuckDB's operator precedence.
 """
 
 from __future__ import annotations
