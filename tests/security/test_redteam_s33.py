@@ -43,7 +43,13 @@ other columns, public columns, protected aggregates, scalar subqueries, scaled o
 NAME]; CTEs and aliases that differ from tables or from each other only in case (quoted);
 41 spellings of one CKM sum (one value each); 20 spellings of one DP count (one noise per
 identity; every other identity charged); SUM/AVG of a UHUGEINT/HUGEINT measure through casts
-to FLOAT/DOUBLE; sqlglot's generated SQL against DuckDB's operator precedence.
+to FLOAT/DOUBLE; sqlglot's generated SQL against DuckDB's operator precedence; non-ASCII
+names (``"Ä"``/``"ä"``, the Kelvin sign) resolved as DuckDB does (ASCII-only case folding;
+the duplicate-output check folds more, a refusal); CASTs that fail on small values in HAVING,
+ORDER BY, windows and an outer WHERE over a derived table of cells (evaluated only for shown
+groups: DuckDB keeps filters that can throw above the frame's); ``cell_accuracy`` (a function
+of the published value); a per-row timing channel through a megabyte of CONCAT in a CASE
+branch under a short statement timeout (the check's time dominates and varies more).
 """
 
 from __future__ import annotations
