@@ -53,14 +53,14 @@ STATEMENTS = {
 # the fingerprint of the protected SQL, by policy and statement
 FINGERPRINTS = {
     "threshold": {
-        "in-list": "e5cd3f6277e0d973",
-        "cte-group-by-all": "3f2a792bafb76242",
-        "nested-or": "b165ea67eaac1208",
+        "in-list": "e7c04b545aa1d85e",
+        "cte-group-by-all": "82c353eeab669f0d",
+        "nested-or": "0592b665168b1e23",
     },
     "ckm": {
-        "in-list": "35263521b0fe494a",
-        "cte-group-by-all": "f88159bdd3cc126e",  # s28: the same
-        "nested-or": "4eb9bb7ce2f791b5",
+        "in-list": "0c303bb7b1114236",
+        "cte-group-by-all": "966daead3eddcf04",  # s33: ordered by its outputs
+        "nested-or": "edcb1d1ace67a7b0",
     },
 }
 # the population digest (the cell identity does not depend on the protection method)

@@ -40,6 +40,9 @@ _CONNECT_CONFIG = {
 }
 
 EngineError = duckdb.Error
+TextRefusal = (duckdb.ParserException, duckdb.BinderException)
+"""What DuckDB raises when it refuses a statement's text before reading any data: its parser,
+or its binding of constants alone while listing the tables read (:func:`tables_read_by`)."""
 
 # Catalog reads take Arrow from an executed statement (``execute(sql, params).to_arrow_table()``):
 # DuckDB warns that this copies the rows, but its suggested ``con.sql(...)`` binds the statement
@@ -546,7 +549,9 @@ def _quoted(name: str) -> str:
 
 
 def tables_read_by(con: duckdb.DuckDBPyConnection, sql: str) -> set[str]:
-    """The tables DuckDB's own parser says a statement reads (defence in depth)."""
+    """The tables DuckDB's own parser says a statement reads (defence in depth). It reads no
+    data, but binds constants: ``x BETWEEN '3' AND 5`` raises a :data:`TextRefusal` ("Cannot
+    mix values of type VARCHAR and INTEGER_LITERAL"), though running the statement binds it."""
     return {name.split(".")[-1].lower() for name in con.get_table_names(sql, qualified=False)}
 
 

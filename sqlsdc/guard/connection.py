@@ -714,10 +714,27 @@ class Connection:
         (:func:`~sqlsdc.guard.validate.check_engine_tables`). DuckDB's answer depends on the
         text and on the catalog (it expands views), so a text that passed is not asked again
         while the file stays open: no other process can change the catalog meanwhile, and
-        every opening starts afresh (:meth:`_open`)."""
+        every opening starts afresh (:meth:`_open`).
+
+        DuckDB may refuse the text there (its binding of constants alone: ``age BETWEEN '3'
+        AND 5``, which running the statement would bind): no data is read, so whatever the
+        data hold the statement is refused, with sqlsdc's own message (the engine's text goes
+        to the audit log only)."""
         if sql in self._engine_checked:
             return
-        check_engine_tables(engine.tables_read_by(self._con, sql), query.tree, self.policy)
+        try:
+            read = engine.tables_read_by(self._con, sql)
+        except engine.TextRefusal as refusal:
+            violation = PolicyViolation(
+                "DuckDB refuses the text of this statement before reading any data (its "
+                "constants cannot be bound together, e.g. the bounds of age BETWEEN '3' AND 5 "
+                "are written in two types), so it is refused whatever the data hold",
+                "write the values of one comparison in one type, e.g. age BETWEEN 3 AND 5",
+                sql,
+            )
+            violation.detail = f"{type(refusal).__name__}: {refusal}"
+            raise violation from None
+        check_engine_tables(read, query.tree, self.policy)
         if len(sql) > KEPT_CHARACTERS // 64:
             return  # asked again each time, like the check cache (not kept: memory)
         if len(self._engine_checked) >= ENGINE_CHECKED_TEXTS:

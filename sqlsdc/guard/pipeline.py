@@ -34,6 +34,7 @@ from sqlsdc.policy import AggregateKind, Method, Policy
 from sqlsdc.rewrite.cells import ACCURACY_PREFIXES, STATUS_PREFIX, protect_cells
 from sqlsdc.rewrite.ckm import PTableKey, PTableRef
 from sqlsdc.rewrite.dp import DpStage
+from sqlsdc.rewrite.order import in_released_order
 from sqlsdc.rewrite.registry import RewriteContext, frame_builders
 
 DIALECT = "duckdb"
@@ -270,6 +271,8 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
     protected = protect_cells(tree, plan, frame_builders(rewrite), discarded)
     in_time()
     protected = _rename_outputs(protected, names)
+    if plan.cells:  # rows of confidential data: their order tells nothing the values do not
+        protected = in_released_order(protected, len(names))
     kept = validate_release(protected, context.policy)  # the nodes of the result
     text = context.to_sql(protected)
     columns = _describe_outputs(analysis, plan, names, context.ptables, stages)

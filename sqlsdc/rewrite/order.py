@@ -1,0 +1,151 @@
+"""The order of a protected result: a function of the released values only.
+
+SQL leaves the order of rows to the engine wherever ORDER BY does not fix it, and DuckDB's
+order comes from its hash tables: which groups a cell frame held, hidden ones included, and
+which rows fell into them. Red team s33 read one person's age from it: with the groups keyed
+``CASE WHEN municipality = 'R03-M005' AND age = 68 THEN 'R03-M007' ELSE municipality END``,
+the released rows of the demo's region R03 came back in one order when the condition held for
+the municipality's only inhabitant (their row joined the shown group) and in another when it
+did not (their row made a hidden group of its own), whatever the noise on the counts. ORDER BY
+with ties, and a LIMIT after it (or in a derived table), chose among tied rows the same way.
+
+So a result that reads confidential rows is ordered by the query's ORDER BY, then by every
+output column in turn, and so is every derived table or CTE that keeps some of its rows (LIMIT,
+OFFSET): rows tied on all of them are equal in everything the scope passes on, and which comes
+first tells nothing. The extra keys only break ties, so a query's own order is kept.
+
+Window functions read the order of their rows too: ROW_NUMBER, LAG, LEAD, FIRST_VALUE and
+LAST_VALUE, and aggregates over a ROWS frame (a moving average). Their ORDER BY is extended by
+what the scope releases (its other outputs and the window functions' arguments) and, over a
+cell frame, by the cells' keys, which tell every cell of it apart. A FIRST_VALUE or LAST_VALUE
+that had no ORDER BY and no frame keeps its whole partition as its frame. Not changed: RANK and
+DENSE_RANK and aggregates over RANGE or GROUPS frames (peers share their result, so the order
+among them does not matter), and FIRST_VALUE/LAST_VALUE over a RANGE frame with an offset
+(DuckDB orders such a frame by one key only).
+"""
+
+from __future__ import annotations
+
+import re
+
+from sqlglot import exp
+
+from sqlsdc.engines.trees import nodes
+from sqlsdc.rewrite.cells import ACCURACY_PREFIXES, CELLS, STATUS_PREFIX
+
+_QUERIES = (exp.Select, exp.Union, exp.Intersect, exp.Except)
+_ORDERED = (exp.RowNumber, exp.Lag, exp.Lead, exp.FirstValue, exp.LastValue)
+_HIDDEN = (STATUS_PREFIX, *ACCURACY_PREFIXES)
+_CELL_KEY = re.compile(r"__gg?\d+")
+
+
+def in_released_order(tree: exp.Expr, outputs: int) -> exp.Expr:
+    """``tree`` (the root of a protected query) with its ORDER BY extended by the positions of
+    its first ``outputs`` columns (the query's own, before the hidden status columns), and
+    every scope inside it that LIMITs or OFFSETs its rows by all of its columns; changed in
+    place and returned. The cell frames (``__cells``) are the rewrite's and keep no rows."""
+    for node in nodes(tree):
+        if node is tree or not isinstance(node, (*_QUERIES, exp.Window)) or _in_cells(node):
+            continue
+        if isinstance(node, exp.Window):
+            if _reads_order(node):
+                _order_window(node)
+        elif node.args.get("limit") is not None or node.args.get("offset") is not None:
+            _break_ties(node, len(_first_select(node).expressions))
+    _break_ties(tree, outputs)
+    return tree
+
+
+def _function(window: exp.Window) -> exp.Expr:
+    function = window.this
+    while isinstance(function, (exp.IgnoreNulls, exp.RespectNulls)):
+        function = function.this
+    return function
+
+
+def _reads_order(window: exp.Window) -> bool:
+    """Whether the window's result depends on the order of rows its ORDER BY leaves tied."""
+    spec = window.args.get("spec")
+    kind = str(spec.args.get("kind") or "").upper() if spec is not None else ""
+    function = _function(window)
+    if isinstance(function, (exp.RowNumber, exp.Lag, exp.Lead)):
+        return True
+    if isinstance(function, (exp.FirstValue, exp.LastValue)):
+        return kind != "RANGE" or not _has_offset(spec)
+    return kind == "ROWS"
+
+
+def _has_offset(spec: exp.WindowSpec) -> bool:
+    bounds = (spec.args.get("start"), spec.args.get("end"))
+    return any(b is not None and str(b).upper() not in ("UNBOUNDED", "CURRENT ROW")
+               for b in bounds)  # fmt: skip
+
+
+def _order_window(window: exp.Window) -> None:
+    select = window.find_ancestor(exp.Select)
+    keys = _tiebreakers(select) if select is not None else []
+    if not keys:
+        return
+    order = window.args.get("order")
+    if (
+        order is None
+        and window.args.get("spec") is None
+        and isinstance(_function(window), (exp.FirstValue, exp.LastValue))
+    ):  # the whole partition, as without ORDER BY
+        window.set("spec", exp.WindowSpec(kind="ROWS", start="UNBOUNDED",
+                                          start_side="PRECEDING", end="UNBOUNDED",
+                                          end_side="FOLLOWING"))  # fmt: skip
+    existing = list(order.expressions) if order is not None else []
+    window.set("order", exp.Order(expressions=existing + [exp.Ordered(this=k) for k in keys]))
+
+
+def _tiebreakers(select: exp.Select) -> list[exp.Expr]:
+    """What ``select`` releases, to order its windows' rows by: its outputs that are no window
+    and no hidden column, the arguments of its window functions, and the keys of a cell frame
+    it reads (unique per cell). Rows equal in all of them are equal in what the scope shows."""
+    found: dict[str, exp.Expr] = {}
+
+    def add(value: exp.Expr | None) -> None:
+        if value is None or isinstance(value, exp.Literal) or value.find(exp.Window):
+            return
+        found.setdefault(value.sql(), value)
+
+    for projection in select.expressions:
+        if not projection.alias_or_name.startswith(_HIDDEN):
+            add(projection.unalias())
+    for window in select.find_all(exp.Window):
+        if window.find_ancestor(exp.Select) is select:
+            for argument in _function(window).iter_expressions():
+                add(argument)
+    for source in select.find_all(exp.Subquery):
+        if (
+            source.alias == CELLS
+            and source.parent is not None
+            and (source.parent.find_ancestor(exp.Select) is select)
+        ):
+            names = {a.alias for a in source.find_all(exp.Alias) if _CELL_KEY.fullmatch(a.alias)}
+            for name in sorted(names, key=lambda n: (len(n), n)):
+                add(exp.column(name, CELLS))
+    return [value.copy() for value in found.values()]
+
+
+def _break_ties(query: exp.Expr, outputs: int) -> None:
+    order = query.args.get("order")
+    keys = list(order.expressions) if order is not None else []
+    keys += [exp.Ordered(this=exp.Literal.number(i + 1)) for i in range(outputs)]
+    query.set("order", exp.Order(expressions=keys))
+
+
+def _first_select(query: exp.Expr) -> exp.Select:
+    while not isinstance(query, exp.Select):
+        query = query.this
+    return query
+
+
+def _in_cells(node: exp.Expr) -> bool:
+    current = node.parent
+    while current is not None:
+        if isinstance(current, exp.Subquery) and current.alias == CELLS:
+            return True
+        current = current.parent
+    return False
