@@ -20,8 +20,9 @@ what the scope releases (its other outputs and the window functions' arguments) 
 cell frame, by the cells' keys, which tell every cell of it apart. A FIRST_VALUE or LAST_VALUE
 that had no ORDER BY and no frame keeps its whole partition as its frame. Not changed: RANK and
 DENSE_RANK and aggregates over RANGE or GROUPS frames (peers share their result, so the order
-among them does not matter), and FIRST_VALUE/LAST_VALUE over a RANGE frame with an offset
-(DuckDB orders such a frame by one key only).
+among them does not matter). FIRST_VALUE and LAST_VALUE over a RANGE frame with an offset are
+refused: the frame starts or ends among tied rows, and DuckDB orders such a frame by one key
+only, so their ties cannot be broken.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import re
 from sqlglot import exp
 
 from sqlsdc.engines.trees import nodes
+from sqlsdc.errors import PolicyViolation
 from sqlsdc.rewrite.cells import ACCURACY_PREFIXES, CELLS, STATUS_PREFIX
 
 _QUERIES = (exp.Select, exp.Union, exp.Intersect, exp.Except)
@@ -39,15 +41,28 @@ _HIDDEN = (STATUS_PREFIX, *ACCURACY_PREFIXES)
 _CELL_KEY = re.compile(r"__gg?\d+")
 
 
-def in_released_order(tree: exp.Expr, outputs: int) -> exp.Expr:
-    """``tree`` (the root of a protected query) with its ORDER BY extended by the positions of
-    its first ``outputs`` columns (the query's own, before the hidden status columns), and
-    every scope inside it that LIMITs or OFFSETs its rows by all of its columns; changed in
-    place and returned. The cell frames (``__cells``) are the rewrite's and keep no rows."""
+def in_released_order(tree: exp.Expr, outputs: int, sql: str) -> exp.Expr:
+    """``tree`` (the root of a protected query of ``sql``) with its ORDER BY extended by the
+    positions of its first ``outputs`` columns (the query's own, before the hidden status
+    columns), and every scope inside it that LIMITs or OFFSETs its rows by all of its columns;
+    changed in place and returned. The cell frames (``__cells``) are the rewrite's and keep no
+    rows.
+
+    Raises:
+        PolicyViolation: a FIRST_VALUE or LAST_VALUE over a RANGE frame with an offset.
+    """
     for node in nodes(tree):
         if node is tree or not isinstance(node, (*_QUERIES, exp.Window)) or _in_cells(node):
             continue
         if isinstance(node, exp.Window):
+            if _untieable(node):
+                raise PolicyViolation(
+                    f"{_function(node).sql('duckdb')[:60]} over a RANGE frame with an offset "
+                    "returns the first or last of rows tied on the ORDER BY, in an order the "
+                    "engine chooses (which rows it groups, hidden ones included, decide it)",
+                    "use a ROWS frame, or a RANGE frame bounded by UNBOUNDED and CURRENT ROW",
+                    sql,
+                )
             if _reads_order(node):
                 _order_window(node)
         elif node.args.get("limit") is not None or node.args.get("offset") is not None:
@@ -68,11 +83,20 @@ def _reads_order(window: exp.Window) -> bool:
     spec = window.args.get("spec")
     kind = str(spec.args.get("kind") or "").upper() if spec is not None else ""
     function = _function(window)
-    if isinstance(function, (exp.RowNumber, exp.Lag, exp.Lead)):
+    if isinstance(function, _ORDERED):
         return True
-    if isinstance(function, (exp.FirstValue, exp.LastValue)):
-        return kind != "RANGE" or not _has_offset(spec)
     return kind == "ROWS"
+
+
+def _untieable(window: exp.Window) -> bool:
+    """A FIRST_VALUE or LAST_VALUE whose frame DuckDB orders by one key only."""
+    spec = window.args.get("spec")
+    return (
+        isinstance(_function(window), (exp.FirstValue, exp.LastValue))
+        and spec is not None
+        and str(spec.args.get("kind") or "").upper() == "RANGE"
+        and _has_offset(spec)
+    )
 
 
 def _has_offset(spec: exp.WindowSpec) -> bool:
