@@ -124,15 +124,23 @@ def test_non_finite_ckm_parameters_and_unbuildable_ptables_are_refused():
         "      magnitudes: {method: ckm, ptable: {D: 4, V: 1, step: 12}, "
         "flex: {fp: .nan, p_small: 0.2, p_large: 0.05}}\n" + USERS
     )
-    assert problems(ckm) == [
-        "p.yaml: line 10, column 72: tables.persons.protection.magnitudes.flex.fp: must be a "
-        "finite number, got nan"
-    ]
-    (found,) = problems(ckm.replace("fp: .nan", "fp: 1000"))
-    assert found.startswith(
+    unbuildable, nan = problems(ckm)  # in one pass: fixing the NaN reveals nothing new
+    assert unbuildable.startswith(
         "p.yaml: line 9, column 29: tables.persons.protection.counts.ptable: the ptable cannot "
         "be built: V=100.0 is unreachable"
     )
+    assert nan == (
+        "p.yaml: line 10, column 72: tables.persons.protection.magnitudes.flex.fp: must be a "
+        "finite number, got nan"
+    )
+    assert problems(ckm.replace("fp: .nan", "fp: 1000")) == [unbuildable]
+    wrong_unit = ckm.replace("privacy_unit: pid", "privacy_unit: pidd")
+    assert len(problems(wrong_unit)) == 3  # the unit, the NaN and the ptable
+    bad_d = ckm.replace("D: 1, V: 100", "D: '1', V: 100")
+    assert [p.split(": ")[2] for p in problems(bad_d)] == [
+        "tables.persons.protection.counts.ptable.D",  # its shape, not also "cannot be built"
+        "tables.persons.protection.magnitudes.flex.fp",
+    ]
 
 
 @pytest.mark.parametrize(
