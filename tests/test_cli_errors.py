@@ -127,6 +127,35 @@ def test_missing_folders_are_reported(tmp_path):
            "does not exist")  # fmt: skip
 
 
+def test_publish_into_a_missing_folder_charges_nothing(db, tmp_path):
+    """The folders are checked before any query runs: a DP --query would be charged and then
+    lost with the release, and the engine's own error was reported as a bug in sqlsdc."""
+    budget = ("budget", db, "--for", "analyst", "--format", "json")
+    before = strict_json(run(*budget).stdout)
+    dp = "b=SELECT scheme, COUNT(*) AS n FROM benefits GROUP BY scheme"
+    missing = tmp_path / "no" / "such"
+    publish = ("publish", db, "--for", "analyst", "--query", dp)
+    failed(run(*publish, missing / "r.duckdb"), errors.NOT_FOUND,
+           f"folder {missing} does not exist")  # fmt: skip
+    failed(run(*publish, tmp_path / "r.duckdb", "--parquet", missing / "pq"), errors.NOT_FOUND,
+           f"folder {missing} does not exist")  # fmt: skip
+    assert strict_json(run(*budget).stdout) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo.duckdb", "demo.duckdb.lock"]
+
+
+def test_a_failed_init_of_a_new_file_leaves_no_file(tmp_path):
+    policy = tmp_path / "p.yaml"
+    policy.write_text(
+        "tables:\n  t:\n    privacy_unit: id\n    columns:\n      id: {role: identifier}\n"
+        "users:\n  owner: {role: admin}\n"
+    )
+    new = tmp_path / "new.duckdb"
+    failed(run("init", new, "--policy", policy), errors.DENIED, "not an admin")
+    failed(run("init", new, "--policy", policy, "--as", "owner"), errors.INVALID_POLICY,
+           "no such table")  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.yaml"]
+
+
 @pytest.mark.skipif(
     hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes into read-only folders"
 )

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sqlsdc.catalog import budget, keys, ptables, store
 from sqlsdc.engines import duckdb as engine
+from sqlsdc.engines import file_lock
 from sqlsdc.engines.duckdb import one
 from sqlsdc.errors import AccessDenied, PolicyError
 from sqlsdc.policy import Policy, UserRole, load_policy
@@ -230,6 +232,7 @@ def init(db_path, policy, *, applied_by: str | None = None) -> ApplyReport:
     """
     if not isinstance(policy, Policy):
         policy = load_policy(policy)
+    created = not Path(db_path).exists()
     con = engine.open_database(db_path)
     try:
         current = store.current_policy(con)
@@ -238,8 +241,18 @@ def init(db_path, policy, *, applied_by: str | None = None) -> ApplyReport:
             applied_by = next(u.name for u in in_force.users.values() if u.role is UserRole.ADMIN)
         _require_admin(in_force, applied_by, new=current is None)
         return apply_policy(con, policy, applied_by)
+    except BaseException:
+        con.close()
+        if created:  # a failed init leaves no empty database (nor its lock) behind
+            _remove_new_database(Path(db_path))
+        raise
     finally:
         con.close()
+
+
+def _remove_new_database(path: Path) -> None:
+    for leftover in (path, path.with_name(f"{path.name}.wal"), file_lock.lock_path(path)):
+        leftover.unlink(missing_ok=True)
 
 
 def _require_admin(policy: Policy, user: str, *, new: bool) -> None:
