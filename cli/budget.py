@@ -6,7 +6,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 import click
-from sqlsdc.cli.output import format_option, print_frame, print_json
+from sqlsdc.cli.output import ExistingFile, format_option, print_frame, print_json
 
 from sqlsdc.errors import Error
 from sqlsdc.mechanisms.accountant import PrivacyCost
@@ -71,7 +71,7 @@ class _BudgetGroup(click.Group):
 
 
 @click.group(cls=_BudgetGroup, invoke_without_command=True)
-@click.argument("db", type=click.Path(exists=True, dir_okay=False))
+@click.argument("db", type=ExistingFile())
 @click.option(
     "--for",
     "--user",

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import click
 from sqlsdc.cli.admin import admin_option
-from sqlsdc.cli.output import format_option, print_json, read_sql
+from sqlsdc.cli.output import ExistingFile, format_option, print_json, read_sql
 
 
 @click.command()
-@click.argument("db", type=click.Path(exists=True, dir_okay=False))
+@click.argument("db", type=ExistingFile())
 @click.option("--from", "source", metavar="TABLE", help="A confidential table of the policy.")
 @click.option("--sql", metavar="QUERY", help="A SELECT whose rows are the records ('-': stdin).")
 @click.option("--into", required=True, help="Name of the stored table (protected.NAME).")
@@ -81,7 +81,7 @@ def anonymize(db, source, sql, into, steps, keys, weights, household, seed, repl
 
 
 @click.command("microdata-report")
-@click.argument("db", type=click.Path(exists=True, dir_okay=False))
+@click.argument("db", type=ExistingFile())
 @click.argument("names", nargs=-1, required=True)
 @click.option("--plot", type=click.Path(dir_okay=False), metavar="FILE",
               help="Write the risk–utility plot of the files (.png or .html).")  # fmt: skip

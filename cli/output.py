@@ -20,6 +20,25 @@ if TYPE_CHECKING:
 FORMATS = ("table", "csv", "json")
 
 
+class ExistingFile(click.Path):
+    """An existing file argument (``ExistingFile()``) whose absence is
+    a "not found" (exit code 8) in every command, as a missing database is for ``sqlsdc query``,
+    rather than click's usage error."""
+
+    def __init__(self) -> None:
+        super().__init__(exists=True, dir_okay=False)
+
+    def convert(self, value, param, ctx):
+        if not os.path.lexists(value):
+            if param is not None and param.name == "db":
+                raise NotFoundError(  # as sqlsdc.engines.duckdb.open_database says it
+                    f"database {value} does not exist; create it with `sqlsdc init` or "
+                    "`sqlsdc demo`"
+                )
+            raise NotFoundError(f"file {value} does not exist")
+        return super().convert(value, param, ctx)
+
+
 def format_option(default: str = "table", choices=FORMATS):
     return click.option(
         "--format",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 from sqlsdc.cli.admin import admin_option
-from sqlsdc.cli.output import format_option, print_json
+from sqlsdc.cli.output import ExistingFile, format_option, print_json
 
 
 def _names(text: str | None) -> list[str] | None:
@@ -15,7 +15,7 @@ def _names(text: str | None) -> list[str] | None:
 
 
 @click.command("synth-report")
-@click.argument("db", type=click.Path(exists=True, dir_okay=False))
+@click.argument("db", type=ExistingFile())
 @click.option("--table", required=True, metavar="protected.NAME", help="The synthetic table.")
 @click.option(
     "--against",

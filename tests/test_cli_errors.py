@@ -64,6 +64,30 @@ def test_each_class_has_its_own_exit_code(db, tmp_path):
     failed(run_interpreter(*q, "SELECT income FROM persons"), errors.REFUSED, "refused: ")
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("audit", "{missing}"),
+        ("budget", "{missing}"),
+        ("policy", "show", "{missing}"),
+        ("policy", "apply", "{missing}", "{policy}"),
+        ("publish", "{missing}", "{tmp}/r.duckdb"),
+        ("protect", "{missing}", "--into", "x", "--sql", "SELECT 1"),
+        ("policy", "validate", "{missing}"),
+        ("policy", "apply", "{db}", "{missing}"),
+        ("init", "{tmp}/new.duckdb", "--policy", "{missing}"),
+    ],
+)
+def test_a_missing_database_or_file_is_not_found_in_every_command(args, db, tmp_path):
+    """A wrong path is exit 8 'not found' in every command, as `sqlsdc query` says it (before,
+    most commands gave click's usage error 2, and a missing policy file 'invalid policy' 4)."""
+    names = {"missing": tmp_path / "nope.x", "tmp": tmp_path, "db": db,
+             "policy": tmp_path / "p.yaml"}  # fmt: skip
+    (tmp_path / "p.yaml").write_text("tables: {}\n")
+    result = run(*(a.format(**names) for a in args))
+    failed(result, errors.NOT_FOUND, f"{tmp_path / 'nope.x'} does not exist")
+
+
 def test_codes_are_distinct_and_documented():
     codes = [code for code, _meaning in errors.EXIT_CODES]
     assert len(codes) == len(set(codes))
