@@ -229,3 +229,23 @@ def test_constants_are_evaluated_apart_from_the_file_and_an_internal_error_is_no
         engine.evaluate_constant("SELECT * FROM read_csv('/etc/passwd')", 5)  # no files
     with pytest.raises(engine.EngineError):
         engine.evaluate_constant("SET TimeZone = 'Asia/Tokyo'", 5)  # settings locked
+
+
+@pytest.mark.parametrize(
+    "tail",
+    ["LIMIT -1", "LIMIT 2 OFFSET -1", "LIMIT 'x'", "LIMIT 1e30", "LIMIT ?"],
+)
+def test_a_limit_duckdb_cannot_take_is_a_clear_syntax_error(analyst, tail):
+    """Before, the engine failed and the analyst read 'the engine's message is withheld because
+    it could reveal confidential values' for a negative LIMIT."""
+    sql = f"SELECT region, COUNT(*) AS n FROM persons GROUP BY region {tail}"
+    params = [-3] if "?" in tail else None
+    with pytest.raises(sqlsdc.errors.SqlSyntaxError, match=r"(LIMIT|OFFSET) .* is not valid"):
+        analyst.execute(sql, params)
+
+
+@pytest.mark.parametrize("tail", ["LIMIT 2", "LIMIT '2'", "LIMIT 2 OFFSET 1", "LIMIT ?"])
+def test_limits_duckdb_takes_still_run(analyst, tail):
+    sql = f"SELECT region, COUNT(*) AS n FROM persons GROUP BY region ORDER BY region {tail}"
+    params = [2] if "?" in tail else None
+    assert len(analyst.execute(sql, params).fetchall()) in (2, 4)

@@ -118,6 +118,32 @@ def number_placeholders(sql: str) -> str:
     return "".join([*parts, sql[start:]])
 
 
+def check_limits(tree: exp.Expr, sql: str | None = None) -> None:
+    """Refuse a constant LIMIT or OFFSET that DuckDB cannot take (negative, not a number, or
+    beyond BIGINT), parameters bound: the engine's error would reach the analyst only as a
+    withheld engine failure."""
+    for clause in tree.find_all(exp.Limit, exp.Offset):
+        value = clause.expression
+        negative = isinstance(value, exp.Neg)
+        literal = value.this if negative else value
+        if not isinstance(literal, exp.Literal):
+            continue
+        try:
+            number = decimal.Decimal(literal.this.strip())
+        except decimal.InvalidOperation:
+            number = None
+        if number is not None and negative:
+            number = -number
+        if number is None or not number.is_finite() or number < 0 or number >= 2**63:
+            word = "LIMIT" if isinstance(clause, exp.Limit) else "OFFSET"
+            raise SqlSyntaxError(
+                f"{word} {value.sql(DIALECT)[:40]} is not valid: it takes a number of rows from "
+                f"0 to {2**63 - 1}",
+                f"e.g. {word} 10",
+                sql,
+            )
+
+
 def too_complex(sql: str | None) -> PolicyViolation:
     """The refusal for a statement nested too deeply to check."""
     return SqlSyntaxError(
