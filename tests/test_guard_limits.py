@@ -249,3 +249,22 @@ def test_limits_duckdb_takes_still_run(analyst, tail):
     sql = f"SELECT region, COUNT(*) AS n FROM persons GROUP BY region ORDER BY region {tail}"
     params = [2] if "?" in tail else None
     assert len(analyst.execute(sql, params).fetchall()) in (2, 4)
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("SELECT region, COUNT(*) FROM persons GROUP BY", "GROUP BY without any expression"),
+        ("SELECT region FROM persons WHERE", "WHERE is incomplete (line 1, column 32)"),
+        ("SELECT COUNT(*) FROM persons HAVING", "HAVING is incomplete"),
+        ("SELECT region, COUNT(*) FROM persons GROUP BY region ORDER BY", "ORDER BY is incomplete"),
+        ("SELECT region, COUNT(*) FROM persons GROUP BY region LIMIT", "LIMIT is incomplete"),
+    ],
+)
+def test_an_incomplete_clause_is_a_syntax_error_in_sql_words(analyst, sql, message):
+    """Not sqlglot's class names ("Required keyword: 'this' missing for <class
+    'sqlglot.expressions.query.Where'>"), and an empty GROUP BY, which sqlglot accepts, is not
+    'the expression GROUP BY raises an error'."""
+    with pytest.raises(sqlsdc.errors.SqlSyntaxError) as info:
+        analyst.execute(sql)
+    assert message in str(info.value) and "sqlglot" not in str(info.value)

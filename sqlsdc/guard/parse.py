@@ -73,6 +73,7 @@ def parse_statement(sql: str, max_length: int = DEFAULT_MAX_STATEMENT_CHARACTERS
             "only SELECT queries (and UNION/INTERSECT/EXCEPT of them) can be run",
             sql,
         )
+    _check_clauses(tree, sql)
     return _check_depth(balance_connectors(tree), sql)
 
 
@@ -304,10 +305,30 @@ def output_names(tree: exp.Expr) -> list[str]:
     return names
 
 
+_MISSING_PART = re.compile(r"Required keyword: '\w+' missing for <class '[\w.]*\.(\w+)'>")
+_CLAUSES = {"Order": "ORDER BY", "Group": "GROUP BY", "Offset": "OFFSET", "Join": "JOIN"}
+
+
 def _first_error(error: Exception) -> str:
     errors = getattr(error, "errors", None)
     if errors:
         first = errors[0]
         description = str(first.get("description") or "syntax error").split(" but got <")[0]
+        missing = _MISSING_PART.fullmatch(description)
+        if missing:  # sqlglot's class name, in SQL's words
+            name = missing.group(1)
+            description = f"{_CLAUSES.get(name, name.upper())} is incomplete"
         return f"{description} (line {first.get('line')}, column {first.get('col')})"
     return str(error).splitlines()[0]
+
+
+def _check_clauses(tree: exp.Expr, sql: str) -> None:
+    """Refuse what sqlglot parses and DuckDB does not: ``GROUP BY`` with nothing after it."""
+    for group in tree.find_all(exp.Group):
+        if not any(group.args.get(k) for k in ("expressions", "grouping_sets", "cube", "rollup",
+                                                  "all")):  # fmt: skip
+            raise SqlSyntaxError(
+                "the statement could not be parsed: GROUP BY without any expression",
+                "name the columns to group by, or leave GROUP BY out",
+                sql,
+            )
