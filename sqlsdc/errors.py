@@ -47,6 +47,14 @@ class AnswerTooLarge(OperationalError):
     while being read, so that one statement cannot fill the memory of a shared process."""
 
 
+class DataError(Error):
+    """PEP 249 ``DataError`` (never raised: values are protected aggregates, not data written)."""
+
+
+class IntegrityError(Error):
+    """PEP 249 ``IntegrityError`` (never raised: a guarded connection writes no data)."""
+
+
 class ProgrammingError(Error):
     """Wrong use of the API, e.g. fetching from a cursor that has no result."""
 

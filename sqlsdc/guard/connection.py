@@ -854,6 +854,7 @@ class Cursor:
         self._query: ProtectedQuery | None = None  # the guard's (shared) checked query
         self._shown: ProtectedQuery | None = None  # the caller's copy of it
         self.query_id: int | None = None
+        self._closed = False
 
     @property
     def description(self):
@@ -868,6 +869,7 @@ class Cursor:
         return -1 if self._result is None else self._result.num_rows
 
     def execute(self, sql: str, params=None) -> Cursor:
+        self._check_open()
         result, query, query_id, whole = self.connection._execute(sql, params)
         self._result, self._query, self.query_id, self._whole = result, query, query_id, whole
         self._shown = None
@@ -876,6 +878,7 @@ class Cursor:
         return self
 
     def executemany(self, sql: str, seq_of_params) -> Cursor:
+        self._check_open()
         for params in seq_of_params:
             self.execute(sql, params)
         return self
@@ -985,7 +988,9 @@ class Cursor:
         """PEP 249 no-op."""
 
     def close(self) -> None:
+        """PEP 249: the cursor is unusable from now on (every operation raises)."""
         self._result = self._whole = self._status = None
+        self._closed = True
 
     def __iter__(self):
         return iter(self.fetchall())
@@ -996,7 +1001,12 @@ class Cursor:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InterfaceError("the cursor is closed; open another with connection.cursor()")
+
     def _require_result(self) -> pa.Table:
+        self._check_open()
         if self._result is None:
             raise ProgrammingError("no result: call execute() first")
         return self._result

@@ -166,6 +166,13 @@ def bind_parameters(tree: exp.Expr, params, sql: str | None = None) -> exp.Expr:
 
     ``sql``, the text ``tree`` was parsed from, spares a statement without parameters the
     walk of its tree: placeholders are written with ``?`` or ``$``."""
+    if params is not None and (
+        isinstance(params, (str, bytes, bytearray)) or not isinstance(params, (Sequence, Mapping))
+    ):  # a str is a sequence of characters: "18" would be two parameters
+        raise ProgrammingError(
+            f"parameters must be a list or tuple (or a dict for $name parameters), not "
+            f"{type(params).__name__}; e.g. [value]"
+        )
     given = not (params is None or (isinstance(params, (Sequence, Mapping)) and len(params) == 0))
     if not given and sql is not None and "?" not in sql and "$" not in sql:
         return tree
