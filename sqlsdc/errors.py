@@ -146,3 +146,11 @@ class InternalError(Error):
 
     def __init__(self, message: str):
         super().__init__(f"{message} (this is a bug in sqlsdc; please report it)")
+
+
+def interrupted_by_user(error: BaseException) -> bool:
+    """Whether ``error`` is DuckDB's answer to Ctrl-C (SIGINT) during a statement: DuckDB 2.0
+    takes the signal itself and raises ``RuntimeError("Query interrupted")``, not
+    ``KeyboardInterrupt`` (``connection.interrupt()``, the statement timeout's, raises its
+    ``InterruptException`` instead)."""
+    return type(error) is RuntimeError and str(error) == "Query interrupted"

@@ -132,6 +132,21 @@ def test_budget_exhausted_and_a_bug_reach_the_user_as_messages(monkeypatch):
     assert result.exit_code == errors.INTERNAL and "this is a bug" in result.output
 
 
+def test_ctrl_c_inside_a_duckdb_statement_aborts_like_ctrl_c_anywhere(monkeypatch):
+    """DuckDB's own answer to SIGINT (a job calls it directly) was reported as a bug in sqlsdc;
+    tests/test_engine.py sends the real signal."""
+    from click.testing import CliRunner
+    from sqlsdc.cli import query as query_module
+
+    def interrupted(*_a, **_k):
+        raise RuntimeError("Query interrupted")
+
+    monkeypatch.setattr(query_module.sqlsdc, "connect", interrupted)
+    result = CliRunner().invoke(cli, ["query", "x.duckdb", "-u", "a", "SELECT 1"])
+    assert result.exit_code == 1 and "Aborted!" in result.output
+    assert "bug" not in result.output
+
+
 def test_demo_never_replaces_a_file_without_force(tmp_path):
     target = tmp_path / "mine.duckdb"
     target.write_text("my work")
