@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import click
-from sqlsdc.cli.output import format_option, print_frame, print_json, read_sql
+from sqlsdc.cli.output import format_option, print_frame, print_json, print_result, read_sql
 
 import sqlsdc
 
@@ -28,7 +28,10 @@ def query(db: str, sql: str, user: str, fmt: str, status: bool) -> None:
     """
     with sqlsdc.connect(db, user=user) as con:
         cursor = con.execute(read_sql(sql))
-        print_frame(cursor.cell_status() if status else cursor.df(), fmt)
+        if status:
+            print_frame(cursor.cell_status(), fmt)
+        else:
+            print_result(cursor, fmt)
 
 
 @click.command()

@@ -7,6 +7,7 @@ itself; real isolation means the confidential file belongs to another OS user or
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 import weakref
@@ -1131,7 +1132,15 @@ def _python_values(column: pa.ChunkedArray, field: pa.Field) -> list:
     values = python_list(column)
     if engine.is_wide_integer(field):
         return [None if v is None else int(v) for v in values]
+    if pa.types.is_interval(field.type):
+        return [None if v is None else _timedelta(v) for v in values]
     return values
+
+
+def _timedelta(interval) -> dt.timedelta:
+    """An INTERVAL as DuckDB's Python API gives it: a timedelta with a month as 30 days."""
+    days = interval.months * 30 + interval.days
+    return dt.timedelta(days=days, microseconds=interval.nanoseconds // 1000)
 
 
 def _frame(table: pa.Table) -> pd.DataFrame:
@@ -1140,6 +1149,10 @@ def _frame(table: pa.Table) -> pd.DataFrame:
     for i in decimals:
         table = table.set_column(i, table.field(i).with_type(pa.float64()),
                                  table.column(i).cast(pa.float64()))  # fmt: skip
+    for i, field in enumerate(table.schema):
+        if pa.types.is_interval(field.type):  # DuckDB's df(): timedelta64, not DateOffset
+            values = pa.array(_python_values(table.column(i), field), pa.duration("us"))
+            table = table.set_column(i, field.with_type(pa.duration("us")), values)
     return frame(table)
 
 
