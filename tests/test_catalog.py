@@ -272,6 +272,19 @@ def test_missing_column_is_refused_listing_the_columns(db):
         sqlsdc.init(db, bad)
 
 
+def test_a_measure_must_be_a_numeric_column(db):
+    """A text column declared a measure (or weight) was applied, and then every SUM of it was
+    refused: the policy validated but its measure could never be used."""
+    bad = copy.deepcopy(POLICY)
+    bad["tables"]["people"]["columns"]["town"] = {"role": "measure", "bounds": [0, 10]}
+    with pytest.raises(
+        sqlsdc.PolicyError,
+        match=r"\A<policy>: tables\.people\.columns\.town: a measure must be a numeric column; "
+        r"town is VARCHAR",
+    ):
+        sqlsdc.init(db, bad)
+
+
 def test_every_database_problem_is_reported(db):
     bad = copy.deepcopy(POLICY)
     bad["tables"]["people"]["columns"]["age"] = {"role": "dimension"}

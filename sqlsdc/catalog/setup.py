@@ -9,6 +9,7 @@ COUNT(DISTINCT ...)).
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines import file_lock
 from sqlsdc.engines.duckdb import one
 from sqlsdc.errors import AccessDenied, PolicyError
-from sqlsdc.policy import Policy, UserRole, load_policy
+from sqlsdc.policy import ColumnRole, Policy, UserRole, load_policy
 
 UNIT_INDEX_PREFIX = "__sqlsdc_unit_"
 KEY_INDEX_PREFIX = "__sqlsdc_key_"
@@ -37,6 +38,9 @@ class ApplyReport:
     secret_created: bool = False
 
 
+_NUMERIC = re.compile(r"U?(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT)|FLOAT|REAL|DOUBLE|DECIMAL.*")
+
+
 def database_problems(con, policy: Policy) -> list[str]:
     """Problems of ``policy`` against the tables actually in the database."""
     schemas = engine.table_schemas(con)
@@ -50,11 +54,21 @@ def database_problems(con, policy: Policy) -> list[str]:
             continue
         if not table.is_public and table.name not in tables:
             problems.append(f"{where}: a confidential relation must be a table, not a view")
-        for column in table.columns:
+        for column, spec in table.columns.items():
             if column not in schemas[table.name]:
                 cols = ", ".join(c for c in schemas[table.name] if not c.startswith("__"))
                 problems.append(
                     f"{where}.columns.{column}: no such column in the table (columns: {cols})"
+                )
+            elif (
+                not table.is_public
+                and spec.role in (ColumnRole.MEASURE, ColumnRole.WEIGHT)
+                and not _NUMERIC.fullmatch(schemas[table.name][column])
+            ):  # SUM and AVG of it would be refused in every query
+                problems.append(
+                    f"{where}.columns.{column}: a {spec.role.value} must be a numeric column; "
+                    f"{column} is {schemas[table.name][column]} (declare it a dimension, or "
+                    "cast it in a numeric column)"
                 )
         key = table.key
         if key and key not in schemas[table.name]:
