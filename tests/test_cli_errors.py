@@ -105,6 +105,12 @@ def test_codes_are_distinct_and_documented():
         (ZeroDivisionError("division by zero"), errors.INTERNAL, "ZeroDivisionError"),
         (PermissionError(13, "Permission denied", "/r/x"), errors.OPERATIONAL, "/r/x: permission"),
         (FileNotFoundError(2, "No such file", "/r/y"), errors.NOT_FOUND, "not found: /r/y"),
+        # `sqlsdc demo --persons 10000000000` was "internal error: MemoryError ... a bug"
+        (
+            MemoryError("Unable to allocate 74.5 GiB"),
+            errors.OPERATIONAL,
+            "failed: out of memory (Unable to allocate 74.5 GiB)",
+        ),  # fmt: skip
     ],
 )
 def test_classify_maps_the_remaining_classes(error, code, words):
