@@ -118,6 +118,17 @@ def test_every_problem_is_listed_at_once_with_its_line():
     ]
 
 
+def test_two_budgets_of_one_user_and_table_are_refused():
+    """The later one replaced the earlier without a word (ε 10 then ε 5: the limit was 5)."""
+    text = dp("epsilon: 1") + (
+        "budgets:\n  - {user: ana, epsilon: 10}\n  - {user: ana, table: '*', epsilon: 5}\n"
+    )
+    assert problems(text) == [
+        "p.yaml: line 16, column 5: budgets.1: user 'ana' on table '*' has a budget already "
+        "(budgets.0); give each user and table one budget"
+    ]
+
+
 def test_non_finite_ckm_parameters_and_unbuildable_ptables_are_refused():
     ckm = (
         HEAD + "    protection:\n      counts: {method: ckm, ptable: {D: 1, V: 100}}\n"

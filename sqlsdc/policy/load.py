@@ -600,12 +600,20 @@ def _global_problems(doc: dict) -> list[str]:
             )
     if not any(u["role"] == "admin" for u in doc["users"].values()):
         problems.append("users: declare at least one user with role admin")
+    seen_budgets: dict[tuple[str, str], int] = {}
     for i, budget in enumerate(doc.get("budgets", [])):
         where = f"budgets.{i}"
         if budget.get("table", "*") != "*" and budget["table"].lower() not in tables:
             problems.append(f"{where}.table: table {budget['table']!r} is not declared")
         if budget.get("user", "*") not in ("*", *doc["users"]):
             problems.append(f"{where}.user: user {budget['user']!r} is not declared")
+        key = (budget.get("user", "*"), budget.get("table", "*").lower())
+        if key in seen_budgets:  # the later one replaced the earlier, silently
+            problems.append(
+                f"{where}: user {key[0]!r} on table {key[1]!r} has a budget already "
+                f"(budgets.{seen_budgets[key]}); give each user and table one budget"
+            )
+        seen_budgets.setdefault(key, i)
     releases = [r.lower() for r in doc.get("releases", [])]
     for i, name in enumerate(releases):
         if name in tables:
