@@ -118,6 +118,15 @@ def test_every_problem_is_listed_at_once_with_its_line():
     ]
 
 
+def test_a_number_yaml_reads_as_text_says_how_to_write_it():
+    text = HEAD + USERS + "limits: {statement_timeout_seconds: 1e-9}\n"
+    (found,) = problems(text)
+    assert found.endswith(
+        "limits.statement_timeout_seconds: expected number, got str '1e-9' (YAML reads an "
+        "exponent without a dot as text: write e.g. 1.0e-9)"
+    )
+
+
 def test_two_budgets_of_one_user_and_table_are_refused():
     """The later one replaced the earlier without a word (ε 10 then ε 5: the limit was 5)."""
     text = dp("epsilon: 1") + (

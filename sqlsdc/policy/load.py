@@ -21,6 +21,7 @@ import copy
 import dataclasses
 import json
 import math
+import re
 from collections.abc import Callable
 from fractions import Fraction
 from functools import cache, lru_cache
@@ -469,6 +470,9 @@ def _path(parts) -> str:
     return ".".join(str(p) for p in parts) or "(top level)"
 
 
+_YAML_TEXT_NUMBER = re.compile(r"[-+]?\d+[eE][-+]?\d+")  # YAML 1.1: 1e-9 is a str, 1.0e-9 a float
+
+
 def _describe(error: jsonschema.ValidationError) -> str:
     """A short human sentence for a schema violation (jsonschema's own are long)."""
     v, kind = error.validator, error.validator_value
@@ -484,7 +488,10 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if v == "const":
         return f"{error.instance!r} is not supported; use {kind!r}"
     if v == "type":
-        return f"expected {kind}, got {type(error.instance).__name__} {error.instance!r}"
+        found = f"expected {kind}, got {type(error.instance).__name__} {error.instance!r}"
+        if isinstance(error.instance, str) and _YAML_TEXT_NUMBER.fullmatch(error.instance):
+            found += " (YAML reads an exponent without a dot as text: write e.g. 1.0e-9)"
+        return found
     if v == "pattern":
         name = "a valid name (letters, digits, _; a letter first)"
         expected = error.schema.get("description", name)
