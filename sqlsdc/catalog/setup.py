@@ -41,6 +41,15 @@ class ApplyReport:
 _NUMERIC = re.compile(r"U?(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT)|FLOAT|REAL|DOUBLE|DECIMAL.*")
 
 
+def _measure_type_problem(dtype: str) -> str | None:
+    """What a measure's column type must be instead, or None: a text (or date, list...)
+    measure cannot be summed, so SUM and AVG of it would be refused in every query. (HUGEINT
+    and wide DECIMAL measures are summed cast to DOUBLE; the guard refuses their plain sums.)"""
+    if not _NUMERIC.fullmatch(dtype):
+        return "a numeric column (declare it a dimension, or store it as a number)"
+    return None
+
+
 def database_problems(con, policy: Policy) -> list[str]:
     """Problems of ``policy`` against the tables actually in the database."""
     schemas = engine.table_schemas(con)
@@ -60,16 +69,13 @@ def database_problems(con, policy: Policy) -> list[str]:
                 problems.append(
                     f"{where}.columns.{column}: no such column in the table (columns: {cols})"
                 )
-            elif (
-                not table.is_public
-                and spec.role in (ColumnRole.MEASURE, ColumnRole.WEIGHT)
-                and not _NUMERIC.fullmatch(schemas[table.name][column])
-            ):  # SUM and AVG of it would be refused in every query
-                problems.append(
-                    f"{where}.columns.{column}: a {spec.role.value} must be a numeric column; "
-                    f"{column} is {schemas[table.name][column]} (declare it a dimension, or "
-                    "cast it in a numeric column)"
-                )
+            elif not table.is_public and spec.role in (ColumnRole.MEASURE, ColumnRole.WEIGHT):
+                problem = _measure_type_problem(schemas[table.name][column])
+                if problem:  # SUM and AVG of it would be refused in every query
+                    problems.append(
+                        f"{where}.columns.{column}: a {spec.role.value} must be {problem}; "
+                        f"{column} is {schemas[table.name][column]}"
+                    )
         key = table.key
         if key and key not in schemas[table.name]:
             problems.append(f"{where}.key: no such column in the table")
@@ -276,5 +282,5 @@ def _require_admin(policy: Policy, user: str, *, new: bool) -> None:
         admins = ", ".join(u.name for u in policy.users.values() if u.role is UserRole.ADMIN)
         raise AccessDenied(
             f"user {user!r} is not an admin in {which}; only an admin applies a policy "
-            f"(admins: {admins}); name one with --user"
+            f"(admins: {admins}); name one with --as"
         )
