@@ -31,6 +31,8 @@ def _report(report) -> None:
         click.echo(f"  {table}: {rows} new record keys; {unit}")
     if report.secret_created:
         click.echo("  created the PRF secret")
+    for note in report.notes:
+        click.echo(f"  note: {note}", err=True)
 
 
 @click.command()

@@ -36,6 +36,7 @@ class ApplyReport:
     keyed_rows: dict[str, int] = field(default_factory=dict)
     unit_per_row: dict[str, bool] = field(default_factory=dict)
     secret_created: bool = False
+    notes: list[str] = field(default_factory=list)  # what analysts will not be able to do
 
 
 _NUMERIC = re.compile(r"U?(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT)|FLOAT|REAL|DOUBLE|DECIMAL.*")
@@ -48,6 +49,24 @@ def _measure_type_problem(dtype: str) -> str | None:
     if not _NUMERIC.fullmatch(dtype):
         return "a numeric column (declare it a dimension, or store it as a number)"
     return None
+
+
+_WIDE = re.compile(r"U?HUGEINT|DECIMAL\((19|[2-9]\d|\d{3,}),\s*\d+\)")
+
+
+def _wide_measures(con, policy: Policy) -> list[str]:
+    """Measures whose SUM and AVG the guard refuses (HUGEINT, DECIMAL over 18 digits: their
+    sums can overflow for some values only, ``sqlsdc.planner.totality.wide_exact``): told at
+    apply time, not first by an analyst's refusal."""
+    schemas = engine.table_schemas(con)
+    return [
+        f"{table.name}.{column} is {schemas[table.name][column]}: SUM and AVG of it are refused "
+        "(store it as DOUBLE, BIGINT or DECIMAL(18, s))"
+        for table in policy.confidential_tables
+        for column, spec in table.columns.items()
+        if spec.role in (ColumnRole.MEASURE, ColumnRole.WEIGHT)
+        and _WIDE.fullmatch(schemas.get(table.name, {}).get(column, ""))
+    ]
 
 
 def database_problems(con, policy: Policy) -> list[str]:
@@ -111,7 +130,7 @@ def apply_policy(con, policy: Policy, applied_by: str) -> ApplyReport:
         store.ensure_catalog(con)
         created = store.ensure_secret(con)
         store.ensure_mix_keys(con)
-        report = ApplyReport(version=0, secret_created=created)
+        report = ApplyReport(version=0, secret_created=created, notes=_wide_measures(con, policy))
         for table in policy.confidential_tables:
             _drop_stale_unit_indexes(con, table.name, table.privacy_unit)
             with _indexes_set_aside(con, table.name, _needs_alter(con, table)):
