@@ -98,6 +98,12 @@ def test_replacement_scans_are_off(path):
         con.close()
 
 
+def test_a_folder_is_not_a_database(tmp_path):
+    """It was "database . does not exist", about a folder that exists."""
+    with pytest.raises(sqlsdc.errors.NotFoundError, match=r"is a folder, not a database file"):
+        sqlsdc.connect(tmp_path, user="analyst")
+
+
 def test_open_database_errors(tmp_path):
     with pytest.raises(sqlsdc.Error, match=r"does not exist; create it with `sqlsdc init`"):
         open_database(tmp_path / "missing.duckdb", read_only=True)

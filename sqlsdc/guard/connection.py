@@ -163,6 +163,8 @@ class Connection:
         self._query_id: int | None = None  # of the DP statement running, once drawn
         self.user = user
         self.path = str(path)
+        if Path(path).is_dir():
+            raise NotFoundError(f"{path} is a folder, not a database file; name the .duckdb file")
         if not Path(path).is_file():
             raise NotFoundError(
                 f"database {path} does not exist; create it with `sqlsdc init` or `sqlsdc demo`"
