@@ -39,7 +39,7 @@ from sqlglot import exp
 from sqlsdc.catalog import store
 from sqlsdc.catalog.store import require_admin
 from sqlsdc.engines import duckdb as engine
-from sqlsdc.errors import Error, MicrodataError
+from sqlsdc.errors import Error, MicrodataError, NotFoundError
 from sqlsdc.jobs.protect import OUTPUT_SCHEMA, _plain, check_output_name, job_catalog
 from sqlsdc.microdata.microaggregation import il1s
 from sqlsdc.microdata.risk import interval_disclosure, linkage_rate, risk_summary
@@ -492,11 +492,16 @@ def stored_report(db: str | Path, name: str, *, user: str) -> dict:
         require_admin(con, user)
         full = name if name.startswith(f"{OUTPUT_SCHEMA}.") else f"{OUTPUT_SCHEMA}.{name}"
         row = engine.one(
-            con, f"SELECT method, report FROM {store.S}.outputs WHERE name = ?", [full]
-        )
+            con,
+            f"SELECT name, method, report FROM {store.S}.outputs WHERE lower(name) = lower(?)",
+            [full],
+        )  # names are case-insensitive, as DuckDB's
     finally:
         con.close()
-    if row is None or row[0] != METHOD:
+    if row is None:
+        raise NotFoundError(f"{full} does not exist; run `sqlsdc anonymize` first")
+    full, row = row[0], row[1:]
+    if row[0] != METHOD:
         raise MicrodataError(f"{full} is not the output of an anonymize job; list them with "
                              "`sqlsdc publish` or run `sqlsdc anonymize` first")  # fmt: skip
     return json.loads(row[1])

@@ -9,7 +9,7 @@ import duckdb
 import pandas as pd
 import pytest
 
-from sqlsdc.errors import AccessDenied, MicrodataError
+from sqlsdc.errors import AccessDenied, MicrodataError, NotFoundError
 from sqlsdc.jobs.anonymize import anonymize, stored_report
 from sqlsdc.microdata.risk import frequencies
 
@@ -53,6 +53,10 @@ def test_job_stores_a_k_anonymous_file_with_report_and_audit(fresh_demo_db):
     assert record["method"].tolist() == ["anonymize"]
     assert json.loads(record["report"][0])["seed"] == 4
     assert stored_report(fresh_demo_db, "persons_sdc", user="admin")["steps"][0]["step"] == STEPS[0]
+    # names are case-insensitive, and a missing output is "not found" (exit 8) as in synth-report
+    assert stored_report(fresh_demo_db, "Persons_SDC", user="admin")["seed"] == 4
+    with pytest.raises(NotFoundError, match="protected.nosuch does not exist"):
+        stored_report(fresh_demo_db, "nosuch", user="admin")
     assert _last_audit(fresh_demo_db)["decision"][0] == "accepted"
     ledger = _read(fresh_demo_db, "SELECT cell, column_name, mechanism, status FROM sqlsdc.ledger")
     assert sorted(ledger["column_name"]) == sorted(stored.columns)
