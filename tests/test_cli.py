@@ -187,3 +187,8 @@ def test_query_prints_values_as_they_are(demo_db):
     assert csv.splitlines()[1] == "2020-01-01,3 days,12345678901234567890,1.5,,"
     table = run("query", demo_db, "-u", "analyst", sql).output
     assert "12345678901234567890" in table and "DateOffset" not in table and "NULL" in table
+
+
+def test_swapped_arguments_are_a_usage_error_that_says_so(demo_db):
+    result = run("query", PERSONS_BY_SEX, demo_db, "-u", "analyst", code=2)
+    assert "the database comes first: sqlsdc query DB --user U SQL" in result.output
