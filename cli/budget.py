@@ -95,7 +95,7 @@ def budget(ctx, db: str, who: str | None, history: bool, show_ledger: bool, fmt:
     \b
     Examples:
       sqlsdc budget demo.duckdb
-      sqlsdc budget demo.duckdb --user analyst --format json
+      sqlsdc budget demo.duckdb --for analyst --format json
       sqlsdc budget demo.duckdb grant --for analyst --epsilon 1 --reason "Q3 study" --as admin
       sqlsdc budget demo.duckdb grant --for analyst --delta 1e-6 --reason "..." --as admin
       sqlsdc budget demo.duckdb set --for analyst --table benefits --epsilon 5 --reason "..."
