@@ -226,3 +226,9 @@ def test_risk_utility_comparison_of_candidate_settings(fresh_demo_db, tmp_path):
     assert (tmp_path / "tradeoff.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     bad = report("--plot", tmp_path / "tradeoff.pdf")
     assert bad.returncode != 0 and "Traceback" not in bad.stderr and ".png or .html" in bad.stderr
+    # an existing plot is not overwritten without --force (it was, silently)
+    kept = report("--plot", tmp_path / "tradeoff.png")
+    assert kept.returncode == 1 and "tradeoff.png exists; pass --force" in kept.stderr
+    assert report("--plot", tmp_path / "tradeoff.png", "--force").returncode == 0
+    missing = report("--plot", tmp_path / "no" / "t.png")
+    assert missing.returncode == 8 and "does not exist" in missing.stderr
