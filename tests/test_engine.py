@@ -469,3 +469,11 @@ def test_ctrl_c_during_a_statement_is_a_keyboard_interrupt():
             )
     finally:
         timer.cancel()
+
+
+def test_an_interrupt_is_audited_as_such():
+    from sqlsdc.catalog.store import audit_reason
+
+    assert audit_reason(KeyboardInterrupt()) == "interrupted (Ctrl-C)"  # was "KeyboardInterrupt: "
+    assert audit_reason(RuntimeError("Query interrupted")) == "interrupted (Ctrl-C)"
+    assert audit_reason(RuntimeError("other")) == "RuntimeError: other"
