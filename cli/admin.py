@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 import yaml
-from sqlsdc.cli.output import format_option, print_frame, print_json
+from sqlsdc.cli.output import ExistingFile, format_option, print_frame, print_json
 
 
 def acting_admin_option(*names: str):
@@ -31,6 +31,8 @@ def _report(report) -> None:
         click.echo(f"  {table}: {rows} new record keys; {unit}")
     if report.secret_created:
         click.echo("  created the PRF secret")
+    for note in report.notes:
+        click.echo(f"  note: {note}", err=True)
 
 
 @click.command()
@@ -39,7 +41,7 @@ def _report(report) -> None:
     "--policy",
     "policy_file",
     required=True,
-    type=click.Path(exists=True, dir_okay=False),
+    type=ExistingFile(),
     help="Policy YAML file.",
 )
 @admin_option
@@ -63,7 +65,7 @@ def policy() -> None:
 
 
 @policy.command()
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=ExistingFile())
 def validate(file: str) -> None:
     """Check a policy file against the schema and its own rules (no database needed)."""
     from sqlsdc.policy import load_policy
@@ -73,7 +75,7 @@ def validate(file: str) -> None:
 
 
 @policy.command()
-@click.argument("db", type=click.Path(exists=True, dir_okay=False))
+@click.argument("db", type=ExistingFile())
 @format_option(default="yaml", choices=("yaml", "json"))
 @click.option("--history", is_flag=True, help="List all applied versions instead.")
 def show(db: str, fmt: str, history: bool) -> None:
@@ -96,8 +98,8 @@ def show(db: str, fmt: str, history: bool) -> None:
 
 
 @policy.command()
-@click.argument("db", type=click.Path(exists=True, dir_okay=False))
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("db", type=ExistingFile())
+@click.argument("file", type=ExistingFile())
 @admin_option
 def apply(db: str, file: str, user: str) -> None:
     """Apply FILE to DB as a new policy version (earlier versions are kept)."""
@@ -107,7 +109,7 @@ def apply(db: str, file: str, user: str) -> None:
 
 
 @click.command()
-@click.argument("db", type=click.Path(exists=True, dir_okay=False))
+@click.argument("db", type=ExistingFile())
 @admin_option
 @click.option("--who", help="Only queries of this user.")
 @click.option("--decision", type=click.Choice(["accepted", "refused", "failed"]))
@@ -125,7 +127,7 @@ def audit(db: str, user: str, who: str | None, decision: str | None, limit: int,
 
 
 @click.command()
-@click.argument("db", type=click.Path(exists=True, dir_okay=False))
+@click.argument("db", type=ExistingFile())
 @admin_option
 @click.option("--table", "tables", multiple=True, help="Only this table (repeatable).")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
@@ -144,7 +146,7 @@ def rekey(db: str, user: str, tables: tuple[str, ...], yes: bool) -> None:
 
 
 @click.command()
-@click.argument("db", type=click.Path(exists=True, dir_okay=False))
+@click.argument("db", type=ExistingFile())
 @click.argument("sql")
 @admin_option
 @click.option("--count", "count_column", required=True, help="Result column with the counts.")

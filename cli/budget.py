@@ -6,7 +6,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 import click
-from sqlsdc.cli.output import format_option, print_frame, print_json
+from sqlsdc.cli.output import ExistingFile, format_option, print_frame, print_json
 
 from sqlsdc.errors import Error
 from sqlsdc.mechanisms.accountant import PrivacyCost
@@ -71,7 +71,7 @@ class _BudgetGroup(click.Group):
 
 
 @click.group(cls=_BudgetGroup, invoke_without_command=True)
-@click.argument("db", type=click.Path(exists=True, dir_okay=False))
+@click.argument("db", type=ExistingFile())
 @click.option(
     "--for",
     "--user",
@@ -95,7 +95,7 @@ def budget(ctx, db: str, who: str | None, history: bool, show_ledger: bool, fmt:
     \b
     Examples:
       sqlsdc budget demo.duckdb
-      sqlsdc budget demo.duckdb --user analyst --format json
+      sqlsdc budget demo.duckdb --for analyst --format json
       sqlsdc budget demo.duckdb grant --for analyst --epsilon 1 --reason "Q3 study" --as admin
       sqlsdc budget demo.duckdb grant --for analyst --delta 1e-6 --reason "..." --as admin
       sqlsdc budget demo.duckdb set --for analyst --table benefits --epsilon 5 --reason "..."

@@ -62,6 +62,9 @@ def classify(error: BaseException) -> tuple[str, int]:
         return f"{_os_text(error)}; pass --force to overwrite it", ERROR
     if isinstance(error, OSError):
         return _join("failed", _os_text(error)), OPERATIONAL
+    if isinstance(error, MemoryError):  # a job or demo too large for this machine
+        detail = f" ({error})" if str(error) else ""
+        return f"failed: out of memory{detail}; use a smaller input", OPERATIONAL
     if isinstance(error, RecursionError):
         return "syntax error: the input is nested too deeply to be handled", SYNTAX
     return (

@@ -11,6 +11,7 @@ import click
 from sqlsdc.cli.errors import classify, epilog
 
 from sqlsdc import __version__
+from sqlsdc.errors import interrupted_by_user
 
 
 class SqlsdcGroup(click.Group):
@@ -23,6 +24,8 @@ class SqlsdcGroup(click.Group):
         except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort):
             raise  # click's own usage errors (exit code 2), --help and aborts
         except Exception as e:  # noqa: BLE001 - the one place errors become exit codes
+            if interrupted_by_user(e):  # Ctrl-C inside a DuckDB statement: as anywhere else
+                raise click.Abort from None
             _fail(*classify(e))
 
 

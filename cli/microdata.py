@@ -5,13 +5,17 @@ Thin commands over :mod:`sqlsdc.jobs.anonymize`; the methods are in :mod:`sqlsdc
 
 from __future__ import annotations
 
+import os
+
 import click
 from sqlsdc.cli.admin import admin_option
-from sqlsdc.cli.output import format_option, print_json, read_sql
+from sqlsdc.cli.output import ExistingFile, format_option, print_json, read_sql
+
+from sqlsdc.errors import Error, NotFoundError
 
 
 @click.command()
-@click.argument("db", type=click.Path(exists=True, dir_okay=False))
+@click.argument("db", type=ExistingFile())
 @click.option("--from", "source", metavar="TABLE", help="A confidential table of the policy.")
 @click.option("--sql", metavar="QUERY", help="A SELECT whose rows are the records ('-': stdin).")
 @click.option("--into", required=True, help="Name of the stored table (protected.NAME).")
@@ -81,13 +85,14 @@ def anonymize(db, source, sql, into, steps, keys, weights, household, seed, repl
 
 
 @click.command("microdata-report")
-@click.argument("db", type=click.Path(exists=True, dir_okay=False))
+@click.argument("db", type=ExistingFile())
 @click.argument("names", nargs=-1, required=True)
 @click.option("--plot", type=click.Path(dir_okay=False), metavar="FILE",
               help="Write the risk–utility plot of the files (.png or .html).")  # fmt: skip
+@click.option("--force", is_flag=True, help="Overwrite an existing --plot file.")
 @admin_option
 @format_option(default="table", choices=("table", "json"))
-def microdata_report(db, names, plot, user, fmt):
+def microdata_report(db, names, plot, force, user, fmt):
     """Risk before/after and information loss of anonymised tables (admins only).
 
     With one NAME, its stored report; with several (the same records anonymised with other
@@ -104,6 +109,10 @@ def microdata_report(db, names, plot, user, fmt):
     from sqlsdc.jobs.anonymize import stored_report
     from sqlsdc.microdata.tradeoff import plot_tradeoff, tradeoff
 
+    if plot and os.path.lexists(plot) and not force:
+        raise Error(f"{plot} exists; pass --force to overwrite it")
+    if plot and not os.path.isdir(os.path.dirname(os.path.abspath(plot))):
+        raise NotFoundError(f"cannot write {plot}: its folder does not exist")
     reports = [stored_report(db, name, user=user) for name in names]
     rows = tradeoff(reports)
     if plot:

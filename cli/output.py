@@ -20,6 +20,25 @@ if TYPE_CHECKING:
 FORMATS = ("table", "csv", "json")
 
 
+class ExistingFile(click.Path):
+    """An existing file argument (``ExistingFile()``) whose absence is
+    a "not found" (exit code 8) in every command, as a missing database is for ``sqlsdc query``,
+    rather than click's usage error."""
+
+    def __init__(self) -> None:
+        super().__init__(exists=True, dir_okay=False)
+
+    def convert(self, value, param, ctx):
+        if not os.path.lexists(value):
+            if param is not None and param.name == "db":
+                raise NotFoundError(  # as sqlsdc.engines.duckdb.open_database says it
+                    f"database {value} does not exist; create it with `sqlsdc init` or "
+                    "`sqlsdc demo`"
+                )
+            raise NotFoundError(f"file {value} does not exist")
+        return super().convert(value, param, ctx)
+
+
 def format_option(default: str = "table", choices=FORMATS):
     return click.option(
         "--format",
@@ -43,6 +62,46 @@ def print_frame(frame, fmt: str) -> None:
     else:
         shown = frame.astype(object).where(frame.notna(), "NULL")
         click.echo(shown.to_string(index=False, max_colwidth=60))
+
+
+def print_result(cursor, fmt: str) -> None:
+    """Write a guarded result: JSON from its Python values (exact integers, dates as dates,
+    intervals as text; NaN and ±inf as null), a table or CSV from its DataFrame with HUGEINT
+    columns (sums of integers) as exact integers instead of DuckDB's floats."""
+    if fmt == "json":
+        names = [d[0] for d in cursor.description]
+        rows = cursor.fetchall()
+        records = [dict(zip(names, map(_json_value, row), strict=True)) for row in rows]
+        click.echo(json.dumps(records, allow_nan=False, default=str, separators=(",", ":")))
+        return
+    import pandas as pd
+
+    frame, table = cursor.df(), None
+    for i, (_name, kind, *_rest) in enumerate(cursor.description):
+        if kind in ("HUGEINT", "UHUGEINT"):
+            table = table or cursor.arrow()
+            values = [None if v is None else int(v) for v in table.column(i).to_pylist()]
+            frame.isetitem(i, pd.Series(values, dtype=object))
+    print_frame(frame, fmt)
+
+
+def _json_value(value):
+    import datetime as dt
+    import decimal
+
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, decimal.Decimal):
+        if not value.is_finite():
+            return None
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, (dt.date, dt.time)):  # datetime is a date
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        import pandas as pd
+
+        return str(pd.Timedelta(value))
+    return value
 
 
 def frame_json(frame: pd.DataFrame) -> str:

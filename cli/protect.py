@@ -13,7 +13,7 @@ import sys
 
 import click
 from sqlsdc.cli.admin import admin_option
-from sqlsdc.cli.output import format_option, print_json, read_sql
+from sqlsdc.cli.output import ExistingFile, format_option, print_json, read_sql
 
 METHODS = ("suppress", "round", "cta", "ipf")
 STEPS = {"suppress": 3, "round": 4, "cta": 4, "ipf": 5}  # job.step() calls per method
@@ -30,7 +30,7 @@ OWNERS = {  # option -> the methods it belongs to
 
 
 @click.command()
-@click.argument("db", type=click.Path(exists=True, dir_okay=False))
+@click.argument("db", type=ExistingFile())
 @click.option(
     "--sql",
     required=True,
@@ -81,7 +81,7 @@ OWNERS = {  # option -> the methods it belongs to
 )
 @click.option(
     "--margins",
-    type=click.Path(exists=True, dir_okay=False),
+    type=ExistingFile(),
     help="[ipf] CSV of margin cells: the stored table's dimension columns (code, or Total where "
     "summed over) and value; complete margins only (every region total, say).",
 )

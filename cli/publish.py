@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 from sqlsdc.cli.admin import admin_option
-from sqlsdc.cli.output import format_option, print_json
+from sqlsdc.cli.output import ExistingFile, format_option, print_json
 
 from sqlsdc.errors import Error
 
@@ -13,7 +13,7 @@ OLDEST_READER = "v1.0.0"
 
 
 @click.command()
-@click.argument("db", type=click.Path(exists=True, dir_okay=False))
+@click.argument("db", type=ExistingFile())
 @click.argument("out", type=click.Path(dir_okay=False))
 @click.option(
     "--query",

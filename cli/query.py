@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
 import click
-from sqlsdc.cli.output import format_option, print_frame, print_json, read_sql
+from sqlsdc.cli.output import format_option, print_frame, print_json, print_result, read_sql
 
 import sqlsdc
 
@@ -26,9 +28,13 @@ def query(db: str, sql: str, user: str, fmt: str, status: bool) -> None:
         "SELECT sex, COUNT(*) AS n, AVG(income) FROM persons GROUP BY sex"
     Suppressed cells print as NULL; --status shows why.
     """
+    _database_first(db)
     with sqlsdc.connect(db, user=user) as con:
         cursor = con.execute(read_sql(sql))
-        print_frame(cursor.cell_status() if status else cursor.df(), fmt)
+        if status:
+            print_frame(cursor.cell_status(), fmt)
+        else:
+            print_result(cursor, fmt)
 
 
 @click.command()
@@ -44,12 +50,21 @@ def explain(db: str, sql: str, user: str, fmt: str) -> None:
       sqlsdc explain sqlsdc-demo.duckdb --user analyst \\
         "SELECT region, COUNT(*) FROM persons GROUP BY region"
     """
+    _database_first(db)
     with sqlsdc.connect(db, user=user) as con:
         protected = con.explain(read_sql(sql))
     if fmt == "json":
         print_json(protected.to_dict())
     else:
         click.echo(str(protected))
+
+
+def _database_first(db: str) -> None:
+    """A statement where the database belongs (the arguments swapped) is a usage error that
+    says so, not "database SELECT ... does not exist"."""
+    words = db.split(None, 1)
+    if words and words[0].upper() in ("SELECT", "WITH", "FROM") and not os.path.exists(db):
+        raise click.UsageError("the database comes first: sqlsdc query DB --user U SQL")
 
 
 COMMANDS = (query, explain)

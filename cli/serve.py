@@ -7,9 +7,9 @@ import sys
 
 import click
 from sqlsdc.cli.admin import admin_option
-from sqlsdc.cli.output import format_option, print_json
+from sqlsdc.cli.output import ExistingFile, format_option, print_json
 
-db_argument = click.argument("db", type=click.Path(exists=True, dir_okay=False))
+db_argument = click.argument("db", type=ExistingFile())
 
 
 @click.command()
@@ -19,10 +19,10 @@ db_argument = click.argument("db", type=click.Path(exists=True, dir_okay=False))
               help="TCP port (0: any free port; the one chosen is printed).")  # fmt: skip
 @click.option(
     "--tls-cert",
-    type=click.Path(exists=True, dir_okay=False),
+    type=ExistingFile(),
     help="TLS certificate chain (PEM); clients then connect with sslmode=require.",
 )
-@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False),
+@click.option("--tls-key", type=ExistingFile(),
               help="Private key of the certificate (PEM).")  # fmt: skip
 @click.option("--insecure", is_flag=True,
               help="Accept connections without TLS (authentication is still SCRAM; statements "

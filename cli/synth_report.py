@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import click
 from sqlsdc.cli.admin import admin_option
-from sqlsdc.cli.output import format_option, print_json
+from sqlsdc.cli.output import ExistingFile, format_option, print_json
+
+from sqlsdc.errors import Error
 
 
 def _names(text: str | None) -> list[str] | None:
@@ -15,7 +17,7 @@ def _names(text: str | None) -> list[str] | None:
 
 
 @click.command("synth-report")
-@click.argument("db", type=click.Path(exists=True, dir_okay=False))
+@click.argument("db", type=ExistingFile())
 @click.option("--table", required=True, metavar="protected.NAME", help="The synthetic table.")
 @click.option(
     "--against",
@@ -30,9 +32,10 @@ def _names(text: str | None) -> list[str] | None:
     type=click.Path(file_okay=False),
     help="Folder of the report (default: NAME_report/ next to DB).",
 )
+@click.option("--force", is_flag=True, help="Overwrite the report files of an earlier run.")
 @admin_option
 @format_option(default="text", choices=("text", "json"))
-def synth_report(db, table, against, keys, target, out, user, fmt):
+def synth_report(db, table, against, keys, target, out, force, user, fmt):
     """Utility and disclosure risk of a synthetic table (admins only: it reads the data).
 
     Writes report.json, report.html and, with matplotlib (the `report` extra), the plots
@@ -43,8 +46,12 @@ def synth_report(db, table, against, keys, target, out, user, fmt):
       sqlsdc synth-report demo.duckdb --table protected.persons_syn \\
         --keys region,sex,age --target occupation
     """
+    from sqlsdc.synth.report import report_folder
     from sqlsdc.synth.report import synth_report as run
 
+    folder = report_folder(db, table, out)
+    if (folder / "report.json").exists() and not force:
+        raise Error(f"{folder} holds a report; pass --force to overwrite it, or --out another")
     result = run(db, table, user=user, against=against, keys=_names(keys), target=target,
                  out=out)  # fmt: skip
     if fmt == "json":

@@ -9,7 +9,7 @@ import json
 
 import click
 from sqlsdc.cli.admin import admin_option
-from sqlsdc.cli.output import format_option, print_json, read_sql
+from sqlsdc.cli.output import ExistingFile, format_option, print_json, read_sql
 
 
 def _names(text: str | None) -> list[str] | None:
@@ -49,7 +49,7 @@ def _option(text: str) -> tuple[str, object]:
 
 
 @click.command()
-@click.argument("db", type=click.Path(exists=True, dir_okay=False))
+@click.argument("db", type=ExistingFile())
 @click.option("--from", "source", metavar="TABLE", help="A confidential table of the policy.")
 @click.option("--sql", metavar="QUERY", help="A SELECT whose rows are the records ('-': stdin); "
               "not for DP methods.")  # fmt: skip

@@ -61,9 +61,9 @@ def _dbapi() -> types.ModuleType:
     module = types.ModuleType("sqlsdc_dbapi")
     for name in ("apilevel", "threadsafety", "paramstyle", "Error", "Warning", "InterfaceError",
                  "DatabaseError", "OperationalError", "ProgrammingError", "NotSupportedError",
-                 "InternalError", "STRING", "NUMBER", "DATETIME", "BINARY", "ROWID"):  # fmt: skip
+                 "InternalError", "IntegrityError", "DataError", "STRING", "NUMBER", "DATETIME",
+                 "BINARY", "ROWID"):  # fmt: skip
         setattr(module, name, getattr(sqlsdc, name))
-    module.IntegrityError = module.DataError = sqlsdc.DatabaseError
     module.connect = _Connection
     return module
 

@@ -47,6 +47,14 @@ class AnswerTooLarge(OperationalError):
     while being read, so that one statement cannot fill the memory of a shared process."""
 
 
+class DataError(Error):
+    """PEP 249 ``DataError`` (never raised: values are protected aggregates, not data written)."""
+
+
+class IntegrityError(Error):
+    """PEP 249 ``IntegrityError`` (never raised: a guarded connection writes no data)."""
+
+
 class ProgrammingError(Error):
     """Wrong use of the API, e.g. fetching from a cursor that has no result."""
 
@@ -138,3 +146,11 @@ class InternalError(Error):
 
     def __init__(self, message: str):
         super().__init__(f"{message} (this is a bug in sqlsdc; please report it)")
+
+
+def interrupted_by_user(error: BaseException) -> bool:
+    """Whether ``error`` is DuckDB's answer to Ctrl-C (SIGINT) during a statement: DuckDB 2.0
+    takes the signal itself and raises ``RuntimeError("Query interrupted")``, not
+    ``KeyboardInterrupt`` (``connection.interrupt()``, the statement timeout's, raises its
+    ``InterruptException`` instead)."""
+    return type(error) is RuntimeError and str(error) == "Query interrupted"

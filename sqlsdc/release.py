@@ -35,7 +35,7 @@ from sqlsdc.catalog import store
 from sqlsdc.catalog.store import pattern_table, require_admin
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines.release_storage import OLDEST_READER, ReleaseFile, storage_version
-from sqlsdc.errors import Error, PolicyViolation
+from sqlsdc.errors import Error, NotFoundError, PolicyViolation
 from sqlsdc.guard.connection import connect
 from sqlsdc.jobs.patterns import ensure_patterns
 from sqlsdc.policy import load_policy
@@ -188,6 +188,8 @@ def _check_request(db: Path, out: Path, folder: Path | None, queries: dict, repl
     for target in (out, folder):
         if target is not None and target.exists() and not replace:
             raise Error(f"{target} exists; pass --force (or --replace) to overwrite it")
+        if target is not None and not target.parent.is_dir():  # before any query is charged
+            raise NotFoundError(f"cannot write {target}: folder {target.parent} does not exist")
     if folder is not None and (
         folder.is_file() or folder.resolve() in (db.resolve(), out.resolve())
     ):

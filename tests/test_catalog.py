@@ -272,6 +272,32 @@ def test_missing_column_is_refused_listing_the_columns(db):
         sqlsdc.init(db, bad)
 
 
+def test_a_measure_must_be_a_numeric_column(db):
+    """A text column declared a measure (or weight) was applied, and then every SUM of it was
+    refused: the policy validated but its measure could never be used."""
+    bad = copy.deepcopy(POLICY)
+    bad["tables"]["people"]["columns"]["town"] = {"role": "measure", "bounds": [0, 10]}
+    with pytest.raises(
+        sqlsdc.PolicyError,
+        match=r"\A<policy>: tables\.people\.columns\.town: a measure must be a numeric column "
+        r".*; town is VARCHAR",
+    ):
+        sqlsdc.init(db, bad)
+
+
+def test_apply_tells_which_measures_cannot_be_summed(db):
+    """A DECIMAL(23, 1) measure (BIGINT * 100.0 in DuckDB) validates and applies, and the guard
+    refuses every SUM and AVG of it (cast or not): the admin now hears it at apply time."""
+    execute(db, "CREATE TABLE wide AS SELECT id, id * 100.0 AS salary FROM people")
+    wide = policy(wide={"privacy_unit": "id", "columns": {
+        "id": {"role": "identifier"}, "salary": {"role": "measure", "bounds": [0, 10**6]}}})
+    report = sqlsdc.init(db, wide)
+    assert report.notes == [
+        "wide.salary is DECIMAL(23,1): SUM and AVG of it are refused (store it as DOUBLE, "
+        "BIGINT or DECIMAL(18, s))"
+    ]
+
+
 def test_every_database_problem_is_reported(db):
     bad = copy.deepcopy(POLICY)
     bad["tables"]["people"]["columns"]["age"] = {"role": "dimension"}

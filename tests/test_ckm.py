@@ -393,6 +393,7 @@ def test_cli_risk_and_rekey(ckm_db, tmp_path):
     assert risk.returncode == 0, risk.stderr
     measures = json.loads(risk.stdout)
     assert 0 < measures["U"] < 0.1 and 0 <= measures["hellinger"] < 0.1
+    assert type(measures["cells"]) is int  # a count of cells, not 8.0
     denied = cli_fork.run(["rekey", path, "--user", "analyst", "--yes"])
     assert denied.returncode == 5 and "not an admin" in denied.stderr
     done = cli_fork.run(["rekey", path, "--table", "persons", "--yes"])

@@ -171,3 +171,24 @@ def test_demo_in_a_subprocess(tmp_path):
         timeout=120,
     )
     assert query.returncode == 0 and len(json.loads(query.stdout)) == 2
+
+
+def test_query_prints_values_as_they_are(demo_db):
+    """The CLI printed a DataFrame: a DATE was a timestamp in JSON, an INTERVAL
+    "<DateOffset: days=3, ...>" and a HUGEINT a float with other digits (12345678901234567168.0)."""
+    sql = (
+        "SELECT DATE '2020-01-01' AS d, INTERVAL 3 DAY AS i, 12345678901234567890::HUGEINT AS h, "
+        "1.50::DECIMAL(4, 2) AS dec, NULL::INTEGER AS missing, CAST('nan' AS DOUBLE) AS nan"
+    )
+    (row,) = json.loads(run("query", demo_db, "-u", "analyst", sql, "--format", "json").output)
+    assert row == {"d": "2020-01-01", "i": "3 days 00:00:00", "h": 12345678901234567890,
+                   "dec": 1.5, "missing": None, "nan": None}  # fmt: skip
+    csv = run("query", demo_db, "-u", "analyst", sql, "--format", "csv").output
+    assert csv.splitlines()[1] == "2020-01-01,3 days,12345678901234567890,1.5,,"
+    table = run("query", demo_db, "-u", "analyst", sql).output
+    assert "12345678901234567890" in table and "DateOffset" not in table and "NULL" in table
+
+
+def test_swapped_arguments_are_a_usage_error_that_says_so(demo_db):
+    result = run("query", PERSONS_BY_SEX, demo_db, "-u", "analyst", code=2)
+    assert "the database comes first: sqlsdc query DB --user U SQL" in result.output

@@ -282,3 +282,16 @@ def test_admin_commands_take_the_acting_admin_as_as_in_budget(db, tmp_path, sqls
     applied = CliRunner().invoke(cli, ["policy", "apply", str(db), str(policy), "--as", "root"])
     assert applied.exit_code == 0, applied.output
     assert "policy version 2 applied" in applied.output
+
+
+def test_grant_and_set_stay_within_the_limits_a_policy_may_set(db):
+    """A budget in the policy may allow at most ε 10^6 and ρ 10^6; a grant took (alice, *) to
+    ε 1,000,000,011 and `set` to any number, a limit no policy would validate."""
+    run(db, "grant", "--for", "alice", "--epsilon", "999990", "--reason", "r", "--as", "root")
+    over = run(db, "grant", "--for", "alice", "--epsilon", "11", "--reason", "r", "--as", "root",
+               code=1)  # fmt: skip
+    assert "ε limit would be 1000001, above 1000000, the most a budget may allow" in over.output
+    over = run(db, "set", "--for", "alice", "--rho", "2000000", "--reason", "r", "--as", "root",
+               code=1)  # fmt: skip
+    assert "ρ limit would be 2000000, above 1000000" in over.output
+    run(db, "grant", "--for", "alice", "--epsilon", "10", "--reason", "r", "--as", "root")

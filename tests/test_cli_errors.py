@@ -64,6 +64,30 @@ def test_each_class_has_its_own_exit_code(db, tmp_path):
     failed(run_interpreter(*q, "SELECT income FROM persons"), errors.REFUSED, "refused: ")
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("audit", "{missing}"),
+        ("budget", "{missing}"),
+        ("policy", "show", "{missing}"),
+        ("policy", "apply", "{missing}", "{policy}"),
+        ("publish", "{missing}", "{tmp}/r.duckdb"),
+        ("protect", "{missing}", "--into", "x", "--sql", "SELECT 1"),
+        ("policy", "validate", "{missing}"),
+        ("policy", "apply", "{db}", "{missing}"),
+        ("init", "{tmp}/new.duckdb", "--policy", "{missing}"),
+    ],
+)
+def test_a_missing_database_or_file_is_not_found_in_every_command(args, db, tmp_path):
+    """A wrong path is exit 8 'not found' in every command, as `sqlsdc query` says it (before,
+    most commands gave click's usage error 2, and a missing policy file 'invalid policy' 4)."""
+    names = {"missing": tmp_path / "nope.x", "tmp": tmp_path, "db": db,
+             "policy": tmp_path / "p.yaml"}  # fmt: skip
+    (tmp_path / "p.yaml").write_text("tables: {}\n")
+    result = run(*(a.format(**names) for a in args))
+    failed(result, errors.NOT_FOUND, f"{tmp_path / 'nope.x'} does not exist")
+
+
 def test_codes_are_distinct_and_documented():
     codes = [code for code, _meaning in errors.EXIT_CODES]
     assert len(codes) == len(set(codes))
@@ -81,6 +105,12 @@ def test_codes_are_distinct_and_documented():
         (ZeroDivisionError("division by zero"), errors.INTERNAL, "ZeroDivisionError"),
         (PermissionError(13, "Permission denied", "/r/x"), errors.OPERATIONAL, "/r/x: permission"),
         (FileNotFoundError(2, "No such file", "/r/y"), errors.NOT_FOUND, "not found: /r/y"),
+        # `sqlsdc demo --persons 10000000000` was "internal error: MemoryError ... a bug"
+        (
+            MemoryError("Unable to allocate 74.5 GiB"),
+            errors.OPERATIONAL,
+            "failed: out of memory (Unable to allocate 74.5 GiB)",
+        ),  # fmt: skip
     ],
 )
 def test_classify_maps_the_remaining_classes(error, code, words):
@@ -108,6 +138,21 @@ def test_budget_exhausted_and_a_bug_reach_the_user_as_messages(monkeypatch):
     assert result.exit_code == errors.INTERNAL and "this is a bug" in result.output
 
 
+def test_ctrl_c_inside_a_duckdb_statement_aborts_like_ctrl_c_anywhere(monkeypatch):
+    """DuckDB's own answer to SIGINT (a job calls it directly) was reported as a bug in sqlsdc;
+    tests/test_engine.py sends the real signal."""
+    from click.testing import CliRunner
+    from sqlsdc.cli import query as query_module
+
+    def interrupted(*_a, **_k):
+        raise RuntimeError("Query interrupted")
+
+    monkeypatch.setattr(query_module.sqlsdc, "connect", interrupted)
+    result = CliRunner().invoke(cli, ["query", "x.duckdb", "-u", "a", "SELECT 1"])
+    assert result.exit_code == 1 and "Aborted!" in result.output
+    assert "bug" not in result.output
+
+
 def test_demo_never_replaces_a_file_without_force(tmp_path):
     target = tmp_path / "mine.duckdb"
     target.write_text("my work")
@@ -125,6 +170,35 @@ def test_missing_folders_are_reported(tmp_path):
            "does not exist")  # fmt: skip
     failed(run("ptable", "--D", 2, "--V", 1, "-o", missing / "p.txt"), errors.NOT_FOUND,
            "does not exist")  # fmt: skip
+
+
+def test_publish_into_a_missing_folder_charges_nothing(db, tmp_path):
+    """The folders are checked before any query runs: a DP --query would be charged and then
+    lost with the release, and the engine's own error was reported as a bug in sqlsdc."""
+    budget = ("budget", db, "--for", "analyst", "--format", "json")
+    before = strict_json(run(*budget).stdout)
+    dp = "b=SELECT scheme, COUNT(*) AS n FROM benefits GROUP BY scheme"
+    missing = tmp_path / "no" / "such"
+    publish = ("publish", db, "--for", "analyst", "--query", dp)
+    failed(run(*publish, missing / "r.duckdb"), errors.NOT_FOUND,
+           f"folder {missing} does not exist")  # fmt: skip
+    failed(run(*publish, tmp_path / "r.duckdb", "--parquet", missing / "pq"), errors.NOT_FOUND,
+           f"folder {missing} does not exist")  # fmt: skip
+    assert strict_json(run(*budget).stdout) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo.duckdb", "demo.duckdb.lock"]
+
+
+def test_a_failed_init_of_a_new_file_leaves_no_file(tmp_path):
+    policy = tmp_path / "p.yaml"
+    policy.write_text(
+        "tables:\n  t:\n    privacy_unit: id\n    columns:\n      id: {role: identifier}\n"
+        "users:\n  owner: {role: admin}\n"
+    )
+    new = tmp_path / "new.duckdb"
+    failed(run("init", new, "--policy", policy), errors.DENIED, "not an admin")
+    failed(run("init", new, "--policy", policy, "--as", "owner"), errors.INVALID_POLICY,
+           "no such table")  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.yaml"]
 
 
 @pytest.mark.skipif(

@@ -78,3 +78,36 @@ def test_a_statement_that_is_not_text_is_the_callers_error(analyst, statement):
     for entry in entries:
         with pytest.raises(sqlsdc.ProgrammingError, match="a statement must be a str"):
             entry(statement)
+
+
+@pytest.mark.parametrize("params", [5, "F", b"F", {"F"}, iter(["F"])])
+def test_parameters_that_are_not_a_list_tuple_or_dict_are_the_callers_error(analyst, params):
+    """A str or bytes is a sequence of characters or bytes (``"18"`` was 2 parameters, b"F" the
+    number 70); an int or an iterator was an internal error, a set had no order."""
+    with pytest.raises(sqlsdc.ProgrammingError, match="parameters must be a list or tuple"):
+        analyst.execute(SQL, params)
+
+
+def test_a_closed_cursor_is_unusable(analyst):
+    """PEP 249: after close() every operation raises an Error (before, execute() still ran)."""
+    with analyst.cursor() as cursor:
+        cursor.execute(SQL, ["F"])
+    for operation in (
+        lambda: cursor.execute(SQL, ["F"]),
+        lambda: cursor.executemany(SQL, [["F"]]),
+        cursor.fetchone,
+        cursor.fetchall,
+        cursor.df,
+    ):
+        with pytest.raises(sqlsdc.InterfaceError, match="the cursor is closed"):
+            operation()
+    cursor.close()  # closing again is allowed
+
+
+def test_every_pep249_exception_is_exported():
+    names = ("Warning", "Error", "InterfaceError", "DatabaseError", "DataError",
+             "OperationalError", "IntegrityError", "InternalError", "ProgrammingError",
+             "NotSupportedError")  # fmt: skip
+    for name in names:
+        assert issubclass(getattr(sqlsdc, name), Exception), name
+        assert name == "Warning" or issubclass(getattr(sqlsdc, name), sqlsdc.DatabaseError)

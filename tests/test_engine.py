@@ -14,6 +14,7 @@ from sqlsdc.engines.duckdb import (
     described,
     harden,
     open_database,
+    run,
     system_functions,
     table_schemas,
     to_sql,
@@ -95,6 +96,12 @@ def test_replacement_scans_are_off(path):
             con.execute("SELECT * FROM secret_frame")
     finally:
         con.close()
+
+
+def test_a_folder_is_not_a_database(tmp_path):
+    """It was "database . does not exist", about a folder that exists."""
+    with pytest.raises(sqlsdc.errors.NotFoundError, match=r"is a folder, not a database file"):
+        sqlsdc.connect(tmp_path, user="analyst")
 
 
 def test_open_database_errors(tmp_path):
@@ -440,3 +447,33 @@ def test_sqlglots_compiled_build_is_refused_with_a_remedy(demo_db, monkeypatch):
     monkeypatch.setattr(engine._QualifiedGenerator, "__init__", compiled)
     with pytest.raises(sqlsdc.InterfaceError, match=r"(?s)compiled build.*pip uninstall sqlglotc"):
         sqlsdc.connect(demo_db, user="analyst")
+
+
+def test_ctrl_c_during_a_statement_is_a_keyboard_interrupt():
+    """DuckDB 2.0 takes SIGINT itself and raises RuntimeError("Query interrupted"), which reached
+    a user of `sqlsdc query` or `sqlsdc protect` as "internal error ... a bug in sqlsdc". The
+    statement runs for seconds (the signal comes after 0.2 s; DuckDB raises when it ends)."""
+    import os
+    import signal
+    import threading
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        pytest.skip("SIGINT is ignored in this process (started in the background)")
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+    try:
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            run(
+                duckdb.connect(),
+                "SELECT i % 1000 AS g, COUNT(*) FROM range(150000000) t(i) GROUP BY g",
+            )
+    finally:
+        timer.cancel()
+
+
+def test_an_interrupt_is_audited_as_such():
+    from sqlsdc.catalog.store import audit_reason
+
+    assert audit_reason(KeyboardInterrupt()) == "interrupted (Ctrl-C)"  # was "KeyboardInterrupt: "
+    assert audit_reason(RuntimeError("Query interrupted")) == "interrupted (Ctrl-C)"
+    assert audit_reason(RuntimeError("other")) == "RuntimeError: other"

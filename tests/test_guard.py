@@ -288,3 +288,19 @@ def test_every_refusal_is_audited(fresh_demo_db):
         admin.close()
     assert reasons[0].startswith("ProgrammingError: the query has 1 parameters")
     assert reasons[1].startswith("row-level output")
+
+
+@pytest.mark.parametrize(
+    ("value", "hint"),
+    [
+        ("\u2019R01\u2019", "typographic quotes"),
+        ("\u201cR01\u201d", "typographic quotes"),
+        ('"R01"', '"R01" in double quotes names a column; write strings in single quotes'),
+    ],
+)
+def test_a_string_in_the_wrong_quotes_says_so(analyst, value, hint):
+    """A value pasted from a word processor (’R01’) was 'Column '’r01’' could not be
+    resolved. use the declared columns', which does not tell what is wrong."""
+    with pytest.raises(sqlsdc.PolicyViolation) as info:
+        analyst.execute(f"SELECT region, COUNT(*) FROM persons WHERE region = {value} GROUP BY 1")
+    assert hint in info.value.hint

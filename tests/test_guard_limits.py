@@ -229,3 +229,42 @@ def test_constants_are_evaluated_apart_from_the_file_and_an_internal_error_is_no
         engine.evaluate_constant("SELECT * FROM read_csv('/etc/passwd')", 5)  # no files
     with pytest.raises(engine.EngineError):
         engine.evaluate_constant("SET TimeZone = 'Asia/Tokyo'", 5)  # settings locked
+
+
+@pytest.mark.parametrize(
+    "tail",
+    ["LIMIT -1", "LIMIT 2 OFFSET -1", "LIMIT 'x'", "LIMIT 1e30", "LIMIT ?"],
+)
+def test_a_limit_duckdb_cannot_take_is_a_clear_syntax_error(analyst, tail):
+    """Before, the engine failed and the analyst read 'the engine's message is withheld because
+    it could reveal confidential values' for a negative LIMIT."""
+    sql = f"SELECT region, COUNT(*) AS n FROM persons GROUP BY region {tail}"
+    params = [-3] if "?" in tail else None
+    with pytest.raises(sqlsdc.errors.SqlSyntaxError, match=r"(LIMIT|OFFSET) .* is not valid"):
+        analyst.execute(sql, params)
+
+
+@pytest.mark.parametrize("tail", ["LIMIT 2", "LIMIT '2'", "LIMIT 2 OFFSET 1", "LIMIT ?"])
+def test_limits_duckdb_takes_still_run(analyst, tail):
+    sql = f"SELECT region, COUNT(*) AS n FROM persons GROUP BY region ORDER BY region {tail}"
+    params = [2] if "?" in tail else None
+    assert len(analyst.execute(sql, params).fetchall()) in (2, 4)
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("SELECT region, COUNT(*) FROM persons GROUP BY", "GROUP BY without any expression"),
+        ("SELECT region FROM persons WHERE", "WHERE is incomplete (line 1, column 32)"),
+        ("SELECT COUNT(*) FROM persons HAVING", "HAVING is incomplete"),
+        ("SELECT region, COUNT(*) FROM persons GROUP BY region ORDER BY", "ORDER BY is incomplete"),
+        ("SELECT region, COUNT(*) FROM persons GROUP BY region LIMIT", "LIMIT is incomplete"),
+    ],
+)
+def test_an_incomplete_clause_is_a_syntax_error_in_sql_words(analyst, sql, message):
+    """Not sqlglot's class names ("Required keyword: 'this' missing for <class
+    'sqlglot.expressions.query.Where'>"), and an empty GROUP BY, which sqlglot accepts, is not
+    'the expression GROUP BY raises an error'."""
+    with pytest.raises(sqlsdc.errors.SqlSyntaxError) as info:
+        analyst.execute(sql)
+    assert message in str(info.value) and "sqlglot" not in str(info.value)

@@ -118,21 +118,49 @@ def test_every_problem_is_listed_at_once_with_its_line():
     ]
 
 
+def test_a_number_yaml_reads_as_text_says_how_to_write_it():
+    text = HEAD + USERS + "limits: {statement_timeout_seconds: 1e-9}\n"
+    (found,) = problems(text)
+    assert found.endswith(
+        "limits.statement_timeout_seconds: expected number, got str '1e-9' (YAML reads an "
+        "exponent without a dot as text: write e.g. 1.0e-9)"
+    )
+
+
+def test_two_budgets_of_one_user_and_table_are_refused():
+    """The later one replaced the earlier without a word (ε 10 then ε 5: the limit was 5)."""
+    text = dp("epsilon: 1") + (
+        "budgets:\n  - {user: ana, epsilon: 10}\n  - {user: ana, table: '*', epsilon: 5}\n"
+    )
+    assert problems(text) == [
+        "p.yaml: line 16, column 5: budgets.1: user 'ana' on table '*' has a budget already "
+        "(budgets.0); give each user and table one budget"
+    ]
+
+
 def test_non_finite_ckm_parameters_and_unbuildable_ptables_are_refused():
     ckm = (
         HEAD + "    protection:\n      counts: {method: ckm, ptable: {D: 1, V: 100}}\n"
         "      magnitudes: {method: ckm, ptable: {D: 4, V: 1, step: 12}, "
         "flex: {fp: .nan, p_small: 0.2, p_large: 0.05}}\n" + USERS
     )
-    assert problems(ckm) == [
-        "p.yaml: line 10, column 72: tables.persons.protection.magnitudes.flex.fp: must be a "
-        "finite number, got nan"
-    ]
-    (found,) = problems(ckm.replace("fp: .nan", "fp: 1000"))
-    assert found.startswith(
+    unbuildable, nan = problems(ckm)  # in one pass: fixing the NaN reveals nothing new
+    assert unbuildable.startswith(
         "p.yaml: line 9, column 29: tables.persons.protection.counts.ptable: the ptable cannot "
         "be built: V=100.0 is unreachable"
     )
+    assert nan == (
+        "p.yaml: line 10, column 72: tables.persons.protection.magnitudes.flex.fp: must be a "
+        "finite number, got nan"
+    )
+    assert problems(ckm.replace("fp: .nan", "fp: 1000")) == [unbuildable]
+    wrong_unit = ckm.replace("privacy_unit: pid", "privacy_unit: pidd")
+    assert len(problems(wrong_unit)) == 3  # the unit, the NaN and the ptable
+    bad_d = ckm.replace("D: 1, V: 100", "D: '1', V: 100")
+    assert [p.split(": ")[2] for p in problems(bad_d)] == [
+        "tables.persons.protection.counts.ptable.D",  # its shape, not also "cannot be built"
+        "tables.persons.protection.magnitudes.flex.fp",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -124,3 +124,15 @@ def test_description_is_duckdbs_own(typed_db, aggregate):
     if aggregate == "SUM":
         kinds = ["HUGEINT", "HUGEINT", "DECIMAL(38,2)", "DECIMAL(38,1)"]  # dbl is i * 0.5
         assert [d[1] for d in description[1:5]] == kinds
+
+
+def test_constants_of_every_kind_have_duckdbs_python_values(typed_db):
+    """An INTERVAL came back as Arrow's MonthDayNano where DuckDB gives a timedelta (and df()
+    as a pandas DateOffset where DuckDB's has timedelta64)."""
+    sql = (
+        "SELECT DATE '2020-01-01' AS d, INTERVAL 3 DAY AS i, INTERVAL 14 MONTH + INTERVAL 3 HOUR "
+        "AS j, 12345678901234567890::HUGEINT AS h, 1.5::DECIMAL(4, 2) AS dec, TIME '10:00' AS t"
+    )
+    (rows, _, frame), (raw_rows, _, raw_frame) = _both(typed_db, sql)
+    assert rows == raw_rows and _python_types(rows) == _python_types(raw_rows)
+    assert frame["i"].dtype == raw_frame["i"].dtype and frame["j"][0] == raw_frame["j"][0]

@@ -69,6 +69,7 @@ from sqlsdc.engines.duckdb import EngineError, described, one, parsed, rollback
 from sqlsdc.errors import BudgetExhausted, Error, OperationalError
 from sqlsdc.mechanisms.accountant import BudgetLimit, PrivacyCost, fraction
 from sqlsdc.mechanisms.dp_cells import CellRecord
+from sqlsdc.policy.load import AMOUNT_RANGES
 
 __all__ = [
     "ALL",
@@ -781,6 +782,9 @@ def grant(
 
 def _grant(con, admin: str, key: BudgetKey, cost: PrivacyCost, reason: str, limits) -> int:
     lims = effective_limits(con, limits)
+    own = lims.get(key, BudgetLimit())
+    _check_ceiling(key, {kind: (getattr(own, kind) or 0) + getattr(cost, kind)
+                         for kind, _symbol in _KINDS if getattr(cost, kind)})  # fmt: skip
     for kind, symbol in _KINDS:
         if not getattr(cost, kind) or getattr(lims.get(key, BudgetLimit()), kind) is not None:
             continue
@@ -810,8 +814,26 @@ def set_limit(con, *, admin: str, key: BudgetKey, limit: BudgetLimit, reason: st
         raise ValueError("a budget set needs an epsilon, rho or delta limit")
     if limit.delta is not None and limit.delta >= 1:
         raise ValueError(f"a delta limit must be below 1 (delta 1 allows anything): {limit.delta}")
+    _check_ceiling(key, {kind: getattr(limit, kind) for kind, _symbol in _KINDS})
     return _recorded(con, admin, "set", reason,
                      lambda: _event(con, admin, "set", key, limit, reason))  # fmt: skip
+
+
+def _check_ceiling(key: BudgetKey, limits: Mapping[str, Fraction | None]) -> None:
+    """A grant or set leaves every limit within what a policy's budget may allow
+    (``sqlsdc.policy.load.AMOUNT_RANGES``): a limit no policy would validate is no limit."""
+    for kind, symbol in _KINDS:
+        value = limits.get(kind)
+        ceiling = AMOUNT_RANGES[f"budget {kind}"][1]
+        if value is not None and kind != "delta" and value > ceiling:
+            raise ValueError(
+                f"{key.describe()}: the {symbol} limit would be {_decimal(value)}, above "
+                f"{_decimal(ceiling)}, the most a budget may allow (as in a policy)"
+            )
+
+
+def _decimal(value: Fraction) -> str:
+    return str(value.numerator) if value.denominator == 1 else f"{float(value):g}"
 
 
 def _overlap(a: BudgetKey, b: BudgetKey) -> bool:

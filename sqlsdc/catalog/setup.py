@@ -9,14 +9,17 @@ COUNT(DISTINCT ...)).
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sqlsdc.catalog import budget, keys, ptables, store
 from sqlsdc.engines import duckdb as engine
+from sqlsdc.engines import file_lock
 from sqlsdc.engines.duckdb import one
 from sqlsdc.errors import AccessDenied, PolicyError
-from sqlsdc.policy import Policy, UserRole, load_policy
+from sqlsdc.policy import ColumnRole, Policy, UserRole, load_policy
 
 UNIT_INDEX_PREFIX = "__sqlsdc_unit_"
 KEY_INDEX_PREFIX = "__sqlsdc_key_"
@@ -33,6 +36,37 @@ class ApplyReport:
     keyed_rows: dict[str, int] = field(default_factory=dict)
     unit_per_row: dict[str, bool] = field(default_factory=dict)
     secret_created: bool = False
+    notes: list[str] = field(default_factory=list)  # what analysts will not be able to do
+
+
+_NUMERIC = re.compile(r"U?(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT)|FLOAT|REAL|DOUBLE|DECIMAL.*")
+
+
+def _measure_type_problem(dtype: str) -> str | None:
+    """What a measure's column type must be instead, or None: a text (or date, list...)
+    measure cannot be summed, so SUM and AVG of it would be refused in every query. (HUGEINT
+    and wide DECIMAL measures are summed cast to DOUBLE; the guard refuses their plain sums.)"""
+    if not _NUMERIC.fullmatch(dtype):
+        return "a numeric column (declare it a dimension, or store it as a number)"
+    return None
+
+
+_WIDE = re.compile(r"U?HUGEINT|DECIMAL\((19|[2-9]\d|\d{3,}),\s*\d+\)")
+
+
+def _wide_measures(con, policy: Policy) -> list[str]:
+    """Measures whose SUM and AVG the guard refuses (HUGEINT, DECIMAL over 18 digits: their
+    sums can overflow for some values only, ``sqlsdc.planner.totality.wide_exact``): told at
+    apply time, not first by an analyst's refusal."""
+    schemas = engine.table_schemas(con)
+    return [
+        f"{table.name}.{column} is {schemas[table.name][column]}: SUM and AVG of it are refused "
+        "(store it as DOUBLE, BIGINT or DECIMAL(18, s))"
+        for table in policy.confidential_tables
+        for column, spec in table.columns.items()
+        if spec.role in (ColumnRole.MEASURE, ColumnRole.WEIGHT)
+        and _WIDE.fullmatch(schemas.get(table.name, {}).get(column, ""))
+    ]
 
 
 def database_problems(con, policy: Policy) -> list[str]:
@@ -48,12 +82,19 @@ def database_problems(con, policy: Policy) -> list[str]:
             continue
         if not table.is_public and table.name not in tables:
             problems.append(f"{where}: a confidential relation must be a table, not a view")
-        for column in table.columns:
+        for column, spec in table.columns.items():
             if column not in schemas[table.name]:
                 cols = ", ".join(c for c in schemas[table.name] if not c.startswith("__"))
                 problems.append(
                     f"{where}.columns.{column}: no such column in the table (columns: {cols})"
                 )
+            elif not table.is_public and spec.role in (ColumnRole.MEASURE, ColumnRole.WEIGHT):
+                problem = _measure_type_problem(schemas[table.name][column])
+                if problem:  # SUM and AVG of it would be refused in every query
+                    problems.append(
+                        f"{where}.columns.{column}: a {spec.role.value} must be {problem}; "
+                        f"{column} is {schemas[table.name][column]}"
+                    )
         key = table.key
         if key and key not in schemas[table.name]:
             problems.append(f"{where}.key: no such column in the table")
@@ -89,7 +130,7 @@ def apply_policy(con, policy: Policy, applied_by: str) -> ApplyReport:
         store.ensure_catalog(con)
         created = store.ensure_secret(con)
         store.ensure_mix_keys(con)
-        report = ApplyReport(version=0, secret_created=created)
+        report = ApplyReport(version=0, secret_created=created, notes=_wide_measures(con, policy))
         for table in policy.confidential_tables:
             _drop_stale_unit_indexes(con, table.name, table.privacy_unit)
             with _indexes_set_aside(con, table.name, _needs_alter(con, table)):
@@ -230,6 +271,7 @@ def init(db_path, policy, *, applied_by: str | None = None) -> ApplyReport:
     """
     if not isinstance(policy, Policy):
         policy = load_policy(policy)
+    created = not Path(db_path).exists()
     con = engine.open_database(db_path)
     try:
         current = store.current_policy(con)
@@ -238,8 +280,18 @@ def init(db_path, policy, *, applied_by: str | None = None) -> ApplyReport:
             applied_by = next(u.name for u in in_force.users.values() if u.role is UserRole.ADMIN)
         _require_admin(in_force, applied_by, new=current is None)
         return apply_policy(con, policy, applied_by)
+    except BaseException:
+        con.close()
+        if created:  # a failed init leaves no empty database (nor its lock) behind
+            _remove_new_database(Path(db_path))
+        raise
     finally:
         con.close()
+
+
+def _remove_new_database(path: Path) -> None:
+    for leftover in (path, path.with_name(f"{path.name}.wal"), file_lock.lock_path(path)):
+        leftover.unlink(missing_ok=True)
 
 
 def _require_admin(policy: Policy, user: str, *, new: bool) -> None:
@@ -249,5 +301,5 @@ def _require_admin(policy: Policy, user: str, *, new: bool) -> None:
         admins = ", ".join(u.name for u in policy.users.values() if u.role is UserRole.ADMIN)
         raise AccessDenied(
             f"user {user!r} is not an admin in {which}; only an admin applies a policy "
-            f"(admins: {admins}); name one with --user"
+            f"(admins: {admins}); name one with --as"
         )

@@ -19,7 +19,7 @@ from sqlglot import exp
 
 from sqlsdc.catalog.schema import CATALOG_SCHEMA, CATALOG_VERSION, CKM_MIX_DDL, DDL, DP_CELLS_DDL
 from sqlsdc.engines.duckdb import EngineError, described, one, parsed, type_names
-from sqlsdc.errors import AccessDenied, Error, PolicyViolation
+from sqlsdc.errors import AccessDenied, Error, PolicyViolation, interrupted_by_user
 from sqlsdc.mechanisms.ckm import MixKeys
 from sqlsdc.policy import UserRole, load_policy
 
@@ -498,6 +498,8 @@ def audit_reason(error: BaseException) -> str:
     (the log is for admins; analysts never read it)."""
     if isinstance(error, PolicyViolation):
         return str(error)
+    if isinstance(error, KeyboardInterrupt) or interrupted_by_user(error):
+        return "interrupted (Ctrl-C)"  # not "KeyboardInterrupt: ", an empty message
     reason = f"{type(error).__name__}: {error}"
     detail = getattr(error, "detail", None)
     return f"{reason} [{detail}]" if detail else reason

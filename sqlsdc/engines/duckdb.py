@@ -26,7 +26,14 @@ from sqlglot.dialects.duckdb import DuckDB
 
 from sqlsdc.engines import file_lock, watchdog
 from sqlsdc.engines.trees import copy_tree, release
-from sqlsdc.errors import AnswerTooLarge, Error, InterfaceError, NotFoundError, OperationalError
+from sqlsdc.errors import (
+    AnswerTooLarge,
+    Error,
+    InterfaceError,
+    NotFoundError,
+    OperationalError,
+    interrupted_by_user,
+)
 
 DIALECT = "duckdb"
 
@@ -582,6 +589,10 @@ def run(
                     )
                 batches.append(batch)
             return _mark_wide_integers(pa.Table.from_batches(batches, reader.schema), types)
+    except RuntimeError as failure:
+        if interrupted_by_user(failure):  # Ctrl-C: what Python raises for it everywhere else
+            raise KeyboardInterrupt from None
+        raise
     finally:
         if timer:
             timer.cancel()

@@ -7,6 +7,7 @@ itself; real isolation means the confidential file belongs to another OS user or
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 import weakref
@@ -162,6 +163,8 @@ class Connection:
         self._query_id: int | None = None  # of the DP statement running, once drawn
         self.user = user
         self.path = str(path)
+        if Path(path).is_dir():
+            raise NotFoundError(f"{path} is a folder, not a database file; name the .duckdb file")
         if not Path(path).is_file():
             raise NotFoundError(
                 f"database {path} does not exist; create it with `sqlsdc init` or `sqlsdc demo`"
@@ -871,6 +874,7 @@ class Cursor:
         self._query: ProtectedQuery | None = None  # the guard's (shared) checked query
         self._shown: ProtectedQuery | None = None  # the caller's copy of it
         self.query_id: int | None = None
+        self._closed = False
 
     @property
     def description(self):
@@ -885,6 +889,7 @@ class Cursor:
         return -1 if self._result is None else self._result.num_rows
 
     def execute(self, sql: str, params=None) -> Cursor:
+        self._check_open()
         result, query, query_id, whole = self.connection._execute(sql, params)
         self._result, self._query, self.query_id, self._whole = result, query, query_id, whole
         self._shown = None
@@ -893,6 +898,7 @@ class Cursor:
         return self
 
     def executemany(self, sql: str, seq_of_params) -> Cursor:
+        self._check_open()
         for params in seq_of_params:
             self.execute(sql, params)
         return self
@@ -1002,7 +1008,9 @@ class Cursor:
         """PEP 249 no-op."""
 
     def close(self) -> None:
+        """PEP 249: the cursor is unusable from now on (every operation raises)."""
         self._result = self._whole = self._status = None
+        self._closed = True
 
     def __iter__(self):
         return iter(self.fetchall())
@@ -1013,7 +1021,12 @@ class Cursor:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InterfaceError("the cursor is closed; open another with connection.cursor()")
+
     def _require_result(self) -> pa.Table:
+        self._check_open()
         if self._result is None:
             raise ProgrammingError("no result: call execute() first")
         return self._result
@@ -1138,7 +1151,15 @@ def _python_values(column: pa.ChunkedArray, field: pa.Field) -> list:
     values = python_list(column)
     if engine.is_wide_integer(field):
         return [None if v is None else int(v) for v in values]
+    if pa.types.is_interval(field.type):
+        return [None if v is None else _timedelta(v) for v in values]
     return values
+
+
+def _timedelta(interval) -> dt.timedelta:
+    """An INTERVAL as DuckDB's Python API gives it: a timedelta with a month as 30 days."""
+    days = interval.months * 30 + interval.days
+    return dt.timedelta(days=days, microseconds=interval.nanoseconds // 1000)
 
 
 def _frame(table: pa.Table) -> pd.DataFrame:
@@ -1147,6 +1168,10 @@ def _frame(table: pa.Table) -> pd.DataFrame:
     for i in decimals:
         table = table.set_column(i, table.field(i).with_type(pa.float64()),
                                  table.column(i).cast(pa.float64()))  # fmt: skip
+    for i, field in enumerate(table.schema):
+        if pa.types.is_interval(field.type):  # DuckDB's df(): timedelta64, not DateOffset
+            values = pa.array(_python_values(table.column(i), field), pa.duration("us"))
+            table = table.set_column(i, field.with_type(pa.duration("us")), values)
     return frame(table)
 
 

@@ -73,6 +73,7 @@ def parse_statement(sql: str, max_length: int = DEFAULT_MAX_STATEMENT_CHARACTERS
             "only SELECT queries (and UNION/INTERSECT/EXCEPT of them) can be run",
             sql,
         )
+    _check_clauses(tree, sql)
     return _check_depth(balance_connectors(tree), sql)
 
 
@@ -118,6 +119,32 @@ def number_placeholders(sql: str) -> str:
     return "".join([*parts, sql[start:]])
 
 
+def check_limits(tree: exp.Expr, sql: str | None = None) -> None:
+    """Refuse a constant LIMIT or OFFSET that DuckDB cannot take (negative, not a number, or
+    beyond BIGINT), parameters bound: the engine's error would reach the analyst only as a
+    withheld engine failure."""
+    for clause in tree.find_all(exp.Limit, exp.Offset):
+        value = clause.expression
+        negative = isinstance(value, exp.Neg)
+        literal = value.this if negative else value
+        if not isinstance(literal, exp.Literal):
+            continue
+        try:
+            number = decimal.Decimal(literal.this.strip())
+        except decimal.InvalidOperation:
+            number = None
+        if number is not None and negative:
+            number = -number
+        if number is None or not number.is_finite() or number < 0 or number >= 2**63:
+            word = "LIMIT" if isinstance(clause, exp.Limit) else "OFFSET"
+            raise SqlSyntaxError(
+                f"{word} {value.sql(DIALECT)[:40]} is not valid: it takes a number of rows from "
+                f"0 to {2**63 - 1}",
+                f"e.g. {word} 10",
+                sql,
+            )
+
+
 def too_complex(sql: str | None) -> PolicyViolation:
     """The refusal for a statement nested too deeply to check."""
     return SqlSyntaxError(
@@ -139,6 +166,13 @@ def bind_parameters(tree: exp.Expr, params, sql: str | None = None) -> exp.Expr:
 
     ``sql``, the text ``tree`` was parsed from, spares a statement without parameters the
     walk of its tree: placeholders are written with ``?`` or ``$``."""
+    if params is not None and (
+        isinstance(params, (str, bytes, bytearray)) or not isinstance(params, (Sequence, Mapping))
+    ):  # a str is a sequence of characters: "18" would be two parameters
+        raise ProgrammingError(
+            f"parameters must be a list or tuple (or a dict for $name parameters), not "
+            f"{type(params).__name__}; e.g. [value]"
+        )
     given = not (params is None or (isinstance(params, (Sequence, Mapping)) and len(params) == 0))
     if not given and sql is not None and "?" not in sql and "$" not in sql:
         return tree
@@ -278,10 +312,30 @@ def output_names(tree: exp.Expr) -> list[str]:
     return names
 
 
+_MISSING_PART = re.compile(r"Required keyword: '\w+' missing for <class '[\w.]*\.(\w+)'>")
+_CLAUSES = {"Order": "ORDER BY", "Group": "GROUP BY", "Offset": "OFFSET", "Join": "JOIN"}
+
+
 def _first_error(error: Exception) -> str:
     errors = getattr(error, "errors", None)
     if errors:
         first = errors[0]
         description = str(first.get("description") or "syntax error").split(" but got <")[0]
+        missing = _MISSING_PART.fullmatch(description)
+        if missing:  # sqlglot's class name, in SQL's words
+            name = missing.group(1)
+            description = f"{_CLAUSES.get(name, name.upper())} is incomplete"
         return f"{description} (line {first.get('line')}, column {first.get('col')})"
     return str(error).splitlines()[0]
+
+
+def _check_clauses(tree: exp.Expr, sql: str) -> None:
+    """Refuse what sqlglot parses and DuckDB does not: ``GROUP BY`` with nothing after it."""
+    for group in tree.find_all(exp.Group):
+        if not any(group.args.get(k) for k in ("expressions", "grouping_sets", "cube", "rollup",
+                                                  "all")):  # fmt: skip
+            raise SqlSyntaxError(
+                "the statement could not be parsed: GROUP BY without any expression",
+                "name the columns to group by, or leave GROUP BY out",
+                sql,
+            )

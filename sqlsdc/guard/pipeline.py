@@ -19,7 +19,13 @@ from sqlglot import exp
 
 from sqlsdc.engines.trees import nodes, release
 from sqlsdc.errors import Error, InternalError, PolicyViolation
-from sqlsdc.guard.parse import bind_parameters, output_names, parse_statement, too_complex
+from sqlsdc.guard.parse import (
+    bind_parameters,
+    check_limits,
+    output_names,
+    parse_statement,
+    too_complex,
+)
 from sqlsdc.guard.resolve import check_tables, qualify_tree
 from sqlsdc.guard.validate import validate_release
 from sqlsdc.mechanisms.accountant import PrivacyCost, compose
@@ -242,6 +248,7 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
     parsed = parse_statement(sql, context.policy.max_statement_characters)
     in_time()
     tree = bind_parameters(parsed, params, sql)
+    check_limits(tree, sql)
     names = output_names(tree)
     tables = sorted(check_tables(tree, context.policy, sql))
     repeated = RepeatedColumns(tree)

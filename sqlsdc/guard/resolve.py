@@ -11,6 +11,8 @@ a name that exists nowhere, and nothing reaches the engine that it could resolve
 
 from __future__ import annotations
 
+import re
+
 from sqlglot import exp
 from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
@@ -209,7 +211,9 @@ def qualify_tree(
             repeated.attach()
     except OptimizeError as e:
         message = str(e).split(". Line")[0]
-        raise PolicyViolation(f"name resolution failed: {message}", _COLUMNS_HINT, sql) from None
+        raise PolicyViolation(
+            f"name resolution failed: {message}", _columns_hint(message, sql), sql
+        ) from None
     found = _nodes_by_type(qualified, exp.Column, exp.Identifier)
     for column in found[exp.Column]:
         if not column.table and not isinstance(column.this, exp.Star):
@@ -217,6 +221,27 @@ def qualify_tree(
     for node in found[exp.Identifier]:
         _check_reserved(node.name, sql)
     return qualified
+
+
+_TYPOGRAPHIC_QUOTES = "\u2018\u2019\u201a\u201b\u201c\u201d\u201e\u201f\u00ab\u00bb"
+
+
+def _columns_hint(message: str, sql: str | None) -> str:
+    """The hint for a name that does not resolve; a value written in quotes that are not SQL's
+    string quotes (a word processor's ’R01’, or "R01") is a column name to SQL."""
+    if any(q in message for q in _TYPOGRAPHIC_QUOTES):
+        return (
+            "the statement has typographic quotes (’ “ ”) where SQL needs straight ones: write "
+            "strings in single quotes, e.g. region = 'R01'"
+        )
+    unresolved = re.search(r"Column '([^']*)'", message)
+    quoted = unresolved and sql and re.search(f'"({re.escape(unresolved.group(1))})"', sql, re.I)
+    if quoted:  # as written, not as sqlglot normalised it
+        return (
+            f'"{quoted.group(1)}" in double quotes names a column; write strings in single '
+            f"quotes, e.g. '{quoted.group(1)}'; {_COLUMNS_HINT}"
+        )
+    return _COLUMNS_HINT
 
 
 def _check_output_reference(column: exp.Column, sql: str) -> None:

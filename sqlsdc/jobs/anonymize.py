@@ -39,8 +39,8 @@ from sqlglot import exp
 from sqlsdc.catalog import store
 from sqlsdc.catalog.store import require_admin
 from sqlsdc.engines import duckdb as engine
-from sqlsdc.errors import Error, MicrodataError
-from sqlsdc.jobs.protect import OUTPUT_SCHEMA, _plain, job_catalog
+from sqlsdc.errors import Error, MicrodataError, NotFoundError
+from sqlsdc.jobs.protect import OUTPUT_SCHEMA, _plain, check_output_name, job_catalog
 from sqlsdc.microdata.microaggregation import il1s
 from sqlsdc.microdata.risk import interval_disclosure, linkage_rate, risk_summary
 from sqlsdc.microdata.steps import Step, apply_steps, parse_step
@@ -209,12 +209,7 @@ def _check(con, user: str, into: str, replace: bool):
     if not into.isidentifier():
         raise MicrodataError(f"--into {into!r} must be a plain name (letters, digits, _)")
     version, document, source = require_admin(con, user)
-    exists = con.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
-        [OUTPUT_SCHEMA, into],
-    ).fetchall()[0][0]
-    if exists and not replace:
-        raise MicrodataError(f"{OUTPUT_SCHEMA}.{into} exists; pass --replace to overwrite it")
+    check_output_name(con, into, replace, MicrodataError)
     return version, load_policy(document, name=source)
 
 
@@ -497,11 +492,16 @@ def stored_report(db: str | Path, name: str, *, user: str) -> dict:
         require_admin(con, user)
         full = name if name.startswith(f"{OUTPUT_SCHEMA}.") else f"{OUTPUT_SCHEMA}.{name}"
         row = engine.one(
-            con, f"SELECT method, report FROM {store.S}.outputs WHERE name = ?", [full]
-        )
+            con,
+            f"SELECT name, method, report FROM {store.S}.outputs WHERE lower(name) = lower(?)",
+            [full],
+        )  # names are case-insensitive, as DuckDB's
     finally:
         con.close()
-    if row is None or row[0] != METHOD:
+    if row is None:
+        raise NotFoundError(f"{full} does not exist; run `sqlsdc anonymize` first")
+    full, row = row[0], row[1:]
+    if row[0] != METHOD:
         raise MicrodataError(f"{full} is not the output of an anonymize job; list them with "
                              "`sqlsdc publish` or run `sqlsdc anonymize` first")  # fmt: skip
     return json.loads(row[1])

@@ -446,13 +446,31 @@ def _checked_job(con, user, sql, into, method, query_id, replace) -> Job:
     spec = parse_job(sql, policy)
     _refuse_live_universe(con, policy, spec)
     _refuse_second_protection(con, policy, spec, into, method)
-    exists = con.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
-        [OUTPUT_SCHEMA, into],
-    ).fetchall()[0][0]
-    if exists and not replace:
-        raise TabularError(f"{OUTPUT_SCHEMA}.{into} exists; pass --replace to overwrite it")
+    check_output_name(con, into, replace, TabularError)
     return Job(con, user, version, policy, spec, sql, into, method, query_id)
+
+
+def check_output_name(con, into: str, replace: bool, error: type[Error]) -> None:
+    """Refuse to write ``protected.<into>`` over an existing table without ``replace``, and
+    over one whose name differs in case even with it: DuckDB's names are case-insensitive, so
+    ``T`` is the table ``t``, and replacing it under another spelling left ``sqlsdc.outputs``
+    naming both."""
+    found = con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE schema_name = ? "
+        "AND lower(table_name) = lower(?)",
+        [OUTPUT_SCHEMA, into],
+    ).fetchall()
+    if not found:
+        return
+    (existing,) = found[0]
+    if existing != into:
+        raise error(
+            f"{OUTPUT_SCHEMA}.{existing} exists; names are case-insensitive, so --into {into} "
+            f"names it too: write --into {existing} (with --replace to overwrite it) or choose "
+            "another name"
+        )
+    if not replace:
+        raise error(f"{OUTPUT_SCHEMA}.{into} exists; pass --replace to overwrite it")
 
 
 def _refuse_live_universe(con, policy: Policy, spec: JobSpec) -> None:

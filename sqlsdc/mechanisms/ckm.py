@@ -257,7 +257,7 @@ def utility_risk(
     else:
         hellinger = math.nan
     return {
-        "cells": float(len(n)),
+        "cells": len(n),
         "U": _relative_deviation(x, x_hat),
         "U_single": u_single,
         "R_pert": r_pert,

@@ -14,6 +14,8 @@ from __future__ import annotations
 import base64
 import html
 import io
+import os
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -90,10 +92,15 @@ def plot_tradeoff(rows: Sequence[dict], path: str | Path) -> Path:
         plt.close(fig)
     png = buffer.getvalue()
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix.lower() == ".png":
-        path.write_bytes(png)
-    else:
-        path.write_text(_page(rows, png), encoding="utf-8")
+    content = png if path.suffix.lower() == ".png" else _page(rows, png).encode("utf-8")
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:  # written aside and renamed: readers see the old plot or the whole new one
+        with os.fdopen(handle, "wb") as file:
+            file.write(content)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
     return path
 
 

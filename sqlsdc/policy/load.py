@@ -21,6 +21,7 @@ import copy
 import dataclasses
 import json
 import math
+import re
 from collections.abc import Callable
 from fractions import Fraction
 from functools import cache, lru_cache
@@ -133,12 +134,10 @@ def _load_dict(document: Any, label: str) -> Policy:
 def _validated(document: Any, label: str, marks: Marks) -> Policy:
     """The policy of a valid ``document``; PolicyError listing every problem otherwise."""
     problems = validate_document(document)
-    if not problems:
-        policy = _build(document, label)
-        problems = _ptable_problems(policy)
+    problems += _ptable_problems(document, problems)
     if problems:
         raise PolicyError([_located(label, p, marks) for p in _by_position(problems, marks)])
-    return policy
+    return _build(document, label)
 
 
 def _by_position(problems: list[str], marks: Marks) -> list[str]:
@@ -416,34 +415,62 @@ def _show(x: Fraction) -> str:
     return str(x.numerator) if x.denominator == 1 else f"{float(x):g}"
 
 
-def _ptable_problems(policy: Policy) -> list[str]:
-    """Every perturbation table a confidential table uses can be built and is safe against
-    differencing; one that cannot would otherwise fail every query of the table."""
+def _ptable_problems(document: Any, found: list[str]) -> list[str]:
+    """Every perturbation table of a CKM rule can be built and is safe against differencing (one
+    that cannot would otherwise fail every query of its table). Checked from the document, also
+    when other parts have problems, so that one pass lists them all; a ptable inside a part that
+    already has a problem (``found``) is skipped."""
     problems, seen = [], set()
-    for table in policy.confidential_tables:
-        own = (policy.document["tables"].get(table.name) or {}).get("protection") or {}
-        for kind, rule in table.protection.items():
-            if rule.method is not Method.CKM:
+    for where, protection in _protection_sections(document):
+        for kind in AggregateKind:
+            rule = protection.get(kind.value)
+            if not isinstance(rule, dict) or rule.get("method") != Method.CKM.value:
                 continue
-            where = f"tables.{table.name}.protection" if kind.value in own else "protection"
-            small = rule.magnitude.small_cells if rule.magnitude else None
-            for table_kind, key, spec in ((kind.value, "ptable", rule.ptable),
-                                          ("small_cells", "small_cells", small)):  # fmt: skip
-                if spec is None or (table_kind, spec) in seen:
+            for table_kind, key in ((kind.value, "ptable"), ("small_cells", "small_cells")):
+                path = f"{where}.{kind.value}.{key}"
+                spec = rule.get(key)
+                if not isinstance(spec, dict) or any(_overlaps(p, path) for p in found):
                     continue
-                seen.add((table_kind, spec))
                 try:
-                    generate(table_kind, spec)
-                    check_differencing(table_kind, spec)
+                    ptable = _ptable(spec)
+                except (KeyError, TypeError, ValueError):
+                    continue  # its shape problem is in ``found``
+                if (table_kind, ptable) in seen:
+                    continue
+                seen.add((table_kind, ptable))
+                try:
+                    generate(table_kind, ptable)
+                    check_differencing(table_kind, ptable)
                 except PolicyError as e:
-                    problems += [f"{where}.{kind.value}.{key}: {p}" for p in e.problems]
+                    problems += [f"{path}: {p}" for p in e.problems]
                 except ValueError as e:
-                    problems.append(f"{where}.{kind.value}.{key}: the ptable cannot be built: {e}")
+                    problems.append(f"{path}: the ptable cannot be built: {e}")
     return problems
+
+
+def _protection_sections(document: Any):
+    """``(path, protection mapping)`` of the policy's defaults and of every table."""
+    if not isinstance(document, dict):
+        return
+    if isinstance(document.get("protection"), dict):
+        yield "protection", document["protection"]
+    tables = document.get("tables")
+    for name, spec in tables.items() if isinstance(tables, dict) else ():
+        if isinstance(spec, dict) and isinstance(spec.get("protection"), dict):
+            yield f"tables.{name}.protection", spec["protection"]
+
+
+def _overlaps(problem: str, path: str) -> bool:
+    """Whether ``problem`` (``path: text``) is about ``path``, a part of it or a part holding it."""
+    at = problem.split(": ", 1)[0]
+    return at == path or path.startswith(f"{at}.") or at.startswith(f"{path}.")
 
 
 def _path(parts) -> str:
     return ".".join(str(p) for p in parts) or "(top level)"
+
+
+_YAML_TEXT_NUMBER = re.compile(r"[-+]?\d+[eE][-+]?\d+")  # YAML 1.1: 1e-9 is a str, 1.0e-9 a float
 
 
 def _describe(error: jsonschema.ValidationError) -> str:
@@ -461,7 +488,10 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if v == "const":
         return f"{error.instance!r} is not supported; use {kind!r}"
     if v == "type":
-        return f"expected {kind}, got {type(error.instance).__name__} {error.instance!r}"
+        found = f"expected {kind}, got {type(error.instance).__name__} {error.instance!r}"
+        if isinstance(error.instance, str) and _YAML_TEXT_NUMBER.fullmatch(error.instance):
+            found += " (YAML reads an exponent without a dot as text: write e.g. 1.0e-9)"
+        return found
     if v == "pattern":
         name = "a valid name (letters, digits, _; a letter first)"
         expected = error.schema.get("description", name)
@@ -577,12 +607,20 @@ def _global_problems(doc: dict) -> list[str]:
             )
     if not any(u["role"] == "admin" for u in doc["users"].values()):
         problems.append("users: declare at least one user with role admin")
+    seen_budgets: dict[tuple[str, str], int] = {}
     for i, budget in enumerate(doc.get("budgets", [])):
         where = f"budgets.{i}"
         if budget.get("table", "*") != "*" and budget["table"].lower() not in tables:
             problems.append(f"{where}.table: table {budget['table']!r} is not declared")
         if budget.get("user", "*") not in ("*", *doc["users"]):
             problems.append(f"{where}.user: user {budget['user']!r} is not declared")
+        key = (budget.get("user", "*"), budget.get("table", "*").lower())
+        if key in seen_budgets:  # the later one replaced the earlier, silently
+            problems.append(
+                f"{where}: user {key[0]!r} on table {key[1]!r} has a budget already "
+                f"(budgets.{seen_budgets[key]}); give each user and table one budget"
+            )
+        seen_budgets.setdefault(key, i)
     releases = [r.lower() for r in doc.get("releases", [])]
     for i, name in enumerate(releases):
         if name in tables:

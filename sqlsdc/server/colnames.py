@@ -14,6 +14,8 @@ function calls; the guard, its checks and its cells are untouched.
 
 from __future__ import annotations
 
+import re
+
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
@@ -71,4 +73,12 @@ def _function_name(node: exp.Expr) -> str | None:
         return node.name.lower()
     if isinstance(node, exp.AggFunc):
         return node.sql_name().lower()
+    if isinstance(
+        node, exp.Func
+    ):  # version(), current_schema(), upper(x): the name it is called by
+        called = _CALLED.match(node.sql(DIALECT))
+        return called.group(1).lower() if called else None
     return None
+
+
+_CALLED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\(")

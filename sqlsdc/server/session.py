@@ -504,7 +504,9 @@ class Session:
         def names():
             answer = self.catalog.answer(statement.sql, nulls)
             if answer is not None:
-                return [] if answer.table is None else answer.table.column_names
+                return (
+                    [] if answer.table is None else _named(statement.sql, answer).table.column_names
+                )
             sql = unqualified(statement.sql, _database(self.connection))
             names = [c.name for c in self.connection.explain(sql, nulls).columns]
             return postgres_names(sql, names)
@@ -596,7 +598,7 @@ def _run(catalog: SessionCatalog, connection, sql: str, params: tuple):
     the seconds spent in the guarded connection (what an embedded connection would spend)."""
     answer = catalog.answer(sql, params or None)
     if answer is not None:
-        return answer, 0.0
+        return _named(sql, answer), 0.0
     sql = unqualified(sql, _database(connection))
     started = time.perf_counter()
     table = connection.execute(sql, params or None).arrow()
@@ -605,6 +607,17 @@ def _run(catalog: SessionCatalog, connection, sql: str, params: tuple):
     if names != table.column_names:
         table = table.rename_columns(names)
     return CatalogAnswer(table, f"SELECT {table.num_rows}"), guarded
+
+
+def _named(sql: str, answer: CatalogAnswer) -> CatalogAnswer:
+    """A catalog answer with its unaliased function columns named as PostgreSQL names them
+    (``SELECT version()``: ``version``, not DuckDB's ``"version"()``)."""
+    if answer.table is None:
+        return answer
+    names = postgres_names(sql, answer.table.column_names)
+    if names == answer.table.column_names:
+        return answer
+    return CatalogAnswer(answer.table.rename_columns(names), answer.tag)
 
 
 def _database(connection) -> str:

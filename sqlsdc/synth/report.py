@@ -129,9 +129,15 @@ def synth_report(
         "copies": copies,
         **measure(original, synthetic, keys=keys, target=target),
     }
-    folder = Path(out) if out is not None else Path(db).resolve().parent / f"{name}_report"
-    result["files"] = _write(folder, result, original, synthetic)
+    result["files"] = _write(report_folder(db, table, out), result, original, synthetic)
     return result
+
+
+def report_folder(db: str | Path, table: str, out: str | Path | None = None) -> Path:
+    """The folder a report of ``table`` is written into: ``out``, or ``NAME_report/`` next to
+    the database file."""
+    name = table.split(".", 1)[1] if table.startswith(f"{SCHEMA}.") else table
+    return Path(out) if out is not None else Path(db).resolve().parent / f"{name}_report"
 
 
 def _read_synthetic(con, name: str) -> pd.DataFrame:

@@ -9,7 +9,7 @@ import duckdb
 import pandas as pd
 import pytest
 
-from sqlsdc.errors import AccessDenied, MicrodataError
+from sqlsdc.errors import AccessDenied, MicrodataError, NotFoundError
 from sqlsdc.jobs.anonymize import anonymize, stored_report
 from sqlsdc.microdata.risk import frequencies
 
@@ -53,6 +53,10 @@ def test_job_stores_a_k_anonymous_file_with_report_and_audit(fresh_demo_db):
     assert record["method"].tolist() == ["anonymize"]
     assert json.loads(record["report"][0])["seed"] == 4
     assert stored_report(fresh_demo_db, "persons_sdc", user="admin")["steps"][0]["step"] == STEPS[0]
+    # names are case-insensitive, and a missing output is "not found" (exit 8) as in synth-report
+    assert stored_report(fresh_demo_db, "Persons_SDC", user="admin")["seed"] == 4
+    with pytest.raises(NotFoundError, match="protected.nosuch does not exist"):
+        stored_report(fresh_demo_db, "nosuch", user="admin")
     assert _last_audit(fresh_demo_db)["decision"][0] == "accepted"
     ledger = _read(fresh_demo_db, "SELECT cell, column_name, mechanism, status FROM sqlsdc.ledger")
     assert sorted(ledger["column_name"]) == sorted(stored.columns)
@@ -222,3 +226,9 @@ def test_risk_utility_comparison_of_candidate_settings(fresh_demo_db, tmp_path):
     assert (tmp_path / "tradeoff.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     bad = report("--plot", tmp_path / "tradeoff.pdf")
     assert bad.returncode != 0 and "Traceback" not in bad.stderr and ".png or .html" in bad.stderr
+    # an existing plot is not overwritten without --force (it was, silently)
+    kept = report("--plot", tmp_path / "tradeoff.png")
+    assert kept.returncode == 1 and "tradeoff.png exists; pass --force" in kept.stderr
+    assert report("--plot", tmp_path / "tradeoff.png", "--force").returncode == 0
+    missing = report("--plot", tmp_path / "no" / "t.png")
+    assert missing.returncode == 8 and "does not exist" in missing.stderr

@@ -158,6 +158,19 @@ def test_jobs_are_for_admins_and_do_not_overwrite(db):
         protect_query(db, "admin", TURNOVER, into="t; DROP TABLE persons", replace=True)
 
 
+def test_an_output_name_in_another_case_is_the_same_table(db):
+    """DuckDB's names are case-insensitive: --into T when protected.t existed replaced its data
+    without --replace, and left sqlsdc.outputs naming both."""
+    rules = [DominanceRule(n=1, k=60), FrequencyRule(3)]
+    protect_query(db, "admin", TURNOVER, into="t", rules=rules)
+    before, _ = stored(db, "t")
+    for replace in (False, True):
+        with pytest.raises(TabularError, match="protected.t exists; names are case-insensitive"):
+            protect_query(db, "admin", PERSONS_GEO, into="T", rules=rules, replace=replace)
+    after, outputs = stored(db, "t")
+    assert after.equals(before) and [o[0] for o in outputs] == ["protected.t"]
+
+
 def test_rule_syntax():
     assert parse_rule("freq:3") == FrequencyRule(min_freq=3)
     assert parse_rule("nk:2,85") == DominanceRule(n=2, k=85.0)

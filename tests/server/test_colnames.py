@@ -30,6 +30,8 @@ psycopg = pytest.importorskip("psycopg")
         ("SELECT COUNT(*) FROM persons", ["a", "b"], ["a", "b"]),  # does not match: unchanged
         ("SELECT COUNT(*) FROM persons", ["n"], ["n"]),  # named by the guard, not the engine
         ("not sql at all (", ["x"], ["x"]),
+        ("SELECT version(), upper(name) FROM regions", ['"version"()', "upper(\"name\")"],
+         ["version", "upper"]),
     ],
 )  # fmt: skip
 def test_function_columns_are_named_after_the_function(sql, engine, expected):
@@ -55,3 +57,11 @@ def test_clients_see_postgres_names(server):
             await con.close()
 
     assert asyncio.run(described()) == ["region", "count", "avg"]
+
+
+def test_catalog_answers_are_named_as_postgresql_names_them(server):
+    """`SELECT version()` came back as a column named '"version"()' (PostgreSQL: version)."""
+    with psycopg.connect(server.dsn(), autocommit=True) as con:
+        for sql, name in (("SELECT version()", "version"),
+                          ("SELECT current_schema()", "current_schema")):  # fmt: skip
+            assert [d.name for d in con.execute(sql).description] == [name]

@@ -77,6 +77,18 @@ def test_a_refused_query_raises_with_the_guards_message(engine, demo_db):
     assert str(wrapped.value.orig) == str(guard.value)
 
 
+def test_pandas_read_sql_reaches_the_refusal_as_the_readme_says(engine):
+    """The README caught sqlalchemy.exc.ProgrammingError around pd.read_sql, which pandas 3
+    wraps in pandas.errors.DatabaseError: the example ended in a traceback."""
+    import pandas as pd
+
+    with pytest.raises((sqlalchemy.exc.ProgrammingError, pd.errors.DatabaseError)) as info:
+        pd.read_sql("SELECT income FROM persons", engine)
+    error = info.value
+    refusal = getattr(error, "orig", None) or error.__cause__.orig
+    assert isinstance(refusal, sqlsdc.PolicyViolation)
+
+
 def test_the_url_needs_a_user(demo_db):
     with pytest.raises(sqlsdc.InterfaceError, match=r"\?user=analyst"):
         sqlalchemy.create_engine(f"sqlsdc:///{demo_db}")

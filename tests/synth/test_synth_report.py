@@ -87,9 +87,11 @@ def test_cli_subprocess_json_and_text(synth_db, tmp_path, sqlsdc_in_process):
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["table"] == "protected.persons_syn" and result["files"]["html"]
-    text = sqlsdc_in_process(*command)
+    kept = sqlsdc_in_process(*command)  # the report of the first run is not overwritten
+    assert kept.returncode == 1 and "holds a report; pass --force" in kept.stderr
+    text = sqlsdc_in_process(*command, "--force")
     assert text.returncode == 0 and "SDMetrics quality score" in text.stdout
-    denied = sqlsdc_in_process(*command, "--as", "analyst")
+    denied = sqlsdc_in_process(*command, "--force", "--as", "analyst")
     assert denied.returncode != 0 and "not an admin" in denied.stderr
     assert "Traceback" not in denied.stderr
 
