@@ -189,5 +189,5 @@ def test_a_first_or_last_value_over_a_range_offset_is_refused(ckm, window):
     # the same function over a ROWS frame, or a RANGE frame without offset, is answered
     for frame in ("ROWS BETWEEN 1 PRECEDING AND CURRENT ROW",
                   "RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"):  # fmt: skip
-        ckm.execute(f"SELECT {key} AS k, FIRST_VALUE(COUNT(*)) OVER (ORDER BY COUNT(*) >= 0 "
-                    f"{frame}) FROM persons WHERE region = 'R08' GROUP BY k").fetchall()  # fmt: skip
+        window = f"FIRST_VALUE(COUNT(*)) OVER (ORDER BY COUNT(*) >= 0 {frame})"
+        ckm.execute(f"SELECT {key} AS k, {window} FROM persons WHERE region = 'R08' GROUP BY k")
