@@ -434,9 +434,9 @@ def test_a_statement_over_the_policy_s_timeout_is_stopped(hidden_db, tmp_path):
         document = store.current_policy(raw)[1]
     finally:
         raw.close()
-    document["limits"] = {"statement_timeout_seconds": 0.05}
+    document["limits"] = {"statement_timeout_seconds": 1}
     sqlsdc.admin.apply(path, load_policy(document), user="admin")
-    heavy = "SELECT COUNT(*) AS n FROM " + ", ".join(f"regions r{i}" for i in range(10))
+    heavy = "SELECT COUNT(*) AS n FROM " + ", ".join(f"regions r{i}" for i in range(13))
     with sqlsdc.connect(path, user="analyst") as con:
         with pytest.raises(sqlsdc.OperationalError, match="statement timeout") as stopped:
             con.execute(heavy)
@@ -446,8 +446,12 @@ def test_a_statement_over_the_policy_s_timeout_is_stopped(hidden_db, tmp_path):
 @pytest.mark.parametrize(
     ("limits", "problem"),
     [
-        ({"statement_timeout_seconds": 0}, "limits.statement_timeout_seconds: 0 must be above 0"),
-        ({"statement_timeout_seconds": -5}, "limits.statement_timeout_seconds: -5 must be above 0"),
+        ({"statement_timeout_seconds": 0},
+         "limits.statement_timeout_seconds: 0 is below the minimum 1"),
+        ({"statement_timeout_seconds": -5},
+         "limits.statement_timeout_seconds: -5 is below the minimum 1"),
+        ({"statement_timeout_seconds": 1e-9},  # every statement would time out
+         "limits.statement_timeout_seconds: 1e-09 is below the minimum 1"),
         ({"statement_timeout_seconds": 100000},
          "limits.statement_timeout_seconds: 100000 is above the maximum 86400"),
         ({"statement_timeout_seconds": "30"},
