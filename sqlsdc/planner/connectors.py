@@ -262,12 +262,22 @@ def balanced(kind: type[exp.Connector], operands: list[exp.Expr]) -> exp.Expr:
 
     An operand that is a connector of another kind must come wrapped in ``exp.Paren``.
     """
-    if len(operands) == 1:
-        return operands[0]
-    middle = len(operands) // 2
-    return kind(
-        this=balanced(kind, operands[:middle]), expression=balanced(kind, operands[middle:])
-    )
+    return _joined(kind, operands, 0, len(operands))
+
+
+def _joined(kind: type[exp.Connector], operands: list[exp.Expr], start: int, end: int):
+    """``operands[start:end]`` joined as :func:`balanced` joins them, without copying the
+    list at every level; each connector linked to its two children as its constructor
+    links them."""
+    if end - start == 1:
+        return operands[start]
+    middle = start + (end - start) // 2
+    left, right = _joined(kind, operands, start, middle), _joined(kind, operands, middle, end)
+    node = kind()
+    node.args["this"], node.args["expression"] = left, right
+    left.parent, left.arg_key, left.index = node, "this", None
+    right.parent, right.arg_key, right.index = node, "expression", None
+    return node
 
 
 def depth(tree: exp.Expr) -> int:
