@@ -96,6 +96,14 @@ def shape(node: exp.Expr, family: Callable[[exp.Expr], str | None]) -> Shape | N
     """The shape of an exact number, or None for a value of another family (``family`` is
     :func:`sqlsdc.planner.totality.family`); a choice among values (CASE, COALESCE...) has the
     shape of their common type, None when one of them is a float."""
+    if type(node) is exp.Column:  # the commonest operand, decided as below
+        if family(node) not in ("integer", "decimal"):
+            return None
+        meta = node.meta
+        if DERIVED in meta:
+            return meta[DERIVED][1] or _UNKNOWN_CONSTANT
+        if not (meta.get(ENGINE_TYPED) and _type_shape(node.type) is not None):
+            return _type_shape(node.type) or _BIGINT  # a column is no constant
     node = node.unnest()
     if isinstance(node, exp.Select):  # a scalar subquery (``unnest`` gives its SELECT)
         values = [e.unalias() for e in node.expressions]
@@ -190,10 +198,11 @@ def mixing_problem(shapes: list[Shape]) -> str | None:
 def mixing(values: list[exp.Expr], family: Callable[[exp.Expr], str | None]) -> str | None:
     """Why comparing or choosing among ``values`` can fail when DuckDB casts their exact
     numbers to one common type, or None (no exact numbers, or a float among them: DOUBLE)."""
-    families = {family(v) for v in values}
+    families = [family(v) for v in values]
     if "float" in families:
         return None
-    shapes = [shape(v, family) for v in values if family(v) in ("integer", "decimal")]
+    exact = ("integer", "decimal")
+    shapes = [shape(v, family) for v, f in zip(values, families, strict=True) if f in exact]
     if None in shapes:  # a choice with a float inside: DOUBLE
         return None
     return mixing_problem([s for s in shapes if s is not None])

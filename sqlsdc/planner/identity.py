@@ -386,25 +386,20 @@ class _Block:
             return root
         root = _shell(node)
         stack = [(node, root)]
+        push, pop = stack.append, stack.pop
         while stack:
-            original, copy = stack.pop()
+            original, copy = pop()
             args = copy.args
             for key, value in original.args.items():
                 if isinstance(value, exp.Expr):
-                    child = self._replaced(value, scope)
-                    if child is None:
-                        child = _shell(value)
-                        stack.append((value, child))
+                    child = self._child(value, scope, push)
                     child.parent, child.arg_key, child.index = copy, key, None
                     args[key] = child
                 elif type(value) is list:
                     items = []
                     for index, item in enumerate(value):
                         if isinstance(item, exp.Expr):
-                            child = self._replaced(item, scope)
-                            if child is None:
-                                child = _shell(item)
-                                stack.append((item, child))
+                            child = self._child(item, scope, push)
                             child.parent, child.arg_key, child.index = copy, key, index
                             item = child
                         items.append(item)
@@ -412,6 +407,25 @@ class _Block:
                 else:
                     args[key] = value
         return root
+
+    def _child(self, node: exp.Expr, scope: Scope, push) -> exp.Expr:
+        """The canonical copy of ``node`` for :meth:`_rebuild`: its stand-in, or an empty
+        shell that ``push`` schedules to be filled. What a class of node needs is looked up
+        once per class (:func:`_handling`)."""
+        handling = _HANDLING.get(node.__class__)
+        if handling is None:
+            handling = _handling(node.__class__)
+        if handling is _REPLACED:
+            child = self._replaced(node, scope)
+            if child is not None:
+                return child
+            child = _shell(node)
+        else:
+            child = node.__class__()
+            if handling is _TYPED:
+                child.type = node.type
+        push((node, child))
+        return child
 
     def _replaced(self, node: exp.Expr, scope: Scope) -> exp.Expr | None:
         """The canonical stand-in of a column or subquery, or the copy of a node whose class
@@ -511,6 +525,24 @@ class _Block:
 
 
 _PLAIN_INIT = exp.Expr.__init__
+_REPLACED, _TYPED, _UNTYPED = "replaced", "typed", "untyped"
+_HANDLING: dict[type, str] = {}
+
+
+def _handling(kind: type) -> str:
+    """How :meth:`_Block._rebuild` copies a node of class ``kind``: ``_REPLACED`` for a
+    class :meth:`_Block._replaced` may replace (a column, a subquery, a class with a
+    constructor of its own), else as :func:`_shell` does: with its type, or untyped (a
+    parenthesis). Cached per class."""
+    if (
+        issubclass(kind, (exp.Column, exp.Subquery, exp.Select, *_SET_OPERATIONS))
+        or kind.__init__ is not _PLAIN_INIT
+    ):
+        found = _REPLACED
+    else:
+        found = _UNTYPED if issubclass(kind, exp.Paren) else _TYPED
+    _HANDLING[kind] = found
+    return found
 
 
 def _shell(node: exp.Expr) -> exp.Expr:
