@@ -153,12 +153,14 @@ def dump(folder: Path, out: Path) -> None:
 def diff(a: Path, b: Path) -> int:
     left, right = json.loads(a.read_text()), json.loads(b.read_text())
     differ = []
-    for key in sorted(left.keys() | right.keys()):
-        x, y = left.get(key), right.get(key)
-        unstable = all(v and v[0] == "refused" and any(u in v[2] for u in UNSTABLE) for v in (x, y))
+    for key in sorted(left.keys() & right.keys()):
+        x, y = left[key], right[key]
+        unstable = all(v[0] == "refused" and any(u in v[2] for u in UNSTABLE) for v in (x, y))
         if x != y and not unstable:
             differ.append(key)
-    print(f"{len(left)} outcomes, {len(differ)} differ")
+    both = len(left.keys() & right.keys())
+    alone = len(left.keys() ^ right.keys())  # statements added to the tests in between
+    print(f"{both} outcomes in both, {len(differ)} differ; {alone} in one only")
     for key in differ[:10]:
         print(key, "\n  ", str(left.get(key))[:300], "\n  ", str(right.get(key))[:300])
     return 1 if differ else 0

@@ -281,16 +281,17 @@ def _joined(kind: type[exp.Connector], operands: list[exp.Expr], start: int, end
 
 
 def depth(tree: exp.Expr) -> int:
-    """The number of levels of ``tree``, computed without recursion."""
-    deepest, stack = 0, [(tree, 1)]
-    while stack:
-        node, level = stack.pop()
-        if level > deepest:
-            deepest = level
-        level += 1
-        for value in node.args.values():
-            if isinstance(value, list):
-                stack.extend((v, level) for v in value if isinstance(v, exp.Expr))
-            elif isinstance(value, exp.Expr):
-                stack.append((value, level))
-    return deepest
+    """The number of levels of ``tree``, computed without recursion, a level at a time."""
+    levels, level = 0, [tree]
+    while level:
+        levels += 1
+        below: list[exp.Expr] = []
+        append, extend = below.append, below.extend
+        for node in level:
+            for value in node.args.values():
+                if isinstance(value, list):
+                    extend([v for v in value if isinstance(v, exp.Expr)])
+                elif isinstance(value, exp.Expr):
+                    append(value)
+        level = below
+    return levels

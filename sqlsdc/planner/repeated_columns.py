@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from sqlsdc.engines.trees import copy_tree, nodes
+from sqlsdc.engines.trees import copy_tree, nodes, release
 from sqlsdc.errors import InternalError
 
 GROUP_FROM = 16  # groups of more operands are resolved once (as chains are balanced from 16)
@@ -53,6 +53,7 @@ class RepeatedColumns:
         self.pairs: list[tuple[exp.Expr, exp.Expr]] = []  # (range, its group's first)
         self.lists: list[tuple[exp.In, list[exp.Literal]]] = []  # (IN, its values)
         self.bounds: list[tuple[exp.Expr, str, exp.Literal]] = []  # (range, key, literal)
+        self._taken: list[exp.Expr] = []  # the columns taken out, replaced when put back
         for node in nodes(tree) if walked is None else walked:
             if isinstance(node, exp.Connector) and type(node.parent) is not type(node):
                 if not _in_projection(node):
@@ -89,6 +90,7 @@ class RepeatedColumns:
         """Take the columns of the grouped ranges but the first of each group out, and the
         values of the IN lists but the first."""
         for between, _first in self.pairs:
+            self._taken.append(between.args["this"])
             between.args["this"] = None
         for between, key, _bound in self.bounds:
             between.args[key] = None
@@ -102,6 +104,11 @@ class RepeatedColumns:
             column = copy_tree(first.this)
             column.parent, column.arg_key, column.index = between, "this", None
             between.args["this"] = column
+        # the columns taken out are read by nothing any more: taken apart, so that reference
+        # counting frees them, not the cycle collector (a column and its identifiers are a
+        # cycle: 10,000s of objects after a long chain of ranges)
+        release(self._taken)
+        self._taken.clear()
         for between, key, bound in self.bounds:
             if between.args.get(key) is not None or bound.parent is not between:
                 raise InternalError("a range changed while its bounds were set aside")
