@@ -580,8 +580,9 @@ def _conjuncts(conditions: list[exp.Expr]) -> list[str]:
         if isinstance(part, exp.Boolean) and part.this:
             continue  # TRUE constrains nothing
         changed: list[exp.Expr] = []
-        canonical = _sort_commutative(part, generator, used, changed)
-        canonical = _normalise_literals(canonical, changed)
+        literals: list[exp.Literal] = []
+        canonical = _sort_commutative(part, generator, used, changed, literals)
+        canonical = _normalise_literals(canonical, changed, literals)
         generator.forget(changed)
         used.append(canonical)
         texts.add(generator.generate(canonical, copy=False))
@@ -690,14 +691,20 @@ def _size(node: exp.Expr, at_most: int) -> int:
 
 
 def _sort_commutative(
-    node: exp.Expr, generator: _ReusingGenerator, replaced: list[exp.Expr], changed: list[exp.Expr]
+    node: exp.Expr,
+    generator: _ReusingGenerator,
+    replaced: list[exp.Expr],
+    changed: list[exp.Expr],
+    literals: list[exp.Literal],
 ) -> exp.Expr:
     """``node`` (changed in place) with OR operands sorted (commutative under three-valued
     logic) and IN lists sorted and deduplicated; the OR chains it replaced are appended to
-    ``replaced``, the nested OR chains and IN predicates it changed to ``changed``. The
-    generator remembers the text of every OR operand."""
+    ``replaced``, the nested OR chains and IN predicates it changed to ``changed``, and its
+    literals to ``literals`` (sorting moves operands and drops repeated ones, and creates no
+    literal). The generator remembers the text of every OR operand."""
     walked = nodes(node)  # the OR chains are rebuilt from their operands: the INs stay
     ins = [n for n in walked if isinstance(n, exp.In)]
+    literals += [n for n in walked if isinstance(n, exp.Literal)]
     for part in [n for n in walked if isinstance(n, exp.Or)]:
         if isinstance(part.parent, exp.Or):
             continue
@@ -725,15 +732,21 @@ def _sort_commutative(
 _NUMERIC = exp.DataType.NUMERIC_TYPES
 
 
-def _normalise_literals(node: exp.Expr, changed: list[exp.Expr] | None = None) -> exp.Expr:
+def _normalise_literals(
+    node: exp.Expr,
+    changed: list[exp.Expr] | None = None,
+    literals: list[exp.Literal] | None = None,
+) -> exp.Expr:
     """Number literals compared with a numeric column are written in their shortest exact
     decimal form (``6.0`` and ``6`` are one value there; against a text column they are not,
     so other literals keep their spelling). Literals DuckDB types DOUBLE keep their spelling:
     an exponent, or more than 38 digits with a decimal point (a DECIMAL holds 38), are
     compared after rounding to a double. A literal already in that form and without
     comments is kept, untyped like the new one it stands for (it prints the same); the new
-    literals are appended to ``changed``."""
-    for literal in [n for n in nodes(node) if isinstance(n, exp.Literal)]:
+    literals are appended to ``changed``. ``literals``: the literals of ``node``, when the
+    caller has them, and maybe some it dropped (whose changes print nowhere)."""
+    found = [n for n in nodes(node) if isinstance(n, exp.Literal)] if literals is None else literals
+    for literal in found:
         if literal.is_string or not isinstance(literal.parent, exp.Binary):
             continue
         parent = literal.parent
