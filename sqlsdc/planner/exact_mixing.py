@@ -63,6 +63,10 @@ class Shape:
         )
 
 
+_INTEGER_SHAPES = {  # shapes are values (frozen): one per integer type
+    kind: Shape(digits, signed=kind not in _UNSIGNED, unsigned128=kind is T.UINT128)
+    for kind, digits in _INTEGER_DIGITS.items()
+}
 _BIGINT = Shape(19, signed=True)  # DuckDB's type of YEAR(), LENGTH(), EXTRACT(...)
 ENGINE_TYPED = "sqlsdc_engine_typed"  # meta of a constant whose type the engine gave
 DERIVED = "sqlsdc_derived"  # meta of a derived table's column: (family, shape) of its value
@@ -71,12 +75,8 @@ DERIVED = "sqlsdc_derived"  # meta of a derived table's column: (family, shape) 
 def _type_shape(dtype: exp.DataType | None) -> Shape | None:
     if dtype is None:
         return None
-    if dtype.this in _INTEGER_DIGITS:
-        return Shape(
-            _INTEGER_DIGITS[dtype.this],
-            signed=dtype.this not in _UNSIGNED,
-            unsigned128=dtype.this is T.UINT128,
-        )
+    if dtype.this in _INTEGER_SHAPES:
+        return _INTEGER_SHAPES[dtype.this]
     if dtype.this is T.DECIMAL:
         params = [p.this for p in dtype.expressions if isinstance(p, exp.DataTypeParam)]
         values = [int(p.this) for p in params if isinstance(p, exp.Literal)]

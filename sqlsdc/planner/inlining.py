@@ -84,14 +84,14 @@ class Inlining:
     def _weight(self, node: exp.Expr, scope: Scope) -> int:
         """Inlined nodes of ``node``: a column of a derived table or CTE counts as the
         expression it stands for."""
-        total = 0
-        for n in self.own(node):
-            self.written[0] += 1
-            source = scope.sources.get(n.table) if isinstance(n, exp.Column) else None
-            if isinstance(source, Scope):
-                total += self.columns.get((id(source.expression), n.name), 1)
-            else:
-                total += 1
+        walked = self.own(node)
+        self.written[0] += len(walked)
+        total = len(walked)  # a node counts 1, a column of a derived table what it stands for
+        for n in walked:
+            if isinstance(n, exp.Column):
+                source = scope.sources.get(n.table)
+                if isinstance(source, Scope):
+                    total += self.columns.get((id(source.expression), n.name), 1) - 1
         return total
 
     def _check(self, nodes: int, readings: int) -> None:

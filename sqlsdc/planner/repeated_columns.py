@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from sqlsdc.engines.trees import copy_tree, nodes, release
+from sqlsdc.engines.trees import copy_tree, nodes
 from sqlsdc.errors import InternalError
 
 GROUP_FROM = 16  # groups of more operands are resolved once (as chains are balanced from 16)
@@ -106,8 +106,10 @@ class RepeatedColumns:
             between.args["this"] = column
         # the columns taken out are read by nothing any more: taken apart, so that reference
         # counting frees them, not the cycle collector (a column and its identifiers are a
-        # cycle: 10,000s of objects after a long chain of ranges)
-        release(self._taken)
+        # cycle: 10,000s of objects after a long chain of ranges); a grouped column has only
+        # identifiers below it (``_written``), so dropping its arguments breaks every cycle
+        for column in self._taken:
+            column.args.clear()
         self._taken.clear()
         for between, key, bound in self.bounds:
             if between.args.get(key) is not None or bound.parent is not between:
