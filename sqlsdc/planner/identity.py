@@ -477,7 +477,12 @@ class _Block:
                 if column.name not in names:
                     raise _unresolved(column)
                 name = f"${names.index(column.name)}"
-            out = exp.column(name, table=self._label(index), quoted=True)
+            out = exp.Column(  # exp.column(name, table=label, quoted=True), built directly
+                this=exp.Identifier(this=name, quoted=True),
+                table=exp.Identifier(this=self._label(index), quoted=True),
+                db=None,
+                catalog=None,
+            )
             out.type = column.type
             return out
         child: Scope = how[1]
