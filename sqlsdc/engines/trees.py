@@ -93,31 +93,37 @@ def release(trees: Iterable[exp.Expr | None], keep: Iterable[exp.Expr] = ()) -> 
     (``DataType`` nodes) are never taken apart, and neither are the nodes in ``keep`` (every
     node of a result that lives on: ``nodes(result)``) and everything below them."""
     kept = set(map(id, keep))
+    Expr, DataType = exp.Expr, exp.DataType
     for tree in trees:
         if tree is None or id(tree) in kept:
             continue
         stack = [tree]
+        push, pop = stack.append, stack.pop
         while stack:
-            node = stack.pop()
+            node = pop()
+            # a child is taken apart when its parent is ``node``, it is not kept, and it is
+            # not a type: a type annotation may be shared with other trees (see
+            # :func:`copy_tree`; sqlglot's generator may place a node's annotation in a CAST
+            # it builds); the test is written out, once per child
             for value in node.args.values():
                 if isinstance(value, list):
-                    stack.extend(v for v in value if _owned(v, node, kept))
-                elif _owned(value, node, kept):
-                    stack.append(value)
+                    for item in value:
+                        if (
+                            isinstance(item, Expr)
+                            and item.parent is node
+                            and not isinstance(item, DataType)
+                            and id(item) not in kept
+                        ):
+                            push(item)
+                elif (
+                    isinstance(value, Expr)
+                    and value.parent is node
+                    and not isinstance(value, DataType)
+                    and id(value) not in kept
+                ):
+                    push(value)
             node.parent = None
             node.args.clear()
-
-
-def _owned(value: object, node: exp.Expr, kept: set[int]) -> bool:
-    """Whether ``release`` takes apart ``value``, a child of ``node``: a node whose parent is
-    ``node``, not kept, and not a type: a type annotation may be shared with other trees (see
-    :func:`copy_tree`; sqlglot's generator may place a node's annotation in a CAST it builds)."""
-    return (
-        isinstance(value, exp.Expr)
-        and value.parent is node
-        and not isinstance(value, exp.DataType)
-        and id(value) not in kept
-    )
 
 
 def nodes(tree: exp.Expr) -> list[exp.Expr]:

@@ -250,10 +250,12 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
     tree = bind_parameters(parsed, params, sql)
     check_limits(tree, sql)
     names = output_names(tree)
-    tables = sorted(check_tables(tree, context.policy, sql))
-    repeated = RepeatedColumns(tree)
+    walked = nodes(tree)  # one walk for the checks before qualification, one after
+    tables = sorted(check_tables(tree, context.policy, sql, walked))
+    repeated = RepeatedColumns(tree, walked)
+    qualified_nodes: list[exp.Expr] = []
     try:
-        tree = qualify_tree(tree, context.schema, sql, repeated)
+        tree = qualify_tree(tree, context.schema, sql, repeated, walked, qualified_nodes)
     except PolicyViolation:
         if not (repeated.pairs or repeated.lists):
             raise
@@ -267,7 +269,9 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
     if len(qualified_names) != len(names):  # a * was expanded
         names = qualified_names
     in_time()
-    analysis = analyze(tree, context.policy, context.schema, sql, context.constant_type, repeated)
+    analysis = analyze(
+        tree, context.policy, context.schema, sql, context.constant_type, repeated, qualified_nodes
+    )
     in_time()
     multiplicity = prove_multiplicity(analysis, context.policy, context.unique_columns, sql)
     plan = plan_query(analysis, context.policy, context.unit_per_row, multiplicity)

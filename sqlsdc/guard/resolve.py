@@ -65,11 +65,14 @@ def readable(policy: Policy, table: exp.Table) -> bool:
     return True
 
 
-def check_tables(tree: exp.Expr, policy: Policy, sql: str) -> set[str]:
+def check_tables(
+    tree: exp.Expr, policy: Policy, sql: str, walked: list[exp.Expr] | None = None
+) -> set[str]:
     """Refuse every table reference that is neither a CTE in scope nor a declared table, every
     qualified name, table function, CTE shadowing a declared table or another CTE, and
-    user-defined type. Returns the declared tables the statement reads (lower case)."""
-    found = _nodes_by_type(tree, exp.CTE, exp.Table, exp.Column, exp.DataType)
+    user-defined type. Returns the declared tables the statement reads (lower case).
+    ``walked``: ``nodes(tree)``, when the caller has it."""
+    found = _nodes_by_type(tree, exp.CTE, exp.Table, exp.Column, exp.DataType, walked=walked)
     ctes: set[str] = set()
     read: set[str] = set()
     for cte in found[exp.CTE]:
@@ -144,14 +147,20 @@ def check_tables(tree: exp.Expr, policy: Policy, sql: str) -> set[str]:
     return read
 
 
-def _nodes_by_type(tree: exp.Expr, *types: type) -> dict[type, list[exp.Expr]]:
+def _nodes_by_type(
+    tree: exp.Expr, *types: type, walked: list[exp.Expr] | None = None
+) -> dict[type, list[exp.Expr]]:
     """The nodes of each of ``types`` in ``tree``, each list in ``find_all`` order: one walk
-    of the tree instead of one per type (a node counts for every listed type it is)."""
+    of the tree instead of one per type (a node counts for every listed type it is), none
+    when the caller gives the walk (``walked``: ``nodes(tree)``)."""
     found: dict[type, list[exp.Expr]] = {t: [] for t in types}
-    for node in nodes(tree):
-        for t in types:
-            if isinstance(node, t):
-                found[t].append(node)
+    lists: dict[type, list[list[exp.Expr]]] = {}  # by class of node: the lists it goes in
+    for node in nodes(tree) if walked is None else walked:
+        into = lists.get(node.__class__)
+        if into is None:  # isinstance, decided once per class
+            into = lists[node.__class__] = [found[t] for t in types if isinstance(node, t)]
+        for found_of_type in into:
+            found_of_type.append(node)
     return found
 
 
@@ -182,15 +191,22 @@ def _names(ctes: list[exp.CTE]) -> set[str]:
 
 
 def qualify_tree(
-    tree: exp.Expr, schema: dict, sql: str, repeated: RepeatedColumns | None = None
+    tree: exp.Expr,
+    schema: dict,
+    sql: str,
+    repeated: RepeatedColumns | None = None,
+    walked: list[exp.Expr] | None = None,
+    qualified_nodes: list[exp.Expr] | None = None,
 ) -> exp.Expr:
     """Qualify every column with its source (sqlglot ``qualify``); unknown names are refused.
 
     The refusal quotes sqlglot's message, which is computed from ``schema`` (the analyst's view)
     alone, so it is the same whether or not a hidden object of that name exists. ``repeated``:
     the columns of long chains that sqlglot resolves once per group (the others get copies of
-    the result before any check reads them)."""
-    for table in _nodes_by_type(tree, exp.Table)[exp.Table]:
+    the result before any check reads them). One walk of the tree on each side of ``qualify``
+    is shared with the other passes: ``walked`` is ``nodes(tree)`` when the caller has it, and
+    ``qualified_nodes``, when given, receives ``nodes()`` of the qualified tree."""
+    for table in _nodes_by_type(tree, exp.Table, walked=walked)[exp.Table]:
         if table.name.lower() not in schema and not _cte_in_scope(table):
             raise PolicyViolation(
                 f"table {table.name!r} has no columns that analysts may read",
@@ -214,7 +230,10 @@ def qualify_tree(
         raise PolicyViolation(
             f"name resolution failed: {message}", _columns_hint(message, sql), sql
         ) from None
-    found = _nodes_by_type(qualified, exp.Column, exp.Identifier)
+    after = nodes(qualified)
+    if qualified_nodes is not None:
+        qualified_nodes[:] = after
+    found = _nodes_by_type(qualified, exp.Column, exp.Identifier, walked=after)
     for column in found[exp.Column]:
         if not column.table and not isinstance(column.this, exp.Star):
             _check_output_reference(column, sql)

@@ -30,7 +30,8 @@ from sqlsdc.policy import AggregateKind, ColumnRole, Method
 
 class AggregateChecks:
     """Mixed into the checker (:mod:`sqlsdc.planner.analyze`): ``self.policy``, ``self.refuse``,
-    ``self.lineage``, ``self.column_lineage`` and ``self._check_total`` come from there."""
+    ``self.lineage``, ``self.column_lineage``, ``self._check_total`` and ``self.forget_walks``
+    (after changing the tree) come from there."""
 
     def _check_plain_distinct(self, aggregate: exp.AggFunc, argument: exp.Expr, info) -> None:
         """COUNT(DISTINCT x) takes a stored column as it is. The distinct values of an
@@ -184,6 +185,7 @@ class AggregateChecks:
                 )
         if replacement is not aggregate:
             aggregate.replace(replacement)
+            self.forget_walks()
         return aggregates
 
     def _dp_magnitudes(self, aggregate: exp.AggFunc, info: ScopeInfo, infos) -> bool:

@@ -58,12 +58,14 @@ def analyze(
     sql: str,
     constant_type: ConstantCheck,
     repeated: RepeatedColumns | None = None,
+    walked: list[exp.Expr] | None = None,
 ) -> Analysis:
     """Classify every scope of a qualified tree and refuse whatever the policy does not allow.
 
     ``repeated``: the columns of long chains whose types sqlglot infers once per group (the
-    others get copies of the result before any check reads them)."""
-    if _check_nodes(tree, sql):
+    others get copies of the result before any check reads them). ``walked``: ``nodes(tree)``,
+    when the caller has it (:func:`sqlsdc.guard.resolve.qualify_tree` gives it)."""
+    if _check_nodes(tree, sql, walked):
         _expand_group_by_all(tree)
     if repeated is not None:
         repeated.detach()
@@ -73,7 +75,7 @@ def analyze(
     checker = _Checker(policy, sql, constant_type)
     infos: dict[int, ScopeInfo] = {}
     order = []
-    inlining = Inlining(sql)
+    inlining = Inlining(sql, checker.own)
     for scope in traverse_scope(tree):
         inlining.add(scope)  # refuses a query whose inlined size would swamp the next passes
         info = checker.classify(scope, infos)
@@ -113,10 +115,12 @@ SET_OPERATION_CLAUSES = {
 }
 
 
-def _check_nodes(tree: exp.Expr, sql: str) -> bool:
-    """Refuse any node outside the allowlist; True when some SELECT groups BY ALL."""
+def _check_nodes(tree: exp.Expr, sql: str, walked: list[exp.Expr] | None = None) -> bool:
+    """Refuse any node outside the allowlist; True when some SELECT groups BY ALL.
+    ``walked``: ``nodes(tree)``, when the caller has it."""
     group_all = False
-    for node in nodes(tree):
+    allowed_classes: dict[type, bool] = {}  # isinstance(node, ALLOWED), decided once per class
+    for node in nodes(tree) if walked is None else walked:
         if isinstance(node, (exp.Select, *SET_OPERATIONS)):
             allowed = SELECT_CLAUSES if isinstance(node, exp.Select) else SET_OPERATION_CLAUSES
             extra = [
@@ -129,7 +133,10 @@ def _check_nodes(tree: exp.Expr, sql: str) -> bool:
                     "use SELECT ... FROM ... WHERE ... GROUP BY ... HAVING ... ORDER BY ... LIMIT",
                     sql,
                 )
-        if not isinstance(node, ALLOWED):
+        known = allowed_classes.get(node.__class__)
+        if known is None:
+            known = allowed_classes[node.__class__] = isinstance(node, ALLOWED)
+        if not known:
             raise PolicyViolation(
                 f"{describe(node)} is not allowed ({node.sql(DIALECT)[:80]})",
                 "use plain SELECT queries with COUNT, SUM, AVG over the declared tables; "
@@ -182,6 +189,21 @@ class _Checker(AggregateChecks, TotalityChecks):
         self.sql = sql
         self.constant_type = constant_type
         self._lineages: dict[tuple[int, str, str], tuple[Scope, Lineage]] = {}
+        self._own: dict[int, tuple[exp.Expr, list[exp.Expr]]] = {}
+
+    def own(self, node: exp.Expr) -> list[exp.Expr]:
+        """``own_nodes(node)``, walked once while the tree does not change: the classification,
+        the size check and the checks of a scope read the same clauses (a long WHERE is
+        20,000 nodes). The walks are forgotten whenever the checker changes the tree
+        (:meth:`forget_walks`). Callers must not change the list."""
+        known = self._own.get(id(node))
+        if known is None or known[0] is not node:
+            known = self._own[id(node)] = (node, own_nodes(node))
+        return known[1]
+
+    def forget_walks(self) -> None:
+        """The tree changed: walk again."""
+        self._own.clear()
 
     def refuse(self, reason: str, hint: str = "") -> PolicyViolation:
         return PolicyViolation(reason, hint, self.sql)
@@ -209,7 +231,7 @@ class _Checker(AggregateChecks, TotalityChecks):
                 reads_rows |= not table.is_public
             elif isinstance(source, Scope):
                 reads_rows |= infos[id(source.expression)].kind is Kind.ROW
-        aggregates = scope_aggregates(node)
+        aggregates = scope_aggregates(node, self.own(node))
         if not reads_rows:
             kind = Kind.SAFE
         elif aggregates or node.args.get("group"):
@@ -343,7 +365,7 @@ class _Checker(AggregateChecks, TotalityChecks):
         def plain(operand: exp.Expr) -> bool:
             return isinstance(canonical_expression(scope, operand), exp.Column)
 
-        nodes = list(own_nodes(scope.expression))
+        nodes = list(self.own(scope.expression))
         check_classed_positions(nodes, resolve, self.sql)
         check_classed_comparisons(nodes, resolve, plain, self.sql)
 
@@ -387,7 +409,7 @@ class _Checker(AggregateChecks, TotalityChecks):
             if clause is None:
                 continue
             join_keys = self._join_key_columns(clause, info.scope, infos)
-            for n in own_nodes(clause):
+            for n in self.own(clause):
                 if isinstance(n, exp.Column) and id(n) not in join_keys:
                     lineage = self.column_lineage(n, info.scope, infos)
                     bad = lineage.roles - ROW_ROLES

@@ -162,10 +162,10 @@ def _row_columns(operand: exp.Expr, resolve: Resolve) -> list[Column]:
     comparison's own scope: a nested query (``IN (SELECT ...)``, a scalar subquery) is
     checked as its own scope, and its names are not this scope's (``p`` of ``FROM regions
     AS p`` inside it is not the ``p`` of ``FROM persons AS p`` around it)."""
-    if isinstance(operand, NESTED):
+    if isinstance(operand, NESTED) or type(operand) is exp.Literal:  # a literal: no column
         return []
     found = []
-    for column in own_nodes(operand):
+    for column in own_nodes(operand) if type(operand) is not exp.Column else [operand]:
         if not isinstance(column, exp.Column) or _inside_aggregate(column, operand):
             continue
         declared = resolve(column)

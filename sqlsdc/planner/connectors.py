@@ -262,25 +262,36 @@ def balanced(kind: type[exp.Connector], operands: list[exp.Expr]) -> exp.Expr:
 
     An operand that is a connector of another kind must come wrapped in ``exp.Paren``.
     """
-    if len(operands) == 1:
-        return operands[0]
-    middle = len(operands) // 2
-    return kind(
-        this=balanced(kind, operands[:middle]), expression=balanced(kind, operands[middle:])
-    )
+    return _joined(kind, operands, 0, len(operands))
+
+
+def _joined(kind: type[exp.Connector], operands: list[exp.Expr], start: int, end: int):
+    """``operands[start:end]`` joined as :func:`balanced` joins them, without copying the
+    list at every level; each connector linked to its two children as its constructor
+    links them."""
+    if end - start == 1:
+        return operands[start]
+    middle = start + (end - start) // 2
+    left, right = _joined(kind, operands, start, middle), _joined(kind, operands, middle, end)
+    node = kind()
+    node.args["this"], node.args["expression"] = left, right
+    left.parent, left.arg_key, left.index = node, "this", None
+    right.parent, right.arg_key, right.index = node, "expression", None
+    return node
 
 
 def depth(tree: exp.Expr) -> int:
-    """The number of levels of ``tree``, computed without recursion."""
-    deepest, stack = 0, [(tree, 1)]
-    while stack:
-        node, level = stack.pop()
-        if level > deepest:
-            deepest = level
-        level += 1
-        for value in node.args.values():
-            if isinstance(value, list):
-                stack.extend((v, level) for v in value if isinstance(v, exp.Expr))
-            elif isinstance(value, exp.Expr):
-                stack.append((value, level))
-    return deepest
+    """The number of levels of ``tree``, computed without recursion, a level at a time."""
+    levels, level = 0, [tree]
+    while level:
+        levels += 1
+        below: list[exp.Expr] = []
+        append, extend = below.append, below.extend
+        for node in level:
+            for value in node.args.values():
+                if isinstance(value, list):
+                    extend([v for v in value if isinstance(v, exp.Expr)])
+                elif isinstance(value, exp.Expr):
+                    append(value)
+        level = below
+    return levels

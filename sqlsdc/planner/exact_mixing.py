@@ -63,6 +63,10 @@ class Shape:
         )
 
 
+_INTEGER_SHAPES = {  # shapes are values (frozen): one per integer type
+    kind: Shape(digits, signed=kind not in _UNSIGNED, unsigned128=kind is T.UINT128)
+    for kind, digits in _INTEGER_DIGITS.items()
+}
 _BIGINT = Shape(19, signed=True)  # DuckDB's type of YEAR(), LENGTH(), EXTRACT(...)
 ENGINE_TYPED = "sqlsdc_engine_typed"  # meta of a constant whose type the engine gave
 DERIVED = "sqlsdc_derived"  # meta of a derived table's column: (family, shape) of its value
@@ -71,12 +75,8 @@ DERIVED = "sqlsdc_derived"  # meta of a derived table's column: (family, shape) 
 def _type_shape(dtype: exp.DataType | None) -> Shape | None:
     if dtype is None:
         return None
-    if dtype.this in _INTEGER_DIGITS:
-        return Shape(
-            _INTEGER_DIGITS[dtype.this],
-            signed=dtype.this not in _UNSIGNED,
-            unsigned128=dtype.this is T.UINT128,
-        )
+    if dtype.this in _INTEGER_SHAPES:
+        return _INTEGER_SHAPES[dtype.this]
     if dtype.this is T.DECIMAL:
         params = [p.this for p in dtype.expressions if isinstance(p, exp.DataTypeParam)]
         values = [int(p.this) for p in params if isinstance(p, exp.Literal)]
@@ -96,6 +96,14 @@ def shape(node: exp.Expr, family: Callable[[exp.Expr], str | None]) -> Shape | N
     """The shape of an exact number, or None for a value of another family (``family`` is
     :func:`sqlsdc.planner.totality.family`); a choice among values (CASE, COALESCE...) has the
     shape of their common type, None when one of them is a float."""
+    if type(node) is exp.Column:  # the commonest operand, decided as below
+        if family(node) not in ("integer", "decimal"):
+            return None
+        meta = node.meta
+        if DERIVED in meta:
+            return meta[DERIVED][1] or _UNKNOWN_CONSTANT
+        if not (meta.get(ENGINE_TYPED) and _type_shape(node.type) is not None):
+            return _type_shape(node.type) or _BIGINT  # a column is no constant
     node = node.unnest()
     if isinstance(node, exp.Select):  # a scalar subquery (``unnest`` gives its SELECT)
         values = [e.unalias() for e in node.expressions]
@@ -190,10 +198,11 @@ def mixing_problem(shapes: list[Shape]) -> str | None:
 def mixing(values: list[exp.Expr], family: Callable[[exp.Expr], str | None]) -> str | None:
     """Why comparing or choosing among ``values`` can fail when DuckDB casts their exact
     numbers to one common type, or None (no exact numbers, or a float among them: DOUBLE)."""
-    families = {family(v) for v in values}
+    families = [family(v) for v in values]
     if "float" in families:
         return None
-    shapes = [shape(v, family) for v in values if family(v) in ("integer", "decimal")]
+    exact = ("integer", "decimal")
+    shapes = [shape(v, family) for v, f in zip(values, families, strict=True) if f in exact]
     if None in shapes:  # a choice with a float inside: DOUBLE
         return None
     return mixing_problem([s for s in shapes if s is not None])

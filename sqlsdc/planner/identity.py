@@ -386,25 +386,20 @@ class _Block:
             return root
         root = _shell(node)
         stack = [(node, root)]
+        push, pop = stack.append, stack.pop
         while stack:
-            original, copy = stack.pop()
+            original, copy = pop()
             args = copy.args
             for key, value in original.args.items():
                 if isinstance(value, exp.Expr):
-                    child = self._replaced(value, scope)
-                    if child is None:
-                        child = _shell(value)
-                        stack.append((value, child))
+                    child = self._child(value, scope, push)
                     child.parent, child.arg_key, child.index = copy, key, None
                     args[key] = child
                 elif type(value) is list:
                     items = []
                     for index, item in enumerate(value):
                         if isinstance(item, exp.Expr):
-                            child = self._replaced(item, scope)
-                            if child is None:
-                                child = _shell(item)
-                                stack.append((item, child))
+                            child = self._child(item, scope, push)
                             child.parent, child.arg_key, child.index = copy, key, index
                             item = child
                         items.append(item)
@@ -412,6 +407,25 @@ class _Block:
                 else:
                     args[key] = value
         return root
+
+    def _child(self, node: exp.Expr, scope: Scope, push) -> exp.Expr:
+        """The canonical copy of ``node`` for :meth:`_rebuild`: its stand-in, or an empty
+        shell that ``push`` schedules to be filled. What a class of node needs is looked up
+        once per class (:func:`_handling`)."""
+        handling = _HANDLING.get(node.__class__)
+        if handling is None:
+            handling = _handling(node.__class__)
+        if handling is _REPLACED:
+            child = self._replaced(node, scope)
+            if child is not None:
+                return child
+            child = _shell(node)
+        else:
+            child = node.__class__()
+            if handling is _TYPED:
+                child.type = node.type
+        push((node, child))
+        return child
 
     def _replaced(self, node: exp.Expr, scope: Scope) -> exp.Expr | None:
         """The canonical stand-in of a column or subquery, or the copy of a node whose class
@@ -463,7 +477,12 @@ class _Block:
                 if column.name not in names:
                     raise _unresolved(column)
                 name = f"${names.index(column.name)}"
-            out = exp.column(name, table=self._label(index), quoted=True)
+            out = exp.Column(  # exp.column(name, table=label, quoted=True), built directly
+                this=exp.Identifier(this=name, quoted=True),
+                table=exp.Identifier(this=self._label(index), quoted=True),
+                db=None,
+                catalog=None,
+            )
             out.type = column.type
             return out
         child: Scope = how[1]
@@ -511,6 +530,24 @@ class _Block:
 
 
 _PLAIN_INIT = exp.Expr.__init__
+_REPLACED, _TYPED, _UNTYPED = "replaced", "typed", "untyped"
+_HANDLING: dict[type, str] = {}
+
+
+def _handling(kind: type) -> str:
+    """How :meth:`_Block._rebuild` copies a node of class ``kind``: ``_REPLACED`` for a
+    class :meth:`_Block._replaced` may replace (a column, a subquery, a class with a
+    constructor of its own), else as :func:`_shell` does: with its type, or untyped (a
+    parenthesis). Cached per class."""
+    if (
+        issubclass(kind, (exp.Column, exp.Subquery, exp.Select, *_SET_OPERATIONS))
+        or kind.__init__ is not _PLAIN_INIT
+    ):
+        found = _REPLACED
+    else:
+        found = _UNTYPED if issubclass(kind, exp.Paren) else _TYPED
+    _HANDLING[kind] = found
+    return found
 
 
 def _shell(node: exp.Expr) -> exp.Expr:
@@ -548,8 +585,9 @@ def _conjuncts(conditions: list[exp.Expr]) -> list[str]:
         if isinstance(part, exp.Boolean) and part.this:
             continue  # TRUE constrains nothing
         changed: list[exp.Expr] = []
-        canonical = _sort_commutative(part, generator, used, changed)
-        canonical = _normalise_literals(canonical, changed)
+        literals: list[exp.Literal] = []
+        canonical = _sort_commutative(part, generator, used, changed, literals)
+        canonical = _normalise_literals(canonical, changed, literals)
         generator.forget(changed)
         used.append(canonical)
         texts.add(generator.generate(canonical, copy=False))
@@ -658,14 +696,20 @@ def _size(node: exp.Expr, at_most: int) -> int:
 
 
 def _sort_commutative(
-    node: exp.Expr, generator: _ReusingGenerator, replaced: list[exp.Expr], changed: list[exp.Expr]
+    node: exp.Expr,
+    generator: _ReusingGenerator,
+    replaced: list[exp.Expr],
+    changed: list[exp.Expr],
+    literals: list[exp.Literal],
 ) -> exp.Expr:
     """``node`` (changed in place) with OR operands sorted (commutative under three-valued
     logic) and IN lists sorted and deduplicated; the OR chains it replaced are appended to
-    ``replaced``, the nested OR chains and IN predicates it changed to ``changed``. The
-    generator remembers the text of every OR operand."""
+    ``replaced``, the nested OR chains and IN predicates it changed to ``changed``, and its
+    literals to ``literals`` (sorting moves operands and drops repeated ones, and creates no
+    literal). The generator remembers the text of every OR operand."""
     walked = nodes(node)  # the OR chains are rebuilt from their operands: the INs stay
     ins = [n for n in walked if isinstance(n, exp.In)]
+    literals += [n for n in walked if isinstance(n, exp.Literal)]
     for part in [n for n in walked if isinstance(n, exp.Or)]:
         if isinstance(part.parent, exp.Or):
             continue
@@ -693,15 +737,21 @@ def _sort_commutative(
 _NUMERIC = exp.DataType.NUMERIC_TYPES
 
 
-def _normalise_literals(node: exp.Expr, changed: list[exp.Expr] | None = None) -> exp.Expr:
+def _normalise_literals(
+    node: exp.Expr,
+    changed: list[exp.Expr] | None = None,
+    literals: list[exp.Literal] | None = None,
+) -> exp.Expr:
     """Number literals compared with a numeric column are written in their shortest exact
     decimal form (``6.0`` and ``6`` are one value there; against a text column they are not,
     so other literals keep their spelling). Literals DuckDB types DOUBLE keep their spelling:
     an exponent, or more than 38 digits with a decimal point (a DECIMAL holds 38), are
     compared after rounding to a double. A literal already in that form and without
     comments is kept, untyped like the new one it stands for (it prints the same); the new
-    literals are appended to ``changed``."""
-    for literal in [n for n in nodes(node) if isinstance(n, exp.Literal)]:
+    literals are appended to ``changed``. ``literals``: the literals of ``node``, when the
+    caller has them, and maybe some it dropped (whose changes print nowhere)."""
+    found = [n for n in nodes(node) if isinstance(n, exp.Literal)] if literals is None else literals
+    for literal in found:
         if literal.is_string or not isinstance(literal.parent, exp.Binary):
             continue
         parent = literal.parent

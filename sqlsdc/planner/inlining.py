@@ -16,6 +16,8 @@ what a statement may cost grows with what it writes, not exponentially.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
@@ -30,8 +32,11 @@ FLOOR_READINGS = 256  # inlined readings of tables any statement may have
 class Inlining:
     """Written and inlined sizes (expression nodes, table readings) of the scopes added."""
 
-    def __init__(self, sql: str):
+    def __init__(self, sql: str, own: Callable[[exp.Expr], list[exp.Expr]] = own_nodes):
+        """``own``: :func:`~sqlsdc.planner.scopes.own_nodes`, or a function that gives the
+        same lists (the checker's, which walks each clause once for all its checks)."""
         self.sql = sql
+        self.own = own
         self.columns: dict[tuple[int, str], int] = {}  # inlined nodes of a scope's output
         self.sizes: dict[int, tuple[int, int]] = {}  # inlined (nodes, readings) of a scope
         self.written = [0, 0]  # nodes and readings as written
@@ -79,14 +84,14 @@ class Inlining:
     def _weight(self, node: exp.Expr, scope: Scope) -> int:
         """Inlined nodes of ``node``: a column of a derived table or CTE counts as the
         expression it stands for."""
-        total = 0
-        for n in own_nodes(node):
-            self.written[0] += 1
-            source = scope.sources.get(n.table) if isinstance(n, exp.Column) else None
-            if isinstance(source, Scope):
-                total += self.columns.get((id(source.expression), n.name), 1)
-            else:
-                total += 1
+        walked = self.own(node)
+        self.written[0] += len(walked)
+        total = len(walked)  # a node counts 1, a column of a derived table what it stands for
+        for n in walked:
+            if isinstance(n, exp.Column):
+                source = scope.sources.get(n.table)
+                if isinstance(source, Scope):
+                    total += self.columns.get((id(source.expression), n.name), 1) - 1
         return total
 
     def _check(self, nodes: int, readings: int) -> None:

@@ -23,7 +23,9 @@ Likewise the values of a long IN list of literals (what chains of equalities bec
 :mod:`sqlsdc.planner.connectors`): neither pass has anything to resolve in a literal, and
 ``annotate_types`` gives each the type of its spelling alone (a string VARCHAR, an integer INT,
 another number DOUBLE; :func:`_literal_type`). All but the first are taken out while a pass runs
-and put back after it, typed so after type inference.
+and put back after it, typed so after type inference; so are the literal bounds of the
+grouped ranges but the first (a range's type does not depend on its bounds, and a literal's
+on nothing else).
 
 Neither is done inside a projection of any SELECT (:func:`_in_projection`): ``qualify``
 copies a projection where an output alias or position names it (``WHERE young``, ``GROUP BY
@@ -46,10 +48,13 @@ T = exp.DType
 class RepeatedColumns:
     """The ranges of a tree whose column is resolved as its group's first one's."""
 
-    def __init__(self, tree: exp.Expr):
+    def __init__(self, tree: exp.Expr, walked: list[exp.Expr] | None = None):
+        """``walked``: ``nodes(tree)``, when the caller has it."""
         self.pairs: list[tuple[exp.Expr, exp.Expr]] = []  # (range, its group's first)
         self.lists: list[tuple[exp.In, list[exp.Literal]]] = []  # (IN, its values)
-        for node in nodes(tree):
+        self.bounds: list[tuple[exp.Expr, str, exp.Literal]] = []  # (range, key, literal)
+        self._taken: list[exp.Expr] = []  # the columns taken out, replaced when put back
+        for node in nodes(tree) if walked is None else walked:
             if isinstance(node, exp.Connector) and type(node.parent) is not type(node):
                 if not _in_projection(node):
                     self._add_chain(node)
@@ -74,12 +79,21 @@ class RepeatedColumns:
         for members in groups.values():
             if len(members) > GROUP_FROM:
                 self.pairs += [(member, members[0]) for member in members[1:]]
+                self.bounds += [
+                    (member, key, bound)
+                    for member in members[1:]
+                    for key in ("low", "high")
+                    if type(bound := member.args.get(key)) is exp.Literal
+                ]
 
     def detach(self) -> None:
         """Take the columns of the grouped ranges but the first of each group out, and the
         values of the IN lists but the first."""
         for between, _first in self.pairs:
+            self._taken.append(between.args["this"])
             between.args["this"] = None
+        for between, key, _bound in self.bounds:
+            between.args[key] = None
         for listed, values in self.lists:
             listed.args["expressions"] = values[:1]
 
@@ -90,6 +104,19 @@ class RepeatedColumns:
             column = copy_tree(first.this)
             column.parent, column.arg_key, column.index = between, "this", None
             between.args["this"] = column
+        # the columns taken out are read by nothing any more: taken apart, so that reference
+        # counting frees them, not the cycle collector (a column and its identifiers are a
+        # cycle: 10,000s of objects after a long chain of ranges); a grouped column has only
+        # identifiers below it (``_written``), so dropping its arguments breaks every cycle
+        for column in self._taken:
+            column.args.clear()
+        self._taken.clear()
+        for between, key, bound in self.bounds:
+            if between.args.get(key) is not None or bound.parent is not between:
+                raise InternalError("a range changed while its bounds were set aside")
+            between.args[key] = bound
+            if typed:
+                _type_literal(bound)
         for listed, values in self.lists:
             kept = listed.args.get("expressions") or []
             if len(kept) != 1 or kept[0] is not values[0] or values[0].parent is not listed:
@@ -97,8 +124,7 @@ class RepeatedColumns:
             listed.args["expressions"] = values
             if typed:
                 for value in values[1:]:
-                    value._type = _literal_type(value).into_expr()
-                    value.meta["nonnull"] = True
+                    _type_literal(value)
 
 
 def _in_projection(node: exp.Expr) -> bool:
@@ -129,6 +155,12 @@ def _written(operand: exp.Expr) -> tuple | None:
             return None
         parts.append((key, value.this, bool(value.args.get("quoted"))))
     return tuple(sorted(parts))
+
+
+def _type_literal(literal: exp.Literal) -> None:
+    """Type ``literal`` as ``annotate_types`` does (type and meta)."""
+    literal._type = _literal_type(literal).into_expr()
+    literal.meta["nonnull"] = True
 
 
 def _literal_type(literal: exp.Literal) -> exp.DType:

@@ -102,10 +102,11 @@ def own_nodes(node: exp.Expr) -> list[exp.Expr]:
     return found
 
 
-def scope_aggregates(node: exp.Expr) -> list[exp.AggFunc]:
-    """Aggregate calls of the scope, outermost first; window functions are not aggregates."""
+def scope_aggregates(node: exp.Expr, walked: list[exp.Expr] | None = None) -> list[exp.AggFunc]:
+    """Aggregate calls of the scope, outermost first; window functions are not aggregates.
+    ``walked``: ``own_nodes(node)``, when the caller has it."""
     found = []
-    for n in own_nodes(node):
+    for n in own_nodes(node) if walked is None else walked:
         if isinstance(n, exp.AggFunc) and not isinstance(n.parent, exp.Window):
             if not any(
                 isinstance(a, exp.AggFunc) and a is not n and not isinstance(a.parent, exp.Window)

@@ -9,7 +9,7 @@ from sqlglot.optimizer.scope import Scope
 
 from sqlsdc.planner.exact_mixing import DERIVED, ENGINE_TYPED, shape
 from sqlsdc.planner.scopes import DIALECT, SET_OPERATIONS, own_nodes
-from sqlsdc.planner.signatures import literal_refusal
+from sqlsdc.planner.signatures import SIGNATURES, literal_refusal
 from sqlsdc.planner.totality import (
     NUMERIC_FAMILIES,
     STORED,
@@ -48,7 +48,8 @@ class TotalityChecks:
         for n in nodes:
             if isinstance(n, exp.Column):
                 _type_column(n, scope, 0)
-            refusal = literal_refusal(n, self.constant_type)
+            # only a listed function or operator has arguments that must be literals
+            refusal = literal_refusal(n, self.constant_type) if type(n) in SIGNATURES else None
             if refusal:
                 raise self.refuse(refusal.reason, refusal.hint)
             if isinstance(n, exp.WindowSpec) and not _literal_frame(n):
@@ -64,7 +65,8 @@ class TotalityChecks:
             if released and _contains_released_value(n):
                 continue
             if not reads:
-                self._type_constant(n)
+                if not isinstance(n, _INERT):  # what ``_type_constant`` leaves as it is
+                    self._type_constant(n)
                 continue
             checked.append(n)
         for n in checked:  # after the constants have the engine's types

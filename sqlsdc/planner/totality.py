@@ -98,14 +98,19 @@ def family(node: exp.Expr | None) -> str | None:
     """integer, decimal, float, text, temporal, boolean, null, or None when unknown."""
     if node is None:
         return None
+    # the two commonest operands first (a long chain asks for thousands), as the tests below
+    # decide them: a column by its derived family or its type, a literal by its spelling
+    kind = type(node)
+    if kind is exp.Column:
+        meta = node.meta
+        return meta[DERIVED][0] if DERIVED in meta else _type_family(node.type)
+    if kind is exp.Literal:
+        return _literal_family(node)
     node = _unwrap(node)
     if isinstance(node, exp.Null):
         return "null"
     if isinstance(node, exp.Literal):
-        if node.is_string:
-            return "text"
-        text = str(node.this).lower()
-        return "float" if "e" in text else "decimal" if "." in text else "integer"
+        return _literal_family(node)
     if isinstance(node, exp.Neg):
         return family(node.this)
     if isinstance(node, exp.Subquery):
@@ -124,6 +129,13 @@ def family(node: exp.Expr | None) -> str | None:
         return "decimal" if "decimal" in families else "integer"
     dtype = node.to if isinstance(node, (exp.Cast, exp.TryCast)) else node.type
     return _type_family(dtype)
+
+
+def _literal_family(node: exp.Literal) -> str:
+    if node.is_string:
+        return "text"
+    text = str(node.this).lower()
+    return "float" if "e" in text else "decimal" if "." in text else "integer"
 
 
 _CHOICE_NODES = (exp.Case, exp.If, exp.Coalesce, exp.Greatest, exp.Least, exp.Nullif)
