@@ -259,3 +259,10 @@ def test_init_and_apply_are_for_admins_only(data, tmp_path):
         sqlsdc.init(path, document, applied_by="ana")
     with pytest.raises(sqlsdc.AccessDenied, match="user 'ana' is not an admin"):
         sqlsdc.admin.apply(path, load_policy(document), "ana")
+
+
+def test_users_whose_names_differ_only_in_case_are_refused():
+    """Two principals a typo apart (each with a budget, an audit trail and a server login)."""
+    text = HEAD + USERS + "  Ana: {role: analyst}\n"
+    (found,) = problems(text)
+    assert found.endswith("users: names differ only in case: ana/Ana; give each user one name")

@@ -607,6 +607,8 @@ def _global_problems(doc: dict) -> list[str]:
             )
     if not any(u["role"] == "admin" for u in doc["users"].values()):
         problems.append("users: declare at least one user with role admin")
+    if dupes := _case_dupes(doc["users"]):  # two principals a typo apart: budgets, audit, login
+        problems.append(f"users: names differ only in case: {dupes}; give each user one name")
     seen_budgets: dict[tuple[str, str], int] = {}
     for i, budget in enumerate(doc.get("budgets", [])):
         where = f"budgets.{i}"
