@@ -15,11 +15,32 @@ What was found, and closed:
   ORDER BY x)``, after an ORDER BY of the query's own), so the result is a function of the
   released values; Spark, which has no ordered aggregates, drops the ORDER BY where the sum is
   exact (integers, decimals) and refuses the others.
+* **two protections of one cell through a WHERE that picks cells**: the jobs' rule "one set
+  of cells, one protection" compared populations row by row, so a job whose WHERE adds a
+  condition on a dimension (``AND region = 'R01'``, ``AND (region = 'R01' OR age > 100)``,
+  ``AND education = 'tertiary'`` grouped by region) or on rows no cell of some region holds
+  (``AND income IS NOT NULL``) was "another population", and its cells, the other table's
+  R01 cells or margins, were stored rounded to base 5 next to their rounding to base 3. Jobs
+  now share cells when some cell of one (inner or margin) holds the units (a count) or the
+  rows with a non-zero measure (a sum) of a cell of the other, compared by fingerprints over
+  every grouping of the dimensions (``jobs.protect._share_a_cell``); suppression jobs of
+  other rows sharing a cell are refused too (their patterns are not carried over).
+* **replacing a rounding by another base**: ``--replace`` by the output's own method was
+  allowed with any base, so a reader of the earlier table (``sqlsdc publish`` records what it
+  released) and of the new one had two roundings of every cell. A rounding now replaces one
+  of the same base only.
 """
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
+
+from sqlsdc.engines.duckdb import open_database
+from sqlsdc.errors import TabularError
+from sqlsdc.jobs.adjust import round_query
+from sqlsdc.jobs.protect import protect_query
 
 RARE = "municipality = 'R08-M019' AND age = 66"  # one person of the demo (seed 7)
 NOBODY = "municipality = 'R08-M019' AND age = 200"
@@ -79,3 +100,69 @@ def test_a_window_sum_over_a_group_key_adds_in_the_order_of_values(ckm):
     rare, nobody = _answer(ckm, RARE, template), _answer(ckm, NOBODY, template)
     assert rare == nobody
     assert {row[1] for row in rare} == {0.0}  # -1e16 + (1 + ... + 1) + 1e16, in value order
+
+
+OLD = "SELECT region, education, COUNT(*) FROM persons WHERE age >= 85 GROUP BY region, education"
+
+
+@pytest.fixture()
+def jobs_db(pristine_demo_db, tmp_path):
+    path = tmp_path / "demo.duckdb"
+    shutil.copy(pristine_demo_db, path)
+    con = open_database(path)
+    try:
+        con.execute("UPDATE sqlsdc.secrets SET material = ? WHERE name = 'prf'", [bytes(32)])
+    finally:
+        con.close()
+    return path
+
+
+def _outputs(db) -> list:
+    con = open_database(db)
+    try:
+        return con.execute("SELECT name FROM sqlsdc.outputs ORDER BY name").fetchall()
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        OLD.replace("age >= 85", "age >= 85 AND region = 'R01'"),
+        OLD.replace("age >= 85", "age >= 85 AND (region = 'R01' OR age > 100)"),
+        "SELECT education, COUNT(*) FROM persons WHERE age >= 85 AND region = 'R01' "
+        "GROUP BY education",
+        "SELECT region, COUNT(*) FROM persons WHERE age >= 85 AND education = 'tertiary' "
+        "GROUP BY region",
+        OLD.replace("age >= 85", "age >= 85 AND income IS NOT NULL"),
+    ],
+)
+def test_a_where_that_picks_cells_of_another_job_s_table_is_refused(jobs_db, sql):
+    """Before: stored, and the R01 cells (or the tertiary column, or cells without NULL
+    incomes) were published rounded to base 3 and to base 5."""
+    round_query(jobs_db, "admin", OLD, into="r3", base=3)
+    with pytest.raises(TabularError, match="protected.r3 already releases these cells"):
+        round_query(jobs_db, "admin", sql, into="r5", base=5)
+    with pytest.raises(TabularError, match="protected by method round; this job .method suppress"):
+        protect_query(jobs_db, "admin", sql, into="s")
+    assert _outputs(jobs_db) == [("protected.r3",)]
+    # a population none of whose cells is one of the first table's stays allowed
+    round_query(jobs_db, "admin", OLD.replace("85", "80"), into="r5", base=5)
+
+
+def test_suppression_jobs_of_other_rows_sharing_cells_are_refused(jobs_db):
+    """Suppression jobs keep each other's suppressions only over the same rows."""
+    protect_query(jobs_db, "admin", OLD, into="s1")
+    with pytest.raises(TabularError, match="protected.s1 already releases these cells"):
+        protect_query(jobs_db, "admin", OLD.replace("age >= 85", "age >= 85 AND region = 'R01'"),
+                      into="s2")  # fmt: skip
+    protect_query(jobs_db, "admin", OLD.replace("age >= 85", "NOT age < 85"), into="s2")
+
+
+def test_a_rounding_is_replaced_by_one_of_the_same_base_only(jobs_db):
+    """Before: --replace rounded the same cells to base 5 where readers had base 3."""
+    round_query(jobs_db, "admin", OLD, into="r", base=3)
+    with pytest.raises(TabularError, match="rounded to base 3; replacing it by a rounding to "
+                                           "base 5"):  # fmt: skip
+        round_query(jobs_db, "admin", OLD, into="r", base=5, replace=True)
+    round_query(jobs_db, "admin", OLD, into="r", base=3, replace=True)
