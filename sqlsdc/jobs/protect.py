@@ -773,11 +773,12 @@ def _share_a_cell(con, first: JobSpec, second: JobSpec) -> bool:
 def _fingerprints(spec: JobSpec) -> exp.Select:
     """``(n, h)`` per cell of a job's table (every grouping of its dimensions): the number of
     its units (a count) or of its rows with a non-zero measure (a sum), and the sum of their
-    hashes."""
+    hashes (of the whole row: rows alike in every column are kept or dropped together by any
+    WHERE, and the record key tells rows apart)."""
     if spec.measure is None:
         member, kept = exp.column(spec.unit), _kept(spec.where)
     else:
-        member = exp.column("rowid")
+        member = exp.column(spec.table)  # the row as a struct (a view has no rowid)
         nonzero = exp.column(spec.measure).neq(exp.Literal.number(0))
         nonzero = exp.Coalesce(this=nonzero, expressions=[exp.false()])
         kept = exp.and_(exp.paren(_kept(spec.where)), nonzero)
