@@ -50,12 +50,31 @@ _HIDDEN = (STATUS_PREFIX, *ACCURACY_PREFIXES)
 _CELL_KEY = re.compile(r"__gg?\d+")
 
 
+_ANALYST = "sdc_ordered_scope"  # meta key: a node of the analyst's query (mark_analyst_scopes)
+
+
+def mark_analyst_scopes(tree: exp.Expr, rewritten: set[int]) -> None:
+    """Mark the queries, windows and summing aggregates of the analyst's ``tree`` (before the
+    rewrite copies it; the copies keep the mark), except the nodes in ``rewritten`` (ids of the
+    aggregations the rewrite replaces by cell frames, and of their aggregates).
+
+    :func:`in_released_order` leaves the cell frames' own queries alone (they keep no rows),
+    but a frame holds the analyst's WHERE, and a subquery there may LIMIT, number or sum the
+    released rows of another frame: ``WHERE municipality = (SELECT k FROM (<counts by a CASE
+    key>) t LIMIT 1)`` counted the group DuckDB's hash order put first, 170 or 382 persons as
+    one person's guessed age was right or not (red team s33c). The mark tells them apart."""
+    for node in nodes(tree):
+        if isinstance(node, (*_QUERIES, *_ACCUMULATING, exp.Window)) and id(node) not in rewritten:
+            node.meta[_ANALYST] = True
+
+
 def in_released_order(tree: exp.Expr, outputs: int, sql: str) -> exp.Expr:
     """``tree`` (the root of a protected query of ``sql``) with its ORDER BY extended by the
     positions of its first ``outputs`` columns (the query's own, before the hidden status
     columns), and every scope inside it that LIMITs or OFFSETs its rows by all of its columns;
     changed in place and returned. The cell frames (``__cells``) are the rewrite's and keep no
-    rows.
+    rows; the analyst's scopes inside them (a subquery of a WHERE) are marked by
+    :func:`mark_analyst_scopes` and ordered like the others.
 
     Raises:
         PolicyViolation: a FIRST_VALUE or LAST_VALUE over a RANGE frame with an offset.
@@ -63,7 +82,7 @@ def in_released_order(tree: exp.Expr, outputs: int, sql: str) -> exp.Expr:
     for node in nodes(tree):
         if node is tree or not isinstance(node, (*_QUERIES, *_ACCUMULATING, exp.Window)):
             continue
-        if _in_cells(node):
+        if _in_cells(node) and not node.meta.get(_ANALYST):
             continue
         if isinstance(node, _ACCUMULATING):
             _add_in_order(node)
