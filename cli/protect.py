@@ -113,13 +113,13 @@ def protect(db, sql, method, into, replace, user, fmt, **options):
               (a count table only when no cell is sensitive, as for cta).
     Every job prints its report (information loss: HD, RAD, AAD, chi2, additivity, largest
     change) and stores it in sqlsdc.outputs; the table is written only if the job succeeds.
-    Cells another job's output releases (same table, aggregate and rows) are protected one
-    way: only suppression jobs may share them.
+    Cells another job's output releases (same table and aggregate, a cell of the same units
+    or rows) are protected one way: only suppression jobs of the same rows may share them.
 
     \b
     Examples:
       sqlsdc protect demo.duckdb --into turnover --rule nk:2,85 --rule freq:3 \\
-        --sql "SELECT nace, region, SUM(turnover) FROM enterprises WHERE employees >= 20
+        --sql "SELECT nace, region, SUM(turnover) FROM enterprises WHERE employees < 10
         GROUP BY nace, region"
       sqlsdc protect demo.duckdb --method round --base 5 --into persons_r5 \\
         --sql "SELECT region, education, COUNT(*) FROM persons GROUP BY region, education"

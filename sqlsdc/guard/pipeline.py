@@ -40,7 +40,7 @@ from sqlsdc.policy import AggregateKind, Method, Policy
 from sqlsdc.rewrite.cells import ACCURACY_PREFIXES, STATUS_PREFIX, protect_cells
 from sqlsdc.rewrite.ckm import PTableKey, PTableRef
 from sqlsdc.rewrite.dp import DpStage
-from sqlsdc.rewrite.order import in_released_order
+from sqlsdc.rewrite.order import in_released_order, mark_analyst_scopes
 from sqlsdc.rewrite.registry import RewriteContext, frame_builders
 
 DIALECT = "duckdb"
@@ -279,6 +279,10 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
     stages: dict[int, DpStage] = {}  # by id of the aggregation in ``tree``
     rewrite = RewriteContext(context.policy, context.ptables, stages, context.to_sql)
     discarded: list[exp.Expr] = []  # parts of the rewrite's copy that it replaced
+    if plan.cells:
+        rewritten = {id(c.select) for c in plan.cells}
+        rewritten |= {id(a.node) for c in plan.cells for a in c.aggregates}
+        mark_analyst_scopes(tree, rewritten)
     protected = protect_cells(tree, plan, frame_builders(rewrite), discarded)
     in_time()
     protected = _rename_outputs(protected, names)

@@ -21,8 +21,38 @@ Arrow kernels cost 0.1 ms per query (of a DP query's fixed cost), the list a few
 
 
 def values_of(result: pa.Table, query: ProtectedQuery) -> pa.Table:
-    """The user-visible columns (the hidden status columns follow them)."""
-    return result.select(list(range(len(query.columns))))
+    """The user-visible columns (the hidden status columns follow them), each value in one
+    spelling of what SQL holds equal (:func:`_canonical`)."""
+    values = result.select(list(range(len(query.columns))))
+    for i, field in enumerate(values.schema):
+        if pa.types.is_floating(field.type) or field.type == pa.month_day_nano_interval():
+            values = values.set_column(i, field, _canonical(values.column(i)))
+    return values
+
+
+_DAY_NS = 86_400_000_000_000
+
+
+def _canonical(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """``column`` with values that SQL compares equal written alike: -0.0 as 0.0, an interval
+    as days and nanoseconds (a month as 30 days, as DuckDB compares and fetchall gives it).
+
+    A result is ordered by its values (:mod:`sqlsdc.rewrite.order`), and rows equal under
+    that order come in the engine's order, which hidden groups move: red team s33c told
+    -0.0 from 0.0 (``CASE WHEN k IN (...) THEN CAST('-0.0' AS DOUBLE) ELSE 0 END``) and
+    ``INTERVAL 1 MONTH`` from ``INTERVAL 30 DAY`` in rows equal to DuckDB, and so read that
+    order. Equal rows written alike leave nothing of it."""
+    if pa.types.is_floating(column.type):
+        return pc.add(column, pa.scalar(0.0, column.type))  # -0.0 + 0.0 is 0.0
+    values = []
+    for value in column.to_pylist():  # intervals only: rare columns, a few rows
+        if value is None:
+            values.append(None)
+            continue
+        total = (value.months * 30 + value.days) * _DAY_NS + value.nanoseconds
+        days, nanoseconds = divmod(total, _DAY_NS)
+        values.append((0, days, nanoseconds))
+    return pa.chunked_array([pa.array(values, type=column.type)], type=column.type)
 
 
 def check_faults(result: pa.Table, query: ProtectedQuery) -> None:

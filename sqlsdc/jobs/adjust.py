@@ -124,7 +124,7 @@ def round_query(
 
     started = time.perf_counter()
     with open_job(db, user, sql, into, method="round", replace=replace,
-                  progress=progress) as job:  # fmt: skip
+                  progress=progress, base=base) as job:  # fmt: skip
         table = job.tabulate()
         job.step(f"controlled rounding to base {base}")
         result = controlled_round(table, base, time_limit=time_limit)

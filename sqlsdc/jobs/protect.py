@@ -386,9 +386,10 @@ def open_job(
     method: str,
     replace: bool = False,
     progress: Progress | None = None,
+    base: int | None = None,
 ) -> Iterator[Job]:
     """Open ``db`` for a ``method`` job by ``user`` (an admin) on ``sql``, storing
-    ``protected.<into>``.
+    ``protected.<into>`` (``base``: a rounding job's).
 
     Every job is audited under a query id of its own: ``accepted`` by :meth:`Job.store`
     together with the output and its ledger rows, ``refused`` when a check below fails,
@@ -403,7 +404,7 @@ def open_job(
     """
     with job_catalog(db, user, method, into, sql) as (con, query_id, _fingerprint, audit):
         try:
-            job = _checked_job(con, user, sql, into, method, query_id, replace)
+            job = _checked_job(con, user, sql, into, method, query_id, replace, base)
         except Error as refusal:
             audit("refused", reason=store.audit_reason(refusal))
             raise
@@ -437,7 +438,7 @@ def job_catalog(db: str | Path, user: str, method: str, into: str, request: str)
         con.close()
 
 
-def _checked_job(con, user, sql, into, method, query_id, replace) -> Job:
+def _checked_job(con, user, sql, into, method, query_id, replace, base=None) -> Job:
     """The job, once the admin, the SQL and the output name are checked."""
     if not into.isidentifier():
         raise TabularError(f"--into {into!r} must be a plain name (letters, digits, _)")
@@ -446,6 +447,8 @@ def _checked_job(con, user, sql, into, method, query_id, replace) -> Job:
     spec = parse_job(sql, policy)
     _refuse_live_universe(con, policy, spec)
     _refuse_second_protection(con, policy, spec, into, method)
+    if replace and base is not None:
+        _refuse_another_base(con, into, base)
     check_output_name(con, into, replace, TabularError)
     return Job(con, user, version, policy, spec, sql, into, method, query_id)
 
@@ -517,20 +520,43 @@ def _refuse_second_protection(con, policy: Policy, spec: JobSpec, into: str, met
     Two protections of one cell combine (red team s33b): a rounding to base 3 and one to base
     5 of a count leave only the values both allow; a cell a suppression job hides has a
     rounded or adjusted value in the other table; a suppression job's exact values tell how
-    far CTA moved each cell. Suppression jobs of the same cells stay allowed: each keeps what
+    far CTA moved each cell. Suppression jobs of the same rows stay allowed: each keeps what
     the others hid (:func:`_earlier_suppressions`); so does replacing an output by a job of its
-    own method (``--replace``)."""
+    own method (``--replace``). Jobs over other rows that share a cell (a WHERE that picks
+    cells of the other's table, ``region = 'R01'``) are refused whatever their methods: their
+    cells are matched by their rows, not their keys (red team s33c)."""
     own = f"{OUTPUT_SCHEMA}.{into}"
-    for name, theirs, _dims in _outputs_of_the_same_cells(con, policy, spec, own):
-        if theirs == method and (name == own or method == "suppress"):
+    for name, theirs, _dims, same_rows in _outputs_of_the_same_cells(con, policy, spec, own):
+        if theirs == method and (name == own or (method == "suppress" and same_rows)):
             continue
         raise TabularError(
-            f"{name} already releases these cells ({spec.table}, the same aggregate and rows), "
-            f"protected by method {theirs}; this job (method {method}) would release them "
-            "protected a second way, and a reader of both tables could combine the two (two "
-            "roundings of a cell, or a rounded or adjusted value of a cell the other hides) to "
-            "narrow the values they protect. Tabulate another population, or protect these "
-            f"cells with {theirs} (`--into {name.split('.', 1)[1]} --replace` replaces that table)"
+            f"{name} already releases these cells ({spec.table}, the same aggregate over the "
+            f"same units or rows), protected by method {theirs}; this job (method {method}) "
+            "would release them protected a second way, and a reader of both tables could "
+            "combine the two (two roundings of a cell, or a rounded or adjusted value of a "
+            "cell the other hides) to narrow the values they protect. Tabulate another "
+            f"population, or protect these cells with {theirs} (`--into "
+            f"{name.split('.', 1)[1]} --replace` replaces that table)"
+        )
+
+
+def _refuse_another_base(con, into: str, base: int) -> None:
+    """Refuse to replace a rounding by one to another base: the earlier table stays with its
+    readers (``sqlsdc publish`` records what it released), and two bases of one cell leave
+    only the values both allow, as two tables would (red team s33c)."""
+    found = con.execute(
+        "SELECT report FROM sqlsdc.outputs WHERE name = ? AND method = 'round'",
+        [f"{OUTPUT_SCHEMA}.{into}"],
+    ).fetchall()
+    if not found:
+        return
+    before = json.loads(found[0][0]).get("details", {}).get("base")
+    if before is not None and before != base:
+        raise TabularError(
+            f"{OUTPUT_SCHEMA}.{into} holds these cells rounded to base {before}; replacing it "
+            f"by a rounding to base {base} would give readers of both a cell's two roundings, "
+            f"which leave only the values both allow. Round to base {before} again, or write "
+            "another --into for another population"
         )
 
 
@@ -656,19 +682,22 @@ def _same_cells(job: Job) -> list[tuple[str, list[str]]]:
     own = f"{OUTPUT_SCHEMA}.{job.into}"
     return [
         (name, dims)
-        for name, method, dims in _outputs_of_the_same_cells(job.con, job.policy, job.spec, own)
-        if method == "suppress"
+        for name, method, dims, same_rows in _outputs_of_the_same_cells(
+            job.con, job.policy, job.spec, own
+        )
+        if method == "suppress" and (same_rows or name == own)
     ]
 
 
 def _outputs_of_the_same_cells(
     con, policy: Policy, spec: JobSpec, own: str
-) -> list[tuple[str, str, list[str]]]:
-    """``(name, method, dimension columns)`` of the stored job outputs that share cells with a
-    job of ``spec`` storing ``own``: ``own`` itself (when replaced), and every other one whose
-    SQL tabulates the same table and aggregate over the same rows (:func:`_same_rows`: however
-    its WHERE is written), whatever its dimensions (tables of other dimensions share their
-    totals)."""
+) -> list[tuple[str, str, list[str], bool]]:
+    """``(name, method, dimension columns, same rows)`` of the stored job outputs that share
+    cells with a job of ``spec`` storing ``own``: ``own`` itself (when replaced), and every
+    other one that tabulates the same table and aggregate over the same rows
+    (:func:`_same_rows`: however its WHERE is written), whatever its dimensions (tables of
+    other dimensions share their totals), or over other rows of which some cell is one of the
+    job's (:func:`_share_a_cell`)."""
     existing = {
         f"{schema}.{name}"
         for schema, name in con.execute(
@@ -689,11 +718,13 @@ def _outputs_of_the_same_cells(
             theirs = parse_job(sql, policy)
         except TabularError:  # a table or column the policy no longer declares
             continue
-        if name == own or (
-            _shape(theirs) == _shape(spec) and _same_rows(con, spec.table, theirs.where,
-                                                          spec.where)
-        ):  # fmt: skip
-            found.append((name, method, table_dims(theirs, policy)))
+        if _shape(theirs) != _shape(spec):
+            if name == own:
+                found.append((name, method, table_dims(theirs, policy), False))
+            continue
+        same_rows = _same_rows(con, spec.table, theirs.where, spec.where)
+        if name == own or same_rows or _share_a_cell(con, theirs, spec):
+            found.append((name, method, table_dims(theirs, policy), same_rows))
     return found
 
 
@@ -708,14 +739,61 @@ def _same_rows(con, table: str, first: exp.Expr | None, second: exp.Expr | None)
     set of cells."""
     if first is None and second is None:
         return True
-
-    def kept(where: exp.Expr | None) -> exp.Expr:
-        return exp.true() if where is None else exp.Coalesce(this=where.copy(),
-                                                             expressions=[exp.false()])  # fmt: skip
-
     differ = exp.select(exp.Count(this=exp.Star())).from_(table)
-    differ = differ.where(exp.NEQ(this=exp.paren(kept(first)), expression=exp.paren(kept(second))))
+    differ = differ.where(
+        exp.NEQ(this=exp.paren(_kept(first)), expression=exp.paren(_kept(second)))
+    )
     return con.execute(differ.sql("duckdb")).fetchall()[0][0] == 0
+
+
+def _kept(where: exp.Expr | None) -> exp.Expr:
+    return exp.true() if where is None else exp.Coalesce(this=where.copy(),
+                                                         expressions=[exp.false()])  # fmt: skip
+
+
+def _share_a_cell(con, first: JobSpec, second: JobSpec) -> bool:
+    """Whether a cell of one job's table, inner or margin, holds what a cell of the other's
+    holds, in the table's data now: the same units (a count) or the same rows with a non-zero
+    measure (a sum), so the same value. Populations that differ in rows may share cells: a
+    WHERE on a dimension (``region = 'R01'``, ``region = 'R01' OR age > 100``) keeps whole
+    cells of the other table, and rows outside a cell (``income IS NOT NULL`` where a cell has
+    none) leave it as it was. Cells are compared by fingerprints (number and sum of hashes of
+    their units or rows) over every grouping of the dimensions (red team s33c: a rounding to
+    base 5 of ``... AND region = 'R01'`` was stored next to one to base 3 of the whole table)."""
+    a = _fingerprints(first).subquery("a")
+    b = _fingerprints(second).subquery("b")
+    same = exp.and_(
+        exp.column("n", "a").eq(exp.column("n", "b")),
+        exp.column("h", "a").eq(exp.column("h", "b")),
+    )
+    shared = exp.select(exp.Count(this=exp.Star())).from_(a).join(b, on=same)
+    return con.execute(shared.sql("duckdb")).fetchall()[0][0] > 0
+
+
+def _fingerprints(spec: JobSpec) -> exp.Select:
+    """``(n, h)`` per cell of a job's table (every grouping of its dimensions): the number of
+    its units (a count) or of its rows with a non-zero measure (a sum), and the sum of their
+    hashes (of the whole row: rows alike in every column are kept or dropped together by any
+    WHERE, and the record key tells rows apart)."""
+    if spec.measure is None:
+        member, kept = exp.column(spec.unit), _kept(spec.where)
+    else:
+        member = exp.column(spec.table)  # the row as a struct (a view has no rowid)
+        nonzero = exp.column(spec.measure).neq(exp.Literal.number(0))
+        nonzero = exp.Coalesce(this=nonzero, expressions=[exp.false()])
+        kept = exp.and_(exp.paren(_kept(spec.where)), nonzero)
+    hashed = exp.Anonymous(this="hash", expressions=[member])
+    distinct = exp.Distinct(expressions=[hashed])
+    cube = exp.Cube(expressions=[exp.column(d) for d in spec.dims])
+    return (
+        exp.select(
+            exp.Count(this=distinct).as_("n"),
+            exp.Sum(this=distinct.copy()).as_("h"),
+        )
+        .from_(spec.table)
+        .where(kept)
+        .group_by(cube)
+    )
 
 
 def _known_lower(table: Table, *, count: bool) -> tuple[np.ndarray, float] | None:

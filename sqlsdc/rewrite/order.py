@@ -23,6 +23,12 @@ DENSE_RANK and aggregates over RANGE or GROUPS frames (peers share their result,
 among them does not matter). FIRST_VALUE and LAST_VALUE over a RANGE frame with an offset are
 refused: the frame starts or ends among tied rows, and DuckDB orders such a frame by one key
 only, so their ties cannot be broken.
+
+Aggregates over released values (an outer query's, a window's) read the order of their inputs
+too: a floating-point SUM, AVG, STDDEV or VARIANCE adds them in the order the engine gives
+them, and values that cancel (1e16, 1.0, -1e16) turn that order into a different sum (red
+team s33c: 2 or 3 on the demo, as the person's guessed age was right or not). They add their
+inputs in the order of their values (``SUM(x ORDER BY x)``), after an ORDER BY of the query's.
 """
 
 from __future__ import annotations
@@ -37,8 +43,29 @@ from sqlsdc.rewrite.cells import ACCURACY_PREFIXES, CELLS, STATUS_PREFIX
 
 _QUERIES = (exp.Select, exp.Union, exp.Intersect, exp.Except)
 _ORDERED = (exp.RowNumber, exp.Lag, exp.Lead, exp.FirstValue, exp.LastValue)
+# aggregates whose floating-point result depends on the order they add their inputs in
+_ACCUMULATING = (exp.Sum, exp.Avg, exp.Stddev, exp.StddevSamp, exp.StddevPop, exp.Variance,
+                 exp.VariancePop)  # fmt: skip
 _HIDDEN = (STATUS_PREFIX, *ACCURACY_PREFIXES)
 _CELL_KEY = re.compile(r"__gg?\d+")
+
+
+_ANALYST = "sdc_ordered_scope"  # meta key: a node of the analyst's query (mark_analyst_scopes)
+
+
+def mark_analyst_scopes(tree: exp.Expr, rewritten: set[int]) -> None:
+    """Mark the queries, windows and summing aggregates of the analyst's ``tree`` (before the
+    rewrite copies it; the copies keep the mark), except the nodes in ``rewritten`` (ids of the
+    aggregations the rewrite replaces by cell frames, and of their aggregates).
+
+    :func:`in_released_order` leaves the cell frames' own queries alone (they keep no rows),
+    but a frame holds the analyst's WHERE, and a subquery there may LIMIT, number or sum the
+    released rows of another frame: ``WHERE municipality = (SELECT k FROM (<counts by a CASE
+    key>) t LIMIT 1)`` counted the group DuckDB's hash order put first, 170 or 382 persons as
+    one person's guessed age was right or not (red team s33c). The mark tells them apart."""
+    for node in nodes(tree):
+        if isinstance(node, (*_QUERIES, *_ACCUMULATING, exp.Window)) and id(node) not in rewritten:
+            node.meta[_ANALYST] = True
 
 
 def in_released_order(tree: exp.Expr, outputs: int, sql: str) -> exp.Expr:
@@ -46,15 +73,20 @@ def in_released_order(tree: exp.Expr, outputs: int, sql: str) -> exp.Expr:
     positions of its first ``outputs`` columns (the query's own, before the hidden status
     columns), and every scope inside it that LIMITs or OFFSETs its rows by all of its columns;
     changed in place and returned. The cell frames (``__cells``) are the rewrite's and keep no
-    rows.
+    rows; the analyst's scopes inside them (a subquery of a WHERE) are marked by
+    :func:`mark_analyst_scopes` and ordered like the others.
 
     Raises:
         PolicyViolation: a FIRST_VALUE or LAST_VALUE over a RANGE frame with an offset.
     """
     for node in nodes(tree):
-        if node is tree or not isinstance(node, (*_QUERIES, exp.Window)) or _in_cells(node):
+        if node is tree or not isinstance(node, (*_QUERIES, *_ACCUMULATING, exp.Window)):
             continue
-        if isinstance(node, exp.Window):
+        if _in_cells(node) and not node.meta.get(_ANALYST):
+            continue
+        if isinstance(node, _ACCUMULATING):
+            _add_in_order(node)
+        elif isinstance(node, exp.Window):
             if _untieable(node):
                 raise PolicyViolation(
                     f"{_function(node).sql('duckdb')[:60]} over a RANGE frame with an offset "
@@ -69,6 +101,21 @@ def in_released_order(tree: exp.Expr, outputs: int, sql: str) -> exp.Expr:
             _break_ties(node, len(_first_select(node).expressions))
     _break_ties(tree, outputs)
     return tree
+
+
+def _add_in_order(aggregate: exp.Expr) -> None:
+    """``aggregate`` adds its inputs in the order of their values (``SUM(x ORDER BY x)``),
+    after an ORDER BY of its own: inputs tied on it are equal, so the result is the same
+    whatever order the engine reads them in."""
+    argument = aggregate.this
+    if isinstance(argument, exp.Order):
+        order, argument = argument, argument.this
+    else:
+        order = exp.Order(this=argument)
+        aggregate.set("this", order)
+    if isinstance(argument, exp.Distinct):  # SUM(DISTINCT x): one argument
+        argument = argument.expressions[0]
+    order.set("expressions", [*order.expressions, exp.Ordered(this=argument.copy())])
 
 
 def _function(window: exp.Window) -> exp.Expr:
