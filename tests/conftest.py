@@ -164,6 +164,25 @@ def pristine_demo_db(tmp_path_factory) -> Path:
     return path
 
 
+JOBS_SECRET = bytes(range(32))
+
+
+@pytest.fixture()
+def jobs_demo_db(pristine_demo_db, tmp_path) -> Path:
+    """A copy of :func:`pristine_demo_db` with a fixed PRF secret, for back-end jobs: they
+    enlarge protection levels by factors drawn from it, and on this demo about one secret in
+    four leaves no feasible CTA of the turnover table (the job then refuses, as it should), so
+    their tests use one secret, to test the job and not the draw."""
+    path = tmp_path / "demo.duckdb"
+    shutil.copy(pristine_demo_db, path)
+    con = open_database(path)
+    try:
+        con.execute("UPDATE sqlsdc.secrets SET material = ? WHERE name = 'prf'", [JOBS_SECRET])
+    finally:
+        con.close()
+    return path
+
+
 @pytest.fixture(scope="session")
 def ckm_db(tmp_path_factory) -> Path:
     """A demo database with the demo policy as shipped (cell key method); read-only for tests."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import shutil
 
 import cli_fork
 import numpy as np
@@ -33,23 +32,9 @@ TURNOVER_RULES = [DominanceRule(n=1, k=60), FrequencyRule(3)]
 QUALITY_KEYS = {"hd", "rad", "aad", "chi2", "max_additivity_error", "max_abs_change"}
 
 
-# The jobs enlarge protection levels by factors drawn from the database's PRF secret, and on the
-# 20,000-person test demo about one secret in four leaves no feasible CTA for the turnover table
-# (the job then refuses with the cells that fall short, as it should). The tests of these jobs
-# use one fixed secret, so that they test the job and not the draw.
-FIXED_SECRET = bytes(range(32))
-
-
 @pytest.fixture()
-def db(pristine_demo_db, tmp_path):
-    path = tmp_path / "demo.duckdb"
-    shutil.copy(pristine_demo_db, path)
-    con = open_database(path)
-    try:
-        con.execute("UPDATE sqlsdc.secrets SET material = ? WHERE name = 'prf'", [FIXED_SECRET])
-    finally:
-        con.close()
-    return path
+def db(jobs_demo_db):
+    return jobs_demo_db
 
 
 def raw(db, sql):

@@ -54,7 +54,6 @@ differently keyed copy of a sum cannot be averaged.
 from __future__ import annotations
 
 import math
-import shutil
 
 import duckdb
 import numpy as np
@@ -62,7 +61,6 @@ import pandas as pd
 import pytest
 
 import sqlsdc
-from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import TabularError
 from sqlsdc.jobs.adjust import cta_query, ipf_query
 from sqlsdc.jobs.protect import protect_query
@@ -70,22 +68,7 @@ from sqlsdc.tabular import cta, publish_intervals
 from sqlsdc.tabular.rules import DominanceRule, FrequencyRule
 
 # CTA levels are enlarged by factors keyed by the database's secret, and some secrets leave no
-# feasible CTA for the turnover table (tests/jobs/test_adjust_jobs.py): one fixed secret.
-FIXED_SECRET = bytes(range(32))
-
-
-def _copy(pristine_demo_db, tmp_path):
-    """A copy of the demo database with the fixed secret."""
-    db = tmp_path / "demo.duckdb"
-    shutil.copy(pristine_demo_db, db)
-    con = open_database(db)
-    try:
-        con.execute("UPDATE sqlsdc.secrets SET material = ? WHERE name = 'prf'", [FIXED_SECRET])
-    finally:
-        con.close()
-    return db
-
-
+# feasible CTA for the turnover table: the jobs' tests use one fixed secret (``jobs_demo_db``).
 TURNOVER = "SELECT nace, region, SUM(turnover) FROM enterprises GROUP BY nace, region"
 
 
@@ -100,8 +83,8 @@ def _attack(a: float, lo: float, hi: float) -> tuple[float, float]:
     return (a + hi) / 2 - b / 2, (a + hi) / 2
 
 
-def test_cta_intervals_do_not_give_the_original_away(pristine_demo_db, tmp_path):
-    db = _copy(pristine_demo_db, tmp_path)
+def test_cta_intervals_do_not_give_the_original_away(jobs_demo_db):
+    db = jobs_demo_db
     cta_query(db, "admin", TURNOVER, into="turnover_cta", intervals=True,
               rules=[DominanceRule(1, 60), FrequencyRule(3)])  # fmt: skip
     with duckdb.connect(str(db), read_only=True) as con:
@@ -152,8 +135,8 @@ def test_covering_intervals_follow_the_adjusted_value_and_its_power_of_ten():
 COUNTS = "SELECT nace, region, COUNT(*) FROM enterprises GROUP BY nace, region"
 
 
-def test_cta_and_ipf_refuse_to_move_sensitive_counts(pristine_demo_db, tmp_path):
-    db = _copy(pristine_demo_db, tmp_path)
+def test_cta_and_ipf_refuse_to_move_sensitive_counts(jobs_demo_db):
+    db = jobs_demo_db
     with duckdb.connect(str(db), read_only=True) as con:
         truth = {
             (n or "Total", r or "Total"): v
@@ -181,8 +164,8 @@ def test_cta_and_ipf_refuse_to_move_sensitive_counts(pristine_demo_db, tmp_path)
 
 
 @pytest.mark.parametrize("aggregate", ["COUNT(*)", "SUM(amount)"])
-def test_a_job_refuses_units_in_several_cells(pristine_demo_db, tmp_path, aggregate):
-    db = _copy(pristine_demo_db, tmp_path)
+def test_a_job_refuses_units_in_several_cells(jobs_demo_db, aggregate):
+    db = jobs_demo_db
     with duckdb.connect(str(db), read_only=True) as con:
         ((spread,),) = con.execute(
             "SELECT max(k) FROM (SELECT person_id, count(DISTINCT (scheme, region)) AS k "

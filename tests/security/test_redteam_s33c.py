@@ -58,8 +58,6 @@ whose value list binding would read; none in the demo).
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 from sqlsdc.engines.duckdb import open_database
@@ -131,15 +129,8 @@ OLD = "SELECT region, education, COUNT(*) FROM persons WHERE age >= 85 GROUP BY 
 
 
 @pytest.fixture()
-def jobs_db(pristine_demo_db, tmp_path):
-    path = tmp_path / "demo.duckdb"
-    shutil.copy(pristine_demo_db, path)
-    con = open_database(path)
-    try:
-        con.execute("UPDATE sqlsdc.secrets SET material = ? WHERE name = 'prf'", [bytes(32)])
-    finally:
-        con.close()
-    return path
+def jobs_db(jobs_demo_db):
+    return jobs_demo_db
 
 
 def _outputs(db) -> list:
