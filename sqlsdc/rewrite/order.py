@@ -29,6 +29,10 @@ too: a floating-point SUM, AVG, STDDEV or VARIANCE adds them in the order the en
 them, and values that cancel (1e16, 1.0, -1e16) turn that order into a different sum (red
 team s33c: 2 or 3 on the demo, as the person's guessed age was right or not). They add their
 inputs in the order of their values (``SUM(x ORDER BY x)``), after an ORDER BY of the query's.
+MIN, MAX and the windows that return one row's value return the first of equal values they
+read, and SQL holds -0.0 equal to 0.0 and 30 days equal to 1 month: their result is written in
+one spelling (``x + 0``, ``normalized_interval(x)``). Open: the representative a GROUP BY or
+DISTINCT keeps among such values (``tests/security/test_redteam_s33c.py``, strict xfail).
 """
 
 from __future__ import annotations
@@ -46,6 +50,10 @@ _ORDERED = (exp.RowNumber, exp.Lag, exp.Lead, exp.FirstValue, exp.LastValue)
 # aggregates whose floating-point result depends on the order they add their inputs in
 _ACCUMULATING = (exp.Sum, exp.Avg, exp.Stddev, exp.StddevSamp, exp.StddevPop, exp.Variance,
                  exp.VariancePop)  # fmt: skip
+# aggregates and windows that return one of the values they read, chosen among equal ones
+_CHOOSING = (exp.Min, exp.Max)
+_CHOSEN = (exp.FirstValue, exp.LastValue, exp.Lag, exp.Lead)
+_FLOATS = (exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT)
 _HIDDEN = (STATUS_PREFIX, *ACCURACY_PREFIXES)
 _CELL_KEY = re.compile(r"__gg?\d+")
 
@@ -64,7 +72,10 @@ def mark_analyst_scopes(tree: exp.Expr, rewritten: set[int]) -> None:
     key>) t LIMIT 1)`` counted the group DuckDB's hash order put first, 170 or 382 persons as
     one person's guessed age was right or not (red team s33c). The mark tells them apart."""
     for node in nodes(tree):
-        if isinstance(node, (*_QUERIES, *_ACCUMULATING, exp.Window)) and id(node) not in rewritten:
+        if (
+            isinstance(node, (*_QUERIES, *_ACCUMULATING, *_CHOOSING, exp.Window))
+            and id(node) not in rewritten
+        ):
             node.meta[_ANALYST] = True
 
 
@@ -79,13 +90,18 @@ def in_released_order(tree: exp.Expr, outputs: int, sql: str) -> exp.Expr:
     Raises:
         PolicyViolation: a FIRST_VALUE or LAST_VALUE over a RANGE frame with an offset.
     """
+    chosen = []
     for node in nodes(tree):
-        if node is tree or not isinstance(node, (*_QUERIES, *_ACCUMULATING, exp.Window)):
+        if node is tree or not isinstance(
+            node, (*_QUERIES, *_ACCUMULATING, *_CHOOSING, exp.Window)
+        ):
             continue
         if _in_cells(node) and not node.meta.get(_ANALYST):
             continue
         if isinstance(node, _ACCUMULATING):
             _add_in_order(node)
+        elif isinstance(node, _CHOOSING):
+            chosen.append(node)
         elif isinstance(node, exp.Window):
             if _untieable(node):
                 raise PolicyViolation(
@@ -97,10 +113,32 @@ def in_released_order(tree: exp.Expr, outputs: int, sql: str) -> exp.Expr:
                 )
             if _reads_order(node):
                 _order_window(node)
+            if isinstance(_function(node), _CHOSEN):
+                chosen.append(node)
         elif node.args.get("limit") is not None or node.args.get("offset") is not None:
             _break_ties(node, len(_first_select(node).expressions))
+    for node in chosen:
+        _in_one_spelling(node)
     _break_ties(tree, outputs)
     return tree
+
+
+def _in_one_spelling(value: exp.Expr) -> None:
+    """Replace ``value`` (a MIN, MAX or a window returning one of its rows' values) by the same
+    value in one spelling of what SQL holds equal: -0.0 as 0.0 (``x + 0``) and an interval
+    normalised (``normalized_interval``: 30 days as 1 month, 24 hours as 1 day). Among equal
+    values it returns the first the engine reads, and -0.0 and 0.0 give 1 / x of -inf and inf
+    (red team s33c: the sign followed the engine's order, which a hidden group moved)."""
+    kind = value.type
+    if kind is None or kind.this not in (*_FLOATS, exp.DataType.Type.INTERVAL):
+        return
+    if kind.this is exp.DataType.Type.INTERVAL:
+        canonical = exp.Anonymous(this="normalized_interval", expressions=[value.copy()])
+    else:
+        zero = exp.Cast(this=exp.Literal.number(0), to=kind.copy())
+        canonical = exp.Paren(this=exp.Add(this=value.copy(), expression=zero))
+    canonical.type = kind
+    value.replace(canonical)
 
 
 def _add_in_order(aggregate: exp.Expr) -> None:
