@@ -32,7 +32,7 @@ inputs in the order of their values (``SUM(x ORDER BY x)``), after an ORDER BY o
 MIN, MAX and the windows that return one row's value return the first of equal values they
 read, and SQL holds -0.0 equal to 0.0 and 30 days equal to 1 month: their result is written in
 one spelling (``x + 0``, ``normalized_interval(x)``). Open: the representative a GROUP BY or
-DISTINCT keeps among such values (``tests/security/test_redteam_s33c.py``, strict xfail).
+DISTINCT keeps among such values (``tests/security/test_redteam_s33c.py``, an xfail).
 """
 
 from __future__ import annotations

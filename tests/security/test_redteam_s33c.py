@@ -237,7 +237,7 @@ def test_min_over_values_equal_to_sql_does_not_read_the_engine_s_order(ckm, temp
 
 
 @pytest.mark.xfail(
-    strict=True,
+    strict=False,  # the engine's order varies from run to run: some runs show it, some not
     reason=(
         "OPEN: values SQL holds equal but tells apart later (-0.0 and 0.0, 1 month and 30 "
         "days) grouped or made DISTINCT inside a query: the group's representative is the "
