@@ -257,7 +257,7 @@ SCALAR_CASES = [
     "ROUND(f)", "ROUND(f, 2)", "ROUND(f, 1)", "ROUND(f, -1)", "ROUND(d)", "ROUND(d, 1)",
     "ROUND(d, -1)", "ROUND(CAST(i AS BIGINT), -1)", "ROUND(i, 2)",
     "FLOOR(f)", "CEIL(f)", "FLOOR(d)", "CEIL(d)", "FLOOR(i)", "CEIL(i / 2)", "SQRT(ABS(f))",
-    "SQRT(i)",
+    "SQRT(i)", "ISNAN(f)", "ISNAN(f / 0)", "-f + CAST(0 AS DOUBLE)",
     "i + 1", "d - f", "i * d", "b - 1", "CAST(i AS BIGINT) * 2", "d * d",
     "i / 3", "i / 0", "d / i", "f / 0", "d / 0.5", "1 / f", "i / NULL", "b / 3",
     "i % 3", "i % -3", "d % 2", "f % 2", "b % 4294967296", "d % 0.2",

@@ -30,6 +30,7 @@ Differences found (DuckDB 2.0, Spark 4.3 in ANSI mode; each tested) and what hap
 - ``FLOOR``/``CEIL`` of an integer or DOUBLE: DuckDB DOUBLE; Spark BIGINT, raising beyond 2^63
   → a DOUBLE, exact.
 - ``GROUPING(a, b)``: DuckDB's bit mask; Spark takes one argument → sum of bits.
+- ``ISNAN(NULL)``: NULL in DuckDB, false in Spark → NULL made explicit.
 - ``x % y``: a DOUBLE remainder by zero is NaN in DuckDB, an error in Spark → ``y`` must be a
   non-zero constant.
 - ``LEAST``/``GREATEST`` built by a rewrite: NULL-propagating in sqlglot's DuckDB SQL only → the
@@ -79,7 +80,7 @@ PORTABLE_FUNCTIONS: frozenset[type[exp.Expr]] = frozenset(
         exp.RowNumber, exp.Rank, exp.DenseRank, exp.Grouping,
         # scalar functions
         exp.Abs, exp.Least, exp.Greatest, exp.Coalesce, exp.Nullif, exp.Case, exp.If,
-        exp.Cast, exp.Round, exp.Floor, exp.Ceil, exp.Sqrt,
+        exp.Cast, exp.Round, exp.Floor, exp.Ceil, exp.Sqrt, exp.IsNan,
         # operators
         exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg,
         exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE,
@@ -655,6 +656,12 @@ def _grouping(node: exp.Grouping, types: _Types) -> exp.Expr:
     return total
 
 
+def _is_nan(node: exp.IsNan, types: _Types) -> exp.Expr:
+    """ISNAN(NULL) is NULL in DuckDB and false in Spark."""
+    missing = exp.Is(this=node.this.copy(), expression=exp.Null())
+    return exp.Case(ifs=[exp.If(this=missing, true=exp.Null())], default=node.copy())
+
+
 def _compare(node: exp.Expr, types: _Types) -> exp.Expr:
     """A VARCHAR compared with a number is cast to INTEGER by DuckDB and to BIGINT by Spark."""
     operands = [v for k, v in node.args.items() if k != "expressions" and isinstance(v, exp.Expr)]
@@ -719,6 +726,7 @@ _SEMANTICS: dict[type[exp.Expr], Callable[[exp.Expr, _Types], exp.Expr]] = {
     exp.Floor: _floor_or_ceil,
     exp.Ceil: _floor_or_ceil,
     exp.Grouping: _grouping,
+    exp.IsNan: _is_nan,
     **{
         kind: _compare
         for kind in (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In, exp.Between)

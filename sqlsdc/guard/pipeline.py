@@ -42,6 +42,7 @@ from sqlsdc.rewrite.ckm import PTableKey, PTableRef
 from sqlsdc.rewrite.dp import DpStage
 from sqlsdc.rewrite.order import in_released_order, mark_analyst_scopes
 from sqlsdc.rewrite.registry import RewriteContext, frame_builders
+from sqlsdc.rewrite.spelling import released_in_one_spelling
 
 DIALECT = "duckdb"
 
@@ -288,6 +289,7 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
     protected = _rename_outputs(protected, names)
     if plan.cells:  # rows of confidential data: their order tells nothing the values do not
         protected = in_released_order(protected, len(names), sql)
+        released_in_one_spelling(protected)  # and none of the values SQL holds equal
     kept = validate_release(protected, context.policy)  # the nodes of the result
     text = context.to_sql(protected)
     columns = _describe_outputs(analysis, plan, names, context.ptables, stages)

@@ -34,8 +34,9 @@ _DAY_NS = 86_400_000_000_000
 
 
 def _canonical(column: pa.ChunkedArray) -> pa.ChunkedArray:
-    """``column`` with values that SQL compares equal written alike: -0.0 as 0.0, an interval
-    as days and nanoseconds (a month as 30 days, as DuckDB compares and fetchall gives it).
+    """``column`` with values that SQL compares equal written alike: -0.0 as 0.0, -NaN as
+    NaN, an interval as days and nanoseconds (a month as 30 days, as DuckDB compares and
+    fetchall gives it).
 
     A result is ordered by its values (:mod:`sqlsdc.rewrite.order`), and rows equal under
     that order come in the engine's order, which hidden groups move: red team s33c told
@@ -43,7 +44,8 @@ def _canonical(column: pa.ChunkedArray) -> pa.ChunkedArray:
     ``INTERVAL 1 MONTH`` from ``INTERVAL 30 DAY`` in rows equal to DuckDB, and so read that
     order. Equal rows written alike leave nothing of it."""
     if pa.types.is_floating(column.type):
-        return pc.add(column, pa.scalar(0.0, column.type))  # -0.0 + 0.0 is 0.0
+        nan = pa.scalar(float("nan"), column.type)  # -NaN, which DuckDB holds equal, as NaN
+        return pc.if_else(pc.is_nan(column), nan, pc.add(column, pa.scalar(0.0, column.type)))
     values = []
     for value in column.to_pylist():  # intervals only: rare columns, a few rows
         if value is None:

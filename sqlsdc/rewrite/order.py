@@ -31,8 +31,7 @@ team s33c: 2 or 3 on the demo, as the person's guessed age was right or not). Th
 inputs in the order of their values (``SUM(x ORDER BY x)``), after an ORDER BY of the query's.
 MIN, MAX and the windows that return one row's value return the first of equal values they
 read, and SQL holds -0.0 equal to 0.0 and 30 days equal to 1 month: their result is written in
-one spelling (``x + 0``, ``normalized_interval(x)``). Open: the representative a GROUP BY or
-DISTINCT keeps among such values (``tests/security/test_redteam_s33c.py``, an xfail).
+one spelling (:mod:`sqlsdc.rewrite.spelling`, which spells group keys and DISTINCT outputs too).
 """
 
 from __future__ import annotations
@@ -44,6 +43,7 @@ from sqlglot import exp
 from sqlsdc.engines.trees import nodes
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.rewrite.cells import ACCURACY_PREFIXES, CELLS, STATUS_PREFIX
+from sqlsdc.rewrite.spelling import in_one_spelling
 
 _QUERIES = (exp.Select, exp.Union, exp.Intersect, exp.Except)
 _ORDERED = (exp.RowNumber, exp.Lag, exp.Lead, exp.FirstValue, exp.LastValue)
@@ -53,7 +53,6 @@ _ACCUMULATING = (exp.Sum, exp.Avg, exp.Stddev, exp.StddevSamp, exp.StddevPop, ex
 # aggregates and windows that return one of the values they read, chosen among equal ones
 _CHOOSING = (exp.Min, exp.Max)
 _CHOSEN = (exp.FirstValue, exp.LastValue, exp.Lag, exp.Lead)
-_FLOATS = (exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT)
 _HIDDEN = (STATUS_PREFIX, *ACCURACY_PREFIXES)
 _CELL_KEY = re.compile(r"__gg?\d+")
 
@@ -118,27 +117,9 @@ def in_released_order(tree: exp.Expr, outputs: int, sql: str) -> exp.Expr:
         elif node.args.get("limit") is not None or node.args.get("offset") is not None:
             _break_ties(node, len(_first_select(node).expressions))
     for node in chosen:
-        _in_one_spelling(node)
+        in_one_spelling(node)
     _break_ties(tree, outputs)
     return tree
-
-
-def _in_one_spelling(value: exp.Expr) -> None:
-    """Replace ``value`` (a MIN, MAX or a window returning one of its rows' values) by the same
-    value in one spelling of what SQL holds equal: -0.0 as 0.0 (``x + 0``) and an interval
-    normalised (``normalized_interval``: 30 days as 1 month, 24 hours as 1 day). Among equal
-    values it returns the first the engine reads, and -0.0 and 0.0 give 1 / x of -inf and inf
-    (red team s33c: the sign followed the engine's order, which a hidden group moved)."""
-    kind = value.type
-    if kind is None or kind.this not in (*_FLOATS, exp.DataType.Type.INTERVAL):
-        return
-    if kind.this is exp.DataType.Type.INTERVAL:
-        canonical = exp.Anonymous(this="normalized_interval", expressions=[value.copy()])
-    else:
-        zero = exp.Cast(this=exp.Literal.number(0), to=kind.copy())
-        canonical = exp.Paren(this=exp.Add(this=value.copy(), expression=zero))
-    canonical.type = kind
-    value.replace(canonical)
 
 
 def _add_in_order(aggregate: exp.Expr) -> None:

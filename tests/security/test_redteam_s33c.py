@@ -24,9 +24,9 @@ What was found, and closed:
 * **values SQL holds equal but releases differently**: ``CAST('-0.0' AS DOUBLE)`` and ``0.0``,
   ``INTERVAL 1 MONTH`` and ``INTERVAL 30 DAY`` (Arrow results) sort as ties, so their
   sequence in the released order was the engine's order. The released values are now written
-  in one spelling (``guard.postprocess._canonical``). Left open (strict xfail below): inside
-  a query, MIN/MAX (``1 / MIN(x)``), GROUP BY/DISTINCT representatives and LIMIT ties among
-  such values still pick by the engine's order.
+  in one spelling (``guard.postprocess._canonical``). Inside a query, MIN/MAX (``1 /
+  MIN(x)``), GROUP BY/DISTINCT representatives and LIMIT ties among such values picked by
+  the engine's order; they are spelled too (``rewrite.spelling``, ``tests/test_spelling.py``).
 * **two protections of one cell through a WHERE that picks cells**: the jobs' rule "one set
   of cells, one protection" compared populations row by row, so a job whose WHERE adds a
   condition on a dimension (``AND region = 'R01'``, ``AND (region = 'R01' OR age > 100)``,
@@ -236,15 +236,8 @@ def test_min_over_values_equal_to_sql_does_not_read_the_engine_s_order(ckm, temp
     assert (float("-inf"),) not in [row[-1:] for row in _answer(ckm, RARE, template)]
 
 
-@pytest.mark.xfail(
-    strict=False,  # the engine's order varies from run to run: some runs show it, some not
-    reason=(
-        "OPEN: values SQL holds equal but tells apart later (-0.0 and 0.0, 1 month and 30 "
-        "days) grouped or made DISTINCT inside a query: the group's representative is the "
-        "first the engine reads, which hidden groups move"
-    ),
-)
 def test_a_group_of_values_equal_to_sql_does_not_read_the_engine_s_order(ckm):
+    """Before: -inf or inf, as the engine read a -0.0 or a 0.0 first (some runs only)."""
     template = f"SELECT 1 / x FROM (SELECT {_SIGNED} AS x FROM ({{inner}}) t) u GROUP BY x"
     assert _answer(ckm, RARE, template) == _answer(ckm, NOBODY, template)
 

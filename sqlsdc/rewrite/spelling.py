@@ -1,0 +1,182 @@
+"""One spelling for values SQL holds equal, wherever the engine picks one of them.
+
+SQL compares -0.0 equal to 0.0, NaN equal to -NaN (DuckDB) and ``INTERVAL 1 MONTH`` equal to
+``INTERVAL 30 DAY``, yet they print differently and ``1 / x`` tells the zeros apart (-inf,
+inf). Where the engine keeps one of several equal values it keeps the first it reads, and
+DuckDB's reading order comes from its hash tables, which hidden groups move (red team s33:
+one person's age read from the order of released rows). So a query that puts -0.0 in some
+groups and 0.0 in others learns that order from which spelling survives:
+
+* the representative a GROUP BY keeps for a key (``SELECT 1 / x ... GROUP BY x``; red team
+  s33c), in the analyst's scopes and in the cell frames, which group raw rows;
+* the row a DISTINCT, a set operation (UNION, INTERSECT, EXCEPT) or a LIMIT among ties keeps;
+* the value MIN, MAX, FIRST_VALUE, LAST_VALUE, LAG and LEAD return
+  (:mod:`sqlsdc.rewrite.order` calls :func:`in_one_spelling` on them).
+
+Each such value is written in one spelling before anything reads it: a float as ``x + 0``
+(-0.0 + 0.0 is 0.0) and a NaN as ``ABS(x)`` (the positive NaN), an interval through
+``normalized_interval`` (30 days as 1 month, 24 hours as 1 day). A group key is spelled where
+the grouped query reads it (its projections, HAVING, QUALIFY, ORDER BY), which leaves the
+GROUP BY clause as written and the representative irrelevant. The released result is
+written the same way again (:func:`sqlsdc.guard.postprocess.values_of`).
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from sqlsdc.engines.trees import nodes
+
+_FLOATS = (exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT)
+_SPELLED = (*_FLOATS, exp.DataType.Type.INTERVAL)
+_SET_OPERATIONS = (exp.Union, exp.Intersect, exp.Except)
+# where a grouped query reads its keys (not GROUP BY itself, not WHERE: rows before grouping)
+_READING = ("expressions", "having", "qualify", "order")
+
+
+def released_in_one_spelling(tree: exp.Expr) -> None:
+    """Spell, in every query of ``tree`` (a protected query, changed in place), the keys of
+    each GROUP BY where the query reads them, and the outputs of every query that keeps some
+    of its rows among equal ones (DISTINCT, a set operation's operands, LIMIT or OFFSET)."""
+    for node in nodes(tree):
+        if not isinstance(node, exp.Select):
+            continue
+        group = node.args.get("group")
+        if group is not None:
+            _spell_keys(node, _group_keys(group), _READING)
+        if (
+            node.args.get("distinct") is not None
+            or node.args.get("limit") is not None
+            or node.args.get("offset") is not None
+            or _operand_of_set_operation(node)
+        ):
+            _spell_keys(node, [p.unalias() for p in node.expressions], ("expressions", "order"))
+
+
+def in_one_spelling(value: exp.Expr) -> None:
+    """Replace ``value`` (an expression of a known type) by the same value in one spelling,
+    if its type has several (floats and intervals)."""
+    kind = value.type
+    if kind is not None and kind.this in _SPELLED:
+        value.replace(_spelled(value.copy(), kind))
+
+
+def _spelled(value: exp.Expr, kind: exp.DataType) -> exp.Expr:
+    if kind.this is exp.DataType.Type.INTERVAL:
+        spelled: exp.Expr = exp.Anonymous(this="normalized_interval", expressions=[value])
+    else:
+        spelled = exp.Case(
+            ifs=[exp.If(this=exp.IsNan(this=value.copy()), true=exp.Abs(this=value.copy()))],
+            default=exp.Add(this=value, expression=exp.Cast(this=exp.Literal.number(0),
+                                                            to=kind.copy())),
+        )  # fmt: skip
+    spelled.type = kind
+    return exp.Paren(this=spelled) if isinstance(spelled, exp.Case) else spelled
+
+
+def _spell_keys(select: exp.Select, keys: list[exp.Expr], clauses: tuple[str, ...]) -> None:
+    """Replace, in ``clauses`` of ``select`` (not in its subqueries, nor in GROUPING()), every
+    occurrence of a key of a spelled type by its spelling; a projection keeps its name."""
+    typed = []
+    for key in keys:
+        if isinstance(key, exp.Literal):
+            continue
+        kind = _kind(key, select)
+        if kind is not None and kind.this in _SPELLED:
+            typed.append((key.copy(), kind))
+    if not typed:
+        return
+    typed.sort(key=lambda pair: -sum(1 for _ in pair[0].walk()))  # a + b before a
+    for clause in clauses:
+        value = select.args.get(clause)
+        for part in value if isinstance(value, list) else [value]:
+            if part is not None:
+                _replace_in(part, select, typed)
+
+
+def _replace_in(part: exp.Expr, select: exp.Select, typed) -> None:
+    pending = [part]
+    while pending:
+        node = pending.pop()
+        match = next((kind for key, kind in typed if type(node) is type(key) and node == key),
+                     None)  # fmt: skip
+        if match is not None:
+            spelled = _spelled(node.copy(), match)
+            if node.parent is select:  # an unnamed projection keeps its output name
+                spelled = exp.alias_(spelled, node.alias_or_name) if node.alias_or_name else spelled
+            if node is part:
+                part.replace(spelled)
+            else:
+                node.replace(spelled)
+            continue
+        if isinstance(node, (exp.Query, exp.Grouping)):  # another scope; keys as written
+            continue
+        pending.extend(node.iter_expressions())
+
+
+def _group_keys(group: exp.Group) -> list[exp.Expr]:
+    """The expressions a GROUP BY groups by, out of ROLLUP, CUBE, GROUPING SETS and parens."""
+    keys = []
+    pending = list(group.expressions)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (exp.Rollup, exp.Cube, exp.GroupingSets, exp.Tuple)):
+            pending.extend(node.expressions)
+        elif isinstance(node, exp.Paren):
+            pending.append(node.this)
+        else:
+            keys.append(node)
+    return keys
+
+
+def _operand_of_set_operation(select: exp.Select) -> bool:
+    node: exp.Expr = select
+    while isinstance(node.parent, exp.Subquery):
+        node = node.parent
+    return isinstance(node.parent, _SET_OPERATIONS) and node.arg_key in ("this", "expression")
+
+
+def _kind(value: exp.Expr, select: exp.Select, depth: int = 0) -> exp.DataType | None:
+    """The type of ``value`` in ``select``: its annotation, or for a column of a derived table
+    or CTE without one (the rewrite's own columns), that of the projection it names."""
+    kind = value.type
+    if kind is not None and kind.this is not exp.DataType.Type.UNKNOWN:
+        return kind
+    if not isinstance(value, exp.Column) or depth > 32:
+        return None
+    source = _source(select, value.table)
+    if source is None:
+        return None
+    first = source
+    while not isinstance(first, exp.Select):
+        if not isinstance(first, (*_SET_OPERATIONS, exp.Subquery)):
+            return None
+        first = first.this
+    for projection in first.expressions:
+        if projection.alias_or_name == value.name:
+            return _kind(projection.unalias(), first, depth + 1)
+    return None
+
+
+def _source(select: exp.Select, name: str) -> exp.Expr | None:
+    """The query that ``name`` (a table's alias in ``select``) reads: a derived table or CTE."""
+    sources = [select.args["from_"].this] if select.args.get("from_") else []
+    sources += [join.this for join in select.args.get("joins") or []]
+    for source in sources:
+        if source.alias_or_name != name:
+            continue
+        if isinstance(source, exp.Subquery):
+            return source.this
+        if isinstance(source, exp.Table) and not source.db:
+            return _cte(select, source.name)
+    return None
+
+
+def _cte(node: exp.Expr, name: str) -> exp.Expr | None:
+    while node is not None:
+        with_ = node.args.get("with_") if isinstance(node, exp.Query) else None
+        for cte in with_.expressions if with_ is not None else []:
+            if cte.alias == name:
+                return cte.this
+        node = node.parent
+    return None
