@@ -11,6 +11,7 @@ as they were, and checks the canonical one comes out: 0.0 (``1 / x`` is inf, not
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 
 import pytest
 import sqlglot
@@ -45,6 +46,12 @@ NEGATIVE_ZERO = "-(CAST(n AS DOUBLE) * 0)"  # not a constant: DuckDB folds -0.0 
         f"SELECT 1 / x FROM (SELECT {NEGATIVE_ZERO} AS x FROM ({INNER}) t INTERSECT "
         f"SELECT {NEGATIVE_ZERO} FROM ({INNER}) t) u",
         f"SELECT 1 / x FROM (SELECT {NEGATIVE_ZERO} AS x FROM ({INNER}) t ORDER BY x LIMIT 1) u",
+        # types sqlglot gets wrong: a DECIMAL divided, or times a DOUBLE, is a DOUBLE
+        f"SELECT 1 / x FROM (SELECT DISTINCT CAST(n AS DECIMAL(10, 2)) * 0 / -1 AS x "
+        f"FROM ({INNER}) t) u",
+        f"SELECT 1 / x FROM (SELECT DISTINCT CAST(1 AS DECIMAL(3, 0)) * {NEGATIVE_ZERO} AS x "
+        f"FROM ({INNER}) t) u",
+        f"SELECT 1 / MIN(CAST(n AS DECIMAL(10, 2)) * 0 / -1) FROM ({INNER}) t",
         # MIN and MAX
         f"SELECT 1 / MIN({NEGATIVE_ZERO}) FROM ({INNER}) t",
         # a cell frame's key, grouped over the persons' rows
@@ -89,7 +96,7 @@ def test_a_grouped_query_reads_its_keys_spelled_and_groups_them_as_written():
         read="duckdb",
     )
     released_in_one_spelling(annotate_types(tree, dialect="duckdb"))
-    spelled = "(CASE WHEN ISNAN(u.x) THEN ABS(u.x) ELSE u.x + CAST(0 AS DOUBLE) END)"
+    spelled = "(CASE WHEN ISNAN(u.x) THEN ABS(u.x) ELSE u.x + 0 END)"
     assert tree.sql("duckdb") == (
         f"SELECT {spelled} AS x, GROUPING(u.x) AS g, u.k AS k FROM (SELECT CAST(1 AS DOUBLE) AS "
         f"x, 'a' AS k) AS u GROUP BY ROLLUP (u.x), u.k HAVING {spelled} > 0 ORDER BY {spelled}"
@@ -111,3 +118,19 @@ def test_an_interval_is_normalised():
     )
     released_in_one_spelling(annotate_types(tree, dialect="duckdb"))
     assert tree.sql("duckdb").startswith("SELECT NORMALIZED_INTERVAL(u.x) AS x")
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        f"SELECT x FROM (SELECT DISTINCT n * 1.5 AS x FROM ({INNER}) t) u",
+        f"SELECT MIN(n * 1.5) FROM ({INNER}) t",
+        f"SELECT x FROM (SELECT ROUND(CAST(n AS DECIMAL(10, 2)), 1) AS x FROM ({INNER}) t) u "
+        "GROUP BY x",
+    ],
+)
+def test_a_decimal_sqlglot_calls_a_double_stays_a_decimal(ckm, sql):
+    """sqlglot types ``n * 1.5`` and ROUND of a DECIMAL as DOUBLE; DuckDB keeps DECIMALs,
+    and the spelling (``x + 0``) keeps them too."""
+    values = [row[0] for row in ckm.execute(sql).fetchall()]
+    assert values and all(isinstance(v, Decimal) for v in values)

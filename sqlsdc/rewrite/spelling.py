@@ -29,6 +29,12 @@ from sqlsdc.engines.trees import nodes
 
 _FLOATS = (exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT)
 _SPELLED = (*_FLOATS, exp.DataType.Type.INTERVAL)
+_TEMPORAL = {
+    exp.DataType.Type.DATE, exp.DataType.Type.DATETIME, exp.DataType.Type.TIMESTAMP,
+    exp.DataType.Type.TIMESTAMPTZ, exp.DataType.Type.TIMESTAMP_S, exp.DataType.Type.TIMESTAMP_MS,
+    exp.DataType.Type.TIMESTAMP_NS, exp.DataType.Type.TIMESTAMPLTZ,
+}  # fmt: skip
+_INTERPOLATING = (exp.Median, exp.Quantile, exp.PercentileCont)
 _SET_OPERATIONS = (exp.Union, exp.Intersect, exp.Except)
 # where a grouped query reads its keys (not GROUP BY itself, not WHERE: rows before grouping)
 _READING = ("expressions", "having", "qualify", "order")
@@ -54,9 +60,12 @@ def released_in_one_spelling(tree: exp.Expr) -> None:
 
 
 def in_one_spelling(value: exp.Expr) -> None:
-    """Replace ``value`` (an expression of a known type) by the same value in one spelling,
-    if its type has several (floats and intervals)."""
-    kind = value.type
+    """Replace ``value`` (a MIN or MAX, or a window of a function returning one of the values
+    it reads) by the same value in one spelling, if its type has several."""
+    function = value.this if isinstance(value, exp.Window) else value
+    while isinstance(function, (exp.IgnoreNulls, exp.RespectNulls)):
+        function = function.this
+    kind = _kind(function.this, value.find_ancestor(exp.Select))
     if kind is not None and kind.this in _SPELLED:
         value.replace(_spelled(value.copy(), kind))
 
@@ -67,8 +76,7 @@ def _spelled(value: exp.Expr, kind: exp.DataType) -> exp.Expr:
     else:
         spelled = exp.Case(
             ifs=[exp.If(this=exp.IsNan(this=value.copy()), true=exp.Abs(this=value.copy()))],
-            default=exp.Add(this=value, expression=exp.Cast(this=exp.Literal.number(0),
-                                                            to=kind.copy())),
+            default=exp.Add(this=value, expression=exp.Literal.number(0)),  # the type kept
         )  # fmt: skip
     spelled.type = kind
     return exp.Paren(this=spelled) if isinstance(spelled, exp.Case) else spelled
@@ -136,15 +144,72 @@ def _operand_of_set_operation(select: exp.Select) -> bool:
     return isinstance(node.parent, _SET_OPERATIONS) and node.arg_key in ("this", "expression")
 
 
-def _kind(value: exp.Expr, select: exp.Select, depth: int = 0) -> exp.DataType | None:
-    """The type of ``value`` in ``select``: its annotation, or for a column of a derived table
-    or CTE without one (the rewrite's own columns), that of the projection it names."""
-    kind = value.type
-    if kind is not None and kind.this is not exp.DataType.Type.UNKNOWN:
-        return kind
-    if not isinstance(value, exp.Column) or depth > 32:
+def _kind(value: exp.Expr, select: exp.Select | None, depth: int = 0) -> exp.DataType | None:
+    """The type DuckDB gives ``value`` in ``select``, where it matters here: sqlglot's
+    annotation, corrected where it differs (a DECIMAL divided or mixed with a DOUBLE is a
+    DOUBLE, a difference of timestamps an INTERVAL, EXTRACT(epoch) and MEDIAN of numbers
+    DOUBLEs), and for a column of a derived table or CTE without one (the rewrite's own
+    columns), that of the projection it names."""
+    if depth > 64:
         return None
-    source = _source(select, value.table)
+    if isinstance(value, (exp.Paren, exp.Neg, exp.Abs, exp.Alias)):
+        return _kind(value.this, select, depth + 1)
+    if isinstance(value, (exp.Cast, exp.TryCast)):
+        return value.to
+    if isinstance(value, exp.Column) and _unknown(value.type):
+        return _column_kind(value, select, depth)
+    if isinstance(value, (exp.Div, exp.Add, exp.Sub, exp.Mul, exp.Mod)):
+        return _arithmetic_kind(value, select, depth)
+    if isinstance(value, exp.Extract) and value.name.upper() == "EPOCH":
+        return exp.DataType.build("DOUBLE")
+    if isinstance(value, _INTERPOLATING):
+        argument = _kind(value.this, select, depth + 1)
+        numeric = argument is not None and argument.this in exp.DataType.NUMERIC_TYPES
+        return exp.DataType.build("DOUBLE") if numeric else argument
+    if isinstance(value, (exp.Case, exp.If, exp.Coalesce, exp.Nullif, exp.Greatest, exp.Least)):
+        branches = [_kind(v, select, depth + 1) for v in _results(value) if v is not None]
+        for wanted in _SPELLED:
+            if any(b is not None and b.this is wanted for b in branches):
+                return exp.DataType.build(wanted)
+    return None if _unknown(value.type) else value.type
+
+
+def _arithmetic_kind(value: exp.Binary, select, depth: int) -> exp.DataType | None:
+    left = _kind(value.this, select, depth + 1)
+    right = _kind(value.expression, select, depth + 1)
+    kinds = {k.this for k in (left, right) if k is not None}
+    if kinds & _TEMPORAL:  # a time and an interval: a time; two times: an interval
+        if (
+            isinstance(value, exp.Sub)
+            and len(kinds & _TEMPORAL) == len(kinds)
+            and kinds != {exp.DataType.Type.DATE}
+        ):
+            return exp.DataType.build("INTERVAL")
+        return None if _unknown(value.type) else value.type
+    if exp.DataType.Type.INTERVAL in kinds:
+        return exp.DataType.build("INTERVAL")
+    if kinds & set(_FLOATS) or isinstance(value, exp.Div):
+        return exp.DataType.build("DOUBLE")
+    return None if _unknown(value.type) else value.type
+
+
+def _results(value: exp.Expr) -> list[exp.Expr]:
+    """The expressions whose value a CASE, IF, COALESCE, NULLIF, GREATEST or LEAST returns."""
+    if isinstance(value, exp.Case):
+        return [i.args["true"] for i in value.args.get("ifs") or []] + [value.args.get("default")]
+    if isinstance(value, exp.If):
+        return [value.args.get("true"), value.args.get("false")]
+    if isinstance(value, exp.Nullif):
+        return [value.this]
+    return [value.this, *value.expressions]
+
+
+def _unknown(kind: exp.DataType | None) -> bool:
+    return kind is None or kind.this is exp.DataType.Type.UNKNOWN
+
+
+def _column_kind(value: exp.Column, select, depth: int) -> exp.DataType | None:
+    source = _source(select, value.table) if select is not None else None
     if source is None:
         return None
     first = source
@@ -155,6 +220,10 @@ def _kind(value: exp.Expr, select: exp.Select, depth: int = 0) -> exp.DataType |
     for projection in first.expressions:
         if projection.alias_or_name == value.name:
             return _kind(projection.unalias(), first, depth + 1)
+    for projection in first.expressions:  # the rewrite's frames pass columns on by ``__s.*``
+        if isinstance(projection, exp.Column) and isinstance(projection.this, exp.Star):
+            star = exp.column(value.name, projection.table)
+            return _column_kind(star, first, depth + 1)
     return None
 
 
