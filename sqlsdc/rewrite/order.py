@@ -29,10 +29,14 @@ too: a floating-point SUM, AVG, STDDEV or VARIANCE adds them in the order the en
 them, and values that cancel (1e16, 1.0, -1e16) turn that order into a different sum (red
 team s33c: 2 or 3 on the demo, as the person's guessed age was right or not). They add their
 inputs in the order of their values (``SUM(x ORDER BY x)``), after an ORDER BY of the query's.
-MIN, MAX and the windows that return one row's value return the first of equal values they
-read, and SQL holds -0.0 equal to 0.0 and 30 days equal to 1 month: their result is written in
-one spelling (``x + 0``, ``normalized_interval(x)``). Open: the representative a GROUP BY or
-DISTINCT keeps among such values (``tests/security/test_redteam_s33c.py``, an xfail).
+MIN, MAX, the quantiles (MEDIAN, QUANTILE_DISC, QUANTILE_CONT) and the windows that return
+one row's value return the first of equal values they read, and SQL holds -0.0 equal to 0.0,
+-NaN equal to NaN and 30 days equal to 1 month: their result is written in one spelling
+(``CASE WHEN isnan(x) THEN 'nan' ELSE x + 0 END``, ``normalized_interval(x)``), with the type
+it had in the analysis (the rewrite's lifted copies have none); over a type it cannot write
+in one spelling (a struct, a list, a type sqlglot cannot tell) they are refused (red team
+s34). Open: the representative a GROUP BY or DISTINCT keeps among such values
+(``tests/security/test_redteam_s33c.py``, an xfail).
 """
 
 from __future__ import annotations
@@ -51,9 +55,20 @@ _ORDERED = (exp.RowNumber, exp.Lag, exp.Lead, exp.FirstValue, exp.LastValue)
 _ACCUMULATING = (exp.Sum, exp.Avg, exp.Stddev, exp.StddevSamp, exp.StddevPop, exp.Variance,
                  exp.VariancePop)  # fmt: skip
 # aggregates and windows that return one of the values they read, chosen among equal ones
-_CHOOSING = (exp.Min, exp.Max)
+# (a quantile picks the value at its rank, or two neighbours to interpolate between)
+_CHOOSING = (exp.Min, exp.Max, exp.Median, exp.Quantile, exp.PercentileCont, exp.PercentileDisc)
 _CHOSEN = (exp.FirstValue, exp.LastValue, exp.Lag, exp.Lead)
 _FLOATS = (exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT)
+_T = exp.DataType.Type
+# types whose values SQL holds equal only when they are written alike (no -0.0, no NaN sign,
+# no 30 days = 1 month): what MIN and the others return among equal values needs no spelling
+_ONE_SPELLING = frozenset((
+    _T.BOOLEAN, _T.TINYINT, _T.UTINYINT, _T.SMALLINT, _T.USMALLINT, _T.INT, _T.UINT,
+    _T.BIGINT, _T.UBIGINT, _T.INT128, _T.UINT128, _T.DECIMAL, _T.VARCHAR, _T.CHAR, _T.TEXT,
+    _T.DATE, _T.TIME, _T.TIMESTAMP, _T.TIMESTAMPTZ, _T.TIMESTAMP_S, _T.TIMESTAMP_MS,
+    _T.TIMESTAMP_NS, _T.UUID, _T.VARBINARY, _T.BINARY, _T.BIT, _T.ENUM,
+))  # fmt: skip
+_TYPE = "sdc_chosen_type"  # meta key: the type a chosen value had in the analysed tree
 _HIDDEN = (STATUS_PREFIX, *ACCURACY_PREFIXES)
 _CELL_KEY = re.compile(r"__gg?\d+")
 
@@ -77,6 +92,9 @@ def mark_analyst_scopes(tree: exp.Expr, rewritten: set[int]) -> None:
             and id(node) not in rewritten
         ):
             node.meta[_ANALYST] = True
+            kind = _chosen_type(node)
+            if kind is not None:
+                node.meta[_TYPE] = kind.sql("duckdb")
 
 
 def in_released_order(tree: exp.Expr, outputs: int, sql: str) -> exp.Expr:
@@ -101,7 +119,8 @@ def in_released_order(tree: exp.Expr, outputs: int, sql: str) -> exp.Expr:
         if isinstance(node, _ACCUMULATING):
             _add_in_order(node)
         elif isinstance(node, _CHOOSING):
-            chosen.append(node)
+            if _window_of(node) is None:  # a window's MIN is the window's value
+                chosen.append(node)
         elif isinstance(node, exp.Window):
             if _untieable(node):
                 raise PolicyViolation(
@@ -113,32 +132,89 @@ def in_released_order(tree: exp.Expr, outputs: int, sql: str) -> exp.Expr:
                 )
             if _reads_order(node):
                 _order_window(node)
-            if isinstance(_function(node), _CHOSEN):
+            if isinstance(_function(node), (*_CHOSEN, *_CHOOSING)):
                 chosen.append(node)
         elif node.args.get("limit") is not None or node.args.get("offset") is not None:
             _break_ties(node, len(_first_select(node).expressions))
     for node in chosen:
-        _in_one_spelling(node)
+        _in_one_spelling(node, sql)
     _break_ties(tree, outputs)
     return tree
 
 
-def _in_one_spelling(value: exp.Expr) -> None:
-    """Replace ``value`` (a MIN, MAX or a window returning one of its rows' values) by the same
-    value in one spelling of what SQL holds equal: -0.0 as 0.0 (``x + 0``) and an interval
-    normalised (``normalized_interval``: 30 days as 1 month, 24 hours as 1 day). Among equal
-    values it returns the first the engine reads, and -0.0 and 0.0 give 1 / x of -inf and inf
-    (red team s33c: the sign followed the engine's order, which a hidden group moved)."""
-    kind = value.type
-    if kind is None or kind.this not in (*_FLOATS, exp.DataType.Type.INTERVAL):
+def _in_one_spelling(value: exp.Expr, sql: str) -> None:
+    """Replace ``value`` (a MIN, MAX, quantile or a window returning one of its rows' values)
+    by the same value in one spelling of what SQL holds equal: -0.0 as 0.0 (``x + 0``), NaN
+    without its sign (DuckDB holds -NaN equal to NaN, and CAST AS VARCHAR writes '-nan'), and
+    an interval normalised (``normalized_interval``: 30 days as 1 month, 24 hours as 1 day).
+    Among equal values it returns the first the engine reads, and -0.0 and 0.0 give 1 / x of
+    -inf and inf (red team s33c: the sign followed the engine's order, which a hidden group
+    moved; red team s34: the sign of NaN, MEDIAN and QUANTILE_DISC, a window's MIN).
+
+    Raises:
+        PolicyViolation: a value of a type with several spellings of one value that this
+            cannot write in one (a struct or list holding floats), or of a type the guard
+            cannot tell.
+    """
+    spelled = value.meta.get(_TYPE)
+    kind = exp.DataType.build(spelled, dialect="duckdb") if spelled else _chosen_type(value)
+    if kind is None or not _spelled_alike(kind):
+        raise PolicyViolation(
+            f"{value.sql('duckdb')[:60]} returns one of the values it reads, the first among "
+            "values SQL holds equal (-0.0 and 0.0, NaN and -NaN, 1 month and 30 days) in the "
+            "order the engine reads them, and values of its type "
+            f"({kind.sql('duckdb') if kind is not None else 'unknown'}) cannot be written in "
+            "one spelling",
+            "apply it to a number, string, date or timestamp (CAST the value to the type you "
+            "mean, e.g. DOUBLE or VARCHAR)",
+            sql,
+        )
+    if kind.this in _ONE_SPELLING:
         return
     if kind.this is exp.DataType.Type.INTERVAL:
-        canonical = exp.Anonymous(this="normalized_interval", expressions=[value.copy()])
-    else:
+        canonical: exp.Expr = exp.Anonymous(this="normalized_interval", expressions=[value.copy()])
+    else:  # a float: NaN as the one NaN, -0.0 as 0.0
         zero = exp.Cast(this=exp.Literal.number(0), to=kind.copy())
-        canonical = exp.Paren(this=exp.Add(this=value.copy(), expression=zero))
+        nan = exp.Cast(this=exp.Literal.string("nan"), to=kind.copy())
+        test = exp.Anonymous(this="isnan", expressions=[value.copy()])
+        canonical = exp.Paren(this=exp.Case(
+            ifs=[exp.If(this=test, true=nan)],
+            default=exp.Paren(this=exp.Add(this=value.copy(), expression=zero)),
+        ))  # fmt: skip
     canonical.type = kind
     value.replace(canonical)
+
+
+def _known(kind: exp.DataType | None) -> exp.DataType | None:
+    if kind is None or kind.this in (exp.DataType.Type.UNKNOWN, exp.DataType.Type.NULL):
+        return None
+    return kind
+
+
+def _chosen_type(node: exp.Expr) -> exp.DataType | None:
+    """The type of what ``node`` returns if it is a chosen value (a MIN, a quantile, a window
+    returning a row's value): its argument's, else its own (sqlglot leaves a window's type and
+    a quantile's unknown, and the rewrite's cell columns have none). A quantile of integers
+    interpolates a DOUBLE between two of them, which is never -0.0 or NaN."""
+    function = _function(node) if isinstance(node, exp.Window) else node
+    if not isinstance(function, (*_CHOOSING, *_CHOSEN)):
+        return None
+    argument = function.this
+    given = _known(argument.type) if isinstance(argument, exp.Expr) else None
+    return given or _known(function.type) or _known(node.type)
+
+
+def _spelled_alike(kind: exp.DataType) -> bool:
+    """Whether :func:`_in_one_spelling` can write every value of ``kind`` in one spelling."""
+    return kind.this in _ONE_SPELLING or kind.this in (*_FLOATS, exp.DataType.Type.INTERVAL)
+
+
+def _window_of(node: exp.Expr) -> exp.Window | None:
+    """The window whose function ``node`` is (``MIN(x) OVER ()``), if any."""
+    parent = node.parent
+    while isinstance(parent, (exp.IgnoreNulls, exp.RespectNulls)):
+        parent = parent.parent
+    return parent if isinstance(parent, exp.Window) and _function(parent) is node else None
 
 
 def _add_in_order(aggregate: exp.Expr) -> None:
