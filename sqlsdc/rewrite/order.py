@@ -22,7 +22,10 @@ that had no ORDER BY and no frame keeps its whole partition as its frame. Not ch
 DENSE_RANK and aggregates over RANGE or GROUPS frames (peers share their result, so the order
 among them does not matter). FIRST_VALUE and LAST_VALUE over a RANGE frame with an offset are
 refused: the frame starts or ends among tied rows, and DuckDB orders such a frame by one key
-only, so their ties cannot be broken.
+only, so their ties cannot be broken. Rows tied on values SQL holds equal but a later scope
+tells apart (-0.0 and 0.0: ``1 / x``) are ordered by their text too (``CAST(x AS VARCHAR)``),
+in a window's ORDER BY and before a LIMIT that a later scope reads (red team s34:
+``ROW_NUMBER() OVER (ORDER BY x)`` numbered them as a hidden group moved them).
 
 Aggregates over released values (an outer query's, a window's) read the order of their inputs
 too: a floating-point SUM, AVG, STDDEV or VARIANCE adds them in the order the engine gives
@@ -138,7 +141,7 @@ def in_released_order(tree: exp.Expr, outputs: int, sql: str) -> exp.Expr:
             _break_ties(node, len(_first_select(node).expressions))
     for node in chosen:
         _in_one_spelling(node, sql)
-    _break_ties(tree, outputs)
+    _break_ties(tree, outputs, read_later=False)
     return tree
 
 
@@ -281,6 +284,7 @@ def _order_window(window: exp.Window) -> None:
                                           start_side="PRECEDING", end="UNBOUNDED",
                                           end_side="FOLLOWING"))  # fmt: skip
     existing = list(order.expressions) if order is not None else []
+    keys += _spellings(keys)
     window.set("order", exp.Order(expressions=existing + [exp.Ordered(this=k) for k in keys]))
 
 
@@ -314,11 +318,47 @@ def _tiebreakers(select: exp.Select) -> list[exp.Expr]:
     return [value.copy() for value in found.values()]
 
 
-def _break_ties(query: exp.Expr, outputs: int) -> None:
+def _spellings(keys: list[exp.Expr]) -> list[exp.Expr]:
+    """``CAST(k AS VARCHAR)`` of each of ``keys`` whose type may spell one value in several
+    ways (floats, intervals, nested or unknown types): rows tied on -0.0 and 0.0, NaN and
+    -NaN or 1 month and 30 days are not equal in what a later scope reads of them (``1 / x``),
+    so their order must not be the engine's (red team s34: ``ROW_NUMBER() OVER (ORDER BY
+    x)`` numbered the -0.0 and 0.0 rows as a hidden group moved them). Their text tells them
+    apart, and is a function of the value."""
+    return [
+        exp.Cast(this=k.copy(), to=exp.DataType.build("VARCHAR"))
+        for k in keys
+        if (_known(k.type) is None or _known(k.type).this not in _ONE_SPELLING)
+        and not k.find(exp.Window)
+    ]
+
+
+def _break_ties(query: exp.Expr, outputs: int, *, read_later: bool = True) -> None:
+    """Order ``query`` by its own ORDER BY, then by its first ``outputs`` columns and, when a
+    later scope reads the rows it keeps (``read_later``: not the result, whose values are
+    released in one spelling), by their :func:`_spellings` (not after DISTINCT, whose
+    ORDER BY may only name its outputs)."""
     order = query.args.get("order")
     keys = list(order.expressions) if order is not None else []
     keys += [exp.Ordered(this=exp.Literal.number(i + 1)) for i in range(outputs)]
+    if read_later and not query.args.get("distinct"):
+        keys += [exp.Ordered(this=k) for k in _spellings(_output_values(query, outputs))]
     query.set("order", exp.Order(expressions=keys))
+
+
+def _output_values(query: exp.Expr, outputs: int) -> list[exp.Expr]:
+    """What the ORDER BY of ``query`` can name its first ``outputs`` columns by: a SELECT's
+    expressions; a set operation's output names (none when one has no name of its own or two
+    share one: its rows then keep only the positional keys)."""
+    if isinstance(query, exp.Select):
+        return [p.unalias() for p in query.expressions[:outputs]]
+    if isinstance(query, (exp.Union, exp.Intersect, exp.Except)) and not query.args.get(
+        "distinct", True
+    ):
+        names = [p.alias_or_name for p in _first_select(query).expressions[:outputs]]
+        if all(names) and len(set(names)) == len(names):
+            return [exp.column(name) for name in names]
+    return []
 
 
 def _first_select(query: exp.Expr) -> exp.Select:

@@ -24,6 +24,12 @@ tables give the shown groups another order; anything released that depends on th
   ``MIN(x) OVER ()`` over a DOUBLE of a derived table was wrapped inside the window
   (``(MIN(x) + 0) OVER ()``, which DuckDB cannot bind), so every such query was refused. The
   window itself is now wrapped, with the type its value had in the analysis.
+* **rows tied on -0.0 and 0.0 in a window's or a LIMIT's order**: ``ROW_NUMBER() OVER (ORDER
+  BY x)`` with x -0.0 on SOME and 0.0 elsewhere numbered the tied rows in the engine's order,
+  and an outer ``1 / x`` read which number each sign got: on the demo rows 12 and 14 swapped
+  as the guess was right or not, in every run (noise-free, one query per guess); a LIMIT over
+  such ties (and over a UNION ALL) kept the engine's choice. Such ties are now broken by the
+  values' text (``CAST(x AS VARCHAR)``), a function of the value.
 * **structs and lists were released as written**: ``(x, 1)`` and ``CAST('[' || CAST(x AS
   VARCHAR) || ']' AS DOUBLE[])`` came back with -0.0 and NaN signs inside, and MIN over them
   chose among equal ones. Released structs, lists and maps are written in one spelling
@@ -209,3 +215,41 @@ def test_chosen_values_of_one_spelling_are_left_as_they_are(ckm):
     assert rows[0][1] == counts[-1] and float(rows[0][2]) == counts[0]
     assert rows[0][3] == statistics.median(counts)
     assert rows[0][4] == counts[(len(counts) - 1) // 2]
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "SELECT rn, 1 / x FROM (SELECT x, ROW_NUMBER() OVER (ORDER BY x) AS rn "
+        f"FROM (SELECT {SIGNED} AS x FROM ({{inner}}) t) u) v",
+        f"SELECT rn, 1 / x FROM (SELECT {SIGNED} AS x, ROW_NUMBER() OVER (ORDER BY {SIGNED}) "
+        "AS rn FROM ({inner}) t) v",
+    ],
+    ids=["derived", "same_scope"],
+)
+def test_a_window_numbers_values_equal_to_sql_by_their_spelling(ckm, template):
+    """Before: the numbers of the -0.0 and 0.0 rows (tied in the window's ORDER BY x, x) were
+    the engine's order: on the demo rows 12 and 14 swapped signs as the person's guessed age
+    was right or not, in every run. Now -0.0 (text '-0.0') before 0.0."""
+    for condition in (RARE, NOBODY):
+        rows = sorted(_answer(ckm, condition, template))
+        signs = [value for _, value in rows]
+        assert signs == sorted(signs)  # every -inf (a -0.0) before every inf
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        f"SELECT 1 / x FROM (SELECT {SIGNED} AS x FROM ({{inner}}) t ORDER BY x LIMIT 3) u",
+        f"SELECT 1 / x FROM (SELECT {SIGNED} AS x FROM ({{inner}}) t ORDER BY x LIMIT 3 "
+        "OFFSET 2) u",
+        f"SELECT 1 / x FROM (SELECT {SIGNED} AS x FROM ({{inner}}) t UNION ALL SELECT 1.0 "
+        "ORDER BY x LIMIT 3) u",
+    ],
+    ids=["limit", "offset", "union_all"],
+)
+def test_a_limit_keeps_values_equal_to_sql_by_their_spelling(ckm, template):
+    """Before: which of the tied -0.0 and 0.0 rows a LIMIT kept was the engine's choice (the
+    UNION ALL one gave (-inf, inf, inf) for the guess and three -inf for nobody in a run)."""
+    for condition in (RARE, NOBODY):
+        assert _answer(ckm, condition, template) == [(-math.inf,)] * 3
