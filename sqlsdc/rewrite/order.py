@@ -222,7 +222,10 @@ def _window_of(node: exp.Expr) -> exp.Window | None:
 
 def _add_in_order(aggregate: exp.Expr) -> None:
     """``aggregate`` adds its inputs in the order of their values (``SUM(x ORDER BY x)``),
-    after an ORDER BY of its own: inputs tied on it are equal, so the result is the same
+    after an ORDER BY of its own, then of their text where one value has several spellings
+    (:func:`_spellings`): NaN and -NaN are tied, and a sum or standard deviation of NaNs
+    keeps the sign of the first it reads (red team s34: STDDEV gave 'nan' or '-nan' as a
+    hidden group moved them). Inputs tied on all of it are equal, so the result is the same
     whatever order the engine reads them in."""
     argument = aggregate.this
     if isinstance(argument, exp.Order):
@@ -230,9 +233,12 @@ def _add_in_order(aggregate: exp.Expr) -> None:
     else:
         order = exp.Order(this=argument)
         aggregate.set("this", order)
-    if isinstance(argument, exp.Distinct):  # SUM(DISTINCT x): one argument
-        argument = argument.expressions[0]
-    order.set("expressions", [*order.expressions, exp.Ordered(this=argument.copy())])
+    keys = [argument]
+    if isinstance(argument, exp.Distinct):  # SUM(DISTINCT x): one argument, ordered by it only
+        keys = [argument.expressions[0]]
+    else:
+        keys += _spellings(keys)
+    order.set("expressions", [*order.expressions, *(exp.Ordered(this=k.copy()) for k in keys)])
 
 
 def _function(window: exp.Window) -> exp.Expr:

@@ -30,6 +30,10 @@ tables give the shown groups another order; anything released that depends on th
   as the guess was right or not, in every run (noise-free, one query per guess); a LIMIT over
   such ties (and over a UNION ALL) kept the engine's choice. Such ties are now broken by the
   values' text (``CAST(x AS VARCHAR)``), a function of the value.
+* **floating-point sums of NaNs of both signs**: ``SUM(x ORDER BY x)`` (red team s33c's
+  order) ties NaN and -NaN, and the sum (AVG, STDDEV, VAR_POP) keeps the sign of the first it
+  reads: STDDEV gave '-nan' or 'nan' as the guess was right or not. Their text orders them
+  too.
 * **structs and lists were released as written**: ``(x, 1)`` and ``CAST('[' || CAST(x AS
   VARCHAR) || ']' AS DOUBLE[])`` came back with -0.0 and NaN signs inside, and MIN over them
   chose among equal ones. Released structs, lists and maps are written in one spelling
@@ -253,3 +257,16 @@ def test_a_limit_keeps_values_equal_to_sql_by_their_spelling(ckm, template):
     UNION ALL one gave (-inf, inf, inf) for the guess and three -inf for nobody in a run)."""
     for condition in (RARE, NOBODY):
         assert _answer(ckm, condition, template) == [(-math.inf,)] * 3
+
+
+@pytest.mark.parametrize("function", ["SUM", "AVG", "STDDEV", "VAR_POP"])
+def test_a_sum_of_nans_of_either_sign_does_not_read_the_engine_s_order(ckm, function):
+    """``SUM(x ORDER BY x)`` ties NaN and -NaN, and the result keeps the sign of the NaN read
+    first: STDDEV gave ('-nan', 'nan') for the guess and ('nan', '-nan') for nobody in a run.
+    Now their text orders them too, so the answer is one function of the values."""
+    template = (
+        f"SELECT CAST({function}({SIGNED_NAN}) AS VARCHAR), "
+        f"CAST({function}({UNSIGNED_NAN}) AS VARCHAR) FROM ({{inner}}) t"
+    )
+    answers = {tuple(_answer(ckm, condition, template)[0]) for condition in (RARE, NOBODY)}
+    assert len(answers) == 1 and len(set(next(iter(answers)))) == 1
