@@ -69,7 +69,7 @@ _ONE_SPELLING = frozenset((
     _T.BOOLEAN, _T.TINYINT, _T.UTINYINT, _T.SMALLINT, _T.USMALLINT, _T.INT, _T.UINT,
     _T.BIGINT, _T.UBIGINT, _T.INT128, _T.UINT128, _T.DECIMAL, _T.VARCHAR, _T.CHAR, _T.TEXT,
     _T.DATE, _T.TIME, _T.TIMESTAMP, _T.TIMESTAMPTZ, _T.TIMESTAMP_S, _T.TIMESTAMP_MS,
-    _T.TIMESTAMP_NS, _T.UUID, _T.VARBINARY, _T.BINARY, _T.BIT, _T.ENUM,
+    _T.TIMESTAMP_NS, _T.UUID, _T.VARBINARY, _T.BINARY, _T.BIT, _T.ENUM, _T.NULL,
 ))  # fmt: skip
 _TYPE = "sdc_chosen_type"  # meta key: the type a chosen value had in the analysed tree
 _HIDDEN = (STATUS_PREFIX, *ACCURACY_PREFIXES)
@@ -189,7 +189,7 @@ def _in_one_spelling(value: exp.Expr, sql: str) -> None:
 
 
 def _known(kind: exp.DataType | None) -> exp.DataType | None:
-    if kind is None or kind.this in (exp.DataType.Type.UNKNOWN, exp.DataType.Type.NULL):
+    if kind is None or kind.this is exp.DataType.Type.UNKNOWN:
         return None
     return kind
 
@@ -204,6 +204,10 @@ def _chosen_type(node: exp.Expr) -> exp.DataType | None:
         return None
     argument = function.this
     given = _known(argument.type) if isinstance(argument, exp.Expr) else None
+    if given is None and isinstance(argument, (exp.DateTrunc, exp.TimestampTrunc)):
+        given = _known(argument.this.type)  # a date or timestamp: sqlglot types it unknown
+    elif given is None and isinstance(argument, exp.Grouping):
+        given = exp.DataType.build("INT")
     return given or _known(function.type) or _known(node.type)
 
 
