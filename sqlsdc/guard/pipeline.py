@@ -287,7 +287,7 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
     in_time()
     protected = _rename_outputs(protected, names)
     if plan.cells:  # rows of confidential data: their order tells nothing the values do not
-        protected = in_released_order(protected, len(names), sql)
+        protected = in_released_order(protected, sql)
     kept = validate_release(protected, context.policy)  # the nodes of the result
     text = context.to_sql(protected)
     columns = _describe_outputs(analysis, plan, names, context.ptables, stages)

@@ -10,9 +10,11 @@ did not (their row made a hidden group of its own), whatever the noise on the co
 with ties, and a LIMIT after it (or in a derived table), chose among tied rows the same way.
 
 So a result that reads confidential rows is ordered by the query's ORDER BY, then by every
-output column in turn, and so is every derived table or CTE that keeps some of its rows (LIMIT,
-OFFSET): rows tied on all of them are equal in everything the scope passes on, and which comes
-first tells nothing. The extra keys only break ties, so a query's own order is kept.
+output column in turn (the hidden status and accuracy columns last: rows equal in every value,
+a NULL published and a NULL suppressed, gave ``cursor.cell_status()`` in the engine's order),
+and so is every derived table or CTE that keeps some of its rows (LIMIT, OFFSET): rows tied on
+all of them are equal in everything the scope passes on, and which comes first tells nothing.
+The extra keys only break ties, so a query's own order is kept.
 
 Window functions read the order of their rows too: ROW_NUMBER, LAG, LEAD, FIRST_VALUE and
 LAST_VALUE, and aggregates over a ROWS frame (a moving average). Their ORDER BY is extended by
@@ -100,10 +102,12 @@ def mark_analyst_scopes(tree: exp.Expr, rewritten: set[int]) -> None:
                 node.meta[_TYPE] = kind.sql("duckdb")
 
 
-def in_released_order(tree: exp.Expr, outputs: int, sql: str) -> exp.Expr:
+def in_released_order(tree: exp.Expr, sql: str) -> exp.Expr:
     """``tree`` (the root of a protected query of ``sql``) with its ORDER BY extended by the
-    positions of its first ``outputs`` columns (the query's own, before the hidden status
-    columns), and every scope inside it that LIMITs or OFFSETs its rows by all of its columns;
+    positions of all its columns (the query's own, then the hidden status and accuracy
+    columns: rows equal in every value may differ in them, a NULL published and a NULL
+    suppressed, and ``cursor.cell_status()`` releases them in the rows' order, red team s34),
+    and every scope inside it that LIMITs or OFFSETs its rows by all of its columns;
     changed in place and returned. The cell frames (``__cells``) are the rewrite's and keep no
     rows; the analyst's scopes inside them (a subquery of a WHERE) are marked by
     :func:`mark_analyst_scopes` and ordered like the others.
@@ -141,7 +145,7 @@ def in_released_order(tree: exp.Expr, outputs: int, sql: str) -> exp.Expr:
             _break_ties(node, len(_first_select(node).expressions))
     for node in chosen:
         _in_one_spelling(node, sql)
-    _break_ties(tree, outputs, read_later=False)
+    _break_ties(tree, len(_first_select(tree).expressions), read_later=False)
     return tree
 
 

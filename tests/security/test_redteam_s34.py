@@ -34,6 +34,10 @@ tables give the shown groups another order; anything released that depends on th
   order) ties NaN and -NaN, and the sum (AVG, STDDEV, VAR_POP) keeps the sign of the first it
   reads: STDDEV gave '-nan' or 'nan' as the guess was right or not. Their text orders them
   too.
+* **the statuses of rows equal in every value**: the result was ordered by its values only,
+  so rows such as (NULL published, NULL suppressed) came in the engine's order, and
+  ``cursor.cell_status()`` listed their statuses in it (it varied from run to run). The hidden
+  status and accuracy columns now break the result's ties too.
 * **structs and lists were released as written**: ``(x, 1)`` and ``CAST('[' || CAST(x AS
   VARCHAR) || ']' AS DOUBLE[])`` came back with -0.0 and NaN signs inside, and MIN over them
   chose among equal ones. Released structs, lists and maps are written in one spelling
@@ -270,3 +274,23 @@ def test_a_sum_of_nans_of_either_sign_does_not_read_the_engine_s_order(ckm, func
     )
     answers = {tuple(_answer(ckm, condition, template)[0]) for condition in (RARE, NOBODY)}
     assert len(answers) == 1 and len(set(next(iter(answers)))) == 1
+
+
+def test_the_status_of_rows_equal_in_every_value_comes_in_the_order_of_statuses(ckm):
+    """Every row is (NULL, 0): NULLIF(x, x) is NULL, published where the average exists (the
+    municipalities of SOME) and suppressed elsewhere. The result was ordered by the values
+    only, so ``cell_status()`` listed the statuses of the tied rows in the engine's order,
+    which varied from run to run ('ppppppssssssssssssssp', 'ppsssssspppppssssssss'): the
+    order a hidden group moves (red team s33's attack) through the status. The hidden status
+    columns now break the ties too."""
+    average = f"AVG(CASE WHEN municipality IN {SOME} THEN income END)"
+    for condition in (RARE, NOBODY):
+        key = f"CASE WHEN {condition} THEN 'R08-M001' ELSE municipality END"
+        cursor = ckm.cursor()
+        cursor.execute(
+            f"SELECT NULLIF({average}, {average}) AS v, COUNT(*) * 0 AS z FROM persons "
+            f"WHERE region = 'R08' GROUP BY {key}"
+        )
+        assert set(cursor.fetchall()) == {(None, 0)}
+        statuses = list(cursor.cell_status().iloc[:, 0])
+        assert statuses == sorted(statuses) and len(set(statuses)) == 2
