@@ -288,7 +288,7 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
     in_time()
     protected = _rename_outputs(protected, names)
     if plan.cells:  # rows of confidential data: their order tells nothing the values do not
-        protected = in_released_order(protected, len(names), sql)
+        protected = in_released_order(protected, sql)
         released_in_one_spelling(protected)  # and none of the values SQL holds equal
     kept = validate_release(protected, context.policy)  # the nodes of the result
     text = context.to_sql(protected)

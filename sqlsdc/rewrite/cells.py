@@ -264,7 +264,7 @@ class _Rebuild:
             and current in self.keys
         ):
             return cell_column(f"__g{self.keys.index(current)}")
-        return current.__class__(
+        rebuilt = current.__class__(
             **{
                 k: (
                     [self.node(v) if isinstance(v, exp.Expr) else v for v in value]
@@ -276,6 +276,9 @@ class _Rebuild:
                 for k, value in current.args.items()
             }
         )
+        if current._meta:  # the analysis' marks, as a copy keeps them (rewrite.order reads
+            rebuilt._meta = dict(current._meta)  # the type a MIN over cells had)
+        return rebuilt
 
 
 def _check_lifted(outer: exp.Select, cells: Cells) -> None:

@@ -10,9 +10,11 @@ did not (their row made a hidden group of its own), whatever the noise on the co
 with ties, and a LIMIT after it (or in a derived table), chose among tied rows the same way.
 
 So a result that reads confidential rows is ordered by the query's ORDER BY, then by every
-output column in turn, and so is every derived table or CTE that keeps some of its rows (LIMIT,
-OFFSET): rows tied on all of them are equal in everything the scope passes on, and which comes
-first tells nothing. The extra keys only break ties, so a query's own order is kept.
+output column in turn (the hidden status and accuracy columns last: rows equal in every value,
+a NULL published and a NULL suppressed, gave ``cursor.cell_status()`` in the engine's order),
+and so is every derived table or CTE that keeps some of its rows (LIMIT, OFFSET): rows tied on
+all of them are equal in everything the scope passes on, and which comes first tells nothing.
+The extra keys only break ties, so a query's own order is kept.
 
 Window functions read the order of their rows too: ROW_NUMBER, LAG, LEAD, FIRST_VALUE and
 LAST_VALUE, and aggregates over a ROWS frame (a moving average). Their ORDER BY is extended by
@@ -22,16 +24,21 @@ that had no ORDER BY and no frame keeps its whole partition as its frame. Not ch
 DENSE_RANK and aggregates over RANGE or GROUPS frames (peers share their result, so the order
 among them does not matter). FIRST_VALUE and LAST_VALUE over a RANGE frame with an offset are
 refused: the frame starts or ends among tied rows, and DuckDB orders such a frame by one key
-only, so their ties cannot be broken.
+only, so their ties cannot be broken. Rows tied on values SQL holds equal but a later scope
+tells apart (-0.0 and 0.0: ``1 / x``) are ordered by their text too (``CAST(x AS VARCHAR)``),
+in a window's ORDER BY and before a LIMIT that a later scope reads (red team s34:
+``ROW_NUMBER() OVER (ORDER BY x)`` numbered them as a hidden group moved them).
 
 Aggregates over released values (an outer query's, a window's) read the order of their inputs
 too: a floating-point SUM, AVG, STDDEV or VARIANCE adds them in the order the engine gives
 them, and values that cancel (1e16, 1.0, -1e16) turn that order into a different sum (red
 team s33c: 2 or 3 on the demo, as the person's guessed age was right or not). They add their
 inputs in the order of their values (``SUM(x ORDER BY x)``), after an ORDER BY of the query's.
-MIN, MAX and the windows that return one row's value return the first of equal values they
-read, and SQL holds -0.0 equal to 0.0 and 30 days equal to 1 month: their result is written in
-one spelling (:mod:`sqlsdc.rewrite.spelling`, which spells group keys and DISTINCT outputs too).
+MIN, MAX, the quantiles (MEDIAN, QUANTILE_DISC, QUANTILE_CONT) and the windows that return
+one row's value return the first of equal values they read, and SQL holds -0.0 equal to 0.0,
+-NaN equal to NaN and 30 days equal to 1 month: their result is written in one spelling, and
+so are a GROUP BY's keys, DISTINCT rows and the rows of set operations and LIMITs
+(:mod:`sqlsdc.rewrite.spelling`).
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ from sqlglot import exp
 from sqlsdc.engines.trees import nodes
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.rewrite.cells import ACCURACY_PREFIXES, CELLS, STATUS_PREFIX
-from sqlsdc.rewrite.spelling import in_one_spelling
+from sqlsdc.rewrite.spelling import in_one_spelling, in_one_spelling_already, remember_chosen_type
 
 _QUERIES = (exp.Select, exp.Union, exp.Intersect, exp.Except)
 _ORDERED = (exp.RowNumber, exp.Lag, exp.Lead, exp.FirstValue, exp.LastValue)
@@ -51,7 +58,8 @@ _ORDERED = (exp.RowNumber, exp.Lag, exp.Lead, exp.FirstValue, exp.LastValue)
 _ACCUMULATING = (exp.Sum, exp.Avg, exp.Stddev, exp.StddevSamp, exp.StddevPop, exp.Variance,
                  exp.VariancePop)  # fmt: skip
 # aggregates and windows that return one of the values they read, chosen among equal ones
-_CHOOSING = (exp.Min, exp.Max)
+# (a quantile picks the value at its rank, or two neighbours to interpolate between)
+_CHOOSING = (exp.Min, exp.Max, exp.Median, exp.Quantile, exp.PercentileCont, exp.PercentileDisc)
 _CHOSEN = (exp.FirstValue, exp.LastValue, exp.Lag, exp.Lead)
 _HIDDEN = (STATUS_PREFIX, *ACCURACY_PREFIXES)
 _CELL_KEY = re.compile(r"__gg?\d+")
@@ -76,12 +84,15 @@ def mark_analyst_scopes(tree: exp.Expr, rewritten: set[int]) -> None:
             and id(node) not in rewritten
         ):
             node.meta[_ANALYST] = True
+            remember_chosen_type(node)
 
 
-def in_released_order(tree: exp.Expr, outputs: int, sql: str) -> exp.Expr:
+def in_released_order(tree: exp.Expr, sql: str) -> exp.Expr:
     """``tree`` (the root of a protected query of ``sql``) with its ORDER BY extended by the
-    positions of its first ``outputs`` columns (the query's own, before the hidden status
-    columns), and every scope inside it that LIMITs or OFFSETs its rows by all of its columns;
+    positions of all its columns (the query's own, then the hidden status and accuracy
+    columns: rows equal in every value may differ in them, a NULL published and a NULL
+    suppressed, and ``cursor.cell_status()`` releases them in the rows' order, red team s34),
+    and every scope inside it that LIMITs or OFFSETs its rows by all of its columns;
     changed in place and returned. The cell frames (``__cells``) are the rewrite's and keep no
     rows; the analyst's scopes inside them (a subquery of a WHERE) are marked by
     :func:`mark_analyst_scopes` and ordered like the others.
@@ -100,7 +111,8 @@ def in_released_order(tree: exp.Expr, outputs: int, sql: str) -> exp.Expr:
         if isinstance(node, _ACCUMULATING):
             _add_in_order(node)
         elif isinstance(node, _CHOOSING):
-            chosen.append(node)
+            if _window_of(node) is None:  # a window's MIN is the window's value
+                chosen.append(node)
         elif isinstance(node, exp.Window):
             if _untieable(node):
                 raise PolicyViolation(
@@ -112,19 +124,30 @@ def in_released_order(tree: exp.Expr, outputs: int, sql: str) -> exp.Expr:
                 )
             if _reads_order(node):
                 _order_window(node)
-            if isinstance(_function(node), _CHOSEN):
+            if isinstance(_function(node), (*_CHOSEN, *_CHOOSING)):
                 chosen.append(node)
         elif node.args.get("limit") is not None or node.args.get("offset") is not None:
             _break_ties(node, len(_first_select(node).expressions))
     for node in chosen:
-        in_one_spelling(node)
-    _break_ties(tree, outputs)
+        in_one_spelling(node, sql)
+    _break_ties(tree, len(_first_select(tree).expressions), read_later=False)
     return tree
+
+
+def _window_of(node: exp.Expr) -> exp.Window | None:
+    """The window whose function ``node`` is (``MIN(x) OVER ()``), if any."""
+    parent = node.parent
+    while isinstance(parent, (exp.IgnoreNulls, exp.RespectNulls)):
+        parent = parent.parent
+    return parent if isinstance(parent, exp.Window) and _function(parent) is node else None
 
 
 def _add_in_order(aggregate: exp.Expr) -> None:
     """``aggregate`` adds its inputs in the order of their values (``SUM(x ORDER BY x)``),
-    after an ORDER BY of its own: inputs tied on it are equal, so the result is the same
+    after an ORDER BY of its own, then of their text where one value has several spellings
+    (:func:`_spellings`): NaN and -NaN are tied, and a sum or standard deviation of NaNs
+    keeps the sign of the first it reads (red team s34: STDDEV gave 'nan' or '-nan' as a
+    hidden group moved them). Inputs tied on all of it are equal, so the result is the same
     whatever order the engine reads them in."""
     argument = aggregate.this
     if isinstance(argument, exp.Order):
@@ -132,9 +155,12 @@ def _add_in_order(aggregate: exp.Expr) -> None:
     else:
         order = exp.Order(this=argument)
         aggregate.set("this", order)
-    if isinstance(argument, exp.Distinct):  # SUM(DISTINCT x): one argument
-        argument = argument.expressions[0]
-    order.set("expressions", [*order.expressions, exp.Ordered(this=argument.copy())])
+    keys = [argument]
+    if isinstance(argument, exp.Distinct):  # SUM(DISTINCT x): one argument, ordered by it only
+        keys = [argument.expressions[0]]
+    else:
+        keys += _spellings(keys)
+    order.set("expressions", [*order.expressions, *(exp.Ordered(this=k.copy()) for k in keys)])
 
 
 def _function(window: exp.Window) -> exp.Expr:
@@ -186,6 +212,7 @@ def _order_window(window: exp.Window) -> None:
                                           start_side="PRECEDING", end="UNBOUNDED",
                                           end_side="FOLLOWING"))  # fmt: skip
     existing = list(order.expressions) if order is not None else []
+    keys += _spellings(keys)
     window.set("order", exp.Order(expressions=existing + [exp.Ordered(this=k) for k in keys]))
 
 
@@ -219,11 +246,46 @@ def _tiebreakers(select: exp.Select) -> list[exp.Expr]:
     return [value.copy() for value in found.values()]
 
 
-def _break_ties(query: exp.Expr, outputs: int) -> None:
+def _spellings(keys: list[exp.Expr]) -> list[exp.Expr]:
+    """``CAST(k AS VARCHAR)`` of each of ``keys`` whose type may spell one value in several
+    ways (floats, intervals, nested or unknown types): rows tied on -0.0 and 0.0, NaN and
+    -NaN or 1 month and 30 days are not equal in what a later scope reads of them (``1 / x``),
+    so their order must not be the engine's (red team s34: ``ROW_NUMBER() OVER (ORDER BY
+    x)`` numbered the -0.0 and 0.0 rows as a hidden group moved them). Their text tells them
+    apart, and is a function of the value."""
+    return [
+        exp.Cast(this=k.copy(), to=exp.DataType.build("VARCHAR"))
+        for k in keys
+        if not in_one_spelling_already(k) and not k.find(exp.Window)
+    ]
+
+
+def _break_ties(query: exp.Expr, outputs: int, *, read_later: bool = True) -> None:
+    """Order ``query`` by its own ORDER BY, then by its first ``outputs`` columns and, when a
+    later scope reads the rows it keeps (``read_later``: not the result, whose values are
+    released in one spelling), by their :func:`_spellings` (not after DISTINCT, whose
+    ORDER BY may only name its outputs)."""
     order = query.args.get("order")
     keys = list(order.expressions) if order is not None else []
     keys += [exp.Ordered(this=exp.Literal.number(i + 1)) for i in range(outputs)]
+    if read_later and not query.args.get("distinct"):
+        keys += [exp.Ordered(this=k) for k in _spellings(_output_values(query, outputs))]
     query.set("order", exp.Order(expressions=keys))
+
+
+def _output_values(query: exp.Expr, outputs: int) -> list[exp.Expr]:
+    """What the ORDER BY of ``query`` can name its first ``outputs`` columns by: a SELECT's
+    expressions; a set operation's output names (none when one has no name of its own or two
+    share one: its rows then keep only the positional keys)."""
+    if isinstance(query, exp.Select):
+        return [p.unalias() for p in query.expressions[:outputs]]
+    if isinstance(query, (exp.Union, exp.Intersect, exp.Except)) and not query.args.get(
+        "distinct", True
+    ):
+        names = [p.alias_or_name for p in _first_select(query).expressions[:outputs]]
+        if all(names) and len(set(names)) == len(names):
+            return [exp.column(name) for name in names]
+    return []
 
 
 def _first_select(query: exp.Expr) -> exp.Select:

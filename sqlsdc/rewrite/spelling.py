@@ -26,9 +26,21 @@ from __future__ import annotations
 from sqlglot import exp
 
 from sqlsdc.engines.trees import nodes
+from sqlsdc.errors import PolicyViolation
 
-_FLOATS = (exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT)
-_SPELLED = (*_FLOATS, exp.DataType.Type.INTERVAL)
+_T = exp.DataType.Type
+_FLOATS = (_T.DOUBLE, _T.FLOAT)
+_SPELLED = (*_FLOATS, _T.INTERVAL)
+ONE_SPELLING = frozenset((
+    _T.BOOLEAN, _T.TINYINT, _T.UTINYINT, _T.SMALLINT, _T.USMALLINT, _T.INT, _T.UINT,
+    _T.BIGINT, _T.UBIGINT, _T.INT128, _T.UINT128, _T.DECIMAL, _T.VARCHAR, _T.CHAR, _T.TEXT,
+    _T.DATE, _T.TIME, _T.TIMESTAMP, _T.TIMESTAMPTZ, _T.TIMESTAMP_S, _T.TIMESTAMP_MS,
+    _T.TIMESTAMP_NS, _T.UUID, _T.VARBINARY, _T.BINARY, _T.BIT, _T.ENUM, _T.NULL,
+))  # fmt: skip
+"""Types whose values SQL holds equal only when they are written alike."""
+_CHOOSING = (exp.Min, exp.Max, exp.Median, exp.Quantile, exp.PercentileCont, exp.PercentileDisc,
+             exp.FirstValue, exp.LastValue, exp.Lag, exp.Lead)  # fmt: skip
+_CHOSEN_TYPE = "sdc_chosen_type"  # meta key: the type a chosen value had in the analysed tree
 _TEMPORAL = {
     exp.DataType.Type.DATE, exp.DataType.Type.DATETIME, exp.DataType.Type.TIMESTAMP,
     exp.DataType.Type.TIMESTAMPTZ, exp.DataType.Type.TIMESTAMP_S, exp.DataType.Type.TIMESTAMP_MS,
@@ -41,10 +53,16 @@ _READING = ("expressions", "having", "qualify", "order")
 
 
 def released_in_one_spelling(tree: exp.Expr) -> None:
-    """Spell, in every query of ``tree`` (a protected query, changed in place), the keys of
-    each GROUP BY where the query reads them, and the outputs of every query that keeps some
-    of its rows among equal ones (DISTINCT, a set operation's operands, LIMIT or OFFSET)."""
-    for node in nodes(tree):
+    """Spell, in every query of ``tree`` (a protected query, changed in place), the values of
+    each aggregate's DISTINCT, the keys of each GROUP BY where the query reads them, and the
+    outputs of every query that keeps some of its rows among equal ones (DISTINCT, a set
+    operation's operands, LIMIT or OFFSET)."""
+    walked = nodes(tree)
+    for node in walked:  # first: a spelled output copies the aggregates it holds
+        if isinstance(node, exp.Distinct) and isinstance(node.parent, (exp.AggFunc, exp.Order)):
+            aggregate = node.parent if isinstance(node.parent, exp.AggFunc) else node.parent.parent
+            _spell_keys(node.find_ancestor(exp.Select), node.expressions, (), within=aggregate)
+    for node in walked:
         if not isinstance(node, exp.Select):
             continue
         group = node.args.get("group")
@@ -59,15 +77,64 @@ def released_in_one_spelling(tree: exp.Expr) -> None:
             _spell_keys(node, [p.unalias() for p in node.expressions], ("expressions", "order"))
 
 
-def in_one_spelling(value: exp.Expr) -> None:
-    """Replace ``value`` (a MIN or MAX, or a window of a function returning one of the values
-    it reads) by the same value in one spelling, if its type has several."""
-    function = value.this if isinstance(value, exp.Window) else value
+def remember_chosen_type(node: exp.Expr) -> None:
+    """Record on ``node`` of the analysed tree (a MIN, quantile or window) the type of the
+    value it chooses, for :func:`in_one_spelling`: the rewrite rebuilds the aggregations'
+    own nodes over cell columns, which have no type."""
+    kind = _chosen_type(node)
+    if kind is not None:
+        node.meta[_CHOSEN_TYPE] = kind.sql("duckdb")
+
+
+def in_one_spelling(value: exp.Expr, sql: str) -> None:
+    """Replace ``value`` (a MIN, MAX, quantile, or a window returning one of the values it
+    reads) by the same value in one spelling, if its type has several.
+
+    Raises:
+        PolicyViolation: its type has several spellings of one value that cannot be written
+            in one (a struct or list holding floats), or the guard cannot tell its type.
+    """
+    recorded = value.meta.get(_CHOSEN_TYPE)
+    kind = exp.DataType.build(recorded, dialect="duckdb") if recorded else _chosen_type(value)
+    if kind is None or not (kind.this in ONE_SPELLING or kind.this in _SPELLED):
+        raise PolicyViolation(
+            f"{value.sql('duckdb')[:60]} returns one of the values it reads, the first among "
+            "values SQL holds equal (-0.0 and 0.0, NaN and -NaN, 1 month and 30 days) in the "
+            "order the engine reads them, and values of its type "
+            f"({kind.sql('duckdb') if kind is not None else 'unknown'}) cannot be written in "
+            "one spelling",
+            "apply it to a number, string, date or timestamp (CAST the value to the type you "
+            "mean, e.g. DOUBLE or VARCHAR)",
+            sql,
+        )
+    if kind.this in _SPELLED:
+        value.replace(_spelled(value.copy(), kind))
+
+
+def in_one_spelling_already(value: exp.Expr) -> bool:
+    """Whether every value ``value`` can take has one spelling (its type is known to be one
+    of :data:`ONE_SPELLING`)."""
+    kind = _kind(value, value.find_ancestor(exp.Select))
+    return kind is not None and kind.this in ONE_SPELLING
+
+
+def _chosen_type(node: exp.Expr) -> exp.DataType | None:
+    """The type of what ``node`` returns if it chooses one of the values it reads (a MIN, a
+    quantile, a window returning a row's value): its argument's. A quantile of integers
+    interpolates a DOUBLE between two of them, which is never -0.0 or NaN."""
+    function = node.this if isinstance(node, exp.Window) else node
     while isinstance(function, (exp.IgnoreNulls, exp.RespectNulls)):
         function = function.this
-    kind = _kind(function.this, value.find_ancestor(exp.Select))
-    if kind is not None and kind.this in _SPELLED:
-        value.replace(_spelled(value.copy(), kind))
+    if not isinstance(function, _CHOOSING):
+        return None
+    argument = function.this
+    if isinstance(argument, exp.Grouping):
+        return exp.DataType.build("INT")
+    if isinstance(argument, (exp.DateTrunc, exp.TimestampTrunc)):
+        argument = argument.this  # a date or a timestamp, which sqlglot leaves unknown
+    if isinstance(argument, exp.Null):
+        return exp.DataType.build("NULL")
+    return _kind(argument, node.find_ancestor(exp.Select))
 
 
 def _spelled(value: exp.Expr, kind: exp.DataType) -> exp.Expr:
@@ -82,9 +149,12 @@ def _spelled(value: exp.Expr, kind: exp.DataType) -> exp.Expr:
     return exp.Paren(this=spelled) if isinstance(spelled, exp.Case) else spelled
 
 
-def _spell_keys(select: exp.Select, keys: list[exp.Expr], clauses: tuple[str, ...]) -> None:
-    """Replace, in ``clauses`` of ``select`` (not in its subqueries, nor in GROUPING()), every
-    occurrence of a key of a spelled type by its spelling; a projection keeps its name."""
+def _spell_keys(
+    select: exp.Select | None, keys: list[exp.Expr], clauses: tuple[str, ...], within=None
+) -> None:
+    """Replace, in ``clauses`` of ``select`` or in the node ``within`` (not in subqueries, nor
+    in GROUPING()), every occurrence of a key of a spelled type by its spelling; a projection
+    keeps its name."""
     typed = []
     for key in keys:
         if isinstance(key, exp.Literal):
@@ -95,11 +165,13 @@ def _spell_keys(select: exp.Select, keys: list[exp.Expr], clauses: tuple[str, ..
     if not typed:
         return
     typed.sort(key=lambda pair: -sum(1 for _ in pair[0].walk()))  # a + b before a
+    parts = [within] if within is not None else []
     for clause in clauses:
         value = select.args.get(clause)
-        for part in value if isinstance(value, list) else [value]:
-            if part is not None:
-                _replace_in(part, select, typed)
+        parts += value if isinstance(value, list) else [value]
+    for part in parts:
+        if part is not None:
+            _replace_in(part, select, typed)
 
 
 def _replace_in(part: exp.Expr, select: exp.Select, typed) -> None:
@@ -112,10 +184,7 @@ def _replace_in(part: exp.Expr, select: exp.Select, typed) -> None:
             spelled = _spelled(node.copy(), match)
             if node.parent is select:  # an unnamed projection keeps its output name
                 spelled = exp.alias_(spelled, node.alias_or_name) if node.alias_or_name else spelled
-            if node is part:
-                part.replace(spelled)
-            else:
-                node.replace(spelled)
+            node.replace(spelled)
             continue
         if isinstance(node, (exp.Query, exp.Grouping)):  # another scope; keys as written
             continue
