@@ -9,9 +9,11 @@ groups and 0.0 in others learns that order from which spelling survives:
 
 * the representative a GROUP BY keeps for a key (``SELECT 1 / x ... GROUP BY x``; red team
   s33c), in the analyst's scopes and in the cell frames, which group raw rows;
-* the row a DISTINCT, a set operation (UNION, INTERSECT, EXCEPT) or a LIMIT among ties keeps;
-* the value MIN, MAX, FIRST_VALUE, LAST_VALUE, LAG and LEAD return
-  (:mod:`sqlsdc.rewrite.order` calls :func:`in_one_spelling` on them).
+* the row a DISTINCT, a set operation (UNION, INTERSECT, EXCEPT) or a LIMIT among ties keeps,
+  and the values an aggregate's DISTINCT keeps (``SUM(DISTINCT x)`` of NaNs: red team s34);
+* the value MIN, MAX, the quantiles, FIRST_VALUE, LAST_VALUE, LAG and LEAD return
+  (:mod:`sqlsdc.rewrite.order` calls :func:`in_one_spelling` on them; over a struct, a list
+  or a type the guard cannot tell, they are refused: red team s34).
 
 Each such value is written in one spelling before anything reads it: a float as ``x + 0``
 (-0.0 + 0.0 is 0.0) and a NaN as ``ABS(x)`` (the positive NaN), an interval through
@@ -19,6 +21,11 @@ Each such value is written in one spelling before anything reads it: a float as 
 the grouped query reads it (its projections, HAVING, QUALIFY, ORDER BY), which leaves the
 GROUP BY clause as written and the representative irrelevant. The released result is
 written the same way again (:func:`sqlsdc.guard.postprocess.values_of`).
+
+Which values need it is decided by their type, and sqlglot's types differ from DuckDB's in
+places that matter here (``m / 2`` of a DECIMAL is a DOUBLE, ``ts - ts`` an INTERVAL,
+``n * 1.5`` a DECIMAL): :func:`_kind` corrects them, and ``x + 0`` keeps a DECIMAL that
+sqlglot takes for a DOUBLE a DECIMAL.
 """
 
 from __future__ import annotations
