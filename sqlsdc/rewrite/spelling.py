@@ -48,11 +48,8 @@ ONE_SPELLING = frozenset((
 _CHOOSING = (exp.Min, exp.Max, exp.Median, exp.Quantile, exp.PercentileCont, exp.PercentileDisc,
              exp.FirstValue, exp.LastValue, exp.Lag, exp.Lead)  # fmt: skip
 _CHOSEN_TYPE = "sdc_chosen_type"  # meta key: the type a chosen value had in the analysed tree
-_TEMPORAL = {
-    exp.DataType.Type.DATE, exp.DataType.Type.DATETIME, exp.DataType.Type.TIMESTAMP,
-    exp.DataType.Type.TIMESTAMPTZ, exp.DataType.Type.TIMESTAMP_S, exp.DataType.Type.TIMESTAMP_MS,
-    exp.DataType.Type.TIMESTAMP_NS, exp.DataType.Type.TIMESTAMPLTZ,
-}  # fmt: skip
+_TEMPORAL = {_T.DATE, _T.DATETIME, _T.TIMESTAMP, _T.TIMESTAMPTZ, _T.TIMESTAMP_S, _T.TIMESTAMP_MS,
+             _T.TIMESTAMP_NS, _T.TIMESTAMPLTZ}  # fmt: skip
 _INTERPOLATING = (exp.Median, exp.Quantile, exp.PercentileCont)
 _SET_OPERATIONS = (exp.Union, exp.Intersect, exp.Except)
 # where a grouped query reads its keys (not GROUP BY itself, not WHERE: rows before grouping)
