@@ -18,7 +18,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
-from sqlsdc.engines.trees import nodes
+from sqlsdc.engines.trees import nodes, of_kind
 from sqlsdc.errors import PolicyViolation, ProgrammingError, SqlSyntaxError
 from sqlsdc.planner.connectors import balance_connectors, depth
 from sqlsdc.policy.model import DEFAULT_MAX_STATEMENT_CHARACTERS
@@ -73,8 +73,9 @@ def parse_statement(sql: str, max_length: int = DEFAULT_MAX_STATEMENT_CHARACTERS
             "only SELECT queries (and UNION/INTERSECT/EXCEPT of them) can be run",
             sql,
         )
-    _check_clauses(tree, sql)
-    return _check_depth(balance_connectors(tree), sql)
+    walked = nodes(tree)  # one walk for the clause check and the chains to balance
+    _check_clauses(walked, sql)
+    return _check_depth(balance_connectors(tree, walked), sql)
 
 
 def check_unicode(sql: str) -> None:
@@ -119,11 +120,14 @@ def number_placeholders(sql: str) -> str:
     return "".join([*parts, sql[start:]])
 
 
-def check_limits(tree: exp.Expr, sql: str | None = None) -> None:
+def check_limits(
+    tree: exp.Expr, sql: str | None = None, walked: list[exp.Expr] | None = None
+) -> None:
     """Refuse a constant LIMIT or OFFSET that DuckDB cannot take (negative, not a number, or
     beyond BIGINT), parameters bound: the engine's error would reach the analyst only as a
-    withheld engine failure."""
-    for clause in tree.find_all(exp.Limit, exp.Offset):
+    withheld engine failure. ``walked``: ``nodes(tree)``, when the caller has it."""
+    found = walked if walked is not None else nodes(tree)
+    for clause in of_kind(found, (exp.Limit, exp.Offset)):
         value = clause.expression
         negative = isinstance(value, exp.Neg)
         literal = value.this if negative else value
@@ -176,7 +180,7 @@ def bind_parameters(tree: exp.Expr, params, sql: str | None = None) -> exp.Expr:
     given = not (params is None or (isinstance(params, (Sequence, Mapping)) and len(params) == 0))
     if not given and sql is not None and "?" not in sql and "$" not in sql:
         return tree
-    placeholders = [p for p in nodes(tree) if isinstance(p, (exp.Placeholder, exp.Parameter))]
+    placeholders = of_kind(nodes(tree), (exp.Placeholder, exp.Parameter))
     if not given:
         if placeholders:
             raise ProgrammingError(
@@ -329,9 +333,10 @@ def _first_error(error: Exception) -> str:
     return str(error).splitlines()[0]
 
 
-def _check_clauses(tree: exp.Expr, sql: str) -> None:
-    """Refuse what sqlglot parses and DuckDB does not: ``GROUP BY`` with nothing after it."""
-    for group in tree.find_all(exp.Group):
+def _check_clauses(walked: list[exp.Expr], sql: str) -> None:
+    """Refuse what sqlglot parses and DuckDB does not: ``GROUP BY`` with nothing after it.
+    ``walked``: every node of the parsed tree (``nodes(tree)``)."""
+    for group in of_kind(walked, exp.Group):
         if not any(group.args.get(k) for k in ("expressions", "grouping_sets", "cube", "rollup",
                                                   "all")):  # fmt: skip
             raise SqlSyntaxError(

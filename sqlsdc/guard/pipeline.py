@@ -248,9 +248,9 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
     parsed = parse_statement(sql, context.policy.max_statement_characters)
     in_time()
     tree = bind_parameters(parsed, params, sql)
-    check_limits(tree, sql)
-    names = output_names(tree)
     walked = nodes(tree)  # one walk for the checks before qualification, one after
+    check_limits(tree, sql, walked)
+    names = output_names(tree)
     tables = sorted(check_tables(tree, context.policy, sql, walked))
     repeated = RepeatedColumns(tree, walked)
     qualified_nodes: list[exp.Expr] = []

@@ -42,12 +42,13 @@ _DIGITS = re.compile(r"[0-9]+")
 _BIGINT_LIMIT = 2**63  # integer literals beyond BIGINT would widen a whole list to another type
 
 
-def balance_connectors(tree: exp.Expr) -> exp.Expr:
+def balance_connectors(tree: exp.Expr, walked: list[exp.Expr] | None = None) -> exp.Expr:
     """``tree`` with every AND and OR chain of more than :data:`BALANCE_FROM` operands
-    balanced (mutates ``tree``; returns the new root when the root itself is a chain)."""
+    balanced (mutates ``tree``; returns the new root when the root itself is a chain).
+    ``walked``: ``nodes(tree)``, when the caller has it."""
     chains = [
         node
-        for node in nodes(tree)
+        for node in (walked if walked is not None else nodes(tree))
         if isinstance(node, exp.Connector) and type(node.parent) is not type(node)
     ]
     for chain in chains:
