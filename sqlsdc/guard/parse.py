@@ -30,13 +30,19 @@ _LEADING_COMMENTS = re.compile(r"^(\s|--[^\n]*(\n|$)|/\*.*?\*/)*", re.S)
 QUERY_TYPES = (exp.Select, exp.Union, exp.Intersect, exp.Except)
 
 
-def parse_statement(sql: str, max_length: int = DEFAULT_MAX_STATEMENT_CHARACTERS) -> exp.Expr:
+def parse_statement(
+    sql: str,
+    max_length: int = DEFAULT_MAX_STATEMENT_CHARACTERS,
+    walked: list[exp.Expr] | None = None,
+) -> exp.Expr:
     """Parse ``sql`` into one query tree or refuse it.
 
     The work of every later pass is bounded here: a statement longer than ``max_length``
     characters is refused before parsing, long AND/OR chains (which sqlglot parses as one
     nested node per operand) are rebuilt as balanced trees, and a tree still nested deeper
     than :data:`MAX_DEPTH` is refused as too complex, so no pass recurses without bound.
+    ``walked``, when given, receives ``nodes()`` of the tree returned (from the walk that
+    measures its depth).
     """
     if not isinstance(sql, str) or not sql.strip():
         raise PolicyViolation("empty statement", "send one SELECT query")
@@ -73,9 +79,9 @@ def parse_statement(sql: str, max_length: int = DEFAULT_MAX_STATEMENT_CHARACTERS
             "only SELECT queries (and UNION/INTERSECT/EXCEPT of them) can be run",
             sql,
         )
-    walked = nodes(tree)  # one walk for the clause check and the chains to balance
-    _check_clauses(walked, sql)
-    return _check_depth(balance_connectors(tree, walked), sql)
+    parsed = nodes(tree)  # one walk for the clause check and the chains to balance
+    _check_clauses(parsed, sql)
+    return _check_depth(balance_connectors(tree, parsed), sql, walked)
 
 
 def check_unicode(sql: str) -> None:
@@ -158,10 +164,14 @@ def too_complex(sql: str | None) -> PolicyViolation:
     )
 
 
-def _check_depth(tree: exp.Expr, sql: str) -> exp.Expr:
-    """Refuse a tree nested deeper than :data:`MAX_DEPTH` levels."""
-    if depth(tree) > MAX_DEPTH:
+def _check_depth(tree: exp.Expr, sql: str, walked: list[exp.Expr] | None = None) -> exp.Expr:
+    """Refuse a tree nested deeper than :data:`MAX_DEPTH` levels. ``walked``, when given,
+    receives ``nodes(tree)``."""
+    found: list[exp.Expr] = []
+    if depth(tree, found) > MAX_DEPTH:
         raise too_complex(sql)
+    if walked is not None:
+        walked[:] = found
     return tree
 
 

@@ -20,7 +20,7 @@ from sqlglot import exp
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
-from sqlsdc.engines.trees import nodes
+from sqlsdc.engines.trees import nodes, of_kind
 from sqlsdc.errors import InternalError, PolicyViolation
 from sqlsdc.planner.aggregates import AggregateChecks
 from sqlsdc.planner.allowlist import (
@@ -423,8 +423,8 @@ class _Checker(AggregateChecks, TotalityChecks):
             if clause is None:
                 continue
             join_keys = self._join_key_columns(clause, info.scope, infos)
-            for n in self.own(clause):
-                if isinstance(n, exp.Column) and id(n) not in join_keys:
+            for n in of_kind(self.own(clause), exp.Column):
+                if id(n) not in join_keys:
                     lineage = self.column_lineage(n, info.scope, infos)
                     bad = lineage.roles - ROW_ROLES
                     if bad:

@@ -209,11 +209,12 @@ def _evaluated_nodes(node: exp.Expr, released: bool) -> tuple[list[exp.Expr], li
         if released and _is_aggregate_call(current):
             continue
         for value in reversed(current.args.values()):  # iter_expressions(reverse=True)
-            if isinstance(value, list):
+            if isinstance(value, exp.Expr):
+                if not isinstance(value, _NESTED):
+                    stack.append((value, index))
+            elif isinstance(value, list):
                 children = (v for v in reversed(value) if isinstance(v, exp.Expr))
                 stack.extend((v, index) for v in children if not isinstance(v, _NESTED))
-            elif isinstance(value, exp.Expr) and not isinstance(value, _NESTED):
-                stack.append((value, index))
     reads_column = [isinstance(n, exp.Column) for n in nodes]
     for index in range(len(nodes) - 1, 0, -1):  # children come after their parents
         if reads_column[index]:
