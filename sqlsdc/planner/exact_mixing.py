@@ -214,10 +214,16 @@ def mixing_problem(shapes: list[Shape]) -> str | None:
     return problem if len(set(shapes)) > 1 else None  # one shape: nothing is cast
 
 
-def mixing(values: list[exp.Expr], family: Callable[[exp.Expr], str | None]) -> str | None:
+def mixing(
+    values: list[exp.Expr],
+    family: Callable[[exp.Expr], str | None],
+    families: list[str | None] | None = None,
+) -> str | None:
     """Why comparing or choosing among ``values`` can fail when DuckDB casts their exact
-    numbers to one common type, or None (no exact numbers, or a float among them: DOUBLE)."""
-    families = [family(v) for v in values]
+    numbers to one common type, or None (no exact numbers, or a float among them: DOUBLE).
+    ``families``: ``[family(v) for v in values]``, when the caller has them."""
+    if families is None:
+        families = [family(v) for v in values]
     if "float" in families:
         return None
     shapes = []

@@ -45,7 +45,14 @@ class TotalityChecks:
         and only the literal arguments are checked on what depends on them.
         """
         nodes, reads_column = _evaluated_nodes(node, released)
+        kinds = set(map(type, nodes))  # the class tests below, made once per class
+        acting = {
+            k for k in kinds if issubclass(k, (exp.Column, exp.WindowSpec)) or k in SIGNATURES
+        }
+        inert = {k for k in kinds if issubclass(k, _INERT)}
         for n in nodes:
+            if type(n) not in acting:  # nothing below applies to it
+                continue
             if isinstance(n, exp.Column):
                 _type_column(n, scope, 0)
             # only a listed function or operator has arguments that must be literals
@@ -65,7 +72,7 @@ class TotalityChecks:
             if released and _contains_released_value(n):
                 continue
             if not reads:
-                if not isinstance(n, _INERT):  # what ``_type_constant`` leaves as it is
+                if type(n) not in inert:  # what ``_type_constant`` leaves as it is
                     self._type_constant(n)
                 continue
             checked.append(n)
