@@ -55,7 +55,10 @@ def check_classed_comparisons(
 ) -> None:
     """Refuse a comparison of a row-level measure or weight with anything but its breaks.
     ``nodes`` are the nodes of one scope (nested scopes are checked as their own)."""
-    for comparison in of_kind(list(nodes), _COMPARED):
+    nodes = list(nodes)
+    if not any(_classed(resolve(c)) for c in of_kind(nodes, exp.Column)):
+        return  # the columns an operand reads are among the scope's: none is classed
+    for comparison in of_kind(nodes, _COMPARED):
         operands = _operands(comparison)
         classed = [(o, c) for o in operands for c in _row_columns(o, resolve)]
         if not classed:
@@ -171,6 +174,10 @@ def _row_columns(operand: exp.Expr, resolve: Resolve) -> list[Column]:
         if declared is not None and declared.role in CLASSED_ROLES:
             found.append(declared)
     return found
+
+
+def _classed(declared: Column | None) -> bool:
+    return declared is not None and declared.role in CLASSED_ROLES
 
 
 def _inside_aggregate(node: exp.Expr, stop: exp.Expr) -> bool:

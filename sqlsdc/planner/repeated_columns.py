@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from sqlsdc.engines.trees import copy_tree, nodes
+from sqlsdc.engines.trees import copy_tree, nodes, of_kind
 from sqlsdc.errors import InternalError
 
 GROUP_FROM = 16  # groups of more operands are resolved once (as chains are balanced from 16)
@@ -58,11 +58,12 @@ class RepeatedColumns:
         self.lists: list[tuple[exp.In, list[exp.Literal]]] = []  # (IN, its values)
         self.bounds: list[tuple[exp.Expr, str, exp.Literal]] = []  # (range, key, literal)
         self._taken: list[exp.Expr] = []  # the columns taken out, replaced when put back
-        for node in nodes(tree) if walked is None else walked:
-            if isinstance(node, exp.Connector) and type(node.parent) is not type(node):
-                if not _in_projection(node):
-                    self._add_chain(node)
-            elif type(node) is exp.In:
+        walked = nodes(tree) if walked is None else walked
+        for node in of_kind(walked, exp.Connector):
+            if type(node.parent) is not type(node) and not _in_projection(node):
+                self._add_chain(node)
+        for node in of_kind(walked, exp.In):  # no connector is an IN: each list in walk order
+            if type(node) is exp.In:
                 values = node.args.get("expressions") or []
                 if (
                     len(values) > GROUP_FROM
