@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import click
-import yaml
 from sqlsdc.cli.output import ExistingFile, format_option, print_frame, print_json
 
 
@@ -80,6 +79,8 @@ def validate(file: str) -> None:
 @click.option("--history", is_flag=True, help="List all applied versions instead.")
 def show(db: str, fmt: str, history: bool) -> None:
     """Print the policy in force (or the version history)."""
+    import yaml  # here, not at start-up (12 ms of every command's --help)
+
     from sqlsdc import admin
 
     version, document, versions = admin.show(db)

@@ -164,9 +164,9 @@ def test_a_statement_is_checked_before_the_database_file_is_taken(demo_db, monke
 def test_the_statement_timeout_counts_the_parse_before_the_file_is_taken(demo_db, monkeypatch):
     from sqlsdc.guard import pipeline
 
-    def slow(sql, limit, parse=pipeline.parse_statement):
+    def slow(sql, limit, *walked, parse=pipeline.parse_statement):
         time.sleep(0.3)
-        return parse(sql, limit)
+        return parse(sql, limit, *walked)
 
     checked = []
     monkeypatch.setattr(pipeline, "parse_statement", slow)

@@ -377,8 +377,9 @@ def test_shared_walks_are_the_walks_of_the_tree_as_it_is(analyst, monkeypatch, s
 
     monkeypatch.setattr(analysis._Checker, "own", checked_own)
     context = analyst._context
-    tree = parse_statement(sql)
-    walked = nodes(tree)
+    walked: list[exp.Expr] = []
+    tree = parse_statement(sql, walked=walked)
+    assert [id(n) for n in walked] == [id(n) for n in nodes(tree)]  # the depth's walk
     assert check_tables(tree, context.policy, sql, walked) == check_tables(
         tree, context.policy, sql
     )

@@ -18,7 +18,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
-from sqlsdc.engines.trees import nodes
+from sqlsdc.engines.trees import nodes, of_kind
 from sqlsdc.errors import PolicyViolation, ProgrammingError, SqlSyntaxError
 from sqlsdc.planner.connectors import balance_connectors, depth
 from sqlsdc.policy.model import DEFAULT_MAX_STATEMENT_CHARACTERS
@@ -30,13 +30,19 @@ _LEADING_COMMENTS = re.compile(r"^(\s|--[^\n]*(\n|$)|/\*.*?\*/)*", re.S)
 QUERY_TYPES = (exp.Select, exp.Union, exp.Intersect, exp.Except)
 
 
-def parse_statement(sql: str, max_length: int = DEFAULT_MAX_STATEMENT_CHARACTERS) -> exp.Expr:
+def parse_statement(
+    sql: str,
+    max_length: int = DEFAULT_MAX_STATEMENT_CHARACTERS,
+    walked: list[exp.Expr] | None = None,
+) -> exp.Expr:
     """Parse ``sql`` into one query tree or refuse it.
 
     The work of every later pass is bounded here: a statement longer than ``max_length``
     characters is refused before parsing, long AND/OR chains (which sqlglot parses as one
     nested node per operand) are rebuilt as balanced trees, and a tree still nested deeper
     than :data:`MAX_DEPTH` is refused as too complex, so no pass recurses without bound.
+    ``walked``, when given, receives ``nodes()`` of the tree returned (from the walk that
+    measures its depth).
     """
     if not isinstance(sql, str) or not sql.strip():
         raise PolicyViolation("empty statement", "send one SELECT query")
@@ -73,8 +79,9 @@ def parse_statement(sql: str, max_length: int = DEFAULT_MAX_STATEMENT_CHARACTERS
             "only SELECT queries (and UNION/INTERSECT/EXCEPT of them) can be run",
             sql,
         )
-    _check_clauses(tree, sql)
-    return _check_depth(balance_connectors(tree), sql)
+    parsed = nodes(tree)  # one walk for the clause check and the chains to balance
+    _check_clauses(parsed, sql)
+    return _check_depth(balance_connectors(tree, parsed), sql, walked)
 
 
 def check_unicode(sql: str) -> None:
@@ -119,11 +126,14 @@ def number_placeholders(sql: str) -> str:
     return "".join([*parts, sql[start:]])
 
 
-def check_limits(tree: exp.Expr, sql: str | None = None) -> None:
+def check_limits(
+    tree: exp.Expr, sql: str | None = None, walked: list[exp.Expr] | None = None
+) -> None:
     """Refuse a constant LIMIT or OFFSET that DuckDB cannot take (negative, not a number, or
     beyond BIGINT), parameters bound: the engine's error would reach the analyst only as a
-    withheld engine failure."""
-    for clause in tree.find_all(exp.Limit, exp.Offset):
+    withheld engine failure. ``walked``: ``nodes(tree)``, when the caller has it."""
+    found = walked if walked is not None else nodes(tree)
+    for clause in of_kind(found, (exp.Limit, exp.Offset)):
         value = clause.expression
         negative = isinstance(value, exp.Neg)
         literal = value.this if negative else value
@@ -154,10 +164,14 @@ def too_complex(sql: str | None) -> PolicyViolation:
     )
 
 
-def _check_depth(tree: exp.Expr, sql: str) -> exp.Expr:
-    """Refuse a tree nested deeper than :data:`MAX_DEPTH` levels."""
-    if depth(tree) > MAX_DEPTH:
+def _check_depth(tree: exp.Expr, sql: str, walked: list[exp.Expr] | None = None) -> exp.Expr:
+    """Refuse a tree nested deeper than :data:`MAX_DEPTH` levels. ``walked``, when given,
+    receives ``nodes(tree)``."""
+    found: list[exp.Expr] = []
+    if depth(tree, found) > MAX_DEPTH:
         raise too_complex(sql)
+    if walked is not None:
+        walked[:] = found
     return tree
 
 
@@ -176,7 +190,7 @@ def bind_parameters(tree: exp.Expr, params, sql: str | None = None) -> exp.Expr:
     given = not (params is None or (isinstance(params, (Sequence, Mapping)) and len(params) == 0))
     if not given and sql is not None and "?" not in sql and "$" not in sql:
         return tree
-    placeholders = [p for p in nodes(tree) if isinstance(p, (exp.Placeholder, exp.Parameter))]
+    placeholders = of_kind(nodes(tree), (exp.Placeholder, exp.Parameter))
     if not given:
         if placeholders:
             raise ProgrammingError(
@@ -329,9 +343,10 @@ def _first_error(error: Exception) -> str:
     return str(error).splitlines()[0]
 
 
-def _check_clauses(tree: exp.Expr, sql: str) -> None:
-    """Refuse what sqlglot parses and DuckDB does not: ``GROUP BY`` with nothing after it."""
-    for group in tree.find_all(exp.Group):
+def _check_clauses(walked: list[exp.Expr], sql: str) -> None:
+    """Refuse what sqlglot parses and DuckDB does not: ``GROUP BY`` with nothing after it.
+    ``walked``: every node of the parsed tree (``nodes(tree)``)."""
+    for group in of_kind(walked, exp.Group):
         if not any(group.args.get(k) for k in ("expressions", "grouping_sets", "cube", "rollup",
                                                   "all")):  # fmt: skip
             raise SqlSyntaxError(

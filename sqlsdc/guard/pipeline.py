@@ -246,12 +246,14 @@ def _cycle_collection_paused():
 def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery:
     in_time = in_time or _unlimited
     in_time()
-    parsed = parse_statement(sql, context.policy.max_statement_characters)
+    walked: list[exp.Expr] = []  # one walk for the checks before qualification, one after
+    parsed = parse_statement(sql, context.policy.max_statement_characters, walked)
     in_time()
     tree = bind_parameters(parsed, params, sql)
-    check_limits(tree, sql)
+    if tree is not parsed:  # parameters bound into a copy
+        walked = nodes(tree)
+    check_limits(tree, sql, walked)
     names = output_names(tree)
-    walked = nodes(tree)  # one walk for the checks before qualification, one after
     tables = sorted(check_tables(tree, context.policy, sql, walked))
     repeated = RepeatedColumns(tree, walked)
     qualified_nodes: list[exp.Expr] = []

@@ -202,8 +202,10 @@ def qualify_tree(
 
     The refusal quotes sqlglot's message, which is computed from ``schema`` (the analyst's view)
     alone, so it is the same whether or not a hidden object of that name exists. ``repeated``:
-    the columns of long chains that sqlglot resolves once per group (the others get copies of
-    the result before any check reads them). One walk of the tree on each side of ``qualify``
+    the columns of long chains that sqlglot resolves once per group, set aside here and left
+    out of the qualified tree until type inference has run too (the others then get copies of
+    the first one's resolved and typed column, before the analysis reads them:
+    :func:`sqlsdc.planner.analyze.analyze`). One walk of the tree on each side of ``qualify``
     is shared with the other passes: ``walked`` is ``nodes(tree)`` when the caller has it, and
     ``qualified_nodes``, when given, receives ``nodes()`` of the qualified tree."""
     for table in _nodes_by_type(tree, exp.Table, walked=walked)[exp.Table]:
@@ -223,8 +225,6 @@ def qualify_tree(
             quote_identifiers=False,
             validate_qualify_columns=True,
         )
-        if repeated is not None:
-            repeated.attach()
     except OptimizeError as e:
         message = str(e).split(". Line")[0]
         raise PolicyViolation(

@@ -28,7 +28,7 @@ from sqlglot import exp
 
 from sqlsdc.catalog.schema import CATALOG_SCHEMA
 from sqlsdc.catalog.store import PATTERN_PREFIX
-from sqlsdc.engines.trees import nodes
+from sqlsdc.engines.trees import nodes, of_kind
 from sqlsdc.errors import InternalError
 from sqlsdc.policy import Policy
 from sqlsdc.rewrite.cells import ACCURACY_PREFIXES, CELLS, STATUS_PREFIX
@@ -44,9 +44,9 @@ def validate_release(tree: exp.Expr, policy: Policy) -> list[exp.Expr]:
     inside protected cells and returns no internal column; its nodes (``nodes(tree)``), for
     the caller's next pass over the same tree."""
     found = nodes(tree)  # one walk: the checks below select from it
-    ctes = {n.alias_or_name.lower(): n for n in found if isinstance(n, exp.CTE)}
+    ctes = {n.alias_or_name.lower(): n for n in of_kind(found, exp.CTE)}
     known: dict[int, bool] = {}  # whether each CTE is read only inside cells (_protected)
-    tables = [n for n in found if isinstance(n, exp.Table)]
+    tables = of_kind(found, exp.Table)
     for table in tables:
         if _catalog_lookup(table) or _noisy_cells(table):
             continue
@@ -64,19 +64,15 @@ def validate_release(tree: exp.Expr, policy: Policy) -> list[exp.Expr]:
             raise InternalError(f"undeclared table {name} in the protected query")
         if not declared.is_public and not _protected(table, ctes, set(), known):
             raise InternalError(f"confidential table {name} is read outside protected cells")
-    for column in found:
-        if (
-            isinstance(column, exp.Column)
-            and column.name.lower() in INTERNAL_COLUMNS
-            and not _protected(column, ctes, set(), known)
-        ):
+    for column in of_kind(found, exp.Column):
+        if column.name.lower() in INTERNAL_COLUMNS and not _protected(column, ctes, set(), known):
             raise InternalError(f"internal column {column.name} in the protected query")
     hidden = (STATUS_PREFIX, *ACCURACY_PREFIXES)
     for name in _output_names(tree):
         if name.startswith("__") and not name.startswith(hidden):
             raise InternalError(f"internal column {name} would be returned")
-    for cells in found:
-        if isinstance(cells, exp.Subquery) and cells.alias == CELLS:
+    for cells in of_kind(found, exp.Subquery):
+        if cells.alias == CELLS:
             inside = [t for t in tables if _inside(t, cells)]
             prove_cells(cells, inside, ctes, policy)
     return found

@@ -20,7 +20,7 @@ from sqlglot import exp
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
-from sqlsdc.engines.trees import nodes
+from sqlsdc.engines.trees import nodes, of_kind
 from sqlsdc.errors import InternalError, PolicyViolation
 from sqlsdc.planner.aggregates import AggregateChecks
 from sqlsdc.planner.allowlist import (
@@ -62,16 +62,16 @@ def analyze(
 ) -> Analysis:
     """Classify every scope of a qualified tree and refuse whatever the policy does not allow.
 
-    ``repeated``: the columns of long chains whose types sqlglot infers once per group (the
-    others get copies of the result before any check reads them). ``walked``: ``nodes(tree)``,
-    when the caller has it (:func:`sqlsdc.guard.resolve.qualify_tree` gives it)."""
+    ``repeated``: the columns of long chains that sqlglot resolves and types once per group,
+    still set aside by :func:`sqlsdc.guard.resolve.qualify_tree` (the others get copies of the
+    result after type inference, before any check of the analysis reads them). ``walked``:
+    ``nodes(tree)``, when the caller has it (:func:`sqlsdc.guard.resolve.qualify_tree` gives
+    it)."""
     if _check_nodes(tree, sql, walked):
         _expand_group_by_all(tree)
-    if repeated is not None:
-        repeated.detach()
     annotate_types(tree, schema=schema, dialect=DIALECT)
     if repeated is not None:
-        repeated.attach(typed=True)
+        repeated.attach()
     checker = _Checker(policy, sql, constant_type)
     infos: dict[int, ScopeInfo] = {}
     order = []
@@ -115,12 +115,22 @@ SET_OPERATION_CLAUSES = {
 }
 
 
+_CLAUSE_CHECKED = (exp.Select, *SET_OPERATIONS, exp.With, exp.Distinct, exp.Group)
+
+
 def _check_nodes(tree: exp.Expr, sql: str, walked: list[exp.Expr] | None = None) -> bool:
     """Refuse any node outside the allowlist; True when some SELECT groups BY ALL.
     ``walked``: ``nodes(tree)``, when the caller has it."""
     group_all = False
-    allowed_classes: dict[type, bool] = {}  # isinstance(node, ALLOWED), decided once per class
+    plain: dict[type, bool] = {}  # allowed and none of the classes below, decided once per class
     for node in nodes(tree) if walked is None else walked:
+        known = plain.get(node.__class__)
+        if known is None:
+            known = plain[node.__class__] = isinstance(node, ALLOWED) and not isinstance(
+                node, _CLAUSE_CHECKED
+            )
+        if known:
+            continue
         if isinstance(node, (exp.Select, *SET_OPERATIONS)):
             allowed = SELECT_CLAUSES if isinstance(node, exp.Select) else SET_OPERATION_CLAUSES
             extra = [
@@ -133,10 +143,7 @@ def _check_nodes(tree: exp.Expr, sql: str, walked: list[exp.Expr] | None = None)
                     "use SELECT ... FROM ... WHERE ... GROUP BY ... HAVING ... ORDER BY ... LIMIT",
                     sql,
                 )
-        known = allowed_classes.get(node.__class__)
-        if known is None:
-            known = allowed_classes[node.__class__] = isinstance(node, ALLOWED)
-        if not known:
+        if not isinstance(node, ALLOWED):
             raise PolicyViolation(
                 f"{describe(node)} is not allowed ({node.sql(DIALECT)[:80]})",
                 "use plain SELECT queries with COUNT, SUM, AVG over the declared tables; "
@@ -349,8 +356,15 @@ class _Checker(AggregateChecks, TotalityChecks):
     def _check_classes(self, info: ScopeInfo, infos) -> None:
         """Row conditions compare measures and weights only with their class breaks."""
         scope = info.scope
+        resolved: dict[tuple[str, str], object] = {}  # by qualifier and name, as the lineage
 
         def resolve(column: exp.Column):
+            key = (column.table, column.name)
+            if key not in resolved:
+                resolved[key] = declared_column(column)
+            return resolved[key]
+
+        def declared_column(column: exp.Column):
             if not column.table or column.table not in scope.sources:
                 return None  # an output alias (ORDER BY n) or a column of another scope
             lineage = self.column_lineage(column, scope, infos)
@@ -409,8 +423,8 @@ class _Checker(AggregateChecks, TotalityChecks):
             if clause is None:
                 continue
             join_keys = self._join_key_columns(clause, info.scope, infos)
-            for n in self.own(clause):
-                if isinstance(n, exp.Column) and id(n) not in join_keys:
+            for n in of_kind(self.own(clause), exp.Column):
+                if id(n) not in join_keys:
                     lineage = self.column_lineage(n, info.scope, infos)
                     bad = lineage.roles - ROW_ROLES
                     if bad:

@@ -19,11 +19,13 @@ from collections.abc import Callable, Iterable
 
 from sqlglot import exp
 
+from sqlsdc.engines.trees import of_kind
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.planner.scopes import NESTED, own_nodes
 from sqlsdc.policy import Column, ColumnRole
 
 COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ)
+_COMPARED = (*COMPARISONS, exp.Between, exp.In)
 CLASSED_ROLES = {ColumnRole.MEASURE, ColumnRole.WEIGHT}
 MANTISSAS = (1, 2, 5)
 DEFAULT_RANGE = (0.0, 1e15)
@@ -53,8 +55,10 @@ def check_classed_comparisons(
 ) -> None:
     """Refuse a comparison of a row-level measure or weight with anything but its breaks.
     ``nodes`` are the nodes of one scope (nested scopes are checked as their own)."""
-    comparisons = (n for n in nodes if isinstance(n, (*COMPARISONS, exp.Between, exp.In)))
-    for comparison in comparisons:
+    nodes = list(nodes)
+    if not any(_classed(resolve(c)) for c in of_kind(nodes, exp.Column)):
+        return  # the columns an operand reads are among the scope's: none is classed
+    for comparison in of_kind(nodes, _COMPARED):
         operands = _operands(comparison)
         classed = [(o, c) for o in operands for c in _row_columns(o, resolve)]
         if not classed:
@@ -83,9 +87,7 @@ def check_classed_positions(nodes: Iterable[exp.Expr], resolve: Resolve, sql: st
     (checked by the linear form). ``NULLIF(LEAST(income, x), x) IS NULL``, ``SIGN(income -
     x)``, ``CAST(income AS VARCHAR) LIKE '3%'`` or ``COUNT(NULLIF(income, x))`` would each ask
     about one value at any cut point, so any other place is refused."""
-    for column in nodes:
-        if not isinstance(column, exp.Column):
-            continue
+    for column in of_kind(list(nodes), exp.Column):
         declared = resolve(column)
         if declared is None or declared.role not in CLASSED_ROLES:
             continue
@@ -117,7 +119,7 @@ def _allowed_position(column: exp.Column) -> bool:
                 node = parent
                 continue
             return False
-        if isinstance(parent, (*COMPARISONS, exp.Between, exp.In)):
+        if isinstance(parent, _COMPARED):
             return any(o is node for o in _operands(parent))
         if isinstance(parent, exp.Is):
             return parent.this is node
@@ -172,6 +174,10 @@ def _row_columns(operand: exp.Expr, resolve: Resolve) -> list[Column]:
         if declared is not None and declared.role in CLASSED_ROLES:
             found.append(declared)
     return found
+
+
+def _classed(declared: Column | None) -> bool:
+    return declared is not None and declared.role in CLASSED_ROLES
 
 
 def _inside_aggregate(node: exp.Expr, stop: exp.Expr) -> bool:

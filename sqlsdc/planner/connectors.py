@@ -42,12 +42,13 @@ _DIGITS = re.compile(r"[0-9]+")
 _BIGINT_LIMIT = 2**63  # integer literals beyond BIGINT would widen a whole list to another type
 
 
-def balance_connectors(tree: exp.Expr) -> exp.Expr:
+def balance_connectors(tree: exp.Expr, walked: list[exp.Expr] | None = None) -> exp.Expr:
     """``tree`` with every AND and OR chain of more than :data:`BALANCE_FROM` operands
-    balanced (mutates ``tree``; returns the new root when the root itself is a chain)."""
+    balanced (mutates ``tree``; returns the new root when the root itself is a chain).
+    ``walked``: ``nodes(tree)``, when the caller has it."""
     chains = [
         node
-        for node in nodes(tree)
+        for node in (walked if walked is not None else nodes(tree))
         if isinstance(node, exp.Connector) and type(node.parent) is not type(node)
     ]
     for chain in chains:
@@ -280,18 +281,24 @@ def _joined(kind: type[exp.Connector], operands: list[exp.Expr], start: int, end
     return node
 
 
-def depth(tree: exp.Expr) -> int:
-    """The number of levels of ``tree``, computed without recursion, a level at a time."""
+def depth(tree: exp.Expr, walked: list[exp.Expr] | None = None) -> int:
+    """The number of levels of ``tree``, computed without recursion, a level at a time.
+    ``walked``, when given, receives every node of ``tree``: the levels one after the other,
+    which is the order of :func:`~sqlsdc.engines.trees.nodes` (breadth first, children in
+    argument order), so that a caller needs no walk of its own."""
+    Expr = exp.Expr
     levels, level = 0, [tree]
     while level:
         levels += 1
+        if walked is not None:
+            walked += level
         below: list[exp.Expr] = []
         append, extend = below.append, below.extend
         for node in level:
             for value in node.args.values():
-                if isinstance(value, list):
-                    extend([v for v in value if isinstance(v, exp.Expr)])
-                elif isinstance(value, exp.Expr):
+                if isinstance(value, Expr):
                     append(value)
+                elif isinstance(value, list):
+                    extend([v for v in value if isinstance(v, Expr)])
         level = below
     return levels

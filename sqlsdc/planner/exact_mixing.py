@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from sqlglot import exp
 
@@ -85,11 +86,19 @@ def _type_shape(dtype: exp.DataType | None) -> Shape | None:
     return None
 
 
-def _literal_shape(literal: exp.Literal, negative: bool) -> Shape:
-    text = str(literal.this).lstrip("+")
-    whole, _, fraction = text.partition(".")
+@lru_cache(maxsize=4096)
+def _number_shape(text: str, negative: bool) -> Shape | None:
+    """The shape of a number literal written ``text`` (``-text`` when ``negative``), as
+    DuckDB reads it: a function of the spelling alone, so shared by every literal spelled
+    alike (a long chain of ranges has thousands)."""
+    whole, _, fraction = text.lstrip("+").partition(".")
     digits = len(whole.lstrip("0")) or 1
-    return Shape(digits, len(fraction), decimal=bool(fraction), signed=negative)
+    found = Shape(digits, len(fraction), decimal=bool(fraction), signed=negative)
+    if found.digits + found.scale <= MAX_DECIMAL_DIGITS:
+        return found
+    # beyond 38 digits DuckDB reads a number with a point as a DOUBLE, an integer as a
+    # HUGEINT, UHUGEINT or BIGNUM, which it casts to the other operands' type row by row
+    return None if found.decimal else replace(found, wide_literal=True)
 
 
 def shape(node: exp.Expr, family: Callable[[exp.Expr], str | None]) -> Shape | None:
@@ -104,6 +113,13 @@ def shape(node: exp.Expr, family: Callable[[exp.Expr], str | None]) -> Shape | N
             return meta[DERIVED][1] or _UNKNOWN_CONSTANT
         if not (meta.get(ENGINE_TYPED) and _type_shape(node.type) is not None):
             return _type_shape(node.type) or _BIGINT  # a column is no constant
+    elif type(node) is exp.Literal:  # the other commonest operand, decided as below
+        if family(node) not in ("integer", "decimal"):
+            return None
+        if not node.is_string and not (
+            node.meta.get(ENGINE_TYPED) and _type_shape(node.type) is not None
+        ):
+            return _number_shape(str(node.this), False)
     node = node.unnest()
     if isinstance(node, exp.Select):  # a scalar subquery (``unnest`` gives its SELECT)
         values = [e.unalias() for e in node.expressions]
@@ -118,12 +134,7 @@ def shape(node: exp.Expr, family: Callable[[exp.Expr], str | None]) -> Shape | N
     if negative:
         node = node.this.unnest()
     if isinstance(node, exp.Literal) and not node.is_string:
-        found = _literal_shape(node, negative)
-        if found.digits + found.scale <= MAX_DECIMAL_DIGITS:
-            return found
-        # beyond 38 digits DuckDB reads a number with a point as a DOUBLE, an integer as a
-        # HUGEINT, UHUGEINT or BIGNUM, which it casts to the other operands' type row by row
-        return None if found.decimal else replace(found, wide_literal=True)
+        return _number_shape(str(node.this), negative)
     if isinstance(node, _CHOICES):
         values = [v for v in _choice_values(node) if family(v) != "null"]
         shapes = [shape(v, family) for v in values]
@@ -176,33 +187,50 @@ def _choice_values(node: exp.Expr) -> list[exp.Expr]:
 
 def mixing_problem(shapes: list[Shape]) -> str | None:
     """Why casting exact numbers of these shapes to one common type can fail, or None."""
-    if len(set(shapes)) <= 1:
-        return None
-    if any(s.wide_literal for s in shapes):
-        return (
+    wide = unsigned128 = signed = decimal = False
+    for s in shapes:  # one pass for the flags; shapes all alike are checked only on a problem
+        wide = wide or s.wide_literal
+        unsigned128 = unsigned128 or s.unsigned128
+        signed = signed or s.signed
+        decimal = decimal or s.decimal
+    if wide:
+        problem = (
             "an integer literal of more than 38 digits is a HUGEINT, UHUGEINT or BIGNUM, which "
             "does not convert to every other exact type"
         )
-    if any(s.unsigned128 for s in shapes) and any(s.signed for s in shapes):
-        return "no common type holds both UHUGEINT and signed values"
-    if any(s.decimal for s in shapes):
-        needed = max(s.digits for s in shapes) + max(s.scale for s in shapes)
-        if needed > MAX_DECIMAL_DIGITS:
-            return (
-                f"their common DECIMAL type would need {needed} digits (at most "
-                f"{MAX_DECIMAL_DIGITS}), so large values cannot be cast to it"
-            )
-    return None
+    elif unsigned128 and signed:
+        problem = "no common type holds both UHUGEINT and signed values"
+    elif (
+        decimal
+        and (needed := max(s.digits for s in shapes) + max(s.scale for s in shapes))
+        > MAX_DECIMAL_DIGITS
+    ):
+        problem = (
+            f"their common DECIMAL type would need {needed} digits (at most "
+            f"{MAX_DECIMAL_DIGITS}), so large values cannot be cast to it"
+        )
+    else:
+        return None
+    return problem if len(set(shapes)) > 1 else None  # one shape: nothing is cast
 
 
-def mixing(values: list[exp.Expr], family: Callable[[exp.Expr], str | None]) -> str | None:
+def mixing(
+    values: list[exp.Expr],
+    family: Callable[[exp.Expr], str | None],
+    families: list[str | None] | None = None,
+) -> str | None:
     """Why comparing or choosing among ``values`` can fail when DuckDB casts their exact
-    numbers to one common type, or None (no exact numbers, or a float among them: DOUBLE)."""
-    families = [family(v) for v in values]
+    numbers to one common type, or None (no exact numbers, or a float among them: DOUBLE).
+    ``families``: ``[family(v) for v in values]``, when the caller has them."""
+    if families is None:
+        families = [family(v) for v in values]
     if "float" in families:
         return None
-    exact = ("integer", "decimal")
-    shapes = [shape(v, family) for v, f in zip(values, families, strict=True) if f in exact]
-    if None in shapes:  # a choice with a float inside: DOUBLE
-        return None
-    return mixing_problem([s for s in shapes if s is not None])
+    shapes = []
+    for value, found in zip(values, families, strict=True):
+        if found == "integer" or found == "decimal":
+            value_shape = shape(value, family)
+            if value_shape is None:  # a choice with a float inside: DOUBLE
+                return None
+            shapes.append(value_shape)
+    return mixing_problem(shapes)

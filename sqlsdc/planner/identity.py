@@ -71,7 +71,7 @@ from sqlglot.optimizer.normalize import normalization_distance, normalize
 from sqlglot.optimizer.scope import Scope
 from sqlglot.optimizer.simplify import simplify
 
-from sqlsdc.engines.trees import nodes, release
+from sqlsdc.engines.trees import nodes, of_kind, release
 from sqlsdc.errors import InternalError
 from sqlsdc.planner.connectors import balanced
 
@@ -708,9 +708,9 @@ def _sort_commutative(
     literals to ``literals`` (sorting moves operands and drops repeated ones, and creates no
     literal). The generator remembers the text of every OR operand."""
     walked = nodes(node)  # the OR chains are rebuilt from their operands: the INs stay
-    ins = [n for n in walked if isinstance(n, exp.In)]
-    literals += [n for n in walked if isinstance(n, exp.Literal)]
-    for part in [n for n in walked if isinstance(n, exp.Or)]:
+    ins = of_kind(walked, exp.In)
+    literals += of_kind(walked, exp.Literal)
+    for part in of_kind(walked, exp.Or):
         if isinstance(part.parent, exp.Or):
             continue
         texts = {generator.remember(o): o for o in part.flatten()}

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
+from sqlsdc.engines.trees import of_kind
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.planner.scopes import own_nodes
 
@@ -87,11 +88,12 @@ class Inlining:
         walked = self.own(node)
         self.written[0] += len(walked)
         total = len(walked)  # a node counts 1, a column of a derived table what it stands for
-        for n in walked:
-            if isinstance(n, exp.Column):
-                source = scope.sources.get(n.table)
-                if isinstance(source, Scope):
-                    total += self.columns.get((id(source.expression), n.name), 1) - 1
+        if not any(isinstance(source, Scope) for source in scope.sources.values()):
+            return total  # tables alone: every column counts 1
+        for n in of_kind(walked, exp.Column):
+            source = scope.sources.get(n.table)
+            if isinstance(source, Scope):
+                total += self.columns.get((id(source.expression), n.name), 1) - 1
         return total
 
     def _check(self, nodes: int, readings: int) -> None:

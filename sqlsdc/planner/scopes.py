@@ -86,19 +86,22 @@ def unwrap(node: exp.Expr) -> exp.Expr:
 def own_nodes(node: exp.Expr) -> list[exp.Expr]:
     """Nodes of ``node`` that belong to its scope (nested subqueries are not entered), depth
     first in argument order; a list (faster to build than to yield, node by node)."""
+    Expr = exp.Expr
     found = []
     stack = [node]
+    push, pop, extend = stack.append, stack.pop, stack.extend
     while stack:
-        current = stack.pop()
+        current = pop()
         found.append(current)
         # the children not nested, last first: popped in argument order (``iter_expressions``
         # written out, three times faster)
         for value in reversed(current.args.values()):
-            if isinstance(value, list):
-                stack.extend([v for v in reversed(value) if isinstance(v, exp.Expr)
-                              and not isinstance(v, NESTED)])  # fmt: skip
-            elif isinstance(value, exp.Expr) and not isinstance(value, NESTED):
-                stack.append(value)
+            if isinstance(value, Expr):
+                if not isinstance(value, NESTED):
+                    push(value)
+            elif isinstance(value, list):
+                extend([v for v in reversed(value) if isinstance(v, Expr)
+                        and not isinstance(v, NESTED)])  # fmt: skip
     return found
 
 

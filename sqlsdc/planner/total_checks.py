@@ -45,7 +45,14 @@ class TotalityChecks:
         and only the literal arguments are checked on what depends on them.
         """
         nodes, reads_column = _evaluated_nodes(node, released)
+        kinds = set(map(type, nodes))  # the class tests below, made once per class
+        acting = {
+            k for k in kinds if issubclass(k, (exp.Column, exp.WindowSpec)) or k in SIGNATURES
+        }
+        inert = {k for k in kinds if issubclass(k, _INERT)}
         for n in nodes:
+            if type(n) not in acting:  # nothing below applies to it
+                continue
             if isinstance(n, exp.Column):
                 _type_column(n, scope, 0)
             # only a listed function or operator has arguments that must be literals
@@ -65,7 +72,7 @@ class TotalityChecks:
             if released and _contains_released_value(n):
                 continue
             if not reads:
-                if not isinstance(n, _INERT):  # what ``_type_constant`` leaves as it is
+                if type(n) not in inert:  # what ``_type_constant`` leaves as it is
                     self._type_constant(n)
                 continue
             checked.append(n)
@@ -209,11 +216,12 @@ def _evaluated_nodes(node: exp.Expr, released: bool) -> tuple[list[exp.Expr], li
         if released and _is_aggregate_call(current):
             continue
         for value in reversed(current.args.values()):  # iter_expressions(reverse=True)
-            if isinstance(value, list):
+            if isinstance(value, exp.Expr):
+                if not isinstance(value, _NESTED):
+                    stack.append((value, index))
+            elif isinstance(value, list):
                 children = (v for v in reversed(value) if isinstance(v, exp.Expr))
                 stack.extend((v, index) for v in children if not isinstance(v, _NESTED))
-            elif isinstance(value, exp.Expr) and not isinstance(value, _NESTED):
-                stack.append((value, index))
     reads_column = [isinstance(n, exp.Column) for n in nodes]
     for index in range(len(nodes) - 1, 0, -1):  # children come after their parents
         if reads_column[index]:

@@ -299,7 +299,11 @@ def _temporal_text(text: str, kinds: set) -> bool:
 
 def comparable(a: exp.Expr, b: exp.Expr) -> bool:
     """Comparing a and b casts nothing that could fail."""
-    fa, fb = family(a), family(b)
+    return _comparable(a, b, family(a), family(b))
+
+
+def _comparable(a: exp.Expr, b: exp.Expr, fa: str | None, fb: str | None) -> bool:
+    """:func:`comparable` of ``a`` and ``b``, whose families are ``fa`` and ``fb``."""
     if "null" in (fa, fb):
         return True
     if fa is None or fb is None:
@@ -332,9 +336,12 @@ def _same_family(values: list[exp.Expr]) -> str | None:
 
 def _comparison_problem(values: list[exp.Expr]) -> str | None:
     """Why comparing the first value with the others can raise, or None."""
-    if not all(comparable(values[0], v) for v in values[1:]):
-        return "comparing different types casts values"
-    return mixing(values, family)
+    families = [family(v) for v in values]  # each asked once, for both tests
+    first, first_family = values[0], families[0]
+    for value, value_family in zip(values[1:], families[1:], strict=True):
+        if not _comparable(first, value, first_family, value_family):
+            return "comparing different types casts values"
+    return mixing(values, family, families)
 
 
 def _temporal_type(node: exp.Expr) -> exp.DataType.Type | None:
@@ -441,8 +448,18 @@ def wide_exact(node: exp.Expr | None) -> bool:
     return False
 
 
+_TOTAL_CLASSES: dict[type, bool] = {}  # whether the tests below end at ``_ALWAYS_TOTAL``
+
+
 def partiality(n: exp.Expr) -> str | None:
     """Why ``n`` can raise an error on some input of its argument types, or None if it cannot."""
+    total = _TOTAL_CLASSES.get(n.__class__)
+    if total is None:  # decided once per class: a long condition asks for thousands of nodes
+        total = _TOTAL_CLASSES[n.__class__] = isinstance(n, _ALWAYS_TOTAL) and not isinstance(
+            n, (exp.Case, exp.If, exp.Sum)
+        )
+    if total:
+        return None
     if isinstance(n, exp.Case):
         values = [i.args.get("true") for i in n.args.get("ifs", [])] + [n.args.get("default")]
         return _same_family(values)

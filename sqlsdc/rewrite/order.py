@@ -47,7 +47,7 @@ import re
 
 from sqlglot import exp
 
-from sqlsdc.engines.trees import nodes
+from sqlsdc.engines.trees import nodes, of_kind
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.rewrite.cells import ACCURACY_PREFIXES, CELLS, STATUS_PREFIX
 from sqlsdc.rewrite.spelling import in_one_spelling, in_one_spelling_already, remember_chosen_type
@@ -63,6 +63,8 @@ _CHOOSING = (exp.Min, exp.Max, exp.Median, exp.Quantile, exp.PercentileCont, exp
 _CHOSEN = (exp.FirstValue, exp.LastValue, exp.Lag, exp.Lead)
 _HIDDEN = (STATUS_PREFIX, *ACCURACY_PREFIXES)
 _CELL_KEY = re.compile(r"__gg?\d+")
+# the nodes the order of rows reaches (one tuple, not built again for every node of the tree)
+_ORDER_READERS = (*_QUERIES, *_ACCUMULATING, *_CHOOSING, exp.Window)
 
 
 _ANALYST = "sdc_ordered_scope"  # meta key: a node of the analyst's query (mark_analyst_scopes)
@@ -78,11 +80,8 @@ def mark_analyst_scopes(tree: exp.Expr, rewritten: set[int]) -> None:
     released rows of another frame: ``WHERE municipality = (SELECT k FROM (<counts by a CASE
     key>) t LIMIT 1)`` counted the group DuckDB's hash order put first, 170 or 382 persons as
     one person's guessed age was right or not (red team s33c). The mark tells them apart."""
-    for node in nodes(tree):
-        if (
-            isinstance(node, (*_QUERIES, *_ACCUMULATING, *_CHOOSING, exp.Window))
-            and id(node) not in rewritten
-        ):
+    for node in of_kind(nodes(tree), _ORDER_READERS):
+        if id(node) not in rewritten:
             node.meta[_ANALYST] = True
             remember_chosen_type(node)
 
@@ -101,10 +100,8 @@ def in_released_order(tree: exp.Expr, sql: str) -> exp.Expr:
         PolicyViolation: a FIRST_VALUE or LAST_VALUE over a RANGE frame with an offset.
     """
     chosen = []
-    for node in nodes(tree):
-        if node is tree or not isinstance(
-            node, (*_QUERIES, *_ACCUMULATING, *_CHOOSING, exp.Window)
-        ):
+    for node in of_kind(nodes(tree), _ORDER_READERS):
+        if node is tree:
             continue
         if _in_cells(node) and not node.meta.get(_ANALYST):
             continue

@@ -97,9 +97,9 @@ def _between_parse_and_check(monkeypatch, action):
 
     parse, done = pipeline.parse_statement, []
 
-    def parse_then_act(sql, limit):
+    def parse_then_act(sql, limit, *walked):
         try:
-            return parse(sql, limit)
+            return parse(sql, limit, *walked)
         finally:
             if not done:
                 done.append(action())
@@ -317,9 +317,9 @@ def test_two_threads_on_one_connection_get_and_audit_their_own_statements(demo_d
     good = GROUPED.format("age > 18 AND age < 90")
     parse, both_parsing = pipeline.parse_statement, threading.Barrier(2, timeout=5)
 
-    def in_step(sql, limit):
+    def in_step(sql, limit, *walked):
         both_parsing.wait()  # the two parses overlap, outside the connection's lock
-        return parse(sql, limit)
+        return parse(sql, limit, *walked)
 
     monkeypatch.setattr(pipeline, "parse_statement", in_step)
     outcomes: dict[str, object] = {}
@@ -355,11 +355,11 @@ def test_a_slow_parse_is_charged_to_its_own_statement_only(demo_db, monkeypatch)
     fast_sql = GROUPED.format("age > 23 AND age < 106")
     parse, parsing = pipeline.parse_statement, threading.Event()
 
-    def slow_for_a(sql, limit):
+    def slow_for_a(sql, limit, *walked):
         if sql == slow_sql:
             parsing.set()
             time.sleep(0.8)
-        return parse(sql, limit)
+        return parse(sql, limit, *walked)
 
     monkeypatch.setattr(pipeline, "parse_statement", slow_for_a)
     outcomes: dict[str, object] = {}
@@ -386,7 +386,7 @@ def test_a_slow_parse_is_charged_to_its_own_statement_only(demo_db, monkeypatch)
 def test_a_memory_error_in_the_early_parse_is_refused_and_audited(demo_db, monkeypatch):
     from sqlsdc.guard import pipeline
 
-    def exhausted(sql, limit):
+    def exhausted(sql, limit, *walked):
         raise MemoryError("no memory left")
 
     sql = GROUPED.format("age > 20 AND age < 103")
@@ -403,7 +403,7 @@ def test_a_memory_error_in_the_early_parse_is_refused_and_audited(demo_db, monke
 def test_an_interrupt_in_the_early_parse_leaves_the_connection_usable(demo_db, monkeypatch):
     from sqlsdc.guard import pipeline
 
-    def interrupted(sql, limit):
+    def interrupted(sql, limit, *walked):
         raise KeyboardInterrupt
 
     sql = GROUPED.format("age > 21 AND age < 104")
