@@ -24,7 +24,7 @@ import pyarrow as pa
 from sqlglot import exp
 from sqlglot.dialects.duckdb import DuckDB
 
-from sqlsdc.engines import file_lock, watchdog
+from sqlsdc.engines import ctrl_c, file_lock, watchdog
 from sqlsdc.engines.trees import copy_tree, release
 from sqlsdc.errors import (
     AnswerTooLarge,
@@ -569,26 +569,23 @@ def run(
     max_rows: int | None = None,
     max_bytes: int | None = None,
 ) -> pa.Table:
-    """Run a query and return its result as an Arrow table; interrupt it after ``timeout`` s.
+    """Run a query and return its result as an Arrow table; interrupt it after ``timeout`` s,
+    or on Ctrl-C (:mod:`sqlsdc.engines.ctrl_c`), which raises ``KeyboardInterrupt``.
     The answer streams from the engine batch by batch: with ``max_rows`` (and ``max_bytes``)
     it is abandoned (:class:`AnswerTooLarge`) as soon as it has more rows (bytes), so it never
     sits whole in memory."""
     timer = watchdog.after(timeout, con.interrupt) if timeout else None
     try:
-        types, reader = _stream(con, sql)
-        with contextlib.closing(reader):  # the connection refuses statements while it is open
-            batches, rows, size = [], 0, 0
-            for batch in _batches(reader):
-                rows, size = rows + batch.num_rows, size + batch.nbytes
-                if rows > (max_rows or rows) or size > (max_bytes or size):
-                    limit = (f"{max_rows:,} rows" if max_rows and rows > max_rows
-                             else f"{max_bytes // 2**20:,} MiB")  # fmt: skip
-                    raise AnswerTooLarge(
-                        f"the answer has more than {limit}, the most a connection returns: "
-                        "aggregate further, filter, or add a LIMIT"
-                    )
-                batches.append(batch)
-            return _mark_wide_integers(pa.Table.from_batches(batches, reader.schema), types)
+        with ctrl_c.interrupting(con.interrupt) as pressed:
+            try:
+                answer = _answer(con, sql, max_rows, max_bytes)
+            except Exception:
+                if pressed:
+                    raise KeyboardInterrupt from None
+                raise
+        if pressed:  # the statement ended before the interrupt reached it
+            raise KeyboardInterrupt
+        return answer
     except RuntimeError as failure:
         if interrupted_by_user(failure):  # Ctrl-C: what Python raises for it everywhere else
             raise KeyboardInterrupt from None
@@ -596,6 +593,24 @@ def run(
     finally:
         if timer:
             timer.cancel()
+
+
+def _answer(con, sql: str, max_rows: int | None, max_bytes: int | None) -> pa.Table:
+    """:func:`run`'s streaming of the answer under its caps."""
+    types, reader = _stream(con, sql)
+    with contextlib.closing(reader):  # the connection refuses statements while it is open
+        batches, rows, size = [], 0, 0
+        for batch in _batches(reader):
+            rows, size = rows + batch.num_rows, size + batch.nbytes
+            if rows > (max_rows or rows) or size > (max_bytes or size):
+                limit = (f"{max_rows:,} rows" if max_rows and rows > max_rows
+                         else f"{max_bytes // 2**20:,} MiB")  # fmt: skip
+                raise AnswerTooLarge(
+                    f"the answer has more than {limit}, the most a connection returns: "
+                    "aggregate further, filter, or add a LIMIT"
+                )
+            batches.append(batch)
+        return _mark_wide_integers(pa.Table.from_batches(batches, reader.schema), types)
 
 
 def _stream(con, sql: str) -> tuple[list[str], pa.RecordBatchReader]:
