@@ -188,6 +188,36 @@ def test_publish_into_a_missing_folder_charges_nothing(db, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["demo.duckdb", "demo.duckdb.lock"]
 
 
+def _unwritable_folder():
+    """A folder that exists and takes no new file, even for root: /proc (Linux) or /sys."""
+    import tempfile
+
+    for folder in ("/proc", "/sys"):
+        try:
+            handle, probe = tempfile.mkstemp(dir=folder)
+        except OSError:
+            return folder
+        os.close(handle)
+        os.unlink(probe)
+    pytest.skip("no folder here refuses new files")
+
+
+def test_publish_into_a_folder_that_takes_no_file_charges_nothing(db, tmp_path):
+    """A folder that exists but takes no file (read-only, no permission) is found before any
+    query runs: the engine's error came after the DP --query was charged, as a bug in sqlsdc."""
+    folder = _unwritable_folder()
+    budget = ("budget", db, "--for", "analyst", "--format", "json")
+    before = strict_json(run(*budget).stdout)
+    dp = "b=SELECT scheme, COUNT(*) AS n FROM benefits GROUP BY scheme"
+    publish = ("publish", db, "--for", "analyst", "--query", dp)
+    failed(run(*publish, f"{folder}/r.duckdb"), errors.OPERATIONAL,
+           f"folder {folder} takes no new file")  # fmt: skip
+    failed(run(*publish, tmp_path / "r.duckdb", "--parquet", f"{folder}/pq"), errors.OPERATIONAL,
+           f"cannot write {folder}/pq")  # fmt: skip
+    assert strict_json(run(*budget).stdout) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo.duckdb", "demo.duckdb.lock"]
+
+
 def test_a_failed_init_of_a_new_file_leaves_no_file(tmp_path):
     policy = tmp_path / "p.yaml"
     policy.write_text(
