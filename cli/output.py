@@ -39,6 +39,23 @@ class ExistingFile(click.Path):
         return super().convert(value, param, ctx)
 
 
+class Seconds(click.FloatRange):
+    """A positive, finite number of seconds: click's FloatRange lets NaN through (it compares
+    false with every bound), and a server started with --statement-timeout nan refused every
+    session."""
+
+    name = "seconds"
+
+    def __init__(self) -> None:
+        super().__init__(min=0, min_open=True)
+
+    def convert(self, value, param, ctx):
+        seconds = super().convert(value, param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return seconds
+
+
 def format_option(default: str = "table", choices=FORMATS):
     return click.option(
         "--format",

@@ -70,6 +70,7 @@ JOB = "synthesize"
 VIEW_SCHEMA = "synthetic"
 COPY_COLUMN = "synthetic_copy"
 DP_METHODS = ("dp-ipf", "dp-catall")
+MAX_COPIES, MAX_ROWS = 1000, 100_000_000  # per job: beyond, a loop for hours or a bug report
 
 Progress = Callable[[str], None]
 
@@ -202,8 +203,10 @@ def synthesize(
         try:
             if (source is None) == (sql is None):
                 raise SynthesisError("read either a table (--from TABLE) or a query (--sql QUERY)")
-            if copies < 1 or (rows is not None and rows < 0):
-                raise SynthesisError("--copies must be at least 1 and --rows at least 0")
+            if not 1 <= copies <= MAX_COPIES or not 0 <= (rows or 0) <= MAX_ROWS:
+                raise SynthesisError(
+                    f"--copies must be from 1 to {MAX_COPIES} and --rows from 0 to {MAX_ROWS:,}"
+                )
             version, policy = _check(con, user, into, replace)
             if policy.table(into) is not None:
                 raise SynthesisError(f"--into {into!r} is the name of a table of the policy")
