@@ -181,6 +181,13 @@ def _amount(
     return value
 
 
+def _reason(_ctx, _param, text: str) -> str:
+    """A blank --reason is a usage error here (the ledger refuses it: reported as a bug)."""
+    if not text.strip():
+        raise click.BadParameter("say why (it is kept in the audit trail)")
+    return text
+
+
 _target_options = [
     click.option(
         "--for",
@@ -190,7 +197,9 @@ _target_options = [
         help="User whose budget changes ('*' = all users); --user is the older spelling.",
     ),
     click.option("--table", "-t", "table", help="Table whose budget changes ('*' = all tables)."),
-    click.option("--reason", required=True, help="Why (kept in the audit trail)."),
+    click.option(
+        "--reason", required=True, callback=_reason, help="Why (kept in the audit trail)."
+    ),
     click.option(
         "--as",
         "--admin",

@@ -84,6 +84,66 @@ def db(pristine_demo_db, tmp_path_factory):
         ((*SYNTH, "--copies", HUGE), errors.ERROR, "--copies must be from 1 to 1000"),
         ((*SYNTH, "--rows", HUGE), errors.ERROR, "--rows from 0 to 100,000,000"),
         ((*SYNTH, "--max-cells", -5), errors.USAGE, "x>=1"),
+        ((*SYNTH, "--option", "bogus=1"), errors.ERROR, "unknown: bogus"),
+        (
+            (*SYNTH[:7], "cart", "--columns", "sex,age", "--option", "min_leaf=nan"),
+            errors.ERROR,
+            "min_leaf must be a whole number, got 'nan'",
+        ),  # fmt: skip
+        (
+            (*SYNTH[:7], "cart", "--columns", "sex,age", "--option", f"min_leaf={HUGE}"),
+            errors.ERROR,
+            "min_leaf must be from 1 to 1,000,000,000",
+        ),  # fmt: skip
+        (
+            (
+                *SYNTH[:7],
+                "dp-ipf",
+                "--columns",
+                "sex,age",
+                "--bins",
+                "age=0,50,111",
+                "--epsilon",
+                "nan",
+            ),
+            errors.ERROR,
+            "epsilon: must be a number",
+        ),  # fmt: skip
+        (
+            (
+                *SYNTH[:7],
+                "dp-ipf",
+                "--columns",
+                "sex,age",
+                "--bins",
+                "age=0,nan,111",
+                "--epsilon",
+                "1",
+            ),
+            errors.ERROR,
+            "--bins age: must be a number",
+        ),  # fmt: skip
+        (
+            (
+                *SYNTH[:7],
+                "dp-ipf",
+                "--columns",
+                "sex,age",
+                "--bins",
+                "age=0,50,111",
+                "--epsilon",
+                "1",
+                "--option",
+                "min_leaf=3",
+            ),
+            errors.ERROR,
+            "method dp-ipf takes no option",
+        ),  # fmt: skip
+        (
+            ("budget", "{db}", "reset", "--for", "analyst", "--reason", " "),
+            errors.USAGE,
+            "say why",
+        ),  # fmt: skip
     ],
 )
 def test_out_of_range_numbers_are_clear_errors(args, code, words, db, tmp_path):
