@@ -81,6 +81,16 @@ def db(pristine_demo_db, tmp_path_factory):
         ),  # fmt: skip
         ((*ANONYMIZE, "noise:income:c=nan"), errors.ERROR, "c='nan' is not a finite number"),
         ((*ANONYMIZE, "noise:income:c=1e308"), errors.ERROR, "noise with c=1e+308 cannot be drawn"),
+        (
+            (*ANONYMIZE, "recode:age:breaks=0/nan/100"),
+            errors.ERROR,
+            "breaks is a /-separated list of finite numbers",
+        ),  # fmt: skip
+        (
+            (*ANONYMIZE, "noise:income:c=0.1", "--keys", "region,sexx"),
+            errors.ERROR,
+            "key column(s) ['sexx'] are not in the data",
+        ),  # a typo made the risk look lower  # fmt: skip
         ((*SYNTH, "--copies", HUGE), errors.ERROR, "--copies must be from 1 to 1000"),
         ((*SYNTH, "--rows", HUGE), errors.ERROR, "--rows from 0 to 100,000,000"),
         ((*SYNTH, "--max-cells", -5), errors.USAGE, "x>=1"),

@@ -106,11 +106,12 @@ def _list(step: Step, name: str, kind=float) -> list | None:
     if name not in step.params:
         return None
     try:
-        return [kind(v) for v in step.params[name].split("/")]
+        values = [kind(v) for v in step.params[name].split("/")]
     except ValueError:
-        raise MicrodataError(
-            f"step {step.method}: {name} is a /-separated list of numbers"
-        ) from None
+        values = None
+    if values is None or (kind is float and not all(map(math.isfinite, values))):
+        raise MicrodataError(f"step {step.method}: {name} is a /-separated list of finite numbers")
+    return values
 
 
 def _microaggregate(df, step, rng):
