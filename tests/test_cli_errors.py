@@ -153,6 +153,31 @@ def test_ctrl_c_inside_a_duckdb_statement_aborts_like_ctrl_c_anywhere(monkeypatc
     assert "bug" not in result.output
 
 
+def test_sigterm_stops_a_command_as_ctrl_c_does_and_leaves_no_file(tmp_path):
+    """`kill`, `timeout` or a scheduler stops a command with SIGTERM: the interpreter's default
+    ended it at once, and a demo stopped while building left its half-built
+    `.NAME.PID.building` file (megabytes) and a lock file beside the target."""
+    import signal
+    import time
+
+    target = tmp_path / "d.duckdb"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sqlsdc.cli", "demo", "--db", target, "--persons", "1000000"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not any(p.name.endswith(".building") for p in tmp_path.iterdir()):
+            assert process.poll() is None and time.monotonic() < deadline, "no building file"
+            time.sleep(0.02)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == errors.ERROR and "Aborted!" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_demo_never_replaces_a_file_without_force(tmp_path):
     target = tmp_path / "mine.duckdb"
     target.write_text("my work")
