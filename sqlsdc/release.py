@@ -114,7 +114,7 @@ def publish(
 
     def audit(decision: str, error: BaseException) -> None:
         with _catalog(db) as con:
-            if _has_entry(con, query_id):  # recorded just before an interrupt: it stands
+            if store.has_entry(con, query_id):  # recorded just before an interrupt: it stands
                 return
             store.record_query(
                 con,
@@ -166,14 +166,6 @@ def publish(
     entries = tuple(entry for _d, entry, _r in tables.values())
     return PublishReport(str(out), version, entries, storage,
                          None if folder is None else str(folder), query_id)  # fmt: skip
-
-
-def _has_entry(con, query_id: int) -> bool:
-    """Whether the audit log holds ``query_id``: a Ctrl-C or SIGTERM that came after the
-    release was recorded but before the recording returned (while the catalog closed) wrote a
-    "failed" entry with the same id, and the duplicate key ended as a bug in sqlsdc."""
-    found = con.execute(f"SELECT 1 FROM {store.S}.audit WHERE query_id = ?", [query_id])
-    return found.fetchone() is not None
 
 
 def _open_entry(db: Path) -> tuple[int, int]:
