@@ -165,20 +165,14 @@ def _admin_session(db: str, admin: str):
     return con, load_policy(current[1], name=current[2])
 
 
-def _amount(
-    text: str | None, name: str, *, below: Fraction | None = None, zero: bool = False
-) -> Fraction | None:
+def _amount(text: str | None, name: str, *, zero: bool = False) -> Fraction | None:
+    """An amount in the range a policy's budget may have (``parse_amount``; δ below 1)."""
     from sqlsdc.catalog import budget as ledger
 
     try:
-        value = ledger.parse_amount(text, name, zero=zero)
+        return ledger.parse_amount(text, name, zero=zero)
     except (TypeError, ValueError) as e:
         raise click.BadParameter(str(e), param_hint=f"--{name}") from None
-    if value is not None and below is not None and not value < below:
-        raise click.BadParameter(
-            f"{name} must be below {below}, got {text}", param_hint=f"--{name}"
-        )
-    return value
 
 
 def _reason(_ctx, _param, text: str) -> str:
@@ -254,7 +248,7 @@ def grant(obj, user, table, reason, admin, epsilon, rho, delta) -> None:
     from sqlsdc.catalog import budget as ledger
 
     eps, r = _amount(epsilon, "epsilon"), _amount(rho, "rho")
-    d = _amount(delta, "delta", below=Fraction(1))
+    d = _amount(delta, "delta")
     if eps is None and r is None and d is None:
         raise click.UsageError("give --epsilon, --rho and/or --delta")
     added = PrivacyCost(eps or 0, r or 0, d or 0)
@@ -300,7 +294,7 @@ def set_limit(obj, user, table, reason, admin, epsilon, rho, delta) -> None:
     amounts = {
         "epsilon": _amount(epsilon, "epsilon", zero=True),
         "rho": _amount(rho, "rho", zero=True),
-        "delta": _amount(delta, "delta", below=Fraction(1), zero=True),
+        "delta": _amount(delta, "delta", zero=True),
     }
     if all(v is None for v in amounts.values()):
         raise click.UsageError("give --epsilon, --rho and/or --delta")
