@@ -337,3 +337,13 @@ def test_a_failed_write_leaves_the_old_file(tmp_path):
     with pytest.raises(TypeError):
         write_file(out, 12345, force=True)  # not text: the write fails half-way
     assert out.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+
+
+def test_serve_refuses_a_database_without_the_catalog(tmp_path):
+    """A mistyped path or the release file: the server listened and refused every login."""
+    import duckdb
+
+    plain = tmp_path / "plain.duckdb"
+    duckdb.connect(str(plain)).close()
+    result = cli_fork.run(["serve", plain, "--insecure", "--port", 0], timeout=60)  # it served
+    failed(result, errors.ERROR, "has no sqlsdc catalog")

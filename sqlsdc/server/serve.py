@@ -63,12 +63,27 @@ def tls_context(cert: str, key: str) -> ssl.SSLContext:
     return context
 
 
+def _check_catalog(db: str) -> None:
+    """Refuse to serve a database without the sqlsdc catalog (a mistyped path, the release
+    file): the server listened and refused every login."""
+    from sqlsdc.catalog import store
+    from sqlsdc.engines.duckdb import open_database
+
+    con = open_database(db, writes_data=False)
+    try:
+        if store.current_policy(con) is None:
+            raise Error(f"{db} has no sqlsdc catalog; run `sqlsdc init {db} --policy FILE`")
+    finally:
+        con.close()
+
+
 class Server:
     """The listening server: settings, thread pool, sessions by process id."""
 
     def __init__(self, settings: ServerSettings):
         if not Path(settings.db).is_file():
             raise NotFoundError(f"database {settings.db} does not exist")
+        _check_catalog(settings.db)
         if (settings.tls_cert is None) != (settings.tls_key is None):
             raise Error("give both --tls-cert and --tls-key, or neither")
         if settings.tls_cert is None and not settings.insecure:
