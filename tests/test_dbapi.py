@@ -50,6 +50,14 @@ def test_values_of_every_constructor_are_parameters(analyst):
         analyst.execute(SQL, [b"F"])  # a VARCHAR column against a BLOB
 
 
+def test_an_aware_datetime_parameter_keeps_its_instant(analyst):
+    """03:00 at UTC+1 was cast to a TIMESTAMP as 03:00, an hour off the instant it names."""
+    aware = dt.datetime(2024, 1, 2, 3, tzinfo=dt.timezone(dt.timedelta(hours=1)))
+    utc = "TIMESTAMPTZ '2024-01-02 02:00:00+00'"
+    ((same, value),) = analyst.execute(f"SELECT ? = {utc}, ?", [aware, aware]).fetchall()
+    assert same and value == aware
+
+
 @pytest.mark.parametrize(
     ("params", "message"),
     [
