@@ -6,7 +6,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -164,11 +163,6 @@ def write_file(path: str | Path, text: str, *, force: bool) -> None:
         raise Error(f"{path} exists; pass --force to overwrite it")
     if not path.parent.is_dir():
         raise NotFoundError(f"cannot write {path}: folder {path.parent} does not exist")
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            file.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    from sqlsdc.files import write_atomically
+
+    write_atomically(path, text)

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Callable, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -37,7 +35,8 @@ from sqlsdc.catalog import store
 from sqlsdc.catalog.store import pattern_table, require_admin
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines.release_storage import OLDEST_READER, ReleaseFile, storage_version
-from sqlsdc.errors import Error, NotFoundError, OperationalError, PolicyViolation
+from sqlsdc.errors import Error, NotFoundError, PolicyViolation
+from sqlsdc.files import check_writable
 from sqlsdc.guard.connection import connect
 from sqlsdc.jobs.patterns import ensure_patterns
 from sqlsdc.policy import load_policy
@@ -194,8 +193,8 @@ def _check_request(db: Path, out: Path, folder: Path | None, queries: dict, repl
             raise Error(f"{target} exists; pass --force (or --replace) to overwrite it")
         if target is not None and not target.parent.is_dir():  # before any query is charged
             raise NotFoundError(f"cannot write {target}: folder {target.parent} does not exist")
-        if target is not None:
-            _check_writable(target)
+        if target is not None:  # a folder that takes no file: found before any charge
+            check_writable(target)
     if folder is not None and (
         folder.is_file() or folder.resolve() in (db.resolve(), out.resolve())
     ):
@@ -207,22 +206,6 @@ def _check_request(db: Path, out: Path, folder: Path | None, queries: dict, repl
         if name.casefold() in seen:
             raise Error(_same_name(seen[name.casefold()], name))
         seen[name.casefold()] = name
-
-
-def _check_writable(target: Path) -> None:
-    """Make and delete a file beside ``target``, before any query is charged: a folder where
-    nothing can be made (read-only, no permission, ``/proc``) stopped the publication only once
-    its DP queries were paid for, with the engine's error reported as a bug in sqlsdc."""
-    try:
-        handle, probe = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    except OSError as failure:
-        reason = (failure.strerror or type(failure).__name__).lower()
-        raise OperationalError(
-            f"cannot write {target}: folder {target.parent} takes no new file ({reason}); "
-            "choose another folder"
-        ) from None
-    os.close(handle)
-    os.unlink(probe)
 
 
 def _same_name(first: str, second: str) -> str:

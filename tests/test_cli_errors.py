@@ -243,6 +243,15 @@ def test_publish_into_a_folder_that_takes_no_file_charges_nothing(db, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["demo.duckdb", "demo.duckdb.lock"]
 
 
+def test_a_file_into_a_folder_that_takes_no_file_is_one_clear_failure():
+    """ptable -o (and microdata-report --plot, the same writer) into such a folder: "not
+    found: /proc/.p.txt.x8k2.tmp" named a temporary file, and a folder that exists."""
+    folder = _unwritable_folder()
+    result = run("ptable", "--D", 2, "--V", 1, "-o", f"{folder}/p.txt")
+    failed(result, errors.OPERATIONAL, f"cannot write {folder}/p.txt: folder {folder} takes no")
+    assert ".tmp" not in result.stderr
+
+
 def test_a_failed_init_of_a_new_file_leaves_no_file(tmp_path):
     policy = tmp_path / "p.yaml"
     policy.write_text(
