@@ -118,7 +118,12 @@ def budget(ctx, db: str, who: str | None, history: bool, show_ledger: bool, fmt:
             rows = ledger.spend_ledger(con, user=who)
         else:
             _version, document, source = store.current_policy(con)
-            limits = ledger.policy_limits(load_policy(document, name=source))
+            policy = load_policy(document, name=source)
+            if who is not None and who != ledger.ALL and policy.user(who) is None:
+                known = ", ".join(sorted(policy.users)) or "none"  # a row was made up for it
+                raise click.BadParameter(f"{who!r} is not a user of the policy in force "
+                                         f"({known})", param_hint="--for")  # fmt: skip
+            limits = ledger.policy_limits(policy)
             rows = _rows(ledger.budget_status(con, limits, user=who))
     finally:
         con.close()

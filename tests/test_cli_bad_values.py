@@ -87,6 +87,7 @@ CASES = [  # (command, exit code, words of the message), and what happened befor
         "epsilon must be at most 1000000",
     ),  # 401 digits in the message  # fmt: skip
     ("budget {db} reset --for analyst --reason ' '", errors.USAGE, "say why"),
+    ("budget {db} --for nobody", errors.USAGE, "'nobody' is not a user of the policy in force"),
 ]
 
 
