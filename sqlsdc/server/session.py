@@ -219,6 +219,14 @@ class Session:
         ))  # fmt: skip
         self.writer.close()
 
+    def terminate(self) -> None:
+        """End the session because the server stops: say so, interrupt its statement."""
+        self._send(codec.error_response(
+            "FATAL", "57P01", "terminating connection: the server is shutting down"
+        ))  # fmt: skip
+        self.cancel()
+        self.writer.close()
+
     def cancel(self) -> None:
         """A CancelRequest for this session: stop the running statement, if any."""
         if self.running and self.connection is not None:
