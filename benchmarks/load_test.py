@@ -1,14 +1,17 @@
 """Many analysts on one database: N processes x M DP queries, admin commands, one kill -9.
 
 Each worker process opens its own guarded connection and runs DP counts with random filters
-(new statistics are charged, repeats are free); meanwhile admin commands (`sqlsdc audit`,
-`sqlsdc budget`) run in a loop, and one worker is killed with SIGKILL part-way. Afterwards the
+(new statistics are charged, repeats are free); meanwhile admin commands run in a loop (`sqlsdc
+audit`, `sqlsdc budget`, `sqlsdc budget grant` of ε 1/2, `sqlsdc policy apply` of the same
+policy as a new version), and one worker is killed with SIGKILL part-way. Afterwards the
 script checks that nothing is lost and no budget is exceeded:
 
 - every worker but the killed one ended cleanly; every failure a worker saw was sqlsdc's own
   budget refusal (no engine error, no lock error); every admin command succeeded;
-- every answered query has an ``accepted`` audit entry;
-- the spend ledger adds up to what the budget reports as spent, and that is within the limit;
+- every answered query has an ``accepted`` audit entry; every grant is in the budget's history
+  and every applied policy is a version of its own;
+- the spend ledger adds up to what the budget reports as spent, and that is within the limit
+  (the policy's, raised by the grants);
 - at most one charge (the killed worker's last) has no audit entry: it was paid, never shown.
 
 Usage:
@@ -32,6 +35,7 @@ from fractions import Fraction
 from pathlib import Path
 
 LIMIT = Fraction(30)  # the analyst's epsilon: sixty new statistics at 1/2
+GRANT = Fraction(1, 2)  # what each `budget grant` of the admin loop adds: one statistic more
 AGES = 100  # distinct filters: 100 statistics, more than the budget pays for
 
 
@@ -121,27 +125,34 @@ def run(db: Path, processes: int, queries: int, pause: float, kill: bool = True)
     if kill:
         os.kill(victim.pid, signal.SIGKILL)
     killed = kill
+    policy = db.with_name("policy.json")  # JSON is YAML: the same policy, applied again
+    policy.write_text(json.dumps(document()))
     admin = [["sqlsdc", "audit", str(db), "--limit", "5", "--format", "json"],
+             ["sqlsdc", "budget", str(db), "grant", "--for", "ana", "--epsilon", str(GRANT),
+              "--reason", "load test", "--as", "admin"],
+             ["sqlsdc", "policy", "apply", str(db), str(policy), "--as", "admin"],
              ["sqlsdc", "budget", str(db), "--format", "json"]]  # fmt: skip
-    admin_failures, admin_runs = [], 0
-    while any(w.poll() is None for w in workers[1:]) or admin_runs < 2:
+    admin_failures, admin_runs, done_by_kind = [], 0, {"grant": 0, "apply": 0}
+    while any(w.poll() is None for w in workers[1:]) or admin_runs < len(admin):
         command = admin[admin_runs % len(admin)]
         done = subprocess.run(command, capture_output=True, text=True, timeout=300)
         admin_runs += 1
         if done.returncode != 0:
-            admin_failures.append(f"{' '.join(command[:2])}: {done.stderr.strip()[-300:]}")
+            admin_failures.append(f"{' '.join(command[:3])}: {done.stderr.strip()[-300:]}")
+        elif "grant" in command or "apply" in command:
+            done_by_kind["grant" if "grant" in command else "apply"] += 1
     outputs = []
     for w in workers:
         out, err = w.communicate(timeout=600)
         out = first + out if w is victim else out
         outputs.append((w.returncode, out.splitlines(), err))
     elapsed = time.perf_counter() - start
-    return check(db, outputs, admin_failures, admin_runs, killed, elapsed)
+    return check(db, outputs, admin_failures, admin_runs, done_by_kind, killed, elapsed)
 
 
-def check(db: Path, outputs, admin_failures, admin_runs, killed, elapsed) -> dict:
+def check(db: Path, outputs, admin_failures, admin_runs, done_by_kind, killed, elapsed) -> dict:
     import sqlsdc
-    from sqlsdc.catalog import budget
+    from sqlsdc.catalog import budget, store
     from sqlsdc.engines.duckdb import open_database
 
     problems = list(admin_failures)
@@ -167,16 +178,24 @@ def check(db: Path, outputs, admin_failures, admin_runs, killed, elapsed) -> dic
         policy = sqlsdc.policy.load_policy(document())
         (status,) = [s for s in budget.budget_status(con, budget.policy_limits(policy))
                      if s.key == budget.BudgetKey("ana")]  # fmt: skip
+        grants = [e for e in budget.budget_events(con) if e["action"] == "grant"]
+        version = store.current_policy(con)[0]
     finally:
         con.close()
+    limit = LIMIT + GRANT * done_by_kind["grant"]
+    if len(grants) != done_by_kind["grant"] or status.limit.epsilon != limit:
+        problems.append(f"{done_by_kind['grant']} grants made, {len(grants)} recorded; limit "
+                        f"{status.limit.epsilon}, expected {limit}")  # fmt: skip
+    if version != 1 + done_by_kind["apply"]:
+        problems.append(f"{done_by_kind['apply']} policies applied, policy version {version}")
     lost = [q for q in answered if audit.get(q) != "accepted"]
     if lost:
         problems.append(f"{len(lost)} answered queries have no accepted audit entry: {lost[:5]}")
     total = sum((Fraction(r["epsilon"]) for r in ledger), Fraction(0))
     if total != status.spent.epsilon:
         problems.append(f"ledger adds up to {total}, budget reports {status.spent.epsilon}")
-    if status.spent.epsilon > LIMIT:
-        problems.append(f"spent {status.spent.epsilon} > limit {LIMIT}")
+    if status.spent.epsilon > limit:
+        problems.append(f"spent {status.spent.epsilon} > limit {limit}")
     unaudited = [r["query_id"] for r in ledger if r["query_id"] not in audit]
     if len(unaudited) > (1 if killed else 0):
         problems.append(f"charges without an audit entry: {unaudited}")
@@ -188,7 +207,9 @@ def check(db: Path, outputs, admin_failures, admin_runs, killed, elapsed) -> dic
         "killed": killed,
         "charges": len(ledger),
         "spent": str(status.spent.epsilon),
-        "limit": str(LIMIT),
+        "limit": str(limit),
+        "grants": done_by_kind["grant"],
+        "policies_applied": done_by_kind["apply"],
         "seconds": round(elapsed, 1),
         "queries_per_second": round(len(answered) / elapsed, 1),
         "problems": problems,

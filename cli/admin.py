@@ -6,6 +6,8 @@ from __future__ import annotations
 import click
 from sqlsdc.cli.output import ExistingFile, format_option, print_frame, print_json
 
+MAX_LIMIT = 1_000_000  # audit rows shown; 10**20 overflowed the engine as a bug in sqlsdc
+
 
 def acting_admin_option(*names: str):
     """The acting administrator's option, spelled ``names`` (default ``admin``)."""
@@ -114,7 +116,7 @@ def apply(db: str, file: str, user: str) -> None:
 @admin_option
 @click.option("--who", help="Only queries of this user.")
 @click.option("--decision", type=click.Choice(["accepted", "refused", "failed"]))
-@click.option("--limit", default=50, show_default=True, type=click.IntRange(1))
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, MAX_LIMIT))
 @format_option()
 def audit(db: str, user: str, who: str | None, decision: str | None, limit: int, fmt: str) -> None:
     """Show the audit log: every query, accepted, refused or failed, newest first."""

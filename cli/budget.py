@@ -117,7 +117,12 @@ def budget(ctx, db: str, who: str | None, history: bool, show_ledger: bool, fmt:
             rows = ledger.spend_ledger(con, user=who)
         else:
             _version, document, source = store.current_policy(con)
-            limits = ledger.policy_limits(load_policy(document, name=source))
+            policy = load_policy(document, name=source)
+            if who is not None and who != ledger.ALL and policy.user(who) is None:
+                known = ", ".join(sorted(policy.users)) or "none"  # a row was made up for it
+                raise click.BadParameter(f"{who!r} is not a user of the policy in force "
+                                         f"({known})", param_hint="--for")  # fmt: skip
+            limits = ledger.policy_limits(policy)
             rows = _rows(ledger.budget_status(con, limits, user=who))
     finally:
         con.close()
@@ -164,20 +169,21 @@ def _admin_session(db: str, admin: str):
     return con, load_policy(current[1], name=current[2])
 
 
-def _amount(
-    text: str | None, name: str, *, below: Fraction | None = None, zero: bool = False
-) -> Fraction | None:
+def _amount(text: str | None, name: str, *, zero: bool = False) -> Fraction | None:
+    """An amount in the range a policy's budget may have (``parse_amount``; δ below 1)."""
     from sqlsdc.catalog import budget as ledger
 
     try:
-        value = ledger.parse_amount(text, name, zero=zero)
+        return ledger.parse_amount(text, name, zero=zero)
     except (TypeError, ValueError) as e:
         raise click.BadParameter(str(e), param_hint=f"--{name}") from None
-    if value is not None and below is not None and not value < below:
-        raise click.BadParameter(
-            f"{name} must be below {below}, got {text}", param_hint=f"--{name}"
-        )
-    return value
+
+
+def _reason(_ctx, _param, text: str) -> str:
+    """A blank --reason is a usage error here (the ledger refuses it: reported as a bug)."""
+    if not text.strip():
+        raise click.BadParameter("say why (it is kept in the audit trail)")
+    return text
 
 
 _target_options = [
@@ -189,7 +195,9 @@ _target_options = [
         help="User whose budget changes ('*' = all users); --user is the older spelling.",
     ),
     click.option("--table", "-t", "table", help="Table whose budget changes ('*' = all tables)."),
-    click.option("--reason", required=True, help="Why (kept in the audit trail)."),
+    click.option(
+        "--reason", required=True, callback=_reason, help="Why (kept in the audit trail)."
+    ),
     click.option(
         "--as",
         "--admin",
@@ -246,7 +254,7 @@ def grant(obj, user, table, reason, admin, epsilon, rho, delta) -> None:
     from sqlsdc.mechanisms.accountant import PrivacyCost  # not at start-up: 12 ms of --help
 
     eps, r = _amount(epsilon, "epsilon"), _amount(rho, "rho")
-    d = _amount(delta, "delta", below=Fraction(1))
+    d = _amount(delta, "delta")
     if eps is None and r is None and d is None:
         raise click.UsageError("give --epsilon, --rho and/or --delta")
     added = PrivacyCost(eps or 0, r or 0, d or 0)
@@ -292,7 +300,7 @@ def set_limit(obj, user, table, reason, admin, epsilon, rho, delta) -> None:
     amounts = {
         "epsilon": _amount(epsilon, "epsilon", zero=True),
         "rho": _amount(rho, "rho", zero=True),
-        "delta": _amount(delta, "delta", below=Fraction(1), zero=True),
+        "delta": _amount(delta, "delta", zero=True),
     }
     if all(v is None for v in amounts.values()):
         raise click.UsageError("give --epsilon, --rho and/or --delta")

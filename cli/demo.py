@@ -10,6 +10,7 @@ import click
 from sqlsdc.demo import DEFAULT_PERSONS, DEFAULT_SEED
 from sqlsdc.errors import Error
 
+MAX_PERSONS = 100_000_000  # 10**20 could not be sized by numpy: a bug report, not a message
 STEPS = ("households", "persons", "enterprises", "regions", "record keys and catalog")
 
 
@@ -25,14 +26,14 @@ STEPS = ("households", "persons", "enterprises", "regions", "record keys and cat
     "--persons",
     default=DEFAULT_PERSONS,
     show_default=True,
-    type=click.IntRange(100),
+    type=click.IntRange(100, MAX_PERSONS),
     help="Number of persons to generate.",
 )
 @click.option(
     "--seed",
     default=DEFAULT_SEED,
     show_default=True,
-    type=int,
+    type=click.IntRange(0),
     help="Random seed; the same seed gives the same data.",
 )
 @click.option("--no-queries", is_flag=True, help="Only build the database.")

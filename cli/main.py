@@ -5,6 +5,7 @@ Exit codes: one per class of failure (``sqlsdc.cli.errors.EXIT_CODES``, shown by
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import click
@@ -65,5 +66,17 @@ def _register() -> None:
 _register()
 
 
+def _stop_on_sigterm() -> None:
+    """SIGTERM (``kill``, ``timeout``, a scheduler, systemd) stops a command as Ctrl-C does, so
+    that it cleans up: the interpreter's default ended it at once, and a demo, job or
+    publication stopped so left its half-written temporary file and lock file behind."""
+
+    def stop(_signal, _frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def main() -> None:
+    _stop_on_sigterm()
     cli(prog_name="sqlsdc")

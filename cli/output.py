@@ -6,7 +6,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,6 +36,23 @@ class ExistingFile(click.Path):
                 )
             raise NotFoundError(f"file {value} does not exist")
         return super().convert(value, param, ctx)
+
+
+class Seconds(click.FloatRange):
+    """A positive, finite number of seconds: click's FloatRange lets NaN through (it compares
+    false with every bound), and a server started with --statement-timeout nan refused every
+    session."""
+
+    name = "seconds"
+
+    def __init__(self) -> None:
+        super().__init__(min=0, min_open=True)
+
+    def convert(self, value, param, ctx):
+        seconds = super().convert(value, param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return seconds
 
 
 def format_option(default: str = "table", choices=FORMATS):
@@ -147,11 +163,6 @@ def write_file(path: str | Path, text: str, *, force: bool) -> None:
         raise Error(f"{path} exists; pass --force to overwrite it")
     if not path.parent.is_dir():
         raise NotFoundError(f"cannot write {path}: folder {path.parent} does not exist")
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            file.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    from sqlsdc.files import write_atomically
+
+    write_atomically(path, text)

@@ -13,7 +13,7 @@ import sys
 
 import click
 from sqlsdc.cli.admin import admin_option
-from sqlsdc.cli.output import ExistingFile, format_option, print_json, read_sql
+from sqlsdc.cli.output import ExistingFile, Seconds, format_option, print_json, read_sql
 
 METHODS = ("suppress", "round", "cta", "ipf")
 STEPS = {"suppress": 3, "round": 4, "cta": 4, "ipf": 5}  # job.step() calls per method
@@ -64,7 +64,9 @@ OWNERS = {  # option -> the methods it belongs to
     default=None,
     help="[suppress] What a secondary suppression costs (default: value).",
 )
-@click.option("--base", type=click.IntRange(min=2), help="[round] Rounding base, e.g. 5 or 10.")
+@click.option(
+    "--base", type=click.IntRange(2, 1_000_000), help="[round] Rounding base, e.g. 5 or 10."
+)
 @click.option(
     "--cta-method",
     type=click.Choice(["lp", "milp", "mdi"]),
@@ -87,7 +89,7 @@ OWNERS = {  # option -> the methods it belongs to
 )
 @click.option(
     "--time-limit",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Seconds(),
     default=None,
     help="[suppress, round, cta] Seconds per solver call (round: for the whole job). "
     "Default: 60 (round: 30).",

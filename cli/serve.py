@@ -7,7 +7,7 @@ import sys
 
 import click
 from sqlsdc.cli.admin import admin_option
-from sqlsdc.cli.output import ExistingFile, format_option, print_json
+from sqlsdc.cli.output import ExistingFile, Seconds, format_option, print_json
 
 db_argument = click.argument("db", type=ExistingFile())
 
@@ -27,11 +27,11 @@ db_argument = click.argument("db", type=ExistingFile())
 @click.option("--insecure", is_flag=True,
               help="Accept connections without TLS (authentication is still SCRAM; statements "
               "and results cross the network in clear).")  # fmt: skip
-@click.option("--idle-timeout", type=click.FloatRange(min=0, min_open=True),
+@click.option("--idle-timeout", type=Seconds(),
               help="Close sessions idle this many seconds.")  # fmt: skip
 @click.option(
     "--statement-timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Seconds(),
     help="Stop statements after this many seconds (at most the policy's limit).",
 )
 @click.option("--max-connections", default=100, show_default=True, type=click.IntRange(1))

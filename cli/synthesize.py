@@ -77,7 +77,7 @@ def _option(text: str) -> tuple[str, object]:
     help="DP: a structural zero, cells that cannot occur (repeatable; NULL: missing).",
 )
 @click.option("--stratify", metavar="COL", help="DP: fit each level of COL on its own.")
-@click.option("--max-cells", type=int, default=10_000_000, show_default=True,
+@click.option("--max-cells", type=click.IntRange(1), default=10_000_000, show_default=True,
               help="DP: the largest full table (per stratum) the job builds.")  # fmt: skip
 @click.option("--no-projection", is_flag=True,
               help="dp-ipf: skip the consistency projection of the noisy margins ([RA] as "

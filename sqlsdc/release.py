@@ -36,6 +36,7 @@ from sqlsdc.catalog.store import pattern_table, require_admin
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines.release_storage import OLDEST_READER, ReleaseFile, storage_version
 from sqlsdc.errors import Error, NotFoundError, PolicyViolation
+from sqlsdc.files import check_writable
 from sqlsdc.guard.connection import connect
 from sqlsdc.jobs.patterns import ensure_patterns
 from sqlsdc.policy import load_policy
@@ -112,6 +113,8 @@ def publish(
 
     def audit(decision: str, error: BaseException) -> None:
         with _catalog(db) as con:
+            if store.has_entry(con, query_id):  # recorded just before an interrupt: it stands
+                return
             store.record_query(
                 con,
                 query_id,
@@ -148,7 +151,7 @@ def publish(
         say("recording the release")
         with _catalog(db) as con:
             _record(con, tables, query_id, user, version, request, fingerprint)
-        recorded = True
+            recorded = True
         partial.replace(out)
         if partial_folder is not None:
             release_parquet.put_in_place(partial_folder, folder)
@@ -190,6 +193,8 @@ def _check_request(db: Path, out: Path, folder: Path | None, queries: dict, repl
             raise Error(f"{target} exists; pass --force (or --replace) to overwrite it")
         if target is not None and not target.parent.is_dir():  # before any query is charged
             raise NotFoundError(f"cannot write {target}: folder {target.parent} does not exist")
+        if target is not None:  # a folder that takes no file: found before any charge
+            check_writable(target)
     if folder is not None and (
         folder.is_file() or folder.resolve() in (db.resolve(), out.resolve())
     ):

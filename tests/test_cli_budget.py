@@ -292,6 +292,6 @@ def test_grant_and_set_stay_within_the_limits_a_policy_may_set(db):
                code=1)  # fmt: skip
     assert "ε limit would be 1000001, above 1000000, the most a budget may allow" in over.output
     over = run(db, "set", "--for", "alice", "--rho", "2000000", "--reason", "r", "--as", "root",
-               code=1)  # fmt: skip
-    assert "ρ limit would be 2000000, above 1000000" in over.output
+               code=2)  # an amount no budget may have: a usage error  # fmt: skip
+    assert "rho must be at most 1000000, the most a budget may allow, got 2000000" in over.output
     run(db, "grant", "--for", "alice", "--epsilon", "10", "--reason", "r", "--as", "root")

@@ -153,6 +153,31 @@ def test_ctrl_c_inside_a_duckdb_statement_aborts_like_ctrl_c_anywhere(monkeypatc
     assert "bug" not in result.output
 
 
+def test_sigterm_stops_a_command_as_ctrl_c_does_and_leaves_no_file(tmp_path):
+    """`kill`, `timeout` or a scheduler stops a command with SIGTERM: the interpreter's default
+    ended it at once, and a demo stopped while building left its half-built
+    `.NAME.PID.building` file (megabytes) and a lock file beside the target."""
+    import signal
+    import time
+
+    target = tmp_path / "d.duckdb"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sqlsdc.cli", "demo", "--db", target, "--persons", "1000000"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not any(p.name.endswith(".building") for p in tmp_path.iterdir()):
+            assert process.poll() is None and time.monotonic() < deadline, "no building file"
+            time.sleep(0.02)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == errors.ERROR and "Aborted!" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_demo_never_replaces_a_file_without_force(tmp_path):
     target = tmp_path / "mine.duckdb"
     target.write_text("my work")
@@ -186,6 +211,45 @@ def test_publish_into_a_missing_folder_charges_nothing(db, tmp_path):
            f"folder {missing} does not exist")  # fmt: skip
     assert strict_json(run(*budget).stdout) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["demo.duckdb", "demo.duckdb.lock"]
+
+
+def _unwritable_folder():
+    """A folder that exists and takes no new file, even for root: /proc (Linux) or /sys."""
+    import tempfile
+
+    for folder in ("/proc", "/sys"):
+        try:
+            handle, probe = tempfile.mkstemp(dir=folder)
+        except OSError:
+            return folder
+        os.close(handle)
+        os.unlink(probe)
+    pytest.skip("no folder here refuses new files")
+
+
+def test_publish_into_a_folder_that_takes_no_file_charges_nothing(db, tmp_path):
+    """A folder that exists but takes no file (read-only, no permission) is found before any
+    query runs: the engine's error came after the DP --query was charged, as a bug in sqlsdc."""
+    folder = _unwritable_folder()
+    budget = ("budget", db, "--for", "analyst", "--format", "json")
+    before = strict_json(run(*budget).stdout)
+    dp = "b=SELECT scheme, COUNT(*) AS n FROM benefits GROUP BY scheme"
+    publish = ("publish", db, "--for", "analyst", "--query", dp)
+    failed(run(*publish, f"{folder}/r.duckdb"), errors.OPERATIONAL,
+           f"folder {folder} takes no new file")  # fmt: skip
+    failed(run(*publish, tmp_path / "r.duckdb", "--parquet", f"{folder}/pq"), errors.OPERATIONAL,
+           f"cannot write {folder}/pq")  # fmt: skip
+    assert strict_json(run(*budget).stdout) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo.duckdb", "demo.duckdb.lock"]
+
+
+def test_a_file_into_a_folder_that_takes_no_file_is_one_clear_failure():
+    """ptable -o (and microdata-report --plot, the same writer) into such a folder: "not
+    found: /proc/.p.txt.x8k2.tmp" named a temporary file, and a folder that exists."""
+    folder = _unwritable_folder()
+    result = run("ptable", "--D", 2, "--V", 1, "-o", f"{folder}/p.txt")
+    failed(result, errors.OPERATIONAL, f"cannot write {folder}/p.txt: folder {folder} takes no")
+    assert ".tmp" not in result.stderr
 
 
 def test_a_failed_init_of_a_new_file_leaves_no_file(tmp_path):
@@ -282,3 +346,13 @@ def test_a_failed_write_leaves_the_old_file(tmp_path):
     with pytest.raises(TypeError):
         write_file(out, 12345, force=True)  # not text: the write fails half-way
     assert out.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+
+
+def test_serve_refuses_a_database_without_the_catalog(tmp_path):
+    """A mistyped path or the release file: the server listened and refused every login."""
+    import duckdb
+
+    plain = tmp_path / "plain.duckdb"
+    duckdb.connect(str(plain)).close()
+    result = cli_fork.run(["serve", plain, "--insecure", "--port", 0], timeout=60)  # it served
+    failed(result, errors.ERROR, "has no sqlsdc catalog")

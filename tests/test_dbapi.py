@@ -38,6 +38,26 @@ def test_constructors():
     assert sqlsdc.TimeFromTicks(ticks) == dt.time(3, 4, 5)
 
 
+def test_values_of_every_constructor_are_parameters(analyst):
+    """sqlsdc.Time and sqlsdc.Binary made values that no statement took ("parameters of type
+    time/bytes are not supported"); a byte string is written as escapes, never as SQL text."""
+    tricky = sqlsdc.Binary(b"\x00'; SELECT 1 --\xff")
+    values = [sqlsdc.Date(2024, 1, 2), sqlsdc.Time(3, 4, 5), sqlsdc.Timestamp(2024, 1, 2, 3),
+              tricky, bytearray(b"ab")]  # fmt: skip
+    (row,) = analyst.execute("SELECT ? AS d, ? AS t, ? AS ts, ? AS b, ? AS a", values).fetchall()
+    assert row == (dt.date(2024, 1, 2), dt.time(3, 4, 5), dt.datetime(2024, 1, 2, 3), tricky, b"ab")
+    with pytest.raises(sqlsdc.PolicyViolation, match="could raise an error"):  # fails closed
+        analyst.execute(SQL, [b"F"])  # a VARCHAR column against a BLOB
+
+
+def test_an_aware_datetime_parameter_keeps_its_instant(analyst):
+    """03:00 at UTC+1 was cast to a TIMESTAMP as 03:00, an hour off the instant it names."""
+    aware = dt.datetime(2024, 1, 2, 3, tzinfo=dt.timezone(dt.timedelta(hours=1)))
+    utc = "TIMESTAMPTZ '2024-01-02 02:00:00+00'"
+    ((same, value),) = analyst.execute(f"SELECT ? = {utc}, ?", [aware, aware]).fetchall()
+    assert same and value == aware
+
+
 @pytest.mark.parametrize(
     ("params", "message"),
     [

@@ -498,10 +498,13 @@ def test_malformed_tables_and_files():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(D=0, V=1), r"D \(largest noise\) must be an integer >= 1; got 0"),
+        (dict(D=0, V=1), r"D \(largest noise\) must be an integer >= 1 and <= 100; got 0"),
+        (dict(D=10**20, V=1), r"D \(largest noise\) must be .* <= 100; got 100000000000000000000"),
         (dict(D=2.5, V=1), r"D .* got 2.5"),
         (dict(D=3, V=-1), r"V \(noise variance\) must be a number > 0; got -1"),
-        (dict(D=3, V=1, js=-2), "js must be an integer >= 0; got -2"),
+        (dict(D=3, V=1, js=-2), "js must be an integer >= 0 and <= 100; got -2"),
+        (dict(D=3, V=1, js=10**20), "js must be an integer >= 0 and <= 100; got 1"),
+        (dict(D=3, V=1, table="nums", step=10**20), "step must be an integer >= 1 and <= 100"),
         (dict(D=3, V=1, pstay=1.5), r"pstay must lie strictly between 0 and 1 .*1.5"),
         (dict(D=3, V=1, optim=5), r"optim must be 1, 2, 3 .* or 4 .*got \(5, 5, 5\)"),
         (dict(D=3, V=1, mono=(True, False)), r"mono has 2 values but the table has 3 rows"),

@@ -9,7 +9,10 @@ previous exit status. Values that depend on the
 database's secret record keys (cell-key noise; the README says so with "yours will differ") and
 the audit log's timestamps are the only parts compared by shape instead of by value.
 
-The examples in ``--help`` texts are run too (:func:`test_help_examples_run`).
+The ``python`` blocks run too, each in a new interpreter in the same folder at its place among
+the console sessions (what they print is not compared: most of it is noisy), but for the few
+that need what a test cannot have here (:data:`PYTHON_ELSEWHERE`, each tested elsewhere). The
+examples in ``--help`` texts are run too (:func:`test_help_examples_run`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +63,29 @@ def console_commands(text: str) -> list[Command]:
             elif line.strip():
                 current.expected.append(line)
     return commands
+
+
+# Python blocks not run here (a marker in the block -> why; each is exercised elsewhere).
+PYTHON_ELSEWHERE = {
+    "postgresql+psycopg://": "a TLS server and a password (tests/server/)",
+    "SparkSession": "pyspark and a JDK (tests/test_spark.py)",
+    "benefits_cells": "the database of benchmarks/bench_dp_coverage.py",
+    ">>> q = ": "a policy protecting persons by rounding (tests/test_round_query.py)",
+}
+
+
+def python_blocks(text: str) -> list[tuple[int, str]]:
+    """(line, code) of the README's ``python`` blocks that run here, in order."""
+    blocks = []
+    for block in re.finditer(r"```python\n(.*?)```", text, re.S):
+        if not any(marker in block.group(1) for marker in PYTHON_ELSEWHERE):
+            blocks.append((text.count("\n", 0, block.start()) + 2, block.group(1)))
+    return blocks
+
+
+def _run_python(code: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
 
 
 def _continues(text: str) -> bool:
@@ -124,7 +151,16 @@ KNOWN_BROKEN: dict[str, str] = {}  # command marker -> why it is not run (none a
 def test_readme_console_sessions(session):
     failures = []
     last = None
-    for command in console_commands(README.read_text("utf-8")):
+    text = README.read_text("utf-8")
+    blocks = python_blocks(text)
+    for command in [*console_commands(text), Command("", line=text.count("\n") + 2)]:
+        while blocks and blocks[0][0] < command.line:  # the Python examples before it
+            line, code = blocks.pop(0)
+            ran = _run_python(code, session)
+            if ran.returncode != 0:
+                failures.append(f"README.md:{line}: the python block failed\n{ran.stderr[-2000:]}")
+        if not command.text:  # the end of the README
+            break
         argv = _argv(command.text)
         where = f"README.md:{command.line}: $ {' '.join(argv)[:100]}"
         known = [why for marker, why in KNOWN_BROKEN.items() if marker in command.text]

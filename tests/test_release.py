@@ -193,3 +193,30 @@ def test_publish_refuses_names_that_differ_only_in_case_before_running_anything(
     assert set(entries["user_name"]) == {"admin"}  # no guarded query ran as the analyst
     assert set(entries["decision"]) <= {"refused", "failed"} and len(entries) == len(requests)
     assert not out.exists() and {p.name for p in tmp_path.iterdir()} == {db.name, db.name + ".lock"}
+
+
+def test_an_interrupt_after_the_release_is_recorded_is_no_bug(suppress_template, tmp_path,
+                                                              monkeypatch):  # fmt: skip
+    """A Ctrl-C or SIGTERM that lands once the release is recorded (while the catalog closes)
+    wrote a second, "failed" entry with the same query id: the duplicate key ended as
+    "internal error ... a bug in sqlsdc" (seen with `timeout -s TERM 3 sqlsdc publish`). The
+    accepted entry stands (its cells are in the ledger), the file is not put in place, and the
+    interrupt reaches the caller as the interrupt."""
+    import sqlsdc.release as release
+
+    db, out = tmp_path / "demo.duckdb", tmp_path / "release.duckdb"
+    shutil.copy(suppress_template, db)
+    recorded = release._record
+
+    def record_then_interrupted(*args, **kwargs):
+        recorded(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(release, "_record", record_then_interrupted)
+    queries = {"by_region": "SELECT region, COUNT(*) AS n FROM persons GROUP BY region"}
+    with pytest.raises(KeyboardInterrupt):
+        publish(db, out, "admin", queries=queries, analyst="analyst")
+    entries = sqlsdc.admin.audit(db, "admin", limit=100)
+    published = entries[entries["sql_text"].str.startswith('{"publish"')]
+    assert published["decision"].tolist() == ["accepted"]
+    assert not out.exists() and {p.name for p in tmp_path.iterdir()} == {db.name, db.name + ".lock"}

@@ -892,10 +892,25 @@ def spend_ledger(con, *, user: str | None = None, limit: int = 100) -> list[dict
 
 def parse_amount(text: str | None, name: str, *, zero: bool = False) -> Fraction | None:
     """A budget amount from the command line ("1", "0.5", "1/3"); None if not given. Amounts
-    are positive; with ``zero`` (a limit, not a grant) 0 is allowed too."""
+    are positive and at least the smallest budget a policy may give (``AMOUNT_RANGES``: a
+    grant of rho 1e-400 was taken, changed nothing a query can spend, and left a 400-digit
+    limit in every listing); with ``zero`` (a limit, not a grant) 0 is allowed too."""
     if text is None:
         return None
     value = fraction(text, name)
     if value < 0 or (value == 0 and not zero):
         raise ValueError(f"{name} must be {'>=' if zero else '>'} 0, got {text}")
+    floor, ceiling, reached = AMOUNT_RANGES[f"budget {name}"]
+    if 0 < value < floor:
+        raise ValueError(
+            f"{name} must be 0 or at least {_decimal(floor)}, got {text}"
+            if zero
+            else f"{name} must be at least {_decimal(floor)}, got {text}"
+        )
+    if value > ceiling or (value == ceiling and not reached):  # 1e400 was shown in 401 digits
+        raise ValueError(
+            f"{name} must be at most {_decimal(ceiling)}, the most a budget may allow, got {text}"
+            if reached
+            else f"{name} must be below {_decimal(ceiling)}, got {text}"
+        )
     return value

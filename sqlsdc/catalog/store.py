@@ -244,6 +244,14 @@ def next_query_id(con) -> int:
     return one(con, f"SELECT nextval('{S}.query_ids')")[0]
 
 
+def has_entry(con, query_id: int) -> bool:
+    """Whether the audit log holds ``query_id``. A job or publication recorded as accepted
+    just before a Ctrl-C or SIGTERM reached it must not get a second, "failed" entry under
+    the same id (the duplicate key ended as "a bug in sqlsdc")."""
+    found = con.execute(f"SELECT 1 FROM {S}.audit WHERE query_id = ?", [query_id])
+    return found.fetchone() is not None
+
+
 _AUDIT_INSERT = f"INSERT INTO {S}.audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _AUDIT_INSERT_DRAWING = (
     f"INSERT INTO {S}.audit VALUES (nextval('{S}.query_ids'), ?, ?, ?, ?, ?, ?, ?, ?) "

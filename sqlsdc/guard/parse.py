@@ -266,13 +266,21 @@ def literal(value) -> exp.Expr:
                     "undecodable byte); decode the value as UTF-8 before passing it"
                 ) from None
         return exp.Literal.string(value)
-    if isinstance(value, dt.datetime):
-        return exp.cast(exp.Literal.string(dt.datetime.isoformat(value, sep=" ")), "TIMESTAMP")
+    if isinstance(value, dt.datetime):  # an aware one keeps its instant (TIMESTAMP dropped it)
+        zone = dt.datetime.utcoffset(value) is not None
+        text = exp.Literal.string(dt.datetime.isoformat(value, sep=" "))
+        return exp.cast(text, "TIMESTAMPTZ" if zone else "TIMESTAMP")
     if isinstance(value, dt.date):
         return exp.cast(exp.Literal.string(dt.date.isoformat(value)), "DATE")
+    if isinstance(value, dt.time):  # sqlsdc.Time: PEP 249's constructor, refused until now
+        zone = dt.time.utcoffset(value) is not None
+        return exp.cast(exp.Literal.string(dt.time.isoformat(value)), "TIMETZ" if zone else "TIME")
+    if isinstance(value, (bytes, bytearray, memoryview)):  # sqlsdc.Binary, as \xNN escapes
+        text = "".join(f"\\x{byte:02X}" for byte in bytes(value))
+        return exp.cast(exp.Literal.string(text), "BLOB")
     raise ProgrammingError(
         f"parameters of type {type(value).__name__} are not supported; "
-        "use str, int, float, bool, None, date or datetime"
+        "use str, int, float, bool, None, date, time, datetime or bytes"
     )
 
 

@@ -357,7 +357,13 @@ def _risk_columns(policy, source, frame, keys, weights):
             else []
         )
         keys = [c for c in declared if c in frame.columns]
-    keys = [k for k in keys if k in frame.columns] if keys else []
+    missing = [k for k in keys or [] if k not in frame.columns]
+    if missing:  # dropped without a word, a misspelt key made the risk look lower
+        raise MicrodataError(
+            f"key column(s) {missing} are not in the data; the records have "
+            f"{', '.join(map(str, frame.columns))}"
+        )
+    keys = list(keys or [])
     if weights is None and table is not None:
         weights = next(
             (

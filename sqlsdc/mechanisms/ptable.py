@@ -55,6 +55,11 @@ class PTableError(ValueError, Error):
     """Invalid ptable parameters, an infeasible row, or a malformed ptable file."""
 
 
+# The ranges a policy's ptable allows (schemas/policy.schema.json); beyond them a table is
+# never practical, and 10**20 overflowed numpy as a bug in sqlsdc.
+MAX_D = MAX_JS = MAX_STEP = 100
+
+
 def _is_int(x) -> bool:
     return isinstance(x, int | np.integer) and not isinstance(x, bool)
 
@@ -87,17 +92,20 @@ class PTableParams:
 
         check(self.table in ("cnts", "nums"), f"table must be 'cnts' or 'nums'; got {self.table!r}")
         check(
-            _is_int(self.D) and self.D >= 1,
-            f"D (largest noise) must be an integer >= 1; got {self.D!r}",
+            _is_int(self.D) and 1 <= self.D <= MAX_D,
+            f"D (largest noise) must be an integer >= 1 and <= {MAX_D}; got {self.D!r}",
         )
         check(
             isinstance(self.V, int | float) and not isinstance(self.V, bool) and self.V > 0,
             f"V (noise variance) must be a number > 0; got {self.V!r}",
         )
-        check(_is_int(self.js) and self.js >= 0, f"js must be an integer >= 0; got {self.js!r}")
         check(
-            _is_int(self.step) and self.step >= 1,
-            f"step must be an integer >= 1; got {self.step!r}",
+            _is_int(self.js) and 0 <= self.js <= MAX_JS,
+            f"js must be an integer >= 0 and <= {MAX_JS}; got {self.js!r}",
+        )
+        check(
+            _is_int(self.step) and 1 <= self.step <= MAX_STEP,
+            f"step must be an integer >= 1 and <= {MAX_STEP}; got {self.step!r}",
         )
         if self.table == "cnts":
             check(

@@ -38,17 +38,24 @@ def add_noise(X, c: float, rng: np.random.Generator) -> np.ndarray:
     """
     X = np.asarray(X, dtype=float)
     X = X.reshape(len(X), -1)
-    if c < 0:
+    if not c >= 0:  # also NaN
         raise MicrodataError(f"the noise level c must be ≥ 0, got {c}")
     n, d = X.shape
     if c == 0 or n < d + 2:
         return X.copy()
-    S = np.atleast_2d(np.cov(X, rowvar=False))
     E = rng.standard_normal((n, d))
     E -= E.mean(axis=0)
     jitter = 1e-12 * np.eye(d)
+    with np.errstate(over="ignore", invalid="ignore"):
+        S = np.atleast_2d(np.cov(X, rowvar=False))
+        scaled = c * S
+    if not np.isfinite(scaled).all():  # NaN and inf further on were a bug report
+        raise MicrodataError(
+            f"noise with c={c} cannot be drawn: the variance c·Σ of these values overflows; "
+            "use a smaller c or rescale the values"
+        )
     L_e = np.linalg.cholesky(np.atleast_2d(np.cov(E, rowvar=False)) + jitter)
-    L_s = np.linalg.cholesky(c * S + jitter * max(1.0, np.abs(S).max()))
+    L_s = np.linalg.cholesky(scaled + jitter * max(1.0, np.abs(S).max()))
     E = E @ np.linalg.inv(L_e).T @ L_s.T
     return X + E
 

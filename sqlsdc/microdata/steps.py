@@ -24,6 +24,7 @@ the output is called; without the secret the draws cannot be reproduced.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -92,22 +93,25 @@ def _number(step: Step, name: str, default=None, kind=float):
     if name not in step.params:
         return default
     try:
-        return kind(step.params[name])
+        value = kind(step.params[name])
     except ValueError:
-        raise MicrodataError(
-            f"step {step.method}: {name}={step.params[name]!r} is not a {kind.__name__}"
-        ) from None
+        value = None
+    if value is None or (kind is float and not math.isfinite(value)):  # nan, inf: a bug later
+        what = "an int" if kind is int else "a finite number"
+        raise MicrodataError(f"step {step.method}: {name}={step.params[name]!r} is not {what}")
+    return value
 
 
 def _list(step: Step, name: str, kind=float) -> list | None:
     if name not in step.params:
         return None
     try:
-        return [kind(v) for v in step.params[name].split("/")]
+        values = [kind(v) for v in step.params[name].split("/")]
     except ValueError:
-        raise MicrodataError(
-            f"step {step.method}: {name} is a /-separated list of numbers"
-        ) from None
+        values = None
+    if values is None or (kind is float and not all(map(math.isfinite, values))):
+        raise MicrodataError(f"step {step.method}: {name} is a /-separated list of finite numbers")
+    return values
 
 
 def _microaggregate(df, step, rng):
@@ -145,11 +149,12 @@ def _on_complete_rows(df, step, given, compute):
     the other rows keep their values. The step's columns become floats."""
     cols = list(step.columns)
     complete = df[cols + list(given)].notna().all(axis=1).to_numpy()
-    try:
-        result = compute(df.loc[complete, cols].to_numpy(float),
-                         df.loc[complete, list(given)].to_numpy(float))  # fmt: skip
+    try:  # only the conversion: the step's own errors say more than "needs numeric columns"
+        values = df.loc[complete, cols].to_numpy(float)
+        givens = df.loc[complete, list(given)].to_numpy(float)
     except (TypeError, ValueError):
         raise MicrodataError(f"step {step.method} needs numeric columns") from None
+    result = compute(values, givens)
     out = df.copy()
     for j, c in enumerate(cols):
         column = out[c].to_numpy(dtype=float, na_value=np.nan).copy()

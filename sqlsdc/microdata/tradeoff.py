@@ -14,12 +14,11 @@ from __future__ import annotations
 import base64
 import html
 import io
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from sqlsdc.errors import MicrodataError
+from sqlsdc.files import write_atomically
 
 __all__ = ["plot_tradeoff", "tradeoff"]
 
@@ -93,14 +92,7 @@ def plot_tradeoff(rows: Sequence[dict], path: str | Path) -> Path:
     png = buffer.getvalue()
     path.parent.mkdir(parents=True, exist_ok=True)
     content = png if path.suffix.lower() == ".png" else _page(rows, png).encode("utf-8")
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:  # written aside and renamed: readers see the old plot or the whole new one
-        with os.fdopen(handle, "wb") as file:
-            file.write(content)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    write_atomically(path, content)  # readers see the old plot or the whole new one
     return path
 
 

@@ -14,6 +14,7 @@ import itertools
 import logging
 import os
 import secrets
+import signal
 import ssl
 import struct
 from concurrent.futures import ThreadPoolExecutor
@@ -63,12 +64,27 @@ def tls_context(cert: str, key: str) -> ssl.SSLContext:
     return context
 
 
+def _check_catalog(db: str) -> None:
+    """Refuse to serve a database without the sqlsdc catalog (a mistyped path, the release
+    file): the server listened and refused every login."""
+    from sqlsdc.catalog import store
+    from sqlsdc.engines.duckdb import open_database
+
+    con = open_database(db, writes_data=False)
+    try:
+        if store.current_policy(con) is None:
+            raise Error(f"{db} has no sqlsdc catalog; run `sqlsdc init {db} --policy FILE`")
+    finally:
+        con.close()
+
+
 class Server:
     """The listening server: settings, thread pool, sessions by process id."""
 
     def __init__(self, settings: ServerSettings):
         if not Path(settings.db).is_file():
             raise NotFoundError(f"database {settings.db} does not exist")
+        _check_catalog(settings.db)
         if (settings.tls_cert is None) != (settings.tls_key is None):
             raise Error("give both --tls-cert and --tls-key, or neither")
         if settings.tls_cert is None and not settings.insecure:
@@ -88,6 +104,7 @@ class Server:
         self._pids = itertools.count(os.getpid() % 100_000 * 10_000 + 1)
         self._secrets: dict[int, int] = {}
         self._server: asyncio.base_events.Server | None = None
+        self._clients: set[asyncio.Task] = set()  # one task per connected client
 
     def connect(self, db: str, user: str):
         """A guarded connection for an authenticated session (called in the thread pool)."""
@@ -149,7 +166,12 @@ class Server:
         pending = [s for s in self.sessions.values() if not s.user_connected]
         if len(pending) >= self.settings.max_connections:
             min(pending, key=lambda s: s.opened).evict()
-        await Session(self, reader, writer).run()
+        task = asyncio.current_task()
+        self._clients.add(task)
+        try:
+            await Session(self, reader, writer).run()
+        finally:
+            self._clients.discard(task)
 
     async def start(self) -> asyncio.base_events.Server:
         self._server = await asyncio.start_server(
@@ -162,11 +184,31 @@ class Server:
         return self._server.sockets[0].getsockname()[:2]
 
     async def serve_forever(self, ready=None) -> None:
+        """Serve until SIGINT or SIGTERM (Ctrl-C, ``kill``, a service manager), then end every
+        session and return. Without this a stop with a session open printed asyncio's
+        tracebacks of the sessions it cancelled."""
         await self.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for number in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(number, stop.set)
+            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
+                pass
         if ready is not None:
             ready(*self.address)
         async with self._server:
-            await self._server.serve_forever()
+            await stop.wait()
+            await self.shut_down()
+
+    async def shut_down(self, grace: float = 5.0) -> None:
+        """Stop listening, end every session as PostgreSQL ends them at a shutdown (FATAL
+        57P01, running statements interrupted) and wait for them to close their connections."""
+        self._server.close()
+        for session in list(self.sessions.values()):
+            session.terminate()
+        if self._clients:
+            await asyncio.wait(set(self._clients), timeout=grace)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

@@ -210,7 +210,21 @@ class Session:
             await self.server.in_pool(self.connection.close)
 
     def evict(self) -> None:
-        """End a handshake that has not authenticated (the server needs its place)."""
+        """End a handshake that has not authenticated (the server needs its place), saying
+        why: a client that was logging in got only "server closed the connection
+        unexpectedly"."""
+        self._send(codec.error_response(
+            "FATAL", "53300", "too many connections are logging in at once",
+            hint="try again; --max-connections bounds the handshakes in progress",
+        ))  # fmt: skip
+        self.writer.close()
+
+    def terminate(self) -> None:
+        """End the session because the server stops: say so, interrupt its statement."""
+        self._send(codec.error_response(
+            "FATAL", "57P01", "terminating connection: the server is shutting down"
+        ))  # fmt: skip
+        self.cancel()
         self.writer.close()
 
     def cancel(self) -> None:

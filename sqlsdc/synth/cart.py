@@ -57,6 +57,7 @@ _NAN = "__nan__"
 
 
 DRAWS = ("balanced", "random", "bayes")
+MAX_LEAF = 1_000_000_000  # the tree library takes a C int; larger is one leaf anyway
 
 
 def is_categorical(column: pd.Series) -> bool:
@@ -172,13 +173,21 @@ def _leaf_sizes(min_leaf, order) -> dict[str, int]:
         unknown = sorted(set(min_leaf) - set(order))
         if unknown:
             raise SynthesisError(f"min_leaf names unknown columns {unknown}")
-        sizes.update({c: int(v) for c, v in min_leaf.items()})
+        sizes.update({c: _leaf_size(v) for c, v in min_leaf.items()})
     else:
-        sizes = {c: int(min_leaf) for c in order}
-    bad = {c: v for c, v in sizes.items() if v < 1}
+        sizes = {c: _leaf_size(min_leaf) for c in order}
+    bad = {c: v for c, v in sizes.items() if not 1 <= v <= MAX_LEAF}
     if bad:
-        raise SynthesisError(f"min_leaf must be >= 1: {bad}")
+        raise SynthesisError(f"min_leaf must be from 1 to {MAX_LEAF:,}: {bad}")
     return sizes
+
+
+def _leaf_size(value) -> int:
+    """A leaf size given as a number or its text ("nan" and 10**20 were a bug report)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise SynthesisError(f"min_leaf must be a whole number, got {value!r}") from None
 
 
 class _Part:

@@ -70,6 +70,7 @@ JOB = "synthesize"
 VIEW_SCHEMA = "synthetic"
 COPY_COLUMN = "synthetic_copy"
 DP_METHODS = ("dp-ipf", "dp-catall")
+MAX_COPIES, MAX_ROWS = 1000, 100_000_000  # per job: beyond, a loop for hours or a bug report
 
 Progress = Callable[[str], None]
 
@@ -81,6 +82,9 @@ def _cart(data, *, rng, n=None, **options):
         raise SynthesisError("method cart is not available in this installation") from None
     return synthesize_cart(data, rng=rng, n=n, **options)
 
+
+OPTIONS = {"cart": ("min_leaf", "visit_sequence", "draw", "smoothing", "special_values")}
+"""The --option names of each method (the others take none)."""
 
 METHODS: dict[str, Callable] = {
     "dp-ipf": ipf.synthesize_dp_ipf,
@@ -202,8 +206,11 @@ def synthesize(
         try:
             if (source is None) == (sql is None):
                 raise SynthesisError("read either a table (--from TABLE) or a query (--sql QUERY)")
-            if copies < 1 or (rows is not None and rows < 0):
-                raise SynthesisError("--copies must be at least 1 and --rows at least 0")
+            _check_options(method, options)
+            if not 1 <= copies <= MAX_COPIES or not 0 <= (rows or 0) <= MAX_ROWS:
+                raise SynthesisError(
+                    f"--copies must be from 1 to {MAX_COPIES} and --rows from 0 to {MAX_ROWS:,}"
+                )
             version, policy = _check(con, user, into, replace)
             if policy.table(into) is not None:
                 raise SynthesisError(f"--into {into!r} is the name of a table of the policy")
@@ -297,6 +304,23 @@ def _source_sql(source: str | None, sql: str | None, columns: list[str]) -> str:
     return select.sql("duckdb")
 
 
+def _check_options(method: str, options) -> None:
+    """Option names the method has: an unknown one was a TypeError reported as a bug in
+    sqlsdc, and a DP method ignored every option without a word."""
+    unknown = sorted(set(options or {}) - set(OPTIONS.get(method, ())))
+    if unknown:
+        takes = ", ".join(OPTIONS.get(method, ())) or "no option"
+        raise SynthesisError(f"method {method} takes {takes}; unknown: {', '.join(unknown)}")
+
+
+def _exact(value, name: str) -> Fraction:
+    """``value`` as an exact number; text that is none ("nan", "1e-999") is the user's error."""
+    try:
+        return fraction(value, name)
+    except (TypeError, ValueError) as error:
+        raise SynthesisError(str(error)) from None
+
+
 def _run(method, data, secret, seed, copies, rows, options):
     frames, details = [], {}
     for copy in range(1, copies + 1):
@@ -355,7 +379,7 @@ def _dp_plan(con, policy, source, sql, columns, epsilon, margins, bins, levels, 
         raise SynthesisError(f"{source} declares no privacy_unit; DP synthesis needs one")
     if epsilon is None:
         raise SynthesisError(f"{method} needs --epsilon (the budget the job spends, e.g. 1)")
-    eps = fraction(epsilon, "epsilon")
+    eps = _exact(epsilon, "epsilon")
     if eps <= 0:
         raise SynthesisError(f"--epsilon must be positive, got {eps}")
     bins, levels = dict(bins or {}), dict(levels or {})
@@ -425,7 +449,7 @@ def _variable(table, types: dict, name: str, bins: dict, levels: dict, missing: 
     column = exp.column(name)
     given = {k.lower(): v for k, v in levels.items()}
     if name in {k.lower() for k in bins}:
-        breaks = [fraction(str(b), f"--bins {name}") for b in
+        breaks = [_exact(str(b), f"--bins {name}") for b in
                   next(v for k, v in bins.items() if k.lower() == name)]  # fmt: skip
         if len(breaks) < 2 or any(b >= c for b, c in zip(breaks, breaks[1:], strict=False)):
             raise SynthesisError(f"--bins {name}: give at least two increasing breaks")

@@ -321,7 +321,10 @@ def _epsilon(mode: str, epsilon) -> Fraction | None:
             "noisy mode needs epsilon, e.g. epsilon='0.5' (--epsilon 0.5), charged per released "
             "cell to your budget"
         )
-    value = fraction(epsilon, "epsilon")
+    try:
+        value = fraction(epsilon, "epsilon")
+    except (TypeError, ValueError) as error:  # "nan", "1e-999": the user's, not a bug
+        raise ProgrammingError(str(error)) from None
     if max(abs(value.numerator), value.denominator) >= 10**MAX_DIGITS:
         raise ProgrammingError(
             f"epsilon must have at most {MAX_DIGITS} digits in its numerator and denominator, "

@@ -203,3 +203,27 @@ def test_the_package_audit_stays_the_function():
     import sqlsdc.tabular.attacker  # noqa: F401  (a submodule import rebinds its package name)
 
     assert callable(sqlsdc.tabular.audit) and sqlsdc.tabular.audit.__module__.endswith(".api")
+
+
+def test_an_interrupt_after_the_job_is_stored_is_no_bug(db, monkeypatch):
+    """A Ctrl-C or SIGTERM that lands once the job is stored (accepted, with its ledger rows)
+    wrote a second, "failed" audit entry with the same query id: the duplicate key reached the
+    user as "internal error ... a bug in sqlsdc". The accepted entry and the output stand."""
+    from sqlsdc.jobs.protect import Job
+
+    stored_job = Job.store
+
+    def store_then_interrupted(self, *args, **kwargs):
+        stored_job(self, *args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Job, "store", store_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        protect_query(db, "admin", PERSONS_GEO, into="old_people", rules=[FrequencyRule(3)])
+    con = open_database(db)
+    try:
+        decisions = con.sql("SELECT decision FROM sqlsdc.audit").fetchall()
+    finally:
+        con.close()
+    assert decisions == [("accepted",)]
+    assert len(stored(db, "old_people")[0]) > 0

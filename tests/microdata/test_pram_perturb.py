@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -152,3 +154,17 @@ def test_shuffle_keeps_marginals_and_rank_correlations():
     df = pd.DataFrame({"x": x, "s": s})
     out, log = apply_steps(df, [parse_step("shuffle:x:given=s")], secret=SECRET, seed=1)
     assert np.array_equal(np.sort(out["x"]), np.sort(x)) and log[0]["given"] == ["s"]
+
+
+@pytest.mark.parametrize("c", [float("nan"), float("inf"), 1e308])
+def test_noise_levels_that_cannot_be_drawn_say_so(c):
+    """NaN passed every check and inf or 1e308 overflowed c·Σ: numpy's errors and warnings
+    reached the user as a bug in sqlsdc (exit 70)."""
+    X = np.random.default_rng(0).lognormal(10, 1, (50, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow warning escapes either
+        with pytest.raises(MicrodataError, match="c must be ≥ 0|cannot be drawn"):
+            perturb.add_noise(X, c, np.random.default_rng(1))
+    with pytest.raises(MicrodataError, match="not a finite number|cannot be drawn"):
+        apply_steps(pd.DataFrame({"x": X[:, 0]}), [parse_step(f"noise:x:c={c}")],
+                    secret=SECRET, seed=1)  # fmt: skip

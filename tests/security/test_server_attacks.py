@@ -235,6 +235,25 @@ def test_idle_unauthenticated_sockets_do_not_lock_users_out(server_db):
         stop_server(running)
 
 
+def test_a_handshake_that_gives_way_is_told_why(server_db):
+    """The oldest handshake gives way to a newcomer: it was closed without a word, and a client
+    that was logging in reported "server closed the connection unexpectedly"."""
+    running = start_server(server_db, "--insecure", "--max-connections", "1")
+    try:
+        oldest = socket.create_connection((running.host, running.port))
+        time.sleep(0.3)
+        with psycopg.connect(running.dsn(), autocommit=True, connect_timeout=5) as con:
+            assert con.execute("SELECT 1").fetchall() == [(1,)]
+        oldest.settimeout(5)
+        said = b""
+        while chunk := oldest.recv(4096):
+            said += chunk
+        oldest.close()
+        assert said[:1] == b"E" and b"C53300\0" in said and b"logging in at once" in said, said
+    finally:
+        stop_server(running)
+
+
 def test_logged_in_sessions_are_still_bounded_by_max_connections(server_db):
     running = start_server(server_db, "--insecure", "--max-connections", "2",
                            "--max-connections-per-user", "2")  # fmt: skip

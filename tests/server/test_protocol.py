@@ -296,3 +296,38 @@ def test_timing_lines_only_when_asked_and_only_durations(server_db, monkeypatch)
     finally:
         stop_server(running)
     assert "timing" not in running.process.stderr.read()
+
+
+def test_a_stop_ends_every_session_cleanly(server_db):
+    """SIGTERM (or Ctrl-C) with a session running a statement: asyncio printed tracebacks of
+    the sessions it cancelled. Each session is now told why (FATAL 57P01, as PostgreSQL at a
+    shutdown), its statement is interrupted, and the server exits 0 with only its banner."""
+    import signal
+    import threading
+
+    psycopg = pytest.importorskip("psycopg")
+    running = start_server(server_db, "--insecure")
+    try:
+        con = psycopg.connect(running.dsn(), autocommit=True)
+        ended = []
+
+        def slow() -> None:
+            try:
+                con.execute(SLOW_SQL).fetchall()
+            except psycopg.Error as error:
+                ended.append(error)
+
+        statement = threading.Thread(target=slow)
+        statement.start()
+        time.sleep(1.0)
+        started = time.monotonic()
+        running.process.send_signal(signal.SIGTERM)
+        assert running.process.wait(30) == 0
+        statement.join(30)
+        assert time.monotonic() - started < 15  # the minute-long statement was interrupted
+        stderr = running.process.stderr.read()
+        assert "Traceback" not in stderr and "Error" not in stderr, stderr
+        assert ended and ended[0].sqlstate == "57P01", ended
+    finally:
+        if running.process.poll() is None:
+            stop_server(running)

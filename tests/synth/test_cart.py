@@ -101,8 +101,10 @@ def test_options_are_checked(mixed):
         synthesize_cart(mixed, rng=np.random.default_rng(0), visit_sequence=["age"])
     with pytest.raises(SynthesisError, match="draw must be one of"):
         synthesize_cart(mixed, rng=np.random.default_rng(0), draw="copy")
-    with pytest.raises(SynthesisError, match="min_leaf must be >= 1"):
+    with pytest.raises(SynthesisError, match="min_leaf must be from 1 to"):
         synthesize_cart(mixed, rng=np.random.default_rng(0), min_leaf=0)
+    with pytest.raises(SynthesisError, match="min_leaf must be a whole number, got 'nan'"):
+        synthesize_cart(mixed, rng=np.random.default_rng(0), min_leaf="nan")
     with pytest.raises(SynthesisError, match="not a numeric column"):
         synthesize_cart(mixed, rng=np.random.default_rng(0), special_values={"sex": [1]})
 

@@ -119,6 +119,13 @@ def test_mode_and_epsilon_are_checked(db):
             con.verify("SELECT AVG(income) FROM syn_persons", epsilon="1")
         with pytest.raises(ProgrammingError, match="mode must be"):
             con.verify("SELECT AVG(income) FROM syn_persons", mode="exact")
+        for bad in ("nan", "1e-999"):  # a ValueError: reported by the CLI as a bug in sqlsdc
+            with pytest.raises(ProgrammingError, match="epsilon: "):
+                con.verify("SELECT AVG(income) FROM syn_persons", mode="noisy", epsilon=bad)
+    sql = "SELECT AVG(income) FROM syn_persons"
+    args = ["verify", db, "-u", "admin", "--sql", sql, "--mode", "noisy", "--epsilon", "nan"]
+    done = cli_fork.run(args, timeout=120)
+    assert done.returncode == 1 and "sqlsdc: epsilon: must be a number" in done.stderr, done.stderr
 
 
 def test_copies_are_combined_by_reiters_rules(db):

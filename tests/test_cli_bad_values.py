@@ -1,0 +1,107 @@
+"""Out-of-range values on the command line end in a message and their class's exit code, never
+in "a bug in sqlsdc" (exit 70), a hang, a silently ignored argument or a server that refuses
+every session (ISSUE18 must-have 3): huge integers (10**20), NaN and overflowing numbers,
+unknown names. Real processes (:mod:`cli_fork`) on a copy of the demo database."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+
+import cli_fork
+import pytest
+from sqlsdc.cli import errors
+
+HUGE = 10**20
+ROUND = '--sql "SELECT region, COUNT(*) AS n FROM persons GROUP BY region" --method round'
+SYNTH = "synthesize {db} --from persons --into s --method"
+NOISE = "anonymize {db} --from persons --into a --step"
+DP_IPF = f"{SYNTH} dp-ipf --columns sex,age --bins"
+BUDGET = "budget {db} %s --for analyst --reason x"
+
+CASES = [  # (command, exit code, words of the message), and what happened before
+    (f"audit {{db}} --limit {HUGE}", errors.USAGE, "1<=x<=1000000"),  # the engine's overflow
+    (f"demo --db {{tmp}}/d.duckdb --persons {HUGE}", errors.USAGE, "100<=x<="),  # numpy's
+    ("demo --db {tmp}/d.duckdb --persons 100 --seed -1", errors.USAGE, "x>=0"),  # numpy's
+    (f"protect {{db}} {ROUND} --into r --base {HUGE}", errors.USAGE, "2<=x<=1000000"),
+    (
+        f"protect {{db}} {ROUND} --into r --base 5 --time-limit nan",
+        errors.USAGE,
+        "not a finite number of seconds",
+    ),  # fmt: skip
+    (
+        "serve {db} --insecure --port 0 --statement-timeout nan",
+        errors.USAGE,
+        "not a finite number of seconds",
+    ),  # the server ran and refused every session  # fmt: skip
+    (
+        "serve {db} --insecure --port 0 --idle-timeout nan",
+        errors.USAGE,
+        "not a finite number of seconds",
+    ),  # fmt: skip
+    (f"{NOISE} noise:income:c=nan", errors.ERROR, "c='nan' is not a finite number"),
+    (f"{NOISE} noise:income:c=1e308", errors.ERROR, "noise with c=1e+308 cannot be drawn"),
+    (f"{NOISE} recode:age:breaks=0/nan/100", errors.ERROR, "a /-separated list of finite"),
+    (
+        f"{NOISE} noise:income:c=0.1 --keys region,sexx",
+        errors.ERROR,
+        "key column(s) ['sexx'] are not in the data",
+    ),  # dropped: the risk looked lower  # fmt: skip
+    (
+        f"{SYNTH} parametric --columns sex,age --copies {HUGE}",
+        errors.ERROR,
+        "--copies must be from 1 to 1000",
+    ),  # a loop for hours  # fmt: skip
+    (
+        f"{SYNTH} parametric --columns sex,age --rows {HUGE}",
+        errors.ERROR,
+        "--rows from 0 to 100,000,000",
+    ),  # fmt: skip
+    (f"{SYNTH} parametric --columns sex,age --max-cells -5", errors.USAGE, "x>=1"),
+    (f"{SYNTH} parametric --columns sex,age --option bogus=1", errors.ERROR, "unknown: bogus"),
+    (
+        f"{SYNTH} cart --columns sex,age --option min_leaf=nan",
+        errors.ERROR,
+        "min_leaf must be a whole number, got 'nan'",
+    ),  # fmt: skip
+    (
+        f"{SYNTH} cart --columns sex,age --option min_leaf={HUGE}",
+        errors.ERROR,
+        "min_leaf must be from 1 to 1,000,000,000",
+    ),  # fmt: skip
+    (f"{DP_IPF} age=0,50,111 --epsilon nan", errors.ERROR, "epsilon: must be a number"),
+    (f"{DP_IPF} age=0,nan,111 --epsilon 1", errors.ERROR, "--bins age: must be a number"),
+    (
+        f"{DP_IPF} age=0,50,111 --epsilon 1 --option min_leaf=3",
+        errors.ERROR,
+        "method dp-ipf takes no option",
+    ),  # ignored without a word  # fmt: skip
+    (
+        BUDGET % "grant" + " --rho 1e-400",
+        errors.USAGE,
+        "rho must be at least 1e-09",
+    ),  # granted: a 400-digit limit in every listing  # fmt: skip
+    (
+        BUDGET % "set" + " --epsilon 1e400",
+        errors.USAGE,
+        "epsilon must be at most 1000000",
+    ),  # 401 digits in the message  # fmt: skip
+    ("budget {db} reset --for analyst --reason ' '", errors.USAGE, "say why"),
+    ("budget {db} --for nobody", errors.USAGE, "'nobody' is not a user of the policy in force"),
+]
+
+
+@pytest.fixture(scope="module")
+def db(pristine_demo_db, tmp_path_factory):
+    path = tmp_path_factory.mktemp("bad_values") / "demo.duckdb"
+    shutil.copy(pristine_demo_db, path)
+    return path
+
+
+@pytest.mark.parametrize("command, code, words", CASES, ids=[c[0][:60] for c in CASES])
+def test_out_of_range_values_are_clear_errors(command, code, words, db, tmp_path):
+    argv = shlex.split(command.format(db=db, tmp=tmp_path))
+    result = cli_fork.run(argv, timeout=60)  # a hang (a server, a loop over 10**20) fails
+    assert result.returncode == code, (result.returncode, result.stderr[-600:])
+    assert words in result.stderr and "Traceback" not in result.stderr, result.stderr[-600:]
+    assert "RuntimeWarning" not in result.stderr  # numpy's overflow warnings stay inside
