@@ -467,9 +467,10 @@ def test_ctrl_c_during_a_statement_is_a_keyboard_interrupt():
     a user of `sqlsdc query` or `sqlsdc protect` as "internal error ... a bug in sqlsdc"; and
     mostly it did not stop the statement at all: Python noted the signal and raised
     KeyboardInterrupt when the statement ended (3e9 rows took 25 s of CPU, 50 s under load, in
-    8 of 12 tries signalled from 0 to 3 s in). A process of its own gets the signal half a second into a
-    statement of an hour (sent to the test's own process, a signal that came after the
-    statement ended would stop the test run): only an interrupt ends it within the timeout."""
+    8 of 12 tries signalled from 0 to 3 s in). A process of its own gets the signal half a
+    second into a statement of an hour (sent to the test's own process, a signal that came
+    after the statement ended would stop the test run): only an interrupt ends it within the
+    timeout."""
     import signal
     import subprocess
     import sys
