@@ -44,6 +44,7 @@ the ledger.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import NamedTuple
@@ -71,7 +72,7 @@ from sqlsdc.mechanisms.partition import (
     laplace_partition_selection,
     optimal_partition_selection,
 )
-from sqlsdc.planner.identity import aggregation_identity, canonical_expression
+from sqlsdc.planner.identity import Population, aggregation_identity, canonical_expression
 from sqlsdc.planner.linear import exact_number
 from sqlsdc.policy import AggregateKind, GroupKeys, Method, Policy
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, cell_column
@@ -173,12 +174,15 @@ class DpStage:
         return compose(s.calibration.cost for s in self.statistics) + PrivacyCost(delta=self.delta)
 
 
-def dp_frame(policy: Policy, stages: dict[int, DpStage], to_sql):
+def dp_frame(policy: Policy, stages: dict[int, DpStage], to_sql,
+             populations: Mapping[int, Population] | None = None):  # fmt: skip
     """Frame builder for aggregations protected by DP; records each aggregation's stage in
-    ``stages`` under the id of its (original) select; ``to_sql`` renders the stage's SQL."""
+    ``stages`` under the id of its (original) select; ``to_sql`` renders the stage's SQL;
+    ``populations`` are those the check has described already, by id of their scope."""
 
     def build(cells: Cells, twin) -> Frame:
-        stage = _stage(cells, twin, policy, f"{RELATION_PREFIX}{len(stages)}", to_sql)
+        known = (populations or {}).get(id(cells.plan.scope))
+        stage = _stage(cells, twin, policy, f"{RELATION_PREFIX}{len(stages)}", to_sql, known)
         stages[id(cells.plan.select)] = stage
         source = _from(_select(exp.Star()), _table(stage.relation))
         return Frame(
@@ -200,7 +204,8 @@ def _as_list(value) -> list:
     return value if isinstance(value, list) else [] if value is None else [value]
 
 
-def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage:
+def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql,
+           population: Population | None = None) -> DpStage:  # fmt: skip
     plan, select = cells.plan, cells.select
     methods = {a.rule.method for a in plan.aggregates}
     if methods - {Method.DP}:
@@ -247,7 +252,8 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
     if cells.groupings:
         raise _refuse(select, "GROUPING() is not available under differential privacy")
     unit, rkey = plan.units[0], plan.rkeys[0]
-    identity = aggregation_identity(plan.scope, plan.keys, [a.node for a in plan.aggregates])
+    identity = aggregation_identity(plan.scope, plan.keys, [a.node for a in plan.aggregates],
+                                    population)  # fmt: skip
     keys = identity.keys
     if len(set(keys)) != len(keys):
         raise _refuse(select, "the same group key appears twice")
