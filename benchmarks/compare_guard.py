@@ -4,9 +4,12 @@ A speed-up of the guard must change nothing it outputs. This protects every SQL 
 test suite (string constants of ``tests/`` that start like a query), the statements of
 ``bench_guard_size.py`` (10 and 100 KB), long chains of ranges and comparisons written in
 several ways, and random nested conditions (seed 7), on three demo databases (cell key method,
-threshold, suppression), and writes for each statement the protected SQL, fingerprint,
-population digest, output columns, tables and summed columns, or the refusal's class, message
-and SQL, as JSON. Run it once per version (``PYTHONPATH=<other checkout>`` selects the other
+threshold, suppression), and the test strings on two differential privacy databases (the
+document of ``tests/test_dp_query.py``, and one with the bounding report, a unit row cap and
+quantiles on its many-rows table), and writes for each statement the protected SQL,
+fingerprint, population digest, output columns, tables and summed columns, each DP stage's
+SQL, trees, histograms, population and statistics, or the refusal's class, message and SQL,
+as JSON. Run it once per version (``PYTHONPATH=<other checkout>`` selects the other
 sqlsdc) and compare the two files:
 
     python benchmarks/compare_guard.py dump /tmp/cmp main.json     # builds /tmp/cmp once
@@ -56,6 +59,29 @@ def databases(folder: Path) -> dict[str, Path]:
         if not path.exists():
             folder.mkdir(parents=True, exist_ok=True)
             build_demo_database(path, persons=20_000, seed=7, policy=policy)
+        paths[name] = path
+    return paths
+
+
+def dp_databases(folder: Path) -> dict[str, Path]:
+    """The DP databases (built once in ``folder``): the test suite's DP document, and the same
+    with the bounding report, a unit row cap and epsilon spends (quantiles) on ``visits``."""
+    from test_dp_query import dp_document, make_db
+
+    report = dp_document()
+    report["tables"]["persons"]["dp"]["bounding_report"] = {"epsilon": "1/2"}
+    visits = report["tables"]["visits"]
+    visits["columns"]["clinic"]["domain"] = ["a", "b", "c", "rare"]
+    for kind in ("counts", "magnitudes"):
+        visits["protection"][kind]["spend"] = {"epsilon": 1}
+    visits["dp"] = {"max_groups": 2, "max_rows": 5, "max_rows_per_unit": 7,
+                    "bounding_report": {"epsilon": "1/2"}}  # fmt: skip
+    paths = {}
+    for name, document in (("dp", dp_document()), ("dp-report", report)):
+        path = folder / f"{name}.duckdb"
+        if not path.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            make_db(path, document)
         paths[name] = path
     return paths
 
@@ -133,21 +159,32 @@ def outcome(sql: str, context) -> list:
     except Exception as e:  # noqa: BLE001 - the refusal is the outcome
         return ["refused", type(e).__name__, str(e), getattr(e, "sql", None)]
     columns = [c.to_dict() for c in q.columns]
-    return ["ok", q.sql, q.fingerprint, q.population, columns, list(q.tables), list(q.summed)]
+    stages = [
+        [s.sql, list(s.histograms), s.scope, [repr(x) for x in s.statistics], sorted(s.reads),
+         {str(k): t.sql("duckdb") for k, t in s.trees.items()}]
+        for s in q.dp_stages
+    ]  # fmt: skip
+    return ["ok", q.sql, q.fingerprint, q.population, columns, list(q.tables), list(q.summed),
+            *([stages] if stages else [])]  # fmt: skip
 
 
 def dump(folder: Path, out: Path) -> None:
-    statements = sorted(test_strings() | generated())
+    strings = test_strings()
+    statements = sorted(strings | generated())
     results = {}
-    for policy, path in databases(folder).items():
-        with sqlsdc.connect(path, user="analyst") as con:
+    runs = [(policy, path, "analyst", statements) for policy, path in databases(folder).items()]
+    runs += [(name, path, "ana", sorted(strings)) for name, path in dp_databases(folder).items()]
+    for policy, path, user, texts in runs:
+        with sqlsdc.connect(path, user=user) as con:
             context = con._context
-            for sql in statements:
+            for sql in texts:
                 key = hashlib.sha256(sql.encode()).hexdigest()[:16]
                 results[f"{policy}:{key}"] = outcome(sql, context)
     out.write_text(json.dumps(results, indent=0, default=str))
     accepted = sum(v[0] == "ok" for v in results.values())
-    print(f"{sqlsdc.__file__}: {len(statements)} statements x 3 policies, {accepted} accepted")
+    dp = sum(len(v) > 7 for v in results.values())
+    print(f"{sqlsdc.__file__}: {len(statements)} statements x 3 policies and {len(strings)} x 2 "
+          f"DP policies, {accepted} accepted, {dp} with DP stages")  # fmt: skip
 
 
 def diff(a: Path, b: Path) -> int:

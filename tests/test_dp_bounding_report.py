@@ -13,10 +13,12 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from sqlglot import exp
 from test_dp_query import dp_document, make_db
 
 import sqlsdc
 from sqlsdc.engines.duckdb import open_database
+from sqlsdc.guard.pipeline import protect
 from sqlsdc.mechanisms.accountant import REPORT_GRID, PrivacyCost, Statistic
 
 REPORT = {"epsilon": "1/2"}
@@ -161,3 +163,49 @@ def test_explain_describes_the_report(report_db):
     assert "bounding (visits): per cell, noisy shares of input dropped" in text
     assert "cost ε = 1/2" in text
     assert query.to_dict()["dp_bounding_report"][0].startswith("per cell, noisy shares")
+
+
+def _misplaced(tree: exp.Expr, seen: set[int]) -> int:
+    """Nodes of ``tree`` held in a place other than their parent's (or met before)."""
+    count, stack = 0, [tree]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            count += 1
+            continue
+        seen.add(id(node))
+        for key, value in node.args.items():
+            for child in value if isinstance(value, list) else [value]:
+                if isinstance(child, exp.Expr):
+                    count += child.parent is not node or child.arg_key != key
+                    stack.append(child)
+    return count
+
+
+def test_every_node_of_the_stage_trees_has_one_place(tmp_path):
+    """The exact cells' SQL is built in place, without sqlglot's copying builders, so a node
+    used twice (the key columns, the row cap's literal) must be made once per place: a shared
+    node would have one parent, and Spark, which runs these trees, or any pass that changes
+    one place would change the other. Covered: per-unit pairs, the unit row cap, the report
+    and its join, one-row cells, ranked and unranked quantile histograms, CTEs, no keys."""
+    document = _document(max_rows_per_unit=7)
+    document["tables"]["visits"]["protection"]["magnitudes"]["spend"] = {"epsilon": 1}
+    path = tmp_path / "trees.duckdb"
+    make_db(path, document)
+    queries = [
+        "SELECT clinic, COUNT(*), SUM(cost), AVG(cost), MEDIAN(cost), COUNT(DISTINCT pid) "
+        "FROM visits WHERE cost > 1 GROUP BY clinic",
+        "SELECT COUNT(*), SUM(cost), STDDEV(cost) FROM visits",
+        "WITH v AS (SELECT * FROM visits WHERE cost < 90) SELECT clinic, VAR_SAMP(cost) FROM v "
+        "GROUP BY clinic",
+        "SELECT region, sex, COUNT(*), AVG(income), MEDIAN(income) FROM persons GROUP BY region, "
+        "sex",
+        "SELECT COUNT(*), SUM(income) FROM persons",
+    ]
+    with sqlsdc.connect(path, "admin") as con:
+        for sql in queries:
+            query = protect(sql, None, con._context)
+            seen: set[int] = set()
+            trees = [query.tree, *(t for s in query.dp_stages for t in s.trees.values())]
+            assert query.dp_stages and len(trees) > 1
+            assert sum(_misplaced(t, seen) for t in trees) == 0, sql

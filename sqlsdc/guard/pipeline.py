@@ -30,7 +30,7 @@ from sqlsdc.guard.resolve import check_tables, qualify_tree
 from sqlsdc.guard.validate import validate_release
 from sqlsdc.mechanisms.accountant import PrivacyCost, compose
 from sqlsdc.planner.analyze import analyze
-from sqlsdc.planner.identity import aggregation_identity, describe_scope
+from sqlsdc.planner.identity import AggregationIdentity, aggregation_identity, describe_scope
 from sqlsdc.planner.multiplicity import prove_multiplicity
 from sqlsdc.planner.normal_form import SUMMED
 from sqlsdc.planner.plan import plan_query
@@ -280,12 +280,14 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
     plan = plan_query(analysis, context.policy, context.unit_per_row, multiplicity)
     in_time()
     stages: dict[int, DpStage] = {}  # by id of the aggregation in ``tree``
-    rewrite = RewriteContext(context.policy, context.ptables, stages, context.to_sql)
     discarded: list[exp.Expr] = []  # parts of the rewrite's copy that it replaced
     if plan.cells:
         rewritten = {id(c.select) for c in plan.cells}
         rewritten |= {id(a.node) for c in plan.cells for a in c.aggregates}
         mark_analyst_scopes(tree, rewritten)
+    root = _root_identity(analysis)  # the DP frame of the root aggregation reuses its population
+    populations = {} if root is None else {id(analysis.root.scope): root.population}
+    rewrite = RewriteContext(context.policy, context.ptables, stages, context.to_sql, populations)
     protected = protect_cells(tree, plan, frame_builders(rewrite), discarded)
     in_time()
     protected = _rename_outputs(protected, names)
@@ -302,7 +304,7 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
         if with_status and stages
         else {}
     )
-    population = _population(analysis)
+    population = _population(analysis, root)
     # the analysed trees are not read any more: freed now, not by the cycle collector
     for stage in stages.values():
         kept += [n for t in stage.trees.values() for n in nodes(t)]
@@ -332,15 +334,22 @@ def _unlimited() -> None:
     """No time limit (``protect`` without ``in_time``)."""
 
 
-def _population(analysis: Analysis) -> str:
-    """The canonical identity of the query's result: of its aggregation (population, keys and
-    aggregates written on base columns, whatever the aliases, CTEs or conjunct order) when the
-    result is one, else of the whole query. With the key values of a row it identifies a
-    released cell in the ledger, so that cells of different populations never share a key."""
+def _root_identity(analysis: Analysis) -> AggregationIdentity | None:
+    """The identity of the query's result when it is an aggregation (population, keys and
+    aggregates written on base columns, whatever the aliases, CTEs or conjunct order)."""
     root = analysis.root
-    if root.kind is Kind.AGGREGATE:
-        return aggregation_identity(root.scope, aggregates=root.aggregates).digest
-    text = json.dumps(describe_scope(root.scope), sort_keys=True, default=str)
+    if root.kind is not Kind.AGGREGATE:
+        return None
+    return aggregation_identity(root.scope, aggregates=root.aggregates)
+
+
+def _population(analysis: Analysis, root: AggregationIdentity | None) -> str:
+    """The canonical identity of the query's result: that of its aggregation (``root``) when
+    the result is one, else of the whole query. With the key values of a row it identifies a
+    released cell in the ledger, so that cells of different populations never share a key."""
+    if root is not None:
+        return root.digest
+    text = json.dumps(describe_scope(analysis.root.scope), sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -125,12 +125,15 @@ def aggregation_identity(
     scope: Scope,
     keys: list[exp.Expr] | None = None,
     aggregates: list[exp.Expr] | None = None,
+    population: Population | None = None,
 ) -> AggregationIdentity:
     """The canonical identity of the aggregation ``scope`` (a SELECT of a qualified tree).
 
     ``keys`` and ``aggregates`` are nodes of that SELECT (default: its GROUP BY expressions
     and no aggregates); each gets its canonical text in the same order. Extra expressions of
-    the scope can be canonicalised later with :func:`canonical_expression`.
+    the scope can be canonicalised later with :func:`canonical_expression`. ``population``,
+    when given, is that of an earlier identity of the same scope (it depends on the scope
+    only), so that a second identity of one check does not describe it again.
     """
     describer = _Describer()
     block = describer.block(scope)
@@ -138,7 +141,7 @@ def aggregation_identity(
         keys = _group_parts(scope.expression)
     key_texts = tuple(block.text(k) for k in keys)
     aggregate_texts = tuple(block.text(a) for a in aggregates or [])
-    population = block.population()
+    population = population or block.population()
     doc = {
         "v": VERSION,
         "population": json.loads(population.text),

@@ -44,12 +44,14 @@ the ledger.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import NamedTuple
 
 from sqlglot import exp
 
+from sqlsdc.engines.trees import copy_tree
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.mechanisms.accountant import (
     REPORT_GRID,
@@ -70,15 +72,18 @@ from sqlsdc.mechanisms.partition import (
     laplace_partition_selection,
     optimal_partition_selection,
 )
-from sqlsdc.planner.identity import aggregation_identity, canonical_expression
+from sqlsdc.planner.identity import Population, aggregation_identity, canonical_expression
 from sqlsdc.planner.linear import exact_number
 from sqlsdc.policy import AggregateKind, GroupKeys, Method, Policy
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, cell_column
+from sqlsdc.rewrite.sql import copy_clause
 
 MECHANISM = "dp"
 RELATION_PREFIX = "__sqlsdc_dp_cells_"
 UNIT, RANK_GROUP, RANK_ROW = "__u", "__group_rank", "__row_rank"
 MAX_DOMAIN_CELLS = 1_000_000
+DOUBLE, BIGINT, HUGEINT = (exp.DataType.Type.DOUBLE, exp.DataType.Type.BIGINT,
+                           exp.DataType.Type.INT128)  # fmt: skip
 REPORT_MEASURE = "bounding report:"  # prefix of the canonical measures of the bounding report
 DISTINCT = "DISTINCT "  # prefix of the canonical measure of COUNT(DISTINCT <not the unit>)
 SHAPE = (
@@ -169,16 +174,19 @@ class DpStage:
         return compose(s.calibration.cost for s in self.statistics) + PrivacyCost(delta=self.delta)
 
 
-def dp_frame(policy: Policy, stages: dict[int, DpStage], to_sql):
+def dp_frame(policy: Policy, stages: dict[int, DpStage], to_sql,
+             populations: Mapping[int, Population] | None = None):  # fmt: skip
     """Frame builder for aggregations protected by DP; records each aggregation's stage in
-    ``stages`` under the id of its (original) select; ``to_sql`` renders the stage's SQL."""
+    ``stages`` under the id of its (original) select; ``to_sql`` renders the stage's SQL;
+    ``populations`` are those the check has described already, by id of their scope."""
 
     def build(cells: Cells, twin) -> Frame:
-        stage = _stage(cells, twin, policy, f"{RELATION_PREFIX}{len(stages)}", to_sql)
+        known = (populations or {}).get(id(cells.plan.scope))
+        stage = _stage(cells, twin, policy, f"{RELATION_PREFIX}{len(stages)}", to_sql, known)
         stages[id(cells.plan.select)] = stage
-        source = exp.select("*").from_(exp.to_table(stage.relation))
+        source = _from(_select(exp.Star()), _table(stage.relation))
         return Frame(
-            source.subquery(CELLS),
+            _sub(source, CELLS),
             value=lambda i: cell_column(f"__a{i}"),
             published=lambda i: cell_column(f"__p{i}"),
             accuracy=lambda i: (cell_column(f"__sd{i}"), cell_column(f"__hw{i}"),
@@ -196,7 +204,8 @@ def _as_list(value) -> list:
     return value if isinstance(value, list) else [] if value is None else [value]
 
 
-def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage:
+def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql,
+           population: Population | None = None) -> DpStage:  # fmt: skip
     plan, select = cells.plan, cells.select
     methods = {a.rule.method for a in plan.aggregates}
     if methods - {Method.DP}:
@@ -243,7 +252,8 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
     if cells.groupings:
         raise _refuse(select, "GROUPING() is not available under differential privacy")
     unit, rkey = plan.units[0], plan.rkeys[0]
-    identity = aggregation_identity(plan.scope, plan.keys, [a.node for a in plan.aggregates])
+    identity = aggregation_identity(plan.scope, plan.keys, [a.node for a in plan.aggregates],
+                                    population)  # fmt: skip
     keys = identity.keys
     if len(set(keys)) != len(keys):
         raise _refuse(select, "the same group key appears twice")
@@ -275,10 +285,10 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql) -> DpStage
         """The rows column of aggregate ``i``'s argument, shifted by ``-centre`` (a DOUBLE)."""
         if text not in measures:
             measures[text] = f"__x{len(measures)}"
-            argument = cells.argument(i, twin).copy()
+            argument = copy_tree(cells.argument(i, twin))
             if centre:  # on DOUBLE, as the grid reads it: INT_MIN - 50 raises on integers
-                argument = exp.Sub(this=exp.cast(argument, "DOUBLE"), expression=_number(centre))
-            rows.append("expressions", exp.alias_(argument, measures[text]))
+                argument = exp.Sub(this=_cast(argument, DOUBLE), expression=_number(centre))
+            rows.append("expressions", exp.alias_(argument, measures[text], copy=False))
         return measures[text]
 
     def statistic(calibration, measure: str, column: str | None, distinct: bool) -> str:
@@ -459,12 +469,12 @@ class _Hashed(NamedTuple):
 
     def groups(self, first: exp.Expr) -> exp.Expr:
         """``hash(first, keys)``: the order of a unit's groups."""
-        return exp.func("hash", first, *(exp.column(k) for k in self.keys))
+        return _func("hash", first, *(exp.column(k) for k in self.keys))
 
     def rows(self, *, keys: bool = True) -> exp.Expr:
         """``hash(__rk, [keys,] measures)``: the order of a unit's rows."""
         columns = [*(self.keys if keys else ()), *self.measures]
-        return exp.func("hash", exp.column("__rk"), *(exp.column(c) for c in columns))
+        return _func("hash", exp.column("__rk"), *(exp.column(c) for c in columns))
 
 
 def _rows_chosen_by(scope: str, ranked: tuple[str, ...]) -> str:
@@ -663,11 +673,11 @@ def _rows_select(cells: Cells, unit: exp.Expr, rkey: exp.Expr) -> exp.Select:
     for key in ("from_", "joins", "where"):
         value = cells.select.args.get(key)
         if value is not None:
-            rows.set(key, [v.copy() for v in value] if isinstance(value, list) else value.copy())
-    rows.append("expressions", exp.alias_(unit.copy(), UNIT))
-    rows.append("expressions", exp.alias_(rkey.copy(), "__rk"))
+            rows.set(key, copy_clause(value))
+    rows.append("expressions", exp.alias_(copy_tree(unit), UNIT, copy=False))
+    rows.append("expressions", exp.alias_(copy_tree(rkey), "__rk", copy=False))
     for j, key in enumerate(cells.keys):
-        rows.append("expressions", exp.alias_(key.copy(), f"__g{j}"))
+        rows.append("expressions", exp.alias_(copy_tree(key), f"__g{j}", copy=False))
     return rows
 
 
@@ -706,9 +716,8 @@ def _with_ctes(query: exp.Select, rows: exp.Select, ctes: dict[str, exp.CTE]) ->
     if not needed:
         return query
     order = list(ctes)
-    chosen = [needed[n].copy() for n in sorted(needed, key=order.index)]
-    query = query.copy()
-    own = query.args.get("with_")
+    chosen = [copy_tree(needed[n]) for n in sorted(needed, key=order.index)]
+    own = query.args.get("with_")  # ``query`` is the stage's own tree: changed in place
     query.set("with_", exp.With(expressions=chosen + (own.expressions if own else [])))
     return query
 
@@ -716,8 +725,7 @@ def _with_ctes(query: exp.Select, rows: exp.Select, ctes: dict[str, exp.CTE]) ->
 def _unit_rows(rows: exp.Select, n_keys: int, specs) -> exp.Select:
     """The cells of a table with one row per unit and no join: a unit lies in one group with one
     row, so no unit exceeds any bound; values are clamped and put on the grid."""
-    keys = [exp.column(f"__g{j}") for j in range(n_keys)]
-    cells = exp.select(*keys).from_(rows.copy().subquery("__rows"))
+    cells = _from(_select(*_keys(n_keys)), _sub(copy_tree(rows), "__rows"))
     for name, calibration, column, distinct in specs:
         statistic = calibration.statistic if calibration else Statistic.COUNT
         if distinct:
@@ -730,8 +738,8 @@ def _unit_rows(rows: exp.Select, n_keys: int, specs) -> exp.Select:
             value = exp.Sum(this=_grid_units(column, calibration.bounding))
         else:
             value = exp.Sum(this=_squared(_grid_units(column, calibration.bounding)))
-        cells.append("expressions", exp.alias_(value, name))
-    return cells.group_by(*keys) if keys else cells
+        cells.append("expressions", exp.alias_(value, name, copy=False))
+    return cells.group_by(*_keys(n_keys), copy=False) if n_keys else cells
 
 
 def _unit_row_cap(rows: exp.Select, cap: int, order: _Hashed) -> exp.Select:
@@ -741,8 +749,8 @@ def _unit_row_cap(rows: exp.Select, cap: int, order: _Hashed) -> exp.Select:
     which of them is kept changes no cell."""
     columns = [exp.column(e.alias_or_name) for e in rows.expressions]
     rank = _window("ROW_NUMBER", [exp.column(UNIT)], [order.rows()])  # not the unit itself
-    kept = exp.select(*columns).from_(rows.subquery("__all_rows"))
-    return kept.qualify(exp.LTE(this=rank, expression=_int(cap)))
+    kept = _from(_select(*columns), _sub(rows, "__all_rows"))  # ``rows`` is used up here
+    return kept.qualify(exp.LTE(this=rank, expression=_int(cap)), copy=False)
 
 
 def _bounded_pairs(rows: exp.Select, n_keys: int, specs, settings, hashed: _Hashed
@@ -764,26 +772,27 @@ def _bounded_pairs(rows: exp.Select, n_keys: int, specs, settings, hashed: _Hash
     Adding or removing a unit then changes at most ``max_groups`` cells by at most
     ``max_rows`` values each, the sensitivity of a bounded row count.
     """
-    keys = [exp.column(f"__g{j}") for j in range(n_keys)]
     r = _int(settings.max_rows)
-    order = hashed.groups(exp.func("MIN", exp.column("__rk"))) if keys else None
-    pairs = exp.select(exp.column(UNIT), *keys, exp.alias_(exp.Count(this=exp.Star()), "__c"))
+    order = hashed.groups(_func("MIN", exp.column("__rk"))) if n_keys else None
+    pairs = _select(exp.column(UNIT), *_keys(n_keys),
+                    exp.alias_(exp.Count(this=exp.Star()), "__c", copy=False))  # fmt: skip
     if order is not None:
-        pairs.append("expressions", exp.alias_(order, "__h"))
-    outer = exp.select(*keys)
+        pairs.append("expressions", exp.alias_(order, "__h", copy=False))
+    outer = _select(*_keys(n_keys))
     done: set[str] = set()
     for name, calibration, column, distinct in specs:
         statistic = calibration.statistic if calibration else Statistic.COUNT
         count = "__c" if column is None else f"__c{column}"
         if column is not None and count not in done:
-            pairs.append("expressions", exp.alias_(exp.Count(this=exp.column(column)), count))
+            counted = exp.Count(this=exp.column(column))
+            pairs.append("expressions", exp.alias_(counted, count, copy=False))
             done.add(count)
         if distinct:
             kept = f"__d{column}"
             if kept not in done:
-                pairs.append("expressions", exp.alias_(_kept_values(column, r), kept))
+                pairs.append("expressions", exp.alias_(_kept_values(column, r), kept, copy=False))
                 done.add(kept)
-            value = exp.func("LEN", exp.func("LIST_DISTINCT", exp.func(
+            value = _func("LEN", _func("LIST_DISTINCT", _func(
                 "FLATTEN", exp.ArrayAgg(this=exp.column(kept)))))  # fmt: skip
         elif statistic is Statistic.COUNT:
             value = exp.Sum(this=_at_most(exp.column(count), r))
@@ -794,20 +803,24 @@ def _bounded_pairs(rows: exp.Select, n_keys: int, specs, settings, hashed: _Hash
             if total not in done:
                 units = _grid_units(column, calibration.bounding)
                 units = units if statistic is Statistic.SUM else _squared(units)
-                pairs.append("expressions", exp.alias_(exp.Sum(this=units), total))
+                pairs.append("expressions", exp.alias_(exp.Sum(this=units), total, copy=False))
                 done.add(total)
             value = exp.Sum(this=_scaled(exp.column(total), exp.column(count), r))
-        outer.append("expressions", exp.alias_(value, name))
-    pairs = pairs.from_(rows.copy().subquery("__rows")).group_by(exp.column(UNIT), *keys)
-    if not keys:
-        return outer.from_(pairs.subquery("__pairs"))
+        outer.append("expressions", exp.alias_(value, name, copy=False))
+    pairs = _from(pairs, _sub(copy_tree(rows), "__rows"))
+    pairs = pairs.group_by(exp.column(UNIT), *_keys(n_keys), copy=False)
+    if not n_keys:
+        return _from(outer, _sub(pairs, "__pairs"))
     # the max_groups-th smallest group hash of each unit: its groups up to it are kept
-    cut = exp.func("LIST_MAX", exp.func("MIN", exp.column("__h"), _int(settings.max_groups)))
-    units = exp.select(exp.column(UNIT), exp.alias_(cut, "__cut")).from_("__pairs")
-    units = units.group_by(exp.column(UNIT))
+    cut = _func("LIST_MAX", _func("MIN", exp.column("__h"), _int(settings.max_groups)))
+    units = _from(_select(exp.column(UNIT), exp.alias_(cut, "__cut", copy=False)),
+                  _table("__pairs"))  # fmt: skip
+    units = units.group_by(exp.column(UNIT), copy=False)
     within = exp.LTE(this=exp.column("__h"), expression=exp.column("__cut"))
-    bounded = outer.from_("__pairs").join(units.subquery("__units"), using=[UNIT]).where(within)
-    return bounded.group_by(*keys).with_("__pairs", as_=pairs)
+    bounded = _from(outer, _table("__pairs"))
+    bounded.append("joins", _join_using(_sub(units, "__units"), UNIT))
+    bounded = bounded.where(within, copy=False).group_by(*_keys(n_keys), copy=False)
+    return _with(bounded, ("__pairs", pairs))
 
 
 def _bounding_report(rows: exp.Select, n_keys: int, settings, clamps: dict[str, Bounding],
@@ -827,7 +840,6 @@ def _bounding_report(rows: exp.Select, n_keys: int, settings, clamps: dict[str, 
     sensitivity. The three sums are the columns ``names``, in :data:`REPORT_PARTS` order (a
     None name: that sum is left out).
     """
-    keys = [exp.column(f"__g{j}") for j in range(n_keys)]
     kept = exp.true()
     if settings.max_rows_per_unit is not None:
         rank = _window("ROW_NUMBER", [exp.column(UNIT)], [order.rows()])
@@ -836,37 +848,44 @@ def _bounding_report(rows: exp.Select, n_keys: int, settings, clamps: dict[str, 
         exp.or_(
             exp.LT(this=_grid_rounded(column, b), expression=_int(b.lower / b.granularity)),
             exp.GT(this=_grid_rounded(column, b), expression=_int(b.upper / b.granularity)),
+            copy=False,
         )
         for column, b in clamps.items()
     ]
-    clamped = exp.func("COALESCE", exp.or_(*outside), exp.false()) if outside else exp.false()
-    flagged = exp.select(exp.column(UNIT), exp.column("__rk"), *keys,
-                         exp.alias_(kept, "__keep"), exp.alias_(clamped, "__clamp"))  # fmt: skip
-    flagged = flagged.from_(rows.copy().subquery("__rows"))
+    clamped = (_func("COALESCE", exp.or_(*outside, copy=False), exp.false()) if outside
+               else exp.false())  # fmt: skip
+    flagged = _select(exp.column(UNIT), exp.column("__rk"), *_keys(n_keys),
+                      exp.alias_(kept, "__keep", copy=False),
+                      exp.alias_(clamped, "__clamp", copy=False))  # fmt: skip
+    flagged = _from(flagged, _sub(copy_tree(rows), "__rows"))
 
     def count_if(condition: exp.Expr) -> exp.Expr:
         return exp.Sum(this=exp.Case(ifs=[exp.If(this=condition, true=exp.Literal.number(1))],
                                      default=exp.Literal.number(0)))  # fmt: skip
 
-    keep, both = exp.column("__keep"), exp.and_(exp.column("__keep"), exp.column("__clamp"))
-    pairs = exp.select(exp.column(UNIT), *keys,
-                       exp.alias_(exp.Count(this=exp.Star()), "__a"),
-                       exp.alias_(count_if(keep), "__c"),
-                       exp.alias_(count_if(both), "__cl"))  # fmt: skip
-    if keys:
-        first = exp.func("MIN", exp.Case(ifs=[exp.If(this=keep.copy(), true=exp.column("__rk"))]))
-        hashed = exp.Case(ifs=[exp.If(this=exp.GT(this=count_if(keep), expression=_int(0)),
+    def keep() -> exp.Expr:
+        return exp.column("__keep")
+
+    both = exp.and_(keep(), exp.column("__clamp"), copy=False)
+    pairs = _select(exp.column(UNIT), *_keys(n_keys),
+                    exp.alias_(exp.Count(this=exp.Star()), "__a", copy=False),
+                    exp.alias_(count_if(keep()), "__c", copy=False),
+                    exp.alias_(count_if(both), "__cl", copy=False))  # fmt: skip
+    if n_keys:
+        first = _func("MIN", exp.Case(ifs=[exp.If(this=keep(), true=exp.column("__rk"))]))
+        hashed = exp.Case(ifs=[exp.If(this=exp.GT(this=count_if(keep()), expression=_int(0)),
                                       true=order.groups(first))])  # fmt: skip
-        pairs.append("expressions", exp.alias_(hashed, "__h"))
-    pairs = pairs.from_(flagged.subquery("__flagged")).group_by(exp.column(UNIT), *keys)
-    units = exp.select(exp.column(UNIT), exp.alias_(exp.Sum(this=exp.column("__a")), "__n"))
-    if keys:
-        cut = exp.func("LIST_MAX", exp.func("MIN", exp.column("__h"), _int(settings.max_groups)))
-        units.append("expressions", exp.alias_(cut, "__cut"))
-    units = units.from_("__report_pairs").group_by(exp.column(UNIT))
-    r = _int(settings.max_rows)
-    capped = exp.func("LEAST", exp.column("__c"), r)
-    if keys:
+        pairs.append("expressions", exp.alias_(hashed, "__h", copy=False))
+    pairs = _from(pairs, _sub(flagged, "__flagged"))
+    pairs = pairs.group_by(exp.column(UNIT), *_keys(n_keys), copy=False)
+    units = _select(exp.column(UNIT),
+                    exp.alias_(exp.Sum(this=exp.column("__a")), "__n", copy=False))  # fmt: skip
+    if n_keys:
+        cut = _func("LIST_MAX", _func("MIN", exp.column("__h"), _int(settings.max_groups)))
+        units.append("expressions", exp.alias_(cut, "__cut", copy=False))
+    units = _from(units, _table("__report_pairs")).group_by(exp.column(UNIT), copy=False)
+    capped = _func("LEAST", exp.column("__c"), _int(settings.max_rows))
+    if n_keys:
         within = exp.LTE(this=exp.column("__h"), expression=exp.column("__cut"))
         capped = exp.Case(ifs=[exp.If(this=within, true=capped)], default=_int(0))
     g = _int(Fraction(REPORT_GRID))
@@ -874,7 +893,7 @@ def _bounding_report(rows: exp.Select, n_keys: int, settings, clamps: dict[str, 
     held = exp.column("__kept")
 
     def floor_div(top: exp.Expr, bottom: exp.Expr) -> exp.Expr:
-        return exp.IntDiv(this=exp.cast(top, "BIGINT"), expression=exp.cast(bottom, "BIGINT"))
+        return exp.IntDiv(this=_cast(top, BIGINT), expression=_cast(bottom, BIGINT))
 
     def per_kept(part: exp.Expr) -> exp.Expr:  # G * kept * part / (c n), 0 when c = 0
         share = floor_div(exp.Mul(this=exp.Mul(this=g.copy(), expression=held.copy()),
@@ -883,57 +902,60 @@ def _bounding_report(rows: exp.Select, n_keys: int, settings, clamps: dict[str, 
                         default=_int(0))  # fmt: skip
 
     dropped = floor_div(exp.Mul(this=g.copy(), expression=exp.paren(exp.Sub(
-        this=a.copy(), expression=held.copy()))), n)  # fmt: skip
-    unclamped = exp.paren(exp.Sub(this=c.copy(), expression=cl.copy()))
+        this=a.copy(), expression=held.copy()), copy=False)), n)  # fmt: skip
+    unclamped = exp.paren(exp.Sub(this=c.copy(), expression=cl.copy()), copy=False)
     parts = (dropped, per_kept(cl.copy()), per_kept(unclamped))
-    weighed = exp.select(*keys, exp.column("__a"), exp.column("__c"), exp.column("__cl"),
-                         exp.column("__n"), exp.alias_(capped, "__kept"))  # fmt: skip
-    weighed = weighed.from_("__report_pairs").join("__report_units", using=[UNIT])
-    sums = [exp.alias_(exp.Sum(this=p), n) for p, n in zip(parts, names, strict=True) if n]
-    report = exp.select(*keys, *sums)
-    report = report.from_(weighed.subquery("__weighed"))
-    if keys:
-        report = report.group_by(*keys)
-    return report.with_("__report_pairs", as_=pairs).with_("__report_units", as_=units)
+    weighed = _select(*_keys(n_keys), exp.column("__a"), exp.column("__c"), exp.column("__cl"),
+                      exp.column("__n"), exp.alias_(capped, "__kept", copy=False))  # fmt: skip
+    weighed = _from(weighed, _table("__report_pairs"))
+    weighed.append("joins", _join_using(_table("__report_units"), UNIT))
+    sums = [exp.alias_(exp.Sum(this=p), n, copy=False)
+            for p, n in zip(parts, names, strict=True) if n]  # fmt: skip
+    report = _from(_select(*_keys(n_keys), *sums), _sub(weighed, "__weighed"))
+    if n_keys:
+        report = report.group_by(*_keys(n_keys), copy=False)
+    return _with(report, ("__report_pairs", pairs), ("__report_units", units))
 
 
 def _join_report(exact: exp.Select, report: exp.Select, n_keys: int) -> exp.Select:
     """The exact cells with the bounding report's columns, matched on every key (NULL = NULL):
     both have one row per group present in the rows."""
     names = [e.alias_or_name for e in report.expressions[n_keys:]]
-    joined = exp.select(exp.Column(this=exp.Star(), table=exp.to_identifier("__exact")),
-                        *(exp.column(n, "__report") for n in names))  # fmt: skip
-    joined = joined.from_(exact.subquery("__exact"))
+    joined = _select(exp.Column(this=exp.Star(), table=exp.to_identifier("__exact")),
+                     *(exp.column(n, "__report") for n in names))  # fmt: skip
+    joined = _from(joined, _sub(exact, "__exact"))
     if not n_keys:
-        return joined.join(report.subquery("__report"), join_type="cross")
+        joined.append("joins", exp.Join(this=_sub(report, "__report"), kind="CROSS"))
+        return joined
     on = exp.and_(*(
         exp.NullSafeEQ(this=exp.column(f"__g{j}", "__exact"),
                        expression=exp.column(f"__g{j}", "__report"))
         for j in range(n_keys)
-    ))  # fmt: skip
-    return joined.join(report.subquery("__report"), on=on, join_type="left")
+    ), copy=False)  # fmt: skip
+    joined.append("joins", exp.Join(this=_sub(report, "__report"), side="LEFT", on=on))
+    return joined
 
 
 def _kept_values(column: str, r: exp.Literal) -> exp.Expr:
     """The at most ``r`` smallest distinct non-NULL values of ``column`` in a (unit, group)."""
-    values = exp.func("LIST_DISTINCT", exp.ArrayAgg(this=exp.column(column)))
-    return exp.func("LIST_SLICE", exp.func("LIST_SORT", values), exp.Literal.number(1), r.copy())
+    values = _func("LIST_DISTINCT", exp.ArrayAgg(this=exp.column(column)))
+    return _func("LIST_SLICE", _func("LIST_SORT", values), exp.Literal.number(1), r.copy())
 
 
 def _at_most(value: exp.Expr, r: exp.Literal) -> exp.Expr:
-    return exp.Case(ifs=[exp.If(this=exp.GT(this=value, expression=r), true=r.copy())],
+    return exp.Case(ifs=[exp.If(this=exp.GT(this=value, expression=r.copy()), true=r.copy())],
                     default=value.copy())  # fmt: skip
 
 
 def _scaled(total: exp.Expr, count: exp.Expr, r: exp.Literal) -> exp.Expr:
     """``total`` when ``count <= R``, else ``round(total * R / count)``."""
     scaled = exp.Div(
-        this=exp.Mul(this=exp.cast(total.copy(), "DOUBLE"), expression=r.copy()),
+        this=exp.Mul(this=_cast(total.copy(), DOUBLE), expression=r.copy()),
         expression=count.copy(),
     )
     return exp.Case(
-        ifs=[exp.If(this=exp.GT(this=count, expression=r),
-                    true=exp.cast(exp.func("ROUND", scaled), "HUGEINT"))],
+        ifs=[exp.If(this=exp.GT(this=count, expression=r.copy()),
+                    true=_cast(_func("ROUND", scaled), HUGEINT))],
         default=total,
     )  # fmt: skip
 
@@ -942,27 +964,30 @@ def _histogram_cells(rows: exp.Select, n_keys: int, bins: exp.Expr, settings, or
                      *, ranked: bool):  # fmt: skip
     """Quantile histograms: rows per (keys, bin), each unit bounded to ``max_groups`` groups and
     ``max_rows`` rows per group, chosen by keyed ranks (windows over rows)."""
-    keys = [exp.column(f"__g{j}") for j in range(n_keys)]
-    source = rows.copy().subquery("__rows")
-    hist = exp.select(*keys, exp.alias_(bins, "__bin"),
-                      exp.alias_(exp.Count(this=exp.Star()), "__count"))  # fmt: skip
+    source = _sub(copy_tree(rows), "__rows")
+    hist = _select(*_keys(n_keys), exp.alias_(bins, "__bin", copy=False),
+                   exp.alias_(exp.Count(this=exp.Star()), "__count", copy=False))  # fmt: skip
     if ranked:
         group_order = [order.groups(exp.column("__rk")), *(exp.column(k) for k in order.keys)
-                       ] if keys else [exp.Literal.number(0)]  # fmt: skip
+                       ] if n_keys else [exp.Literal.number(0)]  # fmt: skip
         row_order = [order.rows(keys=False)]
-        ranking = exp.select(
-            "*",
-            exp.alias_(_window("DENSE_RANK", [exp.column(UNIT)], group_order), RANK_GROUP),
-            exp.alias_(_window("ROW_NUMBER", [exp.column(UNIT), *keys], row_order), RANK_ROW),
-        ).from_(source)
+        ranking = _select(
+            exp.Star(),
+            exp.alias_(_window("DENSE_RANK", [exp.column(UNIT)], group_order), RANK_GROUP,
+                       copy=False),
+            exp.alias_(_window("ROW_NUMBER", [exp.column(UNIT), *_keys(n_keys)], row_order),
+                       RANK_ROW, copy=False),
+        )  # fmt: skip
+        ranking = _from(ranking, source)
         within = exp.and_(
             exp.LTE(this=exp.column(RANK_GROUP), expression=_int(settings.max_groups)),
             exp.LTE(this=exp.column(RANK_ROW), expression=_int(settings.max_rows)),
+            copy=False,
         )
-        hist = hist.from_(ranking.subquery("__ranked")).where(within)
+        hist = _from(hist, _sub(ranking, "__ranked")).where(within, copy=False)
     else:
-        hist = hist.from_(source)
-    return hist.group_by(*keys, exp.column("__bin"))
+        hist = _from(hist, source)
+    return hist.group_by(*_keys(n_keys), exp.column("__bin"), copy=False)
 
 
 def _window(function: str, partition: list, order: list) -> exp.Window:
@@ -976,10 +1001,10 @@ def _window(function: str, partition: list, order: list) -> exp.Window:
 def _grid_rounded(column: str, bounding: Bounding) -> exp.Expr:
     """The value in grid units, round(x / g), before clamping."""
     g = bounding.granularity
-    value = exp.cast(exp.column(column), "DOUBLE")
+    value = _cast(exp.column(column), DOUBLE)
     if g != 1:
         value = exp.Div(this=value, expression=exp.Literal.number(_decimal(g)))
-    return exp.func("ROUND", value)
+    return _func("ROUND", value)
 
 
 def _grid_units(column: str, bounding: Bounding) -> exp.Expr:
@@ -994,17 +1019,67 @@ def _grid_units(column: str, bounding: Bounding) -> exp.Expr:
         ],
         default=rounded,
     )
-    return exp.cast(clamped, "BIGINT")
+    return _cast(clamped, BIGINT)
 
 
 def _squared(units: exp.Expr) -> exp.Expr:
-    return exp.Mul(this=exp.cast(units, "HUGEINT"), expression=units.copy())
+    return exp.Mul(this=_cast(units, HUGEINT), expression=units.copy())
 
 
 def _histogram(bounding: Bounding, column: str) -> exp.Expr:
     """The quantile bin j = clamped grid value - lower/g, in 0..(upper - lower)/g."""
     offset = bounding.lower / bounding.granularity
     return exp.Sub(this=_grid_units(column, bounding), expression=_int(offset))
+
+
+def _select(*expressions: exp.Expr) -> exp.Select:
+    """``SELECT expressions``, built in place like the rest of the stage's SQL.
+
+    sqlglot's builders (``exp.select``, ``from_``, ``where``, ``join``, ``with_``, ``alias_``,
+    ``cast``, ``func``) copy the select or expression they extend at every call unless told
+    ``copy=False``, and parse names given as strings: about half the check time of a small
+    DP query. The stage's nodes are new and used once, so they are placed, not copied; a node
+    that goes to two places is made (or copied) once per place, so every node has one parent
+    (:func:`_keys` makes new key columns for each place)."""
+    return exp.Select(expressions=list(expressions))
+
+
+def _from(select: exp.Select, source: exp.Expr) -> exp.Select:
+    select.set("from_", exp.From(this=source))
+    return select
+
+
+def _table(name: str) -> exp.Table:
+    return exp.Table(this=exp.to_identifier(name))
+
+
+def _sub(query: exp.Query, alias: str) -> exp.Subquery:
+    return query.subquery(alias, copy=False)
+
+
+def _keys(n_keys: int) -> list[exp.Column]:
+    """New columns ``__g0 .. __g<n-1>``: one list per place the keys go."""
+    return [exp.column(f"__g{j}") for j in range(n_keys)]
+
+
+def _join_using(source: exp.Expr, column: str) -> exp.Join:
+    return exp.Join(this=source, using=[exp.to_identifier(column)])
+
+
+def _with(query: exp.Select, *ctes: tuple[str, exp.Query]) -> exp.Select:
+    """``query`` with the named subqueries ``ctes`` as its WITH, in order."""
+    query.set("with_", exp.With(expressions=[
+        exp.CTE(this=q, alias=exp.TableAlias(this=exp.to_identifier(name))) for name, q in ctes
+    ]))  # fmt: skip
+    return query
+
+
+def _func(name: str, *args: exp.Expr) -> exp.Func:
+    return exp.func(name, *args, copy=False)
+
+
+def _cast(value: exp.Expr, to: exp.DataType.Type) -> exp.Cast:
+    return exp.cast(value, to, copy=False)
 
 
 def _number(x: Fraction) -> exp.Literal:

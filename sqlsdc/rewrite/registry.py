@@ -11,8 +11,9 @@ exact-cells stage as data for the release step that noises them.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from sqlsdc.planner.identity import Population
 from sqlsdc.policy import Method, Policy
 from sqlsdc.rewrite.cells import FrameBuilder
 from sqlsdc.rewrite.ckm import PTableKey, PTableRef, ckm_frame
@@ -25,19 +26,22 @@ from sqlsdc.rewrite.threshold import threshold_frame
 @dataclass(frozen=True)
 class RewriteContext:
     """What frame builders may read: the policy, the CKM ptables, where DP records its stages
-    (by id of the aggregation), and how the engine renders SQL."""
+    (by id of the aggregation), how the engine renders SQL, and the populations the check has
+    already described (by id of their scope; :func:`sqlsdc.planner.identity.
+    aggregation_identity`)."""
 
     policy: Policy
     ptables: Mapping[PTableKey, PTableRef]
     stages: dict[int, DpStage]
     to_sql: Callable
+    populations: Mapping[int, Population] = field(default_factory=dict)
 
 
 MECHANISMS: dict[Method, Callable[[RewriteContext], FrameBuilder]] = {
     Method.THRESHOLD: lambda c: threshold_frame,
     Method.CKM: lambda c: ckm_frame(c.policy, c.ptables),
     Method.SUPPRESS: lambda c: suppress_frame(c.policy),
-    Method.DP: lambda c: dp_frame(c.policy, c.stages, c.to_sql),
+    Method.DP: lambda c: dp_frame(c.policy, c.stages, c.to_sql, c.populations),
     Method.ROUND: lambda c: round_frame,
 }
 
