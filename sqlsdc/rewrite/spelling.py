@@ -34,47 +34,55 @@ _SPELLED = (*_FLOATS, _T.INTERVAL)
 ONE_SPELLING = frozenset((
     _T.BOOLEAN, _T.TINYINT, _T.UTINYINT, _T.SMALLINT, _T.USMALLINT, _T.INT, _T.UINT,
     _T.BIGINT, _T.UBIGINT, _T.INT128, _T.UINT128, _T.DECIMAL, _T.VARCHAR, _T.CHAR, _T.TEXT,
-    _T.DATE, _T.TIME, _T.TIMESTAMP, _T.TIMESTAMPTZ, _T.TIMESTAMP_S, _T.TIMESTAMP_MS,
-    _T.TIMESTAMP_NS, _T.UUID, _T.VARBINARY, _T.BINARY, _T.BIT, _T.ENUM, _T.NULL,
+    _T.DATE, _T.TIME, _T.TIMESTAMP, _T.TIMESTAMPNTZ, _T.DATETIME, _T.TIMESTAMPTZ, _T.TIMESTAMP_S,
+    _T.TIMESTAMP_MS, _T.TIMESTAMP_NS, _T.UUID, _T.VARBINARY, _T.BINARY, _T.BIT, _T.ENUM, _T.NULL,
 ))  # fmt: skip
 """Types whose values SQL holds equal only when they are written alike."""
 _CHOOSING = (exp.Min, exp.Max, exp.Median, exp.Quantile, exp.PercentileCont, exp.PercentileDisc,
              exp.FirstValue, exp.LastValue, exp.Lag, exp.Lead)  # fmt: skip
 _CHOSEN_TYPE = "sdc_chosen_type"  # meta key: the type a chosen value had in the analysed tree
-_TEMPORAL = {
+_TEMPORAL = {  # sqlglot writes DuckDB's TIMESTAMP as TIMESTAMPNTZ
     exp.DataType.Type.DATE, exp.DataType.Type.DATETIME, exp.DataType.Type.TIMESTAMP,
+    exp.DataType.Type.TIMESTAMPNTZ,
     exp.DataType.Type.TIMESTAMPTZ, exp.DataType.Type.TIMESTAMP_S, exp.DataType.Type.TIMESTAMP_MS,
     exp.DataType.Type.TIMESTAMP_NS, exp.DataType.Type.TIMESTAMPLTZ,
 }  # fmt: skip
 _INTERPOLATING = (exp.Median, exp.Quantile, exp.PercentileCont)
+_DOUBLE_PARTS = ("EPOCH", "JULIAN")  # the parts EXTRACT returns as a DOUBLE
 _SET_OPERATIONS = (exp.Union, exp.Intersect, exp.Except)
 # where a grouped query reads its keys (not GROUP BY itself, not WHERE: rows before grouping)
 _READING = ("expressions", "having", "qualify", "order")
 
 
-def released_in_one_spelling(tree: exp.Expr) -> None:
+def released_in_one_spelling(tree: exp.Expr, sql: str | None = None) -> None:
     """Spell, in every query of ``tree`` (a protected query, changed in place), the values of
     each aggregate's DISTINCT, the keys of each GROUP BY where the query reads them, and the
     outputs of every query that keeps some of its rows among equal ones (DISTINCT, a set
-    operation's operands, LIMIT or OFFSET)."""
+    operation's operands, LIMIT or OFFSET).
+
+    Raises:
+        PolicyViolation: such a value is a struct or a list that may hold floats or intervals
+            (or whose type the guard cannot tell), which SQL alone cannot write in one spelling.
+    """
     walked = nodes(tree)
     for node in walked:  # first: a spelled output copies the aggregates it holds
         if isinstance(node, exp.Distinct) and isinstance(node.parent, (exp.AggFunc, exp.Order)):
             aggregate = node.parent if isinstance(node.parent, exp.AggFunc) else node.parent.parent
-            _spell_keys(node.find_ancestor(exp.Select), node.expressions, (), within=aggregate)
+            _spell_keys(node.find_ancestor(exp.Select), node.expressions, (), sql, aggregate)
     for node in walked:
         if not isinstance(node, exp.Select):
             continue
         group = node.args.get("group")
         if group is not None:
-            _spell_keys(node, _group_keys(group), _READING)
+            _spell_keys(node, _group_keys(group), _READING, sql)
         if (
             node.args.get("distinct") is not None
             or node.args.get("limit") is not None
             or node.args.get("offset") is not None
             or _operand_of_set_operation(node)
         ):
-            _spell_keys(node, [p.unalias() for p in node.expressions], ("expressions", "order"))
+            keys = [p.unalias() for p in node.expressions]
+            _spell_keys(node, keys, ("expressions", "order"), sql)
 
 
 def remember_chosen_type(node: exp.Expr) -> None:
@@ -150,16 +158,29 @@ def _spelled(value: exp.Expr, kind: exp.DataType) -> exp.Expr:
 
 
 def _spell_keys(
-    select: exp.Select | None, keys: list[exp.Expr], clauses: tuple[str, ...], within=None
+    select: exp.Select | None,
+    keys: list[exp.Expr],
+    clauses: tuple[str, ...],
+    sql: str | None,
+    within=None,
 ) -> None:
     """Replace, in ``clauses`` of ``select`` or in the node ``within`` (not in subqueries, nor
     in GROUPING()), every occurrence of a key of a spelled type by its spelling; a projection
-    keeps its name."""
+    keeps its name. A struct or list that may hold a spelled type is refused."""
     typed = []
     for key in keys:
         if isinstance(key, exp.Literal):
             continue
         kind = _kind(key, select)
+        if _nested_with_spellings(key, kind):
+            raise PolicyViolation(
+                f"{key.sql('duckdb')[:60]} is a struct or list the query keeps one of among "
+                "equal ones (a group key, a DISTINCT or set operation's row, a LIMIT's row), "
+                "the first the engine reads, and the floats or intervals it may hold (-0.0 and "
+                "0.0, NaN and -NaN, 1 month and 30 days) cannot be written in one spelling",
+                "group, deduplicate or limit by the struct's or list's values one by one",
+                sql,
+            )
         if kind is not None and kind.this in _SPELLED:
             typed.append((key.copy(), kind))
     if not typed:
@@ -191,6 +212,15 @@ def _replace_in(part: exp.Expr, select: exp.Select, typed) -> None:
         pending.extend(node.iter_expressions())
 
 
+def _nested_with_spellings(key: exp.Expr, kind: exp.DataType | None) -> bool:
+    """Whether ``key``, of type ``kind``, is a struct or list that may hold a value of several
+    spellings: one of a spelled type or of a type sqlglot cannot tell (a tuple's fields)."""
+    if _unknown(kind) or kind.this not in exp.DataType.NESTED_TYPES:
+        return False
+    inner = [t for t in kind.find_all(exp.DataType) if t is not kind]
+    return not inner or any(t.this in _SPELLED or _unknown(t) for t in inner)
+
+
 def _group_keys(group: exp.Group) -> list[exp.Expr]:
     """The expressions a GROUP BY groups by, out of ROLLUP, CUBE, GROUPING SETS and parens."""
     keys = []
@@ -216,20 +246,24 @@ def _operand_of_set_operation(select: exp.Select) -> bool:
 def _kind(value: exp.Expr, select: exp.Select | None, depth: int = 0) -> exp.DataType | None:
     """The type DuckDB gives ``value`` in ``select``, where it matters here: sqlglot's
     annotation, corrected where it differs (a DECIMAL divided or mixed with a DOUBLE is a
-    DOUBLE, a difference of timestamps an INTERVAL, EXTRACT(epoch) and MEDIAN of numbers
-    DOUBLEs), and for a column of a derived table or CTE without one (the rewrite's own
-    columns), that of the projection it names."""
+    DOUBLE, and so is its ``//``; a difference of timestamps an INTERVAL; EXTRACT(epoch),
+    EXTRACT(julian) and MEDIAN of numbers DOUBLEs; a tuple a STRUCT); and for a column of a
+    derived table or CTE, that of the projection it names (sqlglot's, if any, is uncorrected)."""
     if depth > 64:
         return None
     if isinstance(value, (exp.Paren, exp.Neg, exp.Abs, exp.Alias)):
         return _kind(value.this, select, depth + 1)
     if isinstance(value, (exp.Cast, exp.TryCast)):
         return value.to
-    if isinstance(value, exp.Column) and _unknown(value.type):
-        return _column_kind(value, select, depth)
-    if isinstance(value, (exp.Div, exp.Add, exp.Sub, exp.Mul, exp.Mod)):
+    if isinstance(value, exp.Column):  # sqlglot passes its own type on, wrong or not
+        derived = _column_kind(value, select, depth)
+        if derived is not None or _unknown(value.type):
+            return derived
+    if isinstance(value, (exp.Tuple, exp.Struct, exp.Array)) and _unknown(value.type):
+        return exp.DataType.build("STRUCT" if not isinstance(value, exp.Array) else "LIST")
+    if isinstance(value, (exp.Div, exp.IntDiv, exp.Add, exp.Sub, exp.Mul, exp.Mod)):
         return _arithmetic_kind(value, select, depth)
-    if isinstance(value, exp.Extract) and value.name.upper() == "EPOCH":
+    if isinstance(value, exp.Extract) and value.name.upper() in _DOUBLE_PARTS:
         return exp.DataType.build("DOUBLE")
     if isinstance(value, _INTERPOLATING):
         argument = _kind(value.this, select, depth + 1)
@@ -259,6 +293,8 @@ def _arithmetic_kind(value: exp.Binary, select, depth: int) -> exp.DataType | No
         return exp.DataType.build("INTERVAL")
     if kinds & set(_FLOATS) or isinstance(value, exp.Div):
         return exp.DataType.build("DOUBLE")
+    if isinstance(value, exp.IntDiv) and not kinds <= exp.DataType.INTEGER_TYPES:
+        return exp.DataType.build("DOUBLE")  # DuckDB's // of a DECIMAL divides as a DOUBLE
     return None if _unknown(value.type) else value.type
 
 
