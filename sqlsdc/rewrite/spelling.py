@@ -48,6 +48,8 @@ _TEMPORAL = {  # sqlglot writes DuckDB's TIMESTAMP as TIMESTAMPNTZ
     exp.DataType.Type.TIMESTAMP_NS, exp.DataType.Type.TIMESTAMPLTZ,
 }  # fmt: skip
 _INTERPOLATING = (exp.Median, exp.Quantile, exp.PercentileCont)
+_PASSING = (exp.Sum, exp.Min, exp.Max, exp.PercentileDisc, exp.FirstValue, exp.LastValue,
+            exp.Lag, exp.Lead)  # fmt: skip
 _DOUBLE_PARTS = ("EPOCH", "JULIAN")  # the parts EXTRACT returns as a DOUBLE
 _SET_OPERATIONS = (exp.Union, exp.Intersect, exp.Except)
 # where a grouped query reads its keys (not GROUP BY itself, not WHERE: rows before grouping)
@@ -247,7 +249,8 @@ def _kind(value: exp.Expr, select: exp.Select | None, depth: int = 0) -> exp.Dat
     """The type DuckDB gives ``value`` in ``select``, where it matters here: sqlglot's
     annotation, corrected where it differs (a DECIMAL divided or mixed with a DOUBLE is a
     DOUBLE, and so is its ``//``; a difference of timestamps an INTERVAL; EXTRACT(epoch),
-    EXTRACT(julian) and MEDIAN of numbers DOUBLEs; a tuple a STRUCT); and for a column of a
+    EXTRACT(julian) and MEDIAN of numbers DOUBLEs; SUM, MIN, a LAG... of a DOUBLE or INTERVAL
+    one too, whatever sqlglot made of the argument; a tuple a STRUCT); and for a column of a
     derived table or CTE, that of the projection it names (sqlglot's, if any, is uncorrected)."""
     if depth > 64:
         return None
@@ -265,6 +268,15 @@ def _kind(value: exp.Expr, select: exp.Select | None, depth: int = 0) -> exp.Dat
         return _arithmetic_kind(value, select, depth)
     if isinstance(value, exp.Extract) and value.name.upper() in _DOUBLE_PARTS:
         return exp.DataType.build("DOUBLE")
+    if isinstance(value, (exp.Window, exp.IgnoreNulls, exp.RespectNulls)):
+        return _kind(value.this, select, depth + 1)
+    if isinstance(value, _PASSING):  # their argument's type where it is spelled
+        argument = value.this.this if isinstance(value.this, exp.Order) else value.this
+        if isinstance(argument, exp.Distinct) and len(argument.expressions) == 1:
+            argument = argument.expressions[0]  # SUM(DISTINCT x ORDER BY ...), rewritten
+        argument = _kind(argument, select, depth + 1)
+        if argument is not None and argument.this in _SPELLED:
+            return argument
     if isinstance(value, _INTERPOLATING):
         argument = _kind(value.this, select, depth + 1)
         numeric = argument is not None and argument.this in exp.DataType.NUMERIC_TYPES

@@ -168,3 +168,30 @@ def test_times_are_kept_as_times(ckm, sql):
     TIMESTAMP 'without one spelling'): a time has one."""
     rows = ckm.execute(sql).fetchall()
     assert rows and all(row[0].year in (2019, 2020) for row in rows)
+
+
+_NAN = "(CAST(n AS DOUBLE) * 1e308 * 10 * 0)"  # inf * 0: the x86 NaN, -NaN; not a constant
+_DECIMAL_TIMES_NAN = f"CAST(n AS DECIMAL(10, 2)) * {_NAN}"  # a DOUBLE; sqlglot: DECIMAL
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        f"SELECT CAST(s AS VARCHAR) FROM (SELECT k, SUM({_DECIMAL_TIMES_NAN}) AS s "
+        "FROM ({inner}) t GROUP BY k) v GROUP BY s",
+        f"SELECT CAST(s AS VARCHAR) FROM (SELECT DISTINCT SUM({_DECIMAL_TIMES_NAN}) AS s "
+        "FROM ({inner}) t GROUP BY k) v",
+        f"SELECT CAST(s AS VARCHAR) FROM (SELECT k, SUM({_DECIMAL_TIMES_NAN}) OVER "
+        "(PARTITION BY k) AS s FROM ({inner}) t) v GROUP BY s",
+        f"SELECT CAST(s AS VARCHAR) FROM (SELECT SUM({_DECIMAL_TIMES_NAN}) AS s "
+        "FROM ({inner}) t GROUP BY k UNION SELECT 1.0) v WHERE s <> 1",
+    ],
+    ids=["group_by", "distinct", "window_group_by", "union"],
+)
+def test_a_sum_of_doubles_sqlglot_types_otherwise_is_kept_in_one_spelling(ckm, template):
+    """SUM's type was sqlglot's, which follows its argument's (a DECIMAL times a DOUBLE is a
+    DECIMAL to sqlglot, a DOUBLE to DuckDB), and the rewrite's ordered SUM (``SUM(x ORDER BY
+    x)``) hid the argument: before, '-nan' from every form. SUM, MIN, LAG and the others now
+    take their argument's type where it has several spellings."""
+    for condition in (RARE, NOBODY):
+        assert _answer(ckm, condition, template) == [("nan",)]
