@@ -204,7 +204,10 @@ def _replace_in(part: exp.Expr, select: exp.Select, typed) -> None:
         match = next((kind for key, kind in typed if type(node) is type(key) and node == key),
                      None)  # fmt: skip
         if match is not None:
-            spelled = _spelled(node.copy(), match)
+            value = node.copy()
+            if isinstance(value, exp.Subquery):  # named in place: ``(SELECT ...) AS _col_0``
+                value.set("alias", None)
+            spelled = _spelled(value, match)
             if node.parent is select:  # an unnamed projection keeps its output name
                 spelled = exp.alias_(spelled, node.alias_or_name) if node.alias_or_name else spelled
             node.replace(spelled)

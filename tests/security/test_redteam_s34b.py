@@ -195,3 +195,15 @@ def test_a_sum_of_doubles_sqlglot_types_otherwise_is_kept_in_one_spelling(ckm, t
     take their argument's type where it has several spellings."""
     for condition in (RARE, NOBODY):
         assert _answer(ckm, condition, template) == [("nan",)]
+
+
+def test_a_union_of_scalar_subqueries_over_doubles_is_answered(ckm):
+    """Before: refused for every data ("DuckDB refuses the text of this statement"): the second
+    operand's scalar subquery carries its output name in place (``(SELECT ...) AS _col_0``),
+    and the spelling copied it into ``ISNAN((SELECT ...) AS _col_0)``."""
+    one = "(SELECT CAST(n AS DOUBLE) FROM ({inner}) s WHERE s.k = '{k}')"
+    sql = f"SELECT {one} AS x UNION SELECT {one.replace('{k}', '{j}')}"
+    inner = _inner(NOBODY)
+    counts = dict(ckm.execute(f"SELECT k, n FROM ({inner}) t").fetchall())
+    rows = ckm.execute(sql.format(inner=inner, k="R08-M001", j="R08-M003")).fetchall()
+    assert sorted(rows) == sorted({(float(counts["R08-M001"]),), (float(counts["R08-M003"]),)})
