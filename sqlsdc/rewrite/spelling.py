@@ -42,10 +42,8 @@ _CHOOSING = (exp.Min, exp.Max, exp.Median, exp.Quantile, exp.PercentileCont, exp
              exp.FirstValue, exp.LastValue, exp.Lag, exp.Lead)  # fmt: skip
 _CHOSEN_TYPE = "sdc_chosen_type"  # meta key: the type a chosen value had in the analysed tree
 _TEMPORAL = {  # sqlglot writes DuckDB's TIMESTAMP as TIMESTAMPNTZ
-    exp.DataType.Type.DATE, exp.DataType.Type.DATETIME, exp.DataType.Type.TIMESTAMP,
-    exp.DataType.Type.TIMESTAMPNTZ,
-    exp.DataType.Type.TIMESTAMPTZ, exp.DataType.Type.TIMESTAMP_S, exp.DataType.Type.TIMESTAMP_MS,
-    exp.DataType.Type.TIMESTAMP_NS, exp.DataType.Type.TIMESTAMPLTZ,
+    _T.DATE, _T.DATETIME, _T.TIMESTAMP, _T.TIMESTAMPNTZ, _T.TIMESTAMPTZ, _T.TIMESTAMP_S,
+    _T.TIMESTAMP_MS, _T.TIMESTAMP_NS, _T.TIMESTAMPLTZ, _T.TIME, _T.TIMETZ,
 }  # fmt: skip
 _INTERPOLATING = (exp.Median, exp.Quantile, exp.PercentileCont)
 _PASSING = (exp.Sum, exp.Min, exp.Max, exp.PercentileDisc, exp.FirstValue, exp.LastValue,
