@@ -250,9 +250,10 @@ def _kind(value: exp.Expr, select: exp.Select | None, depth: int = 0) -> exp.Dat
     """The type DuckDB gives ``value`` in ``select``, where it matters here: sqlglot's
     annotation, corrected where it differs (a DECIMAL divided or mixed with a DOUBLE is a
     DOUBLE, and so is its ``//``; a difference of timestamps an INTERVAL; EXTRACT(epoch),
-    EXTRACT(julian) and MEDIAN of numbers DOUBLEs; SUM, MIN, a LAG... of a DOUBLE or INTERVAL
-    one too, whatever sqlglot made of the argument; a tuple a STRUCT); and for a column of a
-    derived table or CTE, that of the projection it names (sqlglot's, if any, is uncorrected)."""
+    EXTRACT(julian) and MEDIAN of numbers DOUBLEs; FLOOR, CEIL, ROUND, SUM, MIN, a LAG... of
+    a DOUBLE or an INTERVAL one too, whatever sqlglot made of the argument; a tuple a STRUCT);
+    and for a column of a derived table or CTE, that of the projection it names (sqlglot's,
+    if any, is uncorrected)."""
     if depth > 64:
         return None
     if isinstance(value, (exp.Paren, exp.Neg, exp.Abs, exp.Alias)):
@@ -271,6 +272,10 @@ def _kind(value: exp.Expr, select: exp.Select | None, depth: int = 0) -> exp.Dat
         return exp.DataType.build("DOUBLE")
     if isinstance(value, (exp.Window, exp.IgnoreNulls, exp.RespectNulls)):
         return _kind(value.this, select, depth + 1)
+    if isinstance(value, (exp.Floor, exp.Ceil, exp.Round)):  # a number's own type
+        argument = _kind(value.this, select, depth + 1)
+        if argument is not None and (argument.this in _SPELLED or _unknown(value.type)):
+            return argument
     if isinstance(value, _PASSING):  # their argument's type where it is spelled
         argument = value.this.this if isinstance(value.this, exp.Order) else value.this
         if isinstance(argument, exp.Distinct) and len(argument.expressions) == 1:

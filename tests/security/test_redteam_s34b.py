@@ -224,3 +224,35 @@ def test_a_union_of_scalar_subqueries_over_doubles_is_answered(ckm):
     counts = dict(ckm.execute(f"SELECT k, n FROM ({inner}) t").fetchall())
     rows = ckm.execute(sql.format(inner=inner, k="R08-M001", j="R08-M003")).fetchall()
     assert sorted(rows) == sorted({(float(counts["R08-M001"]),), (float(counts["R08-M003"]),)})
+
+
+_CEIL_NEGATIVE = "CEIL(CAST(n AS DECIMAL(10, 2)) / -1000)"  # CEIL(-0.01): -0.0, a DOUBLE
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        f"SELECT 1 / x FROM (SELECT {_CEIL_NEGATIVE} AS x FROM ({{inner}}) t) u GROUP BY x",
+        f"SELECT 1 / x FROM (SELECT DISTINCT {_CEIL_NEGATIVE} AS x FROM ({{inner}}) t) u",
+        f"SELECT 1 / MIN({_CEIL_NEGATIVE}) FROM ({{inner}}) t",
+    ],
+    ids=["group_by", "distinct", "min"],
+)
+def test_floor_and_ceil_of_a_double_are_kept_in_one_spelling(ckm, template):
+    """sqlglot gives FLOOR and CEIL of a DECIMAL (``CAST(n AS DECIMAL) / -1000``, a DOUBLE to
+    DuckDB) no type. Before: -inf from the GROUP BY and DISTINCT (an unknown type went
+    unspelled), MIN refused (an unknown type)."""
+    for condition in (RARE, NOBODY):
+        assert _answer(ckm, condition, template) == [(math.inf,)]
+
+
+def test_min_of_floor_and_ceil_of_decimals_is_answered(ckm):
+    """Before: refused ('values of its type (unknown) cannot be written in one spelling'):
+    FLOOR and CEIL of a DECIMAL are DECIMALs, of one spelling."""
+    template = (
+        "SELECT MIN(FLOOR(CAST(n AS DECIMAL(10, 2)))), MAX(CEIL(CAST(n AS DECIMAL(10, 1)) / 3)) "
+        "FROM ({inner}) t"
+    )
+    counts = [n for _, n in _answer(ckm, NOBODY, "SELECT k, n FROM ({inner}) t")]
+    ((low, high),) = _answer(ckm, NOBODY, template)
+    assert low == min(counts) and high == math.ceil(max(counts) / 3)
