@@ -62,7 +62,8 @@ def released_in_one_spelling(tree: exp.Expr, sql: str | None = None) -> None:
 
     Raises:
         PolicyViolation: such a value is a struct or a list that may hold floats or intervals
-            (or whose type the guard cannot tell), which SQL alone cannot write in one spelling.
+            (or whose type the guard cannot tell), or a VARIANT, which SQL alone cannot write
+            in one spelling.
     """
     walked = nodes(tree)
     for node in walked:  # first: a spelled output copies the aggregates it holds
@@ -166,19 +167,21 @@ def _spell_keys(
 ) -> None:
     """Replace, in ``clauses`` of ``select`` or in the node ``within`` (not in subqueries, nor
     in GROUPING()), every occurrence of a key of a spelled type by its spelling; a projection
-    keeps its name. A struct or list that may hold a spelled type is refused."""
+    keeps its name. A struct or list that may hold a spelled type, or a VARIANT, is refused."""
     typed = []
     for key in keys:
         if isinstance(key, exp.Literal):
             continue
         kind = _kind(key, select)
-        if _nested_with_spellings(key, kind):
+        if _unspellable(kind):
             raise PolicyViolation(
-                f"{key.sql('duckdb')[:60]} is a struct or list the query keeps one of among "
-                "equal ones (a group key, a DISTINCT or set operation's row, a LIMIT's row), "
-                "the first the engine reads, and the floats or intervals it may hold (-0.0 and "
-                "0.0, NaN and -NaN, 1 month and 30 days) cannot be written in one spelling",
-                "group, deduplicate or limit by the struct's or list's values one by one",
+                f"{key.sql('duckdb')[:60]} is a struct, list or VARIANT the query keeps one of "
+                "among equal ones (a group key, a DISTINCT or set operation's row, a LIMIT's "
+                "row), the first the engine reads, and the values it may hold (-0.0 and 0.0, "
+                "NaN and -NaN, 1 month and 30 days, 1.50 and 1.5) cannot be written in one "
+                "spelling",
+                "group, deduplicate or limit by the values it holds one by one, each CAST to "
+                "the type you mean",
                 sql,
             )
         if kind is not None and kind.this in _SPELLED:
@@ -215,10 +218,16 @@ def _replace_in(part: exp.Expr, select: exp.Select, typed) -> None:
         pending.extend(node.iter_expressions())
 
 
-def _nested_with_spellings(key: exp.Expr, kind: exp.DataType | None) -> bool:
-    """Whether ``key``, of type ``kind``, is a struct or list that may hold a value of several
-    spellings: one of a spelled type or of a type sqlglot cannot tell (a tuple's fields)."""
-    if _unknown(kind) or kind.this not in exp.DataType.NESTED_TYPES:
+def _unspellable(kind: exp.DataType | None) -> bool:
+    """Whether values of type ``kind`` may be equal in several spellings that SQL alone cannot
+    rewrite in one: a struct or list that may hold a spelled type or one sqlglot cannot tell
+    (a tuple's fields), or a VARIANT, equal to another whatever the type it holds (-0.0 and
+    0.0, a DECIMAL 1.50 and 1.5)."""
+    if _unknown(kind):
+        return False
+    if kind.this is exp.DataType.Type.VARIANT:
+        return True
+    if kind.this not in exp.DataType.NESTED_TYPES:
         return False
     inner = [t for t in kind.find_all(exp.DataType) if t is not kind]
     return not inner or any(t.this in _SPELLED or _unknown(t) for t in inner)
