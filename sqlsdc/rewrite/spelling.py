@@ -48,6 +48,7 @@ _TEMPORAL = {  # sqlglot writes DuckDB's TIMESTAMP as TIMESTAMPNTZ
 _INTERPOLATING = (exp.Median, exp.Quantile, exp.PercentileCont)
 _PASSING = (exp.Sum, exp.Min, exp.Max, exp.PercentileDisc, exp.FirstValue, exp.LastValue,
             exp.Lag, exp.Lead)  # fmt: skip
+_MAX_DEPTH = 150  # nodes and projections :func:`_kind` follows, a bound on its recursion
 _DOUBLE_PARTS = ("EPOCH", "JULIAN")  # the parts EXTRACT returns as a DOUBLE
 _SET_OPERATIONS = (exp.Union, exp.Intersect, exp.Except)
 # where a grouped query reads its keys (not GROUP BY itself, not WHERE: rows before grouping)
@@ -63,7 +64,8 @@ def released_in_one_spelling(tree: exp.Expr, sql: str | None = None) -> None:
     Raises:
         PolicyViolation: such a value is a struct or a list that may hold floats or intervals
             (or whose type the guard cannot tell), or a VARIANT, which SQL alone cannot write
-            in one spelling.
+            in one spelling; or its type is computed through too many tables or operations to
+            be told.
     """
     walked = nodes(tree)
     for node in walked:  # first: a spelled output copies the aggregates it holds
@@ -262,9 +264,17 @@ def _kind(value: exp.Expr, select: exp.Select | None, depth: int = 0) -> exp.Dat
     EXTRACT(julian) and MEDIAN of numbers DOUBLEs; FLOOR, CEIL, ROUND, SUM, MIN, a LAG... of
     a DOUBLE or an INTERVAL one too, whatever sqlglot made of the argument; a tuple a STRUCT);
     and for a column of a derived table or CTE, that of the projection it names (sqlglot's,
-    if any, is uncorrected)."""
-    if depth > 64:
-        return None
+    if any, is uncorrected).
+
+    Raises:
+        PolicyViolation: telling it takes more than :data:`_MAX_DEPTH` steps (a chain of CTEs).
+    """
+    if depth > _MAX_DEPTH:  # not unknown, which a key's spelling would take for one spelling
+        raise PolicyViolation(
+            "the guard cannot tell the type of a value computed through this many derived "
+            "tables, CTEs or operations, nor so whether it must be written in one spelling",
+            "pass it through fewer derived tables or CTEs",
+        )
     if isinstance(value, (exp.Paren, exp.Neg, exp.Abs, exp.Alias)):
         return _kind(value.this, select, depth + 1)
     if isinstance(value, (exp.Cast, exp.TryCast)):

@@ -284,3 +284,19 @@ def test_a_variant_kept_among_equal_ones_is_refused(ckm, template):
     '0.00' or '0.0' as the engine read SOME's municipalities first or not."""
     with pytest.raises(sqlsdc.PolicyViolation, match="struct, list or VARIANT the query keeps"):
         _answer(ckm, NOBODY, template)
+
+
+def _chained(links: int, value: str) -> str:
+    ctes = [f"c0 AS (SELECT {value} AS x FROM ({{inner}}) t)"]
+    ctes += [f"c{i} AS (SELECT x FROM c{i - 1})" for i in range(1, links + 1)]
+    return f"WITH {', '.join(ctes)} SELECT 1 / x FROM c{links} GROUP BY x"
+
+
+def test_a_type_told_through_a_long_chain_of_ctes_is_kept_in_one_spelling(ckm):
+    """The inference followed a column through at most 64 steps, then took sqlglot's type
+    (a DECIMAL for a DECIMAL's ``//``, a DOUBLE): before, -inf through 80 CTEs (inf through
+    40). Now the type is followed further, and past that the query is refused."""
+    value = f"{_DECIMAL_ZERO} // -1"
+    assert _answer(ckm, NOBODY, _chained(80, value)) == [(math.inf,)]
+    with pytest.raises(sqlsdc.PolicyViolation, match="cannot tell the type"):
+        _answer(ckm, NOBODY, _chained(160, value))
