@@ -48,6 +48,12 @@ _TEMPORAL = {  # sqlglot writes DuckDB's TIMESTAMP as TIMESTAMPNTZ
 _INTERPOLATING = (exp.Median, exp.Quantile, exp.PercentileCont)
 _PASSING = (exp.Sum, exp.Min, exp.Max, exp.PercentileDisc, exp.FirstValue, exp.LastValue,
             exp.Lag, exp.Lead)  # fmt: skip
+_STRINGS = {_T.VARCHAR, _T.CHAR, _T.TEXT}
+_NOT_TIMESTAMPS = {_T.DATE, _T.TIME, _T.TIMETZ}  # their differences are no intervals
+_EXACT_WITH_DECIMALS = {  # what a DECIMAL adds, subtracts or multiplies as a DECIMAL
+    _T.DECIMAL, _T.TINYINT, _T.SMALLINT, _T.INT, _T.BIGINT, _T.UTINYINT, _T.USMALLINT,
+    _T.UINT, _T.UBIGINT, _T.NULL,
+}  # fmt: skip
 _MAX_DEPTH = 150  # nodes and projections :func:`_kind` follows, a bound on its recursion
 _DOUBLE_PARTS = ("EPOCH", "JULIAN")  # the parts EXTRACT returns as a DOUBLE
 _SET_OPERATIONS = (exp.Union, exp.Intersect, exp.Except)
@@ -306,7 +312,9 @@ def _kind(value: exp.Expr, select: exp.Select | None, depth: int = 0) -> exp.Dat
         argument = _kind(value.this, select, depth + 1)
         numeric = argument is not None and argument.this in exp.DataType.NUMERIC_TYPES
         return exp.DataType.build("DOUBLE") if numeric else argument
-    if isinstance(value, (exp.Case, exp.If, exp.Coalesce, exp.Nullif, exp.Greatest, exp.Least)):
+    if isinstance(value, exp.Nullif):  # its first argument, or NULL
+        return _kind(value.this, select, depth + 1)
+    if isinstance(value, (exp.Case, exp.If, exp.Coalesce, exp.Greatest, exp.Least)):
         branches = [_kind(v, select, depth + 1) for v in _results(value) if v is not None]
         for wanted in _SPELLED:
             if any(b is not None and b.this is wanted for b in branches):
@@ -317,32 +325,40 @@ def _kind(value: exp.Expr, select: exp.Select | None, depth: int = 0) -> exp.Dat
 def _arithmetic_kind(value: exp.Binary, select, depth: int) -> exp.DataType | None:
     left = _kind(value.this, select, depth + 1)
     right = _kind(value.expression, select, depth + 1)
+    if isinstance(value.this, exp.Null) or isinstance(value.expression, exp.Null):
+        return None if _unknown(value.type) else value.type  # NULL, written in any spelling
     kinds = {k.this for k in (left, right) if k is not None}
-    if kinds & _TEMPORAL:  # a time and an interval: a time; two times: an interval
-        if (
-            isinstance(value, exp.Sub)
-            and len(kinds & _TEMPORAL) == len(kinds)
-            and kinds != {exp.DataType.Type.DATE}
-        ):
+    temporal = kinds & _TEMPORAL
+    if temporal:  # a time and an interval or a number: a time; two times: an interval
+        times = kinds - _STRINGS  # a string literal is read as the other side's type
+        if isinstance(value, exp.Sub) and times <= _TEMPORAL and times - _NOT_TIMESTAMPS:
             return exp.DataType.build("INTERVAL")
-        return None if _unknown(value.type) else value.type
+        if not _unknown(value.type) and value.type.this in _TEMPORAL:
+            return value.type
+        return exp.DataType.build(sorted(temporal, key=lambda t: t.value)[0])
     if exp.DataType.Type.INTERVAL in kinds:
         return exp.DataType.build("INTERVAL")
     if kinds & set(_FLOATS) or isinstance(value, exp.Div):
         return exp.DataType.build("DOUBLE")
+    if _T.DECIMAL in kinds and (
+        isinstance(value, (exp.IntDiv, exp.Mod))
+        or not kinds <= _EXACT_WITH_DECIMALS
+        or left is None
+        or right is None
+    ):  # DuckDB's // of a DECIMAL divides as a DOUBLE, and a DECIMAL with a string or a
+        # HUGEINT, or a remainder past 38 digits, is computed as one
+        return exp.DataType.build("DOUBLE")
     if isinstance(value, exp.IntDiv) and not kinds <= exp.DataType.INTEGER_TYPES:
-        return exp.DataType.build("DOUBLE")  # DuckDB's // of a DECIMAL divides as a DOUBLE
+        return exp.DataType.build("DOUBLE")
     return None if _unknown(value.type) else value.type
 
 
 def _results(value: exp.Expr) -> list[exp.Expr]:
-    """The expressions whose value a CASE, IF, COALESCE, NULLIF, GREATEST or LEAST returns."""
+    """The expressions whose value a CASE, IF, COALESCE, GREATEST or LEAST returns."""
     if isinstance(value, exp.Case):
         return [i.args["true"] for i in value.args.get("ifs") or []] + [value.args.get("default")]
     if isinstance(value, exp.If):
         return [value.args.get("true"), value.args.get("false")]
-    if isinstance(value, exp.Nullif):
-        return [value.this]
     return [value.this, *value.expressions]
 
 

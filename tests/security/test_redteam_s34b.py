@@ -300,3 +300,55 @@ def test_a_type_told_through_a_long_chain_of_ctes_is_kept_in_one_spelling(ckm):
     assert _answer(ckm, NOBODY, _chained(80, value)) == [(math.inf,)]
     with pytest.raises(sqlsdc.PolicyViolation, match="cannot tell the type"):
         _answer(ckm, NOBODY, _chained(160, value))
+
+
+_T_PLUS_NOTHING = "(CAST('2020-01-01' AS TIMESTAMP) + n * INTERVAL 0 DAY)"
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "SELECT 1 / x FROM (SELECT DISTINCT CAST(-n AS DECIMAL(10, 2)) % CAST(1 AS HUGEINT) AS x "
+        "FROM ({inner}) t) u",
+        "SELECT 1 / x FROM (SELECT CAST(-n AS DECIMAL(38, 20)) % CAST(1 AS DECIMAL(38, 0)) AS x "
+        "FROM ({inner}) t) u GROUP BY x",
+        "SELECT 1 / MIN(CAST(-n AS DECIMAL(38, 20)) % CAST(1 AS DECIMAL(38, 0))) FROM ({inner}) t",
+        "SELECT 1 / x FROM (SELECT DISTINCT '-0.0' - CAST(n AS DECIMAL(10, 2)) * 0 AS x "
+        "FROM ({inner}) t) u",
+    ],
+    ids=["decimal_mod_hugeint", "mod_past_38_digits", "min_mod_past_38_digits", "string_minus"],
+)
+def test_decimal_arithmetic_duckdb_computes_as_a_double_is_kept_in_one_spelling(ckm, template):
+    """DuckDB computes a DECIMAL's remainder by a HUGEINT, or one past 38 digits, and a string
+    minus a DECIMAL as DOUBLEs (fmod(-n, 1) is -0.0); sqlglot calls them DECIMALs. Before:
+    -inf from each."""
+    for condition in (RARE, NOBODY):
+        assert _answer(ckm, condition, template) == [(math.inf,)]
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        f"SELECT CAST(x AS VARCHAR) FROM (SELECT DISTINCT '2020-01-31' - {_T_PLUS_NOTHING} AS x "
+        "FROM ({inner}) t) u",
+        f"SELECT CAST(x AS VARCHAR) FROM (SELECT '2020-01-31' - {_T_PLUS_NOTHING} AS x "
+        "FROM ({inner}) t) u GROUP BY x",
+    ],
+    ids=["distinct", "group_by"],
+)
+def test_a_string_minus_a_timestamp_is_kept_as_a_normalised_interval(ckm, template):
+    """A string minus a TIMESTAMP is the string read as a TIMESTAMP, minus it: an INTERVAL.
+    Before: '30 days'."""
+    for condition in (RARE, NOBODY):
+        assert _answer(ckm, condition, template) == [("1 month",)]
+
+
+def test_a_number_plus_a_date_is_kept_as_a_date(ckm):
+    """sqlglot calls ROUND(<integer>, 1) a DOUBLE, and so the sum with a DATE (a DATE to
+    DuckDB). Before: refused for every data (an engine failure: ISNAN of a DATE)."""
+    template = (
+        "SELECT DISTINCT ROUND(CAST(n AS INTEGER), 1) + CAST('2020-01-01' AS DATE) AS x "
+        "FROM ({inner}) t ORDER BY x"
+    )
+    rows = _answer(ckm, NOBODY, template)
+    assert rows and all(isinstance(x, datetime.date) for (x,) in rows)
