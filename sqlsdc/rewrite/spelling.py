@@ -267,10 +267,11 @@ def _kind(value: exp.Expr, select: exp.Select | None, depth: int = 0) -> exp.Dat
     """The type DuckDB gives ``value`` in ``select``, where it matters here: sqlglot's
     annotation, corrected where it differs (a DECIMAL divided or mixed with a DOUBLE is a
     DOUBLE, and so is its ``//``; a difference of timestamps an INTERVAL; EXTRACT(epoch),
-    EXTRACT(julian) and MEDIAN of numbers DOUBLEs; FLOOR, CEIL, ROUND, SUM, MIN, a LAG... of
-    a DOUBLE or an INTERVAL one too, whatever sqlglot made of the argument; a tuple a STRUCT);
-    and for a column of a derived table or CTE, that of the projection it names (sqlglot's,
-    if any, is uncorrected).
+    EXTRACT(julian) and MEDIAN of numbers DOUBLEs; FLOOR and CEIL of an integer DOUBLEs, and
+    of a DECIMAL, a DOUBLE or an INTERVAL (and ROUND, DATE_TRUNC) that type; SUM, MIN, a
+    LAG... of a DOUBLE or an INTERVAL one too, whatever sqlglot made of the argument; a tuple
+    a STRUCT); and for a column of a derived table or CTE, that of the projection it names
+    (sqlglot's, if any, is uncorrected).
 
     Raises:
         PolicyViolation: telling it takes more than :data:`_MAX_DEPTH` steps (a chain of CTEs).
@@ -297,10 +298,8 @@ def _kind(value: exp.Expr, select: exp.Select | None, depth: int = 0) -> exp.Dat
         return exp.DataType.build("DOUBLE")
     if isinstance(value, (exp.Window, exp.IgnoreNulls, exp.RespectNulls)):
         return _kind(value.this, select, depth + 1)
-    if isinstance(value, (exp.Floor, exp.Ceil, exp.Round)):  # a number's own type
-        argument = _kind(value.this, select, depth + 1)
-        if argument is not None and (argument.this in _SPELLED or _unknown(value.type)):
-            return argument
+    if isinstance(value, (exp.Floor, exp.Ceil, exp.Round, exp.DateTrunc, exp.TimestampTrunc)):
+        return _rounded_kind(value, _kind(value.this, select, depth + 1))
     if isinstance(value, _PASSING):  # their argument's type where it is spelled
         argument = value.this.this if isinstance(value.this, exp.Order) else value.this
         if isinstance(argument, exp.Distinct) and len(argument.expressions) == 1:
@@ -322,6 +321,20 @@ def _kind(value: exp.Expr, select: exp.Select | None, depth: int = 0) -> exp.Dat
     return None if _unknown(value.type) else value.type
 
 
+def _rounded_kind(value: exp.Expr, argument: exp.DataType | None) -> exp.DataType | None:
+    """DuckDB's type of FLOOR, CEIL, ROUND or DATE_TRUNC of a value of type ``argument``:
+    that type for a DECIMAL, a DOUBLE or an INTERVAL (and ROUND's of an integer), a DOUBLE
+    for FLOOR and CEIL of anything else."""
+    if argument is not None and (
+        argument.this in (*_SPELLED, _T.DECIMAL)
+        or (isinstance(value, exp.Round) and argument.this in exp.DataType.INTEGER_TYPES)
+    ):
+        return argument
+    if isinstance(value, (exp.Floor, exp.Ceil)):
+        return exp.DataType.build("DOUBLE")
+    return None if _unknown(value.type) else value.type
+
+
 def _arithmetic_kind(value: exp.Binary, select, depth: int) -> exp.DataType | None:
     left = _kind(value.this, select, depth + 1)
     right = _kind(value.expression, select, depth + 1)
@@ -333,6 +346,8 @@ def _arithmetic_kind(value: exp.Binary, select, depth: int) -> exp.DataType | No
         times = kinds - _STRINGS  # a string literal is read as the other side's type
         if isinstance(value, exp.Sub) and times <= _TEMPORAL and times - _NOT_TIMESTAMPS:
             return exp.DataType.build("INTERVAL")
+        if isinstance(value, exp.Sub) and times == {_T.DATE}:
+            return exp.DataType.build("BIGINT")  # days between two dates
         if not _unknown(value.type) and value.type.this in _TEMPORAL:
             return value.type
         return exp.DataType.build(sorted(temporal, key=lambda t: t.value)[0])

@@ -44,9 +44,14 @@ from __future__ import annotations
 import datetime
 import math
 
+import duckdb
 import pytest
+import sqlglot
+from sqlglot.optimizer.annotate_types import annotate_types
+from sqlglot.optimizer.qualify import qualify
 
 import sqlsdc
+from sqlsdc.rewrite.spelling import _kind
 
 RARE = "municipality = 'R08-M019' AND age = 66"  # one person of the demo (seed 7)
 NOBODY = "municipality = 'R08-M019' AND age = 200"
@@ -352,3 +357,45 @@ def test_a_number_plus_a_date_is_kept_as_a_date(ckm):
     )
     rows = _answer(ckm, NOBODY, template)
     assert rows and all(isinstance(x, datetime.date) for (x,) in rows)
+
+
+_TYPED = (
+    "(SELECT CAST(1 AS BIGINT) AS n, CAST(2 AS INTEGER) AS i, CAST(1.5 AS DOUBLE) AS d, "
+    "CAST(1.5 AS DECIMAL(10, 2)) AS m, CAST(1.5 AS DECIMAL(38, 20)) AS w, DATE '2020-01-01' AS dt, "
+    "TIMESTAMP '2020-01-01' AS ts, INTERVAL 1 DAY AS iv, TIME '10:00' AS tm, "
+    "CAST(3 AS HUGEINT) AS h, TRUE AS b) t"
+)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        # DOUBLEs and INTERVALs sqlglot types otherwise (found by a sweep of the allowed
+        # operators and functions over these types, and 20,000 random nestings of them)
+        "m // 2", "w % CAST(1 AS DECIMAL(38, 0))", "m % h", "'1' - m", "m + '1'",
+        "EXTRACT(julian FROM dt)", "ts - ts", "dt - ts", "'2020-01-01' - ts", "(ts - ts) * 30",
+        "FLOOR(n)", "CEIL(m / 3)", "FLOOR(m // 2)", "DATE_TRUNC('day', h * iv)", "SUM(m * d)",
+        "MIN(m // 2)", "LAG(m // 2) OVER ()", "'1' - dt - d",
+        # and values of one spelling it must not write as a DOUBLE or an INTERVAL
+        "ts - INTERVAL 1 DAY", "tm + INTERVAL 1 MINUTE", "ROUND(i, 1) + dt", "NULLIF(1, iv)",
+        "CAST(CAST(m AS DATE) AS TIMESTAMP)", "FLOOR(m)", "ROUND(i)", "'1' - dt",
+    ],
+)  # fmt: skip
+def test_the_inferred_type_is_duckdb_s(value):
+    """The rewrite's type inference against DuckDB's own: a value DuckDB computes as a DOUBLE,
+    a FLOAT or an INTERVAL is spelled, a time, an integer or a string is not (a DECIMAL may
+    be: ``x + 0`` keeps it a DECIMAL)."""
+    grouped = " GROUP BY ALL" if value.startswith(("SUM", "MIN")) else ""
+    sql = f"SELECT {value} AS x FROM {_TYPED}{grouped}"
+    con = duckdb.connect()
+    try:
+        actual = con.execute(f"SELECT typeof(x) FROM ({sql})").fetchone()[0]
+    finally:
+        con.close()
+    tree = qualify(sqlglot.parse_one(sql, read="duckdb"), dialect="duckdb")
+    kind = _kind(annotate_types(tree, dialect="duckdb").selects[0].unalias(), tree)
+    spelled = kind is not None and kind.this.name in ("DOUBLE", "FLOAT", "INTERVAL")
+    if actual.startswith("DECIMAL"):
+        assert kind is not None
+    else:
+        assert spelled == (actual in ("DOUBLE", "FLOAT", "INTERVAL")), (actual, kind)
