@@ -5,25 +5,35 @@ the other chosen values) the rewrite writes floats as ``x + 0`` (and NaN as ``AB
 intervals through ``normalized_interval``, deciding by its own type inference (``_kind``).
 Values the inference does not call a DOUBLE, a FLOAT or an INTERVAL are kept as the engine read
 them first, in the order hidden groups move (red team s33c's attack). What was found, and
-closed:
+closed (the inference was swept against DuckDB's ``typeof`` over every allowed operator and
+function on every column type, then over 20,000 random nestings of them; the cases are in
+``test_the_inferred_type_is_duckdb_s``):
 
 * **types the inference got wrong**: DuckDB's ``//`` of a DECIMAL divides as a DOUBLE (sqlglot
-  says DECIMAL), so ``(CAST(n AS DECIMAL(10, 2)) * 0) // -1`` is -0.0; ``EXTRACT(julian ...)``
-  is a DOUBLE (sqlglot: BIGINT); the difference of two TIMESTAMPs is an INTERVAL, but sqlglot
-  writes DuckDB's TIMESTAMP as TIMESTAMPNTZ, which the inference did not count as a time (so
-  ``(ts - ts) * 30`` came back as '30 days' from a GROUP BY, '1 month' is its one spelling).
-  Each gave ``1 / x`` = -inf (or the interval as written) from a GROUP BY, DISTINCT or MIN.
-* **a derived table's column kept sqlglot's type**: the inference looked at the projection a
-  column names only when sqlglot had no type for it, so ``GROUP BY x`` over a derived table
-  whose ``x`` sqlglot typed wrongly (the DECIMAL ``//`` above) kept the engine's first -0.0
-  even after the DISTINCT form was spelled.
-* **structs and lists as kept values**: a list (``CAST(... AS DOUBLE[])``) or a struct
-  (``(x, 1)``) as a GROUP BY key, a DISTINCT row or a UNION row kept '[-0.0]' and '(-0.0, 1)'
-  as read first (MIN over them was already refused). They are refused too.
-* **analysts' queries broken by the rewrite**: ``MIN(ts - n * INTERVAL 1 DAY)`` (and a DISTINCT
-  of it) failed in the engine (``normalized_interval`` of a TIMESTAMP: the inference called a
-  time minus an interval an INTERVAL); ``MIN(CAST(CAST(k AS DATE) AS TIMESTAMP))`` was refused
-  as a type without one spelling (TIMESTAMPNTZ).
+  says DECIMAL), so ``(CAST(n AS DECIMAL(10, 2)) * 0) // -1`` is -0.0; so are a DECIMAL's
+  remainder by a HUGEINT or past 38 digits (``fmod(-n, 1)``) and a string minus a DECIMAL;
+  ``EXTRACT(julian ...)`` is a DOUBLE (sqlglot: BIGINT); FLOOR and CEIL of a DECIMAL (a
+  DOUBLE ``CEIL(-0.01)``) have no sqlglot type; the difference of two TIMESTAMPs (or of a
+  string and a TIMESTAMP) is an INTERVAL, but sqlglot writes DuckDB's TIMESTAMP as
+  TIMESTAMPNTZ, which the inference did not count as a time (``(ts - ts) * 30`` came back
+  '30 days' from a GROUP BY; '1 month' is its one spelling). Each gave ``1 / x`` = -inf (or the
+  interval as written) from a GROUP BY, DISTINCT, UNION or MIN.
+* **types sqlglot passes on**: a derived table's column took sqlglot's type when it had one
+  (not the corrected type of the projection it names), and SUM, MIN, LAG... took sqlglot's
+  type of their argument, hidden moreover by the rewrite's ordered ``SUM(x ORDER BY x)``: so
+  ``GROUP BY x`` over the DECIMAL ``//`` above, or over ``SUM(<DECIMAL> * <NaN>)``, kept the
+  engine's first -0.0 or '-nan'. Past 64 steps (a chain of CTEs) the inference gave up and the
+  key took sqlglot's type too.
+* **structs, lists and VARIANTs as kept values**: a list (``CAST(... AS DOUBLE[])``), a struct
+  (``(x, 1)``) or a VARIANT (which compares the value it holds: -0.0 = 0.0, a DECIMAL 0.00 =
+  0.0) as a GROUP BY key, a DISTINCT row or a UNION row kept '[-0.0]', '(-0.0, 1)', '-0.0' as
+  read first (MIN over them was already refused). They are refused too.
+* **analysts' queries broken by the rewrite**: ``MIN(ts - n * INTERVAL 1 DAY)``, a TIME plus an
+  interval and ``ROUND(i, 1) + <DATE>`` (DISTINCT, GROUP BY, MIN) failed in the engine
+  (``normalized_interval`` of a time, ``ISNAN`` of a DATE); ``MIN`` of a cast TIMESTAMP and of
+  FLOOR or CEIL of a DECIMAL were refused as types without one spelling; ``SELECT (SELECT x
+  ...) UNION SELECT (SELECT y ...)`` over DOUBLEs was refused for every data (the subquery's
+  own output name copied into ``ISNAN((SELECT ...) AS _col_0)``).
 
 Tried and held (no test added): ROUND/FLOOR/CEIL/SIGN/SQRT/LN/LOG/EXP/POW, ``%``, GREATEST,
 COALESCE, NULLIF, IF, CASE, CAST/TRY_CAST to FLOAT/REAL/FLOAT4/FLOAT8 of -0.0 as GROUP BY keys
@@ -31,12 +41,21 @@ COALESCE, NULLIF, IF, CASE, CAST/TRY_CAST to FLOAT/REAL/FLOAT4/FLOAT8 of -0.0 as
 an alias or ordinal, a scalar subquery, a CTE, nested set operations, EXCEPT, JOIN USING on
 DOUBLE keys, COUNT(*) OVER (PARTITION BY a DOUBLE) (a row's own value), FIRST_VALUE/LAG with a
 default, SUM/AVG(DISTINCT), DISTINCT with ORDER BY an expression, keys over released cells
-(SUM, AVG, COUNT as DOUBLE, a DECIMAL ``//`` of a count), MIN ... OVER () over cells (all
-spelled or answered); correlated subqueries, DISTINCT ON, QUALIFY, FILTER (refused by the
-policy); a UNION of a DOUBLE and a VARCHAR column (DuckDB makes it a VARCHAR: no promotion to a
-spelled type after the operands' spelling); ``//`` by a non-literal or negative divisor over
-confidential values (refused). DATE_PART, TRUNC, TO_DAYS, AGE and the like are outside the
-allowlist, so sqlglot's unknown types for them are not reached.
+(SUM, AVG, COUNT as DOUBLE; the rewrite writes ``SUM(-income * 0)`` as a count times 0), cell
+frames grouped by ``CEIL(<age> / -1000)``, MIN ... OVER () over cells (all spelled or
+answered); equal intervals (months, days and microseconds of both signs: ``normalized_interval``
+gives each class one text); correlated subqueries, DISTINCT ON, QUALIFY, FILTER, UNION BY NAME,
+casts to a schema-qualified type and to UNION (refused by the policy); a UNION of a DOUBLE and
+a VARCHAR column (DuckDB makes it a VARCHAR); ``//`` by a non-literal or negative divisor over
+confidential values (refused); the Spark path (IntDiv, EXTRACT and intervals are not portable:
+refused before Spark runs; GROUP BY, DISTINCT, MIN, UNION of -0.0 and NaN answered in one
+spelling, FLOOR/CEIL/ROUND/NULLIF keys as on DuckDB). DATE_PART, TRUNC, TO_DAYS, AGE and the
+like are outside the allowlist, so sqlglot's unknown types for them are not reached.
+
+Left open (not a test): keys whose type the inference cannot tell at all are left unspelled,
+not refused; the rewrite's own cell columns (``__cells.__y0``, ``__sup.count__value``) have no
+types, and refusing them would refuse most queries. No way was found to make a released cell
+-0.0 or NaN (SUM of zeros is 0.0, the rewrite folds constant factors out of SUM).
 """
 
 from __future__ import annotations
