@@ -77,6 +77,8 @@ def released_in_one_spelling(tree: exp.Expr, sql: str | None = None) -> None:
     for node in walked:  # first: a spelled output copies the aggregates it holds
         if isinstance(node, exp.Distinct) and isinstance(node.parent, (exp.AggFunc, exp.Order)):
             aggregate = node.parent if isinstance(node.parent, exp.AggFunc) else node.parent.parent
+            if isinstance(aggregate, exp.Count):
+                continue  # a count of classes, whichever value stands for each
             _spell_keys(node.find_ancestor(exp.Select), node.expressions, (), sql, aggregate)
     for node in walked:
         if not isinstance(node, exp.Select):
@@ -291,7 +293,12 @@ def _kind(value: exp.Expr, select: exp.Select | None, depth: int = 0) -> exp.Dat
         if derived is not None or _unknown(value.type):
             return derived
     if isinstance(value, (exp.Tuple, exp.Struct, exp.Array)) and _unknown(value.type):
-        return exp.DataType.build("STRUCT" if not isinstance(value, exp.Array) else "LIST")
+        fields = [_kind(v.unalias(), select, depth + 1) for v in value.expressions]
+        return exp.DataType(
+            this=_T.LIST if isinstance(value, exp.Array) else _T.STRUCT,
+            expressions=[f if f is not None else exp.DataType.build("UNKNOWN") for f in fields],
+            nested=True,
+        )  # a struct of its fields' types, or a list of its elements'
     if isinstance(value, (exp.Div, exp.IntDiv, exp.Add, exp.Sub, exp.Mul, exp.Mod)):
         return _arithmetic_kind(value, select, depth)
     if isinstance(value, exp.Extract) and value.name.upper() in _DOUBLE_PARTS:
