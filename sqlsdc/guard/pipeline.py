@@ -293,7 +293,7 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
     protected = _rename_outputs(protected, names)
     if plan.cells:  # rows of confidential data: their order tells nothing the values do not
         protected = in_released_order(protected, sql)
-        released_in_one_spelling(protected)  # and none of the values SQL holds equal
+        released_in_one_spelling(protected, sql)  # and none of the values SQL holds equal
     kept = validate_release(protected, context.policy)  # the nodes of the result
     text = context.to_sql(protected)
     columns = _describe_outputs(analysis, plan, names, context.ptables, stages)

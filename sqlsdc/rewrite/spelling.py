@@ -12,8 +12,10 @@ groups and 0.0 in others learns that order from which spelling survives:
 * the row a DISTINCT, a set operation (UNION, INTERSECT, EXCEPT) or a LIMIT among ties keeps,
   and the values an aggregate's DISTINCT keeps (``SUM(DISTINCT x)`` of NaNs: red team s34);
 * the value MIN, MAX, the quantiles, FIRST_VALUE, LAST_VALUE, LAG and LEAD return
-  (:mod:`sqlsdc.rewrite.order` calls :func:`in_one_spelling` on them; over a struct, a list
-  or a type the guard cannot tell, they are refused: red team s34).
+  (:mod:`sqlsdc.rewrite.order` calls :func:`in_one_spelling` on them).
+
+Structs, lists and VARIANTs among them, and values of a type the guard cannot tell where
+it must, are refused (red teams s34 and s34b).
 
 Each such value is written in one spelling before anything reads it: a float as ``x + 0``
 (-0.0 + 0.0 is 0.0) and a NaN as ``ABS(x)`` (the positive NaN), an interval through
@@ -24,8 +26,9 @@ written the same way again (:func:`sqlsdc.guard.postprocess.values_of`).
 
 Which values need it is decided by their type, and sqlglot's types differ from DuckDB's in
 places that matter here (``m / 2`` of a DECIMAL is a DOUBLE, ``ts - ts`` an INTERVAL,
-``n * 1.5`` a DECIMAL): :func:`_kind` corrects them, and ``x + 0`` keeps a DECIMAL that
-sqlglot takes for a DOUBLE a DECIMAL.
+``n * 1.5`` a DECIMAL): :func:`_kind` gives DuckDB's (checked against ``typeof`` in
+``tests/security/test_redteam_s34b.py``), and ``x + 0`` keeps a DECIMAL that sqlglot takes
+for a DOUBLE a DECIMAL.
 """
 
 from __future__ import annotations
@@ -41,44 +44,66 @@ _SPELLED = (*_FLOATS, _T.INTERVAL)
 ONE_SPELLING = frozenset((
     _T.BOOLEAN, _T.TINYINT, _T.UTINYINT, _T.SMALLINT, _T.USMALLINT, _T.INT, _T.UINT,
     _T.BIGINT, _T.UBIGINT, _T.INT128, _T.UINT128, _T.DECIMAL, _T.VARCHAR, _T.CHAR, _T.TEXT,
-    _T.DATE, _T.TIME, _T.TIMESTAMP, _T.TIMESTAMPTZ, _T.TIMESTAMP_S, _T.TIMESTAMP_MS,
-    _T.TIMESTAMP_NS, _T.UUID, _T.VARBINARY, _T.BINARY, _T.BIT, _T.ENUM, _T.NULL,
+    _T.DATE, _T.TIME, _T.TIMESTAMP, _T.TIMESTAMPNTZ, _T.DATETIME, _T.TIMESTAMPTZ, _T.TIMESTAMP_S,
+    _T.TIMESTAMP_MS, _T.TIMESTAMP_NS, _T.UUID, _T.VARBINARY, _T.BINARY, _T.BIT, _T.ENUM, _T.NULL,
 ))  # fmt: skip
 """Types whose values SQL holds equal only when they are written alike."""
 _CHOOSING = (exp.Min, exp.Max, exp.Median, exp.Quantile, exp.PercentileCont, exp.PercentileDisc,
              exp.FirstValue, exp.LastValue, exp.Lag, exp.Lead)  # fmt: skip
 _CHOSEN_TYPE = "sdc_chosen_type"  # meta key: the type a chosen value had in the analysed tree
-_TEMPORAL = {_T.DATE, _T.DATETIME, _T.TIMESTAMP, _T.TIMESTAMPTZ, _T.TIMESTAMP_S, _T.TIMESTAMP_MS,
-             _T.TIMESTAMP_NS, _T.TIMESTAMPLTZ}  # fmt: skip
+_TEMPORAL = {  # sqlglot writes DuckDB's TIMESTAMP as TIMESTAMPNTZ
+    _T.DATE, _T.DATETIME, _T.TIMESTAMP, _T.TIMESTAMPNTZ, _T.TIMESTAMPTZ, _T.TIMESTAMP_S,
+    _T.TIMESTAMP_MS, _T.TIMESTAMP_NS, _T.TIMESTAMPLTZ, _T.TIME, _T.TIMETZ,
+}  # fmt: skip
 _INTERPOLATING = (exp.Median, exp.Quantile, exp.PercentileCont)
+_PASSING = (exp.Sum, exp.Min, exp.Max, exp.PercentileDisc, exp.FirstValue, exp.LastValue,
+            exp.Lag, exp.Lead)  # fmt: skip
+_STRINGS = {_T.VARCHAR, _T.CHAR, _T.TEXT}
+_NOT_TIMESTAMPS = {_T.DATE, _T.TIME, _T.TIMETZ}  # their differences are no intervals
+_EXACT_WITH_DECIMALS = {  # what a DECIMAL adds, subtracts or multiplies as a DECIMAL
+    _T.DECIMAL, _T.TINYINT, _T.SMALLINT, _T.INT, _T.BIGINT, _T.UTINYINT, _T.USMALLINT,
+    _T.UINT, _T.UBIGINT, _T.NULL,
+}  # fmt: skip
+_MAX_DEPTH = 150  # nodes and projections :func:`_kind` follows, a bound on its recursion
+_DOUBLE_PARTS = ("EPOCH", "JULIAN")  # the parts EXTRACT returns as a DOUBLE
 _SET_OPERATIONS = (exp.Union, exp.Intersect, exp.Except)
 # where a grouped query reads its keys (not GROUP BY itself, not WHERE: rows before grouping)
 _READING = ("expressions", "having", "qualify", "order")
 
 
-def released_in_one_spelling(tree: exp.Expr) -> None:
+def released_in_one_spelling(tree: exp.Expr, sql: str | None = None) -> None:
     """Spell, in every query of ``tree`` (a protected query, changed in place), the values of
     each aggregate's DISTINCT, the keys of each GROUP BY where the query reads them, and the
     outputs of every query that keeps some of its rows among equal ones (DISTINCT, a set
-    operation's operands, LIMIT or OFFSET)."""
+    operation's operands, LIMIT or OFFSET).
+
+    Raises:
+        PolicyViolation: such a value is a struct or a list that may hold floats or intervals
+            (or whose type the guard cannot tell), or a VARIANT, which SQL alone cannot write
+            in one spelling; or its type is computed through too many tables or operations to
+            be told.
+    """
     walked = nodes(tree)
     for node in walked:  # first: a spelled output copies the aggregates it holds
         if isinstance(node, exp.Distinct) and isinstance(node.parent, (exp.AggFunc, exp.Order)):
             aggregate = node.parent if isinstance(node.parent, exp.AggFunc) else node.parent.parent
-            _spell_keys(node.find_ancestor(exp.Select), node.expressions, (), within=aggregate)
+            if isinstance(aggregate, exp.Count):
+                continue  # a count of classes, whichever value stands for each
+            _spell_keys(node.find_ancestor(exp.Select), node.expressions, (), sql, aggregate)
     for node in walked:
         if not isinstance(node, exp.Select):
             continue
         group = node.args.get("group")
         if group is not None:
-            _spell_keys(node, _group_keys(group), _READING)
+            _spell_keys(node, _group_keys(group), _READING, sql)
         if (
             node.args.get("distinct") is not None
             or node.args.get("limit") is not None
             or node.args.get("offset") is not None
             or _operand_of_set_operation(node)
         ):
-            _spell_keys(node, [p.unalias() for p in node.expressions], ("expressions", "order"))
+            keys = [p.unalias() for p in node.expressions]
+            _spell_keys(node, keys, ("expressions", "order"), sql)
 
 
 def remember_chosen_type(node: exp.Expr) -> None:
@@ -154,16 +179,31 @@ def _spelled(value: exp.Expr, kind: exp.DataType) -> exp.Expr:
 
 
 def _spell_keys(
-    select: exp.Select | None, keys: list[exp.Expr], clauses: tuple[str, ...], within=None
+    select: exp.Select | None,
+    keys: list[exp.Expr],
+    clauses: tuple[str, ...],
+    sql: str | None,
+    within=None,
 ) -> None:
     """Replace, in ``clauses`` of ``select`` or in the node ``within`` (not in subqueries, nor
     in GROUPING()), every occurrence of a key of a spelled type by its spelling; a projection
-    keeps its name."""
+    keeps its name. A struct or list that may hold a spelled type, or a VARIANT, is refused."""
     typed = []
     for key in keys:
         if isinstance(key, exp.Literal):
             continue
         kind = _kind(key, select)
+        if _unspellable(kind):
+            raise PolicyViolation(
+                f"{key.sql('duckdb')[:60]} is a struct, list or VARIANT the query keeps one of "
+                "among equal ones (a group key, a DISTINCT or set operation's row, a LIMIT's "
+                "row), the first the engine reads, and the values it may hold (-0.0 and 0.0, "
+                "NaN and -NaN, 1 month and 30 days, 1.50 and 1.5) cannot be written in one "
+                "spelling",
+                "group, deduplicate or limit by the values it holds one by one, each CAST to "
+                "the type you mean",
+                sql,
+            )
         if kind is not None and kind.this in _SPELLED:
             typed.append((key.copy(), kind))
     if not typed:
@@ -185,7 +225,10 @@ def _replace_in(part: exp.Expr, select: exp.Select, typed) -> None:
         match = next((kind for key, kind in typed if type(node) is type(key) and node == key),
                      None)  # fmt: skip
         if match is not None:
-            spelled = _spelled(node.copy(), match)
+            value = node.copy()
+            if isinstance(value, exp.Subquery):  # named in place: ``(SELECT ...) AS _col_0``
+                value.set("alias", None)
+            spelled = _spelled(value, match)
             if node.parent is select:  # an unnamed projection keeps its output name
                 spelled = exp.alias_(spelled, node.alias_or_name) if node.alias_or_name else spelled
             node.replace(spelled)
@@ -193,6 +236,21 @@ def _replace_in(part: exp.Expr, select: exp.Select, typed) -> None:
         if isinstance(node, (exp.Query, exp.Grouping)):  # another scope; keys as written
             continue
         pending.extend(node.iter_expressions())
+
+
+def _unspellable(kind: exp.DataType | None) -> bool:
+    """Whether values of type ``kind`` may be equal in several spellings that SQL alone cannot
+    rewrite in one: a struct or list that may hold a spelled type or one sqlglot cannot tell
+    (a tuple's fields), or a VARIANT, equal to another whatever the type it holds (-0.0 and
+    0.0, a DECIMAL 1.50 and 1.5)."""
+    if _unknown(kind):
+        return False
+    if kind.this is exp.DataType.Type.VARIANT:
+        return True
+    if kind.this not in exp.DataType.NESTED_TYPES:
+        return False
+    inner = [t for t in kind.find_all(exp.DataType) if t is not kind]
+    return not inner or any(t.this in _SPELLED or _unknown(t) for t in inner)
 
 
 def _group_keys(group: exp.Group) -> list[exp.Expr]:
@@ -220,26 +278,59 @@ def _operand_of_set_operation(select: exp.Select) -> bool:
 def _kind(value: exp.Expr, select: exp.Select | None, depth: int = 0) -> exp.DataType | None:
     """The type DuckDB gives ``value`` in ``select``, where it matters here: sqlglot's
     annotation, corrected where it differs (a DECIMAL divided or mixed with a DOUBLE is a
-    DOUBLE, a difference of timestamps an INTERVAL, EXTRACT(epoch) and MEDIAN of numbers
-    DOUBLEs), and for a column of a derived table or CTE without one (the rewrite's own
-    columns), that of the projection it names."""
-    if depth > 64:
-        return None
+    DOUBLE, and so is its ``//``; a difference of timestamps an INTERVAL; EXTRACT(epoch),
+    EXTRACT(julian) and MEDIAN of numbers DOUBLEs; FLOOR and CEIL of an integer DOUBLEs, and
+    of a DECIMAL, a DOUBLE or an INTERVAL (and ROUND, DATE_TRUNC) that type; SUM, MIN, a
+    LAG... of a DOUBLE or an INTERVAL one too, whatever sqlglot made of the argument; a tuple
+    a STRUCT); and for a column of a derived table or CTE, that of the projection it names
+    (sqlglot's, if any, is uncorrected).
+
+    Raises:
+        PolicyViolation: telling it takes more than :data:`_MAX_DEPTH` steps (a chain of CTEs).
+    """
+    if depth > _MAX_DEPTH:  # not unknown, which a key's spelling would take for one spelling
+        raise PolicyViolation(
+            "the guard cannot tell the type of a value computed through this many derived "
+            "tables, CTEs or operations, nor so whether it must be written in one spelling",
+            "pass it through fewer derived tables or CTEs",
+        )
     if isinstance(value, (exp.Paren, exp.Neg, exp.Abs, exp.Alias)):
         return _kind(value.this, select, depth + 1)
     if isinstance(value, (exp.Cast, exp.TryCast)):
         return value.to
-    if isinstance(value, exp.Column) and _unknown(value.type):
-        return _column_kind(value, select, depth)
-    if isinstance(value, (exp.Div, exp.Add, exp.Sub, exp.Mul, exp.Mod)):
+    if isinstance(value, exp.Column):  # sqlglot passes its own type on, wrong or not
+        derived = _column_kind(value, select, depth)
+        if derived is not None or _unknown(value.type):
+            return derived
+    if isinstance(value, (exp.Tuple, exp.Struct, exp.Array)) and _unknown(value.type):
+        fields = [_kind(v.unalias(), select, depth + 1) for v in value.expressions]
+        return exp.DataType(
+            this=_T.LIST if isinstance(value, exp.Array) else _T.STRUCT,
+            expressions=[f if f is not None else exp.DataType.build("UNKNOWN") for f in fields],
+            nested=True,
+        )  # a struct of its fields' types, or a list of its elements'
+    if isinstance(value, (exp.Div, exp.IntDiv, exp.Add, exp.Sub, exp.Mul, exp.Mod)):
         return _arithmetic_kind(value, select, depth)
-    if isinstance(value, exp.Extract) and value.name.upper() == "EPOCH":
+    if isinstance(value, exp.Extract) and value.name.upper() in _DOUBLE_PARTS:
         return exp.DataType.build("DOUBLE")
+    if isinstance(value, (exp.Window, exp.IgnoreNulls, exp.RespectNulls)):
+        return _kind(value.this, select, depth + 1)
+    if isinstance(value, (exp.Floor, exp.Ceil, exp.Round, exp.DateTrunc, exp.TimestampTrunc)):
+        return _rounded_kind(value, _kind(value.this, select, depth + 1))
+    if isinstance(value, _PASSING):  # their argument's type where it is spelled
+        argument = value.this.this if isinstance(value.this, exp.Order) else value.this
+        if isinstance(argument, exp.Distinct) and len(argument.expressions) == 1:
+            argument = argument.expressions[0]  # SUM(DISTINCT x ORDER BY ...), rewritten
+        argument = _kind(argument, select, depth + 1)
+        if argument is not None and argument.this in _SPELLED:
+            return argument
     if isinstance(value, _INTERPOLATING):
         argument = _kind(value.this, select, depth + 1)
         numeric = argument is not None and argument.this in exp.DataType.NUMERIC_TYPES
         return exp.DataType.build("DOUBLE") if numeric else argument
-    if isinstance(value, (exp.Case, exp.If, exp.Coalesce, exp.Nullif, exp.Greatest, exp.Least)):
+    if isinstance(value, exp.Nullif):  # its first argument, or NULL
+        return _kind(value.this, select, depth + 1)
+    if isinstance(value, (exp.Case, exp.If, exp.Coalesce, exp.Greatest, exp.Least)):
         branches = [_kind(v, select, depth + 1) for v in _results(value) if v is not None]
         for wanted in _SPELLED:
             if any(b is not None and b.this is wanted for b in branches):
@@ -247,33 +338,59 @@ def _kind(value: exp.Expr, select: exp.Select | None, depth: int = 0) -> exp.Dat
     return None if _unknown(value.type) else value.type
 
 
+def _rounded_kind(value: exp.Expr, argument: exp.DataType | None) -> exp.DataType | None:
+    """DuckDB's type of FLOOR, CEIL, ROUND or DATE_TRUNC of a value of type ``argument``:
+    that type for a DECIMAL, a DOUBLE or an INTERVAL (and ROUND's of an integer), a DOUBLE
+    for FLOOR and CEIL of anything else."""
+    if argument is not None and (
+        argument.this in (*_SPELLED, _T.DECIMAL)
+        or (isinstance(value, exp.Round) and argument.this in exp.DataType.INTEGER_TYPES)
+    ):
+        return argument
+    if isinstance(value, (exp.Floor, exp.Ceil)):
+        return exp.DataType.build("DOUBLE")
+    return None if _unknown(value.type) else value.type
+
+
 def _arithmetic_kind(value: exp.Binary, select, depth: int) -> exp.DataType | None:
     left = _kind(value.this, select, depth + 1)
     right = _kind(value.expression, select, depth + 1)
+    if isinstance(value.this, exp.Null) or isinstance(value.expression, exp.Null):
+        return None if _unknown(value.type) else value.type  # NULL, written in any spelling
     kinds = {k.this for k in (left, right) if k is not None}
-    if kinds & _TEMPORAL:  # a time and an interval: a time; two times: an interval
-        if (
-            isinstance(value, exp.Sub)
-            and len(kinds & _TEMPORAL) == len(kinds)
-            and kinds != {exp.DataType.Type.DATE}
-        ):
+    temporal = kinds & _TEMPORAL
+    if temporal:  # a time and an interval or a number: a time; two times: an interval
+        times = kinds - _STRINGS  # a string literal is read as the other side's type
+        if isinstance(value, exp.Sub) and times <= _TEMPORAL and times - _NOT_TIMESTAMPS:
             return exp.DataType.build("INTERVAL")
-        return None if _unknown(value.type) else value.type
+        if isinstance(value, exp.Sub) and times == {_T.DATE}:
+            return exp.DataType.build("BIGINT")  # days between two dates
+        if not _unknown(value.type) and value.type.this in _TEMPORAL:
+            return value.type
+        return exp.DataType.build(sorted(temporal, key=lambda t: t.value)[0])
     if exp.DataType.Type.INTERVAL in kinds:
         return exp.DataType.build("INTERVAL")
     if kinds & set(_FLOATS) or isinstance(value, exp.Div):
+        return exp.DataType.build("DOUBLE")
+    if _T.DECIMAL in kinds and (
+        isinstance(value, (exp.IntDiv, exp.Mod))
+        or not kinds <= _EXACT_WITH_DECIMALS
+        or left is None
+        or right is None
+    ):  # DuckDB's // of a DECIMAL divides as a DOUBLE, and a DECIMAL with a string or a
+        # HUGEINT, or a remainder past 38 digits, is computed as one
+        return exp.DataType.build("DOUBLE")
+    if isinstance(value, exp.IntDiv) and not kinds <= exp.DataType.INTEGER_TYPES:
         return exp.DataType.build("DOUBLE")
     return None if _unknown(value.type) else value.type
 
 
 def _results(value: exp.Expr) -> list[exp.Expr]:
-    """The expressions whose value a CASE, IF, COALESCE, NULLIF, GREATEST or LEAST returns."""
+    """The expressions whose value a CASE, IF, COALESCE, GREATEST or LEAST returns."""
     if isinstance(value, exp.Case):
         return [i.args["true"] for i in value.args.get("ifs") or []] + [value.args.get("default")]
     if isinstance(value, exp.If):
         return [value.args.get("true"), value.args.get("false")]
-    if isinstance(value, exp.Nullif):
-        return [value.this]
     return [value.this, *value.expressions]
 
 
