@@ -37,6 +37,7 @@ import duckdb
 import pytest
 
 import sqlsdc
+from sqlsdc.errors import ProgrammingError
 from tests.security.test_redteam_s28e import CKM, DP, ckm_table, rows
 
 
@@ -108,7 +109,7 @@ def test_a_decimal_epsilon_is_read_by_the_bounded_parser(fresh_demo_db):
 
     make_synthetic_output(fresh_demo_db)
     with sqlsdc.connect(fresh_demo_db, user="analyst") as con:
-        with pytest.raises(ValueError, match="the exponent of '1E-9999999' is beyond"):
+        with pytest.raises(ProgrammingError, match="the exponent of '1E-9999999' is beyond"):
             con.verify("SELECT AVG(income) FROM syn_persons", mode="noisy",
                        epsilon=Decimal("1e-9999999"))  # fmt: skip
 
