@@ -71,10 +71,8 @@ from sqlglot.optimizer.qualify import qualify
 
 import sqlsdc
 from sqlsdc.rewrite.spelling import _kind
+from tests.security.test_redteam_s34 import NOBODY, RARE, SOME, _answer, _inner
 
-RARE = "municipality = 'R08-M019' AND age = 66"  # one person of the demo (seed 7)
-NOBODY = "municipality = 'R08-M019' AND age = 200"
-SOME = "('R08-M003', 'R08-M005', 'R08-M008', 'R08-M011', 'R08-M013', 'R08-M018', 'R08-M021')"
 _DECIMAL_ZERO = "(CAST(n AS DECIMAL(10, 2)) * 0)"
 _JULIAN_ZERO = "(EXTRACT(julian FROM CAST('2020-01-01' AS DATE)) * (n * 0))"
 # -0.0 on the municipalities of SOME and 0.0 elsewhere, of types the inference got wrong
@@ -87,17 +85,6 @@ _T0 = "CAST('2020-01-01' AS TIMESTAMP)"
 _DAYS_30 = f"(CAST('2020-01-02' AS TIMESTAMP) - {_T0}) * (30 + n * 0)"  # '30 days'
 _HOURS_720 = f"(CAST('2020-01-01 01:00' AS TIMESTAMP) - {_T0}) * (720 + n * 0)"  # '720:00:00'
 INTERVAL_MIXED = f"CASE WHEN k IN {SOME} THEN {_DAYS_30} ELSE {_HOURS_720} END"
-
-
-def _inner(condition: str) -> str:
-    """The counts of region R08 by municipality, rows meeting ``condition`` counted in
-    R08-M001 instead of their own municipality."""
-    key = f"CASE WHEN {condition} THEN 'R08-M001' ELSE municipality END"
-    return f"SELECT {key} AS k, COUNT(*) AS n FROM persons WHERE region = 'R08' GROUP BY k"
-
-
-def _answer(con, condition: str, template: str) -> list:
-    return con.execute(template.format(inner=_inner(condition))).fetchall()
 
 
 @pytest.mark.parametrize(
