@@ -16,17 +16,16 @@ What was found, and closed:
 
 Tried and held (no test added), each statement checked with the grouping and without it
 (``GROUP_FROM`` 16 and 10**9; same refusal text or same protected SQL): 2,050 random statements
-(about 500 accepted) with chains of
-17 to 25 ranges (one to three groups, shuffled, among other operands, AND and OR, bounds
-``?``, negative, column-valued) in WHERE, HAVING, JOIN ON, GROUP BY, ORDER BY, CASE in SUM,
-derived tables, CTEs, IN and EXISTS subqueries, UNION branches, GROUP BY ALL, over persons,
-households, benefits (DP) and regions; the column written ``age``, ``AGE``, ``"age"``,
-``p.age``, ``P.age``, ``"p".age``, ``persons.age``, an output alias (``x``, ``n``), a
-derived table's renamed column, a CTE's column of another type, ``__rkey`` and ``__x``
-(reserved), ``foo`` (unknown), measures and weights (class breaks), identifiers (WHERE),
-correlated references (``p.age`` inside EXISTS), ambiguous names in joins, USING and NATURAL
-joins (COALESCE), struct fields, lambdas, ORDER BY output names of a set operation; 512 ``?``
-bounds and IN values of 16 Python types (str, Decimal, 10**20, 10**40, NaN, date, bytes,
+(about 500 accepted) with chains of 17 to 25 ranges (one to three groups, shuffled, among other
+operands, AND and OR, bounds ``?``, negative, column-valued) in WHERE, HAVING, JOIN ON, GROUP
+BY, ORDER BY, CASE in SUM, derived tables, CTEs, IN and EXISTS subqueries, UNION branches,
+GROUP BY ALL, over persons, households, benefits (DP) and regions; the column written ``age``,
+``AGE``, ``"age"``, ``p.age``, ``P.age``, ``"p".age``, ``persons.age``, an output alias (``x``,
+``n``), a derived table's renamed column, a CTE's column of another type, ``__rkey`` and
+``__x`` (reserved), ``foo`` (unknown), measures and weights (class breaks), identifiers
+(WHERE), correlated references (``p.age`` inside EXISTS), ambiguous names in joins, USING and
+NATURAL joins (COALESCE), struct fields, lambdas, ORDER BY output names of a set operation; 512
+``?`` bounds and IN values of 16 Python types (str, Decimal, 10**20, 10**40, NaN, date, bytes,
 None, bool...) against INTEGER, VARCHAR, measure and weight columns, at the head and the tail.
 One form differs and was left: ``SELECT (<chain>) AS f ... GROUP BY 1 ORDER BY (<chain>)``
 (or an aggregate of the chain repeated in ORDER BY): sqlglot replaces an ORDER BY expression
