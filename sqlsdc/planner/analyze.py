@@ -67,7 +67,7 @@ def analyze(
     result after type inference, before any check of the analysis reads them). ``walked``:
     ``nodes(tree)``, when the caller has it (:func:`sqlsdc.guard.resolve.qualify_tree` gives
     it)."""
-    if _check_nodes(tree, sql, walked):
+    if _allowed_nodes(tree, sql, walked, repeated):
         _expand_group_by_all(tree)
     annotate_types(tree, schema=schema, dialect=DIALECT)
     if repeated is not None:
@@ -116,6 +116,22 @@ SET_OPERATION_CLAUSES = {
 
 
 _CLAUSE_CHECKED = (exp.Select, *SET_OPERATIONS, exp.With, exp.Distinct, exp.Group)
+
+
+def _allowed_nodes(
+    tree: exp.Expr, sql: str, walked: list[exp.Expr] | None, repeated: RepeatedColumns | None
+) -> bool:
+    """:func:`_check_nodes`, whose refusal quotes the statement with every column and value
+    that ``repeated`` set aside put back (red team s34d: ``QUALIFY persons.age BETWEEN 0 AND 1
+    OR  BETWEEN  AND ...`` and ``MD5(CAST(persons.age IN (0) AS TEXT))`` were quoted)."""
+    try:
+        return _check_nodes(tree, sql, walked)
+    except PolicyViolation:
+        if repeated is None or not (repeated.pairs or repeated.lists):
+            raise
+        repeated.attach()  # nothing else runs on the refused tree: its whole text, quoted
+        _check_nodes(tree, sql)
+        raise
 
 
 def _check_nodes(tree: exp.Expr, sql: str, walked: list[exp.Expr] | None = None) -> bool:
