@@ -125,6 +125,9 @@ CKM_CROSS_ENGINE_QUERIES = [
     "SELECT municipality, COUNT(*) AS n FROM persons GROUP BY municipality "
     "HAVING COUNT(*) > 30 ORDER BY n DESC, municipality LIMIT 5",
     "SELECT nace, SUM(turnover) AS turnover FROM enterprises GROUP BY ROLLUP (nace)",
+    # a LIMIT over doubles in a derived table: its rows in one spelling (rewrite/spelling.py)
+    "SELECT x FROM (SELECT region, AVG(income) AS x FROM persons GROUP BY region ORDER BY x "
+    "LIMIT 3) AS t",
     # a window frame over the cells (tests/security/test_window_frames.py)
     "SELECT age, COUNT(*) AS n, AVG(COUNT(*)) OVER (ORDER BY age ROWS BETWEEN 2 PRECEDING "
     "AND CURRENT ROW) AS ma FROM persons WHERE age < 30 GROUP BY age",

@@ -25,9 +25,10 @@ DENSE_RANK and aggregates over RANGE or GROUPS frames (peers share their result,
 among them does not matter). FIRST_VALUE and LAST_VALUE over a RANGE frame with an offset are
 refused: the frame starts or ends among tied rows, and DuckDB orders such a frame by one key
 only, so their ties cannot be broken. Rows tied on values SQL holds equal but a later scope
-tells apart (-0.0 and 0.0: ``1 / x``) are ordered by their text too (``CAST(x AS VARCHAR)``),
-in a window's ORDER BY and before a LIMIT that a later scope reads (red team s34:
-``ROW_NUMBER() OVER (ORDER BY x)`` numbered them as a hidden group moved them).
+tells apart (-0.0 and 0.0: ``1 / x``) are ordered by their text too (``CAST(x AS VARCHAR)``)
+in a window's ORDER BY (red team s34: ``ROW_NUMBER() OVER (ORDER BY x)`` numbered them as a
+hidden group moved them); a LIMIT's rows are written in one spelling instead
+(:mod:`sqlsdc.rewrite.spelling`).
 
 Aggregates over released values (an outer query's, a window's) read the order of their inputs
 too: a floating-point SUM, AVG, STDDEV or VARIANCE adds them in the order the engine gives
@@ -127,7 +128,7 @@ def in_released_order(tree: exp.Expr, sql: str) -> exp.Expr:
             _break_ties(node, len(_first_select(node).expressions))
     for node in chosen:
         in_one_spelling(node, sql)
-    _break_ties(tree, len(_first_select(tree).expressions), read_later=False)
+    _break_ties(tree, len(_first_select(tree).expressions))
     return tree
 
 
@@ -257,32 +258,15 @@ def _spellings(keys: list[exp.Expr]) -> list[exp.Expr]:
     ]
 
 
-def _break_ties(query: exp.Expr, outputs: int, *, read_later: bool = True) -> None:
-    """Order ``query`` by its own ORDER BY, then by its first ``outputs`` columns and, when a
-    later scope reads the rows it keeps (``read_later``: not the result, whose values are
-    released in one spelling), by their :func:`_spellings` (not after DISTINCT, whose
-    ORDER BY may only name its outputs)."""
+def _break_ties(query: exp.Expr, outputs: int) -> None:
+    """Order ``query`` by its own ORDER BY, then by its first ``outputs`` columns. Rows tied on
+    all of them pass on equal values, each written in one spelling (a LIMIT scope's outputs
+    and a set operation's operands by :mod:`sqlsdc.rewrite.spelling`, the result by the
+    post-process), so which comes first tells nothing."""
     order = query.args.get("order")
     keys = list(order.expressions) if order is not None else []
     keys += [exp.Ordered(this=exp.Literal.number(i + 1)) for i in range(outputs)]
-    if read_later and not query.args.get("distinct"):
-        keys += [exp.Ordered(this=k) for k in _spellings(_output_values(query, outputs))]
     query.set("order", exp.Order(expressions=keys))
-
-
-def _output_values(query: exp.Expr, outputs: int) -> list[exp.Expr]:
-    """What the ORDER BY of ``query`` can name its first ``outputs`` columns by: a SELECT's
-    expressions; a set operation's output names (none when one has no name of its own or two
-    share one: its rows then keep only the positional keys)."""
-    if isinstance(query, exp.Select):
-        return [p.unalias() for p in query.expressions[:outputs]]
-    if isinstance(query, (exp.Union, exp.Intersect, exp.Except)) and not query.args.get(
-        "distinct", True
-    ):
-        names = [p.alias_or_name for p in _first_select(query).expressions[:outputs]]
-        if all(names) and len(set(names)) == len(names):
-            return [exp.column(name) for name in names]
-    return []
 
 
 def _first_select(query: exp.Expr) -> exp.Select:
