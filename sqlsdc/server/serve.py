@@ -193,8 +193,10 @@ class Server:
         for number in (signal.SIGINT, signal.SIGTERM):
             try:
                 loop.add_signal_handler(number, stop.set)
-            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
-                pass
+            except (NotImplementedError, RuntimeError, ValueError):
+                # a server run in another thread (tests, an embedding application) gets no
+                # signals: whoever started it stops it with shut_down()
+                continue
         if ready is not None:
             ready(*self.address)
         async with self._server:
