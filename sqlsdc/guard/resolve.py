@@ -19,6 +19,7 @@ from sqlglot.optimizer.qualify import qualify
 
 from sqlsdc.engines.trees import nodes
 from sqlsdc.errors import PolicyViolation
+from sqlsdc.guard import using_columns
 from sqlsdc.planner.allowlist import RESERVED_PREFIX
 from sqlsdc.planner.identity import output_reference
 from sqlsdc.planner.repeated_columns import RepeatedColumns
@@ -208,13 +209,15 @@ def qualify_tree(
     :func:`sqlsdc.planner.analyze.analyze`). One walk of the tree on each side of ``qualify``
     is shared with the other passes: ``walked`` is ``nodes(tree)`` when the caller has it, and
     ``qualified_nodes``, when given, receives ``nodes()`` of the qualified tree."""
-    for table in _nodes_by_type(tree, exp.Table, walked=walked)[exp.Table]:
+    before = _nodes_by_type(tree, exp.Table, exp.Join, walked=walked)
+    for table in before[exp.Table]:
         if table.name.lower() not in schema and not _cte_in_scope(table):
             raise PolicyViolation(
                 f"table {table.name!r} has no columns that analysts may read",
                 "ask an admin to declare its columns in the policy",
                 sql,
             )
+    merged_by_using = using_columns.mark(before[exp.Join])
     if repeated is not None:
         repeated.detach()
     try:
@@ -230,6 +233,8 @@ def qualify_tree(
         raise PolicyViolation(
             f"name resolution failed: {message}", _columns_hint(message, sql), sql
         ) from None
+    if merged_by_using:
+        using_columns.merge(qualified, schema)
     after = nodes(qualified)
     if qualified_nodes is not None:
         qualified_nodes[:] = after
