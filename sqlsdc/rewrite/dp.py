@@ -215,17 +215,21 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql,
             + ", ".join(sorted(m.value for m in methods - {Method.DP})),
             "ask the counts and the magnitudes in separate queries",
         )
+    # the exact cells' SQL reads FROM, joins, WHERE, the group keys and the aggregates'
+    # arguments: protected cells in any of them (COUNT(CASE WHEN x > (SELECT AVG(x) ...) THEN 1
+    # END), red team s35) reach the engine as a relation the stage cannot read
+    parts = [p for key in ("from_", "joins", "where") for p in _as_list(select.args.get(key))]
     if any(
         sub.alias == CELLS
-        for key in ("from_", "joins", "where")
-        for part in _as_list(select.args.get(key))
+        for part in (*parts, *cells.keys, *cells.aggregates)
         for sub in part.find_all(exp.Subquery)
     ):
         raise _refuse(
             select,
             "a differentially private aggregation cannot read the results of another "
-            "aggregation (a subquery or derived table of protected cells in FROM, JOIN or WHERE): "
-            "its rows would depend on released values the budget does not account for",
+            "aggregation (a subquery or derived table of protected cells in FROM, JOIN, WHERE, "
+            "a group key or an aggregate's argument): its rows would depend on released values "
+            "the budget does not account for",
             "filter the rows with conditions on their own columns, or ask the other "
             "aggregation in its own query",
         )
