@@ -298,6 +298,7 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql,
     def statistic(calibration, measure: str, column: str | None, distinct: bool) -> str:
         ident = (calibration.describe(), measure)
         if column is not None and calibration.bounding.bounded and not distinct:
+            _check_grid(calibration, select)
             clamps[column] = (measure, calibration.bounding)
         if ident not in statistics:
             name = f"__s{len(statistics)}"
@@ -502,6 +503,31 @@ def _quantile_rows_chosen_by(statistic: DpStatistic, ranked: tuple[str, ...]) ->
 
 COMPOSITE = (Aggregate.AVG, Aggregate.VAR, Aggregate.STDDEV)
 COUNTS = (Aggregate.COUNT, Aggregate.COUNT_DISTINCT)
+
+
+GRID_LIMIT = 2**62
+"""The largest clamped value, in grid units, a sum or quantile reads as BIGINT (max |bound| / g)."""
+SQUARES_GRID_LIMIT = 2**40
+"""The same for a sum of squares, added up as HUGEINT: its squares stay under 2^80, so no
+count of rows a database holds makes their sum overflow."""
+
+
+def _check_grid(calibration: Calibration, select: exp.Select) -> None:
+    """Refuse a statistic whose values on the grid the engine's integers cannot hold: the
+    policy allows bounds to 1e15 and granularities to 1e-6, 1e21 grid units, and the cast to
+    BIGINT of an unclamped value beyond 2^63 failed the query for the cells holding one, an
+    exact existence oracle behind the noise (red team s35). Depends on the policy only."""
+    b = calibration.bounding
+    largest = max(abs(b.lower), abs(b.upper)) / b.granularity
+    squares = calibration.statistic is Statistic.SUM_SQUARES
+    if largest > (SQUARES_GRID_LIMIT if squares else GRID_LIMIT):
+        raise _refuse(
+            select,
+            f"the measure's bounds [{b.lower}, {b.upper}] on the grid {b.granularity} span "
+            f"{float(largest):.3g} grid units, more than exact integer arithmetic holds for "
+            f"{'its squares (VAR, STDDEV)' if squares else 'its sum'}",
+            "an admin declares narrower bounds or a coarser dp.granularity",
+        )
 
 
 def _plan(aggregate, bounding, spend, alpha, select) -> AggregatePlan:

@@ -11,6 +11,10 @@ What broke (fixed here):
   per-output limit: bisection read the largest income of the source to the unit in 40
   requests. Each analyst expression is now evaluated under ``TRY`` (a row that would raise
   reads as NULL, on the synthetic and the confidential side alike).
+- DP exact cells cast each clamped measure to BIGINT grid units; bounds to 1e15 and a
+  granularity to 1e-6 (both allowed) give 1e21 units, and the cast failed exactly for the
+  cells holding a value beyond 2^63 units: an existence oracle behind the noise. Such grids
+  are refused from the policy alone (sums of squares: beyond 2^40 units).
 - A DP aggregation whose aggregate argument or group key held a subquery of protected cells
   (``COUNT(CASE WHEN x > (SELECT AVG(x) FROM t) THEN 1 END)``) reached the engine check as
   "a bug in sqlsdc" (InternalError, undeclared relation); it is refused like the same
@@ -182,6 +186,38 @@ def test_protected_cells_inside_a_dp_aggregation_are_refused_not_a_bug(dp_db, sq
             con.execute(sql)
     assert not isinstance(e.value, InternalError)
     assert _spent(dp_db) == before
+
+
+def test_a_grid_beyond_exact_integers_is_refused_before_any_charge(tmp_path):
+    """The policy allows bounds to 1e15 and granularities to 1e-6: 1e21 grid units. The
+    exact cells cast each clamped value to BIGINT, which failed for values beyond 2^63 grid
+    units (9.2e12 here): SUM(turnover) WHERE age >= 30 failed and WHERE age < 30 was answered,
+    an exact existence oracle for one enterprise of turnover 2.5e13, behind epsilon 1. Such a
+    grid is now refused from the policy alone; a sum of squares needs a finer limit (2^40)."""
+    path = tmp_path / "big.duckdb"
+    rng = np.random.default_rng(1)
+    frame = pd.DataFrame({"pid": np.arange(300), "age": rng.integers(18, 90, 300),
+                          "turnover": rng.gamma(2, 1e6, 300)})  # fmt: skip
+    frame.loc[17, ["age", "turnover"]] = [50, 2.5e13]
+    con = duckdb.connect(str(path))
+    con.register("frame", frame)
+    con.execute("CREATE TABLE ent AS SELECT * FROM frame")
+    con.close()
+    dp = {"method": "dp", "spend": {"epsilon": 1}}
+    columns = {"pid": {"role": "identifier"}, "age": {"role": "dimension"},
+               "turnover": {"role": "measure", "bounds": [0, 1e15]}}  # fmt: skip
+    sqlsdc.init(path, {
+        "tables": {"ent": {"privacy_unit": "pid", "columns": columns, "dp": {"granularity": "1e-6"},
+                           "protection": {"counts": dp, "magnitudes": dp}}},
+        "users": {"admin": {"role": "admin"}, "ana": {"role": "analyst"}},
+        "budgets": [{"user": "*", "epsilon": 100}],
+    })  # fmt: skip
+    with sqlsdc.connect(path, "ana") as con:
+        for where in ("age >= 30", "age < 30"):
+            with pytest.raises(PolicyViolation, match="more than exact integer arithmetic"):
+                con.execute(f"SELECT SUM(turnover) FROM ent WHERE {where}")
+        assert con.remaining_budget()[0].spent.epsilon == 0
+        assert con.execute("SELECT COUNT(*) FROM ent WHERE age >= 30").fetchall()
 
 
 # --- what held ---------------------------------------------------------------------------
