@@ -506,7 +506,8 @@ COUNTS = (Aggregate.COUNT, Aggregate.COUNT_DISTINCT)
 
 
 GRID_LIMIT = 2**62
-"""The largest clamped value, in grid units, a sum or quantile reads as BIGINT (max |bound| / g)."""
+"""The largest clamped value, in grid units, a sum or quantile reads as BIGINT (max |bound| / g;
+for a quantile's bins also (upper - lower) / g)."""
 SQUARES_GRID_LIMIT = 2**40
 """The same for a sum of squares, added up as HUGEINT: its squares stay under 2^80, so no
 count of rows a database holds makes their sum overflow."""
@@ -517,15 +518,19 @@ def _check_grid(calibration: Calibration, select: exp.Select) -> None:
     policy allows bounds to 1e15 and granularities to 1e-6, 1e21 grid units, and the cast to
     BIGINT of an unclamped value beyond 2^63 failed the query for the cells holding one, an
     exact existence oracle behind the noise (red team s35). Depends on the policy only."""
-    b = calibration.bounding
+    b, kind = calibration.bounding, calibration.statistic
     largest = max(abs(b.lower), abs(b.upper)) / b.granularity
-    squares = calibration.statistic is Statistic.SUM_SQUARES
+    if kind is Statistic.QUANTILE:  # its bins count from the lower bound
+        largest = max(largest, (b.upper - b.lower) / b.granularity)
+    squares = kind is Statistic.SUM_SQUARES
     if largest > (SQUARES_GRID_LIMIT if squares else GRID_LIMIT):
+        what = {Statistic.SUM_SQUARES: "its squares (VAR, STDDEV)",
+                Statistic.QUANTILE: "its quantile's bins"}.get(kind, "its sum")  # fmt: skip
         raise _refuse(
             select,
             f"the measure's bounds [{b.lower}, {b.upper}] on the grid {b.granularity} span "
             f"{float(largest):.3g} grid units, more than exact integer arithmetic holds for "
-            f"{'its squares (VAR, STDDEV)' if squares else 'its sum'}",
+            f"{what}",
             "an admin declares narrower bounds or a coarser dp.granularity",
         )
 
