@@ -383,7 +383,10 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql,
     n_keys, one_row = len(cells.keys), plan.one_row_per_unit
     order = _Hashed.of(keys, measures)
     report = None
-    if settings.bounding_report is not None:
+    # the report is shown next to the intervals of COUNT, SUM and AVG (cursor.cell_accuracy);
+    # a query of groups alone, or of VAR, STDDEV and quantiles only, would pay for it unseen
+    shown = any(o is not None and o.aggregate in INTERVALLED for o in outputs)
+    if settings.bounding_report is not None and shown:
         # one row per unit and no join: no cap removes anything (a public fact), so D is 0
         # and not released; only C and K are, at the same total cost
         parts = REPORT_PARTS[1:] if one_row else REPORT_PARTS
@@ -502,6 +505,8 @@ def _quantile_rows_chosen_by(statistic: DpStatistic, ranked: tuple[str, ...]) ->
 
 
 COMPOSITE = (Aggregate.AVG, Aggregate.VAR, Aggregate.STDDEV)
+INTERVALLED = (Aggregate.COUNT, Aggregate.COUNT_DISTINCT, Aggregate.SUM, Aggregate.AVG)
+"""The aggregates released with a noise interval, and so with the bounding report's shares."""
 COUNTS = (Aggregate.COUNT, Aggregate.COUNT_DISTINCT)
 
 

@@ -20,6 +20,10 @@ What broke (fixed here):
   "a bug in sqlsdc" (InternalError, undeclared relation); it is refused like the same
   subquery in WHERE.
 
+- The bounding report was drawn and charged for queries that never show it (groups alone,
+  VAR, STDDEV and quantiles: cell_accuracy lists COUNT, SUM and AVG only); over-charging,
+  not a leak, fixed: such queries build no report.
+
 What held (pinned below, briefly): one cell identity never covers two exact values over
 spellings of populations, keys, AVG/VAR/STDDEV next to their own SUM and COUNT, the unit row
 cap and the bounding report; the noise of centred AVG/VAR components and of the report is
@@ -218,6 +222,39 @@ def test_a_grid_beyond_exact_integers_is_refused_before_any_charge(tmp_path):
                 con.execute(f"SELECT SUM(turnover) FROM ent WHERE {where}")
         assert con.remaining_budget()[0].spent.epsilon == 0
         assert con.execute("SELECT COUNT(*) FROM ent WHERE age >= 30").fetchall()
+
+
+@pytest.fixture(scope="module")
+def report_db(tmp_path_factory) -> Path:
+    document = dp_document()
+    document["tables"]["visits"]["dp"]["bounding_report"] = {"epsilon": "1/2"}
+    path = tmp_path_factory.mktemp("s35_report") / "dp.duckdb"
+    make_db(path, document)
+    pin_noise(path, b"red team s35, fixed secret......")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("sql", "report"),
+    [
+        ("SELECT clinic FROM visits WHERE cost > 20 GROUP BY clinic", False),
+        ("SELECT clinic, VAR_SAMP(cost) FROM visits WHERE cost > 21 GROUP BY clinic", False),
+        ("SELECT clinic, STDDEV(cost) FROM visits WHERE cost > 22 GROUP BY clinic", False),
+        ("SELECT clinic, AVG(cost) FROM visits WHERE cost > 23 GROUP BY clinic", True),
+    ],
+)
+def test_the_bounding_report_is_charged_only_where_it_is_shown(report_db, sql, report):
+    """visits' selection costs epsilon 1, its counts and magnitudes rho, its bounding report
+    epsilon 1/2. The report's shares come with the intervals of COUNT, SUM and AVG; a query of
+    groups alone, or of VAR or quantiles, paid the report's 1/2 and showed nothing of it."""
+    with sqlsdc.connect(report_db, "ana") as con:
+        before = con.remaining_budget()[0].spent.epsilon
+        cur = con.execute(sql)
+        cur.fetchall()
+        paid = con.remaining_budget()[0].spent.epsilon - before
+        accuracy = cur.cell_accuracy()
+    assert paid == (Fraction(3, 2) if report else 1)
+    assert report == (not accuracy.empty and accuracy["dropped"].notna().any())
 
 
 # --- what held ---------------------------------------------------------------------------
