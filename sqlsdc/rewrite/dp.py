@@ -381,7 +381,7 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql,
                                       AggregatePlan(aggregate, (calibration,)))  # fmt: skip
 
     n_keys, one_row = len(cells.keys), plan.one_row_per_unit
-    order = _Hashed.of(keys, measures)
+    order = _Hashed.of(keys, measures, chosen=settings.groups is GroupKeys.PRIVATE)
     report = None
     # the report is shown next to the intervals of COUNT, SUM and AVG (cursor.cell_accuracy);
     # a query of groups alone, or of VAR, STDDEV and quantiles only, would pay for it unseen
@@ -468,12 +468,13 @@ class _Hashed(NamedTuple):
 
     keys: tuple[str, ...]
     measures: tuple[str, ...]
+    chosen: bool = False  # the analyst writes the key values (private groups): see group_order
 
     @classmethod
-    def of(cls, keys: tuple[str, ...], measures: dict[str, str]) -> _Hashed:
+    def of(cls, keys: tuple[str, ...], measures: dict[str, str], *, chosen: bool) -> _Hashed:
         by_name = sorted(range(len(keys)), key=lambda j: keys[j])
         return cls(tuple(f"__g{j}" for j in by_name),
-                   tuple(measures[text] for text in sorted(measures)))  # fmt: skip
+                   tuple(measures[text] for text in sorted(measures)), chosen)  # fmt: skip
 
     def groups(self, first: exp.Expr) -> exp.Expr:
         """``hash(first, keys)``: the order of a unit's groups."""
@@ -483,6 +484,26 @@ class _Hashed(NamedTuple):
         """``hash(__rk, [keys,] measures)``: the order of a unit's rows."""
         columns = [*(self.keys if keys else ()), *self.measures]
         return _func("hash", exp.column("__rk"), *(exp.column(c) for c in columns))
+
+    def row_order(self, *, keys: bool = True) -> list[exp.Expr]:
+        """:meth:`rows`, then the keys and measures themselves: rows of one hash are ranked by
+        their values, so a cap never keeps one of two rows of different values at random."""
+        columns = [*(self.keys if keys else ()), *self.measures]
+        return [self.rows(keys=keys), *(exp.column(c) for c in columns)]
+
+    def group_order(self, hashed: str) -> list[exp.Expr]:
+        """The order of a unit's groups when their keys are :attr:`chosen`: their hash (the
+        column ``hashed``), then their keys.
+
+        Private groups' keys are the analyst's (``CASE WHEN clinic = 'a' THEN s1 ... END``),
+        and DuckDB's string hash is no PRF: three strings of one hash, found in seconds, hash
+        alike with every record key, and a cut on the hash alone (``hash <= the max_groups-th
+        smallest``) kept all three groups of a unit whose max_groups is 2 (red team s35).
+        Ranked with the keys after the hash, a unit keeps max_groups groups. Over public
+        domains the keys are declared values or stored ones, which no analyst chooses, and the
+        cut (an aggregate and a join, cheaper than this window) stays."""
+        return [exp.Ordered(this=exp.column(hashed), nulls_first=False),
+                *(exp.column(k) for k in self.keys)]  # fmt: skip
 
 
 def _rows_chosen_by(scope: str, ranked: tuple[str, ...]) -> str:
@@ -785,10 +806,10 @@ def _unit_rows(rows: exp.Select, n_keys: int, specs) -> exp.Select:
 def _unit_row_cap(rows: exp.Select, cap: int, order: _Hashed) -> exp.Select:
     """The rows with each unit cut to its ``cap`` rows of smallest ``hash(record key, row)``
     over the whole query: a keyed choice by the unit's secret key, reproducible, and
-    independent of other units. Rows with the same hash have the same keys and measures, so
-    which of them is kept changes no cell."""
+    independent of other units. Rows of one hash are ranked by their keys and measures, so
+    rows that still tie are alike in every cell, and which of them is kept changes none."""
     columns = [exp.column(e.alias_or_name) for e in rows.expressions]
-    rank = _window("ROW_NUMBER", [exp.column(UNIT)], [order.rows()])  # not the unit itself
+    rank = _window("ROW_NUMBER", [exp.column(UNIT)], order.row_order())  # not the unit itself
     kept = _from(_select(*columns), _sub(rows, "__all_rows"))  # ``rows`` is used up here
     return kept.qualify(exp.LTE(this=rank, expression=_int(cap)), copy=False)
 
@@ -799,8 +820,9 @@ def _bounded_pairs(rows: exp.Select, n_keys: int, specs, settings, hashed: _Hash
     per group (WZL+20 §3), aggregated per (unit, group) first, so no window runs over rows.
 
     A unit keeps the groups of smallest ``hash(record key, keys)`` (a keyed choice by the
-    unit's secret key, independent of other units; two groups of one unit with the same 64-bit
-    hash, probability about 2^-64 per pair, would both be kept). In a group where it has
+    unit's secret key, independent of other units; groups of one hash, whose keys only an
+    analyst can make collide, are ranked by their keys: :meth:`_Hashed.group_order`). In a
+    group where it has
     c > max_rows rows (R), it contributes R rows to counts and R times its mean clamped grid
     value to sums and sums of squares, rounded: the same bound (R rows of at most
     max(|lower|, |upper|)) as keeping R of its rows, without the bias to averages that clamping
@@ -851,6 +873,13 @@ def _bounded_pairs(rows: exp.Select, n_keys: int, specs, settings, hashed: _Hash
     pairs = pairs.group_by(exp.column(UNIT), *_keys(n_keys), copy=False)
     if not n_keys:
         return _from(outer, _sub(pairs, "__pairs"))
+    if hashed.chosen:  # ranked by hash, then keys (_Hashed.group_order): max_groups exactly
+        rank = _window("ROW_NUMBER", [exp.column(UNIT)], hashed.group_order("__h"))
+        ranked = _select(exp.Star(), exp.alias_(rank, "__gr", copy=False))
+        within = exp.LTE(this=exp.column("__gr"), expression=_int(settings.max_groups))
+        bounded = _from(outer, _sub(_from(ranked, _table("__pairs")), "__ranked"))
+        bounded = bounded.where(within, copy=False).group_by(*_keys(n_keys), copy=False)
+        return _with(bounded, ("__pairs", pairs))
     # the max_groups-th smallest group hash of each unit: its groups up to it are kept
     cut = _func("LIST_MAX", _func("MIN", exp.column("__h"), _int(settings.max_groups)))
     units = _from(_select(exp.column(UNIT), exp.alias_(cut, "__cut", copy=False)),
@@ -870,7 +899,7 @@ def _bounding_report(rows: exp.Select, n_keys: int, settings, clamps: dict[str, 
 
     ``rows`` are the query's rows before any cap. A row of unit u is *dropped* when the caps
     remove it — the per-unit row cap (the same keyed choice as :func:`_unit_row_cap`), the
-    groups beyond ``max_groups`` (the same ``hash(record key, keys)`` cut as
+    groups beyond ``max_groups`` (the same choice by ``hash(record key, keys)`` as
     :func:`_bounded_pairs`) or the rows beyond ``max_rows`` in a group (a unit with c > R rows
     there keeps R rows' worth, so c - R are dropped) — *clamped* when it is kept and one of the
     aggregation's bounded measures lies outside its bounds on the grid (in a group with c > R
@@ -882,7 +911,7 @@ def _bounding_report(rows: exp.Select, n_keys: int, settings, clamps: dict[str, 
     """
     kept = exp.true()
     if settings.max_rows_per_unit is not None:
-        rank = _window("ROW_NUMBER", [exp.column(UNIT)], [order.rows()])
+        rank = _window("ROW_NUMBER", [exp.column(UNIT)], order.row_order())
         kept = exp.LTE(this=rank, expression=_int(settings.max_rows_per_unit))
     outside = [
         exp.or_(
@@ -920,13 +949,18 @@ def _bounding_report(rows: exp.Select, n_keys: int, settings, clamps: dict[str, 
     pairs = pairs.group_by(exp.column(UNIT), *_keys(n_keys), copy=False)
     units = _select(exp.column(UNIT),
                     exp.alias_(exp.Sum(this=exp.column("__a")), "__n", copy=False))  # fmt: skip
-    if n_keys:
+    if n_keys and not order.chosen:
         cut = _func("LIST_MAX", _func("MIN", exp.column("__h"), _int(settings.max_groups)))
         units.append("expressions", exp.alias_(cut, "__cut", copy=False))
     units = _from(units, _table("__report_pairs")).group_by(exp.column(UNIT), copy=False)
     capped = _func("LEAST", exp.column("__c"), _int(settings.max_rows))
-    if n_keys:
+    if n_keys:  # the groups _bounded_pairs keeps
         within = exp.LTE(this=exp.column("__h"), expression=exp.column("__cut"))
+        if order.chosen:  # ranked by hash, then keys
+            rank = _window("ROW_NUMBER", [exp.column(UNIT)], order.group_order("__h"))
+            within = exp.and_(exp.column("__h").is_(exp.null()).not_(),
+                              exp.LTE(this=rank, expression=_int(settings.max_groups)),
+                              copy=False)  # fmt: skip
         capped = exp.Case(ifs=[exp.If(this=within, true=capped)], default=_int(0))
     g = _int(Fraction(REPORT_GRID))
     a, c, cl, n = (exp.column(x) for x in ("__a", "__c", "__cl", "__n"))
@@ -1010,7 +1044,7 @@ def _histogram_cells(rows: exp.Select, n_keys: int, bins: exp.Expr, settings, or
     if ranked:
         group_order = [order.groups(exp.column("__rk")), *(exp.column(k) for k in order.keys)
                        ] if n_keys else [exp.Literal.number(0)]  # fmt: skip
-        row_order = [order.rows(keys=False)]
+        row_order = order.row_order(keys=False)
         ranking = _select(
             exp.Star(),
             exp.alias_(_window("DENSE_RANK", [exp.column(UNIT)], group_order), RANK_GROUP,
@@ -1034,7 +1068,8 @@ def _window(function: str, partition: list, order: list) -> exp.Window:
     return exp.Window(
         this=exp.Anonymous(this=function),
         partition_by=partition,
-        order=exp.Order(expressions=[exp.Ordered(this=o) for o in order]),
+        order=exp.Order(expressions=[o if isinstance(o, exp.Ordered) else exp.Ordered(this=o)
+                                     for o in order]),  # fmt: skip
     )
 
 

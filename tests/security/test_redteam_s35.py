@@ -15,6 +15,13 @@ What broke (fixed here):
   granularity to 1e-6 (both allowed) give 1e21 units, and the cast failed exactly for the
   cells holding a value beyond 2^63 units: an existence oracle behind the noise. Such grids
   are refused from the policy alone (sums of squares: beyond 2^40 units).
+- Bounding kept a person's groups of smallest hash(record key, key) up to the max_groups-th
+  smallest hash: ties were all kept. DuckDB's string hash is no PRF (a multiply-xor over
+  8-byte words): three strings of one hash are solved for in seconds, and with private
+  groups the analyst writes the keys (CASE WHEN clinic = 'a' THEN s1 ...): a person counted
+  in three groups under max_groups 2, every calibration and the selection's delta off.
+  Groups are now ranked by hash then key (exactly max_groups kept), and rows of one hash by
+  their values (the unit row cap, quantile rows).
 - A DP aggregation whose aggregate argument or group key held a subquery of protected cells
   (``COUNT(CASE WHEN x > (SELECT AVG(x) FROM t) THEN 1 END)``) reached the engine check as
   "a bug in sqlsdc" (InternalError, undeclared relation); it is refused like the same
@@ -222,6 +229,41 @@ def test_a_grid_beyond_exact_integers_is_refused_before_any_charge(tmp_path):
                 con.execute(f"SELECT SUM(turnover) FROM ent WHERE {where}")
         assert con.remaining_budget()[0].spent.epsilon == 0
         assert con.execute("SELECT COUNT(*) FROM ent WHERE age >= 30").fetchall()
+
+
+COLLIDING = ("EbfpXv6DhL2zvEae", "GMEGbs6lNJG3CaJz", "Fb6hQGuE1GLcHxVp")
+"""Three strings of one DuckDB hash: the string hash is a multiply-xor over 8-byte words, so
+for any first words the second can be solved for (here among letters and digits, in seconds);
+with one hash they hash alike combined with any record key."""
+
+
+def test_colliding_group_keys_do_not_let_a_unit_exceed_max_groups(dp_db):
+    """visits keeps at most max_groups = 2 private groups per person, chosen by the smallest
+    hash(record key, key). With the three clinics mapped to three strings of one hash, every
+    hash tied and the cut (hash <= the 2nd smallest) kept all three groups of a person who
+    visited all three clinics: the units over all groups summed 6,382 against the bound's
+    5,374, one person moved three cells, and every DP statistic and the private selection's
+    (epsilon, delta) were calibrated for two. Ranked by hash then key, exactly two are kept."""
+    raw = duckdb.connect()
+    assert len({raw.execute("SELECT hash(?::VARCHAR)", [s]).fetchone()[0] for s in COLLIDING}) == 1
+    raw.close()
+    a, b, c = COLLIDING
+    sql = (
+        f"SELECT CASE WHEN clinic = 'a' THEN '{a}' WHEN clinic = 'b' THEN '{b}' ELSE '{c}' END "
+        "AS g, COUNT(DISTINCT pid) FROM visits WHERE clinic <> 'rare' GROUP BY 1"
+    )
+    with sqlsdc.connect(dp_db, "admin") as con:
+        con.set_dp_noise(False)
+        units = sum(n for _g, n in con.execute(sql).fetchall())
+    raw = open_database(dp_db)
+    try:
+        (bound,) = raw.execute(
+            "SELECT SUM(LEAST(k, 2)) FROM (SELECT pid, COUNT(DISTINCT clinic) AS k FROM visits "
+            "WHERE clinic <> 'rare' GROUP BY pid)"
+        ).fetchone()
+    finally:
+        raw.close()
+    assert units == bound
 
 
 @pytest.fixture(scope="module")
