@@ -215,17 +215,21 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql,
             + ", ".join(sorted(m.value for m in methods - {Method.DP})),
             "ask the counts and the magnitudes in separate queries",
         )
+    # the exact cells' SQL reads FROM, joins, WHERE, the group keys and the aggregates'
+    # arguments: protected cells in any of them (COUNT(CASE WHEN x > (SELECT AVG(x) ...) THEN 1
+    # END), red team s35) reach the engine as a relation the stage cannot read
+    parts = [p for key in ("from_", "joins", "where") for p in _as_list(select.args.get(key))]
     if any(
         sub.alias == CELLS
-        for key in ("from_", "joins", "where")
-        for part in _as_list(select.args.get(key))
+        for part in (*parts, *cells.keys, *cells.aggregates)
         for sub in part.find_all(exp.Subquery)
     ):
         raise _refuse(
             select,
             "a differentially private aggregation cannot read the results of another "
-            "aggregation (a subquery or derived table of protected cells in FROM, JOIN or WHERE): "
-            "its rows would depend on released values the budget does not account for",
+            "aggregation (a subquery or derived table of protected cells in FROM, JOIN, WHERE, "
+            "a group key or an aggregate's argument): its rows would depend on released values "
+            "the budget does not account for",
             "filter the rows with conditions on their own columns, or ask the other "
             "aggregation in its own query",
         )
@@ -294,6 +298,7 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql,
     def statistic(calibration, measure: str, column: str | None, distinct: bool) -> str:
         ident = (calibration.describe(), measure)
         if column is not None and calibration.bounding.bounded and not distinct:
+            _check_grid(calibration, select)
             clamps[column] = (measure, calibration.bounding)
         if ident not in statistics:
             name = f"__s{len(statistics)}"
@@ -376,9 +381,12 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql,
                                       AggregatePlan(aggregate, (calibration,)))  # fmt: skip
 
     n_keys, one_row = len(cells.keys), plan.one_row_per_unit
-    order = _Hashed.of(keys, measures)
+    order = _Hashed.of(keys, measures, chosen=settings.groups is GroupKeys.PRIVATE)
     report = None
-    if settings.bounding_report is not None:
+    # the report is shown next to the intervals of COUNT, SUM and AVG (cursor.cell_accuracy);
+    # a query of groups alone, or of VAR, STDDEV and quantiles only, would pay for it unseen
+    shown = any(o is not None and o.aggregate in INTERVALLED for o in outputs)
+    if settings.bounding_report is not None and shown:
         # one row per unit and no join: no cap removes anything (a public fact), so D is 0
         # and not released; only C and K are, at the same total cost
         parts = REPORT_PARTS[1:] if one_row else REPORT_PARTS
@@ -460,12 +468,13 @@ class _Hashed(NamedTuple):
 
     keys: tuple[str, ...]
     measures: tuple[str, ...]
+    chosen: bool = False  # the analyst writes the key values (private groups): see group_order
 
     @classmethod
-    def of(cls, keys: tuple[str, ...], measures: dict[str, str]) -> _Hashed:
+    def of(cls, keys: tuple[str, ...], measures: dict[str, str], *, chosen: bool) -> _Hashed:
         by_name = sorted(range(len(keys)), key=lambda j: keys[j])
         return cls(tuple(f"__g{j}" for j in by_name),
-                   tuple(measures[text] for text in sorted(measures)))  # fmt: skip
+                   tuple(measures[text] for text in sorted(measures)), chosen)  # fmt: skip
 
     def groups(self, first: exp.Expr) -> exp.Expr:
         """``hash(first, keys)``: the order of a unit's groups."""
@@ -475,6 +484,26 @@ class _Hashed(NamedTuple):
         """``hash(__rk, [keys,] measures)``: the order of a unit's rows."""
         columns = [*(self.keys if keys else ()), *self.measures]
         return _func("hash", exp.column("__rk"), *(exp.column(c) for c in columns))
+
+    def row_order(self, *, keys: bool = True) -> list[exp.Expr]:
+        """:meth:`rows`, then the keys and measures themselves: rows of one hash are ranked by
+        their values, so a cap never keeps one of two rows of different values at random."""
+        columns = [*(self.keys if keys else ()), *self.measures]
+        return [self.rows(keys=keys), *(exp.column(c) for c in columns)]
+
+    def group_order(self, hashed: str) -> list[exp.Expr]:
+        """The order of a unit's groups when their keys are :attr:`chosen`: their hash (the
+        column ``hashed``), then their keys.
+
+        Private groups' keys are the analyst's (``CASE WHEN clinic = 'a' THEN s1 ... END``),
+        and DuckDB's string hash is no PRF: three strings of one hash, found in seconds, hash
+        alike with every record key, and a cut on the hash alone (``hash <= the max_groups-th
+        smallest``) kept all three groups of a unit whose max_groups is 2 (red team s35).
+        Ranked with the keys after the hash, a unit keeps max_groups groups. Over public
+        domains the keys are declared values or stored ones, which no analyst chooses, and the
+        cut (an aggregate and a join, cheaper than this window) stays."""
+        return [exp.Ordered(this=exp.column(hashed), nulls_first=False),
+                *(exp.column(k) for k in self.keys)]  # fmt: skip
 
 
 def _rows_chosen_by(scope: str, ranked: tuple[str, ...]) -> str:
@@ -497,7 +526,39 @@ def _quantile_rows_chosen_by(statistic: DpStatistic, ranked: tuple[str, ...]) ->
 
 
 COMPOSITE = (Aggregate.AVG, Aggregate.VAR, Aggregate.STDDEV)
+INTERVALLED = (Aggregate.COUNT, Aggregate.COUNT_DISTINCT, Aggregate.SUM, Aggregate.AVG)
+"""The aggregates released with a noise interval, and so with the bounding report's shares."""
 COUNTS = (Aggregate.COUNT, Aggregate.COUNT_DISTINCT)
+
+
+GRID_LIMIT = 2**62
+"""The largest clamped value, in grid units, a sum or quantile reads as BIGINT (max |bound| / g;
+for a quantile's bins also (upper - lower) / g)."""
+SQUARES_GRID_LIMIT = 2**40
+"""The same for a sum of squares, added up as HUGEINT: its squares stay under 2^80, so no
+count of rows a database holds makes their sum overflow."""
+
+
+def _check_grid(calibration: Calibration, select: exp.Select) -> None:
+    """Refuse a statistic whose values on the grid the engine's integers cannot hold: the
+    policy allows bounds to 1e15 and granularities to 1e-6, 1e21 grid units, and the cast to
+    BIGINT of an unclamped value beyond 2^63 failed the query for the cells holding one, an
+    exact existence oracle behind the noise (red team s35). Depends on the policy only."""
+    b, kind = calibration.bounding, calibration.statistic
+    largest = max(abs(b.lower), abs(b.upper)) / b.granularity
+    if kind is Statistic.QUANTILE:  # its bins count from the lower bound
+        largest = max(largest, (b.upper - b.lower) / b.granularity)
+    squares = kind is Statistic.SUM_SQUARES
+    if largest > (SQUARES_GRID_LIMIT if squares else GRID_LIMIT):
+        what = {Statistic.SUM_SQUARES: "its squares (VAR, STDDEV)",
+                Statistic.QUANTILE: "its quantile's bins"}.get(kind, "its sum")  # fmt: skip
+        raise _refuse(
+            select,
+            f"the measure's bounds [{b.lower}, {b.upper}] on the grid {b.granularity} span "
+            f"{float(largest):.3g} grid units, more than exact integer arithmetic holds for "
+            f"{what}",
+            "an admin declares narrower bounds or a coarser dp.granularity",
+        )
 
 
 def _plan(aggregate, bounding, spend, alpha, select) -> AggregatePlan:
@@ -745,10 +806,10 @@ def _unit_rows(rows: exp.Select, n_keys: int, specs) -> exp.Select:
 def _unit_row_cap(rows: exp.Select, cap: int, order: _Hashed) -> exp.Select:
     """The rows with each unit cut to its ``cap`` rows of smallest ``hash(record key, row)``
     over the whole query: a keyed choice by the unit's secret key, reproducible, and
-    independent of other units. Rows with the same hash have the same keys and measures, so
-    which of them is kept changes no cell."""
+    independent of other units. Rows of one hash are ranked by their keys and measures, so
+    rows that still tie are alike in every cell, and which of them is kept changes none."""
     columns = [exp.column(e.alias_or_name) for e in rows.expressions]
-    rank = _window("ROW_NUMBER", [exp.column(UNIT)], [order.rows()])  # not the unit itself
+    rank = _window("ROW_NUMBER", [exp.column(UNIT)], order.row_order())  # not the unit itself
     kept = _from(_select(*columns), _sub(rows, "__all_rows"))  # ``rows`` is used up here
     return kept.qualify(exp.LTE(this=rank, expression=_int(cap)), copy=False)
 
@@ -759,8 +820,9 @@ def _bounded_pairs(rows: exp.Select, n_keys: int, specs, settings, hashed: _Hash
     per group (WZL+20 §3), aggregated per (unit, group) first, so no window runs over rows.
 
     A unit keeps the groups of smallest ``hash(record key, keys)`` (a keyed choice by the
-    unit's secret key, independent of other units; two groups of one unit with the same 64-bit
-    hash, probability about 2^-64 per pair, would both be kept). In a group where it has
+    unit's secret key, independent of other units; groups of one hash, whose keys only an
+    analyst can make collide, are ranked by their keys: :meth:`_Hashed.group_order`). In a
+    group where it has
     c > max_rows rows (R), it contributes R rows to counts and R times its mean clamped grid
     value to sums and sums of squares, rounded: the same bound (R rows of at most
     max(|lower|, |upper|)) as keeping R of its rows, without the bias to averages that clamping
@@ -811,6 +873,13 @@ def _bounded_pairs(rows: exp.Select, n_keys: int, specs, settings, hashed: _Hash
     pairs = pairs.group_by(exp.column(UNIT), *_keys(n_keys), copy=False)
     if not n_keys:
         return _from(outer, _sub(pairs, "__pairs"))
+    if hashed.chosen:  # ranked by hash, then keys (_Hashed.group_order): max_groups exactly
+        rank = _window("ROW_NUMBER", [exp.column(UNIT)], hashed.group_order("__h"))
+        ranked = _select(exp.Star(), exp.alias_(rank, "__gr", copy=False))
+        within = exp.LTE(this=exp.column("__gr"), expression=_int(settings.max_groups))
+        bounded = _from(outer, _sub(_from(ranked, _table("__pairs")), "__ranked"))
+        bounded = bounded.where(within, copy=False).group_by(*_keys(n_keys), copy=False)
+        return _with(bounded, ("__pairs", pairs))
     # the max_groups-th smallest group hash of each unit: its groups up to it are kept
     cut = _func("LIST_MAX", _func("MIN", exp.column("__h"), _int(settings.max_groups)))
     units = _from(_select(exp.column(UNIT), exp.alias_(cut, "__cut", copy=False)),
@@ -830,7 +899,7 @@ def _bounding_report(rows: exp.Select, n_keys: int, settings, clamps: dict[str, 
 
     ``rows`` are the query's rows before any cap. A row of unit u is *dropped* when the caps
     remove it — the per-unit row cap (the same keyed choice as :func:`_unit_row_cap`), the
-    groups beyond ``max_groups`` (the same ``hash(record key, keys)`` cut as
+    groups beyond ``max_groups`` (the same choice by ``hash(record key, keys)`` as
     :func:`_bounded_pairs`) or the rows beyond ``max_rows`` in a group (a unit with c > R rows
     there keeps R rows' worth, so c - R are dropped) — *clamped* when it is kept and one of the
     aggregation's bounded measures lies outside its bounds on the grid (in a group with c > R
@@ -842,7 +911,7 @@ def _bounding_report(rows: exp.Select, n_keys: int, settings, clamps: dict[str, 
     """
     kept = exp.true()
     if settings.max_rows_per_unit is not None:
-        rank = _window("ROW_NUMBER", [exp.column(UNIT)], [order.rows()])
+        rank = _window("ROW_NUMBER", [exp.column(UNIT)], order.row_order())
         kept = exp.LTE(this=rank, expression=_int(settings.max_rows_per_unit))
     outside = [
         exp.or_(
@@ -880,13 +949,18 @@ def _bounding_report(rows: exp.Select, n_keys: int, settings, clamps: dict[str, 
     pairs = pairs.group_by(exp.column(UNIT), *_keys(n_keys), copy=False)
     units = _select(exp.column(UNIT),
                     exp.alias_(exp.Sum(this=exp.column("__a")), "__n", copy=False))  # fmt: skip
-    if n_keys:
+    if n_keys and not order.chosen:
         cut = _func("LIST_MAX", _func("MIN", exp.column("__h"), _int(settings.max_groups)))
         units.append("expressions", exp.alias_(cut, "__cut", copy=False))
     units = _from(units, _table("__report_pairs")).group_by(exp.column(UNIT), copy=False)
     capped = _func("LEAST", exp.column("__c"), _int(settings.max_rows))
-    if n_keys:
+    if n_keys:  # the groups _bounded_pairs keeps
         within = exp.LTE(this=exp.column("__h"), expression=exp.column("__cut"))
+        if order.chosen:  # ranked by hash, then keys
+            rank = _window("ROW_NUMBER", [exp.column(UNIT)], order.group_order("__h"))
+            within = exp.and_(exp.column("__h").is_(exp.null()).not_(),
+                              exp.LTE(this=rank, expression=_int(settings.max_groups)),
+                              copy=False)  # fmt: skip
         capped = exp.Case(ifs=[exp.If(this=within, true=capped)], default=_int(0))
     g = _int(Fraction(REPORT_GRID))
     a, c, cl, n = (exp.column(x) for x in ("__a", "__c", "__cl", "__n"))
@@ -970,7 +1044,7 @@ def _histogram_cells(rows: exp.Select, n_keys: int, bins: exp.Expr, settings, or
     if ranked:
         group_order = [order.groups(exp.column("__rk")), *(exp.column(k) for k in order.keys)
                        ] if n_keys else [exp.Literal.number(0)]  # fmt: skip
-        row_order = [order.rows(keys=False)]
+        row_order = order.row_order(keys=False)
         ranking = _select(
             exp.Star(),
             exp.alias_(_window("DENSE_RANK", [exp.column(UNIT)], group_order), RANK_GROUP,
@@ -994,7 +1068,8 @@ def _window(function: str, partition: list, order: list) -> exp.Window:
     return exp.Window(
         this=exp.Anonymous(this=function),
         partition_by=partition,
-        order=exp.Order(expressions=[exp.Ordered(this=o) for o in order]),
+        order=exp.Order(expressions=[o if isinstance(o, exp.Ordered) else exp.Ordered(this=o)
+                                     for o in order]),  # fmt: skip
     )
 
 

@@ -223,16 +223,29 @@ def _canonical(table, groups, estimands, condition) -> str:
 def record_query(request: Request, source: exp.Expr, *, copies: bool) -> str:
     """SQL reading, for every row of ``source`` (a table or the output's source SELECT), the
     group keys, the inputs of every estimand (as DOUBLE, ``__i<k>_<j>``), whether the row
-    meets the WHERE condition (``__in``) and, with ``copies``, the synthetic copy number."""
+    meets the WHERE condition (``__in``) and, with ``copies``, the synthetic copy number.
+
+    The analyst's expressions are evaluated on every confidential row, so each is wrapped in
+    ``TRY``: a row whose value would raise (``income * 10000000000000 > age`` overflows BIGINT
+    for the large incomes only, ``code = 7`` fails to cast some strings) reads as NULL (an
+    input missing, a row outside the WHERE) instead of failing the statement. An error would
+    tell, exactly and whatever the noise, whether some confidential row reaches a threshold:
+    bisection read the largest income of the source to the unit for a few 10^-9 of epsilon
+    (red team s35, tests/security/test_redteam_s35.py)."""
     if isinstance(source, exp.Select):
         source = source.subquery("__source")
     columns: list[exp.Expr] = [exp.column(g).as_(f"__g{i}") for i, g in enumerate(request.groups)]
     for k, estimand in enumerate(request.estimands):
         for j, node in enumerate(estimand.inputs):
-            value = exp.cast(exp.paren(node.copy()), exp.DataType.build("DOUBLE"))
-            columns.append(value.as_(f"__i{k}_{j}"))
+            value = exp.paren(node.copy())
+            if estimand.kind == "count":  # whether the value is there, whatever its type
+                present = exp.Is(this=value, expression=exp.null()).not_()
+                value = exp.Case(ifs=[exp.If(this=present, true=exp.Literal.number(1))])
+            value = exp.cast(value, exp.DataType.build("DOUBLE"))
+            columns.append(exp.Try(this=value).as_(f"__i{k}_{j}"))
     condition = request.where.copy() if request.where is not None else exp.true()
-    columns.append(exp.func("coalesce", exp.paren(condition), exp.false()).as_("__in"))
+    inside = exp.Try(this=exp.paren(condition))
+    columns.append(exp.func("coalesce", inside, exp.false()).as_("__in"))
     if copies:
         columns.append(exp.column(COPY_COLUMN).as_("__copy"))
     return exp.select(*columns).from_(source).sql(dialect="duckdb")
