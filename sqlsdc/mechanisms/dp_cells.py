@@ -477,7 +477,7 @@ def _noisy_values(keys, exact_columns, space, mechanisms, secret, policy_version
         for row, ident in enumerate(identities[column]):
             hit = known.get(ident.digest)
             if hit is not None:
-                values[row] = Fraction(hit)
+                values[row] = hit if type(hit) is Fraction else Fraction(hit)
                 result.reused += 1
             else:
                 new.append(row)
