@@ -15,7 +15,11 @@ With ``--cpu`` every time is the process's CPU time (``time.process_time_ns``: a
 threads, DuckDB's workers among them) instead of the wall clock: steadier when other jobs
 share the cores, but blind to waits (a COMMIT's sync of the write-ahead log).
 
-Usage: python benchmarks/dp_time_split.py DP_HARNESS_DB [--queries 60] [--cpu]
+With ``--new-text`` the texts are not checked beforehand: each query pays the check of its
+new text (parse, analysis, rewrite, validation), timed apart as a third part (``check``) and
+left out of the guard's Python.
+
+Usage: python benchmarks/dp_time_split.py DP_HARNESS_DB [--queries 60] [--cpu] [--new-text]
 (the ``harness.duckdb`` that ``bench_dp_noise.py`` builds in its ``--workdir``; copied first).
 """
 
@@ -31,6 +35,7 @@ from pathlib import Path
 
 import sqlsdc
 from sqlsdc.engines import duckdb as engine
+from sqlsdc.guard.connection import Connection
 
 TIMED = ("register", "unregister", "get_table_names", "_submit")
 LOG: list[tuple[str, int]] = []  # (statement, nanoseconds)
@@ -89,6 +94,7 @@ def main() -> None:
     parser.add_argument("database", type=Path)
     parser.add_argument("--queries", type=int, default=60)
     parser.add_argument("--cpu", action="store_true", help="process CPU time, not wall time")
+    parser.add_argument("--new-text", action="store_true", help="each query's check timed too")
     args = parser.parse_args()
     if args.cpu:
         global _clock
@@ -96,25 +102,42 @@ def main() -> None:
     opened = engine.open_database
     engine.open_database = lambda *a, **k: TimedConnection(opened(*a, **k))
     engine._batches = _timed_batches(engine._batches)
+    checks: list[int] = []  # nanoseconds of each check (--new-text)
+    checked = Connection._checked
+
+    def timed_check(self, *a, **k):
+        start = _clock()
+        try:
+            return checked(self, *a, **k)
+        finally:
+            checks.append(_clock() - start)
+
+    if args.new_text:
+        Connection._checked = timed_check
     sqls = [f"SELECT region, COUNT(*) FROM persons WHERE age2 <> 'none {i}' GROUP BY region"
             for i in range(args.queries)]  # fmt: skip
-    spans, walls = [], []
+    spans, walls, check_ns = [], [], []
     with tempfile.TemporaryDirectory() as workdir:
         path = Path(workdir) / "split.duckdb"
         shutil.copy(args.database, path)
         with sqlsdc.connect(path, "u1") as con:
             con.execute("SELECT region, COUNT(*) FROM persons GROUP BY region").fetchall()
+            if not args.new_text:
+                for sql in sqls:
+                    con.explain(sql)
+            checks.clear()
             for sql in sqls:
-                con.explain(sql)
-            for sql in sqls:
-                first = len(LOG)
+                first, checked_before = len(LOG), len(checks)
                 start = _clock()
                 con.execute(sql).fetchall()
                 walls.append(_clock() - start)
                 spans.append((first, len(LOG)))
+                check_ns.append(sum(checks[checked_before:]))
     engine_ns = [sum(t for _s, t in LOG[a:b]) for a, b in spans]
-    parts = {"engine": engine_ns, "python": [w - e for w, e in zip(walls, engine_ns, strict=True)],
-             "query": walls}  # fmt: skip
+    python = [w - e - c for w, e, c in zip(walls, engine_ns, check_ns, strict=True)]
+    parts = {"engine": engine_ns, "python": python, "query": walls}
+    if args.new_text:
+        parts = {"check": check_ns, **parts}
     print("| part | p10 ms | median ms |\n|---|---:|---:|")
     for name, values in parts.items():
         print(f"| {name} | {_percentile(values, 0.1) / 1e6:.2f} | "

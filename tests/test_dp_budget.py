@@ -500,6 +500,40 @@ def test_cache_cells_caches_paid_cells_once_and_counts_them_on_the_charge(con):
     assert _ledger_rows(con) == 1  # recording cells spends nothing
 
 
+@pytest.mark.parametrize("n", [3, budget._LISTED_ENTRIES + 1, 700])
+def test_large_results_are_cached_and_found_as_small_ones_are(db, n, monkeypatch):
+    """Over ``_LISTED_ENTRIES`` cells, the cache is read and written through a registered
+    Arrow table instead of list parameters: the same rows (the cells of a listed write, time
+    aside), the same look-ups, the retry of a write that met a concurrent one included, and
+    nothing left registered."""
+    frame, space, mechanisms = _count_cells(n)
+    out = add_noise(frame, space, mechanisms, secret=SECRET, policy_version=3)
+    digests = [c.identity.digest for c in out.new_cells]
+    written = {}
+    for listed in (10**6, budget._LISTED_ENTRIES):
+        monkeypatch.setattr(budget, "_LISTED_ENTRIES", listed)
+        con = open_database(db)
+        try:
+            con.execute("DELETE FROM sqlsdc.dp_cells")
+            paid = _charge(con, cost=mechanisms["n"].calibration.cost, cells=[], policy_version=3,
+                           limits={BudgetKey("alice"): BudgetLimit(epsilon=10)})  # fmt: skip
+            half = out.new_cells[: n // 2]
+            budget.cache_cells(con, user="alice", policy_version=3, query_id=1, cells=half,
+                               paid_by=paid)  # fmt: skip
+            assert budget.cached_cells(con, "bob", 3, digests) == {}
+            budget.cache_cells(con, user="alice", policy_version=3, query_id=1,
+                               cells=out.new_cells, again=True)  # fmt: skip
+            found = budget.cached_cells(con, "alice", 3, digests)
+            assert found == {c.identity.digest: c.value for c in out.new_cells}
+            written[listed] = sorted(con.execute(
+                "SELECT * EXCLUDE (released_at) FROM sqlsdc.dp_cells").fetchall())  # fmt: skip
+            assert con.execute("SELECT count(*) FROM duckdb_views() WHERE temporary "
+                               "AND view_name LIKE '__sqlsdc%'").fetchone() == (0,)  # fmt: skip
+        finally:
+            con.close()
+    assert len(written[10**6]) == n and written[10**6] == written[budget._LISTED_ENTRIES]
+
+
 def test_spent_is_the_same_summed_per_key_or_joined_in_one_pass(con, monkeypatch):
     """A charge sums its few keys with a filter each; `sqlsdc budget` over many keys joins
     them with the ledger in one pass: the totals must not depend on which ran."""

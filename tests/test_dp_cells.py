@@ -126,6 +126,28 @@ def test_identity_ignores_aliases_and_column_order_but_not_what_defines_the_cell
         CellSpace.of("persons", {"a": "region", "b": "region"})
 
 
+def test_the_identities_of_a_result_are_those_of_its_cells_one_by_one():
+    """``add_noise`` builds the identities of a result's cells a column at a time (plain
+    strings and integers in one pass); each is the one :func:`cell_identity` gives the cell
+    alone, whatever the values: NULLs, text to escape in JSON, bools beside integers, dates,
+    decimals, floats and bytes."""
+    region = ["N", None, 'a "quoted" \\ back', "é\n\t\x01", "\u2028", "S", "", "N"]
+    columns = {
+        "region": region,
+        "age": [1, None, -3, 2**70, 0, 5, 6, 7],
+        "mixed": [True, 1, False, 0, None, 2.5, Decimal("1.10"), dt.date(2024, 2, 29)],
+        "blob": [b"\x00", b"", None, b"\xff", b"a", b"b", b"c", b"d"],
+    }
+    frame = pd.DataFrame({**columns, "n": [10] * 8})
+    for keys in (["region"], ["age"], ["mixed"], ["region", "age", "mixed", "blob"], []):
+        space = CellSpace.of("persons", {k: f"'persons'.{k}" for k in keys}, scope="s",
+                             data_version="d")  # fmt: skip
+        out = add_noise(frame, space, {"n": COUNT}, secret=SECRET, policy_version=1)
+        alone = [cell_identity(space, COUNT, {k: columns[k][row] for k in keys})
+                 for row in range(8)]  # fmt: skip
+        assert [c.identity for c in out.new_cells] == alone
+
+
 # --- determinism -----------------------------------------------------------------------------
 
 
@@ -406,12 +428,16 @@ def test_statistic_identity_covers_population_keys_domains_and_mechanism():
                               CellMechanism("*", cal), [["S", "N", "N"]])  # fmt: skip
     assert base == same  # column names and domain order do not matter
     variants = [
-        statistic_identity(CellSpace.of("t", {"__g0": '"t"."region"'}, scope='{"w":2}',
-                                        data_version="v1"), CellMechanism("*", cal),
-                           [["N", "S"]]),  # fmt: skip
-        statistic_identity(CellSpace.of("t", {"__g0": '"t"."region"'}, scope='{"w":1}',
-                                        data_version="v2"), CellMechanism("*", cal),
-                           [["N", "S"]]),  # fmt: skip
+        statistic_identity(
+            CellSpace.of("t", {"__g0": '"t"."region"'}, scope='{"w":2}', data_version="v1"),
+            CellMechanism("*", cal),
+            [["N", "S"]],
+        ),  # fmt: skip
+        statistic_identity(
+            CellSpace.of("t", {"__g0": '"t"."region"'}, scope='{"w":1}', data_version="v2"),
+            CellMechanism("*", cal),
+            [["N", "S"]],
+        ),  # fmt: skip
         statistic_identity(space, CellMechanism("*", cal), [["N", "S", "E"]]),
         statistic_identity(space, CellMechanism("*", cal), None),
         statistic_identity(space, CellMechanism('DISTINCT "t"."x"', cal), [["N", "S"]]),
@@ -420,6 +446,9 @@ def test_statistic_identity_covers_population_keys_domains_and_mechanism():
     assert len({v.digest for v in variants} | {base.digest}) == len(variants) + 1
     cell = cell_identity(CellSpace.of("t", {}, scope='{"w":1}', data_version="v1"),
                          CellMechanism("*", cal), {})  # fmt: skip
-    assert cell.digest != statistic_identity(
-        CellSpace.of("t", {}, scope='{"w":1}', data_version="v1"), CellMechanism("*", cal), []
-    ).digest  # a global cell is never mistaken for its statistic
+    assert (
+        cell.digest
+        != statistic_identity(
+            CellSpace.of("t", {}, scope='{"w":1}', data_version="v1"), CellMechanism("*", cal), []
+        ).digest
+    )  # a global cell is never mistaken for its statistic

@@ -215,6 +215,17 @@ def test_derive_equals_the_full_context_whatever_was_read():
     assert parent.derive("cell", 3).context == ("v1", "dp_count", "cell", 3)
 
 
+def test_derive_many_gives_the_streams_derive_gives():
+    """The streams of a result's cells, derived in one call, are those of one call per cell:
+    text (any code point, lone surrogates too), and other items through ``derive``."""
+    parent = KeyedStream(SECRET, 3, "cells")
+    items = ["", "a", "é 日本 \U0001f600", "\ud800", '{"keys":[["r","s:N"]]}', 7, b"\x00"]
+    many = parent.derive_many(items)
+    assert [s.context for s in many] == [parent.derive(i).context for i in items]
+    assert [s.bits(300) for s in many] == [parent.derive(i).bits(300) for i in items]
+    assert parent.derive_many([]) == []
+
+
 def test_the_stream_is_one_bit_string():
     whole, parts = KeyedStream(SECRET, "s"), KeyedStream(SECRET, "s")
     assert whole.bits(300) == sum(parts.bits(3) << (297 - 3 * i) for i in range(100))

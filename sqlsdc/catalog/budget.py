@@ -56,12 +56,16 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import time
 import weakref
 from collections.abc import Iterable, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
+
+import pyarrow as pa
 
 from sqlsdc.catalog.schema import CATALOG_SCHEMA
 from sqlsdc.catalog.store import dp_cell_entry, ensure_catalog, now
@@ -639,14 +643,22 @@ def _insert_cells(
     if skip_cached:
         have = cached_cells(con, user, policy_version, [c.identity.digest for c in cells])
         cells = [c for c in cells if c.identity.digest not in have]
-    result = con.execute(
-        parsed(_INSERT_CELLS_RETURNING if returning else _INSERT_CELLS),
-        [[dp_cell_entry(user, policy_version, c.identity.digest) for c in cells], user,
-         policy_version, [c.identity.digest for c in cells], [c.identity.text for c in cells],
-         [c.column for c in cells], [c.statistic.value for c in cells],
-         [str(c.value) for c in cells], query_id, at],
-    )  # fmt: skip
-    return result.fetchall() if returning else []
+    digests = [c.identity.digest for c in cells]
+    columns = [[dp_cell_entry(user, policy_version, d) for d in digests], digests,
+               [c.identity.text for c in cells], [c.column for c in cells],
+               [c.statistic.value for c in cells], [str(c.value) for c in cells]]  # fmt: skip
+    if len(cells) <= _LISTED_ENTRIES:
+        insert = _INSERT_CELLS_RETURNING if returning else _INSERT_CELLS
+        entry, *rest = columns
+        result = con.execute(parsed(insert), [entry, user, policy_version, *rest, query_id, at])
+        return result.fetchall() if returning else []
+    names = ("entry", "cell_hash", "cell", "column_name", "statistic", "value")
+    table = pa.table([pa.array(c, type) for c, type in zip(columns, _CELL_TYPES, strict=True)],
+                     names=names)  # fmt: skip
+    insert = _INSERT_VIEW_RETURNING if returning else _INSERT_VIEW
+    with _registered(con, _CELLS_VIEW, table):
+        result = con.execute(parsed(insert), [user, policy_version, query_id, at])
+        return result.fetchall() if returning else []
 
 
 _CELL_VALUES = (
@@ -654,6 +666,31 @@ _CELL_VALUES = (
 )
 _INSERT_CELLS = f"INSERT INTO {S}.dp_cells {_CELL_VALUES}"
 _INSERT_CELLS_RETURNING = f"INSERT OR IGNORE INTO {S}.dp_cells {_CELL_VALUES} RETURNING entry"
+
+# More than _LISTED_ENTRIES cells go to the cache as a registered Arrow table: binding a list
+# parameter converts it value by value (58 ms for 9,456 cells, 21 ms from Arrow; the same rows)
+_CELLS_VIEW = "__sqlsdc_cached_cells"
+_CELL_TYPES = (pa.binary(), pa.string(), pa.string(), pa.string(), pa.string(), pa.string())
+_VIEW_VALUES = (
+    f"SELECT entry, ?, ?, cell_hash, cell, column_name, statistic, value, ?, ? FROM {_CELLS_VIEW}"
+)
+_INSERT_VIEW = f"INSERT INTO {S}.dp_cells {_VIEW_VALUES}"
+_INSERT_VIEW_RETURNING = f"INSERT OR IGNORE INTO {S}.dp_cells {_VIEW_VALUES} RETURNING entry"
+_WANTED_VIEW = "__sqlsdc_wanted_cells"
+
+
+@contextmanager
+def _registered(con, name: str, table: pa.Table):
+    """``table`` registered on ``con`` as ``name`` while the block runs. A statement that
+    fails inside a transaction aborts it, and DuckDB then refuses the unregistration too: the
+    statement's own error is the one raised (the next registration of ``name`` replaces the
+    table, and closing the connection drops it)."""
+    con.register(name, table)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(EngineError):
+            con.unregister(name)
 
 
 def cache_cells(
@@ -697,19 +734,31 @@ def cached_cells(
         return {}
     entries = [dp_cell_entry(user, policy_version, d) for d in digests]
     if len(entries) <= _LISTED_ENTRIES:  # a list of constants: a filter, no join over the cache
-        wanted, params = ", ".join("?" * len(entries)), entries
+        listed = f"{_LOOK_UP} ({', '.join('?' * len(entries))})"
+        rows = con.execute(parsed(listed), entries).fetchall()
     else:
-        wanted, params = "SELECT unnest(?::BLOB[])", [entries]
-    rows = con.execute(
-        parsed(f"SELECT cell_hash, value FROM {S}.dp_cells WHERE entry IN ({wanted})"), params
-    ).fetchall()
-    return {h: Fraction(v) for h, v in rows}
+        with _registered(con, _WANTED_VIEW, pa.table({"entry": pa.array(entries, pa.binary())})):
+            rows = con.execute(parsed(_LOOK_UP_VIEW)).fetchall()
+    return {h: _value(v) for h, v in rows}
+
+
+def _value(text: str) -> Fraction:
+    """``Fraction(text)`` of a cached value, which :func:`_insert_cells` wrote as
+    ``str(Fraction)``: an integer's digits are read as an ``int``, four times faster than
+    the general parse (a repeated query of thousands of cells reads thousands)."""
+    if text.isdecimal() or (text[:1] == "-" and text[1:].isdecimal()):
+        return Fraction(int(text))
+    return Fraction(text)
 
 
 _LISTED_ENTRIES = 256
 """Up to this many cells, :func:`cached_cells` lists the keys as constants, which DuckDB
 filters the cache with (about 1 ms at 300,000 cached cells, against 3.4 ms for the semi-join
-over an unnested list that larger look-ups use)."""
+that larger look-ups use), and :func:`_insert_cells` sends them as list parameters. More are
+looked up and cached through a registered Arrow table: a list parameter is converted value
+by value (a look-up of 9,456 cells: 28 against 13 ms)."""
+_LOOK_UP = f"SELECT cell_hash, value FROM {S}.dp_cells WHERE entry IN"
+_LOOK_UP_VIEW = f"{_LOOK_UP} (SELECT entry FROM {_WANTED_VIEW})"
 
 
 # --- administration --------------------------------------------------------------------------

@@ -413,8 +413,8 @@ def _complete(exact_cells: pa.Table, stage: DpStage, domains: list[list] | None)
     lookup = dict(zip(present, found, strict=True))
     columns = _grid_keys(stage, domains)
     zeros = (0,) * len(stats)
-    grid = zip(*columns.values(), strict=True)
-    rows = [lookup.get(tuple(_plain(v) for v in key), zeros) for key in grid]
+    plain = _grid_keys(stage, [[_plain(v) for v in d] for d in domains])  # columns' values
+    rows = [lookup.get(key, zeros) for key in zip(*plain.values(), strict=True)]
     columns.update((c, [row[i] for row in rows]) for i, c in enumerate(stats))
     return _Cells(columns, len(rows))
 

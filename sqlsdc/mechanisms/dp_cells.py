@@ -218,8 +218,9 @@ def _identity_prefix(space: CellSpace, mechanism: CellMechanism) -> tuple[str, s
     return head, tail
 
 
-def _identity(prefix: tuple[str, str], keys: list[list[str]]) -> CellIdentity:
-    text = prefix[0] + _json(keys) + prefix[1]
+def _identity(prefix: tuple[str, str], keys: str) -> CellIdentity:
+    """The identity of the cell whose ``keys`` member is the JSON text ``keys``."""
+    text = prefix[0] + keys + prefix[1]
     return CellIdentity(text, hashlib.sha256(text.encode("utf-8")).hexdigest())
 
 
@@ -238,7 +239,7 @@ def cell_identity(
     """
     prefix = _identity_prefix(space, mechanism)
     keys = sorted([name, encode_key_value(key_values[col])] for col, name in space.keys)
-    return _identity(prefix, keys)
+    return _identity(prefix, _json(keys))
 
 
 STATISTIC_LABEL = "sqlsdc.dp_statistic.v1"
@@ -284,7 +285,7 @@ def statistic_identity(
     return CellIdentity(text, hashlib.sha256(text.encode("utf-8")).hexdigest())
 
 
-def _encoded_keys(frame: pd.DataFrame, space: CellSpace) -> list[list[list[str]]]:
+def _encoded_keys(frame: pd.DataFrame, space: CellSpace) -> list[str]:
     missing = [col for col, _ in space.keys if col not in frame.columns]
     if missing:
         raise ValueError(f"key columns {missing} are not in the frame (columns: {list(frame)})")
@@ -292,17 +293,39 @@ def _encoded_keys(frame: pd.DataFrame, space: CellSpace) -> list[list[list[str]]
                              len(frame))  # fmt: skip
 
 
-def _encoded_key_rows(
-    columns: Mapping[str, list], space: CellSpace, n: int
-) -> list[list[list[str]]]:
-    """Per cell, its canonical ``[name, encoded value]`` pairs sorted by name."""
+def _encoded_key_rows(columns: Mapping[str, list], space: CellSpace, n: int) -> list[str]:
+    """Per cell, the JSON text of its canonical ``[name, encoded value]`` pairs sorted by
+    name: exactly ``_json(pairs)``, built a column at a time (each value escaped as the JSON
+    encoder escapes it, then the pairs joined), which takes a third of the time of one
+    encoding per cell on results of thousands of cells."""
     order = sorted(range(len(space.keys)), key=lambda i: space.keys[i][1])
-    values = [columns[space.keys[i][0]] for i in order]
-    names = [space.keys[i][1] for i in order]
-    return [
-        [[name, encode_key_value(col[row])] for name, col in zip(names, values, strict=True)]
-        for row in range(n)
-    ]
+    parts = []
+    for i in order:
+        column, name = space.keys[i]
+        opening = "[" + _JSON_STRING(name) + ","
+        parts.append([opening + _JSON_STRING(e) + "]" for e in _encoded_column(columns[column])])
+    if not parts:
+        return ["[]"] * n
+    return ["[" + ",".join(pairs) + "]" for pairs in zip(*parts, strict=True)]
+
+
+_JSON_STRING = json.encoder.encode_basestring
+"""The escaping of a string by :data:`_ENCODER` (``ensure_ascii=False``): the same function."""
+
+
+def _encoded_column(values: list) -> list[str]:
+    """:func:`encode_key_value` of each value; a column of plain ``str`` (or of plain ``int``)
+    and NULLs is encoded in one pass without the per-value type tests, to the same texts."""
+    kinds = set(map(type, values))
+    if kinds <= _STR_KEYS:
+        return ["null" if v is None else "s:" + v for v in values]
+    if kinds <= _INT_KEYS:
+        return ["null" if v is None else f"i:{v}" for v in values]
+    return [encode_key_value(v) for v in values]
+
+
+_STR_KEYS = frozenset((str, type(None)))
+_INT_KEYS = frozenset((int, type(None)))  # not bool, whose type is not int
 
 
 # --- drawing noise ---------------------------------------------------------------------------
@@ -454,11 +477,11 @@ def _noisy_values(keys, exact_columns, space, mechanisms, secret, policy_version
         for row, ident in enumerate(identities[column]):
             hit = known.get(ident.digest)
             if hit is not None:
-                values[row] = Fraction(hit)
+                values[row] = hit if type(hit) is Fraction else Fraction(hit)
                 result.reused += 1
             else:
                 new.append(row)
-        cell_streams = [streams.derive(identities[column][row].text) for row in new]
+        cell_streams = streams.derive_many([identities[column][row].text for row in new])
         if cal.noise is Noise.OPTIMAL_SELECTION:  # the keep decision of the group, 1 or 0
             drawn = [keep_decision(_units(exact[row], unit), cal, stream)
                      for row, stream in zip(new, cell_streams, strict=True)]  # fmt: skip

