@@ -125,6 +125,11 @@ class Statement:
     described: CatalogAnswer | None = None  # run by Describe (no parameters), for the Execute
     text_only: bool = False  # described before its parameters were known: columns as text
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes it keeps: the answer of its Describe, not yet taken by a Bind."""
+        return _answer_bytes(self.described)
+
 
 @dataclass
 class Portal:
@@ -136,6 +141,15 @@ class Portal:
     text_only: bool = False
     encoded: list | None = field(default=None, repr=False)
     size: int = 0  # bytes of the parameter values of its Bind, which it keeps
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes it keeps: its answer and the parameter values of its Bind."""
+        return self.size + _answer_bytes(self.result)
+
+
+def _answer_bytes(answer: CatalogAnswer | None) -> int:
+    return 0 if answer is None or answer.table is None else answer.table.nbytes
 
 
 def parameter_types(sql: str, given: tuple[int, ...]) -> tuple[int, ...]:
@@ -170,6 +184,8 @@ class Session:
         self.status = "I"  # ReadyForQuery: I idle, T in a transaction block, E failed block
         self.statements: dict[str, Statement] = {}
         self.portals: dict[str, Portal] = {}
+        self._kept_bytes: dict[tuple[str, str], int] = {}  # ("S"|"P", name) -> its nbytes
+        self._kept_total = 0  # their sum: what held() reads without walking every portal
         self.skipping = False  # after an error in the extended protocol, until Sync
         self.running = False
         self.cancelled = False
@@ -362,6 +378,16 @@ class Session:
                     self.skipping = True
                 if kind == b"Q":
                     await self._ready()
+            # what a message wrote waits for the client to read it before the next message is
+            # read: a client that pipelines messages and reads nothing back otherwise grows the
+            # server's write buffer without bound (8-byte Describes of a statement with 32,767
+            # parameters each wrote 128 KB: 32 KB sent held 420 MB; red team s35b)
+            await self.writer.drain()
+            # and the other sessions get their turn: reading a message already in the buffer
+            # does not return to the event loop, so a client that sent thousands of messages in
+            # one go had them all handled before any other session's (10 sessions of one
+            # analyst, 20,000 Binds each, made another user's SELECT 1 wait 5 s)
+            await asyncio.sleep(0)
 
     async def _answer(self, sql: str, params: tuple) -> CatalogAnswer:
         """The catalog's answer or the guard's result, run in the thread pool."""
@@ -388,11 +414,22 @@ class Session:
 
     def held(self) -> int:
         """Bytes this session keeps for its portals (answers and bound parameter values),
-        described statements (answers) and the simple Query whose answer it is writing."""
-        kept = [p.result for p in self.portals.values()]
-        kept += [st.described for st in self.statements.values()]
-        answers = sum(a.table.nbytes for a in kept if a is not None and a.table is not None)
-        return answers + sum(p.size for p in self.portals.values()) + self.sending
+        described statements (answers) and the simple Query whose answer it is writing.
+
+        Kept as a running sum (:meth:`_recount`), not summed over the portals: every statement
+        of every session of a user reads it, and walking 50 sessions' thousand portals and
+        statements for each of a client's pipelined Binds held the event loop, so every other
+        user's session waited (20,000 Binds from 10 sessions: 25 s; red team s35b)."""
+        return self._kept_total + self.sending
+
+    def _recount(self, kind: str, name: str) -> None:
+        """Update the running sum of :meth:`held` after statement (``kind`` "S") or portal
+        ("P") ``name`` was added, changed or removed: every such change calls this."""
+        holder = (self.statements if kind == "S" else self.portals).get(name)
+        now = 0 if holder is None else holder.nbytes
+        self._kept_total += now - self._kept_bytes.pop((kind, name), 0)
+        if now:
+            self._kept_bytes[(kind, name)] = now
 
     def _check_held(self, more: int = 0) -> None:
         """Refuse (53400) to keep anything more while the sessions of this user keep
@@ -450,7 +487,9 @@ class Session:
             kinds = parameter_types(message.sql, message.param_types)
         except ValueError:
             raise StatementError("08P01", "parameter numbers must be between 1 and 65535") from None
+        _forget_answer(self.statements.get(message.name))
         self.statements[message.name] = Statement(message.sql, kinds)
+        self._recount("S", message.name)
         self._send(codec.PARSE_COMPLETE)
 
     async def _bind(self, body: codec.Reader) -> None:
@@ -482,6 +521,8 @@ class Session:
         if statement.described is not None and not params:
             portal.result, statement.described = statement.described, None
         self.portals[message.portal] = portal
+        self._recount("S", message.statement)
+        self._recount("P", message.portal)
         self._send(codec.BIND_COMPLETE)
 
     async def _describe(self, body: codec.Reader) -> None:
@@ -497,6 +538,7 @@ class Session:
                 self._send(_description(shape, (), text_only=True) if shape else codec.NO_DATA)
             else:
                 statement.described = await self._kept(statement.sql, ())
+                self._recount("S", message.name)
                 self._send(_description(statement.described.table, (), text_only=False)
                            if statement.described.table is not None else codec.NO_DATA)  # fmt: skip
             return
@@ -506,6 +548,7 @@ class Session:
             return
         if portal.result is None:
             portal.result = await self._kept(portal.statement.sql, portal.params)
+            self._recount("P", message.name)
         table = portal.result.table
         self._send(codec.NO_DATA if table is None
                    else _description(table, portal.formats, portal.text_only))  # fmt: skip
@@ -538,6 +581,7 @@ class Session:
             return
         if portal.result is None:
             portal.result = await self._kept(portal.statement.sql, portal.params)
+            self._recount("P", message.portal)
         if portal.result.table is None:
             self._send(codec.command_complete(portal.result.tag))
             return
@@ -568,7 +612,10 @@ class Session:
 
     async def _close_message(self, body: codec.Reader) -> None:
         message = codec.parse_close(body)
-        (self.statements if message.kind == "S" else self.portals).pop(message.name, None)
+        closed = (self.statements if message.kind == "S" else self.portals).pop(message.name, None)
+        if message.kind == "S":
+            _forget_answer(closed)
+        self._recount(message.kind, message.name)
         self._send(codec.CLOSE_COMPLETE)
 
     async def _sync(self, body: codec.Reader) -> None:
@@ -578,6 +625,8 @@ class Session:
         self.skipping = False
         if self.status == "I":
             self.portals.clear()
+            for key in [key for key in self._kept_bytes if key[0] == "P"]:
+                self._kept_total -= self._kept_bytes.pop(key)
         await self._ready()
 
     async def _ready(self) -> None:
@@ -604,6 +653,15 @@ class Session:
         if name not in self.portals:
             raise StatementError("34000", f'portal "{name}" does not exist')
         return self.portals[name]
+
+
+def _forget_answer(statement: Statement | None) -> None:
+    """A statement closed or replaced lets go of the answer of its Describe: the portals bound
+    to it still hold the statement, and through it that answer, which no count saw any more
+    (Parse, Bind, Describe, Close, repeated in a transaction block, kept 18 MB a round
+    uncounted past the 64 MB bound; red team s35b)."""
+    if statement is not None:
+        statement.described = None
 
 
 def _run(catalog: SessionCatalog, connection, sql: str, params: tuple):

@@ -1,0 +1,175 @@
+"""Red-team round s35b, as an analyst with a server login (or none), against ``sqlsdc serve``
+(the PostgreSQL protocol server), the release database ``publish`` writes, and the back-end jobs
+next to the guarded queries. Each test runs against a real server subprocess
+(tests/server/conftest.py).
+
+What succeeded, and was closed:
+
+* **memory through pipelined messages**: the server read a client's messages one after the
+  other and wrote their answers without waiting for the client to read them (only a
+  ReadyForQuery or a result's rows waited), so a client that sent messages and read nothing
+  grew the server's write buffer without bound. A Parse of an empty statement with 32,767
+  declared parameter types, then 8-byte Describes of it: each is answered with a 128 KB
+  ParameterDescription; 4,000 of them (32 KB sent) held 420 MB of the server, and nothing
+  bounded the count. The server now waits, after every message, for what it wrote to drain
+  below the transport's mark, as PostgreSQL blocks on a full socket
+  (``test_pipelined_messages_do_not_grow_the_servers_memory``).
+* **the event loop held by the count of kept bytes**: every Bind, Describe, Execute and Query
+  summed what all of the user's sessions keep by walking every portal and statement of each of
+  them; an analyst with 10 sessions of 1,000 statements and portals each (a transaction block
+  keeps them) pipelining 20,000 Binds to the unnamed portal held the event loop, which every
+  session of every user shares, for 25 s (another user's ``SELECT 1`` waited 25 s; with 50
+  sessions, minutes). What a session keeps is now a running sum, updated where a statement or
+  portal changes; and a session returns to the event loop after every message, so one client's
+  thousands of buffered messages no longer run before any other session's (10 sessions each
+  pipelining 20,000 Binds made the other user wait 5 s; now 0.01 s)
+  (``test_pipelined_binds_do_not_stall_other_users``).
+* **answers kept past the bound**: a portal holds its statement, and a statement holds the
+  answer of its Describe until a Bind takes it; when the statement was closed (or the unnamed
+  one replaced), the answer was no longer counted but still held through the portals bound to
+  it before the Describe. Parse, Bind, Describe, Close of a 262,144-row read of the public
+  ``regions`` table, repeated in a transaction block, kept 18 to 35 MB a round, uncounted, far
+  past the 64 MB a user's sessions may keep (1,000 portals: tens of GB). A statement closed or
+  replaced now lets go of that answer
+  (``test_a_closed_statement_does_not_keep_its_answer_uncounted``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+from sqlsdc.server import codec
+from tests.server.conftest import PASSWORD, add_server_user, start_server, stop_server
+from tests.server.test_protocol import error_code, login, query, read_until
+
+psycopg = pytest.importorskip("psycopg")
+
+ADMIN_PASSWORD = PASSWORD + " admin"
+CROSS_JOIN = (
+    "SELECT "
+    + ", ".join(
+        f"r{i}.name AS n{i}, r{i}.region AS g{i}, r{i}.population AS p{i}" for i in range(6)
+    )
+    + " FROM "
+    + ", ".join(f"regions r{i}" for i in range(6))
+)
+"""A row-level read of the public table: 262,144 rows of about 35 MB in Arrow."""
+
+
+@pytest.fixture(scope="module")
+def server_db(pristine_demo_db, tmp_path_factory):
+    db = tmp_path_factory.mktemp("s35b") / "demo.duckdb"
+    shutil.copy(pristine_demo_db, db)
+    add_server_user(db)
+    add_server_user(db, "admin", ADMIN_PASSWORD)
+    return db
+
+
+@pytest.fixture(scope="module")
+def server(server_db):
+    running = start_server(server_db, "--insecure")
+    yield running
+    stop_server(running)
+
+
+def _rss_mb(pid: int) -> int:
+    """The resident memory of a process, in MB (Linux)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) // 1024
+    raise AssertionError("no VmRSS")
+
+
+def _read_everything(sock: socket.socket) -> None:
+    """Read and drop what the server sends until the socket closes (a thread)."""
+    try:
+        while sock.recv(1 << 20):
+            pass
+    except OSError:
+        pass
+
+
+def test_pipelined_messages_do_not_grow_the_servers_memory(server):
+    pytest.importorskip("scramp")
+    before = _rss_mb(server.process.pid)
+    sock, _, _ = login(server)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        types = struct.pack("!i", 25) * 32_767
+        sock.sendall(codec.message(b"P", b"s\0\0" + struct.pack("!h", 32_767) + types))
+        sock.sendall(codec.message(b"D", b"Ss\0") * 3_000)  # and read nothing: 384 MB of answers
+        deadline = time.monotonic() + 8  # the server answers about 300 a second
+        grown = 0
+        while time.monotonic() < deadline and grown < 100:
+            time.sleep(0.5)
+            grown = _rss_mb(server.process.pid) - before
+    finally:
+        sock.close()
+    assert grown < 100, f"the server grew by {grown} MB for 24 KB of Describes"
+    with psycopg.connect(server.dsn(), autocommit=True) as con:  # and it serves on
+        assert con.execute("SELECT 1 AS one").fetchall() == [(1,)]
+
+
+def _keep_statements_and_portals(server, count: int = 1_000) -> socket.socket:
+    """A session in a transaction block keeping ``count`` statements and ``count - 2``
+    portals (the unnamed one left free), its answers read by a thread."""
+    sock, _, _ = login(server)
+    query(sock, "BEGIN")
+    messages = [codec.message(b"P", f"s{i}\0SELECT 1\0".encode() + b"\0\0") for i in range(count)]
+    messages += [codec.message(b"B", f"p{i}\0s{i}\0".encode() + b"\0" * 6)
+                 for i in range(count - 2)]  # fmt: skip
+    sock.sendall(b"".join(messages) + codec.message(b"S"))
+    assert not [error_code(b) for k, b in read_until(sock) if k == b"E"]
+    threading.Thread(target=_read_everything, args=(sock,), daemon=True).start()
+    return sock
+
+
+def test_pipelined_binds_do_not_stall_other_users(server):
+    pytest.importorskip("scramp")
+    sessions = [_keep_statements_and_portals(server) for _ in range(5)]
+    admin = server.dsn(user="admin", password=ADMIN_PASSWORD)
+    try:
+        with psycopg.connect(admin, autocommit=True) as other:
+            other.execute("SELECT 1 AS one").fetchall()  # its catalog and engine are ready
+            bind = codec.message(b"B", b"\0s0\0" + b"\0" * 6)  # the unnamed portal, again
+            for sock in sessions:
+                sock.sendall(bind * 10_000)
+            time.sleep(0.2)
+            started = time.monotonic()
+            assert other.execute("SELECT 1 AS one").fetchall() == [(1,)]
+            waited = time.monotonic() - started
+    finally:
+        for sock in sessions:
+            sock.close()
+    assert waited < 3, f"another user's SELECT 1 waited {waited:.1f} s for an analyst's Binds"
+
+
+def test_a_closed_statement_does_not_keep_its_answer_uncounted(server):
+    pytest.importorskip("scramp")
+    sock, _, _ = login(server)
+    try:
+        query(sock, "BEGIN")
+        before = _rss_mb(server.process.pid)
+        for i in range(15):
+            sock.sendall(
+                codec.message(b"P", b"s\0" + CROSS_JOIN.encode() + b"\0\0\0")
+                + codec.message(b"B", f"p{i}\0s\0".encode() + b"\0" * 6)  # before the Describe
+                + codec.message(b"D", b"Ss\0")  # runs the statement: its answer is kept
+                + codec.message(b"C", b"Ss\0")
+                + codec.message(b"S")
+            )
+            errors = [error_code(body) for kind, body in read_until(sock) if kind == b"E"]
+            assert errors in ([], ["53400"])
+        grown = _rss_mb(server.process.pid) - before
+    finally:
+        sock.close()
+    # about 150 MB: the engine's and Arrow's pools keep a statement's worth; without the fix,
+    # 60 MB more a round (1 GB)
+    assert grown < 400, f"15 closed statements keep {grown} MB of answers"
