@@ -23,6 +23,8 @@ import hashlib
 import hmac
 import secrets
 import stringprep
+import threading
+import time
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,17 +149,48 @@ def _row(con, name: str):
                            f"FROM {S}.server_users WHERE user_name = ?", [name])  # fmt: skip
 
 
-def lookup(db: str | Path, name: str) -> ScramKeys | None:
-    """The stored keys of server user ``name`` (None if there is none)."""
+USERS_REFRESH = 1.0  # seconds a reading of the server users serves handshakes
+
+
+class ServerUsers:
+    """The keys of the server users as ``sqlsdc serve`` reads them: the whole table at once,
+    read again at most every :data:`USERS_REFRESH` seconds (a password set, changed or removed
+    applies to the handshakes from the next reading on).
+
+    A handshake used to open the database file to look its user up, before any password: a
+    stream of startup messages from anyone who reaches the port (16 threads, 270 a second) kept
+    the server process holding the file's lock nearly all the time, and an admin's command, a
+    publication or an analyst's CLI in another process waited 5 to 15 s for the file (red team
+    s35b). Now a stream of handshakes opens it once a second at most."""
+
+    def __init__(self, db: str | Path, refresh: float = USERS_REFRESH):
+        self._db, self._refresh = db, refresh
+        self._lock = threading.Lock()
+        self._keys: dict[str, ScramKeys] = {}
+        self._read_at: float | None = None
+
+    def keys(self, name: str) -> ScramKeys | None:
+        """The stored keys of server user ``name`` (None if there is none); called in the
+        server's thread pool."""
+        with self._lock:
+            if self._read_at is None or time.monotonic() - self._read_at >= self._refresh:
+                self._keys = _all_keys(self._db)
+                self._read_at = time.monotonic()
+            return self._keys.get(name)
+
+
+def _all_keys(db: str | Path) -> dict[str, ScramKeys]:
     con = engine.open_database(db, writes_data=False)
     try:
         if engine.one(con, "SELECT 1 FROM duckdb_tables() WHERE schema_name = ? AND "
                            "table_name = 'server_users'", [S]) is None:  # fmt: skip
-            return None
-        row = _row(con, name)
+            return {}
+        rows = con.execute(f"SELECT user_name, salt, stored_key, server_key, iterations "
+                           f"FROM {S}.server_users").fetchall()  # fmt: skip
     finally:
         con.close()
-    return None if row is None else ScramKeys(bytes(row[0]), bytes(row[1]), bytes(row[2]), row[3])
+    return {name: ScramKeys(bytes(salt), bytes(stored), bytes(server), iterations)
+            for name, salt, stored, server, iterations in rows}  # fmt: skip
 
 
 # --- the exchange --------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from sqlsdc.errors import (
     SqlSyntaxError,
 )
 from sqlsdc.server import codec, types
-from sqlsdc.server.auth import MECHANISM, AuthenticationFailed, ScramExchange, lookup
+from sqlsdc.server.auth import MECHANISM, AuthenticationFailed, ScramExchange
 from sqlsdc.server.catalog import CatalogAnswer, SessionCatalog
 from sqlsdc.server.codec import ProtocolError
 from sqlsdc.server.colnames import postgres_names
@@ -295,7 +295,7 @@ class Session:
         self.user = params.get("user", "")
         if not self.user:
             raise Fatal("28000", "no user name in the startup message")
-        keys = await self.server.in_pool(lookup, self.server.db, self.user)
+        keys = await self.server.in_pool(self.server.users.keys, self.user)
         exchange = ScramExchange(self.user, keys, self.server.decoy_secret)
         self._send(codec.sasl_mechanisms(MECHANISM))
         await self.writer.drain()

@@ -32,6 +32,16 @@ What succeeded, and was closed:
   past the 64 MB a user's sessions may keep (1,000 portals: tens of GB). A statement closed or
   replaced now lets go of that answer
   (``test_a_closed_statement_does_not_keep_its_answer_uncounted``).
+* **the database file held by anyone who reaches the port**: every startup message had the
+  server open the database file (in its thread pool, before any password) to look the user
+  up, and the server process holds the file's lock while any of its connections is open. A
+  process sending startups for user ``nobody`` from 16 threads (about 270 a second, no
+  password) made another process's opening of the file (an admin's command, ``publish``, an
+  analyst's CLI) wait 5 to 15 s. The server now reads the server users at most once a second
+  and answers handshakes from that reading; a password set, changed or removed applies to
+  logins from the next reading on
+  (``test_a_stream_of_startups_does_not_keep_the_file_from_other_processes``,
+  ``test_a_changed_password_applies_to_the_next_logins``).
 """
 
 from __future__ import annotations
@@ -39,13 +49,16 @@ from __future__ import annotations
 import shutil
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
 
+import cli_fork
 import pytest
 
 from sqlsdc.server import codec
-from tests.server.conftest import PASSWORD, add_server_user, start_server, stop_server
+from tests.server.conftest import PASSWORD, add_server_user, start_server, stop_server, wait_until
 from tests.server.test_protocol import error_code, login, query, read_until
 
 psycopg = pytest.importorskip("psycopg")
@@ -173,3 +186,69 @@ def test_a_closed_statement_does_not_keep_its_answer_uncounted(server):
     # about 150 MB: the engine's and Arrow's pools keep a statement's worth; without the fix,
     # 60 MB more a round (1 GB)
     assert grown < 400, f"15 closed statements keep {grown} MB of answers"
+
+
+FLOOD = """
+import socket, struct, sys, threading
+host, port = sys.argv[1], int(sys.argv[2])
+body = struct.pack("!i", 196608) + b"user\\0nobody\\0\\0"
+packet = struct.pack("!i", len(body) + 4) + body
+def startups():
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=5) as sock:
+                sock.sendall(packet)
+                sock.recv(1)  # the SASL offer: the user was looked up
+        except OSError:
+            pass
+for _ in range(16):
+    threading.Thread(target=startups, daemon=True).start()
+threading.Event().wait()
+"""
+"""Startup messages for user ``nobody``, from 16 threads, each connection closed once the
+server has answered it (a process of its own: this one's threads share its GIL)."""
+
+
+def test_a_stream_of_startups_does_not_keep_the_file_from_other_processes(server):
+    """No password needed: each startup message had the server open the database file to look
+    its user up."""
+    from sqlsdc.engines.duckdb import open_database
+
+    flood = subprocess.Popen([sys.executable, "-c", FLOOD, server.host, str(server.port)])
+    waits = []
+    try:
+        time.sleep(1.5)
+        for _ in range(3):  # this process is another process than the server
+            started = time.monotonic()
+            open_database(server.db, wait=30).close()
+            waits.append(time.monotonic() - started)
+    finally:
+        flood.kill()
+        flood.wait()
+    assert max(waits) < 2, f"another process waited {max(waits):.1f} s for the database file"
+
+
+def test_a_changed_password_applies_to_the_next_logins(server_db):
+    """Held (with the users read once a second): the old password stops working."""
+    running = start_server(server_db, "--insecure")
+    try:
+        with psycopg.connect(running.dsn(), autocommit=True) as con:
+            assert con.execute("SELECT 1 AS one").fetchall() == [(1,)]
+        cli_fork.run(["server-user", "passwd", server_db, "analyst", "--password-stdin"],
+                     input="a new password 7\n", check=True)  # fmt: skip
+
+        def refused() -> bool:
+            try:
+                psycopg.connect(running.dsn(), autocommit=True).close()
+            except psycopg.OperationalError as e:
+                assert "password authentication failed" in str(e)
+                return True
+            return False
+
+        assert wait_until(refused, timeout=5)
+        with psycopg.connect(running.dsn(password="a new password 7"), autocommit=True) as con:
+            assert con.execute("SELECT 1 AS one").fetchall() == [(1,)]
+    finally:
+        stop_server(running)
+        cli_fork.run(["server-user", "passwd", server_db, "analyst", "--password-stdin"],
+                     input=PASSWORD + "\n", check=True)  # fmt: skip
