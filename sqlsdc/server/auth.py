@@ -193,6 +193,21 @@ def _all_keys(db: str | Path) -> dict[str, ScramKeys]:
             for name, salt, stored, server, iterations in rows}  # fmt: skip
 
 
+def decoy_secret(db: str | Path) -> bytes:
+    """The key of the made-up salts of unknown users (:class:`ScramExchange`): derived from the
+    database's PRF secret, so that a name shows the same salt after the server restarts, as a
+    real user's does. Drawn afresh at each start, it changed the salt of every unknown name at
+    a restart and of no real one, which told the names apart (red team s35b)."""
+    con = engine.open_database(db, writes_data=False)
+    try:
+        row = engine.one(con, f"SELECT material FROM {S}.secrets WHERE name = 'prf'")
+    finally:
+        con.close()
+    if row is None:  # a catalog without its secret answers no query either
+        return secrets.token_bytes(32)
+    return _hmac(bytes(row[0]), b"sqlsdc server: salts of unknown users")
+
+
 # --- the exchange --------------------------------------------------------------------------------
 
 

@@ -42,6 +42,11 @@ What succeeded, and was closed:
   logins from the next reading on
   (``test_a_stream_of_startups_does_not_keep_the_file_from_other_processes``,
   ``test_a_changed_password_applies_to_the_next_logins``).
+* **which names are users, told by a restart**: an unknown user gets a made-up salt, the same
+  at every attempt, but drawn from a secret the server made at each start; a real user's salt
+  is stored. Asking the salt of a name before and after a restart of the server told whether
+  it is a user (changed: not one). The made-up salts now come from the database's PRF secret
+  (``test_an_unknown_users_salt_survives_a_restart_like_a_known_ones``).
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ import cli_fork
 import pytest
 
 from sqlsdc.server import codec
+from tests.security.test_server_attacks import _sasl_first, _startup
 from tests.server.conftest import PASSWORD, add_server_user, start_server, stop_server, wait_until
 from tests.server.test_protocol import error_code, login, query, read_until
 
@@ -252,3 +258,31 @@ def test_a_changed_password_applies_to_the_next_logins(server_db):
         stop_server(running)
         cli_fork.run(["server-user", "passwd", server_db, "analyst", "--password-stdin"],
                      input=PASSWORD + "\n", check=True)  # fmt: skip
+
+
+def _salt(running, user: str) -> str:
+    """The salt the server shows ``user`` in its server-first message."""
+    with socket.create_connection((running.host, running.port), timeout=10) as sock:
+        _startup(sock, user)
+        text = _sasl_first(sock, f"n,,n=,r=nonce{user}")
+    return dict(part.split("=", 1) for part in text.split(","))["s"]
+
+
+def test_an_unknown_users_salt_survives_a_restart_like_a_known_ones(server_db):
+    salts = []
+    for _ in range(2):
+        running = start_server(server_db, "--insecure")
+        try:
+            salts.append((_salt(running, "analyst"), _salt(running, "nobody-here")))
+        finally:
+            stop_server(running)
+    assert salts[0] == salts[1]
+    assert salts[0][1] != _salt_of_another_name(server_db)
+
+
+def _salt_of_another_name(server_db) -> str:
+    running = start_server(server_db, "--insecure")
+    try:
+        return _salt(running, "somebody-else")
+    finally:
+        stop_server(running)
