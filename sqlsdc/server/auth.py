@@ -234,8 +234,11 @@ class ScramExchange:
         text = _text(client_first)
         flag, _, rest = text.partition(",")
         authzid, _, bare = rest.partition(",")
-        if flag not in ("n", "y") or (authzid and not authzid.startswith("a=")):
-            raise AuthenticationFailed  # "p=": channel binding, which is not offered
+        if flag not in ("n", "y") or authzid:
+            # "p=": channel binding, which is not offered; "a=NAME": an authorization identity
+            # (act as NAME), which PostgreSQL refuses too: the session would run as the user
+            # of the startup message while its client asked for another (red team s35b)
+            raise AuthenticationFailed
         attributes = _attributes(bare)
         if "m" in attributes or "n" not in attributes or not attributes.get("r"):
             raise AuthenticationFailed

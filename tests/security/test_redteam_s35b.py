@@ -47,6 +47,11 @@ What succeeded, and was closed:
   is stored. Asking the salt of a name before and after a restart of the server told whether
   it is a user (changed: not one). The made-up salts now come from the database's PRF secret
   (``test_an_unknown_users_salt_survives_a_restart_like_a_known_ones``).
+* **an authorization identity ignored**: a SCRAM client-first message ``n,a=admin,...`` with
+  the analyst's password logged in, as the analyst: the client asked to act as admin and was
+  let in without a word (as ``SET ROLE admin`` was answered SET before red team s30).
+  PostgreSQL refuses an authorization identity; so does sqlsdc now, as a failed login
+  (``test_an_authorization_identity_is_refused_not_ignored``).
 """
 
 from __future__ import annotations
@@ -65,7 +70,7 @@ import pytest
 from sqlsdc.server import codec
 from tests.security.test_server_attacks import _sasl_first, _startup
 from tests.server.conftest import PASSWORD, add_server_user, start_server, stop_server, wait_until
-from tests.server.test_protocol import error_code, login, query, read_until
+from tests.server.test_protocol import error_code, login, query, read, read_until
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -286,3 +291,43 @@ def _salt_of_another_name(server_db) -> str:
         return _salt(running, "somebody-else")
     finally:
         stop_server(running)
+
+
+def _scram_login(running, user: str, password: str, header: str) -> tuple[bytes, bytes]:
+    """A SCRAM-SHA-256 exchange with the GS2 ``header`` given (``n,,`` as libpq sends it, or
+    ``n,a=NAME,`` naming an authorization identity); the server's answer to the proof."""
+    import base64
+    import hashlib
+    import hmac
+
+    with socket.create_connection((running.host, running.port), timeout=10) as sock:
+        _startup(sock, user)
+        bare = "n=,r=clientnonce35b"
+        server_first = _sasl_first(sock, header + bare)
+        fields = dict(part.split("=", 1) for part in server_first.split(","))
+        salted = hashlib.pbkdf2_hmac("sha256", password.encode(), base64.b64decode(fields["s"]),
+                                     int(fields["i"]))  # fmt: skip
+        client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+        without_proof = f"c={base64.b64encode(header.encode()).decode()},r={fields['r']}"
+        message = f"{bare},{server_first},{without_proof}".encode()
+        signature = hmac.new(hashlib.sha256(client_key).digest(), message, hashlib.sha256)
+        proof = bytes(a ^ b for a, b in zip(client_key, signature.digest(), strict=True))
+        final = f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+        sock.sendall(codec.message(b"p", final))
+        return read(sock)
+
+
+def test_an_authorization_identity_is_refused_not_ignored(server):
+    """``n,a=admin,`` asks to act as admin with the analyst's password: the server ignored it
+    and logged the client in as the analyst, letting it believe otherwise; PostgreSQL refuses
+    an authorization identity, and so does sqlsdc now (as a failed authentication)."""
+    kind, _ = _scram_login(server, "analyst", PASSWORD, "n,,")
+    assert kind == b"R"  # the exchange itself is right
+    with socket.create_connection((server.host, server.port), timeout=10) as sock:
+        _startup(sock, "analyst")
+        first = b"n,a=admin,n=,r=clientnonce35b"
+        sock.sendall(
+            codec.message(b"p", b"SCRAM-SHA-256\0" + struct.pack("!i", len(first)) + first)
+        )
+        kind, body = read(sock)
+    assert kind == b"E" and error_code(body) == "28P01", body
