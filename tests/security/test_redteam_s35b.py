@@ -52,6 +52,12 @@ What succeeded, and was closed:
   let in without a word (as ``SET ROLE admin`` was answered SET before red team s30).
   PostgreSQL refuses an authorization identity; so does sqlsdc now, as a failed login
   (``test_an_authorization_identity_is_refused_not_ignored``).
+* **an unaudited internal error**: a statement naming ``public.persons`` is parsed by the server
+  (to hand the guard ``persons``) before the guard sees it; nested 3,000 parentheses deep, it
+  raised RecursionError there, and the client got XX000 "internal error" (a line in the
+  server's error log an analyst writes at will) and no audit entry recorded the refusal; with
+  the plain name the guard refuses it as too complex (42601), audited. It now reaches the guard
+  unchanged (``test_a_deeply_nested_public_statement_is_refused_as_too_complex_and_audited``).
 """
 
 from __future__ import annotations
@@ -331,3 +337,25 @@ def test_an_authorization_identity_is_refused_not_ignored(server):
         )
         kind, body = read(sock)
     assert kind == b"E" and error_code(body) == "28P01", body
+
+
+def test_a_deeply_nested_public_statement_is_refused_as_too_complex_and_audited(server):
+    """``public.persons`` made the server parse the statement (to write ``persons``) before
+    the guard saw it, and sqlglot's RecursionError became an internal error (XX000, a line in
+    the server's error log), with no audit entry; the plain name got the guard's refusal."""
+    from sqlsdc.engines.duckdb import open_database
+
+    nested = "(" * 3000 + "age > 1" + ")" * 3000
+    with psycopg.connect(server.dsn(), autocommit=True) as con:
+        for table in ("persons", "public.persons"):
+            with pytest.raises(psycopg.errors.SyntaxError, match="too complex"):
+                con.execute(f"SELECT COUNT(*) AS n FROM {table} WHERE {nested} -- {table}")
+        assert con.execute("SELECT 1 AS one").fetchall() == [(1,)]
+    db = open_database(server.db, writes_data=False)
+    try:
+        audited = db.execute(
+            "SELECT decision FROM sqlsdc.audit WHERE sql_text LIKE '%-- public.persons'"
+        ).fetchall()
+    finally:
+        db.close()
+    assert audited == [("refused",)]
