@@ -58,6 +58,9 @@ What succeeded, and was closed:
   server's error log an analyst writes at will) and no audit entry recorded the refusal; with
   the plain name the guard refuses it as too complex (42601), audited. It now reaches the guard
   unchanged (``test_a_deeply_nested_public_statement_is_refused_as_too_complex_and_audited``).
+* left open by red team s32c, closed: COMMIT, ROLLBACK or END sent as a simple Query now
+  closes the block's portals, as PostgreSQL does
+  (``test_the_end_of_a_transaction_block_closes_its_portals``).
 """
 
 from __future__ import annotations
@@ -359,3 +362,24 @@ def test_a_deeply_nested_public_statement_is_refused_as_too_complex_and_audited(
     finally:
         db.close()
     assert audited == [("refused",)]
+
+
+@pytest.mark.parametrize("end", ["COMMIT", "ROLLBACK", "END"])
+def test_the_end_of_a_transaction_block_closes_its_portals(server, end):
+    """Left open by red team s32c: a block's portals (and their answers) stayed open after
+    COMMIT or ROLLBACK sent as a simple Query, until the next Sync."""
+    sock, _, _ = login(server)
+    try:
+        query(sock, "BEGIN")
+        sock.sendall(
+            codec.message(b"P", b"\0SELECT region FROM regions\0\0\0")
+            + codec.message(b"B", b"a\0\0" + b"\0" * 6)
+            + codec.message(b"E", b"a\0" + struct.pack("!i", 1))  # suspended after one row
+            + codec.message(b"S")
+        )
+        assert [kind for kind, _ in read_until(sock)] == [b"1", b"2", b"D", b"s", b"Z"]
+        assert [kind for kind, _ in query(sock, end)] == [b"C", b"Z"]
+        sock.sendall(codec.message(b"E", b"a\0" + struct.pack("!i", 0)) + codec.message(b"S"))
+        assert [error_code(body) for kind, body in read_until(sock) if kind == b"E"] == ["34000"]
+    finally:
+        sock.close()
