@@ -5,6 +5,15 @@ next to the guarded queries. Each test runs against a real server subprocess
 
 What succeeded, and was closed:
 
+* **the whole server frozen by 170 bytes**: the server asks of every statement (simple Query,
+  Describe, Execute) whether it is blank, on its event loop, with a regular expression that
+  backtracked through every way of reading ``/**//**/`` as one comment or two: ``/**/``
+  repeated 22 times then ``x`` took 0.3 s, and each two more comments four times as long, so
+  an analyst's ``/**/`` x 40 ``SELECT 1`` would hold the event loop, and with it every session
+  of every user (logins included), for about a day. The repetition is now possessive (a
+  statement that is not blank fails once, in linear time); ``/* a */ b */``, which the old
+  expression took for blank, is now the guard's
+  (``test_a_query_after_many_empty_comments_does_not_hold_the_event_loop``).
 * **memory through pipelined messages**: the server read a client's messages one after the
   other and wrote their answers without waiting for the client to read them (only a
   ReadyForQuery or a result's rows waited), so a client that sent messages and read nothing
@@ -383,3 +392,25 @@ def test_the_end_of_a_transaction_block_closes_its_portals(server, end):
         assert [error_code(body) for kind, body in read_until(sock) if kind == b"E"] == ["34000"]
     finally:
         sock.close()
+
+
+def test_a_query_after_many_empty_comments_does_not_hold_the_event_loop(server_db):
+    """The server asks of every statement whether it is blank (spaces, semicolons, comments),
+    with a regular expression that backtracked exponentially: ``/**/`` 22 times then ``x``
+    took 0.3 s, each two more four times as long; 40 of them hold the server's event loop (and
+    so every session of every user) for about a day. A server of its own: a failing run must
+    not take the module's server with it."""
+    running = start_server(server_db, "--insecure")
+    try:
+        sock, _, _ = login(running)
+        sock.settimeout(10)
+        try:
+            kinds = [kind for kind, _ in query(sock, "/**/" * 40 + "SELECT 1 AS one")]
+        finally:
+            sock.close()
+        assert kinds == [b"T", b"D", b"C", b"Z"]
+        with psycopg.connect(running.dsn(), autocommit=True) as con:
+            assert con.execute("/**/ /* x */ ; ").statusmessage is None  # still blank
+            assert con.execute("-- a\n/* b */ SELECT 2 AS two").fetchall() == [(2,)]
+    finally:
+        stop_server(running)
