@@ -1,4 +1,4 @@
-"""Red-team round s35b, as an analyst with a server login (or none), against ``sqlsdc serve``
+r"""Red-team round s35b, as an analyst with a server login (or none), against ``sqlsdc serve``
 (the PostgreSQL protocol server), the release database ``publish`` writes, and the back-end jobs
 next to the guarded queries. Each test runs against a real server subprocess
 (tests/server/conftest.py).
@@ -14,6 +14,15 @@ What succeeded, and was closed:
   statement that is not blank fails once, in linear time); ``/* a */ b */``, which the old
   expression took for blank, is now the guard's
   (``test_a_query_after_many_empty_comments_does_not_hold_the_event_loop``).
+* **the whole process frozen by a literal** (the guard, embedded or served): a text compared to
+  a DOUBLE column (``income = '1...1x'``) is checked for whether DuckDB reads it as a number
+  with a regular expression that, on a text of digits then a letter, tried every split of the
+  digits (``\d+\.?\d*``): quadratic, 8.7 s at 20,000 digits and 35 s at 40,000, hours for a
+  statement of the 1,000,000 characters allowed. A regular expression holds the GIL and no
+  timeout stops it, so a server's every session and login waited. The expression is now
+  possessive (``test_a_long_text_against_a_float_column_is_refused_in_linear_time``). The other
+  regular expressions that read analysts' text (server, guard, planner) were checked: bounded
+  or anchored, linear.
 * **memory through pipelined messages**: the server read a client's messages one after the
   other and wrote their answers without waiting for the client to read them (only a
   ReadyForQuery or a result's rows waited), so a client that sent messages and read nothing
@@ -414,3 +423,22 @@ def test_a_query_after_many_empty_comments_does_not_hold_the_event_loop(server_d
             assert con.execute("-- a\n/* b */ SELECT 2 AS two").fetchall() == [(2,)]
     finally:
         stop_server(running)
+
+
+@pytest.mark.parametrize("comparison", ["income = '{}x'", "weight > '{}e5x'"])
+def test_a_long_text_against_a_float_column_is_refused_in_linear_time(demo_db, comparison):
+    """The guard checks whether a text compared to a DOUBLE column reads as a number (DuckDB
+    casts it row by row) with a regular expression quadratic in the text when it does not:
+    20,000 digits then a letter took 8.7 s, holding the GIL (a server's every session waits,
+    and no timeout stops a regular expression); the 1,000,000 characters a statement may have
+    would take hours."""
+    import sqlsdc
+    from sqlsdc.errors import PolicyViolation
+
+    sql = "SELECT region, COUNT(*) AS n FROM persons WHERE {} GROUP BY region"
+    with sqlsdc.connect(demo_db, user="analyst") as con:
+        started = time.process_time()
+        with pytest.raises(PolicyViolation):
+            con.explain(sql.format(comparison.format("1" * 40_000)))
+        spent = time.process_time() - started
+    assert spent < 5, f"{spent:.1f} s of CPU to refuse one literal"
