@@ -47,6 +47,10 @@ What succeeded, and was closed:
   ``SELECT 1`` take 0.5 to 3.4 s. A statement over 64 KB is now typed in the thread pool,
   within the user's share (0.1 to 0.9 s: a regular expression still holds the GIL); measured
   with a script, no test (a load of 480 MB).
+  Reading a Bind's values ran there too: a binary numeric of 32,767 base-10000 digits takes
+  30 ms, a 4 MB Bind holds 63 (1.6 s), and three of them made another user wait 6 s; a Bind
+  of more than 64 KB of values is now read in the pool
+  (``test_a_bind_of_long_binary_numerics_does_not_stall_other_users``).
 * **answers kept past the bound**: a portal holds its statement, and a statement holds the
   answer of its Describe until a Bind takes it; when the statement was closed (or the unnamed
   one replaced), the answer was no longer counted but still held through the portals bound to
@@ -447,3 +451,30 @@ def test_a_long_text_against_a_float_column_is_refused_in_linear_time(demo_db, c
             con.explain(sql.format(comparison.format("1" * 40_000)))
         spent = time.process_time() - started
     assert spent < 5, f"{spent:.1f} s of CPU to refuse one literal"
+
+
+def test_a_bind_of_long_binary_numerics_does_not_stall_other_users(server):
+    """Reading a Bind's values ran on the event loop: a binary numeric of 32,767 base-10000
+    digits takes 30 ms to read, and a 4 MB Bind holds 63 of them (1.6 s)."""
+    digits = 32_767
+    numeric = struct.pack("!hhHH", digits, 0, 0, 0) + struct.pack("!H", 9999) * digits
+    values = b"".join(struct.pack("!i", len(numeric)) + numeric for _ in range(63))
+    bind = codec.message(
+        b"B", b"\0s\0" + struct.pack("!hh", 1, 1) + struct.pack("!h", 63) + values + b"\0\0"
+    )
+    sql = "SELECT " + " + ".join(f"$1::numeric * 0 + ${i}::numeric * 0" for i in range(2, 64))
+    sock, _, _ = login(server)
+    admin = server.dsn(user="admin", password=ADMIN_PASSWORD)
+    try:
+        sock.sendall(codec.message(b"P", b"s\0" + sql.encode() + b"\0\0\0"))
+        threading.Thread(target=_read_everything, args=(sock,), daemon=True).start()
+        with psycopg.connect(admin, autocommit=True) as other:
+            other.execute("SELECT 1 AS one").fetchall()
+            sock.sendall(bind * 3)
+            time.sleep(0.3)
+            started = time.monotonic()
+            assert other.execute("SELECT 1 AS one").fetchall() == [(1,)]
+            waited = time.monotonic() - started
+    finally:
+        sock.close()
+    assert waited < 1.5, f"another user's SELECT 1 waited {waited:.1f} s for an analyst's Binds"
