@@ -88,6 +88,45 @@ What succeeded, and was closed:
 * left open by red team s32c, closed: COMMIT, ROLLBACK or END sent as a simple Query now
   closes the block's portals, as PostgreSQL does
   (``test_the_end_of_a_transaction_block_closes_its_portals``).
+
+Tried and held (against a running server as ``analyst``, or with no login):
+
+* the catalog: ``reltuples`` -1 and ``relpages`` 0; ``pg_enum``, ``pg_sequence``,
+  ``pg_attrdef`` and column defaults empty; ``pg_stat_user_tables``, ``pg_sequences``,
+  ``pg_views`` refused; ``pg_description`` holds the policy's words (public); ``concat`` nested
+  tenfold a level stops at the shadow's memory limit, ``string_agg`` over ``generate_series``
+  too (tests ``test_held_*``); parameters of catalog queries are literals, never SQL.
+* the protocol: Execute with a negative row count sends every row once; ``1e999999999`` and
+  ``-1e999999999`` as numeric parameters are refused at once (as a value and as a LIMIT);
+  every other regular expression that reads analysts' text (server, guard, planner: leading
+  comments, SET values, parameters, casts, dates) runs in linear time on 1-4 MB of hostile
+  text; admins' guarded statements are checked by the same rules as analysts' (a shared
+  check-cache entry gives nothing an analyst's own check would refuse).
+* the release database: only job outputs, suppression patterns (published/suppressed, no
+  counts, no primary/secondary) and the protected results of the admin's named queries, with
+  their SQL text; a fresh DuckDB file written table by table, nothing of the source's catalog.
+
+Left open:
+
+* ``publish`` copies every job output into the release database, synthesis and anonymisation
+  outputs included, whether or not the policy lists them under ``releases:`` (which the guard
+  enforces for analysts): candidates stored to compare settings (``r01_k3``, ``r01_k5``,
+  ``r01_k10``: microaggregations of the same records, which intersect), or a CART synthesis
+  without smoothing (99 % of records identical to originals, per the README), reach every BI
+  user of the file. Documented as the design ("every protected output"); listing record-level
+  outputs under ``releases:`` before publishing them would be fail-closed.
+* the check cache is shared by every user of a process (deliberately:
+  tests/test_check_cache.py), so its timing tells whether anyone recently ran a given
+  statement: on the demo, a new statement took 94 ms (median; 69 to 507) and the same
+  statement after another connection ran it 56 ms (25 to 90); one guess per text (the probe
+  fills the cache).
+* a client that stops reading keeps its session waiting to write for ever (no timeout covers
+  writing, as before): its user's place and what it keeps stay counted.
+* a regular expression holds the GIL even in the pool: a 4 MB Parse still delays other
+  sessions by up to about 0.9 s; catalog refusals (a statement mixing ``pg_catalog`` and data
+  tables) and refusals at Describe (the guard's plan) are not audited (nothing is read).
+* red team s32c's open item stands: the server process holds the database file while any of
+  its sessions runs a statement, so overlapping slow statements keep other processes out.
 """
 
 from __future__ import annotations
@@ -478,3 +517,35 @@ def test_a_bind_of_long_binary_numerics_does_not_stall_other_users(server):
     finally:
         sock.close()
     assert waited < 1.5, f"another user's SELECT 1 waited {waited:.1f} s for an analyst's Binds"
+
+
+def test_held_catalog_shows_no_sizes_defaults_sequences_or_statistics(server):
+    """Held: what BI tools' catalog queries could reveal beyond names and types."""
+    with psycopg.connect(server.dsn(), autocommit=True) as con:
+        assert {row[1:] for row in con.execute(
+            "SELECT relname, reltuples, relpages FROM pg_class WHERE relnamespace = 2200"
+        ).fetchall()} == {(-1.0, 0)}  # fmt: skip
+        for empty in ("SELECT * FROM pg_catalog.pg_enum", "SELECT * FROM pg_sequence",
+                      "SELECT adbin FROM pg_attrdef",
+                      "SELECT column_default FROM information_schema.columns "
+                      "WHERE column_default IS NOT NULL"):  # fmt: skip
+            assert con.execute(empty).fetchall() == [], empty
+        for refused in ("SELECT * FROM pg_stat_user_tables", "SELECT * FROM pg_sequences",
+                        "SELECT * FROM pg_views"):  # fmt: skip
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                con.execute(refused)
+
+
+def test_held_a_catalog_string_cannot_grow_past_the_shadows_memory(server):
+    """Held: ``concat`` nested through derived tables multiplies a string tenfold a level;
+    at 100 MB the shadow's memory limit stops it (its engine error withheld)."""
+    level = "concat(s, s, s, s, s, s, s, s, s, s)"
+    inner = "SELECT '" + "x" * 1000 + "' AS s FROM pg_catalog.pg_am LIMIT 1"
+    for depth in range(6):
+        inner = f"SELECT {level} AS s FROM ({inner}) AS q{depth}"
+    with psycopg.connect(server.dsn(), autocommit=True) as con:
+        started = time.process_time()
+        with pytest.raises(psycopg.errors.ProtocolViolation, match="not supported by sqlsdc"):
+            con.execute(f"SELECT length(s) FROM ({inner}) AS z")
+        assert con.execute("SELECT 1 AS one").fetchall() == [(1,)]
+    assert time.process_time() - started < 5
