@@ -416,13 +416,14 @@ class Session:
             self.status = "T"
         elif answer.tag in _NOT_IN_TRANSACTION:
             self.status = "I"
-            self._close_portals()  # as PostgreSQL closes them at the end of the transaction
         return answer
 
     def _close_portals(self) -> None:
         """Close every portal, letting go of their answers and parameters: at Sync outside a
-        transaction block, and at COMMIT and ROLLBACK (which left them open until the next
-        Sync, counted against the user's 64 MB: red team s32c, closed in s35b)."""
+        transaction block, and at COMMIT and ROLLBACK sent as a simple Query (which left them
+        open until the next Sync, counted against the user's 64 MB: red team s32c, closed in
+        s35b). An extended-protocol COMMIT closes them at its Sync: its own portal may still be
+        described, then executed."""
         self.portals.clear()
         for key in [key for key in self._kept_bytes if key[0] == "P"]:
             self._kept_total -= self._kept_bytes.pop(key)
@@ -475,6 +476,8 @@ class Session:
             if _tag_of(sql) not in _NOT_IN_TRANSACTION:  # a client that does not read keeps
                 self._check_held()  # its answer in the server: counted like a portal's
             answer = await self._answer(sql, ())
+            if answer.tag in _NOT_IN_TRANSACTION:
+                self._close_portals()  # as PostgreSQL closes them at the end of the transaction
             if answer.table is not None:
                 self.sending = answer.table.nbytes
                 try:

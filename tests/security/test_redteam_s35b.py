@@ -549,3 +549,21 @@ def test_held_a_catalog_string_cannot_grow_past_the_shadows_memory(server):
             con.execute(f"SELECT length(s) FROM ({inner}) AS z")
         assert con.execute("SELECT 1 AS one").fetchall() == [(1,)]
     assert time.process_time() - started < 5
+
+
+def test_held_a_commit_described_then_executed_in_the_extended_protocol(server):
+    """COMMIT as a portal (Parse, Bind, Describe, Execute, Sync): its portal stays until its
+    Sync, which closes the block's portals."""
+    sock, _, _ = login(server)
+    try:
+        query(sock, "BEGIN")
+        sock.sendall(
+            codec.message(b"P", b"\0COMMIT\0\0\0")
+            + codec.message(b"B", b"c\0\0" + b"\0" * 6)
+            + codec.message(b"D", b"Pc\0")
+            + codec.message(b"E", b"c\0" + struct.pack("!i", 0))
+            + codec.message(b"S")
+        )
+        assert [kind for kind, _ in read_until(sock)] == [b"1", b"2", b"n", b"C", b"Z"]
+    finally:
+        sock.close()
