@@ -252,7 +252,10 @@ def _literal_converts(literal: exp.Literal, other: exp.Expr) -> bool:
     if target == "decimal":
         return kind is T.DECIMAL and _fits_decimal(text, dtype)
     if target == "float":
-        return re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", text) is not None
+        # possessive: \d+\.?\d* split 40,000 digits before a letter in every way, in time
+        # quadratic in the literal, holding the GIL (8.7 s at 20,000 digits; a statement of
+        # the 1,000,000 characters allowed froze a whole server for hours; red team s35b)
+        return re.fullmatch(r"[+-]?(?:\d++\.?\d*+|\.\d++)(?:[eE][+-]?\d++)?", text) is not None
     if target == "boolean":
         return text.lower() in {"true", "false", "t", "f", "1", "0"}
     if target == "temporal":

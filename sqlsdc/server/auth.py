@@ -23,6 +23,8 @@ import hashlib
 import hmac
 import secrets
 import stringprep
+import threading
+import time
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,17 +149,63 @@ def _row(con, name: str):
                            f"FROM {S}.server_users WHERE user_name = ?", [name])  # fmt: skip
 
 
-def lookup(db: str | Path, name: str) -> ScramKeys | None:
-    """The stored keys of server user ``name`` (None if there is none)."""
+USERS_REFRESH = 1.0  # seconds a reading of the server users serves handshakes
+
+
+class ServerUsers:
+    """The keys of the server users as ``sqlsdc serve`` reads them: the whole table at once,
+    read again at most every :data:`USERS_REFRESH` seconds (a password set, changed or removed
+    applies to the handshakes from the next reading on).
+
+    A handshake used to open the database file to look its user up, before any password: a
+    stream of startup messages from anyone who reaches the port (16 threads, 270 a second) kept
+    the server process holding the file's lock nearly all the time, and an admin's command, a
+    publication or an analyst's CLI in another process waited 5 to 15 s for the file (red team
+    s35b). Now a stream of handshakes opens it once a second at most."""
+
+    def __init__(self, db: str | Path, refresh: float = USERS_REFRESH):
+        self._db, self._refresh = db, refresh
+        self._lock = threading.Lock()
+        self._keys: dict[str, ScramKeys] = {}
+        self._read_at: float | None = None
+
+    def keys(self, name: str) -> ScramKeys | None:
+        """The stored keys of server user ``name`` (None if there is none); called in the
+        server's thread pool."""
+        with self._lock:
+            if self._read_at is None or time.monotonic() - self._read_at >= self._refresh:
+                self._keys = _all_keys(self._db)
+                self._read_at = time.monotonic()
+            return self._keys.get(name)
+
+
+def _all_keys(db: str | Path) -> dict[str, ScramKeys]:
     con = engine.open_database(db, writes_data=False)
     try:
         if engine.one(con, "SELECT 1 FROM duckdb_tables() WHERE schema_name = ? AND "
                            "table_name = 'server_users'", [S]) is None:  # fmt: skip
-            return None
-        row = _row(con, name)
+            return {}
+        rows = con.execute(f"SELECT user_name, salt, stored_key, server_key, iterations "
+                           f"FROM {S}.server_users").fetchall()  # fmt: skip
     finally:
         con.close()
-    return None if row is None else ScramKeys(bytes(row[0]), bytes(row[1]), bytes(row[2]), row[3])
+    return {name: ScramKeys(bytes(salt), bytes(stored), bytes(server), iterations)
+            for name, salt, stored, server, iterations in rows}  # fmt: skip
+
+
+def decoy_secret(db: str | Path) -> bytes:
+    """The key of the made-up salts of unknown users (:class:`ScramExchange`): derived from the
+    database's PRF secret, so that a name shows the same salt after the server restarts, as a
+    real user's does. Drawn afresh at each start, it changed the salt of every unknown name at
+    a restart and of no real one, which told the names apart (red team s35b)."""
+    con = engine.open_database(db, writes_data=False)
+    try:
+        row = engine.one(con, f"SELECT material FROM {S}.secrets WHERE name = 'prf'")
+    finally:
+        con.close()
+    if row is None:  # a catalog without its secret answers no query either
+        return secrets.token_bytes(32)
+    return _hmac(bytes(row[0]), b"sqlsdc server: salts of unknown users")
 
 
 # --- the exchange --------------------------------------------------------------------------------
@@ -186,8 +234,11 @@ class ScramExchange:
         text = _text(client_first)
         flag, _, rest = text.partition(",")
         authzid, _, bare = rest.partition(",")
-        if flag not in ("n", "y") or (authzid and not authzid.startswith("a=")):
-            raise AuthenticationFailed  # "p=": channel binding, which is not offered
+        if flag not in ("n", "y") or authzid:
+            # "p=": channel binding, which is not offered; "a=NAME": an authorization identity
+            # (act as NAME), which PostgreSQL refuses too: the session would run as the user
+            # of the startup message while its client asked for another (red team s35b)
+            raise AuthenticationFailed
         attributes = _attributes(bare)
         if "m" in attributes or "n" not in attributes or not attributes.get("r"):
             raise AuthenticationFailed

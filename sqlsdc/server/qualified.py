@@ -35,6 +35,13 @@ def unqualified(sql: str, database: str) -> str:
     if SCHEMA not in sql.lower():
         return sql
     try:
+        return _without_public(sql, database)
+    except RecursionError:  # nested too deeply: the guard refuses it as too complex and audits
+        return sql  # the refusal (it was an internal error, and unaudited; red team s35b)
+
+
+def _without_public(sql: str, database: str) -> str:
+    try:
         trees = sqlglot.parse(sql, read=DIALECT)
     except (ParseError, TokenError, ValueError):
         return sql

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sqlsdc.errors import AccessDenied, Error, NotFoundError
+from sqlsdc.server.auth import ServerUsers, decoy_secret
 from sqlsdc.server.session import Session
 
 log = logging.getLogger("sqlsdc.server")
@@ -98,8 +99,9 @@ class Server:
         self.ssl_context = (tls_context(settings.tls_cert, settings.tls_key)
                             if settings.tls_cert else None)  # fmt: skip
         self.pool = ThreadPoolExecutor(settings.workers, thread_name_prefix="sqlsdc-session")
+        self.users = ServerUsers(settings.db)
         self._shares: dict[str, asyncio.Semaphore] = {}  # per user: see in_pool
-        self.decoy_secret = secrets.token_bytes(32)
+        self.decoy_secret = decoy_secret(settings.db)
         self.sessions: dict[int, Session] = {}
         self._pids = itertools.count(os.getpid() % 100_000 * 10_000 + 1)
         self._secrets: dict[int, int] = {}

@@ -34,7 +34,7 @@ from sqlsdc.errors import (
     SqlSyntaxError,
 )
 from sqlsdc.server import codec, types
-from sqlsdc.server.auth import MECHANISM, AuthenticationFailed, ScramExchange, lookup
+from sqlsdc.server.auth import MECHANISM, AuthenticationFailed, ScramExchange
 from sqlsdc.server.catalog import CatalogAnswer, SessionCatalog
 from sqlsdc.server.codec import ProtocolError
 from sqlsdc.server.colnames import postgres_names
@@ -55,9 +55,15 @@ MAX_HELD_BYTES = 64 * 1024 * 1024  # answers kept for portals and described stat
 # closed (so a user keeps less than this plus one answer per statement running at once)
 ROWS_PER_WRITE = 1000  # DataRows encoded and written at a time
 INLINE_ROWS = 100  # DataRows encoded on the event loop (tens of microseconds), not in the pool
+INLINE_TEXT = 65_536  # characters of a Parse (bytes of a Bind's values) read on the event loop
 AUTH_TIMEOUT = 15.0  # seconds from the first byte to the end of authentication
 BUDGET_EXHAUSTED = "53S01"  # class 53 "insufficient resources", an implementation-defined code
-_BLANK = re.compile(r"^(\s|;|--[^\n]*(\n|$)|/\*.*?\*/)*$", re.S)
+_BLANK = re.compile(r"(?:\s|;|--[^\n]*+(?:\n|\Z)|/\*.*?\*/)*+\Z", re.S)
+"""Spaces, semicolons and comments only (matched from the start), each comment the shortest: the
+repetition is possessive, so a statement that is not blank fails once. It backtracked through
+every way of reading ``/**//**/`` as one comment or two: 40 empty comments before ``SELECT 1``
+(a 170-byte Query) held the event loop, and every session of every user, for about a day
+(red team s35b)."""
 _PARAMETER = re.compile(r"\$(\d{1,5})")
 _NOT_CODE = re.compile(
     r"'(?:[^']|'')*+(?:'|\Z)|\"(?:[^\"]|\"\")*+(?:\"|\Z)|--[^\n]*+|/\*(?:.*?\*/|.*)", re.S
@@ -125,6 +131,11 @@ class Statement:
     described: CatalogAnswer | None = None  # run by Describe (no parameters), for the Execute
     text_only: bool = False  # described before its parameters were known: columns as text
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes it keeps: the answer of its Describe, not yet taken by a Bind."""
+        return _answer_bytes(self.described)
+
 
 @dataclass
 class Portal:
@@ -136,6 +147,15 @@ class Portal:
     text_only: bool = False
     encoded: list | None = field(default=None, repr=False)
     size: int = 0  # bytes of the parameter values of its Bind, which it keeps
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes it keeps: its answer and the parameter values of its Bind."""
+        return self.size + _answer_bytes(self.result)
+
+
+def _answer_bytes(answer: CatalogAnswer | None) -> int:
+    return 0 if answer is None or answer.table is None else answer.table.nbytes
 
 
 def parameter_types(sql: str, given: tuple[int, ...]) -> tuple[int, ...]:
@@ -170,6 +190,8 @@ class Session:
         self.status = "I"  # ReadyForQuery: I idle, T in a transaction block, E failed block
         self.statements: dict[str, Statement] = {}
         self.portals: dict[str, Portal] = {}
+        self._kept_bytes: dict[tuple[str, str], int] = {}  # ("S"|"P", name) -> its nbytes
+        self._kept_total = 0  # their sum: what held() reads without walking every portal
         self.skipping = False  # after an error in the extended protocol, until Sync
         self.running = False
         self.cancelled = False
@@ -279,7 +301,7 @@ class Session:
         self.user = params.get("user", "")
         if not self.user:
             raise Fatal("28000", "no user name in the startup message")
-        keys = await self.server.in_pool(lookup, self.server.db, self.user)
+        keys = await self.server.in_pool(self.server.users.keys, self.user)
         exchange = ScramExchange(self.user, keys, self.server.decoy_secret)
         self._send(codec.sasl_mechanisms(MECHANISM))
         await self.writer.drain()
@@ -362,6 +384,16 @@ class Session:
                     self.skipping = True
                 if kind == b"Q":
                     await self._ready()
+            # what a message wrote waits for the client to read it before the next message is
+            # read: a client that pipelines messages and reads nothing back otherwise grows the
+            # server's write buffer without bound (8-byte Describes of a statement with 32,767
+            # parameters each wrote 128 KB: 32 KB sent held 420 MB; red team s35b)
+            await self.writer.drain()
+            # and the other sessions get their turn: reading a message already in the buffer
+            # does not return to the event loop, so a client that sent thousands of messages in
+            # one go had them all handled before any other session's (10 sessions of one
+            # analyst, 20,000 Binds each, made another user's SELECT 1 wait 5 s)
+            await asyncio.sleep(0)
 
     async def _answer(self, sql: str, params: tuple) -> CatalogAnswer:
         """The catalog's answer or the guard's result, run in the thread pool."""
@@ -386,13 +418,34 @@ class Session:
             self.status = "I"
         return answer
 
+    def _close_portals(self) -> None:
+        """Close every portal, letting go of their answers and parameters: at Sync outside a
+        transaction block, and at COMMIT and ROLLBACK sent as a simple Query (which left them
+        open until the next Sync, counted against the user's 64 MB: red team s32c, closed in
+        s35b). An extended-protocol COMMIT closes them at its Sync: its own portal may still be
+        described, then executed."""
+        self.portals.clear()
+        for key in [key for key in self._kept_bytes if key[0] == "P"]:
+            self._kept_total -= self._kept_bytes.pop(key)
+
     def held(self) -> int:
         """Bytes this session keeps for its portals (answers and bound parameter values),
-        described statements (answers) and the simple Query whose answer it is writing."""
-        kept = [p.result for p in self.portals.values()]
-        kept += [st.described for st in self.statements.values()]
-        answers = sum(a.table.nbytes for a in kept if a is not None and a.table is not None)
-        return answers + sum(p.size for p in self.portals.values()) + self.sending
+        described statements (answers) and the simple Query whose answer it is writing.
+
+        Kept as a running sum (:meth:`_recount`), not summed over the portals: every statement
+        of every session of a user reads it, and walking 50 sessions' thousand portals and
+        statements for each of a client's pipelined Binds held the event loop, so every other
+        user's session waited (20,000 Binds from 10 sessions: 25 s; red team s35b)."""
+        return self._kept_total + self.sending
+
+    def _recount(self, kind: str, name: str) -> None:
+        """Update the running sum of :meth:`held` after statement (``kind`` "S") or portal
+        ("P") ``name`` was added, changed or removed: every such change calls this."""
+        holder = (self.statements if kind == "S" else self.portals).get(name)
+        now = 0 if holder is None else holder.nbytes
+        self._kept_total += now - self._kept_bytes.pop((kind, name), 0)
+        if now:
+            self._kept_bytes[(kind, name)] = now
 
     def _check_held(self, more: int = 0) -> None:
         """Refuse (53400) to keep anything more while the sessions of this user keep
@@ -423,6 +476,8 @@ class Session:
             if _tag_of(sql) not in _NOT_IN_TRANSACTION:  # a client that does not read keeps
                 self._check_held()  # its answer in the server: counted like a portal's
             answer = await self._answer(sql, ())
+            if answer.tag in _NOT_IN_TRANSACTION:
+                self._close_portals()  # as PostgreSQL closes them at the end of the transaction
             if answer.table is not None:
                 self.sending = answer.table.nbytes
                 try:
@@ -447,10 +502,18 @@ class Session:
                                  "at most)", "close (DEALLOCATE) statements it no longer "
                                  "needs")  # fmt: skip
         try:
-            kinds = parameter_types(message.sql, message.param_types)
+            if len(message.sql) <= INLINE_TEXT:
+                kinds = parameter_types(message.sql, message.param_types)
+            else:  # a long one in the pool, within the user's share: 0.4 s for 4 MB on the event
+                # loop made every other session wait (red team s35b: 6 sessions of one analyst
+                # parsing 4 MB statements made another user's SELECT 1 take up to 3.4 s)
+                kinds = await self.server.in_pool(parameter_types, message.sql,
+                                                  message.param_types, user=self.user)  # fmt: skip
         except ValueError:
             raise StatementError("08P01", "parameter numbers must be between 1 and 65535") from None
+        _forget_answer(self.statements.get(message.name))
         self.statements[message.name] = Statement(message.sql, kinds)
+        self._recount("S", message.name)
         self._send(codec.PARSE_COMPLETE)
 
     async def _bind(self, body: codec.Reader) -> None:
@@ -460,14 +523,14 @@ class Session:
             raise StatementError("08P01", f"bind message supplies {len(message.params)} "
                                  f"parameters, but prepared statement requires "
                                  f"{len(statement.param_types)}")  # fmt: skip
-        formats = message.param_formats or (0,)
+        size = sum(len(value) for value in message.params if value is not None)
         try:  # a value the server cannot read fails this statement (22P02), not the session
-            params = tuple(
-                types.read_parameter(value, oid,
-                                     (formats[i] if len(formats) > 1 else formats[0]) == 1)
-                for i, (value, oid) in enumerate(zip(message.params, statement.param_types,
-                                                     strict=True))
-            )  # fmt: skip
+            if size <= INLINE_TEXT:
+                params = _parameters(message, statement.param_types)
+            else:  # in the pool, within the user's share: a 4 MB Bind of 63 binary numerics
+                # took 1.6 s of the event loop, which every session shares (red team s35b)
+                params = await self.server.in_pool(_parameters, message, statement.param_types,
+                                                   user=self.user)  # fmt: skip
         except types.ParameterError as e:
             raise error_fields(e) from None
         if message.portal and message.portal in self.portals:
@@ -475,13 +538,14 @@ class Session:
         if len(self.portals) >= MAX_PREPARED:
             raise StatementError("53400", f"this session keeps {MAX_PREPARED} open portals, the "
                                  "most it may", "close portals it no longer needs")  # fmt: skip
-        size = sum(len(value) for value in message.params if value is not None)
         self._check_held(size)
         portal = Portal(statement, params, message.result_formats, text_only=statement.text_only,
                         size=size)  # fmt: skip
         if statement.described is not None and not params:
             portal.result, statement.described = statement.described, None
         self.portals[message.portal] = portal
+        self._recount("S", message.statement)
+        self._recount("P", message.portal)
         self._send(codec.BIND_COMPLETE)
 
     async def _describe(self, body: codec.Reader) -> None:
@@ -497,6 +561,7 @@ class Session:
                 self._send(_description(shape, (), text_only=True) if shape else codec.NO_DATA)
             else:
                 statement.described = await self._kept(statement.sql, ())
+                self._recount("S", message.name)
                 self._send(_description(statement.described.table, (), text_only=False)
                            if statement.described.table is not None else codec.NO_DATA)  # fmt: skip
             return
@@ -506,6 +571,7 @@ class Session:
             return
         if portal.result is None:
             portal.result = await self._kept(portal.statement.sql, portal.params)
+            self._recount("P", message.name)
         table = portal.result.table
         self._send(codec.NO_DATA if table is None
                    else _description(table, portal.formats, portal.text_only))  # fmt: skip
@@ -538,6 +604,7 @@ class Session:
             return
         if portal.result is None:
             portal.result = await self._kept(portal.statement.sql, portal.params)
+            self._recount("P", message.portal)
         if portal.result.table is None:
             self._send(codec.command_complete(portal.result.tag))
             return
@@ -568,7 +635,10 @@ class Session:
 
     async def _close_message(self, body: codec.Reader) -> None:
         message = codec.parse_close(body)
-        (self.statements if message.kind == "S" else self.portals).pop(message.name, None)
+        closed = (self.statements if message.kind == "S" else self.portals).pop(message.name, None)
+        if message.kind == "S":
+            _forget_answer(closed)
+        self._recount(message.kind, message.name)
         self._send(codec.CLOSE_COMPLETE)
 
     async def _sync(self, body: codec.Reader) -> None:
@@ -577,7 +647,7 @@ class Session:
         body.end()
         self.skipping = False
         if self.status == "I":
-            self.portals.clear()
+            self._close_portals()
         await self._ready()
 
     async def _ready(self) -> None:
@@ -604,6 +674,28 @@ class Session:
         if name not in self.portals:
             raise StatementError("34000", f'portal "{name}" does not exist')
         return self.portals[name]
+
+
+def _parameters(message: codec.Bind, param_types: tuple[int, ...]) -> tuple:
+    """The values of a Bind's parameters, each read as its type in its format.
+
+    Raises:
+        types.ParameterError: a value that is not one of its type.
+    """
+    formats = message.param_formats or (0,)
+    return tuple(
+        types.read_parameter(value, oid, (formats[i] if len(formats) > 1 else formats[0]) == 1)
+        for i, (value, oid) in enumerate(zip(message.params, param_types, strict=True))
+    )
+
+
+def _forget_answer(statement: Statement | None) -> None:
+    """A statement closed or replaced lets go of the answer of its Describe: the portals bound
+    to it still hold the statement, and through it that answer, which no count saw any more
+    (Parse, Bind, Describe, Close, repeated in a transaction block, kept 18 MB a round
+    uncounted past the 64 MB bound; red team s35b)."""
+    if statement is not None:
+        statement.described = None
 
 
 def _run(catalog: SessionCatalog, connection, sql: str, params: tuple):

@@ -79,7 +79,8 @@ Left open:
   per process; a fix needs a gate in the server that starts no statement while another
   process waits after a turn.
 * COMMIT or ROLLBACK sent as a simple Query leaves the portals of the block open until the
-  next Sync (PostgreSQL closes them); they count against the user's 64 MB.
+  next Sync (PostgreSQL closes them); they count against the user's 64 MB. (Closed in red
+  team s35b.)
 * the bound is checked before a statement runs: a user's statements running at once (half the
   workers) may each add one answer past it.
 """
