@@ -484,3 +484,56 @@ def test_family_and_shape_of_a_column_or_literal_as_through_parentheses(analyst)
         wrapped = exp.Paren(this=value.copy())
         assert family(value) == family(wrapped)
         assert shape(value, family) == shape(wrapped, family)
+
+
+MOVED = {  # statement: WHEREs moved under the threshold and the CKM policy
+    # the outer WHERE holds a subquery: kept; the subquery's aggregation has its WHERE moved
+    "SELECT region, COUNT(*) FROM persons WHERE age > (SELECT AVG(age) FROM persons WHERE "
+    "age < 50) GROUP BY region": (1, 1),
+    # DP under the CKM policy: its frame describes the populations of the analysed tree
+    "SELECT scheme, SUM(amount) FROM benefits WHERE month > 3 GROUP BY scheme": (1, 0),
+    GROUPED.format("age BETWEEN 1 AND 9 OR region = 'R01'"): (1, 1),
+    "SELECT region, COUNT(*) AS n FROM persons WHERE age > 3 GROUP BY region UNION ALL "
+    "SELECT region, COUNT(*) FROM persons WHERE age < 3 GROUP BY region": (2, 2),
+    "SELECT c.region, c.n + 1 FROM (SELECT region, COUNT(*) AS n FROM persons WHERE age > 3 "
+    "GROUP BY region) AS c WHERE c.region <> 'R02'": (1, 1),
+}
+
+
+def _planned(context, sql: str):
+    """The analysed tree of ``sql`` and its plan, as the pipeline makes them."""
+    from sqlsdc.planner.multiplicity import prove_multiplicity
+    from sqlsdc.planner.plan import plan_query
+
+    tree = qualify_tree(parse_statement(sql), context.schema, sql)
+    analysis = analyze(tree, context.policy, context.schema, sql, context.constant_type)
+    multiplicity = prove_multiplicity(analysis, context.policy, context.unique_columns, sql)
+    return tree, plan_query(analysis, context.policy, context.unit_per_row, multiplicity)
+
+
+@pytest.mark.parametrize("sql", MOVED, ids=range(len(MOVED)))
+def test_a_moved_where_is_the_copied_one_and_leaves_the_rest_of_the_tree(analyst, ckm, sql):
+    """The rewrite moves an aggregation's WHERE into its frame when the pipeline reads the
+    analysed tree no more (``moving``): the same protected SQL as with a copy; without it,
+    the tree it is given is left unchanged; with it, the tree loses those WHEREs only."""
+    from sqlsdc.rewrite.cells import protect_cells
+    from sqlsdc.rewrite.registry import RewriteContext, frame_builders
+
+    for con, expected in zip((analyst, ckm), MOVED[sql], strict=True):
+        context = con._context
+        texts = []
+        for moving in (False, True):
+            tree, plan = _planned(context, sql)
+            before = tree.sql("duckdb")
+            wheres = {id(c.select): (c.select, c.select.args.get("where")) for c in plan.cells}
+            rewrite = RewriteContext(context.policy, context.ptables, {}, context.to_sql)
+            protected = protect_cells(tree, plan, frame_builders(rewrite), [], moving=moving)
+            texts.append(context.to_sql(protected))
+            moved = [(s, w) for s, w in wheres.values() if w is not None and w.parent is not s]
+            assert len(moved) == (expected if moving else 0)
+            for select, where in moved:  # now in the result: put back, the tree is as it was
+                assert select.args.get("where") is None
+                assert any(n is where for n in nodes(protected))
+                select.set("where", where.copy())
+            assert tree.sql("duckdb") == before
+        assert texts[0] == texts[1]
