@@ -467,7 +467,13 @@ class _Checker(AggregateChecks, TotalityChecks):
                             "equality joins along declared keys (e.g. p.household_id = "
                             "h.household_id)",
                         )
-            self._check_total(clause.this if isinstance(clause, exp.Where) else clause, info.scope)
+            if isinstance(clause, exp.Where):  # its condition's walk is the WHERE's but one
+                walked = self.own(clause)
+                condition = clause.this
+                within = walked[1:] if len(walked) > 1 and walked[1] is condition else None
+                self._check_total(condition, info.scope, walked=within)
+            else:
+                self._check_total(clause, info.scope, walked=self.own(clause))
         self._check_joins(info, infos)
 
     def _check_joins(self, info: ScopeInfo, infos) -> None:
