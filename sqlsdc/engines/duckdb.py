@@ -25,7 +25,7 @@ from sqlglot import exp
 from sqlglot.dialects.duckdb import DuckDB
 
 from sqlsdc.engines import ctrl_c, file_lock, watchdog
-from sqlsdc.engines.trees import copy_tree, release
+from sqlsdc.engines.trees import copy_tree, made_of, release
 from sqlsdc.errors import (
     AnswerTooLarge,
     Error,
@@ -426,13 +426,54 @@ def require_extensible_sqlglot() -> None:
 def to_sql(tree: exp.Expr) -> str:
     """DuckDB SQL for a protected tree, with built-in functions schema-qualified.
 
-    The generator changes the tree it prints, so it prints a copy (sharing the type
-    annotations, :func:`~sqlsdc.engines.trees.copy_tree`), released right after."""
-    copy = copy_tree(tree)
+    The generator changes some trees it prints, so it prints a copy (sharing the type
+    annotations, :func:`~sqlsdc.engines.trees.copy_tree`), released right after; the copy
+    refers to the WHERE conditions that the generator only reads instead of copying them
+    (:func:`_read_only_conditions`: a long condition is most of a large statement)."""
+    copy = copy_tree(tree, shared=_read_only_conditions(tree))
     try:
         return QualifiedDuckDB().generate(copy, copy=False)
     finally:
         release([copy])
+
+
+PRINTED_AS_READ = frozenset({
+    exp.And, exp.Or, exp.Paren, exp.Not, exp.Between, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT,
+    exp.LTE, exp.Is, exp.In, exp.Column, exp.Identifier, exp.Literal, exp.Null, exp.Boolean,
+    exp.Neg,
+})  # fmt: skip
+"""Classes whose SQL the generator writes by reading the node and its subtree only: it changes
+neither (sqlglot 30.30: the base generator's connectors, comparisons, BETWEEN, IS, NOT, column,
+identifier, literal and parenthesis, and DuckDB's IN, which builds a new tree only for an IN
+UNNEST, whose UNNEST is no class of this set; its IS of a boolean prints a copy). The generator
+reaches a WHERE's condition through its SELECT and WHERE, which read it too, and prepares only
+the root it is given (DuckDB moves no CTE and adds no boolean comparison).
+``tests/test_guard_size.py`` pins the generator's handler of each class, so that a sqlglot
+that prints one otherwise fails there first."""
+
+
+def _read_only_conditions(tree: exp.Expr) -> set[int]:
+    """The ids of the WHERE conditions of ``tree`` made of :data:`PRINTED_AS_READ` classes
+    alone, which the generator prints without changing them. The walk does not enter them."""
+    found = set()
+    Expr, Where = exp.Expr, exp.Where
+    stack = [tree]
+    push, pop = stack.append, stack.pop
+    while stack:
+        node = pop()
+        if node.__class__ is Where:
+            condition = node.args.get("this")
+            if isinstance(condition, Expr) and made_of(condition, PRINTED_AS_READ):
+                found.add(id(condition))
+                continue
+        for value in node.args.values():
+            if isinstance(value, Expr):
+                push(value)
+            elif type(value) is list:
+                for item in value:
+                    if isinstance(item, Expr):
+                        push(item)
+    return found
 
 
 def table_schemas(

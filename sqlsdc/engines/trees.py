@@ -10,13 +10,15 @@ takes apart a tree nobody reads any more, so that reference counting frees it at
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from copy import deepcopy
 
 from sqlglot import exp
 
 
-def copy_tree(tree: exp.Expr, twin: dict[int, exp.Expr] | None = None) -> exp.Expr:
+def copy_tree(
+    tree: exp.Expr, twin: dict[int, exp.Expr] | None = None, shared: Container[int] = ()
+) -> exp.Expr:
     """A copy of ``tree`` whose nodes share the type annotations of the originals.
 
     Node for node what sqlglot's ``Expression.__deepcopy__`` (``tree.copy()``) makes, in one
@@ -25,6 +27,11 @@ def copy_tree(tree: exp.Expr, twin: dict[int, exp.Expr] | None = None) -> exp.Ex
     Nothing changes an annotation in place: the rewrite never does, and sqlglot's passes and
     generator give a node a new type rather than change the one it has. ``twin``, when given,
     receives ``id(original) -> copy`` for every node of the tree.
+
+    ``shared``: ids of subtrees that are not copied: the copy refers to the original subtree,
+    whose parent stays the original's (a copy to print, where a part the generator only reads
+    need not be copied: :func:`sqlsdc.engines.duckdb.to_sql`). Such a copy is no tree of its
+    own: it is for reading downwards only, and :func:`release` leaves the shared parts alone.
     """
     Expr = exp.Expr
     root = tree.__class__()
@@ -44,6 +51,10 @@ def copy_tree(tree: exp.Expr, twin: dict[int, exp.Expr] | None = None) -> exp.Ex
         args, linked = copy.args, False
         for key, value in node.args.items():
             if isinstance(value, Expr):
+                if id(value) in shared:
+                    args[key] = value
+                    linked = True
+                    continue
                 child = value.__class__()
                 child.parent, child.arg_key = copy, key
                 args[key] = child
@@ -52,7 +63,7 @@ def copy_tree(tree: exp.Expr, twin: dict[int, exp.Expr] | None = None) -> exp.Ex
             elif type(value) is list:
                 items = []
                 for index, item in enumerate(value):
-                    if isinstance(item, Expr):
+                    if isinstance(item, Expr) and id(item) not in shared:
                         child = item.__class__()
                         child.parent, child.arg_key, child.index = copy, key, index
                         push((item, child))
@@ -151,3 +162,23 @@ def of_kind(walked: list[exp.Expr], kinds: type | tuple[type, ...]) -> list[exp.
     if not matching:
         return []
     return [n for n in walked if type(n) in matching]
+
+
+def made_of(node: exp.Expr, classes: Container[type]) -> bool:
+    """Whether every node of ``node``'s subtree is of one of ``classes`` (their exact class,
+    not a subclass); the walk stops at the first that is not."""
+    Expr = exp.Expr
+    stack = [node]
+    push, pop = stack.append, stack.pop
+    while stack:
+        current = pop()
+        if current.__class__ not in classes:
+            return False
+        for value in current.args.values():
+            if isinstance(value, Expr):
+                push(value)
+            elif type(value) is list:
+                for item in value:
+                    if isinstance(item, Expr):
+                        push(item)
+    return True

@@ -288,7 +288,10 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
     root = _root_identity(analysis)  # the DP frame of the root aggregation reuses its population
     populations = {} if root is None else {id(analysis.root.scope): root.population}
     rewrite = RewriteContext(context.policy, context.ptables, stages, context.to_sql, populations)
-    protected = protect_cells(tree, plan, frame_builders(rewrite), discarded)
+    population = _population(analysis, root)  # before the rewrite moves the analysed WHERE
+    # nothing below reads the analysed tree under its aggregations' projections: their WHERE
+    # may move into the result instead of being copied
+    protected = protect_cells(tree, plan, frame_builders(rewrite), discarded, moving=True)
     in_time()
     protected = _rename_outputs(protected, names)
     if plan.cells:  # rows of confidential data: their order tells nothing the values do not
@@ -304,7 +307,6 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
         if with_status and stages
         else {}
     )
-    population = _population(analysis, root)
     # the analysed trees are not read any more: freed now, not by the cycle collector
     for stage in stages.values():
         kept += [n for t in stage.trees.values() for n in nodes(t)]

@@ -33,6 +33,7 @@ from sqlsdc.planner.inlining import Inlining
 from sqlsdc.planner.repeated_columns import RepeatedColumns
 from sqlsdc.planner.scopes import (
     DIALECT,
+    NESTED,
     ROW_ROLES,
     SET_OPERATIONS,
     Analysis,
@@ -218,11 +219,27 @@ class _Checker(AggregateChecks, TotalityChecks):
         """``own_nodes(node)``, walked once while the tree does not change: the classification,
         the size check and the checks of a scope read the same clauses (a long WHERE is
         20,000 nodes). The walks are forgotten whenever the checker changes the tree
-        (:meth:`forget_walks`). Callers must not change the list."""
+        (:meth:`forget_walks`). Callers must not change the list. The walk of a query is
+        put together from its clauses' walks (the size check has walked most of them)."""
         known = self._own.get(id(node))
         if known is None or known[0] is not node:
-            known = self._own[id(node)] = (node, own_nodes(node))
+            walked = self._own_of_query(node) if isinstance(node, NESTED) else own_nodes(node)
+            known = self._own[id(node)] = (node, walked)
         return known[1]
+
+    def _own_of_query(self, node: exp.Expr) -> list[exp.Expr]:
+        """``own_nodes(node)`` as ``node`` and the walks of its children in argument order
+        (own_nodes walks depth first, children in argument order, nested queries left out)."""
+        found = [node]
+        for value in node.args.values():
+            if isinstance(value, exp.Expr):
+                if not isinstance(value, NESTED):
+                    found += self.own(value)
+            elif isinstance(value, list):
+                for item in value:
+                    if isinstance(item, exp.Expr) and not isinstance(item, NESTED):
+                        found += self.own(item)
+        return found
 
     def forget_walks(self) -> None:
         """The tree changed: walk again."""
@@ -450,7 +467,13 @@ class _Checker(AggregateChecks, TotalityChecks):
                             "equality joins along declared keys (e.g. p.household_id = "
                             "h.household_id)",
                         )
-            self._check_total(clause.this if isinstance(clause, exp.Where) else clause, info.scope)
+            if isinstance(clause, exp.Where):  # its condition's walk is the WHERE's but one
+                walked = self.own(clause)
+                condition = clause.this
+                within = walked[1:] if len(walked) > 1 and walked[1] is condition else None
+                self._check_total(condition, info.scope, walked=within)
+            else:
+                self._check_total(clause, info.scope, walked=self.own(clause))
         self._check_joins(info, infos)
 
     def _check_joins(self, info: ScopeInfo, infos) -> None:

@@ -423,6 +423,11 @@ class _Block:
             if child is not None:
                 return child
             child = _shell(node)
+        elif handling is _LITERAL and type(node.args.get("this")) is str:
+            child = exp.Literal()  # its text and kind: no node below it to schedule
+            child.args = node.args.copy()
+            child._type = node.type
+            return child
         else:
             child = node.__class__()
             if handling is _TYPED:
@@ -480,14 +485,7 @@ class _Block:
                 if column.name not in names:
                     raise _unresolved(column)
                 name = f"${names.index(column.name)}"
-            out = exp.Column(  # exp.column(name, table=label, quoted=True), built directly
-                this=exp.Identifier(this=name, quoted=True),
-                table=exp.Identifier(this=self._label(index), quoted=True),
-                db=None,
-                catalog=None,
-            )
-            out.type = column.type
-            return out
+            return _base_column(name, self._label(index), column.type)
         child: Scope = how[1]
         for projection in child.expression.expressions:
             if projection.alias_or_name == column.name:
@@ -532,21 +530,40 @@ class _Block:
         return Population(tables, text, _sha(text))
 
 
+def _base_column(name: str, label: str, dtype: exp.DataType | None) -> exp.Column:
+    """``exp.column(name, table=label, quoted=True)`` typed ``dtype``: the node that
+    ``exp.Column(this=exp.Identifier(this=name, quoted=True), table=exp.Identifier(...),
+    db=None, catalog=None)`` builds, its arguments linked directly (a column per operand of
+    a long chain)."""
+    column, this, table = exp.Column(), exp.Identifier(), exp.Identifier()
+    this.args["this"], this.args["quoted"] = name, True
+    table.args["this"], table.args["quoted"] = label, True
+    args = column.args
+    args["this"], args["table"], args["db"], args["catalog"] = this, table, None, None
+    this.parent, this.arg_key = column, "this"
+    table.parent, table.arg_key = column, "table"
+    column._type = dtype  # a DataType or None, as ``type`` gives it
+    return column
+
+
 _PLAIN_INIT = exp.Expr.__init__
-_REPLACED, _TYPED, _UNTYPED = "replaced", "typed", "untyped"
+_REPLACED, _TYPED, _UNTYPED, _LITERAL = "replaced", "typed", "untyped", "literal"
 _HANDLING: dict[type, str] = {}
 
 
 def _handling(kind: type) -> str:
     """How :meth:`_Block._rebuild` copies a node of class ``kind``: ``_REPLACED`` for a
     class :meth:`_Block._replaced` may replace (a column, a subquery, a class with a
-    constructor of its own), else as :func:`_shell` does: with its type, or untyped (a
+    constructor of its own), ``_LITERAL`` for a literal (its arguments copied at once: a
+    text and a flag), else as :func:`_shell` does: with its type, or untyped (a
     parenthesis). Cached per class."""
     if (
         issubclass(kind, (exp.Column, exp.Subquery, exp.Select, *_SET_OPERATIONS))
         or kind.__init__ is not _PLAIN_INIT
     ):
         found = _REPLACED
+    elif kind is exp.Literal:
+        found = _LITERAL
     else:
         found = _UNTYPED if issubclass(kind, exp.Paren) else _TYPED
     _HANDLING[kind] = found

@@ -116,18 +116,19 @@ class RepeatedColumns:
         for column in self._taken:
             column.args.clear()
         self._taken.clear()
+        types: dict[object, exp.DataType] = {}
         for between, key, bound in self.bounds:
             if between.args.get(key) is not None or bound.parent is not between:
                 raise InternalError("a range changed while its bounds were set aside")
             between.args[key] = bound
-            _type_literal(bound)
+            _type_literal(bound, types)
         for listed, values in self.lists:
             kept = listed.args.get("expressions") or []
             if len(kept) != 1 or kept[0] is not values[0] or values[0].parent is not listed:
                 raise InternalError("an IN list changed while its values were set aside")
             listed.args["expressions"] = values
             for value in values[1:]:
-                _type_literal(value)
+                _type_literal(value, types)
 
 
 def _in_projection(node: exp.Expr) -> bool:
@@ -160,14 +161,31 @@ def _written(operand: exp.Expr) -> tuple | None:
     return tuple(sorted(parts))
 
 
-def _type_literal(literal: exp.Literal) -> None:
-    """Type ``literal`` as ``annotate_types`` does (type and meta)."""
-    literal._type = _literal_type(literal).into_expr()
+def _type_literal(literal: exp.Literal, types: dict[object, exp.DataType]) -> None:
+    """Type ``literal`` as ``annotate_types`` does (type and meta). ``types``: the types given
+    so far, by spelling and by kind, one object per kind shared by the literals of one check
+    as copies of a tree share their originals' (:func:`~sqlsdc.engines.trees.copy_tree`:
+    nothing changes a type in place), instead of one new type object per value."""
+    spelled = (literal.is_string, literal.this)
+    shared = types.get(spelled)
+    if shared is None:
+        kind = _literal_type(literal)
+        shared = types.get(kind)
+        if shared is None:
+            shared = types[kind] = kind.into_expr()
+        types[spelled] = shared
+    literal._type = shared
     literal.meta["nonnull"] = True
 
 
 def _literal_type(literal: exp.Literal) -> exp.DType:
-    """The type sqlglot's ``annotate_types`` gives a literal (its rule for DuckDB too)."""
-    if literal.is_string:
+    """The type sqlglot's ``annotate_types`` gives a literal (its rule for DuckDB too): a
+    string VARCHAR, a number INT when ``is_int`` (``int()`` reads its text, as sqlglot's
+    ``to_py`` tries first; written out, without the properties' calls), else DOUBLE."""
+    if literal.args.get("is_string"):
         return T.VARCHAR
-    return T.INT if literal.is_int else T.DOUBLE
+    try:
+        int(literal.this)
+    except ValueError:
+        return T.DOUBLE
+    return T.INT

@@ -34,7 +34,13 @@ class TotalityChecks:
         for part in parts:
             self._check_total(part, scope, released=True)
 
-    def _check_total(self, node: exp.Expr, scope: Scope, released: bool = False) -> None:
+    def _check_total(
+        self,
+        node: exp.Expr,
+        scope: Scope,
+        released: bool = False,
+        walked: list[exp.Expr] | None = None,
+    ) -> None:
         """Refuse ``node`` unless no confidential value can make it raise an error.
 
         Every function must be listed in :data:`sqlsdc.planner.signatures.SIGNATURES`, its
@@ -42,9 +48,10 @@ class TotalityChecks:
         its value arguments must have types it is total on. ``released`` marks the projections,
         HAVING and ORDER BY of an aggregation: they run on every cell, published or not, so an
         error there would reveal which cells exist; aggregate results are released values there,
-        and only the literal arguments are checked on what depends on them.
+        and only the literal arguments are checked on what depends on them. ``walked``:
+        ``own_nodes(node)``, when the caller has it (not read with ``released``).
         """
-        nodes, reads_column = _evaluated_nodes(node, released)
+        nodes, reads_column = _evaluated_nodes(node, released, walked)
         kinds = set(map(type, nodes))  # the class tests below, made once per class
         acting = {
             k for k in kinds if issubclass(k, (exp.Column, exp.WindowSpec)) or k in SIGNATURES
@@ -197,14 +204,24 @@ def _number_literal(node: exp.Expr) -> bool:
     )
 
 
-def _evaluated_nodes(node: exp.Expr, released: bool) -> tuple[list[exp.Expr], list[bool]]:
+def _evaluated_nodes(
+    node: exp.Expr, released: bool, walked: list[exp.Expr] | None = None
+) -> tuple[list[exp.Expr], list[bool]]:
     """The nodes of ``node`` in its scope, parents first, and whether each reads a column of
     the scope (is one or has one below it); with ``released``, the arguments of aggregates are
     not entered (they are checked as aggregate arguments). One walk, whatever the size: the
     column flags are carried up from the children, not searched for from every node.
 
     Under ``released`` the flag of a node with an aggregate below it misses the aggregate's
-    arguments; such a node is skipped as a released value (``_contains_released_value``)."""
+    arguments; such a node is skipped as a released value (``_contains_released_value``).
+
+    ``walked``: ``own_nodes(node)`` (this walk's order, without ``released``), when the
+    caller has it: the flags are then carried up along the nodes' parents, each of which must
+    come before its child in it (else the walk is made here)."""
+    if walked is not None and not released and walked and walked[0] is node:
+        carried = _carried_up(walked)
+        if carried is not None:
+            return walked, carried
     nodes: list[exp.Expr] = []
     parents: list[int] = []
     stack = [(node, -1)]
@@ -227,6 +244,24 @@ def _evaluated_nodes(node: exp.Expr, released: bool) -> tuple[list[exp.Expr], li
         if reads_column[index]:
             reads_column[parents[index]] = True
     return nodes, reads_column
+
+
+def _carried_up(walked: list[exp.Expr]) -> list[bool] | None:
+    """Whether each node of ``walked`` (a walk with parents first, the root first) is a column
+    or has one below it, carried up along each node's parent; None when a parent is not
+    before its node in ``walked``."""
+    position = {id(n): i for i, n in enumerate(walked)}
+    reads_column = [isinstance(n, exp.Column) for n in walked]
+    parents = [-1]
+    for i in range(1, len(walked)):
+        parent = position.get(id(walked[i].parent), i)
+        if parent >= i:
+            return None
+        parents.append(parent)
+    for index in range(len(walked) - 1, 0, -1):  # children come after their parents
+        if reads_column[index]:
+            reads_column[parents[index]] = True
+    return reads_column
 
 
 _NESTED = (exp.Subquery, exp.Select, *SET_OPERATIONS)

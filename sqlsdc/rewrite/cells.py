@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from sqlsdc.engines.trees import copy_tree
-from sqlsdc.errors import PolicyViolation
+from sqlsdc.errors import InternalError, PolicyViolation
 from sqlsdc.planner.plan import CellPlan, QueryPlan
 from sqlsdc.planner.scopes import own_nodes
 from sqlsdc.policy import Method
@@ -60,15 +60,22 @@ class Cells:
     groupings: list[exp.Grouping]
     aggregates: list[exp.AggFunc]
     moved: dict[str, exp.Expr] = field(default_factory=dict)  # clauses taken out of ``select``
+    # clauses of the analysed tree left out of ``select`` (protect_cells' ``moving``), which the
+    # first :meth:`clause` call hands to the frame
+    lent: dict[str, exp.Expr] = field(default_factory=dict)
 
     def clause(self, key: str) -> exp.Expr | list[exp.Expr] | None:
         """The clause ``key`` (``from_``, ``joins``, ``where``, ``group``) of the aggregation,
         for a frame to own. The WHERE is moved out of ``select``, the working copy that the
         frame replaces, rather than copied: a long condition is the largest part of a
-        statement, and its copy in ``select`` would only be freed. :meth:`text` prints the
-        aggregation with it; a second call gets a copy."""
+        statement, and its copy in ``select`` would only be freed (or the analysed tree's
+        WHERE is handed over, when ``lent``). :meth:`text` prints the aggregation with it; a
+        second call gets a copy."""
         if key in self.moved:
             return copy_tree(self.moved[key])
+        if key in self.lent:
+            value = self.moved[key] = self.lent.pop(key)
+            return value
         value = self.select.args.get(key)
         if key != "where" or value is None:
             return None if value is None else copy_clause(value)
@@ -78,10 +85,11 @@ class Cells:
     def text(self) -> str:
         """The SQL of the aggregation as analysed, with the clauses the frame took
         (the text of a refusal)."""
-        if not self.moved:
+        taken = {**self.lent, **self.moved}
+        if not taken:
             return self.select.sql("duckdb")
         shown = self.select.copy()
-        for key, value in self.moved.items():
+        for key, value in taken.items():
             shown.set(key, value.copy())
         return shown.sql("duckdb")
 
@@ -91,6 +99,8 @@ class Cells:
 
 
 FrameBuilder = Callable[[Cells, dict[int, exp.Expr]], Frame]
+TAKING_THE_WHERE = (Method.CKM, Method.THRESHOLD, Method.ROUND)  # frames that own the WHERE
+# whole (:meth:`Cells.clause`); the others read or copy it
 
 
 def protect_cells(
@@ -98,17 +108,38 @@ def protect_cells(
     plan: QueryPlan,
     builders: dict[Method, FrameBuilder],
     discarded: list[exp.Expr] | None = None,
+    moving: bool = False,
 ):
-    """Return a protected copy of ``tree``; ``plan`` refers to nodes of ``tree``, left unchanged.
-    The parts of the copy that the protected frames replaced are appended to ``discarded``.
+    """Return a protected copy of ``tree``; ``plan`` refers to nodes of ``tree``, left unchanged
+    (unless ``moving``). The parts of the copy that the protected frames replaced are appended
+    to ``discarded``.
 
     ``builders`` maps a protection method to the module that builds its frame
     (:mod:`sqlsdc.rewrite.registry`); each aggregation is built by the builder of the method
     the planner chose for it (:func:`sqlsdc.planner.plan.choose_mechanism`). When any
     aggregation is noisy (DP), the result carries the noise's standard deviation and 95%
     half-width per position next to the status columns.
+
+    ``moving``: the caller reads nothing of ``tree`` below its aggregations any more, so the
+    WHERE of an aggregation whose frame takes it whole (:data:`TAKING_THE_WHERE`) and that has
+    no subquery is moved out of ``tree`` into the result instead of being copied (a long
+    condition is most of a large statement). Not when a frame is DP's, which describes the
+    populations of scopes of ``tree`` while it builds.
     """
     noisy = any(c.mechanism is Method.DP for c in plan.cells)
+    lent = {}  # id of an aggregation of ``tree`` -> its WHERE, taken out of ``tree``
+    if moving and not noisy:
+        for cell_plan in plan.cells:
+            where = cell_plan.select.args.get("where")
+            scope = cell_plan.scope
+            if (
+                where is not None
+                and cell_plan.mechanism in TAKING_THE_WHERE
+                and scope is not None
+                and scope.expression is cell_plan.select
+                and not scope.subquery_scopes
+            ):
+                lent[id(cell_plan.select)] = where.pop()
     twin: dict[int, exp.Expr] = {}  # id of a node of ``tree`` -> its copy
     copy = copy_tree(tree, twin)  # with the analysis' types: the generator reads some of them
     for exposure in plan.exposures:
@@ -122,7 +153,11 @@ def protect_cells(
             [twin[id(g)] for g in cell_plan.groupings],
             [twin[id(a.node)] for a in cell_plan.aggregates],
         )
+        if id(cell_plan.select) in lent:
+            cells.lent["where"] = lent[id(cell_plan.select)]
         frame = builders[cell_plan.mechanism](cells, twin)
+        if cells.lent:  # fail closed: a frame without the aggregation's WHERE
+            raise InternalError("a protected frame did not take the aggregation's WHERE")
         protected = _lift(cells, frame, with_accuracy=noisy)
         if cells.select is copy:
             copy = protected
