@@ -11,8 +11,10 @@ exercised; tests of those, of signals sent by a test to its own child, and of re
 :mod:`subprocess`.
 
 Imported, it is the client: :func:`run` and :func:`popen` stand for ``subprocess.run`` and
-``subprocess.Popen`` of ``[sys.executable, "-m", "sqlsdc.cli", *args]``; the server starts on
-first use, one per test process.
+``subprocess.Popen`` of ``[sys.executable, "-m", "sqlsdc.cli", *args]``, and with ``code=`` of
+``[sys.executable, "-c", code, *args]`` (a script that uses sqlsdc in a process of its own: one
+killed in the middle of a charge, one holding a database); the server starts on first use, one
+per test process.
 """
 
 from __future__ import annotations
@@ -129,16 +131,27 @@ def _become(request: dict) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    sys.path[0] = os.getcwd()  # as `python -m` has it
-    sys.argv = ["-m", *request["args"]]
+    if request.get("code") is None:
+        sys.path[0] = os.getcwd()  # as `python -m` has it
+        sys.argv = ["-m", *request["args"]]
+    else:
+        sys.path[0] = ""  # as `python -c` has it
+        sys.argv = ["-c", *request["args"]]
 
 
-def _run_command() -> int:
-    """``python -m sqlsdc.cli`` in this process; its exit status, as the interpreter gives it."""
+def _run_command(code: str | None) -> int:
+    """``python -m sqlsdc.cli`` (or ``python -c code``) in this process; its exit status, as the
+    interpreter gives it."""
     import runpy
+    import types
 
     try:
-        runpy.run_module("sqlsdc.cli", run_name="__main__", alter_sys=True)
+        if code is None:
+            runpy.run_module("sqlsdc.cli", run_name="__main__", alter_sys=True)
+        else:
+            main = types.ModuleType("__main__")
+            sys.modules["__main__"] = main
+            exec(compile(code, "<string>", "exec"), main.__dict__)
     except SystemExit as stop:
         if stop.code is None or isinstance(stop.code, int):
             return stop.code or 0
@@ -176,8 +189,9 @@ if __name__ == "__main__":
 
     gc.collect()
     gc.freeze()  # the children's collections skip the preloaded objects
-    _become(_serve(sys.argv[1]))
-    _exit(_run_command())
+    request = _serve(sys.argv[1])
+    _become(request)
+    _exit(_run_command(request.get("code")))
 
 
 # --- client ------------------------------------------------------------------------------------
@@ -209,8 +223,10 @@ def close() -> None:
         shutil.rmtree(_server.pop("folder"), ignore_errors=True)
 
 
-def popen(args, *, stdin=None, stdout=None, stderr=None, cwd=None, env=None, text=False):
-    """``subprocess.Popen([python, -m, sqlsdc.cli, *args], ...)`` as a forked process.
+def popen(args, *, stdin=None, stdout=None, stderr=None, cwd=None, env=None, text=False,
+          code=None):  # fmt: skip
+    """``subprocess.Popen([python, -m, sqlsdc.cli, *args], ...)`` as a forked process, or with
+    ``code``, ``subprocess.Popen([python, -c, code, *args], ...)``.
 
     ``stdin``, ``stdout`` and ``stderr`` are None (this process's), ``subprocess.PIPE``,
     ``subprocess.DEVNULL`` or an open file."""
@@ -233,6 +249,7 @@ def popen(args, *, stdin=None, stdout=None, stderr=None, cwd=None, env=None, tex
         "args": [str(a) for a in args],
         "cwd": str(cwd or os.getcwd()),
         "env": dict(os.environ if env is None else env),
+        "code": code,
     }).encode()  # fmt: skip
     conn = socket.socket(socket.AF_UNIX)
     try:
@@ -245,16 +262,16 @@ def popen(args, *, stdin=None, stdout=None, stderr=None, cwd=None, env=None, tex
     return ForkedProcess(conn, *mine)
 
 
-def run(args, *, input=None, cwd=None, env=None, timeout=None, check=False):
+def run(args, *, input=None, cwd=None, env=None, timeout=None, check=False, code=None):
     """``subprocess.run([python, -m, sqlsdc.cli, *args], capture_output=True, text=True, ...)``
-    as a forked process."""
+    as a forked process (with ``code``, of ``[python, -c, code, *args]``)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
             tempfile.TemporaryFile() as given:  # fmt: skip
         given.write((input or "").encode())
         given.seek(0)
-        process = popen(args, stdin=given, stdout=out, stderr=err, cwd=cwd, env=env)
+        process = popen(args, stdin=given, stdout=out, stderr=err, cwd=cwd, env=env, code=code)
         try:
-            code = process.wait(timeout)
+            status = process.wait(timeout)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
@@ -264,7 +281,8 @@ def run(args, *, input=None, cwd=None, env=None, timeout=None, check=False):
             file.seek(0)
             with open(file.fileno(), closefd=False) as reader:  # decoded as text=True does
                 texts.append(reader.read())
-    done = subprocess.CompletedProcess(["sqlsdc", *map(str, args)], code, *texts)
+    argv = ["sqlsdc"] if code is None else ["python", "-c", code]
+    done = subprocess.CompletedProcess([*argv, *map(str, args)], status, *texts)
     if check:
         done.check_returncode()
     return done
