@@ -150,7 +150,9 @@ def test_a_check_leaves_no_cyclic_garbage(analyst, condition):
     objects after a 100 KB check before, 0.45 s of collection)."""
     context = analyst._context
     chain = GROUPED.format(condition)
-    protect(chain, None, context)  # caches warm
+    # caches warm: a 12-term chain of the same terms leaves the same 151 objects to collect
+    # below as the chain itself did (0.5 s of CPU less)
+    protect(GROUPED.format(" OR ".join(condition.split(" OR ")[:12])), None, context)
     gc.collect()
     enabled = gc.isenabled()
     gc.disable()
