@@ -131,12 +131,37 @@ def _become(request: dict) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    _new_standard_streams()
     if request.get("code") is None:
         sys.path[0] = os.getcwd()  # as `python -m` has it
         sys.argv = ["-m", *request["args"]]
     else:
         sys.path[0] = ""  # as `python -c` has it
         sys.argv = ["-c", *request["args"]]
+
+
+def _new_standard_streams() -> None:
+    """``sys.stdin``, ``sys.stdout`` and ``sys.stderr`` made anew over descriptors 0-2, as an
+    interpreter's start makes them: the server's were made for its own descriptors (under
+    pytest's capture a file, so a pipe given to a child failed: "illegal seek"), and the
+    request's PYTHONUNBUFFERED had no effect."""
+    import io
+
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        old = getattr(sys, name)
+        raw = io.FileIO(fd, "w" if fd else "r", closefd=False)
+        if fd and unbuffered:
+            binary = raw
+        else:
+            binary = io.BufferedWriter(raw) if fd else io.BufferedReader(raw)
+        stream = io.TextIOWrapper(
+            binary, encoding=old.encoding, errors=old.errors, newline="\n",
+            line_buffering=fd == 2 or (fd == 1 and raw.isatty()),
+            write_through=bool(fd and unbuffered),
+        )  # fmt: skip
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
 
 
 def _run_command(code: str | None) -> int:
