@@ -161,8 +161,8 @@ def test_sigterm_stops_a_command_as_ctrl_c_does_and_leaves_no_file(tmp_path):
     import time
 
     target = tmp_path / "d.duckdb"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "sqlsdc.cli", "demo", "--db", target, "--persons", "1000000"],
+    process = cli_fork.popen(  # its own process (forked with sqlsdc imported), signalled below
+        ["demo", "--db", target, "--persons", "1000000"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -171,7 +171,8 @@ def test_sigterm_stops_a_command_as_ctrl_c_does_and_leaves_no_file(tmp_path):
             assert process.poll() is None and time.monotonic() < deadline, "no building file"
             time.sleep(0.02)
         process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=120)
+        process.wait(120)
+        err = process.stderr.read()
     finally:
         process.kill()
     assert process.returncode == errors.ERROR and "Aborted!" in err, err
