@@ -7,8 +7,9 @@ folder, environment and arguments, and runs ``python -m sqlsdc.cli ARGS`` from t
 status, ended by the interpreter as any ``python -m`` run is (``atexit``, threads, finalizers).
 What it saves is the interpreter start and the imports (about 0.8 s of CPU of the 1 s a typical
 command costs). Only the entry point (``sqlsdc`` on PATH) and the start-up itself are not
-exercised; tests of those, of signals sent by a test to its own child, and of resource limits use
-:mod:`subprocess`.
+exercised; tests of those (the time zone, how stdin is decoded, the memory high-water mark), of
+Ctrl-C sent to a child (it inherits the server's SIGINT handler) and of resource limits use
+:mod:`subprocess`. SIGTERM and SIGKILL reach a forked child as any other.
 
 Imported, it is the client: :func:`run` and :func:`popen` stand for ``subprocess.run`` and
 ``subprocess.Popen`` of ``[sys.executable, "-m", "sqlsdc.cli", *args]``, and with ``code=`` of
