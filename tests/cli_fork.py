@@ -8,7 +8,7 @@ status, ended by the interpreter as any ``python -m`` run is (``atexit``, thread
 What it saves is the interpreter start and the imports (about 0.8 s of CPU of the 1 s a typical
 command costs). Only the entry point (``sqlsdc`` on PATH) and the start-up itself are not
 exercised; tests of those (the time zone, how stdin is decoded, the memory high-water mark), of
-Ctrl-C sent to a child (it inherits the server's SIGINT handler) and of resource limits use
+Ctrl-C sent to a child (it inherits the server's SIGINT disposition) and of resource limits use
 :mod:`subprocess`. SIGTERM and SIGKILL reach a forked child as any other.
 
 Imported, it is the client: :func:`run` and :func:`popen` stand for ``subprocess.run`` and
