@@ -350,8 +350,12 @@ class ForkedProcess:
             return None
 
     def send_signal(self, number: int) -> None:
-        if self.returncode is None:
-            os.kill(self.pid, number)
+        """As ``Popen.send_signal``: nothing once the process has ended."""
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, number)
+            except ProcessLookupError:  # ended and reaped since the poll
+                pass
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
