@@ -14,7 +14,7 @@ Ctrl-C sent to a child (it inherits the server's SIGINT disposition) and of reso
 Imported, it is the client: :func:`run` and :func:`popen` stand for ``subprocess.run`` and
 ``subprocess.Popen`` of ``[sys.executable, "-m", "sqlsdc.cli", *args]``, and with ``code=`` of
 ``[sys.executable, "-c", code, *args]`` (a script that uses sqlsdc in a process of its own: one
-killed in the middle of a charge, one holding a database); the server starts on first use, one
+killed in the middle of a charge, a README example); the server starts on first use, one
 per test process.
 """
 
