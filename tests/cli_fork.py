@@ -7,12 +7,15 @@ folder, environment and arguments, and runs ``python -m sqlsdc.cli ARGS`` from t
 status, ended by the interpreter as any ``python -m`` run is (``atexit``, threads, finalizers).
 What it saves is the interpreter start and the imports (about 0.8 s of CPU of the 1 s a typical
 command costs). Only the entry point (``sqlsdc`` on PATH) and the start-up itself are not
-exercised; tests of those, of signals sent by a test to its own child, and of resource limits use
-:mod:`subprocess`.
+exercised; tests of those (the time zone, how stdin is decoded, the memory high-water mark), of
+Ctrl-C sent to a child (it inherits the server's SIGINT disposition) and of resource limits use
+:mod:`subprocess`. SIGTERM and SIGKILL reach a forked child as any other.
 
 Imported, it is the client: :func:`run` and :func:`popen` stand for ``subprocess.run`` and
-``subprocess.Popen`` of ``[sys.executable, "-m", "sqlsdc.cli", *args]``; the server starts on
-first use, one per test process.
+``subprocess.Popen`` of ``[sys.executable, "-m", "sqlsdc.cli", *args]``, and with ``code=`` of
+``[sys.executable, "-c", code, *args]`` (a script that uses sqlsdc in a process of its own: one
+killed in the middle of a charge, a README example); the server starts on first use, one
+per test process.
 """
 
 from __future__ import annotations
@@ -129,16 +132,52 @@ def _become(request: dict) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    sys.path[0] = os.getcwd()  # as `python -m` has it
-    sys.argv = ["-m", *request["args"]]
+    _new_standard_streams()
+    if request.get("code") is None:
+        sys.path[0] = os.getcwd()  # as `python -m` has it
+        sys.argv = ["-m", *request["args"]]
+    else:
+        sys.path[0] = ""  # as `python -c` has it
+        sys.argv = ["-c", *request["args"]]
 
 
-def _run_command() -> int:
-    """``python -m sqlsdc.cli`` in this process; its exit status, as the interpreter gives it."""
+def _new_standard_streams() -> None:
+    """``sys.stdin``, ``sys.stdout`` and ``sys.stderr`` made anew over descriptors 0-2, as an
+    interpreter's start makes them: the server's were made for its own descriptors (under
+    pytest's capture a file, so a pipe given to a child failed: "illegal seek"), and the
+    request's PYTHONUNBUFFERED had no effect."""
+    import io
+
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        old = getattr(sys, name)
+        raw = io.FileIO(fd, "w" if fd else "r", closefd=False)
+        if fd and unbuffered:
+            binary = raw
+        else:
+            binary = io.BufferedWriter(raw) if fd else io.BufferedReader(raw)
+        stream = io.TextIOWrapper(
+            binary, encoding=old.encoding, errors=old.errors, newline="\n",
+            line_buffering=fd == 2 or (fd == 1 and raw.isatty()),
+            write_through=bool(fd and unbuffered),
+        )  # fmt: skip
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+
+
+def _run_command(code: str | None) -> int:
+    """``python -m sqlsdc.cli`` (or ``python -c code``) in this process; its exit status, as the
+    interpreter gives it."""
     import runpy
+    import types
 
     try:
-        runpy.run_module("sqlsdc.cli", run_name="__main__", alter_sys=True)
+        if code is None:
+            runpy.run_module("sqlsdc.cli", run_name="__main__", alter_sys=True)
+        else:
+            main = types.ModuleType("__main__")
+            sys.modules["__main__"] = main
+            exec(compile(code, "<string>", "exec"), main.__dict__)
     except SystemExit as stop:
         if stop.code is None or isinstance(stop.code, int):
             return stop.code or 0
@@ -176,8 +215,9 @@ if __name__ == "__main__":
 
     gc.collect()
     gc.freeze()  # the children's collections skip the preloaded objects
-    _become(_serve(sys.argv[1]))
-    _exit(_run_command())
+    request = _serve(sys.argv[1])
+    _become(request)
+    _exit(_run_command(request.get("code")))
 
 
 # --- client ------------------------------------------------------------------------------------
@@ -209,8 +249,10 @@ def close() -> None:
         shutil.rmtree(_server.pop("folder"), ignore_errors=True)
 
 
-def popen(args, *, stdin=None, stdout=None, stderr=None, cwd=None, env=None, text=False):
-    """``subprocess.Popen([python, -m, sqlsdc.cli, *args], ...)`` as a forked process.
+def popen(args, *, stdin=None, stdout=None, stderr=None, cwd=None, env=None, text=False,
+          code=None):  # fmt: skip
+    """``subprocess.Popen([python, -m, sqlsdc.cli, *args], ...)`` as a forked process, or with
+    ``code``, ``subprocess.Popen([python, -c, code, *args], ...)``.
 
     ``stdin``, ``stdout`` and ``stderr`` are None (this process's), ``subprocess.PIPE``,
     ``subprocess.DEVNULL`` or an open file."""
@@ -233,6 +275,7 @@ def popen(args, *, stdin=None, stdout=None, stderr=None, cwd=None, env=None, tex
         "args": [str(a) for a in args],
         "cwd": str(cwd or os.getcwd()),
         "env": dict(os.environ if env is None else env),
+        "code": code,
     }).encode()  # fmt: skip
     conn = socket.socket(socket.AF_UNIX)
     try:
@@ -245,16 +288,16 @@ def popen(args, *, stdin=None, stdout=None, stderr=None, cwd=None, env=None, tex
     return ForkedProcess(conn, *mine)
 
 
-def run(args, *, input=None, cwd=None, env=None, timeout=None, check=False):
+def run(args, *, input=None, cwd=None, env=None, timeout=None, check=False, code=None):
     """``subprocess.run([python, -m, sqlsdc.cli, *args], capture_output=True, text=True, ...)``
-    as a forked process."""
+    as a forked process (with ``code``, of ``[python, -c, code, *args]``)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
             tempfile.TemporaryFile() as given:  # fmt: skip
         given.write((input or "").encode())
         given.seek(0)
-        process = popen(args, stdin=given, stdout=out, stderr=err, cwd=cwd, env=env)
+        process = popen(args, stdin=given, stdout=out, stderr=err, cwd=cwd, env=env, code=code)
         try:
-            code = process.wait(timeout)
+            status = process.wait(timeout)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
@@ -264,7 +307,8 @@ def run(args, *, input=None, cwd=None, env=None, timeout=None, check=False):
             file.seek(0)
             with open(file.fileno(), closefd=False) as reader:  # decoded as text=True does
                 texts.append(reader.read())
-    done = subprocess.CompletedProcess(["sqlsdc", *map(str, args)], code, *texts)
+    argv = ["sqlsdc"] if code is None else ["python", "-c", code]
+    done = subprocess.CompletedProcess([*argv, *map(str, args)], status, *texts)
     if check:
         done.check_returncode()
     return done
@@ -306,8 +350,12 @@ class ForkedProcess:
             return None
 
     def send_signal(self, number: int) -> None:
-        if self.returncode is None:
-            os.kill(self.pid, number)
+        """As ``Popen.send_signal``: nothing once the process has ended."""
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, number)
+            except ProcessLookupError:  # ended and reaped since the poll
+                pass
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)

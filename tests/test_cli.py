@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import cli_fork
 import pytest
 from click.testing import CliRunner
 from sqlsdc.cli.main import cli
@@ -154,6 +155,8 @@ def test_subprocess_entry_point(args, code, tmp_path):
 
 
 def test_demo_in_a_subprocess(tmp_path):
+    """The console script builds a demo; a query on it in a process of its own (forked with
+    sqlsdc imported: the entry point's start-up is the first command's)."""
     db = tmp_path / "demo.duckdb"
     result = subprocess.run(
         ["sqlsdc", "demo", "--db", str(db), "--persons", "5000", "--seed", "3"],
@@ -164,11 +167,8 @@ def test_demo_in_a_subprocess(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "published" in result.stdout and "refused:" in result.stdout
     assert "ACCEPTED (unexpected)" not in result.stdout
-    query = subprocess.run(
-        ["sqlsdc", "query", str(db), "--user", "analyst", PERSONS_BY_SEX, "--format", "json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    query = cli_fork.run(
+        ["query", db, "--user", "analyst", PERSONS_BY_SEX, "--format", "json"], timeout=120
     )
     assert query.returncode == 0 and len(json.loads(query.stdout)) == 2
 

@@ -1,11 +1,10 @@
-"""``sqlsdc budget`` through real processes (forked with sqlsdc imported, :mod:`cli_fork`; one
-through a new interpreter) and click's runner, on real DuckDB files."""
+"""``sqlsdc budget`` through real processes (forked with sqlsdc imported, :mod:`cli_fork`; the
+exit codes through a new interpreter are ``tests/test_cli_errors.py``'s) and click's runner, on
+real DuckDB files."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from fractions import Fraction
 
 import cli_fork
@@ -271,10 +270,7 @@ def test_admin_commands_take_the_acting_admin_as_as_in_budget(db, tmp_path, sqls
     for spelling in ("--as", "--admin", "--user", "-u"):  # the denial below is a real process
         done = sqlsdc_in_process("audit", db, spelling, "root")
         assert done.returncode == 0, (spelling, done.stderr)
-    denied = subprocess.run(
-        [sys.executable, "-m", "sqlsdc.cli", "audit", str(db), "--as", "alice"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    denied = cli_fork.run(["audit", db, "--as", "alice"], timeout=120)
     assert denied.returncode == 5
     assert "access denied: user 'alice' is not an admin" in denied.stderr
     policy = tmp_path / "policy.json"

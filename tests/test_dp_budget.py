@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import threading
 from fractions import Fraction
 
+import cli_fork
 import pandas as pd
 import pytest
 
@@ -449,12 +449,10 @@ CRASHING_QUERY = textwrap.dedent(
 
 
 def test_a_process_killed_after_the_charge_leaves_the_spend_recorded(db):
-    process = subprocess.Popen(
-        [sys.executable, "-c", CRASHING_QUERY, str(db), SECRET.hex()],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+    process = cli_fork.popen(  # its own process, forked with sqlsdc imported
+        [db, SECRET.hex()], code=CRASHING_QUERY, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True,
-    )
+    )  # fmt: skip
     try:
         line = process.stdout.readline()
         assert line.startswith("charged "), process.stderr.read()

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import textwrap
 from fractions import Fraction
 
+import cli_fork
 import duckdb
 import numpy as np
 import pandas as pd
@@ -560,7 +559,7 @@ def test_a_process_killed_after_the_charge_leaves_the_spend_recorded(tmp_path):
         con.execute("SELECT region, COUNT(*) FROM persons GROUP BY region")
         """
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+    done = cli_fork.run([], code=script, timeout=120)  # its own process, forked
     assert done.returncode == -signal.SIGKILL
     # paid (its one statistic); cells drawn are cached only with an answer, and none was given
     assert spend_rows(path, "ana") == [("ana", "1/2", "0", 1)]

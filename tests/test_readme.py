@@ -9,10 +9,12 @@ previous exit status. Values that depend on the
 database's secret record keys (cell-key noise; the README says so with "yours will differ") and
 the audit log's timestamps are the only parts compared by shape instead of by value.
 
-The ``python`` blocks run too, each in a new interpreter in the same folder at its place among
-the console sessions (what they print is not compared: most of it is noisy), but for the few
-that need what a test cannot have here (:data:`PYTHON_ELSEWHERE`, each tested elsewhere). The
-examples in ``--help`` texts are run too (:func:`test_help_examples_run`).
+The ``python`` blocks run too, each as ``python -c`` in a process of its own (forked with
+sqlsdc imported, :mod:`cli_fork`: a fresh ``__main__``, so a missing import still fails) in the
+same folder at its place among the console sessions (what they print is not compared: most of
+it is noisy), but for the few that need what a test cannot have here (:data:`PYTHON_ELSEWHERE`,
+each tested elsewhere). The examples in ``--help`` texts are run too
+(:func:`test_help_examples_run`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,8 +85,7 @@ def python_blocks(text: str) -> list[tuple[int, str]]:
 
 
 def _run_python(code: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
+    return cli_fork.run([], code=code, cwd=cwd, timeout=600)
 
 
 def _continues(text: str) -> bool:

@@ -124,11 +124,14 @@ def test_averaging_over_padded_unions_does_not_give_exact_small_counts(ckm, raw_
     √(6/160) ≈ 0.19 and rounds to the exact count. Two GROUP BY queries per B_j give every
     municipality at once: on the 100,000-person demo, 321 queries gave the exact count of all
     90 of 90 cells under 10 persons of ``sex = 'F' AND age = 40`` by municipality (the
-    published value itself is exact for 16 of them). The test uses 80 B_j (161 queries, a
-    standard deviation of √(6/80) ≈ 0.27: about 93 % of the cells exact), enough to show it
-    and half the time. Nothing limits or charges repeated
-    differencing of CKM cells (rewrite/ckm.py: noise per unit set; no query-set-size or
-    overlap control)."""
+    published value itself is exact for 16 of them). The test uses 40 B_j (81 queries, a
+    standard deviation of √(6/40) ≈ 0.39: P(|error| < 0.5) ≈ 80 %, so about 39 of the ~49 small
+    cells exact, binomial sd ≈ 2.8; one run: 40 of 49, the published values exact for 1),
+    against a threshold of the published exact ones plus 20 % of the cells (1 + 10; 9 + 10 if
+    18 % were exact as on the 100,000-person demo): 7 sd clear of it at worst, so the strict
+    xfail holds (160 B_j, then 80, showed the same at four and two times the cost). Nothing
+    limits or charges repeated differencing of CKM cells (rewrite/ckm.py: noise per unit set;
+    no query-set-size or overlap control)."""
     target = "sex = 'F' AND age = 40"
     truth = dict(
         raw_ckm.execute(
@@ -146,7 +149,7 @@ def test_averaging_over_padded_unions_does_not_give_exact_small_counts(ckm, raw_
         for p in (2, 3, 5, 7, 11, 13)
         for r in range(p)
         for e in educations
-    ][:80]
+    ][:40]
     whole = counts(target)
     estimates = {m: [whole.get(m, 0)] for m in truth}
     try:

@@ -15,6 +15,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import cli_fork
 import pytest
 
 import sqlsdc
@@ -364,7 +365,7 @@ def test_a_dp_query_killed_after_its_charge_answers_later_with_everyones_noise(t
             connection._run_over = die  # after the charge, before the answer is recorded
             sqlsdc.connect({str(path)!r}, "ana").execute({sql!r})
         """)
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+        done = cli_fork.run([], code=script, timeout=120)  # its own process, forked
         assert done.returncode == -9
     paid = spend_rows(path, "ana")
     assert len(paid) == 2

@@ -16,8 +16,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import textwrap
 import threading
 from fractions import Fraction
@@ -299,8 +297,7 @@ def test_a_process_killed_mid_charge_leaves_the_ledger_whole(db, where):
     """kill -9 of an analyst's process inside its charge (counter bumped, not committed) and
     just after the commit (its state not updated). Safe: the first leaves nothing, the
     second its row; either way the other connections spend at most what is left."""
-    done = subprocess.run([sys.executable, "-c", _KILLED_CHARGE, str(db), where],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = cli_fork.run([db, where], code=_KILLED_CHARGE, timeout=60)  # its own process, forked
     assert done.returncode == -signal.SIGKILL, done.stderr
     paid = Fraction(0) if where == "before-commit" else Fraction(1, 2)
     assert _spent_epsilon(db) == paid

@@ -75,6 +75,7 @@ import threading
 import time
 from functools import partial
 
+import cli_fork
 import duckdb
 import pytest
 
@@ -85,7 +86,6 @@ from sqlsdc.errors import Error, PolicyViolation, QueryCanceled
 from sqlsdc.guard.connection import Connection
 from sqlsdc.policy import load_policy
 
-CLI = [sys.executable, "-c", "from sqlsdc.cli.main import main; main()"]
 BY_REGION = "SELECT region, COUNT(*) FROM persons GROUP BY region ORDER BY 1"
 BY_SEX = "SELECT sex, COUNT(*) FROM persons GROUP BY sex ORDER BY 1"
 REFUSED = "SELECT region, COUNT(*) FROM persons WHERE current_database() = 'x' GROUP BY 1"
@@ -251,9 +251,8 @@ def test_a_policy_applied_by_another_process_after_the_early_check_refuses(
         policy = tmp_path / "policy.yaml"
         policy.write_text(yaml.safe_dump(document))
 
-        def apply() -> None:
-            command = [*CLI, "policy", "apply", str(fresh_demo_db), str(policy)]
-            done = subprocess.run(command, capture_output=True)
+        def apply() -> None:  # in a process of its own, forked with sqlsdc imported
+            done = cli_fork.run(["policy", "apply", fresh_demo_db, policy], timeout=120)
             assert done.returncode == 0, done.stderr
 
         idle_then(con, apply)
