@@ -1066,7 +1066,7 @@ def _run_over(con, sql: str, noisy: DpRelease | None, timeout: float) -> pa.Tabl
     transaction has ended); at most :data:`MAX_ANSWER_ROWS` rows and
     :data:`MAX_ANSWER_BYTES` bytes."""
     for name, cells in (noisy.relations if noisy is not None else {}).items():
-        con.register(name, cells)
+        engine.register(con, name, cells)  # a DP SUM of integers as HUGEINT
     return engine.run(
         con, sql, timeout=timeout, max_rows=MAX_ANSWER_ROWS, max_bytes=MAX_ANSWER_BYTES
     )

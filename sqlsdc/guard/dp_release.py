@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
+from sqlsdc.engines.duckdb import mark_wide_integers
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.mechanisms.accountant import ZERO, Aggregate, PrivacyCost, Statistic, ratio_sd
 from sqlsdc.mechanisms.dp_cells import (
@@ -53,6 +54,11 @@ from sqlsdc.mechanisms.dp_cells import (
 )
 from sqlsdc.rewrite.dp import DpStage
 
+WIDE_INTEGER = pa.decimal128(38, 0)
+"""The type of a DP SUM over an integral grid, as DuckDB's SUM of integers (HUGEINT; Spark:
+DECIMAL(38, 0)): its exact value may pass 2^63 (bounds to 1e15 over 10^4 rows), and its noise
+too; the rewrite refuses a calibration whose noise could pass 10^38
+(:data:`sqlsdc.rewrite.dp.NOISE_MARGIN`)."""
 MAX_QUANTILE_SCORES = 50_000_000  # cells x candidates of one quantile (memory: 8 bytes each)
 Z95 = 1.959963984540054  # two-sided 95% normal quantile (delta-method intervals of averages)
 
@@ -574,24 +580,34 @@ def _cells_table(frame, noisy, stage: DpStage, noise: bool, key_types: list) -> 
     published = pa.array([True] * n if withheld is None else ~withheld, pa.bool_())
     stats = {s.column: s for s in stage.statistics}
     dropped, clamped = _shares(stage, noisy, n)
+    wide = set()  # SUMs of integers: exact integers of up to 38 digits, HUGEINT in DuckDB
     for i, output in enumerate(stage.outputs):
         parts = [noisy[c] for c in output.statistics]
         value, sd, half = _output(output, parts, [stats[c] for c in output.statistics], noise)
-        columns[f"__a{i}"] = pa.array(value, mask=withheld)
+        if output.aggregate is Aggregate.SUM and output.plan.components[0].unit.denominator == 1:
+            wide.add(f"__a{i}")
+        kind = WIDE_INTEGER if f"__a{i}" in wide else None
+        columns[f"__a{i}"] = pa.array(value, type=kind, mask=withheld)
         columns[f"__p{i}"] = published
         columns[f"__sd{i}"] = pa.array(sd, type=pa.float64())
         columns[f"__hw{i}"] = pa.array(half, type=pa.float64())
         columns[f"__dr{i}"] = dropped
         counted = output.aggregate in (Aggregate.COUNT, Aggregate.COUNT_DISTINCT)
         columns[f"__cl{i}"] = pa.array([0.0] * n) if counted and stage.report else clamped
-    return pa.table(columns) if columns else pa.table({"__none": [None] * n})
+    if not columns:
+        return pa.table({"__none": [None] * n})
+    return mark_wide_integers(pa.table(columns), wide)
 
 
 def _shares(stage: DpStage, noisy: dict, n: int) -> tuple[pa.Array, pa.Array]:
     """Per cell, the shares of its input the bounding dropped and clamped, from the noisy
     bounding report (post-processing: D/(D + C + K) and C/(D + C + K), each clipped to [0, 1];
-    NULL where the noisy total is not positive; D = 0 where nothing can be dropped). NULL
-    without a report."""
+    NULL where the noisy total is not positive; D = 0 where nothing can be dropped). 0 where
+    nothing can be dropped nor clamped (``stage.shares_zero``, no report drawn); NULL without
+    a report."""
+    if stage.shares_zero:
+        zeros = pa.array(np.zeros(n))
+        return zeros, zeros
     if stage.report is None:
         empty = pa.nulls(n, pa.float64())
         return empty, empty
