@@ -782,6 +782,7 @@ def test_dp_cells_on_spark_are_duckdbs_charged_and_recorded_the_same(dp_on_spark
         "SELECT l.label, COUNT(*) FROM persons p JOIN lookup l ON p.region = l.code "
         "GROUP BY l.label",  # a join: bounded per (person, group), keyed by hash()
         "SELECT sex, STDDEV(income) FROM persons GROUP BY sex",  # sums of squares in HUGEINT
+        "SELECT sex, LN(COUNT(*)) FROM persons GROUP BY sex",  # the answer over the cells
     ],
 )
 def test_dp_stages_spark_cannot_run_are_refused_before_anything_is_charged(dp_on_spark, sql):

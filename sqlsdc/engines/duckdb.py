@@ -709,6 +709,30 @@ def _mark_wide_integers(table: pa.Table, types: list[str]) -> pa.Table:
     return pa.Table.from_arrays(table.columns, schema=pa.schema(fields, table.schema.metadata))
 
 
+def mark_wide_integers(table: pa.Table, names: set[str]) -> pa.Table:
+    """``table`` with the named fields (exact integers as decimal128(38, 0)) marked HUGEINT,
+    as :func:`run` marks a result's: registered with :func:`register`, DuckDB reads them as
+    HUGEINT; an engine that reads Arrow (Spark) sees DECIMAL(38, 0)."""
+    kinds = ["HUGEINT" if name in names else "" for name in table.column_names]
+    return _mark_wide_integers(table, kinds)
+
+
+_HUGEINT = pa.opaque(pa.binary(16), "hugeint", "DuckDB")  # DuckDB's own Arrow HUGEINT
+
+
+def register(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> None:
+    """Register ``table`` under ``name``; its fields marked HUGEINT become HUGEINT columns
+    (DuckDB reads Arrow's decimal128(38, 0) as DECIMAL(38,0), whose values Python would get as
+    ``Decimal``): DuckDB's opaque Arrow type, 16 bytes of two's complement, little-endian."""
+    for i, field in enumerate(table.schema):
+        if is_wide_integer(field):
+            values = [None if v is None else int(v).to_bytes(16, "little", signed=True)
+                      for v in table.column(i).to_pylist()]  # fmt: skip
+            column = pa.ExtensionArray.from_storage(_HUGEINT, pa.array(values, pa.binary(16)))
+            table = table.set_column(i, pa.field(field.name, _HUGEINT), column)
+    con.register(name, table)
+
+
 def without_marks(table: pa.Table) -> pa.Table:
     """``table`` as DuckDB exports it: the fields without the marks of ``run``."""
     if not any(_ENGINE_TYPE in (field.metadata or {}) for field in table.schema):

@@ -59,7 +59,10 @@ from sqlsdc.guard.check_cache import CHARACTERS as KEPT_CHARACTERS
 from sqlsdc.guard.check_cache import checked, context_fingerprint, is_kept
 from sqlsdc.guard.dp_release import (
     DpRelease,
+    check_private_keys,
+    check_sizes,
     data_versions_of,
+    no_rows,
     prefetching,
     price,
     release,
@@ -773,14 +776,18 @@ class Connection:
         Order matters (ISSUE16 must-have 6): the statistics not paid before are charged and
         committed *before* any exact cell is computed, so a query that then fails, is
         interrupted or times out has paid; only the public domains and the tables' data
-        versions are read before. The drawn cells are cached afterwards (free), with the
-        answer.
+        versions are read before. Whatever the query, the policy and the public domains decide
+        is decided before the charge, so that no refusal comes after it: DuckDB's reading of
+        every text (the answer's too), the size of quantiles
+        (:func:`~sqlsdc.guard.dp_release.check_sizes`) and the types of private group keys
+        (:func:`~sqlsdc.guard.dp_release.check_private_keys`, from the cells' SQL with no
+        row). The drawn cells are cached afterwards (free), with the answer.
 
         ``run`` (SQL text -> Arrow) and ``data_version`` (table -> version) default to this
         connection's DuckDB; the Spark path passes its engine's (:mod:`sqlsdc.guard.spark`)."""
         con, context = self._con, self._context
-        for stage in query.dp_stages:
-            self._check_engine_reads(stage.sql, query)
+        for text in (*(stage.sql for stage in query.dp_stages), query.sql):
+            self._check_engine_reads(text, query)  # the answer's text too: refused unpaid
         version = context.policy_version
         writers = engine.data_writers(self.path)
         if writers is None or writers != self._writers:  # written in this process, perhaps
@@ -808,6 +815,9 @@ class Connection:
         data_versions = data_versions_of(query.dp_stages, data_version,
                                          lambda name: declared(name) is not None)  # fmt: skip
         domains = resolve_domains(query.dp_stages, run)  # public values only
+        check_sizes(query.dp_stages, domains)  # decided before the charge, never after
+        check_private_keys(query.dp_stages, lambda stage: run(context.to_sql(no_rows(stage))),
+                           key_types)  # fmt: skip
         cached = prefetching(lambda digests: cached_cells(con, self.user, version, digests),
                              query.dp_stages, data_versions=data_versions,
                              domains=domains)  # fmt: skip
@@ -1056,7 +1066,7 @@ def _run_over(con, sql: str, noisy: DpRelease | None, timeout: float) -> pa.Tabl
     transaction has ended); at most :data:`MAX_ANSWER_ROWS` rows and
     :data:`MAX_ANSWER_BYTES` bytes."""
     for name, cells in (noisy.relations if noisy is not None else {}).items():
-        con.register(name, cells)
+        engine.register(con, name, cells)  # a DP SUM of integers as HUGEINT
     return engine.run(
         con, sql, timeout=timeout, max_rows=MAX_ANSWER_ROWS, max_bytes=MAX_ANSWER_BYTES
     )

@@ -35,7 +35,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+from sqlglot import exp
 
+from sqlsdc.engines.duckdb import mark_wide_integers
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.mechanisms.accountant import ZERO, Aggregate, PrivacyCost, Statistic, ratio_sd
 from sqlsdc.mechanisms.dp_cells import (
@@ -52,6 +54,11 @@ from sqlsdc.mechanisms.dp_cells import (
 )
 from sqlsdc.rewrite.dp import DpStage
 
+WIDE_INTEGER = pa.decimal128(38, 0)
+"""The type of a DP SUM over an integral grid, as DuckDB's SUM of integers (HUGEINT; Spark:
+DECIMAL(38, 0)): its exact value may pass 2^63 (bounds to 1e15 over 10^4 rows), and its noise
+too; the rewrite refuses a calibration whose noise could pass 10^38
+(:data:`sqlsdc.rewrite.dp.NOISE_MARGIN`)."""
 MAX_QUANTILE_SCORES = 50_000_000  # cells x candidates of one quantile (memory: 8 bytes each)
 Z95 = 1.959963984540054  # two-sided 95% normal quantile (delta-method intervals of averages)
 
@@ -175,6 +182,28 @@ def price(stages, *, data_versions: dict[str, str], domains: Domains, paid=None)
         out.statistics.append(CellRecord(ident, stat.column, stat.calibration.statistic,
                                          Fraction(0)))  # fmt: skip
     return out
+
+
+def check_sizes(stages, domains: Domains) -> None:
+    """Refuse, before anything is charged, a query whose release is too large to compute: a
+    quantile's scores (cells x candidate values) over :data:`MAX_QUANTILE_SCORES`. It is
+    decided from the policy (bounds and granularity give the candidates) and the public
+    domains (the cells): a refusal after the charge would make the analyst pay for nothing.
+    Private groups take their cells from the data, so only one cell's candidates are weighed
+    here; their cells are scored in blocks of at most that many scores
+    (:func:`~sqlsdc.mechanisms.dp_cells.noisy_quantiles`), never refused once paid."""
+    for stage in stages:
+        stage_domains = domains[stage.relation]
+        cells = 1 if stage_domains is None else math.prod(map(len, stage_domains))
+        for name, _sql in stage.histograms:
+            b = next(s for s in stage.statistics if s.column == name).calibration.bounding
+            candidates = int((b.upper - b.lower) / b.granularity) + 1
+            if candidates * max(cells, 1) > MAX_QUANTILE_SCORES:
+                raise PolicyViolation(
+                    f"a DP quantile over {cells:,} cells with {candidates:,} candidate values "
+                    "each is too large to compute",
+                    "ask fewer groups, or an admin sets a coarser dp.granularity for the table",
+                )
 
 
 PREFETCHED_CELLS = 256
@@ -335,16 +364,45 @@ def _representable(exact_cells: pa.Table, stage: DpStage, private: bool) -> pa.T
     keep = None
     for j in range(len(stage.keys)):
         column = exact_cells.column(f"__g{j}")
-        if private and not _distinct_in_python(column.type):
-            raise PolicyViolation(
-                f"a DP group key of type {column.type} is not released as groups from the "
-                "data (its values do not name one group each)",
-                "cast the key to VARCHAR, or group by a dimension with a declared domain",
-            )
+        if private:  # checked before the charge (check_private_keys); kept here in depth
+            _check_private_key(column.type)
         inside = _in_python_range(column)
         if inside is not None:
             keep = inside if keep is None else pc.and_(keep, inside)
     return exact_cells if keep is None else exact_cells.filter(keep)
+
+
+def check_private_keys(stages, describe: Callable[[DpStage], pa.Table], key_types=None) -> None:
+    """Refuse, before anything is charged, private groups by a key whose type does not name
+    one group per value (:func:`_representable`). The type is the query's, not the data's:
+    ``describe`` gives a stage's exact cells without their rows (:func:`no_rows`, which the
+    engine answers without reading data), unless ``key_types`` (stage SQL -> the key types
+    of an earlier run, :func:`release`) knows them."""
+    for stage in stages:
+        if stage.domains is not None or not stage.keys:
+            continue
+        types = None if key_types is None else key_types.get(stage.sql)
+        if types is None:
+            schema = describe(stage).schema
+            types = [schema.field(f"__g{j}").type for j in range(len(stage.keys))]
+        for kind in types:
+            _check_private_key(kind)
+
+
+def no_rows(stage: DpStage) -> exp.Select:
+    """The stage's exact cells with no row (``LIMIT 0``): their column types, read from the
+    query and the schema alone (DuckDB plans it as an empty result)."""
+    cells = stage.trees[None].subquery("__cells")
+    return exp.select("*").from_(cells, copy=False).limit(0, copy=False)
+
+
+def _check_private_key(kind: pa.DataType) -> None:
+    if not _distinct_in_python(kind):
+        raise PolicyViolation(
+            f"a DP group key of type {kind} is not released as groups from the data (its "
+            "values do not name one group each)",
+            "cast the key to VARCHAR, or group by a dimension with a declared domain",
+        )
 
 
 def _distinct_in_python(kind: pa.DataType) -> bool:
@@ -456,13 +514,6 @@ def _quantiles(histogram: pa.Table, cells, stage, stat, space, secret, version, 
         long[key] = pd.Series(kept.column(key).to_pylist(), dtype=object)
     long = long[long["__bin"].notna()]  # rows whose measure is NULL do not count
     b = stat.calibration.bounding
-    candidates = int((b.upper - b.lower) / b.granularity) + 1
-    if candidates * max(len(frame), 1) > MAX_QUANTILE_SCORES:
-        raise PolicyViolation(
-            f"a DP quantile over {len(frame):,} cells with {candidates:,} candidate values each "
-            "is too large to compute",
-            "ask fewer groups, or an admin sets a coarser dp.granularity for the table",
-        )
     present = frame[keys].copy() if keys else pd.DataFrame(index=[0])
     present["__bin"], present["__count"] = 0, 0
     long = pd.concat([long, present], ignore_index=True)  # every released cell appears
@@ -474,7 +525,7 @@ def _quantiles(histogram: pa.Table, cells, stage, stat, space, secret, version, 
     result = noisy_quantiles(
         long, space, CellMechanism(stat.measure, stat.calibration), secret=secret,
         policy_version=version, column=stat.column, bin_column="__bin",
-        count_column="__count", cached=cached,
+        count_column="__count", cached=cached, max_scores=MAX_QUANTILE_SCORES,
     )  # fmt: skip
     order = _align(result.frame, frame, keys)
     return [result.values[stat.column][i] for i in order], result.new_cells
@@ -529,24 +580,34 @@ def _cells_table(frame, noisy, stage: DpStage, noise: bool, key_types: list) -> 
     published = pa.array([True] * n if withheld is None else ~withheld, pa.bool_())
     stats = {s.column: s for s in stage.statistics}
     dropped, clamped = _shares(stage, noisy, n)
+    wide = set()  # SUMs of integers: exact integers of up to 38 digits, HUGEINT in DuckDB
     for i, output in enumerate(stage.outputs):
         parts = [noisy[c] for c in output.statistics]
         value, sd, half = _output(output, parts, [stats[c] for c in output.statistics], noise)
-        columns[f"__a{i}"] = pa.array(value, mask=withheld)
+        if output.aggregate is Aggregate.SUM and output.plan.components[0].unit.denominator == 1:
+            wide.add(f"__a{i}")
+        kind = WIDE_INTEGER if f"__a{i}" in wide else None
+        columns[f"__a{i}"] = pa.array(value, type=kind, mask=withheld)
         columns[f"__p{i}"] = published
         columns[f"__sd{i}"] = pa.array(sd, type=pa.float64())
         columns[f"__hw{i}"] = pa.array(half, type=pa.float64())
         columns[f"__dr{i}"] = dropped
         counted = output.aggregate in (Aggregate.COUNT, Aggregate.COUNT_DISTINCT)
         columns[f"__cl{i}"] = pa.array([0.0] * n) if counted and stage.report else clamped
-    return pa.table(columns) if columns else pa.table({"__none": [None] * n})
+    if not columns:
+        return pa.table({"__none": [None] * n})
+    return mark_wide_integers(pa.table(columns), wide)
 
 
 def _shares(stage: DpStage, noisy: dict, n: int) -> tuple[pa.Array, pa.Array]:
     """Per cell, the shares of its input the bounding dropped and clamped, from the noisy
     bounding report (post-processing: D/(D + C + K) and C/(D + C + K), each clipped to [0, 1];
-    NULL where the noisy total is not positive; D = 0 where nothing can be dropped). NULL
-    without a report."""
+    NULL where the noisy total is not positive; D = 0 where nothing can be dropped). 0 where
+    nothing can be dropped nor clamped (``stage.shares_zero``, no report drawn); NULL without
+    a report."""
+    if stage.shares_zero:
+        zeros = pa.array(np.zeros(n))
+        return zeros, zeros
     if stage.report is None:
         empty = pa.nulls(n, pa.float64())
         return empty, empty

@@ -174,6 +174,10 @@ class ProtectedQuery:
 
 def _report_line(stage: DpStage) -> str:
     """What explain says about the bias that bounding may add to a stage's cells."""
+    if stage.shares_zero:
+        return ("nothing dropped nor clamped (one row per unit, no measure clamped): the "
+                "shares are 0 (cursor.cell_accuracy: dropped, clamped), no report drawn nor "
+                "charged")  # fmt: skip
     if stage.report is None:
         return ("not reported (an admin sets dp.bounding_report); the intervals cover the "
                 "noise only: rows dropped by the caps and values clamped to the bounds bias the "

@@ -34,7 +34,7 @@ import sqlglot
 
 from sqlsdc.catalog import store
 from sqlsdc.engines.duckdb import EngineError, rollback
-from sqlsdc.engines.spark import tables_read, view_name
+from sqlsdc.engines.spark import check_portable, tables_read, view_name
 from sqlsdc.errors import Error, NotSupportedError, OperationalError, ProgrammingError
 from sqlsdc.guard.postprocess import check_faults, record_release, values_of
 from sqlsdc.guard.summable import check_summable
@@ -84,6 +84,7 @@ def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, p
         check_summable(query.summed, engine.summable, engine.run)  # Spark's copy of the data
         check_engine_tables(names, query.tree, connection.policy)
         if query.dp_stages:
+            check_portable(query.tree)  # the answer over the noisy cells: refused unpaid
             noisy, paid = _release_dp(connection, engine, query, query_id)  # charged from here
         result = engine.run(query.tree)
         check_faults(result, query)

@@ -589,6 +589,7 @@ def noisy_quantiles(
     bin_column: str = "bin",
     count_column: str = "count",
     cached: Cached = None,
+    max_scores: int | None = None,
 ) -> NoisyCells:
     """One noisy alpha-quantile per cell from per-cell histograms over the bounded domain.
 
@@ -597,6 +598,10 @@ def noisy_quantiles(
     count 0. A cell with no data must appear (e.g. one row with count 0) to be released. The
     released value is the candidate lower + j g chosen by :func:`permute_and_flip` on
     :func:`quantile_scores` with the calibration's rate.
+
+    ``max_scores`` bounds the scores held at once (cells x candidates, 8 bytes each): the
+    cells are scored in blocks of at most that many scores (at least one cell each), so the
+    memory does not grow with the number of cells, which private groups take from the data.
     """
     cal = mechanism.calibration
     if cal.statistic is not Statistic.QUANTILE:
@@ -617,12 +622,6 @@ def noisy_quantiles(
             raise ValueError(f"cannot group the histogram by {key_cols}")
     else:
         codes, frame = np.zeros(len(histograms), dtype=np.int64), pd.DataFrame(index=[0])
-    hist = np.zeros((len(frame), k + 1), dtype=np.int64)
-    np.add.at(hist, (codes, bins), counts)
-    a, den = cal.alpha.numerator, cal.alpha.denominator
-    below = np.cumsum(hist, axis=1) - hist
-    above = hist.sum(axis=1, keepdims=True) - below - hist
-    scores = np.abs((den - a) * below - a * above)
     keys = _encoded_keys(frame, space)
     prefix = _identity_prefix(space, mechanism)
     identities = [_identity(prefix, kv) for kv in keys]
@@ -630,16 +629,33 @@ def noisy_quantiles(
     streams = KeyedStream(secret, policy_version, CELL_LABEL)
     result = NoisyCells(frame)
     values = []
-    for row, ident in enumerate(identities):
-        hit = known.get(ident.digest)
-        if hit is not None:
-            values.append(Fraction(hit))
-            result.reused += 1
-            continue
-        j = permute_and_flip(scores[row], cal.rate, streams.derive(ident.text))
-        value = b.lower + j * b.granularity
-        values.append(value)
-        result.new_cells.append(CellRecord(ident, column, cal.statistic, value))
+    block = len(frame) if max_scores is None else max(1, max_scores // (k + 1))
+    order = np.argsort(codes, kind="stable")  # histogram rows by cell, to cut into blocks
+    codes, bins, counts = codes[order], bins[order], counts[order]
+    for start in range(0, len(frame), max(block, 1)):
+        stop = min(start + block, len(frame))
+        scores = _block_scores(codes, bins, counts, start, stop, k, cal.alpha)
+        for row, ident in enumerate(identities[start:stop]):
+            hit = known.get(ident.digest)
+            if hit is not None:
+                values.append(Fraction(hit))
+                result.reused += 1
+                continue
+            j = permute_and_flip(scores[row], cal.rate, streams.derive(ident.text))
+            value = b.lower + j * b.granularity
+            values.append(value)
+            result.new_cells.append(CellRecord(ident, column, cal.statistic, value))
     result.values[column] = values
     frame[column] = np.array([float(v) for v in values], dtype=np.float64)
     return result
+
+
+def _block_scores(codes, bins, counts, start: int, stop: int, k: int, alpha: Fraction):
+    """:func:`quantile_scores` of the cells ``start`` to ``stop`` (codes sorted), one row each."""
+    lo, hi = np.searchsorted(codes, [start, stop])
+    hist = np.zeros((stop - start, k + 1), dtype=np.int64)
+    np.add.at(hist, (codes[lo:hi] - start, bins[lo:hi]), counts[lo:hi])
+    a, den = alpha.numerator, alpha.denominator
+    below = np.cumsum(hist, axis=1) - hist
+    above = hist.sum(axis=1, keepdims=True) - below - hist
+    return np.abs((den - a) * below - a * above)

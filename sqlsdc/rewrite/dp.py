@@ -160,6 +160,9 @@ class DpStage:
     # the bounding report's statistics (dropped, clamped, kept: accountant.REPORT_PARTS; dropped
     # is None where nothing can be dropped: one row per unit), or None: no report
     report: tuple[str | None, str, str] | None = None
+    # a report is asked but its shares are public constants (one row per unit: nothing
+    # dropped; no measure clamped): both are 0 exactly, and no report is drawn nor charged
+    shares_zero: bool = False
     # the tables (lower-case names) the exact cells read: a cell's identity names the data
     # version of each declared one (dp_release.data_versions_of); found once, by the check
     reads: frozenset[str] = frozenset()
@@ -323,6 +326,7 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql,
         text = measure.removeprefix(DISTINCT)
         column = None if text == "*" else column_of(text, i)
         names = [statistic(c, measure, column, distinct) for c in agg_plan.components]
+        _check_range(aggregate, agg_plan.components[0], select)
         if aggregate in (Aggregate.SUM, Aggregate.COUNT) and not distinct:
             asked[(agg_plan.components[0].statistic, measure)] = (names[0], agg_plan.components[0])
         histogram = names[0] if aggregate is Aggregate.QUANTILE else None
@@ -377,6 +381,7 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql,
         units_column = statistics[ident].column
         if fused is not None:
             aggregate = described[fused][0]
+            _check_range(aggregate, calibration, select)
             outputs[fused] = DpOutput(aggregate, (units_column,),
                                       AggregatePlan(aggregate, (calibration,)))  # fmt: skip
 
@@ -386,7 +391,10 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql,
     # the report is shown next to the intervals of COUNT, SUM and AVG (cursor.cell_accuracy);
     # a query of groups alone, or of VAR, STDDEV and quantiles only, would pay for it unseen
     shown = any(o is not None and o.aggregate in INTERVALLED for o in outputs)
-    if settings.bounding_report is not None and shown:
+    # one row per unit and no measure clamped (counts only): nothing can be dropped or clamped,
+    # so the shares are 0 whatever the data, a public fact not worth a noisy report
+    shares_zero = settings.bounding_report is not None and shown and one_row and not clamps
+    if settings.bounding_report is not None and shown and not shares_zero:
         # one row per unit and no join: no cap removes anything (a public fact), so D is 0
         # and not released; only C and K are, at the same total cost
         parts = REPORT_PARTS[1:] if one_row else REPORT_PARTS
@@ -451,6 +459,7 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql,
         min_frequency=settings.min_frequency,
         delta=delta,
         report=tuple(names) if report is not None else None,
+        shares_zero=shares_zero,
         reads=frozenset(t.name.lower() for t in exact_tree.find_all(exp.Table)),
         trees={None: exact_tree, **dict(histogram_trees)},
     )
@@ -558,6 +567,32 @@ def _check_grid(calibration: Calibration, select: exp.Select) -> None:
             f"{float(largest):.3g} grid units, more than exact integer arithmetic holds for "
             f"{what}",
             "an admin declares narrower bounds or a coarser dp.granularity",
+        )
+
+
+INTEGER_RANGES = {Aggregate.COUNT: 2**63, Aggregate.COUNT_DISTINCT: 2**63, Aggregate.SUM: 10**38}
+"""The released integers' ranges: counts are BIGINT, a SUM over an integral grid HUGEINT
+(DECIMAL(38, 0) on Spark; :data:`sqlsdc.guard.dp_release.WIDE_INTEGER`). Exact values stay far
+inside (a sum: at most 2^62 grid units of at most 10^6 per row, under 10^38 up to 10^13 rows)."""
+NOISE_MARGIN = 10**8
+"""Noise sd x this must stay inside the released integer's range: the noise then passes the
+range with probability below e^-(10^7) (discrete Laplace and Gaussian tails alike)."""
+
+
+def _check_range(aggregate: Aggregate, calibration: Calibration, select: exp.Select) -> None:
+    """Refuse, from the policy alone, a COUNT or a SUM of integers whose noise could pass the
+    range of its released type: the value could not be built after the query was charged
+    (red team s35). Only a calibration whose noise drowns every cell comes near (a SUM's sd
+    of 10^30)."""
+    limit = INTEGER_RANGES.get(aggregate)
+    if limit is None or calibration.unit.denominator != 1 or calibration.sd is None:
+        return  # released as DOUBLE
+    if calibration.sd * NOISE_MARGIN > limit:
+        raise _refuse(
+            select,
+            f"the noise of this {aggregate.value} has sd {calibration.sd:.3g}: its values "
+            f"could pass the range of the released integers (±{float(limit):.3g})",
+            "an admin declares narrower bounds, smaller dp caps or a larger spend",
         )
 
 

@@ -118,13 +118,15 @@ def test_asking_again_or_rephrased_returns_the_same_shares(db):
 def _report_measures(db, sql) -> set[str]:
     with sqlsdc.connect(db, "ana") as con:
         stage = con.explain(sql).dp_stages[0]
-    return {s.measure for s in stage.statistics if s.column in stage.report}
+    return {s.measure for s in stage.statistics if s.column in (stage.report or ())}
 
 
 def test_one_noise_draw_never_serves_two_exact_values(db):
-    """The report of COUNT(*) counts no clamping and that of SUM(income) does: their exact
-    values differ, so their identities must (else the same noise on two values reveals their
-    difference, the clamped count exactly). Aliases and order do not change what is counted."""
+    """The report of SUM(income) counts clamping and that of AVG(income) (centred bounds)
+    counts it otherwise: their exact values differ, so their identities must (else the same
+    noise on two values reveals their difference, the clamped count exactly). COUNT(*) of a
+    table with one row per person clamps and drops nothing: its shares are 0, no report is
+    drawn (red team s35). Aliases and order do not change what is counted."""
     count = _report_measures(db, "SELECT region, COUNT(*) FROM persons GROUP BY region")
     total = _report_measures(db, "SELECT region, SUM(income) FROM persons GROUP BY region")
     mean = _report_measures(db, "SELECT region, AVG(income) FROM persons GROUP BY region")
@@ -132,5 +134,5 @@ def test_one_noise_draw_never_serves_two_exact_values(db):
     alias = _report_measures(
         db, "SELECT SUM(p.income) AS s, p.region FROM persons p GROUP BY p.region"
     )
-    assert count.isdisjoint(total) and total.isdisjoint(mean) and count.isdisjoint(mean)
+    assert count == set() and total and total.isdisjoint(mean)
     assert both == total == alias
