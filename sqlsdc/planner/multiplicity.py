@@ -24,6 +24,12 @@ Rows of the other confidential sources repeat (a household once per member), so 
 measures cannot be summed or averaged in that scope; they can be counted as units with
 ``COUNT(DISTINCT unit)``, grouped by and filtered on. RIGHT, FULL and CROSS joins of
 confidential rows are refused, and so is a LEFT join whose preserved side is not the driver's.
+
+The distinct values of a dimension are counted in the driver's own column only: the cell key
+method keys that count by the rows that hold a value, and which row of another source a driver
+row meets is the analyst's expression (``JOIN regions r ON r.region = CASE ... END``), so two
+counts of one column over the same rows, and one noise, could differ by one person (red team
+s35c).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
 from sqlsdc.errors import PolicyViolation
+from sqlsdc.planner.normal_form import STATISTIC
 from sqlsdc.planner.scopes import Analysis, Kind, ScopeInfo, own_nodes
 from sqlsdc.policy import Policy
 
@@ -55,6 +62,9 @@ class SourceShape:
     unique: frozenset[str] = frozenset()  # columns unique in it
     single_row: bool = False
     repeated: frozenset[str] = frozenset()  # columns that come from repeated rows
+    # columns whose value is a stored column of the source's own rows (None: every column, a
+    # table's); a derived table's are the plain columns of its driver's own that it passes on
+    own: frozenset[str] | None = None
 
 
 @dataclass
@@ -98,6 +108,8 @@ class _Prover:
             self.proof.drivers[id(select)] = driver
             self.proof.shapes[id(select)] = self._as_source(info, shapes, driver)
             self._check_repeated_measures(info, shapes, driver)
+            if info.kind is not Kind.SAFE:
+                self._check_distinct_values(info, shapes, driver)
             return
         joins = select.args.get("joins") or []
         for join in joins:
@@ -114,6 +126,7 @@ class _Prover:
                 self.proof.drivers[id(select)] = driver
                 self.proof.shapes[id(select)] = self._as_source(info, shapes, driver)
                 self._check_repeated_measures(info, shapes, driver)
+                self._check_distinct_values(info, shapes, driver)
                 return
         unreached = self._explain_failure(select, shapes, candidates, left_joined)
         raise self.refuse(unreached)
@@ -129,8 +142,8 @@ class _Prover:
             if known is not None:
                 return known
             info = self.analysis.infos.get(id(source.expression))
-            return SourceShape(info is not None and info.kind is Kind.ROW)
-        return SourceShape(False)
+            return SourceShape(info is not None and info.kind is Kind.ROW, own=frozenset())
+        return SourceShape(False, own=frozenset())
 
     def _as_source(self, info: ScopeInfo, shapes: dict[str, SourceShape], driver) -> SourceShape:
         """How this scope looks to a scope that reads it."""
@@ -141,13 +154,13 @@ class _Prover:
             if keys is None:  # grouping sets, ROLLUP, CUBE: a key value can repeat
                 return SourceShape(False)
             if not keys and not group and info.aggregates:
-                return SourceShape(False, single_row=True)
+                return SourceShape(False, single_row=True, own=frozenset())
             unique = set()
             if len(keys) == 1:
                 unique = {p.alias_or_name.lower() for p in select.expressions
                           if p.unalias() == keys[0]}  # fmt: skip
-            return SourceShape(False, frozenset(unique))
-        unique, repeated = set(), set()
+            return SourceShape(False, frozenset(unique), own=frozenset())
+        unique, repeated, own = set(), set(), set()
         for projection in select.expressions:
             value, name = projection.unalias(), projection.alias_or_name.lower()
             if not isinstance(value, exp.Column):
@@ -158,7 +171,19 @@ class _Prover:
                 unique.add(name)
             if self._is_repeated(value, shapes, driver):
                 repeated.add(name)
-        return SourceShape(True, frozenset(unique), repeated=frozenset(repeated))
+            if self._is_own(value, shapes, driver):
+                own.add(name)
+        return SourceShape(
+            True, frozenset(unique), repeated=frozenset(repeated), own=frozenset(own)
+        )
+
+    @staticmethod
+    def _is_own(column: exp.Column, shapes: dict[str, SourceShape], driver) -> bool:
+        """Whether ``column`` is a stored column of the driver's own rows."""
+        shape = shapes.get(column.table)
+        if column.table != driver or shape is None:
+            return False
+        return shape.own is None or column.name.lower() in shape.own
 
     @staticmethod
     def _is_repeated(column: exp.Column, shapes: dict[str, SourceShape], driver) -> bool:
@@ -248,6 +273,26 @@ class _Prover:
                         f"or count its units with COUNT(DISTINCT ...)",
                         self.sql,
                     )
+
+    def _check_distinct_values(self, info: ScopeInfo, shapes, driver) -> None:
+        """A distinct count of a dimension (not of units) counts a column of the driver's own
+        rows (this module's docstring)."""
+        for aggregate in info.aggregates:
+            distinct = aggregate.this
+            if not isinstance(distinct, exp.Distinct) or STATISTIC not in aggregate.meta:
+                continue
+            column = _unparen(distinct.expressions[0])
+            if isinstance(column, exp.Column) and self._is_own(column, shapes, driver):
+                continue
+            raise PolicyViolation(
+                f"{aggregate.sql(DIALECT)[:80]}: COUNT(DISTINCT ...) counts a dimension of the "
+                f"confidential rows themselves ({driver}), not of a table joined to them: which "
+                "row of it a confidential row meets is the query's choice, while the noise "
+                "follows the rows",
+                f"count the distinct values of a column of {driver}, or aggregate the joined "
+                "table on its own",
+                self.sql,
+            )
 
 
 def _plain_group_columns(select: exp.Select) -> list[exp.Expr] | None:

@@ -1,0 +1,164 @@
+"""Red team s35c: an analyst's guarded connection against the day's merge of ``JOIN ... USING``
+columns (``sqlsdc/guard/using_columns.py``) and the cell key method's distinct counts.
+
+What broke (fixed here):
+
+- **A distinct count of a joined table's column, keyed by the rows that read it.** Under the
+  cell key method ``COUNT(DISTINCT x)`` draws its noise from the record keys of the rows with a
+  value (salted by the statistic's column), so two distinct counts of one column over the same
+  rows share their noise, and their difference is exact wherever both use the ptable's last
+  row (8 and more values; 7 and 8 share the noise for 98 % of keys). Red team 1 closed
+  expressions of the counted column (``COUNT(DISTINCT CASE ...)``), but the column may be a
+  joined table's, and which of its rows a confidential row meets is the analyst's choice:
+  ``persons p JOIN regions r ON r.region = CASE WHEN p.region = 'R08' AND NOT (p.municipality
+  = 'R08-M019' AND p.age = 91) THEN 'R07' ELSE p.region END`` counts 8 names if that person
+  exists and 7 otherwise, next to ``ON r.region = p.region`` (8) with the same rows and noise.
+  On the demo (20,000 persons) six guesses gave 10 against 10 for the true age 91 and 9 for
+  every other: a noise-free yes/no question about one person (the same through a derived
+  table of persons, a WHERE equality, or a confidential table joined along its keys where
+  two references reach one table). A distinct count of a dimension now counts a column of
+  the scope's driver (its own confidential rows, through derived tables that pass it on
+  unchanged), whose value is fixed by the row (``planner/multiplicity.py``); distinct counts
+  of units (keyed by the units counted) are unchanged.
+
+What held (pinned below): the USING merge is an identity: 3,000 random chains of inner, LEFT,
+RIGHT and FULL joins over several USING columns with NULL, -0.0, NaN and case-different keys,
+each run qualified with and without the merge on DuckDB, gave the same rows (768 merged).
+The guard executes the qualified tree, so a merge can only change what the guard accepts.
+"""
+
+from __future__ import annotations
+
+import random
+
+import duckdb
+import pytest
+import sqlglot
+from sqlglot import exp
+from sqlglot.optimizer.qualify import qualify
+
+import sqlsdc
+from sqlsdc.guard import using_columns
+from tests.security.test_redteam_s28e import CKM, rows
+
+
+def lookup_db(path) -> sqlsdc.Connection:
+    """A CKM table ``t`` of 2,000 persons (code c00..c09, age 0..89) and one person aged 99,
+    and a public lookup ``codes`` of 20 codes with labels; an analyst's connection."""
+    con = duckdb.connect(str(path))
+    con.execute(
+        "CREATE TABLE t AS SELECT i AS pid, 'c0' || (i % 10) AS code, "
+        "CASE WHEN i = 1234 THEN 99 ELSE i % 90 END AS age FROM range(2000) r(i)"
+    )
+    con.execute(
+        "CREATE TABLE codes AS SELECT 'c' || lpad(CAST(i AS VARCHAR), 2, '0') AS code, "
+        "'label ' || i AS label FROM range(20) r(i)"
+    )
+    con.close()
+    document = {
+        "tables": {
+            "t": {
+                "privacy_unit": "pid",
+                "columns": {
+                    "pid": {"role": "identifier"},
+                    "code": {"role": "dimension"},
+                    "age": {"role": "dimension", "bounds": [0, 120]},
+                },
+                "protection": CKM,
+            },
+            "codes": {
+                "kind": "public",
+                "key": "code",
+                "columns": {"code": {"role": "dimension"}, "label": {"role": "dimension"}},
+            },
+        },
+        "users": {"analyst": {"role": "analyst"}, "admin": {"role": "admin"}},
+    }
+    sqlsdc.init(path, document)
+    return sqlsdc.connect(path, user="analyst")
+
+
+MOVED = "CASE WHEN t.age = {} THEN 'c19' ELSE t.code END"
+ATTACKS = [
+    "SELECT COUNT(DISTINCT c.label) FROM t JOIN codes c ON c.code = " + MOVED,
+    "SELECT COUNT(DISTINCT c.label) FROM t LEFT JOIN codes c ON c.code = " + MOVED,
+    "SELECT COUNT(DISTINCT c.label) FROM t, codes c WHERE c.code = " + MOVED,
+    "SELECT COUNT(DISTINCT c.label) FROM (SELECT " + MOVED.replace("t.", "") + " AS k FROM t) d "
+    "JOIN codes c ON c.code = d.k",
+    "SELECT COUNT(DISTINCT x.label) FROM (SELECT c.label FROM t JOIN codes c ON c.code = "
+    + MOVED
+    + ") x",
+]
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_a_distinct_count_of_a_joined_column_is_no_oracle(tmp_path, attack):
+    """Each guess's distinct count minus the plain join's was 1 for the true age (99) and 0
+    for every other: the rows (all of t) and so the noise were the same. A distinct count of
+    another source's column is refused now."""
+    con = lookup_db(tmp_path / "lookup.duckdb")
+    for guess in (98, 99):
+        with pytest.raises(sqlsdc.PolicyViolation, match="COUNT\\(DISTINCT"):
+            rows(con, attack.format(guess))
+    with pytest.raises(sqlsdc.PolicyViolation, match="COUNT\\(DISTINCT"):
+        rows(con, "SELECT COUNT(DISTINCT c.label) FROM t JOIN codes c ON c.code = t.code")
+    # the rows' own dimension, directly or through a derived table, is still counted
+    assert rows(con, "SELECT COUNT(DISTINCT code) FROM t")
+    assert rows(con, "SELECT COUNT(DISTINCT k) FROM (SELECT code AS k FROM t) d")
+    assert rows(con, "SELECT COUNT(DISTINCT t.code) FROM t JOIN codes c ON c.code = t.code")
+    con.close()
+
+
+def test_the_demo_s_regions_are_no_oracle_either(ckm):
+    """The demo's form of the attack (8 regions: ptable rows 7 and 8)."""
+    moved = (
+        "CASE WHEN p.region = 'R08' AND NOT (p.municipality = 'R08-M019' AND p.age = 91) "
+        "THEN 'R07' ELSE p.region END"
+    )
+    for on in (moved, "p.region"):
+        with pytest.raises(sqlsdc.PolicyViolation, match="COUNT\\(DISTINCT"):
+            ckm.execute(
+                f"SELECT COUNT(DISTINCT r.name) FROM persons p JOIN regions r ON r.region = {on}"
+            )
+    assert ckm.execute("SELECT COUNT(DISTINCT region) FROM persons p JOIN regions r USING (region)")
+
+
+SCHEMA = {t: {"x": "DOUBLE", "y": "INT", "k": "VARCHAR"} for t in "abcd"}
+
+
+def test_the_using_merge_is_an_identity_on_duckdb():
+    """Random USING chains (inner, LEFT, RIGHT, FULL; one or two columns; NULL, -0.0, NaN and
+    case-different keys): the merged tree gives DuckDB's rows of the unmerged one."""
+    rnd = random.Random(35)
+    con = duckdb.connect()
+    values = {"x": ["NULL", "0.0", "-0.0", "'nan'::DOUBLE", "1.0"], "k": ["NULL", "'a'", "'A'"]}
+    for t in "abcd":
+        con.execute(f"CREATE TABLE {t} (x DOUBLE, y INT, k VARCHAR)")
+        for _ in range(6):
+            x, k = rnd.choice(values["x"]), rnd.choice(values["k"])
+            con.execute(f"INSERT INTO {t} VALUES ({x}, {rnd.randint(0, 2)}, {k})")
+    merged = 0
+    for _ in range(400):
+        tables = rnd.sample("abcd", rnd.randint(2, 4))
+        sql = f"FROM {tables[0]}"
+        for t in tables[1:]:
+            side = rnd.choice(["", "LEFT ", "LEFT ", "RIGHT ", "FULL "])
+            using = ", ".join(rnd.choice([["x"], ["k"], ["x", "k"], ["k", "y"]]))
+            sql += f" {side}JOIN {t} USING ({using})"
+        value = rnd.choice(["x", "k", f"COALESCE({tables[0]}.x, {tables[1]}.x)"])
+        sql = f"SELECT {value} AS v, COUNT(*) AS n {sql} GROUP BY 1"
+        tree = sqlglot.parse_one(sql, read="duckdb")
+        using_columns.mark(list(tree.find_all(exp.Join)))
+        try:
+            tree = qualify(tree, schema=SCHEMA, dialect="duckdb", quote_identifiers=False)
+        except sqlglot.errors.OptimizeError:
+            continue
+        plain = tree.sql("duckdb")
+        using_columns.merge(tree, SCHEMA)
+        if tree.sql("duckdb") == plain:
+            continue
+        merged += 1
+        texts = (plain, tree.sql("duckdb"))
+        answers = [sorted(map(repr, con.execute(text).fetchall())) for text in texts]
+        assert answers[0] == answers[1], sql
+    assert merged > 50
