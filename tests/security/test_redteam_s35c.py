@@ -21,6 +21,18 @@ What broke (fixed here):
   unchanged), whose value is fixed by the row (``planner/multiplicity.py``); distinct counts
   of units (keyed by the units counted) are unchanged.
 
+- **An error on public values that runs or not as the confidential rows' statistics say.**
+  Totality was checked on expressions over confidential rows only; a scope of public rows
+  (``p.region IN (SELECT region FROM regions WHERE CAST(name AS INTEGER) > 0)``, a derived
+  table, the outer query over released cells) could raise for every data. But DuckDB drops
+  the parts of a plan its table statistics prove empty: with ``p.age > 93`` the demo's query
+  failed in the engine, with ``p.age > 94`` it answered (no row): the statistics' maximum,
+  the oldest person's age, read exactly by bisection (likewise minima, and whether a column
+  holds a NULL). On a table whose oldest person is alone, that is one person's value. In a
+  statement that reads confidential rows, what a scope computes from public columns alone must
+  now be total too (``planner/total_checks.py`` ``_check_public``); values computed from
+  released cells are checked as before.
+
 What held (pinned below): the USING merge is an identity: 3,000 random chains of inner, LEFT,
 RIGHT and FULL joins over several USING columns with NULL, -0.0, NaN and case-different keys,
 each run qualified with and without the merge on DuckDB, gave the same rows (768 merged).
@@ -162,3 +174,42 @@ def test_the_using_merge_is_an_identity_on_duckdb():
         answers = [sorted(map(repr, con.execute(text).fetchall())) for text in texts]
         assert answers[0] == answers[1], sql
     assert merged > 50
+
+
+STATISTICS_ORACLES = [
+    "SELECT COUNT(*) FROM t WHERE age > {} AND code IN "
+    "(SELECT code FROM codes WHERE CAST(label AS INTEGER) > 0)",
+    "SELECT COUNT(*) FROM t JOIN (SELECT code, MIN(CAST(label AS INTEGER)) AS v FROM codes "
+    "GROUP BY code) c ON c.code = t.code WHERE age > {}",
+    "SELECT CAST(c.label AS INTEGER) FROM codes c WHERE c.code IN "
+    "(SELECT code FROM t WHERE age > {} GROUP BY code)",
+    "SELECT c.label, x.n FROM codes c LEFT JOIN (SELECT code, COUNT(*) AS n FROM t "
+    "WHERE age > {} GROUP BY code) x ON x.code = c.code WHERE CAST(c.label AS INTEGER) > 0",
+]
+
+
+@pytest.mark.parametrize("attack", STATISTICS_ORACLES)
+def test_an_error_on_public_values_tells_nothing_of_the_statistics(tmp_path, attack):
+    """With the first form, ``age > 98`` failed in the engine (someone is older) and ``age >
+    99`` answered: the one person's age 99. Every form is refused now, before the engine
+    runs (the others did not differ on this table; they are the same kind of statement)."""
+    con = lookup_db(tmp_path / "lookup.duckdb")
+    for bound in (98, 99):
+        with pytest.raises(sqlsdc.PolicyViolation, match="error"):
+            rows(con, attack.format(bound))
+    con.close()
+
+
+def test_total_expressions_on_public_values_are_still_answered(ckm):
+    """TRY_CAST, MAX and arithmetic on released cells next to public columns are answered."""
+    for sql in [
+        "SELECT COUNT(*) FROM persons p WHERE p.age > 90 AND p.region IN "
+        "(SELECT region FROM regions WHERE TRY_CAST(name AS INTEGER) IS NULL)",
+        "SELECT (SELECT COUNT(*) FROM persons WHERE age > 90), "
+        "(SELECT MAX(population) FROM regions)",
+        "SELECT r.name, COUNT(*), COUNT(*) / r.population FROM persons p JOIN regions r "
+        "ON r.region = p.region GROUP BY r.name, r.population",
+        "SELECT r.name, t.n * 1000.0 / r.population FROM regions r LEFT JOIN (SELECT region, "
+        "COUNT(*) AS n FROM persons GROUP BY region) t ON t.region = r.region",
+    ]:
+        assert ckm.execute(sql).fetchall()
