@@ -42,7 +42,7 @@ from sqlglot.optimizer.scope import Scope
 
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.planner.normal_form import STATISTIC
-from sqlsdc.planner.scopes import Analysis, Kind, ScopeInfo, own_nodes
+from sqlsdc.planner.scopes import Analysis, Kind, ScopeInfo, own_nodes, reads_public_only
 from sqlsdc.policy import Policy
 
 DIALECT = "duckdb"
@@ -93,6 +93,7 @@ class _Prover:
         self.unique_columns = unique_columns
         self.sql = sql
         self.proof = proof
+        self.reads_confidential = any(i.kind is not Kind.SAFE for i in analysis.order)
 
     def refuse(self, reason: str) -> PolicyViolation:
         return PolicyViolation(reason, JOIN_HINT, self.sql)
@@ -103,6 +104,8 @@ class _Prover:
             return
         shapes = {alias: self.shape(source) for alias, (_n, source) in
                   info.scope.selected_sources.items()}  # fmt: skip
+        if info.kind is Kind.SAFE and len(shapes) > 1 and self.reads_confidential:
+            self._check_public_joins(info, shapes)
         if info.kind is Kind.SAFE or len(shapes) < 2:
             driver = next(iter(shapes), None)
             self.proof.drivers[id(select)] = driver
@@ -130,6 +133,32 @@ class _Prover:
                 return
         unreached = self._explain_failure(select, shapes, candidates, left_joined)
         raise self.refuse(unreached)
+
+    def _check_public_joins(self, info: ScopeInfo, shapes) -> None:
+        """In a statement that reads confidential rows, public tables are joined on unique
+        keys too: whether the engine joins them at all depends on the confidential rows (it
+        skips a join whose other side is empty, and plan parts its statistics prove empty),
+        so a join that multiplies public rows was a timer on one person (red team s35c:
+        ``age = 91 AND region IN (SELECT ... FROM regions a, regions b, ...)`` ran out of
+        the statement timeout when that person existed). Tied on unique keys, each public
+        table adds at most one scan of its rows."""
+        select = info.scope.expression
+        public = {alias for alias, (_n, source) in info.scope.selected_sources.items()
+                  if reads_public_only(source, self.analysis.infos)}  # fmt: skip
+        if not public:
+            return
+        joins = select.args.get("joins") or []
+        left_joined = {j.this.alias_or_name for j in joins if (j.args.get("side") or "") == "LEFT"}
+        for driver in shapes:
+            if public <= self._reach(select, shapes, driver, left_joined):
+                return
+        raise PolicyViolation(
+            f"the join of {', '.join(sorted(public))} can multiply public rows: in a query "
+            "that reads confidential rows, whether the engine does that work depends on them, "
+            "and its time would tell them",
+            JOIN_HINT,
+            self.sql,
+        )
 
     # ------------------------------------------------------------------ sources
     def shape(self, source) -> SourceShape:

@@ -8,7 +8,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
 from sqlsdc.planner.exact_mixing import DERIVED, ENGINE_TYPED, shape
-from sqlsdc.planner.scopes import DIALECT, SET_OPERATIONS, own_nodes
+from sqlsdc.planner.scopes import DIALECT, SET_OPERATIONS, own_nodes, reads_public_only
 from sqlsdc.planner.signatures import SIGNATURES, literal_refusal
 from sqlsdc.planner.totality import (
     NUMERIC_FAMILIES,
@@ -46,7 +46,7 @@ class TotalityChecks:
         if not isinstance(select, exp.Select):
             return
         public = {alias for alias, source in info.scope.sources.items()
-                  if _public_only(source, infos)}  # fmt: skip
+                  if reads_public_only(source, infos)}  # fmt: skip
         parts = [*select.expressions, *(j.args.get("on") for j in select.args.get("joins") or [])]
         for key in ("where", "having", "qualify"):
             clause = select.args.get(key)
@@ -270,20 +270,6 @@ _NESTED = (exp.Subquery, exp.Select, *SET_OPERATIONS)
 
 def _is_aggregate_call(node: exp.Expr) -> bool:
     return isinstance(node, exp.AggFunc) and not isinstance(node.parent, exp.Window)
-
-
-def _public_only(source, infos) -> bool:
-    """Whether a source of a scope that reads no confidential table reads public tables only:
-    a table there is public, a derived table must read no confidential row and no cell."""
-    if isinstance(source, exp.Table):
-        return True
-    if not isinstance(source, Scope):
-        return False
-    info = infos.get(id(source.expression))
-    if info is None or info.kind.name != "SAFE":
-        return False
-    inner = [*source.sources.values(), *source.union_scopes]
-    return all(_public_only(s, infos) for s in inner)
 
 
 def _public_nodes(node: exp.Expr, public: set[str]) -> list[exp.Expr]:
