@@ -82,6 +82,7 @@ def analyze(
         info = checker.classify(scope, infos)
         infos[id(scope.expression)] = info
         order.append(info)
+    checker.reads_confidential = any(info.kind is not Kind.SAFE for info in order)
     for info in order:
         checker.check(info, infos)
     return Analysis(tree, infos, order)
@@ -214,6 +215,7 @@ class _Checker(AggregateChecks, TotalityChecks):
         self.constant_type = constant_type
         self._lineages: dict[tuple[int, str, str], tuple[Scope, Lineage]] = {}
         self._own: dict[int, tuple[exp.Expr, list[exp.Expr]]] = {}
+        self.reads_confidential = False  # whether any scope of the statement does
 
     def own(self, node: exp.Expr) -> list[exp.Expr]:
         """``own_nodes(node)``, walked once while the tree does not change: the classification,
@@ -385,6 +387,8 @@ class _Checker(AggregateChecks, TotalityChecks):
             self._check_released(scope.expression, scope)
         if info.kind is not Kind.SAFE:
             self._check_classes(info, infos)
+        elif self.reads_confidential:
+            self._check_public(info, infos)
 
     def _check_classes(self, info: ScopeInfo, infos) -> None:
         """Row conditions compare measures and weights only with their class breaks."""

@@ -24,6 +24,12 @@ Rows of the other confidential sources repeat (a household once per member), so 
 measures cannot be summed or averaged in that scope; they can be counted as units with
 ``COUNT(DISTINCT unit)``, grouped by and filtered on. RIGHT, FULL and CROSS joins of
 confidential rows are refused, and so is a LEFT join whose preserved side is not the driver's.
+
+The distinct values of a dimension are counted in the driver's own column only: the cell key
+method keys that count by the rows that hold a value, and which row of another source a driver
+row meets is the analyst's expression (``JOIN regions r ON r.region = CASE ... END``), so two
+counts of one column over the same rows, and one noise, could differ by one person (red team
+s35c).
 """
 
 from __future__ import annotations
@@ -35,7 +41,8 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
 from sqlsdc.errors import PolicyViolation
-from sqlsdc.planner.scopes import Analysis, Kind, ScopeInfo, own_nodes
+from sqlsdc.planner.normal_form import STATISTIC
+from sqlsdc.planner.scopes import Analysis, Kind, ScopeInfo, own_nodes, reads_public_only
 from sqlsdc.policy import Policy
 
 DIALECT = "duckdb"
@@ -55,6 +62,9 @@ class SourceShape:
     unique: frozenset[str] = frozenset()  # columns unique in it
     single_row: bool = False
     repeated: frozenset[str] = frozenset()  # columns that come from repeated rows
+    # columns whose value is a stored column of the source's own rows (None: every column, a
+    # table's); a derived table's are the plain columns of its driver's own that it passes on
+    own: frozenset[str] | None = None
 
 
 @dataclass
@@ -83,6 +93,7 @@ class _Prover:
         self.unique_columns = unique_columns
         self.sql = sql
         self.proof = proof
+        self.reads_confidential = any(i.kind is not Kind.SAFE for i in analysis.order)
 
     def refuse(self, reason: str) -> PolicyViolation:
         return PolicyViolation(reason, JOIN_HINT, self.sql)
@@ -93,11 +104,15 @@ class _Prover:
             return
         shapes = {alias: self.shape(source) for alias, (_n, source) in
                   info.scope.selected_sources.items()}  # fmt: skip
+        if info.kind is Kind.SAFE and len(shapes) > 1 and self.reads_confidential:
+            self._check_public_joins(info, shapes)
         if info.kind is Kind.SAFE or len(shapes) < 2:
             driver = next(iter(shapes), None)
             self.proof.drivers[id(select)] = driver
             self.proof.shapes[id(select)] = self._as_source(info, shapes, driver)
             self._check_repeated_measures(info, shapes, driver)
+            if info.kind is not Kind.SAFE:
+                self._check_distinct_values(info, shapes, driver)
             return
         joins = select.args.get("joins") or []
         for join in joins:
@@ -114,9 +129,36 @@ class _Prover:
                 self.proof.drivers[id(select)] = driver
                 self.proof.shapes[id(select)] = self._as_source(info, shapes, driver)
                 self._check_repeated_measures(info, shapes, driver)
+                self._check_distinct_values(info, shapes, driver)
                 return
         unreached = self._explain_failure(select, shapes, candidates, left_joined)
         raise self.refuse(unreached)
+
+    def _check_public_joins(self, info: ScopeInfo, shapes) -> None:
+        """In a statement that reads confidential rows, public tables are joined on unique
+        keys too: whether the engine joins them at all depends on the confidential rows (it
+        skips a join whose other side is empty, and plan parts its statistics prove empty),
+        so a join that multiplies public rows was a timer on one person (red team s35c:
+        ``age = 91 AND region IN (SELECT ... FROM regions a, regions b, ...)`` ran out of
+        the statement timeout when that person existed). Tied on unique keys, each public
+        table adds at most one scan of its rows."""
+        select = info.scope.expression
+        public = {alias for alias, (_n, source) in info.scope.selected_sources.items()
+                  if reads_public_only(source, self.analysis.infos)}  # fmt: skip
+        if not public:
+            return
+        joins = select.args.get("joins") or []
+        left_joined = {j.this.alias_or_name for j in joins if (j.args.get("side") or "") == "LEFT"}
+        for driver in shapes:
+            if public <= self._reach(select, shapes, driver, left_joined):
+                return
+        raise PolicyViolation(
+            f"the join of {', '.join(sorted(public))} can multiply public rows: in a query "
+            "that reads confidential rows, whether the engine does that work depends on them, "
+            "and its time would tell them",
+            JOIN_HINT,
+            self.sql,
+        )
 
     # ------------------------------------------------------------------ sources
     def shape(self, source) -> SourceShape:
@@ -129,8 +171,8 @@ class _Prover:
             if known is not None:
                 return known
             info = self.analysis.infos.get(id(source.expression))
-            return SourceShape(info is not None and info.kind is Kind.ROW)
-        return SourceShape(False)
+            return SourceShape(info is not None and info.kind is Kind.ROW, own=frozenset())
+        return SourceShape(False, own=frozenset())
 
     def _as_source(self, info: ScopeInfo, shapes: dict[str, SourceShape], driver) -> SourceShape:
         """How this scope looks to a scope that reads it."""
@@ -141,13 +183,13 @@ class _Prover:
             if keys is None:  # grouping sets, ROLLUP, CUBE: a key value can repeat
                 return SourceShape(False)
             if not keys and not group and info.aggregates:
-                return SourceShape(False, single_row=True)
+                return SourceShape(False, single_row=True, own=frozenset())
             unique = set()
             if len(keys) == 1:
                 unique = {p.alias_or_name.lower() for p in select.expressions
                           if p.unalias() == keys[0]}  # fmt: skip
-            return SourceShape(False, frozenset(unique))
-        unique, repeated = set(), set()
+            return SourceShape(False, frozenset(unique), own=frozenset())
+        unique, repeated, own = set(), set(), set()
         for projection in select.expressions:
             value, name = projection.unalias(), projection.alias_or_name.lower()
             if not isinstance(value, exp.Column):
@@ -158,7 +200,19 @@ class _Prover:
                 unique.add(name)
             if self._is_repeated(value, shapes, driver):
                 repeated.add(name)
-        return SourceShape(True, frozenset(unique), repeated=frozenset(repeated))
+            if self._is_own(value, shapes, driver):
+                own.add(name)
+        return SourceShape(
+            True, frozenset(unique), repeated=frozenset(repeated), own=frozenset(own)
+        )
+
+    @staticmethod
+    def _is_own(column: exp.Column, shapes: dict[str, SourceShape], driver) -> bool:
+        """Whether ``column`` is a stored column of the driver's own rows."""
+        shape = shapes.get(column.table)
+        if column.table != driver or shape is None:
+            return False
+        return shape.own is None or column.name.lower() in shape.own
 
     @staticmethod
     def _is_repeated(column: exp.Column, shapes: dict[str, SourceShape], driver) -> bool:
@@ -248,6 +302,26 @@ class _Prover:
                         f"or count its units with COUNT(DISTINCT ...)",
                         self.sql,
                     )
+
+    def _check_distinct_values(self, info: ScopeInfo, shapes, driver) -> None:
+        """A distinct count of a dimension (not of units) counts a column of the driver's own
+        rows (this module's docstring)."""
+        for aggregate in info.aggregates:
+            distinct = aggregate.this
+            if not isinstance(distinct, exp.Distinct) or STATISTIC not in aggregate.meta:
+                continue
+            column = _unparen(distinct.expressions[0])
+            if isinstance(column, exp.Column) and self._is_own(column, shapes, driver):
+                continue
+            raise PolicyViolation(
+                f"{aggregate.sql(DIALECT)[:80]}: COUNT(DISTINCT ...) counts a dimension of the "
+                f"confidential rows themselves ({driver}), not of a table joined to them: which "
+                "row of it a confidential row meets is the query's choice, while the noise "
+                "follows the rows",
+                f"count the distinct values of a column of {driver}, or aggregate the joined "
+                "table on its own",
+                self.sql,
+            )
 
 
 def _plain_group_columns(select: exp.Select) -> list[exp.Expr] | None:

@@ -152,3 +152,17 @@ def role_text(roles) -> str:
                 "dimension": "dimension",
             }[role.value]
     return "value"
+
+
+def reads_public_only(source, infos) -> bool:
+    """Whether a source of a scope that reads no confidential table reads public tables only:
+    a table there is public, a derived table must read no confidential row and no cell."""
+    if isinstance(source, exp.Table):
+        return True
+    if not isinstance(source, Scope):
+        return False
+    info = infos.get(id(source.expression))
+    if info is None or info.kind is not Kind.SAFE:
+        return False
+    inner = [*source.sources.values(), *source.set_operation_scopes]
+    return all(reads_public_only(s, infos) for s in inner)

@@ -8,7 +8,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
 from sqlsdc.planner.exact_mixing import DERIVED, ENGINE_TYPED, shape
-from sqlsdc.planner.scopes import DIALECT, SET_OPERATIONS, own_nodes
+from sqlsdc.planner.scopes import DIALECT, SET_OPERATIONS, own_nodes, reads_public_only
 from sqlsdc.planner.signatures import SIGNATURES, literal_refusal
 from sqlsdc.planner.totality import (
     NUMERIC_FAMILIES,
@@ -33,6 +33,42 @@ class TotalityChecks:
         ]
         for part in parts:
             self._check_total(part, scope, released=True)
+
+    def _check_public(self, info, infos) -> None:
+        """In a statement that reads confidential rows, what a scope computes from public rows
+        alone must be total too. Whether the engine evaluates it at all depends on the
+        confidential rows: DuckDB drops the parts of a plan that its table statistics prove
+        empty, so ``WHERE age > 93 AND region IN (SELECT region FROM regions WHERE CAST(name
+        AS INTEGER) > 0)`` failed and ``age > 94`` did not, which told the oldest person's
+        age (red team s35c). Values computed from released cells are checked where they are
+        computed (:meth:`_check_released`); here only nodes that read public columns alone."""
+        select = info.scope.expression
+        if not isinstance(select, exp.Select):
+            return
+        public = {alias for alias, source in info.scope.sources.items()
+                  if reads_public_only(source, infos)}  # fmt: skip
+        parts = [*select.expressions, *(j.args.get("on") for j in select.args.get("joins") or [])]
+        for key in ("where", "having", "qualify"):
+            clause = select.args.get(key)
+            parts.append(clause.this if clause is not None else None)
+        for key in ("group", "order"):
+            clause = select.args.get(key)
+            parts.extend(clause.expressions if clause is not None else [])
+        for part in parts:
+            if part is None:
+                continue
+            for n in _public_nodes(part, public):
+                if _is_aggregate_call(n) or isinstance(n, (exp.Window, exp.WindowSpec)):
+                    continue  # of public values: MIN, COUNT...; their arguments are checked
+                for column in n.find_all(exp.Column):
+                    _type_column(column, info.scope, 0)
+                problem = partiality(n)
+                if problem:
+                    raise self.refuse(
+                        f"{n.sql(DIALECT)[:80]} could raise an error on public values, and "
+                        f"whether it runs depends on the confidential rows ({problem})",
+                        TOTALITY_HINT,
+                    )
 
     def _check_total(
         self,
@@ -269,6 +305,33 @@ _NESTED = (exp.Subquery, exp.Select, *SET_OPERATIONS)
 
 def _is_aggregate_call(node: exp.Expr) -> bool:
     return isinstance(node, exp.AggFunc) and not isinstance(node.parent, exp.Window)
+
+
+def _public_nodes(node: exp.Expr, public: set[str]) -> list[exp.Expr]:
+    """The nodes of ``node`` in its scope that read columns of the ``public`` sources only
+    (at least one): flags carried up from the children, one walk."""
+    nodes: list[exp.Expr] = []
+    parents: list[int] = []
+    stack = [(node, -1)]
+    while stack:
+        current, parent = stack.pop()
+        index = len(nodes)
+        nodes.append(current)
+        parents.append(parent)
+        for value in current.args.values():
+            children = value if isinstance(value, list) else [value]
+            kept = (v for v in children if isinstance(v, exp.Expr) and not isinstance(v, _NESTED))
+            stack.extend((v, index) for v in kept)
+    reads = [isinstance(n, exp.Column) for n in nodes]
+    other = [isinstance(n, exp.Column) and n.table not in public for n in nodes]
+    for index in range(len(nodes) - 1, 0, -1):  # children come after their parents
+        reads[parents[index]] |= reads[index]
+        other[parents[index]] |= other[index]
+    return [
+        n
+        for n, r, o in zip(nodes, reads, other, strict=True)
+        if r and not o and not isinstance(n, exp.Column)
+    ]
 
 
 def _contains_released_value(node: exp.Expr) -> bool:
