@@ -623,13 +623,17 @@ class Session:
         nulls = (None,) * len(statement.param_types)
 
         def names():
-            answer = self.catalog.answer(statement.sql, nulls)
+            answer = _catalog_answer(self.catalog, self.connection, statement.sql, nulls)
             if answer is not None:
                 return (
                     [] if answer.table is None else _named(statement.sql, answer).table.column_names
                 )
             sql = unqualified(statement.sql, _database(self.connection))
-            names = [c.name for c in self.connection.explain(sql, nulls).columns]
+            try:
+                names = [c.name for c in self.connection.explain(sql, nulls).columns]
+            except Error as refusal:  # explain audits nothing: audited here, as execute would
+                self.connection.audit_refusal(sql, refusal)
+                raise
             return postgres_names(sql, names)
 
         try:
@@ -743,7 +747,7 @@ def _run(catalog: SessionCatalog, connection, sql: str, params: tuple):
     """In the thread pool: the session catalog first, then the guard (``public.t`` written
     ``t``; unaliased function columns named as PostgreSQL names them). Returns the answer and
     the seconds spent in the guarded connection (what an embedded connection would spend)."""
-    answer = catalog.answer(sql, params or None)
+    answer = _catalog_answer(catalog, connection, sql, params or None)
     if answer is not None:
         return _named(sql, answer), 0.0
     sql = unqualified(sql, _database(connection))
@@ -754,6 +758,20 @@ def _run(catalog: SessionCatalog, connection, sql: str, params: tuple):
     if names != table.column_names:
         table = table.rename_columns(names)
     return CatalogAnswer(table, f"SELECT {table.num_rows}"), guarded
+
+
+def _catalog_answer(catalog: SessionCatalog, connection, sql: str, params):
+    """The catalog's answer (None: a statement for the guard); a statement the catalog
+    refuses (one mixing ``pg_catalog`` and data tables, ``SET ROLE``, ``LISTEN``...) is audited
+    as the guard audits its refusals, under the user's connection: they went unrecorded (red
+    team s35b). The guard audits its own; a statement reaches one or the other, so no
+    refusal is recorded twice. Describe's refusal ends the client's messages until Sync, so an
+    Execute refused again is a second attempt, audited as one."""
+    try:
+        return catalog.answer(sql, params)
+    except Error as refusal:
+        connection.audit_refusal(sql, refusal)
+        raise
 
 
 def _named(sql: str, answer: CatalogAnswer) -> CatalogAnswer:
