@@ -63,3 +63,27 @@ def test_a_client_that_stops_reading_is_disconnected_and_others_are_served(serve
     entries = sqlsdc.admin.audit(server_db, "admin", who="analyst", limit=20)
     answered = entries[entries["sql_text"] == BIG_ANSWER]
     assert list(answered["decision"]) == ["accepted"]
+
+
+def test_a_tls_client_that_stops_reading_lets_go_of_its_place(server_db, tls_files):
+    """Over TLS too: the reset reaches the socket beneath the TLS layer."""
+    cert, key = tls_files
+    running = start_server(server_db, "--tls-cert", str(cert), "--tls-key", str(key),
+                           "--write-timeout", "1", "--max-connections-per-user", "1")  # fmt: skip
+    dsn = running.dsn(sslmode="require")
+    try:
+        stuck = psycopg.connect(dsn, autocommit=True)
+        stuck.pgconn.send_query(BIG_ANSWER.encode())  # and never reads the answer
+
+        def logged_in_again() -> bool:
+            try:
+                with psycopg.connect(dsn, autocommit=True) as again:
+                    return again.execute("SELECT COUNT(*) AS n FROM regions").fetchone() == (8,)
+            except psycopg.OperationalError as e:
+                assert "too many connections" in str(e)
+                return False
+
+        assert wait_until(logged_in_again, 60)
+        stuck.close()
+    finally:
+        stop_server(running)
