@@ -29,6 +29,10 @@ db_argument = click.argument("db", type=ExistingFile())
               "and results cross the network in clear).")  # fmt: skip
 @click.option("--idle-timeout", type=Seconds(),
               help="Close sessions idle this many seconds.")  # fmt: skip
+@click.option("--write-timeout", type=Seconds(), default=60.0, show_default=True,
+              help="Close sessions whose client reads nothing of what the server writes for this "
+              "many seconds (a client that stops reading holds its session and what it keeps; "
+              "what it was answered stays charged and audited).")  # fmt: skip
 @click.option(
     "--statement-timeout",
     type=Seconds(),
@@ -46,8 +50,8 @@ db_argument = click.argument("db", type=ExistingFile())
     help="Statements running at once (a thread pool); others wait their turn.",
 )
 def serve(db: str, host: str, port: int, tls_cert, tls_key, insecure: bool, idle_timeout,
-          statement_timeout, max_connections: int, max_connections_per_user, workers: int,
-          ) -> None:  # fmt: skip
+          write_timeout, statement_timeout, max_connections: int, max_connections_per_user,
+          workers: int) -> None:  # fmt: skip
     """Serve DB to PostgreSQL clients (psql, JDBC, BI tools): every statement passes the guard.
 
     Users log in with SCRAM-SHA-256 as the policy users an admin gave a password with
@@ -69,7 +73,7 @@ def serve(db: str, host: str, port: int, tls_cert, tls_key, insecure: bool, idle
         logging.getLogger("sqlsdc.server.timing").setLevel(logging.DEBUG)
     server = Server(ServerSettings(db, host, port, tls_cert, tls_key, insecure, idle_timeout,
                                    statement_timeout, max_connections, workers,
-                                   max_connections_per_user))  # fmt: skip
+                                   max_connections_per_user, write_timeout))  # fmt: skip
 
     def ready(address: str, bound: int) -> None:
         mode = "TLS" if tls_cert else "without TLS (--insecure)"

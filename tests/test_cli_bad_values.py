@@ -39,6 +39,12 @@ CASES = [  # (command, exit code, words of the message), and what happened befor
         errors.USAGE,
         "not a finite number of seconds",
     ),  # fmt: skip
+    (
+        "serve {db} --insecure --port 0 --write-timeout nan",
+        errors.USAGE,
+        "not a finite number of seconds",
+    ),  # fmt: skip
+    ("serve {db} --insecure --port 0 --write-timeout 0", errors.USAGE, "x>0"),
     (f"{NOISE} noise:income:c=nan", errors.ERROR, "c='nan' is not a finite number"),
     (f"{NOISE} noise:income:c=1e308", errors.ERROR, "noise with c=1e+308 cannot be drawn"),
     (f"{NOISE} recode:age:breaks=0/nan/100", errors.ERROR, "a /-separated list of finite"),

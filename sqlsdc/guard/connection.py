@@ -537,6 +537,23 @@ class Connection:
             except engine.EngineError:  # closed since read (the lock is not taken here): it
                 pass  # runs nothing to stop; a server's CancelRequest got "internal error"
 
+    def audit_refusal(self, sql: str, refusal: Error) -> int | None:
+        """Audit a refusal of ``sql`` decided beside :meth:`execute`, in the entry
+        :meth:`execute` writes for its own: the server's catalog refusing a statement, or the
+        guard's plan (:meth:`explain`, which audits nothing) refusing one at a protocol
+        Describe; an analyst's every refusal leaves an entry (red team s35b). Returns the
+        query id, or None on a closed connection (the refusal stands either way)."""
+        sql = _statement_text(sql)
+        if self._closed:
+            return None
+        try:
+            with self._holding():
+                return self._audit_refusal(None, sql, refusal)
+        except InterfaceError:  # closed meanwhile, by the session's end
+            return None
+        except engine.EngineError as failure:
+            raise _engine_failure(failure, None) from None
+
     def commit(self) -> None:
         """Queries are read-only and their audit entries are committed as they run."""
 

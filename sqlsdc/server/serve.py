@@ -3,7 +3,8 @@
 One :class:`~sqlsdc.server.session.Session` per client; statements run in a bounded thread
 pool (each session's guarded connection is synchronous). The server keeps the sessions by
 process id for CancelRequests, which must carry the session's secret key (compared in constant
-time), limits the number of clients, and closes sessions idle longer than ``idle_timeout``.
+time), limits the number of clients, closes sessions idle longer than ``idle_timeout`` and
+sessions whose client reads nothing of their answers for ``write_timeout``.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class ServerSettings:
     max_connections: int = 100
     workers: int = 8
     max_connections_per_user: int | None = None  # None: half of max_connections, at least 1
+    write_timeout: float = 60.0  # seconds a client may read nothing of what the server writes
 
     @property
     def user_connections(self) -> int:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import socket
+import struct
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -82,6 +84,10 @@ class StatementError(Exception):
     def __init__(self, code: str, text: str, hint: str = ""):
         super().__init__(text)
         self.code, self.text, self.hint = code, text, hint
+
+
+class WriteTimeout(Exception):
+    """The client read nothing of what the session wrote for the server's write timeout."""
 
 
 class Fatal(Exception):
@@ -211,6 +217,10 @@ class Session:
             self._send(codec.error_response("FATAL", "08P01", str(e)))
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             pass
+        except WriteTimeout:  # nothing more can reach the client: no message, the socket reset
+            log.info("session %d closed: its client read nothing for %g s", self.pid,
+                     self.server.settings.write_timeout)  # fmt: skip
+            self._abort()
         except Exception as e:  # noqa: BLE001 - a session never takes the server down
             log.error("session %d ended by an internal error: %s", self.pid, type(e).__name__)
             self._send(codec.error_response("FATAL", "XX000", "internal error in sqlsdc"))
@@ -218,12 +228,22 @@ class Session:
             await self._close()
 
     async def _close(self) -> None:
+        """Let go of everything the session holds: its place and what it keeps (no longer
+        counted for its user), its portals and statements, its catalog, the statement it runs
+        (interrupted) and its guarded connection (with the database file). What it wrote is
+        given a second to reach the client; a client that does not read it gets a reset: a
+        plain close waits for the write buffer to empty, which kept it, and the socket, for as
+        long as the client would not read."""
         self.server.unregister(self.pid)
+        self.statements.clear()
+        self._close_portals()
+        self._kept_bytes.clear()
+        self._kept_total = self.sending = 0
         try:
             await asyncio.wait_for(self.writer.drain(), 1.0)
+            self.writer.close()
         except (ConnectionError, TimeoutError, RuntimeError):
-            pass
-        self.writer.close()
+            self._abort()
         if self.catalog is not None:
             self.catalog.close()
         if self.connection is not None:
@@ -258,6 +278,27 @@ class Session:
     def _send(self, data: bytes) -> None:
         if not self.writer.is_closing():
             self.writer.write(data)
+
+    async def _drain(self) -> None:
+        """Wait until what was written drains below the transport's mark, at most the server's
+        write timeout; then the session ends (:class:`WriteTimeout`). A client that stopped
+        reading kept its session waiting here for ever, with its place, what it keeps counted
+        against its user, its guarded connection and the write buffer (red team s35b)."""
+        try:
+            await asyncio.wait_for(self.writer.drain(), self.server.settings.write_timeout)
+        except TimeoutError:
+            raise WriteTimeout from None
+
+    def _abort(self) -> None:
+        """Drop the connection at once, with what is left to write: a reset (``SO_LINGER``
+        0), so that neither this process nor the kernel keeps trying to send it."""
+        sock = self.writer.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            except OSError:
+                pass  # already closed
+        self.writer.transport.abort()
 
     # --- startup and authentication ----------------------------------------------------------
 
@@ -388,7 +429,7 @@ class Session:
             # read: a client that pipelines messages and reads nothing back otherwise grows the
             # server's write buffer without bound (8-byte Describes of a statement with 32,767
             # parameters each wrote 128 KB: 32 KB sent held 420 MB; red team s35b)
-            await self.writer.drain()
+            await self._drain()
             # and the other sessions get their turn: reading a message already in the buffer
             # does not return to the event loop, so a client that sent thousands of messages in
             # one go had them all handled before any other session's (10 sessions of one
@@ -582,13 +623,17 @@ class Session:
         nulls = (None,) * len(statement.param_types)
 
         def names():
-            answer = self.catalog.answer(statement.sql, nulls)
+            answer = _catalog_answer(self.catalog, self.connection, statement.sql, nulls)
             if answer is not None:
                 return (
                     [] if answer.table is None else _named(statement.sql, answer).table.column_names
                 )
             sql = unqualified(statement.sql, _database(self.connection))
-            names = [c.name for c in self.connection.explain(sql, nulls).columns]
+            try:
+                names = [c.name for c in self.connection.explain(sql, nulls).columns]
+            except Error as refusal:  # explain audits nothing: audited here, as execute would
+                self.connection.audit_refusal(sql, refusal)
+                raise
             return postgres_names(sql, names)
 
         try:
@@ -625,7 +670,7 @@ class Session:
                 self._send(_data_rows(chunk, formats, text_only))
             else:  # encoded in the pool: the event loop serves others meanwhile
                 self._send(await self.server.in_pool(_data_rows, chunk, formats, text_only))
-            await self.writer.drain()
+            await self._drain()
         if end < table.num_rows:
             self._send(codec.PORTAL_SUSPENDED)
         else:
@@ -654,7 +699,7 @@ class Session:
         """ReadyForQuery, written out; then the timing line of what it ends (when enabled):
         from the first message received to the last byte written, and the guard's share."""
         self._send(codec.ready_for_query(self.status))
-        await self.writer.drain()
+        await self._drain()
         if self.received is not None and timing.isEnabledFor(logging.DEBUG):
             total = time.perf_counter() - self.received
             timing.debug("timing guard_ms=%.3f total_ms=%.3f", self.guard_seconds * 1000,
@@ -663,7 +708,7 @@ class Session:
 
     async def _flush(self, body: codec.Reader) -> None:
         body.end()
-        await self.writer.drain()
+        await self._drain()
 
     def _statement(self, name: str) -> Statement:
         if name not in self.statements:
@@ -702,7 +747,7 @@ def _run(catalog: SessionCatalog, connection, sql: str, params: tuple):
     """In the thread pool: the session catalog first, then the guard (``public.t`` written
     ``t``; unaliased function columns named as PostgreSQL names them). Returns the answer and
     the seconds spent in the guarded connection (what an embedded connection would spend)."""
-    answer = catalog.answer(sql, params or None)
+    answer = _catalog_answer(catalog, connection, sql, params or None)
     if answer is not None:
         return _named(sql, answer), 0.0
     sql = unqualified(sql, _database(connection))
@@ -713,6 +758,20 @@ def _run(catalog: SessionCatalog, connection, sql: str, params: tuple):
     if names != table.column_names:
         table = table.rename_columns(names)
     return CatalogAnswer(table, f"SELECT {table.num_rows}"), guarded
+
+
+def _catalog_answer(catalog: SessionCatalog, connection, sql: str, params):
+    """The catalog's answer (None: a statement for the guard); a statement the catalog
+    refuses (one mixing ``pg_catalog`` and data tables, ``SET ROLE``, ``LISTEN``...) is audited
+    as the guard audits its refusals, under the user's connection: they went unrecorded (red
+    team s35b). The guard audits its own; a statement reaches one or the other, so no
+    refusal is recorded twice. Describe's refusal ends the client's messages until Sync, so an
+    Execute refused again is a second attempt, audited as one."""
+    try:
+        return catalog.answer(sql, params)
+    except Error as refusal:
+        connection.audit_refusal(sql, refusal)
+        raise
 
 
 def _named(sql: str, answer: CatalogAnswer) -> CatalogAnswer:

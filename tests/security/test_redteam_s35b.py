@@ -88,6 +88,12 @@ What succeeded, and was closed:
 * left open by red team s32c, closed: COMMIT, ROLLBACK or END sent as a simple Query now
   closes the block's portals, as PostgreSQL does
   (``test_the_end_of_a_transaction_block_closes_its_portals``).
+* left open here, closed after the round: a client that stops reading kept its session
+  waiting to write for ever (no timeout covered writing), its user's place and what it keeps
+  still counted; ``--write-timeout`` (60 s) now resets its connection and closes the session
+  (tests/server/test_write_timeout.py). Catalog refusals (a statement mixing ``pg_catalog`` and
+  data tables, ``SET ROLE``) and the guard's refusals at a parameterised Describe left no audit
+  entry; both are now audited as a refused Query is (tests/server/test_refusal_audit.py).
 
 Tried and held (against a running server as ``analyst``, or with no login):
 
@@ -120,11 +126,8 @@ Left open:
   statement: on the demo, a new statement took 94 ms (median; 69 to 507) and the same
   statement after another connection ran it 56 ms (25 to 90); one guess per text (the probe
   fills the cache).
-* a client that stops reading keeps its session waiting to write for ever (no timeout covers
-  writing, as before): its user's place and what it keeps stay counted.
 * a regular expression holds the GIL even in the pool: a 4 MB Parse still delays other
-  sessions by up to about 0.9 s; catalog refusals (a statement mixing ``pg_catalog`` and data
-  tables) and refusals at Describe (the guard's plan) are not audited (nothing is read).
+  sessions by up to about 0.9 s.
 * red team s32c's open item stands: the server process holds the database file while any of
   its sessions runs a statement, so overlapping slow statements keep other processes out.
 """
