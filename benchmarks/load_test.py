@@ -12,7 +12,8 @@ script checks that nothing is lost and no budget is exceeded:
   and every applied policy is a version of its own;
 - the spend ledger adds up to what the budget reports as spent, and that is within the limit
   (the policy's, raised by the grants);
-- at most one charge (the killed worker's last) has no audit entry: it was paid, never shown.
+- every charge has an audit entry (the charge writes it); at most one (the killed worker's
+  last) is still the entry its charge wrote: paid, never shown.
 
 Usage:
     python benchmarks/load_test.py                      # 16 processes x 100 queries
@@ -173,7 +174,8 @@ def check(db: Path, outputs, admin_failures, admin_runs, done_by_kind, killed, e
                 problems.append(f"worker {i}: {line}")
     con = open_database(db, read_only=True)
     try:
-        audit = dict(con.execute("SELECT query_id, decision FROM sqlsdc.audit").fetchall())
+        entries = con.execute("SELECT query_id, decision, reason FROM sqlsdc.audit").fetchall()
+        audit = {q: (decision, reason) for q, decision, reason in entries}
         ledger = budget.spend_ledger(con, limit=10**9)
         policy = sqlsdc.policy.load_policy(document())
         (status,) = [s for s in budget.budget_status(con, budget.policy_limits(policy))
@@ -188,7 +190,7 @@ def check(db: Path, outputs, admin_failures, admin_runs, done_by_kind, killed, e
                         f"{status.limit.epsilon}, expected {limit}")  # fmt: skip
     if version != 1 + done_by_kind["apply"]:
         problems.append(f"{done_by_kind['apply']} policies applied, policy version {version}")
-    lost = [q for q in answered if audit.get(q) != "accepted"]
+    lost = [q for q in answered if audit.get(q, ("",))[0] != "accepted"]
     if lost:
         problems.append(f"{len(lost)} answered queries have no accepted audit entry: {lost[:5]}")
     total = sum((Fraction(r["epsilon"]) for r in ledger), Fraction(0))
@@ -197,8 +199,11 @@ def check(db: Path, outputs, admin_failures, admin_runs, done_by_kind, killed, e
     if status.spent.epsilon > limit:
         problems.append(f"spent {status.spent.epsilon} > limit {limit}")
     unaudited = [r["query_id"] for r in ledger if r["query_id"] not in audit]
-    if len(unaudited) > (1 if killed else 0):
+    if unaudited:
         problems.append(f"charges without an audit entry: {unaudited}")
+    pending = [q for q, (_, reason) in audit.items() if reason == store.CHARGED_PENDING]
+    if len(pending) > (1 if killed else 0):
+        problems.append(f"charges left without their outcome: {pending}")
     return {
         "processes": len(outputs),
         "answered": len(answered),
@@ -206,6 +211,7 @@ def check(db: Path, outputs, admin_failures, admin_runs, done_by_kind, killed, e
         "admin_commands": admin_runs,
         "killed": killed,
         "charges": len(ledger),
+        "charged_unanswered": len(pending),
         "spent": str(status.spent.epsilon),
         "limit": str(limit),
         "grants": done_by_kind["grant"],

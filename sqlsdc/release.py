@@ -113,7 +113,7 @@ def publish(
 
     def audit(decision: str, error: BaseException) -> None:
         with _catalog(db) as con:
-            if store.has_entry(con, query_id):  # recorded just before an interrupt: it stands
+            if store.has_outcome(con, query_id):  # recorded just before an interrupt: it stands
                 return
             store.record_query(
                 con,

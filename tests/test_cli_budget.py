@@ -56,7 +56,7 @@ def _spend(db, user, eps):
     con = open_database(db)
     try:
         budget.charge(con, user=user, tables=["persons"], cost=PrivacyCost(epsilon=eps),
-                      query_id=1, limits=None)  # fmt: skip
+                      query_id=1, limits=None, sql="SELECT 1")  # fmt: skip
     finally:
         con.close()
 
@@ -104,7 +104,8 @@ def test_delta_grants_in_subprocesses(db, sqlsdc_in_process):
     spent = PrivacyCost(epsilon=Fraction(1, 2), delta=Fraction(1, 4 * 10**6))
     con = open_database(db)
     try:
-        budget.charge(con, user="alice", tables=["persons"], cost=spent, query_id=1, limits=None)
+        budget.charge(con, user="alice", tables=["persons"], cost=spent, query_id=1, limits=None,
+                      sql="SELECT 1")  # fmt: skip
     finally:
         con.close()
     shown = sqlsdc_in_process("budget", db, "--user", "alice", "--format", "json")

@@ -435,7 +435,7 @@ def job_catalog(db: str | Path, user: str, method: str, into: str, request: str)
                                    sql=request, fingerprint=fingerprint)  # fmt: skip
 
         def audit(decision: str, **details) -> None:
-            if decision != "accepted" and store.has_entry(con, query_id):
+            if decision != "accepted" and store.has_outcome(con, query_id):
                 return  # stored (accepted) just before an interrupt: that entry stands
             record(decision, **details)
 
