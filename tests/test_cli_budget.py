@@ -128,7 +128,7 @@ def test_refusals_have_meaningful_exit_codes_in_subprocesses(db, tmp_path):
     plain = tmp_path / "plain.duckdb"
     duckdb.connect(str(plain)).close()
     missing = sqlsdc_cli(plain)
-    assert missing.returncode == 1 and "has no sqlsdc catalog" in missing.stderr
+    assert missing.returncode == 8 and "has no sqlsdc catalog" in missing.stderr
 
 
 def test_grant_adds_to_the_allowance_and_shows_before_and_after(db, tmp_path):

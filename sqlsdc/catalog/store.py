@@ -19,7 +19,7 @@ from sqlglot import exp
 
 from sqlsdc.catalog.schema import CATALOG_SCHEMA, CATALOG_VERSION, CKM_MIX_DDL, DDL, DP_CELLS_DDL
 from sqlsdc.engines.duckdb import EngineError, described, one, parsed, type_names
-from sqlsdc.errors import AccessDenied, Error, PolicyViolation, interrupted_by_user
+from sqlsdc.errors import AccessDenied, Error, NotFoundError, PolicyViolation, interrupted_by_user
 from sqlsdc.mechanisms.ckm import MixKeys
 from sqlsdc.policy import UserRole, load_policy
 
@@ -35,11 +35,19 @@ def pattern_table(table: str) -> exp.Table:
     return exp.table_(f"{PATTERN_PREFIX}{table}", db=CATALOG_SCHEMA)
 
 
+def no_catalog(db) -> NotFoundError:
+    """The error for a DuckDB file without the sqlsdc catalog: no sqlsdc database was found
+    at that path (the CLI's exit code 8)."""
+    return NotFoundError(f"{db} has no sqlsdc catalog; run `sqlsdc init {db} --policy FILE`")
+
+
 def require_admin(con, user: str) -> tuple[int, dict, str]:
     """``(version, document, source)`` of the policy in force, if ``user`` is an admin in it."""
     current = current_policy(con)
     if current is None:
-        raise Error("this database has no sqlsdc catalog; run `sqlsdc init DB --policy FILE`")
+        (path,) = one(con, "SELECT path FROM duckdb_databases() WHERE database_name = "
+                      "current_database()")  # fmt: skip
+        raise no_catalog(path)
     policy = load_policy(current[1], name=current[2])
     declared = policy.user(user)
     if declared is None or declared.role is not UserRole.ADMIN:

@@ -131,7 +131,7 @@ def open_database(
                         return LockedConnection(con, hold, _opened(path) if writes_data else None)
                 except duckdb.Error as e:  # held by a process outside sqlsdc, or not DuckDB's
                     hold.release()
-                    text = str(e).lower()
+                    text = _without_path(str(e), path).lower()
                     if "lock" not in text:
                         break
             if time.monotonic() + pause > deadline:
@@ -144,21 +144,64 @@ def open_database(
             marker.unlink(missing_ok=True)
             with contextlib.suppress(OSError):  # left to another waiter, if any
                 marker.parent.rmdir()
-    # the engine's text is not shown: it is not sqlsdc's to word
-    kind = (
-        OperationalError if "lock" in text or "permission" in text or "read-only" in text else Error
-    )
-    why = (
-        f"another process has held a lock on it for {wait:g} s (a guarded connection "
-        "running statements, or an admin command); try again, or close that process"
-        if "lock" in text
-        else "it cannot be written here (a read-only file system or no permission); "
-        "choose another place or ask for write access"
-        if "permission denied" in text or "read-only file system" in text
-        else "it is not a DuckDB database of this version, or it is open in this process "
-        "with other settings"
-    )
-    raise kind(f"cannot open database {path}: {why}") from None
+    raise _open_failure(path, text, wait) from None
+
+
+def _without_path(text: str, path: Path) -> str:
+    """The engine's message without the file's path, whose words ("lock", "sqlite") are not
+    the engine's reason."""
+    for spelling in sorted({str(path.resolve()), str(path)}, key=len, reverse=True):
+        text = text.replace(spelling, "<database>")
+    return text
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _open_failure(path: Path, text: str, wait: float) -> Error:
+    """sqlsdc's error for a database file DuckDB would not open (``text``: the engine's last
+    message, lower case, which is not shown: it is not sqlsdc's to word). A file that is not a
+    DuckDB database (a text file, a SQLite database, an empty file) is a database not found
+    at that path (:class:`NotFoundError`, the CLI's exit code 8): the remedy is the right
+    path, as for a missing file. A lock held too long, no permission, a read-only file system
+    or another DuckDB version are the engine's or the file system's (:class:`OperationalError`)."""
+    if "not a valid duckdb database" in text or "sqlite" in text:
+        return NotFoundError(
+            f"{path} {_what_file(path)}; name the database file made by `sqlsdc init` or "
+            "`sqlsdc demo`"
+        )
+    if "lock" in text:
+        why = (
+            f"another process has held a lock on it for {wait:g} s (a guarded connection "
+            "running statements, or an admin command); try again, or close that process"
+        )
+    elif "permission denied" in text or "read-only file system" in text:
+        why = (
+            "it cannot be written here (a read-only file system or no permission); "
+            "choose another place or ask for write access"
+        )
+    elif "version" in text:
+        why = "it was written by another DuckDB version than this one"
+    elif "configuration" in text:
+        return Error(f"cannot open database {path}: it is open in this process with other "
+                     "settings")  # fmt: skip
+    else:
+        why = "the engine refused to open it"
+    return OperationalError(f"cannot open database {path}: {why}", detail=text)
+
+
+def _what_file(path: Path) -> str:
+    """What a file that DuckDB does not open is, in words, from its first bytes."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(len(SQLITE_HEADER))
+    except OSError:
+        head = b"?"
+    if not head:
+        return "is an empty file, not a DuckDB database"
+    if head == SQLITE_HEADER:
+        return "is a SQLite database, not a DuckDB one (sqlsdc works on DuckDB files)"
+    return "is not a DuckDB database file"
 
 
 class LockedConnection:
