@@ -101,7 +101,10 @@ def worker(db: str, seed: int, queries: int, pause: float) -> None:
                 time.sleep(rng.uniform(0, pause))
 
 
-def run(db: Path, processes: int, queries: int, pause: float, kill: bool = True) -> dict:
+def run(db: Path, processes: int, queries: int, pause: float, kill: bool = True,
+        admin_pause: float = 0.0) -> dict:  # fmt: skip
+    from sqlsdc.engines.duckdb import open_database
+
     start = time.perf_counter()
     me = str(Path(__file__).resolve())
     workers = [  # worker 0, the victim, has more to do, so that it is killed mid-run
@@ -128,18 +131,27 @@ def run(db: Path, processes: int, queries: int, pause: float, kill: bool = True)
     killed = kill
     policy = db.with_name("policy.json")  # JSON is YAML: the same policy, applied again
     policy.write_text(json.dumps(document()))
-    admin = [["sqlsdc", "audit", str(db), "--limit", "5", "--format", "json"],
-             ["sqlsdc", "budget", str(db), "grant", "--for", "ana", "--epsilon", str(GRANT),
+    sqlsdc = [sys.executable, "-m", "sqlsdc.cli"]  # this interpreter's, whatever PATH says
+    admin = [[*sqlsdc, "audit", str(db), "--limit", "5", "--format", "json"],
+             [*sqlsdc, "budget", str(db), "grant", "--for", "ana", "--epsilon", str(GRANT),
               "--reason", "load test", "--as", "admin"],
-             ["sqlsdc", "policy", "apply", str(db), str(policy), "--as", "admin"],
-             ["sqlsdc", "budget", str(db), "--format", "json"]]  # fmt: skip
+             [*sqlsdc, "policy", "apply", str(db), str(policy), "--as", "admin"],
+             [*sqlsdc, "budget", str(db), "--format", "json"]]  # fmt: skip
     admin_failures, admin_runs, done_by_kind = [], 0, {"grant": 0, "apply": 0}
+    admin_seconds: list[float] = []  # each admin command, start to end (its wait for a turn)
+    turn_seconds: list[float] = []  # an admin's opening of the file in this process, alone
     while any(w.poll() is None for w in workers[1:]) or admin_runs < len(admin):
         command = admin[admin_runs % len(admin)]
+        began = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        admin_seconds.append(time.perf_counter() - began)
         admin_runs += 1
+        began = time.perf_counter()  # the turn alone, without a command's start-up
+        open_database(db, read_only=True).close()
+        turn_seconds.append(time.perf_counter() - began)
+        time.sleep(admin_pause)
         if done.returncode != 0:
-            admin_failures.append(f"{' '.join(command[:3])}: {done.stderr.strip()[-300:]}")
+            admin_failures.append(f"{' '.join(command[3:5])}: {done.stderr.strip()[-300:]}")
         elif "grant" in command or "apply" in command:
             done_by_kind["grant" if "grant" in command else "apply"] += 1
     outputs = []
@@ -148,7 +160,12 @@ def run(db: Path, processes: int, queries: int, pause: float, kill: bool = True)
         out = first + out if w is victim else out
         outputs.append((w.returncode, out.splitlines(), err))
     elapsed = time.perf_counter() - start
-    return check(db, outputs, admin_failures, admin_runs, done_by_kind, killed, elapsed)
+    summary = check(db, outputs, admin_failures, admin_runs, done_by_kind, killed, elapsed)
+    for name, seconds in (("admin_seconds", admin_seconds), ("admin_turn_seconds", turn_seconds)):
+        seconds.sort()
+        summary[name] = {"median": round(seconds[len(seconds) // 2], 2),
+                         "max": round(seconds[-1], 2)}  # fmt: skip
+    return summary
 
 
 def check(db: Path, outputs, admin_failures, admin_runs, done_by_kind, killed, elapsed) -> dict:
@@ -218,6 +235,7 @@ def check(db: Path, outputs, admin_failures, admin_runs, done_by_kind, killed, e
         "policies_applied": done_by_kind["apply"],
         "seconds": round(elapsed, 1),
         "queries_per_second": round(len(answered) / elapsed, 1),
+        "statements_per_second": round((len(answered) + refused) / elapsed, 1),
         "problems": problems,
     }
 
@@ -232,13 +250,16 @@ def main() -> int:
     parser.add_argument("--pause", type=float, default=0.0, help="max seconds between queries")
     parser.add_argument("--keep", type=Path, help="build the database here and keep it")
     parser.add_argument("--no-kill", action="store_true", help="kill no worker")
+    parser.add_argument("--admin-pause", type=float, default=0.0,
+                        help="seconds between admin commands (default: back to back)")  # fmt: skip
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         db = (args.keep or Path(folder)) / "load.duckdb"
         db.parent.mkdir(parents=True, exist_ok=True)
         db.unlink(missing_ok=True)
         build(db)
-        summary = run(db, args.processes, args.queries, args.pause, kill=not args.no_kill)
+        summary = run(db, args.processes, args.queries, args.pause, kill=not args.no_kill,
+                      admin_pause=args.admin_pause)  # fmt: skip
     print(json.dumps(summary, indent=2))
     return 1 if summary["problems"] else 0
 

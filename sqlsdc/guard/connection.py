@@ -183,7 +183,8 @@ class Connection:
         time.sleep(max(0.0, self._turn_until - time.monotonic()))
         key = str(path.resolve())
         _TURNS.wait(key, partial(engine.others_waiting, path), self._turn_bound())
-        con = engine.open_database(path, wait=engine.LOCK_WAIT_SECONDS, writes_data=False)
+        con = engine.open_database(path, wait=engine.LOCK_WAIT_SECONDS, writes_data=False,
+                                   first=False)  # fmt: skip
         try:
             _TURNS.held(key, con)
             writers = engine.data_writers(path)  # before the policy is read: see _release_dp
@@ -281,10 +282,12 @@ class Connection:
         if self._idle_release is None or self._closed:
             return
         held = self._last_use - self._held_since if self._db is not None else 0.0
-        if held > MAX_TURN_SECONDS or (
-            held > MAX_HOLD_SECONDS and engine.others_waiting(self.path)
-        ):
-            self._close_engine()  # busy for long, or for a while with others waiting: a turn
+        if self._db is not None and (
+            held > MAX_TURN_SECONDS
+            or (held > MAX_HOLD_SECONDS and engine.others_waiting(self.path))
+            or engine.others_waiting(self.path, first=True)
+        ):  # busy for long, or for a while with others waiting, or an admin waits: a turn
+            self._close_engine()
             self._turn_until = time.monotonic() + TURN_SECONDS
             return
         if self._alarm is None:
