@@ -15,9 +15,14 @@ script checks that nothing is lost and no budget is exceeded:
 - every charge has an audit entry (the charge writes it); at most one (the killed worker's
   last) is still the entry its charge wrote: paid, never shown.
 
+The summary also gives the admin commands' wall time (``admin_seconds``: start-up and the
+wait for a turn), an opening of the file by this script right after each (``admin_turn_seconds``)
+and the analysts' statements per second.
+
 Usage:
     python benchmarks/load_test.py                      # 16 processes x 100 queries
     python benchmarks/load_test.py --processes 4 --queries 10
+    python benchmarks/load_test.py --admin-pause 5      # admin commands 5 s apart
 Exit status 0 when every check holds; a JSON summary on stdout.
 """
 

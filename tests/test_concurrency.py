@@ -185,22 +185,25 @@ def test_an_admin_command_waiting_for_the_file_goes_before_analysts(dp_db, tmp_p
     (benchmarks/load_test.py)."""
     folder = tmp_path / "dp.duckdb.waiting"
     sql = query(42)
+
+    def waiting(marker: str, *processes: subprocess.Popen) -> None:
+        for _ in range(2400):  # the process has marked itself as waiting for the file
+            if folder.is_dir() and marker in {p.name for p in folder.iterdir()}:
+                return
+            assert all(p.poll() is None for p in processes), "a waiter ended"
+            threading.Event().wait(0.05)
+        raise AssertionError(f"{marker} is not waiting: {list(folder.iterdir())}")
+
     holder = open_database(dp_db)  # this process holds the file
-    try:
-        analyst = subprocess.Popen([sys.executable, "-c", ANALYST, str(dp_db), sql],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True)  # fmt: skip
+    try:  # the admin first: the analyst's opening lets it go first from its own start on
         admin = subprocess.Popen([sys.executable, "-m", "sqlsdc.cli", "audit", str(dp_db),
                                   "--format", "json"], stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)  # fmt: skip
-        waiting = {f"{analyst.pid}", f"{admin.pid}.first"}
-        for _ in range(1200):  # both have marked themselves as waiting for the file
-            if folder.is_dir() and waiting <= {p.name for p in folder.iterdir()}:
-                break
-            assert analyst.poll() is None and admin.poll() is None
-            threading.Event().wait(0.05)
-        else:
-            raise AssertionError(f"not both waiting: {list(folder.iterdir())}")
+        waiting(f"{admin.pid}.first", admin)
+        analyst = subprocess.Popen([sys.executable, "-c", ANALYST, str(dp_db), sql],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True)  # fmt: skip
+        waiting(f"{analyst.pid}", admin, analyst)
     finally:
         holder.close()
     listed, errors = admin.communicate(timeout=120)
