@@ -12,11 +12,17 @@ script checks that nothing is lost and no budget is exceeded:
   and every applied policy is a version of its own;
 - the spend ledger adds up to what the budget reports as spent, and that is within the limit
   (the policy's, raised by the grants);
-- at most one charge (the killed worker's last) has no audit entry: it was paid, never shown.
+- every charge has an audit entry (the charge writes it); at most one (the killed worker's
+  last) is still the entry its charge wrote: paid, never shown.
+
+The summary also gives the admin commands' wall time (``admin_seconds``: start-up and the
+wait for a turn), an opening of the file by this script right after each (``admin_turn_seconds``)
+and the analysts' statements per second.
 
 Usage:
     python benchmarks/load_test.py                      # 16 processes x 100 queries
     python benchmarks/load_test.py --processes 4 --queries 10
+    python benchmarks/load_test.py --admin-pause 5      # admin commands 5 s apart
 Exit status 0 when every check holds; a JSON summary on stdout.
 """
 
@@ -100,7 +106,10 @@ def worker(db: str, seed: int, queries: int, pause: float) -> None:
                 time.sleep(rng.uniform(0, pause))
 
 
-def run(db: Path, processes: int, queries: int, pause: float, kill: bool = True) -> dict:
+def run(db: Path, processes: int, queries: int, pause: float, kill: bool = True,
+        admin_pause: float = 0.0) -> dict:  # fmt: skip
+    from sqlsdc.engines.duckdb import open_database
+
     start = time.perf_counter()
     me = str(Path(__file__).resolve())
     workers = [  # worker 0, the victim, has more to do, so that it is killed mid-run
@@ -127,18 +136,27 @@ def run(db: Path, processes: int, queries: int, pause: float, kill: bool = True)
     killed = kill
     policy = db.with_name("policy.json")  # JSON is YAML: the same policy, applied again
     policy.write_text(json.dumps(document()))
-    admin = [["sqlsdc", "audit", str(db), "--limit", "5", "--format", "json"],
-             ["sqlsdc", "budget", str(db), "grant", "--for", "ana", "--epsilon", str(GRANT),
+    sqlsdc = [sys.executable, "-m", "sqlsdc.cli"]  # this interpreter's, whatever PATH says
+    admin = [[*sqlsdc, "audit", str(db), "--limit", "5", "--format", "json"],
+             [*sqlsdc, "budget", str(db), "grant", "--for", "ana", "--epsilon", str(GRANT),
               "--reason", "load test", "--as", "admin"],
-             ["sqlsdc", "policy", "apply", str(db), str(policy), "--as", "admin"],
-             ["sqlsdc", "budget", str(db), "--format", "json"]]  # fmt: skip
+             [*sqlsdc, "policy", "apply", str(db), str(policy), "--as", "admin"],
+             [*sqlsdc, "budget", str(db), "--format", "json"]]  # fmt: skip
     admin_failures, admin_runs, done_by_kind = [], 0, {"grant": 0, "apply": 0}
+    admin_seconds: list[float] = []  # each admin command, start to end (its wait for a turn)
+    turn_seconds: list[float] = []  # an admin's opening of the file in this process, alone
     while any(w.poll() is None for w in workers[1:]) or admin_runs < len(admin):
         command = admin[admin_runs % len(admin)]
+        began = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        admin_seconds.append(time.perf_counter() - began)
         admin_runs += 1
+        began = time.perf_counter()  # the turn alone, without a command's start-up
+        open_database(db, read_only=True).close()
+        turn_seconds.append(time.perf_counter() - began)
+        time.sleep(admin_pause)
         if done.returncode != 0:
-            admin_failures.append(f"{' '.join(command[:3])}: {done.stderr.strip()[-300:]}")
+            admin_failures.append(f"{' '.join(command[3:5])}: {done.stderr.strip()[-300:]}")
         elif "grant" in command or "apply" in command:
             done_by_kind["grant" if "grant" in command else "apply"] += 1
     outputs = []
@@ -147,7 +165,12 @@ def run(db: Path, processes: int, queries: int, pause: float, kill: bool = True)
         out = first + out if w is victim else out
         outputs.append((w.returncode, out.splitlines(), err))
     elapsed = time.perf_counter() - start
-    return check(db, outputs, admin_failures, admin_runs, done_by_kind, killed, elapsed)
+    summary = check(db, outputs, admin_failures, admin_runs, done_by_kind, killed, elapsed)
+    for name, seconds in (("admin_seconds", admin_seconds), ("admin_turn_seconds", turn_seconds)):
+        seconds.sort()
+        summary[name] = {"median": round(seconds[len(seconds) // 2], 2),
+                         "max": round(seconds[-1], 2)}  # fmt: skip
+    return summary
 
 
 def check(db: Path, outputs, admin_failures, admin_runs, done_by_kind, killed, elapsed) -> dict:
@@ -173,7 +196,8 @@ def check(db: Path, outputs, admin_failures, admin_runs, done_by_kind, killed, e
                 problems.append(f"worker {i}: {line}")
     con = open_database(db, read_only=True)
     try:
-        audit = dict(con.execute("SELECT query_id, decision FROM sqlsdc.audit").fetchall())
+        entries = con.execute("SELECT query_id, decision, reason FROM sqlsdc.audit").fetchall()
+        audit = {q: (decision, reason) for q, decision, reason in entries}
         ledger = budget.spend_ledger(con, limit=10**9)
         policy = sqlsdc.policy.load_policy(document())
         (status,) = [s for s in budget.budget_status(con, budget.policy_limits(policy))
@@ -188,7 +212,7 @@ def check(db: Path, outputs, admin_failures, admin_runs, done_by_kind, killed, e
                         f"{status.limit.epsilon}, expected {limit}")  # fmt: skip
     if version != 1 + done_by_kind["apply"]:
         problems.append(f"{done_by_kind['apply']} policies applied, policy version {version}")
-    lost = [q for q in answered if audit.get(q) != "accepted"]
+    lost = [q for q in answered if audit.get(q, ("",))[0] != "accepted"]
     if lost:
         problems.append(f"{len(lost)} answered queries have no accepted audit entry: {lost[:5]}")
     total = sum((Fraction(r["epsilon"]) for r in ledger), Fraction(0))
@@ -197,8 +221,11 @@ def check(db: Path, outputs, admin_failures, admin_runs, done_by_kind, killed, e
     if status.spent.epsilon > limit:
         problems.append(f"spent {status.spent.epsilon} > limit {limit}")
     unaudited = [r["query_id"] for r in ledger if r["query_id"] not in audit]
-    if len(unaudited) > (1 if killed else 0):
+    if unaudited:
         problems.append(f"charges without an audit entry: {unaudited}")
+    pending = [q for q, (_, reason) in audit.items() if reason == store.CHARGED_PENDING]
+    if len(pending) > (1 if killed else 0):
+        problems.append(f"charges left without their outcome: {pending}")
     return {
         "processes": len(outputs),
         "answered": len(answered),
@@ -206,12 +233,14 @@ def check(db: Path, outputs, admin_failures, admin_runs, done_by_kind, killed, e
         "admin_commands": admin_runs,
         "killed": killed,
         "charges": len(ledger),
+        "charged_unanswered": len(pending),
         "spent": str(status.spent.epsilon),
         "limit": str(limit),
         "grants": done_by_kind["grant"],
         "policies_applied": done_by_kind["apply"],
         "seconds": round(elapsed, 1),
         "queries_per_second": round(len(answered) / elapsed, 1),
+        "statements_per_second": round((len(answered) + refused) / elapsed, 1),
         "problems": problems,
     }
 
@@ -226,13 +255,16 @@ def main() -> int:
     parser.add_argument("--pause", type=float, default=0.0, help="max seconds between queries")
     parser.add_argument("--keep", type=Path, help="build the database here and keep it")
     parser.add_argument("--no-kill", action="store_true", help="kill no worker")
+    parser.add_argument("--admin-pause", type=float, default=0.0,
+                        help="seconds between admin commands (default: back to back)")  # fmt: skip
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         db = (args.keep or Path(folder)) / "load.duckdb"
         db.parent.mkdir(parents=True, exist_ok=True)
         db.unlink(missing_ok=True)
         build(db)
-        summary = run(db, args.processes, args.queries, args.pause, kill=not args.no_kill)
+        summary = run(db, args.processes, args.queries, args.pause, kill=not args.no_kill,
+                      admin_pause=args.admin_pause)  # fmt: skip
     print(json.dumps(summary, indent=2))
     return 1 if summary["problems"] else 0
 

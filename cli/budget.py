@@ -55,7 +55,7 @@ def _open_with_catalog(db: str, *, read_only: bool):
     con = engine.open_database(db, read_only=read_only)
     if store.current_policy(con) is None:
         con.close()
-        raise Error(f"{db} has no sqlsdc catalog; run `sqlsdc init DB --policy FILE` first")
+        raise store.no_catalog(db)
     return con
 
 

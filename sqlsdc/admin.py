@@ -38,7 +38,7 @@ def show(db: str | Path) -> tuple[int, dict, list[tuple]]:
     try:
         current = store.current_policy(con)
         if current is None:
-            raise Error(f"{db} has no sqlsdc catalog; run `sqlsdc init`")
+            raise store.no_catalog(db)
         return current[0], current[1], store.policy_history(con)
     finally:
         con.close()

@@ -113,7 +113,7 @@ def publish(
 
     def audit(decision: str, error: BaseException) -> None:
         with _catalog(db) as con:
-            if store.has_entry(con, query_id):  # recorded just before an interrupt: it stands
+            if store.has_outcome(con, query_id):  # recorded just before an interrupt: it stands
                 return
             store.record_query(
                 con,
@@ -172,7 +172,7 @@ def _open_entry(db: Path) -> tuple[int, int]:
     with _catalog(db) as con:
         current = store.current_policy(con)
         if current is None:
-            raise Error(f"{db} has no sqlsdc catalog; run `sqlsdc init DB --policy FILE`")
+            raise store.no_catalog(db)
         return store.next_query_id(con), current[0]
 
 

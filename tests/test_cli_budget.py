@@ -55,7 +55,7 @@ def _spend(db, user, eps):
     con = open_database(db)
     try:
         budget.charge(con, user=user, tables=["persons"], cost=PrivacyCost(epsilon=eps),
-                      query_id=1, limits=None)  # fmt: skip
+                      query_id=1, limits=None, sql="SELECT 1")  # fmt: skip
     finally:
         con.close()
 
@@ -103,7 +103,8 @@ def test_delta_grants_in_subprocesses(db, sqlsdc_in_process):
     spent = PrivacyCost(epsilon=Fraction(1, 2), delta=Fraction(1, 4 * 10**6))
     con = open_database(db)
     try:
-        budget.charge(con, user="alice", tables=["persons"], cost=spent, query_id=1, limits=None)
+        budget.charge(con, user="alice", tables=["persons"], cost=spent, query_id=1, limits=None,
+                      sql="SELECT 1")  # fmt: skip
     finally:
         con.close()
     shown = sqlsdc_in_process("budget", db, "--user", "alice", "--format", "json")
@@ -126,7 +127,7 @@ def test_refusals_have_meaningful_exit_codes_in_subprocesses(db, tmp_path):
     plain = tmp_path / "plain.duckdb"
     duckdb.connect(str(plain)).close()
     missing = sqlsdc_cli(plain)
-    assert missing.returncode == 1 and "has no sqlsdc catalog" in missing.stderr
+    assert missing.returncode == 8 and "has no sqlsdc catalog" in missing.stderr
 
 
 def test_grant_adds_to_the_allowance_and_shows_before_and_after(db, tmp_path):

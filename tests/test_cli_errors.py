@@ -9,13 +9,17 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import cli_fork
 import pytest
 from sqlsdc.cli import errors
 from sqlsdc.cli.main import cli
 
+import sqlsdc
 from sqlsdc.errors import BudgetExhausted, InternalError, OperationalError
+
+DEMO_POLICY = str(Path(sqlsdc.__file__).parent / "demo" / "policy.yaml")
 
 
 def run(*args, cwd=None, stdin=None):
@@ -86,6 +90,72 @@ def test_a_missing_database_or_file_is_not_found_in_every_command(args, db, tmp_
     (tmp_path / "p.yaml").write_text("tables: {}\n")
     result = run(*(a.format(**names) for a in args))
     failed(result, errors.NOT_FOUND, f"{tmp_path / 'nope.x'} does not exist")
+
+
+NOT_A_DATABASE = {
+    "text": ("hello\n", "is not a DuckDB database file"),
+    "sqlite": (None, "is a SQLite database, not a DuckDB one"),
+    "empty": ("", "is an empty file, not a DuckDB database"),
+    "plain": (None, "has no sqlsdc catalog; run `sqlsdc init"),  # DuckDB's, not sqlsdc's
+}
+OPENING_COMMANDS = [
+    ("query", "{db}", "-u", "analyst", "SELECT 1"),
+    ("explain", "{db}", "-u", "analyst", "SELECT 1"),
+    ("audit", "{db}"),
+    ("budget", "{db}"),
+    ("budget", "{db}", "grant", "--for", "analyst", "--epsilon", "1", "--reason", "r"),
+    ("policy", "show", "{db}"),
+    ("policy", "apply", "{db}", "{policy}"),
+    ("init", "{db}", "--policy", "{policy}"),
+    ("risk", "{db}", "SELECT region, COUNT(*) AS n FROM persons GROUP BY region", "--count", "n"),
+    ("rekey", "{db}", "--yes"),
+    ("protect", "{db}", "--into", "x", "--sql", "SELECT 1"),
+    ("anonymize", "{db}", "--from", "persons", "--into", "x", "--step", "pram:region:p=0.8"),
+    ("microdata-report", "{db}", "x"),
+    ("publish", "{db}", "{tmp}/out.duckdb"),
+    ("verify", "{db}", "--user", "analyst", "--sql", "SELECT 1"),
+    ("serve", "{db}", "--insecure", "--port", "0"),
+    ("server-user", "list", "{db}"),
+    ("server-user", "add", "{db}", "analyst", "--password-stdin"),
+    ("synthesize", "{db}", "--from", "persons", "--into", "y", "--method", "cart"),
+    ("synth-report", "{db}", "--table", "y"),
+]
+
+
+@pytest.fixture(params=sorted(NOT_A_DATABASE))
+def not_a_database(request, tmp_path) -> tuple[object, str]:
+    """A file that is no sqlsdc database, and what the message says of it."""
+    import sqlite3
+
+    import duckdb
+
+    text, words = NOT_A_DATABASE[request.param]
+    path = tmp_path / f"{request.param}.duckdb"
+    if request.param == "sqlite":
+        with sqlite3.connect(path) as con:
+            con.execute("CREATE TABLE persons (region TEXT)")
+    elif request.param == "plain":
+        duckdb.connect(str(path)).close()
+    else:
+        path.write_text(text)
+    return path, words
+
+
+def test_a_file_that_is_no_database_is_not_found_in_every_command(not_a_database, tmp_path):
+    """A text file, a SQLite database, an empty file or a DuckDB file without the catalog,
+    named as the database: exit 8 'not found' with what the file is, in every command that
+    opens one (a file that is not DuckDB's was exit 1, "not a DuckDB database of this version,
+    or it is open in this process with other settings"; a catalog missing exit 1 too)."""
+    path, words = not_a_database
+    names = {"db": path, "tmp": tmp_path, "policy": DEMO_POLICY}
+    for args in OPENING_COMMANDS:
+        if args[0] == "init" and "catalog" in words:
+            continue  # init makes the catalog: it is the remedy
+        result = run(*(a.format(**names) for a in args), stdin="a long password\n")
+        failed(result, errors.NOT_FOUND, f"sqlsdc: not found: {path}")
+        assert words in result.stderr, (args, result.stderr)
+    # through a new interpreter once (the entry point's own handling)
+    failed(run_interpreter("audit", path), errors.NOT_FOUND, words)
 
 
 def test_codes_are_distinct_and_documented():
@@ -356,4 +426,4 @@ def test_serve_refuses_a_database_without_the_catalog(tmp_path):
     plain = tmp_path / "plain.duckdb"
     duckdb.connect(str(plain)).close()
     result = cli_fork.run(["serve", plain, "--insecure", "--port", 0], timeout=60)  # it served
-    failed(result, errors.ERROR, "has no sqlsdc catalog")
+    failed(result, errors.NOT_FOUND, "has no sqlsdc catalog")

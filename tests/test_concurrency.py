@@ -167,3 +167,52 @@ def test_the_same_new_cells_asked_at_once_are_cached_once_with_one_answer(dp_db)
     finally:
         con.close()
     assert entries[0] == entries[1] > 0
+
+
+ANALYST = """
+import sys
+import sqlsdc
+with sqlsdc.connect(sys.argv[1], "ana") as con:
+    con.execute(sys.argv[2]).fetchall()
+"""
+
+
+def test_an_admin_command_waiting_for_the_file_goes_before_analysts(dp_db, tmp_path):
+    """While the file is held, an admin command (`sqlsdc audit`) and an analyst's process wait
+    for it; when it is let go the admin goes first, whichever polls first: the audit it lists
+    does not hold the analyst's query. Before, every turn went to whichever waiter took the
+    free lock first, and under 16 busy analysts an admin waited about 19 s for its turn
+    (benchmarks/load_test.py)."""
+    folder = tmp_path / "dp.duckdb.waiting"
+    sql = query(42)
+
+    def waiting(marker: str, *processes: subprocess.Popen) -> None:
+        for _ in range(2400):  # the process has marked itself as waiting for the file
+            if folder.is_dir() and marker in {p.name for p in folder.iterdir()}:
+                return
+            assert all(p.poll() is None for p in processes), "a waiter ended"
+            threading.Event().wait(0.05)
+        raise AssertionError(f"{marker} is not waiting: {list(folder.iterdir())}")
+
+    holder = open_database(dp_db)  # this process holds the file
+    try:  # the admin first: the analyst's opening lets it go first from its own start on
+        admin = subprocess.Popen([sys.executable, "-m", "sqlsdc.cli", "audit", str(dp_db),
+                                  "--format", "json"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)  # fmt: skip
+        waiting(f"{admin.pid}.first", admin)
+        analyst = subprocess.Popen([sys.executable, "-c", ANALYST, str(dp_db), sql],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True)  # fmt: skip
+        waiting(f"{analyst.pid}", admin, analyst)
+    finally:
+        holder.close()
+    listed, errors = admin.communicate(timeout=120)
+    _, analyst_errors = analyst.communicate(timeout=120)
+    assert admin.returncode == 0 and analyst.returncode == 0, errors + analyst_errors
+    assert sql not in listed  # the admin read the file before the analyst's query was run
+    con = open_database(dp_db, read_only=True)
+    try:
+        assert con.execute("SELECT decision FROM sqlsdc.audit WHERE sql_text = ?",
+                           [sql]).fetchall() == [("accepted",)]  # fmt: skip
+    finally:
+        con.close()

@@ -32,6 +32,7 @@ SECRET = b"sqlsdc test secret - budgets 0001"
 HAIR = Fraction(1, 10**30)
 EPS = PrivacyCost(epsilon=Fraction(1, 4))
 ALICE = {BudgetKey("alice"): BudgetLimit(epsilon=1)}
+SQL = "SELECT region, COUNT(*) FROM persons GROUP BY region"  # the statement charged
 
 
 @pytest.fixture
@@ -52,7 +53,7 @@ def con(db):
 
 def _charge(con, cost=EPS, user="alice", tables=("persons",), limits=ALICE, **kw):
     return budget.charge(con, user=user, tables=tables, cost=cost, query_id=kw.pop("qid", 1),
-                         limits=limits, **kw)  # fmt: skip
+                         limits=limits, sql=kw.pop("sql", SQL), **kw)  # fmt: skip
 
 
 def _ledger_rows(con) -> int:
@@ -91,7 +92,8 @@ def test_no_budget_means_no_spending(con):
     with pytest.raises(BudgetExhausted, match="no ρ budget applies"):
         _charge(con, PrivacyCost(rho=Fraction(1, 10)))
     assert _ledger_rows(con) == 0
-    assert budget.charge(con, user="bob", tables=["t"], cost=PrivacyCost(), query_id=1) is None
+    assert budget.charge(con, user="bob", tables=["t"], cost=PrivacyCost(), query_id=1,
+                         sql=SQL) is None  # fmt: skip
 
 
 def test_every_applicable_key_must_allow_the_charge(con):
@@ -295,7 +297,7 @@ def _ask(con, frame, space, mechanisms, user="alice", qid=1):
     budget.charge(con, user=user, tables=["persons"], cost=cost, query_id=qid, limits={
                   BudgetKey("alice"): BudgetLimit(epsilon=10), BudgetKey("bob"): BudgetLimit(
                   epsilon=10)}, cells=out.new_cells,
-                  policy_version=3)  # fmt: skip
+                  policy_version=3, sql=SQL)  # fmt: skip
     return out
 
 
@@ -441,7 +443,7 @@ CRASHING_QUERY = textwrap.dedent(
                     secret=bytes.fromhex(sys.argv[2]), policy_version=3)
     charge(con, user="alice", tables=["persons"], cost=cal.cost, query_id=42,
            limits={BudgetKey("alice"): BudgetLimit(epsilon=1)}, cells=out.new_cells,
-           policy_version=3)
+           policy_version=3, sql="SELECT region, COUNT(*) FROM persons GROUP BY region")
     print("charged", ",".join(str(v) for v in out.values["n"]), flush=True)
     time.sleep(600)  # computing and returning the result; the test kills us here
     """

@@ -30,8 +30,10 @@ again.
 
 Crash safety: :func:`charge` returns only after COMMIT, and DuckDB has written the commit to its
 write-ahead log by then, so a process killed at any later point (before or while it returns the
-result) leaves the spend recorded. Callers must therefore charge *before* handing any noisy value
-to the user; a process killed before COMMIT has recorded nothing and returned nothing.
+result) leaves the spend recorded, with an audit entry that says so (written in the charge's
+transaction, replaced by the query's outcome when it is recorded). Callers must therefore charge
+*before* handing any noisy value to the user; a process killed before COMMIT has recorded nothing
+and returned nothing.
 
 Consistent noise: ``dp_cells`` holds every released DP cell per (user, policy version, cell
 hash) with its noisy value, and every *statistic* a user has paid for (the identity of one
@@ -48,7 +50,7 @@ Example:
     >>> con = duckdb.connect(); ensure_catalog(con)
     >>> limits = {BudgetKey("alice"): BudgetLimit(epsilon=Fraction(1))}
     >>> charge(con, user="alice", tables=["persons"], cost=PrivacyCost(epsilon=Fraction(3, 4)),
-    ...        query_id=1, limits=limits).cost.epsilon
+    ...        query_id=1, limits=limits, sql="SELECT COUNT(*) FROM persons").cost.epsilon
     Fraction(3, 4)
     >>> [s.remaining.epsilon for s in budget_status(con, limits)]
     [Fraction(1, 4)]
@@ -59,7 +61,7 @@ from __future__ import annotations
 import contextlib
 import time
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -68,7 +70,7 @@ from fractions import Fraction
 import pyarrow as pa
 
 from sqlsdc.catalog.schema import CATALOG_SCHEMA
-from sqlsdc.catalog.store import dp_cell_entry, ensure_catalog, now
+from sqlsdc.catalog.store import CHARGED_PENDING, dp_cell_entry, ensure_catalog, now, record_query
 from sqlsdc.engines.duckdb import EngineError, described, one, parsed, rollback
 from sqlsdc.errors import BudgetExhausted, Error, OperationalError
 from sqlsdc.mechanisms.accountant import BudgetLimit, PrivacyCost, fraction
@@ -90,6 +92,7 @@ __all__ = [
     "effective_limits",
     "ensure_budget_catalog",
     "grant",
+    "has_charge",
     "parse_amount",
     "policy_limits",
     "is_conflict",
@@ -493,8 +496,17 @@ def charge(
     cells: Iterable[CellRecord] = (),
     policy_version: int | None = None,
     state: BudgetState | None = None,
+    sql: str,
+    fingerprint: str | None = None,
+    drawn: Callable[[int], object] | None = None,
 ) -> Charge | None:
-    """Check and record one query's spend, and cache its new cells, in one transaction.
+    """Check and record one query's spend, cache its new cells and write its audit entry, in
+    one transaction.
+
+    The audit entry (``failed``, :data:`~sqlsdc.catalog.store.CHARGED_PENDING`) stands for the
+    query until its outcome replaces it (:func:`~sqlsdc.catalog.store.record_query` under the
+    charge's query id): a process killed after the charge, at any point, leaves every charge
+    with an entry, and an outcome is only ever written for a charge that committed.
 
     Args:
         con: a writable DuckDB connection to the protected database, not inside a transaction.
@@ -507,6 +519,10 @@ def charge(
         cells: the newly drawn cells (:attr:`NoisyCells.new_cells`), cached for this user.
         policy_version: the policy the cells were drawn under (required with ``cells``).
         state: the caller's :class:`BudgetState`, kept from charge to charge (None: read all).
+        sql: the statement charged (the text of its audit entry).
+        fingerprint: the statement's fingerprint, for its audit entry.
+        drawn: called with the query id before the charge commits, so that a caller stopped
+            at any point (Ctrl-C as COMMIT returns) knows the id its entry has or gets.
 
     Returns:
         The ledger row, or None for a zero cost, and None when a charge it conflicted with
@@ -567,6 +583,10 @@ def charge(
             if cells:
                 _insert_cells(con, user, policy_version, charged, at, cells,
                               skip_cached=attempt > 0)  # fmt: skip
+            record_query(con, charged, user, policy_version, "failed", sql,
+                         reason=CHARGED_PENDING, fingerprint=fingerprint)  # fmt: skip
+            if drawn is not None:
+                drawn(charged)
             con.execute("COMMIT")
             state.charged(writes, user, tables, _cost(*amounts))  # as the ledger will sum it
             return Charge(seq, charged, user, tables, cost, len(cells), at)
@@ -583,6 +603,13 @@ def charge(
             rollback(con)
             raise
     raise Error("could not record the privacy spend: too many concurrent charges; try again")
+
+
+def has_charge(con, query_id: int) -> bool:
+    """Whether the ledger holds a charge of ``query_id`` (it committed)."""
+    if not _has_budget_tables(con):
+        return False
+    return one(con, f"SELECT 1 FROM {S}.budget_spend WHERE query_id = ?", [query_id]) is not None
 
 
 def _bump(con) -> int:

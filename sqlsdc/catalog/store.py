@@ -19,7 +19,7 @@ from sqlglot import exp
 
 from sqlsdc.catalog.schema import CATALOG_SCHEMA, CATALOG_VERSION, CKM_MIX_DDL, DDL, DP_CELLS_DDL
 from sqlsdc.engines.duckdb import EngineError, described, one, parsed, type_names
-from sqlsdc.errors import AccessDenied, Error, PolicyViolation, interrupted_by_user
+from sqlsdc.errors import AccessDenied, Error, NotFoundError, PolicyViolation, interrupted_by_user
 from sqlsdc.mechanisms.ckm import MixKeys
 from sqlsdc.policy import UserRole, load_policy
 
@@ -35,11 +35,19 @@ def pattern_table(table: str) -> exp.Table:
     return exp.table_(f"{PATTERN_PREFIX}{table}", db=CATALOG_SCHEMA)
 
 
+def no_catalog(db) -> NotFoundError:
+    """The error for a DuckDB file without the sqlsdc catalog: no sqlsdc database was found
+    at that path (the CLI's exit code 8)."""
+    return NotFoundError(f"{db} has no sqlsdc catalog; run `sqlsdc init {db} --policy FILE`")
+
+
 def require_admin(con, user: str) -> tuple[int, dict, str]:
     """``(version, document, source)`` of the policy in force, if ``user`` is an admin in it."""
     current = current_policy(con)
     if current is None:
-        raise Error("this database has no sqlsdc catalog; run `sqlsdc init DB --policy FILE`")
+        (path,) = one(con, "SELECT path FROM duckdb_databases() WHERE database_name = "
+                      "current_database()")  # fmt: skip
+        raise no_catalog(path)
     policy = load_policy(current[1], name=current[2])
     declared = policy.user(user)
     if declared is None or declared.role is not UserRole.ADMIN:
@@ -244,15 +252,37 @@ def next_query_id(con) -> int:
     return one(con, f"SELECT nextval('{S}.query_ids')")[0]
 
 
-def has_entry(con, query_id: int) -> bool:
-    """Whether the audit log holds ``query_id``. A job or publication recorded as accepted
-    just before a Ctrl-C or SIGTERM reached it must not get a second, "failed" entry under
-    the same id (the duplicate key ended as "a bug in sqlsdc")."""
-    found = con.execute(f"SELECT 1 FROM {S}.audit WHERE query_id = ?", [query_id])
-    return found.fetchone() is not None
+CHARGED_PENDING = (
+    "charged; the process stopped before the outcome was recorded (killed, or it lost the "
+    "database): nothing was returned"
+)
+"""The reason of the entry a budget charge writes with its ledger row, in the charge's
+transaction (:func:`sqlsdc.catalog.budget.charge`): every charge has an audit entry, even
+when the process is killed before the query ends. The query's outcome replaces it
+(:func:`record_query`); one left in place is what a crash leaves."""
 
 
-_AUDIT_INSERT = f"INSERT INTO {S}.audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+def has_outcome(con, query_id: int) -> bool:
+    """Whether the audit log holds the outcome of ``query_id`` (an entry other than the one
+    its charge left pending). A job, publication or query recorded as accepted just before a
+    Ctrl-C or SIGTERM reached it must not get a second, "failed" outcome (the duplicate key
+    ended as "a bug in sqlsdc"), and its caller tells the user it was recorded."""
+    found = one(
+        con,
+        f"SELECT 1 FROM {S}.audit WHERE query_id = ? AND reason IS DISTINCT FROM ?",
+        [query_id, CHARGED_PENDING],
+    )
+    return found is not None
+
+
+_AUDIT_INSERT = (
+    f"INSERT INTO {S}.audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (query_id) DO "
+    "UPDATE SET logged_at = excluded.logged_at, policy_version = excluded.policy_version, "
+    "decision = excluded.decision, reason = excluded.reason, "
+    "fingerprint = coalesce(excluded.fingerprint, audit.fingerprint), "
+    "rows_returned = excluded.rows_returned "
+    f"WHERE audit.decision = 'failed' AND audit.reason = '{CHARGED_PENDING}'"
+)
 _AUDIT_INSERT_DRAWING = (
     f"INSERT INTO {S}.audit VALUES (nextval('{S}.query_ids'), ?, ?, ?, ?, ?, ?, ?, ?) "
     "RETURNING query_id"
@@ -272,7 +302,11 @@ def record_query(
     rows: int | None = None,
 ) -> int:
     """Append one entry to the audit log and return its query id; ``None`` draws the next id
-    in the same statement (one round trip, and no commit of its own inside a transaction)."""
+    in the same statement (one round trip, and no commit of its own inside a transaction).
+
+    The entry a budget charge left for ``query_id`` (:data:`CHARGED_PENDING`) is replaced by
+    this outcome; an outcome recorded before stands (a later one under its id is dropped:
+    see :func:`has_outcome`)."""
     # undecodable bytes kept as lone surrogates are logged escaped: in the statement, and in
     # a reason that quotes what the analyst sent (a parameter's name)
     sql, reason = _escaped(sql), None if reason is None else _escaped(reason)

@@ -89,6 +89,9 @@ def _one_path(path: Path) -> Path:
 # How long an open waits while another process holds the file (DuckDB lets one process write a
 # file, and a writer excludes every other process): guarded connections release it when idle.
 LOCK_WAIT_SECONDS = 60.0
+# How long a guarded connection's opening lets an admin command or job that waits for the file
+# go first (``open_database``'s ``first``): one stuck waiting delays analysts no longer.
+FIRST_SECONDS = 10.0
 
 
 def open_database(
@@ -97,6 +100,7 @@ def open_database(
     read_only: bool = False,
     wait: float = LOCK_WAIT_SECONDS,
     writes_data: bool = True,
+    first: bool = True,
 ) -> LockedConnection:
     """Open a DuckDB file for sqlsdc's own (trusted) work, with extensions and scans locked down.
 
@@ -106,7 +110,14 @@ def open_database(
     connection holds it while it runs statements, and releases it when idle). ``writes_data``
     False: the connection writes the catalog at most, never the tables' data (a guarded
     connection); every other opening counts as a possible writer of the data
-    (:func:`data_writers`)."""
+    (:func:`data_writers`).
+
+    ``first`` (admin commands and jobs, the default) goes before the openings of guarded
+    connections (``first=False``): while it waits, those do not take the file (for up to
+    :data:`FIRST_SECONDS`, unless their process holds it already), and a connection holding
+    it lets it go after its statement (:func:`others_waiting` with ``first``). Among 16
+    processes of analysts taking turns, an admin command had waited its turn for about 19 s:
+    every turn went to whichever poller took the free lock first."""
     path = _one_path(Path(path))
     if not read_only and not path.parent.exists():
         raise NotFoundError(f"cannot create database {path}: folder {path.parent} does not exist")
@@ -114,11 +125,19 @@ def open_database(
         raise NotFoundError(
             f"database {path} does not exist; create it with `sqlsdc init` or `sqlsdc demo`"
         )
-    deadline, pause, marker, text = time.monotonic() + wait, 0.002, None, "lock"
+    started = time.monotonic()
+    deadline, pause, marker, text = started + wait, 0.002, None, "lock"
     try:
         while True:
             try:
-                hold = file_lock.try_acquire(path, shared=read_only)
+                hold = (
+                    None  # an admin command waits for the file: it goes first
+                    if not first
+                    and time.monotonic() < started + FIRST_SECONDS
+                    and not file_lock.held(path)
+                    and others_waiting(path, first=True)
+                    else file_lock.try_acquire(path, shared=read_only)
+                )
             except OSError as failure:
                 raise OperationalError(
                     f"cannot open database {path}: its lock cannot be taken ({failure})"
@@ -131,12 +150,12 @@ def open_database(
                         return LockedConnection(con, hold, _opened(path) if writes_data else None)
                 except duckdb.Error as e:  # held by a process outside sqlsdc, or not DuckDB's
                     hold.release()
-                    text = str(e).lower()
+                    text = _without_path(str(e), path).lower()
                     if "lock" not in text:
                         break
             if time.monotonic() + pause > deadline:
                 break
-            marker = marker or _mark_waiting(path)
+            marker = marker or _mark_waiting(path, first)
             time.sleep(pause * (0.5 + random.random()))  # jitter: waiting processes take turns
             pause = min(pause * 2, 0.05)
     finally:
@@ -144,21 +163,64 @@ def open_database(
             marker.unlink(missing_ok=True)
             with contextlib.suppress(OSError):  # left to another waiter, if any
                 marker.parent.rmdir()
-    # the engine's text is not shown: it is not sqlsdc's to word
-    kind = (
-        OperationalError if "lock" in text or "permission" in text or "read-only" in text else Error
-    )
-    why = (
-        f"another process has held a lock on it for {wait:g} s (a guarded connection "
-        "running statements, or an admin command); try again, or close that process"
-        if "lock" in text
-        else "it cannot be written here (a read-only file system or no permission); "
-        "choose another place or ask for write access"
-        if "permission denied" in text or "read-only file system" in text
-        else "it is not a DuckDB database of this version, or it is open in this process "
-        "with other settings"
-    )
-    raise kind(f"cannot open database {path}: {why}") from None
+    raise _open_failure(path, text, wait) from None
+
+
+def _without_path(text: str, path: Path) -> str:
+    """The engine's message without the file's path, whose words ("lock", "sqlite") are not
+    the engine's reason."""
+    for spelling in sorted({str(path.resolve()), str(path)}, key=len, reverse=True):
+        text = text.replace(spelling, "<database>")
+    return text
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _open_failure(path: Path, text: str, wait: float) -> Error:
+    """sqlsdc's error for a database file DuckDB would not open (``text``: the engine's last
+    message, lower case, which is not shown: it is not sqlsdc's to word). A file that is not a
+    DuckDB database (a text file, a SQLite database, an empty file) is a database not found
+    at that path (:class:`NotFoundError`, the CLI's exit code 8): the remedy is the right
+    path, as for a missing file. A lock held too long, no permission, a read-only file system
+    or another DuckDB version are the engine's or the file system's (:class:`OperationalError`)."""
+    if "not a valid duckdb database" in text or "sqlite" in text:
+        return NotFoundError(
+            f"{path} {_what_file(path)}; name the database file made by `sqlsdc init` or "
+            "`sqlsdc demo`"
+        )
+    if "lock" in text:
+        why = (
+            f"another process has held a lock on it for {wait:g} s (a guarded connection "
+            "running statements, or an admin command); try again, or close that process"
+        )
+    elif "permission denied" in text or "read-only file system" in text:
+        why = (
+            "it cannot be written here (a read-only file system or no permission); "
+            "choose another place or ask for write access"
+        )
+    elif "version" in text:
+        why = "it was written by another DuckDB version than this one"
+    elif "configuration" in text:
+        return Error(f"cannot open database {path}: it is open in this process with other "
+                     "settings")  # fmt: skip
+    else:
+        why = "the engine refused to open it"
+    return OperationalError(f"cannot open database {path}: {why}", detail=text)
+
+
+def _what_file(path: Path) -> str:
+    """What a file that DuckDB does not open is, in words, from its first bytes."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(len(SQLITE_HEADER))
+    except OSError:
+        head = b"?"
+    if not head:
+        return "is an empty file, not a DuckDB database"
+    if head == SQLITE_HEADER:
+        return "is a SQLite database, not a DuckDB one (sqlsdc works on DuckDB files)"
+    return "is not a DuckDB database file"
 
 
 class LockedConnection:
@@ -248,27 +310,36 @@ def _waiting_folder(path: Path) -> Path:
     return path.with_name(path.name + ".waiting")
 
 
-def _mark_waiting(path: Path) -> Path | None:
-    """A file named by this process's id in ``<db>.waiting/``, while it waits for the file."""
+def _mark_waiting(path: Path, first: bool = False) -> Path | None:
+    """A file named by this process's id in ``<db>.waiting/`` (``<pid>.first`` for an opening
+    that goes first), while it waits for the file."""
     folder = _waiting_folder(path)
     try:
         folder.mkdir(exist_ok=True)
-        marker = folder / str(os.getpid())
+        marker = folder / f"{os.getpid()}{_FIRST if first else ''}"
         marker.touch()
         return marker
     except OSError:  # a read-only folder: holders then never hear of this waiter
         return None
 
 
-def others_waiting(path: str | Path) -> bool:
+_FIRST = ".first"
+
+
+def others_waiting(path: str | Path, *, first: bool = False) -> bool:
     """Whether another live process waits to open the database file (:func:`open_database`
-    marks itself): a busy holder then releases the file for a turn, and otherwise keeps it."""
+    marks itself): a busy holder then releases the file for a turn, and otherwise keeps it.
+    ``first``: only an opening that goes first (an admin command, a job) counts; a holder
+    lets the file go after its statement for it, and guarded connections let it in first."""
     try:
         waiters = list(_waiting_folder(Path(path)).iterdir())
     except OSError:
         return False
     for marker in waiters:
-        if marker.name.isdigit() and int(marker.name) != os.getpid() and _alive(int(marker.name)):
+        pid, _, kind = marker.name.partition(".")
+        if first and f".{kind}" != _FIRST:
+            continue
+        if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
             return True
     return False
 

@@ -24,7 +24,7 @@ try:
 except ImportError:  # Windows: DuckDB's own lock only
     fcntl = None
 
-__all__ = ["FileLock", "try_acquire"]
+__all__ = ["FileLock", "held", "try_acquire"]
 
 
 class FileLock:
@@ -63,6 +63,13 @@ def _let_go(hold: FileLock) -> None:
     if hold.handle is not None:
         fcntl.flock(hold.handle, fcntl.LOCK_UN)
         hold.handle.close()
+
+
+def held(path: str | Path) -> bool:
+    """Whether this process holds the file's lock (a connection of it has the file open)."""
+    key = str(Path(path).resolve())
+    with _registry_lock:
+        return key in _held
 
 
 def lock_path(path: Path) -> Path:

@@ -36,6 +36,7 @@ from sqlsdc.catalog.budget import (
     charge,
     check_policy,
     ensure_budget_catalog,
+    has_charge,
     is_conflict,
     policy_limits,
     remember_budget_tables,
@@ -185,14 +186,15 @@ class Connection:
         time.sleep(max(0.0, self._turn_until - time.monotonic()))
         key = str(path.resolve())
         _TURNS.wait(key, partial(engine.others_waiting, path), self._turn_bound())
-        con = engine.open_database(path, wait=engine.LOCK_WAIT_SECONDS, writes_data=False)
+        con = engine.open_database(path, wait=engine.LOCK_WAIT_SECONDS, writes_data=False,
+                                   first=False)  # fmt: skip
         try:
             _TURNS.held(key, con)
             writers = engine.data_writers(path)  # before the policy is read: see _release_dp
             engine.harden(con)
             current = store.current_policy(con, in_transaction=False)
             if current is None:
-                raise Error(f"{path} has no sqlsdc catalog; run `sqlsdc init {path} --policy FILE`")
+                raise store.no_catalog(path)
             version, document, source = current
             changed = self._context is None or self._context.policy_version != version
             base = load_policy(document, name=source) if changed else self._base_policy
@@ -283,10 +285,12 @@ class Connection:
         if self._idle_release is None or self._closed:
             return
         held = self._last_use - self._held_since if self._db is not None else 0.0
-        if held > MAX_TURN_SECONDS or (
-            held > MAX_HOLD_SECONDS and engine.others_waiting(self.path)
-        ):
-            self._close_engine()  # busy for long, or for a while with others waiting: a turn
+        if self._db is not None and (
+            held > MAX_TURN_SECONDS
+            or (held > MAX_HOLD_SECONDS and engine.others_waiting(self.path))
+            or engine.others_waiting(self.path, first=True)
+        ):  # busy for long, or for a while with others waiting, or an admin waits: a turn
+            self._close_engine()
             self._turn_until = time.monotonic() + TURN_SECONDS
             return
         if self._alarm is None:
@@ -612,15 +616,21 @@ class Connection:
                 raise _engine_failure(failure, query_id) from None
 
     def _record_failure(self, sql: str, failure: Exception) -> int | None:
-        """Best effort: a new audit entry for an engine failure outside a query's own entry."""
+        """Best effort: the audit entry of an engine failure outside a query's own recording:
+        the outcome of the DP charge the statement made, if it has none yet, else a new
+        entry."""
         try:
             self._con.execute("ROLLBACK")
         except engine.EngineError:
             pass  # no transaction was open
         try:
+            query_id = self._query_id
+            if query_id is not None and store.has_outcome(self._con, query_id):
+                query_id = None
             reason = f"{type(failure).__name__}: {failure}"
-            return store.record_query(self._con, None, self.user, self._context.policy_version,
-                                      "failed", sql, reason=reason)  # fmt: skip
+            return store.record_query(self._con, query_id, self.user,
+                                      self._context.policy_version, "failed", sql,
+                                      reason=reason)  # fmt: skip
         except engine.EngineError:
             return None
 
@@ -630,8 +640,14 @@ class Connection:
         """Protect, execute, record; results are returned only after they are recorded: the
         audit entry (which draws the query id) and the ledger rows commit in one transaction.
         Returns the values, the checked query, its id and the whole result (with the hidden
-        status and accuracy columns, read when the cursor is asked for them)."""
+        status and accuracy columns, read when the cursor is asked for them).
+
+        A DP query's charge commits first, with an audit entry that its outcome replaces
+        (:func:`~sqlsdc.catalog.budget.charge`): whatever stops the statement after that (an
+        error, the timeout, Ctrl-C, a kill), the charge has its entry, and the analyst is told
+        that the statement was charged (asking it again is free)."""
         self._check_open()
+        self._query_id = None  # a DP query's charge draws it, before the charge commits
         con, context = self._con, self._context
         try:
             query = self._protect(sql, params, early, interrupts)
@@ -643,21 +659,23 @@ class Connection:
         except Error as refusal:  # refusals, guard bugs and bad parameters are all audited
             self._audit_refusal(None, sql, refusal)
             raise
-        noisy, paid, self._query_id = None, None, None  # a DP query's charge may draw its id
+        noisy, paid = None, None
         if query.dp_stages:
             try:
-                noisy, paid = self._release_dp(query, None)  # charged (committed) from here on
+                noisy, paid = self._release_dp(query, None, sql)  # charged (committed) from here
             except engine.EngineError as failure:
                 query_id = store.record_query(
                     con, self._query_id, self.user, context.policy_version, "failed", sql,
                     reason=str(failure), fingerprint=query.fingerprint,
                 )  # fmt: skip
-                raise _engine_failure(failure, query_id) from None
-            except Error as refusal:
+                raise self._said_paid(_engine_failure(failure, query_id), query_id) from None
+            except Error as refusal:  # the timeout's check or a cancel among them
                 self._audit_refusal(self._query_id, sql, refusal)
+                self._said_paid(refusal, self._query_id)
                 raise
             except BaseException as bug:  # paid (perhaps), Ctrl-C too: never unaudited
                 self._audit_bug(self._query_id, sql, bug)
+                self._said_paid(bug, self._query_id)
                 raise
         return self._answer(sql, query, noisy, paid, self._query_id)
 
@@ -666,10 +684,12 @@ class Connection:
         """Run the protected SQL and record it in one transaction (``query_id`` None: the
         audit entry draws it): the answer, its audit entry, its ledger rows and the DP cells
         it drew (:meth:`_cache_cells`) commit together or not at all; a conflict on a cached
-        cell runs the transaction again."""
+        cell runs the transaction again. An interrupt that arrives as the transaction commits
+        leaves the answer recorded (and says so), never a second, "failed" entry."""
         con, context = self._con, self._context
         for attempt in range(RECORD_RETRIES):
             caching = False  # set once the analyst's SQL has run, when DP cells are cached
+            drawn = query_id  # the audit entry's id, once known
             con.execute("BEGIN TRANSACTION")
             try:
                 if query.suppressed:
@@ -709,18 +729,51 @@ class Connection:
                     reason=str(failure),
                     fingerprint=query.fingerprint,
                 )
-                raise _engine_failure(failure, query_id) from None
+                raise self._said_paid(_engine_failure(failure, query_id), query_id) from None
             except Error as refusal:
                 engine.rollback(con)
                 self._audit_refusal(query_id, sql, refusal)
+                self._said_paid(refusal, query_id)
                 raise
             except BaseException as bug:  # a bug, or Ctrl-C after a charge: audited all the same
                 engine.rollback(con)
-                self._audit_bug(query_id, sql, bug)
+                if self._answered(drawn):  # committed just before the interrupt
+                    bug.add_note(f"query {drawn} was answered and recorded (audited as "
+                                 "accepted) just before the interrupt")  # fmt: skip
+                else:
+                    self._audit_bug(query_id, sql, bug)
+                    self._said_paid(bug, query_id)
                 raise
             finally:
                 _unregister(con, noisy)
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _answered(self, query_id: int | None) -> bool:
+        """Best effort: whether ``query_id``'s outcome is in the audit log (its recording
+        committed)."""
+        try:
+            return query_id is not None and store.has_outcome(self._con, query_id)
+        except engine.EngineError:
+            return False
+
+    def _paid(self, query_id: int | None) -> bool:
+        """Best effort: whether ``query_id`` was charged (its charge committed)."""
+        try:
+            return query_id is not None and has_charge(self._con, query_id)
+        except engine.EngineError:
+            return False
+
+    def _said_paid(self, stopped: BaseException, query_id: int | None) -> BaseException:
+        """``stopped`` (an error, Ctrl-C: changed in place), saying that its statement was
+        charged if it was: sqlsdc's errors in their message (what the CLI and a server's
+        client show), others in a note."""
+        if self._paid(query_id):
+            said = f"query {query_id} {_PAID}"
+            if isinstance(stopped, Error) and len(stopped.args) == 1:
+                stopped.args = (f"{stopped.args[0]}; {said}",)
+            else:
+                stopped.add_note(said)
+        return stopped
 
     def _audit_bug(self, query_id: int | None, sql: str, bug: BaseException) -> None:
         """Best effort: a ``failed`` audit entry for an error sqlsdc did not foresee (a bug)
@@ -783,12 +836,15 @@ class Connection:
         check_summable(query.summed, self._summable, run)
 
     def _release_dp(
-        self, query: ProtectedQuery, query_id: int | None, *, run=None, data_version=None
-    ) -> tuple[DpRelease, Charge | None]:
+        self, query: ProtectedQuery, query_id: int | None, sql: str, *, run=None,
+        data_version=None,
+    ) -> tuple[DpRelease, Charge | None]:  # fmt: skip
         """Noisy cells of the query's DP aggregations, their cost charged to the ledger first,
         and the charge (None when every statistic was paid before). ``query_id`` None: the
-        charge draws it (left in ``_query_id`` for the audit entry, also when this raises), or
-        else the audit entry. The drawn cells are cached by :meth:`_cache_cells`.
+        charge draws it (left in ``_query_id`` for the audit entry before the charge commits,
+        so also when this raises, Ctrl-C included), or else the audit entry. The charge writes
+        the query's audit entry (``sql``) with its ledger row, which the outcome replaces.
+        The drawn cells are cached by :meth:`_cache_cells`.
 
         Order matters (ISSUE16 must-have 6): the statistics not paid before are charged and
         committed *before* any exact cell is computed, so a query that then fails, is
@@ -848,12 +904,11 @@ class Connection:
                     paid = charge(con, user=self.user, tables=query.tables, cost=cost.cost,
                                   query_id=query_id, limits=policy_limits(context.policy),
                                   cells=cost.statistics, policy_version=version,
-                                  state=self._budget)  # fmt: skip
+                                  state=self._budget, sql=sql, fingerprint=query.fingerprint,
+                                  drawn=partial(setattr, self, "_query_id"))  # fmt: skip
                 except PolicyChanged:  # applied by this process: the file stays open
                     self._reopen = True
                     raise
-            if paid is not None:
-                query_id = self._query_id = paid.query_id
         noisy = release(query.dp_stages, run, secret=self._secret(), policy_version=version,
                         data_versions=data_versions, cached=cached, noise=self._dp_noise,
                         domains=domains, key_types=key_types)  # fmt: skip
@@ -1326,3 +1381,9 @@ def _engine_failure(failure: Exception, query_id: int | None) -> Error:
         f"the query failed in the engine{where}; the engine's message is withheld because it "
         "could reveal confidential values or objects; an admin can read it with `sqlsdc audit`"
     )
+
+
+_PAID = (
+    "was charged to the privacy budget before it stopped: its statistics are paid, and asking "
+    "it again is not charged again"
+)

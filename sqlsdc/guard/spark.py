@@ -85,7 +85,7 @@ def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, p
         check_engine_tables(names, query.tree, connection.policy)
         if query.dp_stages:
             check_portable(query.tree)  # the answer over the noisy cells: refused unpaid
-            noisy, paid = _release_dp(connection, engine, query, query_id)  # charged from here
+            noisy, paid = _release_dp(connection, engine, query, query_id, sql)  # charged from here
         result = engine.run(query.tree)
         check_faults(result, query)
     except OperationalError as failure:  # Spark ran and failed: its own message is for admins
@@ -147,7 +147,7 @@ def _check_spark_types(tables: set[str], schema: dict, spark: dict) -> None:
                 )
 
 
-def _release_dp(connection: Connection, engine: SparkEngine, query, query_id: int):
+def _release_dp(connection: Connection, engine: SparkEngine, query, query_id: int, sql: str):
     """Noise the DP cells of ``query`` from exact cells computed on Spark, charged to the
     connection's budget first (as on DuckDB), and register them for the protected tree;
     returns them and the charge, to be cached with the answer's record.
@@ -165,7 +165,7 @@ def _release_dp(connection: Connection, engine: SparkEngine, query, query_id: in
     def run(text: str) -> pa.Table:  # stage SQL by its tree; public domains parsed from text
         return engine.run(trees.get(text) or sqlglot.parse_one(text, read="duckdb"))
 
-    noisy, paid = connection._release_dp(query, query_id, run=run,
+    noisy, paid = connection._release_dp(query, query_id, sql, run=run,
                                          data_version=engine.data_version)  # fmt: skip
     for relation, cells in noisy.relations.items():
         engine.register_cells(relation, cells)

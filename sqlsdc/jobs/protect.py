@@ -428,14 +428,14 @@ def job_catalog(db: str | Path, user: str, method: str, into: str, request: str)
     try:
         current = store.current_policy(con)
         if current is None:
-            raise Error(f"{db} has no sqlsdc catalog; run `sqlsdc init DB --policy FILE`")
+            raise store.no_catalog(db)
         query_id = store.next_query_id(con)
         fingerprint = job_fingerprint(method, into, request)
         record = functools.partial(store.record_query, con, query_id, user, current[0],
                                    sql=request, fingerprint=fingerprint)  # fmt: skip
 
         def audit(decision: str, **details) -> None:
-            if decision != "accepted" and store.has_entry(con, query_id):
+            if decision != "accepted" and store.has_outcome(con, query_id):
                 return  # stored (accepted) just before an interrupt: that entry stands
             record(decision, **details)
 

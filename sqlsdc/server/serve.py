@@ -76,7 +76,7 @@ def _check_catalog(db: str) -> None:
     con = open_database(db, writes_data=False)
     try:
         if store.current_policy(con) is None:
-            raise Error(f"{db} has no sqlsdc catalog; run `sqlsdc init {db} --policy FILE`")
+            raise store.no_catalog(db)
     finally:
         con.close()
 

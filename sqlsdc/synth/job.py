@@ -235,7 +235,8 @@ def synthesize(
                 say(f"charging ε = {plan['epsilon']} to the privacy budget")
                 charge(con, user=user, tables=[plan["table"]],
                        cost=PrivacyCost(epsilon=plan["epsilon"]), query_id=query_id,
-                       limits=policy_limits(policy))  # fmt: skip
+                       limits=policy_limits(policy), policy_version=version, sql=request,
+                       fingerprint=fingerprint)  # fmt: skip
         except Error as refusal:
             audit("refused", reason=store.audit_reason(refusal))
             raise

@@ -240,6 +240,8 @@ def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeou
                 query_id=query_id,
                 limits=policy_limits(policy),
                 policy_version=version,
+                sql=sql,
+                fingerprint=request.digest,
             )
     source = sqlglot.parse_one(output.source_sql, read="duckdb")
     confidential = _records(con, request, source, False, timeout)

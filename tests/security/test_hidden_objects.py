@@ -22,6 +22,7 @@ import pytest
 import sqlsdc
 from sqlsdc.catalog import store
 from sqlsdc.engines.duckdb import open_database
+from sqlsdc.errors import NotFoundError
 from sqlsdc.policy import load_policy
 
 SECRET = 4242424  # the value of every hidden column: it must never come back
@@ -362,7 +363,7 @@ def test_a_broken_catalog_at_connect_is_sqlsdc_s_message(ckm_db, tmp_path):
 def test_a_file_that_is_not_a_database_is_sqlsdc_s_message(tmp_path):
     path = tmp_path / "notes.duckdb"
     path.write_text("not a database\n" * 1000)
-    with pytest.raises(sqlsdc.Error, match="cannot open database") as failure:
+    with pytest.raises(NotFoundError, match="is not a DuckDB database file") as failure:
         sqlsdc.connect(path, user="analyst")
     _withheld(failure.value)
 

@@ -1,0 +1,290 @@
+"""Every DP charge has its audit entry, whatever stops the statement that made it: a server
+killed with SIGKILL while statements are in flight, Ctrl-C as the charge commits or as the
+answer commits, a cancel after the charge. Real DuckDB files, real processes and signals.
+
+The charge writes the query's audit entry (``failed``, ``store.CHARGED_PENDING``) in its own
+transaction, and the outcome replaces it; before, a kill after the charge left a ledger row
+whose query id no audit entry named (one per statement in flight in a server), and Ctrl-C as
+the charge returned audited the statement under another id than its charge.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import duckdb
+import pytest
+
+import sqlsdc
+from sqlsdc.catalog.store import CHARGED_PENDING
+from sqlsdc.engines.duckdb import open_database
+
+PASSWORD = "correct horse 42"
+IN_FLIGHT = 3  # statements the server runs when it is killed
+
+
+def document() -> dict:
+    return {
+        "tables": {
+            "persons": {
+                "privacy_unit": "pid",
+                "columns": {
+                    "pid": {"role": "identifier"},
+                    "region": {"role": "dimension", "domain": ["N", "S", "E", "W"]},
+                    "age": {"role": "dimension"},
+                },
+                "protection": {
+                    "counts": {"method": "dp", "spend": {"epsilon": "1/2"}},
+                    "magnitudes": {"method": "dp", "spend": {"epsilon": "1/2"}},
+                },
+            },
+        },
+        "users": {"admin": {"role": "admin"}, "ana": {"role": "analyst"}},
+        "budgets": [{"user": "ana", "epsilon": 30}],
+    }
+
+
+def by_region(age: int) -> str:
+    return f"SELECT region, COUNT(*) FROM persons WHERE age >= {age} GROUP BY region"
+
+
+@pytest.fixture
+def db(tmp_path) -> Path:
+    path = tmp_path / "charges.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE persons AS SELECT i AS pid, ['N', 'S', 'E', 'W'][1 + i % 4] AS "
+                "region, i % 90 AS age FROM range(4000) t(i)")  # fmt: skip
+    con.close()
+    sqlsdc.init(path, document())
+    return path
+
+
+def charges_and_entries(db: Path) -> tuple[list[tuple], dict[int, tuple]]:
+    """The ledger's ``(query_id, epsilon)`` rows and the audit log by query id."""
+    con = open_database(db, read_only=True)
+    try:
+        ledger = con.execute(
+            "SELECT query_id, epsilon FROM sqlsdc.budget_spend ORDER BY seq"
+        ).fetchall()
+        audit = con.execute("SELECT query_id, decision, reason, sql_text FROM sqlsdc.audit")
+        return ledger, {q: (d, r, s) for q, d, r, s in audit.fetchall()}
+    finally:
+        con.close()
+
+
+# --- a server killed with statements in flight ------------------------------------------------
+
+SERVER = textwrap.dedent(
+    """
+    import sys
+    import time
+    from sqlsdc.guard import connection
+
+    def in_flight(*args, **kwargs):  # the statements' answers: the test kills us here
+        print("in flight", file=sys.stderr, flush=True)
+        time.sleep(600)
+
+    connection._run_over = in_flight
+    sys.argv = ["sqlsdc", "serve", sys.argv[1], "--port", "0", "--insecure"]
+    from sqlsdc.cli.main import main
+    main()
+    """
+)
+
+
+def test_a_server_killed_with_statements_in_flight_leaves_every_charge_audited(db):
+    """Three sessions' DP statements have been charged and are computing their answers when
+    the server is killed with SIGKILL: each charge has its audit entry (``failed``: the
+    process stopped), under the charge's query id; none is charged again when asked again."""
+    psycopg = pytest.importorskip("psycopg")
+    added = subprocess.run([sys.executable, "-m", "sqlsdc.cli", "server-user", "add", str(db),
+                            "ana", "--password-stdin"], input=PASSWORD + "\n", text=True,
+                           capture_output=True, timeout=120)  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    server = subprocess.Popen([sys.executable, "-c", SERVER, str(db)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+    failures: list[BaseException] = []
+    try:
+        host, port = server.stdout.readline().strip().rsplit(":", 1)
+        dsn = f"host={host} port={port} user=ana password='{PASSWORD}' dbname=d sslmode=disable"
+
+        def ask(age: int) -> None:
+            try:
+                with psycopg.connect(dsn, autocommit=True) as con:
+                    con.execute(by_region(age)).fetchall()
+            except BaseException as error:  # the server died under it
+                failures.append(error)
+
+        sessions = [threading.Thread(target=ask, args=(age,)) for age in range(IN_FLIGHT)]
+        for session in sessions:
+            session.start()
+        said = []  # the server's lines: it is listening, then every statement is charged
+        while said.count("in flight\n") < IN_FLIGHT:  # and its answer under way
+            said.append(server.stderr.readline())
+            assert said[-1], said  # the server ended
+    finally:
+        server.kill()
+        server.wait(timeout=60)
+    for session in sessions:
+        session.join(timeout=60)
+    assert server.returncode == -signal.SIGKILL
+    assert len(failures) == IN_FLIGHT  # no session got an answer
+    ledger, audit = charges_and_entries(db)
+    assert len(ledger) == IN_FLIGHT
+    for query_id, epsilon in ledger:
+        decision, reason, sql = audit[query_id]
+        assert (decision, reason, epsilon) == ("failed", CHARGED_PENDING, "1/2")
+    assert sorted(audit[q][2] for q, _ in ledger) == sorted(map(by_region, range(IN_FLIGHT)))
+    with sqlsdc.connect(db, "ana") as con:  # paid: asked again, they are answered for free
+        for age in range(IN_FLIGHT):
+            con.execute(by_region(age)).fetchall()
+    assert charges_and_entries(db)[0] == ledger
+
+
+def test_a_process_killed_after_the_charge_leaves_its_audit_entry(db):
+    """The guarded connection's own path: SIGKILL while the answer is computed."""
+    script = textwrap.dedent(
+        f"""
+        import os, signal
+        import sqlsdc
+        from sqlsdc.guard import connection
+
+        def die(*args, **kwargs):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        connection._run_over = die
+        sqlsdc.connect({str(db)!r}, "ana").execute({by_region(5)!r})
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL
+    ledger, audit = charges_and_entries(db)
+    ((query_id, _),) = ledger
+    assert audit == {query_id: ("failed", CHARGED_PENDING, by_region(5))}
+
+
+# --- Ctrl-C and cancels after a commit --------------------------------------------------------
+
+INTERRUPTED = textwrap.dedent(
+    """
+    import signal, sys
+    import sqlsdc
+    from sqlsdc.engines import duckdb as engine
+    from sqlsdc.guard import connection
+
+    where, db, sql = sys.argv[1:4]
+    con = sqlsdc.connect(db, "ana")
+    real_charge, real_record, real_execute = (connection.charge, connection.record_release,
+                                              engine.LockedConnection.execute)
+    armed = []
+
+    def charge(*args, **kwargs):  # Ctrl-C as the charge returns, after its COMMIT
+        paid = real_charge(*args, **kwargs)
+        if where == "charge":
+            signal.raise_signal(signal.SIGINT)
+        elif where == "cancel":
+            con.interrupt()  # a server's CancelRequest
+        return paid
+
+    def record_release(*args, **kwargs):  # the last write before the answer's COMMIT
+        armed.append(where == "answer")
+        return real_record(*args, **kwargs)
+
+    def execute(self, *args, **kwargs):
+        result = real_execute(self, *args, **kwargs)
+        if args and args[0] == "COMMIT" and armed and armed.pop():
+            signal.raise_signal(signal.SIGINT)  # Ctrl-C as the answer's COMMIT returns
+        return result
+
+    connection.charge, connection.record_release = charge, record_release
+    engine.LockedConnection.execute = execute
+    try:
+        con.execute(sql).fetchall()
+        print("answered")
+    except KeyboardInterrupt as stopped:
+        print("KeyboardInterrupt", *getattr(stopped, "__notes__", []), sep="\\n")
+    except sqlsdc.Error as error:
+        print(type(error).__name__, error, sep="\\n")
+    where = ""
+    con.execute(sql).fetchall()  # asked again
+    con.close()
+    """
+)
+
+
+def interrupted(db: Path, where: str, sql: str) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", INTERRUPTED, where, str(db), sql],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.splitlines()
+
+
+def test_ctrl_c_as_the_charge_commits_audits_the_charge_and_says_it_was_paid(db):
+    """SIGINT right after the charge's COMMIT (before the connection had the charge back):
+    the statement is audited under its charge's id as interrupted, the user reads that it was
+    charged, and asking again costs nothing."""
+    said = interrupted(db, "charge", by_region(7))
+    ledger, audit = charges_and_entries(db)
+    ((query_id, _),) = ledger
+    assert said == ["KeyboardInterrupt", f"query {query_id} was charged to the privacy budget "
+                    "before it stopped: its statistics are paid, and asking it again is not "
+                    "charged again"]  # fmt: skip
+    assert audit[query_id] == ("failed", "interrupted (Ctrl-C)", by_region(7))
+    assert [d for d, _, _ in audit.values()] == ["failed", "accepted"]  # and the repeat
+
+
+def test_ctrl_c_as_the_answer_commits_leaves_it_answered_once(db):
+    """SIGINT right after the answer's COMMIT: the answer is recorded (accepted, its cells
+    cached), with no second "failed" entry; the user reads that it was answered."""
+    said = interrupted(db, "answer", by_region(9))
+    ledger, audit = charges_and_entries(db)
+    ((query_id, _),) = ledger
+    assert said == ["KeyboardInterrupt", f"query {query_id} was answered and recorded "
+                    "(audited as accepted) just before the interrupt"]  # fmt: skip
+    assert audit[query_id] == ("accepted", None, by_region(9))
+    assert sorted(d for d, _, _ in audit.values()) == ["accepted", "accepted"]
+
+
+def test_ctrl_c_as_a_ckm_answer_commits_adds_no_failed_entry(tmp_path, pristine_demo_db):
+    """The same for a query that charges nothing (CKM on the demo): one accepted entry."""
+    import shutil
+
+    db = tmp_path / "demo.duckdb"
+    shutil.copy(pristine_demo_db, db)
+    sql = "SELECT region, COUNT(*) FROM persons GROUP BY region"
+    script = INTERRUPTED.replace('"ana"', '"analyst"')
+    done = subprocess.run([sys.executable, "-c", script, "answer", str(db), sql],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    con = open_database(db, read_only=True)
+    try:
+        audit = con.execute("SELECT query_id, decision FROM sqlsdc.audit").fetchall()
+    finally:
+        con.close()
+    (first, _) = min(audit)
+    assert done.stdout.splitlines() == ["KeyboardInterrupt", f"query {first} was answered and "
+                                        "recorded (audited as accepted) just before the "
+                                        "interrupt"]  # fmt: skip
+    assert [d for _, d in sorted(audit)] == ["accepted", "accepted"]
+
+
+def test_a_cancel_after_the_charge_says_it_was_paid(db):
+    """A cancel (the statement timeout's interrupt, a server's CancelRequest) that reaches the
+    statement after its charge: QueryCanceled, saying the charge is paid; audited under the
+    charge's id."""
+    said = interrupted(db, "cancel", by_region(11))
+    ledger, audit = charges_and_entries(db)
+    ((query_id, _),) = ledger
+    assert said[0] == "QueryCanceled"
+    assert said[1].startswith("the query was stopped because it ran longer than the statement")
+    assert said[1].endswith(f"; query {query_id} was charged to the privacy budget before it "
+                            "stopped: its statistics are paid, and asking it again is not "
+                            "charged again")  # fmt: skip
+    decision, reason, _ = audit[query_id]
+    assert decision == "refused" and reason.startswith("QueryCanceled")  # as cancels before
+    assert len(audit) == 2 and len(ledger) == 1
