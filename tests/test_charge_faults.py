@@ -17,6 +17,7 @@ import textwrap
 import threading
 from pathlib import Path
 
+import dp_persons
 import duckdb
 import pytest
 
@@ -26,27 +27,6 @@ from sqlsdc.engines.duckdb import open_database
 
 PASSWORD = "correct horse 42"
 IN_FLIGHT = 3  # statements the server runs when it is killed
-
-
-def document() -> dict:
-    return {
-        "tables": {
-            "persons": {
-                "privacy_unit": "pid",
-                "columns": {
-                    "pid": {"role": "identifier"},
-                    "region": {"role": "dimension", "domain": ["N", "S", "E", "W"]},
-                    "age": {"role": "dimension"},
-                },
-                "protection": {
-                    "counts": {"method": "dp", "spend": {"epsilon": "1/2"}},
-                    "magnitudes": {"method": "dp", "spend": {"epsilon": "1/2"}},
-                },
-            },
-        },
-        "users": {"admin": {"role": "admin"}, "ana": {"role": "analyst"}},
-        "budgets": [{"user": "ana", "epsilon": 30}],
-    }
 
 
 def by_region(age: int) -> str:
@@ -60,7 +40,7 @@ def db(tmp_path) -> Path:
     con.execute("CREATE TABLE persons AS SELECT i AS pid, ['N', 'S', 'E', 'W'][1 + i % 4] AS "
                 "region, i % 90 AS age FROM range(4000) t(i)")  # fmt: skip
     con.close()
-    sqlsdc.init(path, document())
+    sqlsdc.init(path, dp_persons.document(30))
     return path
 
 

@@ -13,6 +13,7 @@ import sys
 import threading
 from fractions import Fraction
 
+import dp_persons
 import duckdb
 import numpy as np
 import pandas as pd
@@ -27,27 +28,6 @@ THREADS = 16
 LIMIT = Fraction(5)  # the analyst's epsilon: ten COUNT queries at 1/2
 
 
-def document() -> dict:
-    return {
-        "tables": {
-            "persons": {
-                "privacy_unit": "pid",
-                "columns": {
-                    "pid": {"role": "identifier"},
-                    "region": {"role": "dimension", "domain": ["N", "S", "E", "W"]},
-                    "age": {"role": "dimension"},
-                },
-                "protection": {
-                    "counts": {"method": "dp", "spend": {"epsilon": "1/2"}},
-                    "magnitudes": {"method": "dp", "spend": {"epsilon": "1/2"}},
-                },
-            },
-        },
-        "users": {"admin": {"role": "admin"}, "ana": {"role": "analyst"}},
-        "budgets": [{"user": "ana", "epsilon": str(LIMIT)}],
-    }
-
-
 @pytest.fixture
 def dp_db(tmp_path):
     path = tmp_path / "dp.duckdb"
@@ -58,7 +38,7 @@ def dp_db(tmp_path):
     con.register("frame", persons)
     con.execute("CREATE TABLE persons AS SELECT * FROM frame")
     con.close()
-    sqlsdc.init(path, document())
+    sqlsdc.init(path, dp_persons.document(LIMIT))
     return path
 
 
