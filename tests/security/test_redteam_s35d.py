@@ -3,7 +3,18 @@ pending audit entry in the ledger's transaction, the DP refusals moved before th
 red team s35c's CKM refusals (distinct counts of joined columns, total public parts, public
 joins on unique keys).
 
-Nothing broke; what held is pinned below.
+What broke (fixed here):
+
+- **A failing constant in a public scope.** Red team s35c made what a public scope computes
+  from public columns total, but a constant reads no column: ``code IN (SELECT code FROM codes
+  WHERE CAST('x' AS INTEGER) = 1)`` (or ``(SELECT 1 // 0)``, ``CAST(300 AS TINYINT)``, a
+  constant in a window or an aggregate of a public subquery) failed in the engine next to
+  ``age > 98`` and answered next to ``age > 99``: DuckDB drops the subquery its table
+  statistics prove unused, so the bisection read the oldest person's age (99) exactly. A
+  public scope's constants are now evaluated apart from the file, as a confidential scope's
+  are (``planner/total_checks.py`` ``_check_constants``): refused whatever the data.
+
+What held is pinned below.
 
 - **Stopped after the charge, asked again.** A cancel (the statement timeout's interrupt, a
   server's CancelRequest) as the charge returns, or as the exact cells are computed, leaves
@@ -225,3 +236,52 @@ def test_s35c_refusals_hold_through_other_forms(lookup, attack):
 def test_counting_released_groups_tells_nothing_of_one_person(lookup, attack):
     """The one person aged 99 makes a group of one: not released, so not counted."""
     assert rows(lookup, attack.format(98)) == rows(lookup, attack.format(99))
+
+
+CONSTANT_ORACLES = [
+    "SELECT COUNT(*) FROM t WHERE age > {} AND code IN "
+    "(SELECT code FROM codes WHERE CAST('x' AS INTEGER) = 1)",
+    "SELECT COUNT(*) FROM t WHERE age > {} AND code IN "
+    "(SELECT code FROM codes WHERE (SELECT 1 // 0) = 1)",
+    "SELECT COUNT(*) FROM t WHERE age > {} AND code IN "
+    "(SELECT CAST(CAST('x' AS INTEGER) AS VARCHAR))",
+    "SELECT COUNT(*) FROM t WHERE age > {} AND code IN "
+    "(SELECT code FROM codes WHERE CAST(300 AS TINYINT) = 0)",
+    "SELECT COUNT(*) FROM t WHERE age > {} AND code IN (SELECT code FROM (SELECT code, "
+    "LAG(CAST('x' AS INT)) OVER (ORDER BY code) AS v FROM codes) w)",
+    "SELECT COUNT(*) FROM t WHERE age > {} AND code IN (SELECT code FROM (SELECT code, "
+    "ROW_NUMBER() OVER (ORDER BY CAST('x' AS INT)) AS v FROM codes) w)",
+    "SELECT COUNT(*) FROM t WHERE age > {} AND code IN (SELECT MIN(code) FROM codes "
+    "GROUP BY label HAVING MAX(CAST('x' AS INT)) > 0)",
+]
+
+
+@pytest.mark.parametrize("attack", CONSTANT_ORACLES)
+def test_a_failing_constant_in_a_public_scope_tells_nothing_of_the_statistics(lookup, attack):
+    """Broke: red team s35c made a public scope's expressions of public columns total, but not
+    its constants. With the first form ``age > 98`` failed in the engine and ``age > 99``
+    answered (DuckDB dropped the subquery its statistics proved unused): the one oldest
+    person's age, 99, by bisection. A public scope's constants are now evaluated apart from
+    the file, as a confidential scope's are: refused whatever the data."""
+    for bound in (98, 99):
+        with pytest.raises(sqlsdc.PolicyViolation, match="raises an error"):
+            rows(lookup, attack.format(bound))
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT COUNT(*) FROM t WHERE age > 50 AND code IN (SELECT code FROM codes WHERE "
+        "1 + 1 = 2 AND label <> CAST(1 AS VARCHAR))",
+        "SELECT COUNT(*) FROM t WHERE age > 50 AND code IN (SELECT code FROM codes WHERE "
+        "2147483647 + 1 = 0 OR TRUE)",
+        "SELECT COUNT(*) FROM t WHERE age > 50 AND code IN (SELECT MIN(code) FROM codes "
+        "GROUP BY label HAVING COUNT(*) > 0 AND SUM(1) >= 1 ORDER BY 1 LIMIT 100)",
+        "SELECT COUNT(*) FROM t WHERE age > 50 AND code IN (SELECT code FROM codes WHERE "
+        "DATE '2020-01-01' + INTERVAL 1 DAY > DATE '2019-01-01')",
+        "WITH x AS (SELECT code, COUNT(*) AS n FROM t WHERE age > 50 GROUP BY code) "
+        "SELECT c.label, x.n, 'k' || 'l' FROM codes c LEFT JOIN x ON x.code = c.code",
+    ],
+)
+def test_total_constants_in_public_scopes_are_answered(lookup, sql):
+    assert rows(lookup, sql)
