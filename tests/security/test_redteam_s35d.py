@@ -14,6 +14,15 @@ What broke (fixed here):
   public scope's constants are now evaluated apart from the file, as a confidential scope's
   are (``planner/total_checks.py`` ``_check_constants``): refused whatever the data.
 
+- **A scalar subquery of several rows.** DuckDB raises when a scalar subquery returns more
+  than one row, on public rows alone (``code = (SELECT code FROM codes)``, ``(SELECT
+  MIN(code) FROM codes GROUP BY label)``, a UNION), and the same skipping decided whether it
+  ran: ``age > 98`` failed, ``age > 99`` answered. A scalar subquery of a statement that
+  reads confidential rows must now return at most one row by its form: an aggregate without
+  GROUP BY, a SELECT without FROM, LIMIT 1, or a unique key of its one source equated to a
+  literal (``planner/multiplicity.py`` ``_check_scalar_rows``); so too a scalar subquery of
+  confidential groups.
+
 What held is pinned below.
 
 - **Stopped after the charge, asked again.** A cancel (the statement timeout's interrupt, a
@@ -284,4 +293,44 @@ def test_a_failing_constant_in_a_public_scope_tells_nothing_of_the_statistics(lo
     ],
 )
 def test_total_constants_in_public_scopes_are_answered(lookup, sql):
+    assert rows(lookup, sql)
+
+
+SCALAR_ORACLES = [
+    "SELECT COUNT(*) FROM t WHERE age > {} AND code = (SELECT code FROM codes)",
+    "SELECT COUNT(*) FROM t WHERE age > {} AND code = (SELECT MIN(code) FROM codes GROUP BY label)",
+    "SELECT COUNT(*) FROM t WHERE age > {} AND EXISTS (SELECT 1 FROM codes WHERE code = "
+    "(SELECT code FROM codes))",
+    "SELECT COUNT(*) FROM t WHERE age > {} AND code IN (SELECT code FROM codes WHERE label = "
+    "(SELECT label FROM codes))",
+    "SELECT (SELECT COUNT(*) FROM t WHERE age >= {} GROUP BY code)",
+]
+
+
+@pytest.mark.parametrize("attack", SCALAR_ORACLES)
+def test_a_scalar_subquery_of_several_rows_tells_nothing_of_the_statistics(lookup, attack):
+    """Broke: a scalar subquery that returns several rows raises in DuckDB, on public rows
+    alone, but only where the plan keeps it: ``age > 98 AND code = (SELECT code FROM codes)``
+    failed and ``age > 99`` answered (the oldest person's age, by bisection). A scalar
+    subquery of a statement that reads confidential rows must now return at most one row by
+    its form (an aggregate without GROUP BY, no FROM, LIMIT 1, or a unique key of its one
+    source equated to a literal), whatever the data."""
+    for bound in (98, 99):
+        with pytest.raises(sqlsdc.PolicyViolation, match="more than one row"):
+            rows(lookup, attack.format(bound))
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT COUNT(*) FROM t WHERE age > 50 AND code = (SELECT MIN(code) FROM codes)",
+        "SELECT COUNT(*) FROM t WHERE age > 50 AND code = "
+        "(SELECT code FROM codes ORDER BY code LIMIT 1)",
+        "SELECT COUNT(*) FROM t WHERE age > 50 AND code = (SELECT 'c01')",
+        "SELECT (SELECT n FROM (SELECT code, COUNT(*) AS n FROM t GROUP BY code) s "
+        "WHERE s.code = 'c01')",
+        "SELECT (SELECT COUNT(*) FROM t WHERE age > 50), (SELECT MAX(label) FROM codes)",
+    ],
+)
+def test_scalar_subqueries_of_one_row_are_answered(lookup, sql):
     assert rows(lookup, sql)
