@@ -59,6 +59,8 @@ class TotalityChecks:
                 continue
             self._check_constants(part)
             for n in _public_nodes(part, public):
+                if isinstance(n, (exp.Sum, exp.Avg)):
+                    self._check_public_sum(n)
                 if _is_aggregate_call(n) or isinstance(n, (exp.Window, exp.WindowSpec)):
                     continue  # of public values: MIN, COUNT...; their arguments are checked
                 for column in n.find_all(exp.Column):
@@ -70,6 +72,27 @@ class TotalityChecks:
                         f"whether it runs depends on the confidential rows ({problem})",
                         TOTALITY_HINT,
                     )
+
+    def _check_public_sum(self, n: exp.Expr) -> None:
+        """A SUM or AVG of public values whose type DuckDB adds up in place (HUGEINT, DECIMAL
+        wider than 18 digits, or a type not known) can overflow, an error that runs or not as
+        the confidential rows say (``HAVING SUM(big) > 0`` failed for ``age > 98`` and not for
+        ``age > 99``; red team s35d). Smaller integers and decimals are summed in HUGEINT or
+        DECIMAL(38), and floats reach infinity without an error."""
+        argument = n.this
+        typed = [argument.to] if isinstance(argument, (exp.Cast, exp.TryCast)) else None
+        for kind in typed or [c.type for c in argument.find_all(exp.Column)]:
+            small = kind is not None and (
+                kind.is_type(*_SUMMED_WIDER, exp.DataType.Type.FLOAT, exp.DataType.Type.DOUBLE)
+                or (kind.is_type(exp.DataType.Type.DECIMAL) and _precision(kind) <= 18)
+            )
+            if not small:
+                raise self.refuse(
+                    f"{n.sql(DIALECT)[:80]} adds up public values of type {kind} in place, "
+                    "which can overflow, and whether it runs depends on the confidential rows",
+                    "sum a column of a smaller type (BIGINT, DECIMAL(18, s), DOUBLE), or cast "
+                    "it to DOUBLE",
+                )
 
     def _check_constants(self, part: exp.Expr) -> None:
         """Evaluate the constants of a public scope's ``part`` apart from the file (refused if
@@ -312,6 +335,26 @@ def _carried_up(walked: list[exp.Expr]) -> list[bool] | None:
 
 
 _NESTED = (exp.Subquery, exp.Select, *SET_OPERATIONS)
+
+
+_SUMMED_WIDER = (
+    exp.DataType.Type.TINYINT, exp.DataType.Type.SMALLINT, exp.DataType.Type.INT,
+    exp.DataType.Type.BIGINT, exp.DataType.Type.UTINYINT, exp.DataType.Type.USMALLINT,
+    exp.DataType.Type.UINT, exp.DataType.Type.UBIGINT, exp.DataType.Type.BOOLEAN,
+)  # fmt: skip
+"""Integer types DuckDB's SUM adds up in HUGEINT: no overflow below 2^64 rows."""
+
+
+def _precision(kind: exp.DataType) -> int:
+    """A DECIMAL's precision (DuckDB's default 18 when not written)."""
+    params = kind.expressions
+    if not params:
+        return 18
+    value = params[0].this if isinstance(params[0], exp.DataTypeParam) else params[0]
+    try:
+        return int(value.name if isinstance(value, exp.Expr) else value)
+    except (TypeError, ValueError):
+        return 39  # not read: treated as wide
 
 
 def _constant_parts(node: exp.Expr) -> list[exp.Expr]:

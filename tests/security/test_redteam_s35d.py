@@ -23,6 +23,13 @@ What broke (fixed here):
   literal (``planner/multiplicity.py`` ``_check_scalar_rows``); so too a scalar subquery of
   confidential groups.
 
+- **A public SUM that can overflow.** Aggregates of public values were left out of the
+  public totality check ("their arguments are checked"), but DuckDB adds up HUGEINT and
+  DECIMAL(p > 18) in their own type: ``code IN (SELECT MIN(code) FROM codes HAVING SUM(big)
+  > 0)`` failed for ``age > 98`` and answered for ``age > 99`` on a public table with a
+  HUGEINT column near its limit. Such a SUM or AVG is now refused (``_check_public_sum``);
+  integers up to BIGINT, DECIMAL(18) and floats (or a CAST to them) are summed as before.
+
 What held is pinned below.
 
 - **Stopped after the charge, asked again.** A cancel (the statement timeout's interrupt, a
@@ -63,7 +70,7 @@ import pytest
 
 import sqlsdc
 from sqlsdc.guard import connection
-from tests.security.test_redteam_s28e import rows
+from tests.security.test_redteam_s28e import CKM, rows
 from tests.security.test_redteam_s35c import lookup_db
 from tests.test_charge_faults import charges_and_entries, document
 
@@ -334,3 +341,63 @@ def test_a_scalar_subquery_of_several_rows_tells_nothing_of_the_statistics(looku
 )
 def test_scalar_subqueries_of_one_row_are_answered(lookup, sql):
     assert rows(lookup, sql)
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory):
+    """``lookup_db``'s persons with a public ``codes`` that has a HUGEINT and a DECIMAL(38, 0)
+    column (each value near its type's limit)."""
+    path = tmp_path_factory.mktemp("s35d_wide") / "wide.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE t AS SELECT i AS pid, 'c0' || (i % 10) AS code, CASE WHEN i = 1234 "
+                "THEN 99 ELSE i % 90 END AS age FROM range(2000) r(i)")  # fmt: skip
+    con.execute("CREATE TABLE codes AS SELECT 'c' || lpad(CAST(i AS VARCHAR), 2, '0') AS code, "
+                "CAST('100000000000000000000000000000000000000' AS HUGEINT) AS big, "
+                "CAST(99999999999999999999999999999999999999 AS DECIMAL(38, 0)) AS dec, "
+                "i AS small FROM range(20) r(i)")  # fmt: skip
+    con.close()
+    document = {
+        "tables": {
+            "t": {
+                "privacy_unit": "pid",
+                "columns": {
+                    "pid": {"role": "identifier"},
+                    "code": {"role": "dimension"},
+                    "age": {"role": "dimension", "bounds": [0, 120]},
+                },
+                "protection": CKM,
+            },
+            "codes": {
+                "kind": "public",
+                "key": "code",
+                "columns": {c: {"role": "dimension"} for c in ("code", "big", "dec", "small")},
+            },
+        },
+        "users": {"analyst": {"role": "analyst"}, "admin": {"role": "admin"}},
+    }
+    sqlsdc.init(path, document)
+    con = sqlsdc.connect(path, user="analyst")
+    yield con
+    con.close()
+
+
+@pytest.mark.parametrize(
+    "aggregate", ["SUM(big)", "SUM(dec)", "AVG(big)", "SUM(big) OVER ()", "AVG(dec + 0)"]
+)
+def test_a_public_sum_that_can_overflow_tells_nothing_of_the_statistics(wide, aggregate):
+    """Broke: ``age > 98 AND code IN (SELECT MIN(code) FROM codes HAVING SUM(big) > 0)``
+    failed in the engine (the HUGEINT sum overflows) and ``age > 99`` answered: the oldest
+    person's age. A SUM or AVG of public values that DuckDB adds up in their own type
+    (HUGEINT, DECIMAL wider than 18 digits) is now refused whatever the data."""
+    sql = (
+        "SELECT COUNT(*) FROM t WHERE age > {} AND code IN (SELECT code FROM (SELECT code, "
+        f"{aggregate} AS s FROM codes GROUP BY code, big, dec) w WHERE s > 0)"
+    )
+    if "OVER" in aggregate:
+        sql = sql.replace(" GROUP BY code, big, dec", "")
+    for bound in (98, 99):
+        with pytest.raises(sqlsdc.PolicyViolation, match="overflow"):
+            rows(wide, sql.format(bound))
+    # smaller types are summed in HUGEINT (integers) or reach infinity (floats)
+    assert rows(wide, "SELECT COUNT(*) FROM t WHERE age > 50 AND code IN (SELECT MIN(code) "
+                "FROM codes HAVING SUM(small) > 0 AND AVG(CAST(big AS DOUBLE)) > 0)")  # fmt: skip
