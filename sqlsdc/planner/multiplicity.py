@@ -95,15 +95,41 @@ class _Prover:
         self.proof = proof
         self.reads_confidential = any(i.kind is not Kind.SAFE for i in analysis.order)
 
+    def _check_scalar_rows(self, query: exp.Expr, shapes: dict[str, SourceShape]) -> None:
+        """In a statement that reads confidential rows, a scalar subquery returns at most one
+        row by its form. DuckDB raises when one returns more, and whether it runs at all
+        depends on the confidential rows (the plan parts their statistics prove empty are
+        dropped): ``age > 98 AND code = (SELECT MIN(code) FROM codes GROUP BY label)`` failed
+        and ``age > 99`` answered, the oldest person's age (red team s35d). ``query``: a
+        subquery scope's SELECT or set operation; IN, EXISTS and derived tables pass."""
+        wrapper = query.parent
+        if not isinstance(wrapper, exp.Subquery) or isinstance(
+            wrapper.parent, (exp.In, exp.From, exp.Join, exp.Lateral)
+        ):
+            return
+        if _at_most_one_row(query, shapes):
+            return
+        raise PolicyViolation(
+            f"the scalar subquery ({query.sql(DIALECT)[:80]}) may return more than one row: "
+            "the error that would raise runs or not as the confidential rows say",
+            "aggregate it without GROUP BY (e.g. SELECT MIN(code) FROM ...), add LIMIT 1, or "
+            "select one row by a unique key (WHERE key = 'value')",
+            self.sql,
+        )
+
     def refuse(self, reason: str) -> PolicyViolation:
         return PolicyViolation(reason, JOIN_HINT, self.sql)
 
     def prove(self, info: ScopeInfo) -> None:
         select = info.scope.expression
         if not isinstance(select, exp.Select):
+            if self.reads_confidential and info.scope.is_subquery:
+                self._check_scalar_rows(select, {})
             return
         shapes = {alias: self.shape(source) for alias, (_n, source) in
                   info.scope.selected_sources.items()}  # fmt: skip
+        if self.reads_confidential and info.scope.is_subquery:
+            self._check_scalar_rows(select, shapes)
         if info.kind is Kind.SAFE and len(shapes) > 1 and self.reads_confidential:
             self._check_public_joins(info, shapes)
         if info.kind is Kind.SAFE or len(shapes) < 2:
@@ -342,3 +368,42 @@ def _unparen(node: exp.Expr) -> exp.Expr:
     while isinstance(node, exp.Paren):
         node = node.this
     return node
+
+
+def _at_most_one_row(query: exp.Expr, shapes: dict[str, SourceShape]) -> bool:
+    """Whether ``query`` returns at most one row by its form: LIMIT 0 or 1; a SELECT without
+    FROM; one with an aggregate and no GROUP BY; or one of a single source, one row at most
+    (an aggregate) or a unique column of which its WHERE equates to a literal."""
+    limit = query.args.get("limit")
+    count = limit.expression if isinstance(limit, exp.Limit) else None
+    if isinstance(count, exp.Literal) and count.is_int and int(count.this) <= 1:
+        return True
+    if not isinstance(query, exp.Select) or query.args.get("group") is not None:
+        return False
+    if query.args.get("from_") is None:
+        return True  # SELECT 'year': one row
+    if any(isinstance(n, exp.AggFunc) and not isinstance(n.parent, exp.Window)
+           for p in query.expressions for n in own_nodes(p)):  # fmt: skip
+        return True
+    if query.args.get("joins") or len(shapes) != 1:
+        return False
+    ((alias, shape),) = shapes.items()
+    if shape.single_row:
+        return True
+    where = query.args.get("where")
+    pinned = {
+        side.name.lower()
+        for eq in (_conjuncts(where.this) if where is not None else [])
+        if isinstance(eq, exp.EQ)
+        for side, other in ((eq.this, eq.expression), (eq.expression, eq.this))
+        if isinstance(side, exp.Column) and side.table == alias and isinstance(other, exp.Literal)
+    }
+    return bool(pinned & shape.unique)
+
+
+def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.And):
+        return [*_conjuncts(node.this), *_conjuncts(node.expression)]
+    return [node]

@@ -57,7 +57,10 @@ class TotalityChecks:
         for part in parts:
             if part is None:
                 continue
+            self._check_constants(part)
             for n in _public_nodes(part, public):
+                if isinstance(n, (exp.Sum, exp.Avg)):
+                    self._check_public_sum(n)
                 if _is_aggregate_call(n) or isinstance(n, (exp.Window, exp.WindowSpec)):
                     continue  # of public values: MIN, COUNT...; their arguments are checked
                 for column in n.find_all(exp.Column):
@@ -69,6 +72,37 @@ class TotalityChecks:
                         f"whether it runs depends on the confidential rows ({problem})",
                         TOTALITY_HINT,
                     )
+
+    def _check_public_sum(self, n: exp.Expr) -> None:
+        """A SUM or AVG of public values whose type DuckDB adds up in place (HUGEINT, DECIMAL
+        wider than 18 digits, or a type not known) can overflow, an error that runs or not as
+        the confidential rows say (``HAVING SUM(big) > 0`` failed for ``age > 98`` and not for
+        ``age > 99``; red team s35d). Smaller integers and decimals are summed in HUGEINT or
+        DECIMAL(38), and floats reach infinity without an error."""
+        argument = n.this
+        typed = [argument.to] if isinstance(argument, (exp.Cast, exp.TryCast)) else None
+        for kind in typed or [c.type for c in argument.find_all(exp.Column)]:
+            small = kind is not None and (
+                kind.is_type(*_SUMMED_WIDER, exp.DataType.Type.FLOAT, exp.DataType.Type.DOUBLE)
+                or (kind.is_type(exp.DataType.Type.DECIMAL) and _precision(kind) <= 18)
+            )
+            if not small:
+                raise self.refuse(
+                    f"{n.sql(DIALECT)[:80]} adds up public values of type {kind} in place, "
+                    "which can overflow, and whether it runs depends on the confidential rows",
+                    "sum a column of a smaller type (BIGINT, DECIMAL(18, s), DOUBLE), or cast "
+                    "it to DOUBLE",
+                )
+
+    def _check_constants(self, part: exp.Expr) -> None:
+        """Evaluate the constants of a public scope's ``part`` apart from the file (refused if
+        one raises), as a confidential scope's are: ``code IN (SELECT code FROM codes WHERE
+        CAST('x' AS INTEGER) = 1)`` failed with ``age > 98`` and answered with ``age > 99``
+        (DuckDB dropped the subquery that its statistics proved unused): the oldest person's
+        age by bisection (red team s35d). A constant here is a largest part that reads no
+        column and holds no subquery, aggregate or window (those are computed over rows)."""
+        for n in _constant_parts(part):
+            self._type_constant(n)
 
     def _check_total(
         self,
@@ -301,6 +335,62 @@ def _carried_up(walked: list[exp.Expr]) -> list[bool] | None:
 
 
 _NESTED = (exp.Subquery, exp.Select, *SET_OPERATIONS)
+
+
+_SUMMED_WIDER = (
+    exp.DataType.Type.TINYINT, exp.DataType.Type.SMALLINT, exp.DataType.Type.INT,
+    exp.DataType.Type.BIGINT, exp.DataType.Type.UTINYINT, exp.DataType.Type.USMALLINT,
+    exp.DataType.Type.UINT, exp.DataType.Type.UBIGINT, exp.DataType.Type.BOOLEAN,
+)  # fmt: skip
+"""Integer types DuckDB's SUM adds up in HUGEINT: no overflow below 2^64 rows."""
+
+
+def _precision(kind: exp.DataType) -> int:
+    """A DECIMAL's precision (DuckDB's default 18 when not written)."""
+    params = kind.expressions
+    if not params:
+        return 18
+    value = params[0].this if isinstance(params[0], exp.DataTypeParam) else params[0]
+    try:
+        return int(value.name if isinstance(value, exp.Expr) else value)
+    except (TypeError, ValueError):
+        return 39  # not read: treated as wide
+
+
+def _constant_parts(node: exp.Expr) -> list[exp.Expr]:
+    """The largest parts of ``node`` in its scope that read no column and hold no subquery,
+    aggregate or window (flags carried up from the children: one walk), leaving out what is
+    not evaluated alone (literals, names, ORDER BY terms)."""
+    nodes: list[exp.Expr] = []
+    parents: list[int] = []
+    stack = [(node, -1)]
+    while stack:
+        current, parent = stack.pop()
+        nodes.append(current)
+        parents.append(parent)
+        if isinstance(current, _NESTED):
+            continue  # a scope of its own: not entered
+        index = len(nodes) - 1
+        for value in current.args.values():
+            children = value if isinstance(value, list) else [value]
+            stack.extend((v, index) for v in children if isinstance(v, exp.Expr))
+    varies = [
+        isinstance(n, (exp.Column, exp.Window, exp.WindowSpec, *_NESTED))
+        or _is_aggregate_call(n)
+        or (isinstance(n.parent, exp.Window) and n.arg_key == "this")  # a window's function
+        for n in nodes
+    ]
+    for index in range(len(nodes) - 1, 0, -1):  # children come after their parents
+        varies[parents[index]] |= varies[index]
+    candidate = [
+        not v and not isinstance(n, (*_INERT, exp.Identifier, exp.Order, exp.Ordered))
+        for n, v in zip(nodes, varies, strict=True)
+    ]
+    return [
+        n
+        for n, c, p in zip(nodes, candidate, parents, strict=True)
+        if c and (p < 0 or not candidate[p])
+    ]
 
 
 def _is_aggregate_call(node: exp.Expr) -> bool:
