@@ -75,9 +75,10 @@ import pytest
 
 import sqlsdc
 from sqlsdc.guard import connection
+from tests.dp_persons import document
 from tests.security.test_redteam_s28e import CKM, rows
 from tests.security.test_redteam_s35c import lookup_db
-from tests.test_charge_faults import charges_and_entries, document
+from tests.test_charge_faults import charges_and_entries
 
 BY_REGION = "SELECT region, COUNT(*) FROM persons WHERE age >= {} GROUP BY region"
 
@@ -89,7 +90,7 @@ def db(tmp_path):
     con.execute("CREATE TABLE persons AS SELECT i AS pid, ['N', 'S', 'E', 'W'][1 + i % 4] AS "
                 "region, i % 90 AS age FROM range(4000) t(i)")  # fmt: skip
     con.close()
-    sqlsdc.init(path, document())
+    sqlsdc.init(path, document(30))
     return path
 
 
