@@ -31,6 +31,14 @@ OLDEST_READER = "v1.0.0"
     "administrator).",
 )
 @click.option(
+    "--include",
+    "include",
+    multiple=True,
+    metavar="NAME",
+    help="Also publish the synthetic or anonymised file NAME, which the policy does not list "
+    "under releases: (repeatable).",
+)
+@click.option(
     "--storage-version",
     "storage",
     default=OLDEST_READER,
@@ -52,14 +60,16 @@ OLDEST_READER = "v1.0.0"
 )
 @admin_option
 @format_option(default="table", choices=("table", "json"))
-def publish(db, out, queries, analyst, storage, parquet, replace, user, fmt):
+def publish(db, out, queries, analyst, include, storage, parquet, replace, user, fmt):
     """Write OUT, a DuckDB file holding only protected outputs (admins only).
 
     It holds the tables of `sqlsdc protect` jobs, the suppression pattern of every table the
-    policy protects by suppression, and the results of --query, as plain tables with a
-    `release_contents` table describing them: no confidential table, internal column, ledger or
-    secret. Point BI tools at OUT, read-only: duckdb:///OUT?access_mode=read_only. OUT opens
-    in DuckDB 1.0.0 and newer (see --storage-version); --parquet DIR is for every other reader.
+    policy protects by suppression, the synthetic and anonymised files the policy lists under
+    `releases:` (others only with --include NAME: candidates stored to be compared stay out),
+    and the results of --query, as plain tables with a `release_contents` table describing
+    them: no confidential table, internal column, ledger or secret. Point BI tools at OUT,
+    read-only: duckdb:///OUT?access_mode=read_only. OUT opens in DuckDB 1.0.0 and newer (see
+    --storage-version); --parquet DIR is for every other reader.
 
     As everywhere, --as names the acting administrator and --for the user acted for (here: the
     user whose queries are published).
@@ -85,6 +95,7 @@ def publish(db, out, queries, analyst, storage, parquet, replace, user, fmt):
         user,
         queries=named,
         analyst=analyst,
+        include=include,
         replace=replace,
         storage=storage,
         parquet=parquet,
@@ -100,6 +111,8 @@ def publish(db, out, queries, analyst, storage, parquet, replace, user, fmt):
     )
     for table in report.tables:
         click.echo(f"  {table.table}: {table.rows} rows ({table.source}, {table.method})")
+    for name in report.withheld:
+        click.echo(f"  withheld {name}: not listed under releases: (publish it with --include)")
     if report.parquet:
         click.echo(f"wrote {report.parquet}/: one Parquet file per table and manifest.json")
 

@@ -2,7 +2,11 @@
 
 ``publish`` writes a new DuckDB file holding plain tables only: the outputs of protection jobs
 (``protected.*``, registered in ``sqlsdc.outputs``), the suppression pattern of every table
-protected by suppression in the query path, and the results of named guarded queries. It holds
+protected by suppression in the query path, and the results of named guarded queries.
+Record-level outputs (synthetic and anonymised files) are published only when released on
+purpose — listed under the policy's ``releases:`` or named in ``include`` — because an admin
+stores several candidates of one file to compare them, and two versions of the same records
+side by side undo each other's protection. It holds
 no confidential table, no internal ``__`` column, no ledger, no key and no secret, and needs no
 Python UDF, so any DuckDB client — the CLI, SQLAlchemy's ``duckdb_engine`` (Superset, Metabase
 drivers), R, a notebook — can open it read-only in another process. A table ``release_contents``
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -43,6 +47,7 @@ from sqlsdc.policy import load_policy
 from sqlsdc.tabular.universe import STATUS, VALUE, universe_of
 
 CONTENTS = "release_contents"
+MICRODATA = ("anonymize", "synthesize")  # job methods whose outputs hold records
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,7 @@ class PublishReport:
     storage_version: str = OLDEST_READER
     parquet: str | None = None  # the folder of Parquet files and manifest.json, if written
     release_id: int | None = None  # the publication's audit entry (the ledger's query id)
+    withheld: tuple[str, ...] = ()  # record-level outputs neither released nor included
 
     def to_dict(self) -> dict:
         return {**asdict(self), "tables": [asdict(t) for t in self.tables]}
@@ -74,6 +80,7 @@ def publish(
     *,
     queries: Mapping[str, str] | None = None,
     analyst: str | None = None,
+    include: Sequence[str] = (),
     replace: bool = False,
     storage: str = OLDEST_READER,
     parquet: str | Path | None = None,
@@ -84,6 +91,10 @@ def publish(
     ``queries`` maps table names to SQL run through a guarded connection as ``analyst`` (default:
     ``user``), audited and recorded in the ledger like any query; their protected values are
     stored. The file is written next to ``out`` and moved into place only when complete.
+
+    Every table output of ``sqlsdc protect`` is published. A record-level output (method
+    ``synthesize`` or ``anonymize``) is published only if the policy lists it under
+    ``releases:`` or ``include`` names it; the others are reported as ``withheld``.
 
     ``storage`` is the oldest DuckDB release that must open ``out`` (``v1.0.0`` by default, or
     ``latest``; :func:`~sqlsdc.engines.release_storage.storage_version`); types that release
@@ -102,12 +113,15 @@ def publish(
         Error: ``out`` or ``parquet`` exists (without ``replace``) or ``out`` is the database
             itself, a name is not a plain identifier or is used twice, ``storage`` is unknown;
             PolicyViolation when a query is refused.
+        NotFoundError: a name in ``include`` is not a stored synthetic or anonymised output.
     """
     out, db = Path(out), Path(db)
     folder = None if parquet is None else Path(parquet)
     queries = dict(queries or {})
     say = progress or (lambda _message: None)
-    request = json.dumps({"publish": str(out), "queries": queries, "as": analyst or user})
+    included = tuple(dict.fromkeys(name.lower() for name in include))
+    request = json.dumps({"publish": str(out), "queries": queries, "as": analyst or user,
+                          **({"include": list(included)} if included else {})})  # fmt: skip
     fingerprint = hashlib.sha256(request.encode()).hexdigest()[:16]
     query_id, version = _open_entry(db)
 
@@ -131,6 +145,7 @@ def publish(
         _check_request(db, out, folder, queries, replace)
         with _catalog(db) as con:
             require_admin(con, user)
+            _check_included(_job_outputs(con), included)
     except Error as refusal:
         audit("refused", refusal)
         raise
@@ -141,7 +156,7 @@ def publish(
                       else folder.with_name(f"{folder.name}.{query_id}.partial"))  # fmt: skip
     recorded = False
     try:
-        version, tables = _collect(db, user, queries, analyst, say)
+        version, tables, withheld = _collect(db, user, queries, analyst, included, say)
         _write(partial, version, tables, storage, say)
         if partial_folder is not None:
             say(f"writing Parquet files into {folder}")
@@ -164,7 +179,7 @@ def publish(
         raise
     entries = tuple(entry for _d, entry, _r in tables.values())
     return PublishReport(str(out), version, entries, storage,
-                         None if folder is None else str(folder), query_id)  # fmt: skip
+                         None if folder is None else str(folder), query_id, withheld)  # fmt: skip
 
 
 def _open_entry(db: Path) -> tuple[int, int]:
@@ -216,12 +231,16 @@ def _same_name(first: str, second: str) -> str:
     )
 
 
-def _collect(db: Path, user: str, queries: dict, analyst, say) -> tuple[int, dict]:
-    """Every table to release: ``name -> (data, Published, how to record its cells)``."""
+def _collect(
+    db: Path, user: str, queries: dict, analyst, included: tuple[str, ...], say
+) -> tuple[int, dict, tuple[str, ...]]:
+    """Every table to release, ``name -> (data, Published, how to record its cells)``, and the
+    record-level outputs withheld (``name (method)``)."""
     tables: dict[str, tuple[pa.Table, Published, Recorder]] = {}
     with _catalog(db) as source:
         version, policy = _admin_policy(source, user)
-        for name, method, sql, job_id in _job_outputs(source):
+        outputs, withheld = _released_outputs(_job_outputs(source), policy.releases, included)
+        for name, method, sql, job_id in outputs:
             say(f"job output {name}")
             data = _clean(source.sql(f"SELECT * FROM {name}").to_arrow_table())
             entry = Published(name.split(".")[-1], "job", method, 0, sql)
@@ -250,7 +269,32 @@ def _collect(db: Path, user: str, queries: dict, analyst, say) -> tuple[int, dic
                 mechanisms = sorted({c.mechanism for c in cursor.query.columns if c.released})
                 entry = Published(name, "query", "+".join(mechanisms) or "public", 0, sql)
                 _add(tables, _clean(cursor.arrow()), entry, _copied(cursor.query_id, name))
-    return version, tables
+    return version, tables, withheld
+
+
+def _check_included(outputs: list, included: tuple[str, ...]) -> None:
+    """Every name in ``included`` is a stored record-level output (checked before any query
+    runs or is charged)."""
+    microdata = {name.split(".")[-1].lower() for name, method, *_ in outputs if method in MICRODATA}
+    unknown = [name for name in included if name not in microdata]
+    if unknown:
+        raise NotFoundError(
+            f"--include {unknown[0]}: no synthetic or anonymised output of that name is stored "
+            f"(stored: {', '.join(sorted(microdata)) or 'none'})"
+        )
+
+
+def _released_outputs(outputs: list, releases: tuple[str, ...], included: tuple[str, ...]):
+    """The job outputs to publish, and the record-level ones withheld (``name (method)``)."""
+    chosen = {*releases, *included}
+    kept, withheld = [], []
+    for output in outputs:
+        name, method = output[0].split(".")[-1], output[1]
+        if method in MICRODATA and name.lower() not in chosen:
+            withheld.append(f"{name} ({method})")
+        else:
+            kept.append(output)
+    return kept, tuple(withheld)
 
 
 Recorder = Callable[..., None]  # (con, data, query_id=, user=, fingerprint=) -> None

@@ -154,8 +154,10 @@ def test_cli_session_anonymize_report_publish(tmp_path, sqlsdc_in_process):
     report = sqlsdc("microdata-report", db, "persons_sdc", "--format", "json")
     assert report.returncode == 0, report.stderr
     assert json.loads(report.stdout)["after"]["violations"]["3"] == 0
-    published = sqlsdc("publish", db, out)
-    assert published.returncode == 0 and "persons_sdc" in published.stdout
+    withheld = sqlsdc("publish", db, out)
+    assert withheld.returncode == 0 and "withheld persons_sdc (anonymize)" in withheld.stdout
+    published = sqlsdc("publish", db, out, "--include", "persons_sdc", "--force")
+    assert published.returncode == 0 and "persons_sdc: 5000 rows" in published.stdout
     assert len(_read(out, "SELECT * FROM persons_sdc")) == 5000
     again = sqlsdc_in_process(
         "anonymize", db, "--from", "persons", "--into", "persons_sdc", "--step", "x"

@@ -114,13 +114,12 @@ Tried and held (against a running server as ``analyst``, or with no login):
 
 Left open:
 
-* ``publish`` copies every job output into the release database, synthesis and anonymisation
-  outputs included, whether or not the policy lists them under ``releases:`` (which the guard
-  enforces for analysts): candidates stored to compare settings (``r01_k3``, ``r01_k5``,
-  ``r01_k10``: microaggregations of the same records, which intersect), or a CART synthesis
-  without smoothing (99 % of records identical to originals, per the README), reach every BI
-  user of the file. Documented as the design ("every protected output"); listing record-level
-  outputs under ``releases:`` before publishing them would be fail-closed.
+* ``publish`` copied every job output into the release database, synthesis and anonymisation
+  outputs included, whether or not the policy lists them under ``releases:``: candidates stored
+  to compare settings (``r01_k3``, ``r01_k5``: versions of the same records, which intersect)
+  reached every BI user of the file. Closed in session 36: record-level outputs are published
+  only when listed under ``releases:`` or named with ``--include``
+  (tests/synth/test_cli_publish.py).
 * the check cache is shared by every user of a process (deliberately:
   tests/test_check_cache.py), so its timing tells whether anyone recently ran a given
   statement: on the demo, a new statement took 94 ms (median; 69 to 507) and the same

@@ -7,6 +7,7 @@ import json
 
 import cli_fork
 import duckdb
+from sqlsdc.cli.errors import NOT_FOUND
 
 from sqlsdc.release import publish
 
@@ -42,14 +43,60 @@ def test_cli_synthesize_json_budget_and_exit_codes(fresh_demo_db, sqlsdc_in_proc
     assert sqlsdc_in_process("synthesize", "--help").returncode == 0
 
 
-def test_publish_releases_the_synthetic_table(fresh_demo_db, tmp_path):
+def test_publish_releases_listed_or_included_synthetic_files_only(fresh_demo_db, tmp_path,
+                                                                   sqlsdc_in_process):  # fmt: skip
+    """A synthetic file the policy does not list under ``releases:`` is a candidate: withheld
+    unless ``include`` names it; a name that is no stored file is refused before anything."""
+    from sqlsdc.errors import NotFoundError
     from sqlsdc.synth import synthesize
 
-    synthesize(fresh_demo_db, user="admin", source="persons", into="persons_syn",
-               method="parametric", columns=["region", "sex", "income"], copies=2,
-               rows=50)  # fmt: skip
+    for into in ("persons_syn", "candidate_syn"):
+        synthesize(fresh_demo_db, user="admin", source="persons", into=into,
+                   method="parametric", columns=["region", "sex", "income"], copies=2,
+                   rows=50)  # fmt: skip
+    withheld = publish(fresh_demo_db, tmp_path / "withheld.duckdb", "admin")
+    assert withheld.withheld == ("candidate_syn (synthesize)", "persons_syn (synthesize)")
+    assert not {"persons_syn", "candidate_syn"} & {t.table for t in withheld.tables}
+    con = duckdb.connect(str(tmp_path / "withheld.duckdb"), read_only=True)
+    try:
+        names = {r[0] for r in con.sql("SELECT table_name FROM duckdb_tables()").fetchall()}
+    finally:
+        con.close()
+    assert not {"persons_syn", "candidate_syn"} & names
+    cli = sqlsdc_in_process("publish", fresh_demo_db, tmp_path / "cli.duckdb")
+    assert cli.returncode == 0, cli.stderr
+    assert ("withheld persons_syn (synthesize): not listed under releases: (publish it with "
+            "--include)") in cli.stdout  # fmt: skip
+    unknown = sqlsdc_in_process(
+        "publish",
+        fresh_demo_db,
+        tmp_path / "none.duckdb",
+        "--include",
+        "persons",
+        "--query",
+        "n=SELECT COUNT(*) FROM persons",
+    )
+    assert unknown.returncode == NOT_FOUND and "Traceback" not in unknown.stderr
+    assert "--include persons: no synthetic or anonymised output of that name" in unknown.stderr
+    assert not (tmp_path / "none.duckdb").exists()
+    with duckdb.connect(str(fresh_demo_db), read_only=True) as source:
+        last = source.execute("SELECT decision, sql_text FROM sqlsdc.audit ORDER BY query_id DESC")
+        decision, request = last.fetchone()
+        assert decision == "refused" and '"include": ["persons"]' in request
+        ran = source.execute(
+            "SELECT count(*) FROM sqlsdc.audit WHERE sql_text LIKE 'SELECT COUNT%'"
+        )
+        assert ran.fetchone()[0] == 0  # refused before the query ran (and was charged)
+    try:
+        publish(fresh_demo_db, tmp_path / "x.duckdb", "admin", include=["nope"])
+    except NotFoundError:
+        pass
+    else:
+        raise AssertionError("an unknown --include name was accepted")
+
     out = tmp_path / "release.duckdb"
-    report = publish(fresh_demo_db, out, "admin")
+    report = publish(fresh_demo_db, out, "admin", include=["Persons_Syn"])
+    assert report.withheld == ("candidate_syn (synthesize)",)
     entry = next(t for t in report.tables if t.table == "persons_syn")
     assert entry.source == "job" and entry.method == "synthesize" and entry.rows == 100
     con = duckdb.connect(str(out), read_only=True)
