@@ -40,7 +40,13 @@ from sqlsdc.catalog import store
 from sqlsdc.catalog.store import require_admin
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import Error, MicrodataError, NotFoundError
-from sqlsdc.jobs.protect import OUTPUT_SCHEMA, _plain, check_output_name, job_catalog
+from sqlsdc.jobs.protect import (
+    OUTPUT_SCHEMA,
+    _plain,
+    check_output_name,
+    dp_table_refusal,
+    job_catalog,
+)
 from sqlsdc.microdata.microaggregation import il1s
 from sqlsdc.microdata.risk import interval_disclosure, linkage_rate, risk_summary
 from sqlsdc.microdata.steps import Step, apply_steps, parse_step
@@ -324,7 +330,8 @@ def _without_internal(con, policy, definition: str) -> tuple[list[str], str]:
 
 def _check_tables(con, policy, definition: str) -> None:
     """Refuse a query that reads anything but the policy's tables (checked on the syntax tree
-    and again by DuckDB's own list of the tables the statement reads)."""
+    and again by DuckDB's own list of the tables the statement reads), or a table the policy
+    protects by differential privacy (records stored without DP would void its budget)."""
     tree = sqlglot.parse_one(definition, read="duckdb")
     ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
     allowed = ", ".join(sorted(policy.tables))
@@ -346,6 +353,9 @@ def _check_tables(con, policy, definition: str) -> None:
     unknown = sorted(read - set(policy.tables) - ctes)
     if unknown:
         raise MicrodataError(f"--sql may read the policy's tables only ({allowed}), not {unknown}")
+    private = sorted(t for t in read - ctes if policy.table(t).differentially_private)
+    if private:
+        raise MicrodataError(dp_table_refusal(private[0], "a job storing its records without DP"))
 
 
 def _risk_columns(policy, source, frame, keys, weights):

@@ -451,6 +451,7 @@ def _checked_job(con, user, sql, into, method, query_id, replace, base=None) -> 
     version, document, source = require_admin(con, user)
     policy = load_policy(document, name=source)
     spec = parse_job(sql, policy)
+    _refuse_dp_table(policy, spec, method)
     _refuse_live_universe(con, policy, spec)
     _refuse_second_protection(con, policy, spec, into, method)
     if replace and base is not None:
@@ -480,6 +481,24 @@ def check_output_name(con, into: str, replace: bool, error: type[Error]) -> None
         )
     if not replace:
         raise error(f"{OUTPUT_SCHEMA}.{into} exists; pass --replace to overwrite it")
+
+
+def _refuse_dp_table(policy: Policy, spec: JobSpec, method: str) -> None:
+    """Refuse a job over a table the policy protects by differential privacy: its output would
+    release the table's cells exactly (or perturbed once, deterministically) outside the
+    privacy budget, and the budget's guarantee to every person in it would no longer hold."""
+    if policy.table(spec.table).differentially_private:
+        raise TabularError(dp_table_refusal(spec.table, f"a {method} job"))
+
+
+def dp_table_refusal(table: str, job: str) -> str:
+    """The message of a non-DP job refused over a DP table (shared by every job)."""
+    return (
+        f"{table} is protected by differential privacy in the policy: {job} would store its "
+        "data outside the privacy budget, which voids the budget's guarantee. Release it with "
+        "a DP query (`sqlsdc publish --query`) or a DP synthesis (`sqlsdc synthesize --method "
+        "dp-ipf`), or change the table's method in the policy"
+    )
 
 
 def _refuse_live_universe(con, policy: Policy, spec: JobSpec) -> None:

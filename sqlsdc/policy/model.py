@@ -202,6 +202,12 @@ class Table:
     def is_public(self) -> bool:
         return self.kind is TableKind.PUBLIC
 
+    @property
+    def differentially_private(self) -> bool:
+        """Some aggregate kind of this table is protected by DP: every release of its data
+        must then be a DP release charged to the budget."""
+        return any(rule.method is Method.DP for rule in self.protection.values())
+
     def column(self, name: str) -> Column | None:
         return self.columns.get(name.lower())
 
