@@ -405,7 +405,9 @@ class Connection:
         sql = _statement_text(sql)
         with self._holding():
             try:
-                return self._protect(sql, params).detached()
+                query = self._protect(sql, params)
+                self._check_engine_texts(query)  # what running it would refuse, explain refuses
+                return query.detached()
             except engine.EngineError as failure:
                 raise _engine_failure(failure, None) from None
 
@@ -785,6 +787,12 @@ class Connection:
         except engine.EngineError:
             pass
 
+    def _check_engine_texts(self, query: ProtectedQuery) -> None:
+        """:meth:`_check_engine_reads` of every text the query runs: its DP stages' and its
+        answer's."""
+        for text in (*(stage.sql for stage in query.dp_stages), query.sql):
+            self._check_engine_reads(text, query)
+
     def _check_engine_reads(self, sql: str, query: ProtectedQuery) -> None:
         """Defence in depth: the tables DuckDB says ``sql`` reads are declared in the policy
         (:func:`~sqlsdc.guard.validate.check_engine_tables`). DuckDB's answer depends on the
@@ -859,8 +867,7 @@ class Connection:
         ``run`` (SQL text -> Arrow) and ``data_version`` (table -> version) default to this
         connection's DuckDB; the Spark path passes its engine's (:mod:`sqlsdc.guard.spark`)."""
         con, context = self._con, self._context
-        for text in (*(stage.sql for stage in query.dp_stages), query.sql):
-            self._check_engine_reads(text, query)  # the answer's text too: refused unpaid
+        self._check_engine_texts(query)  # the answer's text too: refused unpaid
         version = context.policy_version
         writers = engine.data_writers(self.path)
         if writers is None or writers != self._writers:  # written in this process, perhaps

@@ -76,6 +76,8 @@ def test_a_between_duckdb_cannot_bind_alone_is_refused_clearly(fresh_demo_db, sq
     try:
         before = con.remaining_budget()
         with pytest.raises(sqlsdc.PolicyViolation, match="before reading any data"):
+            con.explain(sql)  # explain refuses what running refuses (session 36)
+        with pytest.raises(sqlsdc.PolicyViolation, match="before reading any data"):
             con.execute(sql)
         assert con.remaining_budget() == before
         # the same bounds in the order DuckDB binds, or in one type, are answered
