@@ -809,12 +809,22 @@ class Connection:
         try:
             read = engine.tables_read_by(self._con, sql)
         except engine.TextRefusal as refusal:
-            violation = PolicyViolation(
-                "DuckDB refuses the text of this statement before reading any data (its "
-                "constants cannot be bound together, e.g. the bounds of age BETWEEN '3' AND 5 "
-                "are written in two types), so it is refused whatever the data hold",
-                "write the values of one comparison in one type, e.g. age BETWEEN 3 AND 5",
-                sql,
+            violation = (
+                PolicyViolation(
+                    "DuckDB refuses the text of this statement before reading any data: its "
+                    "expressions nest deeper than DuckDB's limit (max_expression_depth), so it "
+                    "is refused whatever the data hold",
+                    "join fewer tables or nest fewer expressions in one statement",
+                    sql,
+                )
+                if "expression depth" in str(refusal)
+                else PolicyViolation(
+                    "DuckDB refuses the text of this statement before reading any data (its "
+                    "constants cannot be bound together, e.g. the bounds of age BETWEEN '3' "
+                    "AND 5 are written in two types), so it is refused whatever the data hold",
+                    "write the values of one comparison in one type, e.g. age BETWEEN 3 AND 5",
+                    sql,
+                )
             )
             violation.detail = f"{type(refusal).__name__}: {refusal}"
             raise violation from None
