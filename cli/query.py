@@ -18,7 +18,12 @@ user_option = click.option("--user", "-u", required=True, help="User name declar
 @click.argument("sql")
 @user_option
 @format_option()
-@click.option("--status", is_flag=True, help="Print the per-cell status instead of the values.")
+@click.option(
+    "--status",
+    is_flag=True,
+    help="Print the status of every aggregate cell (published, suppressed...) instead of its "
+    "value, beside the group keys.",
+)
 def query(db: str, sql: str, user: str, fmt: str, status: bool) -> None:
     """Run one guarded SQL query (use - to read it from stdin).
 
@@ -32,9 +37,24 @@ def query(db: str, sql: str, user: str, fmt: str, status: bool) -> None:
     with sqlsdc.connect(db, user=user) as con:
         cursor = con.execute(read_sql(sql))
         if status:
-            print_frame(cursor.cell_status(), fmt)
+            print_frame(_keys_and_status(cursor), fmt)
         else:
             print_result(cursor, fmt)
+
+
+def _keys_and_status(cursor):
+    """The status of every cell, with each group key's value where its status is ``key`` (a
+    row of statuses alone would not say which group it is)."""
+    status = cursor.cell_status()
+    values = cursor.df()
+    shown = status.astype(object)
+    for i in range(status.shape[1]):
+        keys = (status.iloc[:, i] == "key").to_numpy()
+        if keys.any():
+            column = shown.iloc[:, i].to_numpy(copy=True)
+            column[keys] = values.iloc[:, i].astype(object).to_numpy()[keys]
+            shown.isetitem(i, column)
+    return shown
 
 
 @click.command()

@@ -39,7 +39,11 @@ def test_query_formats(demo_db):
     csv = run("query", demo_db, "-u", "analyst", PERSONS_BY_SEX, "--format", "csv").output
     assert csv.splitlines()[0] == "sex,n"
     status = run("query", demo_db, "-u", "analyst", PERSONS_BY_SEX, "--status").output
-    assert "published" in status
+    assert [line.split() for line in status.splitlines()] == [
+        ["sex", "n"],
+        ["F", "published"],
+        ["M", "published"],
+    ]  # the keys' values beside their cells' statuses
     stdin = run("query", demo_db, "-u", "analyst", "-", "--format", "json", input=PERSONS_BY_SEX)
     assert json.loads(stdin.output) == rows
 
