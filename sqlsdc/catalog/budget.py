@@ -584,7 +584,8 @@ def charge(
                 _insert_cells(con, user, policy_version, charged, at, cells,
                               skip_cached=attempt > 0)  # fmt: skip
             record_query(con, charged, user, policy_version, "failed", sql,
-                         reason=CHARGED_PENDING, fingerprint=fingerprint)  # fmt: skip
+                         reason=CHARGED_PENDING, fingerprint=fingerprint,
+                         new_id=query_id is None)  # fmt: skip
             if drawn is not None:
                 drawn(charged)
             con.execute("COMMIT")

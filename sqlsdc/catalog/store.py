@@ -275,10 +275,12 @@ def has_outcome(con, query_id: int) -> bool:
     return found is not None
 
 
+# its result is the count of rows updated (0 or 1): a RETURNING clause costs DuckDB 0.2-0.3 ms
+# of CPU more for the same answer (benchmarks/README.md, session 36)
 _AUDIT_OUTCOME = (
     f"UPDATE {S}.audit SET logged_at = ?, policy_version = ?, decision = ?, reason = ?, "
     "fingerprint = coalesce(?, fingerprint), rows_returned = ? "
-    "WHERE query_id = ? AND decision = 'failed' AND reason = ? RETURNING query_id"
+    "WHERE query_id = ? AND decision = 'failed' AND reason = ?"
 )
 # where nothing is recorded under the id yet; DuckDB's ON CONFLICT clauses cost 2-4 ms of CPU
 # a statement against 0.7-1.4 ms for these two (benchmarks/README.md, session 35)
@@ -286,6 +288,7 @@ _AUDIT_INSERT = (
     f"INSERT INTO {S}.audit SELECT ?, ?, ?, ?, ?, ?, ?, ?, ? "
     f"WHERE NOT EXISTS (SELECT 1 FROM {S}.audit WHERE query_id = ?)"
 )
+_AUDIT_INSERT_NEW = f"INSERT INTO {S}.audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _AUDIT_INSERT_DRAWING = (
     f"INSERT INTO {S}.audit VALUES (nextval('{S}.query_ids'), ?, ?, ?, ?, ?, ?, ?, ?) "
     "RETURNING query_id"
@@ -303,20 +306,26 @@ def record_query(
     reason: str | None = None,
     fingerprint: str | None = None,
     rows: int | None = None,
+    new_id: bool = False,
 ) -> int:
     """Append one entry to the audit log and return its query id; ``None`` draws the next id
     in the same statement (one round trip, and no commit of its own inside a transaction).
 
     The entry a budget charge left for ``query_id`` (:data:`CHARGED_PENDING`) is replaced by
     this outcome; an outcome recorded before stands (a later one under its id is dropped:
-    see :func:`has_outcome`)."""
+    see :func:`has_outcome`). ``new_id``: ``query_id`` was drawn from the sequence in the
+    caller's open transaction (a charge's), so no entry can hold it: a plain INSERT, whose
+    key makes the transaction fail should one all the same."""
     # undecodable bytes kept as lone surrogates are logged escaped: in the statement, and in
     # a reason that quotes what the analyst sent (a parameter's name)
     sql, reason = _escaped(sql), None if reason is None else _escaped(reason)
     values = [now(), user, policy_version, decision, reason, fingerprint, sql, rows]
     if query_id is not None:
+        if new_id:
+            con.execute(parsed(_AUDIT_INSERT_NEW), [query_id, *values])
+            return query_id
         outcome = not (decision == "failed" and reason == CHARGED_PENDING)
-        if outcome and one(con, parsed(_AUDIT_OUTCOME), _replacing(values, query_id)):
+        if outcome and one(con, parsed(_AUDIT_OUTCOME), _replacing(values, query_id))[0]:
             return query_id
         con.execute(parsed(_AUDIT_INSERT), [query_id, *values, query_id])
         return query_id
