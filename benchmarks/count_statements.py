@@ -7,6 +7,9 @@ Every engine connection the guard opens is wrapped in a counter of statements (`
 warm-up query on the same connection and with every query's check cached:
 
   ckm repeated          the CKM count by region of ``bench_guard.py --fixed-cost``
+  ckm new text          that count with a new filter each (its check cached beforehand, as a
+                        client's Describe before Execute does; the defence-in-depth table
+                        check asks DuckDB once per new protected SQL text)
   dp cached             an 8-cell DP count by region, repeated (cells from the cache)
   dp new cells, open    8-cell DP counts with a new filter each (charged, drawn, cached)
   dp new cells, new connection
@@ -89,6 +92,8 @@ def main() -> None:
     opened = engine.open_database
     engine.open_database = lambda *a, **k: CountingConnection(opened(*a, **k))
     ckm = "SELECT region, COUNT(*) AS n FROM persons GROUP BY region"
+    ckm_new = [f"SELECT region, COUNT(*) AS n FROM persons WHERE age >= {i} GROUP BY region"
+               for i in range(10)]  # fmt: skip
     small = "SELECT region, COUNT(*) FROM persons GROUP BY region"
     new = [f"SELECT region, COUNT(*) FROM persons WHERE age2 <> 'none {i}' GROUP BY region"
            for i in range(10)]  # fmt: skip
@@ -96,6 +101,7 @@ def main() -> None:
     print("|---|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as workdir:
         counted("ckm repeated", ckm_db, "analyst", [ckm] * 11, Path(workdir))
+        counted("ckm new text", ckm_db, "analyst", [ckm, *ckm_new], Path(workdir))
         counted("dp cached", dp_db, "u0", [small] * 11, Path(workdir))
         counted("dp new cells, open", dp_db, "u1", [small, *new], Path(workdir))
         fresh = [f"u{i}" for i in range(2, 13)]  # users who have asked nothing

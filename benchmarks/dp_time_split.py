@@ -1,4 +1,5 @@
-"""Where the fixed cost of a DP query goes: the engine's statements, and the guard's Python.
+"""Where the fixed cost of a DP (or CKM) query goes: the engine's statements, and the guard's
+Python.
 
 On a shared machine whole-query timings swing 2-3x with the load; the split is steadier. Every
 engine connection the guard opens is wrapped: each statement it sends (``execute``,
@@ -19,8 +20,14 @@ With ``--new-text`` the texts are not checked beforehand: each query pays the ch
 new text (parse, analysis, rewrite, validation), timed apart as a third part (``check``) and
 left out of the guard's Python.
 
+With ``--ckm`` the database is a ``sqlsdc demo`` one and the query the CKM count by region of
+``bench_guard.py --fixed-cost``, repeated (check cached); with ``--new-text`` too, that count
+with a new filter each time (``WHERE age >= i``), its check timed apart.
+
 Usage: python benchmarks/dp_time_split.py DP_HARNESS_DB [--queries 60] [--cpu] [--new-text]
-(the ``harness.duckdb`` that ``bench_dp_noise.py`` builds in its ``--workdir``; copied first).
+       python benchmarks/dp_time_split.py --ckm DEMO_DB [--queries 60] [--cpu] [--new-text]
+(the ``harness.duckdb`` that ``bench_dp_noise.py`` builds in its ``--workdir``, or a demo
+database; copied first).
 """
 
 from __future__ import annotations
@@ -95,6 +102,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=60)
     parser.add_argument("--cpu", action="store_true", help="process CPU time, not wall time")
     parser.add_argument("--new-text", action="store_true", help="each query's check timed too")
+    parser.add_argument("--ckm", action="store_true", help="the CKM count of a demo database")
     args = parser.parse_args()
     if args.cpu:
         global _clock
@@ -116,12 +124,19 @@ def main() -> None:
         Connection._checked = timed_check
     sqls = [f"SELECT region, COUNT(*) FROM persons WHERE age2 <> 'none {i}' GROUP BY region"
             for i in range(args.queries)]  # fmt: skip
+    user, first = "u1", "SELECT region, COUNT(*) FROM persons GROUP BY region"
+    if args.ckm:
+        user, first = "analyst", "SELECT region, COUNT(*) AS n FROM persons GROUP BY region"
+        sqls = [first] * args.queries
+        if args.new_text:
+            sqls = [f"SELECT region, COUNT(*) AS n FROM persons WHERE age >= {i} GROUP BY region"
+                    for i in range(args.queries)]  # fmt: skip
     spans, walls, check_ns = [], [], []
     with tempfile.TemporaryDirectory() as workdir:
         path = Path(workdir) / "split.duckdb"
         shutil.copy(args.database, path)
-        with sqlsdc.connect(path, "u1") as con:
-            con.execute("SELECT region, COUNT(*) FROM persons GROUP BY region").fetchall()
+        with sqlsdc.connect(path, user) as con:
+            con.execute(first).fetchall()
             if not args.new_text:
                 for sql in sqls:
                     con.explain(sql)

@@ -177,7 +177,7 @@ INTERRUPTED = textwrap.dedent(
 
     def execute(self, *args, **kwargs):
         result = real_execute(self, *args, **kwargs)
-        if args and args[0] == "COMMIT" and armed and armed.pop():
+        if args and getattr(args[0], "query", args[0]) == "COMMIT" and armed and armed.pop():
             signal.raise_signal(signal.SIGINT)  # Ctrl-C as the answer's COMMIT returns
         return result
 

@@ -548,7 +548,7 @@ def charge(
         raise _spend_failure(e) from None
     state = state if state is not None else BudgetState()
     for attempt in range(_CONFLICT_RETRIES):
-        con.execute("BEGIN TRANSACTION")
+        con.execute(parsed("BEGIN TRANSACTION"))
         try:
             # First statement: takes the snapshot and the lock row, so a charge committed by
             # another connection after our snapshot makes this one conflict and retry.
@@ -588,7 +588,7 @@ def charge(
                          new_id=query_id is None)  # fmt: skip
             if drawn is not None:
                 drawn(charged)
-            con.execute("COMMIT")
+            con.execute(parsed("COMMIT"))
             state.charged(writes, user, tables, _cost(*amounts))  # as the ledger will sum it
             return Charge(seq, charged, user, tables, cost, len(cells), at)
         except BudgetExhausted:

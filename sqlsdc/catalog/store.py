@@ -464,7 +464,9 @@ def record_release(
     statement = partial(ledger_insert, tuple(tables), tuple(keys), tuple(cells),
                         population is not None)  # fmt: skip
     values = [query_id, now(), user, fingerprint, *([population] if population is not None else [])]
-    read = sorted({i for _, i in keys} | {c[1] for c in cells} | {c[3] for c in cells} - {None})
+    # the keys, and of each cell its status column, or its value when it has none (the
+    # status then says whether it was suppressed): what the statement reads
+    read = sorted({i for _, i in keys} | {c[1] if c[3] is None else c[3] for c in cells})
     columns = _as_parameters(result, read)
     if columns is not None:
         kinds = type_names(pa.schema([result.field(i) for i in read]))

@@ -306,8 +306,11 @@ def memory_database(
     return con
 
 
+_WAITING = ".waiting"  # the folder of the processes waiting for a database file: <db>.waiting
+
+
 def _waiting_folder(path: Path) -> Path:
-    return path.with_name(path.name + ".waiting")
+    return path.with_name(path.name + _WAITING)
 
 
 def _mark_waiting(path: Path, first: bool = False) -> Path | None:
@@ -331,12 +334,12 @@ def others_waiting(path: str | Path, *, first: bool = False) -> bool:
     marks itself): a busy holder then releases the file for a turn, and otherwise keeps it.
     ``first``: only an opening that goes first (an admin command, a job) counts; a holder
     lets the file go after its statement for it, and guarded connections let it in first."""
-    try:
-        waiters = list(_waiting_folder(Path(path)).iterdir())
+    try:  # a string, not pathlib: asked after every guarded statement (0.02 ms against 0.005)
+        waiters = os.listdir(os.fspath(path) + _WAITING)
     except OSError:
         return False
-    for marker in waiters:
-        pid, _, kind = marker.name.partition(".")
+    for name in waiters:
+        pid, _, kind = name.partition(".")
         if first and f".{kind}" != _FIRST:
             continue
         if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):

@@ -179,7 +179,8 @@ def record_release(con, result: pa.Table, query: ProtectedQuery, query_id: int, 
     """Write one ledger row per released protected cell; its identity is the query's canonical
     population (:func:`sqlsdc.planner.identity.aggregation_identity`) and the row's key values."""
     keys = tuple((c.name, i) for i, c in enumerate(query.columns) if not c.released)
-    status_positions = {i: result.column_names.index(c) for i, c in query.status_columns.items()}
+    names = result.column_names  # a new list at each call: read once
+    status_positions = {i: names.index(c) for i, c in query.status_columns.items()}
     cells = tuple(
         (c.name, i, c.mechanism, status_positions.get(i))
         for i, c in enumerate(query.columns)
