@@ -15,14 +15,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from _signal import getsignal as _getsignal
-from _signal import signal as _set_handler
 from collections.abc import Callable, Iterator
-
-# ``_signal``: ``signal``'s own functions without its wrappers, which turn every number and
-# handler into an enum member and back (35 of the 38 microseconds that the three calls of
-# every statement took)
-_SIGINT = int(signal.SIGINT)
 
 
 @contextlib.contextmanager
@@ -34,7 +27,7 @@ def interrupting(interrupt: Callable[[], object]) -> Iterator[list[int]]:
     pressed: list[int] = []
     if (
         threading.current_thread() is not threading.main_thread()
-        or _getsignal(_SIGINT) is not signal.default_int_handler
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
     ):
         yield pressed
         return
@@ -43,8 +36,8 @@ def interrupting(interrupt: Callable[[], object]) -> Iterator[list[int]]:
         pressed.append(number)
         interrupt()
 
-    _set_handler(_SIGINT, handler)
+    signal.signal(signal.SIGINT, handler)
     try:
         yield pressed
     finally:
-        _set_handler(_SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
