@@ -83,6 +83,8 @@ def analyze(
         infos[id(scope.expression)] = info
         order.append(info)
     checker.reads_confidential = any(info.kind is not Kind.SAFE for info in order)
+    if checker.reads_confidential:
+        checker.check_limit_values(walked if walked is not None else nodes(tree))
     for info in order:
         checker.check(info, infos)
     return Analysis(tree, infos, order)

@@ -58,13 +58,16 @@ class TotalityChecks:
             if part is None:
                 continue
             self._check_constants(part)
-            for n in _public_nodes(part, public):
+            for n in _public_nodes(part, public, mixed=len(public) < len(info.scope.sources)):
                 if isinstance(n, (exp.Sum, exp.Avg)):
                     self._check_public_sum(n)
                 if _is_aggregate_call(n) or isinstance(n, (exp.Window, exp.WindowSpec)):
                     continue  # of public values: MIN, COUNT...; their arguments are checked
                 for column in n.find_all(exp.Column):
                     _type_column(column, info.scope, 0)
+                refusal = literal_refusal(n, self.constant_type) if type(n) in SIGNATURES else None
+                if refusal:  # ``length(label) // 0``: a divisor must be a positive literal
+                    raise self.refuse(refusal.reason, refusal.hint)
                 problem = partiality(n)
                 if problem:
                     raise self.refuse(
@@ -72,6 +75,27 @@ class TotalityChecks:
                         f"whether it runs depends on the confidential rows ({problem})",
                         TOTALITY_HINT,
                     )
+
+    def check_limit_values(self, walked: list[exp.Expr]) -> None:
+        """In a statement that reads confidential rows, LIMIT and OFFSET take a number literal
+        (parameters are bound as literals; :func:`sqlsdc.guard.parse.check_limits` checks its
+        range). DuckDB raises on a negative limit when the operator runs, and whether it runs
+        depends on the confidential rows: ``age > 93 AND region IN (SELECT region FROM regions
+        LIMIT (SELECT -1))`` failed and ``age > 94`` answered, the oldest person's age by
+        bisection (red team s36a). ``walked``: every node of the statement (a set
+        operation's LIMIT belongs to no SELECT's scope)."""
+        for clause in walked:
+            if not isinstance(clause, (exp.Limit, exp.Offset)):
+                continue
+            value = clause.expression
+            if value is None or isinstance(value, exp.Literal):
+                continue
+            word = "LIMIT" if isinstance(clause, exp.Limit) else "OFFSET"
+            raise self.refuse(
+                f"{word} {value.sql(DIALECT)[:80]} is computed: in a query that reads "
+                "confidential rows, a computed limit could fail or not as those rows say",
+                f"write the number of rows as a literal, e.g. {word} 10",
+            )
 
     def _check_public_sum(self, n: exp.Expr) -> None:
         """A SUM or AVG of public values whose type DuckDB adds up in place (HUGEINT, DECIMAL
@@ -309,7 +333,7 @@ def _evaluated_nodes(
             elif isinstance(value, list):
                 children = (v for v in reversed(value) if isinstance(v, exp.Expr))
                 stack.extend((v, index) for v in children if not isinstance(v, _NESTED))
-    reads_column = [isinstance(n, exp.Column) for n in nodes]
+    reads_column = [isinstance(n, exp.Column) or _holds_subquery(n) for n in nodes]
     for index in range(len(nodes) - 1, 0, -1):  # children come after their parents
         if reads_column[index]:
             reads_column[parents[index]] = True
@@ -321,7 +345,7 @@ def _carried_up(walked: list[exp.Expr]) -> list[bool] | None:
     or has one below it, carried up along each node's parent; None when a parent is not
     before its node in ``walked``."""
     position = {id(n): i for i, n in enumerate(walked)}
-    reads_column = [isinstance(n, exp.Column) for n in walked]
+    reads_column = [isinstance(n, exp.Column) or _holds_subquery(n) for n in walked]
     parents = [-1]
     for i in range(1, len(walked)):
         parent = position.get(id(walked[i].parent), i)
@@ -335,6 +359,19 @@ def _carried_up(walked: list[exp.Expr]) -> list[bool] | None:
 
 
 _NESTED = (exp.Subquery, exp.Select, *SET_OPERATIONS)
+
+
+def _holds_subquery(node: exp.Expr) -> bool:
+    """Whether an operand of ``node`` is a scalar subquery: a value computed in a scope of its
+    own, which varies like a column here (``(SELECT MIN(population) FROM regions) *
+    9223372036854775807`` overflows; as a constant it was typed and never judged, red team
+    s36a)."""
+    for value in node.args.values():
+        if isinstance(value, exp.Subquery):
+            return True
+        if isinstance(value, list) and any(isinstance(v, exp.Subquery) for v in value):
+            return True
+    return False
 
 
 _SUMMED_WIDER = (
@@ -397,9 +434,11 @@ def _is_aggregate_call(node: exp.Expr) -> bool:
     return isinstance(node, exp.AggFunc) and not isinstance(node.parent, exp.Window)
 
 
-def _public_nodes(node: exp.Expr, public: set[str]) -> list[exp.Expr]:
-    """The nodes of ``node`` in its scope that read columns of the ``public`` sources only
-    (at least one): flags carried up from the children, one walk."""
+def _public_nodes(node: exp.Expr, public: set[str], mixed: bool = False) -> list[exp.Expr]:
+    """The nodes of ``node`` in its scope that compute on values of the ``public`` sources
+    only (a column, a scalar subquery, a window or an aggregate; at least one): flags carried
+    up from the children, one walk. ``mixed``: the scope reads other sources too (released
+    cells), so what a window or an aggregate computes over its rows is not public alone."""
     nodes: list[exp.Expr] = []
     parents: list[int] = []
     stack = [(node, -1)]
@@ -412,8 +451,17 @@ def _public_nodes(node: exp.Expr, public: set[str]) -> list[exp.Expr]:
             children = value if isinstance(value, list) else [value]
             kept = (v for v in children if isinstance(v, exp.Expr) and not isinstance(v, _NESTED))
             stack.extend((v, index) for v in kept)
-    reads = [isinstance(n, exp.Column) for n in nodes]
-    other = [isinstance(n, exp.Column) and n.table not in public for n in nodes]
+    # a scalar subquery, a window and an aggregate vary as a column does, though they may
+    # name none (``ROW_NUMBER() OVER () * 9223372036854775807``, red team s36a)
+    over_rows = [isinstance(n, exp.Window) or _is_aggregate_call(n) for n in nodes]
+    reads = [
+        isinstance(n, exp.Column) or r or _holds_subquery(n)
+        for n, r in zip(nodes, over_rows, strict=True)
+    ]
+    other = [
+        (isinstance(n, exp.Column) and n.table not in public) or (mixed and r)
+        for n, r in zip(nodes, over_rows, strict=True)
+    ]
     for index in range(len(nodes) - 1, 0, -1):  # children come after their parents
         reads[parents[index]] |= reads[index]
         other[parents[index]] |= other[index]
