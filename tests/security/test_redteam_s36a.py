@@ -27,6 +27,10 @@ What broke (fixed here):
   positive literal) were checked on confidential scopes only: ``code IN (SELECT code FROM
   codes WHERE length(label) // 0 = 0)`` failed for ``age > 98`` and answered for ``age > 99``.
   Public scopes now check them too.
+- **A set operation's ORDER BY** belongs to no SELECT's scope, and nothing checked it (not
+  even its constants): ``... UNION ALL SELECT label FROM codes ORDER BY 1 // 0 LIMIT 30``
+  in a public subquery failed for ``age > 98`` and answered for ``age > 99``. It now takes
+  output names and positions only, in a statement that reads confidential rows.
 - **A computed LIMIT or OFFSET.** ``LIMIT (SELECT -1)`` (or ``(SELECT MIN(population) FROM
   regions) - 10000000000``, an OFFSET likewise) in a subquery of public rows passed the guard,
   and DuckDB raises on a negative limit only when the operator runs: ``age > 93 AND region IN
@@ -119,6 +123,28 @@ LIMIT_ORACLES = [
 ]
 
 
+SET_ORDER_ORACLES = [
+    "SELECT COUNT(*) FROM t WHERE age > {} AND code IN (SELECT x FROM (SELECT code AS x FROM "
+    "codes UNION ALL SELECT label FROM codes ORDER BY " + order + " LIMIT 30) u)"
+    for order in (
+        "1 // 0",
+        "CAST('x' AS INTEGER)",
+        "(SELECT CAST('x' AS INTEGER))",
+        "(SELECT 1) * 9223372036854775807 + (SELECT 1)",
+    )
+]
+
+
+@pytest.mark.parametrize("attack", SET_ORDER_ORACLES)
+def test_a_set_operations_order_is_no_statistics_oracle(lookup, attack):
+    """Broke: a UNION's ORDER BY is in no SELECT's scope, so nothing checked it, not even its
+    constants: each form failed in the engine for ``age > 98`` and answered for ``age > 99``.
+    A set operation is now ordered by its outputs' names or positions only."""
+    for bound in (98, 99):
+        with pytest.raises(sqlsdc.PolicyViolation, match="computes a value"):
+            rows(lookup, attack.format(bound))
+
+
 @pytest.mark.parametrize("attack", LIMIT_ORACLES)
 def test_a_computed_limit_is_no_statistics_oracle(lookup, attack):
     """Broke: the first form failed in the engine for ``age > 98`` and answered for ``age >
@@ -165,6 +191,11 @@ def test_neighbours_of_the_oracles_are_refused(lookup, attack):
 @pytest.mark.parametrize(
     "sql",
     [
+        # set operations ordered by names and positions
+        "SELECT x FROM (SELECT code AS x FROM codes UNION ALL SELECT label FROM codes "
+        "ORDER BY x DESC LIMIT 30) u WHERE x IN (SELECT code FROM t GROUP BY code)",
+        "SELECT code, COUNT(*) AS n FROM t GROUP BY code UNION ALL SELECT 'all', COUNT(*) "
+        "FROM t ORDER BY 2, 1 LIMIT 5",
         # literal limits, bound parameters and public-only statements are answered
         "SELECT code, COUNT(*) FROM t GROUP BY code ORDER BY code LIMIT 3 OFFSET 1",
         "SELECT COUNT(*) FROM t WHERE code IN (SELECT code FROM codes ORDER BY code LIMIT 5)",
