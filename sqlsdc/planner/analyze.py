@@ -86,7 +86,7 @@ def analyze(
     if checker.reads_confidential:  # clauses outside every SELECT's scope too
         every = walked if walked is not None else nodes(tree)
         checker.check_limit_values(every)
-        checker.check_set_operation_order(every)
+        checker.check_outer_order(every)
     for info in order:
         checker.check(info, infos)
     return Analysis(tree, infos, order)

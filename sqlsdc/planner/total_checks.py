@@ -97,27 +97,29 @@ class TotalityChecks:
                 f"write the number of rows as a literal, e.g. {word} 10",
             )
 
-    def check_set_operation_order(self, walked: list[exp.Expr]) -> None:
-        """In a statement that reads confidential rows, a set operation's ORDER BY takes output
-        names and positions only. It belongs to no SELECT's scope, so no check saw what it
-        computes, and DuckDB evaluates it only when the operator runs: ``age > 98 AND code IN
-        (SELECT x FROM (SELECT code AS x FROM codes UNION ALL SELECT label FROM codes ORDER
-        BY 1 // 0 LIMIT 30) u)`` failed and ``age > 99`` answered (red team s36a).
-        ``walked``: every node of the statement."""
+    def check_outer_order(self, walked: list[exp.Expr]) -> None:
+        """In a statement that reads confidential rows, the ORDER BY of a set operation or of a
+        parenthesised query (``((SELECT ...) ORDER BY ... LIMIT 3)``) takes output names and
+        positions only. It belongs to no SELECT's scope, so no check saw what it computes, and
+        DuckDB evaluates it only when the operator runs: ``age > 98 AND code IN (SELECT x FROM
+        (SELECT code AS x FROM codes UNION ALL SELECT label FROM codes ORDER BY 1 // 0 LIMIT
+        30) u)`` failed and ``age > 99`` answered (red team s36a). ``walked``: every node of
+        the statement."""
         for operation in walked:
-            order = operation.args.get("order") if isinstance(operation, SET_OPERATIONS) else None
+            outer = isinstance(operation, (*SET_OPERATIONS, exp.Subquery))
+            order = operation.args.get("order") if outer else None
             for term in order.expressions if order is not None else []:
                 value = term.this if isinstance(term, exp.Ordered) else term
                 if isinstance(value, exp.Column) or (
                     isinstance(value, exp.Literal) and not value.is_string
                 ):
                     continue
+                what = "a subquery" if isinstance(operation, exp.Subquery) else "a set operation"
                 raise self.refuse(
-                    f"ORDER BY {value.sql(DIALECT)[:80]} of a {operation.key.upper()} computes a "
-                    "value: in a query that reads confidential rows, it could fail or not as "
-                    "those rows say",
-                    "order a UNION, INTERSECT or EXCEPT by its outputs' names or positions "
-                    "(e.g. ORDER BY 1), and compute the value in its parts",
+                    f"ORDER BY {value.sql(DIALECT)[:80]} of {what} computes a value: in a query "
+                    "that reads confidential rows, it could fail or not as those rows say",
+                    "order a UNION, INTERSECT, EXCEPT or parenthesised query by its outputs' "
+                    "names or positions (e.g. ORDER BY 1), and compute the value inside it",
                 )
 
     def _check_public_sum(self, n: exp.Expr) -> None:

@@ -27,8 +27,9 @@ What broke (fixed here):
   positive literal) were checked on confidential scopes only: ``code IN (SELECT code FROM
   codes WHERE length(label) // 0 = 0)`` failed for ``age > 98`` and answered for ``age > 99``.
   Public scopes now check them too.
-- **A set operation's ORDER BY** belongs to no SELECT's scope, and nothing checked it (not
-  even its constants): ``... UNION ALL SELECT label FROM codes ORDER BY 1 // 0 LIMIT 30``
+- **The ORDER BY of a set operation or of a parenthesised query** belongs to no SELECT's
+  scope, and nothing checked it (not even its constants): ``... UNION ALL SELECT label FROM
+  codes ORDER BY 1 // 0 LIMIT 30`` or ``((SELECT code FROM codes) ORDER BY 1 // 0 LIMIT 3)``
   in a public subquery failed for ``age > 98`` and answered for ``age > 99``. It now takes
   output names and positions only, in a statement that reads confidential rows.
 - **A computed LIMIT or OFFSET.** ``LIMIT (SELECT -1)`` (or ``(SELECT MIN(population) FROM
@@ -132,14 +133,18 @@ SET_ORDER_ORACLES = [
         "(SELECT CAST('x' AS INTEGER))",
         "(SELECT 1) * 9223372036854775807 + (SELECT 1)",
     )
+] + [
+    "SELECT COUNT(*) FROM t WHERE age > {} AND code IN (SELECT code FROM ((SELECT code FROM "
+    "codes) ORDER BY " + order + " LIMIT 3) u)"
+    for order in ("1 // 0", "CAST('x' AS INTEGER)")
 ]
 
 
 @pytest.mark.parametrize("attack", SET_ORDER_ORACLES)
 def test_a_set_operations_order_is_no_statistics_oracle(lookup, attack):
-    """Broke: a UNION's ORDER BY is in no SELECT's scope, so nothing checked it, not even its
-    constants: each form failed in the engine for ``age > 98`` and answered for ``age > 99``.
-    A set operation is now ordered by its outputs' names or positions only."""
+    """Broke: a UNION's ORDER BY, and a parenthesised query's, is in no SELECT's scope, so
+    nothing checked it, not even its constants: each form failed in the engine for ``age >
+    98`` and answered for ``age > 99``. They are now ordered by outputs' names or positions."""
     for bound in (98, 99):
         with pytest.raises(sqlsdc.PolicyViolation, match="computes a value"):
             rows(lookup, attack.format(bound))
