@@ -387,14 +387,15 @@ _NESTED = (exp.Subquery, exp.Select, *SET_OPERATIONS)
 
 
 def _holds_subquery(node: exp.Expr) -> bool:
-    """Whether an operand of ``node`` is a scalar subquery: a value computed in a scope of its
-    own, which varies like a column here (``(SELECT MIN(population) FROM regions) *
-    9223372036854775807`` overflows; as a constant it was typed and never judged, red team
-    s36a)."""
+    """Whether an operand of ``node`` is a query (a scalar subquery, EXISTS's or IN's): a value
+    computed in a scope of its own, which varies like a column here (``(SELECT
+    MIN(population) FROM regions) * 9223372036854775807`` and ``CAST(EXISTS (SELECT 1 FROM
+    codes) AS BIGINT) * 9223372036854775807 + 1`` overflow; as constants they were typed and
+    never judged, red team s36a)."""
     for value in node.args.values():
-        if isinstance(value, exp.Subquery):
+        if isinstance(value, _NESTED):
             return True
-        if isinstance(value, list) and any(isinstance(v, exp.Subquery) for v in value):
+        if isinstance(value, list) and any(isinstance(v, _NESTED) for v in value):
             return True
     return False
 

@@ -10,8 +10,9 @@ What broke (fixed here):
   subquery was "not a constant; its own scope is checked"), and never judged it. DuckDB
   joins an uncorrelated scalar subquery to the rows and computes on it after the row filters:
   ``code = 'c04' AND age = 99 AND age < (SELECT 1) * 9223372036854775807 + (SELECT 1)``
-  failed in the engine when that person existed and answered otherwise, a noise-free yes/no
-  question about one person (on the demo: ``municipality = 'R08-M001' AND age = 19``, and
+  failed in the engine when that person existed and answered otherwise (``CAST(EXISTS
+  (SELECT 1 FROM codes) AS BIGINT) * ...`` likewise), a noise-free yes/no question about one
+  person (on the demo: ``municipality = 'R08-M001' AND age = 19``, and
   nobody else of the 20,000 persons). In a public scope, ``(SELECT MIN(population) FROM
   regions) * 9223372036854775807``, ``-(SELECT ...)`` and ``CAST((SELECT MIN(name) ...) AS
   INTEGER)`` ran or not as the table statistics said (DuckDB drops subqueries it proves
@@ -64,14 +65,16 @@ def lookup(tmp_path_factory):
 ROW_ORACLES = [
     "SELECT COUNT(*) FROM t WHERE code = 'c04' AND age = {} "
     "AND age < (SELECT 1) * 9223372036854775807 + (SELECT 1)",
+    "SELECT COUNT(*) FROM t WHERE code = 'c04' AND age = {} AND CAST(EXISTS (SELECT 1 FROM "
+    "codes) AS BIGINT) * 9223372036854775807 + CAST(EXISTS (SELECT 1 FROM codes) AS BIGINT) > 0",
 ]
 
 
 @pytest.mark.parametrize("attack", ROW_ORACLES)
 def test_arithmetic_on_a_scalar_subquery_is_no_oracle_on_one_person(lookup, attack):
-    """Broke: the first form failed in the engine for the true age (99) and answered for 98
-    (the rows that reach the overflow are the ones the WHERE keeps). Now refused whatever
-    the guess."""
+    """Broke: each form failed in the engine for the true age (99) and answered for 98 (the
+    rows that reach the overflow are the ones the WHERE keeps). Now refused whatever the
+    guess."""
     for guess in (98, 99):
         with pytest.raises(sqlsdc.PolicyViolation, match="could raise an error"):
             rows(lookup, attack.format(guess))
