@@ -391,7 +391,10 @@ def _holds_subquery(node: exp.Expr) -> bool:
     computed in a scope of its own, which varies like a column here (``(SELECT
     MIN(population) FROM regions) * 9223372036854775807`` and ``CAST(EXISTS (SELECT 1 FROM
     codes) AS BIGINT) * 9223372036854775807 + 1`` overflow; as constants they were typed and
-    never judged, red team s36a)."""
+    never judged, red team s36a). A query itself (a projection ``(SELECT ...) AS x``) is no
+    operation on one."""
+    if isinstance(node, _NESTED):
+        return False
     for value in node.args.values():
         if isinstance(value, _NESTED):
             return True
