@@ -88,8 +88,10 @@ class TotalityChecks:
             if not isinstance(clause, (exp.Limit, exp.Offset)):
                 continue
             value = clause.expression
-            if value is None or isinstance(value, exp.Literal):
+            if value is None or isinstance(value, (exp.Literal, exp.Null)):
                 continue
+            if isinstance(value, exp.Var) and value.name.upper() == "ALL":
+                continue  # LIMIT ALL, as LIMIT NULL: no limit
             word = "LIMIT" if isinstance(clause, exp.Limit) else "OFFSET"
             raise self.refuse(
                 f"{word} {value.sql(DIALECT)[:80]} is computed: in a query that reads "

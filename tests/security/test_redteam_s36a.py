@@ -208,6 +208,8 @@ def test_neighbours_of_the_oracles_are_refused(lookup, attack):
         "SELECT code, COUNT(*) FROM t GROUP BY code ORDER BY code LIMIT 3 OFFSET 1",
         "SELECT COUNT(*) FROM t WHERE code IN (SELECT code FROM codes ORDER BY code LIMIT 5)",
         "SELECT code FROM codes ORDER BY code LIMIT (SELECT 2)",
+        "SELECT COUNT(*) FROM t WHERE code IN (SELECT code FROM codes LIMIT ALL)",
+        "SELECT COUNT(*) FROM t WHERE code IN (SELECT code FROM codes LIMIT NULL OFFSET 2)",
         # comparisons with scalar subqueries, and arithmetic on them in DOUBLE
         "SELECT COUNT(*) FROM t WHERE age > (SELECT COUNT(*) FROM codes)",
         "SELECT COUNT(*) FROM t WHERE code = (SELECT MIN(code) FROM codes)",
