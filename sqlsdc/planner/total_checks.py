@@ -7,6 +7,7 @@ from __future__ import annotations
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
+from sqlsdc.engines.trees import of_kind
 from sqlsdc.planner.exact_mixing import DERIVED, ENGINE_TYPED, shape
 from sqlsdc.planner.scopes import DIALECT, SET_OPERATIONS, own_nodes, reads_public_only
 from sqlsdc.planner.signatures import SIGNATURES, literal_refusal
@@ -58,6 +59,8 @@ class TotalityChecks:
             if part is None:
                 continue
             self._check_constants(part)
+            for spec in of_kind(own_nodes(part), exp.WindowSpec):
+                self._check_frame(spec)
             for n in _public_nodes(part, public, mixed=len(public) < len(info.scope.sources)):
                 if isinstance(n, (exp.Sum, exp.Avg)):
                     self._check_public_sum(n)
@@ -187,14 +190,8 @@ class TotalityChecks:
             refusal = literal_refusal(n, self.constant_type) if type(n) in SIGNATURES else None
             if refusal:
                 raise self.refuse(refusal.reason, refusal.hint)
-            if isinstance(n, exp.WindowSpec) and not _literal_frame(n):
-                raise self.refuse(
-                    f"the window frame {n.sql(DIALECT)[:80]} has an offset that is not a "
-                    "number or interval literal (an offset computed from the cells could "
-                    "fail for some of them)",
-                    "write the frame with literal offsets, e.g. ROWS BETWEEN 2 PRECEDING AND "
-                    "CURRENT ROW",
-                )
+            if isinstance(n, exp.WindowSpec):
+                self._check_frame(n)
         checked = []
         for n, reads in zip(nodes, reads_column, strict=True):
             if released and _contains_released_value(n):
@@ -212,6 +209,19 @@ class TotalityChecks:
                     f"({problem}), which would reveal them",
                     TOTALITY_HINT,
                 )
+
+    def _check_frame(self, spec: exp.WindowSpec) -> None:
+        """A window frame's offsets are UNBOUNDED, CURRENT ROW or non-negative literals: DuckDB
+        raises on a negative offset row by row, so an offset computed from the cells could
+        fail for some of them, and one computed in a public scope (``ROWS BETWEEN (SELECT
+        -1.0) PRECEDING``) fails only where the plan keeps the window (red team s36a)."""
+        if not _literal_frame(spec):
+            raise self.refuse(
+                f"the window frame {spec.sql(DIALECT)[:80]} has an offset that is not a "
+                "number or interval literal (a computed offset could fail for some rows)",
+                "write the frame with literal offsets, e.g. ROWS BETWEEN 2 PRECEDING AND "
+                "CURRENT ROW",
+            )
 
     def _type_constant(self, n: exp.Expr) -> None:
         """Evaluate a constant once (refused if it raises) and give it the engine's type:

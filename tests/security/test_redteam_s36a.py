@@ -33,6 +33,13 @@ What broke (fixed here):
   codes ORDER BY 1 // 0 LIMIT 30`` or ``((SELECT code FROM codes) ORDER BY 1 // 0 LIMIT 3)``
   in a public subquery failed for ``age > 98`` and answered for ``age > 99``. It now takes
   output names and positions only, in a statement that reads confidential rows.
+- **A computed window frame in a public scope.** ``COUNT(code) OVER (ORDER BY code ROWS
+  BETWEEN (SELECT CAST(-1.0 AS DOUBLE)) PRECEDING AND CURRENT ROW)`` in a public subquery
+  failed for ``age > 98`` and answered for ``age > 99`` (DuckDB raises on a negative offset
+  where it runs the window). Frames over released cells had to be literal; public ones now
+  too. Found through an over-refusal: a public ``COUNT(*)`` window was ordered by ``*`` (the
+  tie-breakers of ``rewrite/order.py`` took COUNT's star for a value), which DuckDB refuses,
+  so every such window next to confidential rows was refused; the star is left out now.
 - **A computed LIMIT or OFFSET.** ``LIMIT (SELECT -1)`` (or ``(SELECT MIN(population) FROM
   regions) - 10000000000``, an OFFSET likewise) in a subquery of public rows passed the guard,
   and DuckDB raises on a negative limit only when the operator runs: ``age > 93 AND region IN
@@ -180,6 +187,28 @@ def test_a_set_operations_order_is_no_statistics_oracle(lookup, attack):
             rows(lookup, attack.format(bound))
 
 
+FRAME_ORACLES = [
+    "SELECT COUNT(*) FROM t WHERE age > {} AND code IN (SELECT code FROM (SELECT code, "
+    + window
+    + " OVER (ORDER BY code ROWS BETWEEN (SELECT CAST(-1.0 AS DOUBLE)) PRECEDING AND CURRENT "
+    "ROW) AS n FROM codes) s WHERE n > 0)"
+    for window in ("COUNT(code)", "AVG(CAST(length(label) AS DOUBLE))", "COUNT(*)")
+]
+
+
+@pytest.mark.parametrize("attack", FRAME_ORACLES)
+def test_a_public_windows_frame_is_no_statistics_oracle(lookup, attack):
+    """Broke (the first two forms): DuckDB raises on a negative frame offset where it runs the
+    window, and a frame in a public scope was not held to literal offsets as one over cells
+    is: ``age > 98`` failed and ``age > 99`` answered. (``COUNT(*) OVER`` was refused only
+    because the rewrite ordered its rows by ``*``, which DuckDB does not bind, refusing every
+    public ``COUNT(*)`` window next to confidential rows; it is ordered by what the scope
+    releases now, and its frame checked.)"""
+    for bound in (98, 99):
+        with pytest.raises(sqlsdc.PolicyViolation, match="window frame"):
+            rows(lookup, attack.format(bound))
+
+
 @pytest.mark.parametrize("attack", LIMIT_ORACLES)
 def test_a_computed_limit_is_no_statistics_oracle(lookup, attack):
     """Broke: the first form failed in the engine for ``age > 98`` and answered for ``age >
@@ -246,6 +275,9 @@ def test_neighbours_of_the_oracles_are_refused(lookup, attack):
         "WHERE (SELECT COUNT(*) FROM codes) > 3)",
         "SELECT COUNT(*) FROM t WHERE EXISTS (SELECT 1 FROM codes WHERE code = 'c01')",
         # public windows and aggregates that cannot fail, and counts over released cells
+        "SELECT COUNT(*) FROM t WHERE code IN (SELECT code FROM (SELECT code, COUNT(*) OVER "
+        "(ORDER BY code ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS n FROM codes) s "
+        "WHERE n > 1)",
         "SELECT COUNT(*) FROM t WHERE code IN (SELECT code FROM (SELECT code, "
         "ROW_NUMBER() OVER (ORDER BY code) AS r FROM codes) w WHERE r < 5)",
         "SELECT COUNT(*) FROM t WHERE code IN (SELECT MIN(code) FROM codes GROUP BY label "
