@@ -59,8 +59,11 @@ class TotalityChecks:
             if part is None:
                 continue
             self._check_constants(part)
-            for spec in of_kind(own_nodes(part), exp.WindowSpec):
-                self._check_frame(spec)
+            for window in of_kind(own_nodes(part), exp.Window):
+                spec = window.args.get("spec")
+                if spec is not None:
+                    self._check_frame(spec)
+                    self._check_public_range(window, spec, public)
             for n in _public_nodes(part, public, mixed=len(public) < len(info.scope.sources)):
                 if isinstance(n, (exp.Sum, exp.Avg)):
                     self._check_public_sum(n)
@@ -222,6 +225,32 @@ class TotalityChecks:
                 "write the frame with literal offsets, e.g. ROWS BETWEEN 2 PRECEDING AND "
                 "CURRENT ROW",
             )
+
+    def _check_public_range(self, window: exp.Window, spec: exp.WindowSpec, public) -> None:
+        """A RANGE frame with an offset adds it to the ORDER BY value of every row, which
+        overflows an exact or date value near its type's limit: ``COUNT(code) OVER (ORDER BY
+        length(label) RANGE BETWEEN 9223372036854775807 FOLLOWING AND UNBOUNDED FOLLOWING)``
+        in a public subquery failed for ``age > 98`` and answered for ``age > 99`` (red team
+        s36a). Over public values such a frame needs a floating-point ORDER BY (infinities,
+        no error); over released cells the error tells what the cells show."""
+        if str(spec.args.get("kind") or "").upper() != "RANGE":
+            return
+        offsets = (spec.args.get("start"), spec.args.get("end"))
+        if all(o is None or isinstance(o, str) for o in offsets):
+            return  # UNBOUNDED and CURRENT ROW only
+        order = window.args.get("order")
+        for term in order.expressions if order is not None else []:
+            key = term.this if isinstance(term, exp.Ordered) else term
+            if any(c.table not in public for c in key.find_all(exp.Column)):
+                continue  # a value of released cells
+            if family(key) != "float":
+                raise self.refuse(
+                    f"the RANGE frame over {key.sql(DIALECT)[:60]} adds its offset to "
+                    "public values, which can overflow, and whether it runs depends on the "
+                    "confidential rows",
+                    "use a ROWS frame, or order the RANGE frame by a DOUBLE (e.g. ORDER BY "
+                    "CAST(x AS DOUBLE))",
+                )
 
     def _type_constant(self, n: exp.Expr) -> None:
         """Evaluate a constant once (refused if it raises) and give it the engine's type:

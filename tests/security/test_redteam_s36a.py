@@ -40,6 +40,11 @@ What broke (fixed here):
   too. Found through an over-refusal: a public ``COUNT(*)`` window was ordered by ``*`` (the
   tie-breakers of ``rewrite/order.py`` took COUNT's star for a value), which DuckDB refuses,
   so every such window next to confidential rows was refused; the star is left out now.
+- **A RANGE frame over public values.** Its literal offset is added to each row's ORDER BY
+  value: ``COUNT(code) OVER (ORDER BY length(label) RANGE BETWEEN 9223372036854775807
+  FOLLOWING AND UNBOUNDED FOLLOWING)`` overflowed, where the plan kept it (``age > 98``
+  failed, ``age > 99`` answered). Over public values a RANGE offset now needs a DOUBLE ORDER
+  BY; over released cells the error tells what the cells show.
 - **A computed LIMIT or OFFSET.** ``LIMIT (SELECT -1)`` (or ``(SELECT MIN(population) FROM
   regions) - 10000000000``, an OFFSET likewise) in a subquery of public rows passed the guard,
   and DuckDB raises on a negative limit only when the operator runs: ``age > 93 AND region IN
@@ -209,6 +214,27 @@ def test_a_public_windows_frame_is_no_statistics_oracle(lookup, attack):
             rows(lookup, attack.format(bound))
 
 
+RANGE_ORACLES = [
+    "SELECT COUNT(*) FROM t WHERE age > {} AND code IN (SELECT code FROM (SELECT code, "
+    "COUNT(code) OVER (ORDER BY " + frame + ") AS n FROM codes) s WHERE n >= 0)"
+    for frame in (
+        "length(label) RANGE BETWEEN 9223372036854775807 FOLLOWING AND UNBOUNDED FOLLOWING",
+        "length(label) DESC RANGE BETWEEN 9223372036854775807 PRECEDING AND CURRENT ROW",
+        "CAST('2020-01-01' AS DATE) RANGE BETWEEN INTERVAL 300000 YEAR PRECEDING AND CURRENT ROW",
+    )
+]
+
+
+@pytest.mark.parametrize("attack", RANGE_ORACLES)
+def test_a_public_range_frame_that_can_overflow_is_no_statistics_oracle(lookup, attack):
+    """Broke (the first two forms): a RANGE frame adds its literal offset to each row's ORDER
+    BY value, which overflows near the type's limit: ``age > 98`` failed in the engine and
+    ``age > 99`` answered. Over public values a RANGE offset needs a DOUBLE ORDER BY now."""
+    for bound in (98, 99):
+        with pytest.raises(sqlsdc.PolicyViolation, match="RANGE frame"):
+            rows(lookup, attack.format(bound))
+
+
 @pytest.mark.parametrize("attack", LIMIT_ORACLES)
 def test_a_computed_limit_is_no_statistics_oracle(lookup, attack):
     """Broke: the first form failed in the engine for ``age > 98`` and answered for ``age >
@@ -274,6 +300,12 @@ def test_neighbours_of_the_oracles_are_refused(lookup, attack):
         "SELECT COUNT(*) FROM t WHERE code IN (SELECT code FROM codes "
         "WHERE (SELECT COUNT(*) FROM codes) > 3)",
         "SELECT COUNT(*) FROM t WHERE EXISTS (SELECT 1 FROM codes WHERE code = 'c01')",
+        # RANGE frames over doubles, and over released cells
+        "SELECT COUNT(*) FROM t WHERE code IN (SELECT code FROM (SELECT code, COUNT(code) "
+        "OVER (ORDER BY CAST(length(label) AS DOUBLE) RANGE BETWEEN 1e308 FOLLOWING AND "
+        "UNBOUNDED FOLLOWING) AS n FROM codes) s WHERE n >= 0)",
+        "SELECT code, n, SUM(n) OVER (ORDER BY n RANGE BETWEEN 2 PRECEDING AND CURRENT ROW) "
+        "FROM (SELECT code, COUNT(*) AS n FROM t GROUP BY code) c",
         # public windows and aggregates that cannot fail, and counts over released cells
         "SELECT COUNT(*) FROM t WHERE code IN (SELECT code FROM (SELECT code, COUNT(*) OVER "
         "(ORDER BY code ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS n FROM codes) s "
