@@ -53,10 +53,12 @@ What broke (fixed here):
   parameter is one), checked for its range as before.
 
 What held (the neighbours of the breaks are pinned below; the rest was tried by hand): public
-``LAG`` offsets, ``NTILE``, ``NTH_VALUE``, window frames with computed offsets, ``FILTER``,
-``QUALIFY``, ``DISTINCT ON``, ``FETCH FIRST``, ``ALL``/``ANY``, ``KURTOSIS``/``SKEWNESS``
-(which raise on large doubles), ``chr``, ``left``, regular expressions and ``LIKE ... ESCAPE``:
-refused. ``STDDEV``, ``VAR_SAMP``, ``COVAR``, ``SUM`` and ``AVG`` of huge public doubles give
+``LAG`` offsets, ``NTILE``, ``NTH_VALUE``, ``FILTER``, ``QUALIFY``, ``DISTINCT ON``, ``FETCH
+FIRST``, ``ALL``/``ANY``, ``KURTOSIS``/``SKEWNESS`` (which raise on large doubles), ``chr``,
+``left``, regular expressions and ``LIKE ... ESCAPE``: refused. Windows over released cells
+see the shown cells only (``MAX(r.population) OVER ()`` over cells grouped by region
+population never showed a hidden group's). ROWS and GROUPS frames with offsets up to
+9223372036854775807 do not overflow. ``STDDEV``, ``VAR_SAMP``, ``COVAR``, ``SUM`` and ``AVG`` of huge public doubles give
 NaN or infinity in DuckDB 2.0, no error. A UNION of VARCHAR with DATE or INTEGER values is
 widened to VARCHAR at bind time (no run-time cast). Scalar subqueries that may return several
 rows (a window, ``GROUP BY ()``, ``ROLLUP``, keys equated to two literals, a cross join) are
@@ -73,12 +75,12 @@ continuously (interpolated), so no exact n; ``explain()`` names ``sqlsdc.ckm_mix
 none of its constants.
 
 Open: the class "a run-time error DuckDB raises only where its plan keeps the operator" was
-closed here for LIMIT/OFFSET, the ORDER BY outside a SELECT, operations on query operands and
-public literal arguments; no other operator-level error was found, but they were not
+closed here for LIMIT/OFFSET, the ORDER BY outside a SELECT, operations on query operands,
+public literal arguments and public window frames; no other operator-level error was found, but they were not
 enumerated from DuckDB's source. The fixes refuse some harmless queries: integer arithmetic on
 a scalar subquery, on a count or window of public rows (cast to DOUBLE first), a computed
-LIMIT (``LIMIT (SELECT 2)`` next to confidential rows) and an expression in a set operation's
-ORDER BY. A CKM distinct count is keyed by the rows it reads, not the values it counts, so
+LIMIT (``LIMIT (SELECT 2)`` next to confidential rows), an expression in a set operation's
+ORDER BY and a RANGE offset over exact public values. A CKM distinct count is keyed by the rows it reads, not the values it counts, so
 filters that keep every value give fresh noises of one count (known, red team s30b).
 """
 
