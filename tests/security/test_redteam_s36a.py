@@ -55,33 +55,34 @@ What broke (fixed here):
 What held (the neighbours of the breaks are pinned below; the rest was tried by hand): public
 ``LAG`` offsets, ``NTILE``, ``NTH_VALUE``, ``FILTER``, ``QUALIFY``, ``DISTINCT ON``, ``FETCH
 FIRST``, ``ALL``/``ANY``, ``KURTOSIS``/``SKEWNESS`` (which raise on large doubles), ``chr``,
-``left``, regular expressions and ``LIKE ... ESCAPE``: refused. Windows over released cells
-see the shown cells only (``MAX(r.population) OVER ()`` over cells grouped by region
-population never showed a hidden group's). ROWS and GROUPS frames with offsets up to
-9223372036854775807 do not overflow. ``STDDEV``, ``VAR_SAMP``, ``COVAR``, ``SUM`` and ``AVG`` of huge public doubles give
-NaN or infinity in DuckDB 2.0, no error. A UNION of VARCHAR with DATE or INTEGER values is
-widened to VARCHAR at bind time (no run-time cast). Scalar subqueries that may return several
-rows (a window, ``GROUP BY ()``, ``ROLLUP``, keys equated to two literals, a cross join) are
-refused by red team s35d's rule. Parameters (NaN, ±inf, -0.0, 10^30, ``Decimal('NaN')``, bytes,
-dates, booleans, strings with quotes, ``$1`` or ``?``) are bound as literals and judged as
-such. Metadata, settings and table functions (``current_setting``, ``getenv``, ``version``,
-``duckdb_settings()``, ``query_table``, ``glob``, ``information_schema``, ``sqlsdc.*``,
-``__rkey``, ``rowid``) are refused. ``JOIN ... USING`` that preserves a public table, or a
-RIGHT or FULL one, is refused; ``USING (household_id, region)`` answers as its ON join. Under
-the cell key method a ``SUM(CASE WHEN <one person> THEN income END)`` shows 0.0 exactly when
-the protected count of its contributors is 0, so it tells what that count tells; the mean of
-a known-valued column (``AVG(age)`` with ``age = 37``) shows its noise over n, spread
-continuously (interpolated), so no exact n; ``explain()`` names ``sqlsdc.ckm_mix`` but holds
-none of its constants.
+``left``, regular expressions and ``LIKE ... ESCAPE``: refused. Windows over released cells see
+the shown cells only (``MAX(r.population) OVER ()`` over cells grouped by region population
+never showed a hidden group's). ROWS and GROUPS frames with offsets up to 9223372036854775807
+do not overflow. ``STDDEV``, ``VAR_SAMP``, ``COVAR``, ``SUM`` and ``AVG`` of huge public
+doubles give NaN or infinity in DuckDB 2.0, no error. A UNION of VARCHAR with DATE or INTEGER
+values is widened to VARCHAR at bind time (no run-time cast). Scalar subqueries that may return
+several rows (a window, ``GROUP BY ()``, ``ROLLUP``, keys equated to two literals, a cross
+join) are refused by red team s35d's rule. Parameters (NaN, ±inf, -0.0, 10^30,
+``Decimal('NaN')``, bytes, dates, booleans, strings with quotes, ``$1`` or ``?``) are bound as
+literals and judged as such. Metadata, settings and table functions (``current_setting``,
+``getenv``, ``version``, ``duckdb_settings()``, ``query_table``, ``glob``,
+``information_schema``, ``sqlsdc.*``, ``__rkey``, ``rowid``) are refused. ``JOIN ... USING``
+that preserves a public table, or a RIGHT or FULL one, is refused; ``USING (household_id,
+region)`` answers as its ON join. Under the cell key method a ``SUM(CASE WHEN <one person> THEN
+income END)`` shows 0.0 exactly when the protected count of its contributors is 0, so it tells
+what that count tells; the mean of a known-valued column (``AVG(age)`` with ``age = 37``) shows
+its noise over n, spread continuously (interpolated), so no exact n; ``explain()`` names
+``sqlsdc.ckm_mix`` but holds none of its constants.
 
 Open: the class "a run-time error DuckDB raises only where its plan keeps the operator" was
 closed here for LIMIT/OFFSET, the ORDER BY outside a SELECT, operations on query operands,
-public literal arguments and public window frames; no other operator-level error was found, but they were not
-enumerated from DuckDB's source. The fixes refuse some harmless queries: integer arithmetic on
-a scalar subquery, on a count or window of public rows (cast to DOUBLE first), a computed
-LIMIT (``LIMIT (SELECT 2)`` next to confidential rows), an expression in a set operation's
-ORDER BY and a RANGE offset over exact public values. A CKM distinct count is keyed by the rows it reads, not the values it counts, so
-filters that keep every value give fresh noises of one count (known, red team s30b).
+public literal arguments and public window frames; no other operator-level error was found, but
+they were not enumerated from DuckDB's source. The fixes refuse some harmless queries: integer
+arithmetic on a scalar subquery, on a count or window of public rows (cast to DOUBLE first), a
+computed LIMIT (``LIMIT (SELECT 2)`` next to confidential rows), an expression in a set
+operation's ORDER BY and a RANGE offset over exact public values. A CKM distinct count is keyed
+by the rows it reads, not the values it counts, so filters that keep every value give fresh
+noises of one count (known, red team s30b).
 """
 
 from __future__ import annotations
