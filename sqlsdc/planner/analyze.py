@@ -83,6 +83,10 @@ def analyze(
         infos[id(scope.expression)] = info
         order.append(info)
     checker.reads_confidential = any(info.kind is not Kind.SAFE for info in order)
+    if checker.reads_confidential:  # clauses outside every SELECT's scope too
+        every = walked if walked is not None else nodes(tree)
+        checker.check_limit_values(every)
+        checker.check_outer_order(every)
     for info in order:
         checker.check(info, infos)
     return Analysis(tree, infos, order)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
+from sqlsdc.engines.trees import of_kind
 from sqlsdc.planner.exact_mixing import DERIVED, ENGINE_TYPED, shape
 from sqlsdc.planner.scopes import DIALECT, SET_OPERATIONS, own_nodes, reads_public_only
 from sqlsdc.planner.signatures import SIGNATURES, literal_refusal
@@ -58,13 +59,21 @@ class TotalityChecks:
             if part is None:
                 continue
             self._check_constants(part)
-            for n in _public_nodes(part, public):
+            for window in of_kind(own_nodes(part), exp.Window):
+                spec = window.args.get("spec")
+                if spec is not None:
+                    self._check_frame(spec)
+                    self._check_public_range(window, spec, public)
+            for n in _public_nodes(part, public, mixed=len(public) < len(info.scope.sources)):
                 if isinstance(n, (exp.Sum, exp.Avg)):
                     self._check_public_sum(n)
                 if _is_aggregate_call(n) or isinstance(n, (exp.Window, exp.WindowSpec)):
                     continue  # of public values: MIN, COUNT...; their arguments are checked
                 for column in n.find_all(exp.Column):
                     _type_column(column, info.scope, 0)
+                refusal = literal_refusal(n, self.constant_type) if type(n) in SIGNATURES else None
+                if refusal:  # ``length(label) // 0``: a divisor must be a positive literal
+                    raise self.refuse(refusal.reason, refusal.hint)
                 problem = partiality(n)
                 if problem:
                     raise self.refuse(
@@ -72,6 +81,54 @@ class TotalityChecks:
                         f"whether it runs depends on the confidential rows ({problem})",
                         TOTALITY_HINT,
                     )
+
+    def check_limit_values(self, walked: list[exp.Expr]) -> None:
+        """In a statement that reads confidential rows, LIMIT and OFFSET take a number literal
+        (parameters are bound as literals; :func:`sqlsdc.guard.parse.check_limits` checks its
+        range). DuckDB raises on a negative limit when the operator runs, and whether it runs
+        depends on the confidential rows: ``age > 93 AND region IN (SELECT region FROM regions
+        LIMIT (SELECT -1))`` failed and ``age > 94`` answered, the oldest person's age by
+        bisection (red team s36a). ``walked``: every node of the statement (a set
+        operation's LIMIT belongs to no SELECT's scope)."""
+        for clause in walked:
+            if not isinstance(clause, (exp.Limit, exp.Offset)):
+                continue
+            value = clause.expression
+            if value is None or isinstance(value, (exp.Literal, exp.Null)):
+                continue
+            if isinstance(value, exp.Var) and value.name.upper() == "ALL":
+                continue  # LIMIT ALL, as LIMIT NULL: no limit
+            word = "LIMIT" if isinstance(clause, exp.Limit) else "OFFSET"
+            raise self.refuse(
+                f"{word} {value.sql(DIALECT)[:80]} is computed: in a query that reads "
+                "confidential rows, a computed limit could fail or not as those rows say",
+                f"write the number of rows as a literal, e.g. {word} 10",
+            )
+
+    def check_outer_order(self, walked: list[exp.Expr]) -> None:
+        """In a statement that reads confidential rows, the ORDER BY of a set operation or of a
+        parenthesised query (``((SELECT ...) ORDER BY ... LIMIT 3)``) takes output names and
+        positions only. It belongs to no SELECT's scope, so no check saw what it computes, and
+        DuckDB evaluates it only when the operator runs: ``age > 98 AND code IN (SELECT x FROM
+        (SELECT code AS x FROM codes UNION ALL SELECT label FROM codes ORDER BY 1 // 0 LIMIT
+        30) u)`` failed and ``age > 99`` answered (red team s36a). ``walked``: every node of
+        the statement."""
+        for operation in walked:
+            outer = isinstance(operation, (*SET_OPERATIONS, exp.Subquery))
+            order = operation.args.get("order") if outer else None
+            for term in order.expressions if order is not None else []:
+                value = term.this if isinstance(term, exp.Ordered) else term
+                if isinstance(value, exp.Column) or (
+                    isinstance(value, exp.Literal) and not value.is_string
+                ):
+                    continue
+                what = "a subquery" if isinstance(operation, exp.Subquery) else "a set operation"
+                raise self.refuse(
+                    f"ORDER BY {value.sql(DIALECT)[:80]} of {what} computes a value: in a query "
+                    "that reads confidential rows, it could fail or not as those rows say",
+                    "order a UNION, INTERSECT, EXCEPT or parenthesised query by its outputs' "
+                    "names or positions (e.g. ORDER BY 1), and compute the value inside it",
+                )
 
     def _check_public_sum(self, n: exp.Expr) -> None:
         """A SUM or AVG of public values whose type DuckDB adds up in place (HUGEINT, DECIMAL
@@ -136,14 +193,8 @@ class TotalityChecks:
             refusal = literal_refusal(n, self.constant_type) if type(n) in SIGNATURES else None
             if refusal:
                 raise self.refuse(refusal.reason, refusal.hint)
-            if isinstance(n, exp.WindowSpec) and not _literal_frame(n):
-                raise self.refuse(
-                    f"the window frame {n.sql(DIALECT)[:80]} has an offset that is not a "
-                    "number or interval literal (an offset computed from the cells could "
-                    "fail for some of them)",
-                    "write the frame with literal offsets, e.g. ROWS BETWEEN 2 PRECEDING AND "
-                    "CURRENT ROW",
-                )
+            if isinstance(n, exp.WindowSpec):
+                self._check_frame(n)
         checked = []
         for n, reads in zip(nodes, reads_column, strict=True):
             if released and _contains_released_value(n):
@@ -160,6 +211,45 @@ class TotalityChecks:
                     f"{n.sql(DIALECT)[:80]} could raise an error for some confidential values "
                     f"({problem}), which would reveal them",
                     TOTALITY_HINT,
+                )
+
+    def _check_frame(self, spec: exp.WindowSpec) -> None:
+        """A window frame's offsets are UNBOUNDED, CURRENT ROW or non-negative literals: DuckDB
+        raises on a negative offset row by row, so an offset computed from the cells could
+        fail for some of them, and one computed in a public scope (``ROWS BETWEEN (SELECT
+        -1.0) PRECEDING``) fails only where the plan keeps the window (red team s36a)."""
+        if not _literal_frame(spec):
+            raise self.refuse(
+                f"the window frame {spec.sql(DIALECT)[:80]} has an offset that is not a "
+                "number or interval literal (a computed offset could fail for some rows)",
+                "write the frame with literal offsets, e.g. ROWS BETWEEN 2 PRECEDING AND "
+                "CURRENT ROW",
+            )
+
+    def _check_public_range(self, window: exp.Window, spec: exp.WindowSpec, public) -> None:
+        """A RANGE frame with an offset adds it to the ORDER BY value of every row, which
+        overflows an exact or date value near its type's limit: ``COUNT(code) OVER (ORDER BY
+        length(label) RANGE BETWEEN 9223372036854775807 FOLLOWING AND UNBOUNDED FOLLOWING)``
+        in a public subquery failed for ``age > 98`` and answered for ``age > 99`` (red team
+        s36a). Over public values such a frame needs a floating-point ORDER BY (infinities,
+        no error); over released cells the error tells what the cells show."""
+        if str(spec.args.get("kind") or "").upper() != "RANGE":
+            return
+        offsets = (spec.args.get("start"), spec.args.get("end"))
+        if all(o is None or isinstance(o, str) for o in offsets):
+            return  # UNBOUNDED and CURRENT ROW only
+        order = window.args.get("order")
+        for term in order.expressions if order is not None else []:
+            key = term.this if isinstance(term, exp.Ordered) else term
+            if any(c.table not in public for c in key.find_all(exp.Column)):
+                continue  # a value of released cells
+            if family(key) != "float":
+                raise self.refuse(
+                    f"the RANGE frame over {key.sql(DIALECT)[:60]} adds its offset to "
+                    "public values, which can overflow, and whether it runs depends on the "
+                    "confidential rows",
+                    "use a ROWS frame, or order the RANGE frame by a DOUBLE (e.g. ORDER BY "
+                    "CAST(x AS DOUBLE))",
                 )
 
     def _type_constant(self, n: exp.Expr) -> None:
@@ -309,7 +399,7 @@ def _evaluated_nodes(
             elif isinstance(value, list):
                 children = (v for v in reversed(value) if isinstance(v, exp.Expr))
                 stack.extend((v, index) for v in children if not isinstance(v, _NESTED))
-    reads_column = [isinstance(n, exp.Column) for n in nodes]
+    reads_column = [isinstance(n, exp.Column) or _holds_subquery(n) for n in nodes]
     for index in range(len(nodes) - 1, 0, -1):  # children come after their parents
         if reads_column[index]:
             reads_column[parents[index]] = True
@@ -321,7 +411,7 @@ def _carried_up(walked: list[exp.Expr]) -> list[bool] | None:
     or has one below it, carried up along each node's parent; None when a parent is not
     before its node in ``walked``."""
     position = {id(n): i for i, n in enumerate(walked)}
-    reads_column = [isinstance(n, exp.Column) for n in walked]
+    reads_column = [isinstance(n, exp.Column) or _holds_subquery(n) for n in walked]
     parents = [-1]
     for i in range(1, len(walked)):
         parent = position.get(id(walked[i].parent), i)
@@ -335,6 +425,23 @@ def _carried_up(walked: list[exp.Expr]) -> list[bool] | None:
 
 
 _NESTED = (exp.Subquery, exp.Select, *SET_OPERATIONS)
+
+
+def _holds_subquery(node: exp.Expr) -> bool:
+    """Whether an operand of ``node`` is a query (a scalar subquery, EXISTS's or IN's): a value
+    computed in a scope of its own, which varies like a column here (``(SELECT
+    MIN(population) FROM regions) * 9223372036854775807`` and ``CAST(EXISTS (SELECT 1 FROM
+    codes) AS BIGINT) * 9223372036854775807 + 1`` overflow; as constants they were typed and
+    never judged, red team s36a). A query itself (a projection ``(SELECT ...) AS x``) is no
+    operation on one."""
+    if isinstance(node, _NESTED):
+        return False
+    for value in node.args.values():
+        if isinstance(value, _NESTED):
+            return True
+        if isinstance(value, list) and any(isinstance(v, _NESTED) for v in value):
+            return True
+    return False
 
 
 _SUMMED_WIDER = (
@@ -397,9 +504,11 @@ def _is_aggregate_call(node: exp.Expr) -> bool:
     return isinstance(node, exp.AggFunc) and not isinstance(node.parent, exp.Window)
 
 
-def _public_nodes(node: exp.Expr, public: set[str]) -> list[exp.Expr]:
-    """The nodes of ``node`` in its scope that read columns of the ``public`` sources only
-    (at least one): flags carried up from the children, one walk."""
+def _public_nodes(node: exp.Expr, public: set[str], mixed: bool = False) -> list[exp.Expr]:
+    """The nodes of ``node`` in its scope that compute on values of the ``public`` sources
+    only (a column, a scalar subquery, a window or an aggregate; at least one): flags carried
+    up from the children, one walk. ``mixed``: the scope reads other sources too (released
+    cells), so what a window or an aggregate computes over its rows is not public alone."""
     nodes: list[exp.Expr] = []
     parents: list[int] = []
     stack = [(node, -1)]
@@ -412,8 +521,17 @@ def _public_nodes(node: exp.Expr, public: set[str]) -> list[exp.Expr]:
             children = value if isinstance(value, list) else [value]
             kept = (v for v in children if isinstance(v, exp.Expr) and not isinstance(v, _NESTED))
             stack.extend((v, index) for v in kept)
-    reads = [isinstance(n, exp.Column) for n in nodes]
-    other = [isinstance(n, exp.Column) and n.table not in public for n in nodes]
+    # a scalar subquery, a window and an aggregate vary as a column does, though they may
+    # name none (``ROW_NUMBER() OVER () * 9223372036854775807``, red team s36a)
+    over_rows = [isinstance(n, exp.Window) or _is_aggregate_call(n) for n in nodes]
+    reads = [
+        isinstance(n, exp.Column) or r or _holds_subquery(n)
+        for n, r in zip(nodes, over_rows, strict=True)
+    ]
+    other = [
+        (isinstance(n, exp.Column) and n.table not in public) or (mixed and r)
+        for n, r in zip(nodes, over_rows, strict=True)
+    ]
     for index in range(len(nodes) - 1, 0, -1):  # children come after their parents
         reads[parents[index]] |= reads[index]
         other[parents[index]] |= other[index]

@@ -44,6 +44,7 @@ _ALWAYS_TOTAL = (
     exp.Or,
     exp.Not,
     exp.Is,
+    exp.Exists,  # a boolean: its query is a scope of its own, checked there
     exp.Tuple,
     exp.Star,
     exp.Identifier,

@@ -221,8 +221,8 @@ def _tiebreakers(select: exp.Select) -> list[exp.Expr]:
     found: dict[str, exp.Expr] = {}
 
     def add(value: exp.Expr | None) -> None:
-        if value is None or isinstance(value, exp.Literal) or value.find(exp.Window):
-            return
+        if value is None or isinstance(value, (exp.Literal, exp.Star)) or value.find(exp.Window):
+            return  # COUNT(*)'s star is no value (DuckDB refuses ``ORDER BY *`` in a window)
         found.setdefault(value.sql(), value)
 
     for projection in select.expressions:
