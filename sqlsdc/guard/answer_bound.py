@@ -1,0 +1,229 @@
+"""The most rows a DP statement's answer can have, known before the statement is charged.
+
+A DP statement pays before its exact cells are computed (:mod:`sqlsdc.guard.dp_release`), and
+its answer, the analyst's SQL over the noisy cells, is read only after that, under the cap of
+rows a connection returns. How many rows it has depends on released values (HAVING, a join
+or a filter on noisy values) and, with private groups, on the groups the selection keeps: an
+answer stopped then as too large has paid for nothing, and nothing data-dependent may make a
+refusal come before the charge instead. So the answer's size is bounded from facts that do
+not depend on the confidential data, and a statement whose bound is over the cap is refused
+before the charge; one within it can never be stopped for its rows after.
+
+The facts: the cells of each DP stage (the product of its public domains; private groups: at
+most :data:`sqlsdc.guard.dp_release.MAX_PRIVATE_GROUPS`, the most a stage releases), the rows
+of public tables, and the query's shape: a join multiplies (once per side that is not known
+to be unique on the columns it is joined on: a stage's relation on its group keys, a public
+table on its declared key, a grouped or DISTINCT select on its outputs), a union adds, an
+aggregate without GROUP BY is one row, LIMIT caps. Whatever else the answer reads (another
+method's cells over confidential rows, a table function, UNNEST) has no such bound, and a
+DP statement reading it is refused before the charge if it may pass the cap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+__all__ = ["answer_rows"]
+
+_UNKNOWN = math.inf
+
+
+@dataclass(frozen=True)
+class _Bound:
+    """At most ``rows`` rows, unique on each set of output names in ``unique``."""
+
+    rows: float
+    unique: tuple[frozenset[str], ...] = ()
+
+    def unique_on(self, names: set[str]) -> bool:
+        return self.rows <= 1 or any(u <= names for u in self.unique)
+
+
+def answer_rows(
+    tree: exp.Expr,
+    relations: Mapping[str, tuple[int, frozenset[str]]],
+    public: Callable[[exp.Table], tuple[int, frozenset[str]] | None],
+) -> float:
+    """The most rows ``tree`` (a protected statement) can answer, ``math.inf`` when unknown.
+
+    ``relations``: per noisy-cells relation name (lower case), its most cells and its key
+    columns; ``public(table)``: a public table's rows and its unique key columns, or None for
+    any other table."""
+    return _Bounds(relations, public).query(tree, {}).rows
+
+
+class _Bounds:
+    def __init__(self, relations, public):
+        self.relations, self.public = relations, public
+
+    def query(self, node: exp.Expr, ctes: dict[str, _Bound]) -> _Bound:
+        """A query expression: a SELECT, a set operation, a subquery (its own CTEs first)."""
+        with_ = node.args.get("with_") or node.args.get("with")
+        if with_ is not None:
+            if with_.args.get("recursive"):
+                return _Bound(_UNKNOWN)
+            ctes = dict(ctes)
+            for cte in with_.expressions:
+                ctes[cte.alias_or_name.lower()] = self.query(cte.this, ctes)
+        if isinstance(node, exp.Subquery):
+            bound = self.query(node.this, ctes)
+        elif isinstance(node, exp.Select):
+            bound = self.select(node, ctes)
+        elif isinstance(node, exp.SetOperation):
+            left, right = self.query(node.left, ctes), self.query(node.right, ctes)
+            if isinstance(node, exp.Union):
+                bound = _Bound(left.rows + right.rows)
+            elif isinstance(node, exp.Intersect):
+                bound = _Bound(min(left.rows, right.rows))
+            else:
+                bound = _Bound(left.rows)
+        elif isinstance(node, exp.Values):
+            bound = _Bound(len(node.expressions))
+        else:
+            return _Bound(_UNKNOWN)
+        return _limited(node, bound)
+
+    def source(self, node: exp.Expr, ctes: dict[str, _Bound]) -> _Bound:
+        """A FROM or JOIN source."""
+        if isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier):
+            name = node.name.lower()
+            if not node.db and name in ctes:
+                return ctes[name]
+            if not node.db and name in self.relations:
+                cells, keys = self.relations[name]
+                return _Bound(cells, (keys,))
+            found = self.public(node)
+            if found is None:
+                return _Bound(_UNKNOWN)
+            rows, key = found
+            return _Bound(rows, (key,) if key else ())
+        if isinstance(node, exp.Subquery | exp.Values):
+            return self.query(node, ctes)
+        return _Bound(_UNKNOWN)  # UNNEST, table functions, LATERAL, PIVOT: not bounded here
+
+    def select(self, select: exp.Select, ctes: dict[str, _Bound]) -> _Bound:
+        from_ = select.args.get("from_") or select.args.get("from")
+        if from_ is None:
+            rows, sources = 1.0, {}
+        else:
+            first = self.source(from_.this, ctes)
+            rows, sources = first.rows, {from_.this.alias_or_name.lower(): first}
+        for join in select.args.get("joins") or ():
+            right = self.source(join.this, ctes)
+            rows = _joined(join, rows, sources, right)
+            sources[join.this.alias_or_name.lower()] = right
+        if any(p.find(exp.Explode, exp.Unnest) for p in select.expressions):
+            return _Bound(_UNKNOWN)  # UNNEST in the select list: rows per list element
+        if _aggregated_to_one_row(select):
+            return _Bound(min(rows, 1))
+        return _Bound(rows, _unique_outputs(select, sources))
+
+
+def _joined(join: exp.Join, rows: float, sources: dict[str, _Bound], right: _Bound) -> float:
+    """The most rows after ``join``: each left row meets at most one right row when the
+    right side is unique on the columns the join equates, else all of them."""
+    kind, side = (join.args.get("kind") or "").upper(), (join.args.get("side") or "").upper()
+    if kind in ("SEMI", "ANTI"):
+        return rows
+    if (join.args.get("method") or "").upper() == "POSITIONAL":
+        return max(rows, right.rows)
+    alias = join.this.alias_or_name.lower()
+    matched = _equated(join, alias, set(sources))
+    one = right.unique_on(matched) or kind == "ASOF"  # ASOF: at most one match per left row
+    inner = rows * (1 if one else right.rows)
+    if side == "RIGHT":  # the pairs, and the right rows without one
+        return inner + right.rows
+    if side in ("LEFT", "FULL"):  # each left row once at least, in its pairs or alone
+        return max(inner, rows) + (right.rows if side == "FULL" else 0)
+    return inner
+
+
+def _equated(join: exp.Join, alias: str, left: set[str]) -> set[str]:
+    """The right side's columns that the join equates to columns of the left sources
+    (``USING``, or equalities among the ON condition's conjuncts)."""
+    using = join.args.get("using")
+    if using:
+        return {u.name.lower() for u in using}
+    names: set[str] = set()
+    on = join.args.get("on")
+    for conjunct in on.flatten() if isinstance(on, exp.And) else [on] if on else []:
+        if not isinstance(conjunct, exp.EQ):
+            continue
+        a, b = conjunct.this, conjunct.expression
+        if not (isinstance(a, exp.Column) and isinstance(b, exp.Column)):
+            continue
+        for mine, other in ((a, b), (b, a)):
+            if mine.table.lower() == alias and other.table.lower() in left:
+                names.add(mine.name.lower())
+    return names
+
+
+def _aggregated_to_one_row(select: exp.Select) -> bool:
+    """An aggregate of the select's own, no GROUP BY: one row (none under HAVING)."""
+    if select.args.get("group"):
+        return False
+    for projection in select.expressions:
+        for node in projection.find_all(exp.AggFunc):
+            if not _nested(node, projection):
+                return True
+    return False
+
+
+def _nested(node: exp.Expr, top: exp.Expr) -> bool:
+    """Whether ``node`` is inside a window or a subquery below ``top`` (not this select's)."""
+    parent = node.parent
+    while parent is not None and parent is not top.parent:
+        if isinstance(parent, exp.Window | exp.Subquery | exp.Select):
+            return True
+        parent = parent.parent
+    return False
+
+
+def _unique_outputs(select: exp.Select, sources: dict[str, _Bound]) -> tuple[frozenset, ...]:
+    """Sets of output names on which the select's rows are unique: its GROUP BY keys (no
+    grouping sets), all its outputs under DISTINCT, or a lone source's unique columns
+    passed through as they are."""
+    outputs = {}
+    for projection in select.expressions:
+        inner = projection.this if isinstance(projection, exp.Alias) else projection
+        outputs[projection.alias_or_name.lower()] = inner
+    group = select.args.get("group")
+    found: list[frozenset[str]] = []
+    if select.args.get("distinct") and not select.args["distinct"].args.get("on"):
+        found.append(frozenset(outputs))
+    levels = ("rollup", "cube", "grouping_sets", "all")
+    if group and group.expressions and not any(group.args.get(k) for k in levels):
+        names = set()
+        for key in group.expressions:
+            name = next((n for n, e in outputs.items() if e == key), None)
+            if name is None:
+                break
+            names.add(name)
+        else:
+            found.append(frozenset(names))
+    if len(sources) == 1 and not group:
+        (bound,) = sources.values()
+        if any(isinstance(p, exp.Star) for p in select.expressions):
+            found += bound.unique
+        else:
+            passed = {e.name.lower(): n for n, e in outputs.items() if isinstance(e, exp.Column)}
+            found += [frozenset(passed[c] for c in u) for u in bound.unique
+                      if all(c in passed for c in u)]  # fmt: skip
+    return tuple(found)
+
+
+def _limited(node: exp.Expr, bound: _Bound) -> _Bound:
+    """``bound`` under the node's own LIMIT (or FETCH) of a literal count."""
+    limit = node.args.get("limit")
+    count = None
+    if isinstance(limit, exp.Limit):
+        count = limit.expression
+    elif isinstance(limit, exp.Fetch):
+        count = limit.args.get("count")
+    if isinstance(count, exp.Literal) and not count.is_string and count.this.isdigit():
+        return _Bound(min(bound.rows, int(count.this)), bound.unique)
+    return bound
