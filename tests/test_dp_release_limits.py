@@ -400,3 +400,22 @@ def test_a_selection_beyond_its_cap_keeps_the_groups_of_the_smallest_digests(tmp
         again = sorted(con.execute(sql).fetchall())
     assert len(first) == 2 and first == again and {c for c, _n in first} < {"a", "b", "c"}
     assert len(_cached_cells(path)) == 2 * len(stage.statistics)
+
+
+def test_dp_cells_joined_to_another_method_s_cells_on_their_keys_are_bounded(ckm_db):
+    """The demo's benefits (DP, 8 regions) next to persons (cell key method, groups from the
+    data) joined on region: the CKM cells are unique on their keys through the p-table's
+    lookup, so the answer is bounded by the 8 DP cells; across, it has no bound before the
+    charge and is refused unpaid."""
+    dp = "(SELECT region, COUNT(*) AS n FROM benefits GROUP BY region)"
+    ckm = "(SELECT region, COUNT(*) AS m FROM persons GROUP BY region)"
+    with sqlsdc.connect(ckm_db, "analyst") as con:
+        for on in ("b.region = p.region", "p.region = b.region"):
+            rows = con.execute(f"SELECT b.region, n, m FROM {dp} AS b JOIN {ckm} AS p ON {on}")
+            assert len(rows.fetchall()) == 8
+            rows = con.execute(f"SELECT p.region, n, m FROM {ckm} AS p JOIN {dp} AS b ON {on}")
+            assert len(rows.fetchall()) == 8
+        spent = [b.spent for b in con.remaining_budget()]
+        with pytest.raises(sqlsdc.AnswerTooLarge, match="any number of rows"):
+            con.execute(f"SELECT b.region, n, m FROM {dp} AS b, {ckm} AS p")
+        assert [b.spent for b in con.remaining_budget()] == spent

@@ -11,12 +11,14 @@ before the charge; one within it can never be stopped for its rows after.
 
 The facts: the cells of each DP stage (the product of its public domains; private groups: at
 most :data:`sqlsdc.guard.dp_release.MAX_PRIVATE_GROUPS`, the most a stage releases), the rows
-of public tables, and the query's shape: a join multiplies (once per side that is not known
-to be unique on the columns it is joined on: a stage's relation on its group keys, a public
-table on its declared key, a grouped or DISTINCT select on its outputs), a union adds, an
+of public tables, and the query's shape: a join multiplies, unless a side is unique on the
+columns it is joined on (a stage's relation on its group keys, a public table on its declared
+key, a grouped or DISTINCT select on its outputs, and any of these through joins that meet
+one row per row, such as the cell key method's lookup of its p-table), a union adds, an
 aggregate without GROUP BY is one row, LIMIT caps. Whatever else the answer reads (another
-method's cells over confidential rows, a table function, UNNEST) has no such bound, and a
-DP statement reading it is refused before the charge if it may pass the cap.
+method's groups from confidential rows, a table function, UNNEST) has no bound of its own:
+joined to a DP stage on its unique keys it is bounded by the stage, otherwise a DP statement
+reading it is refused before the charge.
 """
 
 from __future__ import annotations
@@ -27,17 +29,28 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from sqlsdc.catalog.schema import CATALOG_SCHEMA
+
 __all__ = ["answer_rows"]
 
 _UNKNOWN = math.inf
 
 
+_CATALOG_ONE_ROW = frozenset({(CATALOG_SCHEMA, "ckm_mix")})  # the cell key method's constants
+_CATALOG_LOOKUPS = frozenset({(CATALOG_SCHEMA, "ptable_entries")})
+"""Catalog tables the rewrite joins so that each row meets exactly one of theirs: a p-table's
+entries tile the range of cell keys (checked when stored, :mod:`sqlsdc.catalog.ptables`), and
+the cell key method joins one tile per cell. No analyst SQL reads them (the validator)."""
+
+
 @dataclass(frozen=True)
 class _Bound:
-    """At most ``rows`` rows, unique on each set of output names in ``unique``."""
+    """At most ``rows`` rows, unique on each set of output names in ``unique``; ``lookup``:
+    a catalog table that each row joined to it meets once (:data:`_CATALOG_LOOKUPS`)."""
 
     rows: float
     unique: tuple[frozenset[str], ...] = ()
+    lookup: bool = False
 
     def unique_on(self, names: set[str]) -> bool:
         return self.rows <= 1 or any(u <= names for u in self.unique)
@@ -96,6 +109,10 @@ class _Bounds:
             if not node.db and name in self.relations:
                 cells, keys = self.relations[name]
                 return _Bound(cells, (keys,))
+            if (node.db.lower(), name) in _CATALOG_ONE_ROW:
+                return _Bound(1)
+            if (node.db.lower(), name) in _CATALOG_LOOKUPS:
+                return _Bound(_UNKNOWN, lookup=True)
             found = self.public(node)
             if found is None:
                 return _Bound(_UNKNOWN)
@@ -108,42 +125,51 @@ class _Bounds:
     def select(self, select: exp.Select, ctes: dict[str, _Bound]) -> _Bound:
         from_ = select.args.get("from_") or select.args.get("from")
         if from_ is None:
-            rows, sources = 1.0, {}
+            rows, sources, base = 1.0, {}, None
         else:
-            first = self.source(from_.this, ctes)
-            rows, sources = first.rows, {from_.this.alias_or_name.lower(): first}
-        for join in select.args.get("joins") or ():
+            base = from_.this.alias_or_name.lower()
+            sources = {base: self.source(from_.this, ctes)}
+            rows = sources[base].rows
+        for i, join in enumerate(select.args.get("joins") or ()):
             right = self.source(join.this, ctes)
-            rows = _joined(join, rows, sources, right)
-            sources[join.this.alias_or_name.lower()] = right
+            alias = join.this.alias_or_name.lower()
+            rows, one = _joined(join, rows, sources, alias, right, base if i == 0 else None)
+            base = base if one else None  # its rows met one row each: still unique
+            sources[alias] = right
         if any(p.find(exp.Explode, exp.Unnest) for p in select.expressions):
             return _Bound(_UNKNOWN)  # UNNEST in the select list: rows per list element
         if _aggregated_to_one_row(select):
             return _Bound(min(rows, 1))
-        return _Bound(rows, _unique_outputs(select, sources))
+        return _Bound(rows, _unique_outputs(select, sources, base))
 
 
-def _joined(join: exp.Join, rows: float, sources: dict[str, _Bound], right: _Bound) -> float:
-    """The most rows after ``join``: each left row meets at most one right row when the
-    right side is unique on the columns the join equates, else all of them."""
+def _joined(join: exp.Join, rows: float, sources: dict[str, _Bound], alias: str, right: _Bound,
+            first: str | None) -> tuple[float, bool]:  # fmt: skip
+    """The most rows after ``join`` (of ``right``, as ``alias``), and whether each left row
+    is in at most one of them. A left row meets at most one right row when the right side is
+    unique on the columns the join equates (or is a catalog lookup); an inner join of the
+    ``first`` source alone, unique on its own equated columns, has at most the right side's
+    rows."""
     kind, side = (join.args.get("kind") or "").upper(), (join.args.get("side") or "").upper()
     if kind in ("SEMI", "ANTI"):
-        return rows
+        return rows, True
     if (join.args.get("method") or "").upper() == "POSITIONAL":
-        return max(rows, right.rows)
-    alias = join.this.alias_or_name.lower()
+        return max(rows, right.rows), False
     matched = _equated(join, alias, set(sources))
-    one = right.unique_on(matched) or kind == "ASOF"  # ASOF: at most one match per left row
+    one = (right.unique_on(matched) or kind == "ASOF"  # ASOF: one match per left row at most
+           or (right.lookup and join.args.get("on") is not None))  # fmt: skip
     inner = rows * (1 if one else right.rows)
     if side == "RIGHT":  # the pairs, and the right rows without one
-        return inner + right.rows
+        return inner + right.rows, False
     if side in ("LEFT", "FULL"):  # each left row once at least, in its pairs or alone
-        return max(inner, rows) + (right.rows if side == "FULL" else 0)
-    return inner
+        return max(inner, rows) + (right.rows if side == "FULL" else 0), one and side == "LEFT"
+    if first is not None and sources[first].unique_on(_equated(join, first, {alias})):
+        inner = min(inner, right.rows)
+    return inner, one
 
 
-def _equated(join: exp.Join, alias: str, left: set[str]) -> set[str]:
-    """The right side's columns that the join equates to columns of the left sources
+def _equated(join: exp.Join, alias: str, others: set[str]) -> set[str]:
+    """The columns of ``alias`` that the join equates to columns of the ``others`` sources
     (``USING``, or equalities among the ON condition's conjuncts)."""
     using = join.args.get("using")
     if using:
@@ -157,7 +183,7 @@ def _equated(join: exp.Join, alias: str, left: set[str]) -> set[str]:
         if not (isinstance(a, exp.Column) and isinstance(b, exp.Column)):
             continue
         for mine, other in ((a, b), (b, a)):
-            if mine.table.lower() == alias and other.table.lower() in left:
+            if mine.table.lower() == alias and other.table.lower() in others:
                 names.add(mine.name.lower())
     return names
 
@@ -183,10 +209,13 @@ def _nested(node: exp.Expr, top: exp.Expr) -> bool:
     return False
 
 
-def _unique_outputs(select: exp.Select, sources: dict[str, _Bound]) -> tuple[frozenset, ...]:
+def _unique_outputs(
+    select: exp.Select, sources: dict[str, _Bound], base: str | None
+) -> tuple[frozenset, ...]:
     """Sets of output names on which the select's rows are unique: its GROUP BY keys (no
-    grouping sets), all its outputs under DISTINCT, or a lone source's unique columns
-    passed through as they are."""
+    grouping sets), all its outputs under DISTINCT, or the unique columns of its source
+    ``base`` (the first, when every join met one row of the others per row) passed through
+    as they are (``*`` of a lone source, ``base.*``, ``base.column``)."""
     outputs = {}
     for projection in select.expressions:
         inner = projection.this if isinstance(projection, exp.Alias) else projection
@@ -205,14 +234,24 @@ def _unique_outputs(select: exp.Select, sources: dict[str, _Bound]) -> tuple[fro
             names.add(name)
         else:
             found.append(frozenset(names))
-    if len(sources) == 1 and not group:
-        (bound,) = sources.values()
-        if any(isinstance(p, exp.Star) for p in select.expressions):
-            found += bound.unique
-        else:
-            passed = {e.name.lower(): n for n, e in outputs.items() if isinstance(e, exp.Column)}
-            found += [frozenset(passed[c] for c in u) for u in bound.unique
-                      if all(c in passed for c in u)]  # fmt: skip
+    if base is None or group:
+        return tuple(found)
+    lone = len(sources) == 1
+
+    def of_base(column: exp.Column) -> bool:
+        return column.table.lower() == base or (lone and not column.table)
+
+    passed = {}
+    for projection in select.expressions:
+        if (isinstance(projection, exp.Star) and lone) or (
+            isinstance(projection, exp.Column) and projection.is_star and of_base(projection)
+        ):
+            return (*found, *sources[base].unique)
+    for name, inner in outputs.items():
+        if isinstance(inner, exp.Column) and not inner.is_star and of_base(inner):
+            passed[inner.name.lower()] = name
+    found += [frozenset(passed[c] for c in u) for u in sources[base].unique
+              if all(c in passed for c in u)]  # fmt: skip
     return tuple(found)
 
 

@@ -942,15 +942,20 @@ class Connection:
 
         cells = stage_cells(query.dp_stages, domains)
         rows = math.inf if query.tree is None else answer_rows(query.tree, cells, public)
-        if rows > MAX_ANSWER_ROWS:
-            most = "an unbounded number of" if rows == math.inf else f"up to {int(rows):,}"
-            raise AnswerTooLarge(
-                f"the answer could have {most} rows, more than the {MAX_ANSWER_ROWS:,} a "
-                "connection returns (bounded from the public domains, at most "
-                f"{MAX_PRIVATE_GROUPS:,} private groups per aggregation, the public tables' "
-                "rows and the query's joins); it is refused before the privacy budget is "
-                "charged: aggregate further, join the cells on their group keys, or add a LIMIT"
-            )
+        if rows <= MAX_ANSWER_ROWS:
+            return
+        if rows == math.inf:
+            most = ("any number of rows (it reads rows that no bound known before the charge "
+                    "covers: another method's cells, UNNEST, a table function)")  # fmt: skip
+        else:
+            most = (f"up to {int(rows):,} rows (bounded from the public domains, at most "
+                    f"{MAX_PRIVATE_GROUPS:,} private groups per aggregation, the public "
+                    "tables' rows and the query's joins)")  # fmt: skip
+        raise AnswerTooLarge(
+            f"the answer could have {most}, more than the {MAX_ANSWER_ROWS:,} a connection "
+            "returns; it is refused before the privacy budget is charged: aggregate further, "
+            "join the cells on their group keys, or add a LIMIT"
+        )
 
     def _cache_cells(
         self, noisy: DpRelease | None, paid: Charge | None, query_id: int, *, again=False
