@@ -234,7 +234,10 @@ def stage_cells(stages, domains: Domains) -> dict[str, tuple[int, frozenset[str]
 
 def _distinct(values: list) -> bool:
     """Whether a domain's values are distinct, and of one type (so distinct in SQL too)."""
-    return len({type(v) for v in values}) <= 1 and len(set(values)) == len(values)
+    try:
+        return len({type(v) for v in values}) <= 1 and len(set(values)) == len(values)
+    except TypeError:  # values Python cannot hash (lists): not known to be distinct
+        return False
 
 
 PREFETCHED_CELLS = 256
