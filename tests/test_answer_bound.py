@@ -69,6 +69,7 @@ def test_bounds(sql, rows):
     "sql",
     [
         "SELECT UNNEST(range(__a0)) FROM c",  # a list per cell: rows per element
+        "SELECT SUM(__a0) OVER (PARTITION BY UNNEST([1, 2])) FROM c",
         "SELECT * FROM c, range(10) AS r",
         "SELECT * FROM c, persons",  # neither noisy cells nor a public table
         "SELECT * FROM c, sqlsdc.ptable_entries",  # a lookup, but not joined on a tile

@@ -66,12 +66,13 @@ def answer_rows(
     ``relations``: per noisy-cells relation name (lower case), its most cells and its key
     columns; ``public(table)``: a public table's rows and its unique key columns, or None for
     any other table."""
-    return _Bounds(relations, public).query(tree, {}).rows
+    return _Bounds(relations, public, _scan(tree)).query(tree, {}).rows
 
 
 class _Bounds:
-    def __init__(self, relations, public):
+    def __init__(self, relations, public, levels: tuple[set[int], set[int]]):
         self.relations, self.public = relations, public
+        self.aggregating, self.unnesting = levels
 
     def query(self, node: exp.Expr, ctes: dict[str, _Bound]) -> _Bound:
         """A query expression: a SELECT, a set operation, a subquery (its own CTEs first)."""
@@ -136,9 +137,9 @@ class _Bounds:
             rows, one = _joined(join, rows, sources, alias, right, base if i == 0 else None)
             base = base if one else None  # its rows met one row each: still unique
             sources[alias] = right
-        if any(p.find(exp.Explode, exp.Unnest) for p in select.expressions):
+        if id(select) in self.unnesting:
             return _Bound(_UNKNOWN)  # UNNEST in the select list: rows per list element
-        if _aggregated_to_one_row(select):
+        if id(select) in self.aggregating and not select.args.get("group"):
             return _Bound(min(rows, 1))
         return _Bound(rows, _unique_outputs(select, sources, base))
 
@@ -188,25 +189,33 @@ def _equated(join: exp.Join, alias: str, others: set[str]) -> set[str]:
     return names
 
 
-def _aggregated_to_one_row(select: exp.Select) -> bool:
-    """An aggregate of the select's own, no GROUP BY: one row (none under HAVING)."""
-    if select.args.get("group"):
-        return False
-    for projection in select.expressions:
-        for node in projection.find_all(exp.AggFunc):
-            if not _nested(node, projection):
-                return True
-    return False
-
-
-def _nested(node: exp.Expr, top: exp.Expr) -> bool:
-    """Whether ``node`` is inside a window or a subquery below ``top`` (not this select's)."""
-    parent = node.parent
-    while parent is not None and parent is not top.parent:
-        if isinstance(parent, exp.Window | exp.Subquery | exp.Select):
-            return True
-        parent = parent.parent
-    return False
+def _scan(tree: exp.Expr) -> tuple[set[int], set[int]]:
+    """The selects (by ``id``) with an aggregate of their own level (not in a window, nor in a
+    subquery: without GROUP BY, one row), and those with an UNNEST of their own (in the
+    select list, rows per list element; elsewhere it is a source, unbounded anyway). One
+    walk of the tree by its arguments: sqlglot's ``find_all`` over each select's expressions
+    took most of the bound's time (hidden columns are large CASE expressions)."""
+    aggregating: set[int] = set()
+    unnesting: set[int] = set()
+    # each node with the select whose level it is on, and that select again unless the node
+    # is inside a window (whose aggregates are per row)
+    stack: list[tuple[exp.Expr, exp.Expr | None, exp.Expr | None]] = [(tree, None, None)]
+    while stack:
+        node, level, grouping = stack.pop()
+        if grouping is not None and isinstance(node, exp.AggFunc):
+            aggregating.add(id(grouping))
+        if level is not None and isinstance(node, exp.Explode | exp.Unnest):
+            unnesting.add(id(level))
+        if isinstance(node, exp.Select):
+            level = grouping = node
+        elif isinstance(node, exp.Window):
+            grouping = None
+        for value in node.args.values():
+            if isinstance(value, exp.Expr):
+                stack.append((value, level, grouping))
+            elif isinstance(value, list):
+                stack.extend((v, level, grouping) for v in value if isinstance(v, exp.Expr))
+    return aggregating, unnesting
 
 
 def _unique_outputs(
