@@ -1,15 +1,19 @@
 """What a DP query pays for, at the limits of its release (red team s35's open faults).
 
 A refusal decidable from the query, the policy and the public domains comes before the
-charge: the analyst pays nothing for a query that will be refused. A released value never
-fails to fit its result type after the charge. A bounding report whose shares are public
-constants is neither drawn nor paid for.
+charge: the analyst pays nothing for a query that will be refused, an answer that could pass
+the rows a connection returns included (session 36). A released value never fails to fit its
+result type after the charge. A bounding report whose shares are public constants is neither
+drawn nor paid for. Groups the private selection drops leave nothing in the cell cache, and a
+quantile's draw stops at the statement timeout, paid (session 36).
 """
 
 from __future__ import annotations
 
+import time
 from fractions import Fraction
 
+import duckdb
 import numpy as np
 import pandas as pd
 import pytest
@@ -17,9 +21,11 @@ from test_dp_query import dp_document, make_db, pin_noise, spend_rows
 
 import sqlsdc
 from sqlsdc.engines.duckdb import open_database
-from sqlsdc.errors import PolicyViolation
+from sqlsdc.errors import PolicyViolation, QueryCanceled
+from sqlsdc.guard import connection, dp_release
 from sqlsdc.mechanisms.accountant import Bounding, PrivacyCost, Statistic, calibrate
-from sqlsdc.mechanisms.dp_cells import CellMechanism, CellSpace, noisy_quantiles
+from sqlsdc.mechanisms.dp_cells import CellMechanism, CellSpace, noisy_quantiles, permute_and_flip
+from sqlsdc.mechanisms.prf import KeyedStream
 
 
 def _ledger(path) -> tuple[list, list]:
@@ -190,3 +196,226 @@ def test_counts_of_a_one_row_table_pay_no_report_and_state_zero_shares_exactly(t
     count_epsilon = Fraction(1, 2)  # counts: {epsilon: 1/2}; COUNT and COUNT(DISTINCT) alike
     spends = [Fraction(epsilon) for _user, epsilon, _rho, _cells in spend_rows(path)]
     assert spends == [2 * count_epsilon, 1 + Fraction(1, 2)]  # the sum: 1, its report: 1/2
+
+
+# --- groups the private selection drops leave nothing in the cache ---------------------------
+
+
+def _cached_cells(path) -> list[tuple[str, str, str]]:
+    con = open_database(path)
+    try:
+        return con.execute("SELECT cell, statistic, value FROM sqlsdc.dp_cells "
+                           "WHERE cell NOT LIKE '%sqlsdc.dp_statistic%'").fetchall()  # fmt: skip
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("rule", ["threshold", "optimal"])
+def test_groups_the_selection_drops_are_neither_cached_nor_charged_again(tmp_path, rule):
+    """``rare`` has a dozen visits: the selection drops it. Before, its noisy unit count (or
+    keep decision 0) and its noisy SUM were cached in ``dp_cells`` with its key, values never
+    released that an admin could read back. Now only the cells of released groups are cached;
+    asked again, the query is answered the same and costs nothing, and a query that adds a
+    statistic pays for that statistic alone."""
+    document = dp_document()
+    if rule == "optimal":
+        del document["tables"]["visits"]["dp"]["min_frequency"]
+    path = tmp_path / f"{rule}.duckdb"
+    make_db(path, document)
+    pin_noise(path)
+    sql = "SELECT clinic, COUNT(*) AS n, SUM(cost) AS s FROM visits GROUP BY clinic"
+    with sqlsdc.connect(path, "ana") as con:
+        (stage,) = con.explain(sql).dp_stages
+        first = sorted(con.execute(sql).fetchall())
+        spends = spend_rows(path)
+        second = sorted(con.execute(sql).fetchall())
+        third = sorted(con.execute(sql + " ORDER BY clinic LIMIT 2").fetchall())
+    released = {clinic for clinic, _n, _s in first}
+    assert released == {"a", "b", "c"} and first == second and third == first[:2]
+    cells = _cached_cells(path)
+    assert not [cell for cell, _s, _v in cells if '"s:rare"' in cell]  # its key is nowhere
+    per_group = len(stage.statistics)  # the selection's count or decision, COUNT(*), SUM
+    assert len(cells) == len(released) * per_group
+    (selection,) = [s for s in stage.statistics if s.column == stage.units]
+    kind = selection.calibration.statistic.value
+    decided = [Fraction(v) for _cell, statistic, v in cells if statistic == kind]
+    assert len(decided) == len(released)  # the released groups' counts (or decisions, 1)
+    assert min(decided) >= stage.selection.threshold
+    assert spend_rows(path) == spends and spends[0][3] == len(cells)  # cells: the released ones
+
+
+# --- the quantile draw stops at the statement timeout ----------------------------------------
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_a_long_quantile_draw_calls_its_check_and_stops_when_it_raises():
+    """One best candidate among 10^6 whose others score far worse: permute-and-flip visits
+    about half of them, and calls its check every few thousand visits; a check that raises
+    (the statement's timeout) stops the draw there."""
+    scores = np.full(10**6, 10**6, dtype=np.int64)
+    scores[777_777] = 0
+    calls = []
+
+    def check():
+        calls.append(1)
+        if len(calls) == 3:
+            raise _Stop
+
+    stream = KeyedStream(b"s36 quantile timeout" * 2, 1, "test").derive("cell")
+    with pytest.raises(_Stop):
+        permute_and_flip(scores, Fraction(1, 2), stream, check)
+    assert len(calls) == 3
+
+
+@pytest.fixture(scope="module")
+def flat_db(tmp_path_factory):
+    """200 persons in 4 regions, all of income 77,777 on a grid of 1/10 over [0, 10^5]: the
+    median of each region is one best candidate among 10^6 + 1 (4 x 10^6 scores, under the
+    size limit), and its draw takes seconds of Python per cell."""
+    path = tmp_path_factory.mktemp("flat") / "flat.duckdb"
+    n = 200
+    persons = pd.DataFrame({"pid": np.arange(n), "region": np.array(list("abcd"))[np.arange(n) % 4],
+                            "income": 77_777.0})  # fmt: skip
+    con = duckdb.connect(str(path))
+    con.register("frame", persons)
+    con.execute("CREATE TABLE persons AS SELECT * FROM frame")
+    con.close()
+    dp = {"method": "dp", "spend": {"epsilon": 1}}
+    columns = {"pid": {"role": "identifier"},
+               "region": {"role": "dimension", "domain": list("abcd")},
+               "income": {"role": "measure", "bounds": [0, 100_000]}}  # fmt: skip
+    sqlsdc.init(path, {
+        "tables": {"persons": {"privacy_unit": "pid", "columns": columns,
+                               "protection": {"counts": dp, "magnitudes": dp},
+                               "dp": {"granularity": "1/10"}}},
+        "users": {"admin": {"role": "admin"}, "ana": {"role": "analyst"}},
+        "budgets": [{"user": "*", "epsilon": 100}],
+    })  # fmt: skip
+    return path
+
+
+def test_the_quantile_draw_stops_at_the_statement_timeout_and_is_charged(flat_db):
+    """The engine computes the histograms in milliseconds; the draw, in Python, used to run
+    past a 2-second timeout for the whole of its seconds per cell (the engine's interrupt never
+    reaches it; a cancel, ``interrupt()``, ends the statement's time the same way). It now
+    stops within a few thousand visits of the timeout, with the usual QueryCanceled. The query
+    was charged before the draw (whose running time depends on the histograms, so on the
+    data): the error says so and the ledger has its spend."""
+    sql = "SELECT region, MEDIAN(income) AS m FROM persons GROUP BY region"
+    with sqlsdc.connect(flat_db, "ana", timeout=2.0) as con:
+        started = time.process_time()
+        with pytest.raises(QueryCanceled, match="statement timeout.*charged"):
+            con.execute(sql)
+        spent = time.process_time() - started
+        assert [b.spent.epsilon for b in con.remaining_budget()][0] == 1
+    assert spent < 5  # CPU: the four draws take about 10 s; here at most the 2 s of wall time
+    spends, decisions = _ledger(flat_db)
+    assert len(spends) == 1 and decisions == ["refused"]  # as every statement timeout
+
+
+# --- an answer too large is refused before the charge, from data-independent facts ----------
+
+
+@pytest.fixture
+def small_answers(monkeypatch):
+    """A connection returns at most 5 rows, and a private selection releases at most 5
+    groups per aggregation (as both are 1,000,000)."""
+    monkeypatch.setattr(connection, "MAX_ANSWER_ROWS", 5)
+    monkeypatch.setattr(connection, "MAX_PRIVATE_GROUPS", 5)
+    monkeypatch.setattr(dp_release, "MAX_PRIVATE_GROUPS", 5)
+
+
+REGIONS = "(SELECT region, COUNT(*) AS n FROM persons GROUP BY region)"  # 4 public cells
+CLINICS = "(SELECT clinic, COUNT(*) AS n FROM visits GROUP BY clinic)"  # private: at most 5
+CLINIC_SUMS = "(SELECT clinic, SUM(cost) AS s FROM visits GROUP BY clinic)"
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        f"SELECT a.region, b.clinic FROM {REGIONS} AS a, {CLINICS} AS b",  # 4 x 5
+        f"SELECT a.region, l.label FROM {REGIONS} AS a, lookup AS l",  # 4 x 2 public rows
+        f"SELECT a.clinic, b.clinic FROM {CLINICS} AS a JOIN {CLINIC_SUMS} AS b "
+        "ON a.n > b.s",  # on noisy values: up to 5 x 5
+        f"SELECT clinic FROM {CLINICS} AS a UNION ALL SELECT region FROM {REGIONS} AS b",
+    ],
+    ids=["cross", "public-cross", "value-join", "union"],
+)
+def test_an_answer_that_may_pass_the_row_cap_is_refused_before_the_charge(
+    dp_db, small_answers, sql
+):
+    """Before, such an answer was stopped as it was read, after the charge: the noisy HAVING
+    or the private selection decided its size. Its bound is now known from the public
+    domains, the cap of private groups, the public tables' rows and the joins: over the cap,
+    it is refused before anything is charged; the spend and the ledger are unchanged."""
+    before = _ledger(dp_db)
+    with sqlsdc.connect(dp_db, "ana") as con:
+        spent = [b.spent for b in con.remaining_budget()]
+        with pytest.raises(sqlsdc.AnswerTooLarge, match="refused before the privacy budget"):
+            con.execute(sql)
+        assert [b.spent for b in con.remaining_budget()] == spent
+    spends, decisions = _ledger(dp_db)
+    assert spends == before[0] and decisions == [*before[1], "refused"]
+
+
+@pytest.mark.parametrize(
+    "sql, rows",
+    [
+        (
+            f"SELECT a.clinic, a.n, b.s FROM {CLINICS} AS a JOIN {CLINIC_SUMS} AS b "
+            "ON a.clinic = b.clinic",
+            3,
+        ),  # unique on the keys: at most 5
+        (
+            f"SELECT a.region, l.label FROM {REGIONS} AS a LEFT JOIN lookup AS l "
+            "ON a.region = l.code",
+            4,
+        ),  # the public table's key: at most 4
+        (f"SELECT a.region, b.clinic FROM {REGIONS} AS a, {CLINICS} AS b LIMIT 5", 5),
+        (f"SELECT COUNT(*) FROM {REGIONS} AS a, {CLINICS} AS b", 1),
+        ("SELECT clinic, COUNT(*) FROM visits GROUP BY clinic HAVING COUNT(*) > 0", 3),
+    ],
+    ids=["keys", "public-key", "limit", "aggregate", "having"],
+)
+def test_answers_bounded_within_the_cap_are_answered(dp_db, small_answers, sql, rows):
+    with sqlsdc.connect(dp_db, "ana") as con:
+        assert len(con.execute(sql).fetchall()) == rows
+
+
+def test_a_selection_beyond_its_cap_keeps_the_groups_of_the_smallest_digests(tmp_path, monkeypatch):
+    """At most 2 groups a selection (a, b and c pass it): the same two every time, and only
+    their cells are cached; the answer, bounded by 2 rows, is never stopped."""
+    monkeypatch.setattr(dp_release, "MAX_PRIVATE_GROUPS", 2)
+    monkeypatch.setattr(connection, "MAX_PRIVATE_GROUPS", 2)
+    path = tmp_path / "capped.duckdb"
+    make_db(path, dp_document())
+    pin_noise(path)
+    sql = "SELECT clinic, COUNT(*) AS n FROM visits GROUP BY clinic"
+    with sqlsdc.connect(path, "ana") as con:
+        (stage,) = con.explain(sql).dp_stages
+        first = sorted(con.execute(sql).fetchall())
+        again = sorted(con.execute(sql).fetchall())
+    assert len(first) == 2 and first == again and {c for c, _n in first} < {"a", "b", "c"}
+    assert len(_cached_cells(path)) == 2 * len(stage.statistics)
+
+
+def test_dp_cells_joined_to_another_method_s_cells_on_their_keys_are_bounded(ckm_db):
+    """The demo's benefits (DP, 8 regions) next to persons (cell key method, groups from the
+    data) joined on region: the CKM cells are unique on their keys through the p-table's
+    lookup, so the answer is bounded by the 8 DP cells; across, it has no bound before the
+    charge and is refused unpaid."""
+    dp = "(SELECT region, COUNT(*) AS n FROM benefits GROUP BY region)"
+    ckm = "(SELECT region, COUNT(*) AS m FROM persons GROUP BY region)"
+    with sqlsdc.connect(ckm_db, "analyst") as con:
+        for on in ("b.region = p.region", "p.region = b.region"):
+            rows = con.execute(f"SELECT b.region, n, m FROM {dp} AS b JOIN {ckm} AS p ON {on}")
+            assert len(rows.fetchall()) == 8
+            rows = con.execute(f"SELECT p.region, n, m FROM {ckm} AS p JOIN {dp} AS b ON {on}")
+            assert len(rows.fetchall()) == 8
+        spent = [b.spent for b in con.remaining_budget()]
+        with pytest.raises(sqlsdc.AnswerTooLarge, match="any number of rows"):
+            con.execute(f"SELECT b.region, n, m FROM {dp} AS b, {ckm} AS p")
+        assert [b.spent for b in con.remaining_budget()] == spent

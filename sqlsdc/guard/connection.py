@@ -8,6 +8,7 @@ itself; real isolation means the confidential file belongs to another OS user or
 from __future__ import annotations
 
 import datetime as dt
+import math
 import threading
 import time
 import weakref
@@ -47,6 +48,7 @@ from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines import watchdog
 from sqlsdc.errors import (
     AccessDenied,
+    AnswerTooLarge,
     Error,
     InterfaceError,
     NotFoundError,
@@ -56,9 +58,11 @@ from sqlsdc.errors import (
     ProgrammingError,
     QueryCanceled,
 )
+from sqlsdc.guard.answer_bound import answer_rows
 from sqlsdc.guard.check_cache import CHARACTERS as KEPT_CHARACTERS
 from sqlsdc.guard.check_cache import checked, context_fingerprint, is_kept
 from sqlsdc.guard.dp_release import (
+    MAX_PRIVATE_GROUPS,
     DpRelease,
     check_private_keys,
     check_sizes,
@@ -68,6 +72,7 @@ from sqlsdc.guard.dp_release import (
     price,
     release,
     resolve_domains,
+    stage_cells,
 )
 from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, protect
 from sqlsdc.guard.postprocess import (
@@ -870,9 +875,13 @@ class Connection:
         versions are read before. Whatever the query, the policy and the public domains decide
         is decided before the charge, so that no refusal comes after it: DuckDB's reading of
         every text (the answer's too), the size of quantiles
-        (:func:`~sqlsdc.guard.dp_release.check_sizes`) and the types of private group keys
+        (:func:`~sqlsdc.guard.dp_release.check_sizes`), the most rows the answer can have
+        (:meth:`_check_answer_rows`) and the types of private group keys
         (:func:`~sqlsdc.guard.dp_release.check_private_keys`, from the cells' SQL with no
-        row). The drawn cells are cached afterwards (free), with the answer.
+        row). The drawn cells are cached afterwards (free), with the answer. The noise is
+        drawn under the statement's timeout (a quantile's draw included, which the engine's
+        interrupt does not reach): stopped there, the query has paid, as one stopped while
+        the engine computed its exact cells.
 
         ``run`` (SQL text -> Arrow) and ``data_version`` (table -> version) default to this
         connection's DuckDB; the Spark path passes its engine's (:mod:`sqlsdc.guard.spark`)."""
@@ -906,6 +915,7 @@ class Connection:
                                          lambda name: declared(name) is not None)  # fmt: skip
         domains = resolve_domains(query.dp_stages, run)  # public values only
         check_sizes(query.dp_stages, domains)  # decided before the charge, never after
+        self._check_answer_rows(query, domains, run)
         check_private_keys(query.dp_stages, lambda stage: run(context.to_sql(no_rows(stage))),
                            key_types)  # fmt: skip
         cached = prefetching(lambda digests: cached_cells(con, self.user, version, digests),
@@ -928,8 +938,41 @@ class Connection:
                     raise
         noisy = release(query.dp_stages, run, secret=self._secret(), policy_version=version,
                         data_versions=data_versions, cached=cached, noise=self._dp_noise,
-                        domains=domains, key_types=key_types)  # fmt: skip
+                        domains=domains, key_types=key_types,
+                        time_left=self._time_left)  # fmt: skip
         return noisy, paid
+
+    def _check_answer_rows(self, query: ProtectedQuery, domains, run) -> None:
+        """Refuse, before the charge, a DP statement whose answer may have more rows than a
+        connection returns (:data:`MAX_ANSWER_ROWS`): bounded from the stages' cells, the
+        public tables' rows and the query's shape (:mod:`~sqlsdc.guard.answer_bound`), never
+        from the data, so that no answer is stopped for its rows once it has paid."""
+        policy, to_sql = self._context.policy, self._context.to_sql
+
+        def public(table: exp.Table):
+            declared = policy.table(table.name)
+            if declared is None or not declared.is_public or table.db.lower() not in ("", "main"):
+                return None
+            count = exp.select(exp.Count(this=exp.Star())).from_(exp.to_table(declared.name))
+            rows = run(to_sql(count)).column(0)[0].as_py()
+            return rows, frozenset([declared.key.lower()] if declared.key else [])
+
+        cells = stage_cells(query.dp_stages, domains)
+        rows = math.inf if query.tree is None else answer_rows(query.tree, cells, public)
+        if rows <= MAX_ANSWER_ROWS:
+            return
+        if rows == math.inf:
+            most = ("any number of rows (it reads rows that no bound known before the charge "
+                    "covers: another method's cells, UNNEST, a table function)")  # fmt: skip
+        else:
+            most = (f"up to {int(rows):,} rows (bounded from the public domains, at most "
+                    f"{MAX_PRIVATE_GROUPS:,} private groups per aggregation, the public "
+                    "tables' rows and the query's joins)")  # fmt: skip
+        raise AnswerTooLarge(
+            f"the answer could have {most}, more than the {MAX_ANSWER_ROWS:,} a connection "
+            "returns; it is refused before the privacy budget is charged: aggregate further, "
+            "join the cells on their group keys, or add a LIMIT"
+        )
 
     def _cache_cells(
         self, noisy: DpRelease | None, paid: Charge | None, query_id: int, *, again=False

@@ -60,6 +60,12 @@ DECIMAL(38, 0)): its exact value may pass 2^63 (bounds to 1e15 over 10^4 rows), 
 too; the rewrite refuses a calibration whose noise could pass 10^38
 (:data:`sqlsdc.rewrite.dp.NOISE_MARGIN`)."""
 MAX_QUANTILE_SCORES = 50_000_000  # cells x candidates of one quantile (memory: 8 bytes each)
+MAX_PRIVATE_GROUPS = 1_000_000
+"""The most groups one stage releases by private selection, as many as a connection returns
+(:data:`sqlsdc.guard.connection.MAX_ANSWER_ROWS`) and as public domains may have
+(:data:`sqlsdc.rewrite.dp.MAX_DOMAIN_CELLS`): the bound of its cells known before the charge
+(:func:`stage_cells`). Beyond it, the groups kept are those of the smallest cell digests
+(:func:`_selected`), a choice by the released keys alone."""
 Z95 = 1.959963984540054  # two-sided 95% normal quantile (delta-method intervals of averages)
 
 
@@ -206,6 +212,34 @@ def check_sizes(stages, domains: Domains) -> None:
                 )
 
 
+def stage_cells(stages, domains: Domains) -> dict[str, tuple[int, frozenset[str]]]:
+    """Per stage relation, the most cells it releases and its key columns (one cell per key
+    values), known before the charge: the product of its public domains, or
+    :data:`MAX_PRIVATE_GROUPS` for private groups (:mod:`sqlsdc.guard.answer_bound`)."""
+    out = {}
+    for stage in stages:
+        stage_domains = domains[stage.relation]
+        if not stage.keys:
+            cells = 1
+        elif stage_domains is None:
+            cells = MAX_PRIVATE_GROUPS
+        else:
+            cells = math.prod(map(len, stage_domains))
+        keys = frozenset(f"__g{j}" for j in range(len(stage.keys)))
+        if stage_domains is not None and not all(map(_distinct, stage_domains)):
+            keys = frozenset()  # a declared domain that repeats a value repeats its cells
+        out[stage.relation.lower()] = (cells, keys)
+    return out
+
+
+def _distinct(values: list) -> bool:
+    """Whether a domain's values are distinct, and of one type (so distinct in SQL too)."""
+    try:
+        return len({type(v) for v in values}) <= 1 and len(set(values)) == len(values)
+    except TypeError:  # values Python cannot hash (lists): not known to be distinct
+        return False
+
+
 PREFETCHED_CELLS = 256
 """At most this many cells over public domains are looked up with a query's statistics."""
 
@@ -265,6 +299,7 @@ def release(
     noise: bool = True,
     domains: Domains | None = None,
     key_types: dict[str, list[pa.DataType]] | None = None,
+    time_left: Callable[[], object] | None = None,
 ) -> DpRelease:
     """Noisy cells of every stage. ``run`` executes SQL on the engine (exact cells);
     ``domains`` are those of :func:`resolve_domains` (read with ``run`` when not given).
@@ -273,7 +308,13 @@ def release(
     ``key_types``: the engine's key types of the stage SQL texts run before (filled here).
     A stage over public domains whose every cell was released to this user before, and whose
     key types are known, is answered from the cache without computing its exact cells: a
-    repeated query costs its cells, not a scan of the table."""
+    repeated query costs its cells, not a scan of the table.
+
+    ``time_left`` (the statement's: it raises once the timeout has passed or the statement
+    was cancelled) is called before each stage and within the quantile draws, whose Python
+    loop no engine interrupt reaches. The caller has charged the query by then: a draw
+    stopped this way has read the data (its running time depends on the histograms), so it
+    must have been paid for, as a query stopped while the engine computes its exact cells."""
     out = DpRelease()
     if domains is None:
         domains = resolve_domains(stages, run)
@@ -285,6 +326,8 @@ def release(
         return found
 
     for stage in stages:
+        if time_left is not None:
+            time_left()
         space = _space(stage, data_versions)
         types = None if key_types is None else key_types.get(stage.sql)
         if noise and types is not None:
@@ -296,16 +339,15 @@ def release(
                 continue
         exact_cells = _representable(run(stage.sql), stage, domains[stage.relation] is None)
         frame = _complete(exact_cells, stage, domains[stage.relation])
-        noisy = _noisy(frame, stage, space, secret, policy_version, known, noise, out)
+        noisy, drawn_now, rows = _noisy(frame, stage, space, secret, policy_version, known,
+                                        noise, out)  # fmt: skip
         if stage.selection is not None:
-            keep = [v >= stage.selection.threshold for v in noisy[stage.units]]
-            frame = frame.where(keep)
-            noisy = {c: [v for v, k in zip(values, keep, strict=True) if k]
-                     for c, values in noisy.items()}  # fmt: skip
+            frame, noisy, drawn_now = _selected(stage, space, frame, noisy, drawn_now, rows)
+        out.cells += drawn_now
         for name, sql in stage.histograms:
             stat = next(s for s in stage.statistics if s.column == name)
             values, new = _quantiles(run(sql), frame, stage, stat, space, secret,
-                                     policy_version, known, noise)  # fmt: skip
+                                     policy_version, known, noise, time_left)  # fmt: skip
             noisy[name] = values
             out.cells += new
         drawn.update((c.identity.digest, c.value) for c in out.cells)
@@ -485,14 +527,43 @@ def _plain(value):
     return value.item() if isinstance(value, np.generic) else value
 
 
+def _selected(stage: DpStage, space: CellSpace, frame: _Cells, noisy: dict, drawn: list,
+              rows: list[int]):  # fmt: skip
+    """Private groups: the cells, noisy values and cells drawn now (``drawn``, of rows
+    ``rows``) of the groups the selection keeps, at most :data:`MAX_PRIVATE_GROUPS` (those of
+    the smallest digests of their unit-count cells: the keys decide, post-processing).
+
+    Only the cells of released groups are cached (``DpRelease.cells``, which the catalog's
+    ``dp_cells`` keeps): a group the selection drops is never released, so neither its
+    decision nor any value of it may be stored where an admin could read it back, or
+    republish it (its key and noisy values of a tiny group). Asked again, its decision is
+    drawn again, the same (the noise is a function of the cell), so the answer and the charge
+    are those a cached decision gave."""
+    keep = [v >= stage.selection.threshold for v in noisy[stage.units]]
+    if sum(keep) > MAX_PRIVATE_GROUPS:
+        kept = [i for i, k in enumerate(keep) if k]
+        keys = {column: [frame[column][i] for i in kept] for column, _name in space.keys}
+        units = {stage.units: _mechanisms(stage)[stage.units]}
+        digests = cell_digests(keys, space, units)
+        first = sorted(range(len(kept)), key=digests.__getitem__)[:MAX_PRIVATE_GROUPS]
+        keep = [False] * len(keep)
+        for i in first:
+            keep[kept[i]] = True
+    noisy = {c: [v for v, k in zip(values, keep, strict=True) if k]
+             for c, values in noisy.items()}  # fmt: skip
+    drawn = [cell for cell, row in zip(drawn, rows, strict=True) if keep[row]]
+    return frame.where(keep), noisy, drawn
+
+
 def _noisy(frame, stage, space, secret, version, cached, noise, out):
-    """Noisy values (grid units times the unit, exact Fractions) of the additive statistics.
-    Exact values of unit 1 go to the noise as the integers they are (``_units``' short way;
-    the same values)."""
+    """Noisy values (grid units times the unit, exact Fractions) of the additive statistics,
+    the cells drawn now (to cache; ``out`` counts those that came from the cache) and the row
+    of each. Exact values of unit 1 go to the noise as the integers they are (``_units``'
+    short way; the same values)."""
     mechanisms = _mechanisms(stage)
     if not noise:
         return {column: [Fraction(int(v)) * m.calibration.unit for v in frame[column]]
-                for column, m in mechanisms.items()}  # fmt: skip
+                for column, m in mechanisms.items()}, [], []  # fmt: skip
     exact = {
         column: [int(v) if unit == 1 else Fraction(int(v)) * unit for v in frame[column]]
         for column, unit in ((c, m.calibration.unit) for c, m in mechanisms.items())
@@ -500,12 +571,12 @@ def _noisy(frame, stage, space, secret, version, cached, noise, out):
     keys = {column: frame[column] for column, _name in space.keys}
     result = noisy_values(keys, exact, space, mechanisms, secret=secret, policy_version=version,
                           cached=cached)  # fmt: skip
-    out.cells += result.new_cells
     out.reused += result.reused
-    return {c: result.values[c] for c in mechanisms}
+    return {c: result.values[c] for c in mechanisms}, result.new_cells, result.new_rows
 
 
-def _quantiles(histogram: pa.Table, cells, stage, stat, space, secret, version, cached, noise):
+def _quantiles(histogram: pa.Table, cells, stage, stat, space, secret, version, cached, noise,
+               time_left=None):  # fmt: skip
     keys = [f"__g{j}" for j in range(len(stage.keys))]
     frame = cells.keys_frame(keys)
     kept = _representable(histogram, stage, private=False)
@@ -526,6 +597,7 @@ def _quantiles(histogram: pa.Table, cells, stage, stat, space, secret, version, 
         long, space, CellMechanism(stat.measure, stat.calibration), secret=secret,
         policy_version=version, column=stat.column, bin_column="__bin",
         count_column="__count", cached=cached, max_scores=MAX_QUANTILE_SCORES,
+        check=time_left,
     )  # fmt: skip
     order = _align(result.frame, frame, keys)
     return [result.values[stat.column][i] for i in order], result.new_cells

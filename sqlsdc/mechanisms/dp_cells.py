@@ -344,12 +344,14 @@ class CellRecord:
 @dataclass
 class NoisyCells:
     """Noisy values: ``frame`` (keys + released columns), exact ``values`` per column, the
-    cells drawn now (``new_cells``, to charge and cache) and how many came from the cache."""
+    cells drawn now (``new_cells``, to charge and cache; ``new_rows``: the row of each, from
+    :func:`noisy_values`) and how many came from the cache."""
 
     frame: pd.DataFrame | None = None  # None from :func:`noisy_values`
     values: dict[str, list[Fraction]] = field(default_factory=dict)
     new_cells: list[CellRecord] = field(default_factory=list)
     reused: int = 0
+    new_rows: list[int] = field(default_factory=list)
 
 
 def _units(value: object, unit: Fraction) -> int:
@@ -493,6 +495,7 @@ def _noisy_values(keys, exact_columns, space, mechanisms, secret, policy_version
             values[row] = noisy
             result.new_cells.append(CellRecord(identities[column][row], column, cal.statistic,
                                                noisy))  # fmt: skip
+        result.new_rows += new
         result.values[column] = values
     return result
 
@@ -549,7 +552,16 @@ def quantile_scores(histogram: Sequence[int], alpha: Fraction) -> np.ndarray:
     return np.abs((b - a) * below - a * above)
 
 
-def permute_and_flip(scores: Sequence[int], rate: Fraction, stream: KeyedStream) -> int:
+CHECK_EVERY = 4096
+"""Visits of :func:`permute_and_flip` between two calls of its ``check``."""
+
+
+def permute_and_flip(
+    scores: Sequence[int],
+    rate: Fraction,
+    stream: KeyedStream,
+    check: Callable[[], object] | None = None,
+) -> int:
     """Index chosen by permute-and-flip (McKenna and Sheldon, NeurIPS 2020), exactly.
 
     Visit candidates in a uniformly random order (a lazy Fisher-Yates shuffle drawn from the
@@ -558,6 +570,10 @@ def permute_and_flip(scores: Sequence[int], rate: Fraction, stream: KeyedStream)
     epsilon/(2 Delta) this is epsilon-DP for scores of sensitivity Delta and its expected error
     is never worse than the exponential mechanism's. The best candidate is always accepted, so
     the loop ends after at most len(scores) visits.
+
+    ``check`` is called every :data:`CHECK_EVERY` visits and raises to stop the draw (the
+    statement timeout, a cancel): over millions of candidates whose best few stand far apart
+    the loop makes about len(scores)/2 visits, seconds to minutes of Python.
     """
     s = [int(x) for x in scores]
     if not s:
@@ -569,6 +585,8 @@ def permute_and_flip(scores: Sequence[int], rate: Fraction, stream: KeyedStream)
     n = len(s)
     moved: dict[int, int] = {}
     for i in range(n):
+        if check is not None and i % CHECK_EVERY == CHECK_EVERY - 1:
+            check()
         j = i + stream.uniform_int(n - i)
         candidate = moved.get(j, j)
         moved[j] = moved.get(i, i)
@@ -590,6 +608,7 @@ def noisy_quantiles(
     count_column: str = "count",
     cached: Cached = None,
     max_scores: int | None = None,
+    check: Callable[[], object] | None = None,
 ) -> NoisyCells:
     """One noisy alpha-quantile per cell from per-cell histograms over the bounded domain.
 
@@ -602,6 +621,9 @@ def noisy_quantiles(
     ``max_scores`` bounds the scores held at once (cells x candidates, 8 bytes each): the
     cells are scored in blocks of at most that many scores (at least one cell each), so the
     memory does not grow with the number of cells, which private groups take from the data.
+
+    ``check`` is called before each block and each cell is drawn, and within long draws
+    (:func:`permute_and_flip`); it raises to stop (the statement timeout, a cancel).
     """
     cal = mechanism.calibration
     if cal.statistic is not Statistic.QUANTILE:
@@ -634,6 +656,8 @@ def noisy_quantiles(
     codes, bins, counts = codes[order], bins[order], counts[order]
     for start in range(0, len(frame), max(block, 1)):
         stop = min(start + block, len(frame))
+        if check is not None:
+            check()
         scores = _block_scores(codes, bins, counts, start, stop, k, cal.alpha)
         for row, ident in enumerate(identities[start:stop]):
             hit = known.get(ident.digest)
@@ -641,7 +665,9 @@ def noisy_quantiles(
                 values.append(Fraction(hit))
                 result.reused += 1
                 continue
-            j = permute_and_flip(scores[row], cal.rate, streams.derive(ident.text))
+            if check is not None:
+                check()
+            j = permute_and_flip(scores[row], cal.rate, streams.derive(ident.text), check)
             value = b.lower + j * b.granularity
             values.append(value)
             result.new_cells.append(CellRecord(ident, column, cal.statistic, value))
