@@ -10,6 +10,12 @@ What broke (fixed here):
   budget charged the noisy counts and nothing else. A SUM or AVG released by another method
   than DP over a table whose counts use DP is now refused before anything runs
   (``planner.plan._refuse_beside_dp_counts``).
+- **A grid of public tables' values built after the charge.** The rewrite refuses declared
+  domains whose product passes ``MAX_DOMAIN_CELLS`` (10^6 cells), but keys from public
+  tables count as one there, their values being read at the release: two public keys of
+  1,000 values each, or three, built a grid of 10^6 or 10^9 cells in Python (keys, digests,
+  noise) after the query was charged. ``dp_release.check_sizes`` now weighs the public
+  domains it has read, before the charge.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import pytest
 
 import sqlsdc
 from sqlsdc.errors import PolicyViolation
+from sqlsdc.rewrite import dp as rewrite_dp
 
 # --- magnitudes of another method beside DP counts ------------------------------------------
 
@@ -69,3 +76,61 @@ def test_magnitudes_beside_dp_counts_are_dp_or_refused(mixed_db, sql):
             con.execute(sql)
         assert con.remaining_budget()[0].spent == before
         assert len(con.execute("SELECT region, COUNT(*) FROM persons GROUP BY region").fetchall())
+
+
+# --- a grid of public domains built after the charge -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def public_keys_db(tmp_path_factory) -> Path:
+    """persons (DP, public groups) with age and zone keyed by two public tables of 40 values
+    each: grouped by both, 1,600 cells of public domains."""
+    path = tmp_path_factory.mktemp("s36b_domains") / "domains.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE persons AS SELECT range AS pid, (range % 40)::INTEGER AS age, "
+                "(range % 37)::INTEGER AS zone FROM range(2000)")  # fmt: skip
+    for name in ("ages", "zones"):
+        key = name[:-1]
+        con.execute(f"CREATE TABLE {name} ({key} INTEGER PRIMARY KEY)")
+        con.execute(f"INSERT INTO {name} SELECT range FROM range(40)")
+    con.close()
+    dp = {"method": "dp", "spend": {"epsilon": "1/2"}}
+    sqlsdc.init(path, {
+        "tables": {
+            "persons": {"privacy_unit": "pid",
+                        "columns": {"pid": {"role": "identifier"}, "age": {"role": "dimension"},
+                                    "zone": {"role": "dimension"}},
+                        "protection": {"counts": dp, "magnitudes": dp}},
+            "ages": {"kind": "public", "key": "age", "columns": {"age": {"role": "dimension"}}},
+            "zones": {"kind": "public", "key": "zone",
+                      "columns": {"zone": {"role": "dimension"}}},
+        },
+        "users": {"admin": {"role": "admin"}, "ana": {"role": "analyst"}},
+        "budgets": [{"user": "*", "epsilon": 10}],
+    })  # fmt: skip
+    return path
+
+
+GRID = (
+    "SELECT a.age, z.zone, COUNT(*) FROM persons AS p JOIN ages AS a ON a.age = p.age "
+    "JOIN zones AS z ON z.zone = p.zone GROUP BY a.age, z.zone"
+)
+
+
+def test_a_grid_of_public_tables_beyond_the_domain_limit_is_refused_before_the_charge(
+    public_keys_db, monkeypatch
+):
+    """The rewrite refuses declared domains whose cells pass MAX_DOMAIN_CELLS (10^6), but a
+    public table's values are read only at the release: two keys of public tables of 1,000
+    values each gave 10^6 cells, three 10^9, each built, keyed and drawn in Python after the
+    query was charged (memory and time of the server process; the analyst paid for nothing).
+    The limit is lowered to 1,000 here so the grid stays small; the 40 x 40 grid passes it."""
+    monkeypatch.setattr(rewrite_dp, "MAX_DOMAIN_CELLS", 1000)
+    with sqlsdc.connect(public_keys_db, "ana") as con:
+        before = con.remaining_budget()[0].spent
+        with pytest.raises(PolicyViolation, match="1,600 cells"):
+            con.execute(GRID)
+        assert con.remaining_budget()[0].spent == before
+    monkeypatch.setattr(rewrite_dp, "MAX_DOMAIN_CELLS", 2000)
+    with sqlsdc.connect(public_keys_db, "ana") as con:
+        assert len(con.execute(GRID).fetchall()) == 1600
