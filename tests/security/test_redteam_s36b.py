@@ -16,6 +16,13 @@ What broke (fixed here):
   1,000 values each, or three, built a grid of 10^6 or 10^9 cells in Python (keys, digests,
   noise) after the query was charged. ``dp_release.check_sizes`` now weighs the public
   domains it has read, before the charge.
+- **Exact counts at any cut of a DP measure.** Conditions on a measure must use its class
+  breaks (bisection: ``income > 49455`` answers a yes/no question about one person), except
+  on tables whose magnitudes use DP, which need none: but a COUNT follows the counts' rule,
+  and with counts under the threshold rule (or CKM) ``COUNT(*) WHERE region = 'S' AND income
+  > x`` minus the same with ``AND age <> 5`` was the exact number of those persons above x,
+  free: bisection read incomes the DP magnitudes were to protect. The waiver now needs both
+  counts and magnitudes to use DP (``planner.analyze._check_classes``).
 """
 
 from __future__ import annotations
@@ -134,3 +141,55 @@ def test_a_grid_of_public_tables_beyond_the_domain_limit_is_refused_before_the_c
     monkeypatch.setattr(rewrite_dp, "MAX_DOMAIN_CELLS", 2000)
     with sqlsdc.connect(public_keys_db, "ana") as con:
         assert len(con.execute(GRID).fetchall()) == 1600
+
+
+# --- exact counts at any cut of a measure whose magnitudes use DP ----------------------------
+
+
+@pytest.fixture(scope="module")
+def dp_magnitudes_db(tmp_path_factory) -> Path:
+    """persons whose magnitudes use DP and whose counts use the threshold rule (k = 10);
+    income has no class breaks declared (the defaults: 0 and 1, 2, 5 times powers of ten)."""
+    path = tmp_path_factory.mktemp("s36b_magnitudes") / "magnitudes.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute(
+        "CREATE TABLE persons AS SELECT range AS pid, ['N', 'S', 'E', 'W'][1 + range % 4] AS "
+        "region, (range % 90)::INTEGER AS age, (range * 37 % 100000)::DOUBLE AS income "
+        "FROM range(3000)"
+    )
+    con.close()
+    sqlsdc.init(path, {
+        "tables": {"persons": {
+            "privacy_unit": "pid",
+            "columns": {"pid": {"role": "identifier"},
+                        "region": {"role": "dimension", "domain": ["N", "S", "E", "W"]},
+                        "age": {"role": "dimension"},
+                        "income": {"role": "measure", "bounds": [0, 100000]}},
+            "protection": {"counts": {"method": "threshold", "min_frequency": 10},
+                           "magnitudes": {"method": "dp", "spend": {"epsilon": "1/2"}}}}},
+        "users": {"admin": {"role": "admin"}, "ana": {"role": "analyst"}},
+        "budgets": [{"user": "*", "epsilon": 10}],
+    })  # fmt: skip
+    return path
+
+
+def _over(x: int, extra: str = "") -> str:
+    return f"SELECT COUNT(*) FROM persons WHERE region = 'S' AND income > {x}{extra}"
+
+
+def test_counts_of_another_method_compare_a_dp_measure_with_its_class_breaks_only(
+    dp_magnitudes_db,
+):
+    """Class breaks were waived for every table whose magnitudes use DP ("fresh noise per
+    population, a charge per question"), but a COUNT is protected by the counts' rule: here
+    the threshold rule, exact and free. COUNT(*) WHERE region = 'S' AND income > x, minus the
+    same AND age <> 5, is the exact number of persons of S aged 5 above x (both cells far
+    above k): bisection on x reads their incomes, which the DP magnitudes were to protect,
+    for no budget. The waiver now needs both kinds to use DP."""
+    with sqlsdc.connect(dp_magnitudes_db, "ana") as con:
+        for x in (49455, 185, 186):
+            for extra in ("", " AND age <> 5"):
+                with pytest.raises(PolicyViolation, match="class breaks"):
+                    con.execute(_over(x, extra))
+        assert con.execute(_over(50000)).fetchall()  # a class break: as on any other table
+        assert con.remaining_budget()[0].spent.epsilon == 0
