@@ -23,18 +23,28 @@ What broke (fixed here):
   > x`` minus the same with ``AND age <> 5`` was the exact number of those persons above x,
   free: bisection read incomes the DP magnitudes were to protect. The waiver now needs both
   counts and magnitudes to use DP (``planner.analyze._check_classes``).
+- **Protected cells through a CTE.** Red team s35 refused a DP aggregation whose FROM, WHERE,
+  keys or arguments hold a subquery of protected cells; through a CTE (``WITH c AS (SELECT
+  COUNT(*) AS n FROM persons) ... WHERE age < (SELECT n FROM c)``) the check saw a table
+  name, the exact cells' SQL carried the CTE, and the statement failed in the engine after
+  its charge (the noisy relation is registered later). The check now reads the stage's own
+  SQL, CTEs included (``rewrite.dp._refuse_reading_cells``).
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import duckdb
 import pytest
 
 import sqlsdc
-from sqlsdc.errors import PolicyViolation
+from sqlsdc.errors import InternalError, PolicyViolation
 from sqlsdc.rewrite import dp as rewrite_dp
+
+sys.path.insert(0, str(Path(__file__).parent.parent))
+from test_dp_query import dp_document, make_db  # noqa: E402
 
 # --- magnitudes of another method beside DP counts ------------------------------------------
 
@@ -193,3 +203,54 @@ def test_counts_of_another_method_compare_a_dp_measure_with_its_class_breaks_onl
                     con.execute(_over(x, extra))
         assert con.execute(_over(50000)).fetchall()  # a class break: as on any other table
         assert con.remaining_budget()[0].spent.epsilon == 0
+
+
+# --- protected cells reached through a CTE ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dp_db(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("s36b_dp") / "dp.duckdb"
+    make_db(path, dp_document())
+    return path
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "WITH c AS (SELECT COUNT(*) AS n FROM persons) "
+        "SELECT region, COUNT(*) FROM persons WHERE age < (SELECT n FROM c) / 30 GROUP BY region",
+        "WITH c AS (SELECT region AS r, COUNT(*) AS n FROM persons GROUP BY region) "
+        "SELECT region, COUNT(*) FROM persons WHERE region IN (SELECT r FROM c WHERE n > 1000) "
+        "GROUP BY region",
+        "WITH c AS (SELECT region, COUNT(*) AS n FROM persons GROUP BY region), "
+        "d AS (SELECT p.* FROM persons AS p JOIN c ON c.region = p.region WHERE c.n > 1000) "
+        "SELECT region, COUNT(*) FROM d GROUP BY region",
+        "WITH c AS (SELECT COUNT(*) AS n FROM persons) SELECT region, "
+        "COUNT(CASE WHEN age < (SELECT n FROM c) / 30 THEN 1 END) FROM persons GROUP BY region",
+        "WITH c AS (SELECT COUNT(*) AS n FROM persons) SELECT region, MEDIAN(income) "
+        "FROM persons WHERE age < (SELECT n FROM c) / 30 GROUP BY region",
+    ],
+    ids=["where", "in", "joined-cte", "argument", "quantile"],
+)
+def test_protected_cells_read_through_a_cte_are_refused_before_the_charge(dp_db, sql):
+    """Red team s35 refused protected cells in a DP aggregation's FROM, WHERE, keys and
+    arguments as subqueries, but not through a CTE: the exact cells' SQL carried the CTE of
+    protected cells, which reads the noisy relation before it is registered, and the statement
+    failed in the engine after it was charged (the analyst paid for nothing; an engine error
+    from a check's gap)."""
+    with sqlsdc.connect(dp_db, "ana") as con:
+        before = con.remaining_budget()[0].spent
+        with pytest.raises(PolicyViolation, match="cannot read the results of another") as e:
+            con.execute(sql)
+        assert not isinstance(e.value, InternalError)
+        assert con.remaining_budget()[0].spent == before
+
+
+def test_a_cte_of_public_aggregates_still_filters_dp_rows(dp_db):
+    sql = (
+        "WITH c AS (SELECT COUNT(*) AS n FROM lookup), d AS (SELECT * FROM persons "
+        "WHERE age < (SELECT n FROM c) * 30) SELECT region, COUNT(*) FROM d GROUP BY region"
+    )
+    with sqlsdc.connect(dp_db, "ana") as con:
+        assert len(con.execute(sql).fetchall()) == 4
