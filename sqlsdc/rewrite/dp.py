@@ -76,6 +76,7 @@ from sqlsdc.planner.identity import Population, aggregation_identity, canonical_
 from sqlsdc.planner.linear import exact_number
 from sqlsdc.policy import AggregateKind, GroupKeys, Method, Policy
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, cell_column
+from sqlsdc.rewrite.order import analyst_scopes_in_order
 from sqlsdc.rewrite.sql import copy_clause
 
 MECHANISM = "dp"
@@ -412,6 +413,8 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql,
         for name, b in histograms
     )
     _refuse_reading_cells(select, [exact_tree, *(tree for _name, tree in histogram_trees)])
+    for tree in (exact_tree, *(tree for _name, tree in histogram_trees)):
+        analyst_scopes_in_order(tree, select.sql("duckdb"))  # their SQL is rendered below
     # the rows kept are chosen by hashes of the query's measures (the unit row cap over all
     # cells, a quantile's rows within a cell), so the cells' identity names them
     ranked = tuple(sorted(measures))

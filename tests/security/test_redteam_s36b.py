@@ -29,6 +29,13 @@ What broke (fixed here):
   name, the exact cells' SQL carried the CTE, and the statement failed in the engine after
   its charge (the noisy relation is registered later). The check now reads the stage's own
   SQL, CTEs included (``rewrite.dp._refuse_reading_cells``).
+- **The engine's order inside a DP stage.** The result's scopes that LIMIT, OFFSET, number
+  or sum rows are ordered by what they release (red team s33), but a DP stage's exact cells
+  are rendered before that and run as a statement of their own: ``age < (SELECT b.v FROM big
+  b JOIN big a ON a.id = b.id WHERE a.v > 3 LIMIT 1)`` over a public table of 3,000,000 rows
+  counted ages below 4 in 57 runs of 60 and below 40 in 3, under one cell identity (one
+  noise over two exact counts: two analysts read their difference exactly). The analyst's
+  scopes in a stage are now ordered the same way (``rewrite.order.analyst_scopes_in_order``).
 
 What held (tried, no test added): one cell identity over two exact values, none, over about
 150 spellings (private groups with ``max_rows_per_unit`` and a bounding report: its
@@ -282,3 +289,47 @@ def test_a_cte_of_public_aggregates_still_filters_dp_rows(dp_db):
     )
     with sqlsdc.connect(dp_db, "ana") as con:
         assert len(con.execute(sql).fetchall()) == 4
+
+
+# --- the engine's order inside a DP stage ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "ordered"),
+    [
+        (
+            "SELECT region, COUNT(*) FROM persons WHERE region IN "
+            "(SELECT code FROM lookup LIMIT 1) GROUP BY region",
+            "FROM lookup AS lookup ORDER BY 1 LIMIT 1",
+        ),
+        (
+            "WITH c AS (SELECT DISTINCT code FROM lookup LIMIT 1) SELECT region, COUNT(*) "
+            "FROM persons WHERE region IN (SELECT code FROM c) GROUP BY region",
+            "FROM lookup AS lookup ORDER BY 1 LIMIT 1",
+        ),
+        (
+            "SELECT region, MEDIAN(income) FROM persons WHERE region IN "
+            "(SELECT code FROM lookup OFFSET 1) GROUP BY region",
+            "FROM lookup AS lookup ORDER BY 1 OFFSET 1",
+        ),
+        (
+            "SELECT region, COUNT(*) FROM persons WHERE region IN (SELECT code FROM "
+            "(SELECT code, ROW_NUMBER() OVER () AS r FROM lookup) AS t WHERE t.r = 1) "
+            "GROUP BY region",
+            "ROW_NUMBER() OVER (ORDER BY lookup.code)",
+        ),
+    ],
+    ids=["limit", "cte", "offset-quantile", "row-number"],
+)
+def test_a_dp_stage_orders_the_analyst_s_scopes_before_limiting_them(dp_db, sql, ordered):
+    """A DP stage's exact cells run as a statement of their own, rendered before the result's
+    scopes are ordered (red team s33, ``rewrite.order``), so a LIMIT, OFFSET or ROW_NUMBER in
+    a public subquery of the WHERE kept the rows the engine's threads gave first. Measured
+    on a public table of 3,000,000 rows: ``age < (SELECT b.v FROM big b JOIN big a ON a.id =
+    b.id WHERE a.v > 3 LIMIT 1)`` counted ages below 4 in 57 runs and below 40 in 3, under
+    one cell identity: one noise over two exact counts, whose difference two analysts read
+    exactly. The stage's SQL now orders them, as the result's SQL does (the smallest value
+    here, in every run)."""
+    with sqlsdc.connect(dp_db, "ana") as con:
+        stage = con.explain(sql).dp_stages[0]
+    assert all(ordered in text for text in (stage.sql, *(h for _n, h in stage.histograms)))
