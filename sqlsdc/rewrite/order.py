@@ -51,7 +51,12 @@ from sqlglot import exp
 from sqlsdc.engines.trees import nodes, of_kind
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.rewrite.cells import ACCURACY_PREFIXES, CELLS, STATUS_PREFIX
-from sqlsdc.rewrite.spelling import in_one_spelling, in_one_spelling_already, remember_chosen_type
+from sqlsdc.rewrite.spelling import (
+    in_one_spelling,
+    in_one_spelling_already,
+    released_in_one_spelling,
+    remember_chosen_type,
+)
 
 _QUERIES = (exp.Select, exp.Union, exp.Intersect, exp.Except)
 _ORDERED = (exp.RowNumber, exp.Lag, exp.Lead, exp.FirstValue, exp.LastValue)
@@ -118,6 +123,7 @@ def analyst_scopes_in_order(tree: exp.Expr, sql: str) -> exp.Expr:
     runs), so one cell identity, and one noise, covered two populations, and two analysts
     differenced their exact counts (red team s36b). Changed in place and returned."""
     _order_scopes([n for n in of_kind(nodes(tree), _ORDER_READERS) if n.meta.get(_ANALYST)], sql)
+    released_in_one_spelling(tree, sql, within=lambda select: select.meta.get(_ANALYST))
     return tree
 
 

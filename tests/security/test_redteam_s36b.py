@@ -35,7 +35,8 @@ What broke (fixed here):
   b JOIN big a ON a.id = b.id WHERE a.v > 3 LIMIT 1)`` over a public table of 3,000,000 rows
   counted ages below 4 in 57 runs of 60 and below 40 in 3, under one cell identity (one
   noise over two exact counts: two analysts read their difference exactly). The analyst's
-  scopes in a stage are now ordered the same way (``rewrite.order.analyst_scopes_in_order``).
+  scopes in a stage are now ordered the same way, and the values they keep among equal ones
+  (-0.0 and 0.0) written in one spelling (``rewrite.order.analyst_scopes_in_order``).
 
 What held (tried, no test added): one cell identity over two exact values, none, over about
 150 spellings (private groups with ``max_rows_per_unit`` and a bounding report: its
@@ -333,3 +334,39 @@ def test_a_dp_stage_orders_the_analyst_s_scopes_before_limiting_them(dp_db, sql,
     with sqlsdc.connect(dp_db, "ana") as con:
         stage = con.explain(sql).dp_stages[0]
     assert all(ordered in text for text in (stage.sql, *(h for _n, h in stage.histograms)))
+
+
+@pytest.fixture(scope="module")
+def rates_db(tmp_path_factory) -> Path:
+    """persons (DP) next to a public table of rates holding -0.0 and 0.0."""
+    path = tmp_path_factory.mktemp("s36b_rates") / "rates.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE persons AS SELECT range AS pid, (range % 90)::INTEGER AS age "
+                "FROM range(3000)")  # fmt: skip
+    con.execute("CREATE TABLE rates (code VARCHAR PRIMARY KEY, r DOUBLE)")
+    con.execute("INSERT INTO rates VALUES ('a', -0.0), ('b', 0.0), ('c', 2.0)")
+    con.close()
+    dp = {"method": "dp", "spend": {"epsilon": "1/2"}}
+    sqlsdc.init(path, {
+        "tables": {
+            "persons": {"privacy_unit": "pid",
+                        "columns": {"pid": {"role": "identifier"}, "age": {"role": "dimension"}},
+                        "protection": {"counts": dp, "magnitudes": dp}},
+            "rates": {"kind": "public", "key": "code",
+                      "columns": {"code": {"role": "dimension"}, "r": {"role": "dimension"}}},
+        },
+        "users": {"admin": {"role": "admin"}, "ana": {"role": "analyst"}},
+        "budgets": [{"user": "*", "epsilon": 10}],
+    })  # fmt: skip
+    return path
+
+
+def test_a_dp_stage_spells_the_zero_a_public_limit_keeps(rates_db):
+    """Ordered, the rows -0.0 and 0.0 of rates still tie, and which one the LIMIT keeps was
+    the engine's: ``age > 1 / (that)`` counted everyone or no one under one cell identity.
+    The kept value is written in one spelling (``r + 0``), as in the result's SQL."""
+    sql = "SELECT COUNT(*) FROM persons WHERE age > 1 / (SELECT r FROM rates WHERE r < 1 LIMIT 1)"
+    with sqlsdc.connect(rates_db, "ana") as con:
+        stage = con.explain(sql).dp_stages[0]
+        assert "rates.r + 0 END) AS r FROM rates AS rates WHERE rates.r < 1 ORDER BY 1" in stage.sql
+        assert con.execute(sql).fetchall()
