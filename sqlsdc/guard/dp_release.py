@@ -52,6 +52,7 @@ from sqlsdc.mechanisms.dp_cells import (
     stddev,
     variance,
 )
+from sqlsdc.rewrite import dp as rewrite_dp
 from sqlsdc.rewrite.dp import DpStage
 
 WIDE_INTEGER = pa.decimal128(38, 0)
@@ -191,16 +192,26 @@ def price(stages, *, data_versions: dict[str, str], domains: Domains, paid=None)
 
 
 def check_sizes(stages, domains: Domains) -> None:
-    """Refuse, before anything is charged, a query whose release is too large to compute: a
-    quantile's scores (cells x candidate values) over :data:`MAX_QUANTILE_SCORES`. It is
-    decided from the policy (bounds and granularity give the candidates) and the public
-    domains (the cells): a refusal after the charge would make the analyst pay for nothing.
-    Private groups take their cells from the data, so only one cell's candidates are weighed
-    here; their cells are scored in blocks of at most that many scores
-    (:func:`~sqlsdc.mechanisms.dp_cells.noisy_quantiles`), never refused once paid."""
+    """Refuse, before anything is charged, a query whose release is too large to compute: the
+    cells of public domains over :data:`~sqlsdc.rewrite.dp.MAX_DOMAIN_CELLS` (the rewrite
+    weighs declared domains; a public table's values are known here: two keys of public
+    tables of 1,000 values each were a grid of 10^6 cells built in Python after the charge,
+    three of them 10^9: red team s36b), and a quantile's scores (cells x candidate values)
+    over :data:`MAX_QUANTILE_SCORES`. It is decided from the policy (bounds and granularity
+    give the candidates) and the public domains (the cells): a refusal after the charge would
+    make the analyst pay for nothing. Private groups take their cells from the data, so only
+    one cell's candidates are weighed here; their cells are scored in blocks of at most that
+    many scores (:func:`~sqlsdc.mechanisms.dp_cells.noisy_quantiles`), never refused once
+    paid."""
     for stage in stages:
         stage_domains = domains[stage.relation]
         cells = 1 if stage_domains is None else math.prod(map(len, stage_domains))
+        if cells > rewrite_dp.MAX_DOMAIN_CELLS:
+            raise PolicyViolation(
+                f"the public domains of the group keys give {cells:,} cells (more than "
+                f"{rewrite_dp.MAX_DOMAIN_CELLS:,})",
+                "group by fewer or coarser dimensions",
+            )
         for name, _sql in stage.histograms:
             b = next(s for s in stage.statistics if s.column == name).calibration.bounding
             candidates = int((b.upper - b.lower) / b.granularity) + 1

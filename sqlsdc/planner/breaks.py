@@ -8,8 +8,9 @@ cent in about 30 queries. Tables published by statistics offices answer the same
 size classes; so do we: a measure (or weight) may only be compared with its class breaks —
 those the policy declares (``breaks:``), else 0 and 1, 2, 5 times the powers of ten within the
 column's bounds — as a plain column, so that the most a bisection can learn is the class.
-Tables protected by differential privacy need no breaks: their noise is fresh per population
-and every question is charged.
+Tables whose counts and magnitudes are both protected by differential privacy need no breaks:
+their noise is fresh per population and every question is charged (a table whose magnitudes
+alone use DP answers counts by another method, exact or keyed and free: red team s36b).
 """
 
 from __future__ import annotations

@@ -111,6 +111,29 @@ def choose_mechanism(aggregates: list[ProtectedAggregate], count_methods: set[Me
     return next((m for m in PRECEDENCE if m in methods), Method.THRESHOLD)
 
 
+def _refuse_beside_dp_counts(node, kind, tables, rule, policy: Policy, select) -> None:
+    """Refuse a magnitude (SUM, AVG) released by another method than DP over a table whose
+    counts use DP (red team s36b). A policy that declares ``counts: {method: dp}`` alone
+    leaves magnitudes to the default, the threshold rule, whose SUM and AVG are exact: the
+    count of a cell is SUM/AVG exactly, and two overlapping populations give one person's
+    value, for no budget at all; the cell key method's are keyed, not charged, so their
+    differences average. Either would release for free what the DP counts charge for."""
+    if kind is not AggregateKind.MAGNITUDES or rule.method is Method.DP:
+        return
+    dp = sorted({t for t in tables if policy.table(t).rule(AggregateKind.COUNTS).method
+                 is Method.DP})  # fmt: skip
+    if dp:
+        raise PolicyViolation(
+            f"{node.sql('duckdb')[:80]} would be released with method {rule.method.value}, "
+            f"but the counts of {', '.join(dp)} use differential privacy: an exact or merely "
+            "perturbed SUM or AVG reveals those counts (COUNT = SUM / AVG) and single "
+            "persons' values without charging the privacy budget",
+            f"ask counts only, or an admin protects the magnitudes of {', '.join(dp)} with "
+            "method dp too (protection.magnitudes: {method: dp, spend: ...})",
+            select.sql("duckdb"),
+        )
+
+
 def status_scopes(analysis: Analysis) -> set[int]:
     """ids of the aggregation selects whose rows are the query's result rows."""
     root = analysis.root
@@ -234,6 +257,7 @@ class _Planner:
                 "aggregate each table on its own, or give the tables the same protection rule",
                 select.sql("duckdb"),
             )
+        _refuse_beside_dp_counts(node, kind, tables, rules[0], self.policy, select)
         k = max(r.min_frequency for r in rules)
         argument = node.this
         if isinstance(argument, exp.Distinct):

@@ -76,6 +76,7 @@ from sqlsdc.planner.identity import Population, aggregation_identity, canonical_
 from sqlsdc.planner.linear import exact_number
 from sqlsdc.policy import AggregateKind, GroupKeys, Method, Policy
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, cell_column
+from sqlsdc.rewrite.order import analyst_scopes_in_order
 from sqlsdc.rewrite.sql import copy_clause
 
 MECHANISM = "dp"
@@ -203,10 +204,6 @@ def _refuse(select: exp.Select, reason: str, hint: str = SHAPE) -> PolicyViolati
     return PolicyViolation(reason, hint, select.sql("duckdb"))
 
 
-def _as_list(value) -> list:
-    return value if isinstance(value, list) else [] if value is None else [value]
-
-
 def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql,
            population: Population | None = None) -> DpStage:  # fmt: skip
     plan, select = cells.plan, cells.select
@@ -217,24 +214,6 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql,
             "this aggregation mixes differential privacy with "
             + ", ".join(sorted(m.value for m in methods - {Method.DP})),
             "ask the counts and the magnitudes in separate queries",
-        )
-    # the exact cells' SQL reads FROM, joins, WHERE, the group keys and the aggregates'
-    # arguments: protected cells in any of them (COUNT(CASE WHEN x > (SELECT AVG(x) ...) THEN 1
-    # END), red team s35) reach the engine as a relation the stage cannot read
-    parts = [p for key in ("from_", "joins", "where") for p in _as_list(select.args.get(key))]
-    if any(
-        sub.alias == CELLS
-        for part in (*parts, *cells.keys, *cells.aggregates)
-        for sub in part.find_all(exp.Subquery)
-    ):
-        raise _refuse(
-            select,
-            "a differentially private aggregation cannot read the results of another "
-            "aggregation (a subquery or derived table of protected cells in FROM, JOIN, WHERE, "
-            "a group key or an aggregate's argument): its rows would depend on released values "
-            "the budget does not account for",
-            "filter the rows with conditions on their own columns, or ask the other "
-            "aggregation in its own query",
         )
     if len(set(plan.tables)) != 1 or not plan.units or len(plan.units) != 1:
         raise _refuse(
@@ -433,6 +412,9 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql,
         )
         for name, b in histograms
     )
+    _refuse_reading_cells(select, [exact_tree, *(tree for _name, tree in histogram_trees)])
+    for tree in (exact_tree, *(tree for _name, tree in histogram_trees)):
+        analyst_scopes_in_order(tree, select.sql("duckdb"))  # their SQL is rendered below
     # the rows kept are chosen by hashes of the query's measures (the unit row cap over all
     # cells, a quantile's rows within a cell), so the cells' identity names them
     ranked = tuple(sorted(measures))
@@ -463,6 +445,26 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql,
         reads=frozenset(t.name.lower() for t in exact_tree.find_all(exp.Table)),
         trees={None: exact_tree, **dict(histogram_trees)},
     )
+
+
+def _refuse_reading_cells(select: exp.Select, trees: list[exp.Select]) -> None:
+    """Refuse a stage whose exact cells would read protected cells: the engine computes them
+    before any noisy cells are registered, so such a statement failed after its charge, and
+    rows chosen by released values are a population the budget does not account for. Checked
+    on the stage's own SQL, so that every way its rows reach cells counts: FROM, joins, WHERE,
+    group keys and aggregates' arguments (``COUNT(CASE WHEN x > (SELECT AVG(x) ...) THEN 1
+    END)``, red team s35) and the CTEs they read (``WITH c AS (SELECT COUNT(*) AS n FROM t)
+    ... WHERE age < (SELECT n FROM c)``, red team s36b)."""
+    if any(sub.alias == CELLS for tree in trees for sub in tree.find_all(exp.Subquery)):
+        raise _refuse(
+            select,
+            "a differentially private aggregation cannot read the results of another "
+            "aggregation (a subquery, derived table or CTE of protected cells in FROM, JOIN, "
+            "WHERE, a group key or an aggregate's argument): its rows would depend on released "
+            "values the budget does not account for",
+            "filter the rows with conditions on their own columns, or ask the other "
+            "aggregation in its own query",
+        )
 
 
 class _Hashed(NamedTuple):
@@ -1005,8 +1007,10 @@ def _bounding_report(rows: exp.Select, n_keys: int, settings, clamps: dict[str, 
         return exp.IntDiv(this=_cast(top, BIGINT), expression=_cast(bottom, BIGINT))
 
     def per_kept(part: exp.Expr) -> exp.Expr:  # G * kept * part / (c n), 0 when c = 0
-        share = floor_div(exp.Mul(this=exp.Mul(this=g.copy(), expression=held.copy()),
-                                  expression=part), exp.Mul(this=c.copy(), expression=n.copy()))
+        share = floor_div(
+            exp.Mul(this=exp.Mul(this=g.copy(), expression=held.copy()), expression=part),
+            exp.Mul(this=c.copy(), expression=n.copy()),
+        )
         return exp.Case(ifs=[exp.If(this=exp.GT(this=c.copy(), expression=_int(0)), true=share)],
                         default=_int(0))  # fmt: skip
 
@@ -1103,8 +1107,9 @@ def _window(function: str, partition: list, order: list) -> exp.Window:
     return exp.Window(
         this=exp.Anonymous(this=function),
         partition_by=partition,
-        order=exp.Order(expressions=[o if isinstance(o, exp.Ordered) else exp.Ordered(this=o)
-                                     for o in order]),  # fmt: skip
+        order=exp.Order(
+            expressions=[o if isinstance(o, exp.Ordered) else exp.Ordered(this=o) for o in order]
+        ),  # fmt: skip
     )
 
 

@@ -51,7 +51,12 @@ from sqlglot import exp
 from sqlsdc.engines.trees import nodes, of_kind
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.rewrite.cells import ACCURACY_PREFIXES, CELLS, STATUS_PREFIX
-from sqlsdc.rewrite.spelling import in_one_spelling, in_one_spelling_already, remember_chosen_type
+from sqlsdc.rewrite.spelling import (
+    in_one_spelling,
+    in_one_spelling_already,
+    released_in_one_spelling,
+    remember_chosen_type,
+)
 
 _QUERIES = (exp.Select, exp.Union, exp.Intersect, exp.Except)
 _ORDERED = (exp.RowNumber, exp.Lag, exp.Lead, exp.FirstValue, exp.LastValue)
@@ -100,12 +105,33 @@ def in_released_order(tree: exp.Expr, sql: str) -> exp.Expr:
     Raises:
         PolicyViolation: a FIRST_VALUE or LAST_VALUE over a RANGE frame with an offset.
     """
+    _order_scopes(
+        [n for n in of_kind(nodes(tree), _ORDER_READERS)
+         if n is not tree and (n.meta.get(_ANALYST) or not _in_cells(n))],
+        sql,
+    )  # fmt: skip
+    _break_ties(tree, len(_first_select(tree).expressions))
+    return tree
+
+
+def analyst_scopes_in_order(tree: exp.Expr, sql: str) -> exp.Expr:
+    """``tree`` (a DP stage's exact cells, which the engine computes in a statement of their
+    own) with the analyst's scopes in it (:func:`mark_analyst_scopes`: a subquery of the WHERE,
+    a CTE the rows read) ordered as :func:`in_released_order` orders them; the stage's own
+    nodes are left as they are. A LIMIT over a public join or DISTINCT picks the row the
+    engine's threads give first (``age < (SELECT DISTINCT v FROM big LIMIT 1)``: 0 or 40 over
+    runs), so one cell identity, and one noise, covered two populations, and two analysts
+    differenced their exact counts (red team s36b). Changed in place and returned."""
+    _order_scopes([n for n in of_kind(nodes(tree), _ORDER_READERS) if n.meta.get(_ANALYST)], sql)
+    released_in_one_spelling(tree, sql, within=lambda select: select.meta.get(_ANALYST))
+    return tree
+
+
+def _order_scopes(found: list[exp.Expr], sql: str) -> None:
+    """Order the windows, LIMIT and OFFSET scopes, summing and choosing aggregates ``found``
+    (:func:`in_released_order`)."""
     chosen = []
-    for node in of_kind(nodes(tree), _ORDER_READERS):
-        if node is tree:
-            continue
-        if _in_cells(node) and not node.meta.get(_ANALYST):
-            continue
+    for node in found:
         if isinstance(node, _ACCUMULATING):
             _add_in_order(node)
         elif isinstance(node, _CHOOSING):
@@ -128,8 +154,6 @@ def in_released_order(tree: exp.Expr, sql: str) -> exp.Expr:
             _break_ties(node, len(_first_select(node).expressions))
     for node in chosen:
         in_one_spelling(node, sql)
-    _break_ties(tree, len(_first_select(tree).expressions))
-    return tree
 
 
 def _window_of(node: exp.Expr) -> exp.Window | None:

@@ -71,11 +71,13 @@ _SET_OPERATIONS = (exp.Union, exp.Intersect, exp.Except)
 _READING = ("expressions", "having", "qualify", "order")
 
 
-def released_in_one_spelling(tree: exp.Expr, sql: str | None = None) -> None:
+def released_in_one_spelling(tree: exp.Expr, sql: str | None = None, within=None) -> None:
     """Spell, in every query of ``tree`` (a protected query, changed in place), the values of
     each aggregate's DISTINCT, the keys of each GROUP BY where the query reads them, and the
     outputs of every query that keeps some of its rows among equal ones (DISTINCT, a set
-    operation's operands, LIMIT or OFFSET).
+    operation's operands, LIMIT or OFFSET). ``within`` (a test of a SELECT): only in the
+    queries it accepts (a DP stage's exact cells spell the analyst's scopes alone,
+    :func:`sqlsdc.rewrite.order.analyst_scopes_in_order`).
 
     Raises:
         PolicyViolation: such a value is a struct or a list that may hold floats or intervals
@@ -89,9 +91,11 @@ def released_in_one_spelling(tree: exp.Expr, sql: str | None = None) -> None:
             aggregate = node.parent if isinstance(node.parent, exp.AggFunc) else node.parent.parent
             if isinstance(aggregate, exp.Count):
                 continue  # a count of classes, whichever value stands for each
-            _spell_keys(node.find_ancestor(exp.Select), node.expressions, (), sql, aggregate)
+            select = node.find_ancestor(exp.Select)
+            if within is None or within(select):
+                _spell_keys(select, node.expressions, (), sql, aggregate)
     for node in walked:
-        if not isinstance(node, exp.Select):
+        if not isinstance(node, exp.Select) or (within is not None and not within(node)):
             continue
         group = node.args.get("group")
         if group is not None:
