@@ -519,7 +519,7 @@ class _Types:
         if column.table:
             sources = [scope.sources.get(column.table)]
         else:
-            sources = [s for s in scope.sources.values() if self._has(s, column.name)]
+            sources = [s for s in _selected(scope) if self._has(s, column.name)]
         if len(sources) != 1:
             return None
         source = sources[0]
@@ -556,7 +556,7 @@ class _Types:
             in_order = isinstance(column.find_ancestor(exp.Order, exp.Select), exp.Order)
             kind = self._projection(scope, column.name) if in_order else None
             if kind is None:
-                found = [self._output(s, column.name) for s in scope.sources.values()]
+                found = [self._output(s, column.name) for s in _selected(scope)]
                 found = [k for k in found if k is not None]
                 kind = found[0] if len(found) == 1 else None
         return UNKNOWN if kind is None else kind
@@ -576,7 +576,7 @@ class _Types:
         for position, projection in enumerate(selects[0].selects if selects else []):
             if isinstance(projection, exp.Star) or isinstance(projection.this, exp.Star):
                 table = projection.table if isinstance(projection, exp.Column) else ""
-                sources = [scope.sources.get(table)] if table else scope.sources.values()
+                sources = [scope.sources.get(table)] if table else _selected(scope)
                 found = [k for k in (self._output(s, name) for s in sources) if k is not None]
                 if found:
                     return found[0]
@@ -584,6 +584,12 @@ class _Types:
                 same = [s.selects[position] for s in selects if len(s.selects) > position]
                 return _unify(self.of(p) for p in same)
         return None
+
+
+def _selected(scope: Scope) -> list[exp.Table | Scope]:
+    """The tables and subqueries a scope's FROM and JOINs read (its ``sources`` also hold the
+    CTEs it could read, which an unqualified column does not name)."""
+    return [source for _node, source in scope.selected_sources.values()]
 
 
 def _branches(expression: exp.Expr) -> list[exp.Select]:

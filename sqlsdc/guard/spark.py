@@ -36,6 +36,7 @@ from sqlsdc.catalog import store
 from sqlsdc.engines.duckdb import EngineError, rollback
 from sqlsdc.engines.spark import check_portable, tables_read, view_name
 from sqlsdc.errors import Error, NotSupportedError, OperationalError, ProgrammingError
+from sqlsdc.guard.dp_release import no_rows
 from sqlsdc.guard.postprocess import check_faults, record_release, values_of
 from sqlsdc.guard.summable import check_summable
 from sqlsdc.guard.validate import check_engine_tables
@@ -161,6 +162,9 @@ def _release_dp(connection: Connection, engine: SparkEngine, query, query_id: in
         for key, tree in stage.trees.items():
             engine.sql(tree)
             trees[texts[key]] = tree
+        if stage.domains is None and stage.keys:  # private groups: their keys' types first
+            empty = no_rows(stage)  # (sqlsdc.guard.dp_release.check_private_keys)
+            trees[connection._context.to_sql(empty)] = empty
 
     def run(text: str) -> pa.Table:  # stage SQL by its tree; public domains parsed from text
         return engine.run(trees.get(text) or sqlglot.parse_one(text, read="duckdb"))
