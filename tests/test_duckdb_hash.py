@@ -9,6 +9,7 @@ widened, UBIGINT as DECIMAL(20, 0), HUGEINT as DECIMAL(38, 0)) and in DuckDB's o
 
 from __future__ import annotations
 
+import random
 from decimal import Decimal
 
 import duckdb
@@ -47,14 +48,13 @@ ALPHABET = list("abcXYZ019 _-éü✓😀\x00")
 def _integers(rng, low: int, high: int) -> list:
     edges = [low, high, 0, 1, -1, low + 1, high - 1, 2**31 - 1, 2**31, 2**32 - 1, 2**32, -(2**31)]
     edges = [e for e in edges if low <= e <= high]
-    spread = [int(low + (high - low) * x) for x in rng.random(ROWS - len(edges) - 1)]
-    return [*edges, None, *spread]
+    draw = random.Random(int(rng.integers(2**32)))  # exact integers of any size
+    return [*edges, None, *(draw.randint(low, high) for _ in range(ROWS - len(edges) - 1))]
 
 
 def _decimal(rng, precision: int, scale: int) -> list:
     top = 10**precision - 1
-    units = [int(-top + 2 * top * x) for x in rng.random(ROWS - 6)]
-    return [None, *(str(Decimal(u).scaleb(-scale)) for u in (top, -top, 0, 1, -1, *units))]
+    return [None if u is None else Decimal(f"{u}e-{scale}") for u in _integers(rng, -top, top)]
 
 
 def _strings(rng) -> list:
@@ -87,30 +87,39 @@ def _columns(rng) -> dict[str, tuple[str, list]]:
     return columns
 
 
-@pytest.fixture(scope="module")
-def table():
-    """A DuckDB connection with table ``t`` of every supported type (a row number ``i``)."""
+def make_table(con, name: str = "t") -> dict[str, str]:
+    """Table ``name`` of every supported type (and a row number ``i``) in DuckDB connection
+    ``con``; returns its columns' DuckDB types by name."""
     rng = np.random.default_rng(RNG_SEED)
     columns = _columns(rng)
-    con = duckdb.connect()
     frame = {"i": pa.array(range(ROWS), pa.int64())}
-    for name, (kind, values) in columns.items():
-        if kind.startswith("DECIMAL") or kind in INTEGERS:
-            frame[name] = pa.array([None if v is None else str(v) for v in values], pa.string())
+    for column, (kind, values) in columns.items():
+        if kind.startswith("DECIMAL"):  # exact (DuckDB reads long decimal strings as doubles)
+            precision, scale = (int(x) for x in kind[8:-1].split(","))
+            frame[column] = pa.array(values, pa.decimal128(precision, scale))
+        elif kind in INTEGERS:
+            frame[column] = pa.array([None if v is None else str(v) for v in values], pa.string())
         elif kind == "DATE":
-            frame[name] = pa.array(values, pa.int32()).cast(pa.date32())
+            frame[column] = pa.array(values, pa.int32()).cast(pa.date32())
         elif kind.startswith("TIMESTAMP"):
-            frame[name] = pa.array(values, pa.int64()).cast(pa.timestamp("us"))
+            frame[column] = pa.array(values, pa.int64()).cast(pa.timestamp("us"))
         elif kind in ("DOUBLE", "FLOAT"):
-            frame[name] = pa.array([None if v is None else float(v) for v in values], pa.float64())
+            frame[column] = pa.array([None if v is None else float(v) for v in values])
         elif kind == "BOOLEAN":
-            frame[name] = pa.array([None if v is None else bool(v) for v in values], pa.bool_())
+            frame[column] = pa.array([None if v is None else bool(v) for v in values], pa.bool_())
         else:
-            frame[name] = pa.array(values, pa.string())
+            frame[column] = pa.array(values, pa.string())
     source = pa.table(frame)  # noqa: F841 (read by DuckDB's replacement scan)
-    casts = ", ".join(f"CAST({name} AS {kind}) AS {name}" for name, (kind, _v) in columns.items())
-    con.execute(f"CREATE TABLE t AS SELECT i, {casts} FROM source ORDER BY i")
-    yield con, {name: kind for name, (kind, _v) in columns.items()}
+    casts = ", ".join(f"CAST({c} AS {kind}) AS {c}" for c, (kind, _v) in columns.items())
+    con.execute(f"CREATE TABLE {name} AS SELECT i, {casts} FROM source ORDER BY i")
+    return {column: kind for column, (kind, _v) in columns.items()}
+
+
+@pytest.fixture(scope="module")
+def table():
+    """A DuckDB connection with table ``t`` (:func:`make_table`) and its columns' types."""
+    con = duckdb.connect()
+    yield con, make_table(con)
     con.close()
 
 

@@ -836,7 +836,7 @@ def _unhashable(argument: exp.Expr, types: _Types) -> str:
     if stored is not None:
         if HASHED_DUCKDB_TYPES.fullmatch(stored):
             return ""
-        return f"hash of a {stored} column, which Spark's copy does not hash as DuckDB does"
+        return f"hash of {_a(stored)} column, which Spark's copy does not hash as DuckDB does"
     kind = types.of(argument)
     if kind not in (TEXT, BOOL, FLOAT, NULL):
         return (
@@ -849,14 +849,12 @@ def _unhashable(argument: exp.Expr, types: _Types) -> str:
 def _computed_problem(value: exp.Expr, types: _Types) -> str:
     """Why a computed VARCHAR, BOOLEAN or DOUBLE may be typed or valued otherwise on Spark
     ("" if not). Its DuckDB type is the class's one type when every column it reads (through
-    derived tables) is a copied column of :data:`HASHED_DUCKDB_TYPES` other than FLOAT and it
-    casts to no FLOAT; row-level operations give the same bits on both engines (this module's
-    rewrites), aggregates of DOUBLEs do not (the order of additions)."""
+    derived tables) is a copied column of :data:`HASHED_DUCKDB_TYPES` other than FLOAT (casts
+    to FLOAT are refused); row-level operations give the same bits on both engines (this
+    module's rewrites), aggregates of DOUBLEs do not (the order of additions)."""
     for node in value.walk():
         if isinstance(node, exp.AggFunc):
             return f"hash of a value computed by the aggregate {node.sql('duckdb')[:40]}"
-        if isinstance(node, exp.Cast) and node.to.this == exp.DataType.Type.FLOAT:
-            return "hash of a FLOAT (32-bit) value"
         if not isinstance(node, exp.Column):
             continue
         found = types.defined_as(node)
