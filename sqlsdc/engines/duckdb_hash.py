@@ -152,27 +152,25 @@ def _hash_decimals(column: pa.Array) -> np.ndarray:
 
 def _hash_strings(column: pa.Array) -> np.ndarray:
     """DuckDB's ``HashBytes`` of each string's UTF-8 bytes, 8 bytes (one block) at a time
-    for all strings at once."""
+    for all strings at once, each block read as one little-endian word."""
     offsets_type = np.int64 if pa.types.is_large_string(column.type) else np.int32
     offsets = np.frombuffer(column.buffers()[1], dtype=offsets_type)
     offsets = offsets[column.offset : column.offset + len(column) + 1].astype(np.int64)
     data = column.buffers()[2]
     data = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
     data = np.concatenate([data, np.zeros(8, dtype=np.uint8)])  # reads past the end are zeros
+    # words[i]: the 8 bytes from byte i, little-endian (an overlapping view, no copy)
+    words = np.ndarray((len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))
     starts, lengths = offsets[:-1], np.diff(offsets)
     valid = np.asarray(column.is_valid()) if column.null_count else np.ones(len(column), bool)
     lengths = np.where(valid, lengths, 0)
     hashed = STRING_SEED ^ (lengths.astype(np.uint64) * STRING_LENGTH_FACTOR)
     blocks = (lengths + 7) // 8
-    byte = np.arange(8)
-    weights = np.left_shift(np.uint64(1), (8 * byte).astype(np.uint64))
+    kept = np.array([(1 << (8 * n)) - 1 for n in range(8)] + [2**64 - 1], dtype=np.uint64)
     for block in range(int(blocks.max(initial=0))):
         rows = np.flatnonzero(blocks > block)
-        first = starts[rows] + 8 * block
-        where = first[:, None] + byte
-        read = data[np.minimum(where, len(data) - 1)].astype(np.uint64)
-        read[byte >= (lengths[rows] - 8 * block)[:, None]] = 0  # beyond the string: zeros
-        word = (read * weights).sum(axis=1, dtype=np.uint64)  # little-endian, no carries
+        left = np.minimum(lengths[rows] - 8 * block, 8)  # the block's bytes of the string
+        word = words[starts[rows] + 8 * block] & kept[left]  # zeros beyond the string
         hashed[rows] = (hashed[rows] ^ word) * C
     return murmur64(hashed)
 
