@@ -39,6 +39,16 @@ Differences found (DuckDB 2.0, Spark 4.3 in ANSI mode; each tested) and what hap
   of ``SORT_ARRAY(COLLECT_LIST(x), FALSE)``; ``list[j]`` beyond the end: NULL in DuckDB, an
   error in ANSI Spark → ``TRY_ELEMENT_AT``. Only a constant element of ``MAX(x, n)`` is portable.
 - ``ORDER BY``: NULLS LAST in DuckDB, NULLS FIRST ascending in Spark → made explicit.
+- ``hash(a, b, ...)``, the keyed choices of DP bounding: DuckDB's 64-bit hash of the values by
+  their DuckDB types → :data:`HASH_UDF`, the same hash in numpy (:mod:`.duckdb_hash`), as
+  DECIMAL(20, 0) (DuckDB's UBIGINT), over arguments whose DuckDB type is known: columns of
+  tables copied by :meth:`SparkEngine.load_duckdb` of the types it keeps, or row-level VARCHAR,
+  BOOLEAN and DOUBLE values computed from them; other arguments → refused.
+- ``LIST_MAX(MIN(x, n))``, the n-th smallest value (a unit's group cut): DuckDB only → the
+  largest of the first n of ``SORT_ARRAY(COLLECT_LIST(x))``; ``MIN(x, n)`` alone → refused.
+- ``CAST(x AS HUGEINT)``: no such Spark type → DECIMAL(38, 0), rounded as casts to integers.
+- ``JOIN ... USING``: only INNER joins, whose meaning is the same (Spark does not resolve the
+  right side's qualified key, which then fails to run).
 - ``a // b`` (DOUBLEs in DuckDB, error in Spark), ``LIKE`` (``\\`` escapes in Spark only),
   ``EXP`` and ``LN`` (libm vs Java: last bit, and LN(0) is -inf vs NULL) → refused.
 

@@ -13,10 +13,16 @@ message, for admins; the caller sees the condition name only).
 Spark releases cells of the cell key method, of the threshold rule and of differential privacy.
 For DP the exact bounded cells run on Spark, and the guarded connection charges the budget
 before they run, draws the noise and records the cells, exactly as for DuckDB; the noisy cells
-are then registered on Spark for the rest of the protected tree. A DP stage whose SQL is not
-portable (the keyed choice of groups of tables with several rows per unit uses DuckDB's
-``hash``) is refused before anything is charged. Suppression patterns are made and kept fresh
-by the DuckDB engine, so suppression is refused here (and audited as refused).
+are then registered on Spark for the rest of the protected tree. The keyed choices of the
+bounding (tables with several rows per unit, joins: a unit's groups and rows ranked by
+DuckDB's ``hash(record key, keys, measures)``) run on Spark through the engine's UDF that
+computes DuckDB's hash bit for bit (:mod:`sqlsdc.engines.duckdb_hash`), so they keep the same
+groups and rows, and the same cells get the same noise and ledger rows. A DP stage whose SQL is
+not portable (a hash of a type Spark's copy holds otherwise, an ENUM say; lists of distinct
+values; the bounding report) is refused before anything is charged. Private group keys are
+typed by Spark's answer (:func:`~sqlsdc.engines.spark.normalise_types`): a DECIMAL key reads as
+DOUBLE there and is refused, unpaid, where DuckDB releases it. Suppression patterns are made
+and kept fresh by the DuckDB engine, so suppression is refused here (and audited as refused).
 
 Example:
     >>> engine = SparkEngine(SparkSession.builder.getOrCreate())  # doctest: +SKIP
