@@ -531,6 +531,30 @@ def test_hash_of_a_type_copied_otherwise_is_refused(engine, column, kind):
     assert engine.sql(parse("SELECT hash(k) FROM odd"))  # the INTEGER alone is hashed
 
 
+def test_hash_arguments_are_typed_by_duckdb():
+    """The hash of a value depends on its DuckDB type; computed values are hashed only when it
+    is pinned and Spark computes the same bits (not through a DOUBLE conversion of more than 15
+    digits, which DuckDB rounds twice)."""
+    duckdb_types = {"t": {"a": "DECIMAL(20,2)", "b": "DECIMAL(8,2)", "h": "HUGEINT",
+                          "i": "INTEGER", "s": "VARCHAR"}}  # fmt: skip
+    schema = {"t": {"a": "decimal(20,2)", "b": "decimal(8,2)", "h": "decimal(38,0)",
+                    "i": "int", "s": "string"}}  # fmt: skip
+    hashed = "SELECT SQLSDC_DUCKDB_HASH(NAMED_STRUCT('a0', s, 'a1', h, 'a2', a)) FROM t"
+    assert to_spark_sql(parse("SELECT hash(s, h, a) FROM t"), schema, duckdb_types) == hashed
+    assert "HASH(NAMED_STRUCT('a0', CAST(b AS DOUBLE) - 1" in to_spark_sql(
+        parse("SELECT hash(CAST(b AS DOUBLE) - 1) FROM t"), schema, duckdb_types
+    )
+    for argument, why in [
+        ("CAST(a AS DOUBLE) - 1", "computed from a, of type DECIMAL"),
+        ("CAST(h AS DOUBLE)", "computed from h, of type HUGEINT"),
+        ("i * 2", "computed INTEGER"),
+        ("s", "not copied with load_duckdb"),
+    ]:
+        known = duckdb_types if argument != "s" else None
+        with pytest.raises(NotSupportedError, match=f"not portable to Spark: hash of .*{why}"):
+            to_spark_sql(parse(f"SELECT hash({argument}) FROM t"), schema, known)
+
+
 def test_hash_of_a_column_not_copied_from_duckdb_is_refused(engine):
     engine.register("plain", engine.session.createDataFrame([(1, "a")], "k long, s string"))
     with pytest.raises(NotSupportedError, match="not copied with load_duckdb"):
