@@ -49,6 +49,8 @@ Differences found (DuckDB 2.0, Spark 4.3 in ANSI mode; each tested) and what hap
 - ``CAST(x AS HUGEINT)``: no such Spark type → DECIMAL(38, 0), rounded as casts to integers.
 - ``JOIN ... USING``: only INNER joins, whose meaning is the same (Spark does not resolve the
   right side's qualified key, which then fails to run).
+- ``QUALIFY``: none in Spark; sqlglot filters a subquery instead → only for a SELECT of named
+  columns without ORDER BY, LIMIT or DISTINCT (which would change place).
 - ``a // b`` (DOUBLEs in DuckDB, error in Spark), ``LIKE`` (``\\`` escapes in Spark only),
   ``EXP`` and ``LN`` (libm vs Java: last bit, and LN(0) is -inf vs NULL) → refused.
 
@@ -376,12 +378,28 @@ def _clause_problem(node: exp.Expr) -> str:
             return "only INNER joins may be written with USING"
         if (node.kind or "INNER") not in ("INNER", "OUTER", "CROSS"):
             return f"{node.kind} joins are not portable"
+    if isinstance(node, exp.Qualify):
+        return _qualify_problem(node.parent)
     if isinstance(node, exp.Group) and node.args.get("all"):
         return "GROUP BY ALL is not portable; list the keys"
     if isinstance(node, exp.Distinct) and node.args.get("on") is not None:
         return "DISTINCT ON is DuckDB only"
     if isinstance(node, exp.Table) and node.catalog:
         return "tables are named by schema and name only"
+    return ""
+
+
+def _qualify_problem(select: exp.Expr) -> str:
+    """Spark has no QUALIFY: sqlglot moves the SELECT into a subquery with the window as a
+    column ``_w`` and filters on it, which keeps the meaning only for a SELECT of named columns
+    without ORDER BY, LIMIT or DISTINCT (a star would return ``_w`` too, ORDER BY and LIMIT would
+    move inside the filter)."""
+    if not isinstance(select, exp.Select):
+        return "QUALIFY is portable in a SELECT only"
+    if any(isinstance(p, exp.Star) or isinstance(p.this, exp.Star) for p in select.selects):
+        return "QUALIFY is portable only with the columns named (no *)"
+    if any(select.args.get(k) for k in ("order", "limit", "offset", "distinct")):
+        return "QUALIFY is portable only without ORDER BY, LIMIT, OFFSET and DISTINCT"
     return ""
 
 
