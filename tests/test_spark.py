@@ -594,6 +594,7 @@ REFUSED = [
     ("SELECT * FROM vals NATURAL JOIN vals AS w", r"joins with ON"),
     ("SELECT * FROM vals ANTI JOIN vals AS w ON vals.i = w.i", r"ANTI joins"),
     ("SELECT * FROM vals LEFT JOIN vals AS w USING (id)", r"only INNER joins .* USING"),
+    ("SELECT * FROM vals JOIN vals AS w USING (id)", r"USING join's \* puts the key first"),
     ("SELECT * FROM vals QUALIFY ROW_NUMBER() OVER (ORDER BY id) = 1", r"QUALIFY .*\(no \*\)"),
     ("SELECT id FROM vals QUALIFY ROW_NUMBER() OVER (ORDER BY id) < 3 LIMIT 1", r"QUALIFY .*LIMIT"),
     ("SELECT DISTINCT ON (g) g FROM vals", r"DISTINCT ON"),

@@ -48,7 +48,7 @@ Differences found (DuckDB 2.0, Spark 4.3 in ANSI mode; each tested) and what hap
   largest of the first n of ``SORT_ARRAY(COLLECT_LIST(x))``; ``MIN(x, n)`` alone → refused.
 - ``CAST(x AS HUGEINT)``: no such Spark type → DECIMAL(38, 0), rounded as casts to integers.
 - ``JOIN ... USING``: only INNER joins, whose meaning is the same (Spark does not resolve the
-  right side's qualified key, which then fails to run).
+  right side's qualified key, which then fails to run), and no ``*`` (Spark puts the key first).
 - ``QUALIFY``: none in Spark; sqlglot filters a subquery instead → only for a SELECT of named
   columns without ORDER BY, LIMIT or DISTINCT (which would change place).
 - ``a // b`` (DOUBLEs in DuckDB, error in Spark), ``LIKE`` (``\\`` escapes in Spark only),
@@ -376,6 +376,8 @@ def _clause_problem(node: exp.Expr) -> str:
             return "only INNER, LEFT, RIGHT, FULL and CROSS joins with ON are portable"
         if node.args.get("using") and (node.side or node.kind not in ("", "INNER")):
             return "only INNER joins may be written with USING"
+        if node.args.get("using") and _has_star(node.parent):
+            return "a USING join's * puts the key first in Spark; name the columns"
         if (node.kind or "INNER") not in ("INNER", "OUTER", "CROSS"):
             return f"{node.kind} joins are not portable"
     if isinstance(node, exp.Qualify):
@@ -396,11 +398,17 @@ def _qualify_problem(select: exp.Expr) -> str:
     move inside the filter)."""
     if not isinstance(select, exp.Select):
         return "QUALIFY is portable in a SELECT only"
-    if any(isinstance(p, exp.Star) or isinstance(p.this, exp.Star) for p in select.selects):
+    if _has_star(select):
         return "QUALIFY is portable only with the columns named (no *)"
     if any(select.args.get(k) for k in ("order", "limit", "offset", "distinct")):
         return "QUALIFY is portable only without ORDER BY, LIMIT, OFFSET and DISTINCT"
     return ""
+
+
+def _has_star(select: exp.Expr) -> bool:
+    return isinstance(select, exp.Select) and any(
+        isinstance(p, exp.Star) or isinstance(p.this, exp.Star) for p in select.selects
+    )
 
 
 def _describe(node: exp.Expr) -> str:
