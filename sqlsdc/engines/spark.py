@@ -39,6 +39,18 @@ Differences found (DuckDB 2.0, Spark 4.3 in ANSI mode; each tested) and what hap
   of ``SORT_ARRAY(COLLECT_LIST(x), FALSE)``; ``list[j]`` beyond the end: NULL in DuckDB, an
   error in ANSI Spark → ``TRY_ELEMENT_AT``. Only a constant element of ``MAX(x, n)`` is portable.
 - ``ORDER BY``: NULLS LAST in DuckDB, NULLS FIRST ascending in Spark → made explicit.
+- ``hash(a, b, ...)``, the keyed choices of DP bounding: DuckDB's 64-bit hash of the values by
+  their DuckDB types → :data:`HASH_UDF`, the same hash in numpy (:mod:`.duckdb_hash`), as
+  DECIMAL(20, 0) (DuckDB's UBIGINT), over arguments whose DuckDB type is known: columns of
+  tables copied by :meth:`SparkEngine.load_duckdb` of the types it keeps, or row-level VARCHAR,
+  BOOLEAN and DOUBLE values computed from them; other arguments → refused.
+- ``LIST_MAX(MIN(x, n))``, the n-th smallest value (a unit's group cut): DuckDB only → the
+  largest of the first n of ``SORT_ARRAY(COLLECT_LIST(x))``; ``MIN(x, n)`` alone → refused.
+- ``CAST(x AS HUGEINT)``: no such Spark type → DECIMAL(38, 0), rounded as casts to integers.
+- ``JOIN ... USING``: only INNER joins, whose meaning is the same (Spark does not resolve the
+  right side's qualified key, which then fails to run), and no ``*`` (Spark puts the key first).
+- ``QUALIFY``: none in Spark; sqlglot filters a subquery instead → only for a SELECT of named
+  columns without ORDER BY, LIMIT or DISTINCT (which would change place).
 - ``a // b`` (DOUBLEs in DuckDB, error in Spark), ``LIKE`` (``\\`` escapes in Spark only),
   ``EXP`` and ``LN`` (libm vs Java: last bit, and LN(0) is -inf vs NULL) → refused.
 
@@ -63,6 +75,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
+from sqlsdc.engines.duckdb_hash import HASHED_DUCKDB_TYPES
 from sqlsdc.errors import Error, NotSupportedError, OperationalError, ProgrammingError
 
 if TYPE_CHECKING:
@@ -72,11 +85,13 @@ if TYPE_CHECKING:
 DIALECT = "spark"
 INSTALL_HINT = 'install it with: pip install "sqlsdc[spark]"'
 ANSI = "spark.sql.ansi.enabled"
+HASH_UDF = "sqlsdc_duckdb_hash"
+"""DuckDB's ``hash`` on Spark: the Arrow UDF each :class:`SparkEngine` registers on its session."""
 
 PORTABLE_FUNCTIONS: frozenset[type[exp.Expr]] = frozenset(
     {
         # aggregates, window ranking, grouping
-        exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max, exp.Bracket,
+        exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max, exp.Bracket, exp.ArrayMax,
         exp.RowNumber, exp.Rank, exp.DenseRank, exp.Grouping,
         # scalar functions
         exp.Abs, exp.Least, exp.Greatest, exp.Coalesce, exp.Nullif, exp.Case, exp.If,
@@ -87,12 +102,14 @@ PORTABLE_FUNCTIONS: frozenset[type[exp.Expr]] = frozenset(
         exp.And, exp.Or, exp.Not, exp.Is, exp.In, exp.Between,
     }
 )  # fmt: skip
-"""Functions and operators that may reach Spark: each is evaluated on both engines in tests."""
+"""Functions and operators that may reach Spark: each is evaluated on both engines in tests.
+DuckDB's ``hash`` (a function sqlglot does not know) is one too: see :func:`_hash`."""
 
 PORTABLE_CLAUSES: frozenset[type[exp.Expr]] = frozenset(
     {
         exp.Select, exp.From, exp.Join, exp.Where, exp.Group, exp.Having, exp.Order,
         exp.Ordered, exp.Limit, exp.Offset, exp.Subquery, exp.With, exp.CTE, exp.Union,
+        exp.Qualify,
         exp.Cube, exp.Rollup, exp.GroupingSets, exp.Window, exp.WindowSpec, exp.Distinct,
         exp.Table, exp.TableAlias, exp.Column, exp.Identifier, exp.Alias, exp.Star,
         exp.Paren, exp.Tuple, exp.Literal, exp.Null, exp.Boolean, exp.DataType,
@@ -111,31 +128,40 @@ NUMERIC = (INT, DECIMAL, FLOAT)
 # --- the passes --------------------------------------------------------------------------------
 
 
-def to_spark_sql(tree: exp.Expr, schema: Mapping[str, Mapping[str, str]] | None = None) -> str:
+def to_spark_sql(
+    tree: exp.Expr,
+    schema: Mapping[str, Mapping[str, str]] | None = None,
+    duckdb_types: Mapping[str, Mapping[str, str]] | None = None,
+) -> str:
     """Spark SQL that computes what DuckDB computes for ``tree``; ``tree`` is not changed.
 
     ``schema`` maps view names to ``{column: type}`` (Spark or DuckDB type names); without it,
-    rewrites that depend on a column's type refuse.
+    rewrites that depend on a column's type refuse. ``duckdb_types`` maps the views copied from
+    DuckDB to their columns' DuckDB types; without it, ``hash`` of a column is refused.
 
     Example:
         >>> tree = sqlglot.parse_one("SELECT p.v FROM sqlsdc.t AS p ORDER BY p.v", read="duckdb")
         >>> to_spark_sql(tree)
         'SELECT p.v FROM sqlsdc__t AS p ORDER BY p.v NULLS LAST'
     """
-    return to_spark(tree, schema).sql(dialect=DIALECT)
+    return to_spark(tree, schema, duckdb_types).sql(dialect=DIALECT)
 
 
-def to_spark(tree: exp.Expr, schema: Mapping[str, Mapping[str, str]] | None = None) -> exp.Expr:
+def to_spark(
+    tree: exp.Expr,
+    schema: Mapping[str, Mapping[str, str]] | None = None,
+    duckdb_types: Mapping[str, Mapping[str, str]] | None = None,
+) -> exp.Expr:
     """The Spark tree for a protected tree: the passes of this module on a private copy."""
     duckdb_tree = read_as_duckdb(tree)
     _check(duckdb_tree)
-    return _translate(duckdb_tree, schema)
+    return _translate(duckdb_tree, schema, duckdb_types)
 
 
-def _translate(duckdb_tree: exp.Expr, schema) -> exp.Expr:
+def _translate(duckdb_tree: exp.Expr, schema, duckdb_types=None) -> exp.Expr:
     """Passes 3 and 4 on a checked tree of our own (mutated)."""
     rename_tables(duckdb_tree)
-    return keep_duckdb_semantics(duckdb_tree, _Types(duckdb_tree, schema))
+    return keep_duckdb_semantics(duckdb_tree, _Types(duckdb_tree, schema, duckdb_types))
 
 
 def read_as_duckdb(tree: exp.Expr) -> exp.Expr:
@@ -152,6 +178,8 @@ def _check(tree: exp.Expr) -> None:
     for node in tree.walk():
         if type(node) in PORTABLE_FUNCTIONS:
             problem = _ARGUMENT_RULES.get(type(node), _no_problem)(node)
+        elif _is_hash(node):
+            problem = "" if node.expressions else "hash() needs an argument"
         elif type(node) in PORTABLE_CLAUSES:
             problem = _clause_problem(node)
         else:
@@ -293,6 +321,23 @@ def _max_problem(node: exp.Max) -> str:
     return "the n of MAX(x, n) must be a positive integer constant"
 
 
+def _min_problem(node: exp.Min) -> str:
+    count = node.args.get("count")
+    if count is None:
+        return ""
+    if not isinstance(node.parent, exp.ArrayMax):
+        return "only LIST_MAX(MIN(x, n)), the n-th smallest value, is portable"
+    if _int_literal(count) is None or _int_literal(count) < 1:
+        return "the n of MIN(x, n) must be a positive integer constant"
+    return ""
+
+
+def _list_max_problem(node: exp.ArrayMax) -> str:
+    if isinstance(node.this, exp.Min) and node.this.args.get("count") is not None:
+        return ""
+    return "only LIST_MAX(MIN(x, n)), the n-th smallest value, is portable"
+
+
 def _bracket_problem(node: exp.Bracket) -> str:
     top = node.this
     if (
@@ -319,16 +364,24 @@ _ARGUMENT_RULES: dict[type[exp.Expr], Callable[[exp.Expr], str]] = {
     exp.In: _in_problem,
     exp.Between: _between_problem,
     exp.Max: _max_problem,
+    exp.Min: _min_problem,
+    exp.ArrayMax: _list_max_problem,
     exp.Bracket: _bracket_problem,
 }
 
 
 def _clause_problem(node: exp.Expr) -> str:
     if isinstance(node, exp.Join):
-        if node.args.get("method") or node.args.get("using") or node.args.get("match_condition"):
+        if node.args.get("method") or node.args.get("match_condition"):
             return "only INNER, LEFT, RIGHT, FULL and CROSS joins with ON are portable"
+        if node.args.get("using") and (node.side or node.kind not in ("", "INNER")):
+            return "only INNER joins may be written with USING"
+        if node.args.get("using") and _has_star(node.parent):
+            return "a USING join's * puts the key first in Spark; name the columns"
         if (node.kind or "INNER") not in ("INNER", "OUTER", "CROSS"):
             return f"{node.kind} joins are not portable"
+    if isinstance(node, exp.Qualify):
+        return _qualify_problem(node.parent)
     if isinstance(node, exp.Group) and node.args.get("all"):
         return "GROUP BY ALL is not portable; list the keys"
     if isinstance(node, exp.Distinct) and node.args.get("on") is not None:
@@ -336,6 +389,26 @@ def _clause_problem(node: exp.Expr) -> str:
     if isinstance(node, exp.Table) and node.catalog:
         return "tables are named by schema and name only"
     return ""
+
+
+def _qualify_problem(select: exp.Expr) -> str:
+    """Spark has no QUALIFY: sqlglot moves the SELECT into a subquery with the window as a
+    column ``_w`` and filters on it, which keeps the meaning only for a SELECT of named columns
+    without ORDER BY, LIMIT or DISTINCT (a star would return ``_w`` too, ORDER BY and LIMIT would
+    move inside the filter)."""
+    if not isinstance(select, exp.Select):
+        return "QUALIFY is portable in a SELECT only"
+    if _has_star(select):
+        return "QUALIFY is portable only with the columns named (no *)"
+    if any(select.args.get(k) for k in ("order", "limit", "offset", "distinct")):
+        return "QUALIFY is portable only without ORDER BY, LIMIT, OFFSET and DISTINCT"
+    return ""
+
+
+def _has_star(select: exp.Expr) -> bool:
+    return isinstance(select, exp.Select) and any(
+        isinstance(p, exp.Star) or isinstance(p.this, exp.Star) for p in select.selects
+    )
 
 
 def _describe(node: exp.Expr) -> str:
@@ -388,12 +461,18 @@ def _unify(classes: Iterable[str]) -> str:
 
 
 class _Types:
-    """The DuckDB type class of every node of one tree, from the schemas of the views it reads."""
+    """The DuckDB type class of every node of one tree, from the schemas of the views it reads;
+    and, for the columns of views copied from DuckDB, their DuckDB type (:meth:`stored`)."""
 
-    def __init__(self, tree: exp.Expr, schema: Mapping[str, Mapping[str, str]] | None):
+    def __init__(self, tree: exp.Expr, schema: Mapping[str, Mapping[str, str]] | None,
+                 duckdb_types: Mapping[str, Mapping[str, str]] | None = None):  # fmt: skip
         self.schema = {
             view.lower(): {column.lower(): type_class(t) for column, t in columns.items()}
             for view, columns in (schema or {}).items()
+        }
+        self.duckdb_types = {
+            view.lower(): {column.lower(): t for column, t in columns.items()}
+            for view, columns in (duckdb_types or {}).items()
         }
         self.scope_of: dict[int, Scope] = {}
         for scope in traverse_scope(tree):  # innermost scopes first
@@ -449,9 +528,59 @@ class _Types:
             return self.of(node.expressions[0])
         if isinstance(node, (exp.Alias, exp.Paren, exp.Neg, exp.Abs, exp.Min, exp.Max, exp.Sum,
                              exp.Round, exp.Nullif, exp.Window, exp.Ordered, exp.Order,
-                             exp.Bracket)):  # fmt: skip
+                             exp.Bracket, exp.ArrayMax)):  # fmt: skip
             return self.of(node.this)
         return UNKNOWN
+
+    def stored(self, node: exp.Expr) -> str | None:
+        """The DuckDB type of the column whose values ``node`` is (through aliases, derived
+        tables, MIN and MAX), if it reads a view copied from DuckDB; else None."""
+        while isinstance(node, (exp.Alias, exp.Paren, exp.Min, exp.Max)):
+            if node.args.get("count") is not None:
+                return None
+            node = node.this
+        if not isinstance(node, exp.Column):
+            return None
+        found = self.defined_as(node)
+        if isinstance(found, tuple):
+            return self.duckdb_types.get(found[0], {}).get(found[1])
+        return self.stored(found) if found is not None else None
+
+    def defined_as(self, column: exp.Column) -> tuple[str, str] | exp.Expr | None:
+        """What ``column`` reads: ``(view, column)`` of a table, the projection of a derived
+        table or CTE that defines it, or None (unknown, a star, a set operation)."""
+        scope = self.scope_of.get(id(column))
+        if scope is None:
+            return None
+        if column.table:
+            sources = [scope.sources.get(column.table)]
+        else:
+            sources = [s for s in _selected(scope) if self._has(s, column.name)]
+        if len(sources) != 1:
+            return None
+        source = sources[0]
+        if isinstance(source, exp.Table):
+            return source.name.lower(), column.name.lower()
+        if isinstance(source, Scope):
+            return self._projected(source, column.name)
+        return None
+
+    def _has(self, source: exp.Table | Scope, name: str) -> bool:
+        if isinstance(source, exp.Table):
+            return name.lower() in self.schema.get(source.name.lower(), {})
+        return isinstance(source, Scope) and self._projected(source, name) is not None
+
+    def _projected(self, scope: Scope, name: str) -> exp.Expr | None:
+        """The expression of output column ``name`` of a one-branch scope (the first of that
+        name, as in DuckDB), or None (a star, a set operation, no such column)."""
+        if not isinstance(scope.expression, exp.Select):
+            return None
+        for projection in scope.expression.selects:
+            if isinstance(projection, exp.Star) or isinstance(projection.this, exp.Star):
+                return None
+            if projection.alias_or_name == name:
+                return projection
+        return None
 
     def _column(self, column: exp.Column) -> str:
         scope = self.scope_of.get(id(column))
@@ -463,7 +592,7 @@ class _Types:
             in_order = isinstance(column.find_ancestor(exp.Order, exp.Select), exp.Order)
             kind = self._projection(scope, column.name) if in_order else None
             if kind is None:
-                found = [self._output(s, column.name) for s in scope.sources.values()]
+                found = [self._output(s, column.name) for s in _selected(scope)]
                 found = [k for k in found if k is not None]
                 kind = found[0] if len(found) == 1 else None
         return UNKNOWN if kind is None else kind
@@ -483,7 +612,7 @@ class _Types:
         for position, projection in enumerate(selects[0].selects if selects else []):
             if isinstance(projection, exp.Star) or isinstance(projection.this, exp.Star):
                 table = projection.table if isinstance(projection, exp.Column) else ""
-                sources = [scope.sources.get(table)] if table else scope.sources.values()
+                sources = [scope.sources.get(table)] if table else _selected(scope)
                 found = [k for k in (self._output(s, name) for s in sources) if k is not None]
                 if found:
                     return found[0]
@@ -491,6 +620,12 @@ class _Types:
                 same = [s.selects[position] for s in selects if len(s.selects) > position]
                 return _unify(self.of(p) for p in same)
         return None
+
+
+def _selected(scope: Scope) -> list[exp.Table | Scope]:
+    """The tables and subqueries a scope's FROM and JOINs read (its ``sources`` also hold the
+    CTEs it could read, which an unqualified column does not name)."""
+    return [source for _node, source in scope.selected_sources.values()]
 
 
 def _branches(expression: exp.Expr) -> list[exp.Select]:
@@ -577,21 +712,30 @@ _CAST_REFUSALS = {
 
 
 _CAST_TARGETS = {
-    exp.DataType.Type.INT, exp.DataType.Type.BIGINT, exp.DataType.Type.DOUBLE,
-    exp.DataType.Type.DECIMAL, exp.DataType.Type.VARCHAR, exp.DataType.Type.TEXT,
+    exp.DataType.Type.INT, exp.DataType.Type.BIGINT, exp.DataType.Type.INT128,
+    exp.DataType.Type.DOUBLE, exp.DataType.Type.DECIMAL, exp.DataType.Type.VARCHAR,
+    exp.DataType.Type.TEXT,
 }  # fmt: skip
 
 
 def _cast(node: exp.Cast, types: _Types) -> exp.Expr:
     """DuckDB rounds to integers (DOUBLE half to even, DECIMAL half away from zero); Spark
-    truncates. Other casts are portable only between the types and classes tested."""
+    truncates. Spark has no HUGEINT: DECIMAL(38, 0) holds its values (the DP sums of
+    :func:`sqlsdc.rewrite.dp._scaled`). Other casts are portable only between the types and
+    classes tested."""
     if node.to.this not in _CAST_TARGETS:
-        raise _refuse(node, "only casts to INTEGER, BIGINT, DOUBLE, DECIMAL and VARCHAR are tested")
+        raise _refuse(
+            node, "only casts to INTEGER, BIGINT, HUGEINT, DOUBLE, DECIMAL and VARCHAR are tested"
+        )
     source, target = types.of(node.this), type_class(node.to)
+    huge = node.to.this == exp.DataType.Type.INT128
+    to = _type("DECIMAL(38, 0)") if huge else node.to.copy()
     if target == INT and source == FLOAT:
-        return exp.Cast(this=exp.func("BROUND", node.this.copy()), to=node.to.copy())
+        return exp.Cast(this=exp.func("BROUND", node.this.copy()), to=to)
     if target == INT and source == DECIMAL:
-        return exp.Cast(this=exp.Round(this=node.this.copy()), to=node.to.copy())
+        return exp.Cast(this=exp.Round(this=node.this.copy()), to=to)
+    if huge and source in (INT, NULL):
+        return exp.Cast(this=node.this.copy(), to=to)
     portable = {
         INT: (INT, BOOL, NULL),
         DECIMAL: (INT, DECIMAL, NULL),
@@ -683,6 +827,98 @@ def _top_values(node: exp.Max, types: _Types) -> exp.Expr:
     )
 
 
+def _bottom_values(node: exp.Min, types: _Types) -> exp.Expr:
+    """DuckDB's ``MIN(x, n)`` (the n smallest values, ties kept, NULLs ignored) has no Spark
+    aggregate → the first n of the values sorted in ascending order. Only ``LIST_MAX`` of it is
+    portable (the n-th smallest value; NULL over no values on both engines)."""
+    if node.args.get("count") is None:
+        return node
+    values = exp.Anonymous(this="COLLECT_LIST", expressions=[node.this.copy()])
+    ascending = exp.Anonymous(this="SORT_ARRAY", expressions=[values, exp.true()])
+    return exp.Anonymous(
+        this="SLICE", expressions=[ascending, exp.Literal.number(1), node.args["count"].copy()]
+    )
+
+
+def _is_hash(node: exp.Expr) -> bool:
+    return isinstance(node, exp.Anonymous) and node.name.upper() == "HASH"
+
+
+def _hash(node: exp.Expr, types: _Types) -> exp.Expr:
+    """DuckDB's ``hash(a, b, ...)`` is a 64-bit hash (a UBIGINT) of the values by their DuckDB
+    types, Spark's a 32-bit Murmur3 → :data:`HASH_UDF`, which computes DuckDB's
+    (:mod:`sqlsdc.engines.duckdb_hash`) as DECIMAL(20, 0), over a struct of the arguments.
+
+    The hash depends on the DuckDB type of each argument (an INTEGER -1 and a BIGINT -1 hash
+    apart), and the UDF sees Spark's types. So an argument must be a column (or MIN or MAX of
+    one) of a table copied from DuckDB whose type is in :data:`HASHED_DUCKDB_TYPES` (the copy
+    keeps its hash), or a VARCHAR or BOOLEAN computed from such columns; anything else is
+    refused."""
+    if not _is_hash(node):
+        return node
+    fields: list[exp.Expr] = []
+    for position, argument in enumerate(node.expressions):
+        problem = _unhashable(argument, types)
+        if problem:
+            raise _refuse(node, problem)
+        fields += [exp.Literal.string(f"a{position}"), argument.copy()]
+    struct = exp.Anonymous(this="NAMED_STRUCT", expressions=fields)
+    return exp.Anonymous(this=HASH_UDF, expressions=[struct])
+
+
+def _unhashable(argument: exp.Expr, types: _Types) -> str:
+    """Why Spark cannot hash ``argument`` as DuckDB does ("" if it can)."""
+    stored = types.stored(argument)
+    if stored is not None:
+        if HASHED_DUCKDB_TYPES.fullmatch(stored):
+            return ""
+        return f"hash of {_a(stored)} column, which Spark's copy does not hash as DuckDB does"
+    kind = types.of(argument)
+    if kind not in (TEXT, BOOL, FLOAT, NULL):
+        return (
+            f"hash of a computed {kind} (or of a column not copied with load_duckdb), whose "
+            "DuckDB type Spark does not know"
+        )
+    return _computed_problem(argument, types)
+
+
+def _computed_problem(value: exp.Expr, types: _Types) -> str:
+    """Why a computed VARCHAR, BOOLEAN or DOUBLE may be typed or valued otherwise on Spark
+    ("" if not). Its DuckDB type is the class's one type when every column it reads (through
+    derived tables) is a copied column of :data:`HASHED_DUCKDB_TYPES` other than FLOAT (casts
+    to FLOAT are refused); row-level operations give the same bits on both engines (this
+    module's rewrites), aggregates of DOUBLEs do not (the order of additions). Numbers of more
+    than 15 digits (HUGEINT, UBIGINT, DECIMAL(16+)) are left out too: DuckDB converts them to
+    DOUBLE in two roundings, Spark in one, which may differ in the last bit."""
+    for node in value.walk():
+        if isinstance(node, exp.AggFunc):
+            return f"hash of a value computed by the aggregate {node.sql('duckdb')[:40]}"
+        if not isinstance(node, exp.Column):
+            continue
+        found = types.defined_as(node)
+        if isinstance(found, exp.Expr):
+            problem = _computed_problem(found, types)
+            if problem:
+                return problem
+            continue
+        stored = types.stored(node) if found is not None else None
+        if stored is None:
+            return (
+                f"hash of a value computed from {node.sql('duckdb')}, whose DuckDB type is not "
+                "known (a column not copied with load_duckdb, or read through a star)"
+            )
+        if not HASHED_DUCKDB_TYPES.fullmatch(stored) or _wide(stored):
+            return f"hash of a value computed from {node.sql('duckdb')}, of type {stored}"
+    return ""
+
+
+def _wide(stored: str) -> bool:
+    """A FLOAT, or a number whose conversion to DOUBLE may differ between the engines."""
+    if stored.startswith("DECIMAL("):
+        return int(stored[8:].split(",")[0]) > 15
+    return stored in ("FLOAT", "HUGEINT", "UBIGINT")
+
+
 def _element(node: exp.Bracket, types: _Types) -> exp.Expr:
     """DuckDB's ``list[j]`` is NULL beyond the end; Spark's ``array[j]`` raises in ANSI mode →
     ``TRY_ELEMENT_AT`` (1-based, NULL beyond the end)."""
@@ -717,6 +953,8 @@ def _in_any_order(rule: Callable[[exp.Expr, _Types], exp.Expr], exact: tuple[str
 
 _SEMANTICS: dict[type[exp.Expr], Callable[[exp.Expr, _Types], exp.Expr]] = {
     exp.Max: _top_values,
+    exp.Min: _bottom_values,
+    exp.Anonymous: _hash,
     exp.Bracket: _element,
     exp.Div: _divide,
     exp.Avg: _in_any_order(_average, (INT, NULL)),
@@ -768,6 +1006,18 @@ def _require_pyspark() -> None:
         raise NotSupportedError(f"the Spark engine needs PySpark; {INSTALL_HINT}") from None
 
 
+def _register_hash(session: SparkSession) -> None:
+    """Register :data:`HASH_UDF` on ``session``. Its module is shipped to Spark's Python
+    workers by value, so they need numpy and pyarrow (as every Arrow UDF does), not sqlsdc."""
+    from pyspark import cloudpickle
+    from pyspark.sql.functions import arrow_udf
+
+    from sqlsdc.engines import duckdb_hash
+
+    cloudpickle.register_pickle_by_value(duckdb_hash)
+    session.udf.register(HASH_UDF, arrow_udf(duckdb_hash.hash_struct, "decimal(20,0)"))
+
+
 class SparkEngine:
     """Runs protected trees on a SparkSession; results are Arrow tables typed as by
     :func:`normalise_types`, equal to DuckDB's for the same data.
@@ -794,8 +1044,10 @@ class SparkEngine:
         session.conf.set(ANSI, "true")
         self.schemas: dict[str, dict[str, str]] = {}  # view -> {column: Spark type}
         self.data_versions: dict[str, str] = {}  # tables copied by load_duckdb: DuckDB version
+        self.duckdb_types: dict[str, dict[str, str]] = {}  # their views: {column: DuckDB type}
         self.summable: dict[tuple[str, str], bool] = {}  # sqlsdc.guard.summable's scans
         self._folders: list[str] = []
+        _register_hash(session)
 
     def register(self, name: str, source: DataFrame | str | Path) -> None:
         """Make table ``name`` (DuckDB name, e.g. ``persons`` or ``sqlsdc.ptable``) readable by
@@ -804,6 +1056,7 @@ class SparkEngine:
         frame = self.session.read.parquet(str(source)) if is_path else source
         self._register_frame(name, frame)
         self.data_versions.pop(name.lower(), None)  # not (or no longer) a copy of a DuckDB table
+        self.duckdb_types.pop(view_name(name), None)
         self.summable = {key: ok for key, ok in self.summable.items() if key[0] != name.lower()}
 
     def register_cells(self, name: str, cells: pa.Table) -> None:
@@ -867,6 +1120,9 @@ class SparkEngine:
                         "pass the database path instead of a hardened sqlsdc connection"
                     ) from None
                 self.register(name, path)
+                self.duckdb_types[view_name(name)] = {
+                    c.lower(): str(t) for c, t in zip(relation.columns, relation.types, strict=True)
+                }
                 if "." not in name:  # a data table (not sqlsdc.*): as Connection._data_version
                     self.data_versions[name.lower()] = data_version(con, name)
         finally:
@@ -883,7 +1139,7 @@ class SparkEngine:
                 f"table {', '.join(missing)} is not registered with the Spark engine; "
                 "use register() or load_duckdb()"
             )
-        return _translate(duckdb_tree, self.schemas).sql(dialect=DIALECT)
+        return _translate(duckdb_tree, self.schemas, self.duckdb_types).sql(dialect=DIALECT)
 
     def run(self, tree: exp.Expr) -> pa.Table:
         """Run a protected tree; the result has DuckDB's values, typed by normalise_types."""
@@ -910,6 +1166,7 @@ class SparkEngine:
             self.session.catalog.dropTempView(view)
         self.schemas.clear()
         self.data_versions.clear()
+        self.duckdb_types.clear()
         for folder in self._folders:
             shutil.rmtree(folder, ignore_errors=True)
         self._folders.clear()

@@ -13,10 +13,16 @@ message, for admins; the caller sees the condition name only).
 Spark releases cells of the cell key method, of the threshold rule and of differential privacy.
 For DP the exact bounded cells run on Spark, and the guarded connection charges the budget
 before they run, draws the noise and records the cells, exactly as for DuckDB; the noisy cells
-are then registered on Spark for the rest of the protected tree. A DP stage whose SQL is not
-portable (the keyed choice of groups of tables with several rows per unit uses DuckDB's
-``hash``) is refused before anything is charged. Suppression patterns are made and kept fresh
-by the DuckDB engine, so suppression is refused here (and audited as refused).
+are then registered on Spark for the rest of the protected tree. The keyed choices of the
+bounding (tables with several rows per unit, joins: a unit's groups and rows ranked by
+DuckDB's ``hash(record key, keys, measures)``) run on Spark through the engine's UDF that
+computes DuckDB's hash bit for bit (:mod:`sqlsdc.engines.duckdb_hash`), so they keep the same
+groups and rows, and the same cells get the same noise and ledger rows. A DP stage whose SQL is
+not portable (a hash of a type Spark's copy holds otherwise, an ENUM say; lists of distinct
+values; the bounding report) is refused before anything is charged. Private group keys are
+typed by Spark's answer (:func:`~sqlsdc.engines.spark.normalise_types`): a DECIMAL key reads as
+DOUBLE there and is refused, unpaid, where DuckDB releases it. Suppression patterns are made
+and kept fresh by the DuckDB engine, so suppression is refused here (and audited as refused).
 
 Example:
     >>> engine = SparkEngine(SparkSession.builder.getOrCreate())  # doctest: +SKIP
@@ -36,6 +42,7 @@ from sqlsdc.catalog import store
 from sqlsdc.engines.duckdb import EngineError, rollback
 from sqlsdc.engines.spark import check_portable, tables_read, view_name
 from sqlsdc.errors import Error, NotSupportedError, OperationalError, ProgrammingError
+from sqlsdc.guard.dp_release import no_rows
 from sqlsdc.guard.postprocess import check_faults, record_release, values_of
 from sqlsdc.guard.summable import check_summable
 from sqlsdc.guard.validate import check_engine_tables
@@ -161,6 +168,9 @@ def _release_dp(connection: Connection, engine: SparkEngine, query, query_id: in
         for key, tree in stage.trees.items():
             engine.sql(tree)
             trees[texts[key]] = tree
+        if stage.domains is None and stage.keys:  # private groups: their keys' types first
+            empty = no_rows(stage)  # (sqlsdc.guard.dp_release.check_private_keys)
+            trees[connection._context.to_sql(empty)] = empty
 
     def run(text: str) -> pa.Table:  # stage SQL by its tree; public domains parsed from text
         return engine.run(trees.get(text) or sqlglot.parse_one(text, read="duckdb"))
