@@ -199,6 +199,8 @@ def _check_request(db: Path, out: Path, folder: Path | None, queries: dict, repl
         folder.is_file() or folder.resolve() in (db.resolve(), out.resolve())
     ):
         raise Error(f"--parquet {folder} must be a folder, not a file; name a new folder")
+    if folder is not None and folder.exists():  # replaced as a whole: an earlier release only
+        release_parquet.check_replaceable(folder)
     seen: dict[str, str] = {}
     for name in queries:
         if not name.isidentifier() or name.startswith("__") or name.casefold() == CONTENTS:
