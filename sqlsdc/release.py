@@ -43,6 +43,7 @@ from sqlsdc.policy import load_policy
 from sqlsdc.tabular.universe import STATUS, VALUE, universe_of
 
 CONTENTS = "release_contents"
+SIDE_FILES = (".wal", ".lock", ".waiting")  # beside the database: DuckDB's and file_lock's
 
 
 @dataclass(frozen=True)
@@ -188,6 +189,13 @@ def _catalog(db: Path):
 def _check_request(db: Path, out: Path, folder: Path | None, queries: dict, replace: bool) -> None:
     if out.resolve() == db.resolve():
         raise Error("the release database must be another file than the confidential one")
+    beside = {db.resolve().with_name(db.resolve().name + end) for end in SIDE_FILES}
+    for target in (out, folder):  # DuckDB deletes a stray WAL; a new lock file lets two write
+        if target is not None and target.resolve() in beside:
+            raise Error(
+                f"{target} is a file kept beside the database {db.name} (its write-ahead log, "
+                "lock or waiting list); name another"
+            )
     for target in (out, folder):
         if target is not None and target.exists() and not replace:
             raise Error(f"{target} exists; pass --force (or --replace) to overwrite it")

@@ -58,6 +58,7 @@ from sqlsdc.catalog import store
 from sqlsdc.catalog.store import require_admin
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import Error, TabularError, VerificationError
+from sqlsdc.jobs.differencing import refuse_small_differences
 from sqlsdc.policy import ColumnRole, Policy, load_policy
 from sqlsdc.tabular.model import TOTAL, Hierarchy, Table
 from sqlsdc.tabular.rules import (
@@ -73,6 +74,9 @@ from sqlsdc.tabular.verify import verify_suppression
 OUTPUT_SCHEMA = "protected"
 LEDGER_STATUS = "__status"  # the ledger status column of a job's released cells
 TABULAR_METHODS = ("suppress", "round", "cta", "ipf")  # jobs that store a table of cells
+# jobs that publish cells with their exact values (CTA: the cells it did not have to move);
+# two of them over populations that differ by a few units tell those units' values apart
+EXACT_METHODS = ("suppress", "cta")
 
 Progress = Callable[[str], None]  # called with the name of each step as it starts
 
@@ -453,6 +457,8 @@ def _checked_job(con, user, sql, into, method, query_id, replace, base=None) -> 
     spec = parse_job(sql, policy)
     _refuse_live_universe(con, policy, spec)
     _refuse_second_protection(con, policy, spec, into, method)
+    if method in EXACT_METHODS:
+        refuse_small_differences(con, policy, spec, _exact_releases(con, policy, spec))
     if replace and base is not None:
         _refuse_another_base(con, into, base)
     check_output_name(con, into, replace, TabularError)
@@ -704,6 +710,39 @@ def _outputs_of_the_same_cells(
     (:func:`_same_rows`: however its WHERE is written), whatever its dimensions (tables of
     other dimensions share their totals), or over other rows of which some cell is one of the
     job's (:func:`_share_a_cell`)."""
+    found = []
+    for name, method, theirs in _stored_outputs(con, policy):
+        if _shape(theirs) != _shape(spec):
+            if name == own:
+                found.append((name, method, table_dims(theirs, policy), False))
+            continue
+        same_rows = _same_rows(con, spec.table, theirs.where, spec.where)
+        if name == own or same_rows or _share_a_cell(con, theirs, spec):
+            found.append((name, method, table_dims(theirs, policy), same_rows))
+    return found
+
+
+def _exact_releases(con, policy: Policy, spec: JobSpec) -> list:
+    """``(label, WHERE, dimension columns)`` of every release of the job's table and aggregate
+    that readers hold with exact values (:func:`~sqlsdc.jobs.differencing.
+    refuse_small_differences`): the guard's suppression pattern (the whole table) and every
+    stored output of a job of :data:`EXACT_METHODS`, a replaced one too (its earlier readers
+    keep it)."""
+    found = []
+    table = policy.table(spec.table)
+    if table.suppression is not None:
+        universe = universe_of(policy, spec.table)
+        if (spec.measure or COUNT) in universe.aggregates:
+            found.append((f"the suppression pattern of {spec.table}", None, universe.columns))
+    for name, method, theirs in _stored_outputs(con, policy):
+        if method in EXACT_METHODS and _shape(theirs) == _shape(spec):
+            found.append((name, theirs.where, theirs.dims))
+    return found
+
+
+def _stored_outputs(con, policy: Policy) -> list[tuple[str, str, JobSpec]]:
+    """``(name, method, parsed SQL)`` of the stored tabular job outputs whose SQL the policy
+    still reads."""
     existing = {
         f"{schema}.{name}"
         for schema, name in con.execute(
@@ -721,16 +760,9 @@ def _outputs_of_the_same_cells(
         if name not in existing:
             continue
         try:
-            theirs = parse_job(sql, policy)
+            found.append((name, method, parse_job(sql, policy)))
         except TabularError:  # a table or column the policy no longer declares
             continue
-        if _shape(theirs) != _shape(spec):
-            if name == own:
-                found.append((name, method, table_dims(theirs, policy), False))
-            continue
-        same_rows = _same_rows(con, spec.table, theirs.where, spec.where)
-        if name == own or same_rows or _share_a_cell(con, theirs, spec):
-            found.append((name, method, table_dims(theirs, policy), same_rows))
     return found
 
 

@@ -11,7 +11,25 @@ What broke (fixed here):
   and audit log (the publication's own accepted entry and ledger rows with it), and every
   other file there. Only an earlier release folder (its ``manifest.json`` and the files it
   lists, nothing else) is replaced now (``release_parquet.check_replaceable``), checked with
-  the request, before anything is charged.
+  the request, before anything is charged. Nor is OUT (or DIR) a file kept beside the
+  database any more: ``publish conf.duckdb conf.duckdb.wal`` wrote the release where DuckDB
+  keeps its write-ahead log, and the next opening of the database deleted it as a stray log;
+  over ``conf.duckdb.lock`` (``--force``) the new file would let two processes write at once.
+
+- **Differencing a job's table and another release of populations a few units apart.** A job
+  over ``WHERE age >= 1`` by geography x sex on the suppression demo was accepted next to the
+  live pattern of every person (its WHERE drops rows, so it is not the live universe), and
+  the release file held both: in 144 cells published by both, the difference was the count
+  (1-4) of persons aged 0 there (one girl aged 0 in R01-M001), cells the policy's ``freq:5``
+  hides. So with a suppression job of ``age >= 80`` next to one of ``age >= 85`` (their cells
+  all differ, so they were not "the same cells"), and with ``SUM(turnover) ... WHERE employees
+  >= 10`` next to the live enterprises pattern: the turnover of a cell's few small firms. A
+  job publishing exact values (suppression, CTA) is now refused when a cell it shares with an
+  exact release of the same table and aggregate has overlapping populations that differ, on
+  one side only, by fewer units than the minimum frequency (``jobs/differencing.py``).
+  Left open: the two patterns together (a cell one hides and the other publishes, the LP over
+  both with non-negative differences: on the demo it pinned 60 of the ``age >= 1`` job's
+  secondaries, no primary) and rounded tables next to others (allowed by red team s33c).
 """
 
 from __future__ import annotations
@@ -21,7 +39,9 @@ import json
 import duckdb
 import pytest
 
-from sqlsdc.errors import Error
+from sqlsdc.errors import Error, TabularError
+from sqlsdc.jobs.adjust import cta_query
+from sqlsdc.jobs.protect import protect_query
 from sqlsdc.release import publish
 
 
@@ -72,3 +92,65 @@ def test_an_earlier_release_folder_is_still_replaced(in_a_folder, tmp_path):
     with pytest.raises(Error, match="not an earlier release folder"):
         publish(db, tmp_path / "release.duckdb", "admin", parquet=folder, replace=True)
     assert (folder / "extra.csv").exists()
+
+
+@pytest.mark.parametrize("end", [".wal", ".lock", ".waiting"])
+def test_the_release_is_no_file_kept_beside_the_database(in_a_folder, tmp_path, end):
+    db = in_a_folder
+    beside = db.with_name(db.name + end)
+    with pytest.raises(Error, match="kept beside the database"):
+        publish(db, beside, "admin", replace=True)
+    with pytest.raises(Error, match="kept beside the database"):
+        publish(db, tmp_path / "release.duckdb", "admin", parquet=beside, replace=True)
+    assert not beside.exists() or end == ".lock"
+
+
+OLD = "SELECT region, education, COUNT(*) FROM persons WHERE age >= 85 GROUP BY region, education"
+
+
+@pytest.fixture()
+def suppress_db(suppress_template, tmp_path, copy_database):
+    return copy_database(suppress_template, tmp_path)
+
+
+def _stored(db) -> list[tuple]:
+    return read(db, "SELECT name FROM sqlsdc.outputs ORDER BY name")
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT region, municipality, sex, COUNT(*) FROM persons WHERE age >= 1 "
+        "GROUP BY region, municipality, sex",
+        "SELECT nace, region, SUM(turnover) FROM enterprises WHERE employees >= 10 "
+        "GROUP BY nace, region",
+    ],
+    ids=["persons-but-babies", "turnover-of-larger-firms"],
+)
+def test_a_job_a_few_units_off_the_live_pattern_is_refused(suppress_db, sql):
+    with pytest.raises(TabularError, match="overlap and differ by only"):
+        protect_query(suppress_db, "admin", sql, into="near", time_limit=10)
+    assert _stored(suppress_db) == []
+    decision, reason = read(suppress_db, "SELECT decision, reason FROM sqlsdc.audit "
+                                         "ORDER BY query_id DESC LIMIT 1")[0]  # fmt: skip
+    assert decision == "refused" and "differ by only" in reason
+    # populations that differ by at least the minimum frequency in every shared cell stay
+    # allowed: one far from the whole table (red team s30f), the babies by region (10 or more)
+    protect_query(suppress_db, "admin", OLD, into="old", time_limit=10)
+    by_region = "SELECT region, COUNT(*) FROM persons WHERE age >= 1 GROUP BY region"
+    protect_query(suppress_db, "admin", by_region, into="by_region", time_limit=10)
+
+
+def test_exact_jobs_of_nested_populations_are_refused(jobs_demo_db):
+    """Before: ``age >= 80`` was stored next to ``age >= 85``; the difference of two published
+    cells counted the persons aged 80-84 there, down to 1."""
+    db = jobs_demo_db
+    protect_query(db, "admin", OLD, into="s85")
+    wider = OLD.replace("age >= 85", "age >= 80")
+    with pytest.raises(TabularError, match="protected.s85 overlap and differ by only"):
+        protect_query(db, "admin", wider, into="s80")
+    with pytest.raises(TabularError, match="protected.s85 overlap and differ by only"):
+        cta_query(db, "admin", wider, into="c80")
+    assert _stored(db) == [("protected.s85",)]
+    # a population disjoint from the first shares no unit: nothing to difference
+    protect_query(db, "admin", OLD.replace("age >= 85", "age < 20"), into="young")
