@@ -30,6 +30,20 @@ What broke (fixed here):
   Left open: the two patterns together (a cell one hides and the other publishes, the LP over
   both with non-negative differences: on the demo it pinned 60 of the ``age >= 1`` job's
   secondaries, no primary) and rounded tables next to others (allowed by red team s33c).
+
+- **Suppression jobs of the same rows, read together.** Red team s32b made a job keep the
+  cells another suppression output of the same rows hid, but it still hid cells the other
+  had published, and audited its pattern alone. After nace x region (``freq:3``), the nace x
+  region x size_class job hid nine (nace, region) totals the first published: the two tables
+  together pinned eleven of its primaries exactly ((M, R01, micro) = 1; (M, R01) = 2 with two
+  listed inner cells). A job now publishes the cells such outputs published with the same
+  value (``forced``, as the query path keeps its earlier pattern), and is refused when they
+  leave a primary unprotectable. Tables coding a shared cell differently (region x education
+  next to geography x education, whose region subtotals are the same cells) were not matched
+  at all; the attacker LP over every such output and the job (``jobs/linked_audit.py``, over
+  the cross-classification of all their dimensions) now refuses the job when a primary is
+  narrower than its levels. Before, municipality x education then municipality x sex of
+  ``age >= 80`` left counts of 9 at [1, 11] and 7 at [1, 9] (30 % needed).
 """
 
 from __future__ import annotations
@@ -43,6 +57,7 @@ from sqlsdc.errors import Error, TabularError
 from sqlsdc.jobs.adjust import cta_query
 from sqlsdc.jobs.protect import protect_query
 from sqlsdc.release import publish
+from sqlsdc.tabular.rules import FrequencyRule
 
 
 def read(path, sql: str) -> list[tuple]:
@@ -154,3 +169,34 @@ def test_exact_jobs_of_nested_populations_are_refused(jobs_demo_db):
     assert _stored(db) == [("protected.s85",)]
     # a population disjoint from the first shares no unit: nothing to difference
     protect_query(db, "admin", OLD.replace("age >= 85", "age < 20"), into="young")
+
+
+NACE_REGION = "SELECT nace, region, COUNT(*) FROM enterprises GROUP BY nace, region"
+NACE_REGION_SIZE = (
+    "SELECT nace, region, size_class, COUNT(*) FROM enterprises GROUP BY nace, region, size_class"
+)
+
+
+def test_a_finer_table_cannot_hide_what_a_coarser_one_published(jobs_demo_db):
+    """Before: stored, and with the coarser table's published (M, R01) total, its (M, R01,
+    micro) and (M, R01, small) primaries were pinned at 1."""
+    rule = [FrequencyRule(3)]
+    protect_query(jobs_demo_db, "admin", NACE_REGION, into="two", rules=rule)
+    with pytest.raises(TabularError, match="are public, and with this table's cells they reveal"):
+        protect_query(jobs_demo_db, "admin", NACE_REGION_SIZE, into="three", rules=rule)
+    assert _stored(jobs_demo_db) == [("protected.two",)]
+
+
+def _by(dims: str) -> str:
+    return f"SELECT {dims}, COUNT(*) FROM persons WHERE age >= 80 GROUP BY {dims}"
+
+
+@pytest.mark.parametrize("order", ["regions-first", "municipalities-first"])
+def test_tables_coding_shared_cells_otherwise_are_audited_together(jobs_demo_db, order):
+    """Region subtotals of a geography table are the cells of a region table."""
+    jobs = [("r", _by("region, education")), ("g", _by("region, municipality, education"))]
+    first, second = jobs if order == "regions-first" else jobs[::-1]
+    protect_query(jobs_demo_db, "admin", first[1], into=first[0])
+    with pytest.raises(TabularError, match=f"read together with protected.{first[0]}"):
+        protect_query(jobs_demo_db, "admin", second[1], into=second[0])
+    assert _stored(jobs_demo_db) == [(f"protected.{first[0]}",)]
