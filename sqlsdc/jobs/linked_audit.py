@@ -72,10 +72,13 @@ def audit_linked(
             "dimensions and those of the outputs it shares cells with (NULL codes?); the "
             "pattern cannot be audited together with them"
         )
+    n = len(truth)
+    nonnegative = bool((truth >= 0).all())
+    count = spec.measure is None
+    read = [mine]  # the frames audited, in the order of blocks
     known_values = [values]
     known_suppressed = [np.asarray(suppressed, dtype=bool)]
     bounds = [np.asarray(lower, dtype=np.float64)]
-    count = spec.measure is None
     for _name, frame in earlier:
         member = _members(frame, levels, cover)
         theirs = member @ truth
@@ -83,18 +86,16 @@ def audit_linked(
         published = frame["value"].to_numpy(np.float64)
         if not np.allclose(theirs[shown], published[shown], rtol=1e-9, atol=1e-6):
             continue  # stored before the data changed: not a projection of today's cells
+        read.append(frame)
         blocks.append(member)
         known_values.append(theirs)
         known_suppressed.append(~shown)
-        listed = (frame[[d for d in frame.columns if d in levels]] != TOTAL).all(axis=1)
-        bounds.append(np.where(listed.to_numpy() & count, 1.0, 0.0))
+        listed = _inner(frame, levels) & count  # a listed count is at least 1
+        bounds.append(np.where(listed, 1.0, 0.0 if nonnegative else -np.inf))
     # a cover cell outside every listed inner cell of one table is empty, as its reader knows
-    empty = np.zeros(len(truth), dtype=bool)
-    for member, frame in zip(blocks, frames, strict=False):
-        inner = (frame[[d for d in frame.columns if d in levels]] != TOTAL).all(axis=1)
-        empty |= np.asarray(member[np.flatnonzero(inner.to_numpy())].sum(axis=0)).ravel() == 0
-    n = len(truth)
-    nonnegative = bool((truth >= 0).all())
+    empty = np.zeros(n, dtype=bool)
+    for member, frame in zip(blocks, read, strict=True):
+        empty |= np.asarray(member[np.flatnonzero(_inner(frame, levels))].sum(axis=0)).ravel() == 0
     member = sparse.vstack(blocks).tocsr()
     A = sparse.hstack([-member, sparse.identity(member.shape[0], format="csr")]).tocsr()
     cells = np.concatenate([truth, *known_values])
@@ -187,6 +188,11 @@ def _members(frame: pd.DataFrame, levels: dict, cover: pd.DataFrame) -> sparse.c
     data = np.ones(sum(r.size for r in rows))
     return sparse.csr_matrix((data, (np.concatenate(rows), np.concatenate(cols))),
                              shape=(len(frame), len(cover)))  # fmt: skip
+
+
+def _inner(frame: pd.DataFrame, levels: dict) -> np.ndarray:
+    """The rows of ``frame`` that are inner cells (no dimension at its total)."""
+    return (frame[[d for d in frame.columns if d in levels]] != TOTAL).all(axis=1).to_numpy()
 
 
 def _part(result, at: slice):

@@ -644,7 +644,10 @@ def _table(frame: pd.DataFrame, spec: JobSpec, policy: Policy, top_k: int) -> Ta
     if top_k:
         for j in range(top_k):
             name = f"top{j + 1}"
-            cells[name] = [t[j] if t is not None and len(t) > j else 0.0 for t in frame["top"]]
+            cells[name] = [  # no list where every contribution is NULL (pandas NA)
+                t[j] if isinstance(t, list | tuple | np.ndarray) and len(t) > j else 0.0
+                for t in frame["top"]
+            ]
             tops.append(name)
     return Table.from_cells(cells, dims, top=tops, hierarchies=hierarchies or None)
 

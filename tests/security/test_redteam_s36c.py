@@ -44,6 +44,10 @@ What broke (fixed here):
   the cross-classification of all their dimensions) now refuses the job when a primary is
   narrower than its levels. Before, municipality x education then municipality x sex of
   ``age >= 80`` left counts of 9 at [1, 11] and 7 at [1, 9] (30 % needed).
+
+- **A sum job over a cell of NULL measures** stopped on a ``TypeError`` (the largest
+  contributions of such a cell are SQL NULL, read as pandas ``NA``); it is now the job's clear
+  refusal of missing values.
 """
 
 from __future__ import annotations
@@ -200,3 +204,10 @@ def test_tables_coding_shared_cells_otherwise_are_audited_together(jobs_demo_db,
     with pytest.raises(TabularError, match=f"read together with protected.{first[0]}"):
         protect_query(jobs_demo_db, "admin", second[1], into=second[0])
     assert _stored(jobs_demo_db) == [(f"protected.{first[0]}",)]
+
+
+def test_a_sum_over_a_cell_of_null_measures_is_a_clear_refusal(jobs_demo_db):
+    """Some municipality x education cell of persons aged 80+ has NULL incomes only."""
+    sql = _by("municipality, education").replace("COUNT(*)", "SUM(income)")
+    with pytest.raises(TabularError, match="missing values"):
+        protect_query(jobs_demo_db, "admin", sql, into="incomes")
