@@ -706,9 +706,14 @@ def _earlier_suppressions(
 
 def _audit_with_earlier(job: Job, table: Table, result, found, known, time_limit) -> None:
     """The job's pattern audited together with the suppression outputs of the same rows it
-    shares cells with (:func:`~sqlsdc.jobs.linked_audit.audit_linked`; red team s36c)."""
+    shares cells with (:func:`~sqlsdc.jobs.linked_audit.audit_linked`; red team s36c). An
+    output of the job's own dimensions is left out: each of its cells is one of the job's,
+    kept suppressed or published by :func:`_earlier_suppressions`, so the job's own audit
+    reads it already."""
     earlier = []
-    for name, _theirs in _same_cells(job):
+    for name, theirs in _same_cells(job):
+        if list(theirs) == list(table.dims):
+            continue
         before = job.con.sql(f"SELECT * FROM {name}").df()
         if "status" in before.columns and "value" in before.columns:
             earlier.append((name, before))
