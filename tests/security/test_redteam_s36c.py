@@ -48,6 +48,21 @@ What broke (fixed here):
 - **A sum job over a cell of NULL measures** stopped on a ``TypeError`` (the largest
   contributions of such a cell are SQL NULL, read as pandas ``NA``); it is now the job's clear
   refusal of missing values.
+
+What held (tried, not kept as tests): the release file and its Parquet copy hold no ``__``
+column, no rule and no primary/secondary distinction, no column comments, only the
+``ARROW:schema`` key in Parquet metadata; a suppression job's published ``lower_bound`` /
+``upper_bound`` equal an independent attacker LP over its published cells (132 and 8 cells);
+27 rephrasings of a cell or its complement (``<>``, ``IN``, ``OR``, ``NOT``, ``LIKE``,
+``BETWEEN``, row values, ``||``, CASE groups, FILTER, ``COUNT(col)``, ``SUM(age)``) were
+refused or answered from the live pattern; a rounding job (base 3) next to the CKM answers of
+its cells (D = 5) narrowed 22 of 341 cells and pinned none, next to a live rounding to base 5
+none of 350.
+
+Left open: a job over a DP table (``benefits``) is accepted and publishes exact counts beside
+the analysts' budget (a policy decision); differences of rounded or raked tables of nested
+populations, and the p% rule on a difference group of at least the minimum frequency; the
+API's ``time_limit=nan`` raises ``ValueError`` (the CLI refuses it).
 """
 
 from __future__ import annotations
