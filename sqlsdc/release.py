@@ -48,6 +48,7 @@ from sqlsdc.tabular.universe import STATUS, VALUE, universe_of
 
 CONTENTS = "release_contents"
 MICRODATA = ("anonymize", "synthesize")  # job methods whose outputs hold records
+SIDE_FILES = (".wal", ".lock", ".waiting")  # beside the database: DuckDB's and file_lock's
 
 
 @dataclass(frozen=True)
@@ -203,6 +204,13 @@ def _catalog(db: Path):
 def _check_request(db: Path, out: Path, folder: Path | None, queries: dict, replace: bool) -> None:
     if out.resolve() == db.resolve():
         raise Error("the release database must be another file than the confidential one")
+    beside = {db.resolve().with_name(db.resolve().name + end) for end in SIDE_FILES}
+    for target in (out, folder):  # DuckDB deletes a stray WAL; a new lock file lets two write
+        if target is not None and target.resolve() in beside:
+            raise Error(
+                f"{target} is a file kept beside the database {db.name} (its write-ahead log, "
+                "lock or waiting list); name another"
+            )
     for target in (out, folder):
         if target is not None and target.exists() and not replace:
             raise Error(f"{target} exists; pass --force (or --replace) to overwrite it")
@@ -214,6 +222,8 @@ def _check_request(db: Path, out: Path, folder: Path | None, queries: dict, repl
         folder.is_file() or folder.resolve() in (db.resolve(), out.resolve())
     ):
         raise Error(f"--parquet {folder} must be a folder, not a file; name a new folder")
+    if folder is not None and folder.exists():  # replaced as a whole: an earlier release only
+        release_parquet.check_replaceable(folder)
     seen: dict[str, str] = {}
     for name in queries:
         if not name.isidentifier() or name.startswith("__") or name.casefold() == CONTENTS:

@@ -8,6 +8,9 @@ from and how it was protected. Arrow, pandas, polars, Spark, R's arrow, DuckDB o
 and most BI tools read Parquet.
 
 The folder is written beside ``DIR`` and renamed into place when complete (:func:`put_in_place`).
+``--replace`` replaces an earlier release folder only (:func:`check_replaceable`): the old
+folder is deleted as a whole, so a folder holding anything else — the confidential database,
+its audit log, the release file, a home directory — is refused (red team s36c).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
+
+from sqlsdc.errors import Error
 
 MANIFEST = "manifest.json"
 FORMAT = "sqlsdc-release/1"
@@ -54,6 +59,33 @@ def write_parquet(folder: Path, tables: dict, *, release_id: int, policy_version
     }
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
+
+
+def check_replaceable(folder: Path) -> None:
+    """Refuse to replace ``folder`` unless it is an earlier release: a folder holding only
+    ``manifest.json`` of this format and the files it lists.
+
+    :func:`put_in_place` deletes the old folder with everything in it. Red team s36c: ``sqlsdc
+    publish conf.duckdb release.duckdb --parquet . --replace`` (or a parent folder of the
+    database) deleted the confidential database, its catalog and the audit entry of the very
+    publication, and any other file there.
+    """
+    refused = (
+        f"--parquet {folder} exists and is not an earlier release folder (manifest.json and "
+        "the Parquet files it lists, nothing else); --replace would delete it with everything "
+        "in it. Name a new folder"
+    )
+    if folder.is_symlink() or not folder.is_dir():
+        raise Error(refused)
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        listed = {MANIFEST, *(entry["file"] for entry in manifest["tables"])}
+        ok = manifest["format"] == FORMAT and all(isinstance(f, str) for f in listed)
+    except (OSError, ValueError, KeyError, TypeError):
+        raise Error(refused) from None
+    entries = list(folder.iterdir())
+    if not ok or any(e.name not in listed or e.is_symlink() or not e.is_file() for e in entries):
+        raise Error(refused)
 
 
 def put_in_place(partial: Path, folder: Path) -> None:

@@ -58,6 +58,8 @@ from sqlsdc.catalog import store
 from sqlsdc.catalog.store import require_admin
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import Error, TabularError, VerificationError
+from sqlsdc.jobs.differencing import refuse_small_differences
+from sqlsdc.jobs.linked_audit import audit_linked
 from sqlsdc.policy import ColumnRole, Policy, load_policy
 from sqlsdc.tabular.model import TOTAL, Hierarchy, Table
 from sqlsdc.tabular.rules import (
@@ -67,12 +69,15 @@ from sqlsdc.tabular.rules import (
     default_rules,
     required_top_k,
 )
-from sqlsdc.tabular.universe import COUNT, suppression_pattern, universe_of
+from sqlsdc.tabular.universe import COUNT, exempt_known, suppression_pattern, universe_of
 from sqlsdc.tabular.verify import verify_suppression
 
 OUTPUT_SCHEMA = "protected"
 LEDGER_STATUS = "__status"  # the ledger status column of a job's released cells
 TABULAR_METHODS = ("suppress", "round", "cta", "ipf")  # jobs that store a table of cells
+# jobs that publish cells with their exact values (CTA: the cells it did not have to move);
+# two of them over populations that differ by a few units tell those units' values apart
+EXACT_METHODS = ("suppress", "cta")
 
 Progress = Callable[[str], None]  # called with the name of each step as it starts
 
@@ -224,24 +229,37 @@ def protect_query(
         table = job.tabulate(rules)
         job.step("primary and secondary suppression, audit")
         known = _known_lower(table, count=job.spec.measure is None)
-        kept, held = _earlier_suppressions(job, table)
-        result = suppression_pattern(
-            table,
-            rules,
-            method=method,
-            cost=cost,
-            time_limit=time_limit,
-            apriori=known,
-            primary=ManualRule(kept, safety_range=0.0, name="earlier release")
-            if kept is not None and kept.any()
-            else None,
-            held=held if held is not None and held.any() else None,
-        )
+        kept, held, shown = _earlier_suppressions(job, table)
+        if shown is not None and shown.any():  # published before with these values: public
+            rules = exempt_known(rules, shown)
+        try:
+            result = suppression_pattern(
+                table,
+                rules,
+                method=method,
+                cost=cost,
+                time_limit=time_limit,
+                apriori=known,
+                primary=ManualRule(kept, safety_range=0.0, name="earlier release")
+                if kept is not None and kept.any()
+                else None,
+                held=held if held is not None and held.any() else None,
+                forced=shown if shown is not None and shown.any() else None,
+            )
+        except TabularError as refusal:
+            if shown is None or not shown.any():
+                raise
+            raise TabularError(
+                "the cells earlier suppression outputs of the same rows publish (the forced "
+                f"cells below) are public, and with this table's cells they reveal: {refusal}. "
+                "Protect the finer table first (or in one job), or tabulate another population"
+            ) from None
         found = apply_rules(table, rules)  # the job's own primary cells, checked independently
         verify_suppression(table, result["status"].to_numpy() != "published",
                            primary=found.primary, upl=found.upl, lpl=found.lpl,
                            time_limit=time_limit,
                            lower=None if known is None else known[0]).require()  # fmt: skip
+        _audit_with_earlier(job, table, result, found, known, time_limit)
         out, report = _suppression_output(table, result, into, method)
         status = np.where(out["status"] == "published", "published", "suppressed")
         released = out[[*table.dims, "n", "value"]].assign(**{LEDGER_STATUS: status})
@@ -454,6 +472,8 @@ def _checked_job(con, user, sql, into, method, query_id, replace, base=None) -> 
     _refuse_dp_table(policy, spec, method)
     _refuse_live_universe(con, policy, spec)
     _refuse_second_protection(con, policy, spec, into, method)
+    if method in EXACT_METHODS:
+        refuse_small_differences(con, policy, spec, _exact_releases(con, policy, spec))
     if replace and base is not None:
         _refuse_another_base(con, into, base)
     check_output_name(con, into, replace, TabularError)
@@ -643,21 +663,26 @@ def _table(frame: pd.DataFrame, spec: JobSpec, policy: Policy, top_k: int) -> Ta
     if top_k:
         for j in range(top_k):
             name = f"top{j + 1}"
-            cells[name] = [t[j] if t is not None and len(t) > j else 0.0 for t in frame["top"]]
+            cells[name] = [  # no list where every contribution is NULL (pandas NA)
+                t[j] if isinstance(t, list | tuple | np.ndarray) and len(t) > j else 0.0
+                for t in frame["top"]
+            ]
             tops.append(name)
     return Table.from_cells(cells, dims, top=tops, hierarchies=hierarchies or None)
 
 
 def _earlier_suppressions(
     job: Job, table: Table
-) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
-    """The cells earlier suppression jobs suppressed, as primary and as secondary, in
-    ``table``'s cell order: ``protected.<into>`` itself (replaced) and every other suppression
-    output of the same table, aggregate and rows (:func:`_same_cells`), on the cells the two
-    tables share (:func:`_shared_status`: a table by nace x region x size_class holds the
-    nace x region table as its size_class total). The job keeps them suppressed, as the query
-    path keeps its earlier pattern (:func:`sqlsdc.tabular.universe._carried_over`), so it
-    publishes none of the cells they hid.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | tuple[None, None, None]:
+    """The cells earlier suppression jobs suppressed, as primary and as secondary, and those
+    they published with the value the cell has now, in ``table``'s cell order:
+    ``protected.<into>`` itself (replaced) and every other suppression output of the same
+    table, aggregate and rows (:func:`_same_cells`), on the cells the two tables share
+    (:func:`_shared_status`: a table by nace x region x size_class holds the nace x region
+    table as its size_class total). The job keeps the first suppressed and the last
+    published, as the query path keeps its earlier pattern
+    (:func:`sqlsdc.tabular.universe._carried_over`), so it publishes none of the cells they
+    hid and hides none they published.
 
     Red team s30f: re-run after two enterprises were added to a hidden cell of 2, the job
     published it as 4, and with the row and column totals up by 2 the old release's 2 was
@@ -666,29 +691,77 @@ def _earlier_suppressions(
     ``gauss``) hid other secondaries; ``sqlsdc publish`` released both tables, and together
     they pinned eight primaries of the demo's nace x region counts exactly; a job by nace x
     region x size_class published a (nace, region) cell the nace x region job hid, and a
-    count of 1 was pinned."""
-    primary = secondary = None
+    count of 1 was pinned.
+
+    Red team s36c: cells an earlier job published, the job hid as secondaries and audited as
+    hidden; after the nace x region job, the nace x region x size_class job hid nine (nace,
+    region) totals the first had published, and the two tables together pinned eleven of its
+    primaries, (M, R01, micro) at exactly 1. The job now publishes them (``forced``, the query
+    path's ``known`` cells), and a primary they already reveal is no primary of the job.
+    """
+    primary = secondary = shown = None
     for name, theirs in _same_cells(job):
         before = job.con.sql(f"SELECT * FROM {name}").df()
         if "status" not in before.columns or not set(theirs) <= set(before.columns):
             continue
-        status = _shared_status(table.cells[list(table.dims)], before, theirs)
-        found = (status == "primary").to_numpy(), (status == "secondary").to_numpy()
-        primary = found[0] if primary is None else primary | found[0]
-        secondary = found[1] if secondary is None else secondary | found[1]
+        mine = table.cells[list(table.dims)]
+        status = _shared_status(mine, before, theirs)
+        value = pd.to_numeric(_shared_status(mine, before, theirs, "value"), errors="coerce")
+        same = np.isclose(value.to_numpy(np.float64), table.values, rtol=1e-12, atol=0.0)
+        found = (
+            (status == "primary").to_numpy(),
+            (status == "secondary").to_numpy(),
+            (status == "published").to_numpy() & same,
+        )
+        if primary is None:
+            primary, secondary, shown = found
+        else:
+            primary, secondary, shown = (a | b for a, b in zip((primary, secondary, shown), found,
+                                                               strict=True))  # fmt: skip
     if primary is None:
-        return None, None
-    return primary, secondary & ~primary
+        return None, None, None
+    return primary, secondary & ~primary, shown & ~primary & ~secondary
 
 
-def _shared_status(mine: pd.DataFrame, before: pd.DataFrame, theirs: list[str]) -> pd.Series:
-    """Per cell of ``mine`` (its dimension columns), the status of the same cell in ``before``
-    (a stored output with dimensions ``theirs``), or NaN where it has none: a cell is shared
-    when the dimensions of one table only are at their total in both."""
+def _audit_with_earlier(job: Job, table: Table, result, found, known, time_limit) -> None:
+    """The job's pattern audited together with the suppression outputs of the same rows it
+    shares cells with (:func:`~sqlsdc.jobs.linked_audit.audit_linked`; red team s36c). An
+    output of the job's own dimensions is left out: each of its cells is one of the job's,
+    kept suppressed or published by :func:`_earlier_suppressions`, so the job's own audit
+    reads it already."""
+    earlier = []
+    for name, theirs in _same_cells(job):
+        if list(theirs) == list(table.dims):
+            continue
+        before = job.con.sql(f"SELECT * FROM {name}").df()
+        if "status" in before.columns and "value" in before.columns:
+            earlier.append((name, before))
+    if not earlier:
+        return
+    columns = job.policy.table(job.spec.table).columns
+    levels = {c: (c,) for c in columns}
+    levels.update({h: tuple(lv) for h, lv in job.policy.table(job.spec.table).hierarchies.items()})
+    values = table.values
+    lower = np.zeros_like(values) if bool((values >= 0).all()) else np.full_like(values, -np.inf)
+    if known is not None:
+        lower = known[0]
+    audit_linked(job.con, job.spec, levels,
+                 table.cells[list(table.dims)].astype(str).reset_index(drop=True), earlier,
+                 values=values, suppressed=result["status"].to_numpy() != "published",
+                 primary=found.primary, upl=found.upl, lpl=found.lpl, lower=lower,
+                 time_limit=time_limit)  # fmt: skip
+
+
+def _shared_status(
+    mine: pd.DataFrame, before: pd.DataFrame, theirs: list[str], column: str = "status"
+) -> pd.Series:
+    """Per cell of ``mine`` (its dimension columns), the status (or another ``column``) of the
+    same cell in ``before`` (a stored output with dimensions ``theirs``), or NaN where it has
+    none: a cell is shared when the dimensions of one table only are at their total in both."""
     dims = list(mine.columns)
     common = [d for d in dims if d in theirs]
     left = mine.astype(str).reset_index(drop=True)
-    right = before[theirs].astype(str).assign(__before=before["status"].to_numpy())
+    right = before[theirs].astype(str).assign(__before=before[column].to_numpy())
     only_mine = [d for d in dims if d not in common]
     only_theirs = [d for d in theirs if d not in common]
     at_total = (left[only_mine] == TOTAL).all(axis=1) if only_mine else None
@@ -723,6 +796,39 @@ def _outputs_of_the_same_cells(
     (:func:`_same_rows`: however its WHERE is written), whatever its dimensions (tables of
     other dimensions share their totals), or over other rows of which some cell is one of the
     job's (:func:`_share_a_cell`)."""
+    found = []
+    for name, method, theirs in _stored_outputs(con, policy):
+        if _shape(theirs) != _shape(spec):
+            if name == own:
+                found.append((name, method, table_dims(theirs, policy), False))
+            continue
+        same_rows = _same_rows(con, spec.table, theirs.where, spec.where)
+        if name == own or same_rows or _share_a_cell(con, theirs, spec):
+            found.append((name, method, table_dims(theirs, policy), same_rows))
+    return found
+
+
+def _exact_releases(con, policy: Policy, spec: JobSpec) -> list:
+    """``(label, WHERE, dimension columns)`` of every release of the job's table and aggregate
+    that readers hold with exact values (:func:`~sqlsdc.jobs.differencing.
+    refuse_small_differences`): the guard's suppression pattern (the whole table) and every
+    stored output of a job of :data:`EXACT_METHODS`, a replaced one too (its earlier readers
+    keep it)."""
+    found = []
+    table = policy.table(spec.table)
+    if table.suppression is not None:
+        universe = universe_of(policy, spec.table)
+        if (spec.measure or COUNT) in universe.aggregates:
+            found.append((f"the suppression pattern of {spec.table}", None, universe.columns))
+    for name, method, theirs in _stored_outputs(con, policy):
+        if method in EXACT_METHODS and _shape(theirs) == _shape(spec):
+            found.append((name, theirs.where, theirs.dims))
+    return found
+
+
+def _stored_outputs(con, policy: Policy) -> list[tuple[str, str, JobSpec]]:
+    """``(name, method, parsed SQL)`` of the stored tabular job outputs whose SQL the policy
+    still reads."""
     existing = {
         f"{schema}.{name}"
         for schema, name in con.execute(
@@ -740,16 +846,9 @@ def _outputs_of_the_same_cells(
         if name not in existing:
             continue
         try:
-            theirs = parse_job(sql, policy)
+            found.append((name, method, parse_job(sql, policy)))
         except TabularError:  # a table or column the policy no longer declares
             continue
-        if _shape(theirs) != _shape(spec):
-            if name == own:
-                found.append((name, method, table_dims(theirs, policy), False))
-            continue
-        same_rows = _same_rows(con, spec.table, theirs.where, spec.where)
-        if name == own or same_rows or _share_a_cell(con, theirs, spec):
-            found.append((name, method, table_dims(theirs, policy), same_rows))
     return found
 
 

@@ -373,6 +373,11 @@ def _carried_over(table: Table, before) -> tuple[np.ndarray, np.ndarray]:
     return status == "primary", status == "secondary", (status == "published") & same
 
 
+def exempt_known(rules, known: np.ndarray) -> list:
+    """``rules`` that flag no cell of ``known`` (published before with its value: public)."""
+    return [_Known(rule, known) for rule in rules]
+
+
 @dataclass(frozen=True)
 class _Known:
     """A primary rule that exempts cells the attacker already knows.
