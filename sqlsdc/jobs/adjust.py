@@ -60,7 +60,14 @@ import pandas as pd
 
 from sqlsdc.catalog import store
 from sqlsdc.errors import TabularError
-from sqlsdc.jobs.protect import OUTPUT_SCHEMA, Job, Progress, job_rules, open_job
+from sqlsdc.jobs.protect import (
+    OUTPUT_SCHEMA,
+    Job,
+    Progress,
+    check_time_limit,
+    job_rules,
+    open_job,
+)
 from sqlsdc.tabular.model import Table
 from sqlsdc.tabular.quality import quality
 from sqlsdc.tabular.rules import apply_rules
@@ -122,6 +129,7 @@ def round_query(
     """
     from sqlsdc.tabular.rounding import controlled_round
 
+    check_time_limit(time_limit)
     started = time.perf_counter()
     with open_job(db, user, sql, into, method="round", replace=replace,
                   progress=progress, base=base) as job:  # fmt: skip
@@ -182,6 +190,7 @@ def cta_query(
     from sqlsdc.tabular.cta import cta
     from sqlsdc.tabular.intervals import publish_intervals
 
+    check_time_limit(time_limit)
     started = time.perf_counter()
     with open_job(db, user, sql, into, method="cta", replace=replace,
                   progress=progress) as job:  # fmt: skip

@@ -223,6 +223,7 @@ def protect_query(
     flat dimension with a total. Rules default to the frequency rule with the policy's minimum
     frequency, plus the p%-rule (p = 10) for magnitudes (:func:`job_rules`).
     """
+    check_time_limit(time_limit)
     with open_job(db, user, sql, into, method="suppress", replace=replace,
                   progress=progress) as job:  # fmt: skip
         rules = job_rules(job, rules)
@@ -386,6 +387,13 @@ class Job:
                            population=None if where is None else where.sql("duckdb"),
                            query_id=self.query_id, user=self.user,
                            fingerprint=self.fingerprint)  # fmt: skip
+
+
+def check_time_limit(seconds) -> None:
+    """A solver's time limit is a positive, finite number of seconds (NaN and infinity reach
+    OR-Tools and HiGHS as errors of their own)."""
+    if not isinstance(seconds, int | float) or not 0 < seconds < math.inf:
+        raise TabularError(f"time_limit must be a positive number of seconds, not {seconds!r}")
 
 
 def job_fingerprint(method: str, into: str, sql: str) -> str:

@@ -227,3 +227,19 @@ def test_an_interrupt_after_the_job_is_stored_is_no_bug(db, monkeypatch):
         con.close()
     assert decisions == [("accepted",)]
     assert len(stored(db, "old_people")[0]) > 0
+
+
+@pytest.mark.parametrize("limit", [float("nan"), float("inf"), 0, -1, "60"])
+def test_a_time_limit_that_is_no_positive_number_is_refused_before_the_job(jobs_demo_db, limit):
+    """The CLI refuses these already; through the API NaN and infinity reached the solvers as
+    a raw ValueError or OverflowError."""
+    from sqlsdc.jobs.adjust import cta_query, round_query
+
+    sql = "SELECT region, sex, COUNT(*) FROM persons WHERE age >= 90 GROUP BY region, sex"
+    for job in (
+        lambda: protect_query(jobs_demo_db, "admin", sql, into="t", time_limit=limit),
+        lambda: round_query(jobs_demo_db, "admin", sql, into="t", base=3, time_limit=limit),
+        lambda: cta_query(jobs_demo_db, "admin", sql, into="t", time_limit=limit),
+    ):
+        with pytest.raises(TabularError, match="time_limit must be a positive number"):
+            job()
