@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import sqlglot
 from sqlglot import exp
 
 from sqlsdc import release_parquet
@@ -144,8 +145,10 @@ def publish(
         storage = storage_version(storage)
         _check_request(db, out, folder, queries, replace)
         with _catalog(db) as con:
-            require_admin(con, user)
-            _check_included(_job_outputs(con), included)
+            _version, policy = _admin_policy(con, user)
+            outputs = _job_outputs(con)
+            _check_included(outputs, included)
+            _check_dp_sources(con, policy, _released_outputs(outputs, policy.releases, included)[0])
     except Error as refusal:
         audit("refused", refusal)
         raise
@@ -282,6 +285,41 @@ def _check_included(outputs: list, included: tuple[str, ...]) -> None:
             f"--include {unknown[0]}: no synthetic or anonymised output of that name is stored "
             f"(stored: {', '.join(sorted(microdata)) or 'none'})"
         )
+
+
+def _check_dp_sources(con, policy, outputs: list) -> None:
+    """Refuse to publish an output of a job that was not differentially private over a table
+    the policy in force protects by DP (checked before any query runs or is charged). The
+    jobs refuse such tables, but a policy may have put a table under DP after its jobs ran:
+    their suppressed, rounded, anonymised or synthetic copies of it, published, would release
+    its data outside the privacy budget (red team s36d)."""
+    for name, method, sql, _job in outputs:
+        if method == "synthesize" and _dp_synthesis(con, name):
+            continue
+        try:
+            tables = {t.name.lower() for t in sqlglot.parse_one(sql, read="duckdb")
+                      .find_all(exp.Table)}  # fmt: skip
+        except sqlglot.errors.ParseError:
+            tables = set(policy.tables)  # what it read is not known: every table, to be safe
+        declared = [policy.table(t) for t in tables]
+        private = sorted(t.name for t in declared if t is not None and t.differentially_private)
+        if private:
+            raise PolicyViolation(
+                f"{name} ({method}) holds data of {private[0]}, which the policy in force "
+                "protects by differential privacy: publishing it would release that data "
+                "outside the privacy budget",
+                f"drop {name}, or protect {private[0]} by its former method again",
+            )
+
+
+def _dp_synthesis(con, name: str) -> bool:
+    """Whether the synthetic output ``name`` was made by a DP method (its report's ε)."""
+    ((report,),) = con.execute("SELECT report FROM sqlsdc.outputs WHERE name = ?",
+                               [name]).fetchall()  # fmt: skip
+    try:
+        return json.loads(report).get("epsilon") is not None
+    except (ValueError, AttributeError):
+        return False
 
 
 def _released_outputs(outputs: list, releases: tuple[str, ...], included: tuple[str, ...]):

@@ -82,9 +82,12 @@ class _Bounds:
                 return _Bound(_UNKNOWN)
             ctes = dict(ctes)
             for cte in with_.expressions:
-                ctes[cte.alias_or_name.lower()] = self.query(cte.this, ctes)
+                ctes[cte.alias_or_name.lower()] = _renamed(cte, self.query(cte.this, ctes))
         if isinstance(node, exp.Subquery):
-            bound = self.query(node.this, ctes)
+            inner = node.this
+            joined = isinstance(inner, exp.Table) or (  # a parenthesised join: (a JOIN b)
+                isinstance(inner, exp.Subquery) and inner.args.get("joins"))  # fmt: skip
+            bound = self.source(inner, ctes) if joined else self.query(inner, ctes)
         elif isinstance(node, exp.Select):
             bound = self.select(node, ctes)
         elif isinstance(node, exp.SetOperation):
@@ -102,7 +105,23 @@ class _Bounds:
         return _limited(node, bound)
 
     def source(self, node: exp.Expr, ctes: dict[str, _Bound]) -> _Bound:
-        """A FROM or JOIN source."""
+        """A FROM or JOIN source, with the joins it carries (``FROM a, b`` and ``(a JOIN b)``
+        hang them on ``a``: red team s36d), under the names its alias gives its columns."""
+        bound = _renamed(node, self.single(node, ctes))
+        joins = node.args.get("joins")
+        if not joins:
+            return bound
+        sources = {node.alias_or_name.lower(): bound}
+        rows = bound.rows
+        for join in joins:
+            right = self.source(join.this, ctes)
+            alias = join.this.alias_or_name.lower()
+            rows, _one = _joined(join, rows, sources, alias, right, None)
+            sources[alias] = right
+        return _Bound(rows)  # its columns are the sources': no unique claim survives
+
+    def single(self, node: exp.Expr, ctes: dict[str, _Bound]) -> _Bound:
+        """A FROM or JOIN source without the joins it carries."""
         if isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier):
             name = node.name.lower()
             if not node.db and name in ctes:
@@ -187,6 +206,17 @@ def _equated(join: exp.Join, alias: str, others: set[str]) -> set[str]:
             if mine.table.lower() == alias and other.table.lower() in others:
                 names.add(mine.name.lower())
     return names
+
+
+def _renamed(node: exp.Expr, bound: _Bound) -> _Bound:
+    """``bound`` of a source or CTE whose alias may list new names for its columns (``AS
+    t(a, b)``): the unique sets name the columns as the query inside says them, and a list
+    renames them by position, so ``(SELECT k, v ...) AS t(v, k)`` is not unique on its ``k``
+    (red team s36d); none is claimed then."""
+    alias = node.args.get("alias")
+    if isinstance(alias, exp.TableAlias) and alias.columns:
+        return _Bound(bound.rows, (), bound.lookup)
+    return bound
 
 
 def _scan(tree: exp.Expr) -> tuple[set[int], set[int]]:
