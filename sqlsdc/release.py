@@ -32,7 +32,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import sqlglot
 from sqlglot import exp
 
 from sqlsdc import release_parquet
@@ -43,6 +42,7 @@ from sqlsdc.engines.release_storage import OLDEST_READER, ReleaseFile, storage_v
 from sqlsdc.errors import Error, NotFoundError, PolicyViolation
 from sqlsdc.files import check_writable
 from sqlsdc.guard.connection import connect
+from sqlsdc.guard.releases import dp_table_read
 from sqlsdc.jobs.patterns import ensure_patterns
 from sqlsdc.policy import load_policy
 from sqlsdc.tabular.universe import STATUS, VALUE, universe_of
@@ -294,32 +294,16 @@ def _check_dp_sources(con, policy, outputs: list) -> None:
     their suppressed, rounded, anonymised or synthetic copies of it, published, would release
     its data outside the privacy budget (red team s36d)."""
     for name, method, sql, _job in outputs:
-        if method == "synthesize" and _dp_synthesis(con, name):
-            continue
-        try:
-            tables = {t.name.lower() for t in sqlglot.parse_one(sql, read="duckdb")
-                      .find_all(exp.Table)}  # fmt: skip
-        except sqlglot.errors.ParseError:
-            tables = set(policy.tables)  # what it read is not known: every table, to be safe
-        declared = [policy.table(t) for t in tables]
-        private = sorted(t.name for t in declared if t is not None and t.differentially_private)
+        ((report,),) = con.execute("SELECT report FROM sqlsdc.outputs WHERE name = ?",
+                                   [name]).fetchall()  # fmt: skip
+        private = dp_table_read(policy, method, sql, report)
         if private:
             raise PolicyViolation(
-                f"{name} ({method}) holds data of {private[0]}, which the policy in force "
+                f"{name} ({method}) holds data of {private}, which the policy in force "
                 "protects by differential privacy: publishing it would release that data "
                 "outside the privacy budget",
-                f"drop {name}, or protect {private[0]} by its former method again",
+                f"drop {name}, or protect {private} by its former method again",
             )
-
-
-def _dp_synthesis(con, name: str) -> bool:
-    """Whether the synthetic output ``name`` was made by a DP method (its report's ε)."""
-    ((report,),) = con.execute("SELECT report FROM sqlsdc.outputs WHERE name = ?",
-                               [name]).fetchall()  # fmt: skip
-    try:
-        return json.loads(report).get("epsilon") is not None
-    except (ValueError, AttributeError):
-        return False
 
 
 def _released_outputs(outputs: list, releases: tuple[str, ...], included: tuple[str, ...]):

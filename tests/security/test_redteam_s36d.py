@@ -20,8 +20,10 @@ What broke (fixed here):
   (``jobs.protect._refuse_other_tables``).
 - **A policy that puts a table under DP after its jobs ran.** The jobs' suppressed tables and
   non-DP syntheses of ``persons`` were published as before once ``persons`` was protected by
-  DP. ``publish`` now refuses, before any query runs, to publish a non-DP job's output over a
-  table the policy in force protects by DP (``release._check_dp_sources``).
+  DP, and the synthesis, listed under ``releases:``, was read by analysts row by row.
+  ``publish`` now refuses, before any query runs, to publish a non-DP job's output over a
+  table the policy in force protects by DP (``release._check_dp_sources``), and the guard no
+  longer shows such an output as a release (``guard.releases.dp_table_read``).
 
 What held (tried, no test added): ``LIMIT 10 PERCENT`` and ``LIMIT 10%`` (refused by the
 function allowlist); ``publish --query`` of ``protected.<candidate>``, ``synthetic.<candidate>``
@@ -192,7 +194,10 @@ def test_publish_refuses_non_dp_outputs_of_a_table_now_under_dp(dp_demo_db, tmp_
         "magnitudes": {"method": "dp", "spend": {"epsilon": 0.1}},
     }
     document["tables"]["persons"]["dp"] = {"max_groups": 2, "max_rows": 1}
+    document["releases"] = ["cand"]
     sqlsdc.admin.apply(db, load_policy(yaml.safe_dump(document)), "admin")
     with pytest.raises(PolicyViolation, match="protected.by_sex .* persons, which the policy"):
         publish(db, tmp_path / "b.duckdb", "admin")
     assert not (tmp_path / "b.duckdb").exists()
+    with sqlsdc.connect(db, "analyst") as con, pytest.raises(PolicyViolation, match="not avail"):
+        con.execute("SELECT * FROM cand")  # before the fix: the records, row by row
