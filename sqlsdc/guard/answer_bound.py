@@ -251,14 +251,19 @@ def _scan(tree: exp.Expr) -> tuple[set[int], set[int]]:
 def _unique_outputs(
     select: exp.Select, sources: dict[str, _Bound], base: str | None
 ) -> tuple[frozenset, ...]:
-    """Sets of output names on which the select's rows are unique: its GROUP BY keys (no
-    grouping sets), all its outputs under DISTINCT, or the unique columns of its source
-    ``base`` (the first, when every join met one row of the others per row) passed through
-    as they are (``*`` of a lone source, ``base.*``, ``base.column``)."""
+    """Sets of output names on which the select's rows are unique (none when a name repeats):
+    its GROUP BY keys (no grouping sets), all its outputs under DISTINCT, or the unique
+    columns of its source ``base`` (the first, when every join met one row of the others per
+    row) passed through as they are (one plain ``*`` of a lone source or ``base.*``, whose
+    names no other output takes; ``base.column``)."""
     outputs = {}
     for projection in select.expressions:
         inner = projection.this if isinstance(projection, exp.Alias) else projection
         outputs[projection.alias_or_name.lower()] = inner
+    if len(outputs) < len(select.expressions):
+        # a name given twice: the engine reads the first and renames the others (k, k_1),
+        # and which column a unique set names is not known here (red team s36d)
+        return ()
     group = select.args.get("group")
     found: list[frozenset[str]] = []
     if select.args.get("distinct") and not select.args["distinct"].args.get("on"):
@@ -280,12 +285,21 @@ def _unique_outputs(
     def of_base(column: exp.Column) -> bool:
         return column.table.lower() == base or (lone and not column.table)
 
+    stars = [p for p in select.expressions
+             if isinstance(p, exp.Star) or (isinstance(p, exp.Column) and p.is_star)]  # fmt: skip
+    if stars:
+        # the base's columns under their names only from one plain star of it: the engine
+        # names a column given twice by its first (``SELECT x AS k, *``, a star of another
+        # source first), and REPLACE, RENAME and EXCLUDE change what a name holds (s36d)
+        first = stars[0]
+        star = first if isinstance(first, exp.Star) else first.this
+        of_it = lone if isinstance(first, exp.Star) else of_base(first)
+        modified = any(star.args.get(k) for k in ("except_", "replace", "rename"))
+        if len(stars) > 1 or modified or not of_it:
+            return tuple(found)
+        named = set(outputs) - {"*"}
+        return (*found, *(u for u in sources[base].unique if not u & named))
     passed = {}
-    for projection in select.expressions:
-        if (isinstance(projection, exp.Star) and lone) or (
-            isinstance(projection, exp.Column) and projection.is_star and of_base(projection)
-        ):
-            return (*found, *sources[base].unique)
     for name, inner in outputs.items():
         if isinstance(inner, exp.Column) and not inner.is_star and of_base(inner):
             passed[inner.name.lower()] = name
