@@ -270,9 +270,13 @@ def _unique_outputs(
         found.append(frozenset(outputs))
     levels = ("rollup", "cube", "grouping_sets", "all")
     if group and group.expressions and not any(group.args.get(k) for k in levels):
-        names = set()
+        names, positions = set(), list(outputs)
         for key in group.expressions:
-            name = next((n for n, e in outputs.items() if e == key), None)
+            if isinstance(key, exp.Literal):  # GROUP BY 1: a position, never the literal 1
+                at = int(key.this) if not key.is_string and key.this.isdigit() else 0
+                name = positions[at - 1] if 0 < at <= len(positions) else None
+            else:
+                name = next((n for n, e in outputs.items() if e == key), None)
             if name is None:
                 break
             names.add(name)

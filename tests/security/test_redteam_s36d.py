@@ -13,9 +13,11 @@ What broke (fixed here):
   t(v, k) AS ...`` renames the columns by position, but the unique sets kept the inner
   names: ``t.k`` (really ``v``) was taken as unique and a join on it bounded by the other
   side's rows. So did a name given twice (``SELECT v AS k, k``, ``SELECT v AS k, *``: DuckDB
-  reads the first and renames the other ``k_1``) and a star with REPLACE or RENAME. A source
-  or CTE whose alias lists column names, a select that repeats a name, and a star with
-  modifiers or beside a projection of a unique column's name now claim no unique key.
+  reads the first and renames the other ``k_1``), a star with REPLACE or RENAME, and ``GROUP
+  BY 1`` (a position) matched to an output that is the literal 1. A source or CTE whose
+  alias lists column names, a select that repeats a name, and a star with modifiers or
+  beside a projection of a unique column's name now claim no unique key; ``GROUP BY 1`` is
+  read as the position it is.
 - **A DP table read in a job's WHERE.** Protection jobs over a DP table are refused, but a
   job over ``persons`` with ``WHERE person_id IN (SELECT person_id FROM benefits WHERE amount
   > 1500)`` stored, unprotected, who received large benefits (a table the policy protects by
@@ -135,6 +137,8 @@ def _bound(sql: str) -> float:
         "SELECT * FROM c AS a JOIN (SELECT __a0 AS __g0, __g0 FROM c) AS t ON a.__a0 = t.__g0",
         "SELECT * FROM c AS a JOIN (SELECT __a0 AS __g0, * FROM c) AS t ON a.__a0 = t.__g0",
         "SELECT * FROM c AS a JOIN (SELECT __a0 AS __g0, c.* FROM c) AS t ON a.__a0 = t.__g0",
+        # GROUP BY 1 groups by the first output, not by the output that is the literal 1
+        "SELECT * FROM c AS a JOIN (SELECT __g0, 1 AS k FROM c GROUP BY 1) AS t ON a.__a0 = t.k",
         # a star that changes what a name holds
         "SELECT * FROM c AS a JOIN (SELECT * REPLACE (__a0 AS __g0) FROM c) AS t "
         "ON a.__a0 = t.__g0",
@@ -155,6 +159,8 @@ def test_renamed_columns_claim_no_unique_key(sql):
         "SELECT * FROM c AS a JOIN (SELECT * FROM c) AS t ON a.__a0 = t.__g0",
         "SELECT * FROM c AS a JOIN (SELECT c.*, 1 AS v FROM c) AS t ON a.__a0 = t.__g0",
         "SELECT * FROM c AS a JOIN (SELECT __a0, * FROM c) AS t ON a.__a0 = t.__g0",
+        "SELECT * FROM c AS a JOIN (SELECT __a0 AS k, 1 AS v FROM c GROUP BY 1) AS t "
+        "ON a.__a0 = t.k",
     ],
 )
 def test_a_plain_star_keeps_its_unique_key(sql):
