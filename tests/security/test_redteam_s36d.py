@@ -40,11 +40,18 @@ checked against the stored record-level outputs.
 Left open:
 
 - Permute-and-flip's running time depends on the quantile's histogram (it stops at the first
-  accepted candidate of a keyed permutation); the timeout bounds it but the time of an
-  answered quantile is a side channel of the data, not measured here.
-- Uniqueness through equalities of columns of different types (a BIGINT key equated to a
-  DOUBLE: 2^53 and 2^53 + 1 meet one double) is still claimed; the types are not in the
-  protected tree the bound reads. Only private groups of such keys could reach it.
+  accepted candidate of a keyed permutation). A draw stopped by the timeout has paid, but its
+  cells are not cached: asking again is free and draws again, so timeouts chosen by bisection
+  measure the draw's running time. A timing channel, as the engine's time for exact cells.
+- Uniqueness through equalities of columns of different types is still claimed: DuckDB casts
+  a VARCHAR to the INTEGER it is compared with ('1', '01' and ' 1' all meet 1), and BIGINTs
+  past 2^53 meet one DOUBLE; the types are not in the protected tree the bound reads. Only
+  public domains declared so, or private groups of such keys, reach it.
+- The answer's SQL over noisy cells may fail in the engine after the charge (``a.region =
+  r.population`` casts 'R01' to an integer): post-processing of released or public values,
+  no leak, but the analyst pays for nothing.
+- A domain of strings declared for an INTEGER or DATE column is accepted: DP answers show
+  noisy zeros for its cells and drop the data's (a wrong answer, not a leak).
 """
 
 from __future__ import annotations
