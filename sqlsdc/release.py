@@ -42,6 +42,7 @@ from sqlsdc.engines.release_storage import OLDEST_READER, ReleaseFile, storage_v
 from sqlsdc.errors import Error, NotFoundError, PolicyViolation
 from sqlsdc.files import check_writable
 from sqlsdc.guard.connection import connect
+from sqlsdc.guard.releases import dp_table_read
 from sqlsdc.jobs.patterns import ensure_patterns
 from sqlsdc.policy import load_policy
 from sqlsdc.tabular.universe import STATUS, VALUE, universe_of
@@ -145,8 +146,10 @@ def publish(
         storage = storage_version(storage)
         _check_request(db, out, folder, queries, replace)
         with _catalog(db) as con:
-            require_admin(con, user)
-            _check_included(_job_outputs(con), included)
+            _version, policy = _admin_policy(con, user)
+            outputs = _job_outputs(con)
+            _check_included(outputs, included)
+            _check_dp_sources(con, policy, _released_outputs(outputs, policy.releases, included)[0])
     except Error as refusal:
         audit("refused", refusal)
         raise
@@ -292,6 +295,25 @@ def _check_included(outputs: list, included: tuple[str, ...]) -> None:
             f"--include {unknown[0]}: no synthetic or anonymised output of that name is stored "
             f"(stored: {', '.join(sorted(microdata)) or 'none'})"
         )
+
+
+def _check_dp_sources(con, policy, outputs: list) -> None:
+    """Refuse to publish an output of a job that was not differentially private over a table
+    the policy in force protects by DP (checked before any query runs or is charged). The
+    jobs refuse such tables, but a policy may have put a table under DP after its jobs ran:
+    their suppressed, rounded, anonymised or synthetic copies of it, published, would release
+    its data outside the privacy budget (red team s36d)."""
+    for name, method, sql, _job in outputs:
+        ((report,),) = con.execute("SELECT report FROM sqlsdc.outputs WHERE name = ?",
+                                   [name]).fetchall()  # fmt: skip
+        private = dp_table_read(policy, method, sql, report)
+        if private:
+            raise PolicyViolation(
+                f"{name} ({method}) holds data of {private}, which the policy in force "
+                "protects by differential privacy: publishing it would release that data "
+                "outside the privacy budget",
+                f"drop {name}, or protect {private} by its former method again",
+            )
 
 
 def _released_outputs(outputs: list, releases: tuple[str, ...], included: tuple[str, ...]):

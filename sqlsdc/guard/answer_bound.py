@@ -82,9 +82,12 @@ class _Bounds:
                 return _Bound(_UNKNOWN)
             ctes = dict(ctes)
             for cte in with_.expressions:
-                ctes[cte.alias_or_name.lower()] = self.query(cte.this, ctes)
+                ctes[cte.alias_or_name.lower()] = _renamed(cte, self.query(cte.this, ctes))
         if isinstance(node, exp.Subquery):
-            bound = self.query(node.this, ctes)
+            inner = node.this
+            joined = isinstance(inner, exp.Table) or (  # a parenthesised join: (a JOIN b)
+                isinstance(inner, exp.Subquery) and inner.args.get("joins"))  # fmt: skip
+            bound = self.source(inner, ctes) if joined else self.query(inner, ctes)
         elif isinstance(node, exp.Select):
             bound = self.select(node, ctes)
         elif isinstance(node, exp.SetOperation):
@@ -102,7 +105,23 @@ class _Bounds:
         return _limited(node, bound)
 
     def source(self, node: exp.Expr, ctes: dict[str, _Bound]) -> _Bound:
-        """A FROM or JOIN source."""
+        """A FROM or JOIN source, with the joins it carries (``FROM a, b`` and ``(a JOIN b)``
+        hang them on ``a``: red team s36d), under the names its alias gives its columns."""
+        bound = _renamed(node, self.single(node, ctes))
+        joins = node.args.get("joins")
+        if not joins:
+            return bound
+        sources = {node.alias_or_name.lower(): bound}
+        rows = bound.rows
+        for join in joins:
+            right = self.source(join.this, ctes)
+            alias = join.this.alias_or_name.lower()
+            rows, _one = _joined(join, rows, sources, alias, right, None)
+            sources[alias] = right
+        return _Bound(rows)  # its columns are the sources': no unique claim survives
+
+    def single(self, node: exp.Expr, ctes: dict[str, _Bound]) -> _Bound:
+        """A FROM or JOIN source without the joins it carries."""
         if isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier):
             name = node.name.lower()
             if not node.db and name in ctes:
@@ -189,6 +208,17 @@ def _equated(join: exp.Join, alias: str, others: set[str]) -> set[str]:
     return names
 
 
+def _renamed(node: exp.Expr, bound: _Bound) -> _Bound:
+    """``bound`` of a source or CTE whose alias may list new names for its columns (``AS
+    t(a, b)``): the unique sets name the columns as the query inside says them, and a list
+    renames them by position, so ``(SELECT k, v ...) AS t(v, k)`` is not unique on its ``k``
+    (red team s36d); none is claimed then."""
+    alias = node.args.get("alias")
+    if isinstance(alias, exp.TableAlias) and alias.columns:
+        return _Bound(bound.rows, (), bound.lookup)
+    return bound
+
+
 def _scan(tree: exp.Expr) -> tuple[set[int], set[int]]:
     """The selects (by ``id``) with an aggregate of their own level (not in a window, nor in a
     subquery: without GROUP BY, one row), and those with an UNNEST of their own (in the
@@ -221,23 +251,32 @@ def _scan(tree: exp.Expr) -> tuple[set[int], set[int]]:
 def _unique_outputs(
     select: exp.Select, sources: dict[str, _Bound], base: str | None
 ) -> tuple[frozenset, ...]:
-    """Sets of output names on which the select's rows are unique: its GROUP BY keys (no
-    grouping sets), all its outputs under DISTINCT, or the unique columns of its source
-    ``base`` (the first, when every join met one row of the others per row) passed through
-    as they are (``*`` of a lone source, ``base.*``, ``base.column``)."""
+    """Sets of output names on which the select's rows are unique (none when a name repeats):
+    its GROUP BY keys (no grouping sets), all its outputs under DISTINCT, or the unique
+    columns of its source ``base`` (the first, when every join met one row of the others per
+    row) passed through as they are (one plain ``*`` of a lone source or ``base.*``, whose
+    names no other output takes; ``base.column``)."""
     outputs = {}
     for projection in select.expressions:
         inner = projection.this if isinstance(projection, exp.Alias) else projection
         outputs[projection.alias_or_name.lower()] = inner
+    if len(outputs) < len(select.expressions):
+        # a name given twice: the engine reads the first and renames the others (k, k_1),
+        # and which column a unique set names is not known here (red team s36d)
+        return ()
     group = select.args.get("group")
     found: list[frozenset[str]] = []
     if select.args.get("distinct") and not select.args["distinct"].args.get("on"):
         found.append(frozenset(outputs))
     levels = ("rollup", "cube", "grouping_sets", "all")
     if group and group.expressions and not any(group.args.get(k) for k in levels):
-        names = set()
+        names, positions = set(), list(outputs)
         for key in group.expressions:
-            name = next((n for n, e in outputs.items() if e == key), None)
+            if isinstance(key, exp.Literal):  # GROUP BY 1: a position, never the literal 1
+                at = int(key.this) if not key.is_string and key.this.isdigit() else 0
+                name = positions[at - 1] if 0 < at <= len(positions) else None
+            else:
+                name = next((n for n, e in outputs.items() if e == key), None)
             if name is None:
                 break
             names.add(name)
@@ -250,12 +289,21 @@ def _unique_outputs(
     def of_base(column: exp.Column) -> bool:
         return column.table.lower() == base or (lone and not column.table)
 
+    stars = [p for p in select.expressions
+             if isinstance(p, exp.Star) or (isinstance(p, exp.Column) and p.is_star)]  # fmt: skip
+    if stars:
+        # the base's columns under their names only from one plain star of it: the engine
+        # names a column given twice by its first (``SELECT x AS k, *``, a star of another
+        # source first), and REPLACE, RENAME and EXCLUDE change what a name holds (s36d)
+        first = stars[0]
+        star = first if isinstance(first, exp.Star) else first.this
+        of_it = lone if isinstance(first, exp.Star) else of_base(first)
+        modified = any(star.args.get(k) for k in ("except_", "replace", "rename"))
+        if len(stars) > 1 or modified or not of_it:
+            return tuple(found)
+        named = set(outputs) - {"*"}
+        return (*found, *(u for u in sources[base].unique if not u & named))
     passed = {}
-    for projection in select.expressions:
-        if (isinstance(projection, exp.Star) and lone) or (
-            isinstance(projection, exp.Column) and projection.is_star and of_base(projection)
-        ):
-            return (*found, *sources[base].unique)
     for name, inner in outputs.items():
         if isinstance(inner, exp.Column) and not inner.is_star and of_base(inner):
             passed[inner.name.lower()] = name

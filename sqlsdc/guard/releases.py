@@ -11,6 +11,10 @@ any join of a public table with one. Nothing else becomes readable:
   output dropped, or replaced by another job's table (a protected aggregate) or by hand, is
   not available, and a query naming it is refused with a message that says so;
 * no table or view of the main schema may have the same name (it would be ambiguous);
+* its job read no table the policy protects by differential privacy, unless it is a DP
+  synthesis (:func:`dp_table_read`): a policy may put a table under DP after a synthesis or
+  anonymisation of it was made, and its records would be read outside the budget (red team
+  s36d);
 * the guard reads it through a temporary view ``<name>`` over ``protected.<name>`` that it
   creates on its own engine connection each time it opens the file, so what the name reads
   is decided here, not by anything stored in the database.
@@ -21,16 +25,18 @@ connection is idle is no longer read once the connection opens the file again.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from types import MappingProxyType
 
+import sqlglot
 from sqlglot import exp
 
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.policy import ColumnRole, Policy
 from sqlsdc.policy.model import Column, Table, TableKind
 
-__all__ = ["RELEASABLE", "attach_releases", "available_releases", "with_releases"]
+__all__ = ["RELEASABLE", "attach_releases", "available_releases", "dp_table_read", "with_releases"]
 
 RELEASABLE = ("synthesize", "anonymize")  # job methods whose outputs are record-level files
 OUTPUT_SCHEMA = "protected"
@@ -44,11 +50,14 @@ def available_releases(con, policy: Policy) -> Releases:
     if not policy.releases:
         return {}
     found: Releases = {}
+    listed = {f"{OUTPUT_SCHEMA}.{name}" for name in policy.releases}
     outputs = {
-        name.lower(): method
-        for name, method in con.execute(
-            "SELECT name, method FROM sqlsdc.outputs WHERE name LIKE 'protected.%'"
+        name.lower(): None if dp_table_read(policy, method, sql, report) else method
+        for name, method, sql, report in con.execute(
+            "SELECT name, method, sql_text, report FROM sqlsdc.outputs "
+            "WHERE name LIKE 'protected.%'"
         ).fetchall()
+        if name.lower() in listed
     }
     if not any(outputs.get(f"{OUTPUT_SCHEMA}.{name}") in RELEASABLE for name in policy.releases):
         return found  # nothing to look up in the engine's listings (~7 ms on each opening)
@@ -81,6 +90,26 @@ def available_releases(con, policy: Policy) -> Releases:
         if visible:
             found[name] = visible
     return found
+
+
+def dp_table_read(policy: Policy, method: str, sql: str, report: str | None) -> str | None:
+    """The table protected by DP in ``policy`` that a job output (its ``sqlsdc.outputs``
+    method, SQL and report) was made from by a method that is not DP, else None. A DP
+    synthesis (its report has an ε) is DP; SQL that does not parse is taken to read every
+    table."""
+    if method == "synthesize":
+        try:
+            if json.loads(report or "{}").get("epsilon") is not None:
+                return None
+        except (ValueError, AttributeError):
+            pass
+    try:
+        tables = {t.name for t in sqlglot.parse_one(sql, read="duckdb").find_all(exp.Table)}
+    except sqlglot.errors.ParseError:
+        tables = set(policy.tables)
+    declared = (policy.table(t) for t in tables)
+    return min((t.name for t in declared if t is not None and t.differentially_private),
+               default=None)  # fmt: skip
 
 
 def attach_releases(con, releases: Releases) -> None:

@@ -120,7 +120,9 @@ def check_tables(
         if policy.table(table.name) is None and table.name.lower() in policy.releases:
             raise PolicyViolation(
                 f"released output {table.name!r} is not available: protected.{table.name} was "
-                "dropped, or replaced by something other than a synthesis or anonymisation job",
+                "dropped, or replaced by something other than a synthesis or anonymisation job, "
+                "or holds records of a table the policy protects by differential privacy "
+                "without being a DP synthesis",
                 "ask an admin to run the job again (sqlsdc synthesize/anonymize --replace)",
                 sql,
             )

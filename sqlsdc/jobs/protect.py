@@ -478,6 +478,7 @@ def _checked_job(con, user, sql, into, method, query_id, replace, base=None) -> 
     policy = load_policy(document, name=source)
     spec = parse_job(sql, policy)
     _refuse_dp_table(policy, spec, method)
+    _refuse_other_tables(policy, sql, spec)
     _refuse_live_universe(con, policy, spec)
     _refuse_second_protection(con, policy, spec, into, method)
     if method in EXACT_METHODS:
@@ -517,6 +518,31 @@ def _refuse_dp_table(policy: Policy, spec: JobSpec, method: str) -> None:
     privacy budget, and the budget's guarantee to every person in it would no longer hold."""
     if policy.table(spec.table).differentially_private:
         raise TabularError(dp_table_refusal(spec.table, f"a {method} job"))
+
+
+def _refuse_other_tables(policy: Policy, sql: str, spec: JobSpec) -> None:
+    """Refuse a job whose SQL reads another table than its own beside public ones (a subquery
+    of its WHERE): ``persons WHERE person_id IN (SELECT person_id FROM benefits WHERE amount >
+    1500)`` stored exact facts of ``benefits``, which the policy protects by DP, in a table of
+    ``persons`` (red team s36d); a confidential table read so is protected by nothing."""
+    for table in sqlglot.parse_one(sql, read="duckdb").find_all(exp.Table):
+        declared = policy.table(table.name)
+        plain = isinstance(table.this, exp.Identifier) and table.db.lower() in ("", "main")
+        if (
+            plain
+            and not table.catalog
+            and declared is not None
+            and (declared.name == spec.table or declared.is_public)
+        ):
+            continue
+        reason = ("which the policy protects by differential privacy"
+                  if plain and declared is not None and declared.differentially_private
+                  else "which is not a public table of the policy")  # fmt: skip
+        raise TabularError(
+            f"a protection job reads {spec.table} and public tables only; its SQL also reads "
+            f"{table.sql('duckdb')}, {reason}: what it tells of that table would be stored "
+            "unprotected. Filter with conditions on the columns of " + spec.table
+        )
 
 
 def dp_table_refusal(table: str, job: str) -> str:
