@@ -39,7 +39,7 @@ db_argument = click.argument("db", type=ExistingFile())
     help="Stop statements after this many seconds (at most the policy's limit).",
 )
 @click.option("--max-connections", default=100, show_default=True, type=click.IntRange(1),
-              help="Logged-in sessions at once; a login beyond them is refused (53300).")  # fmt: skip
+              help="Logged-in sessions at once; one more login is refused (53300).")  # fmt: skip
 @click.option("--max-connections-per-user", type=click.IntRange(1),
               help="Sessions one user may hold at once (default: half of --max-connections), "
               "so that one login cannot lock the other users out.")  # fmt: skip
