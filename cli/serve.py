@@ -98,6 +98,9 @@ def server_user() -> None:
 def _password(from_stdin: bool) -> str:
     if from_stdin:
         return sys.stdin.readline().rstrip("\r\n")
+    if not sys.stdin.isatty():  # a script: the prompt would echo, read its input, then abort
+        raise click.UsageError("no terminal to ask for the password: give it on the first "
+                               "line of stdin with --password-stdin")  # fmt: skip
     return click.prompt("Password", hide_input=True, confirmation_prompt=True)
 
 
