@@ -307,6 +307,22 @@ def test_a_string_in_the_wrong_quotes_says_so(analyst, value, hint):
     assert hint in info.value.hint
 
 
+@pytest.mark.parametrize(
+    ("sql", "hint"),
+    [
+        ("SELECT regoin, COUNT(*) FROM persons GROUP BY 1", "did you mean region? use the"),
+        ("SELECT region, SUM(incme) FROM persons GROUP BY 1", "did you mean income? use the"),
+        ("SELECT xyz, COUNT(*) FROM persons GROUP BY 1", "use the declared columns"),
+        ("SELECT __rkeys, COUNT(*) FROM persons GROUP BY 1", "use the declared columns"),
+    ],
+)
+def test_a_misspelt_column_gets_the_close_names_of_the_tables_read(analyst, sql, hint):
+    """Only the analyst's columns are offered, never a record key or an undeclared column."""
+    with pytest.raises(sqlsdc.PolicyViolation) as info:
+        analyst.execute(sql)
+    assert info.value.hint.startswith(hint) and "__" not in info.value.hint
+
+
 def test_row_level_refusal_suggests_an_aggregate_of_the_tables_asked(analyst, tmp_path):
     """The hint names the table the query read and its own columns, not the demo's persons
     (a user of schemas/examples/minimal.yaml was told to query `persons`)."""
