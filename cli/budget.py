@@ -113,6 +113,8 @@ def budget(ctx, db: str, who: str | None, history: bool, show_ledger: bool, fmt:
     ctx.obj = {"db": db}
     if ctx.invoked_subcommand is not None:
         return
+    if history and show_ledger:
+        raise click.UsageError("--history and --ledger are two listings: give one")
     import pandas as pd
 
     from sqlsdc.catalog import budget as ledger

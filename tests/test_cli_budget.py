@@ -212,15 +212,17 @@ def test_help(db):
     assert "budget" in CliRunner().invoke(cli, ["--help"]).output
 
 
-def test_subcommand_help_and_a_database_named_after_the_subcommand(db, tmp_path):
+def test_subcommand_help_misplaced_database_and_two_listings(db, tmp_path):
     """`budget grant --help` showed the group's help ("grant" read as DB), `budget NEW.duckdb
     grant --help` failed on the missing file, and `budget grant DB --epsilon 1` said
-    "No such option '--epsilon'"."""
+    "No such option '--epsilon'"; --history --ledger showed the history alone."""
     cases = {"grant": ["grant"], "set": [tmp_path / "none.duckdb", "set"], "reset": ["reset", db]}
     for name, args in cases.items():
         result = CliRunner().invoke(cli, ["budget", *map(str, args), "--help"])
         assert result.exit_code == 0, result.output
         assert f"Usage: cli budget DB {name} [OPTIONS]" in result.output, result.output
+    both = CliRunner().invoke(cli, ["budget", str(db), "--history", "--ledger"])
+    assert both.exit_code == 2 and "--history and --ledger are two listings" in both.output
     for name in ("grant", "set", "reset"):
         grant = ["--for", "alice", "--epsilon", "1", "--reason", "x"]
         result = CliRunner().invoke(cli, ["budget", name, str(db), *grant])
