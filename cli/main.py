@@ -92,6 +92,19 @@ def _stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, stop)
 
 
+def _say_when_waiting() -> None:
+    """A command waiting for a database file another process holds (up to a minute) says so
+    on stderr after two seconds, rather than look hung."""
+    from sqlsdc.engines import file_lock
+
+    def say(path, wait: float) -> None:
+        click.echo(f"sqlsdc: waiting for {path}: another process has it open (up to "
+                   f"{wait:g} s) ...", err=True)  # fmt: skip
+
+    file_lock.on_long_wait = say
+
+
 def main() -> None:
     _stop_on_sigterm()
+    _say_when_waiting()
     cli(prog_name="sqlsdc")

@@ -271,6 +271,25 @@ def test_a_reader_that_stops_reading_ends_the_command_quietly(db):
     assert refused.wait(300) == errors.REFUSED and "refused" in refused.stderr.read()
 
 
+def test_a_command_waiting_for_the_file_says_so(db):
+    """A process outside sqlsdc holds the database: the command waits for its turn (up to a
+    minute), and after two seconds says so on stderr, instead of looking hung."""
+    assert run("--version").returncode == 0  # the fork server up first: it takes seconds
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); "
+         "print('held', flush=True); time.sleep(6)", str(db)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline() == "held\n"
+        waited = run("audit", db, "--limit", 1)
+    finally:
+        holder.kill()
+    assert waited.returncode == 0, waited.stderr
+    assert f"sqlsdc: waiting for {db}: another process has it open (up to 60 s) ..." in \
+        waited.stderr  # fmt: skip
+
+
 def test_demo_never_replaces_a_file_without_force(tmp_path):
     target = tmp_path / "mine.duckdb"
     target.write_text("my work")
