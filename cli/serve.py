@@ -67,8 +67,10 @@ def serve(db: str, host: str, port: int, tls_cert, tls_key, insecure: bool, idle
     import asyncio
     import logging
 
+    from sqlsdc.engines import file_lock
     from sqlsdc.server.serve import Server, ServerSettings
 
+    file_lock.on_long_wait = None  # sessions' turns at the file: no line per waiting statement
     logging.basicConfig(level=logging.WARNING, format="sqlsdc serve: %(message)s")
     if os.environ.get("SQLSDC_SERVER_TIMING") == "1":  # benchmarks/server/bench_server.py
         logging.getLogger("sqlsdc.server.timing").setLevel(logging.DEBUG)
