@@ -115,8 +115,10 @@ def apply(db: str, file: str, user: str) -> None:
 @click.argument("db", type=ExistingFile())
 @admin_option
 @click.option("--who", help="Only queries of this user.")
-@click.option("--decision", type=click.Choice(["accepted", "refused", "failed"]))
-@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, MAX_LIMIT))
+@click.option("--decision", type=click.Choice(["accepted", "refused", "failed"]),
+              help="Only entries with this decision.")  # fmt: skip
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, MAX_LIMIT),
+              help="The newest this many entries.")  # fmt: skip
 @format_option()
 def audit(db: str, user: str, who: str | None, decision: str | None, limit: int, fmt: str) -> None:
     """Show the audit log: every query, accepted, refused or failed, newest first."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fractions import Fraction
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -61,9 +62,18 @@ def _open_with_catalog(db: str, *, read_only: bool):
 
 class _BudgetGroup(click.Group):
     """``budget DB [OPTIONS]`` shows budgets, ``budget DB grant|reset [OPTIONS]`` changes them:
-    options after DB belong to the group unless a subcommand follows DB."""
+    options after DB belong to the group unless a subcommand follows DB. ``budget grant
+    --help`` (and ``budget DB grant --help`` before DB exists) shows the subcommand's help;
+    ``budget grant DB ...`` says that DB comes first (click read "grant" as the database)."""
 
     def parse_args(self, ctx, args):
+        named = next((a for a in args[:2] if a in self.commands), None)
+        if named is not None and any(a in ("-h", "--help") for a in args):
+            self.commands[named].make_context(named, ["--help"], parent=ctx)  # exits
+        if args and args[0] in self.commands and not Path(args[0]).exists():
+            raise click.UsageError(
+                f"name the database first: sqlsdc budget DB {args[0]} [OPTIONS]", ctx
+            )
         if not (len(args) >= 2 and args[1] in self.commands):
             ctx.allow_interspersed_args = True
         return super().parse_args(ctx, args)
@@ -103,6 +113,8 @@ def budget(ctx, db: str, who: str | None, history: bool, show_ledger: bool, fmt:
     ctx.obj = {"db": db}
     if ctx.invoked_subcommand is not None:
         return
+    if history and show_ledger:
+        raise click.UsageError("--history and --ledger are two listings: give one")
     import pandas as pd
 
     from sqlsdc.catalog import budget as ledger

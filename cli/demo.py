@@ -42,8 +42,8 @@ def demo(db: str, persons: int, seed: int, no_queries: bool, force: bool) -> Non
     """Build a synthetic population with a ready policy and run guarded queries.
 
     \b
-    The database has persons, households, enterprises (confidential) and regions (public),
-    users `admin` and `analyst`. Afterwards try:
+    The database has persons, households, enterprises, benefits (confidential) and regions
+    (public), users `admin` and `analyst`. Afterwards try:
       sqlsdc query sqlsdc-demo.duckdb --user analyst \\
         "SELECT sex, COUNT(*) FROM persons GROUP BY sex"
     """

@@ -5,6 +5,7 @@ Exit codes: one per class of failure (``sqlsdc.cli.errors.EXIT_CODES``, shown by
 
 from __future__ import annotations
 
+import select
 import signal
 import sys
 
@@ -24,10 +25,24 @@ class SqlsdcGroup(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort):
             raise  # click's own usage errors (exit code 2), --help and aborts
+        except BrokenPipeError as e:
+            if _stdout_is_closed():  # `sqlsdc ... | head`: the reader has what it wanted, and
+                raise  # click ends quietly with exit code 1 (no "failed: broken pipe")
+            _fail(*classify(e))
         except Exception as e:  # noqa: BLE001 - the one place errors become exit codes
             if interrupted_by_user(e):  # Ctrl-C inside a DuckDB statement: as anywhere else
                 raise click.Abort from None
             _fail(*classify(e))
+
+
+def _stdout_is_closed() -> bool:
+    """Whether the reader of stdout has gone away (a pipe without reader polls as an error)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _fd, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), or no real stdout
+        return False
 
 
 def _fail(message: str, code: int) -> None:
@@ -77,6 +92,19 @@ def _stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, stop)
 
 
+def _say_when_waiting() -> None:
+    """A command waiting for a database file another process holds (up to a minute) says so
+    on stderr after two seconds, rather than look hung."""
+    from sqlsdc.engines import file_lock
+
+    def say(path, wait: float) -> None:
+        click.echo(f"sqlsdc: waiting for {path}: another process has it open (up to "
+                   f"{wait:g} s) ...", err=True)  # fmt: skip
+
+    file_lock.on_long_wait = say
+
+
 def main() -> None:
     _stop_on_sigterm()
+    _say_when_waiting()
     cli(prog_name="sqlsdc")

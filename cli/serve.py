@@ -38,7 +38,8 @@ db_argument = click.argument("db", type=ExistingFile())
     type=Seconds(),
     help="Stop statements after this many seconds (at most the policy's limit).",
 )
-@click.option("--max-connections", default=100, show_default=True, type=click.IntRange(1))
+@click.option("--max-connections", default=100, show_default=True, type=click.IntRange(1),
+              help="Logged-in sessions at once; one more login is refused (53300).")  # fmt: skip
 @click.option("--max-connections-per-user", type=click.IntRange(1),
               help="Sessions one user may hold at once (default: half of --max-connections), "
               "so that one login cannot lock the other users out.")  # fmt: skip
@@ -66,8 +67,10 @@ def serve(db: str, host: str, port: int, tls_cert, tls_key, insecure: bool, idle
     import asyncio
     import logging
 
+    from sqlsdc.engines import file_lock
     from sqlsdc.server.serve import Server, ServerSettings
 
+    file_lock.on_long_wait = None  # sessions' turns at the file: no line per waiting statement
     logging.basicConfig(level=logging.WARNING, format="sqlsdc serve: %(message)s")
     if os.environ.get("SQLSDC_SERVER_TIMING") == "1":  # benchmarks/server/bench_server.py
         logging.getLogger("sqlsdc.server.timing").setLevel(logging.DEBUG)
@@ -97,6 +100,9 @@ def server_user() -> None:
 def _password(from_stdin: bool) -> str:
     if from_stdin:
         return sys.stdin.readline().rstrip("\r\n")
+    if not sys.stdin.isatty():  # a script: the prompt would echo, read its input, then abort
+        raise click.UsageError("no terminal to ask for the password: give it on the first "
+                               "line of stdin with --password-stdin")  # fmt: skip
     return click.prompt("Password", hide_input=True, confirmation_prompt=True)
 
 

@@ -110,15 +110,16 @@ def ckm_measures(
         cursor = guarded.execute(sql)
         protected = cursor.df()
         keys = [c.name for c in cursor.explain().columns if not c.released]
+    missing = [c for c in (count, value) if c and c not in protected.columns]
+    if missing:  # before the unprotected query runs
+        raise Error(f"no result column {', '.join(missing)}; its columns: "
+                    f"{', '.join(map(str, protected.columns))}")  # fmt: skip
     con = engine.open_database(db)
     try:
         require_admin(con, user)
         original = con.sql(sql).df()
     finally:
         con.close()
-    missing = [c for c in (count, value) if c and c not in protected.columns]
-    if missing:
-        raise Error(f"no result column {', '.join(missing)}; columns: {list(protected.columns)}")
     merged = original.merge(protected, on=keys, how="outer", suffixes=("", "_protected"))
     merged = merged.fillna({c: 0 for c in merged.columns if c not in keys})
     return utility_risk(

@@ -394,6 +394,9 @@ def test_cli_risk_and_rekey(ckm_db, tmp_path):
     measures = json.loads(risk.stdout)
     assert 0 < measures["U"] < 0.1 and 0 <= measures["hellinger"] < 0.1
     assert type(measures["cells"]) is int  # a count of cells, not 8.0
+    typo = cli_fork.run(["risk", path, sql, "--count", "count"])
+    assert typo.returncode == 1, typo.stderr
+    assert "no result column count; its columns: municipality, n, s" in typo.stderr
     denied = cli_fork.run(["rekey", path, "--user", "analyst", "--yes"])
     assert denied.returncode == 5 and "not an admin" in denied.stderr
     done = cli_fork.run(["rekey", path, "--table", "persons", "--yes"])

@@ -212,6 +212,24 @@ def test_help(db):
     assert "budget" in CliRunner().invoke(cli, ["--help"]).output
 
 
+def test_subcommand_help_misplaced_database_and_two_listings(db, tmp_path):
+    """`budget grant --help` showed the group's help ("grant" read as DB), `budget NEW.duckdb
+    grant --help` failed on the missing file, and `budget grant DB --epsilon 1` said
+    "No such option '--epsilon'"; --history --ledger showed the history alone."""
+    cases = {"grant": ["grant"], "set": [tmp_path / "none.duckdb", "set"], "reset": ["reset", db]}
+    for name, args in cases.items():
+        result = CliRunner().invoke(cli, ["budget", *map(str, args), "--help"])
+        assert result.exit_code == 0, result.output
+        assert f"Usage: cli budget DB {name} [OPTIONS]" in result.output, result.output
+    both = CliRunner().invoke(cli, ["budget", str(db), "--history", "--ledger"])
+    assert both.exit_code == 2 and "--history and --ledger are two listings" in both.output
+    for name in ("grant", "set", "reset"):
+        grant = ["--for", "alice", "--epsilon", "1", "--reason", "x"]
+        result = CliRunner().invoke(cli, ["budget", name, str(db), *grant])
+        assert result.exit_code == 2
+        assert f"name the database first: sqlsdc budget DB {name} [OPTIONS]" in result.output
+
+
 def test_set_gives_a_user_an_allowance_of_their_own_under_a_shared_budget(db):
     """ISSUE18 must-have 7: the per-user cap that ``grant`` refuses under a shared budget is
     set, shown before -> after and recorded with its reason; the shared budget still binds."""

@@ -249,6 +249,47 @@ def test_sigterm_stops_a_command_as_ctrl_c_does_and_leaves_no_file(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_reader_that_stops_reading_ends_the_command_quietly(db):
+    """`sqlsdc ... | head`: the reader closing the pipe is no engine failure; the command ends
+    with click's quiet exit code 1, not "sqlsdc: failed: broken pipe" (exit code 9)."""
+    for args in (
+        ["ptable", "--D", 5, "--V", 3, "--js", 2],
+        ["query", db, "-u", "analyst", "SELECT region, COUNT(*) FROM persons GROUP BY 1"],
+    ):
+        reader, writer = os.pipe()
+        os.close(reader)  # gone before anything is written
+        with os.fdopen(writer, "wb") as pipe:
+            process = cli_fork.popen(args, stdout=pipe, stderr=subprocess.PIPE, text=True)
+        err = process.stderr.read()
+        assert process.wait(300) == errors.ERROR and err == "", err
+    refused = cli_fork.popen(
+        ["query", db, "-u", "analyst", "SELECT * FROM persons"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert refused.wait(300) == errors.REFUSED and "refused" in refused.stderr.read()
+
+
+def test_a_command_waiting_for_the_file_says_so(db):
+    """A process outside sqlsdc holds the database: the command waits for its turn (up to a
+    minute), and after two seconds says so on stderr, instead of looking hung."""
+    assert run("--version").returncode == 0  # the fork server up first: it takes seconds
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); "
+         "print('held', flush=True); time.sleep(6)", str(db)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline() == "held\n"
+        waited = run("audit", db, "--limit", 1)
+    finally:
+        holder.kill()
+    assert waited.returncode == 0, waited.stderr
+    assert f"sqlsdc: waiting for {db}: another process has it open (up to 60 s) ..." in \
+        waited.stderr  # fmt: skip
+
+
 def test_demo_never_replaces_a_file_without_force(tmp_path):
     target = tmp_path / "mine.duckdb"
     target.write_text("my work")
@@ -332,8 +373,16 @@ def test_a_failed_init_of_a_new_file_leaves_no_file(tmp_path):
     new = tmp_path / "new.duckdb"
     failed(run("init", new, "--policy", policy), errors.DENIED, "not an admin")
     failed(run("init", new, "--policy", policy, "--as", "owner"), errors.INVALID_POLICY,
-           "no such table")  # fmt: skip
+           "no such table in the database (tables: none; load the data first")  # fmt: skip
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.yaml"]
+
+
+def test_an_admin_command_without_as_names_the_admins(db):
+    """A database whose admin is not called `admin` (schemas/examples/minimal.yaml: `owner`):
+    `sqlsdc audit DB` said only "user 'admin' is not an admin", not whom to name with --as."""
+    failed(run("audit", db, "--as", "analyst"), errors.DENIED,
+           "user 'analyst' is not an admin in the policy in force (admins: admin); name one "
+           "with --as")  # fmt: skip
 
 
 @pytest.mark.skipif(

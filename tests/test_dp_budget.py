@@ -86,8 +86,9 @@ def test_exhaustion_message_says_what_remains(con):
 
 
 def test_no_budget_means_no_spending(con):
-    with pytest.raises(BudgetExhausted, match=r"no ε budget applies to user 'bob'.*fail closed"):
-        _charge(con, user="bob")
+    with pytest.raises(BudgetExhausted, match=r"no ε budget applies to user 'bob'.*fail closed"
+                       r".*sqlsdc budget DB grant --for bob --epsilon AMOUNT"):  # fmt: skip
+        _charge(con, user="bob")  # --for: the spelling every command's --help gives
     # an epsilon budget does not allow rho spending
     with pytest.raises(BudgetExhausted, match="no ρ budget applies"):
         _charge(con, PrivacyCost(rho=Fraction(1, 10)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import pytest
 
@@ -304,3 +305,40 @@ def test_a_string_in_the_wrong_quotes_says_so(analyst, value, hint):
     with pytest.raises(sqlsdc.PolicyViolation) as info:
         analyst.execute(f"SELECT region, COUNT(*) FROM persons WHERE region = {value} GROUP BY 1")
     assert hint in info.value.hint
+
+
+@pytest.mark.parametrize(
+    ("sql", "hint"),
+    [
+        ("SELECT regoin, COUNT(*) FROM persons GROUP BY 1", "did you mean region? use the"),
+        ("SELECT region, SUM(incme) FROM persons GROUP BY 1", "did you mean income? use the"),
+        ("SELECT xyz, COUNT(*) FROM persons GROUP BY 1", "use the declared columns"),
+        ("SELECT __rkeys, COUNT(*) FROM persons GROUP BY 1", "use the declared columns"),
+    ],
+)
+def test_a_misspelt_column_gets_the_close_names_of_the_tables_read(analyst, sql, hint):
+    """Only the analyst's columns are offered, never a record key or an undeclared column."""
+    with pytest.raises(sqlsdc.PolicyViolation) as info:
+        analyst.execute(sql)
+    assert info.value.hint.startswith(hint) and "__" not in info.value.hint
+
+
+def test_row_level_refusal_suggests_an_aggregate_of_the_tables_asked(analyst, tmp_path):
+    """The hint names the table the query read and its own columns, not the demo's persons
+    (a user of schemas/examples/minimal.yaml was told to query `persons`)."""
+    import duckdb
+
+    with pytest.raises(sqlsdc.PolicyViolation) as refused:
+        analyst.execute("SELECT h.* FROM regions r JOIN households h ON h.region = r.region")
+    assert refused.value.hint == "aggregate it: e.g. SELECT region, COUNT(*) FROM households " \
+        "GROUP BY region"  # fmt: skip
+    db = tmp_path / "own.duckdb"
+    with duckdb.connect(db) as raw:
+        raw.execute("CREATE TABLE people AS SELECT range AS id, 'A' AS town, "
+                    "1000.0 * range AS salary FROM range(20)")  # fmt: skip
+        raw.execute("CREATE TABLE towns AS SELECT 'A' AS town, 100 AS population")
+    sqlsdc.init(db, Path(__file__).parents[1] / "schemas/examples/minimal.yaml", applied_by="owner")
+    with sqlsdc.connect(db, user="owner") as con, pytest.raises(sqlsdc.PolicyViolation) as refused:
+        con.execute("SELECT * FROM people")
+    assert refused.value.hint == "aggregate it: e.g. SELECT town, COUNT(*), AVG(salary) " \
+        "FROM people GROUP BY town"  # fmt: skip

@@ -269,3 +269,14 @@ def test_help_examples_run(ckm_db, tmp_path, sqlsdc_in_process, monkeypatch):
         if done.returncode != 0:
             failures.append(f"{path}: $ {example}\nexit {done.returncode}: {done.stderr[-1500:]}")
     assert not failures, "\n\n".join(failures)
+
+
+def test_the_command_table_lists_every_command():
+    """The README's "Command line" table names every command `sqlsdc --help` lists (it lacked
+    `synthesize` and `synth-report`)."""
+    from sqlsdc.cli.main import cli
+
+    text = README.read_text()
+    table = text[text.index("## Command line") : text.index("Errors end in one line")]
+    missing = [name for name in cli.commands if f"`sqlsdc {name} " not in table]
+    assert missing == []

@@ -463,7 +463,7 @@ def _refusal(user: str, tables: tuple[str, ...], cost: PrivacyCost, lims, used) 
             return (
                 f"no {symbol} budget applies to user {user!r} on {', '.join(tables)}, so this "
                 f"query's {symbol} = {amount} cannot be spent (fail closed); an administrator "
-                f"can grant one: sqlsdc budget DB grant --user {user} --{kind} AMOUNT --reason ..."
+                f"can grant one: sqlsdc budget DB grant --for {user} --{kind} AMOUNT --reason ..."
             )
         for key in sorted(bounded):
             limit = getattr(lims[key], kind)

@@ -77,7 +77,9 @@ def database_problems(con, policy: Policy) -> list[str]:
     for table in policy.tables.values():
         where = f"tables.{table.name}"
         if table.name not in schemas:
-            known = ", ".join(sorted(schemas)) or "none"
+            known = ", ".join(sorted(schemas)) or (
+                "none; load the data first, e.g. with DuckDB: CREATE TABLE t AS FROM 'file.csv'"
+            )
             problems.append(f"{where}: no such table in the database (tables: {known})")
             continue
         if not table.is_public and table.name not in tables:

@@ -51,7 +51,11 @@ def require_admin(con, user: str) -> tuple[int, dict, str]:
     policy = load_policy(current[1], name=current[2])
     declared = policy.user(user)
     if declared is None or declared.role is not UserRole.ADMIN:
-        raise AccessDenied(f"user {user!r} is not an admin in the policy in force")
+        admins = ", ".join(u.name for u in policy.users.values() if u.role is UserRole.ADMIN)
+        raise AccessDenied(
+            f"user {user!r} is not an admin in the policy in force (admins: {admins}); "
+            "name one with --as"
+        )
     return current
 
 

@@ -126,7 +126,7 @@ def open_database(
             f"database {path} does not exist; create it with `sqlsdc init` or `sqlsdc demo`"
         )
     started = time.monotonic()
-    deadline, pause, marker, text = started + wait, 0.002, None, "lock"
+    deadline, pause, marker, text, told = started + wait, 0.002, None, "lock", False
     try:
         while True:
             try:
@@ -156,6 +156,10 @@ def open_database(
             if time.monotonic() + pause > deadline:
                 break
             marker = marker or _mark_waiting(path, first)
+            if not told and time.monotonic() > started + file_lock.LONG_WAIT_SECONDS:
+                told = True
+                if file_lock.on_long_wait is not None:
+                    file_lock.on_long_wait(path, wait)
             time.sleep(pause * (0.5 + random.random()))  # jitter: waiting processes take turns
             pause = min(pause * 2, 0.05)
     finally:

@@ -26,6 +26,13 @@ except ImportError:  # Windows: DuckDB's own lock only
 
 __all__ = ["FileLock", "held", "try_acquire"]
 
+# Told once, with the database's path and the longest wait, when an opening has waited
+# LONG_WAIT_SECONDS for another process to let the file go: the command line says so on stderr,
+# so that a command silent for up to a minute is not taken for a hung one. A library caller is
+# told nothing.
+on_long_wait = None  # Callable[[Path, float], None] | None
+LONG_WAIT_SECONDS = 2.0
+
 
 class FileLock:
     """This process's hold on one database file's lock: :meth:`release` once per acquire."""

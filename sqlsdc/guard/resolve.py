@@ -12,6 +12,7 @@ a name that exists nowhere, and nothing reaches the engine that it could resolve
 from __future__ import annotations
 
 import re
+from difflib import get_close_matches
 
 from sqlglot import exp
 from sqlglot.errors import OptimizeError
@@ -232,8 +233,10 @@ def qualify_tree(
         )
     except OptimizeError as e:
         message = str(e).split(". Line")[0]
+        read = {t.name.lower() for t in before[exp.Table]} & schema.keys()
+        known = sorted({c for name in read for c in schema[name]})
         raise PolicyViolation(
-            f"name resolution failed: {message}", _columns_hint(message, sql), sql
+            f"name resolution failed: {message}", _columns_hint(message, sql, known), sql
         ) from None
     if merged_by_using:
         using_columns.merge(qualified, schema)
@@ -252,9 +255,10 @@ def qualify_tree(
 _TYPOGRAPHIC_QUOTES = "\u2018\u2019\u201a\u201b\u201c\u201d\u201e\u201f\u00ab\u00bb"
 
 
-def _columns_hint(message: str, sql: str | None) -> str:
+def _columns_hint(message: str, sql: str | None, known: list[str] = ()) -> str:
     """The hint for a name that does not resolve; a value written in quotes that are not SQL's
-    string quotes (a word processor's ’R01’, or "R01") is a column name to SQL."""
+    string quotes (a word processor's ’R01’, or "R01") is a column name to SQL. A misspelt
+    name gets the close ones among ``known``, the analyst's columns of the tables read."""
     if any(q in message for q in _TYPOGRAPHIC_QUOTES):
         return (
             "the statement has typographic quotes (’ “ ”) where SQL needs straight ones: write "
@@ -267,6 +271,9 @@ def _columns_hint(message: str, sql: str | None) -> str:
             f'"{quoted.group(1)}" in double quotes names a column; write strings in single '
             f"quotes, e.g. '{quoted.group(1)}'; {_COLUMNS_HINT}"
         )
+    close = unresolved and get_close_matches(unresolved.group(1).lower(), known, n=3)
+    if close:
+        return f"did you mean {' or '.join(close)}? {_COLUMNS_HINT}"
     return _COLUMNS_HINT
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from difflib import get_close_matches
 
 import numpy as np
 import pandas as pd
@@ -61,7 +62,11 @@ def parse_step(text: str) -> Step:
     method, _, rest = text.strip().partition(":")
     columns, _, params = rest.partition(":")
     if method not in METHODS:
-        raise MicrodataError(f"unknown step {method!r}; use one of {sorted(METHODS)}")
+        close = get_close_matches(method, METHODS, n=1)
+        guess = f"did you mean {close[0]}? " if close else ""
+        raise MicrodataError(
+            f"unknown step {method!r}; {guess}use one of {', '.join(sorted(METHODS))}"
+        )
     cols = tuple(c.strip() for c in columns.split(",") if c.strip())
     if not cols:
         raise MicrodataError(f"step {text!r} names no column: write {method}:COL1,COL2[:k=v]")
@@ -255,8 +260,8 @@ def apply_steps(
         missing = [c for c in step.columns if c not in out.columns]
         if missing:
             raise MicrodataError(
-                f"step {step.text()!r}: columns {missing} not in the data; available: "
-                f"{list(out.columns)}"
+                f"step {step.text()!r}: columns {', '.join(missing)} not in the data; "
+                f"available: {', '.join(map(str, out.columns))}"
             )
         rng = generator(secret, seed, position, step)
         out, details = METHODS[step.method](out, step, rng)

@@ -52,6 +52,11 @@ from sqlsdc.planner.total_checks import TotalityChecks
 from sqlsdc.policy import AggregateKind, ColumnRole, Method, Policy
 
 
+def _name(name: str) -> str:
+    """``name`` as SQL text, quoted where DuckDB needs it."""
+    return exp.to_identifier(name).sql(DIALECT)
+
+
 def analyze(
     tree: exp.Expr,
     policy: Policy,
@@ -377,8 +382,7 @@ class _Checker(AggregateChecks, TotalityChecks):
             if scope.is_root:
                 raise self.refuse(
                     "row-level output of confidential tables is not allowed",
-                    "aggregate it: e.g. SELECT region, COUNT(*), AVG(income) FROM persons "
-                    "GROUP BY region",
+                    f"aggregate it: e.g. {self._aggregate_example(scope)}",
                 )
             if scope.is_subquery:
                 raise self.refuse(
@@ -393,6 +397,27 @@ class _Checker(AggregateChecks, TotalityChecks):
             self._check_classes(info, infos)
         elif self.reads_confidential:
             self._check_public(info, infos)
+
+    def _aggregate_example(self, scope: Scope) -> str:
+        """An aggregate query of the first confidential table ``scope`` reads, by the top of
+        its first hierarchy (else its first dimension, by name) with its first measure: a hint
+        in the analyst's own tables, not the demo's."""
+        for source in scope.expression.find_all(exp.Table):
+            table = self.policy.table(source.name)
+            if table is not None and not table.is_public:
+                break
+        else:
+            return "SELECT COUNT(*) FROM ... GROUP BY a dimension"
+        by_role = {}
+        tops = (levels[0] for levels in table.hierarchies.values() if levels)
+        for column in [*filter(None, map(table.column, tops)), *table.columns.values()]:
+            by_role.setdefault(column.role, column.name)
+        dimension = by_role.get(ColumnRole.DIMENSION)
+        measure = by_role.get(ColumnRole.MEASURE)
+        keys = f"{_name(dimension)}, " if dimension else ""
+        average = f", AVG({_name(measure)})" if measure else ""
+        grouping = f" GROUP BY {_name(dimension)}" if dimension else ""
+        return f"SELECT {keys}COUNT(*){average} FROM {_name(table.name)}{grouping}"
 
     def _check_classes(self, info: ScopeInfo, infos) -> None:
         """Row conditions compare measures and weights only with their class breaks."""

@@ -112,7 +112,8 @@ def test_step_parser_and_errors():
     assert step.columns == ("income", "age") and step.params == {"k": "5", "method": "optimal"}
     assert step.text() == "microaggregate:income,age:k=5,method=optimal"
     for text, match in [
-        ("twirl:x", "unknown step"),
+        ("twirl:x", "unknown step 'twirl'; use one of microaggregate, noise, pram, "),
+        ("microagregate:x:k=5", "unknown step 'microagregate'; did you mean microaggregate?"),
         ("pram:", "names no column"),
         ("pram:x", "needs p="),
         ("pram:x:p=1,q=2", "unknown parameter"),
@@ -136,7 +137,8 @@ def test_steps_are_reproducible_from_secret_and_seed():
     assert log[0]["step"] == "pram:edu:p=0.7" and log[0]["edu"]["changed"] > 0
     g1, g2 = (generator(SECRET, 1, 0, steps[0]) for _ in range(2))
     assert g1.random() == g2.random()
-    with pytest.raises(MicrodataError, match="not in the data"):
+    with pytest.raises(MicrodataError, match="columns nope not in the data; available: edu, "
+                       "income$"):  # fmt: skip
         apply_steps(df, [parse_step("pram:nope:p=0.5")], secret=SECRET, seed=1)
 
 

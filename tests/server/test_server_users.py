@@ -58,6 +58,9 @@ def test_only_policy_users_and_only_admins(db, sqlsdc_in_process):
     short = sqlsdc_in_process("server-user", "add", db, "analyst", "--password-stdin",
                               input="short\n")  # fmt: skip
     assert short.returncode == 1 and "shorter than 8 characters" in short.stderr
+    piped = sqlsdc_in_process("server-user", "add", db, "analyst", input="a long secret 123\n")
+    assert piped.returncode == 2 and "give it on the first line of stdin with --password-stdin" \
+        in piped.stderr  # not a prompt echoing the input, then "Aborted!"  # fmt: skip
 
 
 def test_keys_match_scramp():
