@@ -215,8 +215,9 @@ def _check(con, user: str, into: str, replace: bool):
     if not into.isidentifier():
         raise MicrodataError(f"--into {into!r} must be a plain name (letters, digits, _)")
     version, document, source = require_admin(con, user)
-    check_output_name(con, into, replace, MicrodataError)
-    return version, load_policy(document, name=source)
+    policy = load_policy(document, name=source)
+    check_output_name(con, into, replace, MicrodataError, policy)
+    return version, policy
 
 
 def _read(

@@ -485,15 +485,20 @@ def _checked_job(con, user, sql, into, method, query_id, replace, base=None) -> 
         refuse_small_differences(con, policy, spec, _exact_releases(con, policy, spec))
     if replace and base is not None:
         _refuse_another_base(con, into, base)
-    check_output_name(con, into, replace, TabularError)
+    check_output_name(con, into, replace, TabularError, policy)
     return Job(con, user, version, policy, spec, sql, into, method, query_id)
 
 
-def check_output_name(con, into: str, replace: bool, error: type[Error]) -> None:
+def check_output_name(con, into: str, replace: bool, error: type[Error], policy: Policy) -> None:
     """Refuse to write ``protected.<into>`` over an existing table without ``replace``, and
     over one whose name differs in case even with it: DuckDB's names are case-insensitive, so
     ``T`` is the table ``t``, and replacing it under another spelling left ``sqlsdc.outputs``
-    naming both."""
+    naming both. Refuse names sqlsdc reserves (``__``) and names of the policy's tables, which
+    the release database and analysts' queries would confuse with the confidential table."""
+    if into.startswith("__"):
+        raise error(f"--into {into!r}: names starting with '__' are reserved for sqlsdc")
+    if policy.table(into) is not None:
+        raise error(f"--into {into!r} is the name of a table of the policy; choose another name")
     found = con.execute(
         "SELECT table_name FROM duckdb_tables() WHERE schema_name = ? "
         "AND lower(table_name) = lower(?)",

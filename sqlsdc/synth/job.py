@@ -212,8 +212,6 @@ def synthesize(
                     f"--copies must be from 1 to {MAX_COPIES} and --rows from 0 to {MAX_ROWS:,}"
                 )
             version, policy = _check(con, user, into, replace)
-            if policy.table(into) is not None:
-                raise SynthesisError(f"--into {into!r} is the name of a table of the policy")
             if dp:
                 plan = _dp_plan(con, policy, source, sql, columns, epsilon, margins, bins,
                                 levels, missing, zeros, stratify, max_cells, method)  # fmt: skip

@@ -243,3 +243,18 @@ def test_a_time_limit_that_is_no_positive_number_is_refused_before_the_job(jobs_
     ):
         with pytest.raises(TabularError, match="time_limit must be a positive number"):
             job()
+
+
+@pytest.mark.parametrize("into", ["persons", "Persons", "__x"])
+def test_an_output_named_like_a_policy_table_or_reserved_is_refused(jobs_demo_db, into):
+    """``protect --into persons`` put a table ``persons`` beside the confidential one in the
+    release database."""
+    from sqlsdc.errors import MicrodataError
+    from sqlsdc.jobs.anonymize import anonymize
+
+    sql = "SELECT region, sex, COUNT(*) FROM persons WHERE age >= 90 GROUP BY region, sex"
+    with pytest.raises(TabularError, match="table of the policy|reserved"):
+        protect_query(jobs_demo_db, "admin", sql, into=into)
+    with pytest.raises(MicrodataError, match="table of the policy|reserved|plain name"):
+        anonymize(jobs_demo_db, user="admin", into=into, source="persons",
+                  steps=["topcode:income:upper=200000"])  # fmt: skip

@@ -169,7 +169,7 @@ def test_copies_and_rows(fresh_demo_db):
         ({"zeros": [{"sex": "X"}]}, SynthesisError, "not a level of sex"),
         ({"bins": {"age": [5]}}, SynthesisError, "two increasing breaks"),
         ({"user": "analyst"}, AccessDenied, "not an admin"),
-        ({"into": "persons"}, SynthesisError, "name of a table of the policy"),
+        ({"into": "persons"}, MicrodataError, "name of a table of the policy"),
         ({"into": "bad name"}, MicrodataError, "plain name"),
     ],
 )
