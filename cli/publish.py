@@ -111,8 +111,9 @@ def publish(db, out, queries, analyst, include, storage, parquet, replace, user,
     )
     for table in report.tables:
         click.echo(f"  {table.table}: {table.rows} rows ({table.source}, {table.method})")
-    for name in report.withheld:
-        click.echo(f"  withheld {name}: not listed under releases: (publish it with --include)")
+    for left in report.withheld:
+        click.echo(f"  withheld {left.table} ({left.method}): not listed under releases: "
+                   "(publish it with --include)")  # fmt: skip
     if report.parquet:
         click.echo(f"wrote {report.parquet}/: one Parquet file per table and manifest.json")
 

@@ -62,6 +62,14 @@ class Published:
 
 
 @dataclass(frozen=True)
+class Withheld:
+    """A record-level output not published: neither under ``releases:`` nor included."""
+
+    table: str
+    method: str  # synthesize | anonymize
+
+
+@dataclass(frozen=True)
 class PublishReport:
     path: str
     policy_version: int
@@ -69,10 +77,11 @@ class PublishReport:
     storage_version: str = OLDEST_READER
     parquet: str | None = None  # the folder of Parquet files and manifest.json, if written
     release_id: int | None = None  # the publication's audit entry (the ledger's query id)
-    withheld: tuple[str, ...] = ()  # record-level outputs neither released nor included
+    withheld: tuple[Withheld, ...] = ()  # record-level outputs neither released nor included
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "tables": [asdict(t) for t in self.tables]}
+        return {**asdict(self), "tables": [asdict(t) for t in self.tables],
+                "withheld": [asdict(w) for w in self.withheld]}  # fmt: skip
 
 
 def publish(
@@ -248,7 +257,7 @@ def _collect(
     db: Path, user: str, queries: dict, analyst, included: tuple[str, ...], say
 ) -> tuple[int, dict, tuple[str, ...]]:
     """Every table to release, ``name -> (data, Published, how to record its cells)``, and the
-    record-level outputs withheld (``name (method)``)."""
+    record-level outputs withheld."""
     tables: dict[str, tuple[pa.Table, Published, Recorder]] = {}
     with _catalog(db) as source:
         version, policy = _admin_policy(source, user)
@@ -317,13 +326,13 @@ def _check_dp_sources(con, policy, outputs: list) -> None:
 
 
 def _released_outputs(outputs: list, releases: tuple[str, ...], included: tuple[str, ...]):
-    """The job outputs to publish, and the record-level ones withheld (``name (method)``)."""
+    """The job outputs to publish, and the record-level ones withheld."""
     chosen = {*releases, *included}
     kept, withheld = [], []
     for output in outputs:
         name, method = output[0].split(".")[-1], output[1]
         if method in MICRODATA and name.lower() not in chosen:
-            withheld.append(f"{name} ({method})")
+            withheld.append(Withheld(name, method))
         else:
             kept.append(output)
     return kept, tuple(withheld)

@@ -9,7 +9,7 @@ import cli_fork
 import duckdb
 from sqlsdc.cli.errors import NOT_FOUND
 
-from sqlsdc.release import publish
+from sqlsdc.release import Withheld, publish
 
 
 def _sqlsdc(*args):
@@ -55,7 +55,9 @@ def test_publish_releases_listed_or_included_synthetic_files_only(fresh_demo_db,
                    method="parametric", columns=["region", "sex", "income"], copies=2,
                    rows=50)  # fmt: skip
     withheld = publish(fresh_demo_db, tmp_path / "withheld.duckdb", "admin")
-    assert withheld.withheld == ("candidate_syn (synthesize)", "persons_syn (synthesize)")
+    assert withheld.withheld == (Withheld("candidate_syn", "synthesize"),
+                                 Withheld("persons_syn", "synthesize"))  # fmt: skip
+    assert withheld.to_dict()["withheld"][0] == {"table": "candidate_syn", "method": "synthesize"}
     assert not {"persons_syn", "candidate_syn"} & {t.table for t in withheld.tables}
     con = duckdb.connect(str(tmp_path / "withheld.duckdb"), read_only=True)
     try:
@@ -96,7 +98,7 @@ def test_publish_releases_listed_or_included_synthetic_files_only(fresh_demo_db,
 
     out = tmp_path / "release.duckdb"
     report = publish(fresh_demo_db, out, "admin", include=["Persons_Syn"])
-    assert report.withheld == ("candidate_syn (synthesize)",)
+    assert report.withheld == (Withheld("candidate_syn", "synthesize"),)
     entry = next(t for t in report.tables if t.table == "persons_syn")
     assert entry.source == "job" and entry.method == "synthesize" and entry.rows == 100
     con = duckdb.connect(str(out), read_only=True)
