@@ -81,7 +81,9 @@ def epilog() -> str:
 
 
 def _join(label: str, text: str) -> str:
-    if not label:
+    """``label: text``, or the text alone where it says the label already ("privacy budget
+    exhausted for ...")."""
+    if not label or label.strip() in " ".join(text.lower().split()[:3]):
         return text
     return f"{label}{text}" if label.endswith("\n") else f"{label}: {text}"
 
