@@ -15,6 +15,7 @@ from sqlsdc.planner.totality import (
     NUMERIC_FAMILIES,
     STORED,
     TOTALITY_HINT,
+    aggregate_partiality,
     family,
     partiality,
 )
@@ -67,6 +68,14 @@ class TotalityChecks:
             for n in _public_nodes(part, public, mixed=len(public) < len(info.scope.sources)):
                 if isinstance(n, (exp.Sum, exp.Avg)):
                     self._check_public_sum(n)
+                problem = aggregate_partiality(n) if _is_aggregate_call(n) else None
+                if problem:  # ``MEDIAN(d)`` of dates far apart (red team s36b)
+                    raise self.refuse(
+                        f"{n.sql(DIALECT)[:80]} could raise an error on public values, and "
+                        f"whether it runs depends on the confidential rows ({problem})",
+                        "take MEDIAN, QUANTILE_CONT, AVG, STDDEV or VARIANCE of numbers (e.g. of "
+                        "year(d) or EXTRACT(epoch FROM d)), or MIN, MAX or QUANTILE_DISC",
+                    )
                 if _is_aggregate_call(n) or isinstance(n, (exp.Window, exp.WindowSpec)):
                     continue  # of public values: MIN, COUNT...; their arguments are checked
                 for column in n.find_all(exp.Column):
