@@ -18,6 +18,7 @@ from sqlsdc.planner.totality import (
     aggregate_partiality,
     family,
     partiality,
+    set_operation_problem,
 )
 
 
@@ -137,6 +138,34 @@ class TotalityChecks:
                     "that reads confidential rows, it could fail or not as those rows say",
                     "order a UNION, INTERSECT, EXCEPT or parenthesised query by its outputs' "
                     "names or positions (e.g. ORDER BY 1), and compute the value inside it",
+                )
+
+    def check_set_operations(self, walked: list[exp.Expr]) -> None:
+        """In a statement that reads confidential rows, each column of a UNION, INTERSECT or
+        EXCEPT has values its branches' types convert to without error: DuckDB casts them to
+        the common type where the operator runs, so ``code IN (SELECT code FROM (SELECT code,
+        hi AS v FROM p UNION ALL SELECT code, d38 FROM p) u)`` (a HUGEINT and a DECIMAL(38,
+        0)) failed for ``age > 98`` and answered for ``age > 99`` (red team s36b).
+        ``walked``: every node of the statement."""
+        for operation in walked:
+            if not isinstance(operation, SET_OPERATIONS):
+                continue
+            columns = _branch_values(operation)
+            for values in columns or []:
+                problem = set_operation_problem(values)
+                if problem:
+                    listed = ", ".join(v.sql(DIALECT)[:30] for v in values[:3])
+                    raise self.refuse(
+                        f"the set operation's column of {listed} could raise an error "
+                        f"converting its values to one type ({problem}), and whether it runs "
+                        "depends on the confidential rows",
+                        "select values of one type in every branch, e.g. cast each to VARCHAR "
+                        "or DOUBLE",
+                    )
+            if columns is None:
+                raise self.refuse(
+                    "a set operation whose branches' values are not known",
+                    "name the columns of each branch of a UNION, INTERSECT or EXCEPT",
                 )
 
     def _check_public_sum(self, n: exp.Expr) -> None:
@@ -556,3 +585,19 @@ def _contains_released_value(node: exp.Expr) -> bool:
     if isinstance(node.parent, exp.Window) and node.arg_key == "this":
         return True
     return any(_is_aggregate_call(n) or isinstance(n, exp.Window) for n in own_nodes(node))
+
+
+def _branch_values(node: exp.Expr) -> list[list[exp.Expr]] | None:
+    """The values each branch of a set operation selects, column by column (nested set
+    operations' branches included), or None when a branch's columns are not known."""
+    while isinstance(node, (exp.Subquery, exp.Paren)):
+        node = node.this
+    if isinstance(node, exp.Select):
+        values = [e.unalias() for e in node.expressions]
+        return None if any(isinstance(v, exp.Star) for v in values) else [[v] for v in values]
+    if not isinstance(node, SET_OPERATIONS):
+        return None
+    left, right = _branch_values(node.this), _branch_values(node.expression)
+    if left is None or right is None or len(left) != len(right):
+        return None
+    return [a + b for a, b in zip(left, right, strict=True)]

@@ -555,3 +555,16 @@ def aggregate_partiality(n: exp.Expr) -> str | None:
     if isinstance(n, _INTERPOLATING + _MOMENTS) and family(n.this) not in NUMERIC | {"null"}:
         return f"{describe(n)} of a value that is not a number can fail"
     return None
+
+
+def set_operation_problem(values: list[exp.Expr]) -> str | None:
+    """Why a column of a set operation whose branches select ``values`` can raise, or None.
+
+    DuckDB casts each branch's value to the column's common type row by row, so the cast must
+    be total whatever the rows: HUGEINT with DECIMAL(38, 0), UHUGEINT with BIGINT, TIMESTAMP
+    with TIMESTAMP_NS, DATE with TIMESTAMP, or UUID with VARCHAR failed on the largest values
+    (red team s36b). Text with numbers, dates or booleans is widened to VARCHAR when bound."""
+    families = {family(v) for v in values} - {"null"}
+    if "text" in families and families <= NUMERIC | {"text", "temporal", "boolean"}:
+        return None
+    return _same_family(values)

@@ -307,3 +307,32 @@ def test_a_public_median_of_dates_is_no_statistics_oracle(con, attack):
 )
 def test_numeric_and_choosing_aggregates_of_public_values_are_answered(con, sql):
     con.cursor().execute(sql.format(g=98)).fetchall()
+
+
+SET_OPERATION = (
+    IN_PUBLIC + "(SELECT code FROM (SELECT code, {a} AS v FROM p {op} SELECT code, {b} FROM p) u "
+    "WHERE v IS NOT NULL)"
+)
+MIXED = [("p.hi", "p.d38"), ("p.uh", "p.bi"), ("p.ts", "p.tn"), ("p.da", "p.ts"), ("p.uu", "p.vc")]
+
+
+@pytest.mark.parametrize("op", ["UNION ALL", "UNION", "INTERSECT", "EXCEPT"])
+@pytest.mark.parametrize(("a", "b"), MIXED)
+def test_a_set_operation_that_casts_its_values_is_no_statistics_oracle(con, a, b, op):
+    """Broke: DuckDB casts each branch's values to the column's common type where the
+    operator runs (HUGEINT and DECIMAL(38, 0) to a DECIMAL that cannot hold the largest
+    HUGEINT, UHUGEINT and BIGINT to none, a TIMESTAMP to TIMESTAMP_NS, a DATE to TIMESTAMP, a
+    VARCHAR to UUID): ``age > 98`` failed in the engine and ``age > 99`` answered. Now
+    refused whatever the guess."""
+    for bound in (98, 99):
+        with pytest.raises(sqlsdc.PolicyViolation, match="set operation's column"):
+            con.cursor().execute(SET_OPERATION.format(g=bound, a=a, b=b, op=op))
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [("p.bi", "p.d38"), ("p.hi", "p.db"), ("p.vc", "p.bi"), ("'x'", "p.da"), ("NULL", "p.uh")],
+)
+def test_a_set_operation_whose_values_convert_is_answered(con, a, b):
+    for bound in (98, 99):
+        con.cursor().execute(SET_OPERATION.format(g=bound, a=a, b=b, op="UNION ALL")).fetchall()
