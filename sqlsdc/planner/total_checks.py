@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from decimal import Decimal, InvalidOperation
+
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
@@ -259,9 +261,10 @@ class TotalityChecks:
         if not _literal_frame(spec):
             raise self.refuse(
                 f"the window frame {spec.sql(DIALECT)[:80]} has an offset that is not a "
-                "number or interval literal (a computed offset could fail for some rows)",
-                "write the frame with literal offsets, e.g. ROWS BETWEEN 2 PRECEDING AND "
-                "CURRENT ROW",
+                "number or interval literal, or a ROWS or GROUPS offset beyond BIGINT (a "
+                "computed offset could fail for some rows, a huge one where the window runs)",
+                "write the frame with literal offsets of at most 9223372036854775807, e.g. "
+                "ROWS BETWEEN 2 PRECEDING AND CURRENT ROW",
             )
 
     def _check_public_range(self, window: exp.Window, spec: exp.WindowSpec, public) -> None:
@@ -387,11 +390,16 @@ _INERT = (
 
 def _literal_frame(spec: exp.WindowSpec) -> bool:
     """Whether each offset of a window frame is UNBOUNDED, CURRENT ROW, a non-negative number
-    literal or an interval of one."""
+    literal or an interval of one; a ROWS or GROUPS offset one that a BIGINT holds (DuckDB
+    casts it where the window runs: ``ROWS BETWEEN 18446744073709551615 PRECEDING`` in a
+    public subquery failed for ``age > 98`` and answered for ``age > 99``; red team s36b)."""
+    counted = str(spec.args.get("kind") or "").upper() in ("ROWS", "GROUPS")
     for offset in (spec.args.get("start"), spec.args.get("end")):
         if isinstance(offset, exp.Interval):
             offset = offset.this
-        if not (offset is None or isinstance(offset, str) or _number_literal(offset)):
+        if offset is None or isinstance(offset, str):
+            continue
+        if not _number_literal(offset) or (counted and not _fits_bigint(str(offset.this))):
             return False
     return True
 
@@ -400,6 +408,22 @@ def _number_literal(node: exp.Expr) -> bool:
     return isinstance(node, exp.Literal) and (
         not node.is_string or node.this.replace(".", "", 1).isdigit()
     )
+
+
+_BIGINT_MAX = 2**63 - 1
+
+
+def _fits_bigint(text: str) -> bool:
+    """Whether a non-negative number literal converts to BIGINT: an integer up to 2^63 - 1, a
+    decimal below it (DuckDB rounds), a double below 2^63 (``9223372036854775807e0`` rounds
+    up to it)."""
+    try:
+        if "e" in text.lower():
+            return float(text) < 2.0**63
+        value = Decimal(text)
+    except (ValueError, InvalidOperation, OverflowError):
+        return False
+    return value <= _BIGINT_MAX if value == value.to_integral_value() else value < _BIGINT_MAX
 
 
 def _evaluated_nodes(
