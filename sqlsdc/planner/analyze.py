@@ -92,6 +92,7 @@ def analyze(
         every = walked if walked is not None else nodes(tree)
         checker.check_limit_values(every)
         checker.check_outer_order(every)
+        checker.check_set_operations(every)
     for info in order:
         checker.check(info, infos)
     return Analysis(tree, infos, order)

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from decimal import Decimal, InvalidOperation
+
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
@@ -15,8 +17,10 @@ from sqlsdc.planner.totality import (
     NUMERIC_FAMILIES,
     STORED,
     TOTALITY_HINT,
+    aggregate_partiality,
     family,
     partiality,
+    set_operation_problem,
 )
 
 
@@ -67,6 +71,14 @@ class TotalityChecks:
             for n in _public_nodes(part, public, mixed=len(public) < len(info.scope.sources)):
                 if isinstance(n, (exp.Sum, exp.Avg)):
                     self._check_public_sum(n)
+                problem = aggregate_partiality(n) if _is_aggregate_call(n) else None
+                if problem:  # ``MEDIAN(d)`` of dates far apart (red team s36b)
+                    raise self.refuse(
+                        f"{n.sql(DIALECT)[:80]} could raise an error on public values, and "
+                        f"whether it runs depends on the confidential rows ({problem})",
+                        "take MEDIAN, QUANTILE_CONT, AVG, STDDEV or VARIANCE of numbers (e.g. of "
+                        "year(d) or EXTRACT(epoch FROM d)), or MIN, MAX or QUANTILE_DISC",
+                    )
                 if _is_aggregate_call(n) or isinstance(n, (exp.Window, exp.WindowSpec)):
                     continue  # of public values: MIN, COUNT...; their arguments are checked
                 for column in n.find_all(exp.Column):
@@ -128,6 +140,34 @@ class TotalityChecks:
                     "that reads confidential rows, it could fail or not as those rows say",
                     "order a UNION, INTERSECT, EXCEPT or parenthesised query by its outputs' "
                     "names or positions (e.g. ORDER BY 1), and compute the value inside it",
+                )
+
+    def check_set_operations(self, walked: list[exp.Expr]) -> None:
+        """In a statement that reads confidential rows, each column of a UNION, INTERSECT or
+        EXCEPT has values its branches' types convert to without error: DuckDB casts them to
+        the common type where the operator runs, so ``code IN (SELECT code FROM (SELECT code,
+        hi AS v FROM p UNION ALL SELECT code, d38 FROM p) u)`` (a HUGEINT and a DECIMAL(38,
+        0)) failed for ``age > 98`` and answered for ``age > 99`` (red team s36b).
+        ``walked``: every node of the statement."""
+        for operation in walked:
+            if not isinstance(operation, SET_OPERATIONS):
+                continue
+            columns = _branch_values(operation)
+            for values in columns or []:
+                problem = set_operation_problem(values)
+                if problem:
+                    listed = ", ".join(v.sql(DIALECT)[:30] for v in values[:3])
+                    raise self.refuse(
+                        f"the set operation's column of {listed} could raise an error "
+                        f"converting its values to one type ({problem}), and whether it runs "
+                        "depends on the confidential rows",
+                        "select values of one type in every branch, e.g. cast each to VARCHAR "
+                        "or DOUBLE",
+                    )
+            if columns is None:
+                raise self.refuse(
+                    "a set operation whose branches' values are not known",
+                    "name the columns of each branch of a UNION, INTERSECT or EXCEPT",
                 )
 
     def _check_public_sum(self, n: exp.Expr) -> None:
@@ -221,9 +261,10 @@ class TotalityChecks:
         if not _literal_frame(spec):
             raise self.refuse(
                 f"the window frame {spec.sql(DIALECT)[:80]} has an offset that is not a "
-                "number or interval literal (a computed offset could fail for some rows)",
-                "write the frame with literal offsets, e.g. ROWS BETWEEN 2 PRECEDING AND "
-                "CURRENT ROW",
+                "number or interval literal, or a ROWS or GROUPS offset beyond BIGINT (a "
+                "computed offset could fail for some rows, a huge one where the window runs)",
+                "write the frame with literal offsets of at most 9223372036854775807, e.g. "
+                "ROWS BETWEEN 2 PRECEDING AND CURRENT ROW",
             )
 
     def _check_public_range(self, window: exp.Window, spec: exp.WindowSpec, public) -> None:
@@ -349,11 +390,16 @@ _INERT = (
 
 def _literal_frame(spec: exp.WindowSpec) -> bool:
     """Whether each offset of a window frame is UNBOUNDED, CURRENT ROW, a non-negative number
-    literal or an interval of one."""
+    literal or an interval of one; a ROWS or GROUPS offset one that a BIGINT holds (DuckDB
+    casts it where the window runs: ``ROWS BETWEEN 18446744073709551615 PRECEDING`` in a
+    public subquery failed for ``age > 98`` and answered for ``age > 99``; red team s36b)."""
+    counted = str(spec.args.get("kind") or "").upper() in ("ROWS", "GROUPS")
     for offset in (spec.args.get("start"), spec.args.get("end")):
         if isinstance(offset, exp.Interval):
             offset = offset.this
-        if not (offset is None or isinstance(offset, str) or _number_literal(offset)):
+        if offset is None or isinstance(offset, str):
+            continue
+        if not _number_literal(offset) or (counted and not _fits_bigint(str(offset.this))):
             return False
     return True
 
@@ -362,6 +408,22 @@ def _number_literal(node: exp.Expr) -> bool:
     return isinstance(node, exp.Literal) and (
         not node.is_string or node.this.replace(".", "", 1).isdigit()
     )
+
+
+_BIGINT_MAX = 2**63 - 1
+
+
+def _fits_bigint(text: str) -> bool:
+    """Whether a non-negative number literal converts to BIGINT: an integer up to 2^63 - 1, a
+    decimal below it (DuckDB rounds), a double below 2^63 (``9223372036854775807e0`` rounds
+    up to it)."""
+    try:
+        if "e" in text.lower():
+            return float(text) < 2.0**63
+        value = Decimal(text)
+    except (ValueError, InvalidOperation, OverflowError):
+        return False
+    return value <= _BIGINT_MAX if value == value.to_integral_value() else value < _BIGINT_MAX
 
 
 def _evaluated_nodes(
@@ -547,3 +609,19 @@ def _contains_released_value(node: exp.Expr) -> bool:
     if isinstance(node.parent, exp.Window) and node.arg_key == "this":
         return True
     return any(_is_aggregate_call(n) or isinstance(n, exp.Window) for n in own_nodes(node))
+
+
+def _branch_values(node: exp.Expr) -> list[list[exp.Expr]] | None:
+    """The values each branch of a set operation selects, column by column (nested set
+    operations' branches included), or None when a branch's columns are not known."""
+    while isinstance(node, (exp.Subquery, exp.Paren)):
+        node = node.this
+    if isinstance(node, exp.Select):
+        values = [e.unalias() for e in node.expressions]
+        return None if any(isinstance(v, exp.Star) for v in values) else [[v] for v in values]
+    if not isinstance(node, SET_OPERATIONS):
+        return None
+    left, right = _branch_values(node.this), _branch_values(node.expression)
+    if left is None or right is None or len(left) != len(right):
+        return None
+    return [a + b for a, b in zip(left, right, strict=True)]

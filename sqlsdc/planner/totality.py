@@ -532,3 +532,39 @@ def partiality(n: exp.Expr) -> str | None:
             return "the argument is not a date or timestamp"
         return _temporal_partiality(n, target)
     return f"{describe(n)} is not known to be error-free"
+
+
+_INTERPOLATING = (exp.Median, exp.Quantile, exp.PercentileCont)
+_MOMENTS = (
+    exp.Avg,
+    exp.Stddev,
+    exp.StddevSamp,
+    exp.StddevPop,
+    exp.Variance,
+    exp.VariancePop,
+)
+
+
+def aggregate_partiality(n: exp.Expr) -> str | None:
+    """Why an aggregate of public values can raise an error on some values of its argument's
+    type (DuckDB 2.0), or None. A quantile that interpolates (MEDIAN, QUANTILE_CONT) between two
+    dates or intervals computes their difference, which fails for values far apart (``MEDIAN``
+    of the first and last DATE: "can't be cast", of two huge INTERVALs "Could not convert
+    Month to Microseconds"; red team s36b), and averages and moments are defined on numbers
+    only: each takes a number here (the others choose a value, or count)."""
+    if isinstance(n, _INTERPOLATING + _MOMENTS) and family(n.this) not in NUMERIC | {"null"}:
+        return f"{describe(n)} of a value that is not a number can fail"
+    return None
+
+
+def set_operation_problem(values: list[exp.Expr]) -> str | None:
+    """Why a column of a set operation whose branches select ``values`` can raise, or None.
+
+    DuckDB casts each branch's value to the column's common type row by row, so the cast must
+    be total whatever the rows: HUGEINT with DECIMAL(38, 0), UHUGEINT with BIGINT, TIMESTAMP
+    with TIMESTAMP_NS, DATE with TIMESTAMP, or UUID with VARCHAR failed on the largest values
+    (red team s36b). Text with numbers, dates or booleans is widened to VARCHAR when bound."""
+    families = {family(v) for v in values} - {"null"}
+    if "text" in families and families <= NUMERIC | {"text", "temporal", "boolean"}:
+        return None
+    return _same_family(values)
