@@ -1,6 +1,7 @@
 """Every DP charge has its audit entry, whatever stops the statement that made it: a server
 killed with SIGKILL while statements are in flight, Ctrl-C as the charge commits or as the
-answer commits, a cancel after the charge. Real DuckDB files, real processes and signals.
+answer commits, a cancel after the charge. Real DuckDB files, real processes and signals (the
+processes forked with sqlsdc imported, :mod:`cli_fork`).
 
 The charge writes the query's audit entry (``failed``, ``store.CHARGED_PENDING``) in its own
 transaction, and the outcome replaces it; before, a kill after the charge left a ledger row
@@ -12,11 +13,11 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import textwrap
 import threading
 from pathlib import Path
 
+import cli_fork
 import dp_persons
 import duckdb
 import pytest
@@ -82,12 +83,11 @@ def test_a_server_killed_with_statements_in_flight_leaves_every_charge_audited(d
     the server is killed with SIGKILL: each charge has its audit entry (``failed``: the
     process stopped), under the charge's query id; none is charged again when asked again."""
     psycopg = pytest.importorskip("psycopg")
-    added = subprocess.run([sys.executable, "-m", "sqlsdc.cli", "server-user", "add", str(db),
-                            "ana", "--password-stdin"], input=PASSWORD + "\n", text=True,
-                           capture_output=True, timeout=120)  # fmt: skip
+    added = cli_fork.run(["server-user", "add", db, "ana", "--password-stdin"],
+                         input=PASSWORD + "\n", timeout=120)  # fmt: skip
     assert added.returncode == 0, added.stderr
-    server = subprocess.Popen([sys.executable, "-c", SERVER, str(db)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+    server = cli_fork.popen([db], code=SERVER, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
     failures: list[BaseException] = []
     try:
         host, port = server.stdout.readline().strip().rsplit(":", 1)
@@ -141,7 +141,7 @@ def test_a_process_killed_after_the_charge_leaves_its_audit_entry(db):
         sqlsdc.connect({str(db)!r}, "ana").execute({by_region(5)!r})
         """
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+    done = cli_fork.run([], code=script, timeout=120)
     assert done.returncode == -signal.SIGKILL
     ledger, audit = charges_and_entries(db)
     ((query_id, _),) = ledger
@@ -198,8 +198,7 @@ INTERRUPTED = textwrap.dedent(
 
 
 def interrupted(db: Path, where: str, sql: str) -> list[str]:
-    done = subprocess.run([sys.executable, "-c", INTERRUPTED, where, str(db), sql],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = cli_fork.run([where, db, sql], code=INTERRUPTED, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.splitlines()
 
@@ -238,8 +237,7 @@ def test_ctrl_c_as_a_ckm_answer_commits_adds_no_failed_entry(tmp_path, pristine_
     shutil.copy(pristine_demo_db, db)
     sql = "SELECT region, COUNT(*) FROM persons GROUP BY region"
     script = INTERRUPTED.replace('"ana"', '"analyst"')
-    done = subprocess.run([sys.executable, "-c", script, "answer", str(db), sql],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = cli_fork.run(["answer", db, sql], code=script, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     con = open_database(db, read_only=True)
     try:
