@@ -26,6 +26,14 @@ import pytest
 
 import sqlsdc
 
+
+@pytest.fixture
+def analyst(module_analyst):
+    """One connection for the module (conftest's ``module_analyst``): its statements are
+    refused."""
+    return module_analyst
+
+
 CKM = {
     "counts": {"method": "ckm", "ptable": {"D": 5, "V": 3, "js": 2}},
     "magnitudes": {
@@ -112,14 +120,6 @@ def test_sums_of_128_bit_measures_are_refused(tmp_path, aggregate, argument):
     )
     with pytest.raises(sqlsdc.PolicyViolation, match="HUGEINT or DECIMAL"):
         con.cursor().execute(f"SELECT g, {aggregate}({argument}) FROM t GROUP BY g")
-    con.close()
-
-
-@pytest.fixture
-def ckm(ckm_db):
-    """A guarded analyst connection to the demo database with its shipped CKM policy."""
-    con = sqlsdc.connect(ckm_db, user="analyst")
-    yield con
     con.close()
 
 
