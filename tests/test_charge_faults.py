@@ -11,6 +11,7 @@ the charge returned audited the statement under another id than its charge.
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import textwrap
@@ -34,14 +35,22 @@ def by_region(age: int) -> str:
     return f"SELECT region, COUNT(*) FROM persons WHERE age >= {age} GROUP BY region"
 
 
-@pytest.fixture
-def db(tmp_path) -> Path:
-    path = tmp_path / "charges.duckdb"
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> Path:
+    """The DP persons database, built once for the module: each test changes a copy."""
+    path = tmp_path_factory.mktemp("charges") / "charges.duckdb"
     con = duckdb.connect(str(path))
     con.execute("CREATE TABLE persons AS SELECT i AS pid, ['N', 'S', 'E', 'W'][1 + i % 4] AS "
                 "region, i % 90 AS age FROM range(4000) t(i)")  # fmt: skip
     con.close()
     sqlsdc.init(path, dp_persons.document(30))
+    return path
+
+
+@pytest.fixture
+def db(template, tmp_path) -> Path:
+    path = tmp_path / template.name
+    shutil.copy(template, path)
     return path
 
 
@@ -231,8 +240,6 @@ def test_ctrl_c_as_the_answer_commits_leaves_it_answered_once(db):
 
 def test_ctrl_c_as_a_ckm_answer_commits_adds_no_failed_entry(tmp_path, pristine_demo_db):
     """The same for a query that charges nothing (CKM on the demo): one accepted entry."""
-    import shutil
-
     db = tmp_path / "demo.duckdb"
     shutil.copy(pristine_demo_db, db)
     sql = "SELECT region, COUNT(*) FROM persons GROUP BY region"

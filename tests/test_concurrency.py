@@ -8,6 +8,7 @@ limits.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -29,9 +30,10 @@ THREADS = 16
 LIMIT = Fraction(5)  # the analyst's epsilon: ten COUNT queries at 1/2
 
 
-@pytest.fixture
-def dp_db(tmp_path):
-    path = tmp_path / "dp.duckdb"
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    """The DP persons database, built once for the module: each test changes a copy."""
+    path = tmp_path_factory.mktemp("concurrency") / "dp.duckdb"
     rng = np.random.default_rng(3)
     persons = pd.DataFrame({"pid": np.arange(2000), "region": rng.choice(list("NSEW"), 2000),
                             "age": rng.integers(0, 100, 2000)})  # fmt: skip
@@ -40,6 +42,13 @@ def dp_db(tmp_path):
     con.execute("CREATE TABLE persons AS SELECT * FROM frame")
     con.close()
     sqlsdc.init(path, dp_persons.document(LIMIT))
+    return path
+
+
+@pytest.fixture
+def dp_db(template, tmp_path):
+    path = tmp_path / template.name
+    shutil.copy(template, path)
     return path
 
 
