@@ -21,14 +21,6 @@ from sqlsdc.guard.parse import MAX_DEPTH, parse_statement
 from sqlsdc.planner.connectors import depth
 from sqlsdc.policy import load_policy
 
-
-@pytest.fixture
-def analyst(module_analyst):
-    """One connection for the module (conftest's ``module_analyst``): the tests that take
-    ``analyst`` only read and are refused."""
-    return module_analyst
-
-
 TERMS = 1_500  # deeper than Python's recursion limit when left unbalanced
 GROUPED = "SELECT region, COUNT(*) AS n FROM persons WHERE {} GROUP BY region ORDER BY region"
 
