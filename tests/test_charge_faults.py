@@ -1,6 +1,7 @@
 """Every DP charge has its audit entry, whatever stops the statement that made it: a server
 killed with SIGKILL while statements are in flight, Ctrl-C as the charge commits or as the
-answer commits, a cancel after the charge. Real DuckDB files, real processes and signals.
+answer commits, a cancel after the charge. Real DuckDB files, real processes and signals (the
+processes forked with sqlsdc imported, :mod:`cli_fork`).
 
 The charge writes the query's audit entry (``failed``, ``store.CHARGED_PENDING``) in its own
 transaction, and the outcome replaces it; before, a kill after the charge left a ledger row
@@ -10,13 +11,14 @@ the charge returned audited the statement under another id than its charge.
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
-import sys
 import textwrap
 import threading
 from pathlib import Path
 
+import cli_fork
 import dp_persons
 import duckdb
 import pytest
@@ -33,14 +35,22 @@ def by_region(age: int) -> str:
     return f"SELECT region, COUNT(*) FROM persons WHERE age >= {age} GROUP BY region"
 
 
-@pytest.fixture
-def db(tmp_path) -> Path:
-    path = tmp_path / "charges.duckdb"
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> Path:
+    """The DP persons database, built once for the module: each test changes a copy."""
+    path = tmp_path_factory.mktemp("charges") / "charges.duckdb"
     con = duckdb.connect(str(path))
     con.execute("CREATE TABLE persons AS SELECT i AS pid, ['N', 'S', 'E', 'W'][1 + i % 4] AS "
                 "region, i % 90 AS age FROM range(4000) t(i)")  # fmt: skip
     con.close()
     sqlsdc.init(path, dp_persons.document(30))
+    return path
+
+
+@pytest.fixture
+def db(template, tmp_path) -> Path:
+    path = tmp_path / template.name
+    shutil.copy(template, path)
     return path
 
 
@@ -82,12 +92,11 @@ def test_a_server_killed_with_statements_in_flight_leaves_every_charge_audited(d
     the server is killed with SIGKILL: each charge has its audit entry (``failed``: the
     process stopped), under the charge's query id; none is charged again when asked again."""
     psycopg = pytest.importorskip("psycopg")
-    added = subprocess.run([sys.executable, "-m", "sqlsdc.cli", "server-user", "add", str(db),
-                            "ana", "--password-stdin"], input=PASSWORD + "\n", text=True,
-                           capture_output=True, timeout=120)  # fmt: skip
+    added = cli_fork.run(["server-user", "add", db, "ana", "--password-stdin"],
+                         input=PASSWORD + "\n", timeout=120)  # fmt: skip
     assert added.returncode == 0, added.stderr
-    server = subprocess.Popen([sys.executable, "-c", SERVER, str(db)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+    server = cli_fork.popen([db], code=SERVER, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
     failures: list[BaseException] = []
     try:
         host, port = server.stdout.readline().strip().rsplit(":", 1)
@@ -141,7 +150,7 @@ def test_a_process_killed_after_the_charge_leaves_its_audit_entry(db):
         sqlsdc.connect({str(db)!r}, "ana").execute({by_region(5)!r})
         """
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+    done = cli_fork.run([], code=script, timeout=120)
     assert done.returncode == -signal.SIGKILL
     ledger, audit = charges_and_entries(db)
     ((query_id, _),) = ledger
@@ -198,8 +207,7 @@ INTERRUPTED = textwrap.dedent(
 
 
 def interrupted(db: Path, where: str, sql: str) -> list[str]:
-    done = subprocess.run([sys.executable, "-c", INTERRUPTED, where, str(db), sql],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = cli_fork.run([where, db, sql], code=INTERRUPTED, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.splitlines()
 
@@ -232,14 +240,11 @@ def test_ctrl_c_as_the_answer_commits_leaves_it_answered_once(db):
 
 def test_ctrl_c_as_a_ckm_answer_commits_adds_no_failed_entry(tmp_path, pristine_demo_db):
     """The same for a query that charges nothing (CKM on the demo): one accepted entry."""
-    import shutil
-
     db = tmp_path / "demo.duckdb"
     shutil.copy(pristine_demo_db, db)
     sql = "SELECT region, COUNT(*) FROM persons GROUP BY region"
     script = INTERRUPTED.replace('"ana"', '"analyst"')
-    done = subprocess.run([sys.executable, "-c", script, "answer", str(db), sql],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = cli_fork.run(["answer", db, sql], code=script, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     con = open_database(db, read_only=True)
     try:

@@ -5,6 +5,7 @@ real DuckDB files."""
 from __future__ import annotations
 
 import json
+import shutil
 from fractions import Fraction
 
 import cli_fork
@@ -30,14 +31,22 @@ POLICY = {
 }
 
 
-@pytest.fixture
-def db(tmp_path):
-    path = tmp_path / "small.duckdb"
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    """The small database, built once for the module: each test changes a copy."""
+    path = tmp_path_factory.mktemp("budget") / "small.duckdb"
     con = duckdb.connect(str(path))
     con.execute("CREATE TABLE persons AS SELECT i AS id, 'r' || (i % 3) AS region "
                 "FROM range(30) t(i)")  # fmt: skip
     con.close()
     sqlsdc.init(path, POLICY, applied_by="root")
+    return path
+
+
+@pytest.fixture
+def db(template, tmp_path):
+    path = tmp_path / template.name
+    shutil.copy(template, path)
     return path
 
 

@@ -8,11 +8,13 @@ limits.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
 from fractions import Fraction
 
+import cli_fork
 import dp_persons
 import duckdb
 import numpy as np
@@ -28,9 +30,10 @@ THREADS = 16
 LIMIT = Fraction(5)  # the analyst's epsilon: ten COUNT queries at 1/2
 
 
-@pytest.fixture
-def dp_db(tmp_path):
-    path = tmp_path / "dp.duckdb"
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    """The DP persons database, built once for the module: each test changes a copy."""
+    path = tmp_path_factory.mktemp("concurrency") / "dp.duckdb"
     rng = np.random.default_rng(3)
     persons = pd.DataFrame({"pid": np.arange(2000), "region": rng.choice(list("NSEW"), 2000),
                             "age": rng.integers(0, 100, 2000)})  # fmt: skip
@@ -39,6 +42,13 @@ def dp_db(tmp_path):
     con.execute("CREATE TABLE persons AS SELECT * FROM frame")
     con.close()
     sqlsdc.init(path, dp_persons.document(LIMIT))
+    return path
+
+
+@pytest.fixture
+def dp_db(template, tmp_path):
+    path = tmp_path / template.name
+    shutil.copy(template, path)
     return path
 
 
@@ -176,18 +186,18 @@ def test_an_admin_command_waiting_for_the_file_goes_before_analysts(dp_db, tmp_p
 
     holder = open_database(dp_db)  # this process holds the file
     try:  # the admin first: the analyst's opening lets it go first from its own start on
-        admin = subprocess.Popen([sys.executable, "-m", "sqlsdc.cli", "audit", str(dp_db),
-                                  "--format", "json"], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True)  # fmt: skip
+        admin = cli_fork.popen(["audit", dp_db, "--format", "json"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)  # fmt: skip
         waiting(f"{admin.pid}.first", admin)
-        analyst = subprocess.Popen([sys.executable, "-c", ANALYST, str(dp_db), sql],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True)  # fmt: skip
+        analyst = cli_fork.popen([dp_db, sql], code=ANALYST, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE, text=True)  # fmt: skip
         waiting(f"{analyst.pid}", admin, analyst)
     finally:
         holder.close()
-    listed, errors = admin.communicate(timeout=120)
-    _, analyst_errors = analyst.communicate(timeout=120)
+    listed, errors = admin.stdout.read(), admin.stderr.read()  # to the end: both exited
+    analyst_errors = analyst.stderr.read()
+    admin.wait(120)
+    analyst.wait(120)
     assert admin.returncode == 0 and analyst.returncode == 0, errors + analyst_errors
     assert sql not in listed  # the admin read the file before the analyst's query was run
     con = open_database(dp_db, read_only=True)

@@ -15,6 +15,14 @@ import pytest
 import sqlsdc
 from sqlsdc import PolicyViolation
 
+
+@pytest.fixture
+def analyst(module_analyst):
+    """One connection for the module (conftest's ``module_analyst``): the tests that take
+    ``analyst`` only read and are refused."""
+    return module_analyst
+
+
 ROLLUP = (
     "SELECT region, sex, GROUPING(region) AS g1, GROUPING(region, sex) AS g2, COUNT(*) AS n "
     "FROM persons GROUP BY ROLLUP (region, sex)"

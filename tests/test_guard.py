@@ -9,6 +9,14 @@ import pytest
 
 import sqlsdc
 
+
+@pytest.fixture
+def analyst(module_analyst):
+    """One connection for the module (conftest's ``module_analyst``): its tests only read and
+    are refused; audit entries are all they add."""
+    return module_analyst
+
+
 K = 10
 
 

@@ -31,6 +31,14 @@ from sqlsdc.planner.analyze import analyze
 from sqlsdc.planner.connectors import balanced
 from sqlsdc.planner.repeated_columns import RepeatedColumns
 
+
+@pytest.fixture
+def analyst(module_analyst):
+    """One connection for the module (conftest's ``module_analyst``): its tests explain,
+    check and refuse; none changes what the next one sees."""
+    return module_analyst
+
+
 GROUPED = "SELECT region, COUNT(*) FROM persons WHERE {} GROUP BY region"
 STATEMENTS = {
     "or-chain": GROUPED.format(" OR ".join(f"age = {i}" for i in range(1200))),

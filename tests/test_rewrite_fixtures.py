@@ -9,6 +9,14 @@ from pathlib import Path
 
 import pytest
 
+
+@pytest.fixture
+def analyst(module_analyst):
+    """One connection for the module (conftest's ``module_analyst``): the fixtures are only
+    explained."""
+    return module_analyst
+
+
 FIXTURES = Path(__file__).parent / "fixtures"
 
 

@@ -9,9 +9,15 @@ import pytest
 import sqlsdc
 
 
-@pytest.fixture
-def catalog(session_catalog):
-    return session_catalog
+@pytest.fixture(scope="module")
+def catalog(module_analyst):
+    """One analyst's session catalog for the module (its shadow built once): the tests only
+    ask catalog questions and are refused; none sets or changes what the next one sees."""
+    from sqlsdc.server.catalog import SessionCatalog
+
+    catalog = SessionCatalog(module_analyst)
+    yield catalog
+    catalog.close()
 
 
 def all_text(answer) -> str:

@@ -13,6 +13,14 @@ import pytest
 
 import sqlsdc
 
+
+@pytest.fixture
+def analyst(module_analyst):
+    """One connection for the module (conftest's ``module_analyst``): the tests that take
+    ``analyst`` only read and are refused."""
+    return module_analyst
+
+
 REPEATING = {
     "join on true": "SELECT p.region, COUNT(*) FROM persons p JOIN regions r ON TRUE "
     "GROUP BY p.region",

@@ -315,17 +315,14 @@ def test_a_busy_analyst_cannot_keep_the_file_when_the_waiting_folder_is_taken(fr
     process gets its turn within a few seconds."""
     waiting = fresh_demo_db.with_name(fresh_demo_db.name + ".waiting")
     waiting.touch()
-    busy = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
+    busy = cli_fork.popen([], code=textwrap.dedent(f"""
             import time, sqlsdc
             con = sqlsdc.connect({str(fresh_demo_db)!r}, user="analyst")
             print("busy", flush=True)
             end = time.monotonic() + 20
             while time.monotonic() < end:
                 con.execute("SELECT region, COUNT(*) FROM persons GROUP BY region").fetchall()
-        """)],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        """), stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:
         assert busy.stdout.readline().strip() == "busy"
         time.sleep(0.5)

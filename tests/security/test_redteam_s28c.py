@@ -29,6 +29,14 @@ from test_redteam_s28 import _scope
 import sqlsdc
 from sqlsdc.engines.duckdb import open_database
 
+
+@pytest.fixture
+def analyst(module_analyst):
+    """One connection for the module (conftest's ``module_analyst``): the tests that take
+    ``analyst`` only read and are refused."""
+    return module_analyst
+
+
 dp_db, ana = test_redteam_s28b.dp_db, test_redteam_s28b.ana  # DP counts, a public lookup
 
 

@@ -26,6 +26,14 @@ import pytest
 
 import sqlsdc
 
+
+@pytest.fixture
+def analyst(module_analyst):
+    """One connection for the module (conftest's ``module_analyst``): its statements are
+    refused."""
+    return module_analyst
+
+
 CKM = {
     "counts": {"method": "ckm", "ptable": {"D": 5, "V": 3, "js": 2}},
     "magnitudes": {
@@ -100,27 +108,25 @@ def test_the_smallest_integer_in_a_dp_centred_statistic_is_not_an_engine_error(t
     assert all(0 <= value <= 100**2 for value in released.values())
 
 
-@pytest.mark.parametrize("argument", ["d", "h", "CAST(d AS DOUBLE)", "CAST(h AS DOUBLE) * 2"])
-@pytest.mark.parametrize("aggregate", ["SUM", "AVG"])
-def test_sums_of_128_bit_measures_are_refused(tmp_path, aggregate, argument):
-    """Twenty values of 10^37 overflow the engine's sum in the cell of ``a`` only."""
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory):
+    """Twenty values of 10^37 in the cell of ``a``: one database for the module's refusals."""
     con = ckm_table(
-        tmp_path / "w.duckdb",
+        tmp_path_factory.mktemp("s28e") / "w.duckdb",
         "d DECIMAL(38,0), h HUGEINT",
         "CASE WHEN i < 40 THEN 10::HUGEINT ** 37 ELSE i END::DECIMAL(38, 0), "
         "CASE WHEN i < 40 THEN 10::HUGEINT ** 37 ELSE i END",
     )
-    with pytest.raises(sqlsdc.PolicyViolation, match="HUGEINT or DECIMAL"):
-        con.cursor().execute(f"SELECT g, {aggregate}({argument}) FROM t GROUP BY g")
-    con.close()
-
-
-@pytest.fixture
-def ckm(ckm_db):
-    """A guarded analyst connection to the demo database with its shipped CKM policy."""
-    con = sqlsdc.connect(ckm_db, user="analyst")
     yield con
     con.close()
+
+
+@pytest.mark.parametrize("argument", ["d", "h", "CAST(d AS DOUBLE)", "CAST(h AS DOUBLE) * 2"])
+@pytest.mark.parametrize("aggregate", ["SUM", "AVG"])
+def test_sums_of_128_bit_measures_are_refused(wide, aggregate, argument):
+    """Twenty values of 10^37 overflow the engine's sum in the cell of ``a`` only."""
+    with pytest.raises(sqlsdc.PolicyViolation, match="HUGEINT or DECIMAL"):
+        wide.cursor().execute(f"SELECT g, {aggregate}({argument}) FROM t GROUP BY g")
 
 
 def rows(con, sql: str) -> list[tuple]:

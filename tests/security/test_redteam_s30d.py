@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import decimal
 import gc
+import shutil
 import threading
 import time
 import types
@@ -446,6 +447,14 @@ def _two_dp_tables(path) -> None:
     })  # fmt: skip
 
 
+@pytest.fixture(scope="module")
+def two_dp_tables(tmp_path_factory):
+    """:func:`_two_dp_tables`, built once for the module: each case charges a copy."""
+    path = tmp_path_factory.mktemp("s30d") / "two.duckdb"
+    _two_dp_tables(path)
+    return path
+
+
 @pytest.mark.parametrize(
     "sql",
     [
@@ -460,9 +469,9 @@ def _two_dp_tables(path) -> None:
         "GROUP BY g) AS c USING (g)",
     ],
 )
-def test_a_table_read_in_any_part_of_a_dp_query_is_charged_its_budget(tmp_path, sql):
+def test_a_table_read_in_any_part_of_a_dp_query_is_charged_its_budget(two_dp_tables, tmp_path, sql):
     path = tmp_path / "two.duckdb"
-    _two_dp_tables(path)
+    shutil.copy(two_dp_tables, path)
     with sqlsdc.connect(path, user="analyst") as con:
         read = set(con.explain(sql).tables)
         con.execute(sql).fetchall()

@@ -70,7 +70,6 @@ binds wire values).
 from __future__ import annotations
 
 import subprocess
-import sys
 import threading
 import time
 from functools import partial
@@ -342,16 +341,16 @@ def test_a_cancel_while_waiting_for_the_file_stops_a_kept_statement(fresh_demo_d
     """A statement the check cache holds skips the early check; while it waits for the file
     (another process writes it), the server's cancel comes. Before, the cancel was lost: the
     statement's timeout started afresh once it had the file, and it ran to the end."""
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from sqlsdc.engines.duckdb import "
-         "open_database; con = open_database(sys.argv[1]); print('held', flush=True); "
-         "time.sleep(2); con.close()", str(fresh_demo_db)],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
     con = Connection(fresh_demo_db, "analyst", idle_release=0.05)
+    holder = None
     try:
         con.execute(BY_REGION).fetchall()  # kept from now on
         wait_idle(con)
+        holder = cli_fork.popen(
+            [fresh_demo_db], code="import sys, time; from sqlsdc.engines.duckdb import "
+            "open_database; con = open_database(sys.argv[1]); print('held', flush=True); "
+            "time.sleep(2); con.close()", stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
         holder_started = holder.stdout.readline()
         assert holder_started.strip() == "held"
         threading.Timer(0.5, con.interrupt).start()
@@ -359,4 +358,5 @@ def test_a_cancel_while_waiting_for_the_file_stops_a_kept_statement(fresh_demo_d
             con.execute(BY_REGION).fetchall()
     finally:
         con.close()
-        holder.wait(10)
+        if holder is not None:
+            holder.wait(10)

@@ -108,6 +108,15 @@ def lookup_db(path) -> sqlsdc.Connection:
     return sqlsdc.connect(path, user="analyst")
 
 
+@pytest.fixture(scope="module")
+def lookup(tmp_path_factory):
+    """:func:`lookup_db` once for the module's attacks: they are refused, and what they answer
+    (the same counts of the table's own codes) changes nothing another sees."""
+    con = lookup_db(tmp_path_factory.mktemp("s35c") / "lookup.duckdb")
+    yield con
+    con.close()
+
+
 MOVED = "CASE WHEN t.age = {} THEN 'c19' ELSE t.code END"
 ATTACKS = [
     "SELECT COUNT(DISTINCT c.label) FROM t JOIN codes c ON c.code = " + MOVED,
@@ -122,11 +131,11 @@ ATTACKS = [
 
 
 @pytest.mark.parametrize("attack", ATTACKS)
-def test_a_distinct_count_of_a_joined_column_is_no_oracle(tmp_path, attack):
+def test_a_distinct_count_of_a_joined_column_is_no_oracle(lookup, attack):
     """Each guess's distinct count minus the plain join's was 1 for the true age (99) and 0
     for every other: the rows (all of t) and so the noise were the same. A distinct count of
     another source's column is refused now."""
-    con = lookup_db(tmp_path / "lookup.duckdb")
+    con = lookup
     for guess in (98, 99):
         with pytest.raises(sqlsdc.PolicyViolation, match="COUNT\\(DISTINCT"):
             rows(con, attack.format(guess))
@@ -136,7 +145,6 @@ def test_a_distinct_count_of_a_joined_column_is_no_oracle(tmp_path, attack):
     assert rows(con, "SELECT COUNT(DISTINCT code) FROM t")
     assert rows(con, "SELECT COUNT(DISTINCT k) FROM (SELECT code AS k FROM t) d")
     assert rows(con, "SELECT COUNT(DISTINCT t.code) FROM t JOIN codes c ON c.code = t.code")
-    con.close()
 
 
 def test_the_demo_s_regions_are_no_oracle_either(ckm):
@@ -207,15 +215,13 @@ STATISTICS_ORACLES = [
 
 
 @pytest.mark.parametrize("attack", STATISTICS_ORACLES)
-def test_an_error_on_public_values_tells_nothing_of_the_statistics(tmp_path, attack):
+def test_an_error_on_public_values_tells_nothing_of_the_statistics(lookup, attack):
     """With the first form, ``age > 98`` failed in the engine (someone is older) and ``age >
     99`` answered: the one person's age 99. Every form is refused now, before the engine
     runs (the others did not differ on this table; they are the same kind of statement)."""
-    con = lookup_db(tmp_path / "lookup.duckdb")
     for bound in (98, 99):
         with pytest.raises(sqlsdc.PolicyViolation, match="error"):
-            rows(con, attack.format(bound))
-    con.close()
+            rows(lookup, attack.format(bound))
 
 
 def test_total_expressions_on_public_values_are_still_answered(ckm):

@@ -70,6 +70,8 @@ refused as "DuckDB refuses the text" though DuckDB answers it alone.
 
 from __future__ import annotations
 
+import shutil
+
 import duckdb
 import pytest
 
@@ -83,14 +85,22 @@ from tests.test_charge_faults import charges_and_entries
 BY_REGION = "SELECT region, COUNT(*) FROM persons WHERE age >= {} GROUP BY region"
 
 
-@pytest.fixture
-def db(tmp_path):
-    path = tmp_path / "dp.duckdb"
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    """The DP persons database, built once for the module: each test changes a copy."""
+    path = tmp_path_factory.mktemp("s35d_dp") / "dp.duckdb"
     con = duckdb.connect(str(path))
     con.execute("CREATE TABLE persons AS SELECT i AS pid, ['N', 'S', 'E', 'W'][1 + i % 4] AS "
                 "region, i % 90 AS age FROM range(4000) t(i)")  # fmt: skip
     con.close()
     sqlsdc.init(path, document(30))
+    return path
+
+
+@pytest.fixture
+def db(template, tmp_path):
+    path = tmp_path / template.name
+    shutil.copy(template, path)
     return path
 
 
