@@ -290,9 +290,11 @@ def test_linked_tables_without_time_raise():
 
 
 def test_deterministic_for_a_seed():
+    """Deterministic when the search ends before its time limit (the documented condition):
+    a limit far above the fraction of a second it takes, so a loaded machine cannot cut it."""
     table = hier_table(3, 2, 2, seed=8)
-    first = controlled_round(table, 3, time_limit=10, seed=4)
-    again = controlled_round(table, 3, time_limit=10, seed=4)
+    first = controlled_round(table, 3, time_limit=120, seed=4)
+    again = controlled_round(table, 3, time_limit=120, seed=4)
     assert first.cells["rounded"].tolist() == again.cells["rounded"].tolist()
 
 
