@@ -55,10 +55,13 @@ Differences found (DuckDB 2.0, Spark 4.3 in ANSI mode; each tested) and what hap
   ``EXP`` and ``LN`` (libm vs Java: last bit, and LN(0) is -inf vs NULL) → refused.
 
 Integer overflow raises in both engines only under Spark's ANSI mode, so :class:`SparkEngine`
-turns it on and refuses to run if it was turned off. Floating-point SUM and AVG depend on the
-order of additions, in Spark as in a multi-threaded DuckDB; they agree to about 1e-15 relative,
-not bit for bit. Counts, integer sums, cell keys (``SUM(__rkey) % 4294967296``), thresholds and
-NULLs (suppression) are exact.
+turns it on and refuses to run if it was turned off. The hardened DuckDB reads times in UTC
+(``SET GLOBAL TimeZone = 'UTC'``); Spark in its session time zone, so that ``tz >= '2024-01-01'``
+over a TIMESTAMP WITH TIME ZONE column counted other rows under one cell identity (red team
+s36e) → the engine sets the session time zone to UTC and refuses to run if it was changed.
+Floating-point SUM and AVG depend on the order of additions, in Spark as in a multi-threaded
+DuckDB; they agree to about 1e-15 relative, not bit for bit. Counts, integer sums, cell keys
+(``SUM(__rkey) % 4294967296``), thresholds and NULLs (suppression) are exact.
 """
 
 from __future__ import annotations
@@ -85,6 +88,14 @@ if TYPE_CHECKING:
 DIALECT = "spark"
 INSTALL_HINT = 'install it with: pip install "sqlsdc[spark]"'
 ANSI = "spark.sql.ansi.enabled"
+TIME_ZONE = "spark.sql.session.timeZone"
+SESSION = {
+    ANSI: ("true", "Spark would wrap integer overflow where DuckDB raises"),
+    TIME_ZONE: ("UTC", "Spark would read times and compare TIMESTAMP WITH TIME ZONE values "
+                       "with text in another time zone than DuckDB's UTC"),
+}  # fmt: skip
+"""The session settings every :class:`SparkEngine` sets and checks before it translates or runs
+a tree: its value and why another value would compute other cells than DuckDB."""
 HASH_UDF = "sqlsdc_duckdb_hash"
 """DuckDB's ``hash`` on Spark: the Arrow UDF each :class:`SparkEngine` registers on its session."""
 
@@ -1024,7 +1035,8 @@ class SparkEngine:
 
     The engine turns on ANSI mode for the session (``spark.sql.ansi.enabled=true``, Spark 4's
     default): without it Spark wraps integer overflow silently where DuckDB raises, and a
-    wrapped cell key would pick the wrong noise. It refuses to run if ANSI mode was turned off.
+    wrapped cell key would pick the wrong noise. It sets the session time zone to UTC, DuckDB's
+    (:data:`SESSION`). It refuses to run if either was changed.
 
     Example:
         >>> engine = SparkEngine(SparkSession.builder.getOrCreate())  # doctest: +SKIP
@@ -1041,7 +1053,8 @@ class SparkEngine:
     def __init__(self, session: SparkSession):
         _require_pyspark()
         self.session = session
-        session.conf.set(ANSI, "true")
+        for setting, (value, _why) in SESSION.items():
+            session.conf.set(setting, value)
         self.schemas: dict[str, dict[str, str]] = {}  # view -> {column: Spark type}
         self.data_versions: dict[str, str] = {}  # tables copied by load_duckdb: DuckDB version
         self.duckdb_types: dict[str, dict[str, str]] = {}  # their views: {column: DuckDB type}
@@ -1129,8 +1142,17 @@ class SparkEngine:
             if own:
                 con.close()
 
+    def _check_session(self) -> None:
+        """Refuse a session whose :data:`SESSION` settings were changed since the engine set
+        them: its cells would not be DuckDB's. Checked before a tree is translated, so a DP
+        stage is refused before anything is charged."""
+        for setting, (value, why) in SESSION.items():
+            if self.session.conf.get(setting).lower() != value.lower():
+                raise NotSupportedError(f"{setting} was changed from {value}: {why}")
+
     def sql(self, tree: exp.Expr) -> str:
         """The Spark SQL for a protected tree, after every check (runs nothing)."""
+        self._check_session()
         duckdb_tree = read_as_duckdb(tree)
         _check(duckdb_tree)
         missing = sorted(t for t in _tables(duckdb_tree) if view_name(t) not in self.schemas)
@@ -1145,11 +1167,7 @@ class SparkEngine:
         """Run a protected tree; the result has DuckDB's values, typed by normalise_types."""
         from pyspark.errors import PySparkException
 
-        if self.session.conf.get(ANSI).lower() != "true":
-            raise NotSupportedError(
-                f"{ANSI} was turned off: Spark would wrap integer overflow where DuckDB raises"
-            )
-        sql = self.sql(tree)
+        sql = self.sql(tree)  # checks the session first
         try:
             table = self.session.sql(sql).toArrow()
         except PySparkException as e:  # the message may quote confidential values: not shown
