@@ -51,6 +51,8 @@ Differences found (DuckDB 2.0, Spark 4.3 in ANSI mode; each tested) and what hap
   right side's qualified key, which then fails to run), and no ``*`` (Spark puts the key first).
 - ``QUALIFY``: none in Spark; sqlglot filters a subquery instead → only for a SELECT of named
   columns without ORDER BY, LIMIT or DISTINCT (which would change place).
+- a 32-bit FLOAT column: DuckDB compares and computes in FLOAT (``r > 0.1`` with 0.1 cast to
+  FLOAT; ``r / 3`` a FLOAT), Spark in DOUBLE → refused.
 - ``a // b`` (DOUBLEs in DuckDB, error in Spark), ``LIKE`` (``\\`` escapes in Spark only),
   ``EXP`` and ``LN`` (libm vs Java: last bit, and LN(0) is -inf vs NULL) → refused.
 
@@ -58,7 +60,9 @@ Integer overflow raises in both engines only under Spark's ANSI mode, so :class:
 turns it on and refuses to run if it was turned off. The hardened DuckDB reads times in UTC
 (``SET GLOBAL TimeZone = 'UTC'``); Spark in its session time zone, so that ``tz >= '2024-01-01'``
 over a TIMESTAMP WITH TIME ZONE column counted other rows under one cell identity (red team
-s36e) → the engine sets the session time zone to UTC and refuses to run if it was changed.
+s36e) → the engine sets the session time zone to UTC and refuses to run if it was changed;
+likewise Parquet dates are read without Julian rebasing (a LEGACY session moved 1582-10-04 to
+1582-09-24, its hash, and the groups units kept).
 Floating-point SUM and AVG depend on the order of additions, in Spark as in a multi-threaded
 DuckDB; they agree to about 1e-15 relative, not bit for bit. Counts, integer sums, cell keys
 (``SUM(__rkey) % 4294967296``), thresholds and NULLs (suppression) are exact.
@@ -89,10 +93,13 @@ DIALECT = "spark"
 INSTALL_HINT = 'install it with: pip install "sqlsdc[spark]"'
 ANSI = "spark.sql.ansi.enabled"
 TIME_ZONE = "spark.sql.session.timeZone"
+REBASE = "spark.sql.parquet.datetimeRebaseModeInRead"
 SESSION = {
     ANSI: ("true", "Spark would wrap integer overflow where DuckDB raises"),
     TIME_ZONE: ("UTC", "Spark would read times and compare TIMESTAMP WITH TIME ZONE values "
                        "with text in another time zone than DuckDB's UTC"),
+    REBASE: ("CORRECTED", "Spark would shift dates and times before 1582 of the Parquet "
+                          "copies, which DuckDB writes in the proleptic Gregorian calendar"),
 }  # fmt: skip
 """The session settings every :class:`SparkEngine` sets and checks before it translates or runs
 a tree: its value and why another value would compute other cells than DuckDB."""
@@ -172,7 +179,33 @@ def to_spark(
 def _translate(duckdb_tree: exp.Expr, schema, duckdb_types=None) -> exp.Expr:
     """Passes 3 and 4 on a checked tree of our own (mutated)."""
     rename_tables(duckdb_tree)
+    _check_no_32_bit_floats(duckdb_tree, schema or {})
     return keep_duckdb_semantics(duckdb_tree, _Types(duckdb_tree, schema, duckdb_types))
+
+
+SINGLE_PRECISION = frozenset({"float", "real", "float4"})
+"""Type names (Spark's, DuckDB's; lower case) of 32-bit floating-point columns."""
+
+
+def _check_no_32_bit_floats(tree: exp.Expr, schema: Mapping[str, Mapping[str, str]]) -> None:
+    """Refuse a tree that reads a 32-bit FLOAT column (by name or through a star) of a view it
+    reads, other than as an argument of ``hash`` (hashed bit for bit). DuckDB computes with
+    FLOAT in 32 bits (``r > 0.1`` casts 0.1 to FLOAT, ``r / 3`` is a FLOAT) where Spark widens
+    to DOUBLE, so the same filter kept other rows: one DP cell identity, two exact values (red
+    team s36e)."""
+    named = {c.name.lower() for c in tree.find_all(exp.Column) if not _is_hash(c.parent)}
+    for scope in traverse_scope(tree):
+        star = _has_star(scope.expression)
+        for source in _selected(scope):
+            if not isinstance(source, exp.Table):
+                continue
+            for column, kind in schema.get(source.name.lower(), {}).items():
+                if kind.lower() in SINGLE_PRECISION and (star or column.lower() in named):
+                    raise NotSupportedError(
+                        f"{source.name}.{column} is a 32-bit FLOAT, which DuckDB computes and "
+                        "compares in 32 bits and Spark in 64: not portable to Spark; run this "
+                        "query on DuckDB, or store the column as DOUBLE"
+                    )
 
 
 def read_as_duckdb(tree: exp.Expr) -> exp.Expr:
@@ -1035,8 +1068,8 @@ class SparkEngine:
 
     The engine turns on ANSI mode for the session (``spark.sql.ansi.enabled=true``, Spark 4's
     default): without it Spark wraps integer overflow silently where DuckDB raises, and a
-    wrapped cell key would pick the wrong noise. It sets the session time zone to UTC, DuckDB's
-    (:data:`SESSION`). It refuses to run if either was changed.
+    wrapped cell key would pick the wrong noise. It sets the session time zone to UTC, DuckDB's,
+    and reads Parquet dates as written (:data:`SESSION`). It refuses to run if one was changed.
 
     Example:
         >>> engine = SparkEngine(SparkSession.builder.getOrCreate())  # doctest: +SKIP
