@@ -451,7 +451,7 @@ def test_sums_beyond_two_to_the_63_stay_exact(engine, duck):
     engine.session.conf.set(ANSI, "false")
     try:
         assert engine.session.sql(raw).collect()[0].k == -4294967291  # wrapped
-        with pytest.raises(NotSupportedError, match="ansi.enabled was turned off"):
+        with pytest.raises(NotSupportedError, match="ansi.enabled was changed from true"):
             engine.run(tree)
     finally:
         engine.session.conf.set(ANSI, "true")

@@ -51,14 +51,21 @@ Differences found (DuckDB 2.0, Spark 4.3 in ANSI mode; each tested) and what hap
   right side's qualified key, which then fails to run), and no ``*`` (Spark puts the key first).
 - ``QUALIFY``: none in Spark; sqlglot filters a subquery instead → only for a SELECT of named
   columns without ORDER BY, LIMIT or DISTINCT (which would change place).
+- a 32-bit FLOAT column: DuckDB compares and computes in FLOAT (``r > 0.1`` with 0.1 cast to
+  FLOAT; ``r / 3`` a FLOAT), Spark in DOUBLE → refused.
 - ``a // b`` (DOUBLEs in DuckDB, error in Spark), ``LIKE`` (``\\`` escapes in Spark only),
   ``EXP`` and ``LN`` (libm vs Java: last bit, and LN(0) is -inf vs NULL) → refused.
 
 Integer overflow raises in both engines only under Spark's ANSI mode, so :class:`SparkEngine`
-turns it on and refuses to run if it was turned off. Floating-point SUM and AVG depend on the
-order of additions, in Spark as in a multi-threaded DuckDB; they agree to about 1e-15 relative,
-not bit for bit. Counts, integer sums, cell keys (``SUM(__rkey) % 4294967296``), thresholds and
-NULLs (suppression) are exact.
+turns it on and refuses to run if it was turned off. The hardened DuckDB reads times in UTC
+(``SET GLOBAL TimeZone = 'UTC'``); Spark in its session time zone, so that ``tz >= '2024-01-01'``
+over a TIMESTAMP WITH TIME ZONE column counted other rows under one cell identity (red team
+s36e) → the engine sets the session time zone to UTC and refuses to run if it was changed;
+likewise Parquet dates are read without Julian rebasing (a LEGACY session moved 1582-10-04 to
+1582-09-24, its hash, and the groups units kept).
+Floating-point SUM and AVG depend on the order of additions, in Spark as in a multi-threaded
+DuckDB; they agree to about 1e-15 relative, not bit for bit. Counts, integer sums, cell keys
+(``SUM(__rkey) % 4294967296``), thresholds and NULLs (suppression) are exact.
 """
 
 from __future__ import annotations
@@ -85,6 +92,17 @@ if TYPE_CHECKING:
 DIALECT = "spark"
 INSTALL_HINT = 'install it with: pip install "sqlsdc[spark]"'
 ANSI = "spark.sql.ansi.enabled"
+TIME_ZONE = "spark.sql.session.timeZone"
+REBASE = "spark.sql.parquet.datetimeRebaseModeInRead"
+SESSION = {
+    ANSI: ("true", "Spark would wrap integer overflow where DuckDB raises"),
+    TIME_ZONE: ("UTC", "Spark would read times and compare TIMESTAMP WITH TIME ZONE values "
+                       "with text in another time zone than DuckDB's UTC"),
+    REBASE: ("CORRECTED", "Spark would shift dates and times before 1582 of the Parquet "
+                          "copies, which DuckDB writes in the proleptic Gregorian calendar"),
+}  # fmt: skip
+"""The session settings every :class:`SparkEngine` sets and checks before it translates or runs
+a tree: its value and why another value would compute other cells than DuckDB."""
 HASH_UDF = "sqlsdc_duckdb_hash"
 """DuckDB's ``hash`` on Spark: the Arrow UDF each :class:`SparkEngine` registers on its session."""
 
@@ -161,7 +179,33 @@ def to_spark(
 def _translate(duckdb_tree: exp.Expr, schema, duckdb_types=None) -> exp.Expr:
     """Passes 3 and 4 on a checked tree of our own (mutated)."""
     rename_tables(duckdb_tree)
+    _check_no_32_bit_floats(duckdb_tree, schema or {})
     return keep_duckdb_semantics(duckdb_tree, _Types(duckdb_tree, schema, duckdb_types))
+
+
+SINGLE_PRECISION = frozenset({"float", "real", "float4"})
+"""Type names (Spark's, DuckDB's; lower case) of 32-bit floating-point columns."""
+
+
+def _check_no_32_bit_floats(tree: exp.Expr, schema: Mapping[str, Mapping[str, str]]) -> None:
+    """Refuse a tree that reads a 32-bit FLOAT column (by name or through a star) of a view it
+    reads, other than as an argument of ``hash`` (hashed bit for bit). DuckDB computes with
+    FLOAT in 32 bits (``r > 0.1`` casts 0.1 to FLOAT, ``r / 3`` is a FLOAT) where Spark widens
+    to DOUBLE, so the same filter kept other rows: one DP cell identity, two exact values (red
+    team s36e)."""
+    named = {c.name.lower() for c in tree.find_all(exp.Column) if not _is_hash(c.parent)}
+    for scope in traverse_scope(tree):
+        star = _has_star(scope.expression)
+        for source in _selected(scope):
+            if not isinstance(source, exp.Table):
+                continue
+            for column, kind in schema.get(source.name.lower(), {}).items():
+                if kind.lower() in SINGLE_PRECISION and (star or column.lower() in named):
+                    raise NotSupportedError(
+                        f"{source.name}.{column} is a 32-bit FLOAT, which DuckDB computes and "
+                        "compares in 32 bits and Spark in 64: not portable to Spark; run this "
+                        "query on DuckDB, or store the column as DOUBLE"
+                    )
 
 
 def read_as_duckdb(tree: exp.Expr) -> exp.Expr:
@@ -1024,7 +1068,8 @@ class SparkEngine:
 
     The engine turns on ANSI mode for the session (``spark.sql.ansi.enabled=true``, Spark 4's
     default): without it Spark wraps integer overflow silently where DuckDB raises, and a
-    wrapped cell key would pick the wrong noise. It refuses to run if ANSI mode was turned off.
+    wrapped cell key would pick the wrong noise. It sets the session time zone to UTC, DuckDB's,
+    and reads Parquet dates as written (:data:`SESSION`). It refuses to run if one was changed.
 
     Example:
         >>> engine = SparkEngine(SparkSession.builder.getOrCreate())  # doctest: +SKIP
@@ -1041,7 +1086,8 @@ class SparkEngine:
     def __init__(self, session: SparkSession):
         _require_pyspark()
         self.session = session
-        session.conf.set(ANSI, "true")
+        for setting, (value, _why) in SESSION.items():
+            session.conf.set(setting, value)
         self.schemas: dict[str, dict[str, str]] = {}  # view -> {column: Spark type}
         self.data_versions: dict[str, str] = {}  # tables copied by load_duckdb: DuckDB version
         self.duckdb_types: dict[str, dict[str, str]] = {}  # their views: {column: DuckDB type}
@@ -1129,8 +1175,17 @@ class SparkEngine:
             if own:
                 con.close()
 
+    def _check_session(self) -> None:
+        """Refuse a session whose :data:`SESSION` settings were changed since the engine set
+        them: its cells would not be DuckDB's. Checked before a tree is translated, so a DP
+        stage is refused before anything is charged."""
+        for setting, (value, why) in SESSION.items():
+            if self.session.conf.get(setting).lower() != value.lower():
+                raise NotSupportedError(f"{setting} was changed from {value}: {why}")
+
     def sql(self, tree: exp.Expr) -> str:
         """The Spark SQL for a protected tree, after every check (runs nothing)."""
+        self._check_session()
         duckdb_tree = read_as_duckdb(tree)
         _check(duckdb_tree)
         missing = sorted(t for t in _tables(duckdb_tree) if view_name(t) not in self.schemas)
@@ -1145,11 +1200,7 @@ class SparkEngine:
         """Run a protected tree; the result has DuckDB's values, typed by normalise_types."""
         from pyspark.errors import PySparkException
 
-        if self.session.conf.get(ANSI).lower() != "true":
-            raise NotSupportedError(
-                f"{ANSI} was turned off: Spark would wrap integer overflow where DuckDB raises"
-            )
-        sql = self.sql(tree)
+        sql = self.sql(tree)  # checks the session first
         try:
             table = self.session.sql(sql).toArrow()
         except PySparkException as e:  # the message may quote confidential values: not shown
