@@ -20,6 +20,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 import sqlglot
+from spark_session import local_session
 from sqlglot import exp
 
 import sqlsdc
@@ -48,14 +49,6 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore:PySpark does not yet fully support pandas:FutureWarning"  # no pandas used here
 )
 
-SPARK_CONF = {
-    "spark.sql.shuffle.partitions": "2",
-    "spark.default.parallelism": "1",
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.adaptive.enabled": "false",
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-}
 
 # Guarded queries whose protected trees must give the same cells on both engines, on the demo
 # database under threshold protection. Append to it: the tables a tree reads, `sqlsdc.*`
@@ -149,13 +142,7 @@ CKM_CROSS_ENGINE_QUERIES = [
 
 @pytest.fixture(scope="module")
 def spark():
-    from pyspark.sql import SparkSession
-
-    builder = SparkSession.builder.master("local[1]").appName("sqlsdc-tests")
-    for key, value in SPARK_CONF.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("OFF")
+    session = local_session("sqlsdc-tests")
     yield session
     session.stop()
 

@@ -85,11 +85,9 @@ from test_dp_query import dp_document, make_db  # noqa: E402
 # --- magnitudes of another method beside DP counts ------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def mixed_db(tmp_path_factory) -> Path:
-    """persons (3,000, one row each) whose counts use DP and whose magnitudes are left to the
-    default threshold rule; income has bounds, as a DP SUM would need."""
-    path = tmp_path_factory.mktemp("s36b_mixed") / "mixed.duckdb"
+def _persons_db(path: Path, protection: dict) -> Path:
+    """persons (3,000, one row each) under ``protection``; income has bounds, as a DP SUM
+    needs, and no class breaks declared (the defaults: 0 and 1, 2, 5 times powers of ten)."""
     con = duckdb.connect(str(path))
     con.execute(
         "CREATE TABLE persons AS SELECT range AS pid, ['N', 'S', 'E', 'W'][1 + range % 4] AS "
@@ -104,11 +102,18 @@ def mixed_db(tmp_path_factory) -> Path:
                         "region": {"role": "dimension", "domain": ["N", "S", "E", "W"]},
                         "age": {"role": "dimension"},
                         "income": {"role": "measure", "bounds": [0, 100000]}},
-            "protection": {"counts": {"method": "dp", "spend": {"epsilon": "1/2"}}}}},
+            "protection": protection}},
         "users": {"admin": {"role": "admin"}, "ana": {"role": "analyst"}},
         "budgets": [{"user": "*", "epsilon": 10}],
     })  # fmt: skip
     return path
+
+
+@pytest.fixture(scope="module")
+def mixed_db(tmp_path_factory) -> Path:
+    """Counts by DP, magnitudes left to the default threshold rule."""
+    return _persons_db(tmp_path_factory.mktemp("s36b_mixed") / "mixed.duckdb",
+                       {"counts": {"method": "dp", "spend": {"epsilon": "1/2"}}})  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -194,29 +199,10 @@ def test_a_grid_of_public_tables_beyond_the_domain_limit_is_refused_before_the_c
 
 @pytest.fixture(scope="module")
 def dp_magnitudes_db(tmp_path_factory) -> Path:
-    """persons whose magnitudes use DP and whose counts use the threshold rule (k = 10);
-    income has no class breaks declared (the defaults: 0 and 1, 2, 5 times powers of ten)."""
-    path = tmp_path_factory.mktemp("s36b_magnitudes") / "magnitudes.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute(
-        "CREATE TABLE persons AS SELECT range AS pid, ['N', 'S', 'E', 'W'][1 + range % 4] AS "
-        "region, (range % 90)::INTEGER AS age, (range * 37 % 100000)::DOUBLE AS income "
-        "FROM range(3000)"
-    )
-    con.close()
-    sqlsdc.init(path, {
-        "tables": {"persons": {
-            "privacy_unit": "pid",
-            "columns": {"pid": {"role": "identifier"},
-                        "region": {"role": "dimension", "domain": ["N", "S", "E", "W"]},
-                        "age": {"role": "dimension"},
-                        "income": {"role": "measure", "bounds": [0, 100000]}},
-            "protection": {"counts": {"method": "threshold", "min_frequency": 10},
-                           "magnitudes": {"method": "dp", "spend": {"epsilon": "1/2"}}}}},
-        "users": {"admin": {"role": "admin"}, "ana": {"role": "analyst"}},
-        "budgets": [{"user": "*", "epsilon": 10}],
-    })  # fmt: skip
-    return path
+    """Magnitudes by DP, counts by the threshold rule (k = 10)."""
+    return _persons_db(tmp_path_factory.mktemp("s36b_magnitudes") / "magnitudes.duckdb",
+                       {"counts": {"method": "threshold", "min_frequency": 10},
+                        "magnitudes": {"method": "dp", "spend": {"epsilon": "1/2"}}})  # fmt: skip
 
 
 def _over(x: int, extra: str = "") -> str:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from spark_session import local_session
 
 import sqlsdc
 from sqlsdc.errors import NotSupportedError
@@ -47,14 +48,6 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore:PySpark does not yet fully support pandas:FutureWarning"
 )
 
-SPARK_CONF = {
-    "spark.sql.shuffle.partitions": "2",
-    "spark.default.parallelism": "1",
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.adaptive.enabled": "false",
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-}
 
 EVENTS = """
 CREATE TABLE events AS SELECT
@@ -89,13 +82,7 @@ AFTER_MIDNIGHT_UTC = "SELECT k, COUNT(*) AS n FROM events WHERE at >= '2024-01-0
 
 @pytest.fixture(scope="module")
 def spark():
-    from pyspark.sql import SparkSession
-
-    builder = SparkSession.builder.master("local[1]").appName("sqlsdc-redteam-s36e")
-    for key, value in SPARK_CONF.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("OFF")
+    session = local_session("sqlsdc-redteam-s36e")
     yield session
     session.stop()
 
