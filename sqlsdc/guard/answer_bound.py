@@ -15,8 +15,9 @@ of public tables, and the query's shape: a join multiplies, unless a side is uni
 columns it is joined on (a stage's relation on its group keys, a public table on its declared
 key, a grouped or DISTINCT select on its outputs, and any of these through joins that meet
 one row per row, such as the cell key method's lookup of its p-table), a union adds, an
-aggregate without GROUP BY is one row, LIMIT caps. Whatever else the answer reads (another
-method's groups from confidential rows, a table function, UNNEST) has no bound of its own:
+aggregate without GROUP BY is one row, each grouping set (ROLLUP, CUBE, GROUPING SETS) groups
+the rows again, LIMIT caps. Whatever else the answer reads (another method's groups from
+confidential rows, a table function, UNNEST, PIVOT) has no bound of its own:
 joined to a DP stage on its unique keys it is bounded by the stage, otherwise a DP statement
 reading it is refused before the charge.
 """
@@ -122,6 +123,8 @@ class _Bounds:
 
     def single(self, node: exp.Expr, ctes: dict[str, _Bound]) -> _Bound:
         """A FROM or JOIN source without the joins it carries."""
+        if node.args.get("pivots"):
+            return _Bound(_UNKNOWN)  # PIVOT and UNPIVOT reshape rows (the validator refuses)
         if isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier):
             name = node.name.lower()
             if not node.db and name in ctes:
@@ -158,9 +161,37 @@ class _Bounds:
             sources[alias] = right
         if id(select) in self.unnesting:
             return _Bound(_UNKNOWN)  # UNNEST in the select list: rows per list element
-        if id(select) in self.aggregating and not select.args.get("group"):
+        group = select.args.get("group")
+        if id(select) in self.aggregating and not group:
             return _Bound(min(rows, 1))
+        sets = _grouping_sets(group)
+        if sets != 1:  # each grouping set groups the rows again (red team s36f)
+            return _Bound(max(rows, 1) * sets)
         return _Bound(rows, _unique_outputs(select, sources, base))
+
+
+def _grouping_sets(group: exp.Group | None) -> float:
+    """How many grouping sets ``group`` has (1 for a plain GROUP BY): ROLLUP of n keys has
+    n + 1, CUBE 2^n, GROUPING SETS the sum of its elements', and a list their product; a
+    ROLLUP or CUBE nested in another's keys, or WITH TOTALS, is not counted (unknown)."""
+    if group is None:
+        return 1
+    if any(group.args.get(k) for k in ("rollup", "cube", "grouping_sets", "totals")):
+        return _UNKNOWN  # the arguments older sqlglot versions put them in
+
+    def count(key: exp.Expr) -> float:
+        if isinstance(key, exp.GroupingSets):
+            return sum(count(k) for k in key.expressions)
+        if isinstance(key, exp.Rollup | exp.Cube):
+            if any(k.find(exp.Rollup, exp.Cube, exp.GroupingSets) for k in key.expressions):
+                return _UNKNOWN
+            n = len(key.expressions)
+            return n + 1 if isinstance(key, exp.Rollup) else 2.0**n
+        if key.find(exp.Rollup, exp.Cube, exp.GroupingSets):
+            return _UNKNOWN  # inside another expression: not a shape read here
+        return 1
+
+    return math.prod(count(k) for k in group.expressions)
 
 
 def _joined(join: exp.Join, rows: float, sources: dict[str, _Bound], alias: str, right: _Bound,
@@ -195,6 +226,9 @@ def _equated(join: exp.Join, alias: str, others: set[str]) -> set[str]:
     if using:
         return {u.name.lower() for u in using}
     names: set[str] = set()
+    if not alias:  # an unaliased derived table: its columns and others' alike unqualified,
+        return names  # so ``ON q = w`` may equate two of its own (red team s36f)
+    others = others - {""}
     on = join.args.get("on")
     for conjunct in on.flatten() if isinstance(on, exp.And) else [on] if on else []:
         if not isinstance(conjunct, exp.EQ):
@@ -219,6 +253,9 @@ def _renamed(node: exp.Expr, bound: _Bound) -> _Bound:
     return bound
 
 
+_SOURCES = frozenset({"from_", "from", "joins", "with_", "with"})
+
+
 def _scan(tree: exp.Expr) -> tuple[set[int], set[int]]:
     """The selects (by ``id``) with an aggregate of their own level (not in a window, nor in a
     subquery: without GROUP BY, one row), and those with an UNNEST of their own (in the
@@ -240,11 +277,14 @@ def _scan(tree: exp.Expr) -> tuple[set[int], set[int]]:
             level = grouping = node
         elif isinstance(node, exp.Window):
             grouping = None
-        for value in node.args.values():
+        for key, value in node.args.items():
+            # an aggregate in the select's sources (a PIVOT's) is not the select's: it does
+            # not make its rows one (red team s36f)
+            of = None if level is node and key in _SOURCES else grouping
             if isinstance(value, exp.Expr):
-                stack.append((value, level, grouping))
+                stack.append((value, level, of))
             elif isinstance(value, list):
-                stack.extend((v, level, grouping) for v in value if isinstance(v, exp.Expr))
+                stack.extend((v, level, of) for v in value if isinstance(v, exp.Expr))
     return aggregating, unnesting
 
 
