@@ -254,6 +254,8 @@ def _renamed(node: exp.Expr, bound: _Bound) -> _Bound:
 
 
 _SOURCES = frozenset({"from_", "from", "joins", "with_", "with"})
+_UNNESTING = frozenset({"generate_subscripts", "regexp_split_to_table"})
+"""DuckDB's macros over UNNEST: in a select list, rows per element (red team s36f)."""
 
 
 def _scan(tree: exp.Expr) -> tuple[set[int], set[int]]:
@@ -271,7 +273,10 @@ def _scan(tree: exp.Expr) -> tuple[set[int], set[int]]:
         node, level, grouping = stack.pop()
         if grouping is not None and isinstance(node, exp.AggFunc):
             aggregating.add(id(grouping))
-        if level is not None and isinstance(node, exp.Explode | exp.Unnest):
+        if level is not None and (
+            isinstance(node, exp.Explode | exp.Unnest)
+            or (isinstance(node, exp.Anonymous) and node.name.lower() in _UNNESTING)
+        ):
             unnesting.add(id(level))
         if isinstance(node, exp.Select):
             level = grouping = node

@@ -17,6 +17,9 @@ What broke (fixed here):
 - **An aggregate in a source taken as the select's.** ``FROM c PIVOT (SUM(v) FOR ...)`` made the
   select an aggregate without GROUP BY (one row); PIVOT and UNPIVOT (refused by the validator)
   are now unbounded, and an aggregate in a select's sources is not the select's.
+- **DuckDB's macros over UNNEST.** ``generate_subscripts`` and ``regexp_split_to_table`` in a
+  select list give rows per element, as UNNEST does, but were read as scalar functions (10
+  rows for 30). The function allowlist refuses both; the bound now reads them as UNNEST.
 
 What held (tried, no test added): UNNEST and ``unnest(range(n))`` in the select list, LATERAL,
 table functions and ``(VALUES ...) CROSS JOIN c`` (unbounded); NATURAL joins, joins on OR,
@@ -102,6 +105,8 @@ def _bound(sql: str) -> float:
          "ON q = w", 100, 100),
         ("SELECT * FROM c PIVOT (SUM(__a0) FOR __a1 IN (0, 1, 2))", 10, float("inf")),
         ("SELECT * FROM c UNPIVOT (v FOR k IN (__a0, __a1))", 20, float("inf")),
+        ("SELECT generate_subscripts([4, 5, 6], 1), __g0 FROM c", 30, float("inf")),
+        ("SELECT regexp_split_to_table('a,b,c', ','), __g0 FROM c", 30, float("inf")),
     ],
 )  # fmt: skip
 def test_the_bound_covers_the_answer(sql, rows, most):
