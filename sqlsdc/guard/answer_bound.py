@@ -254,8 +254,9 @@ def _renamed(node: exp.Expr, bound: _Bound) -> _Bound:
 
 
 _SOURCES = frozenset({"from_", "from", "joins", "with_", "with"})
-_UNNESTING = frozenset({"generate_subscripts", "regexp_split_to_table"})
-"""DuckDB's macros over UNNEST: in a select list, rows per element (red team s36f)."""
+_UNNESTING = frozenset({"generate_subscripts", "regexp_split_to_table", "inline_outer"})
+"""DuckDB's macros over UNNEST and Spark's generators sqlglot does not name: in a select list,
+rows per element (red team s36f)."""
 
 
 def _scan(tree: exp.Expr) -> tuple[set[int], set[int]]:
@@ -274,7 +275,7 @@ def _scan(tree: exp.Expr) -> tuple[set[int], set[int]]:
         if grouping is not None and isinstance(node, exp.AggFunc):
             aggregating.add(id(grouping))
         if level is not None and (
-            isinstance(node, exp.Explode | exp.Unnest)
+            isinstance(node, exp.Explode | exp.Unnest | exp.Inline | exp.Stack)
             or (isinstance(node, exp.Anonymous) and node.name.lower() in _UNNESTING)
         ):
             unnesting.add(id(level))

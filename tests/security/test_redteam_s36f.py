@@ -19,7 +19,8 @@ What broke (fixed here):
   are now unbounded, and an aggregate in a select's sources is not the select's.
 - **DuckDB's macros over UNNEST.** ``generate_subscripts`` and ``regexp_split_to_table`` in a
   select list give rows per element, as UNNEST does, but were read as scalar functions (10
-  rows for 30). The function allowlist refuses both; the bound now reads them as UNNEST.
+  rows for 30). The function allowlist refuses both; the bound now reads them as UNNEST, and
+  Spark's generators ``stack``, ``inline`` and ``inline_outer`` too.
 
 What held (tried, no test added): UNNEST and ``unnest(range(n))`` in the select list, LATERAL,
 table functions and ``(VALUES ...) CROSS JOIN c`` (unbounded); NATURAL joins, joins on OR,
@@ -117,3 +118,14 @@ def test_the_bound_covers_the_answer(sql, rows, most):
                 "(range % 3)::INTEGER AS __a1 FROM range(10)")  # fmt: skip
     assert len(con.execute(sql).fetchall()) == rows
     assert rows <= _bound(sql) == most
+
+
+@pytest.mark.parametrize(
+    "generator", ["stack(3, 1, 2, 3)", "inline(array(struct(1), struct(2)))",
+                  "inline_outer(array(struct(1), struct(2)))"],
+)  # fmt: skip
+def test_spark_generators_in_a_select_list_are_unbounded(generator):
+    """Spark's generators give rows per element in a select list, as UNNEST does; before the
+    fix the bound was the cells' 10 rows."""
+    tree = sqlglot.parse_one(f"SELECT {generator}, __g0 FROM c", read="spark")
+    assert answer_rows(tree, CELLS, lambda _table: None) == float("inf")
