@@ -69,6 +69,22 @@ def _wide_measures(con, policy: Policy) -> list[str]:
     ]
 
 
+def _domain_problems(con, where: str, domain, dtype: str) -> list[str]:
+    """Values of a declared domain that the column's type cannot hold as they are: a text code
+    declared for an INTEGER or DATE column (``R01``), a fraction for an integer one. Their
+    cells would match no row, and a DP table would release noise for them and leave the real
+    groups out."""
+    problems = []
+    for value in domain:
+        if value is None:
+            continue
+        held = one(con, f"SELECT TRY_CAST(? AS {dtype})", [value])[0]
+        numbers = isinstance(value, int | float) and not isinstance(value, bool)
+        if held is None or (numbers and isinstance(held, int | float) and held != value):
+            problems.append(f"{where}: {value!r} is not a value of the column's type {dtype}")
+    return problems
+
+
 def database_problems(con, policy: Policy) -> list[str]:
     """Problems of ``policy`` against the tables actually in the database."""
     schemas = engine.table_schemas(con)
@@ -97,6 +113,11 @@ def database_problems(con, policy: Policy) -> list[str]:
                         f"{where}.columns.{column}: a {spec.role.value} must be {problem}; "
                         f"{column} is {schemas[table.name][column]}"
                     )
+            if column in schemas[table.name] and spec.domain:
+                problems += _domain_problems(
+                    con, f"{where}.columns.{column}.domain", spec.domain,
+                    schemas[table.name][column],
+                )  # fmt: skip
         key = table.key
         if key and key not in schemas[table.name]:
             problems.append(f"{where}.key: no such column in the table")
