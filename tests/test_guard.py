@@ -331,6 +331,18 @@ def test_a_misspelt_column_gets_the_close_names_of_the_tables_read(analyst, sql,
     assert info.value.hint.startswith(hint) and "__" not in info.value.hint
 
 
+def test_a_column_of_two_joined_tables_is_said_to_be_ambiguous(analyst):
+    """``region`` of persons JOIN households was 'could not be resolved. did you mean
+    region?'; the hint now names both tables and the qualified form, which runs."""
+    join = "FROM persons JOIN households USING (household_id)"
+    with pytest.raises(sqlsdc.PolicyViolation) as info:
+        analyst.execute(f"SELECT region, COUNT(*) {join} GROUP BY region")
+    assert info.value.hint.startswith(
+        "region is a column of households and persons: say which, e.g. households.region"
+    )
+    assert len(analyst.execute(f"SELECT persons.region, COUNT(*) {join} GROUP BY 1").fetchall())
+
+
 def test_row_level_refusal_suggests_an_aggregate_of_the_tables_asked(analyst, tmp_path):
     """The hint names the table the query read and its own columns, not the demo's persons
     (a user of schemas/examples/minimal.yaml was told to query `persons`)."""

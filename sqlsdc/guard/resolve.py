@@ -233,10 +233,10 @@ def qualify_tree(
         )
     except OptimizeError as e:
         message = str(e).split(". Line")[0]
-        read = {t.name.lower() for t in before[exp.Table]} & schema.keys()
-        known = sorted({c for name in read for c in schema[name]})
+        read = sorted({t.name.lower() for t in before[exp.Table]} & schema.keys())
+        columns = {name: schema[name] for name in read}
         raise PolicyViolation(
-            f"name resolution failed: {message}", _columns_hint(message, sql, known), sql
+            f"name resolution failed: {message}", _columns_hint(message, sql, columns), sql
         ) from None
     if merged_by_using:
         using_columns.merge(qualified, schema)
@@ -255,10 +255,11 @@ def qualify_tree(
 _TYPOGRAPHIC_QUOTES = "\u2018\u2019\u201a\u201b\u201c\u201d\u201e\u201f\u00ab\u00bb"
 
 
-def _columns_hint(message: str, sql: str | None, known: list[str] = ()) -> str:
+def _columns_hint(message: str, sql: str | None, columns: dict[str, dict] | None = None) -> str:
     """The hint for a name that does not resolve; a value written in quotes that are not SQL's
-    string quotes (a word processor's ’R01’, or "R01") is a column name to SQL. A misspelt
-    name gets the close ones among ``known``, the analyst's columns of the tables read."""
+    string quotes (a word processor's ’R01’, or "R01") is a column name to SQL. ``columns``:
+    the analyst's columns of each table read; a name that two of them have is ambiguous, and
+    a misspelt name gets the close ones among them."""
     if any(q in message for q in _TYPOGRAPHIC_QUOTES):
         return (
             "the statement has typographic quotes (’ “ ”) where SQL needs straight ones: write "
@@ -271,7 +272,15 @@ def _columns_hint(message: str, sql: str | None, known: list[str] = ()) -> str:
             f'"{quoted.group(1)}" in double quotes names a column; write strings in single '
             f"quotes, e.g. '{quoted.group(1)}'; {_COLUMNS_HINT}"
         )
-    close = unresolved and get_close_matches(unresolved.group(1).lower(), known, n=3)
+    name = unresolved.group(1).lower() if unresolved else ""
+    holders = [table for table, cols in (columns or {}).items() if name in cols]
+    if len(holders) > 1:
+        return (
+            f"{name} is a column of {' and '.join(holders)}: say which, e.g. "
+            f"{holders[0]}.{name} (or an alias's name before the dot)"
+        )
+    known = sorted({c for cols in (columns or {}).values() for c in cols})
+    close = name and get_close_matches(name, known, n=3)
     if close:
         return f"did you mean {' or '.join(close)}? {_COLUMNS_HINT}"
     return _COLUMNS_HINT
