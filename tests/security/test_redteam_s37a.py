@@ -1,0 +1,59 @@
+"""Red team s37a: an analyst's guarded connection against the cell key method (the demo policy
+as shipped), looking for two statistics that share one noise where they must not, and for
+rephrasings, joins and oracles that differ from what the guard proved.
+
+What broke (fixed here):
+
+- **A weight times itself shared the weight's noise.** ``SUM(weight * weight)`` passed as a
+  "weighted sum" (a value times a weight), but a magnitude's noise is looked up with the cell
+  key salted by the *set* of base columns it measures, so ``SUM(weight)`` and ``SUM(weight *
+  weight)`` drew the same ptable value ``v``. In a cell of one person with weight w below
+  √fp (141.4 on the demo) both are scaled by the same factor ``1 + 0.2·(μ + |v|)``, so their
+  ratio was w, exactly: ``SELECT municipality, SUM(weight), SUM(weight * weight) FROM persons
+  WHERE age = 67 GROUP BY 1`` gave the exact weights of the 11 persons alone in their cells
+  (138.761, 59.102, ...). ``linear.py`` meant to refuse "a product of several weights" but
+  caught only a third factor; a product of two weights is refused now (also under a CASE
+  filter or a cast).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import sqlsdc
+
+WEIGHT_SQUARES = [
+    "SELECT municipality, SUM(weight), SUM(weight * weight) FROM persons WHERE age = 67 GROUP BY 1",
+    "SELECT SUM(weight * weight) FROM persons",
+    "SELECT AVG(weight * weight) FROM persons",
+    "SELECT SUM(2 * weight * weight) FROM persons",
+    "SELECT SUM(CAST(weight AS DOUBLE) * weight) FROM persons",
+    "SELECT SUM(CASE WHEN sex = 'F' THEN weight END * weight) FROM persons",
+]
+
+
+@pytest.mark.parametrize("sql", WEIGHT_SQUARES)
+def test_a_weight_times_a_weight_is_refused(ckm, sql):
+    """Broke: the first query's ratio SUM(weight * weight) / SUM(weight) was the exact weight of
+    every person alone in a cell (the two sums drew one noise). Now refused in every form."""
+    with pytest.raises(sqlsdc.PolicyViolation, match="several weights"):
+        ckm.execute(sql)
+
+
+def test_a_weight_times_itself_through_a_self_join_is_refused(ckm):
+    """The same square through a second reading of the table: refused (by the rows it repeats
+    or as a product of weights, whichever check comes first)."""
+    with pytest.raises(sqlsdc.PolicyViolation):
+        ckm.execute(
+            "SELECT SUM(a.weight * b.weight) FROM persons a JOIN persons b "
+            "ON a.person_id = b.person_id"
+        )
+
+
+def test_a_value_times_a_weight_is_still_answered(ckm):
+    """The weighted sums the rule is for still answer, and a weight summed as it is."""
+    cur = ckm.execute(
+        "SELECT region, SUM(income * weight), SUM(weight * age), SUM(weight), "
+        "AVG(CASE WHEN sex = 'F' THEN income END * weight) FROM persons GROUP BY region"
+    )
+    assert len(cur.fetchall()) == 8
