@@ -23,6 +23,39 @@ What broke (fixed here):
   and 1543; on the cells of ``age = 67`` by municipality the true count alone for 3 of 46
   cells, and never a wrong one. The sum is now the published mean times the protected count,
   ``(x̂/n)·n̂``: a function of released values, whose bits tell nothing more.
+
+What held (tried by hand on a 20,000-person demo; pinned elsewhere where noted): one population
+written 28 ways (``BETWEEN`` and ``>= AND <=``, ``BETWEEN SYMMETRIC``, ``IN`` and ``OR`` chains,
+``NOT (a OR b)``, ``substr``/``upper``/``||`` on public keys, ``CASE`` and ``COALESCE`` of a
+``CASE`` in the WHERE, a public join or ``IN (SELECT ... FROM regions)``, derived tables, CTEs,
+a LEFT join to households, a self join on the unit, a ``HAVING`` on the key, filters true for
+every row) gave one count, sum and mean; a ``CASE``-filtered sum is keyed by its contributors,
+and a ``HAVING`` or ``ORDER BY`` reads the same protected value as the select list. Joins that
+repeat rows (a second reading of persons through households, a self join on a non-unit, a
+derived table that is not unique on its key, ``OR``/inequality/computed join keys, a UNION ALL
+of the public table, CROSS/RIGHT/FULL/POSITIONAL/ASOF/SEMI/ANTI joins, ``LATERAL``) were
+refused; ``COUNT(r.region)`` with the target's condition in a LEFT JOIN's ``ON`` is keyed by
+the rows it counts. Measures and weights compared other than with a class break, directly or
+through ``LEAST``/``GREATEST``/``COALESCE``/``NULLIF``/``ROUND``/``SIGN``/``ABS``/casts/string
+functions, a derived table's scaled copy, a public column, a scalar subquery or a parameter:
+refused. Errors: ``LN``/``LOG``/``SQRT``/``EXP``/``POW`` of data (DuckDB 2.0 gives -inf, NaN or
+inf, no error, or the guard refuses), computed ``SUBSTRING``/``ROUND``/``INTERVAL``/divisor
+arguments, mixed-type ``GREATEST``/``COALESCE``/``CASE``/row comparisons: refused; an error in
+an expression over released cells (``CAST(COUNT(*) - 3 AS UTINYINT)``) fires on shown cells
+only, never on a hidden group or an empty cell. Global aggregates of a hidden cell in a derived
+table, a scalar subquery or a LEFT join from a public table look the same whether the target
+exists or not. Scales by a public column (``SUM(weight * r.population)``) are refused.
+Parameters, ``$1``/``:name``, several statements, comments, quoted upper-case names,
+``__rkey``/``rowid``, qualified table names, ``FROM 'persons'``, ``E''`` and dollar-quoted
+strings (sqlglot's output reads the same in DuckDB), ``COLUMNS``, structs, lists, ``FILTER``,
+``QUALIFY``, ``WINDOW``, ``TABLESAMPLE``, ``VALUES`` and ``WITH RECURSIVE``: refused or
+resolved as DuckDB does. No timing oracle found: DuckDB's ``LIKE`` is linear in its pattern.
+
+Open (not fixed here): a known-valued dimension used as a multiplier gives one more
+independent draw of the same weighted total (in a cell that fixes ``age = c``,
+``SUM(weight * age) / c`` and ``SUM(weight)`` estimate one Σw with two noises), the averaging
+limit of the cell key method (README, threat model) by a factor √2, not a new class;
+``SUM(weight * weight)`` (Kish's effective sample size) is refused with the rest.
 """
 
 from __future__ import annotations
