@@ -172,6 +172,8 @@ class AggregateChecks:
             core = problem.core
             measured = inner if core is None else core
             new.meta[STATISTIC] = names(self.lineage(measured, info.scope, infos))
+            if core is not None and isinstance(new, (exp.Sum, exp.Avg)):
+                self._check_known_values(name, argument, self.lineage(core, info.scope, infos))
             self._check_total(inner, info.scope)
             if isinstance(new, (exp.Sum, exp.Avg)) and family(core) in ("float", None):
                 # the values added up, to be checked finite and bounded (sqlsdc.guard.summable)
@@ -187,6 +189,31 @@ class AggregateChecks:
             aggregate.replace(replacement)
             self.forget_walks()
         return aggregates
+
+    def _check_known_values(self, name: str, argument: exp.Expr, lineage: Lineage) -> None:
+        """Refuse a sum of a dimension's values under the cell key method without
+        ``mean_before_sum``. A dimension's values are the analyst's to choose (``WHERE kids IN
+        (0, 1)``), and magnitude noise is relative to the largest one, so the published sum x̂
+        of values 0 and 1 is the count of ones within ±0.2·(μ + |v|): the exact count, rounded,
+        beside a count noise of ±5 (red team s37a). With mean-before-sum the sum is the mean
+        x̂/n times the protected count, which tells no exact count."""
+        if lineage.roles != {ColumnRole.DIMENSION}:  # a weight or measure is not the analyst's
+            return
+        for source, _column in sorted(lineage.sources):
+            table = self.policy.table(source)
+            if table is None or table.is_public:  # a released output's values are published
+                continue
+            rule = table.rule(AggregateKind.MAGNITUDES)
+            keyed = rule.method is Method.CKM and rule.magnitude is not None
+            if keyed and not rule.magnitude.mean_before_sum:
+                raise self.refuse(
+                    f"{name}({argument.sql(DIALECT)[:80]}) sums the dimension "
+                    f"{names(lineage)}, whose values a query can fix; under the cell key method "
+                    "without mean_before_sum, its noise is relative to the largest value, so a "
+                    "sum of 0s and 1s would publish an exact count",
+                    "count the rows with COUNT(*) and a condition on the dimension, or an admin "
+                    "sets mean_before_sum: true in the magnitudes rule",
+                )
 
     def _dp_magnitudes(self, aggregate: exp.AggFunc, info: ScopeInfo, infos) -> bool:
         """Whether ``aggregate`` reads only measures of tables whose magnitudes use DP (which

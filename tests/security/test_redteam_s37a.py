@@ -23,6 +23,14 @@ What broke (fixed here):
   and 1543; on the cells of ``age = 67`` by municipality the true count alone for 3 of 46
   cells, and never a wrong one. The sum is now the published mean times the protected count,
   ``(x̂/n)·n̂``: a function of released values, whose bits tell nothing more.
+- **Without mean-before-sum, a sum of 0s and 1s was an exact count.** Magnitude noise is
+  relative to the cell's largest value (``0.2·x_top·(μ + |v|)`` below fp), so under a CKM
+  policy with ``mean_before_sum: false`` the published ``SUM(kids)`` of a numeric dimension
+  restricted by ``WHERE kids IN (0, 1)`` is the count of ones within ±0.9, mostly ±0.3: rounded,
+  the exact count of every one of 50 cells, where ``COUNT(*)`` has noise ±5. The guard refuses
+  scales (``SUM(CASE WHEN c THEN 1 END)`` is a COUNT), but a dimension's values are the
+  analyst's to choose. Under CKM without mean-before-sum a SUM or AVG of a dimension alone is
+  now refused (the demo policy, with mean-before-sum, still answers it).
 
 What held (tried by hand on a 20,000-person demo; pinned elsewhere where noted): one population
 written 28 ways (``BETWEEN`` and ``>= AND <=``, ``BETWEEN SYMMETRIC``, ``IN`` and ``OR`` chains,
@@ -60,9 +68,11 @@ limit of the cell key method (README, threat model) by a factor √2, not a new 
 
 from __future__ import annotations
 
+import duckdb
 import pytest
 
 import sqlsdc
+from tests.security.test_redteam_s28e import CKM
 
 WEIGHT_SQUARES = [
     "SELECT municipality, SUM(weight), SUM(weight * weight) FROM persons WHERE age = 67 GROUP BY 1",
@@ -118,3 +128,53 @@ def test_a_published_sum_is_the_published_mean_times_the_protected_count(ckm):
                 assert total == 0
                 continue
             assert total == mean * count, (cell[0], columns[k])
+
+
+@pytest.fixture(scope="module")
+def kids(tmp_path_factory):
+    """5,000 persons in 50 codes with ``kids`` 0, 1 or 2 (a dimension) and an income (a
+    measure), under the cell key method without mean-before-sum; an analyst's connection."""
+    path = tmp_path_factory.mktemp("s37a") / "kids.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute(
+        "CREATE TABLE t AS SELECT i AS pid, 'c' || lpad(CAST(i % 50 AS VARCHAR), 2, '0') AS code, "
+        "CAST(hash(i) % 3 AS INTEGER) AS kids, CAST(1000 + i AS DOUBLE) AS income "
+        "FROM range(5000) r(i)"
+    )
+    con.close()
+    protection = {**CKM, "magnitudes": {**CKM["magnitudes"], "mean_before_sum": False}}
+    columns = {
+        "pid": {"role": "identifier"},
+        "code": {"role": "dimension"},
+        "kids": {"role": "dimension", "bounds": [0, 10]},
+        "income": {"role": "measure", "bounds": [0, 100000]},
+    }
+    document = {
+        "tables": {"t": {"privacy_unit": "pid", "columns": columns, "protection": protection}},
+        "users": {"analyst": {"role": "analyst"}, "admin": {"role": "admin"}},
+    }
+    sqlsdc.init(path, document)
+    with sqlsdc.connect(path, user="analyst") as analyst:
+        yield analyst
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT code, SUM(kids) FROM t WHERE kids IN (0, 1) GROUP BY 1",
+        "SELECT code, AVG(kids) FROM t WHERE kids IN (0, 1) GROUP BY 1",
+        "SELECT code, SUM(CASE WHEN kids < 2 THEN kids END) FROM t GROUP BY 1",
+        "SELECT code, SUM(CAST(kids AS DOUBLE) * 3 + 1) FROM t GROUP BY 1",
+    ],
+)
+def test_a_sum_of_a_dimension_without_mean_before_sum_is_refused(kids, sql):
+    """Broke: rounded, the first query's sums were the exact counts of ones in all 50 cells.
+    Now refused in every spelling."""
+    with pytest.raises(sqlsdc.PolicyViolation, match="mean_before_sum"):
+        kids.execute(sql)
+
+
+def test_sums_of_measures_without_mean_before_sum_and_of_dimensions_with_it_still_answer(kids, ckm):
+    assert len(kids.execute("SELECT code, SUM(income), AVG(income) FROM t GROUP BY 1").fetchall())
+    assert len(kids.execute("SELECT code, COUNT(*) FROM t WHERE kids = 1 GROUP BY 1").fetchall())
+    assert len(ckm.execute("SELECT region, SUM(age), AVG(age) FROM persons GROUP BY 1").fetchall())
