@@ -191,14 +191,15 @@ class AggregateChecks:
         return aggregates
 
     def _check_known_values(self, name: str, argument: exp.Expr, lineage: Lineage) -> None:
-        """Refuse a sum of a dimension's values under the cell key method without
-        ``mean_before_sum``. A dimension's values are the analyst's to choose (``WHERE kids IN
-        (0, 1)``), and magnitude noise is relative to the largest one, so the published sum x̂
-        of values 0 and 1 is the count of ones within ±0.2·(μ + |v|): the exact count, rounded,
-        beside a count noise of ±5 (red team s37a). With mean-before-sum the sum is the mean
-        x̂/n times the protected count, which tells no exact count."""
-        if lineage.roles != {ColumnRole.DIMENSION}:  # a weight or measure is not the analyst's
-            return
+        """Refuse a SUM or AVG under the cell key method without ``mean_before_sum``.
+
+        Magnitude noise is relative to the cell's largest value, and a query can pin the values
+        it sums: a dimension to any value (``WHERE kids IN (0, 1)``), a measure or weight to a
+        class break (``WHERE employees = 1``). The published sum x̂ of values 0 and c is then c
+        times the count of the c's within ±0.2·c·(μ + |v|): rounded, the exact count, beside a
+        count noise of ±5 (red team s37a); the mean x̂/n̂ times the published count likewise.
+        With mean-before-sum the sum is the mean x̂/n times the protected count, and the mean
+        divides by a count the analyst does not know, so neither tells an exact count."""
         for source, _column in sorted(lineage.sources):
             table = self.policy.table(source)
             if table is None or table.is_public:  # a released output's values are published
@@ -207,12 +208,12 @@ class AggregateChecks:
             keyed = rule.method is Method.CKM and rule.magnitude is not None
             if keyed and not rule.magnitude.mean_before_sum:
                 raise self.refuse(
-                    f"{name}({argument.sql(DIALECT)[:80]}) sums the dimension "
-                    f"{names(lineage)}, whose values a query can fix; under the cell key method "
-                    "without mean_before_sum, its noise is relative to the largest value, so a "
-                    "sum of 0s and 1s would publish an exact count",
-                    "count the rows with COUNT(*) and a condition on the dimension, or an admin "
-                    "sets mean_before_sum: true in the magnitudes rule",
+                    f"{name}({argument.sql(DIALECT)[:80]}) would be published by the cell key "
+                    f"method without mean_before_sum ({table.name}): its noise is relative to "
+                    "the largest value, so a sum of values a query pins (a dimension, or a "
+                    "measure equal to a class break) would publish an exact count",
+                    "count the rows with COUNT(*), or an admin sets mean_before_sum: true in "
+                    f"the magnitudes rule of {table.name}",
                 )
 
     def _dp_magnitudes(self, aggregate: exp.AggFunc, info: ScopeInfo, infos) -> bool:
