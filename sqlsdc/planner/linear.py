@@ -204,7 +204,7 @@ def _decompose(node: exp.Expr, kind: ColumnKind) -> LinearForm:
         for factor, other in ((left, right), (right, left)):
             weight = _bare_weight(factor, kind)
             if weight is not None:
-                return _weighted(other, weight).scaled(factor.scale)
+                return _weighted(other, weight, kind).scaled(factor.scale)
         raise NotLinear("a product of two values that are not a constant or a weight")
     if isinstance(node, exp.Div):
         if is_constant(node.right):
@@ -234,11 +234,16 @@ def _bare_weight(form: LinearForm, kind: ColumnKind) -> exp.Column | None:
     return core if isinstance(core, exp.Column) and kind(core) == "weight" else None
 
 
-def _weighted(form: LinearForm, weight: exp.Column) -> LinearForm:
-    """``weight · form``: each core times the weight, the offset a coefficient of the weight."""
+def _weighted(form: LinearForm, weight: exp.Column, kind: ColumnKind) -> LinearForm:
+    """``weight · form``: each core times the weight, the offset a coefficient of the weight.
+
+    A core that is itself a weight (``weight * weight``) is refused like a longer product: its
+    square is no value times a weight, and its statistic, named by its base columns, would be
+    the weight's own, so the two sums drew one noise and their ratio in a cell of one person
+    was that person's exact weight (red team s37a)."""
     terms = {}
     for key, (core, c) in form.terms.items():
-        if any(isinstance(n, exp.Mul) for n in core.walk()):
+        if any(isinstance(n, exp.Mul) for n in core.walk()) or kind(core) == "weight":
             raise NotLinear("a product of several weights")
         product = exp.Mul(this=_in_double(core), expression=_in_double(weight))
         terms[f"{key}*{_key(weight)}"] = (product, c)

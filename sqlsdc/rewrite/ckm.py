@@ -23,8 +23,8 @@ by those units' own record keys, however the query reaches them
 
 AVG is the protected sum over the protected count, n being the rows summed (on a join, those of
 :attr:`CellPlan.row_source`) and n̂ its CKM count. With mean-before-sum (Geyer et al., PSD 2022,
-§6.1(c), "MBS") the published sum is ``x̂·n̂/n`` and the published mean ``x̂/n`` — equal to the
-published sum over the published count; without it they are ``x̂`` and ``x̂/n̂``. The guard has
+§6.1(c), "MBS") the published mean is ``x̂/n`` and the published sum ``(x̂/n)·n̂``, the mean times
+the published count to the bit; without it they are ``x̂`` and ``x̂/n̂``. The guard has
 already reduced every argument to one stored column (:mod:`sqlsdc.planner.normal_form`), so the
 scale of x is the data's, not the analyst's.
 
@@ -375,7 +375,10 @@ class _Builder(MagnitudeLayers):
                     )
                 ]
             )
-        adjusted = exp.Div(this=mul_expr(perturbed, count.copy()), expression=true_count.copy())
+        # (x̂/n)·n̂, not (x̂·n̂)/n: the published mean times the protected count, so the sum's
+        # bits are a function of released values; rounded from x̂·n̂ they told which true
+        # counts n some x̂ fits beside the mean (red team s37a)
+        adjusted = mul_expr(exp.Div(this=perturbed, expression=true_count.copy()), count.copy())
         return exp.Case(
             ifs=[exp.If(this=positive, true=adjusted)],
             default=exp.Case(
