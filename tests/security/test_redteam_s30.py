@@ -253,6 +253,7 @@ def test_suspended_portals_cannot_fill_the_servers_memory(server):
         assert b"E" not in kinds and b"s" in kinds
 
 
+@pytest.mark.slow  # a 20,000-term statement planned twice (~6 s of CPU) and a bound on a wait
 def test_describing_statements_takes_only_the_users_share_of_the_workers(server_db):
     """Describing a parameterised statement has the guard plan it (seconds for a long one: a
     714 KB statement took 7 s); it ran outside the user's share of the thread pool, so one
