@@ -45,9 +45,12 @@ _JAVA_HOME = Path(os.environ.get("JAVA_HOME", "/nonexistent"))
 if not (shutil.which("java") or (_JAVA_HOME / "bin" / "java").exists()):
     pytest.skip("the Spark tests need a JDK (java on PATH or JAVA_HOME)", allow_module_level=True)
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:PySpark does not yet fully support pandas:FutureWarning"  # no pandas used here
-)
+pytestmark = [
+    pytest.mark.filterwarnings(
+        "ignore:PySpark does not yet fully support pandas:FutureWarning"  # no pandas used here
+    ),
+    pytest.mark.slow,  # a JVM: ~50 s of CPU idle, the longest file of the suite; CI runs it
+]
 
 
 # Guarded queries whose protected trees must give the same cells on both engines, on the demo

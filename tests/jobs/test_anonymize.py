@@ -200,6 +200,7 @@ def test_household_swapping_and_household_risk(fresh_demo_db):
                   steps=["topcode:income:upper=1"])  # fmt: skip
 
 
+@pytest.mark.slow  # three jobs, plots and processes of their own (~3-4 s of CPU)
 def test_risk_utility_comparison_of_candidate_settings(fresh_demo_db, tmp_path,
                                                       sqlsdc_in_process):  # fmt: skip
     """Three settings of the same job side by side: stronger k, less risk, more loss; the

@@ -261,6 +261,7 @@ def accepted(con) -> dict[tuple[str, str], list[str]]:
     return found
 
 
+@pytest.mark.slow  # the whole sweep: ~1,100 statements for the forms accepted (~25 s of CPU)
 @pytest.mark.parametrize("position", POSITIONS)
 def test_every_accepted_form_is_total_for_both_guesses(con, accepted, position):
     """Each form alone in ``position`` is refused or answered for the guess that runs it,
@@ -275,6 +276,7 @@ def test_every_accepted_form_is_total_for_both_guesses(con, accepted, position):
     assert [f for column in found for f in failing(con, sql_of, column)] == []
 
 
+@pytest.mark.slow  # on the sweep's accepted forms (~8 s of CPU); CI runs it
 @pytest.mark.parametrize("position", TOGETHER)
 def test_the_accepted_forms_are_total_in_every_other_position(con, accepted, position):
     """The forms answered in a reference position, run together in another position (a

@@ -249,6 +249,7 @@ def alike(run, parts: list[list[str]]) -> list[str]:
     return different
 
 
+@pytest.mark.slow  # the whole sweep: ~2,000 explains and queries (~12 s of CPU); CI runs it
 @pytest.mark.parametrize("shape", SHAPES)
 def test_every_accepted_expression_ends_alike_for_both_groups(ckm, dimensions, shape):
     """Every expression the guard accepts on a column, evaluated in WHERE or as a group key,
@@ -269,6 +270,7 @@ SUMMED = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow  # the whole sweep of measures (~5 s of CPU); CI runs it
 def test_every_accepted_sum_ends_alike_for_both_groups(ckm):
     """Each expression of a measure the guard accepts inside SUM (the cell key method's
     magnitudes: top contributions, flex function, perturbation) answers for group b as for

@@ -253,6 +253,7 @@ def test_suspended_portals_cannot_fill_the_servers_memory(server):
         assert b"E" not in kinds and b"s" in kinds
 
 
+@pytest.mark.slow  # a 20,000-term statement planned twice (~6 s of CPU) and a bound on a wait
 def test_describing_statements_takes_only_the_users_share_of_the_workers(server_db):
     """Describing a parameterised statement has the guard plan it (seconds for a long one: a
     714 KB statement took 7 s); it ran outside the user's share of the thread pool, so one
@@ -474,6 +475,7 @@ def test_set_global_is_a_string_never_an_engine_setting(server):
         assert con.execute("SELECT current_setting('threads')").fetchall() == [(None,)]
 
 
+@pytest.mark.slow  # a server and eight sessions racing for the budget (~3-5 s of CPU)
 def test_concurrent_sessions_never_spend_more_than_the_budget(ckm_db, tmp_path, sqlsdc_in_process):
     """Eight sessions of the analyst send 80 distinct DP counts (ε 0.2 each; the analyst's ε 10
     holds 50) at once over the extended protocol: every one is answered or refused with the

@@ -210,6 +210,7 @@ def _by(dims: str) -> str:
     return f"SELECT {dims}, COUNT(*) FROM persons WHERE age >= 80 GROUP BY {dims}"
 
 
+@pytest.mark.slow  # two suppression jobs of 80+ by geography (~4-6 s of CPU each order)
 @pytest.mark.parametrize("order", ["regions-first", "municipalities-first"])
 def test_tables_coding_shared_cells_otherwise_are_audited_together(jobs_demo_db, order):
     """Region subtotals of a geography table are the cells of a region table."""

@@ -44,9 +44,10 @@ if not (shutil.which("java") or (_JAVA_HOME / "bin" / "java").exists()):
 from sqlsdc.engines.spark import SparkEngine  # noqa: E402
 from sqlsdc.guard.spark import run_protected  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:PySpark does not yet fully support pandas:FutureWarning"
-)
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
+    pytest.mark.slow,  # a JVM of its own (~13 s of CPU to start and warm); CI runs it
+]
 
 
 EVENTS = """

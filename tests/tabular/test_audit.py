@@ -368,6 +368,7 @@ def test_random_tables_match_an_independent_lp(seed):
         assert np.array_equal(ires.lo, res.lo) and np.array_equal(ires.hi, res.hi)
 
 
+@pytest.mark.slow  # two spawned worker processes that import the solver (~4-5 s of CPU)
 def test_worker_processes_give_the_same_intervals(monkeypatch):
     """Components solved in 2 spawned worker processes: the same result as in this process."""
     monkeypatch.setattr(attacker, "_PARALLEL_FROM_CELLS", 0)
