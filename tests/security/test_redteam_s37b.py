@@ -15,6 +15,17 @@ What broke (fixed here):
   of literals and 16 stored values in a value (a CASE as long as its longest branch; derived
   tables, CTEs and aggregated public tables followed), and 65,536 characters of literals
   evaluated per row, conditions included.
+- **A timing oracle through the free repetition of a private-group query.** Even with the
+  plain key ``clinic``, the one-row population above took longer than the empty one in 32 of
+  40 paired runs (medians 17.9 and 14.2 ms): a repeated private-group statement computed its
+  exact cells, and keyed and drew every group present before the selection, at every asking.
+  The groups a private selection released are now recorded with its cells
+  (``dp_release.release_digest``, keyed by the stage's statistics, so a rephrasing finds them
+  too), and a stage asked again is answered from them without its exact cells: 19 of 40 after
+  the fix, one timing per charge. They are kept also when the answer fails after the cells
+  were drawn (``Connection._keep_released``): an answer made to pass the 64 MiB cap each time
+  (a literal doubled through CTEs beside the private stage) cached nothing and recomputed the
+  exact cells at every asking.
 
 What held (tried, no test added): one cell identity over two exact values, none: parameters
 (``month > ?`` with 6 and 7 are two statistics; a parameter and its literal one), 6 / 6.0 /
@@ -35,14 +46,10 @@ the answer passes the cap is a function of them).
 
 Left open:
 
-- The work after the charge still grows with the number of private groups present before the
-  selection (each is keyed and drawn, then dropped), and a repeated private-group query
-  recomputes its exact cells for free: with the plain key ``clinic`` the one-row population
-  above took longer in 32 of 40 paired runs (medians 17.9 and 14.2 ms), and with keys of
-  1,000 characters in 22 of 30: a usable existence oracle, given enough free repetitions.
-  Answering a repeated private-group stage from its released cells, looked up by its
-  statistics' identities (not its SQL, which rephrasing changes for free) and without
-  computing them again, would leave one timing per charge.
+- The first asking of a population still runs in a time that grows with its rows and groups
+  (one timing per charge: a single paired run of the one-row and empty populations above
+  differs by a few ms, within the jitter of a shared machine); private-group stages with a
+  quantile are computed at every asking as before (their histograms are not recorded).
 - The same long-key amplification exists outside DP: a CKM count grouped by ``region ||
   '<900,000 characters>'`` is answered, free, in 0.3 s for no row and 1.3 s for 11,589.
 - Permute-and-flip's running time (quantiles) depends on the scores, so a timed quantile
@@ -129,3 +136,71 @@ def test_a_long_private_group_key_is_refused_before_the_charge(dp_db, sql):
 def test_private_group_keys_analysts_write_are_answered(dp_db, sql):
     with sqlsdc.connect(dp_db, "ana") as con:
         assert con.execute(sql).fetchall() is not None
+
+
+def _engine_texts(monkeypatch) -> list[str]:
+    """The SQL texts the guard runs through ``engines.duckdb.run`` (exact cells, answers)."""
+    from sqlsdc.engines import duckdb as engine
+
+    texts: list[str] = []
+    real = engine.run
+
+    def run(con, sql, *args, **kwargs):
+        texts.append(sql)
+        return real(con, sql, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "run", run)
+    return texts
+
+
+ONE_ROW = "clinic = 'rare' AND cost BETWEEN 40 AND 42"  # one visit, one person
+NO_ROW = "clinic = 'rare' AND cost BETWEEN 50 AND 52"
+
+
+@pytest.mark.parametrize("where", [ONE_ROW, NO_ROW, "cost < 90"], ids=["one", "none", "many"])
+def test_a_private_selection_asked_again_is_answered_without_its_exact_cells(
+    dp_db, monkeypatch, where
+):
+    """Before the fix each asking computed the exact cells again (free once paid), and their
+    running time told the one-row population from the empty one in 32 of 40 paired runs.
+    Asked again, rephrased, or from a new opening, the released groups and their cached cells
+    answer: no exact cells, the same values, nothing charged."""
+    sql = f"SELECT clinic, COUNT(*) AS n, SUM(cost) AS s FROM visits WHERE {where} GROUP BY clinic"
+    rephrased = (f"SELECT v.clinic AS c, SUM(v.cost), COUNT(*) FROM visits AS v "
+                 f"WHERE {where.replace('clinic', 'v.clinic').replace('cost', 'v.cost')} "
+                 "GROUP BY 1")  # fmt: skip
+    texts = _engine_texts(monkeypatch)
+    with sqlsdc.connect(dp_db, "ana") as con:
+        first = sorted(con.execute(sql).fetchall())
+        spent = con.remaining_budget()[0].spent
+        exact = [t for t in texts if "__pairs" in t and not t.endswith("LIMIT 0")]
+        assert exact  # computed once, paid
+        texts.clear()
+        assert sorted(con.execute(sql).fetchall()) == first
+        assert sorted(con.execute(rephrased).fetchall()) == [(c, s, n) for c, n, s in first]
+        assert con.remaining_budget()[0].spent == spent
+    with sqlsdc.connect(dp_db, "ana") as other:
+        assert sorted(other.execute(sql).fetchall()) == first
+    # the new opening reads the key types with LIMIT 0 (no row); no exact cells ran again
+    assert not [t for t in texts if "__pairs" in t and not t.endswith("LIMIT 0")]
+
+
+def test_an_answer_made_to_fail_after_the_charge_does_not_recompute_the_cells(dp_db, monkeypatch):
+    """The answer's transaction caches the cells: an answer over the 64 MiB cap (a literal
+    doubled through CTEs beside a count of the private stage) kept nothing, and each asking,
+    free once paid, computed the exact cells again before failing, timed as before. The
+    released groups (none here: the selection drops a one-row group) and their cells are now
+    kept when such an answer fails."""
+    one_row = "clinic = 'rare' AND cost BETWEEN 19 AND 20"  # a population not asked before
+    parts = [f"t AS (SELECT clinic, COUNT(*) AS n FROM visits WHERE {one_row} GROUP BY clinic)",
+             f"l0 AS (SELECT (SELECT COUNT(*) FROM t) AS n, '{'y' * 400_000}' AS s)"]  # fmt: skip
+    parts += [f"l{i} AS (SELECT n, s || s AS s FROM l{i - 1})" for i in range(1, 9)]
+    sql = f"WITH {', '.join(parts)} SELECT n, s FROM l8"  # 2^8 x 400,000 characters
+    texts = _engine_texts(monkeypatch)
+    with sqlsdc.connect(dp_db, "ana") as con:
+        for asking in range(3):
+            texts.clear()
+            with pytest.raises(sqlsdc.AnswerTooLarge):
+                con.execute(sql)
+            exact = [t for t in texts if "__pairs" in t and not t.endswith("LIMIT 0")]
+            assert len(exact) == (1 if asking == 0 else 0)
