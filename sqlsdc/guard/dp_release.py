@@ -394,18 +394,16 @@ RELEASE_LABEL = "sqlsdc.dp_private_release.v1"
 def release_digest(stage: DpStage, space: CellSpace) -> str | None:
     """The catalog key of the groups a private selection released for ``stage``'s statistics
     (their identities, which name the population, keys, measures and data versions), or None
-    for a stage that is not answered this way (public domains, quantiles).
+    for a stage that is not answered this way (public domains).
 
     Why: a private stage's exact cells are otherwise computed at every asking, free once its
     statistics are paid, and the engine's and the selection's work grows with the groups and
     rows present before the selection: timed again and again, a population of one row told
     itself from an empty one (red team s37b). Keyed by the statistics, not the SQL, so that a
     rephrasing (which gives the same identities) is no fresh timing either."""
-    if stage.selection is None or stage.histograms or not stage.keys:
+    if stage.selection is None or not stage.keys:
         return None
-    mechanisms = _mechanisms(stage)
-    if len(mechanisms) != len(stage.statistics):
-        return None
+    mechanisms = _all_mechanisms(stage)
     digests = sorted(statistic_identity(space, m, None).digest for m in mechanisms.values())
     text = json.dumps({"label": RELEASE_LABEL, "statistics": digests}, sort_keys=True)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -435,7 +433,7 @@ def _released_before(stage: DpStage, space: CellSpace, recorded: str | None, kno
     except (KeyError, ValueError, pa.ArrowException):
         return None
     n = table.num_rows
-    mechanisms = _mechanisms(stage)
+    mechanisms = _all_mechanisms(stage)  # quantiles' cells are cached by the same identities
     digests = cell_digests(columns, space, mechanisms)
     found = known(digests)
     if any(d not in found for d in digests):
@@ -469,6 +467,11 @@ def _mechanisms(stage: DpStage) -> dict[str, CellMechanism]:
     """The stage's additive statistics (quantiles are drawn from histograms) by column."""
     return {s.column: CellMechanism(s.measure, s.calibration) for s in stage.statistics
             if s.calibration.statistic is not Statistic.QUANTILE}  # fmt: skip
+
+
+def _all_mechanisms(stage: DpStage) -> dict[str, CellMechanism]:
+    """Every statistic of the stage, quantiles included, by column."""
+    return {s.column: CellMechanism(s.measure, s.calibration) for s in stage.statistics}
 
 
 def _grid_keys(stage: DpStage, stage_domains: list[list]) -> dict[str, list]:
