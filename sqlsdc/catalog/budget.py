@@ -88,6 +88,7 @@ __all__ = [
     "budget_status",
     "cache_cells",
     "cached_cells",
+    "released_groups",
     "charge",
     "effective_limits",
     "ensure_budget_catalog",
@@ -730,9 +731,12 @@ def cache_cells(
     cells: Iterable[CellRecord],
     paid_by: Charge | None = None,
     again: bool = False,
+    releases: Iterable[tuple[str, str]] = (),
 ) -> None:
     """Cache the cells a query drew after its statistics were charged (nothing is spent here:
-    the statistics are paid); ``paid_by``'s ledger row then counts them.
+    the statistics are paid); ``paid_by``'s ledger row then counts them. ``releases``:
+    (digest, keys) of the groups private selections released
+    (:func:`sqlsdc.guard.dp_release.release_digest`), read back by :func:`released_groups`.
 
     Runs inside the caller's transaction, the one that records the query's audit entry, so
     that the cells, the answer's record and the answer go together. The cells are those the
@@ -748,9 +752,27 @@ def cache_cells(
         inserted = inserted if again else len(cells)
     if paid_by is not None:
         con.execute(parsed(_SPEND_CELLS), [inserted, paid_by.seq])
+    for digest, keys in releases:
+        entry = dp_cell_entry(user, policy_version, digest)
+        con.execute(parsed(_INSERT_RELEASE),
+                    [entry, user, policy_version, digest, keys, query_id, now()])  # fmt: skip
 
 
 _SPEND_CELLS = f"UPDATE {S}.budget_spend SET cells = ? WHERE seq = ?"
+_INSERT_RELEASE = (
+    f"INSERT OR IGNORE INTO {S}.dp_cells VALUES (?, ?, ?, ?, ?, 'released groups', 'release', "
+    "'0', ?, ?)"
+)
+
+
+def released_groups(con, user: str, policy_version: int, digest: str) -> str | None:
+    """The keys of the groups a private selection released to ``user`` under
+    ``policy_version`` (:func:`cache_cells`' ``releases``), or None."""
+    if not _has_budget_tables(con):
+        return None
+    row = one(con, f"SELECT cell FROM {S}.dp_cells WHERE entry = ?",
+              [dp_cell_entry(user, policy_version, digest)])  # fmt: skip
+    return None if row is None else row[0]
 
 
 def cached_cells(

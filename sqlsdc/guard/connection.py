@@ -40,6 +40,7 @@ from sqlsdc.catalog.budget import (
     has_charge,
     is_conflict,
     policy_limits,
+    released_groups,
     remember_budget_tables,
 )
 from sqlsdc.catalog.ptables import load_ptables
@@ -736,10 +737,11 @@ class Connection:
                     reason=str(failure),
                     fingerprint=query.fingerprint,
                 )
+                self._keep_released(noisy, query_id)
                 raise self._said_paid(_engine_failure(failure, query_id), query_id) from None
             except Error as refusal:
                 engine.rollback(con)
-                self._audit_refusal(query_id, sql, refusal)
+                self._keep_released(noisy, self._audit_refusal(query_id, sql, refusal))
                 self._said_paid(refusal, query_id)
                 raise
             except BaseException as bug:  # a bug, or Ctrl-C after a charge: audited all the same
@@ -754,6 +756,26 @@ class Connection:
             finally:
                 _unregister(con, noisy)
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _keep_released(self, noisy: DpRelease | None, query_id: int | None) -> None:
+        """Best effort, after an answer that failed once its DP cells were drawn (an answer
+        over the byte cap, the timeout): cache the groups private selections released and
+        their cells, which the answer's transaction did not keep. Their statistics are paid,
+        and asked again the stage is answered from them without its exact cells: else an
+        answer made to fail each time (a long literal beside the cells) computed them at
+        every asking, timed for free (red team s37b). The values are those any asking draws
+        (the noise is a function of the cell)."""
+        if noisy is None or not noisy.releases or not self._dp_noise or query_id is None:
+            return
+        con = self._con
+        try:
+            con.execute(engine.parsed("BEGIN TRANSACTION"))
+            cache_cells(con, user=self.user, policy_version=self._context.policy_version,
+                        query_id=query_id, cells=noisy.cells, again=True,
+                        releases=noisy.releases)  # fmt: skip
+            con.execute(engine.parsed("COMMIT"))
+        except engine.EngineError:
+            engine.rollback(con)
 
     def _answered(self, query_id: int | None) -> bool:
         """Best effort: whether ``query_id``'s outcome is in the audit log (its recording
@@ -938,8 +960,9 @@ class Connection:
                     raise
         noisy = release(query.dp_stages, run, secret=self._secret(), policy_version=version,
                         data_versions=data_versions, cached=cached, noise=self._dp_noise,
-                        domains=domains, key_types=key_types,
-                        time_left=self._time_left)  # fmt: skip
+                        domains=domains, key_types=key_types, time_left=self._time_left,
+                        released=lambda digest: released_groups(con, self.user, version,
+                                                                digest))  # fmt: skip
         return noisy, paid
 
     def _check_answer_rows(self, query: ProtectedQuery, domains, run) -> None:
@@ -979,10 +1002,11 @@ class Connection:
     ) -> None:
         """Cache the cells a DP query drew (and count them on its charge), in the transaction
         that records its answer (:func:`~sqlsdc.catalog.budget.cache_cells`)."""
-        if noisy is None or not self._dp_noise or not (noisy.cells or paid is not None):
+        if noisy is None or not self._dp_noise or not (noisy.cells or noisy.releases or paid):
             return
         cache_cells(self._con, user=self.user, policy_version=self._context.policy_version,
-                    query_id=query_id, cells=noisy.cells, paid_by=paid, again=again)  # fmt: skip
+                    query_id=query_id, cells=noisy.cells, paid_by=paid, again=again,
+                    releases=noisy.releases)  # fmt: skip
 
     def _secret(self) -> bytes:
         """The PRF key, read once per opening of the file (kept in memory only, as the

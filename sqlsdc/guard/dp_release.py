@@ -24,8 +24,11 @@ cost and no cache: it shows what bounding, clamping, NULLs and empty groups do t
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import hashlib
 import itertools
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -77,6 +80,7 @@ class DpRelease:
     relations: dict[str, pa.Table] = field(default_factory=dict)
     cells: list[CellRecord] = field(default_factory=list)
     reused: int = 0
+    releases: list[tuple[str, str]] = field(default_factory=list)  # (digest, keys): to cache
 
 
 @dataclass
@@ -311,6 +315,7 @@ def release(
     domains: Domains | None = None,
     key_types: dict[str, list[pa.DataType]] | None = None,
     time_left: Callable[[], object] | None = None,
+    released: Callable[[str], str | None] | None = None,
 ) -> DpRelease:
     """Noisy cells of every stage. ``run`` executes SQL on the engine (exact cells);
     ``domains`` are those of :func:`resolve_domains` (read with ``run`` when not given).
@@ -325,7 +330,11 @@ def release(
     was cancelled) is called before each stage and within the quantile draws, whose Python
     loop no engine interrupt reaches. The caller has charged the query by then: a draw
     stopped this way has read the data (its running time depends on the histograms), so it
-    must have been paid for, as a query stopped while the engine computes its exact cells."""
+    must have been paid for, as a query stopped while the engine computes its exact cells.
+
+    ``released`` (a release digest -> the keys recorded, or None): the groups a private
+    selection released to this user before (:func:`_released_before`), whose stage is then
+    answered from the cache without computing its exact cells again."""
     out = DpRelease()
     if domains is None:
         domains = resolve_domains(stages, run)
@@ -348,6 +357,16 @@ def release(
                 out.reused += len(frame) * len(noisy)
                 out.relations[stage.relation] = _cells_table(frame, noisy, stage, noise, types)
                 continue
+        digest = release_digest(stage, space) if noise else None
+        if digest is not None and released is not None:
+            reused = _released_before(stage, space, released(digest), known)
+            if reused is not None:
+                frame, noisy, types = reused
+                if key_types is not None:  # the key types' check need not ask the engine
+                    key_types[stage.sql] = types
+                out.reused += len(frame) * len(noisy)
+                out.relations[stage.relation] = _cells_table(frame, noisy, stage, noise, types)
+                continue
         exact_cells = _representable(run(stage.sql), stage, domains[stage.relation] is None)
         frame = _complete(exact_cells, stage, domains[stage.relation])
         noisy, drawn_now, rows = _noisy(frame, stage, space, secret, policy_version, known,
@@ -366,7 +385,64 @@ def release(
         if key_types is not None:
             key_types[stage.sql] = types
         out.relations[stage.relation] = _cells_table(frame, noisy, stage, noise, types)
+        if digest is not None:
+            out.releases.append((digest, _recorded_keys(frame, stage, types)))
     return out
+
+
+RELEASE_LABEL = "sqlsdc.dp_private_release.v1"
+
+
+def release_digest(stage: DpStage, space: CellSpace) -> str | None:
+    """The catalog key of the groups a private selection released for ``stage``'s statistics
+    (their identities, which name the population, keys, measures and data versions), or None
+    for a stage that is not answered this way (public domains).
+
+    Why: a private stage's exact cells are otherwise computed at every asking, free once its
+    statistics are paid, and the engine's and the selection's work grows with the groups and
+    rows present before the selection: timed again and again, a population of one row told
+    itself from an empty one (red team s37b). Keyed by the statistics, not the SQL, so that a
+    rephrasing (which gives the same identities) is no fresh timing either."""
+    if stage.selection is None or not stage.keys:
+        return None
+    mechanisms = _all_mechanisms(stage)
+    digests = sorted(statistic_identity(space, m, None).digest for m in mechanisms.values())
+    text = json.dumps({"label": RELEASE_LABEL, "statistics": digests}, sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _recorded_keys(frame: _Cells, stage: DpStage, types: list[pa.DataType]) -> str:
+    """The released groups' keys as the catalog keeps them: an Arrow IPC stream (base64) with
+    one column per canonical key name, of the engine's types."""
+    table = pa.table({name: _keys(frame[f"__g{j}"], types[j])
+                      for j, name in enumerate(stage.keys)})  # fmt: skip
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return base64.b64encode(sink.getvalue().to_pybytes()).decode("ascii")
+
+
+def _released_before(stage: DpStage, space: CellSpace, recorded: str | None, known):
+    """The frame, noisy values and key types of a private stage from the groups it released
+    before (``recorded``, :func:`_recorded_keys`) and their cached cells, or None when they
+    are not all there (the stage is then computed)."""
+    if recorded is None:
+        return None
+    try:
+        table = pa.ipc.open_stream(base64.b64decode(recorded)).read_all()
+        columns = {f"__g{j}": table.column(name).to_pylist() for j, name in enumerate(stage.keys)}
+        types = [table.schema.field(name).type for name in stage.keys]
+    except (KeyError, ValueError, pa.ArrowException):
+        return None
+    n = table.num_rows
+    mechanisms = _all_mechanisms(stage)  # quantiles' cells are cached by the same identities
+    digests = cell_digests(columns, space, mechanisms)
+    found = known(digests)
+    if any(d not in found for d in digests):
+        return None
+    values = {column: [Fraction(found[d]) for d in digests[i * n:(i + 1) * n]]
+              for i, column in enumerate(mechanisms)}  # fmt: skip
+    return _Cells(columns, n), values, types
 
 
 def _from_cache(stage: DpStage, space: CellSpace, stage_domains, known):
@@ -393,6 +469,11 @@ def _mechanisms(stage: DpStage) -> dict[str, CellMechanism]:
     """The stage's additive statistics (quantiles are drawn from histograms) by column."""
     return {s.column: CellMechanism(s.measure, s.calibration) for s in stage.statistics
             if s.calibration.statistic is not Statistic.QUANTILE}  # fmt: skip
+
+
+def _all_mechanisms(stage: DpStage) -> dict[str, CellMechanism]:
+    """Every statistic of the stage, quantiles included, by column."""
+    return {s.column: CellMechanism(s.measure, s.calibration) for s in stage.statistics}
 
 
 def _grid_keys(stage: DpStage, stage_domains: list[list]) -> dict[str, list]:

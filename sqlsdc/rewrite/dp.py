@@ -76,6 +76,7 @@ from sqlsdc.planner.identity import Population, aggregation_identity, canonical_
 from sqlsdc.planner.linear import exact_number
 from sqlsdc.policy import AggregateKind, GroupKeys, Method, Policy
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, cell_column
+from sqlsdc.rewrite.key_size import key_size, too_long
 from sqlsdc.rewrite.order import analyst_scopes_in_order
 from sqlsdc.rewrite.sql import copy_clause
 
@@ -237,6 +238,15 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql,
         )
     if cells.groupings:
         raise _refuse(select, "GROUPING() is not available under differential privacy")
+    if settings.groups is GroupKeys.PRIVATE and plan.keys:
+        refusal = too_long(key_size(list(plan.keys), plan.scope))
+        if refusal is not None:
+            raise _refuse(
+                select,
+                f"the group keys of private groups are computed for every row of the "
+                f"population, and {refusal}: their running time would tell how many rows it has",
+                "group by the columns themselves or short labels (a CASE with short branches)",
+            )
     unit, rkey = plan.units[0], plan.rkeys[0]
     identity = aggregation_identity(plan.scope, plan.keys, [a.node for a in plan.aggregates],
                                     population)  # fmt: skip
