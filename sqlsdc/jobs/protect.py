@@ -75,9 +75,11 @@ from sqlsdc.tabular.verify import verify_suppression
 OUTPUT_SCHEMA = "protected"
 LEDGER_STATUS = "__status"  # the ledger status column of a job's released cells
 TABULAR_METHODS = ("suppress", "round", "cta", "ipf")  # jobs that store a table of cells
-# jobs that publish cells with their exact values (CTA: the cells it did not have to move);
-# two of them over populations that differ by a few units tell those units' values apart
-EXACT_METHODS = ("suppress", "cta")
+# jobs that publish cells with their exact values (CTA: the cells it did not have to move; IPF:
+# its given margins, exact when written from the data); two of them over populations that
+# differ by a few units tell those units' values apart (red team s37c: IPF's grand total less a
+# suppression job's of the same people but one gave that person's income)
+EXACT_METHODS = ("suppress", "cta", "ipf")
 
 Progress = Callable[[str], None]  # called with the name of each step as it starts
 
