@@ -372,7 +372,7 @@ class Job:
                                fingerprint=self.fingerprint, rows=len(out))  # fmt: skip
             con.execute("COMMIT")
         except BaseException:
-            con.execute("ROLLBACK")
+            engine.rollback(con)
             raise
         finally:
             con.unregister("__job_output")
@@ -468,6 +468,11 @@ def job_catalog(db: str | Path, user: str, method: str, into: str, request: str)
             record(decision, **details)
 
         yield con, query_id, fingerprint, audit
+    except engine.EngineError as failure:  # audited by the job; a full disk is no bug
+        told = engine.write_failure(failure)
+        if told is failure:
+            raise
+        raise told from None
     finally:
         con.close()
 

@@ -5,6 +5,10 @@ Each test is an attack that worked before its fix (the commit that adds the test
 
 from __future__ import annotations
 
+import resource
+import subprocess
+import sys
+
 import pandas as pd
 import pytest
 
@@ -74,3 +78,71 @@ def test_suppression_job_then_ipf_of_one_person_more(jobs_demo_db):
     with pytest.raises(TabularError, match="differ by only 1 unit"):
         ipf_query(jobs_demo_db, "admin", IPF_SQL, into="inc_ipf",
                   margins=_true_margins(jobs_demo_db, "age >= 85"))  # fmt: skip
+
+
+# ------------------------------------------------------------- fault injection: a full disk
+
+GEO = (
+    "SELECT region, municipality, education, COUNT(*) FROM persons WHERE age >= 85 "
+    "GROUP BY region, municipality, education"
+)
+
+
+def _limited(kilobytes: int):
+    """A child process that may write files of at most ``kilobytes`` (a full disk for every
+    file that would grow beyond: the write fails with EFBIG, Python ignores SIGXFSZ)."""
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (kilobytes * 1024, kilobytes * 1024))
+
+    return limit
+
+
+def test_a_job_whose_commit_finds_the_disk_full_says_so_and_audits_why(jobs_demo_db):
+    """The job's COMMIT failed (the write-ahead log could not grow); DuckDB ends such a
+    transaction itself, so the job's ROLLBACK raised "no transaction is active", which hid the
+    disk-full error: the command ended as "internal error ... a bug in sqlsdc" (exit 70) and
+    the audit entry gave the rollback as the reason. Now: exit 9 (engine or file-system
+    failure), the reason is the write that failed, and nothing is stored."""
+    done = subprocess.run(
+        [sys.executable, "-m", "sqlsdc.cli", "protect", str(jobs_demo_db), "--as", "admin",
+         "--into", "old_people", "--rule", "freq:5", "--sql", GEO],
+        capture_output=True, text=True, preexec_fn=_limited(100), timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 9, done.stderr
+    assert "internal error" not in done.stderr and "rollback" not in done.stderr.lower()
+    con = open_database(jobs_demo_db)
+    try:
+        (decision, reason), *_ = con.sql(
+            "SELECT decision, reason FROM sqlsdc.audit ORDER BY query_id DESC"
+        ).fetchall()
+        stored = con.sql("SELECT count(*) FROM sqlsdc.outputs").fetchall()[0][0]
+        ledger = con.sql("SELECT count(*) FROM sqlsdc.ledger").fetchall()[0][0]
+    finally:
+        con.close()
+    assert decision == "failed" and "rollback" not in reason.lower(), reason
+    assert stored == 0 and ledger == 0
+
+
+def test_a_release_written_to_a_full_disk_fails_as_the_file_system_not_as_a_bug(jobs_demo_db):
+    """The release file could not be written (its checkpoint found no room): the command
+    said "internal error ... a bug in sqlsdc" (exit 70). Now exit 9; the publication is
+    audited ``failed`` with the write that failed, and no file or half-written file is left."""
+    out = jobs_demo_db.with_name("release.duckdb")
+    done = subprocess.run(
+        [sys.executable, "-m", "sqlsdc.cli", "publish", str(jobs_demo_db), str(out), "--as",
+         "admin", "--for", "analyst", "--query",
+         "by_region=SELECT region, sex, COUNT(*) AS n FROM persons GROUP BY ALL"],
+        capture_output=True, text=True, preexec_fn=_limited(200), timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 9, done.stderr
+    assert "internal error" not in done.stderr
+    con = open_database(jobs_demo_db)
+    try:
+        ((decision, reason),) = con.sql(
+            "SELECT decision, reason FROM sqlsdc.audit WHERE sql_text LIKE '{\"publish\"%'"
+        ).fetchall()
+    finally:
+        con.close()
+    assert decision == "failed" and "write" in reason.lower(), reason
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(out.name)]
