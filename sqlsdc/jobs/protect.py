@@ -43,6 +43,7 @@ import functools
 import hashlib
 import json
 import math
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -447,11 +448,37 @@ def open_job(
             raise
 
 
+# one lock per database file: a process's jobs on one file take turns (processes do already)
+_JOB_TURNS: dict[Path, threading.RLock] = {}
+_JOB_TURNS_LOCK = threading.Lock()
+
+
+def _job_turn(db: str | Path) -> threading.RLock:
+    """This process's turn lock of the database file ``db``.
+
+    A job checks the stored outputs when it starts (a second protection of the same cells, a
+    small difference of populations) and stores its own output seconds later. Processes take
+    turns on the file (its lock is held from the opening to the closing of the job's
+    connection), but threads of one process share that lock: red team s37c stored a
+    suppression and a rounding of the same cells from two threads, both checked before either
+    had stored. Held for the whole job, this lock makes the checks and the store one step."""
+    key = Path(db).resolve()
+    with _JOB_TURNS_LOCK:
+        return _JOB_TURNS.setdefault(key, threading.RLock())
+
+
 @contextmanager
 def job_catalog(db: str | Path, user: str, method: str, into: str, request: str) -> Iterator:
     """``(connection, query id, fingerprint, audit)`` for one back-end job on ``db``: the
     connection (read-write, closed afterwards), the job's own audit entry id, and
-    ``audit(decision, reason=...)`` writing that entry for ``request`` by ``user``."""
+    ``audit(decision, reason=...)`` writing that entry for ``request`` by ``user``. The jobs
+    of this process on ``db`` take turns (:func:`_job_turn`)."""
+    with _job_turn(db):
+        yield from _job_connection(db, user, method, into, request)
+
+
+def _job_connection(db, user: str, method: str, into: str, request: str) -> Iterator:
+    """The body of :func:`job_catalog`, run while the job holds its turn."""
     con = engine.open_database(db, read_only=False)
     try:
         current = store.current_policy(con)

@@ -8,14 +8,16 @@ from __future__ import annotations
 import resource
 import subprocess
 import sys
+import threading
 
 import pandas as pd
 import pytest
 
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import TabularError
-from sqlsdc.jobs.adjust import ipf_query
+from sqlsdc.jobs.adjust import ipf_query, round_query
 from sqlsdc.jobs.protect import protect_query
+from sqlsdc.tabular.rules import FrequencyRule
 
 OLD = "persons WHERE age >= 85"
 
@@ -146,3 +148,45 @@ def test_a_release_written_to_a_full_disk_fails_as_the_file_system_not_as_a_bug(
         con.close()
     assert decision == "failed" and "write" in reason.lower(), reason
     assert not [p for p in out.parent.iterdir() if p.name.startswith(out.name)]
+
+
+# ------------------------------------------------------ two jobs at once in one process
+
+AGED = "SELECT region, education, COUNT(*) FROM persons WHERE age >= 85 GROUP BY region, education"
+
+
+def test_two_jobs_of_the_same_cells_in_two_threads_are_not_both_stored(jobs_demo_db):
+    """A job checks the stored outputs when it starts and stores its own seconds later. Two
+    jobs of one process (threads of an admin's notebook or service) ran their checks before
+    either had stored: a suppression and a rounding of the same cells were both stored, and
+    ``sqlsdc publish`` would have released the rounded values of the hidden cells. (Processes
+    take turns on the file's lock; threads of one process share it.) Now jobs on one database
+    take turns in a process too, and the second is refused."""
+    protect_query(jobs_demo_db, "admin", "SELECT sex, COUNT(*) FROM persons WHERE age >= 90 "
+                  "GROUP BY sex", into="other", rules=[FrequencyRule(1)])  # fmt: skip
+    outcomes: dict[str, object] = {}
+
+    def run(name, job):
+        try:
+            outcomes[name] = job()
+        except TabularError as refusal:
+            outcomes[name] = refusal
+
+    threads = [
+        threading.Thread(target=run, args=("suppress", lambda: protect_query(
+            jobs_demo_db, "admin", AGED, into="aged_sup", rules=[FrequencyRule(5)]))),
+        threading.Thread(target=run, args=("round", lambda: round_query(
+            jobs_demo_db, "admin", AGED, into="aged_r5", base=5))),
+    ]  # fmt: skip
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    refused = [o for o in outcomes.values() if isinstance(o, TabularError)]
+    assert len(refused) == 1 and "already releases these cells" in str(refused[0])
+    con = open_database(jobs_demo_db)
+    try:
+        names = {n for (n,) in con.sql("SELECT name FROM sqlsdc.outputs").fetchall()}
+    finally:
+        con.close()
+    assert len(names & {"protected.aged_sup", "protected.aged_r5"}) == 1
