@@ -864,8 +864,8 @@ _WRITE_FAILURES = (  # what the operating system says, as DuckDB quotes it -> sq
 def write_failure(error: BaseException) -> BaseException:
     """``error`` as an :class:`OperationalError` when DuckDB could not write a file (a full
     disk, a file size limit, a read-only file system): the command failed for the file
-    system, not for a bug of sqlsdc, and nothing it wrote was committed. Any other error is
-    returned as it is. The engine's text (it names the file) is kept in ``detail``."""
+    system, not for a bug of sqlsdc. Any other error is returned as it is. The engine's text
+    (it names the file) is kept in ``detail``."""
     text = str(error).lower()
     # a COMMIT whose write-ahead log could not grow is a TransactionException quoting the write
     if not isinstance(error, duckdb.IOException) and not (
@@ -875,8 +875,8 @@ def write_failure(error: BaseException) -> BaseException:
     why = next((words for found, words in _WRITE_FAILURES if found in text),
                "the engine could not write a file")  # fmt: skip
     return OperationalError(
-        f"{why}: the command could not write its results, and none of them were kept; make "
-        "room (or allow writing) and run it again",
+        f"{why}: the command could not write its results (a job stores nothing then, a "
+        "publication writes no file); make room (or allow writing) and run it again",
         detail=str(error),
     )
 
