@@ -392,11 +392,18 @@ class Job:
                            fingerprint=self.fingerprint)  # fmt: skip
 
 
+MAX_TIME_LIMIT = 24 * 3600.0  # a day, as the policy schema allows; OR-Tools counts int64 ms
+
+
 def check_time_limit(seconds) -> None:
-    """A solver's time limit is a positive, finite number of seconds (NaN and infinity reach
-    OR-Tools and HiGHS as errors of their own)."""
-    if not isinstance(seconds, int | float) or not 0 < seconds < math.inf:
-        raise TabularError(f"time_limit must be a positive number of seconds, not {seconds!r}")
+    """A solver's time limit is a positive number of seconds up to :data:`MAX_TIME_LIMIT`
+    (NaN and infinity reach OR-Tools and HiGHS as errors of their own, and red team s37c's
+    ``--time-limit 1e300`` overflowed GLOP's int64 milliseconds: "internal error")."""
+    if not isinstance(seconds, int | float) or not 0 < seconds <= MAX_TIME_LIMIT:
+        raise TabularError(
+            f"time_limit must be a positive number of seconds up to {MAX_TIME_LIMIT:,.0f} "
+            f"(a day), not {seconds!r}"
+        )
 
 
 def job_fingerprint(method: str, into: str, sql: str) -> str:

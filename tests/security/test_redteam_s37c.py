@@ -234,3 +234,14 @@ def _pinned(first: int, second: int) -> set[int]:
     c ± X // 5: what the two outputs leave open when both noises come from the same bits."""
     return {first - sign * x for x in range(0, 2000) for sign in (1, -1)
             if first - sign * x + sign * (x // 5) == second}  # fmt: skip
+
+
+# ---------------------------------------------------------------- hostile job parameters
+
+
+@pytest.mark.parametrize("seconds", [1e300, 1e13, float("inf"), float("nan"), 0, -1])
+def test_a_time_limit_beyond_a_day_is_refused_before_the_job_runs(jobs_demo_db, seconds):
+    """``--time-limit 1e300`` reached GLOP, whose limit is int64 milliseconds: the job ended as
+    "internal error ... OverflowError" (exit 70). Now it is refused as a bad value."""
+    with pytest.raises(TabularError, match="time_limit must be a positive number"):
+        protect_query(jobs_demo_db, "admin", IPF_SQL, into="slow", time_limit=seconds)
