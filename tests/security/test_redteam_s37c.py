@@ -6,18 +6,20 @@ Each test is an attack that worked before its fix (the commit that adds the test
 from __future__ import annotations
 
 import resource
+import shutil
 import subprocess
 import sys
 import threading
 from fractions import Fraction
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from sqlsdc.catalog.budget import BudgetKey, set_limit
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import TabularError
-from sqlsdc.jobs.adjust import ipf_query, round_query
+from sqlsdc.jobs.adjust import cta_query, ipf_query, round_query
 from sqlsdc.jobs.protect import protect_query
 from sqlsdc.mechanisms.accountant import BudgetLimit
 from sqlsdc.synth import synthesize
@@ -245,3 +247,97 @@ def test_a_time_limit_beyond_a_day_is_refused_before_the_job_runs(jobs_demo_db, 
     "internal error ... OverflowError" (exit 70). Now it is refused as a bad value."""
     with pytest.raises(TabularError, match="time_limit must be a positive number"):
         protect_query(jobs_demo_db, "admin", IPF_SQL, into="slow", time_limit=seconds)
+
+
+# ------------------------------------- stored outputs on hostile data: checked, or refused
+
+HOSTILE = {
+    "negative": "UPDATE persons SET income = -income WHERE age >= 85 AND sex = 'F'",
+    "zeros": "UPDATE persons SET income = 0 WHERE age >= 85 AND region IN ('R01', 'R02')",
+    "huge": "UPDATE persons SET income = 1e15 WHERE person_id IN (SELECT min(person_id) "
+    "FROM persons WHERE age >= 85 GROUP BY region)",
+    "singleton": "DELETE FROM persons WHERE age >= 85 AND person_id <> (SELECT min(person_id) "
+    "FROM persons WHERE age >= 85)",
+}
+
+
+def _additive(frame: pd.DataFrame, dims: list[str]) -> float:
+    """The largest additivity error of a stored region x education table (cells left out
+    are 0), relative to the largest value: every total is the sum of its inner cells."""
+    cells = frame.set_index(dims)["value"].astype(float)
+    worst = 0.0
+    for d in dims:
+        other = [o for o in dims if o != d][0]
+        for code in frame[other].unique():
+            inner = [k for k in cells.index if k[dims.index(other)] == code
+                     and k[dims.index(d)] != "Total"]  # fmt: skip
+            total = tuple("Total" if x == d else code for x in dims)
+            worst = max(worst, abs(cells.get(total, 0.0) - sum(cells[k] for k in inner)))
+    return worst / max(1.0, float(cells.abs().max()))
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_jobs_on_hostile_values_store_only_what_passes_their_own_checks(jobs_demo_db, case):
+    """Issue 18 (must-have 2) on hostile data: negative values, zeros, one huge contribution
+    per region, a population of one person. Each job either refuses or stores a table that
+    holds its own constraints when read back from the database alone: finite values, and
+    additive (rounding, CTA, IPF), multiples of the base (rounding), the given margins
+    (IPF), and for suppression published cells equal to the data with every hidden cell
+    inside its stored interval."""
+    con = open_database(jobs_demo_db)
+    try:
+        con.execute(HOSTILE[case])
+        truth = con.sql(
+            "SELECT COALESCE(region, 'Total') AS region, COALESCE(CAST(education AS VARCHAR), "
+            "'Total') AS education, SUM(income) AS t, COUNT(*) AS n FROM persons "
+            "WHERE age >= 85 GROUP BY CUBE (region, education)"
+        ).df().set_index(["region", "education"])  # fmt: skip
+    finally:
+        con.close()
+    margins = _true_margins(jobs_demo_db, "age >= 85")
+    counts = IPF_SQL.replace("SUM(income)", "COUNT(*)")
+    jobs = {  # one database per method: they would refuse each other's cells
+        "round": lambda db: round_query(db, "admin", counts, into="out", base=5),
+        "cta": lambda db: cta_query(
+            db, "admin", IPF_SQL, into="out", rules=[FrequencyRule(30)]
+        ),
+        "ipf": lambda db: ipf_query(
+            db, "admin", IPF_SQL, into="out", margins=margins, rules=[FrequencyRule(3)]
+        ),
+        "suppress": lambda db: protect_query(
+            db, "admin", IPF_SQL, into="out", rules=[FrequencyRule(3)]
+        ),
+    }
+    stored = 0
+    for method, run in jobs.items():
+        db = jobs_demo_db.with_name(f"{method}.duckdb")
+        shutil.copy(jobs_demo_db, db)
+        try:
+            run(db)
+        except TabularError:
+            continue
+        stored += 1
+        con = open_database(db)
+        try:
+            frame = con.sql("SELECT * FROM protected.out").df()
+        finally:
+            con.close()
+        dims = ["region", "education"]
+        values = frame["value"].to_numpy(float)
+        assert np.isfinite(values[~np.isnan(values)]).all(), method
+        if method == "suppress":
+            shown = frame[frame.status == "published"].set_index(dims)
+            assert np.allclose(shown["value"], truth.loc[shown.index, "t"], rtol=1e-9)
+            hidden = frame[frame.status != "published"].set_index(dims)
+            t = truth.reindex(hidden.index)["t"].fillna(0.0)
+            slack = 1e-6 * np.maximum(1.0, t.abs())
+            assert ((hidden.lower_bound - slack <= t) & (t <= hidden.upper_bound + slack)).all()
+            continue
+        assert _additive(frame, dims) <= 1e-9, method
+        if method == "round":
+            assert np.allclose(values % 5, 0), values
+        if method == "ipf":
+            given = margins.set_index(dims)["value"]
+            got = frame.set_index(dims)["value"].reindex(given.index).fillna(0.0)
+            assert np.allclose(got, given, rtol=1e-6, atol=1e-6)
+    assert stored >= 1  # not everything refused: the checks ran on something
