@@ -298,9 +298,7 @@ def test_jobs_on_hostile_values_store_only_what_passes_their_own_checks(jobs_dem
     counts = IPF_SQL.replace("SUM(income)", "COUNT(*)")
     jobs = {  # one database per method: they would refuse each other's cells
         "round": lambda db: round_query(db, "admin", counts, into="out", base=5),
-        "cta": lambda db: cta_query(
-            db, "admin", IPF_SQL, into="out", rules=[FrequencyRule(30)]
-        ),
+        "cta": lambda db: cta_query(db, "admin", IPF_SQL, into="out", rules=[FrequencyRule(30)]),
         "ipf": lambda db: ipf_query(
             db, "admin", IPF_SQL, into="out", margins=margins, rules=[FrequencyRule(3)]
         ),
