@@ -1,8 +1,9 @@
 """Two releases of one table over populations that differ by a few units in a cell.
 
 A job's table and another release of the same table and aggregate (the guard's suppression
-pattern, which ``sqlsdc publish`` releases, or a stored job output) share the cells whose
-dimensions both group by. Where both publish exact values (suppression; the cells CTA did not
+pattern, which ``sqlsdc publish`` releases, a stored job output, or an anonymised file of the
+table, whose records add up to any table over its columns) share the cells whose dimensions
+both group by. Where both publish exact values (suppression; the cells CTA did not
 move; the margins an IPF job was given, which are the true ones when the admin wrote them from
 the data) and a shared cell's two populations overlap, a few units one holds and the other lacks —
 with none the other way — are exactly the difference of the two values: their count, or their

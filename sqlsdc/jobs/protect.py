@@ -891,9 +891,9 @@ def _outputs_of_the_same_cells(
 def _exact_releases(con, policy: Policy, spec: JobSpec) -> list:
     """``(label, WHERE, dimension columns)`` of every release of the job's table and aggregate
     that readers hold with exact values (:func:`~sqlsdc.jobs.differencing.
-    refuse_small_differences`): the guard's suppression pattern (the whole table) and every
+    refuse_small_differences`): the guard's suppression pattern (the whole table), every
     stored output of a job of :data:`EXACT_METHODS`, a replaced one too (its earlier readers
-    keep it)."""
+    keep it), and the anonymised files of the table (:func:`_record_files`)."""
     found = []
     table = policy.table(spec.table)
     if table.suppression is not None:
@@ -903,6 +903,59 @@ def _exact_releases(con, policy: Policy, spec: JobSpec) -> list:
     for name, method, theirs in _stored_outputs(con, policy):
         if method in EXACT_METHODS and _shape(theirs) == _shape(spec):
             found.append((name, theirs.where, theirs.dims))
+    return found + _record_files(con, spec)
+
+
+def _record_files(con, spec: JobSpec) -> list:
+    """``(label, WHERE, columns)`` of the anonymised files of the job's table: one record per
+    row of their population, so a reader counts and sums them by any of their columns, exactly
+    where the steps left a column as it was (red team s37c: a file of everyone aged 85 or over,
+    income only top-coded far above any income, less a suppression job's total of the same
+    people but one, gave that person's income and so named their record, tied to a
+    municipality the file does not show). Every file is compared, whatever its steps changed
+    (refusing a job that a perturbed column would have made safe errs on the safe side); a
+    file read by a query of another shape (a join, a union) is a population this check cannot
+    write as a WHERE on the table, and is not compared."""
+    stored = {
+        f"{schema}.{name}".lower(): name
+        for schema, name in con.execute(
+            "SELECT schema_name, table_name FROM duckdb_tables() WHERE schema_name = ?",
+            [OUTPUT_SCHEMA],
+        ).fetchall()
+    }
+    found = []
+    for name, request in con.execute(
+        "SELECT name, sql_text FROM sqlsdc.outputs WHERE method = 'anonymize'"
+    ).fetchall():
+        if name.lower() not in stored:
+            continue
+        try:
+            source = json.loads(request).get("from")
+            tree = sqlglot.parse_one(source, read="duckdb") if source else None
+        except (ValueError, AttributeError, sqlglot.errors.ParseError):
+            continue
+        if isinstance(tree, exp.Column):  # --from TABLE: every row
+            table, where = tree.name, None
+        elif (
+            isinstance(tree, exp.Select)
+            and isinstance(tree.args.get("from_") and tree.args["from_"].this, exp.Table)
+            and not tree.args.get("joins")
+            and not tree.args.get("group")
+        ):
+            table = tree.args["from_"].this.name
+            where = tree.args.get("where") and tree.args["where"].this
+        else:
+            continue
+        if table.lower() != spec.table.lower():
+            continue
+        columns = {
+            c.lower()
+            for (c,) in con.execute(
+                "SELECT column_name FROM duckdb_columns() WHERE schema_name = ? AND table_name = ?",
+                [OUTPUT_SCHEMA, stored[name.lower()]],
+            ).fetchall()
+        }
+        found.append((name, where, tuple(d for d in spec.dims if d in columns)))
     return found
 
 

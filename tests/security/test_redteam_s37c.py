@@ -20,6 +20,7 @@ from sqlsdc.catalog.budget import BudgetKey, set_limit
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import TabularError
 from sqlsdc.jobs.adjust import cta_query, ipf_query, round_query
+from sqlsdc.jobs.anonymize import anonymize
 from sqlsdc.jobs.protect import protect_query
 from sqlsdc.mechanisms.accountant import BudgetLimit
 from sqlsdc.synth import synthesize
@@ -341,24 +342,16 @@ def test_jobs_on_hostile_values_store_only_what_passes_their_own_checks(jobs_dem
     assert stored >= 1  # not everything refused: the checks ran on something
 
 
-# --------------------------------------------------------------------- still open (strict)
+# ------------------------------------------------- an anonymised file next to a job
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,  # the job is stored: "DID NOT RAISE"
-    reason="open: the differencing check reads tabular outputs only; a record-level file "
-    "(anonymize) whose rows and columns are kept exactly is an exact release of every table "
-    "over its columns, and a job over the same people but one is not compared with it",
-)
 def test_an_anonymised_file_and_a_suppression_job_of_one_person_fewer(jobs_demo_db):
     """An anonymised file of everyone aged 85 or over (income only top-coded, far above any
     income: unchanged) and a suppression job of their incomes by sex, less the one person of
     a municipality: the file's total less the job's is that person's income, which names
     their record in the file (and so their education) and ties it to a municipality the
-    file does not show."""
-    from sqlsdc.jobs.anonymize import anonymize
-
+    file does not show. The differencing check read tabular outputs only; now it compares
+    anonymised files of the job's table too."""
     municipality, _income = _lonely(jobs_demo_db)
     anonymize(jobs_demo_db, user="admin", into="aged_file", steps=["topcode:income:upper=1e9"],
               sql="SELECT region, sex, education, income FROM persons WHERE age >= 85")  # fmt: skip
