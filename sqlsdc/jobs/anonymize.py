@@ -39,17 +39,13 @@ from sqlglot import exp
 from sqlsdc.catalog import store
 from sqlsdc.catalog.store import require_admin
 from sqlsdc.engines import duckdb as engine
-from sqlsdc.errors import Error, MicrodataError, NotFoundError, TabularError
-from sqlsdc.jobs.differencing import refuse_small_differences
+from sqlsdc.errors import Error, MicrodataError, NotFoundError
 from sqlsdc.jobs.protect import (
     OUTPUT_SCHEMA,
-    JobSpec,
-    _exact_releases,
     _plain,
     check_output_name,
     dp_table_refusal,
     job_catalog,
-    record_population,
 )
 from sqlsdc.microdata.microaggregation import il1s
 from sqlsdc.microdata.risk import interval_disclosure, linkage_rate, risk_summary
@@ -161,7 +157,6 @@ def anonymize(
             version, policy = _check(con, user, into, replace)
             definition = _definition(source, sql)
             original, dropped = _read(con, policy, source, definition, household)
-            _refuse_small_differences(con, policy, source or sql, original.columns)
         except Error as refusal:
             audit("refused", reason=store.audit_reason(refusal))
             raise
@@ -270,29 +265,6 @@ def _read(
 
 
 NESTED = {"struct", "map", "union", "list", "array", "variant"}  # DuckDB type ids
-
-
-def _refuse_small_differences(con, policy, source: str, columns) -> None:
-    """Refuse a file whose records, counted (or summed by a measure they keep) by their
-    dimension columns, differ by a few units from an exact table of a nearby population
-    stored before it (:func:`~sqlsdc.jobs.differencing.refuse_small_differences`; red team
-    s37c: a file of everyone aged 85 or over next to a suppression job's income total of the
-    same people but one gave that person's income and named their record). A file read by a
-    query of another shape (a join) is not compared."""
-    population = record_population(source)
-    table = policy.table(population[0]) if population is not None else None
-    if table is None or table.is_public:
-        return
-    kept = {c.lower() for c in columns}
-    roles = {name: column.role for name, column in table.columns.items() if name in kept}
-    dims = tuple(c for c, role in roles.items() if role is ColumnRole.DIMENSION)
-    measures = [c for c, role in roles.items() if role is ColumnRole.MEASURE]
-    for measure in [None, *measures]:
-        spec = JobSpec(table.name, dims, measure, table.privacy_unit, population[1])
-        try:
-            refuse_small_differences(con, policy, spec, _exact_releases(con, policy, spec))
-        except TabularError as refusal:
-            raise MicrodataError(str(refusal)) from None
 
 
 def _identifier_derived(con, policy, sql: str, columns: list[str]) -> set[str]:

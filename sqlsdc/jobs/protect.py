@@ -930,12 +930,24 @@ def _record_files(con, spec: JobSpec) -> list:
         if name.lower() not in stored:
             continue
         try:
-            population = record_population(json.loads(request).get("from"))
-        except (ValueError, AttributeError):
+            source = json.loads(request).get("from")
+            tree = sqlglot.parse_one(source, read="duckdb") if source else None
+        except (ValueError, AttributeError, sqlglot.errors.ParseError):
             continue
-        if population is None or population[0].lower() != spec.table.lower():
+        if isinstance(tree, exp.Column):  # --from TABLE: every row
+            table, where = tree.name, None
+        elif (
+            isinstance(tree, exp.Select)
+            and isinstance(tree.args.get("from_") and tree.args["from_"].this, exp.Table)
+            and not tree.args.get("joins")
+            and not tree.args.get("group")
+        ):
+            table = tree.args["from_"].this.name
+            where = tree.args.get("where") and tree.args["where"].this
+        else:
             continue
-        where = population[1]
+        if table.lower() != spec.table.lower():
+            continue
         columns = {
             c.lower()
             for (c,) in con.execute(
@@ -945,29 +957,6 @@ def _record_files(con, spec: JobSpec) -> list:
         }
         found.append((name, where, tuple(d for d in spec.dims if d in columns)))
     return found
-
-
-def record_population(source: str | None) -> tuple[str, exp.Expr | None] | None:
-    """``(table, WHERE or None)`` of the rows an anonymisation job reads (``--from TABLE`` or a
-    plain ``SELECT columns FROM table [WHERE ...]``), or None for any other query."""
-    if not source:
-        return None
-    try:
-        tree = sqlglot.parse_one(source, read="duckdb")
-    except sqlglot.errors.ParseError:
-        return None
-    if isinstance(tree, exp.Column):  # --from TABLE: every row
-        return tree.name, None
-    source_table = tree.args.get("from_") if isinstance(tree, exp.Select) else None
-    if (
-        source_table is None
-        or not isinstance(source_table.this, exp.Table)
-        or any(tree.args.get(k) for k in ("joins", "group", "having", "limit", "distinct"))
-        or any(e.find(exp.AggFunc) for e in tree.expressions)
-    ):
-        return None
-    where = tree.args.get("where")
-    return source_table.this.name, where and where.this
 
 
 def _stored_outputs(con, policy: Policy) -> list[tuple[str, str, JobSpec]]:
