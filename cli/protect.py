@@ -92,7 +92,7 @@ OWNERS = {  # option -> the methods it belongs to
     type=Seconds(),
     default=None,
     help="[suppress, round, cta] Seconds per solver call (round: for the whole job). "
-    "Default: 60 (round: 30).",
+    "Default: 60 (round: 30); at most 86400 (a day).",
 )
 @click.option("--into", required=True, help="Name of the stored table (protected.NAME).")
 @click.option("--replace", is_flag=True, help="Overwrite an existing output of that name.")

@@ -88,7 +88,7 @@ def rekey(db: str | Path, user: str, *, tables: list[str] | None = None) -> dict
                 store.record_key_event(con, table.name, "rekeyed", report[table.name], user)
             con.execute("COMMIT")
         except BaseException:
-            con.execute("ROLLBACK")
+            engine.rollback(con)
             raise
         return report
     finally:

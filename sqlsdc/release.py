@@ -189,7 +189,10 @@ def publish(
             release_parquet.remove(partial_folder)
         if not recorded:  # else its accepted entry stands, with every cell in the ledger
             audit("refused" if isinstance(failure, PolicyViolation) else "failed", failure)
-        raise
+        told = engine.write_failure(failure)  # a full disk is no bug
+        if told is failure:
+            raise
+        raise told from None
     entries = tuple(entry for _d, entry, _r in tables.values())
     return PublishReport(str(out), version, entries, storage,
                          None if folder is None else str(folder), query_id, withheld)  # fmt: skip
@@ -384,7 +387,7 @@ def _record(con, tables: dict, query_id: int, user: str, version: int, request: 
                            fingerprint=fingerprint, rows=rows)  # fmt: skip
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        engine.rollback(con)
         raise
 
 

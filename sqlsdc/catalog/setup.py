@@ -171,7 +171,7 @@ def apply_policy(con, policy: Policy, applied_by: str) -> ApplyReport:
         budget.note_policy(con)
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        engine.rollback(con)
         raise
     return report
 

@@ -853,6 +853,34 @@ def is_wide_integer(field: pa.Field) -> bool:
     return bool(field.metadata) and field.metadata.get(_ENGINE_TYPE, b"").decode() in _WIDE_INTEGERS
 
 
+_WRITE_FAILURES = (  # what the operating system says, as DuckDB quotes it -> sqlsdc's words
+    ("no space left", "the disk is full"),
+    ("file too large", "a file would exceed the size this process may write"),
+    ("read-only file system", "the file system is read-only"),
+    ("permission denied", "no permission to write the file"),
+)
+
+
+def write_failure(error: BaseException) -> BaseException:
+    """``error`` as an :class:`OperationalError` when DuckDB could not write a file (a full
+    disk, a file size limit, a read-only file system): the command failed for the file
+    system, not for a bug of sqlsdc. Any other error is returned as it is. The engine's text
+    (it names the file) is kept in ``detail``."""
+    text = str(error).lower()
+    # a COMMIT whose write-ahead log could not grow is a TransactionException quoting the write
+    if not isinstance(error, duckdb.IOException) and not (
+        isinstance(error, duckdb.Error) and "could not write file" in text
+    ):
+        return error
+    why = next((words for found, words in _WRITE_FAILURES if found in text),
+               "the engine could not write a file")  # fmt: skip
+    return OperationalError(
+        f"{why}: the command could not write its results (a job stores nothing then, a "
+        "publication writes no file); make room (or allow writing) and run it again",
+        detail=str(error),
+    )
+
+
 def rollback(con) -> None:
     """Roll back the open transaction, if there is one (DuckDB ends a transaction whose COMMIT
     failed by itself, and then refuses a ROLLBACK)."""

@@ -496,7 +496,7 @@ def _store(con, frame, report, user, version, request, query_id, fingerprint, in
                            fingerprint=fingerprint, rows=len(frame))  # fmt: skip
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        engine.rollback(con)
         raise
     finally:
         con.unregister("__job_output")

@@ -1,15 +1,19 @@
 """Two releases of one table over populations that differ by a few units in a cell.
 
 A job's table and another release of the same table and aggregate (the guard's suppression
-pattern, which ``sqlsdc publish`` releases, or a stored job output) share the cells whose
-dimensions both group by. Where both publish exact values (suppression; the cells CTA did not
-move) and a shared cell's two populations overlap, a few units one holds and the other lacks —
+pattern, which ``sqlsdc publish`` releases, a stored job output, or an anonymised file of the
+table, whose records add up to any table over its columns) share the cells whose dimensions
+both group by. Where both publish exact values (suppression; the cells CTA did not
+move; the margins an IPF job was given, which are the true ones when the admin wrote them from
+the data) and a shared cell's two populations overlap, a few units one holds and the other lacks —
 with none the other way — are exactly the difference of the two values: their count, or their
 sum. Red team s36c: on the suppression demo a job by geography x sex over ``WHERE age >= 1``,
 published next to the live pattern of every person, gave 144 cells of counts 1-4 of the 144
 persons aged 0 (one girl aged 0 in R01-M001), cells the policy's ``freq:5`` hides; a job of
 ``WHERE employees >= 10`` over enterprises does the same to the turnover of a cell's few small
-enterprises.
+enterprises. Red team s37c: an IPF job of income by region x education over ``age >= 85``,
+raked to its true margins, next to a suppression job by sex over the same people but the one
+of a municipality, gave that person's income as the difference of the two grand totals.
 
 :func:`refuse_small_differences` refuses such a job before it computes anything: in every
 grouping of the dimensions the two tables have in common, a cell whose populations overlap

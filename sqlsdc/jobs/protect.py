@@ -43,6 +43,7 @@ import functools
 import hashlib
 import json
 import math
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -75,9 +76,11 @@ from sqlsdc.tabular.verify import verify_suppression
 OUTPUT_SCHEMA = "protected"
 LEDGER_STATUS = "__status"  # the ledger status column of a job's released cells
 TABULAR_METHODS = ("suppress", "round", "cta", "ipf")  # jobs that store a table of cells
-# jobs that publish cells with their exact values (CTA: the cells it did not have to move);
-# two of them over populations that differ by a few units tell those units' values apart
-EXACT_METHODS = ("suppress", "cta")
+# jobs that publish cells with their exact values (CTA: the cells it did not have to move; IPF:
+# its given margins, exact when written from the data); two of them over populations that
+# differ by a few units tell those units' values apart (red team s37c: IPF's grand total less a
+# suppression job's of the same people but one gave that person's income)
+EXACT_METHODS = ("suppress", "cta", "ipf")
 
 Progress = Callable[[str], None]  # called with the name of each step as it starts
 
@@ -370,7 +373,7 @@ class Job:
                                fingerprint=self.fingerprint, rows=len(out))  # fmt: skip
             con.execute("COMMIT")
         except BaseException:
-            con.execute("ROLLBACK")
+            engine.rollback(con)
             raise
         finally:
             con.unregister("__job_output")
@@ -389,11 +392,18 @@ class Job:
                            fingerprint=self.fingerprint)  # fmt: skip
 
 
+MAX_TIME_LIMIT = 24 * 3600.0  # a day, as the policy schema allows; OR-Tools counts int64 ms
+
+
 def check_time_limit(seconds) -> None:
-    """A solver's time limit is a positive, finite number of seconds (NaN and infinity reach
-    OR-Tools and HiGHS as errors of their own)."""
-    if not isinstance(seconds, int | float) or not 0 < seconds < math.inf:
-        raise TabularError(f"time_limit must be a positive number of seconds, not {seconds!r}")
+    """A solver's time limit is a positive number of seconds up to :data:`MAX_TIME_LIMIT`
+    (NaN and infinity reach OR-Tools and HiGHS as errors of their own, and red team s37c's
+    ``--time-limit 1e300`` overflowed GLOP's int64 milliseconds: "internal error")."""
+    if not isinstance(seconds, int | float) or not 0 < seconds <= MAX_TIME_LIMIT:
+        raise TabularError(
+            f"time_limit must be a positive number of seconds up to {MAX_TIME_LIMIT:,.0f} "
+            f"(a day), not {seconds!r}"
+        )
 
 
 def job_fingerprint(method: str, into: str, sql: str) -> str:
@@ -445,11 +455,37 @@ def open_job(
             raise
 
 
+# one lock per database file: a process's jobs on one file take turns (processes do already)
+_JOB_TURNS: dict[Path, threading.RLock] = {}
+_JOB_TURNS_LOCK = threading.Lock()
+
+
+def _job_turn(db: str | Path) -> threading.RLock:
+    """This process's turn lock of the database file ``db``.
+
+    A job checks the stored outputs when it starts (a second protection of the same cells, a
+    small difference of populations) and stores its own output seconds later. Processes take
+    turns on the file (its lock is held from the opening to the closing of the job's
+    connection), but threads of one process share that lock: red team s37c stored a
+    suppression and a rounding of the same cells from two threads, both checked before either
+    had stored. Held for the whole job, this lock makes the checks and the store one step."""
+    key = Path(db).resolve()
+    with _JOB_TURNS_LOCK:
+        return _JOB_TURNS.setdefault(key, threading.RLock())
+
+
 @contextmanager
 def job_catalog(db: str | Path, user: str, method: str, into: str, request: str) -> Iterator:
     """``(connection, query id, fingerprint, audit)`` for one back-end job on ``db``: the
     connection (read-write, closed afterwards), the job's own audit entry id, and
-    ``audit(decision, reason=...)`` writing that entry for ``request`` by ``user``."""
+    ``audit(decision, reason=...)`` writing that entry for ``request`` by ``user``. The jobs
+    of this process on ``db`` take turns (:func:`_job_turn`)."""
+    with _job_turn(db):
+        yield from _job_connection(db, user, method, into, request)
+
+
+def _job_connection(db, user: str, method: str, into: str, request: str) -> Iterator:
+    """The body of :func:`job_catalog`, run while the job holds its turn."""
     con = engine.open_database(db, read_only=False)
     try:
         current = store.current_policy(con)
@@ -466,6 +502,11 @@ def job_catalog(db: str | Path, user: str, method: str, into: str, request: str)
             record(decision, **details)
 
         yield con, query_id, fingerprint, audit
+    except engine.EngineError as failure:  # audited by the job; a full disk is no bug
+        told = engine.write_failure(failure)
+        if told is failure:
+            raise
+        raise told from None
     finally:
         con.close()
 
@@ -850,9 +891,9 @@ def _outputs_of_the_same_cells(
 def _exact_releases(con, policy: Policy, spec: JobSpec) -> list:
     """``(label, WHERE, dimension columns)`` of every release of the job's table and aggregate
     that readers hold with exact values (:func:`~sqlsdc.jobs.differencing.
-    refuse_small_differences`): the guard's suppression pattern (the whole table) and every
+    refuse_small_differences`): the guard's suppression pattern (the whole table), every
     stored output of a job of :data:`EXACT_METHODS`, a replaced one too (its earlier readers
-    keep it)."""
+    keep it), and the anonymised files of the table (:func:`_record_files`)."""
     found = []
     table = policy.table(spec.table)
     if table.suppression is not None:
@@ -862,6 +903,59 @@ def _exact_releases(con, policy: Policy, spec: JobSpec) -> list:
     for name, method, theirs in _stored_outputs(con, policy):
         if method in EXACT_METHODS and _shape(theirs) == _shape(spec):
             found.append((name, theirs.where, theirs.dims))
+    return found + _record_files(con, spec)
+
+
+def _record_files(con, spec: JobSpec) -> list:
+    """``(label, WHERE, columns)`` of the anonymised files of the job's table: one record per
+    row of their population, so a reader counts and sums them by any of their columns, exactly
+    where the steps left a column as it was (red team s37c: a file of everyone aged 85 or over,
+    income only top-coded far above any income, less a suppression job's total of the same
+    people but one, gave that person's income and so named their record, tied to a
+    municipality the file does not show). Every file is compared, whatever its steps changed
+    (refusing a job that a perturbed column would have made safe errs on the safe side); a
+    file read by a query of another shape (a join, a union) is a population this check cannot
+    write as a WHERE on the table, and is not compared."""
+    stored = {
+        f"{schema}.{name}".lower(): name
+        for schema, name in con.execute(
+            "SELECT schema_name, table_name FROM duckdb_tables() WHERE schema_name = ?",
+            [OUTPUT_SCHEMA],
+        ).fetchall()
+    }
+    found = []
+    for name, request in con.execute(
+        "SELECT name, sql_text FROM sqlsdc.outputs WHERE method = 'anonymize'"
+    ).fetchall():
+        if name.lower() not in stored:
+            continue
+        try:
+            source = json.loads(request).get("from")
+            tree = sqlglot.parse_one(source, read="duckdb") if source else None
+        except (ValueError, AttributeError, sqlglot.errors.ParseError):
+            continue
+        if isinstance(tree, exp.Column):  # --from TABLE: every row
+            table, where = tree.name, None
+        elif (
+            isinstance(tree, exp.Select)
+            and isinstance(tree.args.get("from_") and tree.args["from_"].this, exp.Table)
+            and not tree.args.get("joins")
+            and not tree.args.get("group")
+        ):
+            table = tree.args["from_"].this.name
+            where = tree.args.get("where") and tree.args["where"].this
+        else:
+            continue
+        if table.lower() != spec.table.lower():
+            continue
+        columns = {
+            c.lower()
+            for (c,) in con.execute(
+                "SELECT column_name FROM duckdb_columns() WHERE schema_name = ? AND table_name = ?",
+                [OUTPUT_SCHEMA, stored[name.lower()]],
+            ).fetchall()
+        }
+        found.append((name, where, tuple(d for d in spec.dims if d in columns)))
     return found
 
 

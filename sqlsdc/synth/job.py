@@ -568,8 +568,10 @@ def _run_dp(con, plan, secret, seed, copies, rows, prior, project, say):
             fixed = ipf.zero_mask(shape, plan["zeros"], m)
             noisy[m] = ipf.noisy_counts(
                 counts, plan["scale"],
+                # keyed by the scale too: at two scales the sampler turns the same bits into
+                # X and X // 5 (12 and 12/5), and two outputs gave the count (red team s37c)
                 lambda i, label=label: noise_stream(secret, seed, data_version, plan["method"],
-                                                    label, i),
+                                                    f"scale={plan['scale']}", label, i),
                 fixed=fixed,
             )  # fmt: skip
     finally:

@@ -9,6 +9,11 @@ written in an output's report does not let anyone repeat (or invert) the draws:
   ``(secret, "synth", seed, label)``;
 * :func:`noise_stream`: the stream of one noisy cell of a DP margin, read by the exact
   discrete samplers of :mod:`sqlsdc.mechanisms.samplers` (no floating point in the noise).
+  Its context must name everything that sets the noise's distribution (the scale): the
+  samplers turn one stream into dependent draws at two scales (X and X // 5 at scales 12 and
+  12/5), and two releases of one seed at two privacy levels then gave a count exactly, for
+  the sum of their ε (red team s37c); the same context at the same scale is the same
+  release made again.
 
 Example:
     >>> a = synth_rng(b"a server secret of 16+ bytes", 7, "parametric").integers(1000, size=3)

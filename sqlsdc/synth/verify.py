@@ -288,7 +288,7 @@ def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeou
         )
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        engine.rollback(con)
         raise
     return answer
 
