@@ -30,6 +30,8 @@ CELLS = pa.table({
     "__a1": pa.array([1.1, float("nan"), -0.0], pa.float32()),
     "__a2": pa.array([1 / 3, 1e300, None]),
     "__a3": pa.array([Decimal("1.500"), Decimal("-0.001"), None], pa.decimal128(18, 3)),
+    "__a4": pa.array([Decimal("1234567890123456789012345678.0123456789"), Decimal("-1E-10"),
+                      None], pa.decimal128(38, 10)),  # fmt: skip
     "__p0": pa.array([True, None, False]),
 })  # fmt: skip
 ANSWER = (
@@ -64,7 +66,7 @@ def test_lists_give_the_registered_answer_for_every_plain_type():
     try:
         text, checked, params = listed(sql, relations)
         assert engine.tables_read_by(con, checked) == set()  # no table, no view: DuckDB says
-        assert "$" not in checked and "$1" in text and len(params) == 11
+        assert "$" not in checked and "$1" in text and len(params) == 12
         by_lists = engine.run(con, text, params=params)
         by_views = _registered(con, sql, relations)
         assert _same(by_lists, by_views) and by_lists.num_rows == 2
