@@ -102,6 +102,8 @@ def test_a_text_that_does_not_print_back_or_names_no_relation_stays_registered()
     relations = {"__sqlsdc_dp_cells_0": pa.table({"x": [1]})}
     assert listed("select x from __sqlsdc_dp_cells_0", relations) is None  # prints otherwise
     assert listed("SELECT 1 AS x", relations) is None  # the relation is not read by name
+    long = f"SELECT x FROM __sqlsdc_dp_cells_0 WHERE x <> '{'y' * listed_cells.LISTED_CHARACTERS}'"
+    assert listed(long, relations) is None  # not kept: memory
     assert listed("SELECT x FROM __sqlsdc_dp_cells_0", relations)[0] == (
         'SELECT x FROM (SELECT UNNEST(CAST($1 AS BIGINT[])) AS "x") AS __sqlsdc_dp_cells_0'
     )

@@ -11,8 +11,8 @@ ledger's parameters are, :func:`sqlsdc.catalog.store.as_parameters`), nothing le
 The text is built from the protected SQL's tree: parsed again, and used only when the parsed
 tree prints back as exactly the text the guard checked (so the tree is that statement), with
 every reference to a relation replaced and nothing else changed. Anything else (many cells,
-a type whose Python values would not bind back exactly, a text that does not print back) keeps
-the registered views.
+a type whose Python values would not bind back exactly, a long text, a text that does not print
+back) keeps the registered views.
 """
 
 from __future__ import annotations
@@ -30,6 +30,10 @@ from sqlsdc.engines import duckdb as engine
 # cells: 0.5 ms less as lists, in the query's flow; the cost of a list grows with its rows)
 LISTED_ROWS = 64
 
+# Texts of at most this many characters are listed (and their two listed texts kept, for up to
+# 128 texts and shapes: 3 MiB at most); a longer answer keeps the registered views
+LISTED_CHARACTERS = 8192
+
 Shape = tuple[tuple[str, tuple[tuple[str, str], ...]], ...]  # (relation, ((column, type), ...))
 
 
@@ -38,6 +42,8 @@ def listed(sql: str, relations: dict[str, pa.Table]) -> tuple[str, str, list[lis
     place of each parameter (what DuckDB can say the tables of: it binds the constants of a
     text it reads the tables of, and refuses parameters there), and the parameters; or
     None."""
+    if len(sql) > LISTED_CHARACTERS:
+        return None
     shape, params = [], []
     for name, table in relations.items():
         if table.num_rows > LISTED_ROWS:
@@ -52,7 +58,7 @@ def listed(sql: str, relations: dict[str, pa.Table]) -> tuple[str, str, list[lis
     return None if texts is None else (*texts, params)
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=128)
 def _listed_texts(sql: str, shape: Shape) -> tuple[str, str] | None:
     """:func:`listed`'s two texts for one protected text and shape of relations (built
     once)."""
