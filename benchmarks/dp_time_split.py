@@ -20,11 +20,15 @@ With ``--new-text`` the texts are not checked beforehand: each query pays the ch
 new text (parse, analysis, rewrite, validation), timed apart as a third part (``check``) and
 left out of the guard's Python.
 
+With ``--cached`` the query is the first one repeated: its 8 cells answered from the cache
+(nothing charged, no exact cells), as ``count_statements.py``'s ``dp cached``.
+
 With ``--ckm`` the database is a ``sqlsdc demo`` one and the query the CKM count by region of
 ``bench_guard.py --fixed-cost``, repeated (check cached); with ``--new-text`` too, that count
 with a new filter each time (``WHERE age >= i``), its check timed apart.
 
 Usage: python benchmarks/dp_time_split.py DP_HARNESS_DB [--queries 60] [--cpu] [--new-text]
+       python benchmarks/dp_time_split.py DP_HARNESS_DB --cached [--queries 60] [--cpu]
        python benchmarks/dp_time_split.py --ckm DEMO_DB [--queries 60] [--cpu] [--new-text]
 (the ``harness.duckdb`` that ``bench_dp_noise.py`` builds in its ``--workdir``, or a demo
 database; copied first).
@@ -103,6 +107,7 @@ def main() -> None:
     parser.add_argument("--cpu", action="store_true", help="process CPU time, not wall time")
     parser.add_argument("--new-text", action="store_true", help="each query's check timed too")
     parser.add_argument("--ckm", action="store_true", help="the CKM count of a demo database")
+    parser.add_argument("--cached", action="store_true", help="the DP query's cells cached")
     args = parser.parse_args()
     if args.cpu:
         global _clock
@@ -125,6 +130,8 @@ def main() -> None:
     sqls = [f"SELECT region, COUNT(*) FROM persons WHERE age2 <> 'none {i}' GROUP BY region"
             for i in range(args.queries)]  # fmt: skip
     user, first = "u1", "SELECT region, COUNT(*) FROM persons GROUP BY region"
+    if args.cached:
+        sqls = [first] * args.queries
     if args.ckm:
         user, first = "analyst", "SELECT region, COUNT(*) AS n FROM persons GROUP BY region"
         sqls = [first] * args.queries

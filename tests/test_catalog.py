@@ -626,7 +626,7 @@ def test_connecting_to_a_missing_file_does_not_create_it(tmp_path):
     assert not path.exists()
 
 
-def _ledger_rows(result, monkeypatch, parameter_rows):
+def _ledger_rows(result, monkeypatch, parameter_rows, tables=("t",), population="p"):
     monkeypatch.setattr(store, "PARAMETER_ROWS", parameter_rows)
     con = duckdb.connect()
     con.execute(f"CREATE SCHEMA {store.S}")
@@ -634,8 +634,8 @@ def _ledger_rows(result, monkeypatch, parameter_rows):
     keys = [(name, i) for i, name in enumerate(result.column_names[:-2])]
     n = result.num_columns
     cells = [("value", n - 2, "ckm", None), ("value_again", n - 2, "ckm", n - 1)]
-    store.record_release(con, result, tables=["t"], keys=keys, cells=cells, population="p",
-                         query_id=7, user="u", fingerprint="f")  # fmt: skip
+    store.record_release(con, result, tables=list(tables), keys=keys, cells=cells,
+                         population=population, query_id=7, user="u", fingerprint="f")  # fmt: skip
     rows = con.execute(
         f"SELECT query_id, cell, column_name, mechanism, status FROM {store.S}.ledger "
         "ORDER BY ALL"
@@ -678,6 +678,75 @@ def test_ledger_rows_are_the_same_from_parameters_and_from_a_registered_view(mon
     nested = nested.append_column("none", pa.nulls(3))
     nested = nested.select([*plain.column_names[:-2], "tz", "none", "value", "status"])
     assert _ledger_rows(nested, monkeypatch, 1024) == _ledger_rows(nested, monkeypatch, 0)
+
+
+def test_identities_written_in_python_are_duckdbs_text_or_left_to_duckdb():
+    """:mod:`sqlsdc.catalog.identity_text` writes a ledger identity only where its text is
+    DuckDB's, byte for byte: every ASCII character and a few others, as a key value, a key
+    name, a table and a population, and integers at the ends of their ranges."""
+    from sqlsdc.catalog.identity_text import identities
+
+    con = duckdb.connect()
+    texts = [chr(c) for c in range(128)] + ["é", "\u2028", "a/b", "", "R01", "x y~{}[]:,"]
+    integers = [0, -1, 2**63 - 1, -(2**63), 2**64 - 1]
+    written = 0
+    for value in [*texts, *integers, None]:
+        kind = "UBIGINT" if isinstance(value, int) and value >= 2**63 else (
+            "HUGEINT" if isinstance(value, int) else "TEXT")  # fmt: skip
+        for tables, population, name in ((["t"], None, "k"), (["a", "b"], "p", "k"),
+                                          ([str(value)], "p", "k"), (["t"], str(value), "k"),
+                                          (["t"], None, str(value))):  # fmt: skip
+            ours = identities(tables, population, [name], [[value]], 1)
+            scope = "'population', ?::TEXT, " if population is not None else ""
+            duck = con.execute(
+                f"SELECT CAST(json_object('tables', to_json(?::TEXT[]), {scope}'keys', "
+                f"json_object(?::TEXT, ?::{kind})) AS TEXT)",
+                [tables, *([population] if population is not None else []), name, value],
+            ).fetchone()[0]
+            assert ours is None or ours == [duck], (value, tables, population, name)
+            written += ours is not None
+    assert written > 400  # printable ASCII but " and \ is written in Python
+    assert identities(["t"], None, ["k"], [[True]], 1) is None  # DuckDB writes true
+    assert identities(["t"], None, ["k"], [[1.5]], 1) is None
+    assert identities(["t"], "p", [], [], 2) == ['{"tables":["t"],"population":"p","keys":{}}'] * 2
+    assert con.execute("SELECT CAST(json_object('tables', to_json(['t']), 'population', 'p', "
+                       "'keys', json_object()) AS TEXT)").fetchone()[0] == (
+        '{"tables":["t"],"population":"p","keys":{}}')  # fmt: skip
+
+
+def test_ledger_rows_are_the_same_with_identities_written_in_python(monkeypatch):
+    """The ledger rows of a small result whose keys are plain (text, integers, NULL) are the
+    same whether DuckDB writes their identities or Python does; a result with a key that is
+    not plain is left to DuckDB whole."""
+    import pyarrow as pa
+
+    from sqlsdc.catalog import identity_text
+
+    written = identity_text.identities
+    calls = []
+
+    def spied(*args):
+        calls.append(written(*args))
+        return calls[-1]
+
+    plain = pa.table({
+        "s": pa.array(["R01", "a b", None]),
+        "i": pa.array([1, -(2**62), None], pa.int64()),
+        "u": pa.array([2**64 - 1, 0, 5], pa.uint64()),
+        "value": pa.array([10, None, 3]),
+        "status": pa.array(["published", "suppressed", "published"]),
+    })  # fmt: skip
+    quoted = plain.set_column(0, "s", pa.array(['say "hi"', "back\\slash", "é"]))
+    no_keys = plain.select(["value", "status"])
+    for result in (plain, quoted, no_keys):
+        for tables, population in ((("t",), "p"), (("a", "b"), None)):
+            monkeypatch.setattr(identity_text, "identities", lambda *a: None)
+            by_duckdb = _ledger_rows(result, monkeypatch, 1024, tables, population)
+            calls.clear()
+            monkeypatch.setattr(identity_text, "identities", spied)
+            by_python = _ledger_rows(result, monkeypatch, 1024, tables, population)
+            assert by_python == by_duckdb and len(by_duckdb) == 6
+            assert calls and (calls[0] is None) == (result is quoted)
 
 
 def test_a_domain_must_hold_values_of_its_columns_type(db):

@@ -501,6 +501,37 @@ def test_cache_cells_caches_paid_cells_once_and_counts_them_on_the_charge(con):
     assert _ledger_rows(con) == 1  # recording cells spends nothing
 
 
+def test_one_cell_is_cached_as_the_same_row_as_among_others(db):
+    """One cell (a charge's statistic) is written as a row of values, not unnested lists: the
+    same row as when it is written among others, and the retry's INSERT OR IGNORE skips it."""
+    frame, space, mechanisms = _count_cells(3)
+    out = add_noise(frame, space, mechanisms, secret=SECRET, policy_version=3)
+    first = out.new_cells[0]
+    rows = {}
+    for label, cells in (("among", out.new_cells), ("alone", [first])):
+        con = open_database(db)
+        try:
+            con.execute("DELETE FROM sqlsdc.dp_cells")
+            budget.cache_cells(con, user="alice", policy_version=3, query_id=7, cells=cells)
+            if label == "alone":
+                budget.cache_cells(con, user="alice", policy_version=3, query_id=8, cells=[first],
+                                   again=True)  # fmt: skip
+            rows[label] = con.execute(
+                "SELECT * EXCLUDE (released_at), typeof(entry), typeof(released_at) FROM "
+                "sqlsdc.dp_cells WHERE cell_hash = ?",
+                [first.identity.digest],
+            ).fetchall()
+        finally:
+            con.close()
+    assert len(rows["alone"]) == 1 and rows["alone"] == rows["among"]
+    con = open_database(db)  # the row written alone is found
+    try:
+        found = budget.cached_cells(con, "alice", 3, [first.identity.digest])
+    finally:
+        con.close()
+    assert found == {first.identity.digest: first.value}
+
+
 @pytest.mark.parametrize("n", [3, budget._LISTED_ENTRIES + 1, 700])
 def test_large_results_are_cached_and_found_as_small_ones_are(db, n, monkeypatch):
     """Over ``_LISTED_ENTRIES`` cells, the cache is read and written through a registered

@@ -676,6 +676,11 @@ def _insert_cells(
     columns = [[dp_cell_entry(user, policy_version, d) for d in digests], digests,
                [c.identity.text for c in cells], [c.column for c in cells],
                [c.statistic.value for c in cells], [str(c.value) for c in cells]]  # fmt: skip
+    if len(cells) == 1:  # a charge's one statistic: a row of values, no unnest (0.2 ms less)
+        insert = _INSERT_CELL_RETURNING if returning else _INSERT_CELL
+        entry, *rest = (column[0] for column in columns)
+        result = con.execute(parsed(insert), [entry, user, policy_version, *rest, query_id, at])
+        return result.fetchall() if returning else []
     if len(cells) <= _LISTED_ENTRIES:
         insert = _INSERT_CELLS_RETURNING if returning else _INSERT_CELLS
         entry, *rest = columns
@@ -695,6 +700,9 @@ _CELL_VALUES = (
 )
 _INSERT_CELLS = f"INSERT INTO {S}.dp_cells {_CELL_VALUES}"
 _INSERT_CELLS_RETURNING = f"INSERT OR IGNORE INTO {S}.dp_cells {_CELL_VALUES} RETURNING entry"
+_CELL_ROW = "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"  # the same columns, one row
+_INSERT_CELL = f"INSERT INTO {S}.dp_cells {_CELL_ROW}"
+_INSERT_CELL_RETURNING = f"INSERT OR IGNORE INTO {S}.dp_cells {_CELL_ROW} RETURNING entry"
 
 # More than _LISTED_ENTRIES cells go to the cache as a registered Arrow table: binding a list
 # parameter converts it value by value (58 ms for 9,456 cells, 21 ms from Arrow; the same rows)

@@ -17,6 +17,7 @@ from functools import lru_cache, partial
 import pyarrow as pa
 from sqlglot import exp
 
+from sqlsdc.catalog import identity_text
 from sqlsdc.catalog.schema import CATALOG_SCHEMA, CATALOG_VERSION, CKM_MIX_DDL, DDL, DP_CELLS_DDL
 from sqlsdc.engines.duckdb import EngineError, described, one, parsed, type_names
 from sqlsdc.errors import AccessDenied, Error, NotFoundError, PolicyViolation, interrupted_by_user
@@ -26,6 +27,7 @@ from sqlsdc.policy import UserRole, load_policy
 S = CATALOG_SCHEMA
 LEDGER_TABLE = "ledger"
 RELEASE_VIEW = "__sqlsdc_release"
+IDENTITY_COLUMN = "__sqlsdc_identity"  # of the ledger rows given as a parameter (ledger_insert)
 SECRET_BYTES = 32
 PATTERN_PREFIX = "suppressed__"
 
@@ -366,6 +368,7 @@ def ledger_insert(
     cells: tuple[tuple[str, int, str, int | None], ...],
     population: bool = False,
     parameter_types: tuple[tuple[int, str], ...] | None = None,
+    identities: bool = False,
 ) -> str:
     """INSERT that turns a result (columns c0, c1, ...) into ledger rows, one per released
     cell; parameters: query id, time, user, fingerprint, and the population with
@@ -379,7 +382,15 @@ def ledger_insert(
     status column a NULL value counts as suppressed. The population, when there is one, is the
     canonical text of the predicate that selects the cell's rows (a job's WHERE); it becomes
     part of the identity, so that cells of different populations never share a ledger key.
+
+    With ``identities`` (and ``parameter_types``) the identity of each row is not written by
+    DuckDB but given, as the list parameter ``$5`` (:mod:`~sqlsdc.catalog.identity_text`: the
+    same text), and no population parameter is taken; ``parameter_types`` then name the
+    status and value columns only, from ``$6``.
     """
+    if identities:
+        source = _release_source(parameter_types, first=6, identities=True)
+        return _ledger_rows(exp.column(IDENTITY_COLUMN), cells, source)
     scope = [exp.Literal.string("tables")]
     scope.append(
         exp.func("to_json", exp.Array(expressions=[exp.Literal.string(t) for t in tables]))
@@ -396,6 +407,11 @@ def ledger_insert(
         ),
     )
     source = _release_source(parameter_types, first=6 if population else 5)
+    return _ledger_rows(exp.cast(identity, "VARCHAR"), cells, source)
+
+
+def _ledger_rows(identity: exp.Expr, cells, source: exp.Expr) -> str:
+    """:func:`ledger_insert`'s statement: a SELECT of ``source`` per released cell column."""
     parts = []
     for name, position, mechanism, status in cells:
         if status is None:
@@ -417,7 +433,7 @@ def ledger_insert(
                 exp.Placeholder(this="2"),
                 exp.Placeholder(this="3"),
                 exp.Placeholder(this="4"),
-                exp.cast(identity, "VARCHAR"),
+                identity.copy(),
                 exp.Literal.string(name),
                 exp.Literal.string(mechanism),
                 status_expr,
@@ -429,12 +445,25 @@ def ledger_insert(
     return exp.insert(query, exp.table_(LEDGER_TABLE, db=S)).sql("duckdb")
 
 
-def _release_source(parameter_types: tuple[tuple[int, str], ...] | None, first: int) -> exp.Expr:
+def _release_source(
+    parameter_types: tuple[tuple[int, str], ...] | None, first: int, identities: bool = False
+) -> exp.Expr:
     """The registered view, or a subquery unnesting list parameters ``$first``, ... in
-    parallel."""
+    parallel (with ``identities``, ``$first - 1`` too, as the TEXT column of the rows'
+    identities)."""
     if parameter_types is None:
         return exp.to_table(RELEASE_VIEW)
-    columns = [
+    named = [
+        exp.alias_(
+            exp.func(
+                "unnest",
+                exp.cast(exp.Placeholder(this=str(first - 1)),
+                         exp.DataType.build("TEXT[]", dialect="duckdb")),  # fmt: skip
+            ),
+            IDENTITY_COLUMN,
+        )
+    ] if identities else []  # fmt: skip
+    columns = named + [
         exp.alias_(
             exp.func(
                 "unnest",
@@ -471,8 +500,17 @@ def record_release(
     # the keys, and of each cell its status column, or its value when it has none (the
     # status then says whether it was suppressed): what the statement reads
     read = sorted({i for _, i in keys} | {c[1] if c[3] is None else c[3] for c in cells})
-    columns = _as_parameters(result, read)
+    columns = as_parameters(result, read)
     if columns is not None:
+        given = identity_text.identities(tables, population, [name for name, _ in keys],
+                           [columns[read.index(i)] for _, i in keys], result.num_rows)  # fmt: skip
+        if given is not None:  # the same text as DuckDB's, 0.4 ms less (identity_text)
+            shown = sorted({c[1] if c[3] is None else c[3] for c in cells})
+            kinds = type_names(pa.schema([result.field(i) for i in shown]))
+            sql = ledger_insert(tuple(tables), tuple(keys), tuple(cells), False,
+                                tuple(zip(shown, kinds, strict=True)), True)  # fmt: skip
+            con.execute(parsed(sql), [*values[:4], given, *(columns[read.index(i)] for i in shown)])
+            return
         kinds = type_names(pa.schema([result.field(i) for i in read]))
         con.execute(parsed(statement(tuple(zip(read, kinds, strict=True)))), values + columns)
         return
@@ -486,7 +524,7 @@ def record_release(
             con.unregister(RELEASE_VIEW)
 
 
-def _as_parameters(result: pa.Table, read: list[int]) -> list[list] | None:
+def as_parameters(result: pa.Table, read: list[int]) -> list[list] | None:
     """The columns ``read`` as Python lists that bind back to the same DuckDB values, or None
     when the result is large or a value has no exact Python form (a date beyond year 9999)."""
     if result.num_rows > PARAMETER_ROWS or not all(_plain(result.field(i).type) for i in read):

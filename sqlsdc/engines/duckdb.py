@@ -687,8 +687,10 @@ def run(
     timeout: float | None = None,
     max_rows: int | None = None,
     max_bytes: int | None = None,
+    params: list | None = None,
 ) -> pa.Table:
-    """Run a query and return its result as an Arrow table; interrupt it after ``timeout`` s,
+    """Run a query (with ``params``, if any) and return its result as an Arrow table;
+    interrupt it after ``timeout`` s,
     or on Ctrl-C (:mod:`sqlsdc.engines.ctrl_c`), which raises ``KeyboardInterrupt``.
     The answer streams from the engine batch by batch: with ``max_rows`` (and ``max_bytes``)
     it is abandoned (:class:`AnswerTooLarge`) as soon as it has more rows (bytes), so it never
@@ -697,7 +699,7 @@ def run(
     try:
         with ctrl_c.interrupting(con.interrupt) as pressed:
             try:
-                answer = _answer(con, sql, max_rows, max_bytes)
+                answer = _answer(con, sql, max_rows, max_bytes, params)
             except Exception:
                 if pressed:
                     raise KeyboardInterrupt from None
@@ -714,9 +716,9 @@ def run(
             timer.cancel()
 
 
-def _answer(con, sql: str, max_rows: int | None, max_bytes: int | None) -> pa.Table:
+def _answer(con, sql: str, max_rows: int | None, max_bytes: int | None, params) -> pa.Table:
     """:func:`run`'s streaming of the answer under its caps."""
-    types, reader = _stream(con, sql)
+    types, reader = _stream(con, sql, params)
     with contextlib.closing(reader):  # the connection refuses statements while it is open
         batches, rows, size = [], 0, 0
         for batch in _batches(reader):
@@ -732,7 +734,7 @@ def _answer(con, sql: str, max_rows: int | None, max_bytes: int | None) -> pa.Ta
         return _mark_wide_integers(pa.Table.from_batches(batches, reader.schema), types)
 
 
-def _stream(con, sql: str) -> tuple[list[str], pa.RecordBatchReader]:
+def _stream(con, sql: str, params=None) -> tuple[list[str], pa.RecordBatchReader]:
     """The engine's column types of ``sql``'s answer and a reader streaming it.
 
     DuckDB 2.0's public streaming path, ``con.sql(sql).to_arrow_reader()``, parses and binds
@@ -743,9 +745,9 @@ def _stream(con, sql: str) -> tuple[list[str], pa.RecordBatchReader]:
     package pins the version whose ``_submit`` is tested)."""
     submit = getattr(con, "_submit", None)
     if submit is None:
-        relation = con.sql(sql)
+        relation = con.sql(sql, params=params)
         return [str(t) for t in relation.types], relation.to_arrow_reader()
-    result = submit(sql, None, "stream", _BATCH_ROWS)
+    result = submit(sql, params, "stream", _BATCH_ROWS)
     return [str(column[1]) for column in result.description], result.arrow_reader()
 
 

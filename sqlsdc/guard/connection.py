@@ -75,6 +75,7 @@ from sqlsdc.guard.dp_release import (
     resolve_domains,
     stage_cells,
 )
+from sqlsdc.guard.listed_cells import listed
 from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, protect
 from sqlsdc.guard.postprocess import (
     accuracy,
@@ -698,12 +699,14 @@ class Connection:
         for attempt in range(RECORD_RETRIES):
             caching = False  # set once the analyst's SQL has run, when DP cells are cached
             drawn = query_id  # the audit entry's id, once known
+            registered: list[str] = []  # the noisy cells' views, to let go after the end
             con.execute(engine.parsed("BEGIN TRANSACTION"))  # parsed once: 0.02 ms each
             try:
                 if query.suppressed:
                     ensure_patterns(con, context.policy, context.policy_version, query.suppressed)
                 self._check_engine_reads(query.sql, query)
-                result = _run_over(con, query.sql, noisy, self._time_left())
+                result = _run_over(con, query.sql, noisy, self._time_left(), registered,
+                                   partial(self._check_engine_reads, query=query))  # fmt: skip
                 check_faults(result, query)
                 values = values_of(result, query)
                 drawn = store.record_query(
@@ -754,7 +757,8 @@ class Connection:
                     self._said_paid(bug, query_id)
                 raise
             finally:
-                _unregister(con, noisy)
+                for name in registered:
+                    con.unregister(name)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _keep_released(self, noisy: DpRelease | None, query_id: int | None) -> None:
@@ -1216,24 +1220,28 @@ def _secret(con) -> bytes:
     return bytes(row[0])
 
 
-def _run_over(con, sql: str, noisy: DpRelease | None, timeout: float) -> pa.Table:
-    """Run the protected SQL, over the noisy cells of its DP aggregations registered under
-    their relations' names (the caller unregisters them, :func:`_unregister`, once its
-    transaction has ended); at most :data:`MAX_ANSWER_ROWS` rows and
-    :data:`MAX_ANSWER_BYTES` bytes."""
-    for name, cells in (noisy.relations if noisy is not None else {}).items():
-        engine.register(con, name, cells)  # a DP SUM of integers as HUGEINT
-    return engine.run(
-        con, sql, timeout=timeout, max_rows=MAX_ANSWER_ROWS, max_bytes=MAX_ANSWER_BYTES
-    )
-
-
-def _unregister(con, noisy: DpRelease | None) -> None:
-    """Let go of the noisy cells :func:`_run_over` registered. Called after COMMIT or
-    ROLLBACK: inside a transaction an engine error aborted, DuckDB refuses it, and that refusal
-    would replace the error the audit log must keep."""
-    for name in noisy.relations if noisy is not None else ():
-        con.unregister(name)
+def _run_over(con, sql: str, noisy: DpRelease | None, timeout: float, registered: list[str],
+              check: Callable[[str], None]) -> pa.Table:  # fmt: skip
+    """Run the protected SQL over the noisy cells of its DP aggregations, at most
+    :data:`MAX_ANSWER_ROWS` rows and :data:`MAX_ANSWER_BYTES` bytes. A few cells of plain
+    types go as list parameters (:mod:`~sqlsdc.guard.listed_cells`), that text checked as
+    every text is (``check``: :meth:`Connection._check_engine_reads`, with NULL lists in place
+    of the parameters, which DuckDB refuses there); others are registered under their
+    relations' names, and the names added to ``registered``: the caller unregisters them once
+    its transaction has ended (inside a transaction an engine error aborted, DuckDB refuses
+    it, and that refusal would replace the error the audit log must keep)."""
+    params = None
+    relations = noisy.relations if noisy is not None else {}
+    over = listed(sql, relations) if relations else None
+    if over is not None:
+        sql, checked_text, params = over
+        check(checked_text)
+    else:
+        for name, cells in relations.items():
+            engine.register(con, name, cells)  # a DP SUM of integers as HUGEINT
+            registered.append(name)
+    return engine.run(con, sql, timeout=timeout, max_rows=MAX_ANSWER_ROWS,
+                      max_bytes=MAX_ANSWER_BYTES, params=params)  # fmt: skip
 
 
 @dataclass(frozen=True)
