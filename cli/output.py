@@ -55,6 +55,25 @@ class Seconds(click.FloatRange):
         return seconds
 
 
+class ExactNumber(click.ParamType):
+    """An exact number such as 0.5, 1e-6 or 1/3 (an epsilon), checked for its form where the
+    command line is read, as ``sqlsdc budget`` checks its amounts: a value that is no number is
+    a usage error (exit code 2) in every command (``synthesize --epsilon nan`` was exit 1 where
+    ``budget grant --epsilon nan`` was 2). The text is passed on as written; whether its value
+    fits (positive, within a range) is the command's to say."""
+
+    name = "number"
+
+    def convert(self, value, param, ctx):
+        from sqlsdc.mechanisms.accountant import parse_exact  # not at start-up
+
+        try:
+            parse_exact(str(value), param.name if param is not None else "value")
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+        return value
+
+
 def format_option(default: str = "table", choices=FORMATS):
     return click.option(
         "--format",

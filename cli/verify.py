@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import click
-from sqlsdc.cli.output import format_option, print_frame, print_json, read_sql
+from sqlsdc.cli.output import ExactNumber, format_option, print_frame, print_json, read_sql
 
 import sqlsdc
 
@@ -18,7 +18,8 @@ import sqlsdc
     help="noisy: a DP value, costs epsilon per cell (analysts' only mode); interval: a decile "
     "interval, free (admins only, their default).",
 )
-@click.option("--epsilon", help="Noisy mode: epsilon charged per cell, e.g. 0.5 or 1/4.")
+@click.option("--epsilon", type=ExactNumber(),
+              help="Noisy mode: epsilon charged per cell, e.g. 0.5 or 1/4.")  # fmt: skip
 @format_option()
 def verify(db: str, user: str, sql: str, mode: str | None, epsilon: str | None, fmt: str) -> None:
     """Compare a query on a released synthetic output with the same query on the confidential

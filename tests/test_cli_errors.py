@@ -154,6 +154,8 @@ def test_a_file_that_is_no_database_is_not_found_in_every_command(not_a_database
         result = run(*(a.format(**names) for a in args), stdin="a long password\n")
         failed(result, errors.NOT_FOUND, f"sqlsdc: not found: {path}")
         assert words in result.stderr, (args, result.stderr)
+    if path.stat().st_size and "catalog" not in words:  # not DuckDB's by its first bytes:
+        assert not Path(f"{path}.lock").exists()  # the open stops before making its lock file
     # through a new interpreter once (the entry point's own handling)
     failed(run_interpreter("audit", path), errors.NOT_FOUND, words)
 
@@ -448,8 +450,24 @@ def test_every_json_output_is_strict_json(db, sqlsdc_in_process):
             ("budget", db, "--format", "json"),
             ("risk", db, "SELECT region, COUNT(*) AS n FROM persons GROUP BY region",
              "--count", "n", "--format", "json"),
+            # the commands that write: ISSUE18 asked for --format json on each
+            ("policy", "validate", DEMO_POLICY, "--format", "json"),
+            ("policy", "apply", db, DEMO_POLICY, "--format", "json"),
+            ("init", db, "--policy", DEMO_POLICY, "--format", "json"),
+            ("rekey", db, "--yes", "--format", "json"),
+            ("budget", db, "grant", "--for", "analyst", "--epsilon", "1/3", "--reason", "r",
+             "--format", "json"),
+            ("budget", db, "set", "--for", "analyst", "--epsilon", "2", "--reason", "r",
+             "--format", "json"),
+            ("budget", db, "reset", "--for", "analyst", "--reason", "r", "--format", "json"),
         ]
     ]  # fmt: skip
+    added = sqlsdc_in_process("server-user", "add", db, "analyst", "--password-stdin",
+                              "--format", "json", input="a long password\n")  # fmt: skip
+    assert strict_json(added.stdout) == {"user": "analyst", "action": "added"}
+    applied = [strict_json(r.stdout) for r in outputs[-6:-4]]  # apply, then init on the catalog
+    assert [a["version"] for a in applied] == [2, 3] and not applied[1]["secret_created"]
+    assert strict_json(outputs[-4].stdout)["rekeyed_rows"]["persons"] == 20000
     for result in outputs:
         assert result.returncode == 0, (result.args, result.stderr)
         strict_json(result.stdout)

@@ -134,7 +134,7 @@ def test_publish_refusals(suppress_template, tmp_path, sqlsdc_in_process):
     assert refused.returncode == 3 and not out.exists()
     assert not list(tmp_path.glob("*.partial"))
     malformed = cli("--query", "SELECT 1")
-    assert malformed.returncode == 1 and "NAME=SQL" in malformed.stderr
+    assert malformed.returncode == 2 and "NAME=SQL" in malformed.stderr  # a usage error
     done = cli("--format", "json")
     assert done.returncode == 0, done.stderr
     assert {t["table"] for t in json.loads(done.stdout)["tables"]} == {
