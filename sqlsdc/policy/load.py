@@ -204,7 +204,17 @@ Marks = dict[tuple[str, ...], tuple[int, int]]
 
 def _parse(text: str, label: str) -> tuple[Any, Marks]:
     """The document in ``text`` and the (line, column) of every key and item in it."""
-    loader = _PolicyLoader(text)
+    try:
+        loader = _PolicyLoader(text)
+    except yaml.reader.ReaderError as e:  # a character YAML refuses (a NUL: a binary file)
+        line, column = (
+            text.count("\n", 0, e.position) + 1,
+            e.position - text.rfind("\n", 0, e.position),
+        )
+        problem = str(e).split("\n")[0]  # the rest names PyYAML's "<unicode string>"
+        raise PolicyError(
+            [f"{label}: line {line}, column {column}: not valid YAML: {problem}"]
+        ) from None
     try:
         node = loader.get_single_node()
         if node is None:
