@@ -55,6 +55,10 @@ def test_each_class_has_its_own_exit_code(db, tmp_path):
     failed(run("querry"), 2, "No such command")
     failed(run(*q, "SELEC region FROM persons"), errors.SYNTAX, "syntax error: ")
     failed(run(*q, "SELECT income FROM persons"), errors.REFUSED, "refused: ")
+    failed(run("protect", db, "--into", "x", "--sql", "SELEC 1"), errors.SYNTAX,
+           "syntax error: the job's SQL does not parse")  # as a query's (was 1)  # fmt: skip
+    failed(run("risk", db, "SELECT region, COUNT(*) AS n FROM persons GROUP BY region", "--count",
+               "region"), errors.ERROR, "region is a group key")  # was 70  # fmt: skip
     failed(run("query", tmp_path / "none.duckdb", "-u", "a", "SELECT 1"), errors.NOT_FOUND,
            "not found: database")  # fmt: skip
     failed(run(*q[:2], "-u", "nobody", "SELECT 1"), errors.DENIED, "access denied: ")

@@ -57,7 +57,7 @@ from sqlglot import exp
 from sqlsdc.catalog import store
 from sqlsdc.catalog.store import require_admin
 from sqlsdc.engines import duckdb as engine
-from sqlsdc.errors import Error, TabularError, VerificationError
+from sqlsdc.errors import Error, SqlSyntaxError, TabularError, VerificationError
 from sqlsdc.jobs.differencing import refuse_small_differences
 from sqlsdc.jobs.linked_audit import audit_linked
 from sqlsdc.policy import ColumnRole, Policy, load_policy
@@ -119,7 +119,7 @@ def parse_job(sql: str, policy: Policy) -> JobSpec:
     try:
         tree = sqlglot.parse_one(sql, read="duckdb")
     except sqlglot.errors.ParseError as e:
-        raise TabularError(f"the job's SQL does not parse: {e}") from None
+        raise SqlSyntaxError(f"the job's SQL does not parse: {e}") from None  # exit code 6
     shape = (
         "SELECT dim, ..., SUM(measure) | COUNT(*) | COUNT(DISTINCT unit) FROM table [WHERE ...] "
         "GROUP BY dim, ..."
@@ -886,7 +886,7 @@ def _stored_outputs(con, policy: Policy) -> list[tuple[str, str, JobSpec]]:
             continue
         try:
             found.append((name, method, parse_job(sql, policy)))
-        except TabularError:  # a table or column the policy no longer declares
+        except (TabularError, SqlSyntaxError):  # a table or column the policy no longer declares
             continue
     return found
 
