@@ -176,12 +176,14 @@ def read_sql(sql: str) -> str:
 def write_file(path: str | Path, text: str, *, force: bool) -> None:
     """Write ``text`` to ``path`` atomically (a temporary file in the same folder, then a
     rename): readers see the old file or the whole new one, and a failure leaves nothing
-    half-written. An existing file is replaced only with ``force``."""
+    half-written. An existing file is replaced only with ``force``; ``/dev/stdout`` or a named
+    pipe is written into (:func:`sqlsdc.files.written_into`)."""
+    from sqlsdc.files import write_atomically, written_into
+
     path = Path(path)
-    if path.exists() and not force:
+    if path.exists() and not force and not written_into(path):
         raise Error(f"{path} exists; pass --force to overwrite it")
     if not path.parent.is_dir():
         raise NotFoundError(f"cannot write {path}: folder {path.parent} does not exist")
-    from sqlsdc.files import write_atomically
 
     write_atomically(path, text)

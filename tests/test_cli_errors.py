@@ -419,6 +419,8 @@ def test_ptable_output_is_written_atomically_and_not_overwritten(tmp_path):
     failed(run("ptable", "--D", 2, "--V", 1, "-o", out), errors.ERROR, "--force")
     assert out.read_text() == "keep"
     assert run("ptable", "--D", 2, "--V", 1, "-o", out, "--force").returncode == 0
+    shown = run("ptable", "--D", 2, "--V", 1, "-o", "/dev/stdout")  # no file to overwrite:
+    assert shown.returncode == 0 and "p" in shown.stdout  # written into, not renamed over
     assert "keep" not in out.read_text()
     assert [p.name for p in tmp_path.iterdir()] == ["p.txt"]
 
