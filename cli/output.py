@@ -121,9 +121,16 @@ def print_result(cursor, fmt: str) -> None:
 
 
 def _json_value(value):
+    """A result value as JSON: inside lists, structs and maps too (a NaN in a list ended
+    ``--format json`` as an internal error)."""
     import datetime as dt
     import decimal
 
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    if isinstance(value, dict):  # a struct, or a map whose keys JSON writes as text
+        return {k if isinstance(k, str) else json.dumps(_json_value(k), default=str):
+                _json_value(v) for k, v in value.items()}  # fmt: skip
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, decimal.Decimal):
