@@ -16,22 +16,13 @@ if TYPE_CHECKING:
 
 
 def _decimal(x: Fraction | str | None) -> str | None:
-    """Exact text: a finite decimal where there is one ("0.25"), else "p/q". Every amount
-    ``sqlsdc budget`` prints is written so (limits, spending, grants, history, ledger): the
-    history showed "3/10" where the status showed "0.3" for the same charge."""
-    if x is None:
-        return None
-    x = Fraction(x)
-    d = x.denominator
-    for p in (2, 5):
-        while d % p == 0:
-            d //= p
-    if d != 1:
-        return str(x)
-    digits = 0
-    while (x * 10**digits).denominator != 1:
-        digits += 1
-    return f"{float(x):.{digits}f}" if digits <= 15 else str(x)
+    """Exact text (:func:`sqlsdc.mechanisms.accountant.exact_text`): a finite decimal where
+    there is one ("0.25"), else "p/q". Every amount ``sqlsdc budget`` prints is written so
+    (limits, spending, grants, history, ledger): the history showed "3/10" where the status
+    showed "0.3" for the same charge."""
+    from sqlsdc.mechanisms.accountant import exact_text  # not at start-up: 12 ms of --help
+
+    return None if x is None else exact_text(Fraction(x))
 
 
 KINDS = ("epsilon", "rho", "delta")
