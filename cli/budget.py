@@ -54,8 +54,9 @@ def _open_with_catalog(db: str, *, read_only: bool):
 
     con = engine.open_database(db, read_only=read_only)
     if store.current_policy(con) is None:
+        missing = store.no_catalog(db, con)
         con.close()
-        raise store.no_catalog(db)
+        raise missing
     return con
 
 

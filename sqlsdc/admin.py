@@ -38,7 +38,7 @@ def show(db: str | Path) -> tuple[int, dict, list[tuple]]:
     try:
         current = store.current_policy(con)
         if current is None:
-            raise store.no_catalog(db)
+            raise store.no_catalog(db, con)
         return current[0], current[1], store.policy_history(con)
     finally:
         con.close()

@@ -200,7 +200,7 @@ def _open_entry(db: Path) -> tuple[int, int]:
     with _catalog(db) as con:
         current = store.current_policy(con)
         if current is None:
-            raise store.no_catalog(db)
+            raise store.no_catalog(db, con)
         return store.next_query_id(con), current[0]
 
 

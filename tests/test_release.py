@@ -145,6 +145,10 @@ def test_publish_refusals(suppress_template, tmp_path, sqlsdc_in_process):
     assert cli("--replace").returncode == 0
     with pytest.raises(sqlsdc.Error, match="another file"):
         publish(db, db, "admin")
+    swapped = sqlsdc_in_process("publish", out, tmp_path / "again.duckdb")  # DB and OUT swapped
+    assert swapped.returncode == 8 and "is a release database written by" in swapped.stderr
+    with pytest.raises(sqlsdc.Error, match="name the confidential database"):
+        sqlsdc.connect(out, user="analyst")  # it said to `sqlsdc init` the release
 
 
 def test_released_job_output_does_not_tell_which_cells_are_sensitive(suppress_template, tmp_path):

@@ -199,7 +199,7 @@ class Connection:
             engine.harden(con)
             current = store.current_policy(con, in_transaction=False)
             if current is None:
-                raise store.no_catalog(path)
+                raise store.no_catalog(path, con)
             version, document, source = current
             changed = self._context is None or self._context.policy_version != version
             base = load_policy(document, name=source) if changed else self._base_policy

@@ -454,7 +454,7 @@ def job_catalog(db: str | Path, user: str, method: str, into: str, request: str)
     try:
         current = store.current_policy(con)
         if current is None:
-            raise store.no_catalog(db)
+            raise store.no_catalog(db, con)
         query_id = store.next_query_id(con)
         fingerprint = job_fingerprint(method, into, request)
         record = functools.partial(store.record_query, con, query_id, user, current[0],

@@ -76,7 +76,7 @@ def _check_catalog(db: str) -> None:
     con = open_database(db, writes_data=False)
     try:
         if store.current_policy(con) is None:
-            raise store.no_catalog(db)
+            raise store.no_catalog(db, con)
     finally:
         con.close()
 
