@@ -184,6 +184,12 @@ def _text(source: str | Path, name: str | None) -> tuple[str, str]:
         label = name or path.name
         try:
             size = path.stat().st_size
+            with open(path, "rb") as file:  # a database named as the policy: arguments swapped
+                database = file.read(12)[8:] == b"DUCK"  # DuckDB's magic bytes
+            if database:
+                raise PolicyError([f"{label}: a DuckDB database, not a policy file (YAML or "
+                                   "JSON); the database comes first: `sqlsdc policy apply DB "
+                                   "FILE`, `sqlsdc init DB --policy FILE`"])  # fmt: skip
             if path.is_file() and size > MAX_POLICY_BYTES:
                 raise PolicyError(
                     [f"{label}: the policy file has {size} bytes, more than {MAX_POLICY_BYTES}"]
