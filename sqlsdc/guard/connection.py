@@ -1076,6 +1076,12 @@ class Cursor:
         """The result as an Arrow table (DuckDB's name for :meth:`arrow`)."""
         return self.arrow()
 
+    def fetchnumpy(self) -> dict:
+        """The result as ``{column: numpy array}`` (DuckDB's :meth:`fetchnumpy`; NULL as the
+        missing value of the column's pandas type, as in :meth:`df`)."""
+        frame = self.df()
+        return {str(name): frame.iloc[:, i].to_numpy() for i, name in enumerate(frame.columns)}
+
     def pl(self):
         """The result as a polars DataFrame (polars is optional: ``pip install polars``)."""
         try:
