@@ -28,6 +28,7 @@ class ExistingFile(click.Path):
         super().__init__(exists=True, dir_okay=False)
 
     def convert(self, value, param, ctx):
+        _not_a_folder(value, param)
         if not os.path.lexists(value):
             if param is not None and param.name == "db":
                 raise NotFoundError(  # as sqlsdc.engines.duckdb.open_database says it
@@ -36,6 +37,30 @@ class ExistingFile(click.Path):
                 )
             raise NotFoundError(f"file {value} does not exist")
         return super().convert(value, param, ctx)
+
+
+class DatabasePath(click.Path):
+    """A database argument that may not exist yet (``query``, ``explain``, ``verify``: the
+    open says so); a folder is no database file there either (exit code 8, not click's usage
+    error)."""
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False)
+
+    def convert(self, value, param, ctx):
+        _not_a_folder(value, param)
+        return super().convert(value, param, ctx)
+
+
+def _not_a_folder(value, param) -> None:
+    """A folder named as a file (the database, a policy): not found, as a text file named as
+    the database is (it was click's usage error, exit 2)."""
+    if not os.path.isdir(value):
+        return
+    if param is not None and param.name == "db":
+        raise NotFoundError(f"{value} is a folder, not a DuckDB database file; name the "
+                            "database file made by `sqlsdc init` or `sqlsdc demo`")  # fmt: skip
+    raise NotFoundError(f"{value} is a folder, not a file")
 
 
 class Seconds(click.FloatRange):

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import click
-from sqlsdc.cli.output import ExactNumber, format_option, print_frame, print_json, read_sql
+from sqlsdc.cli.output import (
+    DatabasePath,
+    ExactNumber,
+    format_option,
+    print_frame,
+    print_json,
+    read_sql,
+)
 
 import sqlsdc
 
 
 @click.command()
-@click.argument("db", type=click.Path(dir_okay=False))
+@click.argument("db", type=DatabasePath())
 @click.option("--user", "-u", required=True, help="User name declared in the policy.")
 @click.option("--sql", "sql", required=True, help="Query on a synthetic output (- for stdin).")
 @click.option(

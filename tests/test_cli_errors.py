@@ -96,6 +96,16 @@ def test_a_missing_database_or_file_is_not_found_in_every_command(args, db, tmp_
     failed(result, errors.NOT_FOUND, f"{tmp_path / 'nope.x'} does not exist")
 
 
+def test_a_folder_named_as_a_file_is_not_found(tmp_path):
+    """As a text file named as the database is (it was click's usage error, exit 2)."""
+    for args, words in [
+        (("query", tmp_path, "-u", "analyst", "SELECT 1"), "is a folder, not a DuckDB database"),
+        (("audit", tmp_path), "is a folder, not a DuckDB database"),
+        (("policy", "validate", tmp_path), f"{tmp_path} is a folder, not a file"),
+    ]:
+        failed(run(*args), errors.NOT_FOUND, words)
+
+
 NOT_A_DATABASE = {
     "text": ("hello\n", "is not a DuckDB database file"),
     "sqlite": (None, "is a SQLite database, not a DuckDB one"),
