@@ -515,3 +515,16 @@ def test_serve_refuses_a_database_without_the_catalog(tmp_path):
     duckdb.connect(str(plain)).close()
     result = cli_fork.run(["serve", plain, "--insecure", "--port", 0], timeout=60)  # it served
     failed(result, errors.NOT_FOUND, "has no sqlsdc catalog")
+
+
+def test_serve_on_a_taken_port_says_where(db):
+    """asyncio's words ("error while attempting to bind on address ...") or, for a host that
+    does not resolve, only "name or service not known": now which address, and why."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run("serve", db, "--insecure", "--port", port)
+    failed(result, errors.OPERATIONAL, f"cannot listen on 127.0.0.1:{port}: address already in use")
