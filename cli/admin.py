@@ -25,7 +25,18 @@ def acting_admin_option(*names: str):
 admin_option = acting_admin_option("--as", "--admin", "--user", "-u")
 
 
-def _report(report) -> None:
+def _report(report, fmt: str = "table") -> None:
+    """What ``init`` or ``policy apply`` did; with --format json one object (notes included,
+    on stdout with the rest)."""
+    if fmt == "json":
+        print_json({
+            "version": report.version,
+            "tables": {t: {"new_record_keys": rows, "one_row_per_unit": report.unit_per_row[t]}
+                       for t, rows in report.keyed_rows.items()},
+            "secret_created": report.secret_created,
+            "notes": list(report.notes),
+        })  # fmt: skip
+        return
     click.echo(f"policy version {report.version} applied")
     for table, rows in report.keyed_rows.items():
         unit = "one row per unit" if report.unit_per_row[table] else "several rows per unit"
@@ -46,7 +57,8 @@ def _report(report) -> None:
     help="Policy YAML file.",
 )
 @admin_option
-def init(db: str, policy_file: str, user: str) -> None:
+@format_option(choices=("table", "json"))
+def init(db: str, policy_file: str, user: str, fmt: str) -> None:
     """Create the sqlsdc catalog in DB and apply the policy.
 
     Gives every row of every confidential table a secret record key, creates the PRF secret and
@@ -57,7 +69,7 @@ def init(db: str, policy_file: str, user: str) -> None:
     from sqlsdc.catalog import init as init_database
     from sqlsdc.policy import load_policy
 
-    _report(init_database(db, load_policy(policy_file), applied_by=user))
+    _report(init_database(db, load_policy(policy_file), applied_by=user), fmt)
 
 
 @click.group()
@@ -67,12 +79,15 @@ def policy() -> None:
 
 @policy.command()
 @click.argument("file", type=ExistingFile())
-def validate(file: str) -> None:
-    """Check a policy file against the schema and its own rules (no database needed)."""
+@format_option(choices=("table", "json"))
+def validate(file: str, fmt: str) -> None:
+    """Check a policy file against the schema and its own rules (no database needed).
+
+    An invalid file ends with exit code 4 and every problem on stderr, one per line."""
     from sqlsdc.policy import load_policy
 
     load_policy(file)
-    click.echo(f"{file}: valid")
+    print_json({"file": file, "valid": True}) if fmt == "json" else click.echo(f"{file}: valid")
 
 
 @policy.command()
@@ -104,11 +119,12 @@ def show(db: str, fmt: str, history: bool) -> None:
 @click.argument("db", type=ExistingFile())
 @click.argument("file", type=ExistingFile())
 @admin_option
-def apply(db: str, file: str, user: str) -> None:
+@format_option(choices=("table", "json"))
+def apply(db: str, file: str, user: str, fmt: str) -> None:
     """Apply FILE to DB as a new policy version (earlier versions are kept)."""
     from sqlsdc import admin
 
-    _report(admin.apply(db, file, user))
+    _report(admin.apply(db, file, user), fmt)
 
 
 @click.command()
@@ -136,7 +152,8 @@ def audit(db: str, user: str, who: str | None, decision: str | None, limit: int,
 @admin_option
 @click.option("--table", "tables", multiple=True, help="Only this table (repeatable).")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-def rekey(db: str, user: str, tables: tuple[str, ...], yes: bool) -> None:
+@format_option(choices=("table", "json"))
+def rekey(db: str, user: str, tables: tuple[str, ...], yes: bool, fmt: str) -> None:
     """Give every unit new record keys: ALL cell-key noise changes.
 
     Values published before no longer match new ones, and a user who saw both could compare
@@ -144,9 +161,14 @@ def rekey(db: str, user: str, tables: tuple[str, ...], yes: bool) -> None:
     """
     from sqlsdc import admin
 
-    if not yes:
-        click.confirm("Re-keying changes every published CKM value. Continue?", abort=True)
-    for table, rows in admin.rekey(db, user, tables=list(tables) or None).items():
+    if not yes:  # the question on stderr: stdout is the output (JSON with --format json)
+        click.confirm("Re-keying changes every published CKM value. Continue?", abort=True,
+                      err=True)  # fmt: skip
+    rekeyed = admin.rekey(db, user, tables=list(tables) or None)
+    if fmt == "json":
+        print_json({"rekeyed_rows": rekeyed})
+        return
+    for table, rows in rekeyed.items():
         click.echo(f"{table}: {rows} rows re-keyed")
 
 

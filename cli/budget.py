@@ -15,20 +15,14 @@ if TYPE_CHECKING:
     from sqlsdc.catalog import budget as ledger
 
 
-def _decimal(x: Fraction | None) -> str | None:
-    """Exact text: a finite decimal where there is one ("0.25"), else "p/q"."""
-    if x is None:
-        return None
-    d = x.denominator
-    for p in (2, 5):
-        while d % p == 0:
-            d //= p
-    if d != 1:
-        return str(x)
-    digits = 0
-    while (x * 10**digits).denominator != 1:
-        digits += 1
-    return f"{float(x):.{digits}f}" if digits <= 15 else str(x)
+def _decimal(x: Fraction | str | None) -> str | None:
+    """Exact text (:func:`sqlsdc.mechanisms.accountant.exact_text`): a finite decimal where
+    there is one ("0.25"), else "p/q". Every amount ``sqlsdc budget`` prints is written so
+    (limits, spending, grants, history, ledger): the history showed "3/10" where the status
+    showed "0.3" for the same charge."""
+    from sqlsdc.mechanisms.accountant import exact_text  # not at start-up: 12 ms of --help
+
+    return None if x is None else exact_text(Fraction(x))
 
 
 KINDS = ("epsilon", "rho", "delta")
@@ -49,14 +43,20 @@ def _rows(statuses) -> list[dict]:
     return rows
 
 
+def _amounts(rows: list[dict]) -> list[dict]:
+    """History or ledger rows with their amounts (stored as exact fractions) as decimals."""
+    return [{k: _decimal(v) if k in KINDS else v for k, v in row.items()} for row in rows]
+
+
 def _open_with_catalog(db: str, *, read_only: bool):
     from sqlsdc.catalog import store
     from sqlsdc.engines import duckdb as engine
 
     con = engine.open_database(db, read_only=read_only)
     if store.current_policy(con) is None:
+        missing = store.no_catalog(db, con)
         con.close()
-        raise store.no_catalog(db)
+        raise missing
     return con
 
 
@@ -124,9 +124,9 @@ def budget(ctx, db: str, who: str | None, history: bool, show_ledger: bool, fmt:
     con = _open_with_catalog(db, read_only=True)
     try:
         if history:
-            rows = ledger.budget_events(con, user=who)
+            rows = _amounts(ledger.budget_events(con, user=who))
         elif show_ledger:
-            rows = ledger.spend_ledger(con, user=who)
+            rows = _amounts(ledger.spend_ledger(con, user=who))
         else:
             _version, document, source = store.current_policy(con)
             policy = load_policy(document, name=source)
@@ -219,6 +219,7 @@ _target_options = [
         help="Acting administrator (role admin in the policy in force); --admin is the older "
         "spelling.",
     ),
+    format_option(choices=("table", "json")),
 ]
 
 
@@ -248,6 +249,42 @@ def _change(before: ledger.BudgetStatus, after: ledger.BudgetStatus) -> list[str
     return lines
 
 
+def _report(
+    fmt: str,
+    action: str,
+    seq: int,
+    key: ledger.BudgetKey,
+    amounts: dict,
+    before: ledger.BudgetStatus,
+    after: ledger.BudgetStatus,
+    text: str,
+    unchanged: str,
+) -> None:
+    """What a grant, set or reset did: a line and the changes, or with --format json one
+    object: the event, the budget, the amounts given and its state before and after."""
+    if fmt == "json":
+        print_json({
+            "action": action, "event": seq, "user": key.user, "table": key.table,
+            **{kind: _decimal(amounts.get(kind)) for kind in KINDS},
+            "before": _state(before), "after": _state(after),
+        })  # fmt: skip
+        return
+    click.echo(text)
+    for line in _change(before, after) or [unchanged]:
+        click.echo(line)
+
+
+def _state(status: ledger.BudgetStatus) -> dict:
+    """A budget's limit, spent and remaining per kind, as ``sqlsdc budget --format json``."""
+    row = _rows([status])[0]
+    return {k: v for k, v in row.items() if k not in ("user", "table")}
+
+
+def _given(amounts: dict) -> str:
+    """``epsilon 1/3, delta 0.000001``: the amounts given, in the listings' spelling."""
+    return ", ".join(f"{k} {_decimal(v)}" for k, v in amounts.items() if v is not None)
+
+
 def _with_target_options(f):
     for option in reversed(_target_options):
         f = option(f)
@@ -260,7 +297,7 @@ def _with_target_options(f):
 @click.option("--rho", help="ρ (zCDP) to add (exact: 1, 0.5 or 1/3).")
 @click.option("--delta", help="δ of private group selection to add (exact, below 1: 1e-6).")
 @click.pass_obj
-def grant(obj, user, table, reason, admin, epsilon, rho, delta) -> None:
+def grant(obj, user, table, reason, admin, fmt, epsilon, rho, delta) -> None:
     """Raise a budget by ε, ρ and/or δ (admins only; recorded with who, when and why)."""
     from sqlsdc.catalog import budget as ledger
     from sqlsdc.mechanisms.accountant import PrivacyCost  # not at start-up: 12 ms of --help
@@ -282,9 +319,9 @@ def grant(obj, user, table, reason, admin, epsilon, rho, delta) -> None:
         after = _status(con, policy, key)
     finally:
         con.close()
-    click.echo(f"granted {added.describe()} to {key.describe()} (event {seq})")
-    for line in _change(before, after):
-        click.echo(line)
+    amounts = {"epsilon": eps, "rho": r, "delta": d}
+    text = f"granted {_given(amounts)} to {key.describe()} (event {seq})"
+    _report(fmt, "grant", seq, key, amounts, before, after, text, "  unchanged")
 
 
 @budget.command(name="set")
@@ -293,7 +330,7 @@ def grant(obj, user, table, reason, admin, epsilon, rho, delta) -> None:
 @click.option("--rho", help="The ρ (zCDP) limit (exact).")
 @click.option("--delta", help="The δ limit of private group selection (exact, below 1).")
 @click.pass_obj
-def set_limit(obj, user, table, reason, admin, epsilon, rho, delta) -> None:
+def set_limit(obj, user, table, reason, admin, fmt, epsilon, rho, delta) -> None:
     """Set a budget's own limit of ε, ρ and/or δ (admins only; recorded with who, when, why).
 
     This gives a user an allowance of their own under a shared budget, e.g. analyst at ε 5 on
@@ -328,16 +365,15 @@ def set_limit(obj, user, table, reason, admin, epsilon, rho, delta) -> None:
         after = _status(con, policy, key)
     finally:
         con.close()
-    limits = ", ".join(f"{k} {_decimal(v)}" for k, v in amounts.items() if v is not None)
-    click.echo(f"set the limit of {key.describe()} to {limits} (event {seq})")
-    for line in _change(before, after) or ["  unchanged: the limit was already that"]:
-        click.echo(line)
+    _report(fmt, "set", seq, key, amounts, before, after,
+            f"set the limit of {key.describe()} to {_given(amounts)} (event {seq})",
+            "  unchanged: the limit was already that")  # fmt: skip
 
 
 @budget.command()
 @_with_target_options
 @click.pass_obj
-def reset(obj, user, table, reason, admin) -> None:
+def reset(obj, user, table, reason, admin, fmt) -> None:
     """Start a budget's spending afresh (admins only; recorded with who, when and why).
 
     Only the named budget is reset: resetting (alice, *) leaves (*, persons) as it was. The
@@ -353,9 +389,9 @@ def reset(obj, user, table, reason, admin) -> None:
         after = _status(con, policy, key)
     finally:
         con.close()
-    click.echo(f"reset the spending of {key.describe()} (event {seq}); limits unchanged")
-    for line in _change(before, after) or ["  nothing was spent: remaining unchanged"]:
-        click.echo(line)
+    _report(fmt, "reset", seq, key, {}, before, after,
+            f"reset the spending of {key.describe()} (event {seq}); limits unchanged",
+            "  nothing was spent: remaining unchanged")  # fmt: skip
 
 
 COMMANDS = (budget,)

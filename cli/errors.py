@@ -25,8 +25,8 @@ SYNTAX, BUDGET, NOT_FOUND, OPERATIONAL, INTERNAL = 6, 7, 8, 9, 70
 
 EXIT_CODES = (  # (code, meaning) as documented
     (OK, "success"),
-    (ERROR, "other error (e.g. an existing output file without --force, a bad argument value)"),
-    (USAGE, "usage error: unknown command or option, missing argument"),
+    (ERROR, "other error (e.g. an existing output file without --force, a value a job cannot use)"),
+    (USAGE, "usage error: unknown command or option, missing argument, malformed value"),
     (REFUSED, "query refused by the policy"),
     (INVALID_POLICY, "invalid policy file"),
     (DENIED, "access denied: unknown user or missing role"),

@@ -28,6 +28,7 @@ class ExistingFile(click.Path):
         super().__init__(exists=True, dir_okay=False)
 
     def convert(self, value, param, ctx):
+        _not_a_folder(value, param)
         if not os.path.lexists(value):
             if param is not None and param.name == "db":
                 raise NotFoundError(  # as sqlsdc.engines.duckdb.open_database says it
@@ -36,6 +37,30 @@ class ExistingFile(click.Path):
                 )
             raise NotFoundError(f"file {value} does not exist")
         return super().convert(value, param, ctx)
+
+
+class DatabasePath(click.Path):
+    """A database argument that may not exist yet (``query``, ``explain``, ``verify``: the
+    open says so); a folder is no database file there either (exit code 8, not click's usage
+    error)."""
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False)
+
+    def convert(self, value, param, ctx):
+        _not_a_folder(value, param)
+        return super().convert(value, param, ctx)
+
+
+def _not_a_folder(value, param) -> None:
+    """A folder named as a file (the database, a policy): not found, as a text file named as
+    the database is (it was click's usage error, exit 2)."""
+    if not os.path.isdir(value):
+        return
+    if param is not None and param.name == "db":
+        raise NotFoundError(f"{value} is a folder, not a DuckDB database file; name the "
+                            "database file made by `sqlsdc init` or `sqlsdc demo`")  # fmt: skip
+    raise NotFoundError(f"{value} is a folder, not a file")
 
 
 class Seconds(click.FloatRange):
@@ -53,6 +78,25 @@ class Seconds(click.FloatRange):
         if not math.isfinite(seconds):
             self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
         return seconds
+
+
+class ExactNumber(click.ParamType):
+    """An exact number such as 0.5, 1e-6 or 1/3 (an epsilon), checked for its form where the
+    command line is read, as ``sqlsdc budget`` checks its amounts: a value that is no number is
+    a usage error (exit code 2) in every command (``synthesize --epsilon nan`` was exit 1 where
+    ``budget grant --epsilon nan`` was 2). The text is passed on as written; whether its value
+    fits (positive, within a range) is the command's to say."""
+
+    name = "number"
+
+    def convert(self, value, param, ctx):
+        from sqlsdc.mechanisms.accountant import parse_exact  # not at start-up
+
+        try:
+            parse_exact(str(value), param.name if param is not None else "value")
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+        return value
 
 
 def format_option(default: str = "table", choices=FORMATS):
@@ -102,9 +146,16 @@ def print_result(cursor, fmt: str) -> None:
 
 
 def _json_value(value):
+    """A result value as JSON: inside lists, structs and maps too (a NaN in a list ended
+    ``--format json`` as an internal error)."""
     import datetime as dt
     import decimal
 
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    if isinstance(value, dict):  # a struct, or a map whose keys JSON writes as text
+        return {k if isinstance(k, str) else json.dumps(_json_value(k), default=str):
+                _json_value(v) for k, v in value.items()}  # fmt: skip
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, decimal.Decimal):
@@ -157,12 +208,14 @@ def read_sql(sql: str) -> str:
 def write_file(path: str | Path, text: str, *, force: bool) -> None:
     """Write ``text`` to ``path`` atomically (a temporary file in the same folder, then a
     rename): readers see the old file or the whole new one, and a failure leaves nothing
-    half-written. An existing file is replaced only with ``force``."""
+    half-written. An existing file is replaced only with ``force``; ``/dev/stdout`` or a named
+    pipe is written into (:func:`sqlsdc.files.written_into`)."""
+    from sqlsdc.files import write_atomically, written_into
+
     path = Path(path)
-    if path.exists() and not force:
+    if path.exists() and not force and not written_into(path):
         raise Error(f"{path} exists; pass --force to overwrite it")
     if not path.parent.is_dir():
         raise NotFoundError(f"cannot write {path}: folder {path.parent} does not exist")
-    from sqlsdc.files import write_atomically
 
     write_atomically(path, text)

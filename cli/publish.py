@@ -6,8 +6,6 @@ import click
 from sqlsdc.cli.admin import admin_option
 from sqlsdc.cli.output import ExistingFile, format_option, print_json
 
-from sqlsdc.errors import Error
-
 # Kept in step with sqlsdc.engines.release_storage (not imported: `--help` stays fast).
 OLDEST_READER = "v1.0.0"
 
@@ -86,7 +84,7 @@ def publish(db, out, queries, analyst, include, storage, parquet, replace, user,
     for item in queries:
         name, sep, sql = item.partition("=")
         if not sep or not sql.strip():
-            raise Error(f"--query {item!r}: write NAME=SQL")
+            raise click.BadParameter(f"{item!r}: write NAME=SQL", param_hint="--query")
         named[name.strip()] = sql
     progress = None if fmt == "json" else (lambda message: click.echo(message, err=True))
     report = publish_release(

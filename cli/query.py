@@ -5,11 +5,18 @@ from __future__ import annotations
 import os
 
 import click
-from sqlsdc.cli.output import format_option, print_frame, print_json, print_result, read_sql
+from sqlsdc.cli.output import (
+    DatabasePath,
+    format_option,
+    print_frame,
+    print_json,
+    print_result,
+    read_sql,
+)
 
 import sqlsdc
 
-db_argument = click.argument("db", type=click.Path(dir_okay=False))
+db_argument = click.argument("db", type=DatabasePath())
 user_option = click.option("--user", "-u", required=True, help="User name declared in the policy.")
 
 

@@ -110,17 +110,22 @@ password_stdin = click.option("--password-stdin", is_flag=True,
                               help="Read the password from the first line of stdin.")  # fmt: skip
 
 
+def _done(fmt: str, name: str, action: str, text: str) -> None:
+    print_json({"user": name, "action": action}) if fmt == "json" else click.echo(text)
+
+
 @server_user.command("add")
 @db_argument
 @click.argument("name")
 @admin_option
 @password_stdin
-def add(db: str, name: str, user: str, password_stdin: bool) -> None:
+@format_option(choices=("table", "json"))
+def add(db: str, name: str, user: str, password_stdin: bool, fmt: str) -> None:
     """Let policy user NAME log in to the server with a password."""
     from sqlsdc.server import auth
 
     auth.set_password(db, user, name, _password(password_stdin), new=True)
-    click.echo(f"server user {name} added")
+    _done(fmt, name, "added", f"server user {name} added")
 
 
 @server_user.command("passwd")
@@ -128,24 +133,26 @@ def add(db: str, name: str, user: str, password_stdin: bool) -> None:
 @click.argument("name")
 @admin_option
 @password_stdin
-def passwd(db: str, name: str, user: str, password_stdin: bool) -> None:
+@format_option(choices=("table", "json"))
+def passwd(db: str, name: str, user: str, password_stdin: bool, fmt: str) -> None:
     """Change the password of server user NAME."""
     from sqlsdc.server import auth
 
     auth.set_password(db, user, name, _password(password_stdin), new=False)
-    click.echo(f"password of server user {name} changed")
+    _done(fmt, name, "password_changed", f"password of server user {name} changed")
 
 
 @server_user.command("remove")
 @db_argument
 @click.argument("name")
 @admin_option
-def remove(db: str, name: str, user: str) -> None:
+@format_option(choices=("table", "json"))
+def remove(db: str, name: str, user: str, fmt: str) -> None:
     """Remove server user NAME (its open sessions end at their next login)."""
     from sqlsdc.server import auth
 
     auth.remove(db, user, name)
-    click.echo(f"server user {name} removed")
+    _done(fmt, name, "removed", f"server user {name} removed")
 
 
 @server_user.command("list")

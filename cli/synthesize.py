@@ -9,7 +9,7 @@ import json
 
 import click
 from sqlsdc.cli.admin import admin_option
-from sqlsdc.cli.output import ExistingFile, format_option, print_json, read_sql
+from sqlsdc.cli.output import ExactNumber, ExistingFile, format_option, print_json, read_sql
 
 
 def _names(text: str | None) -> list[str] | None:
@@ -60,7 +60,8 @@ def _option(text: str) -> tuple[str, object]:
                    "parametric (Gaussian copula), cart (sequential CART).")  # fmt: skip
 @click.option("--columns", help="Variables to synthesise, comma-separated (default: all but "
               "identifiers; DP: the table's dimension columns).")  # fmt: skip
-@click.option("--epsilon", help="DP methods: the budget the job spends (exact: 1, 0.5, 1/2).")
+@click.option("--epsilon", type=ExactNumber(),
+              help="DP methods: the budget the job spends (exact: 1, 0.5, 1/2).")  # fmt: skip
 @click.option("--margins", "margins", multiple=True, metavar="COL,COL[,COL]",
               help="dp-ipf: a margin set (repeatable; default all two-way).")  # fmt: skip
 @click.option("--bins", multiple=True, metavar="COL=B0,B1,...",

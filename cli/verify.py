@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import click
-from sqlsdc.cli.output import format_option, print_frame, print_json, read_sql
+from sqlsdc.cli.output import (
+    DatabasePath,
+    ExactNumber,
+    format_option,
+    print_frame,
+    print_json,
+    read_sql,
+)
 
 import sqlsdc
 
 
 @click.command()
-@click.argument("db", type=click.Path(dir_okay=False))
+@click.argument("db", type=DatabasePath())
 @click.option("--user", "-u", required=True, help="User name declared in the policy.")
 @click.option("--sql", "sql", required=True, help="Query on a synthetic output (- for stdin).")
 @click.option(
@@ -18,7 +25,8 @@ import sqlsdc
     help="noisy: a DP value, costs epsilon per cell (analysts' only mode); interval: a decile "
     "interval, free (admins only, their default).",
 )
-@click.option("--epsilon", help="Noisy mode: epsilon charged per cell, e.g. 0.5 or 1/4.")
+@click.option("--epsilon", type=ExactNumber(),
+              help="Noisy mode: epsilon charged per cell, e.g. 0.5 or 1/4.")  # fmt: skip
 @format_option()
 def verify(db: str, user: str, sql: str, mode: str | None, epsilon: str | None, fmt: str) -> None:
     """Compare a query on a released synthetic output with the same query on the confidential

@@ -38,7 +38,7 @@ def show(db: str | Path) -> tuple[int, dict, list[tuple]]:
     try:
         current = store.current_policy(con)
         if current is None:
-            raise store.no_catalog(db)
+            raise store.no_catalog(db, con)
         return current[0], current[1], store.policy_history(con)
     finally:
         con.close()
@@ -114,6 +114,11 @@ def ckm_measures(
     if missing:  # before the unprotected query runs
         raise Error(f"no result column {', '.join(missing)}; its columns: "
                     f"{', '.join(map(str, protected.columns))}")  # fmt: skip
+    grouped = [c for c in (count, value) if c in keys]
+    if grouped:  # a key has no protected value to compare (it was a KeyError: "a bug")
+        values = [str(c) for c in protected.columns if c not in keys]
+        raise Error(f"{', '.join(grouped)} is a group key, not a protected value; name an "
+                    f"aggregate column: {', '.join(values) or 'none'}")  # fmt: skip
     con = engine.open_database(db)
     try:
         require_admin(con, user)

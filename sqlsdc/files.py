@@ -9,23 +9,54 @@ exists (``/proc``)."""
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
-from sqlsdc.errors import OperationalError
+from sqlsdc.errors import Error, OperationalError
 
 
 def write_atomically(path: str | Path, content: str | bytes) -> None:
-    """Write ``content`` (text as UTF-8) to ``path`` through a temporary file and a rename."""
-    path = Path(path)
+    """Write ``content`` (text as UTF-8) to ``path`` through a temporary file and a rename.
+
+    A link is followed: the file it names is replaced and the link stays. What is
+    :func:`written_into` is written as it is, not replaced."""
+    data = content.encode("utf-8") if isinstance(content, str) else content
+    if written_into(path):
+        with open(path, "wb") as stream:
+            stream.write(data)
+        return
+    path = Path(os.path.realpath(path))
     handle, temporary = _temporary(path)
     try:
         with os.fdopen(handle, "wb") as file:
-            file.write(content.encode("utf-8") if isinstance(content, str) else content)
+            file.write(data)
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def written_into(path: str | Path) -> bool:
+    """Whether ``path`` is written into rather than replaced by a new file: something that is
+    no regular file (a terminal, a named pipe, a device: the rename replaced ``/dev/full``
+    itself with a file), or a file this process has open, named through ``/dev/stdout``,
+    ``/dev/fd/N`` or ``/proc`` (``-o /dev/stdout > out.txt``: a new out.txt would leave the
+    shell writing to the old one)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return False
+    return not stat.S_ISREG(mode) or os.path.abspath(path).startswith(("/dev/", "/proc/"))
+
+
+def check_replaceable(path: str | Path) -> None:
+    """Refuse a database target that exists as something other than a regular file: a file
+    built aside and renamed into place would replace the device or pipe itself (``sqlsdc
+    demo --db /dev/null --force`` as root)."""
+    if written_into(path) and Path(path).exists():
+        raise Error(f"{path} is no regular file (a device, a pipe or a process's open file); "
+                    "name a database file to write")  # fmt: skip
 
 
 def check_writable(path: str | Path) -> None:

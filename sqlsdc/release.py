@@ -40,7 +40,7 @@ from sqlsdc.catalog.store import pattern_table, require_admin
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines.release_storage import OLDEST_READER, ReleaseFile, storage_version
 from sqlsdc.errors import Error, NotFoundError, PolicyViolation
-from sqlsdc.files import check_writable
+from sqlsdc.files import check_replaceable, check_writable
 from sqlsdc.guard.connection import connect
 from sqlsdc.guard.releases import dp_table_read
 from sqlsdc.jobs.patterns import ensure_patterns
@@ -203,7 +203,7 @@ def _open_entry(db: Path) -> tuple[int, int]:
     with _catalog(db) as con:
         current = store.current_policy(con)
         if current is None:
-            raise store.no_catalog(db)
+            raise store.no_catalog(db, con)
         return store.next_query_id(con), current[0]
 
 
@@ -226,6 +226,7 @@ def _check_request(db: Path, out: Path, folder: Path | None, queries: dict, repl
                 f"{target} is a file kept beside the database {db.name} (its write-ahead log, "
                 "lock or waiting list); name another"
             )
+    check_replaceable(out)
     for target in (out, folder):
         if target is not None and target.exists() and not replace:
             raise Error(f"{target} exists; pass --force (or --replace) to overwrite it")

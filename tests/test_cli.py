@@ -193,6 +193,29 @@ def test_query_prints_values_as_they_are(demo_db):
     assert "12345678901234567890" in table and "DateOffset" not in table and "NULL" in table
 
 
+def test_json_holds_nested_values_too(tmp_path):
+    """A public table's list and struct values: a NaN inside a list ended --format json as an
+    internal error (exit 70, "Out of range float values are not JSON compliant")."""
+    import duckdb
+
+    import sqlsdc
+
+    db = tmp_path / "nested.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE persons AS SELECT 1 AS id")
+    nested = "{'a': 'inf'::DOUBLE, 'b': 2.50::DECIMAL(10, 2), 'c': [DATE '2020-01-02']}"
+    con.execute(f"CREATE TABLE codes AS SELECT ['nan'::DOUBLE, 1.5] AS l, {nested} AS s")
+    con.close()
+    sqlsdc.init(db, {
+        "tables": {"persons": {"privacy_unit": "id", "columns": {"id": {"role": "identifier"}}},
+                   "codes": {"kind": "public", "columns": {"l": {"role": "dimension"},
+                                                           "s": {"role": "dimension"}}}},
+        "users": {"root": {"role": "admin"}, "alice": {"role": "analyst"}},
+    }, applied_by="root")  # fmt: skip
+    out = run("query", db, "-u", "alice", "SELECT * FROM codes", "--format", "json").output
+    assert json.loads(out) == [{"l": [None, 1.5], "s": {"a": None, "b": 2.5, "c": ["2020-01-02"]}}]
+
+
 def test_swapped_arguments_are_a_usage_error_that_says_so(demo_db):
     result = run("query", PERSONS_BY_SEX, demo_db, "-u", "analyst", code=2)
     assert "the database comes first: sqlsdc query DB --user U SQL" in result.output

@@ -75,7 +75,12 @@ CASES = [  # (command, exit code, words of the message), and what happened befor
         errors.ERROR,
         "min_leaf must be from 1 to 1,000,000,000",
     ),  # fmt: skip
-    (f"{DP_IPF} age=0,50,111 --epsilon nan", errors.ERROR, "epsilon: must be a number"),
+    (f"{DP_IPF} age=0,50,111 --epsilon nan", errors.USAGE, "epsilon: must be a number"),  # 1
+    (
+        "verify {db} --user analyst --sql 'SELECT 1' --epsilon 1/0",
+        errors.USAGE,
+        "'1/0' divides by zero",
+    ),  # as budget grant's --epsilon (exit 1 in synthesize and verify)  # fmt: skip
     (f"{DP_IPF} age=0,nan,111 --epsilon 1", errors.ERROR, "--bins age: must be a number"),
     (
         f"{DP_IPF} age=0,50,111 --epsilon 1 --option min_leaf=3",

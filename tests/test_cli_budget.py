@@ -73,7 +73,7 @@ def test_grant_show_and_reset_in_subprocesses(db):
     granted = sqlsdc_cli(db, "grant", "--user", "alice", "--epsilon", "1.5", "--reason",
                          "pilot study", "--admin", "root")  # fmt: skip
     assert granted.returncode == 0, granted.stderr
-    assert "granted ε = 3/2 (~1.5) to user 'alice' on all tables" in granted.stdout
+    assert "granted epsilon 1.5 to user 'alice' on all tables" in granted.stdout
     _spend(db, "alice", Fraction(1, 2))
     shown = sqlsdc_cli(db, "--user", "alice", "--format", "json")
     assert shown.returncode == 0, shown.stderr
@@ -106,7 +106,7 @@ def test_delta_grants_in_subprocesses(db, sqlsdc_in_process):
     granted = sqlsdc_cli(db, "grant", "--user", "alice", "--epsilon", "1", "--delta", "1e-6",
                          "--reason", "private groups", "--admin", "root")  # fmt: skip
     assert granted.returncode == 0, granted.stderr
-    assert "granted ε = 1, δ = 1/1000000 (~1e-06) to user 'alice' on all tables" in granted.stdout
+    assert "granted epsilon 1, delta 0.000001 to user 'alice' on all tables" in granted.stdout
     assert "  epsilon: limit none -> 1; remaining none -> 1" in granted.stdout
     assert "  delta: limit none -> 0.000001; remaining none -> 0.000001" in granted.stdout
     spent = PrivacyCost(epsilon=Fraction(1, 2), delta=Fraction(1, 4 * 10**6))
@@ -122,9 +122,29 @@ def test_delta_grants_in_subprocesses(db, sqlsdc_in_process):
     assert (row["delta_limit"], row["delta_spent"], row["delta_remaining"]) == (
         "0.000001", "0.00000025", "0.00000075")  # fmt: skip
     history = json.loads(run(db, "--history", "--format", "json").output)
-    assert [(h["epsilon"], h["rho"], h["delta"]) for h in history] == [("1", None, "1/1000000")]
+    assert [(h["epsilon"], h["rho"], h["delta"]) for h in history] == [("1", None, "0.000001")]
     ledger = json.loads(run(db, "--ledger", "--format", "json").output)
-    assert [(r["epsilon"], r["delta"]) for r in ledger] == [("1/2", "1/4000000")]
+    assert [(r["epsilon"], r["delta"]) for r in ledger] == [("0.5", "0.00000025")]  # as above
+    third = run(db, "grant", "--for", "alice", "--epsilon", "1/3", "--reason", "r", "--admin",
+                "root", "--format", "json")  # fmt: skip
+    assert json.loads(third.output) == {
+        "action": "grant", "event": 3, "user": "alice", "table": "*",
+        "epsilon": "1/3", "rho": None, "delta": None,  # exact: no finite decimal
+        "before": {"epsilon_limit": "1", "epsilon_spent": "0.5", "epsilon_remaining": "0.5",
+                   "rho_limit": None, "rho_spent": "0", "rho_remaining": None,
+                   "delta_limit": "0.000001", "delta_spent": "0.00000025",
+                   "delta_remaining": "0.00000075"},
+        "after": {"epsilon_limit": "4/3", "epsilon_spent": "0.5", "epsilon_remaining": "5/6",
+                  "rho_limit": None, "rho_spent": "0", "rho_remaining": None,
+                  "delta_limit": "0.000001", "delta_spent": "0.00000025",
+                  "delta_remaining": "0.00000075"},
+    }  # fmt: skip
+    for change in (("set", "--epsilon", "2"), ("reset",)):
+        done = json.loads(run(db, *change[:1], "--for", "alice", *change[1:], "--reason", "r",
+                              "--admin", "root", "--format", "json").output)  # fmt: skip
+        assert (done["action"], done["user"], done["after"]["epsilon_limit"]) == (
+            change[0], "alice", "2")  # fmt: skip
+    assert done["epsilon"] is None and done["after"]["epsilon_remaining"] == "2"
 
 
 def test_refusals_have_meaningful_exit_codes_in_subprocesses(db, tmp_path):
@@ -263,7 +283,7 @@ def test_set_gives_a_user_an_allowance_of_their_own_under_a_shared_budget(db):
     assert events == [
         ("grant", "*", "50", None, "all"),
         ("set", "alice", "5", None, "pilot study"),
-        ("set", "alice", "2", "1/4", "smaller"),
+        ("set", "alice", "2", "0.25", "smaller"),  # as the lines above write it
         ("grant", "alice", "1", None, "more"),
     ]  # fmt: skip
     with pytest.raises(sqlsdc.BudgetExhausted):

@@ -55,6 +55,10 @@ def test_each_class_has_its_own_exit_code(db, tmp_path):
     failed(run("querry"), 2, "No such command")
     failed(run(*q, "SELEC region FROM persons"), errors.SYNTAX, "syntax error: ")
     failed(run(*q, "SELECT income FROM persons"), errors.REFUSED, "refused: ")
+    failed(run("protect", db, "--into", "x", "--sql", "SELEC 1"), errors.SYNTAX,
+           "syntax error: the job's SQL does not parse")  # as a query's (was 1)  # fmt: skip
+    failed(run("risk", db, "SELECT region, COUNT(*) AS n FROM persons GROUP BY region", "--count",
+               "region"), errors.ERROR, "region is a group key")  # was 70  # fmt: skip
     failed(run("query", tmp_path / "none.duckdb", "-u", "a", "SELECT 1"), errors.NOT_FOUND,
            "not found: database")  # fmt: skip
     failed(run(*q[:2], "-u", "nobody", "SELECT 1"), errors.DENIED, "access denied: ")
@@ -90,6 +94,16 @@ def test_a_missing_database_or_file_is_not_found_in_every_command(args, db, tmp_
     (tmp_path / "p.yaml").write_text("tables: {}\n")
     result = run(*(a.format(**names) for a in args))
     failed(result, errors.NOT_FOUND, f"{tmp_path / 'nope.x'} does not exist")
+
+
+def test_a_folder_named_as_a_file_is_not_found(tmp_path):
+    """As a text file named as the database is (it was click's usage error, exit 2)."""
+    for args, words in [
+        (("query", tmp_path, "-u", "analyst", "SELECT 1"), "is a folder, not a DuckDB database"),
+        (("audit", tmp_path), "is a folder, not a DuckDB database"),
+        (("policy", "validate", tmp_path), f"{tmp_path} is a folder, not a file"),
+    ]:
+        failed(run(*args), errors.NOT_FOUND, words)
 
 
 NOT_A_DATABASE = {
@@ -154,6 +168,8 @@ def test_a_file_that_is_no_database_is_not_found_in_every_command(not_a_database
         result = run(*(a.format(**names) for a in args), stdin="a long password\n")
         failed(result, errors.NOT_FOUND, f"sqlsdc: not found: {path}")
         assert words in result.stderr, (args, result.stderr)
+    if path.stat().st_size and "catalog" not in words:  # not DuckDB's by its first bytes:
+        assert not Path(f"{path}.lock").exists()  # the open stops before making its lock file
     # through a new interpreter once (the entry point's own handling)
     failed(run_interpreter("audit", path), errors.NOT_FOUND, words)
 
@@ -413,6 +429,8 @@ def test_ptable_output_is_written_atomically_and_not_overwritten(tmp_path):
     failed(run("ptable", "--D", 2, "--V", 1, "-o", out), errors.ERROR, "--force")
     assert out.read_text() == "keep"
     assert run("ptable", "--D", 2, "--V", 1, "-o", out, "--force").returncode == 0
+    shown = run("ptable", "--D", 2, "--V", 1, "-o", "/dev/stdout")  # no file to overwrite:
+    assert shown.returncode == 0 and "p" in shown.stdout  # written into, not renamed over
     assert "keep" not in out.read_text()
     assert [p.name for p in tmp_path.iterdir()] == ["p.txt"]
 
@@ -448,8 +466,24 @@ def test_every_json_output_is_strict_json(db, sqlsdc_in_process):
             ("budget", db, "--format", "json"),
             ("risk", db, "SELECT region, COUNT(*) AS n FROM persons GROUP BY region",
              "--count", "n", "--format", "json"),
+            # the commands that write: ISSUE18 asked for --format json on each
+            ("policy", "validate", DEMO_POLICY, "--format", "json"),
+            ("policy", "apply", db, DEMO_POLICY, "--format", "json"),
+            ("init", db, "--policy", DEMO_POLICY, "--format", "json"),
+            ("rekey", db, "--yes", "--format", "json"),
+            ("budget", db, "grant", "--for", "analyst", "--epsilon", "1/3", "--reason", "r",
+             "--format", "json"),
+            ("budget", db, "set", "--for", "analyst", "--epsilon", "2", "--reason", "r",
+             "--format", "json"),
+            ("budget", db, "reset", "--for", "analyst", "--reason", "r", "--format", "json"),
         ]
     ]  # fmt: skip
+    added = sqlsdc_in_process("server-user", "add", db, "analyst", "--password-stdin",
+                              "--format", "json", input="a long password\n")  # fmt: skip
+    assert strict_json(added.stdout) == {"user": "analyst", "action": "added"}
+    applied = [strict_json(r.stdout) for r in outputs[-6:-4]]  # apply, then init on the catalog
+    assert [a["version"] for a in applied] == [2, 3] and not applied[1]["secret_created"]
+    assert strict_json(outputs[-4].stdout)["rekeyed_rows"]["persons"] == 20000
     for result in outputs:
         assert result.returncode == 0, (result.args, result.stderr)
         strict_json(result.stdout)
@@ -481,3 +515,16 @@ def test_serve_refuses_a_database_without_the_catalog(tmp_path):
     duckdb.connect(str(plain)).close()
     result = cli_fork.run(["serve", plain, "--insecure", "--port", 0], timeout=60)  # it served
     failed(result, errors.NOT_FOUND, "has no sqlsdc catalog")
+
+
+def test_serve_on_a_taken_port_says_where(db):
+    """asyncio's words ("error while attempting to bind on address ...") or, for a host that
+    does not resolve, only "name or service not known": now which address, and why."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run("serve", db, "--insecure", "--port", port)
+    failed(result, errors.OPERATIONAL, f"cannot listen on 127.0.0.1:{port}: address already in use")

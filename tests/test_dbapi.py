@@ -77,6 +77,8 @@ def test_duckdb_style_fetchers(analyst):
     assert isinstance(cursor.fetchdf(), pd.DataFrame)
     assert isinstance(cursor.fetch_arrow_table(), pa.Table)
     assert cursor.fetchdf().equals(cursor.df())
+    arrays = cursor.fetchnumpy()  # notebooks written for DuckDB call it too
+    assert list(arrays) == list(cursor.df().columns) and len(arrays["n"]) == len(cursor.df())
     try:
         import polars  # noqa: F401
     except ImportError:

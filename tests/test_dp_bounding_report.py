@@ -161,7 +161,7 @@ def test_explain_describes_the_report(report_db):
         query = con.explain("SELECT clinic, SUM(cost) FROM visits GROUP BY clinic")
     text = str(query)
     assert "bounding (visits): per cell, noisy shares of input dropped" in text
-    assert "cost ε = 1/2" in text
+    assert "cost ε = 0.5" in text
     assert query.to_dict()["dp_bounding_report"][0].startswith("per cell, noisy shares")
 
 

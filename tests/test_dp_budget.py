@@ -64,7 +64,7 @@ def test_spending_exactly_the_budget_then_a_hair_more(con):
     for _ in range(3):
         _charge(con)
     _charge(con, PrivacyCost(epsilon=Fraction(1, 4) - HAIR))
-    with pytest.raises(BudgetExhausted, match=r"only ε = 1/1000.*0 remains") as info:
+    with pytest.raises(BudgetExhausted, match=r"only ε = 1/1000.*0 \(~1e-30\) remains") as info:
         _charge(con, PrivacyCost(epsilon=2 * HAIR))
     assert info.value.requested == PrivacyCost(epsilon=2 * HAIR)
     assert info.value.remaining.epsilon == HAIR
@@ -80,7 +80,7 @@ def test_exhaustion_message_says_what_remains(con):
         _charge(con, PrivacyCost(epsilon=Fraction(1, 2)))
     message = str(info.value)
     assert "user 'alice' on all tables" in message
-    assert "needs ε = 1/2 but only ε = 1/4 remains (limit 1, spent 3/4)" in message
+    assert "needs ε = 0.5 but only ε = 0.25 remains (limit 1, spent 0.75)" in message
     assert "sqlsdc budget DB grant" in message and SECRET.decode() not in message
     assert _ledger_rows(con) == 1  # the refused charge recorded nothing
 
@@ -123,7 +123,7 @@ def test_rho_is_accounted_separately(con):
     limits = {BudgetKey("alice"): BudgetLimit(epsilon=1, rho=Fraction(1, 2))}
     _charge(con, PrivacyCost(epsilon=1), limits=limits)
     _charge(con, PrivacyCost(rho=Fraction(1, 2)), limits=limits)
-    with pytest.raises(BudgetExhausted, match="needs ρ = 1/10 but only ρ = 0 remains"):
+    with pytest.raises(BudgetExhausted, match="needs ρ = 0.1 but only ρ = 0 remains"):
         _charge(con, PrivacyCost(rho=Fraction(1, 10)), limits=limits)
 
 
@@ -175,7 +175,8 @@ def test_delta_adds_up_and_is_refused_exactly_past_its_limit(con):
     _charge(con, SELECTION, limits=limits)
     _charge(con, 2 * SELECTION, limits=limits)
     _charge(con, PrivacyCost(delta=MICRO - HAIR), limits=limits)
-    refused = r"needs δ = 1/50{29} but only δ = 1/10{30} remains \(limit 1/250000, spent"
+    refused = (r"needs δ = 1/50{29} \(~2e-30\) but only δ = 1/10{30} \(~1e-30\) remains "
+               r"\(limit 0.000004, spent")  # more than 15 places: a fraction  # fmt: skip
     with pytest.raises(BudgetExhausted, match=refused) as info:
         _charge(con, PrivacyCost(epsilon=Fraction(1, 100), delta=2 * HAIR), limits=limits)
     assert info.value.requested.delta == 2 * HAIR and info.value.remaining.delta == HAIR
@@ -191,7 +192,7 @@ def test_delta_adds_up_and_is_refused_exactly_past_its_limit(con):
 def test_delta_without_a_delta_budget_is_refused(con):
     """An epsilon budget does not allow delta spending: a private-selection query needs one."""
     with pytest.raises(BudgetExhausted, match=r"no δ budget applies to user 'alice' on persons, "
-                       r"so this query's δ = 1/1000000 cannot be spent \(fail closed\).*"
+                       r"so this query's δ = 0.000001 cannot be spent \(fail closed\).*"
                        r"--delta AMOUNT") as info:  # fmt: skip
         _charge(con, SELECTION)
     assert info.value.remaining == BudgetLimit(epsilon=1, rho=0, delta=0)

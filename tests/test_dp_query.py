@@ -261,8 +261,8 @@ def test_avg_costs_sum_plus_count_and_explain_shows_the_cost_first(dp_db):
     with sqlsdc.connect(dp_db, "ana") as con:
         explained = con.explain("SELECT AVG(income), COUNT(*) FROM persons WHERE age = 33")
         assert explained.dp_cost.epsilon == Fraction(3, 2)
-        assert "privacy cost: at most ε = 3/2" in str(explained)
-        assert explained.to_dict()["dp_cost"]["epsilon"] == "3/2"
+        assert "privacy cost: at most ε = 1.5" in str(explained)
+        assert explained.to_dict()["dp_cost"]["epsilon"] == "1.5"
         before = len(spend_rows(dp_db, "ana"))
         con.execute("SELECT AVG(income), COUNT(*) FROM persons WHERE age = 33")
     assert spend_rows(dp_db, "ana")[before:] == [("ana", "3/2", "0", 3)]
@@ -356,8 +356,8 @@ def test_private_groups_cost_the_selection_and_report_delta(dp_db):
         explained = con.explain("SELECT clinic, COUNT(*) FROM visits GROUP BY clinic")
     assert explained.dp_cost.epsilon == 1 and explained.dp_cost.rho == Fraction(1, 10)
     assert explained.dp_cost.delta == Fraction(1, 10**6)
-    assert explained.to_dict()["dp_cost"]["delta"] == "1/1000000"
-    assert "δ = 1/1000000" in str(explained)
+    assert explained.to_dict()["dp_cost"]["delta"] == "0.000001"
+    assert "δ = 0.000001" in str(explained)
 
 
 def test_private_groups_without_min_frequency_use_the_optimal_rule(tmp_path, raw):
@@ -507,7 +507,7 @@ def test_private_groups_need_a_delta_budget(tmp_path):
     with sqlsdc.connect(path, "ana") as con:
         con.execute("SELECT region, COUNT(*) FROM persons GROUP BY region")  # public groups
         with pytest.raises(BudgetExhausted, match=r"no δ budget applies to user 'ana' on "
-                           r"visits, so this query's δ = 1/1000000 cannot be spent"):  # fmt: skip
+                           r"visits, so this query's δ = 0.000001 cannot be spent"):  # fmt: skip
             con.execute("SELECT clinic, COUNT(*) FROM visits GROUP BY clinic")
     assert [r[0] for r in spend_rows(path)] == ["ana"]
 
@@ -534,7 +534,7 @@ def test_private_selection_spends_delta_once_per_new_cells(tmp_path):
         assert delta_rows(path, "ana") == ["1/1000000"]  # the repeat came from the cache
         con.execute("SELECT clinic FROM visits WHERE cost > 50 GROUP BY clinic")
         (status,) = con.remaining_budget()
-        with pytest.raises(BudgetExhausted, match=r"needs δ = 1/1000000 but only δ = 0 remains"):
+        with pytest.raises(BudgetExhausted, match=r"needs δ = 0.000001 but only δ = 0 remains"):
             con.execute("SELECT clinic FROM visits WHERE cost > 60 GROUP BY clinic")
     assert sorted(again) == sorted(first)
     assert status.spent.delta == Fraction(2, 10**6) and status.remaining.delta == 0

@@ -24,3 +24,47 @@ def test_a_folder_that_takes_no_file_names_the_target_not_a_temporary_file(tmp_p
     for call in (lambda: write_atomically(missing, "x"), lambda: check_writable(missing)):
         with pytest.raises(OperationalError, match=f"cannot write {missing}: folder .* takes no"):
             call()
+
+
+def test_a_link_is_followed_and_stays_a_link(tmp_path):
+    target = tmp_path / "real.txt"
+    target.write_text("old")
+    (tmp_path / "link.txt").symlink_to(target)
+    write_atomically(tmp_path / "link.txt", "new")
+    assert (tmp_path / "link.txt").is_symlink() and target.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.txt", "real.txt"]
+
+
+def test_what_is_no_regular_file_is_written_into_not_replaced(tmp_path):
+    """A named pipe (as /dev/stdout or a terminal): the rename replaced /dev/full itself with
+    a regular file when root wrote there with --force."""
+    import os
+    import stat
+    import threading
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    read = []
+    reader = threading.Thread(target=lambda: read.append(pipe.read_bytes()))
+    reader.start()
+    write_atomically(pipe, "through the pipe")
+    reader.join(10)
+    assert read == [b"through the pipe"] and stat.S_ISFIFO(os.lstat(pipe).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+
+
+def test_a_database_is_never_renamed_over_what_is_no_regular_file(tmp_path):
+    """demo --db and publish OUT build a file aside and rename it into place: with --force,
+    root's `demo --db /dev/null` would have replaced the device."""
+    import os
+
+    from sqlsdc.demo.build import build_demo_database
+    from sqlsdc.errors import Error
+    from sqlsdc.files import check_replaceable
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    with pytest.raises(Error, match="pipe is no regular file"):
+        build_demo_database(pipe, persons=100)
+    check_replaceable(tmp_path / "new.duckdb")  # absent, or a file: replaced as asked
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]

@@ -202,7 +202,7 @@ def test_parameters_are_bound_as_literals(analyst, raw):
 
 
 def test_parameter_errors(analyst):
-    with pytest.raises(sqlsdc.ProgrammingError, match="parameters but none were given"):
+    with pytest.raises(sqlsdc.ProgrammingError, match=r"1 parameter\(s\) but none were given"):
         analyst.execute("SELECT COUNT(*) FROM persons WHERE sex = ?")
     with pytest.raises(sqlsdc.ProgrammingError, match="not supported"):
         analyst.execute("SELECT COUNT(*) FROM persons WHERE sex = ?", [object()])

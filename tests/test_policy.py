@@ -509,6 +509,26 @@ def test_invalid_yaml_position_is_exact():
         load_policy("tables: {a: 1}\n users: x\n", name="policy.yaml")
 
 
+def test_a_database_named_as_the_policy_says_which_comes_first(tmp_path):
+    """``policy apply FILE DB`` (swapped): it said the policy file had too many bytes."""
+    import duckdb
+
+    db = tmp_path / "data.duckdb"
+    duckdb.connect(str(db)).close()
+    with pytest.raises(sqlsdc.PolicyError, match=r"\Adata\.duckdb: a DuckDB database, not a "
+                                                 r"policy file .* the database comes first"):
+        load_policy(db)
+
+
+def test_a_character_yaml_refuses_is_an_invalid_policy():
+    """A NUL or another control character (a binary file named as the policy) was an internal
+    error, "a bug in sqlsdc" (exit 70): PyYAML's reader refuses it before parsing starts."""
+    with pytest.raises(sqlsdc.PolicyError,
+                       match=r"\Apolicy\.yaml: line 2, column 6: not valid YAML: unacceptable "
+                             r"character #x0000: special characters are not allowed\Z"):
+        load_policy("tables:\n  a: \x00\n", name="policy.yaml")
+
+
 @pytest.mark.parametrize("text", ["", "\n", "# only a comment\n"])
 def test_empty_file(tmp_path, text):
     path = tmp_path / "policy.yaml"

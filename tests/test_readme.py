@@ -280,3 +280,28 @@ def test_the_command_table_lists_every_command():
     table = text[text.index("## Command line") : text.index("Errors end in one line")]
     missing = [name for name in cli.commands if f"`sqlsdc {name} " not in table]
     assert missing == []
+
+
+# text blocks with commands that cannot run here (a marker in the block -> why)
+TEXT_ELSEWHERE = {
+    "coverage.duckdb": "the database of benchmarks/bench_dp_coverage.py",
+    "sqlsdc serve": "a TLS server, a password prompt and psql (tests/server/)",
+}
+
+
+def test_every_block_is_replayed_or_says_why_not():
+    """A new section's example is run: commands belong in ``console`` blocks (replayed above),
+    code in ``python`` blocks; a ``text`` block with a command names why it cannot run here
+    (an ``sh`` block was never run); a ``yaml`` block that is a whole policy (it has
+    ``users:``) is a valid one (the policy section's referred to an undeclared table)."""
+    from sqlsdc.policy import load_policy
+
+    text = README.read_text("utf-8")
+    for block in re.finditer(r"```(\w*)\n(.*?)```", text, re.S):
+        kind, body = block.groups()
+        where = f"README.md:{text.count(chr(10), 0, block.start()) + 1}"
+        assert kind in ("console", "python", "yaml", "text", "bash"), f"{where}: ```{kind}"
+        if kind == "text" and "$ sqlsdc" in body:
+            assert any(m in body for m in TEXT_ELSEWHERE), f"{where}: make it a console block"
+        if kind == "yaml" and re.search(r"^users:", body, re.M):
+            load_policy(body, name=where)

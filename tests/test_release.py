@@ -134,7 +134,7 @@ def test_publish_refusals(suppress_template, tmp_path, sqlsdc_in_process):
     assert refused.returncode == 3 and not out.exists()
     assert not list(tmp_path.glob("*.partial"))
     malformed = cli("--query", "SELECT 1")
-    assert malformed.returncode == 1 and "NAME=SQL" in malformed.stderr
+    assert malformed.returncode == 2 and "NAME=SQL" in malformed.stderr  # a usage error
     done = cli("--format", "json")
     assert done.returncode == 0, done.stderr
     assert {t["table"] for t in json.loads(done.stdout)["tables"]} == {
@@ -145,6 +145,10 @@ def test_publish_refusals(suppress_template, tmp_path, sqlsdc_in_process):
     assert cli("--replace").returncode == 0
     with pytest.raises(sqlsdc.Error, match="another file"):
         publish(db, db, "admin")
+    swapped = sqlsdc_in_process("publish", out, tmp_path / "again.duckdb")  # DB and OUT swapped
+    assert swapped.returncode == 8 and "is a release database written by" in swapped.stderr
+    with pytest.raises(sqlsdc.Error, match="name the confidential database"):
+        sqlsdc.connect(out, user="analyst")  # it said to `sqlsdc init` the release
 
 
 def test_released_job_output_does_not_tell_which_cells_are_sensitive(suppress_template, tmp_path):

@@ -73,7 +73,7 @@ from sqlsdc.catalog.schema import CATALOG_SCHEMA
 from sqlsdc.catalog.store import CHARGED_PENDING, dp_cell_entry, ensure_catalog, now, record_query
 from sqlsdc.engines.duckdb import EngineError, described, one, parsed, rollback
 from sqlsdc.errors import BudgetExhausted, Error, OperationalError
-from sqlsdc.mechanisms.accountant import BudgetLimit, PrivacyCost, fraction
+from sqlsdc.mechanisms.accountant import BudgetLimit, PrivacyCost, amount_text, fraction
 from sqlsdc.mechanisms.dp_cells import CellRecord
 from sqlsdc.policy.load import AMOUNT_RANGES
 
@@ -463,7 +463,8 @@ def _refusal(user: str, tables: tuple[str, ...], cost: PrivacyCost, lims, used) 
         if not bounded:
             return (
                 f"no {symbol} budget applies to user {user!r} on {', '.join(tables)}, so this "
-                f"query's {symbol} = {amount} cannot be spent (fail closed); an administrator "
+                f"query's {symbol} = {amount_text(amount)} cannot be spent (fail closed); an "
+                "administrator "
                 f"can grant one: sqlsdc budget DB grant --for {user} --{kind} AMOUNT --reason ..."
             )
         for key in sorted(bounded):
@@ -473,8 +474,9 @@ def _refusal(user: str, tables: tuple[str, ...], cost: PrivacyCost, lims, used) 
                 left = max(limit - have, Fraction(0))
                 return (
                     f"privacy budget exhausted for {key.describe()}: this query needs "
-                    f"{symbol} = {amount} but only {symbol} = {left} remains (limit {limit}, "
-                    f"spent {have}); ask for cells already released (they cost nothing) or ask "
+                    f"{symbol} = {amount_text(amount)} but only {symbol} = {amount_text(left)} "
+                    f"remains (limit {amount_text(limit)}, spent {amount_text(have)}); ask for "
+                    "cells already released (they cost nothing) or ask "
                     "an administrator for a grant (sqlsdc budget DB grant)"
                 )
     return None

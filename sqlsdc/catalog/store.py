@@ -37,9 +37,21 @@ def pattern_table(table: str) -> exp.Table:
     return exp.table_(f"{PATTERN_PREFIX}{table}", db=CATALOG_SCHEMA)
 
 
-def no_catalog(db) -> NotFoundError:
+def no_catalog(db, con=None) -> NotFoundError:
     """The error for a DuckDB file without the sqlsdc catalog: no sqlsdc database was found
-    at that path (the CLI's exit code 8)."""
+    at that path (the CLI's exit code 8). A release written by ``sqlsdc publish`` (``con``
+    open on it) is named as one: the hint to initialise it sent users who had swapped the two
+    files (``publish release.duckdb demo.duckdb``) to key their release as confidential data."""
+    try:
+        release = con is not None and one(
+            con, "SELECT 1 FROM duckdb_tables() WHERE schema_name = 'main' AND "
+            "table_name = 'release_contents'"
+        ) is not None  # fmt: skip
+    except Exception:  # noqa: BLE001 - a failure to tell only loses the finer message
+        release = False
+    if release:
+        return NotFoundError(f"{db} is a release database written by `sqlsdc publish` (protected "
+                             "outputs, no catalog); name the confidential database")  # fmt: skip
     return NotFoundError(f"{db} has no sqlsdc catalog; run `sqlsdc init {db} --policy FILE`")
 
 
@@ -49,7 +61,7 @@ def require_admin(con, user: str) -> tuple[int, dict, str]:
     if current is None:
         (path,) = one(con, "SELECT path FROM duckdb_databases() WHERE database_name = "
                       "current_database()")  # fmt: skip
-        raise no_catalog(path)
+        raise no_catalog(path, con)
     policy = load_policy(current[1], name=current[2])
     declared = policy.user(user)
     if declared is None or declared.role is not UserRole.ADMIN:

@@ -11,6 +11,7 @@ from sqlsdc.demo import DEFAULT_PERSONS, DEFAULT_SEED
 from sqlsdc.demo.data import Progress, build_tables, write_tables
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import NotFoundError
+from sqlsdc.files import check_replaceable, check_writable
 from sqlsdc.policy import Policy, load_policy
 
 
@@ -40,6 +41,8 @@ def build_demo_database(
     path = Path(path)
     if not path.parent.is_dir():
         raise NotFoundError(f"cannot create {path}: folder {path.parent} does not exist")
+    check_replaceable(path)
+    check_writable(path)  # named so: the file built aside was named in the failure
     building = path.with_name(f".{path.name}.{os.getpid()}.building")
     try:
         report = _build(building, persons, seed, progress, policy)

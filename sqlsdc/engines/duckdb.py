@@ -125,6 +125,8 @@ def open_database(
         raise NotFoundError(
             f"database {path} does not exist; create it with `sqlsdc init` or `sqlsdc demo`"
         )
+    if _foreign_file(path):  # before the lock: no <file>.lock is left beside a text file
+        raise _open_failure(path, "not a valid duckdb database", wait)
     started = time.monotonic()
     deadline, pause, marker, text, told = started + wait, 0.002, None, "lock", False
     try:
@@ -179,6 +181,22 @@ def _without_path(text: str, path: Path) -> str:
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
+DUCKDB_MAGIC = (8, b"DUCK")  # where every DuckDB file says what it is: after an 8-byte checksum
+
+
+def _foreign_file(path: Path) -> bool:
+    """Whether ``path`` is a file that is no DuckDB database by its first bytes (a policy
+    YAML, a CSV or a SQLite file named by mistake), known without opening it: opening it took
+    the lock first and left ``<file>.lock`` beside it. An empty file is left to
+    DuckDB: a database another process is creating is empty for a moment (its first write is a
+    whole header block)."""
+    offset, magic = DUCKDB_MAGIC
+    try:
+        with open(path, "rb") as file:
+            head = file.read(offset + len(magic))
+    except OSError:  # absent, a folder, unreadable: the open says what it is
+        return False
+    return bool(head) and head[offset:] != magic
 
 
 def _open_failure(path: Path, text: str, wait: float) -> Error:

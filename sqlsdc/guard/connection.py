@@ -201,7 +201,7 @@ class Connection:
             engine.harden(con)
             current = store.current_policy(con, in_transaction=False)
             if current is None:
-                raise store.no_catalog(path)
+                raise store.no_catalog(path, con)
             version, document, source = current
             changed = self._context is None or self._context.policy_version != version
             base = load_policy(document, name=source) if changed else self._base_policy
@@ -1103,6 +1103,12 @@ class Cursor:
     def fetch_arrow_table(self) -> pa.Table:
         """The result as an Arrow table (DuckDB's name for :meth:`arrow`)."""
         return self.arrow()
+
+    def fetchnumpy(self) -> dict:
+        """The result as ``{column: numpy array}`` (DuckDB's :meth:`fetchnumpy`; NULL as the
+        missing value of the column's pandas type, as in :meth:`df`)."""
+        frame = self.df()
+        return {str(name): frame.iloc[:, i].to_numpy() for i, name in enumerate(frame.columns)}
 
     def pl(self):
         """The result as a polars DataFrame (polars is optional: ``pip install polars``)."""

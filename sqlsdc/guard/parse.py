@@ -194,7 +194,7 @@ def bind_parameters(tree: exp.Expr, params, sql: str | None = None) -> exp.Expr:
     if not given:
         if placeholders:
             raise ProgrammingError(
-                f"the query has {len(placeholders)} parameters but none were given"
+                f"the query has {len(placeholders)} parameter(s) but none were given"
             )
         return tree
     tree = tree.copy()

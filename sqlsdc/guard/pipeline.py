@@ -28,7 +28,7 @@ from sqlsdc.guard.parse import (
 )
 from sqlsdc.guard.resolve import check_tables, qualify_tree
 from sqlsdc.guard.validate import validate_release
-from sqlsdc.mechanisms.accountant import PrivacyCost, compose
+from sqlsdc.mechanisms.accountant import PrivacyCost, compose, exact_text
 from sqlsdc.planner.analyze import analyze
 from sqlsdc.planner.identity import AggregationIdentity, aggregation_identity, describe_scope
 from sqlsdc.planner.multiplicity import prove_multiplicity
@@ -139,8 +139,8 @@ class ProtectedQuery:
         }
         if self.dp_stages:
             cost = self.dp_cost
-            described["dp_cost"] = {"epsilon": str(cost.epsilon), "rho": str(cost.rho),
-                                    "delta": str(cost.delta)}  # fmt: skip
+            described["dp_cost"] = {kind: exact_text(getattr(cost, kind))
+                                    for kind in ("epsilon", "rho", "delta")}  # fmt: skip
             described["dp_cells_sql"] = [stage.sql for stage in self.dp_stages]
             described["dp_bounding_report"] = [_report_line(s) for s in self.dp_stages]
         return described

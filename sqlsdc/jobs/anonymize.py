@@ -39,7 +39,7 @@ from sqlglot import exp
 from sqlsdc.catalog import store
 from sqlsdc.catalog.store import require_admin
 from sqlsdc.engines import duckdb as engine
-from sqlsdc.errors import Error, MicrodataError, NotFoundError
+from sqlsdc.errors import Error, MicrodataError, NotFoundError, SqlSyntaxError
 from sqlsdc.jobs.protect import (
     OUTPUT_SCHEMA,
     _plain,
@@ -205,7 +205,7 @@ def _definition(source: str | None, sql: str | None) -> str:
         try:
             inner = sqlglot.parse_one(sql, read="duckdb")
         except sqlglot.errors.ParseError:
-            raise MicrodataError("the --sql query does not parse; write one SELECT") from None
+            raise SqlSyntaxError("the --sql query does not parse", "write one SELECT") from None
         if not isinstance(inner, exp.Query):
             raise MicrodataError("--sql must be one SELECT query")
     return exp.select("*").from_(inner.subquery("src")).order_by(exp.var("ALL")).sql("duckdb")

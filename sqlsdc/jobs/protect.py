@@ -58,7 +58,7 @@ from sqlglot import exp
 from sqlsdc.catalog import store
 from sqlsdc.catalog.store import require_admin
 from sqlsdc.engines import duckdb as engine
-from sqlsdc.errors import Error, TabularError, VerificationError
+from sqlsdc.errors import Error, SqlSyntaxError, TabularError, VerificationError
 from sqlsdc.jobs.differencing import refuse_small_differences
 from sqlsdc.jobs.linked_audit import audit_linked
 from sqlsdc.policy import ColumnRole, Policy, load_policy
@@ -122,7 +122,7 @@ def parse_job(sql: str, policy: Policy) -> JobSpec:
     try:
         tree = sqlglot.parse_one(sql, read="duckdb")
     except sqlglot.errors.ParseError as e:
-        raise TabularError(f"the job's SQL does not parse: {e}") from None
+        raise SqlSyntaxError(f"the job's SQL does not parse: {e}") from None  # exit code 6
     shape = (
         "SELECT dim, ..., SUM(measure) | COUNT(*) | COUNT(DISTINCT unit) FROM table [WHERE ...] "
         "GROUP BY dim, ..."
@@ -490,7 +490,7 @@ def _job_connection(db, user: str, method: str, into: str, request: str) -> Iter
     try:
         current = store.current_policy(con)
         if current is None:
-            raise store.no_catalog(db)
+            raise store.no_catalog(db, con)
         query_id = store.next_query_id(con)
         fingerprint = job_fingerprint(method, into, request)
         record = functools.partial(store.record_query, con, query_id, user, current[0],
@@ -980,7 +980,7 @@ def _stored_outputs(con, policy: Policy) -> list[tuple[str, str, JobSpec]]:
             continue
         try:
             found.append((name, method, parse_job(sql, policy)))
-        except TabularError:  # a table or column the policy no longer declares
+        except (TabularError, SqlSyntaxError):  # a table or column the policy no longer declares
             continue
     return found
 

@@ -163,8 +163,36 @@ def fraction(value: object, name: str) -> Fraction:
     raise TypeError(f"{name} must be an exact number, got {type(value).__name__} {value!r}")
 
 
-def _show(x: Fraction) -> str:
-    return str(x) if x.denominator == 1 else f"{x} (~{float(x):.6g})"
+def exact_text(x: Fraction) -> str:
+    """An amount exactly, as every output of sqlsdc writes it: a decimal where it has one of
+    at most 15 places (``0.3``, ``0.000001``), else the fraction (``1/3``). Budgets, their
+    history, the ledger, explain and refusals used to write the same 0.3 as ``3/10``,
+    ``3/10 (~0.3)`` or ``0.3``.
+
+    Example:
+        >>> exact_text(Fraction(3, 10)), exact_text(Fraction(1, 10**6)), exact_text(Fraction(1, 3))
+        ('0.3', '0.000001', '1/3')
+    """
+    rest = x.denominator
+    for p in (2, 5):
+        while rest % p == 0:
+            rest //= p
+    places = 0
+    while rest == 1 and (x * 10**places).denominator != 1:
+        places += 1
+    if rest != 1 or places > 15:
+        return str(x)
+    sign, digits = "-" if x < 0 else "", str(abs(x.numerator) * 10**places // x.denominator)
+    if not places:
+        return sign + digits
+    digits = digits.rjust(places + 1, "0")
+    return f"{sign}{digits[:-places]}.{digits[-places:]}"
+
+
+def amount_text(x: Fraction) -> str:
+    """``exact_text``, with the decimal it is near where that is a fraction (a message)."""
+    text = exact_text(x)
+    return f"{text} (~{float(x):.6g})" if "/" in text else text
 
 
 # --- budgets ---------------------------------------------------------------------------------
@@ -184,7 +212,7 @@ class PrivacyCost:
         >>> PrivacyCost(epsilon=Fraction(1, 2)) + PrivacyCost(rho=Fraction(1, 8))
         PrivacyCost(epsilon=Fraction(1, 2), rho=Fraction(1, 8), delta=Fraction(0, 1))
         >>> (2 * PrivacyCost(epsilon=1, delta=Fraction(1, 10**6))).describe()
-        'ε = 2, δ = 1/500000 (~2e-06)'
+        'ε = 2, δ = 0.000002'
     """
 
     epsilon: Fraction = Fraction(0)
@@ -240,9 +268,9 @@ class PrivacyCost:
         return min(split, zcdp_to_approx_dp(self.as_zcdp(), delta))
 
     def describe(self) -> str:
-        parts = [f"ε = {_show(self.epsilon)}"] if self.epsilon else []
-        parts += [f"ρ = {_show(self.rho)}"] if self.rho else []
-        parts += [f"δ = {_show(self.delta)}"] if self.delta else []
+        parts = [f"ε = {amount_text(self.epsilon)}"] if self.epsilon else []
+        parts += [f"ρ = {amount_text(self.rho)}"] if self.rho else []
+        parts += [f"δ = {amount_text(self.delta)}"] if self.delta else []
         return ", ".join(parts) or "nothing"
 
 
@@ -311,7 +339,7 @@ class BudgetLimit:
         shown = []
         for kind, symbol in zip(_KINDS, _SYMBOLS, strict=True):
             limit = getattr(self, kind)
-            shown.append(f"{symbol} {'unlimited' if limit is None else _show(limit)}")
+            shown.append(f"{symbol} {'unlimited' if limit is None else amount_text(limit)}")
         return ", ".join(shown)
 
 

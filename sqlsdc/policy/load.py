@@ -184,6 +184,12 @@ def _text(source: str | Path, name: str | None) -> tuple[str, str]:
         label = name or path.name
         try:
             size = path.stat().st_size
+            with open(path, "rb") as file:  # a database named as the policy: arguments swapped
+                database = file.read(12)[8:] == b"DUCK"  # DuckDB's magic bytes
+            if database:
+                raise PolicyError([f"{label}: a DuckDB database, not a policy file (YAML or "
+                                   "JSON); the database comes first: `sqlsdc policy apply DB "
+                                   "FILE`, `sqlsdc init DB --policy FILE`"])  # fmt: skip
             if path.is_file() and size > MAX_POLICY_BYTES:
                 raise PolicyError(
                     [f"{label}: the policy file has {size} bytes, more than {MAX_POLICY_BYTES}"]
@@ -204,7 +210,17 @@ Marks = dict[tuple[str, ...], tuple[int, int]]
 
 def _parse(text: str, label: str) -> tuple[Any, Marks]:
     """The document in ``text`` and the (line, column) of every key and item in it."""
-    loader = _PolicyLoader(text)
+    try:
+        loader = _PolicyLoader(text)
+    except yaml.reader.ReaderError as e:  # a character YAML refuses (a NUL: a binary file)
+        line, column = (
+            text.count("\n", 0, e.position) + 1,
+            e.position - text.rfind("\n", 0, e.position),
+        )
+        problem = str(e).split("\n")[0]  # the rest names PyYAML's "<unicode string>"
+        raise PolicyError(
+            [f"{label}: line {line}, column {column}: not valid YAML: {problem}"]
+        ) from None
     try:
         node = loader.get_single_node()
         if node is None:

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlsdc.errors import AccessDenied, Error, NotFoundError
+from sqlsdc.errors import AccessDenied, Error, NotFoundError, OperationalError
 from sqlsdc.server.auth import ServerUsers, decoy_secret
 from sqlsdc.server.session import Session
 
@@ -76,7 +76,7 @@ def _check_catalog(db: str) -> None:
     con = open_database(db, writes_data=False)
     try:
         if store.current_policy(con) is None:
-            raise store.no_catalog(db)
+            raise store.no_catalog(db, con)
     finally:
         con.close()
 
@@ -178,9 +178,14 @@ class Server:
             self._clients.discard(task)
 
     async def start(self) -> asyncio.base_events.Server:
-        self._server = await asyncio.start_server(
-            self._client, self.settings.host, self.settings.port, limit=2**16
-        )
+        host, port = self.settings.host, self.settings.port
+        try:
+            self._server = await asyncio.start_server(self._client, host, port, limit=2**16)
+        except OSError as failure:  # a host that does not resolve said only "name or service
+            reason = failure.strerror or str(failure)  # not known", not which
+            if failure.errno and failure.errno > 0:  # asyncio words a bind's error its own way
+                reason = os.strerror(failure.errno)
+            raise OperationalError(f"cannot listen on {host}:{port}: {reason.lower()}") from None
         return self._server
 
     @property

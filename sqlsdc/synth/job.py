@@ -59,7 +59,7 @@ from sqlsdc.catalog.budget import charge, policy_limits
 from sqlsdc.errors import Error, SynthesisError
 from sqlsdc.jobs.anonymize import _check, _definition, _read, _store
 from sqlsdc.jobs.protect import OUTPUT_SCHEMA, _plain, job_catalog
-from sqlsdc.mechanisms.accountant import PrivacyCost, fraction
+from sqlsdc.mechanisms.accountant import PrivacyCost, amount_text, exact_text, fraction
 from sqlsdc.policy import ColumnRole
 from sqlsdc.policy.model import DpSettings
 from sqlsdc.synth import ipf
@@ -230,7 +230,7 @@ def synthesize(
             ).fetchall()
             secret = bytes(secret)
             if dp:
-                say(f"charging ε = {plan['epsilon']} to the privacy budget")
+                say(f"charging ε = {amount_text(plan['epsilon'])} to the privacy budget")
                 charge(con, user=user, tables=[plan["table"]],
                        cost=PrivacyCost(epsilon=plan["epsilon"]), query_id=query_id,
                        limits=policy_limits(policy), policy_version=version, sql=request,
@@ -262,7 +262,7 @@ def synthesize(
                 records=len(result),
                 copies=copies,
                 seed=int(seed),
-                epsilon=str(plan["epsilon"]) if dp else None,
+                epsilon=exact_text(plan["epsilon"]) if dp else None,
                 parameters=_parameters(
                     method, plan if dp else None, prior, project, rows, options
                 ),  # fmt: skip

@@ -146,10 +146,13 @@ def _read_synthetic(con, name: str) -> pd.DataFrame:
         "SELECT 1 FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
         [SCHEMA, name],
     )
-    if exists is None:
+    if exists is None:  # an admin's command: the stored outputs may be named
+        stored = con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE schema_name = ? ORDER BY 1", [SCHEMA]
+        ).fetchall()
         raise NotFoundError(
-            f"{SCHEMA}.{name} does not exist; list the outputs with `sqlsdc publish --help` or "
-            "store one with `sqlsdc synthesize`"
+            f"{SCHEMA}.{name} does not exist (stored: "
+            f"{', '.join(t for (t,) in stored) or 'none'}); store one with `sqlsdc synthesize`"
         )
     query = exp.select("*").from_(exp.table_(name, db=SCHEMA, quoted=True))
     return con.sql(query.sql("duckdb")).df()

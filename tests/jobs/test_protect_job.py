@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from sqlsdc.engines.duckdb import open_database
-from sqlsdc.errors import AccessDenied, TabularError
+from sqlsdc.errors import AccessDenied, SqlSyntaxError, TabularError
 from sqlsdc.jobs.protect import protect_query
 from sqlsdc.tabular.model import Table
 from sqlsdc.tabular.rules import DominanceRule, FrequencyRule, PPercentRule, parse_rule
@@ -138,12 +138,17 @@ def test_hierarchies_of_the_policy_give_subtotals(db):
         ("SELECT region, SUM(age) FROM persons GROUP BY region", "age is not a measure"),
         ("SELECT name, COUNT(*) FROM regions GROUP BY name", "not a confidential table"),
         ("SELECT region, COUNT(*), SUM(income) FROM persons GROUP BY region", "exactly one"),
-        ("SELECT region, COUNT(* FROM persons", "does not parse"),
     ],
 )  # fmt: skip
 def test_jobs_refuse_what_they_cannot_protect(db, sql, message):
     with pytest.raises(TabularError, match=message):
         protect_query(db, "admin", sql, into="x")
+
+
+def test_a_job_sql_that_does_not_parse_is_a_syntax_error(db):
+    """As a query's (the CLI's exit code 6): it was a TabularError, exit 1."""
+    with pytest.raises(SqlSyntaxError, match="the job's SQL does not parse"):
+        protect_query(db, "admin", "SELECT region, COUNT(* FROM persons", into="x")
 
 
 def test_jobs_are_for_admins_and_do_not_overwrite(db):

@@ -109,7 +109,7 @@ def test_exhausted_budget_refuses_and_stores_nothing(fresh_demo_db):
         synthesize(fresh_demo_db, user="admin", source="persons", into="dp", method="dp-ipf",
                    epsilon="1", **DP)  # fmt: skip
     _budget(fresh_demo_db, "1/2")
-    with pytest.raises(BudgetExhausted, match="only ε = 1/2 remains"):
+    with pytest.raises(BudgetExhausted, match="only ε = 0.5 remains"):
         synthesize(fresh_demo_db, user="admin", source="persons", into="dp", method="dp-ipf",
                    epsilon="1", **DP)  # fmt: skip
     synthesize(fresh_demo_db, user="admin", source="persons", into="dp", method="dp-catall",

@@ -69,8 +69,8 @@ def test_report_against_a_confidential_table(synth_db, tmp_path):
 def test_report_refusals(synth_db, tmp_path):
     with pytest.raises(AccessDenied, match="not an admin"):
         synth_report(synth_db, "persons_syn", user="analyst", out=tmp_path)
-    with pytest.raises(NotFoundError, match="does not exist"):
-        synth_report(synth_db, "protected.nothing", user="admin", out=tmp_path)
+    with pytest.raises(NotFoundError, match=r"does not exist \(stored: .*persons_syn"):
+        synth_report(synth_db, "protected.nothing", user="admin", out=tmp_path)  # what is there
     with pytest.raises(SynthesisError, match="not a confidential table"):
         synth_report(synth_db, "persons_syn", user="admin", against="sqlsdc.prf_secret",
                      out=tmp_path)  # fmt: skip
