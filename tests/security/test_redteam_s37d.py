@@ -1,0 +1,55 @@
+"""Red team s37d: an analyst's guarded connection against cell suppression in the query path
+(one covering table per confidential table, README "Table protection by cell suppression") and
+the threshold rule.
+
+What broke (fixed here):
+
+- **Counts suppressed, magnitudes not.** A policy could protect a table's counts by suppression
+  and its magnitudes by another method (``threshold``, ``ckm`` or ``round``, own or inherited
+  from the policy's top level). Those methods publish a cell's SUM and AVG exactly or with a
+  small error, so ``SUM(m)/AVG(m)`` is the cell's unit count, and under filters the suppression
+  shape refuses. On the demo with ``magnitudes: {method: threshold}``: the count of enterprises
+  in (G, R05) is suppressed, ``SELECT COUNT(*) FROM enterprises`` publishes 1000 and ``SELECT
+  SUM(turnover)/AVG(turnover) FROM enterprises WHERE NOT (nace = 'G' AND region = 'R05')``
+  gives 995.0: the hidden count 5, exactly (CKM with mean before sum: 994.99999; rounding to
+  1000: 995.01). The policy is refused now unless magnitudes are protected by suppression (or
+  DP) too.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import sqlsdc
+from sqlsdc.policy import load_policy
+
+MIXED = {
+    "threshold": {"method": "threshold"},
+    "ckm": {
+        "method": "ckm",
+        "ptable": {"D": 4, "V": 1, "step": 12},
+        "top_k": 1,
+        "flex": {"fp": 20000, "p_small": 0.2, "p_large": 0.05, "q": 3},
+        "mean_before_sum": True,
+    },
+    "round": {"method": "round", "base": 1000},
+}
+
+
+@pytest.mark.parametrize("method", sorted(MIXED))
+def test_counts_suppressed_with_magnitudes_another_way_are_refused(make_suppress_document, method):
+    document = make_suppress_document()
+    document["tables"]["enterprises"]["protection"]["magnitudes"] = MIXED[method]
+    with pytest.raises(sqlsdc.PolicyError, match="publishes each cell's count as SUM"):
+        load_policy(document)
+
+
+def test_inherited_magnitudes_count_too(make_suppress_document):
+    document = make_suppress_document()
+    del document["tables"]["enterprises"]["protection"]["magnitudes"]  # the top level's CKM
+    with pytest.raises(sqlsdc.PolicyError, match="enterprises.protection.magnitudes: method ckm"):
+        load_policy(document)
+
+
+def test_suppressed_counts_and_magnitudes_still_load(make_suppress_document):
+    load_policy(make_suppress_document())
