@@ -18,9 +18,14 @@ What broke (fixed here):
 
 from __future__ import annotations
 
+import shutil
+
+import numpy as np
 import pytest
+from scipy.optimize import linprog
 
 import sqlsdc
+from sqlsdc import admin
 from sqlsdc.policy import load_policy
 
 MIXED = {
@@ -53,3 +58,43 @@ def test_inherited_magnitudes_count_too(make_suppress_document):
 
 def test_suppressed_counts_and_magnitudes_still_load(make_suppress_document):
     load_policy(make_suppress_document())
+
+
+def test_nested_codes_as_separate_dimensions_keep_every_count_hidden(
+    suppress_template, make_suppress_document, tmp_path
+):
+    """A universe naming region, municipality and sex as three dimensions (municipality nested
+    in region, not declared as a hierarchy) has margins equal to single inner cells, e.g.
+    (municipality, sex) over regions; no released cell may give a suppressed one away, and an
+    attacker LP over every grouping set (inner cells at least 1, as listing tells) leaves each
+    suppressed count an interval."""
+    path = tmp_path / "flat.duckdb"
+    shutil.copy(suppress_template, path)
+    document = make_suppress_document()
+    document["tables"]["persons"]["suppression"]["dimensions"] = ["region", "municipality", "sex"]
+    admin.apply(path, load_policy(document), "admin")
+    dims = ["region", "municipality", "sex"]
+    with sqlsdc.connect(path, user="analyst") as con:
+        rows = con.execute(
+            "SELECT region, municipality, sex, COUNT(*) FROM persons GROUP BY CUBE(region, "
+            "municipality, sex)"
+        ).fetchall()
+    inner = [r[:3] for r in rows if None not in r[:3]]
+    index = {key: i for i, key in enumerate(inner)}
+    assert any(r[3] is None for r in rows if None not in r[:3])
+
+    def covers(cell) -> np.ndarray:
+        return np.array(
+            [all(cell[j] is None or cell[j] == key[j] for j in range(len(dims))) for key in index],
+            dtype=float,
+        )
+
+    published = [r for r in rows if r[3] is not None]
+    a_eq = np.array([covers(r[:3]) for r in published])
+    b_eq = np.array([r[3] for r in published], dtype=float)
+    for cell in (r[:3] for r in rows if r[3] is None):
+        c = covers(cell)
+        low = linprog(c, A_eq=a_eq, b_eq=b_eq, bounds=(1, None), method="highs")
+        high = linprog(-c, A_eq=a_eq, b_eq=b_eq, bounds=(1, None), method="highs")
+        assert low.status == 0 and high.status in (0, 3)
+        assert high.status == 3 or -high.fun - low.fun >= 1, cell
