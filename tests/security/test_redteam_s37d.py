@@ -26,6 +26,7 @@ from scipy.optimize import linprog
 
 import sqlsdc
 from sqlsdc import admin
+from sqlsdc.engines.duckdb import open_database
 from sqlsdc.policy import load_policy
 
 MIXED = {
@@ -98,3 +99,48 @@ def test_nested_codes_as_separate_dimensions_keep_every_count_hidden(
         high = linprog(-c, A_eq=a_eq, b_eq=b_eq, bounds=(1, None), method="highs")
         assert low.status == 0 and high.status in (0, 3)
         assert high.status == 3 or -high.fun - low.fun >= 1, cell
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="property of the frequency rule (README threat model): a primary is protected to its "
+    "safety range, 30 % of its value, so an attacker LP may prove it is below min_freq",
+)
+def test_no_suppressed_count_is_provably_below_the_frequency_threshold(suppress_template):
+    """persons under ``freq:5`` on geography x sex: every primary's attacker interval reaches
+    5 (it does not: 4 of 59 are [1, 4])."""
+    sets = "(region, municipality, sex), (region, municipality), (region, sex), (region), (sex), ()"
+    with sqlsdc.connect(suppress_template, user="analyst") as con:
+        rows = con.execute(
+            f"SELECT region, municipality, sex, COUNT(*) FROM persons GROUP BY GROUPING SETS "
+            f"({sets})"
+        ).fetchall()
+    raw = open_database(suppress_template)
+    try:
+        truth = {
+            tuple(r[:3]): r[3]
+            for r in raw.execute(
+                "SELECT region, municipality, sex, COUNT(*) FROM persons GROUP BY ALL"
+            ).fetchall()
+        }
+    finally:
+        raw.close()
+    index = [r[:3] for r in rows if None not in r[:3]]
+
+    def covers(cell) -> np.ndarray:
+        return np.array(
+            [all(cell[j] is None or cell[j] == key[j] for j in range(3)) for key in index],
+            dtype=float,
+        )
+
+    published = [r for r in rows if r[3] is not None]
+    a_eq = np.array([covers(r[:3]) for r in published])
+    b_eq = np.array([r[3] for r in published], dtype=float)
+    below = []
+    for cell in (r[:3] for r in rows if r[3] is None and None not in r[:3]):
+        if truth[cell] >= 5:
+            continue
+        high = linprog(-covers(cell), A_eq=a_eq, b_eq=b_eq, bounds=(1, None), method="highs")
+        if high.status == 0 and -high.fun < 5:
+            below.append((cell, truth[cell], -high.fun))
+    assert not below, below
