@@ -14,6 +14,12 @@ What broke (fixed here):
   gives 995.0: the hidden count 5, exactly (CKM with mean before sum: 994.99999; rounding to
   1000: 995.01). The policy is refused now unless magnitudes are protected by suppression (or
   DP) too.
+- **Under rounding, SUM/AVG was the exact number of contributors.** ``method: round`` rounded
+  an AVG by itself to the magnitudes' base (100 on a mean of about 50,000), far finer than the
+  sum's relative rounding, so ``SUM(income)/AVG(income)`` of R01-M007 x F was 116.004 where
+  ``COUNT(*)`` showed 120 (116 have an income), and the same with ``AND NOT age = 43`` 111.97:
+  a group of 4, exactly, which count rounding to base 5 was to blur. AVG under rounding is
+  refused now; ``SUM(x) / COUNT(x)`` divides two rounded values.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from scipy.optimize import linprog
 
 import sqlsdc
 from sqlsdc import admin
+from sqlsdc.demo.build import demo_policy
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.policy import load_policy
 
@@ -144,3 +151,45 @@ def test_no_suppressed_count_is_provably_below_the_frequency_threshold(suppress_
         if high.status == 0 and -high.fun < 5:
             below.append((cell, truth[cell], -high.fun))
     assert not below, below
+
+
+@pytest.fixture(scope="module")
+def rounded_db(pristine_demo_db, tmp_path_factory):
+    path = tmp_path_factory.mktemp("s37d-round") / "demo.duckdb"
+    shutil.copy(pristine_demo_db, path)
+    document = demo_policy().document_dict()
+    document["protection"] = {
+        "min_frequency": 3,
+        "counts": {"method": "round", "base": 5, "rounding": "unbiased"},
+        "magnitudes": {"method": "round", "base": 100, "rounding": "conventional"},
+    }
+    for table in document["tables"].values():
+        table.pop("protection", None)
+        table.pop("dp", None)
+    admin.apply(path, load_policy(document), "admin")
+    return path
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT municipality, sex, AVG(income) FROM persons GROUP BY ALL",
+        "SELECT SUM(income) / AVG(income) FROM persons WHERE NOT age = 43",
+        "SELECT AVG(age) FROM persons",
+    ],
+)
+def test_a_rounded_mean_is_refused(rounded_db, sql):
+    with sqlsdc.connect(rounded_db, user="analyst") as con:
+        with pytest.raises(sqlsdc.PolicyViolation, match="under rounding"):
+            con.execute(sql)
+
+
+def test_a_mean_of_rounded_parts_tells_only_the_rounded_count(rounded_db):
+    with sqlsdc.connect(rounded_db, user="analyst") as con:
+        rows = con.execute(
+            "SELECT municipality, sex, COUNT(income) AS n, SUM(income) / (SUM(income) / "
+            "COUNT(income)) AS ratio FROM persons WHERE region = 'R01' GROUP BY ALL"
+        ).fetchall()
+    shown = [r for r in rows if r[3] is not None]
+    assert shown
+    assert all(r[3] == pytest.approx(r[2]) and r[2] % 5 == 0 for r in shown)
