@@ -193,3 +193,27 @@ def test_a_mean_of_rounded_parts_tells_only_the_rounded_count(rounded_db):
     shown = [r for r in rows if r[3] is not None]
     assert shown
     assert all(r[3] == pytest.approx(r[2]) and r[2] % 5 == 0 for r in shown)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="OPEN (rounding, README threat model): a sum of values the query pins (a dimension "
+    "to one value, a measure to a class break) is v·n rounded to the magnitudes' base, which "
+    "for v near or above the base tells n exactly; publishing a pinned sum as its rounded mean "
+    "times the rounded count (as mean-before-sum does under CKM) would close it",
+)
+def test_a_rounded_sum_of_a_pinned_dimension_does_not_tell_the_count(rounded_db):
+    with sqlsdc.connect(rounded_db, user="analyst") as con:
+        rows = con.execute(
+            "SELECT municipality, COUNT(*), SUM(age) FROM persons WHERE age = 94 AND "
+            "region = 'R02' GROUP BY 1"
+        ).fetchall()
+    told = []
+    for municipality, count, total in rows:
+        if total is None:
+            continue
+        # conventional rounding to 100 of 94·n, for every n the rounded count allows
+        candidates = [n for n in range(1, 200) if (94 * n + 50) // 100 * 100 == total]
+        if len(candidates) == 1 and candidates[0] % 5:
+            told.append((municipality, count, candidates[0]))
+    assert not told, told
