@@ -20,6 +20,29 @@ What broke (fixed here):
   ``COUNT(*)`` showed 120 (116 have an income), and the same with ``AND NOT age = 43`` 111.97:
   a group of 4, exactly, which count rounding to base 5 was to blur. AVG under rounding is
   refused now; ``SUM(x) / COUNT(x)`` divides two rounded values.
+
+Open, documented as strict expected failures (README threat model): under rounding a sum of
+values the query pins (``SUM(age) WHERE age = 94``) is v·n rounded, which tells n; a suppressed
+count is protected to its τ-ARGUS safety range (30 % of its value), so an attacker LP may prove
+it below ``min_freq`` (4 of 59 ``freq:5`` primaries of geography x sex are [1, 4]).
+
+What held (20,000-person demo; the suppression demo of ``conftest.py`` and ``suppress.yaml``):
+an attacker LP (scipy HiGHS, inner cells at least 1 as listing tells) over every grouping set
+of enterprises nace x region (counts, turnover, employees), of persons geography x sex and
+geography x education (counts, income), and of region, municipality and sex named as three
+dimensions, left every suppressed cell an interval; the released pattern of ``sqlsdc publish``
+carries no contributor counts and no primary/secondary split; COUNT(*), COUNT(DISTINCT unit),
+SUM and AVG of one cell agree on its status (AVG only where sum and count are, and only when
+every unit of the table has a value); a conflicting ``WHERE nace = 'C' AND nace = 'D'`` and an
+unknown code give 0 like SQL, a suppressed cell NULL; a declared domain value absent from the
+data is no cell; ``cell_accuracy()`` is empty and ``explain`` shows the pattern read; households
+under suppression could not be counted through persons (``COUNT(DISTINCT household_id)``,
+joins: refused as another method); DP magnitudes beside suppressed counts give SUM/AVG as a
+noisy count (their ε). Under the threshold rule a SUM counts contributors (``WHERE income IS
+NULL OR age >= 100`` shows counts and hides every sum), MAX/MEDIAN/STDDEV, COUNT(DISTINCT
+measure) and products of measures are refused. Not a leak of the guard: a published SUM of 0
+over a cell whose units all lack the measure (group disclosure of zeros; τ-ARGUS's zero rule
+is not among the policy's rules).
 """
 
 from __future__ import annotations
