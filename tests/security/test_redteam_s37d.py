@@ -20,6 +20,12 @@ What broke (fixed here):
   ``COUNT(*)`` showed 120 (116 have an income), and the same with ``AND NOT age = 43`` 111.97:
   a group of 4, exactly, which count rounding to base 5 was to blur. AVG under rounding is
   refused now; ``SUM(x) / COUNT(x)`` divides two rounded values.
+- **Rounded counts beside CKM or threshold magnitudes.** With ``counts: {method: round, base:
+  5}`` and the demo's CKM magnitudes (mean before sum), the published sum is the published mean
+  times the count, and beside rounded counts that count is the exact one: ``SUM(income)/
+  AVG(income)`` of R01-M007 x F ``AND NOT age = 43`` was 112.0 where ``COUNT(*)`` showed 115
+  (threshold magnitudes: exact). Such a SUM or AVG is refused at query time now, as one beside
+  DP counts is (red team s36b).
 
 Open, documented as strict expected failures (README threat model): under rounding a sum of
 values the query pins (``SUM(age) WHERE age = 94``) is v·n rounded, which tells n; a suppressed
@@ -240,3 +246,33 @@ def test_a_rounded_sum_of_a_pinned_dimension_does_not_tell_the_count(rounded_db)
         if len(candidates) == 1 and candidates[0] % 5:
             told.append((municipality, count, candidates[0]))
     assert not told, told
+
+
+@pytest.fixture(scope="module")
+def rounded_counts_db(pristine_demo_db, tmp_path_factory):
+    """Counts rounded to 5, magnitudes by the demo's cell key method (mean before sum)."""
+    path = tmp_path_factory.mktemp("s37d-round-counts") / "demo.duckdb"
+    shutil.copy(pristine_demo_db, path)
+    document = demo_policy().document_dict()
+    document["protection"]["min_frequency"] = 3
+    document["protection"]["counts"] = {"method": "round", "base": 5}
+    document["tables"]["persons"].pop("protection", None)
+    document["tables"]["households"].pop("protection", None)
+    admin.apply(path, load_policy(document), "admin")
+    return path
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT SUM(income) / AVG(income) FROM persons WHERE municipality = 'R01-M007' "
+        "AND sex = 'F' AND NOT age = 43",
+        "SELECT region, SUM(income) FROM persons GROUP BY region",
+        "SELECT AVG(income) FROM persons",
+    ],
+)
+def test_magnitudes_beside_rounded_counts_that_tell_the_count_are_refused(rounded_counts_db, sql):
+    with sqlsdc.connect(rounded_counts_db, user="analyst") as con:
+        assert con.execute("SELECT COUNT(*) FROM persons").fetchall()[0][0] % 5 == 0
+        with pytest.raises(sqlsdc.PolicyViolation, match="counts of persons are rounded"):
+            con.execute(sql)
