@@ -652,26 +652,28 @@ def test_suppress_rule_and_universe_build_the_model():
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"tables__persons__protection": {"counts": SUPPRESS}},
+        ({"tables__persons__protection": {"counts": SUPPRESS, "magnitudes": SUPPRESS}},
          "tables.persons: method suppress needs `suppression: {dimensions: [...]}`, the "
          "dimensions (or hierarchies) of the table every release is cut from"),
         ({"tables__persons__suppression": {"dimensions": ["sex"]}},
          "tables.persons.suppression: only used when counts or magnitudes use method suppress"),
-        ({"tables__persons__protection": {"counts": SUPPRESS},
+        ({"tables__persons__protection": {"counts": SUPPRESS, "magnitudes": SUPPRESS},
           "tables__persons__suppression": {"dimensions": ["income"]}},
          "tables.persons.suppression.dimensions: 'income' is neither a dimension column nor a "
          "hierarchy of this table"),
-        ({"tables__persons__protection": {"counts": SUPPRESS},
+        ({"tables__persons__protection": {"counts": SUPPRESS, "magnitudes": SUPPRESS},
           "tables__persons__suppression": {"dimensions": ["geography", "region"]}},
          "tables.persons.suppression.dimensions: region appear(s) twice (directly and through a "
          "hierarchy); name each level once"),
-        ({"tables__persons__protection": {"counts": {"method": "suppress", "rules": ["nk:1"]}},
+        ({"tables__persons__protection": {"counts": {"method": "suppress", "rules": ["nk:1"]},
+                                           "magnitudes": SUPPRESS},
           "tables__persons__suppression": {"dimensions": ["sex"]}},
          "tables.persons.protection.counts.rules.0: 'nk:1' is not a rule: freq:N[,R], nk:N,K, "
          "p:P or pq:P,Q"),
         ({"tables__persons__protection": {"counts": {"method": "threshold", "rules": ["freq:3"]}}},
          "tables.persons.protection.counts.rules: only method suppress has primary rules"),
-        ({"tables__persons__protection": {"counts": {**SUPPRESS, "ptable": {"D": 2, "V": 1}}},
+        ({"tables__persons__protection": {"counts": {**SUPPRESS, "ptable": {"D": 2, "V": 1}},
+                                           "magnitudes": SUPPRESS},
           "tables__persons__suppression": {"dimensions": ["sex"]}},
          "tables.persons.protection.counts: ptable do not apply to method suppress"),
         ({"tables__regions__suppression": {"dimensions": ["region"]}},
@@ -686,7 +688,7 @@ def test_suppression_problems(changes, message):
 
 def test_top_level_suppress_needs_a_universe_on_every_confidential_table():
     with pytest.raises(sqlsdc.PolicyError) as info:
-        load_policy(doc(protection={"counts": SUPPRESS}))
+        load_policy(doc(protection={"counts": SUPPRESS, "magnitudes": SUPPRESS}))
     assert "tables.persons: method suppress needs" in str(info.value)
     assert "tables.households: method suppress needs" in str(info.value)
 

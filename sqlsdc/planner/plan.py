@@ -134,6 +134,28 @@ def _refuse_beside_dp_counts(node, kind, tables, rule, policy: Policy, select) -
         )
 
 
+def _refuse_beside_rounded_counts(node, kind, tables, rule, policy: Policy, select) -> None:
+    """Refuse a magnitude released exactly (threshold) or as a cell key method's mean times the
+    count over a table whose counts are rounded (red team s37d): either publishes SUM/AVG as
+    the exact count of contributors (the CKM sum is its published mean times the count, and
+    beside rounded counts that count is the exact one), so ``SUM(income)/AVG(income) ... AND
+    NOT age = 43`` gave 112 where ``COUNT(*)`` showed 115, and two populations a small group's
+    exact size, which rounding the counts was to blur."""
+    if kind is not AggregateKind.MAGNITUDES or rule.method not in (Method.THRESHOLD, Method.CKM):
+        return
+    rounded = sorted({t for t in tables if policy.table(t).rule(AggregateKind.COUNTS).method
+                      is Method.ROUND})  # fmt: skip
+    if rounded:
+        raise PolicyViolation(
+            f"{node.sql('duckdb')[:80]} would be released with method {rule.method.value}, "
+            f"but the counts of {', '.join(rounded)} are rounded: its SUM over its AVG is the "
+            "exact count of contributors",
+            f"ask counts only, or an admin rounds the magnitudes of {', '.join(rounded)} too "
+            "(protection.magnitudes: {method: round, base: ...})",
+            select.sql("duckdb"),
+        )
+
+
 def status_scopes(analysis: Analysis) -> set[int]:
     """ids of the aggregation selects whose rows are the query's result rows."""
     root = analysis.root
@@ -258,6 +280,7 @@ class _Planner:
                 select.sql("duckdb"),
             )
         _refuse_beside_dp_counts(node, kind, tables, rules[0], self.policy, select)
+        _refuse_beside_rounded_counts(node, kind, tables, rules[0], self.policy, select)
         k = max(r.min_frequency for r in rules)
         argument = node.this
         if isinstance(argument, exp.Distinct):

@@ -597,6 +597,7 @@ def _table_problems(doc: dict, tname: str) -> list[str]:
                     f"{where}.protection.{kind_name}", kind_name, protection[kind_name]
                 )
         problems += _suppression_problems(where, spec, _uses_suppress(doc, spec))
+        problems += _suppressed_count_problems(where, doc, spec)
         problems += _dp_problems(where, spec, _uses(doc, spec, "dp"))
     else:
         for key in ("privacy_unit", "hierarchies", "protection", "suppression", "dp"):
@@ -654,6 +655,28 @@ def _global_problems(doc: dict) -> list[str]:
 def _uses_suppress(doc: dict, spec: dict) -> bool:
     """Whether a table's counts or magnitudes are protected by suppression (own or inherited)."""
     return _uses(doc, spec, "suppress")
+
+
+def _suppressed_count_problems(where: str, doc: dict, spec: dict) -> list[str]:
+    """Counts protected by suppression need magnitudes protected by suppression (or DP).
+
+    Any other magnitude method publishes a cell's SUM and AVG with an exact or small error, so
+    SUM/AVG is its unit count, under filters of its own: ``SUM(m)/AVG(m) WHERE NOT (nace = 'G'
+    AND region = 'R05')`` subtracted from the published total gave a suppressed count exactly
+    under threshold, CKM (mean before sum) and rounded magnitudes (red team s37d)."""
+    own, top = spec.get("protection", {}), doc.get("protection", {})
+    counts, magnitudes = (
+        (own.get(kind) or top.get(kind) or {}).get("method", "threshold")
+        for kind in ("counts", "magnitudes")
+    )
+    measures = any(c.get("role") == "measure" for c in spec.get("columns", {}).values())
+    if counts != "suppress" or magnitudes in ("suppress", "dp") or not measures:
+        return []
+    return [
+        f"{where}.protection.magnitudes: method {magnitudes} publishes each cell's count as "
+        "SUM(m)/AVG(m), under filters of its own; where counts use method suppress, protect "
+        "magnitudes by suppress (or dp) too"
+    ]
 
 
 def _uses(doc: dict, spec: dict, method: str) -> bool:

@@ -30,9 +30,11 @@ Cox & Kim's own disclosure rule (§5.2) names the values below B as the confiden
 rounding only blurs; keeping the frequency rule makes ``round`` at least as safe as
 ``threshold``, with ``min_frequency: 1`` for plain rounding.
 
-Every aggregate of a rounded kind is rounded as it is: COUNT and SUM, and AVG too (the mean
-itself to a multiple of the magnitudes' base, not a ratio of rounded parts), so the magnitudes'
-base must suit both the sums and the means of the table.
+Every aggregate of a rounded kind is rounded as it is: COUNT and SUM. An AVG is refused: the
+mean rounded by itself to the magnitudes' base is so much finer, relative to it, than the sum's
+rounding that SUM(x)/AVG(x) was the exact number of contributors, and its difference over two
+populations an exact small count (red team s37d: 116 where COUNT showed 120, a group of 4 behind
+``AND NOT age = 43``). ``SUM(x) / COUNT(x)`` is a ratio of rounded values, and tells no more.
 
 The frame has two layers: the aggregation ``__c`` (keys, exact values ``__a<i>``, unit counts
 ``__n<i>``, cell keys ``__k<i>``) and ``__cells`` over it, which carries only keys, unit counts
@@ -72,6 +74,14 @@ def round_frame(cells: Cells, twin: dict[int, exp.Expr]) -> Frame:
             "query the counts and the magnitudes separately, or give them the same method",
             cells.select.sql("duckdb"),
         )
+    for spec in plan.aggregates:
+        if spec.rule.method is Method.ROUND and isinstance(spec.node, exp.Avg):
+            raise PolicyViolation(
+                f"{spec.node.sql('duckdb')} under rounding: a mean rounded by itself and its "
+                "rounded sum would tell the exact number of contributors",
+                "divide the rounded sum by the rounded count: SUM(x) / COUNT(x)",
+                cells.select.sql("duckdb"),
+            )
     inner = inner_select(cells)
     add_keys(inner, cells)
     arguments = [cells.argument(i, twin) for i in range(len(cells.aggregates))]
