@@ -52,5 +52,4 @@ class MagnitudeCkm:
     mu_c: float = 0.0
     sensitive_below: int = 0
     same_key: bool = True
-    mean_before_sum: bool = True
     small_cells: PTableSpec | None = None

@@ -794,7 +794,6 @@ def _rule(rule: dict, k: int) -> ProtectionRule:
             mu_c=float(rule.get("mu_c", 0.0)),
             sensitive_below=int(rule.get("sensitive_below", 0)),
             same_key=bool(rule.get("same_key", True)),
-            mean_before_sum=bool(rule.get("mean_before_sum", True)),
             small_cells=_ptable(rule["small_cells"]) if "small_cells" in rule else None,
         )
     return ProtectionRule(method, k, _ptable(rule["ptable"]), magnitude)
@@ -922,6 +921,12 @@ def _rule_problems(where: str, kind: str, rule: dict) -> list[str]:
         if extra := sorted(set(rule) & magnitude_keys):
             problems.append(f"{where}: {', '.join(extra)} only apply to magnitudes")
         return problems
+    if rule.get("mean_before_sum") is False:
+        problems.append(
+            f"{where}.mean_before_sum: false is not offered: noise relative to the largest "
+            "value made a sum of values a query pins (a dimension, a measure at a class break) "
+            "an exact count; remove the key (true is the default)"
+        )
     if "flex" not in rule:
         problems.append(
             f"{where}.flex: magnitude CKM needs the flex function, e.g. "

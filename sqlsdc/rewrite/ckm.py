@@ -22,9 +22,10 @@ by those units' own record keys, however the query reaches them
 (:mod:`sqlsdc.rewrite.counted_units`).
 
 AVG is the protected sum over the protected count, n being the rows summed (on a join, those of
-:attr:`CellPlan.row_source`) and n̂ its CKM count. With mean-before-sum (Geyer et al., PSD 2022,
-§6.1(c), "MBS") the published mean is ``x̂/n`` and the published sum ``(x̂/n)·n̂``, the mean times
-the published count to the bit; without it they are ``x̂`` and ``x̂/n̂``. The guard has
+:attr:`CellPlan.row_source`) and n̂ its CKM count. Always with mean-before-sum (Geyer et al.,
+PSD 2022, §6.1(c), "MBS"): the published mean is ``x̂/n`` and the published sum ``(x̂/n)·n̂``,
+the mean times the published count to the bit (the policy refuses ``mean_before_sum: false``,
+whose sum x̂ of values a query pins was an exact count: red team s37a). The guard has
 already reduced every argument to one stored column (:mod:`sqlsdc.planner.normal_form`), so the
 scale of x is the data's, not the analyst's.
 
@@ -363,18 +364,8 @@ class _Builder(MagnitudeLayers):
         count, true_count = prev(f"__m{i}"), prev(f"__n{i}")
         positive = exp.GT(this=count, expression=number(0))
         if isinstance(self.cells.aggregates[i], exp.Avg):
-            divisor = true_count if m.mean_before_sum else count.copy()
-            value = exp.Div(this=perturbed, expression=divisor.copy())
+            value = exp.Div(this=perturbed, expression=true_count.copy())
             return exp.Case(ifs=[exp.If(this=positive, true=value)])
-        if not m.mean_before_sum:
-            return exp.Case(
-                ifs=[
-                    exp.If(
-                        this=exp.Not(this=exp.Is(this=count.copy(), expression=exp.null())),
-                        true=perturbed,
-                    )
-                ]
-            )
         # (x̂/n)·n̂, not (x̂·n̂)/n: the published mean times the protected count, so the sum's
         # bits are a function of released values; rounded from x̂·n̂ they told which true
         # counts n some x̂ fits beside the mean (red team s37a)
