@@ -111,49 +111,46 @@ def choose_mechanism(aggregates: list[ProtectedAggregate], count_methods: set[Me
     return next((m for m in PRECEDENCE if m in methods), Method.THRESHOLD)
 
 
-def _refuse_beside_dp_counts(node, kind, tables, rule, policy: Policy, select) -> None:
-    """Refuse a magnitude (SUM, AVG) released by another method than DP over a table whose
-    counts use DP (red team s36b). A policy that declares ``counts: {method: dp}`` alone
-    leaves magnitudes to the default, the threshold rule, whose SUM and AVG are exact: the
-    count of a cell is SUM/AVG exactly, and two overlapping populations give one person's
-    value, for no budget at all; the cell key method's are keyed, not charged, so their
-    differences average. Either would release for free what the DP counts charge for."""
-    if kind is not AggregateKind.MAGNITUDES or rule.method is Method.DP:
-        return
-    dp = sorted({t for t in tables if policy.table(t).rule(AggregateKind.COUNTS).method
-                 is Method.DP})  # fmt: skip
-    if dp:
-        raise PolicyViolation(
-            f"{node.sql('duckdb')[:80]} would be released with method {rule.method.value}, "
-            f"but the counts of {', '.join(dp)} use differential privacy: an exact or merely "
-            "perturbed SUM or AVG reveals those counts (COUNT = SUM / AVG) and single "
-            "persons' values without charging the privacy budget",
-            f"ask counts only, or an admin protects the magnitudes of {', '.join(dp)} with "
-            "method dp too (protection.magnitudes: {method: dp, spend: ...})",
-            select.sql("duckdb"),
-        )
+# A magnitude's method that would reveal the counts of a table whose counts use another one:
+# the count method, the magnitude methods it refuses, what the counts are and why, the remedy
+_COUNTS_REVEALED_BY = (
+    # red team s36b: beside DP counts the threshold rule's SUM and AVG are exact, so COUNT =
+    # SUM / AVG and two overlapping populations give one person's value for no budget; the
+    # cell key method's are keyed, not charged, so their differences average
+    (Method.DP, frozenset(Method) - {Method.DP}, "use differential privacy",
+     "an exact or merely perturbed SUM or AVG reveals those counts (COUNT = SUM / AVG) and "
+     "single persons' values without charging the privacy budget",
+     "protects", "with method dp too (protection.magnitudes: {method: dp, spend: ...})"),
+    # red team s37d: beside rounded counts the threshold rule's SUM/AVG, and the cell key
+    # method's sum (its published mean times the count), give the exact count: `SUM(income) /
+    # AVG(income) ... AND NOT age = 43` gave 112 where COUNT(*) showed 115
+    (Method.ROUND, frozenset({Method.THRESHOLD, Method.CKM}), "are rounded",
+     "its SUM over its AVG is the exact count of contributors",
+     "rounds", "too (protection.magnitudes: {method: round, base: ...})"),
+)  # fmt: skip
 
 
-def _refuse_beside_rounded_counts(node, kind, tables, rule, policy: Policy, select) -> None:
-    """Refuse a magnitude released exactly (threshold) or as a cell key method's mean times the
-    count over a table whose counts are rounded (red team s37d): either publishes SUM/AVG as
-    the exact count of contributors (the CKM sum is its published mean times the count, and
-    beside rounded counts that count is the exact one), so ``SUM(income)/AVG(income) ... AND
-    NOT age = 43`` gave 112 where ``COUNT(*)`` showed 115, and two populations a small group's
-    exact size, which rounding the counts was to blur."""
-    if kind is not AggregateKind.MAGNITUDES or rule.method not in (Method.THRESHOLD, Method.CKM):
+def _refuse_counts_revealed(node, kind, tables, rule, policy: Policy, select) -> None:
+    """Refuse a magnitude (SUM, AVG) whose method would publish the exact or merely perturbed
+    count of contributors of a table whose counts another method protects
+    (:data:`_COUNTS_REVEALED_BY`): a policy that declares the counts' method alone leaves
+    magnitudes to the default, the threshold rule."""
+    if kind is not AggregateKind.MAGNITUDES:
         return
-    rounded = sorted({t for t in tables if policy.table(t).rule(AggregateKind.COUNTS).method
-                      is Method.ROUND})  # fmt: skip
-    if rounded:
-        raise PolicyViolation(
-            f"{node.sql('duckdb')[:80]} would be released with method {rule.method.value}, "
-            f"but the counts of {', '.join(rounded)} are rounded: its SUM over its AVG is the "
-            "exact count of contributors",
-            f"ask counts only, or an admin rounds the magnitudes of {', '.join(rounded)} too "
-            "(protection.magnitudes: {method: round, base: ...})",
-            select.sql("duckdb"),
-        )
+    for counts, refused, said, why, verb, remedy in _COUNTS_REVEALED_BY:
+        if rule.method not in refused:
+            continue
+        by_counts = {
+            t for t in tables if policy.table(t).rule(AggregateKind.COUNTS).method is counts
+        }
+        if named := sorted(by_counts):
+            raise PolicyViolation(
+                f"{node.sql('duckdb')[:80]} would be released with method {rule.method.value}, "
+                f"but the counts of {', '.join(named)} {said}: {why}",
+                f"ask counts only, or an admin {verb} the magnitudes of {', '.join(named)} "
+                f"{remedy}",
+                select.sql("duckdb"),
+            )
 
 
 def status_scopes(analysis: Analysis) -> set[int]:
@@ -279,8 +276,7 @@ class _Planner:
                 "aggregate each table on its own, or give the tables the same protection rule",
                 select.sql("duckdb"),
             )
-        _refuse_beside_dp_counts(node, kind, tables, rules[0], self.policy, select)
-        _refuse_beside_rounded_counts(node, kind, tables, rules[0], self.policy, select)
+        _refuse_counts_revealed(node, kind, tables, rules[0], self.policy, select)
         k = max(r.min_frequency for r in rules)
         argument = node.this
         if isinstance(argument, exp.Distinct):
