@@ -213,16 +213,16 @@ class Connection:
             else:
                 remember_budget_tables(con)  # as _load_policy found or made them
         except engine.EngineError:
-            _TURNS.closed(key, con)
             con.close()
+            _TURNS.closed(key, con)
             raise OperationalError(
                 f"cannot open {path.name}: the engine failed while reading the sqlsdc "
                 "catalog; the engine's message is withheld; an admin can check the database "
                 "with `sqlsdc policy show`"
             ) from None
         except BaseException:
-            _TURNS.closed(key, con)
             con.close()
+            _TURNS.closed(key, con)
             raise
         self._db, self._turn_key = con, key  # the key closes as it opened (a chdir since)
         self._held_since = time.monotonic()
@@ -332,10 +332,14 @@ class Connection:
 
     def _close_engine(self) -> None:
         """Close the engine connection (the lock held); what was read for this opening only,
-        the PRF key among it, is dropped with it."""
-        _TURNS.closed(self._turn_key, self._db)
-        self._db.close()
-        self._db, self._prf_key = None, None
+        the PRF key among it, is dropped with it. The process's turns hear of it once the file
+        is let go: a turn counted from the start of a close (DuckDB's checkpoint, slower than
+        the turn on a busy machine) ended before the file was free (red team s37)."""
+        db, self._db, self._prf_key = self._db, None, None
+        try:
+            db.close()
+        finally:
+            _TURNS.closed(self._turn_key, db)
 
     @property
     def timeout(self) -> float:
