@@ -206,3 +206,40 @@ def test_an_admin_command_waiting_for_the_file_goes_before_analysts(dp_db, tmp_p
                            [sql]).fetchall() == [("accepted",)]  # fmt: skip
     finally:
         con.close()
+
+
+def test_an_analyst_waiting_long_goes_first_like_an_admin(dp_db, tmp_path, monkeypatch):
+    """A guarded connection's opening that has waited :data:`FIRST_SECONDS` marks itself as
+    going first, as an admin command does, so that busy holders let the file go after their
+    statement and fresh openings let it in: every turn went to whichever waiter polled first,
+    and under 16 busy processes some analysts waited the whole 60 s and failed (red team
+    s37). It is let in first when the file is let go."""
+    from sqlsdc.engines import duckdb as engine
+
+    monkeypatch.setattr(engine, "FIRST_SECONDS", 0.3)
+    folder = tmp_path / "dp.duckdb.waiting"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from sqlsdc.engines.duckdb import open_database; "
+         f"con = open_database({str(dp_db)!r}); print('open', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    opened: list = []
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        waiter = threading.Thread(target=lambda: opened.append(
+            open_database(dp_db, wait=30, writes_data=False, first=False)))  # fmt: skip
+        waiter.start()
+        for _ in range(200):
+            if folder.is_dir() and f"{os.getpid()}.first" in {p.name for p in folder.iterdir()}:
+                break
+            threading.Event().wait(0.05)
+        else:
+            raise AssertionError(f"not marked as going first: {list(folder.iterdir())}")
+        assert others_waiting(dp_db, first=True) is False  # its own mark, not another's
+    finally:
+        holder.stdin.close()
+        holder.wait(30)
+    waiter.join(30)
+    assert len(opened) == 1
+    opened[0].close()
+    assert not folder.exists() or not list(folder.iterdir())

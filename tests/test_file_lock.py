@@ -78,6 +78,27 @@ def test_closing_twice_lets_the_lock_go_once(path):
         other.close()
 
 
+def test_a_release_while_another_thread_asks_whether_it_is_held_is_applied(path, monkeypatch):
+    """A release finds the registry taken by another thread and is queued for whichever
+    thread leaves the registry next: ``held`` (asked by every waiting guarded opening) left
+    it queued, so the process kept the file with no connection open until something else
+    touched the registry (red team s37)."""
+    import threading
+
+    hold = file_lock.try_acquire(path, shared=False)
+
+    class ClosedMeanwhile(dict):
+        def __contains__(self, key):  # another thread closes as held() looks
+            closing = threading.Thread(target=hold.release)
+            closing.start()
+            closing.join()
+            return dict.__contains__(self, key)
+
+    monkeypatch.setattr(file_lock, "_held", ClosedMeanwhile(file_lock._held))
+    assert file_lock.held(path)
+    assert other_process_gets(path, shared=False)
+
+
 def test_an_open_waits_for_another_process_and_says_why_it_gave_up(path):
     holder = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""

@@ -17,7 +17,7 @@ import pytest
 import sqlsdc
 from sqlsdc.catalog import store
 from sqlsdc.engines.duckdb import open_database
-from sqlsdc.guard.parse import MAX_DEPTH, parse_statement
+from sqlsdc.guard.parse import MAX_DEPTH, MAX_SELECTS, parse_statement
 from sqlsdc.planner.connectors import depth
 from sqlsdc.policy import load_policy
 
@@ -63,6 +63,42 @@ def test_an_or_chain_in_parentheses_under_and_keeps_its_parentheses():
 def test_deep_nesting_is_refused_as_too_complex(analyst, levels):
     sql = "SELECT COUNT(*) FROM persons WHERE " + "(" * levels + "age = 1" + ")" * levels
     with pytest.raises(sqlsdc.PolicyViolation, match="too complex: it is nested too deeply"):
+        analyst.execute(sql)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "WITH "
+        + ", ".join(
+            f"c{i} AS (SELECT region, COUNT(*) AS n FROM persons WHERE age = {i} GROUP BY region)"
+            for i in range(MAX_SELECTS)
+        )
+        + " SELECT * FROM c0",
+        "WITH c0 AS (SELECT * FROM persons), "
+        + ", ".join(
+            f"c{i} AS (SELECT * FROM c{i - 1} WHERE age > {i})" for i in range(1, MAX_SELECTS)
+        )
+        + f" SELECT region, COUNT(*) FROM c{MAX_SELECTS - 1} GROUP BY region",
+        "SELECT region, COUNT(*) FROM persons WHERE "
+        + " OR ".join(
+            f"age IN (SELECT age FROM persons WHERE age = {i})" for i in range(MAX_SELECTS)
+        )
+        + " GROUP BY region",
+    ],
+    ids=["ctes", "chained-ctes", "subqueries"],
+)
+def test_a_statement_of_too_many_selects_is_refused_as_too_complex(analyst, sql, monkeypatch):
+    """Every SELECT block (the outer one too) is a scope that sqlglot's resolution and the
+    analysis walk against the others (CTEs: each sees every one before it), so checking a
+    100 KB statement of a thousand CTEs took 16-22 s of CPU (red team s37); more than
+    :data:`MAX_SELECTS` blocks are refused right after parsing, before any such pass."""
+    from sqlsdc.guard import resolve
+
+    monkeypatch.setattr(resolve, "qualify", lambda *args, **kwargs: pytest.fail("qualified"))
+    with pytest.raises(sqlsdc.errors.SqlSyntaxError,
+                       match=rf"too complex: it has {MAX_SELECTS + 1} SELECT blocks.*at most "
+                             rf"{MAX_SELECTS}"):  # fmt: skip
         analyst.execute(sql)
 
 
@@ -159,6 +195,47 @@ def test_a_statement_is_checked_before_the_database_file_is_taken(demo_db, monke
         con.close()
     refused = audit(demo_db, "admin", decision="refused", limit=1)["sql_text"].iloc[0]
     assert refused == "SELECT region, COUNT(* FROM persons"
+
+
+def test_a_statement_after_a_policy_apply_is_checked_again_without_the_file(
+    fresh_demo_db, monkeypatch
+):
+    """A statement checked early under a policy an admin replaced meanwhile is checked again
+    under the new one, still while the connection holds neither the file nor its lock
+    (checking it under the file kept every other process waiting for the whole check; red
+    team s37); the policy applied is the one the statement is answered and audited under."""
+    from sqlsdc.admin import apply, audit
+    from sqlsdc.guard import pipeline
+
+    seen = []
+    parse = pipeline.parse_statement
+
+    def watching(*args):
+        seen.append((con._db is None, con._lock._is_owned()))
+        return parse(*args)
+
+    monkeypatch.setattr(pipeline, "parse_statement", watching)
+    chain = " OR ".join(f"age = {i}" for i in range(2, TERMS))  # not in the check cache
+    sql = GROUPED.format(chain)
+    con = sqlsdc.Connection(fresh_demo_db, "analyst", idle_release=0.0)
+    try:
+        con._release_if_idle()
+        reader = open_database(fresh_demo_db, read_only=True)
+        try:
+            document = store.current_policy(reader)[1]
+        finally:
+            reader.close()
+        document["description"] = "applied while the analyst's connection was idle"
+        version = apply(fresh_demo_db, load_policy(document), "admin").version
+        assert con._db is None
+        rows = con.execute(sql).fetchall()
+        assert seen and {s for s in seen} == {(True, False)}
+        assert con.policy_version == version
+        assert rows == con.execute(GROUPED.format(f"age BETWEEN 2 AND {TERMS - 1}")).fetchall()
+    finally:
+        con.close()
+    entry = audit(fresh_demo_db, "admin", decision="accepted", limit=2).iloc[1]
+    assert entry["sql_text"] == sql and entry["policy_version"] == version
 
 
 def test_the_statement_timeout_counts_the_parse_before_the_file_is_taken(demo_db, monkeypatch):

@@ -82,6 +82,40 @@ def test_an_opening_waits_while_the_process_keeps_the_file_from_a_waiting_proces
         holder.close()
 
 
+def test_the_turn_begins_once_the_file_is_let_go(fresh_demo_db, monkeypatch):
+    """The other process's turn is counted from the moment the process has let the file go,
+    not from the moment its last connection begins to close it: closing the file (DuckDB's
+    checkpoint) took longer than the turn on a busy machine, so the process's next opening
+    joined a lock still held and the waiting process never got in (red team s37: a process of
+    four threads with a connection each kept the file 25-61 s from a waiting one)."""
+    from sqlsdc.engines import file_lock
+
+    monkeypatch.setattr(guard_connection._TURNS, "hold", 0.0)
+    held_at_turn = []
+    closed = guard_connection._TURNS.closed
+
+    def watching(key, con):
+        closed(key, con)
+        if key in guard_connection._TURNS._until:  # the last holder after a yield
+            held_at_turn.append(file_lock.held(fresh_demo_db))
+
+    monkeypatch.setattr(guard_connection._TURNS, "closed", watching)
+    holder = sqlsdc.Connection(fresh_demo_db, "analyst", idle_release=None)
+    assert holder.execute(COUNT).fetchall()
+    waiter = _Waiter(fresh_demo_db)
+    opened: list = []
+    try:
+        thread = _open_in_a_thread(fresh_demo_db, opened)
+        time.sleep(0.5)  # waits for the process's holders: a turn is due
+        holder.close()
+        thread.join(10)
+        assert held_at_turn == [False]
+        opened[0][1].close()
+    finally:
+        waiter.leave()
+        holder.close()
+
+
 def test_an_opening_waits_no_longer_than_its_bound(fresh_demo_db, monkeypatch):
     """A connection of the process left open and idle delays an opening, never stops it."""
     monkeypatch.setattr(guard_connection._TURNS, "hold", 0.0)

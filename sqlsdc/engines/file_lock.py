@@ -73,10 +73,15 @@ def _let_go(hold: FileLock) -> None:
 
 
 def held(path: str | Path) -> bool:
-    """Whether this process holds the file's lock (a connection of it has the file open)."""
+    """Whether this process holds the file's lock (a connection of it has the file open).
+    Releases queued meanwhile are applied on the way out, as every user of the registry does:
+    left queued, the process kept the lock with no connection open."""
     key = str(Path(path).resolve())
-    with _registry_lock:
-        return key in _held
+    try:
+        with _registry_lock:
+            return key in _held
+    finally:
+        _apply_releases()
 
 
 def lock_path(path: Path) -> Path:

@@ -103,6 +103,8 @@ MAX_HOLD_SECONDS = 0.5  # a busy connection that others wait for releases it aft
 TURN_SECONDS = 0.06  # ... and waits this long before opening it again: other processes' turn
 MAX_TURN_SECONDS = 2.0  # ... and after this hold even with no waiter known (one may not have
 # been able to mark itself: something else at <db>.waiting); a reopen costs about 15 ms
+EARLY_CHECKS = 3  # checks of a statement before the file is taken, when admins apply policies
+# meanwhile (the last policy applied is checked under the file if it changed after the last)
 RECORD_RETRIES = 20  # a query's recording transaction, when a concurrent one cached a cell first
 KEPT_CONSTANT_CHARACTERS = 4096  # longer constants are evaluated each time (_context)
 ENGINE_CHECKED_TEXTS = 1024  # protected SQL texts whose engine reads are known, per opening
@@ -213,16 +215,16 @@ class Connection:
             else:
                 remember_budget_tables(con)  # as _load_policy found or made them
         except engine.EngineError:
-            _TURNS.closed(key, con)
             con.close()
+            _TURNS.closed(key, con)
             raise OperationalError(
                 f"cannot open {path.name}: the engine failed while reading the sqlsdc "
                 "catalog; the engine's message is withheld; an admin can check the database "
                 "with `sqlsdc policy show`"
             ) from None
         except BaseException:
-            _TURNS.closed(key, con)
             con.close()
+            _TURNS.closed(key, con)
             raise
         self._db, self._turn_key = con, key  # the key closes as it opened (a chdir since)
         self._held_since = time.monotonic()
@@ -332,10 +334,14 @@ class Connection:
 
     def _close_engine(self) -> None:
         """Close the engine connection (the lock held); what was read for this opening only,
-        the PRF key among it, is dropped with it."""
-        _TURNS.closed(self._turn_key, self._db)
-        self._db.close()
-        self._db, self._prf_key = None, None
+        the PRF key among it, is dropped with it. The process's turns hear of it once the file
+        is let go: a turn counted from the start of a close (DuckDB's checkpoint, slower than
+        the turn on a busy machine) ended before the file was free (red team s37)."""
+        db, self._db, self._prf_key = self._db, None, None
+        try:
+            db.close()
+        finally:
+            _TURNS.closed(self._turn_key, db)
 
     @property
     def timeout(self) -> float:
@@ -503,14 +509,30 @@ class Connection:
         finally:
             _TIME_LEFT.reset(token)
 
-    def _check_early(self, sql: str, params, interrupts: int) -> _Early | None:
+    def _in_force(self, context: GuardContext) -> bool:
+        """Whether ``context`` is the one in force, the file opened to know it (an opening
+        reads a policy applied since). When it is not, the file is let go again, so that the
+        statement is checked anew under the new policy as it was under the old one: while no
+        other process or thread waits for this connection (red team s37: a check under the
+        file after each apply kept every other process waiting for it)."""
+        with self._lock:
+            self._con  # noqa: B018 - opens the file if it was let go, reading the policy
+            if self._context is context:
+                return True
+            if not self._depth:
+                self._close_engine()
+            return False
+
+    def _check_early(self, sql: str, params, interrupts: int, took: float = 0.0) -> _Early | None:
         """The statement checked before the connection takes the database file or its own
         lock, under the context of the last opening, so that no other process or thread
         waits while a statement is parsed and checked (constants are evaluated apart from the
         file, :func:`~sqlsdc.engines.duckdb.evaluate_constant`). A refusal is kept, to be
         audited under the file. Nothing is done for a statement the check cache holds, nor on
-        a closed connection. An :meth:`interrupt` after ``interrupts`` of them stops it."""
-        context, started = self._context, time.monotonic()
+        a closed connection. An :meth:`interrupt` after ``interrupts`` of them stops it.
+        ``took``: seconds the statement's earlier checks took (under a policy replaced since),
+        which count against its timeout too."""
+        context, started = self._context, time.monotonic() - took
         if context is None or self._closed:
             return None
         frozen = _frozen(params)
@@ -617,6 +639,10 @@ class Connection:
         sql = _statement_text(sql)
         interrupts = self._interrupts  # a cancel from here on stops this statement
         early = self._check_early(sql, params, interrupts)
+        for _ in range(EARLY_CHECKS - 1):  # an admin applied a policy since: checked again
+            if early is None or self._in_force(early.context):
+                break
+            early = self._check_early(sql, params, interrupts, took=early.took)
         with self._holding():
             try:
                 return self._run(sql, params, early, interrupts)

@@ -25,6 +25,7 @@ from sqlsdc.policy.model import DEFAULT_MAX_STATEMENT_CHARACTERS
 
 DIALECT = "duckdb"
 MAX_DEPTH = 150  # tree levels after balancing AND/OR chains; real queries stay far below
+MAX_SELECTS = 128  # SELECT blocks of one statement (CTEs, subqueries, set operations' branches)
 logging.getLogger("sqlglot").setLevel(logging.ERROR)  # its fallback warnings are not for users
 _LEADING_COMMENTS = re.compile(r"^(\s|--[^\n]*(\n|$)|/\*.*?\*/)*", re.S)
 QUERY_TYPES = (exp.Select, exp.Union, exp.Intersect, exp.Except)
@@ -81,7 +82,24 @@ def parse_statement(
         )
     parsed = nodes(tree)  # one walk for the clause check and the chains to balance
     _check_clauses(parsed, sql)
+    _check_selects(parsed, sql)
     return _check_depth(balance_connectors(tree, parsed), sql, walked)
+
+
+def _check_selects(parsed: list[exp.Expr], sql: str) -> None:
+    """Refuse a statement of more than :data:`MAX_SELECTS` SELECT blocks. Each is a scope that
+    name resolution (sqlglot's, which gives every CTE the ones before it) and the analysis
+    weigh against the others, so their cost grows faster than the text: a 100 KB statement of
+    a thousand CTEs took 16-22 s of CPU to check (red team s37); a UNION of that many
+    branches is already nested deeper than :data:`MAX_DEPTH`."""
+    selects = sum(1 for node in parsed if isinstance(node, exp.Select))
+    if selects > MAX_SELECTS:
+        raise SqlSyntaxError(
+            f"the statement is too complex: it has {selects} SELECT blocks (CTEs, subqueries, "
+            f"branches of UNION and the like); at most {MAX_SELECTS} are checked",
+            "split the query into simpler ones",
+            sql,
+        )
 
 
 def check_unicode(sql: str) -> None:
