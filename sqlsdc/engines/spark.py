@@ -100,9 +100,49 @@ SESSION = {
                        "with text in another time zone than DuckDB's UTC"),
     REBASE: ("CORRECTED", "Spark would shift dates and times before 1582 of the Parquet "
                           "copies, which DuckDB writes in the proleptic Gregorian calendar"),
+    "spark.sql.parquet.int96RebaseModeInRead": (
+        "CORRECTED", "Spark would shift INT96 times before 1900 of Parquet files"),
+    "spark.sql.parquet.inferTimestampNTZ.enabled": (
+        "true", "Spark would read DuckDB's TIMESTAMP (without time zone) as an instant"),
+    "spark.sql.decimalOperations.allowPrecisionLoss": (
+        "false", "Spark would round a product of decimals to fewer digits than DuckDB keeps "
+                 "(DECIMAL(20, 5) * DECIMAL(20, 5): 7 digits instead of 10)"),
+    "spark.sql.legacy.exponentLiteralAsDecimal.enabled": (
+        "false", "Spark would read 5.0e-01 as a DECIMAL, DuckDB reads a DOUBLE"),
+    "spark.sql.legacy.literal.pickMinimumPrecision": (
+        "true", "Spark would type integer literals in decimal arithmetic otherwise"),
+    "spark.sql.caseSensitive": (
+        "false", "Spark would tell column names apart by case, which DuckDB does not"),
+    "spark.sql.groupByOrdinal": ("true", "GROUP BY 1 would group by the constant 1"),
+    "spark.sql.orderByOrdinal": (
+        "true", "ORDER BY 1 would sort by the constant 1 (and LIMIT keep other rows)"),
+    "spark.sql.groupByAliases": ("true", "GROUP BY would not read the select list's aliases"),
+    "spark.sql.ansi.doubleQuotedIdentifiers": ("false", "Spark would parse text otherwise"),
+    "spark.sql.ansi.relationPrecedence": (
+        "false", "Spark would bind JOIN and comma joins in another order"),
+    "spark.sql.legacy.statisticalAggregate": (
+        "false", "STDDEV of one value would be NaN on Spark, NULL on DuckDB"),
+    "spark.sql.legacy.ctePrecedencePolicy": (
+        "CORRECTED", "an inner WITH would not take precedence over an outer one of its name"),
+    "spark.sql.legacy.scalarSubqueryCountBugBehavior": (
+        "false", "a correlated COUNT subquery over no rows would be NULL instead of 0"),
+    "spark.sql.legacy.duplicateBetweenInput": ("false", "BETWEEN would read its input twice"),
+    "spark.sql.legacy.integerGroupingId": ("false", "GROUPING_ID would be an INT"),
+    "spark.sql.legacy.setopsPrecedence.enabled": (
+        "false", "INTERSECT would bind as UNION and EXCEPT, left to right"),
+    "spark.sql.legacy.allowNegativeScaleOfDecimal": (
+        "false", "decimal literals such as 1E10 would have a negative scale"),
+    "spark.sql.legacy.decimal.retainFractionDigitsOnTruncate": (
+        "false", "decimals cast to fewer digits would keep other digits"),
+    "spark.sql.mapKeyDedupPolicy": ("EXCEPTION", "a map of repeated keys would keep the last"),
 }  # fmt: skip
 """The session settings every :class:`SparkEngine` sets and checks before it translates or runs
-a tree: its value and why another value would compute other cells than DuckDB."""
+a tree: its value and why another value would compute other cells than DuckDB. Every other
+``spark.sql.legacy.*`` setting must keep its default (:data:`LEGACY`)."""
+LEGACY = "spark.sql.legacy."
+"""The prefix of Spark's settings that bring back older meanings of SQL: one set in the session
+to anything but its default refuses the session, as it may change a cell (Spark 4.3 has about
+a hundred)."""
 HASH_UDF = "sqlsdc_duckdb_hash"
 """DuckDB's ``hash`` on Spark: the Arrow UDF each :class:`SparkEngine` registers on its session."""
 
@@ -110,13 +150,15 @@ PORTABLE_FUNCTIONS: frozenset[type[exp.Expr]] = frozenset(
     {
         # aggregates, window ranking, grouping
         exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max, exp.Bracket, exp.ArrayMax,
+        # the distinct values of DP's COUNT(DISTINCT column) (_list_problem: two shapes only)
+        exp.ArrayAgg, exp.ArrayDistinct, exp.ArraySort, exp.Flatten, exp.Length,
         exp.RowNumber, exp.Rank, exp.DenseRank, exp.Grouping,
         # scalar functions
         exp.Abs, exp.Least, exp.Greatest, exp.Coalesce, exp.Nullif, exp.Case, exp.If,
         exp.Cast, exp.Round, exp.Floor, exp.Ceil, exp.Sqrt, exp.IsNan,
         # operators
-        exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg,
-        exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE,
+        exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.Neg,
+        exp.EQ, exp.NEQ, exp.NullSafeEQ, exp.GT, exp.GTE, exp.LT, exp.LTE,
         exp.And, exp.Or, exp.Not, exp.Is, exp.In, exp.Between,
     }
 )  # fmt: skip
@@ -224,6 +266,8 @@ def _check(tree: exp.Expr) -> None:
             problem = _ARGUMENT_RULES.get(type(node), _no_problem)(node)
         elif _is_hash(node):
             problem = "" if node.expressions else "hash() needs an argument"
+        elif _is_list_slice(node):
+            problem = _list_problem(node)
         elif type(node) in PORTABLE_CLAUSES:
             problem = _clause_problem(node)
         else:
@@ -399,7 +443,68 @@ def _between_problem(node: exp.Between) -> str:
     return "BETWEEN SYMMETRIC is DuckDB only" if node.args.get("symmetric") else ""
 
 
+def _is_list_slice(node: exp.Expr) -> bool:
+    return isinstance(node, exp.Anonymous) and node.name.upper() == "LIST_SLICE"
+
+
+_LIST_NODES = (exp.ArrayAgg, exp.ArrayDistinct, exp.ArraySort, exp.Flatten, exp.Length)
+
+
+def _list_problem(node: exp.Expr) -> str:
+    """Lists are portable in the two shapes of DP's COUNT(DISTINCT column) only
+    (:func:`sqlsdc.rewrite.dp._kept_values` and its count): a unit's at most r smallest
+    distinct values of a column, ``LIST_SLICE(LIST_SORT(LIST_DISTINCT(ARRAY_AGG(x))), 1, r)``,
+    and a cell's number of distinct values, ``LEN(LIST_DISTINCT(FLATTEN(ARRAY_AGG(k))))``."""
+    top = node
+    while isinstance(top.parent, _LIST_NODES) or _is_list_slice(top.parent):
+        top = top.parent
+    if _kept_values_of(top) is not None or _distinct_count_of(top) is not None:
+        return ""
+    return (
+        "lists are portable only as the distinct values of COUNT(DISTINCT column) under "
+        "differential privacy"
+    )
+
+
+def _kept_values_of(node: exp.Expr) -> exp.Expr | None:
+    """``x`` of ``LIST_SLICE(LIST_SORT(LIST_DISTINCT(ARRAY_AGG(x))), 1, r)`` (else None)."""
+    if not _is_list_slice(node) or len(node.expressions) != 3:
+        return None
+    listed, start, end = node.expressions
+    if _int_literal(start) != 1 or (_int_literal(end) or 0) < 1:
+        return None
+    ordered = isinstance(listed, exp.ArraySort) and not listed.args.get("expression")
+    if not ordered or listed.args.get("nulls_first") not in (None, exp.false()):
+        return None
+    distinct = listed.this
+    if not isinstance(distinct, exp.ArrayDistinct) or not isinstance(distinct.this, exp.ArrayAgg):
+        return None
+    return distinct.this.this if isinstance(distinct.this.this, exp.Column) else None
+
+
+def _distinct_count_of(node: exp.Expr) -> exp.Expr | None:
+    """``k`` of ``LEN(LIST_DISTINCT(FLATTEN(ARRAY_AGG(k))))`` (else None)."""
+    if not isinstance(node, exp.Length) or not isinstance(node.this, exp.ArrayDistinct):
+        return None
+    flat = node.this.this
+    if not isinstance(flat, exp.Flatten) or not isinstance(flat.this, exp.ArrayAgg):
+        return None
+    return flat.this.this if isinstance(flat.this.this, exp.Column) else None
+
+
+def _int_div_problem(node: exp.IntDiv) -> str:
+    """DuckDB's ``//`` of BIGINTs truncates, as Spark's DIV does (and both raise on zero); of
+    DOUBLEs it is a DOUBLE in DuckDB and an error in Spark."""
+    bigints = all(
+        isinstance(o, exp.Cast) and o.to.this == exp.DataType.Type.BIGINT
+        for o in (node.this, node.expression)
+    )
+    return "" if bigints else "only // of two values cast to BIGINT is portable"
+
+
 _ARGUMENT_RULES: dict[type[exp.Expr], Callable[[exp.Expr], str]] = {
+    **{kind: _list_problem for kind in _LIST_NODES},
+    exp.IntDiv: _int_div_problem,
     exp.Mod: _mod_problem,
     exp.Round: _round_problem,
     exp.Floor: _floor_problem,
@@ -548,7 +653,8 @@ class _Types:
             return self._column(node)
         if isinstance(node, exp.Cast):
             return type_class(node.to)
-        if isinstance(node, (exp.Count, exp.RowNumber, exp.Rank, exp.DenseRank, exp.Grouping)):
+        if isinstance(node, (exp.Count, exp.RowNumber, exp.Rank, exp.DenseRank, exp.Grouping,
+                             exp.Length, exp.IntDiv)):  # fmt: skip
             return INT
         if isinstance(node, (exp.Avg, exp.Div, exp.Sqrt)):
             return FLOAT
@@ -578,8 +684,12 @@ class _Types:
 
     def stored(self, node: exp.Expr) -> str | None:
         """The DuckDB type of the column whose values ``node`` is (through aliases, derived
-        tables, MIN and MAX), if it reads a view copied from DuckDB; else None."""
-        while isinstance(node, (exp.Alias, exp.Paren, exp.Min, exp.Max)):
+        tables, MIN, MAX and ``CASE WHEN c THEN x END``, whose type is x's), if it reads a view
+        copied from DuckDB; else None."""
+        while isinstance(node, (exp.Alias, exp.Paren, exp.Min, exp.Max)) or _only_branch(node):
+            if isinstance(node, exp.Case):
+                node = node.args["ifs"][0].args["true"]
+                continue
             if node.args.get("count") is not None:
                 return None
             node = node.this
@@ -664,6 +774,13 @@ class _Types:
                 same = [s.selects[position] for s in selects if len(s.selects) > position]
                 return _unify(self.of(p) for p in same)
         return None
+
+
+def _only_branch(node: exp.Expr) -> bool:
+    """Whether ``node`` is ``CASE WHEN c THEN x END`` (one branch, NULL otherwise)."""
+    if not isinstance(node, exp.Case) or node.this is not None or len(node.args["ifs"]) != 1:
+        return False
+    return isinstance(node.args.get("default"), (type(None), exp.Null))
 
 
 def _selected(scope: Scope) -> list[exp.Table | Scope]:
@@ -825,12 +942,17 @@ def _floor_or_ceil(node: exp.Floor | exp.Ceil, types: _Types) -> exp.Expr:
 
 
 def _grouping(node: exp.Grouping, types: _Types) -> exp.Expr:
-    """DuckDB's GROUPING(a, b) is the bit mask 2·GROUPING(a) + GROUPING(b); Spark's GROUPING
-    takes one argument."""
+    """DuckDB's GROUPING(a, b) is the bit mask 2·GROUPING(a) + GROUPING(b), a BIGINT; Spark's
+    GROUPING takes one argument and is a TINYINT. Under a plain GROUP BY, DuckDB's GROUPING is
+    0 and Spark's an error."""
     arguments = node.expressions
-    if len(arguments) == 1:
-        return node
     bigint = _type("BIGINT")
+    select = node.find_ancestor(exp.Select)
+    group = select.args.get("group") if select is not None else None
+    if group is None or not any(group.args.get(k) for k in ("rollup", "cube", "grouping_sets")):
+        return exp.Cast(this=exp.Literal.number(0), to=bigint)
+    if len(arguments) == 1:
+        return exp.Cast(this=node.copy(), to=bigint)
     bits = [
         exp.Mul(
             this=exp.Cast(this=exp.Grouping(expressions=[a.copy()]), to=bigint.copy()),
@@ -995,10 +1117,52 @@ def _in_any_order(rule: Callable[[exp.Expr, _Types], exp.Expr], exact: tuple[str
     return apply
 
 
+_DISTINCT_CLASSES = (INT, DECIMAL, TEXT, BOOL)
+"""Classes whose distinct values and their order are the same on both engines (DOUBLE's -0.0
+and NaN are not)."""
+
+
+def _kept_values(node: exp.Expr, types: _Types) -> exp.Expr:
+    """A unit's at most r smallest distinct non-NULL values of ``x``: DuckDB's
+    ``LIST_SLICE(LIST_SORT(LIST_DISTINCT(ARRAY_AGG(x))), 1, r)`` (LIST_DISTINCT drops NULLs) is
+    Spark's ``SLICE(ARRAY_SORT(ARRAY_DISTINCT(COLLECT_LIST(x))), 1, r)`` (COLLECT_LIST drops
+    them), values of a class both engines tell apart and order alike."""
+    value = _kept_values_of(node)
+    kind = types.of(value)
+    if kind not in _DISTINCT_CLASSES:
+        raise _refuse(node, f"the distinct values of {_a(kind)}")
+    listed = exp.Anonymous(this="COLLECT_LIST", expressions=[value.copy()])
+    distinct = exp.Anonymous(this="ARRAY_DISTINCT", expressions=[listed])
+    ordered = exp.Anonymous(this="ARRAY_SORT", expressions=[distinct])
+    return exp.Anonymous(
+        this="SLICE", expressions=[ordered, *(e.copy() for e in node.expressions[1:])]
+    )
+
+
+def _anonymous(node: exp.Expr, types: _Types) -> exp.Expr:
+    return _kept_values(node, types) if _is_list_slice(node) else _hash(node, types)
+
+
+def _distinct_count(node: exp.Length, types: _Types) -> exp.Expr:
+    """A cell's number of distinct values, DuckDB's ``LEN(LIST_DISTINCT(FLATTEN(ARRAY_AGG(k))))``
+    (a BIGINT; NULL over no rows, where Spark's COLLECT_LIST is empty) → a BIGINT SIZE of
+    Spark's lists, NULL when the scope has no rows."""
+    lists = _distinct_count_of(node)
+    flat = exp.Anonymous(this="FLATTEN", expressions=[
+        exp.Anonymous(this="COLLECT_LIST", expressions=[lists.copy()])])  # fmt: skip
+    size = exp.Anonymous(this="SIZE", expressions=[
+        exp.Anonymous(this="ARRAY_DISTINCT", expressions=[flat])])  # fmt: skip
+    none = exp.EQ(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(0))
+    return exp.Case(
+        ifs=[exp.If(this=none, true=exp.Null())], default=exp.Cast(this=size, to=_type("BIGINT"))
+    )
+
+
 _SEMANTICS: dict[type[exp.Expr], Callable[[exp.Expr, _Types], exp.Expr]] = {
     exp.Max: _top_values,
     exp.Min: _bottom_values,
-    exp.Anonymous: _hash,
+    exp.Anonymous: _anonymous,
+    exp.Length: _distinct_count,
     exp.Bracket: _element,
     exp.Div: _divide,
     exp.Avg: _in_any_order(_average, (INT, NULL)),
@@ -1011,7 +1175,17 @@ _SEMANTICS: dict[type[exp.Expr], Callable[[exp.Expr, _Types], exp.Expr]] = {
     exp.IsNan: _is_nan,
     **{
         kind: _compare
-        for kind in (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In, exp.Between)
+        for kind in (
+            exp.EQ,
+            exp.NEQ,
+            exp.NullSafeEQ,
+            exp.GT,
+            exp.GTE,
+            exp.LT,
+            exp.LTE,
+            exp.In,
+            exp.Between,
+        )  # fmt: skip
     },
 }
 
@@ -1038,6 +1212,51 @@ def normalise_types(table: pa.Table) -> pa.Table:
             kind = pa.string()
         fields.append(field.with_type(kind).with_nullable(True))
     return table.cast(pa.schema(fields))
+
+
+def as_types(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Spark's answer ``table`` in the types of ``schema`` (DuckDB's types of the same tree,
+    :func:`sqlsdc.engines.duckdb.result_schema`), value for value: integers and decimals are
+    cast only where no digit is lost (DuckDB's DECIMAL(38, 2) sum holds Spark's DECIMAL(20, 2)
+    sum), text and booleans as they are. A column Spark computed in another kind of number
+    (a DOUBLE where DuckDB has a DECIMAL, or the reverse) or whose values do not fit is
+    refused: its values could differ in the last digits.
+
+    Raises:
+        OperationalError: a column cannot take DuckDB's type exactly.
+    """
+    if table.num_columns != len(schema):
+        raise OperationalError(
+            f"Spark returned {table.num_columns} columns, DuckDB types {len(schema)}"
+        )
+    columns = []
+    for column, have, want in zip(table.columns, table.schema, schema, strict=True):
+        if have.type != want.type:
+            if _kind(have.type) != _kind(want.type):
+                raise OperationalError(
+                    f"Spark computed {want.name} as {have.type} where DuckDB computes "
+                    f"{want.type}: its values could differ; run this query on DuckDB"
+                )
+            try:
+                column = column.cast(want.type, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                raise OperationalError(
+                    f"Spark's {want.name} does not fit DuckDB's {want.type}; run this query "
+                    "on DuckDB"
+                ) from None
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=schema.with_metadata(None))
+
+
+def _kind(kind: pa.DataType) -> str:
+    """The kind of Arrow type whose values :func:`as_types` casts exactly within it."""
+    if pa.types.is_integer(kind) or pa.types.is_decimal(kind):
+        return "exact number"
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return "text"
+    if pa.types.is_timestamp(kind):
+        return f"timestamp {kind.unit} {'instant' if kind.tz else 'local'}"
+    return str(kind)
 
 
 # --- the engine --------------------------------------------------------------------------------
@@ -1180,8 +1399,15 @@ class SparkEngine:
         them: its cells would not be DuckDB's. Checked before a tree is translated, so a DP
         stage is refused before anything is charged."""
         for setting, (value, why) in SESSION.items():
-            if self.session.conf.get(setting).lower() != value.lower():
+            if str(self.session.conf.get(setting)).lower() != value.lower():
                 raise NotSupportedError(f"{setting} was changed from {value}: {why}")
+        legacy = sorted(k for k in self.session.conf.getAll if k.lower().startswith(LEGACY))
+        unpinned = [k for k in legacy if k not in SESSION]
+        if unpinned:
+            raise NotSupportedError(
+                f"the Spark session sets {', '.join(unpinned)}: a legacy meaning of SQL may "
+                "compute other cells than DuckDB; unset it (spark.conf.unset) to run here"
+            )
 
     def sql(self, tree: exp.Expr) -> str:
         """The Spark SQL for a protected tree, after every check (runs nothing)."""
@@ -1198,18 +1424,22 @@ class SparkEngine:
 
     def run(self, tree: exp.Expr) -> pa.Table:
         """Run a protected tree; the result has DuckDB's values, typed by normalise_types."""
+        return normalise_types(self.run_exact(tree))
+
+    def run_exact(self, tree: exp.Expr) -> pa.Table:
+        """Run a protected tree; the result has DuckDB's values in Spark's Arrow types (exact
+        decimals; :func:`as_types` gives them DuckDB's types)."""
         from pyspark.errors import PySparkException
 
         sql = self.sql(tree)  # checks the session first
         try:
-            table = self.session.sql(sql).toArrow()
+            return self.session.sql(sql).toArrow()
         except PySparkException as e:  # the message may quote confidential values: not shown
             condition = e.getCondition() or type(e).__name__
             raise OperationalError(
                 "the query failed on Spark; the engine's message is withheld",
                 detail=f"{condition}: {e}",
             ) from None
-        return normalise_types(table)
 
     def close(self) -> None:
         """Drop the views this engine registered and its Parquet copies; the session stays."""

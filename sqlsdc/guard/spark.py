@@ -39,8 +39,8 @@ import pyarrow as pa
 import sqlglot
 
 from sqlsdc.catalog import store
-from sqlsdc.engines.duckdb import EngineError, rollback
-from sqlsdc.engines.spark import check_portable, tables_read, view_name
+from sqlsdc.engines.duckdb import EngineError, register, result_schema, rollback
+from sqlsdc.engines.spark import as_types, check_portable, tables_read, view_name
 from sqlsdc.errors import Error, NotSupportedError, OperationalError, ProgrammingError
 from sqlsdc.guard.dp_release import no_rows
 from sqlsdc.guard.postprocess import check_faults, record_release, values_of
@@ -93,7 +93,8 @@ def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, p
         if query.dp_stages:
             check_portable(query.tree)  # the answer over the noisy cells: refused unpaid
             noisy, paid = _release_dp(connection, engine, query, query_id, sql)  # charged from here
-        result = engine.run(query.tree)
+        answer = engine.run_exact(query.tree)
+        result = as_types(answer, _duckdb_types(con, query.sql, noisy))
         check_faults(result, query)
     except OperationalError as failure:  # Spark ran and failed: its own message is for admins
         cause = failure.__cause__ or failure
@@ -124,6 +125,19 @@ def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, p
         rollback(con)
         raise
     return values
+
+
+def _duckdb_types(con, sql: str, noisy) -> pa.Schema:
+    """The types of DuckDB's answer to the protected ``sql`` (bound over the noisy DP cells,
+    not run): Spark's answer is given in them, as the DuckDB cursor gives it."""
+    relations = noisy.relations if noisy is not None else {}
+    for name, cells in relations.items():
+        register(con, name, cells)
+    try:
+        return result_schema(con, sql)
+    finally:
+        for name in relations:
+            con.unregister(name)
 
 
 def _check_spark_can_release(query: ProtectedQuery) -> None:
