@@ -21,7 +21,8 @@ Differences found (DuckDB 2.0, Spark 4.3 in ANSI mode; each tested) and what hap
 - ``a / b``: DuckDB divides as DOUBLE, x/0 = ±inf, 0/0 = NaN; Spark raises on zero and divides
   decimals as decimals (1.0/3 = 0.333333) → IEEE division of DOUBLEs.
 - ``SUM`` of integers: DuckDB HUGEINT; Spark BIGINT, overflowing at 2^63 → SUM of DECIMAL(38, 0).
-- ``AVG`` of decimals: DuckDB DOUBLE; Spark DECIMAL(p+4, s+4) → AVG of DOUBLE.
+- ``AVG`` of integers and decimals: DuckDB the DOUBLE of the exact sum over the count; Spark
+  DECIMAL(p+4, s+4), or a DOUBLE sum of integers → DuckDB's formula over the exact sum.
 - ``CAST(… AS INT)``: DuckDB rounds, DOUBLE half to even, DECIMAL half away from zero; Spark
   truncates → BROUND / ROUND first. DOUBLE to DECIMAL (0.285 → 0.28 vs 0.29) or VARCHAR
   (``1e+20`` vs ``1.0E20``) and VARCHAR to INT ('2.5' → 3 vs error) → refused.
@@ -838,15 +839,28 @@ def _divide(node: exp.Div, types: _Types) -> exp.Expr:
 
 
 def _average(node: exp.Avg, types: _Types) -> exp.Expr:
-    """DuckDB averages to DOUBLE; Spark averages decimals to DECIMAL(p+4, s+4)."""
+    """DuckDB averages integers and decimals as ``CAST(SUM(x) AS DOUBLE) / COUNT(x)`` over
+    their exact sum (tested on both engines: the conversion of the exact sum to DOUBLE is
+    correctly rounded in both); Spark averages decimals to DECIMAL(p+4, s+4) and integers by a
+    DOUBLE sum → DuckDB's formula over Spark's exact sum. A DOUBLE average is Spark's."""
     argument = node.this
-    inner = argument.expressions[0] if isinstance(argument, exp.Distinct) else argument
-    if types.of(inner) not in (*NUMERIC, NULL):
-        raise _refuse(node, f"AVG of {_a(types.of(inner))}")
-    new = node.copy()
-    target = new.this.expressions[0] if isinstance(new.this, exp.Distinct) else new.this
-    target.replace(_double(target))
-    return new
+    distinct = isinstance(argument, exp.Distinct)
+    inner = argument.expressions[0] if distinct else argument
+    kind = types.of(inner)
+    if kind not in (*NUMERIC, NULL):
+        raise _refuse(node, f"AVG of {_a(kind)}")
+    if kind in (FLOAT, NULL):
+        new = node.copy()
+        target = new.this.expressions[0] if distinct else new.this
+        target.replace(_double(target))
+        return new
+    value = inner.copy()
+    if kind == INT:
+        value = exp.Cast(this=value, to=_type("DECIMAL(38, 0)"))
+    total = exp.Sum(this=exp.Distinct(expressions=[value]) if distinct else value)
+    count = exp.Count(this=exp.Distinct(expressions=[inner.copy()]) if distinct else inner.copy())
+    divisor = exp.Nullif(this=count, expression=exp.Literal.number(0))
+    return exp.Div(this=_double(total), expression=_double(divisor))
 
 
 def _sum_exactly(node: exp.Sum, types: _Types) -> exp.Expr:
@@ -1165,7 +1179,7 @@ _SEMANTICS: dict[type[exp.Expr], Callable[[exp.Expr, _Types], exp.Expr]] = {
     exp.Length: _distinct_count,
     exp.Bracket: _element,
     exp.Div: _divide,
-    exp.Avg: _in_any_order(_average, (INT, NULL)),
+    exp.Avg: _in_any_order(_average, (INT, DECIMAL, NULL)),
     exp.Sum: _in_any_order(_sum_exactly, (INT, DECIMAL, NULL)),
     exp.Cast: _cast,
     exp.Round: _round,
@@ -1331,6 +1345,13 @@ class SparkEngine:
 
     def _register_frame(self, name: str, frame: DataFrame) -> None:
         view = view_name(name)
+        for f in frame.schema:
+            if "collate" in f.dataType.simpleString().lower():
+                raise NotSupportedError(
+                    f"{name}.{f.name} is {f.dataType.simpleString()}: Spark would compare and "
+                    "group its text by that collation, DuckDB by the bytes; register it as "
+                    "a plain string"
+                )
         frame.createOrReplaceTempView(view)
         self.schemas[view] = {f.name.lower(): f.dataType.simpleString() for f in frame.schema}
 

@@ -92,7 +92,9 @@ def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, p
         check_engine_tables(names, query.tree, connection.policy)
         if query.dp_stages:
             check_portable(query.tree)  # the answer over the noisy cells: refused unpaid
-            noisy, paid = _release_dp(connection, engine, query, query_id, sql)  # charged from here
+            noisy, paid = _release_dp(
+                connection, con, engine, query, query_id, sql
+            )  # charged from here
         answer = engine.run_exact(query.tree)
         result = as_types(answer, _duckdb_types(con, query.sql, noisy))
         check_faults(result, query)
@@ -168,7 +170,7 @@ def _check_spark_types(tables: set[str], schema: dict, spark: dict) -> None:
                 )
 
 
-def _release_dp(connection: Connection, engine: SparkEngine, query, query_id: int, sql: str):
+def _release_dp(connection: Connection, con, engine: SparkEngine, query, query_id: int, sql: str):
     """Noise the DP cells of ``query`` from exact cells computed on Spark, charged to the
     connection's budget first (as on DuckDB), and register them for the protected tree;
     returns them and the charge, to be cached with the answer's record.
@@ -187,7 +189,8 @@ def _release_dp(connection: Connection, engine: SparkEngine, query, query_id: in
             trees[connection._context.to_sql(empty)] = empty
 
     def run(text: str) -> pa.Table:  # stage SQL by its tree; public domains parsed from text
-        return engine.run(trees.get(text) or sqlglot.parse_one(text, read="duckdb"))
+        answer = engine.run_exact(trees.get(text) or sqlglot.parse_one(text, read="duckdb"))
+        return as_types(answer, result_schema(con, text))  # exact, as DuckDB gives them
 
     noisy, paid = connection._release_dp(query, query_id, sql, run=run,
                                          data_version=engine.data_version)  # fmt: skip
