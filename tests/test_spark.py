@@ -736,7 +736,7 @@ def assert_same_cells(demo, sql: str) -> None:
     query = queries[sql]
     ordered = query.tree.args.get("order") is not None and query.tree.args.get("limit") is not None
     spark_result = run_protected(con, engine, sql)
-    duck_result = normalise_types(con.execute(sql).arrow())
+    duck_result = con.execute(sql).arrow()  # DuckDB's own types: Spark's answer has them
     assert spark_result.column_names == [c.name for c in query.columns]
     assert_same(duck_result, spark_result, ordered=ordered, rel_tol=1e-12)
 
@@ -980,15 +980,8 @@ def assert_same_dp_release(path: Path, engine: SparkEngine, sql: str) -> None:
     assert strip == [cell[1:] for cell in ledger(path, duck_id)] and strip
 
 
-@pytest.mark.parametrize(
-    "sql",
-    [
-        "SELECT sex, LN(COUNT(*)) FROM persons GROUP BY sex",  # the answer over the cells
-        "SELECT COUNT(DISTINCT cost) FROM visits",  # distinct DOUBLEs (-0.0, NaN)
-    ],
-)
-def test_dp_stages_spark_cannot_run_are_refused_before_anything_is_charged(dp_on_spark, sql):
-    assert_refused_unpaid(*dp_on_spark, sql)
+def test_dp_stages_spark_cannot_run_are_refused_before_anything_is_charged(dp_on_spark):
+    assert_refused_unpaid(*dp_on_spark, "SELECT sex, LN(COUNT(*)) FROM persons GROUP BY sex")
 
 
 def test_dp_stages_hashing_a_type_spark_copies_otherwise_are_refused_unpaid(payments_on_spark):

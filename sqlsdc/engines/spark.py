@@ -849,8 +849,8 @@ def _average(node: exp.Avg, types: _Types) -> exp.Expr:
     kind = types.of(inner)
     if kind not in (*NUMERIC, NULL):
         raise _refuse(node, f"AVG of {_a(kind)}")
-    if kind in (FLOAT, NULL):
-        new = node.copy()
+    if kind in (FLOAT, NULL) or isinstance(node.parent, exp.Window):  # a window: its frame's
+        new = node.copy()  # DOUBLE sum, exact to 2^53 (a window's AVG is over released values)
         target = new.this.expressions[0] if distinct else new.this
         target.replace(_double(target))
         return new
@@ -963,7 +963,7 @@ def _grouping(node: exp.Grouping, types: _Types) -> exp.Expr:
     bigint = _type("BIGINT")
     select = node.find_ancestor(exp.Select)
     group = select.args.get("group") if select is not None else None
-    if group is None or not any(group.args.get(k) for k in ("rollup", "cube", "grouping_sets")):
+    if group is None or group.find(exp.Cube, exp.Rollup, exp.GroupingSets) is None:
         return exp.Cast(this=exp.Literal.number(0), to=bigint)
     if len(arguments) == 1:
         return exp.Cast(this=node.copy(), to=bigint)
