@@ -54,8 +54,21 @@ Differences found (DuckDB 2.0, Spark 4.3 in ANSI mode; each tested) and what hap
   columns without ORDER BY, LIMIT or DISTINCT (which would change place).
 - a 32-bit FLOAT column: DuckDB compares and computes in FLOAT (``r > 0.1`` with 0.1 cast to
   FLOAT; ``r / 3`` a FLOAT), Spark in DOUBLE → refused.
-- ``a // b`` (DOUBLEs in DuckDB, error in Spark), ``LIKE`` (``\\`` escapes in Spark only),
-  ``EXP`` and ``LN`` (libm vs Java: last bit, and LN(0) is -inf vs NULL) → refused.
+- ``a // b`` (DOUBLEs in DuckDB, error in Spark) → refused, but for two BIGINT casts (the DP
+  bounding report's): both truncate, both raise on zero → ``DIV``. ``LIKE`` (``\\`` escapes in
+  Spark only), ``EXP`` and ``LN`` (libm vs Java: last bit, and LN(0) is -inf vs NULL) → refused.
+- ``GROUPING(x)`` under a plain GROUP BY: 0 in DuckDB, an error in Spark → 0. GROUPING is a
+  BIGINT in DuckDB, a TINYINT in Spark → cast.
+- ``IS NOT DISTINCT FROM``: Spark's ``<=>``, the same for the types compared here.
+- lists, in the two shapes of DP's ``COUNT(DISTINCT column)`` only: a unit's r smallest
+  distinct values ``LIST_SLICE(LIST_SORT(LIST_DISTINCT(ARRAY_AGG(x))), 1, r)`` → ``SLICE``,
+  ``ARRAY_SORT``, ``ARRAY_DISTINCT`` and ``COLLECT_LIST`` (which drops NULLs, as LIST_DISTINCT
+  does) for INTEGER, DECIMAL, VARCHAR and BOOLEAN values (DOUBLE's -0.0 and NaN → refused);
+  their count ``LEN(LIST_DISTINCT(FLATTEN(ARRAY_AGG(k))))`` → a BIGINT ``SIZE``, NULL over no
+  rows as in DuckDB (Spark's COLLECT_LIST of no rows is empty, not NULL).
+- the answer's types: Spark's are its own (DECIMAL(p+10, s) sums, TINYINT GROUPING, INTEGER
+  keys as Spark reads them); :func:`as_types` casts them to the types DuckDB binds for the same
+  SQL, exactly or not at all (the guarded path, :mod:`sqlsdc.guard.spark`).
 
 Integer overflow raises in both engines only under Spark's ANSI mode, so :class:`SparkEngine`
 turns it on and refuses to run if it was turned off. The hardened DuckDB reads times in UTC
@@ -63,10 +76,14 @@ turns it on and refuses to run if it was turned off. The hardened DuckDB reads t
 over a TIMESTAMP WITH TIME ZONE column counted other rows under one cell identity (red team
 s36e) → the engine sets the session time zone to UTC and refuses to run if it was changed;
 likewise Parquet dates are read without Julian rebasing (a LEGACY session moved 1582-10-04 to
-1582-09-24, its hash, and the groups units kept).
-Floating-point SUM and AVG depend on the order of additions, in Spark as in a multi-threaded
-DuckDB; they agree to about 1e-15 relative, not bit for bit. Counts, integer sums, cell keys
-(``SUM(__rkey) % 4294967296``), thresholds and NULLs (suppression) are exact.
+1582-09-24, its hash, and the groups units kept). Every setting of :data:`SESSION` is pinned so
+(decimal products keep DuckDB's digits, ordinals, case, literals, legacy meanings), and a
+session that sets any other ``spark.sql.legacy.*`` is refused. A column of a collated string
+type (``string collate UTF8_LCASE``) is refused when registered: Spark groups by the collation.
+Floating-point SUM and AVG over rows depend on the order of additions, in Spark as in a
+multi-threaded DuckDB: they agree to about 1e-15 relative, not bit for bit (the one difference
+``tests/spark_differential.py`` still finds). Counts, integer and decimal sums and averages,
+cell keys (``SUM(__rkey) % 4294967296``), thresholds, NULLs and DP's exact cells are exact.
 """
 
 from __future__ import annotations

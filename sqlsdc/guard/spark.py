@@ -17,11 +17,12 @@ are then registered on Spark for the rest of the protected tree. The keyed choic
 bounding (tables with several rows per unit, joins: a unit's groups and rows ranked by
 DuckDB's ``hash(record key, keys, measures)``) run on Spark through the engine's UDF that
 computes DuckDB's hash bit for bit (:mod:`sqlsdc.engines.duckdb_hash`), so they keep the same
-groups and rows, and the same cells get the same noise and ledger rows. A DP stage whose SQL is
-not portable (a hash of a type Spark's copy holds otherwise, an ENUM say; lists of distinct
-values; the bounding report) is refused before anything is charged. Private group keys are
-typed by Spark's answer (:func:`~sqlsdc.engines.spark.normalise_types`): a DECIMAL key reads as
-DOUBLE there and is refused, unpaid, where DuckDB releases it. Suppression patterns are made
+groups and rows, and the same cells get the same noise and ledger rows; so do COUNT(DISTINCT
+column)'s lists of distinct values and the bounding report. A DP stage whose SQL is not portable
+(a hash of a type Spark's copy holds otherwise, an ENUM say; distinct DOUBLEs) is refused before
+anything is charged. Every result (the stages' exact cells, the answer) is given in the types
+DuckDB binds for the same SQL (:func:`~sqlsdc.engines.duckdb.result_schema`), exactly: decimal
+sums keep every digit, private group keys have DuckDB's types. Suppression patterns are made
 and kept fresh by the DuckDB engine, so suppression is refused here (and audited as refused).
 
 Example:
