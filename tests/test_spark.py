@@ -669,6 +669,15 @@ def test_view_names():
     assert unaliased == "SELECT ptable.v FROM sqlsdc__ptable AS ptable"
 
 
+def test_collated_text_is_refused(engine):
+    """Spark compares and groups a UTF8_LCASE string case-insensitively ('a' = 'A'); DuckDB
+    compares bytes: other groups, other cells."""
+    frame = engine.session.sql("SELECT 'a' COLLATE UTF8_LCASE AS s")
+    with pytest.raises(NotSupportedError, match="string collate UTF8_LCASE: Spark would compare"):
+        engine.register("collated", frame)
+    assert "collated" not in engine.schemas
+
+
 def test_unregistered_tables_are_named(engine):
     with pytest.raises(ProgrammingError, match="table nowhere is not registered"):
         engine.run(parse("SELECT COUNT(*) FROM nowhere"))
