@@ -54,8 +54,9 @@ Differences found (DuckDB 2.0, Spark 4.3 in ANSI mode; each tested) and what hap
   columns without ORDER BY, LIMIT or DISTINCT (which would change place).
 - a 32-bit FLOAT column: DuckDB compares and computes in FLOAT (``r > 0.1`` with 0.1 cast to
   FLOAT; ``r / 3`` a FLOAT), Spark in DOUBLE → refused.
-- ``a // b`` (DOUBLEs in DuckDB, error in Spark) → refused, but for two BIGINT casts (the DP
-  bounding report's): both truncate, both raise on zero → ``DIV``. ``LIKE`` (``\\`` escapes in
+- ``a // b`` (DOUBLEs in DuckDB, error in Spark) → refused, but for integers divided by a
+  constant other than 0 and -1 or two BIGINT casts (the DP bounding report's): both truncate,
+  both raise on zero → ``DIV``. ``LIKE`` (``\\`` escapes in
   Spark only), ``EXP`` and ``LN`` (libm vs Java: last bit, and LN(0) is -inf vs NULL) → refused.
 - ``GROUPING(x)`` under a plain GROUP BY: 0 in DuckDB, an error in Spark → 0. GROUPING is a
   BIGINT in DuckDB, a TINYINT in Spark → cast.
@@ -511,13 +512,17 @@ def _distinct_count_of(node: exp.Expr) -> exp.Expr | None:
 
 
 def _int_div_problem(node: exp.IntDiv) -> str:
-    """DuckDB's ``//`` of BIGINTs truncates, as Spark's DIV does (and both raise on zero); of
-    DOUBLEs it is a DOUBLE in DuckDB and an error in Spark."""
+    """DuckDB's ``//`` of integers truncates, as Spark's DIV does, and both raise on zero (the
+    DP bounding report's ``CAST(a AS BIGINT) // CAST(b AS BIGINT)``); by a constant other than
+    0 and -1 (``INT_MIN // -1`` overflows in DuckDB's INTEGER, not in Spark's BIGINT result).
+    Of DOUBLEs it is a DOUBLE in DuckDB and an error in Spark (:func:`_int_divide`)."""
     bigints = all(
         isinstance(o, exp.Cast) and o.to.this == exp.DataType.Type.BIGINT
         for o in (node.this, node.expression)
     )
-    return "" if bigints else "only // of two values cast to BIGINT is portable"
+    if bigints or _int_literal(node.expression) not in (None, 0, -1):
+        return ""
+    return "only // of two values cast to BIGINT, or by an integer constant but 0 and -1"
 
 
 _ARGUMENT_RULES: dict[type[exp.Expr], Callable[[exp.Expr], str]] = {
@@ -1189,8 +1194,17 @@ def _distinct_count(node: exp.Length, types: _Types) -> exp.Expr:
     )
 
 
+def _int_divide(node: exp.IntDiv, types: _Types) -> exp.Expr:
+    """``//`` of integers is Spark's DIV; of anything else DuckDB divides otherwise."""
+    kind = types.of(node.this)
+    if kind not in (INT, NULL):
+        raise _refuse(node, f"// of {_a(kind)} (a DOUBLE floor division in DuckDB)")
+    return node
+
+
 _SEMANTICS: dict[type[exp.Expr], Callable[[exp.Expr, _Types], exp.Expr]] = {
     exp.Max: _top_values,
+    exp.IntDiv: _int_divide,
     exp.Min: _bottom_values,
     exp.Anonymous: _anonymous,
     exp.Length: _distinct_count,
