@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import sys
+from decimal import Decimal
 from pathlib import Path
 
 import duckdb
@@ -257,6 +258,7 @@ SCALAR_CASES = [
     "i + 1", "d - f", "i * d", "b - 1", "CAST(i AS BIGINT) * 2", "d * d",
     "i / 3", "i / 0", "d / i", "f / 0", "d / 0.5", "1 / f", "i / NULL", "b / 3",
     "i % 3", "i % -3", "d % 2", "f % 2", "b % 4294967296", "d % 0.2",
+    "CAST(i AS BIGINT) // CAST(3 AS BIGINT)", "i // 3", "b // -2", "i IS NOT DISTINCT FROM 7",
     "i = 7", "i <> 7", "d > f", "d >= 0", "f < 1", "f <= f", "s <= 'x'", "f = f",
     "i > 0 AND d > 0", "i > 0 OR s = 'x'", "NOT i > 0", "i IS NULL", "NOT s IS NULL",
     "i IN (7, 0, NULL)", "s IN ('x', 'w')", "d IN (2.5, 0)", "i BETWEEN -3 AND 7",
@@ -269,6 +271,12 @@ AGGREGATE_CASES = [
     "MIN(i)", "MAX(d)", "MIN(s)", "MAX(f)", "MIN(f)", "SUM(i) / COUNT(*)", "SUM(f)", "AVG(f)",
     "MAX(ABS(d), 2)[2]", "MAX(i, 3)[1]", "MAX(f, 6)[6]",
     "LIST_MAX(MIN(i, 2))", "LIST_MAX(MIN(d, 20))", "LIST_MAX(MIN(s, 1))", "LIST_MAX(MIN(f, 3))",
+    # DP's COUNT(DISTINCT column): each unit's 2 smallest values, their distinct count; NULL
+    # over no rows (where Spark's COLLECT_LIST is empty)
+    "(SELECT LEN(LIST_DISTINCT(FLATTEN(ARRAY_AGG(k)))) FROM (SELECT LIST_SLICE(LIST_SORT("
+    "LIST_DISTINCT(ARRAY_AGG(s))), 1, 2) AS k FROM vals GROUP BY i > 0))",
+    "(SELECT LEN(LIST_DISTINCT(FLATTEN(ARRAY_AGG(k)))) FROM (SELECT LIST_SLICE(LIST_SORT("
+    "LIST_DISTINCT(ARRAY_AGG(d))), 1, 1) AS k FROM vals WHERE i > 1000000000 GROUP BY g))",
 ]  # fmt: skip
 
 GROUPING_CASES = ["GROUPING(g)", "GROUPING(g, s)", "GROUPING(s, g) * 10", "COUNT(*)"]
@@ -336,6 +344,8 @@ def test_grouping_with_several_arguments_is_a_bit_mask(engine, duck):
         with_names(engine.run(tree), GROUPING_CASES),
         ordered=False,
     )
+    plain = select(GROUPING_CASES, "GROUP BY g, s", keys="g, s")  # 0 in DuckDB, Spark raises
+    assert_same(on_duckdb(duck, plain), engine.run(plain), ordered=False)
 
 
 def test_set_operations_agree(engine, duck):
@@ -445,6 +455,31 @@ def test_sums_beyond_two_to_the_63_stay_exact(engine, duck):
             engine.run(tree)
     finally:
         engine.session.conf.set(ANSI, "true")
+
+
+def test_decimal_products_keep_duckdbs_digits_and_legacy_settings_are_refused(engine, duck):
+    """DuckDB multiplies DECIMAL(20, 10)s into DECIMAL(38, 20) (or raises); Spark, by default,
+    rounds the product to 17 digits. The engine turns that off, and refuses a session that
+    turns it back on or sets any spark.sql.legacy.* it does not pin."""
+    tree = parse("SELECT CAST(1.0000000001 AS DECIMAL(20, 10)) * CAST(1.0000000001 AS "
+                 "DECIMAL(20, 10)) AS p FROM vals WHERE id = 5")  # fmt: skip
+    exact = [Decimal("1.00000000020000000001")]
+    assert [row[0] for row in duck.sql(to_sql(tree)).fetchall()] == exact
+    assert engine.run_exact(tree)["p"].to_pylist() == exact
+    lossy = "spark.sql.decimalOperations.allowPrecisionLoss"
+    engine.session.conf.set(lossy, "true")
+    try:
+        with pytest.raises(NotSupportedError, match=f"{lossy} was changed from false"):
+            engine.run(tree)
+    finally:
+        engine.session.conf.set(lossy, "false")
+    legacy = "spark.sql.legacy.timeParserPolicy"
+    engine.session.conf.set(legacy, "LEGACY")
+    try:
+        with pytest.raises(NotSupportedError, match=f"sets {legacy}: a legacy meaning"):
+            engine.run(tree)
+    finally:
+        engine.session.conf.unset(legacy)
 
 
 @pytest.mark.parametrize("expression", ["b + b", "i + 2", "ROUND(i, -1)", "ABS(-2147483648)"])
@@ -565,7 +600,15 @@ REFUSED = [
     ("SELECT EXP(f) FROM vals", r"function exp\(\)"),
     ("SELECT LN(f) FROM vals", r"function ln\(\)"),
     ("SELECT POWER(f, 2) FROM vals", r"function pow"),
-    ("SELECT i // 2 FROM vals", r"INTDIV"),
+    ("SELECT f // 2 FROM vals", r"// of a DOUBLE"),
+    ("SELECT i // -1 FROM vals", r"by an integer constant but 0 and -1"),
+    ("SELECT i // i FROM vals", r"by an integer constant but 0 and -1"),
+    ("SELECT ARRAY_AGG(s) FROM vals", r"lists are portable only as the distinct values"),
+    ("SELECT LEN(s) FROM vals", r"lists are portable only as the distinct values"),
+    (
+        "SELECT LIST_SLICE(LIST_SORT(LIST_DISTINCT(ARRAY_AGG(f))), 1, 2) FROM vals",
+        r"the distinct values of a DOUBLE",
+    ),
     ("SELECT s LIKE 'x%' FROM vals", r"LIKE"),
     ("SELECT i % i FROM vals", r"divisor of % must be a non-zero constant"),
     ("SELECT f % 0 FROM vals", r"divisor of % must be a non-zero constant"),
@@ -629,6 +672,15 @@ def test_view_names():
     assert sql == "SELECT p.v FROM sqlsdc__ptable_entries AS p"
     unaliased = to_spark_sql(parse("SELECT ptable.v FROM sqlsdc.ptable"), {})
     assert unaliased == "SELECT ptable.v FROM sqlsdc__ptable AS ptable"
+
+
+def test_collated_text_is_refused(engine):
+    """Spark compares and groups a UTF8_LCASE string case-insensitively ('a' = 'A'); DuckDB
+    compares bytes: other groups, other cells."""
+    frame = engine.session.sql("SELECT 'a' COLLATE UTF8_LCASE AS s")
+    with pytest.raises(NotSupportedError, match="string collate UTF8_LCASE: Spark would compare"):
+        engine.register("collated", frame)
+    assert "collated" not in engine.schemas
 
 
 def test_unregistered_tables_are_named(engine):
@@ -698,7 +750,7 @@ def assert_same_cells(demo, sql: str) -> None:
     query = queries[sql]
     ordered = query.tree.args.get("order") is not None and query.tree.args.get("limit") is not None
     spark_result = run_protected(con, engine, sql)
-    duck_result = normalise_types(con.execute(sql).arrow())
+    duck_result = con.execute(sql).arrow()  # DuckDB's own types: Spark's answer has them
     assert spark_result.column_names == [c.name for c in query.columns]
     assert_same(duck_result, spark_result, ordered=ordered, rel_tol=1e-12)
 
@@ -832,6 +884,9 @@ DP_CROSS_ENGINE_QUERIES = [
     # a join: bounded per (person, group), the group kept by the smallest hash (public keys)
     "SELECT l.label, COUNT(*) AS n FROM persons p JOIN lookup l ON p.region = l.code "
     "GROUP BY l.label",
+    # lists of each person's distinct values (at most max_rows), counted per cell
+    "SELECT COUNT(DISTINCT clinic) AS c FROM visits",
+    "SELECT region, COUNT(DISTINCT age) AS a FROM persons GROUP BY region",
 ]
 
 # A table of payments (many rows per person) over public domains, with a cap on each
@@ -939,15 +994,8 @@ def assert_same_dp_release(path: Path, engine: SparkEngine, sql: str) -> None:
     assert strip == [cell[1:] for cell in ledger(path, duck_id)] and strip
 
 
-@pytest.mark.parametrize(
-    "sql",
-    [
-        "SELECT sex, LN(COUNT(*)) FROM persons GROUP BY sex",  # the answer over the cells
-        "SELECT COUNT(DISTINCT clinic) FROM visits",  # lists of distinct values
-    ],
-)
-def test_dp_stages_spark_cannot_run_are_refused_before_anything_is_charged(dp_on_spark, sql):
-    assert_refused_unpaid(*dp_on_spark, sql)
+def test_dp_stages_spark_cannot_run_are_refused_before_anything_is_charged(dp_on_spark):
+    assert_refused_unpaid(*dp_on_spark, "SELECT sex, LN(COUNT(*)) FROM persons GROUP BY sex")
 
 
 def test_dp_stages_hashing_a_type_spark_copies_otherwise_are_refused_unpaid(payments_on_spark):

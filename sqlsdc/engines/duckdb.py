@@ -867,6 +867,18 @@ def _type_names(schema: pa.Schema) -> tuple[str, ...]:
     return tuple(mark or name for mark, name in zip(marks, read, strict=True))
 
 
+def result_schema(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Schema:
+    """The Arrow schema of the result of ``sql`` as DuckDB's cursor exports it (HUGEINT as
+    decimal128(38, 0)), from binding ``sql`` on ``con`` only: nothing runs. Another engine's
+    answer to the same tree is typed by it (:mod:`sqlsdc.guard.spark`)."""
+    relation = con.sql(sql)
+    columns = ", ".join(f"CAST(NULL AS {kind}) AS c{i}" for i, kind in enumerate(relation.types))
+    empty = _type_reader().sql(f"SELECT {columns} LIMIT 0").to_arrow_table()
+    return pa.schema(
+        f.with_name(name) for f, name in zip(empty.schema, relation.columns, strict=True)
+    )
+
+
 def _type_reader() -> duckdb.DuckDBPyConnection:
     """This thread's private in-memory connection, for reading types and parsing."""
     con = getattr(_TYPE_READER, "con", None)

@@ -21,7 +21,8 @@ Differences found (DuckDB 2.0, Spark 4.3 in ANSI mode; each tested) and what hap
 - ``a / b``: DuckDB divides as DOUBLE, x/0 = ±inf, 0/0 = NaN; Spark raises on zero and divides
   decimals as decimals (1.0/3 = 0.333333) → IEEE division of DOUBLEs.
 - ``SUM`` of integers: DuckDB HUGEINT; Spark BIGINT, overflowing at 2^63 → SUM of DECIMAL(38, 0).
-- ``AVG`` of decimals: DuckDB DOUBLE; Spark DECIMAL(p+4, s+4) → AVG of DOUBLE.
+- ``AVG`` of integers and decimals: DuckDB the DOUBLE of the exact sum over the count; Spark
+  DECIMAL(p+4, s+4), or a DOUBLE sum of integers → DuckDB's formula over the exact sum.
 - ``CAST(… AS INT)``: DuckDB rounds, DOUBLE half to even, DECIMAL half away from zero; Spark
   truncates → BROUND / ROUND first. DOUBLE to DECIMAL (0.285 → 0.28 vs 0.29) or VARCHAR
   (``1e+20`` vs ``1.0E20``) and VARCHAR to INT ('2.5' → 3 vs error) → refused.
@@ -53,8 +54,22 @@ Differences found (DuckDB 2.0, Spark 4.3 in ANSI mode; each tested) and what hap
   columns without ORDER BY, LIMIT or DISTINCT (which would change place).
 - a 32-bit FLOAT column: DuckDB compares and computes in FLOAT (``r > 0.1`` with 0.1 cast to
   FLOAT; ``r / 3`` a FLOAT), Spark in DOUBLE → refused.
-- ``a // b`` (DOUBLEs in DuckDB, error in Spark), ``LIKE`` (``\\`` escapes in Spark only),
-  ``EXP`` and ``LN`` (libm vs Java: last bit, and LN(0) is -inf vs NULL) → refused.
+- ``a // b`` (DOUBLEs in DuckDB, error in Spark) → refused, but for integers divided by a
+  constant other than 0 and -1 or two BIGINT casts (the DP bounding report's): both truncate,
+  both raise on zero → ``DIV``. ``LIKE`` (``\\`` escapes in
+  Spark only), ``EXP`` and ``LN`` (libm vs Java: last bit, and LN(0) is -inf vs NULL) → refused.
+- ``GROUPING(x)`` under a plain GROUP BY: 0 in DuckDB, an error in Spark → 0. GROUPING is a
+  BIGINT in DuckDB, a TINYINT in Spark → cast.
+- ``IS NOT DISTINCT FROM``: Spark's ``<=>``, the same for the types compared here.
+- lists, in the two shapes of DP's ``COUNT(DISTINCT column)`` only: a unit's r smallest
+  distinct values ``LIST_SLICE(LIST_SORT(LIST_DISTINCT(ARRAY_AGG(x))), 1, r)`` → ``SLICE``,
+  ``ARRAY_SORT``, ``ARRAY_DISTINCT`` and ``COLLECT_LIST`` (which drops NULLs, as LIST_DISTINCT
+  does) for INTEGER, DECIMAL, VARCHAR and BOOLEAN values (DOUBLE's -0.0 and NaN → refused);
+  their count ``LEN(LIST_DISTINCT(FLATTEN(ARRAY_AGG(k))))`` → a BIGINT ``SIZE``, NULL over no
+  rows as in DuckDB (Spark's COLLECT_LIST of no rows is empty, not NULL).
+- the answer's types: Spark's are its own (DECIMAL(p+10, s) sums, TINYINT GROUPING, INTEGER
+  keys as Spark reads them); :func:`as_types` casts them to the types DuckDB binds for the same
+  SQL, exactly or not at all (the guarded path, :mod:`sqlsdc.guard.spark`).
 
 Integer overflow raises in both engines only under Spark's ANSI mode, so :class:`SparkEngine`
 turns it on and refuses to run if it was turned off. The hardened DuckDB reads times in UTC
@@ -62,10 +77,14 @@ turns it on and refuses to run if it was turned off. The hardened DuckDB reads t
 over a TIMESTAMP WITH TIME ZONE column counted other rows under one cell identity (red team
 s36e) → the engine sets the session time zone to UTC and refuses to run if it was changed;
 likewise Parquet dates are read without Julian rebasing (a LEGACY session moved 1582-10-04 to
-1582-09-24, its hash, and the groups units kept).
-Floating-point SUM and AVG depend on the order of additions, in Spark as in a multi-threaded
-DuckDB; they agree to about 1e-15 relative, not bit for bit. Counts, integer sums, cell keys
-(``SUM(__rkey) % 4294967296``), thresholds and NULLs (suppression) are exact.
+1582-09-24, its hash, and the groups units kept). Every setting of :data:`SESSION` is pinned so
+(decimal products keep DuckDB's digits, ordinals, case, literals, legacy meanings), and a
+session that sets any other ``spark.sql.legacy.*`` is refused. A column of a collated string
+type (``string collate UTF8_LCASE``) is refused when registered: Spark groups by the collation.
+Floating-point SUM and AVG over rows depend on the order of additions, in Spark as in a
+multi-threaded DuckDB: they agree to about 1e-15 relative, not bit for bit (the one difference
+``tests/spark_differential.py`` still finds). Counts, integer and decimal sums and averages,
+cell keys (``SUM(__rkey) % 4294967296``), thresholds, NULLs and DP's exact cells are exact.
 """
 
 from __future__ import annotations
@@ -100,9 +119,49 @@ SESSION = {
                        "with text in another time zone than DuckDB's UTC"),
     REBASE: ("CORRECTED", "Spark would shift dates and times before 1582 of the Parquet "
                           "copies, which DuckDB writes in the proleptic Gregorian calendar"),
+    "spark.sql.parquet.int96RebaseModeInRead": (
+        "CORRECTED", "Spark would shift INT96 times before 1900 of Parquet files"),
+    "spark.sql.parquet.inferTimestampNTZ.enabled": (
+        "true", "Spark would read DuckDB's TIMESTAMP (without time zone) as an instant"),
+    "spark.sql.decimalOperations.allowPrecisionLoss": (
+        "false", "Spark would round a product of decimals to fewer digits than DuckDB keeps "
+                 "(DECIMAL(20, 5) * DECIMAL(20, 5): 7 digits instead of 10)"),
+    "spark.sql.legacy.exponentLiteralAsDecimal.enabled": (
+        "false", "Spark would read 5.0e-01 as a DECIMAL, DuckDB reads a DOUBLE"),
+    "spark.sql.legacy.literal.pickMinimumPrecision": (
+        "true", "Spark would type integer literals in decimal arithmetic otherwise"),
+    "spark.sql.caseSensitive": (
+        "false", "Spark would tell column names apart by case, which DuckDB does not"),
+    "spark.sql.groupByOrdinal": ("true", "GROUP BY 1 would group by the constant 1"),
+    "spark.sql.orderByOrdinal": (
+        "true", "ORDER BY 1 would sort by the constant 1 (and LIMIT keep other rows)"),
+    "spark.sql.groupByAliases": ("true", "GROUP BY would not read the select list's aliases"),
+    "spark.sql.ansi.doubleQuotedIdentifiers": ("false", "Spark would parse text otherwise"),
+    "spark.sql.ansi.relationPrecedence": (
+        "false", "Spark would bind JOIN and comma joins in another order"),
+    "spark.sql.legacy.statisticalAggregate": (
+        "false", "STDDEV of one value would be NaN on Spark, NULL on DuckDB"),
+    "spark.sql.legacy.ctePrecedencePolicy": (
+        "CORRECTED", "an inner WITH would not take precedence over an outer one of its name"),
+    "spark.sql.legacy.scalarSubqueryCountBugBehavior": (
+        "false", "a correlated COUNT subquery over no rows would be NULL instead of 0"),
+    "spark.sql.legacy.duplicateBetweenInput": ("false", "BETWEEN would read its input twice"),
+    "spark.sql.legacy.integerGroupingId": ("false", "GROUPING_ID would be an INT"),
+    "spark.sql.legacy.setopsPrecedence.enabled": (
+        "false", "INTERSECT would bind as UNION and EXCEPT, left to right"),
+    "spark.sql.legacy.allowNegativeScaleOfDecimal": (
+        "false", "decimal literals such as 1E10 would have a negative scale"),
+    "spark.sql.legacy.decimal.retainFractionDigitsOnTruncate": (
+        "false", "decimals cast to fewer digits would keep other digits"),
+    "spark.sql.mapKeyDedupPolicy": ("EXCEPTION", "a map of repeated keys would keep the last"),
 }  # fmt: skip
 """The session settings every :class:`SparkEngine` sets and checks before it translates or runs
-a tree: its value and why another value would compute other cells than DuckDB."""
+a tree: its value and why another value would compute other cells than DuckDB. Every other
+``spark.sql.legacy.*`` setting must keep its default (:data:`LEGACY`)."""
+LEGACY = "spark.sql.legacy."
+"""The prefix of Spark's settings that bring back older meanings of SQL: one set in the session
+to anything but its default refuses the session, as it may change a cell (Spark 4.3 has about
+a hundred)."""
 HASH_UDF = "sqlsdc_duckdb_hash"
 """DuckDB's ``hash`` on Spark: the Arrow UDF each :class:`SparkEngine` registers on its session."""
 
@@ -110,13 +169,15 @@ PORTABLE_FUNCTIONS: frozenset[type[exp.Expr]] = frozenset(
     {
         # aggregates, window ranking, grouping
         exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max, exp.Bracket, exp.ArrayMax,
+        # the distinct values of DP's COUNT(DISTINCT column) (_list_problem: two shapes only)
+        exp.ArrayAgg, exp.ArrayDistinct, exp.ArraySort, exp.Flatten, exp.Length,
         exp.RowNumber, exp.Rank, exp.DenseRank, exp.Grouping,
         # scalar functions
         exp.Abs, exp.Least, exp.Greatest, exp.Coalesce, exp.Nullif, exp.Case, exp.If,
         exp.Cast, exp.Round, exp.Floor, exp.Ceil, exp.Sqrt, exp.IsNan,
         # operators
-        exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg,
-        exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE,
+        exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.Neg,
+        exp.EQ, exp.NEQ, exp.NullSafeEQ, exp.GT, exp.GTE, exp.LT, exp.LTE,
         exp.And, exp.Or, exp.Not, exp.Is, exp.In, exp.Between,
     }
 )  # fmt: skip
@@ -224,6 +285,8 @@ def _check(tree: exp.Expr) -> None:
             problem = _ARGUMENT_RULES.get(type(node), _no_problem)(node)
         elif _is_hash(node):
             problem = "" if node.expressions else "hash() needs an argument"
+        elif _is_list_slice(node):
+            problem = _list_problem(node)
         elif type(node) in PORTABLE_CLAUSES:
             problem = _clause_problem(node)
         else:
@@ -399,7 +462,72 @@ def _between_problem(node: exp.Between) -> str:
     return "BETWEEN SYMMETRIC is DuckDB only" if node.args.get("symmetric") else ""
 
 
+def _is_list_slice(node: exp.Expr) -> bool:
+    return isinstance(node, exp.Anonymous) and node.name.upper() == "LIST_SLICE"
+
+
+_LIST_NODES = (exp.ArrayAgg, exp.ArrayDistinct, exp.ArraySort, exp.Flatten, exp.Length)
+
+
+def _list_problem(node: exp.Expr) -> str:
+    """Lists are portable in the two shapes of DP's COUNT(DISTINCT column) only
+    (:func:`sqlsdc.rewrite.dp._kept_values` and its count): a unit's at most r smallest
+    distinct values of a column, ``LIST_SLICE(LIST_SORT(LIST_DISTINCT(ARRAY_AGG(x))), 1, r)``,
+    and a cell's number of distinct values, ``LEN(LIST_DISTINCT(FLATTEN(ARRAY_AGG(k))))``."""
+    top = node
+    while isinstance(top.parent, _LIST_NODES) or _is_list_slice(top.parent):
+        top = top.parent
+    if _kept_values_of(top) is not None or _distinct_count_of(top) is not None:
+        return ""
+    return (
+        "lists are portable only as the distinct values of COUNT(DISTINCT column) under "
+        "differential privacy"
+    )
+
+
+def _kept_values_of(node: exp.Expr) -> exp.Expr | None:
+    """``x`` of ``LIST_SLICE(LIST_SORT(LIST_DISTINCT(ARRAY_AGG(x))), 1, r)`` (else None)."""
+    if not _is_list_slice(node) or len(node.expressions) != 3:
+        return None
+    listed, start, end = node.expressions
+    if _int_literal(start) != 1 or (_int_literal(end) or 0) < 1:
+        return None
+    ordered = isinstance(listed, exp.ArraySort) and not listed.args.get("expression")
+    if not ordered or listed.args.get("nulls_first") not in (None, exp.false()):
+        return None
+    distinct = listed.this
+    if not isinstance(distinct, exp.ArrayDistinct) or not isinstance(distinct.this, exp.ArrayAgg):
+        return None
+    return distinct.this.this if isinstance(distinct.this.this, exp.Column) else None
+
+
+def _distinct_count_of(node: exp.Expr) -> exp.Expr | None:
+    """``k`` of ``LEN(LIST_DISTINCT(FLATTEN(ARRAY_AGG(k))))`` (else None)."""
+    if not isinstance(node, exp.Length) or not isinstance(node.this, exp.ArrayDistinct):
+        return None
+    flat = node.this.this
+    if not isinstance(flat, exp.Flatten) or not isinstance(flat.this, exp.ArrayAgg):
+        return None
+    return flat.this.this if isinstance(flat.this.this, exp.Column) else None
+
+
+def _int_div_problem(node: exp.IntDiv) -> str:
+    """DuckDB's ``//`` of integers truncates, as Spark's DIV does, and both raise on zero (the
+    DP bounding report's ``CAST(a AS BIGINT) // CAST(b AS BIGINT)``); by a constant other than
+    0 and -1 (``INT_MIN // -1`` overflows in DuckDB's INTEGER, not in Spark's BIGINT result).
+    Of DOUBLEs it is a DOUBLE in DuckDB and an error in Spark (:func:`_int_divide`)."""
+    bigints = all(
+        isinstance(o, exp.Cast) and o.to.this == exp.DataType.Type.BIGINT
+        for o in (node.this, node.expression)
+    )
+    if bigints or _int_literal(node.expression) not in (None, 0, -1):
+        return ""
+    return "only // of two values cast to BIGINT, or by an integer constant but 0 and -1"
+
+
 _ARGUMENT_RULES: dict[type[exp.Expr], Callable[[exp.Expr], str]] = {
+    **{kind: _list_problem for kind in _LIST_NODES},
+    exp.IntDiv: _int_div_problem,
     exp.Mod: _mod_problem,
     exp.Round: _round_problem,
     exp.Floor: _floor_problem,
@@ -548,7 +676,8 @@ class _Types:
             return self._column(node)
         if isinstance(node, exp.Cast):
             return type_class(node.to)
-        if isinstance(node, (exp.Count, exp.RowNumber, exp.Rank, exp.DenseRank, exp.Grouping)):
+        if isinstance(node, (exp.Count, exp.RowNumber, exp.Rank, exp.DenseRank, exp.Grouping,
+                             exp.Length, exp.IntDiv)):  # fmt: skip
             return INT
         if isinstance(node, (exp.Avg, exp.Div, exp.Sqrt)):
             return FLOAT
@@ -578,8 +707,12 @@ class _Types:
 
     def stored(self, node: exp.Expr) -> str | None:
         """The DuckDB type of the column whose values ``node`` is (through aliases, derived
-        tables, MIN and MAX), if it reads a view copied from DuckDB; else None."""
-        while isinstance(node, (exp.Alias, exp.Paren, exp.Min, exp.Max)):
+        tables, MIN, MAX and ``CASE WHEN c THEN x END``, whose type is x's), if it reads a view
+        copied from DuckDB; else None."""
+        while isinstance(node, (exp.Alias, exp.Paren, exp.Min, exp.Max)) or _only_branch(node):
+            if isinstance(node, exp.Case):
+                node = node.args["ifs"][0].args["true"]
+                continue
             if node.args.get("count") is not None:
                 return None
             node = node.this
@@ -666,6 +799,13 @@ class _Types:
         return None
 
 
+def _only_branch(node: exp.Expr) -> bool:
+    """Whether ``node`` is ``CASE WHEN c THEN x END`` (one branch, NULL otherwise)."""
+    if not isinstance(node, exp.Case) or node.this is not None or len(node.args["ifs"]) != 1:
+        return False
+    return isinstance(node.args.get("default"), (type(None), exp.Null))
+
+
 def _selected(scope: Scope) -> list[exp.Table | Scope]:
     """The tables and subqueries a scope's FROM and JOINs read (its ``sources`` also hold the
     CTEs it could read, which an unqualified column does not name)."""
@@ -721,15 +861,28 @@ def _divide(node: exp.Div, types: _Types) -> exp.Expr:
 
 
 def _average(node: exp.Avg, types: _Types) -> exp.Expr:
-    """DuckDB averages to DOUBLE; Spark averages decimals to DECIMAL(p+4, s+4)."""
+    """DuckDB averages integers and decimals as ``CAST(SUM(x) AS DOUBLE) / COUNT(x)`` over
+    their exact sum (tested on both engines: the conversion of the exact sum to DOUBLE is
+    correctly rounded in both); Spark averages decimals to DECIMAL(p+4, s+4) and integers by a
+    DOUBLE sum → DuckDB's formula over Spark's exact sum. A DOUBLE average is Spark's."""
     argument = node.this
-    inner = argument.expressions[0] if isinstance(argument, exp.Distinct) else argument
-    if types.of(inner) not in (*NUMERIC, NULL):
-        raise _refuse(node, f"AVG of {_a(types.of(inner))}")
-    new = node.copy()
-    target = new.this.expressions[0] if isinstance(new.this, exp.Distinct) else new.this
-    target.replace(_double(target))
-    return new
+    distinct = isinstance(argument, exp.Distinct)
+    inner = argument.expressions[0] if distinct else argument
+    kind = types.of(inner)
+    if kind not in (*NUMERIC, NULL):
+        raise _refuse(node, f"AVG of {_a(kind)}")
+    if kind in (FLOAT, NULL) or isinstance(node.parent, exp.Window):  # a window: its frame's
+        new = node.copy()  # DOUBLE sum, exact to 2^53 (a window's AVG is over released values)
+        target = new.this.expressions[0] if distinct else new.this
+        target.replace(_double(target))
+        return new
+    value = inner.copy()
+    if kind == INT:
+        value = exp.Cast(this=value, to=_type("DECIMAL(38, 0)"))
+    total = exp.Sum(this=exp.Distinct(expressions=[value]) if distinct else value)
+    count = exp.Count(this=exp.Distinct(expressions=[inner.copy()]) if distinct else inner.copy())
+    divisor = exp.Nullif(this=count, expression=exp.Literal.number(0))
+    return exp.Div(this=_double(total), expression=_double(divisor))
 
 
 def _sum_exactly(node: exp.Sum, types: _Types) -> exp.Expr:
@@ -825,12 +978,17 @@ def _floor_or_ceil(node: exp.Floor | exp.Ceil, types: _Types) -> exp.Expr:
 
 
 def _grouping(node: exp.Grouping, types: _Types) -> exp.Expr:
-    """DuckDB's GROUPING(a, b) is the bit mask 2·GROUPING(a) + GROUPING(b); Spark's GROUPING
-    takes one argument."""
+    """DuckDB's GROUPING(a, b) is the bit mask 2·GROUPING(a) + GROUPING(b), a BIGINT; Spark's
+    GROUPING takes one argument and is a TINYINT. Under a plain GROUP BY, DuckDB's GROUPING is
+    0 and Spark's an error."""
     arguments = node.expressions
-    if len(arguments) == 1:
-        return node
     bigint = _type("BIGINT")
+    select = node.find_ancestor(exp.Select)
+    group = select.args.get("group") if select is not None else None
+    if group is None or group.find(exp.Cube, exp.Rollup, exp.GroupingSets) is None:
+        return exp.Cast(this=exp.Literal.number(0), to=bigint)
+    if len(arguments) == 1:
+        return exp.Cast(this=node.copy(), to=bigint)
     bits = [
         exp.Mul(
             this=exp.Cast(this=exp.Grouping(expressions=[a.copy()]), to=bigint.copy()),
@@ -995,13 +1153,64 @@ def _in_any_order(rule: Callable[[exp.Expr, _Types], exp.Expr], exact: tuple[str
     return apply
 
 
+_DISTINCT_CLASSES = (INT, DECIMAL, TEXT, BOOL)
+"""Classes whose distinct values and their order are the same on both engines (DOUBLE's -0.0
+and NaN are not)."""
+
+
+def _kept_values(node: exp.Expr, types: _Types) -> exp.Expr:
+    """A unit's at most r smallest distinct non-NULL values of ``x``: DuckDB's
+    ``LIST_SLICE(LIST_SORT(LIST_DISTINCT(ARRAY_AGG(x))), 1, r)`` (LIST_DISTINCT drops NULLs) is
+    Spark's ``SLICE(ARRAY_SORT(ARRAY_DISTINCT(COLLECT_LIST(x))), 1, r)`` (COLLECT_LIST drops
+    them), values of a class both engines tell apart and order alike."""
+    value = _kept_values_of(node)
+    kind = types.of(value)
+    if kind not in _DISTINCT_CLASSES:
+        raise _refuse(node, f"the distinct values of {_a(kind)}")
+    listed = exp.Anonymous(this="COLLECT_LIST", expressions=[value.copy()])
+    distinct = exp.Anonymous(this="ARRAY_DISTINCT", expressions=[listed])
+    ordered = exp.Anonymous(this="ARRAY_SORT", expressions=[distinct])
+    return exp.Anonymous(
+        this="SLICE", expressions=[ordered, *(e.copy() for e in node.expressions[1:])]
+    )
+
+
+def _anonymous(node: exp.Expr, types: _Types) -> exp.Expr:
+    return _kept_values(node, types) if _is_list_slice(node) else _hash(node, types)
+
+
+def _distinct_count(node: exp.Length, types: _Types) -> exp.Expr:
+    """A cell's number of distinct values, DuckDB's ``LEN(LIST_DISTINCT(FLATTEN(ARRAY_AGG(k))))``
+    (a BIGINT; NULL over no rows, where Spark's COLLECT_LIST is empty) → a BIGINT SIZE of
+    Spark's lists, NULL when the scope has no rows."""
+    lists = _distinct_count_of(node)
+    flat = exp.Anonymous(this="FLATTEN", expressions=[
+        exp.Anonymous(this="COLLECT_LIST", expressions=[lists.copy()])])  # fmt: skip
+    size = exp.Anonymous(this="SIZE", expressions=[
+        exp.Anonymous(this="ARRAY_DISTINCT", expressions=[flat])])  # fmt: skip
+    none = exp.EQ(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(0))
+    return exp.Case(
+        ifs=[exp.If(this=none, true=exp.Null())], default=exp.Cast(this=size, to=_type("BIGINT"))
+    )
+
+
+def _int_divide(node: exp.IntDiv, types: _Types) -> exp.Expr:
+    """``//`` of integers is Spark's DIV; of anything else DuckDB divides otherwise."""
+    kind = types.of(node.this)
+    if kind not in (INT, NULL):
+        raise _refuse(node, f"// of {_a(kind)} (a DOUBLE floor division in DuckDB)")
+    return node
+
+
 _SEMANTICS: dict[type[exp.Expr], Callable[[exp.Expr, _Types], exp.Expr]] = {
     exp.Max: _top_values,
+    exp.IntDiv: _int_divide,
     exp.Min: _bottom_values,
-    exp.Anonymous: _hash,
+    exp.Anonymous: _anonymous,
+    exp.Length: _distinct_count,
     exp.Bracket: _element,
     exp.Div: _divide,
-    exp.Avg: _in_any_order(_average, (INT, NULL)),
+    exp.Avg: _in_any_order(_average, (INT, DECIMAL, NULL)),
     exp.Sum: _in_any_order(_sum_exactly, (INT, DECIMAL, NULL)),
     exp.Cast: _cast,
     exp.Round: _round,
@@ -1011,7 +1220,17 @@ _SEMANTICS: dict[type[exp.Expr], Callable[[exp.Expr, _Types], exp.Expr]] = {
     exp.IsNan: _is_nan,
     **{
         kind: _compare
-        for kind in (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In, exp.Between)
+        for kind in (
+            exp.EQ,
+            exp.NEQ,
+            exp.NullSafeEQ,
+            exp.GT,
+            exp.GTE,
+            exp.LT,
+            exp.LTE,
+            exp.In,
+            exp.Between,
+        )  # fmt: skip
     },
 }
 
@@ -1038,6 +1257,51 @@ def normalise_types(table: pa.Table) -> pa.Table:
             kind = pa.string()
         fields.append(field.with_type(kind).with_nullable(True))
     return table.cast(pa.schema(fields))
+
+
+def as_types(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Spark's answer ``table`` in the types of ``schema`` (DuckDB's types of the same tree,
+    :func:`sqlsdc.engines.duckdb.result_schema`), value for value: integers and decimals are
+    cast only where no digit is lost (DuckDB's DECIMAL(38, 2) sum holds Spark's DECIMAL(20, 2)
+    sum), text and booleans as they are. A column Spark computed in another kind of number
+    (a DOUBLE where DuckDB has a DECIMAL, or the reverse) or whose values do not fit is
+    refused: its values could differ in the last digits.
+
+    Raises:
+        OperationalError: a column cannot take DuckDB's type exactly.
+    """
+    if table.num_columns != len(schema):
+        raise OperationalError(
+            f"Spark returned {table.num_columns} columns, DuckDB types {len(schema)}"
+        )
+    columns = []
+    for column, have, want in zip(table.columns, table.schema, schema, strict=True):
+        if have.type != want.type:
+            if _kind(have.type) != _kind(want.type):
+                raise OperationalError(
+                    f"Spark computed {want.name} as {have.type} where DuckDB computes "
+                    f"{want.type}: its values could differ; run this query on DuckDB"
+                )
+            try:
+                column = column.cast(want.type, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                raise OperationalError(
+                    f"Spark's {want.name} does not fit DuckDB's {want.type}; run this query "
+                    "on DuckDB"
+                ) from None
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=schema.with_metadata(None))
+
+
+def _kind(kind: pa.DataType) -> str:
+    """The kind of Arrow type whose values :func:`as_types` casts exactly within it."""
+    if pa.types.is_integer(kind) or pa.types.is_decimal(kind):
+        return "exact number"
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return "text"
+    if pa.types.is_timestamp(kind):
+        return f"timestamp {kind.unit} {'instant' if kind.tz else 'local'}"
+    return str(kind)
 
 
 # --- the engine --------------------------------------------------------------------------------
@@ -1112,6 +1376,13 @@ class SparkEngine:
 
     def _register_frame(self, name: str, frame: DataFrame) -> None:
         view = view_name(name)
+        for f in frame.schema:
+            if "collate" in f.dataType.simpleString().lower():
+                raise NotSupportedError(
+                    f"{name}.{f.name} is {f.dataType.simpleString()}: Spark would compare and "
+                    "group its text by that collation, DuckDB by the bytes; register it as "
+                    "a plain string"
+                )
         frame.createOrReplaceTempView(view)
         self.schemas[view] = {f.name.lower(): f.dataType.simpleString() for f in frame.schema}
 
@@ -1180,8 +1451,15 @@ class SparkEngine:
         them: its cells would not be DuckDB's. Checked before a tree is translated, so a DP
         stage is refused before anything is charged."""
         for setting, (value, why) in SESSION.items():
-            if self.session.conf.get(setting).lower() != value.lower():
+            if str(self.session.conf.get(setting)).lower() != value.lower():
                 raise NotSupportedError(f"{setting} was changed from {value}: {why}")
+        legacy = sorted(k for k in self.session.conf.getAll if k.lower().startswith(LEGACY))
+        unpinned = [k for k in legacy if k not in SESSION]
+        if unpinned:
+            raise NotSupportedError(
+                f"the Spark session sets {', '.join(unpinned)}: a legacy meaning of SQL may "
+                "compute other cells than DuckDB; unset it (spark.conf.unset) to run here"
+            )
 
     def sql(self, tree: exp.Expr) -> str:
         """The Spark SQL for a protected tree, after every check (runs nothing)."""
@@ -1198,18 +1476,22 @@ class SparkEngine:
 
     def run(self, tree: exp.Expr) -> pa.Table:
         """Run a protected tree; the result has DuckDB's values, typed by normalise_types."""
+        return normalise_types(self.run_exact(tree))
+
+    def run_exact(self, tree: exp.Expr) -> pa.Table:
+        """Run a protected tree; the result has DuckDB's values in Spark's Arrow types (exact
+        decimals; :func:`as_types` gives them DuckDB's types)."""
         from pyspark.errors import PySparkException
 
         sql = self.sql(tree)  # checks the session first
         try:
-            table = self.session.sql(sql).toArrow()
+            return self.session.sql(sql).toArrow()
         except PySparkException as e:  # the message may quote confidential values: not shown
             condition = e.getCondition() or type(e).__name__
             raise OperationalError(
                 "the query failed on Spark; the engine's message is withheld",
                 detail=f"{condition}: {e}",
             ) from None
-        return normalise_types(table)
 
     def close(self) -> None:
         """Drop the views this engine registered and its Parquet copies; the session stays."""

@@ -17,11 +17,12 @@ are then registered on Spark for the rest of the protected tree. The keyed choic
 bounding (tables with several rows per unit, joins: a unit's groups and rows ranked by
 DuckDB's ``hash(record key, keys, measures)``) run on Spark through the engine's UDF that
 computes DuckDB's hash bit for bit (:mod:`sqlsdc.engines.duckdb_hash`), so they keep the same
-groups and rows, and the same cells get the same noise and ledger rows. A DP stage whose SQL is
-not portable (a hash of a type Spark's copy holds otherwise, an ENUM say; lists of distinct
-values; the bounding report) is refused before anything is charged. Private group keys are
-typed by Spark's answer (:func:`~sqlsdc.engines.spark.normalise_types`): a DECIMAL key reads as
-DOUBLE there and is refused, unpaid, where DuckDB releases it. Suppression patterns are made
+groups and rows, and the same cells get the same noise and ledger rows; so do COUNT(DISTINCT
+column)'s lists of distinct values and the bounding report. A DP stage whose SQL is not portable
+(a hash of a type Spark's copy holds otherwise, an ENUM say; distinct DOUBLEs) is refused before
+anything is charged. Every result (the stages' exact cells, the answer) is given in the types
+DuckDB binds for the same SQL (:func:`~sqlsdc.engines.duckdb.result_schema`), exactly: decimal
+sums keep every digit, private group keys have DuckDB's types. Suppression patterns are made
 and kept fresh by the DuckDB engine, so suppression is refused here (and audited as refused).
 
 Example:
@@ -39,8 +40,8 @@ import pyarrow as pa
 import sqlglot
 
 from sqlsdc.catalog import store
-from sqlsdc.engines.duckdb import EngineError, rollback
-from sqlsdc.engines.spark import check_portable, tables_read, view_name
+from sqlsdc.engines.duckdb import EngineError, register, result_schema, rollback
+from sqlsdc.engines.spark import as_types, check_portable, tables_read, view_name
 from sqlsdc.errors import Error, NotSupportedError, OperationalError, ProgrammingError
 from sqlsdc.guard.dp_release import no_rows
 from sqlsdc.guard.postprocess import check_faults, record_release, values_of
@@ -93,8 +94,11 @@ def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, p
         check_engine_tables(names, query.tree, connection.policy)
         if query.dp_stages:
             check_portable(query.tree)  # the answer over the noisy cells: refused unpaid
-            noisy, paid = _release_dp(connection, engine, query, query_id, sql)  # charged from here
-        result = engine.run(query.tree)
+            noisy, paid = _release_dp(
+                connection, con, engine, query, query_id, sql
+            )  # charged from here
+        answer = engine.run_exact(query.tree)
+        result = as_types(answer, _duckdb_types(con, query.sql, noisy))
         check_faults(result, query)
     except OperationalError as failure:  # Spark ran and failed: its own message is for admins
         cause = failure.__cause__ or failure
@@ -127,6 +131,19 @@ def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, p
     return values
 
 
+def _duckdb_types(con, sql: str, noisy) -> pa.Schema:
+    """The types of DuckDB's answer to the protected ``sql`` (bound over the noisy DP cells,
+    not run): Spark's answer is given in them, as the DuckDB cursor gives it."""
+    relations = noisy.relations if noisy is not None else {}
+    for name, cells in relations.items():
+        register(con, name, cells)
+    try:
+        return result_schema(con, sql)
+    finally:
+        for name in relations:
+            con.unregister(name)
+
+
 def _check_spark_can_release(query: ProtectedQuery) -> None:
     if query.tree is None:
         raise ProgrammingError("the protected query has no tree")
@@ -155,7 +172,7 @@ def _check_spark_types(tables: set[str], schema: dict, spark: dict) -> None:
                 )
 
 
-def _release_dp(connection: Connection, engine: SparkEngine, query, query_id: int, sql: str):
+def _release_dp(connection: Connection, con, engine: SparkEngine, query, query_id: int, sql: str):
     """Noise the DP cells of ``query`` from exact cells computed on Spark, charged to the
     connection's budget first (as on DuckDB), and register them for the protected tree;
     returns them and the charge, to be cached with the answer's record.
@@ -174,7 +191,8 @@ def _release_dp(connection: Connection, engine: SparkEngine, query, query_id: in
             trees[connection._context.to_sql(empty)] = empty
 
     def run(text: str) -> pa.Table:  # stage SQL by its tree; public domains parsed from text
-        return engine.run(trees.get(text) or sqlglot.parse_one(text, read="duckdb"))
+        answer = engine.run_exact(trees.get(text) or sqlglot.parse_one(text, read="duckdb"))
+        return as_types(answer, result_schema(con, text))  # exact, as DuckDB gives them
 
     noisy, paid = connection._release_dp(query, query_id, sql, run=run,
                                          data_version=engine.data_version)  # fmt: skip
