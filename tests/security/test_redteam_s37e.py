@@ -11,6 +11,16 @@ What broke (fixed here):
   paid gave 2^k - 1 free timings of the population's rows, where red team s37b meant one per
   charge. The digest is now that of the unit count, the one statistic the selection decides
   by, and the selection's parameters (``dp_release.release_digest``).
+- **Long keys and conditions outside DP (CKM, threshold), a free timing oracle.** ``SELECT
+  region || '<200,000 characters>' AS k, COUNT(*) FROM persons WHERE region = 'zzz' GROUP BY
+  k`` took 0.05 s for no row and 0.64 s for 20,000 under threshold (0.49 / 0.76 s under CKM),
+  and the same with the literal in the WHERE (``WHERE region = 'zzz' AND region || '<200,000
+  characters>' <> ''``: DuckDB evaluates the long conjunct on the rows the others keep) or in
+  a derived table's column: asked as often as wished, nothing paid, the number of rows of any
+  population told by the clock. Every aggregation's keys (as private DP keys:
+  ``rewrite.key_size``) and the conditions and aggregated arguments of it and the scopes it
+  reads (at most 65,536 characters of literals per row, IN lists of constants aside) are now
+  bounded before anything runs.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ from pathlib import Path
 import pytest
 
 import sqlsdc
+from sqlsdc.errors import PolicyViolation
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 from test_dp_query import dp_document, make_db, pin_noise  # noqa: E402
@@ -92,3 +103,71 @@ def test_a_new_statistic_of_the_population_is_still_computed_and_paid(dp_db, mon
         assert len(texts) == 1
         assert con.remaining_budget()[0].spent != spent
         assert sorted((c, n) for c, n, _m in more) == sorted(first)
+
+
+L = "y" * 200_000
+DOUBLED = ", ".join(
+    ["d0 AS (SELECT region AS k FROM persons)"]
+    + [f"d{i} AS (SELECT k || k AS k FROM d{i - 1})" for i in range(1, 12)]
+)
+
+
+@pytest.fixture(scope="module", params=["ckm", "threshold"])
+def bi_con(request, ckm_db, demo_db):
+    """An analyst's connection to the demo under CKM and under threshold protection."""
+    with sqlsdc.connect(ckm_db if request.param == "ckm" else demo_db, "analyst") as con:
+        yield con
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        f"SELECT region || '{L}' AS k, COUNT(*) FROM persons WHERE region = 'zzz' GROUP BY k",
+        f"SELECT t.k, COUNT(*) FROM (SELECT region || '{L[:5_000]}' AS k FROM persons) AS t "
+        "GROUP BY t.k",
+        f"WITH {DOUBLED.rsplit(', d6', 1)[0]} SELECT k, COUNT(*) FROM d5 GROUP BY k",
+        f"SELECT COUNT(*) FROM persons WHERE region = 'zzz' AND region || '{L}' <> ''",
+        f"SELECT region, COUNT(*) FROM (SELECT region FROM persons WHERE region || '{L}' <> '') "
+        "AS t GROUP BY region",
+        f"SELECT p.region, COUNT(*) FROM persons AS p JOIN regions AS r "
+        f"ON p.region = r.region AND r.name || '{L}' <> p.region GROUP BY p.region",
+        f"WITH {DOUBLED} SELECT COUNT(*) FROM d11 WHERE k <> ''",
+    ],
+    ids=[
+        "key",
+        "derived-key",
+        "cte-doubled-key",
+        "where",
+        "derived-where",
+        "join-on",
+        "cte-doubled-where",
+    ],  # fmt: skip
+)
+def test_long_keys_and_conditions_are_refused_outside_dp(bi_con, sql):
+    """Before the fix each was answered, free, in a time proportional to the rows of the
+    population (the first: 0.05 s for none and 0.64 s for 20,000 under threshold)."""
+    with pytest.raises(PolicyViolation, match="computed for every row of the population"):
+        bi_con.execute(sql)
+
+
+RECODE = "CASE " + " ".join(f"WHEN age = {i} THEN 'age group number {i}'" for i in range(100))
+CODES = ", ".join(f"'code {i:05d}'" for i in range(10_000)) + ", 'N'"
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT region, sex, education, occupation, municipality, age, COUNT(*) FROM persons "
+        "GROUP BY ALL",
+        "SELECT region || ' - ' || sex AS k, COUNT(*), SUM(income) FROM persons GROUP BY k",
+        f"SELECT {RECODE} ELSE 'other' END AS g, COUNT(*) FROM persons GROUP BY g",
+        "SELECT r.name, COUNT(*) FROM persons AS p JOIN regions AS r ON p.region = r.region "
+        "GROUP BY r.name",
+        f"SELECT region, COUNT(*) FROM persons WHERE region IN ({CODES}) GROUP BY region",
+        "SELECT region, COUNT(*) FROM persons WHERE education LIKE '%tertiary%' "
+        "GROUP BY ROLLUP(region)",
+    ],
+    ids=["six-dimensions", "concatenation", "recode", "public-label", "long-in-list", "like"],
+)
+def test_bi_keys_and_conditions_are_answered(bi_con, sql):
+    assert bi_con.execute(sql).fetchall() is not None
