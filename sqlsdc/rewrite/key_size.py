@@ -107,11 +107,12 @@ def refuse_long_keys(cells: Iterable[CellPlan]) -> None:
             refusal = too_long(total._replace(columns=max(s.columns for s in sizes)))
             if refusal is not None:
                 raise _refusal(cell, "group keys", refusal)
-        rows, widest = Size(), 0  # widest: the most stored values one column reference reads
+        rows, widest = Size(), 1  # widest: the most stored values one column reference reads
         for scope, node in _evaluated(cell):
             rows = rows + sizer.size(node, scope)
             for column in node.find_all(exp.Column):
-                widest = max(widest, sizer.size(column, scope).columns)
+                if isinstance(scope.sources.get(column.table), Scope):  # else a stored value
+                    widest = max(widest, sizer.size(column, scope).columns)
         why = None
         if rows.work > MAX_KEY_WORK:
             why = (f"they evaluate {rows.work:,} characters of literals per row (at most "
