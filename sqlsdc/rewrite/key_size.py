@@ -138,10 +138,14 @@ def _refusal(cell: CellPlan, what: str, why: str) -> PolicyViolation:
 
 def _evaluated(cell: CellPlan):
     """(scope, expression) of what the engine evaluates per row of ``cell``: the aggregated
-    arguments, and the WHERE and ON conditions of its scope and every scope it reads."""
+    arguments, its HAVING (per group), and the WHERE and ON conditions of its scope and every
+    scope it reads."""
     for aggregate in cell.aggregates:
         for child in aggregate.node.iter_expressions():
             yield cell.scope, child
+    having = cell.select.args.get("having")
+    if having is not None:  # per group, suppressed ones too
+        yield cell.scope, having.this
     seen, pending = set(), [cell.scope]
     while pending:
         scope = pending.pop()

@@ -132,6 +132,8 @@ def bi_con(request, ckm_db, demo_db):
         f"SELECT p.region, COUNT(*) FROM persons AS p JOIN regions AS r "
         f"ON p.region = r.region AND r.name || '{L}' <> p.region GROUP BY p.region",
         f"WITH {DOUBLED} SELECT COUNT(*) FROM d11 WHERE k <> ''",
+        f"SELECT region, COUNT(*) FROM persons GROUP BY region, sex HAVING COUNT(*) > 0 AND "
+        f"region || '{L}' <> ''",
     ],
     ids=[
         "key",
@@ -141,7 +143,8 @@ def bi_con(request, ckm_db, demo_db):
         "derived-where",
         "join-on",
         "cte-doubled-where",
-    ],  # fmt: skip
+        "having",
+    ],
 )
 def test_long_keys_and_conditions_are_refused_outside_dp(bi_con, sql):
     """Before the fix each was answered, free, in a time proportional to the rows of the
