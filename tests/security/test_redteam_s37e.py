@@ -21,6 +21,29 @@ What broke (fixed here):
   ``rewrite.key_size``) and the conditions and aggregated arguments of it and the scopes it
   reads (at most 65,536 characters of literals per row, IN lists of constants aside) are now
   bounded before anything runs.
+
+What held (tried, no test added):
+
+- ``guard/listed_cells.py``: cells of strings with NUL, U+2028, emoji, quotes and 100,000
+  characters, NaN/inf/-0.0/1e308 doubles and float32, dates of years 1 and 9999 and NULL,
+  timestamps in us and ms, DECIMAL(38,10), UBIGINT 2^64-1, booleans, large strings and date64
+  give the same rows as lists as registered (timestamps in seconds before year 1 are not
+  listed). The analyst's own parameters are literals before the check, so the only
+  placeholders of the rebuilt text are the lists; a relation is replaced only where it is read
+  by name, and its names cannot be written (``__`` prefix). Whether a stage is listed depends
+  on its released cells alone.
+- ``catalog/identity_text.py``: every printable ASCII character (tripled) and integers 0, -1,
+  ±2^63, 2^64-1 give DuckDB's ``to_json`` text byte for byte; '1' and 1, 'null' and NULL,
+  True and 1 are told apart as DuckDB does. A key of DuckDB's JSON type (``CAST('42' AS
+  JSON)``, the only analyst constant whose JSON text DuckDB would write unquoted) reaches both
+  paths as an Arrow string, so both write ``"42"``; a key expression is part of the population
+  digest, so ``CAST(age AS VARCHAR) AS k`` and a constant ``k`` never share an identity.
+- ``rewrite/key_size.py``: ``repeat``, ``lpad`` and other string builders are not allowed
+  functions; ``WITH RECURSIVE`` is refused; DISTINCT, ORDER BY, UNION of confidential rows and
+  joins that repeat rows are refused before the sizes matter; a scalar subquery over a public
+  table is bounded by its data. The released groups' digest names the population, keys,
+  bounding, measures choosing capped rows and the data versions of every table read (through
+  the unit count's identity), and the entry the user and policy version.
 """
 
 from __future__ import annotations
