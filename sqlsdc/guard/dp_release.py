@@ -390,24 +390,37 @@ def release(
     return out
 
 
-RELEASE_LABEL = "sqlsdc.dp_private_release.v1"
+RELEASE_LABEL = "sqlsdc.dp_private_release.v2"
 
 
 def release_digest(stage: DpStage, space: CellSpace) -> str | None:
-    """The catalog key of the groups a private selection released for ``stage``'s statistics
-    (their identities, which name the population, keys, measures and data versions), or None
-    for a stage that is not answered this way (public domains).
+    """The catalog key of the groups a private selection released for ``stage`` (the identity
+    of its noisy unit count, which names the population, keys, bounding and data versions,
+    and the selection's parameters), or None for a stage that is not answered this way
+    (public domains).
 
     Why: a private stage's exact cells are otherwise computed at every asking, free once its
     statistics are paid, and the engine's and the selection's work grows with the groups and
     rows present before the selection: timed again and again, a population of one row told
     itself from an empty one (red team s37b). Keyed by the statistics, not the SQL, so that a
-    rephrasing (which gives the same identities) is no fresh timing either."""
+    rephrasing (which gives the same identities) is no fresh timing either; and by the unit
+    count alone, the one statistic the selection decides by, so that a stage asking part of
+    the statistics paid together (COUNT(*) alone after COUNT(*) and SUM) is no fresh timing:
+    keyed by every statistic, each subset of k paid statistics, 2^k - 1 stages, computed its
+    exact cells once for free (red team s37e)."""
     if stage.selection is None or not stage.keys:
         return None
-    mechanisms = _all_mechanisms(stage)
-    digests = sorted(statistic_identity(space, m, None).digest for m in mechanisms.values())
-    text = json.dumps({"label": RELEASE_LABEL, "statistics": digests}, sort_keys=True)
+    units = _all_mechanisms(stage)[stage.units]
+    chosen = stage.selection
+    text = json.dumps(
+        {
+            "label": RELEASE_LABEL,
+            "units": statistic_identity(space, units, None).digest,
+            "selection": [str(chosen.epsilon), str(chosen.delta), chosen.max_groups,
+                          chosen.per_group, chosen.threshold, MAX_PRIVATE_GROUPS],
+        },
+        sort_keys=True,
+    )  # fmt: skip
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 

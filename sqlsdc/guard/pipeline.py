@@ -40,6 +40,7 @@ from sqlsdc.policy import AggregateKind, Method, Policy
 from sqlsdc.rewrite.cells import ACCURACY_PREFIXES, STATUS_PREFIX, protect_cells
 from sqlsdc.rewrite.ckm import PTableKey, PTableRef
 from sqlsdc.rewrite.dp import DpStage
+from sqlsdc.rewrite.key_size import refuse_long_keys
 from sqlsdc.rewrite.order import in_released_order, mark_analyst_scopes
 from sqlsdc.rewrite.registry import RewriteContext, frame_builders
 from sqlsdc.rewrite.spelling import released_in_one_spelling
@@ -282,6 +283,7 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
     in_time()
     multiplicity = prove_multiplicity(analysis, context.policy, context.unique_columns, sql)
     plan = plan_query(analysis, context.policy, context.unit_per_row, multiplicity)
+    refuse_long_keys(plan.cells)
     in_time()
     stages: dict[int, DpStage] = {}  # by id of the aggregation in ``tree``
     discarded: list[exp.Expr] = []  # parts of the rewrite's copy that it replaced

@@ -16,14 +16,25 @@ step. A CASE is as long as its longest branch; its conditions, evaluated on ever
 population too, count towards the characters of literals the keys may evaluate per row. A
 function this module does not know is bounded by the sum of its arguments. Keys of public
 domains are stored columns or declared values and need no bound.
+
+The same holds outside DP, where nothing is paid at all: a CKM or threshold count grouped by
+``region || '<900,000 characters>'`` was answered in time proportional to the population's
+rows, as often as wished (red team s37b, s37e). Every aggregation that no DP stage computes
+has its keys bounded too (:func:`refuse_long_keys`), each key's stored values apart (a
+``GROUP BY`` of many dimensions is no long key) and their literals together.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
+
+from sqlsdc.errors import PolicyViolation
+from sqlsdc.planner.plan import CellPlan
+from sqlsdc.policy import Method
 
 MAX_KEY_CHARACTERS = 1_024
 """The most characters of literals a private group's keys may hold in a value (a BI label is
@@ -33,6 +44,10 @@ MAX_KEY_COLUMNS = 16
 MAX_KEY_WORK = 65_536
 """The most characters of literals the keys may evaluate per row, conditions included (a CASE
 recoding a thousand codes to labels holds about 30,000)."""
+MAX_ROW_COLUMNS = 1_024
+"""The most stored values one column that an aggregation's conditions and arguments read may
+hold, derived columns expanded (a column doubled ten times through CTEs; a WHERE of a thousand
+comparisons reads a thousand columns of one value each, written out)."""
 
 _BRANCHES = (exp.Coalesce, exp.Nullif, exp.Greatest, exp.Least, exp.Min, exp.Max,
              exp.AnyValue, exp.FirstValue, exp.LastValue, exp.Lag, exp.Lead)  # fmt: skip
@@ -69,6 +84,84 @@ def key_size(keys: list[exp.Expr], scope: Scope) -> Size:
     for key in keys:
         total = total + sizer.size(key, scope)
     return total
+
+
+def refuse_long_keys(cells: Iterable[CellPlan]) -> None:
+    """Refuse an aggregation whose rows cost work an analyst chose: group keys that could be
+    long (not for DP, whose stages bound their private keys themselves, ``rewrite.dp``: its
+    keys' literals together and each key's stored values, as a private DP group's), or
+    conditions and aggregated arguments, of the aggregation and of the derived tables and
+    CTEs it reads, that evaluate more than :data:`MAX_KEY_WORK` characters of literals per
+    row (``WHERE region = 'N' AND region || '<200,000 characters>' <> ''`` took a time
+    proportional to the rows of region N, repeatable for free under CKM) or read a derived
+    column of more than :data:`MAX_ROW_COLUMNS` stored values."""
+    for cell in cells:
+        if cell.scope is None:
+            continue
+        sizer = _Sizer()
+        if cell.mechanism is not Method.DP and cell.keys:
+            sizes = [sizer.size(key, cell.scope) for key in cell.keys]
+            total = Size()
+            for size in sizes:
+                total = total + size
+            refusal = too_long(total._replace(columns=max(s.columns for s in sizes)))
+            if refusal is not None:
+                raise _refusal(cell, "group keys", refusal)
+        rows, widest = Size(), 1  # widest: the most stored values one column reference reads
+        for scope, node in _evaluated(cell):
+            rows = rows + sizer.size(node, scope)
+            for column in node.find_all(exp.Column):
+                if isinstance(scope.sources.get(column.table), Scope):  # else a stored value
+                    widest = max(widest, sizer.size(column, scope).columns)
+        why = None
+        if rows.work > MAX_KEY_WORK:
+            why = (f"they evaluate {rows.work:,} characters of literals per row (at most "
+                   f"{MAX_KEY_WORK:,})")  # fmt: skip
+        elif widest > MAX_ROW_COLUMNS:
+            why = (
+                f"a column they read holds {widest:,} stored values (at most "
+                f"{MAX_ROW_COLUMNS:,}; a column built on itself doubles at each step)"
+            )
+        if why is not None:
+            raise _refusal(cell, "conditions and arguments", why)
+
+
+def _refusal(cell: CellPlan, what: str, why: str) -> PolicyViolation:
+    return PolicyViolation(
+        f"the {what} of this aggregation are computed for every row of the population, and "
+        f"{why}: their running time would tell how many rows it has",
+        "group by the columns themselves or short labels, and filter on columns against short "
+        "values",
+        cell.select.sql("duckdb"),
+    )
+
+
+def _evaluated(cell: CellPlan):
+    """(scope, expression) of what the engine evaluates per row of ``cell``: the aggregated
+    arguments, its HAVING (per group), and the WHERE and ON conditions of its scope and every
+    scope it reads."""
+    for aggregate in cell.aggregates:
+        for child in aggregate.node.iter_expressions():
+            yield cell.scope, child
+    having = cell.select.args.get("having")
+    if having is not None:  # per group, suppressed ones too
+        yield cell.scope, having.this
+    seen, pending = set(), [cell.scope]
+    while pending:
+        scope = pending.pop()
+        if id(scope) in seen:
+            continue
+        seen.add(id(scope))
+        query = scope.expression
+        if isinstance(query, exp.Select):
+            where = query.args.get("where")
+            if where is not None:
+                yield scope, where.this
+            for join in query.args.get("joins") or []:
+                if join.args.get("on") is not None:
+                    yield scope, join.args["on"]
+        pending += [s for s in scope.sources.values() if isinstance(s, Scope)]
+        pending += list(scope.subquery_scopes) + list(scope.set_operation_scopes)
 
 
 def too_long(size: Size) -> str | None:
@@ -110,6 +203,10 @@ class _Sizer:
             if node.this is not None:
                 out = out.evaluated(self.size(node.this, scope))
             return out if default is None else out.widest(self.size(default, scope))
+        if isinstance(node, exp.In) and all(
+            isinstance(e, (exp.Literal, exp.Null, exp.Neg)) for e in node.expressions
+        ):  # a set of constants: DuckDB looks a row's value up, it does not scan the list
+            return self.size(node.this, scope)
         if isinstance(node, exp.If):
             out = self.size(node.args["true"], scope).evaluated(self.size(node.this, scope))
             false = node.args.get("false")
