@@ -108,7 +108,7 @@ def refuse_long_keys(cells: Iterable[CellPlan]) -> None:
             if refusal is not None:
                 raise _refusal(cell, "group keys", refusal)
         rows, widest = Size(), 1  # widest: the most stored values one column reference reads
-        for scope, node in _evaluated(cell):
+        for scope, node in _per_row(_evaluated(cell)):
             rows = rows + sizer.size(node, scope)
             for column in node.find_all(exp.Column):
                 if isinstance(scope.sources.get(column.table), Scope):  # else a stored value
@@ -162,6 +162,16 @@ def _evaluated(cell: CellPlan):
                     yield scope, join.args["on"]
         pending += [s for s in scope.sources.values() if isinstance(s, Scope)]
         pending += list(scope.subquery_scopes) + list(scope.set_operation_scopes)
+
+
+def _per_row(evaluated):
+    """The parts of conditions and arguments evaluated per row: a connector's operands that
+    read no column are constants, which the engine folds once before it reads a row (a
+    constant compared with a column still counts in full, inside that comparison)."""
+    for scope, node in evaluated:
+        for part in node.flatten() if isinstance(node, exp.Connector) else [node]:
+            if any(isinstance(n, (exp.Column, exp.Subquery, exp.Select)) for n in part.walk()):
+                yield scope, part
 
 
 def too_long(size: Size) -> str | None:

@@ -192,8 +192,18 @@ CODES = ", ".join(f"'code {i:05d}'" for i in range(10_000)) + ", 'N'"
         f"SELECT region, COUNT(*) FROM persons WHERE region IN ({CODES}) GROUP BY region",
         "SELECT region, COUNT(*) FROM persons WHERE education LIKE '%tertiary%' "
         "GROUP BY ROLLUP(region)",
+        f"SELECT region, COUNT(*) FROM persons WHERE region <> 'zzz' AND 'a' || '{L}' <> '' "
+        f"GROUP BY region HAVING 'b' || '{L}' IS NOT NULL",
     ],
-    ids=["six-dimensions", "concatenation", "recode", "public-label", "long-in-list", "like"],
+    ids=[
+        "six-dimensions",
+        "concatenation",
+        "recode",
+        "public-label",
+        "long-in-list",
+        "like",
+        "constants",  # folded once by the engine, before any row
+    ],
 )
 def test_bi_keys_and_conditions_are_answered(bi_con, sql):
     assert bi_con.execute(sql).fetchall() is not None
