@@ -295,7 +295,7 @@ def test_every_refusal_is_audited(fresh_demo_db):
         reasons = [e["reason"] for e in store.audit_entries(admin, decision="refused")]
     finally:
         admin.close()
-    assert reasons[0].startswith("ProgrammingError: the query has 1 parameters")
+    assert reasons[0].startswith("ProgrammingError: the query has 1 parameter(s)")
     assert reasons[1].startswith("row-level output")
 
 

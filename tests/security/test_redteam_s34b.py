@@ -313,7 +313,8 @@ def test_a_type_told_through_a_long_chain_of_ctes_is_kept_in_one_spelling(ckm):
     40). Now the type is followed further, and past that the query is refused."""
     value = f"{_DECIMAL_ZERO} // -1"
     assert _answer(ckm, NOBODY, _chained(80, value)) == [(math.inf,)]
-    with pytest.raises(sqlsdc.PolicyViolation, match="cannot tell the type"):
+    # past the inference's reach, or (since session 37) past 128 SELECT blocks altogether
+    with pytest.raises(sqlsdc.PolicyViolation, match="cannot tell the type|too complex"):
         _answer(ckm, NOBODY, _chained(160, value))
 
 

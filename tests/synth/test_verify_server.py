@@ -125,7 +125,7 @@ def test_mode_and_epsilon_are_checked(db):
     sql = "SELECT AVG(income) FROM syn_persons"
     args = ["verify", db, "-u", "admin", "--sql", sql, "--mode", "noisy", "--epsilon", "nan"]
     done = cli_fork.run(args, timeout=120)
-    assert done.returncode == 1 and "sqlsdc: epsilon: must be a number" in done.stderr, done.stderr
+    assert done.returncode == 2 and "epsilon: must be a number" in done.stderr, done.stderr
 
 
 def test_copies_are_combined_by_reiters_rules(db):
