@@ -449,13 +449,8 @@ def _released_before(stage: DpStage, space: CellSpace, recorded: str | None, kno
         return None
     n = table.num_rows
     mechanisms = _all_mechanisms(stage)  # quantiles' cells are cached by the same identities
-    digests = cell_digests(columns, space, mechanisms)
-    found = known(digests)
-    if any(d not in found for d in digests):
-        return None
-    values = {column: [Fraction(found[d]) for d in digests[i * n:(i + 1) * n]]
-              for i, column in enumerate(mechanisms)}  # fmt: skip
-    return _Cells(columns, n), values, types
+    values = _cached_values(columns, n, space, mechanisms, known)
+    return None if values is None else (_Cells(columns, n), values, types)
 
 
 def _from_cache(stage: DpStage, space: CellSpace, stage_domains, known):
@@ -469,13 +464,19 @@ def _from_cache(stage: DpStage, space: CellSpace, stage_domains, known):
     if len(mechanisms) != len(stage.statistics) or n * len(mechanisms) > PREFETCHED_CELLS:
         return None
     keys = _grid_keys(stage, stage_domains)
+    values = _cached_values(keys, n, space, mechanisms, known)
+    return None if values is None else (_Cells(keys, n), values)
+
+
+def _cached_values(keys, n: int, space: CellSpace, mechanisms, known):
+    """The cached noisy values of the ``n`` cells of ``keys`` by mechanism column, or None
+    when one of them was not released to this user before."""
     digests = cell_digests(keys, space, mechanisms)
     found = known(digests)
     if any(d not in found for d in digests):
         return None
-    values = {column: [Fraction(found[d]) for d in digests[i * n:(i + 1) * n]]
-              for i, column in enumerate(mechanisms)}  # fmt: skip
-    return _Cells(keys, n), values
+    return {column: [Fraction(found[d]) for d in digests[i * n:(i + 1) * n]]
+            for i, column in enumerate(mechanisms)}  # fmt: skip
 
 
 def _mechanisms(stage: DpStage) -> dict[str, CellMechanism]:

@@ -217,6 +217,11 @@ class _Sizer:
             isinstance(e, (exp.Literal, exp.Null, exp.Neg)) for e in node.expressions
         ):  # a set of constants: DuckDB looks a row's value up, it does not scan the list
             return self.size(node.this, scope)
+        if isinstance(node, (exp.Predicate, exp.Connector, exp.Not)):
+            out = Size()  # a truth value: no characters or stored values of its own
+            for child in node.iter_expressions():
+                out = out.evaluated(self.size(child, scope))
+            return out
         if isinstance(node, exp.If):
             out = self.size(node.args["true"], scope).evaluated(self.size(node.this, scope))
             false = node.args.get("false")
