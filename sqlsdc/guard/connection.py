@@ -1480,9 +1480,13 @@ def _engine_type(name: str) -> exp.DataType:
 
 
 def _timeout_error(where: str) -> QueryCanceled:
+    """A statement stopped by its timeout or by :meth:`Connection.interrupt`: the engine stops
+    both alike, and one interrupt stops every statement begun on a shared connection, so the
+    message names both causes."""
     return QueryCanceled(
-        f"the query was stopped because it ran longer than the statement timeout{where}; "
-        "narrow it, or ask an admin about the policy's `limits.statement_timeout_seconds`"
+        f"the query was stopped because it ran longer than the statement timeout or was "
+        f"cancelled{where}; if it timed out, narrow it, or ask an admin about the policy's "
+        "`limits.statement_timeout_seconds`"
     )
 
 
