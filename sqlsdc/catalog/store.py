@@ -47,7 +47,7 @@ def no_catalog(db, con=None) -> NotFoundError:
             con, "SELECT 1 FROM duckdb_tables() WHERE schema_name = 'main' AND "
             "table_name = 'release_contents'"
         ) is not None  # fmt: skip
-    except Exception:  # noqa: BLE001 - a failure to tell only loses the finer message
+    except EngineError:  # a failure to tell only loses the finer message
         release = False
     if release:
         return NotFoundError(f"{db} is a release database written by `sqlsdc publish` (protected "
