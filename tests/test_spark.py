@@ -755,6 +755,29 @@ def assert_same_cells(demo, sql: str) -> None:
     assert_same(duck_result, spark_result, ordered=ordered, rel_tol=1e-12)
 
 
+ORPHAN_QUERIES = [
+    "SELECT g, COUNT(DISTINCT hid) AS units FROM persons GROUP BY ROLLUP (g)",
+    "SELECT g, COUNT(*) AS n, COUNT(DISTINCT hid) AS units FROM visits WHERE kind = 'o' GROUP BY g",
+]
+
+
+def test_orphan_references_are_keyed_alike_on_spark(spark, tmp_path):
+    """(Red team s30c, closed in session 38.) An orphan reference is keyed by the mix of
+    DuckDB's ``hash`` of its value: Spark's hash UDF and the mix's integer arithmetic give
+    DuckDB's keys, hence its cells (households, orphans and NULL references)."""
+    from tests.security.test_redteam_s30c import CKM, named_db
+
+    source = named_db(tmp_path / "named.duckdb", CKM)
+    (tmp_path / "spark").mkdir()
+    demo = open_demo(source, ORPHAN_QUERIES, spark, tmp_path / "spark")
+    try:
+        for sql in ORPHAN_QUERIES:
+            assert_same_cells(demo, sql)
+    finally:
+        demo[0].close()
+        demo[2].close()
+
+
 @pytest.mark.parametrize("sql", CROSS_ENGINE_QUERIES, ids=lambda s: s[:60])
 def test_guarded_queries_give_the_same_cells(threshold_demo, sql):
     assert_same_cells(threshold_demo, sql)

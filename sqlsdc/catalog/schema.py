@@ -4,7 +4,8 @@ Tables:
     meta            catalog format version
     policy_versions every applied policy document, numbered; the highest is in force
     secrets         key material for keyed PRFs (never readable through a guarded connection)
-    ckm_mix         the secret constants of the cell key method's statistic keys (one row)
+    ckm_mix         the secret constants of the cell key method's keyed mix (statistic keys,
+                    orphan references' keys; one row)
     audit           every query, accepted, refused or failed, with the reason
     ledger          every released cell: user, time, query fingerprint, cell identity, status
     ptables         every perturbation table generated, by its parameters (never changed)

@@ -703,6 +703,8 @@ class _Types:
                              exp.Round, exp.Nullif, exp.Window, exp.Ordered, exp.Order,
                              exp.Bracket, exp.ArrayMax)):  # fmt: skip
             return self.of(node.this)
+        if _is_hash(node) or (isinstance(node, exp.Anonymous) and node.name.lower() == HASH_UDF):
+            return INT  # DuckDB's UBIGINT; the UDF's DECIMAL(20, 0) holds the same integers
         return UNKNOWN
 
     def stored(self, node: exp.Expr) -> str | None:

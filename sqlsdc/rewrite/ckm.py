@@ -43,12 +43,12 @@ from sqlglot import exp
 
 from sqlsdc.catalog.ptables import KEY_MODULUS, PTableKey, PTableRef
 from sqlsdc.errors import PolicyViolation
-from sqlsdc.mechanisms.ckm import MIX_PRIME, statistic_salt
 from sqlsdc.planner.normal_form import STATISTIC
 from sqlsdc.planner.plan import ProtectedAggregate
 from sqlsdc.policy import AggregateKind, Method, Policy
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, unit_count, when_present
 from sqlsdc.rewrite.ckm_magnitudes import PREV, PTABLE_ENTRIES, MagnitudeLayers, ptable_ref
+from sqlsdc.rewrite.ckm_mix import join_mix, statistic_key_sql
 from sqlsdc.rewrite.counted_units import counted_units_key, join_unit_keys, unit_lookups
 from sqlsdc.rewrite.sql import any_, at_least_column, missing, mul_expr, number
 from sqlsdc.rewrite.threshold import at_least
@@ -176,7 +176,7 @@ class _Builder(MagnitudeLayers):
                 agg.append("expressions", exp.alias_(counted, f"__n{i}"))
             if method is Method.CKM and i in self.lookups:
                 looked_up = exp.column(f"__rr{self.lookups[i]}", "__r")
-                key = counted_units_key(looked_up, argument, self._cell_key)
+                key = counted_units_key(looked_up)
                 agg.append("expressions", exp.alias_(key, f"__k{i}"))
             elif method is Method.CKM:
                 key = self._cell_key(argument, spec)
@@ -312,9 +312,7 @@ class _Builder(MagnitudeLayers):
             protected = exp.Add(this=prev("__n"), expression=noise)
             select.append("expressions", exp.alias_(protected, "__cn"))
         if any(self._own_statistic(spec) for spec in self.plan.aggregates):
-            select.append(
-                "joins", exp.Join(this=CKM_MIX.copy().as_(MIX), side="LEFT", on=exp.true())
-            )
+            join_mix(select)
         for i, spec in enumerate(self.plan.aggregates):
             if spec.rule.method is not Method.CKM:
                 continue
@@ -435,34 +433,6 @@ class _Builder(MagnitudeLayers):
         return exp.column(f"__e{i}_{steps}", PREV)
 
     # -- helpers -------------------------------------------------------------------------------
-
-
-MIX = "__mix"
-CKM_MIX = exp.Table(this=exp.to_identifier("ckm_mix"), db=exp.to_identifier("sqlsdc"))
-
-
-def statistic_key_sql(cell_key: exp.Expr, name: str) -> exp.Expr:
-    """:func:`sqlsdc.mechanisms.ckm.statistic_key` in SQL, its secret constants read from the
-    catalog (``sqlsdc.ckm_mix``, joined as ``__mix``): integer arithmetic below 2^62."""
-    p = number(MIX_PRIME)
-
-    def mod(value: exp.Expr) -> exp.Expr:
-        return exp.Mod(this=exp.Paren(this=value), expression=p.copy())
-
-    def constant(column: str) -> exp.Expr:
-        return exp.column(column, MIX)
-
-    cell_key = exp.cast(cell_key.copy(), "BIGINT")  # below 2^32; BIGINT arithmetic, not HUGEINT
-    y = mod(exp.Add(this=cell_key.copy(), expression=number(statistic_salt(name))))
-    y = mod(exp.Add(this=exp.Mul(this=y, expression=y.copy()), expression=constant("k_square")))
-    y = mod(
-        exp.Add(
-            this=exp.Mul(this=y, expression=constant("k_scale")), expression=constant("k_shift")
-        )
-    )
-    y = mod(exp.Add(this=exp.Mul(this=y, expression=y.copy()), expression=constant("k_final")))
-    parity = exp.Mod(this=cell_key.copy(), expression=number(2))
-    return exp.Add(this=exp.Mul(this=number(2), expression=y), expression=parity)
 
 
 def statistic(aggregate: ProtectedAggregate) -> str:

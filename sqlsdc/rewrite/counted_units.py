@@ -12,15 +12,22 @@ counted column (``ON persons.household_id = __ref0.__ru``), one row per unit, so
 repeats the query's rows. The value joined is a stored identifier passed through unchanged (the
 guard refuses computed identifiers), never a value the analyst chooses.
 
-A value that matches no unit (an orphan reference) is still counted, as SQL counts it. Its
-part of the key is the rows' own key of the orphan rows rotated by 16 bits: a cell with orphans
-then gets other noise than the same units without them (a different count, whose equal key
-would make the difference of the two exact), and not the noise of its persons' ``COUNT(*)``.
+A value that matches no unit (an orphan reference) is still counted, as SQL counts it, and is a
+unit of its own: its key is the secret mix of the statistic keys (:mod:`sqlsdc.rewrite.ckm_mix`)
+applied to DuckDB's ``hash`` of the value, salted by the counted table and column. The cell key
+is the sum over the set of units counted (Thompson, Broadfoot & Elazar 2013, the ABS method;
+sdcTools ``cellKey``: "the same set of contributors always gives the same key", digest
+``seed_2022_part1.md`` §6): a function of which units a cell counts, not of the rows that name
+them. Keyed by the persons naming it (the rows' key, as until session 38), an orphan drew new
+noise of one count under every filter that dropped some of its persons and kept the orphan
+(red team s30c). A cell with orphans still gets other noise than the same units without them,
+and not that of its persons' ``COUNT(*)``. The mix is keyed (124 secret bits, never in the SQL
+text) but not a cryptographic PRF; the values it mixes are identifiers, which a query can
+neither filter on nor compute. The same value is one unit in every table that names it when
+those columns have one type (``hash`` reads the type: an INTEGER 5 and a BIGINT 5 key apart).
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 from sqlglot import exp
 
@@ -28,7 +35,7 @@ from sqlsdc.catalog.keys import RKEY
 from sqlsdc.catalog.ptables import KEY_MODULUS
 from sqlsdc.planner.plan import CellPlan, CountedUnits
 from sqlsdc.policy import Method
-from sqlsdc.rewrite.threshold import rotated
+from sqlsdc.rewrite.ckm_mix import join_mix, statistic_key_sql
 
 LOOKUP, UNIT = "__ref", "__ru"  # a lookup of record keys, its unit column
 
@@ -58,18 +65,36 @@ def unit_lookups(
 
 def join_unit_keys(
     select: exp.Select, plan: CellPlan, arguments: list[exp.Expr | None], lookups: dict[int, int]
-) -> list[exp.Column]:
+) -> list[exp.Expr]:
     """Append one ``LEFT JOIN`` of record keys per lookup to ``select`` (mutated: a select the
-    caller built) and return each lookup's key column."""
-    columns = []
+    caller built), and the mix when there is one, and return each lookup's key of the unit a
+    row names: the looked-up record key, else (an orphan) the key of the value, NULL for NULL."""
+    keys = []
     for j in sorted(set(lookups.values())):
         i = min(i for i, looked_up in lookups.items() if looked_up == j)
         alias = f"{LOOKUP}{j}"
-        lookup = unit_keys(plan.aggregates[i].counted).subquery(alias)
+        counted = plan.aggregates[i].counted
+        lookup = unit_keys(counted).subquery(alias)
         on = exp.EQ(this=arguments[i].copy(), expression=exp.column(UNIT, alias))
         select.append("joins", exp.Join(this=lookup, side="LEFT", on=on))
-        columns.append(exp.column(RKEY, alias))
-    return columns
+        orphan = orphan_key(arguments[i], counted)
+        keys.append(exp.Coalesce(this=exp.column(RKEY, alias), expressions=[orphan]))
+    if keys:
+        join_mix(select)
+    return keys
+
+
+def orphan_key(value: exp.Expr, counted: CountedUnits) -> exp.Expr:
+    """``CASE WHEN value IS NOT NULL THEN mix(hash(value) % 2^32) END``: the key of a value that
+    names no unit of ``counted`` (its own, whichever rows name it), in [0, 2^32); NULL counts
+    nothing and keys nothing (``hash(NULL)`` is a constant, not NULL)."""
+    hashed = exp.Mod(
+        this=exp.Anonymous(this="hash", expressions=[value.copy()]),
+        expression=exp.Literal.number(KEY_MODULUS),
+    )
+    key = statistic_key_sql(hashed, f"unit:{counted.table}.{counted.column}")
+    present = exp.Not(this=exp.Is(this=value.copy(), expression=exp.null()))
+    return exp.Case(ifs=[exp.If(this=present, true=key)])
 
 
 def unit_keys(counted: CountedUnits) -> exp.Select:
@@ -89,17 +114,11 @@ def unit_keys(counted: CountedUnits) -> exp.Select:
     return select if counted.unique else select.group_by(unit.copy(), copy=False)
 
 
-def counted_units_key(
-    looked_up: exp.Expr, argument: exp.Expr, rows_key: Callable[[exp.Expr], exp.Expr]
-) -> exp.Expr:
-    """``(SUM(DISTINCT key) + rotate16(orphans' rows key)) % 2^32`` over a cell's rows, with
-    ``looked_up`` the rows' looked-up unit key, ``argument`` the counted column and
-    ``rows_key(argument)`` the mechanism's key of the rows where ``argument`` is not NULL."""
-    matched = exp.Coalesce(
-        this=exp.Sum(this=exp.Distinct(expressions=[looked_up.copy()])),
+def counted_units_key(key: exp.Expr) -> exp.Expr:
+    """``SUM(DISTINCT key) % 2^32`` over a cell's rows, ``key`` a lookup's key of the unit each
+    row names (:func:`join_unit_keys`): each unit counted once, whichever rows name it."""
+    total = exp.Coalesce(
+        this=exp.Sum(this=exp.Distinct(expressions=[key.copy()])),
         expressions=[exp.Literal.number(0)],
     )
-    missing = exp.Is(this=looked_up.copy(), expression=exp.null())
-    orphan = exp.Case(ifs=[exp.If(this=missing, true=argument.copy())])
-    total = exp.Add(this=matched, expression=rotated(rows_key(orphan), 16))
     return exp.Mod(this=exp.Paren(this=total), expression=exp.Literal.number(KEY_MODULUS))

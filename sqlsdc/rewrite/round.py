@@ -43,8 +43,6 @@ and the rounded values ``__y<i>``; exact values and keys never reach the outer q
 
 from __future__ import annotations
 
-from functools import partial
-
 from sqlglot import exp
 
 from sqlsdc.catalog.ptables import KEY_MODULUS
@@ -92,7 +90,7 @@ def round_frame(cells: Cells, twin: dict[int, exp.Expr]) -> Frame:
         inner.append("expressions", exp.alias_(aggregate.copy(), f"__a{i}"))
         inner.append("expressions", exp.alias_(unit_count(argument, plan.units), f"__n{i}"))
         if i in lookups:  # a distinct count of units: their own keys (counted_units)
-            key = counted_units_key(looked_up[lookups[i]], argument, partial(cell_key, cells, i))
+            key = counted_units_key(looked_up[lookups[i]])
             inner.append("expressions", exp.alias_(key, f"__k{i}"))
         elif plan.aggregates[i].rule.method is Method.ROUND:
             inner.append("expressions", exp.alias_(cell_key(cells, i, argument), f"__k{i}"))

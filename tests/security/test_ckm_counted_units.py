@@ -189,9 +189,9 @@ def test_an_orphan_reference_gets_other_noise_than_the_households_without_it(orp
 
 
 def test_orphans_and_the_persons_who_name_them_do_not_share_noise(orphans):
-    """The orphans' part of the key sums their persons' record keys, the key of the persons'
-    COUNT(*): rotated, so 10 orphans of 20 persons (one ptable row) do not draw the persons'
-    noise, which would make every difference exactly 10."""
+    """An orphan is keyed by its own value through the secret mix, not by the persons naming
+    it: 10 orphans of 20 persons (one ptable row) do not draw the persons' noise (the key of
+    their COUNT(*)), which would make every difference exactly 10."""
     con = sqlsdc.connect(orphans, user="analyst")
     released = rows(
         con,

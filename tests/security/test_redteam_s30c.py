@@ -25,10 +25,14 @@ What succeeded, and was closed:
   40 rows of a multi-column filter factor into such an OR. The distance is now counted up to
   the bound it is compared with (0.1 s).
 
-Left open (xfail): an orphan reference's part of the key is the rotated record keys of the
-persons naming it, so filters that drop some of those persons but keep every orphan and every
-household draw new noise of the same count (needs dangling references in the data; keying an
-orphan by its own value needs a keyed PRF of an identifier in SQL).
+Left open here, closed in session 38: an orphan reference's part of the key was the rotated
+record keys of the persons naming it, so filters that dropped some of those persons but kept
+every orphan and every household drew new noise of the same count (needs dangling references in
+the data), as did another table naming the same units. An orphan is now keyed by its own value
+through the secret mix of the statistic keys (``hash`` of the value, mixed with the constants of
+``sqlsdc.ckm_mix``): the key is a function of the set of units counted, under the cell key
+method and rounding alike (tests below: filters over the naming persons, persons without a
+household, a second naming table, ROLLUP totals; an orphan's noise is not its person's).
 
 What held (one test each below): the households of a region are one noise and their total
 another, through ROLLUP, GROUPING SETS, UNION ALL branches, joins with a public table, a
@@ -302,15 +306,6 @@ def orphans_db(path):
     return init_households(path, CKM, CKM, ["g", "kind"], [])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="OPEN: an orphan reference's part of the key is the (rotated) record keys of the "
-    "persons naming it, so a filter that drops some of those persons, keeping every orphan and "
-    "every household, draws a new noise of the same distinct count (three here: all persons, "
-    "kind 'a', kind 'b'; more filters, more noises to average). Keying an orphan by its own "
-    "value needs a keyed PRF of an identifier in SQL (e.g. the statistic mix of "
-    "sqlsdc.ckm_mix applied to the value): a design change for the owners of counted_units.",
-)
 def test_the_orphans_of_a_group_are_one_noise_whichever_persons_name_them(tmp_path):
     con = sqlsdc.connect(orphans_db(tmp_path / "orphans.duckdb"), user="analyst")
     every = "SELECT g, COUNT(DISTINCT hid) FROM persons {} GROUP BY g"
@@ -324,6 +319,104 @@ def test_the_orphans_of_a_group_are_one_noise_whichever_persons_name_them(tmp_pa
     assert len(answers[0]) == len(exact) == GROUPS
     assert answers[0] != exact  # the orphans count, with other noise
     assert answers[1] == answers[0] and answers[2] == answers[0]
+
+
+ROUNDING = {"method": "round", "base": 10, "rounding": "unbiased"}
+
+
+def named_db(path, counts: dict):
+    """Groups g0..g199 of 12 households and 10 orphans, each named by a person of kind 'a' and
+    one of kind 'b', and 2 persons without a household (kind 'n'); groups o0..o199 of 5
+    orphans, each named by one person (kind 'o'). ``visits`` name every household and orphan
+    once (the rows of kinds 'b' and 'o'), with the same column type. Every table's counts
+    under ``counts``."""
+    with duckdb.connect(str(path)) as con:
+        con.execute(f"CREATE TABLE households AS SELECT i AS hid FROM range({GROUPS * 12}) r(i)")
+        con.execute(
+            "CREATE TABLE persons AS SELECT i AS pid, CASE WHEN i % 22 < 12 THEN "
+            "12 * (i // 44) + i % 22 ELSE 1000000 + 10 * (i // 44) + i % 22 END AS hid, "
+            "'g' || (i // 44) AS g, CASE WHEN i % 44 < 22 THEN 'a' ELSE 'b' END AS kind "
+            f"FROM range({GROUPS * 44}) r(i)"
+        )
+        con.execute(
+            f"INSERT INTO persons SELECT 10000000 + i, NULL, 'g' || (i // 2), 'n' "
+            f"FROM range({GROUPS * 2}) r(i)"
+        )
+        con.execute(
+            f"INSERT INTO persons SELECT 20000000 + i, 2000000 + i, 'o' || (i // 5), 'o' "
+            f"FROM range({GROUPS * 5}) r(i)"
+        )
+        con.execute(
+            "CREATE TABLE visits AS SELECT pid AS vid, hid, g, kind FROM persons "
+            "WHERE kind IN ('b', 'o')"
+        )
+    dimension = {"role": "dimension"}
+
+    def naming(unit: str) -> dict:
+        return {
+            "privacy_unit": unit,
+            "columns": {
+                unit: IDENTIFIER,
+                "hid": {**IDENTIFIER, "references": "households.hid"},
+                "g": dimension,
+                "kind": dimension,
+            },
+        }
+
+    sqlsdc.init(
+        path,
+        {
+            "protection": {"min_frequency": 1, "counts": counts},
+            "tables": {
+                "persons": naming("pid"),
+                "visits": naming("vid"),
+                "households": {"privacy_unit": "hid", "columns": {"hid": IDENTIFIER}},
+            },
+            "users": {"analyst": {"role": "analyst"}, "admin": {"role": "admin"}},
+        },
+    )
+    return path
+
+
+@pytest.mark.parametrize("counts", [CKM, ROUNDING], ids=["ckm", "rounding"])
+def test_households_and_orphans_are_one_key_whichever_rows_name_them(tmp_path, counts):
+    """Filters that keep every household and every orphan of a group but drop some of the
+    persons naming them (or the persons naming none: NULL counts nothing and keys nothing),
+    and another table naming the same units: one set of units, one key, one noise (or one
+    rounding coin), in every group and in the ROLLUP total. Keyed by the rows naming it, an
+    orphan gave each of these its own draw of one count."""
+    con = sqlsdc.connect(named_db(tmp_path / "named.duckdb", counts), user="analyst")
+    spelling = "SELECT g, COUNT(DISTINCT hid) FROM {} GROUP BY ROLLUP (g)"
+    routes = [
+        "persons",
+        "persons WHERE kind <> 'a'",
+        "persons WHERE kind <> 'b'",
+        "persons WHERE kind <> 'n'",
+        "persons WHERE kind IN ('b', 'o')",
+        "visits",
+    ]
+    answers = {route: dict(rows(con, spelling.format(route))) for route in routes}
+    con.close()
+    first = answers["persons"]
+    for route, answer in answers.items():  # a group is shown by its rows' own protected count
+        shown = first.keys() & answer.keys()
+        assert len(shown) >= 0.9 * (2 * GROUPS + 1) and None in shown, route
+        assert {g: answer[g] for g in shown} == {g: first[g] for g in shown}, route
+
+
+def test_an_orphan_is_keyed_by_itself_not_by_the_person_naming_it(tmp_path):
+    """200 groups of 5 orphans, each named by one person: the orphans' noise is spread as a
+    key's should be (a constant or missing key would give every group one value), and is not
+    that of the persons' ``COUNT(*)``, whose key sums the persons' record keys."""
+    con = sqlsdc.connect(named_db(tmp_path / "named.duckdb", CKM), user="analyst")
+    released = rows(
+        con, "SELECT g, COUNT(*), COUNT(DISTINCT hid) FROM persons WHERE kind = 'o' GROUP BY g"
+    )
+    con.close()
+    assert len(released) >= 0.9 * GROUPS  # a group is shown by its persons' protected count
+    assert len({units for _g, _persons, units in released}) >= 3, released[:5]
+    same = sum(persons == units for _g, persons, units in released)
+    assert same <= 0.5 * len(released), f"{same} of {GROUPS} groups draw the persons' noise"
 
 
 class Expired(BaseException):

@@ -1,0 +1,43 @@
+"""The cell key method's keyed mix in SQL (:func:`sqlsdc.mechanisms.ckm.statistic_key`), its
+secret constants read from the catalog table ``sqlsdc.ckm_mix`` joined as ``__mix``: the SQL
+text names the table, never the constants, so no log, error or plan shows them."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from sqlsdc.mechanisms.ckm import MIX_PRIME, statistic_salt
+from sqlsdc.rewrite.sql import number
+
+MIX = "__mix"
+CKM_MIX = exp.Table(this=exp.to_identifier("ckm_mix"), db=exp.to_identifier("sqlsdc"))
+
+
+def join_mix(select: exp.Select) -> None:
+    """Append ``LEFT JOIN sqlsdc.ckm_mix AS __mix ON TRUE`` (one row: the rows stay as they
+    are) to ``select`` (mutated)."""
+    select.append("joins", exp.Join(this=CKM_MIX.copy().as_(MIX), side="LEFT", on=exp.true()))
+
+
+def statistic_key_sql(cell_key: exp.Expr, name: str) -> exp.Expr:
+    """:func:`sqlsdc.mechanisms.ckm.statistic_key` in SQL over a select that joins the mix
+    (:func:`join_mix`): integer arithmetic below 2^62."""
+    p = number(MIX_PRIME)
+
+    def mod(value: exp.Expr) -> exp.Expr:
+        return exp.Mod(this=exp.Paren(this=value), expression=p.copy())
+
+    def constant(column: str) -> exp.Expr:
+        return exp.column(column, MIX)
+
+    cell_key = exp.cast(cell_key.copy(), "BIGINT")  # below 2^32; BIGINT arithmetic, not HUGEINT
+    y = mod(exp.Add(this=cell_key.copy(), expression=number(statistic_salt(name))))
+    y = mod(exp.Add(this=exp.Mul(this=y, expression=y.copy()), expression=constant("k_square")))
+    y = mod(
+        exp.Add(
+            this=exp.Mul(this=y, expression=constant("k_scale")), expression=constant("k_shift")
+        )
+    )
+    y = mod(exp.Add(this=exp.Mul(this=y, expression=y.copy()), expression=constant("k_final")))
+    parity = exp.Mod(this=cell_key.copy(), expression=number(2))
+    return exp.Add(this=exp.Mul(this=number(2), expression=y), expression=parity)
