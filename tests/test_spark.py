@@ -758,6 +758,10 @@ def assert_same_cells(demo, sql: str) -> None:
 ORPHAN_QUERIES = [
     "SELECT g, COUNT(DISTINCT hid) AS units FROM persons GROUP BY ROLLUP (g)",
     "SELECT g, COUNT(*) AS n, COUNT(DISTINCT hid) AS units FROM visits WHERE kind = 'o' GROUP BY g",
+    "SELECT p.g, COUNT(DISTINCT p.h) AS units FROM (SELECT g, kind, hid AS h FROM persons) AS p "
+    "WHERE p.kind <> 'a' GROUP BY p.g",
+    "WITH v AS (SELECT g, hid FROM visits) SELECT g, COUNT(DISTINCT hid) AS units FROM v "
+    "GROUP BY ROLLUP (g)",
 ]
 
 
