@@ -118,8 +118,11 @@ def _population(source: str | None):
         and isinstance(tree.args.get("from_") and tree.args["from_"].this, exp.Table)
         and not any(tree.args.get(a) for a in ("joins", "group", "having", "with_", "distinct"))
     ):
+        table = tree.args["from_"].this
+        own = {table.name.lower(), table.alias_or_name.lower()}
         where = tree.args.get("where")
-        return tree.args["from_"].this.name, where and _unqualified(where.this), tree.expressions
+        projections = [_unqualified(p, own) for p in tree.expressions]
+        return table.name, where and _unqualified(where.this, own), projections
     return None
 
 
@@ -141,16 +144,18 @@ def _projections(con, table: str, projections: list) -> dict[str, exp.Expr]:
             exp.AggFunc, exp.Window, exp.Query, exp.Subquery, exp.Star
         ):
             continue
-        found[projection.alias_or_name.lower()] = _unqualified(expression)
+        found[projection.alias_or_name.lower()] = expression.copy()
     return found
 
 
-def _unqualified(expression: exp.Expr) -> exp.Expr:
-    """``expression`` with its columns named as the table's (``p.age`` of ``FROM persons p``
-    is ``age``: the check reads the table without an alias)."""
+def _unqualified(expression: exp.Expr, own: set[str]) -> exp.Expr:
+    """``expression`` with the columns of the file's table named as the table's (``p.age`` of
+    ``FROM persons p`` is ``age``: the check reads the table without an alias); a column of
+    another table (in a subquery) keeps its qualifier."""
     copy = expression.copy()
     for column in copy.find_all(exp.Column):
-        column.set("table", None)
+        if column.table and column.table.lower() in own:
+            column.set("table", None)
     return copy
 
 
