@@ -50,12 +50,16 @@ def anonymize(db, source, sql, into, steps, keys, weights, household, seed, repl
     drawing from the database's secret and --seed (same seed, same output); the table, its
     report (risk before and after on the key variables, information loss) and an audit entry
     are stored together. `sqlsdc publish` releases it; `sqlsdc microdata-report` shows the
-    report again.
+    report again. The file releases exact counts by every column no perturbative step changed
+    (recoded ones by their bands), so it is refused where, next to an exact table of the same
+    table stored before it (suppression, CTA, IPF), a cell of one less a cell of the other
+    would count fewer units than the minimum frequency: bands that the table's population
+    follows (a break at 85 next to `WHERE age >= 85`) tell nothing new.
 
     \b
     Example:
       sqlsdc anonymize demo.duckdb --from persons --into persons_sdc \\
-        --step recode:age:breaks=15/30/45/65 \\
+        --step recode:age:breaks=15/30/45/65/85 \\
         --step suppress:region,sex,age,education:k=3 \\
         --step microaggregate:income:k=5 --keys region,sex,age,education
     """

@@ -40,13 +40,16 @@ from sqlsdc.catalog import store
 from sqlsdc.catalog.store import require_admin
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import Error, MicrodataError, NotFoundError, SqlSyntaxError
+from sqlsdc.jobs.differencing import refuse_file_differences
 from sqlsdc.jobs.protect import (
     OUTPUT_SCHEMA,
     _plain,
     check_output_name,
     dp_table_refusal,
+    exact_tables,
     job_catalog,
 )
+from sqlsdc.jobs.record_files import file_release
 from sqlsdc.microdata.microaggregation import il1s
 from sqlsdc.microdata.risk import interval_disclosure, linkage_rate, risk_summary
 from sqlsdc.microdata.steps import Step, apply_steps, parse_step
@@ -170,6 +173,11 @@ def anonymize(
             say("applying " + ", ".join(s.text() for s in parsed))
             result, log = apply_steps(original, parsed, secret=bytes(secret), seed=seed)
             stored = result.drop(columns=[c for c in dropped if c in result.columns])
+            try:
+                _refuse_differences(con, policy, into, source or sql, log, list(stored.columns))
+            except Error as refusal:
+                audit("refused", reason=store.audit_reason(refusal))
+                raise
             say("measuring risk and information loss")
             report = AnonymizeReport(
                 name=f"{OUTPUT_SCHEMA}.{into}",
@@ -209,6 +217,20 @@ def _definition(source: str | None, sql: str | None) -> str:
         if not isinstance(inner, exp.Query):
             raise MicrodataError("--sql must be one SELECT query")
     return exp.select("*").from_(inner.subquery("src")).order_by(exp.var("ALL")).sql("duckdb")
+
+
+def _refuse_differences(con, policy, into: str, source: str, log, columns) -> None:
+    """Refuse a file that, next to an exact table of its source stored before it (the
+    suppression pattern, a suppression, CTA or IPF job), tells what a few units add up to:
+    the file is the exact tables of its unperturbed columns
+    (:func:`sqlsdc.jobs.record_files.file_release`), checked as a job's table is
+    (:func:`sqlsdc.jobs.differencing.refuse_file_differences`). It runs once the steps have
+    run: which columns a local suppression blanked is in their log."""
+    label = f"the file {OUTPUT_SCHEMA}.{into}"
+    found = file_release(con, policy, label, source, log, columns)
+    if found is not None:
+        table, release = found
+        refuse_file_differences(con, policy, release, exact_tables(con, policy, table))
 
 
 def _check(con, user: str, into: str, replace: bool):

@@ -18,46 +18,100 @@ of a municipality, gave that person's income as the difference of the two grand 
 :func:`refuse_small_differences` refuses such a job before it computes anything: in every
 grouping of the dimensions the two tables have in common, a cell whose populations overlap
 must differ by none or by at least the minimum frequency of units on the side that differs
-(differences on both sides mix what the two groups add up to). Not covered: a rounded or raked
-table next to another (their difference bounds those units' sum within the two
-perturbations; red team s33c keeps that allowed), and the two patterns together (a cell hidden
-in one table and published in the other, the attacker LP over both with non-negative
-differences): protecting linked tables of different populations needs one covering universe
-(red team s30f).
+(differences on both sides mix what the two groups add up to).
+
+An anonymised file is the exact tables it implies (:class:`Release` with ``exact``, from
+:func:`sqlsdc.microdata.steps.exact_columns`): a cell for every combination of values of its
+columns that no perturbative step changed, a recoded column cut by its bands. A table's cell is
+compared with the file's same cell, and with that cell further cut by the file's other exact
+columns where the cut still holds every unit of the table's cell (red team s37c: the README's
+``seniors_r01``, R01 aged 65 or over with age banded 65/75/85, and ``old_people``, everyone aged
+90 or over by municipality and education: a cell of the 85+ band less the job's gave the
+85-89-year-olds of that municipality and education). Where the file's exact columns tell of
+each of its records whether the table counts it (the table's WHERE reads only columns the file
+holds and no local suppression blanked, and is the same within each combination of their
+released values: ``age >= 90`` next to a band ``>=90``), the file's records outside the table
+are counts of the file's own cells, no new information; then only the table's units outside the
+file are a difference. :func:`refuse_file_differences` checks a new file against the exact
+tables stored before it, :func:`refuse_small_differences` a new table against the stored files.
+
+Not covered: a rounded or raked table next to another (their difference bounds those units' sum
+within the two perturbations; red team s33c keeps that allowed), the two patterns together (a
+cell hidden in one table and published in the other, the attacker LP over both with
+non-negative differences): protecting linked tables of different populations needs one
+covering universe (red team s30f); two anonymised files of one table; and a file's locally
+suppressed values next to an exact table of the same column, which counts them as they were
+(the table's cell less the file's shown count is the number of blanked records that belong to
+it).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlglot import exp
 
-from sqlsdc.errors import TabularError
+from sqlsdc.errors import MicrodataError, TabularError
 from sqlsdc.policy import Policy
 from sqlsdc.tabular.rules import FrequencyRule, parse_rule
 
-# (label, population WHERE or None, dimension columns) of a release the job's cells meet
-Other = tuple[str, exp.Expr | None, tuple[str, ...]]
+
+@dataclass(frozen=True)
+class Release:
+    """Another release of a table, as the exact cells it gives.
+
+    Attributes:
+        label: how messages name it (an output, the suppression pattern).
+        where: its population, a condition on the table's rows (None: every row).
+        dims: the table's columns it cuts cells by as they are.
+        exact: an anonymised file's columns that no perturbative step changed and that cut
+            cells (the table's dimensions and any recoded column), as ``(name in the file,
+            expression on the table)`` (a recoded column is its bands); every combination of
+            their values is a cell. None for a table, whose cells are the groupings of
+            ``dims``.
+        held: the table's columns a file holds unperturbed, coarsened or not (it gives their
+            sums; a top-coded one counts, which errs on the safe side).
+        blanked: the table's columns a file's local suppression blanked in some records:
+            counted as they were (more cells, the safe side), they tell nobody which records
+            a table counts.
+    """
+
+    label: str
+    where: exp.Expr | None
+    dims: tuple[str, ...]
+    exact: tuple[tuple[str, exp.Expr], ...] | None = None
+    held: frozenset[str] = frozenset()
+    blanked: frozenset[str] = frozenset()
+
+    def holds(self, column: str) -> bool:
+        """Whether its cells give sums of ``column``."""
+        return self.exact is None or column.lower() in self.held
 
 
-def refuse_small_differences(con, policy: Policy, spec, others: list[Other]) -> None:
+def refuse_small_differences(con, policy: Policy, spec, others: list[Release]) -> None:
     """Refuse the job ``spec`` (a :class:`~sqlsdc.jobs.protect.JobSpec`) when one of
     ``others`` (same table and aggregate) shares a cell with it whose populations overlap and
     differ, on one side only, by fewer units than the table's minimum frequency."""
     least = min_frequency(policy, spec.table)
-    for label, where, dims in others:
-        common = [d for d in spec.dims if d in dims]
-        found = _smallest_difference(con, spec, where, common, least)
-        if found is None:
+    for other in others:
+        found = _smallest_difference(con, spec, other, least)
+        if found is not None:
+            raise TabularError(_message(spec.table, "the job", other.label, found, least))
+
+
+def refuse_file_differences(con, policy: Policy, file: Release, tables: list) -> None:
+    """Refuse an anonymised file (``file``, labelled as the job's output) when one of the
+    exact tables stored before it (``tables``: ``(label, JobSpec)`` of its table) shares a
+    cell with it whose populations overlap and differ, on one side only, by fewer units than
+    the minimum frequency: the other order of :func:`refuse_small_differences`. A table of
+    sums is compared only with a file that holds its measure unperturbed."""
+    for label, spec in tables:
+        if spec.measure is not None and not file.holds(spec.measure):
             continue
-        cell, units = found
-        named = ", ".join(f"{d} = {v!r}" for d, v in cell.items() if v is not None) or "total"
-        raise TabularError(
-            f"the job's population and that of {label} overlap and differ by only {units} "
-            f"unit(s) of {spec.table} in a cell both tables hold ({named}): the difference of "
-            "the two values would show what those units add up to, which no cell of fewer "
-            f"than {least} units (the policy's minimum frequency) may show. Tabulate a "
-            "population that differs from it by none or by at least that many units in every "
-            "cell they share"
-        )
+        least = min_frequency(policy, spec.table)
+        found = _smallest_difference(con, spec, file, least)
+        if found is not None:
+            raise MicrodataError(_message(spec.table, label, file.label, found, least))
 
 
 def min_frequency(policy: Policy, table: str) -> int:
@@ -73,44 +127,159 @@ def min_frequency(policy: Policy, table: str) -> int:
     return max(found)
 
 
-def _smallest_difference(con, spec, where, common: list[str], least: int):
-    """``(cell, units)`` of a shared cell whose populations overlap and differ on one side
-    only, by ``0 < units < least``, or None."""
-    mine, theirs = _kept(spec.where), _kept(where)
-    member = exp.column(spec.unit)  # a job's rows are its units' rows
-    both = exp.and_(mine, theirs)
-    only_mine = exp.and_(mine, exp.not_(theirs))
-    only_theirs = exp.and_(theirs, exp.not_(mine))
+def _message(table: str, first: str, second: str, found, least: int) -> str:
+    cell, units, side = found
+    named = ", ".join(f"{d} = {v!r}" for d, v in cell.items() if v is not None) or "total"
+    holder, other = (first, second) if side == "a" else (second, first)
+    return (
+        f"the population of {first} and that of {second} overlap and differ by only {units} "
+        f"unit(s) of {table} in a cell both hold ({named}), {units} that {holder} counts and "
+        f"{other} does not: the difference of the two values would show what those units add "
+        f"up to, which no cell of fewer than {least} units (the policy's minimum frequency) "
+        "may show. Tabulate a population that differs from it by none or by at least that "
+        "many units in every cell they share"
+    )
 
-    def units(condition: exp.Expr, alias: str) -> exp.Expr:
-        counted = exp.Count(this=exp.Distinct(expressions=[member.copy()]))
-        return exp.alias_(exp.Filter(this=counted, expression=exp.Where(this=condition)), alias)
 
-    cells = exp.select(
-        *(exp.column(d) for d in common),
-        units(both, "i"),
-        units(only_mine, "a"),
-        units(only_theirs, "b"),
+def _smallest_difference(con, spec, other: Release, least: int):
+    """``(cell, units, side)`` of a cell of the job ``spec`` and one of ``other`` whose
+    populations overlap and differ on one side only (``"a"``: units the job counts and the
+    other does not; ``"b"``: the other way), by ``0 < units < least``; or None.
+
+    The job's cell is a grouping of the dimensions both cut cells by; the other's is the same
+    cell, further cut by its other exact columns when it is a file. ``a`` is then the job's
+    units in the cell less those in both. A cut can only make the file's cell smaller: the
+    job's units outside a cut of a cell are counted on the whole cell only (outside a cut they
+    are the other values of the cut too, which the job's cell counts already); the file's
+    units outside the job, on every cut whose cell holds all the job's units of the cell."""
+    common = [d for d in spec.dims if d in {c.lower() for c in other.dims}]
+    extra = _extra(other, common)
+    mine, theirs = _kept(spec.where), _kept(other.where)
+    told = _tells(con, spec, other)
+    keys = [exp.column(d) for d in common] + [e.copy() for _n, e in extra]
+    names = [f"k{j}" for j in range(len(keys))]
+    rows = exp.select(
+        *(exp.alias_(k, n) for k, n in zip(keys, names, strict=True)),
+        exp.alias_(exp.column(spec.unit), "u"),  # a job's rows are its units' rows
+        exp.alias_(mine, "m"),
+        exp.alias_(theirs.copy(), "t"),
     ).from_(spec.table)
+    kept = exp.or_(mine.copy(), theirs.copy())
     if spec.measure is not None:  # rows that add nothing to a sum are no part of a difference
         nonzero = exp.column(spec.measure).neq(exp.Literal.number(0))
-        cells = cells.where(exp.Coalesce(this=nonzero, expressions=[exp.false()]))
-    if common:
-        cells = cells.group_by(exp.Cube(expressions=[exp.column(d) for d in common]))
+        kept = exp.and_(kept, exp.Coalesce(this=nonzero, expressions=[exp.false()]))
+    rows = rows.where(kept)
+
+    once = exp.select(
+        exp.Count(this=exp.Star()).eq(exp.Count(this=exp.Distinct(expressions=[exp.column("u")])))
+    ).from_(rows.subquery("r"))
+    distinct = not con.execute(once.sql("duckdb")).fetchone()[0]  # a unit of several rows
+
+    def units(condition: str, alias: str) -> exp.Expr:
+        counted = exp.Count(this=exp.Distinct(expressions=[exp.column("u")]) if distinct
+                            else exp.Star())  # fmt: skip
+        where = exp.Where(this=exp.condition(condition))
+        return exp.alias_(exp.Filter(this=counted, expression=where), alias)
+
+    cells = exp.select(
+        *(exp.column(n) for n in names),
+        units("m AND t", "i"),
+        units("t AND NOT m", "b"),
+        units("m", "n"),
+    ).from_(rows.subquery("r"))
+    if names:
+        grouping = exp.Anonymous(this="GROUPING", expressions=[exp.column(n) for n in names])
+        cells = cells.select(exp.alias_(grouping, "g"))
+        cells = cells.group_by(exp.Cube(expressions=[exp.column(n) for n in names]))
+    else:
+        cells = cells.select(exp.alias_(exp.Literal.number(0), "g"))
+    rolled = (1 << len(extra)) - 1  # the job's cell: the file's other columns all totals
+    whole = exp.BitwiseOr(this=exp.column("g"), expression=exp.Literal.number(rolled))
+    job_cell = exp.Window(  # the job's units of the cell the row cuts
+        this=exp.Max(this=exp.If(this=whole.copy().eq(exp.column("g")), true=exp.column("n"))),
+        partition_by=[whole, *(exp.column(n) for n in names[: len(common)])],
+    )
+    a = exp.Sub(this=job_cell, expression=exp.column("i"))
+    b = exp.Literal.number(0) if told else exp.column("b")
+    pairs = exp.select(
+        *(exp.column(n) for n in names),
+        exp.column("g"),
+        exp.column("i"),
+        exp.alias_(a, "a"),
+        exp.alias_(b, "b"),
+    ).from_(cells.subquery("x"))  # fmt: skip
+    pairs = (
+        exp.select("*")
+        .from_(pairs.subquery("w"))
+        .where(exp.GT(this=exp.column("i"), expression=exp.Literal.number(0)))
+    )
+    small_a = exp.and_(  # the job's cell less the file's same cell, not a cut of it
+        exp.column("a").between(1, least - 1),
+        exp.BitwiseAnd(this=exp.column("g"), expression=exp.Literal.number(rolled)).eq(rolled),
+    )
     one_side = exp.or_(
-        exp.and_(exp.column("b").eq(0), exp.column("a").between(1, least - 1)),
+        small_a if told else exp.and_(exp.column("b").eq(0), small_a),
         exp.and_(exp.column("a").eq(0), exp.column("b").between(1, least - 1)),
     )
     select = (
-        exp.select(*(exp.column(d) for d in common), exp.column("a"), exp.column("b"))
-        .from_(cells.subquery("c"))
-        .where(exp.and_(exp.GT(this=exp.column("i"), expression=exp.Literal.number(0)), one_side))
+        exp.select(*(exp.column(n) for n in names), exp.column("a"), exp.column("b"))
+        .from_(pairs.subquery("p"))
+        .where(one_side)
         .limit(1)
     )
+    if names:  # the first such cell in a fixed order, for a message that does not change
+        select = select.order_by(*(exp.column(n) for n in names))
     row = con.execute(select.sql("duckdb")).fetchone()
     if row is None:
         return None
-    return dict(zip(common, row[: len(common)], strict=True)), max(row[-2:])
+    labels = common + [n for n, _e in extra]
+    a_units, b_units = row[-2:]
+    side, units = ("a", a_units) if 0 < a_units < least else ("b", b_units)
+    return dict(zip(labels, row[: len(labels)], strict=True)), units, side
+
+
+def _extra(other: Release, common: list[str]) -> list[tuple[str, exp.Expr]]:
+    """The file's exact columns that further cut a shared cell: all but those the job groups
+    by as they are."""
+    if other.exact is None:
+        return []
+    return [(n, e) for n, e in other.exact
+            if not (isinstance(e, exp.Column) and e.name.lower() in common)]  # fmt: skip
+
+
+def _tells(con, spec, other: Release) -> bool:
+    """Whether a file's exact columns tell of each of its records whether the job counts it:
+    the job's WHERE reads only columns of the table that the file holds (as they are or
+    coarsened, never blanked by a local suppression), and within each combination of their
+    released values it is the same for every record of the file. Then the file's records
+    outside the job, in any cell, are a count of the file's own cells."""
+    if other.exact is None:
+        return False
+    if spec.where is None:
+        return True
+    if spec.where.find(exp.Query, exp.Subquery):  # a lookup elsewhere: not a function of them
+        return False
+    read = _reads(spec.where)
+    held = [e for _n, e in other.exact
+            if _reads(e) and _reads(e) <= read and not _reads(e) & other.blanked]  # fmt: skip
+    if not held or set().union(*(_reads(e) for e in held)) != read:
+        return False
+    mine = _kept(spec.where)
+    mixed = (
+        exp.select(exp.Literal.number(1))
+        .from_(spec.table)
+        .where(_kept(other.where))
+        .group_by(*(e.copy() for e in held))
+        .having(
+            exp.NEQ(this=exp.func("bool_or", mine.copy()), expression=exp.func("bool_and", mine))
+        )
+        .limit(1)
+    )
+    return con.execute(mixed.sql("duckdb")).fetchone() is None
+
+
+def _reads(expression: exp.Expr) -> set[str]:
+    return {c.name.lower() for c in expression.find_all(exp.Column)}
 
 
 def _kept(where: exp.Expr | None) -> exp.Expr:

@@ -59,8 +59,9 @@ from sqlsdc.catalog import store
 from sqlsdc.catalog.store import require_admin
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import Error, SqlSyntaxError, TabularError, VerificationError
-from sqlsdc.jobs.differencing import refuse_small_differences
+from sqlsdc.jobs.differencing import Release, refuse_small_differences
 from sqlsdc.jobs.linked_audit import audit_linked
+from sqlsdc.jobs.record_files import stored_files
 from sqlsdc.policy import ColumnRole, Policy, load_policy
 from sqlsdc.tabular.model import TOTAL, Hierarchy, Table
 from sqlsdc.tabular.rules import (
@@ -888,74 +889,40 @@ def _outputs_of_the_same_cells(
     return found
 
 
-def _exact_releases(con, policy: Policy, spec: JobSpec) -> list:
-    """``(label, WHERE, dimension columns)`` of every release of the job's table and aggregate
-    that readers hold with exact values (:func:`~sqlsdc.jobs.differencing.
-    refuse_small_differences`): the guard's suppression pattern (the whole table), every
+def _exact_releases(con, policy: Policy, spec: JobSpec) -> list[Release]:
+    """Every release of the job's table and aggregate that readers hold with exact values
+    (:func:`~sqlsdc.jobs.differencing.refuse_small_differences`): the exact tables
+    (:func:`exact_tables`) of its aggregate, and the anonymised files of the table that hold
+    its measure unperturbed, as the exact tables they imply
+    (:func:`~sqlsdc.jobs.record_files.stored_files`; red team s37c: a file of everyone aged
+    85 or over, income only top-coded far above any income, less a suppression job's total of
+    the same people but one, gave that person's income and so named their record)."""
+    found = [
+        Release(label, theirs.where, theirs.dims)
+        for label, theirs in exact_tables(con, policy, spec.table)
+        if theirs.measure == spec.measure
+    ]
+    files = stored_files(con, policy, spec.table)
+    return found + [f for f in files if spec.measure is None or f.holds(spec.measure)]
+
+
+def exact_tables(con, policy: Policy, table: str) -> list[tuple[str, JobSpec]]:
+    """``(label, JobSpec)`` of the tables of ``table`` that readers hold with exact values: the
+    guard's suppression pattern (the whole table, one per aggregate it suppresses) and every
     stored output of a job of :data:`EXACT_METHODS`, a replaced one too (its earlier readers
-    keep it), and the anonymised files of the table (:func:`_record_files`)."""
+    keep it)."""
     found = []
-    table = policy.table(spec.table)
-    if table.suppression is not None:
-        universe = universe_of(policy, spec.table)
-        if (spec.measure or COUNT) in universe.aggregates:
-            found.append((f"the suppression pattern of {spec.table}", None, universe.columns))
+    declared = policy.table(table)
+    if declared.suppression is not None:
+        universe = universe_of(policy, declared.name)
+        label = f"the suppression pattern of {declared.name}"
+        for aggregate in universe.aggregates:
+            measure = None if aggregate == COUNT else aggregate
+            pattern = JobSpec(declared.name, universe.columns, measure, universe.unit, None)
+            found.append((label, pattern))
     for name, method, theirs in _stored_outputs(con, policy):
-        if method in EXACT_METHODS and _shape(theirs) == _shape(spec):
-            found.append((name, theirs.where, theirs.dims))
-    return found + _record_files(con, spec)
-
-
-def _record_files(con, spec: JobSpec) -> list:
-    """``(label, WHERE, columns)`` of the anonymised files of the job's table: one record per
-    row of their population, so a reader counts and sums them by any of their columns, exactly
-    where the steps left a column as it was (red team s37c: a file of everyone aged 85 or over,
-    income only top-coded far above any income, less a suppression job's total of the same
-    people but one, gave that person's income and so named their record, tied to a
-    municipality the file does not show). Every file is compared, whatever its steps changed
-    (refusing a job that a perturbed column would have made safe errs on the safe side); a
-    file read by a query of another shape (a join, a union) is a population this check cannot
-    write as a WHERE on the table, and is not compared."""
-    stored = {
-        f"{schema}.{name}".lower(): name
-        for schema, name in con.execute(
-            "SELECT schema_name, table_name FROM duckdb_tables() WHERE schema_name = ?",
-            [OUTPUT_SCHEMA],
-        ).fetchall()
-    }
-    found = []
-    for name, request in con.execute(
-        "SELECT name, sql_text FROM sqlsdc.outputs WHERE method = 'anonymize'"
-    ).fetchall():
-        if name.lower() not in stored:
-            continue
-        try:
-            source = json.loads(request).get("from")
-            tree = sqlglot.parse_one(source, read="duckdb") if source else None
-        except (ValueError, AttributeError, sqlglot.errors.ParseError):
-            continue
-        if isinstance(tree, exp.Column):  # --from TABLE: every row
-            table, where = tree.name, None
-        elif (
-            isinstance(tree, exp.Select)
-            and isinstance(tree.args.get("from_") and tree.args["from_"].this, exp.Table)
-            and not tree.args.get("joins")
-            and not tree.args.get("group")
-        ):
-            table = tree.args["from_"].this.name
-            where = tree.args.get("where") and tree.args["where"].this
-        else:
-            continue
-        if table.lower() != spec.table.lower():
-            continue
-        columns = {
-            c.lower()
-            for (c,) in con.execute(
-                "SELECT column_name FROM duckdb_columns() WHERE schema_name = ? AND table_name = ?",
-                [OUTPUT_SCHEMA, stored[name.lower()]],
-            ).fetchall()
-        }
-        found.append((name, where, tuple(d for d in spec.dims if d in columns)))
+        if method in EXACT_METHODS and theirs.table.lower() == declared.name.lower():
+            found.append((name, theirs))
     return found
 
 

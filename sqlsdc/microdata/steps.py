@@ -39,7 +39,7 @@ from sqlsdc.microdata.microaggregation import microaggregate
 from sqlsdc.microdata.perturb import shuffle
 from sqlsdc.microdata.swapping import swap_households
 
-__all__ = ["Step", "apply_steps", "generator", "parse_step"]
+__all__ = ["Step", "apply_steps", "exact_columns", "generator", "parse_step"]
 
 PRF_LABEL = "sqlsdc.microdata.v1"
 
@@ -245,6 +245,36 @@ PARAMS: dict[str, dict[str, bool]] = {  # parameter -> required
     "suppress": {"k": True, "importance": False},
     "swap": {"household": True, "risk": False, "similar": False, "k": False, "rate": False},
 }
+
+
+# steps that only coarsen or blank values: every count by their bands is a true count
+NON_PERTURBATIVE = frozenset({"recode", "topcode", "suppress"})
+
+
+def exact_columns(steps: Sequence[Step], columns: Sequence[str]) -> dict[str, tuple[Step, ...]]:
+    """The columns of a file made by ``steps`` from records with ``columns`` that no
+    perturbative step changed, each with the steps that coarsened it, in order (none: stored
+    as it was).
+
+    A file of records releases, as exact counts, every cross-tabulation of such columns over
+    its population: recoding, top-coding and local suppression are non-perturbative (the band
+    counts of the records are the true band counts; a suppressed value is counted as it was,
+    which errs on the safe side), while PRAM, noise, microaggregation, rank swapping,
+    shuffling and record swapping change the values the counts are made of. Exact tables of
+    the same data are linked to the file like two tables of one population: their cells are
+    the file's own cross-tabulations, and differencing one against the other discloses what
+    neither shows alone (Hundepool et al., *Statistical Disclosure Control*, Wiley 2012, on
+    releasing microdata and tables of the same data; Massell, Zayatz & Funk, PSD 2006, LNCS
+    4302, pp. 304-317: tables built from the released microdata are consistent with it, so a
+    table of unperturbed columns is exact).
+    """
+    recipes: dict[str, tuple[Step, ...] | None] = {c: () for c in columns}
+    for step in steps:
+        for column in step.columns:
+            if recipes.get(column) is None:
+                continue  # not in the file, or perturbed already
+            recipes[column] = recipes[column] + (step,) if step.method in NON_PERTURBATIVE else None
+    return {c: r for c, r in recipes.items() if r is not None}
 
 
 def apply_steps(

@@ -1,0 +1,199 @@
+"""An anonymised file as the exact tables it implies, for the differencing check.
+
+A file of records releases, as exact counts, every cross-tabulation over its population of its
+columns that no perturbative step changed (:func:`sqlsdc.microdata.steps.exact_columns`), a
+recoded column by its bands, a top-coded one by its clipped values. :func:`file_release` writes
+that down as a :class:`~sqlsdc.jobs.differencing.Release` of the file's source table: its
+population as the WHERE of its query, its exact columns as expressions on the table's columns
+(``recode:age:breaks=65/75/85`` is ``CASE WHEN age < 65 THEN '<65' ... END``), so that
+:mod:`sqlsdc.jobs.differencing` compares its cells with those of exact tables of the table.
+:func:`stored_files` does so for every anonymised file already stored.
+
+A file read by a query of another shape (a join, a union, a GROUP BY) is a population that
+cannot be written as a WHERE on one table, and a column computed by a window, an aggregate or
+a subquery no expression on its row: neither is compared.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import sqlglot
+from sqlglot import exp
+
+from sqlsdc.jobs.differencing import Release
+from sqlsdc.microdata.steps import Step, exact_columns, parse_step
+from sqlsdc.policy import ColumnRole, Policy
+
+OUTPUT_SCHEMA = "protected"  # as sqlsdc.jobs.protect's
+
+
+def stored_files(con, policy: Policy, table: str) -> list[Release]:
+    """The anonymised files of ``table`` stored in ``protected``, labelled by their names."""
+    stored = {
+        f"{schema}.{name}".lower(): name
+        for schema, name in con.execute(
+            "SELECT schema_name, table_name FROM duckdb_tables() WHERE schema_name = ?",
+            [OUTPUT_SCHEMA],
+        ).fetchall()
+    }
+    found = []
+    for name, request, report in con.execute(
+        "SELECT name, sql_text, report FROM sqlsdc.outputs WHERE method = 'anonymize' ORDER BY name"
+    ).fetchall():
+        if name.lower() not in stored:
+            continue
+        try:
+            source = json.loads(request).get("from")
+            log = json.loads(report)["steps"]
+        except (ValueError, AttributeError, TypeError, KeyError):
+            continue
+        columns = [
+            c
+            for (c,) in con.execute(
+                "SELECT column_name FROM duckdb_columns() WHERE schema_name = ? AND table_name = ?",
+                [OUTPUT_SCHEMA, stored[name.lower()]],
+            ).fetchall()
+        ]
+        release = file_release(con, policy, name, source, log, columns)
+        if release is not None and release[0].lower() == table.lower():
+            found.append(release[1])
+    return found
+
+
+def file_release(
+    con, policy: Policy, label: str, source: str | None, log: Sequence[dict],
+    columns: Sequence[str],
+) -> tuple[str, Release] | None:  # fmt: skip
+    """``(table, release)``: the file made from ``source`` (a table name or a SELECT, as the
+    job was given it) by the steps of ``log`` (one record per step, as the job logs and
+    reports them) with ``columns`` stored, as a release of its source table; None when its
+    population is no WHERE on a confidential table of ``policy``.
+
+    Its cuts are its exact columns that are dimensions of the table or recoded (a table is
+    cut by dimensions; an unbanded measure or weight would cut cells of one record, at the
+    cost of a grouping set per combination); a column that a local suppression blanked in
+    some record (the step's ``suppressed`` count) tells nobody which records a table
+    counts."""
+    read = _population(source)
+    if read is None:
+        return None
+    name, where, projections = read
+    declared = policy.table(name)
+    if declared is None or declared.is_public:
+        return None
+    steps = [parse_step(record["step"]) for record in log]
+    suppressed = {column for record in log if record["step"].startswith("suppress:")
+                  for column, count in record.get("suppressed", {}).items() if count}  # fmt: skip
+    expressions = _projections(con, name, projections)
+    dimensions = {c.name.lower() for c in declared.columns.values()
+                  if c.role is ColumnRole.DIMENSION}  # fmt: skip
+    cuts, held, blanked = [], set(), set()
+    for column, recipe in exact_columns(steps, columns).items():
+        base = expressions.get(column.lower())
+        if base is None:
+            continue
+        reads = {c.name.lower() for c in base.find_all(exp.Column)}
+        held |= reads if len(reads) == 1 else set()
+        if column in suppressed:
+            blanked |= reads
+        if reads and (reads <= dimensions or any(s.method == "recode" for s in recipe)):
+            cuts.append((column, _coarsened(base, recipe)))
+    plain = tuple(e.name.lower() for _c, e in cuts if isinstance(e, exp.Column))
+    release = Release(label, where, plain, tuple(cuts), frozenset(held), frozenset(blanked))
+    return declared.name, release
+
+
+def _population(source: str | None):
+    """``(table, WHERE or None, projections)`` of a file's source, or None for another shape."""
+    try:
+        tree = sqlglot.parse_one(source, read="duckdb") if source else None
+    except sqlglot.errors.ParseError:
+        return None
+    if isinstance(tree, exp.Column):  # --from TABLE: every row and column
+        return tree.name, None, [exp.Star()]
+    if (
+        isinstance(tree, exp.Select)
+        and isinstance(tree.args.get("from_") and tree.args["from_"].this, exp.Table)
+        and not any(tree.args.get(a) for a in ("joins", "group", "having", "with_", "distinct"))
+    ):
+        table = tree.args["from_"].this
+        own = {table.name.lower(), table.alias_or_name.lower()}
+        where = tree.args.get("where")
+        projections = [_unqualified(p, own) for p in tree.expressions]
+        return table.name, where and _unqualified(where.this, own), projections
+    return None
+
+
+def _projections(con, table: str, projections: list) -> dict[str, exp.Expr]:
+    """Output name (lower case) -> expression on the table's columns, for the projections
+    that are a function of their row (a plain ``*`` is every column of the table)."""
+    found: dict[str, exp.Expr] = {}
+    for projection in projections:
+        if isinstance(projection, exp.Star) and not any(projection.args.values()):
+            for (column,) in con.execute(
+                "SELECT column_name FROM duckdb_columns() WHERE schema_name = 'main' AND "
+                "lower(table_name) = ? ORDER BY column_index",
+                [table.lower()],
+            ).fetchall():
+                found[column.lower()] = exp.column(column)
+            continue
+        expression = projection.unalias()
+        if isinstance(expression, exp.Star) or expression.find(
+            exp.AggFunc, exp.Window, exp.Query, exp.Subquery, exp.Star
+        ):
+            continue
+        found[projection.alias_or_name.lower()] = expression.copy()
+    return found
+
+
+def _unqualified(expression: exp.Expr, own: set[str]) -> exp.Expr:
+    """``expression`` with the columns of the file's table named as the table's (``p.age`` of
+    ``FROM persons p`` is ``age``: the check reads the table without an alias); a column of
+    another table (in a subquery) keeps its qualifier."""
+    copy = expression.copy()
+    for column in copy.find_all(exp.Column):
+        if column.table and column.table.lower() in own:
+            column.set("table", None)
+    return copy
+
+
+def _coarsened(expression: exp.Expr, recipe: Sequence[Step]) -> exp.Expr:
+    """``expression`` as the file holds it after the non-perturbative ``recipe``: recoded to
+    the labels of :func:`sqlsdc.microdata.perturb.recode`, clipped as
+    :func:`~sqlsdc.microdata.perturb.top_code` clips; a local suppression counts a value as
+    it was (the lead's decision: erring on the side of more cells)."""
+    for step in recipe:
+        if step.method == "recode":
+            expression = _bands(
+                expression, sorted(float(v) for v in step.params["breaks"].split("/"))
+            )
+        elif step.method == "topcode":
+            expression = _clipped(expression, step.params)
+    return expression
+
+
+def _bands(x: exp.Expr, breaks: list[float]) -> exp.Expr:
+    case = exp.Case().when(exp.Is(this=x.copy(), expression=exp.null()), exp.null())
+    case = case.when(exp.LT(this=x.copy(), expression=_number(breaks[0])),
+                     exp.Literal.string(f"<{breaks[0]:g}"))  # fmt: skip
+    for lo, hi in zip(breaks, breaks[1:], strict=False):
+        case = case.when(exp.LT(this=x.copy(), expression=_number(hi)),
+                         exp.Literal.string(f"{lo:g}-{hi:g}"))  # fmt: skip
+    return exp.paren(case.else_(exp.Literal.string(f">={breaks[-1]:g}")))
+
+
+def _clipped(x: exp.Expr, params: dict[str, str]) -> exp.Expr:
+    case = exp.Case()
+    if "upper" in params:
+        upper = _number(float(params["upper"]))
+        case = case.when(exp.GT(this=x.copy(), expression=upper), upper.copy())
+    if "lower" in params:
+        lower = _number(float(params["lower"]))
+        case = case.when(exp.LT(this=x.copy(), expression=lower), lower.copy())
+    return exp.paren(case.else_(x.copy())) if case.args.get("ifs") else x
+
+
+def _number(value: float) -> exp.Expr:
+    return exp.Literal.number(repr(float(value)))
