@@ -53,6 +53,7 @@ is not among the policy's rules).
 
 from __future__ import annotations
 
+import math
 import shutil
 
 import numpy as np
@@ -142,9 +143,7 @@ def test_nested_codes_as_separate_dimensions_keep_every_count_hidden(
     reason="property of the frequency rule (README threat model): a primary is protected to its "
     "safety range, 30 % of its value, so an attacker LP may prove it is below min_freq",
 )
-def test_no_suppressed_count_is_provably_below_the_frequency_threshold(
-    suppress_template, tmp_path
-):
+def test_no_suppressed_count_is_provably_below_the_frequency_threshold(suppress_template, tmp_path):
     """persons under ``freq:5`` on geography x sex: every primary's attacker interval reaches
     5 (it does not: 4 of 59 are [1, 4]). On a copy: the template is shared by every test of
     the worker, and an analyst's query would leave its audit entry in it."""
@@ -204,18 +203,42 @@ def rounded_db(pristine_demo_db, tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize(
-    "sql",
-    [
-        "SELECT municipality, sex, AVG(income) FROM persons GROUP BY ALL",
-        "SELECT SUM(income) / AVG(income) FROM persons WHERE NOT age = 43",
-        "SELECT AVG(age) FROM persons",
-    ],
-)
-def test_a_rounded_mean_is_refused(rounded_db, sql):
+def conventional(x: float, base: int = 100) -> int:
+    """Conventional rounding to ``base`` (halves up), the rule of ``rounded_db``'s magnitudes."""
+    return math.floor(x / base + 0.5) * base
+
+
+def truth(db, sql: str) -> dict:
+    raw = open_database(db)
+    try:
+        return {tuple(r[:-1]): r[-1] for r in raw.execute(sql).fetchall()}
+    finally:
+        raw.close()
+
+
+def test_a_rounded_mean_is_the_published_sum_over_the_published_count(rounded_db):
+    """AVG under rounding is ``SUM(x) / COUNT(x)`` of the published values (mean before sum):
+    SUM/AVG is the rounded count, where AVG rounded by itself made it the exact one."""
     with sqlsdc.connect(rounded_db, user="analyst") as con:
-        with pytest.raises(sqlsdc.PolicyViolation, match="under rounding"):
-            con.execute(sql)
+        rows = con.execute(
+            "SELECT municipality, sex, COUNT(income), SUM(income), AVG(income), "
+            "SUM(income) / AVG(income) FROM persons WHERE region = 'R01' GROUP BY ALL"
+        ).fetchall()
+        (ratio,) = con.execute(
+            "SELECT SUM(income) / AVG(income) FROM persons WHERE NOT age = 43"
+        ).fetchone()
+        (count,) = con.execute("SELECT COUNT(income) FROM persons WHERE NOT age = 43").fetchone()
+    shown = [r for r in rows if r[4] is not None]
+    assert len(shown) > 20
+    assert all(r[4] == r[3] / r[2] and r[5] == pytest.approx(r[2]) for r in shown)
+    assert all(r[2] % 5 == 0 and r[3] % 100 == 0 for r in shown)
+    assert ratio == pytest.approx(count) and count % 5 == 0
+    # the attack of s37d: R01-M007 x F had 116 incomes and 4 of them aged 43
+    with sqlsdc.connect(rounded_db, user="analyst") as con:
+        cell = "FROM persons WHERE municipality = 'R01-M007' AND sex = 'F'"
+        whole = con.execute(f"SELECT SUM(income) / AVG(income) {cell}").fetchone()[0]
+        rest = con.execute(f"SELECT SUM(income) / AVG(income) {cell} AND NOT age = 43").fetchone()
+    assert round(whole) % 5 == 0 and round(rest[0]) % 5 == 0
 
 
 def test_a_mean_of_rounded_parts_tells_only_the_rounded_count(rounded_db):
@@ -224,18 +247,11 @@ def test_a_mean_of_rounded_parts_tells_only_the_rounded_count(rounded_db):
             "SELECT municipality, sex, COUNT(income) AS n, SUM(income) / (SUM(income) / "
             "COUNT(income)) AS ratio FROM persons WHERE region = 'R01' GROUP BY ALL"
         ).fetchall()
-    shown = [r for r in rows if r[3] is not None]
+    shown = [r for r in rows if r[3] is not None and r[2]]  # 0/(0/0) is NaN
     assert shown
     assert all(r[3] == pytest.approx(r[2]) and r[2] % 5 == 0 for r in shown)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="OPEN (rounding, README threat model): a sum of values the query pins (a dimension "
-    "to one value, a measure to a class break) is v·n rounded to the magnitudes' base, which "
-    "for v near or above the base tells n exactly; publishing a pinned sum as its rounded mean "
-    "times the rounded count (as mean-before-sum does under CKM) would close it",
-)
 def test_a_rounded_sum_of_a_pinned_dimension_does_not_tell_the_count(rounded_db):
     with sqlsdc.connect(rounded_db, user="analyst") as con:
         rows = con.execute(
@@ -251,6 +267,85 @@ def test_a_rounded_sum_of_a_pinned_dimension_does_not_tell_the_count(rounded_db)
         if len(candidates) == 1 and candidates[0] % 5:
             told.append((municipality, count, candidates[0]))
     assert not told, told
+
+
+# -- abuse of mean before sum: the published sum is R_B(S·n̂/n), n̂ the published COUNT(x) ------
+
+
+@pytest.mark.parametrize("pin", [7, 43, 94])
+def test_a_pinned_sum_is_a_function_of_the_pin_and_the_published_count(rounded_db, pin):
+    """For every pin, each cell's sum is R_100(v·n̂): cells of different true counts with one
+    published count publish one sum, so neither the sum nor the mean it implies tells n."""
+    sql = (
+        "SELECT municipality, COUNT(*), SUM(age), SUM(age) / COUNT(age), AVG(age) "
+        f"FROM persons WHERE age = {pin} GROUP BY 1"
+    )
+    with sqlsdc.connect(rounded_db, user="analyst") as con:
+        rows = [r for r in con.execute(sql).fetchall() if r[2] is not None]
+    exact = truth(
+        rounded_db, f"SELECT municipality, COUNT(*) FROM persons WHERE age = {pin} GROUP BY 1"
+    )
+    assert len(rows) > 10
+    true_counts_by_shown = {}
+    for municipality, count, total, ratio, mean in rows:
+        assert total == conventional(pin * count)
+        if count:
+            assert ratio == mean == total / count
+        else:  # a count published as 0: the sum is 0 and the mean undefined
+            assert total == 0 and mean is None
+        true_counts_by_shown.setdefault(count, set()).add(exact[(municipality,)])
+    # some published count stands for several true counts, all with the same published sum
+    assert any(len(true) > 1 for true in true_counts_by_shown.values())
+
+
+def test_constants_around_a_pinned_sum_tell_only_the_published_count(rounded_db):
+    """``SUM(age - 94)`` over persons aged 94 is ``SUM(age) - 94·COUNT(age)`` of published
+    values (constants after protection): R_100(94·n̂) - 94·n̂, never 0 because n is exact."""
+    with sqlsdc.connect(rounded_db, user="analyst") as con:
+        rows = con.execute(
+            "SELECT municipality, COUNT(age), SUM(CAST(age AS DOUBLE) - 94) FROM persons "
+            "WHERE age = 94 "
+            "GROUP BY 1"
+        ).fetchall()
+    shown = [r for r in rows if r[2] is not None]
+    assert shown and all(r[2] == conventional(94 * r[1]) - 94 * r[1] for r in shown)
+
+
+def test_the_estimate_of_n_from_sum_and_rounded_mean_is_the_published_count(rounded_db):
+    """An attacker dividing the published sum by the published mean (AVG, or SUM/COUNT), over
+    cells whose values are not pinned, gets the published count, never a finer one: a true
+    count that is not a multiple of 5 is not recovered in any cell."""
+    sql = (
+        "SELECT municipality, sex, education, COUNT(income), SUM(income), AVG(income) "
+        "FROM persons GROUP BY ALL"
+    )
+    with sqlsdc.connect(rounded_db, user="analyst") as con:
+        rows = [r for r in con.execute(sql).fetchall() if r[5] is not None and r[5] != 0]
+    exact = truth(
+        rounded_db,
+        "SELECT municipality, sex, education, COUNT(income) FROM persons GROUP BY ALL",
+    )
+    assert len(rows) > 300
+    recovered = 0
+    for *key, count, total, mean in rows:
+        estimate = round(total / mean)
+        assert estimate == count and count % 5 == 0
+        recovered += estimate == exact[tuple(key)] and exact[tuple(key)] % 5 != 0
+    assert recovered == 0
+
+
+def test_a_rounded_total_is_its_own_cell_not_the_sum_of_its_rows(rounded_db):
+    """ROLLUP's total is rounded from its own mean and count: per-cell rounding is not
+    additive (README), and the total tells no count its rows hide."""
+    with sqlsdc.connect(rounded_db, user="analyst") as con:
+        rows = con.execute(
+            "SELECT region, COUNT(income), SUM(income) FROM persons GROUP BY ROLLUP (region)"
+        ).fetchall()
+    total = next(r for r in rows if r[0] is None)
+    parts = [r for r in rows if r[0] is not None]
+    assert total[1] % 5 == 0 and total[2] % 100 == 0 and all(r[2] % 100 == 0 for r in parts)
+    mean = total[2] / total[1]
+    assert abs(sum(r[2] for r in parts) - total[2]) < 2.5 * mean * len(parts) + 50 * len(parts)
 
 
 @pytest.fixture(scope="module")
