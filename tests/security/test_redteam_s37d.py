@@ -18,8 +18,14 @@ What broke (fixed here):
   an AVG by itself to the magnitudes' base (100 on a mean of about 50,000), far finer than the
   sum's relative rounding, so ``SUM(income)/AVG(income)`` of R01-M007 x F was 116.004 where
   ``COUNT(*)`` showed 120 (116 have an income), and the same with ``AND NOT age = 43`` 111.97:
-  a group of 4, exactly, which count rounding to base 5 was to blur. AVG under rounding is
-  refused now; ``SUM(x) / COUNT(x)`` divides two rounded values.
+  a group of 4, exactly, which count rounding to base 5 was to blur. AVG under rounding was
+  refused, then (session 38) made the published sum over the published count (below): SUM/AVG
+  is the rounded count.
+- **Under rounding, a sum of pinned values told its count.** A SUM rounded by itself of values
+  the query pins (``SUM(age) ... WHERE age = 94 AND region = 'R02'``) was 94·n rounded to 100:
+  R02-M018 showed COUNT(*) 5 and SUM(age) 700, so 7 persons. A rounded sum is published mean
+  before sum now, ``R_B(S·n̂/n)`` with n̂ the cell's published COUNT(x) (500 there, as in every
+  cell published as 5); beside CKM counts a rounded SUM or AVG is refused (no rounded count).
 - **Rounded counts beside CKM or threshold magnitudes.** With ``counts: {method: round, base:
   5}`` and the demo's CKM magnitudes (mean before sum), the published sum is the published mean
   times the count, and beside rounded counts that count is the exact one: ``SUM(income)/
@@ -27,10 +33,9 @@ What broke (fixed here):
   (threshold magnitudes: exact). Such a SUM or AVG is refused at query time now, as one beside
   DP counts is (red team s36b).
 
-Open, documented as strict expected failures (README threat model): under rounding a sum of
-values the query pins (``SUM(age) WHERE age = 94``) is v·n rounded, which tells n; a suppressed
-count is protected to its τ-ARGUS safety range (30 % of its value), so an attacker LP may prove
-it below ``min_freq`` (4 of 59 ``freq:5`` primaries of geography x sex are [1, 4]).
+Open, documented as a strict expected failure (README threat model): a suppressed count is
+protected to its τ-ARGUS safety range (30 % of its value), so an attacker LP may prove it below
+``min_freq`` (4 of 59 ``freq:5`` primaries of geography x sex are [1, 4]).
 
 What held (20,000-person demo; the suppression demo of ``conftest.py`` and ``suppress.yaml``):
 an attacker LP (scipy HiGHS, inner cells at least 1 as listing tells) over every grouping set
