@@ -41,8 +41,10 @@ WHERE age = 94``, a measure at a class break) was v·n rounded to B, which for v
 told n exactly where the counts were rounded to blur it (red team s37d: 700, so 7 persons,
 where COUNT(*) showed 5); now it is ``R_B(v·n̂)``, a function of v and the published count.
 
-* n̂ is ``COUNT(x)`` of the cell as published: the same contributors, cell key, base and rule,
-  so it is the count the query shows beside the sum (``COUNT(*)`` too when x is never NULL).
+* n is ``COUNT(x)`` of the cell, the rows summed (on a join the rows, as under CKM, not the
+  units of another table), and n̂ that count as published: the same rows, cell key, base and
+  rule, so it is the count the query shows beside the sum (``COUNT(*)`` too when x is never
+  NULL).
 * The mean's base is B/n̂: ``R_B(m·n̂)/n̂`` is the mean m rounded to a multiple of B/n̂, so the
   sum stays a multiple of B within B of ``m·n̂``. A base of its own for the mean would either
   round the sum by n̂ times it (a mean age rounded to 100 is 0) or leave sums that are not
@@ -76,9 +78,9 @@ differ from exact arithmetic. A rounded sum is therefore a HUGEINT, also of a DO
 
 The frame has two layers: the aggregation ``__c`` (keys, exact values ``__a<i>``, unit counts
 ``__n<i>``, cell keys ``__k<i>``) and ``__cells`` over it, which carries only keys, unit counts
-and the rounded values ``__y<i>``; exact values and keys never reach the outer query. With
-rounded counts and a rounded magnitude, a layer ``__d`` between them adds each magnitude's
-rounded contributor count n̂ as ``__d<i>``.
+and the rounded values ``__y<i>``; exact values and keys never reach the outer query. A
+rounded magnitude adds the count of its rows ``__r<i>`` to the aggregation and, with rounded
+counts, a layer ``__d`` between the two adds its rounded count n̂ as ``__d<i>``.
 """
 
 from __future__ import annotations
@@ -143,6 +145,9 @@ def _frame(cells: Cells, twin: dict[int, exp.Expr], policy: Policy) -> Frame:
             aggregate = exp.Sum(this=aggregate.this.copy())
         inner.append("expressions", exp.alias_(aggregate.copy(), f"__a{i}"))
         inner.append("expressions", exp.alias_(unit_count(argument, plan.units), f"__n{i}"))
+        if i in magnitudes:  # the rows summed, as COUNT(x) of the same rows counts them
+            rows = exp.Count(this=aggregate.this.copy())
+            inner.append("expressions", exp.alias_(rows, f"__r{i}"))
         if i in lookups:  # a distinct count of units: their own keys (counted_units)
             key = counted_units_key(looked_up[lookups[i]], argument, partial(cell_key, cells, i))
             inner.append("expressions", exp.alias_(key, f"__k{i}"))
@@ -156,7 +161,7 @@ def _frame(cells: Cells, twin: dict[int, exp.Expr], policy: Policy) -> Frame:
         expressions=[
             exp.alias_(exp.column(p.alias, table), p.alias)
             for p in inner.expressions
-            if not p.alias.startswith(("__a", "__k"))
+            if not p.alias.startswith(("__a", "__k", "__r"))
         ]
     )
     outer.set("from_", exp.From(this=source))
@@ -208,8 +213,10 @@ def contributor_count_rule(policy: Policy, cells: Cells) -> ProtectionRule | Non
 
 def with_rounded_counts(aggregation: exp.Subquery, magnitudes: list[int], rule) -> exp.Subquery:
     """The layer ``__d`` over the aggregation: its columns and, for each rounded magnitude i,
-    ``__d<i>``: its contributor count ``__n<i>`` rounded as the counts' ``rule`` rounds it, with
-    the unrotated cell key ``__k<i>``, i.e. the cell's COUNT(x) as published (n̂)."""
+    ``__d<i>``: the count of the rows it sums ``__r<i>`` (``COUNT(x)``; on a join the rows,
+    not the units of another table: the units of ``__n<i>`` are for the frequency rule) rounded
+    as the counts' ``rule`` rounds it, with the unrotated cell key ``__k<i>``: the cell's
+    COUNT(x) as published, n̂."""
     layer = exp.Select(
         expressions=[
             exp.alias_(exp.column(p.alias, AGGREGATION), p.alias)
@@ -217,7 +224,7 @@ def with_rounded_counts(aggregation: exp.Subquery, magnitudes: list[int], rule) 
         ]
     )
     for i in magnitudes:
-        n, key = exp.column(f"__n{i}", AGGREGATION), exp.column(f"__k{i}", AGGREGATION)
+        n, key = exp.column(f"__r{i}", AGGREGATION), exp.column(f"__k{i}", AGGREGATION)
         count = rounded(n, key, rule.base, rule.rounding)
         layer.append("expressions", exp.alias_(count, f"__d{i}"))
     layer.set("from_", exp.From(this=aggregation))
@@ -226,9 +233,10 @@ def with_rounded_counts(aggregation: exp.Subquery, magnitudes: list[int], rule) 
 
 def mean_before_sum(table: str, i: int, rule: ProtectionRule, rounded_count: bool, mean: bool):
     """``R_B(S·n̂/n)`` of aggregate i, the rounded mean times the rounded count ``__d<i>``
-    (over n̂ for an AVG: NULL where n̂ is 0), its coin the cell key rotated by 16 bits.
-    Without ``rounded_count`` the counts are exact: n̂ = n and the sum is ``R_B(S)``."""
-    total, n = exp.column(f"__a{i}", table), exp.column(f"__n{i}", table)
+    (over n̂ for an AVG: NULL where n̂ is 0), its coin the cell key rotated by 16 bits; n is
+    ``__r<i>``, the rows summed. Without ``rounded_count`` the counts are exact: n̂ = n and the
+    sum is ``R_B(S)``."""
+    total, n = exp.column(f"__a{i}", table), exp.column(f"__r{i}", table)
     key = rotated(exp.column(f"__k{i}", table), 16)
     if rounded_count:
         count = exp.column(f"__d{i}", table)

@@ -339,6 +339,29 @@ def test_the_estimate_of_n_from_sum_and_rounded_mean_is_the_published_count(roun
     assert recovered == 0
 
 
+@pytest.mark.parametrize(
+    "source",
+    [
+        "persons p JOIN households h ON p.household_id = h.household_id GROUP BY h.tenure",
+        "benefits p GROUP BY p.scheme",  # a person's rows repeat (one per month)
+    ],
+)
+def test_a_mean_is_over_the_rows_summed_not_the_units(rounded_db, source):
+    """n of ``R(S·n̂/n)`` is COUNT(x), the rows summed, as the query's COUNT(x) counts them: over
+    persons ⋈ households the persons (dividing by the households' count made AVG(p.income)
+    2.3 times the mean), over benefits the rows; n̂ is that COUNT(x) as published."""
+    key = source.rsplit(" ", 1)[1]
+    sql = f"SELECT {key}, COUNT(p.{{m}}), SUM(p.{{m}}), AVG(p.{{m}}) FROM {source}"
+    measure = "income" if "persons" in source else "amount"
+    with sqlsdc.connect(rounded_db, user="analyst") as con:
+        rows = con.execute(sql.format(m=measure)).fetchall()
+    exact = truth(rounded_db, f"SELECT {key}, AVG(p.{measure}) FROM {source}")
+    assert len(rows) >= 3
+    for group, count, total, mean in rows:
+        assert count % 5 == 0 and total % 100 == 0 and mean == total / count
+        assert mean == pytest.approx(exact[(group,)], rel=0.01)
+
+
 def test_a_rounded_total_is_its_own_cell_not_the_sum_of_its_rows(rounded_db):
     """ROLLUP's total is rounded from its own mean and count: per-cell rounding is not
     additive (README), and the total tells no count its rows hide."""
