@@ -45,6 +45,7 @@ def person_columns(name: str) -> dict:
         "block": {"role": "dimension"},
         "income": {"role": "measure"},
         "balance": {"role": "measure"},
+        "huge": {"role": "measure"},
     }
 
 
@@ -115,6 +116,7 @@ def make_db(path) -> None:
         }
     )
     persons["balance"] = persons["income"] - 2500  # negative values too
+    persons["huge"] = persons["income"] * 1e36  # DOUBLE, sums beyond HUGEINT (2^127)
     persons.loc[:1, "region"] = "tiny"  # 2 persons: below min_frequency
     lookup = pd.DataFrame({"code": ["N", "S"], "label": ["north", "south"]})
     con = duckdb.connect(str(path))
@@ -227,6 +229,23 @@ def test_negative_sums_round_by_floor_and_remainder(ana, raw):
     _, zero = by_block(ana, "p_zero", "SUM(balance)")
     _, x = mbs_value(ana, raw, "p_zero", measure="balance")
     assert np.all(zero % 5 == 0) and np.all(np.abs(zero - x) < 5)
+
+
+def test_a_sum_keeps_its_type_and_a_huge_one_does_not_fail(ana, raw):
+    """Integers sum to HUGEINT multiples of the base; floating-point values to DOUBLE ones,
+    which may lie beyond HUGEINT (a cast there would fail for such data only, an error that
+    tells it): 1e36 times the incomes, summed by region, near 1e43."""
+    sql = "SELECT region, SUM({}) AS s FROM persons GROUP BY region ORDER BY region"
+    types = {
+        measure: ana.execute(sql.format(measure)).arrow().schema.field("s").type
+        for measure in ("income", "huge")
+    }
+    assert str(types["income"]).startswith("decimal128(38") and str(types["huge"]) == "double"
+    huge = dict(ana.execute(sql.format("huge")).fetchall())
+    exact = dict(raw.execute(sql.format("huge")).fetchall())
+    shown = {k: v for k, v in huge.items() if v is not None}
+    assert len(shown) == 4 and all(1e41 < v < 1e44 for v in shown.values())
+    assert all(abs(v / exact[k] - 1) < 0.01 for k, v in shown.items())
 
 
 def test_modified_conventional_only_randomises_halves(ana, raw):

@@ -72,9 +72,12 @@ s37d: 116 where COUNT showed 120); now that ratio is the published count.
 The sum's value ``S·n̂/n`` is a rational: it is computed in DOUBLE (``CAST(S AS DOUBLE) · n̂ /
 n``; exact when the mean is pinned and ``S·n̂`` is an integer below 2^53, as the quotient v·n̂
 is then representable), rounded with floor and remainder, and published as ``(q + up)·B``
-cast to HUGEINT, so that its digits are those of an integer multiple of B and never the low
-bits of the quotient. Only an up/down choice within a DOUBLE's precision of its boundary can
-differ from exact arithmetic. A rounded sum is therefore a HUGEINT, also of a DOUBLE column.
+with q an integer, so that its digits are those of a multiple of B and never the low bits of
+the quotient. Only an up/down choice within a DOUBLE's precision of its boundary can differ
+from exact arithmetic. The sum keeps its type: q is cast to HUGEINT for a sum of integers or
+decimals (below 2^63 times the rows, far from overflowing), and stays DOUBLE for a sum of
+floating-point values, whose magnitude (up to 1e140 a value, :mod:`sqlsdc.guard.summable`)
+would make a cast fail for some data only, an error that would tell it.
 
 The frame has two layers: the aggregation ``__c`` (keys, exact values ``__a<i>``, unit counts
 ``__n<i>``, cell keys ``__k<i>``) and ``__cells`` over it, which carries only keys, unit counts
@@ -91,6 +94,7 @@ from sqlglot import exp
 
 from sqlsdc.catalog.ptables import KEY_MODULUS
 from sqlsdc.errors import PolicyViolation
+from sqlsdc.planner.normal_form import SUMMED
 from sqlsdc.policy import AggregateKind, Method, Policy, ProtectionRule, Rounding
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, FrameBuilder, inner_select, unit_count
 from sqlsdc.rewrite.counted_units import counted_units_key, join_unit_keys, unit_lookups
@@ -168,8 +172,8 @@ def _frame(cells: Cells, twin: dict[int, exp.Expr], policy: Policy) -> Frame:
     for i, spec in enumerate(plan.aggregates):
         exact = exp.column(f"__a{i}", table)
         if i in magnitudes:
-            mean = isinstance(spec.node, exp.Avg)
-            exact = mean_before_sum(table, i, spec.rule, count_rule is not None, mean)
+            shape = (count_rule is not None, isinstance(spec.node, exp.Avg), integral(spec))
+            exact = mean_before_sum(table, i, spec.rule, *shape)
         elif spec.rule.method is Method.ROUND:
             key = exp.column(f"__k{i}", table)
             exact = rounded(exact, key, spec.rule.base, spec.rule.rounding)
@@ -231,18 +235,26 @@ def with_rounded_counts(aggregation: exp.Subquery, magnitudes: list[int], rule) 
     return layer.subquery(COUNTED, copy=False)
 
 
-def mean_before_sum(table: str, i: int, rule: ProtectionRule, rounded_count: bool, mean: bool):
+def integral(spec) -> bool:
+    """Whether a magnitude adds up integers or decimals: the planner marks the sums of
+    floating-point (or untyped) values with the columns they add (``SUMMED``)."""
+    return SUMMED not in spec.node.meta
+
+
+def mean_before_sum(
+    table: str, i: int, rule: ProtectionRule, rounded_count: bool, mean: bool, whole: bool
+) -> exp.Expr:
     """``R_B(S·n̂/n)`` of aggregate i, the rounded mean times the rounded count ``__d<i>``
     (over n̂ for an AVG: NULL where n̂ is 0), its coin the cell key rotated by 16 bits; n is
-    ``__r<i>``, the rows summed. Without ``rounded_count`` the counts are exact: n̂ = n and the
-    sum is ``R_B(S)``."""
+    ``__r<i>``, the rows summed; ``whole``: S is a sum of integers or decimals. Without
+    ``rounded_count`` the counts are exact: n̂ = n and the sum is ``R_B(S)``."""
     total, n = exp.column(f"__a{i}", table), exp.column(f"__r{i}", table)
     key = rotated(exp.column(f"__k{i}", table), 16)
     if rounded_count:
         count = exp.column(f"__d{i}", table)
         scaled = exp.Mul(this=exp.cast(total, "DOUBLE"), expression=count.copy())
         x = exp.Div(this=scaled, expression=n.copy())
-        value = rounded_rational(x, key, rule.base, rule.rounding)
+        value = rounded_rational(x, key, rule.base, rule.rounding, whole)
     else:
         count, value = n.copy(), rounded(total, key, rule.base, rule.rounding)
     if not mean:
@@ -271,14 +283,14 @@ def rounded(x: exp.Expr, key: exp.Expr, base: int, rule: Rounding) -> exp.Expr:
     return exp.Add(this=exp.Sub(this=x.copy(), expression=r), expression=step)
 
 
-def rounded_rational(x: exp.Expr, key: exp.Expr, base: int, rule: Rounding) -> exp.Expr:
-    """``(q + up)·base`` as HUGEINT for a DOUBLE x, with ``q = FLOOR(x / base)`` and
-    ``r = x - q·base``: the published value is an integer multiple of the base whatever the
-    bits of x (``x - r`` in DOUBLE would carry them: ``r + base`` drops low bits of r).
+def rounded_rational(x: exp.Expr, key: exp.Expr, base: int, rule: Rounding, whole: bool):
+    """``(q + up)·base`` for a DOUBLE x, with ``q = FLOOR(x / base)`` (cast to HUGEINT when
+    ``whole``) and ``r = x - q·base``: the published value is a multiple of the base whatever
+    the bits of x (``x - r`` in DOUBLE would carry them: ``r + base`` drops low bits of r).
 
     Example:
         >>> x, key = exp.column("x"), exp.column("k")
-        >>> sql = rounded_rational(x, key, 5, Rounding.CONVENTIONAL).sql("duckdb")
+        >>> sql = rounded_rational(x, key, 5, Rounding.CONVENTIONAL, True).sql("duckdb")
         >>> sql.split(" + CASE WHEN ")  # the multiple below (INT128 is HUGEINT), and the step
         ['(CAST(FLOOR(x / 5) AS INT128)', '2 * (x - FLOOR(x / 5) * 5) >= 5 THEN 1 ELSE 0 END) * 5']
     """
@@ -286,8 +298,8 @@ def rounded_rational(x: exp.Expr, key: exp.Expr, base: int, rule: Rounding) -> e
     q = exp.Floor(this=exp.Div(this=x.copy(), expression=b))
     r = exp.Sub(this=x.copy(), expression=exp.Mul(this=q.copy(), expression=b.copy()))
     step = exp.Case(ifs=[exp.If(this=up(r, key, base, rule), true=number(1))], default=number(0))
-    whole = exp.Paren(this=exp.Add(this=exp.cast(q, "HUGEINT"), expression=step))
-    return exp.Mul(this=whole, expression=b.copy())
+    multiple = exp.Add(this=exp.cast(q, "HUGEINT") if whole else q, expression=step)
+    return exp.Mul(this=exp.Paren(this=multiple), expression=b.copy())
 
 
 def up(r: exp.Expr, key: exp.Expr, base: int, rule: Rounding) -> exp.Expr:
