@@ -352,6 +352,15 @@ def test_having_and_order_by_see_rounded_values(ana, raw):
     assert [(b, _num(s)) for b, s in ordered] == expected
 
 
+def test_a_query_over_rounded_cells_counts_the_groups_the_guard_shows(ana):
+    """Where an outer query counts the groups, their presence is decided by the noisy group
+    guard on the group's count and key (``__n``, ``__kg``), which the frame carries on (it
+    dropped ``__kg`` with the cell keys: a binder error for every such query)."""
+    for inner in ("SUM(income) AS s", "COUNT(*) AS s"):
+        sql = f"SELECT COUNT(*) FROM (SELECT block, {inner} FROM persons GROUP BY block) AS t"
+        assert ana.execute(sql).fetchall() == [(N // 5,)]  # 5 persons each, k = 3: all shown
+
+
 def test_small_cells_are_suppressed(ana, raw):
     assert rows(raw, "SELECT region, COUNT(*) FROM persons GROUP BY region")["tiny"] == 2
     cur = ana.execute("SELECT region, COUNT(*) AS n FROM persons GROUP BY region ORDER BY region")

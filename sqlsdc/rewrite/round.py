@@ -81,13 +81,16 @@ would make a cast fail for some data only, an error that would tell it.
 
 The frame has two layers: the aggregation ``__c`` (keys, exact values ``__a<i>``, unit counts
 ``__n<i>``, cell keys ``__k<i>``) and ``__cells`` over it, which carries only keys, unit counts
-and the rounded values ``__y<i>``; exact values and keys never reach the outer query. A
+and the rounded values ``__y<i>`` (and, where an outer query counts the groups, the group's
+count and key for the noisy group guard); exact values and cell keys never reach the outer
+query. A
 rounded magnitude adds the count of its rows ``__r<i>`` to the aggregation and, with rounded
 counts, a layer ``__d`` between the two adds its rounded count n̂ as ``__d<i>``.
 """
 
 from __future__ import annotations
 
+import re
 from functools import partial
 
 from sqlglot import exp
@@ -105,6 +108,9 @@ MECHANISM = "round"
 AGGREGATION = "__c"
 COUNTED = "__d"  # the aggregation and the rounded contributor counts of its magnitudes
 HALF = KEY_MODULUS // 2  # u < 1/2  <=>  key < 2^31
+# what stays in the aggregation: exact values, cell keys and rows summed of the aggregates
+# (the group's count ``__n`` and key ``__kg`` go on, for the noisy group guard)
+EXACT = re.compile(r"__[akr]\d+")
 
 
 def round_frame(policy: Policy) -> FrameBuilder:
@@ -165,7 +171,7 @@ def _frame(cells: Cells, twin: dict[int, exp.Expr], policy: Policy) -> Frame:
         expressions=[
             exp.alias_(exp.column(p.alias, table), p.alias)
             for p in inner.expressions
-            if not p.alias.startswith(("__a", "__k", "__r"))
+            if not EXACT.fullmatch(p.alias)
         ]
     )
     outer.set("from_", exp.From(this=source))
