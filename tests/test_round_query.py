@@ -487,7 +487,7 @@ def test_a_mixed_table_answers_counts_and_refuses_rounded_sums(ana):
     by itself a sum of pinned values (v·n) tells the count the noise hides."""
     counts = rows(ana, "SELECT region, COUNT(*) FROM mixed GROUP BY region")
     assert counts.keys() <= {"N", "S", "E", "W", "tiny"} and len(counts) >= 4
-    with pytest.raises(PolicyViolation, match="which tells that count n"):
+    with pytest.raises(PolicyViolation, match="which tells the count n the noise hides"):
         ana.execute("SELECT age, SUM(age) FROM mixed WHERE age = 80 GROUP BY age")
 
 

@@ -404,3 +404,37 @@ def test_magnitudes_beside_rounded_counts_that_tell_the_count_are_refused(rounde
         assert con.execute("SELECT COUNT(*) FROM persons").fetchall()[0][0] % 5 == 0
         with pytest.raises(sqlsdc.PolicyViolation, match="counts of persons are rounded"):
             con.execute(sql)
+
+
+@pytest.fixture(scope="module")
+def ckm_counts_db(pristine_demo_db, tmp_path_factory):
+    """Counts by the demo's cell key method, magnitudes left to the default (threshold)."""
+    path = tmp_path_factory.mktemp("s37d-ckm-counts") / "demo.duckdb"
+    shutil.copy(pristine_demo_db, path)
+    document = demo_policy().document_dict()
+    document["protection"].pop("magnitudes")
+    document["protection"]["min_frequency"] = 3
+    for table in document["tables"].values():
+        table.pop("protection", None)
+        table.pop("dp", None)
+    admin.apply(path, load_policy(document), "admin")
+    return path
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        # exact: 94·n, the count CKM perturbs (R03-M013 showed 11 where 12 = 1128/94)
+        "SELECT municipality, COUNT(*), SUM(age) FROM persons WHERE age = 94 GROUP BY 1",
+        "SELECT SUM(income) / AVG(income) FROM persons WHERE NOT age = 43",
+        "SELECT region, AVG(age) FROM persons GROUP BY region",
+    ],
+)
+def test_exact_magnitudes_beside_ckm_counts_are_refused(ckm_counts_db, sql):
+    """Session 38: a policy declaring only CKM counts left SUM and AVG to the threshold rule,
+    whose pinned sum (and SUM/AVG) is the exact count the noise hides: refused, as beside DP
+    (s36b) and rounded (s37d) counts; the counts are still answered."""
+    with sqlsdc.connect(ckm_counts_db, user="analyst") as con:
+        assert con.execute("SELECT region, COUNT(*) FROM persons GROUP BY region").fetchall()
+        with pytest.raises(sqlsdc.PolicyViolation, match="protected by the cell key method"):
+            con.execute(sql)
