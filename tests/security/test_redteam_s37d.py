@@ -344,6 +344,7 @@ def test_the_estimate_of_n_from_sum_and_rounded_mean_is_the_published_count(roun
     [
         "persons p JOIN households h ON p.household_id = h.household_id GROUP BY h.tenure",
         "benefits p GROUP BY p.scheme",  # a person's rows repeat (one per month)
+        "persons p JOIN regions r ON p.region = r.region GROUP BY r.name",  # a public table
     ],
 )
 def test_a_mean_is_over_the_rows_summed_not_the_units(rounded_db, source):
