@@ -1,13 +1,21 @@
 """Golden fixtures of the rewrite passes (sqlglot-style input/expected pairs): the threshold
-frame on the threshold demo, the cell key method's on the demo as shipped. Each expected SQL
-is also run on DuckDB. Regenerate a file after a deliberate change of a pass and review the
-diff: it is the change of the SQL every query of that shape runs."""
+frame on the threshold demo, the cell key method's on the demo as shipped, rounding's on the
+threshold demo with counts and magnitudes rounded. Each expected SQL is also run on DuckDB.
+Regenerate a file after a deliberate change of a pass and review the diff: it is the change of
+the SQL every query of that shape runs."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
+
+import sqlsdc
+from sqlsdc import admin
+from sqlsdc.demo.build import demo_policy
+from sqlsdc.engines.duckdb import open_database
+from sqlsdc.policy import load_policy
 
 
 @pytest.fixture
@@ -36,10 +44,29 @@ def load_pairs(name: str) -> list[tuple[str, str, str]]:
 
 PAIRS = load_pairs("threshold.sql")
 CKM_PAIRS = load_pairs("ckm.sql")
+ROUND_PAIRS = load_pairs("round.sql")
 
 
 def test_fixture_files_are_complete():
-    assert len(PAIRS) >= 8 and len(CKM_PAIRS) >= 7
+    assert len(PAIRS) >= 8 and len(CKM_PAIRS) >= 7 and len(ROUND_PAIRS) >= 5
+
+
+@pytest.fixture(scope="module")
+def rounded_db(pristine_demo_db, tmp_path_factory):
+    """The demo with counts rounded to 5 (unbiased), magnitudes to 100 (conventional)."""
+    path = tmp_path_factory.mktemp("round-fixtures") / "demo.duckdb"
+    shutil.copy(pristine_demo_db, path)
+    document = demo_policy().document_dict()
+    document["protection"] = {
+        "min_frequency": 3,
+        "counts": {"method": "round", "base": 5, "rounding": "unbiased"},
+        "magnitudes": {"method": "round", "base": 100, "rounding": "conventional"},
+    }
+    for table in document["tables"].values():
+        table.pop("protection", None)
+        table.pop("dp", None)
+    admin.apply(path, load_policy(document), "admin")
+    return path
 
 
 @pytest.mark.parametrize("title, sql, expected", PAIRS, ids=[p[0] for p in PAIRS])
@@ -61,3 +88,17 @@ def test_ckm_rewrite(ckm, raw_ckm, title, sql, expected):
     original = raw_ckm.sql(sql).to_arrow_table()
     assert protected.column_names[: original.num_columns] == original.column_names
     assert protected.num_rows <= original.num_rows
+
+
+@pytest.mark.parametrize("title, sql, expected", ROUND_PAIRS, ids=[p[0] for p in ROUND_PAIRS])
+def test_round_rewrite(rounded_db, title, sql, expected):
+    with sqlsdc.connect(rounded_db, user="analyst") as con:
+        assert con.explain(sql).sql == expected
+    raw = open_database(rounded_db)
+    try:
+        protected = raw.sql(expected).to_arrow_table()
+        original = raw.sql(sql).to_arrow_table()
+    finally:
+        raw.close()
+    assert protected.column_names[: original.num_columns] == original.column_names
+    assert protected.num_rows == original.num_rows

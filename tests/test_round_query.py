@@ -2,7 +2,8 @@
 
 Four copies of one population, one per rounding rule, so that the same cells can be compared
 across rules and with the raw values. ``blocks`` has exactly 5 persons per block (4,000 blocks):
-the cells of the statistical tests.
+the cells of the statistical tests. A sum is rounded mean before sum: its cell of n contributors
+and exact sum S publishes R(S·n̂/n), n̂ the cell's published COUNT(income) (:func:`mbs_value`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ def person_columns(name: str) -> dict:
         "age": {"role": "dimension"},
         "block": {"role": "dimension"},
         "income": {"role": "measure"},
+        "balance": {"role": "measure"},
+        "huge": {"role": "measure"},
     }
 
 
@@ -72,6 +75,20 @@ def round_document() -> dict:
             "magnitudes": {"method": "round", "base": 10},
         },
     }
+    tables["exact"] = {  # counts exact (threshold): a sum is its own rounding, n̂ = n
+        "privacy_unit": "pid",
+        "columns": person_columns("other"),
+        "protection": {
+            "min_frequency": K,
+            "counts": {"method": "threshold"},
+            "magnitudes": {"method": "round", "base": 4, "rounding": "modified_conventional"},
+        },
+    }
+    tables["exact10"] = {  # persons' magnitudes rule, exact counts: no one count of a join
+        **tables["exact"],
+        "protection": {"min_frequency": K, "counts": {"method": "threshold"},
+                       "magnitudes": tables["persons"]["protection"]["magnitudes"]},
+    }  # fmt: skip
     tables["lookup"] = {  # public: its listed columns are readable as they are
         "kind": "public",
         "key": "code",
@@ -98,11 +115,13 @@ def make_db(path) -> None:
             "income": rng.integers(0, 5000, N),
         }
     )
+    persons["balance"] = persons["income"] - 2500  # negative values too
+    persons["huge"] = persons["income"] * 1e36  # DOUBLE, sums beyond HUGEINT (2^127)
     persons.loc[:1, "region"] = "tiny"  # 2 persons: below min_frequency
     lookup = pd.DataFrame({"code": ["N", "S"], "label": ["north", "south"]})
     con = duckdb.connect(str(path))
     con.register("frame", persons)
-    for name in (*RULES, "plain", "mixed"):
+    for name in (*RULES, "plain", "mixed", "exact", "exact10"):
         con.execute(f"CREATE TABLE {name} AS SELECT * FROM frame")
     con.register("lk", lookup)
     con.execute("CREATE TABLE lookup AS SELECT * FROM lk")
@@ -146,15 +165,38 @@ def by_block(con, table, aggregate="SUM(income)") -> tuple[np.ndarray, np.ndarra
     return keys, np.array([out[k] for k in keys], dtype=float)
 
 
+def mbs_value(ana, raw, table, where="", measure="income") -> tuple[np.ndarray, np.ndarray]:
+    """(blocks, S·n̂/n) of SUM(measure) by block: the value its rounding rounds, with S and n
+    the exact sum and count and n̂ the published COUNT(measure) of the same cell."""
+    query = f"SELECT block, {{}} FROM {table} {where} GROUP BY block"
+    keys, total = by_block_sql(raw, query.format(f"SUM({measure})"))
+    _, n = by_block_sql(raw, query.format(f"COUNT({measure})"))
+    _, shown = by_block_sql(ana, query.format(f"COUNT({measure})"))
+    return keys, total * shown / n
+
+
+def by_block_sql(con, sql) -> tuple[np.ndarray, np.ndarray]:
+    out = rows(con, sql)
+    keys = np.array(sorted(out))
+    return keys, np.array([out[k] for k in keys], dtype=float)
+
+
 # -- published values ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("table", list(RULES))
 @pytest.mark.parametrize("aggregate", ["COUNT(*)", "SUM(income)"])
 def test_values_are_adjacent_multiples_of_the_base(ana, raw, table, aggregate):
+    """Counts round to an adjacent multiple of the exact count, sums of the mean times the
+    published count (mean before sum)."""
     rule, base = RULES[table]
     sql = f"SELECT age, {aggregate} FROM {table} GROUP BY age"
-    protected, exact = rows(ana, sql), rows(raw, sql)
+    protected = rows(ana, sql)
+    exact = rows(raw, sql)
+    if aggregate.startswith("SUM"):
+        shown = rows(ana, sql.replace(aggregate, "COUNT(income)"))
+        n = rows(raw, sql.replace(aggregate, "COUNT(income)"))
+        exact = {age: total * shown[age] / n[age] for age, total in exact.items()}
     assert protected.keys() == exact.keys() and len(exact) == 90
     for age, value in protected.items():
         assert value % base == 0
@@ -164,17 +206,53 @@ def test_values_are_adjacent_multiples_of_the_base(ana, raw, table, aggregate):
 
 
 def test_conventional_equals_the_hand_formula(ana, raw):
-    for aggregate in ("COUNT(*)", "SUM(income)"):
-        keys, protected = by_block(ana, "p_conv", aggregate)
-        _, exact = by_block(raw, "p_conv", aggregate)
-        by_hand = np.floor(exact / 10) * 10 + np.where(exact % 10 >= 5, 10, 0)
-        assert np.array_equal(protected, by_hand)
-        assert np.array_equal(protected, round_conventional(exact, 10))  # the reference rule
+    keys, protected = by_block(ana, "p_conv", "COUNT(*)")
+    _, exact = by_block(raw, "p_conv", "COUNT(*)")
+    by_hand = np.floor(exact / 10) * 10 + np.where(exact % 10 >= 5, 10, 0)
+    assert np.array_equal(protected, by_hand)
+    assert np.array_equal(protected, round_conventional(exact, 10))  # the reference rule
+    # a sum: the rule applied to S·n̂/n, here 2S (5 persons a block, published as 10)
+    _, protected = by_block(ana, "p_conv")
+    _, x = mbs_value(ana, raw, "p_conv")
+    _, total = by_block(raw, "p_conv")
+    assert np.array_equal(x, 2 * total)
+    assert np.array_equal(protected, round_conventional(x, 10))
+
+
+def test_negative_sums_round_by_floor_and_remainder(ana, raw):
+    """A sum of negative values rounds to an adjacent multiple by the same rule (R(x) = qB +
+    R(r) with q the floor, not the truncation), mean before sum as any other."""
+    keys, protected = by_block(ana, "p_conv", "SUM(balance)")
+    _, x = mbs_value(ana, raw, "p_conv", measure="balance")
+    assert (x < 0).sum() > 1000
+    assert np.array_equal(protected, round_conventional(x, 10))
+    _, zero = by_block(ana, "p_zero", "SUM(balance)")
+    _, x = mbs_value(ana, raw, "p_zero", measure="balance")
+    assert np.all(zero % 5 == 0) and np.all(np.abs(zero - x) < 5)
+
+
+def test_a_sum_keeps_its_type_and_a_huge_one_does_not_fail(ana, raw):
+    """Integers sum to HUGEINT multiples of the base; floating-point values to DOUBLE ones,
+    which may lie beyond HUGEINT (a cast there would fail for such data only, an error that
+    tells it): 1e36 times the incomes, summed by region, near 1e43."""
+    sql = "SELECT region, SUM({}) AS s FROM persons GROUP BY region ORDER BY region"
+    types = {
+        measure: ana.execute(sql.format(measure)).arrow().schema.field("s").type
+        for measure in ("income", "huge")
+    }
+    assert str(types["income"]).startswith("decimal128(38") and str(types["huge"]) == "double"
+    huge = dict(ana.execute(sql.format("huge")).fetchall())
+    exact = dict(raw.execute(sql.format("huge")).fetchall())
+    shown = {k: v for k, v in huge.items() if v is not None}
+    assert len(shown) == 4 and all(1e41 < v < 1e44 for v in shown.values())
+    assert all(abs(v / exact[k] - 1) < 0.01 for k, v in shown.items())
 
 
 def test_modified_conventional_only_randomises_halves(ana, raw):
-    keys, protected = by_block(ana, "p_mod")
-    _, exact = by_block(raw, "p_mod")
+    """On ``exact``, whose counts are exact: the sum's rounded value is S itself, a quarter
+    of them halves of the base 4 (the mean-before-sum values of ``p_mod`` seldom are)."""
+    keys, protected = by_block(ana, "exact")
+    _, exact = by_block(raw, "exact")
     r = exact % 4
     assert np.array_equal(protected[r != 2], round_conventional(exact[r != 2], 4))
     up = protected[r == 2] > exact[r == 2]
@@ -183,7 +261,7 @@ def test_modified_conventional_only_randomises_halves(ana, raw):
 
 def test_zero_restricted_leaves_multiples_and_flips_a_fair_coin(ana, raw):
     _, protected = by_block(ana, "p_zero")
-    _, exact = by_block(raw, "p_zero")
+    _, exact = mbs_value(ana, raw, "p_zero")
     multiple = exact % 5 == 0
     assert multiple.sum() > 500 and np.array_equal(protected[multiple], exact[multiple])
     up = protected[~multiple] > exact[~multiple]
@@ -199,22 +277,37 @@ def z_bias(protected: np.ndarray, exact: np.ndarray, base: int) -> float:
 
 def test_unbiased_rounding_is_unbiased_over_many_cells(ana, raw):
     keys, protected = by_block(ana, "persons")
-    _, exact = by_block(raw, "persons")
+    _, x = mbs_value(ana, raw, "persons")
     assert len(keys) == N // 5 >= 2000
-    assert abs(z_bias(protected, exact, 10)) < 4
+    assert abs(z_bias(protected, x, 10)) < 4
     # the frequency of rounding up given r is r/B (pooled over r = 1..9, χ²-free check per r)
-    r = exact % 10
-    for rem in range(1, 10):
-        up = (protected[r == rem] > exact[r == rem]).mean()
+    r = x % 10  # x = 2S or 0: even remainders only
+    assert set(r) == {0, 2, 4, 6, 8}
+    for rem in (2, 4, 6, 8):
+        up = (protected[r == rem] > x[r == rem]).mean()
         n = (r == rem).sum()
         assert abs(up - rem / 10) < 4 * math.sqrt(rem / 10 * (1 - rem / 10) / n)
 
 
+def test_a_sum_is_unbiased_with_its_counts_rounding(ana, raw):
+    """Unbiased rules for both: E[R(S·n̂/n)] = S, the count's coin (the cell key) independent
+    of the sum's (the key rotated). A block of 5 publishes n̂ = 0 or 10 (1/2 each), so x = 0
+    or 2S: Var(published - S) = S² + E[r(B - r)] per cell."""
+    _, protected = by_block(ana, "persons")
+    _, total = by_block(raw, "persons")
+    _, x = mbs_value(ana, raw, "persons")
+    assert 0.45 < (x == 0).mean() < 0.55
+    r = x % 10
+    z = (protected - total).sum() / math.sqrt((total**2 + r * (10 - r)).sum())
+    assert abs(z) < 4
+
+
 def test_the_bias_test_detects_a_biased_rule(ana, raw):
-    """The test above can fail: conventional rounding with even B (bias 1/2 per cell, Cox & Kim
-    Table 1) on the same data is far outside the bound."""
-    _, protected = by_block(ana, "p_conv")
-    _, exact = by_block(raw, "p_conv")
+    """The test above can fail: conventional rounding with even B (biased up at r = B/2, Cox &
+    Kim Table 1) of the counts of the same blocks (5 each, all published as 10) is far outside
+    the bound."""
+    _, protected = by_block(ana, "p_conv", "COUNT(*)")
+    _, exact = by_block(raw, "p_conv", "COUNT(*)")
     assert z_bias(protected, exact, 10) > 6
 
 
@@ -257,6 +350,15 @@ def test_having_and_order_by_see_rounded_values(ana, raw):
     ordered = ana.execute(sums + " ORDER BY s DESC, block LIMIT 20").fetchall()
     expected = sorted(protected.items(), key=lambda kv: (-kv[1], kv[0]))[:20]
     assert [(b, _num(s)) for b, s in ordered] == expected
+
+
+def test_a_query_over_rounded_cells_counts_the_groups_the_guard_shows(ana):
+    """Where an outer query counts the groups, their presence is decided by the noisy group
+    guard on the group's count and key (``__n``, ``__kg``), which the frame carries on (it
+    dropped ``__kg`` with the cell keys: a binder error for every such query)."""
+    for inner in ("SUM(income) AS s", "COUNT(*) AS s"):
+        sql = f"SELECT COUNT(*) FROM (SELECT block, {inner} FROM persons GROUP BY block) AS t"
+        assert ana.execute(sql).fetchall() == [(N // 5,)]  # 5 persons each, k = 3: all shown
 
 
 def test_small_cells_are_suppressed(ana, raw):
@@ -354,7 +456,15 @@ def test_repeating_and_rephrasing_cannot_average_the_rounding_away(ana, raw):
     [
         ("SELECT region, SUM(__rkey) FROM persons GROUP BY region", r"__rkey"),
         ("SELECT __rkey FROM persons", r"__rkey"),
-        ("SELECT region, COUNT(*), SUM(income) FROM mixed GROUP BY region", r"mixes rounded"),
+        (
+            "SELECT region, SUM(income) FROM mixed GROUP BY region",
+            r"counts of mixed are protected by the cell key method",
+        ),
+        (
+            "SELECT p.region, SUM(p.income) FROM persons p JOIN exact10 q ON p.pid = q.pid "
+            "GROUP BY p.region",
+            r"are not all rounded \(or all exact\) by one rule",
+        ),
         (
             "SELECT p.region, COUNT(*) FROM persons p JOIN plain q ON p.pid = q.pid "
             "GROUP BY p.region",
@@ -372,11 +482,19 @@ def test_keys_and_mixed_methods_are_refused(ana, sql, message):
         ana.execute(sql)
 
 
-def test_a_mixed_table_still_answers_each_kind_alone(ana, raw):
-    sums = rows(ana, "SELECT region, SUM(income) FROM mixed GROUP BY region")
-    assert all(v is None or v % 10 == 0 for v in sums.values())
+def test_a_mixed_table_answers_counts_and_refuses_rounded_sums(ana):
+    """Beside CKM counts a rounded sum has no rounded count to be published over, and rounded
+    by itself a sum of pinned values (v·n) tells the count the noise hides."""
     counts = rows(ana, "SELECT region, COUNT(*) FROM mixed GROUP BY region")
-    # CKM counts leave out a group whose count is published as 0; the rounded sums keep every
-    # group, a small one with a suppressed (NULL) value (the threshold rule's documented row)
-    assert counts.keys() <= sums.keys()
-    assert all(sums[r] is None for r in sums.keys() - counts.keys())
+    assert counts.keys() <= {"N", "S", "E", "W", "tiny"} and len(counts) >= 4
+    with pytest.raises(PolicyViolation, match="which tells the count n the noise hides"):
+        ana.execute("SELECT age, SUM(age) FROM mixed WHERE age = 80 GROUP BY age")
+
+
+def test_beside_exact_counts_a_sum_is_its_own_rounding(ana, raw):
+    """Under the threshold rule the counts are published exactly, so n̂ = n and the sum is
+    rounded as it is: R(S)."""
+    _, protected = by_block(ana, "exact")
+    _, exact = by_block(raw, "exact")
+    assert np.all(protected % 4 == 0) and np.all(np.abs(protected - exact) < 4)
+    assert rows(ana, "SELECT 1, COUNT(*) FROM exact WHERE block < 7")[1] == 35

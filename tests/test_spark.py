@@ -25,6 +25,8 @@ from spark_session import local_session
 from sqlglot import exp
 
 import sqlsdc
+from sqlsdc import admin
+from sqlsdc.demo.build import demo_policy
 from sqlsdc.engines.duckdb import harden, open_database, to_sql
 from sqlsdc.engines.spark import (
     ANSI,
@@ -38,6 +40,7 @@ from sqlsdc.engines.spark import (
 )
 from sqlsdc.errors import Error, NotSupportedError, OperationalError, ProgrammingError
 from sqlsdc.guard.spark import run_protected
+from sqlsdc.policy import load_policy
 
 SparkError = pytest.importorskip(
     "pyspark.errors", reason="the Spark tests need the spark extra: pip install -e '.[spark]'"
@@ -790,6 +793,42 @@ def test_guarded_queries_give_the_same_cells(threshold_demo, sql):
 @pytest.mark.parametrize("sql", CKM_CROSS_ENGINE_QUERIES, ids=lambda s: s[:60])
 def test_cell_key_method_gives_the_same_cells(ckm_demo, sql):
     assert_same_cells(ckm_demo, sql)
+
+
+# Rounding (counts to 5, unbiased; magnitudes to 100, conventional, mean before sum): the
+# rounded contributor counts, the DOUBLE quotient S·n̂/n and its HUGEINT multiple on both engines
+ROUND_CROSS_ENGINE_QUERIES = [
+    "SELECT municipality, COUNT(*) AS n, SUM(age) AS total FROM persons WHERE age = 94 "
+    "GROUP BY municipality",
+    "SELECT region, sex, COUNT(income) AS n, SUM(income) AS total, AVG(income) AS mean "
+    "FROM persons GROUP BY ROLLUP (region, sex)",
+]
+
+
+@pytest.fixture(scope="module")
+def round_demo(spark, pristine_demo_db, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("spark-round")
+    source = folder / "source.duckdb"
+    shutil.copy(pristine_demo_db, source)
+    document = demo_policy().document_dict()
+    document["protection"] = {
+        "min_frequency": 3,
+        "counts": {"method": "round", "base": 5, "rounding": "unbiased"},
+        "magnitudes": {"method": "round", "base": 100, "rounding": "conventional"},
+    }
+    for table in document["tables"].values():
+        table.pop("protection", None)
+        table.pop("dp", None)
+    admin.apply(source, load_policy(document), "admin")
+    con, queries, engine = open_demo(source, ROUND_CROSS_ENGINE_QUERIES, spark, folder)
+    yield con, queries, engine
+    con.close()
+    engine.close()
+
+
+@pytest.mark.parametrize("sql", ROUND_CROSS_ENGINE_QUERIES, ids=lambda s: s[:60])
+def test_rounding_gives_the_same_cells(round_demo, sql):
+    assert_same_cells(round_demo, sql)
 
 
 def test_suppressed_cells_are_null_on_spark_too(threshold_demo):

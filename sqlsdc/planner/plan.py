@@ -127,6 +127,14 @@ _COUNTS_REVEALED_BY = (
     (Method.ROUND, frozenset({Method.THRESHOLD, Method.CKM}), "are rounded",
      "its SUM over its AVG is the exact count of contributors",
      "rounds", "too (protection.magnitudes: {method: round, base: ...})"),
+    # red team s37d / session 38: beside CKM counts a sum of values a query pins is v·n, exact
+    # (threshold) or rounded to a base below v, so `SUM(age) ... WHERE age = 94` told the count
+    # the noise hides (and the threshold rule's SUM / AVG is that count); a rounded sum is
+    # published over a rounded count (sqlsdc.rewrite.round), and there is none beside CKM
+    (Method.CKM, frozenset({Method.THRESHOLD, Method.ROUND}), "are protected by the cell key "
+     "method", "a SUM of values the query pins (SUM(age) ... WHERE age = 94) is v·n, exact or "
+     "rounded, which tells the count n the noise hides", "protects",
+     "with method ckm too (protection.magnitudes: {method: ckm, ...})"),
 )  # fmt: skip
 
 

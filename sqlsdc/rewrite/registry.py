@@ -42,7 +42,7 @@ MECHANISMS: dict[Method, Callable[[RewriteContext], FrameBuilder]] = {
     Method.CKM: lambda c: ckm_frame(c.policy, c.ptables),
     Method.SUPPRESS: lambda c: suppress_frame(c.policy),
     Method.DP: lambda c: dp_frame(c.policy, c.stages, c.to_sql, c.populations),
-    Method.ROUND: lambda c: round_frame,
+    Method.ROUND: lambda c: round_frame(c.policy),
 }
 
 

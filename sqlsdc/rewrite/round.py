@@ -21,7 +21,8 @@ same way in every query, for every user (ARCHITECTURE.md §3), so repeating or r
 query cannot average the rounding away. Magnitudes use the key rotated by 16 bits, so that a
 count and a sum of the same records decide up/down on disjoint (independent) bits of the key.
 The comparisons are integer arithmetic on the key (``u < 1/2`` is ``key < 2^31``, ``u < r/B``
-is ``key·B < r·2^32``): no floating point decides a rounding of an integer cell.
+is ``key·B < r·2^32``): no floating point decides the rounding of a count (nor of a sum
+beside exact counts; the mean-before-sum value of a sum is a rational, below).
 
 Cells of fewer than ``min_frequency`` units are suppressed, as with the threshold rule
 (:mod:`sqlsdc.rewrite.threshold`). Rounding alone does not protect small cells of magnitudes (a
@@ -30,34 +31,98 @@ Cox & Kim's own disclosure rule (§5.2) names the values below B as the confiden
 rounding only blurs; keeping the frequency rule makes ``round`` at least as safe as
 ``threshold``, with ``min_frequency: 1`` for plain rounding.
 
-Every aggregate of a rounded kind is rounded as it is: COUNT and SUM. An AVG is refused: the
-mean rounded by itself to the magnitudes' base is so much finer, relative to it, than the sum's
-rounding that SUM(x)/AVG(x) was the exact number of contributors, and its difference over two
-populations an exact small count (red team s37d: 116 where COUNT showed 120, a group of 4 behind
-``AND NOT age = 43``). ``SUM(x) / COUNT(x)`` is a ratio of rounded values, and tells no more.
+Counts are rounded as they are. A magnitude is rounded *mean before sum* (Geyer, Tent, Reiffert,
+Giessing, PSD 2022, §6.1(c), "MBS", digest ``seed_2022_part1.md`` §6: the sum published as the
+mean times the protected count, so that published sum over published count is the mean), with
+the rounding applied after the adjustment: a cell of n contributors with exact sum S, whose
+contributor count the counts' rule publishes as n̂, publishes ``R_B(S·n̂/n)``, the rounded
+mean times the rounded count. Rounded by itself, a sum of values the query pins (``SUM(age)
+WHERE age = 94``, a measure at a class break) was v·n rounded to B, which for v near or above B
+told n exactly where the counts were rounded to blur it (red team s37d: 700, so 7 persons,
+where COUNT(*) showed 5); now it is ``R_B(v·n̂)``, a function of v and the published count.
+
+* n is ``COUNT(x)`` of the cell, the rows summed (on a join the rows, as under CKM, not the
+  units of another table), and n̂ that count as published: the same rows, cell key, base and
+  rule, so it is the count the query shows beside the sum (``COUNT(*)`` too when x is never
+  NULL).
+* The mean's base is B/n̂: ``R_B(m·n̂)/n̂`` is the mean m rounded to a multiple of B/n̂, so the
+  sum stays a multiple of B within B of ``m·n̂``. A base of its own for the mean would either
+  round the sum by n̂ times it (a mean age rounded to 100 is 0) or leave sums that are not
+  multiples of B.
+* The sum carries the count's rounding, ``m·(n̂ − n)``, as under CKM (up to m·b/2 for
+  conventional counts of base b); with unbiased rules for both it is unbiased (E[n̂] = n, and
+  the sum's coin is independent of the count's). A cell whose count is published as 0 has sum
+  0. Negative sums round like positive ones (floor and remainder, not truncation).
+* Margins (ROLLUP, CUBE, totals) are their own cells, rounded from their own mean and count:
+  per-cell rounding was never additive, and now a margin may differ from the sum of its
+  published cells by more than the base. Controlled rounding (``sqlsdc protect --method
+  round``, :func:`sqlsdc.tabular.controlled_round`) keeps margins additive and does not share
+  this code.
+* Where the counts are not rounded (the threshold rule publishes the exact count), n̂ = n and
+  the sum is ``R_B(S)``, as before. Beside CKM counts the planner refuses a rounded magnitude
+  (:data:`sqlsdc.planner.plan._COUNTS_REVEALED_BY`: there is no rounded count, and a rounded
+  pinned sum would tell the count the noise hides); DP and suppressed counts admit no rounded
+  magnitudes at all. Joined tables whose counts follow different rules are refused here.
+
+An AVG is the published sum over the published count, ``R_B(S·n̂/n)/n̂`` (NULL when n̂ is 0),
+exactly ``SUM(x) / COUNT(x)`` of the published values: rounded by itself to the base it was
+so much finer than the sum that SUM(x)/AVG(x) was the exact number of contributors (red team
+s37d: 116 where COUNT showed 120); now that ratio is the published count.
+
+The sum's value ``S·n̂/n`` is a rational: it is computed in DOUBLE (``CAST(S AS DOUBLE) · n̂ /
+n``; exact when the mean is pinned and ``S·n̂`` is an integer below 2^53, as the quotient v·n̂
+is then representable), rounded with floor and remainder, and published as ``(q + up)·B``
+with q an integer, so that its digits are those of a multiple of B and never the low bits of
+the quotient. Only an up/down choice within a DOUBLE's precision of its boundary can differ
+from exact arithmetic. The sum keeps its type: q is cast to HUGEINT for a sum of integers or
+decimals (below 2^63 times the rows, far from overflowing), and stays DOUBLE for a sum of
+floating-point values, whose magnitude (up to 1e140 a value, :mod:`sqlsdc.guard.summable`)
+would make a cast fail for some data only, an error that would tell it.
 
 The frame has two layers: the aggregation ``__c`` (keys, exact values ``__a<i>``, unit counts
 ``__n<i>``, cell keys ``__k<i>``) and ``__cells`` over it, which carries only keys, unit counts
-and the rounded values ``__y<i>``; exact values and keys never reach the outer query.
+and the rounded values ``__y<i>`` (and, where an outer query counts the groups, the group's
+count and key for the noisy group guard); exact values and cell keys never reach the outer
+query. A
+rounded magnitude adds the count of its rows ``__r<i>`` to the aggregation and, with rounded
+counts, a layer ``__d`` between the two adds its rounded count n̂ as ``__d<i>``.
 """
 
 from __future__ import annotations
+
+import re
 
 from sqlglot import exp
 
 from sqlsdc.catalog.ptables import KEY_MODULUS
 from sqlsdc.errors import PolicyViolation
-from sqlsdc.policy import AggregateKind, Method, Rounding
-from sqlsdc.rewrite.cells import CELLS, Cells, Frame, inner_select, unit_count
+from sqlsdc.planner.normal_form import SUMMED
+from sqlsdc.policy import AggregateKind, Method, Policy, ProtectionRule, Rounding
+from sqlsdc.rewrite.cells import CELLS, Cells, Frame, FrameBuilder, inner_select, unit_count
 from sqlsdc.rewrite.counted_units import counted_units_key, join_unit_keys, unit_lookups
+from sqlsdc.rewrite.sql import number
 from sqlsdc.rewrite.threshold import add_keys, at_least, group_condition, records_key, rotated
 
 MECHANISM = "round"
 AGGREGATION = "__c"
+COUNTED = "__d"  # the aggregation and the rounded contributor counts of its magnitudes
 HALF = KEY_MODULUS // 2  # u < 1/2  <=>  key < 2^31
+# what stays in the aggregation: exact values, cell keys and rows summed of the aggregates
+# (the group's count ``__n`` and key ``__kg`` go on, for the noisy group guard)
+EXACT = re.compile(r"__[akr]\d+")
 
 
-def round_frame(cells: Cells, twin: dict[int, exp.Expr]) -> Frame:
+def round_frame(policy: Policy) -> FrameBuilder:
+    """The frame builder for aggregations whose aggregates are rounded, bound to the policy
+    (whose counts' rule rounds the contributor count of a magnitude)."""
+
+    def build(cells: Cells, twin: dict[int, exp.Expr]) -> Frame:
+        return _frame(cells, twin, policy)
+
+    return build
+
+
+def _frame(cells: Cells, twin: dict[int, exp.Expr], policy: Policy) -> Frame:
     """The ``__cells`` frame of an aggregation whose aggregates are rounded (or thresholded).
 
     Refuses aggregations that mix rounding with a method other than the threshold rule (cell
@@ -72,14 +137,12 @@ def round_frame(cells: Cells, twin: dict[int, exp.Expr]) -> Frame:
             "query the counts and the magnitudes separately, or give them the same method",
             cells.select.sql("duckdb"),
         )
-    for spec in plan.aggregates:
-        if spec.rule.method is Method.ROUND and isinstance(spec.node, exp.Avg):
-            raise PolicyViolation(
-                f"{spec.node.sql('duckdb')} under rounding: a mean rounded by itself and its "
-                "rounded sum would tell the exact number of contributors",
-                "divide the rounded sum by the rounded count: SUM(x) / COUNT(x)",
-                cells.select.sql("duckdb"),
-            )
+    magnitudes = [
+        i
+        for i, spec in enumerate(plan.aggregates)
+        if spec.rule.method is Method.ROUND and spec.kind is AggregateKind.MAGNITUDES
+    ]
+    count_rule = contributor_count_rule(policy, cells) if magnitudes else None
     inner = inner_select(cells)
     add_keys(inner, cells)
     arguments = [cells.argument(i, twin) for i in range(len(cells.aggregates))]
@@ -87,30 +150,39 @@ def round_frame(cells: Cells, twin: dict[int, exp.Expr]) -> Frame:
     looked_up = join_unit_keys(inner, plan, arguments, lookups)
     for i, aggregate in enumerate(cells.aggregates):
         argument = arguments[i]
+        if i in magnitudes and isinstance(aggregate, exp.Avg):  # the sum, published over n̂
+            aggregate = exp.Sum(this=aggregate.this.copy())
         inner.append("expressions", exp.alias_(aggregate.copy(), f"__a{i}"))
         inner.append("expressions", exp.alias_(unit_count(argument, plan.units), f"__n{i}"))
+        if i in magnitudes:  # the rows summed, as COUNT(x) of the same rows counts them
+            rows = exp.Count(this=aggregate.this.copy())
+            inner.append("expressions", exp.alias_(rows, f"__r{i}"))
         if i in lookups:  # a distinct count of units: their own keys (counted_units)
             key = counted_units_key(looked_up[lookups[i]])
             inner.append("expressions", exp.alias_(key, f"__k{i}"))
         elif plan.aggregates[i].rule.method is Method.ROUND:
             inner.append("expressions", exp.alias_(cell_key(cells, i, argument), f"__k{i}"))
     group = group_condition(inner, cells)
+    source, table = inner.subquery(AGGREGATION, copy=False), AGGREGATION
+    if magnitudes and count_rule is not None:
+        source, table = with_rounded_counts(source, magnitudes, count_rule), COUNTED
     outer = exp.Select(
         expressions=[
-            exp.alias_(exp.column(p.alias, AGGREGATION), p.alias)
+            exp.alias_(exp.column(p.alias, table), p.alias)
             for p in inner.expressions
-            if not p.alias.startswith(("__a", "__k"))
+            if not EXACT.fullmatch(p.alias)
         ]
     )
-    outer.set("from_", exp.From(this=inner.subquery(AGGREGATION, copy=False)))
+    outer.set("from_", exp.From(this=source))
     for i, spec in enumerate(plan.aggregates):
-        exact = exp.column(f"__a{i}", AGGREGATION)
-        if spec.rule.method is Method.ROUND:
-            key = exp.column(f"__k{i}", AGGREGATION)
-            if spec.kind is AggregateKind.MAGNITUDES:
-                key = rotated(key, 16)
+        exact = exp.column(f"__a{i}", table)
+        if i in magnitudes:
+            shape = (count_rule is not None, isinstance(spec.node, exp.Avg), integral(spec))
+            exact = mean_before_sum(table, i, spec.rule, *shape)
+        elif spec.rule.method is Method.ROUND:
+            key = exp.column(f"__k{i}", table)
             exact = rounded(exact, key, spec.rule.base, spec.rule.rounding)
-        counted = at_least_in(f"__n{i}", spec.min_frequency)
+        counted = exp.GTE(this=exp.column(f"__n{i}", table), expression=number(spec.min_frequency))
         published = exp.Case(ifs=[exp.If(this=counted, true=exact)])
         outer.append("expressions", exp.alias_(published, f"__y{i}"))
 
@@ -118,9 +190,83 @@ def round_frame(cells: Cells, twin: dict[int, exp.Expr]) -> Frame:
         return exp.column(f"__y{i}", CELLS)
 
     def published(i: int) -> exp.Expr:
+        if i in magnitudes and isinstance(plan.aggregates[i].node, exp.Avg):
+            return exp.Not(this=exp.Is(this=value(i), expression=exp.null()))  # n̂ may be 0
         return at_least(f"__n{i}", plan.aggregates[i].min_frequency)
 
     return Frame(outer.subquery(CELLS, copy=False), value, published, group)
+
+
+def contributor_count_rule(policy: Policy, cells: Cells) -> ProtectionRule | None:
+    """The rule by which the counts of the aggregation's tables are published: a ``round``
+    rule, whose rounding of a magnitude's contributor count is its n̂, or None where the counts
+    are exact (the threshold rule: n̂ = n). Counts of other methods (CKM) are refused earlier
+    (:data:`sqlsdc.planner.plan._COUNTS_REVEALED_BY`); joined tables whose counts differ in
+    rule have no one published count of the sum's contributors, and are refused here."""
+    rules = [policy.table(t).rule(AggregateKind.COUNTS) for t in cells.plan.tables]
+    if len({(r.method, r.base, r.rounding) for r in rules}) == 1:
+        rule = rules[0]
+        if rule.method is Method.ROUND:
+            return rule
+        if rule.method is Method.THRESHOLD:
+            return None
+    raise PolicyViolation(
+        "a rounded sum or average is published as its rounded mean times its contributors' "
+        "published count, and the counts of "
+        + ", ".join(sorted(set(cells.plan.tables)))
+        + " are not all rounded (or all exact) by one rule",
+        "aggregate each table on its own, or give their counts the same rounding rule",
+        cells.select.sql("duckdb"),
+    )
+
+
+def with_rounded_counts(aggregation: exp.Subquery, magnitudes: list[int], rule) -> exp.Subquery:
+    """The layer ``__d`` over the aggregation: its columns and, for each rounded magnitude i,
+    ``__d<i>``: the count of the rows it sums ``__r<i>`` (``COUNT(x)``; on a join the rows,
+    not the units of another table: the units of ``__n<i>`` are for the frequency rule) rounded
+    as the counts' ``rule`` rounds it, with the unrotated cell key ``__k<i>``: the cell's
+    COUNT(x) as published, n̂."""
+    layer = exp.Select(
+        expressions=[
+            exp.alias_(exp.column(p.alias, AGGREGATION), p.alias)
+            for p in aggregation.this.expressions
+        ]
+    )
+    for i in magnitudes:
+        n, key = exp.column(f"__r{i}", AGGREGATION), exp.column(f"__k{i}", AGGREGATION)
+        count = rounded(n, key, rule.base, rule.rounding)
+        layer.append("expressions", exp.alias_(count, f"__d{i}"))
+    layer.set("from_", exp.From(this=aggregation))
+    return layer.subquery(COUNTED, copy=False)
+
+
+def integral(spec) -> bool:
+    """Whether a magnitude adds up integers or decimals: the planner marks the sums of
+    floating-point (or untyped) values with the columns they add (``SUMMED``)."""
+    return SUMMED not in spec.node.meta
+
+
+def mean_before_sum(
+    table: str, i: int, rule: ProtectionRule, rounded_count: bool, mean: bool, whole: bool
+) -> exp.Expr:
+    """``R_B(S·n̂/n)`` of aggregate i, the rounded mean times the rounded count ``__d<i>``
+    (over n̂ for an AVG: NULL where n̂ is 0), its coin the cell key rotated by 16 bits; n is
+    ``__r<i>``, the rows summed; ``whole``: S is a sum of integers or decimals. Without
+    ``rounded_count`` the counts are exact: n̂ = n and the sum is ``R_B(S)``."""
+    total, n = exp.column(f"__a{i}", table), exp.column(f"__r{i}", table)
+    key = rotated(exp.column(f"__k{i}", table), 16)
+    if rounded_count:
+        count = exp.column(f"__d{i}", table)
+        scaled = exp.Mul(this=exp.cast(total, "DOUBLE"), expression=count.copy())
+        x = exp.Div(this=scaled, expression=n.copy())
+        value = rounded_rational(x, key, rule.base, rule.rounding, whole)
+    else:
+        count, value = n.copy(), rounded(total, key, rule.base, rule.rounding)
+    if not mean:
+        return value
+    positive = exp.GT(this=count.copy(), expression=number(0))
+    quotient = exp.Div(this=exp.Paren(this=value), expression=count)
+    return exp.Case(ifs=[exp.If(this=positive, true=quotient)])
 
 
 def rounded(x: exp.Expr, key: exp.Expr, base: int, rule: Rounding) -> exp.Expr:
@@ -138,32 +284,51 @@ def rounded(x: exp.Expr, key: exp.Expr, base: int, rule: Rounding) -> exp.Expr:
         this=exp.Paren(this=exp.Add(this=exp.Mod(this=x.copy(), expression=b), expression=b)),
         expression=b.copy(),
     )
+    step = exp.Case(ifs=[exp.If(this=up(r, key, base, rule), true=b.copy())], default=number(0))
+    return exp.Add(this=exp.Sub(this=x.copy(), expression=r), expression=step)
+
+
+def rounded_rational(x: exp.Expr, key: exp.Expr, base: int, rule: Rounding, whole: bool):
+    """``(q + up)·base`` for a DOUBLE x, with ``q = FLOOR(x / base)`` (cast to HUGEINT when
+    ``whole``) and ``r = x - q·base``: the published value is a multiple of the base whatever
+    the bits of x (``x - r`` in DOUBLE would carry them: ``r + base`` drops low bits of r).
+
+    Example:
+        >>> x, key = exp.column("x"), exp.column("k")
+        >>> sql = rounded_rational(x, key, 5, Rounding.CONVENTIONAL, True).sql("duckdb")
+        >>> sql.split(" + CASE WHEN ")  # the multiple below (INT128 is HUGEINT), and the step
+        ['(CAST(FLOOR(x / 5) AS INT128)', '2 * (x - FLOOR(x / 5) * 5) >= 5 THEN 1 ELSE 0 END) * 5']
+    """
+    b = exp.Literal.number(base)
+    q = exp.Floor(this=exp.Div(this=x.copy(), expression=b))
+    r = exp.Sub(this=x.copy(), expression=exp.Mul(this=q.copy(), expression=b.copy()))
+    step = exp.Case(ifs=[exp.If(this=up(r, key, base, rule), true=number(1))], default=number(0))
+    multiple = exp.Add(this=exp.cast(q, "HUGEINT") if whole else q, expression=step)
+    return exp.Mul(this=exp.Paren(this=multiple), expression=b.copy())
+
+
+def up(r: exp.Expr, key: exp.Expr, base: int, rule: Rounding) -> exp.Expr:
+    """Whether a value of remainder ``r`` in [0, base) rounds up, by Cox & Kim's ``rule``."""
+    b = exp.Literal.number(base)
     twice_r = exp.Mul(this=exp.Literal.number(2), expression=exp.Paren(this=r.copy()))
     coin = exp.LT(this=key.copy(), expression=exp.Literal.number(HALF))  # u < 1/2
     if rule is Rounding.CONVENTIONAL:
-        up = exp.GTE(this=twice_r, expression=b.copy())
-    elif rule is Rounding.MODIFIED_CONVENTIONAL:
+        return exp.GTE(this=twice_r, expression=b.copy())
+    if rule is Rounding.MODIFIED_CONVENTIONAL:
         half = exp.and_(exp.EQ(this=twice_r.copy(), expression=b.copy()), coin)
-        up = exp.or_(exp.GT(this=twice_r, expression=b.copy()), half)
-    elif rule is Rounding.ZERO_RESTRICTED:
-        up = exp.and_(exp.GT(this=r.copy(), expression=exp.Literal.number(0)), coin)
-    elif rule is Rounding.UNBIASED:  # u < r/B  <=>  key·B < r·2^32
-        up = exp.LT(
+        return exp.or_(exp.GT(this=twice_r, expression=b.copy()), half)
+    if rule is Rounding.ZERO_RESTRICTED:
+        return exp.and_(exp.GT(this=r.copy(), expression=number(0)), coin)
+    if rule is Rounding.UNBIASED:  # u < r/B  <=>  key·B < r·2^32
+        return exp.LT(
             this=exp.Mul(this=key.copy(), expression=b.copy()),
             expression=exp.Mul(
                 this=exp.Paren(this=r.copy()), expression=exp.Literal.number(KEY_MODULUS)
             ),
         )
-    else:  # pragma: no cover - the policy loader admits only the four rules
-        raise ValueError(f"unknown rounding rule {rule!r}; this is a bug")
-    step = exp.Case(ifs=[exp.If(this=up, true=b.copy())], default=exp.Literal.number(0))
-    return exp.Add(this=exp.Sub(this=x.copy(), expression=r), expression=step)
+    raise ValueError(f"unknown rounding rule {rule!r}; this is a bug")  # pragma: no cover
 
 
 def cell_key(cells: Cells, i: int, argument: exp.Expr | None) -> exp.Expr:
     """``SUM(rkey) % 2^32`` over the records behind aggregate i (as :mod:`sqlsdc.rewrite.ckm`)."""
     return records_key(cells.plan, argument, cells.plan.aggregates[i].argument)
-
-
-def at_least_in(column: str, k: int) -> exp.Expr:
-    return exp.GTE(this=exp.column(column, AGGREGATION), expression=exp.Literal.number(k))
