@@ -492,15 +492,6 @@ def test_a_perturbed_column_is_no_exact_cell(jobs_demo_db, steps):
         anonymize(jobs_demo_db, user="admin", into="aged_file", sql=file, steps=steps)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,  # the table is stored: "DID NOT RAISE"
-    reason="open: a locally suppressed value is counted as it was (the lead's decision: "
-    "recoding, top-coding and local suppression are non-perturbative), so a file and an exact "
-    "table of the same people by the suppressed column differ nowhere; but the table's cell "
-    "less the file's shown count is the number of blanked records that belong to it, which "
-    "can place a suppressed value. Needs the file's blanked records as a cell of their own",
-)
 def test_an_exact_table_places_a_locally_suppressed_value(jobs_demo_db):
     """A file of everyone aged 85 or over with municipality, sex and education made
     3-anonymous by suppressing municipalities, then a suppression job of the same people by
