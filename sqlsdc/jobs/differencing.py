@@ -39,10 +39,22 @@ Not covered: a rounded or raked table next to another (their difference bounds t
 within the two perturbations; red team s33c keeps that allowed), the two patterns together (a
 cell hidden in one table and published in the other, the attacker LP over both with
 non-negative differences): protecting linked tables of different populations needs one
-covering universe (red team s30f); two anonymised files of one table; and a file's locally
-suppressed values next to an exact table of the same column, which counts them as they were
-(the table's cell less the file's shown count is the number of blanked records that belong to
-it).
+covering universe (red team s30f); and two anonymised files of one table.
+
+A local suppression's blanked values are a cell of their own (:func:`_blanked_difference`):
+counted as they were, a file and an exact table of the same people by a blanked column differ
+nowhere, but the file shows the column's cell short of its blanked records there, so the
+table's cell less the file's records that show it is the number of blanked records that belong
+to it, which places blanked values when it is small (red team s37c: a 3-anonymous file of
+everyone aged 85 or over, 453 municipalities blanked, next to a table of the same people by
+municipality: 4 in R01-M001). Every cell of the table counts as published, as above, a cell its
+own pattern hides too. Hundepool et al., *Statistical Disclosure Control*, Wiley 2012: local
+suppression replaces values by missing ones (ch. 3), and releases of the same data are linked
+tables whose protection must be judged together (ch. 4); digest
+``shared/reference/seed_2006_tabular.md`` (consistent suppression across linked tables). Not
+covered there: a cell where the file holds records the table does not count and its columns
+do not tell which (both sides mix), and a coarser column that only a combination of the file's
+columns determines.
 """
 
 from __future__ import annotations
@@ -205,12 +217,6 @@ def _blanked_difference(con, spec, other: Release, least: int):
         .where(exp.or_(mine.copy(), theirs.copy()))
     )
 
-    def count(condition: str, alias: str, *, distinct: bool = False) -> exp.Expr:
-        counted = exp.Count(this=exp.Distinct(expressions=[exp.column("u")]) if distinct
-                            else exp.Star())  # fmt: skip
-        where = exp.Where(this=exp.condition(condition))
-        return exp.alias_(exp.Filter(this=counted, expression=where), alias)
-
     grouping = exp.alias_(
         exp.Anonymous(this="GROUPING", expressions=[exp.column(n) for n in names]), "g"
     )
@@ -219,20 +225,20 @@ def _blanked_difference(con, spec, other: Release, least: int):
         exp.select(
             *(exp.column(n) for n in names),
             grouping.copy(),
-            count("m", "n", distinct=True),
-            count("m AND t", "i"),
-            count("t AND NOT m", "b"),
-        )  # fmt: skip
+            _count("m", "n", distinct=True),
+            _count("m AND t", "i", distinct=False),
+            _count("t AND NOT m", "b", distinct=False),
+        )
         .from_(rows.subquery("r"))
         .group_by(cube.copy())
     )
-    file_rows = _file_rows(spec, other, keys, names, held if told else None)
+    file_rows = _file_rows(spec, other, keys, names, held)
     file_cells = (
         exp.select(
             *(exp.column(n) for n in names),
             grouping,
             exp.alias_(exp.func("count_if", exp.column("inside")), "s"),
-        )  # fmt: skip
+        )
         .from_(file_rows.subquery("f"))
         .group_by(cube)
     )
@@ -253,7 +259,7 @@ def _blanked_difference(con, spec, other: Release, least: int):
             *(exp.column(n, table="x") for n in names),
             exp.column("g", table="x"),
             exp.alias_(left, "d"),
-        )  # fmt: skip
+        )
         .from_(source_cells.subquery("x"))
         .join(file_cells.subquery("y"), on=exp.and_(*same), join_type="left")
         .where(wanted)
@@ -310,7 +316,7 @@ def _determines(con, table: str, where, column: exp.Column, dim: str) -> bool:
                 this=exp.Count(this=exp.Distinct(expressions=[exp.column(dim)])),
                 expression=exp.Literal.number(1),
             )
-        )  # fmt: skip
+        )
         .limit(1)
     )
     return not con.execute(several.sql("duckdb")).fetchall()
@@ -388,17 +394,11 @@ def _smallest_difference(con, spec, other: Release, least: int):
     ).from_(rows.subquery("r"))
     distinct = not con.execute(once.sql("duckdb")).fetchall()[0][0]  # a unit of several rows
 
-    def units(condition: str, alias: str) -> exp.Expr:
-        counted = exp.Count(this=exp.Distinct(expressions=[exp.column("u")]) if distinct
-                            else exp.Star())  # fmt: skip
-        where = exp.Where(this=exp.condition(condition))
-        return exp.alias_(exp.Filter(this=counted, expression=where), alias)
-
     cells = exp.select(
         *(exp.column(n) for n in names),
-        units("m AND t", "i"),
-        units("t AND NOT m", "b"),
-        units("m", "n"),
+        _count("m AND t", "i", distinct=distinct),
+        _count("t AND NOT m", "b", distinct=distinct),
+        _count("m", "n", distinct=distinct),
     ).from_(rows.subquery("r"))
     if names:
         grouping = exp.Anonymous(this="GROUPING", expressions=[exp.column(n) for n in names])
@@ -449,6 +449,14 @@ def _smallest_difference(con, spec, other: Release, least: int):
     a_units, b_units = row[-2:]
     side, units = ("a", a_units) if 0 < a_units < least else ("b", b_units)
     return dict(zip(labels, row[: len(labels)], strict=True)), units, side
+
+
+def _count(condition: str, alias: str, *, distinct: bool) -> exp.Expr:
+    """The rows of ``r`` where ``condition`` holds, or their distinct units ``u``."""
+    counted = exp.Count(this=exp.Distinct(expressions=[exp.column("u")]) if distinct
+                        else exp.Star())  # fmt: skip
+    where = exp.Where(this=exp.condition(condition))
+    return exp.alias_(exp.Filter(this=counted, expression=where), alias)
 
 
 def _extra(other: Release, common: list[str]) -> list[tuple[str, exp.Expr]]:

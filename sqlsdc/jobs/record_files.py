@@ -166,7 +166,9 @@ def _coarsened(expression: exp.Expr, recipe: Sequence[Step]) -> exp.Expr:
     """``expression`` as the file holds it after the non-perturbative ``recipe``: recoded to
     the labels of :func:`sqlsdc.microdata.perturb.recode`, clipped as
     :func:`~sqlsdc.microdata.perturb.top_code` clips; a local suppression counts a value as
-    it was (the lead's decision: erring on the side of more cells)."""
+    it was (the lead's decision: erring on the side of more cells), and the cells its blanked
+    values leave short are compared on the file's records
+    (:func:`sqlsdc.jobs.differencing._blanked_difference`)."""
     for step in recipe:
         if step.method == "recode":
             expression = _bands(
