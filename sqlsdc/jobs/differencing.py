@@ -272,23 +272,24 @@ def _blanked_difference(con, spec, other: Release, least: int):
     values, g, units = row[: len(names)], row[-2], row[-1]
     cell = {label: (None if g >> (len(keys) - 1 - j) & 1 else value)
             for j, ((label, *_r), value) in enumerate(zip(keys, values, strict=True))}  # fmt: skip
-    columns = sorted({label for label, _s, _f, blanked in keys if blanked})
+    columns = sorted({blanked for *_k, blanked in keys if blanked})
     return cell, units, columns
 
 
-def _placed_keys(con, spec, other: Release) -> list[tuple[str, exp.Expr, exp.Expr, bool]]:
+def _placed_keys(con, spec, other: Release) -> list[tuple[str, exp.Expr, exp.Expr, str | None]]:
     """``(label, expression on the table, expression on the file's records, blanked)`` of the
     columns by which the job's exact cells can be compared with the file's shown records:
     the file's cuts that read only the job's dimensions, then each other dimension of the job
     that a plain column of the file determines over the file's population (blanked ones
-    tried first), looked up by its value. ``blanked``: a local suppression blanked the
-    column the file shows it by."""
+    tried first), looked up by its value. ``blanked``: the file's column it is shown by, if a
+    local suppression blanked it."""
     dims = {d.lower() for d in spec.dims}
     found, covered = [], set()
     for name, expression in other.exact:
         reads = _reads(expression)
         if reads and reads <= dims:
-            found.append((name, expression.copy(), _record(name), bool(reads & other.blanked)))
+            blanked = name if reads & other.blanked else None
+            found.append((name, expression.copy(), _record(name), blanked))
             covered |= reads
     plain = sorted(((n, e) for n, e in other.exact if isinstance(e, exp.Column)),
                    key=lambda c: c[1].name.lower() not in other.blanked)  # fmt: skip
@@ -296,7 +297,7 @@ def _placed_keys(con, spec, other: Release) -> list[tuple[str, exp.Expr, exp.Exp
         for name, column in plain:
             if _determines(con, spec.table, other.where, column, dim):
                 lookup = _lookup(spec.table, other.where, column, name, _norm(exp.column(dim)))
-                blanked = column.name.lower() in other.blanked
+                blanked = name if column.name.lower() in other.blanked else None
                 found.append((dim, exp.column(dim), lookup, blanked))
                 break
     return found
