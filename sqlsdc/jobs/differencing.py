@@ -291,15 +291,20 @@ def _placed_keys(con, spec, other: Release) -> list[tuple[str, exp.Expr, exp.Exp
             blanked = name if reads & other.blanked else None
             found.append((name, expression.copy(), _record(name), blanked))
             covered |= reads
-    plain = sorted(((n, e) for n, e in other.exact if isinstance(e, exp.Column)),
-                   key=lambda c: c[1].name.lower() not in other.blanked)  # fmt: skip
-    for dim in (d for d in spec.dims if d.lower() not in covered):
-        for name, column in plain:
-            if _determines(con, spec.table, other.where, column, dim):
-                lookup = _lookup(spec.table, other.where, column, name, _norm(exp.column(dim)))
-                blanked = name if column.name.lower() in other.blanked else None
-                found.append((dim, exp.column(dim), lookup, blanked))
-                break
+    plain = [(n, e) for n, e in other.exact if isinstance(e, exp.Column)]
+    blanked_first = [c for c in plain if c[1].name.lower() in other.blanked]
+    for columns in (blanked_first, [c for c in plain if c not in blanked_first]):
+        if columns is not blanked_first and not any(b for *_k, b in found):
+            break  # nothing blanked to compare: the other lookups would be for nothing
+        for dim in (d for d in spec.dims if d.lower() not in covered):
+            for name, column in columns:
+                if _determines(con, spec.table, other.where, column, dim):
+                    value = _norm(exp.column(dim))
+                    lookup = _lookup(spec.table, other.where, column, name, value)
+                    blanked = name if column.name.lower() in other.blanked else None
+                    found.append((dim, exp.column(dim), lookup, blanked))
+                    covered.add(dim.lower())
+                    break
     return found
 
 
