@@ -74,20 +74,8 @@ _LAZY = {
     },
     **{
         name: ("sqlsdc.guard.dbapi", name)
-        for name in (
-            "BINARY",
-            "DATETIME",
-            "NUMBER",
-            "ROWID",
-            "STRING",
-            "Binary",
-            "Date",
-            "DateFromTicks",
-            "Time",
-            "TimeFromTicks",
-            "Timestamp",
-            "TimestampFromTicks",
-        )
+        for name in ("BINARY", "DATETIME", "NUMBER", "ROWID", "STRING", "Binary", "Date",
+                     "DateFromTicks", "Time", "TimeFromTicks", "Timestamp", "TimestampFromTicks")
     },
 }
 
