@@ -54,7 +54,9 @@ def anonymize(db, source, sql, into, steps, keys, weights, household, seed, repl
     (recoded ones by their bands), so it is refused where, next to an exact table of the same
     table stored before it (suppression, CTA, IPF), a cell of one less a cell of the other
     would count fewer units than the minimum frequency: bands that the table's population
-    follows (a break at 85 next to `WHERE age >= 85`) tell nothing new.
+    follows (a break at 85 next to `WHERE age >= 85`) tell nothing new. A cell of a column
+    that local suppression blanked shows fewer records than it holds, so the table's cell less
+    the file's would count the blanked ones there: refused as well when they are few.
 
     \b
     Example:

@@ -174,7 +174,7 @@ def anonymize(
             result, log = apply_steps(original, parsed, secret=bytes(secret), seed=seed)
             stored = result.drop(columns=[c for c in dropped if c in result.columns])
             try:
-                _refuse_differences(con, policy, into, source or sql, log, list(stored.columns))
+                _refuse_differences(con, policy, into, source or sql, log, stored)
             except Error as refusal:
                 audit("refused", reason=store.audit_reason(refusal))
                 raise
@@ -219,18 +219,26 @@ def _definition(source: str | None, sql: str | None) -> str:
     return exp.select("*").from_(inner.subquery("src")).order_by(exp.var("ALL")).sql("duckdb")
 
 
-def _refuse_differences(con, policy, into: str, source: str, log, columns) -> None:
+def _refuse_differences(con, policy, into: str, source: str, log, stored: pd.DataFrame) -> None:
     """Refuse a file that, next to an exact table of its source stored before it (the
     suppression pattern, a suppression, CTA or IPF job), tells what a few units add up to:
     the file is the exact tables of its unperturbed columns
     (:func:`sqlsdc.jobs.record_files.file_release`), checked as a job's table is
     (:func:`sqlsdc.jobs.differencing.refuse_file_differences`). It runs once the steps have
-    run: which columns a local suppression blanked is in their log."""
+    run: which columns a local suppression blanked is in their log, and the cells its blanked
+    values leave short are counted on its records (``stored``, registered for the check)."""
     label = f"the file {OUTPUT_SCHEMA}.{into}"
-    found = file_release(con, policy, label, source, log, columns)
-    if found is not None:
-        table, release = found
+    records = "__sqlsdc_new_file"
+    found = file_release(con, policy, label, source, log, list(stored.columns),
+                         exp.table_(records, quoted=True))  # fmt: skip
+    if found is None:
+        return
+    table, release = found
+    con.register(records, stored)
+    try:
         refuse_file_differences(con, policy, release, exact_tables(con, policy, table))
+    finally:
+        con.unregister(records)
 
 
 def _check(con, user: str, into: str, replace: bool):

@@ -39,10 +39,22 @@ Not covered: a rounded or raked table next to another (their difference bounds t
 within the two perturbations; red team s33c keeps that allowed), the two patterns together (a
 cell hidden in one table and published in the other, the attacker LP over both with
 non-negative differences): protecting linked tables of different populations needs one
-covering universe (red team s30f); two anonymised files of one table; and a file's locally
-suppressed values next to an exact table of the same column, which counts them as they were
-(the table's cell less the file's shown count is the number of blanked records that belong to
-it).
+covering universe (red team s30f); and two anonymised files of one table.
+
+A local suppression's blanked values are a cell of their own (:func:`_blanked_difference`):
+counted as they were, a file and an exact table of the same people by a blanked column differ
+nowhere, but the file shows the column's cell short of its blanked records there, so the
+table's cell less the file's records that show it is the number of blanked records that belong
+to it, which places blanked values when it is small (red team s37c: a 3-anonymous file of
+everyone aged 85 or over, 453 municipalities blanked, next to a table of the same people by
+municipality: 4 in R01-M001). Every cell of the table counts as published, as above, a cell its
+own pattern hides too. Hundepool et al., *Statistical Disclosure Control*, Wiley 2012: local
+suppression replaces values by missing ones (ch. 3), and releases of the same data are linked
+tables whose protection must be judged together (ch. 4); digest
+``shared/reference/seed_2006_tabular.md`` (consistent suppression across linked tables). Not
+covered there: a cell where the file holds records the table does not count and its columns
+do not tell which (both sides mix), and a coarser column that only a combination of the file's
+columns determines.
 """
 
 from __future__ import annotations
@@ -74,6 +86,8 @@ class Release:
         blanked: the table's columns a file's local suppression blanked in some records:
             counted as they were (more cells, the safe side), they tell nobody which records
             a table counts.
+        records: a file's records as it shows them (a stored table, or the new file
+            registered for the check), read for the cells its blanked values leave short.
     """
 
     label: str
@@ -82,6 +96,7 @@ class Release:
     exact: tuple[tuple[str, exp.Expr], ...] | None = None
     held: frozenset[str] = frozenset()
     blanked: frozenset[str] = frozenset()
+    records: exp.Table | None = None
 
     def holds(self, column: str) -> bool:
         """Whether its cells give sums of ``column``."""
@@ -97,6 +112,9 @@ def refuse_small_differences(con, policy: Policy, spec, others: list[Release]) -
         found = _smallest_difference(con, spec, other, least)
         if found is not None:
             raise TabularError(_message(spec.table, "the job", other.label, found, least))
+        placed = _blanked_difference(con, spec, other, least)
+        if placed is not None:
+            raise TabularError(_blanked_message(spec.table, "the job", other.label, placed, least))
 
 
 def refuse_file_differences(con, policy: Policy, file: Release, tables: list) -> None:
@@ -112,6 +130,9 @@ def refuse_file_differences(con, policy: Policy, file: Release, tables: list) ->
         found = _smallest_difference(con, spec, file, least)
         if found is not None:
             raise MicrodataError(_message(spec.table, label, file.label, found, least))
+        placed = _blanked_difference(con, spec, file, least)
+        if placed is not None:
+            raise MicrodataError(_blanked_message(spec.table, label, file.label, placed, least))
 
 
 def min_frequency(policy: Policy, table: str) -> int:
@@ -138,6 +159,210 @@ def _message(table: str, first: str, second: str, found, least: int) -> str:
         f"up to, which no cell of fewer than {least} units (the policy's minimum frequency) "
         "may show. Tabulate a population that differs from it by none or by at least that "
         "many units in every cell they share"
+    )
+
+
+def _blanked_message(table: str, job: str, file: str, placed, least: int) -> str:
+    cell, units, columns = placed
+    named = ", ".join(f"{d} = {v!r}" for d, v in cell.items() if v is not None) or "total"
+    return (
+        f"{file} blanked values of {', '.join(columns)} by local suppression, and {job} "
+        f"publishes an exact value of the same units of {table} in a cell ({named}) from "
+        f"which the file's records that show the cell leave only {units} unit(s): the "
+        "difference counts the file's records whose blanked value belongs to the cell, and "
+        f"places those values in a group of fewer than {least} units (the policy's minimum "
+        "frequency). Tabulate another population or grouping, or anonymise with a step "
+        "that blanks or perturbs other columns"
+    )
+
+
+def _blanked_difference(con, spec, other: Release, least: int):
+    """``(cell, units, columns)`` of a cell of the job ``spec`` that the file ``other``
+    shows short of some records whose value of ``columns`` a local suppression blanked, and
+    whose exact value less the file's records that show the cell is ``0 < units < least``;
+    or None (always when no column of the cell was blanked: the ordinary case costs nothing).
+
+    The file's shown count in a cell of a blanked column is its true count less its blanked
+    records there, so next to the job's exact value of the cell the difference is those
+    records (plus the job's units outside the file): a small one places the blanked values.
+    The cell's columns are the file's cuts that read only the job's dimensions (the job's
+    cells summed to the file's bands) and the job's dimensions the file's values determine
+    (a region by its municipalities: the coarser table's difference is the sum of its
+    municipalities'). The file's records count where the reader knows them to be in the
+    job's population: all of a cell that holds none outside it, or, when the file's other
+    columns tell of each record whether the job counts it (:func:`_tells`), those it counts.
+    A cell whose records the job's population does not hold and the file's do mixes both
+    sides. Records are counted whatever a sum's measure (more differences, the safe side);
+    a unit of several rows is counted as its rows."""
+    if other.exact is None or not other.blanked or other.records is None:
+        return None
+    keys = _placed_keys(con, spec, other)
+    if not any(blanked for *_k, blanked in keys):
+        return None
+    held = _held(con, spec, other) if spec.where is not None else []
+    told = spec.where is None or bool(held)
+    mine, theirs = _kept(spec.where), _kept(other.where)
+    names = [f"k{j}" for j in range(len(keys))]
+    rows = (
+        exp.select(
+            *(
+                exp.alias_(_norm(source), n)
+                for n, (_l, source, _f, _b) in zip(names, keys, strict=True)
+            ),
+            exp.alias_(exp.column(spec.unit), "u"),
+            exp.alias_(mine, "m"),
+            exp.alias_(theirs.copy(), "t"),
+        )
+        .from_(spec.table)
+        .where(exp.or_(mine.copy(), theirs.copy()))
+    )
+
+    grouping = exp.alias_(
+        exp.Anonymous(this="GROUPING", expressions=[exp.column(n) for n in names]), "g"
+    )
+    cube = exp.Cube(expressions=[exp.column(n) for n in names])
+    source_cells = (
+        exp.select(
+            *(exp.column(n) for n in names),
+            grouping.copy(),
+            _count("m", "n", distinct=True),
+            _count("m AND t", "i", distinct=False),
+            _count("t AND NOT m", "b", distinct=False),
+        )
+        .from_(rows.subquery("r"))
+        .group_by(cube.copy())
+    )
+    file_rows = _file_rows(spec, other, keys, names, held)
+    file_cells = (
+        exp.select(
+            *(exp.column(n) for n in names),
+            grouping,
+            exp.alias_(exp.func("count_if", exp.column("inside")), "s"),
+        )
+        .from_(file_rows.subquery("f"))
+        .group_by(cube)
+    )
+    same = [exp.column("g", table="x").eq(exp.column("g", table="y"))] + [
+        exp.NullSafeEQ(this=exp.column(n, table="x"), expression=exp.column(n, table="y"))
+        for n in names
+    ]
+    shown = exp.Coalesce(this=exp.column("s", table="y"), expressions=[exp.Literal.number(0)])
+    short = exp.Sub(this=exp.column("i", table="x"), expression=shown.copy())
+    left = exp.Sub(this=exp.column("n", table="x"), expression=shown)
+    wanted = exp.and_(
+        exp.GT(this=short, expression=exp.Literal.number(0)),
+        left.copy().between(1, least - 1),
+        exp.true() if told else exp.column("b", table="x").eq(0),
+    )
+    select = (
+        exp.select(
+            *(exp.column(n, table="x") for n in names),
+            exp.column("g", table="x"),
+            exp.alias_(left, "d"),
+        )
+        .from_(source_cells.subquery("x"))
+        .join(file_cells.subquery("y"), on=exp.and_(*same), join_type="left")
+        .where(wanted)
+        .order_by(*(exp.column(n, table="x") for n in names))
+        .limit(1)
+    )
+    row = next(iter(con.execute(select.sql("duckdb")).fetchall()), None)
+    if row is None:
+        return None
+    values, g, units = row[: len(names)], row[-2], row[-1]
+    cell = {label: (None if g >> (len(keys) - 1 - j) & 1 else value)
+            for j, ((label, *_r), value) in enumerate(zip(keys, values, strict=True))}  # fmt: skip
+    columns = sorted({blanked for *_k, blanked in keys if blanked})
+    return cell, units, columns
+
+
+def _placed_keys(con, spec, other: Release) -> list[tuple[str, exp.Expr, exp.Expr, str | None]]:
+    """``(label, expression on the table, expression on the file's records, blanked)`` of the
+    columns by which the job's exact cells can be compared with the file's shown records:
+    the file's cuts that read only the job's dimensions, then each other dimension of the job
+    that a plain column of the file determines over the file's population (blanked ones
+    tried first), looked up by its value. ``blanked``: the file's column it is shown by, if a
+    local suppression blanked it."""
+    dims = {d.lower() for d in spec.dims}
+    found, covered = [], set()
+    for name, expression in other.exact:
+        reads = _reads(expression)
+        if reads and reads <= dims:
+            blanked = name if reads & other.blanked else None
+            found.append((name, expression.copy(), _record(name), blanked))
+            covered |= reads
+    plain = [(n, e) for n, e in other.exact if isinstance(e, exp.Column)]
+    blanked_first = [c for c in plain if c[1].name.lower() in other.blanked]
+    for columns in (blanked_first, [c for c in plain if c not in blanked_first]):
+        if columns is not blanked_first and not any(b for *_k, b in found):
+            break  # nothing blanked to compare: the other lookups would be for nothing
+        for dim in (d for d in spec.dims if d.lower() not in covered):
+            for name, column in columns:
+                if _determines(con, spec.table, other.where, column, dim):
+                    value = _norm(exp.column(dim))
+                    lookup = _lookup(spec.table, other.where, column, name, value)
+                    blanked = name if column.name.lower() in other.blanked else None
+                    found.append((dim, exp.column(dim), lookup, blanked))
+                    covered.add(dim.lower())
+                    break
+    return found
+
+
+def _determines(con, table: str, where, column: exp.Column, dim: str) -> bool:
+    """Whether each value of ``column`` in the file's population has one value of ``dim``."""
+    several = (
+        exp.select(exp.Literal.number(1))
+        .from_(table)
+        .where(
+            exp.and_(_kept(where), exp.Not(this=exp.Is(this=column.copy(), expression=exp.null())))
+        )
+        .group_by(column.copy())
+        .having(
+            exp.GT(
+                this=exp.Count(this=exp.Distinct(expressions=[exp.column(dim)])),
+                expression=exp.Literal.number(1),
+            )
+        )
+        .limit(1)
+    )
+    return not con.execute(several.sql("duckdb")).fetchall()
+
+
+def _file_rows(spec, other: Release, keys, names: list[str], held) -> exp.Select:
+    """The file's records with the cell they show (``names``) and whether the reader knows
+    the job counts them (``inside``): each, unless the file's held columns (``held``, from
+    :func:`_held`) tell it, looked up by their values."""
+    inside: exp.Expr = exp.true()
+    if held:
+        inside = exp.select(exp.func("bool_and", _kept(spec.where))).from_(spec.table)
+        inside = inside.where(exp.and_(_kept(other.where), *(
+            exp.NullSafeEQ(this=_norm(e), expression=_norm(_record(n))) for n, e in held
+        ))).subquery()  # fmt: skip
+    return exp.select(
+        *(exp.alias_(_norm(shown), n) for n, (_l, _s, shown, _b) in zip(names, keys, strict=True)),
+        exp.alias_(inside, "inside"),
+    ).from_(other.records.copy().as_("r"))
+
+
+def _lookup(table: str, where, column: exp.Column, name: str, value: exp.Expr) -> exp.Expr:
+    """``value`` of the table's rows of the file's population whose ``column`` is the file
+    record's ``name`` (one value: :func:`_determines`); NULL for a blanked one."""
+    match = exp.EQ(this=_norm(column), expression=_norm(_record(name)))
+    found = exp.select(exp.Min(this=value)).from_(table).where(exp.and_(_kept(where), match))
+    return found.subquery()
+
+
+def _record(name: str) -> exp.Column:
+    return exp.column(name, table="r", quoted=True)
+
+
+def _norm(value: exp.Expr) -> exp.Expr:
+    """A value as text that reads alike in the table and in the file (whose numbers may come
+    back as floats, its categories as text): a number as a DOUBLE's text, else the text."""
+    number = exp.TryCast(this=value.copy(), to=exp.DataType.build("DOUBLE"))
+    text = exp.Cast(this=number, to=exp.DataType.build("VARCHAR"))
+    return exp.Coalesce(
+        this=text, expressions=[exp.Cast(this=value.copy(), to=exp.DataType.build("VARCHAR"))]
     )
 
 
@@ -173,19 +398,13 @@ def _smallest_difference(con, spec, other: Release, least: int):
     once = exp.select(
         exp.Count(this=exp.Star()).eq(exp.Count(this=exp.Distinct(expressions=[exp.column("u")])))
     ).from_(rows.subquery("r"))
-    distinct = not con.execute(once.sql("duckdb")).fetchone()[0]  # a unit of several rows
-
-    def units(condition: str, alias: str) -> exp.Expr:
-        counted = exp.Count(this=exp.Distinct(expressions=[exp.column("u")]) if distinct
-                            else exp.Star())  # fmt: skip
-        where = exp.Where(this=exp.condition(condition))
-        return exp.alias_(exp.Filter(this=counted, expression=where), alias)
+    distinct = not con.execute(once.sql("duckdb")).fetchall()[0][0]  # a unit of several rows
 
     cells = exp.select(
         *(exp.column(n) for n in names),
-        units("m AND t", "i"),
-        units("t AND NOT m", "b"),
-        units("m", "n"),
+        _count("m AND t", "i", distinct=distinct),
+        _count("t AND NOT m", "b", distinct=distinct),
+        _count("m", "n", distinct=distinct),
     ).from_(rows.subquery("r"))
     if names:
         grouping = exp.Anonymous(this="GROUPING", expressions=[exp.column(n) for n in names])
@@ -229,13 +448,21 @@ def _smallest_difference(con, spec, other: Release, least: int):
     )
     if names:  # the first such cell in a fixed order, for a message that does not change
         select = select.order_by(*(exp.column(n) for n in names))
-    row = con.execute(select.sql("duckdb")).fetchone()
+    row = next(iter(con.execute(select.sql("duckdb")).fetchall()), None)
     if row is None:
         return None
     labels = common + [n for n, _e in extra]
     a_units, b_units = row[-2:]
     side, units = ("a", a_units) if 0 < a_units < least else ("b", b_units)
     return dict(zip(labels, row[: len(labels)], strict=True)), units, side
+
+
+def _count(condition: str, alias: str, *, distinct: bool) -> exp.Expr:
+    """The rows of ``r`` where ``condition`` holds, or their distinct units ``u``."""
+    counted = exp.Count(this=exp.Distinct(expressions=[exp.column("u")]) if distinct
+                        else exp.Star())  # fmt: skip
+    where = exp.Where(this=exp.condition(condition))
+    return exp.alias_(exp.Filter(this=counted, expression=where), alias)
 
 
 def _extra(other: Release, common: list[str]) -> list[tuple[str, exp.Expr]]:
@@ -255,27 +482,31 @@ def _tells(con, spec, other: Release) -> bool:
     outside the job, in any cell, are a count of the file's own cells."""
     if other.exact is None:
         return False
-    if spec.where is None:
-        return True
+    return spec.where is None or bool(_held(con, spec, other))
+
+
+def _held(con, spec, other: Release) -> list[tuple[str, exp.Expr]]:
+    """The file's cuts that tell whether the job (whose WHERE is not None) counts a record
+    (:func:`_tells`); empty when they do not."""
     if spec.where.find(exp.Query, exp.Subquery):  # a lookup elsewhere: not a function of them
-        return False
+        return []
     read = _reads(spec.where)
-    held = [e for _n, e in other.exact
+    held = [(n, e) for n, e in other.exact
             if _reads(e) and _reads(e) <= read and not _reads(e) & other.blanked]  # fmt: skip
-    if not held or set().union(*(_reads(e) for e in held)) != read:
-        return False
+    if not held or set().union(*(_reads(e) for _n, e in held)) != read:
+        return []
     mine = _kept(spec.where)
     mixed = (
         exp.select(exp.Literal.number(1))
         .from_(spec.table)
         .where(_kept(other.where))
-        .group_by(*(e.copy() for e in held))
+        .group_by(*(e.copy() for _n, e in held))
         .having(
             exp.NEQ(this=exp.func("bool_or", mine.copy()), expression=exp.func("bool_and", mine))
         )
         .limit(1)
     )
-    return con.execute(mixed.sql("duckdb")).fetchone() is None
+    return [] if con.execute(mixed.sql("duckdb")).fetchall() else held
 
 
 def _reads(expression: exp.Expr) -> set[str]:

@@ -56,7 +56,8 @@ def stored_files(con, policy: Policy, table: str) -> list[Release]:
                 [OUTPUT_SCHEMA, stored[name.lower()]],
             ).fetchall()
         ]
-        release = file_release(con, policy, name, source, log, columns)
+        records = exp.table_(stored[name.lower()], db=OUTPUT_SCHEMA, quoted=True)
+        release = file_release(con, policy, name, source, log, columns, records)
         if release is not None and release[0].lower() == table.lower():
             found.append(release[1])
     return found
@@ -64,12 +65,13 @@ def stored_files(con, policy: Policy, table: str) -> list[Release]:
 
 def file_release(
     con, policy: Policy, label: str, source: str | None, log: Sequence[dict],
-    columns: Sequence[str],
+    columns: Sequence[str], records: exp.Table | None = None,
 ) -> tuple[str, Release] | None:  # fmt: skip
     """``(table, release)``: the file made from ``source`` (a table name or a SELECT, as the
     job was given it) by the steps of ``log`` (one record per step, as the job logs and
-    reports them) with ``columns`` stored, as a release of its source table; None when its
-    population is no WHERE on a confidential table of ``policy``.
+    reports them) with ``columns`` stored (its records: ``records``), as a release of its
+    source table; None when its population is no WHERE on a confidential table of
+    ``policy``.
 
     Its cuts are its exact columns that are dimensions of the table or recoded (a table is
     cut by dimensions; an unbanded measure or weight would cut cells of one record, at the
@@ -101,7 +103,8 @@ def file_release(
         if reads and (reads <= dimensions or any(s.method == "recode" for s in recipe)):
             cuts.append((column, _coarsened(base, recipe)))
     plain = tuple(e.name.lower() for _c, e in cuts if isinstance(e, exp.Column))
-    release = Release(label, where, plain, tuple(cuts), frozenset(held), frozenset(blanked))
+    release = Release(label, where, plain, tuple(cuts), frozenset(held), frozenset(blanked),
+                      records)  # fmt: skip
     return declared.name, release
 
 
@@ -163,7 +166,9 @@ def _coarsened(expression: exp.Expr, recipe: Sequence[Step]) -> exp.Expr:
     """``expression`` as the file holds it after the non-perturbative ``recipe``: recoded to
     the labels of :func:`sqlsdc.microdata.perturb.recode`, clipped as
     :func:`~sqlsdc.microdata.perturb.top_code` clips; a local suppression counts a value as
-    it was (the lead's decision: erring on the side of more cells)."""
+    it was (the lead's decision: erring on the side of more cells), and the cells its blanked
+    values leave short are compared on the file's records
+    (:func:`sqlsdc.jobs.differencing._blanked_difference`)."""
     for step in recipe:
         if step.method == "recode":
             expression = _bands(

@@ -256,14 +256,15 @@ def exact_columns(steps: Sequence[Step], columns: Sequence[str]) -> dict[str, tu
     perturbative step changed, each with the steps that coarsened it, in order (none: stored
     as it was).
 
-    A file of records releases, as exact counts, every cross-tabulation of such columns over
-    its population: recoding, top-coding and local suppression are non-perturbative (the band
-    counts of the records are the true band counts; a suppressed value is counted as it was,
-    which errs on the safe side), while PRAM, noise, microaggregation, rank swapping,
-    shuffling and record swapping change the values the counts are made of. Exact tables of
-    the same data are linked to the file like two tables of one population: their cells are
-    the file's own cross-tabulations, and differencing one against the other discloses what
-    neither shows alone (Hundepool et al., *Statistical Disclosure Control*, Wiley 2012, on
+    A file of records releases, as exact counts, every cross-tabulation of such columns over its
+    population: recoding, top-coding and local suppression are non-perturbative (the band counts
+    of the records are the true band counts; a suppressed value is counted as it was, which errs
+    on the safe side, and the file's cell of a blanked column is short of its blanked records,
+    which the differencing check compares too), while PRAM, noise, microaggregation, rank
+    swapping, shuffling and record swapping change the values the counts are made of. Exact
+    tables of the same data are linked to the file like two tables of one population: their
+    cells are the file's own cross-tabulations, and differencing one against the other discloses
+    what neither shows alone (Hundepool et al., *Statistical Disclosure Control*, Wiley 2012, on
     releasing microdata and tables of the same data; Massell, Zayatz & Funk, PSD 2006, LNCS
     4302, pp. 304-317: tables built from the released microdata are consistent with it, so a
     table of unperturbed columns is exact).
