@@ -295,16 +295,16 @@ def _check_expansion(root: yaml.Node) -> None:
     or :data:`MAX_DEPTH` levels; computed on the shared node graph, never expanded."""
     size: dict[int, int] = {}
     depth: dict[int, int] = {}
-    order, stack = [], [root]
+    stack = [(root, False)]
     while stack:  # post-order over distinct nodes (the composer made the graph acyclic)
-        node = stack.pop()
+        node, children_done = stack.pop()
         if id(node) in size:
             continue
-        size[id(node)] = -1
-        order.append(node)
-        stack.extend(_children(node))
-    for node in reversed(order):
         kids = _children(node)
+        if not children_done:  # a node after all of its children, however they are shared
+            stack.append((node, True))
+            stack.extend((k, False) for k in kids if id(k) not in size)
+            continue
         size[id(node)] = min(MAX_NODES + 1, 1 + sum(size[id(k)] for k in kids))
         depth[id(node)] = 1 + max((depth[id(k)] for k in kids), default=0)
     if size[id(root)] > MAX_NODES or depth[id(root)] > MAX_DEPTH + 1:
