@@ -72,6 +72,14 @@ def test_each_class_has_its_own_exit_code(db, tmp_path):
     failed(run_interpreter(*q, "-", stdin=deep), errors.SYNTAX, "too complex")
 
 
+def test_a_pyformat_parameter_is_a_syntax_error_that_names_the_markers(db):
+    """``%s`` (psycopg's style) in a query: exit 6 with the markers sqlsdc takes (new user s38)."""
+    done = run("query", db, "-u", "analyst", "SELECT sex, COUNT(*) FROM persons WHERE region = %s "
+               "GROUP BY sex")  # fmt: skip
+    failed(done, errors.SYNTAX, "%s is a parameter marker of other drivers")
+    assert "write ? for each parameter" in done.stderr
+
+
 @pytest.mark.parametrize(
     "args",
     [
