@@ -1130,6 +1130,23 @@ class Cursor:
         """The result as an Arrow table (DuckDB's name for :meth:`arrow`)."""
         return self.arrow()
 
+    def fetch_df(self) -> pd.DataFrame:
+        """The result as a pandas DataFrame (DuckDB 2's name for :meth:`df`)."""
+        return self.df()
+
+    def to_arrow_table(self, batch_size: int = 131072) -> pa.Table:
+        """The result as an Arrow table (DuckDB 2's name for :meth:`arrow`, which has no
+        ``fetch_arrow_table`` any more; ``batch_size`` is accepted as DuckDB's is)."""
+        return self.arrow()
+
+    def to_arrow_reader(self, batch_size: int = 131072) -> pa.RecordBatchReader:
+        """The result as an Arrow stream of batches of at most ``batch_size`` rows (DuckDB 2's
+        reader, which polars, DataFusion and Arrow writers consume)."""
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ProgrammingError("batch_size must be a positive integer, e.g. 131072")
+        table = self.arrow()
+        return pa.RecordBatchReader.from_batches(table.schema, table.to_batches(batch_size))
+
     def fetchnumpy(self) -> dict:
         """The result as ``{column: numpy array}`` (DuckDB's :meth:`fetchnumpy`; NULL as the
         missing value of the column's pandas type, as in :meth:`df`)."""
