@@ -298,6 +298,45 @@ def test_apply_tells_which_measures_cannot_be_summed(db):
     ]
 
 
+def test_apply_tells_which_suppressed_means_are_never_published(tmp_path):
+    """Under suppression an AVG is published only when every unit of the table has a value: a
+    new user's export shares with some missing were NULL in every cell, and nothing had said
+    why. ``sqlsdc init`` (a real process) now notes it; the query shows what it means."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    db = tmp_path / "firms.duckdb"
+    with duckdb.connect(db) as raw:
+        raw.execute("CREATE TABLE firms AS SELECT range AS id, ['C', 'G'][range % 2 + 1] AS nace, "
+                    "range::DOUBLE AS turnover, CASE WHEN range % 10 > 0 THEN 0.5 END AS export "
+                    "FROM range(200)")  # fmt: skip
+    measure = {"role": "measure", "bounds": [0, 1000]}
+    rules = {"method": "suppress", "rules": ["freq:3"]}
+    document = {"tables": {"firms": {
+        "privacy_unit": "id", "protection": {"counts": rules, "magnitudes": rules},
+        "suppression": {"dimensions": ["nace"]}, "columns": {
+            "id": {"role": "identifier"}, "nace": {"role": "dimension"}, "turnover": measure,
+            "export": measure}}},
+        "users": {"chief": {"role": "admin"}, "ana": {"role": "analyst"}}}  # fmt: skip
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(document))
+    done = subprocess.run(
+        [sys.executable, "-m", "sqlsdc.cli", "init", str(db), "--policy", str(tmp_path / "p.yaml"),
+         "--as", "chief"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == (
+        "  note: firms.export has no value for 20 of 200 units: under suppression its AVG is "
+        "published only when every unit has one, so it is NULL in every cell (SUM and COUNT are "
+        "published); fill the missing values, or leave those units out, where means are wanted\n"
+    )  # turnover, which every unit has, is not named
+    with sqlsdc.connect(db, "ana") as con:
+        rows = con.execute("SELECT nace, AVG(export), SUM(export), AVG(turnover) FROM firms "
+                           "GROUP BY nace ORDER BY nace").fetchall()  # fmt: skip
+    published = [(avg, total, mean is not None) for _nace, avg, total, mean in rows]
+    assert published == [(None, 40.0, True), (None, 50.0, True)]
+
+
 def test_every_database_problem_is_reported(db):
     bad = copy.deepcopy(POLICY)
     bad["tables"]["people"]["columns"]["age"] = {"role": "dimension"}

@@ -19,7 +19,7 @@ from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines import file_lock
 from sqlsdc.engines.duckdb import one
 from sqlsdc.errors import AccessDenied, PolicyError
-from sqlsdc.policy import ColumnRole, Policy, UserRole, load_policy
+from sqlsdc.policy import AggregateKind, ColumnRole, Method, Policy, UserRole, load_policy
 
 UNIT_INDEX_PREFIX = "__sqlsdc_unit_"
 KEY_INDEX_PREFIX = "__sqlsdc_key_"
@@ -67,6 +67,37 @@ def _wide_measures(con, policy: Policy) -> list[str]:
         if spec.role in (ColumnRole.MEASURE, ColumnRole.WEIGHT)
         and _WIDE.fullmatch(schemas.get(table.name, {}).get(column, ""))
     ]
+
+
+def _suppressed_means(con, policy: Policy) -> list[str]:
+    """Measures whose AVG a suppressed table never publishes: under ``method: suppress`` an AVG
+    is published only when every unit of the table has a value (``rewrite.suppress``: whether
+    a cell's units all have one would be told otherwise), so one missing value anywhere makes
+    every AVG of the measure NULL. Told at apply time: the demo has no missing values, and a
+    new user's export shares with 10 % missing got NULL means in every cell (new user s38)."""
+    notes = []
+    for table in policy.confidential_tables:
+        if table.suppression is None or table.rule(AggregateKind.MAGNITUDES).method is not (
+            Method.SUPPRESS
+        ):
+            continue
+        unit = table.privacy_unit
+        for column, spec in table.columns.items():
+            if spec.role not in (ColumnRole.MEASURE, ColumnRole.WEIGHT):
+                continue
+            units, valued = one(
+                con,
+                f'SELECT count(DISTINCT "{unit}"), count(DISTINCT "{unit}") FILTER '
+                f'(WHERE "{column}" IS NOT NULL) FROM "{table.name}"',
+            )
+            if valued < units:
+                notes.append(
+                    f"{table.name}.{column} has no value for {units - valued} of {units} units: "
+                    "under suppression its AVG is published only when every unit has one, so "
+                    "it is NULL in every cell (SUM and COUNT are published); fill the missing "
+                    "values, or leave those units out, where means are wanted"
+                )
+    return notes
 
 
 def _domain_problems(con, where: str, domain, dtype: str) -> list[str]:
@@ -153,7 +184,8 @@ def apply_policy(con, policy: Policy, applied_by: str) -> ApplyReport:
         store.ensure_catalog(con)
         created = store.ensure_secret(con)
         store.ensure_mix_keys(con)
-        report = ApplyReport(version=0, secret_created=created, notes=_wide_measures(con, policy))
+        notes = [*_wide_measures(con, policy), *_suppressed_means(con, policy)]
+        report = ApplyReport(version=0, secret_created=created, notes=notes)
         for table in policy.confidential_tables:
             _drop_stale_unit_indexes(con, table.name, table.privacy_unit)
             with _indexes_set_aside(con, table.name, _needs_alter(con, table)):
