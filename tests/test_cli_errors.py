@@ -119,6 +119,17 @@ NOT_A_DATABASE = {
     "sqlite": (None, "is a SQLite database, not a DuckDB one"),
     "empty": ("", "is an empty file, not a DuckDB database"),
     "plain": (None, "has no sqlsdc catalog; run `sqlsdc init"),  # DuckDB's, not sqlsdc's
+    # microdata named as the database (new user s38: `sqlsdc init businesses.csv`)
+    "csv": (
+        "id,nace\n1,C\n",
+        "is a CSV file, not a database; load it into a DuckDB database "
+        "first (in DuckDB: CREATE TABLE csv AS FROM 'csv.csv'",
+    ),
+    "parquet": (
+        None,
+        "is a Parquet file, not a database; load it into a DuckDB database first "
+        "(in DuckDB: CREATE TABLE parquet AS FROM 'parquet.duckdb'",
+    ),  # by its bytes
 }
 OPENING_COMMANDS = [
     ("query", "{db}", "-u", "analyst", "SELECT 1"),
@@ -152,8 +163,10 @@ def not_a_database(request, tmp_path) -> tuple[object, str]:
     import duckdb
 
     text, words = NOT_A_DATABASE[request.param]
-    path = tmp_path / f"{request.param}.duckdb"
-    if request.param == "sqlite":
+    path = tmp_path / f"{request.param}.{'csv' if request.param == 'csv' else 'duckdb'}"
+    if request.param == "parquet":
+        duckdb.execute(f"COPY (SELECT 1 AS id) TO '{path}' (FORMAT parquet)")
+    elif request.param == "sqlite":
         with sqlite3.connect(path) as con:
             con.execute("CREATE TABLE persons (region TEXT)")
     elif request.param == "plain":
