@@ -143,6 +143,26 @@ def test_init_on_a_plain_database(tmp_path):
     assert [r["n"] for r in rows] == [34, 33, 33]
 
 
+def test_policy_show_writes_the_policy_as_its_files_are_written(demo_db, tmp_path):
+    """In the schema's order with a column's role first and short values on one line (it was
+    sorted, one value per line: ``budgets`` first, ``bounds`` before ``role``); what it prints
+    is the policy in force and applies as it is (new user s38). A real process."""
+    import yaml
+
+    shown = cli_fork.run(["policy", "show", str(demo_db)], timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("# policy version ")
+    assert "      person_id: {role: identifier}\n" in shown.stdout
+    assert "        role: measure\n        bounds: [0, 1000000]\n" in shown.stdout
+    top = [line.split(":")[0] for line in shown.stdout.splitlines() if line[:1].isalpha()]
+    assert top.index("protection") < top.index("tables") < top.index("users")
+    stored = cli_fork.run(["policy", "show", str(demo_db), "--format", "json"], timeout=120)
+    assert yaml.safe_load(shown.stdout) == json.loads(stored.stdout)["policy"]
+    (tmp_path / "shown.yaml").write_text(shown.stdout)
+    valid = cli_fork.run(["policy", "validate", str(tmp_path / "shown.yaml")], timeout=120)
+    assert valid.returncode == 0, valid.stderr
+
+
 @pytest.mark.parametrize(
     "args, code", [(["--help"], 0), (["query", "missing.duckdb", "-u", "a", "SELECT 1"], 8)]
 )
