@@ -267,6 +267,8 @@ def protect_query(
         out, report = _suppression_output(table, result, into, method)
         status = np.where(out["status"] == "published", "published", "suppressed")
         released = out[[*table.dims, "n", "value"]].assign(**{LEDGER_STATUS: status})
+        counts = ("n", "value") if job.spec.measure is None else ("n",)  # of units: integers
+        out = out.astype(dict.fromkeys(counts, "Int64"))  # (were DOUBLE: 829.0 enterprises)
         job.store(out, report.to_dict(), released, values=("n", "value"), status=LEDGER_STATUS)
         return report
 

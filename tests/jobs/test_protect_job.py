@@ -203,6 +203,32 @@ def test_cli_protect_in_a_subprocess(db):
     assert again.returncode == 1 and "--replace" in again.stderr and "Traceback" not in again.stderr
 
 
+def test_counts_of_a_stored_table_are_integers(db):
+    """A suppression job's unit counts are BIGINT, NULL where suppressed, and so is a frequency
+    table's value (they were DOUBLE: 829.0 enterprises, new user s38); a sum stays DOUBLE."""
+    for sql, into in ((TURNOVER, "turnover"), (PERSONS_GEO, "old")):
+        done = cli_fork.run(["protect", str(db), "--sql", sql, "--into", into], timeout=300)
+        assert done.returncode == 0, done.stderr
+    con = open_database(db)
+    try:
+        types = dict(
+            con.execute(
+                "SELECT table_name || '.' || column_name, data_type FROM "
+                "information_schema.columns WHERE table_schema = 'protected' "
+                "AND column_name IN ('n', 'value')"
+            ).fetchall()
+        )
+        nulls = con.execute(
+            "SELECT count(*) FILTER (WHERE n IS NULL), count(*) FILTER "
+            "(WHERE status <> 'published') FROM protected.old"
+        ).fetchone()
+    finally:
+        con.close()  # fmt: skip
+    assert types == {"turnover.n": "BIGINT", "turnover.value": "DOUBLE", "old.n": "BIGINT",
+                     "old.value": "BIGINT"}  # fmt: skip
+    assert nulls[0] == nulls[1] > 0
+
+
 def test_the_package_audit_stays_the_function():
     import sqlsdc.tabular
     import sqlsdc.tabular.attacker  # noqa: F401  (a submodule import rebinds its package name)
