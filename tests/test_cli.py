@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import cli_fork
 import pytest
@@ -141,6 +142,23 @@ def test_init_on_a_plain_database(tmp_path):
         ).output
     )
     assert [r["n"] for r in rows] == [34, 33, 33]
+
+
+def test_help_and_the_installed_examples_lead_to_your_own_data(tmp_path):
+    """`sqlsdc --help` named only the demo; it now says how to start on one's own data, and
+    `python -m sqlsdc.schemas` prints where the installed schema and example policies are (a
+    pip install has no checkout's schemas/ folder), each of which validates (new user s38)."""
+    shown = subprocess.run([sys.executable, "-m", "sqlsdc.cli", "--help"], capture_output=True,
+                           text=True, timeout=120)  # fmt: skip
+    assert "sqlsdc init my.duckdb --policy my-policy.yaml --as ADMIN" in shown.stdout
+    assert "python -m sqlsdc.schemas" in shown.stdout
+    where = subprocess.run([sys.executable, "-m", "sqlsdc.schemas"], capture_output=True,
+                           text=True, timeout=120, cwd=tmp_path)  # fmt: skip
+    paths = [Path(line) for line in where.stdout.splitlines()]
+    assert where.returncode == 0 and paths[0].name == "policy.schema.json"
+    assert {p.name for p in paths[1:]} >= {"minimal.yaml", "demo.yaml"}
+    for example in paths[1:]:
+        assert "valid" in run("policy", "validate", example).output
 
 
 def test_policy_show_writes_the_policy_as_its_files_are_written(demo_db, tmp_path):
