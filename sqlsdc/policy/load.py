@@ -511,7 +511,7 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if v == "pattern":
         name = "a valid name (letters, digits, _; a letter first)"
         expected = error.schema.get("description", name)
-        return f"{error.instance!r} is not {expected}"
+        return f"{error.instance!r} is not {expected}" + _rename_hint(error, expected == name)
     if v in ("minItems", "maxItems"):
         return f"expected {'at least' if v == 'minItems' else 'at most'} {kind} items"
     if v == "minProperties":
@@ -525,6 +525,25 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if v == "uniqueItems":
         return "items must be unique"
     return error.message
+
+
+def _rename_hint(error: jsonschema.ValidationError, a_name: bool) -> str:
+    """How to get a table or column name the policy takes, when the database's has spaces or
+    other characters (a CSV header ``Firm ID``: the policy could not name the column at all,
+    and nothing said what to do; new user s38)."""
+    where = [str(p) for p in error.absolute_path]
+    if not a_name or where[:1] != ["tables"] or not isinstance(error.instance, str):
+        return ""
+    plain = re.sub(r"\W+", "_", error.instance).strip("_").lower() or "x"
+    plain = plain if plain[0].isalpha() else f"c_{plain}"
+    if where == ["tables"]:
+        return (f"; rename the table in the database (ALTER TABLE \"{error.instance}\" RENAME TO "
+                f"{plain}) and here")  # fmt: skip
+    table = where[1] if len(where) > 1 else "t"
+    table = table if re.fullmatch(r"[A-Za-z_]\w*", table) else f'"{table}"'
+    return (f"; rename the column in the database (ALTER TABLE {table} RENAME COLUMN "
+            f"\"{error.instance}\" TO {plain}) and here, or load CSV files with read_csv(..., "
+            "normalize_names = true)")  # fmt: skip
 
 
 def _semantic_checks(doc: dict, malformed: set[str]) -> list[Callable[[], list[str]]]:
