@@ -229,6 +229,37 @@ def test_counts_of_a_stored_table_are_integers(db):
     assert nulls[0] == nulls[1] > 0
 
 
+def test_a_job_on_columns_named_in_capitals(tmp_path):
+    """A table made from a CSV with headers NACE and Region: `sqlsdc protect` (a real process)
+    was an internal error, KeyError 'nace', exit 70 (DuckDB names a result column as the
+    table spells it, the job looked it up in lower case); new user s38."""
+    import duckdb
+    import yaml
+
+    import sqlsdc
+
+    db = tmp_path / "caps.duckdb"
+    with duckdb.connect(db) as raw:
+        raw.execute("CREATE TABLE Firms AS SELECT 'F' || range AS FirmID, ['C', 'G'][range % 2 "
+                    "+ 1] AS NACE, ['N', 'S'][range // 2 % 2 + 1] AS Region, range::DOUBLE AS "
+                    "Turnover FROM range(300)")  # fmt: skip
+    dim = {"role": "dimension"}
+    policy = {"tables": {"Firms": {"privacy_unit": "FirmID", "columns": {
+        "FirmID": {"role": "identifier"}, "NACE": dim, "Region": dim,
+        "Turnover": {"role": "measure", "bounds": [0, 1000]}}}},
+        "users": {"chief": {"role": "admin"}}}  # fmt: skip
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(policy))
+    sqlsdc.init(db, tmp_path / "p.yaml", applied_by="chief")
+    for method, sql in (("suppress", "SUM(Turnover)"), ("round", "COUNT(*)")):
+        base = ["--base", "5"] if method == "round" else []
+        done = cli_fork.run(["protect", str(db), "--as", "chief", "--method", method, *base,
+                             "--into", method, "--sql", f"SELECT NACE, Region, {sql} FROM "
+                             "Firms GROUP BY NACE, Region"], timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    frame, _outputs = stored(db, "suppress")
+    assert list(frame.columns[:2]) == ["nace", "region"] and len(frame) == 9
+
+
 def test_the_package_audit_stays_the_function():
     import sqlsdc.tabular
     import sqlsdc.tabular.attacker  # noqa: F401  (a submodule import rebinds its package name)
