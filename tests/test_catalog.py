@@ -337,6 +337,39 @@ def test_apply_tells_which_suppressed_means_are_never_published(tmp_path):
     assert published == [(None, 40.0, True), (None, 50.0, True)]
 
 
+def test_a_suppression_dimension_without_a_value_is_a_policy_problem(tmp_path):
+    """A region missing in some rows: init applied the policy, and every query of the table
+    then failed (exit 1). `sqlsdc init` (a real process) now refuses it with the recoding to
+    do, and applies once it is done (new user s38)."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    db = tmp_path / "firms.duckdb"
+    with duckdb.connect(db) as raw:
+        raw.execute("CREATE TABLE firms AS SELECT range AS id, ['C', 'G'][range % 2 + 1] AS nace, "
+                    "CASE WHEN range % 7 > 0 THEN 'N' END AS region FROM range(70)")  # fmt: skip
+    rules = {"method": "suppress"}
+    document = {"tables": {"firms": {
+        "privacy_unit": "id", "protection": {"counts": rules},
+        "suppression": {"dimensions": ["nace", "region"]}, "columns": {
+            "id": {"role": "identifier"}, "nace": {"role": "dimension"},
+            "region": {"role": "dimension"}}}},
+        "users": {"chief": {"role": "admin"}}}  # fmt: skip
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(document))
+    command = [sys.executable, "-m", "sqlsdc.cli", "init", str(db), "--policy",
+               str(tmp_path / "p.yaml"), "--as", "chief"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 4
+    assert "tables.firms.suppression.dimensions: region has no value in 10 rows; suppression " \
+        "needs a code in every row: recode them in the database, e.g. UPDATE firms SET region " \
+        "= 'unknown' WHERE region IS NULL" in done.stderr  # fmt: skip
+    execute(db, "UPDATE firms SET region = 'unknown' WHERE region IS NULL")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+
+
 def test_every_database_problem_is_reported(db):
     bad = copy.deepcopy(POLICY)
     bad["tables"]["people"]["columns"]["age"] = {"role": "dimension"}

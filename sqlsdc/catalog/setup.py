@@ -100,6 +100,28 @@ def _suppressed_means(con, policy: Policy) -> list[str]:
     return notes
 
 
+def _uncoded_dimensions(con, table, columns: dict) -> list[str]:
+    """Dimensions of a table's suppression universe that hold NULLs: the pattern needs a code
+    in every row, and every query of the table failed on it, first told by an analyst's
+    failed query (exit 1) after init had applied the policy (new user s38)."""
+    if table.suppression is None:
+        return []
+    problems = []
+    for name in table.suppression.dimensions:
+        for column in table.hierarchies.get(name, (name,)):
+            if column not in columns:
+                continue
+            (nulls,) = one(con, f'SELECT count(*) FROM "{table.name}" WHERE "{column}" IS NULL')
+            if nulls:
+                problems.append(
+                    f"tables.{table.name}.suppression.dimensions: {column} has no value in "
+                    f"{nulls} rows; suppression needs a code in every row: recode them in the "
+                    f"database, e.g. UPDATE {table.name} SET {column} = 'unknown' WHERE "
+                    f"{column} IS NULL"
+                )
+    return problems
+
+
 def _domain_problems(con, where: str, domain, dtype: str) -> list[str]:
     """Values of a declared domain that the column's type cannot hold as they are: a text code
     declared for an INTEGER or DATE column (``R01``), a fraction for an integer one. Their
@@ -163,6 +185,7 @@ def database_problems(con, policy: Policy) -> list[str]:
                 )
             elif table.name not in tables:
                 problems.append(f"{where}.key: a keyed public relation must be a table, not a view")
+        problems += _uncoded_dimensions(con, table, schemas[table.name])
         unit = table.privacy_unit
         if unit and unit in schemas[table.name]:
             (nulls,) = one(con, f'SELECT count(*) FROM "{table.name}" WHERE "{unit}" IS NULL')
