@@ -40,7 +40,7 @@ def _report(report, fmt: str = "table") -> None:
     click.echo(f"policy version {report.version} applied")
     for table, rows in report.keyed_rows.items():
         unit = "one row per unit" if report.unit_per_row[table] else "several rows per unit"
-        click.echo(f"  {table}: {rows} new record keys; {unit}")
+        click.echo(f"  {table}: {rows} new rows keyed; {unit}")  # rows, not keys: a unit has one
     if report.secret_created:
         click.echo("  created the PRF secret")
     for note in report.notes:

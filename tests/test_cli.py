@@ -129,7 +129,7 @@ def test_init_on_a_plain_database(tmp_path):
         "  towns: {kind: public}\nusers:\n  owner: {role: admin}\n  ana: {role: analyst}\n"
     )
     out = run("init", db, "--policy", policy, "--user", "owner").output
-    assert "people: 100 new record keys" in out
+    assert "people: 100 new rows keyed; one row per unit" in out
     rows = json.loads(
         run(
             "query",
@@ -159,6 +159,24 @@ def test_help_and_the_installed_examples_lead_to_your_own_data(tmp_path):
     assert {p.name for p in paths[1:]} >= {"minimal.yaml", "demo.yaml"}
     for example in paths[1:]:
         assert "valid" in run("policy", "validate", example).output
+
+
+def test_init_counts_the_rows_it_keys(tmp_path):
+    """Six rows of three units: init said "6 new record keys" where the units have three; it
+    now says what it counted, the rows keyed (new user s38). A real process."""
+    import duckdb
+
+    db = tmp_path / "v.duckdb"
+    with duckdb.connect(db) as con:
+        con.execute("CREATE TABLE visits AS SELECT range // 2 AS id, range % 2 AS q FROM range(6)")
+    (tmp_path / "p.yaml").write_text(
+        "tables:\n  visits:\n    privacy_unit: id\n    columns:\n      id: {role: identifier}\n"
+        "      q: {role: dimension}\nusers:\n  owner: {role: admin}\n"
+    )
+    done = cli_fork.run(["init", str(db), "--policy", str(tmp_path / "p.yaml"), "--as", "owner"],
+                        timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "  visits: 6 new rows keyed; several rows per unit\n" in done.stdout
 
 
 def test_policy_show_writes_the_policy_as_its_files_are_written(demo_db, tmp_path):
