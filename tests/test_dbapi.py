@@ -88,6 +88,21 @@ def test_duckdb_style_fetchers(analyst):
         assert cursor.pl().shape == cursor.df().shape
 
 
+def test_parameters_by_the_name_pep_249_and_duckdb_give_them(analyst):
+    """``execute(sql, parameters=...)``: polars' ``read_database(..., execute_options=
+    {"parameters": [...]})`` passes them so, and got TypeError (new user s38)."""
+    expected = analyst.execute(SQL, ["F"]).fetchall()
+    assert analyst.execute(SQL, parameters=["F"]).fetchall() == expected
+    assert analyst.cursor().execute(SQL, parameters=("F",)).fetchall() == expected
+    assert analyst.explain(SQL, parameters=["F"]).sql == analyst.explain(SQL, ["F"]).sql
+    try:
+        import polars
+    except ImportError:
+        return
+    read = polars.read_database(SQL, connection=analyst, execute_options={"parameters": ["F"]})
+    assert read.rows() == expected
+
+
 def test_duckdb_2_fetchers_exist(analyst):
     """Every fetcher of a DuckDB 2 connection's result is a cursor's too (a notebook written for
     DuckDB 2 called ``to_arrow_table()``: AttributeError, new user s38), but the chunked one."""
