@@ -835,3 +835,37 @@ def test_a_domain_must_hold_values_of_its_columns_type(db):
     fine["tables"]["people"]["columns"]["hh"] = {"role": "dimension", "domain": [1, 2, 3]}
     fine["tables"]["people"]["columns"]["town"] = {"role": "dimension", "domain": ["t1", "t2"]}
     sqlsdc.init(db, fine)
+
+
+def test_numbers_in_the_domain_of_a_text_column_are_refused(tmp_path):
+    """``domain: [01, 02, 10]`` for NACE codes '01', '02', '10': YAML reads numbers 1, 2, 10,
+    init applied them, and every DP count of the column was noise around 0 (no group matched
+    a code). `sqlsdc init` (a real process) now says to quote them; quoted, the counts are the
+    codes' (new user s38)."""
+    import subprocess
+    import sys
+
+    db = tmp_path / "codes.duckdb"
+    with duckdb.connect(db) as raw:
+        raw.execute("CREATE TABLE firms AS SELECT range AS id, ['01', '02', '10'][range % 3 + 1] "
+                    "AS nace FROM range(600)")  # fmt: skip
+    text = (
+        "protection:\n  counts: {method: dp, spend: {epsilon: 1}}\ntables:\n  firms:\n"
+        "    privacy_unit: id\n    columns:\n      id: {role: identifier}\n"
+        "      nace: {role: dimension, domain: DOMAIN}\nbudgets:\n  - {user: ana, epsilon: 10}\n"
+        "users:\n  chief: {role: admin}\n  ana: {role: analyst}\n"
+    )
+    command = [sys.executable, "-m", "sqlsdc.cli", "init", str(db), "--policy",
+               str(tmp_path / "p.yaml"), "--as", "chief"]  # fmt: skip
+    (tmp_path / "p.yaml").write_text(text.replace("DOMAIN", "[01, 02, 10]"))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 4
+    assert "tables.firms.columns.nace.domain: 1 is a number, and the column holds text: write " \
+        "the codes in quotes, '1' (YAML reads 01 as the number 1, so '01' needs them too)" \
+        in done.stderr and "10 is a number" in done.stderr  # fmt: skip
+    (tmp_path / "p.yaml").write_text(text.replace("DOMAIN", "['01', '02', '10']"))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    with sqlsdc.connect(db, "ana") as con:
+        counts = dict(con.execute("SELECT nace, COUNT(*) FROM firms GROUP BY nace").fetchall())
+    assert set(counts) == {"01", "02", "10"} and all(150 < n < 250 for n in counts.values())

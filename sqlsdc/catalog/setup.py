@@ -124,12 +124,20 @@ def _uncoded_dimensions(con, table, columns: dict) -> list[str]:
 
 def _domain_problems(con, where: str, domain, dtype: str) -> list[str]:
     """Values of a declared domain that the column's type cannot hold as they are: a text code
-    declared for an INTEGER or DATE column (``R01``), a fraction for an integer one. Their
-    cells would match no row, and a DP table would release noise for them and leave the real
-    groups out."""
+    declared for an INTEGER or DATE column (``R01``), a fraction for an integer one, a number
+    for a text column (YAML's ``[01, 02]`` are 1 and 2: new user s38). Their cells would match
+    no row, and a DP table would release noise for them and leave the real groups out."""
     problems = []
     for value in domain:
         if value is None:
+            continue
+        if dtype == "VARCHAR" and not isinstance(value, str):
+            kind = "number" if isinstance(value, int | float) else type(value).__name__
+            problems.append(
+                f"{where}: {value!r} is a {kind}, and the column holds text: "
+                f"write the codes in quotes, '{value}' (YAML reads 01 as the number 1, so "
+                "'01' needs them too)"
+            )  # a number's group matched no text code: a DP table released noise around 0
             continue
         held = one(con, f"SELECT TRY_CAST(? AS {dtype})", [value])[0]
         numbers = isinstance(value, int | float) and not isinstance(value, bool)
