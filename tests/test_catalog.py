@@ -860,9 +860,19 @@ def test_numbers_in_the_domain_of_a_text_column_are_refused(tmp_path):
     (tmp_path / "p.yaml").write_text(text.replace("DOMAIN", "[01, 02, 10]"))
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 4
-    assert "tables.firms.columns.nace.domain: 1 is a number, and the column holds text: write " \
+    assert "tables.firms.columns.nace.domain: 1 is not text, and the column holds text: write " \
         "the codes in quotes, '1' (YAML reads 01 as the number 1, so '01' needs them too)" \
-        in done.stderr and "10 is a number" in done.stderr  # fmt: skip
+        in done.stderr and "10 is not text" in done.stderr  # fmt: skip
+    (tmp_path / "p.yaml").write_text(text.replace("DOMAIN", "[NO, '02', '10']"))  # Norway
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 4 and "mixes true/false with other values; give one kind of " \
+        "value (YAML reads NO, yes, on and off as true or false: quote such codes, 'NO')" \
+        in done.stderr  # fmt: skip
+    (tmp_path / "p.yaml").write_text(text.replace("DOMAIN", "[NO, YES]"))  # all true or false
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 4 and "False is not text, and the column holds text: write the " \
+        "codes in quotes, YAML reads NO, yes, on and off as true or false: quote such codes, " \
+        "'NO'" in done.stderr  # fmt: skip
     (tmp_path / "p.yaml").write_text(text.replace("DOMAIN", "['01', '02', '10']"))
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

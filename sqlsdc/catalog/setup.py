@@ -132,11 +132,15 @@ def _domain_problems(con, where: str, domain, dtype: str) -> list[str]:
         if value is None:
             continue
         if dtype == "VARCHAR" and not isinstance(value, str):
-            kind = "number" if isinstance(value, int | float) else type(value).__name__
+            if isinstance(value, bool):  # YAML 1.1: NO (Norway), yes, on, off
+                why = "YAML reads NO, yes, on and off as true or false: quote such codes, 'NO'"
+            elif isinstance(value, int | float):
+                why = f"'{value}' (YAML reads 01 as the number 1, so '01' needs them too)"
+            else:
+                why = f"'{value}'"
             problems.append(
-                f"{where}: {value!r} is a {kind}, and the column holds text: "
-                f"write the codes in quotes, '{value}' (YAML reads 01 as the number 1, so "
-                "'01' needs them too)"
+                f"{where}: {value!r} is not text, and the column holds text: write the codes "
+                f"in quotes, {why}"
             )  # a number's group matched no text code: a DP table released noise around 0
             continue
         held = one(con, f"SELECT TRY_CAST(? AS {dtype})", [value])[0]

@@ -578,7 +578,8 @@ def _table_problems(doc: dict, tname: str) -> list[str]:
             problems.append(f"{cwhere}.domain: only dimensions have a domain")
         if len({isinstance(v, bool) for v in col.get("domain", ())}) > 1:  # 1 == true in Python:
             problems.append(  # two cells, two noises, one exact value
-                f"{cwhere}.domain: mixes true/false with other values; give one kind of value"
+                f"{cwhere}.domain: mixes true/false with other values; give one kind of value "
+                "(YAML reads NO, yes, on and off as true or false: quote such codes, 'NO')"
             )
         if "breaks" in col and col["role"] not in ("measure", "weight"):
             problems.append(f"{cwhere}.breaks: only measures and weights have class breaks")
