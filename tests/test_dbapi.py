@@ -103,6 +103,22 @@ def test_parameters_by_the_name_pep_249_and_duckdb_give_them(analyst):
     assert read.rows() == expected
 
 
+def test_a_notebook_shows_explain_as_print_does(analyst):
+    """IPython's display protocol (``_repr_pretty_``, what Jupyter calls for the last
+    expression of a cell) writes the explanation, not the dataclass (new user s38)."""
+
+    class Printer:  # IPython.lib.pretty's interface, as much as the protocol uses
+        written = ""
+
+        def text(self, text):
+            self.written += text
+
+    explained = analyst.explain(SQL, ["F"])
+    printer = Printer()
+    explained._repr_pretty_(printer, cycle=False)
+    assert printer.written == str(explained) and printer.written.startswith("columns:\n")
+
+
 def test_duckdb_2_fetchers_exist(analyst):
     """Every fetcher of a DuckDB 2 connection's result is a cursor's too (a notebook written for
     DuckDB 2 called ``to_arrow_table()``: AttributeError, new user s38), but the chunked one."""
