@@ -40,7 +40,7 @@ def _report(report, fmt: str = "table") -> None:
     click.echo(f"policy version {report.version} applied")
     for table, rows in report.keyed_rows.items():
         unit = "one row per unit" if report.unit_per_row[table] else "several rows per unit"
-        click.echo(f"  {table}: {rows} new record keys; {unit}")
+        click.echo(f"  {table}: {rows} new rows keyed; {unit}")  # rows, not keys: a unit has one
     if report.secret_created:
         click.echo("  created the PRF secret")
     for note in report.notes:
@@ -112,7 +112,38 @@ def show(db: str, fmt: str, history: bool) -> None:
         print_json({"version": version, "policy": document})
     else:
         click.echo(f"# policy version {version}")
-        click.echo(yaml.safe_dump(document, sort_keys=False), nl=False)
+        click.echo(yaml.safe_dump(readable(document), sort_keys=False, default_flow_style=None,
+                                  width=100), nl=False)  # fmt: skip
+
+
+def readable(document: dict) -> dict:
+    """The stored policy (kept with sorted keys) in the order of the policy's JSON Schema, as
+    its files are written: a column's ``role`` first, ``tables`` before ``users``; shown with
+    leaf lists and mappings on one line (``{role: identifier}``, ``bounds: [0, 1000]``). It
+    came out sorted and one value per line, ``budgets`` first and a column's ``bounds``
+    before its ``role`` (new user s38)."""
+    from sqlsdc.policy.load import policy_schema
+
+    schema = policy_schema()
+    parts = schema.get("$defs", {})
+
+    def ordered(mapping: dict, properties: dict) -> dict:
+        rank = {key: i for i, key in enumerate(properties)}
+        return dict(sorted(mapping.items(), key=lambda item: rank.get(item[0], len(rank))))
+
+    def table(spec: dict) -> dict:
+        spec = ordered(spec, parts["table"]["properties"])
+        if isinstance(spec.get("columns"), dict):
+            columns = parts["column"]["properties"]
+            spec["columns"] = {name: ordered(c, columns) if isinstance(c, dict) else c
+                               for name, c in spec["columns"].items()}  # fmt: skip
+        return spec
+
+    shown = ordered(document, schema["properties"])
+    if isinstance(shown.get("tables"), dict):
+        shown["tables"] = {name: table(t) if isinstance(t, dict) else t
+                           for name, t in shown["tables"].items()}  # fmt: skip
+    return shown
 
 
 @policy.command()

@@ -62,6 +62,10 @@ def cli() -> None:
       sqlsdc demo
       sqlsdc query sqlsdc-demo.duckdb --user analyst \\
         "SELECT region, COUNT(*) FROM persons GROUP BY region"
+    Then your own data (README, "Your own data"): load it into a DuckDB file, describe
+    it in a policy (examples: python -m sqlsdc.schemas), and
+      sqlsdc policy validate my-policy.yaml
+      sqlsdc init my.duckdb --policy my-policy.yaml --as ADMIN
     """
 
 

@@ -41,9 +41,9 @@ class RefusedQuery(ProgrammingError, PolicyViolation):
 
 
 class _Cursor(Cursor):
-    def execute(self, sql: str, params=None):
+    def execute(self, sql: str, parameters=None):
         try:
-            return super().execute(sql, params or None)
+            return super().execute(sql, parameters or None)
         except RefusedQuery:
             raise
         except PolicyViolation as refusal:

@@ -298,6 +298,78 @@ def test_apply_tells_which_measures_cannot_be_summed(db):
     ]
 
 
+def test_apply_tells_which_suppressed_means_are_never_published(tmp_path):
+    """Under suppression an AVG is published only when every unit of the table has a value: a
+    new user's export shares with some missing were NULL in every cell, and nothing had said
+    why. ``sqlsdc init`` (a real process) now notes it; the query shows what it means."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    db = tmp_path / "firms.duckdb"
+    with duckdb.connect(db) as raw:
+        raw.execute("CREATE TABLE firms AS SELECT range AS id, ['C', 'G'][range % 2 + 1] AS nace, "
+                    "range::DOUBLE AS turnover, CASE WHEN range % 10 > 0 THEN 0.5 END AS export "
+                    "FROM range(200)")  # fmt: skip
+    measure = {"role": "measure", "bounds": [0, 1000]}
+    rules = {"method": "suppress", "rules": ["freq:3"]}
+    document = {"tables": {"firms": {
+        "privacy_unit": "id", "protection": {"counts": rules, "magnitudes": rules},
+        "suppression": {"dimensions": ["nace"]}, "columns": {
+            "id": {"role": "identifier"}, "nace": {"role": "dimension"}, "turnover": measure,
+            "export": measure}}},
+        "users": {"chief": {"role": "admin"}, "ana": {"role": "analyst"}}}  # fmt: skip
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(document))
+    done = subprocess.run(
+        [sys.executable, "-m", "sqlsdc.cli", "init", str(db), "--policy", str(tmp_path / "p.yaml"),
+         "--as", "chief"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == (
+        "  note: firms.export has no value for 20 of 200 units: under suppression its AVG is "
+        "published only when every unit has one, so it is NULL in every cell (SUM and COUNT are "
+        "published); fill the missing values, or leave those units out, where means are wanted\n"
+    )  # turnover, which every unit has, is not named
+    with sqlsdc.connect(db, "ana") as con:
+        rows = con.execute("SELECT nace, AVG(export), SUM(export), AVG(turnover) FROM firms "
+                           "GROUP BY nace ORDER BY nace").fetchall()  # fmt: skip
+    published = [(avg, total, mean is not None) for _nace, avg, total, mean in rows]
+    assert published == [(None, 40.0, True), (None, 50.0, True)]
+
+
+def test_a_suppression_dimension_without_a_value_is_a_policy_problem(tmp_path):
+    """A region missing in some rows: init applied the policy, and every query of the table
+    then failed (exit 1). `sqlsdc init` (a real process) now refuses it with the recoding to
+    do, and applies once it is done (new user s38)."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    db = tmp_path / "firms.duckdb"
+    with duckdb.connect(db) as raw:
+        raw.execute("CREATE TABLE firms AS SELECT range AS id, ['C', 'G'][range % 2 + 1] AS nace, "
+                    "CASE WHEN range % 7 > 0 THEN 'N' END AS region FROM range(70)")  # fmt: skip
+    rules = {"method": "suppress"}
+    document = {"tables": {"firms": {
+        "privacy_unit": "id", "protection": {"counts": rules},
+        "suppression": {"dimensions": ["nace", "region"]}, "columns": {
+            "id": {"role": "identifier"}, "nace": {"role": "dimension"},
+            "region": {"role": "dimension"}}}},
+        "users": {"chief": {"role": "admin"}}}  # fmt: skip
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(document))
+    command = [sys.executable, "-m", "sqlsdc.cli", "init", str(db), "--policy",
+               str(tmp_path / "p.yaml"), "--as", "chief"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 4
+    assert "tables.firms.suppression.dimensions: region has no value in 10 rows; suppression " \
+        "needs a code in every row: recode them in the database, e.g. UPDATE firms SET region " \
+        "= 'unknown' WHERE region IS NULL" in done.stderr  # fmt: skip
+    execute(db, "UPDATE firms SET region = 'unknown' WHERE region IS NULL")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+
+
 def test_every_database_problem_is_reported(db):
     bad = copy.deepcopy(POLICY)
     bad["tables"]["people"]["columns"]["age"] = {"role": "dimension"}
@@ -763,3 +835,47 @@ def test_a_domain_must_hold_values_of_its_columns_type(db):
     fine["tables"]["people"]["columns"]["hh"] = {"role": "dimension", "domain": [1, 2, 3]}
     fine["tables"]["people"]["columns"]["town"] = {"role": "dimension", "domain": ["t1", "t2"]}
     sqlsdc.init(db, fine)
+
+
+def test_numbers_in_the_domain_of_a_text_column_are_refused(tmp_path):
+    """``domain: [01, 02, 10]`` for NACE codes '01', '02', '10': YAML reads numbers 1, 2, 10,
+    init applied them, and every DP count of the column was noise around 0 (no group matched
+    a code). `sqlsdc init` (a real process) now says to quote them; quoted, the counts are the
+    codes' (new user s38)."""
+    import subprocess
+    import sys
+
+    db = tmp_path / "codes.duckdb"
+    with duckdb.connect(db) as raw:
+        raw.execute("CREATE TABLE firms AS SELECT range AS id, ['01', '02', '10'][range % 3 + 1] "
+                    "AS nace FROM range(600)")  # fmt: skip
+    text = (
+        "protection:\n  counts: {method: dp, spend: {epsilon: 1}}\ntables:\n  firms:\n"
+        "    privacy_unit: id\n    columns:\n      id: {role: identifier}\n"
+        "      nace: {role: dimension, domain: DOMAIN}\nbudgets:\n  - {user: ana, epsilon: 10}\n"
+        "users:\n  chief: {role: admin}\n  ana: {role: analyst}\n"
+    )
+    command = [sys.executable, "-m", "sqlsdc.cli", "init", str(db), "--policy",
+               str(tmp_path / "p.yaml"), "--as", "chief"]  # fmt: skip
+    (tmp_path / "p.yaml").write_text(text.replace("DOMAIN", "[01, 02, 10]"))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 4
+    assert "tables.firms.columns.nace.domain: 1 is not text, and the column holds text: write " \
+        "the codes in quotes, '1' (YAML reads 01 as the number 1, so '01' needs them too)" \
+        in done.stderr and "10 is not text" in done.stderr  # fmt: skip
+    (tmp_path / "p.yaml").write_text(text.replace("DOMAIN", "[NO, '02', '10']"))  # Norway
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 4 and "mixes true/false with other values; give one kind of " \
+        "value (YAML reads NO, yes, on and off as true or false: quote such codes, 'NO')" \
+        in done.stderr  # fmt: skip
+    (tmp_path / "p.yaml").write_text(text.replace("DOMAIN", "[NO, YES]"))  # all true or false
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 4 and "False is not text, and the column holds text: write the " \
+        "codes in quotes, YAML reads NO, yes, on and off as true or false: quote such codes, " \
+        "'NO'" in done.stderr  # fmt: skip
+    (tmp_path / "p.yaml").write_text(text.replace("DOMAIN", "['01', '02', '10']"))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    with sqlsdc.connect(db, "ana") as con:
+        counts = dict(con.execute("SELECT nace, COUNT(*) FROM firms GROUP BY nace").fetchall())
+    assert set(counts) == {"01", "02", "10"} and all(150 < n < 250 for n in counts.values())

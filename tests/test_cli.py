@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import cli_fork
 import pytest
@@ -128,7 +129,7 @@ def test_init_on_a_plain_database(tmp_path):
         "  towns: {kind: public}\nusers:\n  owner: {role: admin}\n  ana: {role: analyst}\n"
     )
     out = run("init", db, "--policy", policy, "--user", "owner").output
-    assert "people: 100 new record keys" in out
+    assert "people: 100 new rows keyed; one row per unit" in out
     rows = json.loads(
         run(
             "query",
@@ -141,6 +142,61 @@ def test_init_on_a_plain_database(tmp_path):
         ).output
     )
     assert [r["n"] for r in rows] == [34, 33, 33]
+
+
+def test_help_and_the_installed_examples_lead_to_your_own_data(tmp_path):
+    """`sqlsdc --help` named only the demo; it now says how to start on one's own data, and
+    `python -m sqlsdc.schemas` prints where the installed schema and example policies are (a
+    pip install has no checkout's schemas/ folder), each of which validates (new user s38)."""
+    shown = subprocess.run([sys.executable, "-m", "sqlsdc.cli", "--help"], capture_output=True,
+                           text=True, timeout=120)  # fmt: skip
+    assert "sqlsdc init my.duckdb --policy my-policy.yaml --as ADMIN" in shown.stdout
+    assert "python -m sqlsdc.schemas" in shown.stdout
+    where = subprocess.run([sys.executable, "-m", "sqlsdc.schemas"], capture_output=True,
+                           text=True, timeout=120, cwd=tmp_path)  # fmt: skip
+    paths = [Path(line) for line in where.stdout.splitlines()]
+    assert where.returncode == 0 and paths[0].name == "policy.schema.json"
+    assert {p.name for p in paths[1:]} >= {"minimal.yaml", "demo.yaml"}
+    for example in paths[1:]:
+        assert "valid" in run("policy", "validate", example).output
+
+
+def test_init_counts_the_rows_it_keys(tmp_path):
+    """Six rows of three units: init said "6 new record keys" where the units have three; it
+    now says what it counted, the rows keyed (new user s38). A real process."""
+    import duckdb
+
+    db = tmp_path / "v.duckdb"
+    with duckdb.connect(db) as con:
+        con.execute("CREATE TABLE visits AS SELECT range // 2 AS id, range % 2 AS q FROM range(6)")
+    (tmp_path / "p.yaml").write_text(
+        "tables:\n  visits:\n    privacy_unit: id\n    columns:\n      id: {role: identifier}\n"
+        "      q: {role: dimension}\nusers:\n  owner: {role: admin}\n"
+    )
+    done = cli_fork.run(["init", str(db), "--policy", str(tmp_path / "p.yaml"), "--as", "owner"],
+                        timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "  visits: 6 new rows keyed; several rows per unit\n" in done.stdout
+
+
+def test_policy_show_writes_the_policy_as_its_files_are_written(demo_db, tmp_path):
+    """In the schema's order with a column's role first and short values on one line (it was
+    sorted, one value per line: ``budgets`` first, ``bounds`` before ``role``); what it prints
+    is the policy in force and applies as it is (new user s38). A real process."""
+    import yaml
+
+    shown = cli_fork.run(["policy", "show", str(demo_db)], timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("# policy version ")
+    assert "      person_id: {role: identifier}\n" in shown.stdout
+    assert "        role: measure\n        bounds: [0, 1000000]\n" in shown.stdout
+    top = [line.split(":")[0] for line in shown.stdout.splitlines() if line[:1].isalpha()]
+    assert top.index("protection") < top.index("tables") < top.index("users")
+    stored = cli_fork.run(["policy", "show", str(demo_db), "--format", "json"], timeout=120)
+    assert yaml.safe_load(shown.stdout) == json.loads(stored.stdout)["policy"]
+    (tmp_path / "shown.yaml").write_text(shown.stdout)
+    valid = cli_fork.run(["policy", "validate", str(tmp_path / "shown.yaml")], timeout=120)
+    assert valid.returncode == 0, valid.stderr
 
 
 @pytest.mark.parametrize(

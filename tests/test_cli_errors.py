@@ -72,6 +72,14 @@ def test_each_class_has_its_own_exit_code(db, tmp_path):
     failed(run_interpreter(*q, "-", stdin=deep), errors.SYNTAX, "too complex")
 
 
+def test_a_pyformat_parameter_is_a_syntax_error_that_names_the_markers(db):
+    """``%s`` (psycopg's style) in a query: exit 6 with the markers sqlsdc takes (new user s38)."""
+    done = run("query", db, "-u", "analyst", "SELECT sex, COUNT(*) FROM persons WHERE region = %s "
+               "GROUP BY sex")  # fmt: skip
+    failed(done, errors.SYNTAX, "%s is a parameter marker of other drivers")
+    assert "write ? for each parameter" in done.stderr
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -111,6 +119,17 @@ NOT_A_DATABASE = {
     "sqlite": (None, "is a SQLite database, not a DuckDB one"),
     "empty": ("", "is an empty file, not a DuckDB database"),
     "plain": (None, "has no sqlsdc catalog; run `sqlsdc init"),  # DuckDB's, not sqlsdc's
+    # microdata named as the database (new user s38: `sqlsdc init businesses.csv`)
+    "csv": (
+        "id,nace\n1,C\n",
+        "is a CSV file, not a database; load it into a DuckDB database "
+        "first (in DuckDB: CREATE TABLE csv AS FROM 'csv.csv'",
+    ),
+    "parquet": (
+        None,
+        "is a Parquet file, not a database; load it into a DuckDB database first "
+        "(in DuckDB: CREATE TABLE parquet AS FROM 'parquet.duckdb'",
+    ),  # by its bytes
 }
 OPENING_COMMANDS = [
     ("query", "{db}", "-u", "analyst", "SELECT 1"),
@@ -144,8 +163,10 @@ def not_a_database(request, tmp_path) -> tuple[object, str]:
     import duckdb
 
     text, words = NOT_A_DATABASE[request.param]
-    path = tmp_path / f"{request.param}.duckdb"
-    if request.param == "sqlite":
+    path = tmp_path / f"{request.param}.{'csv' if request.param == 'csv' else 'duckdb'}"
+    if request.param == "parquet":
+        duckdb.execute(f"COPY (SELECT 1 AS id) TO '{path}' (FORMAT parquet)")
+    elif request.param == "sqlite":
         with sqlite3.connect(path) as con:
             con.execute("CREATE TABLE persons (region TEXT)")
     elif request.param == "plain":

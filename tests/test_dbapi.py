@@ -88,6 +88,56 @@ def test_duckdb_style_fetchers(analyst):
         assert cursor.pl().shape == cursor.df().shape
 
 
+def test_parameters_by_the_name_pep_249_and_duckdb_give_them(analyst):
+    """``execute(sql, parameters=...)``: polars' ``read_database(..., execute_options=
+    {"parameters": [...]})`` passes them so, and got TypeError (new user s38)."""
+    expected = analyst.execute(SQL, ["F"]).fetchall()
+    assert analyst.execute(SQL, parameters=["F"]).fetchall() == expected
+    assert analyst.cursor().execute(SQL, parameters=("F",)).fetchall() == expected
+    assert analyst.explain(SQL, parameters=["F"]).sql == analyst.explain(SQL, ["F"]).sql
+    try:
+        import polars
+    except ImportError:
+        return
+    read = polars.read_database(SQL, connection=analyst, execute_options={"parameters": ["F"]})
+    assert read.rows() == expected
+
+
+def test_a_notebook_shows_explain_as_print_does(analyst):
+    """IPython's display protocol (``_repr_pretty_``, what Jupyter calls for the last
+    expression of a cell) writes the explanation, not the dataclass (new user s38)."""
+
+    class Printer:  # IPython.lib.pretty's interface, as much as the protocol uses
+        written = ""
+
+        def text(self, text):
+            self.written += text
+
+    explained = analyst.explain(SQL, ["F"])
+    printer = Printer()
+    explained._repr_pretty_(printer, cycle=False)
+    assert printer.written == str(explained) and printer.written.startswith("columns:\n")
+
+
+def test_duckdb_2_fetchers_exist(analyst):
+    """Every fetcher of a DuckDB 2 connection's result is a cursor's too (a notebook written for
+    DuckDB 2 called ``to_arrow_table()``: AttributeError, new user s38), but the chunked one."""
+    import duckdb
+
+    raw = duckdb.connect()
+    fetchers = {m for m in dir(raw) if m.startswith(("fetch", "to_arrow")) or m in ("df", "pl")}
+    cursor = analyst.execute(SQL, ["F"])
+    assert sorted(m for m in fetchers - {"fetch_df_chunk"} if not hasattr(cursor, m)) == []
+    assert cursor.fetch_df().equals(cursor.df())
+    assert cursor.to_arrow_table().equals(cursor.arrow())
+    reader = cursor.to_arrow_reader(batch_size=1)
+    assert isinstance(reader, pa.RecordBatchReader)
+    batches = list(reader)
+    assert len(batches) == cursor.rowcount and pa.Table.from_batches(batches) == cursor.arrow()
+    with pytest.raises(sqlsdc.ProgrammingError, match="batch_size must be a positive integer"):
+        cursor.to_arrow_reader(0)
+
+
 @pytest.mark.parametrize("statement", [123, None, b"SELECT 1", ["SELECT 1"]])
 def test_a_statement_that_is_not_text_is_the_callers_error(analyst, statement):
     """PEP 249's ProgrammingError that says what to pass, from every entry point."""

@@ -74,6 +74,25 @@ def test_spending_exactly_the_budget_then_a_hair_more(con):
     assert _ledger_rows(con) == 5
 
 
+def test_a_budget_shows_its_amounts_as_every_output_writes_them(con):
+    """``con.remaining_budget()`` in a notebook showed ``Fraction(22, 5)`` (new user s38)."""
+    limits = {
+        BudgetKey("alice"): BudgetLimit(epsilon=Fraction(5, 2)),
+        BudgetKey(ALL, "persons"): BudgetLimit(epsilon=5, delta=Fraction(1, 10**6)),
+    }
+    _charge(con, PrivacyCost(epsilon=Fraction(1, 3)), limits=limits)
+    statuses = {s.key: repr(s) for s in budget.budget_status(con, limits)}
+    assert statuses == {
+        BudgetKey("alice"): "<budget of user 'alice' on all tables: epsilon limit 2.5, spent "
+        "1/3 (~0.333333), remaining 13/6 (~2.16667)>",
+        BudgetKey(ALL, "persons"): "<budget of all users on table 'persons': epsilon limit 5, "
+        "spent 1/3 (~0.333333), remaining 14/3 (~4.66667); delta limit 0.000001, spent 0, "
+        "remaining 0.000001>",
+    }
+    shown = {s.key: repr(s) for s in budget.budget_status(con, {BudgetKey("bob"): BudgetLimit()})}
+    assert shown[BudgetKey("bob")] == "<budget of user 'bob' on all tables: no limit>"
+
+
 def test_exhaustion_message_says_what_remains(con):
     _charge(con, PrivacyCost(epsilon=Fraction(3, 4)))
     with pytest.raises(BudgetExhausted) as info:

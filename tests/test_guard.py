@@ -6,6 +6,7 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
+import yaml
 
 import sqlsdc
 
@@ -362,3 +363,90 @@ def test_row_level_refusal_suggests_an_aggregate_of_the_tables_asked(analyst, tm
         con.execute("SELECT * FROM people")
     assert refused.value.hint == "aggregate it: e.g. SELECT town, COUNT(*), AVG(salary) " \
         "FROM people GROUP BY town"  # fmt: skip
+
+
+def test_the_row_level_hint_is_a_query_the_tables_rules_answer(tmp_path):
+    """The suggested aggregate runs: a table suppressed over (nace, region) was told to group
+    by its first dimension by name (``founded``), outside the universe, and a DP table by a
+    dimension without a domain (new user s38)."""
+    import duckdb
+
+    db = tmp_path / "office.duckdb"
+    with duckdb.connect(db) as raw:
+        raw.execute(
+            "CREATE TABLE firms AS SELECT 'B' || range AS id, ['C', 'G'][range % 2 + 1] "
+            "AS nace, ['N', 'S'][range // 2 % 2 + 1] AS region, 1990 + range % 7 AS "
+            "founded, range % 13 AS staff, range::DOUBLE AS turnover FROM range(400)"
+        )
+        raw.execute(
+            "CREATE TABLE vat AS SELECT 'B' || (range % 400) AS id, 'q' || range % 4 "
+            "AS quarter, 'x' || range % 3 AS kind, 10.0 AS amount FROM range(1600)"
+        )
+        raw.execute(
+            "CREATE TABLE shops AS SELECT range AS id, 'c' || range % 3 AS city, "
+            "range % 5 AS floor, range::DOUBLE AS sales FROM range(300)"
+        )
+    dims = {"role": "dimension"}
+    policy = {
+        "tables": {
+            "firms": {
+                "privacy_unit": "id",
+                "protection": {
+                    "counts": {"method": "suppress", "rules": ["freq:3"]},
+                    "magnitudes": {"method": "suppress", "rules": ["freq:3"]},
+                },
+                "suppression": {"dimensions": ["nace", "region"]},
+                "columns": {
+                    "id": {"role": "identifier"},
+                    "founded": dims,
+                    "nace": dims,
+                    "region": dims,
+                    "staff": {"role": "measure", "bounds": [0, 20]},
+                    "turnover": {"role": "measure", "bounds": [0, 1000]},
+                },
+            },
+            "vat": {
+                "privacy_unit": "id",
+                "protection": {
+                    "counts": {"method": "dp", "spend": {"epsilon": 0.1}},
+                    "magnitudes": {"method": "dp", "spend": {"epsilon": 0.1}},
+                },
+                "dp": {"max_groups": 4, "max_rows": 1},
+                "columns": {
+                    "id": {"role": "identifier"},
+                    "kind": dims,
+                    "quarter": {"role": "dimension", "domain": ["q0", "q1", "q2", "q3"]},
+                    "amount": {"role": "measure", "bounds": [0, 100]},
+                },
+            },
+            "shops": {
+                "privacy_unit": "id",
+                "protection": {
+                    "min_frequency": 3,
+                    "counts": {"method": "round", "base": 5},
+                    "magnitudes": {"method": "round", "base": 100},
+                },
+                "columns": {
+                    "id": {"role": "identifier"},
+                    "city": dims,
+                    "floor": dims,
+                    "sales": {"role": "measure", "bounds": [0, 1000]},
+                },
+            },
+        },
+        "budgets": [{"user": "ana", "epsilon": 5}],
+        "users": {"chief": {"role": "admin"}, "ana": {"role": "analyst"}},
+    }
+    (tmp_path / "policy.yaml").write_text(yaml.safe_dump(policy))
+    sqlsdc.init(db, tmp_path / "policy.yaml", applied_by="chief")
+    hints = {
+        "firms": "SELECT nace, COUNT(*), SUM(staff) FROM firms GROUP BY nace",
+        "vat": "SELECT quarter, COUNT(*), AVG(amount) FROM vat GROUP BY quarter",
+        "shops": "SELECT city, COUNT(*), SUM(sales) FROM shops GROUP BY city",
+    }
+    with sqlsdc.connect(db, user="ana") as con:
+        for table, example in hints.items():
+            with pytest.raises(sqlsdc.PolicyViolation) as refused:
+                con.execute(f"SELECT * FROM {table}")
+            assert refused.value.hint == f"aggregate it: e.g. {example}"
+            assert len(con.execute(example).fetchall()) > 1  # answered, grouped

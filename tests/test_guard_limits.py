@@ -345,3 +345,23 @@ def test_an_incomplete_clause_is_a_syntax_error_in_sql_words(analyst, sql, messa
     with pytest.raises(sqlsdc.errors.SqlSyntaxError) as info:
         analyst.execute(sql)
     assert message in str(info.value) and "sqlglot" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("sql", "params", "marker"),
+    [
+        ("SELECT sex, COUNT(*) FROM persons WHERE region = %s GROUP BY sex", ["R01"], "%s"),
+        ("SELECT sex, COUNT(*) FROM persons WHERE region = %(r)s GROUP BY sex", {"r": "R01"},
+         "%(r)s"),
+    ],
+)  # fmt: skip
+def test_a_pyformat_parameter_says_which_markers_sqlsdc_takes(analyst, sql, params, marker):
+    """psycopg's ``%s`` was "MOD is incomplete (line 1, column 50)" (new user s38); a ``%``
+    that parses (a modulo, a literal) is left alone."""
+    with pytest.raises(sqlsdc.errors.SqlSyntaxError) as info:
+        analyst.execute(sql, params)
+    assert f"{marker} is a parameter marker of other drivers" in str(info.value)
+    assert info.value.hint.startswith("write ? for each parameter")
+    assert analyst.execute(sql.replace(marker, "?"), ["R01"]).fetchall()
+    quoted = "SELECT sex, COUNT(*) FROM persons WHERE region = '%s' GROUP BY sex"
+    assert analyst.execute(quoted).fetchall() == []

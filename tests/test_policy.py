@@ -488,9 +488,44 @@ def test_not_a_mapping():
 def test_invalid_table_name():
     raises_exactly(
         doc(tables__2persons={"kind": "public"}),
-        "p: tables: '2persons' is not a valid name (letters, digits, _; a letter first)",
+        "p: tables: '2persons' is not a valid name (letters, digits, _; a letter first); "
+        'rename the table in the database (ALTER TABLE "2persons" RENAME TO c_2persons) and here',
         name="p",
     )
+
+
+def test_a_csv_header_as_a_column_name_says_how_to_rename_it(tmp_path):
+    """A CSV's ``Firm ID`` cannot be named in a policy; the problem now says how to get a name
+    it can (new user s38), and the remedy it names works: ``sqlsdc init`` (a real process) on
+    the data loaded with ``normalize_names``."""
+    import subprocess
+    import sys
+
+    import duckdb
+
+    (tmp_path / "f.csv").write_text("Firm ID,NACE,Turnover EUR\n" + "".join(
+        f"F{i},{'CG'[i % 2]},{i}.5\n" for i in range(40)))  # fmt: skip
+    policy = "tables:\n  firms:\n    privacy_unit: {unit}\n    columns:\n      {unit}: {{role: " \
+        "identifier}}\n      nace: {{role: dimension}}\n      {money}: {{role: measure, bounds: " \
+        "[0, 100]}}\nusers:\n  chief: {{role: admin}}\n"  # fmt: skip
+    (tmp_path / "bad.yaml").write_text(policy.format(unit="Firm ID", money="turnover_eur"))
+    (tmp_path / "good.yaml").write_text(policy.format(unit="firm_id", money="turnover_eur"))
+
+    def sqlsdc_cli(*args):
+        return subprocess.run([sys.executable, "-m", "sqlsdc.cli", *args], capture_output=True,
+                              text=True, timeout=120, cwd=tmp_path)  # fmt: skip
+
+    bad = sqlsdc_cli("policy", "validate", "bad.yaml")
+    assert bad.returncode == 4
+    assert "tables.firms.columns: 'Firm ID' is not a valid name (letters, digits, _; a letter " \
+        'first); rename the column in the database (ALTER TABLE firms RENAME COLUMN "Firm ID" ' \
+        "TO firm_id) and here, or load CSV files with read_csv(..., normalize_names = true)" \
+        in bad.stderr  # fmt: skip
+    with duckdb.connect(tmp_path / "f.duckdb") as con:
+        con.execute(f"CREATE TABLE firms AS FROM read_csv('{tmp_path / 'f.csv'}', "
+                    "normalize_names = true)")  # fmt: skip
+    done = sqlsdc_cli("init", "f.duckdb", "--policy", "good.yaml", "--as", "chief")
+    assert done.returncode == 0, done.stderr
 
 
 def test_invalid_yaml_names_line_and_column(tmp_path):

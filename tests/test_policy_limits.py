@@ -61,6 +61,32 @@ def test_few_aliases_that_expand_exponentially_are_refused():
     assert "expands to more than" in found
 
 
+def test_an_anchor_shared_by_several_tables_is_a_valid_policy(tmp_path):
+    """``&dim {role: dimension}`` reused in two tables (yaml.safe_dump writes such aliases for a
+    shared dict) was an internal error, KeyError, exit 70: the expansion check visited a node
+    before a child it shared with a later one (new user s38)."""
+    import subprocess
+    import sys
+
+    policy = tmp_path / "p.yaml"
+    policy.write_text(
+        "tables:\n  people:\n    privacy_unit: id\n    columns:\n      id: {role: identifier}\n"
+        "      town: &dim {role: dimension}\n      street: *dim\n"
+        "      salary: {role: measure, bounds: [0, 500000]}\n"
+        "  shops:\n    privacy_unit: id\n    columns:\n      id: {role: identifier}\n"
+        "      city: *dim\n" + USERS
+    )
+    done = subprocess.run([sys.executable, "-m", "sqlsdc.cli", "policy", "validate", str(policy)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"{policy}: valid\n", "")
+    shared = {"role": "dimension"}
+    document = yaml.safe_dump({"tables": {t: {"privacy_unit": "id", "columns": {
+        "id": {"role": "identifier"}, "a": shared, "b": shared}} for t in ("t1", "t2", "t3")},
+        "users": {"admin": {"role": "admin"}}})  # fmt: skip
+    assert "*id001" in document
+    assert load_policy(document).table("t3").column("b").role.value == "dimension"
+
+
 def test_deep_nesting_and_size_are_refused():
     (found,) = problems("a: " + "[" * 10_000 + "]" * 10_000 + "\n")
     assert f"nested deeper than {MAX_DEPTH} levels" in found

@@ -126,6 +126,28 @@ def _census(workdir: Path) -> None:
         csv.writer(f).writerows([("region", "education", "value"), *rows])
 
 
+def _own_data(workdir: Path) -> None:
+    """What the README's "Your own data" starts from: a user's ``businesses.csv`` (2,000
+    enterprises, fixed seed: its output is compared), and ``office.yaml`` as the README's
+    block writes it."""
+    import numpy as np
+
+    rng = np.random.default_rng(18)
+    n = 2000
+    nace = rng.choice(["B", "C", "F", "G", "J"], n, p=[0.005, 0.25, 0.2, 0.35, 0.195])
+    region = rng.choice(["NORTH", "SOUTH", "EAST", "WEST"], n)
+    employees = np.floor(rng.lognormal(1.5, 1.3, n)).astype(int)
+    turnover = np.round(employees * rng.lognormal(4, 0.8, n) + rng.uniform(20, 80, n), 1)
+    with open(workdir / "businesses.csv", "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["business_id", "nace", "region", "founded", "employees", "turnover_keur"])
+        for i in range(n):
+            founded = int(rng.integers(1950, 2025))
+            out.writerow([f"B{i + 1:05d}", nace[i], region[i], founded, employees[i], turnover[i]])
+    (policy,) = re.findall(r"```yaml\n(# office\.yaml.*?)```", README.read_text("utf-8"), re.S)
+    (workdir / "office.yaml").write_text(policy)
+
+
 @pytest.fixture(scope="module")
 def session(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("readme")
@@ -133,6 +155,7 @@ def session(tmp_path_factory):
     assert built.returncode == 0, built.stderr
     (workdir / "schemas").symlink_to(ROOT / "schemas")  # the README runs in a checkout
     _census(workdir)
+    _own_data(workdir)
     return workdir
 
 

@@ -111,9 +111,16 @@ def test_released_cells_are_the_guarded_answers(released):
             "SELECT nace, region, count FROM suppressed_enterprises "
             "WHERE nace IS NOT NULL AND region IS NOT NULL ORDER BY nace, region"
         ).fetchall()
+        margins = release.sql(  # a margin's code is NULL, as ROLLUP writes it (README)
+            "SELECT region, count FROM suppressed_enterprises WHERE nace IS NULL ORDER BY region"
+        ).fetchall()
     finally:
         release.close()
     assert stored == answer
+    with sqlsdc.connect(db, user="analyst") as con:
+        rolled = con.execute("SELECT region, COUNT(*) FROM enterprises GROUP BY ROLLUP (region) "
+                             "ORDER BY region").fetchall()  # fmt: skip
+    assert margins == rolled and margins[-1][0] is None
 
 
 def test_publish_refusals(suppress_template, tmp_path, sqlsdc_in_process):

@@ -362,3 +362,43 @@ def test_spark_refuses_suppressed_queries(guarded):
     assert guarded.explain(sql).suppressed == ("enterprises",)
     with pytest.raises(sqlsdc.NotSupportedError, match="DuckDB"):
         run_protected(guarded, None, sql)
+
+
+def test_a_table_whose_columns_are_named_in_capitals(tmp_path):
+    """Dimensions NACE and Region as a CSV names them: every query of the table, and `sqlsdc
+    publish`, was an internal error (KeyError 'nace', exit 70): the pattern's cells were looked
+    up in lower case, DuckDB named them as the table spells them (new user s38). Real
+    processes."""
+    import subprocess
+    import sys
+
+    import duckdb
+    import yaml
+
+    db = tmp_path / "caps.duckdb"
+    with duckdb.connect(db) as con:
+        con.execute("CREATE TABLE Firms AS SELECT 'F' || range AS FirmID, ['C', 'G'][range % 2 "
+                    "+ 1] AS NACE, ['N', 'S'][range // 2 % 2 + 1] AS Region, range::DOUBLE AS "
+                    "Turnover FROM range(300)")  # fmt: skip
+    rules = {"method": "suppress", "rules": ["freq:3"]}
+    policy = {"protection": {"counts": rules, "magnitudes": rules}, "tables": {"Firms": {
+        "privacy_unit": "FirmID", "suppression": {"dimensions": ["NACE", "Region"]},
+        "columns": {"FirmID": {"role": "identifier"}, "NACE": {"role": "dimension"},
+                    "Region": {"role": "dimension"},
+                    "Turnover": {"role": "measure", "bounds": [0, 1000]}}}},
+        "users": {"chief": {"role": "admin"}, "ana": {"role": "analyst"}}}  # fmt: skip
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(policy))
+    sqlsdc.init(db, tmp_path / "p.yaml", applied_by="chief")
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "sqlsdc.cli", *map(str, args)],
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+
+    cube = "SELECT NACE, Region, COUNT(*) AS n, SUM(Turnover) AS t FROM Firms GROUP BY CUBE "
+    asked = cli("query", db, "--user", "ana", "--format", "json", cube + "(NACE, Region)")
+    assert asked.returncode == 0, asked.stderr
+    cells = json.loads(asked.stdout)
+    assert len(cells) == 9 and sum(c["n"] for c in cells if c["NACE"] is None) == 600
+    published = cli("publish", db, tmp_path / "release.duckdb", "--as", "chief")
+    assert published.returncode == 0, published.stderr
+    assert "suppressed_firms: 9 rows" in published.stdout

@@ -132,12 +132,28 @@ class BudgetKey:
         return f"{who} on {where}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class BudgetStatus:
+    """One budget that applies to a user: its limit, what was spent and what remains. Shown
+    in the amounts every output writes, ``<budget of user 'ana' on all tables: epsilon limit
+    2.5, spent 0.5, remaining 2>``: a notebook showed ``Fraction(22, 5)`` (new user s38)."""
+
     key: BudgetKey
     limit: BudgetLimit
     spent: PrivacyCost
     remaining: BudgetLimit
+
+    def __repr__(self) -> str:
+        def text(x: Fraction | None) -> str:
+            return "none" if x is None else amount_text(x)
+
+        parts = [
+            f"{kind} limit {text(getattr(self.limit, kind))}, spent "
+            f"{text(getattr(self.spent, kind))}, remaining {text(getattr(self.remaining, kind))}"
+            for kind in ("epsilon", "rho", "delta")
+            if getattr(self.limit, kind) is not None or getattr(self.spent, kind)
+        ]
+        return f"<budget of {self.key.describe()}: {'; '.join(parts) or 'no limit'}>"
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines import file_lock
 from sqlsdc.engines.duckdb import one
 from sqlsdc.errors import AccessDenied, PolicyError
-from sqlsdc.policy import ColumnRole, Policy, UserRole, load_policy
+from sqlsdc.policy import AggregateKind, ColumnRole, Method, Policy, UserRole, load_policy
 
 UNIT_INDEX_PREFIX = "__sqlsdc_unit_"
 KEY_INDEX_PREFIX = "__sqlsdc_key_"
@@ -69,14 +69,79 @@ def _wide_measures(con, policy: Policy) -> list[str]:
     ]
 
 
+def _suppressed_means(con, policy: Policy) -> list[str]:
+    """Measures whose AVG a suppressed table never publishes: under ``method: suppress`` an AVG
+    is published only when every unit of the table has a value (``rewrite.suppress``: whether
+    a cell's units all have one would be told otherwise), so one missing value anywhere makes
+    every AVG of the measure NULL. Told at apply time: the demo has no missing values, and a
+    new user's export shares with 10 % missing got NULL means in every cell (new user s38)."""
+    notes = []
+    for table in policy.confidential_tables:
+        if table.suppression is None or table.rule(AggregateKind.MAGNITUDES).method is not (
+            Method.SUPPRESS
+        ):
+            continue
+        unit = table.privacy_unit
+        for column, spec in table.columns.items():
+            if spec.role not in (ColumnRole.MEASURE, ColumnRole.WEIGHT):
+                continue
+            units, valued = one(
+                con,
+                f'SELECT count(DISTINCT "{unit}"), count(DISTINCT "{unit}") FILTER '
+                f'(WHERE "{column}" IS NOT NULL) FROM "{table.name}"',
+            )
+            if valued < units:
+                notes.append(
+                    f"{table.name}.{column} has no value for {units - valued} of {units} units: "
+                    "under suppression its AVG is published only when every unit has one, so "
+                    "it is NULL in every cell (SUM and COUNT are published); fill the missing "
+                    "values, or leave those units out, where means are wanted"
+                )
+    return notes
+
+
+def _uncoded_dimensions(con, table, columns: dict) -> list[str]:
+    """Dimensions of a table's suppression universe that hold NULLs: the pattern needs a code
+    in every row, and every query of the table failed on it, first told by an analyst's
+    failed query (exit 1) after init had applied the policy (new user s38)."""
+    if table.suppression is None:
+        return []
+    problems = []
+    for name in table.suppression.dimensions:
+        for column in table.hierarchies.get(name, (name,)):
+            if column not in columns:
+                continue
+            (nulls,) = one(con, f'SELECT count(*) FROM "{table.name}" WHERE "{column}" IS NULL')
+            if nulls:
+                problems.append(
+                    f"tables.{table.name}.suppression.dimensions: {column} has no value in "
+                    f"{nulls} rows; suppression needs a code in every row: recode them in the "
+                    f"database, e.g. UPDATE {table.name} SET {column} = 'unknown' WHERE "
+                    f"{column} IS NULL"
+                )
+    return problems
+
+
 def _domain_problems(con, where: str, domain, dtype: str) -> list[str]:
     """Values of a declared domain that the column's type cannot hold as they are: a text code
-    declared for an INTEGER or DATE column (``R01``), a fraction for an integer one. Their
-    cells would match no row, and a DP table would release noise for them and leave the real
-    groups out."""
+    declared for an INTEGER or DATE column (``R01``), a fraction for an integer one, a number
+    for a text column (YAML's ``[01, 02]`` are 1 and 2: new user s38). Their cells would match
+    no row, and a DP table would release noise for them and leave the real groups out."""
     problems = []
     for value in domain:
         if value is None:
+            continue
+        if dtype == "VARCHAR" and not isinstance(value, str):
+            if isinstance(value, bool):  # YAML 1.1: NO (Norway), yes, on, off
+                why = "YAML reads NO, yes, on and off as true or false: quote such codes, 'NO'"
+            elif isinstance(value, int | float):
+                why = f"'{value}' (YAML reads 01 as the number 1, so '01' needs them too)"
+            else:
+                why = f"'{value}'"
+            problems.append(
+                f"{where}: {value!r} is not text, and the column holds text: write the codes "
+                f"in quotes, {why}"
+            )  # a number's group matched no text code: a DP table released noise around 0
             continue
         held = one(con, f"SELECT TRY_CAST(? AS {dtype})", [value])[0]
         numbers = isinstance(value, int | float) and not isinstance(value, bool)
@@ -132,6 +197,7 @@ def database_problems(con, policy: Policy) -> list[str]:
                 )
             elif table.name not in tables:
                 problems.append(f"{where}.key: a keyed public relation must be a table, not a view")
+        problems += _uncoded_dimensions(con, table, schemas[table.name])
         unit = table.privacy_unit
         if unit and unit in schemas[table.name]:
             (nulls,) = one(con, f'SELECT count(*) FROM "{table.name}" WHERE "{unit}" IS NULL')
@@ -153,7 +219,8 @@ def apply_policy(con, policy: Policy, applied_by: str) -> ApplyReport:
         store.ensure_catalog(con)
         created = store.ensure_secret(con)
         store.ensure_mix_keys(con)
-        report = ApplyReport(version=0, secret_created=created, notes=_wide_measures(con, policy))
+        notes = [*_wide_measures(con, policy), *_suppressed_means(con, policy)]
+        report = ApplyReport(version=0, secret_created=created, notes=notes)
         for table in policy.confidential_tables:
             _drop_stale_unit_indexes(con, table.name, table.privacy_unit)
             with _indexes_set_aside(con, table.name, _needs_alter(con, table)):

@@ -13,6 +13,7 @@ import atexit
 import contextlib
 import os
 import random
+import re
 import threading
 import time
 import warnings
@@ -214,6 +215,14 @@ def _open_failure(path: Path, text: str, wait: float) -> Error:
     path, as for a missing file. A lock held too long, no permission, a read-only file system
     or another DuckDB version are the engine's or the file system's (:class:`OperationalError`)."""
     if "not a valid duckdb database" in text or "sqlite" in text:
+        data = _data_file(path)
+        if data:  # microdata named where the database belongs: say how to load it
+            table = re.sub(r"\W", "_", path.stem) or "data"
+            return NotFoundError(
+                f"{path} is a {data} file, not a database; load it into a DuckDB database "
+                f"first (in DuckDB: CREATE TABLE {table} AS FROM '{path.name}'; README, \"Your "
+                'own data") and name that database'
+            )
         return NotFoundError(
             f"{path} {_what_file(path)}; name the database file made by `sqlsdc init` or "
             "`sqlsdc demo`"
@@ -236,6 +245,23 @@ def _open_failure(path: Path, text: str, wait: float) -> Error:
     else:
         why = "the engine refused to open it"
     return OperationalError(f"cannot open database {path}: {why}", detail=text)
+
+
+_DATA_SUFFIXES = {".csv": "CSV", ".tsv": "CSV", ".parquet": "Parquet", ".json": "JSON",
+                  ".jsonl": "JSON", ".ndjson": "JSON", ".xlsx": "Excel"}  # fmt: skip
+
+
+def _data_file(path: Path) -> str | None:
+    """The kind of data file ``path`` is by its name (or a Parquet file by its first bytes),
+    or None: a new user's ``sqlsdc init businesses.csv`` was told to name the database made
+    by `sqlsdc init` (new user s38)."""
+    try:
+        with open(path, "rb") as file:
+            if file.read(4) == b"PAR1":
+                return "Parquet"
+    except OSError:
+        return None
+    return _DATA_SUFFIXES.get(path.suffix.lower())
 
 
 def _what_file(path: Path) -> str:

@@ -409,16 +409,16 @@ class Connection:
         self._check_open()
         return Cursor(self)
 
-    def execute(self, sql: str, params=None) -> Cursor:
-        return self.cursor().execute(sql, params)
+    def execute(self, sql: str, parameters=None) -> Cursor:
+        return self.cursor().execute(sql, parameters)
 
-    def explain(self, sql: str, params=None) -> ProtectedQuery:
+    def explain(self, sql: str, parameters=None) -> ProtectedQuery:
         """The protected SQL and the mechanism of every output column, without reading data
         (a copy: the checked query itself is shared, :meth:`ProtectedQuery.detached`)."""
         sql = _statement_text(sql)
         with self._holding():
             try:
-                query = self._protect(sql, params)
+                query = self._protect(sql, parameters)
                 self._check_engine_texts(query)  # what running it would refuse, explain refuses
                 return query.detached()
             except engine.EngineError as failure:
@@ -1084,9 +1084,13 @@ class Cursor:
     def rowcount(self) -> int:
         return -1 if self._result is None else self._result.num_rows
 
-    def execute(self, sql: str, params=None) -> Cursor:
+    def execute(self, sql: str, parameters=None) -> Cursor:
+        """Run ``sql`` through the guard with ``parameters`` (a list or tuple for ``?`` and
+        ``$1``, a dict for ``$name``), named as PEP 249 and DuckDB name them: polars'
+        ``read_database(..., execute_options={"parameters": [...]})`` passes them by that
+        name (it was ``params``: TypeError, new user s38)."""
         self._check_open()
-        result, query, query_id, whole = self.connection._execute(sql, params)
+        result, query, query_id, whole = self.connection._execute(sql, parameters)
         self._result, self._query, self.query_id, self._whole = result, query, query_id, whole
         self._shown = None
         self._status = None
@@ -1129,6 +1133,23 @@ class Cursor:
     def fetch_arrow_table(self) -> pa.Table:
         """The result as an Arrow table (DuckDB's name for :meth:`arrow`)."""
         return self.arrow()
+
+    def fetch_df(self) -> pd.DataFrame:
+        """The result as a pandas DataFrame (DuckDB 2's name for :meth:`df`)."""
+        return self.df()
+
+    def to_arrow_table(self, batch_size: int = 131072) -> pa.Table:
+        """The result as an Arrow table (DuckDB 2's name for :meth:`arrow`, which has no
+        ``fetch_arrow_table`` any more; ``batch_size`` is accepted as DuckDB's is)."""
+        return self.arrow()
+
+    def to_arrow_reader(self, batch_size: int = 131072) -> pa.RecordBatchReader:
+        """The result as an Arrow stream of batches of at most ``batch_size`` rows (DuckDB 2's
+        reader, which polars, DataFusion and Arrow writers consume)."""
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ProgrammingError("batch_size must be a positive integer, e.g. 131072")
+        table = self.arrow()
+        return pa.RecordBatchReader.from_batches(table.schema, table.to_batches(batch_size))
 
     def fetchnumpy(self) -> dict:
         """The result as ``{column: numpy array}`` (DuckDB's :meth:`fetchnumpy`; NULL as the

@@ -60,6 +60,15 @@ def parse_statement(
     except RecursionError:
         raise too_complex(sql) from None
     except (ParseError, TokenError) as e:
+        marker = _pyformat_marker(sql)
+        if marker:
+            raise SqlSyntaxError(
+                f"the statement could not be parsed: {marker} is a parameter marker of other "
+                "drivers (psycopg's pyformat), not of sqlsdc",
+                "write ? for each parameter, bound in the order of the text (paramstyle "
+                "qmark), or $1, $2 ... or $name: e.g. WHERE region = ?",
+                sql,
+            ) from None
         raise SqlSyntaxError(
             f"the statement could not be parsed: {_first_error(e)}",
             "write one SELECT query in DuckDB's SQL dialect",
@@ -354,6 +363,27 @@ def output_names(tree: exp.Expr) -> list[str]:
 
 _MISSING_PART = re.compile(r"Required keyword: '\w+' missing for <class '[\w.]*\.(\w+)'>")
 _CLAUSES = {"Order": "ORDER BY", "Group": "GROUP BY", "Offset": "OFFSET", "Join": "JOIN"}
+
+
+def _pyformat_marker(sql: str) -> str | None:
+    """The first ``%s`` or ``%(name)s`` of ``sql`` outside literals, written without spaces:
+    the parameters of psycopg and pandas' examples, which sqlglot reads as a modulo missing
+    its operand ("MOD is incomplete", new user s38). Only asked once the parse failed, so a
+    column named ``s`` after a ``%`` in a query that parses is left alone."""
+    try:
+        tokens = sqlglot.tokenize(sql, read=DIALECT)
+    except TokenError:
+        return None
+    for i, token in enumerate(tokens):
+        if token.token_type is not TokenType.MOD:
+            continue
+        after = tokens[i + 1 : i + 5]
+        texts = [t.text for t in after]
+        if after and texts[0] == "s" and after[0].start == token.end + 1:
+            return "%s"
+        if texts[:1] == ["("] and texts[2:4] == [")", "s"] and after[3].start == after[2].end + 1:
+            return f"%({texts[1]})s"
+    return None
 
 
 def _first_error(error: Exception) -> str:

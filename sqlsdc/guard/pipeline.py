@@ -172,6 +172,11 @@ class ProtectedQuery:
         lines += ["protected SQL:", "  " + self.sql]
         return "\n".join(lines)
 
+    def _repr_pretty_(self, printer, cycle: bool) -> None:
+        """IPython and Jupyter show ``con.explain(sql)`` as :meth:`__str__` writes it, as
+        ``print`` does; it showed the dataclass, fields and all (new user s38)."""
+        printer.text(str(self))
+
 
 def _report_line(stage: DpStage) -> str:
     """What explain says about the bias that bounding may add to a stage's cells."""

@@ -194,7 +194,10 @@ def cells_sql(spec: JobSpec, top_k: int) -> str:
     if spec.where is not None:
         per_unit = per_unit.where(spec.where.copy())
     per_unit = per_unit.group_by(unit.copy(), *(exp.column(d) for d in spec.dims))
-    cells = exp.select(*(exp.column(d) for d in spec.dims)).from_(per_unit.subquery("u"))
+    # each key named as the spec names it (lower case): DuckDB names a result column as the
+    # table spells it, and a table's NACE left the cells without a 'nace' (new user s38)
+    keys = (exp.alias_(exp.column(d), d, quoted=True) for d in spec.dims)
+    cells = exp.select(*keys).from_(per_unit.subquery("u"))
     cells = cells.select(
         exp.alias_(exp.Count(this=exp.Star()), "n"),
         exp.alias_(exp.Max(this=exp.column("k")), "spread"),
@@ -268,6 +271,8 @@ def protect_query(
         out, report = _suppression_output(table, result, into, method)
         status = np.where(out["status"] == "published", "published", "suppressed")
         released = out[[*table.dims, "n", "value"]].assign(**{LEDGER_STATUS: status})
+        counts = ("n", "value") if job.spec.measure is None else ("n",)  # of units: integers
+        out = out.astype(dict.fromkeys(counts, "Int64"))  # (were DOUBLE: 829.0 enterprises)
         job.store(out, report.to_dict(), released, values=("n", "value"), status=LEDGER_STATUS)
         return report
 

@@ -49,12 +49,40 @@ from sqlsdc.planner.scopes import (
     unwrap,
 )
 from sqlsdc.planner.total_checks import TotalityChecks
-from sqlsdc.policy import AggregateKind, ColumnRole, Method, Policy
+from sqlsdc.policy import AggregateKind, ColumnRole, GroupKeys, Method, Policy
 
 
 def _name(name: str) -> str:
     """``name`` as SQL text, quoted where DuckDB needs it."""
     return exp.to_identifier(name).sql(DIALECT)
+
+
+def aggregate_example(table) -> str:
+    """A query of ``table`` by one dimension, with a count and a measure's mean (its sum where
+    the table's magnitudes are rounded or suppressed: a rounded AVG is refused, a suppressed
+    one is published only when every unit has a value), that the table's rules answer: under
+    suppression the dimension is the universe's first, under DP with public groups the first
+    with a declared ``domain`` (none: no GROUP BY); else the top of the first hierarchy, or
+    the first dimension by name. Hints gave ``GROUP BY founded`` for a table suppressed over
+    (nace, region), which the guard then refused (new user s38)."""
+    columns = table.columns.values()
+    candidates = [c for c in columns if c.role is ColumnRole.DIMENSION]
+    tops = [levels[0] for levels in table.hierarchies.values() if levels]
+    if table.suppression is not None:
+        named = (table.hierarchies.get(d, (d,))[0] for d in table.suppression.dimensions)
+        candidates = list(filter(None, map(table.column, named)))
+    elif table.rule(AggregateKind.COUNTS).method is Method.DP:
+        public_groups = table.dp is None or table.dp.groups is GroupKeys.PUBLIC
+        candidates = [c for c in candidates if c.domain or not public_groups]
+    else:
+        candidates = [*filter(None, map(table.column, tops)), *candidates]
+    dimension = candidates[0].name if candidates else None
+    measure = next((c.name for c in columns if c.role is ColumnRole.MEASURE), None)
+    summed = table.rule(AggregateKind.MAGNITUDES).method in (Method.ROUND, Method.SUPPRESS)
+    keys = f"{_name(dimension)}, " if dimension else ""
+    value = f", {'SUM' if summed else 'AVG'}({_name(measure)})" if measure else ""
+    grouping = f" GROUP BY {_name(dimension)}" if dimension else ""
+    return f"SELECT {keys}COUNT(*){value} FROM {_name(table.name)}{grouping}"
 
 
 def analyze(
@@ -400,25 +428,14 @@ class _Checker(AggregateChecks, TotalityChecks):
             self._check_public(info, infos)
 
     def _aggregate_example(self, scope: Scope) -> str:
-        """An aggregate query of the first confidential table ``scope`` reads, by the top of
-        its first hierarchy (else its first dimension, by name) with its first measure: a hint
-        in the analyst's own tables, not the demo's."""
+        """An aggregate query of the first confidential table ``scope`` reads that the guard
+        answers under the table's own rules: a hint in the analyst's own tables, not the
+        demo's (:func:`aggregate_example`)."""
         for source in scope.expression.find_all(exp.Table):
             table = self.policy.table(source.name)
             if table is not None and not table.is_public:
-                break
-        else:
-            return "SELECT COUNT(*) FROM ... GROUP BY a dimension"
-        by_role = {}
-        tops = (levels[0] for levels in table.hierarchies.values() if levels)
-        for column in [*filter(None, map(table.column, tops)), *table.columns.values()]:
-            by_role.setdefault(column.role, column.name)
-        dimension = by_role.get(ColumnRole.DIMENSION)
-        measure = by_role.get(ColumnRole.MEASURE)
-        keys = f"{_name(dimension)}, " if dimension else ""
-        average = f", AVG({_name(measure)})" if measure else ""
-        grouping = f" GROUP BY {_name(dimension)}" if dimension else ""
-        return f"SELECT {keys}COUNT(*){average} FROM {_name(table.name)}{grouping}"
+                return aggregate_example(table)
+        return "SELECT COUNT(*) FROM ... GROUP BY a dimension"
 
     def _check_classes(self, info: ScopeInfo, infos) -> None:
         """Row conditions compare measures and weights only with their class breaks."""

@@ -295,16 +295,16 @@ def _check_expansion(root: yaml.Node) -> None:
     or :data:`MAX_DEPTH` levels; computed on the shared node graph, never expanded."""
     size: dict[int, int] = {}
     depth: dict[int, int] = {}
-    order, stack = [], [root]
+    stack = [(root, False)]
     while stack:  # post-order over distinct nodes (the composer made the graph acyclic)
-        node = stack.pop()
+        node, children_done = stack.pop()
         if id(node) in size:
             continue
-        size[id(node)] = -1
-        order.append(node)
-        stack.extend(_children(node))
-    for node in reversed(order):
         kids = _children(node)
+        if not children_done:  # a node after all of its children, however they are shared
+            stack.append((node, True))
+            stack.extend((k, False) for k in kids if id(k) not in size)
+            continue
         size[id(node)] = min(MAX_NODES + 1, 1 + sum(size[id(k)] for k in kids))
         depth[id(node)] = 1 + max((depth[id(k)] for k in kids), default=0)
     if size[id(root)] > MAX_NODES or depth[id(root)] > MAX_DEPTH + 1:
@@ -511,7 +511,7 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if v == "pattern":
         name = "a valid name (letters, digits, _; a letter first)"
         expected = error.schema.get("description", name)
-        return f"{error.instance!r} is not {expected}"
+        return f"{error.instance!r} is not {expected}" + _rename_hint(error, expected == name)
     if v in ("minItems", "maxItems"):
         return f"expected {'at least' if v == 'minItems' else 'at most'} {kind} items"
     if v == "minProperties":
@@ -525,6 +525,25 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if v == "uniqueItems":
         return "items must be unique"
     return error.message
+
+
+def _rename_hint(error: jsonschema.ValidationError, a_name: bool) -> str:
+    """How to get a table or column name the policy takes, when the database's has spaces or
+    other characters (a CSV header ``Firm ID``: the policy could not name the column at all,
+    and nothing said what to do; new user s38)."""
+    where = [str(p) for p in error.absolute_path]
+    if not a_name or where[:1] != ["tables"] or not isinstance(error.instance, str):
+        return ""
+    plain = re.sub(r"\W+", "_", error.instance).strip("_").lower() or "x"
+    plain = plain if plain[0].isalpha() else f"c_{plain}"
+    if where == ["tables"]:
+        return (f"; rename the table in the database (ALTER TABLE \"{error.instance}\" RENAME TO "
+                f"{plain}) and here")  # fmt: skip
+    table = where[1] if len(where) > 1 else "t"
+    table = table if re.fullmatch(r"[A-Za-z_]\w*", table) else f'"{table}"'
+    return (f"; rename the column in the database (ALTER TABLE {table} RENAME COLUMN "
+            f"\"{error.instance}\" TO {plain}) and here, or load CSV files with read_csv(..., "
+            "normalize_names = true)")  # fmt: skip
 
 
 def _semantic_checks(doc: dict, malformed: set[str]) -> list[Callable[[], list[str]]]:
@@ -559,7 +578,8 @@ def _table_problems(doc: dict, tname: str) -> list[str]:
             problems.append(f"{cwhere}.domain: only dimensions have a domain")
         if len({isinstance(v, bool) for v in col.get("domain", ())}) > 1:  # 1 == true in Python:
             problems.append(  # two cells, two noises, one exact value
-                f"{cwhere}.domain: mixes true/false with other values; give one kind of value"
+                f"{cwhere}.domain: mixes true/false with other values; give one kind of value "
+                "(YAML reads NO, yes, on and off as true or false: quote such codes, 'NO')"
             )
         if "breaks" in col and col["role"] not in ("measure", "weight"):
             problems.append(f"{cwhere}.breaks: only measures and weights have class breaks")

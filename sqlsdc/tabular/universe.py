@@ -150,7 +150,10 @@ def inner_cells_sql(universe: Universe) -> exp.Select:
     cells_of_unit = exp.Window(this=exp.Count(this=exp.Star()), partition_by=[unit.copy()])
     per_unit = per_unit.select(exp.alias_(cells_of_unit, SPREAD))
     per_unit = per_unit.group_by(unit.copy(), *[d.copy() for d in dims])
-    cells = exp.select(*[d.copy() for d in dims]).from_(per_unit.subquery("__u"))
+    # each key named as the universe names it: DuckDB names a result column as the table
+    # spells it (a table's NACE was no 'nace': KeyError, new user s38)
+    keys = [exp.alias_(exp.column(c), c, quoted=True) for c in universe.columns]
+    cells = exp.select(*keys).from_(per_unit.subquery("__u"))
     cells = cells.select(
         exp.alias_(exp.Count(this=exp.Star()), "__units"),
         exp.alias_(exp.Max(this=exp.column(SPREAD)), SPREAD),

@@ -203,6 +203,63 @@ def test_cli_protect_in_a_subprocess(db):
     assert again.returncode == 1 and "--replace" in again.stderr and "Traceback" not in again.stderr
 
 
+def test_counts_of_a_stored_table_are_integers(db):
+    """A suppression job's unit counts are BIGINT, NULL where suppressed, and so is a frequency
+    table's value (they were DOUBLE: 829.0 enterprises, new user s38); a sum stays DOUBLE."""
+    for sql, into in ((TURNOVER, "turnover"), (PERSONS_GEO, "old")):
+        done = cli_fork.run(["protect", str(db), "--sql", sql, "--into", into], timeout=300)
+        assert done.returncode == 0, done.stderr
+    con = open_database(db)
+    try:
+        types = dict(
+            con.execute(
+                "SELECT table_name || '.' || column_name, data_type FROM "
+                "information_schema.columns WHERE table_schema = 'protected' "
+                "AND column_name IN ('n', 'value')"
+            ).fetchall()
+        )
+        nulls = con.execute(
+            "SELECT count(*) FILTER (WHERE n IS NULL), count(*) FILTER "
+            "(WHERE status <> 'published') FROM protected.old"
+        ).fetchone()
+    finally:
+        con.close()  # fmt: skip
+    assert types == {"turnover.n": "BIGINT", "turnover.value": "DOUBLE", "old.n": "BIGINT",
+                     "old.value": "BIGINT"}  # fmt: skip
+    assert nulls[0] == nulls[1] > 0
+
+
+def test_a_job_on_columns_named_in_capitals(tmp_path):
+    """A table made from a CSV with headers NACE and Region: `sqlsdc protect` (a real process)
+    was an internal error, KeyError 'nace', exit 70 (DuckDB names a result column as the
+    table spells it, the job looked it up in lower case); new user s38."""
+    import duckdb
+    import yaml
+
+    import sqlsdc
+
+    db = tmp_path / "caps.duckdb"
+    with duckdb.connect(db) as raw:
+        raw.execute("CREATE TABLE Firms AS SELECT 'F' || range AS FirmID, ['C', 'G'][range % 2 "
+                    "+ 1] AS NACE, ['N', 'S'][range // 2 % 2 + 1] AS Region, range::DOUBLE AS "
+                    "Turnover FROM range(300)")  # fmt: skip
+    dim = {"role": "dimension"}
+    policy = {"tables": {"Firms": {"privacy_unit": "FirmID", "columns": {
+        "FirmID": {"role": "identifier"}, "NACE": dim, "Region": dim,
+        "Turnover": {"role": "measure", "bounds": [0, 1000]}}}},
+        "users": {"chief": {"role": "admin"}}}  # fmt: skip
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(policy))
+    sqlsdc.init(db, tmp_path / "p.yaml", applied_by="chief")
+    for method, sql in (("suppress", "SUM(Turnover)"), ("round", "COUNT(*)")):
+        base = ["--base", "5"] if method == "round" else []
+        done = cli_fork.run(["protect", str(db), "--as", "chief", "--method", method, *base,
+                             "--into", method, "--sql", f"SELECT NACE, Region, {sql} FROM "
+                             "Firms GROUP BY NACE, Region"], timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    frame, _outputs = stored(db, "suppress")
+    assert list(frame.columns[:2]) == ["nace", "region"] and len(frame) == 9
+
+
 def test_the_package_audit_stays_the_function():
     import sqlsdc.tabular
     import sqlsdc.tabular.attacker  # noqa: F401  (a submodule import rebinds its package name)
