@@ -127,6 +127,15 @@ _COUNTS_REVEALED_BY = (
     (Method.ROUND, frozenset({Method.THRESHOLD, Method.CKM}), "are rounded",
      "its SUM over its AVG is the exact count of contributors",
      "rounds", "too (protection.magnitudes: {method: round, base: ...})"),
+    # red team s38a: beside the cell key method's counts the threshold rule's SUM and AVG are
+    # exact (a policy that declares `counts: {method: ckm}` alone leaves magnitudes to it), so
+    # SUM(income) / AVG(income) of R01-M007 x F was 116 where COUNT(income) showed 115, and
+    # with AND NOT age = 43 112: the 4 persons aged 43 there, exactly; SUM(age) WHERE age = c
+    # is c times the exact count
+    (Method.CKM, frozenset({Method.THRESHOLD}), "use the cell key method",
+     "the threshold rule's exact SUM over its AVG is the exact count of contributors (and "
+     "a SUM of a value the query pins that value times it)",
+     "protects", "with method ckm too (protection.magnitudes: {method: ckm, ...})"),
 )  # fmt: skip
 
 
