@@ -32,8 +32,8 @@ def ckm_threshold_db(tmp_path_factory) -> Path:
     document["protection"]["magnitudes"] = {"method": "threshold"}
     document["tables"]["enterprises"].pop("protection", None)
     path = tmp_path_factory.mktemp("s38a") / "ckm_threshold.duckdb"
-    build_demo_database(path, persons=20_000, seed=7,
-                        policy=load_policy(document, name="ckm-counts-threshold-magnitudes"))  # fmt: skip
+    policy = load_policy(document, name="ckm-counts-threshold-magnitudes")
+    build_demo_database(path, persons=20_000, seed=7, policy=policy)
     return path
 
 
