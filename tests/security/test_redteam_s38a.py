@@ -24,6 +24,36 @@ What broke (fixed here):
   perturbation-table rows (``rewrite.ckm.refuse_many_lookups``: 64 counts, 21 sums, 12 sums
   of a top-2 table, about 1.7 s of CPU each on a loaded 2-core machine), and the ledger's
   chain is built without copies (64 counts: 15 s to 1.7 s; 128: 110 s to 9.5 s).
+- **The ledger's INSERT grew with cells times columns** (each UNION ALL branch unnested every
+  list parameter of the result again) and runs after the answer, outside the timeout: 400
+  threshold counts of one statement took 60 s of CPU. The release source is now one CTE every
+  branch reads (400: 7 s), and ``cells._lift`` finds each position's aggregates in one walk.
+
+Left open:
+
+- Aggregations that look nothing up (threshold, rounding, suppression) have no bound on their
+  number of statistics but the statement's size: 400 threshold counts still take about 7 s
+  of CPU (roughly quadratic, in the rewrite and in DuckDB). A bound on released values per
+  statement is a product decision (dashboards ask many); the CKM frame's own cost (about the
+  cube of its statistics) would go with a frame that looks statistics up as rows, one join
+  per layer, instead of one join per statistic.
+- Zero-valued contributors give the same sum fresh noise: ``SUM(income) WHERE <cell> OR
+  (income = 0 AND <elsewhere>)`` has the cell's true sum and another cell key (1,879 persons
+  have income 0 on the demo, and 0 is a class break): the averaging over padded unions the
+  README's threat model lists for counts, for sums.
+
+What held (20,000-person demo, tried by hand): under the cell key method a SUM is keyed by its
+contributors (padding the WHERE with NULL-income rows, or a CASE filter, gave the same value);
+``CASE ... ELSE 0`` padding, ``POW(weight, 2)``, ``weight * CAST(weight AS DOUBLE)``, ``weight *
+(weight + 1)``, ``income * income``, ``income * age`` and integer ``age - 60`` were refused;
+ROLLUP and GROUPING SETS of an empty and of a one-person population looked as their counts
+do, and a global aggregate of an empty population gives no row, as a hidden one; ``AVG(age)
+WHERE age = 37`` by municipality shows interpolated noise (no rational n/12 to read);
+sqlglot's simplify kept three-valued logic (``NOT (a = b AND NOT a = b)`` stays ``a <> b OR
+a = b``, ``a = a`` is not TRUE); cell-key counts beside suppressed or rounded magnitudes
+(refused at query time). Timing: CONCAT of 20,000 stored columns in a WHERE costs its check
+(16 µs per character of SQL, linear) far more than the engine (0.7 s for 4,098 rows), and a
+derived column at the 1,024-value bound costs 25 µs per row: no person shows on the clock.
 """
 
 from __future__ import annotations
