@@ -102,7 +102,7 @@ CELL = "FROM persons WHERE municipality = 'R01-M007' AND sex = 'F'"
     ],
 )
 def test_threshold_magnitudes_beside_ckm_counts_are_refused(ckm_threshold, sql):
-    with pytest.raises(PolicyViolation, match="use the cell key method"):
+    with pytest.raises(PolicyViolation, match="are protected by the cell key method"):
         ckm_threshold.execute(sql).fetchall()
 
 
