@@ -88,15 +88,17 @@ class Release:
         return self.exact is None or column.lower() in self.held
 
 
-def refuse_small_differences(con, policy: Policy, spec, others: list[Release]) -> None:
-    """Refuse the job ``spec`` (a :class:`~sqlsdc.jobs.protect.JobSpec`) when one of
-    ``others`` (same table and aggregate) shares a cell with it whose populations overlap and
-    differ, on one side only, by fewer units than the table's minimum frequency."""
+def refuse_small_differences(
+    con, policy: Policy, spec, others: list[Release], label: str = "the job"
+) -> None:
+    """Refuse the job ``spec`` (a :class:`~sqlsdc.jobs.protect.JobSpec`; ``label`` names it)
+    when one of ``others`` (same table and aggregate) shares a cell with it whose populations
+    overlap and differ, on one side only, by fewer units than the table's minimum frequency."""
     least = min_frequency(policy, spec.table)
     for other in others:
         found = _smallest_difference(con, spec, other, least)
         if found is not None:
-            raise TabularError(_message(spec.table, "the job", other.label, found, least))
+            raise TabularError(_message(spec.table, label, other.label, found, least))
 
 
 def refuse_file_differences(con, policy: Policy, file: Release, tables: list) -> None:

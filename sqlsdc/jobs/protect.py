@@ -906,6 +906,34 @@ def _exact_releases(con, policy: Policy, spec: JobSpec) -> list[Release]:
     return found + [f for f in files if spec.measure is None or f.holds(spec.measure)]
 
 
+def refuse_pattern_differences(con, policy: Policy) -> None:
+    """Refuse a policy whose suppression pattern of a table (the guard's, which analysts read
+    live and ``sqlsdc publish`` releases) differs from an exact table or an anonymised file of
+    that table already stored by a few units in a cell both hold: the other order of the
+    check a job or a file gets against the pattern in force (red team s38e: a file of every
+    person aged 1 or over, then suppression by geography x sex switched on, gave 90 cells of
+    1-4 persons aged 0, and their incomes, as the pattern's cell less the file's)."""
+    if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'sqlsdc' AND "
+                       "table_name = 'outputs'").fetchone()[0]:  # fmt: skip
+        return  # no catalog yet: nothing stored
+    for declared in policy.confidential_tables:
+        if declared.suppression is None:
+            continue
+        found = exact_tables(con, policy, declared.name)
+        files = stored_files(con, policy, declared.name)
+        patterns = [spec for label, spec in found if label == _pattern_label(declared.name)]
+        for pattern in patterns:
+            others = [Release(label, theirs.where, theirs.dims) for label, theirs in found
+                      if label != _pattern_label(declared.name)
+                      and theirs.measure == pattern.measure]  # fmt: skip
+            others += [f for f in files if pattern.measure is None or f.holds(pattern.measure)]
+            refuse_small_differences(con, policy, pattern, others, _pattern_label(declared.name))
+
+
+def _pattern_label(table: str) -> str:
+    return f"the suppression pattern of {table}"
+
+
 def exact_tables(con, policy: Policy, table: str) -> list[tuple[str, JobSpec]]:
     """``(label, JobSpec)`` of the tables of ``table`` that readers hold with exact values: the
     guard's suppression pattern (the whole table, one per aggregate it suppresses) and every
@@ -915,7 +943,7 @@ def exact_tables(con, policy: Policy, table: str) -> list[tuple[str, JobSpec]]:
     declared = policy.table(table)
     if declared.suppression is not None:
         universe = universe_of(policy, declared.name)
-        label = f"the suppression pattern of {declared.name}"
+        label = _pattern_label(declared.name)
         for aggregate in universe.aggregates:
             measure = None if aggregate == COUNT else aggregate
             pattern = JobSpec(declared.name, universe.columns, measure, universe.unit, None)

@@ -7,12 +7,18 @@ DRAFT
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
+import sqlsdc
+from sqlsdc import admin
+from sqlsdc.demo.build import demo_policy
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import MicrodataError, TabularError
 from sqlsdc.jobs.anonymize import anonymize
 from sqlsdc.jobs.protect import protect_query
+from sqlsdc.policy import load_policy
 from sqlsdc.tabular.rules import FrequencyRule
 
 # ------------------------------------------ a job that splits a band of an anonymised file
@@ -68,3 +74,95 @@ def test_a_job_along_the_file_s_bands_is_still_stored(jobs_demo_db, first):
     jobs = [lambda: _seniors(jobs_demo_db), lambda: _aged(jobs_demo_db, 85)]
     for job in jobs if first == "file" else jobs[::-1]:
         job()
+
+
+# --------------------------------------- a file (or a job), then suppression switched on
+
+
+def _suppression(db):
+    from tests.conftest import suppress_document
+
+    admin.apply(db, load_policy(suppress_document()), "admin")
+
+
+@pytest.mark.parametrize("kind", ["file", "job"])
+def test_a_release_then_suppression_switched_on(jobs_demo_db, kind):
+    """A file of everyone aged 1 or over (income only top-coded far above any income), or an
+    exact suppression job of their number by municipality and sex, stored under the
+    threshold policy; then the admin applies suppression of persons by geography x sex. The
+    pattern's cell less the file's is the persons aged 0 of the cell (90 cells of 1-4, with
+    their incomes): the check ran only when a job or a file was stored, against the pattern
+    then in force. Applying the policy is refused now, naming both."""
+    if kind == "file":
+        sql = "SELECT region, municipality, sex, income FROM persons WHERE age >= 1"
+        anonymize(jobs_demo_db, user="admin", into="nonzero", sql=sql,
+                  steps=["topcode:income:upper=1e9"])  # fmt: skip
+    else:
+        protect_query(jobs_demo_db, "admin", "SELECT municipality, sex, COUNT(*) FROM persons "
+                      "WHERE age >= 1 GROUP BY municipality, sex", into="nonzero",
+                      rules=[FrequencyRule(5)])  # fmt: skip
+    with pytest.raises(TabularError, match=r"suppression pattern of persons and that of .*nonzero "
+                       r"overlap and differ by only \d unit"):  # fmt: skip
+        _suppression(jobs_demo_db)
+    assert admin.show(jobs_demo_db)[0] == 1  # the policy in force is still the first
+
+
+def test_a_file_of_the_whole_table_then_suppression_is_allowed(jobs_demo_db):
+    anonymize(jobs_demo_db, user="admin", into="everyone", steps=["topcode:income:upper=1e9"],
+              sql="SELECT region, municipality, sex, income FROM persons")  # fmt: skip
+    _suppression(jobs_demo_db)
+    assert admin.show(jobs_demo_db)[0] == 2
+
+
+# ------------------------------------------------------- rounding: mean before sum diluted
+
+
+@pytest.fixture(scope="module")
+def rounded_db(pristine_demo_db, tmp_path_factory):
+    """Counts rounded to 5 (unbiased), magnitudes to 100 (conventional), as in s37d."""
+    path = tmp_path_factory.mktemp("s38e-round") / "demo.duckdb"
+    shutil.copy(pristine_demo_db, path)
+    document = demo_policy().document_dict()
+    document["protection"] = {
+        "min_frequency": 3,
+        "counts": {"method": "round", "base": 5, "rounding": "unbiased"},
+        "magnitudes": {"method": "round", "base": 100, "rounding": "conventional"},
+    }
+    for table in document["tables"].values():
+        table.pop("protection", None)
+        table.pop("dp", None)
+    admin.apply(path, load_policy(document), "admin")
+    return path
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="open (design): mean before sum scales the sum by n̂/n, so its error is the mean times "
+    "the count's rounding; rows of value 0 (or of any small value the query knows) in the cell "
+    "make the mean small and leave R_B(S) of the few pinned values, as before session 38. A "
+    "rounded sum needs an error that scales with its largest contributions, not its mean",
+)
+def test_a_pinned_sum_diluted_by_zeros_does_not_tell_the_count(rounded_db):
+    """``SUM(age) WHERE (municipality = M AND age = 94) OR age = 0``: the 144 babies of the demo
+    add 0 to the sum and 144 to n, so n̂/n is within 4 % of 1 and the published sum is
+    R_100(94·k) give or take 25: 700 for R02-M018's 7 persons aged 94 (600 for 6, 800 for 8),
+    where COUNT shows 5 or 10."""
+    raw = open_database(rounded_db)
+    try:
+        counts = raw.execute("SELECT municipality, count(*) FROM persons WHERE age = 94 "
+                             "GROUP BY 1 HAVING count(*) % 5 <> 0").fetchall()  # fmt: skip
+    finally:
+        raw.close()
+    told = []
+    with sqlsdc.connect(rounded_db, user="analyst") as con:
+        for municipality, k in counts[:40]:
+            (total,) = con.execute(
+                f"SELECT SUM(age) FROM persons WHERE (municipality = '{municipality}' AND "
+                "age = 94) OR age = 0"
+            ).fetchone()
+            candidates = [n for n in range(1, 60) if abs(94 * n - total) < 50]
+            if candidates == [k]:
+                told.append((municipality, k, total))
+    assert len(counts) >= 20
+    assert not told, told
