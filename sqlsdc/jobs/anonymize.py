@@ -49,7 +49,7 @@ from sqlsdc.jobs.protect import (
     exact_tables,
     job_catalog,
 )
-from sqlsdc.jobs.record_files import file_release
+from sqlsdc.jobs.record_files import file_release, opaque_refusal, opaque_tables
 from sqlsdc.microdata.microaggregation import il1s
 from sqlsdc.microdata.risk import interval_disclosure, linkage_rate, risk_summary
 from sqlsdc.microdata.steps import Step, apply_steps, parse_step
@@ -225,12 +225,17 @@ def _refuse_differences(con, policy, into: str, source: str, log, columns) -> No
     the file is the exact tables of its unperturbed columns
     (:func:`sqlsdc.jobs.record_files.file_release`), checked as a job's table is
     (:func:`sqlsdc.jobs.differencing.refuse_file_differences`). It runs once the steps have
-    run: which columns a local suppression blanked is in their log."""
+    run: which columns a local suppression blanked is in their log. A file whose population
+    is no WHERE on one table cannot be compared: next to an exact table of a table it reads,
+    it is refused."""
     label = f"the file {OUTPUT_SCHEMA}.{into}"
     found = file_release(con, policy, label, source, log, columns)
     if found is not None:
         table, release = found
         refuse_file_differences(con, policy, release, exact_tables(con, policy, table))
+    for table in opaque_tables(policy, source):  # no WHERE on one table: nothing to compare
+        if others := exact_tables(con, policy, table):
+            raise MicrodataError(opaque_refusal(label, table, others[0][0]))
 
 
 def _check(con, user: str, into: str, replace: bool):

@@ -61,7 +61,7 @@ from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import Error, SqlSyntaxError, TabularError, VerificationError
 from sqlsdc.jobs.differencing import Release, refuse_small_differences
 from sqlsdc.jobs.linked_audit import audit_linked
-from sqlsdc.jobs.record_files import stored_files
+from sqlsdc.jobs.record_files import opaque_files, opaque_refusal, stored_files
 from sqlsdc.policy import ColumnRole, Policy, load_policy
 from sqlsdc.tabular.model import TOTAL, Hierarchy, Table
 from sqlsdc.tabular.rules import (
@@ -897,6 +897,8 @@ def _exact_releases(con, policy: Policy, spec: JobSpec) -> list[Release]:
     (:func:`~sqlsdc.jobs.record_files.stored_files`; red team s37c: a file of everyone aged
     85 or over, income only top-coded far above any income, less a suppression job's total of
     the same people but one, gave that person's income and so named their record)."""
+    if opaque := opaque_files(con, policy, spec.table):
+        raise TabularError(opaque_refusal(f"the file {opaque[0]}", spec.table, "the job"))
     found = [
         Release(label, theirs.where, theirs.dims)
         for label, theirs in exact_tables(con, policy, spec.table)
@@ -919,15 +921,16 @@ def refuse_pattern_differences(con, policy: Policy) -> None:
     for declared in policy.confidential_tables:
         if declared.suppression is None:
             continue
+        label = _pattern_label(declared.name)
+        if opaque := opaque_files(con, policy, declared.name):
+            raise TabularError(opaque_refusal(f"the file {opaque[0]}", declared.name, label))
         found = exact_tables(con, policy, declared.name)
         files = stored_files(con, policy, declared.name)
-        patterns = [spec for label, spec in found if label == _pattern_label(declared.name)]
-        for pattern in patterns:
-            others = [Release(label, theirs.where, theirs.dims) for label, theirs in found
-                      if label != _pattern_label(declared.name)
-                      and theirs.measure == pattern.measure]  # fmt: skip
+        for pattern in (spec for name, spec in found if name == label):
+            others = [Release(name, theirs.where, theirs.dims) for name, theirs in found
+                      if name != label and theirs.measure == pattern.measure]  # fmt: skip
             others += [f for f in files if pattern.measure is None or f.holds(pattern.measure)]
-            refuse_small_differences(con, policy, pattern, others, _pattern_label(declared.name))
+            refuse_small_differences(con, policy, pattern, others, label)
 
 
 def _pattern_label(table: str) -> str:

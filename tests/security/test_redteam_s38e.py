@@ -166,3 +166,61 @@ def test_a_pinned_sum_diluted_by_zeros_does_not_tell_the_count(rounded_db):
                 told.append((municipality, k, total))
     assert len(counts) >= 20
     assert not told, told
+
+
+# ------------------------------------------ a file whose population is no WHERE on the table
+
+OPAQUE = [
+    "SELECT * FROM (SELECT region, sex, education, income FROM persons WHERE age >= 85) AS t",
+    "WITH t AS (SELECT region, sex, education, income FROM persons WHERE age >= 85) "
+    "SELECT * FROM t",
+    "SELECT p.region, p.sex, p.education, p.income FROM persons AS p JOIN regions AS r "
+    "ON p.region = r.region WHERE p.age >= 85",
+    "SELECT region, sex, education, income FROM persons WHERE age >= 85 UNION ALL "
+    "SELECT region, sex, education, income FROM persons WHERE age < 0",
+]
+
+
+def _lonely_minus(db) -> str:
+    """s37c's job: incomes of everyone aged 85+ by sex, less the one of a municipality."""
+    con = open_database(db)
+    try:
+        ((municipality,),) = con.execute(
+            "SELECT municipality FROM persons WHERE age >= 85 GROUP BY municipality "
+            "HAVING count(*) = 1 ORDER BY municipality LIMIT 1"
+        ).fetchall()
+    finally:
+        con.close()
+    return (
+        "SELECT sex, SUM(income) FROM persons WHERE age >= 85 AND municipality <> "
+        f"'{municipality}' GROUP BY sex"
+    )
+
+
+@pytest.mark.parametrize("sql", OPAQUE, ids=["derived", "cte", "join", "union"])
+@pytest.mark.parametrize("first", ["job", "file"])
+def test_a_file_written_as_a_subquery_cte_join_or_union_is_not_left_out(jobs_demo_db, sql, first):
+    """s37c's attack (the file of everyone aged 85+, income only top-coded, and a suppression
+    job of the same people but one) with the file's query written as a derived table, a CTE,
+    a join with a public table or a union: its population was no WHERE on persons, so the
+    file was left out of the check and both were stored. Such a file cannot be compared: it
+    is refused next to an exact table of persons, and a job next to it."""
+    job = _lonely_minus(jobs_demo_db)
+
+    def file():
+        anonymize(jobs_demo_db, user="admin", into="aged_file", sql=sql,
+                  steps=["topcode:income:upper=1e9"])  # fmt: skip
+
+    if first == "job":
+        protect_query(jobs_demo_db, "admin", job, into="inc_minus")
+        with pytest.raises(MicrodataError, match="population is no WHERE on persons"):
+            file()
+    else:
+        file()
+        with pytest.raises(TabularError, match="population is no WHERE on persons"):
+            protect_query(jobs_demo_db, "admin", job, into="inc_minus")
+
+
+def test_a_file_as_a_subquery_with_no_exact_table_is_stored(jobs_demo_db):
+    anonymize(jobs_demo_db, user="admin", into="aged_file", sql=OPAQUE[1],
+              steps=["topcode:income:upper=1e9"])  # fmt: skip
