@@ -45,14 +45,17 @@ records where the argument is present); HAVING/ORDER BY on SUM read the publishe
 that can overflow refused; constants and ``* 1e300`` applied after protection; a sum over a
 join whose rows repeat refused; an all-NULL cell gives NULL count, sum and mean alike (no
 oracle); a count published as 0 gives sum 0 and AVG NULL. Counted units — every spelling
-(join either way, derived table) of the households of a region gives one answer; an
+(join either way, derived table) of the households of a region gives one answer, and under
+rounding so do the households of a scheme's recipients through benefits ⋈ persons (⋈
+households), in either order and over any months; an
 identifier cast, a CASE or an arithmetic on it, DISTINCT rows, IN subqueries, ``hash()``, the
 catalog's ``sqlsdc.ckm_mix``, the alias ``__mix`` and its columns are refused; integer widths
 of a reference hash alike in DuckDB (INTEGER, BIGINT, HUGEINT, DECIMAL give one orphan key;
 VARCHAR does not, which needs the admin to store references with two types); record keys are
 distinct per table, so SUM(DISTINCT key) loses no unit. Files — populations written two ways
-(``age >= 85``, ``NOT age < 85``) are compared by row membership; a band of a dimension written
-in SQL is a cut like a recode; ORDER BY and LIMIT in a file's query keep its WHERE.
+(``age >= 65``, ``NOT age < 65``) are compared by row membership; a band of a dimension written
+in SQL (``CASE WHEN age >= 85 ...``) is a cut like a recode (test below); ORDER BY and LIMIT
+in a file's query keep its WHERE.
 """
 
 from __future__ import annotations
@@ -115,6 +118,17 @@ def test_a_job_that_splits_a_band_less_the_band_above_it(jobs_demo_db, first):
         _aged(jobs_demo_db, 84)
         with pytest.raises(MicrodataError, match=r"differ by only \d unit.*age = '>=85'"):
             _seniors(jobs_demo_db)
+
+
+def test_a_band_written_in_sql_is_a_cut_too(jobs_demo_db):
+    """The seniors' band written as a CASE in the file's query (and its population as ``NOT
+    age < 65``): the same cut, the same refusal."""
+    anonymize(jobs_demo_db, user="admin", into="band_file", seed=7,
+              sql="SELECT region, education, CASE WHEN age >= 85 THEN '85+' ELSE '65-84' END "
+              "AS band FROM persons WHERE region = 'R01' AND NOT age < 65",
+              steps=["suppress:region,education,band:k=1"])  # fmt: skip
+    with pytest.raises(TabularError, match=r"differ by only \d unit.*band = '85\+'"):
+        _aged(jobs_demo_db, 84)
 
 
 @pytest.mark.parametrize("first", ["file", "job"])
