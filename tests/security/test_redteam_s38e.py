@@ -57,8 +57,8 @@ rounding so do the households of a scheme's recipients through benefits ⋈ pers
 households), in either order and over any months; an
 identifier cast, a CASE or an arithmetic on it, DISTINCT rows, IN subqueries, ``hash()``, the
 catalog's ``sqlsdc.ckm_mix``, the alias ``__mix`` and its columns are refused; integer widths
-of a reference hash alike in DuckDB (INTEGER, BIGINT, HUGEINT, DECIMAL give one orphan key;
-VARCHAR does not, which needs the admin to store references with two types); record keys are
+of a reference hash alike in DuckDB (INTEGER, BIGINT, HUGEINT, DECIMAL of scale 0: one orphan
+key; VARCHAR does not, which needs the admin to store references with two types); keys are
 distinct per table, so SUM(DISTINCT key) loses no unit. Files — populations written two ways
 (``age >= 65``, ``NOT age < 65``) are compared by row membership; a band of a dimension written
 in SQL (``CASE WHEN age >= 85 ...``) is a cut like a recode (test below); ORDER BY and LIMIT
