@@ -40,6 +40,11 @@ Left open (strict xfail):
   replaced (``--replace``) is forgotten by the check, though its readers keep it (the job of
   aged 84+ after the seniors file was replaced by one without age is stored; the same holds
   for a replaced exact job, whose later neighbours are compared with the new version only).
+- Not a test (an observation): an orphan's key is the keyed mix (quadratic maps mod a prime,
+  not a PRF) of ``hash`` of a stored value an analyst may know, where the mix had only
+  secret cell keys as inputs before; its outputs show only through a cell's noise or
+  rounding coin, and no practical recovery of the constants was found. A keyed hash (e.g.
+  ``sha256`` of a secret joined from the catalog and the value) would remove the question.
 - Not a test (a timing): the check's CUBE over a file's exact cut columns is exponential. A
   20,000-row table with a job stored, then a file of every column (microaggregated measure):
   6 dimensions 0.65 s CPU, 10 dimensions 6 s, 12 dimensions 30 s CPU (82 s wall); each later
