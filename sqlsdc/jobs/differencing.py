@@ -39,7 +39,10 @@ Not covered: a rounded or raked table next to another (their difference bounds t
 within the two perturbations; red team s33c keeps that allowed), the two patterns together (a
 cell hidden in one table and published in the other, the attacker LP over both with
 non-negative differences): protecting linked tables of different populations needs one
-covering universe (red team s30f); two anonymised files of one table; and a file's locally
+covering universe (red team s30f); two anonymised files of one table cut by cut (a new file's
+counts by its plain columns are compared with a stored file's cells and cuts and the other
+way, ``sqlsdc.jobs.anonymize``; a cut of one next to a cut of the other is not); an output
+replaced, whose earlier readers keep it; and a file's locally
 suppressed values next to an exact table of the same column, which counts them as they were
 (the table's cell less the file's shown count is the number of blanked records that belong to
 it).
