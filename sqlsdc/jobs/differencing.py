@@ -39,7 +39,10 @@ Not covered: a rounded or raked table next to another (their difference bounds t
 within the two perturbations; red team s33c keeps that allowed), the two patterns together (a
 cell hidden in one table and published in the other, the attacker LP over both with
 non-negative differences): protecting linked tables of different populations needs one
-covering universe (red team s30f); and two anonymised files of one table.
+covering universe (red team s30f); two anonymised files of one table cut by cut (a new file's
+counts by its plain columns are compared with a stored file's cells and cuts and the other
+way, ``sqlsdc.jobs.anonymize``; a cut of one next to a cut of the other is not); and an output
+replaced, whose earlier readers keep it.
 
 A local suppression's blanked values are a cell of their own (:func:`_blanked_difference`):
 counted as they were, a file and an exact table of the same people by a blanked column differ
@@ -103,18 +106,20 @@ class Release:
         return self.exact is None or column.lower() in self.held
 
 
-def refuse_small_differences(con, policy: Policy, spec, others: list[Release]) -> None:
-    """Refuse the job ``spec`` (a :class:`~sqlsdc.jobs.protect.JobSpec`) when one of
-    ``others`` (same table and aggregate) shares a cell with it whose populations overlap and
-    differ, on one side only, by fewer units than the table's minimum frequency."""
+def refuse_small_differences(
+    con, policy: Policy, spec, others: list[Release], label: str = "the job"
+) -> None:
+    """Refuse the job ``spec`` (a :class:`~sqlsdc.jobs.protect.JobSpec`; ``label`` names it)
+    when one of ``others`` (same table and aggregate) shares a cell with it whose populations
+    overlap and differ, on one side only, by fewer units than the table's minimum frequency."""
     least = min_frequency(policy, spec.table)
     for other in others:
         found = _smallest_difference(con, spec, other, least)
         if found is not None:
-            raise TabularError(_message(spec.table, "the job", other.label, found, least))
+            raise TabularError(_message(spec.table, label, other.label, found, least))
         placed = _blanked_difference(con, spec, other, least)
         if placed is not None:
-            raise TabularError(_blanked_message(spec.table, "the job", other.label, placed, least))
+            raise TabularError(_blanked_message(spec.table, label, other.label, placed, least))
 
 
 def refuse_file_differences(con, policy: Policy, file: Release, tables: list) -> None:
@@ -373,10 +378,15 @@ def _smallest_difference(con, spec, other: Release, least: int):
 
     The job's cell is a grouping of the dimensions both cut cells by; the other's is the same
     cell, further cut by its other exact columns when it is a file. ``a`` is then the job's
-    units in the cell less those in both. A cut can only make the file's cell smaller: the
-    job's units outside a cut of a cell are counted on the whole cell only (outside a cut they
-    are the other values of the cut too, which the job's cell counts already); the file's
-    units outside the job, on every cut whose cell holds all the job's units of the cell."""
+    units in the cell less those in both: on the whole cell, and on every cut that holds no
+    unit outside the job when the job splits the file's cell (some of its units are outside
+    the job). The job's cell less such a cut is then the job's units outside the cut, which
+    the file's other cells do not add up to (red team s38e: a job of everyone aged 84 or over
+    by region and education, less the README's file's band ``>=85`` of the same cell, was the
+    one person aged 84 of R01 with upper secondary education); where the job holds all of the
+    file's cell, or the file tells of each record whether the job counts it (:func:`_tells`),
+    they are the file's other cuts and the whole cell's difference. The file's units outside
+    the job are compared on every cut whose cell holds all the job's units of the cell."""
     common = [d for d in spec.dims if d in {c.lower() for c in other.dims}]
     extra = _extra(other, common)
     mine, theirs = _kept(spec.where), _kept(other.where)
@@ -414,11 +424,13 @@ def _smallest_difference(con, spec, other: Release, least: int):
         cells = cells.select(exp.alias_(exp.Literal.number(0), "g"))
     rolled = (1 << len(extra)) - 1  # the job's cell: the file's other columns all totals
     whole = exp.BitwiseOr(this=exp.column("g"), expression=exp.Literal.number(rolled))
-    job_cell = exp.Window(  # the job's units of the cell the row cuts
-        this=exp.Max(this=exp.If(this=whole.copy().eq(exp.column("g")), true=exp.column("n"))),
-        partition_by=[whole, *(exp.column(n) for n in names[: len(common)])],
-    )
-    a = exp.Sub(this=job_cell, expression=exp.column("i"))
+    partition = [whole, *(exp.column(n) for n in names[: len(common)])]
+
+    def of_the_cell(column: exp.Expr) -> exp.Expr:  # a column's value on the job's whole cell
+        on_it = exp.If(this=whole.copy().eq(exp.column("g")), true=column)
+        return exp.Window(this=exp.Max(this=on_it), partition_by=[p.copy() for p in partition])
+
+    a = exp.Sub(this=of_the_cell(exp.column("n")), expression=exp.column("i"))
     b = exp.Literal.number(0) if told else exp.column("b")
     pairs = exp.select(
         *(exp.column(n) for n in names),
@@ -426,15 +438,17 @@ def _smallest_difference(con, spec, other: Release, least: int):
         exp.column("i"),
         exp.alias_(a, "a"),
         exp.alias_(b, "b"),
+        exp.alias_(of_the_cell(b.copy()), "s"),  # the file's units of the cell outside the job
     ).from_(cells.subquery("x"))  # fmt: skip
     pairs = (
         exp.select("*")
         .from_(pairs.subquery("w"))
         .where(exp.GT(this=exp.column("i"), expression=exp.Literal.number(0)))
     )
-    small_a = exp.and_(  # the job's cell less the file's same cell, not a cut of it
-        exp.column("a").between(1, least - 1),
-        exp.BitwiseAnd(this=exp.column("g"), expression=exp.Literal.number(rolled)).eq(rolled),
+    cut = exp.BitwiseAnd(this=exp.column("g"), expression=exp.Literal.number(rolled)).neq(rolled)
+    small_a = exp.and_(  # the job's cell less the file's same cell, or less a cut of it when
+        exp.column("a").between(1, least - 1),  # the file's cell is split by the job
+        exp.or_(exp.not_(cut), exp.column("s").neq(0)),
     )
     one_side = exp.or_(
         small_a if told else exp.and_(exp.column("b").eq(0), small_a),

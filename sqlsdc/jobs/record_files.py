@@ -9,9 +9,11 @@ population as the WHERE of its query, its exact columns as expressions on the ta
 :mod:`sqlsdc.jobs.differencing` compares its cells with those of exact tables of the table.
 :func:`stored_files` does so for every anonymised file already stored.
 
-A file read by a query of another shape (a join, a union, a GROUP BY) is a population that
-cannot be written as a WHERE on one table, and a column computed by a window, an aggregate or
-a subquery no expression on its row: neither is compared.
+A file read by a query of another shape (a derived table, a CTE, a join, a union, a GROUP BY)
+is a population that cannot be written as a WHERE on one table: it cannot be compared, so
+such a file and an exact table of a table it reads are refused together, whichever comes
+second (:func:`opaque_tables`). A column computed by a window, an aggregate or a subquery is
+no expression on its row, and is not compared.
 """
 
 from __future__ import annotations
@@ -31,6 +33,53 @@ OUTPUT_SCHEMA = "protected"  # as sqlsdc.jobs.protect's
 
 def stored_files(con, policy: Policy, table: str) -> list[Release]:
     """The anonymised files of ``table`` stored in ``protected``, labelled by their names."""
+    found = []
+    for name, source, log, columns, records in _stored(con):
+        release = file_release(con, policy, name, source, log, columns, records)
+        if release is not None and release[0].lower() == table.lower():
+            found.append(release[1])
+    return found
+
+
+def opaque_files(con, policy: Policy, table: str) -> list[str]:
+    """The names of the anonymised files stored that read ``table`` by a query whose
+    population is no WHERE on one table (:func:`opaque_tables`): files the check cannot
+    compare, so that an exact table of ``table`` next to them is refused."""
+    return [name for name, source, *_file in _stored(con)
+            if table.lower() in {t.lower() for t in opaque_tables(policy, source)}]  # fmt: skip
+
+
+def opaque_tables(policy: Policy, source: str | None) -> list[str]:
+    """The confidential tables of ``policy`` that a file's ``source`` reads when its population
+    cannot be written as a WHERE on one table (a derived table, a CTE, a join, a union: red
+    team s38e, the same people as ``SELECT * FROM persons WHERE age >= 85`` written as a
+    subquery escaped the check); none when it can. A source that does not parse reads them
+    all (fail closed)."""
+    if _population(source) is not None:
+        return []
+    try:
+        tree = sqlglot.parse_one(source, read="duckdb") if source else None
+    except sqlglot.errors.ParseError:
+        tree = None
+    if tree is None:
+        return [t.name for t in policy.confidential_tables]
+    read = {t.name.lower() for t in tree.find_all(exp.Table)}
+    return [t.name for t in policy.confidential_tables if t.name.lower() in read]
+
+
+def opaque_refusal(file: str, table: str, other: str) -> str:
+    """The message refusing ``file`` (an opaque file of ``table``) next to ``other``."""
+    return (
+        f"{file} reads {table} by a query whose population is no WHERE on {table} (a derived "
+        "table, a CTE, a join or a union), so its exact tables cannot be compared with "
+        f"{other}, an exact table of {table}: the two could differ by a few units in a cell. "
+        f"Write the file's query as SELECT columns FROM {table} WHERE condition"
+    )
+
+
+def _stored(con):
+    """``(name, source, step log, stored columns, its records)`` of every anonymised file
+    stored in ``protected`` (its request and report readable)."""
     stored = {
         f"{schema}.{name}".lower(): name
         for schema, name in con.execute(
@@ -38,7 +87,6 @@ def stored_files(con, policy: Policy, table: str) -> list[Release]:
             [OUTPUT_SCHEMA],
         ).fetchall()
     }
-    found = []
     for name, request, report in con.execute(
         "SELECT name, sql_text, report FROM sqlsdc.outputs WHERE method = 'anonymize' ORDER BY name"
     ).fetchall():
@@ -57,10 +105,7 @@ def stored_files(con, policy: Policy, table: str) -> list[Release]:
             ).fetchall()
         ]
         records = exp.table_(stored[name.lower()], db=OUTPUT_SCHEMA, quoted=True)
-        release = file_release(con, policy, name, source, log, columns, records)
-        if release is not None and release[0].lower() == table.lower():
-            found.append(release[1])
-    return found
+        yield name, source, log, columns, records
 
 
 def file_release(
