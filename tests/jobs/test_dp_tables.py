@@ -23,11 +23,19 @@ SUMS = "SELECT region, SUM(amount) FROM benefits GROUP BY region"
 REFUSED = "benefits is protected by differential privacy in the policy"
 
 
+@pytest.fixture(scope="module")
+def dp_template(pristine_demo_db, tmp_path_factory, copy_database):
+    """The test demo under the demo's own policy: ``benefits`` by DP, ``persons`` by CKM
+    (applied once; each test changes a copy)."""
+    path = copy_database(pristine_demo_db, tmp_path_factory.mktemp("dp_tables"))
+    sqlsdc.admin.apply(path, demo_policy(), "admin")
+    return path
+
+
 @pytest.fixture
-def dp_demo_db(fresh_demo_db):
-    """The test demo under the demo's own policy: ``benefits`` by DP, ``persons`` by CKM."""
-    sqlsdc.admin.apply(fresh_demo_db, demo_policy(), "admin")
-    return fresh_demo_db
+def dp_demo_db(dp_template, tmp_path, copy_database):
+    """A copy of :func:`dp_template` for one test."""
+    return copy_database(dp_template, tmp_path)
 
 
 def _jobs(margins):

@@ -86,11 +86,19 @@ GRID = 10**9
 AVG_SYN = "SELECT sex, AVG(income) FROM syn_persons GROUP BY sex"  # two cells, charged twice
 
 
+@pytest.fixture(scope="module")
+def synthetic_template(pristine_demo_db, tmp_path_factory, copy_database):
+    """The demo database with a released synthetic output, ``syn_persons`` (made once: a
+    bootstrap, its storing and a policy application; each test changes a copy)."""
+    path = copy_database(pristine_demo_db, tmp_path_factory.mktemp("synthetic"))
+    make_synthetic_output(path)
+    return path
+
+
 @pytest.fixture
-def synthetic(fresh_demo_db):
-    """A private demo database with a released synthetic output, ``syn_persons``."""
-    make_synthetic_output(fresh_demo_db)
-    return fresh_demo_db
+def synthetic(synthetic_template, tmp_path, copy_database):
+    """A private copy of :func:`synthetic_template`."""
+    return copy_database(synthetic_template, tmp_path)
 
 
 def _spent(con) -> Fraction:

@@ -177,11 +177,19 @@ def test_a_plain_star_keeps_its_unique_key(sql):
 # --- a DP table read in a protection job's WHERE ---------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def dp_template(pristine_demo_db, tmp_path_factory, copy_database):
+    """The test demo under the demo's own policy: ``benefits`` by DP, ``persons`` not (applied
+    once; each test changes a copy)."""
+    path = copy_database(pristine_demo_db, tmp_path_factory.mktemp("dp_demo"))
+    sqlsdc.admin.apply(path, _demo_document(), "admin")
+    return path
+
+
 @pytest.fixture
-def dp_demo_db(fresh_demo_db):
-    """The test demo under the demo's own policy: ``benefits`` by DP, ``persons`` not."""
-    sqlsdc.admin.apply(fresh_demo_db, _demo_document(), "admin")
-    return fresh_demo_db
+def dp_demo_db(dp_template, tmp_path, copy_database):
+    """A copy of :func:`dp_template` for one test."""
+    return copy_database(dp_template, tmp_path)
 
 
 def _demo_document() -> dict:

@@ -4,6 +4,7 @@ with synthetic outputs stored as the synthesis job stores them (tests/synth/veri
 from __future__ import annotations
 
 import json
+import shutil
 from fractions import Fraction
 
 import cli_fork
@@ -26,9 +27,17 @@ def db(pristine_demo_db, tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module")
+def fresh_template(pristine_demo_db, tmp_path_factory):
+    """The demo with one synthetic output, made once; each test that changes it has a copy."""
+    return synthetic_db(pristine_demo_db, tmp_path_factory.mktemp("fresh"))
+
+
 @pytest.fixture
-def fresh(pristine_demo_db, tmp_path):
-    return synthetic_db(pristine_demo_db, tmp_path)
+def fresh(fresh_template, tmp_path):
+    copy = tmp_path / fresh_template.name
+    shutil.copy(fresh_template, copy)
+    return copy
 
 
 def _spent(con) -> Fraction:
