@@ -33,7 +33,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
-from bench_guard_size import SHAPES, statement  # noqa: E402
+from bench_guard_size import SHAPES, STATEMENTS, statement  # noqa: E402
 
 import sqlsdc  # noqa: E402
 from sqlsdc.demo.build import build_demo_database  # noqa: E402
@@ -116,7 +116,13 @@ def _condition(rng: random.Random, depth: int) -> str:
 
 def generated() -> set[str]:
     """Long chains of ranges and comparisons, and random nested conditions."""
-    found = {statement(shape, kb) for shape in SHAPES for kb in (10, 100)}
+    found = {statement(shape, kb) for shape in (*SHAPES, *STATEMENTS) for kb in (10, 100)}
+    case = "CASE " + " ".join(f"WHEN age = {i} THEN 'a{i % 7}'" for i in range(60)) + " END"
+    for group in ("g, region", "ROLLUP (g, region)", "CUBE (g, sex)", "1, 2", f"{case}, region"):
+        found.add(f"SELECT {case} AS g, region, COUNT(*), SUM(income), GROUPING(g) FROM persons "
+                  f"GROUP BY {group}")  # fmt: skip
+        found.add(f"SELECT {case} AS g, region, COUNT(*) AS n FROM persons WHERE age > 3 "
+                  f"GROUP BY {group} HAVING COUNT(*) > 2 ORDER BY n")  # fmt: skip
     ranges = [
         lambda i: f"age BETWEEN {i} AND {i + 1}",
         lambda i: f"age BETWEEN {i}.5 AND {i + 1}e0",
