@@ -2,7 +2,8 @@
 
 A speed-up of the guard must change nothing it outputs. This protects every SQL string of the
 test suite (string constants of ``tests/`` that start like a query), the statements of
-``bench_guard_size.py`` (10 and 100 KB), long chains of ranges and comparisons written in
+``bench_guard_size.py`` (chains and whole statements, 10 and 100 KB), CASE group keys grouped
+by alias, position, ROLLUP, CUBE and written out, long chains of ranges and comparisons written in
 several ways, and random nested conditions (seed 7), on three demo databases (cell key method,
 threshold, suppression), and the test strings on two differential privacy databases (the
 document of ``tests/test_dp_query.py``, and one with the bounding report, a unit row cap and
