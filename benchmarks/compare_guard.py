@@ -2,7 +2,8 @@
 
 A speed-up of the guard must change nothing it outputs. This protects every SQL string of the
 test suite (string constants of ``tests/`` that start like a query), the statements of
-``bench_guard_size.py`` (10 and 100 KB), long chains of ranges and comparisons written in
+``bench_guard_size.py`` (chains and whole statements, 10 and 100 KB), CASE group keys grouped
+by alias, position, ROLLUP, CUBE and written out, long chains of ranges and comparisons written in
 several ways, and random nested conditions (seed 7), on three demo databases (cell key method,
 threshold, suppression), and the test strings on two differential privacy databases (the
 document of ``tests/test_dp_query.py``, and one with the bounding report, a unit row cap and
@@ -33,7 +34,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
-from bench_guard_size import SHAPES, statement  # noqa: E402
+from bench_guard_size import SHAPES, STATEMENTS, statement  # noqa: E402
 
 import sqlsdc  # noqa: E402
 from sqlsdc.demo.build import build_demo_database  # noqa: E402
@@ -116,7 +117,13 @@ def _condition(rng: random.Random, depth: int) -> str:
 
 def generated() -> set[str]:
     """Long chains of ranges and comparisons, and random nested conditions."""
-    found = {statement(shape, kb) for shape in SHAPES for kb in (10, 100)}
+    found = {statement(shape, kb) for shape in (*SHAPES, *STATEMENTS) for kb in (10, 100)}
+    case = "CASE " + " ".join(f"WHEN age = {i} THEN 'a{i % 7}'" for i in range(60)) + " END"
+    for group in ("g, region", "ROLLUP (g, region)", "CUBE (g, sex)", "1, 2", f"{case}, region"):
+        found.add(f"SELECT {case} AS g, region, COUNT(*), SUM(income), GROUPING(g) FROM persons "
+                  f"GROUP BY {group}")  # fmt: skip
+        found.add(f"SELECT {case} AS g, region, COUNT(*) AS n FROM persons WHERE age > 3 "
+                  f"GROUP BY {group} HAVING COUNT(*) > 2 ORDER BY n")  # fmt: skip
     ranges = [
         lambda i: f"age BETWEEN {i} AND {i + 1}",
         lambda i: f"age BETWEEN {i}.5 AND {i + 1}e0",

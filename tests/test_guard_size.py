@@ -207,6 +207,37 @@ def test_copy_tree_is_sqlglots_copy_with_shared_types(sql):
             assert copied.parent is twin[id(original.parent)]
 
 
+GROUP_BYS = [  # the keys read from the rows where written, as the CKM frame's GROUP BY does
+    "GROUP BY CASE WHEN age > 3 THEN 'a' ELSE 'b' END, region",
+    "GROUP BY ROLLUP (CASE WHEN age > 3 THEN 'a' ELSE 'b' END, (region, age + 1))",
+    "GROUP BY CUBE (region, age + 1), GROUPING SETS ((region), ())",
+]
+
+
+@pytest.mark.parametrize("group_by", GROUP_BYS)
+def test_copy_tree_replacing_keys_is_sqlglots_transform(group_by):
+    group = _analysed(f"SELECT COUNT(*) FROM persons {group_by}").args["group"]
+    keys = {}  # equal to parts of the GROUP BY, not the parts themselves
+    for i, kind in enumerate((exp.Case, exp.Add, exp.Column)):
+        part = next((n for n in group.walk() if isinstance(n, kind) and n.name != "age"), None)
+        if part is not None:
+            keys[part.copy()] = exp.column(f"__g{i}", "__r")
+    values = {id(v) for v in keys.values()}
+    before = group.sql("duckdb")
+    expected = group.transform(lambda n: keys[n].copy() if n in keys else n, copy=True)
+    copy = copy_tree(group, replaced=keys)
+    assert copy == expected and copy.sql("duckdb") == expected.sql("duckdb")
+    assert copy.sql("duckdb").count("__g") == expected.sql("duckdb").count("__g") >= 2
+    assert group.sql("duckdb") == before  # the original as it was
+    for copied, reference in zip(copy.walk(), expected.walk(), strict=True):
+        assert copied.arg_key == reference.arg_key and copied.index == reference.index
+        assert copied is copy or copied.parent is not None
+        assert id(copied) not in values  # copies of the values, not the values
+    region = next(n for n in group.walk() if isinstance(n, exp.Column) and n.name == "region")
+    root = copy_tree(region, replaced=keys)  # the root itself replaced
+    assert root == keys[region] and root is not keys[region]
+
+
 @pytest.mark.parametrize("sql", TREES)
 def test_nodes_is_walk_as_a_list(sql):
     tree = _analysed(sql)

@@ -10,14 +10,17 @@ takes apart a tree nobody reads any more, so that reference counting frees it at
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Mapping
 from copy import deepcopy
 
 from sqlglot import exp
 
 
 def copy_tree(
-    tree: exp.Expr, twin: dict[int, exp.Expr] | None = None, shared: Container[int] = ()
+    tree: exp.Expr,
+    twin: dict[int, exp.Expr] | None = None,
+    shared: Container[int] = (),
+    replaced: Mapping[exp.Expr, exp.Expr] | None = None,
 ) -> exp.Expr:
     """A copy of ``tree`` whose nodes share the type annotations of the originals.
 
@@ -32,7 +35,15 @@ def copy_tree(
     whose parent stays the original's (a copy to print, where a part the generator only reads
     need not be copied: :func:`sqlsdc.engines.duckdb.to_sql`). Such a copy is no tree of its
     own: it is for reading downwards only, and :func:`release` leaves the shared parts alone.
+
+    ``replaced``: a node equal to a key of it (sqlglot's structural equality) is not copied
+    nor entered: the copy has a copy of its value instead, top down, as
+    ``tree.transform(lambda n: replaced[n].copy() if n in replaced else n)`` gives, without
+    copying the parts it replaces (the rewrite reading a group key's column where the key is
+    written: a key of thousands of nodes is copied once, not twice).
     """
+    if replaced and tree in replaced:
+        return replaced[tree].copy()
     Expr = exp.Expr
     root = tree.__class__()
     stack: list[tuple[exp.Expr, exp.Expr]] = [(tree, root)]
@@ -55,18 +66,24 @@ def copy_tree(
                     args[key] = value
                     linked = True
                     continue
-                child = value.__class__()
+                if replaced and value in replaced:
+                    child = replaced[value].copy()
+                else:
+                    child = value.__class__()
+                    push((value, child))
                 child.parent, child.arg_key = copy, key
                 args[key] = child
-                push((value, child))
                 linked = True
             elif type(value) is list:
                 items = []
                 for index, item in enumerate(value):
                     if isinstance(item, Expr) and id(item) not in shared:
-                        child = item.__class__()
+                        if replaced and item in replaced:
+                            child = replaced[item].copy()
+                        else:
+                            child = item.__class__()
+                            push((item, child))
                         child.parent, child.arg_key, child.index = copy, key, index
-                        push((item, child))
                         item = child
                     items.append(item)
                 args[key] = items

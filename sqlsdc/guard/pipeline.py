@@ -410,7 +410,7 @@ def _describe_outputs(
         cell_plan = cells[id(select)]
         by_node = {id(a.node): a for a in cell_plan.aggregates}
         for name, projection in zip(names, select.expressions, strict=False):
-            used = [by_node[id(n)] for n in projection.walk() if id(n) in by_node]
+            used = [by_node[id(n)] for n in nodes(projection) if id(n) in by_node]
             if used:
                 k = max(a.min_frequency for a in used)
                 methods = {a.rule.method.value for a in used}

@@ -42,6 +42,7 @@ from collections.abc import Iterable, Mapping
 from sqlglot import exp
 
 from sqlsdc.catalog.ptables import KEY_MODULUS, PTableKey, PTableRef
+from sqlsdc.engines.trees import copy_tree
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.planner.normal_form import STATISTIC
 from sqlsdc.planner.plan import CellPlan, ProtectedAggregate
@@ -143,16 +144,17 @@ class _Builder(MagnitudeLayers):
             value = cells.clause(key)
             if value is not None:
                 rows.set(key, value)
+        # one copy of each (``alias_`` copies what it is given unless told not to)
         for i, key in enumerate(cells.keys):
-            rows.append("expressions", exp.alias_(key.copy(), f"__g{i}"))
+            rows.append("expressions", exp.alias_(copy_tree(key), f"__g{i}", copy=False))
         for i in range(len(plan.aggregates)):
             argument = cells.argument(i, self.twin)
             if argument is not None and self._value(i) == f"__v{i}":
-                rows.append("expressions", exp.alias_(argument.copy(), f"__v{i}"))
+                rows.append("expressions", exp.alias_(copy_tree(argument), f"__v{i}", copy=False))
         for t, rkey in enumerate(plan.rkeys):
-            rows.append("expressions", exp.alias_(rkey.copy(), f"__rk{t}"))
+            rows.append("expressions", exp.alias_(copy_tree(rkey), f"__rk{t}", copy=False))
         for t, unit in enumerate(plan.units or []):
-            rows.append("expressions", exp.alias_(unit.copy(), f"__u{t}"))
+            rows.append("expressions", exp.alias_(copy_tree(unit), f"__u{t}", copy=False))
         looked_up = join_unit_keys(rows, plan, self._arguments(), self.lookups)
         for j, key in enumerate(looked_up):
             rows.append("expressions", exp.alias_(key, f"__rr{j}"))
@@ -173,8 +175,8 @@ class _Builder(MagnitudeLayers):
         r = "__r"
         keys = {key: exp.column(f"__g{i}", r) for i, key in enumerate(cells.keys)}
 
-        def remap(node: exp.Expr) -> exp.Expr:
-            return node.transform(lambda n: keys[n].copy() if n in keys else n, copy=True)
+        def remap(node: exp.Expr) -> exp.Expr:  # a copy reading each key from the rows
+            return copy_tree(node, replaced=keys)
 
         agg = exp.Select(expressions=[])
         agg.set("from_", exp.From(this=rows.subquery(r, copy=False)))

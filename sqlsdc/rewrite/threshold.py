@@ -14,6 +14,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from sqlsdc.catalog.ptables import KEY_MODULUS
+from sqlsdc.engines.trees import copy_tree
 from sqlsdc.rewrite.cells import (
     CELLS,
     Cells,
@@ -47,10 +48,12 @@ def threshold_frame(cells: Cells, twin: dict[int, exp.Expr]) -> Frame:
 
 
 def add_keys(inner: exp.Select, cells: Cells) -> None:
+    """The keys and GROUPING() values as the frame's columns: one copy of each, types shared
+    (``alias_`` copies what it is given unless told not to)."""
     for i, key in enumerate(cells.keys):
-        inner.append("expressions", exp.alias_(key.copy(), f"__g{i}"))
+        inner.append("expressions", exp.alias_(copy_tree(key), f"__g{i}", copy=False))
     for i, grouping in enumerate(cells.groupings):
-        inner.append("expressions", exp.alias_(grouping.copy(), f"__gg{i}"))
+        inner.append("expressions", exp.alias_(copy_tree(grouping), f"__gg{i}", copy=False))
 
 
 def group_condition(inner: exp.Select, cells: Cells) -> exp.Expr | None:
