@@ -39,6 +39,7 @@ Example (admins; the demo database):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -524,6 +525,9 @@ def _checked_job(con, user, sql, into, method, query_id, replace, base=None) -> 
     _refuse_second_protection(con, policy, spec, into, method)
     if method in EXACT_METHODS:
         refuse_small_differences(con, policy, spec, _exact_releases(con, policy, spec))
+    if method == "suppress" and spec.measure is not None:  # its units' counts are published too
+        counted = dataclasses.replace(spec, measure=None)
+        refuse_small_differences(con, policy, counted, _exact_releases(con, policy, counted))
     if replace and base is not None:
         _refuse_another_base(con, into, base)
     check_output_name(con, into, replace, TabularError, policy)
@@ -893,7 +897,11 @@ def _exact_releases(con, policy: Policy, spec: JobSpec) -> list:
     that readers hold with exact values (:func:`~sqlsdc.jobs.differencing.
     refuse_small_differences`): the guard's suppression pattern (the whole table), every
     stored output of a job of :data:`EXACT_METHODS`, a replaced one too (its earlier readers
-    keep it), and the anonymised files of the table (:func:`_record_files`)."""
+    keep it), and the anonymised files of the table (:func:`_record_files`). The counts of a
+    table are also released by every suppression job of a sum over it, in its ``n`` column (red
+    team s38b: a count job of everyone aged 85 or over by sex, and a suppression job of their
+    incomes less the tertiary-educated of one municipality, gave that group's count by sex,
+    1 and 1, from the release database alone)."""
     found = []
     table = policy.table(spec.table)
     if table.suppression is not None:
@@ -903,26 +911,42 @@ def _exact_releases(con, policy: Policy, spec: JobSpec) -> list:
     for name, method, theirs in _stored_outputs(con, policy):
         if method in EXACT_METHODS and _shape(theirs) == _shape(spec):
             found.append((name, theirs.where, theirs.dims))
-    return found + _record_files(con, spec)
+        elif (  # a suppression job of a sum publishes its cells' unit counts (``n``) exactly
+            spec.measure is None
+            and method == "suppress"
+            and theirs.table == spec.table
+            and theirs.measure is not None
+        ):
+            found.append((f"{name} (its counts n)", theirs.where, theirs.dims))
+    return found + _record_files(con, policy, spec)
 
 
-def _record_files(con, spec: JobSpec) -> list:
+def _record_files(con, policy: Policy, spec: JobSpec) -> list:
     """``(label, WHERE, columns)`` of the anonymised files of the job's table: one record per
     row of their population, so a reader counts and sums them by any of their columns, exactly
     where the steps left a column as it was (red team s37c: a file of everyone aged 85 or over,
     income only top-coded far above any income, less a suppression job's total of the same
     people but one, gave that person's income and so named their record, tied to a
     municipality the file does not show). Every file is compared, whatever its steps changed
-    (refusing a job that a perturbed column would have made safe errs on the safe side); a
-    file read by a query of another shape (a join, a union) is a population this check cannot
-    write as a WHERE on the table, and is not compared."""
+    (refusing a job that a perturbed column would have made safe errs on the safe side).
+
+    A file's cells are those of every dimension column its query reads, not only the job's,
+    and under any name: a reader groups its records by any of them (red team s38b: a file of
+    region, sex, education and income of everyone aged 85 or over, next to a job by region
+    over one education less one municipality's person, gave that person's income as the
+    file's (R01, education) sum less the job's R01 cell). A file of the table read by a query
+    of another shape (a derived table, a join, a union, a LIMIT) is a population this check
+    cannot write as a WHERE on the table: the job is refused (red team s38b: ``FROM (SELECT *
+    FROM persons) AS p WHERE age >= 85`` kept the file out of the check)."""
     stored = {
-        f"{schema}.{name}".lower(): name
+        f"{schema}.{name}".lower()
         for schema, name in con.execute(
             "SELECT schema_name, table_name FROM duckdb_tables() WHERE schema_name = ?",
             [OUTPUT_SCHEMA],
         ).fetchall()
     }
+    declared = policy.table(spec.table)
+    dimensions = [c for c in declared.columns if declared.column(c).role is ColumnRole.DIMENSION]
     found = []
     for name, request in con.execute(
         "SELECT name, sql_text FROM sqlsdc.outputs WHERE method = 'anonymize'"
@@ -931,32 +955,48 @@ def _record_files(con, spec: JobSpec) -> list:
             continue
         try:
             source = json.loads(request).get("from")
-            tree = sqlglot.parse_one(source, read="duckdb") if source else None
-        except (ValueError, AttributeError, sqlglot.errors.ParseError):
+            tree = sqlglot.parse_one(source, read="duckdb")
+        except (ValueError, AttributeError, TypeError, sqlglot.errors.ParseError):
+            tree = None
+        if isinstance(tree, exp.Column):  # --from TABLE: every row, every column
+            if tree.name.lower() == spec.table.lower():
+                found.append((name, None, tuple(dimensions)))
             continue
-        if isinstance(tree, exp.Column):  # --from TABLE: every row
-            table, where = tree.name, None
-        elif (
-            isinstance(tree, exp.Select)
-            and isinstance(tree.args.get("from_") and tree.args["from_"].this, exp.Table)
-            and not tree.args.get("joins")
-            and not tree.args.get("group")
-        ):
-            table = tree.args["from_"].this.name
-            where = tree.args.get("where") and tree.args["where"].this
-        else:
+        read = tree is None or any(
+            t.name.lower() == spec.table.lower() for t in tree.find_all(exp.Table)
+        )
+        if not read:
             continue
-        if table.lower() != spec.table.lower():
-            continue
-        columns = {
-            c.lower()
-            for (c,) in con.execute(
-                "SELECT column_name FROM duckdb_columns() WHERE schema_name = ? AND table_name = ?",
-                [OUTPUT_SCHEMA, stored[name.lower()]],
-            ).fetchall()
-        }
-        found.append((name, where, tuple(d for d in spec.dims if d in columns)))
+        if not _plain_population(tree, spec.table):
+            raise TabularError(
+                f"{name} is an anonymised file of {spec.table} read by a query whose population "
+                "this job cannot compare with its own (only `SELECT ... FROM "
+                f"{spec.table} WHERE ...` can be): its records could be differenced with this "
+                f"table's cells. Drop {name}, or store it again from such a query"
+            )
+        named = {c.name.lower() for e in tree.expressions for c in e.find_all(exp.Column)}
+        if any(e.find(exp.Star) for e in tree.expressions):
+            named = set(dimensions)
+        where = tree.args.get("where") and tree.args["where"].this
+        found.append((name, where, tuple(d for d in dimensions if d in named)))
     return found
+
+
+def _plain_population(tree, table: str) -> bool:
+    """Whether ``tree`` reads the rows of ``table`` that its WHERE keeps, each once and in no
+    other way: one SELECT from the table, no join, grouping, DISTINCT, LIMIT, window filter or
+    set operation, and the table read nowhere else (a subquery of the WHERE)."""
+    if not isinstance(tree, exp.Select):
+        return False
+    source = tree.args.get("from_")
+    if source is None or not isinstance(source.this, exp.Table):
+        return False
+    if source.this.name.lower() != table.lower() or source.this.args.get("db"):
+        return False
+    if any(tree.args.get(a) for a in ("joins", "group", "having", "distinct", "limit", "offset",
+                                      "qualify", "with_", "laterals", "sample")):  # fmt: skip
+        return False
+    return sum(t.name.lower() == table.lower() for t in tree.find_all(exp.Table)) == 1
 
 
 def _stored_outputs(con, policy: Policy) -> list[tuple[str, str, JobSpec]]:

@@ -1,0 +1,195 @@
+"""Red team s38b: back-end jobs, the release database, the server and the CLI.
+
+Each test is an attack that worked before its fix (the commit that adds the test fixes it).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sqlsdc.engines.duckdb import open_database
+from sqlsdc.errors import TabularError
+from sqlsdc.jobs.anonymize import anonymize
+from sqlsdc.jobs.protect import protect_query
+
+
+def _lonely(db) -> tuple[str, str, str, float]:
+    """A municipality with one person aged 85 or over: its name, its region, that person's
+    education and income."""
+    con = open_database(db)
+    try:
+        return con.sql(
+            "SELECT municipality, any_value(region), any_value(education), any_value(income) "
+            "FROM persons WHERE age >= 85 GROUP BY municipality "
+            "HAVING count(*) = 1 AND count(income) = 1 ORDER BY municipality LIMIT 1"
+        ).fetchall()[0]
+    finally:
+        con.close()
+
+
+def _value(db, sql: str) -> float:
+    con = open_database(db)
+    try:
+        return con.sql(sql).fetchall()[0][0]
+    finally:
+        con.close()
+
+
+# ----------------------------------- differencing: a WHERE that picks a cell of the other table
+
+
+def test_a_where_on_a_dimension_is_a_cell_of_another_job_of_other_dimensions(jobs_demo_db):
+    """The differencing check compared cells over the dimensions both jobs group by. A job by
+    sex over ``age >= 85 AND region = 'R01'`` and one by region over ``age >= 85`` less one
+    municipality share no dimension, and their grand totals differ on both sides (the other
+    regions, that person), so both were stored, exact and all published: the first's total
+    less the second's R01 cell was that person's income, to the cent. A cell is now compared
+    with the inner cells of the other table that cover it, whatever their dimensions."""
+    municipality, region, _education, _income = _lonely(jobs_demo_db)
+    protect_query(jobs_demo_db, "admin", "SELECT sex, SUM(income) FROM persons WHERE age >= 85 "
+                  f"AND region = '{region}' GROUP BY sex", into="one_region")  # fmt: skip
+    with pytest.raises(TabularError, match="differ by only 1 unit"):
+        protect_query(jobs_demo_db, "admin", "SELECT region, SUM(income) FROM persons WHERE "
+                      f"age >= 85 AND municipality <> '{municipality}' GROUP BY region",
+                      into="all_but_one")  # fmt: skip
+
+
+def test_the_other_order_of_a_where_that_picks_a_cell(jobs_demo_db):
+    """The same two jobs, the one by region first: the second job's cells are covered by the
+    first's inner cells."""
+    municipality, region, _education, _income = _lonely(jobs_demo_db)
+    protect_query(jobs_demo_db, "admin", "SELECT region, SUM(income) FROM persons WHERE "
+                  f"age >= 85 AND municipality <> '{municipality}' GROUP BY region",
+                  into="all_but_one")  # fmt: skip
+    with pytest.raises(TabularError, match="differ by only 1 unit"):
+        protect_query(jobs_demo_db, "admin", "SELECT sex, SUM(income) FROM persons WHERE "
+                      f"age >= 85 AND region = '{region}' GROUP BY sex",
+                      into="one_region")  # fmt: skip
+
+
+def test_an_anonymised_file_is_grouped_by_every_dimension_it_holds(jobs_demo_db):
+    """An anonymised file of region, sex, education and income of everyone aged 85 or over,
+    and a job by region over the same people of one education less one municipality: the
+    differencing check grouped the file by the job's dimensions only (region), where the
+    file's region x education sums are what its reader computes, and the job was stored; the
+    file's (R01, education) sum less the job's R01 cell was the person's income."""
+    municipality, region, education, _income = _lonely(jobs_demo_db)
+    anonymize(jobs_demo_db, user="admin", into="aged_file", steps=["topcode:income:upper=1e9"],
+              sql="SELECT region, sex, education, income FROM persons WHERE age >= 85")  # fmt: skip
+    with pytest.raises(TabularError, match="differ by only 1 unit"):
+        protect_query(jobs_demo_db, "admin", "SELECT region, SUM(income) FROM persons WHERE "
+                      f"age >= 85 AND education = '{education}' AND municipality <> "
+                      f"'{municipality}' GROUP BY region", into="one_education")  # fmt: skip
+
+
+def test_tables_of_one_population_and_other_dimensions_are_not_differenced(jobs_demo_db):
+    """Held: a coarser and a finer table of the same rows differ by no unit of population
+    (what the finer one adds is the linked audit's), so the cover check lets the second job
+    through to it."""
+    sql = "SELECT region, SUM(income) FROM persons WHERE age >= 85 GROUP BY region"
+    protect_query(jobs_demo_db, "admin", sql, into="by_region")
+    protect_query(jobs_demo_db, "admin", sql.replace("region", "region, education"),
+                  into="by_region_education")  # fmt: skip
+
+
+# ------------------------------------------ differencing: a signed sum of several exact tables
+
+
+def test_four_jobs_whose_signed_sum_is_one_person(jobs_demo_db):
+    """Four suppression jobs of income by sex over people aged 85 or over in R02 ∪ R03 ∪ {a
+    person of R01}, R02 ∪ R03 ∪ R04, R02 ∪ R04 and R02. Each pair differs on both sides or
+    by a whole region (hundreds of people), so the pairwise check stored all four, every cell
+    published; T1 - T2 + T3 - T4 of their totals was that person's income. The fourth job is
+    now refused: with the other three it isolates one person's income."""
+    municipality, region, _education, income = _lonely(jobs_demo_db)
+    assert region == "R01"
+    person = f"municipality = '{municipality}'"
+    populations = {
+        "t1": f"region IN ('R02', 'R03') OR {person}",
+        "t2": "region IN ('R02', 'R03', 'R04')",
+        "t3": "region IN ('R02', 'R04')",
+        "t4": "region = 'R02'",
+    }
+
+    def job(name: str) -> None:
+        protect_query(jobs_demo_db, "admin", "SELECT sex, SUM(income) FROM persons WHERE "
+                      f"age >= 85 AND ({populations[name]}) GROUP BY sex", into=name)  # fmt: skip
+
+    for name in ("t1", "t2", "t3"):
+        job(name)
+    with pytest.raises(TabularError, match="would isolate 1 unit"):
+        job("t4")
+    totals = [_value(jobs_demo_db, f"SELECT value FROM protected.{n} WHERE sex = 'Total'")
+              for n in ("t1", "t2", "t3")]  # fmt: skip
+    assert abs(totals[0] - totals[1] + totals[2] - income) > 1.0  # R02's total is not known
+
+
+# ------------------------------------------- anonymised files the differencing check skipped
+
+
+def _minus(municipality: str) -> str:
+    return (
+        "SELECT sex, SUM(income) FROM persons WHERE age >= 85 AND municipality <> "
+        f"'{municipality}' GROUP BY sex"
+    )
+
+
+def test_an_anonymised_file_read_through_a_derived_table_is_not_skipped(jobs_demo_db):
+    """Red team s37c compared a job with the anonymised files of its table, but only files
+    whose query was ``SELECT ... FROM persons WHERE ...``; ``FROM (SELECT * FROM persons) AS p
+    WHERE age >= 85`` (the same people) was skipped, and the job of everyone but one person
+    was stored: the file's total less the job's was that person's income. A file of the
+    table whose population the check cannot write as a WHERE now refuses the job."""
+    municipality, _region, _education, _income = _lonely(jobs_demo_db)
+    anonymize(jobs_demo_db, user="admin", into="aged_file", steps=["topcode:income:upper=1e9"],
+              sql="SELECT region, sex, education, income FROM (SELECT * FROM persons) AS p "
+              "WHERE age >= 85")  # fmt: skip
+    with pytest.raises(TabularError, match="cannot compare"):
+        protect_query(jobs_demo_db, "admin", _minus(municipality), into="inc_minus")
+
+
+def test_an_anonymised_files_renamed_columns_are_its_cells_too(jobs_demo_db):
+    """The file's cells were the job's dimensions it held by name: ``education AS e`` was no
+    dimension of the file, and the job by region over one education less one person was
+    stored next to it."""
+    municipality, _region, education, _income = _lonely(jobs_demo_db)
+    anonymize(jobs_demo_db, user="admin", into="aged_file", steps=["topcode:income:upper=1e9"],
+              sql="SELECT region AS r, sex, education AS e, income FROM persons "
+              "WHERE age >= 85")  # fmt: skip
+    with pytest.raises(TabularError, match="differ by only 1 unit"):
+        protect_query(jobs_demo_db, "admin", "SELECT region, SUM(income) FROM persons WHERE "
+                      f"age >= 85 AND education = '{education}' AND municipality <> "
+                      f"'{municipality}' GROUP BY region", into="one_education")  # fmt: skip
+
+
+# ------------------------------------------------ the counts a suppression job of a sum shows
+
+
+def _small_group(db) -> tuple[str, str]:
+    """A municipality and an education that two persons aged 85 or over share."""
+    con = open_database(db)
+    try:
+        return con.sql(
+            "SELECT municipality, education FROM persons WHERE age >= 85 GROUP BY ALL "
+            "HAVING count(*) = 2 ORDER BY ALL LIMIT 1"
+        ).fetchall()[0]
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("order", ["count-first", "sum-first"])
+def test_a_sum_jobs_unit_counts_are_differenced_with_count_tables(jobs_demo_db, order):
+    """A suppression job of a sum publishes each published cell's unit count (``n``), and the
+    differencing check compared count jobs with count jobs only: a count job of everyone aged
+    85 or over by sex, next to a suppression job of their incomes less the tertiary-educated
+    (say) of one municipality, gave the count of that group by sex (1 and 1) from the release
+    database alone. Both orders are refused now."""
+    municipality, education = _small_group(jobs_demo_db)
+    count = ("SELECT sex, COUNT(*) FROM persons WHERE age >= 85 GROUP BY sex", "counts")
+    total = ("SELECT sex, SUM(income) FROM persons WHERE age >= 85 AND NOT (municipality = "
+             f"'{municipality}' AND education = '{education}') GROUP BY sex",
+             "incomes")  # fmt: skip
+    first, second = (count, total) if order == "count-first" else (total, count)
+    protect_query(jobs_demo_db, "admin", first[0], into=first[1])
+    with pytest.raises(TabularError, match="differ by only 2 unit"):
+        protect_query(jobs_demo_db, "admin", second[0], into=second[1])
