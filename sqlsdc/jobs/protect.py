@@ -896,8 +896,9 @@ def _exact_releases(con, policy: Policy, spec: JobSpec) -> list:
     """``(label, WHERE, dimension columns)`` of every release of the job's table and aggregate
     that readers hold with exact values (:func:`~sqlsdc.jobs.differencing.
     refuse_small_differences`): the guard's suppression pattern (the whole table), every
-    stored output of a job of :data:`EXACT_METHODS`, a replaced one too (its earlier readers
-    keep it), and the anonymised files of the table (:func:`_record_files`). The counts of a
+    stored output of a job of :data:`EXACT_METHODS`, every earlier version of one replaced or
+    dropped since (:func:`_earlier_versions`: their readers keep them), and the anonymised
+    files of the table (:func:`_record_files`). The counts of a
     table are also released by every suppression job of a sum over it, in its ``n`` column (red
     team s38b: a count job of everyone aged 85 or over by sex, and a suppression job of their
     incomes less the tertiary-educated of one municipality, gave that group's count by sex,
@@ -908,7 +909,7 @@ def _exact_releases(con, policy: Policy, spec: JobSpec) -> list:
         universe = universe_of(policy, spec.table)
         if (spec.measure or COUNT) in universe.aggregates:
             found.append((f"the suppression pattern of {spec.table}", None, universe.columns))
-    for name, method, theirs in _stored_outputs(con, policy):
+    for name, method, theirs in _stored_outputs(con, policy) + _earlier_versions(con, policy):
         if method in EXACT_METHODS and _shape(theirs) == _shape(spec):
             found.append((name, theirs.where, theirs.dims))
         elif (  # a suppression job of a sum publishes its cells' unit counts (``n``) exactly
@@ -919,6 +920,38 @@ def _exact_releases(con, policy: Policy, spec: JobSpec) -> list:
         ):
             found.append((f"{name} (its counts n)", theirs.where, theirs.dims))
     return found + _record_files(con, policy, spec)
+
+
+def _earlier_versions(con, policy: Policy) -> list[tuple[str, str, JobSpec]]:
+    """``(label, method, parsed SQL)`` of the tabular job outputs stored once and replaced or
+    dropped since, from the jobs' ``accepted`` audit entries: a release file or a reader
+    holds them still. Red team s38b: ``--replace`` compared a job with the version it
+    replaced only, so incomes by sex of everyone aged 85 or over, replaced by the same less
+    a region, then by the same less one municipality's person (each step hundreds of people
+    from the one before), put that person's income between the first and third versions."""
+    existing = {
+        f"{schema}.{name}".lower()
+        for schema, name in con.execute(
+            "SELECT schema_name, table_name FROM duckdb_tables() WHERE schema_name = ?",
+            [OUTPUT_SCHEMA],
+        ).fetchall()
+    }
+    current = {query_id for name, query_id in con.execute(
+        "SELECT name, query_id FROM sqlsdc.outputs").fetchall()
+        if name.lower() in existing}  # fmt: skip
+    found = []
+    for query_id, sql, reason in con.execute(
+        "SELECT query_id, sql_text, reason FROM sqlsdc.audit WHERE decision = 'accepted' "
+        "AND reason LIKE '% job stored protected.%' ORDER BY query_id"
+    ).fetchall():
+        method, _stored, name = reason.partition(" job stored ")
+        if query_id in current or method not in TABULAR_METHODS:
+            continue
+        try:
+            found.append((f"{name} as job {query_id} stored it", method, parse_job(sql, policy)))
+        except (TabularError, SqlSyntaxError):  # a table or column the policy no longer declares
+            continue
+    return found
 
 
 def _record_files(con, policy: Policy, spec: JobSpec) -> list:
