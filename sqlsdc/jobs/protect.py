@@ -784,14 +784,21 @@ def _earlier_suppressions(
     path's ``known`` cells), and a primary they already reveal is no primary of the job.
     """
     primary = secondary = shown = None
-    for name, theirs in _same_cells(job):
+    counted = [(name, theirs, "n") for name, theirs in _counted_cells(job)]
+    for name, theirs, column in [(n, t, "value") for n, t in _same_cells(job)] + counted:
         before = job.con.sql(f"SELECT * FROM {name}").df()
-        if "status" not in before.columns or not set(theirs) <= set(before.columns):
+        if (
+            "status" not in before.columns
+            or column not in before.columns
+            or not set(theirs) <= set(before.columns)
+        ):
             continue
         mine = table.cells[list(table.dims)]
         status = _shared_status(mine, before, theirs)
-        value = pd.to_numeric(_shared_status(mine, before, theirs, "value"), errors="coerce")
-        same = np.isclose(value.to_numpy(np.float64), table.values, rtol=1e-12, atol=0.0)
+        value = pd.to_numeric(_shared_status(mine, before, theirs, column), errors="coerce")
+        # a sum job's counts tell a count job's cells; a count table's counts no sum's
+        ours = table.values if job.spec.measure is None or column == "value" else np.nan
+        same = np.isclose(value.to_numpy(np.float64), ours, rtol=1e-12, atol=0.0)
         found = (
             (status == "primary").to_numpy(),
             (status == "secondary").to_numpy(),
@@ -805,6 +812,28 @@ def _earlier_suppressions(
     if primary is None:
         return None, None, None
     return primary, secondary & ~primary, shown & ~primary & ~secondary
+
+
+def _counted_cells(job: Job) -> list[tuple[str, list[str]]]:
+    """The stored suppression outputs of the job's table and rows that count its units with
+    the other aggregate, with their dimension columns: a count job's beside a sum job's, whose
+    ``n`` column publishes the same unit counts exactly. Red team s38b: after a count job of
+    enterprises with 10 or more employees by nace x region (``freq:10``; R08's total of 9 a
+    primary, R01's a secondary), a sum job of their turnover published R01's ``n``, 22, and
+    the count table's published totals then gave R08's 9 exactly. A job keeps hidden what
+    such an output hid, and a count job publishes the counts a sum job published."""
+    own = job.spec
+    found = []
+    for name, method, theirs in _stored_outputs(job.con, job.policy):
+        if (
+            method == "suppress"
+            and theirs.table == own.table
+            and (theirs.measure is None) != (own.measure is None)
+            and name != f"{OUTPUT_SCHEMA}.{job.into}"
+            and _same_rows(job.con, own.table, theirs.where, own.where)
+        ):
+            found.append((name, table_dims(theirs, job.policy)))
+    return found
 
 
 def _audit_with_earlier(job: Job, table: Table, result, found, known, time_limit) -> None:

@@ -262,3 +262,53 @@ def test_a_chain_of_replacements_is_differenced_with_every_earlier_version(jobs_
     with pytest.raises(TabularError, match="as job .* stored it overlap and differ by only 1"):
         protect_query(jobs_demo_db, "admin", sql.format(f" AND municipality <> '{municipality}'"),
                       into="incomes", replace=True)  # fmt: skip
+
+
+# ------------------------------- a count table and a sum table of the same rows, two patterns
+
+ENTERPRISES = "FROM enterprises WHERE employees >= 10 GROUP BY nace, region"
+
+
+def _cells(db, name: str) -> dict[tuple[str, str], tuple[str, float | None]]:
+    con = open_database(db)
+    try:
+        return {
+            (nace, region): (status, n)
+            for nace, region, status, n in con.sql(
+                f"SELECT nace, region, status, n FROM protected.{name}"
+            ).fetchall()
+        }
+    finally:
+        con.close()
+
+
+def test_a_sum_job_keeps_hidden_the_counts_a_count_job_of_the_same_rows_hid(jobs_demo_db):
+    """A suppression job of a sum publishes each published cell's unit count (``n``), and its
+    pattern ignored a count job's of the same rows (another aggregate, so "other cells"). After
+    the count job by nace x region of enterprises with 10 or more employees (R08's total of
+    9 a primary under the policy's minimum frequency 10, R01's total of 22 its secondary), the
+    turnover job published R01's n = 22, and the count table's grand total less its
+    published region totals and that 22 was R08's 9, exactly. The sum job now keeps hidden
+    every cell the count job hid."""
+    protect_query(jobs_demo_db, "admin", f"SELECT nace, region, COUNT(*) {ENTERPRISES}",
+                  into="firms")  # fmt: skip
+    protect_query(jobs_demo_db, "admin", f"SELECT nace, region, SUM(turnover) {ENTERPRISES}",
+                  into="turnover")  # fmt: skip
+    counts, sums = _cells(jobs_demo_db, "firms"), _cells(jobs_demo_db, "turnover")
+    hidden = [cell for cell, (status, _n) in counts.items() if status != "published"]
+    assert hidden and all(sums[cell][1] is None for cell in hidden)
+    regions = {r for _nace, r in counts if r != "Total"}
+    known = {r for r in regions if counts["Total", r][0] == "published" or sums["Total", r][1]}
+    assert len(regions - known) != 1  # no region total is the grand total less the others
+
+
+def test_a_count_job_after_a_sum_job_of_the_same_rows_takes_its_counts_as_public(jobs_demo_db):
+    """The other order: the counts the sum job published are public, and with them two
+    primaries of the count table cannot be protected (the sum table's n alone already puts
+    (D, R02)'s 4 enterprises at most at 4). The count job is refused instead of publishing a
+    pattern that ignores them."""
+    protect_query(jobs_demo_db, "admin", f"SELECT nace, region, SUM(turnover) {ENTERPRISES}",
+                  into="turnover")  # fmt: skip
+    with pytest.raises(TabularError, match="earlier suppression outputs of the same rows"):
+        protect_query(jobs_demo_db, "admin", f"SELECT nace, region, COUNT(*) {ENTERPRISES}",
+                      into="firms")  # fmt: skip
