@@ -119,6 +119,7 @@ def _uncovered(con, spec, cut, cover, least: int):
         _kept(cut_where).as_("__in_c"),
         _kept(cover_where).as_("__in_v"),
     ).from_(spec.table)
+    rows = rows.where(exp.or_(_kept(cut_where), _kept(cover_where)))  # rows of neither: none
     if spec.measure is not None:  # rows that add nothing to a sum are no part of a difference
         nonzero = exp.column(spec.measure).neq(exp.Literal.number(0))
         rows = rows.where(exp.Coalesce(this=nonzero, expressions=[exp.false()]))
@@ -274,6 +275,7 @@ def _regions(con, spec, fixed: list[str], wheres: list) -> dict[tuple, dict[int,
     rows = exp.select(
         *(exp.column(d) for d in fixed), mask.as_("__m"), exp.column(spec.unit).as_("__u")
     ).from_(spec.table)
+    rows = rows.where(exp.or_(*(_kept(w) for w in wheres)))  # rows of no population: none
     if spec.measure is not None:  # rows that add nothing to a sum are no part of a difference
         nonzero = exp.column(spec.measure).neq(exp.Literal.number(0))
         rows = rows.where(exp.Coalesce(this=nonzero, expressions=[exp.false()]))
