@@ -118,8 +118,13 @@ class JobReport:
         return asdict(self)
 
 
-def parse_job(sql: str, policy: Policy) -> JobSpec:
-    """Check a job's SQL against the policy: one confidential table, dimensions as keys."""
+def parse_job(sql: str, policy: Policy, *, stored: bool = False) -> JobSpec:
+    """Check a job's SQL against the policy: one confidential table, dimensions as keys.
+
+    ``stored``: the SQL of an output stored earlier, which its readers hold whatever the policy
+    now says of its columns; any column of the table is then taken as a dimension or measure
+    (red team s38b: once ``occupation`` was no longer a dimension, a table by occupation was
+    left out of the checks of later jobs, and a job of the same people less one was stored)."""
     try:
         tree = sqlglot.parse_one(sql, read="duckdb")
     except sqlglot.errors.ParseError as e:
@@ -144,7 +149,8 @@ def parse_job(sql: str, policy: Policy) -> JobSpec:
         len(dims) != len(keys)
         or not dims
         or any(
-            table.column(d) is None or table.column(d).role is not ColumnRole.DIMENSION
+            table.column(d) is None
+            or (table.column(d).role is not ColumnRole.DIMENSION and not stored)
             for d in dims
         )
     ):
@@ -166,7 +172,7 @@ def parse_job(sql: str, policy: Policy) -> JobSpec:
     elif isinstance(aggregate, exp.Sum) and isinstance(aggregate.this, exp.Column):
         measure = aggregate.this.name.lower()
         declared = table.column(measure)
-        if declared is None or declared.role is not ColumnRole.MEASURE:
+        if declared is None or (declared.role is not ColumnRole.MEASURE and not stored):
             raise TabularError(f"{measure} is not a measure of {table.name}")
     else:
         raise TabularError(
@@ -977,7 +983,9 @@ def _earlier_versions(con, policy: Policy) -> list[tuple[str, str, JobSpec]]:
         if query_id in current or method not in TABULAR_METHODS:
             continue
         try:
-            found.append((f"{name} as job {query_id} stored it", method, parse_job(sql, policy)))
+            found.append(
+                (f"{name} as job {query_id} stored it", method, parse_job(sql, policy, stored=True))
+            )
         except (TabularError, SqlSyntaxError):  # a table or column the policy no longer declares
             continue
     return found
@@ -1081,7 +1089,7 @@ def _stored_outputs(con, policy: Policy) -> list[tuple[str, str, JobSpec]]:
         if name not in existing:
             continue
         try:
-            found.append((name, method, parse_job(sql, policy)))
+            found.append((name, method, parse_job(sql, policy, stored=True)))
         except (TabularError, SqlSyntaxError):  # a table or column the policy no longer declares
             continue
     return found

@@ -41,6 +41,11 @@ What succeeded, and was closed (``jobs/differencing.py``, ``jobs/protect.py``, `
   hundreds apart, put that person's income between the first and third versions (each
   published in turn). Every earlier version of a replaced or dropped output, from the jobs'
   audit entries, is compared now.
+- **An output the policy no longer parses.** The checks read stored outputs (and earlier
+  versions) through the job parser and skipped the ones it refused: after a policy made
+  ``occupation`` an identifier, a table of 85+ incomes by occupation was left out, and a job of
+  the same people less one was stored. Stored outputs are now read whatever the roles of their
+  columns (an output of a column or table the policy no longer declares is still skipped).
 - **One noise for two data sets.** A DP synthesis keyed its noise by the number of coded
   records and the XOR of their hashes; two records of one code cancel out of an XOR, so after
   two women were recorded as men the synthesis drew the same noise as before, and the two
@@ -83,12 +88,14 @@ from fractions import Fraction
 import duckdb
 import pytest
 
+from sqlsdc.admin import apply, show
 from sqlsdc.catalog.budget import BudgetKey, set_limit
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import TabularError
 from sqlsdc.jobs.anonymize import anonymize
 from sqlsdc.jobs.protect import protect_query
 from sqlsdc.mechanisms.accountant import BudgetLimit
+from sqlsdc.policy import load_policy
 from sqlsdc.synth import synthesize
 
 
@@ -336,6 +343,24 @@ def test_a_chain_of_replacements_is_differenced_with_every_earlier_version(jobs_
     with pytest.raises(TabularError, match="as job .* stored it overlap and differ by only 1"):
         protect_query(jobs_demo_db, "admin", sql.format(f" AND municipality <> '{municipality}'"),
                       into="incomes", replace=True)  # fmt: skip
+
+
+def test_an_output_of_a_column_the_policy_no_longer_takes_as_a_dimension_is_compared(
+    jobs_demo_db,
+):
+    """The checks read stored outputs through the job parser, which refuses a key that is not
+    a dimension of the policy in force, and an output it refused was left out: after a job of
+    incomes by occupation (85+), a policy that made ``occupation`` an identifier let a job of
+    the same people less one be stored, and the two totals gave that person's income. Stored
+    outputs are read whatever the roles of their columns now."""
+    municipality, _region, _education, _income = _lonely(jobs_demo_db)
+    protect_query(jobs_demo_db, "admin", "SELECT occupation, SUM(income) FROM persons WHERE "
+                  "age >= 85 GROUP BY occupation", into="by_occupation")  # fmt: skip
+    _version, document, _history = show(jobs_demo_db)
+    document["tables"]["persons"]["columns"]["occupation"]["role"] = "identifier"
+    apply(jobs_demo_db, load_policy(document, name="occupation-hidden"), "admin")
+    with pytest.raises(TabularError, match="differ by only 1 unit"):
+        protect_query(jobs_demo_db, "admin", _minus(municipality), into="inc_minus")
 
 
 # ------------------------------- a count table and a sum table of the same rows, two patterns
