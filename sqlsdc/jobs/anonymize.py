@@ -49,7 +49,7 @@ from sqlsdc.jobs.protect import (
     exact_tables,
     job_catalog,
 )
-from sqlsdc.jobs.record_files import file_release
+from sqlsdc.jobs.record_files import file_release, uncomparable
 from sqlsdc.microdata.microaggregation import il1s
 from sqlsdc.microdata.risk import interval_disclosure, linkage_rate, risk_summary
 from sqlsdc.microdata.steps import Step, apply_steps, parse_step
@@ -226,12 +226,24 @@ def _refuse_differences(con, policy, into: str, source: str, log, stored: pd.Dat
     (:func:`sqlsdc.jobs.record_files.file_release`), checked as a job's table is
     (:func:`sqlsdc.jobs.differencing.refuse_file_differences`). It runs once the steps have
     run: which columns a local suppression blanked is in their log, and the cells its blanked
-    values leave short are counted on its records (``stored``, registered for the check)."""
+    values leave short are counted on its records (``stored``, registered for the check). A
+    query of a shape the check cannot compare (:func:`~sqlsdc.jobs.record_files.uncomparable`)
+    is refused where exact tables of a table it reads are stored (and, stored, it refuses
+    the later jobs of those tables)."""
     label = f"the file {OUTPUT_SCHEMA}.{into}"
     records = "__sqlsdc_new_file"
     found = file_release(con, policy, label, source, log, list(stored.columns),
                          exp.table_(records, quoted=True))  # fmt: skip
     if found is None:
+        for table in uncomparable(policy, source):
+            if exact_tables(con, policy, table):
+                raise MicrodataError(
+                    f"{label} would be read by a query whose population the differencing "
+                    f"check cannot compare with the exact tables of {table} stored before it "
+                    f"(only `SELECT ... FROM {table} WHERE ...`, its columns functions of "
+                    "their row, can be): its records could be differenced with their cells. "
+                    "Anonymise such a query instead"
+                )
         return
     table, release = found
     con.register(records, stored)

@@ -9,9 +9,15 @@ population as the WHERE of its query, its exact columns as expressions on the ta
 :mod:`sqlsdc.jobs.differencing` compares its cells with those of exact tables of the table.
 :func:`stored_files` does so for every anonymised file already stored.
 
-A file read by a query of another shape (a join, a union, a GROUP BY) is a population that
-cannot be written as a WHERE on one table, and a column computed by a window, an aggregate or
-a subquery no expression on its row: neither is compared.
+A file's cells are those of every exact column that reads a dimension of the table, under
+whatever name its query gives it (red team s38b: ``education AS e``; a file's (R01, education)
+sums next to a job by region over one education). A file read by a query of another shape (a
+derived table, a join, a union, a GROUP BY, a LIMIT, the table read again in a subquery, a
+column computed by a window, an aggregate or a subquery) is a population or a column that
+cannot be written on the table's rows: it cannot be compared, so it refuses the jobs of the
+tables it reads (:func:`stored_files`; red team s38b: ``FROM (SELECT * FROM persons) AS p
+WHERE age >= 85`` kept a file out of the check), and an anonymisation job of such a query is
+refused where exact tables of those tables are stored (:func:`uncomparable`).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from collections.abc import Sequence
 import sqlglot
 from sqlglot import exp
 
+from sqlsdc.errors import TabularError
 from sqlsdc.jobs.differencing import Release
 from sqlsdc.microdata.steps import Step, exact_columns, parse_step
 from sqlsdc.policy import ColumnRole, Policy
@@ -30,7 +37,11 @@ OUTPUT_SCHEMA = "protected"  # as sqlsdc.jobs.protect's
 
 
 def stored_files(con, policy: Policy, table: str) -> list[Release]:
-    """The anonymised files of ``table`` stored in ``protected``, labelled by their names."""
+    """The anonymised files of ``table`` stored in ``protected``, labelled by their names.
+
+    Raises:
+        TabularError: a stored file reads ``table`` by a query it cannot compare
+            (:func:`uncomparable`; a record it cannot read counts as one)."""
     stored = {
         f"{schema}.{name}".lower(): name
         for schema, name in con.execute(
@@ -48,7 +59,15 @@ def stored_files(con, policy: Policy, table: str) -> list[Release]:
             source = json.loads(request).get("from")
             log = json.loads(report)["steps"]
         except (ValueError, AttributeError, TypeError, KeyError):
-            continue
+            source, log = None, None
+        if log is None or table.lower() in (t.lower() for t in uncomparable(policy, source)):
+            raise TabularError(
+                f"{name} is an anonymised file of {table} read by a query whose population "
+                "this job cannot compare with its own (only `SELECT ... FROM "
+                f"{table} WHERE ...`, its columns functions of their row, can be): its "
+                f"records could be differenced with this table's cells. Drop {name}, or "
+                "store it again from such a query"
+            )
         columns = [
             c
             for (c,) in con.execute(
@@ -63,6 +82,26 @@ def stored_files(con, policy: Policy, table: str) -> list[Release]:
     return found
 
 
+def uncomparable(policy: Policy, source: str | None) -> list[str]:
+    """The confidential tables of ``policy`` that a file made from ``source`` reads in a way
+    :func:`file_release` cannot write as the exact tables of one table's rows: every one it
+    reads when its query is of another shape, none otherwise; a source that cannot be parsed
+    may read any of them."""
+    if _population(source) is not None:
+        return []
+    confidential = [t.name for t in policy.confidential_tables]
+    try:
+        tree = sqlglot.parse_one(source, read="duckdb") if source else None
+    except sqlglot.errors.ParseError:
+        tree = None
+    if tree is None:
+        return confidential
+    read = {t.name.lower() for t in tree.find_all(exp.Table)}
+    if isinstance(tree, exp.Column):
+        read.add(tree.name.lower())
+    return [t for t in confidential if t.lower() in read]
+
+
 def file_release(
     con, policy: Policy, label: str, source: str | None, log: Sequence[dict],
     columns: Sequence[str], records: exp.Table | None = None,
@@ -71,13 +110,13 @@ def file_release(
     job was given it) by the steps of ``log`` (one record per step, as the job logs and
     reports them) with ``columns`` stored (its records: ``records``), as a release of its
     source table; None when its population is no WHERE on a confidential table of
-    ``policy``.
+    ``policy`` (:func:`uncomparable` says which tables such a query reads).
 
-    Its cuts are its exact columns that are dimensions of the table or recoded (a table is
-    cut by dimensions; an unbanded measure or weight would cut cells of one record, at the
-    cost of a grouping set per combination); a column that a local suppression blanked in
-    some record (the step's ``suppressed`` count) tells nobody which records a table
-    counts."""
+    Its cuts are its exact columns that read a dimension of the table, whatever else they
+    read and whatever they are named, or are recoded (a table is cut by dimensions; an
+    unbanded measure or weight would cut cells of one record, at the cost of a grouping set
+    per combination); a column that a local suppression blanked in some record (the step's
+    ``suppressed`` count) tells nobody which records a table counts."""
     read = _population(source)
     if read is None:
         return None
@@ -100,7 +139,7 @@ def file_release(
         held |= reads if len(reads) == 1 else set()
         if column in suppressed:
             blanked |= reads
-        if reads and (reads <= dimensions or any(s.method == "recode" for s in recipe)):
+        if reads & dimensions or (reads and any(s.method == "recode" for s in recipe)):
             cuts.append((column, _coarsened(base, recipe)))
     plain = tuple(e.name.lower() for _c, e in cuts if isinstance(e, exp.Column))
     release = Release(label, where, plain, tuple(cuts), frozenset(held), frozenset(blanked),
@@ -109,32 +148,74 @@ def file_release(
 
 
 def _population(source: str | None):
-    """``(table, WHERE or None, projections)`` of a file's source, or None for another shape."""
+    """``(table, WHERE or None, projections)`` of a file's source, or None for another shape:
+    one SELECT of one table (unqualified, no column aliases), read nowhere else, each of its
+    rows once (no join, grouping, DISTINCT, LIMIT, sample, window filter or set operation),
+    the columns functions of their row (:func:`_row_projections`), and no subquery that reads
+    the table's own columns by its name (a correlated one: :func:`_unqualified` could not
+    keep its meaning)."""
     try:
         tree = sqlglot.parse_one(source, read="duckdb") if source else None
     except sqlglot.errors.ParseError:
         return None
-    if isinstance(tree, exp.Column):  # --from TABLE: every row and column
+    if isinstance(tree, exp.Column) and not tree.table:  # --from TABLE: every row and column
         return tree.name, None, [exp.Star()]
-    if (
-        isinstance(tree, exp.Select)
-        and isinstance(tree.args.get("from_") and tree.args["from_"].this, exp.Table)
-        and not any(tree.args.get(a) for a in ("joins", "group", "having", "with_", "distinct"))
+    if not isinstance(tree, exp.Select):
+        return None
+    table = tree.args.get("from_") and tree.args["from_"].this
+    if not isinstance(table, exp.Table) or any(
+        value for key, value in table.args.items() if key not in ("this", "alias")
     ):
-        table = tree.args["from_"].this
-        own = {table.name.lower(), table.alias_or_name.lower()}
-        where = tree.args.get("where")
-        projections = [_unqualified(p, own) for p in tree.expressions]
-        return table.name, where and _unqualified(where.this, own), projections
-    return None
+        return None
+    alias = table.args.get("alias")
+    if alias is not None and alias.args.get("columns"):
+        return None
+    shapes = ("joins", "group", "having", "distinct", "limit", "offset", "qualify", "with_",
+              "laterals", "sample", "pivots")  # fmt: skip
+    if any(tree.args.get(a) for a in shapes):
+        return None
+    if sum(t.name.lower() == table.name.lower() for t in tree.find_all(exp.Table)) != 1:
+        return None
+    own = {table.name.lower(), table.alias_or_name.lower()}
+    for query in tree.find_all(exp.Subquery, exp.Query):
+        if query is not tree and any(c.table.lower() in own for c in query.find_all(exp.Column)):
+            return None
+    projections = _row_projections(tree.expressions, own)
+    if projections is None:
+        return None
+    where = tree.args.get("where")
+    return table.name, where and _unqualified(where.this, own), projections
+
+
+def _row_projections(projections: list, own: set[str]) -> list | None:
+    """The projections unqualified, a star of the table (``*``, ``p.*``, ``* EXCLUDE (...)``)
+    as a plain ``*``; None when one is no function of its row (a window, an aggregate, a
+    subquery) or a star that renames or replaces columns."""
+    found = []
+    for projection in projections:
+        expression = projection.unalias()
+        star = expression if isinstance(expression, exp.Star) else None
+        if isinstance(expression, exp.Column) and isinstance(expression.this, exp.Star):
+            if expression.table.lower() not in own:
+                return None
+            star = expression.this
+        if star is not None:
+            if star.args.get("replace") or star.args.get("rename"):
+                return None
+            found.append(exp.Star())
+            continue
+        if expression.find(exp.AggFunc, exp.Window, exp.Query, exp.Subquery, exp.Star):
+            return None
+        found.append(_unqualified(projection, own))
+    return found
 
 
 def _projections(con, table: str, projections: list) -> dict[str, exp.Expr]:
-    """Output name (lower case) -> expression on the table's columns, for the projections
-    that are a function of their row (a plain ``*`` is every column of the table)."""
+    """Output name (lower case) -> expression on the table's columns (a ``*`` is every
+    column of the table); the projections are functions of their row (:func:`_population`)."""
     found: dict[str, exp.Expr] = {}
     for projection in projections:
-        if isinstance(projection, exp.Star) and not any(projection.args.values()):
+        if isinstance(projection, exp.Star):
             for (column,) in con.execute(
                 "SELECT column_name FROM duckdb_columns() WHERE schema_name = 'main' AND "
                 "lower(table_name) = ? ORDER BY column_index",
@@ -142,12 +223,7 @@ def _projections(con, table: str, projections: list) -> dict[str, exp.Expr]:
             ).fetchall():
                 found[column.lower()] = exp.column(column)
             continue
-        expression = projection.unalias()
-        if isinstance(expression, exp.Star) or expression.find(
-            exp.AggFunc, exp.Window, exp.Query, exp.Subquery, exp.Star
-        ):
-            continue
-        found[projection.alias_or_name.lower()] = expression.copy()
+        found[projection.alias_or_name.lower()] = projection.unalias().copy()
     return found
 
 
