@@ -214,6 +214,9 @@ def apply_policy(con, policy: Policy, applied_by: str) -> ApplyReport:
     problems = [f"{policy.source}: {p}" for p in database_problems(con, policy)]
     if problems:
         raise PolicyError(problems)
+    from sqlsdc.jobs.protect import refuse_pattern_differences  # jobs build on the catalog
+
+    refuse_pattern_differences(con, policy)  # a pattern next to the exact releases stored
     con.execute("BEGIN TRANSACTION")
     try:
         store.ensure_catalog(con)

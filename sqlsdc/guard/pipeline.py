@@ -38,7 +38,7 @@ from sqlsdc.planner.repeated_columns import RepeatedColumns
 from sqlsdc.planner.scopes import Analysis, Kind
 from sqlsdc.policy import AggregateKind, Method, Policy
 from sqlsdc.rewrite.cells import ACCURACY_PREFIXES, STATUS_PREFIX, protect_cells
-from sqlsdc.rewrite.ckm import PTableKey, PTableRef
+from sqlsdc.rewrite.ckm import PTableKey, PTableRef, refuse_many_lookups
 from sqlsdc.rewrite.dp import DpStage
 from sqlsdc.rewrite.key_size import refuse_long_keys
 from sqlsdc.rewrite.order import in_released_order, mark_analyst_scopes
@@ -289,6 +289,7 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
     multiplicity = prove_multiplicity(analysis, context.policy, context.unique_columns, sql)
     plan = plan_query(analysis, context.policy, context.unit_per_row, multiplicity)
     refuse_long_keys(plan.cells)
+    refuse_many_lookups(plan.cells)
     in_time()
     stages: dict[int, DpStage] = {}  # by id of the aggregation in ``tree``
     discarded: list[exp.Expr] = []  # parts of the rewrite's copy that it replaced

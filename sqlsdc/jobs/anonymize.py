@@ -43,13 +43,14 @@ from sqlsdc.errors import Error, MicrodataError, NotFoundError, SqlSyntaxError
 from sqlsdc.jobs.differencing import refuse_file_differences
 from sqlsdc.jobs.protect import (
     OUTPUT_SCHEMA,
+    JobSpec,
     _plain,
     check_output_name,
     dp_table_refusal,
     exact_tables,
     job_catalog,
 )
-from sqlsdc.jobs.record_files import file_release, uncomparable
+from sqlsdc.jobs.record_files import file_release, opaque_refusal, opaque_tables, stored_files
 from sqlsdc.microdata.microaggregation import il1s
 from sqlsdc.microdata.risk import interval_disclosure, linkage_rate, risk_summary
 from sqlsdc.microdata.steps import Step, apply_steps, parse_step
@@ -227,30 +228,38 @@ def _refuse_differences(con, policy, into: str, source: str, log, stored: pd.Dat
     (:func:`sqlsdc.jobs.differencing.refuse_file_differences`). It runs once the steps have
     run: which columns a local suppression blanked is in their log, and the cells its blanked
     values leave short are counted on its records (``stored``, registered for the check). A
-    query of a shape the check cannot compare (:func:`~sqlsdc.jobs.record_files.uncomparable`)
-    is refused where exact tables of a table it reads are stored (and, stored, it refuses
-    the later jobs of those tables)."""
+    file whose population is no WHERE on one table cannot be compared: next to an exact
+    table of a table it reads, it is refused."""
     label = f"the file {OUTPUT_SCHEMA}.{into}"
     records = "__sqlsdc_new_file"
     found = file_release(con, policy, label, source, log, list(stored.columns),
                          exp.table_(records, quoted=True))  # fmt: skip
-    if found is None:
-        for table in uncomparable(policy, source):
-            if exact_tables(con, policy, table):
-                raise MicrodataError(
-                    f"{label} would be read by a query whose population the differencing "
-                    f"check cannot compare with the exact tables of {table} stored before it "
-                    f"(only `SELECT ... FROM {table} WHERE ...`, its columns functions of "
-                    "their row, can be): its records could be differenced with their cells. "
-                    "Anonymise such a query instead"
-                )
-        return
-    table, release = found
-    con.register(records, stored)
-    try:
-        refuse_file_differences(con, policy, release, exact_tables(con, policy, table))
-    finally:
-        con.unregister(records)
+    if found is not None:
+        table, release = found
+        con.register(records, stored)
+        try:
+            refuse_file_differences(con, policy, release, exact_tables(con, policy, table))
+            _refuse_other_files(con, policy, table, release)
+        finally:
+            con.unregister(records)
+    for table in opaque_tables(policy, source):  # no WHERE on one table: nothing to compare
+        if others := exact_tables(con, policy, table):
+            raise MicrodataError(opaque_refusal(label, table, others[0][0]))
+
+
+def _refuse_other_files(con, policy, table: str, release) -> None:
+    """Refuse a file next to an anonymised file of its table stored before it (the one it
+    replaces too: its readers keep it) when the two differ by a few units in a cell: each
+    file's counts by its columns kept as they are, compared with the other's cells and cuts
+    (red team s38e: after the README's seniors file, band ``>=85``, a file of everyone aged
+    84+ banded at 84 gave the one person aged 84 of a cell). Not every cut of one is compared
+    with every cut of the other: a file's own bands count here only as its population."""
+    unit = policy.table(table).privacy_unit
+    mine = JobSpec(table, release.dims, None, unit, release.where)
+    for other in stored_files(con, policy, table):
+        theirs = JobSpec(table, other.dims, None, unit, other.where)
+        refuse_file_differences(con, policy, other, [(release.label, mine)])
+        refuse_file_differences(con, policy, release, [(other.label, theirs)])
 
 
 def _check(con, user: str, into: str, replace: bool):

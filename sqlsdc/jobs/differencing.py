@@ -21,11 +21,15 @@ columns) is compared with the inner cells of the other that cover its units, wha
 dimensions: a WHERE that fixes a dimension the other table groups by (``region = 'R01'``
 beside a table by region) makes its total a cell of the other (red team s38b: a job by sex
 over ``age >= 85 AND region = 'R01'`` and one by region over ``age >= 85`` less one
-municipality's person gave that person's income). Where the covering cells hold no unit of
-the cell's own population outside the cell (else they are no tighter than the cell's table's
-own margins, which its pattern protects), the cell and its cover must differ by none or by at
-least the minimum frequency of units on the side that differs (differences on both sides mix
-what the two groups add up to). Across more tables (:func:`refuse_isolated_groups`), a signed
+municipality's person gave that person's income). The cover less the cell is the cover's
+units outside the cell's population, less the cell's units outside the cover's, plus the
+cover's units of the cell's own release in its other inner cells: those of whole inner cells
+are its own published cells (or margins its pattern protects) and tell nothing new, those of
+inner cells the cover holds only in part count as a difference (red team s38e: a job of
+everyone aged 84 or over by region and education, less the README's file's band ``>=85`` of
+the same cell, was the one person aged 84 of the file's band 75-84). The rest must be none or
+at least the minimum frequency of units on the side that differs (differences on both sides
+mix what the two groups add up to). Across more tables (:func:`refuse_isolated_groups`), a signed
 sum of several may isolate a group that no pair does (T1 - T2 + T3 - T4 of four jobs over R02
 ∪ R03 ∪ {one person}, R02 ∪ R03 ∪ R04, R02 ∪ R04 and R02, red team s38b): in each cell that
 three or more of them publish, no combination of them may add up to a group of regions of
@@ -54,7 +58,11 @@ several tables of different dimensions beyond a cell and its cover (the signed s
 tables that group by a cell's dimensions, a file by its plain dimension columns); the two
 patterns together (a cell hidden in one table and published in the other, the attacker LP over
 both with non-negative differences): protecting linked tables of different populations needs
-one covering universe (red team s30f); and two anonymised files of one table.
+one covering universe (red team s30f); and two anonymised files of one table cut by cut (a new
+file's counts by its plain columns are compared with a stored file's cells and cuts and the
+other way, ``sqlsdc.jobs.anonymize``; a cut of one next to a cut of the other is not); and a
+replaced anonymised file, whose earlier readers keep it (a replaced or dropped job's earlier
+versions are compared: ``sqlsdc.jobs.protect.exact_tables``).
 
 A local suppression's blanked values are a cell of their own (:func:`_blanked_difference`):
 counted as they were, a file and an exact table of the same people by a blanked column differ
@@ -120,22 +128,24 @@ class Release:
         return self.exact is None or column.lower() in self.held
 
 
-def refuse_small_differences(con, policy: Policy, spec, others: list[Release]) -> None:
-    """Refuse the job ``spec`` (a :class:`~sqlsdc.jobs.protect.JobSpec`) when one of
-    ``others`` (same table and aggregate) and it hold a cell and the other's inner cells that
-    cover it whose populations differ, on one side only, by fewer units than the table's
-    minimum frequency (:func:`_smallest_difference`), when a file's blanked values leave one
-    of its cells that few units short (:func:`_blanked_difference`), or when with three or
-    more of them a signed sum isolates that few (:func:`refuse_isolated_groups`)."""
+def refuse_small_differences(
+    con, policy: Policy, spec, others: list[Release], label: str = "the job"
+) -> None:
+    """Refuse the job ``spec`` (a :class:`~sqlsdc.jobs.protect.JobSpec`; ``label`` names it)
+    when one of ``others`` (same table and aggregate) and it hold a cell and the other's inner
+    cells that cover it whose populations differ, on one side only, by fewer units than the
+    table's minimum frequency (:func:`_smallest_difference`), when a file's blanked values
+    leave one of its cells that few units short (:func:`_blanked_difference`), or when with
+    three or more of them a signed sum isolates that few (:func:`refuse_isolated_groups`)."""
     least = min_frequency(policy, spec.table)
     for other in others:
         found = _smallest_difference(con, spec, other, least)
         if found is not None:
-            raise TabularError(_message(spec.table, "the job", other.label, found, least))
+            raise TabularError(_message(spec.table, label, other.label, found, least))
         placed = _blanked_difference(con, spec, other, least)
         if placed is not None:
-            raise TabularError(_blanked_message(spec.table, "the job", other.label, placed, least))
-    refuse_isolated_groups(con, spec, others, least)
+            raise TabularError(_blanked_message(spec.table, label, other.label, placed, least))
+    refuse_isolated_groups(con, spec, others, least, label=label)
 
 
 def refuse_file_differences(con, policy: Policy, file: Release, tables: list) -> None:
@@ -495,21 +505,82 @@ def _uncovered(con, spec, cut: Side, cover: Side, least: int):
         .join(exp.to_table("__sizes").as_("s"), on=same("h", "s", inner), join_type="inner")
         .group_by(exp.column("__g", "h"), *(exp.column(k, "h") for k in keys))
     )
+    # the cut's inner cells (all its keys) that the cover of a cell holds only in part: their
+    # units there, outside the cell, are no sum of the cut's cells. An inner cell of one inner
+    # cell of the cover, all in its population, is whole in every cover that meets it: only
+    # the others (split) are looked at cell by cell
+    outside_cover = exp.Filter(
+        this=units("__x").this, expression=exp.Where(this=exp.not_(exp.column("__in_v")))
+    )
+
+    def count(expression: exp.Expr) -> exp.Expr:
+        return exp.Count(this=expression)
+
+    spans = [exp.GT(this=outside_cover, expression=exp.Literal.number(0))] + [
+        exp.or_(  # two values of a key of the cover, NULL one of them
+            exp.GT(this=count(exp.Distinct(expressions=[exp.column(v)])),
+                   expression=exp.Literal.number(1)),
+            exp.and_(exp.GT(this=count(exp.column(v)), expression=exp.Literal.number(0)),
+                     exp.LT(this=count(exp.column(v)), expression=count(exp.Star()))),
+        ) for v in inner
+    ]  # fmt: skip
+    whole = exp.select(*map(exp.column, keys), units("__all"), exp.or_(*spans).as_("__split"))
+    whole = whole.from_("__r").where(exp.column("__in_c"))
+    whole = whole.group_by(*map(exp.column, keys)) if keys else whole
+    split = exp.select(*(exp.column(k, "r") for k in keys), exp.column("__u", "r"))
+    split = split.select(exp.column("__in_c", "r"), exp.column("__in_v", "r"))
+    split = split.select(*(exp.column(v, "r") for v in inner))
+    split = split.from_(exp.to_table("__r").as_("r"))
+    split = split.join(exp.to_table("__whole").as_("w"), on=same("r", "w", keys), join_type="inner")
+    split = split.where(exp.column("__split", "w"))
+    n = len(keys)
+    in_cell = [exp.or_(
+        exp.BitwiseAnd(this=exp.column("__g", "h"), expression=exp.Literal.number(1 << (n - 1 - j)))
+        .neq(0),
+        exp.NullSafeEQ(this=exp.column(k, "r"), expression=exp.column(k, "h")),
+    ) for j, k in enumerate(keys)]  # fmt: skip
+    elsewhere = exp.not_(exp.and_(*in_cell)) if keys else exp.false()  # a row outside the cell
+    met = (
+        exp.select(
+            exp.column("__g", "h"),
+            *(exp.column(k, "h").as_(f"__h{j}") for j, k in enumerate(keys)),
+            *(exp.column(k, "r") for k in keys),
+            exp.Count(this=exp.Distinct(expressions=[exp.column("__u", "r")])).as_("__met"),
+        )
+        .from_(exp.to_table("__split").as_("r"))
+        .join(exp.to_table("__hits").as_("h"), on=same("r", "h", inner), join_type="inner")
+        .where(exp.and_(exp.column("__in_c", "r"), exp.column("__in_v", "r"), elsewhere))
+        .group_by(
+            exp.column("__g", "h"),
+            *(exp.column(k, "h") for k in keys),
+            *(exp.column(k, "r") for k in keys),
+        )
+    )
+    parts = (
+        exp.select(
+            exp.column("__g", "m"),
+            *(exp.column(f"__h{j}", "m").as_(k) for j, k in enumerate(keys)),
+            exp.Sum(this=exp.column("__met", "m")).as_("__part"),
+        )
+        .from_(exp.to_table("__met").as_("m"))
+        .join(exp.to_table("__whole").as_("w"), on=same("m", "w", keys), join_type="inner")
+        .where(exp.column("__met", "m") < exp.column("__all", "w"))
+        .group_by(exp.column("__g", "m"), *(exp.column(f"__h{j}", "m") for j in range(n)))
+    )
     zero = exp.Literal.number(0)
     outside = exp.Sub(this=exp.column("__n", "c"), expression=exp.column("__both", "o"))
     # units of the covering cells outside the cut's population, and inside it but not in the
-    # cell: with any of the latter the cover is no tighter than the cut table's own margins,
-    # which the pattern (or the linked audit) already protects
+    # cell where they are parts of the cut's inner cells (whole inner cells of the cut are its
+    # own published cells, or margins its pattern protects: red team s38e, the one person
+    # aged 84 of a job's cell was the file's band 75-84 cut by the job)
     excess = exp.Sub(this=exp.column("__covered", "o"), expression=exp.column("__inside", "o"))
     outside = zero.copy() if cut_known else outside
     excess = zero.copy() if cover_known else excess
-    beside = exp.Sub(this=exp.column("__inside", "o"), expression=exp.column("__both", "o"))
-    one_side = exp.and_(
-        beside.eq(0),
-        exp.or_(
-            exp.and_(outside.copy().eq(0), excess.copy().between(1, least - 1)),
-            exp.and_(excess.copy().eq(0), outside.copy().between(1, least - 1)),
-        ),
+    part = exp.Coalesce(this=exp.column("__part", "p"), expressions=[zero.copy()])
+    excess = exp.Add(this=exp.paren(excess), expression=part)
+    one_side = exp.or_(
+        exp.and_(outside.copy().eq(0), excess.copy().between(1, least - 1)),
+        exp.and_(excess.copy().eq(0), outside.copy().between(1, least - 1)),
     )
     coarsest_first = exp.Ordered(this=exp.column("__g", "c"), desc=True)
     select = (
@@ -525,6 +596,11 @@ def _uncovered(con, spec, cut: Side, cover: Side, least: int):
             on=exp.and_(exp.column("__g", "c").eq(exp.column("__g", "o")), same("c", "o", keys)),
             join_type="inner",
         )
+        .join(
+            exp.to_table("__parts").as_("p"),
+            on=exp.and_(exp.column("__g", "c").eq(exp.column("__g", "p")), same("c", "p", keys)),
+            join_type="left",
+        )
         .where(one_side)
         .order_by(coarsest_first, *(exp.column(k, "c") for k in keys))  # one message
         .limit(1)
@@ -535,6 +611,10 @@ def _uncovered(con, spec, cut: Side, cover: Side, least: int):
         ("__sizes", sizes),
         ("__cells", cells),
         ("__covered", covered),
+        ("__whole", whole),
+        ("__split", split),
+        ("__met", met),
+        ("__parts", parts),
     ):
         select = select.with_(name, as_=body)
     row = next(iter(con.execute(select.sql("duckdb")).fetchall()), None)

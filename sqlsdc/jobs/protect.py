@@ -62,7 +62,7 @@ from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import Error, SqlSyntaxError, TabularError, VerificationError
 from sqlsdc.jobs.differencing import Release, refuse_small_differences
 from sqlsdc.jobs.linked_audit import audit_linked
-from sqlsdc.jobs.record_files import stored_files
+from sqlsdc.jobs.record_files import opaque_files, opaque_refusal, stored_files
 from sqlsdc.policy import ColumnRole, Policy, load_policy
 from sqlsdc.tabular.model import TOTAL, Hierarchy, Table
 from sqlsdc.tabular.rules import (
@@ -941,6 +941,8 @@ def _exact_releases(con, policy: Policy, spec: JobSpec) -> list[Release]:
     (:func:`~sqlsdc.jobs.record_files.stored_files`; red team s37c: a file of everyone aged
     85 or over, income only top-coded far above any income, less a suppression job's total of
     the same people but one, gave that person's income and so named their record)."""
+    if opaque := opaque_files(con, policy, spec.table):
+        raise TabularError(opaque_refusal(f"the file {opaque[0]}", spec.table, "the job"))
     found = [
         Release(label, theirs.where, theirs.dims)
         for label, theirs in exact_tables(con, policy, spec.table)
@@ -948,6 +950,35 @@ def _exact_releases(con, policy: Policy, spec: JobSpec) -> list[Release]:
     ]
     files = stored_files(con, policy, spec.table)
     return found + [f for f in files if spec.measure is None or f.holds(spec.measure)]
+
+
+def refuse_pattern_differences(con, policy: Policy) -> None:
+    """Refuse a policy whose suppression pattern of a table (the guard's, which analysts read
+    live and ``sqlsdc publish`` releases) differs from an exact table or an anonymised file of
+    that table already stored by a few units in a cell both hold: the other order of the
+    check a job or a file gets against the pattern in force (red team s38e: a file of every
+    person aged 1 or over, then suppression by geography x sex switched on, gave 90 cells of
+    1-4 persons aged 0, and their incomes, as the pattern's cell less the file's)."""
+    if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'sqlsdc' AND "
+                       "table_name = 'outputs'").fetchone()[0]:  # fmt: skip
+        return  # no catalog yet: nothing stored
+    for declared in policy.confidential_tables:
+        if declared.suppression is None:
+            continue
+        label = _pattern_label(declared.name)
+        if opaque := opaque_files(con, policy, declared.name):
+            raise TabularError(opaque_refusal(f"the file {opaque[0]}", declared.name, label))
+        found = exact_tables(con, policy, declared.name)
+        files = stored_files(con, policy, declared.name)
+        for pattern in (spec for name, spec in found if name == label):
+            others = [Release(name, theirs.where, theirs.dims) for name, theirs in found
+                      if name != label and theirs.measure == pattern.measure]  # fmt: skip
+            others += [f for f in files if pattern.measure is None or f.holds(pattern.measure)]
+            refuse_small_differences(con, policy, pattern, others, label)
+
+
+def _pattern_label(table: str) -> str:
+    return f"the suppression pattern of {table}"
 
 
 def exact_tables(con, policy: Policy, table: str) -> list[tuple[str, JobSpec]]:
@@ -964,7 +995,7 @@ def exact_tables(con, policy: Policy, table: str) -> list[tuple[str, JobSpec]]:
     declared = policy.table(table)
     if declared.suppression is not None:
         universe = universe_of(policy, declared.name)
-        label = f"the suppression pattern of {declared.name}"
+        label = _pattern_label(declared.name)
         for aggregate in universe.aggregates:
             measure = None if aggregate == COUNT else aggregate
             pattern = JobSpec(declared.name, universe.columns, measure, universe.unit, None)

@@ -12,12 +12,13 @@ population as the WHERE of its query, its exact columns as expressions on the ta
 A file's cells are those of every exact column that reads a dimension of the table, under
 whatever name its query gives it (red team s38b: ``education AS e``; a file's (R01, education)
 sums next to a job by region over one education). A file read by a query of another shape (a
-derived table, a join, a union, a GROUP BY, a LIMIT, the table read again in a subquery, a
-column computed by a window, an aggregate or a subquery) is a population or a column that
-cannot be written on the table's rows: it cannot be compared, so it refuses the jobs of the
-tables it reads (:func:`stored_files`; red team s38b: ``FROM (SELECT * FROM persons) AS p
-WHERE age >= 85`` kept a file out of the check), and an anonymisation job of such a query is
-refused where exact tables of those tables are stored (:func:`uncomparable`).
+derived table, a CTE, a join, a union, a GROUP BY, a LIMIT, the table read again in a
+subquery, a column computed by a window, an aggregate or a subquery) is a population or a
+column that cannot be written on the table's rows: it cannot be compared, so such a file and
+an exact table of a table it reads are refused together, whichever comes second
+(:func:`opaque_tables`, :func:`opaque_files`; red teams s38b and s38e: ``FROM (SELECT * FROM
+persons) AS p WHERE age >= 85``, or the same people as a CTE, a join with a public table or a
+union, kept a file out of the check).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from collections.abc import Sequence
 import sqlglot
 from sqlglot import exp
 
-from sqlsdc.errors import TabularError
 from sqlsdc.jobs.differencing import Release
 from sqlsdc.microdata.steps import Step, exact_columns, parse_step
 from sqlsdc.policy import ColumnRole, Policy
@@ -37,11 +37,62 @@ OUTPUT_SCHEMA = "protected"  # as sqlsdc.jobs.protect's
 
 
 def stored_files(con, policy: Policy, table: str) -> list[Release]:
-    """The anonymised files of ``table`` stored in ``protected``, labelled by their names.
+    """The anonymised files of ``table`` stored in ``protected``, labelled by their names."""
+    found = []
+    for name, source, log, columns, records in _stored(con):
+        if log is None:  # unreadable: refused beside exact tables (opaque_files)
+            continue
+        release = file_release(con, policy, name, source, log, columns, records)
+        if release is not None and release[0].lower() == table.lower():
+            found.append(release[1])
+    return found
 
-    Raises:
-        TabularError: a stored file reads ``table`` by a query it cannot compare
-            (:func:`uncomparable`; a record it cannot read counts as one)."""
+
+def opaque_files(con, policy: Policy, table: str) -> list[str]:
+    """The names of the anonymised files stored that read ``table`` by a query whose
+    population is no WHERE on one table (:func:`opaque_tables`): files the check cannot
+    compare, so that an exact table of ``table`` next to them is refused. A file whose
+    request or step log cannot be read counts as one (fail closed)."""
+    return [name for name, source, log, *_file in _stored(con) if log is None
+            or table.lower() in {t.lower() for t in opaque_tables(policy, source)}]  # fmt: skip
+
+
+def opaque_tables(policy: Policy, source: str | None) -> list[str]:
+    """The confidential tables of ``policy`` that a file's ``source`` reads when its population
+    cannot be written as a WHERE on one table (a derived table, a CTE, a join, a union: red
+    team s38e, the same people as ``SELECT * FROM persons WHERE age >= 85`` written as a
+    subquery escaped the check), or a column no function of its row; none when it can
+    (:func:`_population`). A source that does not parse reads them all (fail closed)."""
+    if _population(source) is not None:
+        return []
+    try:
+        tree = sqlglot.parse_one(source, read="duckdb") if source else None
+    except sqlglot.errors.ParseError:
+        tree = None
+    if tree is None:
+        return [t.name for t in policy.confidential_tables]
+    read = {t.name.lower() for t in tree.find_all(exp.Table)}
+    if isinstance(tree, exp.Column):  # --from schema.table
+        read.add(tree.name.lower())
+    return [t.name for t in policy.confidential_tables if t.name.lower() in read]
+
+
+def opaque_refusal(file: str, table: str, other: str) -> str:
+    """The message refusing ``file`` (an opaque file of ``table``) next to ``other``."""
+    return (
+        f"{file} reads {table} by a query whose population is no WHERE on {table} (a derived "
+        "table, a CTE, a join, a union, a grouping, a LIMIT) or whose columns are no functions "
+        f"of their row, so the differencing check cannot compare its exact tables with "
+        f"{other}, an exact table of {table}: the two could differ by a few units in a cell. "
+        f"Write the file's query as SELECT columns FROM {table} WHERE condition, its columns "
+        "functions of their row"
+    )
+
+
+def _stored(con):
+    """``(name, source, step log, stored columns, its records)`` of every anonymised file
+    stored in ``protected``; source and log None when its request or report cannot be
+    read."""
     stored = {
         f"{schema}.{name}".lower(): name
         for schema, name in con.execute(
@@ -49,7 +100,6 @@ def stored_files(con, policy: Policy, table: str) -> list[Release]:
             [OUTPUT_SCHEMA],
         ).fetchall()
     }
-    found = []
     for name, request, report in con.execute(
         "SELECT name, sql_text, report FROM sqlsdc.outputs WHERE method = 'anonymize' ORDER BY name"
     ).fetchall():
@@ -59,15 +109,7 @@ def stored_files(con, policy: Policy, table: str) -> list[Release]:
             source = json.loads(request).get("from")
             log = json.loads(report)["steps"]
         except (ValueError, AttributeError, TypeError, KeyError):
-            source, log = None, None
-        if log is None or table.lower() in (t.lower() for t in uncomparable(policy, source)):
-            raise TabularError(
-                f"{name} is an anonymised file of {table} read by a query whose population "
-                "this job cannot compare with its own (only `SELECT ... FROM "
-                f"{table} WHERE ...`, its columns functions of their row, can be): its "
-                f"records could be differenced with this table's cells. Drop {name}, or "
-                "store it again from such a query"
-            )
+            source, log = None, None  # unreadable: opaque (opaque_files), never compared
         columns = [
             c
             for (c,) in con.execute(
@@ -76,30 +118,7 @@ def stored_files(con, policy: Policy, table: str) -> list[Release]:
             ).fetchall()
         ]
         records = exp.table_(stored[name.lower()], db=OUTPUT_SCHEMA, quoted=True)
-        release = file_release(con, policy, name, source, log, columns, records)
-        if release is not None and release[0].lower() == table.lower():
-            found.append(release[1])
-    return found
-
-
-def uncomparable(policy: Policy, source: str | None) -> list[str]:
-    """The confidential tables of ``policy`` that a file made from ``source`` reads in a way
-    :func:`file_release` cannot write as the exact tables of one table's rows: every one it
-    reads when its query is of another shape, none otherwise; a source that cannot be parsed
-    may read any of them."""
-    if _population(source) is not None:
-        return []
-    confidential = [t.name for t in policy.confidential_tables]
-    try:
-        tree = sqlglot.parse_one(source, read="duckdb") if source else None
-    except sqlglot.errors.ParseError:
-        tree = None
-    if tree is None:
-        return confidential
-    read = {t.name.lower() for t in tree.find_all(exp.Table)}
-    if isinstance(tree, exp.Column):
-        read.add(tree.name.lower())
-    return [t for t in confidential if t.lower() in read]
+        yield name, source, log, columns, records
 
 
 def file_release(
@@ -110,7 +129,7 @@ def file_release(
     job was given it) by the steps of ``log`` (one record per step, as the job logs and
     reports them) with ``columns`` stored (its records: ``records``), as a release of its
     source table; None when its population is no WHERE on a confidential table of
-    ``policy`` (:func:`uncomparable` says which tables such a query reads).
+    ``policy`` (:func:`opaque_tables` says which tables such a query reads).
 
     Its cuts are its exact columns that read a dimension of the table, whatever else they
     read and whatever they are named, or are recoded (a table is cut by dimensions; an

@@ -127,7 +127,7 @@ _COUNTS_REVEALED_BY = (
     (Method.ROUND, frozenset({Method.THRESHOLD, Method.CKM}), "are rounded",
      "its SUM over its AVG is the exact count of contributors",
      "rounds", "too (protection.magnitudes: {method: round, base: ...})"),
-    # red team s37d / session 38: beside CKM counts a sum of values a query pins is v·n, exact
+    # red teams s37d and s38a: beside CKM counts a sum of values a query pins is v·n, exact
     # (threshold) or rounded to a base below v, so `SUM(age) ... WHERE age = 94` told the count
     # the noise hides (and the threshold rule's SUM / AVG is that count); a rounded sum is
     # published over a rounded count (sqlsdc.rewrite.round), and there is none beside CKM

@@ -219,7 +219,8 @@ def _lift(cells: Cells, frame: Frame, *, with_accuracy: bool = False) -> exp.Sel
     _check_lifted(outer, cells)
     if plan.with_status:  # one per position, so that branches of a set operation line up
         for position, projection in enumerate(select.expressions):
-            used = [i for i, a in enumerate(cells.aggregates) if _inside(a, projection)]
+            inside = {id(n) for n in projection.walk()}  # one walk per projection, not one per
+            used = [i for i, a in enumerate(cells.aggregates) if id(a) in inside]  # aggregate
             status = _status(used, frame) if used else exp.cast(exp.null(), "VARCHAR")
             outer.append("expressions", exp.alias_(status, f"{STATUS_PREFIX}{position}"))
         if with_accuracy:
@@ -263,10 +264,6 @@ def _status(used: list[int], frame: Frame) -> exp.Expr:
     condition = exp.and_(*[frame.published(i) for i in used])
     ifs.append(exp.If(this=condition, true=exp.Literal.string(PUBLISHED)))
     return exp.Case(ifs=ifs, default=exp.Literal.string(SUPPRESSED))
-
-
-def _inside(node: exp.Expr, container: exp.Expr) -> bool:
-    return any(n is node for n in container.walk())
 
 
 def _replace_own(node, keys, groupings, aggregates, protected_value) -> exp.Expr:

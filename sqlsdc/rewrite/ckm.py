@@ -37,14 +37,14 @@ SQL built as sqlglot AST, the same on DuckDB and Spark.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from sqlglot import exp
 
 from sqlsdc.catalog.ptables import KEY_MODULUS, PTableKey, PTableRef
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.planner.normal_form import STATISTIC
-from sqlsdc.planner.plan import ProtectedAggregate
+from sqlsdc.planner.plan import CellPlan, ProtectedAggregate
 from sqlsdc.policy import AggregateKind, Method, Policy
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, unit_count, when_present
 from sqlsdc.rewrite.ckm_magnitudes import PREV, PTABLE_ENTRIES, MagnitudeLayers, ptable_ref
@@ -54,6 +54,38 @@ from sqlsdc.rewrite.sql import any_, at_least_column, missing, mul_expr, number
 from sqlsdc.rewrite.threshold import at_least
 
 MECHANISM = "ckm"
+
+MAX_PTABLE_LOOKUPS = 64
+"""The most perturbation-table lookups the cell-key frames of one statement may join: one per
+statistic for its count, and two per contributor of a magnitude's top k. Each is a LEFT JOIN in
+a layer that carries every statistic's columns, and DuckDB binds and plans such a frame in time
+that grows with about the cube of its statistics, before it runs anything and beyond the
+statement timeout's reach, holding Python's GIL (every thread of a server stops): 64 CKM sums
+of one aggregation took 28 s of CPU, 300 ran 600 s under a 30 s timeout (red team s38a). 64
+lookups (64 counts, 21 sums, 12 sums of a top-2 table) bind in about a second."""
+
+
+def refuse_many_lookups(cells: Iterable[CellPlan]) -> None:
+    """Refuse a statement whose cell-key frames would join more than :data:`MAX_PTABLE_LOOKUPS`
+    perturbation-table rows (see there), before anything is rewritten or run."""
+    lookups = 0
+    for cell in cells:
+        if cell.mechanism is not Method.CKM:
+            continue
+        for aggregate in cell.aggregates:
+            if aggregate.rule.method is Method.CKM:
+                magnitude = aggregate.rule.magnitude
+                contributors = magnitude.top_k if magnitude is not None else 1
+                lookups += 1 + (2 * contributors if aggregate.kind is AggregateKind.MAGNITUDES
+                                else 0)  # fmt: skip
+    if lookups > MAX_PTABLE_LOOKUPS:
+        raise PolicyViolation(
+            f"the statement asks for too many statistics protected by the cell key method at "
+            f"once: they need {lookups:,} perturbation-table lookups, at most "
+            f"{MAX_PTABLE_LOOKUPS:,} (a count needs one, a sum or mean three or more)",
+            "ask the statistics in several statements",
+            "",
+        )
 
 
 def ckm_frame(policy: Policy, ptables: Mapping[PTableKey, PTableRef]):

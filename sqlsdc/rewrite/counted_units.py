@@ -24,7 +24,9 @@ noise of one count under every filter that dropped some of its persons and kept 
 and not that of its persons' ``COUNT(*)``. The mix is keyed (124 secret bits, never in the SQL
 text) but not a cryptographic PRF; the values it mixes are identifiers, which a query can
 neither filter on nor compute. The same value is one unit in every table that names it when
-those columns have one type (``hash`` reads the type: an INTEGER 5 and a BIGINT 5 key apart).
+those columns hold it alike: DuckDB's ``hash`` of an integer is the same at every width
+(INTEGER, BIGINT, HUGEINT, DECIMAL of scale 0 hash 5 alike, red team s38e), but a VARCHAR '5'
+keys apart from 5.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ what it does with the others.
 
 A file is compared as the exact tables of its population (a WHERE on one table) and of its
 unperturbed columns that read a dimension (:mod:`sqlsdc.jobs.record_files`); a query of
-another shape cannot be, so a stored one refuses the jobs of the tables it reads and a new one
-is refused where exact tables of them are stored (red team s38b). A file also takes part in
+another shape cannot be, so it and an exact table of a table it reads are refused together,
+whichever comes second (red teams s38b and s38e). A file also takes part in
 the signed sums of three or more exact tables, whichever is stored last.
 """
 
@@ -17,7 +17,7 @@ from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import MicrodataError, TabularError
 from sqlsdc.jobs.anonymize import anonymize
 from sqlsdc.jobs.protect import protect_query
-from sqlsdc.jobs.record_files import _population, uncomparable
+from sqlsdc.jobs.record_files import _population, opaque_tables
 
 POLICY = demo_policy()  # persons and households, both confidential
 
@@ -35,7 +35,7 @@ POLICY = demo_policy()  # persons and households, both confidential
 )
 def test_a_plain_population_of_one_table_is_comparable(source):
     assert _population(source) is not None
-    assert uncomparable(POLICY, source) == []
+    assert opaque_tables(POLICY, source) == []
 
 
 @pytest.mark.parametrize(
@@ -57,13 +57,13 @@ def test_a_plain_population_of_one_table_is_comparable(source):
         "not sql at all (",
     ],
 )
-def test_a_query_of_another_shape_is_uncomparable_for_the_tables_it_reads(source):
+def test_a_query_of_another_shape_is_opaque_for_the_tables_it_reads(source):
     """A derived table, a LIMIT, a sample, DISTINCT, the table read again or a correlated
     subquery (its ``p.`` could not be dropped without rebinding it), a window, a star that
     replaces a column, column aliases of the table, a union, another schema's table: none is
     a WHERE on the rows of one table. An unreadable source may read any table."""
     assert _population(source) is None
-    found = uncomparable(POLICY, source)
+    found = opaque_tables(POLICY, source)
     assert "persons" in found
     assert ("households" in found) == ("households" in source or source.endswith("("))
 
@@ -76,7 +76,7 @@ def test_a_new_file_of_another_shape_is_refused_next_to_an_exact_table(jobs_demo
     file, which the check could not compare: refused, and nothing stored."""
     protect_query(jobs_demo_db, "admin", "SELECT sex, SUM(income) FROM persons WHERE age >= 85 "
                   "GROUP BY sex", into="incomes")  # fmt: skip
-    with pytest.raises(MicrodataError, match="cannot compare with the exact tables of persons"):
+    with pytest.raises(MicrodataError, match="population is no WHERE on persons"):
         anonymize(jobs_demo_db, user="admin", into="aged_file", sql=AGED,
                   steps=["topcode:income:upper=1e9"])  # fmt: skip
     con = open_database(jobs_demo_db)

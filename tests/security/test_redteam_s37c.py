@@ -405,9 +405,8 @@ def test_the_seniors_file_then_old_people(jobs_demo_db):
     _seniors(jobs_demo_db, "65/75/85")
     with pytest.raises(
         TabularError,
-        match=r"protected\.seniors_r01 overlap and differ by only "
-        r"\d unit.* that protected\.seniors_r01 counts and the job does not",
-    ):
+        match=r"protected\.seniors_r01 overlap and differ by only \d unit",
+    ):  # the first cell found may be either side's (s38e: a cut of a cell the job splits)
         _old_people(jobs_demo_db)
 
 

@@ -1,0 +1,415 @@
+"""Red team s38e: the three changes merged in session 38, attacked with an analyst's guarded
+connection (rounding mean before sum; the counted-units key) and as an admin running jobs in
+the order a careless office would (anonymised files in the jobs' differencing check).
+
+Closed here (each test failed before its fix):
+
+- **A job that splits a band of a file, less the band above.** The README's seniors file (R01
+  aged 65+, age banded 65/75/85) and a suppression job of everyone aged 84+ by region and
+  education: the job's (R01, upper secondary), 60, less the file's (R01, upper secondary,
+  ``>=85``), 59, is the one person aged 84. The check compared a job's cell with a file's cut
+  only for the file's units outside the job; now a cell is compared with the other release's
+  inner cells that cover it, and the units of those cells that lie in the cell's own release
+  but in another of its inner cells, only partly covered (the file's band 75-84 less its
+  84-year-old), count as a difference (``sqlsdc.jobs.differencing._uncovered``, after the
+  merge with red team s38b's covering cells). Both orders; a job along the file's bands is
+  still stored.
+- **A release, then suppression switched on.** A file of everyone aged 1+ (income only
+  top-coded), or an exact job of their counts, stored under the threshold policy, then
+  ``admin.apply`` of suppression by geography x sex: the pattern's cell less the file's gave
+  90 cells of 1-4 persons aged 0 (and their incomes). The check ran only when a job or a file
+  was stored; ``apply_policy`` now checks each suppression pattern against the exact tables
+  and files stored (``sqlsdc.jobs.protect.refuse_pattern_differences``).
+- **A file whose query is not a plain WHERE.** s37c's file of everyone aged 85+ written as a
+  derived table, a CTE, a join with a public table or a UNION ALL was left out of the check,
+  next to the suppression job of the same people but one, in either order. Such a file cannot
+  be compared: it is refused next to an exact table of a table it reads, and a job (or a
+  pattern) next to it (``sqlsdc.jobs.record_files.opaque_tables``); alone it is stored.
+- **Two anonymised files of one table** were not compared: after the seniors file, a file
+  of everyone aged 84+ banded at 84 gave the person aged 84 again (either order). Each
+  file's counts by its plain columns are now compared with the other's cells and cuts
+  (``sqlsdc.jobs.anonymize._refuse_other_files``).
+
+Left open (strict xfail):
+
+- **A rounded pinned sum diluted by zeros tells the count** (design). ``SUM(age) WHERE
+  (municipality = M AND age = 94) OR age = 0``: the 144 babies add 0 to S and 144 to n, so
+  n̂/n is within 4 % of 1 and the sum is R_100(94·k) give or take 25: k exactly in most
+  municipalities (R02-M018: 700, so 7, where COUNT shows 5 or 10; single persons too). Mean
+  before sum's error is the mean times the count's rounding; it needs one that scales with the
+  largest contributions. Any small known value dilutes as well as 0 does.
+- **One income padded with zero incomes** (design, older than session 38): ``SUM(income)
+  WHERE (municipality = M AND age = 94) OR income = 0`` passes the frequency rule on 1,877
+  zero incomes and is the lone 94-year-old's income rounded to 100 (exact under the
+  threshold rule), where the cell alone is suppressed: no dominance rule for either.
+- **A replaced file is forgotten by the check**, though its readers keep it: the job of aged
+  84+ after the seniors file was replaced by one without age is stored (needs the files'
+  history; a replaced job's earlier versions are read from the jobs' audit entries since red
+  team s38b, and the job after an exact table of aged 85+ replaced by one of aged 60+ is
+  refused: test below). Two files are compared cut against cell, not cut against cut.
+- Not a test (an observation): an orphan's key is the keyed mix (quadratic maps mod a prime,
+  not a PRF) of ``hash`` of a stored value an analyst may know, where the mix had only
+  secret cell keys as inputs before; its outputs show only through a cell's noise or
+  rounding coin, and no practical recovery of the constants was found. A keyed hash (e.g.
+  ``sha256`` of a secret joined from the catalog and the value) would remove the question.
+- Not a test (a timing): the check's CUBE over a file's exact cut columns is exponential. A
+  20,000-row table with a job stored, then a file of every column (microaggregated measure):
+  6 dimensions 0.65 s CPU, 10 dimensions 6 s, 12 dimensions 30 s CPU (82 s wall); each later
+  job and ``admin.apply`` repeats it per stored file.
+
+Tried and held: rounding (20,000-person demo, counts base 5 unbiased, magnitudes base 100) —
+NULL rows added to a cell (``OR income IS NULL``) change neither n nor the key (the key sums
+records where the argument is present); HAVING/ORDER BY on SUM read the published values;
+``SUM(CASE ... ELSE 0 END)`` refused (pads the cell); negation, products and exact arithmetic
+that can overflow refused; constants and ``* 1e300`` applied after protection; a sum over a
+join whose rows repeat refused; an all-NULL cell gives NULL count, sum and mean alike (no
+oracle); a count published as 0 gives sum 0 and AVG NULL. Counted units — every spelling
+(join either way, derived table) of the households of a region gives one answer, and under
+rounding so do the households of a scheme's recipients through benefits ⋈ persons (⋈
+households), in either order and over any months; an
+identifier cast, a CASE or an arithmetic on it, DISTINCT rows, IN subqueries, ``hash()``, the
+catalog's ``sqlsdc.ckm_mix``, the alias ``__mix`` and its columns are refused; integer widths
+of a reference hash alike in DuckDB (INTEGER, BIGINT, HUGEINT, DECIMAL of scale 0: one orphan
+key; VARCHAR does not, which needs the admin to store references with two types); keys are
+distinct per table, so SUM(DISTINCT key) loses no unit. Files — populations written two ways
+(``age >= 65``, ``NOT age < 65``) are compared by row membership; a band of a dimension written
+in SQL (``CASE WHEN age >= 85 ...``) is a cut like a recode (test below); ORDER BY and LIMIT
+in a file's query keep its WHERE.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+import sqlsdc
+from sqlsdc import admin
+from sqlsdc.demo.build import demo_policy
+from sqlsdc.engines.duckdb import open_database
+from sqlsdc.errors import MicrodataError, TabularError
+from sqlsdc.jobs.anonymize import anonymize
+from sqlsdc.jobs.protect import protect_query
+from sqlsdc.policy import load_policy
+from sqlsdc.tabular.rules import FrequencyRule
+
+# ------------------------------------------ a job that splits a band of an anonymised file
+
+SENIORS = "SELECT * FROM persons WHERE region = 'R01' AND age >= 65"
+
+
+def _seniors(db):
+    """The README's file: R01 aged 65 or over, age banded 65/75/85 (exact band counts)."""
+    return anonymize(db, user="admin", into="seniors_r01", sql=SENIORS, seed=7,
+                     steps=["recode:age:breaks=65/75/85", "microaggregate:income:k=5"])  # fmt: skip
+
+
+def _aged(db, least: int):
+    """Everyone aged ``least`` or over by region and education, suppression at 5."""
+    return protect_query(db, "admin", "SELECT region, education, COUNT(*) FROM persons WHERE "
+                         f"age >= {least} GROUP BY region, education", into=f"aged_{least}",
+                         rules=[FrequencyRule(5)])  # fmt: skip
+
+
+def _aged_84_of_r01(db) -> dict:
+    con = open_database(db)
+    try:
+        return dict(con.execute("SELECT CAST(education AS VARCHAR), count(*) FROM persons WHERE "
+                                "region = 'R01' AND age = 84 GROUP BY 1").fetchall())  # fmt: skip
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("first", ["file", "job"])
+def test_a_job_that_splits_a_band_less_the_band_above_it(jobs_demo_db, first):
+    """The README's seniors file (R01 aged 65+, age banded 65/75/85), and a suppression job of
+    everyone aged 84 or over by region and education: the job's cell (R01, upper secondary),
+    60 persons, less the file's cell (R01, upper secondary, >=85), 59, is the one person aged
+    84. The check compared the job's cell with the file's same cell (65+: 117 more, on the
+    file's side, allowed) and with its cuts only for the file's units outside the job, so
+    the job was stored, in either order. The check refuses it now at the first cell it meets
+    (R01, lower secondary: the file's cells that cover the job's hold 5 persons aged 75-83
+    too); the coarser file of the next test shows the band itself."""
+    assert _aged_84_of_r01(jobs_demo_db)["upper_secondary"] == 1
+    if first == "file":
+        _seniors(jobs_demo_db)
+        with pytest.raises(TabularError, match=r"seniors_r01 overlap and differ by only \d unit"):
+            _aged(jobs_demo_db, 84)
+    else:
+        _aged(jobs_demo_db, 84)
+        with pytest.raises(MicrodataError, match=r"seniors_r01 overlap and differ by only \d unit"):
+            _seniors(jobs_demo_db)
+
+
+@pytest.mark.parametrize("first", ["file", "job"])
+def test_a_band_written_in_sql_is_a_cut_too(jobs_demo_db, first):
+    """The seniors' band written as a CASE in the file's query (and its population as ``NOT
+    age < 65``), no other column but region and education: the same cut, refused at the band
+    ``85+`` itself, in either order."""
+
+    def file():
+        anonymize(jobs_demo_db, user="admin", into="band_file", seed=7,
+                  sql="SELECT region, education, CASE WHEN age >= 85 THEN '85+' ELSE '65-84' END "
+                  "AS band FROM persons WHERE region = 'R01' AND NOT age < 65",
+                  steps=["suppress:region,education,band:k=1"])  # fmt: skip
+
+    if first == "file":
+        file()
+        with pytest.raises(TabularError, match=r"differ by only \d unit.*band = '85\+'"):
+            _aged(jobs_demo_db, 84)
+    else:
+        _aged(jobs_demo_db, 84)
+        with pytest.raises(MicrodataError, match=r"differ by only \d unit.*band = '85\+'"):
+            file()
+
+
+@pytest.mark.parametrize("first", ["file", "job"])
+def test_a_job_along_the_file_s_bands_is_still_stored(jobs_demo_db, first):
+    """Aged 85 or over is the file's band ``>=85``: its records outside the job are its own
+    cells, nothing new; both orders are stored."""
+    jobs = [lambda: _seniors(jobs_demo_db), lambda: _aged(jobs_demo_db, 85)]
+    for job in jobs if first == "file" else jobs[::-1]:
+        job()
+
+
+# --------------------------------------- a file (or a job), then suppression switched on
+
+
+def _suppression(db):
+    from tests.conftest import suppress_document
+
+    admin.apply(db, load_policy(suppress_document()), "admin")
+
+
+@pytest.mark.parametrize("kind", ["file", "job"])
+def test_a_release_then_suppression_switched_on(jobs_demo_db, kind):
+    """A file of everyone aged 1 or over (income only top-coded far above any income), or an
+    exact suppression job of their number by municipality and sex, stored under the
+    threshold policy; then the admin applies suppression of persons by geography x sex. The
+    pattern's cell less the file's is the persons aged 0 of the cell (90 cells of 1-4, with
+    their incomes): the check ran only when a job or a file was stored, against the pattern
+    then in force. Applying the policy is refused now, naming both."""
+    if kind == "file":
+        sql = "SELECT region, municipality, sex, income FROM persons WHERE age >= 1"
+        anonymize(jobs_demo_db, user="admin", into="nonzero", sql=sql,
+                  steps=["topcode:income:upper=1e9"])  # fmt: skip
+    else:
+        protect_query(jobs_demo_db, "admin", "SELECT municipality, sex, COUNT(*) FROM persons "
+                      "WHERE age >= 1 GROUP BY municipality, sex", into="nonzero",
+                      rules=[FrequencyRule(5)])  # fmt: skip
+    with pytest.raises(TabularError, match=r"suppression pattern of persons and that of .*nonzero "
+                       r"overlap and differ by only \d unit"):  # fmt: skip
+        _suppression(jobs_demo_db)
+    assert admin.show(jobs_demo_db)[0] == 1  # the policy in force is still the first
+
+
+def test_a_file_of_the_whole_table_then_suppression_is_allowed(jobs_demo_db):
+    anonymize(jobs_demo_db, user="admin", into="everyone", steps=["topcode:income:upper=1e9"],
+              sql="SELECT region, municipality, sex, income FROM persons")  # fmt: skip
+    _suppression(jobs_demo_db)
+    assert admin.show(jobs_demo_db)[0] == 2
+
+
+# ------------------------------------------------------- rounding: mean before sum diluted
+
+
+@pytest.fixture(scope="module")
+def rounded_db(pristine_demo_db, tmp_path_factory):
+    """Counts rounded to 5 (unbiased), magnitudes to 100 (conventional), as in s37d."""
+    path = tmp_path_factory.mktemp("s38e-round") / "demo.duckdb"
+    shutil.copy(pristine_demo_db, path)
+    document = demo_policy().document_dict()
+    document["protection"] = {
+        "min_frequency": 3,
+        "counts": {"method": "round", "base": 5, "rounding": "unbiased"},
+        "magnitudes": {"method": "round", "base": 100, "rounding": "conventional"},
+    }
+    for table in document["tables"].values():
+        table.pop("protection", None)
+        table.pop("dp", None)
+    admin.apply(path, load_policy(document), "admin")
+    return path
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="open (design): mean before sum scales the sum by n̂/n, so its error is the mean times "
+    "the count's rounding; rows of value 0 (or of any small value the query knows) in the cell "
+    "make the mean small and leave R_B(S) of the few pinned values, as before session 38. A "
+    "rounded sum needs an error that scales with its largest contributions, not its mean",
+)
+def test_a_pinned_sum_diluted_by_zeros_does_not_tell_the_count(rounded_db):
+    """``SUM(age) WHERE (municipality = M AND age = 94) OR age = 0``: the 144 babies of the demo
+    add 0 to the sum and 144 to n, so n̂/n is within 4 % of 1 and the published sum is
+    R_100(94·k) give or take 25: 700 for R02-M018's 7 persons aged 94 (600 for 6, 800 for 8),
+    where COUNT shows 5 or 10."""
+    raw = open_database(rounded_db)
+    try:
+        counts = raw.execute("SELECT municipality, count(*) FROM persons WHERE age = 94 "
+                             "GROUP BY 1 HAVING count(*) % 5 <> 0").fetchall()  # fmt: skip
+    finally:
+        raw.close()
+    told = []
+    with sqlsdc.connect(rounded_db, user="analyst") as con:
+        for municipality, k in counts[:40]:
+            (total,) = con.execute(
+                f"SELECT SUM(age) FROM persons WHERE (municipality = '{municipality}' AND "
+                "age = 94) OR age = 0"
+            ).fetchone()
+            candidates = [n for n in range(1, 60) if abs(94 * n - total) < 50]
+            if candidates == [k]:
+                told.append((municipality, k, total))
+    assert len(counts) >= 20
+    assert not told, told
+
+
+# ------------------------------------------ a file whose population is no WHERE on the table
+
+OPAQUE = [
+    "SELECT * FROM (SELECT region, sex, education, income FROM persons WHERE age >= 85) AS t",
+    "WITH t AS (SELECT region, sex, education, income FROM persons WHERE age >= 85) "
+    "SELECT * FROM t",
+    "SELECT p.region, p.sex, p.education, p.income FROM persons AS p JOIN regions AS r "
+    "ON p.region = r.region WHERE p.age >= 85",
+    "SELECT region, sex, education, income FROM persons WHERE age >= 85 UNION ALL "
+    "SELECT region, sex, education, income FROM persons WHERE age < 0",
+]
+
+
+def _lonely_minus(db) -> str:
+    """s37c's job: incomes of everyone aged 85+ by sex, less the one of a municipality."""
+    con = open_database(db)
+    try:
+        ((municipality,),) = con.execute(
+            "SELECT municipality FROM persons WHERE age >= 85 GROUP BY municipality "
+            "HAVING count(*) = 1 ORDER BY municipality LIMIT 1"
+        ).fetchall()
+    finally:
+        con.close()
+    return (
+        "SELECT sex, SUM(income) FROM persons WHERE age >= 85 AND municipality <> "
+        f"'{municipality}' GROUP BY sex"
+    )
+
+
+@pytest.mark.parametrize("sql", OPAQUE, ids=["derived", "cte", "join", "union"])
+@pytest.mark.parametrize("first", ["job", "file"])
+def test_a_file_written_as_a_subquery_cte_join_or_union_is_not_left_out(jobs_demo_db, sql, first):
+    """s37c's attack (the file of everyone aged 85+, income only top-coded, and a suppression
+    job of the same people but one) with the file's query written as a derived table, a CTE,
+    a join with a public table or a union: its population was no WHERE on persons, so the
+    file was left out of the check and both were stored. Such a file cannot be compared: it
+    is refused next to an exact table of persons, and a job next to it."""
+    job = _lonely_minus(jobs_demo_db)
+
+    def file():
+        anonymize(jobs_demo_db, user="admin", into="aged_file", sql=sql,
+                  steps=["topcode:income:upper=1e9"])  # fmt: skip
+
+    if first == "job":
+        protect_query(jobs_demo_db, "admin", job, into="inc_minus")
+        with pytest.raises(MicrodataError, match="population is no WHERE on persons"):
+            file()
+    else:
+        file()
+        with pytest.raises(TabularError, match="population is no WHERE on persons"):
+            protect_query(jobs_demo_db, "admin", job, into="inc_minus")
+
+
+def test_a_file_as_a_subquery_with_no_exact_table_is_stored(jobs_demo_db):
+    anonymize(jobs_demo_db, user="admin", into="aged_file", sql=OPAQUE[1],
+              steps=["topcode:income:upper=1e9"])  # fmt: skip
+
+
+@pytest.mark.parametrize("first", ["seniors", "aged_84"])
+def test_two_files_whose_bands_differ_by_one_year(jobs_demo_db, first):
+    """The README's seniors file (band ``>=85``) and a file of everyone aged 84 or over with
+    age banded at 84: the second's (R01, upper secondary, ``>=84``) less the first's (R01,
+    upper secondary, ``>=85``) is the one person aged 84. Two files of one table were not
+    compared; now each file's counts by its columns kept as they are are compared with the
+    other's cells and cuts, in either order."""
+
+    def aged_84():
+        anonymize(jobs_demo_db, user="admin", into="aged_84", seed=7,
+                  sql="SELECT region, education, age FROM persons WHERE age >= 84",
+                  steps=["recode:age:breaks=84"])  # fmt: skip
+
+    files = [lambda: _seniors(jobs_demo_db), aged_84]
+    files[0 if first == "seniors" else 1]()
+    with pytest.raises(
+        MicrodataError,
+        match=r"(aged_84 and that of .*seniors_r01|seniors_r01 and that of .*aged_84) overlap "
+        r"and differ by only \d unit",
+    ):
+        files[1 if first == "seniors" else 0]()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=pytest.fail.Exception,  # the job is stored: "DID NOT RAISE"
+    reason="open: a replaced anonymised file is forgotten by the check (sqlsdc.outputs keeps "
+    "the current version only), though its earlier readers keep it; needs the files' history",
+)
+def test_a_job_next_to_a_replaced_file(jobs_demo_db):
+    """The seniors file (band ``>=85``) replaced by one without age, then the job of everyone
+    aged 84+ by region and education: compared with the new file only, it is stored, and a
+    reader of the first file gets the person aged 84 as before."""
+    _seniors(jobs_demo_db)
+    anonymize(jobs_demo_db, user="admin", into="seniors_r01", seed=7, replace=True,
+              sql="SELECT region, education, sex FROM persons WHERE region = 'R01' AND age >= 65",
+              steps=["suppress:region,education,sex:k=1"])  # fmt: skip
+    with pytest.raises(TabularError, match="differ by only"):
+        _aged(jobs_demo_db, 84)
+
+
+def test_a_job_next_to_a_replaced_job(jobs_demo_db):
+    """Everyone aged 85+ by region and education, replaced by everyone aged 60+, then everyone
+    aged 84+: compared with the 60+ table only, it was stored; next to the first table (as
+    its readers hold it: ``sqlsdc.jobs.protect.exact_tables`` reads a replaced job's earlier
+    versions from the jobs' audit entries, red team s38b) it is refused, the person aged 84 of
+    (R01, upper secondary)."""
+    _aged(jobs_demo_db, 85)
+    protect_query(jobs_demo_db, "admin", "SELECT region, education, COUNT(*) FROM persons WHERE "
+                  "age >= 60 GROUP BY region, education", into="aged_85", replace=True,
+                  rules=[FrequencyRule(5)])  # fmt: skip
+    with pytest.raises(TabularError, match="differ by only"):
+        _aged(jobs_demo_db, 84)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="open (design): the frequency rule counts every unit of a cell, those whose value "
+    "is 0 too, and neither rounding nor the threshold rule has a dominance rule: a cell of one "
+    "non-zero contributor padded with zeros is published (rounded to the base; exact under the "
+    "threshold rule). Needs a dominance rule (nk, p%) or a frequency rule on non-zero "
+    "contributors (and then small known values pad as well)",
+)
+def test_one_income_padded_with_zero_incomes_is_not_published(rounded_db):
+    """``SUM(income) WHERE (municipality = M AND age = 94) OR income = 0``: 1,877 persons with
+    income 0 pass the frequency rule, and the sum is the one 94-year-old's income rounded to
+    100 (R05-M021: 29,100 for 29,136.86; 29,136.86 under the threshold rule), where the cell
+    alone is suppressed."""
+    raw = open_database(rounded_db)
+    try:
+        lonely = raw.execute(
+            "SELECT municipality, any_value(income) FROM persons WHERE age = 94 AND income > 0 "
+            "GROUP BY 1 HAVING count(*) = 1 ORDER BY 1"
+        ).fetchall()
+    finally:
+        raw.close()
+    told = []
+    with sqlsdc.connect(rounded_db, user="analyst") as con:
+        for municipality, income in lonely[:20]:
+            cell = f"municipality = '{municipality}' AND age = 94"
+            assert con.execute(f"SELECT SUM(income) FROM persons WHERE {cell}").fetchone() == (
+                None,
+            )
+            (total,) = con.execute(
+                f"SELECT SUM(income) FROM persons WHERE ({cell}) OR income = 0"
+            ).fetchone()
+            if total is not None and abs(total - income) <= 50:
+                told.append((municipality, income, total))
+    assert len(lonely) >= 10
+    assert not told, told
