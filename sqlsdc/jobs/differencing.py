@@ -15,34 +15,55 @@ enterprises. Red team s37c: an IPF job of income by region x education over ``ag
 raked to its true margins, next to a suppression job by sex over the same people but the one
 of a municipality, gave that person's income as the difference of the two grand totals.
 
-:func:`refuse_small_differences` refuses such a job before it computes anything: in every
-grouping of the dimensions the two tables have in common, a cell whose populations overlap
-must differ by none or by at least the minimum frequency of units on the side that differs
-(differences on both sides mix what the two groups add up to).
+:func:`refuse_small_differences` refuses such a job before it computes anything. Pairwise
+(:func:`_uncovered`, both orders), every cell of either release (every grouping of its
+columns) is compared with the inner cells of the other that cover its units, whatever their
+dimensions: a WHERE that fixes a dimension the other table groups by (``region = 'R01'``
+beside a table by region) makes its total a cell of the other (red team s38b: a job by sex
+over ``age >= 85 AND region = 'R01'`` and one by region over ``age >= 85`` less one
+municipality's person gave that person's income). The cover less the cell is the cover's
+units outside the cell's population, less the cell's units outside the cover's, plus the
+cover's units of the cell's own release in its other inner cells: those of whole inner cells
+are its own published cells (or margins its pattern protects) and tell nothing new, those of
+inner cells the cover holds only in part count as a difference (red team s38e: a job of
+everyone aged 84 or over by region and education, less the README's file's band ``>=85`` of
+the same cell, was the one person aged 84 of the file's band 75-84). The rest must be none or
+at least the minimum frequency of units on the side that differs (differences on both sides
+mix what the two groups add up to). Across more tables (:func:`refuse_isolated_groups`), a signed
+sum of several may isolate a group that no pair does (T1 - T2 + T3 - T4 of four jobs over R02
+∪ R03 ∪ {one person}, R02 ∪ R03 ∪ R04, R02 ∪ R04 and R02, red team s38b): in each cell that
+three or more of them publish, no combination of them may add up to a group of regions of
+their populations' Venn diagram of fewer than the minimum frequency of units.
 
-An anonymised file is the exact tables it implies (:class:`Release` with ``exact``, from
-:func:`sqlsdc.microdata.steps.exact_columns`): a cell for every combination of values of its
-columns that no perturbative step changed, a recoded column cut by its bands. A table's cell is
-compared with the file's same cell, and with that cell further cut by the file's other exact
-columns where the cut still holds every unit of the table's cell (red team s37c: the README's
-``seniors_r01``, R01 aged 65 or over with age banded 65/75/85, and ``old_people``, everyone aged
-90 or over by municipality and education: a cell of the 85+ band less the job's gave the
-85-89-year-olds of that municipality and education). Where the file's exact columns tell of
-each of its records whether the table counts it (the table's WHERE reads only columns the file
-holds and no local suppression blanked, and is the same within each combination of their
-released values: ``age >= 90`` next to a band ``>=90``), the file's records outside the table
-are counts of the file's own cells, no new information; then only the table's units outside the
-file are a difference. :func:`refuse_file_differences` checks a new file against the exact
-tables stored before it, :func:`refuse_small_differences` a new table against the stored files.
+An anonymised file is the exact tables it implies (:class:`Release` with ``exact``, written by
+:mod:`sqlsdc.jobs.record_files` from :func:`sqlsdc.microdata.steps.exact_columns`): a cell for
+every combination of values of its columns that no perturbative step changed and that read a
+dimension (under any name), a recoded column cut by its bands. Its inner cells are the
+combinations of all of them, so a table's cell is compared with the file's cells that cover it,
+however finely the file cuts (red team s37c: the README's ``seniors_r01``, R01 aged 65 or over
+with age banded 65/75/85, and ``old_people``, everyone aged 90 or over by municipality and
+education: a cell of the 85+ band less the job's gave the 85-89-year-olds of that municipality
+and education; red team s38b: a file's (R01, education) sum next to a job by region over one
+education). Where the file's exact columns tell of each of its records whether the table counts
+it (the table's WHERE reads only columns the file holds and no local suppression blanked, and
+is the same within each combination of their released values: ``age >= 90`` next to a band
+``>=90``), the file's records outside the table are counts of the file's own cells, no new
+information; then only the table's units outside the file are a difference.
+:func:`refuse_file_differences` checks a new file against the exact tables stored before it,
+:func:`refuse_small_differences` a new table against the stored files.
 
 Not covered: a rounded or raked table next to another (their difference bounds those units' sum
-within the two perturbations; red team s33c keeps that allowed), the two patterns together (a
-cell hidden in one table and published in the other, the attacker LP over both with
-non-negative differences): protecting linked tables of different populations needs one
-covering universe (red team s30f); two anonymised files of one table cut by cut (a new file's
-counts by its plain columns are compared with a stored file's cells and cuts and the other
-way, ``sqlsdc.jobs.anonymize``; a cut of one next to a cut of the other is not); and an output
-replaced, whose earlier readers keep it.
+within the two perturbations; red team s33c keeps that allowed); combinations of cells of
+several tables of different dimensions beyond a cell and its cover (the signed sums take the
+tables that group by a cell's dimensions, a file by its plain dimension columns); the two
+patterns together (a cell hidden in one table and published in the other, the attacker LP over
+both with non-negative differences): protecting linked tables of different populations needs
+one covering universe (red team s30f); and two anonymised files of one table cut by cut (a new
+file's counts by its plain columns are compared with a stored file's cells and cuts and the
+other way, ``sqlsdc.jobs.anonymize``; a cut of one next to a cut of the other is not, nor a
+file whose query is no WHERE next to another file); and a replaced anonymised file, whose
+earlier readers keep it (a replaced or dropped job's earlier versions are compared:
+``sqlsdc.jobs.protect.exact_tables``).
 
 A local suppression's blanked values are a cell of their own (:func:`_blanked_difference`):
 counted as they were, a file and an exact table of the same people by a blanked column differ
@@ -62,8 +83,10 @@ columns determines.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, replace
 
+import numpy as np
 from sqlglot import exp
 
 from sqlsdc.errors import MicrodataError, TabularError
@@ -80,7 +103,7 @@ class Release:
         where: its population, a condition on the table's rows (None: every row).
         dims: the table's columns it cuts cells by as they are.
         exact: an anonymised file's columns that no perturbative step changed and that cut
-            cells (the table's dimensions and any recoded column), as ``(name in the file,
+            cells (those that read a dimension, and any recoded column), as ``(name in the file,
             expression on the table)`` (a recoded column is its bands); every combination of
             their values is a cell. None for a table, whose cells are the groupings of
             ``dims``.
@@ -110,8 +133,11 @@ def refuse_small_differences(
     con, policy: Policy, spec, others: list[Release], label: str = "the job"
 ) -> None:
     """Refuse the job ``spec`` (a :class:`~sqlsdc.jobs.protect.JobSpec`; ``label`` names it)
-    when one of ``others`` (same table and aggregate) shares a cell with it whose populations
-    overlap and differ, on one side only, by fewer units than the table's minimum frequency."""
+    when one of ``others`` (same table and aggregate) and it hold a cell and the other's inner
+    cells that cover it whose populations differ, on one side only, by fewer units than the
+    table's minimum frequency (:func:`_smallest_difference`), when a file's blanked values
+    leave one of its cells that few units short (:func:`_blanked_difference`), or when with
+    three or more of them a signed sum isolates that few (:func:`refuse_isolated_groups`)."""
     least = min_frequency(policy, spec.table)
     for other in others:
         found = _smallest_difference(con, spec, other, least)
@@ -120,17 +146,18 @@ def refuse_small_differences(
         placed = _blanked_difference(con, spec, other, least)
         if placed is not None:
             raise TabularError(_blanked_message(spec.table, label, other.label, placed, least))
+    refuse_isolated_groups(con, spec, others, least, label=label)
 
 
 def refuse_file_differences(con, policy: Policy, file: Release, tables: list) -> None:
     """Refuse an anonymised file (``file``, labelled as the job's output) when one of the
-    exact tables stored before it (``tables``: ``(label, JobSpec)`` of its table) shares a
-    cell with it whose populations overlap and differ, on one side only, by fewer units than
-    the minimum frequency: the other order of :func:`refuse_small_differences`. A table of
-    sums is compared only with a file that holds its measure unperturbed."""
+    exact tables stored before it (``tables``: ``(label, JobSpec)`` of its table) and the file
+    differ so, or several with it isolate a group: the other order of
+    :func:`refuse_small_differences`. A table of sums is compared only with a file that holds
+    its measure unperturbed."""
+    tables = [(label, spec) for label, spec in tables
+              if spec.measure is None or file.holds(spec.measure)]  # fmt: skip
     for label, spec in tables:
-        if spec.measure is not None and not file.holds(spec.measure):
-            continue
         least = min_frequency(policy, spec.table)
         found = _smallest_difference(con, spec, file, least)
         if found is not None:
@@ -138,6 +165,13 @@ def refuse_file_differences(con, policy: Policy, file: Release, tables: list) ->
         placed = _blanked_difference(con, spec, file, least)
         if placed is not None:
             raise MicrodataError(_blanked_message(spec.table, label, file.label, placed, least))
+    for measure in dict.fromkeys(spec.measure for _l, spec in tables):
+        same = [(label, spec) for label, spec in tables if spec.measure == measure]
+        # the file as a table of this aggregate by its plain dimension columns
+        spec = replace(same[0][1], dims=file.dims, where=file.where)
+        others = [Release(label, theirs.where, theirs.dims) for label, theirs in same]
+        least = min_frequency(policy, spec.table)
+        refuse_isolated_groups(con, spec, others, least, label=file.label, error=MicrodataError)
 
 
 def min_frequency(policy: Policy, table: str) -> int:
@@ -159,11 +193,11 @@ def _message(table: str, first: str, second: str, found, least: int) -> str:
     holder, other = (first, second) if side == "a" else (second, first)
     return (
         f"the population of {first} and that of {second} overlap and differ by only {units} "
-        f"unit(s) of {table} in a cell both hold ({named}), {units} that {holder} counts and "
-        f"{other} does not: the difference of the two values would show what those units add "
-        f"up to, which no cell of fewer than {least} units (the policy's minimum frequency) "
-        "may show. Tabulate a population that differs from it by none or by at least that "
-        "many units in every cell they share"
+        f"unit(s) of {table} in a cell of one ({named}) and the inner cells of the other that "
+        f"cover it, {units} that {holder} counts and {other} does not: the difference of "
+        f"their values would show what those units add up to, which no cell of fewer than "
+        f"{least} units (the policy's minimum frequency) may show. Tabulate a population that "
+        "differs from it by none or by at least that many units in every cell they share"
     )
 
 
@@ -372,103 +406,228 @@ def _norm(value: exp.Expr) -> exp.Expr:
 
 
 def _smallest_difference(con, spec, other: Release, least: int):
-    """``(cell, units, side)`` of a cell of the job ``spec`` and one of ``other`` whose
-    populations overlap and differ on one side only (``"a"``: units the job counts and the
-    other does not; ``"b"``: the other way), by ``0 < units < least``; or None.
+    """``(cell, units, side)`` of a cell of the job ``spec`` or of ``other`` that the inner
+    cells of the other cover but for ``0 < units < least`` units on one side only; or None.
+    ``cell`` names the cell by its table's columns; ``side`` says who counts the units:
+    ``"a"`` the job and not ``other``, ``"b"`` the other way.
 
-    The job's cell is a grouping of the dimensions both cut cells by; the other's is the same
-    cell, further cut by its other exact columns when it is a file. ``a`` is then the job's
-    units in the cell less those in both: on the whole cell, and on every cut that holds no
-    unit outside the job when the job splits the file's cell (some of its units are outside
-    the job). The job's cell less such a cut is then the job's units outside the cut, which
-    the file's other cells do not add up to (red team s38e: a job of everyone aged 84 or over
-    by region and education, less the README's file's band ``>=85`` of the same cell, was the
-    one person aged 84 of R01 with upper secondary education); where the job holds all of the
-    file's cell, or the file tells of each record whether the job counts it (:func:`_tells`),
-    they are the file's other cuts and the whole cell's difference. The file's units outside
-    the job are compared on every cut whose cell holds all the job's units of the cell."""
-    common = [d for d in spec.dims if d in {c.lower() for c in other.dims}]
-    extra = _extra(other, common)
-    mine, theirs = _kept(spec.where), _kept(other.where)
+    Both orders are tried (:func:`_uncovered`): the job's cells against ``other``'s inner
+    cells, then ``other``'s against the job's. A file's cells are those of its exact columns
+    (:attr:`Release.exact`), a table's those of its dimensions. When a file tells of each of
+    its records whether the job counts it (:func:`_tells`), its records outside the job are
+    counts of its own cells, no difference."""
     told = _tells(con, spec, other)
-    keys = [exp.column(d) for d in common] + [e.copy() for _n, e in extra]
-    names = [f"k{j}" for j in range(len(keys))]
+    job = (spec.where, [(d, exp.column(d)) for d in spec.dims], False)
+    theirs = (other.where, _keys(other), told)
+    found = _uncovered(con, spec, job, theirs, least)
+    if found is not None:
+        return found
+    found = _uncovered(con, spec, theirs, job, least)
+    if found is None:
+        return None
+    cell, units, side = found
+    return cell, units, "b" if side == "a" else "a"
+
+
+def _keys(release: Release) -> list[tuple[str, exp.Expr]]:
+    """``(label, expression on the table)`` of the columns ``release`` cuts cells by."""
+    if release.exact is not None:
+        return [(n, e.copy()) for n, e in release.exact]
+    return [(d, exp.column(d)) for d in release.dims]
+
+
+Side = tuple  # (population WHERE or None, [(label, expression)], its outsiders are known)
+
+
+def _uncovered(con, spec, cut: Side, cover: Side, least: int):
+    """``(cell, units, side)`` of a cell of the release ``cut`` (every grouping of its keys)
+    whose units in the population of ``cover`` fill the inner cells of ``cover`` they lie in
+    but for ``units`` more (``side`` ``"b"``), with none of the cell outside that population,
+    or the other way round (``"a"``: units of the cell that ``cover`` lacks), ``0 < units <
+    least``; or None. The cell's value and the sum of those inner cells then differ by what
+    those few units add up to. A side whose units outside the other population are known
+    (the third element: a file that tells which of its records the job counts) counts none
+    there."""
+    (cut_where, cut_keys, cut_known), (cover_where, cover_keys, cover_known) = cut, cover
+    keys = [f"__c{j}" for j in range(len(cut_keys))]
+    inner = [f"__v{j}" for j in range(len(cover_keys))]
     rows = exp.select(
-        *(exp.alias_(k, n) for k, n in zip(keys, names, strict=True)),
-        exp.alias_(exp.column(spec.unit), "u"),  # a job's rows are its units' rows
-        exp.alias_(mine, "m"),
-        exp.alias_(theirs.copy(), "t"),
+        exp.column(spec.unit).as_("__u"),
+        *(e.copy().as_(k) for (_l, e), k in zip(cut_keys, keys, strict=True)),
+        *(e.copy().as_(k) for (_l, e), k in zip(cover_keys, inner, strict=True)),
+        _kept(cut_where).as_("__in_c"),
+        _kept(cover_where).as_("__in_v"),
     ).from_(spec.table)
-    kept = exp.or_(mine.copy(), theirs.copy())
+    rows = rows.where(exp.or_(_kept(cut_where), _kept(cover_where)))  # rows of neither: none
     if spec.measure is not None:  # rows that add nothing to a sum are no part of a difference
         nonzero = exp.column(spec.measure).neq(exp.Literal.number(0))
-        kept = exp.and_(kept, exp.Coalesce(this=nonzero, expressions=[exp.false()]))
-    rows = rows.where(kept)
+        rows = rows.where(exp.Coalesce(this=nonzero, expressions=[exp.false()]))
 
-    once = exp.select(
-        exp.Count(this=exp.Star()).eq(exp.Count(this=exp.Distinct(expressions=[exp.column("u")])))
-    ).from_(rows.subquery("r"))
-    distinct = not con.execute(once.sql("duckdb")).fetchall()[0][0]  # a unit of several rows
+    def units(alias: str) -> exp.Expr:
+        return exp.Count(this=exp.Distinct(expressions=[exp.column("__u")])).as_(alias)
 
-    cells = exp.select(
-        *(exp.column(n) for n in names),
-        _count("m AND t", "i", distinct=distinct),
-        _count("t AND NOT m", "b", distinct=distinct),
-        _count("m", "n", distinct=distinct),
-    ).from_(rows.subquery("r"))
-    if names:
-        grouping = exp.Anonymous(this="GROUPING", expressions=[exp.column(n) for n in names])
-        cells = cells.select(exp.alias_(grouping, "g"))
-        cells = cells.group_by(exp.Cube(expressions=[exp.column(n) for n in names]))
-    else:
-        cells = cells.select(exp.alias_(exp.Literal.number(0), "g"))
-    rolled = (1 << len(extra)) - 1  # the job's cell: the file's other columns all totals
-    whole = exp.BitwiseOr(this=exp.column("g"), expression=exp.Literal.number(rolled))
-    partition = [whole, *(exp.column(n) for n in names[: len(common)])]
+    def cube(select: exp.Select) -> exp.Select:
+        level = exp.Anonymous(this="GROUPING", expressions=[exp.column(k) for k in keys])
+        select = select.select(level.as_("__g") if keys else exp.Literal.number(0).as_("__g"))
+        return (
+            select.group_by(exp.Cube(expressions=[exp.column(k) for k in keys])) if keys else select
+        )
 
-    def of_the_cell(column: exp.Expr) -> exp.Expr:  # a column's value on the job's whole cell
-        on_it = exp.If(this=whole.copy().eq(exp.column("g")), true=column)
-        return exp.Window(this=exp.Max(this=on_it), partition_by=[p.copy() for p in partition])
-
-    a = exp.Sub(this=of_the_cell(exp.column("n")), expression=exp.column("i"))
-    b = exp.Literal.number(0) if told else exp.column("b")
-    pairs = exp.select(
-        *(exp.column(n) for n in names),
-        exp.column("g"),
-        exp.column("i"),
-        exp.alias_(a, "a"),
-        exp.alias_(b, "b"),
-        exp.alias_(of_the_cell(b.copy()), "s"),  # the file's units of the cell outside the job
-    ).from_(cells.subquery("x"))  # fmt: skip
-    pairs = (
-        exp.select("*")
-        .from_(pairs.subquery("w"))
-        .where(exp.GT(this=exp.column("i"), expression=exp.Literal.number(0)))
+    both = exp.and_(exp.column("__in_c"), exp.column("__in_v"))
+    # units of a cut cell in the cover's population, per inner cell of the cover they lie in
+    hits = cube(
+        exp.select(*map(exp.column, keys), *map(exp.column, inner), units("__k"))
+        .from_("__r")
+        .where(both)
+        .group_by(*map(exp.column, inner))
     )
-    cut = exp.BitwiseAnd(this=exp.column("g"), expression=exp.Literal.number(rolled)).neq(rolled)
-    small_a = exp.and_(  # the job's cell less the file's same cell, or less a cut of it when
-        exp.column("a").between(1, least - 1),  # the file's cell is split by the job
-        exp.or_(exp.not_(cut), exp.column("s").neq(0)),
+    in_cut = exp.Filter(this=units("__x").this, expression=exp.Where(this=exp.column("__in_c")))
+    sizes = exp.select(*map(exp.column, inner), units("__size"), in_cut.as_("__inside"))
+    sizes = sizes.from_("__r")
+    sizes = sizes.where(exp.column("__in_v")).group_by(*map(exp.column, inner))
+    cells = cube(
+        exp.select(*map(exp.column, keys), units("__n")).from_("__r").where(exp.column("__in_c"))
     )
+
+    def same(left: str, right: str, names: list[str]) -> exp.Expr:
+        pairs = [exp.NullSafeEQ(this=exp.column(n, left), expression=exp.column(n, right))
+                 for n in names]  # fmt: skip
+        return exp.and_(*pairs) if pairs else exp.true()
+
+    covered = (
+        exp.select(
+            exp.column("__g", "h"),
+            *(exp.column(k, "h") for k in keys),
+            exp.Sum(this=exp.column("__k", "h")).as_("__both"),
+            exp.Sum(this=exp.column("__size", "s")).as_("__covered"),
+            exp.Sum(this=exp.column("__inside", "s")).as_("__inside"),
+        )
+        .from_(exp.to_table("__hits").as_("h"))
+        .join(exp.to_table("__sizes").as_("s"), on=same("h", "s", inner), join_type="inner")
+        .group_by(exp.column("__g", "h"), *(exp.column(k, "h") for k in keys))
+    )
+    # the cut's inner cells (all its keys) that the cover of a cell holds only in part: their
+    # units there, outside the cell, are no sum of the cut's cells. An inner cell of one inner
+    # cell of the cover, all in its population, is whole in every cover that meets it: only
+    # the others (split) are looked at cell by cell
+    outside_cover = exp.Filter(
+        this=units("__x").this, expression=exp.Where(this=exp.not_(exp.column("__in_v")))
+    )
+
+    def count(expression: exp.Expr) -> exp.Expr:
+        return exp.Count(this=expression)
+
+    spans = [exp.GT(this=outside_cover, expression=exp.Literal.number(0))] + [
+        exp.or_(  # two values of a key of the cover, NULL one of them
+            exp.GT(this=count(exp.Distinct(expressions=[exp.column(v)])),
+                   expression=exp.Literal.number(1)),
+            exp.and_(exp.GT(this=count(exp.column(v)), expression=exp.Literal.number(0)),
+                     exp.LT(this=count(exp.column(v)), expression=count(exp.Star()))),
+        ) for v in inner
+    ]  # fmt: skip
+    whole = exp.select(*map(exp.column, keys), units("__all"), exp.or_(*spans).as_("__split"))
+    whole = whole.from_("__r").where(exp.column("__in_c"))
+    whole = whole.group_by(*map(exp.column, keys)) if keys else whole
+    split = exp.select(*(exp.column(k, "r") for k in keys), exp.column("__u", "r"))
+    split = split.select(exp.column("__in_c", "r"), exp.column("__in_v", "r"))
+    split = split.select(*(exp.column(v, "r") for v in inner))
+    split = split.from_(exp.to_table("__r").as_("r"))
+    split = split.join(exp.to_table("__whole").as_("w"), on=same("r", "w", keys), join_type="inner")
+    split = split.where(exp.column("__split", "w"))
+    n = len(keys)
+    in_cell = [exp.or_(
+        exp.BitwiseAnd(this=exp.column("__g", "h"), expression=exp.Literal.number(1 << (n - 1 - j)))
+        .neq(0),
+        exp.NullSafeEQ(this=exp.column(k, "r"), expression=exp.column(k, "h")),
+    ) for j, k in enumerate(keys)]  # fmt: skip
+    elsewhere = exp.not_(exp.and_(*in_cell)) if keys else exp.false()  # a row outside the cell
+    met = (
+        exp.select(
+            exp.column("__g", "h"),
+            *(exp.column(k, "h").as_(f"__h{j}") for j, k in enumerate(keys)),
+            *(exp.column(k, "r") for k in keys),
+            exp.Count(this=exp.Distinct(expressions=[exp.column("__u", "r")])).as_("__met"),
+        )
+        .from_(exp.to_table("__split").as_("r"))
+        .join(exp.to_table("__hits").as_("h"), on=same("r", "h", inner), join_type="inner")
+        .where(exp.and_(exp.column("__in_c", "r"), exp.column("__in_v", "r"), elsewhere))
+        .group_by(
+            exp.column("__g", "h"),
+            *(exp.column(k, "h") for k in keys),
+            *(exp.column(k, "r") for k in keys),
+        )
+    )
+    parts = (
+        exp.select(
+            exp.column("__g", "m"),
+            *(exp.column(f"__h{j}", "m").as_(k) for j, k in enumerate(keys)),
+            exp.Sum(this=exp.column("__met", "m")).as_("__part"),
+        )
+        .from_(exp.to_table("__met").as_("m"))
+        .join(exp.to_table("__whole").as_("w"), on=same("m", "w", keys), join_type="inner")
+        .where(exp.column("__met", "m") < exp.column("__all", "w"))
+        .group_by(exp.column("__g", "m"), *(exp.column(f"__h{j}", "m") for j in range(n)))
+    )
+    zero = exp.Literal.number(0)
+    outside = exp.Sub(this=exp.column("__n", "c"), expression=exp.column("__both", "o"))
+    # units of the covering cells outside the cut's population, and inside it but not in the
+    # cell where they are parts of the cut's inner cells (whole inner cells of the cut are its
+    # own published cells, or margins its pattern protects: red team s38e, the one person
+    # aged 84 of a job's cell was the file's band 75-84 cut by the job)
+    excess = exp.Sub(this=exp.column("__covered", "o"), expression=exp.column("__inside", "o"))
+    outside = zero.copy() if cut_known else outside
+    excess = zero.copy() if cover_known else excess
+    part = exp.Coalesce(this=exp.column("__part", "p"), expressions=[zero.copy()])
+    excess = exp.Add(this=exp.paren(excess), expression=part)
     one_side = exp.or_(
-        small_a if told else exp.and_(exp.column("b").eq(0), small_a),
-        exp.and_(exp.column("a").eq(0), exp.column("b").between(1, least - 1)),
+        exp.and_(outside.copy().eq(0), excess.copy().between(1, least - 1)),
+        exp.and_(excess.copy().eq(0), outside.copy().between(1, least - 1)),
     )
+    coarsest_first = exp.Ordered(this=exp.column("__g", "c"), desc=True)
     select = (
-        exp.select(*(exp.column(n) for n in names), exp.column("a"), exp.column("b"))
-        .from_(pairs.subquery("p"))
+        exp.select(
+            exp.column("__g", "c"),
+            *(exp.column(k, "c") for k in keys),
+            outside.as_("__a"),
+            excess.as_("__b"),
+        )
+        .from_(exp.to_table("__cells").as_("c"))
+        .join(
+            exp.to_table("__covered").as_("o"),
+            on=exp.and_(exp.column("__g", "c").eq(exp.column("__g", "o")), same("c", "o", keys)),
+            join_type="inner",
+        )
+        .join(
+            exp.to_table("__parts").as_("p"),
+            on=exp.and_(exp.column("__g", "c").eq(exp.column("__g", "p")), same("c", "p", keys)),
+            join_type="left",
+        )
         .where(one_side)
+        .order_by(coarsest_first, *(exp.column(k, "c") for k in keys))  # one message
         .limit(1)
     )
-    if names:  # the first such cell in a fixed order, for a message that does not change
-        select = select.order_by(*(exp.column(n) for n in names))
+    for name, body in (
+        ("__r", rows),
+        ("__hits", hits),
+        ("__sizes", sizes),
+        ("__cells", cells),
+        ("__covered", covered),
+        ("__whole", whole),
+        ("__split", split),
+        ("__met", met),
+        ("__parts", parts),
+    ):
+        select = select.with_(name, as_=body)
     row = next(iter(con.execute(select.sql("duckdb")).fetchall()), None)
     if row is None:
         return None
-    labels = common + [n for n, _e in extra]
+    level, values = row[0], row[1 : 1 + len(keys)]
+    cell = {
+        label: (None if level >> (len(keys) - 1 - j) & 1 else v)
+        for j, ((label, _e), v) in enumerate(zip(cut_keys, values, strict=True))
+    }
     a_units, b_units = row[-2:]
-    side, units = ("a", a_units) if 0 < a_units < least else ("b", b_units)
-    return dict(zip(labels, row[: len(labels)], strict=True)), units, side
+    return (cell, a_units, "a") if 0 < a_units < least else (cell, b_units, "b")
 
 
 def _count(condition: str, alias: str, *, distinct: bool) -> exp.Expr:
@@ -477,15 +636,6 @@ def _count(condition: str, alias: str, *, distinct: bool) -> exp.Expr:
                         else exp.Star())  # fmt: skip
     where = exp.Where(this=exp.condition(condition))
     return exp.alias_(exp.Filter(this=counted, expression=where), alias)
-
-
-def _extra(other: Release, common: list[str]) -> list[tuple[str, exp.Expr]]:
-    """The file's exact columns that further cut a shared cell: all but those the job groups
-    by as they are."""
-    if other.exact is None:
-        return []
-    return [(n, e) for n, e in other.exact
-            if not (isinstance(e, exp.Column) and e.name.lower() in common)]  # fmt: skip
 
 
 def _tells(con, spec, other: Release) -> bool:
@@ -531,3 +681,119 @@ def _kept(where: exp.Expr | None) -> exp.Expr:
     if where is None:
         return exp.true()
     return exp.paren(exp.Coalesce(this=where.copy(), expressions=[exp.false()]))
+
+
+def refuse_isolated_groups(
+    con, spec, others: list[Release], least: int, *, label: str = "the job", error=TabularError
+) -> None:
+    """Refuse the release ``spec`` (a job's, or a file's as a table of its plain dimension
+    columns, labelled ``label``) when, with it, the exact releases ``others`` isolate a group
+    of fewer than ``least`` units in some cell, and without it they do not.
+
+    A pairwise check sees two tables at a time; a signed sum of several sees their Venn
+    regions (red team s38b: four jobs by sex over ``age >= 85`` and R02 ∪ R03 ∪ {one person},
+    R02 ∪ R03 ∪ R04, R02 ∪ R04 and R02, each pair differing on both sides or by a whole
+    region, gave that person's income as T1 - T2 + T3 - T4). In every cell of every grouping
+    of the release's dimensions, the releases that publish the cell (those that group by the
+    dimensions it fixes) split its units into regions by which populations hold them; a
+    release is the sum of the regions it holds, and a group of regions is disclosed when a
+    combination of releases is a sum over those regions alone (:func:`_isolated`)."""
+    releases = [(label, spec.where, tuple(spec.dims))]
+    releases += [(o.label, o.where, tuple(o.dims)) for o in others]
+    dims = list(spec.dims)
+    for level in range(2 ** len(dims)):
+        fixed = [d for j, d in enumerate(dims) if level >> j & 1]
+        taking = [r for r in releases if set(fixed) <= set(r[2])]
+        if len(taking) < 3:  # two releases: the pairwise check's
+            continue
+        for cell, regions in _regions(con, spec, fixed, [r[1] for r in taking]).items():
+            found = _isolated(regions, len(taking), least)
+            if found is None or _isolated(regions, len(taking), least, skip=0):
+                continue
+            named = ", ".join(f"{d} = {v!r}" for d, v in zip(fixed, cell, strict=True))
+            labels = ", ".join(r[0] for r in taking[1:])
+            raise error(
+                f"with {labels}, {label} would isolate {found} unit(s) of {spec.table} in the "
+                f"cell ({named or 'total'}): a sum and difference of the tables' values there "
+                f"is what those units add up to, which no cell of fewer than {least} units "
+                "(the policy's minimum frequency) may show. Tabulate a population whose "
+                "difference from each of those is made of whole groups of at least that many "
+                "units"
+            )
+
+
+def _regions(con, spec, fixed: list[str], wheres: list) -> dict[tuple, dict[int, int]]:
+    """Per cell of the grouping ``fixed``: the number of units of each Venn region of the
+    populations ``wheres`` (a bit per population), empty regions and the outside left out."""
+    bits = [
+        exp.If(this=_kept(w), true=exp.Literal.string("1"), false=exp.Literal.string("0"))
+        for w in wheres
+    ]
+    mask = exp.Concat(expressions=bits)  # a character per population: any number of them
+    rows = exp.select(
+        *(exp.column(d) for d in fixed), mask.as_("__m"), exp.column(spec.unit).as_("__u")
+    ).from_(spec.table)
+    rows = rows.where(exp.or_(*(_kept(w) for w in wheres)))  # rows of no population: none
+    if spec.measure is not None:  # rows that add nothing to a sum are no part of a difference
+        nonzero = exp.column(spec.measure).neq(exp.Literal.number(0))
+        rows = rows.where(exp.Coalesce(this=nonzero, expressions=[exp.false()]))
+    keys = [exp.column(d) for d in fixed]
+    count = exp.Count(this=exp.Distinct(expressions=[exp.column("__u")]))
+    select = (
+        exp.select(*keys, exp.column("__m"), count.as_("__n"))
+        .from_(rows.subquery("__r"))
+        .where(exp.column("__m").neq(exp.Literal.string("0" * len(wheres))))
+        .group_by(*[k.copy() for k in keys], exp.column("__m"))
+    )
+    found: dict[tuple, dict[int, int]] = {}
+    for *cell, region, units in con.execute(select.sql("duckdb")).fetchall():
+        found.setdefault(tuple(cell), {})[int(region[::-1], 2)] = int(units)
+    return found
+
+
+ISOLATION_SUBSETS = 4096  # groups of small regions tried before a cell is refused unproven
+
+
+def _isolated(regions: dict[int, int], releases: int, least: int, skip=None):
+    """The units of the smallest group of regions (fewer than ``least`` units in all) whose
+    sum a signed combination of the releases gives with nothing else, or None; ``skip``
+    leaves one release out. A cell whose small regions admit more groups than
+    :data:`ISOLATION_SUBSETS` and some combination of releases over them alone is treated as
+    isolating them all (the safe side)."""
+    rows = [j for j in range(releases) if j != skip]
+    masks = list(regions)
+    matrix = np.array([[m >> j & 1 for m in masks] for j in rows], dtype=float)
+    large = [i for i, m in enumerate(masks) if regions[m] >= least]
+    small = [i for i, m in enumerate(masks) if regions[m] < least]
+    if not small:
+        return None
+    # combinations of releases that cancel every large region: their values are sums over
+    # small regions only
+    kernel = _left_null(matrix[:, large]) if large else np.eye(len(rows))
+    if kernel.shape[1] == 0:
+        return None
+    spans = kernel.T @ matrix[:, small]
+    rank = np.linalg.matrix_rank(spans, tol=1e-9)
+    if rank == 0:
+        return None
+    sizes = [regions[masks[i]] for i in small]
+    tried = 0
+    for count in range(1, len(small) + 1):
+        for group in itertools.combinations(range(len(small)), count):
+            total = sum(sizes[i] for i in group)
+            if total >= least:
+                continue
+            tried += 1
+            if tried > ISOLATION_SUBSETS:
+                return sum(sizes)
+            rest = [i for i in range(len(small)) if i not in group]
+            if np.linalg.matrix_rank(spans[:, rest], tol=1e-9) < rank if rest else True:
+                return total
+    return None
+
+
+def _left_null(matrix: np.ndarray) -> np.ndarray:
+    """A basis (columns) of the vectors y with y @ matrix = 0."""
+    u, s, _vt = np.linalg.svd(matrix, full_matrices=True)
+    rank = int((s > 1e-9).sum())
+    return u[:, rank:]

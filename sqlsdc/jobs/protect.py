@@ -39,6 +39,7 @@ Example (admins; the demo database):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -118,8 +119,13 @@ class JobReport:
         return asdict(self)
 
 
-def parse_job(sql: str, policy: Policy) -> JobSpec:
-    """Check a job's SQL against the policy: one confidential table, dimensions as keys."""
+def parse_job(sql: str, policy: Policy, *, stored: bool = False) -> JobSpec:
+    """Check a job's SQL against the policy: one confidential table, dimensions as keys.
+
+    ``stored``: the SQL of an output stored earlier, which its readers hold whatever the policy
+    now says of its columns; any column of the table is then taken as a dimension or measure
+    (red team s38b: once ``occupation`` was no longer a dimension, a table by occupation was
+    left out of the checks of later jobs, and a job of the same people less one was stored)."""
     try:
         tree = sqlglot.parse_one(sql, read="duckdb")
     except sqlglot.errors.ParseError as e:
@@ -144,7 +150,8 @@ def parse_job(sql: str, policy: Policy) -> JobSpec:
         len(dims) != len(keys)
         or not dims
         or any(
-            table.column(d) is None or table.column(d).role is not ColumnRole.DIMENSION
+            table.column(d) is None
+            or (table.column(d).role is not ColumnRole.DIMENSION and not stored)
             for d in dims
         )
     ):
@@ -166,7 +173,7 @@ def parse_job(sql: str, policy: Policy) -> JobSpec:
     elif isinstance(aggregate, exp.Sum) and isinstance(aggregate.this, exp.Column):
         measure = aggregate.this.name.lower()
         declared = table.column(measure)
-        if declared is None or declared.role is not ColumnRole.MEASURE:
+        if declared is None or (declared.role is not ColumnRole.MEASURE and not stored):
             raise TabularError(f"{measure} is not a measure of {table.name}")
     else:
         raise TabularError(
@@ -530,6 +537,9 @@ def _checked_job(con, user, sql, into, method, query_id, replace, base=None) -> 
     _refuse_second_protection(con, policy, spec, into, method)
     if method in EXACT_METHODS:
         refuse_small_differences(con, policy, spec, _exact_releases(con, policy, spec))
+    if method == "suppress" and spec.measure is not None:  # its units' counts are published too
+        counted = dataclasses.replace(spec, measure=None)
+        refuse_small_differences(con, policy, counted, _exact_releases(con, policy, counted))
     if replace and base is not None:
         _refuse_another_base(con, into, base)
     check_output_name(con, into, replace, TabularError, policy)
@@ -786,14 +796,21 @@ def _earlier_suppressions(
     path's ``known`` cells), and a primary they already reveal is no primary of the job.
     """
     primary = secondary = shown = None
-    for name, theirs in _same_cells(job):
+    counted = [(name, theirs, "n") for name, theirs in _counted_cells(job)]
+    for name, theirs, column in [(n, t, "value") for n, t in _same_cells(job)] + counted:
         before = job.con.sql(f"SELECT * FROM {name}").df()
-        if "status" not in before.columns or not set(theirs) <= set(before.columns):
+        if (
+            "status" not in before.columns
+            or column not in before.columns
+            or not set(theirs) <= set(before.columns)
+        ):
             continue
         mine = table.cells[list(table.dims)]
         status = _shared_status(mine, before, theirs)
-        value = pd.to_numeric(_shared_status(mine, before, theirs, "value"), errors="coerce")
-        same = np.isclose(value.to_numpy(np.float64), table.values, rtol=1e-12, atol=0.0)
+        value = pd.to_numeric(_shared_status(mine, before, theirs, column), errors="coerce")
+        # a sum job's counts tell a count job's cells; a count table's counts no sum's
+        ours = table.values if job.spec.measure is None or column == "value" else np.nan
+        same = np.isclose(value.to_numpy(np.float64), ours, rtol=1e-12, atol=0.0)
         found = (
             (status == "primary").to_numpy(),
             (status == "secondary").to_numpy(),
@@ -807,6 +824,28 @@ def _earlier_suppressions(
     if primary is None:
         return None, None, None
     return primary, secondary & ~primary, shown & ~primary & ~secondary
+
+
+def _counted_cells(job: Job) -> list[tuple[str, list[str]]]:
+    """The stored suppression outputs of the job's table and rows that count its units with
+    the other aggregate, with their dimension columns: a count job's beside a sum job's, whose
+    ``n`` column publishes the same unit counts exactly. Red team s38b: after a count job of
+    enterprises with 10 or more employees by nace x region (``freq:10``; R08's total of 9 a
+    primary, R01's a secondary), a sum job of their turnover published R01's ``n``, 22, and
+    the count table's published totals then gave R08's 9 exactly. A job keeps hidden what
+    such an output hid, and a count job publishes the counts a sum job published."""
+    own = job.spec
+    found = []
+    for name, method, theirs in _stored_outputs(job.con, job.policy):
+        if (
+            method == "suppress"
+            and theirs.table == own.table
+            and (theirs.measure is None) != (own.measure is None)
+            and name != f"{OUTPUT_SCHEMA}.{job.into}"
+            and _same_rows(job.con, own.table, theirs.where, own.where)
+        ):
+            found.append((name, table_dims(theirs, job.policy)))
+    return found
 
 
 def _audit_with_earlier(job: Job, table: Table, result, found, known, time_limit) -> None:
@@ -944,9 +983,14 @@ def _pattern_label(table: str) -> str:
 
 def exact_tables(con, policy: Policy, table: str) -> list[tuple[str, JobSpec]]:
     """``(label, JobSpec)`` of the tables of ``table`` that readers hold with exact values: the
-    guard's suppression pattern (the whole table, one per aggregate it suppresses) and every
-    stored output of a job of :data:`EXACT_METHODS`, a replaced one too (its earlier readers
-    keep it)."""
+    guard's suppression pattern (the whole table, one per aggregate it suppresses), every
+    stored output of a job of :data:`EXACT_METHODS`, and every earlier version of one
+    replaced or dropped since (:func:`_earlier_versions`: their readers keep them). A
+    suppression job of a sum also releases the counts of its cells' units, in its ``n``
+    column, a table of counts of its own (red team s38b: a count job of everyone aged 85 or
+    over by sex, and a suppression job of their incomes less the tertiary-educated of one
+    municipality, gave that group's count by sex, 1 and 1, from the release database
+    alone)."""
     found = []
     declared = policy.table(table)
     if declared.suppression is not None:
@@ -956,9 +1000,46 @@ def exact_tables(con, policy: Policy, table: str) -> list[tuple[str, JobSpec]]:
             measure = None if aggregate == COUNT else aggregate
             pattern = JobSpec(declared.name, universe.columns, measure, universe.unit, None)
             found.append((label, pattern))
-    for name, method, theirs in _stored_outputs(con, policy):
-        if method in EXACT_METHODS and theirs.table.lower() == declared.name.lower():
-            found.append((name, theirs))
+    for name, method, theirs in _stored_outputs(con, policy) + _earlier_versions(con, policy):
+        if method not in EXACT_METHODS or theirs.table.lower() != declared.name.lower():
+            continue
+        found.append((name, theirs))
+        if method == "suppress" and theirs.measure is not None:
+            found.append((f"{name} (its counts n)", dataclasses.replace(theirs, measure=None)))
+    return found
+
+
+def _earlier_versions(con, policy: Policy) -> list[tuple[str, str, JobSpec]]:
+    """``(label, method, parsed SQL)`` of the tabular job outputs stored once and replaced or
+    dropped since, from the jobs' ``accepted`` audit entries: a release file or a reader
+    holds them still. Red team s38b: ``--replace`` compared a job with the version it
+    replaced only, so incomes by sex of everyone aged 85 or over, replaced by the same less
+    a region, then by the same less one municipality's person (each step hundreds of people
+    from the one before), put that person's income between the first and third versions."""
+    existing = {
+        f"{schema}.{name}".lower()
+        for schema, name in con.execute(
+            "SELECT schema_name, table_name FROM duckdb_tables() WHERE schema_name = ?",
+            [OUTPUT_SCHEMA],
+        ).fetchall()
+    }
+    current = {query_id for name, query_id in con.execute(
+        "SELECT name, query_id FROM sqlsdc.outputs").fetchall()
+        if name.lower() in existing}  # fmt: skip
+    found = []
+    for query_id, sql, reason in con.execute(
+        "SELECT query_id, sql_text, reason FROM sqlsdc.audit WHERE decision = 'accepted' "
+        "AND reason LIKE '% job stored protected.%' ORDER BY query_id"
+    ).fetchall():
+        method, _stored, name = reason.partition(" job stored ")
+        if query_id in current or method not in TABULAR_METHODS:
+            continue
+        try:
+            found.append(
+                (f"{name} as job {query_id} stored it", method, parse_job(sql, policy, stored=True))
+            )
+        except (TabularError, SqlSyntaxError):  # a table or column the policy no longer declares
+            continue
     return found
 
 
@@ -982,7 +1063,7 @@ def _stored_outputs(con, policy: Policy) -> list[tuple[str, str, JobSpec]]:
         if name not in existing:
             continue
         try:
-            found.append((name, method, parse_job(sql, policy)))
+            found.append((name, method, parse_job(sql, policy, stored=True)))
         except (TabularError, SqlSyntaxError):  # a table or column the policy no longer declares
             continue
     return found

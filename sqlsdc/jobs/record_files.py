@@ -9,11 +9,16 @@ population as the WHERE of its query, its exact columns as expressions on the ta
 :mod:`sqlsdc.jobs.differencing` compares its cells with those of exact tables of the table.
 :func:`stored_files` does so for every anonymised file already stored.
 
-A file read by a query of another shape (a derived table, a CTE, a join, a union, a GROUP BY)
-is a population that cannot be written as a WHERE on one table: it cannot be compared, so
-such a file and an exact table of a table it reads are refused together, whichever comes
-second (:func:`opaque_tables`). A column computed by a window, an aggregate or a subquery is
-no expression on its row, and is not compared.
+A file's cells are those of every exact column that reads a dimension of the table, under
+whatever name its query gives it (red team s38b: ``education AS e``; a file's (R01, education)
+sums next to a job by region over one education). A file read by a query of another shape (a
+derived table, a CTE, a join, a union, a GROUP BY, a LIMIT, the table read again in a
+subquery, a column computed by a window, an aggregate or a subquery) is a population or a
+column that cannot be written on the table's rows: it cannot be compared, so such a file and
+an exact table of a table it reads are refused together, whichever comes second
+(:func:`opaque_tables`, :func:`opaque_files`; red teams s38b and s38e: ``FROM (SELECT * FROM
+persons) AS p WHERE age >= 85``, or the same people as a CTE, a join with a public table or a
+union, kept a file out of the check).
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ def stored_files(con, policy: Policy, table: str) -> list[Release]:
     """The anonymised files of ``table`` stored in ``protected``, labelled by their names."""
     found = []
     for name, source, log, columns, records in _stored(con):
+        if log is None:  # unreadable: refused beside exact tables (opaque_files)
+            continue
         release = file_release(con, policy, name, source, log, columns, records)
         if release is not None and release[0].lower() == table.lower():
             found.append(release[1])
@@ -44,17 +51,18 @@ def stored_files(con, policy: Policy, table: str) -> list[Release]:
 def opaque_files(con, policy: Policy, table: str) -> list[str]:
     """The names of the anonymised files stored that read ``table`` by a query whose
     population is no WHERE on one table (:func:`opaque_tables`): files the check cannot
-    compare, so that an exact table of ``table`` next to them is refused."""
-    return [name for name, source, *_file in _stored(con)
-            if table.lower() in {t.lower() for t in opaque_tables(policy, source)}]  # fmt: skip
+    compare, so that an exact table of ``table`` next to them is refused. A file whose
+    request or step log cannot be read counts as one (fail closed)."""
+    return [name for name, source, log, *_file in _stored(con) if log is None
+            or table.lower() in {t.lower() for t in opaque_tables(policy, source)}]  # fmt: skip
 
 
 def opaque_tables(policy: Policy, source: str | None) -> list[str]:
     """The confidential tables of ``policy`` that a file's ``source`` reads when its population
     cannot be written as a WHERE on one table (a derived table, a CTE, a join, a union: red
     team s38e, the same people as ``SELECT * FROM persons WHERE age >= 85`` written as a
-    subquery escaped the check); none when it can. A source that does not parse reads them
-    all (fail closed)."""
+    subquery escaped the check), or a column no function of its row; none when it can
+    (:func:`_population`). A source that does not parse reads them all (fail closed)."""
     if _population(source) is not None:
         return []
     try:
@@ -64,6 +72,8 @@ def opaque_tables(policy: Policy, source: str | None) -> list[str]:
     if tree is None:
         return [t.name for t in policy.confidential_tables]
     read = {t.name.lower() for t in tree.find_all(exp.Table)}
+    if isinstance(tree, exp.Column):  # --from schema.table
+        read.add(tree.name.lower())
     return [t.name for t in policy.confidential_tables if t.name.lower() in read]
 
 
@@ -71,15 +81,18 @@ def opaque_refusal(file: str, table: str, other: str) -> str:
     """The message refusing ``file`` (an opaque file of ``table``) next to ``other``."""
     return (
         f"{file} reads {table} by a query whose population is no WHERE on {table} (a derived "
-        "table, a CTE, a join or a union), so its exact tables cannot be compared with "
+        "table, a CTE, a join, a union, a grouping, a LIMIT) or whose columns are no functions "
+        f"of their row, so the differencing check cannot compare its exact tables with "
         f"{other}, an exact table of {table}: the two could differ by a few units in a cell. "
-        f"Write the file's query as SELECT columns FROM {table} WHERE condition"
+        f"Write the file's query as SELECT columns FROM {table} WHERE condition, its columns "
+        "functions of their row"
     )
 
 
 def _stored(con):
     """``(name, source, step log, stored columns, its records)`` of every anonymised file
-    stored in ``protected`` (its request and report readable)."""
+    stored in ``protected``; source and log None when its request or report cannot be
+    read."""
     stored = {
         f"{schema}.{name}".lower(): name
         for schema, name in con.execute(
@@ -96,7 +109,7 @@ def _stored(con):
             source = json.loads(request).get("from")
             log = json.loads(report)["steps"]
         except (ValueError, AttributeError, TypeError, KeyError):
-            continue
+            source, log = None, None  # unreadable: opaque (opaque_files), never compared
         columns = [
             c
             for (c,) in con.execute(
@@ -116,13 +129,13 @@ def file_release(
     job was given it) by the steps of ``log`` (one record per step, as the job logs and
     reports them) with ``columns`` stored (its records: ``records``), as a release of its
     source table; None when its population is no WHERE on a confidential table of
-    ``policy``.
+    ``policy`` (:func:`opaque_tables` says which tables such a query reads).
 
-    Its cuts are its exact columns that are dimensions of the table or recoded (a table is
-    cut by dimensions; an unbanded measure or weight would cut cells of one record, at the
-    cost of a grouping set per combination); a column that a local suppression blanked in
-    some record (the step's ``suppressed`` count) tells nobody which records a table
-    counts."""
+    Its cuts are its exact columns that read a dimension of the table, whatever else they
+    read and whatever they are named, or are recoded (a table is cut by dimensions; an
+    unbanded measure or weight would cut cells of one record, at the cost of a grouping set
+    per combination); a column that a local suppression blanked in some record (the step's
+    ``suppressed`` count) tells nobody which records a table counts."""
     read = _population(source)
     if read is None:
         return None
@@ -145,7 +158,7 @@ def file_release(
         held |= reads if len(reads) == 1 else set()
         if column in suppressed:
             blanked |= reads
-        if reads and (reads <= dimensions or any(s.method == "recode" for s in recipe)):
+        if reads & dimensions or (reads and any(s.method == "recode" for s in recipe)):
             cuts.append((column, _coarsened(base, recipe)))
     plain = tuple(e.name.lower() for _c, e in cuts if isinstance(e, exp.Column))
     release = Release(label, where, plain, tuple(cuts), frozenset(held), frozenset(blanked),
@@ -154,32 +167,74 @@ def file_release(
 
 
 def _population(source: str | None):
-    """``(table, WHERE or None, projections)`` of a file's source, or None for another shape."""
+    """``(table, WHERE or None, projections)`` of a file's source, or None for another shape:
+    one SELECT of one table (unqualified, no column aliases), read nowhere else, each of its
+    rows once (no join, grouping, DISTINCT, LIMIT, sample, window filter or set operation),
+    the columns functions of their row (:func:`_row_projections`), and no subquery that reads
+    the table's own columns by its name (a correlated one: :func:`_unqualified` could not
+    keep its meaning)."""
     try:
         tree = sqlglot.parse_one(source, read="duckdb") if source else None
     except sqlglot.errors.ParseError:
         return None
-    if isinstance(tree, exp.Column):  # --from TABLE: every row and column
+    if isinstance(tree, exp.Column) and not tree.table:  # --from TABLE: every row and column
         return tree.name, None, [exp.Star()]
-    if (
-        isinstance(tree, exp.Select)
-        and isinstance(tree.args.get("from_") and tree.args["from_"].this, exp.Table)
-        and not any(tree.args.get(a) for a in ("joins", "group", "having", "with_", "distinct"))
+    if not isinstance(tree, exp.Select):
+        return None
+    table = tree.args.get("from_") and tree.args["from_"].this
+    if not isinstance(table, exp.Table) or any(
+        value for key, value in table.args.items() if key not in ("this", "alias")
     ):
-        table = tree.args["from_"].this
-        own = {table.name.lower(), table.alias_or_name.lower()}
-        where = tree.args.get("where")
-        projections = [_unqualified(p, own) for p in tree.expressions]
-        return table.name, where and _unqualified(where.this, own), projections
-    return None
+        return None
+    alias = table.args.get("alias")
+    if alias is not None and alias.args.get("columns"):
+        return None
+    shapes = ("joins", "group", "having", "distinct", "limit", "offset", "qualify", "with_",
+              "laterals", "sample", "pivots")  # fmt: skip
+    if any(tree.args.get(a) for a in shapes):
+        return None
+    if sum(t.name.lower() == table.name.lower() for t in tree.find_all(exp.Table)) != 1:
+        return None
+    own = {table.name.lower(), table.alias_or_name.lower()}
+    for query in tree.find_all(exp.Subquery, exp.Query):
+        if query is not tree and any(c.table.lower() in own for c in query.find_all(exp.Column)):
+            return None
+    projections = _row_projections(tree.expressions, own)
+    if projections is None:
+        return None
+    where = tree.args.get("where")
+    return table.name, where and _unqualified(where.this, own), projections
+
+
+def _row_projections(projections: list, own: set[str]) -> list | None:
+    """The projections unqualified, a star of the table (``*``, ``p.*``, ``* EXCLUDE (...)``)
+    as a plain ``*``; None when one is no function of its row (a window, an aggregate, a
+    subquery) or a star that renames or replaces columns."""
+    found = []
+    for projection in projections:
+        expression = projection.unalias()
+        star = expression if isinstance(expression, exp.Star) else None
+        if isinstance(expression, exp.Column) and isinstance(expression.this, exp.Star):
+            if expression.table.lower() not in own:
+                return None
+            star = expression.this
+        if star is not None:
+            if star.args.get("replace") or star.args.get("rename"):
+                return None
+            found.append(exp.Star())
+            continue
+        if expression.find(exp.AggFunc, exp.Window, exp.Query, exp.Subquery, exp.Star):
+            return None
+        found.append(_unqualified(projection, own))
+    return found
 
 
 def _projections(con, table: str, projections: list) -> dict[str, exp.Expr]:
-    """Output name (lower case) -> expression on the table's columns, for the projections
-    that are a function of their row (a plain ``*`` is every column of the table)."""
+    """Output name (lower case) -> expression on the table's columns (a ``*`` is every
+    column of the table); the projections are functions of their row (:func:`_population`)."""
     found: dict[str, exp.Expr] = {}
     for projection in projections:
-        if isinstance(projection, exp.Star) and not any(projection.args.values()):
+        if isinstance(projection, exp.Star):
             for (column,) in con.execute(
                 "SELECT column_name FROM duckdb_columns() WHERE schema_name = 'main' AND "
                 "lower(table_name) = ? ORDER BY column_index",
@@ -187,12 +242,7 @@ def _projections(con, table: str, projections: list) -> dict[str, exp.Expr]:
             ).fetchall():
                 found[column.lower()] = exp.column(column)
             continue
-        expression = projection.unalias()
-        if isinstance(expression, exp.Star) or expression.find(
-            exp.AggFunc, exp.Window, exp.Query, exp.Subquery, exp.Star
-        ):
-            continue
-        found[projection.alias_or_name.lower()] = expression.copy()
+        found[projection.alias_or_name.lower()] = projection.unalias().copy()
     return found
 
 

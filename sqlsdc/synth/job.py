@@ -555,10 +555,15 @@ def _run_dp(con, plan, secret, seed, copies, rows, prior, project, say):
     say("computing the margins in SQL")
     con.execute(f"CREATE OR REPLACE TEMP TABLE __synth_codes AS {_coded_rows(plan)}")
     try:
+        # the noise is keyed by the data: a version that the same codes added or removed in
+        # pairs keep (an XOR of hashes alone) gave two data sets the same noise, and two
+        # syntheses their exact difference (red team s38b); the sum of hashes tells them apart,
+        # as sqlsdc.engines.duckdb.data_version does
         digest = con.execute(
-            "SELECT count(*), bit_xor(hash(__synth_codes)) FROM __synth_codes"
+            "SELECT count(*), bit_xor(hash(__synth_codes)), sum(hash(__synth_codes)) "
+            "FROM __synth_codes"
         ).fetchone()
-        data_version = f"{plan['table']}:{digest[0]}:{digest[1]}"
+        data_version = f"{plan['table']}:{digest[0]}:{digest[1]}:{digest[2] or 0}"
         noisy = {}
         say(f"adding discrete Laplace noise of scale {plan['scale']} to {len(plan['margins'])} "
             "margins")  # fmt: skip
