@@ -39,9 +39,9 @@ Not covered: a rounded or raked table next to another (their difference bounds t
 within the two perturbations; red team s33c keeps that allowed), the two patterns together (a
 cell hidden in one table and published in the other, the attacker LP over both with
 non-negative differences): protecting linked tables of different populations needs one
-covering universe (red team s30f); two anonymised files of one table cut by cut (a new file's
-counts by its plain columns are compared with a stored file's cells and cuts and the other
-way, ``sqlsdc.jobs.anonymize``; a cut of one next to a cut of the other is not); and an output
+covering universe (red team s30f); two anonymised files of one table cut by cut (when both are
+released, each file's counts by its plain columns are compared with the other's cells and cuts,
+``sqlsdc.jobs.file_pairs``; a cut of one next to a cut of the other is not); and an output
 replaced, whose earlier readers keep it.
 
 A local suppression's blanked values are a cell of their own (:func:`_blanked_difference`):
