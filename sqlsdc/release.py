@@ -43,6 +43,7 @@ from sqlsdc.errors import Error, NotFoundError, PolicyViolation
 from sqlsdc.files import check_replaceable, check_writable
 from sqlsdc.guard.connection import connect
 from sqlsdc.guard.releases import dp_table_read
+from sqlsdc.jobs.file_pairs import refuse_file_pairs, released_files
 from sqlsdc.jobs.patterns import ensure_patterns
 from sqlsdc.policy import load_policy
 from sqlsdc.tabular.universe import STATUS, VALUE, universe_of
@@ -158,7 +159,9 @@ def publish(
             _version, policy = _admin_policy(con, user)
             outputs = _job_outputs(con)
             _check_included(outputs, included)
-            _check_dp_sources(con, policy, _released_outputs(outputs, policy.releases, included)[0])
+            released = _released_outputs(outputs, policy.releases, included)[0]
+            _check_dp_sources(con, policy, released)
+            _check_file_pairs(con, policy, released)
     except Error as refusal:
         audit("refused", refusal)
         raise
@@ -327,6 +330,25 @@ def _check_dp_sources(con, policy, outputs: list) -> None:
                 "outside the privacy budget",
                 f"drop {name}, or protect {private} by its former method again",
             )
+
+
+def _check_file_pairs(con, policy, outputs: list) -> None:
+    """Refuse a publication holding two anonymised files of one table that differ by a few
+    units in a cell (checked before any query runs or is charged): the candidates an admin
+    stores to compare are not compared with each other until they are released together
+    (:mod:`sqlsdc.jobs.file_pairs`)."""
+    names = [name.split(".")[-1] for name, method, *_ in outputs if method == "anonymize"]
+    if len(names) > 1:
+        refuse_file_pairs(con, policy, released_files(con, policy, names),
+                          refusal=_pair_refusal)  # fmt: skip
+
+
+def _pair_refusal(first: str, second: str, reason: str) -> PolicyViolation:
+    return PolicyViolation(
+        f"the publication would hold {first} and {second}, anonymised files of one table "
+        f"that cannot both be released: {reason}",
+        "Publish one of them: leave the other out of releases: and --include",
+    )
 
 
 def _released_outputs(outputs: list, releases: tuple[str, ...], included: tuple[str, ...]):

@@ -214,9 +214,11 @@ def apply_policy(con, policy: Policy, applied_by: str) -> ApplyReport:
     problems = [f"{policy.source}: {p}" for p in database_problems(con, policy)]
     if problems:
         raise PolicyError(problems)
-    from sqlsdc.jobs.protect import refuse_pattern_differences  # jobs build on the catalog
+    from sqlsdc.jobs.file_pairs import refuse_listed_files  # jobs build on the catalog
+    from sqlsdc.jobs.protect import refuse_pattern_differences
 
     refuse_pattern_differences(con, policy)  # a pattern next to the exact releases stored
+    refuse_listed_files(con, policy)  # two anonymised files it releases, next to each other
     con.execute("BEGIN TRANSACTION")
     try:
         store.ensure_catalog(con)

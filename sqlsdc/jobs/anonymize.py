@@ -41,9 +41,9 @@ from sqlsdc.catalog.store import require_admin
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import Error, MicrodataError, NotFoundError, SqlSyntaxError
 from sqlsdc.jobs.differencing import refuse_file_differences
+from sqlsdc.jobs.file_pairs import refuse_file_pairs
 from sqlsdc.jobs.protect import (
     OUTPUT_SCHEMA,
-    JobSpec,
     _plain,
     check_output_name,
     dp_table_refusal,
@@ -239,7 +239,7 @@ def _refuse_differences(con, policy, into: str, source: str, log, stored: pd.Dat
         con.register(records, stored)
         try:
             refuse_file_differences(con, policy, release, exact_tables(con, policy, table))
-            _refuse_other_files(con, policy, table, release)
+            _refuse_other_files(con, policy, into, table, release)
         finally:
             con.unregister(records)
     for table in opaque_tables(policy, source):  # no WHERE on one table: nothing to compare
@@ -247,19 +247,19 @@ def _refuse_differences(con, policy, into: str, source: str, log, stored: pd.Dat
             raise MicrodataError(opaque_refusal(label, table, others[0][0]))
 
 
-def _refuse_other_files(con, policy, table: str, release) -> None:
-    """Refuse a file next to an anonymised file of its table stored before it (the one it
-    replaces too: its readers keep it) when the two differ by a few units in a cell: each
-    file's counts by its columns kept as they are, compared with the other's cells and cuts
-    (red team s38e: after the README's seniors file, band ``>=85``, a file of everyone aged
-    84+ banded at 84 gave the one person aged 84 of a cell). Not every cut of one is compared
-    with every cut of the other: a file's own bands count here only as its population."""
-    unit = policy.table(table).privacy_unit
-    mine = JobSpec(table, release.dims, None, unit, release.where)
-    for other in stored_files(con, policy, table):
-        theirs = JobSpec(table, other.dims, None, unit, other.where)
-        refuse_file_differences(con, policy, other, [(release.label, mine)])
-        refuse_file_differences(con, policy, release, [(other.label, theirs)])
+def _refuse_other_files(con, policy, into: str, table: str, release) -> None:
+    """Refuse a file next to an anonymised file of its table that is released (listed under
+    the policy's ``releases:``) when the two differ by a few units in a cell (red team s38e:
+    after the README's seniors file, band ``>=85``, a file of everyone aged 84+ banded at 84
+    gave the one person aged 84 of a cell); a file itself listed is compared with every file
+    of its table stored, the one it replaces too (its readers keep it). Candidates withheld
+    are stored side by side, to be compared; they are compared with each other once released
+    together (:mod:`sqlsdc.jobs.file_pairs`)."""
+    others = stored_files(con, policy, table)
+    if into.lower() not in policy.releases:
+        listed = {f"{OUTPUT_SCHEMA}.{name}" for name in policy.releases}
+        others = [other for other in others if other.label.lower() in listed]
+    refuse_file_pairs(con, policy, [(table, other) for other in others], new=(table, release))
 
 
 def _check(con, user: str, into: str, replace: bool):

@@ -58,10 +58,10 @@ several tables of different dimensions beyond a cell and its cover (the signed s
 tables that group by a cell's dimensions, a file by its plain dimension columns); the two
 patterns together (a cell hidden in one table and published in the other, the attacker LP over
 both with non-negative differences): protecting linked tables of different populations needs
-one covering universe (red team s30f); and two anonymised files of one table cut by cut (a new
-file's counts by its plain columns are compared with a stored file's cells and cuts and the
-other way, ``sqlsdc.jobs.anonymize``; a cut of one next to a cut of the other is not, nor a
-file whose query is no WHERE next to another file); and a replaced anonymised file, whose
+one covering universe (red team s30f); two anonymised files of one table cut by cut (when both
+are released, each file's counts by its plain columns are compared with the other's cells and
+cuts, ``sqlsdc.jobs.file_pairs``; a cut of one next to a cut of the other is not, nor a file
+whose query is no WHERE next to another file); and a replaced anonymised file, whose
 earlier readers keep it (a replaced or dropped job's earlier versions are compared:
 ``sqlsdc.jobs.protect.exact_tables``).
 

@@ -38,13 +38,19 @@ OUTPUT_SCHEMA = "protected"  # as sqlsdc.jobs.protect's
 
 def stored_files(con, policy: Policy, table: str) -> list[Release]:
     """The anonymised files of ``table`` stored in ``protected``, labelled by their names."""
+    return [release for name, release in all_files(con, policy) if name.lower() == table.lower()]
+
+
+def all_files(con, policy: Policy) -> list[tuple[str, Release]]:
+    """``(table, file)`` of every anonymised file stored in ``protected`` whose population is
+    a WHERE on a confidential table of ``policy``, labelled by its name."""
     found = []
     for name, source, log, columns, records in _stored(con):
         if log is None:  # unreadable: refused beside exact tables (opaque_files)
             continue
         release = file_release(con, policy, name, source, log, columns, records)
-        if release is not None and release[0].lower() == table.lower():
-            found.append(release[1])
+        if release is not None:
+            found.append(release)
     return found
 
 

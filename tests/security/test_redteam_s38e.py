@@ -26,9 +26,13 @@ Closed here (each test failed before its fix):
   be compared: it is refused next to an exact table of a table it reads, and a job (or a
   pattern) next to it (``sqlsdc.jobs.record_files.opaque_tables``); alone it is stored.
 - **Two anonymised files of one table** were not compared: after the seniors file, a file
-  of everyone aged 84+ banded at 84 gave the person aged 84 again (either order). Each
-  file's counts by its plain columns are now compared with the other's cells and cuts
-  (``sqlsdc.jobs.anonymize._refuse_other_files``).
+  of everyone aged 84+ banded at 84 gave the person aged 84 again (either order), once both
+  are released. Each file's counts by its plain columns are now compared with the other's
+  cells and cuts where files become released together
+  (``sqlsdc.jobs.file_pairs.refuse_file_pairs``): a file stored next to a file listed under
+  ``releases:`` (or listed itself), a policy listing both, a ``publish`` holding both
+  (``--include``). Candidates withheld are stored side by side, as the README's comparison of
+  settings needs.
 
 Left open (strict xfail):
 
@@ -79,6 +83,7 @@ in a file's query keep its WHERE.
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
@@ -87,10 +92,11 @@ import sqlsdc
 from sqlsdc import admin
 from sqlsdc.demo.build import demo_policy
 from sqlsdc.engines.duckdb import open_database
-from sqlsdc.errors import MicrodataError, TabularError
+from sqlsdc.errors import MicrodataError, PolicyError, PolicyViolation, TabularError
 from sqlsdc.jobs.anonymize import anonymize
 from sqlsdc.jobs.protect import protect_query
 from sqlsdc.policy import load_policy
+from sqlsdc.release import publish
 from sqlsdc.tabular.rules import FrequencyRule
 
 # ------------------------------------------ a job that splits a band of an anonymised file
@@ -322,27 +328,77 @@ def test_a_file_as_a_subquery_with_no_exact_table_is_stored(jobs_demo_db):
               steps=["topcode:income:upper=1e9"])  # fmt: skip
 
 
+def _aged_84_file(db):
+    """Everyone aged 84 or over, age banded at 84."""
+    return anonymize(db, user="admin", into="aged_84", seed=7,
+                     sql="SELECT region, education, age FROM persons WHERE age >= 84",
+                     steps=["recode:age:breaks=84"])  # fmt: skip
+
+
+def _releasing(db, *names):
+    """Apply the policy in force again, with ``releases:`` listing ``names``."""
+    _version, document, _history = admin.show(db)
+    admin.apply(db, load_policy({**document, "releases": list(names)}), "admin")
+
+
+@pytest.mark.parametrize("listed", ["first", "second"])
 @pytest.mark.parametrize("first", ["seniors", "aged_84"])
-def test_two_files_whose_bands_differ_by_one_year(jobs_demo_db, first):
+def test_two_files_whose_bands_differ_by_one_year(jobs_demo_db, first, listed):
     """The README's seniors file (band ``>=85``) and a file of everyone aged 84 or over with
     age banded at 84: the second's (R01, upper secondary, ``>=84``) less the first's (R01,
     upper secondary, ``>=85``) is the one person aged 84. Two files of one table were not
     compared; now each file's counts by its columns kept as they are are compared with the
-    other's cells and cuts, in either order."""
-
-    def aged_84():
-        anonymize(jobs_demo_db, user="admin", into="aged_84", seed=7,
-                  sql="SELECT region, education, age FROM persons WHERE age >= 84",
-                  steps=["recode:age:breaks=84"])  # fmt: skip
-
-    files = [lambda: _seniors(jobs_demo_db), aged_84]
-    files[0 if first == "seniors" else 1]()
+    other's cells and cuts, in either order, when one of them is released (listed under
+    ``releases:``, which the guard shows to analysts and ``publish`` copies): the second
+    stored next to the released first, and the released second next to the first stored."""
+    files = {
+        "seniors": lambda: _seniors(jobs_demo_db),
+        "aged_84": lambda: _aged_84_file(jobs_demo_db),
+    }
+    second = "aged_84" if first == "seniors" else "seniors"
+    names = {"seniors": "seniors_r01", "aged_84": "aged_84"}
+    _releasing(jobs_demo_db, names[first if listed == "first" else second])
+    files[first]()
     with pytest.raises(
         MicrodataError,
         match=r"(aged_84 and that of .*seniors_r01|seniors_r01 and that of .*aged_84) overlap "
         r"and differ by only \d unit",
     ):
-        files[1 if first == "seniors" else 0]()
+        files[second]()
+
+
+def test_withheld_candidates_are_compared_once_released_together(
+    jobs_demo_db, tmp_path, sqlsdc_in_process
+):
+    """The same two files stored as candidates, neither released: both are stored (an admin
+    compares settings side by side, README) and reported by ``microdata-report``. Releasing
+    both is refused, naming both files and the cell: a policy listing both (the policy in
+    force stays), and a publication that includes both (exit 3, nothing written, audited as
+    refused); either alone is published."""
+    _seniors(jobs_demo_db)
+    _aged_84_file(jobs_demo_db)
+    report = sqlsdc_in_process("microdata-report", jobs_demo_db, "seniors_r01", "aged_84",
+                               "--format", "json")  # fmt: skip
+    assert report.returncode == 0, report.stderr
+    assert "protected.aged_84" in report.stdout and "protected.seniors_r01" in report.stdout
+    both = r"aged_84 and .*seniors_r01.* differ by only \d unit.*age = '>=85'"
+    version = admin.show(jobs_demo_db)[0]
+    with pytest.raises(PolicyError, match=r"releases: lists .*" + both):
+        _releasing(jobs_demo_db, "seniors_r01", "aged_84")
+    assert admin.show(jobs_demo_db)[0] == version
+    out = tmp_path / "release.duckdb"
+    refused = sqlsdc_in_process("publish", jobs_demo_db, out, "--include", "seniors_r01",
+                                "--include", "aged_84")  # fmt: skip
+    assert refused.returncode == 3, refused.stderr
+    assert re.search(r"publication would hold .*" + both, refused.stderr.replace("\n", " "))
+    assert not out.exists() and not list(tmp_path.glob("*.partial"))
+    assert admin.audit(jobs_demo_db, "admin", limit=1)["decision"].tolist() == ["refused"]
+    _releasing(jobs_demo_db, "seniors_r01")
+    with pytest.raises(PolicyViolation, match="publication would hold .*" + both):
+        publish(jobs_demo_db, out, "admin", include=["aged_84"])
+    report = publish(jobs_demo_db, out, "admin")
+    assert [t.table for t in report.tables if t.method == "anonymize"] == ["seniors_r01"]
+    assert [w.table for w in report.withheld] == ["aged_84"]
 
 
 @pytest.mark.xfail(

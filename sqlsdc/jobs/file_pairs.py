@@ -1,0 +1,103 @@
+"""Two anonymised files of one table that readers hold together, compared with each other.
+
+Two anonymised files of one table whose populations differ by a few units in a cell give
+those units away: after the README's seniors file (R01 aged 65+, age banded 65/75/85), a file
+of everyone aged 84+ banded at 84 gives the one person aged 84 of a cell (red team s38e). A
+file reaches readers only when released: listed under the policy's ``releases:`` (the guard
+shows it as a table, ``sqlsdc publish`` copies it) or named with ``publish --include``. The
+candidates an admin stores to choose a setting (``r01_k3``, ``r01_k5``, ``r01_k10`` of the
+same records) differ by little and are compared by ``sqlsdc microdata-report``; they are
+compared with each other only once two of them are released together.
+
+:func:`refuse_file_pairs` is the one comparison, made where a file becomes released: when a
+file is stored (:mod:`sqlsdc.jobs.anonymize`: with the files the policy releases, and with
+every stored file when it is itself listed), when a policy is applied
+(:func:`refuse_listed_files`, from :func:`sqlsdc.catalog.setup.apply_policy`), and when a
+publication is written (:mod:`sqlsdc.release`: the files it holds). Each file's counts by its
+columns kept as they are (its population) are compared with the other's cells and cuts, both
+ways (:func:`sqlsdc.jobs.differencing.refuse_file_differences`, its blanked cells too); a cut
+of one next to a cut of the other is not (see :mod:`sqlsdc.jobs.differencing`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from itertools import combinations
+
+from sqlsdc.errors import Error, MicrodataError, PolicyError
+from sqlsdc.jobs.differencing import Release, refuse_file_differences
+from sqlsdc.jobs.protect import JobSpec
+from sqlsdc.jobs.record_files import all_files
+from sqlsdc.policy import Policy
+
+File = tuple[str, Release]  # (its source table, the file as a release of it)
+
+
+def refuse_file_pairs(
+    con,
+    policy: Policy,
+    files: Sequence[File],
+    new: File | None = None,
+    refusal: Callable[[str, str, str], Error] | None = None,
+) -> None:
+    """Refuse when two anonymised files of one table differ by a few units in a cell: every
+    pair of ``files``, or with ``new`` that file against each of ``files``. ``refusal(first,
+    second, reason)`` makes the error raised (default: the check's own
+    :class:`~sqlsdc.errors.MicrodataError`)."""
+    pairs: Iterable[tuple[File, File]] = (
+        combinations(files, 2) if new is None else ((new, other) for other in files)
+    )
+    for (table, mine), (theirs_table, theirs) in pairs:
+        if table.lower() != theirs_table.lower():
+            continue
+        try:
+            _compare(con, policy, table, mine, theirs)
+        except MicrodataError as found:
+            if refusal is None:
+                raise
+            raise refusal(mine.label, theirs.label, str(found)) from None
+
+
+def refuse_listed_files(con, policy: Policy) -> None:
+    """Refuse ``policy`` (being applied) when two stored anonymised files its ``releases:``
+    lists differ by a few units in a cell: both would be released."""
+    if not _has_outputs(con):
+        return  # no catalog yet: nothing stored
+    refuse_file_pairs(con, policy, released_files(con, policy, policy.releases),
+                      refusal=_policy_refusal(policy))  # fmt: skip
+
+
+def released_files(con, policy: Policy, names: Iterable[str]) -> list[File]:
+    """The stored anonymised files named ``names`` (as listed: no schema, any case)."""
+    wanted = {f"protected.{name}".lower() for name in names}
+    if not wanted:
+        return []
+    return [(table, file) for table, file in all_files(con, policy)
+            if file.label.lower() in wanted]  # fmt: skip
+
+
+def _compare(con, policy: Policy, table: str, mine: Release, theirs: Release) -> None:
+    """Each file's counts by its plain columns against the other's cells and cuts; a file's
+    own bands count here only as its population."""
+    unit = policy.table(table).privacy_unit
+    refuse_file_differences(con, policy, theirs, [(mine.label, _counts(table, mine, unit))])
+    refuse_file_differences(con, policy, mine, [(theirs.label, _counts(table, theirs, unit))])
+
+
+def _counts(table: str, file: Release, unit: str) -> JobSpec:
+    return JobSpec(table, file.dims, None, unit, file.where)
+
+
+def _policy_refusal(policy: Policy) -> Callable[[str, str, str], Error]:
+    def refusal(first: str, second: str, reason: str) -> Error:
+        return PolicyError([
+            f"{policy.source}: releases: lists {first} and {second}, anonymised files of one "
+            f"table that cannot both be released: {reason}. List one of them only"
+        ])  # fmt: skip
+
+    return refusal
+
+
+def _has_outputs(con) -> bool:
+    return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'sqlsdc' "
+                            "AND table_name = 'outputs'").fetchone()[0])  # fmt: skip
