@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from sqlsdc.admin import policy_checks
 from sqlsdc.catalog.setup import apply_policy
 from sqlsdc.demo.build import build_demo_database, demo_policy
 from sqlsdc.engines.duckdb import open_database
@@ -48,7 +49,8 @@ def suppress_enterprises(path: Path) -> None:
     document["tables"]["enterprises"]["suppression"] = {"dimensions": ["nace", "region"]}
     con = open_database(path)
     try:
-        apply_policy(con, load_policy(document, name="bench-publish"), applied_by="admin")
+        policy = load_policy(document, name="bench-publish")
+        apply_policy(con, policy, applied_by="admin", checks=policy_checks())
     finally:
         con.close()
 

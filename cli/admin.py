@@ -66,7 +66,7 @@ def init(db: str, policy_file: str, user: str, fmt: str) -> None:
     policy as a new version and keys rows added since. The acting user must be an admin: of the
     policy in force, or on a new database, of the policy being applied.
     """
-    from sqlsdc.catalog import init as init_database
+    from sqlsdc.admin import init as init_database
     from sqlsdc.policy import load_policy
 
     _report(init_database(db, load_policy(policy_file), applied_by=user), fmt)

@@ -35,7 +35,7 @@ from sqlsdc.errors import (
 
 if TYPE_CHECKING:
     from sqlsdc import admin
-    from sqlsdc.catalog import init
+    from sqlsdc.admin import init
     from sqlsdc.guard.connection import (
         Connection,
         Cursor,
@@ -66,7 +66,7 @@ __version__ = "0.1.0"
 # load duckdb, pandas, sqlglot or OR-Tools: name -> (module, attribute or None for the module).
 _LAZY = {
     "admin": ("sqlsdc.admin", None),
-    "init": ("sqlsdc.catalog", "init"),
+    "init": ("sqlsdc.admin", "init"),
     "load_policy": ("sqlsdc.policy", "load_policy"),
     **{
         name: ("sqlsdc.guard.connection", name)

@@ -11,13 +11,44 @@ from pathlib import Path
 
 import pandas as pd
 
-from sqlsdc.catalog import keys, store
-from sqlsdc.catalog.setup import ApplyReport, apply_policy
+from sqlsdc.catalog import keys, setup, store
+from sqlsdc.catalog.setup import ApplyReport, PolicyCheck, apply_policy
 from sqlsdc.catalog.store import require_admin
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import Error
 from sqlsdc.mechanisms.ckm import utility_risk
 from sqlsdc.policy import Policy, load_policy
+
+
+def policy_checks() -> tuple[PolicyCheck, ...]:
+    """What a policy may not release next to the outputs stored, checked before it is applied:
+    a suppression pattern it switches on next to the exact tables and files stored (red team
+    s38e: the pattern's cell less a stored file's gave 90 groups of 1-4 persons), and two
+    anonymised files its ``releases:`` lists that differ by a few units in a cell."""
+    from sqlsdc.jobs.file_pairs import refuse_listed_files
+    from sqlsdc.jobs.protect import refuse_pattern_differences
+
+    return refuse_pattern_differences, refuse_listed_files
+
+
+def init(db_path, policy, *, applied_by: str | None = None) -> ApplyReport:
+    """Create or upgrade the catalog of ``db_path`` and apply ``policy`` (path, text or dict),
+    checked against the outputs already stored (:func:`policy_checks`).
+
+    Only an admin applies a policy: ``applied_by`` must have role admin in the policy in force
+    when the database has one, else in the new ``policy`` (by default: the first admin declared
+    there), so that the version history always names a real administrator.
+
+    Example:
+        >>> import sqlsdc, duckdb, tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "x.duckdb")
+        >>> duckdb.connect(path).execute("CREATE TABLE t AS SELECT 1 AS id, 'a' AS g").close()
+        >>> sqlsdc.init(path, {"tables": {"t": {"privacy_unit": "id", "columns": {
+        ...     "id": {"role": "identifier"}, "g": {"role": "dimension"}}}},
+        ...     "users": {"root": {"role": "admin"}}}).version
+        1
+    """
+    return setup.init(db_path, policy, checks=policy_checks(), applied_by=applied_by)
 
 
 def apply(db: str | Path, policy: Policy | str | Path, user: str) -> ApplyReport:
@@ -27,7 +58,7 @@ def apply(db: str | Path, policy: Policy | str | Path, user: str) -> ApplyReport
     con = engine.open_database(db, read_only=False)
     try:
         require_admin(con, user)
-        return apply_policy(con, policy, applied_by=user)
+        return apply_policy(con, policy, applied_by=user, checks=policy_checks())
     finally:
         con.close()
 

@@ -10,6 +10,7 @@ COUNT(DISTINCT ...)).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -209,16 +210,25 @@ def database_problems(con, policy: Policy) -> list[str]:
     return problems
 
 
-def apply_policy(con, policy: Policy, applied_by: str) -> ApplyReport:
-    """Apply ``policy`` inside one transaction; raises PolicyError naming every problem."""
+PolicyCheck = Callable[[object, Policy], None]
+"""A refusal of the layers above the catalog, run on the database before a policy is applied."""
+
+
+def apply_policy(
+    con, policy: Policy, applied_by: str, *, checks: Sequence[PolicyCheck]
+) -> ApplyReport:
+    """Apply ``policy`` inside one transaction; raises PolicyError naming every problem.
+
+    ``checks`` run once the database's own problems are known and before anything is written:
+    the jobs' refusals of what the policy would release next to the outputs stored
+    (:func:`sqlsdc.admin.policy_checks`; the jobs build on the catalog, so the catalog takes
+    them from its caller). A keyword without a default: no caller applies a policy without
+    saying which checks it runs."""
     problems = [f"{policy.source}: {p}" for p in database_problems(con, policy)]
     if problems:
         raise PolicyError(problems)
-    from sqlsdc.jobs.file_pairs import refuse_listed_files  # jobs build on the catalog
-    from sqlsdc.jobs.protect import refuse_pattern_differences
-
-    refuse_pattern_differences(con, policy)  # a pattern next to the exact releases stored
-    refuse_listed_files(con, policy)  # two anonymised files it releases, next to each other
+    for check in checks:
+        check(con, policy)
     con.execute("BEGIN TRANSACTION")
     try:
         store.ensure_catalog(con)
@@ -348,22 +358,15 @@ def unique_columns(con, *, constraints: bool = True) -> dict[str, frozenset[str]
     return {table: frozenset(columns) for table, columns in found.items()}
 
 
-def init(db_path, policy, *, applied_by: str | None = None) -> ApplyReport:
-    """Create or upgrade the catalog of ``db_path`` and apply ``policy`` (path, text or dict).
+def init(
+    db_path, policy, *, checks: Sequence[PolicyCheck], applied_by: str | None = None
+) -> ApplyReport:
+    """Create or upgrade the catalog of ``db_path`` and apply ``policy`` (path, text or dict),
+    running ``checks`` as :func:`apply_policy` does (the public form: :func:`sqlsdc.init`).
 
     Only an admin applies a policy: ``applied_by`` must have role admin in the policy in force
     when the database has one, else in the new ``policy`` (by default: the first admin declared
-    there), so that the version history always names a real administrator.
-
-    Example:
-        >>> import sqlsdc, duckdb, tempfile, os
-        >>> path = os.path.join(tempfile.mkdtemp(), "x.duckdb")
-        >>> duckdb.connect(path).execute("CREATE TABLE t AS SELECT 1 AS id, 'a' AS g").close()
-        >>> sqlsdc.init(path, {"tables": {"t": {"privacy_unit": "id", "columns": {
-        ...     "id": {"role": "identifier"}, "g": {"role": "dimension"}}}},
-        ...     "users": {"root": {"role": "admin"}}}).version
-        1
-    """
+    there), so that the version history always names a real administrator."""
     if not isinstance(policy, Policy):
         policy = load_policy(policy)
     created = not Path(db_path).exists()
@@ -374,7 +377,7 @@ def init(db_path, policy, *, applied_by: str | None = None) -> ApplyReport:
         if applied_by is None:
             applied_by = next(u.name for u in in_force.users.values() if u.role is UserRole.ADMIN)
         _require_admin(in_force, applied_by, new=current is None)
-        return apply_policy(con, policy, applied_by)
+        return apply_policy(con, policy, applied_by, checks=checks)
     except BaseException:
         con.close()
         if created:  # a failed init leaves no empty database (nor its lock) behind

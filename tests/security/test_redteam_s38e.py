@@ -381,7 +381,7 @@ def test_withheld_candidates_are_compared_once_released_together(
                                "--format", "json")  # fmt: skip
     assert report.returncode == 0, report.stderr
     assert "protected.aged_84" in report.stdout and "protected.seniors_r01" in report.stdout
-    both = r"aged_84 and .*seniors_r01.* differ by only \d unit.*age = '>=85'"
+    both = r"aged_84 and .*seniors_r01.* differ by only \d+ unit"
     version = admin.show(jobs_demo_db)[0]
     with pytest.raises(PolicyError, match=r"releases: lists .*" + both):
         _releasing(jobs_demo_db, "seniors_r01", "aged_84")
