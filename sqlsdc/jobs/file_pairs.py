@@ -16,7 +16,10 @@ every stored file when it is itself listed), when a policy is applied
 publication is written (:mod:`sqlsdc.release`: the files it holds). Each file's counts by its
 columns kept as they are (its population) are compared with the other's cells and cuts, both
 ways (:func:`sqlsdc.jobs.differencing.refuse_file_differences`, its blanked cells too); a cut
-of one next to a cut of the other is not (see :mod:`sqlsdc.jobs.differencing`).
+of one next to a cut of the other is not (see :mod:`sqlsdc.jobs.differencing`). Each file is
+also summed with the others and the exact tables of its table (:func:`_refuse_signed_sums`):
+pairwise checks miss a signed sum of several (red team s38f: two jobs and two files over
+s38b's four populations, whose T1 - T2 + T3 - T4 is one person's income).
 """
 
 from __future__ import annotations
@@ -25,8 +28,13 @@ from collections.abc import Callable, Iterable, Sequence
 from itertools import combinations
 
 from sqlsdc.errors import Error, MicrodataError, PolicyError
-from sqlsdc.jobs.differencing import Release, refuse_file_differences
-from sqlsdc.jobs.protect import JobSpec
+from sqlsdc.jobs.differencing import (
+    Release,
+    min_frequency,
+    refuse_file_differences,
+    refuse_isolated_groups,
+)
+from sqlsdc.jobs.protect import JobSpec, exact_tables
 from sqlsdc.jobs.record_files import all_files
 from sqlsdc.policy import Policy
 
@@ -41,9 +49,10 @@ def refuse_file_pairs(
     refusal: Callable[[str, str, str], Error] | None = None,
 ) -> None:
     """Refuse when two anonymised files of one table differ by a few units in a cell: every
-    pair of ``files``, or with ``new`` that file against each of ``files``. ``refusal(first,
-    second, reason)`` makes the error raised (default: the check's own
-    :class:`~sqlsdc.errors.MicrodataError`)."""
+    pair of ``files``, or with ``new`` that file against each of ``files``; or when one of
+    them (``new``) with the others of its table and the exact tables isolates a group by a
+    signed sum. ``refusal(first, second, reason)`` makes the error raised (default: the
+    check's own :class:`~sqlsdc.errors.MicrodataError`)."""
     pairs: Iterable[tuple[File, File]] = (
         combinations(files, 2) if new is None else ((new, other) for other in files)
     )
@@ -56,6 +65,16 @@ def refuse_file_pairs(
             if refusal is None:
                 raise
             raise refusal(mine.label, theirs.label, str(found)) from None
+    for table, mine in [new] if new is not None else files:
+        others = [f for t, f in files if t.lower() == table.lower() and f is not mine]
+        if not others:
+            continue
+        try:
+            _refuse_signed_sums(con, policy, table, mine, others)
+        except MicrodataError as found:
+            if refusal is None:
+                raise
+            raise refusal(mine.label, ", ".join(o.label for o in others), str(found)) from None
 
 
 def refuse_listed_files(con, policy: Policy) -> None:
@@ -82,6 +101,23 @@ def _compare(con, policy: Policy, table: str, mine: Release, theirs: Release) ->
     unit = policy.table(table).privacy_unit
     refuse_file_differences(con, policy, theirs, [(mine.label, _counts(table, mine, unit))])
     refuse_file_differences(con, policy, mine, [(theirs.label, _counts(table, theirs, unit))])
+
+
+def _refuse_signed_sums(con, policy: Policy, table: str, mine: Release, others: list) -> None:
+    """Refuse ``mine`` when, with the files ``others`` and the exact tables of ``table``, a
+    signed sum isolates a group of fewer units than the minimum frequency in a cell
+    (:func:`~sqlsdc.jobs.differencing.refuse_isolated_groups`), for its counts and each sum
+    it holds unperturbed."""
+    tables = exact_tables(con, policy, table)
+    unit, least = policy.table(table).privacy_unit, min_frequency(policy, table)
+    for measure in dict.fromkeys([None, *(spec.measure for _label, spec in tables)]):
+        if measure is not None and not mine.holds(measure):
+            continue
+        releases = [Release(label, spec.where, spec.dims) for label, spec in tables
+                    if spec.measure == measure]  # fmt: skip
+        releases += [f for f in others if measure is None or f.holds(measure)]
+        spec = JobSpec(table, mine.dims, measure, unit, mine.where)
+        refuse_isolated_groups(con, spec, releases, least, label=mine.label, error=MicrodataError)
 
 
 def _counts(table: str, file: Release, unit: str) -> JobSpec:

@@ -1,0 +1,92 @@
+"""Red team s38f: the jobs' differencing checks as merged by hand in session 38 (red teams
+s38b and s38e, the files compared when released, the policy's checks passed in by the caller),
+attacked by varying the order of jobs, files, policy applies and publications.
+
+Closed here (each test failed before its fix):
+
+- **A signed sum of exact tables and several anonymised files.** s38b's four populations
+  (85+ of R02 ∪ R03 ∪ {one person}, R02 ∪ R03 ∪ R04, R02 ∪ R04, R02): two as suppression
+  jobs of income by sex, two as anonymised files of sex and income (income only top-coded).
+  Each pair differs on both sides or by a whole region; T1 - T2 + T3 - T4 is that person's
+  income. A job next to the others is refused (its check counts every stored file), but a
+  file's check summed it with the exact tables only, and files with each other pairwise: the
+  last file was stored (released files, either file last), and two candidates released
+  together by a policy's ``releases:`` were accepted. The check of files that become released
+  together (``sqlsdc.jobs.file_pairs``) now also runs the signed-sum check of each file with
+  the exact tables of its table and the other files.
+
+Tried and held: the blanked-cells check (``_blanked_difference``) is called on every path
+that compares a file with a table — a new job against a stored file and the suppression
+pattern against stored files at policy apply (``refuse_small_differences``), a new file
+against stored tables and file against file when stored or released
+(``refuse_file_differences``); earlier versions of replaced jobs are read at policy apply
+(``exact_tables``); the policy's checks are passed by every caller of ``apply_policy``
+(``admin.init``/``admin.apply``/``sqlsdc.init``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sqlsdc import admin
+from sqlsdc.errors import MicrodataError, PolicyError
+from sqlsdc.jobs.anonymize import anonymize
+from sqlsdc.jobs.protect import protect_query
+from sqlsdc.policy import load_policy
+from tests.security.test_redteam_s38b import _lonely
+
+# ------------------------------------ a signed sum of exact tables and anonymised files
+
+
+def _populations(db) -> dict[str, str]:
+    municipality, region, _education, _income = _lonely(db)
+    assert region == "R01"
+    return {
+        "t1": f"region IN ('R02', 'R03') OR municipality = '{municipality}'",
+        "t2": "region IN ('R02', 'R03', 'R04')",
+        "t3": "region IN ('R02', 'R04')",
+        "t4": "region = 'R02'",
+    }
+
+
+def _job(db, populations, name: str) -> None:
+    protect_query(db, "admin", "SELECT sex, SUM(income) FROM persons WHERE "
+                  f"age >= 85 AND ({populations[name]}) GROUP BY sex", into=name)  # fmt: skip
+
+
+def _file(db, populations, name: str) -> None:
+    anonymize(db, user="admin", into=name, steps=["topcode:income:upper=1e9"],
+              sql=f"SELECT sex, income FROM persons WHERE age >= 85 AND ({populations[name]})")  # fmt: skip
+
+
+def _releasing(db, *names):
+    _version, document, _history = admin.show(db)
+    admin.apply(db, load_policy({**document, "releases": list(names)}), "admin")
+
+
+@pytest.mark.parametrize("last", ["t1", "t4"])
+def test_two_jobs_and_two_released_files_whose_signed_sum_is_one_person(jobs_demo_db, last):
+    """t2 and t3 suppression jobs, t1 and t4 anonymised files listed under ``releases:``:
+    the second file is refused (it isolates the person with the other three)."""
+    populations = _populations(jobs_demo_db)
+    _releasing(jobs_demo_db, "t1", "t4")
+    _job(jobs_demo_db, populations, "t2")
+    _job(jobs_demo_db, populations, "t3")
+    _file(jobs_demo_db, populations, "t4" if last == "t1" else "t1")
+    with pytest.raises(MicrodataError, match="would isolate 1 unit"):
+        _file(jobs_demo_db, populations, last)
+
+
+def test_two_candidate_files_released_together_whose_signed_sum_is_one_person(jobs_demo_db):
+    """The same two files stored as candidates (not released, each stored next to the two
+    jobs); a policy listing both is refused, and the policy in force stays."""
+    populations = _populations(jobs_demo_db)
+    _job(jobs_demo_db, populations, "t2")
+    _job(jobs_demo_db, populations, "t3")
+    _file(jobs_demo_db, populations, "t1")
+    _file(jobs_demo_db, populations, "t4")
+    version = admin.show(jobs_demo_db)[0]
+    with pytest.raises(PolicyError, match="would isolate 1 unit"):
+        _releasing(jobs_demo_db, "t1", "t4")
+    assert admin.show(jobs_demo_db)[0] == version
+    _releasing(jobs_demo_db, "t1")
