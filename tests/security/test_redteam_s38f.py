@@ -55,8 +55,8 @@ def _job(db, populations, name: str) -> None:
 
 
 def _file(db, populations, name: str) -> None:
-    anonymize(db, user="admin", into=name, steps=["topcode:income:upper=1e9"],
-              sql=f"SELECT sex, income FROM persons WHERE age >= 85 AND ({populations[name]})")  # fmt: skip
+    sql = f"SELECT sex, income FROM persons WHERE age >= 85 AND ({populations[name]})"
+    anonymize(db, user="admin", into=name, steps=["topcode:income:upper=1e9"], sql=sql)
 
 
 def _releasing(db, *names):
