@@ -29,10 +29,11 @@ from __future__ import annotations
 import pytest
 
 from sqlsdc import admin
-from sqlsdc.errors import MicrodataError, PolicyError
+from sqlsdc.errors import MicrodataError, PolicyError, TabularError
 from sqlsdc.jobs.anonymize import anonymize
 from sqlsdc.jobs.protect import protect_query
 from sqlsdc.policy import load_policy
+from sqlsdc.tabular.rules import FrequencyRule
 from tests.security.test_redteam_s38b import _lonely
 
 # ------------------------------------ a signed sum of exact tables and anonymised files
@@ -77,9 +78,12 @@ def test_two_jobs_and_two_released_files_whose_signed_sum_is_one_person(jobs_dem
         _file(jobs_demo_db, populations, last)
 
 
-def test_two_candidate_files_released_together_whose_signed_sum_is_one_person(jobs_demo_db):
+def test_two_candidate_files_released_together_whose_signed_sum_is_one_person(
+    jobs_demo_db, tmp_path, sqlsdc_in_process
+):
     """The same two files stored as candidates (not released, each stored next to the two
-    jobs); a policy listing both is refused, and the policy in force stays."""
+    jobs); a policy listing both is refused, and the policy in force stays; a publication
+    including both is refused (exit 3, nothing written)."""
     populations = _populations(jobs_demo_db)
     _job(jobs_demo_db, populations, "t2")
     _job(jobs_demo_db, populations, "t3")
@@ -89,4 +93,81 @@ def test_two_candidate_files_released_together_whose_signed_sum_is_one_person(jo
     with pytest.raises(PolicyError, match="would isolate 1 unit"):
         _releasing(jobs_demo_db, "t1", "t4")
     assert admin.show(jobs_demo_db)[0] == version
+    out = tmp_path / "release.duckdb"
+    refused = sqlsdc_in_process("publish", jobs_demo_db, out, "--include", "t1",
+                                "--include", "t4")  # fmt: skip
+    assert refused.returncode == 3, refused.stderr
+    assert "would isolate 1 unit" in refused.stderr.replace("\n", " ")
+    assert not out.exists()
     _releasing(jobs_demo_db, "t1")
+
+
+@pytest.mark.parametrize("last", ["t2", "t3"])
+def test_a_job_after_two_files_and_a_job_is_refused(jobs_demo_db, last):
+    """Held: a job's check sums it with every stored file (released or not)."""
+    populations = _populations(jobs_demo_db)
+    _file(jobs_demo_db, populations, "t1")
+    _file(jobs_demo_db, populations, "t4")
+    _job(jobs_demo_db, populations, "t3" if last == "t2" else "t2")
+    with pytest.raises(TabularError, match="would isolate 1 unit"):
+        _job(jobs_demo_db, populations, last)
+
+
+# ------------------------------------ a file's blanked cells next to another file's counts
+
+BLANKED = ("SELECT municipality, sex, education FROM persons WHERE age >= 85",
+           "suppress:municipality,sex,education:k=3,importance=3/2/1")  # fmt: skip
+COUNTED = "SELECT municipality, income FROM persons WHERE age >= 85"
+
+
+def _blanked(db) -> None:
+    anonymize(db, user="admin", into="blanked", sql=BLANKED[0], steps=[BLANKED[1]])
+
+
+def _counted(db) -> None:
+    anonymize(db, user="admin", into="counted", sql=COUNTED, steps=["topcode:income:upper=1e9"])
+
+
+@pytest.mark.parametrize("first", ["blanked", "counted"])
+def test_a_blanked_file_next_to_a_released_file_of_the_same_people(jobs_demo_db, first):
+    """s37c's 3-anonymous file of everyone aged 85+ (municipalities blanked) and a file of
+    the same people's municipalities as they are: the second's count of a municipality less
+    the first's shown records places blanked values. Each stored next to the other released."""
+    files = {"blanked": _blanked, "counted": _counted}
+    second = "counted" if first == "blanked" else "blanked"
+    _releasing(jobs_demo_db, first)
+    files[first](jobs_demo_db)
+    with pytest.raises(MicrodataError, match="blanked values of municipality"):
+        files[second](jobs_demo_db)
+
+
+def test_a_blanked_file_and_a_file_of_the_same_people_released_together(
+    jobs_demo_db, tmp_path, sqlsdc_in_process
+):
+    _blanked(jobs_demo_db)
+    _counted(jobs_demo_db)
+    with pytest.raises(PolicyError, match="blanked values of municipality"):
+        _releasing(jobs_demo_db, "blanked", "counted")
+    refused = sqlsdc_in_process("publish", jobs_demo_db, tmp_path / "r.duckdb", "--include",
+                                "blanked", "--include", "counted")  # fmt: skip
+    assert refused.returncode == 3, refused.stderr
+    assert "blanked values of municipality" in refused.stderr.replace("\n", " ")
+
+
+# ---------------------------------------------- earlier versions when a policy is applied
+
+
+def test_suppression_switched_on_after_a_replaced_job(jobs_demo_db):
+    """An exact job of everyone aged 1+ by municipality and sex, replaced by one of the same
+    people by sex only; then suppression by geography x sex switched on: its pattern less the first version
+    (which its readers keep) is the persons aged 0 of a cell. Refused, naming that version."""
+    from tests.conftest import suppress_document
+
+    sql = "SELECT {0}, COUNT(*) FROM persons WHERE age >= 1 GROUP BY {0}"
+    protect_query(jobs_demo_db, "admin", sql.format("municipality, sex"), into="aged",
+                  rules=[FrequencyRule(5)])  # fmt: skip
+    protect_query(jobs_demo_db, "admin", sql.format("sex"), into="aged",
+                  rules=[FrequencyRule(5)], replace=True)  # fmt: skip
+    with pytest.raises(TabularError, match=r"suppression pattern of persons and that of "
+                       r"protected\.aged as job \d+ stored it overlap"):  # fmt: skip
+        admin.apply(jobs_demo_db, load_policy(suppress_document()), "admin")
