@@ -159,8 +159,9 @@ def test_a_blanked_file_and_a_file_of_the_same_people_released_together(
 
 def test_suppression_switched_on_after_a_replaced_job(jobs_demo_db):
     """An exact job of everyone aged 1+ by municipality and sex, replaced by one of the same
-    people by sex only; then suppression by geography x sex switched on: its pattern less the first version
-    (which its readers keep) is the persons aged 0 of a cell. Refused, naming that version."""
+    people by sex only; then suppression by geography x sex switched on: its pattern less the
+    first version (which its readers keep) is the persons aged 0 of a cell. Refused, naming
+    that version (held)."""
     from tests.conftest import suppress_document
 
     sql = "SELECT {0}, COUNT(*) FROM persons WHERE age >= 1 GROUP BY {0}"
