@@ -35,7 +35,7 @@ from sqlsdc.jobs.differencing import (
     refuse_isolated_groups,
 )
 from sqlsdc.jobs.protect import JobSpec, exact_tables
-from sqlsdc.jobs.record_files import all_files
+from sqlsdc.jobs.record_files import OUTPUT_SCHEMA, all_files, opaque_files
 from sqlsdc.policy import Policy
 
 File = tuple[str, Release]  # (its source table, the file as a release of it)
@@ -82,8 +82,35 @@ def refuse_listed_files(con, policy: Policy) -> None:
     lists differ by a few units in a cell: both would be released."""
     if not _has_outputs(con):
         return  # no catalog yet: nothing stored
-    refuse_file_pairs(con, policy, released_files(con, policy, policy.releases),
-                      refusal=_policy_refusal(policy))  # fmt: skip
+    refusal = _policy_refusal(policy)
+    refuse_opaque_files(con, policy, policy.releases, refusal)
+    refuse_file_pairs(con, policy, released_files(con, policy, policy.releases), refusal=refusal)
+
+
+def refuse_opaque_files(
+    con, policy: Policy, names: Iterable[str], refusal: Callable[[str, str, str], Error]
+) -> None:
+    """Refuse releasing together the stored anonymised files ``names`` (as listed) when one
+    of them reads a table by a query whose population is no WHERE on it
+    (:func:`~sqlsdc.jobs.record_files.opaque_files`) and another reads that table: the check
+    cannot compare them (red team s38f: everyone aged 85+ as a derived table, and the same
+    people but one municipality's person as a WHERE, gave that person's income)."""
+    wanted = {f"{OUTPUT_SCHEMA}.{name}".lower() for name in names}
+    if len(wanted) < 2:
+        return
+    plain = [(table, file.label) for table, file in all_files(con, policy)
+             if file.label.lower() in wanted]  # fmt: skip
+    for declared in policy.confidential_tables:
+        opaque = [n for n in opaque_files(con, policy, declared.name) if n.lower() in wanted]
+        reading = opaque + [label for table, label in plain
+                            if table.lower() == declared.name.lower()]  # fmt: skip
+        if opaque and len(reading) > 1:
+            other = next(name for name in reading if name != opaque[0])
+            raise refusal(opaque[0], other, (
+                f"{opaque[0]} reads {declared.name} by a query whose population is no WHERE "
+                f"on it, so the differencing check cannot compare it with {other}, another "
+                f"file of {declared.name}: the two could differ by a few units in a cell"
+            ))  # fmt: skip
 
 
 def released_files(con, policy: Policy, names: Iterable[str]) -> list[File]:

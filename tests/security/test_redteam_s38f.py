@@ -172,3 +172,32 @@ def test_suppression_switched_on_after_a_replaced_job(jobs_demo_db):
     with pytest.raises(TabularError, match=r"suppression pattern of persons and that of "
                        r"protected\.aged as job \d+ stored it overlap"):  # fmt: skip
         admin.apply(jobs_demo_db, load_policy(suppress_document()), "admin")
+
+
+# ----------------------------------- an opaque file and a file of its table released together
+
+OPAQUE = "SELECT region, sex, education, income FROM (SELECT * FROM persons) AS p WHERE age >= 85"
+
+
+def test_an_opaque_file_and_a_file_of_its_table_released_together(
+    jobs_demo_db, tmp_path, sqlsdc_in_process
+):
+    """Everyone aged 85+ as a derived table (income only top-coded) and the same people but
+    one municipality's person as a plain WHERE, both stored as candidates: the two totals
+    differ by that person's income. The check cannot compare an opaque file; releasing both
+    (a policy listing both, a publication including both) is refused, either alone is not."""
+    municipality, _region, _education, _income = _lonely(jobs_demo_db)
+    anonymize(jobs_demo_db, user="admin", into="opaque", sql=OPAQUE,
+              steps=["topcode:income:upper=1e9"])  # fmt: skip
+    anonymize(jobs_demo_db, user="admin", into="minus", steps=["topcode:income:upper=1e9"],
+              sql="SELECT region, sex, education, income FROM persons WHERE age >= 85 "
+              f"AND municipality <> '{municipality}'")  # fmt: skip
+    with pytest.raises(PolicyError, match="cannot compare it with"):
+        _releasing(jobs_demo_db, "opaque", "minus")
+    out = tmp_path / "release.duckdb"
+    refused = sqlsdc_in_process("publish", jobs_demo_db, out, "--include", "opaque",
+                                "--include", "minus")  # fmt: skip
+    assert refused.returncode == 3, refused.stderr
+    assert "cannot compare it with" in refused.stderr.replace("\n", " ")
+    assert not out.exists()
+    _releasing(jobs_demo_db, "opaque")
