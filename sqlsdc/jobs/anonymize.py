@@ -50,7 +50,14 @@ from sqlsdc.jobs.protect import (
     exact_tables,
     job_catalog,
 )
-from sqlsdc.jobs.record_files import file_release, opaque_refusal, opaque_tables, stored_files
+from sqlsdc.jobs.record_files import (
+    all_files,
+    file_release,
+    opaque_files,
+    opaque_refusal,
+    opaque_tables,
+    stored_files,
+)
 from sqlsdc.microdata.microaggregation import il1s
 from sqlsdc.microdata.risk import interval_disclosure, linkage_rate, risk_summary
 from sqlsdc.microdata.steps import Step, apply_steps, parse_step
@@ -245,6 +252,9 @@ def _refuse_differences(con, policy, into: str, source: str, log, stored: pd.Dat
     for table in opaque_tables(policy, source):  # no WHERE on one table: nothing to compare
         if others := exact_tables(con, policy, table):
             raise MicrodataError(opaque_refusal(label, table, others[0][0]))
+        files = [f.label for t, f in all_files(con, policy) if t.lower() == table.lower()]
+        if others := _released_with(policy, into, files + opaque_files(con, policy, table)):
+            raise MicrodataError(_opaque_pair(label, table, others[0], opaque=label))
 
 
 def _refuse_other_files(con, policy, into: str, table: str, release) -> None:
@@ -259,7 +269,31 @@ def _refuse_other_files(con, policy, into: str, table: str, release) -> None:
     if into.lower() not in policy.releases:
         listed = {f"{OUTPUT_SCHEMA}.{name}" for name in policy.releases}
         others = [other for other in others if other.label.lower() in listed]
+    if opaque := _released_with(policy, into, opaque_files(con, policy, table)):
+        raise MicrodataError(_opaque_pair(release.label, table, opaque[0], opaque=opaque[0]))
     refuse_file_pairs(con, policy, [(table, other) for other in others], new=(table, release))
+
+
+def _released_with(policy, into: str, names: list[str]) -> list[str]:
+    """Of the stored files ``names``, those a new file ``into`` would be released with: those
+    the policy's ``releases:`` lists, or all of them when it lists ``into`` (the one it
+    replaces too: its readers keep it)."""
+    if into.lower() in policy.releases:
+        return names
+    listed = {f"{OUTPUT_SCHEMA}.{name}" for name in policy.releases}
+    return [name for name in names if name.lower() in listed]
+
+
+def _opaque_pair(label: str, table: str, other: str, opaque: str) -> str:
+    """A new file ``label`` refused next to ``other``, another released file of ``table``,
+    when one of them (``opaque``) is no WHERE on it (red team s38f)."""
+    return (
+        f"{opaque} reads {table} by a query whose population is no WHERE on it, so the "
+        f"differencing check cannot compare {label} with {other}, another file of {table} "
+        "that would be released with it: the two could differ by a few units in a cell. "
+        f"Write the file's query as SELECT columns FROM {table} WHERE condition, or release "
+        "only one of them"
+    )
 
 
 def _check(con, user: str, into: str, replace: bool):
