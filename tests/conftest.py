@@ -164,6 +164,27 @@ def pristine_demo_db(tmp_path_factory) -> Path:
     return path
 
 
+
+@pytest.fixture(scope="session")
+def rounded_template(pristine_demo_db, tmp_path_factory) -> Path:
+    """The demo with counts rounded to 5 (unbiased) and magnitudes to 100 (conventional),
+    minimum frequency 3, every table under these rules: the template that rounding tests copy
+    (their queries write the audit and ledger)."""
+    path = tmp_path_factory.mktemp("rounded") / "demo.duckdb"
+    shutil.copy(pristine_demo_db, path)
+    document = demo_policy().document_dict()
+    document["protection"] = {
+        "min_frequency": 3,
+        "counts": {"method": "round", "base": 5, "rounding": "unbiased"},
+        "magnitudes": {"method": "round", "base": 100, "rounding": "conventional"},
+    }
+    for table in document["tables"].values():
+        table.pop("protection", None)
+        table.pop("dp", None)
+    sqlsdc.admin.apply(path, load_policy(document), "admin")
+    return path
+
+
 JOBS_SECRET = bytes(range(32))
 
 

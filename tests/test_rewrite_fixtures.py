@@ -12,10 +12,7 @@ from pathlib import Path
 import pytest
 
 import sqlsdc
-from sqlsdc import admin
-from sqlsdc.demo.build import demo_policy
 from sqlsdc.engines.duckdb import open_database
-from sqlsdc.policy import load_policy
 
 
 @pytest.fixture
@@ -52,20 +49,10 @@ def test_fixture_files_are_complete():
 
 
 @pytest.fixture(scope="module")
-def rounded_db(pristine_demo_db, tmp_path_factory):
+def rounded_db(rounded_template, tmp_path_factory):
     """The demo with counts rounded to 5 (unbiased), magnitudes to 100 (conventional)."""
     path = tmp_path_factory.mktemp("round-fixtures") / "demo.duckdb"
-    shutil.copy(pristine_demo_db, path)
-    document = demo_policy().document_dict()
-    document["protection"] = {
-        "min_frequency": 3,
-        "counts": {"method": "round", "base": 5, "rounding": "unbiased"},
-        "magnitudes": {"method": "round", "base": 100, "rounding": "conventional"},
-    }
-    for table in document["tables"].values():
-        table.pop("protection", None)
-        table.pop("dp", None)
-    admin.apply(path, load_policy(document), "admin")
+    shutil.copy(rounded_template, path)
     return path
 
 

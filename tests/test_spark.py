@@ -25,8 +25,6 @@ from spark_session import local_session
 from sqlglot import exp
 
 import sqlsdc
-from sqlsdc import admin
-from sqlsdc.demo.build import demo_policy
 from sqlsdc.engines.duckdb import harden, open_database, to_sql
 from sqlsdc.engines.spark import (
     ANSI,
@@ -40,7 +38,6 @@ from sqlsdc.engines.spark import (
 )
 from sqlsdc.errors import Error, NotSupportedError, OperationalError, ProgrammingError
 from sqlsdc.guard.spark import run_protected
-from sqlsdc.policy import load_policy
 
 SparkError = pytest.importorskip(
     "pyspark.errors", reason="the Spark tests need the spark extra: pip install -e '.[spark]'"
@@ -806,20 +803,10 @@ ROUND_CROSS_ENGINE_QUERIES = [
 
 
 @pytest.fixture(scope="module")
-def round_demo(spark, pristine_demo_db, tmp_path_factory):
+def round_demo(spark, rounded_template, tmp_path_factory):
     folder = tmp_path_factory.mktemp("spark-round")
     source = folder / "source.duckdb"
-    shutil.copy(pristine_demo_db, source)
-    document = demo_policy().document_dict()
-    document["protection"] = {
-        "min_frequency": 3,
-        "counts": {"method": "round", "base": 5, "rounding": "unbiased"},
-        "magnitudes": {"method": "round", "base": 100, "rounding": "conventional"},
-    }
-    for table in document["tables"].values():
-        table.pop("protection", None)
-        table.pop("dp", None)
-    admin.apply(source, load_policy(document), "admin")
+    shutil.copy(rounded_template, source)
     con, queries, engine = open_demo(source, ROUND_CROSS_ENGINE_QUERIES, spark, folder)
     yield con, queries, engine
     con.close()

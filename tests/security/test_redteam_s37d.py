@@ -192,19 +192,9 @@ def test_no_suppressed_count_is_provably_below_the_frequency_threshold(suppress_
 
 
 @pytest.fixture(scope="module")
-def rounded_db(pristine_demo_db, tmp_path_factory):
+def rounded_db(rounded_template, tmp_path_factory):
     path = tmp_path_factory.mktemp("s37d-round") / "demo.duckdb"
-    shutil.copy(pristine_demo_db, path)
-    document = demo_policy().document_dict()
-    document["protection"] = {
-        "min_frequency": 3,
-        "counts": {"method": "round", "base": 5, "rounding": "unbiased"},
-        "magnitudes": {"method": "round", "base": 100, "rounding": "conventional"},
-    }
-    for table in document["tables"].values():
-        table.pop("protection", None)
-        table.pop("dp", None)
-    admin.apply(path, load_policy(document), "admin")
+    shutil.copy(rounded_template, path)
     return path
 
 

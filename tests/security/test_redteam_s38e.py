@@ -90,7 +90,6 @@ import pytest
 
 import sqlsdc
 from sqlsdc import admin
-from sqlsdc.demo.build import demo_policy
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import MicrodataError, PolicyError, PolicyViolation, TabularError
 from sqlsdc.jobs.anonymize import anonymize
@@ -220,20 +219,10 @@ def test_a_file_of_the_whole_table_then_suppression_is_allowed(jobs_demo_db):
 
 
 @pytest.fixture(scope="module")
-def rounded_db(pristine_demo_db, tmp_path_factory):
+def rounded_db(rounded_template, tmp_path_factory):
     """Counts rounded to 5 (unbiased), magnitudes to 100 (conventional), as in s37d."""
     path = tmp_path_factory.mktemp("s38e-round") / "demo.duckdb"
-    shutil.copy(pristine_demo_db, path)
-    document = demo_policy().document_dict()
-    document["protection"] = {
-        "min_frequency": 3,
-        "counts": {"method": "round", "base": 5, "rounding": "unbiased"},
-        "magnitudes": {"method": "round", "base": 100, "rounding": "conventional"},
-    }
-    for table in document["tables"].values():
-        table.pop("protection", None)
-        table.pop("dp", None)
-    admin.apply(path, load_policy(document), "admin")
+    shutil.copy(rounded_template, path)
     return path
 
 
