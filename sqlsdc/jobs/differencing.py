@@ -29,7 +29,8 @@ inner cells the cover holds only in part count as a difference (red team s38e: a
 everyone aged 84 or over by region and education, less the README's file's band ``>=85`` of
 the same cell, was the one person aged 84 of the file's band 75-84). The rest must be none or
 at least the minimum frequency of units on the side that differs (differences on both sides
-mix what the two groups add up to). Across more tables (:func:`refuse_isolated_groups`), a signed
+mix what the two groups add up to). Across more tables
+(:func:`sqlsdc.jobs.isolated_groups.refuse_isolated_groups`), a signed
 sum of several may isolate a group that no pair does (T1 - T2 + T3 - T4 of four jobs over R02
 ∪ R03 ∪ {one person}, R02 ∪ R03 ∪ R04, R02 ∪ R04 and R02, red team s38b): in each cell that
 three or more of them publish, no combination of them may add up to a group of regions of
@@ -83,13 +84,13 @@ columns determines.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, replace
 
-import numpy as np
 from sqlglot import exp
 
 from sqlsdc.errors import MicrodataError, TabularError
+from sqlsdc.jobs.isolated_groups import kept as _kept
+from sqlsdc.jobs.isolated_groups import refuse_isolated_groups
 from sqlsdc.policy import Policy
 from sqlsdc.tabular.rules import FrequencyRule, parse_rule
 
@@ -675,125 +676,3 @@ def _held(con, spec, other: Release) -> list[tuple[str, exp.Expr]]:
 
 def _reads(expression: exp.Expr) -> set[str]:
     return {c.name.lower() for c in expression.find_all(exp.Column)}
-
-
-def _kept(where: exp.Expr | None) -> exp.Expr:
-    if where is None:
-        return exp.true()
-    return exp.paren(exp.Coalesce(this=where.copy(), expressions=[exp.false()]))
-
-
-def refuse_isolated_groups(
-    con, spec, others: list[Release], least: int, *, label: str = "the job", error=TabularError
-) -> None:
-    """Refuse the release ``spec`` (a job's, or a file's as a table of its plain dimension
-    columns, labelled ``label``) when, with it, the exact releases ``others`` isolate a group
-    of fewer than ``least`` units in some cell, and without it they do not.
-
-    A pairwise check sees two tables at a time; a signed sum of several sees their Venn
-    regions (red team s38b: four jobs by sex over ``age >= 85`` and R02 ∪ R03 ∪ {one person},
-    R02 ∪ R03 ∪ R04, R02 ∪ R04 and R02, each pair differing on both sides or by a whole
-    region, gave that person's income as T1 - T2 + T3 - T4). In every cell of every grouping
-    of the release's dimensions, the releases that publish the cell (those that group by the
-    dimensions it fixes) split its units into regions by which populations hold them; a
-    release is the sum of the regions it holds, and a group of regions is disclosed when a
-    combination of releases is a sum over those regions alone (:func:`_isolated`)."""
-    releases = [(label, spec.where, tuple(spec.dims))]
-    releases += [(o.label, o.where, tuple(o.dims)) for o in others]
-    dims = list(spec.dims)
-    for level in range(2 ** len(dims)):
-        fixed = [d for j, d in enumerate(dims) if level >> j & 1]
-        taking = [r for r in releases if set(fixed) <= set(r[2])]
-        if len(taking) < 3:  # two releases: the pairwise check's
-            continue
-        for cell, regions in _regions(con, spec, fixed, [r[1] for r in taking]).items():
-            found = _isolated(regions, len(taking), least)
-            if found is None or _isolated(regions, len(taking), least, skip=0):
-                continue
-            named = ", ".join(f"{d} = {v!r}" for d, v in zip(fixed, cell, strict=True))
-            labels = ", ".join(r[0] for r in taking[1:])
-            raise error(
-                f"with {labels}, {label} would isolate {found} unit(s) of {spec.table} in the "
-                f"cell ({named or 'total'}): a sum and difference of the tables' values there "
-                f"is what those units add up to, which no cell of fewer than {least} units "
-                "(the policy's minimum frequency) may show. Tabulate a population whose "
-                "difference from each of those is made of whole groups of at least that many "
-                "units"
-            )
-
-
-def _regions(con, spec, fixed: list[str], wheres: list) -> dict[tuple, dict[int, int]]:
-    """Per cell of the grouping ``fixed``: the number of units of each Venn region of the
-    populations ``wheres`` (a bit per population), empty regions and the outside left out."""
-    bits = [
-        exp.If(this=_kept(w), true=exp.Literal.string("1"), false=exp.Literal.string("0"))
-        for w in wheres
-    ]
-    mask = exp.Concat(expressions=bits)  # a character per population: any number of them
-    rows = exp.select(
-        *(exp.column(d) for d in fixed), mask.as_("__m"), exp.column(spec.unit).as_("__u")
-    ).from_(spec.table)
-    rows = rows.where(exp.or_(*(_kept(w) for w in wheres)))  # rows of no population: none
-    if spec.measure is not None:  # rows that add nothing to a sum are no part of a difference
-        nonzero = exp.column(spec.measure).neq(exp.Literal.number(0))
-        rows = rows.where(exp.Coalesce(this=nonzero, expressions=[exp.false()]))
-    keys = [exp.column(d) for d in fixed]
-    count = exp.Count(this=exp.Distinct(expressions=[exp.column("__u")]))
-    select = (
-        exp.select(*keys, exp.column("__m"), count.as_("__n"))
-        .from_(rows.subquery("__r"))
-        .where(exp.column("__m").neq(exp.Literal.string("0" * len(wheres))))
-        .group_by(*[k.copy() for k in keys], exp.column("__m"))
-    )
-    found: dict[tuple, dict[int, int]] = {}
-    for *cell, region, units in con.execute(select.sql("duckdb")).fetchall():
-        found.setdefault(tuple(cell), {})[int(region[::-1], 2)] = int(units)
-    return found
-
-
-ISOLATION_SUBSETS = 4096  # groups of small regions tried before a cell is refused unproven
-
-
-def _isolated(regions: dict[int, int], releases: int, least: int, skip=None):
-    """The units of the smallest group of regions (fewer than ``least`` units in all) whose
-    sum a signed combination of the releases gives with nothing else, or None; ``skip``
-    leaves one release out. A cell whose small regions admit more groups than
-    :data:`ISOLATION_SUBSETS` and some combination of releases over them alone is treated as
-    isolating them all (the safe side)."""
-    rows = [j for j in range(releases) if j != skip]
-    masks = list(regions)
-    matrix = np.array([[m >> j & 1 for m in masks] for j in rows], dtype=float)
-    large = [i for i, m in enumerate(masks) if regions[m] >= least]
-    small = [i for i, m in enumerate(masks) if regions[m] < least]
-    if not small:
-        return None
-    # combinations of releases that cancel every large region: their values are sums over
-    # small regions only
-    kernel = _left_null(matrix[:, large]) if large else np.eye(len(rows))
-    if kernel.shape[1] == 0:
-        return None
-    spans = kernel.T @ matrix[:, small]
-    rank = np.linalg.matrix_rank(spans, tol=1e-9)
-    if rank == 0:
-        return None
-    sizes = [regions[masks[i]] for i in small]
-    tried = 0
-    for count in range(1, len(small) + 1):
-        for group in itertools.combinations(range(len(small)), count):
-            total = sum(sizes[i] for i in group)
-            if total >= least:
-                continue
-            tried += 1
-            if tried > ISOLATION_SUBSETS:
-                return sum(sizes)
-            rest = [i for i in range(len(small)) if i not in group]
-            if np.linalg.matrix_rank(spans[:, rest], tol=1e-9) < rank if rest else True:
-                return total
-    return None
-
-
-def _left_null(matrix: np.ndarray) -> np.ndarray:
-    """A basis (columns) of the vectors y with y @ matrix = 0."""
-    u, s, _vt = np.linalg.svd(matrix, full_matrices=True)
-    rank = int((s > 1e-9).sum())
-    return u[:, rank:]

@@ -28,12 +28,8 @@ from collections.abc import Callable, Iterable, Sequence
 from itertools import combinations
 
 from sqlsdc.errors import Error, MicrodataError, PolicyError
-from sqlsdc.jobs.differencing import (
-    Release,
-    min_frequency,
-    refuse_file_differences,
-    refuse_isolated_groups,
-)
+from sqlsdc.jobs.differencing import Release, min_frequency, refuse_file_differences
+from sqlsdc.jobs.isolated_groups import refuse_isolated_groups
 from sqlsdc.jobs.protect import JobSpec, exact_tables
 from sqlsdc.jobs.record_files import OUTPUT_SCHEMA, all_files, opaque_files
 from sqlsdc.policy import Policy
@@ -133,7 +129,7 @@ def _compare(con, policy: Policy, table: str, mine: Release, theirs: Release) ->
 def _refuse_signed_sums(con, policy: Policy, table: str, mine: Release, others: list) -> None:
     """Refuse ``mine`` when, with the files ``others`` and the exact tables of ``table``, a
     signed sum isolates a group of fewer units than the minimum frequency in a cell
-    (:func:`~sqlsdc.jobs.differencing.refuse_isolated_groups`), for its counts and each sum
+    (:func:`~sqlsdc.jobs.isolated_groups.refuse_isolated_groups`), for its counts and each sum
     it holds unperturbed."""
     tables = exact_tables(con, policy, table)
     unit, least = policy.table(table).privacy_unit, min_frequency(policy, table)
