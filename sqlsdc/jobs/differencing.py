@@ -131,23 +131,25 @@ class Release:
 
 
 def refuse_small_differences(
-    con, policy: Policy, spec, others: list[Release], label: str = "the job"
+    con, policy: Policy, spec, others: list[Release], label: str = "the job", *, error=None
 ) -> None:
     """Refuse the job ``spec`` (a :class:`~sqlsdc.jobs.protect.JobSpec`; ``label`` names it)
     when one of ``others`` (same table and aggregate) and it hold a cell and the other's inner
     cells that cover it whose populations differ, on one side only, by fewer units than the
     table's minimum frequency (:func:`_smallest_difference`), when a file's blanked values
     leave one of its cells that few units short (:func:`_blanked_difference`), or when with
-    three or more of them a signed sum isolates that few (:func:`refuse_isolated_groups`)."""
+    three or more of them a signed sum isolates that few (:func:`refuse_isolated_groups`).
+    ``error`` makes the refusal's exception from its message (a job's: TabularError)."""
+    error = error or TabularError
     least = min_frequency(policy, spec.table)
     for other in others:
         found = _smallest_difference(con, spec, other, least)
         if found is not None:
-            raise TabularError(_message(spec.table, label, other.label, found, least))
+            raise error(_message(spec.table, label, other.label, found, least))
         placed = _blanked_difference(con, spec, other, least)
         if placed is not None:
-            raise TabularError(_blanked_message(spec.table, label, other.label, placed, least))
-    refuse_isolated_groups(con, spec, others, least, label=label)
+            raise error(_blanked_message(spec.table, label, other.label, placed, least))
+    refuse_isolated_groups(con, spec, others, least, label=label, error=error)
 
 
 def refuse_file_differences(con, policy: Policy, file: Release, tables: list) -> None:

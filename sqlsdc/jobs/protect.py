@@ -59,7 +59,7 @@ from sqlglot import exp
 from sqlsdc.catalog import store
 from sqlsdc.catalog.store import require_admin
 from sqlsdc.engines import duckdb as engine
-from sqlsdc.errors import Error, SqlSyntaxError, TabularError, VerificationError
+from sqlsdc.errors import Error, PolicyError, SqlSyntaxError, TabularError, VerificationError
 from sqlsdc.jobs.differencing import Release, refuse_small_differences
 from sqlsdc.jobs.linked_audit import audit_linked
 from sqlsdc.jobs.record_files import opaque_files, opaque_refusal, stored_files
@@ -967,14 +967,20 @@ def refuse_pattern_differences(con, policy: Policy) -> None:
             continue
         label = _pattern_label(declared.name)
         if opaque := opaque_files(con, policy, declared.name):
-            raise TabularError(opaque_refusal(f"the file {opaque[0]}", declared.name, label))
+            raise _policy_refusal(opaque_refusal(f"the file {opaque[0]}", declared.name, label))
         found = exact_tables(con, policy, declared.name)
         files = stored_files(con, policy, declared.name)
         for pattern in (spec for name, spec in found if name == label):
             others = [Release(name, theirs.where, theirs.dims) for name, theirs in found
                       if name != label and theirs.measure == pattern.measure]  # fmt: skip
             others += [f for f in files if pattern.measure is None or f.holds(pattern.measure)]
-            refuse_small_differences(con, policy, pattern, others, label)
+            refuse_small_differences(con, policy, pattern, others, label, error=_policy_refusal)
+
+
+def _policy_refusal(message: str) -> PolicyError:
+    """A policy refused by what it would release next to the outputs stored: a PolicyError
+    (``policy apply`` and ``init`` exit 4), as the check of the files its ``releases:`` lists."""
+    return PolicyError([message])
 
 
 def _pattern_label(table: str) -> str:

@@ -202,7 +202,7 @@ def test_a_release_then_suppression_switched_on(jobs_demo_db, kind):
         protect_query(jobs_demo_db, "admin", "SELECT municipality, sex, COUNT(*) FROM persons "
                       "WHERE age >= 1 GROUP BY municipality, sex", into="nonzero",
                       rules=[FrequencyRule(5)])  # fmt: skip
-    with pytest.raises(TabularError, match=r"suppression pattern of persons and that of .*nonzero "
+    with pytest.raises(PolicyError, match=r"suppression pattern of persons and that of .*nonzero "
                        r"overlap and differ by only \d unit"):  # fmt: skip
         _suppression(jobs_demo_db)
     assert admin.show(jobs_demo_db)[0] == 1  # the policy in force is still the first

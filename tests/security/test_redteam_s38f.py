@@ -22,11 +22,12 @@ Closed here (each test failed before its fix):
   income. Refused now on all three paths (``file_pairs.refuse_opaque_files``,
   ``anonymize._released_with``); stored side by side as candidates, still allowed.
 
+Changed after this round: the suppression pattern's check at policy apply raised
+``TabularError`` (CLI exit 1) where the check of the files ``releases:`` lists raises
+``PolicyError`` (exit 4) for the same kind of refusal; both are ``PolicyError`` now.
+
 Left open (observations, no test):
 
-- The suppression pattern's check at policy apply raises ``TabularError`` (CLI exit 1),
-  where the check of the files ``releases:`` lists raises ``PolicyError`` (exit 4) for the
-  same kind of refusal; s38e's test asserts the former. A wrong class, not a hole.
 - A file's cuts are its exact columns that read a column the policy *now* declares a
   dimension (``record_files.file_release``), where stored jobs are read whatever the roles
   (s38b); a policy that demotes a dimension drops a stored file's cells from the check (not
@@ -194,7 +195,7 @@ def test_suppression_switched_on_after_a_replaced_job(jobs_demo_db):
                   rules=[FrequencyRule(5)])  # fmt: skip
     protect_query(jobs_demo_db, "admin", sql.format("sex"), into="aged",
                   rules=[FrequencyRule(5)], replace=True)  # fmt: skip
-    with pytest.raises(TabularError, match=r"suppression pattern of persons and that of "
+    with pytest.raises(PolicyError, match=r"suppression pattern of persons and that of "
                        r"protected\.aged as job \d+ stored it overlap"):  # fmt: skip
         admin.apply(jobs_demo_db, load_policy(suppress_document()), "admin")
 
