@@ -143,12 +143,7 @@ def refuse_small_differences(
     error = error or TabularError
     least = min_frequency(policy, spec.table)
     for other in others:
-        found = _smallest_difference(con, spec, other, least)
-        if found is not None:
-            raise error(_message(spec.table, label, other.label, found, least))
-        placed = _blanked_difference(con, spec, other, least)
-        if placed is not None:
-            raise error(_blanked_message(spec.table, label, other.label, placed, least))
+        _refuse_pair(con, spec, other, least, (label, other.label), error)
     refuse_isolated_groups(con, spec, others, least, label=label, error=error)
 
 
@@ -162,12 +157,7 @@ def refuse_file_differences(con, policy: Policy, file: Release, tables: list) ->
               if spec.measure is None or file.holds(spec.measure)]  # fmt: skip
     for label, spec in tables:
         least = min_frequency(policy, spec.table)
-        found = _smallest_difference(con, spec, file, least)
-        if found is not None:
-            raise MicrodataError(_message(spec.table, label, file.label, found, least))
-        placed = _blanked_difference(con, spec, file, least)
-        if placed is not None:
-            raise MicrodataError(_blanked_message(spec.table, label, file.label, placed, least))
+        _refuse_pair(con, spec, file, least, (label, file.label), MicrodataError)
     for measure in dict.fromkeys(spec.measure for _l, spec in tables):
         same = [(label, spec) for label, spec in tables if spec.measure == measure]
         # the file as a table of this aggregate by its plain dimension columns
@@ -175,6 +165,19 @@ def refuse_file_differences(con, policy: Policy, file: Release, tables: list) ->
         others = [Release(label, theirs.where, theirs.dims) for label, theirs in same]
         least = min_frequency(policy, spec.table)
         refuse_isolated_groups(con, spec, others, least, label=file.label, error=MicrodataError)
+
+
+def _refuse_pair(con, spec, other: Release, least: int, names: tuple[str, str], error) -> None:
+    """Raise ``error`` when the table ``spec`` and the release ``other`` differ by fewer than
+    ``least`` units in a cell and its cover (:func:`_smallest_difference`), or leave a file's
+    blanked values placed (:func:`_blanked_difference`); ``names`` are the two in the message,
+    the table's first."""
+    found = _smallest_difference(con, spec, other, least)
+    if found is not None:
+        raise error(_message(spec.table, *names, found, least))
+    placed = _blanked_difference(con, spec, other, least)
+    if placed is not None:
+        raise error(_blanked_message(spec.table, *names, placed, least))
 
 
 def min_frequency(policy: Policy, table: str) -> int:
