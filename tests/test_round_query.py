@@ -57,7 +57,8 @@ def round_document() -> dict:
             "protection": {
                 "min_frequency": K,
                 "counts": {"method": "round", "base": base, "rounding": rule},
-                "magnitudes": {"method": "round", "base": base, "rounding": rule},
+                # rounding itself is tested here: no dominance rule suppresses a block
+                "magnitudes": {"method": "round", "base": base, "rounding": rule, "dominance": []},
             },
         }
         for name, (rule, base) in RULES.items()
@@ -81,7 +82,12 @@ def round_document() -> dict:
         "protection": {
             "min_frequency": K,
             "counts": {"method": "threshold"},
-            "magnitudes": {"method": "round", "base": 4, "rounding": "modified_conventional"},
+            "magnitudes": {
+                "method": "round",
+                "base": 4,
+                "rounding": "modified_conventional",
+                "dominance": [],
+            },
         },
     }
     tables["exact10"] = {  # persons' magnitudes rule, exact counts: no one count of a join

@@ -37,9 +37,11 @@ from sqlsdc.errors import PolicyError
 from sqlsdc.mechanisms.accountant import Bounding, PrivacyCost, parse_exact
 from sqlsdc.mechanisms.ptable_build import check_differencing, generate
 from sqlsdc.policy.model import (
+    DEFAULT_DOMINANCE,
     DEFAULT_MAX_STATEMENT_CHARACTERS,
     DEFAULT_MIN_FREQUENCY,
     DEFAULT_STATEMENT_TIMEOUT,
+    MAX_DOMINANCE_TOP,
     AggregateKind,
     Budget,
     Column,
@@ -792,15 +794,18 @@ def _rules(spec: dict | None, inherited: dict[AggregateKind, ProtectionRule]):
 
 def _rule(rule: dict, k: int) -> ProtectionRule:
     method = Method(rule["method"])
+    dominance = tuple(rule.get("dominance", DEFAULT_DOMINANCE))
     if method is Method.THRESHOLD:
-        return ProtectionRule(method, k)
+        return ProtectionRule(method, k, dominance=dominance)
     if method is Method.DP:
         return ProtectionRule(method, k, spend=_spend(rule["spend"]))
     if method is Method.SUPPRESS:
         return ProtectionRule(method, k, rules=tuple(rule.get("rules", ())))
     if method is Method.ROUND:
         rounding = Rounding(rule.get("rounding", Rounding.UNBIASED.value))
-        return ProtectionRule(method, k, base=int(rule["base"]), rounding=rounding)
+        return ProtectionRule(
+            method, k, base=int(rule["base"]), rounding=rounding, dominance=dominance
+        )
     magnitude = None
     if "flex" in rule:
         flex = rule["flex"]
@@ -887,6 +892,29 @@ def _primary_rule_problems(where: str, rules) -> list[str]:
     return problems
 
 
+def _dominance_problems(where: str, rules) -> list[str]:
+    """Dominance rules of a threshold or round magnitude: ``p:P``, ``pq:P,Q`` or ``nk:N,K``
+    with N at most :data:`MAX_DOMINANCE_TOP` (the SQL keeps that many largest contributions)."""
+    problems = []
+    for i, text in enumerate(rules):
+        try:
+            name, arguments = rule_arguments(text)
+        except ValueError as e:
+            problems.append(f"{where}.{i}: {e}")
+            continue
+        if name == "freq":
+            problems.append(
+                f"{where}.{i}: {text!r} is a frequency rule; under threshold and round the "
+                "frequency rule is min_frequency, dominance takes p:P, pq:P,Q or nk:N,K"
+            )
+        elif name == "nk" and arguments["n"] > MAX_DOMINANCE_TOP:
+            problems.append(
+                f"{where}.{i}: {text!r}: N must be at most {MAX_DOMINANCE_TOP} (the largest "
+                "contributions a cell's SQL keeps)"
+            )
+    return problems
+
+
 def _rule_problems(where: str, kind: str, rule: dict) -> list[str]:
     """Cross-field rules of a protection rule (cellKey ``ck_params_nums``/``ck_flexparams``)."""
     if rule["method"] == "dp":
@@ -907,6 +935,14 @@ def _rule_problems(where: str, kind: str, rule: dict) -> list[str]:
         return problems + _primary_rule_problems(f"{where}.rules", rule.get("rules", ()))
     if "rules" in rule:
         return [f"{where}.rules: only method suppress has primary rules"]
+    if "dominance" in rule:
+        if rule["method"] not in ("threshold", "round") or kind != "magnitudes":
+            return [f"{where}.dominance: only magnitudes under method threshold or round have "
+                    "dominance rules (suppress: rules; ckm's noise scales with the largest "
+                    "contributions)"]  # fmt: skip
+        dominance_problems = _dominance_problems(f"{where}.dominance", rule["dominance"])
+        rule = {key: value for key, value in rule.items() if key != "dominance"}
+        return dominance_problems + _rule_problems(where, kind, rule)
     if rule["method"] == "round":
         problems = []
         if "base" not in rule:

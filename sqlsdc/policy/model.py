@@ -20,6 +20,8 @@ from sqlsdc.mechanisms.parameters import MagnitudeCkm, PTableSpec
 DEFAULT_MIN_FREQUENCY = 10
 DEFAULT_STATEMENT_TIMEOUT = 300.0  # seconds (``limits.statement_timeout_seconds``)
 DEFAULT_MAX_STATEMENT_CHARACTERS = 1_000_000  # ``limits.max_statement_characters``
+DEFAULT_DOMINANCE = ("p:10",)  # a magnitude's dominance rules under threshold and round
+MAX_DOMINANCE_TOP = 6  # the most largest contributions a dominance rule reads (nk:N,K)
 
 
 class TableKind(StrEnum):
@@ -105,6 +107,10 @@ class ProtectionRule:
     ROUND: the exact value rounded to a multiple of ``base`` by the per-cell ``rounding`` rule
     (Cox & Kim 2006), random rules drawing their uniform from the cell key; cells of fewer than
     ``min_frequency`` units are suppressed as with THRESHOLD.
+    THRESHOLD and ROUND magnitudes: ``dominance`` rules (``p:10``, ``pq:25,50``, ``nk:2,85``;
+    default :data:`DEFAULT_DOMINANCE`, ``()`` none) on the cell's per-unit contributions,
+    computed in SQL (:mod:`sqlsdc.rewrite.dominance`); a sensitive cell is suppressed. Ignored
+    for counts and other methods.
     """
 
     method: Method = Method.THRESHOLD
@@ -115,6 +121,7 @@ class ProtectionRule:
     spend: PrivacyCost | None = None
     base: int | None = None
     rounding: Rounding | None = None
+    dominance: tuple[str, ...] = DEFAULT_DOMINANCE
 
 
 @dataclass(frozen=True)

@@ -100,8 +100,16 @@ from sqlsdc.planner.normal_form import SUMMED
 from sqlsdc.policy import AggregateKind, Method, Policy, ProtectionRule, Rounding
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, FrameBuilder, inner_select, unit_count
 from sqlsdc.rewrite.counted_units import counted_units_key, join_unit_keys, unit_lookups
+from sqlsdc.rewrite.dominance import add_contributions, largest_needed, rules
 from sqlsdc.rewrite.sql import number
-from sqlsdc.rewrite.threshold import add_keys, at_least, group_condition, records_key, rotated
+from sqlsdc.rewrite.threshold import (
+    add_keys,
+    at_least,
+    group_condition,
+    records_key,
+    rotated,
+    without_dominance,
+)
 
 MECHANISM = "round"
 AGGREGATION = "__c"
@@ -109,7 +117,7 @@ COUNTED = "__d"  # the aggregation and the rounded contributor counts of its mag
 HALF = KEY_MODULUS // 2  # u < 1/2  <=>  key < 2^31
 # what stays in the aggregation: exact values, cell keys and rows summed of the aggregates
 # (the group's count ``__n`` and key ``__kg`` go on, for the noisy group guard)
-EXACT = re.compile(r"__[akr]\d+")
+EXACT = re.compile(r"__[akrt]\d+|__x\d+_\d+|__gid")  # and the contributions (dominance)
 
 
 def round_frame(policy: Policy) -> FrameBuilder:
@@ -163,6 +171,7 @@ def _frame(cells: Cells, twin: dict[int, exp.Expr], policy: Policy) -> Frame:
         elif plan.aggregates[i].rule.method is Method.ROUND:
             inner.append("expressions", exp.alias_(cell_key(cells, i, argument), f"__k{i}"))
     group = group_condition(inner, cells)
+    inner = add_contributions(inner, cells, twin)
     source, table = inner.subquery(AGGREGATION, copy=False), AGGREGATION
     if magnitudes and count_rule is not None:
         source, table = with_rounded_counts(source, magnitudes, count_rule), COUNTED
@@ -183,8 +192,11 @@ def _frame(cells: Cells, twin: dict[int, exp.Expr], policy: Policy) -> Frame:
             key = exp.column(f"__k{i}", table)
             exact = rounded(exact, key, spec.rule.base, spec.rule.rounding)
         counted = exp.GTE(this=exp.column(f"__n{i}", table), expression=number(spec.min_frequency))
-        published = exp.Case(ifs=[exp.If(this=counted, true=exact)])
+        shown = without_dominance(counted, spec, i, table)
+        published = exp.Case(ifs=[exp.If(this=shown, true=exact)])
         outer.append("expressions", exp.alias_(published, f"__y{i}"))
+        if shown is not counted:  # the dominance rule's verdict, for the status
+            outer.append("expressions", exp.alias_(shown.copy(), f"__p{i}"))
 
     def value(i: int) -> exp.Expr:
         return exp.column(f"__y{i}", CELLS)
@@ -192,6 +204,8 @@ def _frame(cells: Cells, twin: dict[int, exp.Expr], policy: Policy) -> Frame:
     def published(i: int) -> exp.Expr:
         if i in magnitudes and isinstance(plan.aggregates[i].node, exp.Avg):
             return exp.Not(this=exp.Is(this=value(i), expression=exp.null()))  # n̂ may be 0
+        if largest_needed(rules(plan.aggregates[i])):
+            return exp.column(f"__p{i}", CELLS)
         return at_least(f"__n{i}", plan.aggregates[i].min_frequency)
 
     return Frame(outer.subquery(CELLS, copy=False), value, published, group)

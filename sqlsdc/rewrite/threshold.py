@@ -7,9 +7,16 @@ frequency) rule of official statistics: Hundepool et al., *Statistical Disclosur
 (2012), §4.2.1; the units behind a cell are its contributors (rows whose aggregated value is not
 NULL), counted per privacy unit, and for joins the smallest count over the joined confidential
 tables.
+
+A magnitude is also suppressed when its dominance rules find its cell sensitive
+(:mod:`sqlsdc.rewrite.dominance`; the p%-rule by default): its contributions ``__t<i>``,
+``__x<i>_<j>`` are computed in the aggregation ``__c`` and a layer over it publishes
+``__y<i>`` with the verdict ``__p<i>``, so that they never reach the outer query.
 """
 
 from __future__ import annotations
+
+import re
 
 from sqlglot import exp
 
@@ -24,8 +31,17 @@ from sqlsdc.rewrite.cells import (
     unit_count,
     when_present,
 )
+from sqlsdc.rewrite.dominance import (
+    add_contributions,
+    contribution_reader,
+    largest_needed,
+    rules,
+    sensitive,
+)
 
 MECHANISM = "threshold"
+AGGREGATION = "__c"  # the aggregation, under the layer of a dominance rule's verdicts
+CONTRIBUTION = re.compile(r"__t\d+|__x\d+_\d+|__gid")  # what stays in the aggregation
 
 
 def threshold_frame(cells: Cells, twin: dict[int, exp.Expr]) -> Frame:
@@ -37,14 +53,57 @@ def threshold_frame(cells: Cells, twin: dict[int, exp.Expr]) -> Frame:
         count = unit_count(cells.argument(i, twin), plan.units)
         inner.append("expressions", exp.alias_(count, f"__n{i}"))
 
+    group = group_condition(inner, cells)
+    dominated = [i for i, spec in enumerate(plan.aggregates) if largest_needed(rules(spec))]
+    if dominated:
+        inner = _dominance_layer(add_contributions(inner, cells, twin), cells, dominated)
+
     def published(i: int) -> exp.Expr:
+        if i in dominated:
+            return cell_column(f"__p{i}")
         return at_least(f"__n{i}", plan.aggregates[i].min_frequency)
 
     def value(i: int) -> exp.Expr:
+        if i in dominated:
+            return cell_column(f"__y{i}")
         return exp.Case(ifs=[exp.If(this=published(i), true=cell_column(f"__a{i}"))])
 
-    group = group_condition(inner, cells)
     return Frame(inner.subquery(CELLS, copy=False), value, published, group)
+
+
+def _dominance_layer(inner: exp.Select, cells: Cells, dominated: list[int]) -> exp.Select:
+    """A layer over the aggregation ``__c`` that publishes each aggregate under a dominance
+    rule as ``__y<i>`` (its exact value where the frequency rule passes and the rule does not
+    fire, else NULL) with the verdict ``__p<i>``; the contributions stay in ``__c``."""
+    layer = exp.Select(
+        expressions=[
+            exp.alias_(exp.column(p.alias, AGGREGATION), p.alias)
+            for p in inner.expressions
+            if not CONTRIBUTION.fullmatch(p.alias)
+        ]
+    )
+    layer.set("from_", exp.From(this=inner.subquery(AGGREGATION, copy=False)))
+    for i in dominated:
+        spec = cells.plan.aggregates[i]
+        counted = exp.GTE(
+            this=exp.column(f"__n{i}", AGGREGATION),
+            expression=exp.Literal.number(spec.min_frequency),
+        )
+        shown = without_dominance(counted, spec, i, AGGREGATION)
+        value = exp.Case(ifs=[exp.If(this=shown, true=exp.column(f"__a{i}", AGGREGATION))])
+        layer.append("expressions", exp.alias_(value, f"__y{i}"))
+        layer.append("expressions", exp.alias_(shown.copy(), f"__p{i}"))
+    return layer
+
+
+def without_dominance(counted: exp.Expr, spec, i: int, table: str) -> exp.Expr:
+    """``counted`` (the frequency rule passed), and aggregate i's cell not sensitive by its
+    dominance rules (:mod:`sqlsdc.rewrite.dominance`), its contributions read from ``table``."""
+    count = largest_needed(rules(spec))
+    if not count:
+        return counted
+    fired = sensitive(spec, contribution_reader(i, count, table))
+    return exp.and_(counted, exp.Not(this=exp.Paren(this=fired)))
 
 
 def add_keys(inner: exp.Select, cells: Cells) -> None:
