@@ -902,12 +902,7 @@ def _dominance_problems(where: str, rules) -> list[str]:
         except ValueError as e:
             problems.append(f"{where}.{i}: {e}")
             continue
-        if name == "freq":
-            problems.append(
-                f"{where}.{i}: {text!r} is a frequency rule; under threshold and round the "
-                "frequency rule is min_frequency, dominance takes p:P, pq:P,Q or nk:N,K"
-            )
-        elif name == "nk" and arguments["n"] > MAX_DOMINANCE_TOP:
+        if name == "nk" and arguments["n"] > MAX_DOMINANCE_TOP:  # (the schema refuses freq)
             problems.append(
                 f"{where}.{i}: {text!r}: N must be at most {MAX_DOMINANCE_TOP} (the largest "
                 "contributions a cell's SQL keeps)"
