@@ -194,12 +194,8 @@ def dp_frame(policy: Policy, stages: dict[int, DpStage], to_sql,
             _sub(source, CELLS),
             value=lambda i: cell_column(f"__a{i}"),
             published=lambda i: cell_column(f"__p{i}"),
-            accuracy=lambda i: (
-                cell_column(f"__sd{i}"),
-                cell_column(f"__hw{i}"),
-                cell_column(f"__dr{i}"),
-                cell_column(f"__cl{i}"),
-            ),  # fmt: skip
+            accuracy=lambda i: (cell_column(f"__sd{i}"), cell_column(f"__hw{i}"),
+                                cell_column(f"__dr{i}"), cell_column(f"__cl{i}")),  # fmt: skip
         )
 
     return build
