@@ -51,6 +51,7 @@ from sqlsdc.rewrite.cells import CELLS, Cells, Frame, unit_count, when_present
 from sqlsdc.rewrite.ckm_magnitudes import PREV, PTABLE_ENTRIES, MagnitudeLayers, ptable_ref
 from sqlsdc.rewrite.ckm_mix import join_mix, statistic_key_sql
 from sqlsdc.rewrite.counted_units import counted_units_key, join_unit_keys, unit_lookups
+from sqlsdc.rewrite.dominance import largest_needed, rules
 from sqlsdc.rewrite.sql import any_, at_least_column, missing, mul_expr, number
 from sqlsdc.rewrite.threshold import at_least
 
@@ -109,6 +110,7 @@ class _Builder(MagnitudeLayers):
     # -- rows and aggregation ------------------------------------------------------------------
 
     def frame(self) -> Frame:
+        self._refuse_dominance()
         rows = self._rows()
         cells = self._aggregation(rows)
         current = self._count_layer(cells)
@@ -136,6 +138,20 @@ class _Builder(MagnitudeLayers):
             return exp.or_(own, exp.Is(this=presence, expression=exp.null()))
 
         return Frame(source, value, published, group, fault)
+
+    def _refuse_dominance(self) -> None:
+        """A threshold or rounded magnitude beside a CKM one (tables of a join whose counts are
+        not CKM: beside CKM counts the planner refuses it) would be published here without
+        its dominance rule (:mod:`sqlsdc.rewrite.dominance`): refused."""
+        for i, spec in enumerate(self.plan.aggregates):
+            if spec.rule.method is not Method.CKM and largest_needed(rules(spec)):
+                raise PolicyViolation(
+                    f"{self.cells.aggregates[i].sql('duckdb')[:80]} is protected by "
+                    f"{spec.rule.method.value} and its dominance rule, and this aggregation "
+                    "has aggregates protected by the cell key method",
+                    "ask the sums of each table in a query of their own",
+                    self.cells.text(),
+                )
 
     def _rows(self) -> exp.Select:
         cells, plan = self.cells, self.plan
