@@ -42,6 +42,9 @@ THRESHOLD_QUERIES = [
     "SELECT region, COUNT(*) AS n FROM persons GROUP BY region HAVING COUNT(*) > 100 "
     "ORDER BY n DESC LIMIT 3",
     "SELECT FLOOR(age / 10) * 10 AS band, COUNT(*) AS n FROM persons GROUP BY 1 ORDER BY 1",
+    # the dominance rule on a unit's rows summed first: GROUP BY unit, ROLLUP (...), GROUPING,
+    # the join on the cell's keys IS NOT DISTINCT FROM (<=> on Spark)
+    "SELECT scheme, region, SUM(month) AS months FROM benefits GROUP BY ROLLUP (scheme, region)",
 ]
 
 CKM_QUERIES = [
