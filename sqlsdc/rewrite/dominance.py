@@ -87,9 +87,8 @@ def add_contributions(inner: exp.Select, cells: Cells, twin) -> exp.Select:
         argument = cells.argument(i, twin)
         distinct = isinstance(cells.aggregates[i].this, exp.Distinct)
         if plan.units is None or plan.rows_are_units or distinct:
-            total = exp.Sum(this=_magnitude(argument))
-            if distinct:
-                total = exp.Sum(this=exp.Distinct(expressions=[_magnitude(argument)]))
+            value = exp.Distinct(expressions=[_magnitude(argument)]) if distinct else None
+            total = exp.Sum(this=value or _magnitude(argument))
             inner.append("expressions", exp.alias_(total, f"__t{i}"))
             for j, top in enumerate(_largest(_magnitude(argument), count), start=1):
                 inner.append("expressions", exp.alias_(top, f"__x{i}_{j}"))
@@ -102,7 +101,9 @@ def add_contributions(inner: exp.Select, cells: Cells, twin) -> exp.Select:
 
 def sensitive(spec, read) -> exp.Expr | None:
     """Whether the cell of ``spec`` fails one of its dominance rules (None: it has none);
-    ``read(name)`` is the column of the frame's layer that holds contribution ``name``."""
+    ``read(0)`` is the frame's column of the total, ``read(j)`` of the j-th largest
+    contribution (:func:`contribution_reader`). A contribution past those kept reads 0: a cell
+    of fewer than N contributors is dominated by them (nk)."""
     parsed = rules(spec)
     if not parsed:
         return None
