@@ -110,6 +110,14 @@ def test_the_status_says_suppressed(ana):
     assert status["at"] == status["spread"] == "published"
 
 
+def test_explain_names_the_rules(ana):
+    plan = ana.explain("SELECT cell, COUNT(*) AS n, SUM(value) AS total FROM firms GROUP BY cell")
+    assert "n: threshold (min_frequency 3)\n" in str(plan)
+    assert "total: threshold (min_frequency 3; dominance p:10)" in str(plan)
+    assert plan.columns[2].to_dict()["dominance"] == ["p:10"]
+    assert "dominance" not in plan.columns[1].to_dict()
+
+
 def test_a_unit_s_rows_are_one_contribution(ana, db):
     """Row by row, firm 1's 600 and 400 would leave T − x1 − x2 = 499 of x1 = 600; as one
     contribution of 1000 the cell "below" is dominated. Its margin (ROLLUP) too is judged on

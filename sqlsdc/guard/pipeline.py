@@ -39,6 +39,7 @@ from sqlsdc.planner.scopes import Analysis, Kind
 from sqlsdc.policy import AggregateKind, Method, Policy
 from sqlsdc.rewrite.cells import ACCURACY_PREFIXES, STATUS_PREFIX, protect_cells
 from sqlsdc.rewrite.ckm import PTableKey, PTableRef, refuse_many_lookups
+from sqlsdc.rewrite.dominance import rules
 from sqlsdc.rewrite.dp import DpStage
 from sqlsdc.rewrite.key_size import refuse_long_keys
 from sqlsdc.rewrite.order import in_released_order, mark_analyst_scopes
@@ -71,6 +72,7 @@ class OutputColumn:
     noise: PTableRef | None = None  # CKM counts: the ptable whose noise the values carry
     dp: tuple[float, float] | None = None  # DP counts and sums: (noise sd, 95% half-width)
     rounding: tuple[int, str] | None = None  # method round: (base, rule)
+    dominance: tuple[str, ...] = ()  # threshold and round magnitudes: their dominance rules
 
     @property
     def released(self) -> bool:
@@ -90,6 +92,8 @@ class OutputColumn:
             described["noise_sd"], described["half_width_95"] = self.dp
         if self.rounding is not None:
             described["base"], described["rounding"] = self.rounding
+        if self.dominance:
+            described["dominance"] = list(self.dominance)
         return described
 
 
@@ -160,6 +164,9 @@ class ProtectedQuery:
                 k = f" (noise sd {c.dp[0]:.4g}; 95% of cells within ±{c.dp[1]:.4g})"
             if c.rounding is not None:
                 k = f" (base {c.rounding[0]}, {c.rounding[1]}; min_frequency {c.min_frequency})"
+            if c.dominance:  # the cell is also suppressed when these rules find it dominated
+                rules_text = "dominance " + ", ".join(c.dominance)
+                k = f"{k[:-1]}; {rules_text})" if k else f" ({rules_text})"
             lines.append(f"  {c.name}: {c.mechanism}{k}")
         lines.append("tables: " + (", ".join(self.tables) or "none"))
         if self.dp_stages:
@@ -426,8 +433,10 @@ def _describe_outputs(
                 rounding = None
                 if methods == {Method.ROUND.value} and len({a.rule for a in used}) == 1:
                     rounding = (used[0].rule.base, used[0].rule.rounding.value)
+                ruled = [r for a in used if rules(a) for r in a.rule.dominance]
+                dominance = tuple(dict.fromkeys(ruled))
                 columns.append(
-                    OutputColumn(name, "+".join(sorted(methods)), k, noise, dp, rounding)
+                    OutputColumn(name, "+".join(sorted(methods)), k, noise, dp, rounding, dominance)
                 )
             else:
                 columns.append(OutputColumn(name, "key"))
