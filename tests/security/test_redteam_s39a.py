@@ -71,7 +71,11 @@ What held (tried on the 20,000-person demo):
   household), and an analyst can neither write a reference nor filter on one, so no orphan can
   be made to show its key.
 - DP: ``executemany`` pays each parameter set; ``explain`` pays nothing and a re-asked
-  statistic is free and the same value; ``set_dp_noise(False)`` is refused to analysts.
+  statistic is free and the same value; ``set_dp_noise(False)`` is refused to analysts. AVG
+  (0.3) then SUM (0.2) and COUNT (0.1) of the same cells: the second AVG is their quotient,
+  not its first draw, but every draw was paid (no budget bypass, only two answers of one AVG).
+- Suppressed magnitudes beside CKM counts (a policy the planner accepts): SUM alone is
+  answered from the pattern, AVG refused (no suppressed count), so no SUM / AVG count.
 - Correlated subqueries refused; a scalar subquery of a CKM count beside public rows and a
   derived table of counts joined to a public table give the same protected value.
 """
