@@ -93,6 +93,8 @@ def plan_query(
 
 
 PRECEDENCE = (Method.DP, Method.SUPPRESS, Method.ROUND, Method.CKM)
+# groups without aggregates: perturbed counts (CKM) hide more than rounding's frequency rule
+GROUP_PRECEDENCE = (Method.DP, Method.SUPPRESS, Method.CKM, Method.ROUND)
 
 
 def choose_mechanism(aggregates: list[ProtectedAggregate], count_methods: set[Method]) -> Method:
@@ -104,11 +106,14 @@ def choose_mechanism(aggregates: list[ProtectedAggregate], count_methods: set[Me
     threshold ones with its own frame. An aggregation without aggregates releases its groups
     with its tables' count method: by DP's group release, or by CKM's perturbed counts (a count
     whose value is hidden), by the suppression pattern's cells (whose shape then applies: a
-    group-only query must not test filters a count could not); otherwise by the threshold rule.
+    group-only query must not test filters a count could not), by rounding's frequency rule (the
+    groups whose counts it publishes: the threshold rule's noisy guard told more, red team
+    s39a); otherwise by the threshold rule.
     """
-    hidden = {Method.DP, Method.SUPPRESS, Method.CKM}
-    methods = {a.rule.method for a in aggregates} or count_methods & hidden
-    return next((m for m in PRECEDENCE if m in methods), Method.THRESHOLD)
+    if aggregates:
+        methods = {a.rule.method for a in aggregates}
+        return next((m for m in PRECEDENCE if m in methods), Method.THRESHOLD)
+    return next((m for m in GROUP_PRECEDENCE if m in count_methods), Method.THRESHOLD)
 
 
 # A magnitude's method that would reveal the counts of a table whose counts use another one:

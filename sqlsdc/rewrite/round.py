@@ -18,8 +18,17 @@ each unit once when units repeat, so the same records give the same key whatever
 joins to them). It is a keyed PRF of the cell's contributors: the record keys are uniform
 secret integers, so u is uniform and unpredictable without them, and the same cell rounds the
 same way in every query, for every user (ARCHITECTURE.md §3), so repeating or rephrasing a
-query cannot average the rounding away. Magnitudes use the key rotated by 16 bits, so that a
-count and a sum of the same records decide up/down on disjoint (independent) bits of the key.
+query cannot average the rounding away. Counts of rows and of units toss the cell key itself
+(``COUNT(x)`` is ``COUNT(*)`` where x is never NULL, and a sum's n̂ is the count the query
+shows); a distinct count of a dimension and a magnitude toss the coin of their own statistic,
+the cell key mixed with the statistic's salt (:func:`sqlsdc.rewrite.ckm_mix.statistic_key_sql`,
+``distinct:persons.age``, ``sum:persons.income``), as the cell key method keys their noise.
+With one coin for all (a magnitude's was the key rotated by 16 bits), a statistic whose true
+value the analyst knows told the coin of the others: group presence tells how many distinct
+ages a cell has, so its rounded ``COUNT(DISTINCT age)`` said whether u < (d mod 5)/5, and
+three such counts put the coin of the cell's ``COUNT(*)`` in a fifth of [0, 1), unbiased
+rounding become rounding with a known threshold (red team s39a: the candidates of 176 of 201
+counts narrowed from up to 9 to at most 5, the true one always among them).
 The comparisons are integer arithmetic on the key (``u < 1/2`` is ``key < 2^31``, ``u < r/B``
 is ``key·B < r·2^32``): no floating point decides the rounding of a count (nor of a sum
 beside exact counts; the mean-before-sum value of a sum is a rational, below).
@@ -81,10 +90,9 @@ would make a cast fail for some data only, an error that would tell it.
 
 The frame has two layers: the aggregation ``__c`` (keys, exact values ``__a<i>``, unit counts
 ``__n<i>``, cell keys ``__k<i>``) and ``__cells`` over it, which carries only keys, unit counts
-and the rounded values ``__y<i>`` (and, where an outer query counts the groups, the group's
-count and key for the noisy group guard); exact values and cell keys never reach the outer
-query. A
-rounded magnitude adds the count of its rows ``__r<i>`` to the aggregation and, with rounded
+and the rounded values ``__y<i>`` (and, where the groups are data, the group's count for the
+frequency rule, :func:`group_guard`); exact values and cell keys never reach the outer query.
+A rounded magnitude adds the count of its rows ``__r<i>`` to the aggregation and, with rounded
 counts, a layer ``__d`` between the two adds its rounded count n̂ as ``__d<i>``.
 """
 
@@ -96,27 +104,22 @@ from sqlglot import exp
 
 from sqlsdc.catalog.ptables import KEY_MODULUS
 from sqlsdc.errors import PolicyViolation
-from sqlsdc.planner.normal_form import SUMMED
+from sqlsdc.planner.normal_form import STATISTIC, SUMMED
 from sqlsdc.policy import AggregateKind, Method, Policy, ProtectionRule, Rounding
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, FrameBuilder, inner_select, unit_count
+from sqlsdc.rewrite.ckm import statistic
+from sqlsdc.rewrite.ckm_mix import join_mix, statistic_key_sql
 from sqlsdc.rewrite.counted_units import counted_units_key, join_unit_keys, unit_lookups
 from sqlsdc.rewrite.dominance import add_contributions, largest_needed, rules
 from sqlsdc.rewrite.sql import number
-from sqlsdc.rewrite.threshold import (
-    add_keys,
-    at_least,
-    group_condition,
-    records_key,
-    rotated,
-    without_dominance,
-)
+from sqlsdc.rewrite.threshold import add_keys, at_least, records_key, without_dominance
 
 MECHANISM = "round"
 AGGREGATION = "__c"
 COUNTED = "__d"  # the aggregation and the rounded contributor counts of its magnitudes
 HALF = KEY_MODULUS // 2  # u < 1/2  <=>  key < 2^31
 # what stays in the aggregation: exact values, cell keys and rows summed of the aggregates
-# (the group's count ``__n`` and key ``__kg`` go on, for the noisy group guard)
+# (the group's count ``__n`` goes on, for the group guard)
 EXACT = re.compile(r"__[akrt]\d+|__x\d+_\d+|__gid")  # and the contributions (dominance)
 
 
@@ -170,7 +173,7 @@ def _frame(cells: Cells, twin: dict[int, exp.Expr], policy: Policy) -> Frame:
             inner.append("expressions", exp.alias_(key, f"__k{i}"))
         elif plan.aggregates[i].rule.method is Method.ROUND:
             inner.append("expressions", exp.alias_(cell_key(cells, i, argument), f"__k{i}"))
-    group = group_condition(inner, cells)
+    group = group_guard(inner, cells)
     inner = add_contributions(inner, cells, twin)
     source, table = inner.subquery(AGGREGATION, copy=False), AGGREGATION
     if magnitudes and count_rule is not None:
@@ -183,13 +186,15 @@ def _frame(cells: Cells, twin: dict[int, exp.Expr], policy: Policy) -> Frame:
         ]
     )
     outer.set("from_", exp.From(this=source))
+    if any(own_coin(spec) for spec in plan.aggregates):
+        join_mix(outer)
     for i, spec in enumerate(plan.aggregates):
         exact = exp.column(f"__a{i}", table)
         if i in magnitudes:
             shape = (count_rule is not None, isinstance(spec.node, exp.Avg), integral(spec))
-            exact = mean_before_sum(table, i, spec.rule, *shape)
+            exact = mean_before_sum(table, i, spec.rule, coin(table, i, spec), *shape)
         elif spec.rule.method is Method.ROUND:
-            key = exp.column(f"__k{i}", table)
+            key = coin(table, i, spec)
             exact = rounded(exact, key, spec.rule.base, spec.rule.rounding)
         counted = exp.GTE(this=exp.column(f"__n{i}", table), expression=number(spec.min_frequency))
         shown = without_dominance(counted, spec, i, table)
@@ -209,6 +214,25 @@ def _frame(cells: Cells, twin: dict[int, exp.Expr], policy: Policy) -> Frame:
         return at_least(f"__n{i}", plan.aggregates[i].min_frequency)
 
     return Frame(outer.subquery(CELLS, copy=False), value, published, group)
+
+
+def group_guard(inner: exp.Select, cells: Cells) -> exp.Expr | None:
+    """Where the group's existence is the release (no aggregate, or rows an outer query counts
+    or tests), a group appears when its units reach the minimum frequency: exactly what the
+    query's own result tells by a count published or NULL, and nothing more.
+
+    The threshold rule's keyed noise (:func:`sqlsdc.rewrite.threshold.group_condition`) told
+    more here: a group of n units appears there when n + noise reaches k (noise uniform on
+    [−w, w]), so next to the own result, where a count is NULL exactly when n < k, a group
+    hidden there but present as data has n ≥ k − w, and one published there but absent as data
+    has n < k + w. With the rounding policy's k = 3 (w = 1) that is n = 2 and n = 3, exact
+    counts behind a NULL and behind a rounded 0 or 5 (red team s39a: 59 and 47 groups of
+    municipality x age aged 80+, all right)."""
+    k = cells.plan.group_min_frequency
+    if k is None:
+        return None
+    inner.append("expressions", exp.alias_(unit_count(None, cells.plan.units), "__n"))
+    return at_least("__n", k)
 
 
 def contributor_count_rule(policy: Policy, cells: Cells) -> ProtectionRule | None:
@@ -254,6 +278,25 @@ def with_rounded_counts(aggregation: exp.Subquery, magnitudes: list[int], rule) 
     return layer.subquery(COUNTED, copy=False)
 
 
+def own_coin(spec) -> bool:
+    """A rounded statistic that tosses a coin of its own, not its records' cell key: a magnitude
+    whose rule draws one (conventional rounding draws none), or a distinct count of a dimension
+    (not of units): the statistics the cell key method keys apart (``_own_statistic`` there)."""
+    if spec.rule.method is not Method.ROUND:
+        return False
+    if spec.kind is AggregateKind.MAGNITUDES:
+        return spec.rule.rounding is not Rounding.CONVENTIONAL
+    return isinstance(spec.node.this, exp.Distinct) and STATISTIC in spec.node.meta
+
+
+def coin(table: str, i: int, spec) -> exp.Expr:
+    """The key aggregate i tosses, in [0, 2^32): its cell key ``__k<i>``, mixed with the
+    statistic's salt where it has a coin of its own (:func:`own_coin`; over a select that joins
+    the mix), in parentheses: the rules multiply it."""
+    key = exp.column(f"__k{i}", table)
+    return exp.Paren(this=statistic_key_sql(key, statistic(spec))) if own_coin(spec) else key
+
+
 def integral(spec) -> bool:
     """Whether a magnitude adds up integers or decimals: the planner marks the sums of
     floating-point (or untyped) values with the columns they add (``SUMMED``)."""
@@ -261,14 +304,20 @@ def integral(spec) -> bool:
 
 
 def mean_before_sum(
-    table: str, i: int, rule: ProtectionRule, rounded_count: bool, mean: bool, whole: bool
+    table: str,
+    i: int,
+    rule: ProtectionRule,
+    key: exp.Expr,
+    rounded_count: bool,
+    mean: bool,
+    whole: bool,
 ) -> exp.Expr:
     """``R_B(S·n̂/n)`` of aggregate i, the rounded mean times the rounded count ``__d<i>``
-    (over n̂ for an AVG: NULL where n̂ is 0), its coin the cell key rotated by 16 bits; n is
-    ``__r<i>``, the rows summed; ``whole``: S is a sum of integers or decimals. Without
-    ``rounded_count`` the counts are exact: n̂ = n and the sum is ``R_B(S)``."""
+    (over n̂ for an AVG: NULL where n̂ is 0), its coin ``key`` (the statistic's own,
+    :func:`coin`); n is ``__r<i>``, the rows summed; ``whole``: S is a sum of integers or
+    decimals. Without ``rounded_count`` the counts are exact: n̂ = n and the sum is
+    ``R_B(S)``."""
     total, n = exp.column(f"__a{i}", table), exp.column(f"__r{i}", table)
-    key = rotated(exp.column(f"__k{i}", table), 16)
     if rounded_count:
         count = exp.column(f"__d{i}", table)
         scaled = exp.Mul(this=exp.cast(total, "DOUBLE"), expression=count.copy())
