@@ -31,7 +31,13 @@ from sqlsdc.errors import Error, MicrodataError, PolicyError
 from sqlsdc.jobs.differencing import Release, min_frequency, refuse_file_differences
 from sqlsdc.jobs.isolated_groups import refuse_isolated_groups
 from sqlsdc.jobs.protect import JobSpec, exact_tables
-from sqlsdc.jobs.record_files import OUTPUT_SCHEMA, all_files, opaque_files, reaching_readers
+from sqlsdc.jobs.record_files import (
+    OUTPUT_SCHEMA,
+    all_files,
+    distinct,
+    opaque_files,
+    reaching_readers,
+)
 from sqlsdc.policy import Policy
 
 File = tuple[str, Release]  # (its source table, the file as a release of it)
@@ -52,6 +58,12 @@ def refuse_file_pairs(
     compared with each of ``files`` (or ``new``), never with each other: released already.
     ``refusal(first, second, reason)`` makes the error raised (default: the check's own
     :class:`~sqlsdc.errors.MicrodataError`)."""
+
+    def kept(table: str, file: Release) -> bool:  # the held copies of a file count once
+        same = [f for t, f in [*files, *held] if t.lower() == table.lower()]
+        return any(file is d for d in distinct(same))
+
+    held = [(table, file) for table, file in held if kept(table, file)]
     pairs: Iterable[tuple[File, File]] = (
         chain(combinations(files, 2), product(files, held))
         if new is None

@@ -39,8 +39,33 @@ OUTPUT_SCHEMA = "protected"  # as sqlsdc.jobs.protect's
 
 def stored_files(con, policy: Policy, table: str) -> list[Release]:
     """The anonymised files of ``table`` stored in ``protected``, labelled by their names, and
-    every earlier version of one (:func:`all_files`)."""
-    return [release for name, release in all_files(con, policy) if name.lower() == table.lower()]
+    every earlier version of one (:func:`all_files`) that differs from them
+    (:func:`distinct`)."""
+    return distinct(
+        [release for name, release in all_files(con, policy) if name.lower() == table.lower()]
+    )
+
+
+def distinct(releases: Sequence[Release]) -> list[Release]:
+    """``releases`` less those that give the same exact tables as one before them: the same
+    population, cuts and held columns, nothing blanked (whose records may differ). A file
+    replaced by the same definition (another seed, a perturbative step changed) adds no exact
+    table, and a copy would only make a signed sum of the copies look like a new table."""
+    found, seen = [], set()
+    for release in releases:
+        if not release.blanked:
+            key = _definition(release)
+            if key in seen:
+                continue
+            seen.add(key)
+        found.append(release)
+    return found
+
+
+def _definition(release: Release) -> tuple:
+    where = None if release.where is None else release.where.sql("duckdb")
+    exact = tuple((n.lower(), e.sql("duckdb")) for n, e in release.exact or ())
+    return where, release.dims, exact, release.held
 
 
 def all_files(con, policy: Policy) -> list[tuple[str, Release]]:

@@ -120,3 +120,17 @@ def test_a_file_replaced_before_the_catalog_kept_versions_is_not_compared(jobs_d
         protect_query(jobs_demo_db, "admin", "SELECT region, education, COUNT(*) FROM persons "
                       "WHERE age >= 95 GROUP BY region, education", into="aged_95",
                       rules=[FrequencyRule(5)])  # fmt: skip
+
+
+def test_a_job_along_the_bands_of_every_version_is_stored(jobs_demo_db):
+    """The seniors file replaced by one with other bands below 85: a job of everyone aged 85
+    or over by region and education is along the band ``>=85`` of both versions, and stored.
+    Three releases of a cell make a signed-sum check: a job's own small cell (9 persons aged
+    85+ of R01 with primary education) is no sum of several releases."""
+    _seniors(jobs_demo_db)
+    anonymize(jobs_demo_db, user="admin", into="seniors_r01", seed=7, replace=True,
+              sql=f"SELECT * {SENIORS}",
+              steps=["recode:age:breaks=65/70/85", "microaggregate:income:k=5"])  # fmt: skip
+    protect_query(jobs_demo_db, "admin", "SELECT region, education, COUNT(*) FROM persons "
+                  "WHERE age >= 85 GROUP BY region, education", into="aged_85",
+                  rules=[FrequencyRule(5)])  # fmt: skip
