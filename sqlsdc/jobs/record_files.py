@@ -190,7 +190,10 @@ def _earlier(con):
                 log = None
         except (ValueError, AttributeError, TypeError, KeyError):
             source, log, columns = None, None, []
-        yield version.label, source, log, columns, version.records, version.released
+        label = version.label
+        if version.report is None:
+            label += " (before the catalog kept output versions: its columns are unknown)"
+        yield label, source, log, columns, version.records, version.released
 
 
 def file_release(

@@ -47,7 +47,7 @@ ROUNDS = 4  # sums' pattern, counts' pattern, again: a pattern that still grows 
 def count_table(table: Table) -> Table:
     """The job's table of sums as the table of its cells' unit counts (value ``n``)."""
     cells = table.cells.assign(value=table.cells["n"].astype(float))
-    return dataclasses.replace(table, cells=cells, count=True)
+    return dataclasses.replace(table, cells=cells, count=True, negative=False)
 
 
 def audit_counts(

@@ -116,7 +116,11 @@ def test_a_file_replaced_before_the_catalog_kept_versions_is_not_compared(jobs_d
         con.execute("DELETE FROM sqlsdc.output_versions")
     finally:
         con.close()
-    with pytest.raises(TabularError, match=r"seniors_r01 as job \d+ stored it reads persons"):
+    with pytest.raises(
+        TabularError,
+        match=r"seniors_r01 as job \d+ stored it \(before the "
+        r"catalog kept output versions: its columns are unknown\) reads persons",
+    ):
         protect_query(jobs_demo_db, "admin", "SELECT region, education, COUNT(*) FROM persons "
                       "WHERE age >= 95 GROUP BY region, education", into="aged_95",
                       rules=[FrequencyRule(5)])  # fmt: skip
