@@ -138,3 +138,16 @@ def test_a_job_along_the_bands_of_every_version_is_stored(jobs_demo_db):
     protect_query(jobs_demo_db, "admin", "SELECT region, education, COUNT(*) FROM persons "
                   "WHERE age >= 85 GROUP BY region, education", into="aged_85",
                   rules=[FrequencyRule(5)])  # fmt: skip
+
+
+def test_a_version_published_with_include_is_held(jobs_demo_db, tmp_path):
+    """The seniors file never listed but published with ``--include``, then replaced: the
+    publication's readers keep the first version, and the file of everyone aged 84 or over is
+    refused next to it."""
+    from sqlsdc.release import publish
+
+    _seniors(jobs_demo_db)
+    publish(jobs_demo_db, tmp_path / "release.duckdb", "admin", include=["seniors_r01"])
+    _seniors(jobs_demo_db, replace=True, banded=False)
+    with pytest.raises(MicrodataError, match=r"seniors_r01 as job \d+ stored it .*differ by only"):
+        _aged_84_file(jobs_demo_db)
