@@ -43,7 +43,12 @@ from sqlsdc.errors import Error, NotFoundError, PolicyViolation
 from sqlsdc.files import check_replaceable, check_writable
 from sqlsdc.guard.connection import connect
 from sqlsdc.guard.releases import dp_table_read
-from sqlsdc.jobs.file_pairs import refuse_file_pairs, refuse_opaque_files, released_files
+from sqlsdc.jobs.file_pairs import (
+    held_files,
+    refuse_file_pairs,
+    refuse_opaque_files,
+    released_files,
+)
 from sqlsdc.jobs.patterns import ensure_patterns
 from sqlsdc.policy import load_policy
 from sqlsdc.tabular.universe import STATUS, VALUE, universe_of
@@ -338,10 +343,11 @@ def _check_file_pairs(con, policy, outputs: list) -> None:
     stores to compare are not compared with each other until they are released together
     (:mod:`sqlsdc.jobs.file_pairs`)."""
     names = [name.split(".")[-1] for name, method, *_ in outputs if method == "anonymize"]
-    if len(names) > 1:
+    held = held_files(con, policy) if names else []  # earlier versions readers keep
+    if len(names) > 1 or held:
         refuse_opaque_files(con, policy, names, _pair_refusal)
         refuse_file_pairs(con, policy, released_files(con, policy, names),
-                          refusal=_pair_refusal)  # fmt: skip
+                          refusal=_pair_refusal, held=held)  # fmt: skip
 
 
 def _pair_refusal(first: str, second: str, reason: str) -> PolicyViolation:

@@ -133,6 +133,15 @@ DDL = (
         policy_version INTEGER NOT NULL,
         report VARCHAR NOT NULL,
         query_id BIGINT)""",
+    # every version of an output ever stored, appended (outputs keeps the current one): the
+    # differencing check compares a new release with the versions readers keep
+    # (sqlsdc.jobs.output_history)
+    f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.output_versions (
+        query_id BIGINT,
+        name VARCHAR NOT NULL,
+        method VARCHAR NOT NULL,
+        sql_text VARCHAR NOT NULL,
+        report VARCHAR NOT NULL)""",
     # --- differential privacy: budgets, spend ledger, released-cell cache (catalog/budget.py).
     # Amounts are exact rationals stored as text ("1/3"); user '*' / table '*' mean "all".
     f"CREATE SEQUENCE IF NOT EXISTS {CATALOG_SCHEMA}.budget_seq START 1",

@@ -220,8 +220,15 @@ def record_output(
     query_id: int | None = None,
 ) -> None:
     """Register a protected output table (a back-end job's result), replacing an older one;
-    ``query_id`` is the job's audit entry, under which the ledger holds the table's cells."""
+    ``query_id`` is the job's audit entry, under which the ledger holds the table's cells.
+    ``output_versions`` keeps every version's definition (:mod:`sqlsdc.jobs.output_history`:
+    the readers of a replaced output keep it)."""
     con.execute(f"DELETE FROM {S}.outputs WHERE name = ?", [name])
+    con.execute(
+        f"INSERT INTO {S}.output_versions (query_id, name, method, sql_text, report) "
+        "VALUES (?, ?, ?, ?, ?)",
+        [query_id, name, method, sql, report],
+    )
     con.execute(
         f"INSERT INTO {S}.outputs (name, method, sql_text, created_at, created_by, "
         "policy_version, report, query_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",

@@ -42,6 +42,7 @@ from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import Error, MicrodataError, NotFoundError, SqlSyntaxError
 from sqlsdc.jobs.differencing import refuse_file_differences
 from sqlsdc.jobs.file_pairs import refuse_file_pairs
+from sqlsdc.jobs.output_history import keep_records
 from sqlsdc.jobs.protect import (
     OUTPUT_SCHEMA,
     _plain,
@@ -56,6 +57,7 @@ from sqlsdc.jobs.record_files import (
     opaque_files,
     opaque_refusal,
     opaque_tables,
+    reaching_readers,
     stored_files,
 )
 from sqlsdc.microdata.microaggregation import il1s
@@ -253,35 +255,35 @@ def _refuse_differences(con, policy, into: str, source: str, log, stored: pd.Dat
         if others := exact_tables(con, policy, table):
             raise MicrodataError(opaque_refusal(label, table, others[0][0]))
         files = [f.label for t, f in all_files(con, policy) if t.lower() == table.lower()]
-        if others := _released_with(policy, into, files + opaque_files(con, policy, table)):
+        if others := _released_with(con, policy, into, files + opaque_files(con, policy, table)):
             raise MicrodataError(_opaque_pair(label, table, others[0], opaque=label))
 
 
 def _refuse_other_files(con, policy, into: str, table: str, release) -> None:
     """Refuse a file next to an anonymised file of its table that is released (listed under
-    the policy's ``releases:``) when the two differ by a few units in a cell (red team s38e:
-    after the README's seniors file, band ``>=85``, a file of everyone aged 84+ banded at 84
-    gave the one person aged 84 of a cell); a file itself listed is compared with every file
-    of its table stored, the one it replaces too (its readers keep it). Candidates withheld
-    are stored side by side, to be compared; they are compared with each other once released
-    together (:mod:`sqlsdc.jobs.file_pairs`)."""
+    the policy's ``releases:``, or an earlier version of a file released while it was
+    current: its readers keep it) when the two differ by a few units in a cell (red team
+    s38e: after the README's seniors file, band ``>=85``, a file of everyone aged 84+ banded
+    at 84 gave the one person aged 84 of a cell); a file itself listed is compared with every
+    file of its table stored, the one it replaces too. Candidates withheld are stored side
+    by side, to be compared; they are compared with each other once released together
+    (:mod:`sqlsdc.jobs.file_pairs`)."""
     others = stored_files(con, policy, table)
-    if into.lower() not in policy.releases:
-        listed = {f"{OUTPUT_SCHEMA}.{name}" for name in policy.releases}
-        others = [other for other in others if other.label.lower() in listed]
-    if opaque := _released_with(policy, into, opaque_files(con, policy, table)):
+    held = _released_with(con, policy, into, [other.label for other in others])
+    others = [other for other in others if other.label in held]
+    if opaque := _released_with(con, policy, into, opaque_files(con, policy, table)):
         raise MicrodataError(_opaque_pair(release.label, table, opaque[0], opaque=opaque[0]))
     refuse_file_pairs(con, policy, [(table, other) for other in others], new=(table, release))
 
 
-def _released_with(policy, into: str, names: list[str]) -> list[str]:
-    """Of the stored files ``names``, those a new file ``into`` would be released with: those
-    the policy's ``releases:`` lists, or all of them when it lists ``into`` (the one it
-    replaces too: its readers keep it)."""
-    if into.lower() in policy.releases:
-        return names
-    listed = {f"{OUTPUT_SCHEMA}.{name}" for name in policy.releases}
-    return [name for name in names if name.lower() in listed]
+def _released_with(con, policy, into: str, names: list[str]) -> list[str]:
+    """Of the stored files ``names`` (labels), those a new file ``into`` would be released
+    with (:func:`~sqlsdc.jobs.record_files.reaching_readers`): those the policy's
+    ``releases:`` lists, or all of them when it lists ``into`` (the one it replaces too: its
+    readers keep it), and the earlier versions released while current."""
+    listed = None if into.lower() in policy.releases else policy.releases
+    held = reaching_readers(con, listed)
+    return [name for name in names if name.lower() in held]
 
 
 def _opaque_pair(label: str, table: str, other: str, opaque: str) -> str:
@@ -560,6 +562,7 @@ def _store(con, frame, report, user, version, request, query_id, fingerprint, in
     try:
         store.ensure_catalog(con)
         con.execute(f"CREATE SCHEMA IF NOT EXISTS {OUTPUT_SCHEMA}")
+        keep_records(con, into)  # a replaced file's, when the check needs them
         con.execute(f"CREATE OR REPLACE TABLE {OUTPUT_SCHEMA}.{name} AS SELECT * FROM __job_output")
         if view is not None:
             con.execute(f"CREATE SCHEMA IF NOT EXISTS {view}")

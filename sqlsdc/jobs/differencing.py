@@ -62,9 +62,11 @@ both with non-negative differences): protecting linked tables of different popul
 one covering universe (red team s30f); two anonymised files of one table cut by cut (when both
 are released, each file's counts by its plain columns are compared with the other's cells and
 cuts, ``sqlsdc.jobs.file_pairs``; a cut of one next to a cut of the other is not; a file
-whose query is no WHERE is refused released with another file of its table); and a replaced
-anonymised file, whose earlier readers keep it (a replaced or dropped job's earlier versions
-are compared: ``sqlsdc.jobs.protect.exact_tables``).
+whose query is no WHERE is refused released with another file of its table). Replaced or
+dropped outputs are compared as their readers keep them, every earlier version of a job's
+table (``sqlsdc.jobs.protect.exact_tables``) and of an anonymised file
+(``sqlsdc.jobs.record_files.stored_files``), from the outputs' history
+(:mod:`sqlsdc.jobs.output_history`).
 
 A local suppression's blanked values are a cell of their own (:func:`_blanked_difference`):
 counted as they were, a file and an exact table of the same people by a blanked column differ

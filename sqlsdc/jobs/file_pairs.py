@@ -25,13 +25,19 @@ s38b's four populations, whose T1 - T2 + T3 - T4 is one person's income).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from itertools import combinations
+from itertools import chain, combinations, product
 
 from sqlsdc.errors import Error, MicrodataError, PolicyError
 from sqlsdc.jobs.differencing import Release, min_frequency, refuse_file_differences
 from sqlsdc.jobs.isolated_groups import refuse_isolated_groups
 from sqlsdc.jobs.protect import JobSpec, exact_tables
-from sqlsdc.jobs.record_files import OUTPUT_SCHEMA, all_files, opaque_files
+from sqlsdc.jobs.record_files import (
+    OUTPUT_SCHEMA,
+    all_files,
+    distinct,
+    opaque_files,
+    reaching_readers,
+)
 from sqlsdc.policy import Policy
 
 File = tuple[str, Release]  # (its source table, the file as a release of it)
@@ -43,14 +49,25 @@ def refuse_file_pairs(
     files: Sequence[File],
     new: File | None = None,
     refusal: Callable[[str, str, str], Error] | None = None,
+    held: Sequence[File] = (),
 ) -> None:
     """Refuse when two anonymised files of one table differ by a few units in a cell: every
     pair of ``files``, or with ``new`` that file against each of ``files``; or when one of
     them (``new``) with the others of its table and the exact tables isolates a group by a
-    signed sum. ``refusal(first, second, reason)`` makes the error raised (default: the
-    check's own :class:`~sqlsdc.errors.MicrodataError`)."""
+    signed sum. ``held`` are earlier versions of files that readers keep (:func:`held_files`),
+    compared with each of ``files`` (or ``new``), never with each other: released already.
+    ``refusal(first, second, reason)`` makes the error raised (default: the check's own
+    :class:`~sqlsdc.errors.MicrodataError`)."""
+
+    def kept(table: str, file: Release) -> bool:  # the held copies of a file count once
+        same = [f for t, f in [*files, *held] if t.lower() == table.lower()]
+        return any(file is d for d in distinct(same))
+
+    held = [(table, file) for table, file in held if kept(table, file)]
     pairs: Iterable[tuple[File, File]] = (
-        combinations(files, 2) if new is None else ((new, other) for other in files)
+        chain(combinations(files, 2), product(files, held))
+        if new is None
+        else ((new, other) for other in [*files, *held])
     )
     for (table, mine), (theirs_table, theirs) in pairs:
         if table.lower() != theirs_table.lower():
@@ -62,7 +79,7 @@ def refuse_file_pairs(
                 raise
             raise refusal(mine.label, theirs.label, str(found)) from None
     for table, mine in [new] if new is not None else files:
-        others = [f for t, f in files if t.lower() == table.lower() and f is not mine]
+        others = [f for t, f in [*files, *held] if t.lower() == table.lower() and f is not mine]
         if not others:
             continue
         try:
@@ -80,7 +97,8 @@ def refuse_listed_files(con, policy: Policy) -> None:
         return  # no catalog yet: nothing stored
     refusal = _policy_refusal(policy)
     refuse_opaque_files(con, policy, policy.releases, refusal)
-    refuse_file_pairs(con, policy, released_files(con, policy, policy.releases), refusal=refusal)
+    refuse_file_pairs(con, policy, released_files(con, policy, policy.releases), refusal=refusal,
+                      held=held_files(con, policy))  # fmt: skip
 
 
 def refuse_opaque_files(
@@ -91,7 +109,7 @@ def refuse_opaque_files(
     (:func:`~sqlsdc.jobs.record_files.opaque_files`) and another reads that table: the check
     cannot compare them (red team s38f: everyone aged 85+ as a derived table, and the same
     people but one municipality's person as a WHERE, gave that person's income)."""
-    wanted = {f"{OUTPUT_SCHEMA}.{name}".lower() for name in names}
+    wanted = {f"{OUTPUT_SCHEMA}.{name}".lower() for name in names} | reaching_readers(con, ())
     if len(wanted) < 2:
         return
     plain = [(table, file.label) for table, file in all_files(con, policy)
@@ -116,6 +134,14 @@ def released_files(con, policy: Policy, names: Iterable[str]) -> list[File]:
         return []
     return [(table, file) for table, file in all_files(con, policy)
             if file.label.lower() in wanted]  # fmt: skip
+
+
+def held_files(con, policy: Policy) -> list[File]:
+    """The earlier versions of files that reached readers while they were current
+    (:func:`~sqlsdc.jobs.record_files.reaching_readers`): every publication is read next
+    to them."""
+    held = reaching_readers(con, ())
+    return [(table, file) for table, file in all_files(con, policy) if file.label.lower() in held]
 
 
 def _compare(con, policy: Policy, table: str, mine: Release, theirs: Release) -> None:

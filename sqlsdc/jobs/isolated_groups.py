@@ -124,11 +124,15 @@ def _isolated(regions: dict[int, int], releases: int, least: int, skip=None):
     if rank == 0:
         return None
     sizes = [regions[masks[i]] for i in small]
+    # a group that is one release's own cell there is no sum of several: that release
+    # publishes it (or its pattern hides it) alone, as the pairwise check sees it (a job's
+    # small cell next to a file and its earlier version of one population)
+    own = {frozenset(np.flatnonzero(row).tolist()) for row in matrix}
     tried = 0
     for count in range(1, len(small) + 1):
         for group in itertools.combinations(range(len(small)), count):
             total = sum(sizes[i] for i in group)
-            if total >= least:
+            if total >= least or frozenset(small[i] for i in group) in own:
                 continue
             tried += 1
             if tried > ISOLATION_SUBSETS:

@@ -62,7 +62,9 @@ from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import Error, PolicyError, SqlSyntaxError, TabularError, VerificationError
 from sqlsdc.jobs.differencing import Release, refuse_small_differences
 from sqlsdc.jobs.linked_audit import audit_linked
+from sqlsdc.jobs.output_history import earlier_versions, keep_records
 from sqlsdc.jobs.record_files import opaque_files, opaque_refusal, stored_files
+from sqlsdc.jobs.sum_counts import audit_counts, known_lower
 from sqlsdc.policy import ColumnRole, Policy, load_policy
 from sqlsdc.tabular.model import TOTAL, Hierarchy, Table
 from sqlsdc.tabular.rules import (
@@ -243,14 +245,16 @@ def protect_query(
         rules = job_rules(job, rules)
         table = job.tabulate(rules)
         job.step("primary and secondary suppression, audit")
-        known = _known_lower(table, count=job.spec.measure is None)
+        known = known_lower(table) if job.spec.measure is None else None
         kept, held, shown = _earlier_suppressions(job, table)
         if shown is not None and shown.any():  # published before with these values: public
             rules = exempt_known(rules, shown)
-        try:
-            result = suppression_pattern(
+
+        def pattern(counted: Sequence = ()) -> pd.DataFrame:
+            """The pattern, with ``counted`` rules (a sum's cells its counts hide) too."""
+            return suppression_pattern(
                 table,
-                rules,
+                [*rules, *counted],
                 method=method,
                 cost=cost,
                 time_limit=time_limit,
@@ -261,6 +265,12 @@ def protect_query(
                 held=held if held is not None and held.any() else None,
                 forced=shown if shown is not None and shown.any() else None,
             )
+
+        try:
+            result = pattern()
+            if job.spec.measure is not None:  # its unit counts n are published too
+                result = audit_counts(table, rules, result, pattern, method=method,
+                                      time_limit=time_limit, forced=shown)  # fmt: skip
         except TabularError as refusal:
             if shown is None or not shown.any():
                 raise
@@ -371,6 +381,7 @@ class Job:
         try:
             store.ensure_catalog(con)  # catalogs made before jobs were recorded
             con.execute(f"CREATE SCHEMA IF NOT EXISTS {OUTPUT_SCHEMA}")
+            keep_records(con, self.into)  # a replaced file's, when the check needs them
             con.execute(
                 f"CREATE OR REPLACE TABLE {OUTPUT_SCHEMA}.{name} AS SELECT * FROM __job_output"
             )
@@ -1017,35 +1028,21 @@ def exact_tables(con, policy: Policy, table: str) -> list[tuple[str, JobSpec]]:
 
 def _earlier_versions(con, policy: Policy) -> list[tuple[str, str, JobSpec]]:
     """``(label, method, parsed SQL)`` of the tabular job outputs stored once and replaced or
-    dropped since, from the jobs' ``accepted`` audit entries: a release file or a reader
-    holds them still. Red team s38b: ``--replace`` compared a job with the version it
-    replaced only, so incomes by sex of everyone aged 85 or over, replaced by the same less
-    a region, then by the same less one municipality's person (each step hundreds of people
-    from the one before), put that person's income between the first and third versions."""
-    existing = {
-        f"{schema}.{name}".lower()
-        for schema, name in con.execute(
-            "SELECT schema_name, table_name FROM duckdb_tables() WHERE schema_name = ?",
-            [OUTPUT_SCHEMA],
-        ).fetchall()
-    }
-    current = {query_id for name, query_id in con.execute(
-        "SELECT name, query_id FROM sqlsdc.outputs").fetchall()
-        if name.lower() in existing}  # fmt: skip
+    dropped since (:func:`~sqlsdc.jobs.output_history.earlier_versions`, from the jobs'
+    audit entries): a release file or a reader holds them still. Red team s38b: ``--replace``
+    compared a job with the version it replaced only, so incomes by sex of everyone aged 85
+    or over, replaced by the same less a region, then by the same less one municipality's
+    person (each step hundreds of people from the one before), put that person's income
+    between the first and third versions."""
     found = []
-    for query_id, sql, reason in con.execute(
-        "SELECT query_id, sql_text, reason FROM sqlsdc.audit WHERE decision = 'accepted' "
-        "AND reason LIKE '% job stored protected.%' ORDER BY query_id"
-    ).fetchall():
-        method, _stored, name = reason.partition(" job stored ")
-        if query_id in current or method not in TABULAR_METHODS:
+    for version in earlier_versions(con):
+        if version.method not in TABULAR_METHODS:
             continue
         try:
-            found.append(
-                (f"{name} as job {query_id} stored it", method, parse_job(sql, policy, stored=True))
-            )
+            spec = parse_job(version.sql, policy, stored=True)
         except (TabularError, SqlSyntaxError):  # a table or column the policy no longer declares
             continue
+        found.append((version.label, version.method, spec))
     return found
 
 
@@ -1141,19 +1138,6 @@ def _fingerprints(spec: JobSpec) -> exp.Select:
         .where(kept)
         .group_by(cube)
     )
-
-
-def _known_lower(table: Table, *, count: bool) -> tuple[np.ndarray, float] | None:
-    """What a reader of a count job's table knows of every cell before any value: the table
-    lists every inner cell (each made of at least one unit), so a cell counts at least the
-    inner cells it adds up. The pattern and its check protect against that bound, as the query
-    path does (:func:`sqlsdc.tabular.universe._known_bounds`); red team s30f: with ``[0, inf)``
-    four counts of 2 under ``freq:3`` were narrowed to [1, 2]. Sums keep ``[0, inf)``."""
-    if not count:
-        return None
-    if table.X is None:  # pragma: no cover - a job tabulates one table, never linked ones
-        raise TabularError("the job's table has no model matrix; this is a bug")
-    return np.asarray(table.X.sum(axis=0), dtype=float).ravel(), np.inf
 
 
 def _suppression_output(table: Table, result: pd.DataFrame, into: str, method: str):

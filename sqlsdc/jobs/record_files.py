@@ -24,12 +24,13 @@ union, kept a file out of the check).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import sqlglot
 from sqlglot import exp
 
 from sqlsdc.jobs.differencing import Release
+from sqlsdc.jobs.output_history import blanks, earlier_versions
 from sqlsdc.microdata.steps import Step, exact_columns, parse_step
 from sqlsdc.policy import ColumnRole, Policy
 
@@ -37,15 +38,43 @@ OUTPUT_SCHEMA = "protected"  # as sqlsdc.jobs.protect's
 
 
 def stored_files(con, policy: Policy, table: str) -> list[Release]:
-    """The anonymised files of ``table`` stored in ``protected``, labelled by their names."""
-    return [release for name, release in all_files(con, policy) if name.lower() == table.lower()]
+    """The anonymised files of ``table`` stored in ``protected``, labelled by their names, and
+    every earlier version of one (:func:`all_files`) that differs from them
+    (:func:`distinct`)."""
+    return distinct(
+        [release for name, release in all_files(con, policy) if name.lower() == table.lower()]
+    )
+
+
+def distinct(releases: Sequence[Release]) -> list[Release]:
+    """``releases`` less those that give the same exact tables as one before them: the same
+    population, cuts and held columns, nothing blanked (whose records may differ). A file
+    replaced by the same definition (another seed, a perturbative step changed) adds no exact
+    table, and a copy would only make a signed sum of the copies look like a new table."""
+    found, seen = [], set()
+    for release in releases:
+        if not release.blanked:
+            key = _definition(release)
+            if key in seen:
+                continue
+            seen.add(key)
+        found.append(release)
+    return found
+
+
+def _definition(release: Release) -> tuple:
+    where = None if release.where is None else release.where.sql("duckdb")
+    exact = tuple((n.lower(), e.sql("duckdb")) for n, e in release.exact or ())
+    return where, release.dims, exact, release.held
 
 
 def all_files(con, policy: Policy) -> list[tuple[str, Release]]:
     """``(table, file)`` of every anonymised file stored in ``protected`` whose population is
-    a WHERE on a confidential table of ``policy``, labelled by its name."""
+    a WHERE on a confidential table of ``policy``, labelled by its name; and of every earlier
+    version of one, replaced or dropped since, labelled as the job that stored it
+    (:mod:`sqlsdc.jobs.output_history`: its readers keep it)."""
     found = []
-    for name, source, log, columns, records in _stored(con):
+    for name, source, log, columns, records, _released in _stored(con):
         if log is None:  # unreadable: refused beside exact tables (opaque_files)
             continue
         release = file_release(con, policy, name, source, log, columns, records)
@@ -61,6 +90,21 @@ def opaque_files(con, policy: Policy, table: str) -> list[str]:
     request or step log cannot be read counts as one (fail closed)."""
     return [name for name, source, log, *_file in _stored(con) if log is None
             or table.lower() in {t.lower() for t in opaque_tables(policy, source)}]  # fmt: skip
+
+
+def reaching_readers(con, listed: Iterable[str] | None) -> set[str]:
+    """The labels (lower case) of the stored files, and earlier versions of files, that
+    readers hold with the files ``listed`` (names as listed under ``releases:``, no schema):
+    the stored files named in ``listed`` (every one when None), and every earlier version that
+    reached readers while it was current (:attr:`sqlsdc.jobs.output_history.Version.released`:
+    released for good, whatever the policy lists now). An earlier version never released is
+    held by nobody: candidates replaced while an admin chose a setting are no release."""
+    named = None if listed is None else {f"{OUTPUT_SCHEMA}.{n}".lower() for n in listed}
+    found = set()
+    for label, *_file, released in _stored(con):
+        if released or (released is None and (named is None or label.lower() in named)):
+            found.add(label.lower())
+    return found
 
 
 def opaque_tables(policy: Policy, source: str | None) -> list[str]:
@@ -96,9 +140,10 @@ def opaque_refusal(file: str, table: str, other: str) -> str:
 
 
 def _stored(con):
-    """``(name, source, step log, stored columns, its records)`` of every anonymised file
-    stored in ``protected``; source and log None when its request or report cannot be
-    read."""
+    """``(name, source, step log, stored columns, its records, released)`` of every
+    anonymised file stored in ``protected`` (``released`` None), then of every earlier
+    version of one (:func:`_earlier`); source and log None when its request or report cannot
+    be read."""
     stored = {
         f"{schema}.{name}".lower(): name
         for schema, name in con.execute(
@@ -124,7 +169,31 @@ def _stored(con):
             ).fetchall()
         ]
         records = exp.table_(stored[name.lower()], db=OUTPUT_SCHEMA, quoted=True)
-        yield name, source, log, columns, records
+        yield name, source, log, columns, records, None
+    yield from _earlier(con)
+
+
+def _earlier(con):
+    """:func:`_stored`'s tuple for each earlier version of an anonymised file, as it was
+    stored: its request's source, its report's step log and columns, its kept records. A
+    version with no report (stored before the catalog kept versions), or whose local
+    suppression blanked values whose records were not kept (its table dropped, not
+    replaced), has no log: opaque, never compared (fail closed)."""
+    for version in earlier_versions(con):
+        if version.method != "anonymize":
+            continue
+        try:
+            source = json.loads(version.sql).get("from")
+            report = json.loads(version.report)
+            log, columns = report["steps"], list(report["columns"])
+            if version.records is None and blanks(log):
+                log = None
+        except (ValueError, AttributeError, TypeError, KeyError):
+            source, log, columns = None, None, []
+        label = version.label
+        if version.report is None:
+            label += " (before the catalog kept output versions: its columns are unknown)"
+        yield label, source, log, columns, version.records, version.released
 
 
 def file_release(

@@ -35,8 +35,9 @@ What succeeded, and was closed (``jobs/differencing.py``, ``jobs/protect.py``, `
   employees by nace x region (R08's total of 9 a primary, R01's 22 its secondary), the
   turnover job published R01's n, and the count table's totals gave R08's 9 exactly. Counts
   ``n`` are now compared with count tables, and count and sum jobs of the same rows keep each
-  other's suppressions (a count job after the sum job is refused: the published n already
-  pin two of its primaries).
+  other's suppressions (a count job after the sum job was refused: the published n narrowed
+  two of its primaries; since session 39 the sum job's pattern protects its counts too, and
+  the count job publishes the same counts).
 - **Replaced versions forgotten.** ``--replace`` compared a job with the version it replaced
   only: 85+ incomes by sex, then the same less R08, then the same less one person, each step
   hundreds apart, put that person's income between the first and third versions (each
@@ -55,10 +56,12 @@ What succeeded, and was closed (``jobs/differencing.py``, ``jobs/protect.py``, `
 
 Left open:
 
-- The ``n`` column of a sum job's table is not audited as counts: on enterprises (10+
-  employees, nace x region) its published n alone put two count primaries outside their
-  safety range ((D, R02)'s 4 at most 4, (L, R03)'s 5 in [1, 6]), none pinned. Auditing the
-  counts with the sums (as the query path's universe does) or not publishing n is a decision.
+- (Closed in session 39.) The ``n`` column of a sum job's table was not audited as counts:
+  on enterprises (10+ employees, nace x region) its published n alone put two count
+  primaries inside their safety range ((D, R02)'s 4 at most 4, (L, R03)'s 5 in [1, 6]).
+  The job's pattern now protects the counts with the sums (``sqlsdc.jobs.sum_counts``: the
+  frequency rules on the counts, the sums' pattern grown until neither adds a cell) rather
+  than publishing no n (readers of magnitude tables expect the number of contributors).
 - Count and sum tables of the same rows and *other* dimensions keep each other's statuses on
   the cells they share, but are not audited together (the linked audit reads values of one
   aggregate).
@@ -402,18 +405,23 @@ def test_a_sum_job_keeps_hidden_the_counts_a_count_job_of_the_same_rows_hid(jobs
 
 
 def test_a_count_job_after_a_sum_job_of_the_same_rows_takes_its_counts_as_public(jobs_demo_db):
-    """The other order: the counts the sum job published are public, and with them two
-    primaries of the count table cannot be protected (the sum table's n alone already puts
-    (D, R02)'s 4 enterprises at most at 4). The count job is refused instead of publishing a
-    pattern that ignores them."""
+    """The other order: the counts the sum job published are public. Before its counts were
+    audited with its sums, two primaries of the count table could not be protected with them
+    (the sum table's n alone put (D, R02)'s 4 enterprises at most at 4) and the count job was
+    refused. The sum job's pattern protects its counts now (``sqlsdc.jobs.sum_counts``): the
+    count job is stored, publishes every count the sum job published, as it did, and hides
+    every cell it hid."""
     protect_query(jobs_demo_db, "admin", f"SELECT nace, region, SUM(turnover) {ENTERPRISES}",
                   into="turnover")  # fmt: skip
-    with pytest.raises(TabularError, match="earlier suppression outputs of the same rows"):
-        protect_query(jobs_demo_db, "admin", f"SELECT nace, region, COUNT(*) {ENTERPRISES}",
-                      into="firms")  # fmt: skip
+    protect_query(jobs_demo_db, "admin", f"SELECT nace, region, COUNT(*) {ENTERPRISES}",
+                  into="firms")  # fmt: skip
+    counts, sums = _cells(jobs_demo_db, "firms"), _cells(jobs_demo_db, "turnover")
+    assert {cell: n for cell, (_s, n) in counts.items()} == {
+        cell: n for cell, (_s, n) in sums.items()
+    }
 
 
-# ------------------------------------------- open: a sum job's counts are not audited as counts
+# ------------------------------------ closed: a sum job's counts are audited with its sums
 
 
 def _count_intervals(cells: list[tuple[str, str, float | None, str]]):
@@ -449,19 +457,11 @@ def _count_intervals(cells: list[tuple[str, str, float | None, str]]):
     return found
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="open: a suppression job of a sum publishes its cells' unit counts (n) under a "
-    "pattern audited for the sums only; on enterprises with 10+ employees by nace x region the "
-    "release's n put (D, R02)'s 4 enterprises at most at 4 and (L, R03)'s 5 in [1, 6] (the "
-    "frequency rule's safety range is 30 %). Auditing the counts with the sums, as the query "
-    "path's universe does, or publishing no n is a decision, not a patch",
-)
 def test_a_sum_jobs_published_counts_keep_the_count_rules_safety_ranges(jobs_demo_db, tmp_path):
     """The release file alone (``sqlsdc publish`` in a process of its own): every count a
     frequency primary of the sum job hides keeps the rule's safety range in the attacker's
-    interval over the published counts."""
+    interval over the published counts (the job's pattern audits its counts with its sums:
+    ``sqlsdc.jobs.sum_counts``)."""
     protect_query(jobs_demo_db, "admin", f"SELECT nace, region, SUM(turnover) {ENTERPRISES}",
                   into="turnover")  # fmt: skip
     out = tmp_path / "release.duckdb"

@@ -39,6 +39,12 @@ Closed here (each test failed before its fix):
   threshold and round now have a dominance rule on the per-unit contributions, the p%-rule by
   default (``sqlsdc.rewrite.dominance``): T − x1 − x2 = 0 < 10 % of x1, suppressed.
 
+- **A replaced file was forgotten by the check**, though its readers keep it: the job of
+  aged 84+ after the seniors file was replaced by one without age was stored. The catalog
+  keeps every output's definition since session 39 (``sqlsdc.jobs.output_history``), and a
+  job is compared with every earlier version of a file (test below; more in
+  ``tests/jobs/test_output_history.py``), as with a replaced job's tables (red team s38b).
+
 Left open (strict xfail):
 
 - **A rounded pinned sum diluted by zeros tells the count** (design). ``SUM(age) WHERE
@@ -50,11 +56,7 @@ Left open (strict xfail):
   session 39 closes one or two persons only: k equal contributions v leave T − x1 − x2 =
   (k − 2)·v, at least 10 % of x1 = v from k = 3; no contribution dominates, and what the sum
   tells is the count k, which a rule on contributions does not judge.
-- **A replaced file is forgotten by the check**, though its readers keep it: the job of aged
-  84+ after the seniors file was replaced by one without age is stored (needs the files'
-  history; a replaced job's earlier versions are read from the jobs' audit entries since red
-  team s38b, and the job after an exact table of aged 85+ replaced by one of aged 60+ is
-  refused: test below). Two files are compared cut against cell, not cut against cut.
+- Two files are compared cut against cell, not cut against cut.
 - Not a test (an observation): an orphan's key is the keyed mix (quadratic maps mod a prime,
   not a PRF) of ``hash`` of a stored value an analyst may know, where the mix had only
   secret cell keys as inputs before; its outputs show only through a cell's noise or
@@ -396,16 +398,11 @@ def test_withheld_candidates_are_compared_once_released_together(
     assert [w.table for w in report.withheld] == ["aged_84"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,  # the job is stored: "DID NOT RAISE"
-    reason="open: a replaced anonymised file is forgotten by the check (sqlsdc.outputs keeps "
-    "the current version only), though its earlier readers keep it; needs the files' history",
-)
 def test_a_job_next_to_a_replaced_file(jobs_demo_db):
     """The seniors file (band ``>=85``) replaced by one without age, then the job of everyone
-    aged 84+ by region and education: compared with the new file only, it is stored, and a
-    reader of the first file gets the person aged 84 as before."""
+    aged 84+ by region and education: compared with the new file only, it was stored, and a
+    reader of the first file got the person aged 84 as before. Compared with the first
+    version too (``sqlsdc.jobs.output_history``), it is refused."""
     _seniors(jobs_demo_db)
     anonymize(jobs_demo_db, user="admin", into="seniors_r01", seed=7, replace=True,
               sql="SELECT region, education, sex FROM persons WHERE region = 'R01' AND age >= 65",

@@ -1,0 +1,118 @@
+"""A suppression job of a sum: its cells' unit counts audited with its sums.
+
+A suppression job of a sum publishes, with each published cell's sum, the number of units it
+adds up (``n``): the count a reader of a magnitude table expects (enterprises by nace x
+region and their turnover), exact, and recorded in the ledger. The sums' pattern is audited
+for the sums only: the attacker's LP over the published sums keeps every primary's safety
+range, but the published counts are another table, whose margins and inner cells (each holds
+a unit) bound a hidden count otherwise. Red team s38b: enterprises with 10 or more employees
+by nace x region, the published ``n`` alone put (D, R02)'s 4 enterprises at most at 4 and (L,
+R03)'s 5 in [1, 6], where the frequency rule's safety range (30 %) asks for an upper bound of
+at least 5.2 and 6.5.
+
+Decision: the counts are audited with the sums, as one pattern (:func:`audit_counts`), rather
+than ``n`` left out of the release. A cell under a frequency rule is hidden because its count
+is small; hiding only its sum while its count can be read back would leave the rule's purpose
+half done, and publishing no ``n`` would take from readers the number of contributors that
+statistical offices publish with magnitude tables (and that a count job of the same rows
+publishes anyway, whose pattern the sum job keeps: :func:`sqlsdc.jobs.protect
+._earlier_suppressions`). The count table of the job's cells (values ``n``, the a-priori
+bound of a count: each inner cell holds a unit) gets the job's frequency rules, with every
+cell the sums' pattern hides kept hidden (a primary of safety range 0); its secondary
+suppression adds the cells the counts need. Hiding more cells never narrows a sum's interval,
+but the sums' pattern is computed again with those cells kept hidden (its published
+intervals ``lower_bound``/``upper_bound`` and secondaries are the sums'), until neither adds a
+cell; then the counts are verified as the sums are. The query path's universe protects its
+counts as a table of their own (``count`` aggregate) and publishes a measure's contributors
+under the measure's pattern; a job holds one table, so its one pattern serves both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from sqlsdc.errors import TabularError
+from sqlsdc.tabular.model import Table
+from sqlsdc.tabular.rules import FrequencyRule, ManualRule, apply_rules
+from sqlsdc.tabular.universe import suppression_pattern
+from sqlsdc.tabular.verify import verify_suppression
+
+ROUNDS = 4  # sums' pattern, counts' pattern, again: a pattern that still grows is refused
+
+
+def count_table(table: Table) -> Table:
+    """The job's table of sums as the table of its cells' unit counts (value ``n``)."""
+    cells = table.cells.assign(value=table.cells["n"].astype(float))
+    return dataclasses.replace(table, cells=cells, count=True, negative=False)
+
+
+def audit_counts(
+    table: Table,
+    rules: list,
+    result: pd.DataFrame,
+    pattern: Callable[[list], pd.DataFrame],
+    *,
+    method: str,
+    time_limit: float,
+    forced: np.ndarray | None,
+) -> pd.DataFrame:
+    """The sums' pattern ``result`` of ``table``, grown until the job's frequency rules
+    (among ``rules``) hold for its unit counts too; ``pattern(rules)`` computes the sums'
+    pattern again with more primary ``rules`` (the cells the counts hide, of safety range
+    0, named ``unit counts (n)``). ``forced``: cells published before with their values
+    (public), which neither pattern may hide.
+
+    Raises:
+        TabularError: the counts' pattern cannot be found, or the two patterns still grow
+            after :data:`ROUNDS` rounds.
+    """
+    frequency = [rule for rule in rules if isinstance(rule, FrequencyRule)]
+    if not frequency:
+        return result  # the job protects no count
+    counts = count_table(table)
+    lower = known_lower(counts)
+    added = np.zeros(len(counts.cells), dtype=bool)
+    for _round in range(ROUNDS):
+        hidden = (result["status"] != "published").to_numpy()
+        found = suppression_pattern(
+            counts,
+            frequency,
+            method=method,
+            time_limit=time_limit,
+            apriori=lower,
+            primary=ManualRule(hidden, safety_range=0.0, name="sum pattern"),
+            forced=forced if forced is not None and forced.any() else None,
+        )
+        more = (found["status"] != "published").to_numpy() & ~hidden
+        if not more.any():
+            _verify(counts, frequency, hidden, lower, time_limit)
+            return result
+        added |= more
+        result = pattern([ManualRule(added.copy(), safety_range=0.0, name="unit counts (n)")])
+    raise TabularError(
+        f"the suppression pattern of the sums and that of their unit counts (n) still grew "
+        f"after {ROUNDS} rounds; tabulate fewer cells or use fewer rules"
+    )
+
+
+def known_lower(table: Table) -> tuple[np.ndarray, float]:
+    """What a reader of a count table knows of every cell before any value: the table lists
+    every inner cell (each made of at least one unit), so a cell counts at least the inner
+    cells it adds up. The pattern and its check protect against that bound, as the query path
+    does (:func:`sqlsdc.tabular.universe._known_bounds`); red team s30f: with ``[0, inf)``
+    four counts of 2 under ``freq:3`` were narrowed to [1, 2]. Sums keep ``[0, inf)``."""
+    if table.X is None:  # pragma: no cover - a job tabulates one table, never linked ones
+        raise TabularError("the job's table has no model matrix; this is a bug")
+    return np.asarray(table.X.sum(axis=0), dtype=float).ravel(), np.inf
+
+
+def _verify(counts: Table, frequency: list, hidden: np.ndarray, lower, time_limit) -> None:
+    """The counts' primaries keep their safety ranges under the final pattern (checked
+    independently of the pattern's own audit, as the sums are)."""
+    found = apply_rules(counts, frequency)
+    verify_suppression(counts, hidden, primary=found.primary, upl=found.upl, lpl=found.lpl,
+                       time_limit=time_limit, lower=lower[0]).require()  # fmt: skip
