@@ -359,9 +359,9 @@ def test_having_and_order_by_see_rounded_values(ana, raw):
 
 
 def test_a_query_over_rounded_cells_counts_the_groups_the_guard_shows(ana):
-    """Where an outer query counts the groups, their presence is decided by the noisy group
-    guard on the group's count and key (``__n``, ``__kg``), which the frame carries on (it
-    dropped ``__kg`` with the cell keys: a binder error for every such query)."""
+    """Where an outer query counts the groups, their presence is decided on the group's count
+    ``__n``, which the frame carries on (it dropped the group's key with the cell keys once: a
+    binder error for every such query)."""
     for inner in ("SUM(income) AS s", "COUNT(*) AS s"):
         sql = f"SELECT COUNT(*) FROM (SELECT block, {inner} FROM persons GROUP BY block) AS t"
         assert ana.execute(sql).fetchall() == [(N // 5,)]  # 5 persons each, k = 3: all shown

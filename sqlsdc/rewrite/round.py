@@ -91,7 +91,8 @@ would make a cast fail for some data only, an error that would tell it.
 The frame has two layers: the aggregation ``__c`` (keys, exact values ``__a<i>``, unit counts
 ``__n<i>``, cell keys ``__k<i>``) and ``__cells`` over it, which carries only keys, unit counts
 and the rounded values ``__y<i>`` (and, where the groups are data, the group's count for the
-frequency rule, :func:`group_guard`); exact values and cell keys never reach the outer query.
+frequency rule, :func:`~sqlsdc.rewrite.threshold.group_condition`); exact values and cell keys
+never reach the outer query.
 A rounded magnitude adds the count of its rows ``__r<i>`` to the aggregation and, with rounded
 counts, a layer ``__d`` between the two adds its rounded count n̂ as ``__d<i>``.
 """
@@ -112,7 +113,13 @@ from sqlsdc.rewrite.ckm_mix import join_mix, statistic_key_sql
 from sqlsdc.rewrite.counted_units import counted_units_key, join_unit_keys, unit_lookups
 from sqlsdc.rewrite.dominance import add_contributions, largest_needed, rules
 from sqlsdc.rewrite.sql import number
-from sqlsdc.rewrite.threshold import add_keys, at_least, records_key, without_dominance
+from sqlsdc.rewrite.threshold import (
+    add_keys,
+    at_least,
+    group_condition,
+    records_key,
+    without_dominance,
+)
 
 MECHANISM = "round"
 AGGREGATION = "__c"
@@ -173,7 +180,7 @@ def _frame(cells: Cells, twin: dict[int, exp.Expr], policy: Policy) -> Frame:
             inner.append("expressions", exp.alias_(key, f"__k{i}"))
         elif plan.aggregates[i].rule.method is Method.ROUND:
             inner.append("expressions", exp.alias_(cell_key(cells, i, argument), f"__k{i}"))
-    group = group_guard(inner, cells)
+    group = group_condition(inner, cells)
     inner = add_contributions(inner, cells, twin)
     source, table = inner.subquery(AGGREGATION, copy=False), AGGREGATION
     if magnitudes and count_rule is not None:
@@ -214,25 +221,6 @@ def _frame(cells: Cells, twin: dict[int, exp.Expr], policy: Policy) -> Frame:
         return at_least(f"__n{i}", plan.aggregates[i].min_frequency)
 
     return Frame(outer.subquery(CELLS, copy=False), value, published, group)
-
-
-def group_guard(inner: exp.Select, cells: Cells) -> exp.Expr | None:
-    """Where the group's existence is the release (no aggregate, or rows an outer query counts
-    or tests), a group appears when its units reach the minimum frequency: exactly what the
-    query's own result tells by a count published or NULL, and nothing more.
-
-    The threshold rule's keyed noise (:func:`sqlsdc.rewrite.threshold.group_condition`) told
-    more here: a group of n units appears there when n + noise reaches k (noise uniform on
-    [−w, w]), so next to the own result, where a count is NULL exactly when n < k, a group
-    hidden there but present as data has n ≥ k − w, and one published there but absent as data
-    has n < k + w. With the rounding policy's k = 3 (w = 1) that is n = 2 and n = 3, exact
-    counts behind a NULL and behind a rounded 0 or 5 (red team s39a: 59 and 47 groups of
-    municipality x age aged 80+, all right)."""
-    k = cells.plan.group_min_frequency
-    if k is None:
-        return None
-    inner.append("expressions", exp.alias_(unit_count(None, cells.plan.units), "__n"))
-    return at_least("__n", k)
 
 
 def contributor_count_rule(policy: Policy, cells: Cells) -> ProtectionRule | None:

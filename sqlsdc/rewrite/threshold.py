@@ -116,27 +116,23 @@ def add_keys(inner: exp.Select, cells: Cells) -> None:
 
 
 def group_condition(inner: exp.Select, cells: Cells) -> exp.Expr | None:
-    """Where the group's existence is the release (no aggregate, or rows an outer query can
-    count or test), a group appears when its count of units plus keyed noise reaches k.
+    """Where the group's existence is the release (no aggregate, or rows an outer query counts
+    or tests), a group appears when its units reach the minimum frequency: exactly what the
+    query's own result tells by a count published or NULL, and nothing more.
 
-    The noise is an integer uniform on [−w, w], w = ⌊(k − 1)/2⌋, drawn from the group's record
-    key (rotated, so that it is independent of the key rounding uses): the same group always
-    gets the same noise, a group of one unit never appears, and whether a group of about k
-    units appears no longer answers exactly whether one more person is in it. Group presence in
-    the query's own result keeps the threshold rule's documented behaviour (a row with NULL
-    values), a known limit of this baseline (README, threat model)."""
+    Keyed noise on this decision told more (red team s39a): a group of n units appeared when
+    n + noise reached k (noise uniform on [−w, w]), so next to the own result, where a count is
+    NULL exactly when n < k, a group hidden there but present as data had n ≥ k − w, and one
+    published there but absent as data n < k + w: under rounding's k = 3 (w = 1) exact counts
+    of 2 and 3 behind a NULL and a rounded 0 or 5 (59 and 47 groups of municipality x age aged
+    80+, all right); under the threshold rule 6 to 9 persons where NULL says 1 to 9. Group
+    presence in the own result keeps the threshold rule's documented behaviour (a row with
+    NULL values), a known limit of this baseline (README, threat model)."""
     k = cells.plan.group_min_frequency
     if k is None:
         return None
     inner.append("expressions", exp.alias_(unit_count(None, cells.plan.units), "__n"))
-    inner.append("expressions", exp.alias_(records_key(cells.plan, None, None), "__kg"))
-    width = (k - 1) // 2
-    draw = exp.Mod(
-        this=rotated(cell_column("__kg"), 16), expression=exp.Literal.number(2 * width + 1)
-    )
-    noise = exp.Sub(this=exp.Paren(this=draw), expression=exp.Literal.number(width))
-    noisy = exp.Add(this=cell_column("__n"), expression=exp.Paren(this=noise))
-    return exp.GTE(this=noisy, expression=exp.Literal.number(k))
+    return at_least("__n", k)
 
 
 def records_key(plan, argument: exp.Expr | None, spec_argument: exp.Expr | None) -> exp.Expr:
@@ -160,18 +156,6 @@ def records_key(plan, argument: exp.Expr | None, spec_argument: exp.Expr | None)
             total = exp.Add(this=total, expression=part)
     total = exp.Coalesce(this=total, expressions=[exp.Literal.number(0)])
     return exp.Mod(this=exp.Paren(this=total), expression=exp.Literal.number(KEY_MODULUS))
-
-
-def rotated(key: exp.Expr, bits: int) -> exp.Expr:
-    """The 32-bit key rotated left by ``bits``: ``(key % 2^(32-bits))·2^bits + key // 2^(32-bits)``,
-    integer arithmetic below 2^32 on every engine."""
-    low = exp.Literal.number(2 ** (32 - bits))
-    kept = exp.Mul(
-        this=exp.Paren(this=exp.Mod(this=key.copy(), expression=low)),
-        expression=exp.Literal.number(2**bits),
-    )
-    moved = exp.cast(exp.Floor(this=exp.Div(this=key.copy(), expression=low.copy())), "BIGINT")
-    return exp.Paren(this=exp.Add(this=kept, expression=moved))
 
 
 def at_least(column: str, k: int) -> exp.Expr:

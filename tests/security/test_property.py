@@ -355,14 +355,9 @@ def check_thresholds(query: Query, rows, raw) -> None:
                     value,
                 )
     if not query.limited:
-        # a group an outer query reads (derived table, CTE) appears when its unit count plus
-        # keyed noise in [-w, w] reaches k (rewrite.threshold.group_condition): only groups of
-        # at least k + w units are sure to appear
-        sure = (
-            MIN_FREQUENCY + (MIN_FREQUENCY - 1) // 2
-            if "wrapper=none" not in query.shapes
-            else MIN_FREQUENCY
-        )
+        # a group an outer query reads (derived table, CTE) appears when its unit count reaches
+        # k (rewrite.threshold.group_condition), as a group's own count is published
+        sure = MIN_FREQUENCY
         for key, cells in expected.items():
             if all(contributors >= sure for _, contributors in cells):
                 assert key in released, f"publishable group {key} is missing"

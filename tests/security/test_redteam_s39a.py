@@ -38,12 +38,10 @@ What broke (fixed here):
   a group now appears as data exactly when its count is published (n >= k, ``rewrite.round.
   group_guard``), also without aggregates (``planner.plan.GROUP_PRECEDENCE``).
 
-Left open (strict xfail):
-
-- **The same under the threshold rule** (design): a group NULL in the own result but listed as
-  data has n in [k - w, k - 1] (k = 10: 6-9 where NULL says 1-9; 29 groups on the demo). The
-  noise hides nothing the own result does not tell; dropping it or hiding small groups from the
-  own result too is a product decision.
+- **The same under the threshold rule** (closed by the lead the same day): a group NULL in the
+  own result but listed as data had n in [k - w, k - 1] (k = 10: 6-9 where NULL says 1-9; 29
+  groups on the demo). The noise hid nothing the own result does not tell, so groups as data
+  are now decided on n >= k under both rules (``rewrite.threshold.group_condition``).
 
 What held (tried on the 20,000-person demo):
 
@@ -286,16 +284,8 @@ def test_rounded_groups_as_data_tell_no_more_than_their_counts(rounded, rounded_
     assert not hidden and not absent, (hidden, absent)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="open (design): under the threshold rule the groups an aggregation releases as data "
-    "are decided on n + keyed noise in [-w, w] (w = (k - 1) // 2), while the query's own result "
-    "shows a NULL count exactly when n < k; a group hidden there but listed as data has n in "
-    "[k - w, k - 1] (k = 10: 6 to 9 persons, where NULL says 1 to 9). The noise hides nothing "
-    "the own result does not tell; deciding on n >= k (as rounding now does) or hiding small "
-    "groups in the own result too is a product decision",
-)
 def test_threshold_groups_as_data_tell_no_more_than_their_counts(module_analyst, raw):
-    hidden, _ = _presence_against_own_result(module_analyst, raw)
-    assert not hidden, hidden
+    """Under the threshold rule (k = 10) a group hidden in the own result but listed as data had
+    6 to 9 persons (29 groups), the keyed noise in [-4, 4] of the group guard."""
+    hidden, absent = _presence_against_own_result(module_analyst, raw)
+    assert not hidden and not absent, (hidden, absent)
