@@ -62,6 +62,7 @@ from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import Error, PolicyError, SqlSyntaxError, TabularError, VerificationError
 from sqlsdc.jobs.differencing import Release, refuse_small_differences
 from sqlsdc.jobs.linked_audit import audit_linked
+from sqlsdc.jobs.live_cells import refuse_live_cells, refuse_live_file_cells
 from sqlsdc.jobs.record_files import opaque_files, opaque_refusal, stored_files
 from sqlsdc.policy import ColumnRole, Policy, load_policy
 from sqlsdc.tabular.model import TOTAL, Hierarchy, Table
@@ -548,7 +549,7 @@ def _checked_job(con, user, sql, into, method, query_id, replace, base=None) -> 
     if method == "suppress" and spec.measure is not None:  # its units' counts are published too
         counted = dataclasses.replace(spec, measure=None)
         refuse_small_differences(con, policy, counted, _exact_releases(con, policy, counted))
-    _refuse_live_universe(con, policy, spec)  # after: a few units off is told as such
+    refuse_live_cells(con, policy, spec, "the job")  # after: a few units off is told as such
     if replace and base is not None:
         _refuse_another_base(con, into, base)
     check_output_name(con, into, replace, TabularError, policy)
@@ -623,91 +624,6 @@ def dp_table_refusal(table: str, job: str) -> str:
         "data outside the privacy budget, which voids the budget's guarantee. Release it with "
         "a DP query (`sqlsdc publish --query`) or a DP synthesis (`sqlsdc synthesize --method "
         "dp-ipf`), or change the table's method in the policy"
-    )
-
-
-def _refuse_live_universe(con, policy: Policy, spec: JobSpec) -> None:
-    """Refuse a job one of whose cells is a cell the guard already releases from the policy's
-    suppression pattern (``suppression:`` of a table whose aggregate is suppressed).
-
-    Two patterns of one table are linked tables protected separately: a cell one hides and
-    the other publishes recomputes the first's primaries (red team s30f: a job on nace x
-    region with the policy's own rule published two secondaries of the live pattern, and a
-    count of 2 under ``freq:3`` was then known to be 1 or 2). A job cell is a live cell when
-    the rows that add to it are those of a cell of the universe (:func:`_live_cell`): every
-    cell of a job without WHERE, of one whose WHERE reads universe columns only (``nace =
-    'C'``), or keeps every row. Red team s39b: a job over four whole regions, written
-    ``region IN (...) AND employees >= 0`` (a WHERE on another column that keeps some rows
-    out), shared 72 cells with the live pattern, and its own pattern (the policy's rule,
-    ``freq:3``) with the live one gave two hidden counts of 1 exactly. Those cells are
-    released by ``sqlsdc publish`` already (the pattern table); a job whose every cell lacks
-    some unit of the live cell it lies in (``age >= 90``) is not refused.
-    """
-    table = policy.table(spec.table)
-    if table.suppression is None:
-        return
-    universe = universe_of(policy, spec.table)
-    if (spec.measure or COUNT) not in universe.aggregates:
-        return
-    found = con.execute(_live_cell(spec, universe.columns).sql("duckdb")).fetchall()
-    if not found:
-        return
-    cell = ", ".join(f"{d} = {v!r}" for d, v in zip(spec.dims, found[0], strict=True)
-                     if v is not None) or "the total"  # fmt: skip
-    raise TabularError(
-        f"{spec.table} is protected by suppression in the policy and the guard releases its "
-        f"cells from one pattern (published by `sqlsdc publish`); the job's cell {cell} holds "
-        f"the same units as a cell of that pattern, and a job over them would protect them "
-        f"with another pattern: the two together could recompute suppressed cells. Tabulate "
-        f"another population (one that differs from the policy's cells over "
-        f"{', '.join(universe.columns)} in every cell) or publish the policy's pattern"
-    )
-
-
-def _live_cell(spec: JobSpec, columns: Sequence[str]) -> exp.Select:
-    """The dimension values of one cell of the job's table (any grouping of its dimensions,
-    NULL for a total) whose rows that add to its aggregate are exactly the rows of a cell of
-    the universe over ``columns``; no row if there is none.
-
-    Rows that add to a sum are those with a non-zero value (a row of 0 or NULL changes no
-    sum, so ``WHERE income > 0`` tabulates the live sums); a count counts every row. A job
-    cell lies in the universe cell fixed by the universe columns constant over its rows; the
-    two are one when they hold as many rows.
-    """
-    adds = (exp.true() if spec.measure is None
-            else exp.column(spec.measure).neq(exp.Literal.number(0)))  # fmt: skip
-    kept = exp.Coalesce(this=spec.where.copy(), expressions=[exp.false()]) if spec.where else None
-    n = exp.Count(this=exp.Star()).as_("__n")
-    fixed, values, universe_flags, universe_values = [], [], [], []
-    for i, c in enumerate(columns):
-        col = exp.column(c)
-        one = exp.and_(
-            exp.Count(this=col.copy()).eq(exp.Count(this=exp.Star())),
-            exp.Min(this=col.copy()).eq(exp.Max(this=col.copy())),
-        )
-        fixed.append(exp.Coalesce(this=one, expressions=[exp.false()]).as_(f"__f{i}"))
-        values.append(exp.Min(this=col.copy()).as_(f"__v{i}"))
-        grouped = exp.Anonymous(this="GROUPING", expressions=[col.copy()]).eq(0)
-        universe_flags.append(grouped.as_(f"__f{i}"))
-        universe_values.append(col.copy().as_(f"__v{i}"))
-    cube = exp.Group(cube=[exp.Cube(expressions=[exp.column(d) for d in spec.dims])])
-    job_cells = exp.select(*[exp.column(d) for d in spec.dims], n, *fixed, *values)
-    job_cells = job_cells.from_(spec.table).where(exp.and_(kept, adds) if kept else adds)
-    job_cells.set("group", cube)
-    universe_cube = exp.Group(cube=[exp.Cube(expressions=[exp.column(c) for c in columns])])
-    live = exp.select(n.copy(), *universe_flags, *universe_values).from_(spec.table).where(adds)
-    live.set("group", universe_cube)
-    same = [exp.column("__n", "j").eq(exp.column("__n", "u"))]
-    for i in range(len(columns)):
-        flag_j, flag_u = exp.column(f"__f{i}", "j"), exp.column(f"__f{i}", "u")
-        value_j, value_u = exp.column(f"__v{i}", "j"), exp.column(f"__v{i}", "u")
-        same.append(flag_j.eq(flag_u))
-        same.append(exp.or_(exp.not_(flag_j.copy()), value_j.eq(value_u)))
-    return (
-        exp.select(*[exp.column(d, "j") for d in spec.dims])
-        .from_(job_cells.subquery("j"))
-        .join(live.subquery("u"), on=exp.and_(*same))
-        .limit(1)
     )
 
 
@@ -1032,6 +948,11 @@ def refuse_pattern_differences(con, policy: Policy) -> None:
                       if name != label and theirs.measure == pattern.measure]  # fmt: skip
             others += [f for f in files if pattern.measure is None or f.holds(pattern.measure)]
             refuse_small_differences(con, policy, pattern, others, label, error=_policy_refusal)
+        for name, spec in found:  # cells of the pattern held by an output stored before it
+            if name != label:
+                refuse_live_cells(con, policy, spec, name, error=_policy_refusal)
+        for release in files:
+            refuse_live_file_cells(con, policy, declared.name, release, _policy_refusal)
 
 
 def _policy_refusal(message: str) -> PolicyError:

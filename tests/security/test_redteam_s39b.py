@@ -15,6 +15,12 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      exit 70 "internal error ... a bug in sqlsdc", the engine's text on stderr quoting a data
      value ('R04'); failing in the job's checks it left no audit entry. Now exit 1, no engine
      text, audited ``failed``.
+- W  an anonymised file of every enterprise, ``nace`` and ``region`` exact (turnover
+     microaggregated, k = 5), stored beside the pattern (no unit off in any cell: the
+     differencing check let it through), then ``publish --include``: the release held the file
+     and ``suppressed_enterprises``; the file's counts gave every hidden count ((R, R03) = 1,
+     (R, R05) = 3, (R, R07) = 1). Refused now when stored, and at ``policy apply`` in the other
+     order (s38e's test that allowed it now expects the refusal).
 - H  ``publish DB DB``, ``publish DB ./DB``, ``publish DB link-to-DB``, ``--force``: refused.
 """
 
@@ -25,8 +31,9 @@ import duckdb
 import pytest
 
 import sqlsdc
-from sqlsdc.errors import TabularError
+from sqlsdc.errors import MicrodataError, TabularError
 from sqlsdc.jobs.adjust import round_query
+from sqlsdc.jobs.anonymize import anonymize
 from sqlsdc.jobs.protect import protect_query
 from sqlsdc.tabular.rules import FrequencyRule
 
@@ -90,3 +97,10 @@ def test_a_job_whose_sql_fails_in_the_engine_is_no_internal_error(suppress_db, w
     last = "SELECT decision, reason FROM sqlsdc.audit ORDER BY query_id DESC LIMIT 1"
     decision, reason = read(suppress_db, last)[0]
     assert decision == "failed" and "Exception" in reason
+
+
+def test_a_file_that_holds_the_live_cells_is_refused(suppress_db):
+    with pytest.raises(MicrodataError, match="holds the same units as a cell of that pattern"):
+        anonymize(suppress_db, user="admin", into="ent", steps=["microaggregate:turnover:k=5"],
+                  sql="SELECT nace, region, turnover FROM enterprises")  # fmt: skip
+    assert not read(suppress_db, "SELECT 1 FROM duckdb_tables() WHERE schema_name = 'protected'")
