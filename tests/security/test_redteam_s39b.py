@@ -22,9 +22,21 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      (R, R05) = 3, (R, R07) = 1). Refused now when stored, and at ``policy apply`` in the other
      order (s38e's test that allowed it now expects the refusal).
 - H  ``publish DB DB``, ``publish DB ./DB``, ``publish DB link-to-DB``, ``--force``: refused.
+- H  four ``synthesize --method dp-catall --epsilon 15`` processes at once on benefits (table
+     budget 50, 0.3 spent): three stored, one exit 7; spent 45.3, never over the limit.
+- H  ``--into INC`` / ``Inc --replace`` beside ``inc`` (a second protection, s38b's replaced
+     versions through case variants, a rounding base changed by a case variant): refused.
+- H  ``init`` on an initialised database: no record key changes (the same CKM answers).
+- H  two ``protect`` processes at once whose tables differ by one person: one refused.
+- H  ``budget grant|set`` with -1, 1e400, 0x10, 1e-30, 10^35, a case-variant table, a non-admin
+     ``--as``: usage errors or refusals, never a traceback; ``server-user``, ``serve`` with bad
+     TLS files or ports, ``risk``, ``synth-report``, ``microdata-report`` with unknown names:
+     one line, no exit 70.
 """
 
 from __future__ import annotations
+
+import subprocess
 
 import cli_fork
 import duckdb
@@ -104,3 +116,26 @@ def test_a_file_that_holds_the_live_cells_is_refused(suppress_db):
         anonymize(suppress_db, user="admin", into="ent", steps=["microaggregate:turnover:k=5"],
                   sql="SELECT nace, region, turnover FROM enterprises")  # fmt: skip
     assert not read(suppress_db, "SELECT 1 FROM duckdb_tables() WHERE schema_name = 'protected'")
+
+
+def test_the_release_database_is_never_the_confidential_one(suppress_db, tmp_path):
+    link = tmp_path / "link.duckdb"
+    link.symlink_to(suppress_db)
+    for out in (suppress_db, tmp_path / "." / suppress_db.name, link):
+        done = run("publish", suppress_db, out, "--force", "--as", "admin")
+        assert done.returncode == 1 and "another file than the confidential one" in done.stderr
+    assert read(suppress_db, "SELECT count(*) FROM persons")[0][0] == 20_000
+
+
+def test_dp_syntheses_at_once_stay_within_the_table_budget(ckm_db, tmp_path, copy_database):
+    db = copy_database(ckm_db, tmp_path)
+    args = ["synthesize", str(db), "--as", "admin", "--from", "benefits", "--method",
+            "dp-catall", "--epsilon", "15", "--columns", "region,scheme"]  # fmt: skip
+    jobs = [cli_fork.popen([*args, "--into", f"s{i}", "--seed", str(i)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            for i in range(4)]  # fmt: skip
+    codes = sorted(job.wait(timeout=300) for job in jobs)
+    for job in jobs:
+        job.stderr.close()
+    spent = read(db, "SELECT count(*) FROM sqlsdc.outputs WHERE method = 'synthesize'")[0][0]
+    assert codes.count(0) == spent <= 3 and set(codes) <= {0, 7}
