@@ -21,6 +21,9 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      and ``suppressed_enterprises``; the file's counts gave every hidden count ((R, R03) = 1,
      (R, R05) = 3, (R, R07) = 1). Refused now when stored, and at ``policy apply`` in the other
      order (s38e's test that allowed it now expects the refusal).
+- W  ``anonymize --step recode:region:breaks=1/2`` (a text column): exit 70, "internal error:
+     TypeError"; ``--step suppress:region:k=0`` stored a file as if protected. Now exit 1 with
+     a message; k below 1 refused (k = 1, which suppresses nothing, stays: tests use it).
 - H  ``publish DB DB``, ``publish DB ./DB``, ``publish DB link-to-DB``, ``--force``: refused.
 - H  four ``synthesize --method dp-catall --epsilon 15`` processes at once on benefits (table
      budget 50, 0.3 spent): three stored, one exit 7; spent 45.3, never over the limit.
@@ -139,3 +142,16 @@ def test_dp_syntheses_at_once_stay_within_the_table_budget(ckm_db, tmp_path, cop
         job.stderr.close()
     spent = read(db, "SELECT count(*) FROM sqlsdc.outputs WHERE method = 'synthesize'")[0][0]
     assert codes.count(0) == spent <= 3 and set(codes) <= {0, 7}
+
+
+@pytest.mark.parametrize(
+    "step, told",
+    [("recode:region:breaks=1/2", "not numbers"), ("suppress:region,sex:k=0", "k must be")],
+)
+def test_an_anonymisation_step_that_does_not_fit_is_told_not_a_bug(suppress_db, step, told):
+    done = run("anonymize", suppress_db, "--as", "admin", "--sql",
+               "SELECT region, sex, age FROM persons WHERE age >= 85", "--into", "f",
+               "--step", step)  # fmt: skip
+    assert done.returncode == 1 and told in done.stderr, done.stderr
+    assert "internal error" not in done.stderr
+    assert not read(suppress_db, "SELECT 1 FROM duckdb_tables() WHERE schema_name = 'protected'")
