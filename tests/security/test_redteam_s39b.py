@@ -10,7 +10,7 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      >= 0``: a WHERE on a non-universe column keeps s30f's "universe columns only" check out),
      its own pattern with the live one: (R, R03) = 1 and (R, R07) = 1 exactly, (M, R01) in
      [1, 2] (gauss; hitas or optimal: seven primaries exact). Refused now: any job cell whose
-     adding rows are a live cell's (``jobs.protect._live_cell``).
+     adding rows are a live cell's (``jobs.live_cells``).
 - W  a protect job whose SQL fails in the engine (unknown column, ``CAST(region AS INT)``):
      exit 70 "internal error ... a bug in sqlsdc", the engine's text on stderr quoting a data
      value ('R04'); failing in the job's checks it left no audit entry. Now exit 1, no engine
@@ -35,6 +35,18 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      ``--as``: usage errors or refusals, never a traceback; ``server-user``, ``serve`` with bad
      TLS files or ports, ``risk``, ``synth-report``, ``microdata-report`` with unknown names:
      one line, no exit 70.
+- H  ``publish --query`` as the admin (its default ``--for``): row-level reads of persons and
+     ``synthetic.*`` refused as for an analyst; a user ``'*'``, ``'Analyst'``, ``'analyst '``
+     (the budgets' "all users" key, case and blank variants): not users; a policy declaring
+     ``'*'`` is invalid.
+- H  kill -9 of ``publish`` while it starts: no file, no lock kept; the next one writes.
+- O  (observed, no test) a DP synthesis (``dp-catall``) of a table the policy protects by
+     suppression needs a budget of the admin on it, and then stores noisy cells beside the live
+     pattern at whatever ε the admin set (up to 10^6, noise nil): DP over a suppression table is
+     a policy decision.
+- O  (observed, no test) ``publish`` checks the outputs it releases (DP sources, file pairs)
+     in one opening of the file and collects them in a second: a ``policy apply`` by another
+     admin between the two is not checked again (not demonstrated; needs two admins at once).
 """
 
 from __future__ import annotations
