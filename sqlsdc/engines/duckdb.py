@@ -51,6 +51,11 @@ EngineError = duckdb.Error
 TextRefusal = (duckdb.ParserException, duckdb.BinderException)
 """What DuckDB raises when it refuses a statement's text before reading any data: its parser,
 or its binding of constants alone while listing the tables read (:func:`tables_read_by`)."""
+StatementFailure = (duckdb.DataError, duckdb.BinderException, duckdb.CatalogException)
+"""What DuckDB raises for a statement that cannot run on the data: a name it cannot bind, a cast
+or an expression that fails on some row. An admin's job SQL fails so by its own fault, not by a
+bug of sqlsdc; the engine's text may quote a confidential value (``Could not convert string
+'R04'``)."""
 
 # Catalog reads take Arrow from an executed statement (``execute(sql, params).to_arrow_table()``):
 # DuckDB warns that this copies the rows, but its suggested ``con.sql(...)`` binds the statement

@@ -42,6 +42,7 @@ from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import Error, MicrodataError, NotFoundError, SqlSyntaxError
 from sqlsdc.jobs.differencing import refuse_file_differences
 from sqlsdc.jobs.file_pairs import refuse_file_pairs
+from sqlsdc.jobs.live_cells import refuse_live_file_cells
 from sqlsdc.jobs.output_history import keep_records
 from sqlsdc.jobs.protect import (
     OUTPUT_SCHEMA,
@@ -248,6 +249,7 @@ def _refuse_differences(con, policy, into: str, source: str, log, stored: pd.Dat
         con.register(records, stored)
         try:
             refuse_file_differences(con, policy, release, exact_tables(con, policy, table))
+            refuse_live_file_cells(con, policy, table, release, MicrodataError)
             _refuse_other_files(con, policy, into, table, release)
         finally:
             con.unregister(records)

@@ -62,6 +62,7 @@ from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import Error, PolicyError, SqlSyntaxError, TabularError, VerificationError
 from sqlsdc.jobs.differencing import Release, refuse_small_differences
 from sqlsdc.jobs.linked_audit import audit_linked
+from sqlsdc.jobs.live_cells import refuse_live_cells, refuse_live_file_cells
 from sqlsdc.jobs.output_history import earlier_versions, keep_records
 from sqlsdc.jobs.record_files import opaque_files, opaque_refusal, stored_files
 from sqlsdc.jobs.sum_counts import audit_counts, known_lower
@@ -468,6 +469,9 @@ def open_job(
         except Error as refusal:
             audit("refused", reason=store.audit_reason(refusal))
             raise
+        except engine.EngineError as failure:  # the checks run the job's WHERE (red team s39b:
+            audit("failed", reason=store.audit_reason(failure))  # such jobs left no entry)
+            raise
         job.progress = progress
         try:
             yield job
@@ -528,6 +532,12 @@ def _job_connection(db, user: str, method: str, into: str, request: str) -> Iter
         yield con, query_id, fingerprint, audit
     except engine.EngineError as failure:  # audited by the job; a full disk is no bug
         told = engine.write_failure(failure)
+        if told is failure and isinstance(failure, engine.StatementFailure):
+            told = TabularError(  # red team s39b: was "internal error", with the engine's text
+                "the job's SQL fails in the engine (a column it cannot find, or a cast or an "
+                "expression that fails on some row); correct the --sql. The engine's text, "
+                "which may quote data, is in the job's audit entry (sqlsdc audit)"
+            )
         if told is failure:
             raise
         raise told from None
@@ -544,13 +554,13 @@ def _checked_job(con, user, sql, into, method, query_id, replace, base=None) -> 
     spec = parse_job(sql, policy)
     _refuse_dp_table(policy, spec, method)
     _refuse_other_tables(policy, sql, spec)
-    _refuse_live_universe(con, policy, spec)
     _refuse_second_protection(con, policy, spec, into, method)
     if method in EXACT_METHODS:
         refuse_small_differences(con, policy, spec, _exact_releases(con, policy, spec))
     if method == "suppress" and spec.measure is not None:  # its units' counts are published too
         counted = dataclasses.replace(spec, measure=None)
         refuse_small_differences(con, policy, counted, _exact_releases(con, policy, counted))
+    refuse_live_cells(con, policy, spec, "the job")  # after: a few units off is told as such
     if replace and base is not None:
         _refuse_another_base(con, into, base)
     check_output_name(con, into, replace, TabularError, policy)
@@ -625,43 +635,6 @@ def dp_table_refusal(table: str, job: str) -> str:
         "data outside the privacy budget, which voids the budget's guarantee. Release it with "
         "a DP query (`sqlsdc publish --query`) or a DP synthesis (`sqlsdc synthesize --method "
         "dp-ipf`), or change the table's method in the policy"
-    )
-
-
-def _refuse_live_universe(con, policy: Policy, spec: JobSpec) -> None:
-    """Refuse a job whose cells are cells the guard already releases from the policy's
-    suppression pattern (``suppression:`` of a table whose aggregate is suppressed).
-
-    Two patterns of one table are linked tables protected separately: a cell one hides and
-    the other publishes recomputes the first's primaries (red team s30f: a job on nace x
-    region with the policy's own rule published two secondaries of the live pattern, and a
-    count of 2 under ``freq:3`` was then known to be 1 or 2). The job's cells are live cells
-    when its population is one the guard answers: no WHERE, a WHERE on universe columns only
-    (``nace = 'C'`` picks live cells), or a WHERE that keeps every row of the table (a
-    tautology on another column). Those cells are released by ``sqlsdc publish`` already
-    (the pattern table); a job over another population (``age >= 90``) is not refused.
-    """
-    table = policy.table(spec.table)
-    if table.suppression is None:
-        return
-    universe = universe_of(policy, spec.table)
-    if (spec.measure or COUNT) not in universe.aggregates:
-        return
-    where = spec.where
-    if where is not None and {c.name.lower() for c in where.find_all(exp.Column)} - set(
-        universe.columns
-    ):
-        kept_all = exp.select(exp.Count(this=exp.Star())).from_(spec.table)
-        kept_all = kept_all.where(exp.not_(exp.Coalesce(this=where.copy(),
-                                                        expressions=[exp.false()])))  # fmt: skip
-        if con.execute(kept_all.sql("duckdb")).fetchall()[0][0] > 0:
-            return
-    raise TabularError(
-        f"{spec.table} is protected by suppression in the policy and the guard releases its "
-        f"cells from one pattern (published by `sqlsdc publish`); a job over the same "
-        f"population would protect them with another pattern, and the two together could "
-        f"recompute suppressed cells. Tabulate another population (a WHERE on a column "
-        f"outside {', '.join(universe.columns)}) or publish the policy's pattern"
     )
 
 
@@ -986,6 +959,11 @@ def refuse_pattern_differences(con, policy: Policy) -> None:
                       if name != label and theirs.measure == pattern.measure]  # fmt: skip
             others += [f for f in files if pattern.measure is None or f.holds(pattern.measure)]
             refuse_small_differences(con, policy, pattern, others, label, error=_policy_refusal)
+        for name, spec in found:  # cells of the pattern held by an output stored before it
+            if name != label:
+                refuse_live_cells(con, policy, spec, name, error=_policy_refusal)
+        for release in files:
+            refuse_live_file_cells(con, policy, declared.name, release, _policy_refusal)
 
 
 def _policy_refusal(message: str) -> PolicyError:

@@ -153,7 +153,14 @@ def recode(x: pd.Series, breaks: Sequence[float]) -> pd.Series:
                 return f"{lo:g}-{hi:g}"
         return f">={b[-1]:g}"
 
-    return pd.Series([label(v) for v in x], index=x.index, dtype=object)
+    try:
+        labels = [label(v) for v in x]
+    except TypeError:  # red team s39b: a text column was an internal error (exit 70)
+        raise MicrodataError(
+            f"recode bands numbers at breaks; {x.name} holds values that are not numbers "
+            "(recode a number column, or suppress or PRAM a category)"
+        ) from None
+    return pd.Series(labels, index=x.index, dtype=object)
 
 
 def _violators(df: pd.DataFrame, keys: list[str], k: int) -> np.ndarray:
@@ -173,6 +180,8 @@ def local_suppression(
     raise the frequencies. Returns the data and the suppressions per variable.
     """
     keys = list(keys)
+    if k < 1:  # red team s39b: k = 0 or -3 was taken, as k = 1 (which suppresses nothing)
+        raise MicrodataError(f"k must be an integer ≥ 1, got {k!r}")
     if importance is None:
         importance = list(pd.Series({c: -df[c].nunique() for c in keys}).rank(method="first"))
     if len(importance) != len(keys):

@@ -214,11 +214,14 @@ def test_a_release_then_suppression_switched_on(jobs_demo_db, kind):
     assert admin.show(jobs_demo_db)[0] == 1  # the policy in force is still the first
 
 
-def test_a_file_of_the_whole_table_then_suppression_is_allowed(jobs_demo_db):
+def test_a_file_of_the_whole_table_then_suppression_is_refused(jobs_demo_db):
+    """No unit off in any cell, but every cell of the pattern in the file, the hidden ones too
+    (red team s39b: was allowed here; ``sqlsdc.jobs.live_cells``)."""
     anonymize(jobs_demo_db, user="admin", into="everyone", steps=["topcode:income:upper=1e9"],
               sql="SELECT region, municipality, sex, income FROM persons")  # fmt: skip
-    _suppression(jobs_demo_db)
-    assert admin.show(jobs_demo_db)[0] == 2
+    with pytest.raises(PolicyError, match="holds the same units as a cell of that pattern"):
+        _suppression(jobs_demo_db)
+    assert admin.show(jobs_demo_db)[0] == 1
 
 
 # ------------------------------------------------------- rounding: mean before sum diluted

@@ -1,0 +1,132 @@
+"""Outputs that hold a cell of the guard's suppression pattern: refused.
+
+A table whose aggregate the policy suppresses (``suppression:``) has its cells released from one
+pattern, live to analysts and by ``sqlsdc publish``. Another output holding one of those cells
+exactly releases it a second time: a job's table protects it with another pattern (two patterns
+of one table are linked tables protected separately: a cell one hides and the other publishes
+recomputes the first's primaries, red team s30f), and an anonymised file that keeps the
+dimensions exact shows it as it is, the suppressed ones included. The differencing check
+(:mod:`sqlsdc.jobs.differencing`) lets an output through that differs from the pattern by no
+unit in a cell (two exact tables of one cell agree); against the pattern, that cell is the leak.
+
+Red team s39b: a job over four whole regions of enterprises, written ``region IN (...) AND
+employees >= 0`` (a WHERE on another column kept the check of the time out), shared 72 cells
+with the live pattern, and its own pattern with the live one gave two hidden counts of 1
+exactly; an anonymised file of every enterprise with ``nace`` and ``region`` exact (turnover
+microaggregated), published with ``--include``, counted every cell the release's own
+``suppressed_enterprises`` hid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from sqlglot import exp
+
+from sqlsdc.errors import TabularError
+from sqlsdc.tabular.universe import COUNT, universe_of
+
+if TYPE_CHECKING:
+    from sqlsdc.jobs.differencing import Release
+    from sqlsdc.jobs.protect import JobSpec
+    from sqlsdc.policy import Policy
+
+
+def refuse_live_cells(con, policy: Policy, spec: JobSpec, label: str, error=TabularError) -> None:
+    """Refuse the job ``spec`` (``label`` names it) when one of its cells is a cell of the
+    policy's suppression pattern of its table (:func:`_live_cell`): every cell of a job
+    without WHERE, of one whose WHERE reads universe columns only (``nace = 'C'``), or keeps
+    every row of some cell. One whose every cell lacks some unit of the live cell it lies in
+    (``age >= 90``) is not refused."""
+    _refuse(con, policy, spec.table, spec.dims, spec.measure, spec.where, label, error)
+
+
+def refuse_live_file_cells(con, policy: Policy, table: str, release: Release, error) -> None:
+    """Refuse the anonymised file ``release`` of ``table`` when its records, counted (or
+    summed, for a suppressed measure it holds exactly) by its exact dimension columns, give a
+    cell of the policy's suppression pattern (the universe's columns are enough: a file's
+    finer cells add up to them)."""
+    declared = policy.table(table)
+    if declared.suppression is None:
+        return
+    universe = universe_of(policy, table)
+    dims = tuple(d for d in release.dims if d in universe.columns)
+    for aggregate in universe.aggregates:
+        if aggregate == COUNT or release.holds(aggregate):
+            measure = None if aggregate == COUNT else aggregate
+            _refuse(con, policy, table, dims, measure, release.where, release.label, error)
+
+
+def _refuse(con, policy, table, dims, measure, where, label, error) -> None:
+    if policy.table(table).suppression is None:
+        return
+    universe = universe_of(policy, table)
+    if (measure or COUNT) not in universe.aggregates or not dims:
+        return
+    found = con.execute(_live_cell(table, dims, measure, where, universe.columns).sql("duckdb"))
+    found = found.fetchall()
+    if not found:
+        return
+    cell = ", ".join(f"{d} = {v!r}" for d, v in zip(dims, found[0], strict=True)
+                     if v is not None) or "the total"  # fmt: skip
+    raise error(
+        f"{table} is protected by suppression in the policy and the guard releases its "
+        f"cells from one pattern (published by `sqlsdc publish`); the cell {cell} of {label} "
+        f"holds the same units as a cell of that pattern, which it would release a second "
+        f"way (another pattern, or exactly), and the two together could recompute suppressed "
+        f"cells. Take another population (one that differs from the policy's cells over "
+        f"{', '.join(universe.columns)} in every cell) or publish the policy's pattern"
+    )
+
+
+def _live_cell(
+    table: str, dims: Sequence[str], measure: str | None, where: exp.Expr | None,
+    columns: Sequence[str],
+) -> exp.Select:  # fmt: skip
+    """The dimension values of one cell of the table of ``measure`` (None: counts) over the
+    rows of ``table`` that ``where`` keeps, by ``dims`` (any grouping of its dimensions,
+    NULL for a total) whose rows that add to its aggregate are exactly the rows of a cell of
+    the universe over ``columns``; no row if there is none.
+
+    Rows that add to a sum are those with a non-zero value (a row of 0 or NULL changes no
+    sum, so ``WHERE income > 0`` tabulates the live sums); a count counts every row. A cell
+    lies in the universe cell fixed by the universe columns constant over its rows; the two
+    are one when they hold as many rows.
+    """
+    adds = (exp.true() if measure is None
+            else exp.column(measure).neq(exp.Literal.number(0)))  # fmt: skip
+    kept = exp.Coalesce(this=where.copy(), expressions=[exp.false()]) if where else None
+    n = exp.Count(this=exp.Star()).as_("__n")
+    fixed, values, universe_flags, universe_values = [], [], [], []
+    for i, c in enumerate(columns):
+        col = exp.column(c)
+        one = exp.and_(
+            exp.Count(this=col.copy()).eq(exp.Count(this=exp.Star())),
+            exp.Min(this=col.copy()).eq(exp.Max(this=col.copy())),
+        )
+        fixed.append(exp.Coalesce(this=one, expressions=[exp.false()]).as_(f"__f{i}"))
+        values.append(exp.Min(this=col.copy()).as_(f"__v{i}"))
+        grouped = exp.Anonymous(this="GROUPING", expressions=[col.copy()]).eq(0)
+        universe_flags.append(grouped.as_(f"__f{i}"))
+        universe_values.append(col.copy().as_(f"__v{i}"))
+    cube = exp.Group(cube=[exp.Cube(expressions=[exp.column(d) for d in dims])])
+    cells = exp.select(*[exp.column(d) for d in dims], n, *fixed, *values)
+    cells = cells.from_(table).where(exp.and_(kept, adds) if kept else adds)
+    cells.set("group", cube)
+    universe_cube = exp.Group(cube=[exp.Cube(expressions=[exp.column(c) for c in columns])])
+    live = exp.select(n.copy(), *universe_flags, *universe_values).from_(table).where(adds)
+    live.set("group", universe_cube)
+    same = [exp.column("__n", "j").eq(exp.column("__n", "u"))]
+    for i in range(len(columns)):
+        flag_j, flag_u = exp.column(f"__f{i}", "j"), exp.column(f"__f{i}", "u")
+        value_j, value_u = exp.column(f"__v{i}", "j"), exp.column(f"__v{i}", "u")
+        same.append(flag_j.eq(flag_u))
+        same.append(exp.or_(exp.not_(flag_j.copy()), value_j.eq(value_u)))
+    return (
+        exp.select(*[exp.column(d, "j") for d in dims])
+        .from_(cells.subquery("j"))
+        .join(live.subquery("u"), on=exp.and_(*same))
+        .order_by(*[exp.column(d, "j").is_(exp.null()) for d in dims])  # finest cells first
+        .limit(1)
+    )
