@@ -327,13 +327,16 @@ class _Builder(MagnitudeLayers):
         aggregate ``MAX(ABS(x), k)`` (ties kept, NULLs ignored): one aggregate per cell in every
         grouping set, no sort of the rows. The value is made a DOUBLE before ``ABS``: the
         absolute value of the smallest integer of its type (``ABS(-2147483648)``) raises an
-        error in the engine, which would tell that a cell holds that value."""
+        error in the engine, which would tell that a cell holds that value. A 0 is no
+        contribution (:func:`nonzero`): NULL, tested on the aggregate (zeros come last in the
+        list), not on every row."""
         value = exp.Abs(this=exp.cast(exp.column(self._value(i), "__r"), exp.DataType.Type.DOUBLE))
-        value = exp.Nullif(this=value, expression=exp.Literal.number(0))  # 0: no contributor
         if j == 1:
-            return exp.Max(this=value)
+            return nonzero(exp.Max(this=value))
         top = exp.Max(this=value, count=exp.Literal.number(self._magnitude(i).top_k))
-        return exp.Bracket(this=top, expressions=[exp.Literal.number(j)], offset=1, safe=True)
+        return nonzero(
+            exp.Bracket(this=top, expressions=[exp.Literal.number(j)], offset=1, safe=True)
+        )
 
     # -- noise layers --------------------------------------------------------------------------
 

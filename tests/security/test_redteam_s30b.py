@@ -29,16 +29,19 @@ TIMESTAMP (TIMESTAMPTZ, _S, _MS) value of the type's first year (-290308) raised
 for a truncation of stored values now maps that year to NULL
 (:mod:`sqlsdc.engines.duckdb` ``_total_truncation``).
 
-Left open (strict xfail below):
+Left open here, closed in session 39:
 
-* under the cell key method the noise of a sum is keyed by the records of its contributors,
-  and a record whose value is 0 contributes nothing to the sum but changes the key: ``WHERE NOT
-  (income = 0 AND age = a)`` for each age gives the same exact sum with as many independent
+* under the cell key method the noise of a sum was keyed by the records of its contributors,
+  and a record whose value is 0 contributes nothing to the sum but changed the key: ``WHERE NOT
+  (income = 0 AND age = a)`` for each age gave the same exact sum with as many independent
   noises (16 on one region of the demo, one per age of its children). It is the padding of
   the known averaging attack (``tests/security/test_redteam3.py``) without the second noisy
-  term. Keying the sum by its
-  non-zero records would not be safe as is: under mean-before-sum the published mean is
-  ``x̂ / n`` with the true n, and two cells of one key differing by zero records would tell n.
+  term. Keying the sum by its non-zero records alone would not have been safe: under
+  mean-before-sum the published mean was ``x̂ / n`` with the true n, and two cells of one key
+  differing by zero records would have told n. A sum's contributors are now its non-zero
+  records (cellKey's ``use_zero_rkeys = FALSE``): its key, count, protected count and largest
+  values, so its published value; AVG is that sum over the protected count of all non-NULL
+  values, ``COUNT(x)``'s published value (:mod:`sqlsdc.rewrite.ckm`).
 
 What held (one test each below): HAVING, ORDER BY, LIMIT/OFFSET, QUALIFY-free windows and
 CASE/COALESCE/NULLIF over CKM cells are functions of the released values; repeated grouping
