@@ -258,10 +258,10 @@ class _Builder(MagnitudeLayers):
         return agg
 
     def _summed_units(self, i: int, units: list[exp.Expr]) -> list[exp.Expr] | None:
-        """The units whose rows a magnitude sums: its contributor count n, the denominator of
-        AVG and of the mean-before-sum adjustment, must count the rows summed, not the units of
-        another table of the join (``AVG(p.income)`` over persons ⋈ households divides by the
-        persons). None: every row is its own unit. Those are the rows of the table the join's
+        """The units whose rows a magnitude sums: its counts (of non-zero values, the n of the
+        mean-before-sum adjustment; of non-NULL values, AVG's) must count the rows summed, not
+        the units of another table of the join (``AVG(p.income)`` over persons ⋈ households
+        divides by the persons). None: every row is its own unit. Those are the rows of the table the join's
         rows are (:attr:`CellPlan.row_source`), else of the one table the argument reads."""
         plan = self.plan
         if plan.units is None:
@@ -363,7 +363,8 @@ class _Builder(MagnitudeLayers):
         )
 
     def _count_layer(self, previous: exp.Select) -> exp.Select:
-        """Perturbed counts ``__y<i>``, for magnitudes the protected contributor count, and the
+        """Perturbed counts ``__y<i>``; for magnitudes the protected count of their non-zero
+        contributors ``__m<i>`` and, where needed, of their non-NULL values ``__ma<i>``; and the
         protected count of the group's units ``__cn`` that decides whether the group appears."""
         select = self._select_from(previous)
         prev = lambda c: exp.column(c, PREV)  # noqa: E731
@@ -501,9 +502,11 @@ class _Builder(MagnitudeLayers):
     def _presence_column(self) -> str:
         """The protected count that decides whether a group appears: the group's own count of
         units ``__cn`` (reusing a COUNT(*) of the query when there is one), or, when the query
-        counts nothing, the protected contributor count ``__m<i>`` of its first magnitude, so
-        that a sum needs no second count and lookup. Either is a published protected count:
-        a group appears exactly when one of its protected counts is positive."""
+        counts nothing, the protected count of the non-NULL values of its first magnitude
+        ``__ma<i>`` (``COUNT(x)``'s value; not that of its non-zero contributors: a group whose
+        values are all 0 has a sum, 0), so that a sum needs no count of rows and its lookup.
+        Either is a published protected count: a group appears exactly when one of its
+        protected counts is positive."""
         if self.count_rule.method is Method.CKM and self._count_of_units() is None:
             for i, spec in enumerate(self.plan.aggregates):
                 if spec.rule.method is Method.CKM and spec.kind is AggregateKind.MAGNITUDES:
