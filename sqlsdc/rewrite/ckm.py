@@ -261,8 +261,9 @@ class _Builder(MagnitudeLayers):
         """The units whose rows a magnitude sums: its counts (of non-zero values, the n of the
         mean-before-sum adjustment; of non-NULL values, AVG's) must count the rows summed, not
         the units of another table of the join (``AVG(p.income)`` over persons ⋈ households
-        divides by the persons). None: every row is its own unit. Those are the rows of the table the join's
-        rows are (:attr:`CellPlan.row_source`), else of the one table the argument reads."""
+        divides by the persons). None: every row is its own unit. Those are the rows of the
+        table the join's rows are (:attr:`CellPlan.row_source`), else of the one table the
+        argument reads."""
         plan = self.plan
         if plan.units is None:
             return None
