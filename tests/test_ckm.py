@@ -164,22 +164,28 @@ def _expected_magnitudes(reference, table, measure, key_sql, where=""):
     count_key = ("counts", counts_rule.ptable)
     main = tables[("magnitudes", rule.ptable)]
     rows = con.execute(
-        f"""SELECT {key_sql} AS k, sum({measure}), count({measure}),
-                   sum(CASE WHEN {measure} IS NOT NULL THEN __rkey END),
+        f"""SELECT {key_sql} AS k, sum({measure}),
+                   count(nullif({measure}, 0)), sum(CASE WHEN {measure} <> 0 THEN __rkey END),
+                   count({measure}), sum(CASE WHEN {measure} IS NOT NULL THEN __rkey END),
                    list({measure} ORDER BY abs({measure}) DESC NULLS LAST, __rkey),
                    count(*), sum(__rkey)
             FROM {table} {where} GROUP BY ALL"""
     ).fetchall()
+    counts, max_i = tables[count_key], refs[count_key].max_i
     expected, present = {}, set()
-    for k, total, n, keysum, values, rows_n, rows_key in rows:
+    for k, total, n, keysum, n_all, keysum_all, values, rows_n, rows_key in rows:
         # a group appears when the perturbed count of all its rows (units) is positive
-        if perturb_count(rows_n, int(rows_key) % M, tables[count_key], refs[count_key].max_i):
+        if perturb_count(rows_n, int(rows_key) % M, counts, max_i):
             present.add(k)
-        if keysum is None:  # no contributor: the magnitude is not perturbed
+        if keysum_all is None:  # no value: the magnitude is not perturbed
             continue
-        key = int(keysum) % M
-        n_hat = perturb_count(n, key, tables[count_key], refs[count_key].max_i)
-        top = [v for v in values if v is not None][: m.top_k]
+        # the mean's denominator: the protected count of every non-NULL value, zeros included
+        n_all_hat = perturb_count(n_all, int(keysum_all) % M, counts, max_i)
+        # the sum's contributors are the records of non-zero value (cellKey: use_zero_rkeys
+        # FALSE): their key, count, protected count and largest values make its noise
+        key = int(keysum or 0) % M
+        n_hat = perturb_count(n, key, counts, max_i)
+        top = [v for v in values if v][: m.top_k]
         small, m1sq = None, None
         if m.small_cells is not None:
             small = tables[("small_cells", m.small_cells)]
@@ -187,7 +193,8 @@ def _expected_magnitudes(reference, table, measure, key_sql, where=""):
         # the magnitude's own key: the cell key plus the salt of its statistic (``sum:table.x``)
         salted = statistic_key(key, f"sum:{table}.{measure}", _mix_keys(con))
         x_hat = perturb_magnitude(float(total), top, salted, n, m, main, small, m1sq)
-        expected[k] = (x_hat, n, n_hat)
+        published = x_hat / n * n_hat if n_hat > 0 else 0.0
+        expected[k] = (published, n_hat, n_all_hat)
     return expected, m, present
 
 
@@ -201,19 +208,14 @@ def test_magnitudes_are_the_reference_perturbation(ckm, reference, table, measur
     got = ckm.execute(
         f"SELECT {key}, SUM({measure}), AVG({measure}) FROM {table} GROUP BY {key}"
     ).fetchall()
-    # a query that counts nothing shows a group when its first sum's protected contributor
-    # count is positive
-    assert {r[0] for r in got} == {k for k, (_x, _n, n_hat) in expected.items() if n_hat > 0}
+    # a query that counts nothing shows a group when its first sum's protected count of
+    # non-NULL values is positive
+    assert {r[0] for r in got} == {k for k, (_s, _n, n_all_hat) in expected.items() if n_all_hat}
     for k, published_sum, published_avg in got:
-        if k not in expected:  # a group without contributors: nothing to sum
-            assert published_sum in (None, 0) and published_avg is None
-            continue
-        x_hat, n, n_hat = expected[k]
-        assert published_sum == pytest.approx(x_hat * n_hat / n, rel=1e-9)
-        if n_hat == 0:  # the protected count is 0: no mean
-            assert published_avg is None
-        else:
-            assert published_avg == pytest.approx(x_hat / n, rel=1e-9)
+        total, _n_hat, n_all_hat = expected[k]
+        assert published_sum == pytest.approx(total, rel=1e-9)
+        # the published sum over the protected count of the mean's values, zeros included
+        assert published_avg == pytest.approx(total / n_all_hat, rel=1e-9)
     raw = dict(
         reference[0].execute(f"SELECT {key}, sum({measure}) FROM {table} GROUP BY ALL").fetchall()
     )
@@ -239,8 +241,7 @@ def test_rollup_margins_use_the_top_contributor_of_each_grouping_set(ckm, refere
         "SELECT region, SUM(income) AS s FROM persons GROUP BY ROLLUP (region)"
     ).df()
     grand = frame[frame["region"].isna()]["s"].iloc[0]
-    x_hat, n, n_hat = expected["all"]
-    assert grand == pytest.approx(x_hat * n_hat / n, rel=1e-9)
+    assert grand == pytest.approx(expected["all"][0], rel=1e-9)
 
 
 def test_having_order_and_limit_see_only_protected_values(ckm):
@@ -437,8 +438,7 @@ def test_small_cells_parity_and_scrambled_keys_match_the_reference(tmp_path):
         raw.close()
     assert m.small_cells is not None and not m.same_key
     for k, published in got:
-        x_hat, n, n_hat = expected[k]
-        assert published == pytest.approx(x_hat * n_hat / n, rel=1e-9), k
+        assert published == pytest.approx(expected[k][0], rel=1e-9), k
 
 
 def test_join_cell_keys_sum_the_records_counted(ckm):

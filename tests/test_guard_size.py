@@ -70,7 +70,7 @@ FINGERPRINTS = {
     },
     "ckm": {
         "in-list": "b4099859d0e8b58f",
-        "cte-group-by-all": "539e2ef97b5ca549",
+        "cte-group-by-all": "3de9a74edde9a45f",  # s39: a CKM mean over COUNT(x)'s protected count
         "nested-or": "1940445937cdecdb",
     },
 }

@@ -78,7 +78,7 @@ def validate_release(tree: exp.Expr, policy: Policy) -> list[exp.Expr]:
     return found
 
 
-RELEASED = re.compile(r"__(g|gg|y|e|p|sd|hw|m)\d+|__cn")
+RELEASED = re.compile(r"__(g|gg|y|e|p|sd|hw|m|ma)\d+|__cn")
 TRUE_AGGREGATE = re.compile(r"__a(\d+)")
 TRUE_UNIT_COUNT = re.compile(r"__n(\d*)")
 GROUP_KEY = "__kg"  # the record key of a group, read only by the noisy group guard

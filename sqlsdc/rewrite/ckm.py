@@ -9,8 +9,15 @@ Counts (``cellKey`` ``$perturb`` for count variables): the cell key is
 form of ``(Σ rkey) mod 1``; the count n is published as ``n + v`` where v is the entry of ptable
 row ``min(n, max_i)`` whose key interval [lo, hi) holds the cell key.
 
-Magnitudes (``cellKey`` ``.perturb_cell_flex``, flex function ``ck_flexparams``): the noise is
-built from the cell's ``top_k`` largest contributions x_j (by absolute value, found with the
+Magnitudes (``cellKey`` ``.perturb_cell_flex``, flex function ``ck_flexparams``): the
+contributors of a sum are its records of non-zero value, as in cellKey (``ck_params_nums``
+``use_zero_rkeys = FALSE``, its default: a numeric variable's cell key sums the record keys of
+the units that contribute to it, NULL and 0 being no contribution). A record of value 0 adds
+nothing to the sum and changes nothing it publishes: its key, its contributor count, their
+protected count, its largest contributions. Keyed by all its records, a sum drew new noise for
+every set of zeros a query left out (``AND NOT (income = 0 AND age = a)``: the same exact sum
+with 16 independent noises, whose average converges on it; red team s30b). The noise is built
+from the cell's ``top_k`` largest contributions x_j (by absolute value, found with the
 aggregates ``MAX(ABS(x))`` and ``MAX(ABS(x), k)``), one after the other; step j looks up v in the
 magnitude ptable at ``a = |x_j / x_delta_j|`` (interpolated between rows, capped at the last row)
 with the j-th scrambled cell key and adds ``sign(x̂)·|x_delta_j|·sign(v)·(μ_c + |v|)``, never
@@ -21,13 +28,20 @@ unlinkable noise; so does a distinct count of a dimension. A distinct count of u
 by those units' own record keys, however the query reaches them
 (:mod:`sqlsdc.rewrite.counted_units`).
 
-AVG is the protected sum over the protected count, n being the rows summed (on a join, those of
-:attr:`CellPlan.row_source`) and n̂ its CKM count. Always with mean-before-sum (Geyer et al.,
-PSD 2022, §6.1(c), "MBS"): the published mean is ``x̂/n`` and the published sum ``(x̂/n)·n̂``,
-the mean times the published count to the bit (the policy refuses ``mean_before_sum: false``,
-whose sum x̂ of values a query pins was an exact count: red team s37a). The guard has
-already reduced every argument to one stored column (:mod:`sqlsdc.planner.normal_form`), so the
-scale of x is the data's, not the analyst's.
+A sum is published mean before sum (Geyer et al., PSD 2022, §6.1(c), "MBS"; the ABS's
+"perturbed estimates", Thompson, Broadfoot & Elazar 2013: the mean times the perturbed
+contributor count) over its contributors: ``(x̂/n)·n̂``, n its non-zero records (on a join,
+units of :attr:`CellPlan.row_source`) and n̂ their protected count, the one ``COUNT(*) ...
+WHERE x <> 0`` publishes (under a frequency rule for counts, n itself from the minimum up). The
+policy refuses ``mean_before_sum: false``, whose sum x̂ of values a query pins was an exact
+count (red team s37a). AVG is that published sum over the protected count of all its non-NULL
+values, zeros included (``COUNT(x)``'s published value): the mean a user computes from the
+published sum and count. It is no longer ``x̂/n`` with the true count of all values: x̂ is now
+the same for every set of zeros, and two such means of one sum would have had the ratio of
+their true counts, exact to the record. In a cell without zeros both counts are one count of
+one key, and the mean is x̂/n up to rounding, as before. The guard has already reduced every
+argument to one stored column (:mod:`sqlsdc.planner.normal_form`), so the scale of x is the
+data's, not the analyst's.
 
 The frame is a chain of subqueries over the aggregated cells only:
 ``__r`` (rows: keys, arguments, record keys) → ``__c`` (aggregation) → ptable joins for
@@ -59,12 +73,14 @@ MECHANISM = "ckm"
 
 MAX_PTABLE_LOOKUPS = 64
 """The most perturbation-table lookups the cell-key frames of one statement may join: one per
-statistic for its count, and two per contributor of a magnitude's top k. Each is a LEFT JOIN in
-a layer that carries every statistic's columns, and DuckDB binds and plans such a frame in time
-that grows with about the cube of its statistics, before it runs anything and beyond the
-statement timeout's reach, holding Python's GIL (every thread of a server stops): 64 CKM sums
-of one aggregation took 28 s of CPU, 300 ran 600 s under a 30 s timeout (red team s38a). 64
-lookups (64 counts, 21 sums, 12 sums of a top-2 table) bind in about a second."""
+statistic for its count (two for a mean: of its non-zero and of its non-NULL values), one for
+the groups of an aggregation with a magnitude (at most: the count of the first one's non-NULL
+values), and two per contributor of a magnitude's top k. Each is a LEFT JOIN in a layer that
+carries every statistic's columns, and DuckDB binds and plans such a frame in time that grows
+with about the cube of its statistics, before it runs anything and beyond the statement
+timeout's reach, holding Python's GIL (every thread of a server stops): 64 CKM sums of one
+aggregation took 28 s of CPU, 300 ran 600 s under a 30 s timeout (red team s38a). 64 lookups
+(64 counts, 21 sums, 12 sums of a top-2 table) bind in about a second."""
 
 
 def refuse_many_lookups(cells: Iterable[CellPlan]) -> None:
@@ -74,12 +90,17 @@ def refuse_many_lookups(cells: Iterable[CellPlan]) -> None:
     for cell in cells:
         if cell.mechanism is not Method.CKM:
             continue
+        magnitudes = [
+            a
+            for a in cell.aggregates
+            if a.rule.method is Method.CKM and a.kind is AggregateKind.MAGNITUDES
+        ]
+        lookups += 1 if magnitudes else 0  # at most one count of every value, for the groups
         for aggregate in cell.aggregates:
             if aggregate.rule.method is Method.CKM:
-                magnitude = aggregate.rule.magnitude
-                contributors = magnitude.top_k if magnitude is not None else 1
-                lookups += 1 + (2 * contributors if aggregate.kind is AggregateKind.MAGNITUDES
-                                else 0)  # fmt: skip
+                lookups += 1
+        for aggregate in magnitudes:
+            lookups += 2 * aggregate.rule.magnitude.top_k + isinstance(aggregate.node, exp.Avg)
     if lookups > MAX_PTABLE_LOOKUPS:
         raise PolicyViolation(
             f"the statement asks for too many statistics protected by the cell key method at "
@@ -106,6 +127,7 @@ class _Builder(MagnitudeLayers):
         self.count_rule = policy.table(self.plan.tables[0]).rule(AggregateKind.COUNTS)
         self.layer = 0
         self.lookups = unit_lookups(self.plan, self._arguments(), Method.CKM)
+        self.all_counts = self._all_counts()
 
     # -- rows and aggregation ------------------------------------------------------------------
 
@@ -222,14 +244,23 @@ class _Builder(MagnitudeLayers):
                 counted = unit_count(argument, units if plan.units is not None else None)
                 agg.append("expressions", exp.alias_(counted, f"__n{i}"))
             elif spec.kind is AggregateKind.MAGNITUDES:  # a CKM count's n is __a
-                counted = unit_count(argument, self._summed_units(i, units))
+                summed = self._summed_units(i, units)
+                counted = unit_count(nonzero(argument), summed)
                 agg.append("expressions", exp.alias_(counted, f"__n{i}"))
+                if self.all_counts.get(i) == i:
+                    agg.append("expressions", exp.alias_(unit_count(argument, summed), f"__na{i}"))
+                    if self.count_rule.method is Method.CKM:
+                        key = self._cell_key(argument, spec)
+                        agg.append("expressions", exp.alias_(key, f"__ka{i}"))
             if method is Method.CKM and i in self.lookups:
                 looked_up = exp.column(f"__rr{self.lookups[i]}", "__r")
                 key = counted_units_key(looked_up)
                 agg.append("expressions", exp.alias_(key, f"__k{i}"))
             elif method is Method.CKM:
-                key = self._cell_key(argument, spec)
+                contributing = argument
+                if spec.kind is AggregateKind.MAGNITUDES:
+                    contributing = nonzero(argument)
+                key = self._cell_key(contributing, spec)
                 agg.append("expressions", exp.alias_(key, f"__k{i}"))
             if method is Method.CKM and spec.kind is AggregateKind.MAGNITUDES:
                 for j in range(1, self._magnitude(i).top_k + 1):
@@ -243,11 +274,12 @@ class _Builder(MagnitudeLayers):
         return agg
 
     def _summed_units(self, i: int, units: list[exp.Expr]) -> list[exp.Expr] | None:
-        """The units whose rows a magnitude sums: its contributor count n, the denominator of
-        AVG and of the mean-before-sum adjustment, must count the rows summed, not the units of
-        another table of the join (``AVG(p.income)`` over persons ⋈ households divides by the
-        persons). None: every row is its own unit. Those are the rows of the table the join's
-        rows are (:attr:`CellPlan.row_source`), else of the one table the argument reads."""
+        """The units whose rows a magnitude sums: its counts (of non-zero values, the n of the
+        mean-before-sum adjustment; of non-NULL values, AVG's) must count the rows summed, not
+        the units of another table of the join (``AVG(p.income)`` over persons ⋈ households
+        divides by the persons). None: every row is its own unit. Those are the rows of the
+        table the join's rows are (:attr:`CellPlan.row_source`), else of the one table the
+        argument reads."""
         plan = self.plan
         if plan.units is None:
             return None
@@ -312,12 +344,16 @@ class _Builder(MagnitudeLayers):
         aggregate ``MAX(ABS(x), k)`` (ties kept, NULLs ignored): one aggregate per cell in every
         grouping set, no sort of the rows. The value is made a DOUBLE before ``ABS``: the
         absolute value of the smallest integer of its type (``ABS(-2147483648)``) raises an
-        error in the engine, which would tell that a cell holds that value."""
+        error in the engine, which would tell that a cell holds that value. A 0 is no
+        contribution (:func:`nonzero`): NULL, tested on the aggregate (zeros come last in the
+        list), not on every row."""
         value = exp.Abs(this=exp.cast(exp.column(self._value(i), "__r"), exp.DataType.Type.DOUBLE))
         if j == 1:
-            return exp.Max(this=value)
+            return nonzero(exp.Max(this=value))
         top = exp.Max(this=value, count=exp.Literal.number(self._magnitude(i).top_k))
-        return exp.Bracket(this=top, expressions=[exp.Literal.number(j)], offset=1, safe=True)
+        return nonzero(
+            exp.Bracket(this=top, expressions=[exp.Literal.number(j)], offset=1, safe=True)
+        )
 
     # -- noise layers --------------------------------------------------------------------------
 
@@ -344,7 +380,8 @@ class _Builder(MagnitudeLayers):
         )
 
     def _count_layer(self, previous: exp.Select) -> exp.Select:
-        """Perturbed counts ``__y<i>``, for magnitudes the protected contributor count, and the
+        """Perturbed counts ``__y<i>``; for magnitudes the protected count of their non-zero
+        contributors ``__m<i>`` and, where needed, of their non-NULL values ``__ma<i>``; and the
         protected count of the group's units ``__cn`` that decides whether the group appears."""
         select = self._select_from(previous)
         prev = lambda c: exp.column(c, PREV)  # noqa: E731
@@ -368,24 +405,21 @@ class _Builder(MagnitudeLayers):
                 continue
             rule = spec.rule if spec.kind is AggregateKind.COUNTS else self.count_rule
             count = prev(f"__a{i}") if spec.kind is AggregateKind.COUNTS else prev(f"__n{i}")
-            faults = []
-            if rule.method is Method.CKM:
-                ptable = ptable_ref(self.ptables, ("counts", rule.ptable))
-                alias = f"__pc{i}"
-                row = exp.Least(this=count, expressions=[number(ptable.max_i)])
-                key = prev(f"__k{i}")
-                if spec.kind is AggregateKind.COUNTS and self._own_statistic(spec):
-                    key = statistic_key_sql(key, statistic(spec))
-                self._join_ptable(select, alias, ptable, row, key, exp.Literal.string("all"))
-                noise = exp.cast(exp.column("v", alias), "BIGINT")
-                protected = exp.Add(this=count.copy(), expression=noise)
-                faults.append(missing(alias))
-            else:
-                protected = exp.Case(
-                    ifs=[exp.If(this=at_least_column(count, rule.min_frequency), true=count.copy())]
-                )
+            key = prev(f"__k{i}")
+            if spec.kind is AggregateKind.COUNTS and self._own_statistic(spec):
+                key = statistic_key_sql(key, statistic(spec))
+            faults: list[exp.Expr] = []
+            protected = self._protected_count(select, rule, count, key, f"__pc{i}", faults)
             name = f"__c{i}" if spec.kind is AggregateKind.COUNTS else f"__m{i}"
             select.append("expressions", exp.alias_(protected, name))
+            owner = self.all_counts.get(i)
+            if owner == i:
+                every = self._protected_count(
+                    select, rule, prev(f"__na{i}"), prev(f"__ka{i}"), f"__pca{i}", faults
+                )
+                select.append("expressions", exp.alias_(every, f"__ma{i}"))
+            elif owner is not None and rule.method is Method.CKM:
+                faults.append(missing(f"__pca{owner}"))
             if spec.kind is AggregateKind.MAGNITUDES:
                 start = exp.cast(prev(f"__a{i}"), "DOUBLE")
                 select.append("expressions", exp.alias_(start, f"__o{i}_0"))
@@ -393,6 +427,19 @@ class _Builder(MagnitudeLayers):
                 select.append("expressions", exp.alias_(salted, f"__q{i}"))
             select.append("expressions", exp.alias_(any_(faults), f"__e{i}_0"))
         return select
+
+    def _protected_count(self, select, rule, count, key, alias: str, faults: list) -> exp.Expr:
+        """The count ``count`` protected by ``rule``: ``n + v`` from the ptable row LEFT JOINed
+        as ``alias`` at ``key`` (its absence appended to ``faults``), or under a frequency rule
+        the count itself where it reaches the rule's minimum, else NULL."""
+        if rule.method is not Method.CKM:
+            reaches = at_least_column(count, rule.min_frequency)
+            return exp.Case(ifs=[exp.If(this=reaches, true=count.copy())])
+        ptable = ptable_ref(self.ptables, ("counts", rule.ptable))
+        row = exp.Least(this=count, expressions=[number(ptable.max_i)])
+        self._join_ptable(select, alias, ptable, row, key, exp.Literal.string("all"))
+        faults.append(missing(alias))
+        return exp.Add(this=count.copy(), expression=exp.cast(exp.column("v", alias), "BIGINT"))
 
     def _final_value(self, i: int, spec) -> exp.Expr:
         prev = lambda c: exp.column(c, PREV)  # noqa: E731
@@ -411,18 +458,23 @@ class _Builder(MagnitudeLayers):
         perturbed = prev(f"__o{i}_{m.top_k}")
         count, true_count = prev(f"__m{i}"), prev(f"__n{i}")
         positive = exp.GT(this=count, expression=number(0))
-        if isinstance(self.cells.aggregates[i], exp.Avg):
-            value = exp.Div(this=perturbed, expression=true_count.copy())
-            return exp.Case(ifs=[exp.If(this=positive, true=value)])
-        # (x̂/n)·n̂, not (x̂·n̂)/n: the published mean times the protected count, so the sum's
-        # bits are a function of released values; rounded from x̂·n̂ they told which true
+        # (x̂/n)·n̂, not (x̂·n̂)/n: the contributors' mean times their protected count, so the
+        # sum's bits are a function of released values; rounded from x̂·n̂ they told which true
         # counts n some x̂ fits beside the mean (red team s37a)
         adjusted = mul_expr(exp.Div(this=perturbed, expression=true_count.copy()), count.copy())
-        return exp.Case(
+        total = exp.Case(
             ifs=[exp.If(this=positive, true=adjusted)],
             default=exp.Case(
                 ifs=[exp.If(this=exp.EQ(this=count.copy(), expression=number(0)), true=number(0))]
             ),
+        )
+        if not isinstance(self.cells.aggregates[i], exp.Avg):
+            return total
+        # the published sum over the protected count of every non-NULL value, zeros included
+        every = prev(f"__ma{self.all_counts[i]}")
+        mean = exp.Div(this=exp.Paren(this=total), expression=every)
+        return exp.Case(
+            ifs=[exp.If(this=exp.GT(this=every.copy(), expression=number(0)), true=mean)]
         )
 
     @staticmethod
@@ -467,14 +519,27 @@ class _Builder(MagnitudeLayers):
     def _presence_column(self) -> str:
         """The protected count that decides whether a group appears: the group's own count of
         units ``__cn`` (reusing a COUNT(*) of the query when there is one), or, when the query
-        counts nothing, the protected contributor count ``__m<i>`` of its first magnitude, so
-        that a sum needs no second count and lookup. Either is a published protected count:
-        a group appears exactly when one of its protected counts is positive."""
+        counts nothing, the protected count of the non-NULL values of its first magnitude
+        ``__ma<i>`` (``COUNT(x)``'s value; not that of its non-zero contributors: a group whose
+        values are all 0 has a sum, 0), so that a sum needs no count of rows and its lookup.
+        Either is a published protected count: a group appears exactly when one of its
+        protected counts is positive."""
         if self.count_rule.method is Method.CKM and self._count_of_units() is None:
             for i, spec in enumerate(self.plan.aggregates):
                 if spec.rule.method is Method.CKM and spec.kind is AggregateKind.MAGNITUDES:
-                    return f"__m{i}"
+                    return f"__ma{i}"
         return "__cn"
+
+    def _all_counts(self) -> dict[int, int]:
+        """The magnitudes that need the protected count of all their non-NULL values beside
+        that of their non-zero contributors ``__m<i>``, each mapped to the aggregate whose
+        ``__ma<k>`` it reads (the first of its argument): an AVG divides by it, and the first
+        magnitude of a query that counts nothing shows its groups by it."""
+        presence, owners, found = self._presence_column(), {}, {}
+        for i in self._ckm_magnitudes():
+            if isinstance(self.cells.aggregates[i], exp.Avg) or presence == f"__ma{i}":
+                found[i] = owners.setdefault(self._value(i), i)
+        return found
 
     def _final_fault(self, i: int, spec) -> exp.Expr:
         if spec.rule.method is not Method.CKM:
@@ -483,6 +548,12 @@ class _Builder(MagnitudeLayers):
         return exp.column(f"__e{i}_{steps}", PREV)
 
     # -- helpers -------------------------------------------------------------------------------
+
+
+def nonzero(value: exp.Expr) -> exp.Expr:
+    """``NULLIF(value, 0)``: a record whose value is 0 adds nothing to a sum and is no
+    contributor of it, as NULL is not (cellKey's default ``use_zero_rkeys = FALSE``)."""
+    return exp.Nullif(this=value.copy(), expression=exp.Literal.number(0))
 
 
 def statistic(aggregate: ProtectedAggregate) -> str:

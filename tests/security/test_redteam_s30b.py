@@ -29,16 +29,19 @@ TIMESTAMP (TIMESTAMPTZ, _S, _MS) value of the type's first year (-290308) raised
 for a truncation of stored values now maps that year to NULL
 (:mod:`sqlsdc.engines.duckdb` ``_total_truncation``).
 
-Left open (strict xfail below):
+Left open here, closed in session 39:
 
-* under the cell key method the noise of a sum is keyed by the records of its contributors,
-  and a record whose value is 0 contributes nothing to the sum but changes the key: ``WHERE NOT
-  (income = 0 AND age = a)`` for each age gives the same exact sum with as many independent
+* under the cell key method the noise of a sum was keyed by the records of its contributors,
+  and a record whose value is 0 contributes nothing to the sum but changed the key: ``WHERE NOT
+  (income = 0 AND age = a)`` for each age gave the same exact sum with as many independent
   noises (16 on one region of the demo, one per age of its children). It is the padding of
   the known averaging attack (``tests/security/test_redteam3.py``) without the second noisy
-  term. Keying the sum by its
-  non-zero records would not be safe as is: under mean-before-sum the published mean is
-  ``x̂ / n`` with the true n, and two cells of one key differing by zero records would tell n.
+  term. Keying the sum by its non-zero records alone would not have been safe: under
+  mean-before-sum the published mean was ``x̂ / n`` with the true n, and two cells of one key
+  differing by zero records would have told n. A sum's contributors are now its non-zero
+  records (cellKey's ``use_zero_rkeys = FALSE``): its key, count, protected count and largest
+  values, so its published value; AVG is that sum over the protected count of all non-NULL
+  values, ``COUNT(x)``'s published value (:mod:`sqlsdc.rewrite.ckm`).
 
 What held (one test each below): HAVING, ORDER BY, LIMIT/OFFSET, QUALIFY-free windows and
 CASE/COALESCE/NULLIF over CKM cells are functions of the released values; repeated grouping
@@ -286,24 +289,34 @@ def test_dp_truncation_of_the_earliest_timestamps_is_not_an_error_oracle(tmp_pat
             assert months == {f"2021-{m:02}" for m in range(1, 11)}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "OPEN: a CKM sum's noise is keyed by its contributors' records, zeros included, so "
-        "leaving out records whose value is 0 gives the same exact sum independent noises (the "
-        "padding of test_redteam3's averaging attack); keying by non-zero records would let "
-        "mean-before-sum's x̂/n tell n"
-    ),
-)
 def test_records_of_value_zero_do_not_give_a_sum_new_noise(ckm):
     """The children (ages 0-15) of region R01 have income 0; leaving out those of one age
-    keeps the exact sum."""
+    keeps the exact sum, and now its published value (before: 16 values, one noise each)."""
     base = "SELECT region, SUM(income) FROM persons WHERE region = 'R01'"
     noises = {
         released(ckm, f"{base} AND NOT (income = 0 AND age = {age}) GROUP BY region")[0][1]
         for age in range(16)
     }
     assert len(noises) == 1
+
+
+def test_records_of_value_zero_change_a_mean_only_through_its_published_count(ckm, raw_ckm):
+    """Leaving out the children of one age changes AVG(income) only as the published
+    COUNT(income) changes: the mean is the one published sum over each published count. Keyed
+    by its non-zero records alone, a mean-before-sum x̂/n with the true n would have given
+    16 means of one x̂, whose ratios are those of the true counts (exact to the person); before,
+    each of the 16 was x̂/n of its own noise. The published counts are not the true ones."""
+    base = (
+        "SELECT region, SUM(income), AVG(income), COUNT(income) FROM persons "
+        "WHERE region = 'R01' AND NOT (income = 0 AND age = {}) GROUP BY region"
+    )
+    cells = [released(ckm, base.format(age))[0][1:] for age in range(16)]
+    truth = [raw_ckm.execute(base.format(age)).fetchone()[3] for age in range(16)]
+    assert len({total for total, _mean, _count in cells}) == 1
+    (total, _mean, _count) = cells[0]
+    for _total, mean, count in cells:
+        assert mean == pytest.approx(total / count, rel=1e-12)
+    assert [count for _t, _m, count in cells] != truth
 
 
 # --- what held -------------------------------------------------------------------------------
