@@ -236,15 +236,20 @@ def _status(con, policy, key: ledger.BudgetKey) -> ledger.BudgetStatus:
 
 
 def _change(before: ledger.BudgetStatus, after: ledger.BudgetStatus) -> list[str]:
-    """One line per kind that changed: limit and remaining, before -> after."""
+    """One line per kind that changed: limit, spent (when it changed: a reset) and remaining,
+    before -> after. A reset of a budget whose limit left nothing (spent 0.3 of a limit set
+    to 0) changes what was spent, not what remains: it said "nothing was spent" (new user
+    s39)."""
     lines = []
     for kind in KINDS:
-        old = (getattr(before.limit, kind), getattr(before.remaining, kind))
-        new = (getattr(after.limit, kind), getattr(after.remaining, kind))
+        old = [getattr(s, kind) for s in (before.limit, before.spent, before.remaining)]
+        new = [getattr(s, kind) for s in (after.limit, after.spent, after.remaining)]
         if old != new:
-            show = [_decimal(x) if x is not None else "none" for x in (*old, *new)]
+            show = [[_decimal(x) if x is not None else "none" for x in v] for v in (old, new)]
+            spent = f"; spent {show[0][1]} -> {show[1][1]}" if old[1] != new[1] else ""
             lines.append(
-                f"  {kind}: limit {show[0]} -> {show[2]}; remaining {show[1]} -> {show[3]}"
+                f"  {kind}: limit {show[0][0]} -> {show[1][0]}{spent}; "
+                f"remaining {show[0][2]} -> {show[1][2]}"
             )
     return lines
 

@@ -84,7 +84,7 @@ def test_grant_show_and_reset_in_subprocesses(db):
     ]  # fmt: skip
     reset = run(db, "reset", "--user", "alice", "--reason", "new quarter", "--admin", "root")
     assert "reset the spending of user 'alice' on all tables" in reset.output
-    assert "  epsilon: limit 1.5 -> 1.5; remaining 1 -> 1.5" in reset.output
+    assert "  epsilon: limit 1.5 -> 1.5; spent 0.5 -> 0; remaining 1 -> 1.5" in reset.output
     header, row = run(db).output.splitlines()
     assert header.split() == [
         "user",
@@ -339,3 +339,17 @@ def test_grant_and_set_stay_within_the_limits_a_policy_may_set(db):
                code=2)  # an amount no budget may have: a usage error  # fmt: skip
     assert "rho must be at most 1000000, the most a budget may allow, got 2000000" in over.output
     run(db, "grant", "--for", "alice", "--epsilon", "10", "--reason", "r", "--as", "root")
+
+
+def test_a_reset_says_what_was_spent_when_nothing_remained(db):
+    """A budget spent and then set to 0 (a revoked analyst) remains 0 after a reset: the reset
+    clears what was spent, and says so (it said "nothing was spent: remaining unchanged",
+    new user s39); a reset of a budget nothing was charged to still says that."""
+    run(db, "grant", "--for", "alice", "--epsilon", "1", "--reason", "study", "--as", "root")
+    _spend(db, "alice", Fraction(3, 10))
+    run(db, "set", "--for", "alice", "--epsilon", "0", "--reason", "revoke", "--as", "root")
+    reset = run(db, "reset", "--for", "alice", "--reason", "new quarter", "--as", "root")
+    assert "  epsilon: limit 0 -> 0; spent 0.3 -> 0; remaining 0 -> 0" in reset.output
+    assert "nothing was spent" not in reset.output
+    again = run(db, "reset", "--for", "alice", "--reason", "twice", "--as", "root")
+    assert "  nothing was spent: remaining unchanged" in again.output
