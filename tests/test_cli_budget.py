@@ -353,3 +353,30 @@ def test_a_reset_says_what_was_spent_when_nothing_remained(db):
     assert "nothing was spent" not in reset.output
     again = run(db, "reset", "--for", "alice", "--reason", "twice", "--as", "root")
     assert "  nothing was spent: remaining unchanged" in again.output
+
+
+def test_revoking_a_user_as_the_readme_says(db, tmp_path, sqlsdc_in_process):
+    """README, "Revoking a user": a policy without the user refuses its queries (exit 5) and
+    keeps what it did on record (audit, ledger, history)."""
+    run(db, "grant", "--for", "alice", "--epsilon", "1", "--reason", "study", "--as", "root")
+    asked = sqlsdc_in_process("query", db, "--user", "alice", "SELECT COUNT(*) FROM persons")
+    assert asked.returncode == 0, asked.stderr
+    con = open_database(db)
+    try:  # a charge, as a DP query records it (its own audit entry: a query id not yet used)
+        budget.charge(con, user="alice", tables=["persons"], query_id=1000, limits=None,
+                      cost=PrivacyCost(epsilon=Fraction(3, 10)), sql="SELECT 1")  # fmt: skip
+    finally:
+        con.close()
+    policy = tmp_path / "revoked.json"
+    policy.write_text(json.dumps({**POLICY, "users": {"root": {"role": "admin"}}}))
+    applied = sqlsdc_in_process("policy", "apply", db, policy, "--as", "root")
+    assert applied.returncode == 0, applied.stderr
+    refused = sqlsdc_in_process("query", db, "--user", "alice", "SELECT COUNT(*) FROM persons")
+    assert refused.returncode == 5
+    assert "access denied: user 'alice' is not declared in the policy" in refused.stderr
+    audit = sqlsdc_in_process("audit", db, "--as", "root", "--who", "alice", "--format", "json")
+    assert [e["decision"] for e in json.loads(audit.stdout)][-1] == "accepted"
+    ledger = json.loads(run(db, "--ledger", "--for", "alice", "--format", "json").output)
+    assert [c["epsilon"] for c in ledger] == ["0.3"]
+    history = json.loads(run(db, "--history", "--for", "alice", "--format", "json").output)
+    assert [h["action"] for h in history] == ["grant"]
