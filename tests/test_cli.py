@@ -94,6 +94,28 @@ def test_policy_validate_show_apply_and_audit(fresh_demo_db, tmp_path):
     assert entries[0]["policy_version"] == 2
     denied = CliRunner().invoke(cli, ["audit", str(fresh_demo_db), "--user", "analyst"])
     assert denied.exit_code == 5
+    # --since (included) and --until (excluded), in UTC as logged_at (new user s39)
+    import datetime as dt
+
+    day = dt.date.fromisoformat(entries[0]["logged_at"][:10])
+    newest = dt.datetime.fromisoformat(entries[0]["logged_at"]).replace(microsecond=0)
+
+    def logged(*times):
+        shown = run("audit", fresh_demo_db, *times, "--format", "json").output
+        return [e["query_id"] for e in json.loads(shown)]
+
+    assert logged("--since", day) == [e["query_id"] for e in entries]
+    assert logged("--until", day) == []
+    assert logged("--since", day + dt.timedelta(days=1)) == []
+    since = [
+        e["query_id"]
+        for e in entries
+        if dt.datetime.fromisoformat(e["logged_at"]) >= newest and e["user_name"] == "analyst"
+    ]
+    assert logged("--since", str(newest), "--who", "analyst") == since
+    assert entries[0]["query_id"] not in logged("--until", str(newest))
+    bad = CliRunner().invoke(cli, ["audit", str(fresh_demo_db), "--since", "yesterday"])
+    assert bad.exit_code == 2 and "does not match the formats" in bad.output
 
 
 def test_invalid_policy_exit_code(tmp_path):
