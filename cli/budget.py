@@ -26,6 +26,8 @@ def _decimal(x: Fraction | str | None) -> str | None:
 
 
 KINDS = ("epsilon", "rho", "delta")
+LEDGER_ROWS = 100  # charges `budget --ledger` lists by default
+MAX_LEDGER = 1_000_000  # and at most, as `audit --limit`
 STATUS_COLUMNS = ("user", "table") + tuple(
     f"{kind}_{part}" for kind in KINDS for part in ("limit", "spent", "remaining")
 )
@@ -90,9 +92,14 @@ class _BudgetGroup(click.Group):
 )
 @click.option("--history", is_flag=True, help="List the grants and resets (the audit trail).")
 @click.option("--ledger", "show_ledger", is_flag=True, help="List the charges, newest first.")
+@click.option("--limit", type=click.IntRange(1, MAX_LEDGER), metavar="N",
+              help=f"With --ledger: the newest N charges (default {LEDGER_ROWS}; a note on "
+              "stderr says when there are more).")  # fmt: skip
 @format_option(choices=("table", "json"))
 @click.pass_context
-def budget(ctx, db: str, who: str | None, history: bool, show_ledger: bool, fmt: str) -> None:
+def budget(
+    ctx, db: str, who: str | None, history: bool, show_ledger: bool, limit: int | None, fmt: str
+) -> None:
     """Privacy budgets: limit, spent and remaining per user and table.
 
     A row's user or table '*' means all users or all tables: (alice, *) bounds what alice
@@ -115,6 +122,8 @@ def budget(ctx, db: str, who: str | None, history: bool, show_ledger: bool, fmt:
         return
     if history and show_ledger:
         raise click.UsageError("--history and --ledger are two listings: give one")
+    if limit is not None and not show_ledger:
+        raise click.UsageError("--limit is for --ledger (the charges)")
     import pandas as pd
 
     from sqlsdc.catalog import budget as ledger
@@ -126,7 +135,10 @@ def budget(ctx, db: str, who: str | None, history: bool, show_ledger: bool, fmt:
         if history:
             rows = _amounts(ledger.budget_events(con, user=who))
         elif show_ledger:
-            rows = _amounts(ledger.spend_ledger(con, user=who))
+            limit = limit or LEDGER_ROWS
+            rows = _amounts(ledger.spend_ledger(con, user=who, limit=limit + 1))
+            more = len(rows) > limit  # it showed the newest 100 without a word (new user s39)
+            rows = rows[:limit]
         else:
             _version, document, source = store.current_policy(con)
             policy = load_policy(document, name=source)
@@ -138,6 +150,8 @@ def budget(ctx, db: str, who: str | None, history: bool, show_ledger: bool, fmt:
             rows = _rows(ledger.budget_status(con, limits, user=who))
     finally:
         con.close()
+    if show_ledger and more:
+        click.echo(f"sqlsdc: the newest {limit} charges; --limit N for more", err=True)
     if fmt == "json":
         print_json(rows)
     elif history or show_ledger:

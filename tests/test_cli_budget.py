@@ -380,3 +380,24 @@ def test_revoking_a_user_as_the_readme_says(db, tmp_path, sqlsdc_in_process):
     assert [c["epsilon"] for c in ledger] == ["0.3"]
     history = json.loads(run(db, "--history", "--for", "alice", "--format", "json").output)
     assert [h["action"] for h in history] == ["grant"]
+
+
+def test_ledger_says_when_it_shows_only_the_newest_charges(db, sqlsdc_in_process):
+    """``--ledger`` listed the newest 100 charges without a word; ``--limit N`` sets how many
+    and a note on stderr says when there are more (new user s39)."""
+    run(db, "grant", "--for", "alice", "--epsilon", "1", "--reason", "study", "--as", "root")
+    con = open_database(db)
+    try:
+        for query_id in (1001, 1002, 1003):
+            budget.charge(con, user="alice", tables=["persons"], query_id=query_id, limits=None,
+                          cost=PrivacyCost(epsilon=Fraction(1, 10)), sql="SELECT 1")  # fmt: skip
+    finally:
+        con.close()
+    two = sqlsdc_in_process("budget", db, "--ledger", "--limit", "2", "--format", "json")
+    assert [c["query_id"] for c in json.loads(two.stdout)] == [1003, 1002]
+    assert "the newest 2 charges; --limit N for more" in two.stderr
+    every = sqlsdc_in_process("budget", db, "--ledger", "--limit", "3", "--format", "json")
+    assert [c["query_id"] for c in json.loads(every.stdout)] == [1003, 1002, 1001]
+    assert every.stderr == ""
+    alone = sqlsdc_in_process("budget", db, "--limit", "2")
+    assert alone.returncode == 2 and "--limit is for --ledger" in alone.stderr
