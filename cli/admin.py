@@ -194,8 +194,11 @@ def audit(
     """
     from sqlsdc import admin
 
-    frame = admin.audit(db, user, who=who, decision=decision, limit=limit, since=since,
+    frame = admin.audit(db, user, who=who, decision=decision, limit=limit + 1, since=since,
                         until=until)  # fmt: skip
+    if len(frame) > limit:  # it showed the newest 50 without a word (new user s39)
+        frame = frame.iloc[:limit]
+        click.echo(f"sqlsdc: the newest {limit} entries; --limit N for more", err=True)
     if fmt == "table":
         frame = frame.drop(columns=["fingerprint"])
         frame["sql_text"] = frame["sql_text"].str.replace(r"\s+", " ", regex=True)

@@ -249,20 +249,25 @@ def _status(con, policy, key: ledger.BudgetKey) -> ledger.BudgetStatus:
     return ledger.BudgetStatus(key, none, PrivacyCost(), none)
 
 
-def _change(before: ledger.BudgetStatus, after: ledger.BudgetStatus) -> list[str]:
-    """One line per kind that changed: limit, spent (when it changed: a reset) and remaining,
-    before -> after. A reset of a budget whose limit left nothing (spent 0.3 of a limit set
-    to 0) changes what was spent, not what remains: it said "nothing was spent" (new user
-    s39)."""
+def _change(
+    before: ledger.BudgetStatus, after: ledger.BudgetStatus, *, spent: bool = False
+) -> list[str]:
+    """One line per kind that changed: limit and remaining, before -> after, and with
+    ``spent`` (a reset) what was spent. A reset of a budget whose limit left nothing (spent
+    0.3 of a limit set to 0) changes what was spent, not what remains: it said "nothing was
+    spent" (new user s39). A grant or set shows no spending: a budget row it creates counts
+    earlier charges, which that does not change."""
     lines = []
     for kind in KINDS:
         old = [getattr(s, kind) for s in (before.limit, before.spent, before.remaining)]
         new = [getattr(s, kind) for s in (after.limit, after.spent, after.remaining)]
+        if not spent:
+            old[1] = new[1]
         if old != new:
             show = [[_decimal(x) if x is not None else "none" for x in v] for v in (old, new)]
-            spent = f"; spent {show[0][1]} -> {show[1][1]}" if old[1] != new[1] else ""
+            paid = f"; spent {show[0][1]} -> {show[1][1]}" if old[1] != new[1] else ""
             lines.append(
-                f"  {kind}: limit {show[0][0]} -> {show[1][0]}{spent}; "
+                f"  {kind}: limit {show[0][0]} -> {show[1][0]}{paid}; "
                 f"remaining {show[0][2]} -> {show[1][2]}"
             )
     return lines
@@ -289,7 +294,7 @@ def _report(
         })  # fmt: skip
         return
     click.echo(text)
-    for line in _change(before, after) or [unchanged]:
+    for line in _change(before, after, spent=action == "reset") or [unchanged]:
         click.echo(line)
 
 

@@ -114,6 +114,11 @@ def test_policy_validate_show_apply_and_audit(fresh_demo_db, tmp_path):
     ]
     assert logged("--since", str(newest), "--who", "analyst") == since
     assert entries[0]["query_id"] not in logged("--until", str(newest))
+    one = CliRunner().invoke(cli, ["audit", str(fresh_demo_db), "--limit", "1", "--format", "csv"])
+    assert one.exit_code == 0 and len(one.stdout.splitlines()) == 2  # header and the newest
+    assert one.stderr == "sqlsdc: the newest 1 entries; --limit N for more\n"
+    every = CliRunner().invoke(cli, ["audit", str(fresh_demo_db), "--limit", str(len(entries))])
+    assert every.exit_code == 0 and every.stderr == ""  # no more than shown: no note
     bad = CliRunner().invoke(cli, ["audit", str(fresh_demo_db), "--since", "yesterday"])
     assert bad.exit_code == 2 and "does not match the formats" in bad.output
 
