@@ -144,8 +144,12 @@ def budget(
             policy = load_policy(document, name=source)
             if who is not None and who != ledger.ALL and policy.user(who) is None:
                 known = ", ".join(sorted(policy.users)) or "none"  # a row was made up for it
-                raise click.BadParameter(f"{who!r} is not a user of the policy in force "
-                                         f"({known})", param_hint="--for")  # fmt: skip
+                raise click.BadParameter(  # a user revoked: where its record is (new user s39)
+                    f"{who!r} is not a user of the policy in force ({known}); what a former "
+                    f"user was charged and granted: --ledger --for {who} and --history --for "
+                    f"{who}",
+                    param_hint="--for",
+                )
             limits = ledger.policy_limits(policy)
             rows = _rows(ledger.budget_status(con, limits, user=who))
     finally:

@@ -380,6 +380,8 @@ def test_revoking_a_user_as_the_readme_says(db, tmp_path, sqlsdc_in_process):
     assert [c["epsilon"] for c in ledger] == ["0.3"]
     history = json.loads(run(db, "--history", "--for", "alice", "--format", "json").output)
     assert [h["action"] for h in history] == ["grant"]
+    status = run(db, "--for", "alice", code=2)  # no budget applies to a user who is gone
+    assert "what a former user was charged and granted: --ledger --for alice" in status.output
 
 
 def test_ledger_says_when_it_shows_only_the_newest_charges(db, sqlsdc_in_process):
