@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -97,6 +98,8 @@ def test_policy_validate_show_apply_and_audit(fresh_demo_db, tmp_path):
     # --since (included) and --until (excluded), in UTC as logged_at (new user s39)
     import datetime as dt
 
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}", e["logged_at"])
+               for e in entries)  # fmt: skip  # microseconds, as the table shows (were ms)
     day = dt.date.fromisoformat(entries[0]["logged_at"][:10])
     newest = dt.datetime.fromisoformat(entries[0]["logged_at"]).replace(microsecond=0)
 
