@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import click
 from sqlsdc.cli.output import ExistingFile, format_option, print_frame, print_json
 
+_TIMES = ["%Y-%m-%d", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"]  # --since
 MAX_LIMIT = 1_000_000  # audit rows shown; 10**20 overflowed the engine as a bug in sqlsdc
 
 
@@ -166,12 +169,36 @@ def apply(db: str, file: str, user: str, fmt: str) -> None:
               help="Only entries with this decision.")  # fmt: skip
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, MAX_LIMIT),
               help="The newest this many entries.")  # fmt: skip
+@click.option("--since", type=click.DateTime(_TIMES), metavar="TIME",
+              help="Only entries logged at or after TIME (UTC): 2026-11-01 or "
+              "'2026-11-01 08:00:00'.")  # fmt: skip
+@click.option("--until", type=click.DateTime(_TIMES), metavar="TIME",
+              help="Only entries logged before TIME (UTC).")  # fmt: skip
 @format_option()
-def audit(db: str, user: str, who: str | None, decision: str | None, limit: int, fmt: str) -> None:
-    """Show the audit log: every query, accepted, refused or failed, newest first."""
+def audit(
+    db: str,
+    user: str,
+    who: str | None,
+    decision: str | None,
+    limit: int,
+    since: datetime | None,
+    until: datetime | None,
+    fmt: str,
+) -> None:
+    """Show the audit log: every query, accepted, refused or failed, newest first.
+
+    \b
+    Examples:
+      sqlsdc audit demo.duckdb --as admin --who analyst --decision refused
+      sqlsdc audit demo.duckdb --as admin --since 2026-11-01 --until 2026-12-01 --format csv
+    """
     from sqlsdc import admin
 
-    frame = admin.audit(db, user, who=who, decision=decision, limit=limit)
+    frame = admin.audit(db, user, who=who, decision=decision, limit=limit + 1, since=since,
+                        until=until)  # fmt: skip
+    if len(frame) > limit:  # it showed the newest 50 without a word (new user s39)
+        frame = frame.iloc[:limit]
+        click.echo(f"sqlsdc: the newest {limit} entries; --limit N for more", err=True)
     if fmt == "table":
         frame = frame.drop(columns=["fingerprint"])
         frame["sql_text"] = frame["sql_text"].str.replace(r"\s+", " ", regex=True)

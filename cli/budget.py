@@ -26,6 +26,8 @@ def _decimal(x: Fraction | str | None) -> str | None:
 
 
 KINDS = ("epsilon", "rho", "delta")
+LEDGER_ROWS = 100  # charges `budget --ledger` lists by default
+MAX_LEDGER = 1_000_000  # and at most, as `audit --limit`
 STATUS_COLUMNS = ("user", "table") + tuple(
     f"{kind}_{part}" for kind in KINDS for part in ("limit", "spent", "remaining")
 )
@@ -90,9 +92,14 @@ class _BudgetGroup(click.Group):
 )
 @click.option("--history", is_flag=True, help="List the grants and resets (the audit trail).")
 @click.option("--ledger", "show_ledger", is_flag=True, help="List the charges, newest first.")
+@click.option("--limit", type=click.IntRange(1, MAX_LEDGER), metavar="N",
+              help=f"With --ledger: the newest N charges (default {LEDGER_ROWS}; a note on "
+              "stderr says when there are more).")  # fmt: skip
 @format_option(choices=("table", "json"))
 @click.pass_context
-def budget(ctx, db: str, who: str | None, history: bool, show_ledger: bool, fmt: str) -> None:
+def budget(
+    ctx, db: str, who: str | None, history: bool, show_ledger: bool, limit: int | None, fmt: str
+) -> None:
     """Privacy budgets: limit, spent and remaining per user and table.
 
     A row's user or table '*' means all users or all tables: (alice, *) bounds what alice
@@ -115,6 +122,8 @@ def budget(ctx, db: str, who: str | None, history: bool, show_ledger: bool, fmt:
         return
     if history and show_ledger:
         raise click.UsageError("--history and --ledger are two listings: give one")
+    if limit is not None and not show_ledger:
+        raise click.UsageError("--limit is for --ledger (the charges)")
     import pandas as pd
 
     from sqlsdc.catalog import budget as ledger
@@ -126,18 +135,27 @@ def budget(ctx, db: str, who: str | None, history: bool, show_ledger: bool, fmt:
         if history:
             rows = _amounts(ledger.budget_events(con, user=who))
         elif show_ledger:
-            rows = _amounts(ledger.spend_ledger(con, user=who))
+            limit = limit or LEDGER_ROWS
+            rows = _amounts(ledger.spend_ledger(con, user=who, limit=limit + 1))
+            more = len(rows) > limit  # it showed the newest 100 without a word (new user s39)
+            rows = rows[:limit]
         else:
             _version, document, source = store.current_policy(con)
             policy = load_policy(document, name=source)
             if who is not None and who != ledger.ALL and policy.user(who) is None:
                 known = ", ".join(sorted(policy.users)) or "none"  # a row was made up for it
-                raise click.BadParameter(f"{who!r} is not a user of the policy in force "
-                                         f"({known})", param_hint="--for")  # fmt: skip
+                raise click.BadParameter(  # a user revoked: where its record is (new user s39)
+                    f"{who!r} is not a user of the policy in force ({known}); what a former "
+                    f"user was charged and granted: --ledger --for {who} and --history --for "
+                    f"{who}",
+                    param_hint="--for",
+                )
             limits = ledger.policy_limits(policy)
             rows = _rows(ledger.budget_status(con, limits, user=who))
     finally:
         con.close()
+    if show_ledger and more:
+        click.echo(f"sqlsdc: the newest {limit} charges; --limit N for more", err=True)
     if fmt == "json":
         print_json(rows)
     elif history or show_ledger:
@@ -235,16 +253,26 @@ def _status(con, policy, key: ledger.BudgetKey) -> ledger.BudgetStatus:
     return ledger.BudgetStatus(key, none, PrivacyCost(), none)
 
 
-def _change(before: ledger.BudgetStatus, after: ledger.BudgetStatus) -> list[str]:
-    """One line per kind that changed: limit and remaining, before -> after."""
+def _change(
+    before: ledger.BudgetStatus, after: ledger.BudgetStatus, *, spent: bool = False
+) -> list[str]:
+    """One line per kind that changed: limit and remaining, before -> after, and with
+    ``spent`` (a reset) what was spent. A reset of a budget whose limit left nothing (spent
+    0.3 of a limit set to 0) changes what was spent, not what remains: it said "nothing was
+    spent" (new user s39). A grant or set shows no spending: a budget row it creates counts
+    earlier charges, which that does not change."""
     lines = []
     for kind in KINDS:
-        old = (getattr(before.limit, kind), getattr(before.remaining, kind))
-        new = (getattr(after.limit, kind), getattr(after.remaining, kind))
+        old = [getattr(s, kind) for s in (before.limit, before.spent, before.remaining)]
+        new = [getattr(s, kind) for s in (after.limit, after.spent, after.remaining)]
+        if not spent:
+            old[1] = new[1]
         if old != new:
-            show = [_decimal(x) if x is not None else "none" for x in (*old, *new)]
+            show = [[_decimal(x) if x is not None else "none" for x in v] for v in (old, new)]
+            paid = f"; spent {show[0][1]} -> {show[1][1]}" if old[1] != new[1] else ""
             lines.append(
-                f"  {kind}: limit {show[0]} -> {show[2]}; remaining {show[1]} -> {show[3]}"
+                f"  {kind}: limit {show[0][0]} -> {show[1][0]}{paid}; "
+                f"remaining {show[0][2]} -> {show[1][2]}"
             )
     return lines
 
@@ -270,7 +298,7 @@ def _report(
         })  # fmt: skip
         return
     click.echo(text)
-    for line in _change(before, after) or [unchanged]:
+    for line in _change(before, after, spent=action == "reset") or [unchanged]:
         click.echo(line)
 
 

@@ -293,13 +293,20 @@ def _print_adjustment(report) -> None:
     click.echo(f"  {report.method}: {report.status}; {how}")
     if report.sensitive is not None:
         click.echo(f"  sensitive cells: {report.sensitive}")
-    click.echo("  quality (inner cells):")
-    for key, label in (("hd", "Hellinger distance HD"), ("rad", "RAD"), ("aad", "AAD"),
-                       ("chi2", "chi2 (Cox-Kim)"), ("max_additivity_error", "additivity error"),
-                       ("max_abs_change", "largest change")):  # fmt: skip
-        value = q.get(key)
-        text = "n/a" if value is None or value != value else f"{value:.6g}"
-        click.echo(f"    {label + ':':24}{text}")
+    # HD, RAD, AAD and chi2 are of the inner cells; additivity and the largest change of
+    # every cell, margins too (under one "inner cells" heading, the largest change was shown
+    # at a Total cell; new user s39)
+    for heading, rows in (
+        ("quality (inner cells)", (("hd", "Hellinger distance HD"), ("rad", "RAD"),
+                                   ("aad", "AAD"), ("chi2", "chi2 (Cox-Kim)"))),
+        ("every cell, margins included", (("max_additivity_error", "additivity error"),
+                                          ("max_abs_change", "largest change"))),
+    ):  # fmt: skip
+        click.echo(f"  {heading}:")
+        for key, label in rows:
+            value = q.get(key)
+            text = "n/a" if value is None or value != value else f"{value:.6g}"
+            click.echo(f"    {label + ':':24}{text}")
     if q.get("max_abs_change_cell") is not None:
         click.echo(f"    {'at cell:':24}{q['max_abs_change_cell']}")
 

@@ -7,6 +7,7 @@ names a real administrator.
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
@@ -82,13 +83,18 @@ def audit(
     who: str | None = None,
     decision: str | None = None,
     limit: int = 50,
+    since: datetime | None = None,
+    until: datetime | None = None,
 ) -> pd.DataFrame:
-    """Newest audit entries first (read by an admin)."""
+    """Newest audit entries first (read by an admin); ``since``/``until``: logged from
+    (included) and before (excluded), in UTC."""
     con = engine.open_database(db, read_only=True)
     try:
         require_admin(con, user)
         return pd.DataFrame(
-            store.audit_entries(con, user=who, decision=decision, limit=limit),
+            store.audit_entries(
+                con, user=who, decision=decision, limit=limit, since=since, until=until
+            ),
             columns=store.AUDIT_COLUMNS,
         )
     finally:

@@ -285,6 +285,22 @@ def test_a_measure_must_be_a_numeric_column(db):
         sqlsdc.init(db, bad)
 
 
+def test_applying_the_same_dp_policy_again_says_it_redraws_the_noise(db):
+    """A new version of an unchanged policy draws every DP cell afresh (the noise is keyed by
+    the version): ``init`` or ``policy apply`` run again says so, and only then (new user s39)."""
+    dp = policy(people={**POLICY["tables"]["people"], "protection": {
+        "counts": {"method": "dp", "spend": {"epsilon": 0.1}}}})  # fmt: skip
+    assert sqlsdc.init(db, dp).notes == []
+    again = sqlsdc.init(db, dp)
+    assert again.version == 2
+    assert again.notes == [
+        "the policy is the same as version 1; differential-privacy noise is keyed by the policy "
+        "version, so every DP cell asked again is drawn afresh and charged again"
+    ]
+    assert sqlsdc.init(db, POLICY).notes == []  # a change
+    assert sqlsdc.init(db, POLICY).notes == []  # the same, without DP: nothing is redrawn
+
+
 def test_apply_tells_which_measures_cannot_be_summed(db):
     """A DECIMAL(23, 1) measure (BIGINT * 100.0 in DuckDB) validates and applies, and the guard
     refuses every SUM and AVG of it (cast or not): the admin now hears it at apply time."""

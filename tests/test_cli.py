@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -94,6 +95,35 @@ def test_policy_validate_show_apply_and_audit(fresh_demo_db, tmp_path):
     assert entries[0]["policy_version"] == 2
     denied = CliRunner().invoke(cli, ["audit", str(fresh_demo_db), "--user", "analyst"])
     assert denied.exit_code == 5
+    # --since (included) and --until (excluded), in UTC as logged_at (new user s39)
+    import datetime as dt
+
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}", e["logged_at"])
+               for e in entries)  # fmt: skip  # microseconds, as the table shows (were ms)
+    day = dt.date.fromisoformat(entries[0]["logged_at"][:10])
+    newest = dt.datetime.fromisoformat(entries[0]["logged_at"]).replace(microsecond=0)
+
+    def logged(*times):
+        shown = run("audit", fresh_demo_db, *times, "--format", "json").output
+        return [e["query_id"] for e in json.loads(shown)]
+
+    assert logged("--since", day) == [e["query_id"] for e in entries]
+    assert logged("--until", day) == []
+    assert logged("--since", day + dt.timedelta(days=1)) == []
+    since = [
+        e["query_id"]
+        for e in entries
+        if dt.datetime.fromisoformat(e["logged_at"]) >= newest and e["user_name"] == "analyst"
+    ]
+    assert logged("--since", str(newest), "--who", "analyst") == since
+    assert entries[0]["query_id"] not in logged("--until", str(newest))
+    one = CliRunner().invoke(cli, ["audit", str(fresh_demo_db), "--limit", "1", "--format", "csv"])
+    assert one.exit_code == 0 and len(one.stdout.splitlines()) == 2  # header and the newest
+    assert one.stderr == "sqlsdc: the newest 1 entries; --limit N for more\n"
+    every = CliRunner().invoke(cli, ["audit", str(fresh_demo_db), "--limit", str(len(entries))])
+    assert every.exit_code == 0 and every.stderr == ""  # no more than shown: no note
+    bad = CliRunner().invoke(cli, ["audit", str(fresh_demo_db), "--since", "yesterday"])
+    assert bad.exit_code == 2 and "does not match the formats" in bad.output
 
 
 def test_invalid_policy_exit_code(tmp_path):

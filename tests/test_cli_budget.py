@@ -84,7 +84,7 @@ def test_grant_show_and_reset_in_subprocesses(db):
     ]  # fmt: skip
     reset = run(db, "reset", "--user", "alice", "--reason", "new quarter", "--admin", "root")
     assert "reset the spending of user 'alice' on all tables" in reset.output
-    assert "  epsilon: limit 1.5 -> 1.5; remaining 1 -> 1.5" in reset.output
+    assert "  epsilon: limit 1.5 -> 1.5; spent 0.5 -> 0; remaining 1 -> 1.5" in reset.output
     header, row = run(db).output.splitlines()
     assert header.split() == [
         "user",
@@ -339,3 +339,67 @@ def test_grant_and_set_stay_within_the_limits_a_policy_may_set(db):
                code=2)  # an amount no budget may have: a usage error  # fmt: skip
     assert "rho must be at most 1000000, the most a budget may allow, got 2000000" in over.output
     run(db, "grant", "--for", "alice", "--epsilon", "10", "--reason", "r", "--as", "root")
+
+
+def test_a_reset_says_what_was_spent_when_nothing_remained(db):
+    """A budget spent and then set to 0 (a revoked analyst) remains 0 after a reset: the reset
+    clears what was spent, and says so (it said "nothing was spent: remaining unchanged",
+    new user s39); a reset of a budget nothing was charged to still says that."""
+    run(db, "grant", "--for", "alice", "--epsilon", "1", "--reason", "study", "--as", "root")
+    _spend(db, "alice", Fraction(3, 10))
+    run(db, "set", "--for", "alice", "--epsilon", "0", "--reason", "revoke", "--as", "root")
+    reset = run(db, "reset", "--for", "alice", "--reason", "new quarter", "--as", "root")
+    assert "  epsilon: limit 0 -> 0; spent 0.3 -> 0; remaining 0 -> 0" in reset.output
+    assert "nothing was spent" not in reset.output
+    again = run(db, "reset", "--for", "alice", "--reason", "twice", "--as", "root")
+    assert "  nothing was spent: remaining unchanged" in again.output
+
+
+def test_revoking_a_user_as_the_readme_says(db, tmp_path, sqlsdc_in_process):
+    """README, "Revoking a user": a policy without the user refuses its queries (exit 5) and
+    keeps what it did on record (audit, ledger, history)."""
+    run(db, "grant", "--for", "alice", "--epsilon", "1", "--reason", "study", "--as", "root")
+    asked = sqlsdc_in_process("query", db, "--user", "alice", "SELECT COUNT(*) FROM persons")
+    assert asked.returncode == 0, asked.stderr
+    con = open_database(db)
+    try:  # a charge, as a DP query records it (its own audit entry: a query id not yet used)
+        budget.charge(con, user="alice", tables=["persons"], query_id=1000, limits=None,
+                      cost=PrivacyCost(epsilon=Fraction(3, 10)), sql="SELECT 1")  # fmt: skip
+    finally:
+        con.close()
+    policy = tmp_path / "revoked.json"
+    policy.write_text(json.dumps({**POLICY, "users": {"root": {"role": "admin"}}}))
+    applied = sqlsdc_in_process("policy", "apply", db, policy, "--as", "root")
+    assert applied.returncode == 0, applied.stderr
+    refused = sqlsdc_in_process("query", db, "--user", "alice", "SELECT COUNT(*) FROM persons")
+    assert refused.returncode == 5
+    assert "access denied: user 'alice' is not declared in the policy" in refused.stderr
+    audit = sqlsdc_in_process("audit", db, "--as", "root", "--who", "alice", "--format", "json")
+    assert [e["decision"] for e in json.loads(audit.stdout)][-1] == "accepted"
+    ledger = json.loads(run(db, "--ledger", "--for", "alice", "--format", "json").output)
+    assert [c["epsilon"] for c in ledger] == ["0.3"]
+    history = json.loads(run(db, "--history", "--for", "alice", "--format", "json").output)
+    assert [h["action"] for h in history] == ["grant"]
+    status = run(db, "--for", "alice", code=2)  # no budget applies to a user who is gone
+    assert "what a former user was charged and granted: --ledger --for alice" in status.output
+
+
+def test_ledger_says_when_it_shows_only_the_newest_charges(db, sqlsdc_in_process):
+    """``--ledger`` listed the newest 100 charges without a word; ``--limit N`` sets how many
+    and a note on stderr says when there are more (new user s39)."""
+    run(db, "grant", "--for", "alice", "--epsilon", "1", "--reason", "study", "--as", "root")
+    con = open_database(db)
+    try:
+        for query_id in (1001, 1002, 1003):
+            budget.charge(con, user="alice", tables=["persons"], query_id=query_id, limits=None,
+                          cost=PrivacyCost(epsilon=Fraction(1, 10)), sql="SELECT 1")  # fmt: skip
+    finally:
+        con.close()
+    two = sqlsdc_in_process("budget", db, "--ledger", "--limit", "2", "--format", "json")
+    assert [c["query_id"] for c in json.loads(two.stdout)] == [1003, 1002]
+    assert "the newest 2 charges; --limit N for more" in two.stderr
+    every = sqlsdc_in_process("budget", db, "--ledger", "--limit", "3", "--format", "json")
+    assert [c["query_id"] for c in json.loads(every.stdout)] == [1003, 1002, 1001]
+    assert every.stderr == ""
+    alone = sqlsdc_in_process("budget", db, "--limit", "2")
+    assert alone.returncode == 2 and "--limit is for --ledger" in alone.stderr

@@ -151,6 +151,29 @@ def test_having_order_limit_see_only_protected_values(analyst):
     assert lowest[1] >= K
 
 
+@pytest.mark.parametrize(
+    ("clause", "explicit"),
+    [
+        ("ORDER BY ALL", "ORDER BY 1, 2, 3"),
+        ("ORDER BY ALL DESC", "ORDER BY 1 DESC, 2 DESC, 3 DESC"),
+        (
+            "ORDER BY ALL DESC NULLS FIRST",
+            "ORDER BY 1 DESC NULLS FIRST, 2 DESC NULLS FIRST, 3 DESC NULLS FIRST",
+        ),  # fmt: skip
+    ],
+)
+def test_order_by_all_is_every_output_in_turn(analyst, clause, explicit):
+    """DuckDB's ORDER BY ALL orders by every output column, left to right, as notebooks and
+    BI tools write it (it was refused: "the expression ALL raises an error"); a ROLLUP's
+    totals and a set operation too."""
+    sql = "SELECT region, sex, COUNT(*) AS n FROM persons GROUP BY ROLLUP (region, sex) "
+    assert analyst.execute(sql + clause).fetchall() == analyst.execute(sql + explicit).fetchall()
+    union = "SELECT region FROM persons GROUP BY region UNION SELECT sex FROM persons GROUP BY sex "
+    assert analyst.execute(union + clause).fetchall() == (
+        analyst.execute(union + explicit.split(",")[0]).fetchall()
+    )
+
+
 def test_post_processing_of_protected_cells(analyst, raw):
     """An outer query sums the released groups of a nested aggregation: exactly the groups the
     nested result releases, each with its true count (k units or more) or NULL."""

@@ -249,6 +249,7 @@ def apply_policy(
             if table.is_public and table.key:
                 _index_key(con, table.name, table.key)
         ptables.ensure_ptables(con, policy)
+        notes.extend(_same_policy_redraws(con, policy))
         report.version = store.store_policy(con, policy.document_dict(), policy.source, applied_by)
         budget.note_policy(con)
         con.execute("COMMIT")
@@ -256,6 +257,22 @@ def apply_policy(
         engine.rollback(con)
         raise
     return report
+
+
+def _same_policy_redraws(con, policy: Policy) -> list[str]:
+    """A note when ``policy`` is the one in force and some table is under differential
+    privacy: the new version (stored all the same, as new rows may have been keyed) draws
+    every DP cell afresh, so analysts pay again for cells asked before. Re-running ``init``
+    or ``policy apply`` with nothing changed did this without a word (new user s39)."""
+    current = store.current_policy(con)
+    if current is None or current[1] != policy.document_dict():
+        return []
+    if not any(t.differentially_private for t in policy.confidential_tables):
+        return []
+    return [
+        f"the policy is the same as version {current[0]}; differential-privacy noise is keyed "
+        "by the policy version, so every DP cell asked again is drawn afresh and charged again"
+    ]
 
 
 def _indexes(con, table: str) -> list[tuple[str, str]]:

@@ -654,9 +654,16 @@ AUDIT_COLUMNS = (
 
 
 def audit_entries(
-    con, *, user: str | None = None, decision: str | None = None, limit: int = 50
+    con,
+    *,
+    user: str | None = None,
+    decision: str | None = None,
+    limit: int = 50,
+    since: datetime | None = None,
+    until: datetime | None = None,
 ) -> list[dict]:
-    """Newest audit entries first, optionally filtered."""
+    """Newest audit entries first, optionally filtered: by user, decision, and the time they
+    were logged (UTC), from ``since`` (included) to ``until`` (excluded)."""
     where, params = [], []
     if user:
         where.append("user_name = ?")
@@ -664,6 +671,12 @@ def audit_entries(
     if decision:
         where.append("decision = ?")
         params.append(decision)
+    if since is not None:
+        where.append("logged_at >= ?")
+        params.append(since)
+    if until is not None:
+        where.append("logged_at < ?")
+        params.append(until)
     clause = f"WHERE {' AND '.join(where)}" if where else ""
     rows = con.execute(
         f"SELECT {', '.join(AUDIT_COLUMNS)} FROM {S}.audit {clause} ORDER BY query_id DESC LIMIT ?",

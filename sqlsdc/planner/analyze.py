@@ -102,7 +102,7 @@ def analyze(
     ``nodes(tree)``, when the caller has it (:func:`sqlsdc.guard.resolve.qualify_tree` gives
     it)."""
     if _allowed_nodes(tree, sql, walked, repeated):
-        _expand_group_by_all(tree)
+        _expand_by_all(tree)
     annotate_types(tree, schema=schema, dialect=DIALECT)
     if repeated is not None:
         repeated.attach()
@@ -155,7 +155,7 @@ SET_OPERATION_CLAUSES = {
 }
 
 
-_CLAUSE_CHECKED = (exp.Select, *SET_OPERATIONS, exp.With, exp.Distinct, exp.Group)
+_CLAUSE_CHECKED = (exp.Select, *SET_OPERATIONS, exp.With, exp.Distinct, exp.Group, exp.Ordered)
 
 
 def _allowed_nodes(
@@ -175,7 +175,7 @@ def _allowed_nodes(
 
 
 def _check_nodes(tree: exp.Expr, sql: str, walked: list[exp.Expr] | None = None) -> bool:
-    """Refuse any node outside the allowlist; True when some SELECT groups BY ALL.
+    """Refuse any node outside the allowlist; True when some SELECT groups or orders BY ALL.
     ``walked``: ``nodes(tree)``, when the caller has it."""
     group_all = False
     plain: dict[type, bool] = {}  # allowed and none of the classes below, decided once per class
@@ -212,11 +212,22 @@ def _check_nodes(tree: exp.Expr, sql: str, walked: list[exp.Expr] | None = None)
             raise PolicyViolation("DISTINCT ON is not allowed", "use GROUP BY", sql)
         if isinstance(node, exp.Group) and node.args.get("all"):
             group_all = True
+        if isinstance(node, exp.Ordered) and _is_all(node.this):
+            group_all = True
     return group_all
 
 
-def _expand_group_by_all(tree: exp.Expr) -> None:
-    """Replace DuckDB's GROUP BY ALL by its non-aggregate projections (changes the tree).
+def _is_all(node: exp.Expr) -> bool:
+    """DuckDB's ``ALL`` of ``ORDER BY ALL`` (sqlglot reads it as a variable)."""
+    return isinstance(node, exp.Var) and node.name.upper() == "ALL"
+
+
+def _expand_by_all(tree: exp.Expr) -> None:
+    """Replace DuckDB's GROUP BY ALL by its non-aggregate projections, and ORDER BY ALL by
+    the positions of every output column, left to right, each with the clause's direction
+    and NULLS order (changes the tree). Both are what DuckDB means by them; the checks and
+    rewrites then see the keys and positions they already know (``ORDER BY ALL`` was refused
+    as a constant that "raises an error", as BI tools and notebooks write it).
 
     Breadth first like ``tree.find_all``, each SELECT expanded before its children are
     visited (the copies of its projections too), without ``walk``'s generators."""
@@ -228,11 +239,41 @@ def _expand_group_by_all(tree: exp.Expr) -> None:
         if group is not None and group.args.get("all"):
             keys = [p.unalias().copy() for p in select.expressions if not contains_aggregate(p)]
             select.set("group", exp.Group(expressions=keys) if keys else None)
+        if isinstance(select, (exp.Select, *SET_OPERATIONS)):
+            _expand_order_by_all(select)
         for value in select.args.values():
             if isinstance(value, list):
                 queue.extend(v for v in value if isinstance(v, exp.Expr))
             elif isinstance(value, exp.Expr):
                 queue.append(value)
+
+
+def _expand_order_by_all(query: exp.Query) -> None:
+    """``ORDER BY ALL [DESC] [NULLS FIRST|LAST]`` as every output, left to right, with that
+    direction, each named by its alias as sqlglot's qualification names an ordinal
+    (``ORDER BY 1``). Left as it is (and refused later) beside other terms or over an
+    unexpanded ``*``, whose width is not known here."""
+    order = query.args.get("order")
+    terms = order.expressions if order is not None else []
+    if len(terms) != 1 or not isinstance(terms[0], exp.Ordered) or not _is_all(terms[0].this):
+        return
+    outputs = query.selects
+    if not outputs or any(o.is_star for o in outputs):
+        return
+    ordered = terms[0]
+    keys = [
+        exp.column(o.args["alias"].copy()) if isinstance(o, exp.Alias) else o.copy()
+        for o in outputs
+    ]
+    order.set(
+        "expressions",
+        [
+            exp.Ordered(
+                this=key, desc=ordered.args.get("desc"), nulls_first=ordered.args.get("nulls_first")
+            )
+            for key in keys
+        ],
+    )
 
 
 def _clauses(select: exp.Select, *keys: str) -> list[exp.Expr]:

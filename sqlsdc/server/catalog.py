@@ -120,6 +120,38 @@ _SESSION_KEYWORDS = {"SET", "SHOW", "RESET", "DISCARD", "DEALLOCATE", "LISTEN", 
                      *_TRANSACTION_TAGS}  # fmt: skip
 
 
+BUDGET_SETTING = "sqlsdc.budget"  # SHOW sqlsdc.budget: the session user's budgets
+_KINDS = ("epsilon", "rho", "delta")
+_PARTS = ("limit", "spent", "remaining")
+
+
+def _budget_row(status) -> dict[str, str | None]:
+    """One budget's row of ``SHOW sqlsdc.budget``: user, table and each kind's limit, spent
+    and remaining as exact text (:func:`~sqlsdc.mechanisms.accountant.exact_text`)."""
+    from sqlsdc.mechanisms.accountant import exact_text
+
+    row: dict[str, str | None] = {"user": status.key.user, "table": status.key.table}
+    for kind in _KINDS:
+        for part, amounts in zip(
+            _PARTS, (status.limit, status.spent, status.remaining), strict=True
+        ):
+            value = getattr(amounts, kind)
+            row[f"{kind}_{part}"] = None if value is None else exact_text(value)
+    return row
+
+
+def _session_user(node: exp.Expr, user: str) -> exp.Expr:
+    """``current_user`` or ``session_user`` as the session's user name; an output of its own
+    named as PostgreSQL names it (the literal alone made psql's column ``'alice'``)."""
+    literal = exp.Literal.string(user)
+    if not (isinstance(node.parent, exp.Select) and node.arg_key == "expressions"):
+        return literal
+    session = isinstance(node, exp.SessionUser) or (
+        isinstance(node, exp.Column) and node.name.lower() == "session_user"
+    )
+    return exp.alias_(literal, "session_user" if session else "current_user")
+
+
 def _one_statement(text: str) -> str:
     """The session statement ``text`` without the semicolons and comments after it.
 
@@ -250,9 +282,21 @@ class SessionCatalog:
         if not _NAME.fullmatch(rest.strip('"')):
             raise ProgrammingError(f"cannot read the SHOW statement {text[:80]!r}")
         name = self._known_name(rest.strip('"'))
+        if name.lower() == BUDGET_SETTING:
+            return self._budget()
         if name not in self._settings:
             raise ProgrammingError(f"unrecognized configuration parameter {name!r}")
         return CatalogAnswer(pa.table({name.lower(): [self._settings[name]]}), "SHOW")
+
+    def _budget(self) -> CatalogAnswer:
+        """``SHOW sqlsdc.budget``: the privacy budgets that apply to the session's user, one
+        row each, as ``sqlsdc budget DB --for USER`` lists them (exact amounts as text: 0.3,
+        1/3; NULL where a row sets no limit). An analyst on psql or a BI tool had no way to
+        see what remains before a query was refused for want of it (new user s39)."""
+        rows = [_budget_row(s) for s in self._connection.remaining_budget()]
+        columns = ("user", "table", *(f"{k}_{p}" for k in _KINDS for p in _PARTS))
+        table = pa.table({c: pa.array([r[c] for r in rows], pa.string()) for c in columns})
+        return CatalogAnswer(table, f"SELECT {len(rows)}")
 
     def _reset(self, text: str) -> CatalogAnswer:
         name = text[len("RESET") :].strip()
@@ -479,7 +523,7 @@ def _rewrite(tree: exp.Expr, params, user: str, sql: str) -> exp.Expr:
             and node.name.lower() in {"current_user", "session_user"}
             and not node.table
         ):
-            return exp.Literal.string(user)
+            return _session_user(node, user)
         if isinstance(node, exp.CurrentCatalog):  # pgjdbc's getCatalog: the database's name
             return exp.Anonymous(this="current_database", expressions=[])
         if isinstance(node, exp.Collate):

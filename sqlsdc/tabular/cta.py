@@ -330,7 +330,12 @@ def _problem(
             "`protection` sets the levels of `sensitive` cells; give `sensitive` too"
         )
     if not sens.any():
-        raise TabularError("no cell is sensitive: there is nothing for CTA to protect")
+        raise TabularError(  # what to do instead, not only why (new user s39)
+            "no cell is sensitive: there is nothing for CTA to protect. The primary rules "
+            "flag none of these cells; give stricter rules (a higher freq:N, a lower K in "
+            "nk:N,K, a higher P in p:P), or publish the table by suppression, which then "
+            "hides no cell"
+        )
     lower, upper = _bounds(table, bounds)
     w = _weights(weights, values)
     cap = np.full(count, np.inf)

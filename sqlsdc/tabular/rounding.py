@@ -565,9 +565,14 @@ def _problem(table: Table, values, base: int, zero_restricted: bool, weights, se
     A = sparse.csr_matrix(table.A)
     if A.nnz and np.any(A.data != np.round(A.data)):
         raise InternalError("the constraint matrix A must have integer entries")
-    cost = _integer_costs(raw)
     terms = max(1, int(decided.sum()))
-    room = 2**60 // (terms * terms * max(1, int(np.abs(cost).max(initial=1))))
+    # the objective weighs k itself, a multiple of the base: a sum of incomes has k in the
+    # millions, and coefficients scaled for counts overflowed CP-SAT's 64 bits (exit 70,
+    # "CP-SAT rejected the rounding model", new user s39)
+    reach = int(np.where(decided, np.maximum(np.abs(low), np.abs(high)), 0).max(initial=0))
+    reach = max(1, reach)
+    cost = _fit_costs(_integer_costs(raw), terms * terms * reach)
+    room = 2**60 // (terms * terms * reach * max(1, int(np.abs(cost).max(initial=1))))
     ties = int(min(2**20, max(1, room)))
     tiebreak = np.random.default_rng(seed).integers(1, ties + 1, len(values))
     return _Problem(
@@ -600,6 +605,17 @@ def _weights(weights, table: Table) -> np.ndarray:
             f"cells DataFrame returning them); got shape {w.shape}"
         )
     return w
+
+
+def _fit_costs(cost: np.ndarray, factor: int) -> np.ndarray:
+    """``cost`` scaled down, where needed, so that ``factor`` times its largest entry stays
+    within 2^60 (CP-SAT refuses an objective that could pass 64 bits); a non-zero cost stays
+    at least 1 in size, with its sign."""
+    top = int(np.abs(cost).max(initial=0))
+    if top == 0 or factor * top <= 2**60:
+        return cost
+    scaled = np.round(np.abs(cost) * (2**60 / (factor * top)))
+    return (np.sign(cost) * np.where(cost != 0, np.maximum(1, scaled), 0)).astype(np.int64)
 
 
 def _integer_costs(raw: np.ndarray) -> np.ndarray:

@@ -132,6 +132,7 @@ def test_round_job_stores_multiples_of_the_base_additively(db):
     report = round_query(db, "admin", OLD, into="old_r5", base=5)
     frame, method, _, record = stored(db, "old_r5")
     assert set(frame.columns) == {"region", "education", "value"}
+    assert frame["value"].dtype == np.int64  # BIGINT, as a count (was DOUBLE: 3525.0)
     assert np.all(frame["value"] % 5 == 0) and (frame["value"] != 0).all()
     assert_additive(frame, ["region", "education"], tol=0)
     truth = raw(db, "SELECT region, education, count(*) AS n FROM persons WHERE age >= 85 "

@@ -173,3 +173,33 @@ def test_pg_expandarray_expands_an_array_with_positions(catalog):
         catalog.answer(
             "SELECT information_schema._pg_keysequal(indkey, indkey) FROM pg_catalog.pg_index"
         )
+
+
+def test_current_user_is_named_as_postgresql_names_it(catalog):
+    """psql showed ``SELECT current_user`` under a column ``'analyst'`` (new user s39)."""
+    answer = catalog.answer("SELECT current_user, session_user, current_user AS who")
+    assert answer.table.to_pylist() == [
+        {"current_user": "analyst", "session_user": "analyst", "who": "analyst"}
+    ]
+    where = catalog.answer("SELECT 1 AS one WHERE current_user = 'analyst'")
+    assert where.table.to_pylist() == [{"one": 1}]
+
+
+def test_show_budget_lists_the_session_users_budgets(catalog):
+    """``SHOW sqlsdc.budget``: what ``remaining_budget()`` gives an embedded connection, for
+    an analyst on psql or a BI tool (new user s39): the demo's (analyst, *) budget of ε 10 and
+    the shared (*, benefits) one of 50, exact amounts as text, NULL where no limit is set."""
+    from fractions import Fraction
+
+    answer = catalog.answer("SHOW sqlsdc.budget")
+    assert answer.tag == f"SELECT {answer.table.num_rows}"
+    rows = {(r["user"], r["table"]): r for r in answer.table.to_pylist()}
+    assert set(rows) == {("analyst", "*"), ("*", "benefits")}
+    assert rows["analyst", "*"]["epsilon_limit"] == "10"
+    assert rows["*", "benefits"]["epsilon_limit"] == "50"
+    for row in rows.values():
+        parts = ("limit", "spent", "remaining")
+        limit, spent, left = (Fraction(row[f"epsilon_{p}"]) for p in parts)
+        assert left == max(limit - spent, 0)
+        assert row["rho_limit"] is None and row["rho_spent"] == "0"
+    assert catalog.answer("show SQLSDC.BUDGET").table == answer.table

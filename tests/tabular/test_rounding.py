@@ -175,6 +175,25 @@ def test_fig2_base10_margins():
     assert margin[("Total", "Total")] == 190
 
 
+def test_large_sums_round_without_overflowing_the_solver():
+    """Sums of incomes (8 regions × 5 branches of about 5·10⁷ in cents) to base 10: the
+    objective weighs each cell's multiple k (millions here), and costs scaled for counts made
+    CP-SAT refuse the model as a possible 64-bit overflow (exit 70; new user s39)."""
+    rng = np.random.default_rng(5)
+    frame = pd.DataFrame(
+        [(f"R{r}", f"N{n}") for r in range(8) for n in range(5)], columns=["region", "nace"]
+    )
+    frame["value"] = np.round(rng.uniform(4e7, 6e7, len(frame)), 2)
+    table = Table.from_cells(frame.assign(n=1), ["region", "nace"], top=[])
+    r = controlled_round(table, 10, time_limit=20)
+    assert r.status == "optimal" and r.max_excess == 0
+    rounded = r.cells["rounded"].to_numpy()
+    assert np.all(rounded % 10 == 0)
+    assert np.all(table.A @ rounded.astype(np.float64) == 0)  # additive, margins included
+    inner = table.cells["is_inner"].to_numpy()
+    assert np.all(np.abs(rounded - table.values)[inner] < 10)  # an adjacent multiple
+
+
 # --- controlled rounding: relaxation when no zero-restricted rounding exists ------------------
 
 
