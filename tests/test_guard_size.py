@@ -30,6 +30,7 @@ from sqlsdc.planner import identity
 from sqlsdc.planner.analyze import analyze
 from sqlsdc.planner.connectors import balanced
 from sqlsdc.planner.repeated_columns import RepeatedColumns
+from sqlsdc.planner.repeated_keys import RepeatedKeys
 
 
 @pytest.fixture
@@ -356,14 +357,16 @@ def test_the_identity_prints_reused_operand_texts_as_a_fresh_generation(monkeypa
     assert [identity._conjuncts([c.copy()]) for c in conditions] == reused
 
 
-def _resolved(sql: str, context, grouped: bool) -> list[tuple]:
+def _resolved(sql: str, context, grouped: bool, keys: bool = False) -> list[tuple]:
     """Every node of ``sql`` after the guard's name resolution and type inference, with its
-    place, plain arguments, type and meta (not the parser's positions)."""
+    place, plain arguments, type and meta (not the parser's positions). ``grouped``: the
+    columns of long chains resolved once; ``keys``: group keys typed as their outputs."""
     tree = parse_statement(sql)
     check_tables(tree, context.policy, sql)
     repeated = RepeatedColumns(tree) if grouped else None
+    named = RepeatedKeys(nodes(tree)) if keys else None
     tree = qualify_tree(tree, context.schema, sql, repeated)
-    analyze(tree, context.policy, context.schema, sql, context.constant_type, repeated)
+    analyze(tree, context.policy, context.schema, sql, context.constant_type, repeated, keys=named)
     assert not grouped or repeated.pairs or repeated.lists
     positions = {"line", "col", "start", "end"}
     return [
@@ -432,6 +435,75 @@ def test_ranges_of_one_column_resolved_once_are_resolved_as_each_alone(analyst, 
     node what sqlglot makes of each."""
     context = analyst._context
     assert _resolved(sql, context, grouped=True) == _resolved(sql, context, grouped=False)
+
+
+WHENS = " ".join(f"WHEN age = {i} THEN 'a{i}'" for i in range(40))
+NUMBERS = " ".join(f"WHEN age = {i} THEN {i}.5" for i in range(40))
+RANGE_KEY = " OR ".join(f"age BETWEEN {i} AND {i + 1}" for i in range(20))
+
+
+@pytest.mark.parametrize(
+    ("sql", "taken"),
+    [
+        (f"SELECT CASE {WHENS} ELSE 'z' END AS g, COUNT(*) FROM persons GROUP BY g", 1),
+        (f"SELECT CASE {WHENS} ELSE NULL END AS g, COUNT(*) FROM persons GROUP BY 1", 1),
+        (f"SELECT ({RANGE_KEY}) AS g, COUNT(*) FROM persons GROUP BY g", 1),
+        (
+            f"SELECT region, CAST(CASE {NUMBERS} END AS DOUBLE) + 1 AS g, SUM(income) "
+            "FROM persons p GROUP BY region, g HAVING COUNT(*) > 5 ORDER BY g",
+            1,
+        ),
+        (
+            f"SELECT CASE {WHENS} END AS g, CASE {NUMBERS} END AS h, COUNT(*) FROM persons "
+            "GROUP BY 2, g",
+            2,
+        ),
+        # not set aside: ROLLUP, a key of a few nodes, an alias that names a column (DuckDB
+        # groups by the column), a key written out, a subquery in the key
+        (
+            f"SELECT COALESCE(CASE {WHENS} END, region) AS g, COUNT(*) FROM persons "
+            "GROUP BY ROLLUP (g)",
+            0,
+        ),
+        ("SELECT CAST(age AS DOUBLE) + 1 AS g, COUNT(*) FROM persons GROUP BY g", 0),
+        (f"SELECT CASE {WHENS} END AS age, COUNT(*) FROM persons GROUP BY age", 0),
+        (f"SELECT CASE {WHENS} END AS g, COUNT(*) FROM persons GROUP BY CASE {WHENS} END", 0),
+        (
+            f"SELECT CASE {WHENS} WHEN age > (SELECT 1) THEN 'x' END AS g, COUNT(*) "
+            "FROM persons GROUP BY g",
+            0,
+        ),
+    ],
+    ids=[
+        "alias",
+        "position",
+        "or-of-ranges",
+        "numeric",
+        "two",
+        "rollup",
+        "small",
+        "column-name",
+        "written-out",
+        "subquery",
+    ],
+)
+def test_group_keys_typed_once_are_typed_as_each_alone(analyst, monkeypatch, sql, taken):
+    """A group key that names a large output is typed as that output's expression while
+    ``annotate_types`` types the rest (planner/repeated_keys): node for node what sqlglot
+    makes of it, types and meta."""
+    context = analyst._context
+    detached = []
+    detach = RepeatedKeys.detach
+
+    def counted(self):
+        detach(self)
+        detached.append(self.taken)
+
+    monkeypatch.setattr(RepeatedKeys, "detach", counted)
+    assert _resolved(sql, context, grouped=False, keys=True) == _resolved(
+        sql, context, grouped=False
+    )
+    assert detached == [taken]
 
 
 def test_an_unknown_column_among_ranges_is_refused_as_without_groups(analyst):

@@ -31,6 +31,7 @@ from sqlsdc.planner.breaks import check_classed_comparisons, check_classed_posit
 from sqlsdc.planner.identity import canonical_expression
 from sqlsdc.planner.inlining import Inlining
 from sqlsdc.planner.repeated_columns import RepeatedColumns
+from sqlsdc.planner.repeated_keys import RepeatedKeys
 from sqlsdc.planner.scopes import (
     DIALECT,
     NESTED,
@@ -93,6 +94,7 @@ def analyze(
     constant_type: ConstantCheck,
     repeated: RepeatedColumns | None = None,
     walked: list[exp.Expr] | None = None,
+    keys: RepeatedKeys | None = None,
 ) -> Analysis:
     """Classify every scope of a qualified tree and refuse whatever the policy does not allow.
 
@@ -100,10 +102,15 @@ def analyze(
     still set aside by :func:`sqlsdc.guard.resolve.qualify_tree` (the others get copies of the
     result after type inference, before any check of the analysis reads them). ``walked``:
     ``nodes(tree)``, when the caller has it (:func:`sqlsdc.guard.resolve.qualify_tree` gives
-    it)."""
+    it). ``keys``: the group keys that name an output, typed as their outputs' expressions
+    (:mod:`sqlsdc.planner.repeated_keys`)."""
     if _allowed_nodes(tree, sql, walked, repeated):
         _expand_group_by_all(tree)
+    if keys is not None:
+        keys.detach()
     annotate_types(tree, schema=schema, dialect=DIALECT)
+    if keys is not None:
+        keys.attach()
     if repeated is not None:
         repeated.attach()
     checker = _Checker(policy, sql, constant_type)
