@@ -373,10 +373,10 @@ class _Checker(AggregateChecks, TotalityChecks):
 
     def lineage(self, node: exp.Expr, scope: Scope, infos: dict[int, ScopeInfo]) -> Lineage:
         result = Lineage()
-        for n in own_nodes(node):
+        for n in self.own(node):
             if isinstance(n, exp.Column):
                 result = result | self.column_lineage(n, scope, infos)
-        for subquery in node.find_all(exp.Subquery):
+        for subquery in of_kind(nodes(node), exp.Subquery):  # find_all's order
             inner = infos.get(id(unwrap(subquery)))
             if inner is not None:
                 for lineage in inner.outputs.values():
@@ -614,7 +614,7 @@ class _Checker(AggregateChecks, TotalityChecks):
                 "QUALIFY is not supported", "filter the aggregated result in an outer query"
             )
         group = select.args.get("group")
-        for key in own_nodes(group) if group else []:  # a subquery's names are its own
+        for key in self.own(group) if group else []:  # a subquery's names are its own
             if not isinstance(key, exp.Column) or isinstance(key.parent, exp.Grouping):
                 continue
             lineage = self.column_lineage(key, info.scope, infos)
@@ -630,7 +630,8 @@ class _Checker(AggregateChecks, TotalityChecks):
                     f"{role_text(lineage.roles)} {key.sql(DIALECT)} cannot be grouped by",
                     f"group by a dimension: {self._dimensions(lineage)}",
                 )
-        for node in group.find_all(exp.Rollup, exp.Cube, exp.GroupingSets) if group else []:
+        grouping_sets = (exp.Rollup, exp.Cube, exp.GroupingSets)
+        for node in of_kind(nodes(group), grouping_sets) if group else []:  # find_all's order
             if any(isinstance(n, exp.Literal) for n in _grouping_elements(node)):
                 raise self.refuse(
                     f"{node.sql(DIALECT)[:80]}: ROLLUP, CUBE and GROUPING SETS take columns, "
@@ -645,15 +646,15 @@ class _Checker(AggregateChecks, TotalityChecks):
                     "region END",
                 )
         if group:
-            self._check_total(group, info.scope)
+            self._check_total(group, info.scope, walked=self.own(group))
         info.aggregates = [
             checked
             for aggregate in list(info.aggregates)
             for checked in self._check_aggregate(aggregate, info, infos)
         ]
-        aggregate_ids = {id(n) for a in info.aggregates for n in a.walk()}
+        aggregate_ids = {id(n) for a in info.aggregates for n in nodes(a)}
         for part in _clauses(select, "expressions", "having", "order"):
-            for n in own_nodes(part):
+            for n in self.own(part):
                 if isinstance(n, exp.Column) and id(n) not in aggregate_ids and n.table:
                     lineage = self.column_lineage(n, info.scope, infos)
                     if lineage.roles - {ColumnRole.DIMENSION}:
