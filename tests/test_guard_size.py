@@ -21,7 +21,7 @@ from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 
 import sqlsdc
-from sqlsdc.engines.duckdb import PRINTED_AS_READ, QualifiedDuckDB, _read_only_conditions, to_sql
+from sqlsdc.engines.duckdb import PRINTED_AS_READ, QualifiedDuckDB, _read_only_parts, to_sql
 from sqlsdc.engines.trees import copy_tree, nodes, release
 from sqlsdc.guard.parse import parse_statement
 from sqlsdc.guard.pipeline import protect
@@ -272,8 +272,9 @@ def test_release_leaves_types_whole():
     assert annotation.sql("duckdb") == _analysed(TREES[1]).find(exp.Column).type.sql("duckdb")
 
 
-# handlers of the classes whose WHERE conditions ``to_sql`` prints without copying them, as read
-# in sqlglot 30.30 (they read the node and its subtree only); another handler fails here first
+# handlers of the classes whose WHERE conditions, outputs and group keys ``to_sql`` prints without
+# copying them, as read in sqlglot 30.30 (they read the node and its subtree only; CASE reads its
+# WHEN branches itself); another handler fails here first
 READ_ONLY_HANDLERS = {
     "And": "Generator.and_sql", "Or": "Generator.or_sql", "Paren": "Generator.paren_sql",
     "Not": "Generator.not_sql", "Between": "Generator.between_sql", "EQ": "Generator.eq_sql",
@@ -282,6 +283,7 @@ READ_ONLY_HANDLERS = {
     "In": "DuckDBGenerator.in_sql", "Column": "Generator.column_sql",
     "Identifier": "Generator.identifier_sql", "Literal": "Generator.literal_sql",
     "Null": "Generator.null_sql", "Boolean": "Generator.boolean_sql", "Neg": "Generator.neg_sql",
+    "Case": "Generator.case_sql",
 }  # fmt: skip
 
 
@@ -304,14 +306,19 @@ PRINTED = [
     "region = 'x') AND income > 0",
     "SELECT region FROM (SELECT * FROM persons WHERE age = 1) AS p WHERE CAST(age AS TEXT) = "
     "'1' UNION ALL SELECT region FROM persons WHERE region IN (SELECT UNNEST(['a']))",
+    # outputs and group keys: a CASE (its WHEN branches read by its handler), an OR of ranges;
+    # an IF (printed as a new CASE around it) and a function call are copied
+    "SELECT CASE WHEN age = 1 THEN 'a' WHEN age IN (2, 3) THEN 'b' ELSE NULL END AS g, "
+    "(age BETWEEN 1 AND 2 OR age > 7) AS h, IF(age > 3, 'x', 'y') AS i, UPPER(region) AS u, "
+    "COUNT(*) AS n FROM persons GROUP BY g, h, i, u, CASE age WHEN 1 THEN 2 END",
 ]
 
 
 @pytest.mark.parametrize("sql", PRINTED, ids=range(len(PRINTED)))
 def test_to_sql_prints_conditions_read_only_and_leaves_the_tree_unchanged(sql):
     tree = _analysed(sql)
-    shared = _read_only_conditions(tree)
-    assert shared  # some condition is printed without a copy
+    shared = _read_only_parts(tree)
+    assert shared  # some condition, output or key is printed without a copy
     before = [(n, n.parent, n.arg_key, n.index, dict(n.args), n.comments) for n in nodes(tree)]
     text = to_sql(tree)
     assert text == QualifiedDuckDB().generate(tree.copy())
@@ -319,9 +326,18 @@ def test_to_sql_prints_conditions_read_only_and_leaves_the_tree_unchanged(sql):
     assert len(after) == len(before)
     for (node, *state), (same, *now) in zip(before, after, strict=True):
         assert same is node and now == state
-    for node in nodes(tree):  # a condition made of other classes is copied
-        if isinstance(node, exp.Where) and id(node.this) not in shared:
-            assert any(type(n) not in PRINTED_AS_READ for n in nodes(node.this))
+    parts = []
+    for node in nodes(tree):
+        if isinstance(node, exp.Where):
+            parts.append(node.this)
+        elif isinstance(node, exp.Select):
+            parts += [p.this for p in node.expressions if type(p) is exp.Alias]
+        elif isinstance(node, exp.Group):
+            parts += node.expressions
+    for part in parts:  # a part of other classes (an IF outside a CASE, a call) is copied
+        others = [n for n in nodes(part) if type(n) not in PRINTED_AS_READ]
+        read = all(type(n) is exp.If and type(n.parent) is exp.Case for n in others)
+        assert (id(part) in shared) == read
 
 
 def _condition(rng: random.Random, depth: int) -> str:
