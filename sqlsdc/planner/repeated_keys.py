@@ -8,14 +8,14 @@ of the check of a 100 KB CASE key.
 :class:`RepeatedKeys` notes, before ``qualify``, each element of a GROUP BY that is a bare
 column named as an output alias of its SELECT or a position in its outputs. After ``qualify``
 (:meth:`detach`, right before ``annotate_types``) such an element that is node for node the
-output's expression (:func:`_twins`: the same classes, arguments, comments, meta and types
-so far; no subquery, star or dot, whose typing reads more than the scope's sources) and of more
-than :data:`KEY_FROM` nodes is taken out of the GROUP BY while ``annotate_types`` runs; after it
-(:meth:`attach`), each of its nodes gets the type and meta of its twin in the output, which
-sqlglot gave the twin from the twin's own subtree and the scope's sources, the same for
-both. The element keeps its nodes (nothing that holds them is changed); every check of the
-analysis reads it as before. ``tests/test_guard_size.py`` pins node-for-node equality of the
-types and meta with ``annotate_types`` on the whole tree.
+output's expression (:func:`_twins`: the same classes, arguments, comments, meta and types so
+far; no subquery, star, dot, table or placeholder, whose typing reads more than the scope's
+sources) and of more than :data:`KEY_FROM` nodes is taken out of the GROUP BY while
+``annotate_types`` runs; after it (:meth:`attach`), each of its nodes gets the type and meta
+of its twin in the output, which sqlglot gave the twin from the twin's own subtree and the
+scope's sources, the same for both. The element keeps its nodes (nothing that holds them is
+changed); every check of the analysis reads it as before. ``tests/test_guard_size.py`` pins
+node-for-node equality of the types and meta with ``annotate_types`` on the whole tree.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class RepeatedKeys:
             for index, key in enumerate(group.expressions):
                 if type(key) is exp.Column and not key.table and key.name in aliases:
                     self._named.append((select, index, key.name))
-                elif type(key) is exp.Literal and not key.is_string and key.this.isdigit():
+                elif type(key) is exp.Literal and not key.is_string and _position(key.this):
                     self._named.append((select, index, int(key.this)))
 
     def detach(self) -> None:
@@ -85,6 +85,11 @@ class RepeatedKeys:
             key._meta = None if output._meta is None else dict(output._meta)
         self._aside.clear()
         self._twins.clear()
+
+
+def _position(text: str) -> bool:
+    """Whether ``text`` is written as a position (ASCII digits only: ``int`` reads others)."""
+    return text.isascii() and text.isdigit()
 
 
 def _output(select: exp.Select, name: str | int) -> exp.Expr | None:
