@@ -21,7 +21,7 @@ from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 
 import sqlsdc
-from sqlsdc.engines.duckdb import PRINTED_AS_READ, QualifiedDuckDB, _read_only_conditions, to_sql
+from sqlsdc.engines.duckdb import PRINTED_AS_READ, QualifiedDuckDB, _read_only_parts, to_sql
 from sqlsdc.engines.trees import copy_tree, nodes, release
 from sqlsdc.guard.parse import parse_statement
 from sqlsdc.guard.pipeline import protect
@@ -30,6 +30,7 @@ from sqlsdc.planner import identity
 from sqlsdc.planner.analyze import analyze
 from sqlsdc.planner.connectors import balanced
 from sqlsdc.planner.repeated_columns import RepeatedColumns
+from sqlsdc.planner.repeated_keys import RepeatedKeys
 
 
 @pytest.fixture
@@ -271,8 +272,9 @@ def test_release_leaves_types_whole():
     assert annotation.sql("duckdb") == _analysed(TREES[1]).find(exp.Column).type.sql("duckdb")
 
 
-# handlers of the classes whose WHERE conditions ``to_sql`` prints without copying them, as read
-# in sqlglot 30.30 (they read the node and its subtree only); another handler fails here first
+# handlers of the classes whose WHERE conditions, outputs and group keys ``to_sql`` prints without
+# copying them, as read in sqlglot 30.30 (they read the node and its subtree only; CASE reads its
+# WHEN branches itself); another handler fails here first
 READ_ONLY_HANDLERS = {
     "And": "Generator.and_sql", "Or": "Generator.or_sql", "Paren": "Generator.paren_sql",
     "Not": "Generator.not_sql", "Between": "Generator.between_sql", "EQ": "Generator.eq_sql",
@@ -281,6 +283,7 @@ READ_ONLY_HANDLERS = {
     "In": "DuckDBGenerator.in_sql", "Column": "Generator.column_sql",
     "Identifier": "Generator.identifier_sql", "Literal": "Generator.literal_sql",
     "Null": "Generator.null_sql", "Boolean": "Generator.boolean_sql", "Neg": "Generator.neg_sql",
+    "Case": "Generator.case_sql",
 }  # fmt: skip
 
 
@@ -303,14 +306,19 @@ PRINTED = [
     "region = 'x') AND income > 0",
     "SELECT region FROM (SELECT * FROM persons WHERE age = 1) AS p WHERE CAST(age AS TEXT) = "
     "'1' UNION ALL SELECT region FROM persons WHERE region IN (SELECT UNNEST(['a']))",
+    # outputs and group keys: a CASE (its WHEN branches read by its handler), an OR of ranges;
+    # an IF (printed as a new CASE around it) and a function call are copied
+    "SELECT CASE WHEN age = 1 THEN 'a' WHEN age IN (2, 3) THEN 'b' ELSE NULL END AS g, "
+    "(age BETWEEN 1 AND 2 OR age > 7) AS h, IF(age > 3, 'x', 'y') AS i, UPPER(region) AS u, "
+    "COUNT(*) AS n FROM persons GROUP BY g, h, i, u, CASE age WHEN 1 THEN 2 END",
 ]
 
 
 @pytest.mark.parametrize("sql", PRINTED, ids=range(len(PRINTED)))
 def test_to_sql_prints_conditions_read_only_and_leaves_the_tree_unchanged(sql):
     tree = _analysed(sql)
-    shared = _read_only_conditions(tree)
-    assert shared  # some condition is printed without a copy
+    shared = _read_only_parts(tree)
+    assert shared  # some condition, output or key is printed without a copy
     before = [(n, n.parent, n.arg_key, n.index, dict(n.args), n.comments) for n in nodes(tree)]
     text = to_sql(tree)
     assert text == QualifiedDuckDB().generate(tree.copy())
@@ -318,9 +326,18 @@ def test_to_sql_prints_conditions_read_only_and_leaves_the_tree_unchanged(sql):
     assert len(after) == len(before)
     for (node, *state), (same, *now) in zip(before, after, strict=True):
         assert same is node and now == state
-    for node in nodes(tree):  # a condition made of other classes is copied
-        if isinstance(node, exp.Where) and id(node.this) not in shared:
-            assert any(type(n) not in PRINTED_AS_READ for n in nodes(node.this))
+    parts = []
+    for node in nodes(tree):
+        if isinstance(node, exp.Where):
+            parts.append(node.this)
+        elif isinstance(node, exp.Select):
+            parts += [p.this for p in node.expressions if type(p) is exp.Alias]
+        elif isinstance(node, exp.Group):
+            parts += node.expressions
+    for part in parts:  # a part of other classes (an IF outside a CASE, a call) is copied
+        others = [n for n in nodes(part) if type(n) not in PRINTED_AS_READ]
+        read = all(type(n) is exp.If and type(n.parent) is exp.Case for n in others)
+        assert (id(part) in shared) == read
 
 
 def _condition(rng: random.Random, depth: int) -> str:
@@ -356,14 +373,16 @@ def test_the_identity_prints_reused_operand_texts_as_a_fresh_generation(monkeypa
     assert [identity._conjuncts([c.copy()]) for c in conditions] == reused
 
 
-def _resolved(sql: str, context, grouped: bool) -> list[tuple]:
+def _resolved(sql: str, context, grouped: bool, keys: bool = False) -> list[tuple]:
     """Every node of ``sql`` after the guard's name resolution and type inference, with its
-    place, plain arguments, type and meta (not the parser's positions)."""
+    place, plain arguments, type and meta (not the parser's positions). ``grouped``: the
+    columns of long chains resolved once; ``keys``: group keys typed as their outputs."""
     tree = parse_statement(sql)
     check_tables(tree, context.policy, sql)
     repeated = RepeatedColumns(tree) if grouped else None
+    named = RepeatedKeys(nodes(tree)) if keys else None
     tree = qualify_tree(tree, context.schema, sql, repeated)
-    analyze(tree, context.policy, context.schema, sql, context.constant_type, repeated)
+    analyze(tree, context.policy, context.schema, sql, context.constant_type, repeated, keys=named)
     assert not grouped or repeated.pairs or repeated.lists
     positions = {"line", "col", "start", "end"}
     return [
@@ -432,6 +451,75 @@ def test_ranges_of_one_column_resolved_once_are_resolved_as_each_alone(analyst, 
     node what sqlglot makes of each."""
     context = analyst._context
     assert _resolved(sql, context, grouped=True) == _resolved(sql, context, grouped=False)
+
+
+WHENS = " ".join(f"WHEN age = {i} THEN 'a{i}'" for i in range(40))
+NUMBERS = " ".join(f"WHEN age = {i} THEN {i}.5" for i in range(40))
+RANGE_KEY = " OR ".join(f"age BETWEEN {i} AND {i + 1}" for i in range(20))
+
+
+@pytest.mark.parametrize(
+    ("sql", "taken"),
+    [
+        (f"SELECT CASE {WHENS} ELSE 'z' END AS g, COUNT(*) FROM persons GROUP BY g", 1),
+        (f"SELECT CASE {WHENS} ELSE NULL END AS g, COUNT(*) FROM persons GROUP BY 1", 1),
+        (f"SELECT ({RANGE_KEY}) AS g, COUNT(*) FROM persons GROUP BY g", 1),
+        (
+            f"SELECT region, CAST(CASE {NUMBERS} END AS DOUBLE) + 1 AS g, SUM(income) "
+            "FROM persons p GROUP BY region, g HAVING COUNT(*) > 5 ORDER BY g",
+            1,
+        ),
+        (
+            f"SELECT CASE {WHENS} END AS g, CASE {NUMBERS} END AS h, COUNT(*) FROM persons "
+            "GROUP BY 2, g",
+            2,
+        ),
+        # not set aside: ROLLUP, a key of a few nodes, an alias that names a column (DuckDB
+        # groups by the column), a key written out, a subquery in the key
+        (
+            f"SELECT COALESCE(CASE {WHENS} END, region) AS g, COUNT(*) FROM persons "
+            "GROUP BY ROLLUP (g)",
+            0,
+        ),
+        ("SELECT CAST(age AS DOUBLE) + 1 AS g, COUNT(*) FROM persons GROUP BY g", 0),
+        (f"SELECT CASE {WHENS} END AS age, COUNT(*) FROM persons GROUP BY age", 0),
+        (f"SELECT CASE {WHENS} END AS g, COUNT(*) FROM persons GROUP BY CASE {WHENS} END", 0),
+        (
+            f"SELECT CASE {WHENS} WHEN age > (SELECT 1) THEN 'x' END AS g, COUNT(*) "
+            "FROM persons GROUP BY g",
+            0,
+        ),
+    ],
+    ids=[
+        "alias",
+        "position",
+        "or-of-ranges",
+        "numeric",
+        "two",
+        "rollup",
+        "small",
+        "column-name",
+        "written-out",
+        "subquery",
+    ],
+)
+def test_group_keys_typed_once_are_typed_as_each_alone(analyst, monkeypatch, sql, taken):
+    """A group key that names a large output is typed as that output's expression while
+    ``annotate_types`` types the rest (planner/repeated_keys): node for node what sqlglot
+    makes of it, types and meta."""
+    context = analyst._context
+    detached = []
+    detach = RepeatedKeys.detach
+
+    def counted(self):
+        detach(self)
+        detached.append(self.taken)
+
+    monkeypatch.setattr(RepeatedKeys, "detach", counted)
+    assert _resolved(sql, context, grouped=False, keys=True) == _resolved(
+        sql, context, grouped=False
+    )
+    assert detached == [taken]
 
 
 def test_an_unknown_column_among_ranges_is_refused_as_without_groups(analyst):

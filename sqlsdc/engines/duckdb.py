@@ -26,7 +26,7 @@ from sqlglot import exp
 from sqlglot.dialects.duckdb import DuckDB
 
 from sqlsdc.engines import ctrl_c, file_lock, watchdog
-from sqlsdc.engines.trees import copy_tree, made_of, release
+from sqlsdc.engines.trees import copy_tree, release
 from sqlsdc.errors import (
     AnswerTooLarge,
     Error,
@@ -562,9 +562,10 @@ def to_sql(tree: exp.Expr) -> str:
 
     The generator changes some trees it prints, so it prints a copy (sharing the type
     annotations, :func:`~sqlsdc.engines.trees.copy_tree`), released right after; the copy
-    refers to the WHERE conditions that the generator only reads instead of copying them
-    (:func:`_read_only_conditions`: a long condition is most of a large statement)."""
-    copy = copy_tree(tree, shared=_read_only_conditions(tree))
+    refers to the WHERE conditions, output expressions and group keys that the generator only
+    reads instead of copying them (:func:`_read_only_parts`: a long condition or group key is
+    most of a large statement)."""
+    copy = copy_tree(tree, shared=_read_only_parts(tree))
     try:
         return QualifiedDuckDB().generate(copy, copy=False)
     finally:
@@ -574,38 +575,75 @@ def to_sql(tree: exp.Expr) -> str:
 PRINTED_AS_READ = frozenset({
     exp.And, exp.Or, exp.Paren, exp.Not, exp.Between, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT,
     exp.LTE, exp.Is, exp.In, exp.Column, exp.Identifier, exp.Literal, exp.Null, exp.Boolean,
-    exp.Neg,
+    exp.Neg, exp.Case,
 })  # fmt: skip
 """Classes whose SQL the generator writes by reading the node and its subtree only: it changes
 neither (sqlglot 30.30: the base generator's connectors, comparisons, BETWEEN, IS, NOT, column,
-identifier, literal and parenthesis, and DuckDB's IN, which builds a new tree only for an IN
-UNNEST, whose UNNEST is no class of this set; its IS of a boolean prints a copy). The generator
-reaches a WHERE's condition through its SELECT and WHERE, which read it too, and prepares only
-the root it is given (DuckDB moves no CTE and adds no boolean comparison).
-``tests/test_guard_size.py`` pins the generator's handler of each class, so that a sqlglot
-that prints one otherwise fails there first."""
+identifier, literal, parenthesis and CASE, and DuckDB's IN, which builds a new tree only for an
+IN UNNEST, whose UNNEST is no class of this set; its IS of a boolean prints a copy). A CASE's
+WHEN branches (``If`` nodes in its ``ifs``) are read by the CASE's handler itself; an ``If``
+anywhere else is printed by a handler that makes it the child of a new CASE, so it is not in
+the set. The generator reaches a WHERE's condition through its SELECT and WHERE, an output's
+expression through its SELECT and alias, and a group key through its SELECT and GROUP BY,
+which read them too (DuckDB's SELECT transforms change only CONNECT BY and GENERATOR
+queries), and prepares only the root it is given (DuckDB moves no CTE and adds no boolean
+comparison). ``tests/test_guard_size.py`` pins the generator's handler of each class, so that
+a sqlglot that prints one otherwise fails there first."""
 
 
-def _read_only_conditions(tree: exp.Expr) -> set[int]:
-    """The ids of the WHERE conditions of ``tree`` made of :data:`PRINTED_AS_READ` classes
-    alone, which the generator prints without changing them. The walk does not enter them."""
-    found = set()
-    Expr, Where = exp.Expr, exp.Where
-    stack = [tree]
+def _printed_as_read(node: exp.Expr) -> bool:
+    """Whether every node of ``node``'s subtree is of a :data:`PRINTED_AS_READ` class, or a WHEN
+    branch of a CASE (its handler reads the branch); the walk stops at the first that is not."""
+    Expr, If, Case = exp.Expr, exp.If, exp.Case
+    stack = [node]
     push, pop = stack.append, stack.pop
     while stack:
-        node = pop()
-        if node.__class__ is Where:
-            condition = node.args.get("this")
-            if isinstance(condition, Expr) and made_of(condition, PRINTED_AS_READ):
-                found.add(id(condition))
-                continue
-        for value in node.args.values():
+        current = pop()
+        if current.__class__ not in PRINTED_AS_READ and not (
+            current.__class__ is If
+            and current.parent.__class__ is Case
+            and current.arg_key == "ifs"
+        ):
+            return False
+        for value in current.args.values():
             if isinstance(value, Expr):
                 push(value)
             elif type(value) is list:
                 for item in value:
                     if isinstance(item, Expr):
+                        push(item)
+    return True
+
+
+def _read_only_parts(tree: exp.Expr) -> set[int]:
+    """The ids of the WHERE conditions, aliased output expressions and GROUP BY keys of
+    ``tree`` that the generator prints without changing them (:func:`_printed_as_read`). The
+    walk does not enter them."""
+    found = set()
+    Expr, Where, Select, Group, Alias = exp.Expr, exp.Where, exp.Select, exp.Group, exp.Alias
+    stack = [tree]
+    push, pop = stack.append, stack.pop
+    while stack:
+        node = pop()
+        cls = node.__class__
+        if cls is Where:
+            parts = [node.args.get("this")]
+        elif cls is Select:
+            parts = [p.args.get("this") for p in node.expressions if p.__class__ is Alias]
+        elif cls is Group:
+            parts = list(node.expressions)
+        else:
+            parts = []
+        for part in parts:
+            if isinstance(part, Expr) and _printed_as_read(part):
+                found.add(id(part))
+        for value in node.args.values():
+            if isinstance(value, Expr):
+                if id(value) not in found:
+                    push(value)
+            elif type(value) is list:
+                for item in value:
+                    if isinstance(item, Expr) and id(item) not in found:
                         push(item)
     return found
 

@@ -179,23 +179,3 @@ def of_kind(walked: list[exp.Expr], kinds: type | tuple[type, ...]) -> list[exp.
     if not matching:
         return []
     return [n for n in walked if type(n) in matching]
-
-
-def made_of(node: exp.Expr, classes: Container[type]) -> bool:
-    """Whether every node of ``node``'s subtree is of one of ``classes`` (their exact class,
-    not a subclass); the walk stops at the first that is not."""
-    Expr = exp.Expr
-    stack = [node]
-    push, pop = stack.append, stack.pop
-    while stack:
-        current = pop()
-        if current.__class__ not in classes:
-            return False
-        for value in current.args.values():
-            if isinstance(value, Expr):
-                push(value)
-            elif type(value) is list:
-                for item in value:
-                    if isinstance(item, Expr):
-                        push(item)
-    return True

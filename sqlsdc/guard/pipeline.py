@@ -35,6 +35,7 @@ from sqlsdc.planner.multiplicity import prove_multiplicity
 from sqlsdc.planner.normal_form import SUMMED
 from sqlsdc.planner.plan import plan_query
 from sqlsdc.planner.repeated_columns import RepeatedColumns
+from sqlsdc.planner.repeated_keys import RepeatedKeys
 from sqlsdc.planner.scopes import Analysis, Kind
 from sqlsdc.policy import AggregateKind, Method, Policy
 from sqlsdc.rewrite.cells import ACCURACY_PREFIXES, STATUS_PREFIX, protect_cells
@@ -273,6 +274,7 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
     names = output_names(tree)
     tables = sorted(check_tables(tree, context.policy, sql, walked))
     repeated = RepeatedColumns(tree, walked)
+    keys = RepeatedKeys(walked)
     qualified_nodes: list[exp.Expr] = []
     try:
         tree = qualify_tree(tree, context.schema, sql, repeated, walked, qualified_nodes)
@@ -290,7 +292,14 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
         names = qualified_names
     in_time()
     analysis = analyze(
-        tree, context.policy, context.schema, sql, context.constant_type, repeated, qualified_nodes
+        tree,
+        context.policy,
+        context.schema,
+        sql,
+        context.constant_type,
+        repeated,
+        qualified_nodes,
+        keys,
     )
     in_time()
     multiplicity = prove_multiplicity(analysis, context.policy, context.unique_columns, sql)

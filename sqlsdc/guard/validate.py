@@ -189,7 +189,7 @@ def _aggregated_between(node: exp.Expr, boundary: exp.Expr, aggregating: dict[in
         if isinstance(current, exp.Select):
             if id(current) not in aggregating:
                 aggregating[id(current)] = current.args.get("group") is not None or any(
-                    _is_aggregate(n) for p in current.expressions for n in p.walk()
+                    _is_aggregate(n) for p in current.expressions for n in nodes(p)
                 )
             if aggregating[id(current)]:
                 return True

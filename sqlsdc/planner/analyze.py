@@ -31,6 +31,7 @@ from sqlsdc.planner.breaks import check_classed_comparisons, check_classed_posit
 from sqlsdc.planner.identity import canonical_expression
 from sqlsdc.planner.inlining import Inlining
 from sqlsdc.planner.repeated_columns import RepeatedColumns
+from sqlsdc.planner.repeated_keys import RepeatedKeys
 from sqlsdc.planner.scopes import (
     DIALECT,
     NESTED,
@@ -93,6 +94,7 @@ def analyze(
     constant_type: ConstantCheck,
     repeated: RepeatedColumns | None = None,
     walked: list[exp.Expr] | None = None,
+    keys: RepeatedKeys | None = None,
 ) -> Analysis:
     """Classify every scope of a qualified tree and refuse whatever the policy does not allow.
 
@@ -100,10 +102,15 @@ def analyze(
     still set aside by :func:`sqlsdc.guard.resolve.qualify_tree` (the others get copies of the
     result after type inference, before any check of the analysis reads them). ``walked``:
     ``nodes(tree)``, when the caller has it (:func:`sqlsdc.guard.resolve.qualify_tree` gives
-    it)."""
+    it). ``keys``: the group keys that name an output, typed as their outputs' expressions
+    (:mod:`sqlsdc.planner.repeated_keys`)."""
     if _allowed_nodes(tree, sql, walked, repeated):
         _expand_by_all(tree)
+    if keys is not None:
+        keys.detach()
     annotate_types(tree, schema=schema, dialect=DIALECT)
+    if keys is not None:
+        keys.attach()
     if repeated is not None:
         repeated.attach()
     checker = _Checker(policy, sql, constant_type)
@@ -407,10 +414,10 @@ class _Checker(AggregateChecks, TotalityChecks):
 
     def lineage(self, node: exp.Expr, scope: Scope, infos: dict[int, ScopeInfo]) -> Lineage:
         result = Lineage()
-        for n in own_nodes(node):
+        for n in self.own(node):
             if isinstance(n, exp.Column):
                 result = result | self.column_lineage(n, scope, infos)
-        for subquery in node.find_all(exp.Subquery):
+        for subquery in of_kind(nodes(node), exp.Subquery):  # find_all's order
             inner = infos.get(id(unwrap(subquery)))
             if inner is not None:
                 for lineage in inner.outputs.values():
@@ -648,7 +655,7 @@ class _Checker(AggregateChecks, TotalityChecks):
                 "QUALIFY is not supported", "filter the aggregated result in an outer query"
             )
         group = select.args.get("group")
-        for key in own_nodes(group) if group else []:  # a subquery's names are its own
+        for key in self.own(group) if group else []:  # a subquery's names are its own
             if not isinstance(key, exp.Column) or isinstance(key.parent, exp.Grouping):
                 continue
             lineage = self.column_lineage(key, info.scope, infos)
@@ -664,7 +671,8 @@ class _Checker(AggregateChecks, TotalityChecks):
                     f"{role_text(lineage.roles)} {key.sql(DIALECT)} cannot be grouped by",
                     f"group by a dimension: {self._dimensions(lineage)}",
                 )
-        for node in group.find_all(exp.Rollup, exp.Cube, exp.GroupingSets) if group else []:
+        grouping_sets = (exp.Rollup, exp.Cube, exp.GroupingSets)
+        for node in of_kind(nodes(group), grouping_sets) if group else []:  # find_all's order
             if any(isinstance(n, exp.Literal) for n in _grouping_elements(node)):
                 raise self.refuse(
                     f"{node.sql(DIALECT)[:80]}: ROLLUP, CUBE and GROUPING SETS take columns, "
@@ -679,15 +687,15 @@ class _Checker(AggregateChecks, TotalityChecks):
                     "region END",
                 )
         if group:
-            self._check_total(group, info.scope)
+            self._check_total(group, info.scope, walked=self.own(group))
         info.aggregates = [
             checked
             for aggregate in list(info.aggregates)
             for checked in self._check_aggregate(aggregate, info, infos)
         ]
-        aggregate_ids = {id(n) for a in info.aggregates for n in a.walk()}
+        aggregate_ids = {id(n) for a in info.aggregates for n in nodes(a)}
         for part in _clauses(select, "expressions", "having", "order"):
-            for n in own_nodes(part):
+            for n in self.own(part):
                 if isinstance(n, exp.Column) and id(n) not in aggregate_ids and n.table:
                     lineage = self.column_lineage(n, info.scope, infos)
                     if lineage.roles - {ColumnRole.DIMENSION}:

@@ -494,7 +494,13 @@ class _Block:
         raise _unresolved(column)
 
     def text(self, node: exp.Expr, scope: Scope | None = None) -> str:
-        return _normalise_literals(self.expression(node, scope)).sql(DIALECT)
+        """The canonical text of ``node``: its canonical copy, a fresh tree read by nothing
+        else, printed without a copy of its own (as :func:`_conjuncts` prints its conjuncts;
+        a group key of thousands of nodes was copied once more to be printed) and freed."""
+        canonical = _normalise_literals(self.expression(node, scope))
+        text = Dialect.get_or_raise(DIALECT).generate(canonical, copy=False)
+        release([canonical])
+        return text
 
     def predicate_text(self, node: exp.Expr | None) -> list[str]:
         if node is None:

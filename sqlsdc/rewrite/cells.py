@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from sqlsdc.engines.trees import copy_tree
+from sqlsdc.engines.trees import copy_tree, nodes
 from sqlsdc.errors import InternalError, PolicyViolation
 from sqlsdc.planner.plan import CellPlan, QueryPlan
 from sqlsdc.planner.scopes import own_nodes
@@ -219,7 +219,7 @@ def _lift(cells: Cells, frame: Frame, *, with_accuracy: bool = False) -> exp.Sel
     _check_lifted(outer, cells)
     if plan.with_status:  # one per position, so that branches of a set operation line up
         for position, projection in enumerate(select.expressions):
-            inside = {id(n) for n in projection.walk()}  # one walk per projection, not one per
+            inside = {id(n) for n in nodes(projection)}  # one walk per projection, not one per
             used = [i for i, a in enumerate(cells.aggregates) if id(a) in inside]  # aggregate
             status = _status(used, frame) if used else exp.cast(exp.null(), "VARCHAR")
             outer.append("expressions", exp.alias_(status, f"{STATUS_PREFIX}{position}"))
