@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 
+import cli_fork
 import duckdb
 import pytest
 from scipy import stats
@@ -318,8 +319,6 @@ def test_apply_tells_which_suppressed_means_are_never_published(tmp_path):
     """Under suppression an AVG is published only when every unit of the table has a value: a
     new user's export shares with some missing were NULL in every cell, and nothing had said
     why. ``sqlsdc init`` (a real process) now notes it; the query shows what it means."""
-    import subprocess
-    import sys
 
     import yaml
 
@@ -337,9 +336,8 @@ def test_apply_tells_which_suppressed_means_are_never_published(tmp_path):
             "export": measure}}},
         "users": {"chief": {"role": "admin"}, "ana": {"role": "analyst"}}}  # fmt: skip
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(document))
-    done = subprocess.run(
-        [sys.executable, "-m", "sqlsdc.cli", "init", str(db), "--policy", str(tmp_path / "p.yaml"),
-         "--as", "chief"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = cli_fork.run(["init", db, "--policy", tmp_path / "p.yaml", "--as", "chief"],
+                        timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stderr == (
         "  note: firms.export has no value for 20 of 200 units: under suppression its AVG is "
@@ -357,8 +355,6 @@ def test_a_suppression_dimension_without_a_value_is_a_policy_problem(tmp_path):
     """A region missing in some rows: init applied the policy, and every query of the table
     then failed (exit 1). `sqlsdc init` (a real process) now refuses it with the recoding to
     do, and applies once it is done (new user s38)."""
-    import subprocess
-    import sys
 
     import yaml
 
@@ -374,15 +370,14 @@ def test_a_suppression_dimension_without_a_value_is_a_policy_problem(tmp_path):
             "region": {"role": "dimension"}}}},
         "users": {"chief": {"role": "admin"}}}  # fmt: skip
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(document))
-    command = [sys.executable, "-m", "sqlsdc.cli", "init", str(db), "--policy",
-               str(tmp_path / "p.yaml"), "--as", "chief"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    command = ["init", db, "--policy", tmp_path / "p.yaml", "--as", "chief"]
+    done = cli_fork.run(command, timeout=300)
     assert done.returncode == 4
     assert "tables.firms.suppression.dimensions: region has no value in 10 rows; suppression " \
         "needs a code in every row: recode them in the database, e.g. UPDATE firms SET region " \
         "= 'unknown' WHERE region IS NULL" in done.stderr  # fmt: skip
     execute(db, "UPDATE firms SET region = 'unknown' WHERE region IS NULL")
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    done = cli_fork.run(command, timeout=300)
     assert done.returncode == 0, done.stderr
 
 
@@ -858,8 +853,6 @@ def test_numbers_in_the_domain_of_a_text_column_are_refused(tmp_path):
     init applied them, and every DP count of the column was noise around 0 (no group matched
     a code). `sqlsdc init` (a real process) now says to quote them; quoted, the counts are the
     codes' (new user s38)."""
-    import subprocess
-    import sys
 
     db = tmp_path / "codes.duckdb"
     with duckdb.connect(db) as raw:
@@ -871,26 +864,25 @@ def test_numbers_in_the_domain_of_a_text_column_are_refused(tmp_path):
         "      nace: {role: dimension, domain: DOMAIN}\nbudgets:\n  - {user: ana, epsilon: 10}\n"
         "users:\n  chief: {role: admin}\n  ana: {role: analyst}\n"
     )
-    command = [sys.executable, "-m", "sqlsdc.cli", "init", str(db), "--policy",
-               str(tmp_path / "p.yaml"), "--as", "chief"]  # fmt: skip
+    command = ["init", db, "--policy", tmp_path / "p.yaml", "--as", "chief"]
     (tmp_path / "p.yaml").write_text(text.replace("DOMAIN", "[01, 02, 10]"))
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    done = cli_fork.run(command, timeout=300)
     assert done.returncode == 4
     assert "tables.firms.columns.nace.domain: 1 is not text, and the column holds text: write " \
         "the codes in quotes, '1' (YAML reads 01 as the number 1, so '01' needs them too)" \
         in done.stderr and "10 is not text" in done.stderr  # fmt: skip
     (tmp_path / "p.yaml").write_text(text.replace("DOMAIN", "[NO, '02', '10']"))  # Norway
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    done = cli_fork.run(command, timeout=300)
     assert done.returncode == 4 and "mixes true/false with other values; give one kind of " \
         "value (YAML reads NO, yes, on and off as true or false: quote such codes, 'NO')" \
         in done.stderr  # fmt: skip
     (tmp_path / "p.yaml").write_text(text.replace("DOMAIN", "[NO, YES]"))  # all true or false
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    done = cli_fork.run(command, timeout=300)
     assert done.returncode == 4 and "False is not text, and the column holds text: write the " \
         "codes in quotes, YAML reads NO, yes, on and off as true or false: quote such codes, " \
         "'NO'" in done.stderr  # fmt: skip
     (tmp_path / "p.yaml").write_text(text.replace("DOMAIN", "['01', '02', '10']"))
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    done = cli_fork.run(command, timeout=300)
     assert done.returncode == 0, done.stderr
     with sqlsdc.connect(db, "ana") as con:
         counts = dict(con.execute("SELECT nace, COUNT(*) FROM firms GROUP BY nace").fetchall())

@@ -71,13 +71,14 @@ def charges_and_entries(db: Path) -> tuple[list[tuple], dict[int, tuple]]:
 
 SERVER = textwrap.dedent(
     """
+    import os
     import sys
     import time
     from sqlsdc.guard import connection
 
     def in_flight(*args, **kwargs):  # the statements' answers: the test kills us here
-        print("in flight", file=sys.stderr, flush=True)
-        time.sleep(600)
+        os.write(2, b"in flight\\n")  # one write: print's two (text, end) of two sessions'
+        time.sleep(600)  # threads interleaved ("in flightin flight"), and the test waited forever
 
     connection._run_over = in_flight
     sys.argv = ["sqlsdc", "serve", sys.argv[1], "--port", "0", "--insecure"]

@@ -43,6 +43,25 @@ def reference(raw_ckm, ckm):
     return raw_ckm, ckm.policy, refs, tables
 
 
+def _check_refs(con, refs) -> None:
+    """Each reference's rows and last-row noise are the stored entries' (read here with pandas,
+    apart from ``load_ptables``): every row ``i`` ascending, and the ``(v, p)`` of row
+    ``max_i`` in the ptable's first type (parity tables store an even and an odd one), by
+    ``v``; the noise sums to probability 1."""
+    assert refs
+    for ref in refs.values():
+        frame = stored_entries(con, ref.ptable_id).to_pandas()
+        assert ref.classes == tuple(sorted(frame["i"].unique()))
+        last = frame[(frame["type"] == frame["type"].min()) & (frame["i"] == ref.max_i)]
+        assert ref.noise == tuple(sorted(zip(last["v"], last["p"], strict=True)))
+        assert sum(p for _v, p in ref.noise) == pytest.approx(1.0)
+
+
+def test_ptable_references_are_the_stored_entries(reference):
+    con, _policy, refs, _tables = reference
+    _check_refs(con, refs)
+
+
 def _rule(policy, table, kind):
     return policy.table(table).rule(kind)
 
@@ -427,6 +446,9 @@ def test_small_cells_parity_and_scrambled_keys_match_the_reference(tmp_path):
     raw = open_database(path)
     try:
         refs = load_ptables(raw, policy)
+        _check_refs(raw, refs)
+        assert {frozenset(stored_entries(raw, r.ptable_id).column("type").to_pylist())
+                for r in refs.values()} >= {frozenset({"even", "odd"})}  # fmt: skip
         tables = {
             k: Lookup.from_table(stored_entries(raw, r.ptable_id), step=k[1].step)
             for k, r in refs.items()

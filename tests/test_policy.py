@@ -9,6 +9,7 @@ import re
 from fractions import Fraction
 from pathlib import Path
 
+import cli_fork
 import jsonschema
 import pytest
 import yaml
@@ -498,8 +499,6 @@ def test_a_csv_header_as_a_column_name_says_how_to_rename_it(tmp_path):
     """A CSV's ``Firm ID`` cannot be named in a policy; the problem now says how to get a name
     it can (new user s38), and the remedy it names works: ``sqlsdc init`` (a real process) on
     the data loaded with ``normalize_names``."""
-    import subprocess
-    import sys
 
     import duckdb
 
@@ -512,8 +511,7 @@ def test_a_csv_header_as_a_column_name_says_how_to_rename_it(tmp_path):
     (tmp_path / "good.yaml").write_text(policy.format(unit="firm_id", money="turnover_eur"))
 
     def sqlsdc_cli(*args):
-        return subprocess.run([sys.executable, "-m", "sqlsdc.cli", *args], capture_output=True,
-                              text=True, timeout=120, cwd=tmp_path)  # fmt: skip
+        return cli_fork.run(args, timeout=120, cwd=tmp_path)
 
     bad = sqlsdc_cli("policy", "validate", "bad.yaml")
     assert bad.returncode == 4

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import cli_fork
 import duckdb
 import numpy as np
 import pytest
@@ -65,8 +66,6 @@ def test_an_anchor_shared_by_several_tables_is_a_valid_policy(tmp_path):
     """``&dim {role: dimension}`` reused in two tables (yaml.safe_dump writes such aliases for a
     shared dict) was an internal error, KeyError, exit 70: the expansion check visited a node
     before a child it shared with a later one (new user s38)."""
-    import subprocess
-    import sys
 
     policy = tmp_path / "p.yaml"
     policy.write_text(
@@ -76,8 +75,7 @@ def test_an_anchor_shared_by_several_tables_is_a_valid_policy(tmp_path):
         "  shops:\n    privacy_unit: id\n    columns:\n      id: {role: identifier}\n"
         "      city: *dim\n" + USERS
     )
-    done = subprocess.run([sys.executable, "-m", "sqlsdc.cli", "policy", "validate", str(policy)],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = cli_fork.run(["policy", "validate", policy], timeout=120)
     assert (done.returncode, done.stdout, done.stderr) == (0, f"{policy}: valid\n", "")
     shared = {"role": "dimension"}
     document = yaml.safe_dump({"tables": {t: {"privacy_unit": "id", "columns": {

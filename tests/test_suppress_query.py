@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import cli_fork
 import numpy as np
 import pandas as pd
 import pytest
@@ -369,8 +370,6 @@ def test_a_table_whose_columns_are_named_in_capitals(tmp_path):
     publish`, was an internal error (KeyError 'nace', exit 70): the pattern's cells were looked
     up in lower case, DuckDB named them as the table spells them (new user s38). Real
     processes."""
-    import subprocess
-    import sys
 
     import duckdb
     import yaml
@@ -391,8 +390,7 @@ def test_a_table_whose_columns_are_named_in_capitals(tmp_path):
     sqlsdc.init(db, tmp_path / "p.yaml", applied_by="chief")
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "sqlsdc.cli", *map(str, args)],
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        return cli_fork.run(args, timeout=300)
 
     cube = "SELECT NACE, Region, COUNT(*) AS n, SUM(Turnover) AS t FROM Firms GROUP BY CUBE "
     asked = cli("query", db, "--user", "ana", "--format", "json", cube + "(NACE, Region)")

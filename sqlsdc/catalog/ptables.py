@@ -132,7 +132,11 @@ def store_ptable(con, kind: str, spec: PTableSpec, rows: pa.Table) -> int:
 
 def load_ptables(con, policy: Policy) -> dict[PTableKey, PTableRef]:
     """References to the stored ptables of ``policy`` (missing ones are left out; the rewrite
-    refuses a query that needs one), read in three statements whatever their number."""
+    refuses a query that needs one), read in two statements whatever their number: the
+    tables, then their entries' ``(type, i, v, p)``, from which the rows (classes) and the
+    last row's noise are taken here. (A ``list(DISTINCT i)`` aggregate and a join with a
+    correlated subquery, read by the engine, cost ~3 ms apiece on a newly opened database,
+    ~6 ms of every guarded connection's opening; the entries number a few hundred.)"""
     required = {(kind, _params(spec)): (kind, spec) for kind, spec in required_ptables(policy)}
     stored = {
         (kind, params): (int(ptable_id), float(max_i), float(m1sq))
@@ -144,33 +148,31 @@ def load_ptables(con, policy: Policy) -> dict[PTableKey, PTableRef]:
     if not stored:
         return {}
     ids = sorted({ptable_id for ptable_id, _max_i, _m1sq in stored.values()})
-    marks = ", ".join("?" * len(ids))
-    classes = dict(
-        con.execute(
-            f"SELECT ptable_id, list(DISTINCT i ORDER BY i) FROM {S}.ptable_entries "
-            f"WHERE ptable_id IN ({marks}) GROUP BY ptable_id",
-            ids,
-        ).fetchall()
-    )
-    noise: dict[int, list[tuple[float, float]]] = {ptable_id: [] for ptable_id in ids}
-    for ptable_id, v, p in con.execute(
-        f"SELECT e.ptable_id, e.v, e.p FROM {S}.ptable_entries AS e "
-        f"JOIN {S}.ptables AS t ON e.ptable_id = t.ptable_id AND e.i = t.max_i "
-        f"WHERE e.ptable_id IN ({marks}) AND e.type = (SELECT min(m.type) FROM "
-        f"{S}.ptable_entries AS m WHERE m.ptable_id = e.ptable_id) ORDER BY e.ptable_id, e.v",
+    rows: dict[int, list[tuple[str, float, float, float]]] = {ptable_id: [] for ptable_id in ids}
+    for ptable_id, kind_type, i, v, p in con.execute(
+        f"SELECT ptable_id, type, i, v, p FROM {S}.ptable_entries "
+        f"WHERE ptable_id IN ({', '.join('?' * len(ids))})",
         ids,
     ).fetchall():
-        noise[ptable_id].append((float(v), float(p)))
+        rows[ptable_id].append((kind_type, float(i), float(v), float(p)))
     return {
         required[key]: PTableRef(
-            ptable_id,
-            max_i,
-            m1sq,
-            tuple(classes.get(ptable_id, ())),
-            tuple(noise[ptable_id]),
+            ptable_id, max_i, m1sq, *_classes_and_noise(rows[ptable_id], max_i)
         )
         for key, (ptable_id, max_i, m1sq) in stored.items()
     }
+
+
+def _classes_and_noise(
+    rows, max_i: float
+) -> tuple[tuple[float, ...], tuple[tuple[float, float], ...]]:
+    """The rows ``i`` of one ptable's entries ``(type, i, v, p)``, ascending, and the ``(v, p)``
+    of its last row ``max_i`` in its first type, by ``v``."""
+    if not rows:
+        return (), ()
+    first = min(kind_type for kind_type, _i, _v, _p in rows)
+    noise = sorted((v, p) for kind_type, i, v, p in rows if kind_type == first and i == max_i)
+    return tuple(sorted({i for _t, i, _v, _p in rows})), tuple(noise)
 
 
 def stored_entries(con, ptable_id: int) -> pa.Table:

@@ -84,10 +84,9 @@ the change.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from fractions import Fraction
 
+import cli_fork
 import duckdb
 import pytest
 
@@ -465,9 +464,7 @@ def test_a_sum_jobs_published_counts_keep_the_count_rules_safety_ranges(jobs_dem
     protect_query(jobs_demo_db, "admin", f"SELECT nace, region, SUM(turnover) {ENTERPRISES}",
                   into="turnover")  # fmt: skip
     out = tmp_path / "release.duckdb"
-    done = subprocess.run([sys.executable, "-m", "sqlsdc.cli", "publish", str(jobs_demo_db),
-                           str(out), "--as", "admin"], capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    done = cli_fork.run(["publish", jobs_demo_db, out, "--as", "admin"], timeout=300)
     assert done.returncode == 0, done.stderr
     release = duckdb.connect(str(out), read_only=True)
     try:
