@@ -44,14 +44,6 @@ from sqlsdc.jobs.differencing import refuse_file_differences
 from sqlsdc.jobs.file_pairs import refuse_file_pairs
 from sqlsdc.jobs.live_cells import refuse_live_file_cells
 from sqlsdc.jobs.output_history import keep_records
-from sqlsdc.jobs.protect import (
-    OUTPUT_SCHEMA,
-    _plain,
-    check_output_name,
-    dp_table_refusal,
-    exact_tables,
-    job_catalog,
-)
 from sqlsdc.jobs.record_files import (
     all_files,
     file_release,
@@ -61,6 +53,9 @@ from sqlsdc.jobs.record_files import (
     reaching_readers,
     stored_files,
 )
+from sqlsdc.jobs.refusals import check_output_name, dp_table_refusal
+from sqlsdc.jobs.session import OUTPUT_SCHEMA, job_catalog, json_safe
+from sqlsdc.jobs.stored_tables import exact_tables
 from sqlsdc.microdata.microaggregation import il1s
 from sqlsdc.microdata.risk import interval_disclosure, linkage_rate, risk_summary
 from sqlsdc.microdata.steps import Step, apply_steps, parse_step
@@ -117,7 +112,7 @@ class AnonymizeReport:
     household: str | None = None
 
     def to_dict(self) -> dict:
-        return _plain(asdict(self))
+        return json_safe(asdict(self))
 
 
 def anonymize(

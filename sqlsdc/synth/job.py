@@ -3,7 +3,7 @@
 
 :func:`synthesize` (``sqlsdc synthesize``) is an admin's back-end job, built like the
 anonymisation job (:mod:`sqlsdc.jobs.anonymize`): one audited catalog opening
-(:func:`sqlsdc.jobs.protect.job_catalog`); a refused job is audited ``refused``, a failed one
+(:func:`sqlsdc.jobs.session.job_catalog`); a refused job is audited ``refused``, a failed one
 ``failed``, and neither leaves a table. The methods are a registry (:data:`METHODS`):
 
 * ``parametric`` (:mod:`sqlsdc.synth.parametric`) and ``cart`` (:mod:`sqlsdc.synth.cart`) read
@@ -58,7 +58,7 @@ from sqlsdc.catalog import store
 from sqlsdc.catalog.budget import charge, policy_limits
 from sqlsdc.errors import Error, SynthesisError
 from sqlsdc.jobs.anonymize import _check, _definition, _read, _store
-from sqlsdc.jobs.protect import OUTPUT_SCHEMA, _plain, job_catalog
+from sqlsdc.jobs.session import OUTPUT_SCHEMA, job_catalog, json_safe
 from sqlsdc.mechanisms.accountant import PrivacyCost, amount_text, exact_text, fraction
 from sqlsdc.policy import ColumnRole
 from sqlsdc.policy.model import DpSettings
@@ -114,7 +114,7 @@ class SynthReport:
     details: dict
 
     def to_dict(self) -> dict:
-        return _plain(asdict(self))
+        return json_safe(asdict(self))
 
 
 @dataclass(frozen=True)
