@@ -30,13 +30,12 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
-from sqlglot import exp
 
 from sqlsdc.catalog import store
 from sqlsdc.catalog.store import require_admin
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import Error, TabularError, VerificationError
-from sqlsdc.jobs.output_history import keep_records
+from sqlsdc.jobs.output_store import storing_output
 from sqlsdc.jobs.refusals import refuse_job
 from sqlsdc.jobs.session import OUTPUT_SCHEMA, job_catalog, job_fingerprint, json_safe
 from sqlsdc.jobs.tabulation import JobSpec, cells_sql, cells_table, parse_job
@@ -124,17 +123,8 @@ class Job:
         released columns of some cells (e.g. the intervals of sensitive cells).
         """
         self.step(f"storing {self.name}")
-        name = exp.to_identifier(self.into).sql("duckdb")
         con = self.con
-        con.register("__job_output", out)
-        con.execute("BEGIN TRANSACTION")
-        try:
-            store.ensure_catalog(con)  # catalogs made before jobs were recorded
-            con.execute(f"CREATE SCHEMA IF NOT EXISTS {OUTPUT_SCHEMA}")
-            keep_records(con, self.into)  # a replaced file's, when the check needs them
-            con.execute(
-                f"CREATE OR REPLACE TABLE {OUTPUT_SCHEMA}.{name} AS SELECT * FROM __job_output"
-            )
+        with storing_output(con, self.into, out):
             store.record_output(con, self.name, self.method, self.sql, self.user,
                                 self.policy_version, json.dumps(json_safe(report)),
                                 self.query_id)  # fmt: skip
@@ -145,12 +135,6 @@ class Job:
             store.record_query(con, self.query_id, self.user, self.policy_version, "accepted",
                                self.sql, reason=f"{self.method} job stored {self.name}",
                                fingerprint=self.fingerprint, rows=len(out))  # fmt: skip
-            con.execute("COMMIT")
-        except BaseException:
-            engine.rollback(con)
-            raise
-        finally:
-            con.unregister("__job_output")
 
     def _record_cells(self, cells: pd.DataFrame, values: Sequence[str], status) -> None:
         """Ledger rows: the cell identity of a guarded query over the job's table and WHERE."""
