@@ -430,11 +430,11 @@ def _given_margins(table: Table, margins: pd.DataFrame) -> pd.Series:
 def _margin_groups(table: Table, given: pd.Series):
     """IPF groups and targets: each complete set of given margins of one depth pattern (the
     cells of such a set partition the inner cells)."""
-    from sqlsdc.tabular.ipf import _margin_partitions
+    from sqlsdc.tabular.ipf import margin_partitions
 
     X = table.X.tocsc()
     groups, targets, used = [], [], []
-    for cols in _margin_partitions(table):
+    for cols in margin_partitions(table):
         have = np.isin(cols, given.index)
         if not have.any():
             continue
