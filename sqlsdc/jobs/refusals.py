@@ -49,7 +49,8 @@ def refuse_job(
     base: int | None,
 ) -> None:
     """Refuse the ``method`` job of ``spec`` (its SQL ``sql``) storing ``protected.<into>``
-    when one of the checks above fails (a :class:`TabularError`)."""
+    when one of this module's checks fails (a :class:`TabularError`), in the order its
+    docstring gives."""
     _refuse_dp_table(policy, spec, method)
     _refuse_other_tables(policy, sql, spec)
     _refuse_second_protection(con, policy, spec, into, method)
