@@ -6,7 +6,7 @@ Run on a database that holds an anonymised file of the README (``seniors_r01``: 
     python benchmarks/bench_blanked_cells.py sqlsdc-demo.duckdb
 
 For each table (a suppression job's SQL, not run), the CPU time of
-``_smallest_difference`` (the populations' differences) and of ``_blanked_difference`` (the
+``smallest_difference`` (the populations' differences) and of ``blanked_difference`` (the
 cells the file's blanked values leave short), and the same file without its blanked columns
 (a file without local suppression: no query).
 """
@@ -19,9 +19,11 @@ import time
 
 from sqlsdc.catalog import store
 from sqlsdc.engines.duckdb import open_database
-from sqlsdc.jobs.differencing import _blanked_difference, _smallest_difference, min_frequency
-from sqlsdc.jobs.protect import parse_job
+from sqlsdc.jobs.blanked_cells import blanked_difference
+from sqlsdc.jobs.differencing import min_frequency
 from sqlsdc.jobs.record_files import stored_files
+from sqlsdc.jobs.tabulation import parse_job
+from sqlsdc.jobs.uncovered import smallest_difference
 from sqlsdc.policy import load_policy
 
 TABLES = [
@@ -50,9 +52,9 @@ def main(db: str) -> None:
         for sql in TABLES:
             spec = parse_job(sql, policy)
             least = min_frequency(policy, spec.table)
-            t_diff, _ = cpu(_smallest_difference, con, spec, file, least)
-            t_blank, found = cpu(_blanked_difference, con, spec, file, least)
-            t_none, _ = cpu(_blanked_difference, con, spec, plain, least)
+            t_diff, _ = cpu(smallest_difference, con, spec, file, least)
+            t_blank, found = cpu(blanked_difference, con, spec, file, least)
+            t_none, _ = cpu(blanked_difference, con, spec, plain, least)
             print(f"  {sql[:60]}...: differences {t_diff:.3f}s, blanked cells {t_blank:.3f}s "
                   f"({'found' if found else 'none'}), without blanked {t_none:.4f}s")  # fmt: skip
     con.close()

@@ -27,7 +27,7 @@ def policy_checks() -> tuple[PolicyCheck, ...]:
     s38e: the pattern's cell less a stored file's gave 90 groups of 1-4 persons), and two
     anonymised files its ``releases:`` lists that differ by a few units in a cell."""
     from sqlsdc.jobs.file_pairs import refuse_listed_files
-    from sqlsdc.jobs.protect import refuse_pattern_differences
+    from sqlsdc.jobs.refusals import refuse_pattern_differences
 
     return refuse_pattern_differences, refuse_listed_files
 

@@ -2,9 +2,11 @@
 :mod:`sqlsdc.tabular` on aggregated cells, and store the results together with their ledger
 rows and audit entry through :mod:`sqlsdc.catalog`.
 
-* :mod:`sqlsdc.jobs.protect` — the shared job steps (admin check, SQL check, inner cells in
-  SQL, transactional store with ledger and audit) and the cell suppression job
-  (``sqlsdc protect --method suppress``).
+* :mod:`sqlsdc.jobs.job` — the shared job steps (admin check, SQL check, inner cells in
+  SQL, transactional store with ledger and audit); :mod:`sqlsdc.jobs.session`, the audited
+  catalog opening every job (anonymisation and synthesis too) shares.
+* :mod:`sqlsdc.jobs.protect` — the cell suppression job (``sqlsdc protect --method
+  suppress``).
 * :mod:`sqlsdc.jobs.adjust` — controlled rounding, controlled tabular adjustment and raking.
 * :mod:`sqlsdc.jobs.patterns` — the suppression universes of the query path, protected and kept
   fresh in the catalog.

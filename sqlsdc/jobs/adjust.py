@@ -1,7 +1,7 @@
 """Rounding and adjustment jobs: controlled rounding, controlled tabular adjustment (CTA) and
 raking, run on a table computed in SQL and stored next to the suppression jobs' outputs.
 
-Each method is one function over the shared steps of :mod:`sqlsdc.jobs.protect` (admin check,
+Each method is one function over the shared steps of :mod:`sqlsdc.jobs.job` (admin check,
 SQL check, inner cells in SQL, :class:`~sqlsdc.tabular.model.Table`, transactional store):
 
 * :func:`round_query` — Salazar González's controlled rounding (PSD 2006) to a base:
@@ -60,14 +60,8 @@ import pandas as pd
 
 from sqlsdc.catalog import store
 from sqlsdc.errors import TabularError
-from sqlsdc.jobs.protect import (
-    OUTPUT_SCHEMA,
-    Job,
-    Progress,
-    check_time_limit,
-    job_rules,
-    open_job,
-)
+from sqlsdc.jobs.job import Job, Progress, check_time_limit, job_rules, open_job
+from sqlsdc.jobs.session import OUTPUT_SCHEMA
 from sqlsdc.tabular.model import Table
 from sqlsdc.tabular.quality import quality
 from sqlsdc.tabular.rules import apply_rules
@@ -177,7 +171,7 @@ def cta_query(
 ) -> AdjustReport:
     """Adjust the table ``sql`` tabulates by CTA and store it as ``protected.<into>`` (admins).
 
-    Primary ``rules`` (default as for suppression, :func:`~sqlsdc.jobs.protect.job_rules`) find
+    Primary ``rules`` (default as for suppression, :func:`~sqlsdc.jobs.job.job_rules`) find
     the sensitive cells and their protection levels; ``method`` is ``lp``, ``milp`` or ``mdi``
     (:func:`~sqlsdc.tabular.cta.cta`). Every cell is published with its adjusted value.
 
@@ -436,11 +430,11 @@ def _given_margins(table: Table, margins: pd.DataFrame) -> pd.Series:
 def _margin_groups(table: Table, given: pd.Series):
     """IPF groups and targets: each complete set of given margins of one depth pattern (the
     cells of such a set partition the inner cells)."""
-    from sqlsdc.tabular.ipf import _margin_partitions
+    from sqlsdc.tabular.ipf import margin_partitions
 
     X = table.X.tocsc()
     groups, targets, used = [], [], []
-    for cols in _margin_partitions(table):
+    for cols in margin_partitions(table):
         have = np.isin(cols, given.index)
         if not have.any():
             continue

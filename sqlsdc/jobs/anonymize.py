@@ -43,15 +43,7 @@ from sqlsdc.errors import Error, MicrodataError, NotFoundError, SqlSyntaxError
 from sqlsdc.jobs.differencing import refuse_file_differences
 from sqlsdc.jobs.file_pairs import refuse_file_pairs
 from sqlsdc.jobs.live_cells import refuse_live_file_cells
-from sqlsdc.jobs.output_history import keep_records
-from sqlsdc.jobs.protect import (
-    OUTPUT_SCHEMA,
-    _plain,
-    check_output_name,
-    dp_table_refusal,
-    exact_tables,
-    job_catalog,
-)
+from sqlsdc.jobs.output_store import storing_output
 from sqlsdc.jobs.record_files import (
     all_files,
     file_release,
@@ -61,6 +53,9 @@ from sqlsdc.jobs.record_files import (
     reaching_readers,
     stored_files,
 )
+from sqlsdc.jobs.refusals import check_output_name, dp_table_refusal
+from sqlsdc.jobs.session import OUTPUT_SCHEMA, job_catalog, json_safe
+from sqlsdc.jobs.stored_tables import exact_tables
 from sqlsdc.microdata.microaggregation import il1s
 from sqlsdc.microdata.risk import interval_disclosure, linkage_rate, risk_summary
 from sqlsdc.microdata.steps import Step, apply_steps, parse_step
@@ -117,7 +112,7 @@ class AnonymizeReport:
     household: str | None = None
 
     def to_dict(self) -> dict:
-        return _plain(asdict(self))
+        return json_safe(asdict(self))
 
 
 def anonymize(
@@ -168,9 +163,9 @@ def anonymize(
                           "steps": [s.text() for s in parsed], "seed": seed})  # fmt: skip
     with job_catalog(db, user, METHOD, into, request) as (con, query_id, fingerprint, audit):
         try:
-            version, policy = _check(con, user, into, replace)
-            definition = _definition(source, sql)
-            original, dropped = _read(con, policy, source, definition, household)
+            version, policy = check_records_job(con, user, into, replace)
+            definition = records_definition(source, sql)
+            original, dropped = read_records(con, policy, source, definition, household)
         except Error as refusal:
             audit("refused", reason=store.audit_reason(refusal))
             raise
@@ -207,14 +202,14 @@ def anonymize(
                 household=household,
             )
             say(f"storing {report.name}")
-            _store(con, stored, report, user, version, request, query_id, fingerprint, into)
+            store_file(con, stored, report, user, version, request, query_id, fingerprint, into)
         except BaseException as failure:
             audit("failed", reason=store.audit_reason(failure))
             raise
         return report
 
 
-def _definition(source: str | None, sql: str | None) -> str:
+def records_definition(source: str | None, sql: str | None) -> str:
     """The SELECT the job reads, in a fixed row order."""
     if source is not None:
         if not source.isidentifier():
@@ -300,7 +295,9 @@ def _opaque_pair(label: str, table: str, other: str, opaque: str) -> str:
     )
 
 
-def _check(con, user: str, into: str, replace: bool):
+def check_records_job(con, user: str, into: str, replace: bool):
+    """``(policy version, policy)`` once the acting admin and the output name are checked (a
+    records job's first step: anonymisation and synthesis)."""
     if not into.isidentifier():
         raise MicrodataError(f"--into {into!r} must be a plain name (letters, digits, _)")
     version, document, source = require_admin(con, user)
@@ -309,7 +306,7 @@ def _check(con, user: str, into: str, replace: bool):
     return version, policy
 
 
-def _read(
+def read_records(
     con, policy, source: str | None, definition: str, keep: str | None
 ) -> tuple[pd.DataFrame, list[str]]:
     """The records without direct identifiers (policy role ``identifier``) and internal
@@ -544,8 +541,8 @@ def _il(x: np.ndarray, y: np.ndarray) -> float:
     return 0.0 if total == 0 else float(100 * (((x - y) / sd) ** 2).sum() / total)
 
 
-def _store(con, frame, report, user, version, request, query_id, fingerprint, into, *,
-           method: str = METHOD, mechanism: str = METHOD, view: str | None = None):  # fmt: skip
+def store_file(con, frame, report, user, version, request, query_id, fingerprint, into, *,
+               method: str = METHOD, mechanism: str = METHOD, view: str | None = None):  # fmt: skip
     """Store a file of records as ``protected.<into>`` (and a view ``<view>.<into>`` over it)
     with its ``sqlsdc.outputs`` record (``method``), ledger rows (``mechanism``) and audit
     entry, in one transaction (used by the synthesis job too).
@@ -556,16 +553,9 @@ def _store(con, frame, report, user, version, request, query_id, fingerprint, in
     of one source, aligned by position, told where PRAM had changed a value). Sorted, the
     order is a function of the released values and tells nothing they do not.
     """
-    name = exp.to_identifier(into).sql("duckdb")
     frame = frame.sort_values(list(frame.columns), kind="mergesort", na_position="last",
                               ignore_index=True)  # fmt: skip
-    con.register("__job_output", frame)
-    con.execute("BEGIN TRANSACTION")
-    try:
-        store.ensure_catalog(con)
-        con.execute(f"CREATE SCHEMA IF NOT EXISTS {OUTPUT_SCHEMA}")
-        keep_records(con, into)  # a replaced file's, when the check needs them
-        con.execute(f"CREATE OR REPLACE TABLE {OUTPUT_SCHEMA}.{name} AS SELECT * FROM __job_output")
+    with storing_output(con, into, frame) as name:
         if view is not None:
             con.execute(f"CREATE SCHEMA IF NOT EXISTS {view}")
             con.execute(f"CREATE OR REPLACE VIEW {view}.{name} AS "
@@ -584,12 +574,6 @@ def _store(con, frame, report, user, version, request, query_id, fingerprint, in
                            reason=f"{method} job stored {report.name}" if mechanism == method
                            else f"{method} job ({mechanism}) stored {report.name}",
                            fingerprint=fingerprint, rows=len(frame))  # fmt: skip
-        con.execute("COMMIT")
-    except BaseException:
-        engine.rollback(con)
-        raise
-    finally:
-        con.unregister("__job_output")
 
 
 def stored_report(db: str | Path, name: str, *, user: str) -> dict:

@@ -28,16 +28,18 @@ from collections.abc import Callable, Iterable, Sequence
 from itertools import chain, combinations, product
 
 from sqlsdc.errors import Error, MicrodataError, PolicyError
-from sqlsdc.jobs.differencing import Release, min_frequency, refuse_file_differences
+from sqlsdc.jobs.differencing import min_frequency, refuse_file_differences
+from sqlsdc.jobs.exact_release import Release
 from sqlsdc.jobs.isolated_groups import refuse_isolated_groups
-from sqlsdc.jobs.protect import JobSpec, exact_tables
 from sqlsdc.jobs.record_files import (
-    OUTPUT_SCHEMA,
     all_files,
     distinct,
     opaque_files,
     reaching_readers,
 )
+from sqlsdc.jobs.session import OUTPUT_SCHEMA
+from sqlsdc.jobs.stored_tables import exact_tables
+from sqlsdc.jobs.tabulation import JobSpec
 from sqlsdc.policy import Policy
 
 File = tuple[str, Release]  # (its source table, the file as a release of it)

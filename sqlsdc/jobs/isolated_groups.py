@@ -11,23 +11,12 @@ such a combination a sum over fewer units than the minimum frequency.
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
 
 import numpy as np
 from sqlglot import exp
 
 from sqlsdc.errors import TabularError
-
-if TYPE_CHECKING:
-    from sqlsdc.jobs.differencing import Release
-
-
-def kept(where: exp.Expr | None) -> exp.Expr:
-    """``where`` as a condition that is false, not NULL, for rows it does not hold (true for
-    a release of every row)."""
-    if where is None:
-        return exp.true()
-    return exp.paren(exp.Coalesce(this=where.copy(), expressions=[exp.false()]))
+from sqlsdc.jobs.exact_release import Release, kept
 
 
 def refuse_isolated_groups(

@@ -2,8 +2,8 @@
 
 Suppression jobs over the same rows of one table keep the cells such outputs hid suppressed
 and those they published published, where they find the cells both tables hold
-(:func:`sqlsdc.jobs.protect._earlier_suppressions`, by dimension names), and audit their own
-pattern. But their tables are linked: every cell of either is a sum of the same
+(:func:`sqlsdc.jobs.earlier_suppressions.earlier_suppressions`, by dimension names), and
+audit their own pattern. But their tables are linked: every cell of either is a sum of the same
 cross-classification of all their dimensions (the cover table), so an attacker who reads both
 solves one LP, and cells held under other names (a region table's cells are a geography
 table's region subtotals) are not matched by name. Red team s36c: region x education next to

@@ -28,8 +28,8 @@ from sqlsdc.errors import TabularError
 from sqlsdc.tabular.universe import COUNT, universe_of
 
 if TYPE_CHECKING:
-    from sqlsdc.jobs.differencing import Release
-    from sqlsdc.jobs.protect import JobSpec
+    from sqlsdc.jobs.exact_release import Release
+    from sqlsdc.jobs.tabulation import JobSpec
     from sqlsdc.policy import Policy
 
 

@@ -36,8 +36,9 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from sqlsdc.jobs.session import OUTPUT_SCHEMA
+
 S = "sqlsdc"  # the catalog schema, as sqlsdc.catalog.schema's
-OUTPUT_SCHEMA = "protected"  # as sqlsdc.jobs.protect's
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ def records_table(query_id: int) -> str:
 def keep_records(con, into: str) -> None:
     """Before ``protected.<into>`` is overwritten: keep a copy of its records in the catalog
     schema when it is an anonymised file whose step log blanked a value (the check reads
-    them: :func:`sqlsdc.jobs.differencing._blanked_difference`). Other files need only their
+    them: :func:`sqlsdc.jobs.blanked_cells.blanked_difference`). Other files need only their
     definition, which ``sqlsdc.output_versions`` keeps; run inside the storing transaction."""
     name = f"{OUTPUT_SCHEMA}.{into}"
     row = con.execute(

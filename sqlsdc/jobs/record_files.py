@@ -3,7 +3,7 @@
 A file of records releases, as exact counts, every cross-tabulation over its population of its
 columns that no perturbative step changed (:func:`sqlsdc.microdata.steps.exact_columns`), a
 recoded column by its bands, a top-coded one by its clipped values. :func:`file_release` writes
-that down as a :class:`~sqlsdc.jobs.differencing.Release` of the file's source table: its
+that down as a :class:`~sqlsdc.jobs.exact_release.Release` of the file's source table: its
 population as the WHERE of its query, its exact columns as expressions on the table's columns
 (``recode:age:breaks=65/75/85`` is ``CASE WHEN age < 65 THEN '<65' ... END``), so that
 :mod:`sqlsdc.jobs.differencing` compares its cells with those of exact tables of the table.
@@ -29,12 +29,11 @@ from collections.abc import Iterable, Sequence
 import sqlglot
 from sqlglot import exp
 
-from sqlsdc.jobs.differencing import Release
+from sqlsdc.jobs.exact_release import Release
 from sqlsdc.jobs.output_history import blanks, earlier_versions
+from sqlsdc.jobs.session import OUTPUT_SCHEMA
 from sqlsdc.microdata.steps import Step, exact_columns, parse_step
 from sqlsdc.policy import ColumnRole, Policy
-
-OUTPUT_SCHEMA = "protected"  # as sqlsdc.jobs.protect's
 
 
 def stored_files(con, policy: Policy, table: str) -> list[Release]:
@@ -338,7 +337,7 @@ def _coarsened(expression: exp.Expr, recipe: Sequence[Step]) -> exp.Expr:
     :func:`~sqlsdc.microdata.perturb.top_code` clips; a local suppression counts a value as
     it was (the lead's decision: erring on the side of more cells), and the cells its blanked
     values leave short are compared on the file's records
-    (:func:`sqlsdc.jobs.differencing._blanked_difference`)."""
+    (:func:`sqlsdc.jobs.blanked_cells.blanked_difference`)."""
     for step in recipe:
         if step.method == "recode":
             expression = _bands(

@@ -15,8 +15,8 @@ than ``n`` left out of the release. A cell under a frequency rule is hidden beca
 is small; hiding only its sum while its count can be read back would leave the rule's purpose
 half done, and publishing no ``n`` would take from readers the number of contributors that
 statistical offices publish with magnitude tables (and that a count job of the same rows
-publishes anyway, whose pattern the sum job keeps: :func:`sqlsdc.jobs.protect
-._earlier_suppressions`). The count table of the job's cells (values ``n``, the a-priori
+publishes anyway, whose pattern the sum job keeps: :func:`sqlsdc.jobs.earlier_suppressions
+.earlier_suppressions`). The count table of the job's cells (values ``n``, the a-priori
 bound of a count: each inner cell holds a unit) gets the job's frequency rules, with every
 cell the sums' pattern hides kept hidden (a primary of safety range 0); its secondary
 suppression adds the cells the counts need. Hiding more cells never narrows a sum's interval,

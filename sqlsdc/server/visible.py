@@ -25,7 +25,7 @@ from sqlglot import exp
 from sqlsdc.guard.resolve import readable
 from sqlsdc.policy import ColumnRole, Policy, Table
 
-OUTPUT_SCHEMA = "protected"  # where back-end jobs store their outputs (sqlsdc.jobs.protect)
+OUTPUT_SCHEMA = "protected"  # where back-end jobs store their outputs (sqlsdc.jobs.session)
 
 _ROLE_NOTES = {
     ColumnRole.IDENTIFIER: "identifier: for joins along declared keys and COUNT(DISTINCT) only",

@@ -3,7 +3,7 @@
 
 :func:`synthesize` (``sqlsdc synthesize``) is an admin's back-end job, built like the
 anonymisation job (:mod:`sqlsdc.jobs.anonymize`): one audited catalog opening
-(:func:`sqlsdc.jobs.protect.job_catalog`); a refused job is audited ``refused``, a failed one
+(:func:`sqlsdc.jobs.session.job_catalog`); a refused job is audited ``refused``, a failed one
 ``failed``, and neither leaves a table. The methods are a registry (:data:`METHODS`):
 
 * ``parametric`` (:mod:`sqlsdc.synth.parametric`) and ``cart`` (:mod:`sqlsdc.synth.cart`) read
@@ -57,8 +57,8 @@ from sqlglot import exp
 from sqlsdc.catalog import store
 from sqlsdc.catalog.budget import charge, policy_limits
 from sqlsdc.errors import Error, SynthesisError
-from sqlsdc.jobs.anonymize import _check, _definition, _read, _store
-from sqlsdc.jobs.protect import OUTPUT_SCHEMA, _plain, job_catalog
+from sqlsdc.jobs.anonymize import check_records_job, read_records, records_definition, store_file
+from sqlsdc.jobs.session import OUTPUT_SCHEMA, job_catalog, json_safe
 from sqlsdc.mechanisms.accountant import PrivacyCost, amount_text, exact_text, fraction
 from sqlsdc.policy import ColumnRole
 from sqlsdc.policy.model import DpSettings
@@ -114,7 +114,7 @@ class SynthReport:
     details: dict
 
     def to_dict(self) -> dict:
-        return _plain(asdict(self))
+        return json_safe(asdict(self))
 
 
 @dataclass(frozen=True)
@@ -211,7 +211,7 @@ def synthesize(
                 raise SynthesisError(
                     f"--copies must be from 1 to {MAX_COPIES} and --rows from 0 to {MAX_ROWS:,}"
                 )
-            version, policy = _check(con, user, into, replace)
+            version, policy = check_records_job(con, user, into, replace)
             if dp:
                 plan = _dp_plan(con, policy, source, sql, columns, epsilon, margins, bins,
                                 levels, missing, zeros, stratify, max_cells, method)  # fmt: skip
@@ -221,7 +221,9 @@ def synthesize(
                 if epsilon is not None:
                     raise SynthesisError(f"{method} is not differentially private; --epsilon "
                                          "applies to dp-ipf and dp-catall")  # fmt: skip
-                original, dropped = _read(con, policy, source, _definition(source, sql), None)
+                original, dropped = read_records(
+                    con, policy, source, records_definition(source, sql), None
+                )
                 original = _columns(original, columns)
                 definition = _source_sql(source, sql, list(original.columns))
             store.ensure_secret(con)
@@ -269,8 +271,8 @@ def synthesize(
                 details=details,
             )
             say(f"storing {report.name}")
-            _store(con, result, report, user, version, definition, query_id, fingerprint, into,
-                   method=JOB, mechanism=method, view=VIEW_SCHEMA)  # fmt: skip
+            store_file(con, result, report, user, version, definition, query_id, fingerprint,
+                       into, method=JOB, mechanism=method, view=VIEW_SCHEMA)  # fmt: skip
         except BaseException as failure:
             audit("failed", reason=store.audit_reason(failure))
             raise

@@ -25,7 +25,7 @@ from sqlsdc.catalog import store
 from sqlsdc.catalog.store import require_admin
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import Error, NotFoundError, SynthesisError
-from sqlsdc.jobs.protect import job_catalog
+from sqlsdc.jobs.session import job_catalog
 from sqlsdc.policy import load_policy
 from sqlsdc.synth.cart import is_categorical
 from sqlsdc.synth.disclosure import disco, identical_share, replicated_uniques, tcap

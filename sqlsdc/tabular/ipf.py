@@ -208,7 +208,7 @@ def mdi_adjust(
     X = table.X.tocsc()
     free_inner = ~fixed[inner_cells]
     groups, targets = [], []
-    for cols in _margin_partitions(table):
+    for cols in margin_partitions(table):
         label = np.full(inner_cells.size, -1, dtype=np.int64)
         sub = X[:, cols]
         rows, which = sub.nonzero()
@@ -299,7 +299,7 @@ def _check_consistent(margins: Sequence[pd.Series], tol) -> None:
                 )
 
 
-def _margin_partitions(table):
+def margin_partitions(table):
     """Margin cell positions per depth combination; each set partitions the inner cells."""
     dims = list(table.dims)
     depth = np.column_stack(

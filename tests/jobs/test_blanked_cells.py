@@ -17,8 +17,10 @@ from sqlglot import exp
 
 from sqlsdc.errors import MicrodataError, TabularError
 from sqlsdc.jobs.anonymize import anonymize
-from sqlsdc.jobs.differencing import Release, _blanked_difference
-from sqlsdc.jobs.protect import JobSpec, protect_query
+from sqlsdc.jobs.blanked_cells import blanked_difference
+from sqlsdc.jobs.exact_release import Release
+from sqlsdc.jobs.protect import protect_query
+from sqlsdc.jobs.tabulation import JobSpec
 from sqlsdc.tabular.rules import FrequencyRule
 
 AGED = "FROM persons WHERE age >= 85"
@@ -133,14 +135,14 @@ def test_a_cell_short_of_a_few_blanked_records_is_found(small):
     """Two of M1 blanked: M1's count less its shown records is 2. The file's missing
     category (the table's 3 missing municipalities and the 2 blanked) is never such a cell."""
     _shown(small, "pid IN (0, 1)")
-    found = _blanked_difference(small, _job("municipality"), _release({"municipality"}), 5)
+    found = blanked_difference(small, _job("municipality"), _release({"municipality"}), 5)
     assert found == ({"municipality": "M1"}, 2, ["municipality"])
 
 
 def test_enough_blanked_records_in_every_cell_are_allowed(small):
     """Six of M1 blanked, none elsewhere: 6 is no small difference."""
     _shown(small, "pid < 6")
-    assert _blanked_difference(small, _job("municipality"), _release({"municipality"}), 5) is None
+    assert blanked_difference(small, _job("municipality"), _release({"municipality"}), 5) is None
 
 
 def test_a_coarser_table_adds_the_blanked_records_of_its_municipalities(small):
@@ -148,10 +150,10 @@ def test_a_coarser_table_adds_the_blanked_records_of_its_municipalities(small):
     R1 are no small difference, but one in M3 is, with R2's three persons whose municipality
     the table itself lacks (the file places them in no region either): 4."""
     _shown(small, "pid IN (0, 12)")
-    assert _blanked_difference(small, _job("region"), _release({"municipality"}), 5) == (
+    assert blanked_difference(small, _job("region"), _release({"municipality"}), 5) == (
         {"region": "R1"}, 2, ["municipality"])  # fmt: skip
     _shown(small, "pid IN (0, 1, 2, 3, 12, 13, 14, 24)")
-    assert _blanked_difference(small, _job("region"), _release({"municipality"}), 5) == (
+    assert blanked_difference(small, _job("region"), _release({"municipality"}), 5) == (
         {"region": "R2"}, 4, ["municipality"])  # fmt: skip
 
 
@@ -160,7 +162,7 @@ def test_several_blanked_columns_make_cells_of_their_combinations(small):
     M2: the table by municipality x sex finds M2's women short of her."""
     _shown(small, "pid < 6", "pid = 12")
     release = _release({"municipality", "sex"})
-    assert _blanked_difference(small, _job("municipality,sex"), release, 5) == (
+    assert blanked_difference(small, _job("municipality,sex"), release, 5) == (
         {"municipality": "M2", "sex": "F"}, 1, ["municipality", "sex"])  # fmt: skip
 
 
@@ -172,12 +174,12 @@ def test_a_table_of_part_of_the_file_is_compared_where_the_file_tells_its_member
     kinds, and nothing is placed."""
     _shown(small, "pid IN (0, 3)")
     job = _job("municipality", "age >= 90")
-    found = _blanked_difference(small, job, _release({"municipality"}, band=True), 5)
+    found = blanked_difference(small, job, _release({"municipality"}, band=True), 5)
     assert found == ({"municipality": "M1"}, 1, ["municipality"])
-    assert _blanked_difference(small, job, _release({"municipality"}), 5) is None
+    assert blanked_difference(small, job, _release({"municipality"}), 5) is None
 
 
 def test_a_file_without_blanked_values_costs_no_query(small):
     """No local suppression: the check returns before it reads anything (the file's records
     are not even there)."""
-    assert _blanked_difference(small, _job("municipality"), _release(set()), 5) is None
+    assert blanked_difference(small, _job("municipality"), _release(set()), 5) is None

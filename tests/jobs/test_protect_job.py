@@ -271,7 +271,7 @@ def test_an_interrupt_after_the_job_is_stored_is_no_bug(db, monkeypatch):
     """A Ctrl-C or SIGTERM that lands once the job is stored (accepted, with its ledger rows)
     wrote a second, "failed" audit entry with the same query id: the duplicate key reached the
     user as "internal error ... a bug in sqlsdc". The accepted entry and the output stand."""
-    from sqlsdc.jobs.protect import Job
+    from sqlsdc.jobs.job import Job
 
     stored_job = Job.store
 

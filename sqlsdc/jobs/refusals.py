@@ -1,0 +1,238 @@
+"""The checks that refuse a protection job before it computes anything, and a policy whose
+suppression pattern would differ from the exact outputs already stored by a few units.
+
+:func:`refuse_job` runs them in order on a parsed job: a table the policy protects by DP
+(:func:`dp_table_refusal`, shared with the other jobs), SQL that reads another confidential
+table, cells another job's output already releases protected another way
+(:func:`_refuse_second_protection`), populations that differ from an exact release by a few
+units (:func:`~sqlsdc.jobs.differencing.refuse_small_differences` over
+:func:`_exact_releases`), cells of the live suppression pattern
+(:func:`~sqlsdc.jobs.live_cells.refuse_live_cells`), a rounding replaced by one to another
+base, and the output's name (:func:`check_output_name`, shared with anonymisation).
+:func:`refuse_pattern_differences` is the same differencing check from the policy's side,
+which ``catalog/setup.py`` ``apply_policy`` runs before it writes a policy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import sqlglot
+from sqlglot import exp
+
+from sqlsdc.errors import Error, PolicyError, TabularError
+from sqlsdc.jobs.differencing import refuse_small_differences
+from sqlsdc.jobs.exact_release import Release
+from sqlsdc.jobs.live_cells import refuse_live_cells, refuse_live_file_cells
+from sqlsdc.jobs.record_files import opaque_files, opaque_refusal, stored_files
+from sqlsdc.jobs.session import OUTPUT_SCHEMA
+from sqlsdc.jobs.stored_tables import (
+    EXACT_METHODS,
+    exact_tables,
+    outputs_of_the_same_cells,
+    pattern_label,
+)
+from sqlsdc.jobs.tabulation import JobSpec
+from sqlsdc.policy import Policy
+
+
+def refuse_job(
+    con,
+    policy: Policy,
+    spec: JobSpec,
+    sql: str,
+    into: str,
+    method: str,
+    *,
+    replace: bool,
+    base: int | None,
+) -> None:
+    """Refuse the ``method`` job of ``spec`` (its SQL ``sql``) storing ``protected.<into>``
+    when one of this module's checks fails (a :class:`TabularError`), in the order its
+    docstring gives."""
+    _refuse_dp_table(policy, spec, method)
+    _refuse_other_tables(policy, sql, spec)
+    _refuse_second_protection(con, policy, spec, into, method)
+    if method in EXACT_METHODS:
+        refuse_small_differences(con, policy, spec, _exact_releases(con, policy, spec))
+    if method == "suppress" and spec.measure is not None:  # its units' counts are published too
+        counted = dataclasses.replace(spec, measure=None)
+        refuse_small_differences(con, policy, counted, _exact_releases(con, policy, counted))
+    refuse_live_cells(con, policy, spec, "the job")  # after: a few units off is told as such
+    if replace and base is not None:
+        _refuse_another_base(con, into, base)
+    check_output_name(con, into, replace, TabularError, policy)
+
+
+def check_output_name(con, into: str, replace: bool, error: type[Error], policy: Policy) -> None:
+    """Refuse to write ``protected.<into>`` over an existing table without ``replace``, and
+    over one whose name differs in case even with it: DuckDB's names are case-insensitive, so
+    ``T`` is the table ``t``, and replacing it under another spelling left ``sqlsdc.outputs``
+    naming both. Refuse names sqlsdc reserves (``__``) and names of the policy's tables, which
+    the release database and analysts' queries would confuse with the confidential table."""
+    if into.startswith("__"):
+        raise error(f"--into {into!r}: names starting with '__' are reserved for sqlsdc")
+    if policy.table(into) is not None:
+        raise error(f"--into {into!r} is the name of a table of the policy; choose another name")
+    found = con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE schema_name = ? "
+        "AND lower(table_name) = lower(?)",
+        [OUTPUT_SCHEMA, into],
+    ).fetchall()
+    if not found:
+        return
+    (existing,) = found[0]
+    if existing != into:
+        raise error(
+            f"{OUTPUT_SCHEMA}.{existing} exists; names are case-insensitive, so --into {into} "
+            f"names it too: write --into {existing} (with --replace to overwrite it) or choose "
+            "another name"
+        )
+    if not replace:
+        raise error(f"{OUTPUT_SCHEMA}.{into} exists; pass --replace to overwrite it")
+
+
+def _refuse_dp_table(policy: Policy, spec: JobSpec, method: str) -> None:
+    """Refuse a job over a table the policy protects by differential privacy: its output would
+    release the table's cells exactly (or perturbed once, deterministically) outside the
+    privacy budget, and the budget's guarantee to every person in it would no longer hold."""
+    if policy.table(spec.table).differentially_private:
+        raise TabularError(dp_table_refusal(spec.table, f"a {method} job"))
+
+
+def _refuse_other_tables(policy: Policy, sql: str, spec: JobSpec) -> None:
+    """Refuse a job whose SQL reads another table than its own beside public ones (a subquery
+    of its WHERE): ``persons WHERE person_id IN (SELECT person_id FROM benefits WHERE amount >
+    1500)`` stored exact facts of ``benefits``, which the policy protects by DP, in a table of
+    ``persons`` (red team s36d); a confidential table read so is protected by nothing."""
+    for table in sqlglot.parse_one(sql, read="duckdb").find_all(exp.Table):
+        declared = policy.table(table.name)
+        plain = isinstance(table.this, exp.Identifier) and table.db.lower() in ("", "main")
+        if (
+            plain
+            and not table.catalog
+            and declared is not None
+            and (declared.name == spec.table or declared.is_public)
+        ):
+            continue
+        reason = ("which the policy protects by differential privacy"
+                  if plain and declared is not None and declared.differentially_private
+                  else "which is not a public table of the policy")  # fmt: skip
+        raise TabularError(
+            f"a protection job reads {spec.table} and public tables only; its SQL also reads "
+            f"{table.sql('duckdb')}, {reason}: what it tells of that table would be stored "
+            "unprotected. Filter with conditions on the columns of " + spec.table
+        )
+
+
+def dp_table_refusal(table: str, job: str) -> str:
+    """The message of a non-DP job refused over a DP table (shared by every job)."""
+    return (
+        f"{table} is protected by differential privacy in the policy: {job} would store its "
+        "data outside the privacy budget, which voids the budget's guarantee. Release it with "
+        "a DP query (`sqlsdc publish --query`) or a DP synthesis (`sqlsdc synthesize --method "
+        "dp-ipf`), or change the table's method in the policy"
+    )
+
+
+def _refuse_second_protection(con, policy: Policy, spec: JobSpec, into: str, method: str) -> None:
+    """Refuse a job whose cells a stored output of another job already releases, protected
+    another way: by another method, or by a rounding, CTA or IPF job under another name.
+
+    Two protections of one cell combine (red team s33b): a rounding to base 3 and one to base 5
+    of a count leave only the values both allow; a cell a suppression job hides has a rounded or
+    adjusted value in the other table; a suppression job's exact values tell how far CTA moved
+    each cell. Suppression jobs of the same rows stay allowed: each keeps what the others hid
+    (:func:`~sqlsdc.jobs.earlier_suppressions.earlier_suppressions`); so does replacing an
+    output by a job of its own method (``--replace``). Jobs over other rows that share a cell (a
+    WHERE that picks cells of the other's table, ``region = 'R01'``) are refused whatever their
+    methods: their cells are matched by their rows, not their keys (red team s33c)."""
+    own = f"{OUTPUT_SCHEMA}.{into}"
+    for name, theirs, _dims, alike in outputs_of_the_same_cells(con, policy, spec, own):
+        if theirs == method and (name == own or (method == "suppress" and alike)):
+            continue
+        raise TabularError(
+            f"{name} already releases these cells ({spec.table}, the same aggregate over the "
+            f"same units or rows), protected by method {theirs}; this job (method {method}) "
+            "would release them protected a second way, and a reader of both tables could "
+            "combine the two (two roundings of a cell, or a rounded or adjusted value of a "
+            "cell the other hides) to narrow the values they protect. Tabulate another "
+            f"population, or protect these cells with {theirs} (`--into "
+            f"{name.split('.', 1)[1]} --replace` replaces that table)"
+        )
+
+
+def _refuse_another_base(con, into: str, base: int) -> None:
+    """Refuse to replace a rounding by one to another base: the earlier table stays with its
+    readers (``sqlsdc publish`` records what it released), and two bases of one cell leave
+    only the values both allow, as two tables would (red team s33c)."""
+    found = con.execute(
+        "SELECT report FROM sqlsdc.outputs WHERE name = ? AND method = 'round'",
+        [f"{OUTPUT_SCHEMA}.{into}"],
+    ).fetchall()
+    if not found:
+        return
+    before = json.loads(found[0][0]).get("details", {}).get("base")
+    if before is not None and before != base:
+        raise TabularError(
+            f"{OUTPUT_SCHEMA}.{into} holds these cells rounded to base {before}; replacing it "
+            f"by a rounding to base {base} would give readers of both a cell's two roundings, "
+            f"which leave only the values both allow. Round to base {before} again, or write "
+            "another --into for another population"
+        )
+
+
+def _exact_releases(con, policy: Policy, spec: JobSpec) -> list[Release]:
+    """Every release of the job's table and aggregate that readers hold with exact values
+    (:func:`~sqlsdc.jobs.differencing.refuse_small_differences`): the exact tables
+    (:func:`exact_tables`) of its aggregate, and the anonymised files of the table that hold
+    its measure unperturbed, as the exact tables they imply
+    (:func:`~sqlsdc.jobs.record_files.stored_files`; red team s37c: a file of everyone aged
+    85 or over, income only top-coded far above any income, less a suppression job's total of
+    the same people but one, gave that person's income and so named their record)."""
+    if opaque := opaque_files(con, policy, spec.table):
+        raise TabularError(opaque_refusal(f"the file {opaque[0]}", spec.table, "the job"))
+    found = [
+        Release(label, theirs.where, theirs.dims)
+        for label, theirs in exact_tables(con, policy, spec.table)
+        if theirs.measure == spec.measure
+    ]
+    files = stored_files(con, policy, spec.table)
+    return found + [f for f in files if spec.measure is None or f.holds(spec.measure)]
+
+
+def refuse_pattern_differences(con, policy: Policy) -> None:
+    """Refuse a policy whose suppression pattern of a table (the guard's, which analysts read
+    live and ``sqlsdc publish`` releases) differs from an exact table or an anonymised file of
+    that table already stored by a few units in a cell both hold: the other order of the
+    check a job or a file gets against the pattern in force (red team s38e: a file of every
+    person aged 1 or over, then suppression by geography x sex switched on, gave 90 cells of
+    1-4 persons aged 0, and their incomes, as the pattern's cell less the file's)."""
+    if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'sqlsdc' AND "
+                       "table_name = 'outputs'").fetchone()[0]:  # fmt: skip
+        return  # no catalog yet: nothing stored
+    for declared in policy.confidential_tables:
+        if declared.suppression is None:
+            continue
+        label = pattern_label(declared.name)
+        if opaque := opaque_files(con, policy, declared.name):
+            raise _policy_refusal(opaque_refusal(f"the file {opaque[0]}", declared.name, label))
+        found = exact_tables(con, policy, declared.name)
+        files = stored_files(con, policy, declared.name)
+        for pattern in (spec for name, spec in found if name == label):
+            others = [Release(name, theirs.where, theirs.dims) for name, theirs in found
+                      if name != label and theirs.measure == pattern.measure]  # fmt: skip
+            others += [f for f in files if pattern.measure is None or f.holds(pattern.measure)]
+            refuse_small_differences(con, policy, pattern, others, label, error=_policy_refusal)
+        for name, spec in found:  # cells of the pattern held by an output stored before it
+            if name != label:
+                refuse_live_cells(con, policy, spec, name, error=_policy_refusal)
+        for release in files:
+            refuse_live_file_cells(con, policy, declared.name, release, _policy_refusal)
+
+
+def _policy_refusal(message: str) -> PolicyError:
+    """A policy refused by what it would release next to the outputs stored: a PolicyError
+    (``policy apply`` and ``init`` exit 4), as the check of the files its ``releases:`` lists."""
+    return PolicyError([message])

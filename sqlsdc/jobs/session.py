@@ -1,0 +1,110 @@
+"""What every back-end job shares with the others: its audited opening of the catalog.
+
+Protection jobs (:mod:`sqlsdc.jobs.job`), anonymisation (:mod:`sqlsdc.jobs.anonymize`) and
+synthesis (:mod:`sqlsdc.synth.job`) each open the database once, read-write, under a query id
+of their own (:func:`job_catalog`): the job is audited there ``accepted`` with its output,
+``refused`` or ``failed`` otherwise, and the jobs of one process on one file take turns, so a
+job's checks of the stored outputs and its own store are one step. Their outputs go to the
+schema :data:`OUTPUT_SCHEMA`, their reports to ``sqlsdc.outputs`` as strict JSON
+(:func:`json_safe`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from sqlsdc.catalog import store
+from sqlsdc.engines import duckdb as engine
+from sqlsdc.errors import TabularError
+
+OUTPUT_SCHEMA = "protected"  # the schema of every job's stored output
+
+
+def job_fingerprint(method: str, into: str, sql: str) -> str:
+    """A short digest of what a job does (as guarded queries are fingerprinted)."""
+    text = json.dumps({"job": method, "into": into, "sql": sql}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# one lock per database file: a process's jobs on one file take turns (processes do already)
+_JOB_TURNS: dict[Path, threading.RLock] = {}
+_JOB_TURNS_LOCK = threading.Lock()
+
+
+def _job_turn(db: str | Path) -> threading.RLock:
+    """This process's turn lock of the database file ``db``.
+
+    A job checks the stored outputs when it starts (a second protection of the same cells, a
+    small difference of populations) and stores its own output seconds later. Processes take
+    turns on the file (its lock is held from the opening to the closing of the job's
+    connection), but threads of one process share that lock: red team s37c stored a
+    suppression and a rounding of the same cells from two threads, both checked before either
+    had stored. Held for the whole job, this lock makes the checks and the store one step."""
+    key = Path(db).resolve()
+    with _JOB_TURNS_LOCK:
+        return _JOB_TURNS.setdefault(key, threading.RLock())
+
+
+@contextmanager
+def job_catalog(db: str | Path, user: str, method: str, into: str, request: str) -> Iterator:
+    """``(connection, query id, fingerprint, audit)`` for one back-end job on ``db``: the
+    connection (read-write, closed afterwards), the job's own audit entry id, and
+    ``audit(decision, reason=...)`` writing that entry for ``request`` by ``user``. The jobs
+    of this process on ``db`` take turns (:func:`_job_turn`)."""
+    with _job_turn(db):
+        yield from _job_connection(db, user, method, into, request)
+
+
+def _job_connection(db, user: str, method: str, into: str, request: str) -> Iterator:
+    """The body of :func:`job_catalog`, run while the job holds its turn."""
+    con = engine.open_database(db, read_only=False)
+    try:
+        current = store.current_policy(con)
+        if current is None:
+            raise store.no_catalog(db, con)
+        query_id = store.next_query_id(con)
+        fingerprint = job_fingerprint(method, into, request)
+        record = functools.partial(store.record_query, con, query_id, user, current[0],
+                                   sql=request, fingerprint=fingerprint)  # fmt: skip
+
+        def audit(decision: str, **details) -> None:
+            if decision != "accepted" and store.has_outcome(con, query_id):
+                return  # stored (accepted) just before an interrupt: that entry stands
+            record(decision, **details)
+
+        yield con, query_id, fingerprint, audit
+    except engine.EngineError as failure:  # audited by the job; a full disk is no bug
+        told = engine.write_failure(failure)
+        if told is failure and isinstance(failure, engine.StatementFailure):
+            told = TabularError(  # red team s39b: was "internal error", with the engine's text
+                "the job's SQL fails in the engine (a column it cannot find, or a cast or an "
+                "expression that fails on some row); correct the --sql. The engine's text, "
+                "which may quote data, is in the job's audit entry (sqlsdc audit)"
+            )
+        if told is failure:
+            raise
+        raise told from None
+    finally:
+        con.close()
+
+
+def json_safe(value):
+    """JSON-safe copy: NaN and infinities become null (strict JSON has neither)."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

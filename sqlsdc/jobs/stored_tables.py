@@ -1,0 +1,192 @@
+"""The tabular job outputs readers hold, read back from the catalog as parsed jobs.
+
+A job is checked against what was released before it: :func:`stored_outputs` (the outputs in
+``protected`` with their SQL parsed again, whatever the policy now says of their columns),
+:func:`earlier_job_versions` (versions replaced or dropped since, which their readers keep:
+:mod:`sqlsdc.jobs.output_history`), :func:`exact_tables` (those of them, and the guard's
+suppression pattern, that publish exact values), and :func:`outputs_of_the_same_cells` (those
+that share a cell with a job: the same table and aggregate over the same rows,
+:func:`same_rows`, or over other rows that keep a whole cell, matched by fingerprints of its
+units or rows).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from sqlglot import exp
+
+from sqlsdc.errors import SqlSyntaxError, TabularError
+from sqlsdc.jobs.exact_release import kept
+from sqlsdc.jobs.output_history import earlier_versions
+from sqlsdc.jobs.session import OUTPUT_SCHEMA
+from sqlsdc.jobs.tabulation import JobSpec, parse_job, table_dims
+from sqlsdc.policy import Policy
+from sqlsdc.tabular.universe import COUNT, universe_of
+
+TABULAR_METHODS = ("suppress", "round", "cta", "ipf")  # jobs that store a table of cells
+# jobs that publish cells with their exact values (CTA: the cells it did not have to move; IPF:
+# its given margins, exact when written from the data); two of them over populations that
+# differ by a few units tell those units' values apart (red team s37c: IPF's grand total less a
+# suppression job's of the same people but one gave that person's income)
+EXACT_METHODS = ("suppress", "cta", "ipf")
+
+
+def outputs_of_the_same_cells(
+    con, policy: Policy, spec: JobSpec, own: str
+) -> list[tuple[str, str, list[str], bool]]:
+    """``(name, method, dimension columns, same rows)`` of the stored job outputs that share
+    cells with a job of ``spec`` storing ``own``: ``own`` itself (when replaced), and every
+    other one that tabulates the same table and aggregate over the same rows
+    (:func:`same_rows`: however its WHERE is written), whatever its dimensions (tables of
+    other dimensions share their totals), or over other rows of which some cell is one of the
+    job's (:func:`_share_a_cell`)."""
+    found = []
+    for name, method, theirs in stored_outputs(con, policy):
+        if _shape(theirs) != _shape(spec):
+            if name == own:
+                found.append((name, method, table_dims(theirs, policy), False))
+            continue
+        alike = same_rows(con, spec.table, theirs.where, spec.where)
+        if name == own or alike or _share_a_cell(con, theirs, spec):
+            found.append((name, method, table_dims(theirs, policy), alike))
+    return found
+
+
+def pattern_label(table: str) -> str:
+    return f"the suppression pattern of {table}"
+
+
+def exact_tables(con, policy: Policy, table: str) -> list[tuple[str, JobSpec]]:
+    """``(label, JobSpec)`` of the tables of ``table`` that readers hold with exact values: the
+    guard's suppression pattern (the whole table, one per aggregate it suppresses), every
+    stored output of a job of :data:`EXACT_METHODS`, and every earlier version of one
+    replaced or dropped since (:func:`earlier_job_versions`: their readers keep them). A
+    suppression job of a sum also releases the counts of its cells' units, in its ``n``
+    column, a table of counts of its own (red team s38b: a count job of everyone aged 85 or
+    over by sex, and a suppression job of their incomes less the tertiary-educated of one
+    municipality, gave that group's count by sex, 1 and 1, from the release database
+    alone)."""
+    found = []
+    declared = policy.table(table)
+    if declared.suppression is not None:
+        universe = universe_of(policy, declared.name)
+        label = pattern_label(declared.name)
+        for aggregate in universe.aggregates:
+            measure = None if aggregate == COUNT else aggregate
+            pattern = JobSpec(declared.name, universe.columns, measure, universe.unit, None)
+            found.append((label, pattern))
+    for name, method, theirs in stored_outputs(con, policy) + earlier_job_versions(con, policy):
+        if method not in EXACT_METHODS or theirs.table.lower() != declared.name.lower():
+            continue
+        found.append((name, theirs))
+        if method == "suppress" and theirs.measure is not None:
+            found.append((f"{name} (its counts n)", dataclasses.replace(theirs, measure=None)))
+    return found
+
+
+def earlier_job_versions(con, policy: Policy) -> list[tuple[str, str, JobSpec]]:
+    """``(label, method, parsed SQL)`` of the tabular job outputs stored once and replaced or
+    dropped since (:func:`~sqlsdc.jobs.output_history.earlier_versions`, from the jobs'
+    audit entries): a release file or a reader holds them still. Red team s38b: ``--replace``
+    compared a job with the version it replaced only, so incomes by sex of everyone aged 85
+    or over, replaced by the same less a region, then by the same less one municipality's
+    person (each step hundreds of people from the one before), put that person's income
+    between the first and third versions."""
+    found = []
+    for version in earlier_versions(con):
+        if version.method not in TABULAR_METHODS:
+            continue
+        try:
+            spec = parse_job(version.sql, policy, stored=True)
+        except (TabularError, SqlSyntaxError):  # a table or column the policy no longer declares
+            continue
+        found.append((version.label, version.method, spec))
+    return found
+
+
+def stored_outputs(con, policy: Policy) -> list[tuple[str, str, JobSpec]]:
+    """``(name, method, parsed SQL)`` of the stored tabular job outputs whose SQL the policy
+    still reads."""
+    existing = {
+        f"{schema}.{name}"
+        for schema, name in con.execute(
+            "SELECT schema_name, table_name FROM duckdb_tables() WHERE schema_name = ?",
+            [OUTPUT_SCHEMA],
+        ).fetchall()
+    }
+    rows = con.execute(
+        "SELECT name, method, sql_text FROM sqlsdc.outputs WHERE method IN (?, ?, ?, ?) "
+        "ORDER BY name",
+        list(TABULAR_METHODS),
+    ).fetchall()
+    found = []
+    for name, method, sql in rows:
+        if name not in existing:
+            continue
+        try:
+            found.append((name, method, parse_job(sql, policy, stored=True)))
+        except (TabularError, SqlSyntaxError):  # a table or column the policy no longer declares
+            continue
+    return found
+
+
+def _shape(spec: JobSpec) -> tuple:
+    """What a job tabulates besides its rows and dimensions: table and aggregate."""
+    return spec.table, spec.measure
+
+
+def same_rows(con, table: str, first: exp.Expr | None, second: exp.Expr | None) -> bool:
+    """Whether two WHERE conditions keep the same rows of ``table`` (in its data now): two
+    spellings of one population (``age >= 85``, ``85 <= age``, none and a tautology) are one
+    set of cells."""
+    if first is None and second is None:
+        return True
+    differ = exp.select(exp.Count(this=exp.Star())).from_(table)
+    differ = differ.where(exp.NEQ(this=kept(first), expression=kept(second)))
+    return con.execute(differ.sql("duckdb")).fetchall()[0][0] == 0
+
+
+def _share_a_cell(con, first: JobSpec, second: JobSpec) -> bool:
+    """Whether a cell of one job's table, inner or margin, holds what a cell of the other's
+    holds, in the table's data now: the same units (a count) or the same rows with a non-zero
+    measure (a sum), so the same value. Populations that differ in rows may share cells: a
+    WHERE on a dimension (``region = 'R01'``, ``region = 'R01' OR age > 100``) keeps whole
+    cells of the other table, and rows outside a cell (``income IS NOT NULL`` where a cell has
+    none) leave it as it was. Cells are compared by fingerprints (number and sum of hashes of
+    their units or rows) over every grouping of the dimensions (red team s33c: a rounding to
+    base 5 of ``... AND region = 'R01'`` was stored next to one to base 3 of the whole table)."""
+    a = _fingerprints(first).subquery("a")
+    b = _fingerprints(second).subquery("b")
+    same = exp.and_(
+        exp.column("n", "a").eq(exp.column("n", "b")),
+        exp.column("h", "a").eq(exp.column("h", "b")),
+    )
+    shared = exp.select(exp.Count(this=exp.Star())).from_(a).join(b, on=same)
+    return con.execute(shared.sql("duckdb")).fetchall()[0][0] > 0
+
+
+def _fingerprints(spec: JobSpec) -> exp.Select:
+    """``(n, h)`` per cell of a job's table (every grouping of its dimensions): the number of
+    its units (a count) or of its rows with a non-zero measure (a sum), and the sum of their
+    hashes (of the whole row: rows alike in every column are kept or dropped together by any
+    WHERE, and the record key tells rows apart)."""
+    if spec.measure is None:
+        member, rows = exp.column(spec.unit), kept(spec.where)
+    else:
+        member = exp.column(spec.table)  # the row as a struct (a view has no rowid)
+        nonzero = exp.column(spec.measure).neq(exp.Literal.number(0))
+        nonzero = exp.Coalesce(this=nonzero, expressions=[exp.false()])
+        rows = exp.and_(kept(spec.where), nonzero)
+    hashed = exp.Anonymous(this="hash", expressions=[member])
+    distinct = exp.Distinct(expressions=[hashed])
+    cube = exp.Cube(expressions=[exp.column(d) for d in spec.dims])
+    return (
+        exp.select(
+            exp.Count(this=distinct).as_("n"),
+            exp.Sum(this=distinct.copy()).as_("h"),
+        )
+        .from_(spec.table)
+        .where(rows)
+        .group_by(cube)
+    )

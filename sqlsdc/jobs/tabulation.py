@@ -1,0 +1,179 @@
+"""What a protection job tabulates, and its table built from inner cells computed in SQL.
+
+A job's SQL is one aggregation of one confidential table (:func:`parse_job`, a
+:class:`JobSpec`). Its inner cells are computed in SQL (:func:`cells_sql`: one row per inner
+cell with units, total and the largest unit contributions as the list aggregate
+``MAX(x, k)``), and margins, rules and the method then run on a :class:`~sqlsdc.tabular.model.Table`
+built from those aggregated cells (:func:`cells_table`), whose dimensions fold a declared
+hierarchy's grouped levels into one (:func:`table_dims`). No database is read here; the job
+(:mod:`sqlsdc.jobs.job`) runs the SQL, and the checks against stored outputs parse their SQL
+with :func:`parse_job` too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import sqlglot
+from sqlglot import exp
+
+from sqlsdc.errors import SqlSyntaxError, TabularError
+from sqlsdc.policy import ColumnRole, Policy
+from sqlsdc.tabular.model import Hierarchy, Table
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What a protection job tabulates: ``SELECT dims, SUM(measure)|COUNT(*) FROM table``.
+
+    A frequency table counts units (the rules protect units); ``rows`` is set when the SQL
+    counts rows (``COUNT(*)``), which are the units only where each unit has one row (checked
+    by :meth:`sqlsdc.jobs.job.Job.tabulate`); ``COUNT(DISTINCT unit)`` counts units in any
+    table."""
+
+    table: str
+    dims: tuple[str, ...]
+    measure: str | None  # None: a frequency table
+    unit: str
+    where: exp.Expr | None
+    rows: bool = False
+
+
+def parse_job(sql: str, policy: Policy, *, stored: bool = False) -> JobSpec:
+    """Check a job's SQL against the policy: one confidential table, dimensions as keys.
+
+    ``stored``: the SQL of an output stored earlier, which its readers hold whatever the policy
+    now says of its columns; any column of the table is then taken as a dimension or measure
+    (red team s38b: once ``occupation`` was no longer a dimension, a table by occupation was
+    left out of the checks of later jobs, and a job of the same people less one was stored)."""
+    try:
+        tree = sqlglot.parse_one(sql, read="duckdb")
+    except sqlglot.errors.ParseError as e:
+        raise SqlSyntaxError(f"the job's SQL does not parse: {e}") from None  # exit code 6
+    shape = (
+        "SELECT dim, ..., SUM(measure) | COUNT(*) | COUNT(DISTINCT unit) FROM table [WHERE ...] "
+        "GROUP BY dim, ..."
+    )
+    if not isinstance(tree, exp.Select) or tree.args.get("joins") or tree.args.get("with_"):
+        raise TabularError(f"a protection job is one aggregation of one table: {shape}")
+    source = tree.args.get("from_")
+    if source is None or not isinstance(source.this, exp.Table):
+        raise TabularError(f"a protection job reads one table: {shape}")
+    table = policy.table(source.this.name)
+    if table is None or table.is_public:
+        raise TabularError(f"{source.this.name} is not a confidential table of the policy")
+    group = tree.args.get("group")
+    keys = [e for e in (group.expressions if group else [])]
+    aggregates = [e.unalias() for e in tree.expressions if e.unalias().find(exp.AggFunc)]
+    dims = tuple(k.name.lower() for k in keys if isinstance(k, exp.Column))
+    if (
+        len(dims) != len(keys)
+        or not dims
+        or any(
+            table.column(d) is None
+            or (table.column(d).role is not ColumnRole.DIMENSION and not stored)
+            for d in dims
+        )
+    ):
+        raise TabularError(f"group by dimension columns of {table.name} only: {shape}")
+    if len(aggregates) != 1:
+        raise TabularError(f"a protection job has exactly one aggregate: {shape}")
+    aggregate = aggregates[0]
+    counted = aggregate.this.expressions if isinstance(aggregate.this, exp.Distinct) else []
+    rows = isinstance(aggregate, exp.Count) and isinstance(aggregate.this, exp.Star)
+    if rows:
+        measure = None
+    elif (
+        isinstance(aggregate, exp.Count)
+        and len(counted) == 1
+        and isinstance(counted[0], exp.Column)
+        and counted[0].name.lower() == table.privacy_unit.lower()
+    ):
+        measure = None
+    elif isinstance(aggregate, exp.Sum) and isinstance(aggregate.this, exp.Column):
+        measure = aggregate.this.name.lower()
+        declared = table.column(measure)
+        if declared is None or (declared.role is not ColumnRole.MEASURE and not stored):
+            raise TabularError(f"{measure} is not a measure of {table.name}")
+    else:
+        raise TabularError(
+            f"the aggregate must be SUM(measure) or COUNT(*) (or COUNT(DISTINCT "
+            f"{table.privacy_unit})): {shape}"
+        )
+    where = tree.args.get("where")
+    return JobSpec(table.name, dims, measure, table.privacy_unit, where and where.this, rows)
+
+
+def cells_sql(spec: JobSpec, top_k: int) -> str:
+    """Inner cells: units, total and the ``top_k`` largest unit contributions, per unit summed
+    first (a unit's rows are one contribution), ``spread``: the most inner cells any unit of
+    the cell lies in (1 when every unit is in one cell, which the margins' counts and largest
+    contributions assume), and ``rows``: the most rows a unit of the cell has."""
+    unit = exp.column(spec.unit)
+    contribution = exp.Sum(this=exp.column(spec.measure)) if spec.measure else exp.Literal.number(1)
+    per_unit = exp.select(unit, *(exp.column(d) for d in spec.dims)).from_(spec.table)
+    cells_of_unit = exp.Window(this=exp.Count(this=exp.Star()), partition_by=[unit.copy()])
+    per_unit = per_unit.select(
+        exp.alias_(contribution, "x"),
+        exp.alias_(cells_of_unit, "k"),
+        exp.alias_(exp.Count(this=exp.Star()), "r"),
+    )
+    if spec.where is not None:
+        per_unit = per_unit.where(spec.where.copy())
+    per_unit = per_unit.group_by(unit.copy(), *(exp.column(d) for d in spec.dims))
+    # each key named as the spec names it (lower case): DuckDB names a result column as the
+    # table spells it, and a table's NACE left the cells without a 'nace' (new user s38)
+    keys = (exp.alias_(exp.column(d), d, quoted=True) for d in spec.dims)
+    cells = exp.select(*keys).from_(per_unit.subquery("u"))
+    cells = cells.select(
+        exp.alias_(exp.Count(this=exp.Star()), "n"),
+        exp.alias_(exp.Max(this=exp.column("k")), "spread"),
+        exp.alias_(exp.Max(this=exp.column("r")), "rows"),
+        exp.alias_(exp.Sum(this=exp.column("x")), "value"),
+    )
+    if top_k:
+        top = exp.Max(this=exp.column("x"), count=exp.Literal.number(top_k))
+        cells = cells.select(exp.alias_(top, "top"))
+    return cells.group_by(*(exp.column(d) for d in spec.dims)).sql("duckdb")
+
+
+def table_dims(spec: JobSpec, policy: Policy) -> list[str]:
+    """The dimension columns of a job's table: the levels of a declared hierarchy that the job
+    groups by from its top (``geography: [region, municipality]``) fold into one dimension
+    named after it, the other keys stay as they are."""
+    dims, folded = [], set()
+    for name, levels in policy.table(spec.table).hierarchies.items():
+        present = [level for level in levels if level in spec.dims]
+        if len(present) >= 2 and present == list(levels)[: len(present)]:
+            folded |= set(present)
+            dims.append(name)
+    return dims + [d for d in spec.dims if d not in folded]
+
+
+def cells_table(frame: pd.DataFrame, spec: JobSpec, policy: Policy, top_k: int) -> Table:
+    """A :class:`Table` from inner cells (dimensions: :func:`table_dims`): a hierarchy's
+    dimension holds municipality codes in inner cells and region codes in sub-totals."""
+    dims, hierarchies = table_dims(spec, policy), {}
+    cells = frame[["n", "value"]].copy()
+    for name, levels in policy.table(spec.table).hierarchies.items():
+        if name in dims:
+            present = [level for level in levels if level in spec.dims]
+            hierarchies[name] = Hierarchy.from_levels(
+                frame.astype({p: str for p in present}), present
+            )
+            cells[name] = frame[present[-1]].astype(str)
+    for d in dims:
+        if d not in hierarchies:
+            cells[d] = frame[d].astype(str)
+    tops = []
+    if top_k:
+        for j in range(top_k):
+            name = f"top{j + 1}"
+            cells[name] = [  # no list where every contribution is NULL (pandas NA)
+                t[j] if isinstance(t, list | tuple | np.ndarray) and len(t) > j else 0.0
+                for t in frame["top"]
+            ]
+            tops.append(name)
+    return Table.from_cells(cells, dims, top=tops, hierarchies=hierarchies or None)
