@@ -1,5 +1,5 @@
-"""Administration commands: ``init``, ``policy validate|show|apply``, ``audit``, ``rekey``,
-``risk``."""
+"""Administration commands: ``init``, ``policy validate|show|apply``, ``audit``, ``outputs``,
+``rekey``, ``risk``."""
 
 from __future__ import annotations
 
@@ -12,20 +12,49 @@ _TIMES = ["%Y-%m-%d", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"
 MAX_LIMIT = 1_000_000  # audit rows shown; 10**20 overflowed the engine as a bug in sqlsdc
 
 
-def acting_admin_option(*names: str):
-    """The acting administrator's option, spelled ``names`` (default ``admin``)."""
+def acting_admin_option(*decls: str):
+    """The acting administrator's option, spelled as ``decls`` (option names and the parameter's
+    name), resolved by :func:`acting_admin` in every command that takes it."""
+    older = [n for n in decls if n.startswith("--") and n != "--as"]
     return click.option(
-        *names,
-        "user",
-        default="admin",
-        show_default=True,
-        help="Acting administrator (must have role admin in the policy in force; for `init` of "
-        "a new database, in the new policy)."
-        + (" --admin and --user are older spellings of --as." if "--as" in names else ""),
+        *decls,
+        default=None,
+        callback=acting_admin,
+        metavar="ADMIN",
+        help="Acting administrator (role admin in the policy in force; for `init` of a new "
+        "database, in the new policy). Default: that policy's only admin; with several, "
+        f"required. Older spellings: {', '.join(older)}.",
     )
 
 
-admin_option = acting_admin_option("--as", "--admin", "--user", "-u")
+def acting_admin(ctx: click.Context, _param, name: str | None) -> str | None:
+    """The admin named with ``--as``, else the only admin of the policy in force (of the policy
+    file given to ``init`` on a database without the catalog). It was ``admin`` whatever the
+    policy said: a policy whose only admin is ``chief`` needed ``--as chief`` in every command
+    (new user s39). With several admins, naming one is required: a usage error lists them."""
+    if name is not None or ctx.resilient_parsing:
+        return name
+    db = ctx.params.get("db")
+    if db is None and ctx.parent is not None:  # `budget DB grant|set|reset`: the group's DB
+        db = ctx.parent.params.get("db")
+    if db is None:  # a missing DB argument: click says so
+        return None
+    from sqlsdc.admin import admins
+    from sqlsdc.errors import AccessDenied
+
+    names = admins(db, policy=ctx.params.get("policy_file"))
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise AccessDenied("the policy declares no admin: declare one under `users:` with "
+                           "role admin")  # fmt: skip
+    raise click.UsageError(
+        f"the policy has {len(names)} admins ({', '.join(names)}): name the acting one with --as",
+        ctx,
+    )
+
+
+admin_option = acting_admin_option("--as", "--admin", "--user", "-u", "user")
 
 
 def _report(report, fmt: str = "table") -> None:
@@ -67,7 +96,12 @@ def init(db: str, policy_file: str, user: str, fmt: str) -> None:
     Gives every row of every confidential table a secret record key, creates the PRF secret and
     stores the policy as version 1. Running it again on an initialised database applies the
     policy as a new version and keys rows added since. The acting user must be an admin: of the
-    policy in force, or on a new database, of the policy being applied.
+    policy in force, or on a new database, of the policy being applied. README, "Your own
+    data", starts from a CSV file; the example applies the demo's policy again.
+
+    \b
+    Example:
+      sqlsdc init demo.duckdb --policy schemas/examples/demo.yaml --format json
     """
     from sqlsdc.admin import init as init_database
     from sqlsdc.policy import load_policy
@@ -77,7 +111,14 @@ def init(db: str, policy_file: str, user: str, fmt: str) -> None:
 
 @click.group()
 def policy() -> None:
-    """Validate, show and apply policies."""
+    """Validate, show and apply policies.
+
+    \b
+    Examples:
+      sqlsdc policy validate schemas/examples/demo.yaml
+      sqlsdc policy show demo.duckdb --history
+      sqlsdc policy apply demo.duckdb schemas/examples/demo.yaml
+    """
 
 
 @policy.command()
@@ -86,7 +127,12 @@ def policy() -> None:
 def validate(file: str, fmt: str) -> None:
     """Check a policy file against the schema and its own rules (no database needed).
 
-    An invalid file ends with exit code 4 and every problem on stderr, one per line."""
+    An invalid file ends with exit code 4 and every problem on stderr, one per line.
+
+    \b
+    Example:
+      sqlsdc policy validate schemas/examples/demo.yaml --format json
+    """
     from sqlsdc.policy import load_policy
 
     load_policy(file)
@@ -98,7 +144,13 @@ def validate(file: str, fmt: str) -> None:
 @format_option(default="yaml", choices=("yaml", "json"))
 @click.option("--history", is_flag=True, help="List all applied versions instead.")
 def show(db: str, fmt: str, history: bool) -> None:
-    """Print the policy in force (or the version history)."""
+    """Print the policy in force (or the version history).
+
+    \b
+    Examples:
+      sqlsdc policy show demo.duckdb
+      sqlsdc policy show demo.duckdb --history --format json
+    """
     import yaml  # here, not at start-up (12 ms of every command's --help)
 
     from sqlsdc import admin
@@ -155,7 +207,15 @@ def readable(document: dict) -> dict:
 @admin_option
 @format_option(choices=("table", "json"))
 def apply(db: str, file: str, user: str, fmt: str) -> None:
-    """Apply FILE to DB as a new policy version (earlier versions are kept)."""
+    """Apply FILE to DB as a new policy version (earlier versions are kept).
+
+    New rows of confidential tables are keyed; the report says how many (--format json for
+    data).
+
+    \b
+    Example:
+      sqlsdc policy apply demo.duckdb schemas/examples/demo.yaml --as admin
+    """
     from sqlsdc import admin
 
     _report(admin.apply(db, file, user), fmt)
@@ -187,9 +247,18 @@ def audit(
 ) -> None:
     """Show the audit log: every query, accepted, refused or failed, newest first.
 
+    Entries are listed in the order they were logged, which is not always that of their ids:
+    QUERY_ID is drawn when a query, job or publication starts (its budget charges are recorded
+    under it) and the entry is logged when it ends, so a publication comes after the queries it
+    ran, which have higher ids. EPSILON, RHO and DELTA are the differential-privacy budget the
+    query was charged (the ledger's charges under its id: `sqlsdc budget DB --ledger`); NULL
+    (empty in CSV, null in JSON) where the ledger holds no charge under the id (a query
+    protected otherwise, or refused). --format csv and json add the FINGERPRINT of the
+    statement.
+
     \b
     Examples:
-      sqlsdc audit demo.duckdb --as admin --who analyst --decision refused
+      sqlsdc audit demo.duckdb --who analyst --decision refused
       sqlsdc audit demo.duckdb --as admin --since 2026-11-01 --until 2026-12-01 --format csv
     """
     from sqlsdc import admin
@@ -208,6 +277,31 @@ def audit(
 @click.command()
 @click.argument("db", type=ExistingFile())
 @admin_option
+@format_option()
+def outputs(db: str, user: str, fmt: str) -> None:
+    """List the stored outputs of jobs (protect, anonymize, synthesize), oldest first.
+
+    Each with its method, when and by whom it was made, under which policy version, the
+    QUERY_ID of its job's audit entry, its SQL and the differential-privacy budget its job
+    was charged (EPSILON, RHO, DELTA; NULL where nothing was charged). They are the tables
+    protected.NAME that `sqlsdc publish` writes (`sqlsdc microdata-report` and
+    `synth-report` report on anonymised and synthetic ones).
+
+    \b
+    Example:
+      sqlsdc outputs demo.duckdb --format json
+    """
+    from sqlsdc import admin
+
+    frame = admin.outputs(db, user)
+    if fmt == "table":
+        frame["sql_text"] = frame["sql_text"].str.replace(r"\s+", " ", regex=True)
+    print_frame(frame, fmt)
+
+
+@click.command()
+@click.argument("db", type=ExistingFile())
+@admin_option
 @click.option("--table", "tables", multiple=True, help="Only this table (repeatable).")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @format_option(choices=("table", "json"))
@@ -216,6 +310,10 @@ def rekey(db: str, user: str, tables: tuple[str, ...], yes: bool, fmt: str) -> N
 
     Values published before no longer match new ones, and a user who saw both could compare
     them; re-key only when keys may have leaked. Every re-keying is recorded.
+
+    \b
+    Example:
+      sqlsdc rekey demo.duckdb --table persons --yes
     """
     from sqlsdc import admin
 
@@ -257,4 +355,4 @@ def risk(db: str, sql: str, user: str, count_column: str, value_column, fmt: str
             click.echo(f"{name:>10}  {number:.6g}")
 
 
-COMMANDS = (init, policy, audit, rekey, risk)
+COMMANDS = (init, policy, audit, outputs, rekey, risk)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
+from sqlsdc.cli.admin import acting_admin_option
 from sqlsdc.cli.output import ExistingFile, format_option, print_frame, print_json
 
 from sqlsdc.errors import Error
@@ -186,6 +187,20 @@ def _target(policy, user: str | None, table: str | None) -> ledger.BudgetKey:
     return ledger.BudgetKey(user, table)
 
 
+def _not_dp(policy, key: ledger.BudgetKey) -> str | None:
+    """A note when ``key`` names a table that is not under differential privacy: its queries
+    spend no budget, only DP syntheses of it (``sqlsdc synthesize --epsilon``) do. A grant to
+    (alice, persons) on a CKM table answered about budget layering only (new user s39)."""
+    from sqlsdc.catalog import budget as ledger
+
+    table = None if key.table == ledger.ALL else policy.table(key.table)
+    if table is None or table.differentially_private:
+        return None
+    return (f"table {table.name!r} is not under differential privacy in the policy in force: "
+            "its queries spend no budget; only differentially private syntheses of it "
+            "(`sqlsdc synthesize --epsilon`) do")  # fmt: skip
+
+
 def _admin_session(db: str, admin: str):
     from sqlsdc.admin import require_admin
     from sqlsdc.policy import load_policy
@@ -228,15 +243,7 @@ _target_options = [
     click.option(
         "--reason", required=True, callback=_reason, help="Why (kept in the audit trail)."
     ),
-    click.option(
-        "--as",
-        "--admin",
-        "admin",
-        default="admin",
-        show_default=True,
-        help="Acting administrator (role admin in the policy in force); --admin is the older "
-        "spelling.",
-    ),
+    acting_admin_option("--as", "--admin", "admin"),
     format_option(choices=("table", "json")),
 ]
 
@@ -287,19 +294,23 @@ def _report(
     after: ledger.BudgetStatus,
     text: str,
     unchanged: str,
+    note: str | None,
 ) -> None:
     """What a grant, set or reset did: a line and the changes, or with --format json one
-    object: the event, the budget, the amounts given and its state before and after."""
+    object: the event, the budget, the amounts given, its state before and after and notes
+    (:func:`_not_dp`; on stderr in a table)."""
     if fmt == "json":
         print_json({
             "action": action, "event": seq, "user": key.user, "table": key.table,
             **{kind: _decimal(amounts.get(kind)) for kind in KINDS},
-            "before": _state(before), "after": _state(after),
+            "before": _state(before), "after": _state(after), "notes": [note] if note else [],
         })  # fmt: skip
         return
     click.echo(text)
     for line in _change(before, after, spent=action == "reset") or [unchanged]:
         click.echo(line)
+    if note:
+        click.echo(f"  note: {note}", err=True)
 
 
 def _state(status: ledger.BudgetStatus) -> dict:
@@ -326,7 +337,16 @@ def _with_target_options(f):
 @click.option("--delta", help="δ of private group selection to add (exact, below 1: 1e-6).")
 @click.pass_obj
 def grant(obj, user, table, reason, admin, fmt, epsilon, rho, delta) -> None:
-    """Raise a budget by ε, ρ and/or δ (admins only; recorded with who, when and why)."""
+    """Raise a budget by ε, ρ and/or δ (admins only; recorded with who, when and why).
+
+    A table that is not under differential privacy is noted as such: its queries spend no
+    budget, only DP syntheses of it do.
+
+    \b
+    Examples:
+      sqlsdc budget demo.duckdb grant --for analyst --epsilon 1 --reason "Q3 study"
+      sqlsdc budget demo.duckdb grant --for analyst --delta 1e-6 --reason "private groups"
+    """
     from sqlsdc.catalog import budget as ledger
     from sqlsdc.mechanisms.accountant import PrivacyCost  # not at start-up: 12 ms of --help
 
@@ -339,17 +359,18 @@ def grant(obj, user, table, reason, admin, fmt, epsilon, rho, delta) -> None:
     try:
         key = _target(policy, user, table)
         before = _status(con, policy, key)
+        note = _not_dp(policy, key)
         try:
             seq = ledger.grant(con, admin=admin, key=key, cost=added, reason=reason,
                                limits=ledger.policy_limits(policy))  # fmt: skip
         except ValueError as e:
-            raise Error(str(e)) from None
+            raise Error(f"{note}. {e}" if note else str(e)) from None
         after = _status(con, policy, key)
     finally:
         con.close()
     amounts = {"epsilon": eps, "rho": r, "delta": d}
     text = f"granted {_given(amounts)} to {key.describe()} (event {seq})"
-    _report(fmt, "grant", seq, key, amounts, before, after, text, "  unchanged")
+    _report(fmt, "grant", seq, key, amounts, before, after, text, "  unchanged", note)
 
 
 @budget.command(name="set")
@@ -385,17 +406,18 @@ def set_limit(obj, user, table, reason, admin, fmt, epsilon, rho, delta) -> None
     try:
         key = _target(policy, user, table)
         before = _status(con, policy, key)
+        note = _not_dp(policy, key)
         try:
             seq = ledger.set_limit(con, admin=admin, key=key, reason=reason,
                                    limit=ledger.BudgetLimit(**amounts))  # fmt: skip
         except ValueError as e:
-            raise Error(str(e)) from None
+            raise Error(f"{note}. {e}" if note else str(e)) from None
         after = _status(con, policy, key)
     finally:
         con.close()
     _report(fmt, "set", seq, key, amounts, before, after,
             f"set the limit of {key.describe()} to {_given(amounts)} (event {seq})",
-            "  unchanged: the limit was already that")  # fmt: skip
+            "  unchanged: the limit was already that", note)  # fmt: skip
 
 
 @budget.command()
@@ -406,6 +428,10 @@ def reset(obj, user, table, reason, admin, fmt) -> None:
 
     Only the named budget is reset: resetting (alice, *) leaves (*, persons) as it was. The
     ledger keeps every charge, so the total privacy loss stays visible.
+
+    \b
+    Example:
+      sqlsdc budget demo.duckdb reset --for analyst --reason "new quarter"
     """
     from sqlsdc.catalog import budget as ledger
 
@@ -415,11 +441,12 @@ def reset(obj, user, table, reason, admin, fmt) -> None:
         before = _status(con, policy, key)
         seq = ledger.reset(con, admin=admin, key=key, reason=reason)
         after = _status(con, policy, key)
+        note = _not_dp(policy, key)
     finally:
         con.close()
     _report(fmt, "reset", seq, key, {}, before, after,
             f"reset the spending of {key.describe()} (event {seq}); limits unchanged",
-            "  nothing was spent: remaining unchanged")  # fmt: skip
+            "  nothing was spent: remaining unchanged", note)  # fmt: skip
 
 
 COMMANDS = (budget,)

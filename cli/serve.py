@@ -94,7 +94,15 @@ def serve(db: str, host: str, port: int, tls_cert, tls_key, insecure: bool, idle
 
 @click.group("server-user")
 def server_user() -> None:
-    """Passwords of the users who log in to `sqlsdc serve` (stored as SCRAM keys)."""
+    """Passwords of the users who log in to `sqlsdc serve` (stored as SCRAM keys).
+
+    At a terminal `add` and `passwd` ask for the password twice; a script gives it on the
+    first line of stdin with --password-stdin.
+
+    \b
+    Example:
+      sqlsdc server-user list demo.duckdb
+    """
 
 
 def _password(from_stdin: bool) -> str:
@@ -121,7 +129,13 @@ def _done(fmt: str, name: str, action: str, text: str) -> None:
 @password_stdin
 @format_option(choices=("table", "json"))
 def add(db: str, name: str, user: str, password_stdin: bool, fmt: str) -> None:
-    """Let policy user NAME log in to the server with a password."""
+    """Let policy user NAME log in to the server with a password (asked twice at a terminal;
+    a script gives it with --password-stdin).
+
+    \b
+    Example:
+      echo "$ANALYST_PASSWORD" | sqlsdc server-user add demo.duckdb analyst --password-stdin
+    """
     from sqlsdc.server import auth
 
     auth.set_password(db, user, name, _password(password_stdin), new=True)
@@ -135,7 +149,13 @@ def add(db: str, name: str, user: str, password_stdin: bool, fmt: str) -> None:
 @password_stdin
 @format_option(choices=("table", "json"))
 def passwd(db: str, name: str, user: str, password_stdin: bool, fmt: str) -> None:
-    """Change the password of server user NAME."""
+    """Change the password of server user NAME (asked twice at a terminal; a script gives it
+    with --password-stdin).
+
+    \b
+    Example:
+      echo "$ANALYST_PASSWORD" | sqlsdc server-user passwd demo.duckdb analyst --password-stdin
+    """
     from sqlsdc.server import auth
 
     auth.set_password(db, user, name, _password(password_stdin), new=False)
@@ -148,7 +168,12 @@ def passwd(db: str, name: str, user: str, password_stdin: bool, fmt: str) -> Non
 @admin_option
 @format_option(choices=("table", "json"))
 def remove(db: str, name: str, user: str, fmt: str) -> None:
-    """Remove server user NAME (its open sessions end at their next login)."""
+    """Remove server user NAME (its open sessions end at their next login).
+
+    \b
+    Example:
+      sqlsdc server-user remove demo.duckdb analyst
+    """
     from sqlsdc.server import auth
 
     auth.remove(db, user, name)
@@ -160,7 +185,12 @@ def remove(db: str, name: str, user: str, fmt: str) -> None:
 @admin_option
 @format_option(default="table", choices=("table", "json"))
 def list_users(db: str, user: str, fmt: str) -> None:
-    """List server users (names and when their password was set; never a key)."""
+    """List server users (names and when their password was set; never a key).
+
+    \b
+    Example:
+      sqlsdc server-user list demo.duckdb --format json
+    """
     from sqlsdc.server import auth
 
     users = auth.list_users(db, user)

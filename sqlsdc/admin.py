@@ -16,7 +16,7 @@ from sqlsdc.catalog import keys, setup, store
 from sqlsdc.catalog.setup import ApplyReport, PolicyCheck, apply_policy
 from sqlsdc.catalog.store import require_admin
 from sqlsdc.engines import duckdb as engine
-from sqlsdc.errors import Error
+from sqlsdc.errors import Error, NotFoundError
 from sqlsdc.mechanisms.ckm import utility_risk
 from sqlsdc.policy import Policy, load_policy
 
@@ -30,6 +30,28 @@ def policy_checks() -> tuple[PolicyCheck, ...]:
     from sqlsdc.jobs.refusals import refuse_pattern_differences
 
     return refuse_pattern_differences, refuse_listed_files
+
+
+def admins(db: str | Path, *, policy: Policy | str | Path | None = None) -> list[str]:
+    """The admins of the policy in force in ``db``: whom an admin command may act as (the CLI's
+    ``--as``, by default the only one). A database without the catalog yet (``init``) has
+    those of ``policy``, the policy about to be applied; without it, that is not-found."""
+    current = None
+    if Path(db).is_file():
+        con = engine.open_database(db, read_only=True)
+        try:
+            current = store.current_policy(con)
+            if current is None and policy is None:
+                raise store.no_catalog(db, con)
+        finally:
+            con.close()
+    elif policy is None:
+        raise NotFoundError(f"database {db} does not exist")
+    if current is not None:
+        policy = load_policy(current[1], name=current[2])
+    elif not isinstance(policy, Policy):
+        policy = load_policy(policy)
+    return store.admin_names(policy)
 
 
 def init(db_path, policy, *, applied_by: str | None = None) -> ApplyReport:
@@ -86,19 +108,60 @@ def audit(
     since: datetime | None = None,
     until: datetime | None = None,
 ) -> pd.DataFrame:
-    """Newest audit entries first (read by an admin); ``since``/``until``: logged from
-    (included) and before (excluded), in UTC."""
+    """Audit entries, newest first in the order they were logged (read by an admin);
+    ``since``/``until``: logged from (included) and before (excluded), in UTC.
+
+    Columns: :data:`~sqlsdc.catalog.store.AUDIT_COLUMNS` and what the budget ledger charged
+    each entry's query id (:data:`CHARGE_COLUMNS`: ε, ρ and δ as exact text, None where
+    nothing was charged)."""
     con = engine.open_database(db, read_only=True)
     try:
         require_admin(con, user)
-        return pd.DataFrame(
-            store.audit_entries(
-                con, user=who, decision=decision, limit=limit, since=since, until=until
-            ),
-            columns=store.AUDIT_COLUMNS,
+        entries = store.audit_entries(
+            con, user=who, decision=decision, limit=limit, since=since, until=until
         )
+        return _with_charges(con, entries, store.AUDIT_COLUMNS)
     finally:
         con.close()
+
+
+CHARGE_COLUMNS = ("epsilon", "rho", "delta")  # the budget an audit entry's query was charged
+OUTPUT_COLUMNS = ("name", "method", "created_at", "created_by", "policy_version", "query_id",
+                  "sql_text")  # fmt: skip
+
+
+def outputs(db: str | Path, user: str) -> pd.DataFrame:
+    """The outputs of protection, anonymisation and synthesis jobs registered in ``db``
+    (``sqlsdc.outputs``), oldest first (read by an admin): name, method, when, by whom, under
+    which policy version, the query id of the job's audit entry (None for outputs stored
+    before jobs had one) and what the ledger charged it (:data:`CHARGE_COLUMNS`)."""
+    con = engine.open_database(db, read_only=True)
+    try:
+        require_admin(con, user)
+        kept = engine.table_columns(con, store.S, "outputs")  # no query_id in older catalogs
+        columns = [c if c in kept else f"NULL AS {c}" for c in OUTPUT_COLUMNS]
+        rows = con.execute(
+            f"SELECT {', '.join(columns)} FROM {store.S}.outputs ORDER BY created_at, name"
+        ).fetchall()
+        entries = [dict(zip(OUTPUT_COLUMNS, row, strict=True)) for row in rows]
+        return _with_charges(con, entries, OUTPUT_COLUMNS)
+    finally:
+        con.close()
+
+
+def _with_charges(con, entries: list[dict], columns) -> pd.DataFrame:
+    """``entries`` with the ε, ρ and δ the ledger charged their query ids (exact text; None
+    where nothing was charged), as a frame of ``columns`` and :data:`CHARGE_COLUMNS`."""
+    from sqlsdc.catalog.budget import charged_by_query
+    from sqlsdc.mechanisms.accountant import exact_text
+
+    ids = [e["query_id"] for e in entries if e["query_id"] is not None]
+    charged = charged_by_query(con, ids)
+    for entry in entries:
+        cost = charged.get(entry["query_id"])
+        for kind in CHARGE_COLUMNS:
+            entry[kind] = None if cost is None else exact_text(getattr(cost, kind))
+    return pd.DataFrame(entries, columns=[*columns, *CHARGE_COLUMNS])
 
 
 def rekey(db: str | Path, user: str, *, tables: list[str] | None = None) -> dict[str, int]:

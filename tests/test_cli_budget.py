@@ -138,6 +138,7 @@ def test_delta_grants_in_subprocesses(db, sqlsdc_in_process):
                   "rho_limit": None, "rho_spent": "0", "rho_remaining": None,
                   "delta_limit": "0.000001", "delta_spent": "0.00000025",
                   "delta_remaining": "0.00000075"},
+        "notes": [],  # (alice, *): no table that is not under DP
     }  # fmt: skip
     for change in (("set", "--epsilon", "2"), ("reset",)):
         done = json.loads(run(db, *change[:1], "--for", "alice", *change[1:], "--reason", "r",

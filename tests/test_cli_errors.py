@@ -413,8 +413,8 @@ def test_a_failed_init_of_a_new_file_leaves_no_file(tmp_path):
         "users:\n  owner: {role: admin}\n"
     )
     new = tmp_path / "new.duckdb"
-    failed(run("init", new, "--policy", policy), errors.DENIED, "not an admin")
-    failed(run("init", new, "--policy", policy, "--as", "owner"), errors.INVALID_POLICY,
+    failed(run("init", new, "--policy", policy, "--as", "admin"), errors.DENIED, "not an admin")
+    failed(run("init", new, "--policy", policy), errors.INVALID_POLICY,  # owner: the only admin
            "no such table in the database (tables: none; load the data first")  # fmt: skip
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.yaml"]
 

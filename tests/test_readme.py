@@ -246,6 +246,10 @@ def _row_count(actual: str, header: str) -> int:
 # --- examples in --help texts ------------------------------------------------------------------
 
 
+# an example that gives a command its stdin: echo TEXT | sqlsdc ... (server-user's passwords)
+PIPED = re.compile(r"echo (?P<text>.+?) \| (?P<command>sqlsdc .*)")
+
+
 def help_examples() -> list[tuple[str, str]]:
     """(command path, example) for every line under ``Example(s):`` in a --help text."""
     from sqlsdc.cli.main import cli
@@ -259,7 +263,7 @@ def help_examples() -> list[tuple[str, str]]:
             for line in block.splitlines():
                 example += (" " if example else "") + line.strip()
                 if not line.rstrip().endswith("\\") and not _continues(example):
-                    if example.startswith("sqlsdc "):  # not the prose after the examples
+                    if example.startswith("sqlsdc ") or PIPED.match(example):  # not prose
                         found.append((path, example.replace("\\ ", "")))
                     example = ""
         for name, sub in getattr(command, "commands", {}).items():
@@ -288,7 +292,11 @@ def test_help_examples_run(ckm_db, tmp_path, sqlsdc_in_process, monkeypatch):
     for path, example in help_examples():
         if any(marker in example for marker in KNOWN_BROKEN):
             continue
-        done = sqlsdc_in_process(*_argv(example)[1:])
+        piped = PIPED.match(example)
+        stdin = None
+        if piped:  # the shell's echo: its words, and a newline (variables are not expanded)
+            stdin, example = " ".join(_argv(piped["text"])) + "\n", piped["command"]
+        done = sqlsdc_in_process(*_argv(example)[1:], input=stdin)
         if done.returncode != 0:
             failures.append(f"{path}: $ {example}\nexit {done.returncode}: {done.stderr[-1500:]}")
     assert not failures, "\n\n".join(failures)

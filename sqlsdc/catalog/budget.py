@@ -1015,6 +1015,27 @@ def spend_ledger(con, *, user: str | None = None, limit: int = 100) -> list[dict
     return [dict(zip(_SPEND_COLUMNS, r, strict=True)) for r in rows]
 
 
+def charged_by_query(con, query_ids: Iterable[int]) -> dict[int, PrivacyCost]:
+    """What the ledger charged each of ``query_ids`` (the audit log's ids), summed over its
+    charges; ids with no charge (not a DP query, refused, or every cell already released) are
+    absent. ``sqlsdc audit`` shows it beside each entry: the log did not say what a query
+    cost (new user s39)."""
+    ids = sorted(set(query_ids))
+    delta = _delta_of(con)
+    if not ids or delta is None:
+        return {}
+    rows = con.execute(
+        f"SELECT query_id, epsilon, rho, {delta} FROM {S}.budget_spend "
+        "WHERE list_contains(?, query_id)",
+        [ids],
+    ).fetchall()
+    charged: dict[int, PrivacyCost] = {}
+    for query_id, *amounts in rows:
+        cost = PrivacyCost(*map(Fraction, amounts))
+        charged[query_id] = charged.get(query_id, PrivacyCost()) + cost
+    return charged
+
+
 def parse_amount(text: str | None, name: str, *, zero: bool = False) -> Fraction | None:
     """A budget amount from the command line ("1", "0.5", "1/3"); None if not given. Amounts
     are positive and at least the smallest budget a policy may give (``AMOUNT_RANGES``: a

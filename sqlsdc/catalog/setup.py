@@ -413,7 +413,7 @@ def _require_admin(policy: Policy, user: str, *, new: bool) -> None:
     declared = policy.user(user)
     if declared is None or declared.role is not UserRole.ADMIN:
         which = "the policy being applied to this new database" if new else "the policy in force"
-        admins = ", ".join(u.name for u in policy.users.values() if u.role is UserRole.ADMIN)
+        admins = ", ".join(store.admin_names(policy))
         raise AccessDenied(
             f"user {user!r} is not an admin in {which}; only an admin applies a policy "
             f"(admins: {admins}); name one with --as"

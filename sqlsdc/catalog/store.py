@@ -55,6 +55,12 @@ def no_catalog(db, con=None) -> NotFoundError:
     return NotFoundError(f"{db} has no sqlsdc catalog; run `sqlsdc init {db} --policy FILE`")
 
 
+def admin_names(policy) -> list[str]:
+    """The names of the admins a policy declares, in its order: whom ``--as`` may name, and
+    the acting administrator by default when there is exactly one."""
+    return [u.name for u in policy.users.values() if u.role is UserRole.ADMIN]
+
+
 def require_admin(con, user: str) -> tuple[int, dict, str]:
     """``(version, document, source)`` of the policy in force, if ``user`` is an admin in it."""
     current = current_policy(con)
@@ -65,7 +71,7 @@ def require_admin(con, user: str) -> tuple[int, dict, str]:
     policy = load_policy(current[1], name=current[2])
     declared = policy.user(user)
     if declared is None or declared.role is not UserRole.ADMIN:
-        admins = ", ".join(u.name for u in policy.users.values() if u.role is UserRole.ADMIN)
+        admins = ", ".join(admin_names(policy))
         raise AccessDenied(
             f"user {user!r} is not an admin in the policy in force (admins: {admins}); "
             "name one with --as"
@@ -663,7 +669,13 @@ def audit_entries(
     until: datetime | None = None,
 ) -> list[dict]:
     """Newest audit entries first, optionally filtered: by user, decision, and the time they
-    were logged (UTC), from ``since`` (included) to ``until`` (excluded)."""
+    were logged (UTC), from ``since`` (included) to ``until`` (excluded).
+
+    In the order they were logged, not of their ids: an id is drawn when a query, job or
+    publication starts (its budget charges are recorded under it) and its entry is written
+    when it ends, so a publication's entry comes after those of the queries it ran, whose ids
+    are higher (listed by id, entry 27 of a publication came after 28 of its query and
+    ``--since`` cut the listing out of order; new user s39)."""
     where, params = [], []
     if user:
         where.append("user_name = ?")
@@ -679,7 +691,8 @@ def audit_entries(
         params.append(until)
     clause = f"WHERE {' AND '.join(where)}" if where else ""
     rows = con.execute(
-        f"SELECT {', '.join(AUDIT_COLUMNS)} FROM {S}.audit {clause} ORDER BY query_id DESC LIMIT ?",
+        f"SELECT {', '.join(AUDIT_COLUMNS)} FROM {S}.audit {clause} "
+        "ORDER BY logged_at DESC, query_id DESC LIMIT ?",
         [*params, limit],
     ).fetchall()
     return [dict(zip(AUDIT_COLUMNS, row, strict=True)) for row in rows]
