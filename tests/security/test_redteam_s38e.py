@@ -270,6 +270,10 @@ def test_rows_of_value_zero_give_an_unbiased_sum_no_new_coin(unbiased_db):
     assert {total for total, _m, _c in cells} == {plain[0]}
     for total, mean, count in cells:  # the mean: that sum over the published COUNT(income)
         assert count % 5 == 0 and mean == total / count
+    # a cell of zeros only has no contributor (n = 0, divided by 1): sum and mean 0, no error
+    with sqlsdc.connect(unbiased_db, user="analyst") as con:
+        children = con.execute(f"{base} AND age < 16").fetchone()
+    assert children[:2] == (0, 0) and children[2] >= 100
 
 
 def _aged_94(db) -> list[tuple[str, int]]:
