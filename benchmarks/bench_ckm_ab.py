@@ -1,5 +1,7 @@
 """A/B benchmark of the cell key method's rewrite: the protected SQL of two source trees, run
-alternately on one DuckDB file in one process, CPU time first.
+alternately on one DuckDB file in one process, CPU time first. With ``--rounding RULE`` the
+database's policy is per-cell rounding instead (counts to 5 unbiased, magnitudes to 100 by
+RULE, minimum frequency 3; the rounding rewrite is what is compared).
 
 The SQL of the tree under test comes from this process (``sqlsdc`` as installed); that of the
 other tree from a subprocess whose ``PYTHONPATH`` is ``--before`` (e.g. ``git archive <commit>
@@ -10,7 +12,7 @@ processes falls on all alike. CPU is ``time.process_time`` (every thread of the 
 DuckDB's workers included), the measure to compare on a shared machine; wall time is beside it.
 
 Usage: python benchmarks/bench_ckm_ab.py --before /tmp/before [--persons 1000000] [--db PATH]
-       [--repeat 9]
+       [--repeat 9] [--rounding unbiased]
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ import time
 from pathlib import Path
 
 import sqlsdc
-from sqlsdc.demo.build import build_demo_database
+from sqlsdc import admin
+from sqlsdc.demo.build import build_demo_database, demo_policy
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.engines.duckdb import run as run_sql
+from sqlsdc.policy import load_policy
 
 QUERIES = {  # name -> SQL: counts as a control, then sums and means with and without zeros
     "count by region": "SELECT region, COUNT(*) FROM persons GROUP BY region",
@@ -69,6 +73,21 @@ def explained_before(before: Path, db: Path) -> dict[str, str]:
     return json.loads(done.stdout)
 
 
+def apply_rounding(db: Path, rule: str) -> None:
+    """The demo policy with every table's counts rounded to 5 (unbiased) and magnitudes to 100
+    by ``rule``, minimum frequency 3 (tests/conftest.py's ``rounded_template``)."""
+    document = demo_policy().document_dict()
+    document["protection"] = {
+        "min_frequency": 3,
+        "counts": {"method": "round", "base": 5, "rounding": "unbiased"},
+        "magnitudes": {"method": "round", "base": 100, "rounding": rule},
+    }
+    for table in document["tables"].values():
+        table.pop("protection", None)
+        table.pop("dp", None)
+    admin.apply(db, load_policy(document), "admin")
+
+
 def timed(raw, sql: str) -> tuple[float, float, int]:
     """(CPU s, wall s, rows) of one run."""
     cpu, wall = time.process_time(), time.perf_counter()
@@ -82,12 +101,15 @@ def main() -> None:
     parser.add_argument("--persons", type=int, default=1_000_000)
     parser.add_argument("--db", type=Path, help="a demo database to reuse (built if missing)")
     parser.add_argument("--repeat", type=int, default=9)
+    parser.add_argument("--rounding", help="round instead of CKM, magnitudes by this rule")
     args = parser.parse_args()
     db = args.db or Path(tempfile.mkdtemp()) / "demo.duckdb"
     if not db.exists():
         started = time.perf_counter()
         build_demo_database(db, persons=args.persons, seed=7)
         print(f"built {db} ({args.persons:,} persons) in {time.perf_counter() - started:.0f} s")
+    if args.rounding:
+        apply_rounding(db, args.rounding)
     before = explained_before(args.before, db)
     with sqlsdc.connect(db, user="analyst") as con:
         after = {name: con.explain(sql).sql for name, sql in QUERIES.items()}

@@ -3,7 +3,8 @@
 Four copies of one population, one per rounding rule, so that the same cells can be compared
 across rules and with the raw values. ``blocks`` has exactly 5 persons per block (4,000 blocks):
 the cells of the statistical tests. A sum is rounded mean before sum: its cell of n contributors
-and exact sum S publishes R(S·n̂/n), n̂ the cell's published COUNT(income) (:func:`mbs_value`).
+(rows of non-zero value) and exact sum S publishes R(S·n̂/n), n̂ the cell's published count of
+its non-zero rows, ``COUNT(*) ... WHERE income <> 0`` (:func:`mbs_value`).
 """
 
 from __future__ import annotations
@@ -171,14 +172,15 @@ def by_block(con, table, aggregate="SUM(income)") -> tuple[np.ndarray, np.ndarra
     return keys, np.array([out[k] for k in keys], dtype=float)
 
 
-def mbs_value(ana, raw, table, where="", measure="income") -> tuple[np.ndarray, np.ndarray]:
-    """(blocks, S·n̂/n) of SUM(measure) by block: the value its rounding rounds, with S and n
-    the exact sum and count and n̂ the published COUNT(measure) of the same cell."""
-    query = f"SELECT block, {{}} FROM {table} {where} GROUP BY block"
-    keys, total = by_block_sql(raw, query.format(f"SUM({measure})"))
-    _, n = by_block_sql(raw, query.format(f"COUNT({measure})"))
-    _, shown = by_block_sql(ana, query.format(f"COUNT({measure})"))
-    return keys, total * shown / n
+def mbs_value(ana, raw, table, measure="income") -> tuple[np.ndarray, np.ndarray]:
+    """(blocks, S·n̂/n) of SUM(measure) by block: the value its rounding rounds, with S the
+    exact sum, n its contributors (rows of non-zero value) and n̂ their published count (0/1
+    where there are none: S is 0)."""
+    keys, total = by_block_sql(raw, f"SELECT block, SUM({measure}) FROM {table} GROUP BY block")
+    contributors = f"SELECT block, COUNT(*) FROM {table} WHERE {measure} <> 0 GROUP BY block"
+    n, shown = rows(raw, contributors), rows(ana, contributors)
+    ratio = np.array([shown.get(k, 0) / n.get(k, 1) for k in keys], dtype=float)
+    return keys, total * ratio
 
 
 def by_block_sql(con, sql) -> tuple[np.ndarray, np.ndarray]:
@@ -200,9 +202,9 @@ def test_values_are_adjacent_multiples_of_the_base(ana, raw, table, aggregate):
     protected = rows(ana, sql)
     exact = rows(raw, sql)
     if aggregate.startswith("SUM"):
-        shown = rows(ana, sql.replace(aggregate, "COUNT(income)"))
-        n = rows(raw, sql.replace(aggregate, "COUNT(income)"))
-        exact = {age: total * shown[age] / n[age] for age, total in exact.items()}
+        contributors = f"SELECT age, COUNT(*) FROM {table} WHERE income <> 0 GROUP BY age"
+        shown, n = rows(ana, contributors), rows(raw, contributors)
+        exact = {age: total * shown.get(age, 0) / n.get(age, 1) for age, total in exact.items()}
     assert protected.keys() == exact.keys() and len(exact) == 90
     for age, value in protected.items():
         assert value % base == 0
@@ -217,11 +219,14 @@ def test_conventional_equals_the_hand_formula(ana, raw):
     by_hand = np.floor(exact / 10) * 10 + np.where(exact % 10 >= 5, 10, 0)
     assert np.array_equal(protected, by_hand)
     assert np.array_equal(protected, round_conventional(exact, 10))  # the reference rule
-    # a sum: the rule applied to S·n̂/n, here 2S (5 persons a block, published as 10)
+    # a sum: the rule applied to S·n̂/n, here 2S (5 persons a block, published as 10), or 0
+    # where one of them has income 0 (4 contributors, published as 0)
     _, protected = by_block(ana, "p_conv")
     _, x = mbs_value(ana, raw, "p_conv")
     _, total = by_block(raw, "p_conv")
-    assert np.array_equal(x, 2 * total)
+    _, contributors = by_block(raw, "p_conv", "COUNT(NULLIF(income, 0))")
+    assert 0 < (contributors == 4).sum() < 10 and (contributors >= 4).all()
+    assert np.array_equal(x, np.where(contributors == 5, 2 * total, 0))
     assert np.array_equal(protected, round_conventional(x, 10))
 
 
@@ -286,8 +291,12 @@ def test_unbiased_rounding_is_unbiased_over_many_cells(ana, raw):
     _, x = mbs_value(ana, raw, "persons")
     assert len(keys) == N // 5 >= 2000
     assert abs(z_bias(protected, x, 10)) < 4
-    # the frequency of rounding up given r is r/B (pooled over r = 1..9, χ²-free check per r)
-    r = x % 10  # x = 2S or 0: even remainders only
+    # the frequency of rounding up given r is r/B (pooled over r = 1..9, χ²-free check per r),
+    # over the blocks of 5 contributors, whose x is 2S or 0: even remainders only (a block with
+    # an income 0 has 4, and x = 2.5·S or 0 by its count's coin)
+    _, contributors = by_block(raw, "persons", "COUNT(NULLIF(income, 0))")
+    protected, x = protected[contributors == 5], x[contributors == 5]
+    r = x % 10
     assert set(r) == {0, 2, 4, 6, 8}
     for rem in (2, 4, 6, 8):
         up = (protected[r == rem] > x[r == rem]).mean()
