@@ -2,8 +2,18 @@
 rounding and CKM demos of 20,000 persons; a hand-built table of units with several rows) and
 as an admin running jobs on the suppression demo.
 
-No attack learnt a protected value; the defences that held are pinned below. Every attack
-tried, one line each (H: held; O: observation, no test):
+Every attack tried, one line each (W: worked, fixed here; H: held; O: observation, no test):
+
+Anonymised files beside the live suppression pattern (``jobs/live_cells.py``, s39b's fix)
+- W  a file of every person with the pattern's dimensions spelt as expressions
+     (``municipality || '' AS m``, ``CASE WHEN sex = 'F' THEN 1 ELSE 2 END AS s``, income
+     microaggregated) was stored, and ``publish --include`` released it beside
+     ``suppressed_persons``: its records counted all 74 cells of geography x sex the pattern
+     hid (1 to 4 persons each: R01-M005 F 4, M 2; R01-M015 M 1; R01-M016 F 1). The check
+     counted a file by its plain universe columns only (none here); it now counts it by every
+     exact column that reads a universe column (the file's cuts, as the differencing check
+     reads them). ``lower(municipality)`` or ``CAST(... AS VARCHAR)`` beside a plain ``sex``
+     were refused already (by sex's margin), not by the municipality cells.
 
 Dominance rule (``rewrite/dominance.py``, threshold and round magnitudes)
 - H  s38e's zero padding re-spelt: ``SUM(income + age) - SUM(age)`` (refused: adds columns),
@@ -59,7 +69,8 @@ import duckdb
 import pytest
 
 import sqlsdc
-from sqlsdc.errors import PolicyViolation
+from sqlsdc.errors import MicrodataError, PolicyViolation
+from sqlsdc.jobs.anonymize import anonymize
 
 TARGET = "(municipality = 'R05-M021' AND age = 94)"  # one person, income 29,136.86
 PADDED = f"{TARGET} OR income = 0"  # and the 1,877 zero incomes
@@ -227,3 +238,30 @@ def test_order_by_all_orders_by_outputs_only(threshold):
         ).fetchall()
     with pytest.raises(PolicyViolation):
         threshold.execute("SHOW sqlsdc.budget").fetchall()
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "SELECT municipality || '' AS m, CASE WHEN sex = 'F' THEN 1 ELSE 2 END AS s, income "
+        "FROM persons",
+        "SELECT region || '/' || municipality AS place, sex = 'F' AS female, income FROM persons",
+    ],
+)
+def test_a_file_that_spells_the_live_cells_as_expressions_is_refused(
+    suppress_template, tmp_path, copy_database, source
+):
+    """Stored, such a file counted every hidden cell of ``suppressed_persons`` (74 cells of
+    1 to 4 persons) in the release database that ``publish --include`` wrote."""
+    db = copy_database(suppress_template, tmp_path)
+    with pytest.raises(MicrodataError, match="holds the same units as a cell of that pattern"):
+        anonymize(db, user="admin", into="spelt", sql=source,
+                  steps=["microaggregate:income:k=5"])  # fmt: skip
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        stored = con.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'protected'"
+        ).fetchone()
+    finally:
+        con.close()
+    assert stored == (0,)
