@@ -24,6 +24,12 @@ Anonymised files beside the live suppression pattern (``jobs/live_cells.py``, s3
 - H  identifiers: ``household_id`` in a file of persons and one of households (to join
      municipality on) is dropped from both files; ``hash(municipality)``, ``CASE WHEN age >=
      0 THEN municipality END`` are cuts like the plain column (refused, after the fix).
+- H  other no-op perturbations: ``microaggregate:k=1`` and ``rankswap:p=0`` refused;
+     ``noise:income:c=0`` over ``WHERE income > 0`` (the live sums' rows, income not "held")
+     refused by the differencing check on counts (3 zero incomes in a cell).
+- O  ``swap`` of households' geography (rate 0.1, sex PRAMmed): 15 of the 23 hidden
+     municipality totals unchanged in the file, as swapping leaves most households; which
+     ones is not told. The perturbation's strength is the admin's choice.
 
 Syntheses beside the live pattern (not today's code; found probing ``live_cells``)
 - O  (strict xfail) ``synthesize --method cart`` with default options (balanced draws) of
@@ -82,6 +88,9 @@ New-user changes
 - H  ``ORDER BY ALL`` expands to the outputs only (a hidden GROUP BY key does not order the
      rows); inside a window it is refused; ``SHOW sqlsdc.budget`` on a guarded DB-API
      connection is refused (a server statement only).
+- O  ``SHOW sqlsdc.budget`` lists the ``'*'`` table budgets with what every user together
+     spent on them (a shared pool; the DB-API's ``remaining_budget`` showed it before).
+- H  ``audit --since/--until``: click datetimes bound as parameters, no SQL text.
 """
 
 from __future__ import annotations
