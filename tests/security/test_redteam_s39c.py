@@ -24,9 +24,11 @@ Anonymised files beside the live suppression pattern (``jobs/live_cells.py``, s3
 - H  identifiers: ``household_id`` in a file of persons and one of households (to join
      municipality on) is dropped from both files; ``hash(municipality)``, ``CASE WHEN age >=
      0 THEN municipality END`` are cuts like the plain column (refused, after the fix).
-- H  other no-op perturbations: ``microaggregate:k=1`` and ``rankswap:p=0`` refused;
-     ``noise:income:c=0`` over ``WHERE income > 0`` (the live sums' rows, income not "held")
-     refused by the differencing check on counts (3 zero incomes in a cell).
+- W  ``noise:income:c=0`` was accepted and changed nothing: a file of every person (dimensions
+     PRAMmed at 0.5) held all 19,613 incomes exactly, reported as noised and, for the
+     differencing check, not held. The step now refuses c = 0 (as ``rankswap:p=0`` and
+     ``microaggregate:k=1`` were refused already). Over ``WHERE income > 0`` (the live sums'
+     rows) the count check refused the file anyway (3 zero incomes in a cell).
 - O  ``swap`` of households' geography (rate 0.1, sex PRAMmed): 15 of the 23 hidden
      municipality totals unchanged in the file, as swapping leaves most households; which
      ones is not told. The perturbation's strength is the admin's choice.
@@ -387,3 +389,12 @@ def test_a_pram_that_keeps_nearly_everything_does_not_release_the_hidden_cells(
         raw.close()
     exact = [cell for cell in hidden if held.get(cell) == truth[cell]]
     assert len(exact) < len(hidden) / 2, f"{len(exact)} of {len(hidden)} hidden cells exact"
+
+
+def test_noise_that_adds_nothing_is_refused(suppress_template, tmp_path, copy_database):
+    """``noise:income:c=0`` stored every income of the file as it is, as if perturbed."""
+    db = copy_database(suppress_template, tmp_path)
+    with pytest.raises(MicrodataError, match="adds no noise"):
+        anonymize(db, user="admin", into="noised", sql="SELECT municipality, sex, income "
+                  "FROM persons", steps=["noise:income:c=0", "pram:sex:p=0.5",
+                                         "pram:municipality:p=0.5"])  # fmt: skip
