@@ -20,7 +20,9 @@ Anonymised files beside the live suppression pattern (``jobs/live_cells.py``, s3
      says it changed in no record is now exact (``record_files._over_changed_columns``), as
      ``exact_columns`` defines it ("that no perturbative step changed").
 - O  (strict xfail) ``p=0.9999``: one record changed per column, 346 of 350 cells exact and
-     all 74 hidden ones; how much perturbation is enough is a policy decision.
+     all 74 hidden ones; how much perturbation is enough is a policy decision. The same with
+     ``swap:region,municipality:...,k=1,rate=0.000001`` (2 households, 4 records swapped):
+     all 180 municipality totals exact, the 23 hidden ones included (rate 0 is refused).
 - H  identifiers: ``household_id`` in a file of persons and one of households (to join
      municipality on) is dropped from both files; ``hash(municipality)``, ``CASE WHEN age >=
      0 THEN municipality END`` are cuts like the plain column (refused, after the fix).
