@@ -14,7 +14,12 @@ employees >= 0`` (a WHERE on another column kept the check of the time out), sha
 with the live pattern, and its own pattern with the live one gave two hidden counts of 1
 exactly; an anonymised file of every enterprise with ``nace`` and ``region`` exact (turnover
 microaggregated), published with ``--include``, counted every cell the release's own
-``suppressed_enterprises`` hid.
+``suppressed_enterprises`` hid. Red team s39c: the same file of persons with its dimensions
+spelt as expressions (``municipality || '' AS m``, ``CASE WHEN sex = 'F' THEN 1 ELSE 2 END AS
+s``) was compared by its plain columns only, none, and stored and published: its records
+counted the 74 cells of 1-4 persons that ``suppressed_persons`` hid. A file is counted by
+every exact column that reads a universe column (its cuts, as the differencing check reads
+them), whatever it is named or computed from.
 """
 
 from __future__ import annotations
@@ -39,36 +44,44 @@ def refuse_live_cells(con, policy: Policy, spec: JobSpec, label: str, error=Tabu
     without WHERE, of one whose WHERE reads universe columns only (``nace = 'C'``), or keeps
     every row of some cell. One whose every cell lacks some unit of the live cell it lies in
     (``age >= 90``) is not refused."""
-    _refuse(con, policy, spec.table, spec.dims, spec.measure, spec.where, label, error)
+    keys = [(d, exp.column(d)) for d in spec.dims]
+    _refuse(con, policy, spec.table, keys, spec.measure, spec.where, label, error)
 
 
 def refuse_live_file_cells(con, policy: Policy, table: str, release: Release, error) -> None:
     """Refuse the anonymised file ``release`` of ``table`` when its records, counted (or
-    summed, for a suppressed measure it holds exactly) by its exact dimension columns, give a
-    cell of the policy's suppression pattern (the universe's columns are enough: a file's
-    finer cells add up to them)."""
+    summed, for a suppressed measure it holds exactly) by its exact columns that read a
+    universe column (its cuts ``release.exact``, plain or computed: ``municipality || ''``
+    counts as municipality does), give a cell of the policy's suppression pattern (those
+    cuts are enough: a file's finer cells add up to them)."""
     declared = policy.table(table)
     if declared.suppression is None:
         return
     universe = universe_of(policy, table)
-    dims = tuple(d for d in release.dims if d in universe.columns)
+    cuts = release.exact if release.exact is not None else [
+        (d, exp.column(d)) for d in release.dims]  # fmt: skip
+    columns = {c.lower() for c in universe.columns}
+    keys = [(name, expression) for name, expression in cuts
+            if {c.name.lower() for c in expression.find_all(exp.Column)} & columns]  # fmt: skip
     for aggregate in universe.aggregates:
         if aggregate == COUNT or release.holds(aggregate):
             measure = None if aggregate == COUNT else aggregate
-            _refuse(con, policy, table, dims, measure, release.where, release.label, error)
+            _refuse(con, policy, table, keys, measure, release.where, release.label, error)
 
 
-def _refuse(con, policy, table, dims, measure, where, label, error) -> None:
+def _refuse(con, policy, table, keys, measure, where, label, error) -> None:
+    """``keys``: ``(name, expression on the table's rows)`` of the output's cuts."""
     if policy.table(table).suppression is None:
         return
     universe = universe_of(policy, table)
-    if (measure or COUNT) not in universe.aggregates or not dims:
+    if (measure or COUNT) not in universe.aggregates or not keys:
         return
-    found = con.execute(_live_cell(table, dims, measure, where, universe.columns).sql("duckdb"))
+    exprs = [expression for _name, expression in keys]
+    found = con.execute(_live_cell(table, exprs, measure, where, universe.columns).sql("duckdb"))
     found = found.fetchall()
     if not found:
         return
-    cell = ", ".join(f"{d} = {v!r}" for d, v in zip(dims, found[0], strict=True)
+    cell = ", ".join(f"{name} = {v!r}" for (name, _e), v in zip(keys, found[0], strict=True)
                      if v is not None) or "the total"  # fmt: skip
     raise error(
         f"{table} is protected by suppression in the policy and the guard releases its "
@@ -81,13 +94,13 @@ def _refuse(con, policy, table, dims, measure, where, label, error) -> None:
 
 
 def _live_cell(
-    table: str, dims: Sequence[str], measure: str | None, where: exp.Expr | None,
+    table: str, dims: Sequence[exp.Expr], measure: str | None, where: exp.Expr | None,
     columns: Sequence[str],
 ) -> exp.Select:  # fmt: skip
-    """The dimension values of one cell of the table of ``measure`` (None: counts) over the
-    rows of ``table`` that ``where`` keeps, by ``dims`` (any grouping of its dimensions,
-    NULL for a total) whose rows that add to its aggregate are exactly the rows of a cell of
-    the universe over ``columns``; no row if there is none.
+    """The values of ``dims`` (expressions on the rows of ``table``) of one cell of the table
+    of ``measure`` (None: counts) over the rows that ``where`` keeps, by any grouping of
+    ``dims`` (NULL for a total), whose rows that add to its aggregate are exactly the rows of
+    a cell of the universe over ``columns``; no row if there is none.
 
     Rows that add to a sum are those with a non-zero value (a row of 0 or NULL changes no
     sum, so ``WHERE income > 0`` tabulates the live sums); a count counts every row. A cell
@@ -110,8 +123,10 @@ def _live_cell(
         grouped = exp.Anonymous(this="GROUPING", expressions=[col.copy()]).eq(0)
         universe_flags.append(grouped.as_(f"__f{i}"))
         universe_values.append(col.copy().as_(f"__v{i}"))
-    cube = exp.Group(cube=[exp.Cube(expressions=[exp.column(d) for d in dims])])
-    cells = exp.select(*[exp.column(d) for d in dims], n, *fixed, *values)
+    keys = [f"__d{k}" for k in range(len(dims))]
+    cube = exp.Group(cube=[exp.Cube(expressions=[d.copy() for d in dims])])
+    cells = exp.select(*[exp.alias_(d.copy(), k) for d, k in zip(dims, keys, strict=True)],
+                       n, *fixed, *values)  # fmt: skip
     cells = cells.from_(table).where(exp.and_(kept, adds) if kept else adds)
     cells.set("group", cube)
     universe_cube = exp.Group(cube=[exp.Cube(expressions=[exp.column(c) for c in columns])])
@@ -124,9 +139,9 @@ def _live_cell(
         same.append(flag_j.eq(flag_u))
         same.append(exp.or_(exp.not_(flag_j.copy()), value_j.eq(value_u)))
     return (
-        exp.select(*[exp.column(d, "j") for d in dims])
+        exp.select(*[exp.column(k, "j") for k in keys])
         .from_(cells.subquery("j"))
         .join(live.subquery("u"), on=exp.and_(*same))
-        .order_by(*[exp.column(d, "j").is_(exp.null()) for d in dims])  # finest cells first
+        .order_by(*[exp.column(k, "j").is_(exp.null()) for k in keys])  # finest cells first
         .limit(1)
     )

@@ -143,8 +143,16 @@ def _pram(df, step, rng):
 
 
 def _noise(df, step, rng):
-    """Noise on the records complete in the step's columns (missing values stay missing)."""
+    """Noise on the records complete in the step's columns (missing values stay missing).
+    ``c = 0`` is refused: it changes no value, and the file would hold the columns exactly
+    while its report and the differencing check take them as perturbed (red team s39c:
+    ``noise:income:c=0`` stored every income as it is)."""
     c = _number(step, "c")
+    if c == 0:
+        raise MicrodataError(
+            f"step {step.text()!r} adds no noise (c = 0): the file would hold "
+            f"{', '.join(step.columns)} exactly as perturbed; give c > 0"
+        )
     out, records = _on_complete_rows(df, step, (), lambda x, _s: perturb.add_noise(x, c, rng))
     return out, {"c": c, "records": records}
 
