@@ -123,8 +123,16 @@ from sqlsdc.catalog.ptables import KEY_MODULUS
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.planner.normal_form import STATISTIC, SUMMED
 from sqlsdc.policy import AggregateKind, Method, Policy, ProtectionRule, Rounding
-from sqlsdc.rewrite.cells import CELLS, Cells, Frame, FrameBuilder, inner_select, unit_count
-from sqlsdc.rewrite.ckm import nonzero, statistic
+from sqlsdc.rewrite.cells import (
+    CELLS,
+    Cells,
+    Frame,
+    FrameBuilder,
+    frequency_count,
+    inner_select,
+    nonzero,
+)
+from sqlsdc.rewrite.ckm import statistic
 from sqlsdc.rewrite.ckm_mix import join_mix, statistic_key_sql
 from sqlsdc.rewrite.counted_units import counted_units_key, join_unit_keys, unit_lookups
 from sqlsdc.rewrite.dominance import add_contributions, largest_needed, rules
@@ -187,7 +195,8 @@ def _frame(cells: Cells, twin: dict[int, exp.Expr], policy: Policy) -> Frame:
         if i in magnitudes and isinstance(aggregate, exp.Avg):  # the sum, published over n̂
             aggregate = exp.Sum(this=aggregate.this.copy())
         inner.append("expressions", exp.alias_(aggregate.copy(), f"__a{i}"))
-        inner.append("expressions", exp.alias_(unit_count(argument, plan.units), f"__n{i}"))
+        counted = frequency_count(plan.aggregates[i], argument, plan.units)
+        inner.append("expressions", exp.alias_(counted, f"__n{i}"))
         if i in magnitudes:
             add_contributor_counts(inner, cells, i, aggregate, argument, count_rule is not None)
         if i in lookups:  # a distinct count of units: their own keys (counted_units)

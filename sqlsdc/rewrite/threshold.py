@@ -27,6 +27,7 @@ from sqlsdc.rewrite.cells import (
     Cells,
     Frame,
     cell_column,
+    frequency_count,
     inner_select,
     unit_count,
     when_present,
@@ -50,7 +51,7 @@ def threshold_frame(cells: Cells, twin: dict[int, exp.Expr]) -> Frame:
     add_keys(inner, cells)
     for i, aggregate in enumerate(cells.aggregates):
         inner.append("expressions", exp.alias_(aggregate.copy(), f"__a{i}"))
-        count = unit_count(cells.argument(i, twin), plan.units)
+        count = frequency_count(plan.aggregates[i], cells.argument(i, twin), plan.units)
         inner.append("expressions", exp.alias_(count, f"__n{i}"))
 
     group = group_condition(inner, cells)
