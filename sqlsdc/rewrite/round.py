@@ -64,7 +64,9 @@ where COUNT(*) showed 5); now it is ``R_B(v·n̂)``, a function of v and the pub
   0`` (red team s38e): n, n̂ and the coin are those of the persons aged 94, and the sum is
   ``R_B(94·n̂)``. Rows of a small known non-zero value (``OR age = 1``) still dilute the mean
   and leave S within about B/2 of 94·k + m, m known within the counts' base: k told (open,
-  strict xfail there). The frequency rule still counts every unit with a value.
+  strict xfail there). The frequency rule counts the same contributors, per unit
+  (:func:`~sqlsdc.rewrite.cells.frequency_count`): zeros lift no small cell over it, and a cell
+  of zeros only is suppressed.
 * The mean's base is B/n̂: ``R_B(m·n̂)/n̂`` is the mean m rounded to a multiple of B/n̂, so the
   sum stays a multiple of B within B of ``m·n̂``. A base of its own for the mean would either
   round the sum by n̂ times it (a mean age rounded to 100 is 0) or leave sums that are not
@@ -72,8 +74,8 @@ where COUNT(*) showed 5); now it is ``R_B(v·n̂)``, a function of v and the pub
 * The sum carries the count's rounding, ``m·(n̂ − n)``, as under CKM (up to m·b/2 for
   conventional counts of base b); with unbiased rules for both it is unbiased (E[n̂] = n, and
   the sum's coin is independent of the count's). A cell whose contributors' count is published
-  as 0 has sum 0 (n = 0 only where S = 0 and n̂ = 0). Negative sums round like positive ones
-  (floor and remainder, not truncation).
+  as 0 has sum 0 (n = 0, a cell of zeros only, is suppressed by the frequency rule). Negative
+  sums round like positive ones (floor and remainder, not truncation).
 * Margins (ROLLUP, CUBE, totals) are their own cells, rounded from their own mean and count:
   per-cell rounding was never additive, and now a margin may differ from the sum of its
   published cells by more than the base. Controlled rounding (``sqlsdc protect --method
