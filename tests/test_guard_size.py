@@ -62,11 +62,12 @@ STATEMENTS = {
     ),
 }
 # the fingerprint of the protected SQL, by policy and statement (s34: ordered by the status
-# columns after the outputs; s39: threshold groups as data decided on n >= k, without noise)
+# columns after the outputs; s39: threshold groups as data decided on n >= k, without noise;
+# s39: a magnitude's frequency rule counts its non-zero contributors)
 FINGERPRINTS = {
     "threshold": {
         "in-list": "965067c8643c696e",
-        "cte-group-by-all": "aece66a33931adf5",
+        "cte-group-by-all": "25169b15078283b6",
         "nested-or": "fff5e5f720f76e44",
     },
     "ckm": {

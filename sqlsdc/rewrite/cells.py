@@ -25,7 +25,7 @@ from sqlsdc.engines.trees import copy_tree, nodes
 from sqlsdc.errors import InternalError, PolicyViolation
 from sqlsdc.planner.plan import CellPlan, QueryPlan
 from sqlsdc.planner.scopes import own_nodes
-from sqlsdc.policy import Method
+from sqlsdc.policy import AggregateKind, Method
 from sqlsdc.rewrite.sql import copy_clause
 
 CELLS = "__cells"
@@ -187,6 +187,25 @@ def unit_count(argument: exp.Expr | None, units: list[exp.Expr] | None) -> exp.E
     for unit in units:
         counts.append(exp.Count(this=exp.Distinct(expressions=[when_present(unit, argument)])))
     return counts[0] if len(counts) == 1 else exp.Least(this=counts[0], expressions=counts[1:])
+
+
+def frequency_count(spec, argument: exp.Expr | None, units: list[exp.Expr] | None) -> exp.Expr:
+    """The units the frequency rule counts for aggregate ``spec``: of a count every unit with
+    a value; of a magnitude (SUM, AVG) its contributors, the units with a non-zero value (a
+    unit with several rows: any of its rows), as GaussSuppression's ``NContributorsRule``
+    (``remove0 = TRUE``) and as the cell key method counts a sum's contributors. Counted with
+    its zeros, a cell of 3 non-zero incomes padded with ``OR income = 0`` reached
+    ``min_frequency`` on the zero incomes and was published exactly where the cell alone was
+    suppressed (red team s38e); a cell of zeros only has no contributor and is suppressed."""
+    if spec.kind is AggregateKind.MAGNITUDES and argument is not None:
+        return unit_count(nonzero(argument), units)
+    return unit_count(argument, units)
+
+
+def nonzero(value: exp.Expr) -> exp.Expr:
+    """``NULLIF(value, 0)``: a record whose value is 0 adds nothing to a sum and is no
+    contributor of it, as NULL is not (cellKey's default ``use_zero_rkeys = FALSE``)."""
+    return exp.Nullif(this=value.copy(), expression=exp.Literal.number(0))
 
 
 def when_present(value: exp.Expr, argument: exp.Expr | None) -> exp.Expr:

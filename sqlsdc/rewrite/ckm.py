@@ -61,7 +61,15 @@ from sqlsdc.errors import PolicyViolation
 from sqlsdc.planner.normal_form import STATISTIC
 from sqlsdc.planner.plan import CellPlan, ProtectedAggregate
 from sqlsdc.policy import AggregateKind, Method, Policy
-from sqlsdc.rewrite.cells import CELLS, Cells, Frame, unit_count, when_present
+from sqlsdc.rewrite.cells import (
+    CELLS,
+    Cells,
+    Frame,
+    frequency_count,
+    nonzero,
+    unit_count,
+    when_present,
+)
 from sqlsdc.rewrite.ckm_magnitudes import PREV, PTABLE_ENTRIES, MagnitudeLayers, ptable_ref
 from sqlsdc.rewrite.ckm_mix import join_mix, statistic_key_sql
 from sqlsdc.rewrite.counted_units import counted_units_key, join_unit_keys, unit_lookups
@@ -241,7 +249,7 @@ class _Builder(MagnitudeLayers):
             else:
                 agg.append("expressions", exp.alias_(self._rebuilt(aggregate, argument), f"__a{i}"))
             if method is not Method.CKM:
-                counted = unit_count(argument, units if plan.units is not None else None)
+                counted = frequency_count(spec, argument, units if plan.units is not None else None)
                 agg.append("expressions", exp.alias_(counted, f"__n{i}"))
             elif spec.kind is AggregateKind.MAGNITUDES:  # a CKM count's n is __a
                 summed = self._summed_units(i, units)
@@ -548,12 +556,6 @@ class _Builder(MagnitudeLayers):
         return exp.column(f"__e{i}_{steps}", PREV)
 
     # -- helpers -------------------------------------------------------------------------------
-
-
-def nonzero(value: exp.Expr) -> exp.Expr:
-    """``NULLIF(value, 0)``: a record whose value is 0 adds nothing to a sum and is no
-    contributor of it, as NULL is not (cellKey's default ``use_zero_rkeys = FALSE``)."""
-    return exp.Nullif(this=value.copy(), expression=exp.Literal.number(0))
 
 
 def statistic(aggregate: ProtectedAggregate) -> str:

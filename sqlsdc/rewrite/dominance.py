@@ -1,9 +1,12 @@
 """Dominance rules for the magnitudes of the threshold rule and of rounding, in SQL.
 
-The frequency rule counts a cell's units, those whose value is 0 too: ``SUM(income) WHERE
-(municipality = M AND age = 94) OR income = 0`` passed it on the demo's 1,877 zero incomes and
+Counting a cell's units with their zeros, the frequency rule let ``SUM(income) WHERE
+(municipality = M AND age = 94) OR income = 0`` pass on the demo's 1,877 zero incomes and
 published one person's income, exact under the threshold rule and within 50 rounded (red team
-s38e). Magnitude tables need a rule on the contributions themselves (Hundepool et al.,
+s38e). It now counts a magnitude's non-zero contributors
+(:func:`sqlsdc.rewrite.cells.frequency_count`), but rows of other values still pad a cell, and
+one contribution may dominate many. Magnitude tables need a rule on the contributions
+themselves (Hundepool et al.,
 *Statistical Disclosure Control*, 2012, §4.2.2; τ-ARGUS manual §2.2; digest
 ``seed_2006_tabular.md`` §2), with the definitions of :mod:`sqlsdc.tabular.rules` (strict
 inequalities, as τ-ARGUS and sdcTable), x1 ≥ x2 ≥ … the largest contributions and T the total:
@@ -26,6 +29,9 @@ and takes T and the largest unit totals per cell; it is joined to the query's ag
 the cell's keys and grouping. A sum of DISTINCT values reads its distinct values as the
 contributions (``SUM(DISTINCT ABS(x))``, the largest with repeats): a total no larger and
 largest values no smaller than the distinct values', so the rule fires at least as often.
+A unit whose rows in a cell are +5 and −5 passes the frequency rule as a contributor (one of
+its rows is non-zero) and contributes its total, 0, here: beside two others T − x1 − x2 = 0,
+and the p%-rule fires.
 
 A cell that fails a rule is suppressed (NULL, as the frequency rule suppresses), its status
 ``suppressed``. T and the largest contributions stay in the frame's inner layers, never in what

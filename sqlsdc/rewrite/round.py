@@ -64,7 +64,9 @@ where COUNT(*) showed 5); now it is ``R_B(v·n̂)``, a function of v and the pub
   0`` (red team s38e): n, n̂ and the coin are those of the persons aged 94, and the sum is
   ``R_B(94·n̂)``. Rows of a small known non-zero value (``OR age = 1``) still dilute the mean
   and leave S within about B/2 of 94·k + m, m known within the counts' base: k told (open,
-  strict xfail there). The frequency rule still counts every unit with a value.
+  strict xfail there). The frequency rule counts the same contributors, per unit
+  (:func:`~sqlsdc.rewrite.cells.frequency_count`): zeros lift no small cell over it, and a cell
+  of zeros only is suppressed.
 * The mean's base is B/n̂: ``R_B(m·n̂)/n̂`` is the mean m rounded to a multiple of B/n̂, so the
   sum stays a multiple of B within B of ``m·n̂``. A base of its own for the mean would either
   round the sum by n̂ times it (a mean age rounded to 100 is 0) or leave sums that are not
@@ -72,8 +74,8 @@ where COUNT(*) showed 5); now it is ``R_B(v·n̂)``, a function of v and the pub
 * The sum carries the count's rounding, ``m·(n̂ − n)``, as under CKM (up to m·b/2 for
   conventional counts of base b); with unbiased rules for both it is unbiased (E[n̂] = n, and
   the sum's coin is independent of the count's). A cell whose contributors' count is published
-  as 0 has sum 0 (n = 0 only where S = 0 and n̂ = 0). Negative sums round like positive ones
-  (floor and remainder, not truncation).
+  as 0 has sum 0 (n = 0, a cell of zeros only, is suppressed by the frequency rule). Negative
+  sums round like positive ones (floor and remainder, not truncation).
 * Margins (ROLLUP, CUBE, totals) are their own cells, rounded from their own mean and count:
   per-cell rounding was never additive, and now a margin may differ from the sum of its
   published cells by more than the base. Controlled rounding (``sqlsdc protect --method
@@ -123,8 +125,16 @@ from sqlsdc.catalog.ptables import KEY_MODULUS
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.planner.normal_form import STATISTIC, SUMMED
 from sqlsdc.policy import AggregateKind, Method, Policy, ProtectionRule, Rounding
-from sqlsdc.rewrite.cells import CELLS, Cells, Frame, FrameBuilder, inner_select, unit_count
-from sqlsdc.rewrite.ckm import nonzero, statistic
+from sqlsdc.rewrite.cells import (
+    CELLS,
+    Cells,
+    Frame,
+    FrameBuilder,
+    frequency_count,
+    inner_select,
+    nonzero,
+)
+from sqlsdc.rewrite.ckm import statistic
 from sqlsdc.rewrite.ckm_mix import join_mix, statistic_key_sql
 from sqlsdc.rewrite.counted_units import counted_units_key, join_unit_keys, unit_lookups
 from sqlsdc.rewrite.dominance import add_contributions, largest_needed, rules
@@ -187,7 +197,8 @@ def _frame(cells: Cells, twin: dict[int, exp.Expr], policy: Policy) -> Frame:
         if i in magnitudes and isinstance(aggregate, exp.Avg):  # the sum, published over n̂
             aggregate = exp.Sum(this=aggregate.this.copy())
         inner.append("expressions", exp.alias_(aggregate.copy(), f"__a{i}"))
-        inner.append("expressions", exp.alias_(unit_count(argument, plan.units), f"__n{i}"))
+        counted = frequency_count(plan.aggregates[i], argument, plan.units)
+        inner.append("expressions", exp.alias_(counted, f"__n{i}"))
         if i in magnitudes:
             add_contributor_counts(inner, cells, i, aggregate, argument, count_rule is not None)
         if i in lookups:  # a distinct count of units: their own keys (counted_units)

@@ -5,8 +5,8 @@ The ``__cells`` frame (see :mod:`sqlsdc.rewrite.cells`) computes, next to every 
 ``CASE WHEN __cells.__n<i> >= k THEN __cells.__a<i> END``. The rule is the threshold (minimum
 frequency) rule of official statistics: Hundepool et al., *Statistical Disclosure Control*
 (2012), §4.2.1; the units behind a cell are its contributors (rows whose aggregated value is not
-NULL), counted per privacy unit, and for joins the smallest count over the joined confidential
-tables.
+NULL, and for a SUM or AVG not 0: :func:`~sqlsdc.rewrite.cells.frequency_count`), counted per
+privacy unit, and for joins the smallest count over the joined confidential tables.
 
 A magnitude is also suppressed when its dominance rules find its cell sensitive
 (:mod:`sqlsdc.rewrite.dominance`; the p%-rule by default): its contributions ``__t<i>``,
@@ -27,6 +27,7 @@ from sqlsdc.rewrite.cells import (
     Cells,
     Frame,
     cell_column,
+    frequency_count,
     inner_select,
     unit_count,
     when_present,
@@ -50,7 +51,7 @@ def threshold_frame(cells: Cells, twin: dict[int, exp.Expr]) -> Frame:
     add_keys(inner, cells)
     for i, aggregate in enumerate(cells.aggregates):
         inner.append("expressions", exp.alias_(aggregate.copy(), f"__a{i}"))
-        count = unit_count(cells.argument(i, twin), plan.units)
+        count = frequency_count(plan.aggregates[i], cells.argument(i, twin), plan.units)
         inner.append("expressions", exp.alias_(count, f"__n{i}"))
 
     group = group_condition(inner, cells)

@@ -38,6 +38,13 @@ Closed here (each test failed before its fix):
   lone 94-year-old's income rounded to 100 (exact under the threshold rule). Magnitudes under
   threshold and round now have a dominance rule on the per-unit contributions, the p%-rule by
   default (``sqlsdc.rewrite.dominance``): T − x1 − x2 = 0 < 10 % of x1, suppressed.
+- **A small cell padded with zeros passed the frequency rule** (session 39): under the
+  threshold rule (min_frequency 10, p%-rule) a cell of 3-9 non-zero incomes suppressed alone
+  was published exactly with ``OR income = 0`` (29 of 30 tried); under rounding within the
+  base. The frequency rule of a magnitude now counts its contributors, the units of non-zero
+  value (GaussSuppression's ``NContributorsRule``, ``remove0 = TRUE``;
+  ``sqlsdc.rewrite.cells.frequency_count``): the zeros lift no cell over it, and a cell of
+  zeros only is suppressed. Rows of other known values still pad (open, above).
 
 - **A replaced file was forgotten by the check**, though its readers keep it: the job of
   aged 84+ after the seniors file was replaced by one without age was stored. The catalog
@@ -61,10 +68,6 @@ Left open (strict xfail):
   contributions v leave T − x1 − x2 = (k − 2)·v, at least 10 % of x1 = v from k = 3; no
   contribution dominates, and what the sum tells is the count k, which a rule on
   contributions does not judge.
-- **A small cell padded with zeros passes the frequency rule** (design, session 39): under the
-  threshold rule (min_frequency 10, p%-rule) a cell of 3-9 non-zero incomes suppressed alone
-  is published exactly with ``OR income = 0`` (29 of 30 tried); under rounding within the
-  base. The frequency rule counts units with a value, zeros included.
 - Two files are compared cut against cell, not cut against cut.
 - Not a test (an observation): an orphan's key is the keyed mix (quadratic maps mod a prime,
   not a PRF) of ``hash`` of a stored value an analyst may know, where the mix had only
@@ -274,10 +277,11 @@ def test_rows_of_value_zero_give_an_unbiased_sum_no_new_coin(unbiased_db):
     assert {total for total, _m, _c in cells} == {plain[0]}
     for total, mean, count in cells:  # the mean: that sum over the published COUNT(income)
         assert count % 5 == 0 and mean == total / count
-    # a cell of zeros only has no contributor (n = 0, divided by 1): sum and mean 0, no error
+    # a cell of zeros only has no contributor: the frequency rule suppresses its sum and mean
+    # (session 39), and publishes the count of its rows
     with sqlsdc.connect(unbiased_db, user="analyst") as con:
         children = con.execute(f"{base} AND age < 16").fetchone()
-    assert children[:2] == (0, 0) and children[2] >= 100
+    assert children[:2] == (None, None) and children[2] >= 100
 
 
 def _aged_94(db) -> list[tuple[str, int]]:
@@ -361,20 +365,12 @@ def test_a_pinned_sum_diluted_by_small_values_does_not_tell_the_count(rounded_db
     assert not told, told
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="open (design): the frequency rule counts a magnitude's units with a value, zeros "
-    "included, so rows of income 0 lift a cell of 3-9 incomes (not dominated by the p%-rule) "
-    "over min_frequency 10 and its exact sum is published, where the cell alone is suppressed. "
-    "Counting a magnitude's non-zero units (as its contributors are counted under CKM and "
-    "rounding since session 39) would close it for zeros; it would also suppress cells of "
-    "zeros only, and rows of other known values still pad a pinned measure",
-)
 def test_a_small_cell_padded_with_zeros_stays_suppressed(demo_db):
     """Threshold rule, min_frequency 10, p%-rule: ``SUM(income) WHERE (municipality = M AND sex =
     S AND age = 50) OR income = 0`` for cells of 3 to 9 non-zero incomes that are suppressed
-    alone (29 of 30 published exactly on a build of the demo, session 39)."""
+    alone (29 of 30 published exactly on a build of the demo, session 39). The frequency rule of
+    a magnitude counts its contributors, the units of non-zero value (session 39, as
+    GaussSuppression's ``NContributorsRule``): the zeros lift no cell over it."""
     raw = open_database(demo_db)
     try:
         cells = raw.execute(
