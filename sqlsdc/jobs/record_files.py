@@ -1,8 +1,10 @@
 """An anonymised file as the exact tables it implies, for the differencing check.
 
 A file of records releases, as exact counts, every cross-tabulation over its population of its
-columns that no perturbative step changed (:func:`sqlsdc.microdata.steps.exact_columns`), a
-recoded column by its bands, a top-coded one by its clipped values. :func:`file_release` writes
+columns that no perturbative step changed (:func:`sqlsdc.microdata.steps.exact_columns`; a
+step that changed so few records that a reader is sure of the cells changed none of them:
+:mod:`sqlsdc.microdata.negligible`), a recoded column by its bands, a top-coded one by its
+clipped values. :func:`file_release` writes
 that down as a :class:`~sqlsdc.jobs.exact_release.Release` of the file's source table: its
 population as the WHERE of its query, its exact columns as expressions on the table's columns
 (``recode:age:breaks=65/75/85`` is ``CASE WHEN age < 65 THEN '<65' ... END``), so that
@@ -32,7 +34,8 @@ from sqlglot import exp
 from sqlsdc.jobs.exact_release import Release
 from sqlsdc.jobs.output_history import blanks, earlier_versions
 from sqlsdc.jobs.session import OUTPUT_SCHEMA
-from sqlsdc.microdata.steps import Step, exact_columns, parse_step
+from sqlsdc.microdata.negligible import perturbed_columns
+from sqlsdc.microdata.steps import NON_PERTURBATIVE, Step, exact_columns, parse_step
 from sqlsdc.policy import ColumnRole, Policy
 
 
@@ -217,7 +220,8 @@ def file_release(
     declared = policy.table(name)
     if declared is None or declared.is_public:
         return None
-    steps = [_over_changed_columns(parse_step(record["step"]), record) for record in log]
+    rows = _row_count(con, log, records)
+    steps = [_over_perturbed_columns(parse_step(record["step"]), record, rows) for record in log]
     suppressed = {column for record in log if record["step"].startswith("suppress:")
                   for column, count in record.get("suppressed", {}).items() if count}  # fmt: skip
     expressions = _projections(con, name, projections)
@@ -240,18 +244,30 @@ def file_release(
     return declared.name, release
 
 
-def _over_changed_columns(step: Step, record: dict) -> Step:
-    """``step`` over the columns it may have changed: those whose log says it changed no
-    value (PRAM's ``changed``: 0) are left as they were, exact, as the file holds them.
-    Red team s39c: ``pram:sex:p=0.999999`` and ``pram:municipality:p=0.999999`` changed no
-    record of 20,000, and the file, taken as perturbed in both, was stored beside the
-    suppression pattern of geography x sex with all 350 cells exact, the 74 hidden ones
+def _over_perturbed_columns(step: Step, record: dict, rows: int | None) -> Step:
+    """``step`` over the columns it changed enough to count as perturbed
+    (:func:`sqlsdc.microdata.negligible.perturbed_columns`); the others are left as they
+    were, exact. ``rows``: the file's records, the denominator of a PRAM logged before its
+    log kept the values it could change (None: unknown). Red team s39c:
+    ``pram:sex:p=0.999999`` and ``pram:municipality:p=0.999999`` changed no record of 20,000,
+    and at ``p=0.9999`` one each; the file, taken as perturbed in both, was stored beside the
+    suppression pattern of geography x sex with 346 of 350 cells exact, the 74 hidden ones
     among them."""
-    kept = tuple(
-        c for c in step.columns
-        if not (isinstance(record.get(c), dict) and record[c].get("changed") == 0)
-    )  # fmt: skip
+    if step.method in NON_PERTURBATIVE:
+        return step
+    kept = perturbed_columns(step.method, step.columns, record, rows)
     return Step(step.method, kept, step.params)
+
+
+def _row_count(con, log: Sequence[dict], records: exp.Table | None) -> int | None:
+    """The number of the file's ``records`` when a PRAM step of ``log`` predates the count
+    of values in its log (None otherwise, or when the records are not kept)."""
+    older = any(isinstance(details, dict) and "changed" in details and "values" not in details
+                for record in log for details in record.values())  # fmt: skip
+    if not older or records is None:
+        return None
+    sql = exp.select(exp.Count(this=exp.Star())).from_(records.copy()).sql("duckdb")
+    return int(con.execute(sql).fetchone()[0])
 
 
 def _population(source: str | None):

@@ -129,6 +129,9 @@ def _microaggregate(df, step, rng):
 
 
 def _pram(df, step, rng):
+    """PRAM of each column; its log gives the values it changed (``changed``, a missing value
+    stays missing and is not counted) of those it could change (``values``), from which
+    :mod:`sqlsdc.microdata.negligible` judges whether the column still counts as exact."""
     p = _number(step, "p")
     out, details = df.copy(), {}
     for c in step.columns:
@@ -138,7 +141,8 @@ def _pram(df, step, rng):
             P = pram.make_invariant(P, counts.to_numpy())
         out[c] = pram.apply(df[c], P, counts.index, rng)
         details[c] = {"categories": [str(v) for v in counts.index], "matrix": P.round(6).tolist(),
-                      "changed": int((out[c] != df[c]).sum())}  # fmt: skip
+                      "changed": int((df[c].notna() & (out[c] != df[c])).sum()),
+                      "values": int(counts.sum())}  # fmt: skip
     return out, details
 
 
@@ -276,6 +280,10 @@ def exact_columns(steps: Sequence[Step], columns: Sequence[str]) -> dict[str, tu
     releasing microdata and tables of the same data; Massell, Zayatz & Funk, PSD 2006, LNCS
     4302, pp. 304-317: tables built from the released microdata are consistent with it, so a
     table of unperturbed columns is exact).
+
+    A perturbative step that changed too few records to matter (:mod:`sqlsdc.microdata.negligible`:
+    PRAM keeping 99.99 % of values) is left out of ``steps`` for the columns it left nearly as
+    they were by the caller (:func:`sqlsdc.jobs.record_files.file_release`), from its log.
     """
     recipes: dict[str, tuple[Step, ...] | None] = {c: () for c in columns}
     for step in steps:

@@ -8,6 +8,7 @@ import pandas as pd
 from sqlglot import exp
 
 from sqlsdc.jobs.record_files import _coarsened
+from sqlsdc.microdata.negligible import perturbed_columns
 from sqlsdc.microdata.perturb import recode, top_code
 from sqlsdc.microdata.steps import exact_columns, parse_step
 
@@ -53,3 +54,28 @@ def test_the_sql_bands_and_clips_are_the_steps_own_values():
         sql = _coarsened(exp.column("age"), [parse_step(text)]).sql("duckdb")
         got = [r[0] for r in con.execute(f"SELECT {sql} FROM t").fetchall()]
         assert [None if pd.isna(v) else v for v in expected] == got, text
+
+
+def test_a_step_that_changed_too_few_records_leaves_its_columns_exact():
+    """A cell of 10 units left as it was with probability 0.9 or more: the column is exact
+    (:mod:`sqlsdc.microdata.negligible`); a missing count keeps it perturbed."""
+    pram = {
+        "sex": {"changed": 2, "values": 20_000},
+        "municipality": {"changed": 998, "values": 20_000},
+        "occupation": {"changed": 0},
+        "education": {"changed": 5},
+    }
+    columns = ("sex", "municipality", "occupation", "education")
+    assert perturbed_columns("pram", columns, pram) == ("municipality", "education")
+    # a log without values: the file's records (at least as many) are the denominator
+    assert perturbed_columns("pram", columns, pram, 20_000) == ("municipality",)
+    assert perturbed_columns("pram", ("sex",), {"sex": {"changed": 209, "values": 20_000}}) == ()
+    assert perturbed_columns("pram", ("sex",), {"sex": {"changed": 210, "values": 20_000}}) == (
+        "sex",
+    )
+    swap = {"households": 8655, "swapped_households": 2}
+    assert perturbed_columns("swap", ("region", "municipality"), swap) == ()
+    swap = {"households": 8655, "swapped_households": 1200}
+    assert perturbed_columns("swap", ("region",), swap) == ("region",)
+    assert perturbed_columns("swap", ("region",), {}) == ("region",)
+    assert perturbed_columns("noise", ("income",), {"c": 1e-9}) == ("income",)
