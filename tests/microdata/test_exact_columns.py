@@ -57,11 +57,12 @@ def test_the_sql_bands_and_clips_are_the_steps_own_values():
 
 
 def test_a_step_that_changed_too_few_records_leaves_its_columns_exact():
-    """A cell of 10 units left as it was with probability 0.9 or more: the column is exact
-    (:mod:`sqlsdc.microdata.negligible`); a missing count keeps it perturbed."""
+    """A cell of 10 units left as it was with probability 1/2 or more under PRAM (0.9 under a
+    targeted swap): the column is exact (:mod:`sqlsdc.microdata.negligible`); a missing count
+    keeps it perturbed."""
     pram = {
         "sex": {"changed": 2, "values": 20_000},
-        "municipality": {"changed": 998, "values": 20_000},
+        "municipality": {"changed": 2_000, "values": 20_000},
         "occupation": {"changed": 0},
         "education": {"changed": 5},
     }
@@ -69,8 +70,8 @@ def test_a_step_that_changed_too_few_records_leaves_its_columns_exact():
     assert perturbed_columns("pram", columns, pram) == ("municipality", "education")
     # a log without values: the file's records (at least as many) are the denominator
     assert perturbed_columns("pram", columns, pram, 20_000) == ("municipality",)
-    assert perturbed_columns("pram", ("sex",), {"sex": {"changed": 209, "values": 20_000}}) == ()
-    assert perturbed_columns("pram", ("sex",), {"sex": {"changed": 210, "values": 20_000}}) == (
+    assert perturbed_columns("pram", ("sex",), {"sex": {"changed": 1339, "values": 20_000}}) == ()
+    assert perturbed_columns("pram", ("sex",), {"sex": {"changed": 1340, "values": 20_000}}) == (
         "sex",
     )
     swap = {"households": 8655, "swapped_households": 2}
