@@ -255,6 +255,9 @@ def synthesize(
                 frames, details = _run(method, original, secret, seed, copies, rows, options)
                 out_columns = list(original.columns)
             details["seconds"] = round(time.perf_counter() - started, 3)
+            # columns whose counts may be the source's (sqlsdc.synth.exact_files): none when
+            # drawn with replacement, every one with cart's balanced draws
+            details["exact_columns"] = out_columns if exact_synthesis(method, options) else []
             result = _stack(frames)
             report = SynthReport(
                 name=f"{OUTPUT_SCHEMA}.{into}",
