@@ -13,22 +13,28 @@ holding every column exactly (fail closed), as an anonymised file with no pertur
 it is refused when its cells give a cell of the suppression pattern
 (:func:`sqlsdc.jobs.live_cells.refuse_live_file_cells`) or differ from an exact table of its
 table by a few units (:func:`sqlsdc.jobs.differencing.refuse_file_differences`), and, when its
-population is no WHERE on one table, next to any exact table of a table it reads.
+population is no WHERE on one table, next to any exact table of a table it reads. Stored, it
+is one of the files a policy switching suppression on and a later exact table of its table
+are checked against (:func:`stored_exact_syntheses`, read by :mod:`sqlsdc.jobs.refusals`).
+Left open: an opaque balanced synthesis is not refused next to a later exact table, and a
+replaced one's earlier versions are not compared (the history keeps anonymised files only).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 
 from sqlsdc.errors import SynthesisError
 from sqlsdc.jobs.differencing import refuse_file_differences
+from sqlsdc.jobs.exact_release import Release
 from sqlsdc.jobs.live_cells import refuse_live_file_cells
 from sqlsdc.jobs.record_files import file_release, opaque_refusal, opaque_tables
 from sqlsdc.jobs.session import OUTPUT_SCHEMA
 from sqlsdc.jobs.stored_tables import exact_tables
 from sqlsdc.policy import Policy
 
-__all__ = ["EXACT_DRAWS", "exact_synthesis", "refuse_exact_synthesis"]
+__all__ = ["EXACT_DRAWS", "exact_synthesis", "refuse_exact_synthesis", "stored_exact_syntheses"]
 
 EXACT_DRAWS = ("balanced",)
 """``cart`` draws that may reproduce the source's counts exactly (:mod:`sqlsdc.synth.cart`)."""
@@ -56,3 +62,38 @@ def refuse_exact_synthesis(
     for table in opaque_tables(policy, source):
         if others := exact_tables(con, policy, table):
             raise SynthesisError(opaque_refusal(label, table, others[0][0]))
+
+
+def stored_exact_syntheses(con, policy: Policy, table: str) -> list[Release]:
+    """The syntheses stored in ``protected`` that may hold ``table``'s counts exactly (their
+    report: ``cart`` with a draw of :data:`EXACT_DRAWS`, syntheses from before s39c whose
+    default was balanced among them), each as an anonymised file with every column exact, for
+    the checks of a policy that switches suppression on (a pattern next to the files stored)
+    and of exact tables stored after them. Syntheses drawn with replacement have no exact
+    column and are not listed; earlier versions of a replaced synthesis are not either (left
+    open: :mod:`sqlsdc.jobs.output_history` keeps anonymised files' versions)."""
+    stored = {
+        f"{schema}.{name}".lower()
+        for schema, name in con.execute(
+            "SELECT schema_name, table_name FROM duckdb_tables() WHERE schema_name = ?",
+            [OUTPUT_SCHEMA],
+        ).fetchall()
+    }
+    found = []
+    for name, report in con.execute(
+        "SELECT name, report FROM sqlsdc.outputs WHERE method = 'synthesize' ORDER BY name"
+    ).fetchall():
+        if name.lower() not in stored:
+            continue
+        try:
+            report = json.loads(report)
+            draw = report.get("details", {}).get("draw")
+            source, columns = report["source"], list(report["columns"])
+        except (ValueError, AttributeError, TypeError, KeyError):
+            continue  # written by the job itself; unreadable only if edited by hand
+        if not exact_synthesis(report.get("method"), {"draw": draw}):
+            continue
+        release = file_release(con, policy, name, source, [], columns)
+        if release is not None and release[0].lower() == table.lower():
+            found.append(release[1])
+    return found
