@@ -465,3 +465,30 @@ def test_a_balanced_cart_synthesis_then_suppression_switched_on(jobs_demo_db, dr
     else:
         admin.apply(jobs_demo_db, suppression, "admin")
         assert admin.show(jobs_demo_db)[0] == 2
+
+
+@pytest.mark.parametrize("draw", ["balanced", "random"])
+def test_a_job_after_a_balanced_cart_synthesis(jobs_demo_db, draw):
+    """An exact suppression job of the persons aged 1 or over by municipality and sex after a
+    synthesis of every person: a balanced one counts as the exact file of all persons, and the
+    two differ by the persons aged 0 of a cell (1-4 of them), so the job is refused; one drawn
+    with replacement holds no count exactly, and the job is stored."""
+    from sqlsdc.errors import TabularError
+    from sqlsdc.jobs.protect import protect_query
+    from sqlsdc.synth import synthesize
+    from sqlsdc.tabular.rules import FrequencyRule
+
+    synthesize(jobs_demo_db, user="admin", into="syn", method="cart", seed=7,
+               sql="SELECT sex, municipality, income FROM persons",
+               options={"draw": draw})  # fmt: skip
+
+    def job():
+        protect_query(jobs_demo_db, "admin", "SELECT municipality, sex, COUNT(*) FROM persons "
+                      "WHERE age >= 1 GROUP BY municipality, sex", into="nonzero",
+                      rules=[FrequencyRule(5)])  # fmt: skip
+
+    if draw == "balanced":
+        with pytest.raises(TabularError, match=r"protected\.syn"):
+            job()
+    else:
+        job()
