@@ -42,8 +42,8 @@ def demo_persons(persons: int = 10_000) -> pd.DataFrame:
 
 def methods():
     found = {
-        "cart": lambda d, rng: synthesize_cart(d, rng=rng),
-        "cart (synthpop draws)": lambda d, rng: synthesize_cart(d, rng=rng, draw="random"),
+        "cart (balanced draws)": lambda d, rng: synthesize_cart(d, rng=rng, draw="balanced"),
+        "cart (synthpop draws)": lambda d, rng: synthesize_cart(d, rng=rng),  # the default
     }
     if importlib.util.find_spec("sqlsdc.synth.parametric"):
         from sqlsdc.synth.parametric import synthesize_parametric

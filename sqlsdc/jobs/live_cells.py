@@ -20,6 +20,11 @@ s``) was compared by its plain columns only, none, and stored and published: its
 counted the 74 cells of 1-4 persons that ``suppressed_persons`` hid. A file is counted by
 every exact column that reads a universe column (its cuts, as the differencing check reads
 them), whatever it is named or computed from.
+
+A synthesis is such a file only when it may hold its source's counts exactly: ``cart`` with
+balanced draws (opt-in), checked here as a file with every column exact
+(:mod:`sqlsdc.synth.exact_files`); drawn with replacement (every method's default) its counts
+carry the draws' noise and it has no exact column (red team s39c).
 """
 
 from __future__ import annotations

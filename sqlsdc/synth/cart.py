@@ -12,14 +12,21 @@ predictors: a synthetic record is dropped down the tree and takes the value of a
 an original record of the same leaf. ``min_leaf`` (rpart's ``minbucket``, scikit-learn's
 ``min_samples_leaf``) is the privacy knob: the smaller, the closer to the data.
 
-How donors are drawn (``draw``): ``"random"`` uniformly with replacement (synthpop);
-``"bayes"`` from a Bayesian bootstrap of the leaf (Bale & Quick 2023, §3.3: the donors are first
-resampled with Dirichlet(1, ..., 1) weights, and the first variable's records likewise);
-``"balanced"`` (default, ours) without replacement as long as the leaf's donors last: each
-leaf's synthetic records take its donors in a random order, cycling. Every draw still has the
-distribution of a uniform donor, but the leaf's donors are used evenly, which removes the
-multinomial noise of the draws from the synthetic marginals (see ``benchmarks/synth`` for the
-quality gained and the copying measured).
+How donors are drawn (``draw``): ``"random"`` (default, synthpop) uniformly with replacement,
+the first variable too (synthpop's ``syn.sample``: ``sample(y, size = xp, replace = TRUE)``;
+``syn.cart`` samples a leaf's donors with replacement); ``"bayes"`` from a Bayesian bootstrap
+of the leaf (Bale & Quick 2023, §3.3: the donors are first resampled with Dirichlet(1, ..., 1)
+weights, and the first variable's records likewise); ``"balanced"`` (opt-in) without
+replacement as long as the leaf's donors last: each leaf's synthetic records take its donors in
+a random order, cycling. Every draw has the distribution of a uniform donor either way, but
+with replacement the synthetic counts carry multinomial noise, so no marginal or cell is the
+original's by construction (one may be by chance). Balanced draws remove that noise, which
+lifts the fidelity scores (``benchmarks/synth``), and with it the protection of the counts: with
+as many synthetic records as originals the first variable's marginal is the original's
+exactly, and so is a leaf's table whenever its synthetic size equals its donors (red team s39c:
+``sex, municipality, income`` of the persons demo gave all 350 municipality x sex cells, the 74
+the suppression pattern hides among them). ``sqlsdc.synth.exact_files.EXACT_DRAWS`` names the
+draws whose files the synthesis job checks as exact ones.
 
 Missing values: a categorical variable keeps NaN as a category of its own; a numeric variable
 with NaN (or the special codes given in ``special_values``, synthpop's ``cont.na``) is synthesised
@@ -56,7 +63,7 @@ _VALUE = "__value__"
 _NAN = "__nan__"
 
 
-DRAWS = ("balanced", "random", "bayes")
+DRAWS = ("random", "bayes", "balanced")
 MAX_LEAF = 1_000_000_000  # the tree library takes a C int; larger is one leaf anyway
 
 
@@ -72,7 +79,7 @@ def synthesize_cart(
     n: int | None = None,
     min_leaf: int | Mapping[str, int] = 5,
     visit_sequence: Sequence[str] | None = None,
-    draw: str = "balanced",
+    draw: str = "random",
     smoothing: bool | Sequence[str] = False,
     special_values: Mapping[str, Sequence[float]] | None = None,
 ) -> tuple[pd.DataFrame, dict]:
@@ -85,8 +92,9 @@ def synthesize_cart(
         min_leaf: minimum number of original records in a leaf, for all variables or per
             variable (a mapping; variables not named get 5).
         visit_sequence: order of synthesis (default: the column order).
-        draw: how donors are drawn: ``"balanced"`` (default), ``"random"`` (synthpop) or
-            ``"bayes"`` (Bale & Quick's Bayesian bootstrap), see the module docstring.
+        draw: how donors are drawn: ``"random"`` (default, synthpop: with replacement),
+            ``"bayes"`` (Bale & Quick's Bayesian bootstrap) or ``"balanced"`` (each donor
+            once per pass: exact marginals, opt-in), see the module docstring.
         smoothing: Gaussian-kernel smoothing of the values drawn for numeric variables
             (``True``, ``"density"`` or ``"all"`` for all, or the names, as a sequence or a
             comma-separated string), as synthpop's ``smoothing="density"``: values

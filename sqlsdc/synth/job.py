@@ -63,6 +63,7 @@ from sqlsdc.mechanisms.accountant import PrivacyCost, amount_text, exact_text, f
 from sqlsdc.policy import ColumnRole
 from sqlsdc.policy.model import DpSettings
 from sqlsdc.synth import ipf
+from sqlsdc.synth.exact_files import exact_synthesis, refuse_exact_synthesis
 from sqlsdc.synth.parametric import synthesize_parametric
 from sqlsdc.synth.rng import noise_stream, synth_rng
 
@@ -226,6 +227,9 @@ def synthesize(
                 )
                 original = _columns(original, columns)
                 definition = _source_sql(source, sql, list(original.columns))
+                if exact_synthesis(method, options):  # balanced draws: exact counts
+                    refuse_exact_synthesis(con, policy, into, source or sql,
+                                           list(original.columns))  # fmt: skip
             store.ensure_secret(con)
             ((secret,),) = con.execute(
                 f"SELECT material FROM {store.S}.secrets WHERE name = 'prf'"
@@ -251,6 +255,9 @@ def synthesize(
                 frames, details = _run(method, original, secret, seed, copies, rows, options)
                 out_columns = list(original.columns)
             details["seconds"] = round(time.perf_counter() - started, 3)
+            # columns whose counts may be the source's (sqlsdc.synth.exact_files): none when
+            # drawn with replacement, every one with cart's balanced draws
+            details["exact_columns"] = out_columns if exact_synthesis(method, options) else []
             result = _stack(frames)
             report = SynthReport(
                 name=f"{OUTPUT_SCHEMA}.{into}",

@@ -1,0 +1,99 @@
+"""Syntheses that may hold their source's counts exactly, checked as anonymised files are.
+
+A synthesis drawn with replacement (``cart``'s default ``draw="random"`` and ``"bayes"``,
+``parametric``'s model draws, the DP methods' noisy margins) reproduces no marginal or cell of
+its source by construction: its counts carry the sampling noise of the draws, and a cell that
+equals the original's does so by chance, unknown to its reader. ``cart`` with ``draw="balanced"``
+(opt-in, :data:`EXACT_DRAWS`) takes each donor once per pass: with as many
+records as originals its first variable's marginal is the original's, and so is a leaf's table
+whenever its synthetic size equals its donors (red team s39c: ``SELECT sex, municipality, income
+FROM persons`` gave all 350 municipality x sex cells, the 74 the live suppression pattern hides
+among them). Which of its tables are exact depends on the trees, so such a file counts as
+holding every column exactly (fail closed), as an anonymised file with no perturbative step:
+it is refused when its cells give a cell of the suppression pattern
+(:func:`sqlsdc.jobs.live_cells.refuse_live_file_cells`) or differ from an exact table of its
+table by a few units (:func:`sqlsdc.jobs.differencing.refuse_file_differences`), and, when its
+population is no WHERE on one table, next to any exact table of a table it reads. Stored, it
+is one of the files a policy switching suppression on and a later exact table of its table
+are checked against (:func:`stored_exact_syntheses`, read by :mod:`sqlsdc.jobs.refusals`).
+Left open: an opaque balanced synthesis is not refused next to a later exact table, and a
+replaced one's earlier versions are not compared (the history keeps anonymised files only).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+
+from sqlsdc.errors import SynthesisError
+from sqlsdc.jobs.differencing import refuse_file_differences
+from sqlsdc.jobs.exact_release import Release
+from sqlsdc.jobs.live_cells import refuse_live_file_cells
+from sqlsdc.jobs.record_files import file_release, opaque_refusal, opaque_tables
+from sqlsdc.jobs.session import OUTPUT_SCHEMA
+from sqlsdc.jobs.stored_tables import exact_tables
+from sqlsdc.policy import Policy
+
+__all__ = ["EXACT_DRAWS", "exact_synthesis", "refuse_exact_synthesis", "stored_exact_syntheses"]
+
+EXACT_DRAWS = ("balanced",)
+"""``cart`` draws that may reproduce the source's counts exactly (:mod:`sqlsdc.synth.cart`)."""
+
+
+def exact_synthesis(method: str, options: Mapping[str, object] | None) -> bool:
+    """True when a synthesis by ``method`` with ``options`` may hold its source's counts
+    exactly: ``cart`` with a draw of :data:`EXACT_DRAWS`."""
+    return method == "cart" and (options or {}).get("draw") in EXACT_DRAWS
+
+
+def refuse_exact_synthesis(
+    con, policy: Policy, into: str, source: str, columns: Sequence[str]
+) -> None:
+    """Refuse the synthesis of ``source`` (a table name or a SELECT) into ``columns``, to be
+    stored as ``protected.<into>``, taken as exact in each of them (module docstring), when it
+    gives a cell of the live suppression pattern or differs from an exact table of its table
+    by a few units in a cell."""
+    label = f"the synthesis {OUTPUT_SCHEMA}.{into} (cart, draw=balanced: exact counts)"
+    found = file_release(con, policy, label, source, [], list(columns))
+    if found is not None:  # no step, nothing blanked: its cells are counted on the source
+        table, release = found
+        refuse_file_differences(con, policy, release, exact_tables(con, policy, table))
+        refuse_live_file_cells(con, policy, table, release, SynthesisError)
+    for table in opaque_tables(policy, source):
+        if others := exact_tables(con, policy, table):
+            raise SynthesisError(opaque_refusal(label, table, others[0][0]))
+
+
+def stored_exact_syntheses(con, policy: Policy, table: str) -> list[Release]:
+    """The syntheses stored in ``protected`` that may hold ``table``'s counts exactly (their
+    report: ``cart`` with a draw of :data:`EXACT_DRAWS`, syntheses from before s39c whose
+    default was balanced among them), each as an anonymised file with every column exact, for
+    the checks of a policy that switches suppression on (a pattern next to the files stored)
+    and of exact tables stored after them. Syntheses drawn with replacement have no exact
+    column and are not listed; earlier versions of a replaced synthesis are not either (left
+    open: :mod:`sqlsdc.jobs.output_history` keeps anonymised files' versions)."""
+    stored = {
+        f"{schema}.{name}".lower()
+        for schema, name in con.execute(
+            "SELECT schema_name, table_name FROM duckdb_tables() WHERE schema_name = ?",
+            [OUTPUT_SCHEMA],
+        ).fetchall()
+    }
+    found = []
+    for name, report in con.execute(
+        "SELECT name, report FROM sqlsdc.outputs WHERE method = 'synthesize' ORDER BY name"
+    ).fetchall():
+        if name.lower() not in stored:
+            continue
+        try:
+            report = json.loads(report)
+            draw = report.get("details", {}).get("draw")
+            source, columns = report["source"], list(report["columns"])
+        except (ValueError, AttributeError, TypeError, KeyError):
+            continue  # written by the job itself; unreadable only if edited by hand
+        if not exact_synthesis(report.get("method"), {"draw": draw}):
+            continue
+        release = file_release(con, policy, name, source, [], columns)
+        if release is not None and release[0].lower() == table.lower():
+            found.append(release[1])
+    return found
