@@ -42,23 +42,25 @@ def test_counts_match_raw_and_small_cells_are_null(analyst, raw):
 
 
 def test_magnitudes_need_enough_contributors_not_rows(analyst, raw):
-    # income is NULL for about 2% of persons: contributors are persons with an income.
+    # income is NULL for about 2% of persons and 0 for children: a sum's contributors are the
+    # persons with a non-zero income, a count's every person with an income.
     sql = (
         "SELECT municipality, SUM(income), AVG(income), COUNT(income) FROM persons "
         "GROUP BY municipality ORDER BY municipality"
     )
     protected = analyst.execute(sql).fetchall()
-    contributors = dict(
-        raw_cells(raw, "SELECT municipality, COUNT(income) FROM persons GROUP BY 1")
-    )
+    sizes = "SELECT municipality, COUNT(NULLIF(income, 0)), COUNT(income) FROM persons GROUP BY 1"
+    contributors = {m: (nonzero, counted) for m, nonzero, counted in raw_cells(raw, sizes)}
     expected = {r[0]: r for r in raw_cells(raw, sql)}
+    assert any(n < K <= c for n, c in contributors.values())  # zeros alone pass no cell
     for municipality, total, mean, count in protected:
-        if contributors[municipality] < K:
-            assert (total, mean, count) == (None, None, None)
+        nonzero, counted = contributors[municipality]
+        if nonzero < K:
+            assert (total, mean) == (None, None)
         else:
             assert total == pytest.approx(expected[municipality][1])
             assert mean == pytest.approx(expected[municipality][2])
-            assert count == expected[municipality][3]
+        assert count == (expected[municipality][3] if counted >= K else None)
 
 
 def test_threshold_boundary_exactly_k(analyst, raw):
