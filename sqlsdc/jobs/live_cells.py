@@ -23,7 +23,7 @@ them), whatever it is named or computed from.
 
 A synthesis is such a file only when it may hold its source's counts exactly: ``cart`` with
 balanced draws (opt-in), checked here as a file with every column exact
-(:mod:`sqlsdc.synth.exact_files`); drawn with replacement (every method's default) its counts
+(:mod:`sqlsdc.jobs.synthesis_files`); drawn with replacement (every method's default) its counts
 carry the draws' noise and it has no exact column (red team s39c).
 """
 

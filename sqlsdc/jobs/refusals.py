@@ -33,6 +33,7 @@ from sqlsdc.jobs.stored_tables import (
     outputs_of_the_same_cells,
     pattern_label,
 )
+from sqlsdc.jobs.synthesis_files import stored_exact_syntheses
 from sqlsdc.jobs.tabulation import JobSpec
 from sqlsdc.policy import Policy
 
@@ -198,7 +199,7 @@ def _exact_releases(con, policy: Policy, spec: JobSpec) -> list[Release]:
         for label, theirs in exact_tables(con, policy, spec.table)
         if theirs.measure == spec.measure
     ]
-    files = stored_files(con, policy, spec.table) + _exact_syntheses(con, policy, spec.table)
+    files = stored_files(con, policy, spec.table) + stored_exact_syntheses(con, policy, spec.table)
     return found + [f for f in files if spec.measure is None or f.holds(spec.measure)]
 
 
@@ -221,7 +222,7 @@ def refuse_pattern_differences(con, policy: Policy) -> None:
             raise _policy_refusal(opaque_refusal(f"the file {opaque[0]}", declared.name, label))
         found = exact_tables(con, policy, declared.name)
         files = stored_files(con, policy, declared.name)
-        files += _exact_syntheses(con, policy, declared.name)
+        files += stored_exact_syntheses(con, policy, declared.name)
         for pattern in (spec for name, spec in found if name == label):
             others = [Release(name, theirs.where, theirs.dims) for name, theirs in found
                       if name != label and theirs.measure == pattern.measure]  # fmt: skip
@@ -232,15 +233,6 @@ def refuse_pattern_differences(con, policy: Policy) -> None:
                 refuse_live_cells(con, policy, spec, name, error=_policy_refusal)
         for release in files:
             refuse_live_file_cells(con, policy, declared.name, release, _policy_refusal)
-
-
-def _exact_syntheses(con, policy: Policy, table: str) -> list[Release]:
-    """The stored syntheses of ``table`` that count as exact files (cart's balanced draws,
-    :func:`sqlsdc.synth.exact_files.stored_exact_syntheses`; imported here, as the synthesis
-    job imports this module)."""
-    from sqlsdc.synth.exact_files import stored_exact_syntheses
-
-    return stored_exact_syntheses(con, policy, table)
 
 
 def _policy_refusal(message: str) -> PolicyError:

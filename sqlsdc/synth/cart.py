@@ -25,7 +25,7 @@ lifts the fidelity scores (``benchmarks/synth``), and with it the protection of 
 as many synthetic records as originals the first variable's marginal is the original's
 exactly, and so is a leaf's table whenever its synthetic size equals its donors (red team s39c:
 ``sex, municipality, income`` of the persons demo gave all 350 municipality x sex cells, the 74
-the suppression pattern hides among them). ``sqlsdc.synth.exact_files.EXACT_DRAWS`` names the
+the suppression pattern hides among them). ``sqlsdc.jobs.synthesis_files.EXACT_DRAWS`` names the
 draws whose files the synthesis job checks as exact ones.
 
 Missing values: a categorical variable keeps NaN as a category of its own; a numeric variable

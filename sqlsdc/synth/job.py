@@ -59,11 +59,11 @@ from sqlsdc.catalog.budget import charge, policy_limits
 from sqlsdc.errors import Error, SynthesisError
 from sqlsdc.jobs.anonymize import check_records_job, read_records, records_definition, store_file
 from sqlsdc.jobs.session import OUTPUT_SCHEMA, job_catalog, json_safe
+from sqlsdc.jobs.synthesis_files import exact_synthesis, refuse_exact_synthesis
 from sqlsdc.mechanisms.accountant import PrivacyCost, amount_text, exact_text, fraction
 from sqlsdc.policy import ColumnRole
 from sqlsdc.policy.model import DpSettings
 from sqlsdc.synth import ipf
-from sqlsdc.synth.exact_files import exact_synthesis, refuse_exact_synthesis
 from sqlsdc.synth.parametric import synthesize_parametric
 from sqlsdc.synth.rng import noise_stream, synth_rng
 
@@ -255,7 +255,7 @@ def synthesize(
                 frames, details = _run(method, original, secret, seed, copies, rows, options)
                 out_columns = list(original.columns)
             details["seconds"] = round(time.perf_counter() - started, 3)
-            # columns whose counts may be the source's (sqlsdc.synth.exact_files): none when
+            # columns whose counts may be the source's (sqlsdc.jobs.synthesis_files): none when
             # drawn with replacement, every one with cart's balanced draws
             details["exact_columns"] = out_columns if exact_synthesis(method, options) else []
             result = _stack(frames)

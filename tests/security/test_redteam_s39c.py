@@ -51,7 +51,7 @@ Syntheses beside the live pattern (not today's code; found probing ``live_cells`
      Fixed: cart draws with replacement by default, as synthpop (``syn.sample``,
      ``syn.cart``): 11-21 of the 74 hidden cells exact by chance (17.3 expected), 33-41 of
      350; ``draw=balanced`` is opt-in and checked as a file exact in every column
-     (``synth/exact_files.py``): refused beside the pattern.
+     (``jobs/synthesis_files.py``): refused beside the pattern.
 
 Dominance rule (``rewrite/dominance.py``, threshold and round magnitudes)
 - H  s38e's zero padding re-spelt: ``SUM(income + age) - SUM(age)`` (refused: adds columns),
