@@ -82,6 +82,19 @@ class Cells:
         self.moved[key] = value.pop()
         return value
 
+    def rows(self) -> exp.Select:
+        """The aggregation's rows (its FROM, joins and WHERE, as :meth:`clause` hands them to a
+        frame) with one copy of each group key as ``__g<i>``: the row level a frame aggregates
+        itself (``alias_`` copies what it is given unless told not to)."""
+        rows = exp.Select()
+        for key in ("from_", "joins", "where"):
+            value = self.clause(key)
+            if value is not None:
+                rows.set(key, value)
+        for i, key in enumerate(self.keys):
+            rows.append("expressions", exp.alias_(copy_tree(key), f"__g{i}", copy=False))
+        return rows
+
     def text(self) -> str:
         """The SQL of the aggregation as analysed, with the clauses the frame took
         (the text of a refusal)."""

@@ -185,14 +185,7 @@ class _Builder(MagnitudeLayers):
 
     def _rows(self) -> exp.Select:
         cells, plan = self.cells, self.plan
-        rows = exp.Select()
-        for key in ("from_", "joins", "where"):
-            value = cells.clause(key)
-            if value is not None:
-                rows.set(key, value)
-        # one copy of each (``alias_`` copies what it is given unless told not to)
-        for i, key in enumerate(cells.keys):
-            rows.append("expressions", exp.alias_(copy_tree(key), f"__g{i}", copy=False))
+        rows = cells.rows()
         for i in range(len(plan.aggregates)):
             argument = cells.argument(i, self.twin)
             if argument is not None and self._value(i) == f"__v{i}":

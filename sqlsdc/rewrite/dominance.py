@@ -217,13 +217,7 @@ def _joined(inner: exp.Select, cells: Cells, by_unit: list) -> exp.Select:
     keys = [exp.column(f"__g{k}") for k in range(len(cells.keys))]
     if grouped:
         inner.append("expressions", exp.alias_(_grouping(cells), GROUPING_ID))
-    totals = exp.Select()
-    for key in ("from_", "joins", "where"):
-        value = cells.clause(key)
-        if value is not None:
-            totals.set(key, value)
-    for k, key in enumerate(cells.keys):
-        totals.append("expressions", exp.alias_(copy_tree(key), f"__g{k}", copy=False))
+    totals = cells.rows()
     if grouped:
         totals.append("expressions", exp.alias_(_grouping(cells), GROUPING_ID))
     units = {_unit(cells, i).sql("duckdb"): _unit(cells, i) for i, _count, _a in by_unit}
