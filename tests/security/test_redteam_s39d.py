@@ -24,8 +24,9 @@ Negligible perturbation (``microdata/negligible.py``), suppression demo
 - O  swap with partners sharing the municipality (``swap:<household constant>,municipality:
      similar=municipality``) would count municipality as perturbed while unchanged, but no
      household-constant column other than the geography reaches the step (identifiers and
-     expressions of them are dropped); ``household_id`` as a geography column crashes with a
-     pandas ``ValueError`` (not a MicrodataError; no release).
+     expressions of them, ``sum(age) OVER (PARTITION BY household_id)`` too, are dropped);
+     ``household_id`` as a geography column crashes with a pandas ``ValueError`` (not a
+     MicrodataError; no release).
 Syntheses (``synth/cart.py``, ``jobs/synthesis_files.py``)
 - H  ``draw="BALANCED"``/other spellings: cart accepts exactly the three names, the check the
      same string.
