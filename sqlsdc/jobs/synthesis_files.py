@@ -3,19 +3,23 @@
 A synthesis drawn with replacement (``cart``'s default ``draw="random"`` and ``"bayes"``,
 ``parametric``'s model draws, the DP methods' noisy margins) reproduces no marginal or cell of
 its source by construction: its counts carry the sampling noise of the draws, and a cell that
-equals the original's does so by chance, unknown to its reader. ``cart`` with ``draw="balanced"``
-(opt-in, :data:`EXACT_DRAWS`) takes each donor once per pass: with as many
+equals the original's does so by chance, unknown to its reader. ``cart`` with
+``draw="balanced"`` (opt-in, :data:`EXACT_DRAWS`) takes each donor once per pass: with as many
 records as originals its first variable's marginal is the original's, and so is a leaf's table
 whenever its synthetic size equals its donors (red team s39c: ``SELECT sex, municipality, income
 FROM persons`` gave all 350 municipality x sex cells, the 74 the live suppression pattern hides
-among them). Which of its tables are exact depends on the trees, so such a file counts as
-holding every column exactly (fail closed), as an anonymised file with no perturbative step:
-it is refused when its cells give a cell of the suppression pattern
-(:func:`sqlsdc.jobs.live_cells.refuse_live_file_cells`) or differ from an exact table of its
-table by a few units (:func:`sqlsdc.jobs.differencing.refuse_file_differences`), and, when its
-population is no WHERE on one table, next to any exact table of a table it reads. Stored, it
-is one of the files a policy switching suppression on and a later exact table of its table
-are checked against (:func:`stored_exact_syntheses`, read by :mod:`sqlsdc.jobs.refusals`).
+among them). Drawn with replacement, a synthesis of more records in all than its source
+(``rows``, ``copies``) averages its noise away: its counts over the factor converge to the
+source's (red team s39d: 100 times the rows gave all 34 municipality totals under 10 persons),
+so a non-DP synthesis larger than its source is such a file too. Which of its tables are exact
+depends on the trees, so such a file counts as holding every column exactly (fail closed), as an
+anonymised file with no perturbative step: it is refused when its cells give a cell of the
+suppression pattern (:func:`sqlsdc.jobs.live_cells.refuse_live_file_cells`) or differ from an
+exact table of its table by a few units
+(:func:`sqlsdc.jobs.differencing.refuse_file_differences`), and, when its population is no WHERE
+on one table, next to any exact table of a table it reads. Stored, it is one of the files a
+policy switching suppression on and a later exact table of its table are checked against
+(:func:`stored_exact_syntheses`, read by :mod:`sqlsdc.jobs.refusals`).
 Left open: an opaque balanced synthesis is not refused next to a later exact table, and a
 replaced one's earlier versions are not compared (the history keeps anonymised files only).
 """
@@ -34,16 +38,42 @@ from sqlsdc.jobs.session import OUTPUT_SCHEMA
 from sqlsdc.jobs.stored_tables import exact_tables
 from sqlsdc.policy import Policy
 
-__all__ = ["EXACT_DRAWS", "exact_synthesis", "refuse_exact_synthesis", "stored_exact_syntheses"]
+__all__ = [
+    "DP_METHODS",
+    "EXACT_DRAWS",
+    "exact_synthesis",
+    "refuse_exact_synthesis",
+    "stored_exact_syntheses",
+]
 
 EXACT_DRAWS = ("balanced",)
 """``cart`` draws that may reproduce the source's counts exactly (:mod:`sqlsdc.synth.cart`)."""
 
 
-def exact_synthesis(method: str, options: Mapping[str, object] | None) -> bool:
+DP_METHODS = ("dp-ipf", "dp-catall")
+"""Methods that draw from noisy margins: however many records, their counts converge to those
+margins, not to the source's (the DP methods of :mod:`sqlsdc.synth.job`)."""
+
+
+def exact_synthesis(
+    method: str,
+    options: Mapping[str, object] | None,
+    drawn: int | None = None,
+    records: int | None = None,
+) -> bool:
     """True when a synthesis by ``method`` with ``options`` may hold its source's counts
-    exactly: ``cart`` with a draw of :data:`EXACT_DRAWS`."""
-    return method == "cart" and (options or {}).get("draw") in EXACT_DRAWS
+    exactly: ``cart`` with a draw of :data:`EXACT_DRAWS`, or a method fitted to the records
+    themselves (not :data:`DP_METHODS`) drawing more records in all (``drawn``: rows times
+    copies) than its source's ``records``. Red team s39d: cart with replacement of
+    ``municipality, sex`` with 100 times the rows drew each municipality's count as 100·c ±
+    10·sqrt(c), and count / 100 rounded was the true count of all 34 municipalities under 10
+    persons, the 23 that the suppression pattern hides among them; copies average the same way.
+    """
+    if method == "cart" and (options or {}).get("draw") in EXACT_DRAWS:
+        return True
+    if method in DP_METHODS or drawn is None or records is None:
+        return False
+    return drawn > records
 
 
 def refuse_exact_synthesis(
@@ -53,7 +83,8 @@ def refuse_exact_synthesis(
     stored as ``protected.<into>``, taken as exact in each of them (module docstring), when it
     gives a cell of the live suppression pattern or differs from an exact table of its table
     by a few units in a cell."""
-    label = f"the synthesis {OUTPUT_SCHEMA}.{into} (cart, draw=balanced: exact counts)"
+    label = (f"the synthesis {OUTPUT_SCHEMA}.{into} (exact counts: balanced draws, or more "
+             "records than its source)")  # fmt: skip
     found = file_release(con, policy, label, source, [], list(columns))
     if found is not None:  # no step, nothing blanked: its cells are counted on the source
         table, release = found
@@ -66,12 +97,13 @@ def refuse_exact_synthesis(
 
 def stored_exact_syntheses(con, policy: Policy, table: str) -> list[Release]:
     """The syntheses stored in ``protected`` that may hold ``table``'s counts exactly (their
-    report: ``cart`` with a draw of :data:`EXACT_DRAWS`, syntheses from before s39c whose
-    default was balanced among them), each as an anonymised file with every column exact, for
-    the checks of a policy that switches suppression on (a pattern next to the files stored)
-    and of exact tables stored after them. Syntheses drawn with replacement have no exact
-    column and are not listed; earlier versions of a replaced synthesis are not either (left
-    open: :mod:`sqlsdc.jobs.output_history` keeps anonymised files' versions)."""
+    report: ``exact_columns`` in its details, or ``cart`` with a draw of :data:`EXACT_DRAWS`,
+    syntheses from before s39c whose default was balanced among them), each as an anonymised
+    file with every column exact, for the checks of a policy that switches suppression on (a
+    pattern next to the files stored) and of exact tables stored after them. Syntheses drawn
+    with replacement have no exact column and are not listed; earlier versions of a replaced
+    synthesis are not either (left open: :mod:`sqlsdc.jobs.output_history` keeps anonymised
+    files' versions)."""
     stored = {
         f"{schema}.{name}".lower()
         for schema, name in con.execute(
@@ -88,10 +120,11 @@ def stored_exact_syntheses(con, policy: Policy, table: str) -> list[Release]:
         try:
             report = json.loads(report)
             draw = report.get("details", {}).get("draw")
+            marked = bool(report.get("details", {}).get("exact_columns"))
             source, columns = report["source"], list(report["columns"])
         except (ValueError, AttributeError, TypeError, KeyError):
             continue  # written by the job itself; unreadable only if edited by hand
-        if not exact_synthesis(report.get("method"), {"draw": draw}):
+        if not marked and not exact_synthesis(report.get("method"), {"draw": draw}):
             continue
         release = file_release(con, policy, name, source, [], columns)
         if release is not None and release[0].lower() == table.lower():

@@ -59,7 +59,7 @@ from sqlsdc.catalog.budget import charge, policy_limits
 from sqlsdc.errors import Error, SynthesisError
 from sqlsdc.jobs.anonymize import check_records_job, read_records, records_definition, store_file
 from sqlsdc.jobs.session import OUTPUT_SCHEMA, job_catalog, json_safe
-from sqlsdc.jobs.synthesis_files import exact_synthesis, refuse_exact_synthesis
+from sqlsdc.jobs.synthesis_files import DP_METHODS, exact_synthesis, refuse_exact_synthesis
 from sqlsdc.mechanisms.accountant import PrivacyCost, amount_text, exact_text, fraction
 from sqlsdc.policy import ColumnRole
 from sqlsdc.policy.model import DpSettings
@@ -70,7 +70,6 @@ from sqlsdc.synth.rng import noise_stream, synth_rng
 JOB = "synthesize"
 VIEW_SCHEMA = "synthetic"
 COPY_COLUMN = "synthetic_copy"
-DP_METHODS = ("dp-ipf", "dp-catall")
 MAX_COPIES, MAX_ROWS = 1000, 100_000_000  # per job: beyond, a loop for hours or a bug report
 
 Progress = Callable[[str], None]
@@ -213,6 +212,7 @@ def synthesize(
                     f"--copies must be from 1 to {MAX_COPIES} and --rows from 0 to {MAX_ROWS:,}"
                 )
             version, policy = check_records_job(con, user, into, replace)
+            exact = False  # may the file hold its source's counts (synthesis_files)
             if dp:
                 plan = _dp_plan(con, policy, source, sql, columns, epsilon, margins, bins,
                                 levels, missing, zeros, stratify, max_cells, method)  # fmt: skip
@@ -227,7 +227,9 @@ def synthesize(
                 )
                 original = _columns(original, columns)
                 definition = _source_sql(source, sql, list(original.columns))
-                if exact_synthesis(method, options):  # balanced draws: exact counts
+                drawn = (len(original) if rows is None else rows) * copies
+                exact = exact_synthesis(method, options, drawn, len(original))
+                if exact:  # balanced draws or more records than the source: exact counts
                     refuse_exact_synthesis(con, policy, into, source or sql,
                                            list(original.columns))  # fmt: skip
             store.ensure_secret(con)
@@ -256,8 +258,9 @@ def synthesize(
                 out_columns = list(original.columns)
             details["seconds"] = round(time.perf_counter() - started, 3)
             # columns whose counts may be the source's (sqlsdc.jobs.synthesis_files): none when
-            # drawn with replacement, every one with cart's balanced draws
-            details["exact_columns"] = out_columns if exact_synthesis(method, options) else []
+            # drawn with replacement (at most the source's records in all), every one with
+            # cart's balanced draws or more records than the source
+            details["exact_columns"] = out_columns if not dp and exact else []
             result = _stack(frames)
             report = SynthReport(
                 name=f"{OUTPUT_SCHEMA}.{into}",
