@@ -81,7 +81,6 @@ def validate_release(tree: exp.Expr, policy: Policy) -> list[exp.Expr]:
 RELEASED = re.compile(r"__(g|gg|y|e|p|sd|hw|m|ma)\d+|__cn")
 TRUE_AGGREGATE = re.compile(r"__a(\d+)")
 TRUE_UNIT_COUNT = re.compile(r"__n(\d*)")
-GROUP_KEY = "__kg"  # the record key of a group, read only by the noisy group guard
 
 
 def prove_cells(cells: exp.Subquery, tables: list, ctes: dict[str, exp.CTE], policy) -> None:
@@ -133,38 +132,8 @@ def _released(column: exp.Column, k: int) -> bool:
             and _guard_of(branch.this, k) == true_aggregate.group(1)
         )
     if TRUE_UNIT_COUNT.fullmatch(name):
-        exact = _guard_of(column.parent, k) is not None and column.parent.this is column
-        return exact or (name == "__n" and _noisy_guard(column, k))
-    if name == GROUP_KEY:
-        return _noisy_guard(column, k)
+        return _guard_of(column.parent, k) is not None and column.parent.this is column
     return False
-
-
-def _noisy_guard(column: exp.Column, k: int) -> bool:
-    """``column`` is the group count ``__n`` or record key ``__kg`` inside the threshold rule's
-    noisy group guard ``__n + noise(__kg) >= k'``, k' >= k: the left side reads ``__n`` once
-    and otherwise only ``__kg``, in integer arithmetic."""
-    guard = column.parent
-    while guard is not None and not isinstance(guard, exp.GTE):
-        arithmetic = (exp.Add, exp.Sub, exp.Mul, exp.Mod, exp.Paren, exp.Div, exp.Floor, exp.Cast)
-        spelled = isinstance(guard, exp.Dot) or (  # system.main.FLOOR(...) read back
-            isinstance(guard, exp.Anonymous) and guard.name.upper() == "FLOOR"
-        )
-        if not isinstance(guard, arithmetic) and not spelled:
-            return False
-        guard = guard.parent
-    if guard is None or not isinstance(guard.expression, exp.Literal):
-        return False
-    bound = guard.expression
-    if bound.is_string or float(bound.this) < k:
-        return False
-    names = [c.name for c in guard.this.find_all(exp.Column)]
-    allowed = {"__n", GROUP_KEY}
-    return (
-        names.count("__n") == 1
-        and set(names) <= allowed
-        and all(c.table == CELLS for c in guard.this.find_all(exp.Column))
-    )
 
 
 def _guard_of(condition: exp.Expr, k: int) -> str | None:

@@ -35,6 +35,11 @@ FORGED = {
     "GROUP BY region) AS __cells",
     "unqualified internal column": "SELECT __a0 FROM (SELECT COUNT(*) AS __a0 FROM persons "
     "GROUP BY region) AS __cells",
+    "group guard with a noise of the record key": "SELECT __cells.__g0 FROM (SELECT region AS "
+    "__g0, COUNT(*) AS __n, SUM(__rkey) % 4294967296 AS __kg FROM persons GROUP BY region) AS "
+    "__cells WHERE __cells.__n + (__cells.__kg % 9 - 4) >= 10",
+    "group guard below the policy's": "SELECT __cells.__g0 FROM (SELECT region AS __g0, COUNT(*) "
+    "AS __n FROM persons GROUP BY region) AS __cells WHERE __cells.__n >= 2",
     "rows through a CTE": "WITH r AS (SELECT region, income FROM persons) "
     "SELECT __cells.__y0 FROM (SELECT income AS __y0 FROM r) AS __cells",
 }
