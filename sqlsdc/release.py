@@ -39,7 +39,7 @@ from sqlsdc.catalog import store
 from sqlsdc.catalog.store import pattern_table, require_admin
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines.release_storage import OLDEST_READER, ReleaseFile, storage_version
-from sqlsdc.errors import Error, NotFoundError, PolicyViolation
+from sqlsdc.errors import Error, NotFoundError, OperationalError, PolicyViolation
 from sqlsdc.files import check_replaceable, check_writable
 from sqlsdc.guard.connection import connect
 from sqlsdc.guard.releases import dp_table_read
@@ -161,7 +161,7 @@ def publish(
         storage = storage_version(storage)
         _check_request(db, out, folder, queries, replace)
         with _catalog(db) as con:
-            _version, policy = _admin_policy(con, user)
+            checked_version, policy = _admin_policy(con, user)
             outputs = _job_outputs(con)
             _check_included(outputs, included)
             released = _released_outputs(outputs, policy.releases, included)[0]
@@ -177,7 +177,8 @@ def publish(
                       else folder.with_name(f"{folder.name}.{query_id}.partial"))  # fmt: skip
     recorded = False
     try:
-        version, tables, withheld = _collect(db, user, queries, analyst, included, say)
+        checked = (checked_version, released)
+        version, tables, withheld = _collect(db, user, queries, analyst, included, checked, say)
         _write(partial, version, tables, storage, say)
         if partial_folder is not None:
             say(f"writing Parquet files into {folder}")
@@ -266,14 +267,23 @@ def _same_name(first: str, second: str) -> str:
 
 
 def _collect(
-    db: Path, user: str, queries: dict, analyst, included: tuple[str, ...], say
+    db: Path, user: str, queries: dict, analyst, included: tuple[str, ...], checked, say
 ) -> tuple[int, dict, tuple[str, ...]]:
     """Every table to release, ``name -> (data, Published, how to record its cells)``, and the
-    record-level outputs withheld."""
+    record-level outputs withheld. ``checked``: the policy version and the outputs the checks
+    before passed; a policy applied or an output stored or replaced by another process since
+    then (the checks and this read are two openings of the file) stops the publication, which
+    would release what no check saw (red team s39b)."""
     tables: dict[str, tuple[pa.Table, Published, Recorder]] = {}
     with _catalog(db) as source:
         version, policy = _admin_policy(source, user)
         outputs, withheld = _released_outputs(_job_outputs(source), policy.releases, included)
+        if (version, outputs) != checked:
+            raise OperationalError(
+                "the policy or the stored outputs changed while this publication was being "
+                "checked (another admin's command): nothing was published; run `sqlsdc publish` "
+                "again"
+            )
         for name, method, sql, job_id in outputs:
             say(f"job output {name}")
             data = _clean(source.sql(f"SELECT * FROM {name}").to_arrow_table())

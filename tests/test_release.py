@@ -231,3 +231,39 @@ def test_an_interrupt_after_the_release_is_recorded_is_no_bug(suppress_template,
     published = entries[entries["sql_text"].str.startswith('{"publish"')]
     assert published["decision"].tolist() == ["accepted"]
     assert not out.exists() and {p.name for p in tmp_path.iterdir()} == {db.name, db.name + ".lock"}
+
+
+def test_a_policy_applied_while_a_publication_is_checked_stops_it(
+    suppress_template, tmp_path, monkeypatch
+):
+    """``publish`` checks what it releases in one opening of the file and reads it in a second
+    (red team s39b): a policy applied by another admin in between (here, in a real process,
+    right before the second opening) was not checked. The publication now stops, writes
+    nothing and is audited as failed; run again, it publishes under the new policy."""
+    import sqlsdc.release as release
+
+    db = tmp_path / "demo.duckdb"
+    shutil.copy(suppress_template, db)
+    out = tmp_path / "release.duckdb"
+    policy = tmp_path / "policy.yaml"
+    shown = cli_fork.run(["policy", "show", db], timeout=300, check=True)
+    policy.write_text(shown.stdout)
+    collect = release._collect
+
+    def after_another_admin(*args, **kwargs):
+        cli_fork.run(["policy", "apply", db, policy, "--as", "admin"], timeout=300, check=True)
+        return collect(*args, **kwargs)
+
+    monkeypatch.setattr(release, "_collect", after_another_admin)
+    with pytest.raises(sqlsdc.OperationalError, match="changed while this publication"):
+        publish(db, out, "admin")
+    assert not out.exists() and not list(tmp_path.glob("*.partial"))
+    raw = open_database(db)
+    try:
+        last = raw.execute("SELECT decision FROM sqlsdc.audit ORDER BY logged_at DESC LIMIT 1")
+        last = last.fetchone()
+    finally:
+        raw.close()
+    assert last == ("failed",)
+    monkeypatch.setattr(release, "_collect", collect)
+    assert publish(db, out, "admin").policy_version == 2 and out.exists()

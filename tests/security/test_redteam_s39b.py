@@ -44,9 +44,11 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      suppression needs a budget of the admin on it, and then stores noisy cells beside the live
      pattern at whatever ε the admin set (up to 10^6, noise nil): DP over a suppression table is
      a policy decision.
-- O  (observed, no test) ``publish`` checks the outputs it releases (DP sources, file pairs)
-     in one opening of the file and collects them in a second: a ``policy apply`` by another
-     admin between the two is not checked again (not demonstrated; needs two admins at once).
+- W  ``publish`` checks the outputs it releases (DP sources, file pairs) in one opening of the
+     file and collects them in a second: a ``policy apply`` by another admin between the two
+     was not checked again. Closed by the lead the same day: the collection stops when the
+     policy version or the outputs differ from those checked
+     (``test_release.py::test_a_policy_applied_while_a_publication_is_checked_stops_it``).
 """
 
 from __future__ import annotations
