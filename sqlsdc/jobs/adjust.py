@@ -60,6 +60,7 @@ import pandas as pd
 
 from sqlsdc.catalog import store
 from sqlsdc.errors import TabularError
+from sqlsdc.jobs import replaced_sides
 from sqlsdc.jobs.job import Job, Progress, check_time_limit, job_rules, open_job
 from sqlsdc.jobs.session import OUTPUT_SCHEMA
 from sqlsdc.tabular.model import Table
@@ -204,8 +205,10 @@ def cta_query(
         found = apply_rules(table, rules)
         _refuse_moved_counts(job, found, "cta")
         upl, lpl = _secret_levels(job, found)
+        kept = replaced_sides.sides(job, table, found.primary)
         out = cta(table, rules=[], sensitive=found.primary, protection=(upl, lpl), method=method,
-                  time_limit=time_limit)  # fmt: skip
+                  time_limit=time_limit,
+                  directions=replaced_sides.directions(table, found.primary, kept))  # fmt: skip
         report = out.attrs["cta"]
         sensitive = out["sensitive"].to_numpy(bool)
         extra = None
@@ -220,6 +223,7 @@ def cta_query(
         details = {k: v for k, v in report.to_dict().items() if k != "status"}
         details["intervals"] = intervals
         adjusted = out["adjusted"].to_numpy(np.float64)
+        replaced_sides.refuse_crossed(table, adjusted, kept, "--cta-method lp keeps the sides")
         # checked again here, on what is stored, against the job's own rules and levels
         details["verification"] = verify_cta(table, adjusted, sensitive=found.primary, upl=upl,
                                              lpl=lpl, method=f"CTA job ({method})",
@@ -271,11 +275,13 @@ def ipf_query(
         found = apply_rules(table, rules)
         _refuse_moved_counts(job, found, "ipf")
         upl, lpl = _secret_levels(job, found)
+        kept = replaced_sides.sides(job, table, found.primary)
         job.step("raking (IPF)")
         raked, iterations, error, fixed = _rake_protected(
-            table, found.primary, upl, lpl, groups, targets, max_iter
+            table, found.primary, upl, lpl, groups, targets, max_iter, kept
         )
         _check_protected(table, raked, found, given_cells=cells)
+        replaced_sides.refuse_crossed(table, raked, kept, "check the margins or use --method cta")
         verification = verify_margins(table, raked, cells, given.loc[cells].to_numpy(np.float64),
                                       tolerance=_ipf_tolerance(table, given)).require()  # fmt: skip
         details = {
@@ -456,15 +462,18 @@ def _margin_groups(table: Table, given: pd.Series):
     return groups, targets, np.concatenate(used)
 
 
-def _rake_protected(table: Table, sensitive, upl, lpl, groups, targets, max_iter: int):
+def _rake_protected(table: Table, sensitive, upl, lpl, groups, targets, max_iter: int, kept):
     """Sensitive inner cells at safe values, the others raked to ``targets`` minus them:
-    ``(all cells, IPF cycles, largest margin error, fixed cells)``."""
+    ``(all cells, IPF cycles, largest margin error, fixed cells)``. ``kept``: per cell, the
+    side (+1, −1) of its original a replaced version published it on, 0 for none
+    (:mod:`sqlsdc.jobs.replaced_sides`)."""
     from sqlsdc.tabular.ipf import rake
 
     seed = table.values[table.inner]
     plain, _, _, _ = rake(seed, groups, targets, max_iter=max_iter)
     fixed = sensitive[table.inner]
-    safe = _safe_values(seed, plain, upl[table.inner], lpl[table.inner], table.negative)
+    safe = _safe_values(seed, plain, upl[table.inner], lpl[table.inner], table.negative,
+                        kept[table.inner])  # fmt: skip
     free = ~fixed
     rest = []
     for g, t in zip(groups, targets, strict=True):
@@ -489,11 +498,12 @@ def _rake_protected(table: Table, sensitive, upl, lpl, groups, targets, max_iter
     return cells, iterations, error, int(fixed.sum())
 
 
-def _safe_values(seed, plain, upl, lpl, negative: bool) -> np.ndarray:
+def _safe_values(seed, plain, upl, lpl, negative: bool, kept) -> np.ndarray:
     """Safe values of the inner cells (used for the sensitive ones): where a plain raking moves
     the cell if that is at least a protection level away, else one level beyond the original in
-    the same direction (upwards when downwards would cross 0 in a non-negative table)."""
-    up = plain >= seed
+    the same direction (upwards when downwards would cross 0 in a non-negative table). The
+    direction is the side ``kept`` where it is set: the side a replaced version published."""
+    up = np.where(kept != 0, kept > 0, plain >= seed)
     if not negative:
         up |= seed - lpl < 0
     target = np.where(up, seed + upl, seed - lpl)
