@@ -52,7 +52,7 @@ import hashlib
 import hmac
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -204,11 +204,11 @@ def cta_query(
         job.step(f"controlled tabular adjustment ({method})")
         found = apply_rules(table, rules)
         _refuse_moved_counts(job, found, "cta")
-        upl, lpl = _secret_levels(job, found)
-        kept = replaced_sides.sides(job, table, found.primary)
+        kept = replaced_sides.replaced(job, table, found.primary)
+        upl, lpl = kept.levels(*_secret_levels(job, found, rules))
         out = cta(table, rules=[], sensitive=found.primary, protection=(upl, lpl), method=method,
                   time_limit=time_limit,
-                  directions=replaced_sides.directions(table, found.primary, kept))  # fmt: skip
+                  directions=kept.directions(table, found.primary))  # fmt: skip
         report = out.attrs["cta"]
         sensitive = out["sensitive"].to_numpy(bool)
         extra = None
@@ -223,7 +223,7 @@ def cta_query(
         details = {k: v for k, v in report.to_dict().items() if k != "status"}
         details["intervals"] = intervals
         adjusted = out["adjusted"].to_numpy(np.float64)
-        replaced_sides.refuse_crossed(table, adjusted, kept, "--cta-method lp keeps the sides")
+        kept.refuse_crossed(table, adjusted, "--cta-method lp keeps the sides")
         # checked again here, on what is stored, against the job's own rules and levels
         details["verification"] = verify_cta(table, adjusted, sensitive=found.primary, upl=upl,
                                              lpl=lpl, method=f"CTA job ({method})",
@@ -274,14 +274,14 @@ def ipf_query(
         groups, targets, cells = _margin_groups(table, given)
         found = apply_rules(table, rules)
         _refuse_moved_counts(job, found, "ipf")
-        upl, lpl = _secret_levels(job, found)
-        kept = replaced_sides.sides(job, table, found.primary)
+        kept = replaced_sides.replaced(job, table, found.primary)
+        upl, lpl = kept.levels(*_secret_levels(job, found, rules))
         job.step("raking (IPF)")
         raked, iterations, error, fixed = _rake_protected(
-            table, found.primary, upl, lpl, groups, targets, max_iter, kept
+            table, found.primary, upl, lpl, groups, targets, max_iter, kept.sides
         )
         _check_protected(table, raked, found, given_cells=cells)
-        replaced_sides.refuse_crossed(table, raked, kept, "check the margins or use --method cta")
+        kept.refuse_crossed(table, raked, "check the margins or use --method cta")
         verification = verify_margins(table, raked, cells, given.loc[cells].to_numpy(np.float64),
                                       tolerance=_ipf_tolerance(table, given)).require()  # fmt: skip
         details = {
@@ -351,7 +351,7 @@ def _refuse_moved_counts(job: Job, found, method: str) -> None:
         )
 
 
-def _secret_levels(job: Job, found) -> tuple[np.ndarray, np.ndarray]:
+def _secret_levels(job: Job, found, rules: Sequence) -> tuple[np.ndarray, np.ndarray]:
     """The rules' protection levels, each enlarged by a secret factor in [1, 1 + LEVEL_SPREAD).
 
     An optimal adjustment puts a sensitive cell exactly at ``original ± level``, and rules fix
@@ -362,20 +362,39 @@ def _secret_levels(job: Job, found) -> tuple[np.ndarray, np.ndarray]:
     relation; it does not hide it (the upward range holds a single integer for small counts),
     so jobs refuse sensitive counts (:func:`_refuse_moved_counts`). The levels stay at least the
     rules'.
+
+    The factors are keyed by the ``rules`` too: a job replaced under a frequency rule's other
+    safety range kept a cell's factor and published ``x·(1 + 0.3·f)`` then ``x·(1 + 0.4·f)``,
+    which give ``x`` (red team s40d; :mod:`sqlsdc.jobs.replaced_sides`).
     """
-    rng = np.random.default_rng(_secret_seed(job, "levels"))
+    rng = np.random.default_rng(_secret_seed(job, "levels", _rules_key(rules)))
     factor = 1.0 + LEVEL_SPREAD * rng.random(found.upl.size)
     return found.upl * factor, found.lpl * factor
 
 
-def _secret_seed(job: Job, purpose: str) -> int:
-    """A 64-bit seed from the database's PRF secret and the job (name and SQL): secret, and the
-    same for the same job."""
+def _rules_key(rules: Sequence) -> str:
+    """The rules as text, numbers as floats: ``freq:10,30`` and ``FrequencyRule(10)`` are one
+    rule, and key one factor."""
+
+    def text(value) -> str:
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        return repr(float(value)) if number else repr(value)
+
+    return ";".join(
+        type(rule).__name__ + "(" + ",".join(f"{f.name}={text(getattr(rule, f.name))}"
+                                             for f in fields(rule)) + ")"
+        for rule in rules
+    )  # fmt: skip
+
+
+def _secret_seed(job: Job, purpose: str, *keys: str) -> int:
+    """A 64-bit seed from the database's PRF secret, the job (name and SQL) and ``keys``:
+    secret, and the same for the same job."""
     store.ensure_secret(job.con)
     ((material,),) = job.con.execute(
         f"SELECT material FROM {store.S}.secrets WHERE name = 'prf'"
     ).fetchall()
-    message = "\x1f".join([purpose, job.into, job.sql]).encode()
+    message = "\x1f".join([purpose, job.into, job.sql, *keys]).encode()
     digest = hmac.new(bytes(material), message, hashlib.sha256).digest()
     return int.from_bytes(digest[:8], "big")
 

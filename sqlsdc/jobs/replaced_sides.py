@@ -1,28 +1,40 @@
 """A CTA or IPF job stored with ``--replace`` keeps each sensitive cell on the side of its
-original that the version it replaces published it on.
+original that the version it replaces published it on, at least as far from it.
 
 Readers keep the version a replacement overwrites (a release database, an analyst's copy).
 CTA and IPF's safe values publish a sensitive cell at its original plus or minus its protection
-level enlarged by a secret factor, and that factor is keyed by the job's name and SQL
-(:func:`sqlsdc.jobs.adjust._secret_levels`): a job run again after new data draws the same
-factor for a cell whose contributions did not change. Which way the cell moves is not keyed:
-the fixed-direction LP alternates down, up, … over the sensitive cells by decreasing value,
-so one cell that becomes or stops being sensitive turns every smaller one round, and IPF moves
-a cell the way a plain raking to the new margins does. The two versions then hold
-``x − f·L`` and ``x + f·L``, and their mean is the original ``x`` (red team s40d: one
-enterprise's turnover revised, then the demo's nace x region CTA replaced, gave 38 of the 39
-cells that turned round exactly). So a replacement moves each sensitive cell the way the
-replaced version did (:func:`sides`, :func:`directions`), and a result that still crosses
-one (the free-direction MILP takes no directions; a bound that leaves no room) is refused
-(:func:`refuse_crossed`).
+level enlarged by a secret factor (:func:`sqlsdc.jobs.adjust._secret_levels`), the same factor
+for the same job and rules: a job run again after new data keeps a cell's factor when the
+cell's contributions did not change. Two findings of red team s40d:
+
+- which way a cell moves was not kept: the fixed-direction LP alternates down, up, … over the
+  sensitive cells by decreasing value, so one cell that becomes or stops being sensitive turns
+  every smaller one round, and IPF moves a cell the way a plain raking to the new margins
+  does. The two versions held ``x − f·L`` and ``x + f·L``, whose mean is the original ``x``
+  (one enterprise's turnover revised, then the demo's nace x region CTA replaced: 38 of the
+  39 cells that turned round exactly; IPF to new margins: 4 of 4 sensitive incomes);
+- a replacement under another frequency rule's safety range (30 % then 40 %) held
+  ``x·(1 + 0.3·f)`` and ``x·(1 + 0.4·f)``, so ``x = 4·v1 − 3·v2`` (4 of 4 incomes to the cent).
+  The factor is now keyed by the rules too, and a cell is published where the replaced
+  version put it whenever that is still beyond its new level (:meth:`Replaced.levels`): the
+  same value again tells nothing new, and a cell that must move further moves by a factor
+  drawn afresh.
+
+So a replacement moves each sensitive cell the way the replaced version did
+(:meth:`Replaced.directions`), at least as far, and a result that still crosses one (the
+free-direction MILP takes no directions; a bound that leaves no room) is refused
+(:meth:`Replaced.refuse_crossed`).
 
 Only the version being replaced is read: the catalog keeps no values of earlier ones. Each
 replacement keeps its predecessor's sides, so the versions agree as long as a cell stays
-sensitive; a cell that is sensitive, then not (other rules), then sensitive again is not
-held to its first side.
+sensitive; a cell that is sensitive, then not (other rules), then sensitive again is not held
+to its first side. Replacements under rules changed back and forth draw a factor each time a
+cell must move further: many of them push its distance towards the largest factor's.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -34,45 +46,60 @@ from sqlsdc.tabular.model import Table
 _FLAGS = ("lower_bound", "upper_bound")  # CTA's intervals, stored beside the value
 
 
-def sides(job, table: Table, sensitive: np.ndarray) -> np.ndarray:
-    """Per cell of ``table``: +1 where the output ``job`` replaces published a sensitive cell
-    above its original (as it is now), −1 below, 0 elsewhere (not sensitive, published at the
-    original, no such output, or one of other dimensions). A cell the output leaves out was
-    published as 0 (readers read it so)."""
-    found = np.zeros(table.values.size)
+@dataclass(frozen=True)
+class Replaced:
+    """The sensitive cells of a job as the version it replaces published them, per cell of its
+    table: ``sides`` +1 above the original (as it is now), −1 below, 0 elsewhere (not
+    sensitive now, published at the original, or no such version); ``distance`` how far."""
+
+    sides: np.ndarray
+    distance: np.ndarray
+
+    def directions(self, table: Table, sensitive: np.ndarray) -> np.ndarray:
+        """The LP's fixed directions: the sides kept where they are set, elsewhere the CTA's
+        default rule (:func:`~sqlsdc.tabular.cta.choose_directions`, ``alternate``: by
+        decreasing value, down, up, …)."""
+        values = table.values
+        s = np.flatnonzero(sensitive)
+        order = s[np.lexsort((s, -values[s]))]
+        found = np.zeros(values.size)
+        found[order] = np.where(np.arange(order.size) % 2 == 0, -1.0, 1.0)
+        return np.where(self.sides != 0, self.sides, found)
+
+    def levels(self, upl: np.ndarray, lpl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The protection levels, on a kept side at least the replaced version's distance: an
+        adjustment then puts the cell where that version did unless its new level is larger."""
+        up = np.where(self.sides > 0, np.maximum(upl, self.distance), upl)
+        down = np.where(self.sides < 0, np.maximum(lpl, self.distance), lpl)
+        return up, down
+
+    def refuse_crossed(self, table: Table, published: np.ndarray, hint: str) -> None:
+        """Refuse a result that publishes a sensitive cell on the other side of its original
+        from the version it replaces: the mean of the two versions would be the original."""
+        now = np.sign(np.asarray(published, dtype=np.float64) - table.values)
+        crossed = (self.sides != 0) & (now != 0) & (now != self.sides)
+        if not crossed.any():
+            return
+        cells = table.cells.loc[crossed, list(table.dims)].astype(str).head(3).to_dict("records")
+        raise TabularError(
+            f"{int(crossed.sum())} sensitive cell(s) would be published on the other side of "
+            f"its original from the version this job replaces, e.g. {cells}; readers keep that "
+            "version, and the mean of a cell moved up in one and down in the other by the same "
+            f"secret level is its original. Nothing was stored; {hint}"
+        )
+
+
+def replaced(job, table: Table, sensitive: np.ndarray) -> Replaced:
+    """The sensitive cells of ``table`` as the output ``job`` replaces published them. A cell
+    that output leaves out was published as 0 (readers read it so); an output of other
+    dimensions is not matched cell by cell."""
+    sides = np.zeros(table.values.size)
+    distance = np.zeros(table.values.size)
     earlier = _replaced_values(job, table)
-    if earlier is None:
-        return found
-    found[sensitive] = np.sign(earlier - table.values)[sensitive]
-    return found
-
-
-def directions(table: Table, sensitive: np.ndarray, kept: np.ndarray) -> np.ndarray:
-    """The LP's fixed directions: the sides ``kept`` where they are set, elsewhere the CTA's
-    default rule (:func:`~sqlsdc.tabular.cta.choose_directions`, ``alternate``: by decreasing
-    value, down, up, …)."""
-    values = table.values
-    s = np.flatnonzero(sensitive)
-    order = s[np.lexsort((s, -values[s]))]
-    found = np.zeros(values.size)
-    found[order] = np.where(np.arange(order.size) % 2 == 0, -1.0, 1.0)
-    return np.where(kept != 0, kept, found)
-
-
-def refuse_crossed(table: Table, published: np.ndarray, kept: np.ndarray, method: str) -> None:
-    """Refuse a result that publishes a sensitive cell on the other side of its original from
-    the version it replaces: the mean of the two versions would be the original."""
-    now = np.sign(np.asarray(published, dtype=np.float64) - table.values)
-    crossed = (kept != 0) & (now != 0) & (now != kept)
-    if not crossed.any():
-        return
-    cells = table.cells.loc[crossed, list(table.dims)].astype(str).head(3).to_dict("records")
-    raise TabularError(
-        f"{int(crossed.sum())} sensitive cell(s) would be published on the other side of its "
-        f"original from the version this job replaces, e.g. {cells}; readers keep that "
-        "version, and the mean of a cell moved up in one and down in the other by the same "
-        f"secret level is its original. Nothing was stored; {method}"
-    )
+    if earlier is not None:
+        sides[sensitive] = np.sign(earlier - table.values)[sensitive]
+        distance[sensitive] = np.abs(earlier - table.values)[sensitive]
+    return Replaced(sides, distance)
 
 
 def _replaced_values(job, table: Table) -> np.ndarray | None:

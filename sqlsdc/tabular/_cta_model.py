@@ -281,9 +281,12 @@ def solve_milp(prob, lp: Run | None, solver, time_limit) -> Run:
     if x is None or (lp is not None and objective > lp.objective):
         if lp is None:
             raise no_solution("MILP", solver, status, time_limit)
-        if status not in ("optimal", "feasible", "time_limit"):
+        if status not in ("optimal", "feasible", "time_limit", "infeasible"):
             raise no_solution("MILP", solver, status, time_limit)
-        status, x = "feasible", None  # the LP heuristic's directions are the incumbent
+        # the LP heuristic's directions are the incumbent: feasible for the MILP by
+        # construction, so an "infeasible" MILP is its solver's tolerances (levels exactly at
+        # a replaced version's distances, sqlsdc.jobs.replaced_sides, met that)
+        status, x = "feasible", None
         bound = bound if np.isfinite(bound) else 0.0
     change = lp.change if x is None else x[:C] - x[C : 2 * C]
     objective = lp.objective if x is None else objective

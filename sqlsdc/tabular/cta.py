@@ -147,7 +147,8 @@ def cta(
         method: ``"lp"`` (fixed directions), ``"milp"`` (free directions, time-limited, gap
             reported) or ``"mdi"`` (Cox–Orelien–Shah: fixed margins, IPF on the other cells).
         directions: ``"alternate"``, ``"random"`` (keyed by ``seed``) or an array of +1/−1 per
-            cell (see :func:`choose_directions`); ignored by ``milp``.
+            cell (see :func:`choose_directions`); ``milp`` starts from the LP's solution with
+            them and chooses its own.
         weights: ``"inverse"``, ``"sqrt"``, ``"unit"`` or an array of per-cell weights.
         bounds: ``(lower, upper)`` scalars or arrays every adjusted cell must respect; default
             ``[0, inf)`` for non-negative tables, unbounded otherwise.
@@ -198,7 +199,7 @@ def cta(
         start = time.perf_counter()
         if solver not in MILP_SOLVERS:
             raise TabularError(f"milp solver must be one of {tuple(MILP_SOLVERS)}; got {solver!r}")
-        dirs = choose_directions(prob, "alternate", seed)
+        dirs = choose_directions(prob, directions, seed)  # the LP's: the MILP's incumbent
         lp = solve_lp(prob, dirs, "highs", time_limit)
         run = solve_milp(prob, lp, solver, time_limit)
         run.build_seconds += lp.build_seconds if lp else 0.0

@@ -14,13 +14,18 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      39 cells that turned (within 0.5; the 39th was moved beyond its level). Fixed: a CTA or
      IPF job stored with ``--replace`` keeps each sensitive cell on the side of its original
      the replaced version published it on (the LP's directions, IPF's safe values), and a
-     result that crosses one (the free-direction MILP) is refused
-     (``jobs/replaced_sides.py``).
+     result that crosses one is refused (``jobs/replaced_sides.py``); the MILP starts from the
+     LP with those directions (it took ``alternate`` before and turned 38 cells round).
 - W  the same with IPF: incomes of everyone aged 85 or over by region x education (``freq:10``,
      4 sensitive cells) raked to education margins 8 % above the true ones, then replaced by a
      raking to margins 8 % below: each sensitive cell's safe value follows the direction the
      plain raking moves it, so all 4 turned round and the mean of the two versions gave their
      4 exact incomes (5 to 9 persons each). Fixed by the same module.
+- W  a CTA of those incomes (``freq:10,30``) replaced by one under ``freq:10,40``: the secret
+     factor ``f`` of a cell was keyed by the job's name and SQL only, so the versions held
+     ``x·(1 + 0.3·f)`` and ``x·(1 + 0.4·f)`` and ``4·v1 − 3·v2`` gave all 4 sensitive incomes
+     to the cent. Fixed: the factors are keyed by the rules too, and a replacement publishes
+     a cell where the replaced version did whenever that is still beyond its new level.
 """
 
 from __future__ import annotations
@@ -169,3 +174,30 @@ def stored_by(db, name: str, dims: list[str]) -> pd.Series:
     finally:
         con.close()
     return frame.astype({d: str for d in dims}).set_index(dims)["value"]
+
+
+def test_a_cta_replaced_under_another_safety_range_does_not_give_the_originals(jobs_demo_db):
+    db = jobs_demo_db
+    cta_query(db, "admin", OLD_INCOME, into="t", rules=[FrequencyRule(10, 30)])
+    first = stored_by(db, "t", ["region", "education"])
+    cta_query(db, "admin", OLD_INCOME, into="t", rules=[FrequencyRule(10, 40)], replace=True)
+    second = stored_by(db, "t", ["region", "education"])
+    con = open_database(db)
+    try:
+        cells = (
+            con.sql(
+                "SELECT region, CAST(education AS VARCHAR) AS education, SUM(income) AS o, "
+                "COUNT(*) AS n FROM persons WHERE age >= 85 GROUP BY ALL"
+            )
+            .df()
+            .set_index(["region", "education"])
+        )
+    finally:
+        con.close()
+    small = cells[cells.n < 10].join(first.rename("v1")).join(second.rename("v2"))
+    assert len(small) == 4
+    guess = 4 * small.v1 - 3 * small.v2  # x when both versions share a factor
+    assert int(((guess - small.o).abs() < 0.5).sum()) == 0  # was 4 of 4, to the cent
+    moved = (small.v2 - small.o) / (small.v1 - small.o)
+    assert (moved > 0).all()  # each on its side
+    assert (np.isclose(small.v2, small.v1) | (np.abs(small.v2 - small.o) >= 0.4 * small.o)).all()
