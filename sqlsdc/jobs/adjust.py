@@ -205,7 +205,7 @@ def cta_query(
         found = apply_rules(table, rules)
         _refuse_moved_counts(job, found, "cta")
         kept = replaced_sides.replaced(job, table, found.primary)
-        upl, lpl = kept.levels(*_secret_levels(job, found, rules))
+        upl, lpl = kept.levels(*_secret_levels(job, found, rules), _largest_levels(found))
         out = cta(table, rules=[], sensitive=found.primary, protection=(upl, lpl), method=method,
                   time_limit=time_limit,
                   directions=kept.directions(table, found.primary))  # fmt: skip
@@ -275,7 +275,7 @@ def ipf_query(
         found = apply_rules(table, rules)
         _refuse_moved_counts(job, found, "ipf")
         kept = replaced_sides.replaced(job, table, found.primary)
-        upl, lpl = kept.levels(*_secret_levels(job, found, rules))
+        upl, lpl = kept.levels(*_secret_levels(job, found, rules), _largest_levels(found))
         job.step("raking (IPF)")
         raked, iterations, error, fixed = _rake_protected(
             table, found.primary, upl, lpl, groups, targets, max_iter, kept.sides
@@ -370,6 +370,11 @@ def _secret_levels(job: Job, found, rules: Sequence) -> tuple[np.ndarray, np.nda
     rng = np.random.default_rng(_secret_seed(job, "levels", _rules_key(rules)))
     factor = 1.0 + LEVEL_SPREAD * rng.random(found.upl.size)
     return found.upl * factor, found.lpl * factor
+
+
+def _largest_levels(found) -> tuple[np.ndarray, np.ndarray]:
+    """The largest levels :func:`_secret_levels` can draw for the rules' ``found`` levels."""
+    return found.upl * (1.0 + LEVEL_SPREAD), found.lpl * (1.0 + LEVEL_SPREAD)
 
 
 def _rules_key(rules: Sequence) -> str:

@@ -66,11 +66,16 @@ class Replaced:
         found[order] = np.where(np.arange(order.size) % 2 == 0, -1.0, 1.0)
         return np.where(self.sides != 0, self.sides, found)
 
-    def levels(self, upl: np.ndarray, lpl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The protection levels, on a kept side at least the replaced version's distance: an
-        adjustment then puts the cell where that version did unless its new level is larger."""
-        up = np.where(self.sides > 0, np.maximum(upl, self.distance), upl)
-        down = np.where(self.sides < 0, np.maximum(lpl, self.distance), lpl)
+    def levels(self, upl: np.ndarray, lpl: np.ndarray, most: tuple[np.ndarray, np.ndarray]
+               ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        """The protection levels ``upl``, ``lpl``, on a kept side at least the replaced
+        version's distance: an adjustment then puts the cell where that version did unless its
+        new level is larger. Not where that distance is beyond the ``most`` the rules' levels
+        can be enlarged to: the replaced version was of another original then (another WHERE,
+        new data), and holding the cell that far would only distort it."""
+        near = self.distance <= np.where(self.sides > 0, most[0], most[1])
+        up = np.where((self.sides > 0) & near, np.maximum(upl, self.distance), upl)
+        down = np.where((self.sides < 0) & near, np.maximum(lpl, self.distance), lpl)
         return up, down
 
     def refuse_crossed(self, table: Table, published: np.ndarray, hint: str) -> None:

@@ -251,3 +251,35 @@ def stored_cells(db, name: str) -> pd.DataFrame:
         return con.sql(f"SELECT * FROM protected.{name}").df().set_index(["nace", "region"])
     finally:
         con.close()
+
+
+def test_a_replacement_over_another_population_is_not_held_to_the_replaced_distances(
+    jobs_demo_db,
+):
+    """A cell whose original changed is not held as far as the replaced version put it when
+    that is beyond any level the rules could draw: it moves by its own level, on its side."""
+    db = jobs_demo_db
+    rules = [FrequencyRule(10, 30)]
+    cta_query(db, "admin", OLD_INCOME, into="t", rules=rules)
+    first = stored_by(db, "t", ["region", "education"])
+    other = OLD_INCOME.replace("age >= 85", "age BETWEEN 80 AND 84")  # other persons
+    cta_query(db, "admin", other, into="t", rules=rules, replace=True)
+    second = stored_by(db, "t", ["region", "education"])
+    con = open_database(db)
+    try:
+        cells = (
+            con.sql(
+                "SELECT region, CAST(education AS VARCHAR) AS education, SUM(income) AS o, "
+                "COUNT(*) AS n FROM persons WHERE age BETWEEN 80 AND 84 GROUP BY ALL"
+            )
+            .df()
+            .set_index(["region", "education"])
+        )
+    finally:
+        con.close()
+    small = cells[cells.n < 10].join(second.rename("v2")).join(first.rename("v1"))
+    assert len(small) > 0
+    far = (small.v1 - small.o).abs() > 0.45 * small.o  # beyond 1.5 levels of the new original
+    assert far.any()
+    distance = (small.v2 - small.o).abs()[far]
+    assert ((distance >= 0.3 * small.o[far] - 1e-6) & (distance <= 0.45 * small.o[far] + 1)).all()
