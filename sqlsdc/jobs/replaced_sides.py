@@ -21,8 +21,9 @@ cell's contributions did not change. Two findings of red team s40d:
   drawn afresh.
 
 So a replacement moves each sensitive cell the way the replaced version did
-(:meth:`Replaced.directions`), at least as far, and a result that still crosses one (the
-free-direction MILP takes no directions; a bound that leaves no room) is refused
+(:meth:`Replaced.directions`), at least as far unless that is beyond any level its rules could
+draw (then the original was another), and a result that still crosses one (the MILP starts
+from the LP with these directions but chooses its own; a bound that leaves no room) is refused
 (:meth:`Replaced.refuse_crossed`).
 
 Only the version being replaced is read: the catalog keeps no values of earlier ones. Each
