@@ -116,18 +116,10 @@ _TRANSACTION_TAGS = {
 }  # fmt: skip
 
 
-_CURSOR_KEYWORDS = {"DECLARE", "FETCH", "MOVE", "CLOSE"}  # SQL-level cursors: not offered
 _SESSION_KEYWORDS = {"SET", "SHOW", "RESET", "DISCARD", "DEALLOCATE", "LISTEN", "NOTIFY",
                      *_TRANSACTION_TAGS}  # fmt: skip
 
 
-_CURSOR_REFUSAL = (
-    "{keyword}: server-side cursors (DECLARE ... CURSOR, FETCH, MOVE, CLOSE) are not "
-    "supported by sqlsdc serve; use a client-side cursor (psycopg: a cursor without a name, "
-    "or cursor.stream() to read in batches; psycopg2: a cursor without a name; SQLAlchemy: "
-    "without stream_results/yield_per): an answer is at most 1,000,000 rows"
-)  # psycopg's named cursors and SQLAlchemy's stream_results send DECLARE, which the guard
-# read as a syntax error pointing into the query (new user s40h)
 BUDGET_SETTING = "sqlsdc.budget"  # SHOW sqlsdc.budget: the session user's budgets
 _KINDS = ("epsilon", "rho", "delta")
 _PARTS = ("limit", "spent", "remaining")
@@ -213,9 +205,7 @@ class SessionCatalog:
 
         Raises:
             PolicyViolation: a catalog statement that reaches beyond the catalog (see module).
-            NotSupportedError: ``LISTEN``/``NOTIFY`` (sessions have no notifications), and
-                ``DECLARE``/``FETCH``/``MOVE``/``CLOSE`` (no SQL-level cursors: a client's
-                server-side cursor is told to read with a client-side one).
+            NotSupportedError: ``LISTEN``/``NOTIFY`` (sessions have no notifications).
         """
         text = _COMMENTS.sub("", sql).strip().rstrip(";").strip()
         if not text:
@@ -239,8 +229,6 @@ class SessionCatalog:
         if keyword in {"LISTEN", "NOTIFY"}:
             raise NotSupportedError(f"{keyword} is not supported: sqlsdc sessions have no "
                                     "notifications")  # fmt: skip
-        if keyword in _CURSOR_KEYWORDS:
-            raise NotSupportedError(_CURSOR_REFUSAL.format(keyword=keyword))
         if keyword in _TRANSACTION_TAGS:
             return CatalogAnswer(None, _TRANSACTION_TAGS[keyword])
         return self._query(text, params)
