@@ -95,3 +95,37 @@ def test_any_of_a_list_is_refused_with_the_in_list_to_write(analyst):
     with pytest.raises(sqlsdc.PolicyViolation, match="ANY is not allowed") as refused:
         analyst.execute("SELECT COUNT(*) FROM persons WHERE region = ANY(['north', 'south'])")
     assert refused.value.hint.startswith("write column IN (value, ...)")
+
+
+@pytest.mark.parametrize(
+    ("sql", "hint"),
+    [
+        (
+            "SELECT region, SUM(CASE WHEN sex = 'F' THEN 1 ELSE 0 END) FROM persons GROUP BY 1",
+            "leave out ELSE 0: SUM(CASE WHEN condition THEN value END)",
+        ),
+        (
+            "SELECT region, SUM(IF(sex = 'F', income, 0.0)) FROM persons GROUP BY 1",
+            "leave out ELSE 0: SUM(CASE WHEN condition THEN value END)",
+        ),
+        (
+            "SELECT region, AVG(CASE WHEN sex = 'F' THEN 1.0 ELSE 0 END) FROM persons GROUP BY 1",
+            "for a share write COUNT(CASE WHEN condition THEN 1 END) * 1.0 / COUNT(*)",
+        ),
+    ],
+)
+def test_zero_padding_stays_refused_with_what_to_write(analyst, sql, hint):
+    with pytest.raises(sqlsdc.PolicyViolation, match="is not a linear sum") as refused:
+        analyst.execute(sql)
+    assert hint in refused.value.hint
+    written = (
+        "SELECT region, COALESCE(SUM(CASE WHEN sex = 'F' THEN income END), 0), "
+        "COUNT(CASE WHEN sex = 'F' THEN 1 END) * 1.0 / COUNT(*) FROM persons GROUP BY 1"
+    )
+    assert len(analyst.execute(written).fetchall()) > 0  # what the hints say is answered
+
+
+def test_other_padding_keeps_the_general_hint(analyst):
+    with pytest.raises(sqlsdc.PolicyViolation, match="is not a linear sum") as refused:
+        analyst.execute("SELECT SUM(CASE WHEN sex = 'F' THEN 1 ELSE 2 END) FROM persons")
+    assert refused.value.hint.startswith("sum measures as they are")
