@@ -152,7 +152,7 @@ def outputs(db: str | Path, user: str) -> pd.DataFrame:
 def _with_charges(con, entries: list[dict], columns) -> pd.DataFrame:
     """``entries`` with the ε, ρ and δ the ledger charged their query ids (exact text; None
     where nothing was charged), as a frame of ``columns`` and :data:`CHARGE_COLUMNS`."""
-    from sqlsdc.catalog.budget import charged_by_query
+    from sqlsdc.catalog.budget_admin import charged_by_query
     from sqlsdc.mechanisms.accountant import exact_text
 
     ids = [e["query_id"] for e in entries if e["query_id"] is not None]

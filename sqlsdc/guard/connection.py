@@ -32,17 +32,14 @@ from sqlsdc.catalog.budget import (
     Charge,
     PolicyChanged,
     budget_status,
-    cache_cells,
-    cached_cells,
     charge,
     check_policy,
-    ensure_budget_catalog,
     has_charge,
     is_conflict,
     policy_limits,
-    released_groups,
-    remember_budget_tables,
 )
+from sqlsdc.catalog.budget_tables import ensure_budget_catalog, remember_budget_tables
+from sqlsdc.catalog.dp_cache import cache_cells, cached_cells, released_groups
 from sqlsdc.catalog.ptables import load_ptables
 from sqlsdc.catalog.setup import unique_columns, unit_index_name
 from sqlsdc.engines import duckdb as engine
@@ -1031,7 +1028,7 @@ class Connection:
         self, noisy: DpRelease | None, paid: Charge | None, query_id: int, *, again=False
     ) -> None:
         """Cache the cells a DP query drew (and count them on its charge), in the transaction
-        that records its answer (:func:`~sqlsdc.catalog.budget.cache_cells`)."""
+        that records its answer (:func:`~sqlsdc.catalog.dp_cache.cache_cells`)."""
         if noisy is None or not self._dp_noise or not (noisy.cells or noisy.releases or paid):
             return
         cache_cells(self._con, user=self.user, policy_version=self._context.policy_version,

@@ -29,7 +29,7 @@ from test_dp_query import dp_document, make_db
 from test_redteam_s26 import _read
 
 import sqlsdc
-from sqlsdc.catalog import budget
+from sqlsdc.catalog import budget, budget_admin
 from sqlsdc.catalog.budget import BudgetKey
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines.duckdb import open_database
@@ -128,8 +128,8 @@ def test_a_limit_lowered_while_a_connection_holds_its_state_binds_at_once(db):
         assert _try(con, COUNT.format(1))
         admin = open_database(db)  # this process shares the file's engine instance
         try:
-            budget.set_limit(admin, admin="admin", key=BudgetKey(), reason="lower",
-                             limit=BudgetLimit(epsilon=Fraction(1)))  # fmt: skip
+            budget_admin.set_limit(admin, admin="admin", key=BudgetKey(), reason="lower",
+                                   limit=BudgetLimit(epsilon=Fraction(1)))  # fmt: skip
         finally:
             admin.close()
         assert _try(con, COUNT.format(2))
@@ -159,7 +159,7 @@ def test_a_reset_of_another_key_does_not_reopen_a_spent_budget(db):
         assert all(_try(con, COUNT.format(i)) for i in range(3))
         admin = open_database(db)
         try:
-            budget.reset(admin, admin="admin", key=BudgetKey("bob"), reason="new quarter")
+            budget_admin.reset(admin, admin="admin", key=BudgetKey("bob"), reason="new quarter")
         finally:
             admin.close()
         assert _try(con, COUNT.format(3))
@@ -277,11 +277,11 @@ _KILLED_CHARGE = textwrap.dedent(
 
     where = sys.argv[2]
     if where == "before-commit":  # inside the charge's transaction, the counter bumped
-        real = budget._insert_cells
+        real = budget.insert_cells
         def dying(*args, **kwargs):
             real(*args, **kwargs)
             os.kill(os.getpid(), signal.SIGKILL)
-        budget._insert_cells = dying
+        budget.insert_cells = dying
     else:  # committed, before the connection's state learns it
         def dying(self, *args, **kwargs):
             os.kill(os.getpid(), signal.SIGKILL)

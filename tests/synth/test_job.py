@@ -10,7 +10,8 @@ import duckdb
 import numpy as np
 import pytest
 
-from sqlsdc.catalog.budget import BudgetKey, set_limit
+from sqlsdc.catalog.budget import BudgetKey
+from sqlsdc.catalog.budget_admin import set_limit
 from sqlsdc.errors import AccessDenied, BudgetExhausted, MicrodataError, SynthesisError
 from sqlsdc.mechanisms.accountant import BudgetLimit
 from sqlsdc.synth import synthesize
