@@ -23,7 +23,8 @@ import pytest
 
 import sqlsdc
 from sqlsdc.catalog import budget, budget_admin
-from sqlsdc.engines.duckdb import open_database, others_waiting
+from sqlsdc.engines.duckdb import open_database
+from sqlsdc.engines.waiters import others_waiting
 from sqlsdc.errors import BudgetExhausted
 
 THREADS = 16

@@ -14,7 +14,8 @@ import weakref
 
 from sqlsdc.catalog.schema import CATALOG_SCHEMA
 from sqlsdc.catalog.store import ensure_catalog
-from sqlsdc.engines.duckdb import EngineError, described, one, parsed, rollback
+from sqlsdc.engines.duckdb import EngineError, one, parsed, rollback
+from sqlsdc.engines.duckdb_schema import described
 
 S = CATALOG_SCHEMA
 SPEND_COLUMNS = ("seq", "query_id", "charged_at", "user_name", "tables", "epsilon", "rho",
@@ -30,7 +31,7 @@ def has_budget_tables(con, *, in_transaction: bool = True) -> bool:
     true (the tables are never dropped), since every charge and cache look-up asks.
     ``in_transaction`` False: the tables are described one by one (1-2 ms) instead of listing
     the engine's columns (~12 ms on a newly opened database), which only a statement outside a
-    transaction may do (:func:`~sqlsdc.engines.duckdb.described`)."""
+    transaction may do (:func:`~sqlsdc.engines.duckdb_schema.described`)."""
     if con in _WITH_BUDGET_TABLES:
         return True
     if in_transaction:

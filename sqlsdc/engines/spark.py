@@ -276,7 +276,8 @@ class SparkEngine:
         """
         import duckdb
 
-        from sqlsdc.engines.duckdb import data_version, open_database
+        from sqlsdc.engines.duckdb import open_database
+        from sqlsdc.engines.duckdb_schema import data_version
 
         folder = tempfile.mkdtemp(prefix="sqlsdc-spark-")
         self._folders.append(folder)

@@ -43,7 +43,7 @@ from sqlsdc.catalog.dp_cache import cache_cells, cached_cells, released_groups
 from sqlsdc.catalog.ptables import load_ptables
 from sqlsdc.catalog.setup import unique_columns, unit_index_name
 from sqlsdc.engines import duckdb as engine
-from sqlsdc.engines import watchdog
+from sqlsdc.engines import duckdb_schema, duckdb_sql, waiters, watchdog
 from sqlsdc.errors import (
     AccessDenied,
     AnswerTooLarge,
@@ -179,7 +179,7 @@ class Connection:
             raise NotFoundError(
                 f"database {path} does not exist; create it with `sqlsdc init` or `sqlsdc demo`"
             )
-        engine.require_extensible_sqlglot()
+        duckdb_sql.require_extensible_sqlglot()
         with self._lock:
             self._open()
             self._closed = False
@@ -191,7 +191,7 @@ class Connection:
         path = Path(self.path)
         time.sleep(max(0.0, self._turn_until - time.monotonic()))
         key = str(path.resolve())
-        _TURNS.wait(key, partial(engine.others_waiting, path), self._turn_bound())
+        _TURNS.wait(key, partial(waiters.others_waiting, path), self._turn_bound())
         con = engine.open_database(path, wait=engine.LOCK_WAIT_SECONDS, writes_data=False,
                                    first=False)  # fmt: skip
         try:
@@ -293,8 +293,8 @@ class Connection:
         held = self._last_use - self._held_since if self._db is not None else 0.0
         if self._db is not None and (
             held > MAX_TURN_SECONDS
-            or (held > MAX_HOLD_SECONDS and engine.others_waiting(self.path))
-            or engine.others_waiting(self.path, first=True)
+            or (held > MAX_HOLD_SECONDS and waiters.others_waiting(self.path))
+            or waiters.others_waiting(self.path, first=True)
         ):  # busy for long, or for a while with others waiting, or an admin waits: a turn
             self._close_engine()
             self._turn_until = time.monotonic() + TURN_SECONDS
@@ -367,7 +367,7 @@ class Connection:
         outside the policy, record key or catalog table is named to them."""
         with self._holding() as con:
             try:
-                stored = engine.table_schemas(con, schema)
+                stored = duckdb_schema.table_schemas(con, schema)
             except engine.EngineError as failure:
                 raise _engine_failure(failure, None) from None
         if self.role is UserRole.ADMIN:
@@ -861,7 +861,7 @@ class Connection:
         if sql in self._engine_checked:
             return
         try:
-            read = engine.tables_read_by(self._con, sql)
+            read = duckdb_schema.tables_read_by(self._con, sql)
         except engine.TextRefusal as refusal:
             violation = (
                 PolicyViolation(
@@ -1049,7 +1049,7 @@ class Connection:
         other processes' writers), and again after a connection of this process that may write
         data opened it (:meth:`_release_dp`)."""
         if table not in self._data_versions:
-            self._data_versions[table] = engine.data_version(self._con, table)
+            self._data_versions[table] = duckdb_schema.data_version(self._con, table)
         return self._data_versions[table]
 
 
@@ -1430,7 +1430,7 @@ def _context(
     deadline instead of giving each constant the whole timeout. An evaluation the timeout
     (or a cancel) interrupted says nothing about the constant: the statement is stopped, and
     nothing is cached."""
-    tables = engine.described(con, [t.name for t in policy.tables.values()])
+    tables = duckdb_schema.described(con, [t.name for t in policy.tables.values()])
     stored = {
         table: {column.lower(): dtype for column, dtype, _key in columns}
         for table, columns in tables.items()
@@ -1467,7 +1467,7 @@ def _context(
         if node.find(exp.Subquery, exp.Select, exp.Table, exp.Column):
             # not a constant; its own scope is checked
             return node.type or exp.DataType.build("UNKNOWN")
-        name = evaluates(engine.to_sql(exp.select(node.copy())))
+        name = evaluates(duckdb_sql.to_sql(exp.select(node.copy())))
         return None if name is None else _engine_type(name)
 
     context = GuardContext(
@@ -1477,7 +1477,7 @@ def _context(
         unit_per_row=unit_per_row,
         unique_columns=unique_columns(con, constraints=constrained),
         constant_type=constant_type,
-        to_sql=engine.to_sql,
+        to_sql=duckdb_sql.to_sql,
         ptables=load_ptables(con, policy),
     )
     fingerprint = context_fingerprint(str(path.resolve()), context, engine.duckdb.__version__)

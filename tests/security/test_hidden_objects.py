@@ -253,7 +253,7 @@ def test_the_engine_check_does_not_exempt_a_cte_name_out_of_its_scope(guarded):
     resolved, so a table named like a CTE of another scope is a table, and refused."""
     import sqlglot
 
-    from sqlsdc.engines.duckdb import tables_read_by
+    from sqlsdc.engines.duckdb_schema import tables_read_by
     from sqlsdc.guard.validate import check_engine_tables
 
     sql = "SELECT * FROM (WITH secret_t AS (SELECT 1 AS a) SELECT a FROM secret_t) AS s, secret_t"

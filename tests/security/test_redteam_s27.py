@@ -31,7 +31,7 @@ from test_redteam_s26 import _read
 import sqlsdc
 from sqlsdc.catalog import budget, budget_admin
 from sqlsdc.catalog.budget import BudgetKey
-from sqlsdc.engines import duckdb as engine
+from sqlsdc.engines import duckdb_schema
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import BudgetExhausted, Error, PolicyViolation
 from sqlsdc.guard.connection import Connection
@@ -616,7 +616,7 @@ def test_a_pair_of_duplicate_rows_replaced_by_another_pair_gives_new_noise(db):
             "WHERE clinic = 'a' LIMIT 1"
         )
         raw.execute("INSERT INTO visits SELECT * FROM visits WHERE cost = 12.3456")
-        before = engine.data_version(raw, "visits")
+        before = duckdb_schema.data_version(raw, "visits")
     finally:
         raw.close()
     with sqlsdc.connect(db, "ana") as con:
@@ -625,7 +625,7 @@ def test_a_pair_of_duplicate_rows_replaced_by_another_pair_gives_new_noise(db):
     try:
         (changed,) = raw.execute("UPDATE visits SET cost = 77.7 WHERE cost = 12.3456").fetchone()
         assert changed == 2
-        assert engine.data_version(raw, "visits") != before
+        assert duckdb_schema.data_version(raw, "visits") != before
     finally:
         raw.close()
     with sqlsdc.connect(db, "ana") as con:
