@@ -47,10 +47,9 @@ def hidden_policy(threshold_document: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def hidden_db(pristine_demo_db, tmp_path_factory):
+def hidden_db(pristine_demo_db, tmp_path_factory, copy_database):
     """The demo database with hidden objects around the declared ones."""
-    path = tmp_path_factory.mktemp("hidden") / "demo.duckdb"
-    shutil.copy(pristine_demo_db, path)
+    path = copy_database(pristine_demo_db, tmp_path_factory.mktemp("hidden"))
     con = open_database(path)
     try:
         document = store.current_policy(con)[1]

@@ -105,7 +105,6 @@ New-user changes
 from __future__ import annotations
 
 import math
-import shutil
 
 import duckdb
 import pytest
@@ -120,18 +119,16 @@ PADDED = f"{TARGET} OR income = 0"  # and the 1,877 zero incomes
 
 
 @pytest.fixture(scope="module")
-def threshold(pristine_demo_db, tmp_path_factory):
-    path = tmp_path_factory.mktemp("s39c-threshold") / "demo.duckdb"
-    shutil.copy(pristine_demo_db, path)
+def threshold(pristine_demo_db, tmp_path_factory, copy_database):
+    path = copy_database(pristine_demo_db, tmp_path_factory.mktemp("s39c-threshold"))
     con = sqlsdc.connect(path, user="analyst")
     yield con
     con.close()
 
 
 @pytest.fixture(scope="module")
-def rounded(rounded_template, tmp_path_factory):
-    path = tmp_path_factory.mktemp("s39c-round") / "demo.duckdb"
-    shutil.copy(rounded_template, path)
+def rounded(rounded_template, tmp_path_factory, copy_database):
+    path = copy_database(rounded_template, tmp_path_factory.mktemp("s39c-round"))
     con = sqlsdc.connect(path, user="analyst")
     yield con
     con.close()
