@@ -134,13 +134,6 @@ def rounded(rounded_template, tmp_path_factory, copy_database):
     con.close()
 
 
-@pytest.fixture(scope="module")
-def ckm(ckm_db):
-    con = sqlsdc.connect(ckm_db, user="analyst")
-    yield con
-    con.close()
-
-
 # a unit's rows summed first: unit 1's 600 + 400 = 1000 dominates "below" (T - x1 - x2 = 99)
 PAYMENTS = [
     (1, "at", 600), (1, "at", 400), (2, "at", 500), (3, "at", 50), (4, "at", 30), (5, "at", 20),
