@@ -158,7 +158,8 @@ def bench_spark(db: Path, trees: dict, repeat: int) -> None:
         from pyspark.logger import PySparkLogger
         from pyspark.sql import SparkSession
 
-        from sqlsdc.engines.spark import SparkEngine, tables_read
+        from sqlsdc.engines.spark import SparkEngine
+        from sqlsdc.engines.spark_translate import tables_read
     except ImportError as missing:
         print(f"\nSpark skipped: {missing}")
         return

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sqlsdc.catalog import budget
+from sqlsdc.catalog import budget, dp_cache
 from sqlsdc.catalog.store import ensure_catalog
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.mechanisms.accountant import Bounding, BudgetLimit, PrivacyCost, Statistic, calibrate
@@ -114,7 +114,7 @@ def cells(n: int, repeat: int) -> list[tuple[str, float]]:
         rows.append(
             (
                 "cached_cells lookup",
-                _rate(lambda: budget.cached_cells(con, "bench", 0, digests), n, repeat),
+                _rate(lambda: dp_cache.cached_cells(con, "bench", 0, digests), n, repeat),
             )
         )
         con.close()

@@ -175,7 +175,7 @@ def run(db: Path, processes: int, queries: int, pause: float, kill: bool = True,
 
 def check(db: Path, outputs, admin_failures, admin_runs, done_by_kind, killed, elapsed) -> dict:
     import sqlsdc
-    from sqlsdc.catalog import budget, store
+    from sqlsdc.catalog import budget, budget_admin, store
     from sqlsdc.engines.duckdb import open_database
 
     problems = list(admin_failures)
@@ -198,11 +198,11 @@ def check(db: Path, outputs, admin_failures, admin_runs, done_by_kind, killed, e
     try:
         entries = con.execute("SELECT query_id, decision, reason FROM sqlsdc.audit").fetchall()
         audit = {q: (decision, reason) for q, decision, reason in entries}
-        ledger = budget.spend_ledger(con, limit=10**9)
+        ledger = budget_admin.spend_ledger(con, limit=10**9)
         policy = sqlsdc.policy.load_policy(document())
         (status,) = [s for s in budget.budget_status(con, budget.policy_limits(policy))
                      if s.key == budget.BudgetKey("ana")]  # fmt: skip
-        grants = [e for e in budget.budget_events(con) if e["action"] == "grant"]
+        grants = [e for e in budget_admin.budget_events(con) if e["action"] == "grant"]
         version = store.current_policy(con)[0]
     finally:
         con.close()

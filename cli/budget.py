@@ -128,16 +128,16 @@ def budget(
     import pandas as pd
 
     from sqlsdc.catalog import budget as ledger
-    from sqlsdc.catalog import store
+    from sqlsdc.catalog import budget_admin, store
     from sqlsdc.policy import load_policy
 
     con = _open_with_catalog(db, read_only=True)
     try:
         if history:
-            rows = _amounts(ledger.budget_events(con, user=who))
+            rows = _amounts(budget_admin.budget_events(con, user=who))
         elif show_ledger:
             limit = limit or LEDGER_ROWS
-            rows = _amounts(ledger.spend_ledger(con, user=who, limit=limit + 1))
+            rows = _amounts(budget_admin.spend_ledger(con, user=who, limit=limit + 1))
             more = len(rows) > limit  # it showed the newest 100 without a word (new user s39)
             rows = rows[:limit]
         else:
@@ -216,10 +216,10 @@ def _admin_session(db: str, admin: str):
 
 def _amount(text: str | None, name: str, *, zero: bool = False) -> Fraction | None:
     """An amount in the range a policy's budget may have (``parse_amount``; δ below 1)."""
-    from sqlsdc.catalog import budget as ledger
+    from sqlsdc.catalog.budget_admin import parse_amount
 
     try:
-        return ledger.parse_amount(text, name, zero=zero)
+        return parse_amount(text, name, zero=zero)
     except (TypeError, ValueError) as e:
         raise click.BadParameter(str(e), param_hint=f"--{name}") from None
 
@@ -348,6 +348,7 @@ def grant(obj, user, table, reason, admin, fmt, epsilon, rho, delta) -> None:
       sqlsdc budget demo.duckdb grant --for analyst --delta 1e-6 --reason "private groups"
     """
     from sqlsdc.catalog import budget as ledger
+    from sqlsdc.catalog import budget_admin
     from sqlsdc.mechanisms.accountant import PrivacyCost  # not at start-up: 12 ms of --help
 
     eps, r = _amount(epsilon, "epsilon"), _amount(rho, "rho")
@@ -361,8 +362,8 @@ def grant(obj, user, table, reason, admin, fmt, epsilon, rho, delta) -> None:
         before = _status(con, policy, key)
         note = _not_dp(policy, key)
         try:
-            seq = ledger.grant(con, admin=admin, key=key, cost=added, reason=reason,
-                               limits=ledger.policy_limits(policy))  # fmt: skip
+            seq = budget_admin.grant(con, admin=admin, key=key, cost=added, reason=reason,
+                                     limits=ledger.policy_limits(policy))  # fmt: skip
         except ValueError as e:
             raise Error(f"{note}. {e}" if note else str(e)) from None
         after = _status(con, policy, key)
@@ -391,7 +392,8 @@ def set_limit(obj, user, table, reason, admin, fmt, epsilon, rho, delta) -> None
     Example:
       sqlsdc budget demo.duckdb set --for analyst -t benefits --epsilon 5 --reason "pilot"
     """
-    from sqlsdc.catalog import budget as ledger
+    from sqlsdc.catalog import budget_admin
+    from sqlsdc.mechanisms.accountant import BudgetLimit
 
     if user is None:
         raise click.UsageError("name whose limit to set: --for USER ('*' = all users)")
@@ -408,8 +410,8 @@ def set_limit(obj, user, table, reason, admin, fmt, epsilon, rho, delta) -> None
         before = _status(con, policy, key)
         note = _not_dp(policy, key)
         try:
-            seq = ledger.set_limit(con, admin=admin, key=key, reason=reason,
-                                   limit=ledger.BudgetLimit(**amounts))  # fmt: skip
+            seq = budget_admin.set_limit(con, admin=admin, key=key, reason=reason,
+                                         limit=BudgetLimit(**amounts))  # fmt: skip
         except ValueError as e:
             raise Error(f"{note}. {e}" if note else str(e)) from None
         after = _status(con, policy, key)
@@ -433,13 +435,13 @@ def reset(obj, user, table, reason, admin, fmt) -> None:
     Example:
       sqlsdc budget demo.duckdb reset --for analyst --reason "new quarter"
     """
-    from sqlsdc.catalog import budget as ledger
+    from sqlsdc.catalog import budget_admin
 
     con, policy = _admin_session(obj["db"], admin)
     try:
         key = _target(policy, user, table)
         before = _status(con, policy, key)
-        seq = ledger.reset(con, admin=admin, key=key, reason=reason)
+        seq = budget_admin.reset(con, admin=admin, key=key, reason=reason)
         after = _status(con, policy, key)
         note = _not_dp(policy, key)
     finally:

@@ -38,12 +38,12 @@ if TYPE_CHECKING:
     from sqlsdc.admin import init
     from sqlsdc.guard.connection import (
         Connection,
-        Cursor,
         apilevel,
         connect,
         paramstyle,
         threadsafety,
     )
+    from sqlsdc.guard.cursor import Cursor
     from sqlsdc.guard.dbapi import (
         BINARY,
         DATETIME,
@@ -70,8 +70,9 @@ _LAZY = {
     "load_policy": ("sqlsdc.policy", "load_policy"),
     **{
         name: ("sqlsdc.guard.connection", name)
-        for name in ("Connection", "Cursor", "apilevel", "connect", "paramstyle", "threadsafety")
+        for name in ("Connection", "apilevel", "connect", "paramstyle", "threadsafety")
     },
+    "Cursor": ("sqlsdc.guard.cursor", "Cursor"),
     **{
         name: ("sqlsdc.guard.dbapi", name)
         for name in ("BINARY", "DATETIME", "NUMBER", "ROWID", "STRING", "Binary", "Date",

@@ -16,6 +16,7 @@ from sqlsdc.catalog import keys, setup, store
 from sqlsdc.catalog.setup import ApplyReport, PolicyCheck, apply_policy
 from sqlsdc.catalog.store import require_admin
 from sqlsdc.engines import duckdb as engine
+from sqlsdc.engines import duckdb_schema
 from sqlsdc.errors import Error, NotFoundError
 from sqlsdc.mechanisms.ckm import utility_risk
 from sqlsdc.policy import Policy, load_policy
@@ -138,7 +139,7 @@ def outputs(db: str | Path, user: str) -> pd.DataFrame:
     con = engine.open_database(db, read_only=True)
     try:
         require_admin(con, user)
-        kept = engine.table_columns(con, store.S, "outputs")  # no query_id in older catalogs
+        kept = duckdb_schema.table_columns(con, store.S, "outputs")  # no query_id in older catalogs
         columns = [c if c in kept else f"NULL AS {c}" for c in OUTPUT_COLUMNS]
         rows = con.execute(
             f"SELECT {', '.join(columns)} FROM {store.S}.outputs ORDER BY created_at, name"
@@ -152,7 +153,7 @@ def outputs(db: str | Path, user: str) -> pd.DataFrame:
 def _with_charges(con, entries: list[dict], columns) -> pd.DataFrame:
     """``entries`` with the ε, ρ and δ the ledger charged their query ids (exact text; None
     where nothing was charged), as a frame of ``columns`` and :data:`CHARGE_COLUMNS`."""
-    from sqlsdc.catalog.budget import charged_by_query
+    from sqlsdc.catalog.budget_admin import charged_by_query
     from sqlsdc.mechanisms.accountant import exact_text
 
     ids = [e["query_id"] for e in entries if e["query_id"] is not None]

@@ -27,7 +27,8 @@ from sqlalchemy.engine import default, reflection
 
 import sqlsdc
 from sqlsdc.errors import PolicyViolation, ProgrammingError
-from sqlsdc.guard.connection import Connection, Cursor
+from sqlsdc.guard.connection import Connection
+from sqlsdc.guard.cursor import Cursor
 from sqlsdc.server.shadow import pg_type
 from sqlsdc.server.visible import visible_tables
 

@@ -38,6 +38,7 @@ from sqlsdc import release_parquet
 from sqlsdc.catalog import store
 from sqlsdc.catalog.store import pattern_table, require_admin
 from sqlsdc.engines import duckdb as engine
+from sqlsdc.engines import duckdb_schema, duckdb_sql
 from sqlsdc.engines.release_storage import OLDEST_READER, ReleaseFile, storage_version
 from sqlsdc.errors import Error, NotFoundError, OperationalError, PolicyViolation
 from sqlsdc.files import check_replaceable, check_writable
@@ -439,7 +440,11 @@ def _admin_policy(con, user: str):
 def _job_outputs(con) -> list[tuple[str, str, str, int | None]]:
     """``(schema.name, method, sql, query id)`` of every registered job output that still
     exists (the query id of its job's audit entry; NULL for outputs older than that)."""
-    job_id = "query_id" if "query_id" in engine.table_columns(con, "sqlsdc", "outputs") else "NULL"
+    job_id = (
+        "query_id"
+        if "query_id" in duckdb_schema.table_columns(con, "sqlsdc", "outputs")
+        else "NULL"
+    )
     rows = con.sql(
         f"SELECT name, method, sql_text, {job_id} FROM sqlsdc.outputs ORDER BY name"
     ).fetchall()
@@ -467,7 +472,7 @@ def _released_pattern(con, universe) -> pa.Table:
     codes = [exp.column(c) for c in universe.columns]
     select = exp.select(*columns).from_(pattern_table(universe.table))
     select = select.order_by(exp.column("__level"), *codes)
-    return con.sql(engine.to_sql(select)).to_arrow_table()
+    return con.sql(duckdb_sql.to_sql(select)).to_arrow_table()
 
 
 def _released_job(table: pa.Table) -> pa.Table:

@@ -35,7 +35,14 @@ _HEADER = struct.Struct("!I")  # length of the JSON request that follows the fil
 
 # sqlsdc's modules a command may import (all but the Spark engine's), and the libraries they
 # import inside functions
-_SKIP = {"sqlsdc.engines.spark", "sqlsdc.guard.spark"}
+_SKIP = {
+    "sqlsdc.engines.spark",
+    "sqlsdc.engines.spark_portable",
+    "sqlsdc.engines.spark_semantics",
+    "sqlsdc.engines.spark_translate",
+    "sqlsdc.engines.spark_types",
+    "sqlsdc.guard.spark",
+}
 _LIBRARIES = (
     "pandas",
     "pandas.io.formats.string",

@@ -164,14 +164,12 @@ def pristine_demo_db(tmp_path_factory) -> Path:
     return path
 
 
-
 @pytest.fixture(scope="session")
 def rounded_template(pristine_demo_db, tmp_path_factory) -> Path:
     """The demo with counts rounded to 5 (unbiased) and magnitudes to 100 (conventional),
     minimum frequency 3, every table under these rules: the template that rounding tests copy
     (their queries write the audit and ledger)."""
-    path = tmp_path_factory.mktemp("rounded") / "demo.duckdb"
-    shutil.copy(pristine_demo_db, path)
+    path = _copy_database(pristine_demo_db, tmp_path_factory.mktemp("rounded"))
     document = demo_policy().document_dict()
     document["protection"] = {
         "min_frequency": 3,
@@ -192,8 +190,7 @@ JOBS_SECRET = bytes(range(32))
 def jobs_template(pristine_demo_db, tmp_path_factory) -> Path:
     """:func:`pristine_demo_db` with a fixed PRF secret, that no test opens: the template of
     :func:`jobs_demo_db` (an opening, the update and the close cost ~60 ms, a copy ~2 ms)."""
-    path = tmp_path_factory.mktemp("jobs") / "demo.duckdb"
-    shutil.copy(pristine_demo_db, path)
+    path = _copy_database(pristine_demo_db, tmp_path_factory.mktemp("jobs"))
     con = open_database(path)
     try:
         con.execute("UPDATE sqlsdc.secrets SET material = ? WHERE name = 'prf'", [JOBS_SECRET])
@@ -223,9 +220,7 @@ def ckm_db(tmp_path_factory) -> Path:
 def demo_db(pristine_demo_db, tmp_path_factory) -> Path:
     """The demo database shared by the whole session: tests must not change its data or policy
     (queries add audit and ledger entries; use ``fresh_demo_db`` to inspect those)."""
-    path = tmp_path_factory.mktemp("demo") / "demo.duckdb"
-    shutil.copy(pristine_demo_db, path)
-    return path
+    return _copy_database(pristine_demo_db, tmp_path_factory.mktemp("demo"))
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ unknown names. Real processes (:mod:`cli_fork`) on a copy of the demo database."
 from __future__ import annotations
 
 import shlex
-import shutil
 
 import cli_fork
 import pytest
@@ -103,10 +102,8 @@ CASES = [  # (command, exit code, words of the message), and what happened befor
 
 
 @pytest.fixture(scope="module")
-def db(pristine_demo_db, tmp_path_factory):
-    path = tmp_path_factory.mktemp("bad_values") / "demo.duckdb"
-    shutil.copy(pristine_demo_db, path)
-    return path
+def db(pristine_demo_db, tmp_path_factory, copy_database):
+    return copy_database(pristine_demo_db, tmp_path_factory.mktemp("bad_values"))
 
 
 @pytest.mark.parametrize("command, code, words", CASES, ids=[c[0][:60] for c in CASES])

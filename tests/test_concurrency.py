@@ -22,8 +22,9 @@ import pandas as pd
 import pytest
 
 import sqlsdc
-from sqlsdc.catalog import budget
-from sqlsdc.engines.duckdb import open_database, others_waiting
+from sqlsdc.catalog import budget, budget_admin
+from sqlsdc.engines.duckdb import open_database
+from sqlsdc.engines.waiters import others_waiting
 from sqlsdc.errors import BudgetExhausted
 
 THREADS = 16
@@ -75,7 +76,7 @@ def run_threads(target, n: int = THREADS) -> list[BaseException]:
 def ledger_epsilon(path) -> Fraction:
     con = open_database(path, read_only=True)
     try:
-        return sum((Fraction(r["epsilon"]) for r in budget.spend_ledger(con, limit=10_000)),
+        return sum((Fraction(r["epsilon"]) for r in budget_admin.spend_ledger(con, limit=10_000)),
                    Fraction(0))  # fmt: skip
     finally:
         con.close()

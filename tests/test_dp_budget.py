@@ -14,7 +14,7 @@ import cli_fork
 import pandas as pd
 import pytest
 
-from sqlsdc.catalog import budget
+from sqlsdc.catalog import budget, budget_admin, budget_tables, dp_cache
 from sqlsdc.catalog.budget import ALL, BudgetKey
 from sqlsdc.catalog.store import ensure_catalog
 from sqlsdc.engines.duckdb import open_database
@@ -149,27 +149,27 @@ def test_rho_is_accounted_separately(con):
 def test_grants_and_resets_have_an_audit_trail(con):
     with pytest.raises(BudgetExhausted):
         _charge(con, limits=None)
-    budget.grant(con, admin="root", key=BudgetKey("alice"), cost=PrivacyCost(epsilon="0.5"),
-                 reason="pilot study")  # fmt: skip
+    budget_admin.grant(con, admin="root", key=BudgetKey("alice"), cost=PrivacyCost(epsilon="0.5"),
+                       reason="pilot study")  # fmt: skip
     _charge(con, limits=None)
     _charge(con, limits=None)
     with pytest.raises(BudgetExhausted, match="only ε = 0 remains"):
         _charge(con, limits=None)
-    budget.grant(con, admin="root", key=BudgetKey("alice"), cost=EPS, reason="more")
+    budget_admin.grant(con, admin="root", key=BudgetKey("alice"), cost=EPS, reason="more")
     _charge(con, limits=None)
     # a policy limit and the grants add up
     (status,) = budget.budget_status(con, ALICE)
     assert status.limit.epsilon == Fraction(7, 4) and status.spent.epsilon == Fraction(3, 4)
-    budget.reset(con, admin="root", key=BudgetKey("alice"), reason="new quarter")
+    budget_admin.reset(con, admin="root", key=BudgetKey("alice"), reason="new quarter")
     (status,) = budget.budget_status(con, ALICE)
     assert status.spent.epsilon == 0 and status.remaining.epsilon == Fraction(7, 4)
-    events = budget.budget_events(con, user="alice")
+    events = budget_admin.budget_events(con, user="alice")
     assert [(e["action"], e["admin"], e["reason"], e["epsilon"]) for e in events] == [
         ("grant", "root", "pilot study", "1/2"),
         ("grant", "root", "more", "1/4"),
         ("reset", "root", "new quarter", None),
     ]
-    assert len(budget.spend_ledger(con, user="alice")) == 3  # the ledger keeps everything
+    assert len(budget_admin.spend_ledger(con, user="alice")) == 3  # the ledger keeps everything
 
 
 def test_a_reset_applies_to_its_key_only(con):
@@ -177,7 +177,7 @@ def test_a_reset_applies_to_its_key_only(con):
               BudgetLimit(epsilon=Fraction(1, 2))}  # fmt: skip
     _charge(con, limits=limits)
     _charge(con, limits=limits)
-    budget.reset(con, admin="root", key=BudgetKey("alice"), reason="new quarter")
+    budget_admin.reset(con, admin="root", key=BudgetKey("alice"), reason="new quarter")
     with pytest.raises(BudgetExhausted, match="all users on table 'persons'"):
         _charge(con, limits=limits)
 
@@ -203,7 +203,7 @@ def test_delta_adds_up_and_is_refused_exactly_past_its_limit(con):
     (status,) = budget.budget_status(con, limits)
     assert status.spent == PrivacyCost(epsilon=Fraction(3, 100), delta=4 * MICRO)
     assert status.remaining == BudgetLimit(epsilon=Fraction(97, 100), delta=0)
-    assert [r["delta"] for r in budget.spend_ledger(con)] == [
+    assert [r["delta"] for r in budget_admin.spend_ledger(con)] == [
         str(HAIR), str(MICRO - HAIR), str(2 * MICRO), str(MICRO)]  # fmt: skip
     assert _ledger_rows(con) == 4
 
@@ -219,23 +219,23 @@ def test_delta_without_a_delta_budget_is_refused(con):
 
 
 def test_delta_grants_raise_the_limit_and_are_in_the_audit_trail(con):
-    budget.grant(con, admin="root", key=BudgetKey("alice"), cost=PrivacyCost(delta=MICRO),
-                 reason="private groups")  # fmt: skip
+    budget_admin.grant(con, admin="root", key=BudgetKey("alice"), cost=PrivacyCost(delta=MICRO),
+                       reason="private groups")  # fmt: skip
     _charge(con, SELECTION)
     with pytest.raises(BudgetExhausted, match="only δ = 0 remains"):
         _charge(con, SELECTION)
-    budget.grant(con, admin="root", key=BudgetKey("alice"),
-                 cost=PrivacyCost(epsilon=1, delta=MICRO), reason="more")  # fmt: skip
+    budget_admin.grant(con, admin="root", key=BudgetKey("alice"),
+                       cost=PrivacyCost(epsilon=1, delta=MICRO), reason="more")  # fmt: skip
     _charge(con, SELECTION)
     (status,) = budget.budget_status(con, ALICE)
     assert status.limit == BudgetLimit(epsilon=2, delta=2 * MICRO)
     assert status.spent.delta == 2 * MICRO
-    events = budget.budget_events(con, user="alice")
+    events = budget_admin.budget_events(con, user="alice")
     assert [(e["epsilon"], e["delta"]) for e in events] == [(None, "1/1000000"),
                                                            ("1", "1/1000000")]  # fmt: skip
     with pytest.raises(ValueError, match="a delta grant must be below 1"):
-        budget.grant(con, admin="root", key=BudgetKey("alice"), cost=PrivacyCost(delta=1),
-                     reason="too much")  # fmt: skip
+        budget_admin.grant(con, admin="root", key=BudgetKey("alice"), cost=PrivacyCost(delta=1),
+                           reason="too much")  # fmt: skip
 
 
 def _old_catalog(path):
@@ -261,15 +261,15 @@ def test_an_older_catalog_gets_the_delta_columns_with_its_rows_kept(tmp_path):
         (status,) = budget.budget_status(con)
         assert status.spent == PrivacyCost(epsilon=Fraction(1, 4))
         assert status.limit == BudgetLimit(epsilon=Fraction(1, 2))
-        assert [r["delta"] for r in budget.spend_ledger(con)] == ["0"]
+        assert [r["delta"] for r in budget_admin.spend_ledger(con)] == ["0"]
     finally:
         con.close()
     con = open_database(path)
     try:
-        budget.ensure_budget_catalog(con)
-        (row,) = budget.spend_ledger(con)
+        budget_tables.ensure_budget_catalog(con)
+        (row,) = budget_admin.spend_ledger(con)
         assert (row["query_id"], row["epsilon"], row["delta"], row["cells"]) == (7, "1/4", "0", 3)
-        (event,) = budget.budget_events(con)
+        (event,) = budget_admin.budget_events(con)
         assert (event["epsilon"], event["delta"], event["reason"]) == ("1/2", None, "pilot")
         limits = {BudgetKey("alice"): BudgetLimit(delta=MICRO)}
         _charge(con, SELECTION, limits=limits, qid=8)
@@ -284,11 +284,11 @@ def test_an_older_catalog_gets_the_delta_columns_with_its_rows_kept(tmp_path):
 @pytest.mark.parametrize(
     "call, match",
     [
-        (lambda c: budget.grant(c, admin="root", key=BudgetKey("a"), cost=PrivacyCost(),
-                                reason="x"), "needs a positive epsilon, rho or delta"),
-        (lambda c: budget.grant(c, admin="root", key=BudgetKey("a"), cost=EPS, reason=" "),
+        (lambda c: budget_admin.grant(c, admin="root", key=BudgetKey("a"), cost=PrivacyCost(),
+                                      reason="x"), "needs a positive epsilon, rho or delta"),
+        (lambda c: budget_admin.grant(c, admin="root", key=BudgetKey("a"), cost=EPS, reason=" "),
          "needs a reason"),
-        (lambda c: budget.reset(c, admin="", key=BudgetKey("a"), reason="x"),
+        (lambda c: budget_admin.reset(c, admin="", key=BudgetKey("a"), reason="x"),
          "acting administrator"),
         (lambda c: BudgetKey(""), "non-empty name"),
         (lambda c: _charge(c, tables=[]), "needs the tables the query reads"),
@@ -313,7 +313,7 @@ def _count_cells(n=3, scale=1):
 def _ask(con, frame, space, mechanisms, user="alice", qid=1):
     """What the pipeline does: look up, draw what is new, charge, and only then return."""
     out = add_noise(frame, space, mechanisms, secret=SECRET, policy_version=3,
-                    cached=lambda d: budget.cached_cells(con, user, 3, d))  # fmt: skip
+                    cached=lambda d: dp_cache.cached_cells(con, user, 3, d))  # fmt: skip
     cost = mechanisms["n"].calibration.cost if out.new_cells else PrivacyCost()
     budget.charge(con, user=user, tables=["persons"], cost=cost, query_id=qid, limits={
                   BudgetKey("alice"): BudgetLimit(epsilon=10), BudgetKey("bob"): BudgetLimit(
@@ -384,8 +384,10 @@ def test_a_cache_of_an_older_catalog_is_keyed_with_its_rows_kept(tmp_path):
         )
     con.close()
     con = open_database(path)
-    assert budget.cached_cells(con, "alice", 3, [c.identity.digest for c in first.new_cells]) == {}
-    budget.ensure_budget_catalog(con)
+    assert (
+        dp_cache.cached_cells(con, "alice", 3, [c.identity.digest for c in first.new_cells]) == {}
+    )
+    budget_tables.ensure_budget_catalog(con)
     again = _ask(con, frame, space, mechanisms, qid=2)
     assert again.reused == 3 and not again.new_cells and _ledger_rows(con) == 1
     assert again.values["n"] == first.values["n"]
@@ -397,7 +399,7 @@ def test_refused_charges_cache_nothing(con):
     with pytest.raises(BudgetExhausted):
         _ask(con, frame, space, mechanisms)
     assert con.execute("SELECT count(*) FROM sqlsdc.dp_cells").fetchone()[0] == 0
-    assert budget.cached_cells(con, "alice", 3, ["0" * 64]) == {}
+    assert dp_cache.cached_cells(con, "alice", 3, ["0" * 64]) == {}
 
 
 def test_cells_need_a_policy_version(con):
@@ -486,7 +488,7 @@ def test_a_process_killed_after_the_charge_leaves_the_spend_recorded(db):
     released = [Fraction(v) for v in line.split()[1].split(",")]
     con = open_database(db)  # replays DuckDB's write-ahead log
     try:
-        (row,) = budget.spend_ledger(con, user="alice")
+        (row,) = budget_admin.spend_ledger(con, user="alice")
         assert (row["query_id"], row["epsilon"], row["cells"]) == (42, "1/4", 2)
         cached = con.execute("SELECT value FROM sqlsdc.dp_cells ORDER BY cell").fetchall()
         assert sorted(Fraction(v) for (v,) in cached) == sorted(released)
@@ -510,11 +512,11 @@ def test_cache_cells_caches_paid_cells_once_and_counts_them_on_the_charge(con):
     frame, space, mechanisms = _count_cells()
     out = add_noise(frame, space, mechanisms, secret=SECRET, policy_version=3)
     paid = _charge(con, cost=mechanisms["n"].calibration.cost, cells=[], policy_version=3)
-    budget.cache_cells(con, user="alice", policy_version=3, query_id=1, cells=out.new_cells,
-                       paid_by=paid)  # fmt: skip
-    budget.cache_cells(con, user="alice", policy_version=3, query_id=2,
-                       cells=out.new_cells + out.new_cells, again=True)  # fmt: skip
-    cached = budget.cached_cells(con, "alice", 3, [c.identity.digest for c in out.new_cells])
+    dp_cache.cache_cells(con, user="alice", policy_version=3, query_id=1, cells=out.new_cells,
+                         paid_by=paid)  # fmt: skip
+    dp_cache.cache_cells(con, user="alice", policy_version=3, query_id=2,
+                         cells=out.new_cells + out.new_cells, again=True)  # fmt: skip
+    cached = dp_cache.cached_cells(con, "alice", 3, [c.identity.digest for c in out.new_cells])
     assert cached == {c.identity.digest: c.value for c in out.new_cells}
     assert con.execute("SELECT cells FROM sqlsdc.budget_spend").fetchall() == [(3,)]
     assert con.execute("SELECT count(*) FROM sqlsdc.dp_cells").fetchone()[0] == 3
@@ -532,10 +534,10 @@ def test_one_cell_is_cached_as_the_same_row_as_among_others(db):
         con = open_database(db)
         try:
             con.execute("DELETE FROM sqlsdc.dp_cells")
-            budget.cache_cells(con, user="alice", policy_version=3, query_id=7, cells=cells)
+            dp_cache.cache_cells(con, user="alice", policy_version=3, query_id=7, cells=cells)
             if label == "alone":
-                budget.cache_cells(con, user="alice", policy_version=3, query_id=8, cells=[first],
-                                   again=True)  # fmt: skip
+                dp_cache.cache_cells(con, user="alice", policy_version=3, query_id=8, cells=[first],
+                                     again=True)  # fmt: skip
             rows[label] = con.execute(
                 "SELECT * EXCLUDE (released_at), typeof(entry), typeof(released_at) FROM "
                 "sqlsdc.dp_cells WHERE cell_hash = ?",
@@ -546,13 +548,13 @@ def test_one_cell_is_cached_as_the_same_row_as_among_others(db):
     assert len(rows["alone"]) == 1 and rows["alone"] == rows["among"]
     con = open_database(db)  # the row written alone is found
     try:
-        found = budget.cached_cells(con, "alice", 3, [first.identity.digest])
+        found = dp_cache.cached_cells(con, "alice", 3, [first.identity.digest])
     finally:
         con.close()
     assert found == {first.identity.digest: first.value}
 
 
-@pytest.mark.parametrize("n", [3, budget._LISTED_ENTRIES + 1, 700])
+@pytest.mark.parametrize("n", [3, dp_cache._LISTED_ENTRIES + 1, 700])
 def test_large_results_are_cached_and_found_as_small_ones_are(db, n, monkeypatch):
     """Over ``_LISTED_ENTRIES`` cells, the cache is read and written through a registered
     Arrow table instead of list parameters: the same rows (the cells of a listed write, time
@@ -562,20 +564,20 @@ def test_large_results_are_cached_and_found_as_small_ones_are(db, n, monkeypatch
     out = add_noise(frame, space, mechanisms, secret=SECRET, policy_version=3)
     digests = [c.identity.digest for c in out.new_cells]
     written = {}
-    for listed in (10**6, budget._LISTED_ENTRIES):
-        monkeypatch.setattr(budget, "_LISTED_ENTRIES", listed)
+    for listed in (10**6, dp_cache._LISTED_ENTRIES):
+        monkeypatch.setattr(dp_cache, "_LISTED_ENTRIES", listed)
         con = open_database(db)
         try:
             con.execute("DELETE FROM sqlsdc.dp_cells")
             paid = _charge(con, cost=mechanisms["n"].calibration.cost, cells=[], policy_version=3,
                            limits={BudgetKey("alice"): BudgetLimit(epsilon=10)})  # fmt: skip
             half = out.new_cells[: n // 2]
-            budget.cache_cells(con, user="alice", policy_version=3, query_id=1, cells=half,
-                               paid_by=paid)  # fmt: skip
-            assert budget.cached_cells(con, "bob", 3, digests) == {}
-            budget.cache_cells(con, user="alice", policy_version=3, query_id=1,
-                               cells=out.new_cells, again=True)  # fmt: skip
-            found = budget.cached_cells(con, "alice", 3, digests)
+            dp_cache.cache_cells(con, user="alice", policy_version=3, query_id=1, cells=half,
+                                 paid_by=paid)  # fmt: skip
+            assert dp_cache.cached_cells(con, "bob", 3, digests) == {}
+            dp_cache.cache_cells(con, user="alice", policy_version=3, query_id=1,
+                                 cells=out.new_cells, again=True)  # fmt: skip
+            found = dp_cache.cached_cells(con, "alice", 3, digests)
             assert found == {c.identity.digest: c.value for c in out.new_cells}
             written[listed] = sorted(con.execute(
                 "SELECT * EXCLUDE (released_at) FROM sqlsdc.dp_cells").fetchall())  # fmt: skip
@@ -583,7 +585,7 @@ def test_large_results_are_cached_and_found_as_small_ones_are(db, n, monkeypatch
                                "AND view_name LIKE '__sqlsdc%'").fetchone() == (0,)  # fmt: skip
         finally:
             con.close()
-    assert len(written[10**6]) == n and written[10**6] == written[budget._LISTED_ENTRIES]
+    assert len(written[10**6]) == n and written[10**6] == written[dp_cache._LISTED_ENTRIES]
 
 
 def test_spent_is_the_same_summed_per_key_or_joined_in_one_pass(con, monkeypatch):
@@ -594,7 +596,7 @@ def test_spent_is_the_same_summed_per_key_or_joined_in_one_pass(con, monkeypatch
     _charge(con, limits=wide)
     _charge(con, PrivacyCost(epsilon=Fraction(1, 3)), user="bob", tables=("persons", "benefits"),
             limits=wide)  # fmt: skip
-    budget.reset(con, admin="root", key=BudgetKey("alice"), reason="new quarter")
+    budget_admin.reset(con, admin="root", key=BudgetKey("alice"), reason="new quarter")
     _charge(con, PrivacyCost(epsilon=Fraction(1, 7), delta=Fraction(1, 10**6)), limits=wide)
     _charge(con, PrivacyCost(rho=Fraction(1, 5)), user="bob", tables=("benefits",), limits=wide)
     keys = [BudgetKey(ALL), BudgetKey("alice"), BudgetKey("bob"), BudgetKey(ALL, "benefits"),
@@ -647,14 +649,16 @@ def test_a_kept_budget_state_is_read_again_after_anyone_elses_write(con, monkeyp
     _charge(con, limits=limits, state=state)  # the refusal wrote nothing: the state holds
     assert len(reads) == before and spent_now()[alice] == 1
 
-    budget.reset(con, admin="root", key=alice, reason="new quarter")
+    budget_admin.reset(con, admin="root", key=alice, reason="new quarter")
     _charge(con, limits=limits, state=state)  # read again: alice starts afresh
     assert state.spent[alice].epsilon == quarter == spent_now()[alice]
-    budget.set_limit(con, admin="root", key=alice, limit=BudgetLimit(epsilon=quarter),
-                     reason="pilot over")  # fmt: skip
+    budget_admin.set_limit(con, admin="root", key=alice, limit=BudgetLimit(epsilon=quarter),
+                           reason="pilot over")  # fmt: skip
     with pytest.raises(BudgetExhausted):
         _charge(con, limits=limits, state=state)
-    budget.grant(con, admin="root", key=alice, cost=PrivacyCost(epsilon=quarter), reason="more")
+    budget_admin.grant(
+        con, admin="root", key=alice, cost=PrivacyCost(epsilon=quarter), reason="more"
+    )
     _charge(con, limits=limits, state=state)
     assert spent_now() == {alice: 2 * quarter, persons: 7 * quarter}
     with pytest.raises(BudgetExhausted):  # (*, persons) has 1/4 left
@@ -672,14 +676,14 @@ def test_every_administrators_event_counts_as_a_write_of_the_budget_tables(con):
         return con.execute("SELECT charges FROM sqlsdc.budget_lock").fetchall()
 
     assert writes() == []
-    budget.grant(con, admin="root", key=BudgetKey("alice"), cost=EPS, reason="start",
-                 limits=ALICE)  # fmt: skip
-    budget.set_limit(con, admin="root", key=BudgetKey("bob"), limit=BudgetLimit(epsilon=1),
-                     reason="own allowance")  # fmt: skip
-    budget.reset(con, admin="root", key=BudgetKey("alice"), reason="new quarter")
+    budget_admin.grant(con, admin="root", key=BudgetKey("alice"), cost=EPS, reason="start",
+                       limits=ALICE)  # fmt: skip
+    budget_admin.set_limit(con, admin="root", key=BudgetKey("bob"), limit=BudgetLimit(epsilon=1),
+                           reason="own allowance")  # fmt: skip
+    budget_admin.reset(con, admin="root", key=BudgetKey("alice"), reason="new quarter")
     _charge(con)
     assert writes() == [(4,)]
     with pytest.raises(ValueError, match="no ε budget of its own"):
-        budget.grant(con, admin="root", key=BudgetKey("alice", "persons"), cost=EPS,
-                     reason="would cut", limits=ALICE)  # fmt: skip
-    assert writes() == [(4,)] and len(budget.budget_events(con)) == 3
+        budget_admin.grant(con, admin="root", key=BudgetKey("alice", "persons"), cost=EPS,
+                           reason="would cut", limits=ALICE)  # fmt: skip
+    assert writes() == [(4,)] and len(budget_admin.budget_events(con)) == 3

@@ -9,7 +9,7 @@ from test_dp_query import dp_document, make_db, spend_rows
 
 import sqlsdc
 import sqlsdc.admin
-from sqlsdc.catalog import budget
+from sqlsdc.catalog import dp_cache
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.guard import connection as guard_connection
 from sqlsdc.guard.dp_release import PREFETCHED_CELLS, prefetching
@@ -28,7 +28,7 @@ def dp_db(tmp_path):
 def _counting(monkeypatch) -> list[int]:
     """How many digests each catalog look-up of cached cells asks for."""
     calls: list[int] = []
-    real = budget.cached_cells
+    real = dp_cache.cached_cells
 
     def counted(con, user, version, digests):
         digests = list(digests)

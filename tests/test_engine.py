@@ -9,15 +9,9 @@ import sqlglot
 from sqlglot import exp
 
 import sqlsdc
-from sqlsdc.engines.duckdb import (
-    base_tables,
-    described,
-    harden,
-    open_database,
-    system_functions,
-    table_schemas,
-    to_sql,
-)
+from sqlsdc.engines.duckdb import harden, open_database, system_functions
+from sqlsdc.engines.duckdb_schema import base_tables, described, table_schemas
+from sqlsdc.engines.duckdb_sql import to_sql
 
 
 def parse_one(sql: str):
@@ -438,12 +432,12 @@ def test_least_macro_does_not_change_the_join_unit_count(shadowed):
 def test_sqlglots_compiled_build_is_refused_with_a_remedy(demo_db, monkeypatch):
     """Under sqlglot's compiled build (``sqlglotc``) a Python subclass of its generator cannot
     be instantiated; a connection says so before any query instead of failing every check."""
-    from sqlsdc.engines import duckdb as engine
+    from sqlsdc.engines import duckdb_sql
 
     def compiled(self, *args, **kwargs):  # what mypyc's compiled base class raises
         raise TypeError("interpreted classes cannot inherit from compiled")
 
-    monkeypatch.setattr(engine._QualifiedGenerator, "__init__", compiled)
+    monkeypatch.setattr(duckdb_sql._QualifiedGenerator, "__init__", compiled)
     with pytest.raises(sqlsdc.InterfaceError, match=r"(?s)compiled build.*pip uninstall sqlglotc"):
         sqlsdc.connect(demo_db, user="analyst")
 

@@ -21,7 +21,7 @@ from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 
 import sqlsdc
-from sqlsdc.engines.duckdb import PRINTED_AS_READ, QualifiedDuckDB, _read_only_parts, to_sql
+from sqlsdc.engines.duckdb_sql import PRINTED_AS_READ, QualifiedDuckDB, _read_only_parts, to_sql
 from sqlsdc.engines.trees import copy_tree, nodes, release
 from sqlsdc.guard.parse import parse_statement
 from sqlsdc.guard.pipeline import protect

@@ -16,6 +16,7 @@ from test_dp_query import dp_document, make_db
 
 import sqlsdc
 from sqlsdc.engines import duckdb as engine
+from sqlsdc.engines import duckdb_schema, duckdb_sql
 from sqlsdc.guard import connection as guard_connection
 from sqlsdc.guard import listed_cells
 from sqlsdc.guard.listed_cells import listed
@@ -61,11 +62,11 @@ def test_lists_give_the_registered_answer_for_every_plain_type():
     """Two relations (one read through a subquery, one joined under an alias), keys and
     values of every type the lists take, NULLs, NaN and -0.0: the same Arrow table."""
     relations = {"__sqlsdc_dp_cells_0": CELLS, "__sqlsdc_dp_cells_1": OTHER}
-    sql = engine.to_sql(sqlglot.parse_one(ANSWER, dialect="duckdb"))  # as the guard prints it
+    sql = duckdb_sql.to_sql(sqlglot.parse_one(ANSWER, dialect="duckdb"))  # as the guard prints it
     con = duckdb.connect()
     try:
         text, checked, params = listed(sql, relations)
-        assert engine.tables_read_by(con, checked) == set()  # no table, no view: DuckDB says
+        assert duckdb_schema.tables_read_by(con, checked) == set()  # no table, no view: DuckDB says
         assert "$" not in checked and "$1" in text and len(params) == 12
         by_lists = engine.run(con, text, params=params)
         by_views = _registered(con, sql, relations)

@@ -6,7 +6,6 @@ the SQL every query of that shape runs."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -49,11 +48,9 @@ def test_fixture_files_are_complete():
 
 
 @pytest.fixture(scope="module")
-def rounded_db(rounded_template, tmp_path_factory):
+def rounded_db(rounded_template, tmp_path_factory, copy_database):
     """The demo with counts rounded to 5 (unbiased), magnitudes to 100 (conventional)."""
-    path = tmp_path_factory.mktemp("round-fixtures") / "demo.duckdb"
-    shutil.copy(rounded_template, path)
-    return path
+    return copy_database(rounded_template, tmp_path_factory.mktemp("round-fixtures"))
 
 
 @pytest.mark.parametrize("title, sql, expected", PAIRS, ids=[p[0] for p in PAIRS])

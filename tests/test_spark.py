@@ -25,17 +25,11 @@ from spark_session import local_session
 from sqlglot import exp
 
 import sqlsdc
-from sqlsdc.engines.duckdb import harden, open_database, to_sql
-from sqlsdc.engines.spark import (
-    ANSI,
-    PORTABLE_FUNCTIONS,
-    SparkEngine,
-    check_portable,
-    normalise_types,
-    tables_read,
-    to_spark_sql,
-    view_name,
-)
+from sqlsdc.engines.duckdb import harden, open_database
+from sqlsdc.engines.duckdb_sql import to_sql
+from sqlsdc.engines.spark import ANSI, SparkEngine, normalise_types
+from sqlsdc.engines.spark_portable import PORTABLE_FUNCTIONS
+from sqlsdc.engines.spark_translate import check_portable, tables_read, to_spark_sql, view_name
 from sqlsdc.errors import Error, NotSupportedError, OperationalError, ProgrammingError
 from sqlsdc.guard.spark import run_protected
 

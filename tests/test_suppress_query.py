@@ -24,10 +24,8 @@ from sqlsdc.tabular import audit
 
 
 @pytest.fixture(scope="module")
-def suppress_db(suppress_template, tmp_path_factory):
-    path = tmp_path_factory.mktemp("suppress-shared") / "demo.duckdb"
-    shutil.copy(suppress_template, path)
-    return path
+def suppress_db(suppress_template, tmp_path_factory, copy_database):
+    return copy_database(suppress_template, tmp_path_factory.mktemp("suppress-shared"))
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sqlsdc.catalog import budget, keys, ptables, store
 from sqlsdc.engines import duckdb as engine
-from sqlsdc.engines import file_lock
+from sqlsdc.engines import duckdb_schema, file_lock
 from sqlsdc.engines.duckdb import one
 from sqlsdc.errors import AccessDenied, PolicyError
 from sqlsdc.policy import AggregateKind, ColumnRole, Method, Policy, UserRole, load_policy
@@ -59,7 +59,7 @@ def _wide_measures(con, policy: Policy) -> list[str]:
     """Measures whose SUM and AVG the guard refuses (HUGEINT, DECIMAL over 18 digits: their
     sums can overflow for some values only, ``sqlsdc.planner.totality.wide_exact``): told at
     apply time, not first by an analyst's refusal."""
-    schemas = engine.table_schemas(con)
+    schemas = duckdb_schema.table_schemas(con)
     return [
         f"{table.name}.{column} is {schemas[table.name][column]}: SUM and AVG of it are refused "
         "(store it as DOUBLE, BIGINT or DECIMAL(18, s))"
@@ -153,8 +153,8 @@ def _domain_problems(con, where: str, domain, dtype: str) -> list[str]:
 
 def database_problems(con, policy: Policy) -> list[str]:
     """Problems of ``policy`` against the tables actually in the database."""
-    schemas = engine.table_schemas(con)
-    tables = engine.base_tables(con)
+    schemas = duckdb_schema.table_schemas(con)
+    tables = duckdb_schema.base_tables(con)
     problems = []
     for table in policy.tables.values():
         where = f"tables.{table.name}"

@@ -19,7 +19,8 @@ from sqlglot import exp
 
 from sqlsdc.catalog import identity_text
 from sqlsdc.catalog.schema import CATALOG_SCHEMA, CATALOG_VERSION, CKM_MIX_DDL, DDL, DP_CELLS_DDL
-from sqlsdc.engines.duckdb import EngineError, described, one, parsed, type_names
+from sqlsdc.engines.duckdb import EngineError, one, parsed, type_names
+from sqlsdc.engines.duckdb_schema import described
 from sqlsdc.errors import AccessDenied, Error, NotFoundError, PolicyViolation, interrupted_by_user
 from sqlsdc.mechanisms.ckm import MixKeys
 from sqlsdc.policy import UserRole, load_policy

@@ -1,10 +1,14 @@
-"""The DuckDB engine: opening hardened connections, generating DuckDB SQL, running it.
+"""The DuckDB engine: opening hardened connections, running statements, typing their answers.
 
-This is the only module of the core that imports duckdb. Hardening follows the verified notes in
-``shared/reference/ecosystem.md`` §2: extension installs and autoloading off, Python replacement
-scans off, persistent secrets off at connect time; then, after connect (DuckDB refuses it before),
-``allowed_directories`` emptied, external access disabled and the configuration locked, so no
-statement can re-enable files, network or extensions.
+With :mod:`.duckdb_schema` (what a database holds), it is the only module of the core that
+imports duckdb; :mod:`.duckdb_sql` writes the SQL it runs, :mod:`.duckdb_files` words the files
+it will not open, :mod:`.waiters` marks the processes waiting for a file.
+
+Hardening follows the verified notes in ``shared/reference/ecosystem.md`` §2: extension installs
+and autoloading off, Python replacement scans off, persistent secrets off at connect time; then,
+after connect (DuckDB refuses it before), ``allowed_directories`` emptied, external access
+disabled and the configuration locked, so no statement can re-enable files, network or
+extensions.
 """
 
 from __future__ import annotations
@@ -13,7 +17,6 @@ import atexit
 import contextlib
 import os
 import random
-import re
 import threading
 import time
 import warnings
@@ -22,15 +25,13 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-from sqlglot import exp
-from sqlglot.dialects.duckdb import DuckDB
 
 from sqlsdc.engines import ctrl_c, file_lock, watchdog
-from sqlsdc.engines.trees import copy_tree, release
+from sqlsdc.engines.duckdb_files import foreign_file, open_failure, without_path
+from sqlsdc.engines.waiters import mark_waiting, others_waiting
 from sqlsdc.errors import (
     AnswerTooLarge,
     Error,
-    InterfaceError,
     NotFoundError,
     OperationalError,
     interrupted_by_user,
@@ -50,7 +51,8 @@ _CONNECT_CONFIG = {
 EngineError = duckdb.Error
 TextRefusal = (duckdb.ParserException, duckdb.BinderException)
 """What DuckDB raises when it refuses a statement's text before reading any data: its parser,
-or its binding of constants alone while listing the tables read (:func:`tables_read_by`)."""
+or its binding of constants alone while listing the tables read
+(:func:`~sqlsdc.engines.duckdb_schema.tables_read_by`)."""
 StatementFailure = (duckdb.DataError, duckdb.BinderException, duckdb.CatalogException)
 """What DuckDB raises for a statement that cannot run on the data: a name it cannot bind, a cast
 or an expression that fails on some row. An admin's job SQL fails so by its own fault, not by a
@@ -134,8 +136,8 @@ def open_database(
         raise NotFoundError(
             f"database {path} does not exist; create it with `sqlsdc init` or `sqlsdc demo`"
         )
-    if _foreign_file(path):  # before the lock: no <file>.lock is left beside a text file
-        raise _open_failure(path, "not a valid duckdb database", wait)
+    if foreign_file(path):  # before the lock: no <file>.lock is left beside a text file
+        raise open_failure(path, "not a valid duckdb database", wait)
     started = time.monotonic()
     deadline, pause, marker, text, told = started + wait, 0.002, None, "lock", False
     try:
@@ -161,7 +163,7 @@ def open_database(
                         return LockedConnection(con, hold, _opened(path) if writes_data else None)
                 except duckdb.Error as e:  # held by a process outside sqlsdc, or not DuckDB's
                     hold.release()
-                    text = _without_path(str(e), path).lower()
+                    text = without_path(str(e), path).lower()
                     if "lock" not in text:
                         break
             if time.monotonic() + pause > deadline:
@@ -170,7 +172,7 @@ def open_database(
                 first = True  # waited long: it goes first now, as an admin command does
                 marker.unlink(missing_ok=True)
                 marker = None
-            marker = marker or _mark_waiting(path, first)
+            marker = marker or mark_waiting(path, first)
             if not told and time.monotonic() > started + file_lock.LONG_WAIT_SECONDS:
                 told = True
                 if file_lock.on_long_wait is not None:
@@ -182,105 +184,7 @@ def open_database(
             marker.unlink(missing_ok=True)
             with contextlib.suppress(OSError):  # left to another waiter, if any
                 marker.parent.rmdir()
-    raise _open_failure(path, text, wait) from None
-
-
-def _without_path(text: str, path: Path) -> str:
-    """The engine's message without the file's path, whose words ("lock", "sqlite") are not
-    the engine's reason."""
-    for spelling in sorted({str(path.resolve()), str(path)}, key=len, reverse=True):
-        text = text.replace(spelling, "<database>")
-    return text
-
-
-SQLITE_HEADER = b"SQLite format 3\x00"
-DUCKDB_MAGIC = (8, b"DUCK")  # where every DuckDB file says what it is: after an 8-byte checksum
-
-
-def _foreign_file(path: Path) -> bool:
-    """Whether ``path`` is a file that is no DuckDB database by its first bytes (a policy
-    YAML, a CSV or a SQLite file named by mistake), known without opening it: opening it took
-    the lock first and left ``<file>.lock`` beside it. An empty file is left to
-    DuckDB: a database another process is creating is empty for a moment (its first write is a
-    whole header block)."""
-    offset, magic = DUCKDB_MAGIC
-    try:
-        with open(path, "rb") as file:
-            head = file.read(offset + len(magic))
-    except OSError:  # absent, a folder, unreadable: the open says what it is
-        return False
-    return bool(head) and head[offset:] != magic
-
-
-def _open_failure(path: Path, text: str, wait: float) -> Error:
-    """sqlsdc's error for a database file DuckDB would not open (``text``: the engine's last
-    message, lower case, which is not shown: it is not sqlsdc's to word). A file that is not a
-    DuckDB database (a text file, a SQLite database, an empty file) is a database not found
-    at that path (:class:`NotFoundError`, the CLI's exit code 8): the remedy is the right
-    path, as for a missing file. A lock held too long, no permission, a read-only file system
-    or another DuckDB version are the engine's or the file system's (:class:`OperationalError`)."""
-    if "not a valid duckdb database" in text or "sqlite" in text:
-        data = _data_file(path)
-        if data:  # microdata named where the database belongs: say how to load it
-            table = re.sub(r"\W", "_", path.stem) or "data"
-            return NotFoundError(
-                f"{path} is a {data} file, not a database; load it into a DuckDB database "
-                f"first (in DuckDB: CREATE TABLE {table} AS FROM '{path.name}'; README, \"Your "
-                'own data") and name that database'
-            )
-        return NotFoundError(
-            f"{path} {_what_file(path)}; name the database file made by `sqlsdc init` or "
-            "`sqlsdc demo`"
-        )
-    if "lock" in text:
-        why = (
-            f"another process has held a lock on it for {wait:g} s (a guarded connection "
-            "running statements, or an admin command); try again, or close that process"
-        )
-    elif "permission denied" in text or "read-only file system" in text:
-        why = (
-            "it cannot be written here (a read-only file system or no permission); "
-            "choose another place or ask for write access"
-        )
-    elif "version" in text:
-        why = "it was written by another DuckDB version than this one"
-    elif "configuration" in text:
-        return Error(f"cannot open database {path}: it is open in this process with other "
-                     "settings")  # fmt: skip
-    else:
-        why = "the engine refused to open it"
-    return OperationalError(f"cannot open database {path}: {why}", detail=text)
-
-
-_DATA_SUFFIXES = {".csv": "CSV", ".tsv": "CSV", ".parquet": "Parquet", ".json": "JSON",
-                  ".jsonl": "JSON", ".ndjson": "JSON", ".xlsx": "Excel"}  # fmt: skip
-
-
-def _data_file(path: Path) -> str | None:
-    """The kind of data file ``path`` is by its name (or a Parquet file by its first bytes),
-    or None: a new user's ``sqlsdc init businesses.csv`` was told to name the database made
-    by `sqlsdc init` (new user s38)."""
-    try:
-        with open(path, "rb") as file:
-            if file.read(4) == b"PAR1":
-                return "Parquet"
-    except OSError:
-        return None
-    return _DATA_SUFFIXES.get(path.suffix.lower())
-
-
-def _what_file(path: Path) -> str:
-    """What a file that DuckDB does not open is, in words, from its first bytes."""
-    try:
-        with open(path, "rb") as file:
-            head = file.read(len(SQLITE_HEADER))
-    except OSError:
-        head = b"?"
-    if not head:
-        return "is an empty file, not a DuckDB database"
-    if head == SQLITE_HEADER:
-        return "is a SQLite database, not a DuckDB one (sqlsdc works on DuckDB files)"
-    return "is not a DuckDB database file"
+    raise open_failure(path, text, wait) from None
 
 
 class LockedConnection:
@@ -366,57 +270,6 @@ def memory_database(
     return con
 
 
-_WAITING = ".waiting"  # the folder of the processes waiting for a database file: <db>.waiting
-
-
-def _waiting_folder(path: Path) -> Path:
-    return path.with_name(path.name + _WAITING)
-
-
-def _mark_waiting(path: Path, first: bool = False) -> Path | None:
-    """A file named by this process's id in ``<db>.waiting/`` (``<pid>.first`` for an opening
-    that goes first), while it waits for the file."""
-    folder = _waiting_folder(path)
-    try:
-        folder.mkdir(exist_ok=True)
-        marker = folder / f"{os.getpid()}{_FIRST if first else ''}"
-        marker.touch()
-        return marker
-    except OSError:  # a read-only folder: holders then never hear of this waiter
-        return None
-
-
-_FIRST = ".first"
-
-
-def others_waiting(path: str | Path, *, first: bool = False) -> bool:
-    """Whether another live process waits to open the database file (:func:`open_database`
-    marks itself): a busy holder then releases the file for a turn, and otherwise keeps it.
-    ``first``: only an opening that goes first (an admin command, a job) counts; a holder
-    lets the file go after its statement for it, and guarded connections let it in first."""
-    try:  # a string, not pathlib: asked after every guarded statement (0.02 ms against 0.005)
-        waiters = os.listdir(os.fspath(path) + _WAITING)
-    except OSError:
-        return False
-    for name in waiters:
-        pid, _, kind = name.partition(".")
-        if first and f".{kind}" != _FIRST:
-            continue
-        if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
-            return True
-    return False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        return True
-    return True
-
-
 def harden(con: duckdb.DuckDBPyConnection) -> None:
     """Close every channel to files, network, extensions and settings, irreversibly.
 
@@ -496,283 +349,6 @@ def builtin_functions() -> frozenset[str]:
         return system_functions(con)
     finally:
         con.close()
-
-
-class _QualifiedGenerator(DuckDB.Generator):
-    """DuckDB SQL in which every call of a built-in function reads ``system.main.f(...)``.
-
-    A user macro named like a built-in (``CREATE MACRO round(a, b) AS a``) would otherwise win
-    over it and silently undo a protection (``shared/reference/ecosystem.md`` §2.1); a
-    schema-qualified call always reaches the built-in. Qualifying in the generator covers every
-    call, nested ones and those sqlglot writes under another name, whatever AST built them.
-    """
-
-    def func(
-        self, name: str, *args, prefix: str = "(", suffix: str = ")", normalize: bool = True
-    ) -> str:
-        call = super().func(name, *args, prefix=prefix, suffix=suffix, normalize=normalize)
-        if prefix == "(" and name.lower() in builtin_functions():
-            return f"system.main.{call}"
-        return call
-
-    def datetrunc_sql(self, expression: exp.DateTrunc) -> str:
-        return self._total_truncation(expression, super().datetrunc_sql(expression))
-
-    def timestamptrunc_sql(self, expression: exp.TimestampTrunc) -> str:
-        return self._total_truncation(expression, super().timestamptrunc_sql(expression))
-
-    def _total_truncation(self, expression: exp.Expr, truncated: str) -> str:
-        """DATE_TRUNC to the year, quarter, month or ISO year raises for a timestamp of the
-        type's first year (-290308: its 1 January is out of range), so whether a query that
-        truncates stored values fails would tell whether a row of its cells holds one. Stored
-        values of that year truncate to NULL, whatever the part (``epoch_us`` is total on
-        every TIMESTAMP type and, with UTC sessions, compares instants alike; it is NULL for
-        ±infinity, which truncate to themselves); constants are evaluated before the query
-        and keep DuckDB's error."""
-        if not any(isinstance(n, exp.Column) for n in expression.this.walk()):
-            return truncated
-        instant = self.func("epoch_us", expression.this)
-        return f"CASE WHEN {instant} < {TRUNCATABLE_EPOCH_US} THEN NULL ELSE {truncated} END"
-
-
-TRUNCATABLE_EPOCH_US = -9223371158400000000
-"""``epoch_us(TIMESTAMP '-290307-01-01')``: DuckDB truncates every timestamp from there on."""
-
-
-class QualifiedDuckDB(DuckDB):
-    Generator = _QualifiedGenerator
-
-
-def require_extensible_sqlglot() -> None:
-    """Refuse to work with sqlglot's compiled build (the ``sqlglotc`` package, which
-    ``sqlglot[c]`` or another tool may install): its classes cannot be subclassed from Python,
-    so the generator above, and with it every check, would fail. The guard fails closed
-    either way; this says why and what to do, before any query."""
-    try:
-        QualifiedDuckDB().generator()
-    except TypeError as e:  # "interpreted classes cannot inherit from compiled"
-        raise InterfaceError(
-            f"sqlglot's compiled build is installed ({e}); sqlsdc extends sqlglot's SQL "
-            "generator, which that build does not allow: run `pip uninstall sqlglotc`"
-        ) from None
-
-
-def to_sql(tree: exp.Expr) -> str:
-    """DuckDB SQL for a protected tree, with built-in functions schema-qualified.
-
-    The generator changes some trees it prints, so it prints a copy (sharing the type
-    annotations, :func:`~sqlsdc.engines.trees.copy_tree`), released right after; the copy
-    refers to the WHERE conditions, output expressions and group keys that the generator only
-    reads instead of copying them (:func:`_read_only_parts`: a long condition or group key is
-    most of a large statement)."""
-    copy = copy_tree(tree, shared=_read_only_parts(tree))
-    try:
-        return QualifiedDuckDB().generate(copy, copy=False)
-    finally:
-        release([copy])
-
-
-PRINTED_AS_READ = frozenset({
-    exp.And, exp.Or, exp.Paren, exp.Not, exp.Between, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT,
-    exp.LTE, exp.Is, exp.In, exp.Column, exp.Identifier, exp.Literal, exp.Null, exp.Boolean,
-    exp.Neg, exp.Case,
-})  # fmt: skip
-"""Classes whose SQL the generator writes by reading the node and its subtree only: it changes
-neither (sqlglot 30.30: the base generator's connectors, comparisons, BETWEEN, IS, NOT, column,
-identifier, literal, parenthesis and CASE, and DuckDB's IN, which builds a new tree only for an
-IN UNNEST, whose UNNEST is no class of this set; its IS of a boolean prints a copy). A CASE's
-WHEN branches (``If`` nodes in its ``ifs``) are read by the CASE's handler itself; an ``If``
-anywhere else is printed by a handler that makes it the child of a new CASE, so it is not in
-the set. The generator reaches a WHERE's condition through its SELECT and WHERE, an output's
-expression through its SELECT and alias, and a group key through its SELECT and GROUP BY,
-which read them too (DuckDB's SELECT transforms change only CONNECT BY and GENERATOR
-queries), and prepares only the root it is given (DuckDB moves no CTE and adds no boolean
-comparison). ``tests/test_guard_size.py`` pins the generator's handler of each class, so that
-a sqlglot that prints one otherwise fails there first."""
-
-
-def _printed_as_read(node: exp.Expr) -> bool:
-    """Whether every node of ``node``'s subtree is of a :data:`PRINTED_AS_READ` class, or a WHEN
-    branch of a CASE (its handler reads the branch); the walk stops at the first that is not."""
-    Expr, If, Case = exp.Expr, exp.If, exp.Case
-    stack = [node]
-    push, pop = stack.append, stack.pop
-    while stack:
-        current = pop()
-        if current.__class__ not in PRINTED_AS_READ and not (
-            current.__class__ is If
-            and current.parent.__class__ is Case
-            and current.arg_key == "ifs"
-        ):
-            return False
-        for value in current.args.values():
-            if isinstance(value, Expr):
-                push(value)
-            elif type(value) is list:
-                for item in value:
-                    if isinstance(item, Expr):
-                        push(item)
-    return True
-
-
-def _read_only_parts(tree: exp.Expr) -> set[int]:
-    """The ids of the WHERE conditions, aliased output expressions and GROUP BY keys of
-    ``tree`` that the generator prints without changing them (:func:`_printed_as_read`). The
-    walk does not enter them."""
-    found = set()
-    Expr, Where, Select, Group, Alias = exp.Expr, exp.Where, exp.Select, exp.Group, exp.Alias
-    stack = [tree]
-    push, pop = stack.append, stack.pop
-    while stack:
-        node = pop()
-        cls = node.__class__
-        if cls is Where:
-            parts = [node.args.get("this")]
-        elif cls is Select:
-            parts = [p.args.get("this") for p in node.expressions if p.__class__ is Alias]
-        elif cls is Group:
-            parts = list(node.expressions)
-        else:
-            parts = []
-        for part in parts:
-            if isinstance(part, Expr) and _printed_as_read(part):
-                found.add(id(part))
-        for value in node.args.values():
-            if isinstance(value, Expr):
-                if id(value) not in found:
-                    push(value)
-            elif type(value) is list:
-                for item in value:
-                    if isinstance(item, Expr) and id(item) not in found:
-                        push(item)
-    return found
-
-
-def table_schemas(
-    con: duckdb.DuckDBPyConnection, schema: str = "main"
-) -> dict[str, dict[str, str]]:
-    """``{table: {column: type}}`` of the user tables and views in ``schema``."""
-    rows = con.execute(
-        "SELECT lower(table_name), lower(column_name), data_type FROM information_schema.columns "
-        "WHERE table_catalog = current_database() AND table_schema = ? "
-        "ORDER BY table_name, ordinal_position",
-        [schema],
-    ).fetchall()
-    schemas: dict[str, dict[str, str]] = {}
-    for table, column, dtype in rows:
-        schemas.setdefault(table, {})[column] = dtype
-    return schemas
-
-
-def described(
-    con: duckdb.DuckDBPyConnection, tables: list[str], schema: str = "main"
-) -> dict[str, list[tuple[str, str, str | None]]]:
-    """``{table: [(column, type, key), ...]}`` of the named tables or views of ``schema`` in
-    the connection's database (``DESCRIBE``: types as ``table_schemas`` spells them; key
-    ``PRI`` or ``UNI`` on a column of a primary key or unique constraint, single-column or
-    not); a table that does not exist is left out.
-
-    Unlike the listings of the engine's catalog (``duckdb_tables()``, ``duckdb_columns()``,
-    ``information_schema``), which build and bind every system view of a newly opened
-    database first, 7-13 ms apiece, a description reads the named table alone (0.3 ms). Only
-    outside a transaction: a table that does not exist fails the statement, and a failed
-    statement aborts the transaction it is in.
-    """
-    (database,) = one(con, "SELECT current_database()")
-    found = {}
-    for table in tables:
-        name = ".".join(f'"{_quoted(part)}"' for part in (database, schema, table))
-        try:
-            rows = con.execute(f"DESCRIBE {name}").fetchall()
-        except duckdb.CatalogException:
-            continue
-        found[table] = [(column, dtype, key) for column, dtype, _null, key, *_ in rows]
-    return found
-
-
-def table_columns(con: duckdb.DuckDBPyConnection, schema: str, table: str) -> list[str]:
-    """Column names of ``schema.table`` in order (empty when it does not exist)."""
-    rows = con.execute(
-        "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
-        "AND schema_name = ? AND table_name = ? ORDER BY column_index",
-        [schema, table],
-    ).fetchall()
-    return [r[0] for r in rows]
-
-
-def base_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
-    """Names of real tables (not views) in the main schema."""
-    rows = con.execute(
-        "SELECT lower(table_name) FROM duckdb_tables() "
-        "WHERE database_name = current_database() AND schema_name = 'main'"
-    ).fetchall()
-    return {r[0] for r in rows}
-
-
-def data_version(con: duckdb.DuckDBPyConnection, table: str) -> str:
-    """A fingerprint of a table's rows: their count, and the XOR and the sum of their hashes.
-    DP cells are named by it, so changed data gets fresh noise, never the old noise over a new
-    exact value. The sum keeps what the XOR alone loses: two equal rows cancel in an XOR, so
-    a pair of duplicates replaced by another pair would keep the version.
-
-    DuckDB hashes values that compare equal alike, but some of them are told apart by
-    functions an analyst may call: ``-0.0`` and ``0.0`` (``1 / x``, ``CAST(x AS VARCHAR)``),
-    the NaNs of either sign, ``INTERVAL '1 month'`` and ``'30 days'`` (``date_part``). A
-    column of such a type is hashed again by what tells them apart (:func:`_distinguishing`):
-    a row changed from one to the other changes the version. Tables without such a column
-    keep the fingerprint of their rows alone.
-
-    The row is read by the table's name, unless a column has that name (``hash("visits")``
-    of a table with a column ``visits`` hashed that column alone, and an update of any other
-    kept the version): then by that name with underscores before it, one that no column has
-    (a row's hash does not depend on the name it is read by)."""
-    columns = [
-        (d[0], str(d[1])) for d in con.execute(f'SELECT * FROM "{table}" LIMIT 0').description
-    ]
-    names = {name.lower() for name, _kind in columns}
-    row = table
-    while row.lower() in names:
-        row = "_" + row
-    texts = "".join(
-        f", {text}"
-        for name, kind in columns
-        if (text := _distinguishing(f'"{row}"."{_quoted(name)}"', kind)) is not None
-    )
-    rows, xor, total = one(
-        con,
-        f'SELECT count(*), bit_xor(hash("{row}"{texts})), sum(hash("{row}"{texts})) '
-        f'FROM "{table}" AS "{row}"',
-    )
-    return f"{rows}:{xor}:{total or 0}"
-
-
-_EQUAL_BUT_DISTINCT = ("FLOAT", "DOUBLE", "REAL", "INTERVAL")
-"""Types with values that DuckDB hashes alike and functions tell apart (:func:`data_version`)."""
-
-
-def _distinguishing(column: str, kind: str) -> str | None:
-    """What :func:`data_version` hashes besides the row for a column of type ``kind``: the
-    sign bit of a plain float (the zeros and the NaNs that are hashed alike differ by it
-    alone; formatting every float as text made the version of a table of doubles eight times
-    slower), the text of an interval or of a nested value holding either; None for other
-    types."""
-    kind = kind.upper()
-    if kind in ("FLOAT", "DOUBLE", "REAL"):
-        return f"signbit({column})"
-    if any(t in kind for t in _EQUAL_BUT_DISTINCT):
-        return f"CAST({column} AS VARCHAR)"
-    return None
-
-
-def _quoted(name: str) -> str:
-    return name.replace('"', '""')
-
-
-def tables_read_by(con: duckdb.DuckDBPyConnection, sql: str) -> set[str]:
-    """The tables DuckDB's own parser says a statement reads (defence in depth). It reads no
-    data, but binds constants: ``x BETWEEN '3' AND 5`` raises a :data:`TextRefusal` ("Cannot
-    mix values of type VARCHAR and INTEGER_LITERAL"), though running the statement binds it."""
-    return {name.split(".")[-1].lower() for name in con.get_table_names(sql, qualified=False)}
 
 
 def run(

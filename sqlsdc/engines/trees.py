@@ -33,7 +33,7 @@ def copy_tree(
 
     ``shared``: ids of subtrees that are not copied: the copy refers to the original subtree,
     whose parent stays the original's (a copy to print, where a part the generator only reads
-    need not be copied: :func:`sqlsdc.engines.duckdb.to_sql`). Such a copy is no tree of its
+    need not be copied: :func:`sqlsdc.engines.duckdb_sql.to_sql`). Such a copy is no tree of its
     own: it is for reading downwards only, and :func:`release` leaves the shared parts alone.
 
     ``replaced``: a node equal to a key of it (sqlglot's structural equality) is not copied

@@ -7,7 +7,6 @@ itself; real isolation means the confidential file belongs to another OS user or
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 import threading
 import time
@@ -18,9 +17,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from functools import lru_cache, partial
 from pathlib import Path
-from statistics import NormalDist
 
-import pandas as pd
 import pyarrow as pa
 from sqlglot import exp
 from sqlglot.errors import ParseError
@@ -32,21 +29,18 @@ from sqlsdc.catalog.budget import (
     Charge,
     PolicyChanged,
     budget_status,
-    cache_cells,
-    cached_cells,
     charge,
     check_policy,
-    ensure_budget_catalog,
     has_charge,
     is_conflict,
     policy_limits,
-    released_groups,
-    remember_budget_tables,
 )
+from sqlsdc.catalog.budget_tables import ensure_budget_catalog, remember_budget_tables
+from sqlsdc.catalog.dp_cache import cache_cells, cached_cells, released_groups
 from sqlsdc.catalog.ptables import load_ptables
 from sqlsdc.catalog.setup import unique_columns, unit_index_name
 from sqlsdc.engines import duckdb as engine
-from sqlsdc.engines import watchdog
+from sqlsdc.engines import duckdb_schema, duckdb_sql, waiters, watchdog
 from sqlsdc.errors import (
     AccessDenied,
     AnswerTooLarge,
@@ -62,6 +56,7 @@ from sqlsdc.errors import (
 from sqlsdc.guard.answer_bound import answer_rows
 from sqlsdc.guard.check_cache import CHARACTERS as KEPT_CHARACTERS
 from sqlsdc.guard.check_cache import checked, context_fingerprint, is_kept
+from sqlsdc.guard.cursor import Cursor
 from sqlsdc.guard.dp_release import (
     MAX_PRIVATE_GROUPS,
     DpRelease,
@@ -78,10 +73,7 @@ from sqlsdc.guard.dp_release import (
 from sqlsdc.guard.listed_cells import listed
 from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, protect
 from sqlsdc.guard.postprocess import (
-    accuracy,
-    cell_status,
     check_faults,
-    dp_accuracy,
     record_release,
     values_of,
 )
@@ -90,7 +82,6 @@ from sqlsdc.guard.resolve import analyst_schema, readable
 from sqlsdc.guard.summable import Checked, check_summable
 from sqlsdc.guard.turns import ProcessTurns
 from sqlsdc.guard.validate import check_engine_tables
-from sqlsdc.guard.values import frame, python_list
 from sqlsdc.jobs.patterns import ensure_patterns
 from sqlsdc.policy import Policy, UserRole, load_policy
 
@@ -182,7 +173,7 @@ class Connection:
             raise NotFoundError(
                 f"database {path} does not exist; create it with `sqlsdc init` or `sqlsdc demo`"
             )
-        engine.require_extensible_sqlglot()
+        duckdb_sql.require_extensible_sqlglot()
         with self._lock:
             self._open()
             self._closed = False
@@ -194,7 +185,7 @@ class Connection:
         path = Path(self.path)
         time.sleep(max(0.0, self._turn_until - time.monotonic()))
         key = str(path.resolve())
-        _TURNS.wait(key, partial(engine.others_waiting, path), self._turn_bound())
+        _TURNS.wait(key, partial(waiters.others_waiting, path), self._turn_bound())
         con = engine.open_database(path, wait=engine.LOCK_WAIT_SECONDS, writes_data=False,
                                    first=False)  # fmt: skip
         try:
@@ -296,8 +287,8 @@ class Connection:
         held = self._last_use - self._held_since if self._db is not None else 0.0
         if self._db is not None and (
             held > MAX_TURN_SECONDS
-            or (held > MAX_HOLD_SECONDS and engine.others_waiting(self.path))
-            or engine.others_waiting(self.path, first=True)
+            or (held > MAX_HOLD_SECONDS and waiters.others_waiting(self.path))
+            or waiters.others_waiting(self.path, first=True)
         ):  # busy for long, or for a while with others waiting, or an admin waits: a turn
             self._close_engine()
             self._turn_until = time.monotonic() + TURN_SECONDS
@@ -370,7 +361,7 @@ class Connection:
         outside the policy, record key or catalog table is named to them."""
         with self._holding() as con:
             try:
-                stored = engine.table_schemas(con, schema)
+                stored = duckdb_schema.table_schemas(con, schema)
             except engine.EngineError as failure:
                 raise _engine_failure(failure, None) from None
         if self.role is UserRole.ADMIN:
@@ -864,7 +855,7 @@ class Connection:
         if sql in self._engine_checked:
             return
         try:
-            read = engine.tables_read_by(self._con, sql)
+            read = duckdb_schema.tables_read_by(self._con, sql)
         except engine.TextRefusal as refusal:
             violation = (
                 PolicyViolation(
@@ -1031,7 +1022,7 @@ class Connection:
         self, noisy: DpRelease | None, paid: Charge | None, query_id: int, *, again=False
     ) -> None:
         """Cache the cells a DP query drew (and count them on its charge), in the transaction
-        that records its answer (:func:`~sqlsdc.catalog.budget.cache_cells`)."""
+        that records its answer (:func:`~sqlsdc.catalog.dp_cache.cache_cells`)."""
         if noisy is None or not self._dp_noise or not (noisy.cells or noisy.releases or paid):
             return
         cache_cells(self._con, user=self.user, policy_version=self._context.policy_version,
@@ -1052,207 +1043,8 @@ class Connection:
         other processes' writers), and again after a connection of this process that may write
         data opened it (:meth:`_release_dp`)."""
         if table not in self._data_versions:
-            self._data_versions[table] = engine.data_version(self._con, table)
+            self._data_versions[table] = duckdb_schema.data_version(self._con, table)
         return self._data_versions[table]
-
-
-class Cursor:
-    """PEP 249 cursor over a protected result, with ``df()``, ``arrow()`` and ``cell_status()``."""
-
-    arraysize = 1
-
-    def __init__(self, connection: Connection):
-        self.connection = connection
-        self._result: pa.Table | None = None
-        self._whole: pa.Table | None = None  # the result with its hidden columns
-        self._status: pd.DataFrame | None = None  # made from it when first asked for
-        self._position = 0
-        self._query: ProtectedQuery | None = None  # the guard's (shared) checked query
-        self._shown: ProtectedQuery | None = None  # the caller's copy of it
-        self.query_id: int | None = None
-        self._closed = False
-
-    @property
-    def description(self):
-        if self._result is None:
-            return None
-        schema = self._result.schema
-        kinds = zip(schema, engine.type_names(schema), strict=True)
-        return [(f.name, kind, None, None, None, None, None) for f, kind in kinds]  # as DuckDB
-
-    @property
-    def rowcount(self) -> int:
-        return -1 if self._result is None else self._result.num_rows
-
-    def execute(self, sql: str, parameters=None) -> Cursor:
-        """Run ``sql`` through the guard with ``parameters`` (a list or tuple for ``?`` and
-        ``$1``, a dict for ``$name``), named as PEP 249 and DuckDB name them: polars'
-        ``read_database(..., execute_options={"parameters": [...]})`` passes them by that
-        name (it was ``params``: TypeError, new user s38)."""
-        self._check_open()
-        result, query, query_id, whole = self.connection._execute(sql, parameters)
-        self._result, self._query, self.query_id, self._whole = result, query, query_id, whole
-        self._shown = None
-        self._status = None
-        self._position = 0
-        return self
-
-    def executemany(self, sql: str, seq_of_params) -> Cursor:
-        self._check_open()
-        for params in seq_of_params:
-            self.execute(sql, params)
-        return self
-
-    def fetchone(self):
-        rows = self.fetchmany(1)
-        return rows[0] if rows else None
-
-    def fetchmany(self, size: int | None = None) -> list[tuple]:
-        table = self._require_result()
-        size = self.arraysize if size is None else size
-        chunk = table.slice(self._position, size)
-        self._position += chunk.num_rows
-        return _rows(chunk)
-
-    def fetchall(self) -> list[tuple]:
-        table = self._require_result()
-        chunk = table.slice(self._position)
-        self._position = table.num_rows
-        return _rows(chunk)
-
-    def df(self) -> pd.DataFrame:
-        return _frame(self._require_result())
-
-    def arrow(self) -> pa.Table:
-        return engine.without_marks(self._require_result())
-
-    def fetchdf(self) -> pd.DataFrame:
-        """The result as a pandas DataFrame (DuckDB's name for :meth:`df`)."""
-        return self.df()
-
-    def fetch_arrow_table(self) -> pa.Table:
-        """The result as an Arrow table (DuckDB's name for :meth:`arrow`)."""
-        return self.arrow()
-
-    def fetch_df(self) -> pd.DataFrame:
-        """The result as a pandas DataFrame (DuckDB 2's name for :meth:`df`)."""
-        return self.df()
-
-    def to_arrow_table(self, batch_size: int = 131072) -> pa.Table:
-        """The result as an Arrow table (DuckDB 2's name for :meth:`arrow`, which has no
-        ``fetch_arrow_table`` any more; ``batch_size`` is accepted as DuckDB's is)."""
-        return self.arrow()
-
-    def to_arrow_reader(self, batch_size: int = 131072) -> pa.RecordBatchReader:
-        """The result as an Arrow stream of batches of at most ``batch_size`` rows (DuckDB 2's
-        reader, which polars, DataFusion and Arrow writers consume)."""
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise ProgrammingError("batch_size must be a positive integer, e.g. 131072")
-        table = self.arrow()
-        return pa.RecordBatchReader.from_batches(table.schema, table.to_batches(batch_size))
-
-    def fetchnumpy(self) -> dict:
-        """The result as ``{column: numpy array}`` (DuckDB's :meth:`fetchnumpy`; NULL as the
-        missing value of the column's pandas type, as in :meth:`df`)."""
-        frame = self.df()
-        return {str(name): frame.iloc[:, i].to_numpy() for i, name in enumerate(frame.columns)}
-
-    def pl(self):
-        """The result as a polars DataFrame (polars is optional: ``pip install polars``)."""
-        try:
-            import polars
-        except ImportError:
-            raise NotSupportedError(
-                "pl() needs polars, which is not installed; `pip install polars`, or use df() "
-                "(pandas) or arrow()"
-            ) from None
-        return polars.from_arrow(self.arrow())
-
-    def cell_status(self) -> pd.DataFrame:
-        """Per result cell: ``published`` or ``suppressed`` for protected aggregates, ``key``
-        for group keys, ``public`` for public values, ``derived`` for values computed from
-        protected cells (suppressed when NULL)."""
-        self._require_result()
-        if self._status is None:
-            self._status = cell_status(self._whole, self._query)
-        return self._status
-
-    def cell_accuracy(self, level: float = 0.95) -> pd.DataFrame:
-        """Accuracy of every noisy cell in the result, one row per cell.
-
-        Columns: ``row``, ``column``, ``value`` (published), ``variance`` (of the noise),
-        ``low``/``high``: an interval around the value that holds the true (bounded) value with
-        probability ``level``.
-
-        CKM counts: from the noise distribution of the ptable's general row (exact for true
-        counts at or above its last row, conservative bounds ±D hold for all); CKM magnitude
-        cells are not listed: their noise scales with the largest contribution, which must stay
-        secret. DP cells: COUNT and SUM intervals are exact quantiles of the discrete Laplace or
-        Gaussian noise at level 0.95 (other levels: normal approximation z·sd); AVG intervals
-        are delta-method approximations; VAR, STDDEV and quantiles are not listed.
-
-        The interval covers the noise only. What the bounding did to a DP cell's input comes
-        with it: ``dropped`` and ``clamped`` are the shares of the cell's input rows that the
-        row caps removed and that were clamped to the measure's bounds (each unit's rows
-        weighted so that it counts once), released with noise at the policy's
-        ``dp.bounding_report`` spend (charged with the query) and NaN when the policy does not
-        report them. A large share means the exact answer can lie far outside the interval
-        (the bounded value is biased). CKM rows have NaN there.
-        """
-        if not 0 < level < 1:
-            raise ProgrammingError("level must be between 0 and 1, e.g. 0.95")
-        ckm = accuracy(self._require_result(), self._query, level)
-        dp = dp_accuracy(self._whole, self._query)
-        if dp is None or dp.empty:
-            return ckm
-        if level != 0.95:
-            dp["half_width"] = NormalDist().inv_cdf((1 + level) / 2) * dp["sd"]
-        dp["variance"] = dp["sd"] ** 2
-        dp["low"], dp["high"] = dp["value"] - dp["half_width"], dp["value"] + dp["half_width"]
-        dp = dp[["row", "column", "value", "variance", "low", "high", "dropped", "clamped"]]
-        return pd.concat([ckm, dp], ignore_index=True) if not ckm.empty else dp
-
-    @property
-    def query(self) -> ProtectedQuery | None:
-        """The checked query of the last statement (a copy of the guard's, made once)."""
-        if self._shown is None and self._query is not None:
-            self._shown = self._query.detached()
-        return self._shown
-
-    def explain(self) -> ProtectedQuery:
-        if self._query is None:
-            raise ProgrammingError("no query has been executed on this cursor")
-        return self.query
-
-    def setinputsizes(self, sizes) -> None:
-        """PEP 249 no-op."""
-
-    def setoutputsize(self, size, column=None) -> None:
-        """PEP 249 no-op."""
-
-    def close(self) -> None:
-        """PEP 249: the cursor is unusable from now on (every operation raises)."""
-        self._result = self._whole = self._status = None
-        self._closed = True
-
-    def __iter__(self):
-        return iter(self.fetchall())
-
-    def __enter__(self) -> Cursor:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise InterfaceError("the cursor is closed; open another with connection.cursor()")
-
-    def _require_result(self) -> pa.Table:
-        self._check_open()
-        if self._result is None:
-            raise ProgrammingError("no result: call execute() first")
-        return self._result
 
 
 def _release_idle(connection: weakref.ref) -> None:
@@ -1368,40 +1160,6 @@ def _freeze(params):
     return tuple((type(v), repr(v)) for v in params)
 
 
-def _rows(table: pa.Table) -> list[tuple]:
-    """Python rows with DuckDB's own conversions (a HUGEINT is an ``int``, not a ``Decimal``)."""
-    columns = [_python_values(c, f) for c, f in zip(table.columns, table.schema, strict=True)]
-    return list(zip(*columns, strict=True)) if columns else []
-
-
-def _python_values(column: pa.ChunkedArray, field: pa.Field) -> list:
-    values = python_list(column)
-    if engine.is_wide_integer(field):
-        return [None if v is None else int(v) for v in values]
-    if pa.types.is_interval(field.type):
-        return [None if v is None else _timedelta(v) for v in values]
-    return values
-
-
-def _timedelta(interval) -> dt.timedelta:
-    """An INTERVAL as DuckDB's Python API gives it: a timedelta with a month as 30 days."""
-    days = interval.months * 30 + interval.days
-    return dt.timedelta(days=days, microseconds=interval.nanoseconds // 1000)
-
-
-def _frame(table: pa.Table) -> pd.DataFrame:
-    """A DataFrame typed as DuckDB's ``df()`` types it: decimals (and HUGEINT) as float64."""
-    decimals = [i for i, f in enumerate(table.schema) if pa.types.is_decimal(f.type)]
-    for i in decimals:
-        table = table.set_column(i, table.field(i).with_type(pa.float64()),
-                                 table.column(i).cast(pa.float64()))  # fmt: skip
-    for i, field in enumerate(table.schema):
-        if pa.types.is_interval(field.type):  # DuckDB's df(): timedelta64, not DateOffset
-            values = pa.array(_python_values(table.column(i), field), pa.duration("us"))
-            table = table.set_column(i, field.with_type(pa.duration("us")), values)
-    return frame(table)
-
-
 def _statement_timeout(policy: Policy, asked: float | None) -> float:
     """The policy's statement timeout, or a shorter one asked for by the connection."""
     limit = policy.statement_timeout
@@ -1433,7 +1191,7 @@ def _context(
     deadline instead of giving each constant the whole timeout. An evaluation the timeout
     (or a cancel) interrupted says nothing about the constant: the statement is stopped, and
     nothing is cached."""
-    tables = engine.described(con, [t.name for t in policy.tables.values()])
+    tables = duckdb_schema.described(con, [t.name for t in policy.tables.values()])
     stored = {
         table: {column.lower(): dtype for column, dtype, _key in columns}
         for table, columns in tables.items()
@@ -1470,7 +1228,7 @@ def _context(
         if node.find(exp.Subquery, exp.Select, exp.Table, exp.Column):
             # not a constant; its own scope is checked
             return node.type or exp.DataType.build("UNKNOWN")
-        name = evaluates(engine.to_sql(exp.select(node.copy())))
+        name = evaluates(duckdb_sql.to_sql(exp.select(node.copy())))
         return None if name is None else _engine_type(name)
 
     context = GuardContext(
@@ -1480,7 +1238,7 @@ def _context(
         unit_per_row=unit_per_row,
         unique_columns=unique_columns(con, constraints=constrained),
         constant_type=constant_type,
-        to_sql=engine.to_sql,
+        to_sql=duckdb_sql.to_sql,
         ptables=load_ptables(con, policy),
     )
     fingerprint = context_fingerprint(str(path.resolve()), context, engine.duckdb.__version__)

@@ -25,6 +25,7 @@ from sqlglot import exp
 
 from sqlsdc.catalog.store import as_parameters
 from sqlsdc.engines import duckdb as engine
+from sqlsdc.engines import duckdb_sql
 
 # At most this many rows per relation: lists bind value by value, an Arrow table at once (8
 # cells: 0.5 ms less as lists, in the query's flow; the cost of a list grows with its rows)
@@ -66,7 +67,7 @@ def _listed_texts(sql: str, shape: Shape) -> tuple[str, str] | None:
         tree = sqlglot.parse_one(sql, dialect="duckdb")
     except sqlglot.errors.ParseError:
         return None
-    if engine.to_sql(tree) != sql:
+    if duckdb_sql.to_sql(tree) != sql:
         return None
     sources, first = {}, 1
     for name, columns in shape:
@@ -82,10 +83,10 @@ def _listed_texts(sql: str, shape: Shape) -> tuple[str, str] | None:
         replaced.append(table.name.lower())
     if sorted(set(replaced)) != sorted(sources):
         return None  # a relation not read by name: keep the registered views
-    text = engine.to_sql(tree)
+    text = duckdb_sql.to_sql(tree)
     for placeholder in list(tree.find_all(exp.Placeholder)):
         placeholder.replace(exp.null())
-    return text, engine.to_sql(tree)
+    return text, duckdb_sql.to_sql(tree)
 
 
 def _unnested(columns: tuple[tuple[str, str], ...], first: int) -> exp.Select:

@@ -32,7 +32,7 @@ from types import MappingProxyType
 import sqlglot
 from sqlglot import exp
 
-from sqlsdc.engines import duckdb as engine
+from sqlsdc.engines import duckdb_sql
 from sqlsdc.policy import ColumnRole, Policy
 from sqlsdc.policy.model import Column, Table, TableKind
 
@@ -119,7 +119,7 @@ def attach_releases(con, releases: Releases) -> None:
             exp.table_(exp.to_identifier(name, quoted=True), db=OUTPUT_SCHEMA)
         )
         view = exp.to_identifier(name, quoted=True).sql("duckdb")
-        con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS {engine.to_sql(select)}")
+        con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS {duckdb_sql.to_sql(select)}")
 
 
 def with_releases(policy: Policy, releases: Releases) -> Policy:

@@ -41,7 +41,8 @@ import sqlglot
 
 from sqlsdc.catalog import store
 from sqlsdc.engines.duckdb import EngineError, register, result_schema, rollback
-from sqlsdc.engines.spark import as_types, check_portable, tables_read, view_name
+from sqlsdc.engines.spark import as_types
+from sqlsdc.engines.spark_translate import check_portable, tables_read, view_name
 from sqlsdc.errors import Error, NotSupportedError, OperationalError, ProgrammingError
 from sqlsdc.guard.dp_release import no_rows
 from sqlsdc.guard.postprocess import check_faults, record_release, values_of

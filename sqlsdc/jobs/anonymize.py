@@ -39,6 +39,7 @@ from sqlglot import exp
 from sqlsdc.catalog import store
 from sqlsdc.catalog.store import require_admin
 from sqlsdc.engines import duckdb as engine
+from sqlsdc.engines import duckdb_schema
 from sqlsdc.errors import Error, MicrodataError, NotFoundError, SqlSyntaxError
 from sqlsdc.jobs.differencing import refuse_file_differences
 from sqlsdc.jobs.file_pairs import refuse_file_pairs
@@ -360,7 +361,7 @@ def _identifier_derived(con, policy, sql: str, columns: list[str]) -> set[str]:
     cannot be traced is refused (fail closed)."""
     from sqlglot.lineage import lineage
 
-    schema = {t: cols for t, cols in engine.table_schemas(con).items() if policy.table(t)}
+    schema = {t: cols for t, cols in duckdb_schema.table_schemas(con).items() if policy.table(t)}
     ids = {(t.name.lower(), c.name.lower()) for t in policy.confidential_tables
            for c in t.columns.values() if c.role is ColumnRole.IDENTIFIER}  # fmt: skip
     derived = set()
@@ -430,7 +431,7 @@ def _check_tables(con, policy, definition: str) -> None:
                 f"--sql may read the policy's tables only ({allowed}), not {table.sql('duckdb')}"
             )
     try:
-        read = engine.tables_read_by(con, definition)
+        read = duckdb_schema.tables_read_by(con, definition)
     except Exception:  # the engine's text is not shown
         raise MicrodataError(
             "the --sql query could not be checked: DuckDB could not list the tables it reads. "

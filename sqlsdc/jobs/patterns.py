@@ -17,6 +17,7 @@ from sqlglot import exp
 from sqlsdc.catalog.schema import CATALOG_SCHEMA
 from sqlsdc.catalog.store import now, pattern_table
 from sqlsdc.engines import duckdb as engine
+from sqlsdc.engines import duckdb_schema, duckdb_sql
 from sqlsdc.errors import TabularError
 from sqlsdc.policy import Policy
 from sqlsdc.tabular.universe import (
@@ -41,7 +42,7 @@ def ensure_patterns(con, policy: Policy, policy_version: int, tables) -> list[di
     for name in tables:
         universe = universe_of(policy, name)
         types = _code_types(con, universe)
-        cells = engine.run(con, engine.to_sql(inner_cells_sql(universe))).to_pandas()
+        cells = engine.run(con, duckdb_sql.to_sql(inner_cells_sql(universe))).to_pandas()
         digest = fingerprint(universe, cells)
         current = engine.one(con, f"SELECT fingerprint FROM {S}.suppressions WHERE table_name = ?",
                              [universe.table])  # fmt: skip
@@ -61,7 +62,7 @@ def ensure_patterns(con, policy: Policy, policy_version: int, tables) -> list[di
 
 def _code_types(con, universe: Universe) -> dict[str, str]:
     """Types of the universe columns; codes must be text or integers (compared as text)."""
-    types = engine.table_schemas(con).get(universe.table, {})
+    types = duckdb_schema.table_schemas(con).get(universe.table, {})
     for column in universe.columns:
         if types.get(column) not in CODE_TYPES:
             raise TabularError(
@@ -87,7 +88,7 @@ def _store(con, universe: Universe, pattern: pd.DataFrame, types: dict[str, str]
     )
     con.register(PATTERN_VIEW, pattern)
     try:
-        con.execute(engine.to_sql(create))
+        con.execute(duckdb_sql.to_sql(create))
     finally:
         con.unregister(PATTERN_VIEW)
 
@@ -95,9 +96,9 @@ def _store(con, universe: Universe, pattern: pd.DataFrame, types: dict[str, str]
 def _load(con, universe: Universe) -> pd.DataFrame | None:
     """The stored pattern, universe columns as text (as :func:`protect_universe` makes them)."""
     table = pattern_table(universe.table)
-    stored = engine.table_columns(con, S, table.name)
+    stored = duckdb_schema.table_columns(con, S, table.name)
     if not stored:
         return None
     text = {c: exp.alias_(exp.cast(exp.column(c), "VARCHAR"), c) for c in universe.columns}
     select = exp.select(*[text.get(c, exp.column(c)) for c in stored]).from_(table)
-    return engine.run(con, engine.to_sql(select)).to_pandas()
+    return engine.run(con, duckdb_sql.to_sql(select)).to_pandas()

@@ -570,7 +570,7 @@ def _run_dp(con, plan, secret, seed, copies, rows, prior, project, say):
         # the noise is keyed by the data: a version that the same codes added or removed in
         # pairs keep (an XOR of hashes alone) gave two data sets the same noise, and two
         # syntheses their exact difference (red team s38b); the sum of hashes tells them apart,
-        # as sqlsdc.engines.duckdb.data_version does
+        # as sqlsdc.engines.duckdb_schema.data_version does
         digest = con.execute(
             "SELECT count(*), bit_xor(hash(__synth_codes)), sum(hash(__synth_codes)) "
             "FROM __synth_codes"

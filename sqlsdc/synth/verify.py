@@ -51,6 +51,7 @@ from sqlsdc.catalog import store
 from sqlsdc.catalog.budget import charge, policy_limits
 from sqlsdc.catalog.schema import CATALOG_SCHEMA
 from sqlsdc.engines import duckdb as engine
+from sqlsdc.engines import duckdb_schema
 from sqlsdc.errors import Error, PolicyViolation, ProgrammingError
 from sqlsdc.mechanisms.accountant import MAX_DIGITS, PrivacyCost, fraction
 from sqlsdc.mechanisms.prf import KeyedStream
@@ -187,7 +188,7 @@ def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeou
     output = _output(con, request, sql, policy, admin)
     eps = _epsilon(mode, epsilon)
     con.execute(VERIFICATIONS_DDL)
-    tables = engine.tables_read_by(con, output.source_sql)
+    tables = duckdb_schema.tables_read_by(con, output.source_sql)
     data = _data_versions(con, tables)
     entry = hashlib.sha256(
         "\x00".join(
@@ -344,12 +345,12 @@ def _is_admin(policy, user: str) -> bool:
 
 
 def _data_versions(con, tables) -> str:
-    """The data versions (:func:`sqlsdc.engines.duckdb.data_version`) of the tables the
+    """The data versions (:func:`sqlsdc.engines.duckdb_schema.data_version`) of the tables the
     output's source reads: the noise of a noisy answer, and its cache entry, are named by them.
     Red team s32b: keyed by the output and the query alone, the same noise came back over
     changed confidential data (one income corrected), and two analysts' answers, one before
     and one after, differed by the exact change of the fidelity measure."""
-    return ";".join(f"{t}={engine.data_version(con, t)}" for t in sorted(tables))
+    return ";".join(f"{t}={duckdb_schema.data_version(con, t)}" for t in sorted(tables))
 
 
 def _output(con, request: Request, sql: str, policy, admin: bool) -> _Output:
@@ -379,7 +380,7 @@ def _output(con, request: Request, sql: str, policy, admin: bool) -> _Output:
         )
     report = json.loads(row[2])
     schema, table = row[0].split(".", 1)
-    columns = {c.lower() for c in engine.table_columns(con, schema, table)}
+    columns = {c.lower() for c in duckdb_schema.table_columns(con, schema, table)}
     inputs = [i for e in request.estimands for i in e.inputs]
     used = {c.name.lower() for i in inputs for c in i.find_all(exp.Column)}
     used |= set(request.groups)

@@ -8,6 +8,7 @@ import cli_fork
 import duckdb
 import pandas as pd
 import pytest
+from db_reads import protected_tables
 
 from sqlsdc.errors import AccessDenied, MicrodataError, NotFoundError
 from sqlsdc.jobs.anonymize import anonymize, stored_report
@@ -132,9 +133,7 @@ def test_refused_and_failed_jobs_store_nothing(fresh_demo_db, kwargs, error, mat
     with pytest.raises(error, match=match):
         anonymize(fresh_demo_db, **{**run, **kwargs})
     assert _last_audit(fresh_demo_db)["decision"][0] == decision
-    tables = _read(fresh_demo_db, "SELECT count(*) AS n FROM duckdb_tables() "
-                   "WHERE schema_name = 'protected'")  # fmt: skip
-    assert tables["n"][0] == 0
+    assert protected_tables(fresh_demo_db) == []
 
 
 def test_cli_session_anonymize_report_publish(tmp_path, sqlsdc_in_process):

@@ -47,10 +47,9 @@ def hidden_policy(threshold_document: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def hidden_db(pristine_demo_db, tmp_path_factory):
+def hidden_db(pristine_demo_db, tmp_path_factory, copy_database):
     """The demo database with hidden objects around the declared ones."""
-    path = tmp_path_factory.mktemp("hidden") / "demo.duckdb"
-    shutil.copy(pristine_demo_db, path)
+    path = copy_database(pristine_demo_db, tmp_path_factory.mktemp("hidden"))
     con = open_database(path)
     try:
         document = store.current_policy(con)[1]
@@ -253,7 +252,7 @@ def test_the_engine_check_does_not_exempt_a_cte_name_out_of_its_scope(guarded):
     resolved, so a table named like a CTE of another scope is a table, and refused."""
     import sqlglot
 
-    from sqlsdc.engines.duckdb import tables_read_by
+    from sqlsdc.engines.duckdb_schema import tables_read_by
     from sqlsdc.guard.validate import check_engine_tables
 
     sql = "SELECT * FROM (WITH secret_t AS (SELECT 1 AS a) SELECT a FROM secret_t) AS s, secret_t"

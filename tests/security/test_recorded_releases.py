@@ -15,6 +15,7 @@ import shutil
 import duckdb
 import pandas as pd
 import pytest
+from db_reads import protected_tables, read
 
 import sqlsdc
 from sqlsdc import release
@@ -43,14 +44,6 @@ def suppress_db(suppress_template, tmp_path):
     return path
 
 
-def read(path, sql: str, params=()) -> list[tuple]:
-    con = duckdb.connect(str(path), read_only=True)
-    try:
-        return con.execute(sql, list(params)).fetchall()
-    finally:
-        con.close()
-
-
 def last_audit(path) -> dict:
     row = read(path, f"SELECT {', '.join(store.AUDIT_COLUMNS)} FROM sqlsdc.audit "
                      "ORDER BY logged_at DESC, query_id DESC LIMIT 1")[0]  # fmt: skip
@@ -74,8 +67,7 @@ def stored(path, name: str) -> pd.DataFrame:
 
 def leftovers(path) -> tuple[list, list]:
     """Job output tables and their records: what a failed job must not leave."""
-    tables = read(path, "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'protected'")
-    return tables, read(path, "SELECT name FROM sqlsdc.outputs")
+    return protected_tables(path), read(path, "SELECT name FROM sqlsdc.outputs")
 
 
 # --- protect jobs --------------------------------------------------------------------------------

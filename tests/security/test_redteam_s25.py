@@ -45,10 +45,9 @@ PRAM_SOURCE = (
 
 
 @pytest.fixture(scope="module")
-def prammed(pristine_demo_db, tmp_path_factory):
+def prammed(pristine_demo_db, tmp_path_factory, copy_database):
     """A released anonymised file whose occupation was PRAMmed with an invariant matrix."""
-    db = tmp_path_factory.mktemp("pram") / "demo.duckdb"
-    shutil.copy(pristine_demo_db, db)
+    db = copy_database(pristine_demo_db, tmp_path_factory.mktemp("pram"))
     anonymize(db, user="admin", into="seniors_sdc", sql=PRAM_SOURCE, seed=7,
               steps=["pram:occupation:p=0.8,invariant=1"])  # fmt: skip
     _release(db, ["seniors_sdc"])
@@ -98,9 +97,8 @@ def test_pram_counts_do_not_reveal_the_sources_exact_frequencies(prammed):
 
 
 @pytest.fixture(scope="module")
-def verify_db(pristine_demo_db, tmp_path_factory):
-    db = tmp_path_factory.mktemp("verify") / "demo.duckdb"
-    shutil.copy(pristine_demo_db, db)
+def verify_db(pristine_demo_db, tmp_path_factory, copy_database):
+    db = copy_database(pristine_demo_db, tmp_path_factory.mktemp("verify"))
     make_synthetic_output(db)
     return db
 
@@ -179,13 +177,12 @@ DRAFT_SOURCE = (
 
 
 @pytest.fixture(scope="module")
-def draft_db(pristine_demo_db, tmp_path_factory):
+def draft_db(pristine_demo_db, tmp_path_factory, copy_database):
     """A CART synthesis an admin ran but did not list under ``releases:`` (e.g. because
     ``synth-report`` showed records identical to originals)."""
     from sqlsdc.synth import synthesize
 
-    db = tmp_path_factory.mktemp("draft") / "demo.duckdb"
-    shutil.copy(pristine_demo_db, db)
+    db = copy_database(pristine_demo_db, tmp_path_factory.mktemp("draft"))
     synthesize(db, user="admin", into="draft_syn", method="cart", seed=3, sql=DRAFT_SOURCE)
     return db
 
@@ -220,11 +217,10 @@ def test_verification_does_not_name_unreleased_outputs(draft_db):
 
 
 @pytest.fixture(scope="module")
-def server_db(pristine_demo_db, tmp_path_factory):
+def server_db(pristine_demo_db, tmp_path_factory, copy_database):
     from tests.server.conftest import add_server_user
 
-    db = tmp_path_factory.mktemp("s25server") / "demo.duckdb"
-    shutil.copy(pristine_demo_db, db)
+    db = copy_database(pristine_demo_db, tmp_path_factory.mktemp("s25server"))
     add_server_user(db)
     add_server_user(db, "admin", "admin password 42")
     return db

@@ -309,7 +309,7 @@ def test_a_lock_held_by_another_user_gives_the_documented_exit_code(tmp_path):
 def test_a_busy_analyst_cannot_keep_the_file_when_the_waiting_folder_is_taken(fresh_demo_db):
     """A busy connection lets the file go only when ``<db>.waiting/`` names a live waiter;
     whoever can create files in the database's folder can put a plain file there first, so
-    ``_mark_waiting`` fails silently and one analyst running queries back to back keeps the
+    ``mark_waiting`` fails silently and one analyst running queries back to back keeps the
     database for as long as they like: every other user's open waits its 60 s and fails
     (measured: an admin's open took 19.6 s, the length of the analyst's loop). Safe: the other
     process gets its turn within a few seconds."""

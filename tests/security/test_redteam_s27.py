@@ -29,9 +29,9 @@ from test_dp_query import dp_document, make_db
 from test_redteam_s26 import _read
 
 import sqlsdc
-from sqlsdc.catalog import budget
+from sqlsdc.catalog import budget, budget_admin
 from sqlsdc.catalog.budget import BudgetKey
-from sqlsdc.engines import duckdb as engine
+from sqlsdc.engines import duckdb_schema
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import BudgetExhausted, Error, PolicyViolation
 from sqlsdc.guard.connection import Connection
@@ -128,8 +128,8 @@ def test_a_limit_lowered_while_a_connection_holds_its_state_binds_at_once(db):
         assert _try(con, COUNT.format(1))
         admin = open_database(db)  # this process shares the file's engine instance
         try:
-            budget.set_limit(admin, admin="admin", key=BudgetKey(), reason="lower",
-                             limit=BudgetLimit(epsilon=Fraction(1)))  # fmt: skip
+            budget_admin.set_limit(admin, admin="admin", key=BudgetKey(), reason="lower",
+                                   limit=BudgetLimit(epsilon=Fraction(1)))  # fmt: skip
         finally:
             admin.close()
         assert _try(con, COUNT.format(2))
@@ -159,7 +159,7 @@ def test_a_reset_of_another_key_does_not_reopen_a_spent_budget(db):
         assert all(_try(con, COUNT.format(i)) for i in range(3))
         admin = open_database(db)
         try:
-            budget.reset(admin, admin="admin", key=BudgetKey("bob"), reason="new quarter")
+            budget_admin.reset(admin, admin="admin", key=BudgetKey("bob"), reason="new quarter")
         finally:
             admin.close()
         assert _try(con, COUNT.format(3))
@@ -277,11 +277,11 @@ _KILLED_CHARGE = textwrap.dedent(
 
     where = sys.argv[2]
     if where == "before-commit":  # inside the charge's transaction, the counter bumped
-        real = budget._insert_cells
+        real = budget.insert_cells
         def dying(*args, **kwargs):
             real(*args, **kwargs)
             os.kill(os.getpid(), signal.SIGKILL)
-        budget._insert_cells = dying
+        budget.insert_cells = dying
     else:  # committed, before the connection's state learns it
         def dying(self, *args, **kwargs):
             os.kill(os.getpid(), signal.SIGKILL)
@@ -616,7 +616,7 @@ def test_a_pair_of_duplicate_rows_replaced_by_another_pair_gives_new_noise(db):
             "WHERE clinic = 'a' LIMIT 1"
         )
         raw.execute("INSERT INTO visits SELECT * FROM visits WHERE cost = 12.3456")
-        before = engine.data_version(raw, "visits")
+        before = duckdb_schema.data_version(raw, "visits")
     finally:
         raw.close()
     with sqlsdc.connect(db, "ana") as con:
@@ -625,7 +625,7 @@ def test_a_pair_of_duplicate_rows_replaced_by_another_pair_gives_new_noise(db):
     try:
         (changed,) = raw.execute("UPDATE visits SET cost = 77.7 WHERE cost = 12.3456").fetchone()
         assert changed == 2
-        assert engine.data_version(raw, "visits") != before
+        assert duckdb_schema.data_version(raw, "visits") != before
     finally:
         raw.close()
     with sqlsdc.connect(db, "ana") as con:

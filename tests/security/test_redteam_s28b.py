@@ -33,7 +33,8 @@ from test_dp_query import dp_document, make_db
 from test_redteam_s28 import _scope
 
 import sqlsdc
-from sqlsdc.engines.duckdb import data_version, open_database
+from sqlsdc.engines.duckdb import open_database
+from sqlsdc.engines.duckdb_schema import data_version
 from sqlsdc.guard.parse import parse_statement
 from sqlsdc.planner.identity import aggregation_identity
 

@@ -29,7 +29,7 @@ from test_dp_query import dp_document, make_db
 
 import sqlsdc
 import sqlsdc.guard.connection as connection
-from sqlsdc.engines.duckdb import data_version
+from sqlsdc.engines.duckdb_schema import data_version
 from sqlsdc.mechanisms.dp_cells import encode_key_value
 
 dp_db, ana = test_redteam_s28b.dp_db, test_redteam_s28b.ana  # DP counts, private visits groups

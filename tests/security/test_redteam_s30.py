@@ -104,10 +104,9 @@ psycopg = pytest.importorskip("psycopg")
 
 
 @pytest.fixture(scope="module")
-def server_db(ckm_db, tmp_path_factory):
+def server_db(ckm_db, tmp_path_factory, copy_database):
     """The demo as shipped (cell key method), so that server and embedded cells carry noise."""
-    db = tmp_path_factory.mktemp("redteam_s30") / "demo.duckdb"
-    shutil.copy(ckm_db, db)
+    db = copy_database(ckm_db, tmp_path_factory.mktemp("redteam_s30"))
     add_server_user(db)
     return db
 

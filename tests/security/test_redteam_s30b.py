@@ -74,12 +74,6 @@ import sqlsdc
 from tests.security.test_redteam_s28e import CKM, DP, ckm_table, rows
 
 
-@pytest.fixture(scope="module")
-def ckm(ckm_db):
-    with sqlsdc.connect(ckm_db, user="analyst") as con:
-        yield con
-
-
 def released(con, sql: str, params=None) -> list[tuple]:
     """The rows of ``sql`` in the engine's order (no sort): for ORDER BY and LIMIT."""
     cur = con.cursor()

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import duckdb
 import pytest
+from db_reads import protected_tables, read
 
 import sqlsdc
 from sqlsdc.errors import TabularError
@@ -67,14 +68,6 @@ from tests.security.test_redteam_s29c import _attacker_intervals
 
 CUBE = "SELECT nace, region, COUNT(*) FROM enterprises GROUP BY CUBE(nace, region)"
 NACE_REGION = "SELECT nace, region, COUNT(*) FROM enterprises{where} GROUP BY nace, region"
-
-
-def read(path, sql: str) -> list[tuple]:
-    con = duckdb.connect(str(path), read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 @pytest.fixture(scope="module")
@@ -107,8 +100,7 @@ def test_a_job_over_the_live_universe_is_refused(released, where):
                       rules=[FrequencyRule(3)], time_limit=10)  # fmt: skip
     with pytest.raises(TabularError, match="protected by suppression in the policy"):
         round_query(db, "admin", NACE_REGION.format(where=where), into="mine_r", base=5)
-    assert not read(db, "SELECT 1 FROM duckdb_tables() WHERE schema_name = 'protected' "
-                        "AND table_name IN ('mine', 'mine_r')")  # fmt: skip
+    assert not {"mine", "mine_r"} & set(protected_tables(db))
     decision, reason = read(db, "SELECT decision, reason FROM sqlsdc.audit "
                                 "ORDER BY logged_at DESC, query_id DESC LIMIT 1")[0]  # fmt: skip
     assert decision == "refused" and "protected by suppression" in reason

@@ -77,6 +77,7 @@ from functools import partial
 import cli_fork
 import duckdb
 import pytest
+from db_reads import read
 
 import sqlsdc
 from sqlsdc.catalog import store
@@ -88,14 +89,6 @@ from sqlsdc.policy import load_policy
 BY_REGION = "SELECT region, COUNT(*) FROM persons GROUP BY region ORDER BY 1"
 BY_SEX = "SELECT sex, COUNT(*) FROM persons GROUP BY sex ORDER BY 1"
 REFUSED = "SELECT region, COUNT(*) FROM persons WHERE current_database() = 'x' GROUP BY 1"
-
-
-def read(path, sql: str, params=None) -> list[tuple]:
-    con = duckdb.connect(str(path), read_only=True)
-    try:
-        return con.execute(sql, params or []).fetchall()
-    finally:
-        con.close()
 
 
 def idle_then(con: Connection, action) -> object:

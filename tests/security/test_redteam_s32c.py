@@ -88,7 +88,6 @@ Left open:
 from __future__ import annotations
 
 import datetime as dt
-import shutil
 import socket
 import ssl
 import struct
@@ -113,9 +112,8 @@ AGGREGATE = "SELECT region, COUNT(*) AS n FROM persons WHERE region = %s GROUP B
 
 
 @pytest.fixture(scope="module")
-def server_db(pristine_demo_db, tmp_path_factory):
-    db = tmp_path_factory.mktemp("s32c") / "demo.duckdb"
-    shutil.copy(pristine_demo_db, db)
+def server_db(pristine_demo_db, tmp_path_factory, copy_database):
+    db = copy_database(pristine_demo_db, tmp_path_factory.mktemp("s32c"))
     add_server_user(db)
     return db
 

@@ -133,7 +133,6 @@ Left open:
 
 from __future__ import annotations
 
-import shutil
 import socket
 import struct
 import subprocess
@@ -164,9 +163,8 @@ CROSS_JOIN = (
 
 
 @pytest.fixture(scope="module")
-def server_db(pristine_demo_db, tmp_path_factory):
-    db = tmp_path_factory.mktemp("s35b") / "demo.duckdb"
-    shutil.copy(pristine_demo_db, db)
+def server_db(pristine_demo_db, tmp_path_factory, copy_database):
+    db = copy_database(pristine_demo_db, tmp_path_factory.mktemp("s35b"))
     add_server_user(db)
     add_server_user(db, "admin", ADMIN_PASSWORD)
     return db

@@ -69,22 +69,14 @@ from __future__ import annotations
 
 import json
 
-import duckdb
 import pytest
+from db_reads import read
 
 from sqlsdc.errors import Error, TabularError
 from sqlsdc.jobs.adjust import cta_query
 from sqlsdc.jobs.protect import protect_query
 from sqlsdc.release import publish
 from sqlsdc.tabular.rules import FrequencyRule
-
-
-def read(path, sql: str) -> list[tuple]:
-    con = duckdb.connect(str(path), read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 @pytest.fixture()

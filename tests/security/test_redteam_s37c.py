@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sqlsdc.catalog.budget import BudgetKey, set_limit
+from sqlsdc.catalog.budget import BudgetKey
+from sqlsdc.catalog.budget_admin import set_limit
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import MicrodataError, TabularError
 from sqlsdc.jobs.adjust import cta_query, ipf_query, round_query

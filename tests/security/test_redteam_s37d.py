@@ -192,10 +192,8 @@ def test_no_suppressed_count_is_provably_below_the_frequency_threshold(suppress_
 
 
 @pytest.fixture(scope="module")
-def rounded_db(rounded_template, tmp_path_factory):
-    path = tmp_path_factory.mktemp("s37d-round") / "demo.duckdb"
-    shutil.copy(rounded_template, path)
-    return path
+def rounded_db(rounded_template, tmp_path_factory, copy_database):
+    return copy_database(rounded_template, tmp_path_factory.mktemp("s37d-round"))
 
 
 def conventional(x: float, base: int = 100) -> int:
@@ -371,10 +369,9 @@ def test_a_rounded_total_is_its_own_cell_not_the_sum_of_its_rows(rounded_db):
 
 
 @pytest.fixture(scope="module")
-def rounded_counts_db(pristine_demo_db, tmp_path_factory):
+def rounded_counts_db(pristine_demo_db, tmp_path_factory, copy_database):
     """Counts rounded to 5, magnitudes by the demo's cell key method (mean before sum)."""
-    path = tmp_path_factory.mktemp("s37d-round-counts") / "demo.duckdb"
-    shutil.copy(pristine_demo_db, path)
+    path = copy_database(pristine_demo_db, tmp_path_factory.mktemp("s37d-round-counts"))
     document = demo_policy().document_dict()
     document["protection"]["min_frequency"] = 3
     document["protection"]["counts"] = {"method": "round", "base": 5}
@@ -401,10 +398,9 @@ def test_magnitudes_beside_rounded_counts_that_tell_the_count_are_refused(rounde
 
 
 @pytest.fixture(scope="module")
-def ckm_counts_db(pristine_demo_db, tmp_path_factory):
+def ckm_counts_db(pristine_demo_db, tmp_path_factory, copy_database):
     """Counts by the demo's cell key method, magnitudes left to the default (threshold)."""
-    path = tmp_path_factory.mktemp("s37d-ckm-counts") / "demo.duckdb"
-    shutil.copy(pristine_demo_db, path)
+    path = copy_database(pristine_demo_db, tmp_path_factory.mktemp("s37d-ckm-counts"))
     document = demo_policy().document_dict()
     document["protection"].pop("magnitudes")
     document["protection"]["min_frequency"] = 3

@@ -111,13 +111,6 @@ def test_ckm_counts_beside_threshold_magnitudes_are_answered(ckm_threshold):
     assert count[0] > 0
 
 
-@pytest.fixture(scope="module")
-def ckm(ckm_db):
-    con = sqlsdc.connect(ckm_db, user="analyst")
-    yield con
-    con.close()
-
-
 def _sums(n: int) -> str:
     return ", ".join(f"SUM(CASE WHEN age = {k} THEN income END) AS s{k}" for k in range(n))
 

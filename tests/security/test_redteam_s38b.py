@@ -91,7 +91,8 @@ import duckdb
 import pytest
 
 from sqlsdc.admin import apply, show
-from sqlsdc.catalog.budget import BudgetKey, set_limit
+from sqlsdc.catalog.budget import BudgetKey
+from sqlsdc.catalog.budget_admin import set_limit
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import TabularError
 from sqlsdc.jobs.anonymize import anonymize

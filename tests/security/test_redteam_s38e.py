@@ -103,7 +103,6 @@ from __future__ import annotations
 
 import math
 import re
-import shutil
 
 import pytest
 
@@ -241,18 +240,15 @@ def test_a_file_of_the_whole_table_then_suppression_is_refused(jobs_demo_db):
 
 
 @pytest.fixture(scope="module")
-def rounded_db(rounded_template, tmp_path_factory):
+def rounded_db(rounded_template, tmp_path_factory, copy_database):
     """Counts rounded to 5 (unbiased), magnitudes to 100 (conventional), as in s37d."""
-    path = tmp_path_factory.mktemp("s38e-round") / "demo.duckdb"
-    shutil.copy(rounded_template, path)
-    return path
+    return copy_database(rounded_template, tmp_path_factory.mktemp("s38e-round"))
 
 
 @pytest.fixture(scope="module")
-def unbiased_db(rounded_template, tmp_path_factory):
+def unbiased_db(rounded_template, tmp_path_factory, copy_database):
     """``rounded_db`` with magnitudes rounded unbiased (a coin per sum, from its cell key)."""
-    path = tmp_path_factory.mktemp("s39-unbiased") / "demo.duckdb"
-    shutil.copy(rounded_template, path)
+    path = copy_database(rounded_template, tmp_path_factory.mktemp("s39-unbiased"))
     _version, document, _history = admin.show(path)
     document["protection"]["magnitudes"]["rounding"] = "unbiased"
     admin.apply(path, load_policy(document), "admin")

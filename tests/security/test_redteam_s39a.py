@@ -80,7 +80,6 @@ What held (tried on the 20,000-person demo):
 
 from __future__ import annotations
 
-import shutil
 from collections import Counter
 
 import pytest
@@ -93,11 +92,9 @@ DIMS = ["age", "education", "occupation"]
 
 
 @pytest.fixture(scope="module")
-def rounded_db(rounded_template, tmp_path_factory):
+def rounded_db(rounded_template, tmp_path_factory, copy_database):
     """Counts rounded to 5 (unbiased), magnitudes to 100 (conventional), minimum frequency 3."""
-    path = tmp_path_factory.mktemp("s39a-round") / "demo.duckdb"
-    shutil.copy(rounded_template, path)
-    return path
+    return copy_database(rounded_template, tmp_path_factory.mktemp("s39a-round"))
 
 
 @pytest.fixture(scope="module")

@@ -56,8 +56,8 @@ from __future__ import annotations
 import subprocess
 
 import cli_fork
-import duckdb
 import pytest
+from db_reads import protected_tables, read
 
 import sqlsdc
 from sqlsdc.errors import MicrodataError, TabularError
@@ -65,14 +65,6 @@ from sqlsdc.jobs.adjust import round_query
 from sqlsdc.jobs.anonymize import anonymize
 from sqlsdc.jobs.protect import protect_query
 from sqlsdc.tabular.rules import FrequencyRule
-
-
-def read(path, sql: str, params=()) -> list[tuple]:
-    con = duckdb.connect(str(path), read_only=True)
-    try:
-        return con.execute(sql, list(params)).fetchall()
-    finally:
-        con.close()
 
 
 def run(*args):
@@ -101,7 +93,7 @@ def test_a_job_over_whole_live_cells_is_refused(suppress_db):
                       rules=[FrequencyRule(3)], time_limit=10)  # fmt: skip
     with pytest.raises(TabularError, match="protected by suppression in the policy"):
         round_query(suppress_db, "admin", WHOLE_REGIONS, into="regions4_r", base=5)
-    assert not read(suppress_db, "SELECT 1 FROM duckdb_tables() WHERE schema_name = 'protected'")
+    assert protected_tables(suppress_db) == []
     # a population that lacks units of every cell it shares is still a job (s30f's "old")
     protect_query(
         suppress_db,
@@ -132,7 +124,7 @@ def test_a_file_that_holds_the_live_cells_is_refused(suppress_db):
     with pytest.raises(MicrodataError, match="holds the same units as a cell of that pattern"):
         anonymize(suppress_db, user="admin", into="ent", steps=["microaggregate:turnover:k=5"],
                   sql="SELECT nace, region, turnover FROM enterprises")  # fmt: skip
-    assert not read(suppress_db, "SELECT 1 FROM duckdb_tables() WHERE schema_name = 'protected'")
+    assert protected_tables(suppress_db) == []
 
 
 def test_the_release_database_is_never_the_confidential_one(suppress_db, tmp_path):
@@ -168,4 +160,4 @@ def test_an_anonymisation_step_that_does_not_fit_is_told_not_a_bug(suppress_db, 
                "--step", step)  # fmt: skip
     assert done.returncode == 1 and told in done.stderr, done.stderr
     assert "internal error" not in done.stderr
-    assert not read(suppress_db, "SELECT 1 FROM duckdb_tables() WHERE schema_name = 'protected'")
+    assert protected_tables(suppress_db) == []

@@ -105,10 +105,10 @@ New-user changes
 from __future__ import annotations
 
 import math
-import shutil
 
 import duckdb
 import pytest
+from db_reads import protected_tables
 
 import sqlsdc
 from sqlsdc.errors import MicrodataError, PolicyViolation
@@ -119,26 +119,17 @@ PADDED = f"{TARGET} OR income = 0"  # and the 1,877 zero incomes
 
 
 @pytest.fixture(scope="module")
-def threshold(pristine_demo_db, tmp_path_factory):
-    path = tmp_path_factory.mktemp("s39c-threshold") / "demo.duckdb"
-    shutil.copy(pristine_demo_db, path)
+def threshold(pristine_demo_db, tmp_path_factory, copy_database):
+    path = copy_database(pristine_demo_db, tmp_path_factory.mktemp("s39c-threshold"))
     con = sqlsdc.connect(path, user="analyst")
     yield con
     con.close()
 
 
 @pytest.fixture(scope="module")
-def rounded(rounded_template, tmp_path_factory):
-    path = tmp_path_factory.mktemp("s39c-round") / "demo.duckdb"
-    shutil.copy(rounded_template, path)
+def rounded(rounded_template, tmp_path_factory, copy_database):
+    path = copy_database(rounded_template, tmp_path_factory.mktemp("s39c-round"))
     con = sqlsdc.connect(path, user="analyst")
-    yield con
-    con.close()
-
-
-@pytest.fixture(scope="module")
-def ckm(ckm_db):
-    con = sqlsdc.connect(ckm_db, user="analyst")
     yield con
     con.close()
 
@@ -299,14 +290,7 @@ def test_a_file_that_spells_the_live_cells_as_expressions_is_refused(
     with pytest.raises(MicrodataError, match="holds the same units as a cell of that pattern"):
         anonymize(db, user="admin", into="spelt", sql=source,
                   steps=["microaggregate:income:k=5"])  # fmt: skip
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        stored = con.execute(
-            "SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'protected'"
-        ).fetchone()
-    finally:
-        con.close()
-    assert stored == (0,)
+    assert protected_tables(db) == []
 
 
 def _hidden_cells(db) -> tuple[list, dict]:
@@ -376,14 +360,7 @@ def test_a_balanced_cart_synthesis_counts_as_exact_beside_the_pattern(
         synthesize(db, user="admin", into="syn", method="cart", seed=7,
                    sql="SELECT sex, municipality, income FROM persons",
                    options={"draw": "balanced"})  # fmt: skip
-    raw = duckdb.connect(str(db), read_only=True)
-    try:
-        stored = raw.execute(
-            "SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'protected'"
-        ).fetchone()
-    finally:
-        raw.close()
-    assert stored == (0,)
+    assert protected_tables(db) == []
 
 
 def _pram_file(db, p: str):

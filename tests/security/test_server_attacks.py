@@ -20,11 +20,9 @@ scramp = pytest.importorskip("scramp")
 
 
 @pytest.fixture(scope="module")
-def server_db(pristine_demo_db, tmp_path_factory):
-    import shutil
+def server_db(pristine_demo_db, tmp_path_factory, copy_database):
 
-    db = tmp_path_factory.mktemp("attacks") / "demo.duckdb"
-    shutil.copy(pristine_demo_db, db)
+    db = copy_database(pristine_demo_db, tmp_path_factory.mktemp("attacks"))
     add_server_user(db)
     return db
 

@@ -7,17 +7,14 @@ hidden value from what HAVING, arithmetic or row presence reveal.
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 import sqlsdc
 
 
 @pytest.fixture(scope="module")
-def guarded(suppress_template, tmp_path_factory):
-    path = tmp_path_factory.mktemp("suppress-abuse") / "demo.duckdb"
-    shutil.copy(suppress_template, path)
+def guarded(suppress_template, tmp_path_factory, copy_database):
+    path = copy_database(suppress_template, tmp_path_factory.mktemp("suppress-abuse"))
     con = sqlsdc.connect(path, user="analyst")
     yield con
     con.close()

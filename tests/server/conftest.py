@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -64,9 +63,8 @@ def stop_server(running: Running) -> None:
 
 
 @pytest.fixture(scope="module")
-def server_db(pristine_demo_db, tmp_path_factory) -> Path:
-    db = tmp_path_factory.mktemp("server") / "demo.duckdb"
-    shutil.copy(pristine_demo_db, db)
+def server_db(pristine_demo_db, tmp_path_factory, copy_database) -> Path:
+    db = copy_database(pristine_demo_db, tmp_path_factory.mktemp("server"))
     add_server_user(db)
     return db
 

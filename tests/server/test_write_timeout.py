@@ -5,7 +5,6 @@ what it was answered stays charged and audited."""
 from __future__ import annotations
 
 import errno
-import shutil
 import socket
 import time
 
@@ -29,9 +28,8 @@ BIG_ANSWER = (
 
 
 @pytest.fixture(scope="module")
-def server_db(pristine_demo_db, tmp_path_factory):
-    db = tmp_path_factory.mktemp("write_timeout") / "demo.duckdb"
-    shutil.copy(pristine_demo_db, db)
+def server_db(pristine_demo_db, tmp_path_factory, copy_database):
+    db = copy_database(pristine_demo_db, tmp_path_factory.mktemp("write_timeout"))
     add_server_user(db)
     add_server_user(db, "admin", ADMIN_PASSWORD)
     return db

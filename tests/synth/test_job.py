@@ -9,8 +9,10 @@ from fractions import Fraction
 import duckdb
 import numpy as np
 import pytest
+from db_reads import protected_tables
 
-from sqlsdc.catalog.budget import BudgetKey, set_limit
+from sqlsdc.catalog.budget import BudgetKey
+from sqlsdc.catalog.budget_admin import set_limit
 from sqlsdc.errors import AccessDenied, BudgetExhausted, MicrodataError, SynthesisError
 from sqlsdc.mechanisms.accountant import BudgetLimit
 from sqlsdc.synth import synthesize
@@ -117,9 +119,7 @@ def test_exhausted_budget_refuses_and_stores_nothing(fresh_demo_db):
     with pytest.raises(BudgetExhausted):
         synthesize(fresh_demo_db, user="admin", source="persons", into="dp2", method="dp-ipf",
                    epsilon="1/1000", **DP)  # fmt: skip
-    tables = _read(fresh_demo_db, "SELECT table_name FROM duckdb_tables() "
-                                  "WHERE schema_name = 'protected'")  # fmt: skip
-    assert tables["table_name"].tolist() == ["dp"]
+    assert protected_tables(fresh_demo_db) == ["dp"]
     audit = _audit(fresh_demo_db)["decision"].tolist()
     assert audit[-4:] == ["refused", "refused", "accepted", "refused"]
     assert len(_spends(fresh_demo_db)) == 1
@@ -179,8 +179,7 @@ def test_refusals_are_audited_and_leave_nothing(fresh_demo_db, changes, error, m
                  "epsilon": "1", **DP, **changes}  # fmt: skip
     with pytest.raises(error, match=match):
         synthesize(fresh_demo_db, **arguments)
-    assert _read(fresh_demo_db, "SELECT count(*) AS n FROM duckdb_tables() "
-                                "WHERE schema_name = 'protected'")["n"][0] == 0  # fmt: skip
+    assert protected_tables(fresh_demo_db) == []
     assert _spends(fresh_demo_db).empty
     if error is not AccessDenied:
         assert _audit(fresh_demo_db)["decision"].iloc[-1] == "refused"
