@@ -35,7 +35,7 @@ from sqlsdc.jobs.stored_tables import (
     outputs_of_the_same_cells,
     pattern_label,
 )
-from sqlsdc.jobs.synthesis_files import stored_exact_syntheses
+from sqlsdc.jobs.synthesis_files import opaque_syntheses, stored_exact_syntheses
 from sqlsdc.jobs.tabulation import JobSpec
 from sqlsdc.policy import Policy
 
@@ -200,7 +200,7 @@ def _exact_releases(con, policy: Policy, spec: JobSpec) -> list[Release]:
     (:func:`~sqlsdc.jobs.record_files.stored_files`; red team s37c: a file of everyone aged
     85 or over, income only top-coded far above any income, less a suppression job's total of
     the same people but one, gave that person's income and so named their record)."""
-    if opaque := opaque_files(con, policy, spec.table):
+    if opaque := _opaque(con, policy, spec.table):
         raise TabularError(opaque_refusal(f"the file {opaque[0]}", spec.table, "the job"))
     found = [
         Release(label, theirs.where, theirs.dims)
@@ -226,7 +226,7 @@ def refuse_pattern_differences(con, policy: Policy) -> None:
         if declared.suppression is None:
             continue
         label = pattern_label(declared.name)
-        if opaque := opaque_files(con, policy, declared.name):
+        if opaque := _opaque(con, policy, declared.name):
             raise _policy_refusal(opaque_refusal(f"the file {opaque[0]}", declared.name, label))
         found = exact_tables(con, policy, declared.name)
         files = stored_files(con, policy, declared.name)
@@ -242,6 +242,12 @@ def refuse_pattern_differences(con, policy: Policy) -> None:
                 refuse_live_cells(con, policy, spec, name, error=_policy_refusal, total=total)
         for release in files:
             refuse_live_file_cells(con, policy, declared.name, release, _policy_refusal)
+
+
+def _opaque(con, policy: Policy, table: str) -> list[str]:
+    """The stored files of ``table`` the differencing check cannot compare: anonymised files
+    and syntheses that count as exact (:func:`opaque_files`, :func:`opaque_syntheses`)."""
+    return opaque_files(con, policy, table) + opaque_syntheses(con, policy, table)
 
 
 def _policy_refusal(message: str) -> PolicyError:
