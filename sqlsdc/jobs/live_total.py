@@ -50,8 +50,10 @@ from sqlsdc.tabular.universe import COUNT, STATUS, VALUE, Universe, universe_of
 def public_grand_total(con, policy: Policy, spec: JobSpec, method: str, version: int) -> bool:
     """Whether the ``method`` job ``spec`` may share its grand total with the live suppression
     pattern of its table (the module's conditions), computing the pattern if it is stale."""
+    if method != "suppress":
+        return False
     universe = _shaped(con, policy, spec)
-    if method != "suppress" or universe is None or _ties(con, spec, universe):
+    if universe is None or _ties(con, spec, universe):
         return False
     con.execute("BEGIN TRANSACTION")
     try:
@@ -128,8 +130,9 @@ def _published(con, spec: JobSpec, universe: Universe) -> bool:
     aggregate = spec.measure or COUNT
     table = pattern_table(universe.table)
     stored = {c.lower() for c in engine.table_columns(con, table.db, table.name)}
-    if f"{aggregate}{STATUS}".lower() not in stored:
-        return False
+    wanted = {f"{aggregate}{STATUS}", f"{aggregate}{VALUE}", *universe.columns}
+    if not {c.lower() for c in wanted} <= stored:
+        return False  # none stored, or one of another universe (a policy about to change it)
     found = exp.select(exp.column(f"{aggregate}{STATUS}"), exp.column(f"{aggregate}{VALUE}"))
     found = found.from_(table)
     found = found.where(exp.and_(*[exp.column(c).is_(exp.null()) for c in universe.columns]))
