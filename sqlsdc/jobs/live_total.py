@@ -11,7 +11,10 @@ pattern that agree with their published cells, the cross-classification whose ma
 exists (a transportation problem with equal totals, integral for integral margins), so no
 reader learns of either table's hidden cells more than from that table alone, under the
 linked audit's model (:mod:`sqlsdc.jobs.linked_audit`: every combination of codes possible
-unless a table's listing rules it out).
+unless a table's listing rules it out). Not modelled, as there: a reader who knows from
+elsewhere that a category of the job lies in one cell of the pattern (every member of the
+armed forces in one municipality) reads the job's published count as a lower bound of that
+cell.
 
 That argument fails when the job's cells are tied to the universe otherwise, so
 :func:`public_grand_total` allows the job only when all of this holds (else the refusal
