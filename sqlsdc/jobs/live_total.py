@@ -42,6 +42,8 @@ from sqlglot import exp
 
 from sqlsdc.catalog.store import pattern_table
 from sqlsdc.engines import duckdb as engine
+from sqlsdc.engines.duckdb_schema import table_columns
+from sqlsdc.engines.duckdb_sql import to_sql
 from sqlsdc.jobs.exact_release import kept
 from sqlsdc.jobs.patterns import ensure_patterns
 from sqlsdc.jobs.stored_tables import same_rows
@@ -125,21 +127,21 @@ def _ties(con, spec: JobSpec, universe: Universe) -> bool:
     )
     for name, body in (("__r", rows), ("__l", live), ("__p", parts)):
         cells = cells.with_(name, as_=body)
-    return bool(engine.run(con, engine.to_sql(cells)).num_rows)
+    return bool(engine.run(con, to_sql(cells)).num_rows)
 
 
 def _published(con, spec: JobSpec, universe: Universe) -> bool:
     """Whether the stored pattern publishes the grand total with the job's value."""
     aggregate = spec.measure or COUNT
     table = pattern_table(universe.table)
-    stored = {c.lower() for c in engine.table_columns(con, table.db, table.name)}
+    stored = {c.lower() for c in table_columns(con, table.db, table.name)}
     wanted = {f"{aggregate}{STATUS}", f"{aggregate}{VALUE}", *universe.columns}
     if not {c.lower() for c in wanted} <= stored:
         return False  # none stored, or one of another universe (a policy about to change it)
     found = exp.select(exp.column(f"{aggregate}{STATUS}"), exp.column(f"{aggregate}{VALUE}"))
     found = found.from_(table)
     found = found.where(exp.and_(*[exp.column(c).is_(exp.null()) for c in universe.columns]))
-    rows = engine.run(con, engine.to_sql(found)).to_pylist()
+    rows = engine.run(con, to_sql(found)).to_pylist()
     if len(rows) != 1:
         return False
     status, value = rows[0].values()
@@ -148,7 +150,7 @@ def _published(con, spec: JobSpec, universe: Universe) -> bool:
     total = (exp.Count(this=exp.Distinct(expressions=[exp.column(spec.unit)]))
              if spec.measure is None else exp.Sum(this=exp.column(spec.measure)))  # fmt: skip
     ours = exp.select(total).from_(spec.table).where(_adds(spec))
-    (mine,) = engine.run(con, engine.to_sql(ours)).to_pylist()[0].values()
+    (mine,) = engine.run(con, to_sql(ours)).to_pylist()[0].values()
     return mine is not None and math.isclose(float(value), float(mine), rel_tol=1e-12)
 
 
