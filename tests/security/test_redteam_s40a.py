@@ -176,3 +176,45 @@ def test_a_distinct_count_cannot_be_averaged_with_its_value_held(ckm, raw_ckm):
         f"the mean of {len(windows)} answers is the exact distinct count in {exact} of "
         f"{len(truth)} groups (the published value in {once})"
     )
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        "SUM(CASE WHEN income > 0 THEN income END) FROM persons",
+        "SUM(INCOME) FROM persons WHERE income <> 0",
+        "SUM(Persons.Income) FROM persons WHERE income IS NOT NULL OR age > 200",
+        "SUM(i) FROM (SELECT region, income AS I FROM persons WHERE income > 0 OR sex = 'F') t",
+        "SUM(p.income) FROM persons p LEFT JOIN households h "
+        "ON p.household_id = h.household_id AND h.tenure = 'owner'",
+    ],
+)
+def test_a_sum_of_the_same_non_zero_records_is_one_value(ckm, form):
+    """Held: every spelling whose non-zero records are those of ``SUM(income)`` by region (a
+    filter that keeps them, a CASE that drops only zeros, a rename, a join that adds no rows)
+    gets its salt and its key, so the same value: no second noise to average."""
+    sql = "SELECT {} GROUP BY 1 ORDER BY 1"
+    plain = ckm.execute(sql.format("region, SUM(income) FROM persons")).fetchall()
+    assert len(plain) == 8
+    key = "p.region" if " p " in form else "region"
+    assert ckm.execute(sql.format(f"{key}, {form}")).fetchall() == plain
+
+
+def test_a_window_over_groups_counts_the_groups_shown(ckm):
+    """Held: ``COUNT(*) OVER ()`` and ``ROW_NUMBER()`` over an aggregation's groups count the
+    rows the guard shows (protected count above 0; as data, at least 10), never the groups the
+    data holds (139 municipalities have persons aged 90+)."""
+    where = "WHERE age >= 90"
+    rows = ckm.execute(
+        f"SELECT municipality, COUNT(*) OVER (), COUNT(*) FROM persons {where} GROUP BY 1"
+    ).fetchall()
+    assert rows and all(w == len(rows) for _m, w, _c in rows)
+    listed = ckm.execute(
+        f"SELECT municipality, ROW_NUMBER() OVER (ORDER BY municipality) FROM persons {where} "
+        "GROUP BY 1"
+    ).fetchall()
+    counted = ckm.execute(
+        f"SELECT COUNT(*) FROM (SELECT municipality, COUNT(*) c FROM persons {where} GROUP BY 1) t "
+        "WHERE c >= 10"
+    ).fetchone()[0]
+    assert max(n for _m, n in listed) == len(listed) == counted
