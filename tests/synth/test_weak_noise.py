@@ -13,7 +13,8 @@ from fractions import Fraction
 
 import pytest
 
-from sqlsdc.catalog.budget import BudgetKey, set_limit
+from sqlsdc.catalog.budget import BudgetKey
+from sqlsdc.catalog.budget_admin import set_limit
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.jobs.output_history import earlier_versions
 from sqlsdc.mechanisms.accountant import BudgetLimit
