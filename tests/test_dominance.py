@@ -133,6 +133,15 @@ def test_a_unit_s_rows_are_one_contribution(ana, db):
     assert rolled == [("at", 1600), ("below", None), (None, None)]
 
 
+def test_a_repeated_grouping_set_reads_each_unit_once(ana):
+    """``GROUPING SETS ((cell), (cell), (cell))`` gives a row per copy, and so did the units'
+    totals: T was three times 1599 and x2 firm 1's own 1000 again, and "below" was published
+    (red team s40b). Each unit's total is read once per cell."""
+    for group in ("GROUPING SETS ((cell), (cell), (cell))", "cell, ROLLUP (cell)"):
+        rows = ana.execute(f"SELECT cell, SUM(value) FROM payments GROUP BY {group}").fetchall()
+        assert sorted(set(rows)) == [("at", 1600), ("below", None)], group
+
+
 def test_rounded_sums_follow_the_same_rule(ana):
     sums = cells(ana, "SELECT cell, SUM(value) FROM rounded GROUP BY cell")
     assert sums["below"] is None and sums["zeros"] is None
