@@ -46,6 +46,9 @@ def document(dominance=None) -> dict:
             "rounded": table(
                 columns, {"min_frequency": 3, "counts": rounded, "magnitudes": rounded}
             ),  # fmt: skip
+            "rounded_payments": table(
+                columns, {"min_frequency": 3, "counts": rounded, "magnitudes": rounded}
+            ),  # fmt: skip
             "dominated": table(
                 columns,
                 {
@@ -72,11 +75,12 @@ def db(tmp_path_factory):
         con.executemany(
             f"INSERT INTO {name} VALUES (?, ?, ?)", [(u, c, v) for u, (c, v) in enumerate(rows)]
         )
-    con.execute("CREATE TABLE payments (unit INTEGER, cell VARCHAR, value DOUBLE)")
-    con.executemany(
-        "INSERT INTO payments VALUES (?, ?, ?)",
-        [(unit, cell, v) for cell, rows in PAYMENTS.items() for unit, v in rows],
-    )
+    for name in ("payments", "rounded_payments"):
+        con.execute(f"CREATE TABLE {name} (unit INTEGER, cell VARCHAR, value DOUBLE)")
+        con.executemany(
+            f"INSERT INTO {name} VALUES (?, ?, ?)",
+            [(unit, cell, v) for cell, rows in PAYMENTS.items() for unit, v in rows],
+        )
     con.close()
     sqlsdc.init(path, document())
     return path
@@ -140,6 +144,9 @@ def test_a_repeated_grouping_set_reads_each_unit_once(ana):
     for group in ("GROUPING SETS ((cell), (cell), (cell))", "cell, ROLLUP (cell)"):
         rows = ana.execute(f"SELECT cell, SUM(value) FROM payments GROUP BY {group}").fetchall()
         assert sorted(set(rows)) == [("at", 1600), ("below", None)], group
+        sql = f"SELECT cell, SUM(value) FROM rounded_payments GROUP BY {group}"
+        rounded = dict(ana.execute(sql).fetchall())
+        assert rounded["below"] is None and rounded["at"] is not None, group
 
 
 def test_rounded_sums_follow_the_same_rule(ana):
