@@ -31,6 +31,18 @@ What broke (fixed here):
   that it is not published as 0); the pattern's contributors, AVG's divisor, stay the units
   with a value.
 
+Left open (strict xfail):
+
+- **A suppression job of a sum counts every unit of its WHERE for the frequency rule**, zeros
+  and units without a value included (``jobs.tabulation.cells_sql``: ``n`` is ``COUNT(*)`` of
+  the units, also the ``n`` the job publishes and compares with count tables). The job
+  ``SELECT municipality, sex, SUM(income) FROM persons GROUP BY municipality, sex`` under
+  ``p:10, freq:5`` on the demo publishes 6 cells of 3-4 incomes (R01-M011 men as above;
+  R04-M018 men: four incomes and a person without one, published with ``n`` 5). Jobs are run
+  by admins, but their tables are released. The fix needs the rule's count apart from the
+  published unit count (and ``jobs/sum_counts.py``'s counts pattern), which the universe now
+  has.
+
 Noticed, not changed:
 
 - A universe cell whose units all have no value (NULL) is published as a sum of 0 beside its
@@ -51,6 +63,7 @@ from __future__ import annotations
 import shutil
 
 import duckdb
+import pytest
 
 import sqlsdc
 
@@ -138,4 +151,32 @@ def test_the_suppression_universe_counts_non_zero_contributors(suppress_template
             "SELECT municipality, sex, SUM(income) FROM persons GROUP BY municipality, sex"
         ).fetchall()
     shown = [(m, s, few[m, s], v) for m, s, v in rows if (m, s) in few and v is not None]
+    assert not shown, shown
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="open: a suppression job's frequency rule counts every unit of its WHERE (zeros and "
+    "NULLs too, jobs.tabulation.cells_sql's n, also its published unit count): 6 municipality "
+    "x sex cells of 3-4 incomes published under freq:5 on the demo; the rule needs a count of "
+    "non-zero contributors apart from the published n",
+)
+def test_a_sum_job_counts_non_zero_contributors(jobs_demo_db):
+    from sqlsdc.jobs.protect import protect_query
+    from sqlsdc.tabular.rules import parse_rule
+
+    sql = "SELECT municipality, sex, SUM(income) FROM persons GROUP BY municipality, sex"
+    protect_query(jobs_demo_db, "admin", sql, into="incomes",
+                  rules=[parse_rule("p:10"), parse_rule("freq:5")])  # fmt: skip
+    raw = duckdb.connect(str(jobs_demo_db), read_only=True)
+    try:
+        shown = raw.execute(
+            "WITH c AS (SELECT municipality, sex, COUNT(NULLIF(income, 0)) AS nz FROM persons "
+            "GROUP BY ALL) SELECT c.municipality, c.sex, c.nz, j.value FROM c "
+            "JOIN protected.incomes j USING (municipality, sex) "
+            "WHERE c.nz BETWEEN 1 AND 4 AND j.status = 'published'"
+        ).fetchall()
+    finally:
+        raw.close()
     assert not shown, shown
