@@ -1,0 +1,164 @@
+"""Red team s40c: differential privacy (budget, bounding, partition selection, Spark).
+
+Found (fixed here): **a Spark view replaced after ``load_duckdb`` released other rows under the
+noise of the DuckDB cells.** The Spark engine names a DP cell by the DuckDB data version it
+recorded when ``load_duckdb`` copied the table, but Spark reads whatever the view of that name
+holds when the stage runs. A view replaced in the session afterwards (``createOrReplaceTempView``
+of the copy less one person's rows) or a Parquet copy rewritten on disk was computed under the
+copy's version, so under the same noise as the DuckDB cells: ana's DuckDB answer minus bob's
+Spark answer of ``SELECT k, COUNT(*) FROM events GROUP BY k`` was (10, 0, 0), exactly the rows
+of person 0 in each cell, at the price of one query each (ε = 1/10). The Spark answer was also
+cached and recorded in the ledger as the release of the DuckDB cells. The engine now checks,
+before the charge, that the view is still the copy it made (its plan's semantic hash, its
+files' sizes and modification times: ``SparkEngine.data_version``), and refuses otherwise.
+
+What held (tried, no test added beyond the one above):
+
+- Budget under concurrency: 3 processes x 4 threads x 15 distinct DP queries of ε = 0.2 each
+  (COUNT and the min_frequency unit count) against a limit of 10: 50 answered, 130 refused,
+  10 spent, never more. Two names for one user (``Analyst``, ``analyst ``) are not users.
+- Cell identity: 2,300 random conditions (5 atoms, AND/OR/NOT, depth up to 6, with and
+  without parentheses) gave 1,334 populations and no two conditions of different truth tables
+  shared one; literal spellings (``1_000``, ``.5``, ``5.``, ``0x10``) read as DuckDB reads them;
+  ``CONCAT`` and ``||``, ``IFNULL``/``COALESCE``, ``SUBSTR``/``SUBSTRING`` keep their own names
+  or the same meaning; parameters ``1``, ``'1'``, ``1.0`` and ``1.5`` are separate cells; CTEs
+  shadowing tables, repeated output names, ``SUM(DISTINCT)`` and friends are refused; a
+  released synthetic table read in a subquery is in the cells' data versions.
+- Sensitivity: VALUES, UNION, CROSS JOIN, ``range``, ``unnest``, LATERAL, correlated
+  subqueries, outer joins preserving a public table and joins on non-unique keys are refused
+  before they can repeat a unit's rows; measures cannot be group keys.
+- Before the charge: the private key-type probe (the stage's SQL under ``LIMIT 0``) is an
+  empty-result plan in DuckDB, 12-16 ms whether the population has 19,479 rows or none (the
+  stage itself 105 ms against 9-19 ms).
+- Partition selection: the optimal rule's closed form is below its recurrence and satisfies
+  both (ε, δ) inequalities for 54 (ε, δ) pairs up to n = 5,000; the samplers follow CKS20
+  Algorithms 1-3 line by line.
+- Spark: 14 DP queries (private groups with ``max_rows_per_unit`` and the bounding report;
+  public domains with granularity 1/2, negative bounds, a public join, quantiles, AVG, VAR,
+  STDDEV, COUNT(DISTINCT)) gave DuckDB's values, types, ledger rows and spend.
+
+Noticed, not changed: permute-and-flip's running time grows with the visits before a
+candidate is accepted, which depends on the scores: over [0, 3000] at ε = 1/5, one visit for
+cells of up to 120 rows, a median of 10 at 1,200 rows and 121 at 12,000 (0.3 against 1.2 ms
+of CPU). It tells a cell's scale, not a person: a lone unit's scores move each acceptance
+probability by at most a factor exp(ε/2).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+from spark_session import local_session
+
+import sqlsdc
+from sqlsdc.errors import NotSupportedError
+
+pytest.importorskip("pyspark.errors", reason="the Spark tests need the spark extra")
+_JAVA_HOME = Path(os.environ.get("JAVA_HOME", "/nonexistent"))
+if not (shutil.which("java") or (_JAVA_HOME / "bin" / "java").exists()):
+    pytest.skip("the Spark tests need a JDK (java on PATH or JAVA_HOME)", allow_module_level=True)
+
+from sqlsdc.engines.spark import SparkEngine, view_name  # noqa: E402
+from sqlsdc.guard.spark import run_protected  # noqa: E402
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
+    pytest.mark.slow,  # a JVM of its own (~13 s of CPU to start and warm); CI runs it
+]
+
+EVENTS = (
+    "CREATE TABLE events AS SELECT (i % 60)::BIGINT AS pid, (i % 3)::INTEGER AS k "
+    "FROM range(600) r(i)"
+)
+POLICY = {
+    "tables": {
+        "events": {
+            "privacy_unit": "pid",
+            "columns": {
+                "pid": {"role": "identifier"},
+                "k": {"role": "dimension", "domain": [0, 1, 2]},
+            },
+            "protection": {"counts": {"method": "dp", "spend": {"epsilon": "1/10"}}},
+            "dp": {"max_groups": 3, "max_rows": 10},
+        }
+    },
+    "users": {
+        "admin": {"role": "admin"},
+        **{name: {"role": "analyst"} for name in ("ana", "bob", "carol", "dan")},
+    },
+    "budgets": [{"user": "*", "epsilon": 1000}],
+}
+COUNTS = "SELECT k, COUNT(*) AS n FROM events GROUP BY k ORDER BY k"
+
+
+@pytest.fixture(scope="module")
+def spark():
+    session = local_session("sqlsdc-redteam-s40c")
+    yield session
+    session.stop()
+
+
+@pytest.fixture()
+def events(tmp_path) -> Path:
+    path = tmp_path / "events.duckdb"
+    raw = duckdb.connect(str(path))
+    raw.execute(EVENTS)
+    raw.close()
+    sqlsdc.init(path, POLICY)
+    return path
+
+
+def answer(path: Path, user: str, engine: SparkEngine | None = None) -> list[tuple]:
+    with sqlsdc.connect(path, user) as con:
+        if engine is None:
+            return con.execute(COUNTS).fetchall()
+        return [tuple(row.values()) for row in run_protected(con, engine, COUNTS).to_pylist()]
+
+
+def spent(path: Path, user: str) -> list[tuple]:
+    raw = duckdb.connect(str(path), read_only=True)
+    try:
+        return raw.execute(
+            "SELECT epsilon, cells FROM sqlsdc.budget_spend WHERE user_name = ? ORDER BY seq",
+            [user],
+        ).fetchall()
+    finally:
+        raw.close()
+
+
+def test_a_view_replaced_after_load_is_refused_before_the_charge(spark, events):
+    engine = SparkEngine(spark)
+    try:
+        engine.load_duckdb(events, ["events"])
+        duck = answer(events, "ana")
+        assert answer(events, "carol", engine) == duck  # the copy: DuckDB's cells and noise
+        view = view_name("events")
+        spark.table(view).filter("pid <> 0").createOrReplaceTempView(view)  # one person fewer
+        with pytest.raises(NotSupportedError, match="no longer the copy"):
+            answer(events, "bob", engine)  # was ana's cells less person 0's rows, exactly
+        assert spent(events, "bob") == []
+        engine.load_duckdb(events, ["events"])  # copied again: answered again
+        assert answer(events, "bob", engine) == duck
+    finally:
+        engine.close()
+
+
+def test_a_parquet_copy_rewritten_after_load_is_refused_before_the_charge(spark, events, tmp_path):
+    engine = SparkEngine(spark)
+    try:
+        engine.load_duckdb(events, ["events"])
+        (url,) = spark.table(view_name("events")).inputFiles()
+        copy = Path(url.removeprefix("file://"))
+        fewer = tmp_path / "fewer.parquet"
+        with duckdb.connect() as raw:
+            raw.execute(f"COPY (SELECT * FROM read_parquet('{copy}') WHERE pid <> 0) TO '{fewer}'")
+        os.replace(fewer, copy)
+        with pytest.raises(NotSupportedError, match="no longer the copy"):
+            answer(events, "dan", engine)
+        assert spent(events, "dan") == []
+    finally:
+        engine.close()
