@@ -93,6 +93,7 @@ import functools
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -1363,6 +1364,9 @@ class SparkEngine:
         self.duckdb_types: dict[str, dict[str, str]] = {}  # their views: {column: DuckDB type}
         self.summable: dict[tuple[str, str], bool] = {}  # sqlsdc.guard.summable's scans
         self._folders: list[str] = []
+        # held while a guarded answer registers its DP cells and runs over them: the cells'
+        # view names are the same in every query (sqlsdc.guard.spark._answer)
+        self.answering = threading.Lock()
         _register_hash(session)
 
     def register(self, name: str, source: DataFrame | str | Path) -> None:

@@ -1,5 +1,16 @@
 """Red team s40c: differential privacy (budget, bounding, partition selection, Spark).
 
+Found (fixed here): **two threads answering on one Spark engine read each other's DP cells.**
+The noisy cells of a query are registered as session views named by their stage's position
+(``__sqlsdc_dp_cells_0``), the same in every query, and a guarded answer then runs over them.
+With ana and bob asking on one engine from two threads (the same shape, other populations:
+``v < 3`` and ``v >= 3``), bob registered his cells between ana's registration and her
+answer: one run of 15 + 15 queries gave bob ana's cells once (his answer ``(-1758, 1010,
+7515)``, his own cells ``(-70, -754, 1633)``: another user's release for his own charge,
+recorded in the ledger as his), and with other shapes an answer failed after its charge.
+Registering the cells and answering over them now take the engine's turn together
+(``SparkEngine.answering``, ``guard.spark._answer``).
+
 Found (fixed here): **a Spark view replaced after ``load_duckdb`` released other rows under the
 noise of the DuckDB cells.** The Spark engine names a DP cell by the DuckDB data version it
 recorded when ``load_duckdb`` copied the table, but Spark reads whatever the view of that name
@@ -48,11 +59,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import duckdb
 import pytest
 from spark_session import local_session
+from sqlglot import exp
 
 import sqlsdc
 from sqlsdc.errors import NotSupportedError
@@ -71,8 +84,8 @@ pytestmark = [
 ]
 
 EVENTS = (
-    "CREATE TABLE events AS SELECT (i % 60)::BIGINT AS pid, (i % 3)::INTEGER AS k "
-    "FROM range(600) r(i)"
+    "CREATE TABLE events AS SELECT (i % 60)::BIGINT AS pid, (i % 3)::INTEGER AS k, "
+    "(i % 7)::INTEGER AS v FROM range(600) r(i)"
 )
 POLICY = {
     "tables": {
@@ -81,6 +94,7 @@ POLICY = {
             "columns": {
                 "pid": {"role": "identifier"},
                 "k": {"role": "dimension", "domain": [0, 1, 2]},
+                "v": {"role": "dimension"},
             },
             "protection": {"counts": {"method": "dp", "spend": {"epsilon": "1/10"}}},
             "dp": {"max_groups": 3, "max_rows": 10},
@@ -160,5 +174,78 @@ def test_a_parquet_copy_rewritten_after_load_is_refused_before_the_charge(spark,
         with pytest.raises(NotSupportedError, match="no longer the copy"):
             answer(events, "dan", engine)
         assert spent(events, "dan") == []
+    finally:
+        engine.close()
+
+
+class Interleaving(SparkEngine):
+    """The engine with one interleaving of two threads forced, as a scheduler may make it:
+    ana's answer runs once bob has registered his cells, or is waiting for his turn to."""
+
+    def __init__(self, session):
+        super().__init__(session)
+        self.ana_answers, self.bob_ready = threading.Event(), threading.Event()
+        self.answering = _Turn(self.answering, self.bob_ready)
+
+    def register_cells(self, name, cells):
+        super().register_cells(name, cells)
+        if threading.current_thread().name == "bob":
+            self.bob_ready.set()
+
+    def run_exact(self, tree):
+        answer = any(t.name.startswith("__sqlsdc_dp_cells_") for t in tree.find_all(exp.Table))
+        if answer and threading.current_thread().name == "ana":
+            self.ana_answers.set()
+            self.bob_ready.wait(60)
+        return super().run_exact(tree)
+
+
+class _Turn:
+    """The engine's lock, noting when bob starts waiting for it."""
+
+    def __init__(self, lock, waiting: threading.Event):
+        self.lock, self.waiting = lock, waiting
+
+    def __enter__(self):
+        if threading.current_thread().name == "bob":
+            self.waiting.set()
+        self.lock.acquire()
+
+    def __exit__(self, *exc):
+        self.lock.release()
+
+
+PARTS = {
+    "ana": "SELECT k, COUNT(*) AS n FROM events WHERE v < 3 GROUP BY k",
+    "bob": "SELECT k, COUNT(*) AS n FROM events WHERE v >= 3 GROUP BY k",
+}
+
+
+def test_two_threads_on_one_engine_are_each_answered_over_their_own_cells(spark, events):
+    own = {}
+    for user, sql in PARTS.items():  # each user's cells, cached for them on DuckDB
+        with sqlsdc.connect(events, user) as con:
+            own[user] = sorted(con.execute(sql).fetchall())
+    engine = Interleaving(spark)
+    got: dict[str, object] = {}
+
+    def ask(user: str) -> None:
+        if user == "bob":
+            engine.ana_answers.wait(60)
+        with sqlsdc.connect(events, user) as con:
+            try:
+                got[user] = sorted(tuple(r.values()) for r in
+                                   run_protected(con, engine, PARTS[user]).to_pylist())  # fmt: skip
+            except Exception as e:  # noqa: BLE001 - the failure is the test's outcome
+                got[user] = e
+
+    try:
+        engine.load_duckdb(events, ["events"])
+        threads = [threading.Thread(target=ask, args=(u,), name=u) for u in PARTS]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert got == own  # ana's answer was bob's cells
     finally:
         engine.close()
