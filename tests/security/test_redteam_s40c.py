@@ -11,6 +11,14 @@ recorded in the ledger as his), and with other shapes an answer failed after its
 Registering the cells and answering over them now take the engine's turn together
 (``SparkEngine.answering``, ``guard.spark._answer``).
 
+Found (fixed here): **a function registered in the session under the name of the engine's
+hash.** The bounding's keyed choices call ``sqlsdc_duckdb_hash``, registered once when the
+engine is made; a constant registered under that name afterwards tied every group of every
+unit, so all of them were kept, under the identity and noise of DuckDB's capped cells: bob's
+Spark answer minus ana's DuckDB answer of ``SELECT k, COUNT(*) ... GROUP BY k`` (three groups
+per unit, max_groups 1) was (200, 57, 153), exactly the rows the cap drops per cell. The
+engine registers its hash again before every tree that hashes.
+
 Found (fixed here): **a Spark view replaced after ``load_duckdb`` released other rows under the
 noise of the DuckDB cells.** The Spark engine names a DP cell by the DuckDB data version it
 recorded when ``load_duckdb`` copied the table, but Spark reads whatever the view of that name
@@ -23,13 +31,17 @@ cached and recorded in the ledger as the release of the DuckDB cells. The engine
 before the charge, that the view is still the copy it made (its plan's semantic hash, its
 files' sizes and modification times: ``SparkEngine.data_version``), and refuses otherwise.
 
-What held (tried, no test added beyond the one above):
+The last two need code in the engine's Spark session, which has read the copy; they matter
+where a session serves analysts who send SQL only, or is shared with other code, as the
+session settings red team s36e pinned do.
+
+What held (tried, no test added):
 
 - Budget under concurrency: 3 processes x 4 threads x 15 distinct DP queries of ε = 0.2 each
   (COUNT and the min_frequency unit count) against a limit of 10: 50 answered, 130 refused,
   10 spent, never more. Two names for one user (``Analyst``, ``analyst ``) are not users.
-- Cell identity: 2,300 random conditions (5 atoms, AND/OR/NOT, depth up to 6, with and
-  without parentheses) gave 1,334 populations and no two conditions of different truth tables
+- Cell identity: 2,700 random conditions (5 atoms, AND/OR/NOT, depth up to 8, with and
+  without parentheses) gave 1,585 populations and no two conditions of different truth tables
   shared one; literal spellings (``1_000``, ``.5``, ``5.``, ``0x10``) read as DuckDB reads them;
   ``CONCAT`` and ``||``, ``IFNULL``/``COALESCE``, ``SUBSTR``/``SUBSTRING`` keep their own names
   or the same meaning; parameters ``1``, ``'1'``, ``1.0`` and ``1.5`` are separate cells; CTEs
@@ -63,6 +75,7 @@ import threading
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 import pytest
 from spark_session import local_session
 from sqlglot import exp
@@ -94,7 +107,7 @@ POLICY = {
             "columns": {
                 "pid": {"role": "identifier"},
                 "k": {"role": "dimension", "domain": [0, 1, 2]},
-                "v": {"role": "dimension"},
+                "v": {"role": "dimension", "domain": list(range(7))},
             },
             "protection": {"counts": {"method": "dp", "spend": {"epsilon": "1/10"}}},
             "dp": {"max_groups": 3, "max_rows": 10},
@@ -247,5 +260,27 @@ def test_two_threads_on_one_engine_are_each_answered_over_their_own_cells(spark,
         for thread in threads:
             thread.join(120)
         assert got == own  # ana's answer was bob's cells
+    finally:
+        engine.close()
+
+
+def test_a_function_registered_under_the_hash_s_name_does_not_choose_the_rows(spark, events):
+    from pyspark.sql.functions import arrow_udf
+
+    from sqlsdc.engines.spark import HASH_UDF
+
+    by_v = "SELECT v, COUNT(*) AS n FROM events GROUP BY v"  # a unit's rows in several groups
+    with sqlsdc.connect(events, "ana") as con:
+        duck = sorted(con.execute(by_v).fetchall())
+    engine = SparkEngine(spark)
+    try:
+        engine.load_duckdb(events, ["events"])
+        constant = arrow_udf(
+            lambda s: pa.array([0] * len(s), pa.decimal128(20, 0)), "decimal(20,0)"
+        )
+        spark.udf.register(HASH_UDF, constant)  # every group of every unit tied: all kept
+        with sqlsdc.connect(events, "bob") as con:
+            answer = sorted(tuple(r.values()) for r in run_protected(con, engine, by_v).to_pylist())
+        assert answer == duck  # was DuckDB's cells plus the rows max_groups drops, exactly
     finally:
         engine.close()
