@@ -25,11 +25,15 @@ cell keys (``SUM(__rkey) % 4294967296``), thresholds, NULLs and DP's exact cells
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 import pyarrow as pa
 from sqlglot import exp
@@ -179,7 +183,12 @@ def _require_pyspark() -> None:
 
 def _register_hash(session: SparkSession) -> None:
     """Register :data:`HASH_UDF` on ``session``. Its module is shipped to Spark's Python
-    workers by value, so they need numpy and pyarrow (as every Arrow UDF does), not sqlsdc."""
+    workers by value, so they need numpy and pyarrow (as every Arrow UDF does), not sqlsdc.
+
+    Registered again before every tree that hashes (:meth:`SparkEngine.run_exact`, 20-60 ms):
+    a function registered under its name in the session since (a constant, say) kept every
+    group of every unit, and the DP cells, under the identity and noise of DuckDB's capped
+    ones, differed from them by exactly the rows the caps drop (red team s40c)."""
     from pyspark import cloudpickle
     from pyspark.sql.functions import arrow_udf
 
@@ -217,9 +226,13 @@ class SparkEngine:
             session.conf.set(setting, value)
         self.schemas: dict[str, dict[str, str]] = {}  # view -> {column: Spark type}
         self.data_versions: dict[str, str] = {}  # tables copied by load_duckdb: DuckDB version
+        self._copies: dict[str, tuple] = {}  # their views: what load_duckdb left (_copy_state)
         self.duckdb_types: dict[str, dict[str, str]] = {}  # their views: {column: DuckDB type}
         self.summable: dict[tuple[str, str], bool] = {}  # sqlsdc.guard.summable's scans
         self._folders: list[str] = []
+        # held while a guarded answer registers its DP cells and runs over them: the cells'
+        # view names are the same in every query (sqlsdc.guard.spark._answer)
+        self.answering = threading.Lock()
         _register_hash(session)
 
     def register(self, name: str, source: DataFrame | str | Path) -> None:
@@ -229,6 +242,7 @@ class SparkEngine:
         frame = self.session.read.parquet(str(source)) if is_path else source
         self._register_frame(name, frame)
         self.data_versions.pop(name.lower(), None)  # not (or no longer) a copy of a DuckDB table
+        self._copies.pop(view_name(name), None)
         self.duckdb_types.pop(view_name(name), None)
         self.summable = {key: ok for key, ok in self.summable.items() if key[0] != name.lower()}
 
@@ -254,16 +268,47 @@ class SparkEngine:
         of a table copied by :meth:`load_duckdb`: DP cells are named by it, so the same cells
         get the same noise on both engines and changed data gets fresh noise.
 
+        The version is that of the copy :meth:`load_duckdb` made, and Spark reads whatever
+        the view of that name holds when the tree runs: a view replaced since (the session's
+        ``createOrReplaceTempView``) or a Parquet copy rewritten would release other rows
+        under the copy's version, so under the noise of the DuckDB cells, and a Spark answer
+        next to a DuckDB one (another analyst's) was the exact difference (red team s40c).
+        The view must still be the copy: its plan's semantic hash and its files' sizes and
+        modification times as :meth:`load_duckdb` left them.
+
         Raises:
-            NotSupportedError: ``table`` was not copied from DuckDB by :meth:`load_duckdb`.
+            NotSupportedError: ``table`` was not copied from DuckDB by :meth:`load_duckdb`,
+                or its view or copy changed since.
         """
         try:
-            return self.data_versions[table.lower()]
+            version = self.data_versions[table.lower()]
         except KeyError:
             raise NotSupportedError(
                 f"differential privacy on Spark needs {table} copied with load_duckdb(): its "
                 "cells are named by the data version of the DuckDB table they come from"
             ) from None
+        view = view_name(table)
+        state = self._copy_state(view)
+        if state is None or state != self._copies.get(view):
+            raise NotSupportedError(
+                f"Spark's view of {table} is no longer the copy load_duckdb() made (the view "
+                "was replaced or its Parquet copy changed): its cells would carry the noise "
+                "of the DuckDB table's version over other rows; copy it again with load_duckdb()"
+            )
+        return version
+
+    def _copy_state(self, view: str) -> tuple | None:
+        """What identifies the rows of ``view``: its plan's semantic hash and the size and
+        modification time of each file it reads (None when it cannot be read)."""
+        from pyspark.errors import PySparkException
+
+        try:
+            frame = self.session.table(view)
+            plan, files = frame.semanticHash(), sorted(frame.inputFiles())
+            stats = [os.stat(Path(url2pathname(urlparse(f).path))) for f in files]
+        except (PySparkException, OSError):
+            return None
+        return plan, tuple((f, s.st_size, s.st_mtime_ns) for f, s in zip(files, stats, strict=True))
 
     def load_duckdb(self, database: str | Path | duckdb.DuckDBPyConnection, tables: Iterable[str]):
         """Copy DuckDB tables (all columns, hidden ``__rkey`` included; ``sqlsdc.*`` too) into
@@ -306,6 +351,7 @@ class SparkEngine:
                 }
                 if "." not in name:  # a data table (not sqlsdc.*): as Connection._data_version
                     self.data_versions[name.lower()] = data_version(con, name)
+                    self._copies[view_name(name)] = self._copy_state(view_name(name))
         finally:
             if own:
                 con.close()
@@ -348,6 +394,8 @@ class SparkEngine:
         from pyspark.errors import PySparkException
 
         sql = self.sql(tree)  # checks the session first
+        if HASH_UDF in sql.lower():  # ours, whatever the session registered under its name since
+            _register_hash(self.session)
         try:
             return self.session.sql(sql).toArrow()
         except PySparkException as e:  # the message may quote confidential values: not shown
@@ -363,6 +411,7 @@ class SparkEngine:
             self.session.catalog.dropTempView(view)
         self.schemas.clear()
         self.data_versions.clear()
+        self._copies.clear()
         self.duckdb_types.clear()
         for folder in self._folders:
             shutil.rmtree(folder, ignore_errors=True)

@@ -98,7 +98,7 @@ def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, p
             noisy, paid = _release_dp(
                 connection, con, engine, query, query_id, sql
             )  # charged from here
-        answer = engine.run_exact(query.tree)
+        answer = _answer(engine, query.tree, noisy)
         result = as_types(answer, _duckdb_types(con, query.sql, noisy))
         check_faults(result, query)
     except OperationalError as failure:  # Spark ran and failed: its own message is for admins
@@ -175,8 +175,8 @@ def _check_spark_types(tables: set[str], schema: dict, spark: dict) -> None:
 
 def _release_dp(connection: Connection, con, engine: SparkEngine, query, query_id: int, sql: str):
     """Noise the DP cells of ``query`` from exact cells computed on Spark, charged to the
-    connection's budget first (as on DuckDB), and register them for the protected tree;
-    returns them and the charge, to be cached with the answer's record.
+    connection's budget first (as on DuckDB); returns them (registered for the protected tree
+    by :func:`_answer`) and the charge, to be cached with the answer's record.
 
     Every stage's SQL is translated (and checked portable) before anything is charged: a stage
     Spark cannot run is refused, not paid for. Cells are named by the data version of the
@@ -195,8 +195,21 @@ def _release_dp(connection: Connection, con, engine: SparkEngine, query, query_i
         answer = engine.run_exact(trees.get(text) or sqlglot.parse_one(text, read="duckdb"))
         return as_types(answer, result_schema(con, text))  # exact, as DuckDB gives them
 
-    noisy, paid = connection._release_dp(query, query_id, sql, run=run,
-                                         data_version=engine.data_version)  # fmt: skip
-    for relation, cells in noisy.relations.items():
-        engine.register_cells(relation, cells)
-    return noisy, paid
+    return connection._release_dp(query, query_id, sql, run=run, data_version=engine.data_version)
+
+
+def _answer(engine: SparkEngine, tree, noisy) -> pa.Table:
+    """The answer of the protected ``tree`` on Spark, over this query's noisy DP cells.
+
+    The cells are views of the session named by their stage's position
+    (``__sqlsdc_dp_cells_0``), the same names in every query: two threads answering on one
+    engine registered theirs under one name, and one answer read the other's cells (red team
+    s40c: bob was given ana's cells for his own query, paid by him and recorded in the ledger
+    as his). Registering the cells and answering over them take the engine's turn together."""
+    relations = noisy.relations if noisy is not None else {}
+    if not relations:
+        return engine.run_exact(tree)
+    with engine.answering:
+        for relation, cells in relations.items():
+            engine.register_cells(relation, cells)
+        return engine.run_exact(tree)
