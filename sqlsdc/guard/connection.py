@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 from functools import lru_cache, partial
 from pathlib import Path
 from statistics import NormalDist
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import pyarrow as pa
 from sqlglot import exp
 from sqlglot.errors import ParseError
@@ -93,6 +93,9 @@ from sqlsdc.guard.validate import check_engine_tables
 from sqlsdc.guard.values import frame, python_list
 from sqlsdc.jobs.patterns import ensure_patterns
 from sqlsdc.policy import Policy, UserRole, load_policy
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 apilevel = "2.0"
 threadsafety = 2  # threads may share a connection: its statements run one after the other
@@ -1199,6 +1202,8 @@ class Cursor:
         report them. A large share means the exact answer can lie far outside the interval
         (the bounded value is biased). CKM rows have NaN there.
         """
+        import pandas as pd
+
         if not 0 < level < 1:
             raise ProgrammingError("level must be between 0 and 1, e.g. 0.95")
         ckm = accuracy(self._require_result(), self._query, level)
