@@ -125,8 +125,6 @@ def budget(
         raise click.UsageError("--history and --ledger are two listings: give one")
     if limit is not None and not show_ledger:
         raise click.UsageError("--limit is for --ledger (the charges)")
-    import pandas as pd
-
     from sqlsdc.catalog import budget as ledger
     from sqlsdc.catalog import budget_admin, store
     from sqlsdc.policy import load_policy
@@ -159,7 +157,10 @@ def budget(
         click.echo(f"sqlsdc: the newest {limit} charges; --limit N for more", err=True)
     if fmt == "json":
         print_json(rows)
-    elif history or show_ledger:
+        return
+    import pandas as pd  # the table's layout; not for JSON
+
+    if history or show_ledger:
         print_frame(pd.DataFrame(rows), fmt)
     else:
         frame = pd.DataFrame(rows, columns=list(STATUS_COLUMNS))

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from sqlsdc.catalog import keys, setup, store
 from sqlsdc.catalog.setup import ApplyReport, PolicyCheck, apply_policy
@@ -20,6 +19,9 @@ from sqlsdc.engines import duckdb_schema
 from sqlsdc.errors import Error, NotFoundError
 from sqlsdc.mechanisms.ckm import utility_risk
 from sqlsdc.policy import Policy, load_policy
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def policy_checks() -> tuple[PolicyCheck, ...]:
@@ -155,6 +157,8 @@ def outputs(db: str | Path, user: str) -> pd.DataFrame:
 def _with_charges(con, entries: list[dict], columns) -> pd.DataFrame:
     """``entries`` with the ε, ρ and δ the ledger charged their query ids (exact text; None
     where nothing was charged), as a frame of ``columns`` and :data:`CHARGE_COLUMNS`."""
+    import pandas as pd
+
     from sqlsdc.catalog.budget_admin import charged_by_query
     from sqlsdc.mechanisms.accountant import exact_text
 

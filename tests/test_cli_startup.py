@@ -85,11 +85,28 @@ def test_help_of_every_command_loads_no_heavy_module(path, tmp_path):
 
 
 def test_a_guarded_query_loads_no_job_solver(demo_db):
-    """``sqlsdc query`` imports the guard, which imports :mod:`sqlsdc.jobs.patterns`; the jobs
-    package names its jobs lazily, so a query loads neither numba (microaggregation) nor
-    OR-Tools (the jobs' solvers): their import was a third of a CLI query's CPU (new user
-    s40h; benchmarks/README.md)."""
+    """``sqlsdc query`` imports the guard, which imports :mod:`sqlsdc.jobs.patterns` and
+    :mod:`sqlsdc.tabular.universe`; the jobs and the tabular packages name their contents
+    lazily and a universe's protection is a module of its own, so a query loads neither numba
+    (microaggregation), OR-Tools (the jobs' solvers) nor scipy (the table model): their import
+    was most of a CLI query's CPU (new users s40h, s40j; benchmarks/README.md). pandas is
+    loaded, by pyarrow itself when it makes an array of Python values."""
     sql = "SELECT region, COUNT(*) AS n FROM persons GROUP BY region"
     heavy = _heavy_after("query", str(demo_db), "--user", "analyst", sql)
     assert "duckdb" in heavy  # the query ran
-    assert "numba" not in heavy and "ortools" not in heavy
+    assert {"numba", "ortools", "scipy"}.isdisjoint(heavy), heavy
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["budget", "{db}", "--format", "json"], ["explain", "{db}", "--user", "analyst", "{sql}"],
+     ["policy", "show", "{db}"]],
+    ids=["budget", "explain", "policy show"],
+)  # fmt: skip
+def test_catalog_commands_load_no_pandas_nor_solver(demo_db, args):
+    """``budget``, ``explain`` and ``policy show`` read the catalog and print text: they load
+    none of pandas, scipy, numba or OR-Tools (new user s40j)."""
+    sql = "SELECT region, COUNT(*) AS n FROM persons GROUP BY region"
+    heavy = _heavy_after(*[a.format(db=demo_db, sql=sql) for a in args])
+    assert "duckdb" in heavy  # the catalog was read
+    assert {"pandas", "numba", "ortools", "scipy"}.isdisjoint(heavy), heavy

@@ -44,6 +44,7 @@ from sqlsdc.engines import duckdb_schema, duckdb_sql, waiters, watchdog
 from sqlsdc.errors import (
     AccessDenied,
     AnswerTooLarge,
+    BudgetExhausted,
     Error,
     InterfaceError,
     NotFoundError,
@@ -601,10 +602,14 @@ class Connection:
         self.close()
 
     def _audit_refusal(self, query_id: int | None, sql: str, refusal: Error) -> int:
-        """Audit a refused statement under ``query_id`` (None: a new id); returns the id."""
+        """Audit a refused statement under ``query_id`` (None: a new id); returns the id.
+
+        A policy's refusal and an exhausted budget are logged as the analyst read them (the
+        budget's began "BudgetExhausted: ", unlike every other refusal: new user s40j); other
+        errors with their kind."""
         reason = (
             str(refusal)
-            if isinstance(refusal, PolicyViolation)
+            if isinstance(refusal, PolicyViolation | BudgetExhausted)
             else (f"{type(refusal).__name__}: {refusal}")
         )
         if getattr(refusal, "detail", None):

@@ -14,7 +14,6 @@ import datetime as dt
 from statistics import NormalDist
 from typing import TYPE_CHECKING
 
-import pandas as pd
 import pyarrow as pa
 
 from sqlsdc.engines import duckdb as engine
@@ -24,6 +23,8 @@ from sqlsdc.guard.postprocess import accuracy, cell_status, dp_accuracy
 from sqlsdc.guard.values import frame, python_list
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from sqlsdc.guard.connection import Connection
 
 
@@ -170,6 +171,8 @@ class Cursor:
         report them. A large share means the exact answer can lie far outside the interval
         (the bounded value is biased). CKM rows have NaN there.
         """
+        import pandas as pd
+
         if not 0 < level < 1:
             raise ProgrammingError("level must be between 0 and 1, e.g. 0.95")
         ckm = accuracy(self._require_result(), self._query, level)

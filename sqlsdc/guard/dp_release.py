@@ -33,9 +33,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
@@ -57,6 +57,9 @@ from sqlsdc.mechanisms.dp_cells import (
 )
 from sqlsdc.rewrite import dp as rewrite_dp
 from sqlsdc.rewrite.dp import DpStage
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 WIDE_INTEGER = pa.decimal128(38, 0)
 """The type of a DP SUM over an integral grid, as DuckDB's SUM of integers (HUGEINT; Spark:
@@ -119,6 +122,8 @@ class _Cells:
 
     def keys_frame(self, keys: list[str]) -> pd.DataFrame:
         """The key columns as a frame of Python values (object dtype), one row per cell."""
+        import pandas as pd
+
         return pd.DataFrame({k: self.columns[k] for k in keys}, index=range(self.n), dtype=object)
 
 
@@ -595,6 +600,8 @@ def _in_python_range(column: pa.ChunkedArray) -> pa.ChunkedArray | None:
 
 def _exact_types(dtype: pa.DataType):
     """Keep exact integers and decimals as Python objects (HUGEINT sums come as decimals)."""
+    import pandas as pd
+
     if pa.types.is_decimal(dtype) or pa.types.is_integer(dtype):
         return pd.ArrowDtype(dtype)
     return None
@@ -626,6 +633,8 @@ def _complete(exact_cells: pa.Table, stage: DpStage, domains: list[list] | None)
 
 
 def _exact_int(value) -> int:
+    import pandas as pd
+
     return 0 if value is None or value is pd.NA else int(value)
 
 
@@ -683,6 +692,8 @@ def _noisy(frame, stage, space, secret, version, cached, noise, out):
 
 def _quantiles(histogram: pa.Table, cells, stage, stat, space, secret, version, cached, noise,
                time_left=None):  # fmt: skip
+    import pandas as pd
+
     keys = [f"__g{j}" for j in range(len(stage.keys))]
     frame = cells.keys_frame(keys)
     kept = _representable(histogram, stage, private=False)
@@ -721,6 +732,8 @@ def _null_as_none(key: tuple) -> tuple:
     """A cell's keys with a missing value as None: pandas' factorising of the histogram makes
     a NULL key NaN (a NULL string group's quantile failed to find its cell). NaN and NULL are
     never two groups of one key (:func:`_representable`)."""
+    import pandas as pd
+
     return tuple(None if v is None or v is pd.NA or (isinstance(v, float) and v != v) else v
                  for v in key)  # fmt: skip
 

@@ -7,8 +7,8 @@ a large result.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -16,6 +16,9 @@ from sqlsdc.catalog import store
 from sqlsdc.errors import InternalError
 from sqlsdc.guard.pipeline import ProtectedQuery
 from sqlsdc.rewrite.cells import FAULT, PUBLISHED, SUPPRESSED
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _LISTED_STATUS = 64
 """Up to this many cells, a status column is searched for faults as Python values: the two
@@ -127,6 +130,8 @@ def cell_status(result: pa.Table, query: ProtectedQuery) -> pd.DataFrame:
 
 def accuracy(values: pa.Table, query: ProtectedQuery, level: float) -> pd.DataFrame:
     """Per CKM count cell: published value, noise variance and a ``level`` interval."""
+    import pandas as pd
+
     frames = []
     for i, column in enumerate(query.columns):
         if column.noise is None:
@@ -153,6 +158,8 @@ def dp_accuracy(result: pa.Table, query: ProtectedQuery) -> pd.DataFrame | None:
     """Per DP cell of the result: ``row``, ``column``, ``value``, noise ``sd``, 95%
     ``half_width`` and the noisy shares of input the bounding ``dropped`` and ``clamped`` (NaN
     when not reported), from the hidden accuracy columns; None when the query has no DP cells."""
+    import pandas as pd
+
     if not query.accuracy_columns:
         return None
     frames = []

@@ -12,10 +12,13 @@ own client does, values outside Python's range come back as their text.
 from __future__ import annotations
 
 import datetime as dt
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _CONVERSION_ERRORS = (OverflowError, ValueError, pa.ArrowInvalid)
 _INFINITIES = {
@@ -34,6 +37,8 @@ def python_list(column: pa.ChunkedArray) -> list:
 
 def frame(table: pa.Table) -> pd.DataFrame:
     """``table.to_pandas()``; if a value is outside pandas' range, the columns as Python values."""
+    import pandas as pd
+
     try:
         return table.to_pandas()
     except _CONVERSION_ERRORS:

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import stat
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -422,12 +423,32 @@ def _read_margins(margins) -> pd.DataFrame:
     if isinstance(margins, pd.DataFrame):
         return margins
     path = Path(margins)
-    if not path.is_file():
+    if not path.exists():
         raise TabularError(f"margins file {path} does not exist")
+    if not path.is_file():  # /dev/null was "does not exist" (new user s40j)
+        raise TabularError(
+            f"margins file {path} is {_file_kind(path)}, not a regular file; name a CSV file "
+            "of margin cells"
+        )
+    if path.stat().st_size == 0:
+        raise TabularError(
+            f"margins file {path} is empty; it needs a header line (the table's dimensions "
+            "and value) and a line per margin cell"
+        )
     try:
         return pd.read_csv(path, dtype=str, keep_default_na=False)
     except (ValueError, pd.errors.ParserError) as e:
         raise TabularError(f"cannot read margins file {path}: {e}") from None
+
+
+def _file_kind(path: Path) -> str:
+    """What a path that is no regular file is, for messages: "a folder", "a character
+    device"..."""
+    mode = path.stat().st_mode
+    kinds = [(stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a named pipe"),
+             (stat.S_ISSOCK, "a socket")]  # fmt: skip
+    return next((name for test, name in kinds if test(mode)), "a special file")
 
 
 def _given_margins(table: Table, margins: pd.DataFrame) -> pd.Series:

@@ -10,8 +10,8 @@ caller's transaction: a query never reads a pattern made for other data.
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
-import pandas as pd
 from sqlglot import exp
 
 from sqlsdc.catalog.schema import CATALOG_SCHEMA
@@ -25,9 +25,11 @@ from sqlsdc.tabular.universe import (
     Universe,
     fingerprint,
     inner_cells_sql,
-    protect_universe,
     universe_of,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 S = CATALOG_SCHEMA
 CODE_TYPES = ("VARCHAR", "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT",
@@ -48,6 +50,8 @@ def ensure_patterns(con, policy: Policy, policy_version: int, tables) -> list[di
                              [universe.table])  # fmt: skip
         if current is not None and current[0] == digest:
             continue
+        from sqlsdc.tabular.universe_pattern import protect_universe  # the solvers, when stale
+
         earlier = _load(con, universe) if current is not None else None
         pattern, report = protect_universe(universe, cells, earlier)
         _store(con, universe, pattern, types)

@@ -38,7 +38,7 @@ from sqlsdc.jobs.session import OUTPUT_SCHEMA
 from sqlsdc.jobs.sum_counts import audit_counts, known_lower
 from sqlsdc.tabular.model import TOTAL, Table
 from sqlsdc.tabular.rules import ManualRule, apply_rules
-from sqlsdc.tabular.universe import exempt_known, suppression_pattern
+from sqlsdc.tabular.universe_pattern import exempt_known, suppression_pattern
 from sqlsdc.tabular.verify import verify_suppression
 
 LEDGER_STATUS = "__status"  # the ledger status column of a job's released cells

@@ -38,7 +38,7 @@ import pandas as pd
 from sqlsdc.errors import TabularError
 from sqlsdc.tabular.model import Table
 from sqlsdc.tabular.rules import FrequencyRule, ManualRule, apply_rules
-from sqlsdc.tabular.universe import suppression_pattern
+from sqlsdc.tabular.universe_pattern import suppression_pattern
 from sqlsdc.tabular.verify import verify_suppression
 
 ROUNDS = 4  # sums' pattern, counts' pattern, again: a pattern that still grows is refused

@@ -68,15 +68,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Context, Decimal
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from sqlsdc.mechanisms.accountant import Calibration, Noise, Statistic
 from sqlsdc.mechanisms.batch_samplers import discrete_gaussian_many, discrete_laplace_many
 from sqlsdc.mechanisms.partition import keep_decision
 from sqlsdc.mechanisms.prf import KeyedStream
 from sqlsdc.mechanisms.samplers import bernoulli_exp
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "CELL_LABEL",
@@ -110,6 +113,8 @@ Cached = Mapping[str, Fraction] | Callable[[list[str]], Mapping[str, Fraction]] 
 
 def encode_key_value(value: object) -> str:
     """The typed canonical text of one group-key value (module docstring)."""
+    import pandas as pd
+
     if value is None or value is pd.NA or value is pd.NaT:
         return "null"
     if isinstance(value, bool | np.bool_):
@@ -356,6 +361,8 @@ class NoisyCells:
 
 def _units(value: object, unit: Fraction) -> int:
     """An exact aggregate in grid units: exact types exactly, floats to the nearest unit."""
+    import pandas as pd
+
     if type(value) is int and unit == 1:  # the common case (counts), without Fractions
         return value
     if value is None or value is pd.NA:
@@ -625,6 +632,8 @@ def noisy_quantiles(
     ``check`` is called before each block and each cell is drawn, and within long draws
     (:func:`permute_and_flip`); it raises to stop (the statement timeout, a cancel).
     """
+    import pandas as pd
+
     cal = mechanism.calibration
     if cal.statistic is not Statistic.QUANTILE:
         raise ValueError(f"noisy_quantiles needs a QUANTILE calibration, got {cal.statistic.value}")

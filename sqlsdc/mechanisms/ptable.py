@@ -39,11 +39,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import groupby
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from sqlsdc.errors import Error
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 EPSILON = 1e-8  # smallest probability of a target (R: epsilon <- 1 / 10^ndigits)
 NDIGITS = 8  # decimals of the intervals (R: ndigits <- 8)
@@ -430,6 +433,8 @@ class PTable:
 
     def to_frame(self) -> pd.DataFrame:
         """R's ``pTable``: columns i, j, p, v, p_int_lb, p_int_ub, type."""
+        import pandas as pd
+
         return pd.DataFrame([[getattr(e, c) for c in COLUMNS] for e in self.rows], columns=COLUMNS)
 
     def self_check(self, tol: float = 1e-6) -> pd.DataFrame:
@@ -441,6 +446,8 @@ class PTable:
         move (1e-8 per entry times |v| or v^2). ``var < V`` under '<=' is no violation: rows near
         0 cannot spread that far, and R keeps them (iter = 20).
         """
+        import pandas as pd
+
         out, bad, pr = [], [], self.params
         for r, (i, entries) in enumerate(self._groups.items()):
             p, v, j = (np.array([getattr(e, c) for e in entries]) for c in "pvj")

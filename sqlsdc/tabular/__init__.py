@@ -9,42 +9,56 @@ Example:
     >>> cells = protect(df, ["region", "sex"], "income")  # doctest: +SKIP
 """
 
-from sqlsdc.tabular.api import AuditReport, audit, protect
-from sqlsdc.tabular.cta import CTAReport, cta, publish_intervals
-from sqlsdc.tabular.ipf import IPFResult, ipf, mdi_adjust
-from sqlsdc.tabular.model import Hierarchy, Table, build_table, link_tables
-from sqlsdc.tabular.quality import QualityReport, quality
-from sqlsdc.tabular.rounding import (
-    RoundingResult,
-    controlled_round,
-    prf_uniforms,
-    round_conventional,
-    round_modified_conventional,
-    round_unbiased,
-    round_zero_restricted,
-)
+import importlib
+import sys
+import types
 
-__all__ = [
-    "AuditReport",
-    "CTAReport",
-    "Hierarchy",
-    "IPFResult",
-    "QualityReport",
-    "RoundingResult",
-    "Table",
-    "audit",
-    "build_table",
-    "controlled_round",
-    "cta",
-    "ipf",
-    "link_tables",
-    "mdi_adjust",
-    "prf_uniforms",
-    "protect",
-    "publish_intervals",
-    "quality",
-    "round_conventional",
-    "round_modified_conventional",
-    "round_unbiased",
-    "round_zero_restricted",
-]
+_NAMES = {
+    "AuditReport": "api",
+    "audit": "api",
+    "protect": "api",
+    "CTAReport": "cta",
+    "cta": "cta",
+    "publish_intervals": "cta",
+    "IPFResult": "ipf",
+    "ipf": "ipf",
+    "mdi_adjust": "ipf",
+    "Hierarchy": "model",
+    "Table": "model",
+    "build_table": "model",
+    "link_tables": "model",
+    "QualityReport": "quality",
+    "quality": "quality",
+    "RoundingResult": "rounding",
+    "controlled_round": "rounding",
+    "prf_uniforms": "rounding",
+    "round_conventional": "rounding",
+    "round_modified_conventional": "rounding",
+    "round_unbiased": "rounding",
+    "round_zero_restricted": "rounding",
+}
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name: str):
+    """The package's names, imported on first use (PEP 562): the query path imports
+    :mod:`sqlsdc.tabular.universe`, which needs neither the table model nor the solvers, and
+    importing them (with scipy) here was a large part of every CLI query's CPU (new user s40j)."""
+    if name not in _NAMES:
+        raise AttributeError(f"module 'sqlsdc.tabular' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"sqlsdc.tabular.{_NAMES[name]}"), name)
+
+
+class _Package(types.ModuleType):
+    """``cta``, ``ipf`` and ``quality`` name a function and the module defining it: importing
+    the module binds the package's name to the module (the import system's ``setattr``), and
+    ``from sqlsdc.tabular import cta`` then gave a module once any job had imported
+    :mod:`sqlsdc.tabular.cta`. The package keeps such names for its functions."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in _NAMES and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

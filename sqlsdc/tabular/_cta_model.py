@@ -391,6 +391,19 @@ def _shortfall(prob, dirs, time_limit) -> np.ndarray:
 
 
 def infeasible(prob, bad, method) -> TabularError:
+    """The error for a model without solution; ``bad``: the sensitive cells the elastic copy
+    (:func:`_shortfall`) finds short. None short means the elastic copy met every level, so
+    the solver's "infeasible" was numerical (it read "0 cell(s) fall short, e.g. ;": new user
+    s40j)."""
+    if not bad.any():
+        return TabularError(
+            f"the CTA {method.upper()} solver reported that no additive adjusted table moves "
+            "every sensitive cell by its protection level, yet a relaxed copy of the same model "
+            "met every level: a numerical limit of the solver (a level at exactly the room a "
+            "cell has within its bounds), not of the table; ask for "
+            "protection levels a little different (another rule, e.g. p:14 for p:15) or other "
+            "bounds"
+        )
     hint = " or method='milp' (free directions)" if method == "lp" else ""
     return TabularError(
         f"no additive adjusted table within the bounds moves every sensitive cell by its "

@@ -25,33 +25,24 @@ its status and, for measures, the number of contributors.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 from sqlglot import exp
 
 from sqlsdc.errors import TabularError
 from sqlsdc.policy import AggregateKind, ColumnRole, Method, Policy, ProtectionRule
-from sqlsdc.tabular.api import protect
-from sqlsdc.tabular.model import TOTAL, Hierarchy, Table
-from sqlsdc.tabular.rules import (
-    FrequencyRule,
-    ManualRule,
-    PPercentRule,
-    RuleResult,
-    parse_rule,
-    required_top_k,
-)
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 LEVEL = "__level"
 COUNT = "count"  # the aggregate name of unit counts
 STATUS, VALUE, CONTRIBUTORS = "__status", "__value", "__n"
 SPREAD = "__spread"  # the most inner cells a unit of the cell lies in
-EARLIER = "earlier release"
 
 
 @dataclass(frozen=True)
@@ -84,6 +75,8 @@ class Universe:
 
     def rules(self, aggregate: str) -> list:
         """The primary rules of one aggregate (policy ``rules``, or the defaults)."""
+        from sqlsdc.tabular.rules import FrequencyRule, PPercentRule, parse_rule
+
         rule = self.counts if aggregate == COUNT else self.magnitudes
         if rule.rules:
             return [parse_rule(r) for r in rule.rules]
@@ -129,6 +122,8 @@ def _if_suppress(rule: ProtectionRule) -> ProtectionRule | None:
 
 def top_k(universe: Universe) -> int:
     """Largest contributions per cell the magnitude rules read."""
+    from sqlsdc.tabular.rules import required_top_k
+
     if not universe.magnitudes or not universe.measures:
         return 0
     return max(required_top_k(universe.rules(m)) for m in universe.measures)
@@ -175,24 +170,6 @@ def inner_cells_sql(universe: Universe) -> exp.Select:
     return cells.order_by(*[exp.Ordered(this=d.copy(), nulls_first=True) for d in dims])
 
 
-def suppression_pattern(table: Table, rules, **options) -> pd.DataFrame:
-    """The suppression pattern of one table: :func:`sqlsdc.tabular.protect` (primary rules,
-    secondary suppression, audit) with ``value`` and ``n`` NULL in every cell that is not
-    published. The one place that decides what a cell under suppression shows, for the query
-    path (:func:`protect_universe`) and for protection jobs (:mod:`sqlsdc.jobs.protect`).
-
-    ``options`` are those of :func:`~sqlsdc.tabular.protect` (``method``, ``cost``,
-    ``primary``, ``forced``, ``time_limit``, ...). The result keeps ``status``, ``rule``, the
-    protection levels and the audited interval ``lo``/``hi`` for the producer, and the audit
-    report in ``attrs["audit"]``; rows are in the table's cell order.
-    """
-    result = protect(table, rules=list(rules), **options)
-    published = result["status"] == "published"
-    result["value"] = result["value"].where(published)
-    result["n"] = result["n"].where(published)
-    return result
-
-
 def fingerprint(universe: Universe, cells: pd.DataFrame) -> str:
     """Changes whenever the inner cells (data) or the policy settings of the pattern change.
 
@@ -217,242 +194,3 @@ def _steady(value):
     if isinstance(value, list | tuple | np.ndarray):
         return "[" + ",".join(f"{float(v):.{SUM_DIGITS}g}" for v in value) + "]"
     return value
-
-
-def protect_universe(
-    universe: Universe, cells: pd.DataFrame, earlier: pd.DataFrame | None = None
-) -> tuple[pd.DataFrame, dict]:
-    """Protect every aggregate of the universe; return the pattern and a report.
-
-    ``cells`` is the result of :func:`inner_cells_sql`; ``earlier`` a pattern stored before
-    (same layout as the one returned), whose suppressions are kept and whose unchanged
-    published cells are forced published.
-
-    Raises:
-        TabularError: a universe column holds NULLs, a unit lies in several inner cells, or no
-            audited pattern exists.
-    """
-    if (cells[SPREAD] > 1).any():
-        raise TabularError(
-            f"some units of {universe.table} lie in several inner cells (their rows differ in "
-            f"{', '.join(universe.columns)}); suppression needs each unit in one inner cell: "
-            "the margins count the inner cells' units and take their largest contributions "
-            "from the inner cells, so a unit would be counted twice and its share of a margin "
-            "under-read"
-        )
-    for column in universe.columns:
-        if cells[column].isna().any():
-            raise TabularError(
-                f"{universe.table}.{column} has NULL values; suppression needs a code in every "
-                "row (recode missing values, e.g. to 'unknown')"
-            )
-    codes = cells[list(universe.columns)].astype(str)
-    dims, hierarchies = _dimensions(universe, codes)
-    pattern: pd.DataFrame | None = None
-    report: dict = {"cells": 0, "aggregates": {}}
-    for aggregate in universe.aggregates:
-        table = _table(universe, aggregate, cells, codes, dims, hierarchies)
-        with_value = None
-        if aggregate != COUNT:
-            with_value = _with_value(universe, aggregate, table, cells, codes, dims, hierarchies)
-            table = _zero_cells_counted(table, with_value)
-        coordinates = _coordinates(universe, table.cells[dims], hierarchies)
-        if pattern is None:
-            pattern = coordinates
-        before = _earlier(coordinates, earlier, aggregate)
-        kept, held, forced = _carried_over(table, before)
-        rules = [_Known(rule, forced) for rule in universe.rules(aggregate)]
-        result = suppression_pattern(
-            table,
-            rules,
-            method=universe.secondary,
-            cost=universe.cost,
-            primary=ManualRule(kept, safety_range=0.0, name=EARLIER) if kept.any() else None,
-            held=held if held.any() else None,
-            forced=forced if forced.any() else None,
-            forced_known=True,
-            time_limit=universe.time_limit,
-            apriori=_known_bounds(universe, aggregate, table, cells, codes, dims, hierarchies),
-        )
-        pattern[f"{aggregate}{VALUE}"] = result["value"].to_numpy()
-        pattern[f"{aggregate}{STATUS}"] = result["status"].to_numpy()
-        if with_value is not None:
-            published = (result["status"] == "published").to_numpy()
-            pattern[f"{aggregate}{CONTRIBUTORS}"] = np.where(published, with_value, np.nan)
-        audit = result.attrs["audit"]
-        report["aggregates"][aggregate] = {
-            "primary": audit.n_primary,
-            "secondary": audit.n_secondary,
-            "kept_from_earlier": int((kept | held).sum()),
-            "known_from_earlier": int(forced.sum()),
-            "audit_passed": audit.passed,
-            "audit_exact": audit.exact,
-            "method": audit.method,
-        }
-    report["cells"] = 0 if pattern is None else len(pattern)
-    return pattern, report
-
-
-def _known_bounds(universe, aggregate, table, cells, codes, dims, hierarchies):
-    """What an analyst knows of every cell before any value: a query lists every cell of the
-    pattern, a suppressed one with NULL, so a unit count is at least the number of inner cells
-    it adds up (each holds a unit). The audit must protect against those bounds, not against
-    ``[0, inf)``; lower protection beyond them is impossible and is not asked (the protection
-    levels are clipped to the a-priori bounds). Sums keep the default bounds: a unit may add 0.
-    """
-    if aggregate != COUNT:
-        return None
-    ones = cells.assign(__units=1)
-    leaves = _table(universe, aggregate, ones, codes, dims, hierarchies)
-    if not leaves.cells[dims].equals(table.cells[dims]):  # pragma: no cover - same input order
-        raise TabularError("the universe's cells came out in another order; this is a bug")
-    return leaves.values.astype(float), np.inf
-
-
-def _with_value(universe, aggregate, table, cells, codes, dims, hierarchies) -> np.ndarray:
-    """The units with a value of the measure ``aggregate`` in every cell of ``table``, margins
-    summed: the pattern's contributors, which an AVG divides its sum by (the frequency rule
-    counts only the non-zero ones, :func:`_zero_cells_counted`)."""
-    counted = cells.assign(__units=cells[f"{aggregate}__n"])
-    units = _table(universe, COUNT, counted, codes, dims, hierarchies)
-    if not units.cells[dims].equals(table.cells[dims]):  # pragma: no cover - same input order
-        raise TabularError("the universe's cells came out in another order; this is a bug")
-    return units.values
-
-
-def _dimensions(universe: Universe, codes: pd.DataFrame) -> tuple[list[str], dict]:
-    """Folded dimensions: a hierarchy becomes one dimension holding codes of all its levels."""
-    dims, hierarchies = [], {}
-    for name, levels in universe.groups:
-        dims.append(name)
-        if len(levels) > 1:
-            hierarchies[name] = Hierarchy.from_levels(codes, list(levels))
-    return dims, hierarchies
-
-
-def _table(universe, aggregate, cells, codes, dims, hierarchies) -> Table:
-    frame = pd.DataFrame({name: codes[levels[-1]] for name, levels in universe.groups})
-    if aggregate == COUNT:
-        frame["value"] = cells["__units"].astype(float)
-        frame["n"] = cells["__units"]
-        tops = []
-    else:
-        frame["value"] = cells[f"{aggregate}__sum"].fillna(0).astype(float)
-        frame["n"] = cells[f"{aggregate}__nz"]  # the frequency rule's contributors
-        k = top_k(universe)
-        tops = [f"top{j + 1}" for j in range(k)]
-        lists = cells[f"{aggregate}__top"]
-        for j, name in enumerate(tops):
-            frame[name] = [
-                float(t[j]) if t is not None and len(t) > j and t[j] is not None else 0.0
-                for t in lists
-            ]
-    return Table.from_cells(frame, dims, top=tops, hierarchies=hierarchies or None)
-
-
-def _zero_cells_counted(table: Table, with_value: np.ndarray) -> Table:
-    """``table`` of a measure, whose ``n`` counts the units of a non-zero total (margins
-    summed), as the threshold rule, rounding and the cell key method count a magnitude's
-    contributors (GaussSuppression's ``NContributorsRule``, ``remove0 = TRUE``), with a cell of
-    zeros only counting its units with a value (``with_value``) instead: as no contributor it
-    would pass the frequency rule and be published as 0. Counted with their zeros, R01-M011's
-    men on the suppression demo (three incomes and two of 0) passed ``freq:5`` and were
-    published, and its two largest earners knew the third income (red team s40b)."""
-    nonzero = table.n
-    counted = np.where(nonzero > 0, nonzero, with_value.astype(np.int64))
-    return dataclasses.replace(table, cells=table.cells.assign(n=counted))
-
-
-def _coordinates(universe: Universe, folded: pd.DataFrame, hierarchies) -> pd.DataFrame:
-    """``__level`` and the universe columns (codes as text, None at totals) of every cell."""
-    out = pd.DataFrame(index=range(len(folded)))
-    level = np.zeros(len(folded), dtype=np.int64)
-    bit = 0
-    for name, levels in universe.groups:
-        chains = _chains(hierarchies.get(name))
-        code = folded[name].tolist()
-        for depth, column in enumerate(levels):
-            values = []
-            for c in code:
-                chain = () if c == TOTAL else chains.get(c, (c,))
-                values.append(chain[depth] if depth < len(chain) else None)
-            out[column] = values
-            level |= np.where(pd.isna(out[column]).to_numpy(), 1 << bit, 0)
-            bit += 1
-    out.insert(0, LEVEL, level)
-    return out
-
-
-def _chains(hierarchy: Hierarchy | None) -> dict[str, tuple[str, ...]]:
-    """For a hierarchy: every code's ancestors from the coarsest level down to itself."""
-    if hierarchy is None:
-        return {}
-    parents = hierarchy.parents
-    chains = {}
-    for code in hierarchy.codes[1:]:
-        chain = [code]
-        while parents[chain[0]] not in (None, hierarchy.total):
-            chain.insert(0, parents[chain[0]])
-        chains[code] = tuple(chain)
-    return chains
-
-
-def _earlier(coordinates: pd.DataFrame, earlier: pd.DataFrame | None, aggregate: str):
-    """The earlier pattern's value and status of ``aggregate``, aligned to ``coordinates``.
-
-    Both patterns hold their codes as text (None at totals), so cells match exactly.
-    """
-    if earlier is None or f"{aggregate}{STATUS}" not in earlier.columns:
-        return None
-    keys = list(coordinates.columns)
-    left = coordinates[keys].astype(object).fillna(_TOTAL_KEY)
-    right = earlier[keys].astype(object).fillna(_TOTAL_KEY)
-    right["value"] = earlier[f"{aggregate}{VALUE}"].to_numpy()
-    right["status"] = earlier[f"{aggregate}{STATUS}"].to_numpy()
-    merged = left.merge(right, on=keys, how="left", validate="one_to_one")
-    return merged[["value", "status"]]
-
-
-_TOTAL_KEY = "\x00total"
-
-
-def _carried_over(table: Table, before) -> tuple[np.ndarray, np.ndarray]:
-    """Cells to keep suppressed with their protection (primary before), cells to keep
-    suppressed without a level of their own (secondary before: they protected others, which
-    the rules and ``kept`` still protect), and cells published before with the same value
-    (known)."""
-    none = np.zeros(len(table.cells), dtype=bool)
-    if before is None:
-        return none, none, none
-    status = before["status"].to_numpy(dtype=object)
-    # equal up to the order the engine added the rows in (see fingerprint): a cell published
-    # before is known to its reader whatever the last bits of its sum
-    same = np.isclose(before["value"].to_numpy(dtype=float), table.values, rtol=1e-12, atol=0.0)
-    return status == "primary", status == "secondary", (status == "published") & same
-
-
-def exempt_known(rules, known: np.ndarray) -> list:
-    """``rules`` that flag no cell of ``known`` (published before with its value: public)."""
-    return [_Known(rule, known) for rule in rules]
-
-
-@dataclass(frozen=True)
-class _Known:
-    """A primary rule that exempts cells the attacker already knows.
-
-    A cell published before with the same value stays published, even when stricter rules
-    now flag it: hiding it would protect nothing, and a pattern built on hiding it would only
-    seem to protect its neighbours.
-    """
-
-    rule: object
-    known: np.ndarray
-
-    @property
-    def name(self) -> str:
-        return self.rule.name
-
-    def evaluate(self, stats) -> RuleResult:
-        found = self.rule.evaluate(stats)
-        keep = ~self.known
-        return RuleResult(found.sensitive & keep, found.upl * keep, found.lpl * keep)
