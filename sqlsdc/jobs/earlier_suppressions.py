@@ -36,7 +36,7 @@ def earlier_suppressions(
     (:func:`_shared_status`: a table by nace x region x size_class holds the nace x region
     table as its size_class total). The job keeps the first suppressed and the last
     published, as the query path keeps its earlier pattern
-    (:func:`sqlsdc.tabular.universe._carried_over`), so it publishes none of the cells they
+    (:func:`sqlsdc.tabular.universe_pattern._carried_over`), so it publishes none of the cells they
     hid and hides none they published.
 
     Red team s30f: re-run after two enterprises were added to a hidden cell of 2, the job

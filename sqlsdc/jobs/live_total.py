@@ -28,7 +28,7 @@ stays):
   its cells sums of live cells, and the cells the live pattern hides in them would be read off;
 * the pattern, computed now as a query would compute it (:func:`ensure_patterns`), publishes
   the grand total with the job's value. Later patterns keep it published while its value
-  stands (:func:`sqlsdc.tabular.universe._carried_over`); a policy applied afterwards is
+  stands (:func:`sqlsdc.tabular.universe_pattern._carried_over`); a policy applied afterwards is
   checked against the stored pattern the same way (:func:`stored_total_published`).
 
 The job then publishes its total (a cell forced published, :mod:`sqlsdc.jobs.protect`).

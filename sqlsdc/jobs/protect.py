@@ -4,7 +4,7 @@ suppress``).
 
 The job runs the steps every protection job runs (:mod:`sqlsdc.jobs.job`: open and check,
 tabulate in SQL, store with ledger rows and audit entry in one transaction) with the pattern
-builder the query path uses too (:func:`sqlsdc.tabular.universe.suppression_pattern`). It
+builder the query path uses too (:func:`sqlsdc.tabular.universe_pattern.suppression_pattern`). It
 keeps what suppression outputs of the same rows stored before it suppressed and published
 (:mod:`sqlsdc.jobs.earlier_suppressions`), and a sum job's unit counts ``n``, which it
 publishes too, are protected by its pattern (:mod:`sqlsdc.jobs.sum_counts`).

@@ -12,7 +12,8 @@ import pandas as pd
 
 from sqlsdc.policy import load_policy
 from sqlsdc.tabular.model import Table
-from sqlsdc.tabular.universe import _carried_over, fingerprint, universe_of
+from sqlsdc.tabular.universe import fingerprint, universe_of
+from sqlsdc.tabular.universe_pattern import _carried_over
 
 
 def _cells(total: float, top: list[float]) -> pd.DataFrame:
