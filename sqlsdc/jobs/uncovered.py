@@ -240,7 +240,8 @@ def _uncovered(con, spec, cut: Side, cover: Side, least: int):
         ("__met", met),
         ("__parts", parts),
     ):
-        select = select.with_(name, as_=body, materialized=True)
+        # built here, used once: not copied (each copy=True took the whole statement so far)
+        select = select.with_(name, as_=body, materialized=True, copy=False)
     row = next(iter(con.execute(select.sql("duckdb")).fetchall()), None)
     if row is None:
         return None
