@@ -17,7 +17,7 @@ comparison is one SQL query; :mod:`sqlsdc.jobs.differencing` turns a finding int
 
 Its common table expressions are computed once each (``MATERIALIZED``): the rows ``__r`` are
 read five times, the inner cells ``__hits`` and ``__whole`` twice, and DuckDB's own choice
-took 1.5-1.8 times the CPU on the 20,000-person demo (4.5-5.3 s against 2.6-3.2 s for a job by
+took about 1.7 times the CPU on the 20,000-person demo (4.5-5.3 s against 2.6-3.2 s for a job by
 region, municipality and sex against a file of the people aged 1 or over).
 """
 
