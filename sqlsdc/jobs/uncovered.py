@@ -14,6 +14,11 @@ education, less the README's file's band ``>=85`` of the same cell, was the one 
 of the file's band 75-84). The rest must be none or at least the minimum frequency of units on
 the side that differs (differences on both sides mix what the two groups add up to). The whole
 comparison is one SQL query; :mod:`sqlsdc.jobs.differencing` turns a finding into a refusal.
+
+Its common table expressions are computed once each (``MATERIALIZED``): the rows ``__r`` are
+read five times, the inner cells ``__hits`` and ``__whole`` twice, and DuckDB's own choice
+took about 1.7 times the CPU on the 20,000-person demo (4.5-5.3 s against 2.6-3.2 s for a job by
+region, municipality and sex against a file of the people aged 1 or over).
 """
 
 from __future__ import annotations
@@ -235,7 +240,8 @@ def _uncovered(con, spec, cut: Side, cover: Side, least: int):
         ("__met", met),
         ("__parts", parts),
     ):
-        select = select.with_(name, as_=body)
+        # built here, used once: not copied (each copy=True took the whole statement so far)
+        select = select.with_(name, as_=body, materialized=True, copy=False)
     row = next(iter(con.execute(select.sql("duckdb")).fetchall()), None)
     if row is None:
         return None

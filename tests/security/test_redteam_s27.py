@@ -187,12 +187,15 @@ def test_a_policy_applied_in_the_same_process_binds_a_held_connection(db, tmp_pa
     """``sqlsdc.admin.apply`` (a notebook, a server process) lowers (*, *) to ε 1/2 while an
     analyst's connection of the same process holds the file: the connection kept the old
     policy and its limits until it opened the file again, and spent ε 2. Safe: its next
-    charge sees the new policy (nothing charged), and the connection then reads it."""
+    charge sees the new policy (nothing charged), and the connection then reads it. The
+    connection holds the file throughout (no idle release): under load (10-12 on two cores) the
+    apply took over a second, the connection let the file go meanwhile and read version 2 on
+    its next opening, so the count was refused as over budget, not as a policy change."""
     import yaml
 
     policy = tmp_path / "policy.yaml"
     policy.write_text(yaml.safe_dump(dp_document(user="*", epsilon="1/2", rho=1, delta="1e-3")))
-    with sqlsdc.connect(db, "ana") as con:
+    with Connection(db, "ana", idle_release=None) as con:
         assert _try(con, COUNT.format(1))
         sqlsdc.admin.apply(db, policy, "admin")
         with pytest.raises(Error, match="policy version 2 was applied"):
