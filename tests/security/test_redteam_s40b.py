@@ -27,9 +27,9 @@ What broke (fixed here):
   largest earners knew the third, 7,972.95, exactly; the p%-rule passes, 7,972.95 >= 10 % of
   22,863.51), and R08-M024 men, four incomes and two zeros. No padding needed: the cell is as
   the policy tabulates it. The rule now counts the units whose total is not 0, margins
-  summed (``tabular.universe_pattern._zero_cells_counted``; a cell of zeros only keeps its units with
-  a value, so that it is not published as 0); the pattern's contributors, AVG's divisor, stay
-  the units with a value.
+  summed (``tabular.universe_pattern._zero_cells_counted``; a cell of zeros only keeps its
+  units with a value, so that it is not published as 0); the pattern's contributors, AVG's
+  divisor, stay the units with a value.
 
 Left open (strict xfail):
 
