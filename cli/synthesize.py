@@ -154,6 +154,8 @@ def synthesize(db, source, sql, into, method, columns, epsilon, margins, bins, l
         click.echo(f"  ε = {r['epsilon']} charged; {len(p['margins'])} margins, discrete "
                    f"Laplace scale {p['scale']}, at most {p['rows_per_unit']} row(s) per "
                    f"{p['unit']}")  # fmt: skip
+    for note in r["details"].get("notes") or []:
+        click.echo(f"  {note}")
     fit = r["details"].get("ipf")
     for part in fit if isinstance(fit, list) else [fit] if fit else []:
         where = f"stratum {part['stratum']}: " if "stratum" in part else ""

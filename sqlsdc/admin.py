@@ -59,8 +59,10 @@ def init(db_path, policy, *, applied_by: str | None = None) -> ApplyReport:
     checked against the outputs already stored (:func:`policy_checks`).
 
     Only an admin applies a policy: ``applied_by`` must have role admin in the policy in force
-    when the database has one, else in the new ``policy`` (by default: the first admin declared
-    there), so that the version history always names a real administrator.
+    when the database has one, else in the new ``policy``, so that the version history always
+    names a real administrator. By default it is that policy's only admin, as the CLI's
+    ``--as``; with several, leaving it out raises :class:`~sqlsdc.errors.AccessDenied` naming
+    them.
 
     Example:
         >>> import sqlsdc, duckdb, tempfile, os

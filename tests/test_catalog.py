@@ -102,7 +102,7 @@ def db(tmp_path):
 
 
 def test_init_creates_the_catalog(db):
-    report = sqlsdc.init(db, POLICY)
+    report = sqlsdc.init(db, POLICY, applied_by="root")
     assert report.version == 1
     assert report.secret_created
     tables = {r[0] for r in query(db, "SELECT table_name FROM duckdb_tables() "
@@ -122,8 +122,28 @@ def test_init_accepts_a_policy_file(db, tmp_path):
     ]
 
 
+def test_init_acts_as_the_only_admin_and_asks_among_several(db):
+    """As the CLI's ``--as``: the only admin by default. Before, the first admin declared
+    acted, whichever the file listed first, where the CLI asked which one."""
+    several = copy.deepcopy(POLICY)
+    with pytest.raises(sqlsdc.errors.AccessDenied,
+                       match=r"6 admins \(root, alice, bob, admin0, admin1, admin2\): name the "
+                             r"acting one with applied_by="):  # fmt: skip
+        sqlsdc.init(db, several)
+    assert query(db, "SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'sqlsdc'") == [(0,)]
+    one = copy.deepcopy(POLICY)
+    one["users"] = {"analyst": {"role": "analyst"}, "chief": {"role": "admin"}}
+    assert sqlsdc.init(db, one).version == 1
+    several["users"]["chief"] = {"role": "admin"}
+    assert sqlsdc.init(db, several).version == 2  # the policy in force has one admin: chief
+    with pytest.raises(sqlsdc.errors.AccessDenied, match="7 admins"):
+        sqlsdc.init(db, one)  # now several in force
+    assert query(db, "SELECT version, applied_by FROM sqlsdc.policy_versions ORDER BY 1") == [
+        (1, "chief"), (2, "chief")]  # fmt: skip
+
+
 def test_record_keys_for_every_row(db):
-    report = sqlsdc.init(db, POLICY)
+    report = sqlsdc.init(db, POLICY, applied_by="root")
     assert report.keyed_rows == {"people": PEOPLE}
     types = dict(query(db, "SELECT column_name, column_type FROM (DESCRIBE people)"))
     assert types["__rkey"] == "UINTEGER"
@@ -138,7 +158,7 @@ def test_record_keys_for_every_row(db):
 
 
 def test_record_keys_look_uniform(db):
-    sqlsdc.init(db, POLICY)
+    sqlsdc.init(db, POLICY, applied_by="root")
     bins = dict(query(db, "SELECT __rkey >> 28 AS bin, count(*) FROM people GROUP BY bin"))
     observed = [bins.get(b, 0) for b in range(16)]
     assert sum(observed) == PEOPLE
@@ -160,24 +180,24 @@ def test_chi_square_check_rejects_non_uniform_keys():
 
 
 def test_public_tables_get_no_record_keys(db):
-    report = sqlsdc.init(db, POLICY)
+    report = sqlsdc.init(db, POLICY, applied_by="root")
     assert "towns" not in report.keyed_rows
     assert "__rkey" not in columns_of(db, "towns")
     assert columns_of(db, "towns") == ["town", "population"]
 
 
 def test_reinit_keeps_keys_and_keys_only_new_rows(db):
-    sqlsdc.init(db, POLICY)
+    sqlsdc.init(db, POLICY, applied_by="root")
     before = rkeys(db)
     execute(db, "INSERT INTO people (id, hh, town, salary) "
                 f"SELECT range, 1, 't1', 5 FROM range({PEOPLE}, {PEOPLE + 50})")
-    report = sqlsdc.init(db, POLICY)
+    report = sqlsdc.init(db, POLICY, applied_by="root")
     assert report.keyed_rows == {"people": 50}
     after = rkeys(db)
     assert len(after) == PEOPLE + 50
     assert all(after[i] == key for i, key in before.items())
     assert all(after[i] is not None for i in range(PEOPLE, PEOPLE + 50))
-    assert sqlsdc.init(db, POLICY).keyed_rows == {"people": 0}
+    assert sqlsdc.init(db, POLICY, applied_by="root").keyed_rows == {"people": 0}
     assert rkeys(db) == after
 
 
@@ -192,9 +212,9 @@ def test_policy_versions_increase(db):
 
 
 def test_current_policy_is_the_latest_version(db):
-    sqlsdc.init(db, POLICY)
+    sqlsdc.init(db, POLICY, applied_by="root")
     second = policy(towns={"kind": "public", "description": "v2"})
-    sqlsdc.init(db, second)
+    sqlsdc.init(db, second, applied_by="root")
     con = open_database(db)
     try:
         version, document, source = store.current_policy(con)
@@ -219,13 +239,13 @@ def test_policy_history_lists_versions(db):
 
 
 def test_secret_is_32_bytes_created_once(db):
-    assert sqlsdc.init(db, POLICY).secret_created
+    assert sqlsdc.init(db, POLICY, applied_by="root").secret_created
     (name, secret), = secret_rows(db)
     assert name == "prf"
     assert isinstance(secret, bytes) and len(secret) == 32
     assert len(set(secret)) > 8  # not a constant fill
     execute(db, ADD + "(99999, 1, 't1', 1.0)")
-    report = sqlsdc.init(db, POLICY)
+    report = sqlsdc.init(db, POLICY, applied_by="root")
     assert not report.secret_created
     assert secret_rows(db) == [("prf", secret)]
 
@@ -235,7 +255,7 @@ def test_secrets_differ_between_databases(tmp_path):
     for name in ("a", "b"):
         path = tmp_path / f"{name}.duckdb"
         execute(path, "CREATE TABLE towns AS SELECT 't1' AS town")
-        sqlsdc.init(path, policy(people=None))
+        sqlsdc.init(path, policy(people=None), applied_by="root")
         secrets.append(secret_rows(path)[0][1])
     assert secrets[0] != secrets[1]
 
@@ -247,7 +267,7 @@ def test_privacy_unit_with_nulls_is_refused(db):
     execute(db, ADD + "(NULL, 1, 't1', 1.0), (NULL, 2, 't2', 2.0)")
     with pytest.raises(sqlsdc.PolicyError,
                        match=r"\Apolicy\.yaml: tables\.people\.privacy_unit: 2 rows have no id"):
-        sqlsdc.init(db, load_policy(POLICY, name="policy.yaml"))
+        sqlsdc.init(db, load_policy(POLICY, name="policy.yaml"), applied_by="root")
     assert "__rkey" not in columns_of(db, "people")
     assert query(db, "SELECT count(*) FROM duckdb_schemas() WHERE schema_name = 'sqlsdc'") == [(0,)]
 
@@ -259,7 +279,7 @@ def test_missing_table_is_refused_listing_the_tables(db):
         match=r"\Apolicy\.yaml: tables\.firms: no such table in the database "
               r"\(tables: people, towns\)\Z",
     ):
-        sqlsdc.init(db, load_policy(bad, name="policy.yaml"))
+        sqlsdc.init(db, load_policy(bad, name="policy.yaml"), applied_by="root")
 
 
 def test_missing_column_is_refused_listing_the_columns(db):
@@ -270,7 +290,7 @@ def test_missing_column_is_refused_listing_the_columns(db):
         match=r"\A<policy>: tables\.people\.columns\.age: no such column in the table "
               r"\(columns: id, hh, town, salary\)\Z",
     ):
-        sqlsdc.init(db, bad)
+        sqlsdc.init(db, bad, applied_by="root")
 
 
 def test_a_measure_must_be_a_numeric_column(db):
@@ -283,7 +303,7 @@ def test_a_measure_must_be_a_numeric_column(db):
         match=r"\A<policy>: tables\.people\.columns\.town: a measure must be a numeric column "
         r".*; town is VARCHAR",
     ):
-        sqlsdc.init(db, bad)
+        sqlsdc.init(db, bad, applied_by="root")
 
 
 def test_applying_the_same_dp_policy_again_says_it_redraws_the_noise(db):
@@ -291,15 +311,16 @@ def test_applying_the_same_dp_policy_again_says_it_redraws_the_noise(db):
     the version): ``init`` or ``policy apply`` run again says so, and only then (new user s39)."""
     dp = policy(people={**POLICY["tables"]["people"], "protection": {
         "counts": {"method": "dp", "spend": {"epsilon": 0.1}}}})  # fmt: skip
-    assert sqlsdc.init(db, dp).notes == []
-    again = sqlsdc.init(db, dp)
+    assert sqlsdc.init(db, dp, applied_by="root").notes == []
+    again = sqlsdc.init(db, dp, applied_by="root")
     assert again.version == 2
     assert again.notes == [
         "the policy is the same as version 1; differential-privacy noise is keyed by the policy "
         "version, so every DP cell asked again is drawn afresh and charged again"
     ]
-    assert sqlsdc.init(db, POLICY).notes == []  # a change
-    assert sqlsdc.init(db, POLICY).notes == []  # the same, without DP: nothing is redrawn
+    assert sqlsdc.init(db, POLICY, applied_by="root").notes == []  # a change
+    # the same, without DP: nothing is redrawn
+    assert sqlsdc.init(db, POLICY, applied_by="root").notes == []
 
 
 def test_apply_tells_which_measures_cannot_be_summed(db):
@@ -308,7 +329,7 @@ def test_apply_tells_which_measures_cannot_be_summed(db):
     execute(db, "CREATE TABLE wide AS SELECT id, id * 100.0 AS salary FROM people")
     wide = policy(wide={"privacy_unit": "id", "columns": {
         "id": {"role": "identifier"}, "salary": {"role": "measure", "bounds": [0, 10**6]}}})
-    report = sqlsdc.init(db, wide)
+    report = sqlsdc.init(db, wide, applied_by="root")
     assert report.notes == [
         "wide.salary is DECIMAL(23,1): SUM and AVG of it are refused (store it as DOUBLE, "
         "BIGINT or DECIMAL(18, s))"
@@ -386,7 +407,7 @@ def test_every_database_problem_is_reported(db):
     bad["tables"]["people"]["columns"]["age"] = {"role": "dimension"}
     bad["tables"]["firms"] = {"kind": "public"}
     with pytest.raises(sqlsdc.PolicyError) as info:
-        sqlsdc.init(db, bad)
+        sqlsdc.init(db, bad, applied_by="root")
     assert [p.split(":")[1].strip() for p in info.value.problems] == [
         "tables.people.columns.age", "tables.firms"
     ]
@@ -397,14 +418,14 @@ def test_confidential_view_is_refused(db):
     bad = policy(rich={"privacy_unit": "id", "columns": {"id": {"role": "identifier"}}})
     with pytest.raises(sqlsdc.PolicyError,
                        match=r"tables\.rich: a confidential relation must be a table, not a view"):
-        sqlsdc.init(db, bad)
+        sqlsdc.init(db, bad, applied_by="root")
 
 
 def test_invalid_policy_is_refused_before_touching_the_database(db):
     bad = copy.deepcopy(POLICY)
     bad["users"] = {"ana": {"role": "analyst"}}
     with pytest.raises(sqlsdc.PolicyError, match="declare at least one user with role admin"):
-        sqlsdc.init(db, bad)
+        sqlsdc.init(db, bad, applied_by="root")
     assert "__rkey" not in columns_of(db, "people")
 
 
@@ -412,7 +433,7 @@ def test_invalid_policy_is_refused_before_touching_the_database(db):
 
 
 def test_unique_unit_gets_a_unique_index(db):
-    report = sqlsdc.init(db, POLICY)
+    report = sqlsdc.init(db, POLICY, applied_by="root")
     assert report.unit_per_row == {"people": True}
     indexes = query(db, "SELECT index_name, table_name, is_unique, expressions "
                         "FROM duckdb_indexes()")
@@ -427,7 +448,7 @@ def test_unique_unit_gets_a_unique_index(db):
 def test_non_unique_unit_has_no_index(db):
     by_household = copy.deepcopy(POLICY)
     by_household["tables"]["people"]["privacy_unit"] = "hh"
-    report = sqlsdc.init(db, by_household)
+    report = sqlsdc.init(db, by_household, applied_by="root")
     assert report.unit_per_row == {"people": False}
     assert query(db, "SELECT count(*) FROM duckdb_indexes()") == [(0,)]
     execute(db, ADD + "(1, 1, 't1', 1.0)")  # duplicates stay allowed
@@ -447,10 +468,10 @@ def test_changing_the_unit_to_a_non_unique_column_is_detected(tmp_path):
         "FROM range(400)",
         "CREATE TABLE towns AS SELECT 't1' AS town",
     )
-    assert sqlsdc.init(path, POLICY).unit_per_row == {"people": True}
+    assert sqlsdc.init(path, POLICY, applied_by="root").unit_per_row == {"people": True}
     by_household = copy.deepcopy(POLICY)
     by_household["tables"]["people"]["privacy_unit"] = "hh"
-    report = sqlsdc.init(path, by_household)
+    report = sqlsdc.init(path, by_household, applied_by="root")
     with sqlsdc.connect(path, user="ana") as con:
         counts = con.execute("SELECT town, COUNT(*) AS n FROM people GROUP BY town").fetchall()
     assert sorted(counts) == [("t0", None), ("t1", None)]
@@ -458,10 +479,10 @@ def test_changing_the_unit_to_a_non_unique_column_is_detected(tmp_path):
 
 
 def test_changing_the_unit_to_a_nullable_column_does_not_crash(db):
-    sqlsdc.init(db, POLICY)
+    sqlsdc.init(db, POLICY, applied_by="root")
     by_household = copy.deepcopy(POLICY)
     by_household["tables"]["people"]["privacy_unit"] = "hh"
-    report = sqlsdc.init(db, by_household)
+    report = sqlsdc.init(db, by_household, applied_by="root")
     assert report.unit_per_row == {"people": False}
 
 
@@ -469,7 +490,7 @@ def test_table_with_an_existing_index(db):
     """DuckDB cannot ALTER a table that has an index; init must handle or explain that."""
     execute(db, "CREATE INDEX people_town ON people (town)")
     try:
-        report = sqlsdc.init(db, POLICY)
+        report = sqlsdc.init(db, POLICY, applied_by="root")
     except sqlsdc.Error as error:
         assert "tables.people" in str(error)
     else:
@@ -481,7 +502,7 @@ def test_table_with_an_existing_index(db):
 
 def test_apply_is_atomic(db, monkeypatch):
     execute(db, "CREATE TABLE firms AS SELECT range AS fid FROM range(30)")
-    sqlsdc.init(db, POLICY)
+    sqlsdc.init(db, POLICY, applied_by="root")
     keys = rkeys(db)
 
     def fail(*args, **kwargs):
@@ -491,7 +512,7 @@ def test_apply_is_atomic(db, monkeypatch):
     grown = policy(firms={"privacy_unit": "fid", "columns": {"fid": {"role": "identifier"}}})
     execute(db, ADD + "(99999, 1, 't1', 1.0)")
     with pytest.raises(sqlsdc.InternalError, match="simulated failure"):
-        sqlsdc.init(db, grown)
+        sqlsdc.init(db, grown, applied_by="root")
     assert query(db, "SELECT version FROM sqlsdc.policy_versions") == [(1,)]
     assert "__rkey" not in columns_of(db, "firms")
     assert query(db, "SELECT count(*) FROM duckdb_indexes() WHERE table_name = 'firms'") == [(0,)]
@@ -500,21 +521,21 @@ def test_apply_is_atomic(db, monkeypatch):
 
 
 def test_newer_catalog_is_refused_without_a_new_version(db):
-    sqlsdc.init(db, POLICY)
+    sqlsdc.init(db, POLICY, applied_by="root")
     execute(db, "UPDATE sqlsdc.meta SET value = '99' WHERE key = 'catalog_version'",
             ADD + "(99999, 1, 't1', 1.0)")
     with pytest.raises(sqlsdc.Error, match=r"catalog version 99, newer than this sqlsdc"):
-        sqlsdc.init(db, POLICY)
+        sqlsdc.init(db, POLICY, applied_by="root")
     assert query(db, "SELECT version FROM sqlsdc.policy_versions") == [(1,)]
     assert query(db, "SELECT __rkey FROM people WHERE id = 99999") == [(None,)]
 
 
 def test_refused_policy_leaves_no_new_version(db):
-    sqlsdc.init(db, POLICY)
+    sqlsdc.init(db, POLICY, applied_by="root")
     bad = copy.deepcopy(POLICY)
     bad["tables"]["people"]["columns"]["age"] = {"role": "dimension"}
     with pytest.raises(sqlsdc.PolicyError, match="no such column"):
-        sqlsdc.init(db, bad)
+        sqlsdc.init(db, bad, applied_by="root")
     assert query(db, "SELECT version FROM sqlsdc.policy_versions") == [(1,)]
 
 
@@ -696,7 +717,7 @@ def test_undeclared_user_is_denied(demo_db):
 def test_database_without_catalog(db):
     with pytest.raises(sqlsdc.Error, match=r"no sqlsdc catalog; run `sqlsdc init"):
         sqlsdc.connect(db, user="ana")
-    sqlsdc.init(db, POLICY)
+    sqlsdc.init(db, POLICY, applied_by="root")
     with sqlsdc.connect(db, user="ana") as con:
         assert con.policy_version == 1
         assert con.execute("SELECT COUNT(*) AS n FROM people").fetchall() == [(PEOPLE,)]
@@ -838,14 +859,14 @@ def test_a_domain_must_hold_values_of_its_columns_type(db):
     bad = copy.deepcopy(POLICY)
     bad["tables"]["people"]["columns"]["hh"] = {"role": "dimension", "domain": ["h1", 2.5, 3]}
     with pytest.raises(sqlsdc.PolicyError) as refused:
-        sqlsdc.init(db, bad)
+        sqlsdc.init(db, bad, applied_by="root")
     text = str(refused.value)
     assert "tables.people.columns.hh.domain: 'h1' is not a value of the column's type" in text
     assert "2.5 is not a value" in text and "3 is not" not in text
     fine = copy.deepcopy(POLICY)
     fine["tables"]["people"]["columns"]["hh"] = {"role": "dimension", "domain": [1, 2, 3]}
     fine["tables"]["people"]["columns"]["town"] = {"role": "dimension", "domain": ["t1", "t2"]}
-    sqlsdc.init(db, fine)
+    sqlsdc.init(db, fine, applied_by="root")
 
 
 def test_numbers_in_the_domain_of_a_text_column_are_refused(tmp_path):

@@ -46,6 +46,9 @@ def document(dominance=None) -> dict:
             "rounded": table(
                 columns, {"min_frequency": 3, "counts": rounded, "magnitudes": rounded}
             ),  # fmt: skip
+            "rounded_payments": table(
+                columns, {"min_frequency": 3, "counts": rounded, "magnitudes": rounded}
+            ),  # fmt: skip
             "dominated": table(
                 columns,
                 {
@@ -72,11 +75,12 @@ def db(tmp_path_factory):
         con.executemany(
             f"INSERT INTO {name} VALUES (?, ?, ?)", [(u, c, v) for u, (c, v) in enumerate(rows)]
         )
-    con.execute("CREATE TABLE payments (unit INTEGER, cell VARCHAR, value DOUBLE)")
-    con.executemany(
-        "INSERT INTO payments VALUES (?, ?, ?)",
-        [(unit, cell, v) for cell, rows in PAYMENTS.items() for unit, v in rows],
-    )
+    for name in ("payments", "rounded_payments"):
+        con.execute(f"CREATE TABLE {name} (unit INTEGER, cell VARCHAR, value DOUBLE)")
+        con.executemany(
+            f"INSERT INTO {name} VALUES (?, ?, ?)",
+            [(unit, cell, v) for cell, rows in PAYMENTS.items() for unit, v in rows],
+        )
     con.close()
     sqlsdc.init(path, document())
     return path
@@ -131,6 +135,18 @@ def test_a_unit_s_rows_are_one_contribution(ana, db):
     ).fetchall()
     # the total: firm 1's 2000, firm 2's 1000, then 199: 199 < 10 % of 2000, dominated
     assert rolled == [("at", 1600), ("below", None), (None, None)]
+
+
+def test_a_repeated_grouping_set_reads_each_unit_once(ana):
+    """``GROUPING SETS ((cell), (cell), (cell))`` gives a row per copy, and so did the units'
+    totals: T was three times 1599 and x2 firm 1's own 1000 again, and "below" was published
+    (red team s40b). Each unit's total is read once per cell."""
+    for group in ("GROUPING SETS ((cell), (cell), (cell))", "cell, ROLLUP (cell)"):
+        rows = ana.execute(f"SELECT cell, SUM(value) FROM payments GROUP BY {group}").fetchall()
+        assert sorted(set(rows)) == [("at", 1600), ("below", None)], group
+        sql = f"SELECT cell, SUM(value) FROM rounded_payments GROUP BY {group}"
+        rounded = dict(ana.execute(sql).fetchall())
+        assert rounded["below"] is None and rounded["at"] is not None, group
 
 
 def test_rounded_sums_follow_the_same_rule(ana):

@@ -382,8 +382,9 @@ def init(
     running ``checks`` as :func:`apply_policy` does (the public form: :func:`sqlsdc.init`).
 
     Only an admin applies a policy: ``applied_by`` must have role admin in the policy in force
-    when the database has one, else in the new ``policy`` (by default: the first admin declared
-    there), so that the version history always names a real administrator."""
+    when the database has one, else in the new ``policy``, so that the version history always
+    names a real administrator. By default it is that policy's only admin; with several, naming
+    one is required (:func:`_acting_admin`, as the CLI's ``--as``)."""
     if not isinstance(policy, Policy):
         policy = load_policy(policy)
     created = not Path(db_path).exists()
@@ -392,7 +393,7 @@ def init(
         current = store.current_policy(con)
         in_force = policy if current is None else load_policy(current[1], name=current[2])
         if applied_by is None:
-            applied_by = next(u.name for u in in_force.users.values() if u.role is UserRole.ADMIN)
+            applied_by = _acting_admin(in_force)
         _require_admin(in_force, applied_by, new=current is None)
         return apply_policy(con, policy, applied_by, checks=checks)
     except BaseException:
@@ -407,6 +408,24 @@ def init(
 def _remove_new_database(path: Path) -> None:
     for leftover in (path, path.with_name(f"{path.name}.wal"), file_lock.lock_path(path)):
         leftover.unlink(missing_ok=True)
+
+
+def _acting_admin(policy: Policy) -> str:
+    """The only admin of ``policy``: whom ``init`` acts as when not told. It was the first
+    admin declared, while the CLI (``cli/admin.py`` ``acting_admin``) takes the only one and
+    asks for ``--as`` when there are several (session 40): the version history named whichever
+    admin the file happened to list first."""
+    names = store.admin_names(policy)
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise AccessDenied("the policy declares no admin: declare one under `users:` with role "
+                           "admin")  # fmt: skip
+    raise AccessDenied(
+        f"the policy has {len(names)} admins ({', '.join(names)}): name the acting one with "
+        f"applied_by= (sqlsdc.init(db, policy, applied_by={names[0]!r}); --as on the command "
+        "line)"
+    )
 
 
 def _require_admin(policy: Policy, user: str, *, new: bool) -> None:

@@ -153,6 +153,48 @@ def number_placeholders(sql: str) -> str:
     return "".join([*parts, sql[start:]])
 
 
+_INTEGER_RANGES = {  # the integer types a LIMIT literal may be cast to, and their ranges
+    exp.DataType.Type.TINYINT: (-(2**7), 2**7 - 1),
+    exp.DataType.Type.SMALLINT: (-(2**15), 2**15 - 1),
+    exp.DataType.Type.INT: (-(2**31), 2**31 - 1),
+    exp.DataType.Type.BIGINT: (-(2**63), 2**63 - 1),
+    exp.DataType.Type.UTINYINT: (0, 2**8 - 1),
+    exp.DataType.Type.USMALLINT: (0, 2**16 - 1),
+    exp.DataType.Type.UINT: (0, 2**32 - 1),
+    exp.DataType.Type.UBIGINT: (0, 2**64 - 1),
+}
+_DIGITS = re.compile(r"\d+")
+
+
+def fold_limit_casts(walked: list[exp.Expr]) -> bool:
+    """Replace ``LIMIT CAST(n AS INTEGER)`` (and OFFSET) by ``n`` where the cast cannot fail:
+    ``n`` a whole-number literal within the integer type's range (changes the tree). True
+    when something was replaced (``walked``, the tree's nodes, is then out of date).
+
+    SQLAlchemy's PostgreSQL dialect writes ``.limit(3)`` as ``LIMIT %(param_1)s::INTEGER``,
+    which the server binds to ``CAST(3 AS INT)``: a computed limit, refused in a statement
+    over confidential rows (it could fail as the rows say), though this one is the constant
+    3. A cast that could fail (``CAST(3.5 AS INT)``, ``CAST('x' AS INT)``, out of range) is
+    left as it is, and refused as before."""
+    folded = False
+    for clause in of_kind(walked, (exp.Limit, exp.Offset)):
+        value = clause.expression
+        if not isinstance(value, exp.Cast) or value.to.this not in _INTEGER_RANGES:
+            continue
+        number = value.this.this if isinstance(value.this, exp.Neg) else value.this
+        if not (isinstance(number, exp.Literal) and not number.is_string):
+            continue
+        text = number.this.strip()
+        if not _DIGITS.fullmatch(text):
+            continue
+        signed = -int(text) if isinstance(value.this, exp.Neg) else int(text)
+        low, high = _INTEGER_RANGES[value.to.this]
+        if low <= signed <= high:
+            clause.set("expression", value.this)
+            folded = True
+    return folded
+
+
 def check_limits(
     tree: exp.Expr, sql: str | None = None, walked: list[exp.Expr] | None = None
 ) -> None:

@@ -22,6 +22,7 @@ from sqlsdc.errors import Error, InternalError, PolicyViolation
 from sqlsdc.guard.parse import (
     bind_parameters,
     check_limits,
+    fold_limit_casts,
     output_names,
     parse_statement,
     too_complex,
@@ -269,6 +270,8 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
     in_time()
     tree = bind_parameters(parsed, params, sql)
     if tree is not parsed:  # parameters bound into a copy
+        walked = nodes(tree)
+    if fold_limit_casts(walked):  # LIMIT CAST(3 AS INT), as SQLAlchemy binds .limit(3)
         walked = nodes(tree)
     check_limits(tree, sql, walked)
     names = output_names(tree)

@@ -542,10 +542,12 @@ def _il(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def store_file(con, frame, report, user, version, request, query_id, fingerprint, into, *,
-               method: str = METHOD, mechanism: str = METHOD, view: str | None = None):  # fmt: skip
+               method: str = METHOD, mechanism: str = METHOD, view: str | None = None,
+               note: str | None = None):  # fmt: skip
     """Store a file of records as ``protected.<into>`` (and a view ``<view>.<into>`` over it)
     with its ``sqlsdc.outputs`` record (``method``), ledger rows (``mechanism``) and audit
-    entry, in one transaction (used by the synthesis job too).
+    entry, in one transaction (used by the synthesis job too); ``note`` follows the audit
+    reason after ``; `` (a DP synthesis's weak noise, :mod:`sqlsdc.synth.weak_noise`).
 
     The records are stored sorted by their own values: in the source's order (the job's
     ``SELECT``, persons by identifier) row ``i`` of two files made from one source was one
@@ -570,9 +572,10 @@ def store_file(con, frame, report, user, version, request, query_id, fingerprint
             [(query_id, released, user, fingerprint, cell, column, mechanism, "published")
              for column in frame.columns],
         )  # fmt: skip
+        reason = (f"{method} job stored {report.name}" if mechanism == method
+                  else f"{method} job ({mechanism}) stored {report.name}")  # fmt: skip
         store.record_query(con, query_id, user, version, "accepted", request,
-                           reason=f"{method} job stored {report.name}" if mechanism == method
-                           else f"{method} job ({mechanism}) stored {report.name}",
+                           reason=reason if note is None else f"{reason}; {note}",
                            fingerprint=fingerprint, rows=len(frame))  # fmt: skip
 
 

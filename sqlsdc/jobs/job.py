@@ -67,6 +67,7 @@ class Job:
     method: str
     query_id: int
     progress: Progress | None = None
+    live_total: bool = False  # its grand total is a cell the live pattern publishes
 
     @property
     def name(self) -> str:
@@ -217,8 +218,9 @@ def _checked_job(con, user, sql, into, method, query_id, replace, base=None) -> 
     version, document, source = require_admin(con, user)
     policy = load_policy(document, name=source)
     spec = parse_job(sql, policy)
-    refuse_job(con, policy, spec, sql, into, method, replace=replace, base=base)
-    return Job(con, user, version, policy, spec, sql, into, method, query_id)
+    total = refuse_job(con, policy, spec, sql, into, method, replace=replace, base=base,
+                       version=version)  # fmt: skip
+    return Job(con, user, version, policy, spec, sql, into, method, query_id, live_total=total)
 
 
 def job_rules(job: Job, rules: Sequence | None) -> list:

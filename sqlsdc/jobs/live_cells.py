@@ -43,14 +43,17 @@ if TYPE_CHECKING:
     from sqlsdc.policy import Policy
 
 
-def refuse_live_cells(con, policy: Policy, spec: JobSpec, label: str, error=TabularError) -> None:
+def refuse_live_cells(
+    con, policy: Policy, spec: JobSpec, label: str, error=TabularError, *, total: bool = False
+) -> None:
     """Refuse the job ``spec`` (``label`` names it) when one of its cells is a cell of the
     policy's suppression pattern of its table (:func:`_live_cell`): every cell of a job
     without WHERE, of one whose WHERE reads universe columns only (``nace = 'C'``), or keeps
     every row of some cell. One whose every cell lacks some unit of the live cell it lies in
-    (``age >= 90``) is not refused."""
+    (``age >= 90``) is not refused. ``total``: the job's grand total is left out, a cell the
+    pattern publishes (:func:`sqlsdc.jobs.live_total.public_grand_total`)."""
     keys = [(d, exp.column(d)) for d in spec.dims]
-    _refuse(con, policy, spec.table, keys, spec.measure, spec.where, label, error)
+    _refuse(con, policy, spec.table, keys, spec.measure, spec.where, label, error, total)
 
 
 def refuse_live_file_cells(con, policy: Policy, table: str, release: Release, error) -> None:
@@ -74,15 +77,17 @@ def refuse_live_file_cells(con, policy: Policy, table: str, release: Release, er
             _refuse(con, policy, table, keys, measure, release.where, release.label, error)
 
 
-def _refuse(con, policy, table, keys, measure, where, label, error) -> None:
-    """``keys``: ``(name, expression on the table's rows)`` of the output's cuts."""
+def _refuse(con, policy, table, keys, measure, where, label, error, total=False) -> None:
+    """``keys``: ``(name, expression on the table's rows)`` of the output's cuts; ``total``:
+    its grand total is no cell to refuse."""
     if policy.table(table).suppression is None:
         return
     universe = universe_of(policy, table)
     if (measure or COUNT) not in universe.aggregates or not keys:
         return
     exprs = [expression for _name, expression in keys]
-    found = con.execute(_live_cell(table, exprs, measure, where, universe.columns).sql("duckdb"))
+    found = _live_cell(table, exprs, measure, where, universe.columns, total=total)
+    found = con.execute(found.sql("duckdb"))
     found = found.fetchall()
     if not found:
         return
@@ -100,12 +105,13 @@ def _refuse(con, policy, table, keys, measure, where, label, error) -> None:
 
 def _live_cell(
     table: str, dims: Sequence[exp.Expr], measure: str | None, where: exp.Expr | None,
-    columns: Sequence[str],
+    columns: Sequence[str], *, total: bool = False,
 ) -> exp.Select:  # fmt: skip
     """The values of ``dims`` (expressions on the rows of ``table``) of one cell of the table
     of ``measure`` (None: counts) over the rows that ``where`` keeps, by any grouping of
-    ``dims`` (NULL for a total), whose rows that add to its aggregate are exactly the rows of
-    a cell of the universe over ``columns``; no row if there is none.
+    ``dims`` (NULL for a total; the grand total left out when ``total``), whose rows that add
+    to its aggregate are exactly the rows of a cell of the universe over ``columns``; no row if
+    there is none.
 
     Rows that add to a sum are those with a non-zero value (a row of 0 or NULL changes no
     sum, so ``WHERE income > 0`` tabulates the live sums); a count counts every row. A cell
@@ -134,6 +140,9 @@ def _live_cell(
                        n, *fixed, *values)  # fmt: skip
     cells = cells.from_(table).where(exp.and_(kept, adds) if kept else adds)
     cells.set("group", cube)
+    if total:
+        level = exp.Anonymous(this="GROUPING", expressions=[d.copy() for d in dims])
+        cells = cells.having(level.neq(exp.Literal.number((1 << len(dims)) - 1)))
     universe_cube = exp.Group(cube=[exp.Cube(expressions=[exp.column(c) for c in columns])])
     live = exp.select(n.copy(), *universe_flags, *universe_values).from_(table).where(adds)
     live.set("group", universe_cube)

@@ -32,6 +32,7 @@ to it; fail closed).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -140,10 +141,11 @@ def earlier_versions(con) -> list[Version]:
         else []
     )
     stored = [
-        (query_id, logged_at, sql, *reason.partition(" job stored ")[::2])
+        (query_id, logged_at, sql, *_stored_by(reason))
         for query_id, logged_at, sql, reason in con.execute(
             f"SELECT query_id, logged_at, sql_text, reason FROM {S}.audit WHERE decision = "
-            "'accepted' AND reason LIKE '% job stored protected.%' ORDER BY query_id"
+            "'accepted' AND (reason LIKE '% job stored protected.%' "
+            "OR reason LIKE '% job (%) stored protected.%') ORDER BY query_id"
         ).fetchall()
     ]
     life = _lives(stored)
@@ -157,6 +159,18 @@ def earlier_versions(con) -> list[Version]:
         released = _released(name, life[query_id], listed, published)
         found.append(Version(query_id, name, method, sql, reports.get(query_id), records, released))
     return found
+
+
+_STORED = re.compile(r"(\S+) job(?: \([^)]*\))? stored (protected\.[^\s;]+)(?:; .*)?", re.DOTALL)
+
+
+def _stored_by(reason: str) -> tuple[str, str]:
+    """``(method, name)`` of an accepted job's audit reason: ``<method> job stored <name>``, or
+    ``<method> job (<mechanism>) stored <name>`` (a synthesis: ``synthesize job (cart) stored
+    protected.syn``, whose versions were missing from this history before session 40), either
+    followed by ``; <note>`` (:func:`sqlsdc.jobs.anonymize.store_file`)."""
+    found = _STORED.fullmatch(reason)
+    return (found[1], found[2]) if found else reason.partition(" job stored ")[::2]
 
 
 Moment = tuple  # (audit query id, its time)

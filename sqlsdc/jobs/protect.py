@@ -36,7 +36,7 @@ from sqlsdc.jobs.earlier_suppressions import audit_with_earlier, earlier_suppres
 from sqlsdc.jobs.job import Progress, check_time_limit, job_rules, open_job
 from sqlsdc.jobs.session import OUTPUT_SCHEMA
 from sqlsdc.jobs.sum_counts import audit_counts, known_lower
-from sqlsdc.tabular.model import Table
+from sqlsdc.tabular.model import TOTAL, Table
 from sqlsdc.tabular.rules import ManualRule, apply_rules
 from sqlsdc.tabular.universe import exempt_known, suppression_pattern
 from sqlsdc.tabular.verify import verify_suppression
@@ -88,6 +88,8 @@ def protect_query(
         job.step("primary and secondary suppression, audit")
         known = known_lower(table) if job.spec.measure is None else None
         kept, held, shown = earlier_suppressions(job, table)
+        if job.live_total:  # the live pattern publishes it: public (jobs/live_total.py)
+            shown = _with_grand_total(table, shown)
         if shown is not None and shown.any():  # published before with these values: public
             rules = exempt_known(rules, shown)
 
@@ -116,8 +118,9 @@ def protect_query(
             if shown is None or not shown.any():
                 raise
             raise TabularError(
-                "the cells earlier suppression outputs of the same rows publish (the forced "
-                f"cells below) are public, and with this table's cells they reveal: {refusal}. "
+                "the cells earlier suppression outputs of the same rows (or the live pattern, "
+                "its grand total) publish (the forced cells below) are public, and with this "
+                f"table's cells they reveal: {refusal}. "
                 "Protect the finer table first (or in one job), or tabulate another population"
             ) from None
         found = apply_rules(table, rules)  # the job's own primary cells, checked independently
@@ -133,6 +136,12 @@ def protect_query(
         out = out.astype(dict.fromkeys(counts, "Int64"))  # (were DOUBLE: 829.0 enterprises)
         job.store(out, report.to_dict(), released, values=("n", "value"), status=LEDGER_STATUS)
         return report
+
+
+def _with_grand_total(table: Table, shown: np.ndarray | None) -> np.ndarray:
+    """``shown`` (cells published before, or None) with the table's grand total."""
+    total = (table.cells[list(table.dims)].astype(str) == TOTAL).all(axis=1).to_numpy()
+    return total if shown is None else shown | total
 
 
 def _suppression_output(table: Table, result: pd.DataFrame, into: str, method: str):

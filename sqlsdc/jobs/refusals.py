@@ -7,7 +7,8 @@ table, cells another job's output already releases protected another way
 (:func:`_refuse_second_protection`), populations that differ from an exact release by a few
 units (:func:`~sqlsdc.jobs.differencing.refuse_small_differences` over
 :func:`_exact_releases`), cells of the live suppression pattern
-(:func:`~sqlsdc.jobs.live_cells.refuse_live_cells`), a rounding replaced by one to another
+(:func:`~sqlsdc.jobs.live_cells.refuse_live_cells`; its grand total excepted when the
+pattern publishes it, :mod:`sqlsdc.jobs.live_total`), a rounding replaced by one to another
 base, and the output's name (:func:`check_output_name`, shared with anonymisation).
 :func:`refuse_pattern_differences` is the same differencing check from the policy's side,
 which ``catalog/setup.py`` ``apply_policy`` runs before it writes a policy.
@@ -25,6 +26,7 @@ from sqlsdc.errors import Error, PolicyError, TabularError
 from sqlsdc.jobs.differencing import refuse_small_differences
 from sqlsdc.jobs.exact_release import Release
 from sqlsdc.jobs.live_cells import refuse_live_cells, refuse_live_file_cells
+from sqlsdc.jobs.live_total import public_grand_total, stored_total_published
 from sqlsdc.jobs.record_files import opaque_files, opaque_refusal, stored_files
 from sqlsdc.jobs.session import OUTPUT_SCHEMA
 from sqlsdc.jobs.stored_tables import (
@@ -33,7 +35,7 @@ from sqlsdc.jobs.stored_tables import (
     outputs_of_the_same_cells,
     pattern_label,
 )
-from sqlsdc.jobs.synthesis_files import stored_exact_syntheses
+from sqlsdc.jobs.synthesis_files import opaque_syntheses, stored_exact_syntheses
 from sqlsdc.jobs.tabulation import JobSpec
 from sqlsdc.policy import Policy
 
@@ -48,10 +50,13 @@ def refuse_job(
     *,
     replace: bool,
     base: int | None,
-) -> None:
+    version: int,
+) -> bool:
     """Refuse the ``method`` job of ``spec`` (its SQL ``sql``) storing ``protected.<into>``
     when one of this module's checks fails (a :class:`TabularError`), in the order its
-    docstring gives."""
+    docstring gives. Return whether its grand total is a cell the live pattern publishes,
+    which the job must publish too (:func:`~sqlsdc.jobs.live_total.public_grand_total`,
+    under policy version ``version``)."""
     _refuse_dp_table(policy, spec, method)
     _refuse_other_tables(policy, sql, spec)
     _refuse_second_protection(con, policy, spec, into, method)
@@ -60,10 +65,13 @@ def refuse_job(
     if method == "suppress" and spec.measure is not None:  # its units' counts are published too
         counted = dataclasses.replace(spec, measure=None)
         refuse_small_differences(con, policy, counted, _exact_releases(con, policy, counted))
-    refuse_live_cells(con, policy, spec, "the job")  # after: a few units off is told as such
+    total = public_grand_total(con, policy, spec, method, version)
+    # after: a few units off is told as such
+    refuse_live_cells(con, policy, spec, "the job", total=total)
     if replace and base is not None:
         _refuse_another_base(con, into, base)
     check_output_name(con, into, replace, TabularError, policy)
+    return total
 
 
 def check_output_name(con, into: str, replace: bool, error: type[Error], policy: Policy) -> None:
@@ -192,7 +200,7 @@ def _exact_releases(con, policy: Policy, spec: JobSpec) -> list[Release]:
     (:func:`~sqlsdc.jobs.record_files.stored_files`; red team s37c: a file of everyone aged
     85 or over, income only top-coded far above any income, less a suppression job's total of
     the same people but one, gave that person's income and so named their record)."""
-    if opaque := opaque_files(con, policy, spec.table):
+    if opaque := _opaque(con, policy, spec.table):
         raise TabularError(opaque_refusal(f"the file {opaque[0]}", spec.table, "the job"))
     found = [
         Release(label, theirs.where, theirs.dims)
@@ -218,7 +226,7 @@ def refuse_pattern_differences(con, policy: Policy) -> None:
         if declared.suppression is None:
             continue
         label = pattern_label(declared.name)
-        if opaque := opaque_files(con, policy, declared.name):
+        if opaque := _opaque(con, policy, declared.name):
             raise _policy_refusal(opaque_refusal(f"the file {opaque[0]}", declared.name, label))
         found = exact_tables(con, policy, declared.name)
         files = stored_files(con, policy, declared.name)
@@ -230,9 +238,16 @@ def refuse_pattern_differences(con, policy: Policy) -> None:
             refuse_small_differences(con, policy, pattern, others, label, error=_policy_refusal)
         for name, spec in found:  # cells of the pattern held by an output stored before it
             if name != label:
-                refuse_live_cells(con, policy, spec, name, error=_policy_refusal)
+                total = stored_total_published(con, policy, spec)
+                refuse_live_cells(con, policy, spec, name, error=_policy_refusal, total=total)
         for release in files:
             refuse_live_file_cells(con, policy, declared.name, release, _policy_refusal)
+
+
+def _opaque(con, policy: Policy, table: str) -> list[str]:
+    """The stored files of ``table`` the differencing check cannot compare: anonymised files
+    and syntheses that count as exact (:func:`opaque_files`, :func:`opaque_syntheses`)."""
+    return opaque_files(con, policy, table) + opaque_syntheses(con, policy, table)
 
 
 def _policy_refusal(message: str) -> PolicyError:

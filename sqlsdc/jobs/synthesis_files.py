@@ -20,8 +20,11 @@ exact table of its table by a few units
 on one table, next to any exact table of a table it reads. Stored, it is one of the files a
 policy switching suppression on and a later exact table of its table are checked against
 (:func:`stored_exact_syntheses`, read by :mod:`sqlsdc.jobs.refusals`).
-Left open: an opaque balanced synthesis is not refused next to a later exact table, and a
-replaced one's earlier versions are not compared (the history keeps anonymised files only).
+Every stored version counts, the replaced and dropped ones too (their readers keep them;
+:mod:`sqlsdc.jobs.output_history`), and a synthesis whose population is no WHERE on one table
+is refused next to a later exact table of a table it reads (:func:`opaque_syntheses`), as an
+opaque anonymised file is (session 40: before, a replaced balanced synthesis was forgotten,
+and an opaque one was left out of the check).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from sqlsdc.errors import SynthesisError
 from sqlsdc.jobs.differencing import refuse_file_differences
 from sqlsdc.jobs.exact_release import Release
 from sqlsdc.jobs.live_cells import refuse_live_file_cells
+from sqlsdc.jobs.output_history import earlier_versions
 from sqlsdc.jobs.record_files import file_release, opaque_refusal, opaque_tables
 from sqlsdc.jobs.session import OUTPUT_SCHEMA
 from sqlsdc.jobs.stored_tables import exact_tables
@@ -42,6 +46,7 @@ __all__ = [
     "DP_METHODS",
     "EXACT_DRAWS",
     "exact_synthesis",
+    "opaque_syntheses",
     "refuse_exact_synthesis",
     "stored_exact_syntheses",
 ]
@@ -96,14 +101,44 @@ def refuse_exact_synthesis(
 
 
 def stored_exact_syntheses(con, policy: Policy, table: str) -> list[Release]:
-    """The syntheses stored in ``protected`` that may hold ``table``'s counts exactly (their
-    report: ``exact_columns`` in its details, or ``cart`` with a draw of :data:`EXACT_DRAWS`,
-    syntheses from before s39c whose default was balanced among them), each as an anonymised
-    file with every column exact, for the checks of a policy that switches suppression on (a
-    pattern next to the files stored) and of exact tables stored after them. Syntheses drawn
-    with replacement have no exact column and are not listed; earlier versions of a replaced
-    synthesis are not either (left open: :mod:`sqlsdc.jobs.output_history` keeps anonymised
-    files' versions)."""
+    """The syntheses that may hold ``table``'s counts exactly (:func:`_exact_syntheses`: those
+    stored in ``protected`` and every earlier version of one, replaced or dropped since), each
+    as an anonymised file with every column exact, for the checks of a policy that switches
+    suppression on (a pattern next to the files stored) and of exact tables stored after them.
+    Syntheses drawn with replacement have no exact column and are not listed."""
+    found = []
+    for label, source, columns in _exact_syntheses(con):
+        if source is None:
+            continue  # opaque_syntheses
+        release = file_release(con, policy, label, source, [], columns)
+        if release is not None and release[0].lower() == table.lower():
+            found.append(release[1])
+    return found
+
+
+def opaque_syntheses(con, policy: Policy, table: str) -> list[str]:
+    """The labels of the syntheses of :func:`_exact_syntheses` that read ``table`` by a query
+    whose population is no WHERE on one table (:func:`~sqlsdc.jobs.record_files.opaque_tables`),
+    or whose definition is unknown: the check cannot compare them, so an exact table of
+    ``table`` next to one is refused, as next to an opaque anonymised file (before session 40,
+    such a synthesis was left out of the check)."""
+    found = []
+    for label, source, _columns in _exact_syntheses(con):
+        read = [t.lower() for t in opaque_tables(policy, source)]
+        if table.lower() in read:
+            found.append(label)
+    return found
+
+
+def _exact_syntheses(con) -> list[tuple[str, str | None, list[str]]]:
+    """``(label, source, columns)`` of every synthesis that may hold its source's counts
+    exactly: its report marks ``exact_columns`` (balanced draws, more records than its
+    source), or it is ``cart`` with a draw of :data:`EXACT_DRAWS` (syntheses from before s39c,
+    whose default was balanced, among them); the ones stored in ``protected`` (labelled by
+    name), then every earlier version (:func:`~sqlsdc.jobs.output_history.earlier_versions`:
+    their readers keep them; labelled as the job that stored them). A version stored before
+    the catalog kept reports counts when its request asked for balanced draws, copies or rows
+    (fail closed), with ``source`` None: its columns are unknown."""
     stored = {
         f"{schema}.{name}".lower()
         for schema, name in con.execute(
@@ -115,18 +150,44 @@ def stored_exact_syntheses(con, policy: Policy, table: str) -> list[Release]:
     for name, report in con.execute(
         "SELECT name, report FROM sqlsdc.outputs WHERE method = 'synthesize' ORDER BY name"
     ).fetchall():
-        if name.lower() not in stored:
+        if name.lower() in stored and (exact := _exact_report(report)) is not None:
+            found.append((name, *exact))
+    for version in earlier_versions(con):
+        if version.method != "synthesize":
             continue
-        try:
-            report = json.loads(report)
-            draw = report.get("details", {}).get("draw")
-            marked = bool(report.get("details", {}).get("exact_columns"))
-            source, columns = report["source"], list(report["columns"])
-        except (ValueError, AttributeError, TypeError, KeyError):
-            continue  # written by the job itself; unreadable only if edited by hand
-        if not marked and not exact_synthesis(report.get("method"), {"draw": draw}):
-            continue
-        release = file_release(con, policy, name, source, [], columns)
-        if release is not None and release[0].lower() == table.lower():
-            found.append(release[1])
+        if version.report is not None:
+            if (exact := _exact_report(version.report)) is not None:
+                found.append((version.label, *exact))
+        elif _exact_request(version.sql):
+            found.append((f"{version.label} (before the catalog kept output versions: its "
+                          "columns are unknown)", None, []))  # fmt: skip
     return found
+
+
+def _exact_report(report: str) -> tuple[str, list[str]] | None:
+    """``(source, columns)`` of a synthesis whose stored report says it may hold its source's
+    counts exactly, else None."""
+    try:
+        report = json.loads(report)
+        draw = report.get("details", {}).get("draw")
+        marked = bool(report.get("details", {}).get("exact_columns"))
+        source, columns = report["source"], list(report["columns"])
+    except (ValueError, AttributeError, TypeError, KeyError):
+        return None  # written by the job itself; unreadable only if edited by hand
+    if not marked and not exact_synthesis(report.get("method"), {"draw": draw}):
+        return None
+    return source, columns
+
+
+def _exact_request(request: str) -> bool:
+    """Whether a synthesis's audited request may have drawn its source's counts exactly
+    (balanced draws, or a non-DP method with copies or rows): unreadable, yes."""
+    try:
+        asked = json.loads(request)
+        options = asked.get("options") or {}
+        if exact_synthesis(asked.get("method"), options):
+            return True
+        more = int(asked.get("copies") or 1) > 1 or asked.get("rows") is not None
+        return asked.get("method") not in DP_METHODS and more
+    except (ValueError, AttributeError, TypeError):
+        return True

@@ -12,7 +12,7 @@ from sqlsdc.planner.allowlist import (
     PROTECTED_AGGREGATES,
 )
 from sqlsdc.planner.identity import canonical_expression
-from sqlsdc.planner.linear import LinearForm, NotLinear, is_constant, linear_form
+from sqlsdc.planner.linear import LinearForm, NotLinear, constant, is_constant, linear_form
 from sqlsdc.planner.normal_form import STATISTIC, SUMMED, normal_form
 from sqlsdc.planner.plan import COUNTED_UNITS, CountedUnits, group_keys
 from sqlsdc.planner.scopes import (
@@ -159,7 +159,7 @@ class AggregateChecks:
         if isinstance(problem, str):
             raise self.refuse(
                 f"{name}({argument.sql(DIALECT)[:80]}) is not a linear sum of columns ({problem})",
-                _LINEAR_HINT,
+                _else_zero_hint(argument, name) or _LINEAR_HINT,
             )
         replacement, aggregates = normal_form(aggregate, problem)
         for new in aggregates:
@@ -243,6 +243,34 @@ class AggregateChecks:
                 inner = unwrap(projection.unalias())
                 return isinstance(inner, exp.Column) and self._stored(inner, source)
         return False
+
+
+def _else_zero_hint(argument: exp.Expr, name: str) -> str | None:
+    """What to write for ``SUM``/``AVG`` of ``CASE WHEN c THEN v ELSE 0 END`` (or ``IF(c, v,
+    0)``), the conditional count or share BI tools write, or None for any other argument. The
+    form stays refused: padding with zeros is how one value became a cell of many
+    contributors."""
+    node = unwrap(argument)
+    if isinstance(node, exp.Case) and len(node.args.get("ifs") or []) == 1:
+        default = node.args.get("default")
+    elif isinstance(node, exp.If):
+        default = node.args.get("false")
+    else:
+        return None
+    try:
+        if default is None or not is_constant(default) or constant(default) != 0:
+            return None
+    except NotLinear:
+        return None
+    if name == "SUM":
+        return (
+            "leave out ELSE 0: SUM(CASE WHEN condition THEN value END) adds the same values "
+            "(COALESCE(SUM(...), 0) for a 0 where no row matches)"
+        )
+    return (
+        "leave out ELSE 0 for the mean of the rows that match; for a share write "
+        "COUNT(CASE WHEN condition THEN 1 END) * 1.0 / COUNT(*)"
+    )
 
 
 _LINEAR_HINT = (

@@ -162,6 +162,12 @@ SET_OPERATION_CLAUSES = {
 }
 
 
+_INSTEAD = {  # what to write for a construct BI tools and notebooks send that is not allowed
+    exp.Filter: "write the condition inside the aggregate: COUNT(CASE WHEN condition THEN 1 "
+    "END), SUM(CASE WHEN condition THEN measure END), AVG(CASE WHEN condition THEN measure END)",
+    exp.Any: "write column IN (value, ...); a list parameter (psycopg's = ANY(%s)) as one "
+    "placeholder per value: IN (%s, %s)",
+}
 _CLAUSE_CHECKED = (exp.Select, *SET_OPERATIONS, exp.With, exp.Distinct, exp.Group, exp.Ordered)
 
 
@@ -209,8 +215,11 @@ def _check_nodes(tree: exp.Expr, sql: str, walked: list[exp.Expr] | None = None)
         if not isinstance(node, ALLOWED):
             raise PolicyViolation(
                 f"{describe(node)} is not allowed ({node.sql(DIALECT)[:80]})",
-                "use plain SELECT queries with COUNT, SUM, AVG over the declared tables; "
-                "functions on files, settings, metadata or raw rows are never allowed",
+                _INSTEAD.get(
+                    node.__class__,
+                    "use plain SELECT queries with COUNT, SUM, AVG over the declared tables; "
+                    "functions on files, settings, metadata or raw rows are never allowed",
+                ),
                 sql,
             )
         if isinstance(node, exp.With) and node.args.get("recursive"):
@@ -292,6 +301,32 @@ def _clauses(select: exp.Select, *keys: str) -> list[exp.Expr]:
         elif value is not None:
             nodes.append(value)
     return nodes
+
+
+def _distinct_hint(select: exp.Expr, policy: Policy) -> str | None:
+    """For ``SELECT DISTINCT`` of dimensions of one table (BI tools' filter lists,
+    SQLAlchemy's ``select(...).distinct()``), the GROUP BY that lists the same values as
+    protected groups; None for any other statement. DISTINCT itself stays refused: it lists
+    rows, and a group is released only as its protected count allows."""
+    if not isinstance(select, exp.Select) or select.args.get("joins"):
+        return None
+    distinct, source = select.args.get("distinct"), select.args.get("from_")
+    if distinct is None or distinct.args.get("on") is not None:
+        return None
+    named = source is not None and isinstance(source.this, exp.Table)
+    table = policy.table(source.this.name) if named else None
+    values = [p.unalias() for p in select.expressions]
+    if table is None or not values or not all(isinstance(v, exp.Column) for v in values):
+        return None
+    declared = [table.column(v.name) for v in values]
+    if not all(c is not None and c.role is ColumnRole.DIMENSION for c in declared):
+        return None
+    keys = ", ".join(exp.column(v.name).sql(DIALECT) for v in values)
+    name = exp.table_(table.name).sql(DIALECT)
+    return (
+        f"write GROUP BY {keys} instead of DISTINCT, e.g. SELECT {keys} FROM {name} GROUP BY "
+        f"{keys} (each group is listed as its protected count allows)"
+    )
 
 
 class _Checker(AggregateChecks, TotalityChecks):
@@ -459,7 +494,8 @@ class _Checker(AggregateChecks, TotalityChecks):
             if scope.is_root:
                 raise self.refuse(
                     "row-level output of confidential tables is not allowed",
-                    f"aggregate it: e.g. {self._aggregate_example(scope)}",
+                    _distinct_hint(scope.expression, self.policy)
+                    or f"aggregate it: e.g. {self._aggregate_example(scope)}",
                 )
             if scope.is_subquery:
                 raise self.refuse(

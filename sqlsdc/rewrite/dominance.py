@@ -54,6 +54,8 @@ from sqlsdc.rewrite.sql import number
 
 CONTRIBUTIONS = "__dm"  # the per-cell contributions of units with several rows
 UNIT_TOTALS = "__du"  # each unit's totals per cell
+UNIT_ROWS = "__dr"  # the same, a row per copy of a repeated grouping set
+UNIT = "__duid"  # the unit of a row of UNIT_ROWS
 AGGREGATED = "__c0"  # the query's aggregation, under the join with the contributions
 GROUPING_ID = "__gid"
 
@@ -228,22 +230,19 @@ def _joined(inner: exp.Select, cells: Cells, by_unit: list) -> exp.Select:
     elements = [copy_tree(unit)] + (list(group.expressions) if group is not None else [])
     totals.set("group", exp.Group(expressions=elements))  # the unit in every grouping set
     per_cell = exp.Select()
-    for k in range(len(cells.keys)):
-        per_cell.append("expressions", exp.alias_(exp.column(f"__g{k}", UNIT_TOTALS), f"__g{k}"))
-    if grouped:
-        per_cell.append(
-            "expressions", exp.alias_(exp.column(GROUPING_ID, UNIT_TOTALS), GROUPING_ID)
-        )
+    cell_names = [f"__g{k}" for k in range(len(cells.keys))] + ([GROUPING_ID] if grouped else [])
+    for name in cell_names:
+        per_cell.append("expressions", exp.alias_(exp.column(name, UNIT_TOTALS), name))
     for i, count, argument in by_unit:
         totals.append("expressions", exp.alias_(exp.Sum(this=copy_tree(argument)), f"__s{i}"))
         value = exp.Abs(this=exp.cast(exp.column(f"__s{i}", UNIT_TOTALS), "DOUBLE"))
         per_cell.append("expressions", exp.alias_(exp.Sum(this=value), f"__t{i}"))
         for j, top in enumerate(_largest(value.copy(), count), start=1):
             per_cell.append("expressions", exp.alias_(top, f"__x{i}_{j}"))
-    per_cell.set("from_", exp.From(this=totals.subquery(UNIT_TOTALS, copy=False)))
-    cell_keys = [exp.column(f"__g{k}", UNIT_TOTALS) for k in range(len(cells.keys))]
     if grouped:
-        cell_keys.append(exp.column(GROUPING_ID, UNIT_TOTALS))
+        totals = _once(totals, unit, cell_names, [i for i, _c, _a in by_unit])
+    per_cell.set("from_", exp.From(this=totals.subquery(UNIT_TOTALS, copy=False)))
+    cell_keys = [exp.column(name, UNIT_TOTALS) for name in cell_names]
     if cell_keys:
         per_cell.set("group", exp.Group(expressions=cell_keys))
     names = [k.alias for k in inner.expressions]
@@ -264,6 +263,28 @@ def _joined(inner: exp.Select, cells: Cells, by_unit: list) -> exp.Select:
         exp.Join(this=per_cell.subquery(CONTRIBUTIONS, copy=False), side="LEFT", on=on),
     )
     return joined
+
+
+def _once(totals: exp.Select, unit: exp.Expr, cell_names: list[str], aggregates) -> exp.Select:
+    """Each unit's totals once per cell: a GROUP BY whose grouping sets repeat (``GROUPING
+    SETS ((k), (k))``, ``k, ROLLUP (k)``) makes a row per copy, which ``GROUP BY unit, <the
+    query's GROUP BY>`` repeats too; read as they came, a unit's total was added to T once per
+    copy and was its own second largest, so that three copies (T − x1 − x2 = 3·T − 2·x1 ≥ x1)
+    switched the p%-rule off (red team s40b). The copies share their keys and ``GROUPING()``,
+    so the rows are grouped by unit and cell, keeping one total (``MAX``: the copies are sums
+    of the same rows)."""
+    totals.append("expressions", exp.alias_(copy_tree(unit), UNIT))
+    once = exp.Select(
+        expressions=[exp.alias_(exp.column(n, UNIT_ROWS), n) for n in cell_names]
+        + [
+            exp.alias_(exp.Max(this=exp.column(f"__s{i}", UNIT_ROWS)), f"__s{i}")
+            for i in aggregates
+        ]
+    )
+    once.set("from_", exp.From(this=totals.subquery(UNIT_ROWS, copy=False)))
+    keys = [exp.column(UNIT, UNIT_ROWS)] + [exp.column(n, UNIT_ROWS) for n in cell_names]
+    once.set("group", exp.Group(expressions=keys))
+    return once
 
 
 def _grouping(cells: Cells) -> exp.Expr:

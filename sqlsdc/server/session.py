@@ -2,6 +2,9 @@
 protocols (PostgreSQL documentation, chapter 55 "Frontend/Backend Protocol", 55.2 "Message
 Flow"), every statement answered by the session catalog or by the user's guarded connection.
 
+SQL cursors (``DECLARE``/``FETCH``/``MOVE``/``CLOSE``, :mod:`sqlsdc.server.cursors`) are
+portals named by the client, kept apart from the protocol's (Sync does not close them).
+
 Statements run in the server's bounded thread pool (a guarded connection is synchronous); the
 event loop only reads, parses and writes messages. Errors become ErrorResponses with SQLSTATE
 codes (:func:`error_fields`); an engine's own text never reaches a client (the guard withholds
@@ -35,7 +38,7 @@ from sqlsdc.errors import (
     QueryCanceled,
     SqlSyntaxError,
 )
-from sqlsdc.server import codec, types
+from sqlsdc.server import codec, cursors, types
 from sqlsdc.server.auth import MECHANISM, AuthenticationFailed, ScramExchange
 from sqlsdc.server.catalog import CatalogAnswer, SessionCatalog
 from sqlsdc.server.codec import ProtocolError
@@ -153,6 +156,7 @@ class Portal:
     text_only: bool = False
     encoded: list | None = field(default=None, repr=False)
     size: int = 0  # bytes of the parameter values of its Bind, which it keeps
+    hold: bool = False  # a cursor declared WITH HOLD: kept after its transaction block
 
     @property
     def nbytes(self) -> int:
@@ -196,7 +200,8 @@ class Session:
         self.status = "I"  # ReadyForQuery: I idle, T in a transaction block, E failed block
         self.statements: dict[str, Statement] = {}
         self.portals: dict[str, Portal] = {}
-        self._kept_bytes: dict[tuple[str, str], int] = {}  # ("S"|"P", name) -> its nbytes
+        self.cursors: dict[str, Portal] = {}  # SQL cursors (DECLARE), by name: not closed by Sync
+        self._kept_bytes: dict[tuple[str, str], int] = {}  # ("S"|"P"|"C", name) -> its nbytes
         self._kept_total = 0  # their sum: what held() reads without walking every portal
         self.skipping = False  # after an error in the extended protocol, until Sync
         self.running = False
@@ -236,6 +241,7 @@ class Session:
         long as the client would not read."""
         self.server.unregister(self.pid)
         self.statements.clear()
+        self.cursors.clear()
         self._close_portals()
         self._kept_bytes.clear()
         self._kept_total = self.sending = 0
@@ -441,12 +447,16 @@ class Session:
         if self.status == "E" and _tag_of(sql) not in _NOT_IN_TRANSACTION:
             raise StatementError("25P02", "current transaction is aborted, commands ignored "
                                  "until end of transaction block", "send ROLLBACK")  # fmt: skip
+        cursor = cursors.cursor_text(sql)
         self.running, self.cancelled = True, False
         try:
-            answer, guarded = await self.server.in_pool(
-                _run, self.catalog, self.connection, sql, params, user=self.user
-            )
-            self.guard_seconds += guarded
+            if cursor is not None:
+                answer = await self._cursor(cursor, params)
+            else:
+                answer, guarded = await self.server.in_pool(
+                    _run, self.catalog, self.connection, sql, params, user=self.user
+                )
+                self.guard_seconds += guarded
         except Exception as e:  # noqa: BLE001 - mapped to an SQLSTATE by error_fields
             if self.status == "T":
                 self.status = "E"
@@ -457,7 +467,68 @@ class Session:
             self.status = "T"
         elif answer.tag in _NOT_IN_TRANSACTION:
             self.status = "I"
+            for name in [name for name, kept in self.cursors.items() if not kept.hold]:
+                del self.cursors[name]  # a cursor WITHOUT HOLD ends with its block
+                self._recount("C", name)
         return answer
+
+    async def _cursor(self, text: str, params: tuple) -> CatalogAnswer:
+        """A cursor statement (:mod:`sqlsdc.server.cursors`): DECLARE runs its query through
+        the catalog or the guard, as any statement, and keeps the answer under the cursor's
+        name (counted against the user's bound, as a portal's); FETCH and MOVE hand out or
+        skip its rows forward; CLOSE lets it go. An unreadable or unsupported one is audited
+        as a refusal."""
+        try:
+            statement = cursors.read(text)
+        except Error as refusal:
+            await self.server.in_pool(self.connection.audit_refusal, text, refusal,
+                                      user=self.user)  # fmt: skip
+            raise
+        if isinstance(statement, cursors.Declare):
+            return await self._declare(statement, params)
+        if isinstance(statement, cursors.Close):
+            names = list(self.cursors) if statement.name is None else [statement.name]
+            for name in names:
+                self._cursor_named(name)
+                del self.cursors[name]
+                self._recount("C", name)
+            return CatalogAnswer(None, "CLOSE CURSOR" + (" ALL" if statement.name is None else ""))
+        kept = self._cursor_named(statement.name)
+        table, start = kept.result.table, kept.position
+        rest = table.num_rows - start
+        taken = rest if statement.count == cursors.ALL else min(rest, statement.count)
+        kept.position = start + taken
+        if not statement.fetch:
+            return CatalogAnswer(None, f"MOVE {taken}")
+        return CatalogAnswer(table.slice(start, taken), f"FETCH {taken}")
+
+    async def _declare(self, statement: cursors.Declare, params: tuple) -> CatalogAnswer:
+        if statement.name in self.cursors or statement.name in self.portals:
+            raise StatementError("42P03", f'cursor "{statement.name}" already exists')
+        if not statement.hold and self.status != "T":
+            raise StatementError("25P01", "DECLARE CURSOR can only be used in transaction "
+                                 "blocks", "send BEGIN first, or declare it WITH HOLD")  # fmt: skip
+        if len(self.cursors) >= MAX_PREPARED:
+            raise StatementError("53400", f"this session keeps {MAX_PREPARED} open cursors, the "
+                                 "most it may", "close cursors it no longer needs")  # fmt: skip
+        self._check_held()
+        answer, guarded = await self.server.in_pool(
+            _run, self.catalog, self.connection, statement.query, params, user=self.user
+        )
+        self.guard_seconds += guarded
+        if answer.table is None:
+            raise StatementError("42601", f"a cursor is declared for a query; "
+                                 f"{answer.tag} returns no rows", "DECLARE name CURSOR FOR "
+                                 "SELECT ...")  # fmt: skip
+        self.cursors[statement.name] = Portal(Statement(statement.query, ()), params, (),
+                                              result=answer, hold=statement.hold)  # fmt: skip
+        self._recount("C", statement.name)
+        return CatalogAnswer(None, "DECLARE CURSOR")
+
+    def _cursor_named(self, name: str) -> Portal:
+        if name not in self.cursors:
+            raise StatementError("34000", f'cursor "{name}" does not exist')
+        return self.cursors[name]
 
     def _close_portals(self) -> None:
         """Close every portal, letting go of their answers and parameters: at Sync outside a
@@ -482,7 +553,7 @@ class Session:
     def _recount(self, kind: str, name: str) -> None:
         """Update the running sum of :meth:`held` after statement (``kind`` "S") or portal
         ("P") ``name`` was added, changed or removed: every such change calls this."""
-        holder = (self.statements if kind == "S" else self.portals).get(name)
+        holder = {"S": self.statements, "P": self.portals, "C": self.cursors}[kind].get(name)
         now = 0 if holder is None else holder.nbytes
         self._kept_total += now - self._kept_bytes.pop((kind, name), 0)
         if now:
@@ -622,6 +693,9 @@ class Session:
         or the guard's plan, with every parameter NULL (nothing is read or charged)."""
         nulls = (None,) * len(statement.param_types)
 
+        if cursors.cursor_text(statement.sql) is not None:
+            return []  # DECLARE answers no rows; FETCH, MOVE and CLOSE take no parameters
+
         def names():
             answer = _catalog_answer(self.catalog, self.connection, statement.sql, nulls)
             if answer is not None:
@@ -716,9 +790,13 @@ class Session:
         return self.statements[name]
 
     def _portal(self, name: str) -> Portal:
-        if name not in self.portals:
-            raise StatementError("34000", f'portal "{name}" does not exist')
-        return self.portals[name]
+        """The portal ``name``, or the SQL cursor of that name (psycopg describes the portal
+        of a cursor it declared, as PostgreSQL's cursors are portals)."""
+        if name in self.portals:
+            return self.portals[name]
+        if name in self.cursors:
+            return self.cursors[name]
+        raise StatementError("34000", f'portal "{name}" does not exist')
 
 
 def _parameters(message: codec.Bind, param_types: tuple[int, ...]) -> tuple:

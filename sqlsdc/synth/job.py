@@ -66,6 +66,7 @@ from sqlsdc.policy.model import DpSettings
 from sqlsdc.synth import ipf
 from sqlsdc.synth.parametric import synthesize_parametric
 from sqlsdc.synth.rng import noise_stream, synth_rng
+from sqlsdc.synth.weak_noise import weak_noise_note
 
 JOB = "synthesize"
 VIEW_SCHEMA = "synthetic"
@@ -213,10 +214,13 @@ def synthesize(
                 )
             version, policy = check_records_job(con, user, into, replace)
             exact = False  # may the file hold its source's counts (synthesis_files)
+            note = None  # a DP synthesis's margins exact more often than not (weak_noise)
             if dp:
                 plan = _dp_plan(con, policy, source, sql, columns, epsilon, margins, bins,
                                 levels, missing, zeros, stratify, max_cells, method)  # fmt: skip
                 definition = plan["definition"]
+                note = weak_noise_note(policy, plan["table"], plan["scale"], plan["epsilon"],
+                                       len(plan["margins"]), plan["bound"])  # fmt: skip
                 dropped: list[str] = []
             else:
                 if epsilon is not None:
@@ -237,6 +241,8 @@ def synthesize(
                 f"SELECT material FROM {store.S}.secrets WHERE name = 'prf'"
             ).fetchall()
             secret = bytes(secret)
+            if note is not None:
+                say(note)
             if dp:
                 say(f"charging ε = {amount_text(plan['epsilon'])} to the privacy budget")
                 charge(con, user=user, tables=[plan["table"]],
@@ -261,6 +267,8 @@ def synthesize(
             # drawn with replacement (at most the source's records in all), every one with
             # cart's balanced draws or more records than the source
             details["exact_columns"] = out_columns if not dp and exact else []
+            if note is not None:
+                details["notes"] = [note]
             result = _stack(frames)
             report = SynthReport(
                 name=f"{OUTPUT_SCHEMA}.{into}",
@@ -282,7 +290,7 @@ def synthesize(
             )
             say(f"storing {report.name}")
             store_file(con, result, report, user, version, definition, query_id, fingerprint,
-                       into, method=JOB, mechanism=method, view=VIEW_SCHEMA)  # fmt: skip
+                       into, method=JOB, mechanism=method, view=VIEW_SCHEMA, note=note)  # fmt: skip
         except BaseException as failure:
             audit("failed", reason=store.audit_reason(failure))
             raise

@@ -1,0 +1,156 @@
+"""What a dashboard's and a notebook's PostgreSQL clients send to a real ``sqlsdc serve``
+(new user s40h): SQLAlchemy's ``.limit().offset()``, bound as ``LIMIT $1::INTEGER``, is
+answered; server-side cursors (psycopg's and psycopg2's named cursors, SQLAlchemy's
+``stream_results``, ``DECLARE``/``FETCH``/``MOVE``/``CLOSE``) hand out the guard's answer in
+batches; scrolling is refused as not supported (0A000), and audited."""
+
+from __future__ import annotations
+
+import pytest
+
+from sqlsdc.engines.duckdb import open_database
+from tests.server.conftest import PASSWORD
+
+psycopg = pytest.importorskip("psycopg")
+
+GROUPS = "SELECT region, COUNT(*) AS n FROM persons GROUP BY region ORDER BY region"
+
+
+def _engine(server):
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    url = sqlalchemy.engine.URL.create(
+        "postgresql+psycopg", username="analyst", password=PASSWORD, host=server.host,
+        port=server.port, database="demo", query={"sslmode": "disable"},
+    )  # fmt: skip
+    return sqlalchemy.create_engine(url)
+
+
+def test_sqlalchemy_limit_and_offset_are_answered(server):
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    engine = _engine(server)
+    try:
+        persons = sqlalchemy.Table("persons", sqlalchemy.MetaData(), autoload_with=engine)
+        query = (
+            sqlalchemy.select(persons.c.region, sqlalchemy.func.count().label("n"))
+            .group_by(persons.c.region)
+            .order_by(persons.c.region)
+            .limit(2)
+            .offset(1)
+        )
+        assert "LIMIT %(param_1)s::INTEGER" in str(query.compile(engine))
+        with engine.connect() as con:
+            page = con.execute(query).fetchall()
+            every = con.execute(sqlalchemy.text(GROUPS)).fetchall()
+    finally:
+        engine.dispose()
+    assert [tuple(r) for r in page] == [tuple(r) for r in every[1:3]]
+
+
+def _rows(con, sql: str, params=None) -> list[tuple]:
+    with con.cursor() as cur:
+        return cur.execute(sql, params).fetchall()
+
+
+def test_a_named_cursor_fetches_the_guards_answer_in_batches(server):
+    sql = "SELECT age, COUNT(*) AS n FROM persons GROUP BY age ORDER BY age"
+    with psycopg.connect(server.dsn()) as con:  # not autocommit: DECLARE in a transaction
+        expected = _rows(con, sql)
+        with con.cursor(name="by_age") as cur:
+            cur.execute(sql + " -- named cursor s40h")
+            assert [d.name for d in cur.description] == ["age", "n"]
+            first = cur.fetchmany(3)
+            rows = first + [cur.fetchone()] + cur.fetchall()
+        with con.cursor(name="binary", binary=True) as cur:  # FETCH asks for binary rows
+            cur.execute("SELECT sex, COUNT(*) AS n FROM persons WHERE age >= %s GROUP BY sex "
+                        "ORDER BY sex", [18])  # fmt: skip
+            parameterised = cur.fetchall()
+        assert parameterised == _rows(
+            con, "SELECT sex, COUNT(*) AS n FROM persons WHERE age >= 18 GROUP BY sex ORDER BY sex"
+        )
+    assert len(first) == 3 and rows == expected and len(expected) > 3
+    audit = open_database(server.db, writes_data=False)
+    try:
+        logged = audit.execute(
+            "SELECT user_name, decision FROM sqlsdc.audit WHERE sql_text LIKE '%named cursor s40h'"
+        ).fetchall()
+    finally:
+        audit.close()
+    assert logged == [("analyst", "accepted")]  # its query, run once through the guard
+
+
+def test_psycopg2_named_cursor_and_sqlalchemy_stream_results(server):
+    psycopg2 = pytest.importorskip("psycopg2")
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    pd = pytest.importorskip("pandas")
+    with psycopg.connect(server.dsn(), autocommit=True) as con:
+        expected = _rows(con, GROUPS)
+    old = psycopg2.connect(server.dsn())
+    try:
+        cur = old.cursor(name="regions_cursor")
+        cur.itersize = 3  # FETCH FORWARD 3 FROM "regions_cursor", over and over
+        cur.execute(GROUPS)
+        assert list(cur) == expected
+        cur.close()
+        old.commit()
+    finally:
+        old.close()
+    engine = _engine(server)
+    try:
+        with engine.connect() as con:
+            streamed = con.execution_options(stream_results=True, max_row_buffer=3)
+            assert [tuple(r) for r in streamed.execute(sqlalchemy.text(GROUPS))] == expected
+            chunks = list(pd.read_sql(GROUPS, streamed, chunksize=3))
+    finally:
+        engine.dispose()
+    assert [len(c) for c in chunks][:1] == [3] and sum(len(c) for c in chunks) == len(expected)
+
+
+def test_cursor_statements_as_postgresql_answers_them(server):
+    with psycopg.connect(server.dsn(), autocommit=True) as con:
+        with pytest.raises(psycopg.errors.NoActiveSqlTransaction, match="transaction blocks"):
+            con.execute(f"DECLARE c CURSOR FOR {GROUPS}")  # WITHOUT HOLD needs a block
+        con.execute(f"DECLARE c CURSOR WITH HOLD FOR {GROUPS}")  # kept after the statement
+        with pytest.raises(psycopg.errors.DuplicateCursor):
+            con.execute(f"DECLARE c CURSOR WITH HOLD FOR {GROUPS}")
+        expected = _rows(con, GROUPS)
+        assert con.execute("MOVE 1 IN c").statusmessage == "MOVE 1"
+        cur = con.execute("FETCH 2 FROM c")
+        assert cur.statusmessage == "FETCH 2" and cur.fetchall() == expected[1:3]
+        assert con.execute("FETCH ALL FROM c").fetchall() == expected[3:]
+        assert con.execute("FETCH NEXT FROM c").fetchall() == []
+        assert con.execute("CLOSE c").statusmessage == "CLOSE CURSOR"
+        with pytest.raises(psycopg.errors.InvalidCursorName):
+            con.execute("FETCH 1 FROM c")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level output"):
+            con.execute("DECLARE r CURSOR WITH HOLD FOR SELECT * FROM persons")
+    with psycopg.connect(server.dsn()) as con:  # a cursor WITHOUT HOLD ends with its block
+        con.execute(f"DECLARE d CURSOR FOR {GROUPS}")
+        con.commit()
+        with pytest.raises(psycopg.errors.InvalidCursorName):
+            con.execute("FETCH 1 FROM d")
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "DECLARE s SCROLL CURSOR WITH HOLD FOR SELECT 1",
+        "DECLARE b BINARY CURSOR WITH HOLD FOR SELECT 1",
+        "FETCH BACKWARD 1 FROM c",
+        "FETCH ABSOLUTE 3 FROM c",
+    ],
+)
+def test_scrolling_is_refused_as_not_supported_and_audited(server, sql):
+    marker = f" -- scrolling s40h {sql.split()[2]}"
+    with psycopg.connect(server.dsn(), autocommit=True) as con:
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="not supported"):
+            con.execute(sql.replace(" FOR SELECT 1", f" FOR SELECT 1{marker}")
+                        if "DECLARE" in sql else sql)  # fmt: skip
+    if "DECLARE" in sql:
+        audit = open_database(server.db, writes_data=False)
+        try:
+            logged = audit.execute(
+                "SELECT decision FROM sqlsdc.audit WHERE sql_text LIKE ?", [f"%{marker}"]
+            ).fetchall()
+        finally:
+            audit.close()
+        assert logged == [("refused",)]
