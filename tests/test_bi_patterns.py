@@ -129,3 +129,9 @@ def test_other_padding_keeps_the_general_hint(analyst):
     with pytest.raises(sqlsdc.PolicyViolation, match="is not a linear sum") as refused:
         analyst.execute("SELECT SUM(CASE WHEN sex = 'F' THEN 1 ELSE 2 END) FROM persons")
     assert refused.value.hint.startswith("sum measures as they are")
+
+
+def test_distinct_on_is_refused_by_name_before_name_resolution(analyst):
+    with pytest.raises(sqlsdc.PolicyViolation, match="DISTINCT ON is not allowed") as refused:
+        analyst.execute("SELECT DISTINCT ON (region) region, income FROM persons")
+    assert refused.value.hint == "use GROUP BY"  # was "Column 'region' could not be resolved"

@@ -24,6 +24,7 @@ from sqlsdc.mechanisms.ckm import (
     MixKeys,
     perturb_count,
     perturb_magnitude,
+    published_value,
     statistic_key,
     utility_risk,
 )
@@ -212,7 +213,8 @@ def _expected_magnitudes(reference, table, measure, key_sql, where=""):
         # the magnitude's own key: the cell key plus the salt of its statistic (``sum:table.x``)
         salted = statistic_key(key, f"sum:{table}.{measure}", _mix_keys(con))
         x_hat = perturb_magnitude(float(total), top, salted, n, m, main, small, m1sq)
-        published = x_hat / n * n_hat if n_hat > 0 else 0.0
+        # published to PUBLISHED_BITS bits, as the frame does (red team s40a)
+        published = published_value(x_hat / n * n_hat) if n_hat > 0 else 0.0
         expected[k] = (published, n_hat, n_all_hat)
     return expected, m, present
 

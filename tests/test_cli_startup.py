@@ -82,3 +82,14 @@ def test_help_of_every_command_loads_no_heavy_module(path, tmp_path):
         (tmp_path / "x.duckdb").touch()
         args = ["budget", str(tmp_path / "x.duckdb"), path[1]]
     assert _heavy_after(*args, "--help") == []
+
+
+def test_a_guarded_query_loads_no_job_solver(demo_db):
+    """``sqlsdc query`` imports the guard, which imports :mod:`sqlsdc.jobs.patterns`; the jobs
+    package names its jobs lazily, so a query loads neither numba (microaggregation) nor
+    OR-Tools (the jobs' solvers): their import was a third of a CLI query's CPU (new user
+    s40h; benchmarks/README.md)."""
+    sql = "SELECT region, COUNT(*) AS n FROM persons GROUP BY region"
+    heavy = _heavy_after("query", str(demo_db), "--user", "analyst", sql)
+    assert "duckdb" in heavy  # the query ran
+    assert "numba" not in heavy and "ortools" not in heavy

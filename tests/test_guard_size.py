@@ -72,7 +72,8 @@ FINGERPRINTS = {
     },
     "ckm": {
         "in-list": "b4099859d0e8b58f",
-        "cte-group-by-all": "3de9a74edde9a45f",  # s39: a CKM mean over COUNT(x)'s protected count
+        # s39: a CKM mean over COUNT(x)'s protected count; s40: a CKM sum to 18 significant bits
+        "cte-group-by-all": "c2ded52ac2340348",
         "nested-or": "1940445937cdecdb",
     },
 }

@@ -442,8 +442,13 @@ def _first_error(error: Exception) -> str:
 
 
 def _check_clauses(walked: list[exp.Expr], sql: str) -> None:
-    """Refuse what sqlglot parses and DuckDB does not: ``GROUP BY`` with nothing after it.
-    ``walked``: every node of the parsed tree (``nodes(tree)``)."""
+    """Refuse what sqlglot parses and DuckDB does not: ``GROUP BY`` with nothing after it; and
+    ``DISTINCT ON``, which the guard never runs, before name resolution reads its tuple (it
+    was refused as "Column 'region' could not be resolved"). ``walked``: every node of the
+    parsed tree (``nodes(tree)``)."""
+    for distinct in of_kind(walked, exp.Distinct):
+        if distinct.args.get("on") is not None:
+            raise PolicyViolation("DISTINCT ON is not allowed", "use GROUP BY", sql)
     for group in of_kind(walked, exp.Group):
         if not any(group.args.get(k) for k in ("expressions", "grouping_sets", "cube", "rollup",
                                                   "all")):  # fmt: skip

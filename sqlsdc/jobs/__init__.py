@@ -15,7 +15,23 @@ The algorithms below this layer use no database; everything that reads or writes
 (or in the guard, for queries).
 """
 
-from sqlsdc.jobs.adjust import AdjustReport, cta_query, ipf_query, round_query
-from sqlsdc.jobs.protect import JobReport, protect_query
+import importlib
 
-__all__ = ["AdjustReport", "JobReport", "cta_query", "ipf_query", "protect_query", "round_query"]
+_NAMES = {
+    "AdjustReport": "adjust",
+    "cta_query": "adjust",
+    "ipf_query": "adjust",
+    "round_query": "adjust",
+    "JobReport": "protect",
+    "protect_query": "protect",
+}
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name: str):
+    """The jobs' names, imported on first use (PEP 562): the guard imports
+    :mod:`sqlsdc.jobs.patterns`, and a query has no use for the jobs' solvers and their
+    libraries (numba, OR-Tools), whose import was most of a CLI query's CPU (new user s40h)."""
+    if name not in _NAMES:
+        raise AttributeError(f"module 'sqlsdc.jobs' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"sqlsdc.jobs.{_NAMES[name]}"), name)

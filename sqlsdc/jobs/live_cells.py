@@ -53,7 +53,7 @@ def refuse_live_cells(
     (``age >= 90``) is not refused. ``total``: the job's grand total is left out, a cell the
     pattern publishes (:func:`sqlsdc.jobs.live_total.public_grand_total`)."""
     keys = [(d, exp.column(d)) for d in spec.dims]
-    _refuse(con, policy, spec.table, keys, spec.measure, spec.where, label, error, total)
+    _refuse(con, policy, spec.table, keys, spec.measure, spec.where, label, error, total, True)
 
 
 def refuse_live_file_cells(con, policy: Policy, table: str, release: Release, error) -> None:
@@ -77,9 +77,10 @@ def refuse_live_file_cells(con, policy: Policy, table: str, release: Release, er
             _refuse(con, policy, table, keys, measure, release.where, release.label, error)
 
 
-def _refuse(con, policy, table, keys, measure, where, label, error, total=False) -> None:
+def _refuse(con, policy, table, keys, measure, where, label, error, total=False, job=False):
     """``keys``: ``(name, expression on the table's rows)`` of the output's cuts; ``total``:
-    its grand total is no cell to refuse."""
+    its grand total is no cell to refuse; ``job``: a table job's (a refused total tells when
+    one may be shared)."""
     if policy.table(table).suppression is None:
         return
     universe = universe_of(policy, table)
@@ -100,7 +101,16 @@ def _refuse(con, policy, table, keys, measure, where, label, error, total=False)
         f"way (another pattern, or exactly), and the two together could recompute suppressed "
         f"cells. Take another population (one that differs from the policy's cells over "
         f"{', '.join(universe.columns)} in every cell) or publish the policy's pattern"
+        + (_TOTAL_ONLY if job and cell == "the total" else "")
     )
+
+
+_TOTAL_ONLY = (
+    ". A grand total may be shared when the pattern publishes it and the job is a suppression "
+    "job of every row by no dimension of the pattern, none of whose other cells adds up whole "
+    "cells of the pattern (a rounded or adjusted total next to the exact one tells the sum of "
+    "its perturbations)"
+)
 
 
 def _live_cell(

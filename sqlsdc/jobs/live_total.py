@@ -11,7 +11,10 @@ pattern that agree with their published cells, the cross-classification whose ma
 exists (a transportation problem with equal totals, integral for integral margins), so no
 reader learns of either table's hidden cells more than from that table alone, under the
 linked audit's model (:mod:`sqlsdc.jobs.linked_audit`: every combination of codes possible
-unless a table's listing rules it out).
+unless a table's listing rules it out). Not modelled, as there: a reader who knows from
+elsewhere that a category of the job lies in one cell of the pattern (every member of the
+armed forces in one municipality) reads the job's published count as a lower bound of that
+cell.
 
 That argument fails when the job's cells are tied to the universe otherwise, so
 :func:`public_grand_total` allows the job only when all of this holds (else the refusal
@@ -50,8 +53,10 @@ from sqlsdc.tabular.universe import COUNT, STATUS, VALUE, Universe, universe_of
 def public_grand_total(con, policy: Policy, spec: JobSpec, method: str, version: int) -> bool:
     """Whether the ``method`` job ``spec`` may share its grand total with the live suppression
     pattern of its table (the module's conditions), computing the pattern if it is stale."""
+    if method != "suppress":
+        return False
     universe = _shaped(con, policy, spec)
-    if method != "suppress" or universe is None or _ties(con, spec, universe):
+    if universe is None or _ties(con, spec, universe):
         return False
     con.execute("BEGIN TRANSACTION")
     try:
@@ -128,8 +133,9 @@ def _published(con, spec: JobSpec, universe: Universe) -> bool:
     aggregate = spec.measure or COUNT
     table = pattern_table(universe.table)
     stored = {c.lower() for c in engine.table_columns(con, table.db, table.name)}
-    if f"{aggregate}{STATUS}".lower() not in stored:
-        return False
+    wanted = {f"{aggregate}{STATUS}", f"{aggregate}{VALUE}", *universe.columns}
+    if not {c.lower() for c in wanted} <= stored:
+        return False  # none stored, or one of another universe (a policy about to change it)
     found = exp.select(exp.column(f"{aggregate}{STATUS}"), exp.column(f"{aggregate}{VALUE}"))
     found = found.from_(table)
     found = found.where(exp.and_(*[exp.column(c).is_(exp.null()) for c in universe.columns]))

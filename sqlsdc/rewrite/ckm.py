@@ -58,6 +58,7 @@ from sqlglot import exp
 from sqlsdc.catalog.ptables import KEY_MODULUS, PTableKey, PTableRef
 from sqlsdc.engines.trees import copy_tree
 from sqlsdc.errors import PolicyViolation
+from sqlsdc.mechanisms.ckm import PUBLISHED_BITS
 from sqlsdc.planner.normal_form import STATISTIC
 from sqlsdc.planner.plan import CellPlan, ProtectedAggregate
 from sqlsdc.policy import AggregateKind, Method, Policy
@@ -74,7 +75,7 @@ from sqlsdc.rewrite.ckm_magnitudes import PREV, PTABLE_ENTRIES, MagnitudeLayers,
 from sqlsdc.rewrite.ckm_mix import join_mix, statistic_key_sql
 from sqlsdc.rewrite.counted_units import counted_units_key, join_unit_keys, unit_lookups
 from sqlsdc.rewrite.dominance import largest_needed, rules
-from sqlsdc.rewrite.sql import any_, at_least_column, missing, mul_expr, number
+from sqlsdc.rewrite.sql import any_, at_least_column, missing, mul_expr, number, paren
 from sqlsdc.rewrite.threshold import at_least
 
 MECHANISM = "ckm"
@@ -461,8 +462,10 @@ class _Builder(MagnitudeLayers):
         positive = exp.GT(this=count, expression=number(0))
         # (x̂/n)·n̂, not (x̂·n̂)/n: the contributors' mean times their protected count, so the
         # sum's bits are a function of released values; rounded from x̂·n̂ they told which true
-        # counts n some x̂ fits beside the mean (red team s37a)
-        adjusted = mul_expr(exp.Div(this=perturbed, expression=true_count.copy()), count.copy())
+        # counts n some x̂ fits beside the mean (red team s37a). Published to PUBLISHED_BITS
+        # bits: all 53 placed the noise on its lattice of keys, which told n (red team s40a)
+        mean = exp.Div(this=perturbed, expression=true_count.copy())
+        adjusted = significant(mul_expr(mean, count.copy()))
         total = exp.Case(
             ifs=[exp.If(this=positive, true=adjusted)],
             default=exp.Case(
@@ -549,6 +552,21 @@ class _Builder(MagnitudeLayers):
         return exp.column(f"__e{i}_{steps}", PREV)
 
     # -- helpers -------------------------------------------------------------------------------
+
+
+def significant(value: exp.Expr) -> exp.Expr:
+    """``value`` (a DOUBLE) rounded to :data:`~sqlsdc.mechanisms.ckm.PUBLISHED_BITS`
+    significant bits, ``value·C − (value·C − value)`` with C = 2^(53 − bits) + 1 (Veltkamp's
+    split; :func:`sqlsdc.mechanisms.ckm.published_value` says why): IEEE arithmetic that every
+    engine computes alike, no LOG or ROUND whose last bits could differ."""
+    splitter = number(2 ** (53 - PUBLISHED_BITS) + 1)
+    scaled = mul_expr(value.copy(), splitter)
+    return exp.Paren(
+        this=exp.Sub(
+            this=scaled,
+            expression=exp.Paren(this=exp.Sub(this=scaled.copy(), expression=paren(value))),
+        )
+    )
 
 
 def statistic(aggregate: ProtectedAggregate) -> str:

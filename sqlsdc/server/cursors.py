@@ -1,8 +1,8 @@
 """SQL cursors of a server session: ``DECLARE name CURSOR [WITH HOLD] FOR query``, ``FETCH``,
 ``MOVE`` and ``CLOSE``, read into what the session does with them.
 
-psycopg's named cursors, SQLAlchemy's ``stream_results`` and ODBC drivers that read in batches
-(psqlODBC's ``UseDeclareFetch``) declare a cursor and fetch from it. The session runs the query
+psycopg's and psycopg2's named cursors and SQLAlchemy's ``stream_results`` declare a cursor
+and fetch from it, one statement per message. The session runs the query
 of a ``DECLARE`` through the guard once, like any statement, keeps its answer as a portal named
 by the cursor, and hands out its rows forward only: ``FETCH [NEXT | FORWARD [n | ALL] | n |
 ALL] [FROM | IN] name``. What a cursor keeps counts against its user's 64 MB as a portal's

@@ -135,7 +135,9 @@ def top_k(universe: Universe) -> int:
 
 def inner_cells_sql(universe: Universe) -> exp.Select:
     """Per inner cell of the universe: ``__units`` and, per measure, ``<m>__sum``,
-    ``<m>__n`` (units with a value) and ``<m>__top`` (largest unit contributions, a list).
+    ``<m>__n`` (units with a value), ``<m>__nz`` (units whose total is not 0: the frequency
+    rule's contributors, :func:`contributors`) and ``<m>__top`` (largest unit contributions, a
+    list).
 
     A unit's rows in one cell are one contribution (summed first), as the rules require.
     ``__spread`` is the most inner cells any unit of the cell lies in: margins add up the inner
@@ -159,11 +161,13 @@ def inner_cells_sql(universe: Universe) -> exp.Select:
         exp.alias_(exp.Max(this=exp.column(SPREAD)), SPREAD),
     )
     k = top_k(universe)
+    zero = exp.Literal.number(0)
     for m in universe.measures if universe.magnitudes else ():
         x = exp.column(m)
         cells = cells.select(
             exp.alias_(exp.Sum(this=x.copy()), f"{m}__sum"),
             exp.alias_(exp.Count(this=x.copy()), f"{m}__n"),
+            exp.alias_(exp.Count(this=exp.Nullif(this=x.copy(), expression=zero)), f"{m}__nz"),
             exp.alias_(exp.Max(this=x.copy(), count=exp.Literal.number(k)), f"{m}__top"),
         )
     cells = cells.group_by(*[d.copy() for d in dims])
@@ -268,7 +272,9 @@ def protect_universe(
         pattern[f"{aggregate}{VALUE}"] = result["value"].to_numpy()
         pattern[f"{aggregate}{STATUS}"] = result["status"].to_numpy()
         if aggregate != COUNT:
-            pattern[f"{aggregate}{CONTRIBUTORS}"] = result["n"].to_numpy()
+            with_value = _with_value(universe, aggregate, table, cells, codes, dims, hierarchies)
+            published = (result["status"] == "published").to_numpy()
+            pattern[f"{aggregate}{CONTRIBUTORS}"] = np.where(published, with_value, np.nan)
         audit = result.attrs["audit"]
         report["aggregates"][aggregate] = {
             "primary": audit.n_primary,
@@ -299,6 +305,17 @@ def _known_bounds(universe, aggregate, table, cells, codes, dims, hierarchies):
     return leaves.values.astype(float), np.inf
 
 
+def _with_value(universe, aggregate, table, cells, codes, dims, hierarchies) -> np.ndarray:
+    """The units with a value of the measure ``aggregate`` in every cell of ``table``, margins
+    summed: the pattern's contributors, which an AVG divides its sum by (the frequency rule
+    counts only the non-zero ones, :func:`contributors`)."""
+    counted = cells.assign(__units=cells[f"{aggregate}__n"])
+    units = _table(universe, COUNT, counted, codes, dims, hierarchies)
+    if not units.cells[dims].equals(table.cells[dims]):  # pragma: no cover - same input order
+        raise TabularError("the universe's cells came out in another order; this is a bug")
+    return units.values
+
+
 def _dimensions(universe: Universe, codes: pd.DataFrame) -> tuple[list[str], dict]:
     """Folded dimensions: a hierarchy becomes one dimension holding codes of all its levels."""
     dims, hierarchies = [], {}
@@ -317,7 +334,7 @@ def _table(universe, aggregate, cells, codes, dims, hierarchies) -> Table:
         tops = []
     else:
         frame["value"] = cells[f"{aggregate}__sum"].fillna(0).astype(float)
-        frame["n"] = cells[f"{aggregate}__n"]
+        frame["n"] = contributors(cells, aggregate)
         k = top_k(universe)
         tops = [f"top{j + 1}" for j in range(k)]
         lists = cells[f"{aggregate}__top"]
@@ -327,6 +344,18 @@ def _table(universe, aggregate, cells, codes, dims, hierarchies) -> Table:
                 for t in lists
             ]
     return Table.from_cells(frame, dims, top=tops, hierarchies=hierarchies or None)
+
+
+def contributors(cells: pd.DataFrame, measure: str) -> pd.Series:
+    """The units the frequency rule of ``measure`` counts in each inner cell: those whose total
+    is not 0, as the threshold rule, rounding and the cell key method count a magnitude's
+    contributors (GaussSuppression's ``NContributorsRule``, ``remove0 = TRUE``). Counted with
+    its zeros, R01-M011's men on the suppression demo (three incomes and two of 0) passed
+    ``freq:5`` and were published: its two largest earners knew the third income (red team
+    s40b). A cell of zeros only keeps its units with a value, as before: counted as no
+    contributor it would pass the rule and be published as 0."""
+    nonzero = cells[f"{measure}__nz"]
+    return nonzero.where(nonzero > 0, cells[f"{measure}__n"])
 
 
 def _coordinates(universe: Universe, folded: pd.DataFrame, hierarchies) -> pd.DataFrame:

@@ -70,7 +70,7 @@ def test_a_whole_table_by_a_dimension_outside_the_universe_is_stored(db, sql, ta
 
 
 def test_a_rounded_total_beside_the_exact_one_stays_refused(db):
-    with pytest.raises(TabularError, match=LIVE):
+    with pytest.raises(TabularError, match=f"{LIVE}.*tells the sum of its perturbations"):
         round_query(db, "admin", BY_EDUCATION, into="rounded", base=5)
 
 
