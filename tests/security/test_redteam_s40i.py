@@ -12,6 +12,16 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      the first and up by 113,514 in the second: their mean is its income within 13,572 (5 %,
      a sixth of either distance, for a level of 30 %). Fixed: the replaced version's cells are
      matched on the dimensions both tables share, at Total of the others.
+- W  a suppression job of a whole table by a dimension outside the universe (stored since
+     s40g when the live pattern publishes its grand total), whose cells are no union of live
+     cells one by one but three of them are: districts x1 = (R02-M002, F) + half of
+     (R02-M023, F), x2 = the other half + half of (R02-M024, F), x3 = the other half. The job
+     was stored and published them exactly; x1 + x2 + x3 less the two women's cells the live
+     pattern publishes gave (R02-M002, F) = 7, a secondary, and with its municipality's
+     published 12 the men's 5, the other secondary. Fixed: the check reads whether the job's
+     and the universe's inner cells, linked by shared rows, are one connected whole
+     (``jobs/live_total._ties``). A crafted column; natural finer geographies (districts
+     within municipalities) were refused by the differencing check already (1 unit apart).
 """
 
 from __future__ import annotations
@@ -21,8 +31,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import sqlsdc
 from sqlsdc.engines.duckdb import open_database
+from sqlsdc.errors import TabularError
 from sqlsdc.jobs.adjust import cta_query
+from sqlsdc.jobs.protect import protect_query
+from sqlsdc.policy import load_policy
 from sqlsdc.tabular.rules import FrequencyRule
 
 OLD = "WHERE age >= 85"
@@ -80,3 +94,35 @@ def test_a_cta_replaced_by_a_table_of_other_dimensions_keeps_the_shared_cells_si
     crossed = moved & (np.sign(d1) != np.sign(d2))
     assert moved.sum() >= 3
     assert crossed.sum() == 0, frame[crossed]  # the mean of the two was the original within 5 %
+
+
+HIDDEN = "municipality = 'R02-M002' AND sex = 'F'"  # 7 persons, a secondary of the live pattern
+WOMEN = ("municipality = 'R02-M023' AND sex = 'F'", "municipality = 'R02-M024' AND sex = 'F'")
+MEN = "municipality = 'R02-M023' AND sex = 'M'"
+
+
+def test_a_union_of_a_whole_table_jobs_cells_that_is_a_union_of_live_cells_is_refused(
+    suppress_template, tmp_path, copy_database, make_suppress_document
+):
+    db = copy_database(suppress_template, tmp_path)
+    first, second = WOMEN
+    con = open_database(db, read_only=False)
+    try:  # three districts chain the hidden cell to two published ones; the rest is two more
+        con.execute("ALTER TABLE persons ADD COLUMN district VARCHAR")
+        con.execute(
+            f"UPDATE persons SET district = CASE WHEN {HIDDEN} THEN 'x1' "
+            f"WHEN {first} AND person_id % 2 = 0 THEN 'x1' WHEN {first} THEN 'x2' "
+            f"WHEN {second} AND person_id % 2 = 0 THEN 'x2' WHEN {second} THEN 'x3' "
+            f"WHEN {MEN} AND person_id % 2 = 1 THEN 'r2' ELSE 'r1' END"
+        )
+    finally:
+        con.close()
+    document = make_suppress_document()
+    document["tables"]["persons"]["columns"]["district"] = {"role": "dimension"}
+    sqlsdc.admin.apply(db, load_policy(document), "admin")
+    with sqlsdc.connect(db, user="analyst") as guarded:
+        assert guarded.execute(f"SELECT COUNT(*) FROM persons WHERE {HIDDEN}").fetchone() == (None,)
+    with pytest.raises(TabularError, match="holds the same units as a cell of that pattern"):
+        protect_query(db, "admin", "SELECT district, COUNT(*) FROM persons GROUP BY district",
+                      into="districts", time_limit=20)  # fmt: skip
+    # was stored: x1 + x2 + x3 - 436 - 365 (both published live) = 7, the hidden cell
