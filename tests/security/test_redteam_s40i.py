@@ -22,6 +22,29 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      and the universe's inner cells, linked by shared rows, are one connected whole
      (``jobs/live_total._ties``). A crafted column; natural finer geographies (districts
      within municipalities) were refused by the differencing check already (1 unit apart).
+- O  (not built) connectivity stops exact linear recovery, but a chain of job cells that
+     hangs off the rest by a bridge of few rows (x3 holding one person of a cell the rest
+     shares) bounds the hidden cell on one side within the bridge's size (h <= x1 + x2 + x3
+     - B1 - B2); the combined tables are not audited together.
+- H  a CTA replaced by one of other dimensions and then by the first again (region x
+     education -> education x sex -> region x education): the 2-dimension LP is
+     deterministic and the factor the same, so the third is the first table again; the 3-
+     dimension one is not deterministic (the finding above crossed in 2 of 3 runs).
+- H  replacements whose dimensions are spelled in other case or quoted are matched.
+- H  server cursors (s40h): DECLARE runs its query through the guard once (FETCH and MOVE
+     slice the kept answer); refusals as a plain query (row-level output, sqlsdc.secrets);
+     1,000 cursors a session and the user's 64 MB count them; a kept answer is one released
+     when it was declared (a later policy or budget reset changes nothing it held).
+- H  LIMIT/OFFSET CAST (s40h): only whole-number literals within the type's range fold
+     (TRY_CAST alike), to the literal they equal; anything else is refused as before.
+- H  fingerprint and carry-over at 13 digits (s40g): a data state that shares a fingerprint
+     differs by less than 1e-13 of a sum (no count, contributor count or largest
+     contribution differs): the carried pattern is the one that state would get, and a
+     value held "published before" differs by at most 1e-12 of itself (a cent of 10^10).
+- H  dominance once per cell (s40b): ``CUBE(k), CUBE(k)`` and repeated GROUPING SETS parse
+     into the GROUP BY's expressions, which ``_grouped`` reads, so ``_once`` applies.
+- H  the live path refuses every GROUP BY or WHERE outside the universe columns, so a job by
+     education meets the live pattern only in its grand total (and, now, unions).
 """
 
 from __future__ import annotations
