@@ -25,6 +25,7 @@ its status and, for measures, the number of contributors.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
@@ -136,8 +137,8 @@ def top_k(universe: Universe) -> int:
 def inner_cells_sql(universe: Universe) -> exp.Select:
     """Per inner cell of the universe: ``__units`` and, per measure, ``<m>__sum``,
     ``<m>__n`` (units with a value), ``<m>__nz`` (units whose total is not 0: the frequency
-    rule's contributors, :func:`contributors`) and ``<m>__top`` (largest unit contributions, a
-    list).
+    rule's contributors, :func:`_zero_cells_counted`) and ``<m>__top`` (largest unit
+    contributions, a list).
 
     A unit's rows in one cell are one contribution (summed first), as the rules require.
     ``__spread`` is the most inner cells any unit of the cell lies in: margins add up the inner
@@ -251,6 +252,10 @@ def protect_universe(
     report: dict = {"cells": 0, "aggregates": {}}
     for aggregate in universe.aggregates:
         table = _table(universe, aggregate, cells, codes, dims, hierarchies)
+        with_value = None
+        if aggregate != COUNT:
+            with_value = _with_value(universe, aggregate, table, cells, codes, dims, hierarchies)
+            table = _zero_cells_counted(table, with_value)
         coordinates = _coordinates(universe, table.cells[dims], hierarchies)
         if pattern is None:
             pattern = coordinates
@@ -271,8 +276,7 @@ def protect_universe(
         )
         pattern[f"{aggregate}{VALUE}"] = result["value"].to_numpy()
         pattern[f"{aggregate}{STATUS}"] = result["status"].to_numpy()
-        if aggregate != COUNT:
-            with_value = _with_value(universe, aggregate, table, cells, codes, dims, hierarchies)
+        if with_value is not None:
             published = (result["status"] == "published").to_numpy()
             pattern[f"{aggregate}{CONTRIBUTORS}"] = np.where(published, with_value, np.nan)
         audit = result.attrs["audit"]
@@ -308,7 +312,7 @@ def _known_bounds(universe, aggregate, table, cells, codes, dims, hierarchies):
 def _with_value(universe, aggregate, table, cells, codes, dims, hierarchies) -> np.ndarray:
     """The units with a value of the measure ``aggregate`` in every cell of ``table``, margins
     summed: the pattern's contributors, which an AVG divides its sum by (the frequency rule
-    counts only the non-zero ones, :func:`contributors`)."""
+    counts only the non-zero ones, :func:`_zero_cells_counted`)."""
     counted = cells.assign(__units=cells[f"{aggregate}__n"])
     units = _table(universe, COUNT, counted, codes, dims, hierarchies)
     if not units.cells[dims].equals(table.cells[dims]):  # pragma: no cover - same input order
@@ -334,7 +338,7 @@ def _table(universe, aggregate, cells, codes, dims, hierarchies) -> Table:
         tops = []
     else:
         frame["value"] = cells[f"{aggregate}__sum"].fillna(0).astype(float)
-        frame["n"] = contributors(cells, aggregate)
+        frame["n"] = cells[f"{aggregate}__nz"]  # the frequency rule's contributors
         k = top_k(universe)
         tops = [f"top{j + 1}" for j in range(k)]
         lists = cells[f"{aggregate}__top"]
@@ -346,16 +350,17 @@ def _table(universe, aggregate, cells, codes, dims, hierarchies) -> Table:
     return Table.from_cells(frame, dims, top=tops, hierarchies=hierarchies or None)
 
 
-def contributors(cells: pd.DataFrame, measure: str) -> pd.Series:
-    """The units the frequency rule of ``measure`` counts in each inner cell: those whose total
-    is not 0, as the threshold rule, rounding and the cell key method count a magnitude's
-    contributors (GaussSuppression's ``NContributorsRule``, ``remove0 = TRUE``). Counted with
-    its zeros, R01-M011's men on the suppression demo (three incomes and two of 0) passed
-    ``freq:5`` and were published: its two largest earners knew the third income (red team
-    s40b). A cell of zeros only keeps its units with a value, as before: counted as no
-    contributor it would pass the rule and be published as 0."""
-    nonzero = cells[f"{measure}__nz"]
-    return nonzero.where(nonzero > 0, cells[f"{measure}__n"])
+def _zero_cells_counted(table: Table, with_value: np.ndarray) -> Table:
+    """``table`` of a measure, whose ``n`` counts the units of a non-zero total (margins
+    summed), as the threshold rule, rounding and the cell key method count a magnitude's
+    contributors (GaussSuppression's ``NContributorsRule``, ``remove0 = TRUE``), with a cell of
+    zeros only counting its units with a value (``with_value``) instead: as no contributor it
+    would pass the frequency rule and be published as 0. Counted with their zeros, R01-M011's
+    men on the suppression demo (three incomes and two of 0) passed ``freq:5`` and were
+    published, and its two largest earners knew the third income (red team s40b)."""
+    nonzero = table.n
+    counted = np.where(nonzero > 0, nonzero, with_value.astype(np.int64))
+    return dataclasses.replace(table, cells=table.cells.assign(n=counted))
 
 
 def _coordinates(universe: Universe, folded: pd.DataFrame, hierarchies) -> pd.DataFrame:

@@ -26,10 +26,10 @@ What broke (fixed here):
   five incomes were published: R01-M011 men, three incomes and two zeros, 49,646.79 (its two
   largest earners knew the third, 7,972.95, exactly; the p%-rule passes, 7,972.95 >= 10 % of
   22,863.51), and R08-M024 men, four incomes and two zeros. No padding needed: the cell is as
-  the policy tabulates it. The rule now counts the units whose total is not 0
-  (``tabular.universe.contributors``; a cell of zeros only keeps its units with a value, so
-  that it is not published as 0); the pattern's contributors, AVG's divisor, stay the units
-  with a value.
+  the policy tabulates it. The rule now counts the units whose total is not 0, margins
+  summed (``tabular.universe._zero_cells_counted``; a cell of zeros only keeps its units with
+  a value, so that it is not published as 0); the pattern's contributors, AVG's divisor, stay
+  the units with a value.
 
 Left open (strict xfail):
 
