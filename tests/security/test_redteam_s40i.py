@@ -22,6 +22,13 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      and the universe's inner cells, linked by shared rows, are one connected whole
      (``jobs/live_total._ties``). A crafted column; natural finer geographies (districts
      within municipalities) were refused by the differencing check already (1 unit apart).
+- W  (noticed) a policy that changes the suppression universe's columns after a pattern was
+     stored (persons by geography x sex, then region x sex, or back): every later query on
+     persons failed with a pandas MergeError, not one of sqlsdc's errors (its text held the
+     old pattern's codes, no values), as the earlier pattern was merged one-to-one on the
+     new universe's columns. Fail closed, but the table was unusable. Fixed: the cells both
+     universes hold are matched (at the total of the columns one lacks, or the only cell of
+     their codes) and carried over; the 27 region x sex cells are known in both directions.
 - O  (not built) connectivity stops exact linear recovery, but a chain of job cells that
      hangs off the rest by a bridge of few rows (x3 holding one person of a cell the rest
      shares) bounds the hidden cell on one side within the bridge's size (h <= x1 + x2 + x3
@@ -48,6 +55,8 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
 """
 
 from __future__ import annotations
+
+import json
 
 import duckdb
 import numpy as np
@@ -149,3 +158,34 @@ def test_a_union_of_a_whole_table_jobs_cells_that_is_a_union_of_live_cells_is_re
         protect_query(db, "admin", "SELECT district, COUNT(*) FROM persons GROUP BY district",
                       into="districts", time_limit=20)  # fmt: skip
     # was stored: x1 + x2 + x3 - 436 - 365 (both published live) = 7, the hidden cell
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [(["geography", "sex"], ["region", "sex"]), (["region", "sex"], ["geography", "sex"])],
+    ids=["municipalities-dropped", "municipalities-added"],
+)
+def test_a_policy_that_changes_the_universe_keeps_the_cells_both_hold(
+    suppress_template, tmp_path, copy_database, make_suppress_document, before, after
+):
+    """A pattern stored under one universe, then a policy over other columns: every query on
+    persons failed with a pandas MergeError (not one of sqlsdc's errors) while the old pattern
+    was the earlier one. The region x sex cells both universes hold are carried over."""
+    db = copy_database(suppress_template, tmp_path)
+    for dimensions in (before, after):
+        document = make_suppress_document()
+        document["tables"]["persons"]["suppression"]["dimensions"] = dimensions
+        sqlsdc.admin.apply(db, load_policy(document), "admin")
+        with sqlsdc.connect(db, user="analyst") as guarded:
+            rows = guarded.execute(
+                "SELECT region, sex, COUNT(*) FROM persons GROUP BY CUBE (region, sex)"
+            ).fetchall()
+        assert len(rows) == 27 and sum(n for r, s, n in rows if r is None and s is None) == 20_000
+    raw = duckdb.connect(str(db), read_only=True)
+    try:
+        (report,) = raw.execute("SELECT report FROM sqlsdc.suppressions "
+                                "WHERE table_name = 'persons'").fetchone()  # fmt: skip
+    finally:
+        raw.close()
+    # the 27 region x sex cells, published before with these values: known
+    assert json.loads(report)["aggregates"]["count"]["known_from_earlier"] == 27
