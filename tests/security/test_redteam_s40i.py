@@ -51,8 +51,10 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      differs by less than 1e-13 of a sum (no count, contributor count or largest
      contribution differs): the carried pattern is the one that state would get, and a
      value held "published before" differs by at most 1e-12 of itself (a cent of 10^10).
-- H  dominance once per cell (s40b): ``CUBE(k), CUBE(k)`` and repeated GROUPING SETS parse
-     into the GROUP BY's expressions, which ``_grouped`` reads, so ``_once`` applies.
+- H  dominance once per cell (s40b): the s40b attack (a benefit recipient's yearly total
+     padded with ten small payments) under ``CUBE (k), CUBE (k)``, ``ROLLUP (k)`` three times,
+     two repeated GROUPING SETS, ``GROUPING SETS ((k, k), (k), (k, k))`` and ``CUBE (k, k,
+     k)``: 0 of 6 recipients told in each; empty grouping sets repeated are refused.
 - H  the live path refuses every GROUP BY or WHERE outside the universe columns, so a job by
      education meets the live pattern only in its grand total (and, now, unions).
 """
