@@ -32,10 +32,11 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      new universe's columns. Fail closed, but the table was unusable. Fixed: the cells both
      universes hold are matched (at the total of the columns one lacks, or the only cell of
      their codes) and carried over; the 27 region x sex cells are known in both directions.
-- O  (not built) connectivity stops exact linear recovery, but a chain of job cells that
-     hangs off the rest by a bridge of few rows (x3 holding one person of a cell the rest
-     shares) bounds the hidden cell on one side within the bridge's size (h <= x1 + x2 + x3
-     - B1 - B2); the combined tables are not audited together.
+- H  connectivity stops exact linear recovery; a chain of job cells hanging off the rest by a
+     bridge of rows bounds the hidden cell on one side (h <= x1 + x2 + x3 - B1 - B2 = h + the
+     bridge's rows). A bridge of one person (x3 + one man of R02-M022) is refused by the
+     differencing check (1 unit apart); one of ten was stored and bounds (R02-M002, F) = 7 by
+     17, above the live pattern's own bound (12 less at least one man: 11).
 - H  a CTA replaced by one of other dimensions and then by the first again (region x
      education -> education x sex -> region x education): the 2-dimension LP is
      deterministic and the factor the same, so the third is the first table again; the 3-
