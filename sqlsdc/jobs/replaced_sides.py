@@ -22,8 +22,9 @@ cell's contributions did not change. Two findings of red team s40d:
 
 So a replacement moves each sensitive cell the way the replaced version did
 (:meth:`Replaced.directions`), at least as far unless that is beyond any level its rules could
-draw (then the original was another), and a result that still crosses one (the MILP starts
-from the LP with these directions but chooses its own; a bound that leaves no room) is refused
+draw (then the original was another; of another population, its side is not held either:
+:func:`replaced`), and a result that still crosses one (the MILP starts from the LP with these
+directions but chooses its own; a bound that leaves no room) is refused
 (:meth:`Replaced.refuse_crossed`).
 
 Only the version being replaced is read: the catalog keeps no values of earlier ones. A version
@@ -41,8 +42,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from sqlsdc.errors import TabularError
+from sqlsdc.errors import Error, TabularError
 from sqlsdc.jobs.session import OUTPUT_SCHEMA
+from sqlsdc.jobs.stored_tables import same_rows
+from sqlsdc.jobs.tabulation import parse_job
 from sqlsdc.tabular.model import TOTAL, Table
 
 _FLAGS = ("lower_bound", "upper_bound")  # CTA's intervals, stored beside the value
@@ -96,18 +99,50 @@ class Replaced:
         )
 
 
-def replaced(job, table: Table, sensitive: np.ndarray) -> Replaced:
+def replaced(job, table: Table, sensitive: np.ndarray, most=None) -> Replaced:
     """The sensitive cells of ``table`` as the output ``job`` replaces published them. A cell
     that output leaves out was published as 0 (readers read it so); an output of other
-    dimensions is matched on the cells both tables hold (:func:`_replaced_values`)."""
+    dimensions is matched on the cells both tables hold (:func:`_replaced_values`).
+
+    ``most``: the largest upper and lower levels the job's rules can draw. When the replaced
+    output tabulated another population (other rows or measure), a cell it published farther
+    from this job's original than that was of another original, and its side says nothing of
+    this one: it is not held (red team s40i: incomes aged 85+ by region x education, replaced
+    by every person's under ``freq:1500,30``, then by the first job again: every person's
+    values lay above each 85+ cell, so the third version moved every sensitive cell up, and
+    the 2 the first had moved down by the same secret factor were the mean of the first and
+    third to 1e-10). Of the same population every side is held: a margin may move farther
+    than its own level."""
     sides = np.zeros(table.values.size)
     distance = np.zeros(table.values.size)
     earlier = _replaced_values(job, table)
     if earlier is not None:
+        gap = earlier - table.values
         matched = sensitive & ~np.isnan(earlier)
-        sides[matched] = np.sign(earlier - table.values)[matched]
-        distance[matched] = np.abs(earlier - table.values)[matched]
+        if most is not None and not _same_population(job):
+            matched &= np.abs(gap) <= np.where(gap > 0, most[0], most[1])
+        sides[matched] = np.sign(gap)[matched]
+        distance[matched] = np.abs(gap)[matched]
     return Replaced(sides, distance)
+
+
+def _same_population(job) -> bool:
+    """Whether the output ``job`` replaces tabulated the same measure of the same rows."""
+    found = job.con.execute(
+        "SELECT sql_text FROM sqlsdc.outputs WHERE name = ?", [job.name]
+    ).fetchall()
+    if not found:
+        return False
+    try:
+        theirs = parse_job(found[0][0], job.policy, stored=True)
+    except Error:
+        return False
+    mine = job.spec
+    return (
+        theirs.table.lower() == mine.table.lower()
+        and theirs.measure == mine.measure
+        and same_rows(job.con, mine.table, mine.where, theirs.where)
+    )
 
 
 def _replaced_values(job, table: Table) -> np.ndarray | None:

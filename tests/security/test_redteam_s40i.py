@@ -15,14 +15,17 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      The other way round (another secret) (R06, primary) moved -86,369 then +113,514: mean
      within 5 %. Fixed: the replaced version's cells are matched on the dimensions both
      tables share, at Total of the others (``jobs/replaced_sides._replaced_values``).
-- O  a CTA job (incomes aged 85+ by region x education, ``freq:10,30``) replaced by the
+- W  a CTA job (incomes aged 85+ by region x education, ``freq:10,30``) replaced by the
      same table of every person (``freq:1500,30``), then by the first job again: the third
      version took its sides from the second, whose values lie above every 85+ cell, and moved
      every sensitive cell up; the 2 of the 4 the first version had moved down by the same
-     secret factor (same name, SQL, rules) are the mean of the first and third to 1e-10
-     (R01 primary 743,533.13, R06 primary 265,173.55). Strict xfail: holding no side beyond
-     the largest level the rules draw (tried) broke same-data replacements, where a margin
-     moves farther than its own level; a fix keeps the sides per job name across versions.
+     secret factor (same name, SQL, rules) were the mean of the first and third to 1e-10
+     (R01 primary 743,533.13, R06 primary 265,173.55). Fixed: a side of a version of another
+     population (other rows or measure) is held only within the largest level the rules draw
+     (beyond it, that was another original); of the same population every side stays held
+     (not holding far ones there broke same-data replacements: a margin moves farther than
+     its own level). Still: only the version replaced is read, so with new data between, a
+     version of another population in the middle lets the first side go.
 - W  a suppression job of a whole table by a dimension outside the universe (stored since
      s40g when the live pattern publishes its grand total), whose cells are no union of live
      cells one by one but three of them are: districts x1 = (R02-M002, F) + half of
@@ -205,17 +208,6 @@ def test_a_policy_that_changes_the_universe_keeps_the_cells_both_hold(
     assert json.loads(report)["aggregates"]["count"]["known_from_earlier"] == 27
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="open: a replacement reads the sides of the version it replaces only; a version of "
-    "another population in between (every person, freq:1500,30) lies above every 85+ cell, so "
-    "the first job run again moves each sensitive cell up, and the 2 of 4 cells the first "
-    "version moved down by the same secret factor (same job, rules) are the mean of the two "
-    "to 1e-10. Not holding a side beyond the largest level breaks same-data replacements "
-    "(a margin moves farther than its level); a fix keeps each cell's side per job name "
-    "across versions, or keys the factor by the replaced version's SQL too",
-)
 def test_a_cta_replaced_by_another_population_and_back_keeps_no_side_of_that_population(
     jobs_demo_db,
 ):
