@@ -205,7 +205,7 @@ def cta_query(
         job.step(f"controlled tabular adjustment ({method})")
         found = apply_rules(table, rules)
         _refuse_moved_counts(job, found, "cta")
-        kept = replaced_sides.replaced(job, table, found.primary)
+        kept = replaced_sides.replaced(job, table, found.primary, _largest_levels(found))
         upl, lpl = kept.levels(*_secret_levels(job, found, rules), _largest_levels(found))
         out = cta(table, rules=[], sensitive=found.primary, protection=(upl, lpl), method=method,
                   time_limit=time_limit,
@@ -275,7 +275,7 @@ def ipf_query(
         groups, targets, cells = _margin_groups(table, given)
         found = apply_rules(table, rules)
         _refuse_moved_counts(job, found, "ipf")
-        kept = replaced_sides.replaced(job, table, found.primary)
+        kept = replaced_sides.replaced(job, table, found.primary, _largest_levels(found))
         upl, lpl = kept.levels(*_secret_levels(job, found, rules), _largest_levels(found))
         job.step("raking (IPF)")
         raked, iterations, error, fixed = _rake_protected(

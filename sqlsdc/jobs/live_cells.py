@@ -107,9 +107,9 @@ def _refuse(con, policy, table, keys, measure, where, label, error, total=False,
 
 _TOTAL_ONLY = (
     ". A grand total may be shared when the pattern publishes it and the job is a suppression "
-    "job of every row by no dimension of the pattern, none of whose other cells adds up whole "
-    "cells of the pattern (a rounded or adjusted total next to the exact one tells the sum of "
-    "its perturbations)"
+    "job of every row by no dimension of the pattern, none of whose other cells, alone or "
+    "added up, holds whole cells of the pattern (a rounded or adjusted total next to the exact "
+    "one tells the sum of its perturbations)"
 )
 
 

@@ -22,11 +22,13 @@ cell's contributions did not change. Two findings of red team s40d:
 
 So a replacement moves each sensitive cell the way the replaced version did
 (:meth:`Replaced.directions`), at least as far unless that is beyond any level its rules could
-draw (then the original was another), and a result that still crosses one (the MILP starts
-from the LP with these directions but chooses its own; a bound that leaves no room) is refused
+draw (then the original was another; of another population, its side is not held either:
+:func:`replaced`), and a result that still crosses one (the MILP starts from the LP with these
+directions but chooses its own; a bound that leaves no room) is refused
 (:meth:`Replaced.refuse_crossed`).
 
-Only the version being replaced is read: the catalog keeps no values of earlier ones. Each
+Only the version being replaced is read: the catalog keeps no values of earlier ones. A version
+of other dimensions is matched on the cells both hold (its other dimensions at Total). Each
 replacement keeps its predecessor's sides, so the versions agree as long as a cell stays
 sensitive; a cell that is sensitive, then not (other rules), then sensitive again is not held
 to its first side. Replacements under rules changed back and forth draw a factor each time a
@@ -40,9 +42,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from sqlsdc.errors import TabularError
+from sqlsdc.errors import Error, TabularError
 from sqlsdc.jobs.session import OUTPUT_SCHEMA
-from sqlsdc.tabular.model import Table
+from sqlsdc.jobs.stored_tables import same_rows
+from sqlsdc.jobs.tabulation import parse_job
+from sqlsdc.tabular.model import TOTAL, Table
 
 _FLAGS = ("lower_bound", "upper_bound")  # CTA's intervals, stored beside the value
 
@@ -95,21 +99,60 @@ class Replaced:
         )
 
 
-def replaced(job, table: Table, sensitive: np.ndarray) -> Replaced:
+def replaced(job, table: Table, sensitive: np.ndarray, most=None) -> Replaced:
     """The sensitive cells of ``table`` as the output ``job`` replaces published them. A cell
     that output leaves out was published as 0 (readers read it so); an output of other
-    dimensions is not matched cell by cell."""
+    dimensions is matched on the cells both tables hold (:func:`_replaced_values`).
+
+    ``most``: the largest upper and lower levels the job's rules can draw. When the replaced
+    output tabulated another population (other rows or measure), a cell it published farther
+    from this job's original than that was of another original, and its side says nothing of
+    this one: it is not held (red team s40i: incomes aged 85+ by region x education, replaced
+    by every person's under ``freq:1500,30``, then by the first job again: every person's
+    values lay above each 85+ cell, so the third version moved every sensitive cell up, and
+    the 2 the first had moved down by the same secret factor were the mean of the first and
+    third to 1e-10). Of the same population every side is held: a margin may move farther
+    than its own level."""
     sides = np.zeros(table.values.size)
     distance = np.zeros(table.values.size)
     earlier = _replaced_values(job, table)
     if earlier is not None:
-        sides[sensitive] = np.sign(earlier - table.values)[sensitive]
-        distance[sensitive] = np.abs(earlier - table.values)[sensitive]
+        gap = earlier - table.values
+        matched = sensitive & ~np.isnan(earlier)
+        if most is not None and not _same_population(job):
+            matched &= np.abs(gap) <= np.where(gap > 0, most[0], most[1])
+        sides[matched] = np.sign(gap)[matched]
+        distance[matched] = np.abs(gap)[matched]
     return Replaced(sides, distance)
 
 
+def _same_population(job) -> bool:
+    """Whether the output ``job`` replaces tabulated the same measure of the same rows."""
+    found = job.con.execute(
+        "SELECT sql_text FROM sqlsdc.outputs WHERE name = ?", [job.name]
+    ).fetchall()
+    if not found:
+        return False
+    try:
+        theirs = parse_job(found[0][0], job.policy, stored=True)
+    except Error:
+        return False
+    mine = job.spec
+    return (
+        theirs.table.lower() == mine.table.lower()
+        and theirs.measure == mine.measure
+        and same_rows(job.con, mine.table, mine.where, theirs.where)
+    )
+
+
 def _replaced_values(job, table: Table) -> np.ndarray | None:
-    """The values the output ``job`` replaces published, in ``table``'s cell order, or None."""
+    """The values the output ``job`` replaces published, in ``table``'s cell order (NaN for a
+    cell that output cannot hold), or None.
+
+    Two tables of other dimensions share the cells at Total of the dimensions the other lacks
+    (red team s40i: a CTA of incomes by region x education x sex replaced by one by region x
+    education turned all 4 sensitive (region, education) cells round, and the mean of the two
+    versions gave each income within 5 %, for a level of 30 %)."""
     con = job.con
     known = con.execute(
         "SELECT 1 FROM sqlsdc.outputs WHERE name = ? AND method = ?", [job.name, job.method]
@@ -118,9 +161,16 @@ def _replaced_values(job, table: Table) -> np.ndarray | None:
         return None
     frame = con.sql(f'SELECT * FROM {OUTPUT_SCHEMA}."{job.into}"').df()
     dims = list(table.dims)
-    if set(frame.columns) - {"value", *_FLAGS} != set(dims):
-        return None  # other dimensions: no cell of the two tables is matched here
+    theirs = [c for c in frame.columns if c not in {"value", *_FLAGS}]
+    shared = [d for d in dims if d in theirs]
     cells = table.cells[dims].astype(str).reset_index(drop=True)
-    theirs = frame[dims].astype(str).assign(value=frame["value"].astype(np.float64))
-    merged = cells.merge(theirs, on=dims, how="left", validate="one_to_one")
-    return pd.to_numeric(merged["value"]).fillna(0.0).to_numpy(np.float64)
+    codes = frame[theirs].astype(str)
+    mine = (cells[[d for d in dims if d not in shared]] == TOTAL).all(axis=1).to_numpy()
+    held = (codes[[d for d in theirs if d not in shared]] == TOTAL).all(axis=1)
+    values = codes.loc[held, shared].assign(value=frame.loc[held, "value"].astype(np.float64))
+    key = "\x00cell"  # one key column, also when no dimension is shared (the grand totals)
+    left = cells[shared].assign(**{key: 0})
+    merged = left.merge(values.assign(**{key: 0}), on=[*shared, key], how="left",
+                        validate="many_to_one")  # fmt: skip
+    found = pd.to_numeric(merged["value"]).fillna(0.0).to_numpy(np.float64)
+    return np.where(mine, found, np.nan)

@@ -233,17 +233,51 @@ def _chains(hierarchy: Hierarchy | None) -> dict[str, tuple[str, ...]]:
 def _earlier(coordinates: pd.DataFrame, earlier: pd.DataFrame | None, aggregate: str):
     """The earlier pattern's value and status of ``aggregate``, aligned to ``coordinates``.
 
-    Both patterns hold their codes as text (None at totals), so cells match exactly.
-    """
+    Both patterns hold their codes as text (None at totals), so cells match on the columns
+    they share. A policy that changes the universe's columns (red team s40i: persons by region
+    x sex after a pattern by municipality x sex; every later query on persons failed with a
+    pandas merge error) keeps what the earlier pattern said of the cells both universes hold:
+    a cell at the total of the columns the other universe lacks, or the only cell of its codes
+    (a municipality, whose region the new universe leaves out). Other cells are new."""
     if earlier is None or f"{aggregate}{STATUS}" not in earlier.columns:
         return None
-    keys = list(coordinates.columns)
-    left = coordinates[keys].astype(object).fillna(_TOTAL_KEY)
-    right = earlier[keys].astype(object).fillna(_TOTAL_KEY)
+    keys = [c for c in coordinates.columns if c != LEVEL]
+    codes = [c for c in earlier.columns if c != LEVEL and not c.endswith(_SUFFIXES)]
+    shared = [c for c in keys if c in codes]
+    left = coordinates[shared].astype(object).fillna(_TOTAL_KEY)
+    right = earlier[shared].astype(object).fillna(_TOTAL_KEY)
     right["value"] = earlier[f"{aggregate}{VALUE}"].to_numpy()
     right["status"] = earlier[f"{aggregate}{STATUS}"].to_numpy()
-    merged = left.merge(right, on=keys, how="left", validate="one_to_one")
-    return merged[["value", "status"]]
+    mine = _matchable(coordinates, left, shared, [c for c in keys if c not in shared])
+    theirs = _matchable(earlier, right, shared, [c for c in codes if c not in shared])
+    on = [*shared, _TOTAL_KEY]  # one key column also when no column is shared (the totals)
+    found = (
+        left[mine]
+        .assign(**{_TOTAL_KEY: 0})
+        .merge(right[theirs].assign(**{_TOTAL_KEY: 0}), on=on, how="left", validate="one_to_one")
+    )
+    merged = pd.DataFrame({"value": np.nan, "status": None}, index=left.index)
+    merged.loc[mine, "value"] = found["value"].to_numpy(dtype=float)
+    merged.loc[mine, "status"] = found["status"].to_numpy(dtype=object)
+    return merged.reset_index(drop=True)
+
+
+_SUFFIXES = (STATUS, VALUE, CONTRIBUTORS)
+
+
+def _matchable(frame: pd.DataFrame, codes: pd.DataFrame, shared: list[str], others: list[str]):
+    """Rows of a pattern that stand for one cell of the codes ``shared`` with another: at the
+    total of its ``others`` columns, or the only row of those codes; one row per code."""
+    if not others:
+        return np.ones(len(frame), dtype=bool)
+    total = frame[others].isna().all(axis=1).to_numpy()
+    alone = ~codes.duplicated(shared, keep=False).to_numpy() if shared else np.zeros(
+        len(frame), dtype=bool)  # fmt: skip
+    picked = total | alone
+    unique = ~codes[picked].duplicated(shared, keep=False).to_numpy()
+    out = np.zeros(len(frame), dtype=bool)
+    out[np.flatnonzero(picked)[unique]] = True
+    return out
 
 
 _TOTAL_KEY = "\x00total"
