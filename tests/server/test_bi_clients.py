@@ -6,10 +6,12 @@ batches; scrolling is refused as not supported (0A000), and audited."""
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import pytest
 
 from sqlsdc.engines.duckdb import open_database
-from tests.server.conftest import PASSWORD
+from tests.server.conftest import PASSWORD, add_server_user, start_server, stop_server
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -154,3 +156,46 @@ def test_scrolling_is_refused_as_not_supported_and_audited(server, sql):
         finally:
             audit.close()
         assert logged == [("refused",)]
+
+
+def _spent(con) -> Fraction:
+    """The analyst's own ε spent, as ``SHOW sqlsdc.budget`` gives it."""
+    cur = con.execute("SHOW sqlsdc.budget")
+    names = [d.name for d in cur.description]
+    rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+    (row,) = [r for r in rows if (r["user"], r["table"]) == ("analyst", "*")]
+    return Fraction(row["epsilon_spent"])
+
+
+@pytest.fixture(scope="module")
+def dp_server(ckm_db, tmp_path_factory, copy_database):
+    """A server on the demo as shipped: benefits under differential privacy."""
+    db = copy_database(ckm_db, tmp_path_factory.mktemp("dp_server"))
+    add_server_user(db)
+    running = start_server(db, "--insecure")
+    yield running
+    stop_server(running)
+
+
+def test_a_cursor_over_a_dp_query_is_charged_once_when_declared(dp_server):
+    """A cursor's query is checked and charged once, when it is declared: FETCH and MOVE page
+    through that answer (nothing charged, no fresh noise), the same query asked again gets the
+    same cells from the DP cache, and a refused declaration charges nothing (lead, session 40:
+    the budget side of s40h's cursors, which red team s40i could not observe)."""
+    sql = (
+        "SELECT month, COUNT(*) AS n FROM benefits WHERE amount > 200 GROUP BY month ORDER BY month"
+    )
+    with psycopg.connect(dp_server.dsn(), autocommit=True) as con:
+        before = _spent(con)
+        con.execute(f"DECLARE c CURSOR WITH HOLD FOR {sql}")
+        declared = _spent(con)
+        assert declared > before
+        con.execute("MOVE 0 IN c")
+        fetched = (
+            con.execute("FETCH 3 FROM c").fetchall() + con.execute("FETCH ALL FROM c").fetchall()
+        )
+        assert fetched and _spent(con) == declared
+        assert _rows(con, sql) == fetched and _spent(con) == declared
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            con.execute("DECLARE r CURSOR WITH HOLD FOR SELECT amount FROM benefits")
+        assert _spent(con) == declared
