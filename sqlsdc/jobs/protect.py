@@ -36,6 +36,7 @@ from sqlsdc.jobs.earlier_suppressions import audit_with_earlier, earlier_suppres
 from sqlsdc.jobs.job import Progress, check_time_limit, job_rules, open_job
 from sqlsdc.jobs.session import OUTPUT_SCHEMA
 from sqlsdc.jobs.sum_counts import audit_counts, known_lower
+from sqlsdc.jobs.tabulation import rated
 from sqlsdc.tabular.model import TOTAL, Table
 from sqlsdc.tabular.rules import ManualRule, apply_rules
 from sqlsdc.tabular.universe_pattern import exempt_known, suppression_pattern
@@ -88,6 +89,7 @@ def protect_query(
         job.step("primary and secondary suppression, audit")
         known = known_lower(table) if job.spec.measure is None else None
         kept, held, shown = earlier_suppressions(job, table)
+        rules_table = rated(table)  # a sum's frequency rule counts its non-zero contributors
         if job.live_total:  # the live pattern publishes it: public (jobs/live_total.py)
             shown = _with_grand_total(table, shown)
         if shown is not None and shown.any():  # published before with these values: public
@@ -96,7 +98,7 @@ def protect_query(
         def pattern(counted: Sequence = ()) -> pd.DataFrame:
             """The pattern, with ``counted`` rules (a sum's cells its counts hide) too."""
             return suppression_pattern(
-                table,
+                rules_table,
                 [*rules, *counted],
                 method=method,
                 cost=cost,
@@ -123,8 +125,10 @@ def protect_query(
                 f"table's cells they reveal: {refusal}. "
                 "Protect the finer table first (or in one job), or tabulate another population"
             ) from None
-        found = apply_rules(table, rules)  # the job's own primary cells, checked independently
-        verify_suppression(table, result["status"].to_numpy() != "published",
+        published = (result["status"] == "published").to_numpy()
+        result["n"] = np.where(published, table.n, np.nan)  # every unit the WHERE keeps there
+        found = apply_rules(rules_table, rules)  # the job's own primaries, checked independently
+        verify_suppression(rules_table, result["status"].to_numpy() != "published",
                            primary=found.primary, upl=found.upl, lpl=found.lpl,
                            time_limit=time_limit,
                            lower=None if known is None else known[0]).require()  # fmt: skip

@@ -45,7 +45,9 @@ ROUNDS = 4  # sums' pattern, counts' pattern, again: a pattern that still grows 
 
 
 def count_table(table: Table) -> Table:
-    """The job's table of sums as the table of its cells' unit counts (value ``n``)."""
+    """The job's table of sums (its ``n`` every unit of the cell, as published; not the sums'
+    frequency count, :func:`sqlsdc.jobs.tabulation.rated`) as the table of its cells' unit
+    counts (value ``n``)."""
     cells = table.cells.assign(value=table.cells["n"].astype(float))
     return dataclasses.replace(table, cells=cells, count=True, negative=False)
 

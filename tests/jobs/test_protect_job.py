@@ -320,3 +320,55 @@ def test_an_output_named_like_a_policy_table_or_reserved_is_refused(jobs_demo_db
     with pytest.raises(MicrodataError, match="table of the policy|reserved|plain name"):
         anonymize(jobs_demo_db, user="admin", into=into, source="persons",
                   steps=["topcode:income:upper=200000"])  # fmt: skip
+
+
+def test_a_sum_job_counts_the_non_zero_contributors_and_publishes_every_unit(tmp_path):
+    """The frequency rule of a sum job counts the units whose total in the cell is not 0 (a
+    cell of zeros only: its units with a value), as the query path does; the published ``n``
+    stays every unit of the cell (red team s40b: cells of 3-4 incomes with zeros and NULLs
+    passed ``freq:5``)."""
+    import duckdb
+    import yaml
+
+    import sqlsdc
+
+    db = tmp_path / "zeros.duckdb"
+    # (C, N): 2 turnovers and 8 zeros; (C, S): 4 and 2 NULLs; (G, N): 3 zeros only;
+    # (G, S): 40 turnovers of 1-40
+    cells = [("C", "N", [5.0, 7.0] + [0.0] * 8), ("C", "S", [3.0, 4.0, 5.0, 6.0, None, None]),
+             ("G", "N", [0.0] * 3), ("G", "S", [float(v) for v in range(1, 41)])]  # fmt: skip
+    rows = [(f"F{i}-{nace}{region}", nace, region, value)
+            for nace, region, values in cells for i, value in enumerate(values)]  # fmt: skip
+    with duckdb.connect(db) as raw:
+        raw.execute("CREATE TABLE firms (firm VARCHAR, nace VARCHAR, region VARCHAR, "
+                    "turnover DOUBLE)")  # fmt: skip
+        raw.executemany("INSERT INTO firms VALUES (?, ?, ?, ?)", rows)
+    dim = {"role": "dimension"}
+    policy = {"tables": {"firms": {"privacy_unit": "firm", "columns": {
+        "firm": {"role": "identifier"}, "nace": dim, "region": dim,
+        "turnover": {"role": "measure", "bounds": [0, 1000]}}}},
+        "users": {"chief": {"role": "admin"}}}  # fmt: skip
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(policy))
+    sqlsdc.init(db, tmp_path / "p.yaml", applied_by="chief")
+    protect_query(db, "chief", "SELECT nace, region, SUM(turnover) FROM firms GROUP BY nace, "
+                  "region", into="zeros", rules=[FrequencyRule(5)])  # fmt: skip
+    frame, _outputs = stored(db, "zeros")
+    status = {(r.nace, r.region): (r.status, r.rule) for r in frame.itertuples()}
+    for cell in (("C", "N"), ("C", "S"), ("G", "N")):
+        assert status[cell] == ("primary", FrequencyRule(5).name), cell
+    units = {
+        ("C", "N"): 10,
+        ("C", "S"): 6,
+        ("G", "N"): 3,
+        ("G", "S"): 40,
+        ("C", "Total"): 16,
+        ("G", "Total"): 43,
+        ("Total", "N"): 13,
+        ("Total", "S"): 46,
+        ("Total", "Total"): 59,
+    }
+    shown = frame[frame.status == "published"]
+    assert len(shown) >= 3  # every unit, zeros and NULLs included
+    assert {(r.nace, r.region): r.n for r in shown.itertuples()} == {
+        (r.nace, r.region): units[r.nace, r.region] for r in shown.itertuples()
+    }

@@ -31,17 +31,17 @@ What broke (fixed here):
   units with a value, so that it is not published as 0); the pattern's contributors, AVG's
   divisor, stay the units with a value.
 
-Left open (strict xfail):
+Closed since (was a strict xfail):
 
-- **A suppression job of a sum counts every unit of its WHERE for the frequency rule**, zeros
-  and units without a value included (``jobs.tabulation.cells_sql``: ``n`` is ``COUNT(*)`` of
-  the units, also the ``n`` the job publishes and compares with count tables). The job
-  ``SELECT municipality, sex, SUM(income) FROM persons GROUP BY municipality, sex`` under
-  ``p:10, freq:5`` on the demo publishes 6 cells of 3-4 incomes (R01-M011 men as above;
-  R04-M018 men: four incomes and a person without one, published with ``n`` 5). Jobs are run
-  by admins, but their tables are released. The fix needs the rule's count apart from the
-  published unit count (and ``jobs/sum_counts.py``'s counts pattern), which the universe now
-  has.
+- **A suppression job of a sum counted every unit of its WHERE for the frequency rule**, zeros
+  and units without a value included (``jobs.tabulation.cells_sql``'s ``n``, also the ``n``
+  the job publishes and compares with count tables). The job ``SELECT municipality, sex,
+  SUM(income) FROM persons GROUP BY municipality, sex`` under ``p:10, freq:5`` on the demo
+  published 6 cells of 3-4 incomes (R01-M011 men as above; R04-M018 men: four incomes and a
+  person without one, published with ``n`` 5). The job's rules now read the units of a
+  non-zero total (``jobs.tabulation.rated``, margins summed, a cell of zeros only its units
+  with a value); the published ``n``, and the counts' pattern of ``jobs/sum_counts.py``, stay
+  every unit of the cell.
 
 Noticed, not changed:
 
@@ -63,7 +63,6 @@ from __future__ import annotations
 import shutil
 
 import duckdb
-import pytest
 
 import sqlsdc
 
@@ -154,14 +153,6 @@ def test_the_suppression_universe_counts_non_zero_contributors(suppress_template
     assert not shown, shown
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="open: a suppression job's frequency rule counts every unit of its WHERE (zeros and "
-    "NULLs too, jobs.tabulation.cells_sql's n, also its published unit count): 6 municipality "
-    "x sex cells of 3-4 incomes published under freq:5 on the demo; the rule needs a count of "
-    "non-zero contributors apart from the published n",
-)
 def test_a_sum_job_counts_non_zero_contributors(jobs_demo_db):
     from sqlsdc.jobs.protect import protect_query
     from sqlsdc.tabular.rules import parse_rule
@@ -177,6 +168,13 @@ def test_a_sum_job_counts_non_zero_contributors(jobs_demo_db):
             "JOIN protected.incomes j USING (municipality, sex) "
             "WHERE c.nz BETWEEN 1 AND 4 AND j.status = 'published'"
         ).fetchall()
+        # the published n stays every unit of the cell, zeros and NULLs included
+        counted = raw.execute(
+            "WITH c AS (SELECT municipality, sex, COUNT(*) AS units FROM persons GROUP BY ALL) "
+            "SELECT COUNT(*), COUNT(*) FILTER (WHERE j.n IS DISTINCT FROM c.units) FROM c "
+            "JOIN protected.incomes j USING (municipality, sex) WHERE j.status = 'published'"
+        ).fetchone()
     finally:
         raw.close()
     assert not shown, shown
+    assert counted[0] > 100 and counted[1] == 0, counted
