@@ -319,9 +319,10 @@ def test_a_cart_synthesis_does_not_copy_the_hidden_counts(
     Poisson with the true count as its mean, and equals it by chance only (for 1-4 persons
     with probability 0.37-0.20): 17.3 of the 74 hidden cells expected, and which ones no reader
     can tell. Measured (seeds 7, 1, 2, 3 of the generator, the job's keyed draws differ with
-    each database's secret): 11-21 hidden cells and 33-41 of all 350 exact; the sex marginal
-    is not the original's. The bound is the chance expectation plus six standard deviations
-    (about 39)."""
+    each database's secret): 11-21 hidden cells and 33-41 of all 350 exact. The bound is the
+    chance expectation plus six standard deviations (about 39). (The sex marginal equal to the
+    original's was asserted too, and failed once: with a fresh secret per database it happens by
+    chance, about 1 time in 180 for 20,000 persons.)"""
     from sqlsdc.synth import synthesize
 
     db = copy_database(suppress_template, tmp_path)
@@ -333,8 +334,6 @@ def test_a_cart_synthesis_does_not_copy_the_hidden_counts(
     raw = duckdb.connect(str(db), read_only=True)
     try:
         synthetic = {(m, s): n for m, s, n in raw.execute(CELLS.format("protected.syn")).fetchall()}
-        sexes = [raw.execute(f"SELECT sex, count(*) FROM {t} GROUP BY ALL ORDER BY ALL").fetchall()
-                 for t in ("persons", "protected.syn")]  # fmt: skip
     finally:
         raw.close()
     exact = [cell for cell in hidden if synthetic.get(cell) == truth[cell]]
@@ -343,7 +342,6 @@ def test_a_cart_synthesis_does_not_copy_the_hidden_counts(
     assert 35 < bound < 45
     assert len(exact) < bound, f"{len(exact)} of {len(hidden)} hidden cells exact"
     assert sum(synthetic.get(cell) == n for cell, n in truth.items()) < 100  # of 350
-    assert sexes[0] != sexes[1]
 
 
 def test_a_balanced_cart_synthesis_counts_as_exact_beside_the_pattern(
