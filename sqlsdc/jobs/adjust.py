@@ -64,6 +64,7 @@ from sqlsdc.errors import TabularError
 from sqlsdc.jobs import replaced_sides
 from sqlsdc.jobs.job import Job, Progress, check_time_limit, job_rules, open_job
 from sqlsdc.jobs.session import OUTPUT_SCHEMA
+from sqlsdc.jobs.tabulation import rated
 from sqlsdc.tabular.model import Table
 from sqlsdc.tabular.quality import quality
 from sqlsdc.tabular.rules import apply_rules
@@ -203,7 +204,7 @@ def cta_query(
         rules = job_rules(job, rules)
         table = job.tabulate(rules)
         job.step(f"controlled tabular adjustment ({method})")
-        found = apply_rules(table, rules)
+        found = apply_rules(rated(table), rules)  # a sum's rule: its non-zero contributors
         _refuse_moved_counts(job, found, "cta")
         kept = replaced_sides.replaced(job, table, found.primary, _largest_levels(found))
         upl, lpl = kept.levels(*_secret_levels(job, found, rules), _largest_levels(found))
@@ -273,7 +274,7 @@ def ipf_query(
         job.step("matching the margins, primary rules")
         given = _given_margins(table, margins)
         groups, targets, cells = _margin_groups(table, given)
-        found = apply_rules(table, rules)
+        found = apply_rules(rated(table), rules)  # a sum's rule: its non-zero contributors
         _refuse_moved_counts(job, found, "ipf")
         kept = replaced_sides.replaced(job, table, found.primary, _largest_levels(found))
         upl, lpl = kept.levels(*_secret_levels(job, found, rules), _largest_levels(found))
