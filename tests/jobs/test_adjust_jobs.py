@@ -16,6 +16,7 @@ import cli_fork
 import numpy as np
 import pandas as pd
 import pytest
+from firms_db import firms_db
 
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import AccessDenied, TabularError, VerificationError
@@ -374,28 +375,10 @@ def test_cta_and_ipf_jobs_of_a_sum_count_the_non_zero_contributors(tmp_path):
     zeros and one of 4 turnovers and 2 NULLs are sensitive under ``freq:5``; counted with their
     zeros and NULLs (10 and 6 units) they were not, and CTA found nothing to protect. IPF reads
     the same rules (``jobs.adjust``)."""
-    import duckdb
-    import yaml
-
-    import sqlsdc
-
-    db = tmp_path / "zeros.duckdb"
     cells = [("C", "N", [500.0, 700.0] + [0.0] * 8), ("C", "S", [300.0, 400.0, 500.0, 600.0,
              None, None]), ("G", "N", [float(v) for v in range(100, 140)]),
              ("G", "S", [float(v) for v in range(200, 240)])]  # fmt: skip
-    rows = [(f"F{i}-{nace}{region}", nace, region, value)
-            for nace, region, values in cells for i, value in enumerate(values)]  # fmt: skip
-    with duckdb.connect(db) as raw:
-        raw.execute("CREATE TABLE firms (firm VARCHAR, nace VARCHAR, region VARCHAR, "
-                    "turnover DOUBLE)")  # fmt: skip
-        raw.executemany("INSERT INTO firms VALUES (?, ?, ?, ?)", rows)
-    dim = {"role": "dimension"}
-    policy = {"tables": {"firms": {"privacy_unit": "firm", "columns": {
-        "firm": {"role": "identifier"}, "nace": dim, "region": dim,
-        "turnover": {"role": "measure", "bounds": [0, 1000]}}}},
-        "users": {"chief": {"role": "admin"}}}  # fmt: skip
-    (tmp_path / "p.yaml").write_text(yaml.safe_dump(policy))
-    sqlsdc.init(db, tmp_path / "p.yaml", applied_by="chief")
+    db = firms_db(tmp_path, cells)
     sql = "SELECT nace, region, SUM(turnover) FROM firms GROUP BY nace, region"
     report = cta_query(db, "chief", sql, into="zeros_cta", rules=[FrequencyRule(5)])
     assert report.sensitive == 2

@@ -12,6 +12,7 @@ import shutil
 import cli_fork
 import numpy as np
 import pytest
+from firms_db import firms_db
 
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import AccessDenied, SqlSyntaxError, TabularError
@@ -327,29 +328,11 @@ def test_a_sum_job_counts_the_non_zero_contributors_and_publishes_every_unit(tmp
     cell of zeros only: its units with a value), as the query path does; the published ``n``
     stays every unit of the cell (red team s40b: cells of 3-4 incomes with zeros and NULLs
     passed ``freq:5``)."""
-    import duckdb
-    import yaml
-
-    import sqlsdc
-
-    db = tmp_path / "zeros.duckdb"
     # (C, N): 2 turnovers and 8 zeros; (C, S): 4 and 2 NULLs; (G, N): 3 zeros only;
     # (G, S): 40 turnovers of 1-40
     cells = [("C", "N", [5.0, 7.0] + [0.0] * 8), ("C", "S", [3.0, 4.0, 5.0, 6.0, None, None]),
              ("G", "N", [0.0] * 3), ("G", "S", [float(v) for v in range(1, 41)])]  # fmt: skip
-    rows = [(f"F{i}-{nace}{region}", nace, region, value)
-            for nace, region, values in cells for i, value in enumerate(values)]  # fmt: skip
-    with duckdb.connect(db) as raw:
-        raw.execute("CREATE TABLE firms (firm VARCHAR, nace VARCHAR, region VARCHAR, "
-                    "turnover DOUBLE)")  # fmt: skip
-        raw.executemany("INSERT INTO firms VALUES (?, ?, ?, ?)", rows)
-    dim = {"role": "dimension"}
-    policy = {"tables": {"firms": {"privacy_unit": "firm", "columns": {
-        "firm": {"role": "identifier"}, "nace": dim, "region": dim,
-        "turnover": {"role": "measure", "bounds": [0, 1000]}}}},
-        "users": {"chief": {"role": "admin"}}}  # fmt: skip
-    (tmp_path / "p.yaml").write_text(yaml.safe_dump(policy))
-    sqlsdc.init(db, tmp_path / "p.yaml", applied_by="chief")
+    db = firms_db(tmp_path, cells)
     protect_query(db, "chief", "SELECT nace, region, SUM(turnover) FROM firms GROUP BY nace, "
                   "region", into="zeros", rules=[FrequencyRule(5)])  # fmt: skip
     frame, _outputs = stored(db, "zeros")
