@@ -15,7 +15,7 @@ The algorithms below this layer use no database; everything that reads or writes
 (or in the guard, for queries).
 """
 
-import importlib
+from sqlsdc.lazy import lazy_names
 
 _NAMES = {
     "AdjustReport": "adjust",
@@ -27,11 +27,4 @@ _NAMES = {
 }
 __all__ = sorted(_NAMES)
 
-
-def __getattr__(name: str):
-    """The jobs' names, imported on first use (PEP 562): the guard imports
-    :mod:`sqlsdc.jobs.patterns`, and a query has no use for the jobs' solvers and their
-    libraries (numba, OR-Tools), whose import was most of a CLI query's CPU (new user s40h)."""
-    if name not in _NAMES:
-        raise AttributeError(f"module 'sqlsdc.jobs' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"sqlsdc.jobs.{_NAMES[name]}"), name)
+__getattr__ = lazy_names(__name__, _NAMES)

@@ -9,9 +9,10 @@ Example:
     >>> cells = protect(df, ["region", "sex"], "income")  # doctest: +SKIP
 """
 
-import importlib
 import sys
 import types
+
+from sqlsdc.lazy import lazy_names
 
 _NAMES = {
     "AuditReport": "api",
@@ -39,14 +40,7 @@ _NAMES = {
 }
 __all__ = sorted(_NAMES)
 
-
-def __getattr__(name: str):
-    """The package's names, imported on first use (PEP 562): the query path imports
-    :mod:`sqlsdc.tabular.universe`, which needs neither the table model nor the solvers, and
-    importing them (with scipy) here was a large part of every CLI query's CPU (new user s40j)."""
-    if name not in _NAMES:
-        raise AttributeError(f"module 'sqlsdc.tabular' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"sqlsdc.tabular.{_NAMES[name]}"), name)
+__getattr__ = lazy_names(__name__, _NAMES)
 
 
 class _Package(types.ModuleType):
