@@ -41,6 +41,10 @@ class MagnitudeCkm:
     cell is smaller than that amplitude; sensitive cells (fewer than ``sensitive_below``
     contributors) get the extra amount ``mu_c``; ``small_cells`` is the separate ptable for
     contributions below the separation point z_s.
+
+    ``mean_below`` (sqlsdc's addition, set by the policy from the count ptable, 0: none): a
+    cell of 2 to ``mean_below − 1`` contributors is perturbed as n times a cell of one
+    contribution, its mean (:func:`sqlsdc.mechanisms.ckm.perturb_magnitude` says why).
     """
 
     top_k: int
@@ -53,3 +57,4 @@ class MagnitudeCkm:
     sensitive_below: int = 0
     same_key: bool = True
     small_cells: PTableSpec | None = None
+    mean_below: int = 0

@@ -35,6 +35,7 @@ import yaml
 
 from sqlsdc.errors import PolicyError
 from sqlsdc.mechanisms.accountant import Bounding, PrivacyCost, parse_exact
+from sqlsdc.mechanisms.ckm import mean_below
 from sqlsdc.mechanisms.ptable_build import check_differencing, generate
 from sqlsdc.policy.model import (
     DEFAULT_DOMINANCE,
@@ -792,6 +793,19 @@ def _rules(spec: dict | None, inherited: dict[AggregateKind, ProtectionRule]):
     return rules
 
 
+def _floored(rules: dict[AggregateKind, ProtectionRule]) -> dict[AggregateKind, ProtectionRule]:
+    """A table's rules, its CKM magnitude given ``mean_below`` from its CKM count ptable
+    (:func:`sqlsdc.mechanisms.ckm.mean_below`): the count that hides n is what the mean of a
+    small cell must not tell. Without CKM counts a magnitude's n is published exactly or not
+    at all, and its noise is cellKey's."""
+    counts, magnitudes = rules[AggregateKind.COUNTS], rules[AggregateKind.MAGNITUDES]
+    if counts.method is not Method.CKM or magnitudes.magnitude is None:
+        return rules
+    floor = mean_below(counts.ptable)
+    magnitude = dataclasses.replace(magnitudes.magnitude, mean_below=floor)
+    return {**rules, AggregateKind.MAGNITUDES: dataclasses.replace(magnitudes, magnitude=magnitude)}
+
+
 def _rule(rule: dict, k: int) -> ProtectionRule:
     method = Method(rule["method"])
     dominance = tuple(rule.get("dominance", DEFAULT_DOMINANCE))
@@ -1032,7 +1046,7 @@ def _build(doc: dict, label: str) -> Policy:
             key=spec["key"].lower() if spec.get("key") else None,
             hierarchies=MappingProxyType(hierarchies),
             protection=MappingProxyType(
-                {} if kind is TableKind.PUBLIC else _rules(spec.get("protection"), top_rules)
+                {} if kind is TableKind.PUBLIC else _floored(_rules(spec.get("protection"), top_rules))
             ),
             description=spec.get("description", ""),
             suppression=_suppression(spec.get("suppression")),

@@ -266,7 +266,7 @@ class _Builder(MagnitudeLayers):
                 agg.append("expressions", exp.alias_(key, f"__k{i}"))
             if method is Method.CKM and spec.kind is AggregateKind.MAGNITUDES:
                 for j in range(1, self._magnitude(i).top_k + 1):
-                    agg.append("expressions", exp.alias_(self._top(i, j), f"__x{i}_{j}"))
+                    agg.append("expressions", exp.alias_(self._top(i, j), f"__t{i}_{j}"))
         # the group's units: the join's rows when they are the driver's units, one each
         group_units = None if plan.rows_are_units else units or None
         if self._presence_column() == "__cn" or self.count_rule.method is not Method.CKM:
@@ -423,12 +423,42 @@ class _Builder(MagnitudeLayers):
             elif owner is not None and rule.method is Method.CKM:
                 faults.append(missing(f"__pca{owner}"))
             if spec.kind is AggregateKind.MAGNITUDES:
-                start = exp.cast(prev(f"__a{i}"), "DOUBLE")
-                select.append("expressions", exp.alias_(start, f"__o{i}_0"))
+                self._contributions(select, i)
                 salted = statistic_key_sql(prev(f"__k{i}"), statistic(spec))
                 select.append("expressions", exp.alias_(salted, f"__q{i}"))
             select.append("expressions", exp.alias_(any_(faults), f"__e{i}_0"))
         return select
+
+    def _contributions(self, select: exp.Select, i: int) -> None:
+        """The running value ``__o<i>_0`` and the contributions ``__x<i>_<j>`` the noise layers
+        start from: the sum and its largest values, or, in a cell of 2 to ``mean_below − 1``
+        contributors (``__fl<i>``), its mean and that mean as its one contribution, the cell
+        perturbed as n times a cell of one (:func:`sqlsdc.mechanisms.ckm.mean_below`)."""
+        prev = lambda c: exp.column(c, PREV)  # noqa: E731
+        m = self._magnitude(i)
+        total = exp.cast(prev(f"__a{i}"), "DOUBLE")
+        if m.mean_below <= 2:
+            select.append("expressions", exp.alias_(exp.false(), f"__fl{i}"))
+            select.append("expressions", exp.alias_(total, f"__o{i}_0"))
+            for j in range(1, m.top_k + 1):
+                select.append("expressions", exp.alias_(prev(f"__t{i}_{j}"), f"__x{i}_{j}"))
+            return
+
+        def floored() -> exp.Expr:
+            n = prev(f"__n{i}")
+            return exp.and_(
+                exp.GT(this=n, expression=number(1)),
+                exp.LT(this=n.copy(), expression=number(m.mean_below)),
+            )
+
+        mean = exp.Div(this=total, expression=prev(f"__n{i}"))
+        select.append("expressions", exp.alias_(floored(), f"__fl{i}"))
+        start = exp.Case(ifs=[exp.If(this=floored(), true=mean)], default=total.copy())
+        select.append("expressions", exp.alias_(start, f"__o{i}_0"))
+        for j in range(1, m.top_k + 1):
+            one = exp.Abs(this=mean.copy()) if j == 1 else exp.null()
+            x = exp.Case(ifs=[exp.If(this=floored(), true=one)], default=prev(f"__t{i}_{j}"))
+            select.append("expressions", exp.alias_(x, f"__x{i}_{j}"))
 
     def _protected_count(self, select, rule, count, key, alias: str, faults: list) -> exp.Expr:
         """The count ``count`` protected by ``rule``: ``n + v`` from the ptable row LEFT JOINed
@@ -464,7 +494,11 @@ class _Builder(MagnitudeLayers):
         # sum's bits are a function of released values; rounded from x̂·n̂ they told which true
         # counts n some x̂ fits beside the mean (red team s37a). Published to PUBLISHED_BITS
         # bits: all 53 placed the noise on its lattice of keys, which told n (red team s40a)
-        mean = exp.Div(this=perturbed, expression=true_count.copy())
+        # a cell perturbed as n times a cell of one contribution: its running value is the mean
+        contributors = exp.Case(
+            ifs=[exp.If(this=prev(f"__fl{i}"), true=number(1))], default=true_count.copy()
+        )
+        mean = exp.Div(this=perturbed, expression=contributors)
         adjusted = significant(mul_expr(mean, count.copy()))
         total = exp.Case(
             ifs=[exp.If(this=positive, true=adjusted)],

@@ -160,8 +160,12 @@ class MagnitudeLayers:
             default=number(main.ptable_id),
         )
         if rule.ptable.parity:
-            odd = exp.EQ(
-                this=exp.Mod(this=prev(f"__n{i}"), expression=number(2)), expression=number(1)
+            odd = exp.or_(  # a cell perturbed as one contribution has one: odd
+                exp.EQ(
+                    this=exp.Mod(this=prev(f"__n{i}"), expression=number(2)),
+                    expression=number(1),
+                ),
+                prev(f"__fl{i}"),
             )
             kind = exp.Case(
                 ifs=[exp.If(this=odd, true=exp.Literal.string("odd"))],
@@ -237,6 +241,8 @@ class MagnitudeLayers:
         mu = m.mu_c if j == 1 and m.mu_c else 0.0
         if mu:
             sensitive = exp.LT(this=prev(f"__n{i}"), expression=number(m.sensitive_below))
+            if m.sensitive_below > 1:  # a cell perturbed as one contribution is sensitive
+                sensitive = exp.or_(sensitive, prev(f"__fl{i}"))
             mu_expr = exp.Case(ifs=[exp.If(this=sensitive, true=number(mu))], default=number(0))
         else:
             mu_expr = number(0)
