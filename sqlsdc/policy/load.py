@@ -1046,7 +1046,9 @@ def _build(doc: dict, label: str) -> Policy:
             key=spec["key"].lower() if spec.get("key") else None,
             hierarchies=MappingProxyType(hierarchies),
             protection=MappingProxyType(
-                {} if kind is TableKind.PUBLIC else _floored(_rules(spec.get("protection"), top_rules))
+                {}
+                if kind is TableKind.PUBLIC
+                else _floored(_rules(spec.get("protection"), top_rules))
             ),
             description=spec.get("description", ""),
             suppression=_suppression(spec.get("suppression")),

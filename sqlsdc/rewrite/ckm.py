@@ -433,12 +433,14 @@ class _Builder(MagnitudeLayers):
         """The running value ``__o<i>_0`` and the contributions ``__x<i>_<j>`` the noise layers
         start from: the sum and its largest values, or, in a cell of 2 to ``mean_below − 1``
         contributors (``__fl<i>``), its mean and that mean as its one contribution, the cell
-        perturbed as n times a cell of one (:func:`sqlsdc.mechanisms.ckm.mean_below`)."""
+        perturbed as n times a cell of one (:func:`sqlsdc.mechanisms.ckm.mean_below`); and
+        ``__w<i>``, what the perturbed value is divided by for the published mean (n, or 1)."""
         prev = lambda c: exp.column(c, PREV)  # noqa: E731
         m = self._magnitude(i)
         total = exp.cast(prev(f"__a{i}"), "DOUBLE")
         if m.mean_below <= 2:
             select.append("expressions", exp.alias_(exp.false(), f"__fl{i}"))
+            select.append("expressions", exp.alias_(prev(f"__n{i}"), f"__w{i}"))
             select.append("expressions", exp.alias_(total, f"__o{i}_0"))
             for j in range(1, m.top_k + 1):
                 select.append("expressions", exp.alias_(prev(f"__t{i}_{j}"), f"__x{i}_{j}"))
@@ -453,6 +455,8 @@ class _Builder(MagnitudeLayers):
 
         mean = exp.Div(this=total, expression=prev(f"__n{i}"))
         select.append("expressions", exp.alias_(floored(), f"__fl{i}"))
+        divisor = exp.Case(ifs=[exp.If(this=floored(), true=number(1))], default=prev(f"__n{i}"))
+        select.append("expressions", exp.alias_(divisor, f"__w{i}"))
         start = exp.Case(ifs=[exp.If(this=floored(), true=mean)], default=total.copy())
         select.append("expressions", exp.alias_(start, f"__o{i}_0"))
         for j in range(1, m.top_k + 1):
@@ -488,17 +492,13 @@ class _Builder(MagnitudeLayers):
             return prev(f"__c{i}")
         m = self._magnitude(i)
         perturbed = prev(f"__o{i}_{m.top_k}")
-        count, true_count = prev(f"__m{i}"), prev(f"__n{i}")
+        count = prev(f"__m{i}")
         positive = exp.GT(this=count, expression=number(0))
         # (x̂/n)·n̂, not (x̂·n̂)/n: the contributors' mean times their protected count, so the
         # sum's bits are a function of released values; rounded from x̂·n̂ they told which true
         # counts n some x̂ fits beside the mean (red team s37a). Published to PUBLISHED_BITS
         # bits: all 53 placed the noise on its lattice of keys, which told n (red team s40a)
-        # a cell perturbed as n times a cell of one contribution: its running value is the mean
-        contributors = exp.Case(
-            ifs=[exp.If(this=prev(f"__fl{i}"), true=number(1))], default=true_count.copy()
-        )
-        mean = exp.Div(this=perturbed, expression=contributors)
+        mean = exp.Div(this=perturbed, expression=prev(f"__w{i}"))
         adjusted = significant(mul_expr(mean, count.copy()))
         total = exp.Case(
             ifs=[exp.If(this=positive, true=adjusted)],
