@@ -116,14 +116,18 @@ def _scale(n: int) -> tuple[int, float]:
     return n, MU_C if n < SENSITIVE_BELOW else 0.0
 
 
-def _candidates(published: int, mean: float, value: int) -> list[int]:
+def _candidates(published: int, mean: float | None, value: int) -> list[int]:
     """The true counts n that could show ``published`` beside the pinned mean ``mean`` of n
     values ``value``: the count's noise in its ptable row, and |mean - value|/(0.2·value)
-    times the factor of n, minus μ, a possible |v| of the magnitude ptable."""
-    t = abs(mean - value) / (P_SMALL * value)
+    times the factor of n, minus μ, a possible |v| of the magnitude ptable (``mean`` None:
+    the count alone)."""
+    t = abs(mean - value) / (P_SMALL * value) if mean is not None else 0.0
     out = []
     for n in range(1, published + 6):
         if published - n not in COUNT_NOISE[min(n, 8)]:
+            continue
+        if mean is None:
+            out.append(n)
             continue
         factor, mu = _scale(n)
         v = t * factor - mu
@@ -157,11 +161,15 @@ def test_a_pinned_mean_does_not_tell_a_small_count(ckm, raw_ckm):
         found["small"] += n < SENSITIVE_BELOW
         found["proven"] += max(candidates) < SENSITIVE_BELOW
         found["exact"] += len(candidates) == 1
+        if n < MEAN_BELOW:  # the mean may tell n >= 13 from n < 13, and nothing below 13
+            below = [c for c in _candidates(published, None, a) if c < MEAN_BELOW]
+            found["narrowed"] += [c for c in candidates if c < MEAN_BELOW] != below
     assert found["small"] >= 500  # cells of 1 or 2 persons shown as 3 or more
     # the count alone proves no count below 3 (js = 2): neither may the mean beside it
-    assert found["proven"] == 0 and found["exact"] == 0, (
+    assert found["proven"] == 0 and found["narrowed"] == 0, (
         f"{found['proven']} of {found['small']} cells shown as 3+ proven to hold 1 or 2 "
-        f"persons, {found['exact']} exactly"
+        f"persons, {found['exact']} exactly; {found['narrowed']} cells under 13 whose mean "
+        "rules out a count under 13 that the count allows"
     )
 
 
