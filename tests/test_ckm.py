@@ -244,6 +244,28 @@ def test_magnitudes_are_the_reference_perturbation(ckm, reference, table, measur
     assert len(changed) >= 0.9 * len(got)  # v = 0 has probability about 0.03 per cell (step 12)
 
 
+def test_a_small_cell_is_perturbed_as_one_contribution_its_mean(reference):
+    """Below ``mean_below`` (2·D + js + 1 of the counts' ptable: 13) a cell of n equal values a
+    is n times the singleton of a, μ_c included, so its mean has one noise for every such n;
+    from 13 on it is cellKey's, the noise of the largest value without μ_c (red team s40a:
+    the mean a + d/n told small counts). Tables without CKM counts keep cellKey's noise."""
+    _con, policy, _refs, tables = reference
+    rule = _rule(policy, "persons", AggregateKind.MAGNITUDES)
+    m, main = rule.magnitude, tables[("magnitudes", rule.ptable)]
+    assert m.mean_below == 2 * 5 + 2 + 1
+    a = 94.0
+    for key in range(7, M, M // 40):
+        one = perturb_magnitude(a, [a], key, 1, m, main)
+        for n in (2, 5, 12):
+            assert perturb_magnitude(a * n, [a] * n, key, n, m, main) / n == pytest.approx(one)
+        noise = abs(perturb_magnitude(a * 13, [a] * 13, key, 13, m, main) - a * 13)
+        assert noise == pytest.approx(abs(one - a) - m.p_small * a * m.mu_c, abs=1e-9)
+    document = json.loads(json.dumps(policy.document_dict()))
+    document["protection"]["counts"] = {"method": "threshold"}
+    threshold = _rule(load_policy(document), "persons", AggregateKind.MAGNITUDES)
+    assert threshold.magnitude.mean_below == 0
+
+
 def test_average_is_protected_sum_over_protected_count(ckm):
     rows = ckm.execute(
         "SELECT municipality, SUM(income), COUNT(income), AVG(income) FROM persons "
