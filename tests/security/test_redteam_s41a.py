@@ -1,0 +1,81 @@
+"""Red team s41a: what session 40 changed (CKM's published bits, the dominance rule's
+once-per-cell layer, the universe's non-zero contributors, job ratings, SQL cursors, LIMIT
+casts), attacked as an analyst with a guarded connection, and as an office writing its own
+policy.
+
+Every attack tried, one line each (W: worked, fixed here; O: worked, left open; H: held):
+
+- W  **The published bits were safe for the demo's ptable only.** A CKM sum has 18
+     significant bits (s40a), which for every candidate count n of a sum the query pins
+     leaves a window of ``step·(hi − lo)·2^-18·x̂/|x_delta|`` keys in each ptable entry: 1.01
+     for the demo's narrowest (D 4, V 1, step 12, p_small 0.2, mu_c 0.5). Policy validation
+     checked nothing of it, and other accepted ptables have entries of far lower probability:
+     D 4, V 0.5 (0.0009 keys), D 3, V 0.25 (0.003), D 4, V 1, step 10 (0.99). On the 20,000-
+     person demo under D 4, V 0.5, s40a's attack (one query, ``SELECT municipality, age,
+     COUNT(*), SUM(age) ... GROUP BY 1, 2`` and the public ptables) ruled out a candidate count
+     for 366 of 3,985 cells and told 11 exactly beyond what the noise's scale tells (never
+     wrong); under D 3, V 0.25: 621 of 3,924 and 16. Fixed: policy validation refuses
+     magnitude parameters that leave a window under one key
+     (``ptable_build.check_published_bits``).
+- H  spellings of one published sum: ``SUM(income*3)/3``, ``SUM(income*7)``,
+     ``SUM(income/7.0)`` are the published sum times the constant (the scale is applied after
+     the rounding, so no second rounding grid); HAVING and an outer WHERE compare the published
+     (rounded) value (``HAVING SUM(age) > P`` false, ``>= P`` true at the published P).
+- H  dominance once per cell: grouping sets that differ only in a key the query does not
+     select (``GROUPING SETS ((cell, sub), (cell, sub2))``) keep each cell's own units (the
+     planner keeps every GROUP BY key as a cell key and ``GROUPING()`` tells the sets apart).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import sqlsdc
+from sqlsdc.demo.build import demo_policy
+from sqlsdc.mechanisms.parameters import PTableSpec
+from sqlsdc.mechanisms.ptable_build import narrowest_window
+from sqlsdc.policy import load_policy
+
+
+def _with_magnitudes(ptable: dict) -> dict:
+    document = demo_policy().document_dict()
+    document["protection"]["magnitudes"]["ptable"] = ptable
+    return document
+
+
+@pytest.mark.parametrize(
+    "ptable, keys",
+    [
+        ({"D": 4, "V": 0.5, "step": 12}, "0.000902"),
+        ({"D": 3, "V": 0.25, "step": 12}, "0.00287"),
+        ({"D": 4, "V": 1, "step": 10}, "0.993"),
+    ],
+)
+def test_a_ptable_whose_rounding_window_holds_no_key_is_refused(ptable, keys):
+    """With fewer than one key in a candidate count's window, a pinned sum's published bits
+    tell wrong candidates from the true one (s40a's attack: 366 of 3,985 municipality x age
+    cells lost a candidate under D 4, V 0.5, 11 were told exactly)."""
+    with pytest.raises(sqlsdc.PolicyError, match=rf"window of {keys} keys \(fewer than one\)"):
+        load_policy(_with_magnitudes(ptable))
+
+
+def test_the_demo_s_ptables_leave_a_key_in_every_window():
+    """The demo's persons (mu_c 0.5) and enterprises leave 1.01 keys in the narrowest window
+    (entry v = -4 of row 4, probability 1.1e-5); a smaller mu_c or p_small widens it."""
+    spec = PTableSpec(D=4, V=1.0, step=12)
+    assert 1 <= narrowest_window(spec, 0.2, 0.5) < 1.02
+    assert narrowest_window(spec, 0.2, 0.0) > narrowest_window(spec, 0.2, 0.5)
+    assert narrowest_window(spec, 0.1, 0.5) > narrowest_window(spec, 0.2, 0.5)
+    load_policy(demo_policy().document_dict())  # accepted as shipped
+    accepted = _with_magnitudes({"D": 3, "V": 0.5, "step": 12})
+    assert load_policy(accepted).table("persons") is not None
+
+
+def test_a_ptable_is_checked_with_each_table_s_flex_function():
+    """The window depends on p_small and mu_c beside the ptable: the same ptable accepted for
+    one table is refused for another whose flex function leaves less."""
+    document = demo_policy().document_dict()
+    enterprises = document["tables"]["enterprises"]["protection"]["magnitudes"]
+    enterprises["flex"]["p_small"] = 0.25  # 1/p_small - mu_c - 4 - 1/24 < 0: windows of 0
+    with pytest.raises(sqlsdc.PolicyError, match="tables.enterprises.protection.magnitudes"):
+        load_policy(document)
