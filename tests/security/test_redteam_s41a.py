@@ -17,6 +17,13 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      wrong); under D 3, V 0.25: 621 of 3,924 and 16. Fixed: policy validation refuses
      magnitude parameters that leave a window under one key
      (``ptable_build.check_published_bits``).
+- W  **A rounding job of a sum applied no rule.** ``sqlsdc protect --method round --base 5``
+     of ``SUM(income)`` by municipality x sex of R01's oldest stored every cell at an adjacent
+     multiple of 5: one-person incomes within 5 (22,180.75 as 22,180), where CTA and
+     suppression jobs rate the same table by the policy's rules. Fixed: a table of sums is
+     rated as ``cta`` rates it and refused when the base is below a sensitive cell's
+     protection level (an interval of 2·base cannot hold ``upl + lpl``), naming the smallest
+     base (``adjust._refuse_small_base``); counts round to any base, as before.
 - H  spellings of one published sum: ``SUM(income*3)/3``, ``SUM(income*7)``,
      ``SUM(income/7.0)`` are the published sum times the constant (the scale is applied after
      the rounding, so no second rounding grid); HAVING and an outer WHERE compare the published
@@ -32,6 +39,8 @@ import pytest
 
 import sqlsdc
 from sqlsdc.demo.build import demo_policy
+from sqlsdc.errors import TabularError
+from sqlsdc.jobs.adjust import round_query
 from sqlsdc.mechanisms.parameters import PTableSpec
 from sqlsdc.mechanisms.ptable_build import narrowest_window
 from sqlsdc.policy import load_policy
@@ -79,3 +88,25 @@ def test_a_ptable_is_checked_with_each_table_s_flex_function():
     enterprises["flex"]["p_small"] = 0.25  # 1/p_small - mu_c - 4 - 1/24 < 0: windows of 0
     with pytest.raises(sqlsdc.PolicyError, match="tables.enterprises.protection.magnitudes"):
         load_policy(document)
+
+
+OLDEST_INCOMES = (
+    "SELECT municipality, sex, SUM(income) FROM persons WHERE age >= 90 AND region = 'R01' "
+    "AND income IS NOT NULL GROUP BY municipality, sex"
+)
+
+
+def test_a_rounding_job_of_a_sum_needs_a_base_beyond_its_sensitive_cells_levels(jobs_demo_db):
+    """A controlled rounding applies no rule: every cell is published at an adjacent multiple,
+    so base 5 published one-person incomes within 5 (R01's 94-year-olds by municipality x sex:
+    22,180.75 as 22,180). A base below a sensitive cell's protection level is refused, a larger
+    one rounds as before; counts are rounded to any base."""
+    with pytest.raises(TabularError, match=r"publishes every cell within 5 of its value"):
+        round_query(jobs_demo_db, "admin", OLDEST_INCOMES, into="oldest_r5", base=5)
+    with pytest.raises(TabularError, match=r"round to a base of [\d,]+ or more") as refused:
+        round_query(jobs_demo_db, "admin", OLDEST_INCOMES, into="oldest_r", base=50_000)
+    needed = int(str(refused.value).split("a base of ")[1].split(" ")[0].replace(",", ""))
+    report = round_query(jobs_demo_db, "admin", OLDEST_INCOMES, into="oldest_r", base=needed)
+    assert report.details["base"] == needed
+    counts = OLDEST_INCOMES.replace("SUM(income)", "COUNT(*)")
+    assert round_query(jobs_demo_db, "admin", counts, into="oldest_n", base=5).stored > 0
