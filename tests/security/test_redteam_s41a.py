@@ -28,9 +28,23 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      ``SUM(income/7.0)`` are the published sum times the constant (the scale is applied after
      the rounding, so no second rounding grid); HAVING and an outer WHERE compare the published
      (rounded) value (``HAVING SUM(age) > P`` false, ``>= P`` true at the published P).
+- H  the published bits elsewhere: a small-cells table's regime (delta 1) leaves at least
+     172·x̂ keys (count ptable D 2, V 0.5): under one key only for x̂ < 0.006; the fallback
+     regime (running value below x_delta) needs contributions of both signs; a second
+     contributor's step (enterprises, top_k 2) adds an independent key.
 - H  dominance once per cell: grouping sets that differ only in a key the query does not
      select (``GROUPING SETS ((cell, sub), (cell, sub2))``) keep each cell's own units (the
-     planner keeps every GROUP BY key as a cell key and ``GROUPING()`` tells the sets apart).
+     planner keeps every GROUP BY key as a cell key and ``GROUPING()`` tells the sets apart);
+     a join that repeats some units' rows is rated on the repeated totals the published sum
+     adds (scaling the others to pass the rule is the documented threshold differencing).
+- H  the universe's and the jobs' contributors: a signed measure's cells are rated on the
+     signed sum and largest positive totals, never less strictly than on absolute values for
+     one negative unit (and dominance refuses negative tops); -0.0 and a unit whose rows
+     cancel are no contributors (``NULLIF(total, 0)``).
+- H  LIMIT/OFFSET casts: ``CAST(-1 AS INT)`` folds and is refused as negative, ``CAST(-0 AS
+     INT)``, ``HUGEINT``, ``PERCENT`` refused, ``TRY_CAST``/``UTINYINT`` fold.
+- H  server cursors (read): DECLARE runs its query through the catalog or the guard once;
+     Describe of a prepared DECLARE runs nothing; FETCH/MOVE slice the kept answer.
 """
 
 from __future__ import annotations
