@@ -472,11 +472,13 @@ def _ptable_problems(document: Any, found: list[str]) -> list[str]:
 
 def _flex(rule: dict) -> tuple[float, float] | None:
     """``(p_small, mu_c)`` of a magnitude CKM rule, which the published sum's rounding window
-    depends on beside its ptable; None without a usable flex function (a problem of its own)."""
+    depends on beside its ptable (mu_c 0 when no cell is sensitive, ``sensitive_below`` 0);
+    None without a usable flex function (a problem of its own)."""
     flex = rule.get("flex")
     if not isinstance(flex, dict) or "p_small" not in flex:
         return None
-    p_small, mu_c = float(flex["p_small"]), float(rule.get("mu_c", 0.0))
+    p_small = float(flex["p_small"])
+    mu_c = float(rule.get("mu_c", 0.0)) if int(rule.get("sensitive_below", 0)) > 0 else 0.0
     return (p_small, mu_c) if p_small > 0 else None
 
 

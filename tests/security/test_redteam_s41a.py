@@ -44,7 +44,7 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
 - H  LIMIT/OFFSET casts: ``CAST(-1 AS INT)`` folds and is refused as negative, ``CAST(-0 AS
      INT)``, ``HUGEINT``, ``PERCENT`` refused, ``TRY_CAST``/``UTINYINT`` fold.
 - H  server cursors (read): DECLARE runs its query through the catalog or the guard once;
-     Describe of a prepared DECLARE runs nothing; FETCH/MOVE slice the kept answer.
+     Describe of a prepared DECLARE statement runs nothing; FETCH/MOVE slice the kept answer.
 """
 
 from __future__ import annotations
