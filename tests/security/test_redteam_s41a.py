@@ -32,9 +32,14 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      172·x̂ keys (count ptable D 2, V 0.5): under one key only for x̂ < 0.006; the fallback
      regime (running value below x_delta) needs contributions of both signs; a second
      contributor's step (enterprises, top_k 2) adds an independent key.
+- H  Veltkamp's split in DuckDB gives Python's bits for 2,000 random values, both signs,
+     values just below a power of two, subnormals and -0.0 (published 0.0); above about
+     5.2e297 ``x·(2^35 + 1)`` overflows and the value is NaN (no bounded measure reaches it).
 - H  dominance once per cell: grouping sets that differ only in a key the query does not
      select (``GROUPING SETS ((cell, sub), (cell, sub2))``) keep each cell's own units (the
      planner keeps every GROUP BY key as a cell key and ``GROUPING()`` tells the sets apart);
+     one key spelled four ways (``cell``, ``CELL``, ``"cell"``, ``payments.cell``), ``cell,
+     GROUPING SETS ((cell), (cell, cell))`` and a repeated set beside another are one cell;
      a join that repeats some units' rows is rated on the repeated totals the published sum
      adds (scaling the others to pass the rule is the documented threshold differencing).
 - H  the universe's and the jobs' contributors: a signed measure's cells are rated on the
