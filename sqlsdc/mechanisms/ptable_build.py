@@ -74,7 +74,9 @@ def narrowest_window(spec: PTableSpec, p_small: float, mu_c: float) -> float:
     contributors only widen it). Under one key, a window may hold no integer key: the wrong
     candidates are told apart from the true one, as with all 53 bits (red team s40a). The
     rows read are those from the one at ``a = 1/p_small`` (a contribution's ``|x/x_delta|``
-    never falls below it) up; ``p_small`` and ``mu_c`` are the rule's flex parameters."""
+    never falls below it) up; ``p_small`` and ``mu_c`` are the rule's flex parameters. Not
+    bounded here: a top_k >= 2 sum of pinned contributions adds a second noise from the rotated
+    key, whose joint tail (both noises near their largest) holds under one key on average."""
     reach, half = 1 / p_small, 0.5 / spec.step
     narrowest = math.inf
     for table in generated("magnitudes", spec):
