@@ -30,8 +30,11 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      (rounded) value (``HAVING SUM(age) > P`` false, ``>= P`` true at the published P).
 - H  the published bits elsewhere: a small-cells table's regime (delta 1) leaves at least
      172·x̂ keys (count ptable D 2, V 0.5): under one key only for x̂ < 0.006; the fallback
-     regime (running value below x_delta) needs contributions of both signs; a second
-     contributor's step (enterprises, top_k 2) adds an independent key.
+     regime (running value below x_delta) needs contributions of both signs. A second
+     contributor's step (enterprises, top_k 2: its key is the first rotated by 4 bits): the
+     exact set of keys that give each candidate count's window (segments of the two entries'
+     spreads, 1,648 per mu) ruled out no candidate of 134 ``SUM(employees) ... WHERE employees
+     = a`` cells (a = 1 to 50, by nace x region) beyond the noise's scale and mu_c.
 - H  Veltkamp's split in DuckDB gives Python's bits for 2,000 random values, both signs,
      values just below a power of two, subnormals and -0.0 (published 0.0); above about
      5.2e297 ``x·(2^35 + 1)`` overflows and the value is NaN (no bounded measure reaches it).
