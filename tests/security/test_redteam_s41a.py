@@ -51,8 +51,13 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      cancel are no contributors (``NULLIF(total, 0)``).
 - H  LIMIT/OFFSET casts: ``CAST(-1 AS INT)`` folds and is refused as negative, ``CAST(-0 AS
      INT)``, ``HUGEINT``, ``PERCENT`` refused, ``TRY_CAST``/``UTINYINT`` fold.
-- H  server cursors (read): DECLARE runs its query through the catalog or the guard once;
-     Describe of a prepared DECLARE statement runs nothing; FETCH/MOVE slice the kept answer.
+- H  server cursors (read, and driven with psycopg's simple protocol on a real server):
+     DECLARE runs its query through the catalog or the guard once; Describe of a prepared
+     DECLARE statement runs nothing; FETCH/MOVE slice the kept answer. ODBC's ``DECLARE ...;
+     FETCH ...`` in one message is refused (two statements), so are ``DECLARE ... FOR SET``
+     and ``FOR BEGIN`` (no rows) and a DECLARE inside a DECLARE; quoted names with ``""``
+     work. (Noticed: ``FETCH 2 FROM c -- note`` and ``/* */`` after the name are refused as
+     unreadable, which PostgreSQL accepts.)
 """
 
 from __future__ import annotations
