@@ -24,6 +24,13 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      rated as ``cta`` rates it and refused when the base is below a sensitive cell's
      protection level (an interval of 2·base cannot hold ``upl + lpl``), naming the smallest
      base (``adjust._refuse_small_base``); counts round to any base, as before.
+- W  **Two roundings of sums a person apart.** Rounded sums were no exact release for the
+     jobs' differencing check (``EXACT_METHODS``: suppress, cta, ipf): incomes of everyone aged
+     85 or over by region to base 5 (no cell sensitive), then R01's less its top earner by sex
+     to base 5, gave that person's 380,856.41 as 380,860 (A - B, within 2·base) from the two
+     stored tables. Fixed: a rounding of a sum is checked as the exact jobs are
+     (``stored_tables.exact_method``); rounded counts a unit apart stay the rounding's (the
+     documented "two roundings" limit).
 - H  spellings of one published sum: ``SUM(income*3)/3``, ``SUM(income*7)``,
      ``SUM(income/7.0)`` are the published sum times the constant (the scale is applied after
      the rounding, so no second rounding grid); HAVING and an outer WHERE compare the published
@@ -137,3 +144,24 @@ def test_a_rounding_job_of_a_sum_needs_a_base_beyond_its_sensitive_cells_levels(
     assert report.details["base"] == needed
     counts = OLDEST_INCOMES.replace("SUM(income)", "COUNT(*)")
     assert round_query(jobs_demo_db, "admin", counts, into="oldest_n", base=5).stored > 0
+
+
+def test_two_roundings_of_sums_a_unit_apart_are_refused(jobs_demo_db):
+    """Rounded sums were not exact releases for the differencing check: incomes of everyone
+    aged 85 or over by region, then of R01's less its top earner by sex, both to base 5 (no
+    cell sensitive), gave that person's 380,856.41 as 380,860. A rounding of a sum is now
+    checked as the exact jobs are; counts rounded a unit apart stay the rounding's."""
+    everyone = (
+        "SELECT region, SUM(income) FROM persons WHERE age >= 85 AND income IS NOT NULL "
+        "GROUP BY region"
+    )
+    round_query(jobs_demo_db, "admin", everyone, into="aged_r5", base=5)
+    less_one = (
+        "SELECT sex, SUM(income) FROM persons WHERE age >= 85 AND income IS NOT NULL AND "
+        "region = 'R01' AND NOT (municipality = 'R01-M019' AND sex = 'M' AND age = 92) "
+        "GROUP BY sex"
+    )
+    with pytest.raises(TabularError, match=r"differ by only 1 unit"):
+        round_query(jobs_demo_db, "admin", less_one, into="aged_less_r5", base=5)
+    counts = less_one.replace("SUM(income)", "COUNT(*)")
+    assert round_query(jobs_demo_db, "admin", counts, into="aged_less_n5", base=5).stored > 0
