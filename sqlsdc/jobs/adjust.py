@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import stat
 import time
 from collections.abc import Sequence
@@ -130,7 +131,9 @@ def round_query(
     started = time.perf_counter()
     with open_job(db, user, sql, into, method="round", replace=replace,
                   progress=progress, base=base) as job:  # fmt: skip
-        table = job.tabulate()
+        rules = job_rules(job, None) if job.spec.measure is not None else []
+        table = job.tabulate(rules)
+        _refuse_small_base(table, rules, base)
         job.step(f"controlled rounding to base {base}")
         result = controlled_round(table, base, time_limit=time_limit)
         rounded = result.cells["rounded"].to_numpy(np.float64)
@@ -350,6 +353,35 @@ def _refuse_moved_counts(job: Job, found, method: str) -> None:
             "minus its protection level, a known function of the count, so the published value "
             "gives the count back (2.27 is a 1 moved up); publish frequency tables with "
             "--method round or --method suppress"
+        )
+
+
+def _refuse_small_base(table: Table, rules: Sequence, base: int) -> None:
+    """Refuse to round a table of sums to a base below a sensitive cell's protection level.
+
+    A controlled rounding publishes every cell at an adjacent multiple of ``base``, so a reader
+    knows each value within ``(R - base, R + base)`` of the published R, the sensitive cells'
+    too: no rule was applied. An interval narrower than ``upl + lpl`` cannot extend a cell's
+    levels on both sides, so a base below a sensitive cell's level leaves it exposed (red team
+    s41a: municipality x sex incomes of R01's 94-year-olds to base 5 published a one-person
+    cell of 22,180.75 as 22,180). The table is rated as the other jobs rate it (the policy's
+    default rules, a sum's non-zero contributors, :func:`~sqlsdc.jobs.tabulation.rated`). For
+    counts (no ``rules``), rounding is the protection, as published (a small count is its
+    multiple)."""
+    if not rules:
+        return
+    found = apply_rules(rated(table), rules)
+    if not found.primary.any():
+        return
+    levels = np.maximum(found.upl, found.lpl)[found.primary]
+    needed = float(levels.max())
+    if base < needed:
+        short = int(np.sum(levels > base))
+        raise TabularError(
+            f"--method round publishes every cell within {base:,} of its value, and {short} "
+            f"cell(s) of this sum that the rules flag need at least {needed:,.2f} either side "
+            f"(their protection levels); round to a base of {math.ceil(needed):,} or more, or "
+            "protect the sum with --method cta or --method suppress"
         )
 
 

@@ -30,7 +30,7 @@ from sqlsdc.jobs.live_total import public_grand_total, stored_total_published
 from sqlsdc.jobs.record_files import opaque_files, opaque_refusal, stored_files
 from sqlsdc.jobs.session import OUTPUT_SCHEMA
 from sqlsdc.jobs.stored_tables import (
-    EXACT_METHODS,
+    exact_method,
     exact_tables,
     outputs_of_the_same_cells,
     pattern_label,
@@ -60,7 +60,7 @@ def refuse_job(
     _refuse_dp_table(policy, spec, method)
     _refuse_other_tables(policy, sql, spec)
     _refuse_second_protection(con, policy, spec, into, method)
-    if method in EXACT_METHODS:
+    if exact_method(method, spec):
         refuse_small_differences(con, policy, spec, _exact_releases(con, policy, spec))
     if method == "suppress" and spec.measure is not None:  # its units' counts are published too
         counted = dataclasses.replace(spec, measure=None)

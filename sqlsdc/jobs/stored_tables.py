@@ -32,6 +32,16 @@ TABULAR_METHODS = ("suppress", "round", "cta", "ipf")  # jobs that store a table
 EXACT_METHODS = ("suppress", "cta", "ipf")
 
 
+def exact_method(method: str, spec: JobSpec) -> bool:
+    """Whether a ``method`` job of ``spec`` publishes its cells as exact for the differencing
+    check: a job of :data:`EXACT_METHODS`, or a rounding of a sum. Two roundings of sums over
+    populations a few units apart tell those units' total within twice the base, which for a
+    base below their values is their value (red team s41a: incomes of everyone aged 85 or over
+    by region, and of R01's less its top earner by sex, both to base 5, gave that person's
+    380,856.41 as 380,860). A rounded count stays the rounding's: its base is the protection."""
+    return method in EXACT_METHODS or (method == "round" and spec.measure is not None)
+
+
 def outputs_of_the_same_cells(
     con, policy: Policy, spec: JobSpec, own: str
 ) -> list[tuple[str, str, list[str], bool]]:
@@ -60,7 +70,7 @@ def pattern_label(table: str) -> str:
 def exact_tables(con, policy: Policy, table: str) -> list[tuple[str, JobSpec]]:
     """``(label, JobSpec)`` of the tables of ``table`` that readers hold with exact values: the
     guard's suppression pattern (the whole table, one per aggregate it suppresses), every
-    stored output of a job of :data:`EXACT_METHODS`, and every earlier version of one
+    stored output of an exact job (:func:`exact_method`), and every earlier version of one
     replaced or dropped since (:func:`earlier_job_versions`: their readers keep them). A
     suppression job of a sum also releases the counts of its cells' units, in its ``n``
     column, a table of counts of its own (red team s38b: a count job of everyone aged 85 or
@@ -77,7 +87,7 @@ def exact_tables(con, policy: Policy, table: str) -> list[tuple[str, JobSpec]]:
             pattern = JobSpec(declared.name, universe.columns, measure, universe.unit, None)
             found.append((label, pattern))
     for name, method, theirs in stored_outputs(con, policy) + earlier_job_versions(con, policy):
-        if method not in EXACT_METHODS or theirs.table.lower() != declared.name.lower():
+        if not exact_method(method, theirs) or theirs.table.lower() != declared.name.lower():
             continue
         found.append((name, theirs))
         if method == "suppress" and theirs.measure is not None:

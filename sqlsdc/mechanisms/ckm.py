@@ -261,9 +261,12 @@ published cells from one query (red team s40a), where the spread was meant to le
 finite set to try. Rounded to 18 bits, a published sum leaves a window of keys
 ``12·(hi − lo)·2^-18·x̂/|x_delta|`` wide for every candidate n; it holds an integer key for
 every entry of the demo's ptables (the narrowest holds 48,232 keys, and x̂/|x_delta| >= 0.46
-wherever |v| <= D + 1/24 with μ_c 0.5 and p_small 0.2), so the bits tell nothing the noise's
-scale does not. The rounding is far below the noise it hides: 2^-18·x̂ against
-x_delta·|v|, which it reaches only in sums of some 10^4 to 10^5 contributions of one size."""
+wherever |v| <= D + 1/24 with μ_c 0.5 and p_small 0.2: a window of 1.01 keys), so the bits
+tell nothing the noise's scale does not. Policy validation refuses a magnitude ptable and
+flex function that leave a window under one key
+(:func:`sqlsdc.mechanisms.ptable_build.check_published_bits`; red team s41a). The rounding
+is far below the noise it hides: 2^-18·x̂ against x_delta·|v|, which it reaches only in sums
+of some 10^4 to 10^5 contributions of one size."""
 _SPLIT = 2.0 ** (53 - PUBLISHED_BITS) + 1  # Veltkamp's splitter for PUBLISHED_BITS bits
 
 

@@ -8,10 +8,12 @@ applied; built tables are cached per process, as building one can take a second.
 from __future__ import annotations
 
 import json
+import math
 from functools import lru_cache
 
 from sqlsdc.errors import PolicyError
 from sqlsdc.mechanisms import ptable as pt
+from sqlsdc.mechanisms.ckm import KEY_BITS, PUBLISHED_BITS
 from sqlsdc.mechanisms.parameters import PTableSpec
 
 MAX_EXACT_DIFFERENCE = 0.05  # largest Σ p(v)² of a magnitude ptable row (differencing)
@@ -57,6 +59,57 @@ def check_differencing(kind: str, spec: PTableSpec) -> None:
                 f"noise with probability {chance:.3f} (above {MAX_EXACT_DIFFERENCE}), so their "
                 "difference would reveal that unit's exact value; use a finer noise grid, "
                 "e.g. ptable {D: 4, V: 1, step: 12} (probability 0.038)"
+            ]
+        )
+
+
+def narrowest_window(spec: PTableSpec, p_small: float, mu_c: float) -> float:
+    """The fewest integer keys a published sum's rounding leaves a candidate count (0: none).
+
+    A published CKM sum has :data:`~sqlsdc.mechanisms.ckm.PUBLISHED_BITS` significant bits, a
+    window of 2^-bits·x̂ (at least) around the noise the analyst can infer for each candidate
+    contributor count of a sum whose value the query pins; in the spread v + (u − ½)/step of
+    an entry [lo, hi) that is ``step·(hi − lo)·2^-bits·x̂/|x_delta|`` keys, and x̂/|x_delta| is
+    at least ``1/p_small − μ_c − |v|`` (one contributor below fp; larger values and more
+    contributors only widen it). Under one key, a window may hold no integer key: the wrong
+    candidates are told apart from the true one, as with all 53 bits (red team s40a). The
+    rows read are those from the one at ``a = 1/p_small`` (a contribution's ``|x/x_delta|``
+    never falls below it) up; ``p_small`` and ``mu_c`` are the rule's flex parameters. Not
+    bounded here: a top_k >= 2 sum of pinned contributions, whose second noise comes from the
+    rotated key (the demo's enterprises held: the exact key sets of 134 pinned cells ruled out
+    no candidate, red team s41a)."""
+    reach, half = 1 / p_small, 0.5 / spec.step
+    narrowest = math.inf
+    for table in generated("magnitudes", spec):
+        lo, hi = table.key_bounds(KEY_BITS)
+        classes = sorted({float(e.i) for e in table.rows})
+        first = max((c for c in classes if c <= reach), default=classes[0])
+        for entry, low, high in zip(table.rows, lo, hi, strict=True):
+            if float(entry.i) < first or high <= low:
+                continue
+            v = float(entry.v) - half  # the entry's lowest spread noise
+            ratio = reach + mu_c + v if v > 0 else reach - mu_c + v
+            keys = spec.step * int(high - low) * 2.0**-PUBLISHED_BITS * max(ratio, 0.0)
+            narrowest = min(narrowest, keys)
+    return narrowest
+
+
+def check_published_bits(spec: PTableSpec, p_small: float, mu_c: float) -> None:
+    """Refuse magnitude parameters under which a published sum's last bits tell a pinned
+    sum's count: a rounding window (:func:`narrowest_window`) of less than one key. The demo's
+    ptable (D 4, V 1, step 12, p_small 0.2, mu_c 0.5) leaves 1.01; D 4, V 0.5 left 0.0009,
+    and one query told 11 municipality x age counts exactly beyond what the noise's scale
+    tells, and ruled a candidate out for 366 of 3,985 cells (red team s41a)."""
+    keys = narrowest_window(spec, p_small, mu_c)
+    if keys < 1:
+        raise PolicyError(
+            [
+                f"magnitude ptable {_params(spec)} with p_small {p_small:g} and mu_c {mu_c:g}: "
+                f"a published sum's {PUBLISHED_BITS} significant bits leave some candidate "
+                f"counts a window of {keys:.3g} keys (fewer than one), so that a sum of values "
+                "a query pins would tell its count; use a larger V or a smaller D (no entries of "
+                "so low a probability), or a smaller p_small or mu_c, e.g. ptable "
+                "{D: 4, V: 1, step: 12} with p_small 0.2 and mu_c 0.5"
             ]
         )
 

@@ -36,7 +36,7 @@ import yaml
 from sqlsdc.errors import PolicyError
 from sqlsdc.mechanisms.accountant import Bounding, PrivacyCost, parse_exact
 from sqlsdc.mechanisms.ckm import mean_below
-from sqlsdc.mechanisms.ptable_build import check_differencing, generate
+from sqlsdc.mechanisms.ptable_build import check_differencing, check_published_bits, generate
 from sqlsdc.policy.model import (
     DEFAULT_DOMINANCE,
     DEFAULT_MAX_STATEMENT_CHARACTERS,
@@ -436,9 +436,10 @@ def _show(x: Fraction) -> str:
 
 def _ptable_problems(document: Any, found: list[str]) -> list[str]:
     """Every perturbation table of a CKM rule can be built and is safe against differencing (one
-    that cannot would otherwise fail every query of its table). Checked from the document, also
-    when other parts have problems, so that one pass lists them all; a ptable inside a part that
-    already has a problem (``found``) is skipped."""
+    that cannot would otherwise fail every query of its table), and a magnitude table leaves a
+    published sum's rounding a window of a key or more (:func:`check_published_bits`). Checked
+    from the document, also when other parts have problems, so that one pass lists them all; a
+    ptable inside a part that already has a problem (``found``) is skipped."""
     problems, seen = [], set()
     for where, protection in _protection_sections(document):
         for kind in AggregateKind:
@@ -452,19 +453,34 @@ def _ptable_problems(document: Any, found: list[str]) -> list[str]:
                     continue
                 try:
                     ptable = _ptable(spec)
+                    flex = _flex(rule) if table_kind == AggregateKind.MAGNITUDES.value else None
                 except (KeyError, TypeError, ValueError):
                     continue  # its shape problem is in ``found``
-                if (table_kind, ptable) in seen:
+                if (table_kind, ptable, flex) in seen:
                     continue
-                seen.add((table_kind, ptable))
+                seen.add((table_kind, ptable, flex))
                 try:
                     generate(table_kind, ptable)
                     check_differencing(table_kind, ptable)
+                    if flex is not None:
+                        check_published_bits(ptable, *flex)
                 except PolicyError as e:
                     problems += [f"{path}: {p}" for p in e.problems]
                 except ValueError as e:
                     problems.append(f"{path}: the ptable cannot be built: {e}")
     return problems
+
+
+def _flex(rule: dict) -> tuple[float, float] | None:
+    """``(p_small, mu_c)`` of a magnitude CKM rule, which the published sum's rounding window
+    depends on beside its ptable (mu_c 0 when no cell is sensitive, ``sensitive_below`` 0);
+    None without a usable flex function (a problem of its own)."""
+    flex = rule.get("flex")
+    if not isinstance(flex, dict) or "p_small" not in flex:
+        return None
+    p_small = float(flex["p_small"])
+    mu_c = float(rule.get("mu_c", 0.0)) if int(rule.get("sensitive_below", 0)) > 0 else 0.0
+    return (p_small, mu_c) if p_small > 0 else None
 
 
 def _protection_sections(document: Any):
