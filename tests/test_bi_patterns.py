@@ -1,6 +1,7 @@
 """What BI tools and notebooks send, on an embedded guarded connection (new user s40h): a
 limit written as a cast of a literal (SQLAlchemy's ``.limit(3)`` on PostgreSQL) is the literal,
-and the refusals of ``SELECT DISTINCT``, ``FILTER`` and ``= ANY(list)`` say what to write."""
+``SELECT DISTINCT`` is answered as the GROUP BY of its outputs (s41g), and the refusals of
+``FILTER`` and ``= ANY(list)`` say what to write."""
 
 from __future__ import annotations
 
@@ -55,31 +56,114 @@ def test_a_limit_cast_inside_a_subquery_is_folded_too(analyst):
     )
 
 
-def test_select_distinct_of_dimensions_is_refused_with_the_group_by_to_write(analyst):
-    with pytest.raises(sqlsdc.PolicyViolation, match="row-level output") as refused:
-        analyst.execute("SELECT DISTINCT p.region, sex AS s FROM persons p ORDER BY 1")
-    assert refused.value.hint == (
-        "write GROUP BY region, sex instead of DISTINCT, e.g. SELECT region, sex FROM persons "
-        "GROUP BY region, sex (each group is listed as its protected count allows)"
-    )
-    suggested = "SELECT region, sex FROM persons GROUP BY region, sex"
-    assert len(analyst.execute(suggested).fetchall()) > 0  # the hint is answered
+TARGET = "municipality = 'R08-M018' AND sex = 'F' AND age = 43 AND occupation = 'craft_trades'"
 
 
 @pytest.mark.parametrize(
-    "sql",
+    ("distinct", "grouped"),
     [
-        "SELECT DISTINCT income FROM persons",  # a measure: GROUP BY income is refused too
-        "SELECT DISTINCT person_id FROM persons",  # an identifier
-        "SELECT DISTINCT lower(region) FROM persons",
-        "SELECT DISTINCT p.region FROM persons p JOIN households h "
-        "ON p.household_id = h.household_id",
+        ("SELECT DISTINCT region FROM persons", "SELECT region FROM persons GROUP BY region"),
+        (
+            "SELECT DISTINCT p.region, sex AS s FROM persons p WHERE age >= 80 ORDER BY 1",
+            "SELECT p.region, sex AS s FROM persons p WHERE age >= 80 GROUP BY 1, 2 ORDER BY 1",
+        ),
+        (
+            "SELECT DISTINCT municipality, sex, age FROM persons ORDER BY age DESC LIMIT 5",
+            "SELECT municipality, sex, age FROM persons GROUP BY ALL ORDER BY age DESC LIMIT 5",
+        ),
+        (
+            "SELECT DISTINCT lower(region) AS r, 'x' AS c FROM persons",
+            "SELECT lower(region) AS r, 'x' AS c FROM persons GROUP BY lower(region)",
+        ),
+        (
+            "SELECT DISTINCT r.name FROM persons p JOIN regions r ON p.region = r.region "
+            "WHERE p.age > 90",
+            "SELECT r.name FROM persons p JOIN regions r ON p.region = r.region "
+            "WHERE p.age > 90 GROUP BY r.name",
+        ),
+        (
+            "SELECT DISTINCT p.region, h.tenure FROM persons p JOIN households h "
+            "ON p.household_id = h.household_id",
+            "SELECT p.region, h.tenure FROM persons p JOIN households h "
+            "ON p.household_id = h.household_id GROUP BY 1, 2",
+        ),
+        (
+            "WITH old AS (SELECT region, sex FROM persons WHERE age >= 90) "
+            "SELECT DISTINCT sex, region FROM old",
+            "WITH old AS (SELECT region, sex FROM persons WHERE age >= 90) "
+            "SELECT sex, region FROM old GROUP BY sex, region",
+        ),
     ],
 )
-def test_select_distinct_of_other_values_keeps_the_aggregate_hint(analyst, sql):
-    with pytest.raises(sqlsdc.PolicyViolation, match="row-level output") as refused:
+def test_select_distinct_is_answered_as_the_group_by_of_its_outputs(analyst, distinct, grouped):
+    """BI tools' filter lists: the rows DISTINCT keeps are the groups of GROUP BY every
+    output, listed as a grouping without aggregates lists them (its protected count)."""
+    answered = analyst.execute(distinct).fetchall()
+    assert answered == analyst.execute(grouped).fetchall()
+    assert len(answered) > 0
+
+
+def test_select_distinct_lists_only_groups_the_policy_publishes(analyst, raw):
+    """Under the threshold rule a listed group is one of 10 persons or more, and every such
+    group is listed: DISTINCT tells no more than the counts would."""
+    listed = analyst.execute("SELECT DISTINCT municipality, sex, age FROM persons").fetchall()
+    large = raw.execute(
+        "SELECT municipality, sex, age FROM persons GROUP BY ALL HAVING COUNT(*) >= 10"
+    ).fetchall()
+    assert sorted(listed) == sorted(large)
+    small = raw.execute("SELECT COUNT(*) FROM (SELECT DISTINCT municipality, sex, age "
+                        "FROM persons)").fetchone()[0]  # fmt: skip
+    assert small > len(listed)  # the small groups exist and are not listed
+    assert analyst.execute(f"SELECT DISTINCT sex, age FROM persons WHERE {TARGET}").fetchall() == []
+
+
+def test_select_distinct_under_the_cell_key_method_lists_the_groups_of_the_grouping(ckm):
+    """Under CKM a grouping without aggregates lists the groups whose protected count reaches
+    the minimum frequency; DISTINCT lists exactly those, and with a DP table its groups."""
+    for distinct, grouped in (
+        ("SELECT DISTINCT municipality, sex, age FROM persons",
+         "SELECT municipality, sex, age FROM persons GROUP BY ALL"),
+        ("SELECT DISTINCT scheme FROM benefits", "SELECT scheme FROM benefits GROUP BY scheme"),
+    ):  # fmt: skip
+        answered = ckm.execute(distinct).fetchall()
+        assert answered == ckm.execute(grouped).fetchall()
+        assert len(answered) > 0
+
+
+@pytest.mark.parametrize(
+    ("sql", "match"),
+    [
+        ("SELECT DISTINCT income FROM persons", "'income' is a measure and cannot be grouped by"),
+        ("SELECT DISTINCT region, income FROM persons", "is a measure"),
+        ("SELECT DISTINCT person_id FROM persons", "identifier persons.person_id cannot be"),
+        ("SELECT DISTINCT * FROM persons", "cannot be grouped by"),
+        ("SELECT DISTINCT region, turnover FROM enterprises LIMIT 1", "is a measure"),
+    ],
+)
+def test_select_distinct_of_a_measure_or_identifier_stays_refused(analyst, sql, match):
+    with pytest.raises(sqlsdc.PolicyViolation, match=match):
         analyst.execute(sql)
-    assert refused.value.hint.startswith("aggregate it: e.g. SELECT")
+
+
+@pytest.mark.parametrize(
+    ("sql", "match"),
+    [  # DISTINCT applies after what these compute; a grouping would compute it per group
+        ("SELECT DISTINCT region, COUNT(*) OVER () FROM persons", "row-level output"),
+        ("SELECT DISTINCT 5 FROM persons", "row-level output"),  # no value read
+        ("SELECT DISTINCT region FROM persons ORDER BY COUNT(*)", "must appear in GROUP BY"),
+        ("SELECT COUNT(*) FROM (SELECT DISTINCT region FROM persons) t", "DISTINCT on"),
+        ("SELECT DISTINCT region FROM persons UNION SELECT region FROM regions", "UNION"),
+    ],
+)
+def test_distinct_where_it_is_no_grouping_is_left_as_it_is(analyst, sql, match):
+    with pytest.raises(sqlsdc.PolicyViolation, match=match):
+        analyst.execute(sql)
+
+
+def test_distinct_over_public_rows_or_aggregates_is_not_rewritten(analyst):
+    assert "DISTINCT" in analyst.explain("SELECT DISTINCT name FROM regions").sql
+    sql = "SELECT DISTINCT COUNT(*) > 0 AS any FROM persons GROUP BY region"
+    assert analyst.execute(sql).fetchall() == [(True,)]
 
 
 def test_filter_clause_is_refused_with_the_case_when_to_write(analyst):

@@ -28,6 +28,7 @@ from sqlsdc.planner.allowlist import (
     describe,
 )
 from sqlsdc.planner.breaks import check_classed_comparisons, check_classed_positions
+from sqlsdc.planner.distinct_rows import distinct_as_groups
 from sqlsdc.planner.identity import canonical_expression
 from sqlsdc.planner.inlining import Inlining
 from sqlsdc.planner.repeated_columns import RepeatedColumns
@@ -106,6 +107,7 @@ def analyze(
     (:mod:`sqlsdc.planner.repeated_keys`)."""
     if _allowed_nodes(tree, sql, walked, repeated):
         _expand_by_all(tree)
+    distinct_as_groups(tree, policy)  # BI tools' filter lists: SELECT DISTINCT region ...
     if keys is not None:
         keys.detach()
     annotate_types(tree, schema=schema, dialect=DIALECT)
@@ -303,32 +305,6 @@ def _clauses(select: exp.Select, *keys: str) -> list[exp.Expr]:
     return nodes
 
 
-def _distinct_hint(select: exp.Expr, policy: Policy) -> str | None:
-    """For ``SELECT DISTINCT`` of dimensions of one table (BI tools' filter lists,
-    SQLAlchemy's ``select(...).distinct()``), the GROUP BY that lists the same values as
-    protected groups; None for any other statement. DISTINCT itself stays refused: it lists
-    rows, and a group is released only as its protected count allows."""
-    if not isinstance(select, exp.Select) or select.args.get("joins"):
-        return None
-    distinct, source = select.args.get("distinct"), select.args.get("from_")
-    if distinct is None or distinct.args.get("on") is not None:
-        return None
-    named = source is not None and isinstance(source.this, exp.Table)
-    table = policy.table(source.this.name) if named else None
-    values = [p.unalias() for p in select.expressions]
-    if table is None or not values or not all(isinstance(v, exp.Column) for v in values):
-        return None
-    declared = [table.column(v.name) for v in values]
-    if not all(c is not None and c.role is ColumnRole.DIMENSION for c in declared):
-        return None
-    keys = ", ".join(exp.column(v.name).sql(DIALECT) for v in values)
-    name = exp.table_(table.name).sql(DIALECT)
-    return (
-        f"write GROUP BY {keys} instead of DISTINCT, e.g. SELECT {keys} FROM {name} GROUP BY "
-        f"{keys} (each group is listed as its protected count allows)"
-    )
-
-
 class _Checker(AggregateChecks, TotalityChecks):
     def __init__(self, policy: Policy, sql: str, constant_type: ConstantCheck):
         self.policy = policy
@@ -494,8 +470,7 @@ class _Checker(AggregateChecks, TotalityChecks):
             if scope.is_root:
                 raise self.refuse(
                     "row-level output of confidential tables is not allowed",
-                    _distinct_hint(scope.expression, self.policy)
-                    or f"aggregate it: e.g. {self._aggregate_example(scope)}",
+                    f"aggregate it: e.g. {self._aggregate_example(scope)}",
                 )
             if scope.is_subquery:
                 raise self.refuse(
