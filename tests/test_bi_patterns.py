@@ -175,10 +175,77 @@ def test_filter_clause_is_refused_with_the_case_when_to_write(analyst):
     assert len(analyst.execute(written).fetchall()) > 0
 
 
-def test_any_of_a_list_is_refused_with_the_in_list_to_write(analyst):
+def test_any_of_a_written_array_is_refused_with_the_in_list_to_write(analyst):
     with pytest.raises(sqlsdc.PolicyViolation, match="ANY is not allowed") as refused:
         analyst.execute("SELECT COUNT(*) FROM persons WHERE region = ANY(['north', 'south'])")
-    assert refused.value.hint.startswith("write column IN (value, ...)")
+    assert refused.value.hint.startswith("write column IN (value, ...), or column = ANY(?)")
+
+
+BY_REGION = "SELECT region, sex, COUNT(*) AS n, AVG(income) AS a FROM persons WHERE {} GROUP BY ALL"
+
+
+@pytest.mark.parametrize(
+    ("condition", "params", "written"),
+    [
+        ("region = ANY(?)", [["R01", "R03"]], "region IN ('R01', 'R03')"),
+        ("region = ANY (?) AND age >= ?", [("R02",), 65], "region IN ('R02') AND age >= 65"),
+        ("age = ANY($1) AND sex = $2", [[30, 31, None], "F"],
+         "age IN (30, 31, NULL) AND sex = 'F'"),
+        ("sex = $s AND age = ANY($ages)", {"ages": [80, 81], "s": "M"},
+         "sex = 'M' AND age IN (80, 81)"),
+        ("NOT (region = ANY(?))", [["R01"]], "NOT region IN ('R01')"),
+    ],
+)  # fmt: skip
+def test_a_list_parameter_of_any_is_the_in_list_of_its_values(analyst, condition, params, written):
+    """psycopg's ``col = ANY(%s)`` of a Python list: the IN list of literals it means."""
+    answered = analyst.execute(BY_REGION.format(condition), params).fetchall()
+    assert answered == analyst.execute(BY_REGION.format(written)).fetchall()
+    assert len(answered) > 0
+
+
+@pytest.mark.parametrize(
+    ("condition", "params", "match"),
+    [  # the checks of the IN list written out
+        ("income = ANY(?)", [[49455.39, 49455.4]], "class break"),
+        ("person_id = ANY(?)", [[1, 2]], "identifier persons.person_id cannot be used"),
+        ("region = ANY(?)", [["R01", 5]], "could raise an error"),
+        ("region < ANY(?)", [["R01"]], "a list parameter is bound only as the values of"),
+        ("region IN ?", [["R01"]], "a list parameter is bound only as the values of"),
+        ("region = ANY(?)", ["R01"], "ANY is not allowed"),  # no list: an array of text
+        ("region = ANY(?)", [[]], "is empty"),
+        ("region = ANY(?)", [[["R01"]]], "holds a list"),
+    ],
+)
+def test_a_list_parameter_is_checked_as_its_in_list_or_refused(analyst, condition, params, match):
+    with pytest.raises(sqlsdc.Error, match=match):
+        analyst.execute(BY_REGION.format(condition), params)
+
+
+def test_a_list_parameter_counts_against_the_statement_length(analyst):
+    values = [f"R{i:08d}" for i in range(80_000)]  # 14 characters each written out
+    with pytest.raises(sqlsdc.PolicyViolation, match="with its list parameters written out"):
+        analyst.execute(BY_REGION.format("region = ANY(?)"), [values])
+
+
+class _Spelled(int):
+    """An int whose repr is another number's: a list's repr is its elements' reprs."""
+
+    def __repr__(self) -> str:
+        return "30"
+
+
+def test_a_list_parameter_keys_the_check_cache_element_by_element(analyst):
+    """The check cache keys parameters by type and spelling; a list's spelling alone would
+    give ``[_Spelled(31)]`` (bound as 31) the key of ``[30]``, and ``[30]`` its check."""
+    sql = BY_REGION.format("age = ANY(?)")
+    assert (
+        analyst.execute(sql, [[_Spelled(31)]]).fetchall()
+        == analyst.execute(BY_REGION.format("age IN (31)")).fetchall()
+    )
+    assert (
+        analyst.execute(sql, [[30]]).fetchall()
+        == analyst.execute(BY_REGION.format("age IN (30)")).fetchall()
+    )
 
 
 @pytest.mark.parametrize(
