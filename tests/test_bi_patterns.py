@@ -286,3 +286,35 @@ def test_distinct_on_is_refused_by_name_before_name_resolution(analyst):
     with pytest.raises(sqlsdc.PolicyViolation, match="DISTINCT ON is not allowed") as refused:
         analyst.execute("SELECT DISTINCT ON (region) region, income FROM persons")
     assert refused.value.hint == "use GROUP BY"  # was "Column 'region' could not be resolved"
+
+
+@pytest.mark.parametrize(
+    ("sql", "params", "named", "not_named"),
+    [
+        ("SELECT region, to_char(age, '999') FROM persons GROUP BY region, age", None,
+         "function to_char() is not allowed (to_char(...), read as CAST(", "cast()"),
+        ("SELECT string_agg(region, ',') FROM persons", None,
+         "function string_agg() is not allowed (string_agg(persons.region, ','))", "listagg"),
+        ("SELECT region, GROUP_CONCAT(sex) FROM persons GROUP BY region", None,
+         "function group_concat() is not allowed", "listagg"),
+        ("SELECT region, COUNT(*) FROM persons WHERE age = ? AND sex = ? AND "
+         "to_char(age) = ? GROUP BY region", [30, "F", "30"], "function to_char()", "cast()"),
+        ("SELECT region, SUM(nvl(income, 0)) FROM persons GROUP BY region", None,
+         "(function nvl() transforms the values)", "coalesce()"),
+        ("SELECT region, var_samp(income) FROM persons GROUP BY region", None,
+         "VAR_SAMP over confidential values is not allowed", "VARIANCE"),
+        ("SELECT region, COUNT(*) FROM persons WHERE pow(age, 2) > 100 GROUP BY region", None,
+         "pow(persons.age, 2) could raise an error", "POWER"),
+        ("SELECT region, list(age) FROM persons GROUP BY region", None,
+         "function list() is not allowed (list(persons.age))", "array_agg"),
+    ],
+)  # fmt: skip
+def test_a_refusal_names_functions_as_the_statement_wrote_them(
+    analyst, sql, params, named, not_named
+):
+    """sqlglot reads ``to_char`` as a cast, ``string_agg`` as LISTAGG, ``nvl`` as COALESCE:
+    a refusal named functions the analyst never wrote (s41g)."""
+    with pytest.raises(sqlsdc.PolicyViolation) as refused:
+        analyst.execute(sql, params)
+    assert named in refused.value.args[0]
+    assert not_named.lower() not in str(refused.value).lower()

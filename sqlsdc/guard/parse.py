@@ -22,6 +22,7 @@ from sqlsdc.engines.trees import nodes, of_kind
 from sqlsdc.errors import PolicyViolation, ProgrammingError, SqlSyntaxError
 from sqlsdc.guard.list_parameters import any_as_in, is_any_operand, is_list, listed
 from sqlsdc.planner.connectors import balance_connectors, depth
+from sqlsdc.planner.written import remember_names
 from sqlsdc.policy.model import DEFAULT_MAX_STATEMENT_CHARACTERS
 
 DIALECT = "duckdb"
@@ -56,8 +57,9 @@ def parse_statement(
             "shorten it (e.g. a range instead of a long IN list or OR chain), or ask an admin "
             "about the policy's `limits.max_statement_characters`",
         )
+    text = number_placeholders(sql)
     try:
-        statements = [s for s in sqlglot.parse(number_placeholders(sql), read=DIALECT) if s]
+        statements = [s for s in sqlglot.parse(text, read=DIALECT) if s]
     except RecursionError:
         raise too_complex(sql) from None
     except (ParseError, TokenError) as e:
@@ -91,6 +93,7 @@ def parse_statement(
             sql,
         )
     parsed = nodes(tree)  # one walk for the clause check and the chains to balance
+    remember_names(parsed, text)  # refusals name functions as the statement wrote them
     _check_clauses(parsed, sql)
     _check_selects(parsed, sql)
     return _check_depth(balance_connectors(tree, parsed), sql, walked)

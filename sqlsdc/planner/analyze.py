@@ -51,6 +51,7 @@ from sqlsdc.planner.scopes import (
     unwrap,
 )
 from sqlsdc.planner.total_checks import TotalityChecks
+from sqlsdc.planner.written import spelled_sql
 from sqlsdc.policy import AggregateKind, ColumnRole, GroupKeys, Method, Policy
 
 
@@ -216,7 +217,7 @@ def _check_nodes(tree: exp.Expr, sql: str, walked: list[exp.Expr] | None = None)
                 )
         if not isinstance(node, ALLOWED):
             raise PolicyViolation(
-                f"{describe(node)} is not allowed ({node.sql(DIALECT)[:80]})",
+                f"{describe(node)} is not allowed ({spelled_sql(node)})",
                 _INSTEAD.get(
                     node.__class__,
                     "use plain SELECT queries with COUNT, SUM, AVG over the declared tables; "
