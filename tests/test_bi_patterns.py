@@ -225,6 +225,9 @@ def test_a_list_parameter_counts_against_the_statement_length(analyst):
     values = [f"R{i:08d}" for i in range(80_000)]  # 14 characters each written out
     with pytest.raises(sqlsdc.PolicyViolation, match="with its list parameters written out"):
         analyst.execute(BY_REGION.format("region = ANY(?)"), [values])
+    many = list(range(400_000))  # refused by its length before a literal is made
+    with pytest.raises(sqlsdc.PolicyViolation, match="with its list parameters written out"):
+        analyst.execute(BY_REGION.format("age = ANY(?)"), [many])
 
 
 class _Spelled(int):

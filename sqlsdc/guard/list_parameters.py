@@ -36,8 +36,14 @@ def is_any_operand(placeholder: exp.Expr) -> bool:
     return isinstance(operand, exp.Any) and _compared(operand) is not None
 
 
-def listed(values, literal: Callable[[object], exp.Expr]) -> exp.Tuple:
-    """The literals of a list parameter's values, to be read by :func:`any_as_in`."""
+def listed(
+    values, literal: Callable[[object], exp.Expr], sql: str | None, max_length: int
+) -> exp.Tuple:
+    """The literals of a list parameter's values, to be read by :func:`any_as_in`. A list
+    that cannot fit ``max_length`` written out (a value and ``, `` take three characters at
+    least) is refused before its literals are made."""
+    if len(sql or "") + 3 * len(values) > max_length:
+        raise _too_long(len(sql or "") + 3 * len(values), max_length, sql)
     if not values:
         raise ProgrammingError(
             "a list parameter of = ANY(...) is empty: it matches no row; leave the condition "
@@ -57,17 +63,21 @@ def any_as_in(bound: list[exp.Tuple], sql: str | None, max_length: int) -> None:
     for values in bound:
         length += sum(len(v.sql()) + 2 for v in values.expressions)
     if length > max_length:
-        raise PolicyViolation(
-            f"the statement with its list parameters written out is {length:,} characters "
-            f"long; the limit is {max_length:,}",
-            "pass fewer values (e.g. a range instead of a long list), or ask an admin about "
-            "the policy's `limits.max_statement_characters`",
-            sql,
-        )
+        raise _too_long(length, max_length, sql)
     for values in bound:
         operand = values.parent.parent if isinstance(values.parent, exp.Paren) else values.parent
         comparison = _compared(operand)
         comparison.replace(exp.In(this=comparison.this, expressions=values.expressions))
+
+
+def _too_long(length: int, max_length: int, sql: str | None) -> PolicyViolation:
+    return PolicyViolation(
+        f"the statement with its list parameters written out is {length:,} characters long "
+        f"(at least); the limit is {max_length:,}",
+        "pass fewer values (e.g. a range instead of a long list), or ask an admin about the "
+        "policy's `limits.max_statement_characters`",
+        sql,
+    )
 
 
 def _compared(operand: exp.Any) -> exp.EQ | None:

@@ -300,7 +300,7 @@ def bind_parameters(
         if isinstance(node, (exp.Placeholder, exp.Parameter)):
             value = value_for(node)
             if is_list(value) and is_any_operand(node):
-                bound.append(listed(value, literal))
+                bound.append(listed(value, literal, sql, max_length))
                 return bound[-1]
             return literal(value)
         return node
