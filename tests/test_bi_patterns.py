@@ -175,10 +175,35 @@ def test_filter_clause_is_refused_with_the_case_when_to_write(analyst):
     assert len(analyst.execute(written).fetchall()) > 0
 
 
-def test_any_of_a_written_array_is_refused_with_the_in_list_to_write(analyst):
+@pytest.mark.parametrize(
+    ("written", "as_in"),
+    [  # psycopg2 writes a list into the text: ARRAY['R01','R02'], a date '2020-01-02'::date
+        ("region = ANY(ARRAY['R01','R03'])", "region IN ('R01', 'R03')"),
+        ("region = ANY(['R02'])", "region IN ('R02')"),  # DuckDB's list literal
+        ("age = ANY (ARRAY[30,31,NULL]) AND sex = 'F'", "age IN (30, 31, NULL) AND sex = 'F'"),
+    ],
+)
+def test_any_of_a_written_array_of_constants_is_its_in_list(analyst, written, as_in):
+    sql = "SELECT region, COUNT(*) AS n FROM persons WHERE {} GROUP BY region ORDER BY 1"
+    answered = analyst.execute(sql.format(written)).fetchall()
+    assert answered == analyst.execute(sql.format(as_in)).fetchall()
+    assert len(answered) > 0
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        "region = ANY(ARRAY[sex])",  # not constants
+        "region = ANY(ARRAY[(SELECT MIN(region) FROM regions)])",
+        "region = ANY('{}')",  # PostgreSQL's array text: a string to DuckDB
+        "region = ANY(ARRAY[])",
+        "region < ANY(ARRAY['R02'])",
+    ],
+)
+def test_any_of_anything_else_is_refused_with_the_in_list_to_write(analyst, condition):
     with pytest.raises(sqlsdc.PolicyViolation, match="ANY is not allowed") as refused:
-        analyst.execute("SELECT COUNT(*) FROM persons WHERE region = ANY(['north', 'south'])")
-    assert refused.value.hint.startswith("write column IN (value, ...), or column = ANY(?)")
+        analyst.execute(f"SELECT COUNT(*) FROM persons WHERE {condition}")
+    assert refused.value.hint.startswith("write column IN (value, ...), column = ANY(ARRAY[")
 
 
 BY_REGION = "SELECT region, sex, COUNT(*) AS n, AVG(income) AS a FROM persons WHERE {} GROUP BY ALL"

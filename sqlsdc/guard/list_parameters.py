@@ -1,4 +1,5 @@
-"""A list parameter of ``column = ANY(?)`` bound as the IN list of literals it means.
+"""A list parameter of ``column = ANY(?)`` bound as the IN list of literals it means, and
+``column = ANY(ARRAY[constants])`` written out read as that IN list too.
 
 psycopg (and other PostgreSQL drivers) send a Python list as one array parameter, and write
 a multi-value filter as ``col = ANY(%s)``; in SQL ``x = ANY(array)`` is ``x IN (elements)``
@@ -9,6 +10,11 @@ check a written IN list takes (the column's role and class breaks, one type fami
 totality). Only this form: a list anywhere else, and ``ANY`` of anything else or under
 another comparison, stay refused. A list is as long as its IN list written out may be: the
 statement with it must fit the policy's ``max_statement_characters``.
+
+psycopg2 writes a list into the statement's text (``col = ANY(ARRAY['R01','R02'])``, a
+date ``'2020-01-02'::date``), and DuckDB's list literal ``['R01', 'R02']`` is the same node:
+an array of constants (no column, subquery, aggregate or window) under ``x = ANY(...)`` is
+rewritten the same way (:func:`arrays_as_in`); its length is the statement's.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
+from sqlsdc.engines.trees import of_kind
 from sqlsdc.errors import PolicyViolation, ProgrammingError
 
 LIST_TYPES = (list, tuple)
@@ -86,3 +93,23 @@ def _compared(operand: exp.Any) -> exp.EQ | None:
     if isinstance(comparison, exp.EQ) and comparison.expression is operand:
         return comparison
     return None
+
+
+_NOT_CONSTANT = (exp.Column, exp.Subquery, exp.Select, exp.AggFunc, exp.Window, exp.Placeholder,
+                 exp.Parameter)  # fmt: skip
+
+
+def arrays_as_in(walked: list[exp.Expr]) -> bool:
+    """Replace each ``x = ANY(ARRAY[constants])`` among ``walked`` (a tree's nodes, parameters
+    bound) by ``x IN (constants)`` (changes the tree); True when one was."""
+    changed = False
+    for operand in of_kind(walked, exp.Any):
+        comparison = _compared(operand)
+        array = operand.this.this if isinstance(operand.this, exp.Paren) else operand.this
+        if comparison is None or not isinstance(array, exp.Array) or not array.expressions:
+            continue
+        if any(e.find(*_NOT_CONSTANT) for e in array.expressions):
+            continue
+        comparison.replace(exp.In(this=comparison.this, expressions=array.expressions))
+        changed = True
+    return changed

@@ -19,6 +19,7 @@ from sqlglot import exp
 
 from sqlsdc.engines.trees import nodes, release
 from sqlsdc.errors import Error, InternalError, PolicyViolation
+from sqlsdc.guard.list_parameters import arrays_as_in
 from sqlsdc.guard.parse import (
     bind_parameters,
     check_limits,
@@ -270,6 +271,8 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
     in_time()
     tree = bind_parameters(parsed, params, sql, context.policy.max_statement_characters)
     if tree is not parsed:  # parameters bound into a copy
+        walked = nodes(tree)
+    if arrays_as_in(walked):  # x = ANY(ARRAY['a', 'b']), as psycopg2 writes a list
         walked = nodes(tree)
     if fold_limit_casts(walked):  # LIMIT CAST(3 AS INT), as SQLAlchemy binds .limit(3)
         walked = nodes(tree)

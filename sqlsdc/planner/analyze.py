@@ -168,8 +168,9 @@ SET_OPERATION_CLAUSES = {
 _INSTEAD = {  # what to write for a construct BI tools and notebooks send that is not allowed
     exp.Filter: "write the condition inside the aggregate: COUNT(CASE WHEN condition THEN 1 "
     "END), SUM(CASE WHEN condition THEN measure END), AVG(CASE WHEN condition THEN measure END)",
-    exp.Any: "write column IN (value, ...), or column = ANY(?) with a list parameter (as "
-    "psycopg writes a Python list: = ANY(%s)), which is bound as that IN list",
+    exp.Any: "write column IN (value, ...), column = ANY(ARRAY[value, ...]) of constants, or "
+    "column = ANY(?) with a list parameter (as psycopg writes a Python list: = ANY(%s)); each "
+    "is read as that IN list",
 }
 _CLAUSE_CHECKED = (exp.Select, *SET_OPERATIONS, exp.With, exp.Distinct, exp.Group, exp.Ordered)
 

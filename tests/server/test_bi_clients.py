@@ -239,3 +239,27 @@ def test_asyncpg_any_of_a_list_is_answered_as_the_in_list(server):
 
     listed, written = asyncio.run(ask())
     assert int(listed) == written > 0
+
+
+def test_psycopg2_and_pg8000_any_of_a_list_are_answered_as_the_in_list(server):
+    """psycopg2 writes a list into the text (``= ANY(ARRAY['R01','R03'])``); pg8000 sends it
+    as an array parameter."""
+    sql = "SELECT COUNT(*) AS n FROM persons WHERE region = ANY({})"
+    psycopg2 = pytest.importorskip("psycopg2")
+    con = psycopg2.connect(server.dsn())
+    try:
+        with con.cursor() as cur:
+            cur.execute(sql.format("%s"), (["R01", "R03"],))
+            (listed,) = cur.fetchone()
+            cur.execute(sql.format("ARRAY['R01','R03']"))
+            assert cur.fetchone() == (listed,)
+    finally:
+        con.close()
+    pg8000 = pytest.importorskip("pg8000.native")
+    con = pg8000.Connection("analyst", password=PASSWORD, host=server.host, port=server.port,
+                            database="demo")  # fmt: skip
+    try:
+        (row,) = con.run(sql.format(":regions"), regions=["R01", "R03"])
+    finally:
+        con.close()
+    assert int(row[0]) == listed > 0
