@@ -946,6 +946,29 @@ THRESHOLD_BYPASS = [
     ),
 ]
 
+# What BI tools send, read as what it means (s41g): SELECT DISTINCT as the GROUP BY of its
+# outputs, x = ANY(list) as x IN (list); each is then refused as the form it is read as.
+BI_FORMS = [
+    ("distinct_with_identifier", "SELECT DISTINCT region, person_id FROM persons"),
+    ("distinct_ordered_by_measure", "SELECT DISTINCT region FROM persons ORDER BY income"),
+    (
+        "distinct_with_window",
+        "SELECT DISTINCT region, ROW_NUMBER() OVER (ORDER BY income) FROM persons",
+    ),
+    ("distinct_of_weight", f"SELECT DISTINCT weight FROM persons WHERE {TARGET}"),
+    (
+        "distinct_in_subquery",
+        "SELECT COUNT(*) FROM (SELECT DISTINCT income FROM persons WHERE region = 'R01') t",
+    ),
+    (
+        "any_array_off_break",
+        f"SELECT COUNT(*) FROM persons WHERE {TARGET} AND income = ANY(ARRAY[49455.39])",
+    ),
+    ("any_array_identifier", "SELECT COUNT(*) FROM persons WHERE person_id = ANY(ARRAY[1, 2])"),
+    ("any_array_of_column", "SELECT COUNT(*) FROM persons WHERE region = ANY(ARRAY[sex, 'R01'])"),
+    ("any_array_mixed_types", "SELECT COUNT(*) FROM persons WHERE region = ANY(['R01', 1])"),
+]
+
 CATEGORIES = {
     "file": FILE_READERS,
     "statement": STATEMENTS,
@@ -971,6 +994,7 @@ CATEGORIES = {
     "expression": EXPRESSION_TRICKS,
     "table_fn": TABLE_FUNCTIONS_AND_VALUES,
     "threshold_bypass": THRESHOLD_BYPASS,
+    "bi_forms": BI_FORMS,
 }
 
 # Known limits of the threshold baseline, kept as strict xfails so that the suite says so and
