@@ -70,3 +70,19 @@ def test_two_confidential_tables_still_count_distinct_units(analyst):
         "FROM persons p JOIN households h ON p.household_id = h.household_id GROUP BY h.tenure"
     )
     assert "COUNT(DISTINCT" in analyst.explain(sql).sql
+
+
+@pytest.mark.parametrize("database", ["analyst", "ckm"])
+def test_distinct_counts_over_the_join_are_those_of_the_table_alone(request, database):
+    """Units, references and dimensions counted over the join are keyed as on the table."""
+    con = request.getfixturevalue(database)
+    counts = ("COUNT(DISTINCT {p}person_id) AS n, COUNT(DISTINCT {p}household_id) AS h, "
+              "COUNT(DISTINCT {p}municipality) AS m")  # fmt: skip
+    joined = (
+        f"SELECT r.region, {counts.format(p='p.')} FROM persons p "
+        "JOIN regions r ON p.region = r.region GROUP BY r.region ORDER BY 1"
+    )
+    alone = f"SELECT region, {counts.format(p='')} FROM persons GROUP BY region ORDER BY 1"
+    answered = con.execute(joined).fetchall()
+    assert answered == con.execute(alone).fetchall()
+    assert len(answered) > 0
