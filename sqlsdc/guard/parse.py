@@ -57,8 +57,8 @@ def parse_statement(
             "shorten it (e.g. a range instead of a long IN list or OR chain), or ask an admin "
             "about the policy's `limits.max_statement_characters`",
         )
-    text = number_placeholders(sql)
     try:
+        text = number_placeholders(sql)  # tokenized: a TokenError is a syntax error too
         statements = [s for s in sqlglot.parse(text, read=DIALECT) if s]
     except RecursionError:
         raise too_complex(sql) from None
