@@ -68,3 +68,23 @@ def test_binary_arrays():
 def test_malformed_binary_arrays_are_refused(data):
     with pytest.raises(ParameterError):
         types.read_parameter(data, INT8_ARRAY, True)
+
+
+def test_psycopgs_text_arrays_read_back_as_the_lists_dumped():
+    """What psycopg writes for a list of str (quotes, backslashes, braces, commas, blanks,
+    ``NULL`` as text and as a null, empty strings, non-ASCII) reads back as that list."""
+    adapt = pytest.importorskip("psycopg.adapt")
+    import random
+
+    rng = random.Random(41)
+    alphabet = ["a", "Z", " ", ",", '"', "\\", "{", "}", "é", "N", "U", "L", "\t"]
+    transformer = adapt.Transformer()
+    for _ in range(300):
+        values = [
+            None if rng.random() < 0.1 else
+            rng.choice(["NULL", "null", ""]) if rng.random() < 0.1 else
+            "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 6)))
+            for _ in range(rng.randint(1, 5))
+        ]  # fmt: skip
+        dumped = bytes(transformer.get_dumper(values, adapt.PyFormat.TEXT).dump(values))
+        assert types.read_parameter(dumped, TEXT_ARRAY, False) == values, dumped
