@@ -1,6 +1,7 @@
 """What BI tools and notebooks send, on an embedded guarded connection (new user s40h): a
 limit written as a cast of a literal (SQLAlchemy's ``.limit(3)`` on PostgreSQL) is the literal,
-and the refusals of ``SELECT DISTINCT``, ``FILTER`` and ``= ANY(list)`` say what to write."""
+``SELECT DISTINCT`` is answered as the GROUP BY of its outputs (s41g), and the refusals of
+``FILTER`` and ``= ANY(list)`` say what to write."""
 
 from __future__ import annotations
 
@@ -55,31 +56,114 @@ def test_a_limit_cast_inside_a_subquery_is_folded_too(analyst):
     )
 
 
-def test_select_distinct_of_dimensions_is_refused_with_the_group_by_to_write(analyst):
-    with pytest.raises(sqlsdc.PolicyViolation, match="row-level output") as refused:
-        analyst.execute("SELECT DISTINCT p.region, sex AS s FROM persons p ORDER BY 1")
-    assert refused.value.hint == (
-        "write GROUP BY region, sex instead of DISTINCT, e.g. SELECT region, sex FROM persons "
-        "GROUP BY region, sex (each group is listed as its protected count allows)"
-    )
-    suggested = "SELECT region, sex FROM persons GROUP BY region, sex"
-    assert len(analyst.execute(suggested).fetchall()) > 0  # the hint is answered
+TARGET = "municipality = 'R08-M018' AND sex = 'F' AND age = 43 AND occupation = 'craft_trades'"
 
 
 @pytest.mark.parametrize(
-    "sql",
+    ("distinct", "grouped"),
     [
-        "SELECT DISTINCT income FROM persons",  # a measure: GROUP BY income is refused too
-        "SELECT DISTINCT person_id FROM persons",  # an identifier
-        "SELECT DISTINCT lower(region) FROM persons",
-        "SELECT DISTINCT p.region FROM persons p JOIN households h "
-        "ON p.household_id = h.household_id",
+        ("SELECT DISTINCT region FROM persons", "SELECT region FROM persons GROUP BY region"),
+        (
+            "SELECT DISTINCT p.region, sex AS s FROM persons p WHERE age >= 80 ORDER BY 1",
+            "SELECT p.region, sex AS s FROM persons p WHERE age >= 80 GROUP BY 1, 2 ORDER BY 1",
+        ),
+        (
+            "SELECT DISTINCT municipality, sex, age FROM persons ORDER BY age DESC LIMIT 5",
+            "SELECT municipality, sex, age FROM persons GROUP BY ALL ORDER BY age DESC LIMIT 5",
+        ),
+        (
+            "SELECT DISTINCT lower(region) AS r, 'x' AS c FROM persons",
+            "SELECT lower(region) AS r, 'x' AS c FROM persons GROUP BY lower(region)",
+        ),
+        (
+            "SELECT DISTINCT r.name FROM persons p JOIN regions r ON p.region = r.region "
+            "WHERE p.age > 90",
+            "SELECT r.name FROM persons p JOIN regions r ON p.region = r.region "
+            "WHERE p.age > 90 GROUP BY r.name",
+        ),
+        (
+            "SELECT DISTINCT p.region, h.tenure FROM persons p JOIN households h "
+            "ON p.household_id = h.household_id",
+            "SELECT p.region, h.tenure FROM persons p JOIN households h "
+            "ON p.household_id = h.household_id GROUP BY 1, 2",
+        ),
+        (
+            "WITH old AS (SELECT region, sex FROM persons WHERE age >= 90) "
+            "SELECT DISTINCT sex, region FROM old",
+            "WITH old AS (SELECT region, sex FROM persons WHERE age >= 90) "
+            "SELECT sex, region FROM old GROUP BY sex, region",
+        ),
     ],
 )
-def test_select_distinct_of_other_values_keeps_the_aggregate_hint(analyst, sql):
-    with pytest.raises(sqlsdc.PolicyViolation, match="row-level output") as refused:
+def test_select_distinct_is_answered_as_the_group_by_of_its_outputs(analyst, distinct, grouped):
+    """BI tools' filter lists: the rows DISTINCT keeps are the groups of GROUP BY every
+    output, listed as a grouping without aggregates lists them (its protected count)."""
+    answered = analyst.execute(distinct).fetchall()
+    assert answered == analyst.execute(grouped).fetchall()
+    assert len(answered) > 0
+
+
+def test_select_distinct_lists_only_groups_the_policy_publishes(analyst, raw):
+    """Under the threshold rule a listed group is one of 10 persons or more, and every such
+    group is listed: DISTINCT tells no more than the counts would."""
+    listed = analyst.execute("SELECT DISTINCT municipality, sex, age FROM persons").fetchall()
+    large = raw.execute(
+        "SELECT municipality, sex, age FROM persons GROUP BY ALL HAVING COUNT(*) >= 10"
+    ).fetchall()
+    assert sorted(listed) == sorted(large)
+    small = raw.execute("SELECT COUNT(*) FROM (SELECT DISTINCT municipality, sex, age "
+                        "FROM persons)").fetchone()[0]  # fmt: skip
+    assert small > len(listed)  # the small groups exist and are not listed
+    assert analyst.execute(f"SELECT DISTINCT sex, age FROM persons WHERE {TARGET}").fetchall() == []
+
+
+def test_select_distinct_under_the_cell_key_method_lists_the_groups_of_the_grouping(ckm):
+    """Under CKM a grouping without aggregates lists the groups whose protected count reaches
+    the minimum frequency; DISTINCT lists exactly those, and with a DP table its groups."""
+    for distinct, grouped in (
+        ("SELECT DISTINCT municipality, sex, age FROM persons",
+         "SELECT municipality, sex, age FROM persons GROUP BY ALL"),
+        ("SELECT DISTINCT scheme FROM benefits", "SELECT scheme FROM benefits GROUP BY scheme"),
+    ):  # fmt: skip
+        answered = ckm.execute(distinct).fetchall()
+        assert answered == ckm.execute(grouped).fetchall()
+        assert len(answered) > 0
+
+
+@pytest.mark.parametrize(
+    ("sql", "match"),
+    [
+        ("SELECT DISTINCT income FROM persons", "'income' is a measure and cannot be grouped by"),
+        ("SELECT DISTINCT region, income FROM persons", "is a measure"),
+        ("SELECT DISTINCT person_id FROM persons", "identifier persons.person_id cannot be"),
+        ("SELECT DISTINCT * FROM persons", "cannot be grouped by"),
+        ("SELECT DISTINCT region, turnover FROM enterprises LIMIT 1", "is a measure"),
+    ],
+)
+def test_select_distinct_of_a_measure_or_identifier_stays_refused(analyst, sql, match):
+    with pytest.raises(sqlsdc.PolicyViolation, match=match):
         analyst.execute(sql)
-    assert refused.value.hint.startswith("aggregate it: e.g. SELECT")
+
+
+@pytest.mark.parametrize(
+    ("sql", "match"),
+    [  # DISTINCT applies after what these compute; a grouping would compute it per group
+        ("SELECT DISTINCT region, COUNT(*) OVER () FROM persons", "row-level output"),
+        ("SELECT DISTINCT 5 FROM persons", "row-level output"),  # no value read
+        ("SELECT DISTINCT region FROM persons ORDER BY COUNT(*)", "must appear in GROUP BY"),
+        ("SELECT COUNT(*) FROM (SELECT DISTINCT region FROM persons) t", "DISTINCT on"),
+        ("SELECT DISTINCT region FROM persons UNION SELECT region FROM regions", "UNION"),
+    ],
+)
+def test_distinct_where_it_is_no_grouping_is_left_as_it_is(analyst, sql, match):
+    with pytest.raises(sqlsdc.PolicyViolation, match=match):
+        analyst.execute(sql)
+
+
+def test_distinct_over_public_rows_or_aggregates_is_not_rewritten(analyst):
+    assert "DISTINCT" in analyst.explain("SELECT DISTINCT name FROM regions").sql
+    sql = "SELECT DISTINCT COUNT(*) > 0 AS any FROM persons GROUP BY region"
+    assert analyst.execute(sql).fetchall() == [(True,)]
 
 
 def test_filter_clause_is_refused_with_the_case_when_to_write(analyst):
@@ -91,10 +175,105 @@ def test_filter_clause_is_refused_with_the_case_when_to_write(analyst):
     assert len(analyst.execute(written).fetchall()) > 0
 
 
-def test_any_of_a_list_is_refused_with_the_in_list_to_write(analyst):
+@pytest.mark.parametrize(
+    ("written", "as_in"),
+    [  # psycopg2 writes a list into the text: ARRAY['R01','R02'], a date '2020-01-02'::date
+        ("region = ANY(ARRAY['R01','R03'])", "region IN ('R01', 'R03')"),
+        ("region = ANY(['R02'])", "region IN ('R02')"),  # DuckDB's list literal
+        ("age = ANY (ARRAY[30,31,NULL]) AND sex = 'F'", "age IN (30, 31, NULL) AND sex = 'F'"),
+    ],
+)
+def test_any_of_a_written_array_of_constants_is_its_in_list(analyst, written, as_in):
+    sql = "SELECT region, COUNT(*) AS n FROM persons WHERE {} GROUP BY region ORDER BY 1"
+    answered = analyst.execute(sql.format(written)).fetchall()
+    assert answered == analyst.execute(sql.format(as_in)).fetchall()
+    assert len(answered) > 0
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        "region = ANY(ARRAY[sex])",  # not constants
+        "region = ANY(ARRAY[(SELECT MIN(region) FROM regions)])",
+        "region = ANY('{}')",  # PostgreSQL's array text: a string to DuckDB
+        "region = ANY(ARRAY[])",
+        "region < ANY(ARRAY['R02'])",
+    ],
+)
+def test_any_of_anything_else_is_refused_with_the_in_list_to_write(analyst, condition):
     with pytest.raises(sqlsdc.PolicyViolation, match="ANY is not allowed") as refused:
-        analyst.execute("SELECT COUNT(*) FROM persons WHERE region = ANY(['north', 'south'])")
-    assert refused.value.hint.startswith("write column IN (value, ...)")
+        analyst.execute(f"SELECT COUNT(*) FROM persons WHERE {condition}")
+    assert refused.value.hint.startswith("write column IN (value, ...), column = ANY(ARRAY[")
+
+
+BY_REGION = "SELECT region, sex, COUNT(*) AS n, AVG(income) AS a FROM persons WHERE {} GROUP BY ALL"
+
+
+@pytest.mark.parametrize(
+    ("condition", "params", "written"),
+    [
+        ("region = ANY(?)", [["R01", "R03"]], "region IN ('R01', 'R03')"),
+        ("region = ANY (?) AND age >= ?", [("R02",), 65], "region IN ('R02') AND age >= 65"),
+        ("age = ANY($1) AND sex = $2", [[30, 31, None], "F"],
+         "age IN (30, 31, NULL) AND sex = 'F'"),
+        ("sex = $s AND age = ANY($ages)", {"ages": [80, 81], "s": "M"},
+         "sex = 'M' AND age IN (80, 81)"),
+        ("NOT (region = ANY(?))", [["R01"]], "NOT region IN ('R01')"),
+    ],
+)  # fmt: skip
+def test_a_list_parameter_of_any_is_the_in_list_of_its_values(analyst, condition, params, written):
+    """psycopg's ``col = ANY(%s)`` of a Python list: the IN list of literals it means."""
+    answered = analyst.execute(BY_REGION.format(condition), params).fetchall()
+    assert answered == analyst.execute(BY_REGION.format(written)).fetchall()
+    assert len(answered) > 0
+
+
+@pytest.mark.parametrize(
+    ("condition", "params", "match"),
+    [  # the checks of the IN list written out
+        ("income = ANY(?)", [[49455.39, 49455.4]], "class break"),
+        ("person_id = ANY(?)", [[1, 2]], "identifier persons.person_id cannot be used"),
+        ("region = ANY(?)", [["R01", 5]], "could raise an error"),
+        ("region < ANY(?)", [["R01"]], "a list parameter is bound only as the values of"),
+        ("region IN ?", [["R01"]], "a list parameter is bound only as the values of"),
+        ("region = ANY(?)", ["R01"], "ANY is not allowed"),  # no list: an array of text
+        ("region = ANY(?)", [[]], "is empty"),
+        ("region = ANY(?)", [[["R01"]]], "holds a list"),
+    ],
+)
+def test_a_list_parameter_is_checked_as_its_in_list_or_refused(analyst, condition, params, match):
+    with pytest.raises(sqlsdc.Error, match=match):
+        analyst.execute(BY_REGION.format(condition), params)
+
+
+def test_a_list_parameter_counts_against_the_statement_length(analyst):
+    values = [f"R{i:08d}" for i in range(80_000)]  # 14 characters each written out
+    with pytest.raises(sqlsdc.PolicyViolation, match="with its list parameters written out"):
+        analyst.execute(BY_REGION.format("region = ANY(?)"), [values])
+    many = list(range(400_000))  # refused by its length before a literal is made
+    with pytest.raises(sqlsdc.PolicyViolation, match="with its list parameters written out"):
+        analyst.execute(BY_REGION.format("age = ANY(?)"), [many])
+
+
+class _Spelled(int):
+    """An int whose repr is another number's: a list's repr is its elements' reprs."""
+
+    def __repr__(self) -> str:
+        return "30"
+
+
+def test_a_list_parameter_keys_the_check_cache_element_by_element(analyst):
+    """The check cache keys parameters by type and spelling; a list's spelling alone would
+    give ``[_Spelled(31)]`` (bound as 31) the key of ``[30]``, and ``[30]`` its check."""
+    sql = BY_REGION.format("age = ANY(?)")
+    assert (
+        analyst.execute(sql, [[_Spelled(31)]]).fetchall()
+        == analyst.execute(BY_REGION.format("age IN (31)")).fetchall()
+    )
+    assert (
+        analyst.execute(sql, [[30]]).fetchall()
+        == analyst.execute(BY_REGION.format("age IN (30)")).fetchall()
+    )
 
 
 @pytest.mark.parametrize(
@@ -135,3 +314,35 @@ def test_distinct_on_is_refused_by_name_before_name_resolution(analyst):
     with pytest.raises(sqlsdc.PolicyViolation, match="DISTINCT ON is not allowed") as refused:
         analyst.execute("SELECT DISTINCT ON (region) region, income FROM persons")
     assert refused.value.hint == "use GROUP BY"  # was "Column 'region' could not be resolved"
+
+
+@pytest.mark.parametrize(
+    ("sql", "params", "named", "not_named"),
+    [
+        ("SELECT region, to_char(age, '999') FROM persons GROUP BY region, age", None,
+         "function to_char() is not allowed (to_char(...), read as CAST(", "cast()"),
+        ("SELECT string_agg(region, ',') FROM persons", None,
+         "function string_agg() is not allowed (string_agg(persons.region, ','))", "listagg"),
+        ("SELECT region, GROUP_CONCAT(sex) FROM persons GROUP BY region", None,
+         "function group_concat() is not allowed", "listagg"),
+        ("SELECT region, COUNT(*) FROM persons WHERE age = ? AND sex = ? AND "
+         "to_char(age) = ? GROUP BY region", [30, "F", "30"], "function to_char()", "cast()"),
+        ("SELECT region, SUM(nvl(income, 0)) FROM persons GROUP BY region", None,
+         "(function nvl() transforms the values)", "coalesce()"),
+        ("SELECT region, var_samp(income) FROM persons GROUP BY region", None,
+         "VAR_SAMP over confidential values is not allowed", "VARIANCE"),
+        ("SELECT region, COUNT(*) FROM persons WHERE pow(age, 2) > 100 GROUP BY region", None,
+         "pow(persons.age, 2) could raise an error", "POWER"),
+        ("SELECT region, list(age) FROM persons GROUP BY region", None,
+         "function list() is not allowed (list(persons.age))", "array_agg"),
+    ],
+)  # fmt: skip
+def test_a_refusal_names_functions_as_the_statement_wrote_them(
+    analyst, sql, params, named, not_named
+):
+    """sqlglot reads ``to_char`` as a cast, ``string_agg`` as LISTAGG, ``nvl`` as COALESCE:
+    a refusal named functions the analyst never wrote (s41g)."""
+    with pytest.raises(sqlsdc.PolicyViolation) as refused:
+        analyst.execute(sql, params)
+    assert named in refused.value.args[0]
+    assert not_named.lower() not in str(refused.value).lower()

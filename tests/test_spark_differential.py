@@ -45,9 +45,16 @@ THRESHOLD_QUERIES = [
     # the dominance rule on a unit's rows summed first: GROUP BY unit, ROLLUP (...), GROUPING,
     # the join on the cell's keys IS NOT DISTINCT FROM (<=> on Spark)
     "SELECT scheme, region, SUM(month) AS months FROM benefits GROUP BY ROLLUP (scheme, region)",
+    # s41g: DISTINCT as the grouping of its outputs; a public join counting rows as units
+    "SELECT DISTINCT region, sex FROM persons WHERE age > 90",
+    "SELECT r.name, COUNT(*) AS n FROM persons p JOIN regions r ON p.region = r.region "
+    "WHERE p.age = ANY([90, 91]) GROUP BY r.name",
 ]
 
 CKM_QUERIES = [
+    "SELECT DISTINCT municipality FROM persons WHERE age > 95",
+    "SELECT r.name, COUNT(*) AS n FROM persons p LEFT JOIN regions r ON p.region = r.region "
+    "GROUP BY r.name",
     "SELECT region, sex, COUNT(*) AS n FROM persons GROUP BY ROLLUP (region, sex)",
     "SELECT municipality, age, COUNT(*) AS n FROM persons WHERE age > 90 "
     "GROUP BY municipality, age",

@@ -71,6 +71,7 @@ from sqlsdc.guard.dp_release import (
     resolve_domains,
     stage_cells,
 )
+from sqlsdc.guard.list_parameters import LIST_TYPES
 from sqlsdc.guard.listed_cells import listed
 from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, protect
 from sqlsdc.guard.postprocess import (
@@ -1161,8 +1162,17 @@ def _freeze(params):
     if params is None:
         return None
     if isinstance(params, dict):
-        return tuple(sorted((k, type(v), repr(v)) for k, v in params.items()))
-    return tuple((type(v), repr(v)) for v in params)
+        return tuple(sorted((k, *_frozen_value(v)) for k, v in params.items()))
+    return tuple(_frozen_value(v) for v in params)
+
+
+def _frozen_value(value) -> tuple:
+    """One parameter as a key: its type and spelling, and a list's (``= ANY(?)``) element by
+    element, each with its type: ``repr`` of a list calls its elements' own ``__repr__``, and
+    an int subclass spelled ``1`` and bound as 2 shared the key of ``[1]``."""
+    if type(value) in LIST_TYPES:
+        return (type(value), tuple(_frozen_value(v) for v in value))
+    return (type(value), repr(value))
 
 
 def _statement_timeout(policy: Policy, asked: float | None) -> float:

@@ -20,7 +20,9 @@ from sqlglot.tokens import TokenType
 
 from sqlsdc.engines.trees import nodes, of_kind
 from sqlsdc.errors import PolicyViolation, ProgrammingError, SqlSyntaxError
+from sqlsdc.guard.list_parameters import any_as_in, is_any_operand, is_list, listed
 from sqlsdc.planner.connectors import balance_connectors, depth
+from sqlsdc.planner.written import remember_names
 from sqlsdc.policy.model import DEFAULT_MAX_STATEMENT_CHARACTERS
 
 DIALECT = "duckdb"
@@ -56,7 +58,8 @@ def parse_statement(
             "about the policy's `limits.max_statement_characters`",
         )
     try:
-        statements = [s for s in sqlglot.parse(number_placeholders(sql), read=DIALECT) if s]
+        text = number_placeholders(sql)  # tokenized: a TokenError is a syntax error too
+        statements = [s for s in sqlglot.parse(text, read=DIALECT) if s]
     except RecursionError:
         raise too_complex(sql) from None
     except (ParseError, TokenError) as e:
@@ -90,6 +93,7 @@ def parse_statement(
             sql,
         )
     parsed = nodes(tree)  # one walk for the clause check and the chains to balance
+    remember_names(parsed, text)  # refusals name functions as the statement wrote them
     _check_clauses(parsed, sql)
     _check_selects(parsed, sql)
     return _check_depth(balance_connectors(tree, parsed), sql, walked)
@@ -244,8 +248,16 @@ def _check_depth(tree: exp.Expr, sql: str, walked: list[exp.Expr] | None = None)
     return tree
 
 
-def bind_parameters(tree: exp.Expr, params, sql: str | None = None) -> exp.Expr:
-    """Copy of ``tree`` with ``?``, ``$n`` and ``$name`` placeholders replaced by literals.
+def bind_parameters(
+    tree: exp.Expr,
+    params,
+    sql: str | None = None,
+    max_length: int = DEFAULT_MAX_STATEMENT_CHARACTERS,
+) -> exp.Expr:
+    """Copy of ``tree`` with ``?``, ``$n`` and ``$name`` placeholders replaced by literals,
+    and ``x = ANY(?)`` of a list parameter by ``x IN (<its values>)``
+    (:mod:`sqlsdc.guard.list_parameters`; with them written out, the statement must fit
+    ``max_length`` characters).
 
     ``sql``, the text ``tree`` was parsed from, spares a statement without parameters the
     walk of its tree: placeholders are written with ``?`` or ``$``."""
@@ -282,12 +294,21 @@ def bind_parameters(tree: exp.Expr, params, sql: str | None = None) -> exp.Expr:
             raise ProgrammingError(f"no value given for parameter ${name}")
         return params[name]
 
+    bound: list[exp.Tuple] = []  # the list parameters of x = ANY(?)
+
     def replace(node: exp.Expr) -> exp.Expr:
         if isinstance(node, (exp.Placeholder, exp.Parameter)):
-            return literal(value_for(node))
+            value = value_for(node)
+            if is_list(value) and is_any_operand(node):
+                bound.append(listed(value, literal, sql, max_length))
+                return bound[-1]
+            return literal(value)
         return node
 
-    return tree.transform(replace, copy=False)
+    tree = tree.transform(replace, copy=False)
+    if bound:
+        any_as_in(bound, sql, max_length)
+    return tree
 
 
 def _check_count(placeholders: list[exp.Expr], params, positional: bool) -> None:
@@ -347,6 +368,11 @@ def literal(value) -> exp.Expr:
     if isinstance(value, (bytes, bytearray, memoryview)):  # sqlsdc.Binary, as \xNN escapes
         text = "".join(f"\\x{byte:02X}" for byte in bytes(value))
         return exp.cast(exp.Literal.string(text), "BLOB")
+    if isinstance(value, (list, tuple)):
+        raise ProgrammingError(
+            "a list parameter is bound only as the values of column = ANY(?), which is "
+            "column IN (its values); pass one value per placeholder elsewhere"
+        )
     raise ProgrammingError(
         f"parameters of type {type(value).__name__} are not supported; "
         "use str, int, float, bool, None, date, time, datetime or bytes"

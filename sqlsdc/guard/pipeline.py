@@ -19,6 +19,7 @@ from sqlglot import exp
 
 from sqlsdc.engines.trees import nodes, release
 from sqlsdc.errors import Error, InternalError, PolicyViolation
+from sqlsdc.guard.list_parameters import arrays_as_in
 from sqlsdc.guard.parse import (
     bind_parameters,
     check_limits,
@@ -268,8 +269,10 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
     walked: list[exp.Expr] = []  # one walk for the checks before qualification, one after
     parsed = parse_statement(sql, context.policy.max_statement_characters, walked)
     in_time()
-    tree = bind_parameters(parsed, params, sql)
+    tree = bind_parameters(parsed, params, sql, context.policy.max_statement_characters)
     if tree is not parsed:  # parameters bound into a copy
+        walked = nodes(tree)
+    if arrays_as_in(walked):  # x = ANY(ARRAY['a', 'b']), as psycopg2 writes a list
         walked = nodes(tree)
     if fold_limit_casts(walked):  # LIMIT CAST(3 AS INT), as SQLAlchemy binds .limit(3)
         walked = nodes(tree)
@@ -286,8 +289,8 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
             raise
         # refused as when sqlglot resolves every column (which one a message names may
         # depend on the order it meets them in): again, on a fresh tree, without groups
-        fresh = bind_parameters(parse_statement(sql, context.policy.max_statement_characters),
-                                params, sql)  # fmt: skip
+        limit = context.policy.max_statement_characters
+        fresh = bind_parameters(parse_statement(sql, limit), params, sql, limit)
         qualify_tree(fresh, context.schema, sql)
         raise
     qualified_names = [p.alias_or_name for p in _first_select(tree).expressions]

@@ -25,6 +25,7 @@ from sqlsdc.planner.scopes import (
     unwrap,
 )
 from sqlsdc.planner.totality import NUMERIC, family, wide_exact
+from sqlsdc.planner.written import written_name
 from sqlsdc.policy import AggregateKind, ColumnRole, Method
 
 
@@ -91,7 +92,7 @@ class AggregateChecks:
         ``meta[STATISTIC]`` (the base columns of its value), which the cell key method uses to
         give different statistics of the same rows independent noise.
         """
-        name = aggregate.sql_name().upper()
+        name = (written_name(aggregate) or aggregate.sql_name()).upper()
         if isinstance(aggregate, exp.Grouping):
             self._check_grouping(aggregate, info)
             return []  # not an aggregate of values: the rewrite reads it from the cell's level

@@ -10,6 +10,8 @@ import re
 
 from sqlglot import exp
 
+from sqlsdc.planner.written import written_name
+
 STRUCTURE = (
     exp.Select,
     exp.From,
@@ -151,9 +153,12 @@ RESERVED_PREFIX = "__"
 
 
 def describe(node: exp.Expr) -> str:
-    """A user-facing name for a node: the SQL keyword or function name."""
+    """A user-facing name for a node: the SQL keyword or function name (a function's as the
+    statement wrote it, :mod:`sqlsdc.planner.written`)."""
     if isinstance(node, exp.Anonymous):
         return f"function {node.name}()"
+    if (written := written_name(node)) is not None:
+        return f"function {written}()"
     if isinstance(node, exp.Func):
         called = re.match(r"([A-Za-z_][A-Za-z0-9_]*)\(", node.sql("duckdb"))
         return f"function {(called.group(1) if called else node.sql_name()).lower()}()"

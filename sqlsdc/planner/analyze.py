@@ -28,6 +28,7 @@ from sqlsdc.planner.allowlist import (
     describe,
 )
 from sqlsdc.planner.breaks import check_classed_comparisons, check_classed_positions
+from sqlsdc.planner.distinct_rows import distinct_as_groups
 from sqlsdc.planner.identity import canonical_expression
 from sqlsdc.planner.inlining import Inlining
 from sqlsdc.planner.repeated_columns import RepeatedColumns
@@ -50,6 +51,7 @@ from sqlsdc.planner.scopes import (
     unwrap,
 )
 from sqlsdc.planner.total_checks import TotalityChecks
+from sqlsdc.planner.written import spelled_sql
 from sqlsdc.policy import AggregateKind, ColumnRole, GroupKeys, Method, Policy
 
 
@@ -106,6 +108,7 @@ def analyze(
     (:mod:`sqlsdc.planner.repeated_keys`)."""
     if _allowed_nodes(tree, sql, walked, repeated):
         _expand_by_all(tree)
+    distinct_as_groups(tree, policy)  # BI tools' filter lists: SELECT DISTINCT region ...
     if keys is not None:
         keys.detach()
     annotate_types(tree, schema=schema, dialect=DIALECT)
@@ -165,8 +168,9 @@ SET_OPERATION_CLAUSES = {
 _INSTEAD = {  # what to write for a construct BI tools and notebooks send that is not allowed
     exp.Filter: "write the condition inside the aggregate: COUNT(CASE WHEN condition THEN 1 "
     "END), SUM(CASE WHEN condition THEN measure END), AVG(CASE WHEN condition THEN measure END)",
-    exp.Any: "write column IN (value, ...); a list parameter (psycopg's = ANY(%s)) as one "
-    "placeholder per value: IN (%s, %s)",
+    exp.Any: "write column IN (value, ...), column = ANY(ARRAY[value, ...]) of constants, or "
+    "column = ANY(?) with a list parameter (as psycopg writes a Python list: = ANY(%s)); each "
+    "is read as that IN list",
 }
 _CLAUSE_CHECKED = (exp.Select, *SET_OPERATIONS, exp.With, exp.Distinct, exp.Group, exp.Ordered)
 
@@ -214,7 +218,7 @@ def _check_nodes(tree: exp.Expr, sql: str, walked: list[exp.Expr] | None = None)
                 )
         if not isinstance(node, ALLOWED):
             raise PolicyViolation(
-                f"{describe(node)} is not allowed ({node.sql(DIALECT)[:80]})",
+                f"{describe(node)} is not allowed ({spelled_sql(node)})",
                 _INSTEAD.get(
                     node.__class__,
                     "use plain SELECT queries with COUNT, SUM, AVG over the declared tables; "
@@ -301,32 +305,6 @@ def _clauses(select: exp.Select, *keys: str) -> list[exp.Expr]:
         elif value is not None:
             nodes.append(value)
     return nodes
-
-
-def _distinct_hint(select: exp.Expr, policy: Policy) -> str | None:
-    """For ``SELECT DISTINCT`` of dimensions of one table (BI tools' filter lists,
-    SQLAlchemy's ``select(...).distinct()``), the GROUP BY that lists the same values as
-    protected groups; None for any other statement. DISTINCT itself stays refused: it lists
-    rows, and a group is released only as its protected count allows."""
-    if not isinstance(select, exp.Select) or select.args.get("joins"):
-        return None
-    distinct, source = select.args.get("distinct"), select.args.get("from_")
-    if distinct is None or distinct.args.get("on") is not None:
-        return None
-    named = source is not None and isinstance(source.this, exp.Table)
-    table = policy.table(source.this.name) if named else None
-    values = [p.unalias() for p in select.expressions]
-    if table is None or not values or not all(isinstance(v, exp.Column) for v in values):
-        return None
-    declared = [table.column(v.name) for v in values]
-    if not all(c is not None and c.role is ColumnRole.DIMENSION for c in declared):
-        return None
-    keys = ", ".join(exp.column(v.name).sql(DIALECT) for v in values)
-    name = exp.table_(table.name).sql(DIALECT)
-    return (
-        f"write GROUP BY {keys} instead of DISTINCT, e.g. SELECT {keys} FROM {name} GROUP BY "
-        f"{keys} (each group is listed as its protected count allows)"
-    )
 
 
 class _Checker(AggregateChecks, TotalityChecks):
@@ -494,8 +472,7 @@ class _Checker(AggregateChecks, TotalityChecks):
             if scope.is_root:
                 raise self.refuse(
                     "row-level output of confidential tables is not allowed",
-                    _distinct_hint(scope.expression, self.policy)
-                    or f"aggregate it: e.g. {self._aggregate_example(scope)}",
+                    f"aggregate it: e.g. {self._aggregate_example(scope)}",
                 )
             if scope.is_subquery:
                 raise self.refuse(

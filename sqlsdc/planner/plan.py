@@ -225,7 +225,15 @@ class _Planner:
         if keyed or groups_released:  # a released group's presence is keyed noise too
             units, rkeys, tables, instances = self._units(info.scope, with_rkeys=True)
         one_per_row = instances == 1 and len(tables) == 1 and self.unit_per_row.get(tables[0])
-        if one_per_row and Method.DP not in keyed:  # DP bounds contributions per unit
+        # joined with public tables (or protected cells) only, each on a unique key, with that
+        # table as the driver: the rows are still its rows, each once (planner/multiplicity)
+        driven = (
+            not one_per_row
+            and len(tables) == 1
+            and self.unit_per_row.get(tables[0], False)
+            and self._row_source(info.scope) == 0
+        )
+        if (one_per_row or driven) and Method.DP not in keyed:  # DP bounds contributions per unit
             units = None
         aggregates = [self._aggregate(node, tables, select) for node in info.aggregates]
         group_k = None
@@ -259,7 +267,7 @@ class _Planner:
             row_source,
             bool(one_per_row),
             choose_mechanism(aggregates, count_methods),
-            rows_are_units=bool(one_per_row)
+            rows_are_units=bool(one_per_row or driven)
             or (row_source is not None and self.unit_per_row.get(tables[row_source], False)),
             scope=info.scope,
         )

@@ -22,6 +22,7 @@ from sqlsdc.planner.totality import (
     partiality,
     set_operation_problem,
 )
+from sqlsdc.planner.written import spelled_sql
 
 
 class TotalityChecks:
@@ -74,7 +75,7 @@ class TotalityChecks:
                 problem = aggregate_partiality(n) if _is_aggregate_call(n) else None
                 if problem:  # ``MEDIAN(d)`` of dates far apart (red team s36b)
                     raise self.refuse(
-                        f"{n.sql(DIALECT)[:80]} could raise an error on public values, and "
+                        f"{spelled_sql(n, DIALECT)} could raise an error on public values, and "
                         f"whether it runs depends on the confidential rows ({problem})",
                         "take MEDIAN, QUANTILE_CONT, AVG, STDDEV or VARIANCE of numbers (e.g. of "
                         "year(d) or EXTRACT(epoch FROM d)), or MIN, MAX or QUANTILE_DISC",
@@ -89,7 +90,7 @@ class TotalityChecks:
                 problem = partiality(n)
                 if problem:
                     raise self.refuse(
-                        f"{n.sql(DIALECT)[:80]} could raise an error on public values, and "
+                        f"{spelled_sql(n, DIALECT)} could raise an error on public values, and "
                         f"whether it runs depends on the confidential rows ({problem})",
                         TOTALITY_HINT,
                     )
@@ -248,7 +249,7 @@ class TotalityChecks:
             problem = partiality(n)
             if problem:
                 raise self.refuse(
-                    f"{n.sql(DIALECT)[:80]} could raise an error for some confidential values "
+                    f"{spelled_sql(n, DIALECT)} could raise an error for some confidential values "
                     f"({problem}), which would reveal them",
                     TOTALITY_HINT,
                 )

@@ -22,6 +22,7 @@ from sqlglot import exp
 from sqlsdc.planner.allowlist import describe
 from sqlsdc.planner.exact_mixing import DERIVED, mixing
 from sqlsdc.planner.temporal_parts import TIMES, extract_problem, strftime_problem
+from sqlsdc.planner.written import written_name
 
 DIALECT = "duckdb"
 T = exp.DataType.Type
@@ -521,7 +522,8 @@ def partiality(n: exp.Expr) -> str | None:
         arguments = [a for a in n.iter_expressions()]
         if family(n.this) == "float" and all(family(a) in NUMERIC | {"null"} for a in arguments):
             return None
-        return f"{n.sql_name().lower()}() on exact numbers can overflow; cast to DOUBLE first"
+        name = written_name(n) or n.sql_name().lower()
+        return f"{name}() on exact numbers can overflow; cast to DOUBLE first"
     if isinstance(n, (exp.Lower, exp.Upper, exp.Length, exp.Trim, exp.StartsWith)):
         return None if family(n.this) in ("text", "null") else "the argument is not text"
     if isinstance(n, exp.Substring):

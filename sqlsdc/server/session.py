@@ -38,7 +38,7 @@ from sqlsdc.errors import (
     QueryCanceled,
     SqlSyntaxError,
 )
-from sqlsdc.server import codec, cursors, types
+from sqlsdc.server import arrays, codec, cursors, types
 from sqlsdc.server.auth import MECHANISM, AuthenticationFailed, ScramExchange
 from sqlsdc.server.catalog import CatalogAnswer, SessionCatalog
 from sqlsdc.server.codec import ProtocolError
@@ -78,6 +78,9 @@ many unclosed ``/*`` is read once, not once per ``/*``): a ``$1`` inside them is
 _CAST = re.compile(
     r"\$(\d{1,5})\s*::\s*([a-z0-9_]+)|cast\s*\(\s*\$(\d{1,5})\s+as\s+([a-z0-9_]+)", re.I
 )
+_ANY = re.compile(r"=\s*+any\s*+\(\s*+\$(\d{1,5})\s*+\)", re.I)
+"""``= ANY($n)``: PostgreSQL types an untyped ``$n`` there as an array of text, as psycopg
+sends a list of str (``col = ANY(%s)``)."""
 _NOT_IN_TRANSACTION = ("COMMIT", "ROLLBACK")
 
 
@@ -170,7 +173,8 @@ def _answer_bytes(answer: CatalogAnswer | None) -> int:
 
 def parameter_types(sql: str, given: tuple[int, ...]) -> tuple[int, ...]:
     """Types of ``$1 .. $n``: as the client gave them, else from a cast in the statement
-    (``$1::int``, ``CAST($1 AS date)``), else text (the guard converts text as DuckDB does)."""
+    (``$1::int``, ``CAST($1 AS date)``), else an array of text in ``= ANY($n)``, else text
+    (the guard converts text as DuckDB does)."""
     sql = _NOT_CODE.sub(" ", sql)  # WHERE code <> '$2' takes no parameter
     count = max([len(given), *(int(n) for n in _PARAMETER.findall(sql))])
     if count > MAX_PARAMETERS:
@@ -179,6 +183,8 @@ def parameter_types(sql: str, given: tuple[int, ...]) -> tuple[int, ...]:
     for match in _CAST.finditer(sql):
         number, name = (match.group(1), match.group(2)) if match.group(1) else match.group(3, 4)
         cast.setdefault(int(number), types.NAMES.get(name.lower(), types.TEXT))
+    for match in _ANY.finditer(sql):
+        cast.setdefault(int(match.group(1)), arrays.TEXT_ARRAY)
     return tuple(
         (given[i] if i < len(given) and given[i] else cast.get(i + 1, types.TEXT))
         for i in range(count)
@@ -690,8 +696,9 @@ class Session:
 
     async def _shape(self, statement: Statement) -> list[str]:
         """Column names of a parameterised statement, without running it: the catalog's answer
-        or the guard's plan, with every parameter NULL (nothing is read or charged)."""
-        nulls = (None,) * len(statement.param_types)
+        or the guard's plan, with every parameter NULL (an array's a list of one NULL: ``=
+        ANY($1)`` takes a list; nothing is read or charged)."""
+        nulls = tuple([None] if t in arrays.ELEMENTS else None for t in statement.param_types)
 
         if cursors.cursor_text(statement.sql) is not None:
             return []  # DECLARE answers no rows; FETCH, MOVE and CLOSE take no parameters

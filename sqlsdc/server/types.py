@@ -21,6 +21,8 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 
+from sqlsdc.server import arrays
+
 BOOL, BYTEA, INT8, INT2, INT4, TEXT, FLOAT4, FLOAT8 = 16, 17, 20, 21, 23, 25, 700, 701
 UNKNOWN, VARCHAR, DATE, TIME, TIMESTAMP, TIMESTAMPTZ, INTERVAL, NUMERIC = (
     705, 1043, 1082, 1083, 1114, 1184, 1186, 1700)  # fmt: skip
@@ -270,6 +272,8 @@ def read_parameter(data: bytes | None, oid: int, binary: bool):
     if data is None:
         return None
     try:
+        if oid in arrays.ELEMENTS:  # a list, for col = ANY($1)
+            return arrays.read_array(data, oid, binary, read_parameter)
         if binary:
             reader = _binary_reader(oid)
             if reader is None:
@@ -280,4 +284,6 @@ def read_parameter(data: bytes | None, oid: int, binary: bool):
     except (ValueError, struct.error, decimal.InvalidOperation, OverflowError) as e:
         if isinstance(e, ParameterError):
             raise
+        if isinstance(e, arrays.ArrayError):
+            raise ParameterError(str(e)) from None
         raise ParameterError(f"a parameter value is not a valid value of type OID {oid}") from None

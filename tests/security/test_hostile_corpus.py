@@ -325,7 +325,9 @@ ROW_LEVEL_OUTPUT = [
     ("select_income", "SELECT income FROM persons"),
     ("select_region_income", "SELECT region, income FROM persons"),
     ("select_distinct_income", "SELECT DISTINCT income FROM persons"),
-    ("select_distinct_dimensions", "SELECT DISTINCT municipality, sex, age FROM persons"),
+    # DISTINCT of dimensions is answered as their GROUP BY (tests/test_bi_patterns.py); a
+    # measure is no group key
+    ("select_distinct_target_income", f"SELECT DISTINCT age, income FROM persons WHERE {TARGET}"),
     ("distinct_on", "SELECT DISTINCT ON (region) region, income FROM persons"),
     ("limit_one", "SELECT income FROM persons LIMIT 1"),
     ("where_target", f"SELECT income FROM persons WHERE {TARGET}"),
@@ -944,6 +946,29 @@ THRESHOLD_BYPASS = [
     ),
 ]
 
+# What BI tools send, read as what it means (s41g): SELECT DISTINCT as the GROUP BY of its
+# outputs, x = ANY(list) as x IN (list); each is then refused as the form it is read as.
+BI_FORMS = [
+    ("distinct_with_identifier", "SELECT DISTINCT region, person_id FROM persons"),
+    ("distinct_ordered_by_measure", "SELECT DISTINCT region FROM persons ORDER BY income"),
+    (
+        "distinct_with_window",
+        "SELECT DISTINCT region, ROW_NUMBER() OVER (ORDER BY income) FROM persons",
+    ),
+    ("distinct_of_weight", f"SELECT DISTINCT weight FROM persons WHERE {TARGET}"),
+    (
+        "distinct_in_subquery",
+        "SELECT COUNT(*) FROM (SELECT DISTINCT income FROM persons WHERE region = 'R01') t",
+    ),
+    (
+        "any_array_off_break",
+        f"SELECT COUNT(*) FROM persons WHERE {TARGET} AND income = ANY(ARRAY[49455.39])",
+    ),
+    ("any_array_identifier", "SELECT COUNT(*) FROM persons WHERE person_id = ANY(ARRAY[1, 2])"),
+    ("any_array_of_column", "SELECT COUNT(*) FROM persons WHERE region = ANY(ARRAY[sex, 'R01'])"),
+    ("any_array_mixed_types", "SELECT COUNT(*) FROM persons WHERE region = ANY(['R01', 1])"),
+]
+
 CATEGORIES = {
     "file": FILE_READERS,
     "statement": STATEMENTS,
@@ -969,6 +994,7 @@ CATEGORIES = {
     "expression": EXPRESSION_TRICKS,
     "table_fn": TABLE_FUNCTIONS_AND_VALUES,
     "threshold_bypass": THRESHOLD_BYPASS,
+    "bi_forms": BI_FORMS,
 }
 
 # Known limits of the threshold baseline, kept as strict xfails so that the suite says so and

@@ -199,3 +199,67 @@ def test_a_cursor_over_a_dp_query_is_charged_once_when_declared(dp_server):
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             con.execute("DECLARE r CURSOR WITH HOLD FOR SELECT amount FROM benefits")
         assert _spent(con) == declared
+
+
+@pytest.mark.parametrize(
+    ("sql", "params", "written"),
+    [  # psycopg sends a list of str untyped (text), of int as int2[]/int8[], %b in binary
+        ("region = ANY(%s)", [["R01", "R03"]], "region IN ('R01', 'R03')"),
+        ("age = ANY(%s) AND sex = %s", [[30, 31, None], "F"],
+         "age IN (30, 31, NULL) AND sex = 'F'"),
+        ("age = ANY(%b)", [[30, 31]], "age IN (30, 31)"),
+        ("region = ANY(%b)", [["R01", 'a "b", {c}']], "region IN ('R01', 'a \"b\", {c}')"),
+    ],
+)  # fmt: skip
+def test_psycopg_any_of_a_list_is_answered_as_the_in_list(server, sql, params, written):
+    query = "SELECT region, COUNT(*) AS n FROM persons WHERE {} GROUP BY region ORDER BY region"
+    with psycopg.connect(server.dsn(), autocommit=True) as con:
+        answered = _rows(con, query.format(sql), params)
+        assert answered == _rows(con, query.format(written))
+    assert len(answered) > 0
+
+
+def test_asyncpg_any_of_a_list_is_answered_as_the_in_list(server):
+    """asyncpg describes the statement first: ``= ANY($1)`` is typed text[] and the list
+    sent as one, in binary (the answer's columns then typed as text, as for any statement
+    described before it is bound)."""
+    asyncpg = pytest.importorskip("asyncpg")
+    import asyncio
+
+    async def ask():
+        con = await asyncpg.connect(user="analyst", password=PASSWORD, host=server.host,
+                                    port=server.port, database="demo", ssl=False)  # fmt: skip
+        try:
+            sql = "SELECT COUNT(*) AS n FROM persons WHERE {}"
+            listed = await con.fetchval(sql.format("region = ANY($1)"), ["R01", "R03"])
+            written = await con.fetchval(sql.format("region IN ('R01', 'R03')"))
+            return listed, written
+        finally:
+            await con.close()
+
+    listed, written = asyncio.run(ask())
+    assert int(listed) == written > 0
+
+
+def test_psycopg2_and_pg8000_any_of_a_list_are_answered_as_the_in_list(server):
+    """psycopg2 writes a list into the text (``= ANY(ARRAY['R01','R03'])``); pg8000 sends it
+    as an array parameter."""
+    sql = "SELECT COUNT(*) AS n FROM persons WHERE region = ANY({})"
+    psycopg2 = pytest.importorskip("psycopg2")
+    con = psycopg2.connect(server.dsn())
+    try:
+        with con.cursor() as cur:
+            cur.execute(sql.format("%s"), (["R01", "R03"],))
+            (listed,) = cur.fetchone()
+            cur.execute(sql.format("ARRAY['R01','R03']"))
+            assert cur.fetchone() == (listed,)
+    finally:
+        con.close()
+    pg8000 = pytest.importorskip("pg8000.native")
+    con = pg8000.Connection("analyst", password=PASSWORD, host=server.host, port=server.port,
+                            database="demo")  # fmt: skip
+    try:
+        (row,) = con.run(sql.format(":regions"), regions=["R01", "R03"])
+    finally:
+        con.close()
+    assert int(row[0]) == listed > 0
