@@ -1,0 +1,143 @@
+"""Red team s41c: replaced jobs, each cell's side kept per job name across versions (session 41).
+
+Attacked as a reader who keeps every version of a job's table (``--replace`` overwrites it in
+the database, not in the readers' copies). Real DuckDB files; the jobs' fixed secret.
+
+- W  a CTA job of turnover by nace x region (``nk:1,60``, ``freq:3``) replaced by a job of
+     another population under the same name (employees by nace x region), then, after one
+     enterprise's turnover was revised, by the first job again: the third read only the
+     second, whose values are of another original and were not held, so the first version's
+     sides were lost (s40d's LP alternation turned them round): 39 cells crossed, the mean of
+     the two versions gave 38 turnovers within 0.5.
+- W  a rounding job (persons aged 80 or over by region x education, base 5) replaced after
+     each of six one-person changes: 6 of the 26 cells that never changed were rounded both
+     ways, leaving 4 possible counts instead of 9.
+- W  a CTA job of incomes aged 85+ by region x education (``freq:10,30``) respelled seven
+     times (case, column order, an alias, ``85 <= age``, ``age > 84``, ``NOT age < 85``,
+     parentheses) and stored with ``--replace`` on the same data: the secret factors were
+     keyed by the SQL text, so each respelling drew new ones, and a cell moved further
+     whenever its new level was beyond its old distance.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+from sqlsdc.engines.duckdb import open_database
+from sqlsdc.jobs.adjust import cta_query, round_query
+from sqlsdc.tabular.rules import DominanceRule, FrequencyRule
+
+TURNOVER = "SELECT nace, region, SUM(turnover) FROM enterprises GROUP BY nace, region"
+EMPLOYEES = "SELECT nace, region, SUM(employees) FROM enterprises GROUP BY nace, region"
+TURNOVER_RULES = [DominanceRule(n=1, k=60), FrequencyRule(3)]
+
+
+def _stored(db, name: str, dims: list[str]) -> pd.Series:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        frame = con.sql(f"SELECT * FROM protected.{name}").df()
+    finally:
+        con.close()
+    return frame.astype({d: str for d in dims}).set_index(dims)["value"].astype(float)
+
+
+def _originals(db, sql: str, dims: list[str]) -> pd.DataFrame:
+    """Every cell of ``sql``'s table (CUBE of its dimensions), value ``v`` and units ``n``."""
+    con = open_database(db)
+    try:
+        named = ", ".join(f"COALESCE(CAST({d} AS VARCHAR), 'Total') AS {d}" for d in dims)
+        return con.sql(sql.format(named=named, cube=", ".join(dims))).df().set_index(dims)
+    finally:
+        con.close()
+
+
+TURNOVER_CELLS = (
+    "SELECT {named}, SUM(turnover) AS v, COUNT(*) AS n FROM enterprises GROUP BY CUBE ({cube})"
+)
+
+
+def test_a_cta_replaced_by_another_population_and_back_after_new_data_keeps_the_first_sides(
+    jobs_demo_db,
+):
+    db, dims = jobs_demo_db, ["nace", "region"]
+    cta_query(db, "admin", TURNOVER, into="t", rules=TURNOVER_RULES)
+    first, before = _stored(db, "t", dims), _originals(db, TURNOVER_CELLS, dims).v
+    cta_query(db, "admin", EMPLOYEES, into="t", rules=TURNOVER_RULES, replace=True)
+    con = open_database(db)
+    try:  # new data: the dominant firm of (A, R06) revised, its cell no longer sensitive
+        con.execute(
+            "UPDATE enterprises SET turnover = 1000000 "
+            "WHERE nace = 'A' AND region = 'R06' AND turnover > 2e9"
+        )
+    finally:
+        con.close()
+    cta_query(db, "admin", TURNOVER, into="t", rules=TURNOVER_RULES, replace=True)
+    after = _originals(db, TURNOVER_CELLS, dims).v
+    frame = pd.DataFrame({"v1": first, "v3": _stored(db, "t", dims), "o1": before, "o3": after})
+    same = frame.dropna()[lambda f: f.o1 == f.o3]
+    crossed = (same.v1 - same.o1) * (same.v3 - same.o1) < 0
+    exact = ((same.v1 + same.v3) / 2 - same.o1).abs() < 0.5
+    assert (int(crossed.sum()), int((crossed & exact).sum())) == (0, 0)  # was 39 and 38
+
+
+OLD80 = "SELECT region, education, COUNT(*) FROM persons WHERE age >= 80 GROUP BY region, education"
+OLD80_CELLS = "SELECT {named}, COUNT(*) AS v FROM persons WHERE age >= 80 GROUP BY CUBE ({cube})"
+
+
+def test_a_rounding_replaced_after_one_person_changes_rounds_no_unchanged_cell_both_ways(
+    jobs_demo_db,
+):
+    db, dims = jobs_demo_db, ["region", "education"]
+    round_query(db, "admin", OLD80, into="r", base=5)
+    versions, originals = [_stored(db, "r", dims)], [_originals(db, OLD80_CELLS, dims).v]
+    for region in ["R01", "R02", "R03", "R04", "R05", "R06"]:
+        con = open_database(db)
+        try:  # one person of the region turns 80
+            con.execute(
+                "UPDATE persons SET age = 80 WHERE person_id = (SELECT min(person_id) FROM "
+                f"persons WHERE age = 79 AND region = '{region}')"
+            )
+        finally:
+            con.close()
+        round_query(db, "admin", OLD80, into="r", base=5, replace=True)
+        versions.append(_stored(db, "r", dims))
+        originals.append(_originals(db, OLD80_CELLS, dims).v)
+    published = pd.concat(versions, axis=1).fillna(0.0)
+    values = pd.concat(originals, axis=1).reindex(published.index).fillna(0.0)
+    unchanged = values.nunique(axis=1) == 1
+    both_ways = published.nunique(axis=1) > 1
+    assert unchanged.sum() >= 20
+    assert int((unchanged & both_ways).sum()) == 0  # was 7 of 29: 4 candidates instead of 9
+
+
+OLD_INCOME = (
+    "SELECT region, education, SUM(income) FROM persons WHERE age >= 85 GROUP BY region, education"
+)
+RESPELLED = [
+    "select region, education, sum(income) from persons where age >= 85 group by region, education",
+    "SELECT education, region, SUM(income) FROM persons WHERE 85 <= age GROUP BY education, region",
+    "SELECT region, education, SUM(income) AS total FROM persons WHERE age >= 85 "
+    "GROUP BY region, education",
+    "SELECT region, education, SUM(income) FROM persons WHERE age > 84 GROUP BY region, education",
+    "SELECT region, education, SUM(income) FROM persons WHERE NOT age < 85 "
+    "GROUP BY region, education",
+    "SELECT region, education, SUM(income) FROM persons WHERE (age >= 85) "
+    "GROUP BY region, education",
+    "SELECT  region ,education, SUM( income )\nFROM persons\nWHERE age>=85\n"
+    "GROUP BY region,education",
+]
+
+
+def test_a_cta_respelled_and_replaced_on_the_same_data_is_the_same_table(jobs_demo_db):
+    db, dims = jobs_demo_db, ["region", "education"]
+    rules = [FrequencyRule(10, 30)]
+    cta_query(db, "admin", OLD_INCOME, into="t", rules=rules)
+    first = _stored(db, "t", dims)
+    differ = 0
+    for sql in RESPELLED:
+        cta_query(db, "admin", sql, into="t", rules=rules, replace=True)
+        again = _stored(db, "t", dims).reindex(first.index)
+        differ += int(not np.allclose(again.to_numpy(), first.to_numpy(), rtol=1e-9))
+    assert differ == 0  # was 7 of 7
