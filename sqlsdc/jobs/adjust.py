@@ -213,7 +213,7 @@ def cta_query(
         kept = replaced_sides.replaced(
             job, table, found.primary, identities, _largest_levels(found)
         )
-        levels = _secret_levels(job, found, rules, identities)
+        levels = _secret_levels(job, table, found, rules, identities)
         upl, lpl = kept.levels(*levels, _largest_levels(found))
         out = cta(table, rules=[], sensitive=found.primary, protection=(upl, lpl), method=method,
                   time_limit=time_limit,
@@ -287,7 +287,7 @@ def ipf_query(
         kept = replaced_sides.replaced(
             job, table, found.primary, identities, _largest_levels(found)
         )
-        levels = _secret_levels(job, found, rules, identities)
+        levels = _secret_levels(job, table, found, rules, identities)
         upl, lpl = kept.levels(*levels, _largest_levels(found))
         job.step("raking (IPF)")
         raked, iterations, error, fixed = _rake_protected(
@@ -369,7 +369,7 @@ def _refuse_moved_counts(job: Job, found, method: str) -> None:
         )
 
 
-def _secret_levels(job: Job, found, rules: Sequence, identities: kept_cells.Cells
+def _secret_levels(job: Job, table: Table, found, rules: Sequence, identities: kept_cells.Cells
                    ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """The rules' protection levels, each enlarged by a secret factor in [1, 1 + LEVEL_SPREAD).
 
@@ -385,13 +385,16 @@ def _secret_levels(job: Job, found, rules: Sequence, identities: kept_cells.Cell
     The factors are keyed by the ``rules`` too: a job replaced under a frequency rule's other
     safety range kept a cell's factor and published ``x·(1 + 0.3·f)`` then ``x·(1 + 0.4·f)``,
     which give ``x`` (red team s40d; :mod:`sqlsdc.jobs.replaced_sides`). They are drawn per
-    cell from its canonical identity and the job's population (``identities``,
-    :mod:`sqlsdc.jobs.kept_cells`), not from the SQL's text or the cell's position: a
-    respelled job drew new factors, and seven respellings moved the sensitive cells from 1.11
-    to 1.40 levels to 1.45 to 1.49 (red team s41c).
+    cell from its canonical identity in the job's population (``identities``,
+    :mod:`sqlsdc.jobs.kept_cells`) and its original value, not from the SQL's text
+    or the cell's position: a respelled job drew new factors, and seven respellings moved the
+    sensitive cells from 1.11 to 1.40 levels to 1.45 to 1.49 (red team s41c); and a cell whose
+    value changed draws a new one, as one factor kept over new data put a cell at
+    ``x·(1 + 0.3·f)``, then ``(x + d)·(1 + 0.3·f)``, which give ``x`` to whoever knows ``d``.
     """
     key = _secret_key(job, "levels", identities.population, _rules_key(rules))
-    factor = 1.0 + LEVEL_SPREAD * identities.uniforms(key)
+    state = table.values[:, None]
+    factor = 1.0 + LEVEL_SPREAD * identities.uniforms(key, state)
     return found.upl * factor, found.lpl * factor
 
 

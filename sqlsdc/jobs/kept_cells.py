@@ -30,10 +30,13 @@ of its own population whatever versions came between (:func:`held`). Identities:
   left out, so a table of other dimensions or of another column order names a shared cell
   alike.
 
-The secret factors of CTA and IPF are drawn per cell from these keys
-(:func:`sqlsdc.jobs.adjust._secret_levels`): a respelled job, or a table with a code more,
-keeps every cell's factor. Only published values are kept, which readers hold already: no
-originals, levels or sensitivity flags.
+The secret factors of CTA and IPF are drawn per cell from these keys and the cell's original
+value (:func:`sqlsdc.jobs.adjust._secret_levels`): a respelled job, or a table with a code
+more, keeps the factor of every cell whose value did not change, and a cell whose value
+changed draws a new one (with one factor kept, ``x·(1 + 0.3·f)`` and
+``(x + d)·(1 + 0.3·f)`` gave a reader who knew the change ``d`` of one income the original
+``x`` of 2 of 4 sensitive cells exactly, red team s41c). Only published values are kept,
+which readers hold already: no originals, levels or sensitivity flags.
 """
 
 from __future__ import annotations
@@ -68,10 +71,16 @@ class Cells:
     population: str
     keys: list[str]
 
-    def uniforms(self, key: bytes) -> np.ndarray:
-        """One number in [0, 1) per cell, keyed by ``key`` (secret) and the cell's identity:
-        the same cell of the same population gets the same number in every version."""
-        digests = (hashlib.blake2b(k.encode(), key=key, digest_size=8).digest() for k in self.keys)
+    def uniforms(self, key: bytes, state: np.ndarray) -> np.ndarray:
+        """One number in [0, 1) per cell, keyed by ``key`` (secret), the cell's identity and
+        its ``state`` (a row of numbers per cell, taken to 12 significant digits: a sum's last
+        bits differ between runs): the same cell of the same population in the same state gets
+        the same number in every version, and a new one when its state changed."""
+        texts = (
+            cell + "".join(f"\x1f{x:.12g}" for x in row)
+            for cell, row in zip(self.keys, np.asarray(state, dtype=np.float64), strict=True)
+        )
+        digests = (hashlib.blake2b(t.encode(), key=key, digest_size=8).digest() for t in texts)
         return np.fromiter((int.from_bytes(d, "big") / 2.0**64 for d in digests),
                            dtype=np.float64, count=len(self.keys))  # fmt: skip
 
