@@ -23,6 +23,8 @@ the database, not in the readers' copies). Real DuckDB files; the jobs' fixed se
      and ``(x + d)·(1 + 0.3·f)`` (or ``1 − 0.3·f`` for both), so ``v1·d / (v2 − v1)`` gave
      2 of 4 sensitive incomes to 1e-9 to whoever knew ``d``. Fixed: a factor is keyed by the
      cell's original value too, so a cell whose value changed draws another.
+- O  five monthly updates (one income of each sensitive cell +1,000): a cell moved down and
+     held at its value while its original grows drifts to 1.48 levels (strict xfail below).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from __future__ import annotations
 import duckdb
 import numpy as np
 import pandas as pd
+import pytest
 
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.jobs.adjust import cta_query, round_query
@@ -184,3 +187,74 @@ def test_a_cta_replaced_after_a_known_change_does_not_give_the_original(jobs_dem
     scale = (frame.v2 - frame.v1) / grew
     guess = frame.v1 / scale
     assert int(((guess - frame.v).abs() < 0.5).sum()) == 0  # was 2 of 4 (R05, R06 primary)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a CTA replacement holds a sensitive cell at least as far as the version before "
+    "(jobs/replaced_sides.py Replaced.levels: publishing the same value again tells nothing "
+    "new, a nearer one on the same side gives a second range to intersect); so a cell moved "
+    "down while its original grows, published at one value version after version, drifts "
+    "towards 1.5 levels (R01 and R06 primary 1.11 and 1.27 -> 1.48 in five monthly updates "
+    "of +1,000), and "
+    "the frequency rule's 30 % level then puts its original within 1 %. Open: every release "
+    "of a noisy version of related values gives readers one more range",
+)
+def test_monthly_updates_do_not_push_a_held_cell_towards_the_largest_level(jobs_demo_db):
+    db, dims = jobs_demo_db, ["region", "education"]
+    rules = [FrequencyRule(10, 30)]
+    cells_sql = (
+        "SELECT {named}, SUM(income) AS v, COUNT(*) AS n FROM persons WHERE age >= 85 "
+        "GROUP BY CUBE ({cube})"
+    )
+    cta_query(db, "admin", OLD_INCOME, into="t", rules=rules)
+    cells = _originals(db, cells_sql, dims)
+    small = cells[cells.n < 10].index
+
+    def levels() -> pd.Series:  # distance from the original, in frequency-rule levels
+        now = _originals(db, cells_sql, dims).v.reindex(small)
+        return (_stored(db, "t", dims).reindex(small) - now).abs() / (0.3 * now)
+
+    first = levels()
+    for _ in range(5):
+        con = open_database(db)
+        try:  # one income of each sensitive cell grows by 1,000 (0.1 to 1 % of the cell)
+            for region, education in small:
+                con.execute(
+                    "UPDATE persons SET income = income + 1000 WHERE person_id = (SELECT "
+                    "min(person_id) FROM persons WHERE age >= 85 AND region = ? AND "
+                    "education = ?)",
+                    [region, education],
+                )
+        finally:
+            con.close()
+        cta_query(db, "admin", OLD_INCOME, into="t", rules=rules, replace=True)
+    assert (levels() <= first + 0.05).all()  # R01 primary: 1.11 -> 1.48
+
+
+def test_a_catalog_made_before_kept_cells_keeps_the_replaced_versions_sides(jobs_demo_db):
+    """Without ``sqlsdc.job_cells`` (a catalog no job stored into since), the output replaced
+    is read as before, and the replacement starts keeping its cells."""
+    db, dims = jobs_demo_db, ["region", "education"]
+    cta_query(db, "admin", OLD_INCOME, into="t", rules=[FrequencyRule(10, 30)])
+    first = _stored(db, "t", dims)
+    con = open_database(db)
+    try:
+        con.execute("DROP TABLE sqlsdc.job_cells")
+    finally:
+        con.close()
+    cta_query(db, "admin", OLD_INCOME, into="t", rules=[FrequencyRule(10, 40)], replace=True)
+    cells_sql = (
+        "SELECT {named}, SUM(income) AS v, COUNT(*) AS n FROM persons WHERE age >= 85 "
+        "GROUP BY CUBE ({cube})"
+    )
+    cells = _originals(db, cells_sql, dims)
+    small = cells[cells.n < 10].join(first.rename("v1")).join(_stored(db, "t", dims).rename("v2"))
+    assert len(small) == 4
+    assert ((small.v2 - small.v) * (small.v1 - small.v) > 0).all()  # each on its side
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        kept = con.execute("SELECT count(*) FROM sqlsdc.job_cells").fetchall()[0][0]
+    finally:
+        con.close()
+    assert kept == len(cells)
