@@ -152,6 +152,10 @@ def round_query(
             "distance": result.distance,
             "partition": result.partition,
             "subtables": result.subtables,
+            # cells published before (by a version of this population, or the output replaced)
+            # and those of them rounded to the same multiple again (red team s41c)
+            "published_before": int(np.isfinite(before).sum()),
+            "same_multiple": int(np.sum(rounded == before)),
             "verification": verification.to_dict(),
         }
         # multiples of an integer base: stored as BIGINT, as a count is (a BI tool showed a

@@ -281,6 +281,7 @@ class _Vars:
     excess: dict  # free margin -> excess in bases
     moves: dict  # movable multiple -> |k - center|
     y: object  # largest excess
+    held: bool = False  # the cells to keep are held as near as :func:`_keep` found
 
 
 def _solve(problem: _Problem, deadline: float, seed: int, hint, hint_is_feasible: bool):
@@ -299,12 +300,16 @@ def _solve(problem: _Problem, deadline: float, seed: int, hint, hint_is_feasible
     if best is not None and not problem.excess(best).any():
         return _minimise_distance(problem, _build(problem, relaxed=False), best, deadline, seed)
     tight = _build(problem, relaxed=False)
+    if (problem.kept & problem.free).any():  # a rounding replaced: what it can keep first
+        found = _keep(problem, tight, None, deadline, seed)
+        if tight.held:
+            return _minimise_distance(problem, tight, found, deadline, seed)
     _hint(tight, problem, hint)
     tight.model.minimize(_distance(problem, tight))
     code, sol = _run(tight.model, deadline, seed, share=0.5)
     if sol is not None:
         k = _values(sol, tight, problem)
-        if code == cp_model.OPTIMAL and not (problem.kept & problem.free).any():
+        if code == cp_model.OPTIMAL:
             return k, "optimal", 0, 1
         return _minimise_distance(problem, tight, k, deadline, seed)
     y_bound = 1 if code == cp_model.INFEASIBLE else 0
@@ -348,10 +353,11 @@ def _minimise_distance(problem: _Problem, var: _Vars, start, deadline: float, se
 
 def _keep(problem: _Problem, var: _Vars, start, deadline: float, seed: int):
     """Minimise how far (in bases) the cells to keep lie from the multiples published before,
-    and hold that optimum for the stages after; returns the best solution found (``start``
-    when there is no cell to keep or nothing was found in time)."""
+    hinted with those multiples, and hold the best found (or ``start``'s, a solution or None)
+    for the stages after (``var.held``); returns that solution, or ``start`` when there is no
+    cell to keep or nothing was found in time."""
     cells = [i for i in var.k if problem.kept[i]]
-    if not cells:
+    if var.held or not cells:
         return start
     model = var.model
     far = []
@@ -360,14 +366,16 @@ def _keep(problem: _Problem, var: _Vars, start, deadline: float, seed: int):
         d = model.new_int_var(0, hi - lo, f"d{i}")
         model.add_abs_equality(d, var.k[i] - int(problem.kept_k[i]))
         far.append(d)
-    _hint(var, problem, start)
+    guess = _nearest(problem) if start is None else start
+    _hint(var, problem, np.where(problem.kept, problem.kept_k, guess))
     model.minimize(sum(far))
     _code, sol = _run(model, deadline, seed, share=0.5)
-    if sol is None:
+    if sol is not None:
+        start = _values(sol, var, problem)
+    if start is not None:
         model.add(sum(far) <= int(np.abs(start[cells] - problem.kept_k[cells]).sum()))
-        return start
-    model.add(sum(far) <= round(sol.objective_value))
-    return _values(sol, var, problem)
+        var.held = True
+    return start
 
 
 def _build(problem: _Problem, *, relaxed: bool) -> _Vars:
