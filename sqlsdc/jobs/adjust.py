@@ -380,11 +380,11 @@ def _secret_levels(job: Job, table: Table, found, rules: Sequence, identities: k
     An optimal adjustment puts a sensitive cell exactly at ``original ± level``, and rules fix
     the level as a known share of the value (the frequency rule's 30 % safety range): a
     published 11.7 would be 1.3 · 9, an exact disclosure of a count of 9. With the factor
-    secret (keyed by the database's PRF secret and the job), the original is only known to lie
-    in a range: p/1.45 < a ≤ p/1.3 upwards, p/0.7 ≤ a < p/0.55 downwards. This blurs the
-    relation; it does not hide it (the upward range holds a single integer for small counts),
-    so jobs refuse sensitive counts (:func:`_refuse_moved_counts`). The levels stay at least the
-    rules'.
+    secret (keyed by the database's PRF secret, the job and the cell), the original is only
+    known to lie in a range: p/1.45 < a ≤ p/1.3 upwards, p/0.7 ≤ a < p/0.55 downwards. This
+    blurs the relation; it does not hide it (the upward range holds a single integer for small
+    counts), so jobs refuse sensitive counts (:func:`_refuse_moved_counts`). The levels stay at
+    least the rules'.
 
     The factors are keyed by the ``rules`` too: a job replaced under a frequency rule's other
     safety range kept a cell's factor and published ``x·(1 + 0.3·f)`` then ``x·(1 + 0.4·f)``,

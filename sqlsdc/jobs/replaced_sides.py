@@ -4,8 +4,8 @@ original that the version it replaces published it on, at least as far from it.
 Readers keep the version a replacement overwrites (a release database, an analyst's copy).
 CTA and IPF's safe values publish a sensitive cell at its original plus or minus its protection
 level enlarged by a secret factor (:func:`sqlsdc.jobs.adjust._secret_levels`), the same factor
-for the same job and rules: a job run again after new data keeps a cell's factor when the
-cell's contributions did not change. Two findings of red team s40d:
+for the same job name, rules and cell (its canonical identity, :mod:`sqlsdc.jobs.kept_cells`)
+as long as the cell's value does not change. Two findings of red team s40d:
 
 - which way a cell moves was not kept: the fixed-direction LP alternates down, up, … over the
   sensitive cells by decreasing value, so one cell that becomes or stops being sensitive turns
