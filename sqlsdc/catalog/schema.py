@@ -13,6 +13,9 @@ Tables:
     key_events      record-key generations and re-keyings (which change all CKM noise)
     outputs         tables stored by back-end jobs (``protected.*``): what, how, by whom, and the
                     audit entry (``query_id``) under which the ledger holds their cells
+    output_versions every version of those tables ever stored: its definition and report
+    job_cells       the value each cell of a CTA, IPF or rounding job was last published with, per
+                    job name and canonical population (its readers keep every version)
     suppressions    per suppressed table: the fingerprint (data and settings) of its protected
                     universe ``suppressed__<table>``, when and under which policy it was made
     budget_events   privacy-budget grants and resets by administrators: who, when, why
@@ -142,6 +145,16 @@ DDL = (
         method VARCHAR NOT NULL,
         sql_text VARCHAR NOT NULL,
         report VARCHAR NOT NULL)""",
+    # the value each cell of a CTA, IPF or rounding job was last published with, per job name,
+    # method and canonical population: later versions keep each cell's side, rounding and
+    # secret factor across versions of other populations (sqlsdc.jobs.kept_cells)
+    f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.job_cells (
+        name VARCHAR NOT NULL,
+        method VARCHAR NOT NULL,
+        population VARCHAR NOT NULL,
+        cell VARCHAR NOT NULL,
+        value DOUBLE NOT NULL,
+        query_id BIGINT NOT NULL)""",
     # --- differential privacy: budgets, spend ledger, released-cell cache (catalog/budget.py).
     # Amounts are exact rationals stored as text ("1/3"); user '*' / table '*' mean "all".
     f"CREATE SEQUENCE IF NOT EXISTS {CATALOG_SCHEMA}.budget_seq START 1",

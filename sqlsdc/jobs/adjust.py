@@ -62,7 +62,7 @@ import pandas as pd
 
 from sqlsdc.catalog import store
 from sqlsdc.errors import TabularError
-from sqlsdc.jobs import replaced_sides
+from sqlsdc.jobs import kept_cells, replaced_sides
 from sqlsdc.jobs.job import Job, Progress, check_time_limit, job_rules, open_job
 from sqlsdc.jobs.session import OUTPUT_SCHEMA
 from sqlsdc.jobs.tabulation import rated
@@ -134,8 +134,10 @@ def round_query(
         rules = job_rules(job, None) if job.spec.measure is not None else []
         table = job.tabulate(rules)
         _refuse_small_base(table, rules, base)
+        identities = kept_cells.identify(job, table)
+        before = replaced_sides.published_before(job, table, identities)
         job.step(f"controlled rounding to base {base}")
-        result = controlled_round(table, base, time_limit=time_limit)
+        result = controlled_round(table, base, time_limit=time_limit, keep=before)
         rounded = result.cells["rounded"].to_numpy(np.float64)
         relaxed = np.zeros(rounded.size, dtype=bool)
         relaxed[
@@ -153,13 +155,18 @@ def round_query(
             "distance": result.distance,
             "partition": result.partition,
             "subtables": result.subtables,
+            # cells published before (by a version of this population, or the output replaced)
+            # and those of them rounded to the same multiple again (red team s41c)
+            "published_before": int(np.isfinite(before).sum()),
+            "same_multiple": int(np.sum(rounded == before)),
             "verification": verification.to_dict(),
         }
         # multiples of an integer base: stored as BIGINT, as a count is (a BI tool showed a
         # rounded count of persons as 3525.0; new user s39)
         integral = np.abs(rounded).max(initial=0) < 2**53
         published = rounded.astype(np.int64) if integral else rounded
-        return _finish(job, table, published, "round", result.status, details, None, started)
+        return _finish(job, table, published, "round", result.status, details, None, started,
+                       identities)  # fmt: skip
 
 
 def cta_query(
@@ -209,8 +216,12 @@ def cta_query(
         job.step(f"controlled tabular adjustment ({method})")
         found = apply_rules(rated(table), rules)  # a sum's rule: its non-zero contributors
         _refuse_moved_counts(job, found, "cta")
-        kept = replaced_sides.replaced(job, table, found.primary, _largest_levels(found))
-        upl, lpl = kept.levels(*_secret_levels(job, found, rules), _largest_levels(found))
+        identities = kept_cells.identify(job, table)
+        kept = replaced_sides.replaced(
+            job, table, found.primary, identities, _largest_levels(found)
+        )
+        levels = _secret_levels(job, table, found, rules, identities)
+        upl, lpl = kept.levels(*levels, _largest_levels(found))
         out = cta(table, rules=[], sensitive=found.primary, protection=(upl, lpl), method=method,
                   time_limit=time_limit,
                   directions=kept.directions(table, found.primary))  # fmt: skip
@@ -235,7 +246,7 @@ def cta_query(
                                              atol=_ipf_tolerance(table) if method == "mdi" else 0,
                                              ).require().to_dict()  # fmt: skip
         return _finish(job, table, adjusted, "cta", report.status, details, sensitive, started,
-                       extra=extra)  # fmt: skip
+                       identities, extra=extra)  # fmt: skip
 
 
 def ipf_query(
@@ -279,8 +290,12 @@ def ipf_query(
         groups, targets, cells = _margin_groups(table, given)
         found = apply_rules(rated(table), rules)  # a sum's rule: its non-zero contributors
         _refuse_moved_counts(job, found, "ipf")
-        kept = replaced_sides.replaced(job, table, found.primary, _largest_levels(found))
-        upl, lpl = kept.levels(*_secret_levels(job, found, rules), _largest_levels(found))
+        identities = kept_cells.identify(job, table)
+        kept = replaced_sides.replaced(
+            job, table, found.primary, identities, _largest_levels(found)
+        )
+        levels = _secret_levels(job, table, found, rules, identities)
+        upl, lpl = kept.levels(*levels, _largest_levels(found))
         job.step("raking (IPF)")
         raked, iterations, error, fixed = _rake_protected(
             table, found.primary, upl, lpl, groups, targets, max_iter, kept.sides
@@ -297,22 +312,26 @@ def ipf_query(
             "converged": True,
             "verification": verification.to_dict(),
         }
-        return _finish(job, table, raked, "ipf", "converged", details, found.primary, started)
+        return _finish(job, table, raked, "ipf", "converged", details, found.primary, started,
+                       identities)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- shared
 
 
 def _finish(job: Job, table: Table, published, method, status, details, sensitive, started,
-            *, extra: pd.DataFrame | None = None) -> AdjustReport:  # fmt: skip
+            identities: kept_cells.Cells, *, extra: pd.DataFrame | None = None
+            ) -> AdjustReport:  # fmt: skip
     """Quality report, stored rows (dimensions, published value, ``extra`` columns; cells
-    published as 0 left out), the ``sqlsdc.outputs`` record and the ledger rows of every cell
-    (those published as 0 too: a missing cell reads as 0, so it is released all the same)."""
+    published as 0 left out), the ``sqlsdc.outputs`` record, the ledger rows of every cell
+    (those published as 0 too: a missing cell reads as 0, so it is released all the same) and
+    every cell's published value kept under its identity (``identities``,
+    :mod:`~sqlsdc.jobs.kept_cells`)."""
     job.step("quality report")
     q = quality(table.values, published, table, sensitive=sensitive)
-    cells = table.cells[list(table.dims)].reset_index(drop=True).copy()
-    cells["value"] = published
-    out = cells
+    rows = table.cells[list(table.dims)].reset_index(drop=True).copy()
+    rows["value"] = published
+    out = rows
     recorded = []
     if extra is not None:
         extra = extra.reset_index(drop=True)
@@ -331,7 +350,8 @@ def _finish(job: Job, table: Table, published, method, status, details, sensitiv
         quality=q.to_dict(),
         seconds=time.perf_counter() - started,
     )
-    job.store(out, report.to_dict(), cells, extra=recorded)
+    job.store(out, report.to_dict(), rows, extra=recorded,
+              kept=lambda: kept_cells.record(job, identities, published))  # fmt: skip
     return report
 
 
@@ -385,24 +405,32 @@ def _refuse_small_base(table: Table, rules: Sequence, base: int) -> None:
         )
 
 
-def _secret_levels(job: Job, found, rules: Sequence) -> tuple[np.ndarray, np.ndarray]:
+def _secret_levels(job: Job, table: Table, found, rules: Sequence, identities: kept_cells.Cells
+                   ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """The rules' protection levels, each enlarged by a secret factor in [1, 1 + LEVEL_SPREAD).
 
     An optimal adjustment puts a sensitive cell exactly at ``original ± level``, and rules fix
     the level as a known share of the value (the frequency rule's 30 % safety range): a
     published 11.7 would be 1.3 · 9, an exact disclosure of a count of 9. With the factor
-    secret (keyed by the database's PRF secret and the job), the original is only known to lie
-    in a range: p/1.45 < a ≤ p/1.3 upwards, p/0.7 ≤ a < p/0.55 downwards. This blurs the
-    relation; it does not hide it (the upward range holds a single integer for small counts),
-    so jobs refuse sensitive counts (:func:`_refuse_moved_counts`). The levels stay at least the
-    rules'.
+    secret (keyed by the database's PRF secret, the job and the cell), the original is only
+    known to lie in a range: p/1.45 < a ≤ p/1.3 upwards, p/0.7 ≤ a < p/0.55 downwards. This
+    blurs the relation; it does not hide it (the upward range holds a single integer for small
+    counts), so jobs refuse sensitive counts (:func:`_refuse_moved_counts`). The levels stay at
+    least the rules'.
 
     The factors are keyed by the ``rules`` too: a job replaced under a frequency rule's other
     safety range kept a cell's factor and published ``x·(1 + 0.3·f)`` then ``x·(1 + 0.4·f)``,
-    which give ``x`` (red team s40d; :mod:`sqlsdc.jobs.replaced_sides`).
+    which give ``x`` (red team s40d; :mod:`sqlsdc.jobs.replaced_sides`). They are drawn per
+    cell from its canonical identity in the job's population (``identities``,
+    :mod:`sqlsdc.jobs.kept_cells`) and its original value, not from the SQL's text
+    or the cell's position: a respelled job drew new factors, and seven respellings moved the
+    sensitive cells from 1.11 to 1.40 levels to 1.45 to 1.49 (red team s41c); and a cell whose
+    value changed draws a new one, as one factor kept over new data put a cell at
+    ``x·(1 + 0.3·f)``, then ``(x + d)·(1 + 0.3·f)``, which give ``x`` to whoever knows ``d``.
     """
-    rng = np.random.default_rng(_secret_seed(job, "levels", _rules_key(rules)))
-    factor = 1.0 + LEVEL_SPREAD * rng.random(found.upl.size)
+    key = _secret_key(job, "levels", identities.population, _rules_key(rules))
+    state = table.values[:, None]
+    factor = 1.0 + LEVEL_SPREAD * identities.uniforms(key, state)
     return found.upl * factor, found.lpl * factor
 
 
@@ -426,16 +454,15 @@ def _rules_key(rules: Sequence) -> str:
     )  # fmt: skip
 
 
-def _secret_seed(job: Job, purpose: str, *keys: str) -> int:
-    """A 64-bit seed from the database's PRF secret, the job (name and SQL) and ``keys``:
-    secret, and the same for the same job."""
+def _secret_key(job: Job, purpose: str, *keys: str) -> bytes:
+    """A key from the database's PRF secret, the job's output name and ``keys``: secret, and
+    the same for the same job."""
     store.ensure_secret(job.con)
     ((material,),) = job.con.execute(
         f"SELECT material FROM {store.S}.secrets WHERE name = 'prf'"
     ).fetchall()
-    message = "\x1f".join([purpose, job.into, job.sql, *keys]).encode()
-    digest = hmac.new(bytes(material), message, hashlib.sha256).digest()
-    return int.from_bytes(digest[:8], "big")
+    message = "\x1f".join([purpose, job.into, *keys]).encode()
+    return hmac.new(bytes(material), message, hashlib.sha256).digest()
 
 
 # ----------------------------------------------------------------------------- ipf helpers

@@ -114,6 +114,7 @@ class Job:
         values: Sequence[str] = ("value",),
         status: str | None = None,
         extra: Sequence[tuple[pd.DataFrame, Sequence[str]]] = (),
+        kept: Callable[[], None] | None = None,
     ) -> None:
         """Write ``protected.<into>``, its ``sqlsdc.outputs`` record, the ledger rows of the
         released cells and the job's audit entry: all or nothing.
@@ -121,7 +122,9 @@ class Job:
         ``released`` holds every cell of the table (cells published as 0 included, although
         ``out`` may leave them out): its dimensions, the ``values`` columns and optionally a
         ``status`` column (``published``/``suppressed``). ``extra`` adds ledger rows for other
-        released columns of some cells (e.g. the intervals of sensitive cells).
+        released columns of some cells (e.g. the intervals of sensitive cells). ``kept`` runs in
+        the same transaction: a CTA, IPF or rounding job keeps its published values there
+        (:func:`sqlsdc.jobs.kept_cells.record`).
         """
         self.step(f"storing {self.name}")
         con = self.con
@@ -133,6 +136,8 @@ class Job:
                 (frame, columns, None) for frame, columns in extra
             ]:
                 self._record_cells(cells, columns, state)
+            if kept is not None:
+                kept()
             store.record_query(con, self.query_id, self.user, self.policy_version, "accepted",
                                self.sql, reason=f"{self.method} job stored {self.name}",
                                fingerprint=self.fingerprint, rows=len(out))  # fmt: skip

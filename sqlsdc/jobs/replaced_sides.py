@@ -4,8 +4,8 @@ original that the version it replaces published it on, at least as far from it.
 Readers keep the version a replacement overwrites (a release database, an analyst's copy).
 CTA and IPF's safe values publish a sensitive cell at its original plus or minus its protection
 level enlarged by a secret factor (:func:`sqlsdc.jobs.adjust._secret_levels`), the same factor
-for the same job and rules: a job run again after new data keeps a cell's factor when the
-cell's contributions did not change. Two findings of red team s40d:
+for the same job name, rules and cell (its canonical identity, :mod:`sqlsdc.jobs.kept_cells`)
+as long as the cell's value does not change. Two findings of red team s40d:
 
 - which way a cell moves was not kept: the fixed-direction LP alternates down, up, … over the
   sensitive cells by decreasing value, so one cell that becomes or stops being sensitive turns
@@ -27,12 +27,16 @@ draw (then the original was another; of another population, its side is not held
 directions but chooses its own; a bound that leaves no room) is refused
 (:meth:`Replaced.refuse_crossed`).
 
-Only the version being replaced is read: the catalog keeps no values of earlier ones. A version
-of other dimensions is matched on the cells both hold (its other dimensions at Total). Each
-replacement keeps its predecessor's sides, so the versions agree as long as a cell stays
-sensitive; a cell that is sensitive, then not (other rules), then sensitive again is not held
-to its first side. Replacements under rules changed back and forth draw a factor each time a
-cell must move further: many of them push its distance towards the largest factor's.
+Besides the version being replaced, the values the latest version of the job's own
+population published are read (:mod:`sqlsdc.jobs.kept_cells`, keyed by canonical identities):
+with a version of another population in between, the first version's sides stay held (red team
+s41c). A version of other dimensions is matched on the cells both hold (its other dimensions at
+Total). Each replacement keeps its predecessor's sides, so the versions agree as long as a cell
+stays sensitive; a cell that is sensitive, then not (other rules), then sensitive again is held
+to the side its latest publication put it on, which may not be its first. Replacements under
+rules changed back and forth draw a factor each time a cell must move further: many of them
+push its distance towards the largest factor's (respellings of one job no longer do: the
+factors are keyed by the cells' identities, not by the SQL's text).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from sqlsdc.errors import Error, TabularError
+from sqlsdc.jobs.kept_cells import Cells, held
 from sqlsdc.jobs.session import OUTPUT_SCHEMA
 from sqlsdc.jobs.stored_tables import same_rows
 from sqlsdc.jobs.tabulation import parse_job
@@ -99,8 +104,10 @@ class Replaced:
         )
 
 
-def replaced(job, table: Table, sensitive: np.ndarray, most=None) -> Replaced:
-    """The sensitive cells of ``table`` as the output ``job`` replaces published them. A cell
+def replaced(job, table: Table, sensitive: np.ndarray, cells: Cells, most=None) -> Replaced:
+    """The sensitive cells of ``table`` as the output ``job`` replaces published them, or, for
+    a cell a version of the job's own population (``cells``) published, as the latest such
+    version did (:func:`sqlsdc.jobs.kept_cells.held`, whatever versions came between). A cell
     that output leaves out was published as 0 (readers read it so); an output of other
     dimensions is matched on the cells both tables hold (:func:`_replaced_values`).
 
@@ -123,7 +130,24 @@ def replaced(job, table: Table, sensitive: np.ndarray, most=None) -> Replaced:
             matched &= np.abs(gap) <= np.where(gap > 0, most[0], most[1])
         sides[matched] = np.sign(gap)[matched]
         distance[matched] = np.abs(gap)[matched]
+    own = held(job, cells)
+    if own is not None:
+        gap = own - table.values
+        matched = sensitive & ~np.isnan(own)
+        sides[matched] = np.sign(gap)[matched]
+        distance[matched] = np.abs(gap)[matched]
     return Replaced(sides, distance)
+
+
+def published_before(job, table: Table, cells: Cells) -> np.ndarray:
+    """The value each cell of ``table`` was last published with by a version of the job's own
+    population (``cells``), else by the output it replaces (NaN where neither published it):
+    a rounding keeps a cell's multiple where it is still an adjacent one."""
+    own = held(job, cells)
+    earlier = _replaced_values(job, table)
+    if earlier is None:
+        earlier = np.full(table.values.size, np.nan)
+    return earlier if own is None else np.where(np.isnan(own), earlier, own)
 
 
 def _same_population(job) -> bool:

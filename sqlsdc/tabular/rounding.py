@@ -121,6 +121,7 @@ def controlled_round(
     time_limit: float = 30.0,
     partition: str | None = "auto",
     seed: int = 0,
+    keep: np.ndarray | None = None,
 ) -> RoundingResult:
     """Round every cell of a table to a multiple of ``base`` keeping the table additive.
 
@@ -146,6 +147,12 @@ def controlled_round(
             whole for the time left.
         seed: CP-SAT's random seed; the search is deterministic for a fixed seed when it ends
             before the time limit.
+        keep: per cell in table order, the value an earlier rounding published (NaN where
+            none): as many cells as can be are kept on it where it is still a multiple the
+            cell may take, before the distance is minimised (a stage after the margins'
+            excess). A count rounded down in one version and up in the next lies strictly
+            between the two multiples (red team s41c: 7 of 29 unchanged cells of a table
+            replaced after six one-person changes, 4 possible counts instead of 9).
 
     Returns:
         A :class:`RoundingResult`.
@@ -172,7 +179,7 @@ def controlled_round(
     values = table.values
     if not np.all(np.isfinite(values)):
         raise TabularError("controlled_round() needs finite cell values; impute or drop NaN/inf")
-    problem = _problem(table, values, base, zero_restricted, weights, seed)
+    problem = _problem(table, values, base, zero_restricted, weights, seed, keep)
     deadline = started + float(time_limit)
     dim = _partition_dim(table, partition)
     solved = _solve_partitioned(table, dim, problem, deadline, seed) if dim else None
@@ -210,8 +217,9 @@ class _Problem:
     seed's random tie-breaks only choose among roundings of equal distance, ``weight``: the user's
     weights,
     ``scaled``: value / β, ``A``: constraint rows, ``fixed``/``fixed_k``: cells rounded in an
-    earlier sub-table, and ``slack``: a bound on any margin's excess (the number of inner cells:
-    each moves by less than one base).
+    earlier sub-table, ``slack``: a bound on any margin's excess (the number of inner cells:
+    each moves by less than one base), and ``kept``/``kept_k``: cells to keep, as far as they
+    can be, on the multiple an earlier rounding published (``controlled_round``'s ``keep``).
     """
 
     scaled: np.ndarray
@@ -228,6 +236,8 @@ class _Problem:
     fixed: np.ndarray
     fixed_k: np.ndarray
     slack: int
+    kept: np.ndarray
+    kept_k: np.ndarray
 
     def subset(self, cells, rows, fixed, fixed_k) -> _Problem:
         """The sub-table of ``cells`` with equations ``rows``, some cells fixed at ``fixed_k``."""
@@ -246,6 +256,8 @@ class _Problem:
             fixed,
             fixed_k,
             self.slack,
+            self.kept[cells],
+            self.kept_k[cells],
         )
 
     @property
@@ -269,6 +281,7 @@ class _Vars:
     excess: dict  # free margin -> excess in bases
     moves: dict  # movable multiple -> |k - center|
     y: object  # largest excess
+    held: bool = False  # the cells to keep are held as near as :func:`_keep` found
 
 
 def _solve(problem: _Problem, deadline: float, seed: int, hint, hint_is_feasible: bool):
@@ -287,6 +300,10 @@ def _solve(problem: _Problem, deadline: float, seed: int, hint, hint_is_feasible
     if best is not None and not problem.excess(best).any():
         return _minimise_distance(problem, _build(problem, relaxed=False), best, deadline, seed)
     tight = _build(problem, relaxed=False)
+    if (problem.kept & problem.free).any():  # a rounding replaced: what it can keep first
+        found = _keep(problem, tight, None, deadline, seed)
+        if tight.held:
+            return _minimise_distance(problem, tight, found, deadline, seed)
     _hint(tight, problem, hint)
     tight.model.minimize(_distance(problem, tight))
     code, sol = _run(tight.model, deadline, seed, share=0.5)
@@ -321,15 +338,44 @@ def _solve(problem: _Problem, deadline: float, seed: int, hint, hint_is_feasible
 
 
 def _minimise_distance(problem: _Problem, var: _Vars, start, deadline: float, seed: int):
-    """Stage 3, Salazar's Σ w_i x_i, from the solution ``start`` (kept if nothing better)."""
+    """Stage 3, Salazar's Σ w_i x_i, from the solution ``start`` (kept if nothing better),
+    after the cells to keep are kept as far as they can be (:func:`_keep`)."""
     from ortools.sat.python import cp_model
 
+    start = _keep(problem, var, start, deadline, seed)
     _hint(var, problem, start)
     var.model.minimize(_distance(problem, var))
     code, sol = _run(var.model, deadline, seed, share=1.0)
     if sol is None:
         return start, "feasible", 0, 1
     return _values(sol, var, problem), "optimal" if code == cp_model.OPTIMAL else "feasible", 0, 1
+
+
+def _keep(problem: _Problem, var: _Vars, start, deadline: float, seed: int):
+    """Minimise how far (in bases) the cells to keep lie from the multiples published before,
+    hinted with those multiples, and hold the best found (or ``start``'s, a solution or None)
+    for the stages after (``var.held``); returns that solution, or ``start`` when there is no
+    cell to keep or nothing was found in time."""
+    cells = [i for i in var.k if problem.kept[i]]
+    if var.held or not cells:
+        return start
+    model = var.model
+    far = []
+    for i in cells:
+        lo, hi = _domain(var.k[i])
+        d = model.new_int_var(0, hi - lo, f"d{i}")
+        model.add_abs_equality(d, var.k[i] - int(problem.kept_k[i]))
+        far.append(d)
+    guess = _nearest(problem) if start is None else start
+    _hint(var, problem, np.where(problem.kept, problem.kept_k, guess))
+    model.minimize(sum(far))
+    _code, sol = _run(model, deadline, seed, share=0.5)
+    if sol is not None:
+        start = _values(sol, var, problem)
+    if start is not None:
+        model.add(sum(far) <= int(np.abs(start[cells] - problem.kept_k[cells]).sum()))
+        var.held = True
+    return start
 
 
 def _build(problem: _Problem, *, relaxed: bool) -> _Vars:
@@ -403,8 +449,10 @@ def _hint(var: _Vars, problem: _Problem, k) -> None:
 
 
 def _domain(v) -> tuple[int, int]:
-    lo, hi = v.proto.domain[0], v.proto.domain[-1]
-    return int(lo), int(hi)
+    """A variable's bounds. Not ``domain[-1]``: OR-Tools 9.15's repeated field reads 0 there,
+    which clipped every hint of a positive cell to 0."""
+    domain = list(v.proto.domain)
+    return int(domain[0]), int(domain[-1])
 
 
 def _run(model, deadline: float, seed: int, share: float):
@@ -541,8 +589,10 @@ def _as_table(data, dims, value, hierarchies) -> Table:
     return Table.from_cells(frame, dims, value=value, top=[], hierarchies=hierarchies)
 
 
-def _problem(table: Table, values, base: int, zero_restricted: bool, weights, seed: int = 0):
-    """Adjacent multiples (in bases) and integer costs of every cell.
+def _problem(table: Table, values, base: int, zero_restricted: bool, weights, seed: int = 0,
+             keep: np.ndarray | None = None):  # fmt: skip
+    """Adjacent multiples (in bases) and integer costs of every cell, and the cells whose
+    ``keep`` value is a multiple they may take.
 
     With two CP-SAT workers, which of several equally good roundings is returned depends on
     thread timing; random tie-breaks drawn from ``seed`` (kept below one unit of the cost, so
@@ -590,7 +640,23 @@ def _problem(table: Table, values, base: int, zero_restricted: bool, weights, se
         fixed=np.zeros(len(values), dtype=bool),
         fixed_k=np.zeros(len(values), dtype=np.int64),
         slack=max(1, int(inner.sum())),
+        **_kept(keep, base, low, high),
     )
+
+
+def _kept(keep, base: int, low: np.ndarray, high: np.ndarray) -> dict:
+    """``kept``/``kept_k``: the cells whose ``keep`` value is a multiple of ``base`` within
+    their allowed multiples ``low``..``high`` (in bases), and that multiple."""
+    n = low.size
+    if keep is None:
+        return {"kept": np.zeros(n, dtype=bool), "kept_k": np.zeros(n, dtype=np.int64)}
+    keep = np.asarray(keep, dtype=np.float64)
+    if keep.shape != (n,):
+        raise TabularError(f"keep must hold {n} values in table order; got shape {keep.shape}")
+    k = np.where(np.isfinite(keep), np.round(keep / base), np.nan)
+    kept = np.isfinite(k) & (np.abs(k * base - keep) <= _SNAP * np.maximum(1.0, np.abs(keep)))
+    kept &= (k >= low) & (k <= high)
+    return {"kept": kept, "kept_k": np.where(kept, k, 0).astype(np.int64)}
 
 
 def _weights(weights, table: Table) -> np.ndarray:

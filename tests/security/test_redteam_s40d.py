@@ -35,11 +35,12 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
 - O  a rounding job (persons aged 80 or over by region x education, base 5) replaced after
      each of six one-person changes: 6 of the 26 cells that never changed were rounded both
      ways, leaving 4 possible counts instead of 9 (the two roundings of a cell the README
-     names; not exact).
+     names; not exact). Fixed in s41c: a replaced rounding keeps each cell's multiple.
 - O  CTA factors are keyed by the job's SQL text: each respelling of the SQL (``--replace``)
      draws new factors, and with the levels at least the replaced distance the published
      distance climbs towards the largest factor's (1.5 levels), so many respellings by an
-     admin let readers estimate an original from the frequency rule's level.
+     admin let readers estimate an original from the frequency rule's level. Fixed in s41c:
+     factors keyed by each cell's canonical identity and value.
 - H  a rounding job beside live CKM counts of the same cells (CKM demo): deviations up to 5
      against base 5, no cell pinned.
 """

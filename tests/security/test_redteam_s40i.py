@@ -25,7 +25,8 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      (beyond it, that was another original); of the same population every side stays held
      (not holding far ones there broke same-data replacements: a margin moves farther than
      its own level). Still: only the version replaced is read, so with new data between, a
-     version of another population in the middle lets the first side go.
+     version of another population in the middle lets the first side go (fixed in s41c:
+     ``jobs/kept_cells.py`` keeps each population's cells per job name).
 - W  a suppression job of a whole table by a dimension outside the universe (stored since
      s40g when the live pattern publishes its grand total), whose cells are no union of live
      cells one by one but three of them are: districts x1 = (R02-M002, F) + half of

@@ -167,6 +167,44 @@ def test_seed_chooses_among_equally_good_roundings():
     assert picked[0][0] != picked[1][0]  # [15, 30, 15] and [15, 35, 10] in row III
 
 
+def test_keep_holds_the_multiples_published_before():
+    """A replaced rounding keeps each cell on the multiple published before where it still may
+    (red team s41c: a count rounded down, then up, lies strictly between): seed 1 alone picks
+    the other optimum of Fig. 2; with seed 0's rounding to keep, it returns that one."""
+    table = Table.from_cells(fig2().assign(n=1), ["region", "activity"], top=[])
+    before = controlled_round(table, 5, seed=0, time_limit=10).cells["rounded"].to_numpy()
+    other = controlled_round(table, 5, seed=1, time_limit=10).cells["rounded"].to_numpy()
+    assert (other != before).any()
+    kept = controlled_round(table, 5, seed=1, time_limit=10, keep=before.astype(float))
+    assert kept.status == "optimal" and kept.cells["rounded"].tolist() == before.tolist()
+    unknown = np.full(before.size, np.nan)  # nothing published before: the seed's choice
+    free = controlled_round(table, 5, seed=1, time_limit=10, keep=unknown)
+    assert free.cells["rounded"].tolist() == other.tolist()
+    with pytest.raises(TabularError, match="keep must hold"):
+        controlled_round(table, 5, keep=before[:3].astype(float))
+
+
+def test_keep_holds_as_many_cells_as_additivity_allows():
+    cells = pd.DataFrame({"r": ["I", "I", "II", "II"], "c": ["A", "B", "A", "B"],
+                          "value": [20.0, 8.0, 19.0, 22.0]})  # fmt: skip
+    # table order: Total, (Total, A), (Total, B), I, (I, A), (I, B), II, (II, A), (II, B);
+    # (I, B) = 8 kept at 5 would need I = 25 and the grand total 65, not adjacent to 69
+    keep = np.array([70, 40, 30, 30, 20, 5, 40, 20, 20], dtype=float)
+    r = controlled_round(cells, 5, dims=["r", "c"], keep=keep, time_limit=10)
+    assert r.status == "optimal"
+    assert (r.cells["rounded"].to_numpy() != keep).sum() == 1  # (I, B) only, at 10
+    keep[0] = 60  # not an adjacent multiple of 69: not kept, no constraint
+    r = controlled_round(cells, 5, dims=["r", "c"], keep=keep, time_limit=10)
+    assert r.cells["rounded"].iloc[0] == 70
+
+
+def test_hints_read_the_variables_bounds():
+    """OR-Tools 9.15 read a variable's ``domain[-1]`` as 0, which clipped every hint to 0."""
+    from ortools.sat.python import cp_model
+
+    assert rounding._domain(cp_model.CpModel().new_int_var(13, 14, "k")) == (13, 14)
+
+
 def test_fig2_base10_margins():
     r = controlled_round(fig2(), 10, dims=["region", "activity"], time_limit=10).cells
     margin = r.set_index(["region", "activity"])["rounded"]

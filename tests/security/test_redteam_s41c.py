@@ -1,0 +1,261 @@
+"""Red team s41c: replaced jobs, each cell's side kept per job name across versions (session 41).
+
+Attacked as a reader who keeps every version of a job's table (``--replace`` overwrites it in
+the database, not in the readers' copies). Real DuckDB files; the jobs' fixed secret.
+
+- W  a CTA job of turnover by nace x region (``nk:1,60``, ``freq:3``) replaced by a job of
+     another population under the same name (employees by nace x region), then, after one
+     enterprise's turnover was revised, by the first job again: the third read only the
+     second, whose values are of another original and were not held, so the first version's
+     sides were lost (s40d's LP alternation turned them round): 39 cells crossed, the mean of
+     the two versions gave 38 turnovers within 0.5.
+- W  a rounding job (persons aged 80 or over by region x education, base 5) replaced after
+     each of six one-person changes: 6 of the 26 cells that never changed were rounded both
+     ways, leaving 4 possible counts instead of 9.
+- W  a CTA job of incomes aged 85+ by region x education (``freq:10,30``) respelled seven
+     times (case, column order, an alias, ``85 <= age``, ``age > 84``, ``NOT age < 85``,
+     parentheses) and stored with ``--replace`` on the same data: the secret factors were
+     keyed by the SQL text, so each respelling drew new ones, and a cell moved further
+     whenever its new level was beyond its old distance: from 1.11 to 1.40 levels to 1.45
+     to 1.49, which puts an original within 0.6 % where one version left 5.5 %.
+- W  (found with the fix above) the same job replaced after one income of each sensitive
+     cell grew by 50,000: with each cell's factor kept, the versions held ``x·(1 + 0.3·f)``
+     and ``(x + d)·(1 + 0.3·f)`` (or ``1 − 0.3·f`` for both), so ``v1·d / (v2 − v1)`` gave
+     2 of 4 sensitive incomes to 1e-9 to whoever knew ``d``. Fixed: a factor is keyed by the
+     cell's original value too, so a cell whose value changed draws another.
+- O  five monthly updates (one income of each sensitive cell +1,000): a cell moved down and
+     held at its value while its original grows drifts to 1.48 levels (strict xfail below).
+"""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+
+from sqlsdc.engines.duckdb import open_database
+from sqlsdc.jobs.adjust import cta_query, round_query
+from sqlsdc.tabular.rules import DominanceRule, FrequencyRule
+
+TURNOVER = "SELECT nace, region, SUM(turnover) FROM enterprises GROUP BY nace, region"
+EMPLOYEES = "SELECT nace, region, SUM(employees) FROM enterprises GROUP BY nace, region"
+TURNOVER_RULES = [DominanceRule(n=1, k=60), FrequencyRule(3)]
+
+
+def _stored(db, name: str, dims: list[str]) -> pd.Series:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        frame = con.sql(f"SELECT * FROM protected.{name}").df()
+    finally:
+        con.close()
+    return frame.astype({d: str for d in dims}).set_index(dims)["value"].astype(float)
+
+
+def _originals(db, sql: str, dims: list[str]) -> pd.DataFrame:
+    """Every cell of ``sql``'s table (CUBE of its dimensions), value ``v`` and units ``n``."""
+    con = open_database(db)
+    try:
+        named = ", ".join(f"COALESCE(CAST({d} AS VARCHAR), 'Total') AS {d}" for d in dims)
+        return con.sql(sql.format(named=named, cube=", ".join(dims))).df().set_index(dims)
+    finally:
+        con.close()
+
+
+TURNOVER_CELLS = (
+    "SELECT {named}, SUM(turnover) AS v, COUNT(*) AS n FROM enterprises GROUP BY CUBE ({cube})"
+)
+
+
+def test_a_cta_replaced_by_another_population_and_back_after_new_data_keeps_the_first_sides(
+    jobs_demo_db,
+):
+    db, dims = jobs_demo_db, ["nace", "region"]
+    cta_query(db, "admin", TURNOVER, into="t", rules=TURNOVER_RULES)
+    first, before = _stored(db, "t", dims), _originals(db, TURNOVER_CELLS, dims).v
+    cta_query(db, "admin", EMPLOYEES, into="t", rules=TURNOVER_RULES, replace=True)
+    con = open_database(db)
+    try:  # new data: the dominant firm of (A, R06) revised, its cell no longer sensitive
+        con.execute(
+            "UPDATE enterprises SET turnover = 1000000 "
+            "WHERE nace = 'A' AND region = 'R06' AND turnover > 2e9"
+        )
+    finally:
+        con.close()
+    cta_query(db, "admin", TURNOVER, into="t", rules=TURNOVER_RULES, replace=True)
+    after = _originals(db, TURNOVER_CELLS, dims).v
+    frame = pd.DataFrame({"v1": first, "v3": _stored(db, "t", dims), "o1": before, "o3": after})
+    same = frame.dropna()[lambda f: f.o1 == f.o3]
+    crossed = (same.v1 - same.o1) * (same.v3 - same.o1) < 0
+    exact = ((same.v1 + same.v3) / 2 - same.o1).abs() < 0.5
+    assert (int(crossed.sum()), int((crossed & exact).sum())) == (0, 0)  # was 39 and 38
+
+
+OLD80 = "SELECT region, education, COUNT(*) FROM persons WHERE age >= 80 GROUP BY region, education"
+OLD80_CELLS = "SELECT {named}, COUNT(*) AS v FROM persons WHERE age >= 80 GROUP BY CUBE ({cube})"
+
+
+def test_a_rounding_replaced_after_one_person_changes_rounds_no_unchanged_cell_both_ways(
+    jobs_demo_db,
+):
+    db, dims = jobs_demo_db, ["region", "education"]
+    round_query(db, "admin", OLD80, into="r", base=5)
+    versions, originals = [_stored(db, "r", dims)], [_originals(db, OLD80_CELLS, dims).v]
+    for region in ["R01", "R02", "R03", "R04", "R05", "R06"]:
+        con = open_database(db)
+        try:  # one person of the region turns 80
+            con.execute(
+                "UPDATE persons SET age = 80 WHERE person_id = (SELECT min(person_id) FROM "
+                f"persons WHERE age = 79 AND region = '{region}')"
+            )
+        finally:
+            con.close()
+        report = round_query(db, "admin", OLD80, into="r", base=5, replace=True)
+        assert report.details["same_multiple"] >= report.details["published_before"] - 6
+        versions.append(_stored(db, "r", dims))
+        originals.append(_originals(db, OLD80_CELLS, dims).v)
+    published = pd.concat(versions, axis=1).fillna(0.0)
+    values = pd.concat(originals, axis=1).reindex(published.index).fillna(0.0)
+    unchanged = values.nunique(axis=1) == 1
+    both_ways = published.nunique(axis=1) > 1
+    assert unchanged.sum() >= 20
+    assert int((unchanged & both_ways).sum()) == 0  # was 7 of 29: 4 candidates instead of 9
+
+
+OLD_INCOME = (
+    "SELECT region, education, SUM(income) FROM persons WHERE age >= 85 GROUP BY region, education"
+)
+RESPELLED = [
+    "select region, education, sum(income) from persons where age >= 85 group by region, education",
+    "SELECT education, region, SUM(income) FROM persons WHERE 85 <= age GROUP BY education, region",
+    "SELECT region, education, SUM(income) AS total FROM persons WHERE age >= 85 "
+    "GROUP BY region, education",
+    "SELECT region, education, SUM(income) FROM persons WHERE age > 84 GROUP BY region, education",
+    "SELECT region, education, SUM(income) FROM persons WHERE NOT age < 85 "
+    "GROUP BY region, education",
+    "SELECT region, education, SUM(income) FROM persons WHERE (age >= 85) "
+    "GROUP BY region, education",
+    "SELECT  region ,education, SUM( income )\nFROM persons\nWHERE age>=85\n"
+    "GROUP BY region,education",
+]
+
+
+def test_a_cta_respelled_and_replaced_on_the_same_data_is_the_same_table(jobs_demo_db):
+    db, dims = jobs_demo_db, ["region", "education"]
+    rules = [FrequencyRule(10, 30)]
+    cta_query(db, "admin", OLD_INCOME, into="t", rules=rules)
+    first = _stored(db, "t", dims)
+    differ = 0
+    for sql in RESPELLED:
+        cta_query(db, "admin", sql, into="t", rules=rules, replace=True)
+        again = _stored(db, "t", dims).reindex(first.index)
+        differ += int(not np.allclose(again.to_numpy(), first.to_numpy(), rtol=1e-9))
+    assert differ == 0  # was 7 of 7
+    con = duckdb.connect(str(db), read_only=True)
+    try:  # one population: age > 84 is the same rows as age >= 85 (the simplifier cannot tell)
+        sql = "SELECT count(DISTINCT population) FROM sqlsdc.job_cells WHERE name = 'protected.t'"
+        assert con.execute(sql).fetchall() == [(1,)]
+    finally:
+        con.close()
+
+
+def test_a_cta_replaced_after_a_known_change_does_not_give_the_original(jobs_demo_db):
+    """A reader who knows how much one income of a sensitive cell grew (the person, say)."""
+    db, dims = jobs_demo_db, ["region", "education"]
+    rules = [FrequencyRule(10, 30)]
+    cells_sql = (
+        "SELECT {named}, SUM(income) AS v, COUNT(*) AS n FROM persons WHERE age >= 85 "
+        "GROUP BY CUBE ({cube})"
+    )
+    cta_query(db, "admin", OLD_INCOME, into="t", rules=rules)
+    first, cells = _stored(db, "t", dims), _originals(db, cells_sql, dims)
+    small = cells[cells.n < 10]
+    grew = 50_000.0
+    con = open_database(db)
+    try:  # one person of each sensitive cell earns 50,000 more
+        for region, education in small.index:
+            con.execute(
+                "UPDATE persons SET income = income + ? WHERE person_id = (SELECT min(person_id) "
+                "FROM persons WHERE age >= 85 AND region = ? AND education = ?)",
+                [grew, region, education],
+            )
+    finally:
+        con.close()
+    cta_query(db, "admin", OLD_INCOME, into="t", rules=rules, replace=True)
+    second = _stored(db, "t", dims)
+    frame = small.join(first.rename("v1")).join(second.rename("v2"))
+    # both versions x·(1 + 0.3·f) and (x + grew)·(1 + 0.3·f) when the factor f is kept
+    scale = (frame.v2 - frame.v1) / grew
+    guess = frame.v1 / scale
+    assert int(((guess - frame.v).abs() < 0.5).sum()) == 0  # was 2 of 4 (R05, R06 primary)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a CTA replacement holds a sensitive cell at least as far as the version before "
+    "(jobs/replaced_sides.py Replaced.levels: publishing the same value again tells nothing "
+    "new, a nearer one on the same side gives a second range to intersect); so a cell moved "
+    "down while its original grows, published at one value version after version, drifts "
+    "towards 1.5 levels (R01 and R06 primary 1.11 and 1.27 -> 1.48 in five monthly updates "
+    "of +1,000), and "
+    "the frequency rule's 30 % level then puts its original within 1 %. Open: every release "
+    "of a noisy version of related values gives readers one more range",
+)
+def test_monthly_updates_do_not_push_a_held_cell_towards_the_largest_level(jobs_demo_db):
+    db, dims = jobs_demo_db, ["region", "education"]
+    rules = [FrequencyRule(10, 30)]
+    cells_sql = (
+        "SELECT {named}, SUM(income) AS v, COUNT(*) AS n FROM persons WHERE age >= 85 "
+        "GROUP BY CUBE ({cube})"
+    )
+    cta_query(db, "admin", OLD_INCOME, into="t", rules=rules)
+    cells = _originals(db, cells_sql, dims)
+    small = cells[cells.n < 10].index
+
+    def levels() -> pd.Series:  # distance from the original, in frequency-rule levels
+        now = _originals(db, cells_sql, dims).v.reindex(small)
+        return (_stored(db, "t", dims).reindex(small) - now).abs() / (0.3 * now)
+
+    first = levels()
+    for _ in range(5):
+        con = open_database(db)
+        try:  # one income of each sensitive cell grows by 1,000 (0.1 to 1 % of the cell)
+            for region, education in small:
+                con.execute(
+                    "UPDATE persons SET income = income + 1000 WHERE person_id = (SELECT "
+                    "min(person_id) FROM persons WHERE age >= 85 AND region = ? AND "
+                    "education = ?)",
+                    [region, education],
+                )
+        finally:
+            con.close()
+        cta_query(db, "admin", OLD_INCOME, into="t", rules=rules, replace=True)
+    assert (levels() <= first + 0.05).all()  # R01 primary: 1.11 -> 1.48
+
+
+def test_a_catalog_made_before_kept_cells_keeps_the_replaced_versions_sides(jobs_demo_db):
+    """Without ``sqlsdc.job_cells`` (a catalog no job stored into since), the output replaced
+    is read as before, and the replacement starts keeping its cells."""
+    db, dims = jobs_demo_db, ["region", "education"]
+    cta_query(db, "admin", OLD_INCOME, into="t", rules=[FrequencyRule(10, 30)])
+    first = _stored(db, "t", dims)
+    con = open_database(db)
+    try:
+        con.execute("DROP TABLE sqlsdc.job_cells")
+    finally:
+        con.close()
+    cta_query(db, "admin", OLD_INCOME, into="t", rules=[FrequencyRule(10, 40)], replace=True)
+    cells_sql = (
+        "SELECT {named}, SUM(income) AS v, COUNT(*) AS n FROM persons WHERE age >= 85 "
+        "GROUP BY CUBE ({cube})"
+    )
+    cells = _originals(db, cells_sql, dims)
+    small = cells[cells.n < 10].join(first.rename("v1")).join(_stored(db, "t", dims).rename("v2"))
+    assert len(small) == 4
+    assert ((small.v2 - small.v) * (small.v1 - small.v) > 0).all()  # each on its side
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        kept = con.execute("SELECT count(*) FROM sqlsdc.job_cells").fetchall()[0][0]
+    finally:
+        con.close()
+    assert kept == len(cells)
