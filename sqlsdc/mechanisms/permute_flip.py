@@ -12,16 +12,18 @@ is independent of the coins, so its first accepted candidate is a uniform draw a
 accepted ones; the best candidate (gamma = 0) is always accepted. Each coin is Bernoulli(exp(
 -gamma)) exactly (CKS20 Algorithm 1), split so that every random draw is made whatever gamma is:
 
-* gamma = w + f with w = floor(gamma), f = gamma - w in [0, 1): exp(-gamma) is the chance that
-  w coins of exp(-1) all land heads, times exp(-f). Every candidate draws V, the run of heads of
-  exp(-1) coins before the first tails (P(V >= v) = e^-v), and passes the first part iff V >= w.
+* gamma = w + f with w = floor(gamma), f = gamma - w in [0, 1): exp(-gamma) = exp(-w) exp(-f).
+  Every candidate draws V = #{v >= 1 : U < e^-v} for U uniform in [0, 1) (P(V >= v) = e^-v,
+  the run of heads of exp(-1) coins) and passes the first part iff V >= w. U is read 16 bits
+  at a time: its first 16 bits u decide V unless u is one of the 12 words at a threshold (u =
+  floor(2^16 e^-v), v <= 11, or 0), one time in 5,461; then 64 bits more, and so on, each
+  threshold compared exactly with series bounds of e^v (no floating point).
 * Bernoulli(exp(-f)) (CKS20's first branch): with A_k ~ Bernoulli(f/k) and K the first k with
   A_k = 0, P(K odd) = exp(-f). Write A_k = B_k and C_k with B_k ~ Bernoulli(1/k) and C_k ~
-  Bernoulli(f): every candidate draws L, the first k with B_k = 0 (P(L > k) = 1/k!), and
-  C_1 .. C_{L-1}; K is the first k < L with C_k = 0, else L.
-* An exp(-1) coin is "L odd" (f = 1: every C_k is 1), so V is drawn with L's alone, and L with
-  one uniform u in [0, 8!): L > k iff u < 8!/k! for k <= 8, then Bernoulli(1/k) draws from
-  k = 9 while they land 1 (u = 0, one time in 40,320).
+  Bernoulli(f): every candidate draws L, the first k with B_k = 0, as L = 1 + #{k >= 1 : U' <
+  1/k!} for U' uniform in [0, 1) (P(L > k) = 1/k!), read like U (its first 16 bits decide
+  unless they are one of 7 words, one time in 9,362), and C_1 .. C_{L-1}; K is the first
+  k < L with C_k = 0, else L.
 
 How many draws are made, of which sizes, in which order, depends only on the random words and
 on the number of candidates and the rate's denominator (policy constants), never on the scores;
@@ -31,7 +33,7 @@ the cell's keyed stream read in order (:meth:`KeyedStream.read_bytes`), each dra
 next 8, 16, 32 or 64 bits (the fewest that hold its range), big-endian, redrawn at or above
 the largest multiple of its range.
 
-Exactness: the integer part w is held at most 2^62, which V reaches only after 2^62 rounds.
+Exactness: the integer part w is held at most 2^62, which V reaches only when U < e^-(2^62).
 """
 
 from __future__ import annotations
@@ -47,8 +49,8 @@ from sqlsdc.mechanisms.prf import KeyedStream
 __all__ = ["permute_and_flip"]
 
 _CAP = 1 << 62  # integers held in int64 lanes stay below this
-_L_RANGE = math.factorial(8)  # L in one uniform of [0, 8!): 16-bit words, 62 % kept
-_L_BELOW = np.array([_L_RANGE // math.factorial(k) for k in range(1, 9)], dtype=np.int64)
+_CHUNK = 1 << 16  # candidates drawn at once (memory), ``check`` called before each chunk
+_FACTORIALS = np.array([math.factorial(k) for k in range(1, 10)], dtype=np.int64)  # 1! .. 9!
 
 
 def _words(stream: KeyedStream, count: int, width: int) -> np.ndarray:
@@ -88,28 +90,86 @@ def _big_uniform(stream: KeyedStream, n: int) -> int:
 
 
 def _first_zero(stream: KeyedStream, count: int) -> np.ndarray:
-    """L per lane, the first k with B_k = 0 for independent B_k ~ Bernoulli(1/k):
-    P(L > k) = 1/k! (module docstring)."""
-    u = _uniform(stream, _L_RANGE, count)
-    first = 1 + (u[:, None] < _L_BELOW[None, :]).sum(axis=1)
-    going, k = np.flatnonzero(u == 0), 9  # B_1 .. B_8 all 1
-    while going.size:
-        going = going[_uniform(stream, k, going.size) == 0]
-        first[going] = k + 1
-        k += 1
+    """L per lane, L = 1 + #{k >= 1 : U < 1/k!} for U uniform in [0, 1), so P(L > k) = 1/k!:
+    the first k with B_k = 0 for independent B_k ~ Bernoulli(1/k) (module docstring)."""
+    u = _words(stream, count, 16).astype(np.int64)[:, None]
+    first = 1 + ((u + 1) * _FACTORIALS <= 1 << 16).sum(axis=1)
+    unsure = ((u * _FACTORIALS < 1 << 16) & ((u + 1) * _FACTORIALS > 1 << 16)).any(axis=1)
+    for lane in np.flatnonzero(unsure).tolist():
+        first[lane] = _first_zero_of(stream, int(u[lane, 0]))
     return first
 
 
-def _heads_run(stream: KeyedStream, count: int, check) -> np.ndarray:
-    """V per lane: heads of exp(-1) coins ("L odd") before the first tails; P(V >= v) = e^-v."""
-    run = np.zeros(count, dtype=np.int64)
-    alive = np.arange(count)
-    while alive.size:
-        if check is not None:
-            check()
-        alive = alive[_first_zero(stream, alive.size) % 2 == 1]
-        run[alive] += 1
+def _first_zero_of(stream: KeyedStream, u: int) -> int:
+    """L for U in [u/2^16, (u + 1)/2^16), an interval holding a threshold 1/k!: 64 bits of U
+    more until none lies inside U's interval."""
+    bits = 16
+    while True:
+        u, bits = (u << 64) | int(_words(stream, 1, 64)[0]), bits + 64
+        k = 1
+        while (u + 1) * math.factorial(k) <= 1 << bits:  # U < (u + 1)/2^bits <= 1/k!
+            k += 1
+        if u * math.factorial(k) >= 1 << bits:  # 1/k! <= u/2^bits <= U
+            return k
+
+
+def _exp_above(v: int, x: Fraction) -> bool:
+    """Whether e^-v > x, exactly, for an integer v >= 1 (e^-v is irrational: never equal).
+
+    With x = p/q, e^-v > x iff e^v < q/p, decided in integers by e^v's partial sum S_k =
+    N/k! below it and S_k + v^(k+1) (k+2) / ((k+1)! (k+2-v)) above it (k + 2 > v), k
+    doubled until one of them decides."""
+    if x <= 0:
+        return True
+    p, q = x.numerator, x.denominator
+    k = 2 * v + 16
+    while True:
+        fact = math.factorial(k)
+        n = sum(v**j * (fact // math.factorial(j)) for j in range(k + 1))
+        if n * p >= q * fact:  # S_k >= q/p: e^v > q/p
+            return False
+        room = (k + 1) * (k + 2 - v)
+        if (n * room + v ** (k + 1) * (k + 2)) * p <= q * fact * room:
+            return True
+        k *= 2
+
+
+def _thresholds() -> np.ndarray:
+    """floor(2^16 e^-v) for v = 1 .. 11 (the last v with one >= 1), exactly."""
+    out = []
+    for v in range(1, 12):
+        t = int(65536 * math.exp(-v)) + 2
+        while not _exp_above(v, Fraction(t, 65536)):
+            t -= 1
+        out.append(t)
+    return np.array(out, dtype=np.int64)
+
+
+_RUN_BELOW = _thresholds()  # V >= v for certain when u < _RUN_BELOW[v - 1]
+_RUN_UNSURE = np.append(_RUN_BELOW, 0)  # u at a threshold: more bits decide
+
+
+def _heads_run(stream: KeyedStream, count: int) -> np.ndarray:
+    """V per lane, #{v >= 1 : U < e^-v} for U uniform in [0, 1) (module docstring)."""
+    u = _words(stream, count, 16).astype(np.int64)
+    run = (u[:, None] < _RUN_BELOW[None, :]).sum(axis=1)
+    for lane in np.flatnonzero(np.isin(u, _RUN_UNSURE)).tolist():
+        run[lane] = _run_of(stream, int(u[lane]))
     return run
+
+
+def _run_of(stream: KeyedStream, u: int) -> int:
+    """V for U in [u/2^16, (u + 1)/2^16), an interval holding a threshold e^-v: 64 bits of
+    U more until none lies inside U's interval."""
+    bits = 16
+    while True:  # (the first interval holds a threshold: that is why u is here)
+        u, bits = (u << 64) | int(_words(stream, 1, 64)[0]), bits + 64
+        low, high = Fraction(u, 1 << bits), Fraction(u + 1, 1 << bits)
+        run = 0
+        while _exp_above(run + 1, high):  # U < high < e^-(run + 1)
+            run += 1
+        if not _exp_above(run + 1, low):  # e^-(run + 1) <= low <= U
+            return run
 
 
 def _fraction_coins(stream: KeyedStream, rest: np.ndarray, d: int) -> np.ndarray:
@@ -158,8 +218,8 @@ def permute_and_flip(
     epsilon/(2 Delta) this is epsilon-DP for scores of sensitivity Delta and its expected
     error is never worse than the exponential mechanism's.
 
-    ``check`` is called between rounds of draws and raises to stop (the statement timeout,
-    a cancel): over a million candidates the draw takes about a second.
+    ``check`` is called before each 65,536 candidates are drawn and raises to stop (the
+    statement timeout, a cancel): over a million candidates the draw takes about a second.
     """
     n = len(scores)
     if not n:
@@ -168,8 +228,12 @@ def permute_and_flip(
     if r < 0:
         raise ValueError(f"rate must be >= 0, got {r}")
     whole, rest = _split(scores, r)
-    run = _heads_run(stream, n, check)
-    if check is not None:
-        check()
-    accepted = np.flatnonzero((run >= whole) & _fraction_coins(stream, rest, r.denominator))
+    coins = np.empty(n, dtype=bool)
+    for start in range(0, n, _CHUNK):
+        if check is not None:
+            check()
+        part = slice(start, min(start + _CHUNK, n))
+        run = _heads_run(stream, part.stop - start)
+        coins[part] = (run >= whole[part]) & _fraction_coins(stream, rest[part], r.denominator)
+    accepted = np.flatnonzero(coins)
     return int(accepted[int(_uniform(stream, accepted.size, 1)[0])])
