@@ -198,7 +198,9 @@ def _split(scores: Sequence[int], rate: Fraction) -> tuple[np.ndarray, np.ndarra
             a, b = divmod(s - s.min(), d)  # rate (s - s_min) = a p + b p / d, b p < 2^62
             whole = np.where(a > _CAP // max(p, 1), _CAP, a * p) + b * p // d
             return np.minimum(whole, _CAP), b * p % d
-    gamma = [(int(x) - min(int(y) for y in scores)) * p for x in scores]
+    ints = [int(x) for x in scores]
+    best = min(ints)
+    gamma = [(x - best) * p for x in ints]
     whole = np.array([min(g // d, _CAP) for g in gamma], dtype=np.int64)
     return whole, np.array([g % d for g in gamma], dtype=object if d > _CAP else np.int64)
 
