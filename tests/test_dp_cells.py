@@ -323,6 +323,53 @@ def test_permute_and_flip_has_its_exact_distribution(rate, passes):
     assert bool(stats.chisquare(counts, expected).pvalue > LEVEL) is passes
 
 
+@pytest.mark.parametrize(
+    "scores, rate",
+    [
+        ([0, 3, 1, 5, 2], Fraction(7, 10)),  # acceptance exponents with integer parts
+        ([2, 0, 9, 1, 1], Fraction(13, 9)),  # ties, and one candidate at exp(-13)
+        ([0, 1, 2, 4], Fraction(2**65 + 1, 2**66)),  # a rate's terms beyond int64
+    ],
+)
+def test_permute_and_flip_is_exact_for_every_kind_of_rate(scores, rate):
+    stream = KeyedStream(SECRET, "pf-rates")
+    draws = [permute_and_flip(scores, rate, stream) for _ in range(10_000)]
+    counts = np.bincount(draws, minlength=len(scores))
+    expected = _pf_probabilities(scores, float(rate)) * len(draws)
+    seen = expected > 0.5
+    assert counts[~seen].sum() <= 1
+    assert stats.chisquare(counts[seen], expected[seen] * counts[seen].sum() / expected[seen].sum()
+                           ).pvalue > LEVEL  # fmt: skip
+
+
+class _Counted(KeyedStream):
+    """A keyed stream that counts the PRF blocks read from it."""
+
+    __slots__ = ("blocks",)
+
+    def block(self, index: int) -> bytes:
+        self.blocks = getattr(self, "blocks", 0) + 1
+        return super().block(index)
+
+
+def test_permute_and_flip_reads_as_much_randomness_whatever_the_cell():
+    """(Red team s40c, s41h.) The draw stopped at the first accepted candidate of a random
+    order: one visit for a median of 12 rows over [0, 3000] at epsilon = 1/5, about a hundred
+    for 12,000 rows, so its running time told the cell's size. It now makes the same draws on
+    the same stream whatever the scores; only the final choice among the accepted candidates
+    may read one block more."""
+    rng = np.random.default_rng(5)
+    small, large = (quantile_scores(np.bincount(rng.integers(0, 3001, rows), minlength=3001),
+                                    Fraction(1, 2)) for rows in (12, 12_000))  # fmt: skip
+    for cell in range(5):
+        used = []
+        for scores in (small, large):
+            stream = _Counted(SECRET, "pf-cost", cell)
+            permute_and_flip(scores, Fraction(1, 10), stream)
+            used.append(stream.blocks)
+        assert abs(used[0] - used[1]) <= 1 and min(used) > 500  # ~ 3,001 x 80 bits
+
+
 def test_permute_and_flip_edges():
     stream = KeyedStream(SECRET, "pf-edges")
     assert {permute_and_flip([5, 0, 5], Fraction(10**6), stream) for _ in range(50)} == {1}

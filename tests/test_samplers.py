@@ -232,6 +232,17 @@ def test_the_stream_is_one_bit_string():
     assert parts.bits(0) == 0
 
 
+@pytest.mark.parametrize("before", [0, 3, 8, 256, 300])
+def test_read_bytes_reads_the_bits_bits_reads(before):
+    for size in (0, 1, 5, 32, 33, 1000):
+        fast, slow = KeyedStream(SECRET, "bytes"), KeyedStream(SECRET, "bytes")
+        fast.bits(before), slow.bits(before)
+        assert fast.read_bytes(size) == slow.bits(8 * size).to_bytes(size, "big")
+        assert fast.bits(77) == slow.bits(77)  # and leaves the stream where bits() does
+    with pytest.raises(ValueError, match="must be >= 0"):
+        fast.read_bytes(-1)
+
+
 @pytest.mark.parametrize("n", [2, 6, 10, 192, 1000])
 def test_uniform_int_is_uniform(n):
     stream = KeyedStream(SECRET, "uniform", n)

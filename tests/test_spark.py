@@ -1082,6 +1082,38 @@ def test_sums_over_spark_data_holding_nan_are_refused_before_anything_is_charged
     engine.close()
 
 
+def test_a_view_replaced_through_the_session_is_read_and_scanned_again(spark, tmp_path):
+    """(s41h.) The scans for NaN and infinities were dropped only by ``register()``: a copy's
+    view replaced through the session, with a NaN in one person's row, kept the scan of the
+    rows before, and the sum showed NaN in exactly the cell holding it (as did a BIGINT column
+    replaced by a DOUBLE one: its schema was the one registered). The view's plan and files
+    now tell that it changed: its schema is read and its columns scanned again."""
+    from tests.security.test_redteam_s28e import ckm_table
+
+    path = tmp_path / "s.duckdb"
+    ckm_table(path, "m DOUBLE, k BIGINT", "i / 4, i").close()
+    engine = SparkEngine(spark.newSession())
+    engine.load_duckdb(path, ["t", "sqlsdc.ckm_mix", "sqlsdc.ptable_entries"])
+    nan = "IF(pid = 7, double('NaN'), {0}) AS {0}"
+    try:
+        with sqlsdc.connect(path, user="analyst") as con:
+            for column in ("m", "k"):
+                sql = f"SELECT g, SUM({column}) AS s FROM t GROUP BY g"
+                assert not any(
+                    math.isnan(v) for v in run_protected(con, engine, sql)["s"].to_pylist()
+                )
+            replaced = f"SELECT pid, g, {nan.format('m')}, k, __rkey FROM t"
+            engine.session.sql(replaced).createOrReplaceTempView("t")
+            with pytest.raises(sqlsdc.PolicyViolation, match="t.m holds values that no"):
+                run_protected(con, engine, "SELECT g, SUM(m) FROM t GROUP BY g")
+            replaced = f"SELECT pid, g, m, {nan.format('k')}, __rkey FROM t"
+            engine.session.sql(replaced).createOrReplaceTempView("t")
+            with pytest.raises(sqlsdc.NotSupportedError, match="t.k is double where"):
+                run_protected(con, engine, "SELECT g, SUM(k) FROM t GROUP BY g")
+    finally:
+        engine.close()
+
+
 def test_spark_data_typed_other_than_the_database_is_not_summed(spark, tmp_path):
     """(Red team s29.) The guard types queries by the database's schema, so a BIGINT measure
     is not scanned; Spark's registered copy held it as DOUBLE with one NaN, and only the cell

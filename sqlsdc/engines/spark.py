@@ -181,6 +181,19 @@ def _require_pyspark() -> None:
         raise NotSupportedError(f"the Spark engine needs PySpark; {INSTALL_HINT}") from None
 
 
+def _schema_of(name: str, frame: DataFrame) -> dict[str, str]:
+    """``{column: Spark type}`` of a frame registered as ``name``; a collated string column is
+    refused: Spark would compare and group its text by the collation, DuckDB by the bytes."""
+    for f in frame.schema:
+        if "collate" in f.dataType.simpleString().lower():
+            raise NotSupportedError(
+                f"{name}.{f.name} is {f.dataType.simpleString()}: Spark would compare and "
+                "group its text by that collation, DuckDB by the bytes; register it as "
+                "a plain string"
+            )
+    return {f.name.lower(): f.dataType.simpleString() for f in frame.schema}
+
+
 def _register_hash(session: SparkSession) -> None:
     """Register :data:`HASH_UDF` on ``session``. Its module is shipped to Spark's Python
     workers by value, so they need numpy and pyarrow (as every Arrow UDF does), not sqlsdc.
@@ -229,6 +242,7 @@ class SparkEngine:
         self._copies: dict[str, tuple] = {}  # their views: what load_duckdb left (_copy_state)
         self.duckdb_types: dict[str, dict[str, str]] = {}  # their views: {column: DuckDB type}
         self.summable: dict[tuple[str, str], bool] = {}  # sqlsdc.guard.summable's scans
+        self._seen: dict[str, tuple | None] = {}  # view -> its _copy_state for both (refresh)
         self._folders: list[str] = []
         # held while a guarded answer registers its DP cells and runs over them: the cells'
         # view names are the same in every query (sqlsdc.guard.spark._answer)
@@ -244,7 +258,32 @@ class SparkEngine:
         self.data_versions.pop(name.lower(), None)  # not (or no longer) a copy of a DuckDB table
         self._copies.pop(view_name(name), None)
         self.duckdb_types.pop(view_name(name), None)
-        self.summable = {key: ok for key, ok in self.summable.items() if key[0] != name.lower()}
+
+    def refresh(self, tables: Iterable[str]) -> None:
+        """Bring what the engine knows of the views of ``tables`` (DuckDB names) up to what
+        they hold now, before a guarded query is checked: a view whose rows may have changed
+        since its schema was read and its columns scanned for NaN and infinities
+        (:mod:`sqlsdc.guard.summable`) has its schema read and its scans dropped.
+
+        A view's rows are known by its plan's semantic hash and its files' sizes and
+        modification times (:meth:`_copy_state`, what a DP data version is checked against;
+        the DuckDB side keys its scans by its file's data writers). :meth:`register` was the
+        only point where they were dropped, so a view replaced through the session
+        (``createOrReplaceTempView``) or a Parquet copy rewritten kept the scan of the rows
+        before: a NaN or infinity in the new rows passed, and a sum showed it in exactly the
+        cells holding it.
+        """
+        for table in tables:
+            view = view_name(table)
+            if view not in self.schemas:
+                continue  # not registered: sql() names it
+            state = self._copy_state(view)
+            if state is not None and view in self._seen and self._seen[view] == state:
+                continue
+            self.summable = {k: ok for k, ok in self.summable.items() if view_name(k[0]) != view}
+            self._seen[view] = state
+            if state is not None:  # (else Spark cannot read it: the query fails there)
+                self.schemas[view] = _schema_of(table, self.session.table(view))
 
     def register_cells(self, name: str, cells: pa.Table) -> None:
         """Make a relation of released cells (the noisy DP cells a protected tree reads,
@@ -253,15 +292,10 @@ class SparkEngine:
 
     def _register_frame(self, name: str, frame: DataFrame) -> None:
         view = view_name(name)
-        for f in frame.schema:
-            if "collate" in f.dataType.simpleString().lower():
-                raise NotSupportedError(
-                    f"{name}.{f.name} is {f.dataType.simpleString()}: Spark would compare and "
-                    "group its text by that collation, DuckDB by the bytes; register it as "
-                    "a plain string"
-                )
+        schema = _schema_of(name, frame)
         frame.createOrReplaceTempView(view)
-        self.schemas[view] = {f.name.lower(): f.dataType.simpleString() for f in frame.schema}
+        self.schemas[view] = schema
+        self._seen.pop(view, None)  # its scans were of other rows (refresh)
 
     def data_version(self, table: str) -> str:
         """The DuckDB data version (row count and hash, as the guarded connection computes it)
@@ -413,6 +447,8 @@ class SparkEngine:
         self.data_versions.clear()
         self._copies.clear()
         self.duckdb_types.clear()
+        self.summable.clear()
+        self._seen.clear()
         for folder in self._folders:
             shutil.rmtree(folder, ignore_errors=True)
         self._folders.clear()

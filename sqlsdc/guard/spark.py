@@ -89,7 +89,9 @@ def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, p
     try:
         query = connection.explain(sql, params)
         _check_spark_can_release(query)
-        names = {name.split(".")[-1] for name in tables_read(query.tree)}
+        read = tables_read(query.tree)  # (a DP answer's: its cells; its stages read the data)
+        engine.refresh(read | {table for table, _ in query.summed})  # replaced views: read again
+        names = {name.split(".")[-1] for name in read}
         _check_spark_types(names, connection.analyst_schema, engine.schemas)
         check_summable(query.summed, engine.summable, engine.run)  # Spark's copy of the data
         check_engine_tables(names, query.tree, connection.policy)

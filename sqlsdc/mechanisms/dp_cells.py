@@ -75,8 +75,8 @@ import numpy as np
 from sqlsdc.mechanisms.accountant import Calibration, Noise, Statistic
 from sqlsdc.mechanisms.batch_samplers import discrete_gaussian_many, discrete_laplace_many
 from sqlsdc.mechanisms.partition import keep_decision
+from sqlsdc.mechanisms.permute_flip import permute_and_flip
 from sqlsdc.mechanisms.prf import KeyedStream
-from sqlsdc.mechanisms.samplers import bernoulli_exp
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -559,50 +559,6 @@ def quantile_scores(histogram: Sequence[int], alpha: Fraction) -> np.ndarray:
     return np.abs((b - a) * below - a * above)
 
 
-CHECK_EVERY = 4096
-"""Visits of :func:`permute_and_flip` between two calls of its ``check``."""
-
-
-def permute_and_flip(
-    scores: Sequence[int],
-    rate: Fraction,
-    stream: KeyedStream,
-    check: Callable[[], object] | None = None,
-) -> int:
-    """Index chosen by permute-and-flip (McKenna and Sheldon, NeurIPS 2020), exactly.
-
-    Visit candidates in a uniformly random order (a lazy Fisher-Yates shuffle drawn from the
-    stream) and stop at the first r accepted with probability exp(-rate (s_r - s_min)), a
-    Bernoulli(exp(-gamma)) coin of CKS20 Algorithm 1: no floating point. With rate =
-    epsilon/(2 Delta) this is epsilon-DP for scores of sensitivity Delta and its expected error
-    is never worse than the exponential mechanism's. The best candidate is always accepted, so
-    the loop ends after at most len(scores) visits.
-
-    ``check`` is called every :data:`CHECK_EVERY` visits and raises to stop the draw (the
-    statement timeout, a cancel): over millions of candidates whose best few stand far apart
-    the loop makes about len(scores)/2 visits, seconds to minutes of Python.
-    """
-    s = [int(x) for x in scores]
-    if not s:
-        raise ValueError("permute-and-flip needs at least one candidate")
-    r = Fraction(rate)
-    if r < 0:
-        raise ValueError(f"rate must be >= 0, got {r}")
-    best = min(s)
-    n = len(s)
-    moved: dict[int, int] = {}
-    for i in range(n):
-        if check is not None and i % CHECK_EVERY == CHECK_EVERY - 1:
-            check()
-        j = i + stream.uniform_int(n - i)
-        candidate = moved.get(j, j)
-        moved[j] = moved.get(i, i)
-        # Bernoulli(exp(-r (s - best))) with the exponent as the integer ratio p/q
-        if bernoulli_exp(r * (s[candidate] - best), stream):
-            return candidate
-    raise AssertionError("unreachable: the best candidate is always accepted")
-
-
 def noisy_quantiles(
     histograms: pd.DataFrame,
     space: CellSpace,
@@ -629,8 +585,9 @@ def noisy_quantiles(
     cells are scored in blocks of at most that many scores (at least one cell each), so the
     memory does not grow with the number of cells, which private groups take from the data.
 
-    ``check`` is called before each block and each cell is drawn, and within long draws
-    (:func:`permute_and_flip`); it raises to stop (the statement timeout, a cancel).
+    ``check`` is called before each block and each cell is drawn, and within draws
+    (:func:`permute_and_flip`, whose cost is set by k + 1 and the rate, not by the data);
+    it raises to stop (the statement timeout, a cancel).
     """
     import pandas as pd
 
