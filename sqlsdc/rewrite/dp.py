@@ -194,8 +194,12 @@ def dp_frame(policy: Policy, stages: dict[int, DpStage], to_sql,
             _sub(source, CELLS),
             value=lambda i: cell_column(f"__a{i}"),
             published=lambda i: cell_column(f"__p{i}"),
-            accuracy=lambda i: (cell_column(f"__sd{i}"), cell_column(f"__hw{i}"),
-                                cell_column(f"__dr{i}"), cell_column(f"__cl{i}")),  # fmt: skip
+            accuracy=lambda i: (
+                cell_column(f"__sd{i}"),
+                cell_column(f"__hw{i}"),
+                cell_column(f"__dr{i}"),
+                cell_column(f"__cl{i}"),
+            ),  # fmt: skip
         )
 
     return build
@@ -207,6 +211,68 @@ def _refuse(select: exp.Select, reason: str, hint: str = SHAPE) -> PolicyViolati
 
 def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql,
            population: Population | None = None) -> DpStage:  # fmt: skip
+    """The DP stage of one aggregation, in the order that keeps refusals before any SQL and
+    numbers the statistics' columns in the order they are first asked: check the query's shape
+    against the table's DP settings, name the cells, find the public domains, plan each
+    aggregate's noisy statistics and the unit counts of partition selection, then build the
+    exact bounded cells (with the bounding report) and their identity."""
+    plan, select = cells.plan, cells.select
+    table = _check_shape(cells, policy)
+    settings = table.dp
+    identity = aggregation_identity(plan.scope, plan.keys, [a.node for a in plan.aggregates],
+                                    population)  # fmt: skip
+    keys = identity.keys
+    if len(set(keys)) != len(keys):
+        raise _refuse(select, "the same group key appears twice")
+    domains = _public_domains(cells, table, policy, to_sql)
+    asked = _Statistics(cells, twin, _rows_select(cells, plan.units[0], plan.rkeys[0]))
+    described = [_describe(i, node, plan, table, settings, select)
+                 for i, node in enumerate(cells.aggregates)]  # fmt: skip
+    fused = _selection_count(described, settings, table, plan.one_row_per_unit)
+    outputs = _outputs(asked, described, fused, table, select)
+    units_column, selection, delta = _unit_counts(asked, described, fused, outputs, table, select)
+
+    n_keys, one_row = len(cells.keys), plan.one_row_per_unit
+    order = _Hashed.of(keys, asked.measures, chosen=settings.groups is GroupKeys.PRIVATE)
+    report, names, shares_zero = _report(asked, n_keys, table, one_row, outputs, order, select)
+    exact_tree, histogram_trees = _exact_trees(asked, n_keys, settings, one_row, order, report,
+                                               select)  # fmt: skip
+    # the rows kept are chosen by hashes of the query's measures (the unit row cap over all
+    # cells, a quantile's rows within a cell), so the cells' identity names them
+    ranked = tuple(sorted(asked.measures))
+    capped = settings.max_rows_per_unit is not None and not one_row
+    return DpStage(
+        relation=relation,
+        sql=to_sql(exact_tree),
+        histograms=tuple((name, to_sql(tree)) for name, tree in histogram_trees),
+        table=table.name,
+        keys=keys,
+        scope=(
+            _rows_chosen_by(identity.population.text, ranked)
+            if capped and ranked
+            else identity.population.text
+        ),
+        statistics=tuple(
+            _quantile_rows_chosen_by(s, ranked) if not one_row and len(ranked) > 1 else s
+            for s in asked.statistics.values()
+        ),
+        outputs=tuple(outputs),
+        domains=domains,
+        selection=selection,
+        units=units_column,
+        min_frequency=settings.min_frequency,
+        delta=delta,
+        report=tuple(names) if report is not None else None,
+        shares_zero=shares_zero,
+        reads=frozenset(t.name.lower() for t in exact_tree.find_all(exp.Table)),
+        trees={None: exact_tree, **dict(histogram_trees)},
+    )
+
+
+def _check_shape(cells: Cells, policy: Policy):
+    """The policy table of an aggregation that DP can protect; refuses mixed methods, more than
+    one confidential table or unit, ROLLUP, CUBE and GROUPING SETS, GROUPING(), and private
+    group keys too long to compute for every row of the population."""
     plan, select = cells.plan, cells.select
     methods = {a.rule.method for a in plan.aggregates}
     if methods - {Method.DP}:
@@ -247,65 +313,89 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql,
                 f"population, and {refusal}: their running time would tell how many rows it has",
                 "group by the columns themselves or short labels (a CASE with short branches)",
             )
-    unit, rkey = plan.units[0], plan.rkeys[0]
-    identity = aggregation_identity(plan.scope, plan.keys, [a.node for a in plan.aggregates],
-                                    population)  # fmt: skip
-    keys = identity.keys
-    if len(set(keys)) != len(keys):
-        raise _refuse(select, "the same group key appears twice")
-    domains = None
-    if settings.groups is GroupKeys.PUBLIC:
-        domains = tuple(
-            _domain(canonical_expression(plan.scope, k), table, select, policy, to_sql)
-            for k in plan.keys
+    return table
+
+
+def _public_domains(cells: Cells, table, policy: Policy, to_sql) -> tuple[tuple | str, ...] | None:
+    """Per group key, its declared values or the SQL of a public table's values, when the table
+    releases the groups of public domains (None: private partition selection). Refuses more
+    than :data:`MAX_DOMAIN_CELLS` cells: every one of them is released."""
+    if table.dp.groups is not GroupKeys.PUBLIC:
+        return None
+    plan, select = cells.plan, cells.select
+    domains = tuple(
+        _domain(canonical_expression(plan.scope, k), table, select, policy, to_sql)
+        for k in plan.keys
+    )
+    size = 1
+    for d in domains:
+        size *= len(d) if isinstance(d, tuple) else 1
+    if size > MAX_DOMAIN_CELLS:
+        raise _refuse(
+            select,
+            f"the public domains of the group keys give {size:,} cells (more than "
+            f"{MAX_DOMAIN_CELLS:,})",
+            "group by fewer or coarser dimensions, or filter the result",
         )
-        size = 1
-        for d in domains:
-            size *= len(d) if isinstance(d, tuple) else 1
-        if size > MAX_DOMAIN_CELLS:
-            raise _refuse(
-                select,
-                f"the public domains of the group keys give {size:,} cells (more than "
-                f"{MAX_DOMAIN_CELLS:,})",
-                "group by fewer or coarser dimensions, or filter the result",
-            )
+    return domains
 
-    rows = _rows_select(cells, unit, rkey)
-    measures: dict[str, str] = {}  # canonical argument -> column of rows
-    statistics: dict[tuple, DpStatistic] = {}
-    specs: list[_Spec] = []
-    histograms: list[tuple[str, exp.Expr]] = []
-    clamps: dict[str, tuple[str, Bounding]] = {}  # rows column -> (measure, bounds)
 
-    def column_of(text: str, i: int, centre: Fraction = Fraction(0)) -> str:
+class _Statistics:
+    """The columns a stage computes, numbered in the order they are first asked: the rows'
+    measures (``__x<i>``, one per canonical argument and centre, added to :attr:`rows`), the
+    noisy statistics (``__s<k>``, one per calibration and canonical measure, so an aggregate
+    asked twice is drawn once), the specs of the exact cells' columns, the quantiles'
+    histograms and the bounded measures that are clamped (for the bounding report)."""
+
+    def __init__(self, cells: Cells, twin, rows: exp.Select):
+        self.cells, self.twin, self.rows = cells, twin, rows
+        self.measures: dict[str, str] = {}  # canonical argument -> column of rows
+        self.statistics: dict[tuple, DpStatistic] = {}
+        self.specs: list[_Spec] = []
+        self.histograms: list[tuple[str, exp.Expr]] = []
+        self.clamps: dict[str, tuple[str, Bounding]] = {}  # rows column -> (measure, bounds)
+
+    def column_of(self, text: str, i: int, centre: Fraction = Fraction(0)) -> str:
         """The rows column of aggregate ``i``'s argument, shifted by ``-centre`` (a DOUBLE)."""
-        if text not in measures:
-            measures[text] = f"__x{len(measures)}"
-            argument = copy_tree(cells.argument(i, twin))
+        if text not in self.measures:
+            self.measures[text] = f"__x{len(self.measures)}"
+            argument = copy_tree(self.cells.argument(i, self.twin))
             if centre:  # on DOUBLE, as the grid reads it: INT_MIN - 50 raises on integers
                 argument = exp.Sub(this=_cast(argument, DOUBLE), expression=_number(centre))
-            rows.append("expressions", exp.alias_(argument, measures[text], copy=False))
-        return measures[text]
+            self.rows.append("expressions", exp.alias_(argument, self.measures[text], copy=False))
+        return self.measures[text]
 
-    def statistic(calibration, measure: str, column: str | None, distinct: bool) -> str:
+    def statistic(self, calibration, measure: str, column: str | None, distinct: bool) -> str:
+        """The column of the noisy statistic ``calibration`` of ``measure`` (read from the rows
+        ``column``; None: rows or units), added on first use."""
         ident = (calibration.describe(), measure)
         if column is not None and calibration.bounding.bounded and not distinct:
-            _check_grid(calibration, select)
-            clamps[column] = (measure, calibration.bounding)
-        if ident not in statistics:
-            name = f"__s{len(statistics)}"
-            statistics[ident] = DpStatistic(name, measure, calibration)
+            _check_grid(calibration, self.cells.select)
+            self.clamps[column] = (measure, calibration.bounding)
+        if ident not in self.statistics:
+            name = f"__s{len(self.statistics)}"
+            self.statistics[ident] = DpStatistic(name, measure, calibration)
             if calibration.statistic is not Statistic.QUANTILE:
-                specs.append(_Spec(name, calibration, column, distinct))
+                self.specs.append(_Spec(name, calibration, column, distinct))
             else:
-                histograms.append((name, _histogram(calibration.bounding, column)))
-        return statistics[ident].column
+                self.histograms.append((name, _histogram(calibration.bounding, column)))
+        return self.statistics[ident].column
 
-    described = [_describe(i, node, plan, table, settings, select)
-                 for i, node in enumerate(cells.aggregates)]  # fmt: skip
-    asked: dict[tuple[Statistic, str], tuple[str, Calibration]] = {}
+    def reported(self, calibration, measure: str) -> str:
+        """The column of one part of the bounding report (computed by its own SQL, no spec)."""
+        name = f"__s{len(self.statistics)}"
+        self.statistics[(calibration.describe(), measure)] = DpStatistic(name, measure, calibration)
+        return name
+
+
+def _outputs(asked: _Statistics, described, fused: int | None, table, select: exp.Select
+             ) -> list[DpOutput | None]:  # fmt: skip
+    """How each aggregate is released: COUNT, SUM and quantiles from their own statistics
+    first, then AVG, VAR and STDDEV from sums and counts (:func:`_composite`, reusing those the
+    query asks already). The aggregate ``fused`` with private selection is left None for
+    :func:`_unit_counts`."""
+    table_asked: dict[tuple[Statistic, str], tuple[str, Calibration]] = {}
     outputs: list[DpOutput | None] = [None] * len(described)
-    fused = _selection_count(described, settings, table, plan.one_row_per_unit)
     for i, (aggregate, measure, bounding, alpha, ddof) in enumerate(described):
         if aggregate in COMPOSITE or i == fused:
             continue
@@ -313,96 +403,116 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql,
         agg_plan = _plan(aggregate, bounding, table.rule(kind).spend, alpha, select)
         distinct = measure.startswith(DISTINCT)
         text = measure.removeprefix(DISTINCT)
-        column = None if text == "*" else column_of(text, i)
-        names = [statistic(c, measure, column, distinct) for c in agg_plan.components]
+        column = None if text == "*" else asked.column_of(text, i)
+        names = [asked.statistic(c, measure, column, distinct) for c in agg_plan.components]
         _check_range(aggregate, agg_plan.components[0], select)
         if aggregate in (Aggregate.SUM, Aggregate.COUNT) and not distinct:
-            asked[(agg_plan.components[0].statistic, measure)] = (names[0], agg_plan.components[0])
+            table_asked[(agg_plan.components[0].statistic, measure)] = (
+                names[0], agg_plan.components[0])  # fmt: skip
         histogram = names[0] if aggregate is Aggregate.QUANTILE else None
         outputs[i] = DpOutput(aggregate, tuple(names), agg_plan, ddof, histogram)
     for i, (aggregate, measure, bounding, _alpha, ddof) in enumerate(described):
         if aggregate in COMPOSITE:
             spend = table.rule(AggregateKind.MAGNITUDES).spend
             try:
-                outputs[i] = _composite(aggregate, measure, bounding, ddof, spend, asked,
-                                        column_of, statistic, i)  # fmt: skip
+                outputs[i] = _composite(aggregate, measure, bounding, ddof, spend, table_asked,
+                                        asked.column_of, asked.statistic, i)  # fmt: skip
             except ValueError as e:
                 raise _refuse(select, str(e), "declare bounds on the measure") from None
+    return outputs
 
-    units_column, selection, delta = None, None, Fraction(0)
-    needs_units = settings.groups is GroupKeys.PRIVATE or settings.min_frequency is not None
-    if needs_units:
-        base = Bounding(settings.max_groups, settings.max_rows,
-                        max_unit_rows=settings.max_rows_per_unit)  # fmt: skip
-        if settings.groups is GroupKeys.PRIVATE and fused is not None:
-            # the query's own unit count, drawn once with its spend and the selection's, is
-            # thresholded and released: one noisy count at the sum of both epsilons
-            count = table.rule(AggregateKind.COUNTS).spend.epsilon
-            selection = laplace_partition_selection(settings.selection_epsilon + count,
-                                                    settings.selection_delta,
-                                                    settings.max_groups)  # fmt: skip
-            calibration, delta = selection.calibration, settings.selection_delta
-        elif settings.groups is GroupKeys.PRIVATE:
-            # without min_frequency no noisy unit count is needed: the optimal rule keeps
-            # more small groups at the same cost; with it, thresholding's noisy counts serve both
-            rule = (
-                laplace_partition_selection
-                if settings.min_frequency
-                else optimal_partition_selection
+
+def _unit_counts(
+    asked: _Statistics, described, fused: int | None, outputs: list, table, select: exp.Select
+) -> tuple[str | None, PartitionSelection | None, Fraction]:
+    """The noisy unit count per cell that private partition selection or ``min_frequency``
+    thresholds: its column, the selection rule (None: public domains) and the selection's delta;
+    (None, None, 0) when neither is asked. With private selection, the query's own unit count
+    (``fused``) is that count, and its output is set here."""
+    settings = table.dp
+    if settings.groups is not GroupKeys.PRIVATE and settings.min_frequency is None:
+        return None, None, Fraction(0)
+    selection, delta = None, Fraction(0)
+    base = Bounding(settings.max_groups, settings.max_rows,
+                    max_unit_rows=settings.max_rows_per_unit)  # fmt: skip
+    if settings.groups is GroupKeys.PRIVATE and fused is not None:
+        # the query's own unit count, drawn once with its spend and the selection's, is
+        # thresholded and released: one noisy count at the sum of both epsilons
+        count = table.rule(AggregateKind.COUNTS).spend.epsilon
+        selection = laplace_partition_selection(settings.selection_epsilon + count,
+                                                settings.selection_delta,
+                                                settings.max_groups)  # fmt: skip
+        calibration, delta = selection.calibration, settings.selection_delta
+    elif settings.groups is GroupKeys.PRIVATE:
+        # without min_frequency no noisy unit count is needed: the optimal rule keeps
+        # more small groups at the same cost; with it, thresholding's noisy counts serve both
+        rule = (
+            laplace_partition_selection if settings.min_frequency else optimal_partition_selection
+        )
+        selection = rule(settings.selection_epsilon, settings.selection_delta,
+                         settings.max_groups)  # fmt: skip
+        calibration, delta = selection.calibration, settings.selection_delta
+    else:
+        spend = table.rule(AggregateKind.COUNTS).spend
+        if spend is None:
+            raise _refuse(
+                select,
+                f"{table.name} has dp.min_frequency but does not protect counts with dp",
+                "declare `counts: {method: dp, spend: ...}` for the table",
             )
-            selection = rule(settings.selection_epsilon, settings.selection_delta,
-                             settings.max_groups)  # fmt: skip
-            calibration, delta = selection.calibration, settings.selection_delta
-        else:
-            spend = table.rule(AggregateKind.COUNTS).spend
-            if spend is None:
-                raise _refuse(
-                    select,
-                    f"{table.name} has dp.min_frequency but does not protect counts with dp",
-                    "declare `counts: {method: dp, spend: ...}` for the table",
-                )
-            calibration = calibrate(Statistic.COUNT_UNITS, base, spend)
-        ident = (calibration.describe(), "*")
-        if ident not in statistics:
-            name = f"__s{len(statistics)}"
-            statistics[ident] = DpStatistic(name, "*", calibration)
-            specs.append(_Spec(name, calibration, None))
-        units_column = statistics[ident].column
-        if fused is not None:
-            aggregate = described[fused][0]
-            _check_range(aggregate, calibration, select)
-            outputs[fused] = DpOutput(aggregate, (units_column,),
-                                      AggregatePlan(aggregate, (calibration,)))  # fmt: skip
+        calibration = calibrate(Statistic.COUNT_UNITS, base, spend)
+    units_column = asked.statistic(calibration, "*", None, False)
+    if fused is not None:
+        aggregate = described[fused][0]
+        _check_range(aggregate, calibration, select)
+        outputs[fused] = DpOutput(aggregate, (units_column,),
+                                  AggregatePlan(aggregate, (calibration,)))  # fmt: skip
+    return units_column, selection, delta
 
-    n_keys, one_row = len(cells.keys), plan.one_row_per_unit
-    order = _Hashed.of(keys, measures, chosen=settings.groups is GroupKeys.PRIVATE)
-    report = None
+
+def _report(
+    asked: _Statistics,
+    n_keys: int,
+    table,
+    one_row: bool,
+    outputs: list,
+    order: _Hashed,
+    select: exp.Select,
+) -> tuple[exp.Select | None, list, bool]:
+    """The bounding report's SQL (None: not asked, not shown or zero), the columns of its parts
+    and whether its shares are zero as a public fact. Reads the rows before any cap."""
+    settings = table.dp
     # the report is shown next to the intervals of COUNT, SUM and AVG (cursor.cell_accuracy);
     # a query of groups alone, or of VAR, STDDEV and quantiles only, would pay for it unseen
     shown = any(o is not None and o.aggregate in INTERVALLED for o in outputs)
     # one row per unit and no measure clamped (counts only): nothing can be dropped or clamped,
     # so the shares are 0 whatever the data, a public fact not worth a noisy report
-    shares_zero = settings.bounding_report is not None and shown and one_row and not clamps
-    if settings.bounding_report is not None and shown and not shares_zero:
-        # one row per unit and no join: no cap removes anything (a public fact), so D is 0
-        # and not released; only C and K are, at the same total cost
-        parts = REPORT_PARTS[1:] if one_row else REPORT_PARTS
-        try:
-            calibration = calibrate_report(Bounding(settings.max_groups, settings.max_rows,
-                                                    max_unit_rows=settings.max_rows_per_unit),
-                                           settings.bounding_report, len(parts))  # fmt: skip
-        except ValueError as e:
-            raise _refuse(select, f"dp.bounding_report of {table.name}: {e}") from None
-        bounds = ";".join(sorted(f"{m} in {b.describe()}" for m, b in clamps.values()))
-        names = [] if parts == REPORT_PARTS else [None]
-        for part in parts:  # the measures clamped are part of what is released
-            measure = f"{REPORT_MEASURE}{part}:{bounds}"
-            name = f"__s{len(statistics)}"
-            statistics[(calibration.describe(), measure)] = DpStatistic(name, measure, calibration)
-            names.append(name)
-        report = _bounding_report(rows, n_keys, settings, {c: b for c, (_m, b) in
-                                                           clamps.items()}, names,
-                                  order)  # fmt: skip
+    shares_zero = settings.bounding_report is not None and shown and one_row and not asked.clamps
+    if settings.bounding_report is None or not shown or shares_zero:
+        return None, [], shares_zero
+    # one row per unit and no join: no cap removes anything (a public fact), so D is 0
+    # and not released; only C and K are, at the same total cost
+    parts = REPORT_PARTS[1:] if one_row else REPORT_PARTS
+    try:
+        calibration = calibrate_report(Bounding(settings.max_groups, settings.max_rows,
+                                                max_unit_rows=settings.max_rows_per_unit),
+                                       settings.bounding_report, len(parts))  # fmt: skip
+    except ValueError as e:
+        raise _refuse(select, f"dp.bounding_report of {table.name}: {e}") from None
+    bounds = ";".join(sorted(f"{m} in {b.describe()}" for m, b in asked.clamps.values()))
+    names = [] if parts == REPORT_PARTS else [None]
+    for part in parts:  # the measures clamped are part of what is released
+        names.append(asked.reported(calibration, f"{REPORT_MEASURE}{part}:{bounds}"))
+    clamps = {c: b for c, (_m, b) in asked.clamps.items()}
+    return _bounding_report(asked.rows, n_keys, settings, clamps, names, order), names, False
+
+
+def _exact_trees(asked: _Statistics, n_keys: int, settings, one_row: bool, order: _Hashed,
+                 report: exp.Select | None, select: exp.Select):  # fmt: skip
+    """The trees of the exact bounded cells (joined with the bounding report) and of each
+    quantile's histogram, with the CTEs their rows read; refused if they read protected
+    cells. Uses up the stage's rows (the unit row cap places them)."""
+    rows, specs = asked.rows, asked.specs
     if settings.max_rows_per_unit is not None and not one_row:
         rows = _unit_row_cap(rows, settings.max_rows_per_unit, order)
     if not specs and not n_keys:  # only quantiles: the one global cell still needs a row
@@ -420,41 +530,12 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql,
                 _histogram_cells(rows, n_keys, b, settings, order, ranked=not one_row), rows, ctes
             ),
         )
-        for name, b in histograms
+        for name, b in asked.histograms
     )
     _refuse_reading_cells(select, [exact_tree, *(tree for _name, tree in histogram_trees)])
     for tree in (exact_tree, *(tree for _name, tree in histogram_trees)):
         analyst_scopes_in_order(tree, select.sql("duckdb"))  # their SQL is rendered below
-    # the rows kept are chosen by hashes of the query's measures (the unit row cap over all
-    # cells, a quantile's rows within a cell), so the cells' identity names them
-    ranked = tuple(sorted(measures))
-    capped = settings.max_rows_per_unit is not None and not one_row
-    return DpStage(
-        relation=relation,
-        sql=to_sql(exact_tree),
-        histograms=tuple((name, to_sql(tree)) for name, tree in histogram_trees),
-        table=table.name,
-        keys=keys,
-        scope=(
-            _rows_chosen_by(identity.population.text, ranked)
-            if capped and ranked
-            else identity.population.text
-        ),
-        statistics=tuple(
-            _quantile_rows_chosen_by(s, ranked) if not one_row and len(ranked) > 1 else s
-            for s in statistics.values()
-        ),
-        outputs=tuple(outputs),
-        domains=domains,
-        selection=selection,
-        units=units_column,
-        min_frequency=settings.min_frequency,
-        delta=delta,
-        report=tuple(names) if report is not None else None,
-        shares_zero=shares_zero,
-        reads=frozenset(t.name.lower() for t in exact_tree.find_all(exp.Table)),
-        trees={None: exact_tree, **dict(histogram_trees)},
-    )
+    return exact_tree, histogram_trees
 
 
 def _refuse_reading_cells(select: exp.Select, trees: list[exp.Select]) -> None:
