@@ -76,16 +76,33 @@ from sqlsdc.planner.identity import Population, aggregation_identity, canonical_
 from sqlsdc.planner.linear import exact_number
 from sqlsdc.policy import AggregateKind, GroupKeys, Method, Policy
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, cell_column
+from sqlsdc.rewrite.dp_sql import (
+    BIGINT,
+    DOUBLE,
+    HUGEINT,
+    UNIT,
+    cast,
+    decimal,
+    from_,
+    func,
+    integer,
+    join_using,
+    key_columns,
+    named_table,
+    new_select,
+    number,
+    sub,
+    window,
+    with_named,
+)
 from sqlsdc.rewrite.key_size import key_size, too_long
 from sqlsdc.rewrite.order import analyst_scopes_in_order
 from sqlsdc.rewrite.sql import copy_clause
 
 MECHANISM = "dp"
 RELATION_PREFIX = "__sqlsdc_dp_cells_"
-UNIT, RANK_GROUP, RANK_ROW = "__u", "__group_rank", "__row_rank"
+RANK_GROUP, RANK_ROW = "__group_rank", "__row_rank"
 MAX_DOMAIN_CELLS = 1_000_000
-DOUBLE, BIGINT, HUGEINT = (exp.DataType.Type.DOUBLE, exp.DataType.Type.BIGINT,
-                           exp.DataType.Type.INT128)  # fmt: skip
 REPORT_MEASURE = "bounding report:"  # prefix of the canonical measures of the bounding report
 DISTINCT = "DISTINCT "  # prefix of the canonical measure of COUNT(DISTINCT <not the unit>)
 SHAPE = (
@@ -189,9 +206,9 @@ def dp_frame(policy: Policy, stages: dict[int, DpStage], to_sql,
         known = (populations or {}).get(id(cells.plan.scope))
         stage = _stage(cells, twin, policy, f"{RELATION_PREFIX}{len(stages)}", to_sql, known)
         stages[id(cells.plan.select)] = stage
-        source = _from(_select(exp.Star()), _table(stage.relation))
+        source = from_(new_select(exp.Star()), named_table(stage.relation))
         return Frame(
-            _sub(source, CELLS),
+            sub(source, CELLS),
             value=lambda i: cell_column(f"__a{i}"),
             published=lambda i: cell_column(f"__p{i}"),
             accuracy=lambda i: (
@@ -361,7 +378,7 @@ class _Statistics:
             self.measures[text] = f"__x{len(self.measures)}"
             argument = copy_tree(self.cells.argument(i, self.twin))
             if centre:  # on DOUBLE, as the grid reads it: INT_MIN - 50 raises on integers
-                argument = exp.Sub(this=_cast(argument, DOUBLE), expression=_number(centre))
+                argument = exp.Sub(this=cast(argument, DOUBLE), expression=number(centre))
             self.rows.append("expressions", exp.alias_(argument, self.measures[text], copy=False))
         return self.measures[text]
 
@@ -546,7 +563,7 @@ def _refuse_reading_cells(select: exp.Select, trees: list[exp.Select]) -> None:
     group keys and aggregates' arguments (``COUNT(CASE WHEN x > (SELECT AVG(x) ...) THEN 1
     END)``, red team s35) and the CTEs they read (``WITH c AS (SELECT COUNT(*) AS n FROM t)
     ... WHERE age < (SELECT n FROM c)``, red team s36b)."""
-    if any(sub.alias == CELLS for tree in trees for sub in tree.find_all(exp.Subquery)):
+    if any(s.alias == CELLS for tree in trees for s in tree.find_all(exp.Subquery)):
         raise _refuse(
             select,
             "a differentially private aggregation cannot read the results of another "
@@ -580,12 +597,12 @@ class _Hashed(NamedTuple):
 
     def groups(self, first: exp.Expr) -> exp.Expr:
         """``hash(first, keys)``: the order of a unit's groups."""
-        return _func("hash", first, *(exp.column(k) for k in self.keys))
+        return func("hash", first, *(exp.column(k) for k in self.keys))
 
     def rows(self, *, keys: bool = True) -> exp.Expr:
         """``hash(__rk, [keys,] measures)``: the order of a unit's rows."""
         columns = [*(self.keys if keys else ()), *self.measures]
-        return _func("hash", exp.column("__rk"), *(exp.column(c) for c in columns))
+        return func("hash", exp.column("__rk"), *(exp.column(c) for c in columns))
 
     def row_order(self, *, keys: bool = True) -> list[exp.Expr]:
         """:meth:`rows`, then the keys and measures themselves: rows of one hash are ranked by
@@ -914,7 +931,7 @@ def _with_ctes(query: exp.Select, rows: exp.Select, ctes: dict[str, exp.CTE]) ->
 def _unit_rows(rows: exp.Select, n_keys: int, specs) -> exp.Select:
     """The cells of a table with one row per unit and no join: a unit lies in one group with one
     row, so no unit exceeds any bound; values are clamped and put on the grid."""
-    cells = _from(_select(*_keys(n_keys)), _sub(copy_tree(rows), "__rows"))
+    cells = from_(new_select(*key_columns(n_keys)), sub(copy_tree(rows), "__rows"))
     for name, calibration, column, distinct in specs:
         statistic = calibration.statistic if calibration else Statistic.COUNT
         if distinct:
@@ -928,7 +945,7 @@ def _unit_rows(rows: exp.Select, n_keys: int, specs) -> exp.Select:
         else:
             value = exp.Sum(this=_squared(_grid_units(column, calibration.bounding)))
         cells.append("expressions", exp.alias_(value, name, copy=False))
-    return cells.group_by(*_keys(n_keys), copy=False) if n_keys else cells
+    return cells.group_by(*key_columns(n_keys), copy=False) if n_keys else cells
 
 
 def _unit_row_cap(rows: exp.Select, cap: int, order: _Hashed) -> exp.Select:
@@ -937,9 +954,9 @@ def _unit_row_cap(rows: exp.Select, cap: int, order: _Hashed) -> exp.Select:
     independent of other units. Rows of one hash are ranked by their keys and measures, so
     rows that still tie are alike in every cell, and which of them is kept changes none."""
     columns = [exp.column(e.alias_or_name) for e in rows.expressions]
-    rank = _window("ROW_NUMBER", [exp.column(UNIT)], order.row_order())  # not the unit itself
-    kept = _from(_select(*columns), _sub(rows, "__all_rows"))  # ``rows`` is used up here
-    return kept.qualify(exp.LTE(this=rank, expression=_int(cap)), copy=False)
+    rank = window("ROW_NUMBER", [exp.column(UNIT)], order.row_order())  # not the unit itself
+    kept = from_(new_select(*columns), sub(rows, "__all_rows"))  # ``rows`` is used up here
+    return kept.qualify(exp.LTE(this=rank, expression=integer(cap)), copy=False)
 
 
 def _bounded_pairs(rows: exp.Select, n_keys: int, specs, settings, hashed: _Hashed
@@ -962,13 +979,13 @@ def _bounded_pairs(rows: exp.Select, n_keys: int, specs, settings, hashed: _Hash
     Adding or removing a unit then changes at most ``max_groups`` cells by at most
     ``max_rows`` values each, the sensitivity of a bounded row count.
     """
-    r = _int(settings.max_rows)
-    order = hashed.groups(_func("MIN", exp.column("__rk"))) if n_keys else None
-    pairs = _select(exp.column(UNIT), *_keys(n_keys),
-                    exp.alias_(exp.Count(this=exp.Star()), "__c", copy=False))  # fmt: skip
+    r = integer(settings.max_rows)
+    order = hashed.groups(func("MIN", exp.column("__rk"))) if n_keys else None
+    pairs = new_select(exp.column(UNIT), *key_columns(n_keys),
+                       exp.alias_(exp.Count(this=exp.Star()), "__c", copy=False))  # fmt: skip
     if order is not None:
         pairs.append("expressions", exp.alias_(order, "__h", copy=False))
-    outer = _select(*_keys(n_keys))
+    outer = new_select(*key_columns(n_keys))
     done: set[str] = set()
     for name, calibration, column, distinct in specs:
         statistic = calibration.statistic if calibration else Statistic.COUNT
@@ -982,7 +999,7 @@ def _bounded_pairs(rows: exp.Select, n_keys: int, specs, settings, hashed: _Hash
             if kept not in done:
                 pairs.append("expressions", exp.alias_(_kept_values(column, r), kept, copy=False))
                 done.add(kept)
-            value = _func("LEN", _func("LIST_DISTINCT", _func(
+            value = func("LEN", func("LIST_DISTINCT", func(
                 "FLATTEN", exp.ArrayAgg(this=exp.column(kept)))))  # fmt: skip
         elif statistic is Statistic.COUNT:
             value = exp.Sum(this=_at_most(exp.column(count), r))
@@ -997,27 +1014,27 @@ def _bounded_pairs(rows: exp.Select, n_keys: int, specs, settings, hashed: _Hash
                 done.add(total)
             value = exp.Sum(this=_scaled(exp.column(total), exp.column(count), r))
         outer.append("expressions", exp.alias_(value, name, copy=False))
-    pairs = _from(pairs, _sub(copy_tree(rows), "__rows"))
-    pairs = pairs.group_by(exp.column(UNIT), *_keys(n_keys), copy=False)
+    pairs = from_(pairs, sub(copy_tree(rows), "__rows"))
+    pairs = pairs.group_by(exp.column(UNIT), *key_columns(n_keys), copy=False)
     if not n_keys:
-        return _from(outer, _sub(pairs, "__pairs"))
+        return from_(outer, sub(pairs, "__pairs"))
     if hashed.chosen:  # ranked by hash, then keys (_Hashed.group_order): max_groups exactly
-        rank = _window("ROW_NUMBER", [exp.column(UNIT)], hashed.group_order("__h"))
-        ranked = _select(exp.Star(), exp.alias_(rank, "__gr", copy=False))
-        within = exp.LTE(this=exp.column("__gr"), expression=_int(settings.max_groups))
-        bounded = _from(outer, _sub(_from(ranked, _table("__pairs")), "__ranked"))
-        bounded = bounded.where(within, copy=False).group_by(*_keys(n_keys), copy=False)
-        return _with(bounded, ("__pairs", pairs))
+        rank = window("ROW_NUMBER", [exp.column(UNIT)], hashed.group_order("__h"))
+        ranked = new_select(exp.Star(), exp.alias_(rank, "__gr", copy=False))
+        within = exp.LTE(this=exp.column("__gr"), expression=integer(settings.max_groups))
+        bounded = from_(outer, sub(from_(ranked, named_table("__pairs")), "__ranked"))
+        bounded = bounded.where(within, copy=False).group_by(*key_columns(n_keys), copy=False)
+        return with_named(bounded, ("__pairs", pairs))
     # the max_groups-th smallest group hash of each unit: its groups up to it are kept
-    cut = _func("LIST_MAX", _func("MIN", exp.column("__h"), _int(settings.max_groups)))
-    units = _from(_select(exp.column(UNIT), exp.alias_(cut, "__cut", copy=False)),
-                  _table("__pairs"))  # fmt: skip
+    cut = func("LIST_MAX", func("MIN", exp.column("__h"), integer(settings.max_groups)))
+    units = from_(new_select(exp.column(UNIT), exp.alias_(cut, "__cut", copy=False)),
+                  named_table("__pairs"))  # fmt: skip
     units = units.group_by(exp.column(UNIT), copy=False)
     within = exp.LTE(this=exp.column("__h"), expression=exp.column("__cut"))
-    bounded = _from(outer, _table("__pairs"))
-    bounded.append("joins", _join_using(_sub(units, "__units"), UNIT))
-    bounded = bounded.where(within, copy=False).group_by(*_keys(n_keys), copy=False)
-    return _with(bounded, ("__pairs", pairs))
+    bounded = from_(outer, named_table("__pairs"))
+    bounded.append("joins", join_using(sub(units, "__units"), UNIT))
+    bounded = bounded.where(within, copy=False).group_by(*key_columns(n_keys), copy=False)
+    return with_named(bounded, ("__pairs", pairs))
 
 
 def _bounding_report(rows: exp.Select, n_keys: int, settings, clamps: dict[str, Bounding],
@@ -1039,22 +1056,22 @@ def _bounding_report(rows: exp.Select, n_keys: int, settings, clamps: dict[str, 
     """
     kept = exp.true()
     if settings.max_rows_per_unit is not None:
-        rank = _window("ROW_NUMBER", [exp.column(UNIT)], order.row_order())
-        kept = exp.LTE(this=rank, expression=_int(settings.max_rows_per_unit))
+        rank = window("ROW_NUMBER", [exp.column(UNIT)], order.row_order())
+        kept = exp.LTE(this=rank, expression=integer(settings.max_rows_per_unit))
     outside = [
         exp.or_(
-            exp.LT(this=_grid_rounded(column, b), expression=_int(b.lower / b.granularity)),
-            exp.GT(this=_grid_rounded(column, b), expression=_int(b.upper / b.granularity)),
+            exp.LT(this=_grid_rounded(column, b), expression=integer(b.lower / b.granularity)),
+            exp.GT(this=_grid_rounded(column, b), expression=integer(b.upper / b.granularity)),
             copy=False,
         )
         for column, b in clamps.items()
     ]
-    clamped = (_func("COALESCE", exp.or_(*outside, copy=False), exp.false()) if outside
+    clamped = (func("COALESCE", exp.or_(*outside, copy=False), exp.false()) if outside
                else exp.false())  # fmt: skip
-    flagged = _select(exp.column(UNIT), exp.column("__rk"), *_keys(n_keys),
-                      exp.alias_(kept, "__keep", copy=False),
-                      exp.alias_(clamped, "__clamp", copy=False))  # fmt: skip
-    flagged = _from(flagged, _sub(copy_tree(rows), "__rows"))
+    flagged = new_select(exp.column(UNIT), exp.column("__rk"), *key_columns(n_keys),
+                         exp.alias_(kept, "__keep", copy=False),
+                         exp.alias_(clamped, "__clamp", copy=False))  # fmt: skip
+    flagged = from_(flagged, sub(copy_tree(rows), "__rows"))
 
     def count_if(condition: exp.Expr) -> exp.Expr:
         return exp.Sum(this=exp.Case(ifs=[exp.If(this=condition, true=exp.Literal.number(1))],
@@ -1064,86 +1081,87 @@ def _bounding_report(rows: exp.Select, n_keys: int, settings, clamps: dict[str, 
         return exp.column("__keep")
 
     both = exp.and_(keep(), exp.column("__clamp"), copy=False)
-    pairs = _select(exp.column(UNIT), *_keys(n_keys),
-                    exp.alias_(exp.Count(this=exp.Star()), "__a", copy=False),
-                    exp.alias_(count_if(keep()), "__c", copy=False),
-                    exp.alias_(count_if(both), "__cl", copy=False))  # fmt: skip
+    pairs = new_select(exp.column(UNIT), *key_columns(n_keys),
+                       exp.alias_(exp.Count(this=exp.Star()), "__a", copy=False),
+                       exp.alias_(count_if(keep()), "__c", copy=False),
+                       exp.alias_(count_if(both), "__cl", copy=False))  # fmt: skip
     if n_keys:
-        first = _func("MIN", exp.Case(ifs=[exp.If(this=keep(), true=exp.column("__rk"))]))
-        hashed = exp.Case(ifs=[exp.If(this=exp.GT(this=count_if(keep()), expression=_int(0)),
+        first = func("MIN", exp.Case(ifs=[exp.If(this=keep(), true=exp.column("__rk"))]))
+        hashed = exp.Case(ifs=[exp.If(this=exp.GT(this=count_if(keep()), expression=integer(0)),
                                       true=order.groups(first))])  # fmt: skip
         pairs.append("expressions", exp.alias_(hashed, "__h", copy=False))
-    pairs = _from(pairs, _sub(flagged, "__flagged"))
-    pairs = pairs.group_by(exp.column(UNIT), *_keys(n_keys), copy=False)
-    units = _select(exp.column(UNIT),
-                    exp.alias_(exp.Sum(this=exp.column("__a")), "__n", copy=False))  # fmt: skip
+    pairs = from_(pairs, sub(flagged, "__flagged"))
+    pairs = pairs.group_by(exp.column(UNIT), *key_columns(n_keys), copy=False)
+    units = new_select(exp.column(UNIT),
+                       exp.alias_(exp.Sum(this=exp.column("__a")), "__n", copy=False))  # fmt: skip
     if n_keys and not order.chosen:
-        cut = _func("LIST_MAX", _func("MIN", exp.column("__h"), _int(settings.max_groups)))
+        cut = func("LIST_MAX", func("MIN", exp.column("__h"), integer(settings.max_groups)))
         units.append("expressions", exp.alias_(cut, "__cut", copy=False))
-    units = _from(units, _table("__report_pairs")).group_by(exp.column(UNIT), copy=False)
-    capped = _func("LEAST", exp.column("__c"), _int(settings.max_rows))
+    units = from_(units, named_table("__report_pairs")).group_by(exp.column(UNIT), copy=False)
+    capped = func("LEAST", exp.column("__c"), integer(settings.max_rows))
     if n_keys:  # the groups _bounded_pairs keeps
         within = exp.LTE(this=exp.column("__h"), expression=exp.column("__cut"))
         if order.chosen:  # ranked by hash, then keys
-            rank = _window("ROW_NUMBER", [exp.column(UNIT)], order.group_order("__h"))
+            rank = window("ROW_NUMBER", [exp.column(UNIT)], order.group_order("__h"))
             within = exp.and_(exp.column("__h").is_(exp.null()).not_(),
-                              exp.LTE(this=rank, expression=_int(settings.max_groups)),
+                              exp.LTE(this=rank, expression=integer(settings.max_groups)),
                               copy=False)  # fmt: skip
-        capped = exp.Case(ifs=[exp.If(this=within, true=capped)], default=_int(0))
-    g = _int(Fraction(REPORT_GRID))
+        capped = exp.Case(ifs=[exp.If(this=within, true=capped)], default=integer(0))
+    g = integer(Fraction(REPORT_GRID))
     a, c, cl, n = (exp.column(x) for x in ("__a", "__c", "__cl", "__n"))
     held = exp.column("__kept")
 
     def floor_div(top: exp.Expr, bottom: exp.Expr) -> exp.Expr:
-        return exp.IntDiv(this=_cast(top, BIGINT), expression=_cast(bottom, BIGINT))
+        return exp.IntDiv(this=cast(top, BIGINT), expression=cast(bottom, BIGINT))
 
     def per_kept(part: exp.Expr) -> exp.Expr:  # G * kept * part / (c n), 0 when c = 0
         share = floor_div(
             exp.Mul(this=exp.Mul(this=g.copy(), expression=held.copy()), expression=part),
             exp.Mul(this=c.copy(), expression=n.copy()),
         )
-        return exp.Case(ifs=[exp.If(this=exp.GT(this=c.copy(), expression=_int(0)), true=share)],
-                        default=_int(0))  # fmt: skip
+        return exp.Case(ifs=[exp.If(this=exp.GT(this=c.copy(), expression=integer(0)), true=share)],
+                        default=integer(0))  # fmt: skip
 
     dropped = floor_div(exp.Mul(this=g.copy(), expression=exp.paren(exp.Sub(
         this=a.copy(), expression=held.copy()), copy=False)), n)  # fmt: skip
     unclamped = exp.paren(exp.Sub(this=c.copy(), expression=cl.copy()), copy=False)
     parts = (dropped, per_kept(cl.copy()), per_kept(unclamped))
-    weighed = _select(*_keys(n_keys), exp.column("__a"), exp.column("__c"), exp.column("__cl"),
-                      exp.column("__n"), exp.alias_(capped, "__kept", copy=False))  # fmt: skip
-    weighed = _from(weighed, _table("__report_pairs"))
-    weighed.append("joins", _join_using(_table("__report_units"), UNIT))
+    counts = (exp.column(c) for c in ("__a", "__c", "__cl", "__n"))
+    weighed = new_select(*key_columns(n_keys), *counts,
+                         exp.alias_(capped, "__kept", copy=False))  # fmt: skip
+    weighed = from_(weighed, named_table("__report_pairs"))
+    weighed.append("joins", join_using(named_table("__report_units"), UNIT))
     sums = [exp.alias_(exp.Sum(this=p), n, copy=False)
             for p, n in zip(parts, names, strict=True) if n]  # fmt: skip
-    report = _from(_select(*_keys(n_keys), *sums), _sub(weighed, "__weighed"))
+    report = from_(new_select(*key_columns(n_keys), *sums), sub(weighed, "__weighed"))
     if n_keys:
-        report = report.group_by(*_keys(n_keys), copy=False)
-    return _with(report, ("__report_pairs", pairs), ("__report_units", units))
+        report = report.group_by(*key_columns(n_keys), copy=False)
+    return with_named(report, ("__report_pairs", pairs), ("__report_units", units))
 
 
 def _join_report(exact: exp.Select, report: exp.Select, n_keys: int) -> exp.Select:
     """The exact cells with the bounding report's columns, matched on every key (NULL = NULL):
     both have one row per group present in the rows."""
     names = [e.alias_or_name for e in report.expressions[n_keys:]]
-    joined = _select(exp.Column(this=exp.Star(), table=exp.to_identifier("__exact")),
-                     *(exp.column(n, "__report") for n in names))  # fmt: skip
-    joined = _from(joined, _sub(exact, "__exact"))
+    joined = new_select(exp.Column(this=exp.Star(), table=exp.to_identifier("__exact")),
+                        *(exp.column(n, "__report") for n in names))  # fmt: skip
+    joined = from_(joined, sub(exact, "__exact"))
     if not n_keys:
-        joined.append("joins", exp.Join(this=_sub(report, "__report"), kind="CROSS"))
+        joined.append("joins", exp.Join(this=sub(report, "__report"), kind="CROSS"))
         return joined
     on = exp.and_(*(
         exp.NullSafeEQ(this=exp.column(f"__g{j}", "__exact"),
                        expression=exp.column(f"__g{j}", "__report"))
         for j in range(n_keys)
     ), copy=False)  # fmt: skip
-    joined.append("joins", exp.Join(this=_sub(report, "__report"), side="LEFT", on=on))
+    joined.append("joins", exp.Join(this=sub(report, "__report"), side="LEFT", on=on))
     return joined
 
 
 def _kept_values(column: str, r: exp.Literal) -> exp.Expr:
     """The at most ``r`` smallest distinct non-NULL values of ``column`` in a (unit, group)."""
-    values = _func("LIST_DISTINCT", exp.ArrayAgg(this=exp.column(column)))
-    return _func("LIST_SLICE", _func("LIST_SORT", values), exp.Literal.number(1), r.copy())
+    values = func("LIST_DISTINCT", exp.ArrayAgg(this=exp.column(column)))
+    return func("LIST_SLICE", func("LIST_SORT", values), exp.Literal.number(1), r.copy())
 
 
 def _at_most(value: exp.Expr, r: exp.Literal) -> exp.Expr:
@@ -1154,12 +1172,12 @@ def _at_most(value: exp.Expr, r: exp.Literal) -> exp.Expr:
 def _scaled(total: exp.Expr, count: exp.Expr, r: exp.Literal) -> exp.Expr:
     """``total`` when ``count <= R``, else ``round(total * R / count)``."""
     scaled = exp.Div(
-        this=exp.Mul(this=_cast(total.copy(), DOUBLE), expression=r.copy()),
+        this=exp.Mul(this=cast(total.copy(), DOUBLE), expression=r.copy()),
         expression=count.copy(),
     )
     return exp.Case(
         ifs=[exp.If(this=exp.GT(this=count, expression=r.copy()),
-                    true=_cast(_func("ROUND", scaled), HUGEINT))],
+                    true=cast(func("ROUND", scaled), HUGEINT))],
         default=total,
     )  # fmt: skip
 
@@ -1168,56 +1186,46 @@ def _histogram_cells(rows: exp.Select, n_keys: int, bins: exp.Expr, settings, or
                      *, ranked: bool):  # fmt: skip
     """Quantile histograms: rows per (keys, bin), each unit bounded to ``max_groups`` groups and
     ``max_rows`` rows per group, chosen by keyed ranks (windows over rows)."""
-    source = _sub(copy_tree(rows), "__rows")
-    hist = _select(*_keys(n_keys), exp.alias_(bins, "__bin", copy=False),
-                   exp.alias_(exp.Count(this=exp.Star()), "__count", copy=False))  # fmt: skip
+    source = sub(copy_tree(rows), "__rows")
+    hist = new_select(*key_columns(n_keys), exp.alias_(bins, "__bin", copy=False),
+                      exp.alias_(exp.Count(this=exp.Star()), "__count", copy=False))  # fmt: skip
     if ranked:
         group_order = [order.groups(exp.column("__rk")), *(exp.column(k) for k in order.keys)
                        ] if n_keys else [exp.Literal.number(0)]  # fmt: skip
         row_order = order.row_order(keys=False)
-        ranking = _select(
+        ranking = new_select(
             exp.Star(),
-            exp.alias_(_window("DENSE_RANK", [exp.column(UNIT)], group_order), RANK_GROUP,
+            exp.alias_(window("DENSE_RANK", [exp.column(UNIT)], group_order), RANK_GROUP,
                        copy=False),
-            exp.alias_(_window("ROW_NUMBER", [exp.column(UNIT), *_keys(n_keys)], row_order),
+            exp.alias_(window("ROW_NUMBER", [exp.column(UNIT), *key_columns(n_keys)], row_order),
                        RANK_ROW, copy=False),
         )  # fmt: skip
-        ranking = _from(ranking, source)
+        ranking = from_(ranking, source)
         within = exp.and_(
-            exp.LTE(this=exp.column(RANK_GROUP), expression=_int(settings.max_groups)),
-            exp.LTE(this=exp.column(RANK_ROW), expression=_int(settings.max_rows)),
+            exp.LTE(this=exp.column(RANK_GROUP), expression=integer(settings.max_groups)),
+            exp.LTE(this=exp.column(RANK_ROW), expression=integer(settings.max_rows)),
             copy=False,
         )
-        hist = _from(hist, _sub(ranking, "__ranked")).where(within, copy=False)
+        hist = from_(hist, sub(ranking, "__ranked")).where(within, copy=False)
     else:
-        hist = _from(hist, source)
-    return hist.group_by(*_keys(n_keys), exp.column("__bin"), copy=False)
-
-
-def _window(function: str, partition: list, order: list) -> exp.Window:
-    return exp.Window(
-        this=exp.Anonymous(this=function),
-        partition_by=partition,
-        order=exp.Order(
-            expressions=[o if isinstance(o, exp.Ordered) else exp.Ordered(this=o) for o in order]
-        ),  # fmt: skip
-    )
+        hist = from_(hist, source)
+    return hist.group_by(*key_columns(n_keys), exp.column("__bin"), copy=False)
 
 
 def _grid_rounded(column: str, bounding: Bounding) -> exp.Expr:
     """The value in grid units, round(x / g), before clamping."""
     g = bounding.granularity
-    value = _cast(exp.column(column), DOUBLE)
+    value = cast(exp.column(column), DOUBLE)
     if g != 1:
-        value = exp.Div(this=value, expression=exp.Literal.number(_decimal(g)))
-    return _func("ROUND", value)
+        value = exp.Div(this=value, expression=exp.Literal.number(decimal(g)))
+    return func("ROUND", value)
 
 
 def _grid_units(column: str, bounding: Bounding) -> exp.Expr:
     """The clamped value in integer grid units: round(x / g) clamped to [lower/g, upper/g]."""
     g = bounding.granularity
     rounded = _grid_rounded(column, bounding)
-    lo, hi = _int(bounding.lower / g), _int(bounding.upper / g)  # Bounding checks the grid
+    lo, hi = integer(bounding.lower / g), integer(bounding.upper / g)  # Bounding checks the grid
     clamped = exp.Case(
         ifs=[
             exp.If(this=exp.LT(this=rounded.copy(), expression=lo), true=lo.copy()),
@@ -1225,76 +1233,14 @@ def _grid_units(column: str, bounding: Bounding) -> exp.Expr:
         ],
         default=rounded,
     )
-    return _cast(clamped, BIGINT)
+    return cast(clamped, BIGINT)
 
 
 def _squared(units: exp.Expr) -> exp.Expr:
-    return exp.Mul(this=_cast(units, HUGEINT), expression=units.copy())
+    return exp.Mul(this=cast(units, HUGEINT), expression=units.copy())
 
 
 def _histogram(bounding: Bounding, column: str) -> exp.Expr:
     """The quantile bin j = clamped grid value - lower/g, in 0..(upper - lower)/g."""
     offset = bounding.lower / bounding.granularity
-    return exp.Sub(this=_grid_units(column, bounding), expression=_int(offset))
-
-
-def _select(*expressions: exp.Expr) -> exp.Select:
-    """``SELECT expressions``, built in place like the rest of the stage's SQL.
-
-    sqlglot's builders (``exp.select``, ``from_``, ``where``, ``join``, ``with_``, ``alias_``,
-    ``cast``, ``func``) copy the select or expression they extend at every call unless told
-    ``copy=False``, and parse names given as strings: about half the check time of a small
-    DP query. The stage's nodes are new and used once, so they are placed, not copied; a node
-    that goes to two places is made (or copied) once per place, so every node has one parent
-    (:func:`_keys` makes new key columns for each place)."""
-    return exp.Select(expressions=list(expressions))
-
-
-def _from(select: exp.Select, source: exp.Expr) -> exp.Select:
-    select.set("from_", exp.From(this=source))
-    return select
-
-
-def _table(name: str) -> exp.Table:
-    return exp.Table(this=exp.to_identifier(name))
-
-
-def _sub(query: exp.Query, alias: str) -> exp.Subquery:
-    return query.subquery(alias, copy=False)
-
-
-def _keys(n_keys: int) -> list[exp.Column]:
-    """New columns ``__g0 .. __g<n-1>``: one list per place the keys go."""
-    return [exp.column(f"__g{j}") for j in range(n_keys)]
-
-
-def _join_using(source: exp.Expr, column: str) -> exp.Join:
-    return exp.Join(this=source, using=[exp.to_identifier(column)])
-
-
-def _with(query: exp.Select, *ctes: tuple[str, exp.Query]) -> exp.Select:
-    """``query`` with the named subqueries ``ctes`` as its WITH, in order."""
-    query.set("with_", exp.With(expressions=[
-        exp.CTE(this=q, alias=exp.TableAlias(this=exp.to_identifier(name))) for name, q in ctes
-    ]))  # fmt: skip
-    return query
-
-
-def _func(name: str, *args: exp.Expr) -> exp.Func:
-    return exp.func(name, *args, copy=False)
-
-
-def _cast(value: exp.Expr, to: exp.DataType.Type) -> exp.Cast:
-    return exp.cast(value, to, copy=False)
-
-
-def _number(x: Fraction) -> exp.Literal:
-    return exp.Literal.number(_decimal(x))
-
-
-def _int(x: Fraction) -> exp.Literal:
-    return exp.Literal.number(int(x))
-
-
-def _decimal(x: Fraction) -> str:
-    return str(x.numerator) if x.denominator == 1 else repr(x.numerator / x.denominator)
+    return exp.Sub(this=_grid_units(column, bounding), expression=integer(offset))
