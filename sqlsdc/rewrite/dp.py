@@ -30,7 +30,7 @@ bounds or transformed on the way (also inside a derived table), mixing DP with o
 in one aggregation, joins of confidential tables.
 
 With ``dp.bounding_report`` the exact cells also carry the bounding report
-(:func:`_bounding_report`): per cell, the input rows the caps dropped, kept but clamped, and
+(:func:`bounding_report`): per cell, the input rows the caps dropped, kept but clamped, and
 kept, each row weighted 1/(its unit's rows), noised once as one vector of sensitivity 1
 (:func:`sqlsdc.mechanisms.accountant.calibrate_report`) and released as the shares of input
 dropped and clamped next to each cell's noise interval.
@@ -54,7 +54,6 @@ from sqlglot import exp
 from sqlsdc.engines.trees import copy_tree
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.mechanisms.accountant import (
-    REPORT_GRID,
     REPORT_PARTS,
     Aggregate,
     AggregatePlan,
@@ -76,24 +75,24 @@ from sqlsdc.planner.identity import Population, aggregation_identity, canonical_
 from sqlsdc.planner.linear import exact_number
 from sqlsdc.policy import AggregateKind, GroupKeys, Method, Policy
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, cell_column
+from sqlsdc.rewrite.dp_bounding import (
+    Hashed,
+    bounded_pairs,
+    histogram_bins,
+    histogram_cells,
+    unit_row_cap,
+    unit_rows,
+)
+from sqlsdc.rewrite.dp_report import bounding_report, join_report
 from sqlsdc.rewrite.dp_sql import (
-    BIGINT,
     DOUBLE,
-    HUGEINT,
     UNIT,
     cast,
-    decimal,
     from_,
-    func,
-    integer,
-    join_using,
-    key_columns,
     named_table,
     new_select,
     number,
     sub,
-    window,
-    with_named,
 )
 from sqlsdc.rewrite.key_size import key_size, too_long
 from sqlsdc.rewrite.order import analyst_scopes_in_order
@@ -101,7 +100,6 @@ from sqlsdc.rewrite.sql import copy_clause
 
 MECHANISM = "dp"
 RELATION_PREFIX = "__sqlsdc_dp_cells_"
-RANK_GROUP, RANK_ROW = "__group_rank", "__row_rank"
 MAX_DOMAIN_CELLS = 1_000_000
 REPORT_MEASURE = "bounding report:"  # prefix of the canonical measures of the bounding report
 DISTINCT = "DISTINCT "  # prefix of the canonical measure of COUNT(DISTINCT <not the unit>)
@@ -250,7 +248,7 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql,
     units_column, selection, delta = _unit_counts(asked, described, fused, outputs, table, select)
 
     n_keys, one_row = len(cells.keys), plan.one_row_per_unit
-    order = _Hashed.of(keys, asked.measures, chosen=settings.groups is GroupKeys.PRIVATE)
+    order = Hashed.of(keys, asked.measures, chosen=settings.groups is GroupKeys.PRIVATE)
     report, names, shares_zero = _report(asked, n_keys, table, one_row, outputs, order, select)
     exact_tree, histogram_trees = _exact_trees(asked, n_keys, settings, one_row, order, report,
                                                select)  # fmt: skip
@@ -395,7 +393,7 @@ class _Statistics:
             if calibration.statistic is not Statistic.QUANTILE:
                 self.specs.append(_Spec(name, calibration, column, distinct))
             else:
-                self.histograms.append((name, _histogram(calibration.bounding, column)))
+                self.histograms.append((name, histogram_bins(calibration.bounding, column)))
         return self.statistics[ident].column
 
     def reported(self, calibration, measure: str) -> str:
@@ -493,7 +491,7 @@ def _report(
     table,
     one_row: bool,
     outputs: list,
-    order: _Hashed,
+    order: Hashed,
     select: exp.Select,
 ) -> tuple[exp.Select | None, list, bool]:
     """The bounding report's SQL (None: not asked, not shown or zero), the columns of its parts
@@ -521,30 +519,30 @@ def _report(
     for part in parts:  # the measures clamped are part of what is released
         names.append(asked.reported(calibration, f"{REPORT_MEASURE}{part}:{bounds}"))
     clamps = {c: b for c, (_m, b) in asked.clamps.items()}
-    return _bounding_report(asked.rows, n_keys, settings, clamps, names, order), names, False
+    return bounding_report(asked.rows, n_keys, settings, clamps, names, order), names, False
 
 
-def _exact_trees(asked: _Statistics, n_keys: int, settings, one_row: bool, order: _Hashed,
+def _exact_trees(asked: _Statistics, n_keys: int, settings, one_row: bool, order: Hashed,
                  report: exp.Select | None, select: exp.Select):  # fmt: skip
     """The trees of the exact bounded cells (joined with the bounding report) and of each
     quantile's histogram, with the CTEs their rows read; refused if they read protected
     cells. Uses up the stage's rows (the unit row cap places them)."""
     rows, specs = asked.rows, asked.specs
     if settings.max_rows_per_unit is not None and not one_row:
-        rows = _unit_row_cap(rows, settings.max_rows_per_unit, order)
+        rows = unit_row_cap(rows, settings.max_rows_per_unit, order)
     if not specs and not n_keys:  # only quantiles: the one global cell still needs a row
         specs.append(_Spec("__rows", None, None))  # a row count never noised nor released
-    exact = (_unit_rows(rows, n_keys, specs) if one_row
-             else _bounded_pairs(rows, n_keys, specs, settings, order))  # fmt: skip
+    exact = (unit_rows(rows, n_keys, specs) if one_row
+             else bounded_pairs(rows, n_keys, specs, settings, order))  # fmt: skip
     if report is not None:
-        exact = _join_report(exact, report, n_keys)
+        exact = join_report(exact, report, n_keys)
     ctes = _visible_ctes(select)
     exact_tree = _with_ctes(exact, rows, ctes)
     histogram_trees = tuple(
         (
             name,
             _with_ctes(
-                _histogram_cells(rows, n_keys, b, settings, order, ranked=not one_row), rows, ctes
+                histogram_cells(rows, n_keys, b, settings, order, ranked=not one_row), rows, ctes
             ),
         )
         for name, b in asked.histograms
@@ -575,59 +573,9 @@ def _refuse_reading_cells(select: exp.Select, trees: list[exp.Select]) -> None:
         )
 
 
-class _Hashed(NamedTuple):
-    """The columns of the rows that the keyed choices hash, in the cells' canonical order: the
-    ``__g<j>`` keys by canonical key name, the ``__x<i>`` measures by canonical measure.
-
-    The identity names a cell by its keys and measures sorted (:mod:`sqlsdc.planner.identity`),
-    so the rows a unit keeps must not depend on the order the query writes them in: with
-    ``hash(record key, g, h)`` for ``GROUP BY g, h`` and ``hash(record key, h, g)`` for
-    ``GROUP BY h, g``, one cell identity (one noise) covered two choices of groups, and two
-    analysts differenced the exact effect out of their releases."""
-
-    keys: tuple[str, ...]
-    measures: tuple[str, ...]
-    chosen: bool = False  # the analyst writes the key values (private groups): see group_order
-
-    @classmethod
-    def of(cls, keys: tuple[str, ...], measures: dict[str, str], *, chosen: bool) -> _Hashed:
-        by_name = sorted(range(len(keys)), key=lambda j: keys[j])
-        return cls(tuple(f"__g{j}" for j in by_name),
-                   tuple(measures[text] for text in sorted(measures)), chosen)  # fmt: skip
-
-    def groups(self, first: exp.Expr) -> exp.Expr:
-        """``hash(first, keys)``: the order of a unit's groups."""
-        return func("hash", first, *(exp.column(k) for k in self.keys))
-
-    def rows(self, *, keys: bool = True) -> exp.Expr:
-        """``hash(__rk, [keys,] measures)``: the order of a unit's rows."""
-        columns = [*(self.keys if keys else ()), *self.measures]
-        return func("hash", exp.column("__rk"), *(exp.column(c) for c in columns))
-
-    def row_order(self, *, keys: bool = True) -> list[exp.Expr]:
-        """:meth:`rows`, then the keys and measures themselves: rows of one hash are ranked by
-        their values, so a cap never keeps one of two rows of different values at random."""
-        columns = [*(self.keys if keys else ()), *self.measures]
-        return [self.rows(keys=keys), *(exp.column(c) for c in columns)]
-
-    def group_order(self, hashed: str) -> list[exp.Expr]:
-        """The order of a unit's groups when their keys are :attr:`chosen`: their hash (the
-        column ``hashed``), then their keys.
-
-        Private groups' keys are the analyst's (``CASE WHEN clinic = 'a' THEN s1 ... END``),
-        and DuckDB's string hash is no PRF: three strings of one hash, found in seconds, hash
-        alike with every record key, and a cut on the hash alone (``hash <= the max_groups-th
-        smallest``) kept all three groups of a unit whose max_groups is 2 (red team s35).
-        Ranked with the keys after the hash, a unit keeps max_groups groups. Over public
-        domains the keys are declared values or stored ones, which no analyst chooses, and the
-        cut (an aggregate and a join, cheaper than this window) stays."""
-        return [exp.Ordered(this=exp.column(hashed), nulls_first=False),
-                *(exp.column(k) for k in self.keys)]  # fmt: skip
-
-
 def _rows_chosen_by(scope: str, ranked: tuple[str, ...]) -> str:
     """The population of a stage whose unit row cap keeps each unit's rows of smallest
-    ``hash(record key, keys, measures)`` (:func:`_unit_row_cap`): the measures (canonical, in
+    ``hash(record key, keys, measures)`` (:func:`unit_row_cap`): the measures (canonical, in
     the order hashed) are part of which rows every cell counts. ``COUNT(*)`` asked alone and
     next to ``SUM(m)`` keeps other rows, so its two exact values must not share one noise: the
     difference of the two releases would be the exact difference of the two counts."""
@@ -637,7 +585,7 @@ def _rows_chosen_by(scope: str, ranked: tuple[str, ...]) -> str:
 
 def _quantile_rows_chosen_by(statistic: DpStatistic, ranked: tuple[str, ...]) -> DpStatistic:
     """A quantile's statistic named with the measures whose hash chooses the ``max_rows`` rows
-    a unit keeps in a cell (:func:`_histogram_cells`): ``MEDIAN(m)`` asked with another
+    a unit keeps in a cell (:func:`histogram_cells`): ``MEDIAN(m)`` asked with another
     measure ranks other rows, so its histogram is another exact input to the keyed draw."""
     if statistic.calibration.statistic is not Statistic.QUANTILE:
         return statistic
@@ -926,321 +874,3 @@ def _with_ctes(query: exp.Select, rows: exp.Select, ctes: dict[str, exp.CTE]) ->
     own = query.args.get("with_")  # ``query`` is the stage's own tree: changed in place
     query.set("with_", exp.With(expressions=chosen + (own.expressions if own else [])))
     return query
-
-
-def _unit_rows(rows: exp.Select, n_keys: int, specs) -> exp.Select:
-    """The cells of a table with one row per unit and no join: a unit lies in one group with one
-    row, so no unit exceeds any bound; values are clamped and put on the grid."""
-    cells = from_(new_select(*key_columns(n_keys)), sub(copy_tree(rows), "__rows"))
-    for name, calibration, column, distinct in specs:
-        statistic = calibration.statistic if calibration else Statistic.COUNT
-        if distinct:
-            value = exp.Count(this=exp.Distinct(expressions=[exp.column(column)]))
-        elif statistic is Statistic.COUNT:
-            value = exp.Count(this=exp.Star() if column is None else exp.column(column))
-        elif statistic is Statistic.COUNT_UNITS:
-            value = exp.Count(this=exp.column(UNIT))  # units are never NULL (checked at apply)
-        elif statistic is Statistic.SUM:
-            value = exp.Sum(this=_grid_units(column, calibration.bounding))
-        else:
-            value = exp.Sum(this=_squared(_grid_units(column, calibration.bounding)))
-        cells.append("expressions", exp.alias_(value, name, copy=False))
-    return cells.group_by(*key_columns(n_keys), copy=False) if n_keys else cells
-
-
-def _unit_row_cap(rows: exp.Select, cap: int, order: _Hashed) -> exp.Select:
-    """The rows with each unit cut to its ``cap`` rows of smallest ``hash(record key, row)``
-    over the whole query: a keyed choice by the unit's secret key, reproducible, and
-    independent of other units. Rows of one hash are ranked by their keys and measures, so
-    rows that still tie are alike in every cell, and which of them is kept changes none."""
-    columns = [exp.column(e.alias_or_name) for e in rows.expressions]
-    rank = window("ROW_NUMBER", [exp.column(UNIT)], order.row_order())  # not the unit itself
-    kept = from_(new_select(*columns), sub(rows, "__all_rows"))  # ``rows`` is used up here
-    return kept.qualify(exp.LTE(this=rank, expression=integer(cap)), copy=False)
-
-
-def _bounded_pairs(rows: exp.Select, n_keys: int, specs, settings, hashed: _Hashed
-                   ) -> exp.Select:  # fmt: skip
-    """The cells with each unit bounded to ``max_groups`` groups and ``max_rows`` rows' worth
-    per group (WZL+20 §3), aggregated per (unit, group) first, so no window runs over rows.
-
-    A unit keeps the groups of smallest ``hash(record key, keys)`` (a keyed choice by the
-    unit's secret key, independent of other units; groups of one hash, whose keys only an
-    analyst can make collide, are ranked by their keys: :meth:`_Hashed.group_order`). In a
-    group where it has
-    c > max_rows rows (R), it contributes R rows to counts and R times its mean clamped grid
-    value to sums and sums of squares, rounded: the same bound (R rows of at most
-    max(|lower|, |upper|)) as keeping R of its rows, without the bias to averages that clamping
-    its total would cause.
-
-    Distinct values (COUNT(DISTINCT x) of a column other than the unit): a unit keeps at most
-    ``max_rows`` of its distinct non-NULL values per group (the smallest: a choice that depends
-    on its own rows only), and a cell counts the distinct values of the union over its units.
-    Adding or removing a unit then changes at most ``max_groups`` cells by at most
-    ``max_rows`` values each, the sensitivity of a bounded row count.
-    """
-    r = integer(settings.max_rows)
-    order = hashed.groups(func("MIN", exp.column("__rk"))) if n_keys else None
-    pairs = new_select(exp.column(UNIT), *key_columns(n_keys),
-                       exp.alias_(exp.Count(this=exp.Star()), "__c", copy=False))  # fmt: skip
-    if order is not None:
-        pairs.append("expressions", exp.alias_(order, "__h", copy=False))
-    outer = new_select(*key_columns(n_keys))
-    done: set[str] = set()
-    for name, calibration, column, distinct in specs:
-        statistic = calibration.statistic if calibration else Statistic.COUNT
-        count = "__c" if column is None else f"__c{column}"
-        if column is not None and count not in done:
-            counted = exp.Count(this=exp.column(column))
-            pairs.append("expressions", exp.alias_(counted, count, copy=False))
-            done.add(count)
-        if distinct:
-            kept = f"__d{column}"
-            if kept not in done:
-                pairs.append("expressions", exp.alias_(_kept_values(column, r), kept, copy=False))
-                done.add(kept)
-            value = func("LEN", func("LIST_DISTINCT", func(
-                "FLATTEN", exp.ArrayAgg(this=exp.column(kept)))))  # fmt: skip
-        elif statistic is Statistic.COUNT:
-            value = exp.Sum(this=_at_most(exp.column(count), r))
-        elif statistic is Statistic.COUNT_UNITS:
-            value = exp.Count(this=exp.Star())  # one pair per unit and group
-        else:
-            total = f"__{'s' if statistic is Statistic.SUM else 'q'}{column}"
-            if total not in done:
-                units = _grid_units(column, calibration.bounding)
-                units = units if statistic is Statistic.SUM else _squared(units)
-                pairs.append("expressions", exp.alias_(exp.Sum(this=units), total, copy=False))
-                done.add(total)
-            value = exp.Sum(this=_scaled(exp.column(total), exp.column(count), r))
-        outer.append("expressions", exp.alias_(value, name, copy=False))
-    pairs = from_(pairs, sub(copy_tree(rows), "__rows"))
-    pairs = pairs.group_by(exp.column(UNIT), *key_columns(n_keys), copy=False)
-    if not n_keys:
-        return from_(outer, sub(pairs, "__pairs"))
-    if hashed.chosen:  # ranked by hash, then keys (_Hashed.group_order): max_groups exactly
-        rank = window("ROW_NUMBER", [exp.column(UNIT)], hashed.group_order("__h"))
-        ranked = new_select(exp.Star(), exp.alias_(rank, "__gr", copy=False))
-        within = exp.LTE(this=exp.column("__gr"), expression=integer(settings.max_groups))
-        bounded = from_(outer, sub(from_(ranked, named_table("__pairs")), "__ranked"))
-        bounded = bounded.where(within, copy=False).group_by(*key_columns(n_keys), copy=False)
-        return with_named(bounded, ("__pairs", pairs))
-    # the max_groups-th smallest group hash of each unit: its groups up to it are kept
-    cut = func("LIST_MAX", func("MIN", exp.column("__h"), integer(settings.max_groups)))
-    units = from_(new_select(exp.column(UNIT), exp.alias_(cut, "__cut", copy=False)),
-                  named_table("__pairs"))  # fmt: skip
-    units = units.group_by(exp.column(UNIT), copy=False)
-    within = exp.LTE(this=exp.column("__h"), expression=exp.column("__cut"))
-    bounded = from_(outer, named_table("__pairs"))
-    bounded.append("joins", join_using(sub(units, "__units"), UNIT))
-    bounded = bounded.where(within, copy=False).group_by(*key_columns(n_keys), copy=False)
-    return with_named(bounded, ("__pairs", pairs))
-
-
-def _bounding_report(rows: exp.Select, n_keys: int, settings, clamps: dict[str, Bounding],
-                     names: list[str], order: _Hashed) -> exp.Select:  # fmt: skip
-    """Per cell, how much of its input the bounding removed or clamped: the exact statistics of
-    the bounding report (:func:`sqlsdc.mechanisms.accountant.calibrate_report`).
-
-    ``rows`` are the query's rows before any cap. A row of unit u is *dropped* when the caps
-    remove it — the per-unit row cap (the same keyed choice as :func:`_unit_row_cap`), the
-    groups beyond ``max_groups`` (the same choice by ``hash(record key, keys)`` as
-    :func:`_bounded_pairs`) or the rows beyond ``max_rows`` in a group (a unit with c > R rows
-    there keeps R rows' worth, so c - R are dropped) — *clamped* when it is kept and one of the
-    aggregation's bounded measures lies outside its bounds on the grid (in a group with c > R
-    rows, R/c of its clamped rows), and *kept* otherwise. Each row weighs
-    ``REPORT_GRID / n_u`` (n_u: the unit's rows in the query), each (unit, cell) sum rounded
-    down, so a unit adds at most ``REPORT_GRID`` over all cells and parts: the report's
-    sensitivity. The three sums are the columns ``names``, in :data:`REPORT_PARTS` order (a
-    None name: that sum is left out).
-    """
-    kept = exp.true()
-    if settings.max_rows_per_unit is not None:
-        rank = window("ROW_NUMBER", [exp.column(UNIT)], order.row_order())
-        kept = exp.LTE(this=rank, expression=integer(settings.max_rows_per_unit))
-    outside = [
-        exp.or_(
-            exp.LT(this=_grid_rounded(column, b), expression=integer(b.lower / b.granularity)),
-            exp.GT(this=_grid_rounded(column, b), expression=integer(b.upper / b.granularity)),
-            copy=False,
-        )
-        for column, b in clamps.items()
-    ]
-    clamped = (func("COALESCE", exp.or_(*outside, copy=False), exp.false()) if outside
-               else exp.false())  # fmt: skip
-    flagged = new_select(exp.column(UNIT), exp.column("__rk"), *key_columns(n_keys),
-                         exp.alias_(kept, "__keep", copy=False),
-                         exp.alias_(clamped, "__clamp", copy=False))  # fmt: skip
-    flagged = from_(flagged, sub(copy_tree(rows), "__rows"))
-
-    def count_if(condition: exp.Expr) -> exp.Expr:
-        return exp.Sum(this=exp.Case(ifs=[exp.If(this=condition, true=exp.Literal.number(1))],
-                                     default=exp.Literal.number(0)))  # fmt: skip
-
-    def keep() -> exp.Expr:
-        return exp.column("__keep")
-
-    both = exp.and_(keep(), exp.column("__clamp"), copy=False)
-    pairs = new_select(exp.column(UNIT), *key_columns(n_keys),
-                       exp.alias_(exp.Count(this=exp.Star()), "__a", copy=False),
-                       exp.alias_(count_if(keep()), "__c", copy=False),
-                       exp.alias_(count_if(both), "__cl", copy=False))  # fmt: skip
-    if n_keys:
-        first = func("MIN", exp.Case(ifs=[exp.If(this=keep(), true=exp.column("__rk"))]))
-        hashed = exp.Case(ifs=[exp.If(this=exp.GT(this=count_if(keep()), expression=integer(0)),
-                                      true=order.groups(first))])  # fmt: skip
-        pairs.append("expressions", exp.alias_(hashed, "__h", copy=False))
-    pairs = from_(pairs, sub(flagged, "__flagged"))
-    pairs = pairs.group_by(exp.column(UNIT), *key_columns(n_keys), copy=False)
-    units = new_select(exp.column(UNIT),
-                       exp.alias_(exp.Sum(this=exp.column("__a")), "__n", copy=False))  # fmt: skip
-    if n_keys and not order.chosen:
-        cut = func("LIST_MAX", func("MIN", exp.column("__h"), integer(settings.max_groups)))
-        units.append("expressions", exp.alias_(cut, "__cut", copy=False))
-    units = from_(units, named_table("__report_pairs")).group_by(exp.column(UNIT), copy=False)
-    capped = func("LEAST", exp.column("__c"), integer(settings.max_rows))
-    if n_keys:  # the groups _bounded_pairs keeps
-        within = exp.LTE(this=exp.column("__h"), expression=exp.column("__cut"))
-        if order.chosen:  # ranked by hash, then keys
-            rank = window("ROW_NUMBER", [exp.column(UNIT)], order.group_order("__h"))
-            within = exp.and_(exp.column("__h").is_(exp.null()).not_(),
-                              exp.LTE(this=rank, expression=integer(settings.max_groups)),
-                              copy=False)  # fmt: skip
-        capped = exp.Case(ifs=[exp.If(this=within, true=capped)], default=integer(0))
-    g = integer(Fraction(REPORT_GRID))
-    a, c, cl, n = (exp.column(x) for x in ("__a", "__c", "__cl", "__n"))
-    held = exp.column("__kept")
-
-    def floor_div(top: exp.Expr, bottom: exp.Expr) -> exp.Expr:
-        return exp.IntDiv(this=cast(top, BIGINT), expression=cast(bottom, BIGINT))
-
-    def per_kept(part: exp.Expr) -> exp.Expr:  # G * kept * part / (c n), 0 when c = 0
-        share = floor_div(
-            exp.Mul(this=exp.Mul(this=g.copy(), expression=held.copy()), expression=part),
-            exp.Mul(this=c.copy(), expression=n.copy()),
-        )
-        return exp.Case(ifs=[exp.If(this=exp.GT(this=c.copy(), expression=integer(0)), true=share)],
-                        default=integer(0))  # fmt: skip
-
-    dropped = floor_div(exp.Mul(this=g.copy(), expression=exp.paren(exp.Sub(
-        this=a.copy(), expression=held.copy()), copy=False)), n)  # fmt: skip
-    unclamped = exp.paren(exp.Sub(this=c.copy(), expression=cl.copy()), copy=False)
-    parts = (dropped, per_kept(cl.copy()), per_kept(unclamped))
-    counts = (exp.column(c) for c in ("__a", "__c", "__cl", "__n"))
-    weighed = new_select(*key_columns(n_keys), *counts,
-                         exp.alias_(capped, "__kept", copy=False))  # fmt: skip
-    weighed = from_(weighed, named_table("__report_pairs"))
-    weighed.append("joins", join_using(named_table("__report_units"), UNIT))
-    sums = [exp.alias_(exp.Sum(this=p), n, copy=False)
-            for p, n in zip(parts, names, strict=True) if n]  # fmt: skip
-    report = from_(new_select(*key_columns(n_keys), *sums), sub(weighed, "__weighed"))
-    if n_keys:
-        report = report.group_by(*key_columns(n_keys), copy=False)
-    return with_named(report, ("__report_pairs", pairs), ("__report_units", units))
-
-
-def _join_report(exact: exp.Select, report: exp.Select, n_keys: int) -> exp.Select:
-    """The exact cells with the bounding report's columns, matched on every key (NULL = NULL):
-    both have one row per group present in the rows."""
-    names = [e.alias_or_name for e in report.expressions[n_keys:]]
-    joined = new_select(exp.Column(this=exp.Star(), table=exp.to_identifier("__exact")),
-                        *(exp.column(n, "__report") for n in names))  # fmt: skip
-    joined = from_(joined, sub(exact, "__exact"))
-    if not n_keys:
-        joined.append("joins", exp.Join(this=sub(report, "__report"), kind="CROSS"))
-        return joined
-    on = exp.and_(*(
-        exp.NullSafeEQ(this=exp.column(f"__g{j}", "__exact"),
-                       expression=exp.column(f"__g{j}", "__report"))
-        for j in range(n_keys)
-    ), copy=False)  # fmt: skip
-    joined.append("joins", exp.Join(this=sub(report, "__report"), side="LEFT", on=on))
-    return joined
-
-
-def _kept_values(column: str, r: exp.Literal) -> exp.Expr:
-    """The at most ``r`` smallest distinct non-NULL values of ``column`` in a (unit, group)."""
-    values = func("LIST_DISTINCT", exp.ArrayAgg(this=exp.column(column)))
-    return func("LIST_SLICE", func("LIST_SORT", values), exp.Literal.number(1), r.copy())
-
-
-def _at_most(value: exp.Expr, r: exp.Literal) -> exp.Expr:
-    return exp.Case(ifs=[exp.If(this=exp.GT(this=value, expression=r.copy()), true=r.copy())],
-                    default=value.copy())  # fmt: skip
-
-
-def _scaled(total: exp.Expr, count: exp.Expr, r: exp.Literal) -> exp.Expr:
-    """``total`` when ``count <= R``, else ``round(total * R / count)``."""
-    scaled = exp.Div(
-        this=exp.Mul(this=cast(total.copy(), DOUBLE), expression=r.copy()),
-        expression=count.copy(),
-    )
-    return exp.Case(
-        ifs=[exp.If(this=exp.GT(this=count, expression=r.copy()),
-                    true=cast(func("ROUND", scaled), HUGEINT))],
-        default=total,
-    )  # fmt: skip
-
-
-def _histogram_cells(rows: exp.Select, n_keys: int, bins: exp.Expr, settings, order: _Hashed,
-                     *, ranked: bool):  # fmt: skip
-    """Quantile histograms: rows per (keys, bin), each unit bounded to ``max_groups`` groups and
-    ``max_rows`` rows per group, chosen by keyed ranks (windows over rows)."""
-    source = sub(copy_tree(rows), "__rows")
-    hist = new_select(*key_columns(n_keys), exp.alias_(bins, "__bin", copy=False),
-                      exp.alias_(exp.Count(this=exp.Star()), "__count", copy=False))  # fmt: skip
-    if ranked:
-        group_order = [order.groups(exp.column("__rk")), *(exp.column(k) for k in order.keys)
-                       ] if n_keys else [exp.Literal.number(0)]  # fmt: skip
-        row_order = order.row_order(keys=False)
-        ranking = new_select(
-            exp.Star(),
-            exp.alias_(window("DENSE_RANK", [exp.column(UNIT)], group_order), RANK_GROUP,
-                       copy=False),
-            exp.alias_(window("ROW_NUMBER", [exp.column(UNIT), *key_columns(n_keys)], row_order),
-                       RANK_ROW, copy=False),
-        )  # fmt: skip
-        ranking = from_(ranking, source)
-        within = exp.and_(
-            exp.LTE(this=exp.column(RANK_GROUP), expression=integer(settings.max_groups)),
-            exp.LTE(this=exp.column(RANK_ROW), expression=integer(settings.max_rows)),
-            copy=False,
-        )
-        hist = from_(hist, sub(ranking, "__ranked")).where(within, copy=False)
-    else:
-        hist = from_(hist, source)
-    return hist.group_by(*key_columns(n_keys), exp.column("__bin"), copy=False)
-
-
-def _grid_rounded(column: str, bounding: Bounding) -> exp.Expr:
-    """The value in grid units, round(x / g), before clamping."""
-    g = bounding.granularity
-    value = cast(exp.column(column), DOUBLE)
-    if g != 1:
-        value = exp.Div(this=value, expression=exp.Literal.number(decimal(g)))
-    return func("ROUND", value)
-
-
-def _grid_units(column: str, bounding: Bounding) -> exp.Expr:
-    """The clamped value in integer grid units: round(x / g) clamped to [lower/g, upper/g]."""
-    g = bounding.granularity
-    rounded = _grid_rounded(column, bounding)
-    lo, hi = integer(bounding.lower / g), integer(bounding.upper / g)  # Bounding checks the grid
-    clamped = exp.Case(
-        ifs=[
-            exp.If(this=exp.LT(this=rounded.copy(), expression=lo), true=lo.copy()),
-            exp.If(this=exp.GT(this=rounded.copy(), expression=hi), true=hi.copy()),
-        ],
-        default=rounded,
-    )
-    return cast(clamped, BIGINT)
-
-
-def _squared(units: exp.Expr) -> exp.Expr:
-    return exp.Mul(this=cast(units, HUGEINT), expression=units.copy())
-
-
-def _histogram(bounding: Bounding, column: str) -> exp.Expr:
-    """The quantile bin j = clamped grid value - lower/g, in 0..(upper - lower)/g."""
-    offset = bounding.lower / bounding.granularity
-    return exp.Sub(this=_grid_units(column, bounding), expression=integer(offset))
