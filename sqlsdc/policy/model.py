@@ -1,4 +1,5 @@
-"""The policy as typed, frozen objects; YAML and JSON exist only at the boundary (``load.py``).
+"""The policy as typed, frozen objects; YAML and JSON exist only at the boundary (``load.py``
+and the modules it calls: ``read.py``, ``validate.py``, ``semantics.py``, ``build.py``).
 
 A policy says, per table, whether it is public or confidential (undeclared tables are
 confidential and unusable), what each column may be used for, and how aggregate cells are
