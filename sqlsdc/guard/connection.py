@@ -32,7 +32,6 @@ from sqlsdc.catalog.budget import (
     charge,
     check_policy,
     has_charge,
-    is_conflict,
     policy_limits,
 )
 from sqlsdc.catalog.budget_tables import ensure_budget_catalog, remember_budget_tables
@@ -52,7 +51,6 @@ from sqlsdc.errors import (
     OperationalError,
     PolicyViolation,
     ProgrammingError,
-    QueryCanceled,
 )
 from sqlsdc.guard.answer_bound import answer_rows
 from sqlsdc.guard.check_cache import CHARACTERS as KEPT_CHARACTERS
@@ -71,6 +69,7 @@ from sqlsdc.guard.dp_release import (
     resolve_domains,
     stage_cells,
 )
+from sqlsdc.guard.engine_failures import PAID, cell_conflict, engine_failure, timeout_error
 from sqlsdc.guard.listed_cells import listed
 from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, protect
 from sqlsdc.guard.postprocess import (
@@ -364,7 +363,7 @@ class Connection:
             try:
                 stored = duckdb_schema.table_schemas(con, schema)
             except engine.EngineError as failure:
-                raise _engine_failure(failure, None) from None
+                raise engine_failure(failure, None) from None
         if self.role is UserRole.ADMIN:
             return stored
         return {
@@ -379,7 +378,7 @@ class Connection:
             try:
                 return budget_status(con, policy_limits(self.policy), user=self.user)
             except engine.EngineError as failure:
-                raise _engine_failure(failure, None) from None
+                raise engine_failure(failure, None) from None
 
     def set_dp_noise(self, enabled: bool) -> None:
         """Admins only: ``False`` turns DP noise off (epsilon -> infinity) on this connection,
@@ -414,7 +413,7 @@ class Connection:
                 self._check_engine_texts(query)  # what running it would refuse, explain refuses
                 return query.detached()
             except engine.EngineError as failure:
-                raise _engine_failure(failure, None) from None
+                raise engine_failure(failure, None) from None
 
     def verify(self, sql: str, *, mode: str | None = None, epsilon=None):
         """Compare an aggregate or OLS query on a released synthetic output with the
@@ -432,7 +431,7 @@ class Connection:
                               epsilon=epsilon, lock=_database_lock(Path(self.path)),
                               timeout=self.timeout)  # fmt: skip
             except engine.EngineError as failure:
-                raise _engine_failure(failure, self._record_failure(sql, failure)) from None
+                raise engine_failure(failure, self._record_failure(sql, failure)) from None
 
     def pram_counts(self, sql: str):
         """Unbiased counts from a released anonymised output whose group key was PRAMmed:
@@ -535,7 +534,7 @@ class Connection:
         def time_left() -> float:
             left = deadline - time.monotonic()
             if left <= 0 or self._interrupts != interrupts:
-                raise _timeout_error("")
+                raise timeout_error("")
             return left
 
         try:
@@ -548,7 +547,7 @@ class Connection:
         """Seconds left of the statement timeout; stops the statement when none are."""
         left = self._deadline - time.monotonic()
         if left <= 0:
-            raise _timeout_error("") from None  # like the engine's timeout: no context shown
+            raise timeout_error("") from None  # like the engine's timeout: no context shown
         return left
 
     def interrupt(self) -> None:
@@ -579,7 +578,7 @@ class Connection:
         except InterfaceError:  # closed meanwhile, by the session's end
             return None
         except engine.EngineError as failure:
-            raise _engine_failure(failure, None) from None
+            raise engine_failure(failure, None) from None
 
     def commit(self) -> None:
         """Queries are read-only and their audit entries are committed as they run."""
@@ -644,7 +643,7 @@ class Connection:
                 return self._run(sql, params, early, interrupts)
             except engine.EngineError as failure:
                 query_id = self._record_failure(sql, failure)
-                raise _engine_failure(failure, query_id) from None
+                raise engine_failure(failure, query_id) from None
 
     def _record_failure(self, sql: str, failure: Exception) -> int | None:
         """Best effort: the audit entry of an engine failure outside a query's own recording:
@@ -686,7 +685,7 @@ class Connection:
         except engine.EngineError as failure:
             query_id = store.record_query(con, None, self.user, context.policy_version,
                                           "failed", sql, reason=str(failure))  # fmt: skip
-            raise _engine_failure(failure, query_id) from None
+            raise engine_failure(failure, query_id) from None
         except Error as refusal:  # refusals, guard bugs and bad parameters are all audited
             self._audit_refusal(None, sql, refusal)
             raise
@@ -699,7 +698,7 @@ class Connection:
                     con, self._query_id, self.user, context.policy_version, "failed", sql,
                     reason=str(failure), fingerprint=query.fingerprint,
                 )  # fmt: skip
-                raise self._said_paid(_engine_failure(failure, query_id), query_id) from None
+                raise self._said_paid(engine_failure(failure, query_id), query_id) from None
             except Error as refusal:  # the timeout's check or a cancel among them
                 self._audit_refusal(self._query_id, sql, refusal)
                 self._said_paid(refusal, self._query_id)
@@ -749,7 +748,7 @@ class Connection:
                 return values, query, drawn, result
             except engine.EngineError as failure:
                 engine.rollback(con)
-                if caching and _cell_conflict(failure) and attempt + 1 < RECORD_RETRIES:
+                if caching and cell_conflict(failure) and attempt + 1 < RECORD_RETRIES:
                     time.sleep(0.005 * (attempt + 1))  # a concurrent query cached a cell first
                     continue
                 query_id = store.record_query(
@@ -763,7 +762,7 @@ class Connection:
                     fingerprint=query.fingerprint,
                 )
                 self._keep_released(noisy, query_id)
-                raise self._said_paid(_engine_failure(failure, query_id), query_id) from None
+                raise self._said_paid(engine_failure(failure, query_id), query_id) from None
             except Error as refusal:
                 engine.rollback(con)
                 self._keep_released(noisy, self._audit_refusal(query_id, sql, refusal))
@@ -823,7 +822,7 @@ class Connection:
         charged if it was: sqlsdc's errors in their message (what the CLI and a server's
         client show), others in a note."""
         if self._paid(query_id):
-            said = f"query {query_id} {_PAID}"
+            said = f"query {query_id} {PAID}"
             if isinstance(stopped, Error) and len(stopped.args) == 1:
                 stopped.args = (f"{stopped.args[0]}; {said}",)
             else:
@@ -1223,7 +1222,7 @@ def _context(
         try:
             return engine.evaluate_constant(sql, _TIME_LEFT.get(lambda: timeout)())
         except engine.duckdb.InterruptException:
-            raise _timeout_error("") from None
+            raise timeout_error("") from None
         except engine.EngineError:
             return None
 
@@ -1261,41 +1260,3 @@ def _engine_data_type(name: str) -> exp.DataType:
 def _engine_type(name: str) -> exp.DataType:
     """sqlglot's type for the engine's type name of a constant (a copy: types are nodes)."""
     return _engine_data_type(name).copy()
-
-
-def _timeout_error(where: str) -> QueryCanceled:
-    """A statement stopped by its timeout or by :meth:`Connection.interrupt`: the engine stops
-    both alike, and one interrupt stops every statement begun on a shared connection, so the
-    message names both causes."""
-    return QueryCanceled(
-        f"the query was stopped because it ran longer than the statement timeout or was "
-        f"cancelled{where}; if it timed out, narrow it, or ask an admin about the policy's "
-        "`limits.statement_timeout_seconds`"
-    )
-
-
-def _cell_conflict(failure: Exception) -> bool:
-    """Whether sqlsdc's own writes after the analyst's SQL failed because a concurrent query of
-    the same user cached one of the same DP cells first (retrying is then safe): the cache's
-    key, at its INSERT or at COMMIT. An error of the analyst's SQL is never run again."""
-    kinds = (engine.duckdb.TransactionException, engine.duckdb.ConstraintException)
-    return isinstance(failure, kinds) and is_conflict(failure)
-
-
-def _engine_failure(failure: Exception, query_id: int | None) -> Error:
-    """sqlsdc's message for an engine failure: whatever the engine said (a missing object, a
-    constraint, a conversion), the analyst reads the same words; the engine's text is in the
-    audit log for admins. Only a timeout is told apart, as the analyst can act on it."""
-    where = f" (query {query_id})" if query_id is not None else ""
-    if isinstance(failure, engine.duckdb.InterruptException):
-        return _timeout_error(where)
-    return OperationalError(
-        f"the query failed in the engine{where}; the engine's message is withheld because it "
-        "could reveal confidential values or objects; an admin can read it with `sqlsdc audit`"
-    )
-
-
-_PAID = (
-    "was charged to the privacy budget before it stopped: its statistics are paid, and asking "
-    "it again is not charged again"
-)
