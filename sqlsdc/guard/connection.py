@@ -79,6 +79,7 @@ from sqlsdc.guard.postprocess import (
 )
 from sqlsdc.guard.releases import attach_releases, available_releases, with_releases
 from sqlsdc.guard.resolve import analyst_schema, readable
+from sqlsdc.guard.statement import UNCACHEABLE, built_in_text, parameters_key, statement_text
 from sqlsdc.guard.summable import Checked, check_summable
 from sqlsdc.guard.turns import ProcessTurns
 from sqlsdc.guard.validate import check_engine_tables
@@ -406,7 +407,7 @@ class Connection:
     def explain(self, sql: str, parameters=None) -> ProtectedQuery:
         """The protected SQL and the mechanism of every output column, without reading data
         (a copy: the checked query itself is shared, :meth:`ProtectedQuery.detached`)."""
-        sql = _statement_text(sql)
+        sql = statement_text(sql)
         with self._holding():
             try:
                 query = self._protect(sql, parameters)
@@ -423,7 +424,7 @@ class Connection:
         default). Audited and cached like any query."""
         from sqlsdc.synth.verify import verify
 
-        sql, mode = _statement_text(sql), _built_in_text(mode)  # a str subclass's __eq__ chose
+        sql, mode = statement_text(sql), built_in_text(mode)  # a str subclass's __eq__ chose
         with self._holding() as con:  # interval mode past the analysts' check, free
             try:
                 return verify(con, sql, user=self.user, policy=self.policy,
@@ -445,7 +446,7 @@ class Connection:
 
         from sqlsdc.microdata.pram_estimate import corrected_counts, pram_matrices
 
-        sql = _statement_text(sql)
+        sql = statement_text(sql)
         try:
             source = sqlglot.parse_one(sql, read="duckdb").find(exp.Table)
         except sqlglot.errors.ParseError:
@@ -491,10 +492,10 @@ class Connection:
         """``protect``, through the check cache when the parameters can key it; ``time_left()``
         says how many seconds the statement has left, and raises when none are (it stops the
         check between passes, and bounds the evaluation of each constant)."""
-        frozen = _frozen(params)
+        frozen = parameters_key(params)
         token = _TIME_LEFT.set(time_left)
         try:
-            if frozen is _UNCACHEABLE:
+            if frozen is UNCACHEABLE:
                 return protect(sql, params, context, time_left)
             return checked(sql, params, frozen, context, time_left)
         finally:
@@ -526,8 +527,8 @@ class Connection:
         context, started = self._context, time.monotonic() - took
         if context is None or self._closed:
             return None
-        frozen = _frozen(params)
-        if frozen is not _UNCACHEABLE and context.fingerprint and is_kept(sql, frozen, context):
+        frozen = parameters_key(params)
+        if frozen is not UNCACHEABLE and context.fingerprint and is_kept(sql, frozen, context):
             return None
         deadline = started + self.timeout
 
@@ -569,7 +570,7 @@ class Connection:
         guard's plan (:meth:`explain`, which audits nothing) refusing one at a protocol
         Describe; an analyst's every refusal leaves an entry (red team s35b). Returns the
         query id, or None on a closed connection (the refusal stands either way)."""
-        sql = _statement_text(sql)
+        sql = statement_text(sql)
         if self._closed:
             return None
         try:
@@ -631,7 +632,7 @@ class Connection:
         """``_run``, with every engine error that escapes it (an audit write, transaction
         control, a catalog read) turned into sqlsdc's own message; the engine's text goes to
         the audit log only, so what an analyst sees never depends on the engine's wording."""
-        sql = _statement_text(sql)
+        sql = statement_text(sql)
         interrupts = self._interrupts  # a cancel from here on stops this statement
         early = self._check_early(sql, params, interrupts)
         for _ in range(EARLY_CHECKS - 1):  # an admin applied a policy since: checked again
@@ -1110,58 +1111,8 @@ class _Early:
         return self.query
 
 
-def _statement_text(sql) -> str:
-    """The statement as a built-in str (:func:`_built_in_text`); anything else is the
-    caller's mistake, said as such (PEP 249's ProgrammingError), not an internal error."""
-    if not isinstance(sql, str):
-        raise ProgrammingError(
-            f"a statement must be a str, not {type(sql).__name__}: pass the SQL text "
-            "(bytes: decode them first)"
-        )
-    return _built_in_text(sql)
-
-
-def _built_in_text(sql):
-    """A statement given as a str subclass, as a built-in str: the subclass's own ``__eq__``
-    and ``__hash__`` made the check cache answer it with another statement's check, so the
-    audit log recorded one text beside another statement's answer."""
-    return str.__str__(sql) if isinstance(sql, str) else sql
-
-
 _TIME_LEFT: ContextVar[Callable[[], float]] = ContextVar("sqlsdc_check_time_left")
 """Seconds the statement being checked (in this thread) has left; raises when none are."""
-
-_UNCACHEABLE = object()  # parameters that cannot be a key of the check cache
-_KEYED_PARAMETERS = (type(None), list, tuple, dict)
-
-
-def _frozen(params):
-    """``params`` as a hashable key of the check cache (:func:`_freeze`), or
-    :data:`_UNCACHEABLE` (the check then binds them, and refuses what it cannot bind: a value
-    whose ``repr`` fails, an int of more digits than Python writes out). Only a built-in
-    list, tuple or dict is a key: a subclass may iterate over other values than it binds
-    (``__getitem__``), and its check, kept under the key of the values it iterates, answered
-    other connections of the process that bound those (cache poisoning)."""
-    if type(params) not in _KEYED_PARAMETERS:
-        return _UNCACHEABLE
-    try:
-        frozen = _freeze(params)
-        hash(frozen)
-    except Exception:  # noqa: BLE001 - the analyst's objects: any error makes no cache key
-        return _UNCACHEABLE
-    return frozen
-
-
-def _freeze(params):
-    """The parameters as a key of the check cache: each value with its type and spelling, as
-    Python's equality would take ``1``, ``1.0``, ``True`` and ``Decimal('1.00')`` for one value
-    and the cache would then run the statement checked with another literal
-    (``CAST(? AS VARCHAR)`` is ``'1'``, ``'1.0'`` or ``'true'``)."""
-    if params is None:
-        return None
-    if isinstance(params, dict):
-        return tuple(sorted((k, type(v), repr(v)) for k, v in params.items()))
-    return tuple((type(v), repr(v)) for v in params)
 
 
 def _statement_timeout(policy: Policy, asked: float | None) -> float:

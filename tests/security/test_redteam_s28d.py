@@ -189,7 +189,7 @@ def test_cached_cells_answer_only_their_own_query(ana, drawn):
 
 
 def test_parameters_of_one_value_and_other_spellings_are_checked_apart(ana):
-    """The check cache keys parameters by type and spelling (``connection._freeze``)."""
+    """The check cache keys parameters by type and spelling (``sqlsdc.guard.statement.freeze``)."""
     sql = "SELECT sex, COUNT(*) FROM persons WHERE CAST(? AS VARCHAR) = region GROUP BY sex"
     scopes = {_stage(ana, sql, [v]).scope for v in (1, 1.0, True, Decimal("1.00"), -0.0, 0.0)}
     assert len(scopes) == 6
