@@ -13,14 +13,12 @@ import time
 import weakref
 from collections.abc import Callable
 from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass, replace
-from functools import lru_cache, partial
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
 from sqlglot import exp
-from sqlglot.errors import ParseError
 
 from sqlsdc.catalog import store
 from sqlsdc.catalog.budget import (
@@ -36,8 +34,6 @@ from sqlsdc.catalog.budget import (
 )
 from sqlsdc.catalog.budget_tables import ensure_budget_catalog, remember_budget_tables
 from sqlsdc.catalog.dp_cache import cache_cells, cached_cells, released_groups
-from sqlsdc.catalog.ptables import load_ptables
-from sqlsdc.catalog.setup import unique_columns, unit_index_name
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines import duckdb_schema, duckdb_sql, waiters, watchdog
 from sqlsdc.errors import (
@@ -54,7 +50,8 @@ from sqlsdc.errors import (
 )
 from sqlsdc.guard.answer_bound import answer_rows
 from sqlsdc.guard.check_cache import CHARACTERS as KEPT_CHARACTERS
-from sqlsdc.guard.check_cache import checked, context_fingerprint, is_kept
+from sqlsdc.guard.check_cache import checked, is_kept
+from sqlsdc.guard.context import TIME_LEFT, guard_context, statement_timeout
 from sqlsdc.guard.cursor import Cursor
 from sqlsdc.guard.dp_release import (
     MAX_PRIVATE_GROUPS,
@@ -78,7 +75,7 @@ from sqlsdc.guard.postprocess import (
     values_of,
 )
 from sqlsdc.guard.releases import attach_releases, available_releases, with_releases
-from sqlsdc.guard.resolve import analyst_schema, readable
+from sqlsdc.guard.resolve import readable
 from sqlsdc.guard.statement import UNCACHEABLE, built_in_text, parameters_key, statement_text
 from sqlsdc.guard.summable import Checked, check_summable
 from sqlsdc.guard.turns import ProcessTurns
@@ -98,7 +95,6 @@ MAX_TURN_SECONDS = 2.0  # ... and after this hold even with no waiter known (one
 EARLY_CHECKS = 3  # checks of a statement before the file is taken, when admins apply policies
 # meanwhile (the last policy applied is checked under the file if it changed after the last)
 RECORD_RETRIES = 20  # a query's recording transaction, when a concurrent one cached a cell first
-KEPT_CONSTANT_CHARACTERS = 4096  # longer constants are evaluated each time (_context)
 ENGINE_CHECKED_TEXTS = 1024  # protected SQL texts whose engine reads are known, per opening
 MAX_ANSWER_ROWS = 1_000_000  # rows one statement may return (a public table's cross join could
 MAX_ANSWER_BYTES = 64 * 2**20  # otherwise fill the memory of a process shared by many sessions,
@@ -238,8 +234,8 @@ class Connection:
                 f"user {self.user!r} is not declared in the policy of {Path(self.path).name}; "
                 "ask an admin to add it under `users:`"
             )
-        timeout = _statement_timeout(policy, self._asked_timeout)
-        context = _context(con, policy, version, timeout, Path(self.path), releases or {})
+        timeout = statement_timeout(policy, self._asked_timeout)
+        context = guard_context(con, policy, version, timeout, Path(self.path), releases or {})
         with _database_lock(Path(self.path)):
             ensure_budget_catalog(con)  # brings a cache of DP cells from older versions
             store.ensure_mix_keys(con)  # catalogs made before statistic keys were secret
@@ -493,13 +489,13 @@ class Connection:
         says how many seconds the statement has left, and raises when none are (it stops the
         check between passes, and bounds the evaluation of each constant)."""
         frozen = parameters_key(params)
-        token = _TIME_LEFT.set(time_left)
+        token = TIME_LEFT.set(time_left)
         try:
             if frozen is UNCACHEABLE:
                 return protect(sql, params, context, time_left)
             return checked(sql, params, frozen, context, time_left)
         finally:
-            _TIME_LEFT.reset(token)
+            TIME_LEFT.reset(token)
 
     def _in_force(self, context: GuardContext) -> bool:
         """Whether ``context`` is the one in force, the file opened to know it (an opening
@@ -1109,105 +1105,3 @@ class _Early:
         if self.refusal is not None:
             raise self.refusal
         return self.query
-
-
-_TIME_LEFT: ContextVar[Callable[[], float]] = ContextVar("sqlsdc_check_time_left")
-"""Seconds the statement being checked (in this thread) has left; raises when none are."""
-
-
-def _statement_timeout(policy: Policy, asked: float | None) -> float:
-    """The policy's statement timeout, or a shorter one asked for by the connection."""
-    limit = policy.statement_timeout
-    if asked is None:
-        return limit
-    if isinstance(asked, bool) or not isinstance(asked, (int, float)):
-        raise ProgrammingError(f"timeout must be a positive number of seconds, got {asked!r}")
-    asked = float(asked)  # once: a subclass's comparisons and __float__ may disagree
-    if not asked > 0:
-        raise ProgrammingError(f"timeout must be a positive number of seconds, got {asked!r}")
-    if asked > limit:
-        raise AccessDenied(
-            f"timeout {asked!r} s is above the policy's statement timeout of {limit:g} s; a "
-            "connection may only shorten it (an admin sets `limits: {statement_timeout_seconds: "
-            "..}` in the policy)"
-        )
-    return asked
-
-
-def _context(
-    con, policy: Policy, version: int, timeout: float, path: Path, releases=None
-) -> GuardContext:
-    """The guard's view of the database; ``releases``: the columns of the released outputs
-    (:mod:`sqlsdc.guard.releases`).
-
-    Constants are evaluated apart from the file
-    (:func:`~sqlsdc.engines.duckdb.evaluate_constant`), so a check holds no file, and within
-    the statement's time (:data:`_TIME_LEFT`): a check of many constants stops at its
-    deadline instead of giving each constant the whole timeout. An evaluation the timeout
-    (or a cancel) interrupted says nothing about the constant: the statement is stopped, and
-    nothing is cached."""
-    tables = duckdb_schema.described(con, [t.name for t in policy.tables.values()])
-    stored = {
-        table: {column.lower(): dtype for column, dtype, _key in columns}
-        for table, columns in tables.items()
-    }
-    schema = analyst_schema(policy, {**stored, **(releases or {})})
-    indexes = {
-        r[0]
-        for r in con.execute(
-            "SELECT index_name FROM duckdb_indexes() WHERE database_name = current_database()"
-        ).fetchall()
-    }
-    unit_per_row = {
-        t.name: unit_index_name(t.name, t.privacy_unit) in indexes
-        for t in policy.confidential_tables
-    }
-    constrained = any(key for columns in tables.values() for _c, _t, key in columns)
-
-    def evaluates(sql: str) -> str | None:
-        if len(sql) > KEPT_CONSTANT_CHARACTERS:  # 1,024 constants of a megabyte: a gigabyte
-            return evaluates_once(sql)
-        return kept_evaluates(sql)
-
-    def evaluates_once(sql: str) -> str | None:
-        try:
-            return engine.evaluate_constant(sql, _TIME_LEFT.get(lambda: timeout)())
-        except engine.duckdb.InterruptException:
-            raise timeout_error("") from None
-        except engine.EngineError:
-            return None
-
-    kept_evaluates = lru_cache(maxsize=1024)(evaluates_once)
-
-    def constant_type(node: exp.Expr) -> exp.DataType | None:
-        if node.find(exp.Subquery, exp.Select, exp.Table, exp.Column):
-            # not a constant; its own scope is checked
-            return node.type or exp.DataType.build("UNKNOWN")
-        name = evaluates(duckdb_sql.to_sql(exp.select(node.copy())))
-        return None if name is None else _engine_type(name)
-
-    context = GuardContext(
-        policy=policy,
-        policy_version=version,
-        schema=schema,
-        unit_per_row=unit_per_row,
-        unique_columns=unique_columns(con, constraints=constrained),
-        constant_type=constant_type,
-        to_sql=duckdb_sql.to_sql,
-        ptables=load_ptables(con, policy),
-    )
-    fingerprint = context_fingerprint(str(path.resolve()), context, engine.duckdb.__version__)
-    return replace(context, fingerprint=fingerprint)
-
-
-@lru_cache(maxsize=256)
-def _engine_data_type(name: str) -> exp.DataType:
-    try:
-        return exp.DataType.build(name, dialect="duckdb")
-    except (ValueError, ParseError):  # a type sqlglot cannot read: no family, no shape
-        return exp.DataType.build("UNKNOWN")
-
-
-def _engine_type(name: str) -> exp.DataType:
-    """sqlglot's type for the engine's type name of a constant (a copy: types are nodes)."""
-    return _engine_data_type(name).copy()
