@@ -10,9 +10,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-import weakref
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -67,6 +65,7 @@ from sqlsdc.guard.dp_release import (
     stage_cells,
 )
 from sqlsdc.guard.engine_failures import PAID, cell_conflict, engine_failure, timeout_error
+from sqlsdc.guard.holding import IDLE_RELEASE_SECONDS, TURNS, FileHolding, database_lock
 from sqlsdc.guard.listed_cells import listed
 from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, protect
 from sqlsdc.guard.postprocess import (
@@ -78,7 +77,6 @@ from sqlsdc.guard.releases import attach_releases, available_releases, with_rele
 from sqlsdc.guard.resolve import readable
 from sqlsdc.guard.statement import UNCACHEABLE, built_in_text, parameters_key, statement_text
 from sqlsdc.guard.summable import Checked, check_summable
-from sqlsdc.guard.turns import ProcessTurns
 from sqlsdc.guard.validate import check_engine_tables
 from sqlsdc.jobs.patterns import ensure_patterns
 from sqlsdc.policy import Policy, UserRole, load_policy
@@ -87,11 +85,6 @@ apilevel = "2.0"
 threadsafety = 2  # threads may share a connection: its statements run one after the other
 paramstyle = "qmark"
 
-IDLE_RELEASE_SECONDS = 1.0  # a connection idle this long lets other processes open the file
-MAX_HOLD_SECONDS = 0.5  # a busy connection that others wait for releases it after this hold
-TURN_SECONDS = 0.06  # ... and waits this long before opening it again: other processes' turn
-MAX_TURN_SECONDS = 2.0  # ... and after this hold even with no waiter known (one may not have
-# been able to mark itself: something else at <db>.waiting); a reopen costs about 15 ms
 EARLY_CHECKS = 3  # checks of a statement before the file is taken, when admins apply policies
 # meanwhile (the last policy applied is checked under the file if it changed after the last)
 RECORD_RETRIES = 20  # a query's recording transaction, when a concurrent one cached a cell first
@@ -99,19 +92,6 @@ ENGINE_CHECKED_TEXTS = 1024  # protected SQL texts whose engine reads are known,
 MAX_ANSWER_ROWS = 1_000_000  # rows one statement may return (a public table's cross join could
 MAX_ANSWER_BYTES = 64 * 2**20  # otherwise fill the memory of a process shared by many sessions,
 # such as `sqlsdc serve`); the bytes are Arrow's, read batch by batch
-
-_TURNS = ProcessTurns(hold=MAX_HOLD_SECONDS, turn=TURN_SECONDS)  # the whole process's turns
-_DATABASE_LOCKS: dict[str, threading.Lock] = {}
-_DATABASE_LOCKS_GUARD = threading.Lock()
-
-
-def _database_lock(path: Path) -> threading.Lock:
-    """The lock that serialises this process's writes to the state of one database (catalog
-    upgrades on connect, budget charges), so that concurrent connections of the process wait
-    for each other instead of failing on the engine's write conflicts."""
-    key = str(path.resolve())
-    with _DATABASE_LOCKS_GUARD:
-        return _DATABASE_LOCKS.setdefault(key, threading.Lock())
 
 
 def connect(path: str | Path, user: str, *, timeout: float | None = None) -> Connection:
@@ -129,7 +109,7 @@ def connect(path: str | Path, user: str, *, timeout: float | None = None) -> Con
     return Connection(path, user, timeout=timeout)
 
 
-class Connection:
+class Connection(FileHolding):
     """A PEP 249 connection that answers only protected aggregate queries.
 
     A connection may be shared between threads: its statements then run one at a time (a
@@ -182,11 +162,11 @@ class Connection:
         path = Path(self.path)
         time.sleep(max(0.0, self._turn_until - time.monotonic()))
         key = str(path.resolve())
-        _TURNS.wait(key, partial(waiters.others_waiting, path), self._turn_bound())
+        TURNS.wait(key, partial(waiters.others_waiting, path), self._turn_bound())
         con = engine.open_database(path, wait=engine.LOCK_WAIT_SECONDS, writes_data=False,
                                    first=False)  # fmt: skip
         try:
-            _TURNS.held(key, con)
+            TURNS.held(key, con)
             writers = engine.data_writers(path)  # before the policy is read: see _release_dp
             engine.harden(con)
             current = store.current_policy(con, in_transaction=False)
@@ -204,7 +184,7 @@ class Connection:
                 remember_budget_tables(con)  # as _load_policy found or made them
         except engine.EngineError:
             con.close()
-            _TURNS.closed(key, con)
+            TURNS.closed(key, con)
             raise OperationalError(
                 f"cannot open {path.name}: the engine failed while reading the sqlsdc "
                 "catalog; the engine's message is withheld; an admin can check the database "
@@ -212,7 +192,7 @@ class Connection:
             ) from None
         except BaseException:
             con.close()
-            _TURNS.closed(key, con)
+            TURNS.closed(key, con)
             raise
         self._db, self._turn_key = con, key  # the key closes as it opened (a chdir since)
         self._held_since = time.monotonic()
@@ -236,100 +216,13 @@ class Connection:
             )
         timeout = statement_timeout(policy, self._asked_timeout)
         context = guard_context(con, policy, version, timeout, Path(self.path), releases or {})
-        with _database_lock(Path(self.path)):
+        with database_lock(Path(self.path)):
             ensure_budget_catalog(con)  # brings a cache of DP cells from older versions
             store.ensure_mix_keys(con)  # catalogs made before statistic keys were secret
         self._timeout, self._context = timeout, context
         self.policy, self.role = policy, declared.role
         if self.role is not UserRole.ADMIN:
             self._dp_noise = True
-
-    @property
-    def _con(self):
-        """The engine connection, opening the file again if it was released while idle."""
-        with self._lock:
-            self._check_open()
-            if self._db is None:
-                self._open()
-            return self._db
-
-    @contextmanager
-    def _holding(self):
-        """Use the engine connection alone (other threads wait), then schedule its release.
-        Nested uses (the Spark path explains and charges while it holds the connection) leave
-        that to the outermost: a turn given in between would close the engine connection the
-        outer use still runs on."""
-        with self._lock:
-            self._depth += 1
-            try:
-                yield self._con
-            finally:
-                self._depth -= 1
-                if not self._depth:
-                    self._schedule_release()
-
-    def _schedule_release(self) -> None:
-        """Release the file ``idle_release`` seconds after the last statement, so that other
-        processes and admin commands can open it while this connection is idle. Called with
-        the lock held. One watchdog alarm per connection looks at the time of the last
-        statement when it comes due (:meth:`_release_if_idle`), so a statement only notes its
-        time and sets no timer of its own."""
-        self._last_use = time.monotonic()
-        if self._reopen and self._db is not None:
-            self._reopen = False
-            self._close_engine()  # the next statement opens the file and reads the new policy
-            return
-        if self._idle_release is None or self._closed:
-            return
-        held = self._last_use - self._held_since if self._db is not None else 0.0
-        if self._db is not None and (
-            held > MAX_TURN_SECONDS
-            or (held > MAX_HOLD_SECONDS and waiters.others_waiting(self.path))
-            or waiters.others_waiting(self.path, first=True)
-        ):  # busy for long, or for a while with others waiting, or an admin waits: a turn
-            self._close_engine()
-            self._turn_until = time.monotonic() + TURN_SECONDS
-            return
-        if self._alarm is None:
-            self._alarm = watchdog.after(self._idle_release,
-                                         partial(_release_idle, weakref.ref(self)))  # fmt: skip
-
-    def _release_if_idle(self) -> None:
-        """The idle alarm's action, on the watchdog thread: close the engine connection if no
-        statement ran for ``idle_release`` seconds, else look again when that many will have
-        passed. It never waits for the lock (the watchdog also interrupts statements): while
-        a statement holds it, it looks again later."""
-        again = partial(_release_idle, weakref.ref(self))
-        if not self._lock.acquire(blocking=False):
-            self._alarm = watchdog.after(self._idle_release, again)
-            return
-        try:
-            idle = time.monotonic() - self._last_use
-            if self._closed or self._db is None:
-                self._alarm = None
-            elif idle >= self._idle_release:
-                self._close_engine()
-                self._alarm = None
-            else:
-                self._alarm = watchdog.after(self._idle_release - idle, again)
-        finally:
-            self._lock.release()
-
-    def _turn_bound(self) -> float:
-        """How long an opening waits for the process's turn (:mod:`sqlsdc.guard.turns`): a
-        statement timeout, within which the process's running statements end."""
-        return min(self._timeout or engine.LOCK_WAIT_SECONDS, engine.LOCK_WAIT_SECONDS)
-
-    def _close_engine(self) -> None:
-        """Close the engine connection (the lock held); what was read for this opening only,
-        the PRF key among it, is dropped with it. The process's turns hear of it once the file
-        is let go: a turn counted from the start of a close (DuckDB's checkpoint, slower than
-        the turn on a busy machine) ended before the file was free (red team s37)."""
-        db, self._db, self._prf_key = self._db, None, None
-        try:
-            db.close()
-        finally:
-            _TURNS.closed(self._turn_key, db)
 
     @property
     def timeout(self) -> float:
@@ -425,7 +318,7 @@ class Connection:
             try:
                 return verify(con, sql, user=self.user, policy=self.policy,
                               policy_version=self.policy_version, secret=self._secret(), mode=mode,
-                              epsilon=epsilon, lock=_database_lock(Path(self.path)),
+                              epsilon=epsilon, lock=database_lock(Path(self.path)),
                               timeout=self.timeout)  # fmt: skip
             except engine.EngineError as failure:
                 raise engine_failure(failure, self._record_failure(sql, failure)) from None
@@ -965,7 +858,7 @@ class Connection:
         cached = prefetching(lambda digests: cached_cells(con, self.user, version, digests),
                              query.dp_stages, data_versions=data_versions,
                              domains=domains)  # fmt: skip
-        lock = _database_lock(Path(self.path))  # charges of this process wait for each other
+        lock = database_lock(Path(self.path))  # charges of this process wait for each other
         paid = None
         if self._dp_noise:
             with lock:  # priced under it too: threads asking the same statistic pay it once
@@ -1046,14 +939,6 @@ class Connection:
         if table not in self._data_versions:
             self._data_versions[table] = duckdb_schema.data_version(self._con, table)
         return self._data_versions[table]
-
-
-def _release_idle(connection: weakref.ref) -> None:
-    """The idle alarm's action; the alarm holds the connection weakly, so that a connection
-    the program dropped is closed by the garbage collector as before."""
-    alive = connection()
-    if alive is not None:
-        alive._release_if_idle()
 
 
 _NOISE_OFF = "dp noise off (admin semantics mode): exact bounded values, not charged"
