@@ -27,7 +27,6 @@ from sqlsdc.catalog.budget import (
     budget_status,
     charge,
     check_policy,
-    has_charge,
     policy_limits,
 )
 from sqlsdc.catalog.budget_tables import ensure_budget_catalog, remember_budget_tables
@@ -37,7 +36,6 @@ from sqlsdc.engines import duckdb_schema, duckdb_sql, waiters, watchdog
 from sqlsdc.errors import (
     AccessDenied,
     AnswerTooLarge,
-    BudgetExhausted,
     Error,
     InterfaceError,
     NotFoundError,
@@ -47,6 +45,7 @@ from sqlsdc.errors import (
     ProgrammingError,
 )
 from sqlsdc.guard.answer_bound import answer_rows
+from sqlsdc.guard.auditing import Auditing
 from sqlsdc.guard.check_cache import CHARACTERS as KEPT_CHARACTERS
 from sqlsdc.guard.check_cache import checked, is_kept
 from sqlsdc.guard.context import TIME_LEFT, guard_context, statement_timeout
@@ -64,7 +63,7 @@ from sqlsdc.guard.dp_release import (
     resolve_domains,
     stage_cells,
 )
-from sqlsdc.guard.engine_failures import PAID, cell_conflict, engine_failure, timeout_error
+from sqlsdc.guard.engine_failures import cell_conflict, engine_failure, timeout_error
 from sqlsdc.guard.holding import IDLE_RELEASE_SECONDS, TURNS, FileHolding, database_lock
 from sqlsdc.guard.listed_cells import listed
 from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, protect
@@ -109,7 +108,7 @@ def connect(path: str | Path, user: str, *, timeout: float | None = None) -> Con
     return Connection(path, user, timeout=timeout)
 
 
-class Connection(FileHolding):
+class Connection(FileHolding, Auditing):
     """A PEP 249 connection that answers only protected aggregate queries.
 
     A connection may be shared between threads: its statements then run one at a time (a
@@ -490,29 +489,6 @@ class Connection(FileHolding):
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _audit_refusal(self, query_id: int | None, sql: str, refusal: Error) -> int:
-        """Audit a refused statement under ``query_id`` (None: a new id); returns the id.
-
-        A policy's refusal and an exhausted budget are logged as the analyst read them (the
-        budget's began "BudgetExhausted: ", unlike every other refusal: new user s40j); other
-        errors with their kind."""
-        reason = (
-            str(refusal)
-            if isinstance(refusal, PolicyViolation | BudgetExhausted)
-            else (f"{type(refusal).__name__}: {refusal}")
-        )
-        if getattr(refusal, "detail", None):
-            reason += f" [{refusal.detail}]"
-        return store.record_query(
-            self._con,
-            query_id,
-            self.user,
-            self._context.policy_version,
-            "refused",
-            sql,
-            reason=reason,
-        )
-
     def _check_open(self) -> None:
         if self._closed:
             raise InterfaceError("the connection is closed")
@@ -534,25 +510,6 @@ class Connection(FileHolding):
             except engine.EngineError as failure:
                 query_id = self._record_failure(sql, failure)
                 raise engine_failure(failure, query_id) from None
-
-    def _record_failure(self, sql: str, failure: Exception) -> int | None:
-        """Best effort: the audit entry of an engine failure outside a query's own recording:
-        the outcome of the DP charge the statement made, if it has none yet, else a new
-        entry."""
-        try:
-            self._con.execute("ROLLBACK")
-        except engine.EngineError:
-            pass  # no transaction was open
-        try:
-            query_id = self._query_id
-            if query_id is not None and store.has_outcome(self._con, query_id):
-                query_id = None
-            reason = f"{type(failure).__name__}: {failure}"
-            return store.record_query(self._con, query_id, self.user,
-                                      self._context.policy_version, "failed", sql,
-                                      reason=reason)  # fmt: skip
-        except engine.EngineError:
-            return None
 
     def _run(
         self, sql: str, params, early: _Early | None = None, interrupts: int | None = None
@@ -691,43 +648,6 @@ class Connection(FileHolding):
             con.execute(engine.parsed("COMMIT"))
         except engine.EngineError:
             engine.rollback(con)
-
-    def _answered(self, query_id: int | None) -> bool:
-        """Best effort: whether ``query_id``'s outcome is in the audit log (its recording
-        committed)."""
-        try:
-            return query_id is not None and store.has_outcome(self._con, query_id)
-        except engine.EngineError:
-            return False
-
-    def _paid(self, query_id: int | None) -> bool:
-        """Best effort: whether ``query_id`` was charged (its charge committed)."""
-        try:
-            return query_id is not None and has_charge(self._con, query_id)
-        except engine.EngineError:
-            return False
-
-    def _said_paid(self, stopped: BaseException, query_id: int | None) -> BaseException:
-        """``stopped`` (an error, Ctrl-C: changed in place), saying that its statement was
-        charged if it was: sqlsdc's errors in their message (what the CLI and a server's
-        client show), others in a note."""
-        if self._paid(query_id):
-            said = f"query {query_id} {PAID}"
-            if isinstance(stopped, Error) and len(stopped.args) == 1:
-                stopped.args = (f"{stopped.args[0]}; {said}",)
-            else:
-                stopped.add_note(said)
-        return stopped
-
-    def _audit_bug(self, query_id: int | None, sql: str, bug: BaseException) -> None:
-        """Best effort: a ``failed`` audit entry for an error sqlsdc did not foresee (a bug)
-        or an interrupt (Ctrl-C), so that no query, and no paid DP query above all, goes
-        unrecorded."""
-        try:
-            store.record_query(self._con, query_id, self.user, self._context.policy_version,
-                               "failed", sql, reason=store.audit_reason(bug))  # fmt: skip
-        except engine.EngineError:
-            pass
 
     def _check_engine_texts(self, query: ProtectedQuery) -> None:
         """:meth:`_check_engine_reads` of every text the query runs: its DP stages' and its
