@@ -46,7 +46,6 @@ from sqlsdc.errors import (
 )
 from sqlsdc.guard.answer_bound import answer_rows
 from sqlsdc.guard.auditing import Auditing
-from sqlsdc.guard.check_cache import CHARACTERS as KEPT_CHARACTERS
 from sqlsdc.guard.check_cache import checked, is_kept
 from sqlsdc.guard.context import TIME_LEFT, guard_context, statement_timeout
 from sqlsdc.guard.cursor import Cursor
@@ -64,6 +63,7 @@ from sqlsdc.guard.dp_release import (
     stage_cells,
 )
 from sqlsdc.guard.engine_failures import cell_conflict, engine_failure, timeout_error
+from sqlsdc.guard.engine_reads import ENGINE_CHECKED_TEXTS, EngineReads
 from sqlsdc.guard.holding import IDLE_RELEASE_SECONDS, TURNS, FileHolding, database_lock
 from sqlsdc.guard.listed_cells import listed
 from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, protect
@@ -75,8 +75,7 @@ from sqlsdc.guard.postprocess import (
 from sqlsdc.guard.releases import attach_releases, available_releases, with_releases
 from sqlsdc.guard.resolve import readable
 from sqlsdc.guard.statement import UNCACHEABLE, built_in_text, parameters_key, statement_text
-from sqlsdc.guard.summable import Checked, check_summable
-from sqlsdc.guard.validate import check_engine_tables
+from sqlsdc.guard.summable import Checked
 from sqlsdc.jobs.patterns import ensure_patterns
 from sqlsdc.policy import Policy, UserRole, load_policy
 
@@ -87,7 +86,6 @@ paramstyle = "qmark"
 EARLY_CHECKS = 3  # checks of a statement before the file is taken, when admins apply policies
 # meanwhile (the last policy applied is checked under the file if it changed after the last)
 RECORD_RETRIES = 20  # a query's recording transaction, when a concurrent one cached a cell first
-ENGINE_CHECKED_TEXTS = 1024  # protected SQL texts whose engine reads are known, per opening
 MAX_ANSWER_ROWS = 1_000_000  # rows one statement may return (a public table's cross join could
 MAX_ANSWER_BYTES = 64 * 2**20  # otherwise fill the memory of a process shared by many sessions,
 # such as `sqlsdc serve`); the bytes are Arrow's, read batch by batch
@@ -108,7 +106,7 @@ def connect(path: str | Path, user: str, *, timeout: float | None = None) -> Con
     return Connection(path, user, timeout=timeout)
 
 
-class Connection(FileHolding, Auditing):
+class Connection(FileHolding, Auditing, EngineReads):
     """A PEP 249 connection that answers only protected aggregate queries.
 
     A connection may be shared between threads: its statements then run one at a time (a
@@ -648,72 +646,6 @@ class Connection(FileHolding, Auditing):
             con.execute(engine.parsed("COMMIT"))
         except engine.EngineError:
             engine.rollback(con)
-
-    def _check_engine_texts(self, query: ProtectedQuery) -> None:
-        """:meth:`_check_engine_reads` of every text the query runs: its DP stages' and its
-        answer's."""
-        for text in (*(stage.sql for stage in query.dp_stages), query.sql):
-            self._check_engine_reads(text, query)
-
-    def _check_engine_reads(self, sql: str, query: ProtectedQuery) -> None:
-        """Defence in depth: the tables DuckDB says ``sql`` reads are declared in the policy
-        (:func:`~sqlsdc.guard.validate.check_engine_tables`). DuckDB's answer depends on the
-        text and on the catalog (it expands views), so a text that passed is not asked again
-        while the file stays open: no other process can change the catalog meanwhile, and
-        every opening starts afresh (:meth:`_open`).
-
-        DuckDB may refuse the text there (its binding of constants alone: ``age BETWEEN '3'
-        AND 5``, which running the statement would bind): no data is read, so whatever the
-        data hold the statement is refused, with sqlsdc's own message (the engine's text goes
-        to the audit log only)."""
-        if sql in self._engine_checked:
-            return
-        try:
-            read = duckdb_schema.tables_read_by(self._con, sql)
-        except engine.TextRefusal as refusal:
-            violation = (
-                PolicyViolation(
-                    "DuckDB refuses the text of this statement before reading any data: its "
-                    "expressions nest deeper than DuckDB's limit (max_expression_depth), so it "
-                    "is refused whatever the data hold",
-                    "join fewer tables or nest fewer expressions in one statement",
-                    sql,
-                )
-                if "expression depth" in str(refusal)
-                else PolicyViolation(
-                    "DuckDB refuses the text of this statement before reading any data (its "
-                    "constants cannot be bound together, e.g. the bounds of age BETWEEN '3' "
-                    "AND 5 are written in two types), so it is refused whatever the data hold",
-                    "write the values of one comparison in one type, e.g. age BETWEEN 3 AND 5",
-                    sql,
-                )
-            )
-            violation.detail = f"{type(refusal).__name__}: {refusal}"
-            raise violation from None
-        check_engine_tables(read, query.tree, self.policy)
-        if len(sql) > KEPT_CHARACTERS // 64:
-            return  # asked again each time, like the check cache (not kept: memory)
-        if len(self._engine_checked) >= ENGINE_CHECKED_TEXTS:
-            self._engine_checked.clear()
-        self._engine_checked.add(sql)
-
-    def _check_summable(self, query: ProtectedQuery) -> None:
-        """Refuse a query that sums a floating-point column holding NaN, infinities or huge
-        values (:mod:`sqlsdc.guard.summable`), before anything is charged or run. The scan's
-        answer is kept while the data cannot have changed: for this opening of the file, while
-        no connection of this process that may write data has opened it (as data versions)."""
-        if not query.summed:
-            return
-        writers = engine.data_writers(self.path)
-        if writers is None or writers != self._summable_writers:
-            self._summable.clear()
-            self._summable_writers = writers
-        con, to_sql = self._con, self._context.to_sql
-
-        def run(tree: exp.Select) -> pa.Table:
-            return engine.run(con, to_sql(tree), timeout=self._time_left())
-
-        check_summable(query.summed, self._summable, run)
 
     def _release_dp(
         self, query: ProtectedQuery, query_id: int | None, sql: str, *, run=None,
