@@ -28,7 +28,7 @@ import test_redteam_s28b
 from test_dp_query import dp_document, make_db
 
 import sqlsdc
-import sqlsdc.guard.connection as connection
+import sqlsdc.guard.dp_charge as dp_charge
 from sqlsdc.engines.duckdb_schema import data_version
 from sqlsdc.mechanisms.dp_cells import encode_key_value
 
@@ -39,14 +39,14 @@ dp_db, ana = test_redteam_s28b.dp_db, test_redteam_s28b.ana  # DP counts, privat
 def drawn(monkeypatch):
     """The cells each DP release of the test draws (identities and values)."""
     cells = []
-    release = connection.release
+    release = dp_charge.release
 
     def recording(*args, **kwargs):
         out = release(*args, **kwargs)
         cells.extend(out.cells)
         return out
 
-    monkeypatch.setattr(connection, "release", recording)
+    monkeypatch.setattr(dp_charge, "release", recording)
     return cells
 
 
