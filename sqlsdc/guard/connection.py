@@ -19,7 +19,6 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -44,20 +43,20 @@ from sqlsdc.errors import (
 )
 from sqlsdc.guard.answer_bound import answer_rows
 from sqlsdc.guard.auditing import Auditing
-from sqlsdc.guard.check_cache import checked, is_kept
-from sqlsdc.guard.context import TIME_LEFT, guard_context, statement_timeout
+from sqlsdc.guard.checking import Checking, Early
+from sqlsdc.guard.context import guard_context, statement_timeout
 from sqlsdc.guard.cursor import Cursor
 from sqlsdc.guard.dp_charge import DpCharging
 from sqlsdc.guard.dp_release import MAX_PRIVATE_GROUPS, DpRelease, stage_cells
-from sqlsdc.guard.engine_failures import cell_conflict, engine_failure, timeout_error
+from sqlsdc.guard.engine_failures import cell_conflict, engine_failure
 from sqlsdc.guard.engine_reads import EngineReads
 from sqlsdc.guard.holding import IDLE_RELEASE_SECONDS, TURNS, FileHolding, database_lock
 from sqlsdc.guard.listed_cells import listed
-from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery, protect
+from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery
 from sqlsdc.guard.postprocess import check_faults, record_release, values_of
 from sqlsdc.guard.releases import attach_releases, available_releases, with_releases
 from sqlsdc.guard.resolve import readable
-from sqlsdc.guard.statement import UNCACHEABLE, built_in_text, parameters_key, statement_text
+from sqlsdc.guard.statement import built_in_text, statement_text
 from sqlsdc.guard.summable import Checked
 from sqlsdc.jobs.patterns import ensure_patterns
 from sqlsdc.policy import Policy, UserRole, load_policy
@@ -89,7 +88,7 @@ def connect(path: str | Path, user: str, *, timeout: float | None = None) -> Con
     return Connection(path, user, timeout=timeout)
 
 
-class Connection(FileHolding, Auditing, EngineReads, DpCharging):
+class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
     """A PEP 249 connection that answers only protected aggregate queries.
 
     A connection may be shared between threads: its statements then run one at a time (a
@@ -334,92 +333,6 @@ class Connection(FileHolding, Auditing, EngineReads, DpCharging):
             raise PolicyViolation(f"{name} has no PRAMmed column to estimate counts for")
         return self.execute(corrected_counts(sql, source.name, matrices))
 
-    def _protect(
-        self, sql: str, params, early: _Early | None = None, interrupts: int | None = None
-    ) -> ProtectedQuery:
-        """``protect``, shared with every connection of the process that sees the same policy
-        version, schema and catalog (``check_cache``). The statement timeout starts here, less
-        the time ``early`` (:meth:`_check_early`) took: the check counts against it and stops
-        at the first pass that begins after it, and the engine gets what is left
-        (:meth:`_time_left`). ``early``'s outcome stands if it was reached under the context
-        in force now; otherwise (an admin applied another policy meanwhile) the statement is
-        checked again. ``interrupts``: the connection's count of :meth:`interrupt` calls when
-        the statement began; one since (during its early check, or while it waited for the
-        file or the lock) stops it."""
-        context = self._context
-        self._deadline = time.monotonic() + self.timeout - (early.took if early else 0.0)
-        if interrupts is not None and interrupts != self._interrupts:
-            self._deadline = 0.0  # cancelled before it took the file
-        if early is not None and early.context is context:
-            query = early.outcome()
-        else:
-            query = self._checked(sql, params, context, self._time_left)
-        self._time_left()
-        return query
-
-    def _checked(self, sql: str, params, context: GuardContext, time_left) -> ProtectedQuery:
-        """``protect``, through the check cache when the parameters can key it; ``time_left()``
-        says how many seconds the statement has left, and raises when none are (it stops the
-        check between passes, and bounds the evaluation of each constant)."""
-        frozen = parameters_key(params)
-        token = TIME_LEFT.set(time_left)
-        try:
-            if frozen is UNCACHEABLE:
-                return protect(sql, params, context, time_left)
-            return checked(sql, params, frozen, context, time_left)
-        finally:
-            TIME_LEFT.reset(token)
-
-    def _in_force(self, context: GuardContext) -> bool:
-        """Whether ``context`` is the one in force, the file opened to know it (an opening
-        reads a policy applied since). When it is not, the file is let go again, so that the
-        statement is checked anew under the new policy as it was under the old one: while no
-        other process or thread waits for this connection (red team s37: a check under the
-        file after each apply kept every other process waiting for it)."""
-        with self._lock:
-            self._con  # noqa: B018 - opens the file if it was let go, reading the policy
-            if self._context is context:
-                return True
-            if not self._depth:
-                self._close_engine()
-            return False
-
-    def _check_early(self, sql: str, params, interrupts: int, took: float = 0.0) -> _Early | None:
-        """The statement checked before the connection takes the database file or its own
-        lock, under the context of the last opening, so that no other process or thread
-        waits while a statement is parsed and checked (constants are evaluated apart from the
-        file, :func:`~sqlsdc.engines.duckdb.evaluate_constant`). A refusal is kept, to be
-        audited under the file. Nothing is done for a statement the check cache holds, nor on
-        a closed connection. An :meth:`interrupt` after ``interrupts`` of them stops it.
-        ``took``: seconds the statement's earlier checks took (under a policy replaced since),
-        which count against its timeout too."""
-        context, started = self._context, time.monotonic() - took
-        if context is None or self._closed:
-            return None
-        frozen = parameters_key(params)
-        if frozen is not UNCACHEABLE and context.fingerprint and is_kept(sql, frozen, context):
-            return None
-        deadline = started + self.timeout
-
-        def time_left() -> float:
-            left = deadline - time.monotonic()
-            if left <= 0 or self._interrupts != interrupts:
-                raise timeout_error("")
-            return left
-
-        try:
-            query, refusal = self._checked(sql, params, context, time_left), None
-        except Error as e:
-            query, refusal = None, e
-        return _Early(context, time.monotonic() - started, query, refusal)
-
-    def _time_left(self) -> float:
-        """Seconds left of the statement timeout; stops the statement when none are."""
-        left = self._deadline - time.monotonic()
-        if left <= 0:
-            raise timeout_error("") from None  # like the engine's timeout: no context shown
-        return left
-
     def interrupt(self) -> None:
         """Stop the statement running on this connection, from another thread (the server's
         CancelRequest): it ends with :class:`~sqlsdc.errors.QueryCanceled` as if its timeout
@@ -493,7 +406,7 @@ class Connection(FileHolding, Auditing, EngineReads, DpCharging):
                 raise engine_failure(failure, query_id) from None
 
     def _run(
-        self, sql: str, params, early: _Early | None = None, interrupts: int | None = None
+        self, sql: str, params, early: Early | None = None, interrupts: int | None = None
     ) -> tuple[pa.Table, ProtectedQuery, int, pa.Table]:
         """Protect, execute, record; results are returned only after they are recorded: the
         audit entry (which draws the query id) and the ledger rows commit in one transaction.
@@ -668,20 +581,3 @@ def _run_over(con, sql: str, noisy: DpRelease | None, timeout: float, registered
             registered.append(name)
     return engine.run(con, sql, timeout=timeout, max_rows=MAX_ANSWER_ROWS,
                       max_bytes=MAX_ANSWER_BYTES, params=params)  # fmt: skip
-
-
-@dataclass(frozen=True)
-class _Early:
-    """A statement checked under ``context`` before the database file was taken, in ``took``
-    seconds: its checked query, or the refusal its check raised."""
-
-    context: GuardContext
-    took: float
-    query: ProtectedQuery | None
-    refusal: Error | None
-
-    def outcome(self) -> ProtectedQuery:
-        """The checked query; raises the check's refusal."""
-        if self.refusal is not None:
-            raise self.refusal
-        return self.query
