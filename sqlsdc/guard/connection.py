@@ -26,10 +26,9 @@ import pyarrow as pa
 from sqlglot import exp
 
 from sqlsdc.catalog import store
-from sqlsdc.catalog.budget import BudgetState, BudgetStatus, Charge, budget_status, policy_limits
-from sqlsdc.catalog.budget_tables import ensure_budget_catalog, remember_budget_tables
+from sqlsdc.catalog.budget import BudgetStatus, Charge, budget_status, policy_limits
 from sqlsdc.engines import duckdb as engine
-from sqlsdc.engines import duckdb_schema, duckdb_sql, waiters, watchdog
+from sqlsdc.engines import duckdb_schema, duckdb_sql, watchdog
 from sqlsdc.errors import (
     AccessDenied,
     AnswerTooLarge,
@@ -37,29 +36,25 @@ from sqlsdc.errors import (
     InterfaceError,
     NotFoundError,
     NotSupportedError,
-    OperationalError,
     PolicyViolation,
     ProgrammingError,
 )
 from sqlsdc.guard.answer_bound import answer_rows
 from sqlsdc.guard.auditing import Auditing
 from sqlsdc.guard.checking import Checking, Early
-from sqlsdc.guard.context import guard_context, statement_timeout
 from sqlsdc.guard.cursor import Cursor
 from sqlsdc.guard.dp_charge import DpCharging
 from sqlsdc.guard.dp_release import MAX_PRIVATE_GROUPS, DpRelease, stage_cells
 from sqlsdc.guard.engine_failures import cell_conflict, engine_failure
 from sqlsdc.guard.engine_reads import EngineReads
-from sqlsdc.guard.holding import IDLE_RELEASE_SECONDS, TURNS, FileHolding, database_lock
+from sqlsdc.guard.holding import IDLE_RELEASE_SECONDS, FileHolding, database_lock
 from sqlsdc.guard.listed_cells import listed
 from sqlsdc.guard.pipeline import GuardContext, ProtectedQuery
 from sqlsdc.guard.postprocess import check_faults, record_release, values_of
-from sqlsdc.guard.releases import attach_releases, available_releases, with_releases
 from sqlsdc.guard.resolve import readable
 from sqlsdc.guard.statement import built_in_text, statement_text
-from sqlsdc.guard.summable import Checked
 from sqlsdc.jobs.patterns import ensure_patterns
-from sqlsdc.policy import Policy, UserRole, load_policy
+from sqlsdc.policy import Policy, UserRole
 
 apilevel = "2.0"
 threadsafety = 2  # threads may share a connection: its statements run one after the other
@@ -134,74 +129,6 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
             self._open()
             self._closed = False
             self._schedule_release()
-
-    def _open(self) -> None:
-        """Open the database file (waiting while another process writes it), and load the
-        policy in force, again only when an admin applied a new version since the last open."""
-        path = Path(self.path)
-        time.sleep(max(0.0, self._turn_until - time.monotonic()))
-        key = str(path.resolve())
-        TURNS.wait(key, partial(waiters.others_waiting, path), self._turn_bound())
-        con = engine.open_database(path, wait=engine.LOCK_WAIT_SECONDS, writes_data=False,
-                                   first=False)  # fmt: skip
-        try:
-            TURNS.held(key, con)
-            writers = engine.data_writers(path)  # before the policy is read: see _release_dp
-            engine.harden(con)
-            current = store.current_policy(con, in_transaction=False)
-            if current is None:
-                raise store.no_catalog(path, con)
-            version, document, source = current
-            changed = self._context is None or self._context.policy_version != version
-            base = load_policy(document, name=source) if changed else self._base_policy
-            releases = available_releases(con, base)  # checked on every opening
-            attach_releases(con, releases)
-            if changed or releases != self._releases:
-                self._load_policy(con, version, with_releases(base, releases), releases)
-                self._base_policy, self._releases = base, releases
-            else:
-                remember_budget_tables(con)  # as _load_policy found or made them
-        except engine.EngineError:
-            con.close()
-            TURNS.closed(key, con)
-            raise OperationalError(
-                f"cannot open {path.name}: the engine failed while reading the sqlsdc "
-                "catalog; the engine's message is withheld; an admin can check the database "
-                "with `sqlsdc policy show`"
-            ) from None
-        except BaseException:
-            con.close()
-            TURNS.closed(key, con)
-            raise
-        self._db, self._turn_key = con, key  # the key closes as it opened (a chdir since)
-        self._held_since = time.monotonic()
-        self._data_versions: dict[str, str] = {}  # the data may have changed while released
-        self._engine_checked: set[str] = set()  # ... and the catalog (_check_engine_reads)
-        self._key_types: dict = {}  # of DP stages run on this opening (dp_release.release)
-        self._summable: Checked = {}  # columns scanned on this opening (_check_summable)
-        self._summable_writers: int | None = None  # engine.data_writers when they were scanned
-        # engine.data_writers when the policy in force was read (just now: the opening's
-        # first DP query need not read it again) and the data versions
-        self._writers: int | None = writers
-        self._prf_key: bytes | None = None  # read when a DP query needs it (_secret)
-        self._budget = BudgetState()  # what its last charge read of the budget tables
-
-    def _load_policy(self, con, version: int, policy: Policy, releases=None) -> None:
-        declared = policy.user(self.user)
-        if declared is None:
-            raise AccessDenied(
-                f"user {self.user!r} is not declared in the policy of {Path(self.path).name}; "
-                "ask an admin to add it under `users:`"
-            )
-        timeout = statement_timeout(policy, self._asked_timeout)
-        context = guard_context(con, policy, version, timeout, Path(self.path), releases or {})
-        with database_lock(Path(self.path)):
-            ensure_budget_catalog(con)  # brings a cache of DP cells from older versions
-            store.ensure_mix_keys(con)  # catalogs made before statistic keys were secret
-        self._timeout, self._context = timeout, context
-        self.policy, self.role = policy, declared.role
-        if self.role is not UserRole.ADMIN:
-            self._dp_noise = True
 
     @property
     def timeout(self) -> float:

@@ -6,12 +6,14 @@ statements: it lets it go :data:`IDLE_RELEASE_SECONDS` after the last one, or, w
 wait, after :data:`MAX_HOLD_SECONDS` (after :data:`MAX_TURN_SECONDS` in any case), and then
 waits :data:`TURN_SECONDS` before it opens the file again: the other processes' turn
 (:mod:`sqlsdc.guard.turns`). Threads of one process that write the state of one database wait
-for each other on :func:`database_lock`.
+for each other on :func:`database_lock`. Each opening (:meth:`FileHolding._open`) reads the
+policy in force again when an admin applied another version, and the released outputs, and
+starts afresh what is known only while the file stays open (data versions, engine reads).
 
 :class:`FileHolding` holds these methods of :class:`sqlsdc.guard.connection.Connection`, which
 sets the state they read (``_db``, ``_lock``, ``_depth``, ``_alarm``, ``_last_use``,
-``_turn_until``, ``_held_since``, ``_turn_key``, ``_reopen``, ``_idle_release``, ``_closed``,
-``_timeout``, ``_prf_key``) and opens the file (``_open``).
+``_turn_until``, ``_reopen``, ``_idle_release``, ``_closed``, ``_context``, ``_base_policy``,
+``_releases``, ``_asked_timeout``, ``user``, ``path``).
 """
 
 from __future__ import annotations
@@ -23,9 +25,17 @@ from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
+from sqlsdc.catalog import store
+from sqlsdc.catalog.budget import BudgetState
+from sqlsdc.catalog.budget_tables import ensure_budget_catalog, remember_budget_tables
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines import waiters, watchdog
+from sqlsdc.errors import AccessDenied, OperationalError
+from sqlsdc.guard.context import guard_context, statement_timeout
+from sqlsdc.guard.releases import attach_releases, available_releases, with_releases
+from sqlsdc.guard.summable import Checked
 from sqlsdc.guard.turns import ProcessTurns
+from sqlsdc.policy import Policy, UserRole, load_policy
 
 IDLE_RELEASE_SECONDS = 1.0  # a connection idle this long lets other processes open the file
 MAX_HOLD_SECONDS = 0.5  # a busy connection that others wait for releases it after this hold
@@ -56,8 +66,77 @@ def _release_idle(connection: weakref.ref) -> None:
 
 
 class FileHolding:
-    """The engine connection of a guarded connection: used alone, let go while idle or when
-    other processes wait, and closed with what was read for its opening."""
+    """The engine connection of a guarded connection: opened with the policy in force, used
+    alone, let go while idle or when other processes wait, and closed with what was read for
+    its opening."""
+
+    def _open(self) -> None:
+        """Open the database file (waiting while another process writes it), and load the
+        policy in force, again only when an admin applied a new version since the last open."""
+        path = Path(self.path)
+        time.sleep(max(0.0, self._turn_until - time.monotonic()))
+        key = str(path.resolve())
+        TURNS.wait(key, partial(waiters.others_waiting, path), self._turn_bound())
+        con = engine.open_database(path, wait=engine.LOCK_WAIT_SECONDS, writes_data=False,
+                                   first=False)  # fmt: skip
+        try:
+            TURNS.held(key, con)
+            writers = engine.data_writers(path)  # before the policy is read: see _release_dp
+            engine.harden(con)
+            current = store.current_policy(con, in_transaction=False)
+            if current is None:
+                raise store.no_catalog(path, con)
+            version, document, source = current
+            changed = self._context is None or self._context.policy_version != version
+            base = load_policy(document, name=source) if changed else self._base_policy
+            releases = available_releases(con, base)  # checked on every opening
+            attach_releases(con, releases)
+            if changed or releases != self._releases:
+                self._load_policy(con, version, with_releases(base, releases), releases)
+                self._base_policy, self._releases = base, releases
+            else:
+                remember_budget_tables(con)  # as _load_policy found or made them
+        except engine.EngineError:
+            con.close()
+            TURNS.closed(key, con)
+            raise OperationalError(
+                f"cannot open {path.name}: the engine failed while reading the sqlsdc "
+                "catalog; the engine's message is withheld; an admin can check the database "
+                "with `sqlsdc policy show`"
+            ) from None
+        except BaseException:
+            con.close()
+            TURNS.closed(key, con)
+            raise
+        self._db, self._turn_key = con, key  # the key closes as it opened (a chdir since)
+        self._held_since = time.monotonic()
+        self._data_versions: dict[str, str] = {}  # the data may have changed while released
+        self._engine_checked: set[str] = set()  # ... and the catalog (_check_engine_reads)
+        self._key_types: dict = {}  # of DP stages run on this opening (dp_release.release)
+        self._summable: Checked = {}  # columns scanned on this opening (_check_summable)
+        self._summable_writers: int | None = None  # engine.data_writers when they were scanned
+        # engine.data_writers when the policy in force was read (just now: the opening's
+        # first DP query need not read it again) and the data versions
+        self._writers: int | None = writers
+        self._prf_key: bytes | None = None  # read when a DP query needs it (_secret)
+        self._budget = BudgetState()  # what its last charge read of the budget tables
+
+    def _load_policy(self, con, version: int, policy: Policy, releases=None) -> None:
+        declared = policy.user(self.user)
+        if declared is None:
+            raise AccessDenied(
+                f"user {self.user!r} is not declared in the policy of {Path(self.path).name}; "
+                "ask an admin to add it under `users:`"
+            )
+        timeout = statement_timeout(policy, self._asked_timeout)
+        context = guard_context(con, policy, version, timeout, Path(self.path), releases or {})
+        with database_lock(Path(self.path)):
+            ensure_budget_catalog(con)  # brings a cache of DP cells from older versions
+            store.ensure_mix_keys(con)  # catalogs made before statistic keys were secret
+        self._timeout, self._context = timeout, context
+        self.policy, self.role = policy, declared.role
+        if self.role is not UserRole.ADMIN:
+            self._dp_noise = True
 
     @property
     def _con(self):
