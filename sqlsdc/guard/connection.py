@@ -4,10 +4,11 @@ Threat model: the guard protects SQL-only users (analysts, the CLI, BI tools thr
 It is not a boundary against code running in the same Python process, which can open the file
 itself; real isolation means the confidential file belongs to another OS user or process.
 
-This module holds the statement's path through the connection: check (early, without the
-file; then under it), run over the noisy cells, record the answer in one transaction. Its
-parts are mixins :class:`Connection` inherits, each in its own module:
-:class:`~sqlsdc.guard.holding.FileHolding` (the database file held and let go),
+This module holds the PEP 249 surface and a statement's path through the connection: checked
+(early, without the file; then under it), run over the noisy cells, its answer recorded in one
+transaction. Its parts are mixins :class:`Connection` inherits, each in its own module:
+:class:`~sqlsdc.guard.holding.FileHolding` (the database file opened and let go),
+:class:`~sqlsdc.guard.checking.Checking` (a statement's check, early, cached and timed),
 :class:`~sqlsdc.guard.auditing.Auditing` (audit entries of unanswered statements),
 :class:`~sqlsdc.guard.engine_reads.EngineReads` (DuckDB's reading of each text) and
 :class:`~sqlsdc.guard.dp_charge.DpCharging` (the DP charge, draw and cache).
