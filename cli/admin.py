@@ -177,7 +177,7 @@ def readable(document: dict) -> dict:
     leaf lists and mappings on one line (``{role: identifier}``, ``bounds: [0, 1000]``). It
     came out sorted and one value per line, ``budgets`` first and a column's ``bounds``
     before its ``role`` (new user s38)."""
-    from sqlsdc.policy.load import policy_schema
+    from sqlsdc.policy.validate import policy_schema
 
     schema = policy_schema()
     parts = schema.get("$defs", {})

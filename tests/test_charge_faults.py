@@ -165,11 +165,11 @@ INTERRUPTED = textwrap.dedent(
     import signal, sys
     import sqlsdc
     from sqlsdc.engines import duckdb as engine
-    from sqlsdc.guard import connection
+    from sqlsdc.guard import connection, dp_charge
 
     where, db, sql = sys.argv[1:4]
     con = sqlsdc.connect(db, "ana")
-    real_charge, real_record, real_execute = (connection.charge, connection.record_release,
+    real_charge, real_record, real_execute = (dp_charge.charge, connection.record_release,
                                               engine.LockedConnection.execute)
     armed = []
 
@@ -191,7 +191,7 @@ INTERRUPTED = textwrap.dedent(
             signal.raise_signal(signal.SIGINT)  # Ctrl-C as the answer's COMMIT returns
         return result
 
-    connection.charge, connection.record_release = charge, record_release
+    dp_charge.charge, connection.record_release = charge, record_release
     engine.LockedConnection.execute = execute
     try:
         con.execute(sql).fetchall()

@@ -11,7 +11,7 @@ import sqlsdc
 import sqlsdc.admin
 from sqlsdc.catalog import dp_cache
 from sqlsdc.engines.duckdb import open_database
-from sqlsdc.guard import connection as guard_connection
+from sqlsdc.guard import dp_charge
 from sqlsdc.guard.dp_release import PREFETCHED_CELLS, prefetching
 from sqlsdc.mechanisms.accountant import Bounding, PrivacyCost, Statistic, calibrate
 from sqlsdc.mechanisms.dp_cells import CellMechanism, CellSpace, cell_digests, cell_identity
@@ -35,7 +35,7 @@ def _counting(monkeypatch) -> list[int]:
         calls.append(len(digests))
         return real(con, user, version, digests)
 
-    monkeypatch.setattr("sqlsdc.guard.connection.cached_cells", counted)
+    monkeypatch.setattr("sqlsdc.guard.dp_charge.cached_cells", counted)
     return calls
 
 
@@ -192,13 +192,13 @@ def test_the_first_dp_query_of_an_opening_does_not_read_the_policy_version_again
     version again; a connection that may write the file (an admin's), opened in the process
     since, makes the next DP query read it."""
     checked: list[int] = []
-    real = guard_connection.check_policy
+    real = dp_charge.check_policy
 
     def check(con, version):
         checked.append(version)
         return real(con, version)
 
-    monkeypatch.setattr(guard_connection, "check_policy", check)
+    monkeypatch.setattr(dp_charge, "check_policy", check)
     sql = "SELECT sex, COUNT(*) FROM persons GROUP BY sex ORDER BY 1"
     with sqlsdc.Connection(dp_db, "ana", idle_release=None) as con:
         first = con.execute(sql).fetchall()

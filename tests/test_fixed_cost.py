@@ -14,7 +14,7 @@ import pytest
 import sqlsdc
 from sqlsdc.engines import watchdog
 from sqlsdc.engines.duckdb import LockedConnection, memory_database, open_database, run
-from sqlsdc.guard import connection as guard_connection
+from sqlsdc.guard import holding
 
 COUNT = "SELECT region, COUNT(*) AS n FROM persons GROUP BY region"
 
@@ -171,7 +171,7 @@ def test_a_nested_use_gives_no_turn_while_the_outer_one_runs(fresh_demo_db, monk
     """The Spark path explains and charges while it holds the connection; a busy holder's
     turn given at the end of such a nested use closed the engine connection the outer use
     still ran on ("Connection already closed" under load). Only the outermost end gives it."""
-    monkeypatch.setattr(guard_connection, "MAX_TURN_SECONDS", 0.0)  # every hold is "long"
+    monkeypatch.setattr(holding, "MAX_TURN_SECONDS", 0.0)  # every hold is "long"
     con = sqlsdc.Connection(fresh_demo_db, "analyst")
     try:
         with con._holding() as outer:

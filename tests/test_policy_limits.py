@@ -13,7 +13,7 @@ import yaml
 
 import sqlsdc
 from sqlsdc.policy import load_policy
-from sqlsdc.policy.load import MAX_ALIASES, MAX_DEPTH, MAX_POLICY_BYTES
+from sqlsdc.policy.read import MAX_ALIASES, MAX_DEPTH, MAX_POLICY_BYTES
 from sqlsdc.tabular.rules import parse_rule
 
 HEAD = (

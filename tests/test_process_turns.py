@@ -12,7 +12,7 @@ import time
 
 import sqlsdc
 from sqlsdc.engines import duckdb as engine
-from sqlsdc.guard import connection as guard_connection
+from sqlsdc.guard import holding
 from sqlsdc.guard.turns import ProcessTurns
 
 COUNT = "SELECT region, COUNT(*) AS n FROM persons GROUP BY region"
@@ -60,7 +60,7 @@ def _open_in_a_thread(db, opened: list):
 def test_an_opening_waits_while_the_process_keeps_the_file_from_a_waiting_process(
     fresh_demo_db, monkeypatch
 ):
-    monkeypatch.setattr(guard_connection._TURNS, "hold", 0.0)  # the process held it long
+    monkeypatch.setattr(holding.TURNS, "hold", 0.0)  # the process held it long
     holder = sqlsdc.Connection(fresh_demo_db, "analyst", idle_release=None)
     assert holder.execute(COUNT).fetchall()
     waiter = _Waiter(fresh_demo_db)
@@ -74,7 +74,7 @@ def test_an_opening_waits_while_the_process_keeps_the_file_from_a_waiting_proces
         thread.join(10)
         assert not thread.is_alive()
         ((at, con),) = opened
-        assert at - released >= guard_connection.TURN_SECONDS * 0.9
+        assert at - released >= holding.TURN_SECONDS * 0.9
         assert con.execute(COUNT).fetchall()
         con.close()
     finally:
@@ -90,16 +90,16 @@ def test_the_turn_begins_once_the_file_is_let_go(fresh_demo_db, monkeypatch):
     four threads with a connection each kept the file 25-61 s from a waiting one)."""
     from sqlsdc.engines import file_lock
 
-    monkeypatch.setattr(guard_connection._TURNS, "hold", 0.0)
+    monkeypatch.setattr(holding.TURNS, "hold", 0.0)
     held_at_turn = []
-    closed = guard_connection._TURNS.closed
+    closed = holding.TURNS.closed
 
     def watching(key, con):
         closed(key, con)
-        if key in guard_connection._TURNS._until:  # the last holder after a yield
+        if key in holding.TURNS._until:  # the last holder after a yield
             held_at_turn.append(file_lock.held(fresh_demo_db))
 
-    monkeypatch.setattr(guard_connection._TURNS, "closed", watching)
+    monkeypatch.setattr(holding.TURNS, "closed", watching)
     holder = sqlsdc.Connection(fresh_demo_db, "analyst", idle_release=None)
     assert holder.execute(COUNT).fetchall()
     waiter = _Waiter(fresh_demo_db)
@@ -118,7 +118,7 @@ def test_the_turn_begins_once_the_file_is_let_go(fresh_demo_db, monkeypatch):
 
 def test_an_opening_waits_no_longer_than_its_bound(fresh_demo_db, monkeypatch):
     """A connection of the process left open and idle delays an opening, never stops it."""
-    monkeypatch.setattr(guard_connection._TURNS, "hold", 0.0)
+    monkeypatch.setattr(holding.TURNS, "hold", 0.0)
     monkeypatch.setattr(engine, "LOCK_WAIT_SECONDS", 0.4)
     holder = sqlsdc.Connection(fresh_demo_db, "analyst", idle_release=None)
     assert holder.execute(COUNT).fetchall()
@@ -134,7 +134,7 @@ def test_an_opening_waits_no_longer_than_its_bound(fresh_demo_db, monkeypatch):
 
 
 def test_without_a_waiting_process_nothing_waits(fresh_demo_db, monkeypatch):
-    monkeypatch.setattr(guard_connection._TURNS, "hold", 0.0)
+    monkeypatch.setattr(holding.TURNS, "hold", 0.0)
     with sqlsdc.Connection(fresh_demo_db, "analyst", idle_release=None) as holder:
         assert holder.execute(COUNT).fetchall()
         started = time.monotonic()
@@ -165,7 +165,7 @@ def test_a_close_after_the_working_folder_changed_lets_the_file_go(fresh_demo_db
     """The key a holder is counted under is the one its opening used: a relative path resolved
     again at close, after a chdir, named another file and left the holder counted (red team
     s32: every opening of the process then waited its whole bound while another waited)."""
-    monkeypatch.setattr(guard_connection._TURNS, "hold", 0.0)
+    monkeypatch.setattr(holding.TURNS, "hold", 0.0)
     monkeypatch.setattr(engine, "LOCK_WAIT_SECONDS", 3.0)
     monkeypatch.chdir(fresh_demo_db.parent)
     holder = sqlsdc.Connection(fresh_demo_db.name, "analyst", idle_release=None)
@@ -181,7 +181,7 @@ def test_an_opening_that_fails_before_reading_the_catalog_lets_the_file_go(
     fresh_demo_db, monkeypatch
 ):
     """Whatever fails after the engine connection is counted closes it and stops counting."""
-    monkeypatch.setattr(guard_connection._TURNS, "hold", 0.0)
+    monkeypatch.setattr(holding.TURNS, "hold", 0.0)
     monkeypatch.setattr(engine, "LOCK_WAIT_SECONDS", 3.0)
 
     def interrupted(path):

@@ -19,7 +19,7 @@ from sqlsdc.catalog.budget_tables import SPEND_COLUMNS, S, bump, delta_of
 from sqlsdc.catalog.store import ensure_catalog, now
 from sqlsdc.engines.duckdb import one, rollback
 from sqlsdc.mechanisms.accountant import BudgetLimit, PrivacyCost, fraction
-from sqlsdc.policy.load import AMOUNT_RANGES
+from sqlsdc.policy.validate import AMOUNT_RANGES
 
 __all__ = [
     "budget_events",
@@ -142,7 +142,7 @@ def set_limit(con, *, admin: str, key: BudgetKey, limit: BudgetLimit, reason: st
 
 def _check_ceiling(key: BudgetKey, limits: Mapping[str, Fraction | None]) -> None:
     """A grant or set leaves every limit within what a policy's budget may allow
-    (``sqlsdc.policy.load.AMOUNT_RANGES``): a limit no policy would validate is no limit."""
+    (``sqlsdc.policy.validate.AMOUNT_RANGES``): a limit no policy would validate is no limit."""
     for kind, symbol in KINDS:
         value = limits.get(kind)
         ceiling = AMOUNT_RANGES[f"budget {kind}"][1]

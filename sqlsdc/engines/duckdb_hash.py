@@ -1,10 +1,10 @@
 """DuckDB's ``hash(a, b, ...)`` in numpy, bit for bit, for the Spark engine.
 
-The keyed choices of differential privacy (:class:`sqlsdc.rewrite.dp._Hashed`) rank each unit's
-groups and rows by ``hash(record key, keys, measures)``. Spark's ``hash`` is a 32-bit Murmur3,
-so the Spark engine (:mod:`sqlsdc.engines.spark`) calls this function instead, as a vectorised
-Arrow UDF, and its cells equal DuckDB's. DuckDB's definition (DuckDB 2.0; source files of
-github.com/duckdb/duckdb):
+The keyed choices of differential privacy (:class:`sqlsdc.rewrite.dp_bounding.Hashed`) rank
+each unit's groups and rows by ``hash(record key, keys, measures)``. Spark's ``hash`` is a
+32-bit Murmur3, so the Spark engine (:mod:`sqlsdc.engines.spark`) calls this function
+instead, as a vectorised Arrow UDF, and its cells equal DuckDB's. DuckDB's definition
+(DuckDB 2.0; source files of github.com/duckdb/duckdb):
 
 - ``src/include/duckdb/common/types/hash.hpp``: ``MurmurHash64(x)`` is
   ``x ^= x >> 32; x *= C; x ^= x >> 32; x *= C; x ^= x >> 32`` with ``C = 0xd6e8feb86659fd93``

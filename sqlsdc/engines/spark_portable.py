@@ -181,7 +181,7 @@ _LIST_NODES = (exp.ArrayAgg, exp.ArrayDistinct, exp.ArraySort, exp.Flatten, exp.
 
 def _list_problem(node: exp.Expr) -> str:
     """Lists are portable in the two shapes of DP's COUNT(DISTINCT column) only
-    (:func:`sqlsdc.rewrite.dp._kept_values` and its count): a unit's at most r smallest
+    (:func:`sqlsdc.rewrite.dp_bounding._kept_values` and its count): a unit's at most r smallest
     distinct values of a column, ``LIST_SLICE(LIST_SORT(LIST_DISTINCT(ARRAY_AGG(x))), 1, r)``,
     and a cell's number of distinct values, ``LEN(LIST_DISTINCT(FLATTEN(ARRAY_AGG(k))))``."""
     top = node

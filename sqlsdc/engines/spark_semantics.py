@@ -208,7 +208,7 @@ _CAST_TARGETS = {
 def _cast(node: exp.Cast, types: Types) -> exp.Expr:
     """DuckDB rounds to integers (DOUBLE half to even, DECIMAL half away from zero); Spark
     truncates. Spark has no HUGEINT: DECIMAL(38, 0) holds its values (the DP sums of
-    :func:`sqlsdc.rewrite.dp._scaled`). Other casts are portable only between the types and
+    :func:`sqlsdc.rewrite.dp_bounding._scaled`). Other casts are portable only between the types and
     classes tested."""
     if node.to.this not in _CAST_TARGETS:
         raise _refuse(

@@ -65,7 +65,7 @@ WIDE_INTEGER = pa.decimal128(38, 0)
 """The type of a DP SUM over an integral grid, as DuckDB's SUM of integers (HUGEINT; Spark:
 DECIMAL(38, 0)): its exact value may pass 2^63 (bounds to 1e15 over 10^4 rows), and its noise
 too; the rewrite refuses a calibration whose noise could pass 10^38
-(:data:`sqlsdc.rewrite.dp.NOISE_MARGIN`)."""
+(:data:`sqlsdc.rewrite.dp_aggregates.NOISE_MARGIN`)."""
 MAX_QUANTILE_SCORES = 50_000_000  # cells x candidates of one quantile (memory: 8 bytes each)
 MAX_PRIVATE_GROUPS = 1_000_000
 """The most groups one stage releases by private selection, as many as a connection returns

@@ -736,7 +736,7 @@ def calibrate_report(bounding: Bounding, cost: PrivacyCost, parts: int = 3) -> C
     Laplace, t = 1/epsilon) or rho-zCDP (discrete Gaussian, sigma^2 = 1/(2 rho)): one mechanism,
     priced once. For the ledger the cost is booked in equal parts, one per statistic; they
     always go together (their identities name the same measures, see
-    :func:`sqlsdc.rewrite.dp._bounding_report`), so the parts always add up to ``cost``.
+    :func:`sqlsdc.rewrite.dp_report.bounding_report`), so the parts always add up to ``cost``.
 
     Example:
         >>> c = calibrate_report(Bounding(max_groups=3, max_rows=5), PrivacyCost(epsilon=1))

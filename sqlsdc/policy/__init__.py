@@ -1,6 +1,6 @@
 """Policy model and loading (validated against ``schemas/policy.schema.json``)."""
 
-from sqlsdc.policy.load import load_policy, policy_schema, validate_document
+from sqlsdc.policy.load import load_policy
 from sqlsdc.policy.model import (
     AggregateKind,
     Budget,
@@ -21,6 +21,7 @@ from sqlsdc.policy.model import (
     User,
     UserRole,
 )
+from sqlsdc.policy.validate import policy_schema, validate_document
 
 __all__ = [
     "AggregateKind",

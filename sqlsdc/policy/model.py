@@ -1,4 +1,5 @@
-"""The policy as typed, frozen objects; YAML and JSON exist only at the boundary (``load.py``).
+"""The policy as typed, frozen objects; YAML and JSON exist only at the boundary (``load.py``
+and the modules it calls: ``read.py``, ``validate.py``, ``semantics.py``, ``build.py``).
 
 A policy says, per table, whether it is public or confidential (undeclared tables are
 confidential and unusable), what each column may be used for, and how aggregate cells are
@@ -134,10 +135,10 @@ class DpSettings:
     count (spending ``selection_epsilon``) passes the threshold for ``selection_delta``.
     ``min_frequency``: a cell whose noisy unit count is below it is suppressed (DPSQL+).
     ``max_rows_per_unit``: a cap on a unit's rows over the whole query, in addition to the
-    per-cell caps (the keyed choice of :func:`sqlsdc.rewrite.dp._unit_row_cap`; sensitivity in
-    :func:`sqlsdc.mechanisms.accountant.norms`).
+    per-cell caps (the keyed choice of :func:`sqlsdc.rewrite.dp_bounding.unit_row_cap`;
+    sensitivity in :func:`sqlsdc.mechanisms.accountant.norms`).
     ``bounding_report``: the spend (epsilon or rho) of the per-cell noisy shares of input that
-    the caps dropped and the bounds clamped (:func:`sqlsdc.rewrite.dp._bounding_report`,
+    the caps dropped and the bounds clamped (:func:`sqlsdc.rewrite.dp_report.bounding_report`,
     :func:`sqlsdc.mechanisms.accountant.calibrate_report`), charged with the query; None: not
     reported.
     """

@@ -1,7 +1,7 @@
 """Differential privacy in the query path: bounded exact cells in SQL, noise on the cells.
 
 Under ``method: dp`` an aggregation is split in two stages. The engine computes the *exact,
-bounded* cells (:func:`bounded_cells`); :mod:`sqlsdc.guard.dp_release` draws the noise, charges
+bounded* cells (:func:`_stage`); :mod:`sqlsdc.guard.dp_release` draws the noise, charges
 the budget and registers the noisy cells as a relation; the query's projection, HAVING, ORDER BY
 and LIMIT then run over that relation (the ``__cells`` frame of :mod:`sqlsdc.rewrite.cells`), so
 they only ever see noisy values.
@@ -17,7 +17,8 @@ groups of smallest ``hash(__rkey, keys)``, where ``__rkey`` is its secret record
 ``hash(__rkey, value)``). A unit's contribution depends on its own rows only, so adding or
 removing a unit changes at most ``max_groups`` cells by at most the per-cell bounds the
 accountant (:mod:`sqlsdc.mechanisms.accountant`) calibrates the noise with. A table with one row
-per unit (enforced at apply time) and no join needs no bounding beyond clamping.
+per unit (enforced at apply time) and no join needs no bounding beyond clamping. The SQL of
+these caps is :mod:`sqlsdc.rewrite.dp_bounding`.
 
 Supported: one confidential table (joins with public tables are bounded after the join), read
 directly or through row-level derived tables and CTEs (their SQL travels with the exact cells),
@@ -30,7 +31,7 @@ bounds or transformed on the way (also inside a derived table), mixing DP with o
 in one aggregation, joins of confidential tables.
 
 With ``dp.bounding_report`` the exact cells also carry the bounding report
-(:func:`_bounding_report`): per cell, the input rows the caps dropped, kept but clamped, and
+(:mod:`sqlsdc.rewrite.dp_report`): per cell, the input rows the caps dropped, kept but clamped, and
 kept, each row weighted 1/(its unit's rows), noised once as one vector of sensitivity 1
 (:func:`sqlsdc.mechanisms.accountant.calibrate_report`) and released as the shares of input
 dropped and clamped next to each cell's noise interval.
@@ -39,6 +40,13 @@ Cells are named by their canonical identity (:mod:`sqlsdc.planner.identity`): th
 with every predicate (derived tables and CTEs included), the keys and the measures on base
 columns, never aliases or output names; that identity seeds the noise and keys the cache and
 the ledger.
+
+This module builds the stage (:func:`_stage`, a sequence of named steps) and the frame over its
+noisy cells; the parts live beside it: :mod:`sqlsdc.rewrite.dp_aggregates` (each aggregate and
+key read against the policy, refusals from the policy alone), :mod:`sqlsdc.rewrite.dp_statistics`
+(the noisy statistics and how each output is computed from them),
+:mod:`sqlsdc.rewrite.dp_bounding` and :mod:`sqlsdc.rewrite.dp_report` (the exact cells' SQL) and
+:mod:`sqlsdc.rewrite.dp_sql` (in-place tree builders).
 """
 
 from __future__ import annotations
@@ -47,98 +55,49 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import NamedTuple
 
 from sqlglot import exp
 
 from sqlsdc.engines.trees import copy_tree
-from sqlsdc.errors import PolicyViolation
 from sqlsdc.mechanisms.accountant import (
-    REPORT_GRID,
     REPORT_PARTS,
-    Aggregate,
-    AggregatePlan,
     Bounding,
-    Calibration,
     PrivacyCost,
     Statistic,
-    calibrate,
     calibrate_report,
     compose,
-    plan_aggregate,
 )
-from sqlsdc.mechanisms.partition import (
-    PartitionSelection,
-    laplace_partition_selection,
-    optimal_partition_selection,
-)
+from sqlsdc.mechanisms.partition import PartitionSelection
 from sqlsdc.planner.identity import Population, aggregation_identity, canonical_expression
-from sqlsdc.planner.linear import exact_number
-from sqlsdc.policy import AggregateKind, GroupKeys, Method, Policy
+from sqlsdc.policy import GroupKeys, Method, Policy
 from sqlsdc.rewrite.cells import CELLS, Cells, Frame, cell_column
+from sqlsdc.rewrite.dp_aggregates import INTERVALLED, describe_aggregate, key_domain, refuse
+from sqlsdc.rewrite.dp_bounding import (
+    Hashed,
+    bounded_pairs,
+    histogram_cells,
+    unit_row_cap,
+    unit_rows,
+)
+from sqlsdc.rewrite.dp_report import bounding_report, join_report
+from sqlsdc.rewrite.dp_sql import UNIT, from_, named_table, new_select, sub
+from sqlsdc.rewrite.dp_statistics import (
+    DpOutput,
+    DpStatistic,
+    Spec,
+    Statistics,
+    plan_outputs,
+    selection_count,
+    unit_counts,
+)
 from sqlsdc.rewrite.key_size import key_size, too_long
 from sqlsdc.rewrite.order import analyst_scopes_in_order
 from sqlsdc.rewrite.sql import copy_clause
 
 MECHANISM = "dp"
 RELATION_PREFIX = "__sqlsdc_dp_cells_"
-UNIT, RANK_GROUP, RANK_ROW = "__u", "__group_rank", "__row_rank"
 MAX_DOMAIN_CELLS = 1_000_000
-DOUBLE, BIGINT, HUGEINT = (exp.DataType.Type.DOUBLE, exp.DataType.Type.BIGINT,
-                           exp.DataType.Type.INT128)  # fmt: skip
 REPORT_MEASURE = "bounding report:"  # prefix of the canonical measures of the bounding report
-DISTINCT = "DISTINCT "  # prefix of the canonical measure of COUNT(DISTINCT <not the unit>)
-SHAPE = (
-    "under differential privacy ask: SELECT <dimensions>, COUNT(*) | COUNT(DISTINCT unit) | "
-    "SUM(m) | AVG(m) | VAR_SAMP(m) | STDDEV_SAMP(m) | MEDIAN(m) FROM <table> [JOIN <public "
-    "table>] [WHERE ...] GROUP BY <dimensions>"
-)
-
-_AGGREGATES = {
-    exp.Sum: Aggregate.SUM,
-    exp.Avg: Aggregate.AVG,
-    exp.Variance: Aggregate.VAR,
-    exp.VariancePop: Aggregate.VAR,
-    exp.Stddev: Aggregate.STDDEV,
-    exp.StddevSamp: Aggregate.STDDEV,
-    exp.StddevPop: Aggregate.STDDEV,
-    exp.Median: Aggregate.QUANTILE,
-    exp.Quantile: Aggregate.QUANTILE,
-    exp.PercentileCont: Aggregate.QUANTILE,
-    exp.PercentileDisc: Aggregate.QUANTILE,
-}
-
-
-class _Spec(NamedTuple):
-    """One statistic column of the exact cells: its calibration (None: an unreleased row
-    count), the column of rows it reads (None: rows or units), and whether it counts the
-    distinct values of that column."""
-
-    name: str
-    calibration: object | None
-    column: str | None
-    distinct: bool = False
-
-
-@dataclass(frozen=True)
-class DpStatistic:
-    """One noisy base statistic of the stage: its column in the exact cells and calibration."""
-
-    column: str
-    measure: str  # canonical measure: "*" for rows, the column name otherwise
-    calibration: object  # accountant.Calibration
-
-
-@dataclass(frozen=True)
-class DpOutput:
-    """How the released value ``__a<i>`` is post-processed from the noisy statistics."""
-
-    aggregate: Aggregate
-    statistics: tuple[str, ...]  # columns of the statistics, in accountant.components order
-    plan: AggregatePlan
-    ddof: int = 1  # VAR/STDDEV: 1 for the sample, 0 for the population
-    histogram: str | None = None  # QUANTILE: the bin column of the stage's histogram query
-    centre: Fraction = Fraction(0)  # AVG/VAR/STDDEV: the statistics are of (measure - centre)
 
 
 @dataclass(frozen=True)
@@ -189,245 +148,53 @@ def dp_frame(policy: Policy, stages: dict[int, DpStage], to_sql,
         known = (populations or {}).get(id(cells.plan.scope))
         stage = _stage(cells, twin, policy, f"{RELATION_PREFIX}{len(stages)}", to_sql, known)
         stages[id(cells.plan.select)] = stage
-        source = _from(_select(exp.Star()), _table(stage.relation))
+        source = from_(new_select(exp.Star()), named_table(stage.relation))
         return Frame(
-            _sub(source, CELLS),
+            sub(source, CELLS),
             value=lambda i: cell_column(f"__a{i}"),
             published=lambda i: cell_column(f"__p{i}"),
-            accuracy=lambda i: (cell_column(f"__sd{i}"), cell_column(f"__hw{i}"),
-                                cell_column(f"__dr{i}"), cell_column(f"__cl{i}")),  # fmt: skip
+            accuracy=lambda i: (
+                cell_column(f"__sd{i}"),
+                cell_column(f"__hw{i}"),
+                cell_column(f"__dr{i}"),
+                cell_column(f"__cl{i}"),
+            ),  # fmt: skip
         )
 
     return build
 
 
-def _refuse(select: exp.Select, reason: str, hint: str = SHAPE) -> PolicyViolation:
-    return PolicyViolation(reason, hint, select.sql("duckdb"))
-
-
 def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql,
            population: Population | None = None) -> DpStage:  # fmt: skip
+    """The DP stage of one aggregation, in the order that keeps refusals before any SQL and
+    numbers the statistics' columns in the order they are first asked: check the query's shape
+    against the table's DP settings, name the cells, find the public domains, plan each
+    aggregate's noisy statistics and the unit counts of partition selection, then build the
+    exact bounded cells (with the bounding report) and their identity."""
     plan, select = cells.plan, cells.select
-    methods = {a.rule.method for a in plan.aggregates}
-    if methods - {Method.DP}:
-        raise _refuse(
-            select,
-            "this aggregation mixes differential privacy with "
-            + ", ".join(sorted(m.value for m in methods - {Method.DP})),
-            "ask the counts and the magnitudes in separate queries",
-        )
-    if len(set(plan.tables)) != 1 or not plan.units or len(plan.units) != 1:
-        raise _refuse(
-            select,
-            "differential privacy covers one confidential table per aggregation",
-            "aggregate each confidential table in its own query (joins with public tables are "
-            "allowed)",
-        )
-    table = policy.table(plan.tables[0])
+    table = _check_shape(cells, policy)
     settings = table.dp
-    group = select.args.get("group")
-    levels = ("rollup", "cube", "grouping_sets")
-    if group is not None and (
-        group.find(exp.Rollup, exp.Cube, exp.GroupingSets) or any(group.args.get(k) for k in levels)
-    ):
-        raise _refuse(
-            select,
-            "ROLLUP, CUBE and GROUPING SETS are not available under differential privacy (each "
-            "level would be a further release of every unit)",
-            "ask each level as its own GROUP BY query",
-        )
-    if cells.groupings:
-        raise _refuse(select, "GROUPING() is not available under differential privacy")
-    if settings.groups is GroupKeys.PRIVATE and plan.keys:
-        refusal = too_long(key_size(list(plan.keys), plan.scope))
-        if refusal is not None:
-            raise _refuse(
-                select,
-                f"the group keys of private groups are computed for every row of the "
-                f"population, and {refusal}: their running time would tell how many rows it has",
-                "group by the columns themselves or short labels (a CASE with short branches)",
-            )
-    unit, rkey = plan.units[0], plan.rkeys[0]
     identity = aggregation_identity(plan.scope, plan.keys, [a.node for a in plan.aggregates],
                                     population)  # fmt: skip
     keys = identity.keys
     if len(set(keys)) != len(keys):
-        raise _refuse(select, "the same group key appears twice")
-    domains = None
-    if settings.groups is GroupKeys.PUBLIC:
-        domains = tuple(
-            _domain(canonical_expression(plan.scope, k), table, select, policy, to_sql)
-            for k in plan.keys
-        )
-        size = 1
-        for d in domains:
-            size *= len(d) if isinstance(d, tuple) else 1
-        if size > MAX_DOMAIN_CELLS:
-            raise _refuse(
-                select,
-                f"the public domains of the group keys give {size:,} cells (more than "
-                f"{MAX_DOMAIN_CELLS:,})",
-                "group by fewer or coarser dimensions, or filter the result",
-            )
-
-    rows = _rows_select(cells, unit, rkey)
-    measures: dict[str, str] = {}  # canonical argument -> column of rows
-    statistics: dict[tuple, DpStatistic] = {}
-    specs: list[_Spec] = []
-    histograms: list[tuple[str, exp.Expr]] = []
-    clamps: dict[str, tuple[str, Bounding]] = {}  # rows column -> (measure, bounds)
-
-    def column_of(text: str, i: int, centre: Fraction = Fraction(0)) -> str:
-        """The rows column of aggregate ``i``'s argument, shifted by ``-centre`` (a DOUBLE)."""
-        if text not in measures:
-            measures[text] = f"__x{len(measures)}"
-            argument = copy_tree(cells.argument(i, twin))
-            if centre:  # on DOUBLE, as the grid reads it: INT_MIN - 50 raises on integers
-                argument = exp.Sub(this=_cast(argument, DOUBLE), expression=_number(centre))
-            rows.append("expressions", exp.alias_(argument, measures[text], copy=False))
-        return measures[text]
-
-    def statistic(calibration, measure: str, column: str | None, distinct: bool) -> str:
-        ident = (calibration.describe(), measure)
-        if column is not None and calibration.bounding.bounded and not distinct:
-            _check_grid(calibration, select)
-            clamps[column] = (measure, calibration.bounding)
-        if ident not in statistics:
-            name = f"__s{len(statistics)}"
-            statistics[ident] = DpStatistic(name, measure, calibration)
-            if calibration.statistic is not Statistic.QUANTILE:
-                specs.append(_Spec(name, calibration, column, distinct))
-            else:
-                histograms.append((name, _histogram(calibration.bounding, column)))
-        return statistics[ident].column
-
-    described = [_describe(i, node, plan, table, settings, select)
+        raise refuse(select, "the same group key appears twice")
+    domains = _public_domains(cells, table, policy, to_sql)
+    asked = Statistics(cells, twin, _rows_select(cells, plan.units[0], plan.rkeys[0]))
+    described = [describe_aggregate(i, node, plan, table, settings, select)
                  for i, node in enumerate(cells.aggregates)]  # fmt: skip
-    asked: dict[tuple[Statistic, str], tuple[str, Calibration]] = {}
-    outputs: list[DpOutput | None] = [None] * len(described)
-    fused = _selection_count(described, settings, table, plan.one_row_per_unit)
-    for i, (aggregate, measure, bounding, alpha, ddof) in enumerate(described):
-        if aggregate in COMPOSITE or i == fused:
-            continue
-        kind = AggregateKind.COUNTS if aggregate in COUNTS else AggregateKind.MAGNITUDES
-        agg_plan = _plan(aggregate, bounding, table.rule(kind).spend, alpha, select)
-        distinct = measure.startswith(DISTINCT)
-        text = measure.removeprefix(DISTINCT)
-        column = None if text == "*" else column_of(text, i)
-        names = [statistic(c, measure, column, distinct) for c in agg_plan.components]
-        _check_range(aggregate, agg_plan.components[0], select)
-        if aggregate in (Aggregate.SUM, Aggregate.COUNT) and not distinct:
-            asked[(agg_plan.components[0].statistic, measure)] = (names[0], agg_plan.components[0])
-        histogram = names[0] if aggregate is Aggregate.QUANTILE else None
-        outputs[i] = DpOutput(aggregate, tuple(names), agg_plan, ddof, histogram)
-    for i, (aggregate, measure, bounding, _alpha, ddof) in enumerate(described):
-        if aggregate in COMPOSITE:
-            spend = table.rule(AggregateKind.MAGNITUDES).spend
-            try:
-                outputs[i] = _composite(aggregate, measure, bounding, ddof, spend, asked,
-                                        column_of, statistic, i)  # fmt: skip
-            except ValueError as e:
-                raise _refuse(select, str(e), "declare bounds on the measure") from None
-
-    units_column, selection, delta = None, None, Fraction(0)
-    needs_units = settings.groups is GroupKeys.PRIVATE or settings.min_frequency is not None
-    if needs_units:
-        base = Bounding(settings.max_groups, settings.max_rows,
-                        max_unit_rows=settings.max_rows_per_unit)  # fmt: skip
-        if settings.groups is GroupKeys.PRIVATE and fused is not None:
-            # the query's own unit count, drawn once with its spend and the selection's, is
-            # thresholded and released: one noisy count at the sum of both epsilons
-            count = table.rule(AggregateKind.COUNTS).spend.epsilon
-            selection = laplace_partition_selection(settings.selection_epsilon + count,
-                                                    settings.selection_delta,
-                                                    settings.max_groups)  # fmt: skip
-            calibration, delta = selection.calibration, settings.selection_delta
-        elif settings.groups is GroupKeys.PRIVATE:
-            # without min_frequency no noisy unit count is needed: the optimal rule keeps
-            # more small groups at the same cost; with it, thresholding's noisy counts serve both
-            rule = (
-                laplace_partition_selection
-                if settings.min_frequency
-                else optimal_partition_selection
-            )
-            selection = rule(settings.selection_epsilon, settings.selection_delta,
-                             settings.max_groups)  # fmt: skip
-            calibration, delta = selection.calibration, settings.selection_delta
-        else:
-            spend = table.rule(AggregateKind.COUNTS).spend
-            if spend is None:
-                raise _refuse(
-                    select,
-                    f"{table.name} has dp.min_frequency but does not protect counts with dp",
-                    "declare `counts: {method: dp, spend: ...}` for the table",
-                )
-            calibration = calibrate(Statistic.COUNT_UNITS, base, spend)
-        ident = (calibration.describe(), "*")
-        if ident not in statistics:
-            name = f"__s{len(statistics)}"
-            statistics[ident] = DpStatistic(name, "*", calibration)
-            specs.append(_Spec(name, calibration, None))
-        units_column = statistics[ident].column
-        if fused is not None:
-            aggregate = described[fused][0]
-            _check_range(aggregate, calibration, select)
-            outputs[fused] = DpOutput(aggregate, (units_column,),
-                                      AggregatePlan(aggregate, (calibration,)))  # fmt: skip
+    fused = selection_count(described, settings, table, plan.one_row_per_unit)
+    outputs = plan_outputs(asked, described, fused, table, select)
+    units_column, selection, delta = unit_counts(asked, described, fused, outputs, table, select)
 
     n_keys, one_row = len(cells.keys), plan.one_row_per_unit
-    order = _Hashed.of(keys, measures, chosen=settings.groups is GroupKeys.PRIVATE)
-    report = None
-    # the report is shown next to the intervals of COUNT, SUM and AVG (cursor.cell_accuracy);
-    # a query of groups alone, or of VAR, STDDEV and quantiles only, would pay for it unseen
-    shown = any(o is not None and o.aggregate in INTERVALLED for o in outputs)
-    # one row per unit and no measure clamped (counts only): nothing can be dropped or clamped,
-    # so the shares are 0 whatever the data, a public fact not worth a noisy report
-    shares_zero = settings.bounding_report is not None and shown and one_row and not clamps
-    if settings.bounding_report is not None and shown and not shares_zero:
-        # one row per unit and no join: no cap removes anything (a public fact), so D is 0
-        # and not released; only C and K are, at the same total cost
-        parts = REPORT_PARTS[1:] if one_row else REPORT_PARTS
-        try:
-            calibration = calibrate_report(Bounding(settings.max_groups, settings.max_rows,
-                                                    max_unit_rows=settings.max_rows_per_unit),
-                                           settings.bounding_report, len(parts))  # fmt: skip
-        except ValueError as e:
-            raise _refuse(select, f"dp.bounding_report of {table.name}: {e}") from None
-        bounds = ";".join(sorted(f"{m} in {b.describe()}" for m, b in clamps.values()))
-        names = [] if parts == REPORT_PARTS else [None]
-        for part in parts:  # the measures clamped are part of what is released
-            measure = f"{REPORT_MEASURE}{part}:{bounds}"
-            name = f"__s{len(statistics)}"
-            statistics[(calibration.describe(), measure)] = DpStatistic(name, measure, calibration)
-            names.append(name)
-        report = _bounding_report(rows, n_keys, settings, {c: b for c, (_m, b) in
-                                                           clamps.items()}, names,
-                                  order)  # fmt: skip
-    if settings.max_rows_per_unit is not None and not one_row:
-        rows = _unit_row_cap(rows, settings.max_rows_per_unit, order)
-    if not specs and not n_keys:  # only quantiles: the one global cell still needs a row
-        specs.append(_Spec("__rows", None, None))  # a row count never noised nor released
-    exact = (_unit_rows(rows, n_keys, specs) if one_row
-             else _bounded_pairs(rows, n_keys, specs, settings, order))  # fmt: skip
-    if report is not None:
-        exact = _join_report(exact, report, n_keys)
-    ctes = _visible_ctes(select)
-    exact_tree = _with_ctes(exact, rows, ctes)
-    histogram_trees = tuple(
-        (
-            name,
-            _with_ctes(
-                _histogram_cells(rows, n_keys, b, settings, order, ranked=not one_row), rows, ctes
-            ),
-        )
-        for name, b in histograms
-    )
-    _refuse_reading_cells(select, [exact_tree, *(tree for _name, tree in histogram_trees)])
-    for tree in (exact_tree, *(tree for _name, tree in histogram_trees)):
-        analyst_scopes_in_order(tree, select.sql("duckdb"))  # their SQL is rendered below
+    order = Hashed.of(keys, asked.measures, chosen=settings.groups is GroupKeys.PRIVATE)
+    report, names, shares_zero = _report(asked, n_keys, table, one_row, outputs, order, select)
+    exact_tree, histogram_trees = _exact_trees(asked, n_keys, settings, one_row, order, report,
+                                               select)  # fmt: skip
     # the rows kept are chosen by hashes of the query's measures (the unit row cap over all
     # cells, a quantile's rows within a cell), so the cells' identity names them
-    ranked = tuple(sorted(measures))
+    ranked = tuple(sorted(asked.measures))
     capped = settings.max_rows_per_unit is not None and not one_row
     return DpStage(
         relation=relation,
@@ -442,7 +209,7 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql,
         ),
         statistics=tuple(
             _quantile_rows_chosen_by(s, ranked) if not one_row and len(ranked) > 1 else s
-            for s in statistics.values()
+            for s in asked.statistics.values()
         ),
         outputs=tuple(outputs),
         domains=domains,
@@ -457,6 +224,145 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql,
     )
 
 
+def _check_shape(cells: Cells, policy: Policy):
+    """The policy table of an aggregation that DP can protect; refuses mixed methods, more than
+    one confidential table or unit, ROLLUP, CUBE and GROUPING SETS, GROUPING(), and private
+    group keys too long to compute for every row of the population."""
+    plan, select = cells.plan, cells.select
+    methods = {a.rule.method for a in plan.aggregates}
+    if methods - {Method.DP}:
+        raise refuse(
+            select,
+            "this aggregation mixes differential privacy with "
+            + ", ".join(sorted(m.value for m in methods - {Method.DP})),
+            "ask the counts and the magnitudes in separate queries",
+        )
+    if len(set(plan.tables)) != 1 or not plan.units or len(plan.units) != 1:
+        raise refuse(
+            select,
+            "differential privacy covers one confidential table per aggregation",
+            "aggregate each confidential table in its own query (joins with public tables are "
+            "allowed)",
+        )
+    table = policy.table(plan.tables[0])
+    settings = table.dp
+    group = select.args.get("group")
+    levels = ("rollup", "cube", "grouping_sets")
+    if group is not None and (
+        group.find(exp.Rollup, exp.Cube, exp.GroupingSets) or any(group.args.get(k) for k in levels)
+    ):
+        raise refuse(
+            select,
+            "ROLLUP, CUBE and GROUPING SETS are not available under differential privacy (each "
+            "level would be a further release of every unit)",
+            "ask each level as its own GROUP BY query",
+        )
+    if cells.groupings:
+        raise refuse(select, "GROUPING() is not available under differential privacy")
+    if settings.groups is GroupKeys.PRIVATE and plan.keys:
+        refusal = too_long(key_size(list(plan.keys), plan.scope))
+        if refusal is not None:
+            raise refuse(
+                select,
+                f"the group keys of private groups are computed for every row of the "
+                f"population, and {refusal}: their running time would tell how many rows it has",
+                "group by the columns themselves or short labels (a CASE with short branches)",
+            )
+    return table
+
+
+def _public_domains(cells: Cells, table, policy: Policy, to_sql) -> tuple[tuple | str, ...] | None:
+    """Per group key, its declared values or the SQL of a public table's values, when the table
+    releases the groups of public domains (None: private partition selection). Refuses more
+    than :data:`MAX_DOMAIN_CELLS` cells: every one of them is released."""
+    if table.dp.groups is not GroupKeys.PUBLIC:
+        return None
+    plan, select = cells.plan, cells.select
+    domains = tuple(
+        key_domain(canonical_expression(plan.scope, k), table, select, policy, to_sql)
+        for k in plan.keys
+    )
+    size = 1
+    for d in domains:
+        size *= len(d) if isinstance(d, tuple) else 1
+    if size > MAX_DOMAIN_CELLS:
+        raise refuse(
+            select,
+            f"the public domains of the group keys give {size:,} cells (more than "
+            f"{MAX_DOMAIN_CELLS:,})",
+            "group by fewer or coarser dimensions, or filter the result",
+        )
+    return domains
+
+
+def _report(
+    asked: Statistics,
+    n_keys: int,
+    table,
+    one_row: bool,
+    outputs: list,
+    order: Hashed,
+    select: exp.Select,
+) -> tuple[exp.Select | None, list, bool]:
+    """The bounding report's SQL (None: not asked, not shown or zero), the columns of its parts
+    and whether its shares are zero as a public fact. Reads the rows before any cap."""
+    settings = table.dp
+    # the report is shown next to the intervals of COUNT, SUM and AVG (cursor.cell_accuracy);
+    # a query of groups alone, or of VAR, STDDEV and quantiles only, would pay for it unseen
+    shown = any(o is not None and o.aggregate in INTERVALLED for o in outputs)
+    # one row per unit and no measure clamped (counts only): nothing can be dropped or clamped,
+    # so the shares are 0 whatever the data, a public fact not worth a noisy report
+    shares_zero = settings.bounding_report is not None and shown and one_row and not asked.clamps
+    if settings.bounding_report is None or not shown or shares_zero:
+        return None, [], shares_zero
+    # one row per unit and no join: no cap removes anything (a public fact), so D is 0
+    # and not released; only C and K are, at the same total cost
+    parts = REPORT_PARTS[1:] if one_row else REPORT_PARTS
+    try:
+        calibration = calibrate_report(Bounding(settings.max_groups, settings.max_rows,
+                                                max_unit_rows=settings.max_rows_per_unit),
+                                       settings.bounding_report, len(parts))  # fmt: skip
+    except ValueError as e:
+        raise refuse(select, f"dp.bounding_report of {table.name}: {e}") from None
+    bounds = ";".join(sorted(f"{m} in {b.describe()}" for m, b in asked.clamps.values()))
+    names = [] if parts == REPORT_PARTS else [None]
+    for part in parts:  # the measures clamped are part of what is released
+        names.append(asked.reported(calibration, f"{REPORT_MEASURE}{part}:{bounds}"))
+    clamps = {c: b for c, (_m, b) in asked.clamps.items()}
+    return bounding_report(asked.rows, n_keys, settings, clamps, names, order), names, False
+
+
+def _exact_trees(asked: Statistics, n_keys: int, settings, one_row: bool, order: Hashed,
+                 report: exp.Select | None, select: exp.Select):  # fmt: skip
+    """The trees of the exact bounded cells (joined with the bounding report) and of each
+    quantile's histogram, with the CTEs their rows read; refused if they read protected
+    cells. Uses up the stage's rows (the unit row cap places them)."""
+    rows, specs = asked.rows, asked.specs
+    if settings.max_rows_per_unit is not None and not one_row:
+        rows = unit_row_cap(rows, settings.max_rows_per_unit, order)
+    if not specs and not n_keys:  # only quantiles: the one global cell still needs a row
+        specs.append(Spec("__rows", None, None))  # a row count never noised nor released
+    exact = (unit_rows(rows, n_keys, specs) if one_row
+             else bounded_pairs(rows, n_keys, specs, settings, order))  # fmt: skip
+    if report is not None:
+        exact = join_report(exact, report, n_keys)
+    ctes = _visible_ctes(select)
+    exact_tree = _with_ctes(exact, rows, ctes)
+    histogram_trees = tuple(
+        (
+            name,
+            _with_ctes(
+                histogram_cells(rows, n_keys, b, settings, order, ranked=not one_row), rows, ctes
+            ),
+        )
+        for name, b in asked.histograms
+    )
+    _refuse_reading_cells(select, [exact_tree, *(tree for _name, tree in histogram_trees)])
+    for tree in (exact_tree, *(tree for _name, tree in histogram_trees)):
+        analyst_scopes_in_order(tree, select.sql("duckdb"))  # their SQL is rendered below
+    return exact_tree, histogram_trees
+
+
 def _refuse_reading_cells(select: exp.Select, trees: list[exp.Select]) -> None:
     """Refuse a stage whose exact cells would read protected cells: the engine computes them
     before any noisy cells are registered, so such a statement failed after its charge, and
@@ -465,8 +371,8 @@ def _refuse_reading_cells(select: exp.Select, trees: list[exp.Select]) -> None:
     group keys and aggregates' arguments (``COUNT(CASE WHEN x > (SELECT AVG(x) ...) THEN 1
     END)``, red team s35) and the CTEs they read (``WITH c AS (SELECT COUNT(*) AS n FROM t)
     ... WHERE age < (SELECT n FROM c)``, red team s36b)."""
-    if any(sub.alias == CELLS for tree in trees for sub in tree.find_all(exp.Subquery)):
-        raise _refuse(
+    if any(s.alias == CELLS for tree in trees for s in tree.find_all(exp.Subquery)):
+        raise refuse(
             select,
             "a differentially private aggregation cannot read the results of another "
             "aggregation (a subquery, derived table or CTE of protected cells in FROM, JOIN, "
@@ -477,59 +383,9 @@ def _refuse_reading_cells(select: exp.Select, trees: list[exp.Select]) -> None:
         )
 
 
-class _Hashed(NamedTuple):
-    """The columns of the rows that the keyed choices hash, in the cells' canonical order: the
-    ``__g<j>`` keys by canonical key name, the ``__x<i>`` measures by canonical measure.
-
-    The identity names a cell by its keys and measures sorted (:mod:`sqlsdc.planner.identity`),
-    so the rows a unit keeps must not depend on the order the query writes them in: with
-    ``hash(record key, g, h)`` for ``GROUP BY g, h`` and ``hash(record key, h, g)`` for
-    ``GROUP BY h, g``, one cell identity (one noise) covered two choices of groups, and two
-    analysts differenced the exact effect out of their releases."""
-
-    keys: tuple[str, ...]
-    measures: tuple[str, ...]
-    chosen: bool = False  # the analyst writes the key values (private groups): see group_order
-
-    @classmethod
-    def of(cls, keys: tuple[str, ...], measures: dict[str, str], *, chosen: bool) -> _Hashed:
-        by_name = sorted(range(len(keys)), key=lambda j: keys[j])
-        return cls(tuple(f"__g{j}" for j in by_name),
-                   tuple(measures[text] for text in sorted(measures)), chosen)  # fmt: skip
-
-    def groups(self, first: exp.Expr) -> exp.Expr:
-        """``hash(first, keys)``: the order of a unit's groups."""
-        return _func("hash", first, *(exp.column(k) for k in self.keys))
-
-    def rows(self, *, keys: bool = True) -> exp.Expr:
-        """``hash(__rk, [keys,] measures)``: the order of a unit's rows."""
-        columns = [*(self.keys if keys else ()), *self.measures]
-        return _func("hash", exp.column("__rk"), *(exp.column(c) for c in columns))
-
-    def row_order(self, *, keys: bool = True) -> list[exp.Expr]:
-        """:meth:`rows`, then the keys and measures themselves: rows of one hash are ranked by
-        their values, so a cap never keeps one of two rows of different values at random."""
-        columns = [*(self.keys if keys else ()), *self.measures]
-        return [self.rows(keys=keys), *(exp.column(c) for c in columns)]
-
-    def group_order(self, hashed: str) -> list[exp.Expr]:
-        """The order of a unit's groups when their keys are :attr:`chosen`: their hash (the
-        column ``hashed``), then their keys.
-
-        Private groups' keys are the analyst's (``CASE WHEN clinic = 'a' THEN s1 ... END``),
-        and DuckDB's string hash is no PRF: three strings of one hash, found in seconds, hash
-        alike with every record key, and a cut on the hash alone (``hash <= the max_groups-th
-        smallest``) kept all three groups of a unit whose max_groups is 2 (red team s35).
-        Ranked with the keys after the hash, a unit keeps max_groups groups. Over public
-        domains the keys are declared values or stored ones, which no analyst chooses, and the
-        cut (an aggregate and a join, cheaper than this window) stays."""
-        return [exp.Ordered(this=exp.column(hashed), nulls_first=False),
-                *(exp.column(k) for k in self.keys)]  # fmt: skip
-
-
 def _rows_chosen_by(scope: str, ranked: tuple[str, ...]) -> str:
     """The population of a stage whose unit row cap keeps each unit's rows of smallest
-    ``hash(record key, keys, measures)`` (:func:`_unit_row_cap`): the measures (canonical, in
+    ``hash(record key, keys, measures)`` (:func:`unit_row_cap`): the measures (canonical, in
     the order hashed) are part of which rows every cell counts. ``COUNT(*)`` asked alone and
     next to ``SUM(m)`` keeps other rows, so its two exact values must not share one noise: the
     difference of the two releases would be the exact difference of the two counts."""
@@ -539,240 +395,11 @@ def _rows_chosen_by(scope: str, ranked: tuple[str, ...]) -> str:
 
 def _quantile_rows_chosen_by(statistic: DpStatistic, ranked: tuple[str, ...]) -> DpStatistic:
     """A quantile's statistic named with the measures whose hash chooses the ``max_rows`` rows
-    a unit keeps in a cell (:func:`_histogram_cells`): ``MEDIAN(m)`` asked with another
+    a unit keeps in a cell (:func:`histogram_cells`): ``MEDIAN(m)`` asked with another
     measure ranks other rows, so its histogram is another exact input to the keyed draw."""
     if statistic.calibration.statistic is not Statistic.QUANTILE:
         return statistic
     return replace(statistic, measure=f"{statistic.measure}; rows chosen by {', '.join(ranked)}")
-
-
-COMPOSITE = (Aggregate.AVG, Aggregate.VAR, Aggregate.STDDEV)
-INTERVALLED = (Aggregate.COUNT, Aggregate.COUNT_DISTINCT, Aggregate.SUM, Aggregate.AVG)
-"""The aggregates released with a noise interval, and so with the bounding report's shares."""
-COUNTS = (Aggregate.COUNT, Aggregate.COUNT_DISTINCT)
-
-
-GRID_LIMIT = 2**62
-"""The largest clamped value, in grid units, a sum or quantile reads as BIGINT (max |bound| / g;
-for a quantile's bins also (upper - lower) / g)."""
-SQUARES_GRID_LIMIT = 2**40
-"""The same for a sum of squares, added up as HUGEINT: its squares stay under 2^80, so no
-count of rows a database holds makes their sum overflow."""
-
-
-def _check_grid(calibration: Calibration, select: exp.Select) -> None:
-    """Refuse a statistic whose values on the grid the engine's integers cannot hold: the
-    policy allows bounds to 1e15 and granularities to 1e-6, 1e21 grid units, and the cast to
-    BIGINT of an unclamped value beyond 2^63 failed the query for the cells holding one, an
-    exact existence oracle behind the noise (red team s35). Depends on the policy only."""
-    b, kind = calibration.bounding, calibration.statistic
-    largest = max(abs(b.lower), abs(b.upper)) / b.granularity
-    if kind is Statistic.QUANTILE:  # its bins count from the lower bound
-        largest = max(largest, (b.upper - b.lower) / b.granularity)
-    squares = kind is Statistic.SUM_SQUARES
-    if largest > (SQUARES_GRID_LIMIT if squares else GRID_LIMIT):
-        what = {Statistic.SUM_SQUARES: "its squares (VAR, STDDEV)",
-                Statistic.QUANTILE: "its quantile's bins"}.get(kind, "its sum")  # fmt: skip
-        raise _refuse(
-            select,
-            f"the measure's bounds [{b.lower}, {b.upper}] on the grid {b.granularity} span "
-            f"{float(largest):.3g} grid units, more than exact integer arithmetic holds for "
-            f"{what}",
-            "an admin declares narrower bounds or a coarser dp.granularity",
-        )
-
-
-INTEGER_RANGES = {Aggregate.COUNT: 2**63, Aggregate.COUNT_DISTINCT: 2**63, Aggregate.SUM: 10**38}
-"""The released integers' ranges: counts are BIGINT, a SUM over an integral grid HUGEINT
-(DECIMAL(38, 0) on Spark; :data:`sqlsdc.guard.dp_release.WIDE_INTEGER`). Exact values stay far
-inside (a sum: at most 2^62 grid units of at most 10^6 per row, under 10^38 up to 10^13 rows)."""
-NOISE_MARGIN = 10**8
-"""Noise sd x this must stay inside the released integer's range: the noise then passes the
-range with probability below e^-(10^7) (discrete Laplace and Gaussian tails alike)."""
-
-
-def _check_range(aggregate: Aggregate, calibration: Calibration, select: exp.Select) -> None:
-    """Refuse, from the policy alone, a COUNT or a SUM of integers whose noise could pass the
-    range of its released type: the value could not be built after the query was charged
-    (red team s35). Only a calibration whose noise drowns every cell comes near (a SUM's sd
-    of 10^30)."""
-    limit = INTEGER_RANGES.get(aggregate)
-    if limit is None or calibration.unit.denominator != 1 or calibration.sd is None:
-        return  # released as DOUBLE
-    if calibration.sd * NOISE_MARGIN > limit:
-        raise _refuse(
-            select,
-            f"the noise of this {aggregate.value} has sd {calibration.sd:.3g}: its values "
-            f"could pass the range of the released integers (±{float(limit):.3g})",
-            "an admin declares narrower bounds, smaller dp caps or a larger spend",
-        )
-
-
-def _plan(aggregate, bounding, spend, alpha, select) -> AggregatePlan:
-    try:
-        return plan_aggregate(aggregate, bounding, spend, alpha=alpha)
-    except ValueError as e:
-        raise _refuse(select, str(e), "declare bounds on the measure in the policy") from None
-
-
-def _selection_count(described, settings, table, one_row: bool) -> int | None:
-    """The position of an aggregate whose value is the group's unit count — COUNT(DISTINCT
-    unit), or COUNT(*) when a unit is one row — that private selection can threshold and
-    release as one noisy count (Laplace: its epsilon and the selection's add up), or None."""
-    spend = table.rule(AggregateKind.COUNTS).spend
-    if settings.groups is not GroupKeys.PRIVATE or spend is None or spend.rho or spend.delta:
-        return None
-    for i, (aggregate, measure, _bounding, _alpha, _ddof) in enumerate(described):
-        units = aggregate is Aggregate.COUNT_DISTINCT or (
-            aggregate is Aggregate.COUNT and measure == "*" and one_row and settings.max_rows == 1
-        )
-        if units:
-            return i
-    return None
-
-
-def _composite(aggregate, measure, bounding, ddof, spend, asked, column_of, statistic, i):
-    """AVG, VAR or STDDEV as post-processing of noisy sums and counts of the same cell.
-
-    A component the aggregation already releases — ``SUM(m)`` or ``COUNT(m)`` next to
-    ``AVG(m)`` — is reused: the aggregate adds no cost for it. The others share the aggregate's
-    spend equally and are drawn over the values centred on the middle of the bounds,
-    ``m - c`` with ``c`` the grid point nearest (lower + upper)/2, whose per-row bound
-    max(|lower - c|, |upper - c|) is about half of max(|lower|, |upper|) for non-negative
-    measures: the normalised sum of the DP mean (OpenDP ``make_mean``; Wilson et al. 2020
-    §4.3 bound the sum by the largest magnitude). AVG = c + S_c / N and VAR is unchanged by the
-    shift, so the released values estimate the same quantities with less noise.
-    """
-    reuse_sum = aggregate is Aggregate.AVG and (Statistic.SUM, measure) in asked
-    g = bounding.granularity
-    centre = Fraction(0) if reuse_sum else g * round((bounding.lower + bounding.upper) / (2 * g))
-    shifted = replace(bounding, lower=bounding.lower - centre, upper=bounding.upper - centre)
-    text = measure if not centre else f"({measure}) - {centre}"
-    wanted = [Statistic.SUM, Statistic.COUNT]
-    if aggregate is not Aggregate.AVG:
-        wanted.insert(0, Statistic.SUM_SQUARES)
-    reused = {
-        s: asked[(s, measure)]
-        for s in wanted
-        if (s, measure) in asked and (s is Statistic.COUNT or reuse_sum)
-    }
-    missing = len([s for s in wanted if s not in reused])
-    share = spend
-    if missing:
-        share = PrivacyCost(epsilon=spend.epsilon / missing, rho=spend.rho / missing,
-                            delta=spend.delta / missing)  # fmt: skip
-    names, parts = [], []
-    for s in wanted:
-        if s in reused:
-            name, calibration = reused[s]
-        else:
-            calibration = calibrate(s, shifted, share)
-            name = statistic(calibration, text, column_of(text, i, centre), False)
-        names.append(name)
-        parts.append(calibration)
-    return DpOutput(aggregate, tuple(names), AggregatePlan(aggregate, tuple(parts)), ddof,
-                    centre=centre)  # fmt: skip
-
-
-def _describe(i: int, node, plan, table, settings, select):
-    """(aggregate, canonical measure, bounding, alpha, ddof) of aggregate ``i``.
-
-    The measure is the canonical argument on base columns (:mod:`sqlsdc.planner.identity`):
-    ``"*"`` for rows and units, ``DISTINCT <arg>`` for distinct values, so a renamed or
-    re-derived column is the same measure and another expression behind the same name is not.
-    """
-    rows = Bounding(settings.max_groups, settings.max_rows,
-                    max_unit_rows=settings.max_rows_per_unit)  # fmt: skip
-    spec = plan.aggregates[i].argument
-    argument = None if spec is None else canonical_expression(plan.scope, spec)
-    if isinstance(node, exp.Count):
-        if argument is None:
-            return Aggregate.COUNT, "*", rows, None, 1
-        text = argument.sql("duckdb")
-        if not isinstance(node.this, exp.Distinct):
-            return Aggregate.COUNT, text, rows, None, 1
-        if _is_column(argument, table.name, table.privacy_unit):
-            return Aggregate.COUNT_DISTINCT, "*", rows, None, 1
-        # Distinct values of another column: the SQL keeps at most max_rows values per unit
-        # and cell, and a unit is in at most max_groups cells, so adding or removing a unit
-        # changes at most max_groups cells by at most max_rows each: the sensitivity of a
-        # bounded row count (WZL+20 §3 with values for rows).
-        return Aggregate.COUNT, DISTINCT + text, rows, None, 1
-    aggregate = _AGGREGATES.get(type(node))
-    if aggregate is None:
-        raise _refuse(select, f"{node.sql_name()} is not available under differential privacy")
-    column = _measure_column(argument, table, select)
-    lower, upper = (Fraction(str(b)) for b in column.bounds)
-    bounding = Bounding(settings.max_groups, settings.max_rows, lower, upper,
-                        settings.granularity, settings.max_rows_per_unit)  # fmt: skip
-    alpha = None
-    if aggregate is Aggregate.QUANTILE:
-        alpha = _quantile_alpha(node, select)
-    ddof = 0 if isinstance(node, (exp.VariancePop, exp.StddevPop)) else 1
-    return aggregate, argument.sql("duckdb"), bounding, alpha, ddof
-
-
-def _is_column(node: exp.Expr | None, table: str, column: str | None = None) -> bool:
-    """Whether a canonical expression is a base column of ``table`` (``column`` if given)."""
-    return (
-        isinstance(node, exp.Column)
-        and node.table == table
-        and (column is None or node.name == column.lower())
-    )
-
-
-def _measure_column(argument: exp.Expr | None, table, select):
-    """The declared, bounded measure that a canonical argument is (a bare column)."""
-    if not _is_column(argument, table.name) or table.column(argument.name) is None:
-        raise _refuse(
-            select,
-            "under differential privacy, SUM, AVG and the other magnitudes take one measure "
-            "column with declared bounds",
-            "aggregate a column, e.g. SUM(income); transformations have no declared bounds",
-        )
-    column = table.column(argument.name)
-    if column.bounds is None:
-        raise _refuse(
-            select,
-            f"measure {column.name!r} of {table.name} has no bounds, so one unit's influence "
-            "on its sum is unbounded",
-            f"an admin must declare `bounds: [lower, upper]` for {table.name}.{column.name}",
-        )
-    return column
-
-
-def _quantile_alpha(node: exp.Expr, select) -> Fraction:
-    if isinstance(node, exp.Median):
-        return Fraction(1, 2)
-    q = node.args.get("quantile") or node.args.get("expression") or node.expression
-    if not isinstance(q, exp.Literal) or q.is_string:
-        raise _refuse(select, "the quantile must be a number literal such as 0.9")
-    try:
-        alpha = exact_number(q.this)
-    except ValueError:
-        raise _refuse(select, f"quantile {q.this[:40]} is not a number between 0 and 1") from None
-    if not 0 <= alpha <= 1:
-        raise _refuse(select, f"quantile {q.this} is not between 0 and 1")
-    return alpha
-
-
-def _domain(key: exp.Expr, table, select, policy: Policy, to_sql) -> tuple | str:
-    """The declared domain of a canonical key (a base column of the DP table), or the SQL of
-    a public table's distinct values (a base column of a public table)."""
-    source = policy.table(key.table) if isinstance(key, exp.Column) and key.table else None
-    if source is not None and source.is_public:
-        values = exp.select(exp.column(key.name)).distinct().from_(exp.to_table(source.name))
-        return to_sql(values.where(exp.column(key.name).is_(exp.null()).not_()))
-    column = table.column(key.name) if _is_column(key, table.name) else None
-    if column is None or column.domain is None:
-        raise _refuse(
-            select,
-            f"group key {key.sql('duckdb')} has no public domain, and {table.name} releases only "
-            "the groups of declared domains (groups present in the data would reveal units)",
-            "group by dimensions with a declared `domain`, or an admin sets "
-            f"`dp: {{groups: private, selection: ...}}` for {table.name}",
-        )
-    return column.domain
 
 
 def _rows_select(cells: Cells, unit: exp.Expr, rkey: exp.Expr) -> exp.Select:
@@ -828,392 +455,3 @@ def _with_ctes(query: exp.Select, rows: exp.Select, ctes: dict[str, exp.CTE]) ->
     own = query.args.get("with_")  # ``query`` is the stage's own tree: changed in place
     query.set("with_", exp.With(expressions=chosen + (own.expressions if own else [])))
     return query
-
-
-def _unit_rows(rows: exp.Select, n_keys: int, specs) -> exp.Select:
-    """The cells of a table with one row per unit and no join: a unit lies in one group with one
-    row, so no unit exceeds any bound; values are clamped and put on the grid."""
-    cells = _from(_select(*_keys(n_keys)), _sub(copy_tree(rows), "__rows"))
-    for name, calibration, column, distinct in specs:
-        statistic = calibration.statistic if calibration else Statistic.COUNT
-        if distinct:
-            value = exp.Count(this=exp.Distinct(expressions=[exp.column(column)]))
-        elif statistic is Statistic.COUNT:
-            value = exp.Count(this=exp.Star() if column is None else exp.column(column))
-        elif statistic is Statistic.COUNT_UNITS:
-            value = exp.Count(this=exp.column(UNIT))  # units are never NULL (checked at apply)
-        elif statistic is Statistic.SUM:
-            value = exp.Sum(this=_grid_units(column, calibration.bounding))
-        else:
-            value = exp.Sum(this=_squared(_grid_units(column, calibration.bounding)))
-        cells.append("expressions", exp.alias_(value, name, copy=False))
-    return cells.group_by(*_keys(n_keys), copy=False) if n_keys else cells
-
-
-def _unit_row_cap(rows: exp.Select, cap: int, order: _Hashed) -> exp.Select:
-    """The rows with each unit cut to its ``cap`` rows of smallest ``hash(record key, row)``
-    over the whole query: a keyed choice by the unit's secret key, reproducible, and
-    independent of other units. Rows of one hash are ranked by their keys and measures, so
-    rows that still tie are alike in every cell, and which of them is kept changes none."""
-    columns = [exp.column(e.alias_or_name) for e in rows.expressions]
-    rank = _window("ROW_NUMBER", [exp.column(UNIT)], order.row_order())  # not the unit itself
-    kept = _from(_select(*columns), _sub(rows, "__all_rows"))  # ``rows`` is used up here
-    return kept.qualify(exp.LTE(this=rank, expression=_int(cap)), copy=False)
-
-
-def _bounded_pairs(rows: exp.Select, n_keys: int, specs, settings, hashed: _Hashed
-                   ) -> exp.Select:  # fmt: skip
-    """The cells with each unit bounded to ``max_groups`` groups and ``max_rows`` rows' worth
-    per group (WZL+20 §3), aggregated per (unit, group) first, so no window runs over rows.
-
-    A unit keeps the groups of smallest ``hash(record key, keys)`` (a keyed choice by the
-    unit's secret key, independent of other units; groups of one hash, whose keys only an
-    analyst can make collide, are ranked by their keys: :meth:`_Hashed.group_order`). In a
-    group where it has
-    c > max_rows rows (R), it contributes R rows to counts and R times its mean clamped grid
-    value to sums and sums of squares, rounded: the same bound (R rows of at most
-    max(|lower|, |upper|)) as keeping R of its rows, without the bias to averages that clamping
-    its total would cause.
-
-    Distinct values (COUNT(DISTINCT x) of a column other than the unit): a unit keeps at most
-    ``max_rows`` of its distinct non-NULL values per group (the smallest: a choice that depends
-    on its own rows only), and a cell counts the distinct values of the union over its units.
-    Adding or removing a unit then changes at most ``max_groups`` cells by at most
-    ``max_rows`` values each, the sensitivity of a bounded row count.
-    """
-    r = _int(settings.max_rows)
-    order = hashed.groups(_func("MIN", exp.column("__rk"))) if n_keys else None
-    pairs = _select(exp.column(UNIT), *_keys(n_keys),
-                    exp.alias_(exp.Count(this=exp.Star()), "__c", copy=False))  # fmt: skip
-    if order is not None:
-        pairs.append("expressions", exp.alias_(order, "__h", copy=False))
-    outer = _select(*_keys(n_keys))
-    done: set[str] = set()
-    for name, calibration, column, distinct in specs:
-        statistic = calibration.statistic if calibration else Statistic.COUNT
-        count = "__c" if column is None else f"__c{column}"
-        if column is not None and count not in done:
-            counted = exp.Count(this=exp.column(column))
-            pairs.append("expressions", exp.alias_(counted, count, copy=False))
-            done.add(count)
-        if distinct:
-            kept = f"__d{column}"
-            if kept not in done:
-                pairs.append("expressions", exp.alias_(_kept_values(column, r), kept, copy=False))
-                done.add(kept)
-            value = _func("LEN", _func("LIST_DISTINCT", _func(
-                "FLATTEN", exp.ArrayAgg(this=exp.column(kept)))))  # fmt: skip
-        elif statistic is Statistic.COUNT:
-            value = exp.Sum(this=_at_most(exp.column(count), r))
-        elif statistic is Statistic.COUNT_UNITS:
-            value = exp.Count(this=exp.Star())  # one pair per unit and group
-        else:
-            total = f"__{'s' if statistic is Statistic.SUM else 'q'}{column}"
-            if total not in done:
-                units = _grid_units(column, calibration.bounding)
-                units = units if statistic is Statistic.SUM else _squared(units)
-                pairs.append("expressions", exp.alias_(exp.Sum(this=units), total, copy=False))
-                done.add(total)
-            value = exp.Sum(this=_scaled(exp.column(total), exp.column(count), r))
-        outer.append("expressions", exp.alias_(value, name, copy=False))
-    pairs = _from(pairs, _sub(copy_tree(rows), "__rows"))
-    pairs = pairs.group_by(exp.column(UNIT), *_keys(n_keys), copy=False)
-    if not n_keys:
-        return _from(outer, _sub(pairs, "__pairs"))
-    if hashed.chosen:  # ranked by hash, then keys (_Hashed.group_order): max_groups exactly
-        rank = _window("ROW_NUMBER", [exp.column(UNIT)], hashed.group_order("__h"))
-        ranked = _select(exp.Star(), exp.alias_(rank, "__gr", copy=False))
-        within = exp.LTE(this=exp.column("__gr"), expression=_int(settings.max_groups))
-        bounded = _from(outer, _sub(_from(ranked, _table("__pairs")), "__ranked"))
-        bounded = bounded.where(within, copy=False).group_by(*_keys(n_keys), copy=False)
-        return _with(bounded, ("__pairs", pairs))
-    # the max_groups-th smallest group hash of each unit: its groups up to it are kept
-    cut = _func("LIST_MAX", _func("MIN", exp.column("__h"), _int(settings.max_groups)))
-    units = _from(_select(exp.column(UNIT), exp.alias_(cut, "__cut", copy=False)),
-                  _table("__pairs"))  # fmt: skip
-    units = units.group_by(exp.column(UNIT), copy=False)
-    within = exp.LTE(this=exp.column("__h"), expression=exp.column("__cut"))
-    bounded = _from(outer, _table("__pairs"))
-    bounded.append("joins", _join_using(_sub(units, "__units"), UNIT))
-    bounded = bounded.where(within, copy=False).group_by(*_keys(n_keys), copy=False)
-    return _with(bounded, ("__pairs", pairs))
-
-
-def _bounding_report(rows: exp.Select, n_keys: int, settings, clamps: dict[str, Bounding],
-                     names: list[str], order: _Hashed) -> exp.Select:  # fmt: skip
-    """Per cell, how much of its input the bounding removed or clamped: the exact statistics of
-    the bounding report (:func:`sqlsdc.mechanisms.accountant.calibrate_report`).
-
-    ``rows`` are the query's rows before any cap. A row of unit u is *dropped* when the caps
-    remove it — the per-unit row cap (the same keyed choice as :func:`_unit_row_cap`), the
-    groups beyond ``max_groups`` (the same choice by ``hash(record key, keys)`` as
-    :func:`_bounded_pairs`) or the rows beyond ``max_rows`` in a group (a unit with c > R rows
-    there keeps R rows' worth, so c - R are dropped) — *clamped* when it is kept and one of the
-    aggregation's bounded measures lies outside its bounds on the grid (in a group with c > R
-    rows, R/c of its clamped rows), and *kept* otherwise. Each row weighs
-    ``REPORT_GRID / n_u`` (n_u: the unit's rows in the query), each (unit, cell) sum rounded
-    down, so a unit adds at most ``REPORT_GRID`` over all cells and parts: the report's
-    sensitivity. The three sums are the columns ``names``, in :data:`REPORT_PARTS` order (a
-    None name: that sum is left out).
-    """
-    kept = exp.true()
-    if settings.max_rows_per_unit is not None:
-        rank = _window("ROW_NUMBER", [exp.column(UNIT)], order.row_order())
-        kept = exp.LTE(this=rank, expression=_int(settings.max_rows_per_unit))
-    outside = [
-        exp.or_(
-            exp.LT(this=_grid_rounded(column, b), expression=_int(b.lower / b.granularity)),
-            exp.GT(this=_grid_rounded(column, b), expression=_int(b.upper / b.granularity)),
-            copy=False,
-        )
-        for column, b in clamps.items()
-    ]
-    clamped = (_func("COALESCE", exp.or_(*outside, copy=False), exp.false()) if outside
-               else exp.false())  # fmt: skip
-    flagged = _select(exp.column(UNIT), exp.column("__rk"), *_keys(n_keys),
-                      exp.alias_(kept, "__keep", copy=False),
-                      exp.alias_(clamped, "__clamp", copy=False))  # fmt: skip
-    flagged = _from(flagged, _sub(copy_tree(rows), "__rows"))
-
-    def count_if(condition: exp.Expr) -> exp.Expr:
-        return exp.Sum(this=exp.Case(ifs=[exp.If(this=condition, true=exp.Literal.number(1))],
-                                     default=exp.Literal.number(0)))  # fmt: skip
-
-    def keep() -> exp.Expr:
-        return exp.column("__keep")
-
-    both = exp.and_(keep(), exp.column("__clamp"), copy=False)
-    pairs = _select(exp.column(UNIT), *_keys(n_keys),
-                    exp.alias_(exp.Count(this=exp.Star()), "__a", copy=False),
-                    exp.alias_(count_if(keep()), "__c", copy=False),
-                    exp.alias_(count_if(both), "__cl", copy=False))  # fmt: skip
-    if n_keys:
-        first = _func("MIN", exp.Case(ifs=[exp.If(this=keep(), true=exp.column("__rk"))]))
-        hashed = exp.Case(ifs=[exp.If(this=exp.GT(this=count_if(keep()), expression=_int(0)),
-                                      true=order.groups(first))])  # fmt: skip
-        pairs.append("expressions", exp.alias_(hashed, "__h", copy=False))
-    pairs = _from(pairs, _sub(flagged, "__flagged"))
-    pairs = pairs.group_by(exp.column(UNIT), *_keys(n_keys), copy=False)
-    units = _select(exp.column(UNIT),
-                    exp.alias_(exp.Sum(this=exp.column("__a")), "__n", copy=False))  # fmt: skip
-    if n_keys and not order.chosen:
-        cut = _func("LIST_MAX", _func("MIN", exp.column("__h"), _int(settings.max_groups)))
-        units.append("expressions", exp.alias_(cut, "__cut", copy=False))
-    units = _from(units, _table("__report_pairs")).group_by(exp.column(UNIT), copy=False)
-    capped = _func("LEAST", exp.column("__c"), _int(settings.max_rows))
-    if n_keys:  # the groups _bounded_pairs keeps
-        within = exp.LTE(this=exp.column("__h"), expression=exp.column("__cut"))
-        if order.chosen:  # ranked by hash, then keys
-            rank = _window("ROW_NUMBER", [exp.column(UNIT)], order.group_order("__h"))
-            within = exp.and_(exp.column("__h").is_(exp.null()).not_(),
-                              exp.LTE(this=rank, expression=_int(settings.max_groups)),
-                              copy=False)  # fmt: skip
-        capped = exp.Case(ifs=[exp.If(this=within, true=capped)], default=_int(0))
-    g = _int(Fraction(REPORT_GRID))
-    a, c, cl, n = (exp.column(x) for x in ("__a", "__c", "__cl", "__n"))
-    held = exp.column("__kept")
-
-    def floor_div(top: exp.Expr, bottom: exp.Expr) -> exp.Expr:
-        return exp.IntDiv(this=_cast(top, BIGINT), expression=_cast(bottom, BIGINT))
-
-    def per_kept(part: exp.Expr) -> exp.Expr:  # G * kept * part / (c n), 0 when c = 0
-        share = floor_div(
-            exp.Mul(this=exp.Mul(this=g.copy(), expression=held.copy()), expression=part),
-            exp.Mul(this=c.copy(), expression=n.copy()),
-        )
-        return exp.Case(ifs=[exp.If(this=exp.GT(this=c.copy(), expression=_int(0)), true=share)],
-                        default=_int(0))  # fmt: skip
-
-    dropped = floor_div(exp.Mul(this=g.copy(), expression=exp.paren(exp.Sub(
-        this=a.copy(), expression=held.copy()), copy=False)), n)  # fmt: skip
-    unclamped = exp.paren(exp.Sub(this=c.copy(), expression=cl.copy()), copy=False)
-    parts = (dropped, per_kept(cl.copy()), per_kept(unclamped))
-    weighed = _select(*_keys(n_keys), exp.column("__a"), exp.column("__c"), exp.column("__cl"),
-                      exp.column("__n"), exp.alias_(capped, "__kept", copy=False))  # fmt: skip
-    weighed = _from(weighed, _table("__report_pairs"))
-    weighed.append("joins", _join_using(_table("__report_units"), UNIT))
-    sums = [exp.alias_(exp.Sum(this=p), n, copy=False)
-            for p, n in zip(parts, names, strict=True) if n]  # fmt: skip
-    report = _from(_select(*_keys(n_keys), *sums), _sub(weighed, "__weighed"))
-    if n_keys:
-        report = report.group_by(*_keys(n_keys), copy=False)
-    return _with(report, ("__report_pairs", pairs), ("__report_units", units))
-
-
-def _join_report(exact: exp.Select, report: exp.Select, n_keys: int) -> exp.Select:
-    """The exact cells with the bounding report's columns, matched on every key (NULL = NULL):
-    both have one row per group present in the rows."""
-    names = [e.alias_or_name for e in report.expressions[n_keys:]]
-    joined = _select(exp.Column(this=exp.Star(), table=exp.to_identifier("__exact")),
-                     *(exp.column(n, "__report") for n in names))  # fmt: skip
-    joined = _from(joined, _sub(exact, "__exact"))
-    if not n_keys:
-        joined.append("joins", exp.Join(this=_sub(report, "__report"), kind="CROSS"))
-        return joined
-    on = exp.and_(*(
-        exp.NullSafeEQ(this=exp.column(f"__g{j}", "__exact"),
-                       expression=exp.column(f"__g{j}", "__report"))
-        for j in range(n_keys)
-    ), copy=False)  # fmt: skip
-    joined.append("joins", exp.Join(this=_sub(report, "__report"), side="LEFT", on=on))
-    return joined
-
-
-def _kept_values(column: str, r: exp.Literal) -> exp.Expr:
-    """The at most ``r`` smallest distinct non-NULL values of ``column`` in a (unit, group)."""
-    values = _func("LIST_DISTINCT", exp.ArrayAgg(this=exp.column(column)))
-    return _func("LIST_SLICE", _func("LIST_SORT", values), exp.Literal.number(1), r.copy())
-
-
-def _at_most(value: exp.Expr, r: exp.Literal) -> exp.Expr:
-    return exp.Case(ifs=[exp.If(this=exp.GT(this=value, expression=r.copy()), true=r.copy())],
-                    default=value.copy())  # fmt: skip
-
-
-def _scaled(total: exp.Expr, count: exp.Expr, r: exp.Literal) -> exp.Expr:
-    """``total`` when ``count <= R``, else ``round(total * R / count)``."""
-    scaled = exp.Div(
-        this=exp.Mul(this=_cast(total.copy(), DOUBLE), expression=r.copy()),
-        expression=count.copy(),
-    )
-    return exp.Case(
-        ifs=[exp.If(this=exp.GT(this=count, expression=r.copy()),
-                    true=_cast(_func("ROUND", scaled), HUGEINT))],
-        default=total,
-    )  # fmt: skip
-
-
-def _histogram_cells(rows: exp.Select, n_keys: int, bins: exp.Expr, settings, order: _Hashed,
-                     *, ranked: bool):  # fmt: skip
-    """Quantile histograms: rows per (keys, bin), each unit bounded to ``max_groups`` groups and
-    ``max_rows`` rows per group, chosen by keyed ranks (windows over rows)."""
-    source = _sub(copy_tree(rows), "__rows")
-    hist = _select(*_keys(n_keys), exp.alias_(bins, "__bin", copy=False),
-                   exp.alias_(exp.Count(this=exp.Star()), "__count", copy=False))  # fmt: skip
-    if ranked:
-        group_order = [order.groups(exp.column("__rk")), *(exp.column(k) for k in order.keys)
-                       ] if n_keys else [exp.Literal.number(0)]  # fmt: skip
-        row_order = order.row_order(keys=False)
-        ranking = _select(
-            exp.Star(),
-            exp.alias_(_window("DENSE_RANK", [exp.column(UNIT)], group_order), RANK_GROUP,
-                       copy=False),
-            exp.alias_(_window("ROW_NUMBER", [exp.column(UNIT), *_keys(n_keys)], row_order),
-                       RANK_ROW, copy=False),
-        )  # fmt: skip
-        ranking = _from(ranking, source)
-        within = exp.and_(
-            exp.LTE(this=exp.column(RANK_GROUP), expression=_int(settings.max_groups)),
-            exp.LTE(this=exp.column(RANK_ROW), expression=_int(settings.max_rows)),
-            copy=False,
-        )
-        hist = _from(hist, _sub(ranking, "__ranked")).where(within, copy=False)
-    else:
-        hist = _from(hist, source)
-    return hist.group_by(*_keys(n_keys), exp.column("__bin"), copy=False)
-
-
-def _window(function: str, partition: list, order: list) -> exp.Window:
-    return exp.Window(
-        this=exp.Anonymous(this=function),
-        partition_by=partition,
-        order=exp.Order(
-            expressions=[o if isinstance(o, exp.Ordered) else exp.Ordered(this=o) for o in order]
-        ),  # fmt: skip
-    )
-
-
-def _grid_rounded(column: str, bounding: Bounding) -> exp.Expr:
-    """The value in grid units, round(x / g), before clamping."""
-    g = bounding.granularity
-    value = _cast(exp.column(column), DOUBLE)
-    if g != 1:
-        value = exp.Div(this=value, expression=exp.Literal.number(_decimal(g)))
-    return _func("ROUND", value)
-
-
-def _grid_units(column: str, bounding: Bounding) -> exp.Expr:
-    """The clamped value in integer grid units: round(x / g) clamped to [lower/g, upper/g]."""
-    g = bounding.granularity
-    rounded = _grid_rounded(column, bounding)
-    lo, hi = _int(bounding.lower / g), _int(bounding.upper / g)  # Bounding checks the grid
-    clamped = exp.Case(
-        ifs=[
-            exp.If(this=exp.LT(this=rounded.copy(), expression=lo), true=lo.copy()),
-            exp.If(this=exp.GT(this=rounded.copy(), expression=hi), true=hi.copy()),
-        ],
-        default=rounded,
-    )
-    return _cast(clamped, BIGINT)
-
-
-def _squared(units: exp.Expr) -> exp.Expr:
-    return exp.Mul(this=_cast(units, HUGEINT), expression=units.copy())
-
-
-def _histogram(bounding: Bounding, column: str) -> exp.Expr:
-    """The quantile bin j = clamped grid value - lower/g, in 0..(upper - lower)/g."""
-    offset = bounding.lower / bounding.granularity
-    return exp.Sub(this=_grid_units(column, bounding), expression=_int(offset))
-
-
-def _select(*expressions: exp.Expr) -> exp.Select:
-    """``SELECT expressions``, built in place like the rest of the stage's SQL.
-
-    sqlglot's builders (``exp.select``, ``from_``, ``where``, ``join``, ``with_``, ``alias_``,
-    ``cast``, ``func``) copy the select or expression they extend at every call unless told
-    ``copy=False``, and parse names given as strings: about half the check time of a small
-    DP query. The stage's nodes are new and used once, so they are placed, not copied; a node
-    that goes to two places is made (or copied) once per place, so every node has one parent
-    (:func:`_keys` makes new key columns for each place)."""
-    return exp.Select(expressions=list(expressions))
-
-
-def _from(select: exp.Select, source: exp.Expr) -> exp.Select:
-    select.set("from_", exp.From(this=source))
-    return select
-
-
-def _table(name: str) -> exp.Table:
-    return exp.Table(this=exp.to_identifier(name))
-
-
-def _sub(query: exp.Query, alias: str) -> exp.Subquery:
-    return query.subquery(alias, copy=False)
-
-
-def _keys(n_keys: int) -> list[exp.Column]:
-    """New columns ``__g0 .. __g<n-1>``: one list per place the keys go."""
-    return [exp.column(f"__g{j}") for j in range(n_keys)]
-
-
-def _join_using(source: exp.Expr, column: str) -> exp.Join:
-    return exp.Join(this=source, using=[exp.to_identifier(column)])
-
-
-def _with(query: exp.Select, *ctes: tuple[str, exp.Query]) -> exp.Select:
-    """``query`` with the named subqueries ``ctes`` as its WITH, in order."""
-    query.set("with_", exp.With(expressions=[
-        exp.CTE(this=q, alias=exp.TableAlias(this=exp.to_identifier(name))) for name, q in ctes
-    ]))  # fmt: skip
-    return query
-
-
-def _func(name: str, *args: exp.Expr) -> exp.Func:
-    return exp.func(name, *args, copy=False)
-
-
-def _cast(value: exp.Expr, to: exp.DataType.Type) -> exp.Cast:
-    return exp.cast(value, to, copy=False)
-
-
-def _number(x: Fraction) -> exp.Literal:
-    return exp.Literal.number(_decimal(x))
-
-
-def _int(x: Fraction) -> exp.Literal:
-    return exp.Literal.number(int(x))
-
-
-def _decimal(x: Fraction) -> str:
-    return str(x.numerator) if x.denominator == 1 else repr(x.numerator / x.denominator)

@@ -2,7 +2,7 @@
 
 Private groups (``dp.groups: private``) take their keys from the data, so the analyst writes
 the key expression, and the exact cells compute it for every row of the population, then hash,
-group and sort it in several passes (:func:`sqlsdc.rewrite.dp._bounded_pairs`). The engine's
+group and sort it in several passes (:func:`sqlsdc.rewrite.dp_bounding.bounded_pairs`). The engine's
 time grows with the key's length times the population's rows: a key carrying a literal of
 900,000 characters took about 10 ms per row, and a private-group query, whose statistics are
 paid once and whose exact cells are computed again at every asking, could be timed for free

@@ -20,7 +20,7 @@ import sqlsdc
 from sqlsdc.demo.build import build_demo_database, demo_policy
 from sqlsdc.engines.duckdb import EngineError, open_database
 from sqlsdc.errors import BudgetExhausted, OperationalError
-from sqlsdc.guard import connection
+from sqlsdc.guard import connection, dp_charge
 from sqlsdc.planner.identity import aggregation_identity
 from sqlsdc.policy import load_policy
 
@@ -409,14 +409,14 @@ def test_a_real_timeout_of_the_exact_cells_still_spends(db, monkeypatch):
     charge is committed, the engine gets a nanosecond of what is left."""
     sql = ("SELECT region, COUNT(*), SUM(amount), AVG(amount) FROM benefits AS a "
            "WHERE month > 1 GROUP BY region")  # fmt: skip
-    charged, time_left, charge = [], connection.Connection._time_left, connection.charge
+    charged, time_left, charge = [], connection.Connection._time_left, dp_charge.charge
 
     def charge_then_note(*args, **kwargs):
         paid = charge(*args, **kwargs)
         charged.append(True)
         return paid
 
-    monkeypatch.setattr(connection, "charge", charge_then_note)
+    monkeypatch.setattr(dp_charge, "charge", charge_then_note)
     monkeypatch.setattr(connection.Connection, "_time_left",
                         lambda self: 1e-9 if charged else time_left(self))  # fmt: skip
     with sqlsdc.connect(db, "analyst") as con:

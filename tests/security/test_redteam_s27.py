@@ -335,16 +335,17 @@ def test_a_paid_query_interrupted_by_the_analyst_is_audited(db, monkeypatch, sta
     """Ctrl-C (KeyboardInterrupt) after the charge committed: while the noise is drawn, or
     while the answer's transaction runs. Only ``Exception`` was audited there, so the
     ledger kept a row whose query had no audit entry. Safe: a ``failed`` entry."""
-    from sqlsdc.guard import connection
+    from sqlsdc.guard import connection, dp_charge
 
     target = "release" if stage == "release" else "_run_over"
-    real = getattr(connection, target)
+    module = dp_charge if stage == "release" else connection
+    real = getattr(module, target)
 
     def interrupted(*args, **kwargs):
         real(*args, **kwargs)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(connection, target, interrupted)
+    monkeypatch.setattr(module, target, interrupted)
     with sqlsdc.connect(db, "ana") as con, pytest.raises(KeyboardInterrupt):
         con.execute(COUNT.format(1)).fetchall()
     paid = _read(db, "SELECT query_id FROM sqlsdc.budget_spend")

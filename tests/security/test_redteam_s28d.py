@@ -28,7 +28,7 @@ import test_redteam_s28b
 from test_dp_query import dp_document, make_db
 
 import sqlsdc
-import sqlsdc.guard.connection as connection
+import sqlsdc.guard.dp_charge as dp_charge
 from sqlsdc.engines.duckdb_schema import data_version
 from sqlsdc.mechanisms.dp_cells import encode_key_value
 
@@ -39,14 +39,14 @@ dp_db, ana = test_redteam_s28b.dp_db, test_redteam_s28b.ana  # DP counts, privat
 def drawn(monkeypatch):
     """The cells each DP release of the test draws (identities and values)."""
     cells = []
-    release = connection.release
+    release = dp_charge.release
 
     def recording(*args, **kwargs):
         out = release(*args, **kwargs)
         cells.extend(out.cells)
         return out
 
-    monkeypatch.setattr(connection, "release", recording)
+    monkeypatch.setattr(dp_charge, "release", recording)
     return cells
 
 
@@ -189,7 +189,7 @@ def test_cached_cells_answer_only_their_own_query(ana, drawn):
 
 
 def test_parameters_of_one_value_and_other_spellings_are_checked_apart(ana):
-    """The check cache keys parameters by type and spelling (``connection._freeze``)."""
+    """The check cache keys parameters by type and spelling (``sqlsdc.guard.statement.freeze``)."""
     sql = "SELECT sex, COUNT(*) FROM persons WHERE CAST(? AS VARCHAR) = region GROUP BY sex"
     scopes = {_stage(ana, sql, [v]).scope for v in (1, 1.0, True, Decimal("1.00"), -0.0, 0.0)}
     assert len(scopes) == 6

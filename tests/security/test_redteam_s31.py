@@ -10,7 +10,7 @@ What succeeded, and was closed:
   (6,000 constants, 110 KB) ran 8-10 s under a 1.5 s timeout (a 1 MB statement, minutes). A
   constant is now evaluated within the time left, and an evaluation the timeout or a cancel
   interrupted stops the statement instead of being cached as "raises an error" for the rest
-  of the connection (:func:`sqlsdc.guard.connection._context`).
+  of the connection (:func:`sqlsdc.guard.context.guard_context`).
 * a statement of a kilobyte kept the check busy for hours, or exhausted memory: CTEs built on
   themselves double at every step once inlined, and the later passes read them inlined.
   ``c1 AS (SELECT s || s AS s FROM c0)``, ``c2 AS (SELECT s || s AS s FROM c1)``... doubled the

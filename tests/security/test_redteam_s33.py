@@ -11,7 +11,7 @@ What was found, and closed:
   No oracle (no data is read there), but the analyst was told that the query failed in the
   engine and that its message could reveal confidential values. Such a statement is now
   refused with sqlsdc's own message, before any DP charge, the engine's text kept for the
-  audit log (``guard.connection._check_engine_reads``).
+  audit log (``guard.engine_reads``).
 * **the order of released rows** (a noise-free yes/no question about one person): SQL leaves
   the order of rows to the engine where ORDER BY does not fix it, and DuckDB's came from its
   hash tables, which hold the hidden groups too. Grouping a region's persons by ``CASE WHEN

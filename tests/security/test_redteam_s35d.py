@@ -76,7 +76,7 @@ import duckdb
 import pytest
 
 import sqlsdc
-from sqlsdc.guard import connection
+from sqlsdc.guard import dp_charge
 from tests.dp_persons import document
 from tests.security.test_redteam_s28e import CKM, rows
 from tests.security.test_redteam_s35c import lookup_db
@@ -119,7 +119,7 @@ def test_a_statement_stopped_after_its_charge_is_paid_once_and_answers_the_same_
     """A cancel as the charge returns, or once the exact cells are computed: one ledger row;
     asked again on the same connection, then on a fresh one: no second row, the same cells."""
     con = sqlsdc.connect(db, user="ana")
-    real = getattr(connection, where)
+    real = getattr(dp_charge, where)
     armed = [True]
 
     def stopping(*args, **kwargs):
@@ -128,7 +128,7 @@ def test_a_statement_stopped_after_its_charge_is_paid_once_and_answers_the_same_
             con.interrupt()  # the statement timeout's interrupt, a CancelRequest
         return done
 
-    monkeypatch.setattr(connection, where, stopping)
+    monkeypatch.setattr(dp_charge, where, stopping)
     sql = BY_REGION.format(5)
     with pytest.raises(sqlsdc.Error, match="asking it again is not charged again"):
         con.execute(sql).fetchall()
