@@ -421,8 +421,10 @@ def release_digest(stage: DpStage, space: CellSpace) -> str | None:
     count alone, the one statistic the selection decides by, so that a stage asking part of
     the statistics paid together (COUNT(*) alone after COUNT(*) and SUM) is no fresh timing:
     keyed by every statistic, each subset of k paid statistics, 2^k - 1 stages, computed its
-    exact cells once for free (red team s37e)."""
-    if stage.selection is None or not stage.keys:
+    exact cells once for free (red team s37e). A stage without keys has one cell, released
+    or dropped by the selection: dropped, nothing of it was cached, and it was computed at
+    every asking (red team s41b), so its outcome is kept too."""
+    if stage.selection is None:
         return None
     units = _all_mechanisms(stage)[stage.units]
     chosen = stage.selection
@@ -438,11 +440,18 @@ def release_digest(stage: DpStage, space: CellSpace) -> str | None:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+RELEASED = "__released"
+"""The column of a private stage without keys in the catalog's record of its release."""
+
+
 def _recorded_keys(frame: _Cells, stage: DpStage, types: list[pa.DataType]) -> str:
     """The released groups' keys as the catalog keeps them: an Arrow IPC stream (base64) with
-    one column per canonical key name, of the engine's types."""
+    one column per canonical key name, of the engine's types (without keys, a column
+    :data:`RELEASED` with a row if the one cell was released)."""
     table = pa.table({name: _keys(frame[f"__g{j}"], types[j])
                       for j, name in enumerate(stage.keys)})  # fmt: skip
+    if not stage.keys:
+        table = pa.table({RELEASED: pa.array([True] * len(frame), pa.bool_())})
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
@@ -459,6 +468,8 @@ def _released_before(stage: DpStage, space: CellSpace, recorded: str | None, kno
         table = pa.ipc.open_stream(base64.b64decode(recorded)).read_all()
         columns = {f"__g{j}": table.column(name).to_pylist() for j, name in enumerate(stage.keys)}
         types = [table.schema.field(name).type for name in stage.keys]
+        if not stage.keys and table.column_names != [RELEASED]:
+            return None
     except (KeyError, ValueError, pa.ArrowException):
         return None
     n = table.num_rows
@@ -506,8 +517,8 @@ def _cached_values(keys, n: int, space: CellSpace, mechanisms, known):
     when one of them was not released to this user before."""
     if keys:
         digests = cell_digests(keys, space, mechanisms)
-    else:  # the one cell of a stage without keys
-        digests = [cell_identity(space, m, {}).digest for m in mechanisms.values()]
+    else:  # the one cell of a stage without keys (none: dropped by its selection)
+        digests = [cell_identity(space, m, {}).digest for m in mechanisms.values() if n]
     found = known(digests)
     if any(d not in found for d in digests):
         return None

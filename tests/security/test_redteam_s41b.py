@@ -21,9 +21,10 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      is in a population, beyond the noisy count, for one payment. Fixed: the cache answers
      them (key types read with LIMIT 0 on a new opening; a large grid looked up once its
      statistics were paid); the same runs after: 56 of 120, medians 38.6 against 38.9 ms.
-     Still computed again: a private stage without keys whose one
-     cell the selection dropped (nothing of it is cached), and a stage stopped by the
-     timeout before its noise was drawn (s36d).
+     So was a private stage without keys whose one cell the selection dropped
+     (nothing of it was cached: s37b's one-row against empty timing without GROUP BY); its
+     outcome is now kept as a keyed stage's groups. Still computed again: a stage
+     stopped by the timeout before its noise was drawn (s36d).
 - H  one cell identity over two populations: 1,232 WHERE clauses (random over 13-22 atoms
      with NULLs, NOT/AND/OR to depth 3, derived tables, CTEs, inner and LEFT joins with a
      public table; 43 refused) and 3-valued traps (``(a AND b) OR (a AND NOT b)`` is not
@@ -371,3 +372,41 @@ def test_a_public_domain_stage_asked_again_reads_no_rows(ages_db, monkeypatch, s
         assert other.execute(sql).fetchall() == first
         assert other.remaining_budget()[0].spent == spent
     assert not _exact_runs(texts)
+
+
+@pytest.fixture(scope="module")
+def visits_db(tmp_path_factory) -> Path:
+    """test_dp_query's database: visits with private groups (selection, min_frequency)."""
+    from test_dp_query import dp_document, make_db, pin_noise
+
+    path = tmp_path_factory.mktemp("s41b_visits") / "dp.duckdb"
+    make_db(path, dp_document())
+    pin_noise(path, b"red team s41b, fixed secret.....")
+    return path
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["clinic = 'rare' AND cost BETWEEN 40 AND 42", "clinic = 'rare' AND cost BETWEEN 50 AND 52",
+     "cost < 90"],
+    ids=["one", "none", "many"],
+)  # fmt: skip
+def test_a_private_stage_without_keys_asked_again_reads_no_rows(visits_db, monkeypatch, where):
+    """A private table's stage without keys has one cell, which the selection keeps or drops;
+    dropped, nothing of it was cached, and each asking (free once paid) computed it again:
+    the s37b timing of a one-row population against an empty one, without GROUP BY. Its
+    outcome is kept like a keyed stage's groups: asked again, no row is read, the same
+    answer, nothing charged."""
+    sql = f"SELECT COUNT(*), SUM(cost) FROM visits WHERE {where}"
+    texts = _engine_texts(monkeypatch)
+    with sqlsdc.connect(visits_db, "ana") as con:
+        first = con.execute(sql).fetchall()
+        spent = con.remaining_budget()[0].spent
+        assert _exact_runs(texts)
+        texts.clear()
+        assert con.execute(sql).fetchall() == first
+    with sqlsdc.connect(visits_db, "ana") as other:
+        assert other.execute(sql).fetchall() == first
+        assert other.remaining_budget()[0].spent == spent
+    assert not _exact_runs(texts)
+    assert (first == []) == (where != "cost < 90")  # the small populations were dropped
