@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 import cli_fork
 import duckdb
@@ -867,6 +868,43 @@ def test_a_domain_must_hold_values_of_its_columns_type(db):
     fine["tables"]["people"]["columns"]["hh"] = {"role": "dimension", "domain": [1, 2, 3]}
     fine["tables"]["people"]["columns"]["town"] = {"role": "dimension", "domain": ["t1", "t2"]}
     sqlsdc.init(db, fine, applied_by="root")
+
+
+def test_text_that_casts_to_a_columns_type_is_refused_in_its_domain(tmp_path):
+    """``domain: ['1', '2']`` for an INTEGER column (or '2020-01-01' for a DATE) passed the
+    check, as DuckDB casts the text, but the DP release matches declared values to the
+    engine's by value: no group matched, every count was noise around 0 (keys typed as
+    text), and ``[1, '1', 2]`` failed after the charge with pyarrow's ArrowInvalid (red team
+    s41b). Unquoted numbers are the groups' counts."""
+    db = tmp_path / "grades.duckdb"
+    with duckdb.connect(db) as raw:
+        raw.execute("CREATE TABLE pupils AS SELECT range AS id, range % 2 + 1 AS grade, "
+                    "DATE '2020-01-01' + (range % 2)::INTEGER AS day FROM range(2000)")  # fmt: skip
+
+    def document(grade, day=None) -> dict:
+        columns = {"id": {"role": "identifier"}, "grade": {"role": "dimension", "domain": grade}}
+        columns["day"] = {"role": "dimension"} if day is None else {"role": "dimension",
+                                                                     "domain": day}  # fmt: skip
+        table = {"privacy_unit": "id", "columns": columns,
+                 "protection": {"counts": {"method": "dp", "spend": {"epsilon": 1}}}}  # fmt: skip
+        return {"tables": {"pupils": table}, "budgets": [{"user": "ana", "epsilon": 10}],
+                "users": {"root": {"role": "admin"}, "ana": {"role": "analyst"}}}  # fmt: skip
+
+    refusals = {
+        ("1", "2"): "'1' is not a value of the column's type BIGINT (it is text: write it "
+        "unquoted, 1)",
+        (1, "1", 2): "'1' is not a value of the column's type BIGINT",
+    }
+    for grade, message in refusals.items():
+        with pytest.raises(sqlsdc.PolicyError, match=re.escape(message)):
+            sqlsdc.init(db, document(list(grade)), applied_by="root")
+    with pytest.raises(sqlsdc.PolicyError, match="'2020-01-01' is not a value of the column's "
+                       r"type DATE \(a policy writes it as text"):  # fmt: skip
+        sqlsdc.init(db, document([1, 2], ["2020-01-01", "2020-01-02"]), applied_by="root")
+    sqlsdc.init(db, document([1, 2]), applied_by="root")
+    with sqlsdc.connect(db, "ana") as con:
+        counts = dict(con.execute("SELECT grade, COUNT(*) FROM pupils GROUP BY grade").fetchall())
+    assert set(counts) == {1, 2} and all(abs(n - 1000) < 40 for n in counts.values())
 
 
 def test_numbers_in_the_domain_of_a_text_column_are_refused(tmp_path):

@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 
 from sqlsdc.catalog import budget, keys, ptables, store
@@ -124,10 +125,12 @@ def _uncoded_dimensions(con, table, columns: dict) -> list[str]:
 
 
 def _domain_problems(con, where: str, domain, dtype: str) -> list[str]:
-    """Values of a declared domain that the column's type cannot hold as they are: a text code
-    declared for an INTEGER or DATE column (``R01``), a fraction for an integer one, a number
-    for a text column (YAML's ``[01, 02]`` are 1 and 2: new user s38). Their cells would match
-    no row, and a DP table would release noise for them and leave the real groups out."""
+    """Values of a declared domain that are not values of the column's type as they are: a
+    text code declared for an INTEGER or DATE column (``R01``, and also ``'1'`` or
+    ``'2020-01-01'``, which DuckDB casts), a fraction for an integer one, a number for a text
+    column (YAML's ``[01, 02]`` are 1 and 2: new user s38). The DP release matches declared
+    values to the engine's by value, so their cells would match no row: a DP table would
+    release noise for them and leave the real groups out."""
     problems = []
     for value in domain:
         if value is None:
@@ -145,9 +148,18 @@ def _domain_problems(con, where: str, domain, dtype: str) -> list[str]:
             )  # a number's group matched no text code: a DP table released noise around 0
             continue
         held = one(con, f"SELECT TRY_CAST(? AS {dtype})", [value])[0]
-        numbers = isinstance(value, int | float) and not isinstance(value, bool)
-        if held is None or (numbers and isinstance(held, int | float) and held != value):
-            problems.append(f"{where}: {value!r} is not a value of the column's type {dtype}")
+        if held is None or held != value:
+            # the release matches declared values to the engine's by Python equality: text
+            # that DuckDB casts ('1' for an INTEGER, '2020-01-01' for a DATE) matched no
+            # group, and a DP count of every real group was noise around 0 (red team s41b)
+            why = ""
+            if isinstance(value, str) and isinstance(held, bool | int | float | Decimal):
+                why = f" (it is text: write it unquoted, {str(held).lower()})"
+            elif isinstance(value, str) and held is not None:  # dates, times, UUIDs...
+                why = (" (a policy writes it as text, which no value of the column equals: "
+                       "list the groups in a public table and join it, or store the column "
+                       "as text)")  # fmt: skip
+            problems.append(f"{where}: {value!r} is not a value of the column's type {dtype}{why}")
     return problems
 
 

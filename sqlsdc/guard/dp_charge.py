@@ -155,7 +155,8 @@ class DpCharging:
                         data_versions=data_versions, cached=cached, noise=self._dp_noise,
                         domains=domains, key_types=key_types, time_left=self._time_left,
                         released=lambda digest: released_groups(con, self.user, version,
-                                                                digest))  # fmt: skip
+                                                                digest),
+                        describe=lambda stage: run(context.to_sql(no_rows(stage))))  # fmt: skip
         return noisy, paid
 
     def _cache_cells(

@@ -49,6 +49,7 @@ from sqlsdc.mechanisms.dp_cells import (
     CellSpace,
     average,
     cell_digests,
+    cell_identity,
     noisy_quantiles,
     noisy_values,
     statistic_identity,
@@ -321,15 +322,18 @@ def release(
     key_types: dict[str, list[pa.DataType]] | None = None,
     time_left: Callable[[], object] | None = None,
     released: Callable[[str], str | None] | None = None,
+    describe: Callable[[DpStage], pa.Table] | None = None,
 ) -> DpRelease:
     """Noisy cells of every stage. ``run`` executes SQL on the engine (exact cells);
     ``domains`` are those of :func:`resolve_domains` (read with ``run`` when not given).
     A cell drawn for one stage is reused by any other stage of the query that has it.
 
     ``key_types``: the engine's key types of the stage SQL texts run before (filled here).
-    A stage over public domains whose every cell was released to this user before, and whose
-    key types are known, is answered from the cache without computing its exact cells: a
-    repeated query costs its cells, not a scan of the table.
+    A stage over public domains (or without keys) whose every cell was released to this user
+    before is answered from the cache without computing its exact cells (:func:`_from_cache`):
+    a repeated query costs its cells, not a scan of the table. Its key types are those known,
+    or else ``describe``'s (a stage's exact cells without rows, :func:`no_rows`); with
+    neither, the stage is computed.
 
     ``time_left`` (the statement's: it raises once the timeout has passed or the statement
     was cancelled) is called before each stage and within the quantile draws, whose Python
@@ -355,10 +359,15 @@ def release(
             time_left()
         space = _space(stage, data_versions)
         types = None if key_types is None else key_types.get(stage.sql)
-        if noise and types is not None:
+        if noise and (types is not None or describe is not None):
             reused = _from_cache(stage, space, domains[stage.relation], known)
             if reused is not None:
                 frame, noisy = reused
+                if types is None:  # a new opening: the types from the SQL, no row read
+                    schema = describe(stage).schema if stage.keys else None
+                    types = [schema.field(f"__g{j}").type for j in range(len(stage.keys))]
+                    if key_types is not None:
+                        key_types[stage.sql] = types
                 out.reused += len(frame) * len(noisy)
                 out.relations[stage.relation] = _cells_table(frame, noisy, stage, noise, types)
                 continue
@@ -412,8 +421,10 @@ def release_digest(stage: DpStage, space: CellSpace) -> str | None:
     count alone, the one statistic the selection decides by, so that a stage asking part of
     the statistics paid together (COUNT(*) alone after COUNT(*) and SUM) is no fresh timing:
     keyed by every statistic, each subset of k paid statistics, 2^k - 1 stages, computed its
-    exact cells once for free (red team s37e)."""
-    if stage.selection is None or not stage.keys:
+    exact cells once for free (red team s37e). A stage without keys has one cell, released
+    or dropped by the selection: dropped, nothing of it was cached, and it was computed at
+    every asking (red team s41b), so its outcome is kept too."""
+    if stage.selection is None:
         return None
     units = _all_mechanisms(stage)[stage.units]
     chosen = stage.selection
@@ -429,11 +440,18 @@ def release_digest(stage: DpStage, space: CellSpace) -> str | None:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+RELEASED = "__released"
+"""The column of a private stage without keys in the catalog's record of its release."""
+
+
 def _recorded_keys(frame: _Cells, stage: DpStage, types: list[pa.DataType]) -> str:
     """The released groups' keys as the catalog keeps them: an Arrow IPC stream (base64) with
-    one column per canonical key name, of the engine's types."""
+    one column per canonical key name, of the engine's types (without keys, a column
+    :data:`RELEASED` with a row if the one cell was released)."""
     table = pa.table({name: _keys(frame[f"__g{j}"], types[j])
                       for j, name in enumerate(stage.keys)})  # fmt: skip
+    if not stage.keys:
+        table = pa.table({RELEASED: pa.array([True] * len(frame), pa.bool_())})
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
@@ -450,6 +468,8 @@ def _released_before(stage: DpStage, space: CellSpace, recorded: str | None, kno
         table = pa.ipc.open_stream(base64.b64decode(recorded)).read_all()
         columns = {f"__g{j}": table.column(name).to_pylist() for j, name in enumerate(stage.keys)}
         types = [table.schema.field(name).type for name in stage.keys]
+        if not stage.keys and table.column_names != [RELEASED]:
+            return None
     except (KeyError, ValueError, pa.ArrowException):
         return None
     n = table.num_rows
@@ -459,24 +479,46 @@ def _released_before(stage: DpStage, space: CellSpace, recorded: str | None, kno
 
 
 def _from_cache(stage: DpStage, space: CellSpace, stage_domains, known):
-    """The frame (the domains' grid) and noisy values of a stage whose cells all come from the
-    cache, or None when its exact cells must be computed (private groups, quantiles, a grid
-    beyond :data:`PREFETCHED_CELLS`, or a cell not released to this user before)."""
-    mechanisms = _mechanisms(stage)
-    if stage_domains is None or not stage.keys or stage.histograms or stage.selection:
+    """The frame (the domains' grid, or the one cell of a stage without keys) and noisy
+    values of a stage whose cells all come from the cache, quantiles' included, or None when
+    its exact cells must be computed (private groups, answered by :func:`_released_before`,
+    or a cell not released to this user before).
+
+    Why: a stage's exact cells, computed at every asking once its statistics are paid, gave
+    free timings of the engine's work on the population's rows, at every new opening (this
+    answer needed the key types its first run had read on the same opening) and at every
+    asking of a quantile or of a grid over :data:`PREFETCHED_CELLS` (red team s41b: a new
+    connection per asking, the one-row population slower than the empty one in 75 of 120
+    paired runs). A grid larger than the prefetched cells is looked up only when its
+    statistics were paid before (:func:`_paid_before`): a new one would look up in vain."""
+    if stage.keys and (stage_domains is None or stage.selection):
         return None
-    n = math.prod(map(len, stage_domains))
-    if len(mechanisms) != len(stage.statistics) or n * len(mechanisms) > PREFETCHED_CELLS:
+    mechanisms = _all_mechanisms(stage)  # quantiles' cells are cached by the same identities
+    n = math.prod(map(len, stage_domains)) if stage.keys else 1
+    if n * len(mechanisms) > PREFETCHED_CELLS and not _paid_before(stage, space, stage_domains,
+                                                                    known):  # fmt: skip
         return None
-    keys = _grid_keys(stage, stage_domains)
+    keys = _grid_keys(stage, stage_domains) if stage.keys else {}
     values = _cached_values(keys, n, space, mechanisms, known)
     return None if values is None else (_Cells(keys, n), values)
+
+
+def _paid_before(stage: DpStage, space: CellSpace, stage_domains, known) -> bool:
+    """Whether this user paid every statistic of the stage before (as :func:`price` names
+    them; looked up with the query's statistics, so no read of its own)."""
+    digests = [statistic_identity(space, m, stage_domains).digest
+               for m in _all_mechanisms(stage).values()]  # fmt: skip
+    found = known(digests)
+    return all(d in found for d in digests)
 
 
 def _cached_values(keys, n: int, space: CellSpace, mechanisms, known):
     """The cached noisy values of the ``n`` cells of ``keys`` by mechanism column, or None
     when one of them was not released to this user before."""
-    digests = cell_digests(keys, space, mechanisms)
+    if keys:
+        digests = cell_digests(keys, space, mechanisms)
+    else:  # the one cell of a stage without keys (none: dropped by its selection)
+        digests = [cell_identity(space, m, {}).digest for m in mechanisms.values() if n]
     found = known(digests)
     if any(d not in found for d in digests):
         return None

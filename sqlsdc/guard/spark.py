@@ -189,8 +189,9 @@ def _release_dp(connection: Connection, con, engine: SparkEngine, query, query_i
         for key, tree in stage.trees.items():
             engine.sql(tree)
             trees[texts[key]] = tree
-        if stage.domains is None and stage.keys:  # private groups: their keys' types first
-            empty = no_rows(stage)  # (sqlsdc.guard.dp_release.check_private_keys)
+        if stage.keys:  # their keys' types: private groups' first (dp_release's
+            empty = no_rows(stage)  # check_private_keys), any stage's answered from the cache
+            engine.sql(empty)  # (dp_release._from_cache): translated before the charge too
             trees[connection._context.to_sql(empty)] = empty
 
     def run(text: str) -> pa.Table:  # stage SQL by its tree; public domains parsed from text

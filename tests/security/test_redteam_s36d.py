@@ -51,7 +51,9 @@ Left open:
   r.population`` casts 'R01' to an integer): post-processing of released or public values,
   no leak, but the analyst pays for nothing.
 - A domain of strings declared for an INTEGER or DATE column is accepted: DP answers show
-  noisy zeros for its cells and drop the data's (a wrong answer, not a leak).
+  noisy zeros for its cells and drop the data's (a wrong answer, not a leak). Closed in s41b:
+  init and policy apply refuse text that is not a value of the column's type as it is
+  (tests/test_catalog.py).
 """
 
 from __future__ import annotations
