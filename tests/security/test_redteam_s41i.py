@@ -42,6 +42,8 @@ import itertools
 
 import pytest
 
+import sqlsdc
+
 A = 40  # the pinned value: every record set below is of persons aged 40
 SMALL = 2 * 5 + 2 + 1  # 2·D + js + 1 of the demo's count ptable: the old floor (true n < 13)
 FLOOR = 3 * 5 + 2 + 1  # 3·D + js + 1: the floor on the protected count
@@ -167,3 +169,46 @@ def test_padding_with_certified_singletons_tells_no_hidden_count(ckm, raw_ckm):
     told = 0 if count is None else sum(count(cell) == n for cell, n in hidden)
     assert told < len(hidden) // 2, f"{told} of {len(hidden)} hidden counts told exactly"
     assert all(floored == (published < FLOOR) for floored, published in seen)
+
+
+@pytest.mark.parametrize(
+    ("sql", "params"),
+    [
+        ("SELECT DISTINCT CASE WHEN income > 100000 THEN 1 ELSE 0 END FROM persons", None),
+        ("SELECT DISTINCT region, income > 200000 FROM persons", None),
+        ("SELECT DISTINCT ROUND(income, -3) FROM persons", None),
+        ("SELECT DISTINCT ON (region) region, age FROM persons", None),
+        ("WITH t AS (SELECT DISTINCT age FROM persons) SELECT * FROM t", None),
+        ("SELECT DISTINCT r.name FROM regions r WHERE r.region IN "
+         "(SELECT region FROM persons WHERE income > 900000)", None),
+        ("SELECT COUNT(*) FROM persons WHERE age <> ALL(?)", [[1, 2]]),
+        ("SELECT COUNT(*) FROM persons WHERE age != ANY(?)", [[1, 2]]),
+        ("SELECT COUNT(*) FROM persons WHERE age = ANY(?::INT[])", [[90]]),
+        ("SELECT COUNT(*) FROM persons WHERE age = ANY(?)", [[True]]),
+        ("SELECT COUNT(*) FROM persons WHERE income = ANY(?)", [[14786.77]]),
+        ("SELECT COUNT(*) FROM persons WHERE age = ANY(SELECT age FROM persons)", None),
+        ("SELECT p.region, COUNT(*) FROM persons p JOIN (SELECT region, unnest([1, 2]) AS x "
+         "FROM regions GROUP BY region) r ON r.region = p.region GROUP BY p.region", None),
+        ("SELECT p.region, COUNT(*) FROM persons p JOIN (SELECT DISTINCT region FROM "
+         "(VALUES ('R01'), ('R01')) v(region)) r ON r.region = p.region GROUP BY 1", None),
+    ],
+)  # fmt: skip
+def test_new_forms_that_would_tell_a_value_or_repeat_a_row_stay_refused(analyst, sql, params):
+    with pytest.raises((sqlsdc.PolicyViolation, sqlsdc.ProgrammingError)):
+        analyst.execute(sql, params)
+
+
+def test_distinct_over_a_join_lists_a_group_only_where_every_unit_reaches_k(analyst, demo_db):
+    """Households of 8 persons: 4 households, 32 persons. DISTINCT of their size over persons
+    joined with households lists it only where both counts reach the minimum frequency."""
+    listed = analyst.execute(
+        "SELECT DISTINCT h.size FROM persons p JOIN households h ON p.household_id = h.household_id"
+    ).fetchall()
+    counts = dict(
+        analyst.execute(
+            "SELECT h.size, COUNT(*) FROM persons p JOIN households h "
+            "ON p.household_id = h.household_id GROUP BY h.size"
+        ).fetchall()
+    )
+    assert (8,) not in listed and counts[8] is None
+    assert {(s,) for s, n in counts.items() if n is not None} == set(listed)
