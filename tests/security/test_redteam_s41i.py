@@ -33,7 +33,15 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      JOIN of confidential rows (refused), the public table joined twice on its key, ``USING``,
      ``NATURAL``, an implicit join with the equality in WHERE: counts equal the table's own;
      ``SUM(r.population)`` over persons refused (a count times a value). The key a policy
-     declares is a unique index the engine enforces, so the data cannot repeat it.
+     declares is a unique index the engine enforces, so the data cannot repeat it. Derived
+     public tables are unique on a key only when grouped (or DISTINCT) on it: a plain, filtered,
+     ``UNION ALL``, ``LIMIT`` or self-joined one is refused, and a self-join that multiplies
+     public rows too (s35c's timer).
+- H  ``= ANY(?)``: a repr-spoofing float subclass (spelled as the class break 100000, bound
+     as 14786.77) ran as the value its check was cached with (the literal is the cached one);
+     ``[None]``, ``[1.5]``, ``[2**70]``, ``[nan]``, ``Decimal`` answer as the IN list; ``<> ALL``,
+     ``!= ANY``, ``< ANY``, ``?::INT[]``, a list outside ``= ANY`` refused; server arrays: a
+     short or overlong binary array is a 22P02 error (``struct.error`` caught).
 """
 
 from __future__ import annotations
