@@ -3,8 +3,9 @@
 A sum of values the query pins (``SUM(age)`` by municipality x age) publishes its mean
 ``a + d/n``. With cellKey's noise alone (``--cellkey``: ``mean_below`` 0) d is scaled by the
 largest value a for every n, so the mean's noise shrinks as 1/n and μ_c marks cells under 3;
-with the floor (the policy's ``mean_below``, 13 for the demo) a cell under it is perturbed as n
-times a cell of one contribution, its mean. For both, on one demo database:
+with the floor (the policy's ``mean_below``, 18 for the demo) a cell whose protected count is
+under it is perturbed as n times a cell of one contribution, its mean. For both, on one demo
+database:
 
 - the attack: from the published count n̂ and mean, the true counts the ptables allow
   (``proven``: all below 3 while n̂ >= 3; ``exact``: one candidate), and the posterior mode
@@ -85,7 +86,7 @@ def attack(con, raw, floor: int) -> dict:
             lc = _count_likelihood(published, n)
             if not lc:
                 continue
-            if n < floor:  # perturbed as one contribution (sensitive): one density for all n
+            if published < floor or n == 1:  # as one contribution: one density for all n
                 lm = density(r - MU_C)
             else:  # cellKey: noise of the largest value a, the mean's shrinks as 1/n
                 lm = n * density(n * r - (MU_C if n < SENSITIVE_BELOW else 0.0))

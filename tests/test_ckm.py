@@ -212,7 +212,7 @@ def _expected_magnitudes(reference, table, measure, key_sql, where=""):
             m1sq = refs[("small_cells", m.small_cells)].m1sq
         # the magnitude's own key: the cell key plus the salt of its statistic (``sum:table.x``)
         salted = statistic_key(key, f"sum:{table}.{measure}", _mix_keys(con))
-        x_hat = perturb_magnitude(float(total), top, salted, n, m, main, small, m1sq)
+        x_hat = perturb_magnitude(float(total), top, salted, n, m, main, small, m1sq, n_hat)
         # published to PUBLISHED_BITS bits, as the frame does (red team s40a)
         published = published_value(x_hat / n * n_hat) if n_hat > 0 else 0.0
         expected[k] = (published, n_hat, n_all_hat)
@@ -245,21 +245,27 @@ def test_magnitudes_are_the_reference_perturbation(ckm, reference, table, measur
 
 
 def test_a_small_cell_is_perturbed_as_one_contribution_its_mean(reference):
-    """Below ``mean_below`` (2·D + js + 1 of the counts' ptable: 13) a cell of n equal values a
-    is n times the singleton of a, μ_c included, so its mean has one noise for every such n;
-    from 13 on it is cellKey's, the noise of the largest value without μ_c (red team s40a:
-    the mean a + d/n told small counts). Tables without CKM counts keep cellKey's noise."""
+    """With its protected count n̂ below ``mean_below`` (3·D + js + 1 of the counts' ptable:
+    18) a cell of n equal values a is n times the singleton of a, μ_c included, so its mean has
+    one noise for every such n; from n̂ 18 on it is cellKey's, the noise of the largest value
+    without μ_c (red team s40a: the mean a + d/n told small counts). Decided by n̂, not n (red
+    team s41i: the floor at n < 13 was a bit of n). Tables without CKM counts keep cellKey's
+    noise."""
     _con, policy, _refs, tables = reference
     rule = _rule(policy, "persons", AggregateKind.MAGNITUDES)
     m, main = rule.magnitude, tables[("magnitudes", rule.ptable)]
-    assert m.mean_below == 2 * 5 + 2 + 1
+    assert m.mean_below == 3 * 5 + 2 + 1
     a = 94.0
     for key in range(7, M, M // 40):
         one = perturb_magnitude(a, [a], key, 1, m, main)
-        for n in (2, 5, 12):
-            assert perturb_magnitude(a * n, [a] * n, key, n, m, main) / n == pytest.approx(one)
-        noise = abs(perturb_magnitude(a * 13, [a] * 13, key, 13, m, main) - a * 13)
-        assert noise == pytest.approx(abs(one - a) - m.p_small * a * m.mu_c, abs=1e-9)
+        for n, n_hat in ((2, 3), (5, 10), (12, 17), (13, 17), (20, 17)):
+            floored = perturb_magnitude(a * n, [a] * n, key, n, m, main, protected=n_hat)
+            assert floored / n == pytest.approx(one)
+        for n in (13, 20):
+            noise = abs(perturb_magnitude(a * n, [a] * n, key, n, m, main, protected=18) - a * n)
+            assert noise == pytest.approx(abs(one - a) - m.p_small * a * m.mu_c, abs=1e-9)
+    with pytest.raises(ValueError, match="protected count"):
+        perturb_magnitude(a * 2, [a] * 2, 7, 2, m, main)
     document = json.loads(json.dumps(policy.document_dict()))
     document["protection"]["counts"] = {"method": "threshold"}
     threshold = _rule(load_policy(document), "persons", AggregateKind.MAGNITUDES)

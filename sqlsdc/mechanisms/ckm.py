@@ -177,6 +177,7 @@ def perturb_magnitude(
     main: Lookup,
     small: Lookup | None = None,
     m1sq: float | None = None,
+    protected: int | None = None,
 ) -> float:
     """The perturbed cell value x̂ of cellKey ``.perturb_cell_flex``.
 
@@ -186,10 +187,18 @@ def perturb_magnitude(
     scrambled key, and x̂ += sign(x̂)·|x_delta|·sign(v)·(μ + |v|) without changing sign;
     μ = mu_c for the first contributor of a sensitive cell (fewer than ``sensitive_below``).
 
-    A cell of 2 to ``m.mean_below − 1`` contributors is perturbed as n times a cell whose one
-    contribution is its mean (sqlsdc's addition, see :func:`mean_below`): x̂ = n·x̂₁(x/n).
+    A cell of 2 or more contributors whose protected count ``protected`` (n̂, the count the
+    published sum is multiplied by) is under ``m.mean_below`` is perturbed as n times a cell
+    whose one contribution is its mean (sqlsdc's addition, see :func:`mean_below`):
+    x̂ = n·x̂₁(x/n).
     """
-    if 1 < contributors < m.mean_below:
+    if m.mean_below and 1 < contributors:
+        if protected is None:
+            raise ValueError("a magnitude under a mean floor needs its protected count")
+        floored = protected < m.mean_below
+    else:
+        floored = False
+    if floored:
         mean = float(total) / contributors
         return contributors * perturb_magnitude(mean, [mean], key, 1, m, main, small, m1sq)
     zs = separation_point(m, m1sq)
@@ -230,8 +239,9 @@ def perturb_magnitude(
 
 
 def mean_below(counts: PTableSpec) -> int:
-    """The contributor count under which a magnitude is perturbed as n times a cell of one
-    contribution, its mean: 2·D + js + 1 of the count ptable (13 for the demo's D 5, js 2).
+    """The protected count n̂ under which a magnitude cell of 2 or more contributors is
+    perturbed as n times a cell of one contribution, its mean: 3·D + js + 1 of the count
+    ptable (18 for the demo's D 5, js 2).
 
     Published mean before sum, ``(x̂/n)·n̂``, a sum of values the query pins (``SUM(age)`` by
     municipality x age) shows its mean ``a + d/n``; cellKey's noise d is scaled by the largest
@@ -239,13 +249,21 @@ def mean_below(counts: PTableSpec) -> int:
     cells under ``sensitive_below``: one query and the public ptables proved a count shown as 3
     to 6 to be 1 or 2 for 366 of 1,646 such cells (red team s40a). As n times a one-contributor
     cell of its mean, a cell's published mean is ``x̂₁(x/n)``: noise of one distribution for
-    every n below this bound (μ_c included, a singleton being sensitive), so the mean tells
-    only whether n is below it. A true count n <= js is published as at most js + D, a count
-    n >= 2·D + js + 1 as at least D + js + 1: no published count can come from both, so that
-    bit tells nothing of a small count that the count does not. Above the bound cellKey's
-    noise is unchanged (its mean can tell n, which a count of 13 or more may show).
+    every n (μ_c included, a singleton being sensitive).
+
+    The floor is decided by the protected count, not the true one. Decided by n < 13, whether a
+    cell was floored (its mean off by at least p_small·μ_c of the value, or by at most
+    p_small·D/13 of it) was a bit ``n < 13`` of any record set the analyst writes: padding a
+    cell with persons of other cells, one query per step, found 13 one-person cells, hence
+    sets of every known size, and from there the exact count of any cell under 13 (hidden
+    counts of one or two included) in four queries (red team s41i). n̂ is the cell's own
+    noisy count, drawn once per record set, which the published sum and count show anyway.
+    The bound keeps every cell that could be under ``2·D + js + 1`` floored: its n̂ is at most
+    n + D, under 3·D + js + 1; a cell not floored has n̂ >= 3·D + js + 1, so n >= 2·D + js + 1,
+    whose count is published as at least D + js + 1, never as a true count of at most js: its
+    mean's 1/n scale tells nothing of a count under 3 (nor of one under 13).
     """
-    return 2 * counts.D + counts.js + 1
+    return 3 * counts.D + counts.js + 1
 
 
 PUBLISHED_BITS = 18

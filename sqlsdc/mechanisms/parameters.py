@@ -43,8 +43,9 @@ class MagnitudeCkm:
     contributions below the separation point z_s.
 
     ``mean_below`` (sqlsdc's addition, set by the policy from the count ptable, 0: none): a
-    cell of 2 to ``mean_below − 1`` contributors is perturbed as n times a cell of one
-    contribution, its mean (:func:`sqlsdc.mechanisms.ckm.perturb_magnitude` says why).
+    cell of 2 or more contributors whose protected count is under ``mean_below`` is perturbed
+    as n times a cell of one contribution, its mean (:func:`sqlsdc.mechanisms.ckm.mean_below`
+    says why).
     """
 
     top_k: int

@@ -423,18 +423,20 @@ class _Builder(MagnitudeLayers):
             elif owner is not None and rule.method is Method.CKM:
                 faults.append(missing(f"__pca{owner}"))
             if spec.kind is AggregateKind.MAGNITUDES:
-                self._contributions(select, i)
+                self._contributions(select, i, protected)
                 salted = statistic_key_sql(prev(f"__k{i}"), statistic(spec))
                 select.append("expressions", exp.alias_(salted, f"__q{i}"))
             select.append("expressions", exp.alias_(any_(faults), f"__e{i}_0"))
         return select
 
-    def _contributions(self, select: exp.Select, i: int) -> None:
+    def _contributions(self, select: exp.Select, i: int, protected: exp.Expr) -> None:
         """The running value ``__o<i>_0`` and the contributions ``__x<i>_<j>`` the noise layers
-        start from: the sum and its largest values, or, in a cell of 2 to ``mean_below − 1``
-        contributors (``__fl<i>``), its mean and that mean as its one contribution, the cell
-        perturbed as n times a cell of one (:func:`sqlsdc.mechanisms.ckm.mean_below`); and
-        ``__w<i>``, what the perturbed value is divided by for the published mean (n, or 1)."""
+        start from: the sum and its largest values, or, in a cell of 2 or more contributors
+        whose protected count ``protected`` (``__m<i>``'s expression) is under ``mean_below``
+        (``__fl<i>``), its mean and that mean as its one contribution, the cell perturbed as n
+        times a cell of one (:func:`sqlsdc.mechanisms.ckm.mean_below`: decided by the true
+        count, the floor was a bit of it); and ``__w<i>``, what the perturbed value is divided
+        by for the published mean (n, or 1)."""
         prev = lambda c: exp.column(c, PREV)  # noqa: E731
         m = self._magnitude(i)
         total = exp.cast(prev(f"__a{i}"), "DOUBLE")
@@ -450,7 +452,7 @@ class _Builder(MagnitudeLayers):
             n = prev(f"__n{i}")
             return exp.and_(
                 exp.GT(this=n, expression=number(1)),
-                exp.LT(this=n.copy(), expression=number(m.mean_below)),
+                exp.LT(this=protected.copy(), expression=number(m.mean_below)),
             )
 
         mean = exp.Div(this=total, expression=prev(f"__n{i}"))

@@ -104,14 +104,16 @@ for _row in count_ptable(5, 3, js=2).rows:
     COUNT_NOISE.setdefault(_row.i, set()).add(int(_row.v))
 MAX_V = 4 + 1 / 24  # the largest |v| of the magnitude ptable, with its spread of half a step
 P_SMALL, MU_C, SENSITIVE_BELOW = 0.2, 0.5, 3
-MEAN_BELOW = 2 * 5 + 2 + 1  # cells under 13 contributors: n times a cell of one, their mean
+SMALL = 2 * 5 + 2 + 1  # counts under 13: any of them may be shown as a count under 18
+MEAN_BELOW = 3 * 5 + 2 + 1  # protected counts under 18: n times a cell of one, their mean
 
 
-def _scale(n: int) -> tuple[int, float]:
+def _scale(n: int, published: int) -> tuple[int, float]:
     """How the noise of a pinned mean depends on n: the factor of |mean - value|/(0.2·value)
-    that gives |v| + μ, and μ. A cell under ``MEAN_BELOW`` is n times a cell of one
-    contribution (sensitive, μ_c): factor 1; above, cellKey's noise of the largest value: n."""
-    if n < MEAN_BELOW:
+    that gives |v| + μ, and μ. A cell whose count is shown under ``MEAN_BELOW`` is n times a
+    cell of one contribution (sensitive, μ_c): factor 1; above, cellKey's noise of the largest
+    value: n (a cell of one is cellKey's singleton either way)."""
+    if published < MEAN_BELOW or n == 1:
         return 1, MU_C
     return n, MU_C if n < SENSITIVE_BELOW else 0.0
 
@@ -129,7 +131,7 @@ def _candidates(published: int, mean: float | None, value: int) -> list[int]:
         if mean is None:
             out.append(n)
             continue
-        factor, mu = _scale(n)
+        factor, mu = _scale(n, published)
         v = t * factor - mu
         slack = 1e-4 * factor  # the published sum's 18 bits (PUBLISHED_BITS), 2e-5·n in v
         if -slack <= v <= MAX_V + slack:
@@ -161,9 +163,9 @@ def test_a_pinned_mean_does_not_tell_a_small_count(ckm, raw_ckm):
         found["small"] += n < SENSITIVE_BELOW
         found["proven"] += max(candidates) < SENSITIVE_BELOW
         found["exact"] += len(candidates) == 1
-        if n < MEAN_BELOW:  # the mean may tell n >= 13 from n < 13, and nothing below 13
-            below = [c for c in _candidates(published, None, a) if c < MEAN_BELOW]
-            found["narrowed"] += [c for c in candidates if c < MEAN_BELOW] != below
+        if n < SMALL:  # the mean may tell n >= 13 from n < 13, and nothing below 13
+            below = [c for c in _candidates(published, None, a) if c < SMALL]
+            found["narrowed"] += [c for c in candidates if c < SMALL] != below
     assert found["small"] >= 500  # cells of 1 or 2 persons shown as 3 or more
     # the count alone proves no count below 3 (js = 2): neither may the mean beside it
     assert found["proven"] == 0 and found["narrowed"] == 0, (
@@ -291,7 +293,7 @@ def _keys_possible(published: int, total: float, n: int, value: int) -> bool:
         bits -= 1
     half = abs(total) * 2.0**-bits + abs(total) * 2.0**-50  # rounding, float error
     delta = P_SMALL * value
-    factor, mu = _scale(n)  # a cell under MEAN_BELOW: its mean, perturbed as one contribution
+    factor, mu = _scale(n, published)  # shown under MEAN_BELOW: its mean, as one contribution
     ends = []
     for x in ((total - half) * factor / published, (total + half) * factor / published):
         added = x - value * factor
