@@ -72,8 +72,9 @@ FINGERPRINTS = {
     },
     "ckm": {
         "in-list": "b4099859d0e8b58f",
-        # s39: a CKM mean over COUNT(x)'s protected count; s40: a CKM sum to 18 significant bits
-        "cte-group-by-all": "c2ded52ac2340348",
+        # s39: a CKM mean over COUNT(x)'s protected count; s40: a CKM sum to 18 significant bits;
+        # s41: a cell of under 3·D + js + 1 protected contributors perturbed as its mean
+        "cte-group-by-all": "0ac15cdef093f7d3",
         "nested-or": "1940445937cdecdb",
     },
 }
