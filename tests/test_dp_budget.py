@@ -463,13 +463,7 @@ CRASHING_QUERY = textwrap.dedent(
     from sqlsdc.engines.duckdb import open_database
     from sqlsdc.mechanisms.accountant import (Bounding, BudgetLimit, PrivacyCost, Statistic,
                                               calibrate)
-    from sqlsdc.mechanisms.dp_cells import (
-    CellMechanism,
-    CellRecord,
-    CellSpace,
-    add_noise,
-    statistic_identity,
-)
+    from sqlsdc.mechanisms.dp_cells import CellMechanism, CellSpace, add_noise
 
     con = open_database(sys.argv[1])
     cal = calibrate(Statistic.COUNT, Bounding(), PrivacyCost(epsilon=Fraction(1, 4)))
