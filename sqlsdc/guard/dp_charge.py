@@ -147,7 +147,8 @@ class DpCharging:
         self._check_answer_rows(query, domains, run)
         check_private_keys(query.dp_stages, lambda stage: run(context.to_sql(no_rows(stage))),
                            key_types)  # fmt: skip
-        lock = database_lock(Path(self.path))  # charges of this process wait for each other
+        where = Path(self.path).resolve()
+        lock = database_lock(where)  # charges of this process wait for each other
         paid = None
         while True:  # until no other statement of this process is releasing the statistics
             cached = prefetching(lambda digests: cached_cells(con, self.user, version, digests),
@@ -158,7 +159,7 @@ class DpCharging:
             with lock:  # priced under it too: a statistic released meanwhile is not paid
                 cost = price(query.dp_stages, data_versions=data_versions, domains=domains,
                              paid=cached)  # fmt: skip
-                keys = [(self.path, self.user, version, s.identity.digest)
+                keys = [(str(where), self.user, version, s.identity.digest)
                         for s in cost.statistics]  # fmt: skip
                 running = dp_in_flight.busy(keys)
                 if not running:
