@@ -91,7 +91,8 @@ SERVER = textwrap.dedent(
 def test_a_server_killed_with_statements_in_flight_leaves_every_charge_audited(db):
     """Three sessions' DP statements have been charged and are computing their answers when
     the server is killed with SIGKILL: each charge has its audit entry (``failed``: the
-    process stopped), under the charge's query id; none is charged again when asked again."""
+    process stopped), under the charge's query id. Nothing of them was released, so each is
+    charged again when asked again (once), and then no more."""
     psycopg = pytest.importorskip("psycopg")
     added = cli_fork.run(["server-user", "add", db, "ana", "--password-stdin"],
                          input=PASSWORD + "\n", timeout=120)  # fmt: skip
@@ -130,10 +131,16 @@ def test_a_server_killed_with_statements_in_flight_leaves_every_charge_audited(d
         decision, reason, sql = audit[query_id]
         assert (decision, reason, epsilon) == ("failed", CHARGED_PENDING, "1/2")
     assert sorted(audit[q][2] for q, _ in ledger) == sorted(map(by_region, range(IN_FLIGHT)))
-    with sqlsdc.connect(db, "ana") as con:  # paid: asked again, they are answered for free
+    with sqlsdc.connect(db, "ana") as con:  # not released: asked again, paid again
         for age in range(IN_FLIGHT):
             con.execute(by_region(age)).fetchall()
-    assert charges_and_entries(db)[0] == ledger
+    again = charges_and_entries(db)[0]
+    with sqlsdc.connect(db, "ana") as con:  # answered: paid from then on
+        for age in range(IN_FLIGHT):
+            con.execute(by_region(age)).fetchall()
+    assert again[:IN_FLIGHT] == ledger and len(again) == 2 * IN_FLIGHT
+    assert {epsilon for _, epsilon in again} == {"1/2"}
+    assert charges_and_entries(db)[0] == again
 
 
 def test_a_process_killed_after_the_charge_leaves_its_audit_entry(db):
@@ -216,13 +223,15 @@ def interrupted(db: Path, where: str, sql: str) -> list[str]:
 def test_ctrl_c_as_the_charge_commits_audits_the_charge_and_says_it_was_paid(db):
     """SIGINT right after the charge's COMMIT (before the connection had the charge back):
     the statement is audited under its charge's id as interrupted, the user reads that it was
-    charged, and asking again costs nothing."""
+    charged and that asking again is charged again (nothing of it was released), and the
+    asking again is charged."""
     said = interrupted(db, "charge", by_region(7))
     ledger, audit = charges_and_entries(db)
-    ((query_id, _),) = ledger
+    ((query_id, _), (again, _)) = ledger
     assert said == ["KeyboardInterrupt", f"query {query_id} was charged to the privacy budget "
-                    "before it stopped: its statistics are paid, and asking it again is not "
+                    "before it stopped, and its cells were not released: asking it again is "
                     "charged again"]  # fmt: skip
+    assert audit[again] == ("accepted", None, by_region(7))
     assert audit[query_id] == ("failed", "interrupted (Ctrl-C)", by_region(7))
     assert [d for d, _, _ in audit.values()] == ["failed", "accepted"]  # and the repeat
 
@@ -261,16 +270,16 @@ def test_ctrl_c_as_a_ckm_answer_commits_adds_no_failed_entry(tmp_path, pristine_
 
 def test_a_cancel_after_the_charge_says_it_was_paid(db):
     """A cancel (the statement timeout's interrupt, a server's CancelRequest) that reaches the
-    statement after its charge: QueryCanceled, saying the charge is paid; audited under the
-    charge's id."""
+    statement after its charge: QueryCanceled, saying the charge is paid and that asking
+    again is charged again; audited under the charge's id. Asked again, it is charged."""
     said = interrupted(db, "cancel", by_region(11))
     ledger, audit = charges_and_entries(db)
-    ((query_id, _),) = ledger
+    ((query_id, _), (again, _)) = ledger
     assert said[0] == "QueryCanceled"
     assert said[1].startswith("the query was stopped because it ran longer than the statement")
     assert said[1].endswith(f"; query {query_id} was charged to the privacy budget before it "
-                            "stopped: its statistics are paid, and asking it again is not "
+                            "stopped, and its cells were not released: asking it again is "
                             "charged again")  # fmt: skip
     decision, reason, _ = audit[query_id]
     assert decision == "refused" and reason.startswith("QueryCanceled")  # as cancels before
-    assert len(audit) == 2 and len(ledger) == 1
+    assert len(audit) == 2 and audit[again][0] == "accepted"

@@ -26,7 +26,13 @@ from sqlsdc.mechanisms.accountant import (
     Statistic,
     calibrate,
 )
-from sqlsdc.mechanisms.dp_cells import CellMechanism, CellSpace, add_noise
+from sqlsdc.mechanisms.dp_cells import (
+    CellMechanism,
+    CellRecord,
+    CellSpace,
+    add_noise,
+    statistic_identity,
+)
 
 SECRET = b"sqlsdc test secret - budgets 0001"
 HAIR = Fraction(1, 10**30)
@@ -521,6 +527,27 @@ def test_cache_cells_caches_paid_cells_once_and_counts_them_on_the_charge(con):
     assert con.execute("SELECT cells FROM sqlsdc.budget_spend").fetchall() == [(3,)]
     assert con.execute("SELECT count(*) FROM sqlsdc.dp_cells").fetchone()[0] == 3
     assert _ledger_rows(con) == 1  # recording cells spends nothing
+
+
+def test_the_charges_statistics_are_cached_with_its_cells_and_not_counted(con):
+    """The guard caches a charge's statistics with the cells it drew (a statistic counts as
+    paid for a later asking only from then on): found by the look-up, value 0, and the
+    ledger row counts the cells alone, on the retry too (cells cached by then left out)."""
+    frame, space, mechanisms = _count_cells()
+    out = add_noise(frame, space, mechanisms, secret=SECRET, policy_version=3)
+    ident = statistic_identity(space, mechanisms["n"], None)
+    stat = CellRecord(ident, "n", mechanisms["n"].calibration.statistic, Fraction(0))
+    paid = _charge(con, cost=mechanisms["n"].calibration.cost, policy_version=3)
+    assert dp_cache.cached_cells(con, "alice", 3, [ident.digest]) == {}  # charged, not paid
+    first, rest = out.new_cells[:1], out.new_cells[1:]
+    dp_cache.cache_cells(con, user="alice", policy_version=3, query_id=1, cells=first,
+                         paid_by=paid, statistics=[stat])  # fmt: skip
+    assert dp_cache.cached_cells(con, "alice", 3, [ident.digest]) == {ident.digest: 0}
+    assert con.execute("SELECT cells FROM sqlsdc.budget_spend").fetchall() == [(1,)]
+    dp_cache.cache_cells(con, user="alice", policy_version=3, query_id=1, cells=first + rest,
+                         paid_by=paid, again=True, statistics=[stat])  # fmt: skip
+    assert con.execute("SELECT cells FROM sqlsdc.budget_spend").fetchall() == [(len(rest),)]
+    assert con.execute("SELECT count(*) FROM sqlsdc.dp_cells").fetchone()[0] == 4
 
 
 def test_one_cell_is_cached_as_the_same_row_as_among_others(db):

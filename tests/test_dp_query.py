@@ -562,12 +562,12 @@ def test_a_process_killed_after_the_charge_leaves_the_spend_recorded(tmp_path):
     done = cli_fork.run([], code=script, timeout=120)  # its own process, forked
     assert done.returncode == -signal.SIGKILL
     # paid (its one statistic); cells drawn are cached only with an answer, and none was given
-    assert spend_rows(path, "ana") == [("ana", "1/2", "0", 1)]
+    assert spend_rows(path, "ana") == [("ana", "1/2", "0", 0)]
     assert os.path.exists(path)
     by_region = "SELECT region, COUNT(*) FROM persons GROUP BY region"
-    with sqlsdc.connect(path, "ana") as con:  # asked again: paid before, the same noise
+    with sqlsdc.connect(path, "ana") as con:  # asked again: nothing was released, paid again
         assert con.execute(by_region).fetchall() == con.execute(by_region).fetchall()
-    assert spend_rows(path, "ana") == [("ana", "1/2", "0", 1)]  # nothing charged again
+    assert spend_rows(path, "ana") == [("ana", "1/2", "0", 0), ("ana", "1/2", "0", 4)]
 
 
 # --- refusals (fail closed) ------------------------------------------------------------------

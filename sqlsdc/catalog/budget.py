@@ -36,13 +36,14 @@ transaction, replaced by the query's outcome when it is recorded). Callers must 
 and returned nothing.
 
 Consistent noise: ``dp_cells`` holds every released DP cell per (user, policy version, cell
-hash) with its noisy value, and every *statistic* a user has paid for (the identity of one
-statistic over all cells of a canonical population, value 0; see
+hash) with its noisy value, and every *statistic* a user has paid for and been released (the
+identity of one statistic over all cells of a canonical population, value 0; see
 :func:`sqlsdc.mechanisms.dp_cells.statistic_identity`). The guard charges a query's statistics
-that were not paid before *before* it computes any exact cell (:func:`charge` with the
-statistics as ``cells``), so a query that then fails or times out has paid; the cells drawn
-afterwards are cached with :func:`~sqlsdc.catalog.dp_cache.cache_cells`, in the transaction that
-records the query's answer. :func:`~sqlsdc.catalog.dp_cache.cached_cells` looks both up.
+that were not paid before *before* it computes any exact cell (:func:`charge`), so a query
+that then fails or times out has paid; the cells drawn afterwards are cached with
+:func:`~sqlsdc.catalog.dp_cache.cache_cells`, in the transaction that records the query's
+answer, and the statistics with them: a query stopped before then pays again when asked again.
+:func:`~sqlsdc.catalog.dp_cache.cached_cells` looks both up.
 
 The cache of released DP cells is :mod:`sqlsdc.catalog.dp_cache`; administrators' grants, sets,
 resets and the listings are :mod:`sqlsdc.catalog.budget_admin`; the tables themselves

@@ -5,10 +5,12 @@ Consistent noise: a cell asked again gets the value it was given, and costs noth
 *statistic* is the identity of one statistic over all cells of a canonical population, value 0
 (:func:`sqlsdc.mechanisms.dp_cells.statistic_identity`). The guard charges a query's
 statistics that were not paid before *before* it computes any exact cell
-(:func:`sqlsdc.catalog.budget.charge` with the statistics as ``cells``, which it caches here),
-so a query that then fails or times out has paid; the cells drawn afterwards are cached with
-:func:`cache_cells`, in the transaction that records the query's answer. :func:`cached_cells`
-looks both up.
+(:func:`sqlsdc.catalog.budget.charge`), so a query that then fails or times out has paid; the
+cells drawn afterwards are cached with :func:`cache_cells`, in the transaction that records
+the query's answer, and the statistics with them: a statistic is cached, and so paid for a
+later asking, only once its cells are. A query stopped between its charge and that caching
+leaves no statistic here, and the next asking pays again (never a free computation of the
+same exact cells, red team s41b). :func:`cached_cells` looks both up.
 """
 
 from __future__ import annotations
@@ -116,11 +118,14 @@ def cache_cells(
     paid_by: Charge | None = None,
     again: bool = False,
     releases: Iterable[tuple[str, str]] = (),
+    statistics: Iterable[CellRecord] = (),
 ) -> None:
     """Cache the cells a query drew after its statistics were charged (nothing is spent here:
     the statistics are paid); ``paid_by``'s ledger row then counts them. ``releases``:
     (digest, keys) of the groups private selections released
     (:func:`sqlsdc.guard.dp_release.release_digest`), read back by :func:`released_groups`.
+    ``statistics``: those the query's charge paid for (value 0), cached with the cells, from
+    when on they count as paid (not counted on the ledger row).
 
     Runs inside the caller's transaction, the one that records the query's audit entry, so
     that the cells, the answer's record and the answer go together. The cells are those the
@@ -130,11 +135,16 @@ def cache_cells(
     noise is a function of the cell; INSERT OR IGNORE, 1 ms dearer than the first attempt's
     plain INSERT)."""
     cells = list({c.identity.digest: c for c in cells}.values())
+    statistics = list({c.identity.digest: c for c in statistics}.values())
     inserted = 0
-    if cells:
-        inserted = len(insert_cells(con, user, policy_version, query_id, now(), cells,
-                                     skip_cached=False, returning=again))  # fmt: skip
-        inserted = inserted if again else len(cells)
+    if cells or statistics:  # one statement for both
+        entries = insert_cells(con, user, policy_version, query_id, now(), cells + statistics,
+                               skip_cached=False, returning=again)  # fmt: skip
+        inserted = len(cells)
+        if again:  # those cached by then were left as they are
+            kept = {bytes(entry) for (entry,) in entries}
+            inserted = sum(dp_cell_entry(user, policy_version, c.identity.digest) in kept
+                           for c in cells)  # fmt: skip
     if paid_by is not None:
         con.execute(parsed(_SPEND_CELLS), [inserted, paid_by.seq])
     for digest, keys in releases:

@@ -16,7 +16,7 @@ from sqlsdc.catalog import store
 from sqlsdc.catalog.budget import has_charge
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import BudgetExhausted, Error, PolicyViolation
-from sqlsdc.guard.engine_failures import PAID
+from sqlsdc.guard.engine_failures import KEPT, PAID
 
 
 class Auditing:
@@ -79,12 +79,15 @@ class Auditing:
         except engine.EngineError:
             return False
 
-    def _said_paid(self, stopped: BaseException, query_id: int | None) -> BaseException:
+    def _said_paid(
+        self, stopped: BaseException, query_id: int | None, kept: bool = False
+    ) -> BaseException:
         """``stopped`` (an error, Ctrl-C: changed in place), saying that its statement was
-        charged if it was: sqlsdc's errors in their message (what the CLI and a server's
-        client show), others in a note."""
+        charged if it was, and whether its cells were ``kept`` (asking again is then free):
+        sqlsdc's errors in their message (what the CLI and a server's client show), others in
+        a note."""
         if self._paid(query_id):
-            said = f"query {query_id} {PAID}"
+            said = f"query {query_id} {KEPT if kept else PAID}"
             if isinstance(stopped, Error) and len(stopped.args) == 1:
                 stopped.args = (f"{stopped.args[0]}; {said}",)
             else:

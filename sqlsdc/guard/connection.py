@@ -117,6 +117,7 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
         self._deadline = 0.0  # of the statement running (monotonic clock)
         self._interrupts = 0  # interrupt() calls: one during an early check stops it too
         self._query_id: int | None = None  # of the DP statement running, once drawn
+        self._settle = None  # lets waiters on its charged statistics go (dp_in_flight)
         self.user = user
         self.path = str(path)
         if Path(path).is_dir():
@@ -344,7 +345,8 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
         A DP query's charge commits first, with an audit entry that its outcome replaces
         (:func:`~sqlsdc.catalog.budget.charge`): whatever stops the statement after that (an
         error, the timeout, Ctrl-C, a kill), the charge has its entry, and the analyst is told
-        that the statement was charged (asking it again is free)."""
+        that the statement was charged (asking it again is charged again, unless its drawn
+        cells were kept: :meth:`_keep_released`)."""
         self._check_open()
         self._query_id = None  # a DP query's charge draws it, before the charge commits
         con, context = self._con, self._context
@@ -359,7 +361,9 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
             self._audit_refusal(None, sql, refusal)
             raise
         noisy, paid = None, None
-        if query.dp_stages:
+        if not query.dp_stages:
+            return self._answer(sql, query, noisy, paid, self._query_id)
+        try:
             try:
                 noisy, paid = self._release_dp(query, None, sql)  # charged (committed) from here
             except engine.EngineError as failure:
@@ -376,7 +380,9 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
                 self._audit_bug(self._query_id, sql, bug)
                 self._said_paid(bug, self._query_id)
                 raise
-        return self._answer(sql, query, noisy, paid, self._query_id)
+            return self._answer(sql, query, noisy, paid, self._query_id)
+        finally:
+            self._settle_charged()  # cached, or stopped: others asking them price again
 
     def _answer(self, sql: str, query: ProtectedQuery, noisy: DpRelease | None,
                 paid: Charge | None, query_id: int | None):  # fmt: skip
@@ -430,12 +436,12 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
                     reason=str(failure),
                     fingerprint=query.fingerprint,
                 )
-                self._keep_released(noisy, query_id)
-                raise self._said_paid(engine_failure(failure, query_id), query_id) from None
+                kept = self._keep_released(noisy, query_id)
+                raise self._said_paid(engine_failure(failure, query_id), query_id, kept) from None
             except Error as refusal:
                 engine.rollback(con)
-                self._keep_released(noisy, self._audit_refusal(query_id, sql, refusal))
-                self._said_paid(refusal, query_id)
+                kept = self._keep_released(noisy, self._audit_refusal(query_id, sql, refusal))
+                self._said_paid(refusal, query_id, kept)
                 raise
             except BaseException as bug:  # a bug, or Ctrl-C after a charge: audited all the same
                 engine.rollback(con)

@@ -5,14 +5,19 @@ policy and the public domains decide (sizes, the answer's rows, private keys' ty
 the charge, charges and commits the statistics not paid before, and only then computes the
 exact cells and draws the noise (:mod:`sqlsdc.guard.dp_release`), so a statement stopped
 afterwards has paid. The cells drawn are cached with the answer (:meth:`DpCharging._cache_cells`)
-or, when the answer fails, on their own (:meth:`DpCharging._keep_released`). A DP cell's
+or, when the answer fails, on their own (:meth:`DpCharging._keep_released`), and with them the
+statistics the charge paid for: a statistic counts as paid for a later asking only once its
+cells are cached. An asking stopped between its charge and that caching (the statement timeout,
+which a connection may shorten, a cancel, a kill) leaves its statistics unpaid, and the next
+asking pays them again: else each later asking computed the exact cells again for free until
+one completed, censored timings of the engine's work for one payment (red team s41b). A DP cell's
 identity names the data version of each table it reads (:meth:`DpCharging._data_version`)
 and its noise is keyed by the database's PRF secret (:meth:`DpCharging._secret`).
 
 :class:`DpCharging` holds these methods of :class:`sqlsdc.guard.connection.Connection`, which
 sets the state they read (``_con``, ``_context``, ``user``, ``path``, ``_dp_noise``,
-``_writers``, ``_data_versions``, ``_key_types``, ``_budget``, ``_prf_key``, ``_reopen``) and
-gives ``_time_left``, ``_check_engine_texts`` and ``_check_answer_rows``.
+``_writers``, ``_data_versions``, ``_key_types``, ``_budget``, ``_prf_key``, ``_reopen``,
+``_settle``) and gives ``_time_left``, ``_check_engine_texts`` and ``_check_answer_rows``.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from sqlsdc.catalog.dp_cache import cache_cells, cached_cells, released_groups
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines import duckdb_schema
 from sqlsdc.errors import Error
+from sqlsdc.guard import dp_in_flight
 from sqlsdc.guard.dp_release import (
     DpRelease,
     check_private_keys,
@@ -53,32 +59,39 @@ def read_secret(con) -> bytes:
 class DpCharging:
     """Charge, draw and cache the noisy cells of a statement's DP aggregations."""
 
-    def _keep_released(self, noisy: DpRelease | None, query_id: int | None) -> None:
+    def _keep_released(self, noisy: DpRelease | None, query_id: int | None) -> bool:
         """Best effort, after an answer that failed once its DP cells were drawn (an answer
-        over the byte cap, the timeout): cache the groups private selections released and
-        their cells, which the answer's transaction did not keep. Their statistics are paid,
-        and asked again the stage is answered from them without its exact cells: else an
-        answer made to fail each time (a long literal beside the cells) computed them at
-        every asking, timed for free (red team s37b). The values are those any asking draws
-        (the noise is a function of the cell)."""
-        if noisy is None or not noisy.releases or not self._dp_noise or query_id is None:
-            return
+        over the byte cap, the timeout): cache the cells, the groups private selections
+        released and the statistics the charge paid for, which the answer's transaction did
+        not keep; whether they were kept. Asked again, the statistics are paid and the stage
+        is answered from the cache without its exact cells: else an answer made to fail each
+        time (a long literal beside the cells) computed them at every asking, timed for free
+        (red team s37b). Not kept, the next asking pays again. The values are those any
+        asking draws (the noise is a function of the cell)."""
+        if noisy is None or not self._dp_noise or query_id is None:
+            return False
+        if not (noisy.cells or noisy.releases or noisy.statistics):
+            return False
         con = self._con
         try:
             con.execute(engine.parsed("BEGIN TRANSACTION"))
             cache_cells(con, user=self.user, policy_version=self._context.policy_version,
                         query_id=query_id, cells=noisy.cells, again=True,
-                        releases=noisy.releases)  # fmt: skip
+                        releases=noisy.releases, statistics=noisy.statistics)  # fmt: skip
             con.execute(engine.parsed("COMMIT"))
+            return True
         except engine.EngineError:
             engine.rollback(con)
+            return False
 
     def _release_dp(
         self, query: ProtectedQuery, query_id: int | None, sql: str, *, run=None,
         data_version=None,
     ) -> tuple[DpRelease, Charge | None]:  # fmt: skip
         """Noisy cells of the query's DP aggregations, their cost charged to the ledger first,
-        and the charge (None when every statistic was paid before). ``query_id`` None: the
+        and the charge (None when every statistic was paid before). The statistics charged
+        are left in the release (:attr:`DpRelease.statistics`), to be cached with its cells:
+        paid for a later asking from then on, not from the charge. ``query_id`` None: the
         charge draws it (left in ``_query_id`` for the audit entry before the charge commits,
         so also when this raises, Ctrl-C included), or else the audit entry. The charge writes
         the query's audit entry (``sql``) with its ledger row, which the outcome replaces.
@@ -96,7 +109,8 @@ class DpCharging:
         row). The drawn cells are cached afterwards (free), with the answer. The noise is
         drawn under the statement's timeout (a quantile's draw included, which the engine's
         interrupt does not reach): stopped there, the query has paid, as one stopped while
-        the engine computed its exact cells.
+        the engine computed its exact cells, and its next asking pays again (nothing of it
+        was cached).
 
         ``run`` (SQL text -> Arrow) and ``data_version`` (table -> version) default to this
         connection's DuckDB; the Spark path passes its engine's (:mod:`sqlsdc.guard.spark`)."""
@@ -133,42 +147,63 @@ class DpCharging:
         self._check_answer_rows(query, domains, run)
         check_private_keys(query.dp_stages, lambda stage: run(context.to_sql(no_rows(stage))),
                            key_types)  # fmt: skip
-        cached = prefetching(lambda digests: cached_cells(con, self.user, version, digests),
-                             query.dp_stages, data_versions=data_versions,
-                             domains=domains)  # fmt: skip
-        lock = database_lock(Path(self.path))  # charges of this process wait for each other
+        where = Path(self.path).resolve()
+        lock = database_lock(where)  # charges of this process wait for each other
         paid = None
-        if self._dp_noise:
-            with lock:  # priced under it too: threads asking the same statistic pay it once
+        while True:  # until no other statement of this process is releasing the statistics
+            cached = prefetching(lambda digests: cached_cells(con, self.user, version, digests),
+                                 query.dp_stages, data_versions=data_versions,
+                                 domains=domains)  # fmt: skip
+            if not self._dp_noise:
+                break
+            with lock:  # priced under it too: a statistic released meanwhile is not paid
                 cost = price(query.dp_stages, data_versions=data_versions, domains=domains,
                              paid=cached)  # fmt: skip
-                try:
-                    paid = charge(con, user=self.user, tables=query.tables, cost=cost.cost,
-                                  query_id=query_id, limits=policy_limits(context.policy),
-                                  cells=cost.statistics, policy_version=version,
-                                  state=self._budget, sql=sql, fingerprint=query.fingerprint,
-                                  drawn=partial(setattr, self, "_query_id"))  # fmt: skip
-                except PolicyChanged:  # applied by this process: the file stays open
-                    self._reopen = True
-                    raise
+                keys = [(str(where), self.user, version, s.identity.digest)
+                        for s in cost.statistics]  # fmt: skip
+                running = dp_in_flight.busy(keys)
+                if not running:
+                    try:
+                        paid = charge(con, user=self.user, tables=query.tables, cost=cost.cost,
+                                      query_id=query_id, limits=policy_limits(context.policy),
+                                      policy_version=version, state=self._budget, sql=sql,
+                                      fingerprint=query.fingerprint,
+                                      drawn=partial(setattr, self, "_query_id"))  # fmt: skip
+                    except PolicyChanged:  # applied by this process: the file stays open
+                        self._reopen = True
+                        raise
+                    if paid is not None:
+                        self._settle = dp_in_flight.claim(keys)
+                    break
+            dp_in_flight.wait(running, self._time_left)  # nothing charged nor computed yet
         noisy = release(query.dp_stages, run, secret=self._secret(), policy_version=version,
                         data_versions=data_versions, cached=cached, noise=self._dp_noise,
                         domains=domains, key_types=key_types, time_left=self._time_left,
                         released=lambda digest: released_groups(con, self.user, version,
                                                                 digest),
                         describe=lambda stage: run(context.to_sql(no_rows(stage))))  # fmt: skip
+        if paid is not None:
+            noisy.statistics = cost.statistics  # paid for later askings once cached
         return noisy, paid
 
     def _cache_cells(
         self, noisy: DpRelease | None, paid: Charge | None, query_id: int, *, again=False
     ) -> None:
-        """Cache the cells a DP query drew (and count them on its charge), in the transaction
-        that records its answer (:func:`~sqlsdc.catalog.dp_cache.cache_cells`)."""
+        """Cache the cells a DP query drew and the statistics its charge paid for (and count
+        the cells on its charge), in the transaction that records its answer
+        (:func:`~sqlsdc.catalog.dp_cache.cache_cells`)."""
         if noisy is None or not self._dp_noise or not (noisy.cells or noisy.releases or paid):
             return
         cache_cells(self._con, user=self.user, policy_version=self._context.policy_version,
                     query_id=query_id, cells=noisy.cells, paid_by=paid, again=again,
-                    releases=noisy.releases)  # fmt: skip
+                    releases=noisy.releases, statistics=noisy.statistics)  # fmt: skip
+
+    def _settle_charged(self) -> None:
+        """Let statements waiting on the statistics this one charged price them again
+        (:mod:`sqlsdc.guard.dp_in_flight`): called once its cells were cached or it stopped."""
+        settle, self._settle = self._settle, None
+        if settle is not None:
+            settle()
 
     def _secret(self) -> bytes:
         """The PRF key, read once per opening of the file (kept in memory only, as the

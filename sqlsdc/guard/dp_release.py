@@ -14,9 +14,10 @@ failure or running time an analyst could try to exploit, so the caller prices th
 :func:`price` and charges that with :func:`sqlsdc.catalog.budget.charge` *before* it calls
 :func:`release`. A query pays per statistic over all cells of its partition
 (:func:`sqlsdc.mechanisms.dp_cells.statistic_identity`): its canonical population, keys,
-domains, measure and calibration. What this user has paid for before costs nothing again; a
-statistic that appears in two aggregations of one query (``UNION`` of the same cells, the same
-derived table twice) is paid and drawn once.
+domains, measure and calibration. What this user was released before (paid, and its cells
+cached) costs nothing again; a statistic paid by an asking stopped before its cells were
+cached is paid again. A statistic that appears in two aggregations of one query (``UNION`` of
+the same cells, the same derived table twice) is paid and drawn once.
 
 Noise-off mode (``noise=False``, admins only) returns the exact bounded values, with zero
 cost and no cache: it shows what bounding, clamping, NULLs and empty groups do to a query.
@@ -79,12 +80,15 @@ Z95 = 1.959963984540054  # two-sided 95% normal quantile (delta-method intervals
 
 @dataclass
 class DpRelease:
-    """Noisy cells per relation and the cells drawn now (to cache)."""
+    """Noisy cells per relation, the cells drawn now and the statistics the asking's charge
+    paid for (to cache together: a statistic counts as paid for a later asking only once its
+    cells are cached, :mod:`sqlsdc.guard.dp_charge`)."""
 
     relations: dict[str, pa.Table] = field(default_factory=dict)
     cells: list[CellRecord] = field(default_factory=list)
     reused: int = 0
     releases: list[tuple[str, str]] = field(default_factory=list)  # (digest, keys): to cache
+    statistics: list[CellRecord] = field(default_factory=list)  # paid by this asking: to cache
 
 
 @dataclass
@@ -179,8 +183,8 @@ def _space(stage: DpStage, data_versions: dict[str, str]) -> CellSpace:
 
 def price(stages, *, data_versions: dict[str, str], domains: Domains, paid=None) -> DpPrice:
     """The cost of every statistic of ``stages`` not paid before (``paid``: a look-up of
-    statistic digests already paid by this user, as for ``cached``), each once per query;
-    private selection's delta comes with its noisy unit counts."""
+    statistic digests this user paid for and was released, as for ``cached``), each once per
+    query; private selection's delta comes with its noisy unit counts."""
     wanted = []
     for stage in stages:
         space = _space(stage, data_versions)

@@ -4,8 +4,8 @@ The engine's own text can name confidential values or objects, so it goes to the
 only; the analyst reads sqlsdc's words, the same whatever the engine said
 (:func:`engine_failure`). A timeout and a cancel are told apart from other failures, as the
 analyst can act on them (:func:`timeout_error`), and a statement stopped after its DP charge
-committed says that it was paid (:data:`PAID`). Used by :mod:`sqlsdc.guard.connection` and
-:mod:`sqlsdc.guard.context`.
+committed says that it was paid, and whether asking it again is (:data:`PAID`,
+:data:`KEPT`). Used by :mod:`sqlsdc.guard.connection` and :mod:`sqlsdc.guard.context`.
 """
 
 from __future__ import annotations
@@ -48,6 +48,14 @@ def engine_failure(failure: Exception, query_id: int | None) -> Error:
 
 
 PAID = (
-    "was charged to the privacy budget before it stopped: its statistics are paid, and asking "
-    "it again is not charged again"
+    "was charged to the privacy budget before it stopped, and its cells were not released: "
+    "asking it again is charged again"
 )
+"""A statement stopped after its charge and before its cells were cached: a statistic counts
+as paid for a later asking only once its cells are (else each asking computed them again for
+free, a fresh timing of the engine's work: red team s41b)."""
+KEPT = (
+    "was charged to the privacy budget before it stopped, and its cells were kept: asking it "
+    "again is not charged again"
+)
+"""A statement stopped after its cells were drawn, which were cached on their own."""

@@ -71,7 +71,10 @@ def run_protected(connection: Connection, engine: SparkEngine, sql: str, params=
         OperationalError: Spark failed (audited ``failed`` with Spark's message).
     """
     with connection._holding() as con:  # the file stays open (and this thread alone uses it)
-        return _run_protected(connection, con, engine, sql, params)
+        try:
+            return _run_protected(connection, con, engine, sql, params)
+        finally:
+            connection._settle_charged()  # cached, or stopped: others asking them price again
 
 
 def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, params):

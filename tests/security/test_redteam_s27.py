@@ -279,12 +279,12 @@ _KILLED_CHARGE = textwrap.dedent(
     from sqlsdc.catalog import budget
 
     where = sys.argv[2]
-    if where == "before-commit":  # inside the charge's transaction, the counter bumped
-        real = budget.insert_cells
+    if where == "before-commit":  # inside the charge's transaction, its row and entry written
+        real = budget.record_query
         def dying(*args, **kwargs):
             real(*args, **kwargs)
             os.kill(os.getpid(), signal.SIGKILL)
-        budget.insert_cells = dying
+        budget.record_query = dying
     else:  # committed, before the connection's state learns it
         def dying(self, *args, **kwargs):
             os.kill(os.getpid(), signal.SIGKILL)

@@ -41,6 +41,9 @@ What held is pinned below.
   the charge (nothing charged), 0.055-0.085 s after it (one row each, "asking it again is
   not charged again"), and each asked again answered once more with no second row; four
   threads of one user asking one statement at once were charged once, with one answer.
+  (Changed since, s41j: a statement stopped before its cells were drawn and cached is charged
+  again when asked again, as red team s41b found each such asking a free, fresh timing of
+  the engine's work; one stopped after its cells were drawn keeps them and is not.)
 - **Refusals before the charge.** Expressions that could fail on confidential values
   (overflowing products and sums, narrowing casts, data divisors), unbounded sums and private
   group keys without a domain are refused with nothing charged. The ``LIMIT 0`` key-type
@@ -112,12 +115,19 @@ def answer(db, sql: str) -> list[tuple]:
         con.close()
 
 
-@pytest.mark.parametrize("where", ["charge", "release"])
-def test_a_statement_stopped_after_its_charge_is_paid_once_and_answers_the_same_cells(
-    db, monkeypatch, where
+@pytest.mark.parametrize(
+    ("where", "said", "charges"),
+    [("charge", "its cells were not released: asking it again is charged again", 2),
+     ("release", "its cells were kept: asking it again is not charged again", 1)],
+)  # fmt: skip
+def test_a_statement_stopped_after_its_charge_is_paid_and_answers_the_same_cells(
+    db, monkeypatch, where, said, charges
 ):
-    """A cancel as the charge returns, or once the exact cells are computed: one ledger row;
-    asked again on the same connection, then on a fresh one: no second row, the same cells."""
+    """A cancel as the charge returns: nothing released, so the statement asked again is
+    charged again (red team s41b: a statistic counts as paid once its cells are cached, else
+    every asking computed them again for free); once the exact cells are computed and their
+    noise drawn: the cells are kept, and asking again is free. Either way, asked again on the
+    same connection, then on a fresh one: the same cells, no further row."""
     con = sqlsdc.connect(db, user="ana")
     real = getattr(dp_charge, where)
     armed = [True]
@@ -130,19 +140,21 @@ def test_a_statement_stopped_after_its_charge_is_paid_once_and_answers_the_same_
 
     monkeypatch.setattr(dp_charge, where, stopping)
     sql = BY_REGION.format(5)
-    with pytest.raises(sqlsdc.Error, match="asking it again is not charged again"):
+    with pytest.raises(sqlsdc.Error, match=said):
         con.execute(sql).fetchall()
     again = sorted(con.execute(sql).fetchall())
     con.close()
     assert answer(db, sql) == again
     ledger, audit = charges_and_entries(db)
-    assert len(ledger) == 1
+    assert len(ledger) == charges
     (decision, reason, _sql) = audit[ledger[0][0]]  # the cancelled statement's own entry
     assert decision == "refused" and reason.startswith("QueryCanceled")
 
 
 def test_concurrent_asks_of_one_user_are_charged_once(db):
-    """Four threads of one user ask one DP statement at once: one charge, one answer."""
+    """Four threads of one user ask one DP statement at once: one charge, one answer (the
+    others wait for the one that charged to cache its cells, :mod:`sqlsdc.guard.dp_in_flight`,
+    and are answered from the cache)."""
     import threading
 
     sql = BY_REGION.format(7)

@@ -25,11 +25,14 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      (nothing of it was cached: s37b's one-row against empty timing without GROUP BY); its
      outcome is now kept as a keyed stage's groups. Still computed again: a stage
      stopped by the timeout before its noise was drawn (s36d).
-- O  a stage stopped after its charge (the statement timeout, which a connection may
-     shorten, or a cancel) caches nothing: every later asking is free and reads the rows
-     again until one completes (timeout 0.02 s: charged and stopped; 0.05 s: stopped again,
-     free; 1 s: answered), so timeouts chosen by the analyst give censored timings of the
-     engine's work for one payment (s36d saw it for quantiles' draws). Strict xfail below.
+- W  a stage stopped after its charge (the statement timeout, which a connection may
+     shorten, or a cancel) caches nothing: every later asking was free and read the rows
+     again until one completed (timeout 0.02 s: charged and stopped; 0.05 s: stopped again,
+     free; 1 s: answered), so timeouts chosen by the analyst gave censored timings of the
+     engine's work for one payment (s36d saw it for quantiles' draws). Fixed (s41j): a
+     statistic counts as paid for a later asking only once its cells are cached, so each
+     such asking pays again (statements of one process asking it at once wait for the one
+     that charged it: ``guard/dp_in_flight.py``).
 - H  one cell identity over two populations: 1,232 WHERE clauses (random over 13-22 atoms
      with NULLs, NOT/AND/OR to depth 3, derived tables, CTEs, inner and LEFT joins with a
      public table; 43 refused) and 3-valued traps (``(a AND b) OR (a AND NOT b)`` is not
@@ -75,6 +78,7 @@ import itertools
 import json
 import random
 import shutil
+import threading
 from pathlib import Path
 
 import duckdb
@@ -417,22 +421,23 @@ def test_a_private_stage_without_keys_asked_again_reads_no_rows(visits_db, monke
     assert (first == []) == (where != "cost < 90")  # the small populations were dropped
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a stage stopped after its charge (statement timeout, which a connection may "
-    "shorten, or a cancel) caches nothing, so every later asking is free and runs the "
-    "exact cells again until one completes: censored timings of the engine's work for one "
-    "payment (measured: timeout 0.02 s charged and stopped, 0.05 s stopped again for free, "
-    "1 s answered). Closing it means completing and caching a paid computation whatever "
-    "stops its delivery, or charging again; a decision on the timeout's purpose",
-)
-def test_a_stage_stopped_after_its_charge_is_not_computed_again_for_free(visits_db, monkeypatch):
+@pytest.mark.parametrize(
+    "sql",
+    ["SELECT clinic, COUNT(*) FROM visits WHERE cost > 7 GROUP BY clinic",
+     "SELECT sex, SUM(income) FROM persons WHERE age < 31 GROUP BY sex"],
+    ids=["private", "public"],
+)  # fmt: skip
+def test_a_stage_stopped_after_its_charge_is_charged_again_when_asked_again(
+    visits_db, monkeypatch, sql
+):
     """The first asking is stopped while the engine computes the exact cells (DuckDB's
-    interrupt, as the statement timeout raises it), after the charge; the second asking is
-    free and must not read the rows again."""
+    interrupt, as the statement timeout raises it), after the charge: nothing of it was
+    cached, so its statistics do not count as paid, and the second asking pays again before
+    it reads the rows again (it was free, every asking a fresh timing until one completed).
+    Answered, the statistics are paid: the third asking reads no row and costs nothing, and
+    the cells are those another user is shown (the noise is a function of the cell)."""
     from sqlsdc.engines import duckdb as engine
 
-    sql = "SELECT clinic, COUNT(*) FROM visits WHERE cost > 7 GROUP BY clinic"
     texts, real, stopped = [], engine.run, []
 
     def run(con, text, *args, **kwargs):
@@ -444,12 +449,86 @@ def test_a_stage_stopped_after_its_charge_is_not_computed_again_for_free(visits_
         return real(con, text, *args, **kwargs)
 
     monkeypatch.setattr(engine, "run", run)
+    from test_dp_query import spend_rows
+
+    rows = spend_rows(visits_db, "ana")
     with sqlsdc.connect(visits_db, "ana") as con:
-        with pytest.raises(sqlsdc.OperationalError):
+        before = con.remaining_budget()[0].spent
+        with pytest.raises(sqlsdc.OperationalError, match="its cells were not released: asking "
+                           "it again is charged again"):  # fmt: skip
             con.execute(sql)
-        spent = con.remaining_budget()[0].spent
-        assert spent.epsilon > 0  # paid before it was stopped
+        once = con.remaining_budget()[0].spent
+    assert once.epsilon > before.epsilon  # paid before it was stopped
+    stopped_row = spend_rows(visits_db, "ana")[len(rows) :]
+    assert len(stopped_row) == 1 and stopped_row[0][3] == 0  # no cell cached
+    texts.clear()
+    with sqlsdc.connect(visits_db, "ana") as con:
+        first = sorted(con.execute(sql).fetchall())
+        assert texts  # computed again: paid again, at the same cost
+        twice = con.remaining_budget()[0].spent
+        assert twice.epsilon - once.epsilon == once.epsilon - before.epsilon
+        assert twice.delta - once.delta == once.delta - before.delta
         texts.clear()
-        con.execute(sql).fetchall()
-        assert con.remaining_budget()[0].spent == spent  # free
-    assert not texts  # fails: the rows are read again, a fresh timing
+        assert sorted(con.execute(sql).fetchall()) == first  # answered: paid from now on
+    with sqlsdc.connect(visits_db, "ana") as again:
+        assert sorted(again.execute(sql).fetchall()) == first
+        assert again.remaining_budget()[0].spent == twice
+    assert not texts
+    paid = spend_rows(visits_db, "ana")[len(rows) :]
+    assert len(paid) == 2 and paid[1][:3] == paid[0][:3] and paid[1][3] > 0
+    with sqlsdc.connect(visits_db, "bob") as bob:
+        assert sorted(bob.execute(sql).fetchall()) == first
+
+
+def test_an_asking_that_waited_for_a_stopped_one_pays_again(visits_db, monkeypatch):
+    """Two askings of one new statistic at once in one process: the second waits for the
+    first, which charged it, to settle (``guard/dp_in_flight.py``) and computes nothing
+    meanwhile; the first is stopped while computing the exact cells, so the second pays again
+    before it computes them (never free), and is answered with the cells another user sees."""
+    from test_dp_query import spend_rows
+
+    from sqlsdc.engines import duckdb as engine
+    from sqlsdc.guard import dp_in_flight
+
+    sql = "SELECT clinic, COUNT(*) FROM visits WHERE cost > 8 GROUP BY clinic"
+    real_run, real_wait = engine.run, dp_in_flight.wait
+    computing, waiting = threading.Event(), threading.Event()
+    runs: list[str] = []
+
+    def run(con, text, *args, **kwargs):
+        if "__rows" in text and not text.rstrip().endswith("LIMIT 0"):
+            runs.append(threading.current_thread().name)
+            if len(runs) == 1:  # the first asking, charged: stopped once the other waits
+                computing.set()
+                assert waiting.wait(60)
+                raise duckdb.InterruptException("INTERRUPT Error: Interrupted!")
+        return real_run(con, text, *args, **kwargs)
+
+    def wait(events, time_left):
+        waiting.set()
+        real_wait(events, time_left)
+
+    monkeypatch.setattr(engine, "run", run)
+    monkeypatch.setattr(dp_in_flight, "wait", wait)
+    rows = spend_rows(visits_db, "ana")
+    stopped: list[BaseException] = []
+
+    def first() -> None:
+        with sqlsdc.connect(visits_db, "ana") as con:
+            try:
+                con.execute(sql)
+            except sqlsdc.OperationalError as error:
+                stopped.append(error)
+
+    asking = threading.Thread(target=first, name="first")
+    asking.start()
+    assert computing.wait(60)
+    with sqlsdc.connect(visits_db, "ana") as con:
+        got = sorted(con.execute(sql).fetchall())
+    asking.join(60)
+    assert waiting.is_set() and len(stopped) == 1
+    assert runs == ["first", threading.current_thread().name]  # nothing computed while waiting
+    paid = spend_rows(visits_db, "ana")[len(rows) :]
+    assert len(paid) == 2 and paid[0][:3] == paid[1][:3] and paid[0][3] == 0 < paid[1][3]
+    with sqlsdc.connect(visits_db, "bob") as bob:
+        assert sorted(bob.execute(sql).fetchall()) == got
