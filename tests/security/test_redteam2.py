@@ -97,11 +97,11 @@ def test_known_valued_average_does_not_reveal_the_cell_key_and_an_exact_income(c
         "ORDER BY hash(municipality, age, sex, occupation) LIMIT 25"
     ).fetchall()
 
-    def invert(xhat: float, key: int, n: int) -> float:
+    def invert(xhat: float, key: int, n: int, nhat: int) -> float:
         lo, hi = 0.0, 3 * xhat + 10
         for _ in range(200):
             mid = (lo + hi) / 2
-            if perturb_magnitude(mid, [mid], key, n, magnitude, main) < xhat:
+            if perturb_magnitude(mid, [mid], key, n, magnitude, main, protected=nhat) < xhat:
                 lo = mid
             else:
                 hi = mid
@@ -123,7 +123,7 @@ def test_known_valued_average_does_not_reveal_the_cell_key_and_an_exact_income(c
             key = _cell_key_from_known_average(pt, avg_age, n, 5 * (n - 1) + a, max(a, 5))
             if key is None or n + _count_noise(pt, n, key) != nhat:
                 continue
-            x = invert(avg_income * n, magnitude_key(key, "sum:persons.income"), n)
+            x = invert(avg_income * n, magnitude_key(key, "sum:persons.income"), n, nhat)
             if abs(x * 100 - round(x * 100)) < 1e-3:
                 found.add(round(x, 2))
         exact += found == {income}
