@@ -22,8 +22,8 @@ from sqlsdc.engines.trees import nodes, of_kind
 from sqlsdc.errors import PolicyViolation, ProgrammingError, SqlSyntaxError
 from sqlsdc.guard.list_parameters import any_as_in, is_any_operand, is_list, listed
 from sqlsdc.planner.connectors import balance_connectors, depth
-from sqlsdc.planner.written import remember_names
 from sqlsdc.policy.model import DEFAULT_MAX_STATEMENT_CHARACTERS
+from sqlsdc.written import remember_names
 
 DIALECT = "duckdb"
 MAX_DEPTH = 150  # tree levels after balancing AND/OR chains; real queries stay far below
