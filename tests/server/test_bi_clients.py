@@ -254,13 +254,14 @@ def test_asyncpg_any_of_a_list_is_answered_as_the_in_list(server):
         try:
             sql = "SELECT COUNT(*) AS n FROM persons WHERE {}"
             listed = await con.fetchval(sql.format("region = ANY($1)"), ["R01", "R03"])
+            cast = await con.fetchval(sql.format("region = ANY($1::text[])"), ["R01", "R03"])
             written = await con.fetchval(sql.format("region IN ('R01', 'R03')"))
-            return listed, written
+            return listed, cast, written
         finally:
             await con.close()
 
-    listed, written = asyncio.run(ask())
-    assert int(listed) == written > 0
+    listed, cast, written = asyncio.run(ask())
+    assert int(listed) == int(cast) == written > 0  # $1::text[] described as text[]
 
 
 def test_psycopg2_and_pg8000_any_of_a_list_are_answered_as_the_in_list(server):
