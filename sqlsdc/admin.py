@@ -7,6 +7,8 @@ names a real administrator.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,19 +37,17 @@ def policy_checks() -> tuple[PolicyCheck, ...]:
     return refuse_pattern_differences, refuse_listed_files
 
 
-def admins(db: str | Path, *, policy: Policy | str | Path | None = None) -> list[str]:
+def admins(db: str | Path, *, policy: Policy | str | Path | None = None, con=None) -> list[str]:
     """The admins of the policy in force in ``db``: whom an admin command may act as (the CLI's
     ``--as``, by default the only one). A database without the catalog yet (``init``) has
-    those of ``policy``, the policy about to be applied; without it, that is not-found."""
+    those of ``policy``, the policy about to be applied; without it, that is not-found.
+    ``con``: a connection to ``db`` already open, read instead of opening another."""
     current = None
-    if Path(db).is_file():
-        con = engine.open_database(db, read_only=True)
-        try:
+    if con is not None or Path(db).is_file():
+        with _reading(db, con) as con:
             current = store.current_policy(con)
             if current is None and policy is None:
                 raise store.no_catalog(db, con)
-        finally:
-            con.close()
     elif policy is None:
         raise NotFoundError(f"database {db} does not exist")
     if current is not None:
@@ -55,6 +55,20 @@ def admins(db: str | Path, *, policy: Policy | str | Path | None = None) -> list
     elif not isinstance(policy, Policy):
         policy = load_policy(policy)
     return store.admin_names(policy)
+
+
+@contextmanager
+def _reading(db: str | Path, con=None) -> Iterator:
+    """``con`` if given (its opener closes it), else a read-only connection to ``db`` closed
+    on leaving: the CLI opens the database once, to find the acting admin and to answer."""
+    if con is not None:
+        yield con
+        return
+    con = engine.open_database(db, read_only=True)
+    try:
+        yield con
+    finally:
+        con.close()
 
 
 def init(db_path, policy, *, applied_by: str | None = None) -> ApplyReport:
@@ -112,22 +126,20 @@ def audit(
     limit: int = 50,
     since: datetime | None = None,
     until: datetime | None = None,
+    con=None,
 ) -> pd.DataFrame:
     """Audit entries, newest first in the order they were logged (read by an admin);
     ``since``/``until``: logged from (included) and before (excluded), in UTC.
 
     Columns: :data:`~sqlsdc.catalog.store.AUDIT_COLUMNS` and what the budget ledger charged
     each entry's query id (:data:`CHARGE_COLUMNS`: ε, ρ and δ as exact text, None where
-    nothing was charged)."""
-    con = engine.open_database(db, read_only=True)
-    try:
+    nothing was charged); ``con``: a connection to ``db`` already open (:func:`_reading`)."""
+    with _reading(db, con) as con:
         require_admin(con, user)
         entries = store.audit_entries(
             con, user=who, decision=decision, limit=limit, since=since, until=until
         )
         return _with_charges(con, entries, store.AUDIT_COLUMNS)
-    finally:
-        con.close()
 
 
 CHARGE_COLUMNS = ("epsilon", "rho", "delta")  # the budget an audit entry's query was charged
@@ -135,13 +147,13 @@ OUTPUT_COLUMNS = ("name", "method", "created_at", "created_by", "policy_version"
                   "sql_text")  # fmt: skip
 
 
-def outputs(db: str | Path, user: str) -> pd.DataFrame:
+def outputs(db: str | Path, user: str, *, con=None) -> pd.DataFrame:
     """The outputs of protection, anonymisation and synthesis jobs registered in ``db``
     (``sqlsdc.outputs``), oldest first (read by an admin): name, method, when, by whom, under
     which policy version, the query id of the job's audit entry (None for outputs stored
-    before jobs had one) and what the ledger charged it (:data:`CHARGE_COLUMNS`)."""
-    con = engine.open_database(db, read_only=True)
-    try:
+    before jobs had one) and what the ledger charged it (:data:`CHARGE_COLUMNS`); ``con``: a
+    connection to ``db`` already open (:func:`_reading`)."""
+    with _reading(db, con) as con:
         require_admin(con, user)
         kept = duckdb_schema.table_columns(con, store.S, "outputs")  # no query_id in older catalogs
         columns = [c if c in kept else f"NULL AS {c}" for c in OUTPUT_COLUMNS]
@@ -150,8 +162,6 @@ def outputs(db: str | Path, user: str) -> pd.DataFrame:
         ).fetchall()
         entries = [dict(zip(OUTPUT_COLUMNS, row, strict=True)) for row in rows]
         return _with_charges(con, entries, OUTPUT_COLUMNS)
-    finally:
-        con.close()
 
 
 def _with_charges(con, entries: list[dict], columns) -> pd.DataFrame:

@@ -219,6 +219,12 @@ BY_REGION = "SELECT region, sex, COUNT(*) AS n, AVG(income) AS a FROM persons WH
         ("sex = $s AND age = ANY($ages)", {"ages": [80, 81], "s": "M"},
          "sex = 'M' AND age IN (80, 81)"),
         ("NOT (region = ANY(?))", [["R01"]], "NOT region IN ('R01')"),
+        # a cast to an array type: the IN list of the values cast to its element type
+        ("region = ANY($1::text[])", [["R01", "R03"]], "region IN ('R01', 'R03')"),
+        ("age = ANY(CAST($1 AS INT[])) AND sex = $2", [["30", "31", None], "F"],
+         "age IN (30, 31, NULL) AND sex = 'F'"),
+        ("region = ANY($1::varchar[]) AND age = ANY($2 :: int [ ])", [["R02"], [40, 41]],
+         "region IN ('R02') AND age IN (40, 41)"),
     ],
 )  # fmt: skip
 def test_a_list_parameter_of_any_is_the_in_list_of_its_values(analyst, condition, params, written):
@@ -239,6 +245,21 @@ def test_a_list_parameter_of_any_is_the_in_list_of_its_values(analyst, condition
         ("region = ANY(?)", ["R01"], "ANY is not allowed"),  # no list: an array of text
         ("region = ANY(?)", [[]], "is empty"),
         ("region = ANY(?)", [[["R01"]]], "holds a list"),
+        # cast to an array type: the checks of its IN list, each value cast
+        ("age = ANY($1::text[])", [[30, 31]], "could raise an error"),  # not the cast's type
+        ("region = ANY($1::int[])", [[1, 2]], "could raise an error"),
+        ("age = ANY($1::int[])", [["30", "x"]], r"CAST\('x' AS INT\) raises an error"),
+        ("income = ANY($1::double[])", [[49455.39, 49455.4]], "class break"),
+        ("person_id = ANY($1::int[])", [[1, 2]], "identifier persons.person_id"),
+        ("region = ANY($1::text[])", [[["R01"]]], "holds a list"),
+        ("region = ANY($1::text[])", [[]], "is empty"),
+        ("region = ANY($1::text[][])", [["R01"]], "one-dimensional array of a plain type"),
+        ("region = ANY($1::text[2])", [["R01"]], "one-dimensional array of a plain type"),
+        ("region = ANY($1::STRUCT(a TEXT)[])", [["R01"]], "one-dimensional array of a plain"),
+        ("region = ANY(TRY_CAST($1 AS TEXT[]))", [["R01"]], "bound only as the values of"),
+        ("region = ANY($1::text)", [["R01"]], "bound only as the values of"),
+        ("region < ANY($1::text[])", [["R01"]], "bound only as the values of"),
+        ("region = ANY($1::text[])", ["{R01,R02}"], "ANY is not allowed"),  # text: no list
     ],
 )
 def test_a_list_parameter_is_checked_as_its_in_list_or_refused(analyst, condition, params, match):

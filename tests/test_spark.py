@@ -29,9 +29,16 @@ from sqlsdc.engines.duckdb import harden, open_database
 from sqlsdc.engines.duckdb_sql import to_sql
 from sqlsdc.engines.spark import ANSI, SparkEngine, normalise_types
 from sqlsdc.engines.spark_portable import PORTABLE_FUNCTIONS
-from sqlsdc.engines.spark_translate import check_portable, tables_read, to_spark_sql, view_name
+from sqlsdc.engines.spark_translate import (
+    check_portable,
+    read_as_duckdb,
+    tables_read,
+    to_spark_sql,
+    view_name,
+)
 from sqlsdc.errors import Error, NotSupportedError, OperationalError, ProgrammingError
 from sqlsdc.guard.spark import run_protected
+from sqlsdc.written import remember_names, written_name
 
 SparkError = pytest.importorskip(
     "pyspark.errors", reason="the Spark tests need the spark extra: pip install -e '.[spark]'"
@@ -648,6 +655,26 @@ def test_check_portable_names_the_function():
     with pytest.raises(NotSupportedError, match=r"function md5\(\) is not portable to Spark"):
         check_portable(parse("SELECT region, MIN(md5(region)) FROM persons GROUP BY 1"))
     check_portable(parse("SELECT region, COUNT(*) FROM persons GROUP BY region"))
+
+
+def test_spark_refusals_name_functions_as_the_statement_wrote_them(ckm_db):
+    """sqlglot reads ``substr`` as SUBSTRING; the engine re-reads the protected tree from its
+    SQL (no meta), and its refusal named ``substring()``, a function the analyst never wrote."""
+    sql = "SELECT substr(region, 1, 2) AS a, COUNT(*) FROM persons GROUP BY 1"
+    with sqlsdc.connect(ckm_db, "analyst") as con:
+        tree = con.explain(sql).tree
+    for check in (check_portable, to_spark_sql):
+        with pytest.raises(NotSupportedError, match=r"^function substr\(\) is not portable"):
+            check(tree)
+
+
+def test_read_as_duckdb_carries_only_unambiguous_written_names():
+    text = "SELECT substr(a, 1, 2), ceiling(b), substring(c, 1, 2), substr(c, 1, 2) FROM t"
+    tree = sqlglot.parse_one(text, read="duckdb")
+    remember_names(list(tree.walk()), text)
+    names = [written_name(n) for n in read_as_duckdb(tree).find_all(exp.Substring, exp.Ceil)]
+    # SUBSTRING(c, 1, 2) was written two ways: neither name is carried
+    assert sorted(map(str, names)) == ["None", "None", "ceiling", "substr"]
 
 
 def test_type_dependent_rewrites_need_the_schema():

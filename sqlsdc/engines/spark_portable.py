@@ -16,6 +16,7 @@ from collections.abc import Callable
 from sqlglot import exp
 
 from sqlsdc.errors import NotSupportedError
+from sqlsdc.written import written_name
 
 HASH_UDF = "sqlsdc_duckdb_hash"
 """DuckDB's ``hash`` on Spark: the Arrow UDF each
@@ -295,8 +296,8 @@ def has_star(select: exp.Expr) -> bool:
 
 
 def _describe(node: exp.Expr) -> str:
-    if isinstance(node, exp.Anonymous):
-        return f"function {node.name.lower()}()"
+    """The refused node, a function by the name the statement wrote (``substr``, not
+    sqlglot's ``substring``)."""
     if isinstance(node, exp.Func):
-        return f"function {node.sql_name().lower()}()"
+        return f"function {written_name(node) or node.sql_name().lower()}()"
     return f"{type(node).__name__.upper()} ({node.sql('duckdb')[:60]})"

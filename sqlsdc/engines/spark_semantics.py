@@ -87,6 +87,7 @@ from sqlsdc.engines.spark_types import (
     type_class,
 )
 from sqlsdc.errors import NotSupportedError
+from sqlsdc.written import spelled_sql, written_name
 
 
 def keep_duckdb_semantics(tree: exp.Expr, types: Types) -> exp.Expr:
@@ -136,7 +137,7 @@ def _a(kind: str) -> str:
 
 def _refuse(node: exp.Expr, why: str) -> NotSupportedError:
     return NotSupportedError(
-        f"{node.sql('duckdb')[:80]} is not portable to Spark: {why}; run this query on DuckDB"
+        f"{spelled_sql(node)} is not portable to Spark: {why}; run this query on DuckDB"
     )
 
 
@@ -262,7 +263,7 @@ def _floor_or_ceil(node: exp.Floor | exp.Ceil, types: Types) -> exp.Expr:
     if kind in (INT, NULL):
         return _double(node.this)
     if kind != FLOAT:
-        raise _refuse(node, f"{node.sql_name()} of {_a(kind)}")
+        raise _refuse(node, f"{written_name(node) or node.sql_name()} of {_a(kind)}")
     integral = exp.GTE(this=exp.Abs(this=node.this.copy()), expression=exp.Literal.number(2**52))
     return exp.Case(ifs=[exp.If(this=integral, true=node.this.copy())], default=_double(node))
 

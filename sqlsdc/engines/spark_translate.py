@@ -35,6 +35,7 @@ from sqlsdc.engines.spark_portable import check_duckdb_tree, has_star, is_hash
 from sqlsdc.engines.spark_semantics import keep_duckdb_semantics
 from sqlsdc.engines.spark_types import DIALECT, Types, selected
 from sqlsdc.errors import NotSupportedError
+from sqlsdc.written import carry_names
 
 
 def to_spark_sql(
@@ -100,8 +101,9 @@ def _check_no_32_bit_floats(tree: exp.Expr, schema: Mapping[str, Mapping[str, st
 
 
 def read_as_duckdb(tree: exp.Expr) -> exp.Expr:
-    """A new tree parsed from the DuckDB SQL of ``tree``: what the DuckDB engine actually runs."""
-    return sqlglot.parse_one(tree.sql(dialect="duckdb"), read="duckdb")
+    """A new tree parsed from the DuckDB SQL of ``tree``: what the DuckDB engine actually runs;
+    its functions keep the names the statement wrote (refusals name them so)."""
+    return carry_names(tree, sqlglot.parse_one(tree.sql(dialect="duckdb"), read="duckdb"))
 
 
 def check_portable(tree: exp.Expr) -> None:

@@ -15,6 +15,14 @@ psycopg2 writes a list into the statement's text (``col = ANY(ARRAY['R01','R02']
 date ``'2020-01-02'::date``), and DuckDB's list literal ``['R01', 'R02']`` is the same node:
 an array of constants (no column, subquery, aggregate or window) under ``x = ANY(...)`` is
 rewritten the same way (:func:`arrays_as_in`); its length is the statement's.
+
+A driver that sends the list untyped names its type in a cast, ``x = ANY($1::text[])`` or
+``x = ANY(CAST($1 AS INT[]))`` (the server then reads the parameter as an array of that
+element type, :func:`sqlsdc.server.session.parameter_types`): the list is the IN list of its
+literals each cast to the element type, ``x IN (CAST(30 AS TEXT), ...)``, so a value of another
+type than the cast, or one the cast cannot convert, meets the checks of that IN list written
+out. Only a plain cast to a one-dimensional array of a scalar type: ``int[][]``, a fixed size
+``int[3]``, ``STRUCT(...)[]`` or ``TRY_CAST`` are refused.
 """
 
 from __future__ import annotations
@@ -36,19 +44,48 @@ def is_list(value) -> bool:
 
 
 def is_any_operand(placeholder: exp.Expr) -> bool:
-    """Whether ``placeholder`` is the operand of ``x = ANY(placeholder)``."""
+    """Whether ``placeholder`` is the operand of ``x = ANY(placeholder)``, or of
+    ``x = ANY(CAST(placeholder AS T[]))`` (:func:`array_cast`)."""
     operand = placeholder.parent
+    if array_cast(placeholder) is not None:
+        operand = operand.parent
     if isinstance(operand, exp.Paren):
         operand = operand.parent
     return isinstance(operand, exp.Any) and _compared(operand) is not None
 
 
+def array_cast(placeholder: exp.Expr) -> exp.Cast | None:
+    """The ``CAST(placeholder AS <array type>)`` right above ``placeholder``, else None."""
+    cast = placeholder.parent
+    if type(cast) is exp.Cast and cast.this is placeholder and cast.to.is_type("array"):
+        return cast
+    return None
+
+
+def _element_type(cast: exp.Cast) -> exp.DataType:
+    """The element type of ``cast``'s array type: one dimension of a scalar type only."""
+    array = cast.to
+    element = array.expressions[0] if len(array.expressions) == 1 else None
+    if element is None or array.args.get("values") or element.args.get("nested"):
+        raise ProgrammingError(
+            f"a list parameter of = ANY(...) is cast to {array.sql('duckdb')}; cast it to a "
+            "one-dimensional array of a plain type (text[], int[], date[] ...)"
+        )
+    return element
+
+
 def listed(
-    values, literal: Callable[[object], exp.Expr], sql: str | None, max_length: int
+    values,
+    literal: Callable[[object], exp.Expr],
+    sql: str | None,
+    max_length: int,
+    cast: exp.Cast | None = None,
 ) -> exp.Tuple:
-    """The literals of a list parameter's values, to be read by :func:`any_as_in`. A list
-    that cannot fit ``max_length`` written out (a value and ``, `` take three characters at
-    least) is refused before its literals are made."""
+    """The literals of a list parameter's values, to be read by :func:`any_as_in`, each cast
+    to the element type of ``cast`` (the parameter's :func:`array_cast`) if there is one. A
+    list that cannot fit ``max_length`` written out (a value and ``, `` take three characters
+    at least) is refused before its literals are made."""
+    element = _element_type(cast) if cast is not None else None
     if len(sql or "") + 3 * len(values) > max_length:
         raise _too_long(len(sql or "") + 3 * len(values), max_length, sql)
     if not values:
@@ -59,7 +96,10 @@ def listed(
     for value in values:
         if isinstance(value, LIST_TYPES):
             raise ProgrammingError("a list parameter of = ANY(...) holds a list; pass values")
-    return exp.Tuple(expressions=[literal(v) for v in values])
+    literals = [literal(v) for v in values]
+    if element is not None:
+        literals = [exp.Cast(this=v, to=element.copy()) for v in literals]
+    return exp.Tuple(expressions=literals)
 
 
 def any_as_in(bound: list[exp.Tuple], sql: str | None, max_length: int) -> None:
@@ -72,7 +112,9 @@ def any_as_in(bound: list[exp.Tuple], sql: str | None, max_length: int) -> None:
     if length > max_length:
         raise _too_long(length, max_length, sql)
     for values in bound:
-        operand = values.parent.parent if isinstance(values.parent, exp.Paren) else values.parent
+        operand = values.parent.parent if type(values.parent) is exp.Cast else values.parent
+        if isinstance(operand, exp.Paren):
+            operand = operand.parent
         comparison = _compared(operand)
         comparison.replace(exp.In(this=comparison.this, expressions=values.expressions))
 

@@ -20,10 +20,10 @@ from sqlglot.tokens import TokenType
 
 from sqlsdc.engines.trees import nodes, of_kind
 from sqlsdc.errors import PolicyViolation, ProgrammingError, SqlSyntaxError
-from sqlsdc.guard.list_parameters import any_as_in, is_any_operand, is_list, listed
+from sqlsdc.guard.list_parameters import any_as_in, array_cast, is_any_operand, is_list, listed
 from sqlsdc.planner.connectors import balance_connectors, depth
-from sqlsdc.planner.written import remember_names
 from sqlsdc.policy.model import DEFAULT_MAX_STATEMENT_CHARACTERS
+from sqlsdc.written import remember_names
 
 DIALECT = "duckdb"
 MAX_DEPTH = 150  # tree levels after balancing AND/OR chains; real queries stay far below
@@ -300,7 +300,7 @@ def bind_parameters(
         if isinstance(node, (exp.Placeholder, exp.Parameter)):
             value = value_for(node)
             if is_list(value) and is_any_operand(node):
-                bound.append(listed(value, literal, sql, max_length))
+                bound.append(listed(value, literal, sql, max_length, array_cast(node)))
                 return bound[-1]
             return literal(value)
         return node

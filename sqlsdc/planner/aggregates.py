@@ -25,8 +25,8 @@ from sqlsdc.planner.scopes import (
     unwrap,
 )
 from sqlsdc.planner.totality import NUMERIC, family, wide_exact
-from sqlsdc.planner.written import written_name
 from sqlsdc.policy import AggregateKind, ColumnRole, Method
+from sqlsdc.written import written_name
 
 
 class AggregateChecks:

@@ -10,7 +10,7 @@ import re
 
 from sqlglot import exp
 
-from sqlsdc.planner.written import written_name
+from sqlsdc.written import written_name
 
 STRUCTURE = (
     exp.Select,
@@ -154,7 +154,7 @@ RESERVED_PREFIX = "__"
 
 def describe(node: exp.Expr) -> str:
     """A user-facing name for a node: the SQL keyword or function name (a function's as the
-    statement wrote it, :mod:`sqlsdc.planner.written`)."""
+    statement wrote it, :mod:`sqlsdc.written`)."""
     if isinstance(node, exp.Anonymous):
         return f"function {node.name}()"
     if (written := written_name(node)) is not None:

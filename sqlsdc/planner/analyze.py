@@ -51,8 +51,8 @@ from sqlsdc.planner.scopes import (
     unwrap,
 )
 from sqlsdc.planner.total_checks import TotalityChecks
-from sqlsdc.planner.written import spelled_sql
 from sqlsdc.policy import AggregateKind, ColumnRole, GroupKeys, Method, Policy
+from sqlsdc.written import spelled_sql
 
 
 def _name(name: str) -> str:

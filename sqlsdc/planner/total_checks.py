@@ -22,7 +22,7 @@ from sqlsdc.planner.totality import (
     partiality,
     set_operation_problem,
 )
-from sqlsdc.planner.written import spelled_sql
+from sqlsdc.written import spelled_sql
 
 
 class TotalityChecks:

@@ -22,7 +22,7 @@ from sqlglot import exp
 from sqlsdc.planner.allowlist import describe
 from sqlsdc.planner.exact_mixing import DERIVED, mixing
 from sqlsdc.planner.temporal_parts import TIMES, extract_problem, strftime_problem
-from sqlsdc.planner.written import written_name
+from sqlsdc.written import written_name
 
 DIALECT = "duckdb"
 T = exp.DataType.Type

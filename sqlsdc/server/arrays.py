@@ -28,6 +28,7 @@ ELEMENTS = {  # array type OID -> element type OID (pg_type's typelem)
     1185: 1184,  # timestamptz
 }
 
+ARRAY_OF = {element: array for array, element in ELEMENTS.items()}  # element OID -> array OID
 TEXT_ARRAY = 1009
 
 Reader = Callable[[bytes | None, int, bool], object]  # (data, element OID, binary) -> value

@@ -76,8 +76,11 @@ _NOT_CODE = re.compile(
 """String literals, quoted names and comments, an unclosed one to the end (so that a text of
 many unclosed ``/*`` is read once, not once per ``/*``): a ``$1`` inside them is no parameter."""
 _CAST = re.compile(
-    r"\$(\d{1,5})\s*::\s*([a-z0-9_]+)|cast\s*\(\s*\$(\d{1,5})\s+as\s+([a-z0-9_]+)", re.I
+    r"\$(\d{1,5})\s*::\s*([a-z0-9_]+)(\s*\[\s*\])?"
+    r"|cast\s*\(\s*\$(\d{1,5})\s+as\s+([a-z0-9_]+)(\s*\[\s*\])?",
+    re.I,
 )
+"""``$n::type`` and ``CAST($n AS type)``, ``type[]`` an array of it (a list for ``= ANY``)."""
 _ANY = re.compile(r"=\s*+any\s*+\(\s*+\$(\d{1,5})\s*+\)", re.I)
 """``= ANY($n)``: PostgreSQL types an untyped ``$n`` there as an array of text, as psycopg
 sends a list of str (``col = ANY(%s)``)."""
@@ -173,16 +176,17 @@ def _answer_bytes(answer: CatalogAnswer | None) -> int:
 
 def parameter_types(sql: str, given: tuple[int, ...]) -> tuple[int, ...]:
     """Types of ``$1 .. $n``: as the client gave them, else from a cast in the statement
-    (``$1::int``, ``CAST($1 AS date)``), else an array of text in ``= ANY($n)``, else text
-    (the guard converts text as DuckDB does)."""
+    (``$1::int``, ``CAST($1 AS date)``, ``$1::text[]`` an array of text), else an array of
+    text in ``= ANY($n)``, else text (the guard converts text as DuckDB does)."""
     sql = _NOT_CODE.sub(" ", sql)  # WHERE code <> '$2' takes no parameter
     count = max([len(given), *(int(n) for n in _PARAMETER.findall(sql))])
     if count > MAX_PARAMETERS:
         raise ValueError(f"{count} parameters")
     cast = {}
     for match in _CAST.finditer(sql):
-        number, name = (match.group(1), match.group(2)) if match.group(1) else match.group(3, 4)
-        cast.setdefault(int(number), types.NAMES.get(name.lower(), types.TEXT))
+        number, name, array = match.group(1, 2, 3) if match.group(1) else match.group(4, 5, 6)
+        oid = types.NAMES.get(name.lower(), types.TEXT)
+        cast.setdefault(int(number), arrays.ARRAY_OF.get(oid, arrays.TEXT_ARRAY) if array else oid)
     for match in _ANY.finditer(sql):
         cast.setdefault(int(match.group(1)), arrays.TEXT_ARRAY)
     return tuple(

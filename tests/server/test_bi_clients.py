@@ -209,6 +209,9 @@ def test_a_cursor_over_a_dp_query_is_charged_once_when_declared(dp_server):
          "age IN (30, 31, NULL) AND sex = 'F'"),
         ("age = ANY(%b)", [[30, 31]], "age IN (30, 31)"),
         ("region = ANY(%b)", [["R01", 'a "b", {c}']], "region IN ('R01', 'a \"b\", {c}')"),
+        # an untyped list typed by its cast: read as an array of the cast's element type
+        ("region = ANY(%s::text[])", [["R01", None, "R03"]], "region IN ('R01', NULL, 'R03')"),
+        ("age = ANY(CAST(%s AS INT[]))", [["30", "31"]], "age IN (30, 31)"),
     ],
 )  # fmt: skip
 def test_psycopg_any_of_a_list_is_answered_as_the_in_list(server, sql, params, written):
@@ -217,6 +220,25 @@ def test_psycopg_any_of_a_list_is_answered_as_the_in_list(server, sql, params, w
         answered = _rows(con, query.format(sql), params)
         assert answered == _rows(con, query.format(written))
     assert len(answered) > 0
+
+
+@pytest.mark.parametrize(
+    ("sql", "params", "error"),
+    [
+        ("age = ANY(%s::int[])", [["30", "x"]], "InvalidTextRepresentation"),  # not an int
+        ("region = ANY(%s::text[])", [[["R01"], ["R02"]]], "InvalidTextRepresentation"),
+        ("region = ANY(%s::text[][])", [["R01"]], "one-dimensional array of a plain type"),
+        ("age = ANY(%s::text[])", [["30"]], "could raise an error"),  # text against an int
+    ],
+)
+def test_psycopg_any_of_a_cast_list_is_refused_where_its_in_list_would_be(
+    server, sql, params, error
+):
+    query = "SELECT region, COUNT(*) AS n FROM persons WHERE {} GROUP BY region"
+    with psycopg.connect(server.dsn(), autocommit=True) as con:
+        with pytest.raises(psycopg.Error) as refused:
+            _rows(con, query.format(sql), params)
+    assert error in type(refused.value).__name__ or error in str(refused.value)
 
 
 def test_asyncpg_any_of_a_list_is_answered_as_the_in_list(server):
@@ -232,13 +254,14 @@ def test_asyncpg_any_of_a_list_is_answered_as_the_in_list(server):
         try:
             sql = "SELECT COUNT(*) AS n FROM persons WHERE {}"
             listed = await con.fetchval(sql.format("region = ANY($1)"), ["R01", "R03"])
+            cast = await con.fetchval(sql.format("region = ANY($1::text[])"), ["R01", "R03"])
             written = await con.fetchval(sql.format("region IN ('R01', 'R03')"))
-            return listed, written
+            return listed, cast, written
         finally:
             await con.close()
 
-    listed, written = asyncio.run(ask())
-    assert int(listed) == written > 0
+    listed, cast, written = asyncio.run(ask())
+    assert int(listed) == int(cast) == written > 0  # $1::text[] described as text[]
 
 
 def test_psycopg2_and_pg8000_any_of_a_list_are_answered_as_the_in_list(server):

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sqlsdc.server import codec, types
+from sqlsdc.server import arrays, codec, types
 from sqlsdc.server.codec import ProtocolError, Reader
 from sqlsdc.server.session import parameter_types
 
@@ -157,3 +157,11 @@ def test_parameter_types_from_the_client_then_casts_then_text():
     assert parameter_types("SELECT $1, $2::int, CAST($3 AS date)", (types.INT8,)) == (
         types.INT8, types.INT4, types.DATE)  # fmt: skip
     assert parameter_types("SELECT 1", ()) == ()
+
+
+def test_parameter_types_of_array_casts_are_arrays_of_their_elements():
+    sql = "WHERE a = ANY($1::text[]) AND b = ANY(CAST($2 AS INT [ ])) AND c = ANY($3::date[])"
+    assert parameter_types(sql, ()) == (1009, 1007, 1182)  # text[], int4[], date[]
+    assert parameter_types("WHERE a = ANY($1::interval[])", ()) == (arrays.TEXT_ARRAY,)
+    assert parameter_types("WHERE a = ANY($1::text[]) AND b = $2::text", (types.INT8,)) == (
+        types.INT8, types.TEXT)  # fmt: skip

@@ -6,7 +6,10 @@ becomes a ``CAST``, ``nvl`` and ``ifnull`` ``COALESCE``, ``string_agg`` and ``gr
 named a function the analyst never wrote. So the parse step records, on each function node,
 the name as written: from the position sqlglot keeps of the name's token, or, for the few
 spellings it parses without one, from the statement's text when exactly one of their names
-is called there. Messages name the function by it (:func:`written_name`).
+is called there. Messages name the function by it (:func:`written_name`), the guard's and the
+Spark engine's alike: the engine re-reads a protected tree from its SQL, and
+:func:`carry_names` gives the copy the names of the nodes it was printed from (a module of its
+own, below both the planner and the engines, which may not import the planner).
 """
 
 from __future__ import annotations
@@ -54,6 +57,23 @@ def _one_called(names: tuple[str, ...], text: str) -> str | None:
         for m in re.finditer(rf"\b({'|'.join(names)})\s*\(", text, flags=re.IGNORECASE)
     }
     return found.pop() if len(found) == 1 else None
+
+
+def carry_names(source: exp.Expr, reread: exp.Expr) -> exp.Expr:
+    """``reread``, a tree parsed from ``source``'s DuckDB SQL (which keeps no meta), with the
+    written names of ``source``'s functions on its nodes that print as they do (a name is
+    carried only where the nodes printing alike were written alike). Returns ``reread``."""
+    kinds = {type(n) for n in source.walk() if isinstance(n, exp.Func) and n.meta.get(WRITTEN)}
+    named: dict[tuple[type, str], set[str | None]] = {}  # a node unnamed counts as None
+    for tree in (source, reread):
+        for node in tree.walk() if kinds else ():
+            if type(node) in kinds:
+                key = (type(node), node.sql("duckdb"))
+                if tree is source:
+                    named.setdefault(key, set()).add(node.meta.get(WRITTEN))
+                elif len(names := named.get(key, ())) == 1 and None not in names:
+                    node.meta[WRITTEN] = next(iter(names))
+    return reread
 
 
 def written_name(node: exp.Expr) -> str | None:
