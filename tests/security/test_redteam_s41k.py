@@ -38,6 +38,7 @@ fails "in the engine" (``replaced_sides._replaced_values`` reads the dropped tab
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
@@ -132,3 +133,20 @@ def test_the_cells_a_stopped_statement_kept_are_counted_on_its_charge(dp_db, mon
         con.close()
     answered, kept = _cells_on_the_ledger(dp_db)
     assert answered > 0 and kept == answered
+
+
+INCOMES = (
+    "SELECT region, education, SUM(income) FROM persons WHERE age >= 85 GROUP BY region, education"
+)
+
+
+def test_a_rounding_of_a_sum_at_the_least_base_leaves_no_cell_nearer_a_bound(jobs_db):
+    """Before: stored at the least base the rules' levels allowed (223,060), with one of the 4
+    sensitive cells rounded down far enough that ``R + base`` lay 0.67 of its level above its
+    value. Twice the largest level keeps every sensitive cell's levels inside."""
+    with pytest.raises(TabularError, match=r"round to a base of ([\d,]+) or more") as small:
+        round_query(jobs_db, "admin", INCOMES, into="x", base=5)
+    least = int(re.search(r"base of ([\d,]+)", str(small.value)).group(1).replace(",", ""))
+    with pytest.raises(TabularError, match="closer than their protection level"):
+        round_query(jobs_db, "admin", INCOMES, into="x", base=least)
+    round_query(jobs_db, "admin", INCOMES, into="x", base=2 * least)
