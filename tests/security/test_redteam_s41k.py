@@ -12,6 +12,13 @@ Found, and closed:
   bases 3 and 4 left 196 candidate counts where base 3 alone left 225; bases 3, 4, 5 and 7
   left 184 (one cell exact). Earlier versions, which their readers keep, are now checked as
   the current outputs are (``refusals._refuse_earlier_protection``).
+* **a rounding of a sum at a base just above the levels**: the base check (s41a) makes the
+  interval (R - base, R + base) wide enough, not well placed: a controlled rounding may move a
+  cell by most of the base. At the least base allowed, 1 of 4 sensitive cells of incomes of
+  everyone aged 85+ by region x education had R + base 0.67 of its level above its value;
+  R01's 94-year-olds by municipality x sex: 5 cells (1 at twice the base). Such a rounding is
+  refused now (``adjust._refuse_narrow_intervals``); a rounding with protection constraints
+  would be the lasting fix.
 * **cells a stopped DP statement kept were counted on no ledger row**: ``_keep_released``
   cached them without the charge, whose row said 0 cells; the next asking releases them and
   charges nothing. The charge's row now counts them (an audit gap, not a leak).
