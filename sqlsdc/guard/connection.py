@@ -436,11 +436,12 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
                     reason=str(failure),
                     fingerprint=query.fingerprint,
                 )
-                kept = self._keep_released(noisy, query_id)
+                kept = self._keep_released(noisy, query_id, paid)
                 raise self._said_paid(engine_failure(failure, query_id), query_id, kept) from None
             except Error as refusal:
                 engine.rollback(con)
-                kept = self._keep_released(noisy, self._audit_refusal(query_id, sql, refusal))
+                kept = self._keep_released(noisy, self._audit_refusal(query_id, sql, refusal),
+                                           paid)  # fmt: skip
                 self._said_paid(refusal, query_id, kept)
                 raise
             except BaseException as bug:  # a bug, or Ctrl-C after a charge: audited all the same

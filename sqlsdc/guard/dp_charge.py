@@ -59,7 +59,9 @@ def read_secret(con) -> bytes:
 class DpCharging:
     """Charge, draw and cache the noisy cells of a statement's DP aggregations."""
 
-    def _keep_released(self, noisy: DpRelease | None, query_id: int | None) -> bool:
+    def _keep_released(
+        self, noisy: DpRelease | None, query_id: int | None, paid: Charge | None = None
+    ) -> bool:
         """Best effort, after an answer that failed once its DP cells were drawn (an answer
         over the byte cap, the timeout): cache the cells, the groups private selections
         released and the statistics the charge paid for, which the answer's transaction did
@@ -67,7 +69,9 @@ class DpCharging:
         is answered from the cache without its exact cells: else an answer made to fail each
         time (a long literal beside the cells) computed them at every asking, timed for free
         (red team s37b). Not kept, the next asking pays again. The values are those any
-        asking draws (the noise is a function of the cell)."""
+        asking draws (the noise is a function of the cell). ``paid``'s ledger row counts the
+        cells kept, as an answered statement's counts its cells: the next asking, which
+        releases them, charges nothing (red team s41k: they were counted nowhere)."""
         if noisy is None or not self._dp_noise or query_id is None:
             return False
         if not (noisy.cells or noisy.releases or noisy.statistics):
@@ -76,7 +80,7 @@ class DpCharging:
         try:
             con.execute(engine.parsed("BEGIN TRANSACTION"))
             cache_cells(con, user=self.user, policy_version=self._context.policy_version,
-                        query_id=query_id, cells=noisy.cells, again=True,
+                        query_id=query_id, cells=noisy.cells, paid_by=paid, again=True,
                         releases=noisy.releases, statistics=noisy.statistics)  # fmt: skip
             con.execute(engine.parsed("COMMIT"))
             return True

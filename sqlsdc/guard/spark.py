@@ -87,7 +87,7 @@ def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, p
         fingerprint = query.fingerprint if query is not None else None
         store.record_query(con, query_id, user, version, decision, sql,
                            reason=store.audit_reason(error), fingerprint=fingerprint)  # fmt: skip
-        connection._keep_released(noisy, query_id)  # drawn, paid: not computed again
+        connection._keep_released(noisy, query_id, paid)  # drawn, paid: not computed again
 
     try:
         query = connection.explain(sql, params)

@@ -4,7 +4,8 @@ suppression pattern would differ from the exact outputs already stored by a few 
 :func:`refuse_job` runs them in order on a parsed job: a table the policy protects by DP
 (:func:`dp_table_refusal`, shared with the other jobs), SQL that reads another confidential
 table, cells another job's output already releases protected another way
-(:func:`_refuse_second_protection`), populations that differ from an exact release by a few
+(:func:`_refuse_second_protection`) or a version of one replaced or dropped since
+(:func:`_refuse_earlier_protection`), populations that differ from an exact release by a few
 units (:func:`~sqlsdc.jobs.differencing.refuse_small_differences` over
 :func:`_exact_releases`), cells of the live suppression pattern
 (:func:`~sqlsdc.jobs.live_cells.refuse_live_cells`; its grand total excepted when the
@@ -30,6 +31,7 @@ from sqlsdc.jobs.live_total import public_grand_total, stored_total_published
 from sqlsdc.jobs.record_files import opaque_files, opaque_refusal, stored_files
 from sqlsdc.jobs.session import OUTPUT_SCHEMA
 from sqlsdc.jobs.stored_tables import (
+    earlier_versions_of_the_same_cells,
     exact_method,
     exact_tables,
     outputs_of_the_same_cells,
@@ -60,6 +62,7 @@ def refuse_job(
     _refuse_dp_table(policy, spec, method)
     _refuse_other_tables(policy, sql, spec)
     _refuse_second_protection(con, policy, spec, into, method)
+    _refuse_earlier_protection(con, policy, spec, into, method, base)
     if exact_method(method, spec):
         refuse_small_differences(con, policy, spec, _exact_releases(con, policy, spec))
     if method == "suppress" and spec.measure is not None:  # its units' counts are published too
@@ -170,6 +173,48 @@ def _refuse_second_protection(con, policy: Policy, spec: JobSpec, into: str, met
             f"population, or protect these cells with {theirs} (`--into "
             f"{name.split('.', 1)[1]} --replace` replaces that table)"
         )
+
+
+def _refuse_earlier_protection(
+    con, policy: Policy, spec: JobSpec, into: str, method: str, base: int | None
+) -> None:
+    """Refuse a job whose cells a version of an output replaced or dropped since released
+    protected another way (:func:`_refuse_second_protection`'s rule: its readers keep it), or,
+    a rounding of its own name, to another base (:func:`_refuse_another_base`'s rule).
+
+    Red team s41k: a rounding to base 3 of a count table, replaced under its name by one of
+    another population (or its table dropped), then the same table rounded to base 5 under
+    another name, was stored: the current outputs shared no cell, and readers of both held
+    every cell rounded to base 3 and to base 5."""
+    own = f"{OUTPUT_SCHEMA}.{into}"
+    for version, alike in earlier_versions_of_the_same_cells(con, policy, spec):
+        if version.method == method and method == "suppress" and alike:
+            continue
+        if version.method == method and version.name.lower() == own.lower():
+            before = _base_of(version.report) if method == "round" else base
+            if before == base:  # a rounding whose base its report does not name: refused
+                continue
+            raise TabularError(
+                f"{version.label} released these cells rounded to base {before}; a rounding "
+                f"of them to base {base} would give its readers a cell's two roundings, which "
+                f"leave only the values both allow. Round to base {before}, or tabulate "
+                "another population"
+            )
+        raise TabularError(
+            f"{version.label} released these cells ({spec.table}, the same aggregate over the "
+            f"same units or rows), protected by method {version.method}; its readers keep it, "
+            f"and this job (method {method}) would release them protected a second way, which a "
+            "reader of both could combine to narrow the values they protect. Tabulate another "
+            f"population, or protect these cells with {version.method} under its name"
+        )
+
+
+def _base_of(report: str | None) -> int | None:
+    """The base a rounding's stored report names, or None."""
+    try:
+        return json.loads(report).get("details", {}).get("base")
+    except (TypeError, ValueError, AttributeError):
+        return None
 
 
 def _refuse_another_base(con, into: str, base: int) -> None:

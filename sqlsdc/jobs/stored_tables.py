@@ -63,6 +63,28 @@ def outputs_of_the_same_cells(
     return found
 
 
+def earlier_versions_of_the_same_cells(con, policy: Policy, spec: JobSpec) -> list[tuple]:
+    """``(Version, same rows)`` of the tabular job outputs replaced or dropped since
+    (:func:`~sqlsdc.jobs.output_history.earlier_versions`: their readers keep them) that share
+    cells with a job of ``spec``, as :func:`outputs_of_the_same_cells` finds the current ones
+    (red team s41k: a rounding to base 3 replaced by one of another population, or dropped,
+    then the same cells rounded to base 5 under another name, left readers both roundings)."""
+    found = []
+    for version in earlier_versions(con):
+        if version.method not in TABULAR_METHODS:
+            continue
+        try:
+            theirs = parse_job(version.sql, policy, stored=True)
+        except (TabularError, SqlSyntaxError):  # a table or column the policy no longer declares
+            continue
+        if _shape(theirs) != _shape(spec):
+            continue
+        alike = same_rows(con, spec.table, theirs.where, spec.where)
+        if alike or _share_a_cell(con, theirs, spec):
+            found.append((version, alike))
+    return found
+
+
 def pattern_label(table: str) -> str:
     return f"the suppression pattern of {table}"
 

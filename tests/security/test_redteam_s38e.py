@@ -546,7 +546,9 @@ def test_a_job_next_to_a_replaced_job(jobs_demo_db):
     protect_query(jobs_demo_db, "admin", "SELECT region, education, COUNT(*) FROM persons WHERE "
                   "age >= 60 GROUP BY region, education", into="aged_85", replace=True,
                   rules=[FrequencyRule(5)])  # fmt: skip
-    with pytest.raises(TabularError, match="differ by only"):
+    # the first version shares cells with the 84+ table (those without a person aged 84): a
+    # second protection of them beside a version its readers keep (red team s41k)
+    with pytest.raises(TabularError, match="differ by only|as job 1 stored it released these"):
         _aged(jobs_demo_db, 84)
 
 
