@@ -40,8 +40,9 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
 - H  ``= ANY(?)``: a repr-spoofing float subclass (spelled as the class break 100000, bound
      as 14786.77) ran as the value its check was cached with (the literal is the cached one);
      ``[None]``, ``[1.5]``, ``[2**70]``, ``[nan]``, ``Decimal`` answer as the IN list; ``<> ALL``,
-     ``!= ANY``, ``< ANY``, ``?::TEXT[]`` of a number column, nested or unconvertible casts, a list outside ``= ANY`` refused; server arrays: a
-     short or overlong binary array is a 22P02 error (``struct.error`` caught).
+     ``!= ANY``, ``< ANY``, ``?::TEXT[]`` of a number column, nested or unconvertible casts,
+     a list outside ``= ANY`` refused; server arrays: a short or overlong binary array is a
+     22P02 error (``struct.error`` caught).
 """
 
 from __future__ import annotations
