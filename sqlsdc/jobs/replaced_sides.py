@@ -183,6 +183,19 @@ def _replaced_values(job, table: Table) -> np.ndarray | None:
     ).fetchall()
     if not known:
         return None
+    present = con.execute(
+        "SELECT 1 FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND schema_name = ? AND table_name = ?",
+        [OUTPUT_SCHEMA, job.into],
+    ).fetchall()
+    if not present:
+        raise TabularError(
+            f"{OUTPUT_SCHEMA}.{job.into} is listed as an output but its table is missing "
+            "(dropped outside sqlsdc?): a replacement keeps the cells its readers hold on "
+            "their side, and they cannot be read; store the job under another name (the "
+            f"earlier version's cells are still checked), or restore {OUTPUT_SCHEMA}."
+            f"{job.into} from a backup"
+        )
     frame = con.sql(f'SELECT * FROM {OUTPUT_SCHEMA}."{job.into}"').df()
     dims = list(table.dims)
     theirs = [c for c in frame.columns if c not in {"value", *_FLAGS}]

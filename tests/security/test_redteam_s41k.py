@@ -38,9 +38,10 @@ with a finding, no difference (``tests/jobs/test_uncovered_parts.py``). A roundi
 after 12 one-person changes, every change known to the reader: 7.7 of 9 candidate counts per
 cell left on average, none exact, the truth always among them.
 
-Noticed, not fixed: a job stored under the name of an output whose table an admin dropped
-fails "in the engine" (``replaced_sides._replaced_values`` reads the dropped table because
-``sqlsdc.outputs`` still names it): nothing is stored, but the message blames the job's SQL.
+Noticed (fixed by the lead): a job stored under the name of an output whose table an admin
+dropped failed "in the engine" (``replaced_sides._replaced_values`` read the dropped table
+because ``sqlsdc.outputs`` still names it): nothing was stored, but the message blamed the
+job's SQL; it now says the output's table is missing and what to do.
 """
 
 from __future__ import annotations
@@ -157,3 +158,14 @@ def test_a_rounding_of_a_sum_at_the_least_base_leaves_no_cell_nearer_a_bound(job
     with pytest.raises(TabularError, match="closer than their protection level"):
         round_query(jobs_db, "admin", INCOMES, into="x", base=least)
     round_query(jobs_db, "admin", INCOMES, into="x", base=2 * least)
+
+
+def test_a_job_under_the_name_of_a_dropped_output_says_so(jobs_db):
+    """The output's table dropped by an admin while ``sqlsdc.outputs`` still lists it: the
+    replacement cannot read the values its readers hold (their sides), so it is refused with
+    what happened and what to do (before: "failed in the engine", blaming the job's SQL)."""
+    round_query(jobs_db, "admin", OLD, into="r", base=3)
+    _drop(jobs_db, "r")
+    with pytest.raises(TabularError, match=r"protected\.r is listed as an output but its table "
+                                           "is missing"):  # fmt: skip
+        round_query(jobs_db, "admin", OLD, into="r", base=3, replace=True)
