@@ -16,6 +16,8 @@ Tables:
     output_versions every version of those tables ever stored: its definition and report
     job_cells       the value each cell of a CTA, IPF or rounding job was last published with, per
                     job name and canonical population (its readers keep every version)
+    job_units       each unit's inner cell and contribution in every version of a suppression
+                    job, per canonical population: what changed between two versions
     suppressions    per suppressed table: the fingerprint (data and settings) of its protected
                     universe ``suppressed__<table>``, when and under which policy it was made
     budget_events   privacy-budget grants and resets by administrators: who, when, why
@@ -155,6 +157,15 @@ DDL = (
         cell VARCHAR NOT NULL,
         value DOUBLE NOT NULL,
         query_id BIGINT NOT NULL)""",
+    # each unit's inner cell (its codes by dimension name) and contribution in every version
+    # of a suppression job, per canonical population: the units a later version's cells
+    # differ by (sqlsdc.jobs.revisions)
+    f"""CREATE TABLE IF NOT EXISTS {CATALOG_SCHEMA}.job_units (
+        population VARCHAR NOT NULL,
+        query_id BIGINT NOT NULL,
+        unit VARCHAR NOT NULL,
+        cell VARCHAR NOT NULL,
+        value DOUBLE NOT NULL)""",
     # --- differential privacy: budgets, spend ledger, released-cell cache (catalog/budget.py).
     # Amounts are exact rationals stored as text ("1/3"); user '*' / table '*' mean "all".
     f"CREATE SEQUENCE IF NOT EXISTS {CATALOG_SCHEMA}.budget_seq START 1",

@@ -85,6 +85,28 @@ def earlier_suppressions(
     return primary, secondary & ~primary, shown & ~primary & ~secondary
 
 
+def changed_published(job: Job, table: Table) -> np.ndarray | None:
+    """Per cell of ``table``, its value now less the value an earlier suppression output of
+    the same cells published (NaN where none published it, 0 where unchanged), or None when
+    there is no such output: the differences of a catalog that kept no units of them
+    (:func:`sqlsdc.jobs.revisions.unknown_revisions`)."""
+    found = None
+    mine = table.cells[list(table.dims)]
+    for name, theirs in _same_cells(job):
+        before = job.con.sql(f"SELECT * FROM {name}").df()
+        if not {"status", "value"} <= set(before.columns) or not set(theirs) <= set(before.columns):
+            continue
+        shown = (_shared_status(mine, before, theirs) == "published").to_numpy()
+        value = pd.to_numeric(_shared_status(mine, before, theirs, "value"), errors="coerce")
+        difference = np.where(shown, table.values - value.to_numpy(np.float64), np.nan)
+        if found is None:
+            found = difference
+        else:  # the largest change any of them shows
+            found = np.where(np.isnan(found) | (np.abs(difference) > np.abs(found)), difference,
+                             found)  # fmt: skip
+    return found
+
+
 def _counted_cells(job: Job) -> list[tuple[str, list[str]]]:
     """The stored suppression outputs of the job's table and rows that count its units with
     the other aggregate, with their dimension columns: a count job's beside a sum job's, whose

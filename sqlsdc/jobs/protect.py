@@ -32,8 +32,14 @@ import numpy as np
 import pandas as pd
 
 from sqlsdc.errors import TabularError
-from sqlsdc.jobs.earlier_suppressions import audit_with_earlier, earlier_suppressions
+from sqlsdc.jobs.earlier_suppressions import (
+    audit_with_earlier,
+    changed_published,
+    earlier_suppressions,
+)
 from sqlsdc.jobs.job import Progress, check_time_limit, job_rules, open_job
+from sqlsdc.jobs.kept_cells import identify
+from sqlsdc.jobs.revisions import job_units, record_units, revision_rule, unknown_revisions
 from sqlsdc.jobs.session import OUTPUT_SCHEMA
 from sqlsdc.jobs.sum_counts import audit_counts, known_lower
 from sqlsdc.jobs.tabulation import rated
@@ -90,6 +96,12 @@ def protect_query(
         known = known_lower(table) if job.spec.measure is None else None
         kept, held, shown = earlier_suppressions(job, table)
         rules_table = rated(table)  # a sum's frequency rule counts its non-zero contributors
+        units = job_units(job, identify(job, table).population)
+        revised = revision_rule(job, table, rules, units)  # differences from earlier versions
+        if revised is None:  # none kept: an earlier output's changed cells, hidden
+            revised = unknown_revisions(rules, changed_published(job, table))
+        if revised is not None and revised.cells.any():
+            rules = [*rules, revised]
         if job.live_total:  # the live pattern publishes it: public (jobs/live_total.py)
             shown = _with_grand_total(table, shown)
         if shown is not None and shown.any():  # published before with these values: public
@@ -138,7 +150,8 @@ def protect_query(
         released = out[[*table.dims, "n", "value"]].assign(**{LEDGER_STATUS: status})
         counts = ("n", "value") if job.spec.measure is None else ("n",)  # of units: integers
         out = out.astype(dict.fromkeys(counts, "Int64"))  # (were DOUBLE: 829.0 enterprises)
-        job.store(out, report.to_dict(), released, values=("n", "value"), status=LEDGER_STATUS)
+        job.store(out, report.to_dict(), released, values=("n", "value"), status=LEDGER_STATUS,
+                  kept=lambda: record_units(job, units))  # fmt: skip
         return report
 
 

@@ -28,10 +28,11 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      a cell where the replaced version did whenever that is still beyond its new level.
 - O  a suppression job of turnover by nace x region replaced after one new enterprise
      (employees 5, turnover 1,234,567, in (C, R02)): the grand total and R02's total, published
-     in both versions, differ by its exact turnover, and their ``n`` by 1 (strict xfail below:
-     the history check compares earlier versions on the data as it is now, so it sees no
-     difference; every periodic exact release has this, and a check of cells whose units
-     changed by fewer than the minimum frequency would refuse nearly every update).
+     in both versions, differ by its exact turnover, and their ``n`` by 1 (the history check
+     compares earlier versions on the data as it is now, so it sees no difference). Fixed in
+     s42f: a suppression job keeps each unit's inner cell and contribution per version, and a
+     cell whose difference from a kept version fails the job's rules is a primary of the new
+     one (``jobs/revisions.py``); the four cells the firm changed are hidden.
 - O  a rounding job (persons aged 80 or over by region x education, base 5) replaced after
      each of six one-person changes: 6 of the 26 cells that never changed were rounded both
      ways, leaving 4 possible counts instead of 9 (the two roundings of a cell the README
@@ -221,13 +222,6 @@ def test_a_cta_replaced_under_another_safety_range_does_not_give_the_originals(j
     assert (np.isclose(small.v2, small.v1) | (np.abs(small.v2 - small.o) >= 0.4 * small.o)).all()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="temporal differencing: a suppression job replaced after new data publishes cells "
-    "of both versions exactly, and the history check compares the earlier version on the data "
-    "as it is now (jobs/output_history.py), so one new enterprise's turnover is the difference "
-    "of a total published in both (design: every periodic exact release has it)",
-)
 def test_a_suppression_job_replaced_after_one_new_enterprise_hides_its_turnover(jobs_demo_db):
     db = jobs_demo_db
     protect_query(db, "admin", TURNOVER, into="s", rules=TURNOVER_RULES)
