@@ -126,6 +126,8 @@ def job_units(job: Job, population: str) -> Units:
 def record_units(job: Job, units: Units) -> None:
     """Keep the job's units as this version holds them; run inside the storing transaction."""
     con = job.con
+    if not _kept(con):  # a catalog opened by an older sqlsdc since: kept from the next opening
+        return
     con.register("__job_units", units.frame)
     try:
         con.execute(
@@ -139,6 +141,8 @@ def record_units(job: Job, units: Units) -> None:
 def revision_rule(job: Job, table: Table, rules, units: Units) -> RevisionRule | None:
     """The cells of ``table`` whose difference from any earlier version of the same population
     fails ``rules`` (see the module), or None when no earlier version is kept."""
+    if not _kept(job.con):
+        return None
     earlier = job.con.execute(
         f"SELECT query_id, unit, cell, value FROM {S}.job_units WHERE population = ?",
         [units.population],
@@ -238,6 +242,18 @@ def _stats(table: Table, changes: dict[tuple[int, str], float], top_k: int) -> C
             largest = sorted(found, reverse=True)[:top_k]
             top[at, : len(largest)] = largest
     return CellStats(n=n, value=net, total=size, top=top, cells=table.cells)
+
+
+def _kept(con) -> bool:
+    """Whether the catalog has ``job_units`` (one no job has opened since it was added has
+    not)."""
+    return bool(
+        con.execute(
+            "SELECT 1 FROM duckdb_tables() WHERE database_name = current_database() "
+            "AND schema_name = ? AND table_name = 'job_units'",
+            [S],
+        ).fetchall()
+    )
 
 
 def _levels(job: Job, table: Table) -> dict[str, list[str]]:

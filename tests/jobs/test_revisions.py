@@ -201,7 +201,7 @@ def test_an_output_stored_before_units_were_kept_hides_every_cell_that_changed(j
     first = published(db, "s")
     change(
         db,
-        "DELETE FROM sqlsdc.job_units",
+        "DROP TABLE IF EXISTS sqlsdc.job_units",
         NEW_FIRM.format(nace="C", region="R02", turnover=1234567),
     )
     protect_query(db, "admin", TURNOVER, into="s", rules=RULES, replace=True)
