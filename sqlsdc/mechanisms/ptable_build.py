@@ -77,7 +77,16 @@ def narrowest_window(spec: PTableSpec, p_small: float, mu_c: float) -> float:
     never falls below it) up; ``p_small`` and ``mu_c`` are the rule's flex parameters. Not
     bounded here: a top_k >= 2 sum of pinned contributions, whose second noise comes from the
     rotated key (the demo's enterprises held: the exact key sets of 134 pinned cells ruled out
-    no candidate, red team s41a)."""
+    no candidate, red team s41a); and a sum of contributions of both signs whose value is
+    below ``|x_delta|`` (cellKey's rescaling, :func:`~sqlsdc.mechanisms.ckm.perturb_magnitude`:
+    ``x_delta`` becomes the running value itself, so x̂/|x_delta| = 1 − μ − |v| for a negative
+    v, as small as the entry makes it, 0 where clipped: under one key wherever
+    ``step·(hi − lo)·2^-bits·(1 − μ − |v|) < 1``, for a sensitive cell of the demo's
+    narrowest entry (μ_c 0.5) |v| between about 0.05 and 0.5). A sum of
+    non-negative contributions never rescales (x ≥ x_1 > |x_delta|). Found by s42h while
+    auditing roundings, not exploited; the rounding side has no such bits (multiples of an
+    integer base), so the gap is the CKM frame's: publishing such a sum on a grid of
+    ``|x_delta|·2^-bits``, not ``|x̂|·2^-bits``, would close it."""
     reach, half = 1 / p_small, 0.5 / spec.step
     narrowest = math.inf
     for table in generated("magnitudes", spec):
