@@ -91,7 +91,8 @@ OWNERS = {  # option -> the methods it belongs to
     "--time-limit",
     type=Seconds(),
     default=None,
-    help="[suppress, round, cta] Seconds per solver call (round: for the whole job). "
+    help="[suppress, round, cta] Seconds per solver call (round: for the rounding, and as "
+    "long again, at least 60, for its audit). "
     "Default: 60 (round: 30); at most 86400 (a day).",
 )
 @click.option("--into", required=True, help="Name of the stored table (protected.NAME).")

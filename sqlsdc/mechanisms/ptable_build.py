@@ -77,7 +77,16 @@ def narrowest_window(spec: PTableSpec, p_small: float, mu_c: float) -> float:
     never falls below it) up; ``p_small`` and ``mu_c`` are the rule's flex parameters. Not
     bounded here: a top_k >= 2 sum of pinned contributions, whose second noise comes from the
     rotated key (the demo's enterprises held: the exact key sets of 134 pinned cells ruled out
-    no candidate, red team s41a)."""
+    no candidate, red team s41a); and a sum of contributions of both signs whose value is
+    below ``|x_delta|`` (cellKey's rescaling, :func:`~sqlsdc.mechanisms.ckm.perturb_magnitude`:
+    ``x_delta`` becomes the running value itself, so x̂/|x_delta| = 1 − μ − |v| for a negative
+    v, near 0 for the keys of an entry whose spread crosses |v| = 1 − μ). About 2^18 keys past
+    each crossing (2^-14 of all keys) leave a window under one key: the demo's ptable, a sum of
+    28 from +1,000, −990 and 18 ones, gave 40 published values for 40 consecutive keys there
+    (``tests/security/test_ckm_mixed_signs.py``, an expected failure). A sum of non-negative
+    contributions never rescales (x ≥ x_1 > |x_delta|). Found by s42h while auditing roundings,
+    open: the rounding side has no such bits (multiples of an integer base); the CKM frame would
+    close it by publishing such a sum on a grid of ``|x_delta|·2^-bits``, not ``|x̂|·2^-bits``."""
     reach, half = 1 / p_small, 0.5 / spec.step
     narrowest = math.inf
     for table in generated("magnitudes", spec):

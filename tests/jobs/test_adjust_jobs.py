@@ -382,3 +382,23 @@ def test_cta_and_ipf_jobs_of_a_sum_count_the_non_zero_contributors(tmp_path):
     sql = "SELECT nace, region, SUM(turnover) FROM firms GROUP BY nace, region"
     report = cta_query(db, "chief", sql, into="zeros_cta", rules=[FrequencyRule(5)])
     assert report.sensitive == 2
+
+
+def test_a_rounding_of_whole_turnovers_is_audited_as_a_reader_reads_it(tmp_path):
+    """Two firms of 578 make a sensitive cell of 1,156 (frequency rule: levels 30 %, 346.8);
+    rounded down to 1,002 with base 501, ``R + base`` lies 347 above it, and the per-cell check
+    stored the table (before s42). Every turnover is a whole number, so a reader knows the cell
+    is at most 1,002 + 500: 346 above, short of its level. The attacker's audit (windows of the
+    published multiples, additivity, whole numbers, no negative sums) refuses it and names the
+    cell; twice the base stores, with the audit's figures in the report."""
+    cells = [("C", "N", [578.0, 578.0]), ("C", "S", [float(v) for v in range(300, 340)]),
+             ("G", "N", [float(v) for v in range(100, 140)]),
+             ("G", "S", [float(v) for v in range(200, 240)])]  # fmt: skip
+    db = firms_db(tmp_path, cells)
+    sql = "SELECT nace, region, SUM(turnover) FROM firms GROUP BY nace, region"
+    with pytest.raises(TabularError, match=r"published 1 cell\(s\) of this sum that the rules "
+                       r"flag closer .* e\.g\. \{'nace': 'C', 'region': 'N'\}; round to a "
+                       "larger base"):  # fmt: skip
+        round_query(db, "chief", sql, into="whole", base=501)
+    report = round_query(db, "chief", sql, into="whole", base=1002)
+    assert report.details["audit"]["cells"] == 1
