@@ -7,6 +7,18 @@ the one-row-per-unit shortcut (``planner/plan.py``'s ``driven``, ``planner/multi
 
 Every attack tried, one line each (W: worked, fixed here; O: worked, left open; H: held):
 
+- W  **The floor's n̂ from another table's count rule.** A CKM sum over a join took its
+     protected count (mean before sum, the floor, the group's presence) from the count rule
+     of the first table of FROM. With households under a count ptable of their own (D 5, V 4
+     beside the persons' V 3: one mean floor, 18, so the join's magnitude rules are one and
+     the sum is allowed), ``SUM(p.age) FROM households h JOIN persons p`` published n̂ from
+     the households' ptable at the persons' key: a second noisy count of the same persons
+     beside their ``COUNT(*)``, read off as the ratio of the two pinned sums (the floored
+     mean x̂₁(a) is the same). On the 20,000-person demo so changed, 50 of 263 municipality x
+     sex cells (ages 30-70) showed two counts; with the ptables' key intervals the pair
+     narrowed the true count's candidates from 2,360 to 2,081, two exactly, two proven under
+     3 where 3+ was shown, none wrong. Fixed: the count rule of the row-source table
+     (``rewrite/ckm._Builder._counted_table``). The demo's tables share one rule.
 - H  **The floor's switch in other spellings of one cell.** Persons aged 40 and 60 by
      municipality (88 cells each), 14 spellings: WHERE, ``AVG * COUNT``, ``CASE`` inside SUM,
      persons ⋈ households (persons first, households first, LEFT), ⋈ regions, a derived
