@@ -19,6 +19,16 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      narrowed the true count's candidates from 2,360 to 2,081, two exactly, two proven under
      3 where 3+ was shown, none wrong. Fixed: the count rule of the row-source table
      (``rewrite/ckm._Builder._counted_table``). The demo's tables share one rule.
+- W  **μ_c by the true count above the floor.** With ``sensitive_below`` above the floor's
+     guarantee (20 beside 2·D + js + 1 = 13), a cell shown as 18 or more got μ_c where its
+     true count was under 20, so its pinned mean told the side of 20: certain for 183 of 360
+     region x sex x age cells beside the count, the count alone 120 (mode right 84 vs 69),
+     none wrong: the bit that s41i's padding turned into exact counts. Fixed: under a floor
+     μ_c where n̂ < max(sensitive_below, mean_below) (``mechanisms.ckm.is_sensitive``); the
+     attacker's model then gives 120 vs 119. The demo (``sensitive_below`` 3) is unchanged.
+- H  A parity magnitude ptable (``parity: true``, accepted): floored cells read the odd half,
+     others the half of n's parity, but the even and odd rows of the demo's D 4, V 1, step 12
+     have one distribution (total variation 0), so the noise tells no parity of n.
 - H  **The floor's switch in other spellings of one cell.** Persons aged 40 and 60 by
      municipality (88 cells each), 14 spellings: WHERE, ``AVG * COUNT``, ``CASE`` inside SUM,
      persons ⋈ households (persons first, households first, LEFT), ⋈ regions, a derived
