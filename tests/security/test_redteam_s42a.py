@@ -158,6 +158,14 @@ def _pinned_mean_density():
     return lambda w: signed(w) + signed(-w) if w >= 0 else 0.0
 
 
+def _pinned_cells(con, raw):
+    """Region x sex x age: the true counts, and the published count and pinned mean
+    ``AVG(age)`` of every cell shown."""
+    keys = "SELECT region, sex, age, COUNT(*){} FROM persons WHERE age > 0 GROUP BY ALL"
+    truth = {(r, s, a): n for r, s, a, n in raw.execute(keys.format("")).fetchall()}
+    return truth, con.execute(keys.format(", AVG(age)")).fetchall()
+
+
 def test_a_pinned_mean_above_the_floor_tells_no_more_than_its_count(ckm, raw_ckm):
     """Cells shown as 18 or more are cellKey's, the pinned mean ``a + 0.2a·v/n``: with the
     public ptables and a flat prior, the posterior over the true count (the count's noise
@@ -165,15 +173,7 @@ def test_a_pinned_mean_above_the_floor_tells_no_more_than_its_count(ckm, raw_ckm
     puts more than half its mass on one count."""
     counts = count_ptable(5, 3, js=2)
     density = _pinned_mean_density()
-    truth = {
-        (r, s, a): n
-        for r, s, a, n in raw_ckm.execute(
-            "SELECT region, sex, age, COUNT(*) FROM persons WHERE age > 0 GROUP BY ALL"
-        ).fetchall()
-    }
-    shown = ckm.execute(
-        "SELECT region, sex, age, COUNT(*), AVG(age) FROM persons WHERE age > 0 GROUP BY ALL"
-    ).fetchall()
+    truth, shown = _pinned_cells(ckm, raw_ckm)
     cells = mode_right = alone_right = 0
     largest = 0.0
     for r, s, a, published, mean in shown:
@@ -347,15 +347,7 @@ def test_mu_c_above_the_floor_is_decided_by_the_published_count(sensitive_below_
     ((μ + |v|) = |mean - a|·n/(0.2a): under 0.5 no μ, above 4 + 1/24 μ), it is μ_c exactly where
     the published count is under 20."""
     con, raw = sensitive_below_20
-    truth = {
-        (r, s, a): n
-        for r, s, a, n in raw.execute(
-            "SELECT region, sex, age, COUNT(*) FROM persons WHERE age > 0 GROUP BY ALL"
-        ).fetchall()
-    }
-    shown = con.execute(
-        "SELECT region, sex, age, COUNT(*), AVG(age) FROM persons WHERE age > 0 GROUP BY ALL"
-    ).fetchall()
+    truth, shown = _pinned_cells(con, raw)
     read, wrong = 0, []
     for r, s, a, published, mean in shown:
         if published is None or published < FLOOR:
