@@ -133,10 +133,20 @@ class _Builder(MagnitudeLayers):
     def __init__(self, cells: Cells, twin, policy: Policy, ptables):
         self.cells, self.twin, self.ptables = cells, twin, ptables
         self.plan = cells.plan
-        self.count_rule = policy.table(self.plan.tables[0]).rule(AggregateKind.COUNTS)
+        self.count_rule = policy.table(self._counted_table()).rule(AggregateKind.COUNTS)
         self.layer = 0
         self.lookups = unit_lookups(self.plan, self._arguments(), Method.CKM)
         self.all_counts = self._all_counts()
+
+    def _counted_table(self) -> str:
+        """The table whose count rule protects this aggregation's counts of units (a sum's n̂,
+        its floor, the group's presence): the table whose rows the join's rows are
+        (:attr:`CellPlan.row_source`), else the only one. Not the first table of FROM: with
+        households first and their own count ptable, a sum of persons took its n̂ from the
+        households' ptable at the persons' key, a second noisy count of the same persons
+        beside their COUNT(*) (red team s42a)."""
+        plan = self.plan
+        return plan.tables[plan.row_source if plan.row_source is not None else 0]
 
     # -- rows and aggregation ------------------------------------------------------------------
 

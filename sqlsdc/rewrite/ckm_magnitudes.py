@@ -240,9 +240,7 @@ class MagnitudeLayers:
         xo = prev(f"__o{i}_{j - 1}")
         mu = m.mu_c if j == 1 and m.mu_c else 0.0
         if mu:
-            sensitive = exp.LT(this=prev(f"__n{i}"), expression=number(m.sensitive_below))
-            if m.sensitive_below > 1:  # a cell perturbed as one contribution is sensitive
-                sensitive = exp.or_(sensitive, prev(f"__fl{i}"))
+            sensitive = _sensitive(prev, i, m)
             mu_expr = exp.Case(ifs=[exp.If(this=sensitive, true=number(mu))], default=number(0))
         else:
             mu_expr = number(0)
@@ -285,6 +283,18 @@ class MagnitudeLayers:
         if m.small_cells is None:
             return None
         return ptable_ref(self.ptables, ("small_cells", m.small_cells))
+
+
+def _sensitive(prev, i: int, m: MagnitudeCkm) -> exp.Expr:
+    """Whether magnitude i's first contributor gets μ_c: cellKey's n < ``sensitive_below``,
+    or under a mean floor the protected count n̂ (``__m<i>``) under max(``sensitive_below``,
+    ``mean_below``) (:func:`sqlsdc.mechanisms.ckm.is_sensitive` says why)."""
+    if m.mean_below <= 2:
+        return exp.LT(this=prev(f"__n{i}"), expression=number(m.sensitive_below))
+    if m.sensitive_below <= 1:
+        return exp.false()
+    bound = max(m.sensitive_below, m.mean_below)
+    return exp.LT(this=prev(f"__m{i}"), expression=number(bound))
 
 
 def _separation_point(m: MagnitudeCkm, small: PTableRef | None) -> float:
