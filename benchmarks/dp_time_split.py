@@ -9,8 +9,8 @@ cache look-up, pricing, noise, identities, Arrow tables, ledger rows). Timed per
 ``--queries`` 8-cell DP counts with a new filter each (charged, drawn, cached) on one open
 connection, after a warm-up and with every query's check cached, as the ``dp small, new
 cells, open`` query of ``bench_dp_noise.py``. Printed: the 10th percentile (the least loaded
-queries) and the median of each part, then the median time of each statement in the order
-the guard sends them.
+queries), the quartiles and the median of each part, then the median time of each statement
+in the order the guard sends them.
 
 With ``--cpu`` every time is the process's CPU time (``time.process_time_ns``: all its
 threads, DuckDB's workers among them) instead of the wall clock: steadier when other jobs
@@ -160,10 +160,11 @@ def main() -> None:
     parts = {"engine": engine_ns, "python": python, "query": walls}
     if args.new_text:
         parts = {"check": check_ns, **parts}
-    print("| part | p10 ms | median ms |\n|---|---:|---:|")
+    print("| part | p10 ms | p25 ms | median ms | p75 ms |\n|---|---:|---:|---:|---:|")
     for name, values in parts.items():
         print(f"| {name} | {_percentile(values, 0.1) / 1e6:.2f} | "
-              f"{statistics.median(values) / 1e6:.2f} |")  # fmt: skip
+              f"{_percentile(values, 0.25) / 1e6:.2f} | {statistics.median(values) / 1e6:.2f} | "
+              f"{_percentile(values, 0.75) / 1e6:.2f} |")  # fmt: skip
     by_place: dict[tuple[str, int], list[int]] = collections.defaultdict(list)
     for a, b in spans:
         seen: collections.Counter = collections.Counter()

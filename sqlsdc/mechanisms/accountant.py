@@ -63,6 +63,7 @@ import re
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from fractions import Fraction
+from functools import lru_cache
 
 from sqlsdc.mechanisms.samplers import (
     discrete_gaussian_interval,
@@ -697,6 +698,26 @@ def plan_aggregate(
             both or neither kinds, or weights of the wrong length.
     """
     aggregate = Aggregate(aggregate)
+    exact = type(bounding) is Bounding and type(cost) is PrivacyCost
+    if exact and weights is None and (alpha is None or type(alpha) is Fraction):
+        return _planned(aggregate, bounding, cost, alpha)
+    return _plan(aggregate, bounding, cost, weights, alpha)
+
+
+@lru_cache(maxsize=256)
+def _planned(aggregate: Aggregate, bounding: Bounding, cost: PrivacyCost,
+             alpha: Fraction | None) -> AggregatePlan:  # fmt: skip
+    """:func:`plan_aggregate` of equal weights, kept per (aggregate, bounding, cost, alpha):
+    the plan is a function of these values alone and immutable, and computing it (the exact
+    shares, the noise's variance and interval) took 0.2-0.25 ms of every DP check. Bounding
+    and PrivacyCost hold normalised Fractions and integers (floats refused), and ``alpha`` is
+    a Fraction (anything else is planned afresh), so equal keys are equal inputs."""
+    return _plan(aggregate, bounding, cost, None, alpha)
+
+
+def _plan(aggregate: Aggregate, bounding: Bounding, cost: PrivacyCost,
+          weights: tuple[int | Fraction, ...] | None, alpha) -> AggregatePlan:  # fmt: skip
+    """:func:`plan_aggregate`, computed."""
     stats = components(aggregate)
     if weights is None:
         weights = (1,) * len(stats)

@@ -26,7 +26,7 @@ from sqlsdc.errors import InternalError, PolicyViolation
 from sqlsdc.planner.plan import CellPlan, QueryPlan
 from sqlsdc.planner.scopes import own_nodes
 from sqlsdc.policy import AggregateKind, Method
-from sqlsdc.rewrite.sql import copy_clause
+from sqlsdc.rewrite.sql import cast, copy_clause
 
 CELLS = "__cells"
 STATUS_PREFIX = "__sdc_status_"
@@ -253,13 +253,16 @@ def _lift(cells: Cells, frame: Frame, *, with_accuracy: bool = False) -> exp.Sel
         for position, projection in enumerate(select.expressions):
             inside = {id(n) for n in nodes(projection)}  # one walk per projection, not one per
             used = [i for i, a in enumerate(cells.aggregates) if id(a) in inside]  # aggregate
-            status = _status(used, frame) if used else exp.cast(exp.null(), "VARCHAR")
-            outer.append("expressions", exp.alias_(status, f"{STATUS_PREFIX}{position}"))
+            status = _status(used, frame) if used else cast(exp.null(), "VARCHAR")
+            # fresh trees, read by nothing else: aliased as they are, not copied
+            outer.append("expressions", exp.alias_(status, f"{STATUS_PREFIX}{position}",
+                                                   copy=False))  # fmt: skip
         if with_accuracy:
             for position, projection in enumerate(select.expressions):
                 values = _accuracy(cells, frame, projection.unalias())
                 for prefix, value in zip(ACCURACY_PREFIXES, values, strict=True):
-                    outer.append("expressions", exp.alias_(value, f"{prefix}{position}"))
+                    outer.append("expressions", exp.alias_(value, f"{prefix}{position}",
+                                                           copy=False))  # fmt: skip
     return outer
 
 
@@ -284,7 +287,7 @@ def _accuracy(cells: Cells, frame: Frame, projection: exp.Expr) -> tuple[exp.Exp
     for i, aggregate in enumerate(cells.aggregates):
         if aggregate is projection and frame.accuracy is not None:
             return frame.accuracy(i)
-    return tuple(exp.cast(exp.null(), "DOUBLE") for _ in ACCURACY_PREFIXES)
+    return tuple(cast(exp.null(), "DOUBLE") for _ in ACCURACY_PREFIXES)
 
 
 def _status(used: list[int], frame: Frame) -> exp.Expr:

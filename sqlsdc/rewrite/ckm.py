@@ -75,7 +75,7 @@ from sqlsdc.rewrite.ckm_magnitudes import PREV, PTABLE_ENTRIES, MagnitudeLayers,
 from sqlsdc.rewrite.ckm_mix import join_mix, statistic_key_sql
 from sqlsdc.rewrite.counted_units import counted_units_key, join_unit_keys, unit_lookups
 from sqlsdc.rewrite.dominance import largest_needed, rules
-from sqlsdc.rewrite.sql import any_, at_least_column, missing, mul_expr, number, paren
+from sqlsdc.rewrite.sql import any_, at_least_column, cast, missing, mul_expr, number, paren
 from sqlsdc.rewrite.threshold import at_least
 
 MECHANISM = "ckm"
@@ -399,7 +399,7 @@ class _Builder(MagnitudeLayers):
         prev = lambda c: exp.column(c, PREV)  # noqa: E731
         reused = self._count_of_units()
         if reused is not None:
-            noise = exp.cast(exp.column("v", f"__pc{reused}"), "BIGINT")
+            noise = cast(exp.column("v", f"__pc{reused}"), "BIGINT")
             protected = exp.Add(this=prev(f"__a{reused}"), expression=noise)
             select.append("expressions", exp.alias_(protected, "__cn"))
         elif self.count_rule.method is Method.CKM and self._presence_column() == "__cn":
@@ -407,7 +407,7 @@ class _Builder(MagnitudeLayers):
             row = exp.Least(this=prev("__n"), expressions=[number(ptable.max_i)])
             kind = exp.Literal.string("all")
             self._join_ptable(select, "__pcn", ptable, row, prev("__kn"), kind)
-            noise = exp.cast(exp.column("v", "__pcn"), "BIGINT")
+            noise = cast(exp.column("v", "__pcn"), "BIGINT")
             protected = exp.Add(this=prev("__n"), expression=noise)
             select.append("expressions", exp.alias_(protected, "__cn"))
         if any(self._own_statistic(spec) for spec in self.plan.aggregates):
@@ -449,7 +449,7 @@ class _Builder(MagnitudeLayers):
         by for the published mean (n, or 1)."""
         prev = lambda c: exp.column(c, PREV)  # noqa: E731
         m = self._magnitude(i)
-        total = exp.cast(prev(f"__a{i}"), "DOUBLE")
+        total = cast(prev(f"__a{i}"), "DOUBLE")
         if m.mean_below <= 2:
             select.append("expressions", exp.alias_(exp.false(), f"__fl{i}"))
             select.append("expressions", exp.alias_(prev(f"__n{i}"), f"__w{i}"))
@@ -487,7 +487,7 @@ class _Builder(MagnitudeLayers):
         row = exp.Least(this=count, expressions=[number(ptable.max_i)])
         self._join_ptable(select, alias, ptable, row, key, exp.Literal.string("all"))
         faults.append(missing(alias))
-        return exp.Add(this=count.copy(), expression=exp.cast(exp.column("v", alias), "BIGINT"))
+        return exp.Add(this=count.copy(), expression=cast(exp.column("v", alias), "BIGINT"))
 
     def _final_value(self, i: int, spec) -> exp.Expr:
         prev = lambda c: exp.column(c, PREV)  # noqa: E731

@@ -13,7 +13,7 @@ from sqlglot import exp
 from sqlsdc.catalog.ptables import PTableKey, PTableRef
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.policy import AggregateKind, MagnitudeCkm, Method
-from sqlsdc.rewrite.sql import div, lt, missing, mul, mul_expr, number
+from sqlsdc.rewrite.sql import cast, div, lt, missing, mul, mul_expr, number
 
 PREV = "__s"
 PTABLE_ENTRIES = exp.Table(this=exp.to_identifier("ptable_entries"), db=exp.to_identifier("sqlsdc"))
@@ -223,8 +223,8 @@ class MagnitudeLayers:
         (:meth:`sqlsdc.mechanisms.ckm.Lookup.interpolated` says why)."""
         lo, hi = exp.column("lo", alias), exp.column("hi", alias)
         place = exp.Div(
-            this=exp.Paren(this=exp.Sub(this=exp.cast(key.copy(), "DOUBLE"), expression=lo)),
-            expression=exp.Paren(this=exp.Sub(this=exp.cast(hi, "DOUBLE"), expression=lo.copy())),
+            this=exp.Paren(this=exp.Sub(this=cast(key.copy(), "DOUBLE"), expression=lo)),
+            expression=exp.Paren(this=exp.Sub(this=cast(hi, "DOUBLE"), expression=lo.copy())),
         )
         small_step = m.small_cells.step if m.small_cells is not None else rule.ptable.step
         width = exp.Case(
@@ -334,7 +334,7 @@ def _scrambled(key: exp.Expr, rotations: int) -> exp.Expr:
     kept = exp.Mul(
         this=exp.Paren(this=exp.Mod(this=key, expression=number(low))), expression=number(2**bits)
     )
-    moved = exp.cast(exp.Floor(this=exp.Div(this=key.copy(), expression=number(low))), "BIGINT")
+    moved = cast(exp.Floor(this=exp.Div(this=key.copy(), expression=number(low))), "BIGINT")
     return exp.Paren(this=exp.Add(this=kept, expression=moved))
 
 

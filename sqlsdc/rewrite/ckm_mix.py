@@ -7,7 +7,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from sqlsdc.mechanisms.ckm import MIX_PRIME, statistic_salt
-from sqlsdc.rewrite.sql import number
+from sqlsdc.rewrite.sql import cast, number
 
 MIX = "__mix"
 CKM_MIX = exp.Table(this=exp.to_identifier("ckm_mix"), db=exp.to_identifier("sqlsdc"))
@@ -30,7 +30,7 @@ def statistic_key_sql(cell_key: exp.Expr, name: str) -> exp.Expr:
     def constant(column: str) -> exp.Expr:
         return exp.column(column, MIX)
 
-    cell_key = exp.cast(cell_key.copy(), "BIGINT")  # below 2^32; BIGINT arithmetic, not HUGEINT
+    cell_key = cast(cell_key.copy(), "BIGINT")  # below 2^32; BIGINT arithmetic, not HUGEINT
     y = mod(exp.Add(this=cell_key.copy(), expression=number(statistic_salt(name))))
     y = mod(exp.Add(this=exp.Mul(this=y, expression=y.copy()), expression=constant("k_square")))
     y = mod(

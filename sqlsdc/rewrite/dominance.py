@@ -50,7 +50,7 @@ from sqlsdc.errors import PolicyViolation
 from sqlsdc.policy import AggregateKind, Method
 from sqlsdc.policy.rule_syntax import rule_arguments
 from sqlsdc.rewrite.cells import Cells
-from sqlsdc.rewrite.sql import number
+from sqlsdc.rewrite.sql import cast, number
 
 CONTRIBUTIONS = "__dm"  # the per-cell contributions of units with several rows
 UNIT_TOTALS = "__du"  # each unit's totals per cell
@@ -235,7 +235,7 @@ def _joined(inner: exp.Select, cells: Cells, by_unit: list) -> exp.Select:
         per_cell.append("expressions", exp.alias_(exp.column(name, UNIT_TOTALS), name))
     for i, count, argument in by_unit:
         totals.append("expressions", exp.alias_(exp.Sum(this=copy_tree(argument)), f"__s{i}"))
-        value = exp.Abs(this=exp.cast(exp.column(f"__s{i}", UNIT_TOTALS), "DOUBLE"))
+        value = exp.Abs(this=cast(exp.column(f"__s{i}", UNIT_TOTALS), "DOUBLE"))
         per_cell.append("expressions", exp.alias_(exp.Sum(this=value), f"__t{i}"))
         for j, top in enumerate(_largest(value.copy(), count), start=1):
             per_cell.append("expressions", exp.alias_(top, f"__x{i}_{j}"))

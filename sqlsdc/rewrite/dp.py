@@ -59,6 +59,7 @@ from fractions import Fraction
 from sqlglot import exp
 
 from sqlsdc.engines.trees import copy_tree
+from sqlsdc.errors import PolicyViolation
 from sqlsdc.mechanisms.accountant import (
     REPORT_PARTS,
     Bounding,
@@ -359,7 +360,11 @@ def _exact_trees(asked: Statistics, n_keys: int, settings, one_row: bool, order:
     )
     _refuse_reading_cells(select, [exact_tree, *(tree for _name, tree in histogram_trees)])
     for tree in (exact_tree, *(tree for _name, tree in histogram_trees)):
-        analyst_scopes_in_order(tree, select.sql("duckdb"))  # their SQL is rendered below
+        try:  # their SQL is rendered below
+            analyst_scopes_in_order(tree, None)
+        except PolicyViolation as refusal:  # the aggregation's SQL, printed for refusals only
+            refusal.sql = refusal.sql or select.sql("duckdb")  # (0.2-0.3 ms a stage)
+            raise
     return exact_tree, histogram_trees
 
 

@@ -57,6 +57,7 @@ from sqlsdc.rewrite.spelling import (
     released_in_one_spelling,
     remember_chosen_type,
 )
+from sqlsdc.rewrite.sql import data_type
 
 _QUERIES = (exp.Select, exp.Union, exp.Intersect, exp.Except)
 _ORDERED = (exp.RowNumber, exp.Lag, exp.Lead, exp.FirstValue, exp.LastValue)
@@ -114,20 +115,21 @@ def in_released_order(tree: exp.Expr, sql: str) -> exp.Expr:
     return tree
 
 
-def analyst_scopes_in_order(tree: exp.Expr, sql: str) -> exp.Expr:
+def analyst_scopes_in_order(tree: exp.Expr, sql: str | None) -> exp.Expr:
     """``tree`` (a DP stage's exact cells, which the engine computes in a statement of their
     own) with the analyst's scopes in it (:func:`mark_analyst_scopes`: a subquery of the WHERE,
     a CTE the rows read) ordered as :func:`in_released_order` orders them; the stage's own
     nodes are left as they are. A LIMIT over a public join or DISTINCT picks the row the
     engine's threads give first (``age < (SELECT DISTINCT v FROM big LIMIT 1)``: 0 or 40 over
     runs), so one cell identity, and one noise, covered two populations, and two analysts
-    differenced their exact counts (red team s36b). Changed in place and returned."""
+    differenced their exact counts (red team s36b). Changed in place and returned. ``sql``
+    is the statement a refusal names (None: none; the caller adds it)."""
     _order_scopes([n for n in of_kind(nodes(tree), _ORDER_READERS) if n.meta.get(_ANALYST)], sql)
     released_in_one_spelling(tree, sql, within=lambda select: select.meta.get(_ANALYST))
     return tree
 
 
-def _order_scopes(found: list[exp.Expr], sql: str) -> None:
+def _order_scopes(found: list[exp.Expr], sql: str | None) -> None:
     """Order the windows, LIMIT and OFFSET scopes, summing and choosing aggregates ``found``
     (:func:`in_released_order`)."""
     chosen = []
@@ -276,7 +278,7 @@ def _spellings(keys: list[exp.Expr]) -> list[exp.Expr]:
     x)`` numbered the -0.0 and 0.0 rows as a hidden group moved them). Their text tells them
     apart, and is a function of the value."""
     return [
-        exp.Cast(this=k.copy(), to=exp.DataType.build("VARCHAR"))
+        exp.Cast(this=k.copy(), to=data_type("VARCHAR"))
         for k in keys
         if not in_one_spelling_already(k) and not k.find(exp.Window)
     ]

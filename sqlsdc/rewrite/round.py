@@ -138,7 +138,7 @@ from sqlsdc.rewrite.ckm import statistic
 from sqlsdc.rewrite.ckm_mix import join_mix, statistic_key_sql
 from sqlsdc.rewrite.counted_units import counted_units_key, join_unit_keys, unit_lookups
 from sqlsdc.rewrite.dominance import add_contributions, largest_needed, rules
-from sqlsdc.rewrite.sql import number
+from sqlsdc.rewrite.sql import cast, number
 from sqlsdc.rewrite.threshold import (
     add_keys,
     at_least,
@@ -369,7 +369,7 @@ def mean_before_sum(
     total = exp.column(f"__a{i}", table)
     if rounded_count:
         n = exp.Coalesce(this=nonzero(exp.column(f"__r{i}", table)), expressions=[number(1)])
-        scaled = exp.Mul(this=exp.cast(total, "DOUBLE"), expression=exp.column(f"__d{i}", table))
+        scaled = exp.Mul(this=cast(total, "DOUBLE"), expression=exp.column(f"__d{i}", table))
         x = exp.Div(this=scaled, expression=n)
         value = rounded_rational(x, key, rule.base, rule.rounding, whole)
     else:
@@ -416,7 +416,7 @@ def rounded_rational(x: exp.Expr, key: exp.Expr, base: int, rule: Rounding, whol
     q = exp.Floor(this=exp.Div(this=x.copy(), expression=b))
     r = exp.Sub(this=x.copy(), expression=exp.Mul(this=q.copy(), expression=b.copy()))
     step = exp.Case(ifs=[exp.If(this=up(r, key, base, rule), true=number(1))], default=number(0))
-    multiple = exp.Add(this=exp.cast(q, "HUGEINT") if whole else q, expression=step)
+    multiple = exp.Add(this=cast(q, "HUGEINT") if whole else q, expression=step)
     return exp.Mul(this=exp.Paren(this=multiple), expression=b.copy())
 
 

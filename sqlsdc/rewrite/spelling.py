@@ -37,6 +37,7 @@ from sqlglot import exp
 
 from sqlsdc.engines.trees import nodes
 from sqlsdc.errors import PolicyViolation
+from sqlsdc.rewrite.sql import data_type
 
 _T = exp.DataType.Type
 _FLOATS = (_T.DOUBLE, _T.FLOAT)
@@ -119,7 +120,7 @@ def remember_chosen_type(node: exp.Expr) -> None:
         node.meta[_CHOSEN_TYPE] = kind.sql("duckdb")
 
 
-def in_one_spelling(value: exp.Expr, sql: str) -> None:
+def in_one_spelling(value: exp.Expr, sql: str | None) -> None:
     """Replace ``value`` (a MIN, MAX, quantile, or a window returning one of the values it
     reads) by the same value in one spelling, if its type has several.
 
@@ -128,7 +129,7 @@ def in_one_spelling(value: exp.Expr, sql: str) -> None:
             in one (a struct or list holding floats), or the guard cannot tell its type.
     """
     recorded = value.meta.get(_CHOSEN_TYPE)
-    kind = exp.DataType.build(recorded, dialect="duckdb") if recorded else _chosen_type(value)
+    kind = data_type(recorded, "duckdb") if recorded else _chosen_type(value)
     if kind is None or not (kind.this in ONE_SPELLING or kind.this in _SPELLED):
         raise PolicyViolation(
             f"{value.sql('duckdb')[:60]} returns one of the values it reads, the first among "
@@ -162,11 +163,11 @@ def _chosen_type(node: exp.Expr) -> exp.DataType | None:
         return None
     argument = function.this
     if isinstance(argument, exp.Grouping):
-        return exp.DataType.build("INT")
+        return data_type("INT")
     if isinstance(argument, (exp.DateTrunc, exp.TimestampTrunc)):
         argument = argument.this  # a date or a timestamp, which sqlglot leaves unknown
     if isinstance(argument, exp.Null):
-        return exp.DataType.build("NULL")
+        return data_type("NULL")
     return _kind(argument, node.find_ancestor(exp.Select))
 
 
@@ -316,7 +317,7 @@ def _kind(value: exp.Expr, select: exp.Select | None, depth: int = 0) -> exp.Dat
     if isinstance(value, (exp.Div, exp.IntDiv, exp.Add, exp.Sub, exp.Mul, exp.Mod)):
         return _arithmetic_kind(value, select, depth)
     if isinstance(value, exp.Extract) and value.name.upper() in _DOUBLE_PARTS:
-        return exp.DataType.build("DOUBLE")
+        return data_type("DOUBLE")
     if isinstance(value, (exp.Window, exp.IgnoreNulls, exp.RespectNulls)):
         return _kind(value.this, select, depth + 1)
     if isinstance(value, (exp.Floor, exp.Ceil, exp.Round, exp.DateTrunc, exp.TimestampTrunc)):
@@ -331,7 +332,7 @@ def _kind(value: exp.Expr, select: exp.Select | None, depth: int = 0) -> exp.Dat
     if isinstance(value, _INTERPOLATING):
         argument = _kind(value.this, select, depth + 1)
         numeric = argument is not None and argument.this in exp.DataType.NUMERIC_TYPES
-        return exp.DataType.build("DOUBLE") if numeric else argument
+        return data_type("DOUBLE") if numeric else argument
     if isinstance(value, exp.Nullif):  # its first argument, or NULL
         return _kind(value.this, select, depth + 1)
     if isinstance(value, (exp.Case, exp.If, exp.Coalesce, exp.Greatest, exp.Least)):
@@ -352,7 +353,7 @@ def _rounded_kind(value: exp.Expr, argument: exp.DataType | None) -> exp.DataTyp
     ):
         return argument
     if isinstance(value, (exp.Floor, exp.Ceil)):
-        return exp.DataType.build("DOUBLE")
+        return data_type("DOUBLE")
     return None if _unknown(value.type) else value.type
 
 
@@ -366,16 +367,16 @@ def _arithmetic_kind(value: exp.Binary, select, depth: int) -> exp.DataType | No
     if temporal:  # a time and an interval or a number: a time; two times: an interval
         times = kinds - _STRINGS  # a string literal is read as the other side's type
         if isinstance(value, exp.Sub) and times <= _TEMPORAL and times - _NOT_TIMESTAMPS:
-            return exp.DataType.build("INTERVAL")
+            return data_type("INTERVAL")
         if isinstance(value, exp.Sub) and times == {_T.DATE}:
-            return exp.DataType.build("BIGINT")  # days between two dates
+            return data_type("BIGINT")  # days between two dates
         if not _unknown(value.type) and value.type.this in _TEMPORAL:
             return value.type
         return exp.DataType.build(sorted(temporal, key=lambda t: t.value)[0])
     if exp.DataType.Type.INTERVAL in kinds:
-        return exp.DataType.build("INTERVAL")
+        return data_type("INTERVAL")
     if kinds & set(_FLOATS) or isinstance(value, exp.Div):
-        return exp.DataType.build("DOUBLE")
+        return data_type("DOUBLE")
     if _T.DECIMAL in kinds and (
         isinstance(value, (exp.IntDiv, exp.Mod))
         or not kinds <= _EXACT_WITH_DECIMALS
@@ -383,9 +384,9 @@ def _arithmetic_kind(value: exp.Binary, select, depth: int) -> exp.DataType | No
         or right is None
     ):  # DuckDB's // of a DECIMAL divides as a DOUBLE, and a DECIMAL with a string or a
         # HUGEINT, or a remainder past 38 digits, is computed as one
-        return exp.DataType.build("DOUBLE")
+        return data_type("DOUBLE")
     if isinstance(value, exp.IntDiv) and not kinds <= exp.DataType.INTEGER_TYPES:
-        return exp.DataType.build("DOUBLE")
+        return data_type("DOUBLE")
     return None if _unknown(value.type) else value.type
 
 
