@@ -145,6 +145,7 @@ class Statement:
     param_types: tuple[int, ...]
     described: CatalogAnswer | None = None  # run by Describe (no parameters), for the Execute
     text_only: bool = False  # described before its parameters were known: columns as text
+    schema: pa.Schema | None = None  # a catalog statement's, described with NULL parameters
 
     @property
     def nbytes(self) -> int:
@@ -678,9 +679,14 @@ class Session:
             if _BLANK.match(statement.sql):
                 self._send(codec.NO_DATA)
             elif statement.param_types:  # columns without running: names only, typed as text
-                statement.text_only = True
                 shape = await self._shape(statement)
-                self._send(_description(shape, (), text_only=True) if shape else codec.NO_DATA)
+                if isinstance(shape, pa.Schema):  # the catalog's, typed (no data read)
+                    statement.schema = shape
+                    self._send(_description(shape.empty_table(), (), text_only=False))
+                else:
+                    statement.text_only = True
+                    self._send(_description(shape, (), text_only=True) if shape
+                               else codec.NO_DATA)  # fmt: skip
             else:
                 statement.described = await self._kept(statement.sql, ())
                 self._recount("S", message.name)
@@ -691,17 +697,23 @@ class Session:
         if _BLANK.match(portal.statement.sql):
             self._send(codec.NO_DATA)
             return
-        if portal.result is None:
-            portal.result = await self._kept(portal.statement.sql, portal.params)
-            self._recount("P", message.name)
+        await self._portal_result(portal, message.name)
         table = portal.result.table
         self._send(codec.NO_DATA if table is None
                    else _description(table, portal.formats, portal.text_only))  # fmt: skip
 
-    async def _shape(self, statement: Statement) -> list[str]:
-        """Column names of a parameterised statement, without running it: the catalog's answer
-        or the guard's plan, with every parameter NULL (an array's a list of one NULL: ``=
-        ANY($1)`` takes a list; nothing is read or charged)."""
+    async def _portal_result(self, portal: Portal, name: str) -> None:
+        """Run the portal's statement, once, and keep its answer (as its Describe typed it)."""
+        if portal.result is None:
+            answer = await self._kept(portal.statement.sql, portal.params)
+            portal.result = _as_described(answer, portal.statement.schema)
+            self._recount("P", name)
+
+    async def _shape(self, statement: Statement) -> list[str] | pa.Schema:
+        """Columns of a parameterised statement, without running it, with every parameter
+        NULL (an array's a list of one NULL: ``= ANY($1)`` takes a list; nothing is read or
+        charged): the catalog's answer, typed (asyncpg reads the oids of its type
+        introspection as integers), or the names of the guard's plan."""
         nulls = tuple([None] if t in arrays.ELEMENTS else None for t in statement.param_types)
 
         if cursors.cursor_text(statement.sql) is not None:
@@ -710,9 +722,7 @@ class Session:
         def names():
             answer = _catalog_answer(self.catalog, self.connection, statement.sql, nulls)
             if answer is not None:
-                return (
-                    [] if answer.table is None else _named(statement.sql, answer).table.column_names
-                )
+                return [] if answer.table is None else _named(statement.sql, answer).table.schema
             sql = unqualified(statement.sql, _database(self.connection))
             try:
                 names = [c.name for c in self.connection.explain(sql, nulls).columns]
@@ -732,9 +742,7 @@ class Session:
         if _BLANK.match(portal.statement.sql):
             self._send(codec.EMPTY_QUERY)
             return
-        if portal.result is None:
-            portal.result = await self._kept(portal.statement.sql, portal.params)
-            self._recount("P", message.portal)
+        await self._portal_result(portal, message.portal)
         if portal.result.table is None:
             self._send(codec.command_complete(portal.result.tag))
             return
@@ -821,6 +829,23 @@ def _parameters(message: codec.Bind, param_types: tuple[int, ...]) -> tuple:
         types.read_parameter(value, oid, (formats[i] if len(formats) > 1 else formats[0]) == 1)
         for i, (value, oid) in enumerate(zip(message.params, param_types, strict=True))
     )
+
+
+def _as_described(answer: CatalogAnswer, schema: pa.Schema | None) -> CatalogAnswer:
+    """A catalog answer with the column types its statement's Describe sent (``schema``, run
+    with NULL parameters): rows encoded as other types than described would be misread.
+
+    Raises:
+        StatementError: 42804 for an answer whose columns cannot take those types.
+    """
+    if schema is None or answer.table is None or answer.table.schema.equals(schema):
+        return answer
+    try:
+        return CatalogAnswer(answer.table.cast(schema), answer.tag)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
+        raise StatementError("42804", "the answer's columns are not of the types the "
+                             "statement's Describe gave", "cast the parameters in the "
+                             "statement (such as $1::int)") from None  # fmt: skip
 
 
 def _forget_answer(statement: Statement | None) -> None:

@@ -264,6 +264,34 @@ def test_asyncpg_any_of_a_list_is_answered_as_the_in_list(server):
     assert int(listed) == int(cast) == written > 0  # $1::text[] described as text[]
 
 
+def test_asyncpg_int_and_text_arrays_under_any_are_answered(server):
+    """An ``int[]`` parameter made asyncpg introspect the array type, and its introspection
+    failed: ``current_setting('jit')`` with ``set_config('jit', 'off', false)`` went to the
+    guard (refused), then its type query's ``$1::oid[]`` could not be parsed, its oid[]
+    parameter was read as text[], and its oids came back as text. The catalog now answers
+    them as PostgreSQL does (jit is off), and a catalog statement described with parameters
+    sends its columns' types."""
+    asyncpg = pytest.importorskip("asyncpg")
+    import asyncio
+
+    async def ask():
+        con = await asyncpg.connect(user="analyst", password=PASSWORD, host=server.host,
+                                    port=server.port, database="demo", ssl=False)  # fmt: skip
+        try:
+            sql = "SELECT COUNT(*) AS n FROM persons WHERE {}"
+            ages = await con.fetchval(sql.format("age = ANY($1::int[])"), [30, 40, 50])
+            written = await con.fetchval(sql.format("age IN (30, 40, 50)"))
+            regions = await con.fetchval(sql.format("region = ANY($1)"), ["R01", "R03"])
+            cast = await con.fetchval(sql.format("region = ANY($1::text[])"), ["R01", "R03"])
+            jit = await con.fetchval("SELECT current_setting('jit')")
+            return ages, written, regions, cast, jit
+        finally:
+            await con.close()
+
+    ages, written, regions, cast, jit = asyncio.run(ask())
+    assert int(ages) == written > 0 and int(regions) == int(cast) > 0 and jit == "off"
+
+
 def test_psycopg2_and_pg8000_any_of_a_list_are_answered_as_the_in_list(server):
     """psycopg2 writes a list into the text (``= ANY(ARRAY['R01','R03'])``); pg8000 sends it
     as an array parameter."""
