@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from sqlsdc.server import arrays, codec, types
 from sqlsdc.server.codec import ProtocolError, Reader
-from sqlsdc.server.session import parameter_types
+from sqlsdc.server.statement_text import parameter_types
 
 
 def _read(function, data: bytes, **options):
