@@ -13,7 +13,7 @@ from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.optimizer.scope import Scope
 
-from sqlsdc.engines.trees import nodes, release
+from sqlsdc.engines.trees import release
 from sqlsdc.errors import InternalError
 from sqlsdc.planner.canonical_conditions import _conjuncts, _normalise_literals
 from sqlsdc.planner.canonical_text import _SET_OPERATIONS, DIALECT, _json, _sha, _unwrap
@@ -70,19 +70,6 @@ def _output(query: exp.Query, column: exp.Column) -> exp.Expr | None:
     if position is None:
         return None
     return exp.Anonymous(this=OUTPUT_MARKER, expressions=[exp.Literal.number(position)])
-
-
-def _outputs_by_position(node: exp.Expr, query: exp.Query) -> str:
-    """The text of ``node`` (a clause of the set operation ``query``) with every reference
-    to an output by name written as its position."""
-    copy = node.copy()
-    for column in [n for n in nodes(copy) if isinstance(n, exp.Column)]:
-        position = _output(query, column)
-        if position is not None:
-            if column is copy:
-                return position.sql(DIALECT)
-            column.replace(position)
-    return copy.sql(DIALECT)
 
 
 def _unresolved(column: exp.Column) -> InternalError:
