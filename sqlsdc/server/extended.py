@@ -10,12 +10,13 @@ from sqlsdc.errors import Error
 from sqlsdc.server import arrays, codec, cursors, types
 from sqlsdc.server.colnames import postgres_names
 from sqlsdc.server.limits import INLINE_TEXT, MAX_PREPARED, MAX_PREPARED_BYTES
+from sqlsdc.server.list_types import list_types
 from sqlsdc.server.portals import Portal, Statement, as_described, bind_values, forget_answer
 from sqlsdc.server.qualified import unqualified
 from sqlsdc.server.rows import description
 from sqlsdc.server.running import catalog_answer, database_name, named
 from sqlsdc.server.sqlstate import StatementError, error_fields
-from sqlsdc.server.statement_text import BLANK, parameter_types
+from sqlsdc.server.statement_text import BLANK, typed_parameters
 
 
 class ExtendedProtocol:
@@ -36,18 +37,31 @@ class ExtendedProtocol:
                                  "needs")  # fmt: skip
         try:
             if len(message.sql) <= INLINE_TEXT:
-                kinds = parameter_types(message.sql, message.param_types)
+                kinds, lists = typed_parameters(message.sql, message.param_types)
             else:  # a long one in the pool, within the user's share: 0.4 s for 4 MB on the event
                 # loop made every other session wait (red team s35b: 6 sessions of one analyst
                 # parsing 4 MB statements made another user's SELECT 1 take up to 3.4 s)
-                kinds = await self.server.in_pool(parameter_types, message.sql,
-                                                  message.param_types, user=self.user)  # fmt: skip
+                kinds, lists = await self.server.in_pool(typed_parameters, message.sql,
+                                                         message.param_types,
+                                                         user=self.user)  # fmt: skip
         except ValueError:
             raise StatementError("08P01", "parameter numbers must be between 1 and 65535") from None
+        if lists:  # untyped `column = ANY($n)`: an array of the column's type (parsed: the pool)
+            try:
+                kinds = await self.server.in_pool(self._list_types, message.sql, kinds, lists,
+                                                  user=self.user)  # fmt: skip
+            except Exception as e:  # noqa: BLE001 - mapped to an SQLSTATE by error_fields
+                raise error_fields(e) from None
         forget_answer(self.statements.get(message.name))
         self.statements[message.name] = Statement(message.sql, kinds)
         self._recount("S", message.name)
         self._send(codec.PARSE_COMPLETE)
+
+    def _list_types(self, sql: str, kinds: tuple[int, ...], lists: set[int]) -> tuple[int, ...]:
+        """``kinds`` with each untyped ``column = ANY($n)`` typed an array of its column's type
+        where the statement names it plainly (:func:`~sqlsdc.server.list_types.list_types`)."""
+        found = list_types(sql, lists, self.connection.analyst_schema)
+        return tuple(found.get(i + 1, kind) for i, kind in enumerate(kinds))
 
     async def _bind(self, body: codec.Reader) -> None:
         message = codec.parse_bind(body)

@@ -31,8 +31,9 @@ _CAST = re.compile(
 )
 """``$n::type`` and ``CAST($n AS type)``, ``type[]`` an array of it (a list for ``= ANY``)."""
 _ANY = re.compile(r"=\s*+any\s*+\(\s*+\$(\d{1,5})\s*+\)", re.I)
-"""``= ANY($n)``: PostgreSQL types an untyped ``$n`` there as an array of text, as psycopg
-sends a list of str (``col = ANY(%s)``)."""
+"""``= ANY($n)``: an untyped ``$n`` there is an array of the compared column's type, as
+PostgreSQL infers it (:mod:`sqlsdc.server.list_types`), else of text, as psycopg sends a list
+of str (``col = ANY(%s)``)."""
 NOT_IN_TRANSACTION = ("COMMIT", "ROLLBACK")
 
 
@@ -45,6 +46,12 @@ def parameter_types(sql: str, given: tuple[int, ...]) -> tuple[int, ...]:
     """Types of ``$1 .. $n``: as the client gave them, else from a cast in the statement
     (``$1::int``, ``CAST($1 AS date)``, ``$1::text[]`` an array of text), else an array of
     text in ``= ANY($n)``, else text (the guard converts text as DuckDB does)."""
+    return typed_parameters(sql, given)[0]
+
+
+def typed_parameters(sql: str, given: tuple[int, ...]) -> tuple[tuple[int, ...], set[int]]:
+    """:func:`parameter_types`, and the numbers of the parameters typed an array of text only
+    because they stand untyped in ``= ANY($n)`` (whose column may tell their type)."""
     sql = _NOT_CODE.sub(" ", sql)  # WHERE code <> '$2' takes no parameter
     count = max([len(given), *(int(n) for n in _PARAMETER.findall(sql))])
     if count > MAX_PARAMETERS:
@@ -54,9 +61,14 @@ def parameter_types(sql: str, given: tuple[int, ...]) -> tuple[int, ...]:
         number, name, array = match.group(1, 2, 3) if match.group(1) else match.group(4, 5, 6)
         oid = types.NAMES.get(name.lower(), types.TEXT)
         cast.setdefault(int(number), arrays.ARRAY_OF.get(oid, arrays.TEXT_ARRAY) if array else oid)
+    lists = set()
     for match in _ANY.finditer(sql):
-        cast.setdefault(int(match.group(1)), arrays.TEXT_ARRAY)
-    return tuple(
+        number = int(match.group(1))
+        if number not in cast and not (number <= len(given) and given[number - 1]):
+            lists.add(number)
+        cast.setdefault(number, arrays.TEXT_ARRAY)
+    kinds = tuple(
         (given[i] if i < len(given) and given[i] else cast.get(i + 1, types.TEXT))
         for i in range(count)
     )
+    return kinds, lists

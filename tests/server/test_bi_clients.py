@@ -277,16 +277,20 @@ def test_asyncpg_int_and_text_arrays_under_any_are_answered(server):
     guard (refused), then its type query's ``$1::oid[]`` could not be parsed, its oid[]
     parameter was read as text[], and its oids came back as text. The catalog now answers
     them as PostgreSQL does (jit is off), and a catalog statement described with parameters
-    sends its columns' types."""
+    sends its columns' types. An untyped ``age = ANY($1)`` was described as text[], so asyncpg
+    refused a list of integers ("expected str, got int"): it is now an array of the column's
+    type, as PostgreSQL infers it."""
     sql = "SELECT COUNT(*) AS n FROM persons WHERE {}"
-    ages, written, regions, cast, jit = _asyncpg_values(server, [
+    ages, untyped, written, regions, cast, jit = _asyncpg_values(server, [
         (sql.format("age = ANY($1::int[])"), [30, 40, 50]),
+        (sql.format("age = ANY($1)"), [30, 40, 50]),
         (sql.format("age IN (30, 40, 50)"),),
         (sql.format("region = ANY($1)"), ["R01", "R03"]),
         (sql.format("region = ANY($1::text[])"), ["R01", "R03"]),
         ("SELECT current_setting('jit')",),
     ])  # fmt: skip
-    assert int(ages) == written > 0 and int(regions) == int(cast) > 0 and jit == "off"
+    assert int(ages) == int(untyped) == written > 0 and jit == "off"
+    assert int(regions) == int(cast) > 0
 
 
 def test_psycopg2_and_pg8000_any_of_a_list_are_answered_as_the_in_list(server):
