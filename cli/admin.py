@@ -15,20 +15,27 @@ MAX_LIMIT = 1_000_000  # audit rows shown; 10**20 overflowed the engine as a bug
 
 
 OPENED = "sqlsdc.opened"
-"""``ctx.meta`` key of the read-only connection :func:`acting_admin` opened to find the acting
-admin, which a command that only reads the database answers from (:func:`opened`)."""
+"""``ctx.meta`` key of the connection :func:`acting_admin` opened to find the acting admin,
+which the command answers from (:func:`opened`): read-only for a command that only reads,
+read-write for one that writes."""
 
 
-def acting_admin_option(*decls: str, reads: bool = False):
+def acting_admin_option(*decls: str, reads: bool = False, writes: bool = False,
+                        confirmed_by: str | None = None):  # fmt: skip
     """The acting administrator's option, spelled as ``decls`` (option names and the parameter's
     name), resolved by :func:`acting_admin` in every command that takes it. ``reads``: the
     command only reads the database, and answers from the connection opened to find the
-    admin (:func:`opened`) rather than opening the file a second time (~30 ms of CPU)."""
+    admin (:func:`opened`) rather than opening the file a second time (~30 ms of CPU).
+    ``writes``: the command writes, from a read-write connection opened to find the admin,
+    unless it asks for a confirmation first (``confirmed_by``: the flag that skips the
+    question, ``yes``): the file is not held while an admin reads the question."""
     older = [n for n in decls if n.startswith("--") and n != "--as"]
     return click.option(
         *decls,
         default=None,
-        callback=functools.partial(acting_admin, reads=reads),
+        callback=functools.partial(
+            acting_admin, reads=reads, writes=writes, confirmed_by=confirmed_by
+        ),  # fmt: skip
         metavar="ADMIN",
         help="Acting administrator (role admin in the policy in force; for `init` of a new "
         "database, in the new policy). Default: that policy's only admin; with several, "
@@ -37,14 +44,23 @@ def acting_admin_option(*decls: str, reads: bool = False):
 
 
 def acting_admin(
-    ctx: click.Context, _param, name: str | None, *, reads: bool = False
+    ctx: click.Context,
+    _param,
+    name: str | None,
+    *,
+    reads: bool = False,
+    writes: bool = False,
+    confirmed_by: str | None = None,
 ) -> str | None:
     """The admin named with ``--as``, else the only admin of the policy in force (of the policy
     file given to ``init`` on a database without the catalog). It was ``admin`` whatever the
     policy said: a policy whose only admin is ``chief`` needed ``--as chief`` in every command
     (new user s39). With several admins, naming one is required: a usage error lists them.
     ``reads``: the read-only connection opened for it is kept in ``ctx.meta`` for the command
-    (closed with the context)."""
+    (closed with the context); ``writes``: a read-write one, unless the command will ask for a
+    confirmation (``confirmed_by`` not given: an absent ``--as`` is resolved after the options
+    on the command line, so that flag is known by then), which would hold the file, and keep
+    every analyst's connection waiting, for as long as the question stays unanswered."""
     if name is not None or ctx.resilient_parsing:
         return name
     db = ctx.params.get("db")
@@ -57,8 +73,9 @@ def acting_admin(
     from sqlsdc.errors import AccessDenied
 
     con = None
-    if reads and Path(db).is_file():
-        con = ctx.meta[OPENED] = open_database(db, read_only=True)
+    asks = confirmed_by is not None and not ctx.params.get(confirmed_by)
+    if (reads or (writes and not asks)) and Path(db).is_file():
+        con = ctx.meta[OPENED] = open_database(db, read_only=reads)
         ctx.call_on_close(con.close)
     names = admins(db, policy=ctx.params.get("policy_file"), con=con)
     if len(names) == 1:
@@ -74,11 +91,12 @@ def acting_admin(
 
 admin_option = acting_admin_option("--as", "--admin", "--user", "-u", "user")
 reading_admin_option = acting_admin_option("--as", "--admin", "--user", "-u", "user", reads=True)
+writing_admin_option = acting_admin_option("--as", "--admin", "--user", "-u", "user", writes=True)
 
 
 def opened():
     """The connection :func:`acting_admin` opened for the running command, or None (``--as``
-    given: the command opens its own)."""
+    given, or a question asked first: the command opens its own)."""
     return click.get_current_context().meta.get(OPENED)
 
 
@@ -229,7 +247,7 @@ def readable(document: dict) -> dict:
 @policy.command()
 @click.argument("db", type=ExistingFile())
 @click.argument("file", type=ExistingFile())
-@admin_option
+@writing_admin_option
 @format_option(choices=("table", "json"))
 def apply(db: str, file: str, user: str, fmt: str) -> None:
     """Apply FILE to DB as a new policy version (earlier versions are kept).
@@ -243,7 +261,7 @@ def apply(db: str, file: str, user: str, fmt: str) -> None:
     """
     from sqlsdc import admin
 
-    _report(admin.apply(db, file, user), fmt)
+    _report(admin.apply(db, file, user, con=opened()), fmt)
 
 
 @click.command()
@@ -326,7 +344,7 @@ def outputs(db: str, user: str, fmt: str) -> None:
 
 @click.command()
 @click.argument("db", type=ExistingFile())
-@admin_option
+@acting_admin_option("--as", "--admin", "--user", "-u", "user", writes=True, confirmed_by="yes")
 @click.option("--table", "tables", multiple=True, help="Only this table (repeatable).")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @format_option(choices=("table", "json"))
@@ -345,7 +363,7 @@ def rekey(db: str, user: str, tables: tuple[str, ...], yes: bool, fmt: str) -> N
     if not yes:  # the question on stderr: stdout is the output (JSON with --format json)
         click.confirm("Re-keying changes every published CKM value. Continue?", abort=True,
                       err=True)  # fmt: skip
-    rekeyed = admin.rekey(db, user, tables=list(tables) or None)
+    rekeyed = admin.rekey(db, user, tables=list(tables) or None, con=opened())
     if fmt == "json":
         print_json({"rekeyed_rows": rekeyed})
         return

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
-from sqlsdc.cli.admin import acting_admin_option
+from sqlsdc.cli.admin import acting_admin_option, opened
 from sqlsdc.cli.output import ExistingFile, format_option, print_frame, print_json
 
 from sqlsdc.errors import Error
@@ -203,10 +203,17 @@ def _not_dp(policy, key: ledger.BudgetKey) -> str | None:
 
 
 def _admin_session(db: str, admin: str):
+    """A read-write connection to ``db`` (the one opened to find the acting admin, when it
+    was: the file is opened once) and the policy in force, ``admin`` checked."""
     from sqlsdc.admin import require_admin
+    from sqlsdc.catalog import store
     from sqlsdc.policy import load_policy
 
-    con = _open_with_catalog(db, read_only=False)
+    con = opened()
+    if con is None:
+        con = _open_with_catalog(db, read_only=False)
+    elif store.current_policy(con) is None:
+        raise store.no_catalog(db, con)
     try:
         current = require_admin(con, admin)
     except BaseException:
@@ -244,7 +251,7 @@ _target_options = [
     click.option(
         "--reason", required=True, callback=_reason, help="Why (kept in the audit trail)."
     ),
-    acting_admin_option("--as", "--admin", "admin"),
+    acting_admin_option("--as", "--admin", "admin", writes=True),
     format_option(choices=("table", "json")),
 ]
 

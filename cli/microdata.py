@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 import click
-from sqlsdc.cli.admin import admin_option
+from sqlsdc.cli.admin import admin_option, opened, writing_admin_option
 from sqlsdc.cli.output import ExistingFile, format_option, print_json, read_sql
 
 from sqlsdc.errors import Error, NotFoundError
@@ -41,7 +41,7 @@ from sqlsdc.errors import Error, NotFoundError
 @click.option("--household", help="Household identifier column, for household risk.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the keyed draws.")
 @click.option("--replace", is_flag=True, help="Overwrite an existing output of that name.")
-@admin_option
+@writing_admin_option
 @format_option(default="table", choices=("table", "json"))
 def anonymize(db, source, sql, into, steps, keys, weights, household, seed, replace, user, fmt):
     """Anonymise records and store them as protected.NAME (admins only).
@@ -66,24 +66,26 @@ def anonymize(db, source, sql, into, steps, keys, weights, household, seed, repl
         --step microaggregate:income:k=5 --keys region,sex,age,education
     """
     from sqlsdc.jobs.anonymize import anonymize as run
+    from sqlsdc.jobs.session import handed_connection
 
     if (source is None) == (sql is None):
         raise click.UsageError("give either --from TABLE or --sql QUERY")
     say = None if fmt == "json" else (lambda message: click.echo(message, err=True))
-    report = run(
-        db,
-        user=user,
-        into=into,
-        steps=list(steps),
-        source=source,
-        sql=read_sql(sql) if sql is not None else None,
-        keys=[k.strip() for k in keys.split(",") if k.strip()] if keys else None,
-        weights=weights,
-        household=household,
-        seed=seed,
-        replace=replace,
-        progress=say,
-    )
+    with handed_connection(db, opened()):
+        report = run(
+            db,
+            user=user,
+            into=into,
+            steps=list(steps),
+            source=source,
+            sql=read_sql(sql) if sql is not None else None,
+            keys=[k.strip() for k in keys.split(",") if k.strip()] if keys else None,
+            weights=weights,
+            household=household,
+            seed=seed,
+            replace=replace,
+            progress=say,
+        )
     if fmt == "json":
         print_json(report.to_dict())
     else:

@@ -12,7 +12,7 @@ import os
 import sys
 
 import click
-from sqlsdc.cli.admin import admin_option
+from sqlsdc.cli.admin import opened, writing_admin_option
 from sqlsdc.cli.output import ExistingFile, Seconds, format_option, print_json, read_sql
 
 METHODS = ("suppress", "round", "cta", "ipf")
@@ -97,7 +97,7 @@ OWNERS = {  # option -> the methods it belongs to
 )
 @click.option("--into", required=True, help="Name of the stored table (protected.NAME).")
 @click.option("--replace", is_flag=True, help="Overwrite an existing output of that name.")
-@admin_option
+@writing_admin_option
 @format_option(default="table", choices=("table", "json"))
 def protect(db, sql, method, into, replace, user, fmt, **options):
     """Protect a table computed from confidential data and store it (admins only).
@@ -133,12 +133,13 @@ def protect(db, sql, method, into, replace, user, fmt, **options):
         --into persons_ipf --sql "SELECT region, education, COUNT(*) FROM persons WHERE age >= 85
         GROUP BY region, education"
     """
+    from sqlsdc.jobs.session import handed_connection
     from sqlsdc.tabular.rules import parse_rule
 
     _check_options(method, options)
     job = {"db": db, "user": user, "sql": read_sql(sql), "into": into, "replace": replace}
     rules = [parse_rule(r) for r in options["rules"]] or None
-    with _progress(method) as progress, _native_output_to_stderr():
+    with _progress(method) as progress, _native_output_to_stderr(), handed_connection(db, opened()):
         report = RUNNERS[method](job, options, rules, progress)
     if method != "suppress" and report.status == "near_feasible":
         _warn_near_feasible(report)

@@ -6,7 +6,7 @@ A thin command over :func:`sqlsdc.synth.report.synth_report`.
 from __future__ import annotations
 
 import click
-from sqlsdc.cli.admin import admin_option
+from sqlsdc.cli.admin import opened, writing_admin_option
 from sqlsdc.cli.output import ExistingFile, format_option, print_json
 
 from sqlsdc.errors import Error
@@ -33,7 +33,7 @@ def _names(text: str | None) -> list[str] | None:
     help="Folder of the report (default: NAME_report/ next to DB).",
 )
 @click.option("--force", is_flag=True, help="Overwrite the report files of an earlier run.")
-@admin_option
+@writing_admin_option
 @format_option(default="text", choices=("text", "json"))
 def synth_report(db, table, against, keys, target, out, force, user, fmt):
     """Utility and disclosure risk of a synthetic table (admins only: it reads the data).
@@ -46,14 +46,16 @@ def synth_report(db, table, against, keys, target, out, force, user, fmt):
       sqlsdc synth-report demo.duckdb --table protected.persons_syn \\
         --keys region,sex,age --target occupation
     """
+    from sqlsdc.jobs.session import handed_connection
     from sqlsdc.synth.report import report_folder
     from sqlsdc.synth.report import synth_report as run
 
     folder = report_folder(db, table, out)
     if (folder / "report.json").exists() and not force:
         raise Error(f"{folder} holds a report; pass --force to overwrite it, or --out another")
-    result = run(db, table, user=user, against=against, keys=_names(keys), target=target,
-                 out=out)  # fmt: skip
+    with handed_connection(db, opened()):
+        result = run(db, table, user=user, against=against, keys=_names(keys), target=target,
+                     out=out)  # fmt: skip
     if fmt == "json":
         from sqlsdc.synth.report import _jsonable
 

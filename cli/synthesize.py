@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import click
-from sqlsdc.cli.admin import admin_option
+from sqlsdc.cli.admin import opened, writing_admin_option
 from sqlsdc.cli.output import ExactNumber, ExistingFile, format_option, print_json, read_sql
 
 
@@ -91,7 +91,7 @@ def _option(text: str) -> tuple[str, object]:
 @click.option("--rows", type=click.IntRange(0), help="Records per copy (default: as many as "
               "the source; DP: the estimated count).")  # fmt: skip
 @click.option("--replace", is_flag=True, help="Overwrite an existing output of that name.")
-@admin_option
+@writing_admin_option
 @format_option(default="table", choices=("table", "json"))
 def synthesize(db, source, sql, into, method, columns, epsilon, margins, bins, levels, missing,
                zeros, stratify, max_cells, no_projection, options, seed, copies, rows, replace,
@@ -111,35 +111,37 @@ def synthesize(db, source, sql, into, method, columns, epsilon, margins, bins, l
     Example:
       sqlsdc synthesize demo.duckdb --from persons --into persons_copula --method parametric
     """
+    from sqlsdc.jobs.session import handed_connection
     from sqlsdc.synth import synthesize as run
 
     if (source is None) == (sql is None):
         raise click.UsageError("give either --from TABLE or --sql QUERY")
     say = None if fmt == "json" else (lambda message: click.echo(message, err=True))
-    report = run(
-        db,
-        user=user,
-        into=into,
-        method=method,
-        source=source,
-        sql=read_sql(sql) if sql is not None else None,
-        columns=_names(columns),
-        epsilon=epsilon,
-        margins=[_names(m) for m in margins] or None,
-        bins=_assignments(bins, "--bins"),
-        levels=_assignments(levels, "--levels"),
-        missing=_names(missing) or (),
-        zeros=[_zero(z) for z in zeros],
-        stratify=stratify,
-        max_cells=max_cells,
-        project=not no_projection,
-        options=dict(_option(o) for o in options),
-        seed=seed,
-        copies=copies,
-        rows=rows,
-        replace=replace,
-        progress=say,
-    )
+    with handed_connection(db, opened()):
+        report = run(
+            db,
+            user=user,
+            into=into,
+            method=method,
+            source=source,
+            sql=read_sql(sql) if sql is not None else None,
+            columns=_names(columns),
+            epsilon=epsilon,
+            margins=[_names(m) for m in margins] or None,
+            bins=_assignments(bins, "--bins"),
+            levels=_assignments(levels, "--levels"),
+            missing=_names(missing) or (),
+            zeros=[_zero(z) for z in zeros],
+            stratify=stratify,
+            max_cells=max_cells,
+            project=not no_projection,
+            options=dict(_option(o) for o in options),
+            seed=seed,
+            copies=copies,
+            rows=rows,
+            replace=replace,
+            progress=say,
+        )
     if fmt == "json":
         print_json(report.to_dict())
         return

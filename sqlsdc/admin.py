@@ -44,7 +44,7 @@ def admins(db: str | Path, *, policy: Policy | str | Path | None = None, con=Non
     ``con``: a connection to ``db`` already open, read instead of opening another."""
     current = None
     if con is not None or Path(db).is_file():
-        with _reading(db, con) as con:
+        with _opened(db, con, read_only=True) as con:
             current = store.current_policy(con)
             if current is None and policy is None:
                 raise store.no_catalog(db, con)
@@ -58,13 +58,14 @@ def admins(db: str | Path, *, policy: Policy | str | Path | None = None, con=Non
 
 
 @contextmanager
-def _reading(db: str | Path, con=None) -> Iterator:
-    """``con`` if given (its opener closes it), else a read-only connection to ``db`` closed
-    on leaving: the CLI opens the database once, to find the acting admin and to answer."""
+def _opened(db: str | Path, con=None, *, read_only: bool) -> Iterator:
+    """``con`` if given (its opener closes it), else a connection to ``db`` (read-only or
+    read-write) closed on leaving: the CLI opens the database once, to find the acting admin
+    and to answer or write."""
     if con is not None:
         yield con
         return
-    con = engine.open_database(db, read_only=True)
+    con = engine.open_database(db, read_only=read_only)
     try:
         yield con
     finally:
@@ -93,16 +94,15 @@ def init(db_path, policy, *, applied_by: str | None = None) -> ApplyReport:
     return setup.init(db_path, policy, checks=policy_checks(), applied_by=applied_by)
 
 
-def apply(db: str | Path, policy: Policy | str | Path, user: str) -> ApplyReport:
-    """Apply a new policy version as ``user`` (who must be admin in the policy in force)."""
+def apply(db: str | Path, policy: Policy | str | Path, user: str, *, con=None) -> ApplyReport:
+    """Apply a new policy version as ``user`` (who must be admin in the policy in force).
+    ``con``: a read-write connection to ``db`` already open, written instead of opening
+    another (its opener closes it)."""
     if not isinstance(policy, Policy):
         policy = load_policy(policy)
-    con = engine.open_database(db, read_only=False)
-    try:
+    with _opened(db, con, read_only=False) as con:
         require_admin(con, user)
         return apply_policy(con, policy, applied_by=user, checks=policy_checks())
-    finally:
-        con.close()
 
 
 def show(db: str | Path) -> tuple[int, dict, list[tuple]]:
@@ -133,8 +133,8 @@ def audit(
 
     Columns: :data:`~sqlsdc.catalog.store.AUDIT_COLUMNS` and what the budget ledger charged
     each entry's query id (:data:`CHARGE_COLUMNS`: ε, ρ and δ as exact text, None where
-    nothing was charged); ``con``: a connection to ``db`` already open (:func:`_reading`)."""
-    with _reading(db, con) as con:
+    nothing was charged); ``con``: a connection to ``db`` already open (:func:`_opened`)."""
+    with _opened(db, con, read_only=True) as con:
         require_admin(con, user)
         entries = store.audit_entries(
             con, user=who, decision=decision, limit=limit, since=since, until=until
@@ -152,8 +152,8 @@ def outputs(db: str | Path, user: str, *, con=None) -> pd.DataFrame:
     (``sqlsdc.outputs``), oldest first (read by an admin): name, method, when, by whom, under
     which policy version, the query id of the job's audit entry (None for outputs stored
     before jobs had one) and what the ledger charged it (:data:`CHARGE_COLUMNS`); ``con``: a
-    connection to ``db`` already open (:func:`_reading`)."""
-    with _reading(db, con) as con:
+    connection to ``db`` already open (:func:`_opened`)."""
+    with _opened(db, con, read_only=True) as con:
         require_admin(con, user)
         kept = duckdb_schema.table_columns(con, store.S, "outputs")  # no query_id in older catalogs
         columns = [c if c in kept else f"NULL AS {c}" for c in OUTPUT_COLUMNS]
@@ -181,15 +181,17 @@ def _with_charges(con, entries: list[dict], columns) -> pd.DataFrame:
     return pd.DataFrame(entries, columns=[*columns, *CHARGE_COLUMNS])
 
 
-def rekey(db: str | Path, user: str, *, tables: list[str] | None = None) -> dict[str, int]:
+def rekey(
+    db: str | Path, user: str, *, tables: list[str] | None = None, con=None
+) -> dict[str, int]:
     """Give every unit of the confidential ``tables`` (default: all) a new record key.
 
     This changes the CKM noise of every cell, so values published before and after no longer
     match (and could be compared by a user who saw both): do it only when keys may have
     leaked. Every re-keying is recorded in ``sqlsdc.key_events``. Returns rows re-keyed per table.
+    ``con``: a read-write connection to ``db`` already open (its opener closes it).
     """
-    con = engine.open_database(db, read_only=False)
-    try:
+    with _opened(db, con, read_only=False) as con:
         current = require_admin(con, user)
         policy = load_policy(current[1], name=current[2])
         names = tables or [t.name for t in policy.confidential_tables]
@@ -208,8 +210,6 @@ def rekey(db: str | Path, user: str, *, tables: list[str] | None = None) -> dict
             engine.rollback(con)
             raise
         return report
-    finally:
-        con.close()
 
 
 def ckm_measures(

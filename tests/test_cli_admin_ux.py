@@ -157,6 +157,75 @@ def test_a_reading_admin_command_opens_the_database_once(db, monkeypatch, comman
     assert opened == [True, True]
 
 
+WRITES = {
+    "rekey": ["rekey", "{db}", "--yes"],
+    "policy apply": ["policy", "apply", "{db}", "{policy}"],
+    "budget grant": ["budget", "{db}", "grant", "--for", "ana", "--epsilon", "1", "--reason", "r"],
+    "budget set": ["budget", "{db}", "set", "--for", "ana", "--epsilon", "5", "--reason", "r"],
+    "budget reset": ["budget", "{db}", "reset", "--for", "ana", "--reason", "r"],
+    "protect": ["protect", "{db}", "--sql", BY_REGION.format("persons"), "--method", "round",
+                "--base", "5", "--into", "rounded"],
+    "synthesize": ["synthesize", "{db}", "--from", "persons", "--into", "copy",
+                   "--method", "parametric", "--seed", "1"],
+}  # fmt: skip
+
+
+@pytest.fixture
+def openings(monkeypatch) -> list:
+    """Whether each opening of the database file is read-only, in order."""
+    from sqlsdc.engines import duckdb as engine
+
+    opened = []
+    real = engine.open_database
+
+    def counted(*args, **kwargs):
+        opened.append(kwargs.get("read_only", False))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "open_database", counted)
+    return opened
+
+
+@pytest.mark.parametrize("name", list(WRITES))
+def test_a_writing_admin_command_opens_the_database_once(one_admin, openings, name):
+    """Commands that write (rekey, policy apply, budget grant/set/reset, the jobs) opened the
+    file read-only to find the acting admin, closed it, and opened it again read-write: now
+    they write through the read-write connection opened to find the admin. Named with --as,
+    the admin is not looked up, and the command opens the file itself, once."""
+    from click.testing import CliRunner
+
+    db, policy = one_admin
+    sqlsdc("init", db, "--policy", policy)
+    args = [a.format(db=db, policy=policy) for a in WRITES[name]]
+    done = CliRunner().invoke(cli, args)
+    assert done.exit_code == 0, done.output
+    assert openings == [False]
+    if name in ("protect", "synthesize"):
+        args += ["--replace"]
+    named = CliRunner().invoke(cli, [*args, "--as", "chief"])
+    assert named.exit_code == 0, named.output
+    assert openings == [False, False]
+
+
+def test_rekey_that_asks_does_not_hold_the_file_while_asking(db, openings, monkeypatch):
+    """Without --yes, rekey asks first: the file is opened read-only to find the admin and
+    let go, and opened read-write only once the question is answered (a read-write opening
+    kept from the options on would hold the file, and every analyst, for as long as the
+    question stays unanswered)."""
+    from click.testing import CliRunner
+
+    asked = []
+
+    def answer(*_args, **_kwargs):
+        asked.append(list(openings))
+        return True
+
+    monkeypatch.setattr(click, "confirm", answer)
+    done = CliRunner().invoke(cli, ["rekey", str(db)])
+    assert done.exit_code == 0, done.output
+    assert asked == [[True]] and openings == [True, False]
+
+
 def _commands(command: click.Command, path: str = "sqlsdc"):
     yield path, command
     for name, sub in getattr(command, "commands", {}).items():

@@ -12,7 +12,8 @@ import sqlsdc.admin
 from sqlsdc.catalog import dp_cache
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.guard import dp_charge
-from sqlsdc.guard.dp_release import PREFETCHED_CELLS, prefetching
+from sqlsdc.guard.dp_limits import PREFETCHED_CELLS
+from sqlsdc.guard.dp_pricing import prefetching
 from sqlsdc.mechanisms.accountant import Bounding, PrivacyCost, Statistic, calibrate
 from sqlsdc.mechanisms.dp_cells import CellMechanism, CellSpace, cell_digests, cell_identity
 from sqlsdc.policy import load_policy

@@ -22,7 +22,7 @@ from test_dp_query import dp_document, make_db, pin_noise, spend_rows
 import sqlsdc
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import PolicyViolation, QueryCanceled
-from sqlsdc.guard import connection, dp_release
+from sqlsdc.guard import connection, dp_limits
 from sqlsdc.mechanisms.accountant import Bounding, PrivacyCost, Statistic, calibrate
 from sqlsdc.mechanisms.dp_cells import CellMechanism, CellSpace, noisy_quantiles, permute_and_flip
 from sqlsdc.mechanisms.prf import KeyedStream
@@ -205,7 +205,7 @@ def _cached_cells(path) -> list[tuple[str, str, str]]:
     con = open_database(path)
     try:
         # neither the statistics paid nor the record of a private selection's released keys
-        # (dp_release.release_digest; red team s37b), which lists the released groups only
+        # (dp_reuse.release_digest; red team s37b), which lists the released groups only
         return con.execute("SELECT cell, statistic, value FROM sqlsdc.dp_cells "
                            "WHERE cell NOT LIKE '%sqlsdc.dp_statistic%' "
                            "AND statistic <> 'release'").fetchall()  # fmt: skip
@@ -329,7 +329,7 @@ def small_answers(monkeypatch):
     groups per aggregation (as both are 1,000,000)."""
     monkeypatch.setattr(connection, "MAX_ANSWER_ROWS", 5)
     monkeypatch.setattr(connection, "MAX_PRIVATE_GROUPS", 5)
-    monkeypatch.setattr(dp_release, "MAX_PRIVATE_GROUPS", 5)
+    monkeypatch.setattr(dp_limits, "MAX_PRIVATE_GROUPS", 5)
 
 
 REGIONS = "(SELECT region, COUNT(*) AS n FROM persons GROUP BY region)"  # 4 public cells
@@ -392,7 +392,7 @@ def test_answers_bounded_within_the_cap_are_answered(dp_db, small_answers, sql, 
 def test_a_selection_beyond_its_cap_keeps_the_groups_of_the_smallest_digests(tmp_path, monkeypatch):
     """At most 2 groups a selection (a, b and c pass it): the same two every time, and only
     their cells are cached; the answer, bounded by 2 rows, is never stopped."""
-    monkeypatch.setattr(dp_release, "MAX_PRIVATE_GROUPS", 2)
+    monkeypatch.setattr(dp_limits, "MAX_PRIVATE_GROUPS", 2)
     monkeypatch.setattr(connection, "MAX_PRIVATE_GROUPS", 2)
     path = tmp_path / "capped.duckdb"
     make_db(path, dp_document())

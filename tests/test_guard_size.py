@@ -26,7 +26,7 @@ from sqlsdc.engines.trees import copy_tree, nodes, release
 from sqlsdc.guard.parse import parse_statement
 from sqlsdc.guard.pipeline import protect
 from sqlsdc.guard.resolve import check_tables, qualify_tree
-from sqlsdc.planner import identity
+from sqlsdc.planner import canonical_conditions
 from sqlsdc.planner.analyze import analyze
 from sqlsdc.planner.connectors import balanced
 from sqlsdc.planner.repeated_columns import RepeatedColumns
@@ -370,11 +370,13 @@ def test_the_identity_prints_reused_operand_texts_as_a_fresh_generation(monkeypa
         condition = _analysed(f"SELECT 1 FROM persons WHERE {_condition(rng, 4)}")
         conditions.append(exp.And(this=condition.args["where"].this, expression=resolved.copy()))
         conditions[-1].type = exp.DataType.build("BOOLEAN")
-    reused = [identity._conjuncts([c.copy()]) for c in conditions]
+    reused = [canonical_conditions._conjuncts([c.copy()]) for c in conditions]
     monkeypatch.setattr(  # the texts are computed as before, never stored
-        identity._ReusingGenerator, "remember", lambda self, node: self.generate(node, copy=False)
+        canonical_conditions._ReusingGenerator,
+        "remember",
+        lambda self, node: self.generate(node, copy=False),
     )
-    assert [identity._conjuncts([c.copy()]) for c in conditions] == reused
+    assert [canonical_conditions._conjuncts([c.copy()]) for c in conditions] == reused
 
 
 def _resolved(sql: str, context, grouped: bool, keys: bool = False) -> list[tuple]:

@@ -123,7 +123,7 @@ def cache_cells(
     """Cache the cells a query drew after its statistics were charged (nothing is spent here:
     the statistics are paid); ``paid_by``'s ledger row then counts them. ``releases``:
     (digest, keys) of the groups private selections released
-    (:func:`sqlsdc.guard.dp_release.release_digest`), read back by :func:`released_groups`.
+    (:func:`sqlsdc.guard.dp_reuse.release_digest`), read back by :func:`released_groups`.
     ``statistics``: those the query's charge paid for (value 0), cached with the cells, from
     when on they count as paid (not counted on the ledger row).
 

@@ -10,7 +10,7 @@ not depend on the confidential data, and a statement whose bound is over the cap
 before the charge; one within it can never be stopped for its rows after.
 
 The facts: the cells of each DP stage (the product of its public domains; private groups: at
-most :data:`sqlsdc.guard.dp_release.MAX_PRIVATE_GROUPS`, the most a stage releases), the rows
+most :data:`sqlsdc.guard.dp_limits.MAX_PRIVATE_GROUPS`, the most a stage releases), the rows
 of public tables, and the query's shape: a join multiplies, unless a side is unique on the
 columns it is joined on (a stage's relation on its group keys, a public table on its declared
 key, a grouped or DISTINCT select on its outputs, and any of these through joins that meet

@@ -45,7 +45,9 @@ from sqlsdc.guard.auditing import Auditing
 from sqlsdc.guard.checking import Checking, Early
 from sqlsdc.guard.cursor import Cursor
 from sqlsdc.guard.dp_charge import DpCharging
-from sqlsdc.guard.dp_release import MAX_PRIVATE_GROUPS, DpRelease, stage_cells
+from sqlsdc.guard.dp_limits import MAX_PRIVATE_GROUPS
+from sqlsdc.guard.dp_pricing import stage_cells
+from sqlsdc.guard.dp_release import DpRelease
 from sqlsdc.guard.engine_failures import cell_conflict, engine_failure
 from sqlsdc.guard.engine_reads import EngineReads
 from sqlsdc.guard.holding import IDLE_RELEASE_SECONDS, FileHolding, database_lock

@@ -32,17 +32,16 @@ from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines import duckdb_schema
 from sqlsdc.errors import Error
 from sqlsdc.guard import dp_in_flight
-from sqlsdc.guard.dp_release import (
-    DpRelease,
+from sqlsdc.guard.dp_pricing import (
     check_private_keys,
     check_sizes,
     data_versions_of,
     no_rows,
     prefetching,
     price,
-    release,
     resolve_domains,
 )
+from sqlsdc.guard.dp_release import DpRelease, release
 from sqlsdc.guard.engine_reads import ENGINE_CHECKED_TEXTS
 from sqlsdc.guard.holding import database_lock
 from sqlsdc.guard.pipeline import ProtectedQuery
@@ -107,9 +106,9 @@ class DpCharging:
         versions are read before. Whatever the query, the policy and the public domains decide
         is decided before the charge, so that no refusal comes after it: DuckDB's reading of
         every text (the answer's too), the size of quantiles
-        (:func:`~sqlsdc.guard.dp_release.check_sizes`), the most rows the answer can have
+        (:func:`~sqlsdc.guard.dp_pricing.check_sizes`), the most rows the answer can have
         (:meth:`_check_answer_rows`) and the types of private group keys
-        (:func:`~sqlsdc.guard.dp_release.check_private_keys`, from the cells' SQL with no
+        (:func:`~sqlsdc.guard.dp_pricing.check_private_keys`, from the cells' SQL with no
         row). The drawn cells are cached afterwards (free), with the answer. The noise is
         drawn under the statement's timeout (a quantile's draw included, which the engine's
         interrupt does not reach): stopped there, the query has paid, as one stopped while

@@ -18,7 +18,7 @@ rewritten the same way (:func:`arrays_as_in`); its length is the statement's.
 
 A driver that sends the list untyped names its type in a cast, ``x = ANY($1::text[])`` or
 ``x = ANY(CAST($1 AS INT[]))`` (the server then reads the parameter as an array of that
-element type, :func:`sqlsdc.server.session.parameter_types`): the list is the IN list of its
+element type, :func:`sqlsdc.server.statement_text.parameter_types`): the list is the IN list of its
 literals each cast to the element type, ``x IN (CAST(30 AS TEXT), ...)``, so a value of another
 type than the cast, or one the cast cannot convert, meets the checks of that IN list written
 out. Only a plain cast to a one-dimensional array of a scalar type: ``int[][]``, a fixed size

@@ -44,7 +44,7 @@ from sqlsdc.engines.duckdb import EngineError, register, result_schema, rollback
 from sqlsdc.engines.spark import as_types
 from sqlsdc.engines.spark_translate import check_portable, tables_read, view_name
 from sqlsdc.errors import Error, NotSupportedError, OperationalError, ProgrammingError
-from sqlsdc.guard.dp_release import no_rows
+from sqlsdc.guard.dp_pricing import no_rows
 from sqlsdc.guard.postprocess import check_faults, record_release, values_of
 from sqlsdc.guard.summable import check_summable
 from sqlsdc.guard.validate import check_engine_tables
@@ -194,7 +194,7 @@ def _release_dp(connection: Connection, con, engine: SparkEngine, query, query_i
             trees[texts[key]] = tree
         if stage.keys:  # their keys' types: private groups' first (dp_release's
             empty = no_rows(stage)  # check_private_keys), any stage's answered from the cache
-            engine.sql(empty)  # (dp_release._from_cache): translated before the charge too
+            engine.sql(empty)  # (dp_reuse._from_cache): translated before the charge too
             trees[connection._context.to_sql(empty)] = empty
 
     def run(text: str) -> pa.Table:  # stage SQL by its tree; public domains parsed from text

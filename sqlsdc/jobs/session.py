@@ -18,6 +18,7 @@ import math
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 import numpy as np
@@ -54,19 +55,51 @@ def _job_turn(db: str | Path) -> threading.RLock:
         return _JOB_TURNS.setdefault(key, threading.RLock())
 
 
+_HANDED: ContextVar[list | None] = ContextVar("sqlsdc_handed_job_connection", default=None)
+"""``[path, connection]`` handed to the next job on that file (:func:`handed_connection`)."""
+
+
+@contextmanager
+def handed_connection(db: str | Path, con) -> Iterator[None]:
+    """The first job on ``db`` run within the block writes through ``con`` (read-write, open
+    on ``db``; its opener closes it) instead of opening the file again: the CLI opened it to
+    find the acting admin (~30 ms of CPU per opening). Once: a later job opens its own, so no
+    job inherits the state another left. ``con`` None: nothing is handed."""
+    if con is None:
+        yield
+        return
+    token = _HANDED.set([Path(db).resolve(), con])
+    try:
+        yield
+    finally:
+        _HANDED.reset(token)
+
+
+def _handed(db: str | Path):
+    """The connection handed for ``db`` (taken: it serves one job), or None."""
+    handed = _HANDED.get()
+    if handed is None or handed[1] is None or handed[0] != Path(db).resolve():
+        return None
+    con, handed[1] = handed[1], None
+    return con
+
+
 @contextmanager
 def job_catalog(db: str | Path, user: str, method: str, into: str, request: str) -> Iterator:
     """``(connection, query id, fingerprint, audit)`` for one back-end job on ``db``: the
     connection (read-write, closed afterwards), the job's own audit entry id, and
     ``audit(decision, reason=...)`` writing that entry for ``request`` by ``user``. The jobs
-    of this process on ``db`` take turns (:func:`_job_turn`)."""
+    of this process on ``db`` take turns (:func:`_job_turn`). A connection handed over
+    (:func:`handed_connection`) is used, not closed."""
     with _job_turn(db):
         yield from _job_connection(db, user, method, into, request)
 
 
 def _job_connection(db, user: str, method: str, into: str, request: str) -> Iterator:
     """The body of :func:`job_catalog`, run while the job holds its turn."""
-    con = engine.open_database(db, read_only=False)
+    con = handed = _handed(db)
+    if con is None:
+        con = engine.open_database(db, read_only=False)
     try:
         current = store.current_policy(con)
         if current is None:
@@ -94,7 +127,8 @@ def _job_connection(db, user: str, method: str, into: str, request: str) -> Iter
             raise
         raise told from None
     finally:
-        con.close()
+        if handed is None:
+            con.close()
 
 
 def json_safe(value):

@@ -126,7 +126,7 @@ class DpStage:
     # dropped; no measure clamped): both are 0 exactly, and no report is drawn nor charged
     shares_zero: bool = False
     # the tables (lower-case names) the exact cells read: a cell's identity names the data
-    # version of each declared one (dp_release.data_versions_of); found once, by the check
+    # version of each declared one (dp_pricing.data_versions_of); found once, by the check
     reads: frozenset[str] = frozenset()
     # the trees behind ``sql`` (key None) and each histogram's SQL (by name), for engines that
     # run trees rather than DuckDB's text (Spark)

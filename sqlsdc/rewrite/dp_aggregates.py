@@ -101,7 +101,7 @@ def check_grid(calibration: Calibration, select: exp.Select) -> None:
 
 INTEGER_RANGES = {Aggregate.COUNT: 2**63, Aggregate.COUNT_DISTINCT: 2**63, Aggregate.SUM: 10**38}
 """The released integers' ranges: counts are BIGINT, a SUM over an integral grid HUGEINT
-(DECIMAL(38, 0) on Spark; :data:`sqlsdc.guard.dp_release.WIDE_INTEGER`). Exact values stay far
+(DECIMAL(38, 0) on Spark; :data:`sqlsdc.guard.dp_cells_table.WIDE_INTEGER`). Exact values stay far
 inside (a sum: at most 2^62 grid units of at most 10^6 per row, under 10^38 up to 10^13 rows)."""
 
 

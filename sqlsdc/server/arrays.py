@@ -18,6 +18,7 @@ ELEMENTS = {  # array type OID -> element type OID (pg_type's typelem)
     1005: 21,  # int2
     1007: 23,  # int4
     1016: 20,  # int8
+    1028: 26,  # oid
     1009: 25,  # text
     1015: 1043,  # varchar
     1021: 700,  # float4

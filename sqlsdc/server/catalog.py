@@ -37,6 +37,7 @@ from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import AccessDenied, NotSupportedError, PolicyViolation, ProgrammingError
 from sqlsdc.guard.parse import too_complex
 from sqlsdc.server import shadow
+from sqlsdc.server.pg_dialect import CatalogPostgres
 from sqlsdc.server.textcache import text_cache
 from sqlsdc.server.visible import visible_tables
 
@@ -98,6 +99,7 @@ DEFAULT_SETTINGS = {
     "lc_ctype": "C",
     "bytea_output": "hex",
     "statement_timeout": "0",
+    "jit": "off",  # asyncpg reads it (and sets it off) before it introspects a type
 }
 _FIXED = {"server_version", "server_version_num", "server_encoding", "is_superuser",
           "integer_datetimes", "max_identifier_length", "max_index_keys", "lc_collate", "lc_ctype",
@@ -381,7 +383,7 @@ def _parse_catalog_query(text: str) -> exp.Query | None:
     if len(text) > MAX_CATALOG_CHARACTERS:
         return None  # the guard's: it refuses catalog tables, and long statements by length
     try:
-        tree = sqlglot.parse_one(text, read="postgres")
+        tree = sqlglot.parse_one(text, read=CatalogPostgres)
     except (ParseError, TokenError, ValueError, RecursionError):
         return None  # not for the catalog to judge: the guard refuses it with its reasons
     if not isinstance(tree, exp.Query):
@@ -552,7 +554,14 @@ def _parameter(node: exp.Expr, values: list, sql: str) -> exp.Expr:
     number = int(node.name) if node.name.isdigit() else int(node.this.name)
     if not 1 <= number <= len(values):
         raise ProgrammingError(f"parameter ${number} has no value ({len(values)} given)")
-    value = values[number - 1]
+    return _literal(values[number - 1])
+
+
+def _literal(value) -> exp.Expr:
+    """A parameter's value as a literal; a list (an array parameter, asyncpg's ``oid[]`` of
+    its type introspection) as an array of them."""
+    if type(value) in (list, tuple):
+        return exp.Array(expressions=[_literal(v) for v in value])
     if value is None:
         return exp.Null()
     if isinstance(value, bool):

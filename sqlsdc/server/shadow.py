@@ -477,6 +477,12 @@ def _functions(con, *, user: str, database: str) -> None:
         "pg_has_role(a)": "true",
         "current_setting(setting_name)": "(SELECT sdc_s.setting FROM pgc.pg_settings "
         "sdc_s WHERE lower(sdc_s.name) = lower(setting_name))",
+        # set_config(name, value, is_local) as PostgreSQL answers it when the value is the
+        # setting's own (asyncpg's set_config('jit', 'off', false) before it introspects a
+        # type); a catalog query changes no setting, so any other value is refused (SET does)
+        "set_config(setting_name, new_value, is_local)": "CASE WHEN (SELECT sdc_s.setting "
+        "FROM pgc.pg_settings sdc_s WHERE lower(sdc_s.name) = lower(setting_name)) = "
+        "new_value THEN new_value ELSE error('set_config changes no setting; use SET') END",
         "array_upper(a, dimension)": "len(a)",
         "array_lower(a, dimension)": "CASE WHEN len(a) > 0 THEN 1 END",
         # information_schema._pg_expandarray: one (x, n) row per element (x the element, n its
@@ -518,7 +524,7 @@ MACROS = frozenset(
         "pg_relation_size", "pg_total_relation_size", "pg_table_size", "pg_indexes_size",
         "pg_size_pretty", "has_table_privilege", "has_schema_privilege",
         "has_database_privilege", "has_column_privilege", "pg_has_role", "current_setting",
-        "array_upper", "array_lower", "_pg_expandarray",
+        "set_config", "array_upper", "array_lower", "_pg_expandarray",
     }
 )  # fmt: skip
 """The functions :func:`build` defines; the catalog module allows calls of these by name."""

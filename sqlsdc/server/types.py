@@ -24,13 +24,14 @@ import pyarrow as pa
 from sqlsdc.server import arrays
 
 BOOL, BYTEA, INT8, INT2, INT4, TEXT, FLOAT4, FLOAT8 = 16, 17, 20, 21, 23, 25, 700, 701
+OID = 26  # object identifiers: asyncpg's type introspection binds an oid[] of them
 UNKNOWN, VARCHAR, DATE, TIME, TIMESTAMP, TIMESTAMPTZ, INTERVAL, NUMERIC = (
     705, 1043, 1082, 1083, 1114, 1184, 1186, 1700)  # fmt: skip
 
 SIZES = {BOOL: 1, INT2: 2, INT4: 4, INT8: 8, FLOAT4: 4, FLOAT8: 8, DATE: 4, TIME: 8,
          TIMESTAMP: 8, TIMESTAMPTZ: 8, INTERVAL: 16}  # fmt: skip
 NAMES = {"bool": BOOL, "boolean": BOOL, "smallint": INT2, "int2": INT2, "int": INT4,
-         "integer": INT4, "int4": INT4, "bigint": INT8, "int8": INT8, "real": FLOAT4,
+         "integer": INT4, "int4": INT4, "bigint": INT8, "int8": INT8, "oid": OID, "real": FLOAT4,
          "float4": FLOAT4, "float": FLOAT8, "double": FLOAT8, "float8": FLOAT8,
          "decimal": NUMERIC, "numeric": NUMERIC, "text": TEXT, "varchar": VARCHAR,
          "date": DATE, "timestamp": TIMESTAMP, "timestamptz": TIMESTAMPTZ}  # fmt: skip
@@ -229,6 +230,7 @@ _TEXT_READERS: dict[int, Callable[[str], object]] = {
     INT2: int,
     INT4: int,
     INT8: int,
+    OID: int,
     FLOAT4: float,
     FLOAT8: float,
     NUMERIC: decimal.Decimal,
@@ -252,7 +254,8 @@ def _numeric_from_binary(data: bytes) -> decimal.Decimal:
 
 
 def _binary_reader(oid: int) -> Callable[[bytes], object] | None:
-    fixed = {BOOL: "!?", INT2: "!h", INT4: "!i", INT8: "!q", FLOAT4: "!f", FLOAT8: "!d"}
+    fixed = {BOOL: "!?", INT2: "!h", INT4: "!i", INT8: "!q", FLOAT4: "!f", FLOAT8: "!d",
+             OID: "!I"}  # fmt: skip
     if oid in fixed:
         return lambda data: struct.unpack(fixed[oid], data)[0]
     if oid == DATE:

@@ -1,5 +1,5 @@
 """Red-team round (b) of session 27 against a repeated DP query over public domains answered
-from the user's cache without computing its exact cells (``dp_release._from_cache``, the key
+from the user's cache without computing its exact cells (``dp_reuse._from_cache``, the key
 types a connection keeps per opening), the nested use of a guarded connection
 (``Connection._holding``) and the data version as count, XOR and sum of row hashes. Every
 test asserts the SAFE outcome; each docstring tells what was tried. What succeeded, and was

@@ -331,7 +331,7 @@ def test_a_cancel_that_fails_the_ledger_write_is_reported_as_a_cancel():
     """A cancel landing in the spend write fails it with "could not record the privacy spend"
     (58000, pointing at an admin); the client asked for the cancel and gets 57014."""
     from sqlsdc.errors import OperationalError
-    from sqlsdc.server.session import error_fields
+    from sqlsdc.server.sqlstate import error_fields
 
     failed = OperationalError("could not record the privacy spend")
     assert error_fields(failed, cancelled=True).code == "57014"

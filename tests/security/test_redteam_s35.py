@@ -59,7 +59,7 @@ from sqlsdc.admin import apply  # noqa: E402
 from sqlsdc.catalog import store  # noqa: E402
 from sqlsdc.engines.duckdb import open_database  # noqa: E402
 from sqlsdc.errors import InternalError, PolicyViolation  # noqa: E402
-from sqlsdc.guard.dp_release import _mechanisms, _space  # noqa: E402
+from sqlsdc.guard.dp_cell_keys import _mechanisms, _space  # noqa: E402
 from sqlsdc.mechanisms.accountant import Statistic  # noqa: E402
 from sqlsdc.mechanisms.dp_cells import cell_digests, cell_identity  # noqa: E402
 from sqlsdc.policy import load_policy  # noqa: E402

@@ -14,7 +14,7 @@ What broke (fixed here):
   domains whose product passes ``MAX_DOMAIN_CELLS`` (10^6 cells), but keys from public
   tables count as one there, their values being read at the release: two public keys of
   1,000 values each, or three, built a grid of 10^6 or 10^9 cells in Python (keys, digests,
-  noise) after the query was charged. ``dp_release.check_sizes`` now weighs the public
+  noise) after the query was charged. ``dp_pricing.check_sizes`` now weighs the public
   domains it has read, before the charge.
 - **Exact counts at any cut of a DP measure.** Conditions on a measure must use its class
   breaks (bisection: ``income > 49455`` answers a yes/no question about one person), except

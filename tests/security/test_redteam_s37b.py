@@ -20,7 +20,7 @@ What broke (fixed here):
   40 paired runs (medians 17.9 and 14.2 ms): a repeated private-group statement computed its
   exact cells, and keyed and drew every group present before the selection, at every asking.
   The groups a private selection released are now recorded with its cells
-  (``dp_release.release_digest``, keyed by the stage's statistics, so a rephrasing finds them
+  (``dp_reuse.release_digest``, keyed by the stage's statistics, so a rephrasing finds them
   too), and a stage asked again is answered from them without its exact cells: 19 of 40 after
   the fix, one timing per charge. They are kept also when the answer fails after the cells
   were drawn (``Connection._keep_released``): an answer made to pass the 64 MiB cap each time

@@ -10,7 +10,7 @@ What broke (fixed here):
   found no released groups and computed its exact cells again, once per subset: k statistics
   paid gave 2^k - 1 free timings of the population's rows, where red team s37b meant one per
   charge. The digest is now that of the unit count, the one statistic the selection decides
-  by, and the selection's parameters (``dp_release.release_digest``).
+  by, and the selection's parameters (``dp_reuse.release_digest``).
 - **Long keys and conditions outside DP (CKM, threshold), a free timing oracle.** ``SELECT
   region || '<200,000 characters>' AS k, COUNT(*) FROM persons WHERE region = 'zzz' GROUP BY
   k`` took 0.05 s for no row and 0.64 s for 20,000 under threshold (0.49 / 0.76 s under CKM),

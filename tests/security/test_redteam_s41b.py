@@ -88,7 +88,7 @@ import pytest
 
 import sqlsdc
 from sqlsdc.engines.duckdb import open_database
-from sqlsdc.guard.dp_release import price
+from sqlsdc.guard.dp_pricing import price
 from sqlsdc.mechanisms.accountant import REPORT_GRID, Statistic, norms
 
 ATOMS = [

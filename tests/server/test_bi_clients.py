@@ -241,10 +241,9 @@ def test_psycopg_any_of_a_cast_list_is_refused_where_its_in_list_would_be(
     assert error in type(refused.value).__name__ or error in str(refused.value)
 
 
-def test_asyncpg_any_of_a_list_is_answered_as_the_in_list(server):
-    """asyncpg describes the statement first: ``= ANY($1)`` is typed text[] and the list
-    sent as one, in binary (the answer's columns then typed as text, as for any statement
-    described before it is bound)."""
+def _asyncpg_values(server, queries: list[tuple]) -> list:
+    """Each ``(sql, *arguments)`` of ``queries`` fetched as one value by asyncpg, over one
+    connection (asyncpg prepares and describes every statement before it binds it)."""
     asyncpg = pytest.importorskip("asyncpg")
     import asyncio
 
@@ -252,16 +251,46 @@ def test_asyncpg_any_of_a_list_is_answered_as_the_in_list(server):
         con = await asyncpg.connect(user="analyst", password=PASSWORD, host=server.host,
                                     port=server.port, database="demo", ssl=False)  # fmt: skip
         try:
-            sql = "SELECT COUNT(*) AS n FROM persons WHERE {}"
-            listed = await con.fetchval(sql.format("region = ANY($1)"), ["R01", "R03"])
-            cast = await con.fetchval(sql.format("region = ANY($1::text[])"), ["R01", "R03"])
-            written = await con.fetchval(sql.format("region IN ('R01', 'R03')"))
-            return listed, cast, written
+            return [await con.fetchval(sql, *arguments) for sql, *arguments in queries]
         finally:
             await con.close()
 
-    listed, cast, written = asyncio.run(ask())
+    return asyncio.run(ask())
+
+
+def test_asyncpg_any_of_a_list_is_answered_as_the_in_list(server):
+    """asyncpg describes the statement first: ``= ANY($1)`` is typed text[] and the list
+    sent as one, in binary (the answer's columns then typed as text, as for any statement
+    described before it is bound)."""
+    sql = "SELECT COUNT(*) AS n FROM persons WHERE {}"
+    listed, cast, written = _asyncpg_values(server, [
+        (sql.format("region = ANY($1)"), ["R01", "R03"]),
+        (sql.format("region = ANY($1::text[])"), ["R01", "R03"]),
+        (sql.format("region IN ('R01', 'R03')"),),
+    ])  # fmt: skip
     assert int(listed) == int(cast) == written > 0  # $1::text[] described as text[]
+
+
+def test_asyncpg_int_and_text_arrays_under_any_are_answered(server):
+    """An ``int[]`` parameter made asyncpg introspect the array type, and its introspection
+    failed: ``current_setting('jit')`` with ``set_config('jit', 'off', false)`` went to the
+    guard (refused), then its type query's ``$1::oid[]`` could not be parsed, its oid[]
+    parameter was read as text[], and its oids came back as text. The catalog now answers
+    them as PostgreSQL does (jit is off), and a catalog statement described with parameters
+    sends its columns' types. An untyped ``age = ANY($1)`` was described as text[], so asyncpg
+    refused a list of integers ("expected str, got int"): it is now an array of the column's
+    type, as PostgreSQL infers it."""
+    sql = "SELECT COUNT(*) AS n FROM persons WHERE {}"
+    ages, untyped, written, regions, cast, jit = _asyncpg_values(server, [
+        (sql.format("age = ANY($1::int[])"), [30, 40, 50]),
+        (sql.format("age = ANY($1)"), [30, 40, 50]),
+        (sql.format("age IN (30, 40, 50)"),),
+        (sql.format("region = ANY($1)"), ["R01", "R03"]),
+        (sql.format("region = ANY($1::text[])"), ["R01", "R03"]),
+        ("SELECT current_setting('jit')",),
+    ])  # fmt: skip
+    assert int(ages) == int(untyped) == written > 0 and jit == "off"
+    assert int(regions) == int(cast) > 0
 
 
 def test_psycopg2_and_pg8000_any_of_a_list_are_answered_as_the_in_list(server):

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from sqlsdc.server import arrays, codec, types
 from sqlsdc.server.codec import ProtocolError, Reader
-from sqlsdc.server.session import parameter_types
+from sqlsdc.server.list_types import list_types
+from sqlsdc.server.statement_text import parameter_types, typed_parameters
 
 
 def _read(function, data: bytes, **options):
@@ -165,3 +166,41 @@ def test_parameter_types_of_array_casts_are_arrays_of_their_elements():
     assert parameter_types("WHERE a = ANY($1::interval[])", ()) == (arrays.TEXT_ARRAY,)
     assert parameter_types("WHERE a = ANY($1::text[]) AND b = $2::text", (types.INT8,)) == (
         types.INT8, types.TEXT)  # fmt: skip
+
+
+SCHEMA = {"persons": {"id": "BIGINT", "age": "INTEGER", "region": "VARCHAR", "born": "DATE",
+                      "income": "DECIMAL(18,2)"},
+          "visits": {"id": "BIGINT", "region": "VARCHAR"}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "sql, expected",
+    [
+        ("SELECT COUNT(*) FROM persons WHERE age = ANY($1) AND region = ANY($2)",
+         {1: arrays.ARRAY_OF[types.INT4], 2: arrays.ARRAY_OF[types.VARCHAR]}),
+        ("SELECT COUNT(*) FROM persons p JOIN visits v ON p.id = v.id WHERE v.region = "
+         "ANY($1) AND p.born = ANY($2) AND income = ANY($3)",
+         {1: arrays.ARRAY_OF[types.VARCHAR], 2: arrays.ARRAY_OF[types.DATE],
+          3: arrays.ARRAY_OF[types.NUMERIC]}),
+        ("SELECT COUNT(*) FROM persons p JOIN visits v ON p.id = v.id WHERE region = ANY($1)",
+         {}),  # two tables have a region: not plainly one column
+        ("WITH t AS (SELECT CAST(age AS TEXT) AS age FROM persons) SELECT COUNT(*) FROM t "
+         "WHERE age = ANY($1)", {}),  # a CTE's column is not its table's
+        ("SELECT COUNT(*) FROM other WHERE age = ANY($1)", {}),  # not a table of the policy
+        ("SELECT COUNT(*) FROM persons WHERE age <> ANY($1)", {}),  # only = ANY
+    ],
+)  # fmt: skip
+def test_an_untyped_list_under_any_takes_its_columns_type(sql, expected):
+    """PostgreSQL types ``column = ANY($1)`` as an array of the column's type; sqlsdc typed
+    it text[] whatever the column, so asyncpg (which encodes a list as the server describes
+    it) refused a list of integers. Where the column is not plainly one, it stays text[]."""
+    assert list_types(sql, {1, 2, 3}, SCHEMA) == expected
+
+
+def test_only_untyped_lists_under_any_are_left_to_their_column():
+    """A list typed by the client or by a cast keeps that type; only an untyped one is typed
+    by its column."""
+    sql = "SELECT 1 FROM persons WHERE a = ANY($1) AND b = ANY($2::int[]) AND c = ANY($3)"
+    kinds, lists = typed_parameters(sql, (0, 0, types.TEXT))
+    assert kinds == (arrays.TEXT_ARRAY, arrays.ARRAY_OF[types.INT4], types.TEXT)
+    assert lists == {1}
