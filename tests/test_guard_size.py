@@ -73,8 +73,9 @@ FINGERPRINTS = {
     "ckm": {
         "in-list": "b4099859d0e8b58f",
         # s39: a CKM mean over COUNT(x)'s protected count; s40: a CKM sum to 18 significant bits;
-        # s41: a cell of under 3·D + js + 1 protected contributors perturbed as its mean
-        "cte-group-by-all": "0ac15cdef093f7d3",
+        # s41: a cell of under 3·D + js + 1 protected contributors perturbed as its mean;
+        # s42: a sum left under |x_delta|/2 by its noise taken to 0 (REMAINDER_FLOOR)
+        "cte-group-by-all": "0f5d7f7f533fb688",
         "nested-or": "1940445937cdecdb",
     },
 }
