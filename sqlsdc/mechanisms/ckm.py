@@ -300,7 +300,9 @@ signs does: below |x_delta| cellKey rescales x_delta to the running value itself
 − |v|) for a negative v, and near |v| = 1 − μ the 18 bits told a pinned sum's key apart from
 its neighbours (40 consecutive keys, 40 published values; s42h,
 ``tests/security/test_ckm_mixed_signs.py``). With the floor every published non-zero sum has
-|x̂| ≥ |x_delta|/2, a window of ``step·(hi − lo)·2^-(bits+1)`` keys or more (1.10 for the demo's
+|x̂| ≥ |x_delta|/2 of its last step (top_k 1: its only one; a top_k >= 2 sum's earlier steps
+are as unbounded as before, ``ptable_build.narrowest_window``), a window of
+``step·(hi − lo)·2^-(bits+1)`` keys or more (1.10 for the demo's
 narrowest entry, 48,232 keys; policy validation refuses less,
 :func:`sqlsdc.mechanisms.ptable_build.check_published_bits`), and 0 holds every key of the
 crossing. Publishing such a sum on a coarser grid instead (``|x_delta|·2^-bits``) would have
