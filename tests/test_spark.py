@@ -813,6 +813,28 @@ def test_cell_key_method_gives_the_same_cells(ckm_demo, sql):
     assert_same_cells(ckm_demo, sql)
 
 
+def test_sums_of_both_signs_are_taken_to_zero_alike(spark, tmp_path):
+    """(s42j.) A CKM sum of both signs that its noise would leave under |x_delta|/2 is published
+    as 0 (``mechanisms.ckm.REMAINDER_FLOOR``): the frame's CASE gives DuckDB's cells, bit for
+    bit, on Spark (240 pinned cells below |x_delta|, a quarter of them 0)."""
+    from tests.security.test_ckm_mixed_signs import build_ledger
+
+    source = build_ledger(tmp_path / "ledger.duckdb")
+    (tmp_path / "spark").mkdir()
+    sql = (
+        "SELECT cell, COUNT(*) AS n, SUM(amount) AS total FROM ledger WHERE tier <= 24 "
+        "GROUP BY cell"
+    )
+    con, _queries, engine = open_demo(source, [sql], spark, tmp_path / "spark")
+    try:
+        duck_result = con.execute(sql).arrow()
+        assert_same(duck_result, run_protected(con, engine, sql), ordered=False)
+        assert sum(t == 0 for t in duck_result["total"].to_pylist()) >= 30
+    finally:
+        con.close()
+        engine.close()
+
+
 # Rounding (counts to 5, unbiased; magnitudes to 100, conventional, mean before sum): the
 # rounded contributor counts, the DOUBLE quotient S·n̂/n and its HUGEINT multiple on both engines
 ROUND_CROSS_ENGINE_QUERIES = [

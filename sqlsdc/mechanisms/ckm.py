@@ -186,6 +186,8 @@ def perturb_magnitude(
     that is smaller, with x_j = x̂/(p_small·ε_j)), v looked up at a = |x_j/x_delta| with the j-th
     scrambled key, and x̂ += sign(x̂)·|x_delta|·sign(v)·(μ + |v|) without changing sign;
     μ = mu_c for the first contributor of a sensitive cell (:func:`is_sensitive`).
+    A negative v that would leave the running value under ``REMAINDER_FLOOR·|x_delta|`` in
+    absolute value takes it to 0 (cellKey stops at 0 only; see :data:`REMAINDER_FLOOR`).
 
     A cell of 2 or more contributors whose protected count ``protected`` (n̂, the count the
     published sum is multiplied by) is under ``m.mean_below`` is perturbed as n times a cell
@@ -231,10 +233,10 @@ def perturb_magnitude(
         ckey = scrambled(key, j - 1 + (0 if m.same_key else 1))
         v = table.interpolated(lookup, a, ckey)
         mu = m.mu_c if (j == 1 and sensitive) else 0.0
-        amount = _sign(xo) * abs(delta) * _sign(v) * (mu + abs(v))
-        if v < 0:
-            amount = min(amount, -xo) if xo < 0 else max(amount, -xo)
-        xo += amount
+        size = abs(delta) * (mu + abs(v))
+        if v < 0 and abs(xo) - size < REMAINDER_FLOOR * abs(delta):
+            size = abs(xo)  # to 0, never past it nor into (0, |x_delta|/2): REMAINDER_FLOOR
+        xo += _sign(xo) * _sign(v) * size
     return xo
 
 
@@ -298,13 +300,38 @@ mean of a constant (``SUM(age)`` by municipality x age) told the exact count of 
 published cells from one query (red team s40a), where the spread was meant to leave no
 finite set to try. Rounded to 18 bits, a published sum leaves a window of keys
 ``12·(hi − lo)·2^-18·x̂/|x_delta|`` wide for every candidate n; it holds an integer key for
-every entry of the demo's ptables (the narrowest holds 48,232 keys, and x̂/|x_delta| >= 0.46
-wherever |v| <= D + 1/24 with μ_c 0.5 and p_small 0.2: a window of 1.01 keys), so the bits
-tell nothing the noise's scale does not. Policy validation refuses a magnitude ptable and
-flex function that leave a window under one key
+every entry of the demo's ptables (the narrowest holds 48,232 keys, and |x̂|/|x_delta| >= 1/2
+for every published non-zero sum, of either sign, :data:`REMAINDER_FLOOR`: a window of 1.10
+keys), so the bits tell nothing the noise's scale does not. Policy validation refuses a
+magnitude ptable and flex function that leave a window under one key
 (:func:`sqlsdc.mechanisms.ptable_build.check_published_bits`; red team s41a). The rounding
 is far below the noise it hides: 2^-18·x̂ against x_delta·|v|, which it reaches only in sums
 of some 10^4 to 10^5 contributions of one size."""
+REMAINDER_FLOOR = 0.5
+"""The least share of its noise amplitude |x_delta| a perturbed magnitude keeps: a negative v
+that would leave |x̂| under ``REMAINDER_FLOOR·|x_delta|`` takes x̂ to 0 (cellKey takes it to 0
+only where it would change sign).
+
+The published bits resolve the noise to 2^-bits·|x̂|, and a key moves x̂ by
+``|x_delta|/(step·(hi − lo))``, so a published sum leaves a window of
+``step·(hi − lo)·2^-bits·|x̂|/|x_delta|`` keys: under one key where |x̂| is small beside
+|x_delta|. A sum of one sign never gets there (x ≥ x_1 ≥ |x_delta|/p_small), but one of both
+signs does: below |x_delta| cellKey rescales x_delta to the running value itself, x̂ = x·(1 − μ
+− |v|) for a negative v, and near |v| = 1 − μ the 18 bits told a pinned sum's key apart from
+its neighbours (40 consecutive keys, 40 published values; s42h,
+``tests/security/test_ckm_mixed_signs.py``). With the floor every published non-zero sum has
+|x̂| ≥ |x_delta|/2 of its last step (top_k 1: its only one; a top_k >= 2 sum's earlier steps
+are as unbounded as before, ``ptable_build.narrowest_window``), a window of
+``step·(hi − lo)·2^-(bits+1)`` keys or more (1.10 for the demo's
+narrowest entry, 48,232 keys; policy validation refuses less,
+:func:`sqlsdc.mechanisms.ptable_build.check_published_bits`), and 0 holds every key of the
+crossing. Publishing such a sum on a coarser grid instead (``|x_delta|·2^-bits``) would have
+left the value's bits telling |x_delta|'s binary order, the largest contribution's (or, once
+rescaled, the true sum's) within a factor of 2, in a value that is now 0 or keeps its 18 bits
+relative to itself. What a non-zero value newly tells: |x_delta| ≤ 2·|x̂|, which a positive v
+already gave (|x̂| ≥ |x_delta| there). A sum of one sign keeps x̂/|x_delta| ≥ 1/p_small − μ_c
+− |v|, which under the demo's policy falls below 0.5 only for a sensitive cell whose v is
+beyond −4 (half the entry v = −4, about 6·10^-6 of the keys: x̂ ≥ 0.46·|x_delta| became 0)."""
 _SPLIT = 2.0 ** (53 - PUBLISHED_BITS) + 1  # Veltkamp's splitter for PUBLISHED_BITS bits
 
 

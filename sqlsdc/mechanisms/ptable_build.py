@@ -13,7 +13,7 @@ from functools import lru_cache
 
 from sqlsdc.errors import PolicyError
 from sqlsdc.mechanisms import ptable as pt
-from sqlsdc.mechanisms.ckm import KEY_BITS, PUBLISHED_BITS
+from sqlsdc.mechanisms.ckm import KEY_BITS, PUBLISHED_BITS, REMAINDER_FLOOR
 from sqlsdc.mechanisms.parameters import PTableSpec
 
 MAX_EXACT_DIFFERENCE = 0.05  # largest Σ p(v)² of a magnitude ptable row (differencing)
@@ -67,26 +67,28 @@ def narrowest_window(spec: PTableSpec, p_small: float, mu_c: float) -> float:
     """The fewest integer keys a published sum's rounding leaves a candidate count (0: none).
 
     A published CKM sum has :data:`~sqlsdc.mechanisms.ckm.PUBLISHED_BITS` significant bits, a
-    window of 2^-bits·x̂ (at least) around the noise the analyst can infer for each candidate
+    window of 2^-bits·|x̂| (at least) around the noise the analyst can infer for each candidate
     contributor count of a sum whose value the query pins; in the spread v + (u − ½)/step of
-    an entry [lo, hi) that is ``step·(hi − lo)·2^-bits·x̂/|x_delta|`` keys, and x̂/|x_delta| is
-    at least ``1/p_small − μ_c − |v|`` (one contributor below fp; larger values and more
-    contributors only widen it). Under one key, a window may hold no integer key: the wrong
-    candidates are told apart from the true one, as with all 53 bits (red team s40a). The
-    rows read are those from the one at ``a = 1/p_small`` (a contribution's ``|x/x_delta|``
-    never falls below it) up; ``p_small`` and ``mu_c`` are the rule's flex parameters. Not
-    bounded here: a top_k >= 2 sum of pinned contributions, whose second noise comes from the
-    rotated key (the demo's enterprises held: the exact key sets of 134 pinned cells ruled out
-    no candidate, red team s41a); and a sum of contributions of both signs whose value is
-    below ``|x_delta|`` (cellKey's rescaling, :func:`~sqlsdc.mechanisms.ckm.perturb_magnitude`:
-    ``x_delta`` becomes the running value itself, so x̂/|x_delta| = 1 − μ − |v| for a negative
-    v, near 0 for the keys of an entry whose spread crosses |v| = 1 − μ). About 2^18 keys past
-    each crossing (2^-14 of all keys) leave a window under one key: the demo's ptable, a sum of
-    28 from +1,000, −990 and 18 ones, gave 40 published values for 40 consecutive keys there
-    (``tests/security/test_ckm_mixed_signs.py``, an expected failure). A sum of non-negative
-    contributions never rescales (x ≥ x_1 > |x_delta|). Found by s42h while auditing roundings,
-    open: the rounding side has no such bits (multiples of an integer base); the CKM frame would
-    close it by publishing such a sum on a grid of ``|x_delta|·2^-bits``, not ``|x̂|·2^-bits``."""
+    an entry [lo, hi) that is ``step·(hi − lo)·2^-bits·|x̂|/|x_delta|`` keys. For a sum of
+    either sign, |x̂|/|x_delta| is at least ``1 + v`` for a positive v (the running value is
+    at least |x_delta|, or is x_delta itself once cellKey rescales it) and, for a negative v,
+    ``1 − μ_c − |v|`` or :data:`~sqlsdc.mechanisms.ckm.REMAINDER_FLOOR`, whichever is larger
+    (a value the noise would leave under that share of |x_delta| is published as 0, whose
+    window holds every key of the crossing). Under one key, a window may hold no integer key:
+    the wrong candidates are told apart from the true one, as with all 53 bits (red team
+    s40a). The rows read are those from the one at ``a = 1/p_small`` up (a contribution's
+    ``|x/x_delta|`` never falls below it, nor does a rescaled one's, 1/(p_small·ε_j));
+    ``p_small`` and ``mu_c`` are the rule's flex parameters.
+
+    Until session 42 the bound was of sums of one sign (x̂/|x_delta| ≥ 1/p_small − μ_c − |v|,
+    0.46 for the demo: 1.01 keys), and a sum of both signs below |x_delta| (x̂ = x·(1 − μ −
+    |v|) once rescaled) left about 2^18 keys past each crossing of |v| = 1 − μ a window under
+    one key: a sum of 28 from +1,000, −990 and 18 ones gave 40 published values for 40
+    consecutive keys (s42h, ``tests/security/test_ckm_mixed_signs.py``). The floor makes the
+    demo's narrowest window 1.10 keys (its entry v = −4 of row 4, 48,232 keys). Not bounded
+    here: a top_k >= 2 sum of pinned contributions, whose second noise comes from the rotated
+    key (the demo's enterprises held: the exact key sets of 134 pinned cells ruled out no
+    candidate, red team s41a); and the small-cells ptable (x_delta 1)."""
     reach, half = 1 / p_small, 0.5 / spec.step
     narrowest = math.inf
     for table in generated("magnitudes", spec):
@@ -97,8 +99,8 @@ def narrowest_window(spec: PTableSpec, p_small: float, mu_c: float) -> float:
             if float(entry.i) < first or high <= low:
                 continue
             v = float(entry.v) - half  # the entry's lowest spread noise
-            ratio = reach + mu_c + v if v > 0 else reach - mu_c + v
-            keys = spec.step * int(high - low) * 2.0**-PUBLISHED_BITS * max(ratio, 0.0)
+            ratio = 1 + v if v > 0 else max(REMAINDER_FLOOR, 1 - mu_c + v)
+            keys = spec.step * int(high - low) * 2.0**-PUBLISHED_BITS * ratio
             narrowest = min(narrowest, keys)
     return narrowest
 
@@ -106,7 +108,7 @@ def narrowest_window(spec: PTableSpec, p_small: float, mu_c: float) -> float:
 def check_published_bits(spec: PTableSpec, p_small: float, mu_c: float) -> None:
     """Refuse magnitude parameters under which a published sum's last bits tell a pinned
     sum's count: a rounding window (:func:`narrowest_window`) of less than one key. The demo's
-    ptable (D 4, V 1, step 12, p_small 0.2, mu_c 0.5) leaves 1.01; D 4, V 0.5 left 0.0009,
+    ptable (D 4, V 1, step 12, p_small 0.2, mu_c 0.5) leaves 1.10; D 4, V 0.5 left 0.0009,
     and one query told 11 municipality x age counts exactly beyond what the noise's scale
     tells, and ruled a candidate out for 366 of 3,985 cells (red team s41a)."""
     keys = narrowest_window(spec, p_small, mu_c)
@@ -117,8 +119,8 @@ def check_published_bits(spec: PTableSpec, p_small: float, mu_c: float) -> None:
                 f"a published sum's {PUBLISHED_BITS} significant bits leave some candidate "
                 f"counts a window of {keys:.3g} keys (fewer than one), so that a sum of values "
                 "a query pins would tell its count; use a larger V or a smaller D (no entries of "
-                "so low a probability), or a smaller p_small or mu_c, e.g. ptable "
-                "{D: 4, V: 1, step: 12} with p_small 0.2 and mu_c 0.5"
+                "so low a probability), e.g. ptable {D: 4, V: 1, step: 12} with p_small 0.2 and "
+                "mu_c 0.5"
             ]
         )
 

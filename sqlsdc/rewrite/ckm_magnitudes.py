@@ -12,6 +12,7 @@ from sqlglot import exp
 
 from sqlsdc.catalog.ptables import PTableKey, PTableRef
 from sqlsdc.errors import PolicyViolation
+from sqlsdc.mechanisms.ckm import REMAINDER_FLOOR
 from sqlsdc.policy import AggregateKind, MagnitudeCkm, Method
 from sqlsdc.rewrite.sql import cast, div, lt, missing, mul, mul_expr, number
 
@@ -234,7 +235,9 @@ class MagnitudeLayers:
         return mul_expr(exp.Paren(this=exp.Sub(this=place, expression=number(0.5))), width)
 
     def _add_noise(self, i: int, j: int, m: MagnitudeCkm) -> exp.Expr:
-        """x̂_j = x̂_{j−1} + sign(x̂)·|x_delta|·sign(v)·(μ + |v|), never flipping the sign."""
+        """x̂_j = x̂_{j−1} + sign(x̂)·|x_delta|·sign(v)·(μ + |v|), never flipping the sign nor
+        leaving |x̂| in (0, REMAINDER_FLOOR·|x_delta|)
+        (:data:`~sqlsdc.mechanisms.ckm.REMAINDER_FLOOR`)."""
         prev = lambda c: exp.column(c, PREV)  # noqa: E731
         v = prev(f"__pv{i}_{j}")
         xo = prev(f"__o{i}_{j - 1}")
@@ -244,21 +247,19 @@ class MagnitudeLayers:
             mu_expr = exp.Case(ifs=[exp.If(this=sensitive, true=number(mu))], default=number(0))
         else:
             mu_expr = number(0)
-        size = mul_expr(
-            exp.Abs(this=prev(f"__d{i}_{j}")), exp.Add(this=mu_expr, expression=exp.Abs(this=v))
-        )
-        # a negative v may shrink |x̂| at most to 0; a NULL cap (v >= 0) is ignored by LEAST
-        cap = exp.Case(
-            ifs=[
-                exp.If(
-                    this=exp.LT(this=v.copy(), expression=number(0)),
-                    true=exp.Abs(this=xo.copy()),
-                )
-            ]
+        amplitude = exp.Abs(this=prev(f"__d{i}_{j}"))
+        size = mul_expr(amplitude, exp.Add(this=mu_expr, expression=exp.Abs(this=v)))
+        # a negative v that would leave |x̂| under REMAINDER_FLOOR·|x_delta| (0 included) takes
+        # it to 0: below that the published bits resolve the noise finer than one key (s42h)
+        remainder = exp.Sub(this=exp.Abs(this=xo.copy()), expression=size.copy())
+        floor = mul_expr(number(REMAINDER_FLOOR), amplitude.copy())
+        to_zero = exp.and_(
+            exp.LT(this=v.copy(), expression=number(0)),
+            exp.LT(this=remainder, expression=floor),
         )
         clamped = mul_expr(
             mul_expr(_sign(xo), _sign(v)),
-            exp.Least(this=size, expressions=[cap], ignore_nulls=True),
+            exp.Case(ifs=[exp.If(this=to_zero, true=exp.Abs(this=xo.copy()))], default=size),
         )
         skip = exp.or_(exp.Is(this=prev(f"__x{i}_{j}"), expression=exp.null()), prev(f"__z{i}_{j}"))
         added = exp.Case(ifs=[exp.If(this=skip, true=number(0))], default=clamped)
