@@ -193,6 +193,20 @@ def test_a_cta_replaced_after_a_known_change_does_not_give_the_original(jobs_dem
     assert int(((guess - frame.v).abs() < 0.5).sum()) == 0  # was 2 of 4 (R05, R06 primary)
 
 
+def _one_income_grows(db, cells) -> None:
+    """One income (aged 85+) of each (region, education) of ``cells`` grows by 1,000."""
+    con = open_database(db)
+    try:
+        for region, education in cells:
+            con.execute(
+                "UPDATE persons SET income = income + 1000 WHERE person_id = (SELECT "
+                "min(person_id) FROM persons WHERE age >= 85 AND region = ? AND education = ?)",
+                [region, education],
+            )
+    finally:
+        con.close()
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="a CTA replacement holds a sensitive cell at least as far as the version before "
@@ -224,17 +238,7 @@ def test_monthly_updates_do_not_push_a_held_cell_towards_the_largest_level(jobs_
 
     first = levels()
     for _ in range(5):
-        con = open_database(db)
-        try:  # one income of each sensitive cell grows by 1,000 (0.1 to 1 % of the cell)
-            for region, education in small:
-                con.execute(
-                    "UPDATE persons SET income = income + 1000 WHERE person_id = (SELECT "
-                    "min(person_id) FROM persons WHERE age >= 85 AND region = ? AND "
-                    "education = ?)",
-                    [region, education],
-                )
-        finally:
-            con.close()
+        _one_income_grows(db, small)  # by 1,000: 0.1 to 1 % of the cell
         cta_query(db, "admin", OLD_INCOME, into="t", rules=rules, replace=True)
     assert (levels() <= first + 0.05).all()  # R01 primary: 1.11 -> 1.48
 
@@ -305,17 +309,7 @@ def test_monthly_updates_leave_a_reader_who_knows_them_the_first_versions_range(
     small = cells[(cells.n < 10) & (cells.n > 1)].index  # one income changes: a cell of 2+
     originals, published = cells.v.reindex(small), [_stored(db, "t", dims).reindex(small)]
     for _ in range(5):
-        con = open_database(db)
-        try:  # one income of each sensitive cell grows by 1,000, as the reader knows
-            for region, education in small:
-                con.execute(
-                    "UPDATE persons SET income = income + 1000 WHERE person_id = (SELECT "
-                    "min(person_id) FROM persons WHERE age >= 85 AND region = ? AND "
-                    "education = ?)",
-                    [region, education],
-                )
-        finally:
-            con.close()
+        _one_income_grows(db, small)  # by 1,000, as the reader knows
         cta_query(db, "admin", OLD_INCOME, into="t", rules=[FrequencyRule(10, 30)], replace=True)
         published.append(_stored(db, "t", dims).reindex(small))
     changes = [1000.0 * t for t in range(len(published))]
