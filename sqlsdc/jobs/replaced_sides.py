@@ -37,6 +37,20 @@ to the side its latest publication put it on, which may not be its first. Replac
 rules changed back and forth draw a factor each time a cell must move further: many of them
 push its distance towards the largest factor's (respellings of one job no longer do: the
 factors are keyed by the cells' identities, not by the SQL's text).
+
+Open (red team s41c, analysed by s42i): a cell whose original changes in every version (monthly
+updates) draws a factor each time, and "at least as far" makes its distance the running
+maximum of those draws, towards 1.5 levels. A fresh level at each change, on the kept side,
+ends the drift but not the leak: each version is another range of the original, and to a
+reader who knows the changes the originals consistent with every version narrow from 24 % of
+the cell to 6.9 % after 5 updates and 1.9 % after 23 (this rule: 4.7 % and 0.5 % to a reader
+who also uses which versions held the value, 11.5 % and 3.7 % from the ranges alone; on the
+demo one cell 31 % -> 5.8 %, with fresh levels 1.7 %:
+``test_redteam_s41c.test_monthly_updates_leave_a_reader_who_knows_them_...``). Only a level
+whose excess over the rule's level stays fixed per cell (stored, as it cannot be recomputed
+from published values) keeps one version's range, at the price of publishing each change of a
+sensitive cell exactly (``(1 ± s)·d`` under the frequency rule), which the revisions of
+suppression jobs treat as a disclosure.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ import pandas as pd
 from sqlsdc.errors import TabularError
 from sqlsdc.tabular.model import Table
 from sqlsdc.tabular.rules import FrequencyRule, ManualRule, apply_rules
-from sqlsdc.tabular.universe_pattern import suppression_pattern
+from sqlsdc.tabular.universe_pattern import kind_of, suppression_pattern
 from sqlsdc.tabular.verify import verify_suppression
 
 ROUNDS = 4  # sums' pattern, counts' pattern, again: a pattern that still grows is refused
@@ -63,7 +63,8 @@ def audit_counts(
     forced: np.ndarray | None,
 ) -> pd.DataFrame:
     """The sums' pattern ``result`` of ``table``, grown until the job's frequency rules
-    (among ``rules``) hold for its unit counts too; ``pattern(rules)`` computes the sums'
+    (among ``rules``, also when :func:`~sqlsdc.tabular.universe_pattern.exempt_known` wrapped
+    them) hold for its unit counts too; ``pattern(rules)`` computes the sums'
     pattern again with more primary ``rules`` (the cells the counts hide, of safety range
     0, named ``unit counts (n)``). ``forced``: cells published before with their values
     (public), which neither pattern may hide.
@@ -72,7 +73,8 @@ def audit_counts(
         TabularError: the counts' pattern cannot be found, or the two patterns still grow
             after :data:`ROUNDS` rounds.
     """
-    frequency = [rule for rule in rules if isinstance(rule, FrequencyRule)]
+    # the frequency rules, as given: a rule that exempts known cells keeps exempting them
+    frequency = [rule for rule in rules if isinstance(kind_of(rule), FrequencyRule)]
     if not frequency:
         return result  # the job protects no count
     counts = count_table(table)

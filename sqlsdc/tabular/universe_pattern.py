@@ -299,8 +299,21 @@ def _carried_over(table: Table, before) -> tuple[np.ndarray, np.ndarray]:
 
 
 def exempt_known(rules, known: np.ndarray) -> list:
-    """``rules`` that flag no cell of ``known`` (published before with its value: public)."""
+    """``rules`` that flag no cell of ``known`` (published before with its value: public).
+
+    The rules come back wrapped: a test of a rule's kind (``isinstance(rule, FrequencyRule)``)
+    reads :func:`kind_of` ``(rule)``, and applies the wrapped rule, exemption kept."""
     return [_Known(rule, known) for rule in rules]
+
+
+def kind_of(rule):
+    """The rule whose kind ``rule`` is: itself, or the rule :func:`exempt_known` wrapped.
+
+    Red team s42i: a sum job's unit counts were audited with the rules that are
+    ``FrequencyRule`` instances, which wrapped rules are not; whenever an earlier output or the
+    live pattern's grand total published a cell, the counts went unaudited, and four counts of 1
+    were pinned exactly by the published ``n``."""
+    return rule.rule if isinstance(rule, _Known) else rule
 
 
 @dataclass(frozen=True)

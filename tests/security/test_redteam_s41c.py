@@ -25,6 +25,9 @@ the database, not in the readers' copies). Real DuckDB files; the jobs' fixed se
      cell's original value too, so a cell whose value changed draws another.
 - O  five monthly updates (one income of each sensitive cell +1,000): a cell moved down and
      held at its value while its original grows drifts to 1.48 levels (strict xfail below).
+     Analysed in session 42 (s42i): a reader who knows the changes intersects the versions'
+     ranges (R01 primary: 31 % of the cell -> 5.8 %), and a fresh level at each change, which
+     ends the drift, narrows them further (1.7 %); second strict xfail below.
 """
 
 from __future__ import annotations
@@ -190,6 +193,20 @@ def test_a_cta_replaced_after_a_known_change_does_not_give_the_original(jobs_dem
     assert int(((guess - frame.v).abs() < 0.5).sum()) == 0  # was 2 of 4 (R05, R06 primary)
 
 
+def _one_income_grows(db, cells) -> None:
+    """One income (aged 85+) of each (region, education) of ``cells`` grows by 1,000."""
+    con = open_database(db)
+    try:
+        for region, education in cells:
+            con.execute(
+                "UPDATE persons SET income = income + 1000 WHERE person_id = (SELECT "
+                "min(person_id) FROM persons WHERE age >= 85 AND region = ? AND education = ?)",
+                [region, education],
+            )
+    finally:
+        con.close()
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="a CTA replacement holds a sensitive cell at least as far as the version before "
@@ -199,7 +216,10 @@ def test_a_cta_replaced_after_a_known_change_does_not_give_the_original(jobs_dem
     "towards 1.5 levels (R01 and R06 primary 1.11 and 1.27 -> 1.48 in five monthly updates "
     "of +1,000), and "
     "the frequency rule's 30 % level then puts its original within 1 %. Open: every release "
-    "of a noisy version of related values gives readers one more range",
+    "of a noisy version of related values gives readers one more range. A fresh level at each "
+    "change on the same side (s42i, not adopted) passes this test but is no fix: see "
+    "test_monthly_updates_leave_a_reader_who_knows_them_... (R01 primary: 31 % of the "
+    "cell -> 5.8 % now, 1.7 % with fresh levels)",
 )
 def test_monthly_updates_do_not_push_a_held_cell_towards_the_largest_level(jobs_demo_db):
     db, dims = jobs_demo_db, ["region", "education"]
@@ -218,17 +238,7 @@ def test_monthly_updates_do_not_push_a_held_cell_towards_the_largest_level(jobs_
 
     first = levels()
     for _ in range(5):
-        con = open_database(db)
-        try:  # one income of each sensitive cell grows by 1,000 (0.1 to 1 % of the cell)
-            for region, education in small:
-                con.execute(
-                    "UPDATE persons SET income = income + 1000 WHERE person_id = (SELECT "
-                    "min(person_id) FROM persons WHERE age >= 85 AND region = ? AND "
-                    "education = ?)",
-                    [region, education],
-                )
-        finally:
-            con.close()
+        _one_income_grows(db, small)  # by 1,000: 0.1 to 1 % of the cell
         cta_query(db, "admin", OLD_INCOME, into="t", rules=rules, replace=True)
     assert (levels() <= first + 0.05).all()  # R01 primary: 1.11 -> 1.48
 
@@ -259,3 +269,51 @@ def test_a_catalog_made_before_kept_cells_keeps_the_replaced_versions_sides(jobs
     finally:
         con.close()
     assert kept == len(cells)
+
+
+def _consistent(published: list[pd.Series], changes: list[float], level: float) -> pd.Series:
+    """Per cell, the total length of the originals of the first version consistent with every
+    version, for a reader who knows the change of the original since the first (``changes``)
+    and that a sensitive cell is published at ``x·(1 ± level·f)``, f in [1, 1.5), on one side
+    in every version (the side held); relative to the original."""
+    lengths = 0.0
+    for side in (1.0, -1.0):
+        low = pd.Series(-np.inf, index=published[0].index)
+        high = pd.Series(np.inf, index=published[0].index)
+        for p, d in zip(published, changes, strict=True):
+            near, far = 1.0 + side * level, 1.0 + side * level * 1.5
+            ends = [p / near - d, p / far - d]
+            low = np.maximum(low, np.minimum(*ends))
+            high = np.minimum(high, np.maximum(*ends))
+        lengths = lengths + (high - low).clip(lower=0.0)
+    return lengths
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (s42i): each version of a sensitive cell whose original changed is one more "
+    "range of its original, and a reader who knows the changes intersects them; neither the "
+    "rule held now ('at least as far as before') nor a fresh level at each change keeps "
+    "the first version's range (see jobs/replaced_sides.py): R01 primary 31 % of the cell "
+    "-> 5.8 % now, 1.7 % with fresh levels; R06 29 % -> 13 % (5.9 %)",
+)
+def test_monthly_updates_leave_a_reader_who_knows_them_the_first_versions_range(jobs_demo_db):
+    db, dims = jobs_demo_db, ["region", "education"]
+    cells_sql = (
+        "SELECT {named}, SUM(income) AS v, COUNT(*) AS n FROM persons WHERE age >= 85 "
+        "GROUP BY CUBE ({cube})"
+    )
+    cta_query(db, "admin", OLD_INCOME, into="t", rules=[FrequencyRule(10, 30)])
+    cells = _originals(db, cells_sql, dims)
+    small = cells[(cells.n < 10) & (cells.n > 1)].index  # one income changes: a cell of 2+
+    originals, published = cells.v.reindex(small), [_stored(db, "t", dims).reindex(small)]
+    for _ in range(5):
+        _one_income_grows(db, small)  # by 1,000, as the reader knows
+        cta_query(db, "admin", OLD_INCOME, into="t", rules=[FrequencyRule(10, 30)], replace=True)
+        published.append(_stored(db, "t", dims).reindex(small))
+    changes = [1000.0 * t for t in range(len(published))]
+    first = _consistent(published[:1], changes[:1], 0.3) / originals
+    every = _consistent(published, changes, 0.3) / originals
+    assert (every > 0).all()  # the reader's model holds: the original is among them
+    assert (every >= 0.8 * first).all(), pd.DataFrame({"first": first, "every": every})
