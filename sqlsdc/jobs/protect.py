@@ -39,7 +39,13 @@ from sqlsdc.jobs.earlier_suppressions import (
 )
 from sqlsdc.jobs.job import Progress, check_time_limit, job_rules, open_job
 from sqlsdc.jobs.kept_cells import identify
-from sqlsdc.jobs.revisions import job_units, record_units, revision_rule, unknown_revisions
+from sqlsdc.jobs.revisions import (
+    combined,
+    job_units,
+    record_units,
+    revision_rule,
+    unknown_revisions,
+)
 from sqlsdc.jobs.session import OUTPUT_SCHEMA
 from sqlsdc.jobs.sum_counts import audit_counts, known_lower
 from sqlsdc.jobs.tabulation import rated
@@ -98,8 +104,8 @@ def protect_query(
         rules_table = rated(table)  # a sum's frequency rule counts its non-zero contributors
         units = job_units(job, identify(job, table).population)
         revised = revision_rule(job, table, rules, units)  # differences from earlier versions
-        if revised is None:  # none kept: an earlier output's changed cells, hidden
-            revised = unknown_revisions(rules, changed_published(job, table))
+        if revised is None or not revised.alike:  # none of its rows kept: changed cells hidden
+            revised = combined(revised, unknown_revisions(rules, changed_published(job, table)))
         if revised is not None and revised.cells.any():
             rules = [*rules, revised]
         if job.live_total:  # the live pattern publishes it: public (jobs/live_total.py)
