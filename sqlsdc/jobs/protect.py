@@ -36,9 +36,11 @@ from sqlsdc.jobs.earlier_suppressions import (
     audit_with_earlier,
     changed_published,
     earlier_suppressions,
+    same_versions,
 )
 from sqlsdc.jobs.job import Progress, check_time_limit, job_rules, open_job
 from sqlsdc.jobs.kept_cells import identify
+from sqlsdc.jobs.revision_audit import audit_revisions
 from sqlsdc.jobs.revisions import (
     combined,
     job_units,
@@ -151,6 +153,8 @@ def protect_query(
                            time_limit=time_limit,
                            lower=None if known is None else known[0]).require()  # fmt: skip
         audit_with_earlier(job, table, result, found, known, time_limit)
+        audit_revisions(job, table, result["status"].to_numpy() != "published", found,
+                        revised, units, same_versions(job, table), time_limit)  # fmt: skip
         out, report = _suppression_output(table, result, into, method)
         status = np.where(out["status"] == "published", "published", "suppressed")
         released = out[[*table.dims, "n", "value"]].assign(**{LEDGER_STATUS: status})

@@ -232,6 +232,28 @@ def unknown_revisions(rules, difference: np.ndarray | None) -> RevisionRule | No
     return RevisionRule(changed, level, level.copy(), 0)
 
 
+def version_changes(
+    job: Job, table: Table, query_id: int, units: Units
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Per cell of ``table``, the change since the version stored by ``query_id`` (net, and
+    whether some unit's contribution grew, whether some unit's shrank), or None when that
+    version's units were not kept (:mod:`sqlsdc.jobs.revision_audit` reads it)."""
+    if not _kept(job.con):
+        return None
+    before = job.con.execute(
+        f"SELECT unit, cell, value FROM {S}.job_units WHERE query_id = ?", [query_id]
+    ).df()
+    if before.empty:
+        return None
+    count = len(table.cells)
+    changes, _ = _differences(table, _levels(job, table), before, units.frame, 0)
+    if changes is None:
+        return np.zeros(count), np.zeros(count, bool), np.zeros(count, bool)
+    net, size = changes.value, changes.total
+    tol = 1e-9 * np.maximum(1.0, size)
+    return net, (size + net) / 2.0 > tol, (size - net) / 2.0 > tol
+
+
 def combined(first: RevisionRule | None, second: RevisionRule | None) -> RevisionRule | None:
     """Both rules' cells, with the larger of their levels (None when both are None)."""
     if first is None or second is None:
