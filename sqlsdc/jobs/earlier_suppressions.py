@@ -107,6 +107,22 @@ def changed_published(job: Job, table: Table) -> np.ndarray | None:
     return found
 
 
+def same_versions(job: Job, table: Table) -> list[tuple[str, pd.Series]]:
+    """``(name, status)`` per cell of ``table`` of the stored suppression outputs of
+    its cells and dimensions (the version ``--replace`` overwrites among them): the earlier
+    versions :func:`sqlsdc.jobs.revision_audit.audit_revisions` reads with this one."""
+    found = []
+    mine = table.cells[list(table.dims)]
+    for name, theirs in _same_cells(job):
+        if sorted(theirs) != sorted(table.dims):
+            continue
+        before = job.con.sql(f"SELECT * FROM {name}").df()
+        if not {"status", "value"} <= set(before.columns) or not set(theirs) <= set(before.columns):
+            continue
+        found.append((name, _shared_status(mine, before, theirs)))
+    return found
+
+
 def _counted_cells(job: Job) -> list[tuple[str, list[str]]]:
     """The stored suppression outputs of the job's table and rows that count its units with
     the other aggregate, with their dimension columns: a count job's beside a sum job's, whose

@@ -36,10 +36,18 @@ from sqlsdc.jobs.earlier_suppressions import (
     audit_with_earlier,
     changed_published,
     earlier_suppressions,
+    same_versions,
 )
 from sqlsdc.jobs.job import Progress, check_time_limit, job_rules, open_job
 from sqlsdc.jobs.kept_cells import identify
-from sqlsdc.jobs.revisions import job_units, record_units, revision_rule, unknown_revisions
+from sqlsdc.jobs.revision_audit import audit_revisions
+from sqlsdc.jobs.revisions import (
+    combined,
+    job_units,
+    record_units,
+    revision_rule,
+    unknown_revisions,
+)
 from sqlsdc.jobs.session import OUTPUT_SCHEMA
 from sqlsdc.jobs.sum_counts import audit_counts, known_lower
 from sqlsdc.jobs.tabulation import rated
@@ -98,8 +106,8 @@ def protect_query(
         rules_table = rated(table)  # a sum's frequency rule counts its non-zero contributors
         units = job_units(job, identify(job, table).population)
         revised = revision_rule(job, table, rules, units)  # differences from earlier versions
-        if revised is None:  # none kept: an earlier output's changed cells, hidden
-            revised = unknown_revisions(rules, changed_published(job, table))
+        if revised is None or not revised.alike:  # none of its rows kept: changed cells hidden
+            revised = combined(revised, unknown_revisions(rules, changed_published(job, table)))
         if revised is not None and revised.cells.any():
             rules = [*rules, revised]
         if job.live_total:  # the live pattern publishes it: public (jobs/live_total.py)
@@ -145,6 +153,8 @@ def protect_query(
                            time_limit=time_limit,
                            lower=None if known is None else known[0]).require()  # fmt: skip
         audit_with_earlier(job, table, result, found, known, time_limit)
+        audit_revisions(job, table, result["status"].to_numpy() != "published", found,
+                        revised, units, same_versions(job, table), time_limit)  # fmt: skip
         out, report = _suppression_output(table, result, into, method)
         status = np.where(out["status"] == "published", "published", "suppressed")
         released = out[[*table.dims, "n", "value"]].assign(**{LEDGER_STATUS: status})

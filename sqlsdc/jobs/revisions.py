@@ -47,7 +47,9 @@ import numpy as np
 import pandas as pd
 from sqlglot import exp
 
-from sqlsdc.jobs.tabulation import JobSpec
+from sqlsdc.errors import Error
+from sqlsdc.jobs.stored_tables import same_rows, share_cells
+from sqlsdc.jobs.tabulation import JobSpec, parse_job
 from sqlsdc.tabular.model import Table
 from sqlsdc.tabular.rules import (
     CellStats,
@@ -83,6 +85,7 @@ class RevisionRule:
     upl: np.ndarray
     lpl: np.ndarray
     versions: int  # how many earlier versions were compared
+    alike: int = 0  # how many of them keep the job's rows (else its outputs' changes decide)
     name: str = "revision"
 
     def evaluate(self, stats: CellStats) -> RuleResult:
@@ -143,12 +146,13 @@ def revision_rule(job: Job, table: Table, rules, units: Units) -> RevisionRule |
     fails ``rules`` (see the module), or None when no earlier version is kept."""
     if not _kept(job.con):
         return None
-    earlier = job.con.execute(
-        f"SELECT query_id, unit, cell, value FROM {S}.job_units WHERE population = ?",
-        [units.population],
-    ).df()
-    if earlier.empty:
+    compared, alike = _compared_versions(job, units.population)
+    if not compared:
         return None
+    earlier = job.con.execute(
+        f"SELECT query_id, unit, cell, value FROM {S}.job_units WHERE list_contains(?, query_id)",
+        [compared],
+    ).df()
     rules = [r for r in rules if not isinstance(r, ManualRule)]  # the job's cells, not these
     frequency = [r for r in rules if isinstance(r, FrequencyRule)]
     count = len(table.cells)
@@ -169,7 +173,47 @@ def revision_rule(job: Job, table: Table, rules, units: Units) -> RevisionRule |
             cells |= hit
             upl = np.where(hit, np.maximum(upl, result.upl), upl)
             lpl = np.where(hit, np.maximum(lpl, result.lpl), lpl)
-    return RevisionRule(cells, upl, lpl, versions)
+    return RevisionRule(cells, upl, lpl, versions, alike)
+
+
+def _compared_versions(job: Job, population: str) -> tuple[list[int], int]:
+    """The kept versions (query ids) a job of ``population`` is compared with, and how many of
+    them are of its own rows: those of the same canonical population, and those of another
+    population of the same table and aggregate that shares cells with the job in the data now
+    (:func:`~sqlsdc.jobs.stored_tables.share_cells`, as the pattern checks pair outputs).
+
+    Red team s42k: compared with its own canonical population only, a job of ``WHERE
+    turnover > 0`` (every enterprise: the same rows, stored beside the job without WHERE)
+    was compared with its own earlier version alone; with five firms entering between the
+    other job's two versions and one more before its own, the grand totals of the two latest
+    versions differed by that one firm's turnover. A version of other rows whose cells the job
+    does not share (``year = 2025`` beside ``year = 2026``) is not compared: a new period is a
+    population of its own."""
+    rows = job.con.execute(
+        f"SELECT DISTINCT k.query_id, k.population, v.sql_text FROM {S}.job_units AS k "
+        f"LEFT JOIN {S}.output_versions AS v USING (query_id) ORDER BY k.query_id"
+    ).fetchall()
+    mine = json.loads(population)
+    compared, alike = [], 0
+    for query_id, theirs, sql in rows:
+        if theirs == population:
+            compared.append(query_id)
+            alike += 1
+            continue
+        described = json.loads(theirs)
+        if (described.get("table"), described.get("measure")) != (mine["table"], mine["measure"]):
+            continue
+        try:
+            spec = parse_job(sql, job.policy, stored=True)
+        except (Error, TypeError):  # no definition kept, or one no longer read: compared
+            compared.append(query_id)
+            continue
+        if same_rows(job.con, job.spec.table, spec.where, job.spec.where):
+            compared.append(query_id)
+            alike += 1
+        elif share_cells(job.con, spec, job.spec):
+            compared.append(query_id)
+    return compared, alike
 
 
 def unknown_revisions(rules, difference: np.ndarray | None) -> RevisionRule | None:
@@ -186,6 +230,37 @@ def unknown_revisions(rules, difference: np.ndarray | None) -> RevisionRule | No
     level = np.where(changed, np.maximum(np.abs(np.nan_to_num(difference)) * max(ranges) / 100.0,
                                          1.0), 0.0)  # fmt: skip
     return RevisionRule(changed, level, level.copy(), 0)
+
+
+def version_changes(
+    job: Job, table: Table, query_id: int, units: Units
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Per cell of ``table``, the change since the version stored by ``query_id`` (net, and
+    whether some unit's contribution grew, whether some unit's shrank), or None when that
+    version's units were not kept (:mod:`sqlsdc.jobs.revision_audit` reads it)."""
+    if not _kept(job.con):
+        return None
+    before = job.con.execute(
+        f"SELECT unit, cell, value FROM {S}.job_units WHERE query_id = ?", [query_id]
+    ).df()
+    if before.empty:
+        return None
+    count = len(table.cells)
+    changes, _ = _differences(table, _levels(job, table), before, units.frame, 0)
+    if changes is None:
+        return np.zeros(count), np.zeros(count, bool), np.zeros(count, bool)
+    net, size = changes.value, changes.total
+    tol = 1e-9 * np.maximum(1.0, size)
+    return net, (size + net) / 2.0 > tol, (size - net) / 2.0 > tol
+
+
+def combined(first: RevisionRule | None, second: RevisionRule | None) -> RevisionRule | None:
+    """Both rules' cells, with the larger of their levels (None when both are None)."""
+    if first is None or second is None:
+        return first if second is None else second
+    return RevisionRule(first.cells | second.cells, np.maximum(first.upl, second.upl),
+                        np.maximum(first.lpl, second.lpl), first.versions + second.versions,
+                        first.alike + second.alike)  # fmt: skip
 
 
 def _differences(

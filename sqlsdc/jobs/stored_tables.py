@@ -179,6 +179,15 @@ def same_rows(con, table: str, first: exp.Expr | None, second: exp.Expr | None) 
     return con.execute(differ.sql("duckdb")).fetchall()[0][0] == 0
 
 
+def share_cells(con, first: JobSpec, second: JobSpec) -> bool:
+    """Whether two jobs of one table and aggregate share cells in the data now: the same rows
+    (:func:`same_rows`) or some cell of one holding what a cell of the other holds
+    (:func:`_share_a_cell`), as :func:`outputs_of_the_same_cells` pairs outputs."""
+    return same_rows(con, first.table, first.where, second.where) or _share_a_cell(
+        con, first, second
+    )
+
+
 def _share_a_cell(con, first: JobSpec, second: JobSpec) -> bool:
     """Whether a cell of one job's table, inner or margin, holds what a cell of the other's
     holds, in the table's data now: the same units (a count) or the same rows with a non-zero
