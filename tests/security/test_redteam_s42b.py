@@ -1,0 +1,167 @@
+"""Red team s42b: differential privacy, its budgets and the DP cache (session 41's paid-once-
+cached rule, ``guard/dp_in_flight.py``, the cache answering repeats without reading rows).
+
+Attacked as an analyst with guarded connections (threads of one process, timeouts the
+connection shortens, ``Connection.interrupt`` as the server's CancelRequest calls it), on the
+demo (20,000 persons, ``benefits`` under DP) and on a small table of this file's own.
+
+Every attack tried, one line each (W: worked, fixed here; O: worked, left open; H: held):
+
+- H  paid once, computed many times: 6 threads x 12 statements over 9 new statistics (COUNT by
+     a public domain, SUM by another, a MEDIAN without keys), each statement on a new
+     connection with a timeout of 3 ms to 5 s and a cancel at a random moment in 3 of 10:
+     over 4 seeds (288 statements, 228 stopped) no statement computed a statistic's exact
+     cells more often than it was charged (the ledger's rows per statement text against the
+     engine's runs of the exact cells); the test below replays it.
+- H  parameters bound into the population: ``month = ?`` (1, 2), ``month = ANY(?)`` ([1, 2],
+     [3, 4]), ``month = $1``, ``?::INTEGER`` ('1', '2'), ``BETWEEN ? AND ?``, ``region = ?``
+     ('R01', 'R01 '), ``month = ?`` (1, 1.5): each pair two populations; ``month < ?`` with 1.5
+     and 1.50 one (equal values); ``IN ?`` and ``list_contains(?, month)`` refused.
+- H  a unit counted twice or a population depending on others: UNION ALL of the table, a
+     cross join with the public table, EXISTS / IN / scalar subqueries over confidential
+     rows, windows, ORDER BY ... LIMIT, DISTINCT in a derived table, GROUP BY the unit:
+     refused before the charge.
+- H  measures and keys: ``SUM(amount * 1000)``, ``SUM(-amount)``, ``SUM(amount + 1000)``
+     answered as post-processing of the noisy sum and count; products of two values,
+     GREATEST, %, multi-branch CASE, FILTER, SUM(DISTINCT), COUNT(DISTINCT measure),
+     identifiers in CASE or WHERE, keys that transform a dimension (CAST, %, UPPER): refused.
+- H  permute-and-flip: gamma split into whole and fraction checked against the definition;
+     the optimal partition selection's closed form against its recurrence (Desfontaines et
+     al. 2022, Theorem 1) over n < 3,000 for 5 (epsilon, delta): largest difference 1e-55
+     (the rounding down); calibrations (Laplace t = L1/epsilon, discrete Gaussian sigma^2 =
+     L2^2/(2 rho), quantile rate epsilon/(m 2 Delta)) as published.
+- H  the LIMIT 0 describe that answers a paid stage on a new opening: DuckDB plans it as an
+     Empty Result (5 ms against 224 ms of CPU for the exact cells over 2e7 rows).
+- H  budget keys: a CTE, a derived table and a join with the public table all charge
+     ``benefits`` (and ``regions``): the table's shared budget applies; ``main.benefits``
+     refused.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import threading
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+
+import sqlsdc
+from sqlsdc.engines import duckdb as engine
+
+QUERIES = (
+    "SELECT region, COUNT(*) FROM visits WHERE month = {m} GROUP BY region",
+    "SELECT kind, SUM(cost) FROM visits WHERE month = {m} GROUP BY kind",
+    "SELECT MEDIAN(cost) FROM visits WHERE month = {m}",
+)
+
+
+@pytest.fixture(scope="module")
+def visits_db(tmp_path_factory) -> Path:
+    """Visits of 2,000 persons (several rows each) over public domains, under DP."""
+    path = tmp_path_factory.mktemp("s42b") / "visits.duckdb"
+    rng = np.random.default_rng(42)
+    n = 12_000
+    frame = pd.DataFrame({
+        "pid": rng.integers(0, 2_000, n),
+        "region": rng.choice(["N", "S", "E", "W"], n),
+        "kind": rng.choice(["a", "b", "c"], n),
+        "month": rng.integers(1, 4, n),
+        "cost": rng.integers(0, 500, n),
+    })  # fmt: skip
+    with duckdb.connect(path) as raw:
+        raw.register("frame", frame)
+        raw.execute("CREATE TABLE visits AS SELECT * FROM frame")
+    columns = {"pid": {"role": "identifier"},
+               "region": {"role": "dimension", "domain": ["N", "S", "E", "W"]},
+               "kind": {"role": "dimension", "domain": ["a", "b", "c"]},
+               "month": {"role": "dimension", "domain": [1, 2, 3]},
+               "cost": {"role": "measure", "bounds": [0, 500]}}  # fmt: skip
+    table = {"privacy_unit": "pid", "columns": columns,
+             "protection": {"counts": {"method": "dp", "spend": {"epsilon": 0.1}},
+                            "magnitudes": {"method": "dp", "spend": {"epsilon": 0.1}}},
+             "dp": {"max_groups": 2, "max_rows": 4, "granularity": 1}}  # fmt: skip
+    sqlsdc.init(path, {"tables": {"visits": table},
+                       "users": {"admin": {"role": "admin"}, "ana": {"role": "analyst"}},
+                       "budgets": [{"user": "ana", "epsilon": 100}]})  # fmt: skip
+    return path
+
+
+def _charges_by_text(path: Path) -> collections.Counter:
+    """The ledger's rows of user ana, by the text of the statement charged."""
+    with duckdb.connect(path, read_only=True) as raw:
+        rows = raw.execute(
+            "SELECT a.sql_text, count(*) FROM sqlsdc.budget_spend s JOIN sqlsdc.audit a "
+            "USING (query_id) WHERE s.user_name = 'ana' GROUP BY 1"
+        ).fetchall()
+    return collections.Counter(dict(rows))
+
+
+def test_statements_stopped_at_random_never_compute_cells_they_did_not_pay(
+    visits_db, tmp_path, monkeypatch
+):
+    """Threads of one process ask the same new statistics at once, each statement on a new
+    connection with a short timeout or cancelled at a random moment: a statement stopped
+    after its charge leaves its statistics unpaid, one that waits for another's charge
+    (``dp_in_flight``) computes nothing meanwhile, and one answered makes the statistic free
+    from the cache. Whatever the interleaving, the exact cells of a statement's statistics
+    are computed at most as often as they were charged (each statement text here has its
+    own statistics), and once answered a statistic is answered again without a row read."""
+    path = tmp_path / "race.duckdb"
+    path.write_bytes(visits_db.read_bytes())
+    computing: set[tuple[str, int]] = set()  # (statement text, asking): a quantile runs two
+    asking = threading.local()
+    guard = threading.Lock()
+    real = engine.run
+
+    def run(con, text, *args, **kwargs):
+        if "__rows" in text and not text.rstrip().endswith("LIMIT 0"):
+            with guard:
+                computing.add((asking.sql, asking.number))
+        return real(con, text, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "run", run)
+    answered: set[str] = set()
+    stopped = collections.Counter()
+
+    def worker(seed: int) -> None:
+        rng = random.Random(seed)
+        for number in range(5):
+            sql = rng.choice(QUERIES).format(m=rng.randint(1, 2))
+            con = sqlsdc.connect(path, "ana", timeout=rng.choice([0.003, 0.02, 0.08, 5]))
+            timer = threading.Timer(rng.random() * 0.05, con.interrupt)
+            if rng.random() < 0.3:
+                timer.start()
+            asking.sql, asking.number = sql, (seed, number)
+            try:
+                con.execute(sql).fetchall()
+                with guard:
+                    answered.add(sql)
+            except sqlsdc.Error as error:
+                with guard:
+                    stopped[type(error).__name__] += 1
+            finally:
+                timer.cancel()
+                con.close()
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    charged = _charges_by_text(path)
+    computed = collections.Counter(sql for sql, _asking in computing)
+    assert computed, "no statement reached its exact cells: nothing was tested"
+    assert {sql: n for sql, n in computed.items() if n > charged[sql]} == {}
+    assert set(stopped) <= {"QueryCanceled", "OperationalError"}
+    computing.clear()
+    with sqlsdc.connect(path, "ana") as con:
+        before = con.remaining_budget()[0].spent
+        for sql in answered:
+            asking.sql, asking.number = sql, None
+            con.execute(sql).fetchall()
+        assert con.remaining_budget()[0].spent == before  # paid once answered
+    assert not computing  # and answered from the cache: no row read
