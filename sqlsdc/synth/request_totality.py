@@ -39,7 +39,6 @@ __all__ = ["as_evaluated", "check_total", "column_types", "evaluated_inputs"]
 
 _EXACT_NUMBERS = ("integer", "decimal")
 _DOUBLE = exp.DataType.build("DOUBLE")
-_LOGIC = (exp.And, exp.Or, exp.Not)
 _PLAIN_CONSTANTS = (exp.Literal, exp.Null, exp.Boolean, exp.DataType, exp.Identifier)
 CONSTANT_SECONDS = 5.0
 """The longest a constant of a request is evaluated (it reads no data: a literal's arithmetic)."""
@@ -114,7 +113,7 @@ def _problem(node: exp.Expr, types, numeric: bool, *, condition: bool, timeout) 
             return f"column {column.name} has no known type"
         _typed(column, dtype)
     value = tree.expressions[0]
-    if condition and family(value) not in ("boolean", "null"):
+    if condition and family(value) not in ("boolean", "null"):  # COALESCE(cond, FALSE)
         return "a condition that is not a comparison is cast to BOOLEAN"
     constants = _constants(value)
     for constant in constants:
@@ -127,11 +126,7 @@ def _problem(node: exp.Expr, types, numeric: bool, *, condition: bool, timeout) 
     for n in value.walk():
         if id(n) in inside:  # evaluated above: its value is the same on every record
             continue
-        if isinstance(n, _LOGIC):
-            operands = [n.this] if isinstance(n, exp.Not) else [n.left, n.right]
-            if any(family(o) not in ("boolean", "null") for o in operands):
-                return "AND, OR and NOT cast a value that is not a condition to BOOLEAN"
-        problem = partiality(n)
+        problem = partiality(n)  # AND, OR, NOT, IS TRUE and WHEN read conditions there
         if problem is not None:
             return problem
     return None

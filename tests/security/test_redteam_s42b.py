@@ -23,6 +23,17 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      text, a value used as a condition) is refused from both sides' column types before any
      row is read; ``TRY`` stays in depth.
 
+- W  text cast to BOOLEAN, in the guard itself: ``partiality`` counted AND, OR, NOT and IS
+     as always total, and conditions were never checked for their type, but DuckDB casts a
+     condition to BOOLEAN row by row and a text such as 'teacher' is no BOOLEAN. So ``WHERE
+     (CASE WHEN <cell> THEN occupation END) IS TRUE`` failed in the engine exactly when
+     someone was in the cell: on the demo (20,000 persons, CKM) R05-M015 x 94 x M failed
+     (one person), x F was answered (none), and with the income's class breaks the person's
+     income lay in [200,000, 500,000): a cell of 1 proved, whatever the noise, one query per
+     bit. So did ``WHERE occupation``, ``NOT occupation``, ``occupation AND ...``, ``CASE WHEN
+     occupation``, ``HAVING region``, and under DP ``WHERE scheme IS NOT FALSE`` (after the
+     charge). Fixed: ``totality.condition_problem`` refuses a text (or untyped value) where
+     a condition stands, before anything runs (numbers cast to BOOLEAN without error).
 - O  (noticed, not measured as a leak) noisy verification charges the analyst's own epsilon
      per cell, down to 10^-9: each request computes on the confidential records (the record
      query, then the fidelity in Python, whose time grows with a cell's records) for next to
@@ -286,3 +297,49 @@ def test_requests_that_raise_nothing_are_still_answered(verify_db, sql):  # noqa
     """Integer columns read as DOUBLE, negative literals and constant arithmetic (evaluated
     once, on no data) keep the usual requests answered."""
     assert _outcome(verify_db, sql)[0] == "answered"
+
+
+# --- the guard: a text read as a condition -------------------------------------------------
+
+CONDITIONS = [
+    "SELECT COUNT(*) FROM persons WHERE (CASE WHEN municipality = 'R05-M015' AND age = 94 "
+    "AND sex = 'M' THEN occupation END) IS TRUE",
+    "SELECT COUNT(*) FROM persons WHERE occupation",
+    "SELECT COUNT(*) FROM persons WHERE NOT occupation OR age > 200",
+    "SELECT COUNT(*) FROM persons WHERE age = 94 AND occupation",
+    "SELECT COUNT(CASE WHEN occupation THEN 1 END) FROM persons",
+    "SELECT region, COUNT(*) FROM persons GROUP BY region HAVING region",
+    "SELECT p.sex, COUNT(*) FROM persons p JOIN regions r ON r.name AND p.region = r.region "
+    "GROUP BY p.sex",
+]
+
+
+@pytest.mark.parametrize("sql", CONDITIONS)
+def test_a_text_read_as_a_condition_is_refused_before_it_runs(ckm_db, sql):
+    """Before: the engine cast the text to BOOLEAN on the rows that reached it and failed
+    ('teacher' is no BOOLEAN), so the first query failed exactly when the one-person cell
+    R05-M015 x 94 x M was not empty: presence proved whatever the noise. Now refused from
+    the types, with what to write instead."""
+    with sqlsdc.connect(ckm_db, "analyst") as con:
+        with pytest.raises(PolicyViolation, match="used as a condition is cast to BOOLEAN"):
+            con.execute(sql)
+
+
+def test_a_dp_text_condition_is_refused_before_the_charge(ckm_db):
+    """Under DP the same cast failed after the charge: paid, and the error an exact bit."""
+    with sqlsdc.connect(ckm_db, "analyst") as con:
+        spent = con.remaining_budget()[0].spent
+        with pytest.raises(PolicyViolation, match="cast to BOOLEAN"):
+            con.execute("SELECT scheme, COUNT(*) FROM benefits WHERE scheme IS NOT FALSE "
+                        "GROUP BY scheme")  # fmt: skip
+        assert con.remaining_budget()[0].spent == spent
+
+
+def test_numbers_and_comparisons_as_conditions_are_still_answered(ckm_db):
+    """Numbers cast to BOOLEAN without error (``age IS TRUE``: not 0), and comparisons,
+    IS NULL and their AND/OR/NOT are conditions already."""
+    with sqlsdc.connect(ckm_db, "analyst") as con:
+        for sql in ("SELECT sex, COUNT(*) FROM persons WHERE age IS TRUE GROUP BY sex",
+                    "SELECT sex, COUNT(*) FROM persons WHERE NOT (age < 30 OR education IS NULL)"
+                    " AND (region = 'R01') IS NOT FALSE GROUP BY sex"):  # fmt: skip
+            assert len(con.execute(sql).fetchall()) == 2
