@@ -470,9 +470,17 @@ def partiality(n: exp.Expr) -> str | None:
         return condition_problem(n.this) if truth else None
     if isinstance(n, exp.Case):
         values = [i.args.get("true") for i in n.args.get("ifs", [])] + [n.args.get("default")]
+        operand = n.this  # CASE x WHEN v THEN ...: x = v, cast row by row like any comparison
+        if operand is not None:
+            compared = _comparison_problem([operand, *(i.this for i in n.args.get("ifs", []))])
+            if compared:  # ``CASE occupation WHEN 1`` failed where a row reached it (s42b)
+                return compared
         return _same_family(values)
-    if isinstance(n, exp.If):  # a CASE's WHEN (its condition) or IF(condition, a, b)
-        return condition_problem(n.this) or _same_family([n.args.get("true"), n.args.get("false")])
+    if isinstance(n, exp.If):  # a CASE's WHEN: its condition, or a value its operand is
+        # compared with; or IF(condition, a, b)
+        simple = isinstance(n.parent, exp.Case) and n.parent.this is not None
+        problem = None if simple else condition_problem(n.this)
+        return problem or _same_family([n.args.get("true"), n.args.get("false")])
     if isinstance(n, exp.Sum):
         plain_column = isinstance(_unwrap(n.this), exp.Column)
         ok = family(n.this) in ("integer", "float", "null") or plain_column

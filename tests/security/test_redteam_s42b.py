@@ -34,6 +34,9 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      occupation``, ``HAVING region``, and under DP ``WHERE scheme IS NOT FALSE`` (after the
      charge). Fixed: ``totality.condition_problem`` refuses a text (or untyped value) where
      a condition stands, before anything runs (numbers cast to BOOLEAN without error).
+     Likewise a simple CASE compares its operand with each WHEN value row by row: ``CASE
+     (CASE WHEN <cell> THEN occupation END) WHEN 1 THEN 1 END`` failed where someone was in
+     the cell; its operand and values are now checked as a comparison.
 - O  (noticed, not measured as a leak) noisy verification charges the analyst's own epsilon
      per cell, down to 10^-9: each request computes on the confidential records (the record
      query, then the fidelity in Python, whose time grows with a cell's records) for next to
@@ -311,6 +314,8 @@ CONDITIONS = [
     "SELECT region, COUNT(*) FROM persons GROUP BY region HAVING region",
     "SELECT p.sex, COUNT(*) FROM persons p JOIN regions r ON r.name AND p.region = r.region "
     "GROUP BY p.sex",
+    "SELECT COUNT(CASE (CASE WHEN municipality = 'R05-M015' AND age = 94 AND sex = 'M' "
+    "THEN occupation END) WHEN 1 THEN 1 END) FROM persons",  # occupation = 1, row by row
 ]
 
 
@@ -321,7 +326,7 @@ def test_a_text_read_as_a_condition_is_refused_before_it_runs(ckm_db, sql):
     R05-M015 x 94 x M was not empty: presence proved whatever the noise. Now refused from
     the types, with what to write instead."""
     with sqlsdc.connect(ckm_db, "analyst") as con:
-        with pytest.raises(PolicyViolation, match="used as a condition is cast to BOOLEAN"):
+        with pytest.raises(PolicyViolation, match="cast to BOOLEAN|comparing different types"):
             con.execute(sql)
 
 
