@@ -21,8 +21,9 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      Fixed (``sqlsdc/synth/request_totality.py``): integer and DECIMAL columns are read as
      DOUBLE, and a request that could raise anything else (text compared with numbers, SUM of
      text, a value used as a condition) is refused from both sides' column types before any
-     row is read; ``TRY`` stays in depth.
-
+     row is read; ``TRY`` stays in depth. A fuzz of 3,000 random requests over s35's
+     database (arithmetic with huge, negative and text literals, IN, BETWEEN, IS NULL, NOT,
+     AND/OR to depth 3; 857 accepted): none raised on either side with every TRY taken out.
 - W  text cast to BOOLEAN, in the guard itself: ``partiality`` counted AND, OR, NOT and IS
      as always total, and conditions were never checked for their type, but DuckDB casts a
      condition to BOOLEAN row by row and a text such as 'teacher' is no BOOLEAN. So ``WHERE
