@@ -582,9 +582,10 @@ class _Checker(AggregateChecks, TotalityChecks):
                             "equality joins along declared keys (e.g. p.household_id = "
                             "h.household_id)",
                         )
+            condition = clause.this if isinstance(clause, exp.Where) else clause
+            self._check_condition(condition, label)
             if isinstance(clause, exp.Where):  # its condition's walk is the WHERE's but one
                 walked = self.own(clause)
-                condition = clause.this
                 within = walked[1:] if len(walked) > 1 and walked[1] is condition else None
                 self._check_total(condition, info.scope, walked=within)
             else:

@@ -18,6 +18,7 @@ from sqlsdc.planner.totality import (
     STORED,
     TOTALITY_HINT,
     aggregate_partiality,
+    condition_problem,
     family,
     partiality,
     set_operation_problem,
@@ -29,9 +30,23 @@ class TotalityChecks:
     """Mixed into the checker (:mod:`sqlsdc.planner.analyze`): ``self.refuse`` and
     ``self.constant_type`` come from there."""
 
+    def _check_condition(self, condition: exp.Expr | None, label: str) -> None:
+        """Refuse a WHERE, JOIN ON, HAVING or QUALIFY condition that DuckDB would cast to
+        BOOLEAN with an error for some values (:func:`sqlsdc.planner.totality.condition_problem`:
+        ``WHERE occupation`` fails on every row that reaches it, red team s42b)."""
+        problem = condition_problem(condition)
+        if problem:
+            raise self.refuse(
+                f"{label} {spelled_sql(condition, DIALECT)[:80]} could raise an error for some "
+                f"confidential values ({problem}), which would reveal them",
+                TOTALITY_HINT,
+            )
+
     def _check_released(self, select: exp.Select, scope: Scope) -> None:
         """Projections, HAVING and ORDER BY of an aggregation are evaluated on every cell."""
         having, order = select.args.get("having"), select.args.get("order")
+        if having is not None:
+            self._check_condition(having.this, "HAVING")
         parts = [
             *select.expressions,
             *([having.this] if having else []),
@@ -54,9 +69,13 @@ class TotalityChecks:
         public = {alias for alias, source in info.scope.sources.items()
                   if reads_public_only(source, infos)}  # fmt: skip
         parts = [*select.expressions, *(j.args.get("on") for j in select.args.get("joins") or [])]
+        for on in parts[len(select.expressions) :]:
+            self._check_condition(on, "JOIN ON")
         for key in ("where", "having", "qualify"):
             clause = select.args.get(key)
             parts.append(clause.this if clause is not None else None)
+            if clause is not None:
+                self._check_condition(clause.this, key.upper())
         for key in ("group", "order"):
             clause = select.args.get(key)
             parts.extend(clause.expressions if clause is not None else [])

@@ -41,10 +41,6 @@ _ALWAYS_TOTAL = (
     exp.Boolean,
     exp.Paren,
     exp.Alias,
-    exp.And,
-    exp.Or,
-    exp.Not,
-    exp.Is,
     exp.Exists,  # a boolean: its query is a scope of its own, checked there
     exp.Tuple,
     exp.Star,
@@ -465,11 +461,26 @@ def partiality(n: exp.Expr) -> str | None:
         )
     if total:
         return None
+    if isinstance(n, (exp.And, exp.Or)):
+        return condition_problem(n.left) or condition_problem(n.right)
+    if isinstance(n, exp.Not):
+        return condition_problem(n.this)
+    if isinstance(n, exp.Is):  # IS TRUE / IS FALSE read their operand as a condition
+        truth = isinstance(_unwrap(n.expression), exp.Boolean)
+        return condition_problem(n.this) if truth else None
     if isinstance(n, exp.Case):
         values = [i.args.get("true") for i in n.args.get("ifs", [])] + [n.args.get("default")]
+        operand = n.this  # CASE x WHEN v THEN ...: x = v, cast row by row like any comparison
+        if operand is not None:
+            compared = _comparison_problem([operand, *(i.this for i in n.args.get("ifs", []))])
+            if compared:  # ``CASE occupation WHEN 1`` failed where a row reached it (s42b)
+                return compared
         return _same_family(values)
-    if isinstance(n, exp.If):
-        return _same_family([n.args.get("true"), n.args.get("false")])
+    if isinstance(n, exp.If):  # a CASE's WHEN: its condition, or a value its operand is
+        # compared with; or IF(condition, a, b)
+        simple = isinstance(n.parent, exp.Case) and n.parent.this is not None
+        problem = None if simple else condition_problem(n.this)
+        return problem or _same_family([n.args.get("true"), n.args.get("false")])
     if isinstance(n, exp.Sum):
         plain_column = isinstance(_unwrap(n.this), exp.Column)
         ok = family(n.this) in ("integer", "float", "null") or plain_column
@@ -534,6 +545,30 @@ def partiality(n: exp.Expr) -> str | None:
             return "the argument is not a date or timestamp"
         return _temporal_partiality(n, target)
     return f"{describe(n)} is not known to be error-free"
+
+
+_CONDITION_FAMILIES = frozenset({"boolean", "null", "integer", "decimal", "float"})
+_VALUES = (exp.Column, exp.Literal, exp.Subquery, exp.Cast, exp.TryCast, *_CHOICE_NODES)
+
+
+def condition_problem(node: exp.Expr | None) -> str | None:
+    """Why ``node``, where it stands as a condition (WHERE, JOIN ON, HAVING, an operand of
+    AND, OR or NOT, IS TRUE/FALSE, a CASE's WHEN), could raise: DuckDB casts it to BOOLEAN,
+    row by row, and a text such as 'teacher' is no BOOLEAN, so ``WHERE (CASE WHEN <one
+    person's cell> THEN occupation END) IS TRUE`` failed exactly when someone was in the
+    cell (red team s42b). Numbers cast to BOOLEAN without error; a value of unknown type
+    (a column, a choice, a cast) is refused too, and predicates sqlglot leaves untyped pass."""
+    if node is None:
+        return None
+    kind = family(node)
+    if kind in _CONDITION_FAMILIES:
+        return None
+    if kind is None and not isinstance(_unwrap(node), _VALUES):
+        return None
+    return (
+        f"a value of type {kind or 'unknown'} used as a condition is cast to BOOLEAN, which "
+        "fails for some values; compare it instead (e.g. occupation = 'teacher')"
+    )
 
 
 _INTERPOLATING = (exp.Median, exp.Quantile, exp.PercentileCont)

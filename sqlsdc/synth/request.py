@@ -21,6 +21,7 @@ answered, limited and charged on its own.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import sqlglot
@@ -28,6 +29,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from sqlsdc.errors import PolicyViolation, SqlSyntaxError
+from sqlsdc.synth.request_totality import as_evaluated
 
 __all__ = ["COPY_COLUMN", "Estimand", "Request", "parse_request", "record_query"]
 
@@ -220,7 +222,9 @@ def _canonical(table, groups, estimands, condition) -> str:
     return select.sql(dialect="duckdb", normalize=True)
 
 
-def record_query(request: Request, source: exp.Expr, *, copies: bool) -> str:
+def record_query(
+    request: Request, source: exp.Expr, *, copies: bool, types: Mapping[str, exp.DataType]
+) -> str:
     """SQL reading, for every row of ``source`` (a table or the output's source SELECT), the
     group keys, the inputs of every estimand (as DOUBLE, ``__i<k>_<j>``), whether the row
     meets the WHERE condition (``__in``) and, with ``copies``, the synthetic copy number.
@@ -231,19 +235,25 @@ def record_query(request: Request, source: exp.Expr, *, copies: bool) -> str:
     input missing, a row outside the WHERE) instead of failing the statement. An error would
     tell, exactly and whatever the noise, whether some confidential row reaches a threshold:
     bisection read the largest income of the source to the unit for a few 10^-9 of epsilon
-    (red team s35, tests/security/test_redteam_s35.py)."""
+    (red team s35, tests/security/test_redteam_s35.py). ``TRY`` alone did not hold: DuckDB
+    moves repeated sub-expressions out of it, and re-evaluates a vector that raised row by
+    row, in a time that tells the same (red team s42b). So integer and DECIMAL columns are
+    read as DOUBLE (``types``: the columns' types on this side;
+    :func:`~sqlsdc.synth.request_totality.as_evaluated`) and the verification refuses, before
+    anything runs, a request of which anything else could raise
+    (:func:`~sqlsdc.synth.request_totality.check_total`); ``TRY`` stays, in depth."""
     if isinstance(source, exp.Select):
         source = source.subquery("__source")
     columns: list[exp.Expr] = [exp.column(g).as_(f"__g{i}") for i, g in enumerate(request.groups)]
     for k, estimand in enumerate(request.estimands):
         for j, node in enumerate(estimand.inputs):
-            value = exp.paren(node.copy())
+            value = exp.paren(as_evaluated(node, types))
             if estimand.kind == "count":  # whether the value is there, whatever its type
                 present = exp.Is(this=value, expression=exp.null()).not_()
                 value = exp.Case(ifs=[exp.If(this=present, true=exp.Literal.number(1))])
             value = exp.cast(value, exp.DataType.build("DOUBLE"))
             columns.append(exp.Try(this=value).as_(f"__i{k}_{j}"))
-    condition = request.where.copy() if request.where is not None else exp.true()
+    condition = as_evaluated(request.where, types) if request.where is not None else exp.true()
     inside = exp.Try(this=exp.paren(condition))
     columns.append(exp.func("coalesce", inside, exp.false()).as_("__in"))
     if copies:

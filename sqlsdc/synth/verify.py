@@ -66,6 +66,7 @@ from sqlsdc.synth.fidelity import (
     normal_ci,
 )
 from sqlsdc.synth.request import Request, parse_request, record_query
+from sqlsdc.synth.request_totality import check_total, column_types
 from sqlsdc.synth.scan import (
     aggregate_ci,
     candidates,
@@ -187,6 +188,10 @@ def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeou
     request = parse_request(sql)
     output = _output(con, request, sql, policy, admin)
     eps = _epsilon(mode, epsilon)
+    source = sqlglot.parse_one(output.source_sql, read="duckdb")
+    synthetic_types = _types(con, exp.to_table(output.name))
+    source_types = _types(con, source)
+    check_total(request, [synthetic_types, source_types], timeout)  # before any row is read
     con.execute(VERIFICATIONS_DDL)
     tables = duckdb_schema.tables_read_by(con, output.source_sql)
     data = _data_versions(con, tables)
@@ -225,7 +230,8 @@ def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeou
             "`verification.max_queries` in the output's report",
         )
     k_min = _min_frequency(policy, tables)
-    synthetic = _records(con, request, exp.to_table(output.name), output.copies > 1, timeout)
+    synthetic = _records(con, request, exp.to_table(output.name), output.copies > 1, timeout,
+                         synthetic_types)  # fmt: skip
     plan = _plan(request, synthetic, output, k_min)
     released = [c for c in plan if c["status"] == "released"]
     spent = Fraction(0)
@@ -244,8 +250,7 @@ def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeou
                 sql=sql,
                 fingerprint=request.digest,
             )
-    source = sqlglot.parse_one(output.source_sql, read="duckdb")
-    confidential = _records(con, request, source, False, timeout)
+    confidential = _records(con, request, source, False, timeout, source_types)
     key = KeyedStream(secret, "sqlsdc.verify", output.name, output.version, data)
     cells = _measure(request, plan, synthetic, confidential, output, key, k_min, mode, eps)
     answer = Verification(
@@ -417,9 +422,17 @@ def _min_frequency(policy, tables) -> int:
     return max(found)
 
 
-def _records(con, request: Request, source: exp.Expr, copies: bool, timeout) -> pd.DataFrame:
-    sql = record_query(request, source, copies=copies)
+def _records(con, request: Request, source: exp.Expr, copies: bool, timeout, types) -> pd.DataFrame:
+    sql = record_query(request, source, copies=copies, types=types)
     return engine.without_marks(engine.run(con, sql, timeout=timeout)).to_pandas()
+
+
+def _types(con, source: exp.Expr) -> dict[str, exp.DataType]:
+    """The column types of ``source`` (a table, or the output's source SELECT), read with
+    ``LIMIT 0``: DuckDB plans it as an empty result, no row is read."""
+    relation = source.subquery("__source") if isinstance(source, exp.Select) else source
+    text = exp.select("*").from_(relation).limit(0).sql(dialect="duckdb")
+    return column_types(con.execute(text).description)
 
 
 def _keys(request: Request, frame: pd.DataFrame) -> pd.Series:

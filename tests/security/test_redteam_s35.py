@@ -148,8 +148,14 @@ def test_verification_fails_alike_on_either_side_of_a_confidential_income(verify
 def test_verification_fails_alike_whether_a_confidential_code_is_a_number(verify_db):
     """``code = 7`` casts every code to an integer: before the fix it failed on the
     confidential side only (one person's code is 'X17'), after a charge, telling that some
-    code is not a number; ``code = '7'`` compares text and never failed."""
-    assert _answered(verify_db, "SELECT COUNT(*) FROM syn WHERE code = 7")
+    code is not a number; ``code = '7'`` compares text and never failed. Since s42b (TRY let
+    ``code = 7 OR code = 8`` fail all the same) a comparison that casts a text column is
+    refused from the columns' types, before anything runs or is charged."""
+    with sqlsdc.connect(verify_db, "ana") as con:
+        spent = con.remaining_budget()[0].spent
+        with pytest.raises(PolicyViolation, match="could raise an error"):
+            con.verify("SELECT COUNT(*) FROM syn WHERE code = 7", mode="noisy", epsilon="1e-9")
+        assert con.remaining_budget()[0].spent == spent
     assert _answered(verify_db, "SELECT COUNT(*) FROM syn WHERE code = '7'")
 
 
