@@ -1,0 +1,116 @@
+"""Red team s42c: back-end jobs' outputs, the release database and the server (session 42).
+
+Attacked as a reader of every released output table (the release database, in full) and as
+the analyst of a guarded connection. Real DuckDB files; the jobs' fixed secret.
+
+- W  a suppression job of incomes (R01's persons aged 85+ by municipality x sex, ``freq:5``)
+     publishes its cells' unit counts ``n`` and lists every non-empty cell, hidden ones
+     included; a rounding of the same persons' COUNT(*) was stored beside it (the
+     one-protection rule matched jobs by aggregate, SUM against COUNT), in either order, and
+     after the suppression job was replaced by one of other people. A rounding leaves out the
+     cells it rounds to 0 so that a reader cannot tell them from empty ones, but the
+     suppression job names them: a hidden cell missing from the rounding holds 1 or 2 persons
+     at base 3 (10 cells on the test demo), exactly 1 at base 2 (5 cells). Fixed: a sum's
+     suppression job counts as a count table protected by suppression in the one-protection
+     rule (``jobs/refusals._refuse_second_count_protection``).
+- W  the same at base 2 without any other job: the analyst's own live query of the same cells
+     (cell key method) shows some cells of one person, and a rounding of everyone aged 85+ by
+     municipality x sex to base 2 left them out as rounded to 0: 7 and 11 cells of one person
+     proved in two builds of the test demo (one query). Fixed: counts are rounded to a base
+     of 3 or more (``jobs/adjust._refuse_counts_to_base_two``).
+"""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+import sqlsdc
+from sqlsdc.errors import TabularError
+from sqlsdc.jobs.adjust import round_query
+from sqlsdc.jobs.protect import protect_query
+from sqlsdc.tabular.rules import FrequencyRule
+
+OLD_R01 = (
+    "FROM persons WHERE age >= 85 AND region = 'R01' AND income IS NOT NULL "
+    "GROUP BY municipality, sex"
+)
+INCOMES = f"SELECT municipality, sex, SUM(income) {OLD_R01}"
+COUNTS = f"SELECT municipality, sex, COUNT(*) {OLD_R01}"
+
+
+def _proved_small(db) -> list[tuple[str, str]]:
+    """The inner cells a reader of both tables proves to hold 1 or 2 persons: hidden by the
+    suppression job (``sj``, which lists them) and missing from the rounding to base 3
+    (``rc``: rounded to 0), scored against the data (at base 2 they would be 1s)."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        listed = {
+            (m, s)
+            for m, s, status in con.sql("SELECT municipality, sex, status FROM protected.sj")
+            .fetchall()
+            if status != "published" and "Total" not in (m, s)
+        }  # fmt: skip
+        rounded = {(m, s) for m, s, _v in con.sql("SELECT * FROM protected.rc").fetchall()}
+        truth = dict(((m, s), n) for m, s, n in con.sql(COUNTS).fetchall())
+    finally:
+        con.close()
+    proved = sorted(listed - rounded)
+    assert all(truth[cell] in (1, 2) for cell in proved), "the score is off"
+    return proved
+
+
+@pytest.mark.parametrize("order", ["suppression first", "rounding first"])
+def test_a_rounded_count_beside_a_sums_suppression_job_of_the_same_rows_is_refused(
+    jobs_demo_db, order
+):
+    suppress = lambda: protect_query(  # noqa: E731
+        jobs_demo_db, "admin", INCOMES, into="sj", rules=[FrequencyRule(5)]
+    )
+    rounding = lambda: round_query(jobs_demo_db, "admin", COUNTS, into="rc", base=3)  # noqa: E731
+    first, second = (suppress, rounding) if order == "suppression first" else (rounding, suppress)
+    first()
+    try:
+        second()
+    except TabularError as refusal:
+        assert "counts" in str(refusal) and "protected by method" in str(refusal), refusal
+        return
+    proved = _proved_small(jobs_demo_db)
+    assert not proved, f"{len(proved)} hidden cells proved to hold 1 or 2 persons: {proved}"
+
+
+def test_a_rounded_count_beside_a_replaced_sums_suppression_job_is_refused(jobs_demo_db):
+    """The suppression job's readers keep it after it is replaced by one of other people."""
+    protect_query(jobs_demo_db, "admin", INCOMES, into="sj", rules=[FrequencyRule(5)])
+    protect_query(jobs_demo_db, "admin", INCOMES.replace("'R01'", "'R02'"), into="sj",
+                  rules=[FrequencyRule(5)], replace=True)  # fmt: skip
+    with pytest.raises(TabularError, match="unit counts of these cells"):
+        round_query(jobs_demo_db, "admin", COUNTS, into="rc", base=3)
+
+
+OLD_COUNTS = (
+    "SELECT municipality, sex, COUNT(*) FROM persons WHERE age >= 85 GROUP BY municipality, sex"
+)
+
+
+def test_a_count_table_rounded_to_base_2_is_refused(ckm_db, copy_database, tmp_path):
+    """At base 2 a count of 1 is published as 0 or 2, and a rounding leaves out its 0 cells so
+    that they read as empty; a reader who knows a cell is not empty reads a missing cell as a 1.
+    The analyst's live query of the same cells (cell key method) shows some of them."""
+    db = copy_database(ckm_db, tmp_path)
+    try:
+        round_query(db, "admin", OLD_COUNTS, into="r2", base=2)
+    except TabularError as refusal:
+        assert "base 3 or more" in str(refusal), refusal
+        return
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        rounded = {(m, s) for m, s, _v in con.sql("SELECT * FROM protected.r2").fetchall()}
+        truth = {(m, s): n for m, s, n in con.sql(OLD_COUNTS).fetchall()}
+    finally:
+        con.close()
+    with sqlsdc.connect(db, user="analyst") as analyst:
+        shown = {(m, s) for m, s, _n in analyst.execute(OLD_COUNTS).fetchall()}
+    proved = sorted(shown - rounded)
+    assert all(truth[cell] == 1 for cell in proved), "a proved cell is not a 1: the score is off"
+    assert not proved, f"{len(proved)} cells proved to hold one person: {proved}"
