@@ -18,6 +18,16 @@ the analyst of a guarded connection. Real DuckDB files; the jobs' fixed secret.
      municipality x sex to base 2 left them out as rounded to 0: 7 and 11 cells of one person
      proved in two builds of the test demo (one query). Fixed: counts are rounded to a base
      of 3 or more (``jobs/adjust._refuse_counts_to_base_two``).
+- W  non-DP syntheses of one source under other names and seeds, each as large as its source,
+     were stored and published together (``--include``) where one synthesis of their records
+     in all is refused beside the suppression pattern (red team s39d): on the suppression
+     demo, 100 cart syntheses of every person's municipality and sex (seeds 100-199, 0.18 s
+     CPU each) averaged to 30 of the 34 municipality totals under 10 persons exactly, 21 of
+     the 23 the pattern hides (one synthesis: 9 of 34); on the CKM demo, 100 of R01's persons
+     aged 85+ gave all 11 municipalities under 10 (one: 5). Fixed: a synthesis counts the
+     records the non-DP syntheses of the same rows drew before it, stored, replaced or
+     dropped (``jobs/synthesis_files.earlier_draws``), and more in all than its source makes
+     it an exact file, checked as s39d's.
 """
 
 from __future__ import annotations
@@ -26,7 +36,7 @@ import duckdb
 import pytest
 
 import sqlsdc
-from sqlsdc.errors import TabularError
+from sqlsdc.errors import SynthesisError, TabularError
 from sqlsdc.jobs.adjust import round_query
 from sqlsdc.jobs.protect import protect_query
 from sqlsdc.tabular.rules import FrequencyRule
@@ -114,3 +124,26 @@ def test_a_count_table_rounded_to_base_2_is_refused(ckm_db, copy_database, tmp_p
     proved = sorted(shown - rounded)
     assert all(truth[cell] == 1 for cell in proved), "a proved cell is not a 1: the score is off"
     assert not proved, f"{len(proved)} cells proved to hold one person: {proved}"
+
+
+def test_a_second_synthesis_of_the_same_rows_is_checked_as_their_records_in_all(
+    suppress_template, tmp_path, copy_database
+):
+    """Two syntheses of every person's municipality and sex, each as large as its source, are
+    one synthesis of twice its records to a reader of both: their mean converges to the
+    source's counts as copies=2's does (red team s39d), so the second is refused beside the
+    suppression pattern, however it is spelt, named or seeded; the first stays."""
+    from sqlsdc.synth import synthesize
+
+    db = copy_database(suppress_template, tmp_path)
+    synthesize(db, user="admin", into="syn1", method="cart", seed=7,
+               sql="SELECT municipality, sex FROM persons")  # fmt: skip
+    with pytest.raises(SynthesisError, match="holds the same units as a cell of that pattern"):
+        synthesize(db, user="admin", into="syn2", method="cart", seed=8,
+                   sql="SELECT sex, municipality FROM persons AS p WHERE age >= 0")  # fmt: skip
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        tables = con.sql("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'protected'")
+        assert sorted(r[0] for r in tables.fetchall()) == ["syn1"]
+    finally:
+        con.close()
