@@ -135,6 +135,7 @@ def round_query(
     started = time.perf_counter()
     with open_job(db, user, sql, into, method="round", replace=replace,
                   progress=progress, base=base) as job:  # fmt: skip
+        _refuse_counts_to_base_two(job, base)
         rules = job_rules(job, None) if job.spec.measure is not None else []
         table = job.tabulate(rules)
         found = _refuse_small_base(table, rules, base)
@@ -380,6 +381,24 @@ def _refuse_moved_counts(job: Job, found, method: str) -> None:
             "minus its protection level, a known function of the count, so the published value "
             "gives the count back (2.27 is a 1 moved up); publish frequency tables with "
             "--method round or --method suppress"
+        )
+
+
+def _refuse_counts_to_base_two(job: Job, base: int) -> None:
+    """Refuse to round a count table to a base below 3.
+
+    A rounding leaves out the cells it publishes as 0, so that a reader cannot tell a small
+    count from an empty cell (:func:`_finish`); at base 2 that 0 is a count of 0 or 1, and a
+    reader who knows a cell is not empty (a live query that shows it, another table that
+    lists it, what a neighbour knows) reads it as a 1. Red team s42c: everyone aged 85+ by
+    municipality x sex to base 2 beside the analyst's own query of the same cells (cell key
+    method, which shows some cells of one person) proved 7 cells of one person on the test
+    demo. At base 3 such a cell holds 1 or 2."""
+    if job.spec.measure is None and base < 3:
+        raise TabularError(
+            f"--method round to base {base} publishes a count of 1 as 0 or {base}, and a cell "
+            "published as 0 is left out; a reader who knows the cell is not empty (a live "
+            "query, another table) then reads it as a 1. Round counts to base 3 or more"
         )
 
 

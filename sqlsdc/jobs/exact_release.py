@@ -36,6 +36,9 @@ class Release:
             a table counts.
         records: a file's records as it shows them (a stored table, or the new file
             registered for the check), read for the cells its blanked values leave short.
+        drawn: the table's columns a perturbative step changed in a file (PRAM, noise,
+            swapping, ...: drawn anew by each file's seed); two files of the same rows that
+            both draw one are two draws readers average (red team s42c).
     """
 
     label: str
@@ -45,6 +48,7 @@ class Release:
     held: frozenset[str] = frozenset()
     blanked: frozenset[str] = frozenset()
     records: exp.Table | None = None
+    drawn: frozenset[str] = frozenset()
 
     def holds(self, column: str) -> bool:
         """Whether its cells give sums of ``column``."""

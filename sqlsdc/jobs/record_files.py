@@ -228,7 +228,10 @@ def file_release(
     dimensions = {c.name.lower() for c in declared.columns.values()
                   if c.role is ColumnRole.DIMENSION}  # fmt: skip
     cuts, held, blanked = [], set(), set()
-    for column, recipe in exact_columns(steps, columns).items():
+    exact = exact_columns(steps, columns)
+    drawn = {c.name.lower() for column in columns if column not in exact
+             for c in _read(expressions.get(column.lower()))}  # fmt: skip
+    for column, recipe in exact.items():
         base = expressions.get(column.lower())
         if base is None:
             continue
@@ -240,8 +243,13 @@ def file_release(
             cuts.append((column, _coarsened(base, recipe)))
     plain = tuple(e.name.lower() for _c, e in cuts if isinstance(e, exp.Column))
     release = Release(label, where, plain, tuple(cuts), frozenset(held), frozenset(blanked),
-                      records)  # fmt: skip
+                      records, frozenset(drawn))  # fmt: skip
     return declared.name, release
+
+
+def _read(expression: exp.Expr | None) -> list[exp.Column]:
+    """The columns of the table ``expression`` (a file column's projection) reads."""
+    return [] if expression is None else list(expression.find_all(exp.Column))
 
 
 def _over_perturbed_columns(step: Step, record: dict, rows: int | None) -> Step:

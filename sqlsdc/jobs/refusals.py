@@ -5,8 +5,10 @@ suppression pattern would differ from the exact outputs already stored by a few 
 (:func:`dp_table_refusal`, shared with the other jobs), SQL that reads another confidential
 table, cells another job's output already releases protected another way
 (:func:`_refuse_second_protection`) or a version of one replaced or dropped since
-(:func:`_refuse_earlier_protection`), populations that differ from an exact release by a few
-units (:func:`~sqlsdc.jobs.differencing.refuse_small_differences` over
+(:func:`_refuse_earlier_protection`), counts released protected another way (a suppression
+job of a sum publishes its units' counts, :func:`_refuse_second_count_protection`),
+populations that differ from an exact release by a few units
+(:func:`~sqlsdc.jobs.differencing.refuse_small_differences` over
 :func:`_exact_releases`), cells of the live suppression pattern
 (:func:`~sqlsdc.jobs.live_cells.refuse_live_cells`; its grand total excepted when the
 pattern publishes it, :mod:`sqlsdc.jobs.live_total`), a rounding replaced by one to another
@@ -31,6 +33,7 @@ from sqlsdc.jobs.live_total import public_grand_total, stored_total_published
 from sqlsdc.jobs.record_files import opaque_files, opaque_refusal, stored_files
 from sqlsdc.jobs.session import OUTPUT_SCHEMA
 from sqlsdc.jobs.stored_tables import (
+    count_tables_of_the_same_cells,
     earlier_versions_of_the_same_cells,
     exact_method,
     exact_tables,
@@ -63,6 +66,7 @@ def refuse_job(
     _refuse_other_tables(policy, sql, spec)
     _refuse_second_protection(con, policy, spec, into, method)
     _refuse_earlier_protection(con, policy, spec, into, method, base)
+    _refuse_second_count_protection(con, policy, spec, method)
     if exact_method(method, spec):
         refuse_small_differences(con, policy, spec, _exact_releases(con, policy, spec))
     if method == "suppress" and spec.measure is not None:  # its units' counts are published too
@@ -206,6 +210,42 @@ def _refuse_earlier_protection(
             f"and this job (method {method}) would release them protected a second way, which a "
             "reader of both could combine to narrow the values they protect. Tabulate another "
             f"population, or protect these cells with {version.method} under its name"
+        )
+
+
+def _refuse_second_count_protection(con, policy: Policy, spec: JobSpec, method: str) -> None:
+    """Refuse a job that releases counts readers hold protected another way: a suppression job
+    of a sum publishes its cells' unit counts (``n``, NULL where hidden) and lists every
+    non-empty cell, so it is a count table protected by suppression too
+    (:func:`_refuse_second_protection`'s rule, which matches jobs by aggregate: SUM is not
+    COUNT). A rounding, CTA or IPF of the same units' counts beside it, current or a version
+    its readers keep, in either order, is refused; count jobs by suppression stay allowed, as
+    suppression jobs of the same rows are.
+
+    Red team s42c: incomes of R01's persons aged 85+ by municipality x sex suppressed under
+    ``freq:5``, and their COUNT(*) rounded to base 2: a rounding leaves out the cells it
+    rounds to 0, so that they read as empty, but the suppression job lists them, and a hidden
+    cell missing from the rounding held one person (5 such cells on the test demo; at base 3,
+    10 cells of 1 or 2); an exact margin ``n`` beside one rounded cell narrows the other."""
+    if spec.measure is not None and method == "suppress":
+        counts, clash = dataclasses.replace(spec, measure=None), lambda m, _sum: m != "suppress"
+        what = "this suppression job of a sum publishes them too, in its n column"
+    elif spec.measure is None and method != "suppress":
+        counts, clash = spec, lambda _m, of_a_sum: of_a_sum
+        what = f"this job (method {method}) would release them protected a second way"
+    else:
+        return
+    for label, theirs, of_a_sum in count_tables_of_the_same_cells(con, policy, counts):
+        if not clash(theirs, of_a_sum):
+            continue
+        held = "in its n column, " if of_a_sum else ""
+        raise TabularError(
+            f"{label} releases the unit counts of these cells ({spec.table}, the same units), "
+            f"{held}protected by method {theirs}; {what}. A reader of both could combine the "
+            "two: a count one hides and the other rounds, or a cell one lists as not empty and "
+            "the other leaves out as rounded to 0, which at base 2 is a count of 1. Protect "
+            "the counts one way (a count job by --method suppress beside a suppression job of "
+            "a sum), or tabulate another population"
         )
 
 

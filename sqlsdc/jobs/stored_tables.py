@@ -7,7 +7,8 @@ A job is checked against what was released before it: :func:`stored_outputs` (th
 suppression pattern, that publish exact values), and :func:`outputs_of_the_same_cells` (those
 that share a cell with a job: the same table and aggregate over the same rows,
 :func:`same_rows`, or over other rows that keep a whole cell, matched by fingerprints of its
-units or rows).
+units or rows), and :func:`count_tables_of_the_same_cells` (those that publish the same counts:
+a count job's, or a suppression job of a sum's ``n``).
 """
 
 from __future__ import annotations
@@ -82,6 +83,35 @@ def earlier_versions_of_the_same_cells(con, policy: Policy, spec: JobSpec) -> li
         alike = same_rows(con, spec.table, theirs.where, spec.where)
         if alike or _share_a_cell(con, theirs, spec):
             found.append((version, alike))
+    return found
+
+
+def count_tables_of_the_same_cells(
+    con, policy: Policy, spec: JobSpec
+) -> list[tuple[str, str, bool]]:
+    """``(label, method, of a sum)`` of the count tables readers hold that share a cell with
+    the count table ``spec`` (a count job's, or the counts ``n`` a suppression job of a sum
+    publishes, ``measure`` None): every stored output and every version replaced or dropped
+    since (:func:`earlier_job_versions`) that is a count job, or a suppression job of a sum,
+    whose counts are a table of their own (``of a sum`` True), over the same rows
+    (:func:`same_rows`) or rows of which some cell is one of ``spec``'s
+    (:func:`_share_a_cell`).
+
+    Red team s42c: a suppression job of incomes lists every non-empty cell with its ``n`` (NULL
+    where hidden), and a rounding of the same persons' COUNT(*) leaves out the cells it rounds
+    to 0 so that they read as empty; matched by aggregate, SUM against COUNT, the two were
+    stored side by side, in either order, and a hidden cell missing from a rounding to base 3
+    held 1 or 2 persons (10 of them on the test demo; at base 2, 5 cells of one person)."""
+    found = []
+    for label, method, theirs in stored_outputs(con, policy) + earlier_job_versions(con, policy):
+        of_a_sum = theirs.measure is not None
+        if of_a_sum and method != "suppress":
+            continue  # a rounded or adjusted sum publishes no counts
+        counts = dataclasses.replace(theirs, measure=None)
+        if counts.table.lower() != spec.table.lower():
+            continue
+        if same_rows(con, spec.table, counts.where, spec.where) or _share_a_cell(con, counts, spec):
+            found.append((label, method, of_a_sum))
     return found
 
 

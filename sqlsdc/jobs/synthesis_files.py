@@ -11,7 +11,11 @@ FROM persons`` gave all 350 municipality x sex cells, the 74 the live suppressio
 among them). Drawn with replacement, a synthesis of more records in all than its source
 (``rows``, ``copies``) averages its noise away: its counts over the factor converge to the
 source's (red team s39d: 100 times the rows gave all 34 municipality totals under 10 persons),
-so a non-DP synthesis larger than its source is such a file too. Which of its tables are exact
+so a non-DP synthesis larger than its source is such a file too, and so is one that, with the
+non-DP syntheses of the same rows readers hold already (other names and seeds, versions
+replaced or dropped since: :func:`earlier_draws`), draws more records in all than its source
+(red team s42c: 100 syntheses of one source, each as large as it, average as one synthesis
+100 times larger does). Which of its tables are exact
 depends on the trees, so such a file counts as holding every column exactly (fail closed), as an
 anonymised file with no perturbative step: it is refused when its cells give a cell of the
 suppression pattern (:func:`sqlsdc.jobs.live_cells.refuse_live_file_cells`) or differ from an
@@ -39,12 +43,13 @@ from sqlsdc.jobs.live_cells import refuse_live_file_cells
 from sqlsdc.jobs.output_history import earlier_versions
 from sqlsdc.jobs.record_files import file_release, opaque_refusal, opaque_tables
 from sqlsdc.jobs.session import OUTPUT_SCHEMA
-from sqlsdc.jobs.stored_tables import exact_tables
+from sqlsdc.jobs.stored_tables import exact_tables, same_rows
 from sqlsdc.policy import Policy
 
 __all__ = [
     "DP_METHODS",
     "EXACT_DRAWS",
+    "earlier_draws",
     "exact_synthesis",
     "opaque_syntheses",
     "refuse_exact_synthesis",
@@ -81,6 +86,54 @@ def exact_synthesis(
     return drawn > records
 
 
+def earlier_draws(con, policy: Policy, source: str, columns: Sequence[str]) -> int:
+    """The records that the non-DP syntheses readers hold drew from the same rows as
+    ``source`` (a table name or a SELECT) with a column of ``columns``: every stored one and
+    every version replaced or dropped since, whatever its name, seed or spelling
+    (:func:`~sqlsdc.jobs.stored_tables.same_rows` in the data now). Their draws and the new
+    one's average as one synthesis of all their records would: red team s42c, 100 syntheses
+    of every person's municipality and sex under 100 names and seeds, each as large as its
+    source, gave 30 of the 34 municipality totals under 10 persons as their mean, 21 of the
+    23 the suppression pattern hides (one synthesis: 9). A source whose population is no
+    WHERE on one table is not matched (:func:`opaque_syntheses` covers the exact ones)."""
+    mine = file_release(con, policy, "", source, [], list(columns))
+    if mine is None:
+        return 0
+    table, release = mine
+    wanted = {c.lower() for c in columns}
+    total = 0
+    for report in _synthesis_reports(con):
+        try:
+            method, theirs, read = report["method"], report["source"], list(report["columns"])
+            records = int(report["records"])
+        except (KeyError, TypeError, ValueError):
+            continue  # written by the job itself; unreadable only if edited by hand
+        if method in DP_METHODS or not wanted & {c.lower() for c in read}:
+            continue
+        found = file_release(con, policy, "", theirs, [], read)
+        if found is None or found[0].lower() != table.lower():
+            continue
+        if same_rows(con, table, release.where, found[1].where):
+            total += records
+    return total
+
+
+def _synthesis_reports(con) -> list[dict]:
+    """The reports of every synthesis stored in ``protected`` and of every version replaced or
+    dropped since (their readers keep them)."""
+    texts = [report for _name, report in _stored_syntheses(con)]
+    texts += [v.report for v in earlier_versions(con) if v.method == "synthesize" and v.report]
+    found = []
+    for text in texts:
+        try:
+            report = json.loads(text)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(report, dict):
+            found.append(report)
+    return found
+
+
 def refuse_exact_synthesis(
     con, policy: Policy, into: str, source: str, columns: Sequence[str]
 ) -> None:
@@ -89,7 +142,8 @@ def refuse_exact_synthesis(
     gives a cell of the live suppression pattern or differs from an exact table of its table
     by a few units in a cell."""
     label = (f"the synthesis {OUTPUT_SCHEMA}.{into} (exact counts: balanced draws, or more "
-             "records than its source)")  # fmt: skip
+             "records than its source, with the syntheses of the same rows stored before "
+             "it)")  # fmt: skip
     found = file_release(con, policy, label, source, [], list(columns))
     if found is not None:  # no step, nothing blanked: its cells are counted on the source
         table, release = found
@@ -139,18 +193,9 @@ def _exact_syntheses(con) -> list[tuple[str, str | None, list[str]]]:
     their readers keep them; labelled as the job that stored them). A version stored before
     the catalog kept reports counts when its request asked for balanced draws, copies or rows
     (fail closed), with ``source`` None: its columns are unknown."""
-    stored = {
-        f"{schema}.{name}".lower()
-        for schema, name in con.execute(
-            "SELECT schema_name, table_name FROM duckdb_tables() WHERE schema_name = ?",
-            [OUTPUT_SCHEMA],
-        ).fetchall()
-    }
     found = []
-    for name, report in con.execute(
-        "SELECT name, report FROM sqlsdc.outputs WHERE method = 'synthesize' ORDER BY name"
-    ).fetchall():
-        if name.lower() in stored and (exact := _exact_report(report)) is not None:
+    for name, report in _stored_syntheses(con):
+        if (exact := _exact_report(report)) is not None:
             found.append((name, *exact))
     for version in earlier_versions(con):
         if version.method != "synthesize":
@@ -162,6 +207,21 @@ def _exact_syntheses(con) -> list[tuple[str, str | None, list[str]]]:
             found.append((f"{version.label} (before the catalog kept output versions: its "
                           "columns are unknown)", None, []))  # fmt: skip
     return found
+
+
+def _stored_syntheses(con) -> list[tuple[str, str]]:
+    """``(name, report)`` of every synthesis whose table is stored in ``protected``, by name."""
+    stored = {
+        f"{schema}.{name}".lower()
+        for schema, name in con.execute(
+            "SELECT schema_name, table_name FROM duckdb_tables() WHERE schema_name = ?",
+            [OUTPUT_SCHEMA],
+        ).fetchall()
+    }
+    rows = con.execute(
+        "SELECT name, report FROM sqlsdc.outputs WHERE method = 'synthesize' ORDER BY name"
+    ).fetchall()
+    return [(name, report) for name, report in rows if name.lower() in stored]
 
 
 def _exact_report(report: str) -> tuple[str, list[str]] | None:

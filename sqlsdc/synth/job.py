@@ -59,7 +59,12 @@ from sqlsdc.catalog.budget import charge, policy_limits
 from sqlsdc.errors import Error, SynthesisError
 from sqlsdc.jobs.anonymize import check_records_job, read_records, records_definition, store_file
 from sqlsdc.jobs.session import OUTPUT_SCHEMA, job_catalog, json_safe
-from sqlsdc.jobs.synthesis_files import DP_METHODS, exact_synthesis, refuse_exact_synthesis
+from sqlsdc.jobs.synthesis_files import (
+    DP_METHODS,
+    earlier_draws,
+    exact_synthesis,
+    refuse_exact_synthesis,
+)
 from sqlsdc.mechanisms.accountant import PrivacyCost, amount_text, exact_text, fraction
 from sqlsdc.policy import ColumnRole
 from sqlsdc.policy.model import DpSettings
@@ -232,6 +237,8 @@ def synthesize(
                 original = _columns(original, columns)
                 definition = _source_sql(source, sql, list(original.columns))
                 drawn = (len(original) if rows is None else rows) * copies
+                if method not in DP_METHODS:  # with the draws readers hold (red team s42c)
+                    drawn += earlier_draws(con, policy, source or sql, list(original.columns))
                 exact = exact_synthesis(method, options, drawn, len(original))
                 if exact:  # balanced draws or more records than the source: exact counts
                     refuse_exact_synthesis(con, policy, into, source or sql,

@@ -251,11 +251,14 @@ def test_a_job_on_columns_named_in_capitals(tmp_path):
         "users": {"chief": {"role": "admin"}}}  # fmt: skip
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(policy))
     sqlsdc.init(db, tmp_path / "p.yaml", applied_by="chief")
+    # the rounded counts leave out one firm of each cell: a suppression job of a sum publishes
+    # its cells' counts, which another method may not release again (red team s42c)
     for method, sql in (("suppress", "SUM(Turnover)"), ("round", "COUNT(*)")):
         base = ["--base", "5"] if method == "round" else []
+        where = " WHERE Turnover >= 4" if method == "round" else ""
         done = cli_fork.run(["protect", str(db), "--as", "chief", "--method", method, *base,
                              "--into", method, "--sql", f"SELECT NACE, Region, {sql} FROM "
-                             "Firms GROUP BY NACE, Region"], timeout=300)  # fmt: skip
+                             f"Firms{where} GROUP BY NACE, Region"], timeout=300)  # fmt: skip
         assert done.returncode == 0, done.stderr
     frame, _outputs = stored(db, "suppress")
     assert list(frame.columns[:2]) == ["nace", "region"] and len(frame) == 9
