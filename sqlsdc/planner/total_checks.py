@@ -260,7 +260,7 @@ class TotalityChecks:
             if computed:  # on an aggregate result, or a window function over the cells
                 continue
             if not reads:
-                if type(n) not in inert:  # what ``_type_constant`` leaves as it is
+                if type(n) not in inert and not _simple_when(n):  # evaluated alone
                     self._type_constant(n)
                 continue
             checked.append(n)
@@ -586,7 +586,9 @@ def _constant_parts(node: exp.Expr) -> list[exp.Expr]:
     for index in range(len(nodes) - 1, 0, -1):  # children come after their parents
         varies[parents[index]] |= varies[index]
     candidate = [
-        not v and not isinstance(n, (*_INERT, exp.Identifier, exp.Order, exp.Ordered))
+        not v
+        and not isinstance(n, (*_INERT, exp.Identifier, exp.Order, exp.Ordered))
+        and not _simple_when(n)
         for n, v in zip(nodes, varies, strict=True)
     ]
     return [
@@ -594,6 +596,19 @@ def _constant_parts(node: exp.Expr) -> list[exp.Expr]:
         for n, c, p in zip(nodes, candidate, parents, strict=True)
         if c and (p < 0 or not candidate[p])
     ]
+
+
+def _simple_when(node: exp.Expr) -> bool:
+    """Whether ``node`` is a WHEN branch of a simple CASE (``CASE x WHEN 'a' THEN 1 END``):
+    its value is compared with the operand, never evaluated alone as a condition, so the
+    branch is not a constant of its own (evaluated as ``CASE WHEN 'a' THEN 1 END`` it would
+    raise, casting 'a' to BOOLEAN); its value and result are, and the comparison is checked
+    as ``x = 'a'``."""
+    return (
+        isinstance(node, exp.If)
+        and isinstance(node.parent, exp.Case)
+        and node.parent.this is not None
+    )
 
 
 def _is_aggregate_call(node: exp.Expr) -> bool:

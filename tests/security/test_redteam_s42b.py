@@ -349,3 +349,25 @@ def test_numbers_and_comparisons_as_conditions_are_still_answered(ckm_db):
                     "SELECT sex, COUNT(*) FROM persons WHERE NOT (age < 30 OR education IS NULL)"
                     " AND (region = 'R01') IS NOT FALSE GROUP BY sex"):  # fmt: skip
             assert len(con.execute(sql).fetchall()) == 2
+
+
+def test_a_simple_case_of_text_values_is_answered_and_its_constants_still_checked(ckm_db):
+    """``CASE occupation WHEN 'professionals' THEN ...`` compares each value with the operand:
+    its WHEN branch is no constant of its own (evaluated alone as ``CASE WHEN
+    'professionals' THEN 1 END`` it raised, and the query was refused as "raises an error").
+    The values and results inside it are still constants, evaluated once and refused when
+    they raise."""
+    with sqlsdc.connect(ckm_db, "analyst") as con:
+        rows = con.execute(
+            "SELECT region, COUNT(CASE occupation WHEN 'professionals' THEN 1 END) AS n "
+            "FROM persons GROUP BY region"
+        ).fetchall()
+        assert len(rows) == len(con.execute("SELECT DISTINCT region FROM persons").fetchall())
+        groups = dict(con.execute(
+            "SELECT CASE occupation WHEN 'professionals' THEN 'prof' ELSE 'other' END AS o, "
+            "COUNT(*) FROM persons GROUP BY 1"
+        ).fetchall())  # fmt: skip
+        assert set(groups) == {"prof", "other"}
+        with pytest.raises(PolicyViolation, match="CAST\\('x' AS INT\\) raises an error"):
+            con.execute("SELECT CASE region WHEN 'R01' THEN 'a' WHEN CAST('x' AS INT) THEN 'b' "
+                        "END AS o, COUNT(*) FROM persons GROUP BY 1")  # fmt: skip
