@@ -74,6 +74,21 @@ def _preload() -> None:
         importlib.import_module(name)
 
 
+def _warm() -> None:
+    """Fill the caches that a command's first query fills the same way whatever it asks, so
+    that each child does not do it again: the names of DuckDB's built-in functions (an
+    in-memory instance's catalog read, ~45 ms of CPU) and the shipped demo policy validated
+    (its p-tables generated and checked; the JSON-schema validator built: ~50 ms). A forked
+    query command took 0.18-0.23 s of CPU without, 0.11-0.12 s with. The in-memory instance
+    is closed before any fork: a DuckDB instance does not survive into a child."""
+    from sqlsdc.demo.build import demo_policy
+    from sqlsdc.engines import duckdb as engine
+
+    engine.builtin_functions()
+    demo_policy()
+    engine.close_scratch()
+
+
 def _serve(address: str) -> dict:
     """Accept requests until stdin closes (the test process ended); in each forked child,
     return its request. Only the parent loops."""
@@ -218,6 +233,7 @@ def _exit(code: int) -> None:
 
 if __name__ == "__main__":
     _preload()
+    _warm()
     import gc
 
     gc.collect()
