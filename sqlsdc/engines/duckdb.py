@@ -309,12 +309,14 @@ def evaluate_constant(sql: str, timeout: float) -> str:
         EngineError: the statement failed (or ran out of time).
     """
     cursor = _scratch_cursor(_SCRATCH_CURSORS)
+    cursor_instance = _SCRATCH_CURSORS.held[0]
     try:
         return type_names(run(cursor, sql, timeout=timeout).schema)[0]
     except (duckdb.InternalException, duckdb.FatalException):
         # DuckDB may have invalidated the instance: later work gets a fresh one
         with _OPEN_LOCK:
-            _scratch.cache_clear()
+            if _SCRATCH[0] is cursor_instance:
+                _SCRATCH[0] = None
         raise
 
 
@@ -322,27 +324,31 @@ def evaluate_constant(sql: str, timeout: float) -> str:
 # (interrupted at their timeout) and one for naming types and parsing (never interrupted)
 _SCRATCH_CURSORS = threading.local()
 _TYPE_READER = threading.local()
+_SCRATCH: list[duckdb.DuckDBPyConnection | None] = [None]  # the instance of :func:`_scratch`
 
 
-@cache
 def _scratch() -> duckdb.DuckDBPyConnection:
     """The process's private in-memory instance for sqlsdc's own work beside the files:
     constants, types, parsing, the list of built-in functions. One instance, not one per use
     and thread: an instance's start and end cost ~15-20 ms of CPU (DuckDB fills and frees its
-    catalog of ~3,200 functions), paid three times in every ``sqlsdc`` process before."""
-    con = duckdb.connect(":memory:", config=dict(_CONNECT_CONFIG))
-    _harden(con)  # under _OPEN_LOCK (_scratch_cursor)
-    return con
+    catalog of ~3,200 functions), paid three times in every ``sqlsdc`` process before.
+    Called under ``_OPEN_LOCK``."""
+    if _SCRATCH[0] is None:
+        con = duckdb.connect(":memory:", config=dict(_CONNECT_CONFIG))
+        _harden(con)
+        _SCRATCH[0] = con
+    return _SCRATCH[0]
 
 
 def _scratch_cursor(kept: threading.local) -> duckdb.DuckDBPyConnection:
     """This thread's connection to :func:`_scratch` kept in ``kept``, made anew when the
     instance was replaced. DuckDB connections are not shared between threads; connections
-    (cursors) to one instance are, at ~10 µs each."""
-    with _OPEN_LOCK:
-        instance = _scratch()
+    (cursors) to one instance are, at ~10 µs each. The lock is taken only to make one: a
+    thread naming types does not wait while another opens a file."""
     held = getattr(kept, "held", None)
-    if held is None or held[0] is not instance:
+    if held is None or held[0] is not _SCRATCH[0]:
+        with _OPEN_LOCK:
+            instance = _scratch()
         held = kept.held = (instance, instance.cursor())
     return held[1]
 
@@ -352,8 +358,7 @@ def close_scratch() -> None:
     for a process about to fork, since a DuckDB instance does not survive into the child (its
     threads stay behind). What was read from it (built-in functions, type names) is kept."""
     with _OPEN_LOCK:
-        instance = _scratch() if _scratch.cache_info().currsize else None
-        _scratch.cache_clear()
+        instance, _SCRATCH[0] = _SCRATCH[0], None
         for kept in (_SCRATCH_CURSORS, _TYPE_READER):
             kept.__dict__.pop("held", None)
         parsed.cache_clear()  # statements parsed by the instance
