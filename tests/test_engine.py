@@ -3,6 +3,8 @@ qualification against shadowing macros (ecosystem.md §2.1)."""
 
 from __future__ import annotations
 
+import os
+
 import duckdb
 import pytest
 import sqlglot
@@ -538,3 +540,38 @@ def test_an_interrupt_is_audited_as_such():
     assert audit_reason(KeyboardInterrupt()) == "interrupted (Ctrl-C)"  # was "KeyboardInterrupt: "
     assert audit_reason(RuntimeError("Query interrupted")) == "interrupted (Ctrl-C)"
     assert audit_reason(RuntimeError("other")) == "RuntimeError: other"
+
+
+_SCRATCH_WORK = """
+import sys, duckdb
+made = []
+real_connect = duckdb.connect
+def counted(database=":memory:", *args, **kwargs):
+    made.append(str(database))
+    return real_connect(database, *args, **kwargs)
+duckdb.connect = counted
+from sqlsdc.engines import duckdb as engine
+con = engine.open_database(sys.argv[1])
+engine.harden(con)  # as a guarded connection's
+sql = "SELECT TIMESTAMPTZ '2024-01-01 00:00:00+00' AS t, 1::HUGEINT AS h, 2.5::DECIMAL(9,2) AS d"
+print(engine.result_schema(con, sql) == con.execute(sql).to_arrow_table().schema)
+engine.builtin_functions()
+engine.evaluate_constant("SELECT 1 + 1", 5)
+engine.parsed("SELECT 2")
+con.close()
+print(made.count(":memory:"))
+"""
+
+
+def test_one_private_instance_names_types_as_the_files_connection_does(tmp_path):
+    """Constants, type names, parsing and the built-in functions share one private in-memory
+    instance per process (each instance's start and end cost ~15-20 ms of CPU; a process made
+    three), hardened as every file's: under TZ=Europe/Berlin the type reader (an unhardened
+    instance of its own) named a TIMESTAMPTZ column ``tz=Europe/Berlin`` where the guarded
+    connection's own answer is UTC, so Spark's answers were typed unlike DuckDB's."""
+    import cli_fork
+
+    env = dict(os.environ, TZ="Europe/Berlin")
+    done = cli_fork.run([str(tmp_path / "tz.duckdb")], code=_SCRATCH_WORK, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "1"]

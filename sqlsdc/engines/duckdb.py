@@ -308,28 +308,62 @@ def evaluate_constant(sql: str, timeout: float) -> str:
     Raises:
         EngineError: the statement failed (or ran out of time).
     """
-    cursor = getattr(_SCRATCH_CURSORS, "cursor", None)
-    if cursor is None:
-        with _OPEN_LOCK:
-            cursor = _SCRATCH_CURSORS.cursor = _scratch().cursor()
+    cursor = _scratch_cursor(_SCRATCH_CURSORS)
+    cursor_instance = _SCRATCH_CURSORS.held[0]
     try:
         return type_names(run(cursor, sql, timeout=timeout).schema)[0]
     except (duckdb.InternalException, duckdb.FatalException):
-        # DuckDB may have invalidated the instance: later constants get a fresh one
-        _SCRATCH_CURSORS.cursor = None
+        # DuckDB may have invalidated the instance: later work gets a fresh one
         with _OPEN_LOCK:
-            _scratch.cache_clear()
+            if _SCRATCH[0] is cursor_instance:
+                _SCRATCH[0] = None
         raise
 
 
+# per thread: (the scratch instance, this thread's connection to it), one for constants
+# (interrupted at their timeout) and one for naming types and parsing (never interrupted)
 _SCRATCH_CURSORS = threading.local()
+_TYPE_READER = threading.local()
+_SCRATCH: list[duckdb.DuckDBPyConnection | None] = [None]  # the instance of :func:`_scratch`
 
 
-@cache
 def _scratch() -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect(":memory:", config=dict(_CONNECT_CONFIG))
-    _harden(con)  # under _OPEN_LOCK (evaluate_constant)
-    return con
+    """The process's private in-memory instance for sqlsdc's own work beside the files:
+    constants, types, parsing, the list of built-in functions. One instance, not one per use
+    and thread: an instance's start and end cost ~15-20 ms of CPU (DuckDB fills and frees its
+    catalog of ~3,200 functions), paid three times in every ``sqlsdc`` process before.
+    Called under ``_OPEN_LOCK``."""
+    if _SCRATCH[0] is None:
+        con = duckdb.connect(":memory:", config=dict(_CONNECT_CONFIG))
+        _harden(con)
+        _SCRATCH[0] = con
+    return _SCRATCH[0]
+
+
+def _scratch_cursor(kept: threading.local) -> duckdb.DuckDBPyConnection:
+    """This thread's connection to :func:`_scratch` kept in ``kept``, made anew when the
+    instance was replaced. DuckDB connections are not shared between threads; connections
+    (cursors) to one instance are, at ~10 µs each. The lock is taken only to make one: a
+    thread naming types does not wait while another opens a file."""
+    held = getattr(kept, "held", None)
+    if held is None or held[0] is not _SCRATCH[0]:
+        with _OPEN_LOCK:
+            instance = _scratch()
+        held = kept.held = (instance, instance.cursor())
+    return held[1]
+
+
+def close_scratch() -> None:
+    """Close the private in-memory instance (:func:`_scratch`; the next use opens another):
+    for a process about to fork, since a DuckDB instance does not survive into the child (its
+    threads stay behind). What was read from it (built-in functions, type names) is kept."""
+    with _OPEN_LOCK:
+        instance, _SCRATCH[0] = _SCRATCH[0], None
+        for kept in (_SCRATCH_CURSORS, _TYPE_READER):
+            kept.__dict__.pop("held", None)
+        parsed.cache_clear()  # statements parsed by the instance
+    if instance is not None:
+        instance.close()
 
 
 def system_functions(con: duckdb.DuckDBPyConnection) -> frozenset[str]:
@@ -343,12 +377,9 @@ def system_functions(con: duckdb.DuckDBPyConnection) -> frozenset[str]:
 
 @cache
 def builtin_functions() -> frozenset[str]:
-    """Built-in functions of this DuckDB version, read once from a private in-memory database."""
-    con = duckdb.connect(":memory:", config=dict(_CONNECT_CONFIG))
-    try:
-        return system_functions(con)
-    finally:
-        con.close()
+    """Built-in functions of this DuckDB version, read once from the private in-memory
+    instance (:func:`_scratch`: no user's macro there)."""
+    return system_functions(_scratch_cursor(_TYPE_READER))
 
 
 def run(
@@ -491,9 +522,6 @@ def without_marks(table: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(table.columns, schema=pa.schema(fields, table.schema.metadata))
 
 
-_TYPE_READER = threading.local()  # an in-memory connection per thread, to name Arrow types
-
-
 def type_names(schema: pa.Schema) -> list[str]:
     """DuckDB's names of a result's column types, as its own cursor's ``description`` gives
     them (``BIGINT``, ``DOUBLE``, ``VARCHAR``, ``DECIMAL(18,3)``): the types DuckDB reads the
@@ -525,11 +553,10 @@ def result_schema(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Schema:
 
 
 def _type_reader() -> duckdb.DuckDBPyConnection:
-    """This thread's private in-memory connection, for reading types and parsing."""
-    con = getattr(_TYPE_READER, "con", None)
-    if con is None:
-        con = _TYPE_READER.con = duckdb.connect(":memory:", config=dict(_CONNECT_CONFIG))
-    return con
+    """This thread's connection to the private in-memory instance (:func:`_scratch`), for
+    reading types and parsing: hardened and set as every file's instance (UTC), so a
+    TIMESTAMPTZ is named as a file's connection gives it whatever the process's TZ."""
+    return _scratch_cursor(_TYPE_READER)
 
 
 def is_wide_integer(field: pa.Field) -> bool:

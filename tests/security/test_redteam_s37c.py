@@ -5,13 +5,11 @@ Each test is an attack that worked before its fix (the commit that adds the test
 
 from __future__ import annotations
 
-import resource
 import shutil
-import subprocess
-import sys
 import threading
 from fractions import Fraction
 
+import cli_fork
 import numpy as np
 import pandas as pd
 import pytest
@@ -98,14 +96,10 @@ GEO = (
 )
 
 
-def _limited(kilobytes: int):
-    """A child process that may write files of at most ``kilobytes`` (a full disk for every
-    file that would grow beyond: the write fails with EFBIG, Python ignores SIGXFSZ)."""
-
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (kilobytes * 1024, kilobytes * 1024))
-
-    return limit
+def _limited(kilobytes: int) -> dict:
+    """Limits of a child process that may write files of at most ``kilobytes`` (a full disk for
+    every file that would grow beyond: the write fails with EFBIG, Python ignores SIGXFSZ)."""
+    return {"RLIMIT_FSIZE": (kilobytes * 1024, kilobytes * 1024)}
 
 
 def test_a_job_whose_commit_finds_the_disk_full_says_so_and_audits_why(jobs_demo_db):
@@ -114,10 +108,10 @@ def test_a_job_whose_commit_finds_the_disk_full_says_so_and_audits_why(jobs_demo
     disk-full error: the command ended as "internal error ... a bug in sqlsdc" (exit 70) and
     the audit entry gave the rollback as the reason. Now: exit 9 (engine or file-system
     failure), the reason is the write that failed, and nothing is stored."""
-    done = subprocess.run(
-        [sys.executable, "-m", "sqlsdc.cli", "protect", str(jobs_demo_db), "--as", "admin",
-         "--into", "old_people", "--rule", "freq:5", "--sql", GEO],
-        capture_output=True, text=True, preexec_fn=_limited(100), timeout=300,
+    done = cli_fork.run(
+        ["protect", jobs_demo_db, "--as", "admin", "--into", "old_people", "--rule", "freq:5",
+         "--sql", GEO],
+        limits=_limited(100), timeout=300,
     )  # fmt: skip
     assert done.returncode == 9, done.stderr
     assert "internal error" not in done.stderr and "rollback" not in done.stderr.lower()
@@ -139,11 +133,10 @@ def test_a_release_written_to_a_full_disk_fails_as_the_file_system_not_as_a_bug(
     said "internal error ... a bug in sqlsdc" (exit 70). Now exit 9; the publication is
     audited ``failed`` with the write that failed, and no file or half-written file is left."""
     out = jobs_demo_db.with_name("release.duckdb")
-    done = subprocess.run(
-        [sys.executable, "-m", "sqlsdc.cli", "publish", str(jobs_demo_db), str(out), "--as",
-         "admin", "--for", "analyst", "--query",
+    done = cli_fork.run(
+        ["publish", jobs_demo_db, out, "--as", "admin", "--for", "analyst", "--query",
          "by_region=SELECT region, sex, COUNT(*) AS n FROM persons GROUP BY ALL"],
-        capture_output=True, text=True, preexec_fn=_limited(200), timeout=300,
+        limits=_limited(200), timeout=300,
     )  # fmt: skip
     assert done.returncode == 9, done.stderr
     assert "internal error" not in done.stderr
