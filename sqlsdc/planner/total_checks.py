@@ -22,6 +22,7 @@ from sqlsdc.planner.totality import (
     family,
     partiality,
     set_operation_problem,
+    simple_case_branch,
 )
 from sqlsdc.written import spelled_sql
 
@@ -260,7 +261,7 @@ class TotalityChecks:
             if computed:  # on an aggregate result, or a window function over the cells
                 continue
             if not reads:
-                if type(n) not in inert and not _simple_when(n):  # evaluated alone
+                if type(n) not in inert and not simple_case_branch(n):  # evaluated alone
                     self._type_constant(n)
                 continue
             checked.append(n)
@@ -588,7 +589,7 @@ def _constant_parts(node: exp.Expr) -> list[exp.Expr]:
     candidate = [
         not v
         and not isinstance(n, (*_INERT, exp.Identifier, exp.Order, exp.Ordered))
-        and not _simple_when(n)
+        and not simple_case_branch(n)
         for n, v in zip(nodes, varies, strict=True)
     ]
     return [
@@ -596,19 +597,6 @@ def _constant_parts(node: exp.Expr) -> list[exp.Expr]:
         for n, c, p in zip(nodes, candidate, parents, strict=True)
         if c and (p < 0 or not candidate[p])
     ]
-
-
-def _simple_when(node: exp.Expr) -> bool:
-    """Whether ``node`` is a WHEN branch of a simple CASE (``CASE x WHEN 'a' THEN 1 END``):
-    its value is compared with the operand, never evaluated alone as a condition, so the
-    branch is not a constant of its own (evaluated as ``CASE WHEN 'a' THEN 1 END`` it would
-    raise, casting 'a' to BOOLEAN); its value and result are, and the comparison is checked
-    as ``x = 'a'``."""
-    return (
-        isinstance(node, exp.If)
-        and isinstance(node.parent, exp.Case)
-        and node.parent.this is not None
-    )
 
 
 def _is_aggregate_call(node: exp.Expr) -> bool:

@@ -478,8 +478,7 @@ def partiality(n: exp.Expr) -> str | None:
         return _same_family(values)
     if isinstance(n, exp.If):  # a CASE's WHEN: its condition, or a value its operand is
         # compared with; or IF(condition, a, b)
-        simple = isinstance(n.parent, exp.Case) and n.parent.this is not None
-        problem = None if simple else condition_problem(n.this)
+        problem = None if simple_case_branch(n) else condition_problem(n.this)
         return problem or _same_family([n.args.get("true"), n.args.get("false")])
     if isinstance(n, exp.Sum):
         plain_column = isinstance(_unwrap(n.this), exp.Column)
@@ -545,6 +544,21 @@ def partiality(n: exp.Expr) -> str | None:
             return "the argument is not a date or timestamp"
         return _temporal_partiality(n, target)
     return f"{describe(n)} is not known to be error-free"
+
+
+def simple_case_branch(node: exp.Expr) -> bool:
+    """Whether ``node`` is a WHEN branch of a simple CASE (``CASE x WHEN 'a' THEN 1 END``),
+    whose value is compared with the operand (checked as ``x = 'a'``), never read as a
+    condition. Only a branch in the CASE's list of WHENs: sqlglot parses ``IF(c, a, b)`` as
+    the same node, and one standing as the CASE's operand or ELSE (``CASE age WHEN 200 THEN
+    1 ELSE IF(occupation, 1, 0) END``) reads its condition as a BOOLEAN, row by row (passed
+    as a WHEN, it failed exactly where a row reached it; red team s42m)."""
+    return (
+        isinstance(node, exp.If)
+        and node.arg_key == "ifs"
+        and isinstance(node.parent, exp.Case)
+        and node.parent.this is not None
+    )
 
 
 _CONDITION_FAMILIES = frozenset({"boolean", "null", "integer", "decimal", "float"})

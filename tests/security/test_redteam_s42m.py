@@ -1,0 +1,62 @@
+"""Red team s42m: today's guard changes (session 42): conditions read as BOOLEAN
+(``planner/totality.condition_problem``), the simple CASE checked as ``x = v`` (s42b) and its
+WHEN branch no constant of its own (``planner/total_checks``), the one private in-memory
+DuckDB instance per process (s42e), CKM's REMAINDER_FLOOR (s42j).
+
+Attacked as an analyst on the demo (20,000 persons, CKM). Every attack tried, one line each
+(W: worked, fixed here; O: worked, left open; H: held):
+
+- W  **An IF standing as a simple CASE's operand or ELSE.** sqlglot parses ``IF(c, a, b)``
+     as the node of a CASE's WHEN branch (``exp.If``), and both s42b's check (a simple
+     CASE's WHEN value is compared, not read as a condition) and the lead's (a simple CASE's
+     WHEN is no constant of its own) asked only whether the node's parent was a simple
+     CASE. So ``IF(occupation, 1, 0)`` as the ELSE or the operand of ``CASE age WHEN 200
+     ...`` was never checked as a condition (nor, with a constant condition, evaluated
+     alone), and DuckDB cast the text to BOOLEAN on the rows that reached it: ``WHERE CASE
+     WHEN age > 93 THEN (CASE age WHEN 200 THEN 1 ELSE IF(occupation, 1, 0) END) ELSE 0 END
+     = 1`` failed in the engine and ``age > 94`` answered: the oldest person's age (94) by
+     bisection, one query per bit, whatever the noise (any cell's presence likewise). Fixed:
+     only a branch in the CASE's list of WHENs is a compared value
+     (``totality.simple_case_branch``); an IF elsewhere is read as one.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import sqlsdc
+from sqlsdc import PolicyViolation
+
+# the oldest person of the demo is 94: on int42 each failed in the engine for ``age > 93``
+# and answered for ``age > 94`` (or failed for both: the constant below)
+IF_OUTSIDE_THE_WHENS = [
+    "SELECT COUNT(*) FROM persons WHERE CASE WHEN age > {a} THEN (CASE age WHEN 200 THEN 1 "
+    "ELSE IF(occupation, 1, 0) END) ELSE 0 END = 1",
+    "SELECT COUNT(*) FROM persons WHERE CASE WHEN age > {a} THEN (CASE IF(occupation, 1, 0) "
+    "WHEN 1 THEN 1 END) ELSE 0 END = 1",
+    "SELECT sex, COUNT(CASE WHEN age > {a} THEN CASE region WHEN 'x' THEN 1 ELSE "
+    "IF(municipality, 1, 0) END END) FROM persons GROUP BY sex",
+    "SELECT COUNT(*) FROM persons WHERE CASE WHEN age > {a} THEN (CASE age WHEN 200 THEN 1 "
+    "ELSE IF('x', 1, 0) END) ELSE 0 END = 1",
+]
+
+
+@pytest.mark.parametrize("sql", IF_OUTSIDE_THE_WHENS)
+@pytest.mark.parametrize("age", [93, 94])
+def test_an_if_as_a_simple_cases_operand_or_else_reads_its_condition(ckm_db, sql, age):
+    """Before: the first three failed in the engine for ``age > 93`` and answered for ``age >
+    94`` (the oldest person's age, one bit per query). Now refused alike on both sides, from
+    the types, before anything runs."""
+    with sqlsdc.connect(ckm_db, "analyst") as con:
+        with pytest.raises(PolicyViolation, match="cast to BOOLEAN|raises an error"):
+            con.execute(sql.format(a=age))
+
+
+def test_an_if_of_a_comparison_in_a_simple_cases_else_is_still_answered(ckm_db):
+    """An IF whose condition is a comparison is total wherever it stands."""
+    with sqlsdc.connect(ckm_db, "analyst") as con:
+        rows = con.execute(
+            "SELECT sex, COUNT(CASE occupation WHEN 'professionals' THEN 1 "
+            "ELSE IF(age > 50, 1, NULL) END) AS n FROM persons GROUP BY sex"
+        ).fetchall()
+        assert {r[0] for r in rows} == {"F", "M"} and all(r[1] > 1000 for r in rows)
