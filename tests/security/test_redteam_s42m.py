@@ -20,6 +20,36 @@ Attacked as an analyst on the demo (20,000 persons, CKM). Every attack tried, on
      (DuckDB drops the subquery where its statistics prove the rows empty). Fixed: only a
      branch in the CASE's list of WHENs is a compared value (``totality.simple_case_branch``);
      an IF elsewhere is read as one.
+- H  simple CASE against the engine, each as ``CASE WHEN age > 93 THEN (...) END`` and ``> 94``
+     (the oldest is 94), outcomes compared: 155 conditions, 310 queries, 0 differ. WHEN values of
+     other types than the operand (text vs numbers both ways, '94' / '94.5', DATE, TIME,
+     INTERVAL, BLOB, BOOLEAN, lists, structs, rows, COLLATE, NULL, HUGEINT / UBIGINT
+     literals, a DECIMAL of 28-33 digits beside INTEGER and BIGINT ids, scalar subqueries
+     of public text or numbers), mixed WHEN types, nested simple CASEs (operand, WHEN, THEN,
+     ELSE), text results used as conditions, derived tables and CTEs of text columns, public
+     subqueries, QUALIFY / HAVING / window / aggregate text conditions (allow-list or
+     condition check); measures as operand or WHEN value (class breaks refuse them).
+- H  positions: GROUP BY, ORDER BY, HAVING, JOIN ON (confidential and public), FILTER
+     (refused), inside COUNT/SUM, under DP (``benefits``: refused before any charge;
+     computed DP group keys are refused for want of a domain); parameters (``?`` with
+     'x', 1, a date; ``CASE ? WHEN age``) and through ``sqlsdc serve`` with psycopg, client-
+     and server-side binding (``CASE age WHEN $1`` with '94', a 22-digit text, 5 for a text
+     column, ``IF($1, ...)``): every case refused or answered alike on both sides.
+- H  released values: ``CASE COUNT(*) WHEN 'abc'`` / ``COUNT(*) = 'abc'`` fail only where a
+     cell is published (R05-M015 x 94 x M, one person, answers as the empty x F does).
+- H  noisy verification: CASE is not accepted in a verification's WHERE at all.
+- H  the shared in-memory instance (read, not broken): analysts reach it only with
+     constants (no table, column or subquery; allow-listed functions, none reading
+     settings, files, sequences or randomness); per-thread cursors, interrupts per cursor;
+     temporary views are registered on file connections only; its configuration is locked.
+     A refusal it caches is per guard context and data-free. Not measured: a constant
+     making DuckDB invalidate the instance (Internal/FatalException) would make other
+     sessions' constants refused ("raises an error") until replaced: availability only.
+- H  (analysis) REMAINDER_FLOOR's 0: unreachable on the demo (measures are non-negative;
+     ``SUM(income - k)`` is SUM(income) - k·n̂, ``SUM(income - weight)`` refused). Where
+     reachable, a 0 tells |x|/x_delta in [1, μ+|v|+1/2) with x unknown (the shown value is
+     0), and a non-zero value x_delta <= 2|x̂|, i.e. x_1 <= 10|x̂| (p_small 0.2), beside
+     the rescaling branch's x_1 <= 5|x|: no exact value or membership follows.
 """
 
 from __future__ import annotations
