@@ -17,7 +17,9 @@ Attacked as an analyst on the demo (20,000 persons, CKM). Every attack tried, on
      = 1`` failed in the engine and ``age > 94`` answered: the oldest person's age (94) by
      bisection, one query per bit, whatever the noise (any cell's presence likewise); so did
      ``IF(name, 1, 0)`` in a simple CASE's ELSE in a public subquery beside ``age > 93``
-     (DuckDB drops the subquery where its statistics prove the rows empty). Fixed: only a
+     (DuckDB drops the subquery where its statistics prove the rows empty). Scored on a
+     hidden cell: R05-M015 x 94 x M (one person, published as no row) failed and x F (none)
+     answered, and the person's occupation followed in 11 queries, exactly. Fixed: only a
      branch in the CASE's list of WHENs is a compared value (``totality.simple_case_branch``);
      an IF elsewhere is read as one.
 - H  simple CASE against the engine, each as ``CASE WHEN age > 93 THEN (...) END`` and ``> 94``
@@ -95,3 +97,18 @@ def test_an_if_of_a_comparison_in_a_simple_cases_else_is_still_answered(ckm_db):
             "ELSE IF(age > 50, 1, NULL) END) AS n FROM persons GROUP BY sex"
         ).fetchall()
         assert {r[0] for r in rows} == {"F", "M"} and all(r[1] > 1000 for r in rows)
+
+
+@pytest.mark.parametrize("sex", ["M", "F"])
+def test_a_hidden_one_person_cell_is_not_proved_by_an_if_in_a_simple_cases_else(ckm_db, sex):
+    """R05-M015 x 94 x M holds one person (published as no row), x F none. Before: the
+    statement failed in the engine for M and was answered for F (the cell's presence in 2
+    queries, whatever the noise), and with ``AND occupation = '<each of 11>'`` the person's
+    occupation in 11 more ('not_employed', exact). Now refused on both sides."""
+    cell = f"municipality = 'R05-M015' AND age = 94 AND sex = '{sex}'"
+    with sqlsdc.connect(ckm_db, "analyst") as con:
+        with pytest.raises(PolicyViolation, match="cast to BOOLEAN"):
+            con.execute(
+                f"SELECT COUNT(*) FROM persons WHERE CASE WHEN {cell} THEN (CASE age WHEN 200 "
+                "THEN 1 ELSE IF(occupation, 1, 0) END) ELSE 0 END = 1"
+            )
