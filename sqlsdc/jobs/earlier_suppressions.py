@@ -67,6 +67,8 @@ def earlier_suppressions(
         mine = table.cells[list(table.dims)]
         status = _shared_status(mine, before, theirs)
         value = pd.to_numeric(_shared_status(mine, before, theirs, column), errors="coerce")
+        if column == "n":  # a sum published with its n hidden (revision (n)): a hidden count
+            status = status.where(~((status == "published") & value.isna()), "primary")
         # a sum job's counts tell a count job's cells; a count table's counts no sum's
         ours = table.values if job.spec.measure is None or column == "value" else np.nan
         same = np.isclose(value.to_numpy(np.float64), ours, rtol=1e-12, atol=0.0)
@@ -85,20 +87,22 @@ def earlier_suppressions(
     return primary, secondary & ~primary, shown & ~primary & ~secondary
 
 
-def changed_published(job: Job, table: Table) -> np.ndarray | None:
+def changed_published(job: Job, table: Table, column: str = "value") -> np.ndarray | None:
     """Per cell of ``table``, its value now less the value an earlier suppression output of
     the same cells published (NaN where none published it, 0 where unchanged), or None when
     there is no such output: the differences of a catalog that kept no units of them
-    (:func:`sqlsdc.jobs.revisions.unknown_revisions`)."""
+    (:func:`sqlsdc.jobs.revisions.unknown_revisions`). ``column="n"``: a sum's unit counts
+    (a published sum's NULL ``n`` is no published count)."""
     found = None
     mine = table.cells[list(table.dims)]
+    now = table.values if column == "value" else table.n.astype(np.float64)
     for name, theirs in _same_cells(job):
         before = job.con.sql(f"SELECT * FROM {name}").df()
-        if not {"status", "value"} <= set(before.columns) or not set(theirs) <= set(before.columns):
+        if not {"status", column} <= set(before.columns) or not set(theirs) <= set(before.columns):
             continue
         shown = (_shared_status(mine, before, theirs) == "published").to_numpy()
-        value = pd.to_numeric(_shared_status(mine, before, theirs, "value"), errors="coerce")
-        difference = np.where(shown, table.values - value.to_numpy(np.float64), np.nan)
+        value = pd.to_numeric(_shared_status(mine, before, theirs, column), errors="coerce")
+        difference = np.where(shown, now - value.to_numpy(np.float64), np.nan)
         if found is None:
             found = difference
         else:  # the largest change any of them shows
@@ -130,7 +134,9 @@ def _counted_cells(job: Job) -> list[tuple[str, list[str]]]:
     enterprises with 10 or more employees by nace x region (``freq:10``; R08's total of 9 a
     primary, R01's a secondary), a sum job of their turnover published R01's ``n``, 22, and
     the count table's published totals then gave R08's 9 exactly. A job keeps hidden what
-    such an output hid, and a count job publishes the counts a sum job published."""
+    such an output hid, and a count job publishes the counts a sum job published. A sum job's
+    row published with its ``n`` NULL (rule ``revision (n)``: its sum known, its count
+    revised by too few units, :func:`sqlsdc.jobs.sum_counts.audit_counts`) is a hidden count."""
     own = job.spec
     found = []
     for name, method, theirs in stored_outputs(job.con, job.policy):

@@ -43,13 +43,15 @@ from sqlsdc.jobs.kept_cells import identify
 from sqlsdc.jobs.revision_audit import audit_revisions
 from sqlsdc.jobs.revisions import (
     combined,
+    counts_of,
     job_units,
     record_units,
     revision_rule,
     unknown_revisions,
+    with_counts,
 )
 from sqlsdc.jobs.session import OUTPUT_SCHEMA
-from sqlsdc.jobs.sum_counts import audit_counts, known_lower
+from sqlsdc.jobs.sum_counts import N_HIDDEN, audit_counts, known_lower
 from sqlsdc.jobs.tabulation import rated
 from sqlsdc.tabular.model import TOTAL, Table
 from sqlsdc.tabular.rules import ManualRule, apply_rules
@@ -108,6 +110,9 @@ def protect_query(
         revised = revision_rule(job, table, rules, units)  # differences from earlier versions
         if revised is None or not revised.alike:  # none of its rows kept: changed cells hidden
             revised = combined(revised, unknown_revisions(rules, changed_published(job, table)))
+            if job.spec.measure is not None:  # and a sum's changed n (s42i)
+                revised = with_counts(revised, unknown_revisions(
+                    rules, changed_published(job, table, "n")), len(table.cells))  # fmt: skip
         if revised is not None and revised.cells.any():
             rules = [*rules, revised]
         if job.live_total:  # the live pattern publishes it: public (jobs/live_total.py)
@@ -135,7 +140,8 @@ def protect_query(
             result = pattern()
             if job.spec.measure is not None:  # its unit counts n are published too
                 result = audit_counts(table, rules, result, pattern, method=method,
-                                      time_limit=time_limit, forced=shown)  # fmt: skip
+                                      time_limit=time_limit, forced=shown,
+                                      revised=counts_of(revised))  # fmt: skip
         except TabularError as refusal:
             if shown is None or not shown.any():
                 raise
@@ -146,7 +152,9 @@ def protect_query(
                 "Protect the finer table first (or in one job), or tabulate another population"
             ) from None
         published = (result["status"] == "published").to_numpy()
-        result["n"] = np.where(published, table.n, np.nan)  # every unit the WHERE keeps there
+        counted = published & ~_n_hidden(result)  # a known sum's revised n: hidden (s42i)
+        result["n"] = np.where(counted, table.n, np.nan)  # every unit the WHERE keeps there
+        result["rule"] = np.where(published & ~counted, "revision (n)", result["rule"])
         found = apply_rules(rules_table, rules)  # the job's own primaries, checked independently
         verify_suppression(rules_table, result["status"].to_numpy() != "published",
                            primary=found.primary, upl=found.upl, lpl=found.lpl,
@@ -157,12 +165,25 @@ def protect_query(
                         revised, units, same_versions(job, table), time_limit)  # fmt: skip
         out, report = _suppression_output(table, result, into, method)
         status = np.where(out["status"] == "published", "published", "suppressed")
-        released = out[[*table.dims, "n", "value"]].assign(**{LEDGER_STATUS: status})
+        if job.spec.measure is None:  # n is the value: one status
+            released = out[[*table.dims, "n", "value"]].assign(**{LEDGER_STATUS: status})
+            values, extra = ("n", "value"), []
+        else:  # a published sum's n may be hidden (its NULL: suppressed)
+            released = out[[*table.dims, "value"]].assign(**{LEDGER_STATUS: status})
+            values, extra = ("value",), [(out[[*table.dims, "n"]], ("n",))]
         counts = ("n", "value") if job.spec.measure is None else ("n",)  # of units: integers
         out = out.astype(dict.fromkeys(counts, "Int64"))  # (were DOUBLE: 829.0 enterprises)
-        job.store(out, report.to_dict(), released, values=("n", "value"), status=LEDGER_STATUS,
-                  kept=lambda: record_units(job, units))  # fmt: skip
+        job.store(out, report.to_dict(), released, values=values, status=LEDGER_STATUS,
+                  extra=extra, kept=lambda: record_units(job, units))  # fmt: skip
         return report
+
+
+def _n_hidden(result: pd.DataFrame) -> np.ndarray:
+    """The cells whose sum is published and whose unit count is not
+    (:func:`~sqlsdc.jobs.sum_counts.audit_counts`); none for a count job."""
+    if N_HIDDEN not in result.columns:
+        return np.zeros(len(result), dtype=bool)
+    return result[N_HIDDEN].to_numpy(dtype=bool)
 
 
 def _with_grand_total(table: Table, shown: np.ndarray | None) -> np.ndarray:
@@ -199,4 +220,5 @@ def _suppression_output(table: Table, result: pd.DataFrame, into: str, method: s
     return out, report
 
 
-_INTERNAL = ("upl", "lpl", "lo", "hi", "level", "is_inner")  # protection levels reveal values
+# protection levels reveal values; N_HIDDEN is said by a NULL n
+_INTERNAL = ("upl", "lpl", "lo", "hi", "level", "is_inner", N_HIDDEN)

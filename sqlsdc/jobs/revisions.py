@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product
 from typing import TYPE_CHECKING
 
@@ -87,6 +87,7 @@ class RevisionRule:
     versions: int  # how many earlier versions were compared
     alike: int = 0  # how many of them keep the job's rows (else its outputs' changes decide)
     name: str = "revision"
+    counts: RevisionRule | None = None  # a sum's cells whose n fails, alone (:func:`counts_of`)
 
     def evaluate(self, stats: CellStats) -> RuleResult:
         return RuleResult(self.cells.copy(), self.upl.copy(), self.lpl.copy())
@@ -156,24 +157,26 @@ def revision_rule(job: Job, table: Table, rules, units: Units) -> RevisionRule |
     rules = [r for r in rules if not isinstance(r, ManualRule)]  # the job's cells, not these
     frequency = [r for r in rules if isinstance(r, FrequencyRule)]
     count = len(table.cells)
-    cells = np.zeros(count, dtype=bool)
-    upl, lpl = np.zeros(count), np.zeros(count)
+    both, of_n = _Levels(count), _Levels(count)  # the sum's and n's; n's alone
     versions, levels, top_k = 0, _levels(job, table), required_top_k(rules)
     for _query_id, before in earlier.groupby("query_id", sort=True):
         versions += 1
         changes, members = _differences(table, levels, before, units.frame, top_k)
-        found = [(changes, rules)]
+        found = [(changes, rules, ())]
         if job.spec.measure is not None and frequency:
-            found.append((members, frequency))
-        for stats, applied in found:
+            found.append((members, frequency, (of_n,)))
+        for stats, applied, more in found:
             if stats is None:
                 continue
             result = apply_rules(stats, applied)
             hit = result.primary & (stats.n > 0)
-            cells |= hit
-            upl = np.where(hit, np.maximum(upl, result.upl), upl)
-            lpl = np.where(hit, np.maximum(lpl, result.lpl), lpl)
-    return RevisionRule(cells, upl, lpl, versions, alike)
+            for kept in (both, *more):
+                kept.add(hit, result.upl, result.lpl)
+    counts = None
+    if job.spec.measure is not None and frequency:
+        counts = RevisionRule(of_n.cells, of_n.upl, of_n.lpl, versions, alike,
+                              name="revision (n)")  # fmt: skip
+    return RevisionRule(both.cells, both.upl, both.lpl, versions, alike, counts=counts)
 
 
 def _compared_versions(job: Job, population: str) -> tuple[list[int], int]:
@@ -214,6 +217,32 @@ def _compared_versions(job: Job, population: str) -> tuple[list[int], int]:
         elif share_cells(job.con, spec, job.spec):
             compared.append(query_id)
     return compared, alike
+
+
+class _Levels:
+    """The cells a revision rule flags and their largest levels over the versions compared."""
+
+    def __init__(self, count: int) -> None:
+        self.cells = np.zeros(count, dtype=bool)
+        self.upl, self.lpl = np.zeros(count), np.zeros(count)
+
+    def add(self, hit: np.ndarray, upl: np.ndarray, lpl: np.ndarray) -> None:
+        self.cells |= hit
+        self.upl = np.where(hit, np.maximum(self.upl, upl), self.upl)
+        self.lpl = np.where(hit, np.maximum(self.lpl, lpl), self.lpl)
+
+
+def counts_of(revised: RevisionRule | None) -> RevisionRule | None:
+    """The revision rule of a sum job's unit counts ``n`` alone: the cells whose units that
+    entered or left fail the frequency rule, with that difference's levels (in units).
+
+    A cell published before with the sum it has now is public for its sum, and exempt from
+    the sums' rules (:func:`~sqlsdc.tabular.universe_pattern.exempt_known`), but not for its
+    ``n``: red team s42i, one enterprise of turnover 0 more in (M, R02), and four cells
+    published in both versions with the same sums told it by their ``n``, 14 -> 15 and so on.
+    The counts' pattern (:func:`sqlsdc.jobs.sum_counts.audit_counts`) applies this rule to
+    every cell, known sums included."""
+    return None if revised is None else revised.counts
 
 
 def unknown_revisions(rules, difference: np.ndarray | None) -> RevisionRule | None:
@@ -260,7 +289,22 @@ def combined(first: RevisionRule | None, second: RevisionRule | None) -> Revisio
         return first if second is None else second
     return RevisionRule(first.cells | second.cells, np.maximum(first.upl, second.upl),
                         np.maximum(first.lpl, second.lpl), first.versions + second.versions,
-                        first.alike + second.alike)  # fmt: skip
+                        first.alike + second.alike, first.name,
+                        combined(first.counts, second.counts))  # fmt: skip
+
+
+def with_counts(
+    revised: RevisionRule | None, counts: RevisionRule | None, cells: int
+) -> RevisionRule | None:
+    """``revised`` (or a rule flagging no cell) with ``counts`` as its rule of a sum's unit
+    counts (:func:`counts_of`), for a catalog that kept no units: a changed ``n`` of a cell
+    whose sum did not change is revised too (fail closed)."""
+    if counts is None:
+        return revised
+    if revised is None:
+        none = np.zeros(cells)
+        revised = RevisionRule(np.zeros(cells, dtype=bool), none, none.copy(), 0)
+    return replace(revised, counts=combined(revised.counts, replace(counts, name="revision (n)")))
 
 
 def _differences(

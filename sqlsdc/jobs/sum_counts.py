@@ -38,7 +38,7 @@ import pandas as pd
 from sqlsdc.errors import TabularError
 from sqlsdc.tabular.model import Table
 from sqlsdc.tabular.rules import FrequencyRule, ManualRule, apply_rules
-from sqlsdc.tabular.universe_pattern import kind_of, suppression_pattern
+from sqlsdc.tabular.universe_pattern import exempt_known, kind_of, suppression_pattern
 from sqlsdc.tabular.verify import verify_suppression
 
 ROUNDS = 4  # sums' pattern, counts' pattern, again: a pattern that still grows is refused
@@ -61,13 +61,20 @@ def audit_counts(
     method: str,
     time_limit: float,
     forced: np.ndarray | None,
+    revised=None,
 ) -> pd.DataFrame:
     """The sums' pattern ``result`` of ``table``, grown until the job's frequency rules
     (among ``rules``, also when :func:`~sqlsdc.tabular.universe_pattern.exempt_known` wrapped
     them) hold for its unit counts too; ``pattern(rules)`` computes the sums'
     pattern again with more primary ``rules`` (the cells the counts hide, of safety range
-    0, named ``unit counts (n)``). ``forced``: cells published before with their values
-    (public), which neither pattern may hide.
+    0, named ``unit counts (n)``). ``forced``: cells published before with their sums
+    (public), which the sums' pattern may not hide. ``revised``: the revision rule of the
+    counts (:func:`sqlsdc.jobs.revisions.counts_of`), or None.
+
+    A forced cell is known for its sum, not for its ``n``: one whose ``n`` fails ``revised``
+    (red team s42i: a unit of turnover 0 joined it) is no forced cell of the counts' pattern,
+    and when that pattern hides it, only its ``n`` is hidden (column :data:`N_HIDDEN` of the
+    result, True there); its sum stays published, as before.
 
     Raises:
         TabularError: the counts' pattern cannot be found, or the two patterns still grow
@@ -75,8 +82,15 @@ def audit_counts(
     """
     # the frequency rules, as given: a rule that exempts known cells keeps exempting them
     frequency = [rule for rule in rules if isinstance(kind_of(rule), FrequencyRule)]
+    if revised is not None and revised.cells.any():
+        frequency = [*frequency, revised]
+    result = result.assign(**{N_HIDDEN: False})
     if not frequency:
         return result  # the job protects no count
+    public = np.zeros(len(result), dtype=bool) if forced is None else forced
+    if revised is not None:  # a sum known, its n changed: the n revised
+        frequency = [_only_known_n(rule, revised.cells) for rule in frequency]
+    known_n = public if revised is None else public & ~revised.cells
     counts = count_table(table)
     lower = known_lower(counts)
     added = np.zeros(len(counts.cells), dtype=bool)
@@ -89,18 +103,29 @@ def audit_counts(
             time_limit=time_limit,
             apriori=lower,
             primary=ManualRule(hidden, safety_range=0.0, name="sum pattern"),
-            forced=forced if forced is not None and forced.any() else None,
+            forced=known_n if known_n.any() else None,
         )
         more = (found["status"] != "published").to_numpy() & ~hidden
-        if not more.any():
-            _verify(counts, frequency, hidden, lower, time_limit)
-            return result
-        added |= more
+        if not (more & ~public).any():
+            _verify(counts, frequency, hidden | more, lower, time_limit)
+            return result.assign(**{N_HIDDEN: more})
+        added |= more & ~public
         result = pattern([ManualRule(added.copy(), safety_range=0.0, name="unit counts (n)")])
     raise TabularError(
         f"the suppression pattern of the sums and that of their unit counts (n) still grew "
         f"after {ROUNDS} rounds; tabulate fewer cells or use fewer rules"
     )
+
+
+N_HIDDEN = "n_hidden"  # a cell whose sum is published and whose n is not
+
+
+def _only_known_n(rule, revised: np.ndarray):
+    """``rule`` whose exemption of known cells (:func:`exempt_known`) leaves out the cells
+    whose ``n`` is revised: their sums are known, their counts not."""
+    if kind_of(rule) is rule:
+        return rule
+    return exempt_known([kind_of(rule)], rule.known & ~revised)[0]
 
 
 def known_lower(table: Table) -> tuple[np.ndarray, float]:

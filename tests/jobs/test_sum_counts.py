@@ -13,6 +13,7 @@ counts at exactly 1.
 
 from __future__ import annotations
 
+import duckdb
 import numpy as np
 import pandas as pd
 import pytest
@@ -81,23 +82,82 @@ def test_kind_of_reads_through_the_exemption():
     assert kind_of(wrapped) is rule and kind_of(rule) is rule
 
 
-# ------------------------------- open: a cell published again with its sum, its count changed
+# ------------------------- a cell published again with its sum, its count changed (red team s42i)
+
+JOINED = [("M", "R02"), ("M", "Total"), ("Total", "R02"), ("Total", "Total")]  # her cells
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (s42i): a cell whose sum an earlier version published with the same value is "
-    "exempt from every rule (exempt_known), the revision rule too, and forced published; "
-    "its n changed by one: the versions tell that one enterprise of turnover 0 joined "
-    "(M, R02), its nace and region totals and the grand total. Hiding it is no fix alone (its "
-    "sum is known: red team s36c); it needs a cell hidden with its sum known to the audit",
-)
-def test_a_unit_of_no_turnover_that_joins_a_published_cell_is_not_told(jobs_demo_db):
+def _two_versions(db, turnover: int, *before: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """What a reader holds of TURNOVER by nace x region (``s``) before and after one enterprise
+    of ``turnover`` joins (M, R02) (after the statements ``before``), as published cells."""
     from tests.jobs.test_revisions import NEW_FIRM, RULES, TURNOVER, change, published
 
-    protect_query(jobs_demo_db, "admin", TURNOVER, into="s", rules=RULES)
-    first = published(jobs_demo_db, "s")
-    change(jobs_demo_db, NEW_FIRM.format(nace="M", region="R02", turnover=0))
+    protect_query(db, "admin", TURNOVER, into="s", rules=RULES)
+    first = published(db, "s")
+    change(db, *before, NEW_FIRM.format(nace="M", region="R02", turnover=turnover))
+    protect_query(db, "admin", TURNOVER, into="s", rules=RULES, replace=True)
+    return first, published(db, "s")
+
+
+def _n_told(first: pd.DataFrame, second: pd.DataFrame) -> pd.DataFrame:
+    """The cells both versions publish, the n published in both differing nowhere."""
+    both = first.join(second, how="inner", suffixes=("", "_2"))
+    told = both.n.notna() & both.n_2.notna()
+    assert (both.n[told] == both.n_2[told]).all(), both[told & (both.n != both.n_2)]
+    return both
+
+
+def test_a_unit_of_no_turnover_that_joins_a_published_cell_is_not_told(jobs_demo_db):
+    """Fails before the fix: one enterprise of turnover 0 more in (M, R02), and (M, R02),
+    (M, Total), (Total, R02) and the grand total were published in both versions with the same
+    sums and n + 1 (14 -> 15, ...). Their sums are public (published before, unchanged) and
+    stay published; their n, which the revision rule on n flags, is hidden."""
+    from tests.jobs.test_revisions import RULES, TURNOVER, published
+
+    first, second = _two_versions(jobs_demo_db, 0)
+    both = _n_told(first, second)
+    assert both.loc[JOINED, "n_2"].isna().all()  # the n of the four cells she joined: hidden
+    assert (both.loc[JOINED, "value"] == both.loc[JOINED, "value_2"]).all()  # sums: as before
+    assert (both.n.notna() & both.n_2.notna()).sum() > 20  # the other cells keep their n
     protect_query(jobs_demo_db, "admin", TURNOVER, into="s", rules=RULES, replace=True)
-    both = first.join(published(jobs_demo_db, "s"), how="inner", suffixes=("", "_2"))
-    assert (both.n == both.n_2).all(), both[both.n != both.n_2]  # 4 cells: n + 1, same sums
+    third = published(jobs_demo_db, "s")  # the first version is kept: still revised
+    assert third.loc[JOINED, "n"].isna().all() and third.n.notna().sum() == second.n.notna().sum()
+
+
+def test_a_count_revised_in_a_catalog_that_kept_no_units_is_hidden(jobs_demo_db):
+    """Without kept units (an output stored before ``sqlsdc.job_units``) a changed ``n``
+    beside an unchanged sum is hidden too, whatever the units that changed (fail closed)."""
+    first, second = _two_versions(jobs_demo_db, 0, "DROP TABLE IF EXISTS sqlsdc.job_units")
+    both = _n_told(first, second)
+    assert both.n_2.isna().sum() == 4 and (both.value == both.value_2).all()
+
+
+def test_a_unit_of_some_turnover_that_joins_a_published_cell_hides_the_cells(jobs_demo_db):
+    """The same enterprise with a turnover: the four sums changed by it, so they are no known
+    cells and the revision rule hides them whole (s42f), n and sum."""
+    first, second = _two_versions(jobs_demo_db, 1234567)
+    for cell in JOINED:
+        assert cell in first.index and cell not in second.index
+    both = _n_told(first, second)
+    assert (both.value == both.value_2).all() and second.n.notna().all()  # no n hidden alone
+
+
+def test_a_count_hidden_beside_its_known_sum_stays_hidden(jobs_demo_db):
+    """Fails without the count job's reading of a NULL ``n``: after the job above, a count job
+    of the same rows published (M, R02)'s 15 enterprises (and the totals), against the 14 the
+    sum job's first version published. The sum job's ledger records those four ``n``
+    suppressed and their sums published."""
+    from tests.jobs.test_revisions import published
+
+    _two_versions(jobs_demo_db, 0)
+    counts = "SELECT nace, region, COUNT(*) FROM enterprises GROUP BY nace, region"
+    protect_query(jobs_demo_db, "admin", counts, into="c", rules=[FrequencyRule(3)])
+    shown = published(jobs_demo_db, "c")
+    assert not shown.index.isin(JOINED).any(), shown[shown.index.isin(JOINED)]
+    with duckdb.connect(str(jobs_demo_db), read_only=True) as con:
+        rows = con.execute(
+            "SELECT column_name, status, count(*) FROM sqlsdc.ledger WHERE query_id = ("
+            "SELECT query_id FROM sqlsdc.outputs WHERE name = 'protected.s') GROUP BY ALL"
+        ).fetchall()
+    found = {(column, status): count for column, status, count in rows}
+    assert found[("n", "suppressed")] == found[("value", "suppressed")] + 4, found
