@@ -66,8 +66,21 @@ def audit_revisions(
         changes = version_changes(job, table, query_id[0][0], units)
         if changes is None:  # no units kept of it: revisions.unknown_revisions hid its changes
             continue
+        if _disjoint(job, query_id[0][0], units):
+            continue  # other people under the name (R02's table replacing R01's): no revision
         shown_before = (status == "published").to_numpy()
         _audit_pair(table, hidden, found, revised, shown_before, changes, name, time_limit)
+
+
+def _disjoint(job: Job, query_id: int, units: Units) -> bool:
+    """Whether the version stored by ``query_id`` kept units and none of them is a unit of
+    the job now: the two tables count other people, whose cells share only their codes, and
+    no cell of one is a revision of the other's (red team s42c's R01 table replaced by R02's
+    was refused here as "its units do not add up in this table")."""
+    kept = job.con.execute(
+        f"SELECT DISTINCT unit FROM {S}.job_units WHERE query_id = ?", [query_id]
+    ).fetchall()
+    return bool(kept) and not {unit for (unit,) in kept} & set(units.frame["unit"])
 
 
 def _audit_pair(table, hidden, found, revised, shown_before, changes, name, time_limit):

@@ -304,7 +304,13 @@ def with_counts(
     if revised is None:
         none = np.zeros(cells)
         revised = RevisionRule(np.zeros(cells, dtype=bool), none, none.copy(), 0)
-    return replace(revised, counts=combined(revised.counts, replace(counts, name="revision (n)")))
+    # a cell whose sum changed is a primary of the sums already, hidden with its n: flagging
+    # its n too, with levels on a difference of populations that may share nothing but the
+    # name (a replacement of R01's table by R02's), grew the two patterns without end
+    alone = counts.cells & ~revised.cells
+    counts = replace(counts, cells=alone, upl=np.where(alone, counts.upl, 0.0),
+                     lpl=np.where(alone, counts.lpl, 0.0), name="revision (n)")  # fmt: skip
+    return replace(revised, counts=combined(revised.counts, counts))
 
 
 def _differences(
