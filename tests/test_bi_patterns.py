@@ -331,6 +331,20 @@ def test_other_padding_keeps_the_general_hint(analyst):
     assert refused.value.hint.startswith("sum measures as they are")
 
 
+def test_a_simple_case_in_a_sum_is_refused_with_the_searched_form_to_write(analyst):
+    """``SUM(CASE occupation WHEN 'x' THEN income END)`` has one branch and no ELSE: the
+    refusal said "more than one branch or an ELSE"; it names the simple CASE and the form that
+    is answered."""
+    with pytest.raises(sqlsdc.PolicyViolation, match="a simple CASE") as refused:
+        analyst.execute("SELECT region, SUM(CASE occupation WHEN 'professionals' THEN income "
+                        "END) FROM persons GROUP BY 1")  # fmt: skip
+    assert "more than one branch" not in str(refused.value)
+    assert "CASE WHEN condition THEN measure END" in str(refused.value)
+    written = ("SELECT region, SUM(CASE WHEN occupation = 'professionals' THEN income END) "
+               "FROM persons GROUP BY 1")  # fmt: skip
+    assert len(analyst.execute(written).fetchall()) > 0
+
+
 def test_distinct_on_is_refused_by_name_before_name_resolution(analyst):
     with pytest.raises(sqlsdc.PolicyViolation, match="DISTINCT ON is not allowed") as refused:
         analyst.execute("SELECT DISTINCT ON (region) region, income FROM persons")

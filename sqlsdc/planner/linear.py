@@ -217,6 +217,11 @@ def _decompose(node: exp.Expr, kind: ColumnKind) -> LinearForm:
         ifs, default = node.args.get("ifs") or [], node.args.get("default")
         if node.this is None and len(ifs) == 1 and (default is None or _is_null(default)):
             return _filtered(ifs[0].this, _decompose(ifs[0].args["true"], kind))
+        if node.this is not None:
+            raise NotLinear(
+                f"a simple CASE ({node.this.sql('duckdb')[:40]} WHEN ...) is not read as a "
+                "filter; write it as CASE WHEN condition THEN measure END"
+            )
         raise NotLinear("CASE with more than one branch or an ELSE pads the cell with other values")
     if isinstance(node, exp.If):
         false = node.args.get("false")
