@@ -57,6 +57,7 @@ from sqlsdc.mechanisms.accountant import MAX_DIGITS, PrivacyCost, fraction
 from sqlsdc.mechanisms.prf import KeyedStream
 from sqlsdc.mechanisms.samplers import discrete_laplace
 from sqlsdc.policy.model import DEFAULT_MIN_FREQUENCY, UserRole
+from sqlsdc.policy.validate import AMOUNT_RANGES
 from sqlsdc.synth.fidelity import (
     Z95,
     combine_full,
@@ -319,7 +320,10 @@ of ε (``1/p`` for a hundred 40-digit primes p) makes the sums of a budget too l
 
 
 def _epsilon(mode: str, epsilon) -> Fraction | None:
-    """The ε of a noisy verification, exact, bounded and on :data:`EPSILON_GRID`."""
+    """The ε of a noisy verification, exact, on :data:`EPSILON_GRID`, and in the range of any ε
+    a policy states (``AMOUNT_RANGES``): down to 10⁻⁹ a request was a nearly free computation
+    on the confidential records, so a budget bounded nothing of how many an analyst could make
+    (red team s42b)."""
     if mode == "interval":
         if epsilon is not None:
             raise ProgrammingError("epsilon applies to noisy mode only; interval mode is free")
@@ -339,8 +343,12 @@ def _epsilon(mode: str, epsilon) -> Fraction | None:
             "e.g. epsilon='0.5' or '1/3'"
         )
     used = Fraction(math.floor(value * EPSILON_GRID), EPSILON_GRID)
-    if used <= 0:
-        raise ProgrammingError(f"epsilon must be at least 1/{EPSILON_GRID:,}, got {value}")
+    lowest, highest, _ = AMOUNT_RANGES["epsilon"]
+    if not lowest <= used <= highest:  # as any epsilon a policy states (red team s42b)
+        raise ProgrammingError(
+            f"epsilon must be at least {float(lowest):.6f} and at most {highest} per cell, as "
+            f"a policy's epsilon, got {value}: e.g. epsilon='0.5'"
+        )
     return used
 
 

@@ -124,7 +124,7 @@ def _answered(path: Path, sql: str) -> bool:
     """Whether a noisy verification of ``sql`` is answered (True) or fails (False)."""
     with sqlsdc.connect(path, "ana") as con:
         try:
-            con.verify(sql, mode="noisy", epsilon="1e-9")
+            con.verify(sql, mode="noisy", epsilon="1e-6")
         except sqlsdc.Error:
             return False
     return True
@@ -154,7 +154,7 @@ def test_verification_fails_alike_whether_a_confidential_code_is_a_number(verify
     with sqlsdc.connect(verify_db, "ana") as con:
         spent = con.remaining_budget()[0].spent
         with pytest.raises(PolicyViolation, match="could raise an error"):
-            con.verify("SELECT COUNT(*) FROM syn WHERE code = 7", mode="noisy", epsilon="1e-9")
+            con.verify("SELECT COUNT(*) FROM syn WHERE code = 7", mode="noisy", epsilon="1e-6")
         assert con.remaining_budget()[0].spent == spent
     assert _answered(verify_db, "SELECT COUNT(*) FROM syn WHERE code = '7'")
 

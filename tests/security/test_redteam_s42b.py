@@ -227,7 +227,7 @@ def _outcome(path: Path, sql: str) -> tuple[str, object]:
     with sqlsdc.connect(path, "ana") as con:
         spent = con.remaining_budget()[0].spent.epsilon
         try:
-            con.verify(sql, mode="noisy", epsilon="1e-9")
+            con.verify(sql, mode="noisy", epsilon="1e-6")
             ended = "answered"
         except sqlsdc.Error as error:
             ended = f"{type(error).__name__}: {re.sub(r'[0-9]+', 'N', str(error))[:60]}"
@@ -252,7 +252,7 @@ def test_a_text_column_read_as_a_number_is_refused_before_anything_runs(verify_d
     with sqlsdc.connect(verify_db, "ana") as con:
         spent = con.remaining_budget()[0].spent
         with pytest.raises(PolicyViolation, match="could raise an error"):
-            con.verify(f"SELECT COUNT(*) FROM syn WHERE {where}", mode="noisy", epsilon="1e-9")
+            con.verify(f"SELECT COUNT(*) FROM syn WHERE {where}", mode="noisy", epsilon="1e-6")
         assert con.remaining_budget()[0].spent == spent
 
 

@@ -137,6 +137,20 @@ def test_mode_and_epsilon_are_checked(db):
     assert done.returncode == 2 and "epsilon: must be a number" in done.stderr, done.stderr
 
 
+def test_epsilon_is_bounded_as_a_policys_epsilon(fresh):
+    """Down to 10⁻⁹ per cell a noisy request cost nothing a budget could bound (red team s42b):
+    an analyst's ε is now refused outside the range of any ε a policy states, before any
+    charge, and the floor itself is answered."""
+    sql = "SELECT AVG(income) FROM syn_persons"
+    with sqlsdc.connect(fresh, user="analyst") as con:
+        for bad in ("1e-9", "0.0000009", "1001"):
+            with pytest.raises(ProgrammingError, match="at least 0.000001 and at most 1000"):
+                con.verify(sql, mode="noisy", epsilon=bad)
+        assert _spent(con) == 0
+        con.verify(sql, mode="noisy", epsilon="0.000001")
+        assert _spent(con) == Fraction(1, 10**6)
+
+
 def test_copies_are_combined_by_reiters_rules(db):
     with sqlsdc.connect(db, user="admin") as con:
         partial = con.verify("SELECT sex, AVG(income) FROM syn_three GROUP BY sex")
