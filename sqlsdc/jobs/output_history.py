@@ -112,16 +112,22 @@ def blanks(log: list[dict]) -> bool:
                for count in record.get("suppressed", {}).values())  # fmt: skip
 
 
-def earlier_versions(con) -> list[Version]:
-    """The versions of outputs stored by an accepted job and no longer current (replaced,
-    or their table dropped), oldest first."""
-    existing = {
+def stored_output_tables(con) -> set[str]:
+    """``protected.<table>`` of every table stored in the output schema, lower-cased (DuckDB's
+    names are case-insensitive): the outputs whose table is still there."""
+    return {
         f"{schema}.{name}".lower()
         for schema, name in con.execute(
             "SELECT schema_name, table_name FROM duckdb_tables() WHERE schema_name = ?",
             [OUTPUT_SCHEMA],
         ).fetchall()
     }
+
+
+def earlier_versions(con) -> list[Version]:
+    """The versions of outputs stored by an accepted job and no longer current (replaced,
+    or their table dropped), oldest first."""
+    existing = stored_output_tables(con)
     current = {
         query_id
         for name, query_id in con.execute(f"SELECT name, query_id FROM {S}.outputs").fetchall()

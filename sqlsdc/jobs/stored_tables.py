@@ -19,8 +19,7 @@ from sqlglot import exp
 
 from sqlsdc.errors import SqlSyntaxError, TabularError
 from sqlsdc.jobs.exact_release import kept
-from sqlsdc.jobs.output_history import earlier_versions
-from sqlsdc.jobs.session import OUTPUT_SCHEMA
+from sqlsdc.jobs.output_history import earlier_versions, stored_output_tables
 from sqlsdc.jobs.tabulation import JobSpec, parse_job, table_dims
 from sqlsdc.policy import Policy
 from sqlsdc.tabular.universe import COUNT, universe_of
@@ -170,13 +169,7 @@ def earlier_job_versions(con, policy: Policy) -> list[tuple[str, str, JobSpec]]:
 def stored_outputs(con, policy: Policy) -> list[tuple[str, str, JobSpec]]:
     """``(name, method, parsed SQL)`` of the stored tabular job outputs whose SQL the policy
     still reads."""
-    existing = {
-        f"{schema}.{name}"
-        for schema, name in con.execute(
-            "SELECT schema_name, table_name FROM duckdb_tables() WHERE schema_name = ?",
-            [OUTPUT_SCHEMA],
-        ).fetchall()
-    }
+    existing = stored_output_tables(con)
     rows = con.execute(
         "SELECT name, method, sql_text FROM sqlsdc.outputs WHERE method IN (?, ?, ?, ?) "
         "ORDER BY name",
@@ -184,7 +177,7 @@ def stored_outputs(con, policy: Policy) -> list[tuple[str, str, JobSpec]]:
     ).fetchall()
     found = []
     for name, method, sql in rows:
-        if name not in existing:
+        if name.lower() not in existing:
             continue
         try:
             found.append((name, method, parse_job(sql, policy, stored=True)))

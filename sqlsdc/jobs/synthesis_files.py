@@ -40,7 +40,7 @@ from sqlsdc.errors import SynthesisError
 from sqlsdc.jobs.differencing import refuse_file_differences
 from sqlsdc.jobs.exact_release import Release
 from sqlsdc.jobs.live_cells import refuse_live_file_cells
-from sqlsdc.jobs.output_history import earlier_versions
+from sqlsdc.jobs.output_history import earlier_versions, stored_output_tables
 from sqlsdc.jobs.record_files import file_release, opaque_refusal, opaque_tables
 from sqlsdc.jobs.session import OUTPUT_SCHEMA
 from sqlsdc.jobs.stored_tables import exact_tables, same_rows
@@ -211,13 +211,7 @@ def _exact_syntheses(con) -> list[tuple[str, str | None, list[str]]]:
 
 def _stored_syntheses(con) -> list[tuple[str, str]]:
     """``(name, report)`` of every synthesis whose table is stored in ``protected``, by name."""
-    stored = {
-        f"{schema}.{name}".lower()
-        for schema, name in con.execute(
-            "SELECT schema_name, table_name FROM duckdb_tables() WHERE schema_name = ?",
-            [OUTPUT_SCHEMA],
-        ).fetchall()
-    }
+    stored = stored_output_tables(con)
     rows = con.execute(
         "SELECT name, report FROM sqlsdc.outputs WHERE method = 'synthesize' ORDER BY name"
     ).fetchall()
