@@ -155,6 +155,20 @@ def flex(x: float, m: MagnitudeCkm) -> float:
     return m.p_large * (1 + f1 * f2**m.q)
 
 
+def amplitude(x: float, j: int, m: MagnitudeCkm) -> float:
+    """x_delta_j = x_j·ε_j·m(|x_j|), m = p_small below the flex point (τ-ARGUS
+    ``SetCellKeyValuesCont`` and ``flexfunction``; ESSnet D4.2's x_δ,j = ε_j·m(x_j)·x_j).
+
+    cellKey's ``.perturb_cell_flex`` leaves ε_j out below the flex point (x_j·p_small), while
+    its rescaling of a small running value, x_j = x̂/(p_small·ε_j), and τ-ARGUS keep it; sqlsdc
+    follows τ-ARGUS. Until session 43 sqlsdc left ε_j out on both sides of the flex point: the
+    demo's second-largest turnover got twice the amplitude its ε_2 = 0.5 states."""
+    weight = m.epsilon[j - 1]
+    if abs(x) < m.fp:
+        return x * (weight * m.p_small)
+    return x * flex(abs(x), m) * weight  # in the order the SQL frame multiplies
+
+
 def scrambled(key: int, rotations: int) -> int:
     """The key rotated left by 4·r bits (integer analogue of cellKey ``.scramble_ckeys``)."""
     bits = (4 * rotations) % KEY_BITS
@@ -182,12 +196,18 @@ def perturb_magnitude(
     """The perturbed cell value x̂ of cellKey ``.perturb_cell_flex``.
 
     ``top`` holds the largest contributions by absolute value (at most ``m.top_k``). For each
-    contributor j in turn: x_delta from the flex function (or rescaled to the running value when
-    that is smaller, with x_j = x̂/(p_small·ε_j)), v looked up at a = |x_j/x_delta| with the j-th
-    scrambled key, and x̂ += sign(x̂)·|x_delta|·sign(v)·(μ + |v|) without changing sign;
+    contributor j in turn: x_delta = x_j·ε_j·m(|x_j|) (:func:`amplitude`; or rescaled to
+    the running value x̂ when that is smaller, with x_j = x̂/(p_small·ε_j)), v looked up at
+    a = |x̂/x_delta| with the j-th scrambled key (the running value's position, as τ-ARGUS's
+    ``LookUpVinptable(ptable, fabs(x/xdelta), ...)`` and cellKey's ``abs(xo / x_delta)``: a
+    value under D·|x_delta| reads a row whose targets stop at 0), and
+    x̂ += sign(x̂)·|x_delta|·sign(v)·(μ + |v|) without changing sign;
     μ = mu_c for the first contributor of a sensitive cell (:func:`is_sensitive`).
     A negative v that would leave the running value under ``REMAINDER_FLOOR·|x_delta|`` in
-    absolute value takes it to 0 (cellKey stops at 0 only; see :data:`REMAINDER_FLOOR`).
+    absolute value takes it to 0 (cellKey stops at 0 only; see :data:`REMAINDER_FLOOR`). A
+    contribution j >= 2 below the separation point z_s adds nothing, rescaled or not (τ-ARGUS;
+    cellKey's ``.lookup_v_flex`` means to, but compares a one-element lookup with index 1 and
+    perturbs it from the small-cells table: sqlsdc did so until session 43).
 
     A cell of 2 or more contributors whose protected count ``protected`` (n̂, the count the
     published sum is multiplied by) is under ``m.mean_below`` is perturbed as n times a cell
@@ -213,11 +233,11 @@ def perturb_magnitude(
         lookup, table = kind, main
         ax = abs(x)
         if ax < zs:
+            if j > 1:  # below the separation point only the largest is perturbed (τ-ARGUS)
+                continue
             delta, table, lookup = 1.0, small, "all"
-        elif ax < m.fp:
-            delta = x * m.p_small
         else:
-            delta = x * flex(ax, m)
+            delta = amplitude(x, j, m)
         zero = False
         xj = x
         if abs(xo) < abs(delta):
@@ -228,7 +248,7 @@ def perturb_magnitude(
                 zero = j > 1
         if zero:
             continue
-        a = 0.0 if delta == 0 else abs(xj / delta)
+        a = 0.0 if delta == 0 else abs(xo / delta)  # the running value's (τ-ARGUS, cellKey)
         a = min(a, max(table.classes))
         ckey = scrambled(key, j - 1 + (0 if m.same_key else 1))
         v = table.interpolated(lookup, a, ckey)

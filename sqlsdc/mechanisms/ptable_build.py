@@ -76,9 +76,14 @@ def narrowest_window(spec: PTableSpec, p_small: float, mu_c: float) -> float:
     (a value the noise would leave under that share of |x_delta| is published as 0, whose
     window holds every key of the crossing). Under one key, a window may hold no integer key:
     the wrong candidates are told apart from the true one, as with all 53 bits (red team
-    s40a). The rows read are those from the one at ``a = 1/p_small`` up (a contribution's
-    ``|x/x_delta|`` never falls below it, nor does a rescaled one's, 1/(p_small·ε_j));
-    ``p_small`` and ``mu_c`` are the rule's flex parameters.
+    s40a). Every row from i = 1 up is read: the lookup position is the running value's
+    ``|x̂/x_delta|`` (τ-ARGUS, cellKey), 1 for a rescaled amplitude and at least 1 otherwise.
+    A row under the last is read interpolated towards the next, whose entry may move v to
+    either sign: the bound there is the floor's, |x̂|/|x_delta| >= REMAINDER_FLOOR (the demo's
+    row 1: 53 keys at the least). Until session 43 the position was the contribution's, never
+    under ``1/p_small``, and only the rows from there up were read (the demo: its last row
+    alone; its narrowest window, 1.10 keys in that row, is the same). ``p_small`` (no longer
+    a bound on the rows) and ``mu_c`` are the rule's flex parameters.
 
     Until session 42 the bound was of sums of one sign (x̂/|x_delta| ≥ 1/p_small − μ_c − |v|,
     0.46 for the demo: 1.01 keys), and a sum of both signs below |x_delta| (x̂ = x·(1 − μ −
@@ -89,17 +94,18 @@ def narrowest_window(spec: PTableSpec, p_small: float, mu_c: float) -> float:
     here: a top_k >= 2 sum of pinned contributions, whose second noise comes from the rotated
     key (the demo's enterprises held: the exact key sets of 134 pinned cells ruled out no
     candidate, red team s41a); and the small-cells ptable (x_delta 1)."""
-    reach, half = 1 / p_small, 0.5 / spec.step
+    half = 0.5 / spec.step
     narrowest = math.inf
     for table in generated("magnitudes", spec):
         lo, hi = table.key_bounds(KEY_BITS)
-        classes = sorted({float(e.i) for e in table.rows})
-        first = max((c for c in classes if c <= reach), default=classes[0])
         for entry, low, high in zip(table.rows, lo, hi, strict=True):
-            if float(entry.i) < first or high <= low:
+            if entry.i < 1 or high <= low:
                 continue
             v = float(entry.v) - half  # the entry's lowest spread noise
-            ratio = 1 + v if v > 0 else max(REMAINDER_FLOOR, 1 - mu_c + v)
+            if entry.i < table.max_i:  # interpolated: only the floor bounds |x̂|
+                ratio = REMAINDER_FLOOR
+            else:
+                ratio = 1 + v if v > 0 else max(REMAINDER_FLOOR, 1 - mu_c + v)
             keys = spec.step * int(high - low) * 2.0**-PUBLISHED_BITS * ratio
             narrowest = min(narrowest, keys)
     return narrowest

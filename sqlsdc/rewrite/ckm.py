@@ -19,8 +19,9 @@ every set of zeros a query left out (``AND NOT (income = 0 AND age = a)``: the s
 with 16 independent noises, whose average converges on it; red team s30b). The noise is built
 from the cell's ``top_k`` largest contributions x_j (by absolute value, found with the
 aggregates ``MAX(ABS(x))`` and ``MAX(ABS(x), k)``), one after the other; step j looks up v in the
-magnitude ptable at ``a = |x_j / x_delta_j|`` (interpolated between rows, capped at the last row)
-with the j-th scrambled cell key and adds ``sign(x̂)·|x_delta_j|·sign(v)·(μ_c + |v|)``, never
+magnitude ptable at ``a = |x̂ / x_delta_j|``, x̂ the running value (interpolated between rows,
+capped at the last row), with the j-th scrambled cell key, x_delta_j = x_j·ε_j·m(|x_j|), and
+adds ``sign(x̂)·|x_delta_j|·sign(v)·(μ_c + |v|)``, never
 flipping the sign of the running value, v spread over its grid cell. A magnitude's key is the
 cell key through the secret mix of its statistic (:func:`sqlsdc.mechanisms.ckm.statistic_key`,
 constants read from ``sqlsdc.ckm_mix``), so different statistics of the same records get
@@ -351,8 +352,8 @@ class _Builder(MagnitudeLayers):
     def _top(self, i: int, j: int) -> exp.Expr:
         """The j-th largest contribution (by absolute value) of the cell, NULL if there is none.
 
-        Only |x_j| enters the perturbation (the sign cancels in x_j / x_delta and only
-        |x_delta| is added), so x_1 is ``MAX(ABS(x))`` and x_j is element j of the top-k list
+        Only |x_j| enters the perturbation (only |x̂ / x_delta| and
+        |x_delta| enter it), so x_1 is ``MAX(ABS(x))`` and x_j is element j of the top-k list
         aggregate ``MAX(ABS(x), k)`` (ties kept, NULLs ignored): one aggregate per cell in every
         grouping set, no sort of the rows. The value is made a DOUBLE before ``ABS``: the
         absolute value of the smallest integer of its type (``ABS(-2147483648)``) raises an

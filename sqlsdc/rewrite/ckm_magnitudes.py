@@ -55,12 +55,15 @@ class MagnitudeLayers:
             zs = _separation_point(m, self._small(m))
             x = prev(f"__x{i}_{j}")
             ax = exp.Abs(this=x)
+            # x_delta = x_j·ε_j·m(|x_j|) (sqlsdc.mechanisms.ckm.amplitude)
+            weight = m.epsilon[j - 1]
+            large = exp.Mul(this=x.copy(), expression=_flex(ax.copy(), prev(f"__f{i}_{j}"), m))
             normal = exp.Case(
                 ifs=[
                     exp.If(this=lt(ax, zs), true=number(1)),
-                    exp.If(this=lt(ax.copy(), m.fp), true=mul(x, m.p_small)),
+                    exp.If(this=lt(ax.copy(), m.fp), true=mul(x, weight * m.p_small)),
                 ],
-                default=exp.Mul(this=x.copy(), expression=_flex(ax.copy(), prev(f"__f{i}_{j}"), m)),
+                default=large if weight == 1 else mul_expr(large, number(weight)),
             )
             amplitude.append("expressions", exp.alias_(normal, f"__xd{i}_{j}"))
         rescaled = self._select_from(amplitude)
@@ -100,7 +103,10 @@ class MagnitudeLayers:
                 ifs=[exp.If(this=rescale.copy(), true=small_x.copy())],
                 default=lt(exp.Abs(this=prev(f"__x{i}_{j}")), zs),
             )
-            zero = exp.and_(rescale.copy(), small_x.copy()) if j > 1 else exp.false()
+            # j >= 2 below z_s, rescaled or not, adds nothing (mechanisms.ckm.perturb_magnitude)
+            below = lt(exp.Abs(this=prev(f"__x{i}_{j}")), zs)
+            either = exp.or_(below, exp.and_(rescale.copy(), small_x.copy()))
+            zero = exp.Paren(this=either) if j > 1 else exp.false()
             for name, value in (
                 (f"__d{i}_{j}", delta),
                 (f"__sm{i}_{j}", uses_small),
@@ -115,9 +121,12 @@ class MagnitudeLayers:
                 default=number(main.max_i),
             )
             delta = prev(f"__d{i}_{j}")
+            # the running value's position |x̂/x_delta| (τ-ARGUS, cellKey)
             ratio = exp.Case(
                 ifs=[exp.If(this=exp.EQ(this=delta, expression=number(0)), true=number(0))],
-                default=exp.Abs(this=exp.Div(this=prev(f"__xj{i}_{j}"), expression=delta.copy())),
+                default=exp.Abs(
+                    this=exp.Div(this=prev(f"__o{i}_{j - 1}"), expression=delta.copy())
+                ),
             )
             a = exp.Least(this=ratio, expressions=[cap], ignore_nulls=True)
             position.append("expressions", exp.alias_(a, f"__pa{i}_{j}"))
