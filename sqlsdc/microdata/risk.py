@@ -130,7 +130,10 @@ def individual_risk(fk, Fk) -> np.ndarray:
         r(f, p) = (p / f) · ₂F₁(1, 1; f + 1; 1 − p).
 
     f = 1 gives p·ln(1/p)/(1 − p); p = 1 gives 1/f. F̂ below f (weights under 1) is clamped to
-    f (digest §12: "Clamp F̂ ≥ f_k"), so r ≤ 1/f ≤ 1.
+    f (digest §12: "Clamp F̂ ≥ f_k"), so r ≤ 1/f ≤ 1. This is μ-ARGUS 4.1's risk (its closed
+    forms for f ≤ 3, its series beyond). sdcMicro's ``measure_risk`` (``compute_risk`` in
+    Measure_Risk.h) differs: it lowers p by 0.0001 and takes p/(f − (1 − p)) from f = 3 on
+    (f = 3, p = 0.3: 0.1304 against 0.1254 here).
 
     Args:
         fk: sample frequencies (≥ 1).

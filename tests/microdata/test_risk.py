@@ -38,6 +38,38 @@ def test_stable_form_equals_the_hypergeometric_definition(f, p):
     assert individual_risk([f], [f / p])[0] == pytest.approx(float(exact), rel=1e-9)
 
 
+def _mu_argus(f: int, p: float) -> float:
+    """μ-ARGUS 4.1's closed forms (sdcMicro ``compute_risk``, its unused second branch): exact
+    for f = 1, 2, 3, the series Σ_(n<8) n! q^n/(f+1)_n times p/f from f = 4."""
+    q = 1 - p
+    if f == 1:
+        return p / q * -np.log(p)
+    if f == 2:
+        return p / q**2 * (p * np.log(p) + q)
+    if f == 3:
+        return p / (2 * q**3) * (q * (3 * q - 2) - 2 * p * p * np.log(p))
+    term, total = 1.0, 1.0
+    for n in range(1, 8):
+        term *= n * q / (f + n)
+        total += term
+    return p / f * total
+
+
+@pytest.mark.parametrize("f", [1, 2, 3, 4, 10, 50])
+@pytest.mark.parametrize("p", [0.05, 0.3, 0.6, 0.95])
+def test_mu_argus_closed_forms(f, p):
+    """The risk is μ-ARGUS's: its closed forms for f <= 3 to 1e-9 (rounding near q = 0), its
+    7-term series for f >= 4 to what the series leaves out (its tail from n = 8). sdcMicro's
+    ``measure_risk`` differs on purpose: it shifts p by −0.0001 and takes p/(f − q) from f = 3
+    (f = 3, p = 0.3: 0.1304 against the exact 0.1254)."""
+    got = individual_risk([f], [f / p])[0]
+    if f <= 3:
+        assert got == pytest.approx(_mu_argus(f, p), rel=1e-9)
+    else:
+        left_out = p / f * np.prod([n * (1 - p) / (f + n) for n in range(1, 9)]) / (1 - (1 - p))
+        assert abs(got - _mu_argus(f, p)) <= 1.01 * left_out + 1e-15
+
+
 def test_risk_limits_and_clamping():
     assert individual_risk([1, 2, 5], [1, 2, 5]).tolist() == [1.0, 0.5, 0.2]  # p = 1 → 1/f
     assert individual_risk([3], [1.5])[0] == pytest.approx(1 / 3)  # F̂ < f clamped to f
