@@ -75,8 +75,9 @@ FINGERPRINTS = {
         # s39: a CKM mean over COUNT(x)'s protected count; s40: a CKM sum to 18 significant bits;
         # s41: a cell of under 3·D + js + 1 protected contributors perturbed as its mean;
         # s42: μ_c decided by the protected count under the floor; a sum left under
-        # |x_delta|/2 by its noise taken to 0 (REMAINDER_FLOOR)
-        "cte-group-by-all": "d5166aa36ba0a587",
+        # |x_delta|/2 by its noise taken to 0 (REMAINDER_FLOOR); s43: the ptable read at the
+        # running value's position |x̂/x_delta| (τ-ARGUS, cellKey)
+        "cte-group-by-all": "bc4cf29fa464e070",
         "nested-or": "1940445937cdecdb",
     },
 }
