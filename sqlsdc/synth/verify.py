@@ -233,7 +233,7 @@ def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeou
     k_min = _min_frequency(policy, tables)
     synthetic = _records(con, request, exp.to_table(output.name), output.copies > 1, timeout,
                          synthetic_types)  # fmt: skip
-    plan = _plan(request, synthetic, output, k_min)
+    plan = _plan(request, synthetic, output, k_min)  # refusals from the synthetic side: here
     released = [c for c in plan if c["status"] == "released"]
     spent = Fraction(0)
     if mode == "noisy" and released:
@@ -482,7 +482,13 @@ def _terms(request: Request) -> list[tuple[int, str | None, int]]:
 def _plan(request: Request, synthetic: pd.DataFrame, output: _Output, k_min: int) -> list[dict]:
     """The cells of the answer, from the synthetic (public) records only: one per group present
     in the synthetic data × estimand × term; groups under ``k_min`` records per copy are
-    suppressed."""
+    suppressed, and each released cell carries its synthetic interval (``_syn_ci``).
+
+    The interval is computed here, before the charge and before any confidential record is
+    read, because it can refuse the request (regressors collinear on the synthetic data):
+    refused in :func:`_measure`, after the charge, such a request cost the analyst ε per cell
+    for no answer, read the confidential records, and being neither cached nor counted it
+    escaped the per-output limit (red team s42b's open item, s43b)."""
     inside = synthetic[synthetic["__in"]]
     keys = _keys(request, inside)
     cells = []
@@ -499,6 +505,7 @@ def _plan(request: Request, synthetic: pd.DataFrame, output: _Output, k_min: int
                 cell.update(status="suppressed", reason=f"fewer than {k_min} synthetic records")
             else:
                 cell.update(status="released")
+                cell["_syn_ci"] = _synthetic_ci(request, (group, k, j), synthetic, output)
             cell["_slot"] = (group, k, j)
             cells.append(cell)
     return cells
@@ -576,7 +583,7 @@ def _measure(request, plan, synthetic, confidential, output, key, k_min, mode, e
     population = len(confidential)
     out = []
     for cell in plan:
-        slot = cell.pop("_slot")
+        slot, syn_ci = cell.pop("_slot"), cell.pop("_syn_ci", None)
         if cell["status"] != "released":
             out.append(cell)
             continue
@@ -593,7 +600,6 @@ def _measure(request, plan, synthetic, confidential, output, key, k_min, mode, e
                 }
             )
             continue
-        syn_ci = _synthetic_ci(request, slot, synthetic, output)
         width = len(estimand.inputs)
         if mode == "noisy":
             fm = _true_fm(estimand.kind, rows, k, j, width, population, syn_ci)
