@@ -459,12 +459,20 @@ def _member(keys: pd.Series, group: tuple) -> np.ndarray:
     return np.fromiter((k == group for k in keys), dtype=bool, count=len(keys))
 
 
+_JSON_VALUES = (str, int, float, bool, type(None))
+
+
 def _plain(value):
+    """A group value as an answer (and its cached copy, stored as JSON) holds it: a numpy
+    scalar as Python's, NaN as None, any other type (a DATE, a DECIMAL, a TIMESTAMP) as its
+    text, as the cell's noise label reads it. Red team s43b: kept as a ``date`` or a
+    ``Decimal``, the answer's ``json.dumps`` failed after the charge (a TypeError, unaudited,
+    uncached, uncounted against ``max_queries``, the confidential records read each time)."""
     if isinstance(value, np.generic):
-        return value.item()
+        value = value.item()
     if isinstance(value, float) and np.isnan(value):
         return None
-    return value
+    return value if isinstance(value, _JSON_VALUES) else str(value)
 
 
 def _terms(request: Request) -> list[tuple[int, str | None, int]]:

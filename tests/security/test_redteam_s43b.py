@@ -11,17 +11,29 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      neither cached nor counted against the output's ``max_queries``, so it could be sent
      without limit (s42b's open item). Fixed: the synthetic intervals are computed with the
      plan, before the charge; the refusal costs nothing and reads no confidential record.
+- W  noisy verification grouped by a DATE or DECIMAL column of the output: the group value
+     kept as a ``date`` / ``Decimal`` made the answer's ``json.dumps`` fail (TypeError, an
+     internal error) after the charge: each asking paid epsilon x cells (3 x 1/100 and 4 x
+     1/100 in the test below), read the confidential records, and was neither cached nor
+     counted against ``max_queries``. Fixed: group values are held as JSON values (other
+     types as their text, as the noise label already read them).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import duckdb
 import pytest
 from test_redteam_s35 import verify_db  # noqa: F401 - s35's fixture
 
 import sqlsdc
+from sqlsdc.admin import apply
+from sqlsdc.catalog import store
+from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import PolicyViolation
+from sqlsdc.policy import load_policy
 
 COLLINEAR = [
     "SELECT OLS(income, age, age * 2) FROM syn",
@@ -66,3 +78,69 @@ def test_a_request_that_is_not_collinear_is_still_charged_and_answered(verify_db
         assert [c["status"] for c in answer.cells] == ["released"] * 4
         assert all(0 <= c["fm_noisy"] <= 1 for c in answer.cells)
         assert con.remaining_budget()[0].spent.epsilon - before == pytest.approx(4 / 1000)
+
+
+TYPED_SOURCE = "SELECT region, since, score, age, income FROM persons"
+
+
+@pytest.fixture(scope="module")
+def typed_db(tmp_path_factory) -> Path:
+    """2,000 persons with a DATE (``since``, 3 values) and a DECIMAL (``score``, 4 values)
+    dimension, DP-protected, and a released "synthetic" output of them (a copy: the group
+    values matter here, not the synthesis)."""
+    path = tmp_path_factory.mktemp("s43b_typed") / "db.duckdb"
+    with duckdb.connect(str(path)) as con:
+        con.execute(
+            "CREATE TABLE persons AS SELECT i AS pid, CASE WHEN i % 2 = 0 THEN 'a' ELSE 'b' END "
+            "AS region, DATE '2020-01-01' + CAST(i % 3 AS INTEGER) AS since, "
+            "CAST((i % 4) / 2 AS DECIMAL(6, 1)) AS score, 18 + i % 70 AS age, "
+            "CAST(1000 + (i * 7919) % 90000 AS BIGINT) AS income FROM range(2000) t(i)"
+        )
+    dimension = {"role": "dimension"}
+    columns = {"pid": {"role": "identifier"}, "region": dimension, "since": dimension,
+               "score": dimension, "age": dimension,
+               "income": {"role": "measure", "bounds": [0, 100000]}}  # fmt: skip
+    dp = {"method": "dp", "spend": {"epsilon": 1}}
+    sqlsdc.init(path, {
+        "tables": {"persons": {"privacy_unit": "pid", "columns": columns,
+                               "protection": {"counts": dp, "magnitudes": dp}}},
+        "users": {"admin": {"role": "admin"}, "ana": {"role": "analyst"}},
+        "budgets": [{"user": "*", "epsilon": 10}],
+    })  # fmt: skip
+    con = open_database(path)
+    try:
+        con.execute("CREATE SCHEMA IF NOT EXISTS protected")
+        con.execute(f"CREATE TABLE protected.syn AS {TYPED_SOURCE}")
+        version, document = store.current_policy(con)[:2]
+        report = json.dumps({"synthetic": True, "source_sql": TYPED_SOURCE, "copies": 1})
+        store.record_output(con, "protected.syn", "synthesize", TYPED_SOURCE, "admin", version,
+                            report)  # fmt: skip
+    finally:
+        con.close()
+    apply(path, load_policy({**document, "releases": ["syn"]}, name="s43b"), "admin")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("sql", "groups"),
+    [
+        ("SELECT since, AVG(income) FROM syn GROUP BY since",
+         [{"since": f"2020-01-0{d}"} for d in (1, 2, 3)]),
+        ("SELECT score, COUNT(*) FROM syn GROUP BY score",
+         [{"score": s} for s in ("0.0", "0.5", "1.0", "1.5")]),
+    ],
+)  # fmt: skip
+def test_a_verification_grouped_by_a_date_or_a_decimal_is_answered_and_cached(
+    typed_db: Path, sql: str, groups: list[dict]
+):
+    """Before: charged epsilon per cell, then a TypeError (json.dumps of a date / Decimal),
+    not cached, so every asking paid again for no answer. Now answered once, then free."""
+    with sqlsdc.connect(typed_db, "ana") as con:
+        before = con.remaining_budget()[0].spent.epsilon
+        first = con.verify(sql, mode="noisy", epsilon="1/100")
+        paid = con.remaining_budget()[0].spent.epsilon - before
+        again = con.verify(sql, mode="noisy", epsilon="1/100")
+        assert con.remaining_budget()[0].spent.epsilon - before == paid
+    assert [c["group"] for c in first.cells] == groups
+    assert paid * 100 == len(groups)
+    assert again.cached and again.cells == first.cells
