@@ -77,6 +77,7 @@ from sqlsdc.synth.scan import (
     scan_aggregate,
     scan_ols,
 )
+from sqlsdc.synth.verify_limit import reserved
 
 __all__ = ["DEFAULT_MAX_QUERIES", "MODES", "Verification", "verify"]
 
@@ -218,86 +219,93 @@ def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeou
             rows=len(answer.cells),
         )
         return answer
-    (asked,) = engine.one(
-        con,
-        f"SELECT count(*) FROM {S}.verifications WHERE user_name = ? AND output = ? "
-        "AND output_version = ?",
-        [user, output.name, output.version],
-    )
-    if asked >= output.max_queries:
-        raise PolicyViolation(
+
+    def stored() -> int:
+        (asked,) = engine.one(
+            con,
+            f"SELECT count(*) FROM {S}.verifications WHERE user_name = ? AND output = ? "
+            "AND output_version = ?",
+            [user, output.name, output.version],
+        )
+        return asked
+
+    def refuse(asked: int) -> PolicyViolation:
+        return PolicyViolation(
             f"user {user!r} has sent {asked} verification queries on {output.name}, its limit",
             "repeat an earlier query (answered from the cache), or ask an admin to raise "
             "`verification.max_queries` in the output's report",
         )
-    k_min = _min_frequency(policy, tables)
-    synthetic = _records(con, request, exp.to_table(output.name), output.copies > 1, timeout,
-                         synthetic_types)  # fmt: skip
-    plan = _plan(request, synthetic, output, k_min)  # refusals from the synthetic side: here
-    released = [c for c in plan if c["status"] == "released"]
-    spent = Fraction(0)
-    if mode == "noisy" and released:
-        spent = eps * len(released)
-        cost = PrivacyCost(epsilon=spent)
-        with lock or nullcontext():
-            charge(
-                con,
-                user=user,
-                tables=tables,
-                cost=cost,
-                query_id=query_id,
-                limits=policy_limits(policy),
-                policy_version=version,
-                sql=sql,
-                fingerprint=request.digest,
-            )
-    confidential = _records(con, request, source, False, timeout, source_types)
-    key = KeyedStream(secret, "sqlsdc.verify", output.name, output.version, data)
-    cells = _measure(request, plan, synthetic, confidential, output, key, k_min, mode, eps)
-    answer = Verification(
-        output.name,
-        mode,
-        output.copies,
-        "naive" if output.copies == 1 else output.combining,
-        cells,
-        str(spent),
-        False,
-        query_id,
-        request.canonical,
-    )
-    con.execute("BEGIN TRANSACTION")
-    try:
-        con.execute(
-            f"INSERT OR IGNORE INTO {S}.verifications VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                entry,
-                user,
-                output.name,
-                output.version,
-                request.canonical,
-                mode,
-                None if eps is None else str(eps),
-                json.dumps(answer.to_dict()),
-                query_id,
-                store.now(),
-            ],
-        )
-        store.record_query(
-            con,
+
+    place = (_database(con), user, output.name, output.version)
+    with reserved(place, output.max_queries, stored, refuse):  # counted with those running
+        k_min = _min_frequency(policy, tables)
+        synthetic = _records(con, request, exp.to_table(output.name), output.copies > 1, timeout,
+                             synthetic_types)  # fmt: skip
+        plan = _plan(request, synthetic, output, k_min)  # refusals from the synthetic side: here
+        released = [c for c in plan if c["status"] == "released"]
+        spent = Fraction(0)
+        if mode == "noisy" and released:
+            spent = eps * len(released)
+            cost = PrivacyCost(epsilon=spent)
+            with lock or nullcontext():
+                charge(
+                    con,
+                    user=user,
+                    tables=tables,
+                    cost=cost,
+                    query_id=query_id,
+                    limits=policy_limits(policy),
+                    policy_version=version,
+                    sql=sql,
+                    fingerprint=request.digest,
+                )
+        confidential = _records(con, request, source, False, timeout, source_types)
+        key = KeyedStream(secret, "sqlsdc.verify", output.name, output.version, data)
+        cells = _measure(request, plan, synthetic, confidential, output, key, k_min, mode, eps)
+        answer = Verification(
+            output.name,
+            mode,
+            output.copies,
+            "naive" if output.copies == 1 else output.combining,
+            cells,
+            str(spent),
+            False,
             query_id,
-            user,
-            version,
-            "accepted",
-            sql,
-            reason=f"verification ({mode})",
-            fingerprint=request.digest,
-            rows=len(cells),
+            request.canonical,
         )
-        con.execute("COMMIT")
-    except BaseException:
-        engine.rollback(con)
-        raise
-    return answer
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.execute(
+                f"INSERT OR IGNORE INTO {S}.verifications VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    entry,
+                    user,
+                    output.name,
+                    output.version,
+                    request.canonical,
+                    mode,
+                    None if eps is None else str(eps),
+                    json.dumps(answer.to_dict()),
+                    query_id,
+                    store.now(),
+                ],
+            )
+            store.record_query(
+                con,
+                query_id,
+                user,
+                version,
+                "accepted",
+                sql,
+                reason=f"verification ({mode})",
+                fingerprint=request.digest,
+                rows=len(cells),
+            )
+            con.execute("COMMIT")
+        except BaseException:
+            engine.rollback(con)
+            raise
+        return answer
 
 
 def _mode(mode, admin: bool) -> str:
@@ -355,6 +363,14 @@ def _epsilon(mode: str, epsilon) -> Fraction | None:
 def _is_admin(policy, user: str) -> bool:
     found = policy.user(user)
     return found is not None and found.role == UserRole.ADMIN
+
+
+def _database(con) -> str:
+    """The file (or in-memory name) of the database ``con`` reads: the per-output limit's
+    places are counted per database (:mod:`sqlsdc.synth.verify_limit`)."""
+    row = engine.one(con, "SELECT path FROM duckdb_databases() WHERE database_name = "
+                          "current_database()")  # fmt: skip
+    return str(row[0]) if row is not None and row[0] else f"memory:{id(con)}"
 
 
 def _data_versions(con, tables) -> str:

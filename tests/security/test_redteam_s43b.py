@@ -17,11 +17,18 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      1/100 in the test below), read the confidential records, and was neither cached nor
      counted against ``max_queries``. Fixed: group values are held as JSON values (other
      types as their text, as the noise label already read them).
+- W  the per-output limit of new verification queries (``verification.max_queries``) was
+     checked seconds before the answer that counts was stored: 8 threads of one process,
+     each a new query on an output whose limit is 3, were all answered and charged (8 stored,
+     2.7 times the limit; as many over as connections at once). Fixed
+     (``sqlsdc/synth/verify_limit.py``): a query reserves its place when it passes the check.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import threading
 from pathlib import Path
 
 import duckdb
@@ -34,6 +41,7 @@ from sqlsdc.catalog import store
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.policy import load_policy
+from sqlsdc.synth.verify import VERIFICATIONS_DDL
 
 COLLINEAR = [
     "SELECT OLS(income, age, age * 2) FROM syn",
@@ -144,3 +152,41 @@ def test_a_verification_grouped_by_a_date_or_a_decimal_is_answered_and_cached(
     assert [c["group"] for c in first.cells] == groups
     assert paid * 100 == len(groups)
     assert again.cached and again.cells == first.cells
+
+
+def test_threads_at_once_send_no_more_new_verifications_than_the_limit(typed_db: Path, tmp_path):
+    """Before: 8 threads, 8 new queries answered and stored against a limit of 3."""
+    path = tmp_path / "db.duckdb"
+    shutil.copy(typed_db, path)
+    con = open_database(path)
+    try:
+        report = {"synthetic": True, "source_sql": TYPED_SOURCE, "copies": 1,
+                  "verification": {"max_queries": 3}}  # fmt: skip
+        con.execute("UPDATE sqlsdc.outputs SET report = ? WHERE name = 'protected.syn'",
+                    [json.dumps(report)])  # fmt: skip
+        con.execute(VERIFICATIONS_DDL)
+        con.execute("DELETE FROM sqlsdc.verifications")  # the other tests' answers
+    finally:
+        con.close()
+    start, outcomes = threading.Barrier(8), []
+
+    def ask(i: int) -> None:
+        with sqlsdc.connect(path, "ana") as guarded:
+            start.wait()
+            try:
+                guarded.verify(f"SELECT COUNT(*) FROM syn WHERE age > {20 + i}", mode="noisy",
+                               epsilon="1/100")  # fmt: skip
+                outcomes.append("answered")
+            except PolicyViolation as refusal:
+                assert "its limit" in str(refusal)
+                outcomes.append("refused")
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    with duckdb.connect(str(path), read_only=True) as raw:
+        (stored,) = raw.execute("SELECT count(*) FROM sqlsdc.verifications").fetchone()
+    assert len(outcomes) == 8
+    assert 1 <= outcomes.count("answered") == stored <= 3, outcomes
