@@ -170,8 +170,15 @@ class OlsFit:
 
 
 def fit_ols(x: np.ndarray, y: np.ndarray) -> OlsFit:
-    """OLS by the normal equations; raises ``np.linalg.LinAlgError`` if XᵀX is singular."""
-    gram = x.T @ x
+    """OLS by the normal equations; raises ``np.linalg.LinAlgError`` if XᵀX is singular, or
+    not finite: LAPACK's SVD (``cond``) prints "On entry to DLASCL parameter number 4 had an
+    illegal value" on the process's stderr for an infinite or NaN entry, so on confidential
+    records whether a regressor reached infinity (``age + income * k * 1e-320``: exactly the
+    records with income >= 1.8e308 / k) was printed for an analyst to read (red team s43b)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        gram = x.T @ x
+    if not np.isfinite(gram).all():
+        raise np.linalg.LinAlgError("regressors not finite")
     if np.linalg.cond(gram) > 1e12:
         raise np.linalg.LinAlgError("collinear regressors")
     inverse = np.linalg.inv(gram)

@@ -261,7 +261,8 @@ def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeou
                 )
         confidential = _records(con, request, source, False, timeout, source_types)
         key = KeyedStream(secret, "sqlsdc.verify", output.name, output.version, data)
-        cells = _measure(request, plan, synthetic, confidential, output, key, k_min, mode, eps)
+        with np.errstate(all="ignore"):  # see _measure
+            cells = _measure(request, plan, synthetic, confidential, output, key, k_min, mode, eps)
         answer = Verification(
             output.name,
             mode,
@@ -602,7 +603,12 @@ def _combined_ci(request, slot, synthetic, output) -> tuple[float, float]:
 
 
 def _measure(request, plan, synthetic, confidential, output, key, k_min, mode, eps) -> list:
-    """Fidelity of every released cell: the decile interval of the scan, or the noisy FM."""
+    """Fidelity of every released cell: the decile interval of the scan, or the noisy FM.
+
+    Called under ``np.errstate(all="ignore")``: numpy's floating-point warnings (overflow,
+    invalid value) on the confidential records would tell the analyst's process, or raise
+    there under ``np.seterr(all="raise")`` or ``warnings.simplefilter("error")``, whether some
+    record's value overflowed a request's arithmetic (red team s43b)."""
     keys = _keys(request, confidential)
     population = len(confidential)
     out = []

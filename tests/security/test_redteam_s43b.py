@@ -22,6 +22,21 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      each a new query on an output whose limit is 3, were all answered and charged (8 stored,
      2.7 times the limit; as many over as connections at once). Fixed
      (``sqlsdc/synth/verify_limit.py``): a query reserves its place when it passes the check.
+- W  an OLS regressor that overflows to infinity on the confidential records only:
+     ``OLS(age, income, age + income * k * 1e-320)`` is about ``age`` on every record whose
+     ``income * k`` is finite (the synthetic side: answered, not collinear) and infinite where
+     income >= 1.8e308 / k. LAPACK's SVD (``np.linalg.cond`` in ``fit_ols``) then printed
+     "On entry to DLASCL parameter number 4 had an illegal value" (6 lines) on the analyst's
+     process's stderr (the CLI's too): on s35's database t = 912,344 printed and 912,346 did
+     not, so bisection read the largest income (912,345, one person's) exactly in ~40
+     requests for 3 cells x 1e-6 of epsilon each. Fixed: ``fit_ols`` refuses a non-finite
+     XᵀX before LAPACK sees it (no estimate: FM 0, as for other failed fits).
+- W  numpy's floating-point warnings on the confidential records: a DOUBLE measure holding
+     an infinity for one person made ``OLS(x, income) ... WHERE age = 23`` (the person's
+     cell) warn "invalid value encountered in matmul" in the analyst's process, and raise
+     FloatingPointError after the charge under ``np.errstate(all="raise")``; ``age = 25``
+     did neither: membership of that person in any cell, one request each. Fixed: the
+     confidential fidelity is computed under ``np.errstate(all="ignore")``.
 """
 
 from __future__ import annotations
@@ -29,11 +44,13 @@ from __future__ import annotations
 import json
 import shutil
 import threading
+import warnings
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pytest
-from test_redteam_s35 import verify_db  # noqa: F401 - s35's fixture
+from test_redteam_s35 import TARGET_INCOME, verify_db  # noqa: F401 - s35's fixture
 
 import sqlsdc
 from sqlsdc.admin import apply
@@ -88,13 +105,14 @@ def test_a_request_that_is_not_collinear_is_still_charged_and_answered(verify_db
         assert con.remaining_budget()[0].spent.epsilon - before == pytest.approx(4 / 1000)
 
 
-TYPED_SOURCE = "SELECT region, since, score, age, income FROM persons"
+TYPED_SOURCE = "SELECT region, since, score, age, income, x FROM persons"
 
 
 @pytest.fixture(scope="module")
 def typed_db(tmp_path_factory) -> Path:
     """2,000 persons with a DATE (``since``, 3 values) and a DECIMAL (``score``, 4 values)
-    dimension, DP-protected, and a released "synthetic" output of them (a copy: the group
+    dimension and a DOUBLE measure ``x`` infinite for one person (pid 5, age 23),
+    DP-protected, and a released "synthetic" output of them (a copy: the group
     values matter here, not the synthesis)."""
     path = tmp_path_factory.mktemp("s43b_typed") / "db.duckdb"
     with duckdb.connect(str(path)) as con:
@@ -102,12 +120,14 @@ def typed_db(tmp_path_factory) -> Path:
             "CREATE TABLE persons AS SELECT i AS pid, CASE WHEN i % 2 = 0 THEN 'a' ELSE 'b' END "
             "AS region, DATE '2020-01-01' + CAST(i % 3 AS INTEGER) AS since, "
             "CAST((i % 4) / 2 AS DECIMAL(6, 1)) AS score, 18 + i % 70 AS age, "
-            "CAST(1000 + (i * 7919) % 90000 AS BIGINT) AS income FROM range(2000) t(i)"
+            "CAST(1000 + (i * 7919) % 90000 AS BIGINT) AS income, "
+            "CASE WHEN i = 5 THEN 'inf'::DOUBLE ELSE i * 1.5 END AS x FROM range(2000) t(i)"
         )
     dimension = {"role": "dimension"}
     columns = {"pid": {"role": "identifier"}, "region": dimension, "since": dimension,
                "score": dimension, "age": dimension,
-               "income": {"role": "measure", "bounds": [0, 100000]}}  # fmt: skip
+               "income": {"role": "measure", "bounds": [0, 100000]},
+               "x": {"role": "measure", "bounds": [0, 10000]}}  # fmt: skip
     dp = {"method": "dp", "spend": {"epsilon": 1}}
     sqlsdc.init(path, {
         "tables": {"persons": {"privacy_unit": "pid", "columns": columns,
@@ -118,7 +138,10 @@ def typed_db(tmp_path_factory) -> Path:
     con = open_database(path)
     try:
         con.execute("CREATE SCHEMA IF NOT EXISTS protected")
-        con.execute(f"CREATE TABLE protected.syn AS {TYPED_SOURCE}")
+        con.execute(  # the synthetic x finite: only the confidential one is infinite
+            "CREATE TABLE protected.syn AS SELECT * REPLACE "
+            f"(CASE WHEN isfinite(x) THEN x ELSE 0 END AS x) FROM ({TYPED_SOURCE})"
+        )
         version, document = store.current_policy(con)[:2]
         report = json.dumps({"synthetic": True, "source_sql": TYPED_SOURCE, "copies": 1})
         store.record_output(con, "protected.syn", "synthesize", TYPED_SOURCE, "admin", version,
@@ -190,3 +213,57 @@ def test_threads_at_once_send_no_more_new_verifications_than_the_limit(typed_db:
         (stored,) = raw.execute("SELECT count(*) FROM sqlsdc.verifications").fetchone()
     assert len(outcomes) == 8
     assert 1 <= outcomes.count("answered") == stored <= 3, outcomes
+
+
+OVERFLOWING = "SELECT OLS(age, income, age + income * {k!r} * 1e-320) FROM syn"
+"""Regressor ~ age where ``income * k`` is finite, infinite where income >= DBL_MAX / k."""
+
+
+@pytest.mark.parametrize("floating", ["warn", "raise"])
+def test_a_regressor_overflowing_on_some_confidential_record_tells_nothing(
+    verify_db: Path,  # noqa: F811
+    floating: str,
+    capfd,
+):
+    """Before: with the threshold t at or below the largest confidential income (912,345),
+    LAPACK printed "DLASCL ... illegal value" on stderr; above it, nothing. Now both end
+    alike and print nothing."""
+    ends, printed = [], []
+    for i, t in enumerate((TARGET_INCOME - 1, TARGET_INCOME + 1)):
+        sql = OVERFLOWING.format(k=float(np.finfo(float).max) / t)
+        epsilon = f"{3 + i}/1000000" if floating == "warn" else f"{5 + i}/1000000"
+        with sqlsdc.connect(verify_db, "ana") as con, np.errstate(all=floating):
+            try:
+                con.verify(sql, mode="noisy", epsilon=epsilon)
+                ends.append("answered")
+            except Exception as error:  # noqa: BLE001 - any ending is the outcome compared
+                ends.append(type(error).__name__)
+        captured = capfd.readouterr()
+        printed.append(captured.out + captured.err)
+    assert ends == ["answered", "answered"], ends
+    assert printed == ["", ""], printed
+
+
+@pytest.mark.parametrize("floating", ["warn", "raise"])
+def test_an_infinite_confidential_value_raises_no_floating_point_warning(
+    typed_db: Path, floating: str
+):
+    """Before: the cell of the person whose x is infinite (age 23) warned "invalid value
+    encountered in matmul" (raised FloatingPointError under "raise", after the charge), the
+    cell of age 25 did not. Now neither warns, both are answered."""
+    ends = []
+    for i, age in enumerate((23, 25)):
+        epsilon = f"{11 + i + 2 * (floating == 'raise')}/1000000"
+        with (
+            sqlsdc.connect(typed_db, "ana") as con,
+            np.errstate(all=floating),
+            warnings.catch_warnings(record=True) as caught,
+        ):
+            warnings.simplefilter("always")
+            try:
+                con.verify(f"SELECT OLS(x, income) FROM syn WHERE age = {age}", mode="noisy",
+                           epsilon=epsilon)  # fmt: skip
+                ends.append(("answered", [str(w.message) for w in caught]))
+            except Exception as error:  # noqa: BLE001 - any ending is the outcome compared
+                ends.append((type(error).__name__, [str(w.message) for w in caught]))
+    assert ends == [("answered", []), ("answered", [])], ends
