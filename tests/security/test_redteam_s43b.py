@@ -37,6 +37,9 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      FloatingPointError after the charge under ``np.errstate(all="raise")``; ``age = 25``
      did neither: membership of that person in any cell, one request each. Fixed: the
      confidential fidelity is computed under ``np.errstate(all="ignore")``.
+- W  GROUP BY a column the synthetic output has and its source lacks (an admin's added
+     column): charged epsilon per synthetic group, then the engine failed on the source
+     (OperationalError), uncached and uncounted. Refused from the types, before the charge.
 """
 
 from __future__ import annotations
@@ -267,3 +270,20 @@ def test_an_infinite_confidential_value_raises_no_floating_point_warning(
             except Exception as error:  # noqa: BLE001 - any ending is the outcome compared
                 ends.append((type(error).__name__, [str(w.message) for w in caught]))
     assert ends == [("answered", []), ("answered", [])], ends
+
+
+def test_a_group_the_source_lacks_is_refused_before_the_charge(typed_db: Path, tmp_path):
+    """Before: charged 1/100 (one synthetic group), then OperationalError from the engine."""
+    path = tmp_path / "db.duckdb"
+    shutil.copy(typed_db, path)
+    con = open_database(path)
+    try:
+        con.execute("ALTER TABLE protected.syn ADD COLUMN extra INTEGER DEFAULT 1")
+    finally:
+        con.close()
+    with sqlsdc.connect(path, "ana") as guarded:
+        spent = guarded.remaining_budget()[0].spent
+        with pytest.raises(PolicyViolation, match="source has no such column"):
+            guarded.verify("SELECT extra, COUNT(*) FROM syn GROUP BY extra", mode="noisy",
+                           epsilon="1/100")  # fmt: skip
+        assert guarded.remaining_budget()[0].spent == spent
