@@ -40,6 +40,32 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
 - W  GROUP BY a column the synthetic output has and its source lacks (an admin's added
      column): charged epsilon per synthetic group, then the engine failed on the source
      (OperationalError), uncached and uncounted. Refused from the types, before the charge.
+- H  literals cast once against typed columns (``i = '1e400'``, ``dec = '1e400'``,
+     ``i BETWEEN '1' AND '1e999'``, ``i IN ('1', '1e999')``, ``b = 'yes'``): accepted and
+     total in DuckDB (infinities, no error, with or without rows reaching them); 40 other
+     type pairs (DATE/TIMESTAMP/INTERVAL/TIME/UUID/BLOB/ENUM/LIST/STRUCT against text or
+     numbers, arithmetic on dates and booleans, SUM of dates) refused from the types.
+- H  a fuzz of 672 requests (8 groupings incl. DATE, DECIMAL, BOOLEAN, TIMESTAMP with NULLs
+     x 14 estimands x 6 WHEREs) on confidential data holding NULL, NaN and +-infinity: after
+     the fixes above none refused after its charge nor raised anything but a refusal.
+- H  the canonical form of a request (the cache's and the noise's key): string case,
+     ``65`` / ``65.0`` / ``65.00000000000000000001``, ``1e400`` / ``1e401``, ``.5`` / ``0.5``,
+     ``1_000`` / ``1000``, ``"Age"`` / ``age``: equal keys only for equal populations;
+     escape strings, dollar quotes and COLLATE refused.
+- H  DP queries on the demo (benefits; 25 queries): self-joins, joins on non-unique keys,
+     UNION ALL, IN subqueries, table functions and UNNEST refused; ``NOT IN ('R01', NULL)``,
+     ``IN ('R01', NULL)``, ``OR NULL`` each a population of its own (paid), ``AND (NULL OR
+     TRUE)`` and ``100`` / ``100.0`` shared (free, the same cells); GROUP BY an expression
+     without a public domain and GROUP BY a measure refused.
+- H  DP sums over a DOUBLE measure holding NaN and +-infinity: SUM and AVG refused for the
+     whole column (a column-level fact), VARIANCE, STDDEV and MEDIAN answered with noise
+     whether or not the cell holds the infinite record (0.0 also where it does not).
+- H  the DP plan cache (``accountant._planned``, lru on Aggregate/Bounding/PrivacyCost/
+     alpha): every field compared, floats refused, so equal keys are equal inputs.
+- O  (not measured as a leak) a verification stopped after its charge (a statement timeout,
+     an interrupt) stores nothing: it is paid, not cached and not counted against
+     ``max_queries``; its time is that of a full read of the source, which the request's
+     expressions (all DOUBLE, total) barely change.
 """
 
 from __future__ import annotations
