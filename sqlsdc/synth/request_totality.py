@@ -83,14 +83,22 @@ def evaluated_inputs(request) -> list[tuple[exp.Expr, bool]]:
 def check_total(
     request, sides: Iterable[Mapping[str, exp.DataType]], timeout: float | None = None
 ) -> None:
-    """Refuse ``request`` (PolicyViolation) when an expression it evaluates on the records
-    could raise an error for some values of the columns' types on any side (``sides``: the
+    """Refuse ``request`` (PolicyViolation) when it groups by a column one side lacks, or
+    when an expression it evaluates on the records could raise an error for some values of
+    the columns' types on any side (``sides``: the
     synthetic output's and the confidential source's column types), once numbers are read as
     DOUBLE: decided from the types alone, so alike whatever either side holds. A constant
     part (``60 + 5``) is evaluated once, on no data (``timeout``: for that): DuckDB may
     evaluate it row by row, only on the rows that reach it (``region = 'x' AND 1 / 0 ...``),
     so one that raises is refused too."""
     for types in sides:
+        missing = [name for name in request.groups if name not in types]
+        if missing:  # read as they are on both sides: absent, the engine failed after the charge
+            raise PolicyViolation(
+                f"GROUP BY {', '.join(missing)}: the output's confidential source has no such "
+                "column, so the two sides' groups cannot be compared",
+                "group by columns that the synthetic output shares with its source",
+            )
         for node, numeric in evaluated_inputs(request):
             problem = _problem(as_evaluated(node, types), types, numeric,
                                condition=node is request.where, timeout=timeout)  # fmt: skip

@@ -77,6 +77,7 @@ from sqlsdc.synth.scan import (
     scan_aggregate,
     scan_ols,
 )
+from sqlsdc.synth.verify_limit import reserved
 
 __all__ = ["DEFAULT_MAX_QUERIES", "MODES", "Verification", "verify"]
 
@@ -218,86 +219,94 @@ def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeou
             rows=len(answer.cells),
         )
         return answer
-    (asked,) = engine.one(
-        con,
-        f"SELECT count(*) FROM {S}.verifications WHERE user_name = ? AND output = ? "
-        "AND output_version = ?",
-        [user, output.name, output.version],
-    )
-    if asked >= output.max_queries:
-        raise PolicyViolation(
+
+    def stored() -> int:
+        (asked,) = engine.one(
+            con,
+            f"SELECT count(*) FROM {S}.verifications WHERE user_name = ? AND output = ? "
+            "AND output_version = ?",
+            [user, output.name, output.version],
+        )
+        return asked
+
+    def refuse(asked: int) -> PolicyViolation:
+        return PolicyViolation(
             f"user {user!r} has sent {asked} verification queries on {output.name}, its limit",
             "repeat an earlier query (answered from the cache), or ask an admin to raise "
             "`verification.max_queries` in the output's report",
         )
-    k_min = _min_frequency(policy, tables)
-    synthetic = _records(con, request, exp.to_table(output.name), output.copies > 1, timeout,
-                         synthetic_types)  # fmt: skip
-    plan = _plan(request, synthetic, output, k_min)
-    released = [c for c in plan if c["status"] == "released"]
-    spent = Fraction(0)
-    if mode == "noisy" and released:
-        spent = eps * len(released)
-        cost = PrivacyCost(epsilon=spent)
-        with lock or nullcontext():
-            charge(
-                con,
-                user=user,
-                tables=tables,
-                cost=cost,
-                query_id=query_id,
-                limits=policy_limits(policy),
-                policy_version=version,
-                sql=sql,
-                fingerprint=request.digest,
-            )
-    confidential = _records(con, request, source, False, timeout, source_types)
-    key = KeyedStream(secret, "sqlsdc.verify", output.name, output.version, data)
-    cells = _measure(request, plan, synthetic, confidential, output, key, k_min, mode, eps)
-    answer = Verification(
-        output.name,
-        mode,
-        output.copies,
-        "naive" if output.copies == 1 else output.combining,
-        cells,
-        str(spent),
-        False,
-        query_id,
-        request.canonical,
-    )
-    con.execute("BEGIN TRANSACTION")
-    try:
-        con.execute(
-            f"INSERT OR IGNORE INTO {S}.verifications VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                entry,
-                user,
-                output.name,
-                output.version,
-                request.canonical,
-                mode,
-                None if eps is None else str(eps),
-                json.dumps(answer.to_dict()),
-                query_id,
-                store.now(),
-            ],
-        )
-        store.record_query(
-            con,
+
+    place = (_database(con), user, output.name, output.version)
+    with reserved(place, output.max_queries, stored, refuse):  # counted with those running
+        k_min = _min_frequency(policy, tables)
+        synthetic = _records(con, request, exp.to_table(output.name), output.copies > 1, timeout,
+                             synthetic_types)  # fmt: skip
+        plan = _plan(request, synthetic, output, k_min)  # refusals from the synthetic side: here
+        released = [c for c in plan if c["status"] == "released"]
+        spent = Fraction(0)
+        if mode == "noisy" and released:
+            spent = eps * len(released)
+            cost = PrivacyCost(epsilon=spent)
+            with lock or nullcontext():
+                charge(
+                    con,
+                    user=user,
+                    tables=tables,
+                    cost=cost,
+                    query_id=query_id,
+                    limits=policy_limits(policy),
+                    policy_version=version,
+                    sql=sql,
+                    fingerprint=request.digest,
+                )
+        confidential = _records(con, request, source, False, timeout, source_types)
+        key = KeyedStream(secret, "sqlsdc.verify", output.name, output.version, data)
+        with np.errstate(all="ignore"):  # see _measure
+            cells = _measure(request, plan, synthetic, confidential, output, key, k_min, mode, eps)
+        answer = Verification(
+            output.name,
+            mode,
+            output.copies,
+            "naive" if output.copies == 1 else output.combining,
+            cells,
+            str(spent),
+            False,
             query_id,
-            user,
-            version,
-            "accepted",
-            sql,
-            reason=f"verification ({mode})",
-            fingerprint=request.digest,
-            rows=len(cells),
+            request.canonical,
         )
-        con.execute("COMMIT")
-    except BaseException:
-        engine.rollback(con)
-        raise
-    return answer
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.execute(
+                f"INSERT OR IGNORE INTO {S}.verifications VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    entry,
+                    user,
+                    output.name,
+                    output.version,
+                    request.canonical,
+                    mode,
+                    None if eps is None else str(eps),
+                    json.dumps(answer.to_dict()),
+                    query_id,
+                    store.now(),
+                ],
+            )
+            store.record_query(
+                con,
+                query_id,
+                user,
+                version,
+                "accepted",
+                sql,
+                reason=f"verification ({mode})",
+                fingerprint=request.digest,
+                rows=len(cells),
+            )
+            con.execute("COMMIT")
+        except BaseException:
+            engine.rollback(con)
+            raise
+        return answer
 
 
 def _mode(mode, admin: bool) -> str:
@@ -355,6 +364,14 @@ def _epsilon(mode: str, epsilon) -> Fraction | None:
 def _is_admin(policy, user: str) -> bool:
     found = policy.user(user)
     return found is not None and found.role == UserRole.ADMIN
+
+
+def _database(con) -> str:
+    """The file (or in-memory name) of the database ``con`` reads: the per-output limit's
+    places are counted per database (:mod:`sqlsdc.synth.verify_limit`)."""
+    row = engine.one(con, "SELECT path FROM duckdb_databases() WHERE database_name = "
+                          "current_database()")  # fmt: skip
+    return str(row[0]) if row is not None and row[0] else f"memory:{id(con)}"
 
 
 def _data_versions(con, tables) -> str:
@@ -459,12 +476,20 @@ def _member(keys: pd.Series, group: tuple) -> np.ndarray:
     return np.fromiter((k == group for k in keys), dtype=bool, count=len(keys))
 
 
+_JSON_VALUES = (str, int, float, bool, type(None))
+
+
 def _plain(value):
+    """A group value as an answer (and its cached copy, stored as JSON) holds it: a numpy
+    scalar as Python's, NaN as None, any other type (a DATE, a DECIMAL, a TIMESTAMP) as its
+    text, as the cell's noise label reads it. Red team s43b: kept as a ``date`` or a
+    ``Decimal``, the answer's ``json.dumps`` failed after the charge (a TypeError, unaudited,
+    uncached, uncounted against ``max_queries``, the confidential records read each time)."""
     if isinstance(value, np.generic):
-        return value.item()
+        value = value.item()
     if isinstance(value, float) and np.isnan(value):
         return None
-    return value
+    return value if isinstance(value, _JSON_VALUES) else str(value)
 
 
 def _terms(request: Request) -> list[tuple[int, str | None, int]]:
@@ -482,7 +507,13 @@ def _terms(request: Request) -> list[tuple[int, str | None, int]]:
 def _plan(request: Request, synthetic: pd.DataFrame, output: _Output, k_min: int) -> list[dict]:
     """The cells of the answer, from the synthetic (public) records only: one per group present
     in the synthetic data × estimand × term; groups under ``k_min`` records per copy are
-    suppressed."""
+    suppressed, and each released cell carries its synthetic interval (``_syn_ci``).
+
+    The interval is computed here, before the charge and before any confidential record is
+    read, because it can refuse the request (regressors collinear on the synthetic data):
+    refused in :func:`_measure`, after the charge, such a request cost the analyst ε per cell
+    for no answer, read the confidential records, and being neither cached nor counted it
+    escaped the per-output limit (red team s42b's open item, s43b)."""
     inside = synthetic[synthetic["__in"]]
     keys = _keys(request, inside)
     cells = []
@@ -499,6 +530,7 @@ def _plan(request: Request, synthetic: pd.DataFrame, output: _Output, k_min: int
                 cell.update(status="suppressed", reason=f"fewer than {k_min} synthetic records")
             else:
                 cell.update(status="released")
+                cell["_syn_ci"] = _synthetic_ci(request, (group, k, j), synthetic, output)
             cell["_slot"] = (group, k, j)
             cells.append(cell)
     return cells
@@ -571,12 +603,17 @@ def _combined_ci(request, slot, synthetic, output) -> tuple[float, float]:
 
 
 def _measure(request, plan, synthetic, confidential, output, key, k_min, mode, eps) -> list:
-    """Fidelity of every released cell: the decile interval of the scan, or the noisy FM."""
+    """Fidelity of every released cell: the decile interval of the scan, or the noisy FM.
+
+    Called under ``np.errstate(all="ignore")``: numpy's floating-point warnings (overflow,
+    invalid value) on the confidential records would tell the analyst's process, or raise
+    there under ``np.seterr(all="raise")`` or ``warnings.simplefilter("error")``, whether some
+    record's value overflowed a request's arithmetic (red team s43b)."""
     keys = _keys(request, confidential)
     population = len(confidential)
     out = []
     for cell in plan:
-        slot = cell.pop("_slot")
+        slot, syn_ci = cell.pop("_slot"), cell.pop("_syn_ci", None)
         if cell["status"] != "released":
             out.append(cell)
             continue
@@ -593,7 +630,6 @@ def _measure(request, plan, synthetic, confidential, output, key, k_min, mode, e
                 }
             )
             continue
-        syn_ci = _synthetic_ci(request, slot, synthetic, output)
         width = len(estimand.inputs)
         if mode == "noisy":
             fm = _true_fm(estimand.kind, rows, k, j, width, population, syn_ci)
