@@ -1,0 +1,110 @@
+"""Red team s43f: many users on one database, the server, the release database, faults.
+
+The attacker is an analyst with a server login (or an embedded connection); a finding is
+something one analyst takes from the others (memory, turns) or learns beyond the protection.
+The attacks that held are listed at the end of the module, one line each, with their numbers.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sqlsdc.server.limits import MAX_SETTINGS, MAX_SETTINGS_CHARACTERS
+from sqlsdc.server.sqlstate import StatementError
+
+psycopg = pytest.importorskip("psycopg")
+
+
+@pytest.fixture(scope="module")
+def server_db(pristine_demo_db, tmp_path_factory, copy_database):
+    from tests.server.conftest import add_server_user
+
+    db = copy_database(pristine_demo_db, tmp_path_factory.mktemp("s43f"))
+    add_server_user(db)
+    return db
+
+
+# --- session settings: what one session keeps in the shared server is bounded ----------------
+
+
+def test_set_of_ever_new_names_cannot_take_the_servers_memory(server):
+    """A session's SET values were kept without bound (a dict echoed by SHOW and copied into
+    the session's pg_settings on every SET): one analyst's 250 SETs of 2 MB values (new names
+    x0, x1, ...) grew the server by 590 MB in 172 s, all accepted, and any number of sessions
+    could do it at once. Now a session keeps at most MAX_SETTINGS names and
+    MAX_SETTINGS_CHARACTERS characters: the SET beyond is refused (53400), keeps nothing, and
+    the session goes on with the settings it had."""
+    with psycopg.connect(server.dsn(), autocommit=True) as con:
+        big = "a" * (MAX_SETTINGS_CHARACTERS // 4)
+        for i in range(3):
+            con.execute(f"SET x{i} = '{big}'")
+        with pytest.raises(psycopg.Error) as caught:
+            con.execute(f"SET x3 = '{big}'")
+        assert caught.value.sqlstate == "53400"
+        assert "at most" in str(caught.value)
+        with pytest.raises(psycopg.Error):  # the refused SET kept nothing
+            con.execute("SHOW x3")
+        assert con.execute("SHOW x0").fetchone()[0] == big
+        con.execute("RESET x0")  # what a session frees it may use again
+        con.execute(f"SET x3 = '{big}'")
+        assert con.execute("SELECT region, COUNT(*) FROM persons GROUP BY region").fetchall()
+
+
+def test_a_single_set_of_four_megabytes_is_refused(server):
+    """One Query message carries up to 4 MB: a single SET of that size is refused too, and
+    the session answers the next statement."""
+    with psycopg.connect(server.dsn(), autocommit=True) as con:
+        with pytest.raises(psycopg.Error) as caught:
+            con.execute("SET application_name = '" + "a" * 4_000_000 + "'")
+        assert caught.value.sqlstate == "53400"
+        assert con.execute("SHOW application_name").fetchone()[0] == ""
+
+
+def test_the_number_of_settings_a_session_keeps_is_bounded(session_catalog):
+    """Short names count too: each SET copied every setting into pg_settings, so tens of
+    thousands of names also made every SET slower for the pool every user shares."""
+    kept = len(session_catalog.answer("SHOW ALL").table)
+    for i in range(MAX_SETTINGS - kept):
+        session_catalog.answer(f"SET s{i} = 1")
+    with pytest.raises(StatementError) as caught:
+        session_catalog.answer("SET one_more = 1")
+    assert caught.value.code == "53400"
+    session_catalog.answer("SET s0 = 2")  # a name it keeps may change
+    assert session_catalog.answer("SHOW s0").table.to_pylist() == [{"s0": "2"}]
+    session_catalog.answer("DISCARD ALL")
+    session_catalog.answer("SET one_more = 1")
+
+
+# Attacks that held (red team s43f; the numbers are of one run on a 20,000-person demo):
+# - budgets under concurrency: 8 asyncpg sessions x 12 new DP counts through `sqlsdc serve`
+#   spent exactly 96 x 0.1 (+0.3 before); then 24 more at 0.1 left: 1 answered, 23 refused
+#   (53S01); 6 processes of two users against a shared (*, benefits) budget of 1: 7 answered,
+#   53 refused, spent exactly 1.
+# - 6 analyst processes (CKM + DP) x 40 queries while an admin loop ran rekey --yes, budget
+#   set/reset/grant, protect --replace, publish --replace, policy apply and audit (21 runs, 5
+#   killed with SIGKILL mid-run) and 2 analysts were killed: only sqlsdc errors (budget), no
+#   engine error or traceback; ledger = budget spent since the last reset; every charge has
+#   its audit entry; none pending.
+# - 44 admin commands (rekey, policy apply, publish, protect, synthesize) killed with SIGKILL
+#   at 0.3-10 s: no record key lost or duplicated (persons 20,000/20,000 distinct), key events
+#   only of completed re-keyings, no aside file left, the analyst's next query answered.
+# - one embedded connection shared by 8 threads (CKM, DP, one shared cursor, fetch_df) and
+#   closed from the main thread mid-run: 176 InterfaceError "the connection is closed", 1
+#   ProgrammingError, no raw exception.
+# - a user removed from the policy while connected: the next statement is AccessDenied.
+# - the server: SHOW of engine settings, SET search_path = sqlsdc, current_setting, pg_settings,
+#   COPY (3 forms), two statements in one Query, DESCRIBE/SUMMARIZE/PRAGMA/EXPLAIN, PREPARE,
+#   SET ROLE / SESSION AUTHORIZATION, pg_read_file, pg_shadow, pg_stat_activity; catalog
+#   statements with replacement scans of files ('/x.csv', "x.csv", FROM in a subquery),
+#   duckdb_settings()/duckdb_databases()/glob()/query()/query_table(), pgc./isc./memory.
+#   schemas; 32 extended-protocol parameter cases (int to text columns, NaN/Infinity/1e400
+#   numerics, dates vs integers, uuid/interval/bytea/time binary, arrays with NULL, empty and
+#   two-dimensional arrays, ANY over a text column with ints); SQL cursors (FETCH of 2^63-1
+#   and 10^23 rows, ABSOLUTE, a cursor named "x; SELECT * FROM persons", DECLARE of two
+#   statements or a row-level query): all refused or answered with protected cells only.
+# - wrong passwords: 300 attempts, median 7.3 / 6.8 / 5.7 ms for a server user, an unknown
+#   name and a policy user without a server password (p10 3.4-3.5 ms): no usable difference.
+# - the release database: only the published tables and release_contents (no view, macro,
+#   sequence, secret, comment); suppressed cells' values and n NULL; the anonymisation's seed
+#   in its definition is harmless (PRAM draws are keyed by the database's secret); no
+#   confidential string in the file's bytes (strings(1)).
