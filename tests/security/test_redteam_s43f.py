@@ -7,9 +7,13 @@ The attacks that held are listed at the end of the module, one line each, with t
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from sqlsdc.server.limits import MAX_SETTINGS, MAX_SETTINGS_CHARACTERS
+from sqlsdc.server import codec
+from sqlsdc.server.declared_cursors import DeclaredCursors
+from sqlsdc.server.limits import MAX_NAME, MAX_SETTINGS, MAX_SETTINGS_CHARACTERS
 from sqlsdc.server.sqlstate import StatementError
 
 psycopg = pytest.importorskip("psycopg")
@@ -73,6 +77,85 @@ def test_the_number_of_settings_a_session_keeps_is_bounded(session_catalog):
     assert session_catalog.answer("SHOW s0").table.to_pylist() == [{"s0": "2"}]
     session_catalog.answer("DISCARD ALL")
     session_catalog.answer("SET one_more = 1")
+
+
+# --- names of statements, portals and cursors: kept by the thousand, so bounded -------------
+
+
+def _errors(messages) -> list[str]:
+    from tests.server.test_protocol import error_code
+
+    return [error_code(body) for kind, body in messages if kind == b"E"]
+
+
+def test_a_statement_or_portal_named_with_megabytes_is_refused(server):
+    """A session keeps 1,000 prepared statements and 1,000 portals by name, and the 32 MB
+    bound on statements counted their text, not their names: 200 Parse messages of an empty
+    statement named with 3 MB each grew the server by 600 MB in 9 s (3 GB a session, and a
+    user holds many sessions). A name longer than MAX_NAME is refused (42622), keeps nothing,
+    and the session goes on."""
+    pytest.importorskip("scramp")
+    from tests.server.test_protocol import login, query, read_until
+
+    sock, _, _ = login(server)
+    try:
+        long_name = b"s" * (MAX_NAME + 1)
+        sock.sendall(codec.message(b"P", long_name + b"\0\0\0\0") + codec.message(b"S"))
+        assert _errors(read_until(sock)) == ["42622"]
+        sock.sendall(codec.message(b"P", b"s\0SELECT 1\0\0\0") + codec.message(b"S"))
+        assert _errors(read_until(sock)) == []  # a short name is kept as before
+        bind = codec.message(b"B", long_name + b"\0s\0" + b"\0" * 6)
+        assert _errors(query(sock, "BEGIN")) == []
+        sock.sendall(bind + codec.message(b"S"))
+        assert _errors(read_until(sock)) == ["42622"]
+        assert _errors(query(sock, "ROLLBACK")) == []
+        sock.sendall(codec.message(b"P", b"s" * MAX_NAME + b"\0\0\0\0") + codec.message(b"S"))
+        assert _errors(read_until(sock)) == []  # MAX_NAME itself is allowed
+    finally:
+        sock.close()
+
+
+def test_a_cursor_named_with_megabytes_is_refused(server):
+    """DECLARE kept a cursor under any name: 200 cursors of `SELECT 1` named with 3 MB each
+    grew the server by 614 MB, uncounted by the user's 64 MB bound."""
+    with psycopg.connect(server.dsn(), autocommit=True) as con:
+        with pytest.raises(psycopg.Error) as caught:
+            con.execute(f'DECLARE "{"c" * (MAX_NAME + 1)}" CURSOR WITH HOLD FOR SELECT 1')
+        assert caught.value.sqlstate == "42622"
+        con.execute('DECLARE "c" CURSOR WITH HOLD FOR SELECT 1')
+        assert con.execute("FETCH ALL FROM c").fetchall() == [(1,)]
+
+
+class _Server:
+    async def in_pool(self, function, *args, user=None):
+        return function(*args)
+
+
+class _Session(DeclaredCursors):
+    """The state DeclaredCursors reads of a server session, and the bytes it counts."""
+
+    def __init__(self, catalog):
+        self.cursors, self.portals, self.status = {}, {}, "I"
+        self.server, self.catalog, self.user = _Server(), catalog, "analyst"
+        self.connection = catalog._connection
+        self.guard_seconds, self.counted = 0.0, {}
+
+    def _recount(self, kind, name):
+        self.counted[name] = self.cursors[name].nbytes if name in self.cursors else 0
+
+    def _check_held(self, more=0):
+        pass
+
+
+def test_a_cursors_query_text_counts_against_its_users_bound(session_catalog):
+    """A cursor keeps its query's text (as a prepared statement does), which counted for
+    nothing: a thousand cursors of a query padded to a megabyte held a gigabyte while the
+    user's 64 MB bound saw only their small answers. Now the text counts with the answer."""
+    session = _Session(session_catalog)
+    padding = "x" * 60_000  # a catalog query (the guard takes texts above 65,536)
+    text = f"SELECT relname FROM pg_class /* {padding} */"
+    asyncio.run(session._cursor(f"DECLARE c CURSOR WITH HOLD FOR {text}", ()))
+    assert session.counted["c"] >= len(padding)
 
 
 # Attacks that held (red team s43f; the numbers are of one run on a 20,000-person demo):
