@@ -218,6 +218,8 @@ def test_refused_statements_of_megabytes_are_not_logged_whole(fresh_demo_db):
 # - one embedded connection shared by 8 threads (CKM, DP, one shared cursor, fetch_df) and
 #   closed from the main thread mid-run: 176 InterfaceError "the connection is closed", 1
 #   ProgrammingError, no raw exception.
+# - 8 threads on 8 connections asking one new DP statistic at once: one charge (0.3), the
+#   same answer 8 times.
 # - a user removed from the policy while connected: the next statement is AccessDenied.
 # - the server: SHOW of engine settings, SET search_path = sqlsdc, current_setting, pg_settings,
 #   COPY (3 forms), two statements in one Query, DESCRIBE/SUMMARIZE/PRAGMA/EXPLAIN, PREPARE,
