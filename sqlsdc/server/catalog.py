@@ -37,7 +37,9 @@ from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import AccessDenied, NotSupportedError, PolicyViolation, ProgrammingError
 from sqlsdc.guard.parse import too_complex
 from sqlsdc.server import shadow
+from sqlsdc.server.limits import MAX_SETTINGS, MAX_SETTINGS_CHARACTERS
 from sqlsdc.server.pg_dialect import CatalogPostgres
+from sqlsdc.server.sqlstate import StatementError
 from sqlsdc.server.textcache import text_cache
 from sqlsdc.server.visible import visible_tables
 
@@ -263,10 +265,10 @@ class SessionCatalog:
                 f"SET {_IDENTITY[name.lower()]} cannot change it: log in as another server user"
             )
         if value.upper() in {"DEFAULT", "LOCAL"} or not value:
-            self._settings[name] = DEFAULT_SETTINGS.get(name, "")
+            value = DEFAULT_SETTINGS.get(name, "")
         else:
-            parts = [p.strip() for p in _split_values(value)]
-            self._settings[name] = ", ".join(_unquote(p) for p in parts)
+            value = ", ".join(_unquote(p.strip()) for p in _split_values(value))
+        self._settings = _within_limits({**self._settings, name: value})
         self._refresh_settings()
         return CatalogAnswer(None, "SET")
 
@@ -614,6 +616,21 @@ def _cast(node: exp.Cast, sql: str) -> exp.Expr:
     if node.to.this is exp.DataType.Type.USERDEFINED or isinstance(node.to, exp.ObjectIdentifier):
         raise PolicyViolation(f"type {target!r} is not available in catalog queries", "", sql)
     return node
+
+
+def _within_limits(settings: dict[str, str]) -> dict[str, str]:
+    """``settings`` if a session may keep them: at most :data:`MAX_SETTINGS` names and
+    :data:`MAX_SETTINGS_CHARACTERS` characters of names and values. The settings live as long
+    as the session, in the server every user shares: without a bound one analyst's SETs of new
+    names took the server's memory (red team s43f: 250 SETs of 2 MB values, 590 MB)."""
+    characters = sum(len(name) + len(value) for name, value in settings.items())
+    if len(settings) > MAX_SETTINGS or characters > MAX_SETTINGS_CHARACTERS:
+        raise StatementError("53400", f"a session keeps at most {MAX_SETTINGS} settings of "
+                             f"{MAX_SETTINGS_CHARACTERS:,} characters in all (names and "
+                             "values); this SET would keep more",
+                             "RESET the settings you no longer need, or set a shorter "
+                             "value")  # fmt: skip
+    return settings
 
 
 def _split_values(value: str) -> list[str]:

@@ -11,7 +11,14 @@ from sqlsdc.server import arrays, codec, cursors, types
 from sqlsdc.server.colnames import postgres_names
 from sqlsdc.server.limits import INLINE_TEXT, MAX_PREPARED, MAX_PREPARED_BYTES
 from sqlsdc.server.list_types import list_types
-from sqlsdc.server.portals import Portal, Statement, as_described, bind_values, forget_answer
+from sqlsdc.server.portals import (
+    Portal,
+    Statement,
+    as_described,
+    bind_values,
+    forget_answer,
+    within_name_limit,
+)
 from sqlsdc.server.qualified import unqualified
 from sqlsdc.server.rows import description
 from sqlsdc.server.running import catalog_answer, database_name, named
@@ -25,6 +32,7 @@ class ExtendedProtocol:
 
     async def _parse(self, body: codec.Reader) -> None:
         message = codec.parse_parse(body)
+        within_name_limit(message.name, "prepared statement")
         if message.name and message.name in self.statements:
             raise StatementError("42P05", f'prepared statement "{message.name}" already exists')
         kept = [st for name, st in self.statements.items() if name != message.name]
@@ -65,6 +73,7 @@ class ExtendedProtocol:
 
     async def _bind(self, body: codec.Reader) -> None:
         message = codec.parse_bind(body)
+        within_name_limit(message.portal, "portal")
         statement = self._statement(message.statement)
         if len(message.params) != len(statement.param_types):
             raise StatementError("08P01", f"bind message supplies {len(message.params)} "

@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from sqlsdc.server import codec, types
 from sqlsdc.server.catalog import CatalogAnswer
+from sqlsdc.server.limits import MAX_NAME
 from sqlsdc.server.sqlstate import StatementError
 
 
@@ -44,6 +45,16 @@ class Portal:
     def nbytes(self) -> int:
         """Bytes it keeps: its answer and the parameter values of its Bind."""
         return self.size + answer_bytes(self.result)
+
+
+def within_name_limit(name: str, what: str) -> str:
+    """``name`` if a session may keep it as the name of a ``what`` (at most :data:`MAX_NAME`
+    characters; 42622 name_too_long otherwise). A session keeps a thousand statements, portals
+    and cursors by name, so an unbounded name was a megabyte kept for free (red team s43f)."""
+    if len(name) > MAX_NAME:
+        raise StatementError("42622", f"a {what} name is at most {MAX_NAME:,} characters long; "
+                             f"this one has {len(name):,}", f"name the {what} shorter")  # fmt: skip
+    return name
 
 
 def answer_bytes(answer: CatalogAnswer | None) -> int:
