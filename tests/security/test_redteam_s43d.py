@@ -1,0 +1,108 @@
+"""Red team s43d: revisions of rounding, CTA and IPF jobs, and count jobs beside sum jobs.
+
+A reader keeps every version of a job's table and every other output of the same rows. After
+new data, two versions differ by the contribution of the units that changed in between
+(:mod:`sqlsdc.jobs.revisions` protects this for suppression jobs). Here: a CTA and a rounding
+stored again with ``--replace`` after one unit changed (:mod:`sqlsdc.jobs.adjusted_revisions`),
+and a count job stored after a sum job whose ``n`` counts the same units.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import pandas as pd
+import pytest
+
+from sqlsdc.engines.duckdb import open_database
+from sqlsdc.errors import TabularError
+from sqlsdc.jobs.adjust import cta_query, round_query
+from sqlsdc.jobs.protect import protect_query
+from sqlsdc.tabular.rules import DominanceRule, FrequencyRule
+
+TURNOVER = "SELECT nace, region, SUM(turnover) FROM enterprises GROUP BY nace, region"
+FIRMS = "SELECT nace, region, COUNT(*) FROM enterprises GROUP BY nace, region"
+RULES = [DominanceRule(n=1, k=60), FrequencyRule(3)]
+NEW_FIRM = (
+    "INSERT INTO enterprises SELECT max(enterprise_id) + 1, NULL, 'C', 'R02', "
+    "any_value(size_class), 5, {turnover}, 4242 FROM enterprises"
+)
+OLD80 = "SELECT region, education, COUNT(*) FROM persons WHERE age >= 80 GROUP BY region, education"
+
+
+def change(db, sql: str) -> None:
+    con = open_database(db)
+    try:
+        con.execute(sql)
+    finally:
+        con.close()
+
+
+def stored(db, name: str, dims=("nace", "region"), columns="value") -> pd.DataFrame:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        frame = con.sql(f"SELECT {', '.join(dims)}, {columns} FROM protected.{name}").df()
+    finally:
+        con.close()
+    return frame.set_index(list(dims))
+
+
+def test_a_cta_replaced_after_one_new_firm_does_not_publish_its_turnover(jobs_demo_db):
+    """Before: (C, R02) and R02's total of the two versions differed by exactly 1,234,567, the
+    new firm's turnover (and (C, R03) and R03's total by minus that, to keep C's total)."""
+    db = jobs_demo_db
+    cta_query(db, "admin", TURNOVER, into="t", rules=RULES)
+    first = stored(db, "t")["value"]
+    change(db, NEW_FIRM.format(turnover=1234567))
+    with pytest.raises(TabularError, match=r"fewer units changed than the rules allow"):
+        cta_query(db, "admin", TURNOVER, into="t", rules=RULES, replace=True)
+    second = stored(db, "t")["value"]  # what readers hold: the first version only
+    difference = second.sub(first, fill_value=0.0).abs()
+    assert not ((difference - 1234567).abs() < 1234567 * 0.1).any()
+
+
+def test_a_rounding_of_counts_replaced_after_one_person_turned_80_does_not_tell_their_cell(
+    jobs_demo_db,
+):
+    """Before: of six updates (one person of each region R01-R06 turns 80), five left the
+    rounding to base 5 as it was and one (R03) moved exactly the four cells that hold the
+    person's region and education (R03's total 570 -> 575, its count exactly): the person's
+    education, to a reader who knows the person turned 80. Now a
+    version that moves a cell while fewer units than the minimum frequency changed in some
+    cell is refused; a version that publishes the same table is stored."""
+    db, dims = jobs_demo_db, ("region", "education")
+    round_query(db, "admin", OLD80, into="r", base=5)
+    versions, refused = [stored(db, "r", dims)["value"]], 0
+    for region in ["R01", "R02", "R03"]:  # R04-R06 moved nothing either way
+        change(db, "UPDATE persons SET age = 80 WHERE person_id = (SELECT min(person_id) FROM "
+                   f"persons WHERE age = 79 AND region = '{region}')")  # fmt: skip
+        try:
+            round_query(db, "admin", OLD80, into="r", base=5, replace=True)
+        except TabularError as refusal:
+            assert "population of its own" in str(refusal)
+            refused += 1
+            continue
+        versions.append(stored(db, "r", dims)["value"])
+    assert refused >= 1  # was 0
+    for later in versions[1:]:  # every stored version is the first table again
+        pd.testing.assert_series_equal(later.sort_index(), versions[0].sort_index())
+
+
+@pytest.mark.parametrize("order", ["sum first", "count first"])
+def test_a_count_job_beside_a_sum_job_of_other_data_does_not_count_the_new_firm(
+    jobs_demo_db, order
+):
+    """Before (sum first): the sum job showed (C, R02)'s 12 enterprises, R02's 195 and 1,000
+    in all; one firm of turnover 0 entered (C, R02), and a new count job of the same rows
+    showed 13, 196 and 1,001: the firm's cell. The count job was compared with the sum job's
+    published n, not with its kept units, which are those of another aggregate."""
+    db = jobs_demo_db
+    first, second = (TURNOVER, FIRMS) if order == "sum first" else (FIRMS, TURNOVER)
+    rules = {TURNOVER: RULES, FIRMS: [FrequencyRule(3)]}
+    protect_query(db, "admin", first, into="a", rules=rules[first])
+    before = stored(db, "a", columns="n")["n"]
+    change(db, NEW_FIRM.format(turnover=0))
+    protect_query(db, "admin", second, into="b", rules=rules[second])
+    after = stored(db, "b", columns="n")["n"]
+    both = pd.DataFrame({"before": before, "after": after}).dropna()
+    assert len(both) > 20
+    assert (both.before == both.after).all(), both[both.before != both.after]
