@@ -12,7 +12,10 @@ rounding keeps each cell on the multiple it was published with while that is sti
 entered: of six updates of one person turning 80 (85+ by region x education, base 5), one
 moved the four cells that hold the person's region and education, and nothing else, which
 tells a reader who knows the person turned 80 their education; the region's total went from
-570 to 575, its count exactly.
+570 to 575, its count exactly. Raked twice to the same public margins (education) after one
+income of (R04, primary) grew by 50,000, the column's raked cells were all scaled by one ratio
+``(X + d) / X`` and its sensitive cells, fixed at their safe values, did not move: a reader
+who knew ``d`` had ``X`` and the originals of the column's 3 other raked cells exactly.
 
 The rule is the suppression jobs' (Hundepool et al. 2012, 4.5: a cell derivable by
 subtraction is protected as a cell of the difference table): the units now are kept in
