@@ -16,8 +16,9 @@ Tables:
     output_versions every version of those tables ever stored: its definition and report
     job_cells       the value each cell of a CTA, IPF or rounding job was last published with, per
                     job name and canonical population (its readers keep every version)
-    job_units       each unit's inner cell and contribution in every version of a suppression
-                    job, per canonical population: what changed between two versions
+    job_units       each unit's inner cell and contribution in every version of a suppression,
+                    rounding, CTA or IPF job, per canonical population: what changed between
+                    two versions
     suppressions    per suppressed table: the fingerprint (data and settings) of its protected
                     universe ``suppressed__<table>``, when and under which policy it was made
     budget_events   privacy-budget grants and resets by administrators: who, when, why

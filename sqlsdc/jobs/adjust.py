@@ -63,7 +63,9 @@ import pandas as pd
 from sqlsdc.catalog import store
 from sqlsdc.errors import TabularError
 from sqlsdc.jobs import kept_cells, replaced_sides
+from sqlsdc.jobs.adjusted_revisions import refuse_published_revisions, revision_units
 from sqlsdc.jobs.job import Job, Progress, check_time_limit, job_rules, open_job
+from sqlsdc.jobs.revisions import Units, record_units
 from sqlsdc.jobs.session import OUTPUT_SCHEMA
 from sqlsdc.jobs.tabulation import rated
 from sqlsdc.tabular.model import Table
@@ -173,8 +175,10 @@ def round_query(
         # rounded count of persons as 3525.0; new user s39)
         integral = np.abs(rounded).max(initial=0) < 2**53
         published = rounded.astype(np.int64) if integral else rounded
+        units = revision_units(job, identities)
+        refuse_published_revisions(job, table, rules, identities, units, rounded, "round")
         return _finish(job, table, published, "round", result.status, details, None, started,
-                       identities)  # fmt: skip
+                       identities, units)  # fmt: skip
 
 
 def cta_query(
@@ -253,8 +257,10 @@ def cta_query(
                                              lpl=lpl, method=f"CTA job ({method})",
                                              atol=_ipf_tolerance(table) if method == "mdi" else 0,
                                              ).require().to_dict()  # fmt: skip
+        units = revision_units(job, identities)
+        refuse_published_revisions(job, table, rules, identities, units, adjusted, "cta")
         return _finish(job, table, adjusted, "cta", report.status, details, sensitive, started,
-                       identities, extra=extra)  # fmt: skip
+                       identities, units, extra=extra)  # fmt: skip
 
 
 def ipf_query(
@@ -320,21 +326,24 @@ def ipf_query(
             "converged": True,
             "verification": verification.to_dict(),
         }
+        units = revision_units(job, identities)
+        refuse_published_revisions(job, table, rules, identities, units, raked, "ipf")
         return _finish(job, table, raked, "ipf", "converged", details, found.primary, started,
-                       identities)  # fmt: skip
+                       identities, units)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- shared
 
 
 def _finish(job: Job, table: Table, published, method, status, details, sensitive, started,
-            identities: kept_cells.Cells, *, extra: pd.DataFrame | None = None
+            identities: kept_cells.Cells, units: Units, *, extra: pd.DataFrame | None = None
             ) -> AdjustReport:  # fmt: skip
     """Quality report, stored rows (dimensions, published value, ``extra`` columns; cells
     published as 0 left out), the ``sqlsdc.outputs`` record, the ledger rows of every cell
     (those published as 0 too: a missing cell reads as 0, so it is released all the same) and
     every cell's published value kept under its identity (``identities``,
-    :mod:`~sqlsdc.jobs.kept_cells`)."""
+    :mod:`~sqlsdc.jobs.kept_cells`), and the job's ``units`` as this version holds them
+    (:mod:`~sqlsdc.jobs.adjusted_revisions`)."""
     job.step("quality report")
     q = quality(table.values, published, table, sensitive=sensitive)
     rows = table.cells[list(table.dims)].reset_index(drop=True).copy()
@@ -359,8 +368,14 @@ def _finish(job: Job, table: Table, published, method, status, details, sensitiv
         seconds=time.perf_counter() - started,
     )
     job.store(out, report.to_dict(), rows, extra=recorded,
-              kept=lambda: kept_cells.record(job, identities, published))  # fmt: skip
+              kept=lambda: _keep(job, identities, published, units))  # fmt: skip
     return report
+
+
+def _keep(job: Job, identities: kept_cells.Cells, published, units: Units) -> None:
+    """Keep the published values by cell identity and the units by version (one transaction)."""
+    kept_cells.record(job, identities, published)
+    record_units(job, units)
 
 
 def _refuse_moved_counts(job: Job, found, method: str) -> None:

@@ -147,30 +147,36 @@ def revision_rule(job: Job, table: Table, rules, units: Units) -> RevisionRule |
     fails ``rules`` (see the module), or None when no earlier version is kept."""
     if not _kept(job.con):
         return None
-    compared, alike = _compared_versions(job, units.population)
-    if not compared:
+    compared, alike, counted = _compared_versions(job, units.population)
+    if not compared and not counted:
         return None
     earlier = job.con.execute(
         f"SELECT query_id, unit, cell, value FROM {S}.job_units WHERE list_contains(?, query_id)",
-        [compared],
+        [compared + counted],
     ).df()
     rules = [r for r in rules if not isinstance(r, ManualRule)]  # the job's cells, not these
     frequency = [r for r in rules if isinstance(r, FrequencyRule)]
     count = len(table.cells)
     both, of_n = _Levels(count), _Levels(count)  # the sum's and n's; n's alone
     versions, levels, top_k = 0, _levels(job, table), required_top_k(rules)
-    for _query_id, before in earlier.groupby("query_id", sort=True):
+    for query_id, before in earlier.groupby("query_id", sort=True):
         versions += 1
-        changes, members = _differences(table, levels, before, units.frame, top_k)
-        found = [(changes, rules, ())]
-        if job.spec.measure is not None and frequency:
-            found.append((members, frequency, (of_n,)))
+        if query_id not in compared:  # another measure's version: its units' counts only
+            _, members = _differences(table, levels, before.assign(value=1.0),
+                                      units.frame.assign(value=1.0), 0)  # fmt: skip
+            counts_only = (both,) if job.spec.measure is None else (of_n,)
+            found = [(members, frequency, counts_only)] if frequency else []
+        else:
+            changes, members = _differences(table, levels, before, units.frame, top_k)
+            found = [(changes, rules, (both,))]
+            if job.spec.measure is not None and frequency:
+                found.append((members, frequency, (both, of_n)))
         for stats, applied, more in found:
             if stats is None:
                 continue
             result = apply_rules(stats, applied)
             hit = result.primary & (stats.n > 0)
-            for kept in (both, *more):
+            for kept in more:
                 kept.add(hit, result.upl, result.lpl)
     counts = None
     if job.spec.measure is not None and frequency:
@@ -179,11 +185,19 @@ def revision_rule(job: Job, table: Table, rules, units: Units) -> RevisionRule |
     return RevisionRule(both.cells, both.upl, both.lpl, versions, alike, counts=counts)
 
 
-def _compared_versions(job: Job, population: str) -> tuple[list[int], int]:
-    """The kept versions (query ids) a job of ``population`` is compared with, and how many of
-    them are of its own rows: those of the same canonical population, and those of another
-    population of the same table and aggregate that shares cells with the job in the data now
+def _compared_versions(job: Job, population: str) -> tuple[list[int], int, list[int]]:
+    """The kept versions (query ids) a job of ``population`` is compared with, how many of
+    them are of its own rows, and the versions of another aggregate compared by their units'
+    counts only: those of the same canonical population, and those of another population of
+    the same table and aggregate that shares cells with the job in the data now
     (:func:`~sqlsdc.jobs.stored_tables.share_cells`, as the pattern checks pair outputs).
+
+    Every job publishes its cells' unit counts (a count job its values, a sum job its ``n``),
+    so a version of the same table under another aggregate (a sum job beside a count job, or
+    turnover beside employees) is compared too, by the units that entered or left each cell
+    (red team s43d: a sum job showed (C, R02)'s 12 enterprises, one entered, and a count job
+    of the same rows stored after it showed 13, with 196 and 1,001 in its row and grand
+    total: the new firm's cell). Its cells are matched by units (``share_cells`` of counts).
 
     Red team s42k: compared with its own canonical population only, a job of ``WHERE
     turnover > 0`` (every enterprise: the same rows, stored beside the job without WHERE)
@@ -197,26 +211,30 @@ def _compared_versions(job: Job, population: str) -> tuple[list[int], int]:
         f"LEFT JOIN {S}.output_versions AS v USING (query_id) ORDER BY k.query_id"
     ).fetchall()
     mine = json.loads(population)
-    compared, alike = [], 0
+    compared, alike, counted = [], 0, []
     for query_id, theirs, sql in rows:
         if theirs == population:
             compared.append(query_id)
             alike += 1
             continue
         described = json.loads(theirs)
-        if (described.get("table"), described.get("measure")) != (mine["table"], mine["measure"]):
+        if described.get("table") != mine["table"]:
             continue
+        other = described.get("measure") != mine["measure"]
         try:
             spec = parse_job(sql, job.policy, stored=True)
         except (Error, TypeError):  # no definition kept, or one no longer read: compared
-            compared.append(query_id)
+            (counted if other else compared).append(query_id)
             continue
-        if same_rows(job.con, job.spec.table, spec.where, job.spec.where):
+        if other:
+            if share_cells(job.con, replace(spec, measure=None), replace(job.spec, measure=None)):
+                counted.append(query_id)
+        elif same_rows(job.con, job.spec.table, spec.where, job.spec.where):
             compared.append(query_id)
             alike += 1
         elif share_cells(job.con, spec, job.spec):
             compared.append(query_id)
-    return compared, alike
+    return compared, alike, counted
 
 
 class _Levels:
