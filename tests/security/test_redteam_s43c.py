@@ -12,6 +12,24 @@ W: worked, fixed, test below; H: held.
      was stored too (2 syntheses: the s42c refusal skipped). Fixed: a synthesis counts, per
      row of its source, the records per row that earlier non-DP syntheses of rows holding it
      drew (each its records over its rows now), with a column reading a column it reads.
+- W  the same for anonymised files (``file_pairs._refuse_two_draws``): 30 PRAM files (p=0.8)
+     of R01's persons but one each, published together, gave 11 of 24 municipality counts
+     exactly as their PRAM-corrected mean (one file: 3). Fixed: files of overlapping rows
+     are refused as files of the same rows are.
+- W  a suppression output forgotten once no output holds it: enterprise counts by nace x
+     region by ``gauss`` (``freq:3``), the output replaced by a table of persons or dropped,
+     then the same cells by ``hitas`` under another name (3 jobs): the second pattern
+     published 4 cells the first hid, and the two pinned 4 of 12 primaries, 3 at exactly 1
+     (s32b's attack, which ``earlier_suppressions`` blocks while the first is stored).
+     Fixed: the versions no output holds (jobs/replaced_suppressions.py, from the ledger and
+     the kept units) are kept suppressed, published and audited as stored ones are.
+- W  three versions: the joint revision audit read the new version with the stored one only.
+     Two firms entered a hidden cell h (F = 1,234,567 with v2, H = 1,111,111 with v3), a firm
+     J (1,000,000) entered another hidden cell of h's row with F and left with H, three firms
+     entered a published cell of the row each time: each consecutive pair met its levels,
+     and v1 with v3 (h's neighbour unchanged between them) bounded h's change above at its
+     exact value 2,345,678 (3 jobs, on the 20,000-person demo). Fixed by the same versions:
+     v3 is audited with v1 too and refused.
 """
 
 from __future__ import annotations
@@ -98,3 +116,73 @@ def test_two_files_of_disjoint_rows_with_a_column_drawn_anew_are_released_togeth
                   sql=f"SELECT municipality FROM persons WHERE region = 'R01' AND sex = '{sex}'",
                   steps=["pram:municipality:p=0.8"], seed=seed)  # fmt: skip
     publish(jobs_demo_db, tmp_path / "release.duckdb", "admin", include=("a1", "a2"))
+
+
+@pytest.mark.parametrize("forget", ["replace", "drop"])
+def test_a_suppression_pattern_no_output_holds_any_more_is_still_kept(
+    pristine_demo_db, tmp_path, copy_database, forget
+):
+    """Red team s43c (fails before the fix: 4 cells the first pattern hid published, 3
+    enterprise counts of 1 pinned exactly with the first pattern)."""
+    from sqlsdc.jobs.protect import protect_query
+    from sqlsdc.tabular.rules import FrequencyRule
+    from tests.security.test_redteam_s32b import NACE_REGION, _job, assert_two_patterns_protect
+
+    db = copy_database(pristine_demo_db, tmp_path)
+    rules = [FrequencyRule(3)]
+    protect_query(db, "admin", NACE_REGION, into="by_gauss", rules=rules, time_limit=10)
+    first = _job(db, "by_gauss")
+    if forget == "drop":
+        con = duckdb.connect(str(db))
+        con.execute("DROP TABLE protected.by_gauss")
+        con.close()
+    else:  # other cells under its name
+        protect_query(db, "admin", "SELECT region, sex, COUNT(*) FROM persons GROUP BY region, sex",
+                      into="by_gauss", rules=rules, time_limit=10, replace=True)  # fmt: skip
+    protect_query(db, "admin", NACE_REGION, into="by_hitas", method="hitas", rules=rules,
+                  time_limit=10)  # fmt: skip
+    assert_two_patterns_protect(db, first, _job(db, "by_hitas"))
+
+
+def test_the_first_and_third_versions_are_audited_together(jobs_demo_db):
+    """Red team s43c (fails before the fix: the third version stored, and the change of h
+    from the first to the third version bounded above at its exact value, 2,345,678: two
+    firms entered h, F = 1,234,567 and H = 1,111,111). A firm J (1,000,000) enters another
+    hidden cell h2 of h's row with F, and leaves with H's entry; three firms enter a
+    published cell of the row each time. Each pair of consecutive versions meets its levels
+    (J's entry and exit hide F's and H's), the first and third did not: h2 is unchanged
+    between them. The third is now audited with the first too (no output holds it)."""
+    from sqlsdc.errors import TabularError
+    from sqlsdc.jobs.protect import protect_query
+    from tests.jobs.test_revisions import NEW_FIRM, RULES, change
+    from tests.security.test_redteam_s42k import BY, _change_interval, _statuses
+
+    db, sql = jobs_demo_db, BY.format(where="")
+    protect_query(db, "admin", sql, into="t", rules=RULES)
+    first = _statuses(db, "t")
+    inner = [c for c in first.index if "Total" not in c]
+    hidden = [c for c in inner if first.loc[c].status != "published"]
+    shown = [c for c in inner if first.loc[c].status == "published" and first.loc[c].n >= 5]
+    h, h2, x = next((h, h2, x) for h in hidden for h2 in hidden for x in shown
+                    if h != h2 and x[0] == h[0] == h2[0])  # fmt: skip
+    firm = NEW_FIRM.format
+    change(db, firm(nace=h[0], region=h[1], turnover=1_234_567),
+           firm(nace=h2[0], region=h2[1], turnover=1_000_000),
+           *(firm(nace=x[0], region=x[1], turnover=v) for v in (400_000, 410_000, 420_000)),
+           )  # fmt: skip
+    protect_query(db, "admin", sql, into="t", rules=RULES, replace=True)
+    second = _statuses(db, "t")
+    change(db, f"DELETE FROM enterprises WHERE turnover = 1000000 AND nace = '{h2[0]}' "
+               f"AND region = '{h2[1]}'",
+           firm(nace=h[0], region=h[1], turnover=1_111_111),
+           *(firm(nace=x[0], region=x[1], turnover=v) for v in (430_000, 440_000, 450_000)),
+           )  # fmt: skip
+    try:
+        protect_query(db, "admin", sql, into="t", rules=RULES, replace=True)
+    except TabularError as refusal:
+        assert "together give cell" in str(refusal)
+        assert _statuses(db, "t").equals(second)  # nothing stored
+        return
+    unchanged = [c for c in hidden if c[0] == h[0] and c != h]
+    low, high = _change_interval(first, _statuses(db, "t"), h, unchanged)
+    assert low <= 0.7 * 2_345_678 and high >= 1.3 * 2_345_678, (h, low, high)
