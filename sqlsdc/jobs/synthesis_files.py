@@ -37,6 +37,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 
+import sqlglot
 from sqlglot import exp
 
 from sqlsdc.errors import SynthesisError
@@ -106,25 +107,67 @@ def earlier_draws(con, policy: Policy, source: str, columns: Sequence[str]) -> i
     (:func:`_overlapping_draws`), so the records counted are the most any row of ``source``
     was drawn by them, times its rows: for the same rows, their records in all. A source
     whose population is no WHERE on one table is not matched (:func:`opaque_syntheses`
-    covers the exact ones)."""
+    covers the exact ones).
+
+    A source whose population is no WHERE on one table (a derived table, a CTE: red team
+    s43c, ``SELECT p.municipality, p.sex FROM (SELECT * FROM persons) AS p`` twice and then
+    ``SELECT municipality, sex FROM persons`` were three draws of one population, all stored)
+    cannot be compared by rows: a synthesis of such a source and one of a table it reads,
+    either way round, are counted as drawn from the same rows when a column of one may be a
+    column of the other (:func:`_columns_read`), fail closed."""
     mine = file_release(con, policy, "", source, [], list(columns))
-    if mine is None:
-        return 0
-    table, release = mine
-    wanted = source_columns(con, source, columns)
-    covering = []
+    reads = {mine[0].lower()} if mine is not None else _lower(opaque_tables(policy, source))
+    wanted = _columns_read(con, source, columns, mine is None)
+    covering, opaque = [], 0
     for report in _synthesis_reports(con):
         try:
             method, theirs, read = report["method"], report["source"], list(report["columns"])
             records = int(report["records"])
         except (KeyError, TypeError, ValueError):
             continue  # written by the job itself; unreadable only if edited by hand
-        if method in DP_METHODS or not wanted & source_columns(con, theirs, read):
+        if method in DP_METHODS:
             continue
         found = file_release(con, policy, "", theirs, [], read)
-        if found is not None and found[0].lower() == table.lower():
-            covering.append((found[1].where, records))
-    return _overlapping_draws(con, table, release.where, covering)
+        if not _same_columns(wanted, _columns_read(con, theirs, read, found is None)):
+            continue
+        if found is not None and mine is not None:
+            if found[0].lower() == mine[0].lower():
+                covering.append((found[1].where, records))
+        elif reads & (
+            {found[0].lower()} if found is not None else _lower(opaque_tables(policy, theirs))
+        ):
+            opaque += records  # rows that cannot be compared: the same rows (fail closed)
+    if mine is None:
+        return opaque
+    return opaque + _overlapping_draws(con, mine[0], mine[1].where, covering)
+
+
+def _lower(names) -> set[str]:
+    """The table names in lower case (DuckDB's names are case-insensitive)."""
+    return {n.lower() for n in names}
+
+
+def _columns_read(con, source: str, columns: Sequence[str], opaque: bool) -> set[str] | None:
+    """The table columns a synthesis's ``columns`` read (:func:`source_columns`); for a source
+    whose population is no WHERE on one table, every column its query names (None, any
+    column, when it selects a star, is no SELECT or does not parse)."""
+    if not opaque:
+        return source_columns(con, source, columns)
+    try:
+        tree = sqlglot.parse_one(source, read="duckdb") if source else None
+    except sqlglot.errors.ParseError:
+        return None
+    if not isinstance(tree, exp.Select) or any(
+        p.unalias().find(exp.Star) is not None for p in tree.expressions
+    ):
+        return None
+    names = {c.name.lower() for c in tree.find_all(exp.Column) if c.name}
+    return names | {c.lower() for c in columns}
+
+
+def _same_columns(first: set[str] | None, second: set[str] | None) -> bool:
+    """Whether two syntheses may hold a column of the table both (None: any column)."""
+    return first is None or second is None or bool(first & second)
 
 
 def _overlapping_draws(
