@@ -38,7 +38,7 @@ from sqlsdc.jobs.record_files import (
     reaching_readers,
 )
 from sqlsdc.jobs.session import OUTPUT_SCHEMA
-from sqlsdc.jobs.stored_tables import exact_tables, same_rows
+from sqlsdc.jobs.stored_tables import exact_tables, share_rows
 from sqlsdc.jobs.tabulation import JobSpec
 from sqlsdc.policy import Policy
 
@@ -99,12 +99,14 @@ def _refuse_two_draws(con, table: str, mine: Release, theirs: Release) -> None:
     anew, and readers of both average the draws, as they average syntheses (red team s42c:
     the PRAM-corrected mean of 30 files of R01's municipality at p=0.8 gave 8 of 25 counts
     exactly, 3 of the 8 under 10 persons, of 200 files 20 and all 8; one file, 3 and none).
-    Files of other rows are
-    compared by their exact columns only (:func:`_compare`)."""
+    Files of overlapping rows are refused alike: red team s43c, 30 files of R01's persons
+    but one each (``AND person_id <> k``), each its own population, averaged as 30 files of
+    the same rows do. Files of disjoint rows are compared by their exact columns only
+    (:func:`_compare`)."""
     both = mine.drawn & theirs.drawn
-    if both and same_rows(con, table, mine.where, theirs.where):
+    if both and share_rows(con, table, mine.where, theirs.where):
         raise MicrodataError(
-            f"both hold {', '.join(sorted(both))} of the same rows of {table} as drawn by a "
+            f"both hold {', '.join(sorted(both))} of rows of {table} they share as drawn by a "
             "perturbative step (PRAM, noise, swapping, microaggregation), each file by its own "
             "seed: readers of both average the draws, and the more such files the nearer "
             "their mean to the values as they were"

@@ -40,6 +40,7 @@ from sqlsdc.jobs.earlier_suppressions import (
 )
 from sqlsdc.jobs.job import Progress, check_time_limit, job_rules, open_job
 from sqlsdc.jobs.kept_cells import identify
+from sqlsdc.jobs.replaced_suppressions import carried, replaced_suppressions
 from sqlsdc.jobs.revision_audit import audit_revisions
 from sqlsdc.jobs.revisions import (
     combined,
@@ -107,6 +108,8 @@ def protect_query(
         kept, held, shown = earlier_suppressions(job, table)
         rules_table = rated(table)  # a sum's frequency rule counts its non-zero contributors
         units = job_units(job, identify(job, table).population)
+        replaced = replaced_suppressions(job, table, units)  # versions no output holds (s43c)
+        kept, held, shown = carried(replaced, kept, held, shown, len(table.cells))
         revised = revision_rule(job, table, rules, units)  # differences from earlier versions
         if revised is None or not revised.alike:  # none of its rows kept: changed cells hidden
             revised = combined(revised, unknown_revisions(rules, changed_published(job, table)))
@@ -162,7 +165,8 @@ def protect_query(
                            lower=None if known is None else known[0]).require()  # fmt: skip
         audit_with_earlier(job, table, result, found, known, time_limit)
         audit_revisions(job, table, result["status"].to_numpy() != "published", found,
-                        revised, units, same_versions(job, table), time_limit)  # fmt: skip
+                        revised, units, same_versions(job, table), time_limit,
+                        replaced=replaced)  # fmt: skip
         out, report = _suppression_output(table, result, into, method)
         status = np.where(out["status"] == "published", "published", "suppressed")
         if job.spec.measure is None:  # n is the value: one status

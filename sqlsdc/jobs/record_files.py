@@ -247,6 +247,18 @@ def file_release(
     return declared.name, release
 
 
+def source_columns(con, source: str | None, columns: Sequence[str]) -> set[str]:
+    """The columns of its table (lower case) that a file's ``columns`` read, whatever they
+    are named (``municipality AS m`` reads ``municipality``); empty when its population is
+    no WHERE on one table (:func:`_population`)."""
+    read = _population(source)
+    if read is None:
+        return set()
+    name, _where, projections = read
+    expressions = _projections(con, name, projections)
+    return {c.name.lower() for column in columns for c in _read(expressions.get(column.lower()))}
+
+
 def _read(expression: exp.Expr | None) -> list[exp.Column]:
     """The columns of the table ``expression`` (a file column's projection) reads."""
     return [] if expression is None else list(expression.find_all(exp.Column))

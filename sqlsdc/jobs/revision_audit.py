@@ -27,6 +27,7 @@ whose kept units (``sqlsdc.job_units``) give their originals.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -51,25 +52,34 @@ def audit_revisions(
     units: Units,
     earlier: list[tuple[str, pd.Series]],
     time_limit: float,
+    replaced: Sequence = (),
 ) -> None:
     """Refuse the new pattern (``hidden``: bool per cell of ``table``) when a primary of it is
     not protected in the joint table of it and an ``earlier`` version (``(output name, its
     status per cell of table)``; its published values are its originals, which its kept units
     give): ``found`` the job's own primaries and levels, ``revised`` the revision rule (or
-    None)."""
-    for name, status in earlier:
-        query_id = job.con.execute(
-            f"SELECT query_id FROM {S}.outputs WHERE lower(name) = lower(?)", [name]
-        ).fetchall()
-        if not query_id or query_id[0][0] is None:
+    None). ``replaced``: the versions no output holds now
+    (:class:`~sqlsdc.jobs.replaced_suppressions.Replaced`), audited alike."""
+    versions = [(name, status, _query_id(job, name)) for name, status in earlier]
+    versions += [(v.label, v.status, v.query_id) for v in replaced]
+    for name, status, query_id in versions:
+        if query_id is None:
             continue
-        changes = version_changes(job, table, query_id[0][0], units)
+        changes = version_changes(job, table, query_id, units)
         if changes is None:  # no units kept of it: revisions.unknown_revisions hid its changes
             continue
-        if _disjoint(job, query_id[0][0], units):
+        if _disjoint(job, query_id, units):
             continue  # other people under the name (R02's table replacing R01's): no revision
         shown_before = (status == "published").to_numpy()
         _audit_pair(table, hidden, found, revised, shown_before, changes, name, time_limit)
+
+
+def _query_id(job: Job, name: str) -> int | None:
+    """The query id of the job that stored the output ``name`` now, or None."""
+    found = job.con.execute(
+        f"SELECT query_id FROM {S}.outputs WHERE lower(name) = lower(?)", [name]
+    ).fetchall()
+    return found[0][0] if found else None
 
 
 def _disjoint(job: Job, query_id: int, units: Units) -> bool:

@@ -202,6 +202,14 @@ def same_rows(con, table: str, first: exp.Expr | None, second: exp.Expr | None) 
     return con.execute(differ.sql("duckdb")).fetchall()[0][0] == 0
 
 
+def share_rows(con, table: str, first: exp.Expr | None, second: exp.Expr | None) -> bool:
+    """Whether two WHERE conditions keep some row of ``table`` both (in its data now): two
+    populations that overlap, the same rows among them."""
+    both = exp.select(exp.Count(this=exp.Star())).from_(table)
+    both = both.where(exp.and_(kept(first), kept(second)))
+    return con.execute(both.sql("duckdb")).fetchall()[0][0] > 0
+
+
 def share_cells(con, first: JobSpec, second: JobSpec) -> bool:
     """Whether two jobs of one table and aggregate share cells in the data now: the same rows
     (:func:`same_rows`) or some cell of one holding what a cell of the other holds

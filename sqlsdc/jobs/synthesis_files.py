@@ -34,16 +34,20 @@ and an opaque one was left out of the check).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
+
+import sqlglot
+from sqlglot import exp
 
 from sqlsdc.errors import SynthesisError
 from sqlsdc.jobs.differencing import refuse_file_differences
-from sqlsdc.jobs.exact_release import Release
+from sqlsdc.jobs.exact_release import Release, kept
 from sqlsdc.jobs.live_cells import refuse_live_file_cells
 from sqlsdc.jobs.output_history import earlier_versions, stored_output_tables
-from sqlsdc.jobs.record_files import file_release, opaque_refusal, opaque_tables
+from sqlsdc.jobs.record_files import file_release, opaque_refusal, opaque_tables, source_columns
 from sqlsdc.jobs.session import OUTPUT_SCHEMA
-from sqlsdc.jobs.stored_tables import exact_tables, same_rows
+from sqlsdc.jobs.stored_tables import exact_tables
 from sqlsdc.policy import Policy
 
 __all__ = [
@@ -87,35 +91,120 @@ def exact_synthesis(
 
 
 def earlier_draws(con, policy: Policy, source: str, columns: Sequence[str]) -> int:
-    """The records that the non-DP syntheses readers hold drew from the same rows as
-    ``source`` (a table name or a SELECT) with a column of ``columns``: every stored one and
-    every version replaced or dropped since, whatever its name, seed or spelling
-    (:func:`~sqlsdc.jobs.stored_tables.same_rows` in the data now). Their draws and the new
-    one's average as one synthesis of all their records would: red team s42c, 100 syntheses
-    of every person's municipality and sex under 100 names and seeds, each as large as its
-    source, gave 30 of the 34 municipality totals under 10 persons as their mean, 21 of the
-    23 the suppression pattern hides (one synthesis: 9). A source whose population is no
-    WHERE on one table is not matched (:func:`opaque_syntheses` covers the exact ones)."""
+    """The records that the non-DP syntheses readers hold drew from the rows of ``source`` (a
+    table name or a SELECT) with a column that reads a column ``columns`` read: every stored
+    one and every version replaced or dropped since, whatever its name, seed, spelling or
+    column names, of the same rows or of rows that overlap them (in the data now). Their
+    draws and the new one's average as one synthesis of all their records would: red team
+    s42c, 100 syntheses of every person's municipality and sex under 100 names and seeds,
+    each as large as its source, gave 30 of the 34 municipality totals under 10 persons as
+    their mean, 21 of the 23 the suppression pattern hides (one synthesis: 9).
+
+    Red team s43c: matched by the same rows and output names only, 100 syntheses of every
+    person but one (``WHERE person_id <> k``, each its own population) averaged to all 34
+    municipality totals under 10 persons, and ``municipality AS m`` was no municipality.
+    A synthesis draws about ``records / rows`` records per row of its population
+    (:func:`_overlapping_draws`), so the records counted are the most any row of ``source``
+    was drawn by them, times its rows: for the same rows, their records in all. A source
+    whose population is no WHERE on one table is not matched (:func:`opaque_syntheses`
+    covers the exact ones).
+
+    A source whose population is no WHERE on one table (a derived table, a CTE: red team
+    s43c, ``SELECT p.municipality, p.sex FROM (SELECT * FROM persons) AS p`` twice and then
+    ``SELECT municipality, sex FROM persons`` were three draws of one population, all stored)
+    cannot be compared by rows: a synthesis of such a source and one of a table it reads,
+    either way round, are counted as drawn from the same rows when a column of one may be a
+    column of the other (:func:`_columns_read`), fail closed."""
     mine = file_release(con, policy, "", source, [], list(columns))
-    if mine is None:
-        return 0
-    table, release = mine
-    wanted = {c.lower() for c in columns}
-    total = 0
+    reads = {mine[0].lower()} if mine is not None else _lower(opaque_tables(policy, source))
+    wanted = _columns_read(con, source, columns, mine is None)
+    covering, opaque = [], 0
     for report in _synthesis_reports(con):
         try:
             method, theirs, read = report["method"], report["source"], list(report["columns"])
             records = int(report["records"])
         except (KeyError, TypeError, ValueError):
             continue  # written by the job itself; unreadable only if edited by hand
-        if method in DP_METHODS or not wanted & {c.lower() for c in read}:
+        if method in DP_METHODS:
             continue
         found = file_release(con, policy, "", theirs, [], read)
-        if found is None or found[0].lower() != table.lower():
+        if not _same_columns(wanted, _columns_read(con, theirs, read, found is None)):
             continue
-        if same_rows(con, table, release.where, found[1].where):
-            total += records
-    return total
+        if found is not None and mine is not None:
+            if found[0].lower() == mine[0].lower():
+                covering.append((found[1].where, records))
+        elif reads & (
+            {found[0].lower()} if found is not None else _lower(opaque_tables(policy, theirs))
+        ):
+            opaque += records  # rows that cannot be compared: the same rows (fail closed)
+    if mine is None:
+        return opaque
+    return opaque + _overlapping_draws(con, mine[0], mine[1].where, covering)
+
+
+def _lower(names) -> set[str]:
+    """The table names in lower case (DuckDB's names are case-insensitive)."""
+    return {n.lower() for n in names}
+
+
+def _columns_read(con, source: str, columns: Sequence[str], opaque: bool) -> set[str] | None:
+    """The table columns a synthesis's ``columns`` read (:func:`source_columns`); for a source
+    whose population is no WHERE on one table, every column its query names (None, any
+    column, when it selects a star, is no SELECT or does not parse)."""
+    if not opaque:
+        return source_columns(con, source, columns)
+    try:
+        tree = sqlglot.parse_one(source, read="duckdb") if source else None
+    except sqlglot.errors.ParseError:
+        return None
+    if not isinstance(tree, exp.Select) or any(
+        p.unalias().find(exp.Star) is not None for p in tree.expressions
+    ):
+        return None
+    names = {c.name.lower() for c in tree.find_all(exp.Column) if c.name}
+    return names | {c.lower() for c in columns}
+
+
+def _same_columns(first: set[str] | None, second: set[str] | None) -> bool:
+    """Whether two syntheses may hold a column of the table both (None: any column)."""
+    return first is None or second is None or bool(first & second)
+
+
+def _overlapping_draws(
+    con, table: str, where: exp.Expr | None, covering: Sequence[tuple[exp.Expr | None, int]]
+) -> int:
+    """``covering``: ``(WHERE, records)`` of earlier syntheses of ``table``; the most records
+    per row that they drew over any row ``where`` keeps (each ``records`` over its
+    population's rows now, summed over those that keep the row), times the rows ``where``
+    keeps: the records in all of one synthesis of ``where``'s rows as often drawn."""
+    if not covering:
+        return 0
+    sizes = exp.select(
+        _count_if(kept(where)),
+        *(_count_if(kept(w)) for w, _records in covering),
+    ).from_(table)
+    mine, *theirs = con.execute(sizes.sql("duckdb")).fetchall()[0]
+    rates = [(w, records / size) for (w, records), size in zip(covering, theirs, strict=True)
+             if size]  # fmt: skip
+    if not mine or not rates:
+        return 0
+    per_row: exp.Expr = exp.Literal.number(0)
+    for w, rate in rates:
+        term = exp.If(this=kept(w), true=exp.Literal.number(repr(rate)),
+                      false=exp.Literal.number(0))  # fmt: skip
+        per_row = exp.Add(this=per_row, expression=term)
+    most = exp.select(exp.Max(this=per_row)).from_(table).where(kept(where))
+    (rate,) = con.execute(most.sql("duckdb")).fetchall()[0]
+    return math.ceil(float(rate or 0.0) * mine - 1e-6)
+
+
+def _count_if(condition: exp.Expr) -> exp.Expr:
+    """``SUM(CASE WHEN condition THEN 1 ELSE 0 END)``: the rows ``condition`` keeps."""
+    return exp.Coalesce(
+        this=exp.Sum(this=exp.If(this=condition, true=exp.Literal.number(1),
+                                 false=exp.Literal.number(0))),
+        expressions=[exp.Literal.number(0)],
+    )  # fmt: skip
 
 
 def _synthesis_reports(con) -> list[dict]:
@@ -142,7 +231,7 @@ def refuse_exact_synthesis(
     gives a cell of the live suppression pattern or differs from an exact table of its table
     by a few units in a cell."""
     label = (f"the synthesis {OUTPUT_SCHEMA}.{into} (exact counts: balanced draws, or more "
-             "records than its source, with the syntheses of the same rows stored before "
+             "records than its source, with the syntheses of its rows stored before "
              "it)")  # fmt: skip
     found = file_release(con, policy, label, source, [], list(columns))
     if found is not None:  # no step, nothing blanked: its cells are counted on the source

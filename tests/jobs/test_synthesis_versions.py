@@ -39,8 +39,10 @@ def _persons_but_babies(db):
 
 def test_a_replaced_balanced_synthesis_is_still_compared(jobs_demo_db):
     _synthesis(jobs_demo_db, "balanced")
-    # now drawn with replacement, of R02's persons: one draw of other rows, not exact itself
-    _synthesis(jobs_demo_db, "random", EVERYONE + " WHERE region = 'R02'", replace=True)
+    # now drawn with replacement, of R02's persons' ages: one draw of another column, not
+    # exact itself (a column the balanced one drew too would be a second draw of R02's rows)
+    _synthesis(jobs_demo_db, "random", "SELECT age FROM persons WHERE region = 'R02'",
+               replace=True)  # fmt: skip
     con = open_database(jobs_demo_db)
     try:
         versions = [(v.method, v.name) for v in earlier_versions(con)]

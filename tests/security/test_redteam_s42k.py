@@ -69,10 +69,13 @@ def _statuses(db, name: str) -> pd.DataFrame:
     return frame.set_index(["nace", "region"])
 
 
-def _change_interval(first: pd.DataFrame, second: pd.DataFrame, cell) -> tuple[float, float]:
+def _change_interval(
+    first: pd.DataFrame, second: pd.DataFrame, cell, unchanged=()
+) -> tuple[float, float]:
     """The attacker of the joint pattern: both versions' tables add up, published cells are
-    known, firms only entered between them (every cell's change is at least 0); the interval
-    of ``cell``'s change (scipy's HiGHS)."""
+    known, firms only entered between them (every cell's change is at least 0), and the cells
+    ``unchanged`` did not change (the register: a firm that entered and left in between, red
+    team s43c); the interval of ``cell``'s change (scipy's HiGHS)."""
     cells = sorted(set(first.index) | set(second.index))
     at = {(v, c): i for i, (v, c) in enumerate((v, c) for v in (0, 1) for c in cells)}
     bounds = [(0.0, None)] * len(at)
@@ -92,6 +95,7 @@ def _change_interval(first: pd.DataFrame, second: pd.DataFrame, cell) -> tuple[f
         for r in regions:
             rows.append({at[v, (a, r)]: 1.0 for a in naces if (a, r) in cells})
             rows[-1][at[v, ("Total", r)]] = -1.0
+    rows += [{at[1, c]: 1.0, at[0, c]: -1.0} for c in unchanged]
     A_eq = np.zeros((len(rows), len(at)))
     for i, row in enumerate(rows):
         for j, x in row.items():
