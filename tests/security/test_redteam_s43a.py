@@ -1,0 +1,91 @@
+"""Red team s43a: the analyst's SQL surface against CKM and threshold tables after session 42
+(REMAINDER_FLOOR, sums over joins taking the summed table's count rule, the error oracles
+closed in s42), and the two items s42 left open (top_k >= 2 sums, the small-cells ptable).
+
+Attacked as an analyst on the demo (20,000 persons, CKM), one line each
+(W: worked, fixed here; O: worked, left open; H: held):
+
+- W  **The small-cells ptable had no published-bits check** (a policy gap; no analyst-side
+     leak measured on the demo, see the end of this item). ``policy/validate`` checked the
+     rounding window (s41a's :func:`~sqlsdc.mechanisms.ptable_build.check_published_bits`)
+     of a rule's magnitude ptable only; its ``small_cells`` ptable (x_delta 1, looked up at
+     a = |x_j| in every row from 0) was built and checked for differencing, never for its
+     window. ``small_cells: {D: 5, V: 1}`` (the demo counts' D) beside the demo's magnitude
+     ptable left 0.0122 keys (entry v = -5 of rows 4 and 5, 6,400 keys each) and
+     ``{D: 3, V: 0.5}`` 0.580, both accepted, where the same window under one key in the main
+     ptable let one query tell pinned cells' counts (s41a). Fixed: the small-cells ptable is
+     checked over all its rows and refused naming itself. Not exploited: under the demo's
+     mean floor a pinned small-cells sum above the floor has |x̂| >= 13·x_1 (windows of 2
+     keys or more at v = -5), one under it is one contribution of its mean, whose key tells
+     nothing of n; the narrow entries hold 1.5e-6 of the keys each. A policy without
+     ``mean_before_sum`` would expose what s41a measured on the main ptable.
+- H  REMAINDER_FLOOR's 0: the demo has no measure of both signs; ``SUM(income - 500000)`` is
+     SUM(income) - 500000·n̂ (the constant moves out), ``SUM(CASE WHEN sex = 'F' THEN income
+     ELSE -income END)`` and ``SUM(turnover - employees)`` are refused, ``SUM(-income)`` is
+     -SUM(income) to the bit (8 regions): no spelling reaches the crossing, and a 0 shows the
+     same for either sign.
+- H  scaled sums that overflow: ``SUM(income * c)`` with c = MAX_DOUBLE/t is c·x̂, inf exactly
+     when c·x̂ is (R01, t between the true 85,158,741 and the shown 85,139,968: finite), so
+     the overflow follows the protected value, never the true sum; AVG likewise; ``income /
+     1e-303``, ``income * weight * 1e300`` and CASE-filtered scaled sums alike (4 x 8 cells).
+- H  sums over joins (households x persons by size, CTE-wrapped, 7 cells): the persons' count
+     rule; a households' column summed over persons is refused (rows repeat); UNION ALL of
+     both tables, DISTINCT derived tables and IN subqueries over confidential rows refused.
+- H  error oracles: LIKE/ILIKE with ESCAPE (DuckDB raises where a row's pattern ends with the
+     escape character or the escape is two characters: an oracle in the raw engine) are
+     refused by the allow-list; a column as a LIKE pattern answers; DECIMAL literals of 26-37
+     decimals mixed with integer columns (DuckDB fails from 36 decimals for values >= 100)
+     are refused as exact arithmetic or typed by the exact-mixing shapes; % and // with such
+     divisors compute in DECIMAL(38, s) or DOUBLE, never failing on INTEGER, BIGINT or
+     DECIMAL(18, 2) values; LN, SQRT, POW, EXP of DOUBLE give NaN/inf in DuckDB 2.0.
+- H  (analysis) top_k 2 (enterprises): a cell whose protected count is under 18 is perturbed
+     as one contribution, its mean (one step); above it a pinned sum (``WHERE employees =
+     10``) has x_1 = x_2 and |x̂|/|x_delta| >= 13·10/2, windows of 145 keys or more. The
+     first step's window is unbounded only for a sum of both signs with x_2 << x_1, whose
+     two pinned values' counts the analyst would need apart: not reachable on the demo.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import sqlsdc
+from sqlsdc.demo.build import demo_policy
+from sqlsdc.mechanisms.parameters import PTableSpec
+from sqlsdc.mechanisms.ptable_build import narrowest_window
+from sqlsdc.policy import load_policy
+
+
+def _with_small_cells(small_cells: dict) -> dict:
+    document = demo_policy().document_dict()
+    document["protection"]["magnitudes"]["small_cells"] = small_cells
+    return document
+
+
+@pytest.mark.parametrize(
+    "small_cells, keys",
+    [({"D": 5, "V": 1}, "0.0122"), ({"D": 3, "V": 0.5}, "0.58")],
+)
+def test_a_small_cells_ptable_whose_rounding_window_holds_no_key_is_refused(small_cells, keys):
+    """Accepted before s43a (the small-cells ptable's window was never checked): 0.0122 and
+    0.580 keys, under the one key s41a requires of a magnitude ptable."""
+    with pytest.raises(sqlsdc.PolicyError) as refused:
+        load_policy(_with_small_cells(small_cells))
+    message = str(refused.value)
+    assert "protection.magnitudes.small_cells: small-cells ptable" in message
+    assert f"window of {keys} keys (fewer than one)" in message
+
+
+def test_small_cells_ptables_that_leave_a_key_in_every_window_are_accepted():
+    """test_ckm's small-cells ptable (D 2, V 0.5: 86 keys) and D 4, V 1 (1.10) stay accepted;
+    every row counts (a small contribution reaches row 0), and the narrowest entry is the
+    small table's own (v = -5 of row 5 for D 5), not the magnitude ptable's."""
+    for small_cells, low, high in (({"D": 2, "V": 0.5}, 85, 87), ({"D": 4, "V": 1}, 1.09, 1.1)):
+        spec = PTableSpec(**small_cells)
+        assert low < narrowest_window(spec, 0.2, 0.5, "small_cells") < high
+        policy = load_policy(_with_small_cells(small_cells))
+        assert policy.table("persons") is not None
+    assert narrowest_window(PTableSpec(D=5, V=1), 0.2, 0.5, "small_cells") == pytest.approx(
+        6400 * 2.0**-18 * 0.5,
+        rel=1e-12,  # step 1, v = -5 at REMAINDER_FLOOR
+    )
