@@ -5,6 +5,20 @@ closed in s42), and the two items s42 left open (top_k >= 2 sums, the small-cell
 Attacked as an analyst on the demo (20,000 persons, CKM), one line each
 (W: worked, fixed here; O: worked, left open; H: held):
 
+- W  **An INTERVAL literal as a condition.** ``totality.condition_problem`` let a value of
+     unknown type pass where it was not a column, literal, subquery, cast or choice
+     ("predicates sqlglot leaves untyped"), and sqlglot gives an INTERVAL literal no type.
+     As a constant it was evaluated alone (fine), never cast to BOOLEAN, and DuckDB's cast
+     failed on every row that reached it: ``WHERE age > 93 AND INTERVAL 1 DAY`` failed in
+     the engine and ``age > 94`` answered (the oldest person's age by bisection), likewise
+     under NOT/OR, in ``COUNT(CASE WHEN ... AND INTERVAL 1 DAY THEN 1 END)``, as JOIN ON,
+     HAVING and in a public subquery's WHERE. Scored on the demo (20,000 persons):
+     R05-M015 x 94 x M, one person published as 3: the cell non-empty and x F empty, then his
+     occupation (11 values), education (4) and income band (10 class-break bands: 200,000 to
+     500,000; true 318,450.01), all exact, in 27 queries. Fixed: a value of unknown type
+     stands as a condition only when it is a predicate by its form (comparison, IN, BETWEEN,
+     LIKE, IS, EXISTS, AND/OR, NOT, TRUE/FALSE, STARTS_WITH); anything else is refused
+     before it runs (fail closed).
 - W  **The small-cells ptable had no published-bits check** (a policy gap; no analyst-side
      leak measured on the demo, see the end of this item). ``policy/validate`` checked the
      rounding window (s41a's :func:`~sqlsdc.mechanisms.ptable_build.check_published_bits`)
@@ -89,3 +103,49 @@ def test_small_cells_ptables_that_leave_a_key_in_every_window_are_accepted():
         6400 * 2.0**-18 * 0.5,
         rel=1e-12,  # step 1, v = -5 at REMAINDER_FLOOR
     )
+
+
+# the oldest person of the demo is 94: on main each failed in the engine for ``age > 93`` and
+# answered for ``age > 94``
+INTERVAL_CONDITIONS = [
+    "SELECT COUNT(*) FROM persons WHERE age > {a} AND INTERVAL 1 DAY",
+    "SELECT COUNT(*) FROM persons WHERE age > {a} AND INTERVAL '1' DAY",
+    "SELECT COUNT(*) FROM persons WHERE age > {a} AND (INTERVAL 0 YEAR)",
+    "SELECT COUNT(*) FROM persons WHERE NOT (age <= {a} OR NOT INTERVAL 1 DAY)",
+    "SELECT COUNT(CASE WHEN age > {a} AND INTERVAL 1 DAY THEN 1 END) FROM persons",
+    "SELECT COUNT(*) FROM persons p JOIN households h ON p.household_id = h.household_id "
+    "AND p.age > {a} AND INTERVAL 1 DAY",
+    "SELECT COUNT(*) FROM persons WHERE age > {a} AND region IN (SELECT region FROM regions "
+    "WHERE INTERVAL 1 DAY)",
+]
+
+
+@pytest.mark.parametrize("sql", INTERVAL_CONDITIONS)
+@pytest.mark.parametrize("age", [93, 94])
+def test_an_interval_standing_as_a_condition_is_refused(ckm_db, sql, age):
+    """Before: failed in the engine for ``age > 93`` and answered for ``age > 94``. Now
+    refused alike on both sides, before anything runs."""
+    with sqlsdc.connect(ckm_db, "analyst") as con:
+        with pytest.raises(sqlsdc.PolicyViolation, match="cast to BOOLEAN|raises an error"):
+            con.execute(sql.format(a=age))
+
+
+@pytest.mark.parametrize("sex", ["M", "F"])
+def test_a_hidden_one_person_cell_is_not_proved_by_an_interval_condition(ckm_db, sex):
+    """R05-M015 x 94 x M holds one person, x F none. Before: failed in the engine for M and
+    answered for F, then told his occupation, education and income band (27 queries in
+    all). Now refused on both sides, naming the condition."""
+    cell = f"municipality = 'R05-M015' AND age = 94 AND sex = '{sex}'"
+    with sqlsdc.connect(ckm_db, "analyst") as con:
+        with pytest.raises(sqlsdc.PolicyViolation, match="type unknown used as a condition"):
+            con.execute(f"SELECT COUNT(*) FROM persons WHERE {cell} AND INTERVAL 1 DAY")
+
+
+def test_predicates_sqlglot_leaves_untyped_still_stand_as_conditions(ckm_db):
+    """What is a truth value by its form stays answered: EXISTS, STARTS_WITH, IS NULL, TRUE."""
+    with sqlsdc.connect(ckm_db, "analyst") as con:
+        (n,) = con.execute(
+            "SELECT COUNT(*) FROM persons WHERE age > 50 AND EXISTS (SELECT 1 FROM regions) "
+            "AND NOT STARTS_WITH(occupation, 'zz') AND income IS NOT NULL AND TRUE"
+        ).fetchone()
+        assert n > 5000
