@@ -118,8 +118,8 @@ def test_small_cells_ptables_that_leave_a_key_in_every_window_are_accepted():
     )
 
 
-# the oldest person of the demo is 94: on main each failed in the engine for ``age > 93`` and
-# answered for ``age > 94``
+# the oldest person of the demo is 94: before s43a each failed in the engine for ``age > 93``
+# and answered for ``age > 94``, but the NOT form (refused there as a constant that raises)
 INTERVAL_CONDITIONS = [
     "SELECT COUNT(*) FROM persons WHERE age > {a} AND INTERVAL 1 DAY",
     "SELECT COUNT(*) FROM persons WHERE age > {a} AND INTERVAL '1' DAY",
@@ -136,8 +136,8 @@ INTERVAL_CONDITIONS = [
 @pytest.mark.parametrize("sql", INTERVAL_CONDITIONS)
 @pytest.mark.parametrize("age", [93, 94])
 def test_an_interval_standing_as_a_condition_is_refused(ckm_db, sql, age):
-    """Before: failed in the engine for ``age > 93`` and answered for ``age > 94``. Now
-    refused alike on both sides, before anything runs."""
+    """Before s43a: failed in the engine for ``age > 93`` and answered for ``age > 94``
+    (12 of the 14). Now refused alike on both sides, before anything runs."""
     with sqlsdc.connect(ckm_db, "analyst") as con:
         with pytest.raises(sqlsdc.PolicyViolation, match="cast to BOOLEAN|raises an error"):
             con.execute(sql.format(a=age))
