@@ -63,7 +63,9 @@ def check_differencing(kind: str, spec: PTableSpec) -> None:
         )
 
 
-def narrowest_window(spec: PTableSpec, p_small: float, mu_c: float) -> float:
+def narrowest_window(
+    spec: PTableSpec, p_small: float, mu_c: float, kind: str = "magnitudes"
+) -> float:
     """The fewest integer keys a published sum's rounding leaves a candidate count (0: none).
 
     A published CKM sum has :data:`~sqlsdc.mechanisms.ckm.PUBLISHED_BITS` significant bits, a
@@ -93,13 +95,22 @@ def narrowest_window(spec: PTableSpec, p_small: float, mu_c: float) -> float:
     demo's narrowest window 1.10 keys (its entry v = −4 of row 4, 48,232 keys). Not bounded
     here: a top_k >= 2 sum of pinned contributions, whose second noise comes from the rotated
     key (the demo's enterprises held: the exact key sets of 134 pinned cells ruled out no
-    candidate, red team s41a); and the small-cells ptable (x_delta 1)."""
+    candidate, red team s41a).
+
+    ``kind`` "small_cells": a rule's small-cells ptable (a count table whose v is spread over
+    1/step, looked up with x_delta 1 at a = |x̂| for contributions under the separation
+    point), every row from 0 (small contributions reach them all). Until s43a it was not
+    checked, and ``small_cells: {D: 5, V: 1}`` beside the demo's own ptable left 0.0122 keys
+    (entry v = -5 of row 5, 6,400 keys), ``{D: 3, V: 0.5}`` 0.580: both were accepted. The
+    bound of a positive v, 1 + v, is of a running value of at least x_delta (1 here): a sum
+    of at least one unit; a sum under one unit is not bounded here."""
+    first_row = 0 if kind == "small_cells" else 1
     half = 0.5 / spec.step
     narrowest = math.inf
-    for table in generated("magnitudes", spec):
+    for table in generated(kind, spec):
         lo, hi = table.key_bounds(KEY_BITS)
         for entry, low, high in zip(table.rows, lo, hi, strict=True):
-            if entry.i < 1 or high <= low:
+            if entry.i < first_row or high <= low:
                 continue
             v = float(entry.v) - half  # the entry's lowest spread noise
             if entry.i < table.max_i:  # interpolated: only the floor bounds |x̂|
@@ -111,17 +122,21 @@ def narrowest_window(spec: PTableSpec, p_small: float, mu_c: float) -> float:
     return narrowest
 
 
-def check_published_bits(spec: PTableSpec, p_small: float, mu_c: float) -> None:
+def check_published_bits(
+    spec: PTableSpec, p_small: float, mu_c: float, kind: str = "magnitudes"
+) -> None:
     """Refuse magnitude parameters under which a published sum's last bits tell a pinned
     sum's count: a rounding window (:func:`narrowest_window`) of less than one key. The demo's
     ptable (D 4, V 1, step 12, p_small 0.2, mu_c 0.5) leaves 1.10; D 4, V 0.5 left 0.0009,
     and one query told 11 municipality x age counts exactly beyond what the noise's scale
-    tells, and ruled a candidate out for 366 of 3,985 cells (red team s41a)."""
-    keys = narrowest_window(spec, p_small, mu_c)
+    tells, and ruled a candidate out for 366 of 3,985 cells (red team s41a). ``kind``
+    "small_cells" checks a rule's small-cells ptable likewise (red team s43a)."""
+    keys = narrowest_window(spec, p_small, mu_c, kind)
     if keys < 1:
+        what = "small-cells ptable" if kind == "small_cells" else "magnitude ptable"
         raise PolicyError(
             [
-                f"magnitude ptable {_params(spec)} with p_small {p_small:g} and mu_c {mu_c:g}: "
+                f"{what} {_params(spec)} with p_small {p_small:g} and mu_c {mu_c:g}: "
                 f"a published sum's {PUBLISHED_BITS} significant bits leave some candidate "
                 f"counts a window of {keys:.3g} keys (fewer than one), so that a sum of values "
                 "a query pins would tell its count; use a larger V or a smaller D (no entries of "

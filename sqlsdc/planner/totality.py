@@ -562,7 +562,9 @@ def simple_case_branch(node: exp.Expr) -> bool:
 
 
 _CONDITION_FAMILIES = frozenset({"boolean", "null", "integer", "decimal", "float"})
-_VALUES = (exp.Column, exp.Literal, exp.Subquery, exp.Cast, exp.TryCast, *_CHOICE_NODES)
+# what is a truth value by its form, whatever type sqlglot gives it (comparisons, IN, BETWEEN,
+# LIKE, IS, EXISTS, AND/OR, NOT, TRUE/FALSE, STARTS_WITH)
+_PREDICATES = (exp.Predicate, exp.Connector, exp.Not, exp.Boolean, exp.StartsWith)
 
 
 def condition_problem(node: exp.Expr | None) -> str | None:
@@ -570,14 +572,18 @@ def condition_problem(node: exp.Expr | None) -> str | None:
     AND, OR or NOT, IS TRUE/FALSE, a CASE's WHEN), could raise: DuckDB casts it to BOOLEAN,
     row by row, and a text such as 'teacher' is no BOOLEAN, so ``WHERE (CASE WHEN <one
     person's cell> THEN occupation END) IS TRUE`` failed exactly when someone was in the
-    cell (red team s42b). Numbers cast to BOOLEAN without error; a value of unknown type
-    (a column, a choice, a cast) is refused too, and predicates sqlglot leaves untyped pass."""
+    cell (red team s42b). Numbers cast to BOOLEAN without error; a value of unknown type is
+    refused unless it is a predicate by its form (fail closed): sqlglot gives an INTERVAL
+    literal no type, and ``WHERE <one person's cell> AND INTERVAL 1 DAY`` passed as an
+    untyped predicate, a constant whose cast to BOOLEAN failed exactly where a row reached
+    it (red team s43a: a cell published as 3 shown to hold one person, and his occupation,
+    education and income band, in 27 queries)."""
     if node is None:
         return None
     kind = family(node)
     if kind in _CONDITION_FAMILIES:
         return None
-    if kind is None and not isinstance(_unwrap(node), _VALUES):
+    if kind is None and isinstance(_unwrap(node), _PREDICATES):
         return None
     return (
         f"a value of type {kind or 'unknown'} used as a condition is cast to BOOLEAN, which "

@@ -185,7 +185,7 @@ def ptable_problems(document: Any, found: list[str]) -> list[str]:
                     continue
                 try:
                     ptable = ptable_spec(spec)
-                    flex = _flex(rule) if table_kind == AggregateKind.MAGNITUDES.value else None
+                    flex = _flex(rule) if kind is AggregateKind.MAGNITUDES else None
                 except (KeyError, TypeError, ValueError):
                     continue  # its shape problem is in ``found``
                 if (table_kind, ptable, flex) in seen:
@@ -194,8 +194,8 @@ def ptable_problems(document: Any, found: list[str]) -> list[str]:
                 try:
                     generate(table_kind, ptable)
                     check_differencing(table_kind, ptable)
-                    if flex is not None:
-                        check_published_bits(ptable, *flex)
+                    if flex is not None:  # its small-cells ptable too (red team s43a)
+                        check_published_bits(ptable, *flex, table_kind)
                 except PolicyError as e:
                     problems += [f"{path}: {p}" for p in e.problems]
                 except ValueError as e:
