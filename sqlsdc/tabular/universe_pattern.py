@@ -30,6 +30,7 @@ from sqlsdc.tabular.universe import (
     Universe,
     top_k,
 )
+from sqlsdc.tabular.universe_revisions import revision_rule
 
 EARLIER = "earlier release"
 
@@ -95,6 +96,10 @@ def protect_universe(
         before = _earlier(coordinates, earlier, aggregate)
         kept, held, forced = _carried_over(table, before)
         rules = [_Known(rule, forced) for rule in universe.rules(aggregate)]
+        revised = revision_rule(aggregate == COUNT, universe.rules(aggregate), table.values,
+                                before)  # fmt: skip
+        if revised is not None:
+            rules.append(revised)
         result = suppression_pattern(
             table,
             rules,
@@ -118,6 +123,7 @@ def protect_universe(
             "secondary": audit.n_secondary,
             "kept_from_earlier": int((kept | held).sum()),
             "known_from_earlier": int(forced.sum()),
+            "revised": 0 if revised is None else int(revised.cells.sum()),
             "audit_passed": audit.passed,
             "audit_exact": audit.exact,
             "method": audit.method,
