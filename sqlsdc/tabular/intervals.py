@@ -32,8 +32,8 @@ def publish_intervals(
     ``u`` the power of ten one below the span's, ``K`` the smallest power of two from 2 that
     reaches every sensitive cell's ``(d + max(upl, lpl)) / |a|`` (in ``attrs["span"]``). The
     direction of the adjustment (the cell's real protection: CTA publishes a value on one side
-    of the original and the reader must not know which, Castro 2006; Hundepool et al. 2012,
-    *Statistical Disclosure Control*, 4.6) is not a function of ``a``, so the interval does not
+    of the original and the reader must not know which: Castro 2006, *EJOR* 171; Hundepool et
+    al. 2012, *Statistical Disclosure Control*, ch. 4) is not a function of ``a``, so it does not
     tell it. Two earlier constructions did. Bounds that followed the original or the levels
     (this function before red team s33b): an LP puts a sensitive cell at exactly
     ``a = o ± level``, so ``⌊(o − level)/b⌋·b`` and ``a`` held the original to within ``b/2``,

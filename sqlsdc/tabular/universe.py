@@ -43,6 +43,7 @@ LEVEL = "__level"
 COUNT = "count"  # the aggregate name of unit counts
 STATUS, VALUE, CONTRIBUTORS = "__status", "__value", "__n"
 SPREAD = "__spread"  # the most inner cells a unit of the cell lies in
+SEEN = "__seen"  # a count's values published by this and every earlier pattern (JSON list)
 
 
 @dataclass(frozen=True)

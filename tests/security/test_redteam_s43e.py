@@ -32,11 +32,12 @@ left open; H: held):
      ``|a - o|`` is 23-31 % of ``a`` upwards, 43-82 % downwards. Fixed: the interval is
      ``a ± K·|a|`` rounded out, ``K`` one power of two for the table (2 under frequency and
      p% rules), a function of ``a`` alone per cell; 0 of 1,358 decided.
-- O  **Counts three versions apart**: four firms enter (A, R02) (+4, published: at least 4
+- W  **Counts three versions apart**: four firms enter (A, R02) (+4, published: at least 4
      units changed), three leave (-3, published); the first and third answers of four counts
-     differ by 1, one firm, three queries. The universe keeps the last pattern only, so the
-     revision rule compares with it alone (sums are safe: a changed sum is always hidden,
-     and hidden stays hidden). Strict xfail below.
+     differed by 1, one firm, three queries: the revision rule compared with the last pattern
+     only. Fixed: the stored pattern keeps every value each count published
+     (``count__seen``), and a count is revised on its smallest change from any of them (sums
+     need none: a changed sum is always hidden, and hidden stays hidden).
 """
 
 from __future__ import annotations
@@ -219,15 +220,9 @@ def _remove_newest(path, count: int) -> None:
         raw.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="red team s43e, open: the universe compares a count with the last pattern only; +4 "
-    "firms then -3 publish both steps, and the first and third versions of four counts differ "
-    "by 1 (keeping every published value per cell would close it)",
-)
 def test_counts_three_versions_apart_differ_by_none_or_many(changing):
-    """Four firms enter a cell (its count +4, published), three of them leave (-3, published):
-    the first and third versions differ by one firm. The pattern compares with the last one."""
+    """Fails before s43e's second fix: four firms enter a cell (its count +4, published), three
+    of them leave (-3, published), and the first and third versions differed by one firm."""
     first = _answers(changing)
     nace, region = _published_cell(first)
     for turnover in (1000.0, 2000.0, 3000.0, 4000.0):
