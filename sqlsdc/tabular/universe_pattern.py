@@ -23,6 +23,7 @@ from sqlsdc.tabular.rules import ManualRule, RuleResult
 from sqlsdc.tabular.universe import (
     CONTRIBUTORS,
     COUNT,
+    EVERY,
     LEVEL,
     SEEN,
     SPREAD,
@@ -121,6 +122,11 @@ def protect_universe(
         if with_value is not None:
             published = (result["status"] == "published").to_numpy()
             pattern[f"{aggregate}{CONTRIBUTORS}"] = np.where(published, with_value, np.nan)
+            # one fact about the whole table, kept apart from the grand total's status: read off
+            # the grand total, it switched every AVG off once a revision hid that total
+            pattern[f"{aggregate}{EVERY}"] = bool(
+                cells[f"{aggregate}__n"].sum() == cells["__units"].sum()
+            )
         audit = result.attrs["audit"]
         report["aggregates"][aggregate] = {
             "primary": audit.n_primary,
@@ -275,7 +281,7 @@ def _earlier(coordinates: pd.DataFrame, earlier: pd.DataFrame | None, aggregate:
     return merged.reset_index(drop=True)
 
 
-_SUFFIXES = (STATUS, VALUE, CONTRIBUTORS, SEEN)
+_SUFFIXES = (STATUS, VALUE, CONTRIBUTORS, SEEN, EVERY)
 
 
 def _matchable(frame: pd.DataFrame, codes: pd.DataFrame, shared: list[str], others: list[str]):

@@ -233,3 +233,24 @@ def test_counts_three_versions_apart_differ_by_none_or_many(changing):
     old, new = _published_twice(first, third, "n")
     moved = (new - old).abs()
     assert ((moved == 0) | (moved >= 3)).all(), moved[(moved > 0) & (moved < 3)]
+
+
+def test_a_revision_hiding_the_grand_total_leaves_the_means_of_other_cells(changing):
+    """Fails before s43e's third fix: AVG's condition (every unit has a value) was read off the
+    published grand total, and after one new firm AVG(turnover) went NULL in all 69 cells."""
+    sql = (
+        "SELECT nace, region, COUNT(*) AS n, SUM(turnover) AS t, AVG(turnover) AS m "
+        "FROM enterprises GROUP BY CUBE(nace, region)"
+    )
+    with sqlsdc.connect(changing, user="analyst") as con:
+        before = con.execute(sql).df()
+    _add(changing, *_published_cell(_answers(changing)), 5000.0)
+    with sqlsdc.connect(changing, user="analyst") as con:
+        after = con.execute(sql).df()
+    assert after.loc[after["n"].isna() & after["t"].isna()].shape[0] > 0
+    shown = after["n"].notna() & after["t"].notna()
+    assert after.loc[shown, "m"].notna().all()
+    assert after["m"].notna().sum() >= before["m"].notna().sum() - 4
+    assert (
+        after.loc[shown, "m"] - after.loc[shown, "t"] / after.loc[shown, "n"]
+    ).abs().max() < 1e-6
