@@ -250,6 +250,8 @@ def cta_query(
             )
         details = {k: v for k, v in report.to_dict().items() if k != "status"}
         details["intervals"] = intervals
+        if intervals:  # the span of every interval, in multiples of its adjusted value
+            details["interval_span"] = bounds.attrs["span"]
         adjusted = out["adjusted"].to_numpy(np.float64)
         kept.refuse_crossed(table, adjusted, "--cta-method lp keeps the sides")
         # checked again here, on what is stored, against the job's own rules and levels

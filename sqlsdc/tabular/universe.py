@@ -43,6 +43,9 @@ LEVEL = "__level"
 COUNT = "count"  # the aggregate name of unit counts
 STATUS, VALUE, CONTRIBUTORS = "__status", "__value", "__n"
 SPREAD = "__spread"  # the most inner cells a unit of the cell lies in
+SEEN = "__seen"  # a count's values published by this and every earlier pattern (JSON list)
+EVERY = "__every"  # whether every unit of the table has a value of the measure (AVG's condition)
+LAYOUT = 2  # the stored pattern's columns: one stored with another layout is made again
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,7 @@ class Universe:
             "rules": {a: [repr(r) for r in self.rules(a)] for a in self.aggregates},
             "secondary": self.secondary,
             "cost": self.cost,
+            "layout": LAYOUT,
         }
 
 

@@ -23,13 +23,16 @@ from sqlsdc.tabular.rules import ManualRule, RuleResult
 from sqlsdc.tabular.universe import (
     CONTRIBUTORS,
     COUNT,
+    EVERY,
     LEVEL,
+    SEEN,
     SPREAD,
     STATUS,
     VALUE,
     Universe,
     top_k,
 )
+from sqlsdc.tabular.universe_revisions import revision_rule, seen_values, with_published
 
 EARLIER = "earlier release"
 
@@ -95,6 +98,11 @@ def protect_universe(
         before = _earlier(coordinates, earlier, aggregate)
         kept, held, forced = _carried_over(table, before)
         rules = [_Known(rule, forced) for rule in universe.rules(aggregate)]
+        seen = seen_values(before, len(table.cells)) if aggregate == COUNT else None
+        revised = revision_rule(aggregate == COUNT, universe.rules(aggregate), table.values,
+                                before, seen)  # fmt: skip
+        if revised is not None:
+            rules.append(revised)
         result = suppression_pattern(
             table,
             rules,
@@ -109,15 +117,23 @@ def protect_universe(
         )
         pattern[f"{aggregate}{VALUE}"] = result["value"].to_numpy()
         pattern[f"{aggregate}{STATUS}"] = result["status"].to_numpy()
+        if seen is not None:
+            pattern[f"{aggregate}{SEEN}"] = with_published(seen, result["value"].to_numpy())
         if with_value is not None:
             published = (result["status"] == "published").to_numpy()
             pattern[f"{aggregate}{CONTRIBUTORS}"] = np.where(published, with_value, np.nan)
+            # one fact about the whole table, kept apart from the grand total's status: read off
+            # the grand total, it switched every AVG off once a revision hid that total
+            pattern[f"{aggregate}{EVERY}"] = bool(
+                cells[f"{aggregate}__n"].sum() == cells["__units"].sum()
+            )
         audit = result.attrs["audit"]
         report["aggregates"][aggregate] = {
             "primary": audit.n_primary,
             "secondary": audit.n_secondary,
             "kept_from_earlier": int((kept | held).sum()),
             "known_from_earlier": int(forced.sum()),
+            "revised": 0 if revised is None else int(revised.cells.sum()),
             "audit_passed": audit.passed,
             "audit_exact": audit.exact,
             "method": audit.method,
@@ -248,6 +264,8 @@ def _earlier(coordinates: pd.DataFrame, earlier: pd.DataFrame | None, aggregate:
     right = earlier[shared].astype(object).fillna(_TOTAL_KEY)
     right["value"] = earlier[f"{aggregate}{VALUE}"].to_numpy()
     right["status"] = earlier[f"{aggregate}{STATUS}"].to_numpy()
+    seen = f"{aggregate}{SEEN}"
+    right["seen"] = earlier[seen].to_numpy(dtype=object) if seen in earlier.columns else None
     mine = _matchable(coordinates, left, shared, [c for c in keys if c not in shared])
     theirs = _matchable(earlier, right, shared, [c for c in codes if c not in shared])
     on = [*shared, _TOTAL_KEY]  # one key column also when no column is shared (the totals)
@@ -256,13 +274,14 @@ def _earlier(coordinates: pd.DataFrame, earlier: pd.DataFrame | None, aggregate:
         .assign(**{_TOTAL_KEY: 0})
         .merge(right[theirs].assign(**{_TOTAL_KEY: 0}), on=on, how="left", validate="one_to_one")
     )
-    merged = pd.DataFrame({"value": np.nan, "status": None}, index=left.index)
+    merged = pd.DataFrame({"value": np.nan, "status": None, "seen": None}, index=left.index)
     merged.loc[mine, "value"] = found["value"].to_numpy(dtype=float)
     merged.loc[mine, "status"] = found["status"].to_numpy(dtype=object)
+    merged.loc[mine, "seen"] = found["seen"].to_numpy(dtype=object)
     return merged.reset_index(drop=True)
 
 
-_SUFFIXES = (STATUS, VALUE, CONTRIBUTORS)
+_SUFFIXES = (STATUS, VALUE, CONTRIBUTORS, SEEN, EVERY)
 
 
 def _matchable(frame: pd.DataFrame, codes: pd.DataFrame, shared: list[str], others: list[str]):

@@ -109,9 +109,10 @@ def test_cta_intervals_do_not_give_the_original_away(jobs_demo_db):
     assert found < 0.3 * len(published)  # before: 95 of 97
 
 
-def test_covering_intervals_follow_the_adjusted_value_and_its_power_of_ten():
-    """Two tables whose sensitive cells were adjusted to the same values by adjustments of the
-    same power of ten publish the same intervals, whatever the originals and levels were."""
+def test_covering_intervals_follow_the_adjusted_value_and_the_table_s_span():
+    """Two tables whose sensitive cells were adjusted to the same values publish the same
+    intervals, whatever the originals, levels and directions were (given the table's span K;
+    s43e: no longer the adjustment's power of ten, which told the direction)."""
     inner = np.array([[120.0, 37, 400], [300, 250, 44], [81, 500, 210]])
     n = [[9, 1, 9], [9, 9, 1], [1, 9, 9]]
     cells = pd.DataFrame(
@@ -121,11 +122,14 @@ def test_covering_intervals_follow_the_adjusted_value_and_its_power_of_ten():
     out = cta(cells, dims=["r", "c"], rules=[], sensitive=lambda c: c["n"] == 1, protection=12.0)
     pub = publish_intervals(out, seed=3)
     s = pub[pub["sensitive"]]
-    o, a, lo, hi, b = (s[c].to_numpy() for c in ("value", "adjusted", "lo", "hi", "unit"))
+    o, a, lo, hi, u = (s[c].to_numpy() for c in ("value", "adjusted", "lo", "hi", "unit"))
+    k = pub.attrs["span"]
+    assert k == 2.0
     assert np.all((lo <= o - s["lpl"].to_numpy()) & (hi >= o + s["upl"].to_numpy()))
-    assert np.array_equal(hi, np.ceil((a + 20 * b) / b) * b)
-    assert np.array_equal(lo, np.maximum(np.floor((a - 20 * b) / b) * b, 0.0))
-    # another original, moved the other way by another amount of the same power of ten
+    assert np.array_equal(u, 10.0 ** (np.floor(np.log10(k * a)) - 1))
+    assert np.array_equal(hi, np.ceil((a + k * a) / u) * u)
+    assert np.array_equal(lo, np.maximum(np.floor((a - k * a) / u) * u, 0.0))
+    # another original, moved the other way by another amount
     moved = out.copy()
     moved.loc[moved["sensitive"], "value"] = a + (a - o) * 1.5
     again = publish_intervals(moved, seed=4)[lambda f: f["sensitive"]]
