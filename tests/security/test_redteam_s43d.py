@@ -162,17 +162,6 @@ def test_an_ipf_to_public_margins_replaced_after_one_known_income_change_gives_n
     assert exact == 0  # was 3 of 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (s43d): the query path's suppression pattern, made again after new data, keeps "
-    "what it hid and what it published with the same value, but publishes a cell whose value "
-    "changed with its new value: one new firm (1,234,567 in (C, R02)) is read exactly from "
-    "(C, R02), R02 and the grand total, and its cell from their counts (12 -> 13, 195 -> 196, "
-    "1,000 -> 1,001). The jobs' revision rule (jobs/revisions.py, units kept per version) is "
-    "not applied to the live universe (tabular/universe_pattern.protect_universe); "
-    "tests/test_suppress_query.py::test_new_data_never_publishes_what_an_earlier_pattern_hid "
-    "accepts the changed counts",
-)
 def test_the_live_suppression_pattern_after_one_new_firm_does_not_give_its_turnover(
     suppress_template, tmp_path
 ):
