@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 import click
-from sqlsdc.cli.output import ExistingFile, format_option, print_frame, print_json
+from sqlsdc.cli.output import ExistingFile, NamedPath, format_option, print_frame, print_json
 
 _TIMES = ["%Y-%m-%d", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"]  # --since
 MAX_LIMIT = 1_000_000  # audit rows shown; 10**20 overflowed the engine as a bug in sqlsdc
@@ -123,7 +123,7 @@ def _report(report, fmt: str = "table") -> None:
 
 
 @click.command()
-@click.argument("db", type=click.Path(dir_okay=False))
+@click.argument("db", type=NamedPath(dir_okay=False))
 @click.option(
     "--policy",
     "policy_file",

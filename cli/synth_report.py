@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 from sqlsdc.cli.admin import opened, writing_admin_option
-from sqlsdc.cli.output import ExistingFile, format_option, print_json
+from sqlsdc.cli.output import ExistingFile, NamedPath, format_option, print_json
 
 from sqlsdc.errors import Error
 
@@ -29,7 +29,7 @@ def _names(text: str | None) -> list[str] | None:
 @click.option("--target", help="A sensitive variable: TCAP and DiSCO for --keys.")
 @click.option(
     "--out",
-    type=click.Path(file_okay=False),
+    type=NamedPath(file_okay=False),
     help="Folder of the report (default: NAME_report/ next to DB).",
 )
 @click.option("--force", is_flag=True, help="Overwrite the report files of an earlier run.")

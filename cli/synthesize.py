@@ -9,7 +9,14 @@ import json
 
 import click
 from sqlsdc.cli.admin import opened, writing_admin_option
-from sqlsdc.cli.output import ExactNumber, ExistingFile, format_option, print_json, read_sql
+from sqlsdc.cli.output import (
+    ExactNumber,
+    ExistingFile,
+    format_option,
+    into_option,
+    print_json,
+    read_sql,
+)
 
 
 def _names(text: str | None) -> list[str] | None:
@@ -53,7 +60,7 @@ def _option(text: str) -> tuple[str, object]:
 @click.option("--from", "source", metavar="TABLE", help="A confidential table of the policy.")
 @click.option("--sql", metavar="QUERY", help="A SELECT whose rows are the records ('-': stdin); "
               "not for DP methods.")  # fmt: skip
-@click.option("--into", required=True, help="Name of the stored table (protected.NAME).")
+@into_option
 @click.option("--method", required=True,
               type=click.Choice(["dp-ipf", "dp-catall", "parametric", "cart"]),
               help="dp-ipf (Raab: noisy margins + IPF), dp-catall (noisy full table), "

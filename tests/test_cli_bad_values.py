@@ -12,6 +12,7 @@ import pytest
 from sqlsdc.cli import errors
 
 HUGE = 10**20
+COUNT = '--sql "SELECT region, sex, COUNT(*) AS n FROM persons GROUP BY region, sex"'
 ROUND = '--sql "SELECT region, COUNT(*) AS n FROM persons GROUP BY region" --method round'
 SYNTH = "synthesize {db} --from persons --into s --method"
 NOISE = "anonymize {db} --from persons --into a --step"
@@ -98,6 +99,19 @@ CASES = [  # (command, exit code, words of the message), and what happened befor
     ),  # 401 digits in the message  # fmt: skip
     ("budget {db} reset --for analyst --reason ' '", errors.USAGE, "say why"),
     ("budget {db} --for nobody", errors.USAGE, "'nobody' is not a user of the policy in force"),
+    # an empty path (an unset shell variable) was read as the current folder
+    ("query '' --user analyst 'SELECT 1'", errors.USAGE, "'' is an empty path"),  # "a folder"
+    ("init '' --policy {db}", errors.USAGE, "'' is an empty path"),  # "cannot open database ."
+    ("demo --db '' --persons 100", errors.USAGE, "'' is an empty path"),  # " exists" (exit 1)
+    ("publish {db} '' --for analyst", errors.USAGE, "'' is an empty path"),  # ". is no regular"
+    ("policy validate ''", errors.USAGE, "'' is an empty path"),  # "file  does not exist"
+    ("audit ''", errors.USAGE, "'' is an empty path"),  # "database  does not exist"
+    # a malformed --rule or --into is a usage error, before the database is opened (exit 1)
+    (f"protect {{db}} {COUNT} --into p --rule freq:0", errors.USAGE, "Invalid value for '--rule'"),
+    (f"protect {{db}} {COUNT} --into p --rule freq", errors.USAGE, "needs 1 or 2 number(s)"),
+    (f"protect {{db}} {COUNT} --into p --rule bogus", errors.USAGE, "unknown rule 'bogus'"),
+    (f"protect {{db}} {COUNT} --into 'a b'", errors.USAGE, "'a b' must be a plain name"),
+    (f"{NOISE} noise:income:c=0.1 --into 'x;y'", errors.USAGE, "'x;y' must be a plain name"),
 ]
 
 

@@ -315,6 +315,13 @@ def _solve_class(params: PTableParams, r: int, i: int) -> tuple[np.ndarray, int]
         lb[v == 0] = max(lb[v == 0][0] - PSTAY_STEP, EPSILON)
     if not feasible:
         low, high = _variance_range(v, lb, params.mono[r])
+        if np.isnan(low):  # no distribution at all: "variances nan..nan" said nothing
+            reach = ", ".join(f"{t:g}" for t in params.targets(i))
+            raise PTableError(
+                f"the ptable can't be calculated: row i={i} may only move to {reach} (noise at "
+                f"most D={params.D}, and js={params.js} blocks 1..{params.js}), so no noise "
+                "has mean 0; lower js or raise D"
+            )
         raise PTableError(
             f"the ptable can't be calculated without violating its constraints in row i={i} "
             f"(D={params.D}, V={params.V}, js={params.js}, pstay={params.pstay[r]}): its "
