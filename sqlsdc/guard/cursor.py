@@ -82,6 +82,8 @@ class Cursor:
     def fetchmany(self, size: int | None = None) -> list[tuple]:
         table = self._require_result()
         size = self.arraysize if size is None else size
+        if size < 0:  # table.slice read it as "no rows": fetchmany(-1) looked like the end
+            raise ProgrammingError(f"fetchmany size must be 0 or more, got {size}")
         chunk = table.slice(self._position, size)
         self._position += chunk.num_rows
         return _rows(chunk)
