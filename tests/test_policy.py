@@ -521,10 +521,26 @@ def test_not_a_mapping():
 def test_invalid_table_name():
     raises_exactly(
         doc(tables__2persons={"kind": "public"}),
-        "p: tables: '2persons' is not a valid name (letters, digits, _; a letter first); "
+        "p: tables.2persons: '2persons' is not a valid name (letters, digits, _; a letter first); "
         'rename the table in the database (ALTER TABLE "2persons" RENAME TO c_2persons) and here',
         name="p",
     )
+
+
+def test_every_bad_key_name_is_placed_on_its_own_line():
+    """Each bad user name was reported on the line of ``users:`` (jsonschema's path of a
+    ``propertyNames`` error is the mapping's), so that every one of them said the same line."""
+    users = "users:\n  admin: {role: admin}\n  ännä: {role: analyst}\n  a b: {role: analyst}\n"
+    rest = {k: v for k, v in BASE.items() if k != "users"}
+    text = yaml.safe_dump(rest, sort_keys=False, allow_unicode=True) + users
+    lines = text.splitlines()
+    bad = "is not a valid name (letters, digits, _; a letter first)"
+    with pytest.raises(sqlsdc.PolicyError) as info:
+        load_policy(text, name="p")
+    assert str(info.value).splitlines() == [
+        f"p: line {lines.index('  ännä: {role: analyst}') + 1}, column 3: users.ännä: 'ännä' {bad}",
+        f"p: line {lines.index('  a b: {role: analyst}') + 1}, column 3: users.a b: 'a b' {bad}",
+    ]
 
 
 def test_a_csv_header_as_a_column_name_says_how_to_rename_it(tmp_path):
@@ -547,7 +563,8 @@ def test_a_csv_header_as_a_column_name_says_how_to_rename_it(tmp_path):
 
     bad = sqlsdc_cli("policy", "validate", "bad.yaml")
     assert bad.returncode == 4
-    assert "tables.firms.columns: 'Firm ID' is not a valid name (letters, digits, _; a letter " \
+    assert "line 5, column 7: tables.firms.columns.Firm ID: 'Firm ID' is not a valid name " \
+        "(letters, digits, _; a letter " \
         'first); rename the column in the database (ALTER TABLE firms RENAME COLUMN "Firm ID" ' \
         "TO firm_id) and here, or load CSV files with read_csv(..., normalize_names = true)" \
         in bad.stderr  # fmt: skip

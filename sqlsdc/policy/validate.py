@@ -62,7 +62,7 @@ def validate_document(document: Any) -> list[str]:
         return [too_deep]
     validator = jsonschema.Draft202012Validator(policy_schema())
     errors = sorted(validator.iter_errors(document), key=lambda e: list(map(str, e.absolute_path)))
-    problems = [f"{_path(e.absolute_path)}: {_describe(e)}" for e in errors]
+    problems = [f"{_path(_located_path(e))}: {_describe(e)}" for e in errors]
     problems += _finite_problems(document)
     if not isinstance(document, dict):
         return problems
@@ -231,6 +231,15 @@ def _overlaps(problem: str, path: str) -> bool:
     """Whether ``problem`` (``path: text``) is about ``path``, a part of it or a part holding it."""
     at = problem.split(": ", 1)[0]
     return at == path or path.startswith(f"{at}.") or at.startswith(f"{path}.")
+
+
+def _located_path(error: jsonschema.ValidationError) -> list:
+    """The path of a schema violation, down to the key for a bad key name (``propertyNames``:
+    jsonschema gives the mapping's path, so every bad user name was placed on ``users:``)."""
+    parts = list(error.absolute_path)
+    if "propertyNames" in error.absolute_schema_path and isinstance(error.instance, str):
+        parts.append(error.instance)
+    return parts
 
 
 def _path(parts) -> str:
