@@ -12,6 +12,7 @@ from sqlsdc.cli.admin import admin_option, opened, writing_admin_option
 from sqlsdc.cli.output import (
     ExistingFile,
     NamedPath,
+    NameList,
     format_option,
     into_option,
     print_json,
@@ -41,6 +42,7 @@ from sqlsdc.errors import Error, NotFoundError
 )
 @click.option(
     "--keys",
+    type=NameList(),
     help="Key variables (quasi-identifiers) for the risk report, comma-separated "
     "(default: the table's dimension columns).",
 )
@@ -86,7 +88,7 @@ def anonymize(db, source, sql, into, steps, keys, weights, household, seed, repl
             steps=list(steps),
             source=source,
             sql=read_sql(sql) if sql is not None else None,
-            keys=[k.strip() for k in keys.split(",") if k.strip()] if keys else None,
+            keys=keys,
             weights=weights,
             household=household,
             seed=seed,

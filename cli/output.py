@@ -117,6 +117,27 @@ class ExactNumber(click.ParamType):
         return value
 
 
+class NameList(click.ParamType):
+    """Comma-separated column names (``--columns``, ``--keys``) as a list. A value that names
+    none (``''`` or ``,``, e.g. an unset shell variable) is a usage error: it was read as the
+    option left out, so ``synthesize --columns ''`` synthesised every column."""
+
+    name = "names"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, list):
+            return value
+        names = [n.strip() for n in str(value).split(",") if n.strip()]
+        if not names:
+            self.fail(
+                f"{value!r} names no column: name at least one, or leave the option out for "
+                "the default",
+                param,
+                ctx,
+            )
+        return names
+
+
 def _plain_name(ctx, param, value: str) -> str:
     if not value.isidentifier():  # as the jobs check it (sqlsdc.jobs.job, .anonymize)
         raise click.BadParameter(f"{value!r} must be a plain name (letters, digits, _)", ctx, param)

@@ -12,6 +12,7 @@ from sqlsdc.cli.admin import opened, writing_admin_option
 from sqlsdc.cli.output import (
     ExactNumber,
     ExistingFile,
+    NameList,
     format_option,
     into_option,
     print_json,
@@ -65,8 +66,9 @@ def _option(text: str) -> tuple[str, object]:
               type=click.Choice(["dp-ipf", "dp-catall", "parametric", "cart"]),
               help="dp-ipf (Raab: noisy margins + IPF), dp-catall (noisy full table), "
                    "parametric (Gaussian copula), cart (sequential CART).")  # fmt: skip
-@click.option("--columns", help="Variables to synthesise, comma-separated (default: all but "
-              "identifiers; DP: the table's dimension columns).")  # fmt: skip
+@click.option("--columns", type=NameList(),
+              help="Variables to synthesise, comma-separated (default: all but identifiers; "
+              "DP: the table's dimension columns).")  # fmt: skip
 @click.option("--epsilon", type=ExactNumber(),
               help="DP methods: the budget the job spends (exact: 1, 0.5, 1/2).")  # fmt: skip
 @click.option("--margins", "margins", multiple=True, metavar="COL,COL[,COL]",
@@ -132,7 +134,7 @@ def synthesize(db, source, sql, into, method, columns, epsilon, margins, bins, l
             method=method,
             source=source,
             sql=read_sql(sql) if sql is not None else None,
-            columns=_names(columns),
+            columns=columns,
             epsilon=epsilon,
             margins=[_names(m) for m in margins] or None,
             bins=_assignments(bins, "--bins"),

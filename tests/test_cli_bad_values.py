@@ -112,6 +112,11 @@ CASES = [  # (command, exit code, words of the message), and what happened befor
     (f"protect {{db}} {COUNT} --into p --rule bogus", errors.USAGE, "unknown rule 'bogus'"),
     (f"protect {{db}} {COUNT} --into 'a b'", errors.USAGE, "'a b' must be a plain name"),
     (f"{NOISE} noise:income:c=0.1 --into 'x;y'", errors.USAGE, "'x;y' must be a plain name"),
+    # a list that names no column was read as the option left out: every column synthesised
+    (f"{SYNTH} parametric --columns ''", errors.USAGE, "'' names no column"),
+    (f"{SYNTH} parametric --columns ' , '", errors.USAGE, "' , ' names no column"),
+    (f"{NOISE} noise:income:c=0.1 --keys ''", errors.USAGE, "'' names no column"),
+    ("synth-report {db} --table s --keys ''", errors.USAGE, "'' names no column"),
 ]
 
 
