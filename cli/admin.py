@@ -306,6 +306,11 @@ def audit(
     """
     from sqlsdc import admin
 
+    if since is not None and until is not None and since >= until:  # "(no rows)", exit 0
+        raise click.BadParameter(
+            f"{since} is not before --until {until}: no entry can lie between them",
+            param_hint="'--since'",
+        )
     frame = admin.audit(db, user, who=who, decision=decision, limit=limit + 1, since=since,
                         until=until, con=opened())  # fmt: skip
     if len(frame) > limit:  # it showed the newest 50 without a word (new user s39)

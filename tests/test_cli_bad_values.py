@@ -117,6 +117,11 @@ CASES = [  # (command, exit code, words of the message), and what happened befor
     (f"{SYNTH} parametric --columns ' , '", errors.USAGE, "' , ' names no column"),
     (f"{NOISE} noise:income:c=0.1 --keys ''", errors.USAGE, "'' names no column"),
     ("synth-report {db} --table s --keys ''", errors.USAGE, "'' names no column"),
+    (
+        "audit {db} --since 2030-01-01 --until 2020-01-01",
+        errors.USAGE,
+        "2030-01-01 00:00:00 is not before --until 2020-01-01 00:00:00",
+    ),  # "(no rows)", exit 0, as if nothing had been logged  # fmt: skip
 ]
 
 
