@@ -113,7 +113,7 @@ class PTableParams:
         if self.table == "cnts":
             check(
                 self.step == 1 and self.icat is None,
-                "step and icat apply to magnitude tables only; use table='nums'",
+                "step and icat apply to magnitude tables only: table 'nums' (--table nums)",
             )
             check(self.type == "all", f"count tables have type 'all'; got {self.type!r}")
         else:
@@ -150,11 +150,11 @@ class PTableParams:
             object.__setattr__(self, name, tuple(value))
         check(
             all(p is None or 0 < p < 1 for p in self.pstay),
-            f"pstay must lie strictly between 0 and 1 (None: no bound); got {self.pstay}",
+            f"pstay must lie strictly between 0 and 1 (None: no bound); got {_one(self.pstay)}",
         )
         check(
             all(o in (1, 2, 3, 4) for o in self.optim),
-            f"optim must be 1, 2, 3 (variance <= V) or 4 (variance = V); got {self.optim}",
+            f"optim must be 1, 2, 3 (variance <= V) or 4 (variance = V); got {_one(self.optim)}",
         )
         check(
             all(isinstance(m, bool | np.bool_) for m in self.mono),
@@ -190,6 +190,12 @@ class PTableParams:
 
     def noise(self, i: int) -> np.ndarray:
         return np.round(self.targets(i) - i, 4)
+
+
+def _one(values: tuple):
+    """A per-row setting as it was given: one value repeated on every row is shown once (a
+    single --pstay 2 was echoed as "(2.0, 2.0, 2.0, 2.0, 2.0)")."""
+    return values[0] if len(set(values)) == 1 else values
 
 
 def _mono_matrix(v: np.ndarray) -> np.ndarray | None:
