@@ -170,15 +170,22 @@ def policy() -> None:
 def validate(file: str, fmt: str) -> None:
     """Check a policy file against the schema and its own rules (no database needed).
 
-    An invalid file ends with exit code 4 and every problem on stderr, one per line.
+    An invalid file ends with exit code 4 and every problem on stderr, one per line; with
+    --format json also {"file": FILE, "valid": false, "problems": [...]} on stdout.
 
     \b
     Example:
       sqlsdc policy validate schemas/examples/demo.yaml --format json
     """
+    from sqlsdc.errors import PolicyError
     from sqlsdc.policy import load_policy
 
-    load_policy(file)
+    try:
+        load_policy(file)
+    except PolicyError as invalid:  # a script reading stdout got nothing at all
+        if fmt == "json":
+            print_json({"file": file, "valid": False, "problems": invalid.problems})
+        raise
     print_json({"file": file, "valid": True}) if fmt == "json" else click.echo(f"{file}: valid")
 
 

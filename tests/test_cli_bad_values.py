@@ -137,3 +137,19 @@ def test_out_of_range_values_are_clear_errors(command, code, words, db, tmp_path
     assert result.returncode == code, (result.returncode, result.stderr[-600:])
     assert words in result.stderr and "Traceback" not in result.stderr, result.stderr[-600:]
     assert "RuntimeWarning" not in result.stderr  # numpy's overflow warnings stay inside
+
+
+def test_validate_as_json_reports_an_invalid_policy_on_stdout(tmp_path):
+    """``policy validate --format json`` wrote nothing on stdout for an invalid policy (only
+    the text on stderr), so a script parsing stdout failed on empty input."""
+    import json
+
+    policy = tmp_path / "p.yaml"
+    policy.write_text("users:\n  chief: {role: admin}\n  a b: {role: analyst}\n", encoding="utf-8")
+    result = cli_fork.run(["policy", "validate", str(policy), "--format", "json"], timeout=60)
+    assert result.returncode == errors.INVALID_POLICY
+    report = json.loads(result.stdout)
+    assert report["file"] == str(policy) and report["valid"] is False
+    assert report["problems"][0] == "p.yaml: (top level): missing required key(s): tables"
+    assert report["problems"][1].startswith("p.yaml: line 3, column 3: users.a b: 'a b' is not")
+    assert report["problems"] == result.stderr.splitlines()[1:]  # the same lines as on stderr
