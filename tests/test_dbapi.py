@@ -211,3 +211,10 @@ def test_an_empty_database_path_is_not_the_current_folder():
     """``connect("")`` said "'' is a folder" (Path("") is the current folder)."""
     with pytest.raises(NotFoundError, match="the database path is empty"):
         sqlsdc.connect("", user="analyst")
+
+
+@pytest.mark.parametrize("batch", [None, 5, "F", {"x": ["F"]}])
+def test_executemany_wants_a_sequence_of_parameter_lists(analyst, batch):
+    """None (or a number) raised Python's TypeError; a str ran one query per character."""
+    with pytest.raises(sqlsdc.ProgrammingError, match="executemany takes a sequence of "):
+        analyst.cursor().executemany(SQL, batch)

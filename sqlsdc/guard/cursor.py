@@ -71,6 +71,12 @@ class Cursor:
 
     def executemany(self, sql: str, seq_of_params) -> Cursor:
         self._check_open()
+        if isinstance(seq_of_params, str | bytes | dict) or not hasattr(seq_of_params, "__iter__"):
+            # None raised Python's TypeError; a str or dict ran once per character or key
+            raise ProgrammingError(
+                "executemany takes a sequence of parameter lists, e.g. [['F'], ['M']], not "
+                f"{type(seq_of_params).__name__}"
+            )
         for params in seq_of_params:
             self.execute(sql, params)
         return self
