@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 import click
-from sqlsdc.cli.output import ExistingFile, format_option, print_frame, print_json
+from sqlsdc.cli.output import ExistingFile, NamedPath, format_option, print_frame, print_json
 
 _TIMES = ["%Y-%m-%d", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"]  # --since
 MAX_LIMIT = 1_000_000  # audit rows shown; 10**20 overflowed the engine as a bug in sqlsdc
@@ -123,7 +123,7 @@ def _report(report, fmt: str = "table") -> None:
 
 
 @click.command()
-@click.argument("db", type=click.Path(dir_okay=False))
+@click.argument("db", type=NamedPath(dir_okay=False))
 @click.option(
     "--policy",
     "policy_file",
@@ -170,15 +170,22 @@ def policy() -> None:
 def validate(file: str, fmt: str) -> None:
     """Check a policy file against the schema and its own rules (no database needed).
 
-    An invalid file ends with exit code 4 and every problem on stderr, one per line.
+    An invalid file ends with exit code 4 and every problem on stderr, one per line; with
+    --format json also {"file": FILE, "valid": false, "problems": [...]} on stdout.
 
     \b
     Example:
       sqlsdc policy validate schemas/examples/demo.yaml --format json
     """
+    from sqlsdc.errors import PolicyError
     from sqlsdc.policy import load_policy
 
-    load_policy(file)
+    try:
+        load_policy(file)
+    except PolicyError as invalid:  # a script reading stdout got nothing at all
+        if fmt == "json":
+            print_json({"file": file, "valid": False, "problems": invalid.problems})
+        raise
     print_json({"file": file, "valid": True}) if fmt == "json" else click.echo(f"{file}: valid")
 
 
@@ -306,6 +313,11 @@ def audit(
     """
     from sqlsdc import admin
 
+    if since is not None and until is not None and since >= until:  # "(no rows)", exit 0
+        raise click.BadParameter(
+            f"{since} is not before --until {until}: no entry can lie between them",
+            param_hint="'--since'",
+        )
     frame = admin.audit(db, user, who=who, decision=decision, limit=limit + 1, since=since,
                         until=until, con=opened())  # fmt: skip
     if len(frame) > limit:  # it showed the newest 50 without a word (new user s39)

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import click
+from sqlsdc.cli.output import NamedPath
 
 from sqlsdc.demo import DEFAULT_PERSONS, DEFAULT_SEED
 from sqlsdc.errors import Error
@@ -19,7 +20,7 @@ STEPS = ("households", "persons", "enterprises", "regions", "record keys and cat
     "--db",
     default="sqlsdc-demo.duckdb",
     show_default=True,
-    type=click.Path(dir_okay=False),
+    type=NamedPath(dir_okay=False),
     help="Where to write the demo database.",
 )
 @click.option(

@@ -9,7 +9,15 @@ import os
 
 import click
 from sqlsdc.cli.admin import admin_option, opened, writing_admin_option
-from sqlsdc.cli.output import ExistingFile, format_option, print_json, read_sql
+from sqlsdc.cli.output import (
+    ExistingFile,
+    NamedPath,
+    NameList,
+    format_option,
+    into_option,
+    print_json,
+    read_sql,
+)
 
 from sqlsdc.errors import Error, NotFoundError
 
@@ -18,7 +26,7 @@ from sqlsdc.errors import Error, NotFoundError
 @click.argument("db", type=ExistingFile())
 @click.option("--from", "source", metavar="TABLE", help="A confidential table of the policy.")
 @click.option("--sql", metavar="QUERY", help="A SELECT whose rows are the records ('-': stdin).")
-@click.option("--into", required=True, help="Name of the stored table (protected.NAME).")
+@into_option
 @click.option(
     "--step",
     "--steps",
@@ -34,6 +42,7 @@ from sqlsdc.errors import Error, NotFoundError
 )
 @click.option(
     "--keys",
+    type=NameList(),
     help="Key variables (quasi-identifiers) for the risk report, comma-separated "
     "(default: the table's dimension columns).",
 )
@@ -79,7 +88,7 @@ def anonymize(db, source, sql, into, steps, keys, weights, household, seed, repl
             steps=list(steps),
             source=source,
             sql=read_sql(sql) if sql is not None else None,
-            keys=[k.strip() for k in keys.split(",") if k.strip()] if keys else None,
+            keys=keys,
             weights=weights,
             household=household,
             seed=seed,
@@ -95,7 +104,7 @@ def anonymize(db, source, sql, into, steps, keys, weights, household, seed, repl
 @click.command("microdata-report")
 @click.argument("db", type=ExistingFile())
 @click.argument("names", nargs=-1, required=True)
-@click.option("--plot", type=click.Path(dir_okay=False), metavar="FILE",
+@click.option("--plot", type=NamedPath(dir_okay=False), metavar="FILE",
               help="Write the risk–utility plot of the files (.png or .html).")  # fmt: skip
 @click.option("--force", is_flag=True, help="Overwrite an existing --plot file.")
 @admin_option

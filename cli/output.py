@@ -19,7 +19,23 @@ if TYPE_CHECKING:
 FORMATS = ("table", "csv", "json")
 
 
-class ExistingFile(click.Path):
+class NamedPath(click.Path):
+    """A path that names something: an empty one (``''``, e.g. an unset shell variable) is a
+    usage error (exit code 2). It was read as the current folder, so that ``sqlsdc query ''``
+    said "is a folder", ``init ''`` "cannot open database .", ``demo --db ''`` " exists" and
+    ``ptable -o ''`` wrote to stdout instead."""
+
+    def convert(self, value, param, ctx):
+        self.named(value, param, ctx)
+        return super().convert(value, param, ctx)
+
+    def named(self, value, param, ctx) -> None:
+        """Fail on an empty path, before any check of what it names."""
+        if isinstance(value, str) and value == "":
+            self.fail("'' is an empty path; name a file", param, ctx)
+
+
+class ExistingFile(NamedPath):
     """An existing file argument (``ExistingFile()``) whose absence is
     a "not found" (exit code 8) in every command, as a missing database is for ``sqlsdc query``,
     rather than click's usage error."""
@@ -28,6 +44,7 @@ class ExistingFile(click.Path):
         super().__init__(exists=True, dir_okay=False)
 
     def convert(self, value, param, ctx):
+        self.named(value, param, ctx)
         _not_a_folder(value, param)
         if not os.path.lexists(value):
             if param is not None and param.name == "db":
@@ -39,7 +56,7 @@ class ExistingFile(click.Path):
         return super().convert(value, param, ctx)
 
 
-class DatabasePath(click.Path):
+class DatabasePath(NamedPath):
     """A database argument that may not exist yet (``query``, ``explain``, ``verify``: the
     open says so); a folder is no database file there either (exit code 8, not click's usage
     error)."""
@@ -48,6 +65,7 @@ class DatabasePath(click.Path):
         super().__init__(dir_okay=False)
 
     def convert(self, value, param, ctx):
+        self.named(value, param, ctx)
         _not_a_folder(value, param)
         return super().convert(value, param, ctx)
 
@@ -97,6 +115,43 @@ class ExactNumber(click.ParamType):
         except ValueError as e:
             self.fail(str(e), param, ctx)
         return value
+
+
+class NameList(click.ParamType):
+    """Comma-separated column names (``--columns``, ``--keys``) as a list. A value that names
+    none (``''`` or ``,``, e.g. an unset shell variable) is a usage error: it was read as the
+    option left out, so ``synthesize --columns ''`` synthesised every column."""
+
+    name = "names"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, list):
+            return value
+        names = [n.strip() for n in str(value).split(",") if n.strip()]
+        if not names:
+            self.fail(
+                f"{value!r} names no column: name at least one, or leave the option out for "
+                "the default",
+                param,
+                ctx,
+            )
+        return names
+
+
+def _plain_name(ctx, param, value: str) -> str:
+    if not value.isidentifier():  # as the jobs check it (sqlsdc.jobs.job, .anonymize)
+        raise click.BadParameter(f"{value!r} must be a plain name (letters, digits, _)", ctx, param)
+    return value
+
+
+# --into of the jobs that store protected.NAME: a name with a space or a semicolon is a usage
+# error (exit code 2) before the database is opened, as other malformed values are (it was 1)
+into_option = click.option(
+    "--into",
+    required=True,
+    callback=_plain_name,
+    help="Name of the stored table (protected.NAME).",
+)
 
 
 def format_option(default: str = "table", choices=FORMATS):

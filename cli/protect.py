@@ -13,7 +13,14 @@ import sys
 
 import click
 from sqlsdc.cli.admin import opened, writing_admin_option
-from sqlsdc.cli.output import ExistingFile, Seconds, format_option, print_json, read_sql
+from sqlsdc.cli.output import (
+    ExistingFile,
+    Seconds,
+    format_option,
+    into_option,
+    print_json,
+    read_sql,
+)
 
 METHODS = ("suppress", "round", "cta", "ipf")
 STEPS = {"suppress": 3, "round": 4, "cta": 4, "ipf": 5}  # job.step() calls per method
@@ -55,6 +62,7 @@ OWNERS = {  # option -> the methods it belongs to
     "--rule",
     "rules",
     multiple=True,
+    callback=lambda ctx, param, value: _checked_rules(value, param, ctx),
     help="[suppress, cta, ipf] Primary rule (repeatable): freq:N[,RANGE], nk:N,K, p:P, pq:P,Q. "
     "Default: freq with the policy's minimum frequency, plus p:10 for sums.",
 )
@@ -95,7 +103,7 @@ OWNERS = {  # option -> the methods it belongs to
     "long again, at least 60, for its audit). "
     "Default: 60 (round: 30); at most 86400 (a day).",
 )
-@click.option("--into", required=True, help="Name of the stored table (protected.NAME).")
+@into_option
 @click.option("--replace", is_flag=True, help="Overwrite an existing output of that name.")
 @writing_admin_option
 @format_option(default="table", choices=("table", "json"))
@@ -188,6 +196,22 @@ def _ipf(job, options, rules, progress):
     from sqlsdc.jobs.adjust import ipf_query
 
     return ipf_query(**job, rules=rules, margins=options["margins"], progress=progress)
+
+
+def _checked_rules(texts: tuple[str, ...], param, ctx) -> tuple[str, ...]:
+    """The ``--rule`` texts, each checked where the command line is read: a malformed rule
+    (``bogus``, ``freq``, ``freq:0``, ``nk:1,200``) is a usage error (exit code 2) naming the
+    option, as ``--base 0`` is, before the database is opened (it was exit code 1)."""
+    if not texts:
+        return texts
+    from sqlsdc.policy.rule_syntax import rule_arguments  # not at start-up
+
+    for text in texts:
+        try:
+            rule_arguments(text)
+        except ValueError as e:
+            raise click.BadParameter(str(e), ctx=ctx, param=param) from None
+    return texts
 
 
 RUNNERS = {"suppress": _suppress, "round": _round, "cta": _cta, "ipf": _ipf}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 import click
-from sqlsdc.cli.output import frame_json, write_file
+from sqlsdc.cli.output import NamedPath, frame_json, write_file
 
 EXIT_USAGE = 2
 
@@ -62,7 +62,7 @@ def _render(frame, fmt: str) -> str:
     help="Output format (tauargus: the file τ-ARGUS reads).",
 )
 @click.option("--check", is_flag=True, help="Print the per-row checks (R's empResults) instead.")
-@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to FILE, not stdout.")
+@click.option("--output", "-o", type=NamedPath(dir_okay=False), help="Write to FILE, not stdout.")
 @click.option("--force", is_flag=True, help="Overwrite the --output file if it exists.")
 def ptable(D, V, js, pstay, optim, mono, table, step, icat, type_, fmt, check, output, force):
     """Generate a perturbation table (ptable) for the Cell Key Method.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 from sqlsdc.cli.admin import admin_option
-from sqlsdc.cli.output import ExistingFile, format_option, print_json
+from sqlsdc.cli.output import ExistingFile, NamedPath, format_option, print_json
 
 # Kept in step with sqlsdc.engines.release_storage (not imported: `--help` stays fast).
 OLDEST_READER = "v1.0.0"
@@ -12,7 +12,7 @@ OLDEST_READER = "v1.0.0"
 
 @click.command()
 @click.argument("db", type=ExistingFile())
-@click.argument("out", type=click.Path(dir_okay=False))
+@click.argument("out", type=NamedPath(dir_okay=False))
 @click.option(
     "--query",
     "queries",
@@ -47,7 +47,7 @@ OLDEST_READER = "v1.0.0"
 )
 @click.option(
     "--parquet",
-    type=click.Path(file_okay=False),
+    type=NamedPath(file_okay=False),
     default=None,
     metavar="DIR",
     help="Also write every table as DIR/NAME.parquet with DIR/manifest.json (DIR must be new, "

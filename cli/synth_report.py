@@ -7,13 +7,9 @@ from __future__ import annotations
 
 import click
 from sqlsdc.cli.admin import opened, writing_admin_option
-from sqlsdc.cli.output import ExistingFile, format_option, print_json
+from sqlsdc.cli.output import ExistingFile, NamedPath, NameList, format_option, print_json
 
 from sqlsdc.errors import Error
-
-
-def _names(text: str | None) -> list[str] | None:
-    return [n.strip() for n in text.split(",") if n.strip()] if text else None
 
 
 @click.command("synth-report")
@@ -25,11 +21,13 @@ def _names(text: str | None) -> list[str] | None:
     help="A confidential table of the policy to compare with (default: the source query the "
     "synthesis job stored).",
 )
-@click.option("--keys", help="Key variables (what an intruder knows), comma-separated.")
+@click.option(
+    "--keys", type=NameList(), help="Key variables (what an intruder knows), comma-separated."
+)
 @click.option("--target", help="A sensitive variable: TCAP and DiSCO for --keys.")
 @click.option(
     "--out",
-    type=click.Path(file_okay=False),
+    type=NamedPath(file_okay=False),
     help="Folder of the report (default: NAME_report/ next to DB).",
 )
 @click.option("--force", is_flag=True, help="Overwrite the report files of an earlier run.")
@@ -54,7 +52,7 @@ def synth_report(db, table, against, keys, target, out, force, user, fmt):
     if (folder / "report.json").exists() and not force:
         raise Error(f"{folder} holds a report; pass --force to overwrite it, or --out another")
     with handed_connection(db, opened()):
-        result = run(db, table, user=user, against=against, keys=_names(keys), target=target,
+        result = run(db, table, user=user, against=against, keys=keys, target=target,
                      out=out)  # fmt: skip
     if fmt == "json":
         from sqlsdc.synth.report import _jsonable

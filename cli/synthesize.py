@@ -9,7 +9,15 @@ import json
 
 import click
 from sqlsdc.cli.admin import opened, writing_admin_option
-from sqlsdc.cli.output import ExactNumber, ExistingFile, format_option, print_json, read_sql
+from sqlsdc.cli.output import (
+    ExactNumber,
+    ExistingFile,
+    NameList,
+    format_option,
+    into_option,
+    print_json,
+    read_sql,
+)
 
 
 def _names(text: str | None) -> list[str] | None:
@@ -53,13 +61,14 @@ def _option(text: str) -> tuple[str, object]:
 @click.option("--from", "source", metavar="TABLE", help="A confidential table of the policy.")
 @click.option("--sql", metavar="QUERY", help="A SELECT whose rows are the records ('-': stdin); "
               "not for DP methods.")  # fmt: skip
-@click.option("--into", required=True, help="Name of the stored table (protected.NAME).")
+@into_option
 @click.option("--method", required=True,
               type=click.Choice(["dp-ipf", "dp-catall", "parametric", "cart"]),
               help="dp-ipf (Raab: noisy margins + IPF), dp-catall (noisy full table), "
                    "parametric (Gaussian copula), cart (sequential CART).")  # fmt: skip
-@click.option("--columns", help="Variables to synthesise, comma-separated (default: all but "
-              "identifiers; DP: the table's dimension columns).")  # fmt: skip
+@click.option("--columns", type=NameList(),
+              help="Variables to synthesise, comma-separated (default: all but identifiers; "
+              "DP: the table's dimension columns).")  # fmt: skip
 @click.option("--epsilon", type=ExactNumber(),
               help="DP methods: the budget the job spends (exact: 1, 0.5, 1/2).")  # fmt: skip
 @click.option("--margins", "margins", multiple=True, metavar="COL,COL[,COL]",
@@ -125,7 +134,7 @@ def synthesize(db, source, sql, into, method, columns, epsilon, margins, bins, l
             method=method,
             source=source,
             sql=read_sql(sql) if sql is not None else None,
-            columns=_names(columns),
+            columns=columns,
             epsilon=epsilon,
             margins=[_names(m) for m in margins] or None,
             bins=_assignments(bins, "--bins"),

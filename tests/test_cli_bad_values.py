@@ -12,6 +12,7 @@ import pytest
 from sqlsdc.cli import errors
 
 HUGE = 10**20
+COUNT = '--sql "SELECT region, sex, COUNT(*) AS n FROM persons GROUP BY region, sex"'
 ROUND = '--sql "SELECT region, COUNT(*) AS n FROM persons GROUP BY region" --method round'
 SYNTH = "synthesize {db} --from persons --into s --method"
 NOISE = "anonymize {db} --from persons --into a --step"
@@ -98,6 +99,29 @@ CASES = [  # (command, exit code, words of the message), and what happened befor
     ),  # 401 digits in the message  # fmt: skip
     ("budget {db} reset --for analyst --reason ' '", errors.USAGE, "say why"),
     ("budget {db} --for nobody", errors.USAGE, "'nobody' is not a user of the policy in force"),
+    # an empty path (an unset shell variable) was read as the current folder
+    ("query '' --user analyst 'SELECT 1'", errors.USAGE, "'' is an empty path"),  # "a folder"
+    ("init '' --policy {db}", errors.USAGE, "'' is an empty path"),  # "cannot open database ."
+    ("demo --db '' --persons 100", errors.USAGE, "'' is an empty path"),  # " exists" (exit 1)
+    ("publish {db} '' --for analyst", errors.USAGE, "'' is an empty path"),  # ". is no regular"
+    ("policy validate ''", errors.USAGE, "'' is an empty path"),  # "file  does not exist"
+    ("audit ''", errors.USAGE, "'' is an empty path"),  # "database  does not exist"
+    # a malformed --rule or --into is a usage error, before the database is opened (exit 1)
+    (f"protect {{db}} {COUNT} --into p --rule freq:0", errors.USAGE, "Invalid value for '--rule'"),
+    (f"protect {{db}} {COUNT} --into p --rule freq", errors.USAGE, "needs 1 or 2 number(s)"),
+    (f"protect {{db}} {COUNT} --into p --rule bogus", errors.USAGE, "unknown rule 'bogus'"),
+    (f"protect {{db}} {COUNT} --into 'a b'", errors.USAGE, "'a b' must be a plain name"),
+    (f"{NOISE} noise:income:c=0.1 --into 'x;y'", errors.USAGE, "'x;y' must be a plain name"),
+    # a list that names no column was read as the option left out: every column synthesised
+    (f"{SYNTH} parametric --columns ''", errors.USAGE, "'' names no column"),
+    (f"{SYNTH} parametric --columns ' , '", errors.USAGE, "' , ' names no column"),
+    (f"{NOISE} noise:income:c=0.1 --keys ''", errors.USAGE, "'' names no column"),
+    ("synth-report {db} --table s --keys ''", errors.USAGE, "'' names no column"),
+    (
+        "audit {db} --since 2030-01-01 --until 2020-01-01",
+        errors.USAGE,
+        "2030-01-01 00:00:00 is not before --until 2020-01-01 00:00:00",
+    ),  # "(no rows)", exit 0, as if nothing had been logged  # fmt: skip
 ]
 
 
@@ -113,3 +137,19 @@ def test_out_of_range_values_are_clear_errors(command, code, words, db, tmp_path
     assert result.returncode == code, (result.returncode, result.stderr[-600:])
     assert words in result.stderr and "Traceback" not in result.stderr, result.stderr[-600:]
     assert "RuntimeWarning" not in result.stderr  # numpy's overflow warnings stay inside
+
+
+def test_validate_as_json_reports_an_invalid_policy_on_stdout(tmp_path):
+    """``policy validate --format json`` wrote nothing on stdout for an invalid policy (only
+    the text on stderr), so a script parsing stdout failed on empty input."""
+    import json
+
+    policy = tmp_path / "p.yaml"
+    policy.write_text("users:\n  chief: {role: admin}\n  a b: {role: analyst}\n", encoding="utf-8")
+    result = cli_fork.run(["policy", "validate", str(policy), "--format", "json"], timeout=60)
+    assert result.returncode == errors.INVALID_POLICY
+    report = json.loads(result.stdout)
+    assert report["file"] == str(policy) and report["valid"] is False
+    assert report["problems"][0] == "p.yaml: (top level): missing required key(s): tables"
+    assert report["problems"][1].startswith("p.yaml: line 3, column 3: users.a b: 'a b' is not")
+    assert report["problems"] == result.stderr.splitlines()[1:]  # the same lines as on stderr

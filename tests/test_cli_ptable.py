@@ -57,6 +57,10 @@ def test_magnitude_csv_in_a_subprocess():
         (["--D", 5, "--V", 1, "--table", "nums", "--icat", "1,x"], "--icat must be integers"),
         (["--D", 10**20, "--V", 3], "D (largest noise) must be an integer >= 1 and <= 100"),
         (["--D", 5, "--V", 3, "--js", 10**20], "js must be an integer >= 0 and <= 100"),
+        (["--D", 5, "--V", 1, "--js", 10], "row i=1 may only move to 0"),  # "variances nan..nan"
+        (["--D", 5, "--V", 1, "--pstay", 2], "and 1 (None: no bound); got 2.0\n"),  # (2.0, ...)
+        (["--D", 5, "--V", 1, "--optim", 7], "(variance = V); got 7\n"),  # (7, 7, 7, 7, 7)
+        (["--D", 5, "--V", 1, "--icat", "1,5"], "only: table 'nums' (--table nums)"),
     ],
 )
 def test_bad_parameters_exit_2_with_one_line(args, message):

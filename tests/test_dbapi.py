@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 import sqlsdc
+from sqlsdc.errors import NotFoundError
 
 SQL = "SELECT region, COUNT(*) AS n FROM persons WHERE sex = ? GROUP BY region"
 
@@ -183,3 +184,37 @@ def test_every_pep249_exception_is_exported():
     for name in names:
         assert issubclass(getattr(sqlsdc, name), Exception), name
         assert name == "Warning" or issubclass(getattr(sqlsdc, name), sqlsdc.DatabaseError)
+
+
+def test_a_closed_connection_refuses_commit(demo_db):
+    """PEP 249: after close() every operation raises an Error; commit() returned silently, so a
+    script could not tell that it had closed the connection it meant to use."""
+    con = sqlsdc.connect(demo_db, user="analyst")
+    con.commit()  # open: nothing to commit, and no error
+    con.close()
+    with pytest.raises(sqlsdc.InterfaceError, match="the connection is closed"):
+        con.commit()
+
+
+def test_fetchmany_with_a_negative_size_is_an_error(analyst):
+    """fetchmany(-1) (or arraysize = -1) returned [] as if the result were used up."""
+    cursor = analyst.execute(SQL, ["F"])
+    with pytest.raises(sqlsdc.ProgrammingError, match="size must be 0 or more, got -1"):
+        cursor.fetchmany(-1)
+    cursor.arraysize = -2
+    with pytest.raises(sqlsdc.ProgrammingError, match="got -2"):
+        cursor.fetchmany()
+    assert cursor.fetchall()  # nothing was consumed
+
+
+def test_an_empty_database_path_is_not_the_current_folder():
+    """``connect("")`` said "'' is a folder" (Path("") is the current folder)."""
+    with pytest.raises(NotFoundError, match="the database path is empty"):
+        sqlsdc.connect("", user="analyst")
+
+
+@pytest.mark.parametrize("batch", [None, 5, "F", {"x": ["F"]}])
+def test_executemany_wants_a_sequence_of_parameter_lists(analyst, batch):
+    """None (or a number) raised Python's TypeError; a str ran one query per character."""
+    with pytest.raises(sqlsdc.ProgrammingError, match="executemany takes a sequence of "):
+        analyst.cursor().executemany(SQL, batch)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import datetime as dt
 import json
 import re
 from fractions import Fraction
@@ -165,11 +166,12 @@ def test_top_level_protection_applies_to_every_confidential_table():
 def test_table_protection_overrides_top_level():
     policy = load_policy(
         doc(
-            protection={"min_frequency": 25, "magnitudes": {"method": "threshold",
-                                                             "min_frequency": 40}},
+            protection={
+                "min_frequency": 25,
+                "magnitudes": {"method": "threshold", "min_frequency": 40},
+            },
             tables__persons__protection={"min_frequency": 5},
-            tables__households__protection={"counts": {"method": "threshold",
-                                                        "min_frequency": 3}},
+            tables__households__protection={"counts": {"method": "threshold", "min_frequency": 3}},
         )
     )
     persons, households = policy.table("persons"), policy.table("households")
@@ -305,8 +307,11 @@ BOUNDS_MESSAGE = (
 
 
 def test_bounds_order_with_name():
-    raises_exactly(doc(tables__persons__columns__income={"role": "measure", "bounds": [10, 5]}),
-                   BOUNDS_MESSAGE, name="policy.yaml")
+    raises_exactly(
+        doc(tables__persons__columns__income={"role": "measure", "bounds": [10, 5]}),
+        BOUNDS_MESSAGE,
+        name="policy.yaml",
+    )
 
 
 def test_bounds_order_from_a_file_named_policy_yaml(tmp_path):
@@ -341,19 +346,29 @@ def test_bounds_on_an_identifier():
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"colour": "red"},
-         "(top level): unknown key(s) colour; allowed here: budgets, description, limits, "
-         "protection, releases, tables, users, version"),
-        ({"tables__persons__colums": {}},
-         "tables.persons: unknown key(s) colums; allowed here: columns, description, dp, "
-         "hierarchies, key, kind, privacy_unit, protection, suppression"),
-        ({"tables__persons__columns__income__bound": [0, 1]},
-         "tables.persons.columns.income: unknown key(s) bound; allowed here: bounds, breaks, "
-         "description, domain, references, role"),
-        ({"users__admin__password": "x"},
-         "users.admin: unknown key(s) password; allowed here: description, role"),
-        ({"protection": {"k": 5}},
-         "protection: unknown key(s) k; allowed here: counts, magnitudes, min_frequency"),
+        (
+            {"colour": "red"},
+            "(top level): unknown key(s) colour; allowed here: budgets, description, limits, "
+            "protection, releases, tables, users, version",
+        ),
+        (
+            {"tables__persons__colums": {}},
+            "tables.persons: unknown key(s) colums; allowed here: columns, description, dp, "
+            "hierarchies, key, kind, privacy_unit, protection, suppression",
+        ),
+        (
+            {"tables__persons__columns__income__bound": [0, 1]},
+            "tables.persons.columns.income: unknown key(s) bound; allowed here: bounds, breaks, "
+            "description, domain, references, role",
+        ),
+        (
+            {"users__admin__password": "x"},
+            "users.admin: unknown key(s) password; allowed here: description, role",
+        ),
+        (
+            {"protection": {"k": 5}},
+            "protection: unknown key(s) k; allowed here: counts, magnitudes, min_frequency",
+        ),
     ],
     ids=["top", "table", "column", "user", "protection"],
 )
@@ -414,8 +429,12 @@ def test_privacy_unit_on_a_public_table():
 
 def test_reference_to_an_undeclared_table():
     raises_exactly(
-        doc(tables__persons__columns__household_id={"role": "identifier",
-                                                     "references": "homes.household_id"}),
+        doc(
+            tables__persons__columns__household_id={
+                "role": "identifier",
+                "references": "homes.household_id",
+            }
+        ),
         "policy.yaml: tables.persons.columns.household_id.references: table 'homes' is not "
         "declared",
         name="policy.yaml",
@@ -424,8 +443,12 @@ def test_reference_to_an_undeclared_table():
 
 def test_reference_to_an_undeclared_column():
     raises_exactly(
-        doc(tables__persons__columns__household_id={"role": "identifier",
-                                                     "references": "households.hh"}),
+        doc(
+            tables__persons__columns__household_id={
+                "role": "identifier",
+                "references": "households.hh",
+            }
+        ),
         "policy.yaml: tables.persons.columns.household_id.references: households.hh is not a "
         "declared identifier column",
         name="policy.yaml",
@@ -434,8 +457,12 @@ def test_reference_to_an_undeclared_column():
 
 def test_reference_to_a_non_identifier_column():
     raises_exactly(
-        doc(tables__persons__columns__household_id={"role": "identifier",
-                                                     "references": "households.tenure"}),
+        doc(
+            tables__persons__columns__household_id={
+                "role": "identifier",
+                "references": "households.tenure",
+            }
+        ),
         "policy.yaml: tables.persons.columns.household_id.references: households.tenure is not "
         "a declared identifier column",
         name="policy.yaml",
@@ -444,8 +471,12 @@ def test_reference_to_a_non_identifier_column():
 
 def test_reference_from_a_non_identifier():
     raises_exactly(
-        doc(tables__persons__columns__region={"role": "dimension",
-                                              "references": "households.household_id"}),
+        doc(
+            tables__persons__columns__region={
+                "role": "dimension",
+                "references": "households.household_id",
+            }
+        ),
         "policy.yaml: tables.persons.columns.region.references: only identifiers may reference "
         "a table",
         name="policy.yaml",
@@ -478,8 +509,9 @@ def test_no_admin_user():
 
 
 def test_missing_required_sections():
-    raises_exactly({"tables": BASE["tables"]}, "p: (top level): missing required key(s): users",
-                   name="p")
+    raises_exactly(
+        {"tables": BASE["tables"]}, "p: (top level): missing required key(s): users", name="p"
+    )
 
 
 def test_not_a_mapping():
@@ -489,10 +521,26 @@ def test_not_a_mapping():
 def test_invalid_table_name():
     raises_exactly(
         doc(tables__2persons={"kind": "public"}),
-        "p: tables: '2persons' is not a valid name (letters, digits, _; a letter first); "
+        "p: tables.2persons: '2persons' is not a valid name (letters, digits, _; a letter first); "
         'rename the table in the database (ALTER TABLE "2persons" RENAME TO c_2persons) and here',
         name="p",
     )
+
+
+def test_every_bad_key_name_is_placed_on_its_own_line():
+    """Each bad user name was reported on the line of ``users:`` (jsonschema's path of a
+    ``propertyNames`` error is the mapping's), so that every one of them said the same line."""
+    users = "users:\n  admin: {role: admin}\n  ännä: {role: analyst}\n  a b: {role: analyst}\n"
+    rest = {k: v for k, v in BASE.items() if k != "users"}
+    text = yaml.safe_dump(rest, sort_keys=False, allow_unicode=True) + users
+    lines = text.splitlines()
+    bad = "is not a valid name (letters, digits, _; a letter first)"
+    with pytest.raises(sqlsdc.PolicyError) as info:
+        load_policy(text, name="p")
+    assert str(info.value).splitlines() == [
+        f"p: line {lines.index('  ännä: {role: analyst}') + 1}, column 3: users.ännä: 'ännä' {bad}",
+        f"p: line {lines.index('  a b: {role: analyst}') + 1}, column 3: users.a b: 'a b' {bad}",
+    ]
 
 
 def test_a_csv_header_as_a_column_name_says_how_to_rename_it(tmp_path):
@@ -515,7 +563,8 @@ def test_a_csv_header_as_a_column_name_says_how_to_rename_it(tmp_path):
 
     bad = sqlsdc_cli("policy", "validate", "bad.yaml")
     assert bad.returncode == 4
-    assert "tables.firms.columns: 'Firm ID' is not a valid name (letters, digits, _; a letter " \
+    assert "line 5, column 7: tables.firms.columns.Firm ID: 'Firm ID' is not a valid name " \
+        "(letters, digits, _; a letter " \
         'first); rename the column in the database (ALTER TABLE firms RENAME COLUMN "Firm ID" ' \
         "TO firm_id) and here, or load CSV files with read_csv(..., normalize_names = true)" \
         in bad.stderr  # fmt: skip
@@ -529,16 +578,19 @@ def test_a_csv_header_as_a_column_name_says_how_to_rename_it(tmp_path):
 def test_invalid_yaml_names_line_and_column(tmp_path):
     path = tmp_path / "policy.yaml"
     path.write_text("tables:\n  persons: {kind: public\nusers: {}\n", "utf-8")
-    with pytest.raises(sqlsdc.PolicyError,
-                       match=r"\Apolicy\.yaml: line \d+, column \d+: not valid YAML: ") as info:
+    with pytest.raises(
+        sqlsdc.PolicyError, match=r"\Apolicy\.yaml: line \d+, column \d+: not valid YAML: "
+    ) as info:
         load_policy(path)
     assert len(info.value.problems) == 1
 
 
 def test_invalid_yaml_position_is_exact():
-    with pytest.raises(sqlsdc.PolicyError,
-                       match=r"\Apolicy\.yaml: line 2, column 2: not valid YAML: expected <block "
-                             r"end>, but found '<block mapping start>'\Z"):
+    with pytest.raises(
+        sqlsdc.PolicyError,
+        match=r"\Apolicy\.yaml: line 2, column 2: not valid YAML: expected <block "
+        r"end>, but found '<block mapping start>'\Z",
+    ):
         load_policy("tables: {a: 1}\n users: x\n", name="policy.yaml")
 
 
@@ -548,17 +600,22 @@ def test_a_database_named_as_the_policy_says_which_comes_first(tmp_path):
 
     db = tmp_path / "data.duckdb"
     duckdb.connect(str(db)).close()
-    with pytest.raises(sqlsdc.PolicyError, match=r"\Adata\.duckdb: a DuckDB database, not a "
-                                                 r"policy file .* the database comes first"):
+    with pytest.raises(
+        sqlsdc.PolicyError,
+        match=r"\Adata\.duckdb: a DuckDB database, not a "
+        r"policy file .* the database comes first",
+    ):
         load_policy(db)
 
 
 def test_a_character_yaml_refuses_is_an_invalid_policy():
     """A NUL or another control character (a binary file named as the policy) was an internal
     error, "a bug in sqlsdc" (exit 70): PyYAML's reader refuses it before parsing starts."""
-    with pytest.raises(sqlsdc.PolicyError,
-                       match=r"\Apolicy\.yaml: line 2, column 6: not valid YAML: unacceptable "
-                             r"character #x0000: special characters are not allowed\Z"):
+    with pytest.raises(
+        sqlsdc.PolicyError,
+        match=r"\Apolicy\.yaml: line 2, column 6: not valid YAML: unacceptable "
+        r"character #x0000: special characters are not allowed\Z",
+    ):
         load_policy("tables:\n  a: \x00\n", name="policy.yaml")
 
 
@@ -570,10 +627,14 @@ def test_empty_file(tmp_path, text):
 
 
 def test_missing_file(tmp_path):
-    raises_exactly(tmp_path / "missing.yaml",
-                   "missing.yaml: cannot read the policy file: No such file or directory")
-    raises_exactly(str(tmp_path / "missing.yaml"),
-                   "missing.yaml: cannot read the policy file: No such file or directory")
+    raises_exactly(
+        tmp_path / "missing.yaml",
+        "missing.yaml: cannot read the policy file: No such file or directory",
+    )
+    raises_exactly(
+        str(tmp_path / "missing.yaml"),
+        "missing.yaml: cannot read the policy file: No such file or directory",
+    )
 
 
 def test_unreadable_path_is_a_directory(tmp_path):
@@ -614,8 +675,7 @@ def test_all_problems_are_reported_at_once():
 
 
 def test_all_schema_problems_are_reported_at_once():
-    bad = doc(tables__persons__columns__region={"role": "category"},
-              users__analyst__role="root")
+    bad = doc(tables__persons__columns__region={"role": "category"}, users__analyst__role="root")
     error = raises_exactly(
         bad,
         "p: tables.persons.columns.region.role: 'category' is not one of: identifier, dimension, "
@@ -737,15 +797,49 @@ def test_budgets_are_exact_and_may_limit_delta():
     assert (second.user, second.table, second.delta) == ("*", "persons", Fraction(1, 10**5))
 
 
+NOT_AN_AMOUNT = "is not a positive number: write e.g. 0.5, 1e-6 or 1/3"
+
+
 @pytest.mark.parametrize(
     ("delta", "message"),
     [
         (1, "budgets.0.delta: 1 is outside the allowed range: at least 1e-15 and below 1"),
         ("3/2", "budgets.0.delta: '3/2' is outside the allowed range: at least 1e-15 and below 1"),
-        (-1e-6, "budgets.0.delta: -1e-06 is not valid under any of the given schemas"),
-        ("-1e-6", "budgets.0.delta: '-1e-6' is not valid under any of the given schemas"),
-        (0, "budgets.0.delta: 0 is not valid under any of the given schemas"),
+        (-1e-6, f"budgets.0.delta: -1e-06 {NOT_AN_AMOUNT}"),
+        ("-1e-6", f"budgets.0.delta: '-1e-6' {NOT_AN_AMOUNT}"),
+        (0, f"budgets.0.delta: 0 {NOT_AN_AMOUNT}"),
     ],
 )
 def test_budget_delta_must_be_positive_and_below_one(delta, message):
     raises_exactly(doc(budgets=[{"user": "analyst", "delta": delta}]), f"p: {message}", name="p")
+
+
+@pytest.mark.parametrize(
+    ("amount", "shown"),
+    [
+        (True, "true"),
+        (None, "null"),
+        (dt.date(2026, 1, 1), "2026-01-01"),
+        ("10e", "'10e'"),
+        ([1], "[1]"),
+    ],  # fmt: skip
+)
+def test_an_amount_that_is_no_number_says_what_to_write(amount, shown):
+    """An epsilon of ``true``, ``10e`` or a date (YAML's 2026-01-01) said "True is not valid
+    under any of the given schemas" (jsonschema's words and Python's repr)."""
+    document = doc(budgets=[{"user": "analyst", "epsilon": amount}])
+    raises_exactly(document, f"p: budgets.0.epsilon: {shown} {NOT_AN_AMOUNT}", name="p")
+
+
+def test_a_budget_without_an_amount_names_the_keys_it_needs():
+    """It said "{'user': 'analyst'} is not valid under any of the given schemas"."""
+    message = "p: budgets.0: names none of epsilon, rho, delta: give at least one"
+    raises_exactly(doc(budgets=[{"user": "analyst"}]), message, name="p")
+
+
+def test_an_empty_value_is_named_as_such():
+    """``min_frequency:`` with nothing after it said "got NoneType None"."""
+    document = doc(protection={"min_frequency": None})
+    expected = r"protection.min_frequency: expected integer, got no value \(null\)"
+    with pytest.raises(sqlsdc.PolicyError, match=expected):
+        load_policy(document, name="p")

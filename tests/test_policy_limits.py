@@ -119,7 +119,7 @@ def test_epsilon_is_parsed_exactly_and_in_range(amount, message):
 
 def test_epsilon_zero_is_refused_by_the_schema():
     (found,) = problems(dp("epsilon: 0"))
-    assert "tables.persons.protection.counts.spend.epsilon: 0 is not valid" in found
+    assert "tables.persons.protection.counts.spend.epsilon: 0 is not a positive number" in found
 
 
 def test_every_problem_is_listed_at_once_with_its_line():

@@ -122,6 +122,8 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
         self._settle = None  # lets waiters on its charged statistics go (dp_in_flight)
         self.user = user
         self.path = str(path)
+        if self.path == "":  # Path("") is the current folder: "'' is a folder" misled
+            raise NotFoundError("the database path is empty; name the .duckdb file")
         if Path(path).is_dir():
             raise NotFoundError(f"{path} is a folder, not a database file; name the .duckdb file")
         if not Path(path).is_file():
@@ -295,7 +297,10 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
             raise engine_failure(failure, None) from None
 
     def commit(self) -> None:
-        """Queries are read-only and their audit entries are committed as they run."""
+        """Queries are read-only and their audit entries are committed as they run: nothing
+        to do, but on a closed connection an error, as PEP 249 asks of every operation after
+        :meth:`close` (it returned silently, so a script could not tell it had closed it)."""
+        self._check_open()
 
     def rollback(self) -> None:
         raise NotSupportedError("guarded connections have no transactions to roll back")

@@ -71,6 +71,12 @@ class Cursor:
 
     def executemany(self, sql: str, seq_of_params) -> Cursor:
         self._check_open()
+        if isinstance(seq_of_params, str | bytes | dict) or not hasattr(seq_of_params, "__iter__"):
+            # None raised Python's TypeError; a str or dict ran once per character or key
+            raise ProgrammingError(
+                "executemany takes a sequence of parameter lists, e.g. [['F'], ['M']], not "
+                f"{type(seq_of_params).__name__}"
+            )
         for params in seq_of_params:
             self.execute(sql, params)
         return self
@@ -82,6 +88,8 @@ class Cursor:
     def fetchmany(self, size: int | None = None) -> list[tuple]:
         table = self._require_result()
         size = self.arraysize if size is None else size
+        if size < 0:  # table.slice read it as "no rows": fetchmany(-1) looked like the end
+            raise ProgrammingError(f"fetchmany size must be 0 or more, got {size}")
         chunk = table.slice(self._position, size)
         self._position += chunk.num_rows
         return _rows(chunk)

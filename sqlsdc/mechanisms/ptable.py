@@ -113,7 +113,7 @@ class PTableParams:
         if self.table == "cnts":
             check(
                 self.step == 1 and self.icat is None,
-                "step and icat apply to magnitude tables only; use table='nums'",
+                "step and icat apply to magnitude tables only: table 'nums' (--table nums)",
             )
             check(self.type == "all", f"count tables have type 'all'; got {self.type!r}")
         else:
@@ -150,11 +150,11 @@ class PTableParams:
             object.__setattr__(self, name, tuple(value))
         check(
             all(p is None or 0 < p < 1 for p in self.pstay),
-            f"pstay must lie strictly between 0 and 1 (None: no bound); got {self.pstay}",
+            f"pstay must lie strictly between 0 and 1 (None: no bound); got {_one(self.pstay)}",
         )
         check(
             all(o in (1, 2, 3, 4) for o in self.optim),
-            f"optim must be 1, 2, 3 (variance <= V) or 4 (variance = V); got {self.optim}",
+            f"optim must be 1, 2, 3 (variance <= V) or 4 (variance = V); got {_one(self.optim)}",
         )
         check(
             all(isinstance(m, bool | np.bool_) for m in self.mono),
@@ -190,6 +190,12 @@ class PTableParams:
 
     def noise(self, i: int) -> np.ndarray:
         return np.round(self.targets(i) - i, 4)
+
+
+def _one(values: tuple):
+    """A per-row setting as it was given: one value repeated on every row is shown once (a
+    single --pstay 2 was echoed as "(2.0, 2.0, 2.0, 2.0, 2.0)")."""
+    return values[0] if len(set(values)) == 1 else values
 
 
 def _mono_matrix(v: np.ndarray) -> np.ndarray | None:
@@ -315,6 +321,13 @@ def _solve_class(params: PTableParams, r: int, i: int) -> tuple[np.ndarray, int]
         lb[v == 0] = max(lb[v == 0][0] - PSTAY_STEP, EPSILON)
     if not feasible:
         low, high = _variance_range(v, lb, params.mono[r])
+        if np.isnan(low):  # no distribution at all: "variances nan..nan" said nothing
+            reach = ", ".join(f"{t:g}" for t in params.targets(i))
+            raise PTableError(
+                f"the ptable can't be calculated: row i={i} may only move to {reach} (noise at "
+                f"most D={params.D}, and js={params.js} blocks 1..{params.js}), so no noise "
+                "has mean 0; lower js or raise D"
+            )
         raise PTableError(
             f"the ptable can't be calculated without violating its constraints in row i={i} "
             f"(D={params.D}, V={params.V}, js={params.js}, pstay={params.pstay[r]}): its "

@@ -62,7 +62,7 @@ def validate_document(document: Any) -> list[str]:
         return [too_deep]
     validator = jsonschema.Draft202012Validator(policy_schema())
     errors = sorted(validator.iter_errors(document), key=lambda e: list(map(str, e.absolute_path)))
-    problems = [f"{_path(e.absolute_path)}: {_describe(e)}" for e in errors]
+    problems = [f"{_path(_located_path(e))}: {_describe(e)}" for e in errors]
     problems += _finite_problems(document)
     if not isinstance(document, dict):
         return problems
@@ -233,6 +233,15 @@ def _overlaps(problem: str, path: str) -> bool:
     return at == path or path.startswith(f"{at}.") or at.startswith(f"{path}.")
 
 
+def _located_path(error: jsonschema.ValidationError) -> list:
+    """The path of a schema violation, down to the key for a bad key name (``propertyNames``:
+    jsonschema gives the mapping's path, so every bad user name was placed on ``users:``)."""
+    parts = list(error.absolute_path)
+    if "propertyNames" in error.absolute_schema_path and isinstance(error.instance, str):
+        parts.append(error.instance)
+    return parts
+
+
 def _path(parts) -> str:
     return ".".join(str(p) for p in parts) or "(top level)"
 
@@ -256,6 +265,8 @@ def _describe(error: jsonschema.ValidationError) -> str:
         return f"{error.instance!r} is not supported; use {kind!r}"
     if v == "type":
         found = f"expected {kind}, got {type(error.instance).__name__} {error.instance!r}"
+        if error.instance is None:  # `key:` with nothing after it ("got NoneType None")
+            found = f"expected {kind}, got no value (null)"
         if isinstance(error.instance, str) and _YAML_TEXT_NUMBER.fullmatch(error.instance):
             found += " (YAML reads an exponent without a dot as text: write e.g. 1.0e-9)"
         return found
@@ -275,7 +286,26 @@ def _describe(error: jsonschema.ValidationError) -> str:
         return f"{error.instance!r} is above the maximum {kind}"
     if v == "uniqueItems":
         return "items must be unique"
+    if v == "oneOf" and error.schema is policy_schema()["$defs"]["amount"]:
+        # jsonschema's "... is not valid under any of the given schemas" said nothing usable
+        return (
+            f"{_yaml_value(error.instance)} is not a positive number: write e.g. 0.5, 1e-6 or 1/3"
+        )
+    if v == "anyOf" and all(list(branch) == ["required"] for branch in kind):
+        keys = [branch["required"][0] for branch in kind]
+        return f"names none of {', '.join(keys)}: give at least one"
     return error.message
+
+
+def _yaml_value(value: Any) -> str:
+    """A value as the policy's YAML writes it (true, null, a date), not as Python's repr."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, (int, float, str)):
+        return repr(value)
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, default=str)
+    return str(value)
 
 
 def _rename_hint(error: jsonschema.ValidationError, a_name: bool) -> str:
