@@ -12,8 +12,16 @@ The cell's contributors are then the coarser table's units, each with a multipli
 in the cell. Until such a count is protected as that magnitude (per-household contributions,
 the households' keys and mean floor), it is refused, fail closed, with what to write instead.
 
-What is refused, in an aggregation protected by the cell key method that reads two or more
-confidential tables: a count of the rows of a table R (``COUNT(*)``, ``COUNT(x)``, a
+Counts rounded to a base (:mod:`sqlsdc.rewrite.round`) have the same flaw: on the demo with
+counts rounded to 5, persons by municipality and ``h.size`` told 31 exact household counts
+that the households' own rounded counts hide (size 7: 30 persons is 4 households, not 5).
+A rounded sum is its mean times that rounded count (``SUM(p.age) ... WHERE p.age = 40`` is
+R(40·n̂)), so under rounding sums of R's rows are refused as well. A cell-key sum is its mean
+times n̂ too, but under the mean floor (n̂ < 18) it is one contribution that tells nothing of
+n̂, and above it its noise leaves n̂ ± 1 of a count ± D: left answered.
+
+What is refused, in an aggregation protected by the cell key method or rounding that reads two
+or more confidential tables: a count of the rows of a table R (``COUNT(*)``, ``COUNT(x)``, a
 ``COUNT(DISTINCT x)`` not of another table's units) and an ``AVG`` (its published sum over its
 protected count gives the count: ``SUM/AVG``), when a column other than an identifier of another
 confidential table X is read anywhere in the aggregation (keys, ``WHERE``, ``JOIN ... ON``,
@@ -34,22 +42,32 @@ from sqlsdc.errors import PolicyViolation
 from sqlsdc.planner.scopes import Analysis, Kind, own_nodes
 from sqlsdc.policy import AggregateKind, ColumnRole, Method, Policy
 
+KEYED = (Method.CKM, Method.ROUND)
+"""The methods whose published count of a cell is near its true count whatever the units: the
+threshold rule publishes only cells of k units of every joined table, exact by design."""
+
 
 def refuse_counts_in_coarser_cells(plan, analysis: Analysis, policy: Policy) -> None:
     """Refuse the aggregates of ``plan`` (a :class:`~sqlsdc.planner.plan.CellPlan`) described
     in the module docstring; nothing else is changed."""
     tables = sorted(set(plan.tables))
-    if plan.mechanism is not Method.CKM or len(tables) < 2 or plan.scope is None:
+    if plan.mechanism not in KEYED or len(tables) < 2 or plan.scope is None:
         return
     read = _columns_read(plan.scope, analysis, policy)
     row_table = plan.tables[plan.row_source] if plan.row_source is not None else None
     counts: list[tuple[str, str | None]] = [
         (spec.node.sql("duckdb")[:80], spec.counted.table if spec.counted else row_table)
         for spec in plan.aggregates
-        if spec.rule.method is Method.CKM
-        and (spec.kind is AggregateKind.COUNTS or isinstance(spec.node, exp.Avg))
+        if spec.rule.method in KEYED
+        and (
+            spec.kind is AggregateKind.COUNTS
+            or isinstance(spec.node, exp.Avg)
+            or spec.rule.method is Method.ROUND  # R(S·n̂/n): a pinned sum is v times the count
+        )
     ]
-    if plan.group_min_frequency is not None:  # the groups' presence is a count of the rows
+    if plan.mechanism is Method.CKM and plan.group_min_frequency is not None:
+        # the groups' presence is a protected count of the rows against k (rounding's counts
+        # the units of every joined table)
         counts.append(("the groups' presence", row_table))
     for what, counted in counts:
         coarser = sorted(
