@@ -49,6 +49,15 @@ ABUSES = {
     "case": f"SELECT p.municipality, COUNT(CASE WHEN h.size = 7 THEN 1 END) {J} GROUP BY 1",
     "groups only": f"SELECT p.municipality, h.size {J} GROUP BY 1, 2",
     "distinct rows": f"SELECT DISTINCT p.municipality, h.size {J}",
+    "households filtered in a derived table": "SELECT p.municipality, COUNT(*) FROM persons p "
+    "JOIN (SELECT household_id FROM households WHERE size = 7) AS x "
+    "ON p.household_id = x.household_id GROUP BY 1",
+    "households filtered in a cte": "WITH x AS (SELECT household_id FROM households "
+    "WHERE size = 7) SELECT p.municipality, COUNT(*) FROM persons p JOIN x "
+    "ON p.household_id = x.household_id GROUP BY 1",
+    "size in a case key": "SELECT p.municipality, CASE WHEN h.size >= 7 THEN 'big' "
+    f"ELSE 'small' END AS b, COUNT(*) {J} GROUP BY 1, 2",
+    "distinct dimension": f"SELECT p.municipality, h.size, COUNT(DISTINCT p.sex) {J} GROUP BY 1, 2",
     "using region": "SELECT p.municipality, COUNT(*) FROM persons p JOIN households h "
     "USING (household_id, region) GROUP BY 1",
 }
