@@ -78,13 +78,16 @@ def refuse_counts_in_coarser_cells(plan, analysis: Analysis, policy: Policy) -> 
         if not coarser:
             continue
         whose = counted or "the joined rows"
+        other = coarser[0].split(".", 1)[0]
+        unit = policy.table(other).privacy_unit
         raise PolicyViolation(
             f"{what} counts {whose} in cells defined by "
-            f"{', '.join(coarser[:3])}: each unit of that table adds all its rows of the cell "
+            f"{', '.join(coarser[:3])}: each unit of {other} adds all its rows of the cell "
             "at once (a count of persons by household size is size times the households), "
-            "which the count's noise does not hide",
-            "count those units in their own table (SELECT size, COUNT(*), SUM(size) FROM "
-            "households GROUP BY size), or drop the other table's columns from the query",
+            "which the count's protection does not hide",
+            f"count the units of {other} in their own table (e.g. SELECT size, COUNT(*), "
+            f"SUM(size) FROM {other} GROUP BY size) or through the join with COUNT(DISTINCT "
+            f"{unit}), or drop the columns of {other} from the query",
             plan.select.sql("duckdb"),
         )
 
