@@ -16,6 +16,7 @@ from sqlglot.optimizer.scope import Scope
 
 from sqlsdc.catalog.keys import RKEY
 from sqlsdc.errors import PolicyViolation
+from sqlsdc.planner.coarser_units import refuse_counts_in_coarser_cells
 from sqlsdc.planner.multiplicity import Multiplicity
 from sqlsdc.planner.scopes import Analysis, Kind, ScopeInfo, own_nodes
 from sqlsdc.policy import AggregateKind, Method, Policy, ProtectionRule
@@ -254,7 +255,7 @@ class _Planner:
             for n in own_nodes(part)
             if isinstance(n, exp.Grouping)
         ]
-        return CellPlan(
+        plan = CellPlan(
             select,
             group_keys(select),
             groupings,
@@ -271,6 +272,8 @@ class _Planner:
             or (row_source is not None and self.unit_per_row.get(tables[row_source], False)),
             scope=info.scope,
         )
+        refuse_counts_in_coarser_cells(plan, self.analysis, self.policy)
+        return plan
 
     def _aggregate(self, node: exp.AggFunc, tables: list[str], select) -> ProtectedAggregate:
         kind = AggregateKind.COUNTS if isinstance(node, exp.Count) else AggregateKind.MAGNITUDES

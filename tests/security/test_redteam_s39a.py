@@ -196,9 +196,9 @@ def test_mean_before_sum_is_the_published_count_times_the_mean(rounded):
     """SUM/AVG of a rounded magnitude is the published COUNT(x), over a join and over rows that
     repeat a person (benefits); the pinned sum is R_100(94·n̂)."""
     rows = rounded.execute(
-        "SELECT h.tenure, COUNT(p.income), SUM(p.income) / AVG(p.income) FROM persons AS p "
+        "SELECT p.sex, COUNT(p.income), SUM(p.income) / AVG(p.income) FROM persons AS p "
         "JOIN households AS h ON p.household_id = h.household_id "
-        "WHERE p.municipality = 'R02-M018' GROUP BY h.tenure"
+        "WHERE p.municipality = 'R02-M018' GROUP BY p.sex"
     ).fetchall()
     rows += rounded.execute(
         "SELECT scheme, COUNT(amount), SUM(amount) / AVG(amount) FROM benefits "

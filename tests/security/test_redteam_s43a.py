@@ -19,19 +19,21 @@ Attacked as an analyst on the demo (20,000 persons, CKM), one line each
      stands as a condition only when it is a predicate by its form (comparison, IN, BETWEEN,
      LIKE, IS, EXISTS, AND/OR, NOT, TRUE/FALSE, STARTS_WITH); anything else is refused
      before it runs (fail closed).
-- O  **A count of persons grouped by their household's size proves hidden household
-     counts.** Over persons ⋈ households the count is of the persons (README), and grouped
-     by ``h.size`` each household adds exactly ``size`` rows: the count is size·n_h plus
-     noise of at most D = 5, so for sizes 3-7 one n_h fits. The households' own count never
-     shows 1 or 2 and their ``SUM(size)`` (the same number) is a pinned sum under the mean
-     floor; this spelling has neither. One query: 48 municipality x size household counts
-     told on the CLI demo (all exact), 46 of them 1 or 2 households that the households'
-     count hid (34 on the seed-7 test demo); with ``h.tenure`` added to the GROUP BY, a
-     second query told the tenure of all 44 cells proved to hold one household, exactly
-     (0 wrong). Not fixed (a design decision for the lead): the
-     count of one table's rows in cells of another confidential table's columns is a sum
-     of that table's units' multiplicities, and would need its protection (mean floor,
-     counted by the other table's units) or a refusal of such counts. Strict xfail below.
+- W  **A count of persons grouped by their household's size proves hidden household
+     counts** (fixed by s43i, :mod:`sqlsdc.planner.coarser_units`). Over persons ⋈
+     households the count is of the persons (README), and grouped by ``h.size`` each
+     household adds exactly ``size`` rows: the count is size·n_h plus noise of at most
+     D = 5, so for sizes 3-7 one n_h fits. The households' own count never shows 1 or 2 and
+     their ``SUM(size)`` (the same number) is a pinned sum under the mean floor; this
+     spelling has neither. One query: 48 municipality x size household counts told on the
+     CLI demo (all exact), 46 of them 1 or 2 households that the households' count hid (34
+     on the seed-7 test demo); with ``h.tenure`` added to the GROUP BY, a second query told
+     the tenure of all 44 cells proved to hold one household, exactly (0 wrong). The count
+     of one table's rows in cells of another confidential table's columns is a sum of that
+     table's units' multiplicities, and would need its protection (mean floor, counted by
+     the other table's units). Fixed (s43i), fail closed: such a count (and AVG, and a
+     group-only release) is refused, naming the other table's columns and what to write
+     instead (the households' own COUNT(*) and SUM(size)).
 - W  **The small-cells ptable had no published-bits check** (a policy gap; no analyst-side
      leak measured on the demo, see the end of this item). ``policy/validate`` checked the
      rounding window (s41a's :func:`~sqlsdc.mechanisms.ptable_build.check_published_bits`)
@@ -170,14 +172,6 @@ PERSONS_BY_HOUSEHOLD_SIZE = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (red team s43a): a count of persons grouped by their household's size is "
-    "size x households, protected by the count's noise (|v| <= D = 5) only, not as the pinned "
-    "sum SUM(size) of households is (mean floor): one query proves 34 municipality x size "
-    "household counts of 1 or 2 that the households' own count hides (the CLI demo of 20,000 "
-    "persons: 46; 48 counts told there, all exact)",
-)
 def test_a_persons_count_by_household_size_does_not_prove_a_hidden_household_count(ckm, raw_ckm):
     """A count of persons over persons ⋈ households is protected as a count of the persons
     (README: "on a join the count is of the rows summed"), but grouped by ``h.size`` every
@@ -195,9 +189,11 @@ def test_a_persons_count_by_household_size_does_not_prove_a_hidden_household_cou
         ).fetchall()
     }
     proved = []
-    for m, s, shown in ckm.execute(PERSONS_BY_HOUSEHOLD_SIZE).fetchall():
-        candidates = [k for k in range(1, 1000) if abs(shown - s * k) <= 5]
-        if len(candidates) == 1 and truth[(m, s)] <= 2 and (m, s) not in hidden:
-            assert candidates[0] == truth[(m, s)]  # the inference is exact, not a guess
-            proved.append((m, s))
+    with pytest.raises(sqlsdc.PolicyViolation, match="cells defined by households.size"):
+        shown_counts = ckm.execute(PERSONS_BY_HOUSEHOLD_SIZE).fetchall()  # before s43i: answered
+        for m, s, shown in shown_counts:
+            candidates = [k for k in range(1, 1000) if abs(shown - s * k) <= 5]
+            if len(candidates) == 1 and truth[(m, s)] <= 2 and (m, s) not in hidden:
+                assert candidates[0] == truth[(m, s)]  # the inference is exact, not a guess
+                proved.append((m, s))
     assert not proved, f"{len(proved)} hidden counts of 1 or 2 households proved, e.g. {proved[:3]}"

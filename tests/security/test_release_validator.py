@@ -57,8 +57,8 @@ def test_forged_protection_is_refused(ckm, sql):
     "sql",
     [
         "SELECT region, COUNT(*), SUM(income), AVG(income) FROM persons GROUP BY ROLLUP (region)",
-        "SELECT h.tenure, COUNT(*) FROM persons p JOIN households h "
-        "ON p.household_id = h.household_id GROUP BY h.tenure HAVING COUNT(*) > 10",
+        "SELECT p.region, COUNT(*) FROM persons p JOIN households h "
+        "ON p.household_id = h.household_id GROUP BY p.region HAVING COUNT(*) > 10",
         "SELECT municipality FROM persons WHERE age > 80 GROUP BY municipality",
         "SELECT region, COUNT(*) FROM benefits GROUP BY region",
         "SELECT nace, SUM(turnover) FROM enterprises GROUP BY nace ORDER BY 2 DESC LIMIT 3",
