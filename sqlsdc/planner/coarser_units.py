@@ -9,8 +9,10 @@ households that the households' own ``COUNT(*)`` hides (js 2), and a second, wit
 the tenure of every household so isolated. The same number as the households' ``SUM(size)`` is
 a magnitude under the mean floor counted by households; as a count of persons it had neither.
 The cell's contributors are then the coarser table's units, each with a multiplicity: its rows
-in the cell. Until such a count is protected as that magnitude (per-household contributions,
-the households' keys and mean floor), it is refused, fail closed, with what to write instead.
+in the cell. Under the cell key method the common shape (plain counts only, one coarser table
+joined once and inner, a plain GROUP BY) is protected as that magnitude (s43j,
+:func:`_protect_as_sums`, built by :mod:`sqlsdc.rewrite.ckm`); every other shape below is
+refused, fail closed, with what to write instead.
 
 Counts rounded to a base (:mod:`sqlsdc.rewrite.round`) have the same flaw: on the demo with
 counts rounded to 5, persons by municipality and ``h.size`` told 31 exact household counts
@@ -34,6 +36,8 @@ joined to their households) counts the same persons with the same noise, and sta
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
@@ -69,6 +73,8 @@ def refuse_counts_in_coarser_cells(plan, analysis: Analysis, policy: Policy) -> 
         # the groups' presence is a protected count of the rows against k (rounding's counts
         # the units of every joined table)
         counts.append(("the groups' presence", row_table))
+    if plan.mechanism is Method.CKM and _protect_as_sums(plan, read, analysis, policy, row_table):
+        return
     for what, counted in counts:
         coarser = sorted(
             f"{t}.{c}"
@@ -90,6 +96,75 @@ def refuse_counts_in_coarser_cells(plan, analysis: Analysis, policy: Policy) -> 
             f"{unit}), or drop the columns of {other} from the query",
             plan.select.sql("duckdb"),
         )
+
+
+def _protect_as_sums(plan, read, analysis: Analysis, policy: Policy, row_table) -> bool:
+    """Protect every count of the aggregation as a magnitude sum over the coarser table's units
+    when all of them can be (marks :attr:`CellPlan.per_unit_counts` and gives each count the
+    coarser table's magnitude rule); whether it did. The shape: cell-key counts (``COUNT(*)``,
+    ``COUNT(x)``, not DISTINCT) of the rows of the join's row table R, every column read
+    outside identifiers of R being of one other confidential table X that R is finer than
+    (each row of R belongs to one unit of X), joined once and inner, plain ``GROUP BY`` (no
+    grouping sets, no group-only release), and no other aggregate. Each unit of X then adds
+    c_h = its counted rows of the cell, and the cell is published as X's own ``SUM`` of such
+    values is: keyed by X's record keys, its largest c_h perturbed by X's magnitude ptable,
+    under X's mean floor counted by X's units (:mod:`sqlsdc.rewrite.ckm`)."""
+    if row_table is None or plan.row_source is None or plan.units is None:
+        return False
+    if plan.group_min_frequency is not None or plan.groupings or not plan.aggregates:
+        return False
+    group = plan.select.args.get("group")
+    sets = (exp.Rollup, exp.Cube, exp.GroupingSets)
+    if group is not None and (
+        any(group.args.get(k) for k in ("rollup", "cube", "grouping_sets"))
+        or any(isinstance(node, sets) for node in group.walk())
+    ):
+        return False  # a unit split over finer cells would be two contributions of one total
+    if _outer_joins(plan.scope, analysis):
+        return False
+    others = {t for t, _c in read if t != row_table}
+    if len(others) != 1:
+        return False
+    (other,) = others
+    if plan.tables.count(other) != 1 or not _finer(policy, row_table, other):
+        return False
+    declared = policy.table(other)
+    magnitude = declared.rule(AggregateKind.MAGNITUDES)
+    units_rule = declared.rule(AggregateKind.COUNTS)
+    if magnitude.method is not Method.CKM or units_rule.method is not Method.CKM:
+        return False
+    for spec in plan.aggregates:
+        node = spec.node
+        if (
+            spec.rule.method is not Method.CKM
+            or spec.kind is not AggregateKind.COUNTS
+            or not isinstance(node, exp.Count)
+            or isinstance(node.this, exp.Distinct)
+            or (spec.counted is not None and spec.counted.table != row_table)
+        ):
+            return False
+    position = plan.tables.index(other)
+    for i, spec in enumerate(plan.aggregates):
+        plan.aggregates[i] = replace(spec, kind=AggregateKind.MAGNITUDES, rule=magnitude)
+        plan.per_unit_counts[i] = position
+    return True
+
+
+def _outer_joins(scope: Scope, analysis: Analysis) -> bool:
+    """Whether the aggregation or a row-level source it reads joins other than inner: a row
+    without its coarser unit would be no unit's contribution."""
+    stack = [scope]
+    while stack:
+        current = stack.pop()
+        for join in current.expression.args.get("joins") or []:
+            if join.side or join.kind not in ("", "INNER"):
+                return True
+        for _alias, (_node, source) in current.selected_sources.items():
+            if isinstance(source, Scope):
+                info = analysis.infos.get(id(source.expression))
+                if info is not None and info.kind is Kind.ROW:
+                    stack.append(source)
+    return False
 
 
 def _finer(policy: Policy, table: str, than: str) -> bool:

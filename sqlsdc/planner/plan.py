@@ -73,6 +73,9 @@ class CellPlan:
     mechanism: Method = Method.THRESHOLD  # the one method that builds these cells
     rows_are_units: bool = False  # the rows are the driver's, each its own unit (COUNT(*))
     scope: Scope | None = None  # the aggregation's scope (canonical identity: guard.identity)
+    # aggregate -> position in units of the coarser table whose units contribute each their
+    # rows of the cell: a count protected as a magnitude sum over those units (coarser_units)
+    per_unit_counts: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass

@@ -189,11 +189,14 @@ def test_a_persons_count_by_household_size_does_not_prove_a_hidden_household_cou
         ).fetchall()
     }
     proved = []
-    with pytest.raises(sqlsdc.PolicyViolation, match="cells defined by households.size"):
-        shown_counts = ckm.execute(PERSONS_BY_HOUSEHOLD_SIZE).fetchall()  # before s43i: answered
-        for m, s, shown in shown_counts:
-            candidates = [k for k in range(1, 1000) if abs(shown - s * k) <= 5]
-            if len(candidates) == 1 and truth[(m, s)] <= 2 and (m, s) not in hidden:
-                assert candidates[0] == truth[(m, s)]  # the inference is exact, not a guess
-                proved.append((m, s))
-    assert not proved, f"{len(proved)} hidden counts of 1 or 2 households proved, e.g. {proved[:3]}"
+    # s43i refused it; s43j protects it as a sum over households (test_redteam_s43j)
+    shown_counts = ckm.execute(PERSONS_BY_HOUSEHOLD_SIZE).fetchall()
+    assert len(shown_counts) > 300
+    for m, s, shown in shown_counts:
+        assert (m, s) in hidden  # shown exactly where the households' own count shows it
+        candidates = [k for k in range(1, 1000) if abs(shown - s * k) <= 5]
+        if candidates == [truth[(m, s)]] and truth[(m, s)] <= 2:
+            proved.append((m, s))
+    # under a magnitude's noise (up to ~0.8·size per household under the mean floor) one fit
+    # within ± D is no proof: it hits by chance, as on the households' own SUM(size)
+    assert len(proved) <= 3, f"{len(proved)} hidden counts of 1 or 2 households fit, {proved[:3]}"

@@ -63,6 +63,41 @@ ABUSES = {
 }
 
 
+PROTECTED_AS_SUMS = {  # s43j: answered as a magnitude sum over households (test_redteam_s43j)
+    name: ABUSES.pop(name)
+    for name in [
+        "where size",
+        "persons' key with size",
+        "count of a column",
+        "sum of one",
+        "tenure",
+        "size in ON",
+        "municipality in ON",
+        "households first",
+        "cte",
+        "cte where",
+        "derived where",
+        "having",
+        "case",
+        "households filtered in a derived table",
+        "households filtered in a cte",
+        "size in a case key",
+        "using region",
+    ]
+}
+ABUSES.update(
+    {  # s43j: shapes a sum over households does not cover stay refused
+        "rollup": f"SELECT p.sex, h.size, COUNT(*) {J} GROUP BY ROLLUP (p.sex, h.size)",
+        "grouping sets": f"SELECT h.size, COUNT(*) {J} GROUP BY GROUPING SETS ((h.size), ())",
+        "beside a sum": f"SELECT h.size, COUNT(*), SUM(p.income) {J} GROUP BY 1",
+        "households twice": f"SELECT h.size, COUNT(*) {J} JOIN households h2 "
+        "ON h2.household_id = p.household_id GROUP BY 1",
+        "left join in a cte": "WITH t AS (SELECT h.size AS s FROM persons p LEFT JOIN "
+        "households h ON p.household_id = h.household_id) SELECT s, COUNT(*) FROM t GROUP BY 1",
+    }
+)
+
+
 @pytest.mark.parametrize("sql", ABUSES.values(), ids=ABUSES.keys())
 def test_a_count_of_persons_in_cells_of_household_columns_is_refused(ckm, sql):
     with pytest.raises(sqlsdc.PolicyViolation) as refused:
