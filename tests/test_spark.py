@@ -139,6 +139,9 @@ CKM_CROSS_ENGINE_QUERIES = [
     "SELECT region, COUNT(DISTINCT household_id) AS households FROM persons WHERE "
     + " OR ".join(f"(age = {i} AND sex = 'F')" for i in range(20, 40))
     + " GROUP BY ROLLUP (region)",
+    # s43j: persons counted as a sum over households (window functions per cell and household)
+    "SELECT p.region, h.size, COUNT(*) AS adults FROM persons p JOIN households h "
+    "ON p.household_id = h.household_id WHERE p.age >= 18 GROUP BY p.region, h.size",
 ]
 
 
