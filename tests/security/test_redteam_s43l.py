@@ -1,0 +1,96 @@
+"""Red team s43l: revisions of rounding, CTA and IPF jobs whose earlier version kept no units.
+
+:mod:`sqlsdc.jobs.adjusted_revisions` (s43d) refuses a rounding, CTA or IPF stored again after
+a few units changed, by the units each version kept in ``sqlsdc.job_units``. A version stored
+before those were kept (every rounding, CTA and IPF output of a catalog from before session 43)
+was not compared at all: its first replacement after new data was stored and published the
+changed units' contribution, as before s43d.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import pandas as pd
+import pytest
+
+from sqlsdc.engines.duckdb import open_database
+from sqlsdc.errors import TabularError
+from sqlsdc.jobs.adjust import cta_query, round_query
+from sqlsdc.tabular.rules import DominanceRule, FrequencyRule
+
+TURNOVER = "SELECT nace, region, SUM(turnover) FROM enterprises GROUP BY nace, region"
+RULES = [DominanceRule(n=1, k=60), FrequencyRule(3)]
+NEW_FIRM = (
+    "INSERT INTO enterprises SELECT max(enterprise_id) + 1, NULL, 'C', 'R02', "
+    "any_value(size_class), 5, 1234567, 4242 FROM enterprises"
+)
+OLD80 = "SELECT region, education, COUNT(*) FROM persons WHERE age >= 80 GROUP BY region, education"
+
+
+def _change(db, *sql: str) -> None:
+    con = open_database(db)
+    try:
+        for statement in sql:
+            con.execute(statement)
+    finally:
+        con.close()
+
+
+def _stored(db, name: str, dims) -> pd.Series:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        frame = con.sql(f"SELECT {', '.join(dims)}, value FROM protected.{name}").df()
+    finally:
+        con.close()
+    return frame.set_index(list(dims))["value"]
+
+
+FORGET_UNITS = "DELETE FROM sqlsdc.job_units"  # as a catalog from before s43d kept none
+
+
+def test_a_cta_stored_before_units_were_kept_is_not_replaced_after_one_new_firm(jobs_demo_db):
+    """Before: the CTA replaced after one new firm was stored, and (C, R02) and R02's total
+    moved by exactly its turnover, 1,234,567 (s43d's attack, on an older catalog)."""
+    db = jobs_demo_db
+    cta_query(db, "admin", TURNOVER, into="t", rules=RULES)
+    first = _stored(db, "t", ("nace", "region"))
+    _change(db, FORGET_UNITS, NEW_FIRM)
+    with pytest.raises(TabularError, match=r"kept no units"):
+        cta_query(db, "admin", TURNOVER, into="t", rules=RULES, replace=True)
+    difference = _stored(db, "t", ("nace", "region")).sub(first, fill_value=0.0).abs()
+    assert not ((difference - 1234567).abs() < 1.0).any()
+
+
+def test_a_cta_stored_before_units_were_kept_is_stored_again_on_the_same_data(jobs_demo_db):
+    """The same data gives the same table: nothing new to readers, stored. The version that
+    kept no units stays with its readers, so new data after it is still refused."""
+    db = jobs_demo_db
+    cta_query(db, "admin", TURNOVER, into="t", rules=RULES)
+    first = _stored(db, "t", ("nace", "region"))
+    _change(db, FORGET_UNITS)
+    cta_query(db, "admin", TURNOVER, into="t", rules=RULES, replace=True)
+    pd.testing.assert_series_equal(_stored(db, "t", ("nace", "region")), first)
+    _change(db, NEW_FIRM)
+    with pytest.raises(TabularError, match=r"job \d+ stored it kept no units"):
+        cta_query(db, "admin", TURNOVER, into="t", rules=RULES, replace=True)
+
+
+def test_a_rounding_stored_before_units_were_kept_does_not_tell_who_turned_80(jobs_demo_db):
+    """Before: one person of R03 turning 80, the rounding to base 5 replaced moved exactly the
+    cells of their region and education (R03's total 570 -> 575)."""
+    db, dims = jobs_demo_db, ("region", "education")
+    round_query(db, "admin", OLD80, into="r", base=5)
+    first = _stored(db, "r", dims)
+    moved = 0
+    for region in ["R01", "R02", "R03"]:
+        _change(db, FORGET_UNITS,
+                "UPDATE persons SET age = 80 WHERE person_id = (SELECT min(person_id) FROM "
+                f"persons WHERE age = 79 AND region = '{region}')")  # fmt: skip
+        try:
+            round_query(db, "admin", OLD80, into="r", base=5, replace=True)
+        except TabularError as refusal:
+            assert "kept no units" in str(refusal) or "fewer units" in str(refusal)
+        now = _stored(db, "r", dims)
+        moved += int((now.sub(first, fill_value=0) != 0).sum())
+    assert moved == 0
+
