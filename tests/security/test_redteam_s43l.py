@@ -94,3 +94,33 @@ def test_a_rounding_stored_before_units_were_kept_does_not_tell_who_turned_80(jo
         moved += int((now.sub(first, fill_value=0) != 0).sum())
     assert moved == 0
 
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "WHERE nace <> 'Ü'",  # a literal that is not printable ASCII
+        'WHERE "nace" IS NOT NULL',  # a quoted column: '"' in the population's text
+    ],
+)
+def test_a_dropped_suppression_of_a_population_not_written_in_plain_text_is_still_kept(
+    pristine_demo_db, tmp_path, copy_database, where
+):
+    """s43c's forgotten pattern with the first job's population spelled so that its ledger
+    identity is no plain JSON text (replaced_suppressions._ledger_status gave None and the
+    version was skipped). Before: the second pattern published cells the first hid, and the
+    two pinned counts of 1 (as s43c's attack without the fix)."""
+    from sqlsdc.jobs.protect import protect_query
+    from sqlsdc.tabular.rules import FrequencyRule
+    from tests.security.test_redteam_s32b import NACE_REGION, _job, assert_two_patterns_protect
+
+    db = copy_database(pristine_demo_db, tmp_path)
+    rules = [FrequencyRule(3)]
+    first_sql = NACE_REGION.replace(" GROUP BY", f" {where} GROUP BY")
+    protect_query(db, "admin", first_sql, into="by_gauss", rules=rules, time_limit=10)
+    first = _job(db, "by_gauss")
+    con = duckdb.connect(str(db))
+    con.execute("DROP TABLE protected.by_gauss")
+    con.close()
+    protect_query(db, "admin", NACE_REGION, into="by_hitas", method="hitas", rules=rules,
+                  time_limit=10)  # fmt: skip
+    assert_two_patterns_protect(db, first, _job(db, "by_hitas"))
