@@ -124,3 +124,39 @@ def test_a_dropped_suppression_of_a_population_not_written_in_plain_text_is_stil
     protect_query(db, "admin", NACE_REGION, into="by_hitas", method="hitas", rules=rules,
                   time_limit=10)  # fmt: skip
     assert_two_patterns_protect(db, first, _job(db, "by_hitas"))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="red team s43l, open: a cart or parametric synthesis draws as many records as its "
+    "source by default, so its size is its population's exact count, which no rule checks; "
+    "WHERE municipality = m gave all 23 municipality counts the live pattern hides (1-9 "
+    "persons), one job each. Fix: refuse a non-DP synthesis of a population other than a "
+    "whole table without --rows (or check its count as a file's total against the pattern, "
+    "and its complement against the published totals)",
+)
+def test_a_synthesis_of_one_hidden_cell_does_not_tell_its_count(
+    suppress_template, tmp_path, copy_database
+):
+    import sqlsdc
+    from sqlsdc.synth import synthesize
+
+    db = copy_database(suppress_template, tmp_path)
+    with sqlsdc.connect(db, user="analyst") as con:
+        live = con.execute("SELECT municipality, COUNT(*) FROM persons GROUP BY municipality")
+        hidden = sorted(m for m, n in live.fetchall() if n is None)[:3]
+    told = 0
+    for i, place in enumerate(hidden):
+        sql = f"SELECT sex FROM persons WHERE municipality = '{place}'"
+        try:
+            synthesize(db, user="admin", into=f"syn{i}", method="cart", seed=7, sql=sql)
+        except sqlsdc.Error:
+            continue  # refused: fail closed
+        raw = duckdb.connect(str(db), read_only=True)
+        try:
+            size = raw.execute(f"SELECT count(*) FROM protected.syn{i}").fetchone()[0]
+            (true,) = raw.execute(f"SELECT count(*) FROM ({sql})").fetchone()
+        finally:
+            raw.close()
+        told += size == true
+    assert told == 0
