@@ -126,18 +126,12 @@ def test_a_dropped_suppression_of_a_population_not_written_in_plain_text_is_stil
     assert_two_patterns_protect(db, first, _job(db, "by_hitas"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="red team s43l, open: a cart or parametric synthesis draws as many records as its "
-    "source by default, so its size is its population's exact count, which no rule checks; "
-    "WHERE municipality = m gave all 23 municipality counts the live pattern hides (1-9 "
-    "persons), one job each. Fix: refuse a non-DP synthesis of a population other than a "
-    "whole table without --rows (or check its count as a file's total against the pattern, "
-    "and its complement against the published totals)",
-)
 def test_a_synthesis_of_one_hidden_cell_does_not_tell_its_count(
     suppress_template, tmp_path, copy_database
 ):
+    """Before: a cart synthesis drew as many records as its source, and ``WHERE municipality =
+    m``, one job per municipality, told all 23 municipality counts the live pattern hides (1-9
+    persons) by its size (here the first 3). Now refused without --rows; with it, stored."""
     import sqlsdc
     from sqlsdc.synth import synthesize
 
@@ -148,10 +142,9 @@ def test_a_synthesis_of_one_hidden_cell_does_not_tell_its_count(
     told = 0
     for i, place in enumerate(hidden):
         sql = f"SELECT sex FROM persons WHERE municipality = '{place}'"
-        try:
+        with pytest.raises(sqlsdc.Error, match=r"--rows N"):
             synthesize(db, user="admin", into=f"syn{i}", method="cart", seed=7, sql=sql)
-        except sqlsdc.Error:
-            continue  # refused: fail closed
+        synthesize(db, user="admin", into=f"syn{i}", method="cart", seed=7, sql=sql, rows=1)
         raw = duckdb.connect(str(db), read_only=True)
         try:
             size = raw.execute(f"SELECT count(*) FROM protected.syn{i}").fetchone()[0]
