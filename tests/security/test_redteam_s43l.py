@@ -13,27 +13,11 @@ import duckdb
 import pandas as pd
 import pytest
 
-from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import TabularError
 from sqlsdc.jobs.adjust import cta_query, round_query
-from sqlsdc.tabular.rules import DominanceRule, FrequencyRule
+from tests.security.test_redteam_s43d import NEW_FIRM, OLD80, RULES, TURNOVER, change
 
-TURNOVER = "SELECT nace, region, SUM(turnover) FROM enterprises GROUP BY nace, region"
-RULES = [DominanceRule(n=1, k=60), FrequencyRule(3)]
-NEW_FIRM = (
-    "INSERT INTO enterprises SELECT max(enterprise_id) + 1, NULL, 'C', 'R02', "
-    "any_value(size_class), 5, 1234567, 4242 FROM enterprises"
-)
-OLD80 = "SELECT region, education, COUNT(*) FROM persons WHERE age >= 80 GROUP BY region, education"
-
-
-def _change(db, *sql: str) -> None:
-    con = open_database(db)
-    try:
-        for statement in sql:
-            con.execute(statement)
-    finally:
-        con.close()
+NEW_FIRM_1234567 = NEW_FIRM.format(turnover=1234567)
 
 
 def _stored(db, name: str, dims) -> pd.Series:
@@ -54,7 +38,8 @@ def test_a_cta_stored_before_units_were_kept_is_not_replaced_after_one_new_firm(
     db = jobs_demo_db
     cta_query(db, "admin", TURNOVER, into="t", rules=RULES)
     first = _stored(db, "t", ("nace", "region"))
-    _change(db, FORGET_UNITS, NEW_FIRM)
+    change(db, FORGET_UNITS)
+    change(db, NEW_FIRM_1234567)
     with pytest.raises(TabularError, match=r"kept no units"):
         cta_query(db, "admin", TURNOVER, into="t", rules=RULES, replace=True)
     difference = _stored(db, "t", ("nace", "region")).sub(first, fill_value=0.0).abs()
@@ -67,10 +52,10 @@ def test_a_cta_stored_before_units_were_kept_is_stored_again_on_the_same_data(jo
     db = jobs_demo_db
     cta_query(db, "admin", TURNOVER, into="t", rules=RULES)
     first = _stored(db, "t", ("nace", "region"))
-    _change(db, FORGET_UNITS)
+    change(db, FORGET_UNITS)
     cta_query(db, "admin", TURNOVER, into="t", rules=RULES, replace=True)
     pd.testing.assert_series_equal(_stored(db, "t", ("nace", "region")), first)
-    _change(db, NEW_FIRM)
+    change(db, NEW_FIRM_1234567)
     with pytest.raises(TabularError, match=r"job \d+ stored it kept no units"):
         cta_query(db, "admin", TURNOVER, into="t", rules=RULES, replace=True)
 
@@ -83,9 +68,9 @@ def test_a_rounding_stored_before_units_were_kept_does_not_tell_who_turned_80(jo
     first = _stored(db, "r", dims)
     moved = 0
     for region in ["R01", "R02", "R03"]:
-        _change(db, FORGET_UNITS,
-                "UPDATE persons SET age = 80 WHERE person_id = (SELECT min(person_id) FROM "
-                f"persons WHERE age = 79 AND region = '{region}')")  # fmt: skip
+        change(db, FORGET_UNITS)
+        change(db, "UPDATE persons SET age = 80 WHERE person_id = (SELECT min(person_id) FROM "
+                   f"persons WHERE age = 79 AND region = '{region}')")  # fmt: skip
         try:
             round_query(db, "admin", OLD80, into="r", base=5, replace=True)
         except TabularError as refusal:
