@@ -32,6 +32,14 @@ published) is refused, naming a flagged cell. The same table published again is 
 tells nothing new. What to do instead: protect the table with ``--method
 suppress``, whose revisions are protected, or tabulate the new data as a population of its
 own (``WHERE year = 2026``).
+
+A version whose units were not kept (stored before they were: every rounding, CTA and IPF of
+a catalog from before session 43) cannot be compared so, and was skipped (red team s43l: a CTA
+stored then, replaced after one new firm, moved (C, R02) and R02's total by exactly its
+turnover, as before s43d). Its changes are unknown, so the job fails closed: while some stored
+or earlier version of the same cells kept no units, a version that publishes any cell with
+another value than the latest before it is refused, naming that version (as
+:func:`sqlsdc.jobs.revisions.unknown_revisions` treats a suppression job's changed cells).
 """
 
 from __future__ import annotations
@@ -45,6 +53,11 @@ from sqlsdc.jobs.job import Job, job_rules
 from sqlsdc.jobs.kept_cells import Cells
 from sqlsdc.jobs.replaced_sides import published_before
 from sqlsdc.jobs.revisions import Units, job_units, revision_rule
+from sqlsdc.jobs.stored_tables import (
+    earlier_versions_of_the_same_cells,
+    share_cells,
+    stored_outputs,
+)
 from sqlsdc.tabular.model import Table
 from sqlsdc.tabular.rules import FrequencyRule
 
@@ -66,14 +79,24 @@ def refuse_published_revisions(
     """Refuse ``published`` when some cell's difference from a kept version fails ``rules``
     (the policy's frequency rule when there are none: a rounding of counts) and some cell is
     published with another value than the latest version before it (see the module)."""
-    rules = list(rules) or [r for r in job_rules(job, None) if isinstance(r, FrequencyRule)]
-    revised = revision_rule(job, table, rules, units)
-    if revised is None or not revised.cells.any():
-        return
     before = np.nan_to_num(published_before(job, table, identities), nan=0.0)
     now = np.asarray(published, dtype=np.float64)
     moved = ~np.isclose(now, before, rtol=1e-12, atol=1e-9)
     if not moved.any():
+        return
+    unkept = unkept_versions(job)
+    if unkept:
+        raise TabularError(
+            f"--method {method} would publish {int(moved.sum())} cell(s) with another value than "
+            f"a version its readers hold, and {unkept[0]} kept no units (stored before they "
+            "were kept): what changed since is unknown, and the versions' differences could "
+            "give a few units' contribution. "
+            "Protect a table whose data changed with --method suppress (it protects revisions), "
+            "or tabulate the new data as a population of its own (WHERE year = 2026)"
+        )
+    rules = list(rules) or [r for r in job_rules(job, None) if isinstance(r, FrequencyRule)]
+    revised = revision_rule(job, table, rules, units)
+    if revised is None or not revised.cells.any():
         return
     named = revised.cells & moved if (revised.cells & moved).any() else revised.cells
     cell = table.cells.iloc[int(np.flatnonzero(named)[0])][list(table.dims)].astype(str)
@@ -85,3 +108,21 @@ def refuse_published_revisions(
         "Protect a table whose data changed with --method suppress (it protects revisions), "
         "or tabulate the new data as a population of its own (WHERE year = 2026)"
     )
+
+
+def unkept_versions(job: Job) -> list[str]:
+    """How messages name the versions readers hold of the job's cells (stored outputs of the
+    same table and aggregate that share cells with it, and versions replaced or dropped since)
+    whose units ``sqlsdc.job_units`` does not keep."""
+    con, spec = job.con, job.spec
+    kept = {q for (q,) in con.execute("SELECT DISTINCT query_id FROM sqlsdc.job_units").fetchall()}
+    ids = dict(con.execute("SELECT name, query_id FROM sqlsdc.outputs").fetchall())
+    found = []
+    for name, _method, theirs in stored_outputs(con, job.policy):
+        same = (theirs.table.lower(), theirs.measure) == (spec.table.lower(), spec.measure)
+        if same and ids.get(name) not in kept and share_cells(con, theirs, spec):
+            found.append(f"protected.{name}")
+    for version, _alike in earlier_versions_of_the_same_cells(con, job.policy, spec):
+        if version.query_id not in kept:
+            found.append(version.label)
+    return found

@@ -57,6 +57,7 @@ __all__ = [
     "exact_synthesis",
     "opaque_syntheses",
     "refuse_exact_synthesis",
+    "refuse_synthesis_size",
     "stored_exact_syntheses",
 ]
 
@@ -241,6 +242,36 @@ def refuse_exact_synthesis(
     for table in opaque_tables(policy, source):
         if others := exact_tables(con, policy, table):
             raise SynthesisError(opaque_refusal(label, table, others[0][0]))
+
+
+def refuse_synthesis_size(con, policy: Policy, into: str, source: str, records: int) -> None:
+    """Refuse a synthesis that draws as many records as its source (no ``--rows``: cart's and
+    parametric's default) when those ``records`` are not every row of a table it reads whose
+    policy protects it by suppression: its size would be its population's exact count.
+
+    Red team s43l: a synthesis drawn with replacement is checked as no file (only exact ones
+    are, :func:`refuse_exact_synthesis`), and ``SELECT sex FROM persons WHERE municipality =
+    m``, one job per municipality, told all 23 municipality counts the live pattern hides (1-9
+    persons) by its number of records; ``WHERE municipality <> m`` tells one by the published
+    grand total. A synthesis of every row tells the table's size, the pattern's grand total.
+    Fail closed: no cell of the pattern is compared (a population's complement gives one as
+    well); the admin gives the size instead (``--rows``, a number not read from the data)."""
+    found = file_release(con, policy, "", source, [], [])
+    tables = [found[0]] if found is not None else opaque_tables(policy, source)
+    for table in tables:
+        declared = policy.table(table)
+        if declared is None or declared.suppression is None:
+            continue
+        total = exp.select(exp.Count(this=exp.Star())).from_(exp.to_table(table))
+        (rows,) = con.execute(total.sql("duckdb")).fetchone()
+        if rows != records:
+            raise SynthesisError(
+                f"{table} is protected by suppression in the policy, and the synthesis "
+                f"{OUTPUT_SCHEMA}.{into} would draw as many records as its source, which is not "
+                f"every row of {table}: its size would be that population's exact count, a cell "
+                "the pattern may hide. Give its number of records (--rows N, a number not read "
+                f"from the data), or synthesise every row of {table}"
+            )
 
 
 def stored_exact_syntheses(con, policy: Policy, table: str) -> list[Release]:

@@ -64,6 +64,7 @@ from sqlsdc.jobs.synthesis_files import (
     earlier_draws,
     exact_synthesis,
     refuse_exact_synthesis,
+    refuse_synthesis_size,
 )
 from sqlsdc.mechanisms.accountant import PrivacyCost, amount_text, exact_text, fraction
 from sqlsdc.policy import ColumnRole
@@ -240,6 +241,8 @@ def synthesize(
                 if method not in DP_METHODS:  # with the draws readers hold (red team s42c)
                     drawn += earlier_draws(con, policy, source or sql, list(original.columns))
                 exact = exact_synthesis(method, options, drawn, len(original))
+                if rows is None and method not in DP_METHODS:  # its size: the source's count
+                    refuse_synthesis_size(con, policy, into, source or sql, len(original))
                 if exact:  # balanced draws or more records than the source: exact counts
                     refuse_exact_synthesis(con, policy, into, source or sql,
                                            list(original.columns))  # fmt: skip

@@ -112,13 +112,19 @@ def test_a_derived_table_of_other_columns_is_not_counted(
 def test_syntheses_of_disjoint_rows_are_not_counted_together(
     suppress_template, tmp_path, copy_database
 ):
-    """The control: men's and women's syntheses draw no row twice: both stored."""
+    """The control: men's and women's syntheses draw no row twice: both stored (each as large
+    as its source, given as --rows: a default size, its population's count, is refused under
+    suppression, red team s43l)."""
     from sqlsdc.synth import synthesize
 
     db = copy_database(suppress_template, tmp_path)
-    synthesize(db, user="admin", into="men", method="cart", seed=7,
+    con = duckdb.connect(str(db), read_only=True)
+    men, women = con.execute("SELECT count(*) FILTER (sex = 'M'), count(*) FILTER (sex <> 'M') "
+                             "FROM persons").fetchone()  # fmt: skip
+    con.close()
+    synthesize(db, user="admin", into="men", method="cart", seed=7, rows=men,
                sql="SELECT municipality FROM persons WHERE sex = 'M'")  # fmt: skip
-    synthesize(db, user="admin", into="women", method="cart", seed=8,
+    synthesize(db, user="admin", into="women", method="cart", seed=8, rows=women,
                sql="SELECT municipality FROM persons WHERE sex <> 'M'")  # fmt: skip
     assert _stored(db) == ["men", "women"]
 
