@@ -73,6 +73,7 @@ class CellPlan:
     mechanism: Method = Method.THRESHOLD  # the one method that builds these cells
     rows_are_units: bool = False  # the rows are the driver's, each its own unit (COUNT(*))
     scope: Scope | None = None  # the aggregation's scope (canonical identity: guard.identity)
+    presence: int | None = None  # CKM: the count of units deciding a group appears (coarser_units)
 
 
 @dataclass
