@@ -10,9 +10,12 @@ third key (``h.tenure``) then told that household's tenure. Now such a group app
 published count of the households (the same groups as their own table), and a query without
 one is refused, saying to add it.
 
-Also found, left open (strict xfail below): after one new enterprise of turnover 0 or NULL the
-suppression universe's revision rule newly hides exactly that cell's counts and its margins,
-beside their unchanged (known, so published) turnover: cell and value exact in two queries.
+Also found and fixed: after one new enterprise of turnover 0 or NULL the suppression universe's
+revision rule (s43e) newly hid exactly that cell's counts and its margins, beside their
+unchanged (known, so published) turnover: cell and value exact in two queries. A sum published
+before is now revised where its cell's unit count changed, even unchanged. Left open: which
+cells a revision newly hides still tells where units changed, and with NULL the table fact
+``every`` flips every AVG off (39 published cells, then none): a unit without turnover came.
 
 Held (one line each):
 - totality (s43a's ``_PREDICATES``): 41 conditions that raise per row in DuckDB (INTERVAL,
@@ -37,7 +40,7 @@ from __future__ import annotations
 import pytest
 
 import sqlsdc
-from sqlsdc.engines.duckdb import open_database
+from tests.security.test_redteam_s43e import _add, _answers, _published_cell
 
 J = "FROM persons p JOIN households h ON p.household_id = h.household_id"
 OWN = "SELECT municipality, size, COUNT(*) FROM households GROUP BY 1, 2"
@@ -74,56 +77,33 @@ def test_a_sum_by_household_size_without_the_households_count_is_refused(ckm, ag
 
 # -- the query path's suppression universe across new data (s43e's revision rule) -------------
 
-CUBE = (
-    "SELECT nace, region, COUNT(*) AS n, SUM(turnover) AS t, AVG(turnover) AS a "
-    "FROM enterprises GROUP BY CUBE(nace, region)"
-)
-
-
-def _answers(path):
-    with sqlsdc.connect(path, user="analyst") as con:
-        frame = con.execute(CUBE).df()
-    return frame.fillna({"nace": "*", "region": "*"}).set_index(["nace", "region"])
-
 
 @pytest.fixture
 def changing(suppress_template, copy_database, tmp_path):
     return copy_database(suppress_template, tmp_path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="OPEN (design, red team s43k): the revision rule hides the changed counts, but which "
-    "counts it newly hides tells the cell, and the cell's sums, known and so published "
-    "unchanged, tell the new firm's turnover: one enterprise of turnover 0 (or NULL) in "
-    "(A, R02) newly hid exactly (A, R02), (A, *), (*, R02), (*, *), no secondary, beside "
-    "their unchanged turnover (cell and value exact, two queries, as s43e's first finding); "
-    "with NULL, AVG(turnover) went from 39 published cells to 0 (the table fact flips). "
-    "A fix: a sum published before in a cell whose count is revised is revised too (its "
-    "unchanged value tells the new units' values sum to 0), and the pattern needs decoys or "
-    "secondaries so that the newly hidden cells do not pin the change.",
-)
 @pytest.mark.parametrize("turnover", [0.0, None])
-def test_a_new_firm_s_cell_and_value_are_not_told_by_the_cells_newly_hidden(changing, turnover):
+def test_a_new_firm_of_turnover_0_or_null_hides_its_cell_s_sums(changing, turnover):
+    """One enterprise of turnover 0 (or NULL) enters a published cell (A, R02) of the
+    suppression demo: s43e's revision rule hid the counts of (A, R02), (A, *), (*, R02) and
+    (*, *), no secondary, beside their turnover published unchanged as known: cell and value
+    exact in two queries. A sum is revised where its cell's unit count changed."""
     before = _answers(changing)
     inner = before[
         (before.index.get_level_values(0) != "*") & (before.index.get_level_values(1) != "*")
     ]
-    cell = inner[inner["n"].notna() & inner["t"].notna()].index[0]
-    raw = open_database(changing)
-    try:
-        raw.execute(
-            "INSERT INTO enterprises (enterprise_id, nace, region, size_class, employees, "
-            "turnover) SELECT max(enterprise_id) + 1, ?, ?, 'micro', 0, ? FROM enterprises",
-            [*cell, turnover],
-        )
-    finally:
-        raw.close()
+    cell = _published_cell(before)
+    _add(changing, *cell, turnover)
     after = _answers(changing)
     newly = [
         c
         for c in inner.index
         if before.loc[c, "n"] == before.loc[c, "n"] and after.loc[c, "n"] != after.loc[c, "n"]
     ]
-    value_known = after.loc[cell, "t"] == before.loc[cell, "t"]
-    assert not (newly == [cell] and value_known), f"{cell} pinned: {newly}"
+    assert newly == [cell]  # which cell changed stays told: a revision hides, it moves nothing
+    # failed before: the four cells' turnover stayed published, unchanged beside their revised
+    # counts (the new firm's value: 0 or NULL)
+    for changed in [cell, (cell[0], "*"), ("*", cell[1]), ("*", "*")]:
+        assert after.loc[changed, "n"] != after.loc[changed, "n"]
+        assert after.loc[changed, "t"] != after.loc[changed, "t"]
