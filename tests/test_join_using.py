@@ -92,9 +92,11 @@ def test_every_spelling_of_a_merged_key_releases_the_same_cells(ckm):
 
 
 def test_a_key_merged_from_a_confidential_join_is_that_of_the_persons(ckm, raw_ckm):
-    # a sum: a count of persons in cells of the households' columns is refused (s43i)
+    # a sum: a count of persons in cells of the households' columns is refused (s43i); the
+    # households' count decides which groups appear (s43k)
     sql = (
-        "SELECT tenure, region, SUM(income) FROM persons p JOIN households h "
+        "SELECT tenure, region, SUM(income), COUNT(DISTINCT h.household_id) "
+        "FROM persons p JOIN households h "
         "USING (household_id, region) GROUP BY 1, p.region"
     )
     keys = {row[:2] for row in ckm.execute(sql).fetchall()}

@@ -76,6 +76,7 @@ class CellPlan:
     # aggregate -> position in units of the coarser table whose units contribute each their
     # rows of the cell: a count protected as a magnitude sum over those units (coarser_units)
     per_unit_counts: dict[int, int] = field(default_factory=dict)
+    presence: int | None = None  # CKM: the count of units deciding a group appears (coarser_units)
 
 
 @dataclass

@@ -649,7 +649,12 @@ class _Builder(MagnitudeLayers):
         ``__ma<i>`` (``COUNT(x)``'s value; not that of its non-zero contributors: a group whose
         values are all 0 has a sum, 0), so that a sum needs no count of rows and its lookup.
         Either is a published protected count: a group appears exactly when one of its
-        protected counts is positive."""
+        protected counts is positive. In cells a coarser table's columns define, the
+        published count of that table's units the planner chose (``__y<i>`` of
+        :attr:`CellPlan.presence`, :mod:`sqlsdc.planner.coarser_units`): persons appear by
+        household size as the households do."""
+        if self.plan.presence is not None:
+            return f"__y{self.plan.presence}"
         if self.count_rule.method is Method.CKM and self._count_of_units() is None:
             for i, spec in enumerate(self.plan.aggregates):
                 if spec.rule.method is Method.CKM and spec.kind is AggregateKind.MAGNITUDES:

@@ -32,7 +32,12 @@ from sqlsdc.tabular.universe import (
     Universe,
     top_k,
 )
-from sqlsdc.tabular.universe_revisions import revision_rule, seen_values, with_published
+from sqlsdc.tabular.universe_revisions import (
+    count_changes,
+    revision_rule,
+    seen_values,
+    with_published,
+)
 
 EARLIER = "earlier release"
 
@@ -86,6 +91,7 @@ def protect_universe(
     dims, hierarchies = _dimensions(universe, codes)
     pattern: pd.DataFrame | None = None
     report: dict = {"cells": 0, "aggregates": {}}
+    moved = None  # cells whose unit count changed (counts suppressed too), read by the sums
     for aggregate in universe.aggregates:
         table = _table(universe, aggregate, cells, codes, dims, hierarchies)
         with_value = None
@@ -97,10 +103,14 @@ def protect_universe(
             pattern = coordinates
         before = _earlier(coordinates, earlier, aggregate)
         kept, held, forced = _carried_over(table, before)
+        if aggregate != COUNT and moved is not None:
+            forced = forced & ~moved  # unchanged beside new units is news, not known (s43k)
         rules = [_Known(rule, forced) for rule in universe.rules(aggregate)]
         seen = seen_values(before, len(table.cells)) if aggregate == COUNT else None
+        if seen is not None:
+            moved = count_changes(table.values, seen)  # the sums read it: COUNT comes first
         revised = revision_rule(aggregate == COUNT, universe.rules(aggregate), table.values,
-                                before, seen)  # fmt: skip
+                                before, seen, None if seen is not None else moved)  # fmt: skip
         if revised is not None:
             rules.append(revised)
         result = suppression_pattern(

@@ -26,10 +26,15 @@ the cell values alone and fails closed where the bound cannot show the differenc
 - a sum's difference may be one unit's change beside any number of unchanged or offsetting
   contributions, which no cell value bounds: every changed sum is a primary, with the largest
   frequency safety range (30 % without one) of ``|d|``, at least 1, as jobs without kept units
-  do (:func:`sqlsdc.jobs.revisions.unknown_revisions`).
+  do (:func:`sqlsdc.jobs.revisions.unknown_revisions`);
+- a sum published before whose cell's unit count changed is revised even when its value did
+  not: published unchanged (as known) beside the hidden count, it told that the units that
+  entered had turnover 0 or NULL, and where (red team s43k: one firm, two queries). Its level
+  is 1, the least any revised sum gets.
 
 A cell published before with the value it has now is known, not revised
-(:func:`~sqlsdc.tabular.universe_pattern._carried_over` forces it published), and a cell hidden
+(:func:`~sqlsdc.tabular.universe_pattern._carried_over` forces it published; a sum only where
+its cell's unit count did not change), and a cell hidden
 for a revision stays hidden in later patterns as every suppression does.
 """
 
@@ -59,13 +64,20 @@ class Revised:
 
 
 def revision_rule(
-    counts: bool, rules, values: np.ndarray, before, seen: list[list[float]] | None = None
+    counts: bool,
+    rules,
+    values: np.ndarray,
+    before,
+    seen: list[list[float]] | None = None,
+    moved: np.ndarray | None = None,
 ) -> Revised | None:
     """The revision rule of one aggregate (``counts``: the unit counts, else a measure's sums)
     under its ``rules``, for the table's ``values`` now and the earlier pattern ``before``
     (``value`` and ``status`` per cell, aligned; None when there is none), or None when no
     published cell changed. ``seen``: per cell, every value published before
-    (:func:`seen_values`); a count's change is its smallest non-zero one from them."""
+    (:func:`seen_values`); a count's change is its smallest non-zero one from them.
+    ``moved``: for a sum, the cells whose unit count changed (:func:`count_changes`): their sum
+    published before is revised even when unchanged, a change of 0 (its level at least 1)."""
     if before is None:
         return None
     values = np.asarray(values, dtype=float)
@@ -77,13 +89,23 @@ def revision_rule(
         same = np.isclose(np.where(published, old, 0.0), values, rtol=1e-12, atol=0.0)
         changed = published & ~same
         change = np.abs(np.where(changed, values - np.nan_to_num(old), 0.0))
+        if moved is not None:
+            # red team s43k: a firm of turnover 0 (or NULL) entering (A, R02) left its sums
+            # published unchanged beside the revised counts, which told its cell and value
+            changed = changed | (published & np.asarray(moved, dtype=bool))
     if not changed.any():
         return None
     frequency = [r for r in rules if isinstance(r, FrequencyRule)]
     if counts and frequency and len(frequency) == len(rules):
         return _counts(changed, change, frequency)
     ranges = [r.safety_range for r in frequency] or [30.0]
-    return Revised(changed, np.where(changed, change * max(ranges) / 100.0, 0.0))
+    return Revised(changed, np.where(changed, np.maximum(change * max(ranges) / 100.0, 1.0), 0.0))
+
+
+def count_changes(values: np.ndarray, seen: list[list[float]]) -> np.ndarray:
+    """Per cell, whether its unit count ``values`` differs from a value published before: units
+    entered or left it, whatever its sums did."""
+    return _smallest_changes(np.asarray(values, dtype=float), seen)[0]
 
 
 def _counts(changed: np.ndarray, change: np.ndarray, rules: list[FrequencyRule]) -> Revised:

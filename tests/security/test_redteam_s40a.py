@@ -231,8 +231,10 @@ def test_a_distinct_count_cannot_be_averaged_with_its_value_held(ckm, raw_ckm):
         "SUM(INCOME) FROM persons WHERE income <> 0",
         "SUM(Persons.Income) FROM persons WHERE income IS NOT NULL OR age > 200",
         "SUM(i) FROM (SELECT region, income AS I FROM persons WHERE income > 0 OR sex = 'F') t",
+        # a persons' column in the ON: a household column there decides, for the planner,
+        # which groups appear (refused without the households' count, red team s43k)
         "SUM(p.income) FROM persons p LEFT JOIN households h "
-        "ON p.household_id = h.household_id AND h.tenure = 'owner'",
+        "ON p.household_id = h.household_id AND p.sex = 'F'",
     ],
 )
 def test_a_sum_of_the_same_non_zero_records_is_one_value(ckm, form):
