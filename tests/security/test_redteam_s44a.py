@@ -215,7 +215,8 @@ def test_an_error_does_not_tell_whether_a_condition_holds(ckm, condition):
 # Attacks that held (s44a), one line each:
 # - household columns reached by NATURAL JOIN, USING (1 or 2 columns), ON, a MATERIALIZED CTE,
 #   a CTE of a CTE, a join inside a derived table, a quoted alias, SELECT *, nested derived
-#   tables: all 10 spellings published the canonical per-household sum's 4 cells to the bit
+#   tables, renamed keys, a 1:1 self-join, a public table beside: all 15 spellings published
+#   the canonical per-household sum's 4 cells to the bit
 #   (no count of persons, no second draw); ROLLUP / outer joins / twice-joined households fall
 #   back to s43i's refusals.
 # - IN / EXISTS / scalar subqueries, SEMI / ANTI / comma joins, persons self-joined on
@@ -241,7 +242,18 @@ def test_an_error_does_not_tell_whether_a_condition_holds(ckm, condition):
 #   expressions; COUNT(DISTINCT h.tenure) over persons: refused (joined table's dimension).
 # - post-processing (LN, CAST to TINYINT/UTINYINT) of published counts: evaluated after hidden
 #   groups are dropped (27 hidden groups of R01-M001, no error).
-# - 52 error-oracle templates (casts to BOOLEAN, ESCAPE, SIMILAR TO, GLOB, regexp, make_date,
-#   date/interval overflow, substr/left/lpad/repeat/split_part positions, ** / << / factorial,
-#   ln/sqrt of exact numbers, list/struct/array comparisons): refused or total for both a
-#   never-true and an always-true condition.
+# - 107 error-oracle templates (casts to BOOLEAN, DECIMAL(p,s), FLOAT, HUGEINT, ENUM, DATE;
+#   ESCAPE, SIMILAR TO, GLOB, regexp, make_date, date/interval overflow, substr/left/lpad/
+#   repeat/split_part positions, ** / << / factorial, ln/sqrt/exp of exact numbers, XOR, LIKE
+#   ANY, && / @>, ANY/ALL, simple CASE operands, list/struct/array comparisons): refused or
+#   total for both a never-true and an always-true condition (13 kept as tests above).
+# - window functions, ORDER BY / LIMIT / OFFSET over groups (ROW_NUMBER, RANK, LAG, COUNT(*)
+#   OVER ()): computed on the 3 shown groups of R01-M001 only, not its 27 hidden ones; an
+#   outer query over an aggregation (COUNT, MIN/MAX, LIMIT, scalar subquery, LEFT JOIN from a
+#   public table) sees groups of a protected count of at least 10 only (0 of 3 there).
+# - a count of persons in cells of household columns through a SUM of a value constant in
+#   practice (LEAST(age, 0) + 1, age // 200 + 1, CAST(age >= 0 AS INT), POWER(x, 0), x / x,
+#   LENGTH, two-branch CASE, 17 spellings, and 6 through derived tables): all refused
+#   (totality, linear form), so no pinned sum of all members tells the persons' n̂.
+# - enterprises joined on holding_id (self-join, holding_id = enterprise_id), grouped or
+#   filtered by holding_id, COUNT(DISTINCT holding_id), persons joined on region: refused.
