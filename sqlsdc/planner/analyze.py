@@ -453,6 +453,14 @@ class _Checker(AggregateChecks, TotalityChecks):
             table = self.policy.table(source.name)
             if table.is_public:
                 return Lineage()
+            if isinstance(column.this, exp.Star):
+                # ``p.*`` inside an expression (COUNT(p.*), p.* IS NULL, GROUP BY p.*) names no
+                # one column: refused as a query shape, not raised as an internal error
+                raise self.refuse(
+                    f"{column.sql(DIALECT)} (every column of {column.table}) cannot be used "
+                    "inside an expression",
+                    "count rows with COUNT(*), or name the columns",
+                )
             declared = table.column(column.name)
             if declared is None:
                 raise InternalError(f"column {column.sql()} resolved outside the policy")

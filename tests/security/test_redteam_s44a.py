@@ -176,6 +176,30 @@ def test_post_processing_is_not_evaluated_on_hidden_groups(ckm, raw_ckm):
     assert minus_one == {k: v - 1 for k, v in shown.items()}
 
 
+STARS = {
+    "count": "SELECT COUNT(p.*) FROM persons p",
+    "count by table name": "SELECT COUNT(persons.*) FROM persons",
+    "distinct": "SELECT COUNT(DISTINCT p.*) FROM persons p",
+    "sum": "SELECT SUM(p.*) FROM persons p",
+    "where": "SELECT COUNT(*) FROM persons p WHERE p.* IS NOT NULL",
+    "coalesce": "SELECT COUNT(*) FROM persons p WHERE COALESCE(p.*) IS NOT NULL",
+    "group by": "SELECT p.sex FROM persons p GROUP BY p.*",
+    "order by": "SELECT sex, COUNT(*) FROM persons p GROUP BY sex ORDER BY COUNT(p.*)",
+    "joined table": f"SELECT p.sex, COUNT(h.*) {J} GROUP BY 1",
+}
+
+
+@pytest.mark.parametrize("sql", STARS.values(), ids=STARS.keys())
+def test_every_column_of_a_confidential_table_inside_an_expression_is_refused(ckm, sql):
+    """``p.*`` inside an expression names no one declared column: on main all 9 spellings
+    raised InternalError ("column p.* resolved outside the policy ... a bug in sqlsdc"), fail
+    closed but told as a bug, the CLI's internal-error exit. Now a PolicyViolation that says
+    what to write instead. A public table's ``COUNT(r.*)`` stays answered."""
+    with pytest.raises(PolicyViolation, match=r"every column of \w+\) cannot be used"):
+        ckm.execute(sql).fetchall()
+    assert ckm.execute("SELECT COUNT(r.*) FROM regions r").fetchall() == [(8,)]
+
+
 NEVER, ALWAYS = "age > 500", "age >= 0"
 ORACLES = [  # an error exactly where {c} holds: both spellings must behave alike
     "(CASE WHEN {c} THEN occupation ELSE 'true' END) = TRUE",
