@@ -30,6 +30,8 @@ Held (one line each; CLI demo unless said):
   ROW_NUMBER OVER (ORDER BY SUM)), ORDER BY ... NULLS FIRST LIMIT, HAVING on hidden values,
   SUM(1), AVG*COUNT, duplicate or rolled keys, GROUPING SETS/CUBE/ROLLUP variants: only
   published values, NULL cells ordered by their keys.
+- integer sums: employees and turnover by nace x region, LP upper bounds of the 63 and 85
+  cells a rule flags, rounded down to whole units: none falls short of its level.
 - ``sqlsdc explain`` and ``sqlsdc audit`` as the analyst: the protected SQL and row counts,
   no pattern statistics.
 """
