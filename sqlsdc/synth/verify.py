@@ -185,8 +185,8 @@ def verify(
 
 
 _STOPPED_PAID = (
-    "verification query {} was charged and stopped: asking the same again with the same "
-    "epsilon answers it without a new charge"
+    "verification query {} was charged and stopped before its answer: asking the same again "
+    "is charged again (it counts against the output's max_queries once)"
 )
 
 
@@ -262,7 +262,9 @@ def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeou
         )
 
     place = (_database(con), user, output.name, output.version)
-    limited = nullcontext() if paid else reserved(place, output.max_queries, stored, refuse)
+    limited = (
+        nullcontext() if paid is not None else reserved(place, output.max_queries, stored, refuse)
+    )
     with limited:  # counted with those running; a paid, stopped one counts already
         k_min = _min_frequency(policy, tables)
         synthetic = _records(con, request, exp.to_table(output.name), output.copies > 1, timeout,
@@ -270,14 +272,13 @@ def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeou
         plan = _plan(request, synthetic, output, k_min)  # refusals from the synthetic side: here
         released = [c for c in plan if c["status"] == "released"]
         spent, reason = Fraction(0), f"verification ({mode})"
-        cells_paid = _paid_cells(plan, eps)
-        if paid is not None and paid[1] == cells_paid:
-            reason = f"verification ({mode}, paid by query {paid[0]}, which stopped)"
-        elif mode == "noisy" and released:
+        if paid is not None:
+            reason = f"verification ({mode}; charged again: query {paid} paid for it and stopped)"
+        if mode == "noisy" and released:
             spent = eps * len(released)
             cost = PrivacyCost(epsilon=spent)
             pending = [entry, user, output.name, output.version, request.canonical, mode,
-                       str(eps), json.dumps({PAID_PENDING: cells_paid})]  # fmt: skip
+                       str(eps), json.dumps({PAID_PENDING: True})]  # fmt: skip
 
             def note_paid(charged: int) -> None:  # in the charge's transaction (see PAID_PENDING)
                 con.execute(_STORE, [*pending, charged, store.now()])
@@ -350,31 +351,25 @@ PAID_PENDING = "paid, not answered"
 transaction (:func:`sqlsdc.catalog.budget.charge`'s ``drawn``), until its answer replaces it.
 
 A verification stopped after its charge (the statement timeout, an error, Ctrl-C, kill -9)
-stored nothing: asking it again paid again, and being uncounted it escaped the output's
-``max_queries`` (red team s43b's open item). Its noise is drawn from the keyed PRF by
-request, ε and cell (:func:`_noisy`), so the answer a retry computes is exactly the one the
-charge paid for: the retry answers without a new charge when the cells it would release are
-those paid for (a changed policy's minimum frequency may release others: then it pays
-again, visibly), and the stopped one counts against ``max_queries`` like an answer. Its value
-is a digest of the released cells and ε (:func:`_paid_cells`)."""
+stored nothing (red team s43b's open item): asking it again paid again, unseen, and being
+uncounted it escaped the output's ``max_queries``. Now the stopped query counts against the
+limit like an answer, its error says that it was charged and that asking again is charged
+again, and the retry's audit entry names the query that paid and stopped (s44e).
+
+The retry pays again rather than being answered free, as a DP query stopped after its charge
+does (red team s41b): a free retry computes the confidential side again at every asking, and
+one stopped by a short statement timeout each time (free once the first was paid) timed the
+confidential records' read as often as asked. Its noise is the same (keyed by request, ε and
+cell: :func:`_noisy`), so paying again buys no new draw."""
 
 
-def _paid_earlier(row) -> tuple[int, str] | None:
-    """(query id, cells digest) of a stored verification row that a stopped query paid for
-    and never answered, else None (no row, or an answer)."""
+def _paid_earlier(row) -> int | None:
+    """The query id of a stored verification row that a stopped query paid for and never
+    answered, else None (no row, or an answer)."""
     if row is None or not row[0].startswith("{") or PAID_PENDING not in row[0]:
         return None
     found = json.loads(row[0])
-    if set(found) != {PAID_PENDING}:
-        return None
-    return row[1], found[PAID_PENDING]
-
-
-def _paid_cells(plan: list[dict], eps) -> str:
-    """Digest of what a noisy charge pays for: ε and the cells the plan releases."""
-    released = [[c["group"], c["estimand"], c["term"]] for c in plan if c["status"] == "released"]
-    text = json.dumps([str(eps), released], sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return row[1] if set(found) == {PAID_PENDING} else None
 
 
 def _mode(mode, admin: bool) -> str:
