@@ -1,0 +1,73 @@
+"""Red team s44e: the server and many users at once (issue 18), and session 43's leftovers.
+
+The attacker is an analyst with a guarded connection or a server login; a finding is
+something one analyst takes from the others (the audit log's room, budget, turns) or learns
+beyond the protection. The attacks that held are listed at the end of the module.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import sqlsdc
+from sqlsdc.catalog import refusal_rate, store
+from sqlsdc.engines.duckdb import open_database
+
+
+def _rows(db, sql, params=()):
+    con = open_database(db, writes_data=False)
+    try:
+        return con.execute(sql, list(params)).fetchall()
+    finally:
+        con.close()
+
+
+def _refused_statement(rnd: random.Random) -> str:
+    """A refused statement of 16,000 random characters (the most the log keeps whole)."""
+    text = "".join(rnd.choices("abcdefghijklmnopqrstuvwxyz0123456789", k=15_950))
+    return f"SELECT * FROM persons WHERE name = '{text}'"
+
+
+def test_a_flood_of_refused_statements_is_counted_not_logged_whole(fresh_demo_db):
+    """Before: each refused statement up to 16 KB was logged whole, so a loop of them grew
+    the audit log by 2.6 MB a second (400 random ones: +6.4 MB of text, +11.0 MB of file);
+    here 120 kept 1.9 MB of text in 120 entries. Now a user's refusals beyond 256 KiB (or
+    600 entries) a minute are counted in one summary entry per minute (400: 255 KB of text,
+    +1.3 MB of file, 1,200 over two minutes +1.8 MB); every refusal is still counted, and the
+    accepted query after the flood, another user's refusal and the flood's own count are all
+    in the log."""
+    rnd, sent = random.Random(44), 120
+    (first,) = _rows(fresh_demo_db, "SELECT coalesce(max(query_id), 0) FROM sqlsdc.audit")[0]
+    start = store.now()
+    with sqlsdc.connect(fresh_demo_db, user="analyst") as one, \
+            sqlsdc.connect(fresh_demo_db, user="analyst") as other:  # fmt: skip
+        for i in range(sent):  # two connections (a server's two sessions): one user's rate
+            with pytest.raises(sqlsdc.Error):
+                (one, other)[i % 2].execute(_refused_statement(rnd))
+        one.execute("SELECT region, COUNT(*) FROM persons GROUP BY region").fetchall()
+    with sqlsdc.connect(fresh_demo_db, user="admin") as con:
+        with pytest.raises(sqlsdc.Error):
+            con.execute(_refused_statement(rnd) + " -- the admin's")
+    minutes = (store.now() - start.replace(second=0, microsecond=0)).seconds // 60 + 1
+    logged = _rows(fresh_demo_db, "SELECT user_name, decision, sql_text, rows_returned "
+                   "FROM sqlsdc.audit WHERE query_id > ? ORDER BY query_id", [first])  # fmt: skip
+    flood = [r for r in logged if r[0] == "analyst" and r[1] == "refused"]
+    whole = [r for r in flood if r[2] != refusal_rate.SUMMARY_TEXT]
+    summaries = [r for r in flood if r[2] == refusal_rate.SUMMARY_TEXT]
+    assert sum(len(r[2]) for r in whole) <= minutes * refusal_rate.KEPT_CHARACTERS_PER_MINUTE
+    assert len(whole) + sum(r[3] for r in summaries) == sent, "every refusal is counted"
+    assert 1 <= len(summaries) <= minutes
+    assert logged[-2][:2] == ("analyst", "accepted") and logged[-2][3] == 8
+    assert logged[-1][:2] == ("admin", "refused") and logged[-1][2].endswith("-- the admin's")
+
+
+def test_a_refused_statement_spelled_as_the_summary_is_an_entry_like_any_other(fresh_demo_db):
+    with sqlsdc.connect(fresh_demo_db, user="analyst") as con:
+        for _ in range(3):
+            with pytest.raises(sqlsdc.Error):
+                con.execute(refusal_rate.SUMMARY_TEXT)
+    logged = _rows(fresh_demo_db, "SELECT decision, rows_returned FROM sqlsdc.audit "
+                   "WHERE sql_text = ?", [refusal_rate.SUMMARY_TEXT])  # fmt: skip
+    assert logged == [("refused", None)] * 3
