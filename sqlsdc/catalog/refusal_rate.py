@@ -15,13 +15,21 @@ flood hides no later real query's record.
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import datetime, timedelta
 
 from sqlsdc.catalog.schema import CATALOG_SCHEMA
 from sqlsdc.engines.duckdb import EngineError, one, parsed
 
-__all__ = ["KEPT_CHARACTERS_PER_MINUTE", "KEPT_PER_MINUTE", "SUMMARY_TEXT", "counted", "over"]
+__all__ = [
+    "KEPT_CHARACTERS_PER_MINUTE",
+    "KEPT_PER_MINUTE",
+    "SUMMARY_TEXT",
+    "counted",
+    "over",
+    "turn",
+]
 
 KEPT_PER_MINUTE = 600
 """Refused statements of one user logged one by one in a minute."""
@@ -30,6 +38,13 @@ KEPT_CHARACTERS_PER_MINUTE = 262_144
 SUMMARY_TEXT = "[refused statements over the audit log's rate: counted here, their text not kept]"
 """The statement text of a summary entry, which alone has a count (``rows_returned``) among
 refusals: an analyst's refused statement of this very text is an entry like any other."""
+
+turn = threading.Lock()
+"""Held by :func:`sqlsdc.catalog.store.record_query` around a refusal's count and entry: the
+connections of one process (a server's sessions) logging refusals at once each counted the
+others' uncommitted entries as absent (8 threads x 60 refusals of 15,000 characters kept
+691,702 characters, 2.6 times the rate) and raced on the summary's count. Other processes
+do not write the file meanwhile (it is held by one process at a time)."""
 
 S = CATALOG_SCHEMA
 _WINDOW = timedelta(minutes=1)
@@ -43,7 +58,7 @@ _SUMMARY = (
     "AND decision = 'refused' AND logged_at >= ? AND sql_text = ? AND rows_returned IS NOT NULL "
     "ORDER BY query_id DESC LIMIT 1"
 )
-_ADD = f"UPDATE {S}.audit SET rows_returned = ?, reason = ? WHERE query_id = ?"
+_ADD = f"UPDATE {S}.audit SET rows_returned = rows_returned + 1, reason = ? WHERE query_id = ?"
 _NEW = (
     f"INSERT INTO {S}.audit VALUES (nextval('{S}.query_ids'), ?, ?, ?, 'refused', ?, NULL, ?, 1) "
     "RETURNING query_id"
@@ -72,24 +87,22 @@ def counted(con, user: str, policy_version: int | None, at: datetime) -> int:
         found = one(con, parsed(_SUMMARY), [user, window, SUMMARY_TEXT])
         if found is None:
             break
-        query_id, count, first = found
-        try:
-            con.execute(parsed(_ADD), [count + 1, _reason(count + 1, first, at), query_id])
+        query_id, _count, first = found
+        try:  # the count in SQL: another process's count in between is never lost
+            con.execute(parsed(_ADD), [_reason(first, at), query_id])
             return query_id
         except EngineError as failure:
             if "conflict" not in str(failure).lower():
                 raise
             time.sleep(0.002 * (attempt + 1))
-    (query_id,) = one(
-        con, parsed(_NEW), [at, user, policy_version, _reason(1, at, at), SUMMARY_TEXT]
-    )
+    (query_id,) = one(con, parsed(_NEW), [at, user, policy_version, _reason(at, at), SUMMARY_TEXT])
     return query_id
 
 
-def _reason(count: int, first: datetime, last: datetime) -> str:
+def _reason(first: datetime, last: datetime) -> str:
     return (
-        f"{count:,} refused statement{'s' if count != 1 else ''} of this user from "
-        f"{first:%Y-%m-%d %H:%M:%S} to {last:%H:%M:%S} UTC, over the audit log's rate "
-        f"({KEPT_PER_MINUTE} refusals or {KEPT_CHARACTERS_PER_MINUTE:,} characters a minute "
-        "are logged one by one): counted here, their text not kept"
+        f"refused statements of this user from {first:%Y-%m-%d %H:%M:%S} to {last:%H:%M:%S} "
+        f"UTC over the audit log's rate ({KEPT_PER_MINUTE} refusals or "
+        f"{KEPT_CHARACTERS_PER_MINUTE:,} characters a minute are logged one by one): "
+        "rows_returned counts them; their text is not kept"
     )

@@ -353,7 +353,16 @@ def record_query(
     sql, reason = _escaped(sql), None if reason is None else _escaped(reason)
     if decision == "refused":
         sql = refused_text(sql)
+        with refusal_rate.turn:  # the rate's count and this entry, one connection at a time
+            values = [now(), user, policy_version, decision, reason, fingerprint, sql, rows]
+            return _record(con, query_id, values, new_id)
     values = [now(), user, policy_version, decision, reason, fingerprint, sql, rows]
+    return _record(con, query_id, values, new_id)
+
+
+def _record(con, query_id: int | None, values: list, new_id: bool) -> int:
+    """:func:`record_query`'s entry of row ``values`` (logged_at ... rows_returned)."""
+    _at, user, policy_version, decision, reason, *_ = values
     if query_id is not None:
         if new_id:
             con.execute(parsed(_AUDIT_INSERT_NEW), [query_id, *values])
