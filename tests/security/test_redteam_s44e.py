@@ -2,7 +2,44 @@
 
 The attacker is an analyst with a guarded connection or a server login; a finding is
 something one analyst takes from the others (the audit log's room, budget, turns) or learns
-beyond the protection. The attacks that held are listed at the end of the module.
+beyond the protection. Demo database, 20,000 persons.
+
+Worked, fixed here (W) and held (H), one line each:
+
+- W  refused statements of 16,000 random characters in a loop (session 43's leftover): 400
+     added 6.4 MB of text and 11.0 MB of file; now 255 KB and 1.3 MB (1,200 over two
+     minutes: 1.8 MB). Through the server (3 sessions, 300 refusals of three kinds: guard,
+     catalog, DECLARE SCROLL): 257,135 characters kept, the rest counted in one entry.
+- W  the same from 8 threads of one process at once: 691,702 characters kept (2.6 x the
+     rate) and 358 of 480 counted (lost updates, 55 summaries); now 480 of 480, one summary.
+- W  accepted statements padded with a 990,000-character comment: 10 grew the file by
+     11.0 MB in 2.9 s of CPU; now 4 a minute per user and process (4 MiB), then refused.
+- W  (leftover) a noisy verification stopped after its charge: see
+     tests/synth/test_verify_stopped.py (recorded, counted, the retry pays again visibly).
+- H  COPY (TO STDOUT, FROM STDIN, to a file, of a query), EXPLAIN [ANALYZE], PREPARE /
+     EXECUTE, VACUUM, ANALYZE, CHECKPOINT, LOAD, DO, two statements in one Query or one
+     Parse: refused (42501). pg_class.reltuples -1, pg_relation_size 0, pg_stats and
+     pg_stat_user_tables refused, duckdb_settings(), pg_read_file, lo_import refused.
+- H  SET statement_timeout = 0 / memory_limit / threads / search_path = sqlsdc /
+     sqlsdc.user = 'admin': echoed settings only (the guard's timeout, user and names
+     unchanged); SET ROLE and session_authorization refused; qualified names
+     (sqlsdc.audit, "sqlsdc"."secrets", db.main.persons) refused.
+- H  extended protocol: a refused statement and a DP one in one pipeline (one Sync): the DP
+     one skipped, nothing charged; Describe of a DP statement runs and charges it once
+     (0.1), its two portals answer from it free; Execute of a closed portal 34000; an
+     untyped text[] {R01,R01,R02} under = ANY($1) the same cells as IN.
+- H  CancelRequest: 192 a second from one client, a 32-bit key: 260 days for the key space.
+- H  policy apply removing the analyst while a session is open: its next statements and new
+     logins refused; a WITH HOLD cursor declared before still fetches (released before).
+- H  kill -9 of `policy apply` (lowering the analyst's epsilon 10 -> 5) at 17 times over
+     its run: the file holds version 1 with 10 or version 2 with 5, never a mix; queries
+     answered after each. kill -9 of `budget reset` and `budget set` at 12 times each over
+     their runs: the budget before or after, never between.
+- H  3 analyst processes spending DP on benefits while the admin lowers their limit to 3,
+     six grants killed (SIGKILL) mid-run and one worker killed: spent 3.1 = limit 3.1 (3 +
+     the one completed grant); no killed grant took effect; every charge audited.
+- H  3 server sessions (743 DP queries in 30 s) while the admin ran grant, audit and budget
+     9 times: all succeeded (at most 7.0 s, median 3.4 s for a turn); spent 10 <= 10.3.
 """
 
 from __future__ import annotations
