@@ -15,7 +15,7 @@ Worked, fixed here (W) and held (H), one line each:
 - W  accepted statements padded with a 990,000-character comment: 10 grew the file by
      11.0 MB in 2.9 s of CPU; now 4 a minute per user and process (4 MiB), then refused.
 - W  (leftover) a noisy verification stopped after its charge: see
-     tests/synth/test_verify_stopped.py (recorded, counted, the retry pays again visibly).
+     tests/synth/test_verify_server.py (recorded, counted, the retry pays again visibly).
 - H  COPY (TO STDOUT, FROM STDIN, to a file, of a query), EXPLAIN [ANALYZE], PREPARE /
      EXECUTE, VACUUM, ANALYZE, CHECKPOINT, LOAD, DO, two statements in one Query or one
      Parse: refused (42501). pg_class.reltuples -1, pg_relation_size 0, pg_stats and
