@@ -17,7 +17,7 @@ from functools import lru_cache, partial
 import pyarrow as pa
 from sqlglot import exp
 
-from sqlsdc.catalog import identity_text
+from sqlsdc.catalog import identity_text, refusal_rate
 from sqlsdc.catalog.schema import CATALOG_SCHEMA, CATALOG_VERSION, CKM_MIX_DDL, DDL, DP_CELLS_DDL
 from sqlsdc.engines.duckdb import EngineError, one, parsed, type_names
 from sqlsdc.engines.duckdb_schema import described
@@ -353,16 +353,31 @@ def record_query(
     sql, reason = _escaped(sql), None if reason is None else _escaped(reason)
     if decision == "refused":
         sql = refused_text(sql)
+        with refusal_rate.turn:  # the rate's count and this entry, one connection at a time
+            values = [now(), user, policy_version, decision, reason, fingerprint, sql, rows]
+            return _record(con, query_id, values, new_id)
     values = [now(), user, policy_version, decision, reason, fingerprint, sql, rows]
+    return _record(con, query_id, values, new_id)
+
+
+def _record(con, query_id: int | None, values: list, new_id: bool) -> int:
+    """:func:`record_query`'s entry of row ``values`` (logged_at ... rows_returned)."""
+    _at, user, policy_version, decision, reason, *_ = values
     if query_id is not None:
         if new_id:
             con.execute(parsed(_AUDIT_INSERT_NEW), [query_id, *values])
             return query_id
         outcome = not (decision == "failed" and reason == CHARGED_PENDING)
         if outcome and one(con, parsed(_AUDIT_OUTCOME), _replacing(values, query_id))[0]:
-            return query_id
+            return query_id  # a charge's outcome: always logged one by one
+        if _counted_only(con, values):
+            if one(con, f"SELECT 1 FROM {S}.audit WHERE query_id = ?", [query_id]):
+                return query_id  # its outcome stands (as _AUDIT_INSERT would leave it)
+            return refusal_rate.counted(con, user, policy_version, values[0])
         con.execute(parsed(_AUDIT_INSERT), [query_id, *values, query_id])
         return query_id
+    if _counted_only(con, values):
+        return refusal_rate.counted(con, user, policy_version, values[0])
     (drawn,) = one(
         con,
         parsed(_AUDIT_INSERT_DRAWING),
@@ -377,8 +392,18 @@ its length and its SHA-256. An analyst's refused statements cost milliseconds ea
 logged whole: 40 refused statements of 990,000 random characters grew the database file by
 53 MB in 2.3 s (23 MB/s), 10 of 3.9 million characters, refused for their length alone, by
 48 MB (red team s43f). Now the same 40 add 1 MB; refusals of 16,000 characters, the most that
-is kept whole, still add 2.6 MB/s (400 in 4.9 s): bounding that needs a rate, not a size. An
-accepted statement is logged whole (it is what was released)."""
+is kept whole, added 2.6 MB/s (400 in 4.9 s) until a rate bounded them too
+(:mod:`sqlsdc.catalog.refusal_rate`, s44e). An accepted statement is logged whole (it is what
+was released)."""
+
+
+def _counted_only(con, values: list) -> bool:
+    """Whether a refusal (``record_query``'s row ``values``) is over its user's rate
+    (:mod:`sqlsdc.catalog.refusal_rate`): counted in a summary entry, not logged whole."""
+    at, user, _version, decision, reason, _fingerprint, sql, _rows = values
+    if decision != "refused":
+        return False
+    return refusal_rate.over(con, user, at, len(sql) + len(reason or ""))
 
 
 def refused_text(sql: str) -> str:

@@ -40,6 +40,7 @@ from sqlsdc.errors import (
     PolicyViolation,
     ProgrammingError,
 )
+from sqlsdc.guard import statement_rate
 from sqlsdc.guard.answer_bound import answer_rows
 from sqlsdc.guard.auditing import Auditing
 from sqlsdc.guard.checking import Checking, Early
@@ -228,6 +229,11 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
         sql, mode = statement_text(sql), built_in_text(mode)  # a str subclass's __eq__ chose
         with self._holding() as con:  # interval mode past the analysts' check, free
             try:
+                statement_rate.check(self.path, self.user, sql)  # the audit log's room
+            except Error as refusal:
+                self._audit_refusal(None, sql, refusal)
+                raise
+            try:
                 return verify(con, sql, user=self.user, policy=self.policy,
                               policy_version=self.policy_version, secret=self._secret(), mode=mode,
                               epsilon=epsilon, lock=database_lock(Path(self.path)),
@@ -358,6 +364,7 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
         self._query_id = None  # a DP query's charge draws it, before the charge commits
         con, context = self._con, self._context
         try:
+            statement_rate.check(self.path, self.user, sql)  # the audit log's room
             query = self._protect(sql, params, early, interrupts)
             self._check_summable(query)
         except engine.EngineError as failure:

@@ -48,7 +48,7 @@ import sqlglot
 from sqlglot import exp
 
 from sqlsdc.catalog import store
-from sqlsdc.catalog.budget import charge, policy_limits
+from sqlsdc.catalog.budget import charge, has_charge, policy_limits
 from sqlsdc.catalog.schema import CATALOG_SCHEMA
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines import duckdb_schema
@@ -97,6 +97,8 @@ VERIFICATIONS_DDL = f"""CREATE TABLE IF NOT EXISTS {S}.verifications (
     answer VARCHAR NOT NULL,
     query_id BIGINT NOT NULL,
     created_at TIMESTAMP NOT NULL)"""
+# an answer, or what a charge paid for (PAID_PENDING), replacing what the entry held
+_STORE = f"INSERT OR REPLACE INTO {S}.verifications VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
 
 @dataclass(frozen=True)
@@ -172,8 +174,28 @@ def verify(
         store.record_query(
             con, query_id, user, policy_version, "refused", sql, reason=store.audit_reason(refusal)
         )
+        if _paid(con, query_id) and len(refusal.args) == 1:
+            refusal.args = (f"{refusal.args[0]}; {_STOPPED_PAID.format(query_id)}",)
+        raise
+    except BaseException as stopped:  # Ctrl-C: the charge's entry stands for it
+        if _paid(con, query_id):
+            stopped.add_note(_STOPPED_PAID.format(query_id))
         raise
     return answer
+
+
+_STOPPED_PAID = (
+    "verification query {} was charged and stopped before its answer: asking the same again "
+    "is charged again (it counts against the output's max_queries once)"
+)
+
+
+def _paid(con, query_id: int) -> bool:
+    """Best effort (the engine may be what stopped): whether ``query_id``'s charge committed."""
+    try:
+        return has_charge(con, query_id)
+    except engine.EngineError:
+        return False
 
 
 def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeout, query_id):
@@ -202,8 +224,11 @@ def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeou
             [user, output.name, output.version, data, request.digest, mode, str(eps)]
         ).encode()
     ).hexdigest()
-    row = engine.one(con, f"SELECT answer FROM {S}.verifications WHERE entry = ?", [entry])
-    if row is not None:
+    row = engine.one(
+        con, f"SELECT answer, query_id FROM {S}.verifications WHERE entry = ?", [entry]
+    )
+    paid = _paid_earlier(row)
+    if row is not None and paid is None:
         answer = Verification(
             **{**json.loads(row[0]), "cached": True, "query_id": query_id, "epsilon_spent": "0"}
         )
@@ -237,16 +262,27 @@ def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeou
         )
 
     place = (_database(con), user, output.name, output.version)
-    with reserved(place, output.max_queries, stored, refuse):  # counted with those running
+    limited = (
+        nullcontext() if paid is not None else reserved(place, output.max_queries, stored, refuse)
+    )
+    with limited:  # counted with those running; a paid, stopped one counts already
         k_min = _min_frequency(policy, tables)
         synthetic = _records(con, request, exp.to_table(output.name), output.copies > 1, timeout,
                              synthetic_types)  # fmt: skip
         plan = _plan(request, synthetic, output, k_min)  # refusals from the synthetic side: here
         released = [c for c in plan if c["status"] == "released"]
-        spent = Fraction(0)
+        spent, reason = Fraction(0), f"verification ({mode})"
+        if paid is not None:
+            reason = f"verification ({mode}; charged again: query {paid} paid for it and stopped)"
         if mode == "noisy" and released:
             spent = eps * len(released)
             cost = PrivacyCost(epsilon=spent)
+            pending = [entry, user, output.name, output.version, request.canonical, mode,
+                       str(eps), json.dumps({PAID_PENDING: True})]  # fmt: skip
+
+            def note_paid(charged: int) -> None:  # in the charge's transaction (see PAID_PENDING)
+                con.execute(_STORE, [*pending, charged, store.now()])
+
             with lock or nullcontext():
                 charge(
                     con,
@@ -258,6 +294,7 @@ def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeou
                     policy_version=version,
                     sql=sql,
                     fingerprint=request.digest,
+                    drawn=note_paid,
                 )
         confidential = _records(con, request, source, False, timeout, source_types)
         key = KeyedStream(secret, "sqlsdc.verify", output.name, output.version, data)
@@ -277,7 +314,7 @@ def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeou
         con.execute("BEGIN TRANSACTION")
         try:
             con.execute(
-                f"INSERT OR IGNORE INTO {S}.verifications VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                _STORE,
                 [
                     entry,
                     user,
@@ -298,7 +335,7 @@ def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeou
                 version,
                 "accepted",
                 sql,
-                reason=f"verification ({mode})",
+                reason=reason,
                 fingerprint=request.digest,
                 rows=len(cells),
             )
@@ -307,6 +344,32 @@ def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeou
             engine.rollback(con)
             raise
         return answer
+
+
+PAID_PENDING = "paid, not answered"
+"""The key of the answer a noisy verification's charge stores for it, in the charge's own
+transaction (:func:`sqlsdc.catalog.budget.charge`'s ``drawn``), until its answer replaces it.
+
+A verification stopped after its charge (the statement timeout, an error, Ctrl-C, kill -9)
+stored nothing (red team s43b's open item): asking it again paid again, unseen, and being
+uncounted it escaped the output's ``max_queries``. Now the stopped query counts against the
+limit like an answer, its error says that it was charged and that asking again is charged
+again, and the retry's audit entry names the query that paid and stopped (s44e).
+
+The retry pays again rather than being answered free, as a DP query stopped after its charge
+does (red team s41b): a free retry computes the confidential side again at every asking, and
+one stopped by a short statement timeout each time (free once the first was paid) timed the
+confidential records' read as often as asked. Its noise is the same (keyed by request, ε and
+cell: :func:`_noisy`), so paying again buys no new draw."""
+
+
+def _paid_earlier(row) -> int | None:
+    """The query id of a stored verification row that a stopped query paid for and never
+    answered, else None (no row, or an answer)."""
+    if row is None or not row[0].startswith("{") or PAID_PENDING not in row[0]:
+        return None
+    found = json.loads(row[0])
+    return row[1] if set(found) == {PAID_PENDING} else None
 
 
 def _mode(mode, admin: bool) -> str:

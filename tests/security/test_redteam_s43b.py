@@ -68,10 +68,10 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      whether or not the cell holds the infinite record (0.0 also where it does not).
 - H  the DP plan cache (``accountant._planned``, lru on Aggregate/Bounding/PrivacyCost/
      alpha): every field compared, floats refused, so equal keys are equal inputs.
-- O  (not measured as a leak) a verification stopped after its charge (a statement timeout,
-     an interrupt) stores nothing: it is paid, not cached and not counted against
-     ``max_queries``; its time is that of a full read of the source, which the request's
-     expressions (all DOUBLE, total) barely change.
+- O  (fixed by s44e: tests/synth/test_verify_server.py) a verification stopped after its
+     charge (a statement timeout, an interrupt) stores nothing: it is paid, not cached and
+     not counted against ``max_queries``; its time is that of a full read of the source,
+     which the request's expressions (all DOUBLE, total) barely change.
 """
 
 from __future__ import annotations
