@@ -34,10 +34,12 @@ in two steps as synthpop does: first its *state* (value / NaN / each special cod
 categorical variable, then the value itself for the records whose state is "value", from a tree
 fitted on the original records that have a value.
 
-Trees are scikit-learn's (CART with Gini or squared-error splits, no depth limit, as rpart with a
-tiny ``cp``). Categorical predictors are integer codes ordered by the mean of the response in
-each category (Breiman et al. 1984, §9.4: for a numeric or binary response this ordering gives
-the optimal subset split, which is what rpart searches).
+Trees are scikit-learn's (CART with Gini or squared-error splits), grown as synthpop asks rpart:
+``minbucket = min_leaf``, ``cp = 1e-8`` (no pruning to speak of), and so rpart.control's
+``minsplit = 3 · minbucket`` (a node of fewer records is not split) and ``maxdepth = 30``.
+Categorical predictors are integer codes ordered by the mean of the response in each category
+(Breiman et al. 1984, §9.4: for a numeric or binary response this ordering gives the optimal
+subset split, which is what rpart searches).
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ _NAN = "__nan__"
 
 DRAWS = ("random", "bayes", "balanced")
 MAX_LEAF = 1_000_000_000  # the tree library takes a C int; larger is one leaf anyway
+RPART_MAX_DEPTH = 30  # rpart.control's maxdepth (its largest)
 
 
 def is_categorical(column: pd.Series) -> bool:
@@ -352,7 +355,12 @@ def _draw_from_tree(coder, part, y, keep, predictors, syn, target, min_leaf, rng
     x_orig, x_syn = _design(coder, predictors, syn, y, keep, categorical)
     x_syn = x_syn[target]
     tree_class = DecisionTreeClassifier if categorical else DecisionTreeRegressor
-    tree = tree_class(min_samples_leaf=min_leaf, random_state=int(rng.integers(2**31)))
+    tree = tree_class(
+        min_samples_leaf=min_leaf,
+        min_samples_split=min(3 * min_leaf, 2 * MAX_LEAF),  # rpart: minsplit = 3 · minbucket
+        max_depth=RPART_MAX_DEPTH,
+        random_state=int(rng.integers(2**31)),
+    )
     tree.fit(x_orig, donors_y)
     leaf_orig, leaf_syn = tree.apply(x_orig), tree.apply(x_syn)
     values = _donor_draw(donors_y, leaf_orig, leaf_syn, rng, draw)

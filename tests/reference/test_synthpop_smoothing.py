@@ -122,3 +122,18 @@ def test_cart_smooths_with_the_bandwidth_of_all_drawn_values():
                                  min_leaf=200)  # fmt: skip
         widened = syn.loc[syn["g"] == "a", "y"].std() / y[g == "a"].std()
         assert widened > 1.10
+
+
+def test_a_node_under_three_leaves_is_not_split_as_rpart():
+    """synthpop's syn.cart calls rpart(minbucket = 5, cp = 1e-8); rpart.control then sets
+    minsplit = 3 · minbucket = 15. Twelve records (5 of a with y = 0, 7 of b with y = 100)
+    form one leaf, so a synthetic a takes y = 100 about 7/12 of the time; before s44d the tree
+    split them (scikit-learn's min_samples_split = 2) and every a got 0."""
+    frame = pd.DataFrame({"x": ["a"] * 5 + ["b"] * 7, "y": [0.0] * 5 + [100.0] * 7})
+    syn, details = synthesize_cart(frame, rng=np.random.default_rng(3), n=2000)
+    assert details["leaves"]["y"] == 1
+    share = (syn.loc[syn["x"] == "a", "y"] == 100).mean()
+    assert share == pytest.approx(7 / 12, abs=0.05)
+    big = pd.concat([frame] * 2, ignore_index=True)  # 24 records: 10 a, 14 b, split at 15+
+    _, details = synthesize_cart(big, rng=np.random.default_rng(3), n=100)
+    assert details["leaves"]["y"] == 2
