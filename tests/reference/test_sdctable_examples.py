@@ -129,3 +129,56 @@ def test_two_singletons_that_complete_each_other_get_a_third_suppression(method)
     Xd = X[X[:, 1] == 0]  # a's inner cell removed: a respondent subtracts their own 1
     lo, hi = _attacker_interval(type(t.X)(Xd), t.values - X[X[:, 1] == 1].sum(axis=0), published, 3)
     assert hi - lo > 0
+
+
+# --- test-simpleheuristic.R: a pattern with two suppressions per line that still discloses ------
+
+SIMPLE_INNER = {
+    ("w", "a"): 30, ("w", "b"): 47, ("w", "c"): 64, ("w", "d"): 89,
+    ("x", "a"): 90, ("x", "b"): 124, ("x", "c"): 5, ("x", "d"): 31,
+    ("y", "a"): 92, ("y", "b"): 100, ("y", "c"): 59, ("y", "d"): 85,
+    ("z", "a"): 800, ("z", "b"): 991, ("z", "c"): 651, ("z", "d"): 685,
+}  # fmt: skip
+SIMPLE_PRIMARY = {("w", "a"), ("w", "b"), ("w", "c"), ("x", "a"), ("x", "c"), ("y", "b"),
+                  ("y", "d"), ("z", "b"), ("z", "d")}  # fmt: skip
+
+
+def _simple_table():
+    from sqlsdc.tabular.model import Table
+
+    df = pd.DataFrame([(a, b, v) for (a, b), v in SIMPLE_INNER.items()], columns=["v1", "v2", "f"])
+    return Table.from_cells(df, ["v1", "v2"], value="f", n="f")
+
+
+def _simple_mask(cells: pd.DataFrame) -> np.ndarray:
+    return np.array(
+        [(a, b) in SIMPLE_PRIMARY for a, b in zip(cells["v1"], cells["v2"], strict=True)]
+    )
+
+
+def test_simpleheuristic_trap_is_exact_without_secondaries():
+    """Every row and column has two or more of the 9 primaries, yet (w, b) = 47 is computable
+    (sdcTable's SIMPLEHEURISTIC_OLD leaves it so)."""
+    t = _simple_table()
+    published = np.flatnonzero(~_simple_mask(t.cells))
+    wb = int(np.flatnonzero((t.cells["v1"] == "w") & (t.cells["v2"] == "b"))[0])
+    assert _attacker_interval(t.X, t.values, published, wb) == pytest.approx((47.0, 47.0))
+
+
+@pytest.mark.parametrize("method", ["optimal", "hitas", "gauss"])
+def test_simpleheuristic_adds_sdctables_one_suppression(method):
+    """sdcTable's SIMPLEHEURISTIC adds one suppression and ``attack`` gives (w, b) in [0, 78]:
+    with small protection levels (1 %) and frequency costs every method adds (x, d) = 31 and
+    leaves the same interval. (With τ-ARGUS's 10 % manual levels (w, c) = 64 would need up to
+    70.4 while (x, d) alone leaves it at most 69, so two cells are hidden.)"""
+    from sqlsdc.tabular.rules import ManualRule
+
+    t = _simple_table()
+    out = protect(t, rules=[ManualRule(_simple_mask, safety_range=1)], method=method,
+                  cost="frequency")  # fmt: skip
+    secondary = out[out["status"] == "secondary"]
+    assert secondary[["v1", "v2", "value"]].values.tolist() == [["x", "d", 31.0]]
+    published = np.flatnonzero(out["status"].to_numpy() == "published")
+    wb = int(np.flatnonzero((out["v1"] == "w") & (out["v2"] == "b"))[0])
+    assert _attacker_interval(t.X, t.values, published, wb) == pytest.approx((0.0, 78.0))
+    assert out.loc[wb, ["lo", "hi"]].tolist() == pytest.approx([0.0, 78.0])
