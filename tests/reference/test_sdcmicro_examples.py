@@ -4,7 +4,10 @@ Sources (sdcTools/sdcMicro): ``tests/testthat/test_freqCalc.R`` (f_k and F̂_k, 
 values matching any value), ``tests/testthat/test_indivRisk.R`` (``indivRisk``, method "exact",
 qual = 1, survey = TRUE) and ``tests/testthat/test_suda2.R`` (the "book example" and the "sdc
 guideline" example; commented out in sdcMicro, whose suda2 rescales scores by default, but
-their numbers are the original SUDA scores of Elliot et al. 2002 that :func:`suda` computes).
+their numbers are the original SUDA scores of Elliot et al. 2002 that :func:`suda` computes)
+and ``tests/testthat/test_ldiversity.R`` (``ldiversity``: distinct l-diversity per record; the
+entropy and recursive measures are checked against their definitions, as sdcMicro's C++ code
+computes them).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from sqlsdc.microdata.ldiversity import l_diversity
 from sqlsdc.microdata.risk import frequencies, individual_risk
 from sqlsdc.microdata.suda import suda
 
@@ -147,3 +151,46 @@ def test_suda_sdc_guideline_example():
         }
     )
     assert suda(data).scores.tolist() == [0, 0, 6, 0, 12, 0, 6, 10, 0, 0]
+
+
+# --- ldiversity (tests/testthat/test_ldiversity.R) ----------------------------------------------
+
+
+def test_ldiversity_groups_missing_keys_together():
+    """Rows 1-3 (female, NA, other) form one class with sensitive 1, 0, 2: distinct 3; rows
+    4-5 and 6-7 hold 1, 0 and 0, 1: distinct 2."""
+    data = pd.DataFrame(
+        {
+            "sex": ["female", "female", "female", "male", "male", "female", "female"],
+            "occupation": [None, None, None, "teacher", "teacher", "nurse", "nurse"],
+            "ethnicity": ["other"] * 5 + ["majority"] * 2,
+            "sensitive": [1, 0, 2, 1, 0, 0, 1],
+        }
+    )
+    res = l_diversity(data, ["sex", "occupation", "ethnicity"], ["sensitive"])
+    assert res["sensitive_distinct"].tolist() == [3, 3, 3, 2, 2, 2, 2]
+
+
+def test_ldiversity_keeps_row_order_and_several_sensitive_variables():
+    unordered = pd.DataFrame({"id": [3, 1, 2], "sens": [10, 20, 10]})
+    assert l_diversity(unordered, ["id"], ["sens"])["sens_distinct"].tolist() == [1, 1, 1]
+    multi = pd.DataFrame({"key": [1, 1, 1], "sens1": list("ABA"), "sens2": list("XYZ")})
+    res = l_diversity(multi, ["key"], ["sens1", "sens2"])
+    assert res.loc[0, ["sens1_distinct", "sens2_distinct"]].tolist() == [2, 3]
+
+
+def test_ldiversity_entropy_and_recursive_definitions():
+    """Machanavajjhala et al. (2007), Definitions 4.1-4.2, with sdcMicro's missing-value rule:
+    counts 5, 3, 2 (c = 2): 5 < 2·(3 + 2) and 5 < 2·2 fails, so recursive 2; a missing value
+    is one more value for distinct and entropy, none for recursive."""
+    frame = pd.DataFrame({"k": [1] * 10, "s": list("aaaaabbbcc")})
+    res = l_diversity(frame, ["k"], ["s"]).iloc[0]
+    p = np.array([5, 3, 2]) / 10
+    assert res["s_distinct"] == 3 and res["s_recursive"] == 2
+    assert res["s_entropy"] == pytest.approx(np.exp(-(p * np.log(p)).sum()))
+    assert l_diversity(frame, ["k"], ["s"], c=3)["s_recursive"][0] == 3  # 5 < 3·2
+    with_na = frame.assign(s=[*"aaaaabbbc", None])
+    res = l_diversity(with_na, ["k"], ["s"]).iloc[0]
+    assert res["s_distinct"] == 4 and res["s_recursive"] == 2  # counts 5, 3, 1 (+ 1 missing)
+    q = np.array([5, 3, 1, 1]) / 10
+    assert res["s_entropy"] == pytest.approx(np.exp(-(q * np.log(q)).sum()))
