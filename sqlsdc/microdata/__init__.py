@@ -5,6 +5,8 @@
   and IL1s;
 * :mod:`~sqlsdc.microdata.risk` — sample frequencies fk, population estimates Fk, k-anonymity
   violations, the Benedetti–Franconi individual risk, global risk;
+* :mod:`~sqlsdc.microdata.ldiversity` — distinct, entropy and recursive l-diversity of
+  sensitive variables in the key classes (sdcMicro's ``ldiversity``);
 * :mod:`~sqlsdc.microdata.pram` — PRAM matrices (nE, nB, nF, invariant), draws, unbiased
   counts and their variance;
 * :mod:`~sqlsdc.microdata.perturb` — correlated noise, rank swapping, top/bottom coding,

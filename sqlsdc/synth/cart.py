@@ -34,10 +34,12 @@ in two steps as synthpop does: first its *state* (value / NaN / each special cod
 categorical variable, then the value itself for the records whose state is "value", from a tree
 fitted on the original records that have a value.
 
-Trees are scikit-learn's (CART with Gini or squared-error splits, no depth limit, as rpart with a
-tiny ``cp``). Categorical predictors are integer codes ordered by the mean of the response in
-each category (Breiman et al. 1984, §9.4: for a numeric or binary response this ordering gives
-the optimal subset split, which is what rpart searches).
+Trees are scikit-learn's (CART with Gini or squared-error splits), grown as synthpop asks rpart:
+``minbucket = min_leaf``, ``cp = 1e-8`` (no pruning to speak of), and so rpart.control's
+``minsplit = 3 · minbucket`` (a node of fewer records is not split) and ``maxdepth = 30``.
+Categorical predictors are integer codes ordered by the mean of the response in each category
+(Breiman et al. 1984, §9.4: for a numeric or binary response this ordering gives the optimal
+subset split, which is what rpart searches).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ import pandas as pd
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
 from sqlsdc.errors import SynthesisError
+from sqlsdc.synth.smoothing import smooth_density
 
 __all__ = [
     "SynthesisError",
@@ -65,6 +68,7 @@ _NAN = "__nan__"
 
 DRAWS = ("random", "bayes", "balanced")
 MAX_LEAF = 1_000_000_000  # the tree library takes a C int; larger is one leaf anyway
+RPART_MAX_DEPTH = 30  # rpart.control's maxdepth (its largest)
 
 
 def is_categorical(column: pd.Series) -> bool:
@@ -97,10 +101,11 @@ def synthesize_cart(
             once per pass: exact marginals, opt-in), see the module docstring.
         smoothing: Gaussian-kernel smoothing of the values drawn for numeric variables
             (``True``, ``"density"`` or ``"all"`` for all, or the names, as a sequence or a
-            comma-separated string), as synthpop's ``smoothing="density"``: values
-            drawn from a leaf are replaced by N(value, h²) with h Silverman's bandwidth of the
-            leaf's donors, except a value taking over 70 % of the leaf; results are clipped to
-            the observed range and rounded to the observed number of decimals.
+            comma-separated string), synthpop's ``smoothing="density"``
+            (:func:`sqlsdc.synth.smoothing.smooth_density`): the variable's drawn values are
+            replaced by N(value, h²) with h the Sheather-Jones bandwidth of those values, except
+            a value held by over 70 % of them and a top-coded maximum; results are clipped to
+            [min, max + h] of the observed values and rounded to their number of decimals.
         special_values: per numeric variable, codes synthesised as categories apart from the
             values (synthpop's ``cont.na``), e.g. ``{"income": [-8]}``.
 
@@ -130,7 +135,11 @@ def synthesize_cart(
             y, keep = coder.response(part)
             target = coder.target_rows(part, syn, n)
             if position == 0:  # the first variable (and its state): from the marginal
-                syn[part.name] = _marginal(y[keep], target, rng, draw, part.kind)
+                drawn = _marginal(y[keep], target, rng, draw, part.kind)
+                if column in smooth and part.kind != "category" and target.any():
+                    # synthpop's syn.sample smooths the sampled values as syn.cart does
+                    drawn[target] = smooth_density(drawn[target], y[keep], rng)
+                syn[part.name] = drawn
                 trees[part.name] = "sample"
                 continue
             predictors = [p.name for c in order[:position] for p in coder.parts(c)]
@@ -346,12 +355,17 @@ def _draw_from_tree(coder, part, y, keep, predictors, syn, target, min_leaf, rng
     x_orig, x_syn = _design(coder, predictors, syn, y, keep, categorical)
     x_syn = x_syn[target]
     tree_class = DecisionTreeClassifier if categorical else DecisionTreeRegressor
-    tree = tree_class(min_samples_leaf=min_leaf, random_state=int(rng.integers(2**31)))
+    tree = tree_class(
+        min_samples_leaf=min_leaf,
+        min_samples_split=min(3 * min_leaf, 2 * MAX_LEAF),  # rpart: minsplit = 3 · minbucket
+        max_depth=RPART_MAX_DEPTH,
+        random_state=int(rng.integers(2**31)),
+    )
     tree.fit(x_orig, donors_y)
     leaf_orig, leaf_syn = tree.apply(x_orig), tree.apply(x_syn)
     values = _donor_draw(donors_y, leaf_orig, leaf_syn, rng, draw)
     if smooth and not categorical:
-        values = _smooth(values, leaf_syn, donors_y, leaf_orig, rng)
+        values = smooth_density(values, donors_y, rng)
     drawn[target] = values
     return drawn, int(tree.get_n_leaves())
 
@@ -384,44 +398,6 @@ def _donor_draw(donors, leaf_donor, leaf_target, rng, draw) -> np.ndarray:
     u = before + rng.random(len(leaf_target)) * (cumulative[start + count - 1] - before)
     pick = np.searchsorted(cumulative, u, side="right")
     return donors[order[np.minimum(pick, start + count - 1)]]
-
-
-def _smooth(values, leaf_target, donors, leaf_donor, rng) -> np.ndarray:
-    """synthpop's ``syn.smooth`` per leaf: Gaussian kernel around each drawn value, bandwidth
-    bw.nrd0 of the leaf's donors; a value over 70 % of the leaf is kept; clipped to the
-    observed range, rounded to the observed decimals."""
-    out = values.astype(float).copy()
-    lo, hi = np.nanmin(donors), np.nanmax(donors)
-    decimals = _decimals(donors)
-    for leaf in np.unique(leaf_target):
-        where = leaf_target == leaf
-        leaf_donors = donors[leaf_donor == leaf]
-        bandwidth = _nrd0(leaf_donors)
-        if bandwidth <= 0:
-            continue
-        vals, counts = np.unique(leaf_donors, return_counts=True)
-        smooth = where.copy()
-        if counts.max() > 0.7 * len(leaf_donors):
-            smooth &= values != vals[counts.argmax()]
-        out[smooth] = np.clip(rng.normal(values[smooth], bandwidth), lo, hi)
-    return np.round(out, decimals)
-
-
-def _nrd0(x: np.ndarray) -> float:
-    """R's ``bw.nrd0``: 0.9 · min(sd, IQR/1.34) · n^(-1/5)."""
-    if len(x) < 2:
-        return 0.0
-    sd = float(np.std(x, ddof=1))
-    iqr = float(np.subtract(*np.percentile(x, [75, 25]))) / 1.34
-    spread = min(sd, iqr) if iqr > 0 else sd
-    return 0.9 * spread * len(x) ** -0.2
-
-
-def _decimals(x: np.ndarray) -> int:
-    for d in range(0, 9):
-        if np.allclose(x, np.round(x, d), rtol=0, atol=1e-9):
-            return d
-    return 9
 
 
 def tune_cart(

@@ -333,12 +333,8 @@ def _secondary(method, table, prim, upl, lpl, cost, lower, upper, forced, time_l
                 "method='gauss' needs the model matrix X, which these linked tables lack (link "
                 "tables built from the same microdata); use method='optimal'"
             )
-        inner = table.inner
-        single = np.zeros(len(inner), dtype=bool)
-        ok = inner >= 0
-        single[ok] = (table.n[inner[ok]] == 1) & prim[inner[ok]]
         return gauss_suppress(
-            table.X, prim, cost, forced=forced, singleton=single, values=values
+            table.X, prim, cost, forced=forced, singleton=_singletons(table, prim), values=values
         ), None
     if method == "optimal":
         from sqlsdc.tabular.optimal import optimal_suppress
@@ -382,7 +378,39 @@ def _secondary(method, table, prim, upl, lpl, cost, lower, upper, forced, time_l
             f"method={method!r} found no protecting pattern (status {r.status!r}); raise "
             "time_limit, relax `forced`, or lower the protection levels"
         )
-    return np.asarray(r.suppressed, dtype=bool), r.status
+    suppressed = np.asarray(r.suppressed, dtype=bool)
+    return _protect_singletons(table, prim, suppressed, cost, forced), r.status
+
+
+def _singletons(table: Table, prim: np.ndarray) -> np.ndarray:
+    """Inner cells (rows of ``X``) a respondent can subtract: primary cells of one unit
+    (GaussSuppression's ``SingletonDefault``)."""
+    inner = table.inner
+    single = np.zeros(len(inner), dtype=bool)
+    ok = inner >= 0
+    single[ok] = (table.n[inner[ok]] == 1) & prim[inner[ok]]
+    return single
+
+
+def _protect_singletons(table, prim, suppressed, cost, forced) -> np.ndarray:
+    """The optimal or HiTaS pattern plus what GaussSuppression's ``anySum`` singleton rule adds.
+
+    The LP attacker of those methods is an outsider. The respondent of a primary cell of one
+    unit knows that cell, and with two such cells hidden in one sum (a = c = 1 in Total = a + b
+    + c with b published) each respondent computes the other's (sdcTable's ``protectTable``
+    test, ``detectSingletons = TRUE``). The pattern's published cells are walked first (cost
+    above every suppressed cell's), so the walk only hides a published cell whose publication
+    would let a singleton's respondent compute another primary; nothing is unsuppressed.
+    Linked tables without ``X`` are left as they are (their audit is the outsider's only).
+    """
+    from sqlsdc.tabular.gauss import gauss_suppress
+
+    single = _singletons(table, prim) if table.X is not None else None
+    if single is None or not single.any():
+        return suppressed
+    published_first = np.where(suppressed, cost, cost + 2.0 * float(np.max(cost)) + 2.0)
+    walked = gauss_suppress(table.X, prim, published_first, forced=forced, singleton=single)
+    return suppressed | walked
 
 
 def _audit_rounds(
