@@ -191,6 +191,22 @@ def test_help_and_the_installed_examples_lead_to_your_own_data(tmp_path):
         assert "valid" in run("policy", "validate", example).output
 
 
+def test_schemas_module_has_help_and_refuses_other_arguments(tmp_path):
+    """`python -m sqlsdc.schemas --help` printed the paths, as did any other argument (new
+    user s44g): --help says what it prints, a wrong argument is a usage error (exit 2)."""
+
+    def schemas(*args):
+        argv = [sys.executable, "-m", "sqlsdc.schemas", *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+
+    shown = schemas("--help")
+    assert shown.returncode == 0 and "usage: python -m sqlsdc.schemas" in shown.stdout
+    assert "JSON Schema" in shown.stdout and "policy.schema.json" not in shown.stdout.split()
+    wrong = schemas("--bogus")
+    assert wrong.returncode == 2 and "unrecognized arguments: --bogus" in wrong.stderr
+    assert wrong.stdout == "" and "Traceback" not in wrong.stderr
+
+
 def test_init_counts_the_rows_it_keys(tmp_path):
     """Six rows of three units: init said "6 new record keys" where the units have three; it
     now says what it counted, the rows keyed (new user s38). A real process."""
