@@ -177,14 +177,10 @@ def _target(policy, user: str | None, table: str | None) -> ledger.BudgetKey:
         known = ", ".join(sorted(policy.users)) or "none"
         raise click.BadParameter(f"{user!r} is not a user of the policy in force ({known})",
                                  param_hint="--for")  # fmt: skip
-    if table != ledger.ALL:
-        declared = policy.table(table)
-        if declared is None or declared.is_public:
-            known = ", ".join(t.name for t in policy.confidential_tables) or "none"
-            raise click.BadParameter(
-                f"{table!r} is not a confidential table of the policy ({known})",
-                param_hint="--table",
-            )
+    if table != ledger.ALL and policy.declared(table).is_public:  # not declared: not found (8)
+        known = ", ".join(t.name for t in policy.confidential_tables) or "none"
+        raise Error(f"{table!r} is a public table: no budget applies to it (the confidential "
+                    f"tables: {known})")  # fmt: skip
     return ledger.BudgetKey(user, table)
 
 

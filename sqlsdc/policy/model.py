@@ -15,6 +15,7 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
+from sqlsdc.errors import NotFoundError
 from sqlsdc.mechanisms.accountant import PrivacyCost
 from sqlsdc.mechanisms.parameters import MagnitudeCkm, PTableSpec
 
@@ -245,6 +246,19 @@ class Policy:
 
     def table(self, name: str) -> Table | None:
         return self.tables.get(name.lower())
+
+    def declared(self, name: str) -> Table:
+        """The table ``name`` declares, or :class:`~sqlsdc.errors.NotFoundError` naming the
+        confidential tables: a command given a table the policy does not declare says "not
+        found" (exit code 8), as for a missing stored output; rekey, synthesize and protect said
+        exit 1, budget 2 (new user s44g)."""
+        table = self.table(name)
+        if table is None:
+            known = ", ".join(t.name for t in self.confidential_tables) or "none"
+            raise NotFoundError(
+                f"the policy declares no table {name!r} (its confidential tables: {known})"
+            )
+        return table
 
     def document_dict(self) -> dict:
         """A private deep copy of the validated source document (for storing and showing)."""
