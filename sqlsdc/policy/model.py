@@ -217,6 +217,20 @@ class Table:
         must then be a DP release charged to the budget."""
         return any(rule.method is Method.DP for rule in self.protection.values())
 
+    @property
+    def budget_kinds(self) -> frozenset[str]:
+        """The kinds of privacy budget ("epsilon", "rho", "delta") its queries may be charged:
+        the spends of its DP rules and bounding report, and private group selection's epsilon
+        and delta. DP syntheses of any confidential table spend epsilon besides. A grant of
+        a kind no table spends is noted by ``sqlsdc budget grant|set`` (new user s44g)."""
+        costs = [r.spend for r in self.protection.values() if r.method is Method.DP and r.spend]
+        if self.dp is not None and self.dp.bounding_report is not None:
+            costs.append(self.dp.bounding_report)
+        kinds = {k for cost in costs for k in ("epsilon", "rho", "delta") if getattr(cost, k)}
+        if self.dp is not None and self.dp.groups is GroupKeys.PRIVATE:
+            kinds |= {"epsilon", "delta"}
+        return frozenset(kinds)
+
     def column(self, name: str) -> Column | None:
         return self.columns.get(name.lower())
 
