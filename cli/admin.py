@@ -9,7 +9,14 @@ from datetime import datetime
 from pathlib import Path
 
 import click
-from sqlsdc.cli.output import ExistingFile, NamedPath, format_option, print_frame, print_json
+from sqlsdc.cli.output import (
+    ExistingFile,
+    NamedPath,
+    StatementCommand,
+    format_option,
+    print_frame,
+    print_json,
+)
 
 _TIMES = ["%Y-%m-%d", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"]  # --since
 MAX_LIMIT = 1_000_000  # audit rows shown; 10**20 overflowed the engine as a bug in sqlsdc
@@ -402,7 +409,7 @@ def rekey(db: str, user: str, tables: tuple[str, ...], yes: bool, fmt: str) -> N
         click.echo(f"{table}: {rows} rows re-keyed")
 
 
-@click.command()
+@click.command(cls=StatementCommand)
 @click.argument("db", type=ExistingFile())
 @click.argument("sql")
 @admin_option

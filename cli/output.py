@@ -251,6 +251,24 @@ def _finite(value):
     return value
 
 
+class StatementCommand(click.Command):
+    """A command whose SQL is an argument: a statement that starts with a comment
+    (``"-- persons by region\nSELECT ..."``) is that argument, not an option. click read it
+    as one: "No such option '-- persons by region ...'" (new user s44g). An argument that
+    starts with ``-`` and has a space or line break before any ``=`` names no option; it is
+    passed after ``--``."""
+
+    def parse_args(self, ctx, args):
+        def statement(arg: str) -> bool:
+            name = arg.split("=", 1)[0]
+            return arg.startswith("-") and any(c.isspace() for c in name)
+
+        statements = [a for a in args if statement(a)]
+        if statements and "--" not in args:
+            args = [a for a in args if not statement(a)] + ["--", *statements]
+        return super().parse_args(ctx, args)
+
+
 def read_sql(sql: str) -> str:
     """The SQL argument, or standard input when it is ``-``.
 

@@ -50,6 +50,21 @@ def test_query_formats(demo_db):
     assert json.loads(stdin.output) == rows
 
 
+def test_a_statement_that_starts_with_a_comment_is_the_sql_argument(demo_db):
+    """`sqlsdc query DB -u U "-- by sex\nSELECT ..."` said "No such option '-- by sex ...'"
+    (exit 2) in query, explain and risk (new user s44g): it is the SQL, before or after the
+    options; a misspelt option is still one."""
+    commented = f"-- persons by sex\n{PERSONS_BY_SEX}"
+    expected = run("query", demo_db, "-u", "analyst", PERSONS_BY_SEX, "--format", "csv").output
+    assert run("query", demo_db, "-u", "analyst", commented, "--format", "csv").output == expected
+    assert run("query", demo_db, commented, "-u", "analyst", "--format", "csv").output == expected
+    assert "  n: threshold" in run("explain", demo_db, "-u", "analyst", commented).output
+    risk = f"-- risk\n{PERSONS_BY_SEX.replace(' ORDER BY sex', '')}"
+    assert "cells" in run("risk", demo_db, risk, "--count", "n").output
+    bogus = run("query", demo_db, "-u", "analyst", PERSONS_BY_SEX, "--bogus", code=2).output
+    assert "No such option '--bogus'" in bogus
+
+
 def test_refusal_exit_code_and_message(demo_db):
     result = CliRunner().invoke(
         cli, ["query", str(demo_db), "-u", "analyst", "SELECT * FROM persons"]
