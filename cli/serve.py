@@ -92,7 +92,19 @@ def serve(db: str, host: str, port: int, tls_cert, tls_key, insecure: bool, idle
         server.close()
 
 
-@click.group("server-user")
+class _CommandFirst(click.Group):
+    """``server-user DB list`` (the order ``budget DB grant`` takes) says the command comes
+    first; it said "No such command 'DB'" (new user s44g)."""
+
+    def resolve_command(self, ctx, args):
+        if args and args[0] not in self.commands and args[1:2] and args[1] in self.commands:
+            raise click.UsageError(
+                f"the command comes first: sqlsdc {ctx.info_name} {args[1]} {args[0]} ...", ctx
+            )
+        return super().resolve_command(ctx, args)
+
+
+@click.group("server-user", cls=_CommandFirst)
 def server_user() -> None:
     """Passwords of the users who log in to `sqlsdc serve` (stored as SCRAM keys).
 
@@ -197,6 +209,8 @@ def list_users(db: str, user: str, fmt: str) -> None:
     if fmt == "json":
         print_json(users)
         return
+    if not users:  # it printed nothing, which read as a failure (new user s44g)
+        click.echo("(no server users: add one with `sqlsdc server-user add DB NAME`)")
     for row in users:
         note = "" if row["in_policy"] else "  (not in the policy: cannot log in)"
         click.echo(f"{row['user']}  set {row['password_set_at']} by {row['set_by']}{note}")
