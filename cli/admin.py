@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 from sqlsdc.cli.output import (
+    CommandFirst,
     ExistingFile,
     NamedPath,
     StatementCommand,
@@ -181,7 +182,7 @@ def init(db: str, policy_file: str, user: str, fmt: str) -> None:
     _report(report, fmt)
 
 
-@click.group()
+@click.group(cls=CommandFirst)
 def policy() -> None:
     """Validate, show and apply policies.
 

@@ -251,6 +251,18 @@ def _finite(value):
     return value
 
 
+class CommandFirst(click.Group):
+    """``server-user DB list`` or ``policy DB show`` (the order ``budget DB grant`` takes)
+    says the command comes first; it said "No such command 'DB'" (new user s44g)."""
+
+    def resolve_command(self, ctx, args):
+        if args and args[0] not in self.commands and args[1:2] and args[1] in self.commands:
+            raise click.UsageError(
+                f"the command comes first: sqlsdc {ctx.info_name} {args[1]} {args[0]} ...", ctx
+            )
+        return super().resolve_command(ctx, args)
+
+
 class StatementCommand(click.Command):
     """A command whose SQL is an argument: a statement that starts with a comment
     (``"-- persons by region\nSELECT ..."``) is that argument, not an option. click read it

@@ -7,7 +7,7 @@ import sys
 
 import click
 from sqlsdc.cli.admin import admin_option
-from sqlsdc.cli.output import ExistingFile, Seconds, format_option, print_json
+from sqlsdc.cli.output import CommandFirst, ExistingFile, Seconds, format_option, print_json
 
 db_argument = click.argument("db", type=ExistingFile())
 
@@ -92,19 +92,7 @@ def serve(db: str, host: str, port: int, tls_cert, tls_key, insecure: bool, idle
         server.close()
 
 
-class _CommandFirst(click.Group):
-    """``server-user DB list`` (the order ``budget DB grant`` takes) says the command comes
-    first; it said "No such command 'DB'" (new user s44g)."""
-
-    def resolve_command(self, ctx, args):
-        if args and args[0] not in self.commands and args[1:2] and args[1] in self.commands:
-            raise click.UsageError(
-                f"the command comes first: sqlsdc {ctx.info_name} {args[1]} {args[0]} ...", ctx
-            )
-        return super().resolve_command(ctx, args)
-
-
-@click.group("server-user", cls=_CommandFirst)
+@click.group("server-user", cls=CommandFirst)
 def server_user() -> None:
     """Passwords of the users who log in to `sqlsdc serve` (stored as SCRAM keys).
 

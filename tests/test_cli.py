@@ -336,3 +336,10 @@ def test_json_holds_nested_values_too(tmp_path):
 def test_swapped_arguments_are_a_usage_error_that_says_so(demo_db):
     result = run("query", PERSONS_BY_SEX, demo_db, "-u", "analyst", code=2)
     assert "the database comes first: sqlsdc query DB --user U SQL" in result.output
+
+
+def test_policy_db_show_says_the_command_comes_first(demo_db):
+    """`sqlsdc policy DB show` (budget's order) said "No such command 'DB'" (new user s44g)."""
+    swapped = run("policy", demo_db, "show", code=2).output
+    assert f"the command comes first: sqlsdc policy show {demo_db} ..." in swapped
+    assert "No such command 'bogus'" in run("policy", "bogus", code=2).output
