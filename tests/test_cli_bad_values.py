@@ -112,6 +112,10 @@ CASES = [  # (command, exit code, words of the message), and what happened befor
     (f"protect {{db}} {COUNT} --into p --rule bogus", errors.USAGE, "unknown rule 'bogus'"),
     (f"protect {{db}} {COUNT} --into 'a b'", errors.USAGE, "'a b' must be a plain name"),
     (f"{NOISE} noise:income:c=0.1 --into 'x;y'", errors.USAGE, "'x;y' must be a plain name"),
+    # a malformed --step, as a malformed --rule: exit 1 after the database was opened (s44g)
+    (f"{NOISE} bogus:income", errors.USAGE, "unknown step 'bogus'; use one of"),
+    (f"{NOISE} pram:sex", errors.USAGE, "'--step' / '--steps': step pram needs p=..."),
+    (f"{NOISE} pram:sex:p", errors.USAGE, "parameter 'p' is not NAME=VALUE"),
     # a list that names no column was read as the option left out: every column synthesised
     (f"{SYNTH} parametric --columns ''", errors.USAGE, "'' names no column"),
     (f"{SYNTH} parametric --columns ' , '", errors.USAGE, "' , ' names no column"),
