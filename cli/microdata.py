@@ -13,6 +13,7 @@ from sqlsdc.cli.output import (
     ExistingFile,
     NamedPath,
     NameList,
+    checked_texts,
     format_option,
     into_option,
     print_json,
@@ -148,15 +149,9 @@ def _checked_steps(texts: tuple[str, ...], param, ctx) -> tuple[str, ...]:
     no column, a parameter not NAME=VALUE, unknown or missing is a usage error (exit code 2),
     as a malformed ``protect --rule`` is; it was exit code 1, after the database was opened
     (new user s44g). Values that do not fit the data (k larger than the records) stay 1."""
-    from sqlsdc.errors import MicrodataError
-    from sqlsdc.microdata.steps import parse_step  # not at start-up
+    from sqlsdc.microdata.steps import parse_step  # not at start-up (MicrodataError: a ValueError)
 
-    for text in texts:
-        try:
-            parse_step(text)
-        except MicrodataError as e:
-            raise click.BadParameter(str(e), ctx=ctx, param=param) from None
-    return texts
+    return checked_texts(texts, param, ctx, parse_step)
 
 
 def _print_tradeoff(rows: list[dict]) -> None:

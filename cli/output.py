@@ -251,6 +251,18 @@ def _finite(value):
     return value
 
 
+def checked_texts(texts: tuple[str, ...], param, ctx, check) -> tuple[str, ...]:
+    """``texts`` of a repeatable option, each given to ``check`` where the command line is
+    read: a ValueError (a malformed ``--rule`` or ``--step``) is a usage error naming the
+    option (exit code 2), before the database is opened."""
+    for text in texts:
+        try:
+            check(text)
+        except ValueError as e:
+            raise click.BadParameter(str(e), ctx=ctx, param=param) from None
+    return texts
+
+
 class CommandFirst(click.Group):
     """``server-user DB list`` or ``policy DB show`` (the order ``budget DB grant`` takes)
     says the command comes first; it said "No such command 'DB'" (new user s44g)."""
