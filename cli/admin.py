@@ -3,12 +3,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from datetime import datetime
 from pathlib import Path
 
 import click
-from sqlsdc.cli.output import ExistingFile, NamedPath, format_option, print_frame, print_json
+from sqlsdc.cli.output import (
+    CommandFirst,
+    ExistingFile,
+    NamedPath,
+    StatementCommand,
+    format_option,
+    print_frame,
+    print_json,
+)
 
 _TIMES = ["%Y-%m-%d", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"]  # --since
 MAX_LIMIT = 1_000_000  # audit rows shown; 10**20 overflowed the engine as a bug in sqlsdc
@@ -70,14 +79,17 @@ def acting_admin(
         return None
     from sqlsdc.admin import admins
     from sqlsdc.engines.duckdb import open_database
-    from sqlsdc.errors import AccessDenied
+    from sqlsdc.errors import AccessDenied, PolicyError
 
     con = None
     asks = confirmed_by is not None and not ctx.params.get(confirmed_by)
     if (reads or (writes and not asks)) and Path(db).is_file():
         con = ctx.meta[OPENED] = open_database(db, read_only=reads)
         ctx.call_on_close(con.close)
-    names = admins(db, policy=ctx.params.get("policy_file"), con=con)
+    try:
+        names = admins(db, policy=ctx.params.get("policy_file"), con=con)
+    except PolicyError:  # `init` of an invalid policy: the command reports it in its --format
+        return None
     if len(names) == 1:
         return names[0]
     if not names:
@@ -92,6 +104,22 @@ def acting_admin(
 admin_option = acting_admin_option("--as", "--admin", "--user", "-u", "user")
 reading_admin_option = acting_admin_option("--as", "--admin", "--user", "-u", "user", reads=True)
 writing_admin_option = acting_admin_option("--as", "--admin", "--user", "-u", "user", writes=True)
+
+
+@contextlib.contextmanager
+def policy_problems(file: str, fmt: str):
+    """With --format json, an invalid policy ``file`` is also reported on stdout as
+    ``{"file": FILE, "valid": false, "problems": [...]}`` (the exit code stays 4, the problems
+    also go to stderr): `policy validate`, `init` and `policy apply` alike; a script reading
+    `init --format json` got nothing at all (new user s44g)."""
+    from sqlsdc.errors import PolicyError
+
+    try:
+        yield
+    except PolicyError as invalid:
+        if fmt == "json":
+            print_json({"file": file, "valid": False, "problems": invalid.problems})
+        raise
 
 
 def opened():
@@ -149,10 +177,12 @@ def init(db: str, policy_file: str, user: str, fmt: str) -> None:
     from sqlsdc.admin import init as init_database
     from sqlsdc.policy import load_policy
 
-    _report(init_database(db, load_policy(policy_file), applied_by=user), fmt)
+    with policy_problems(policy_file, fmt):  # the file's, or its fit to the data
+        report = init_database(db, load_policy(policy_file), applied_by=user)
+    _report(report, fmt)
 
 
-@click.group()
+@click.group(cls=CommandFirst)
 def policy() -> None:
     """Validate, show and apply policies.
 
@@ -177,15 +207,10 @@ def validate(file: str, fmt: str) -> None:
     Example:
       sqlsdc policy validate schemas/examples/demo.yaml --format json
     """
-    from sqlsdc.errors import PolicyError
     from sqlsdc.policy import load_policy
 
-    try:
+    with policy_problems(file, fmt):  # a script reading stdout got nothing at all
         load_policy(file)
-    except PolicyError as invalid:  # a script reading stdout got nothing at all
-        if fmt == "json":
-            print_json({"file": file, "valid": False, "problems": invalid.problems})
-        raise
     print_json({"file": file, "valid": True}) if fmt == "json" else click.echo(f"{file}: valid")
 
 
@@ -268,7 +293,9 @@ def apply(db: str, file: str, user: str, fmt: str) -> None:
     """
     from sqlsdc import admin
 
-    _report(admin.apply(db, file, user, con=opened()), fmt)
+    with policy_problems(file, fmt):
+        report = admin.apply(db, file, user, con=opened())
+    _report(report, fmt)
 
 
 @click.command()
@@ -383,7 +410,7 @@ def rekey(db: str, user: str, tables: tuple[str, ...], yes: bool, fmt: str) -> N
         click.echo(f"{table}: {rows} rows re-keyed")
 
 
-@click.command()
+@click.command(cls=StatementCommand)
 @click.argument("db", type=ExistingFile())
 @click.argument("sql")
 @admin_option

@@ -177,14 +177,10 @@ def _target(policy, user: str | None, table: str | None) -> ledger.BudgetKey:
         known = ", ".join(sorted(policy.users)) or "none"
         raise click.BadParameter(f"{user!r} is not a user of the policy in force ({known})",
                                  param_hint="--for")  # fmt: skip
-    if table != ledger.ALL:
-        declared = policy.table(table)
-        if declared is None or declared.is_public:
-            known = ", ".join(t.name for t in policy.confidential_tables) or "none"
-            raise click.BadParameter(
-                f"{table!r} is not a confidential table of the policy ({known})",
-                param_hint="--table",
-            )
+    if table != ledger.ALL and policy.declared(table).is_public:  # not declared: not found (8)
+        known = ", ".join(t.name for t in policy.confidential_tables) or "none"
+        raise Error(f"{table!r} is a public table: no budget applies to it (the confidential "
+                    f"tables: {known})")  # fmt: skip
     return ledger.BudgetKey(user, table)
 
 
@@ -200,6 +196,29 @@ def _not_dp(policy, key: ledger.BudgetKey) -> str | None:
     return (f"table {table.name!r} is not under differential privacy in the policy in force: "
             "its queries spend no budget; only differentially private syntheses of it "
             "(`sqlsdc synthesize --epsilon`) do")  # fmt: skip
+
+
+def _unspent(policy, key: ledger.BudgetKey, amounts: dict) -> str | None:
+    """A note when ``amounts`` give ρ or δ that no table ``key`` covers is charged under the
+    policy in force: the limit is recorded (it bounds that kind if a later policy version
+    spends it) and allows nothing now. `grant --rho` on the demo, whose DP table spends ε
+    only, printed "rho: limit none -> 1" as if analysts could now spend ρ (new user s44g). ε
+    is never noted: DP syntheses (`sqlsdc synthesize --epsilon`) spend it on any table."""
+    from sqlsdc.catalog import budget as ledger
+
+    every = key.table == ledger.ALL
+    tables = policy.confidential_tables if every else [policy.table(key.table)]
+    spent = set().union(*(t.budget_kinds for t in tables))
+    unspent = " or ".join(k for k in ("rho", "delta") if amounts.get(k) and k not in spent)
+    if not unspent:
+        return None
+    what = f"no table spends {unspent}" if every else f"table {key.table!r} spends no {unspent}"
+    how = {"rho": "`spend: {rho: ...}`", "delta": "`groups: private`"}
+    ways = " or ".join(how[k] for k in unspent.split(" or "))
+    return (
+        f"{what} under the policy in force: the limit is recorded but allows nothing until "
+        f"a policy version spends it ({ways})"
+    )
 
 
 def _admin_session(db: str, admin: str):
@@ -347,8 +366,12 @@ def _with_target_options(f):
 def grant(obj, user, table, reason, admin, fmt, epsilon, rho, delta) -> None:
     """Raise a budget by ε, ρ and/or δ (admins only; recorded with who, when and why).
 
-    A table that is not under differential privacy is noted as such: its queries spend no
-    budget, only DP syntheses of it do.
+    A budget with no limit of a kind of its own ("none") gets one of the amount granted: as a
+    kind that no budget bounds cannot be spent, this allows spending it, within every other
+    budget that applies. A table that is not under differential privacy is noted as such (its
+    queries spend no budget, only DP syntheses of it do), and so is a ρ or δ that no table
+    covered spends under the policy in force: the limit is recorded and allows nothing until a
+    policy version spends that kind.
 
     \b
     Examples:
@@ -368,7 +391,7 @@ def grant(obj, user, table, reason, admin, fmt, epsilon, rho, delta) -> None:
     try:
         key = _target(policy, user, table)
         before = _status(con, policy, key)
-        note = _not_dp(policy, key)
+        note = _not_dp(policy, key) or _unspent(policy, key, {"rho": r, "delta": d})
         try:
             seq = budget_admin.grant(con, admin=admin, key=key, cost=added, reason=reason,
                                      limits=ledger.policy_limits(policy))  # fmt: skip
@@ -416,7 +439,7 @@ def set_limit(obj, user, table, reason, admin, fmt, epsilon, rho, delta) -> None
     try:
         key = _target(policy, user, table)
         before = _status(con, policy, key)
-        note = _not_dp(policy, key)
+        note = _not_dp(policy, key) or _unspent(policy, key, amounts)
         try:
             seq = budget_admin.set_limit(con, admin=admin, key=key, reason=reason,
                                          limit=BudgetLimit(**amounts))  # fmt: skip

@@ -32,7 +32,11 @@ EXIT_CODES = (  # (code, meaning) as documented
     (DENIED, "access denied: unknown user or missing role"),
     (SYNTAX, "SQL syntax error, or a statement too deeply nested to check"),
     (BUDGET, "privacy budget exhausted"),
-    (NOT_FOUND, "not found: database (or no sqlsdc database at that path), file or folder"),
+    (
+        NOT_FOUND,
+        "not found: database (or no sqlsdc database at that path), file or folder, "
+        "output, undeclared table",
+    ),
     (OPERATIONAL, "engine or file-system failure (timeout, lock, read-only, disk full)"),
     (INTERNAL, "internal error: a bug in sqlsdc (please report it)"),
 )

@@ -13,6 +13,7 @@ from sqlsdc.cli.output import (
     ExistingFile,
     NamedPath,
     NameList,
+    checked_texts,
     format_option,
     into_option,
     print_json,
@@ -33,6 +34,7 @@ from sqlsdc.errors import Error, NotFoundError
     "steps",
     multiple=True,
     required=True,
+    callback=lambda ctx, param, value: _checked_steps(value, param, ctx),
     metavar="METHOD:COLUMNS[:K=V,...]",
     help="A step, applied in the order given (repeatable): microaggregate:income:k=5"
     "[,method=optimal]; pram:education:p=0.8[,invariant=1]; noise:income:c=0.1; "
@@ -140,6 +142,16 @@ def microdata_report(db, names, plot, force, user, fmt):
         _print(reports[0])
     else:
         _print_tradeoff(rows)
+
+
+def _checked_steps(texts: tuple[str, ...], param, ctx) -> tuple[str, ...]:
+    """The ``--step`` texts, each checked where the command line is read: an unknown method,
+    no column, a parameter not NAME=VALUE, unknown or missing is a usage error (exit code 2),
+    as a malformed ``protect --rule`` is; it was exit code 1, after the database was opened
+    (new user s44g). Values that do not fit the data (k larger than the records) stay 1."""
+    from sqlsdc.microdata.steps import parse_step  # not at start-up (MicrodataError: a ValueError)
+
+    return checked_texts(texts, param, ctx, parse_step)
 
 
 def _print_tradeoff(rows: list[dict]) -> None:

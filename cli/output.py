@@ -251,6 +251,48 @@ def _finite(value):
     return value
 
 
+def checked_texts(texts: tuple[str, ...], param, ctx, check) -> tuple[str, ...]:
+    """``texts`` of a repeatable option, each given to ``check`` where the command line is
+    read: a ValueError (a malformed ``--rule`` or ``--step``) is a usage error naming the
+    option (exit code 2), before the database is opened."""
+    for text in texts:
+        try:
+            check(text)
+        except ValueError as e:
+            raise click.BadParameter(str(e), ctx=ctx, param=param) from None
+    return texts
+
+
+class CommandFirst(click.Group):
+    """``server-user DB list`` or ``policy DB show`` (the order ``budget DB grant`` takes)
+    says the command comes first; it said "No such command 'DB'" (new user s44g)."""
+
+    def resolve_command(self, ctx, args):
+        if args and args[0] not in self.commands and args[1:2] and args[1] in self.commands:
+            raise click.UsageError(
+                f"the command comes first: sqlsdc {ctx.info_name} {args[1]} {args[0]} ...", ctx
+            )
+        return super().resolve_command(ctx, args)
+
+
+class StatementCommand(click.Command):
+    """A command whose SQL is an argument: a statement that starts with a comment
+    (``"-- persons by region\nSELECT ..."``) is that argument, not an option. click read it
+    as one: "No such option '-- persons by region ...'" (new user s44g). An argument that
+    starts with ``-`` and has a space or line break before any ``=`` names no option; it is
+    passed after ``--``."""
+
+    def parse_args(self, ctx, args):
+        def statement(arg: str) -> bool:
+            name = arg.split("=", 1)[0]
+            return arg.startswith("-") and any(c.isspace() for c in name)
+
+        statements = [a for a in args if statement(a)]
+        if statements and "--" not in args:
+            args = [a for a in args if not statement(a)] + ["--", *statements]
+        return super().parse_args(ctx, args)
+
+
 def read_sql(sql: str) -> str:
     """The SQL argument, or standard input when it is ``-``.
 

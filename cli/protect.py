@@ -16,6 +16,7 @@ from sqlsdc.cli.admin import opened, writing_admin_option
 from sqlsdc.cli.output import (
     ExistingFile,
     Seconds,
+    checked_texts,
     format_option,
     into_option,
     print_json,
@@ -206,12 +207,7 @@ def _checked_rules(texts: tuple[str, ...], param, ctx) -> tuple[str, ...]:
         return texts
     from sqlsdc.policy.rule_syntax import rule_arguments  # not at start-up
 
-    for text in texts:
-        try:
-            rule_arguments(text)
-        except ValueError as e:
-            raise click.BadParameter(str(e), ctx=ctx, param=param) from None
-    return texts
+    return checked_texts(texts, param, ctx, rule_arguments)
 
 
 RUNNERS = {"suppress": _suppress, "round": _round, "cta": _cta, "ipf": _ipf}

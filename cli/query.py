@@ -7,6 +7,7 @@ import os
 import click
 from sqlsdc.cli.output import (
     DatabasePath,
+    StatementCommand,
     format_option,
     print_frame,
     print_json,
@@ -20,7 +21,7 @@ db_argument = click.argument("db", type=DatabasePath())
 user_option = click.option("--user", "-u", required=True, help="User name declared in the policy.")
 
 
-@click.command()
+@click.command(cls=StatementCommand)
 @db_argument
 @click.argument("sql")
 @user_option
@@ -64,7 +65,7 @@ def _keys_and_status(cursor):
     return shown
 
 
-@click.command()
+@click.command(cls=StatementCommand)
 @db_argument
 @click.argument("sql")
 @user_option

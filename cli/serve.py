@@ -7,7 +7,7 @@ import sys
 
 import click
 from sqlsdc.cli.admin import admin_option
-from sqlsdc.cli.output import ExistingFile, Seconds, format_option, print_json
+from sqlsdc.cli.output import CommandFirst, ExistingFile, Seconds, format_option, print_json
 
 db_argument = click.argument("db", type=ExistingFile())
 
@@ -92,7 +92,7 @@ def serve(db: str, host: str, port: int, tls_cert, tls_key, insecure: bool, idle
         server.close()
 
 
-@click.group("server-user")
+@click.group("server-user", cls=CommandFirst)
 def server_user() -> None:
     """Passwords of the users who log in to `sqlsdc serve` (stored as SCRAM keys).
 
@@ -197,6 +197,8 @@ def list_users(db: str, user: str, fmt: str) -> None:
     if fmt == "json":
         print_json(users)
         return
+    if not users:  # it printed nothing, which read as a failure (new user s44g)
+        click.echo("(no server users: add one with `sqlsdc server-user add DB NAME`)")
     for row in users:
         note = "" if row["in_policy"] else "  (not in the policy: cannot log in)"
         click.echo(f"{row['user']}  set {row['password_set_at']} by {row['set_by']}{note}")

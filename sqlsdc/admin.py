@@ -195,9 +195,10 @@ def rekey(
         current = require_admin(con, user)
         policy = load_policy(current[1], name=current[2])
         names = tables or [t.name for t in policy.confidential_tables]
-        unknown = [n for n in names if policy.table(n) is None or policy.table(n).is_public]
-        if unknown:
-            raise Error(f"not a confidential table of the policy: {', '.join(unknown)}")
+        public = [n for n in names if policy.declared(n).is_public]
+        if public:
+            raise Error(f"not a confidential table of the policy: {', '.join(public)} (public "
+                        "tables have no record keys)")  # fmt: skip
         con.execute("BEGIN TRANSACTION")
         try:
             report = {}

@@ -31,6 +31,7 @@ def write_atomically(path: str | Path, content: str | bytes) -> None:
     try:
         with os.fdopen(handle, "wb") as file:
             file.write(data)
+        _keep_mode(temporary, path)
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
@@ -65,6 +66,32 @@ def check_writable(path: str | Path) -> None:
     handle, temporary = _temporary(Path(path))
     os.close(handle)
     os.unlink(temporary)
+
+
+def _keep_mode(temporary: str, path: Path) -> None:
+    """Give the temporary file the mode ``path`` has, or for a new file the mode a plain
+    ``open`` would give it (0666 less the umask). mkstemp makes it 0600, so every file written
+    so was readable by its owner only (`ptable -o` for colleagues: -rw-------) and `--force`
+    took a shared file's group and other permissions away (new user s44g)."""
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()
+    os.chmod(temporary, mode)
+
+
+def _umask() -> int:
+    """The process's umask, read where the kernel shows it (Linux), else set and restored."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _temporary(path: Path) -> tuple[int, str]:

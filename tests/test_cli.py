@@ -50,6 +50,21 @@ def test_query_formats(demo_db):
     assert json.loads(stdin.output) == rows
 
 
+def test_a_statement_that_starts_with_a_comment_is_the_sql_argument(demo_db):
+    """`sqlsdc query DB -u U "-- by sex\nSELECT ..."` said "No such option '-- by sex ...'"
+    (exit 2) in query, explain and risk (new user s44g): it is the SQL, before or after the
+    options; a misspelt option is still one."""
+    commented = f"-- persons by sex\n{PERSONS_BY_SEX}"
+    expected = run("query", demo_db, "-u", "analyst", PERSONS_BY_SEX, "--format", "csv").output
+    assert run("query", demo_db, "-u", "analyst", commented, "--format", "csv").output == expected
+    assert run("query", demo_db, commented, "-u", "analyst", "--format", "csv").output == expected
+    assert "  n: threshold" in run("explain", demo_db, "-u", "analyst", commented).output
+    risk = f"-- risk\n{PERSONS_BY_SEX.replace(' ORDER BY sex', '')}"
+    assert "cells" in run("risk", demo_db, risk, "--count", "n").output
+    bogus = run("query", demo_db, "-u", "analyst", PERSONS_BY_SEX, "--bogus", code=2).output
+    assert "No such option '--bogus'" in bogus
+
+
 def test_refusal_exit_code_and_message(demo_db):
     result = CliRunner().invoke(
         cli, ["query", str(demo_db), "-u", "analyst", "SELECT * FROM persons"]
@@ -191,6 +206,22 @@ def test_help_and_the_installed_examples_lead_to_your_own_data(tmp_path):
         assert "valid" in run("policy", "validate", example).output
 
 
+def test_schemas_module_has_help_and_refuses_other_arguments(tmp_path):
+    """`python -m sqlsdc.schemas --help` printed the paths, as did any other argument (new
+    user s44g): --help says what it prints, a wrong argument is a usage error (exit 2)."""
+
+    def schemas(*args):
+        argv = [sys.executable, "-m", "sqlsdc.schemas", *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+
+    shown = schemas("--help")
+    assert shown.returncode == 0 and "usage: python -m sqlsdc.schemas" in shown.stdout
+    assert "JSON Schema" in shown.stdout and "policy.schema.json" not in shown.stdout.split()
+    wrong = schemas("--bogus")
+    assert wrong.returncode == 2 and "unrecognized arguments: --bogus" in wrong.stderr
+    assert wrong.stdout == "" and "Traceback" not in wrong.stderr
+
+
 def test_init_counts_the_rows_it_keys(tmp_path):
     """Six rows of three units: init said "6 new record keys" where the units have three; it
     now says what it counted, the rows keyed (new user s38). A real process."""
@@ -305,3 +336,10 @@ def test_json_holds_nested_values_too(tmp_path):
 def test_swapped_arguments_are_a_usage_error_that_says_so(demo_db):
     result = run("query", PERSONS_BY_SEX, demo_db, "-u", "analyst", code=2)
     assert "the database comes first: sqlsdc query DB --user U SQL" in result.output
+
+
+def test_policy_db_show_says_the_command_comes_first(demo_db):
+    """`sqlsdc policy DB show` (budget's order) said "No such command 'DB'" (new user s44g)."""
+    swapped = run("policy", demo_db, "show", code=2).output
+    assert f"the command comes first: sqlsdc policy show {demo_db} ..." in swapped
+    assert "No such command 'bogus'" in run("policy", "bogus", code=2).output

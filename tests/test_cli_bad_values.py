@@ -112,6 +112,10 @@ CASES = [  # (command, exit code, words of the message), and what happened befor
     (f"protect {{db}} {COUNT} --into p --rule bogus", errors.USAGE, "unknown rule 'bogus'"),
     (f"protect {{db}} {COUNT} --into 'a b'", errors.USAGE, "'a b' must be a plain name"),
     (f"{NOISE} noise:income:c=0.1 --into 'x;y'", errors.USAGE, "'x;y' must be a plain name"),
+    # a malformed --step, as a malformed --rule: exit 1 after the database was opened (s44g)
+    (f"{NOISE} bogus:income", errors.USAGE, "unknown step 'bogus'; use one of"),
+    (f"{NOISE} pram:sex", errors.USAGE, "'--step' / '--steps': step pram needs p=..."),
+    (f"{NOISE} pram:sex:p", errors.USAGE, "parameter 'p' is not NAME=VALUE"),
     # a list that names no column was read as the option left out: every column synthesised
     (f"{SYNTH} parametric --columns ''", errors.USAGE, "'' names no column"),
     (f"{SYNTH} parametric --columns ' , '", errors.USAGE, "' , ' names no column"),
@@ -153,3 +157,34 @@ def test_validate_as_json_reports_an_invalid_policy_on_stdout(tmp_path):
     assert report["problems"][0] == "p.yaml: (top level): missing required key(s): tables"
     assert report["problems"][1].startswith("p.yaml: line 3, column 3: users.a b: 'a b' is not")
     assert report["problems"] == result.stderr.splitlines()[1:]  # the same lines as on stderr
+
+
+@pytest.mark.parametrize("command", ["init", "apply"])
+def test_init_and_apply_as_json_report_an_invalid_policy_on_stdout(command, db, tmp_path):
+    """``init`` and ``policy apply`` with --format json printed nothing on stdout for an
+    invalid policy (new user s44g): the same object as ``policy validate``'s, exit code 4;
+    init creates no file. A policy that does not fit the data is reported so too."""
+    import json
+
+    policy = tmp_path / "p.yaml"
+    policy.write_text("tables:\n  persons:\n    columns:\n      age: {role: bogus}\n"
+                      "users: {admin: {role: admin}}\nfoo: 1\n", encoding="utf-8")  # fmt: skip
+    new = tmp_path / "new.duckdb"
+    argv = (["init", str(new), "--policy", str(policy)] if command == "init"
+            else ["policy", "apply", str(db), str(policy)])  # fmt: skip
+    result = cli_fork.run([*argv, "--format", "json"], timeout=60)
+    assert result.returncode == errors.INVALID_POLICY, result.stderr
+    report = json.loads(result.stdout)
+    assert report["file"] == str(policy) and report["valid"] is False
+    assert report["problems"][0].startswith("p.yaml: (top level): unknown key(s) foo")
+    assert "'bogus' is not one of" in report["problems"][1]
+    assert report["problems"] == result.stderr.splitlines()[1:]  # the same lines as on stderr
+    assert not new.exists()
+    if command == "apply":  # valid, but a column the table does not have
+        policy.write_text("tables:\n  persons:\n    privacy_unit: person_id\n    columns:\n"
+                          "      person_id: {role: identifier}\n      nosuch: {role: dimension}\n"
+                          "users: {admin: {role: admin}}\n", encoding="utf-8")  # fmt: skip
+        result = cli_fork.run([*argv, "--format", "json"], timeout=60)
+        assert result.returncode == errors.INVALID_POLICY, result.stderr
+        (problem,) = json.loads(result.stdout)["problems"]
+        assert "tables.persons.columns.nosuch: no such column in the table" in problem

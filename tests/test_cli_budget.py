@@ -218,8 +218,6 @@ def test_table_and_all_users_budgets(db):
         (["grant", "--user", "alice", "--epsilon", "1"], "Missing option '--reason'"),
         (["grant", "--user", "mallory", "--epsilon", "1", "--reason", "x"],
          "'mallory' is not a user of the policy in force (alice, root)"),
-        (["grant", "--table", "cars", "--epsilon", "1", "--reason", "x"],
-         "'cars' is not a confidential table of the policy (persons)"),
         (["reset", "--reason", "x"], "name the budget: --user NAME and/or --table NAME"),
         (["set", "--for", "alice", "--reason", "x"], "give --epsilon, --rho and/or --delta"),
         (["set", "--epsilon", "1", "--reason", "x"], "name whose limit to set: --for USER"),
@@ -404,3 +402,31 @@ def test_ledger_says_when_it_shows_only_the_newest_charges(db, sqlsdc_in_process
     assert every.stderr == ""
     alone = sqlsdc_in_process("budget", db, "--limit", "2")
     assert alone.returncode == 2 and "--limit is for --ledger" in alone.stderr
+
+
+def test_a_grant_of_a_kind_no_table_spends_says_so(db):
+    """``grant --rho`` where no table spends ρ printed "rho: limit none -> 1" and nothing else,
+    as if ρ could now be spent (new user s44g, issue 18): the limit is recorded with a note,
+    in the text (stderr) and in --format json; once a table spends ρ, no note."""
+    from sqlsdc.admin import apply
+    from sqlsdc.policy import load_policy
+
+    grant = ["grant", "--for", "alice", "--rho", "1", "--reason", "zCDP pilot", "--as", "root"]
+    text = sqlsdc_cli(db, *grant)
+    assert text.returncode == 0, text.stderr
+    assert "  rho: limit none -> 1; remaining none -> 1" in text.stdout
+    note = ("no table spends rho under the policy in force: the limit is recorded but allows "
+            "nothing until a policy version spends it (`spend: {rho: ...}`)")  # fmt: skip
+    assert f"  note: {note}" in text.stderr
+    shown = json.loads(sqlsdc_cli(db, *grant, "--format", "json").stdout)
+    assert shown["notes"] == [note] and shown["after"]["rho_limit"] == "2"
+    delta = sqlsdc_cli(db, *grant[:3], "--delta", "1e-6", *grant[5:], "--format", "json")
+    assert json.loads(delta.stdout)["notes"] == [note.replace("rho", "delta").replace(
+        "`spend: {delta: ...}`", "`groups: private`")]  # fmt: skip
+    zcdp = json.loads(json.dumps(POLICY))
+    zcdp["tables"]["persons"]["protection"] = {"counts": {"method": "dp", "spend": {"rho": 0.1}}}
+    zcdp["tables"]["persons"]["columns"]["region"]["domain"] = ["r0", "r1", "r2"]
+    apply(db, load_policy(zcdp), "root")
+    spent = json.loads(sqlsdc_cli(db, *grant, "--format", "json").stdout)
+    assert spent["notes"] == [] and spent["after"]["rho_limit"] == "3"
+    assert "note" not in sqlsdc_cli(db, *grant).stderr

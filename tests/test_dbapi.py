@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
@@ -218,3 +219,57 @@ def test_executemany_wants_a_sequence_of_parameter_lists(analyst, batch):
     """None (or a number) raised Python's TypeError; a str ran one query per character."""
     with pytest.raises(sqlsdc.ProgrammingError, match="executemany takes a sequence of "):
         analyst.cursor().executemany(SQL, batch)
+
+
+def test_fetchmany_with_a_size_that_is_no_number_is_the_callers_error(analyst):
+    """fetchmany("2") and arraysize = "x" raised Python's TypeError (new user s44g)."""
+    cursor = analyst.execute(SQL, ["F"])
+    with pytest.raises(sqlsdc.ProgrammingError, match="must be a whole number, got '2'"):
+        cursor.fetchmany("2")
+    cursor.arraysize = "x"
+    with pytest.raises(sqlsdc.ProgrammingError, match="got 'x'"):
+        cursor.fetchmany()
+    cursor.arraysize = 1
+    assert len(cursor.fetchmany(np.int64(2))) == 2  # an integer of any kind is a size
+
+
+def test_the_optional_pep249_extensions(analyst):
+    """callproc, nextset, scroll, rownumber, lastrowid, next() and the connection's exception
+    attributes raised AttributeError (new user s44g, issue 18: PEP 249 complete)."""
+    cursor = analyst.cursor()
+    assert cursor.rownumber is None and cursor.lastrowid is None
+    with pytest.raises(sqlsdc.ProgrammingError, match="call execute"):
+        cursor.nextset()
+    with pytest.raises(sqlsdc.NotSupportedError, match="no stored procedures"):
+        cursor.callproc("p", [1])
+    cursor.execute("SELECT sex, COUNT(*) AS n FROM persons GROUP BY sex ORDER BY sex")
+    every = cursor.fetchall()
+    assert len(every) == 2 and cursor.rownumber == 2 and cursor.nextset() is None
+    cursor.scroll(0, mode="absolute")
+    assert cursor.rownumber == 0 and next(cursor) == every[0] and cursor.rownumber == 1
+    cursor.scroll(-1)
+    assert cursor.fetchone() == every[0]
+    with pytest.raises(IndexError, match="leaves the result of 2 rows"):
+        cursor.scroll(5)
+    with pytest.raises(sqlsdc.ProgrammingError, match="'relative' or 'absolute'"):
+        cursor.scroll(0, mode="sideways")
+    assert cursor.rownumber == 1 and next(cursor) == every[1]
+    with pytest.raises(StopIteration):
+        next(cursor)
+    names = ("Warning", "Error", "InterfaceError", "DatabaseError", "DataError",
+             "OperationalError", "IntegrityError", "InternalError", "ProgrammingError",
+             "NotSupportedError")  # fmt: skip
+    assert all(getattr(analyst, name) is getattr(sqlsdc, name) for name in names)
+    with pytest.raises(analyst.ProgrammingError):
+        analyst.cursor().fetchall()
+
+
+def test_the_cursors_of_a_closed_connection_are_unusable(demo_db):
+    """PEP 249: closing a connection makes its cursors unusable; fetchall() still returned the
+    rows of a result fetched before (new user s44g)."""
+    con = sqlsdc.connect(demo_db, user="analyst")
+    cursor = con.execute(SQL, ["F"])
+    con.close()
+    for operation in (cursor.fetchall, cursor.fetchone, lambda: cursor.execute(SQL, ["F"])):
+        with pytest.raises(sqlsdc.InterfaceError, match="the connection is closed"):
+            operation()

@@ -68,3 +68,30 @@ def test_a_database_is_never_renamed_over_what_is_no_regular_file(tmp_path):
         build_demo_database(pipe, persons=100)
     check_replaceable(tmp_path / "new.duckdb")  # absent, or a file: replaced as asked
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+
+
+def test_a_new_file_has_the_umasks_mode_and_a_replaced_one_keeps_its_own(tmp_path):
+    """mkstemp's 0600 was every written file's mode: `ptable -o` for colleagues was
+    -rw------- and --force took a shared file's group permission away (new user s44g)."""
+    import os
+    import stat
+
+    def mode(path):
+        return stat.S_IMODE(os.stat(path).st_mode)
+
+    before = os.umask(0o027)
+    try:
+        write_atomically(tmp_path / "new.csv", "a")
+    finally:
+        os.umask(before)
+    assert mode(tmp_path / "new.csv") == 0o640
+    shared = tmp_path / "shared.csv"
+    shared.write_text("old")
+    shared.chmod(0o664)
+    write_atomically(shared, "new")
+    assert mode(shared) == 0o664 and shared.read_text() == "new"
+    link = tmp_path / "link.csv"
+    link.symlink_to(shared)
+    shared.chmod(0o604)
+    write_atomically(link, "again")  # the file it names keeps its mode
+    assert mode(shared) == 0o604 and link.is_symlink()

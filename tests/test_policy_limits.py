@@ -290,3 +290,39 @@ def test_users_whose_names_differ_only_in_case_are_refused():
     text = HEAD + USERS + "  Ana: {role: analyst}\n"
     (found,) = problems(text)
     assert found.endswith("users: names differ only in case: ana/Ana; give each user one name")
+
+
+RECURSIVE = [
+    "&a [*a]\n",  # the whole document
+    "tables: &t {persons: {columns: *t}}\nusers: {x: {role: admin}}\n",
+    "a: &x {b: [1, {c: *x}]}\n",
+]
+_LOAD = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # main took 13 GB in a minute
+from sqlsdc.errors import PolicyError
+from sqlsdc.policy import load_policy
+try:
+    load_policy(sys.argv[1])
+except PolicyError as e:
+    print(e)
+"""
+
+
+@pytest.mark.parametrize("text", RECURSIVE)
+def test_an_alias_inside_its_own_anchor_is_refused(tmp_path, text):
+    """``&a [*a]``: PyYAML registers an anchor before its value's items, so an alias inside
+    them makes a cycle, which the expansion check walked for ever, taking all memory (new
+    user s44g). In a process of its own, with 2 GiB of address space and a timeout, so that
+    the old behaviour fails this test, not the machine."""
+    import subprocess
+    import sys
+
+    policy = tmp_path / "p.yaml"
+    policy.write_text(text, encoding="utf-8")
+    done = subprocess.run([sys.executable, "-c", _LOAD, str(policy)], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-500:]
+    assert "not valid YAML: an alias (*name) inside the value its anchor (&name) names" in (
+        done.stdout
+    ), done.stdout

@@ -26,6 +26,7 @@ from pathlib import Path
 import pyarrow as pa
 from sqlglot import exp
 
+from sqlsdc import errors
 from sqlsdc.catalog import store
 from sqlsdc.catalog.budget import BudgetStatus, Charge, budget_status, policy_limits
 from sqlsdc.engines import duckdb as engine
@@ -93,6 +94,14 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
     A connection may be shared between threads: its statements then run one at a time (a
     lock around every use of the engine connection). Threads that should run in parallel
     open a connection each."""
+
+    # PEP 249 extension: the exceptions as attributes, for code that has only the connection
+    # (con.Error raised AttributeError: new user s44g)
+    Warning, Error, InterfaceError = errors.Warning, errors.Error, errors.InterfaceError
+    DatabaseError, DataError = errors.DatabaseError, errors.DataError
+    OperationalError, IntegrityError = errors.OperationalError, errors.IntegrityError
+    InternalError, ProgrammingError = errors.InternalError, errors.ProgrammingError
+    NotSupportedError = errors.NotSupportedError
 
     def __init__(
         self,

@@ -11,6 +11,7 @@ status and the accuracy of what was released.
 from __future__ import annotations
 
 import datetime as dt
+import operator
 from statistics import NormalDist
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,7 @@ class Cursor:
     """PEP 249 cursor over a protected result, with ``df()``, ``arrow()`` and ``cell_status()``."""
 
     arraysize = 1
+    lastrowid = None  # PEP 249 extension: guarded results have no row ids
 
     def __init__(self, connection: Connection):
         self.connection = connection
@@ -88,6 +90,12 @@ class Cursor:
     def fetchmany(self, size: int | None = None) -> list[tuple]:
         table = self._require_result()
         size = self.arraysize if size is None else size
+        try:  # fetchmany("5") or arraysize = "x" raised Python's TypeError (new user s44g)
+            size = operator.index(size)
+        except TypeError:
+            raise ProgrammingError(
+                f"fetchmany size (or arraysize) must be a whole number, got {size!r}"
+            ) from None
         if size < 0:  # table.slice read it as "no rows": fetchmany(-1) looked like the end
             raise ProgrammingError(f"fetchmany size must be 0 or more, got {size}")
         chunk = table.slice(self._position, size)
@@ -206,6 +214,37 @@ class Cursor:
             raise ProgrammingError("no query has been executed on this cursor")
         return self.query
 
+    @property
+    def rownumber(self) -> int | None:
+        """PEP 249 extension: the index of the next row to fetch, None before a result."""
+        return None if self._result is None or self._closed else self._position
+
+    def scroll(self, value: int, mode: str = "relative") -> None:
+        """PEP 249 extension: move the position by ``value`` rows (``mode="absolute"``: to
+        row ``value``). Leaving the result raises IndexError and does not move."""
+        table = self._require_result()
+        if mode not in ("relative", "absolute"):
+            raise ProgrammingError(f"scroll mode must be 'relative' or 'absolute', not {mode!r}")
+        try:
+            target = operator.index(value) + (self._position if mode == "relative" else 0)
+        except TypeError:
+            raise ProgrammingError(f"scroll takes a whole number, got {value!r}") from None
+        if not 0 <= target <= table.num_rows:
+            raise IndexError(f"scroll to row {target} leaves the result of {table.num_rows} rows")
+        self._position = target
+
+    def callproc(self, procname, parameters=None):
+        """PEP 249: a guarded connection has no stored procedures (it raised AttributeError)."""
+        self._check_open()
+        raise NotSupportedError("guarded connections have no stored procedures: run a SELECT "
+                                "with execute()")  # fmt: skip
+
+    def nextset(self) -> None:
+        """PEP 249: there is one result set per statement (several statements are refused), so
+        no next one: None (it raised AttributeError)."""
+        self._require_result()
+        return None
+
     def setinputsizes(self, sizes) -> None:
         """PEP 249 no-op."""
 
@@ -220,6 +259,13 @@ class Cursor:
     def __iter__(self):
         return iter(self.fetchall())
 
+    def __next__(self):
+        """PEP 249 extension ``next()``: ``fetchone()``, with StopIteration at the end."""
+        row = self.fetchone()
+        if row is None:
+            raise StopIteration
+        return row
+
     def __enter__(self) -> Cursor:
         return self
 
@@ -229,6 +275,8 @@ class Cursor:
     def _check_open(self) -> None:
         if self._closed:
             raise InterfaceError("the cursor is closed; open another with connection.cursor()")
+        if getattr(self.connection, "_closed", False):  # PEP 249: its cursors too (fetchall
+            raise InterfaceError("the connection is closed")  # still answered: s44g)
 
     def _require_result(self) -> pa.Table:
         self._check_open()

@@ -316,8 +316,7 @@ def read_records(
     query may read tables of the policy only: no catalog (secrets, ledger), no earlier
     outputs, no table functions (files)."""
     if source is not None:
-        table = policy.table(source)
-        if table is None or table.is_public:
+        if policy.declared(source).is_public:
             raise MicrodataError(f"{source} is not a confidential table of the policy")
     _check_tables(con, policy, definition)
     identifiers = {
@@ -426,7 +425,9 @@ def _check_tables(con, policy, definition: str) -> None:
     for table in tree.find_all(exp.Table):
         name = table.name.lower()
         plain = isinstance(table.this, exp.Identifier) and table.db in ("", "main")
-        if not plain or table.catalog or (name not in ctes and policy.table(name) is None):
+        if plain and not table.catalog and name not in ctes:
+            policy.declared(name)  # not declared: not found, as --from's (exit code 8)
+        elif not plain or table.catalog:
             raise MicrodataError(
                 f"--sql may read the policy's tables only ({allowed}), not {table.sql('duckdb')}"
             )

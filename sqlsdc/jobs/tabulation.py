@@ -62,8 +62,8 @@ def parse_job(sql: str, policy: Policy, *, stored: bool = False) -> JobSpec:
     source = tree.args.get("from_")
     if source is None or not isinstance(source.this, exp.Table):
         raise TabularError(f"a protection job reads one table: {shape}")
-    table = policy.table(source.this.name)
-    if table is None or table.is_public:
+    table = policy.declared(source.this.name)
+    if table.is_public:
         raise TabularError(f"{source.this.name} is not a confidential table of the policy")
     group = tree.args.get("group")
     keys = [e for e in (group.expressions if group else [])]

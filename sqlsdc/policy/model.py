@@ -15,6 +15,7 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
+from sqlsdc.errors import NotFoundError
 from sqlsdc.mechanisms.accountant import PrivacyCost
 from sqlsdc.mechanisms.parameters import MagnitudeCkm, PTableSpec
 
@@ -216,6 +217,20 @@ class Table:
         must then be a DP release charged to the budget."""
         return any(rule.method is Method.DP for rule in self.protection.values())
 
+    @property
+    def budget_kinds(self) -> frozenset[str]:
+        """The kinds of privacy budget ("epsilon", "rho", "delta") its queries may be charged:
+        the spends of its DP rules and bounding report, and private group selection's epsilon
+        and delta. DP syntheses of any confidential table spend epsilon besides. A grant of
+        a kind no table spends is noted by ``sqlsdc budget grant|set`` (new user s44g)."""
+        costs = [r.spend for r in self.protection.values() if r.method is Method.DP and r.spend]
+        if self.dp is not None and self.dp.bounding_report is not None:
+            costs.append(self.dp.bounding_report)
+        kinds = {k for cost in costs for k in ("epsilon", "rho", "delta") if getattr(cost, k)}
+        if self.dp is not None and self.dp.groups is GroupKeys.PRIVATE:
+            kinds |= {"epsilon", "delta"}
+        return frozenset(kinds)
+
     def column(self, name: str) -> Column | None:
         return self.columns.get(name.lower())
 
@@ -245,6 +260,19 @@ class Policy:
 
     def table(self, name: str) -> Table | None:
         return self.tables.get(name.lower())
+
+    def declared(self, name: str) -> Table:
+        """The table ``name`` declares, or :class:`~sqlsdc.errors.NotFoundError` naming the
+        confidential tables: a command given a table the policy does not declare says "not
+        found" (exit code 8), as for a missing stored output; rekey, synthesize and protect said
+        exit 1, budget 2 (new user s44g)."""
+        table = self.table(name)
+        if table is None:
+            known = ", ".join(t.name for t in self.confidential_tables) or "none"
+            raise NotFoundError(
+                f"the policy declares no table {name!r} (its confidential tables: {known})"
+            )
+        return table
 
     def document_dict(self) -> dict:
         """A private deep copy of the validated source document (for storing and showing)."""

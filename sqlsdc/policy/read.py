@@ -146,16 +146,26 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
 
 def _check_expansion(root: yaml.Node) -> None:
     """Refuse a document that expands (aliases repeated) to more than :data:`MAX_NODES` values
-    or :data:`MAX_DEPTH` levels; computed on the shared node graph, never expanded."""
+    or :data:`MAX_DEPTH` levels; computed on the shared node graph, never expanded. An alias
+    inside the value its anchor names (``&a [*a]``: PyYAML registers the anchor before the
+    value's items) is an endless value: this walk pushed that node for ever, taking every
+    byte of memory (13 GB in a minute: new user s44g), and is refused when found."""
     size: dict[int, int] = {}
     depth: dict[int, int] = {}
+    open_: set[int] = set()  # nodes whose items are being walked: their ancestors' line
     stack = [(root, False)]
-    while stack:  # post-order over distinct nodes (the composer made the graph acyclic)
+    while stack:  # post-order over distinct nodes
         node, children_done = stack.pop()
         if id(node) in size:
             continue
+        if not children_done and id(node) in open_:
+            raise yaml.composer.ComposerError(
+                None, None, "an alias (*name) inside the value its anchor (&name) names: the "
+                "value would contain itself without end; write it out", node.start_mark,
+            )  # fmt: skip
         kids = _children(node)
         if not children_done:  # a node after all of its children, however they are shared
+            open_.add(id(node))
             stack.append((node, True))
             stack.extend((k, False) for k in kids if id(k) not in size)
             continue

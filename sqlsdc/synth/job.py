@@ -401,8 +401,8 @@ def _dp_plan(con, policy, source, sql, columns, epsilon, margins, bins, levels, 
             "bounds every contribution; bin numeric columns with --bins and name public "
             "levels with --levels instead of a --sql query"
         )
-    table = policy.table(source)
-    if table is None or table.is_public:
+    table = policy.declared(source)
+    if table.is_public:
         raise SynthesisError(f"{source} is not a confidential table of the policy")
     if table.privacy_unit is None:
         raise SynthesisError(f"{source} declares no privacy_unit; DP synthesis needs one")

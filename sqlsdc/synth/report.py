@@ -162,8 +162,8 @@ def _source_sql(con, policy, name: str, against: str | None) -> str:
     """The SELECT of the source records: ``against`` (a confidential table of the policy) or
     the query stored by the synthesis job in ``sqlsdc.outputs``."""
     if against is not None:
-        declared = policy.table(against)
-        if declared is None or declared.is_public:
+        declared = policy.declared(against)
+        if declared.is_public:
             raise SynthesisError(
                 f"--against {against!r} is not a confidential table of the policy "
                 f"({', '.join(sorted(t.name for t in policy.confidential_tables))})"

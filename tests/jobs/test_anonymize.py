@@ -161,8 +161,8 @@ def test_cli_session_anonymize_report_publish(tmp_path, sqlsdc_in_process):
     again = sqlsdc_in_process(
         "anonymize", db, "--from", "persons", "--into", "persons_sdc", "--step", "x"
     )
-    assert again.returncode == 1 and "Traceback" not in again.stderr
-    assert "unknown step 'x'" in again.stderr
+    assert again.returncode == 2 and "Traceback" not in again.stderr  # a usage error (s44g)
+    assert "Invalid value for '--step' / '--steps': unknown step 'x'" in again.stderr
     neither = sqlsdc_in_process("anonymize", db, "--into", "y", "--step", STEPS[0])
     assert neither.returncode == 2 and "--from TABLE or --sql QUERY" in neither.stderr
 

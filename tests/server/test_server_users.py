@@ -71,3 +71,16 @@ def test_keys_match_scramp():
     )
     assert (stored, server, count) == (keys.stored_key, keys.server_key, keys.iterations)
     assert saslprep("a\u00a0b\u00ad") == "a b"  # RFC 4013: non-ASCII space mapped, soft hyphen gone
+
+
+def test_an_empty_list_says_so_and_the_command_comes_first(db):
+    """`server-user list DB` printed nothing at all with no users, and `server-user DB list`
+    (budget's order) said "No such command 'DB'" (new user s44g)."""
+    empty = _cli("list", str(db))
+    assert empty.returncode == 0
+    assert empty.stdout == "(no server users: add one with `sqlsdc server-user add DB NAME`)\n"
+    assert _cli("list", str(db), "--format", "json").stdout.strip() == "[]"
+    swapped = _cli(str(db), "list")
+    assert swapped.returncode == 2
+    assert f"the command comes first: sqlsdc server-user list {db} ..." in swapped.stderr
+    assert "No such command 'bogus'" in _cli("bogus").stderr

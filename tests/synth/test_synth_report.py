@@ -71,9 +71,11 @@ def test_report_refusals(synth_db, tmp_path):
         synth_report(synth_db, "persons_syn", user="analyst", out=tmp_path)
     with pytest.raises(NotFoundError, match=r"does not exist \(stored: .*persons_syn"):
         synth_report(synth_db, "protected.nothing", user="admin", out=tmp_path)  # what is there
-    with pytest.raises(SynthesisError, match="not a confidential table"):
+    with pytest.raises(NotFoundError, match="the policy declares no table 'sqlsdc.prf_secret'"):
         synth_report(synth_db, "persons_syn", user="admin", against="sqlsdc.prf_secret",
                      out=tmp_path)  # fmt: skip
+    with pytest.raises(SynthesisError, match="'regions' is not a confidential table"):
+        synth_report(synth_db, "persons_syn", user="admin", against="regions", out=tmp_path)
     with pytest.raises(SynthesisError, match="needs --keys"):
         synth_report(synth_db, "persons_syn", user="admin", target="sex", out=tmp_path)
 
