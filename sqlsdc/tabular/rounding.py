@@ -57,8 +57,6 @@ from sqlsdc.mechanisms.rounding import (  # noqa: F401  (re-exported: the per-ce
 )
 from sqlsdc.tabular.model import Table
 
-STATUSES = ("optimal", "feasible", "near_feasible")
-
 #: Tables with more cells are partitioned by ``partition="auto"`` when a dimension is
 #: hierarchical (benchmarks/README.md: 12 s to the optimum of a whole 10^4-cell 2-D table; its
 #: sub-tables give a zero-restricted rounding in under 2 s, improved as a whole after).
