@@ -579,7 +579,7 @@ def _read_margins(margins) -> pd.DataFrame:
     path = Path(margins)
     if not path.exists():
         raise TabularError(f"margins file {path} does not exist")
-    if not path.is_file():  # /dev/null was "does not exist" (new user s40j)
+    if not path.is_file():  # /dev/null exists: say what it is (test_cli_job_messages.py)
         raise TabularError(
             f"margins file {path} is {_file_kind(path)}, not a regular file; name a CSV file "
             "of margin cells"
