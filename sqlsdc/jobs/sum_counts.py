@@ -74,7 +74,7 @@ def audit_counts(
     A forced cell is known for its sum, not for its ``n``: one whose ``n`` fails ``revised``
     (red team s42i: a unit of turnover 0 joined it) is no forced cell of the counts' pattern,
     and when that pattern hides it, only its ``n`` is hidden (column :data:`N_HIDDEN` of the
-    result, True there); its sum stays published, as before.
+    result, True there); its sum stays published.
 
     Raises:
         TabularError: the counts' pattern cannot be found, or the two patterns still grow

@@ -47,8 +47,9 @@ def parse_job(sql: str, policy: Policy, *, stored: bool = False) -> JobSpec:
 
     ``stored``: the SQL of an output stored earlier, which its readers hold whatever the policy
     now says of its columns; any column of the table is then taken as a dimension or measure
-    (red team s38b: once ``occupation`` was no longer a dimension, a table by occupation was
-    left out of the checks of later jobs, and a job of the same people less one was stored)."""
+    (else, once ``occupation`` is no dimension any more, a table by occupation would be left
+    out of the checks of later jobs, and a job of the same people less one stored: red team
+    s38b)."""
     try:
         tree = sqlglot.parse_one(sql, read="duckdb")
     except sqlglot.errors.ParseError as e:
