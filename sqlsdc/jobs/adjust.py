@@ -171,8 +171,8 @@ def round_query(
             "verification": verification.to_dict(),
             "audit": audit,
         }
-        # multiples of an integer base: stored as BIGINT, as a count is (a BI tool showed a
-        # rounded count of persons as 3525.0; new user s39)
+        # multiples of an integer base: stored as BIGINT, as a count is (a BI tool shows a
+        # DOUBLE count of persons as 3525.0)
         integral = np.abs(rounded).max(initial=0) < 2**53
         published = rounded.astype(np.int64) if integral else rounded
         units = revision_units(job, identities)

@@ -127,7 +127,8 @@ def cells_sql(spec: JobSpec, top_k: int) -> str:
         per_unit = per_unit.where(spec.where.copy())
     per_unit = per_unit.group_by(unit.copy(), *(exp.column(d) for d in spec.dims))
     # each key named as the spec names it (lower case): DuckDB names a result column as the
-    # table spells it, and a table's NACE left the cells without a 'nace' (new user s38)
+    # table spells it, and a table's NACE would leave the cells without a 'nace'
+    # (test_a_job_on_columns_named_in_capitals)
     keys = (exp.alias_(exp.column(d), d, quoted=True) for d in spec.dims)
     cells = exp.select(*keys).from_(per_unit.subquery("u"))
     cells = cells.select(
