@@ -191,3 +191,17 @@ def test_the_architecture_document_names_every_module():
     files = {p.name for p in ROOT.rglob("*.py")}
     absent = sorted(set(re.findall(r"\b\w+\.py\b", text)) - files)
     assert not absent, f"ARCHITECTURE.md names files that do not exist: {absent}"
+
+
+def test_only_the_engines_import_duckdb_or_pyspark():
+    """ARCHITECTURE.md: ``engines/`` holds the only modules that import duckdb or pyspark, so a
+    second engine replaces one package (``demo/data.py`` imported duckdb for its error class)."""
+    importers = []
+    for path in SOURCES["sqlsdc"].rglob("*.py"):
+        if path.is_relative_to(SOURCES["sqlsdc"] / "engines"):
+            continue
+        package = _module_name(path).rpartition(".")[0]
+        found = _imports(ast.parse(path.read_text()), package)
+        if any(m.split(".")[0] in ("duckdb", "pyspark") for m in found):
+            importers.append(str(path.relative_to(ROOT)))
+    assert not importers, f"import duckdb or pyspark outside sqlsdc/engines/: {sorted(importers)}"
