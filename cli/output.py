@@ -145,7 +145,7 @@ def _plain_name(ctx, param, value: str) -> str:
 
 
 # --into of the jobs that store protected.NAME: a name with a space or a semicolon is a usage
-# error (exit code 2) before the database is opened, as other malformed values are (it was 1)
+# error (exit code 2) before the database is opened, as other malformed values are
 into_option = click.option(
     "--into",
     required=True,

@@ -316,8 +316,8 @@ def _print_adjustment(report) -> None:
     if report.sensitive is not None:
         click.echo(f"  sensitive cells: {report.sensitive}")
     # HD, RAD, AAD and chi2 are of the inner cells; additivity and the largest change of
-    # every cell, margins too (under one "inner cells" heading, the largest change was shown
-    # at a Total cell; new user s39)
+    # every cell, margins too: two headings, or a largest change at a Total cell would seem to
+    # be an inner cell's
     for heading, rows in (
         ("quality (inner cells)", (("hd", "Hellinger distance HD"), ("rad", "RAD"),
                                    ("aad", "AAD"), ("chi2", "chi2 (Cox-Kim)"))),

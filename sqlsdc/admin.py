@@ -233,7 +233,7 @@ def ckm_measures(
         raise Error(f"no result column {', '.join(missing)}; its columns: "
                     f"{', '.join(map(str, protected.columns))}")  # fmt: skip
     grouped = [c for c in (count, value) if c in keys]
-    if grouped:  # a key has no protected value to compare (it was a KeyError: "a bug")
+    if grouped:  # a key has no protected value to compare: say so, not a KeyError
         values = [str(c) for c in protected.columns if c not in keys]
         raise Error(f"{', '.join(grouped)} is a group key, not a protected value; name an "
                     f"aggregate column: {', '.join(values) or 'none'}")  # fmt: skip

@@ -10,6 +10,7 @@ run). A node is a subpackage of sqlsdc (``guard``, ``tabular``, …), a top-leve
 from __future__ import annotations
 
 import ast
+import re
 from functools import cache
 from pathlib import Path
 
@@ -156,3 +157,51 @@ def test_cycle_finder_finds_cycles():
         frozenset({"a", "b"}), frozenset({"b", "c"}), frozenset({"a", "c"})
     }  # fmt: skip
     assert cycles({"a": {"b"}, "b": set()}) == set()
+
+
+ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
+
+
+def documented_layers() -> dict[str, int]:
+    """The layers ARCHITECTURE.md draws under "Layering": node -> its line, 0 at the top."""
+    text = ARCHITECTURE.read_text().split("lines below its own:", 1)[1]
+    block = text.split("```text", 1)[1].split("```", 1)[0]
+    lines = [line for line in block.strip().splitlines() if line.strip()]
+    return {name.strip(): i for i, line in enumerate(lines) for name in line.split(",")}
+
+
+def test_the_documented_layers_are_the_imports():
+    """Every package and top-level module is on a line of the drawing, and imports only
+    what is drawn below it (the drawing once put tabular/ under policy/, which it imports)."""
+    graph, layers = import_graph(), documented_layers()
+    assert set(graph) - {"sqlsdc"} <= set(layers), sorted(set(graph) - {"sqlsdc"} - set(layers))
+    upward = sorted(f"{a} -> {b}" for a, targets in graph.items() if a in layers
+                    for b in targets if b in layers and layers[b] <= layers[a])  # fmt: skip
+    assert not upward, f"ARCHITECTURE.md's layers disagree with the imports: {upward}"
+
+
+def test_the_architecture_document_names_every_module():
+    """A reader finds every module of sqlsdc/ in ARCHITECTURE.md (by its file name), and every
+    ``name.py`` the document names exists in the repository."""
+    text = ARCHITECTURE.read_text()
+    modules = [p for p in SOURCES["sqlsdc"].rglob("*.py") if p.name != "__init__.py"]
+    unnamed = sorted(str(p.relative_to(ROOT)) for p in modules
+                     if not re.search(rf"(?<![\w.]){re.escape(p.name)}\b", text))  # fmt: skip
+    assert not unnamed, f"modules ARCHITECTURE.md does not name: {unnamed}"
+    files = {p.name for p in ROOT.rglob("*.py")}
+    absent = sorted(set(re.findall(r"\b\w+\.py\b", text)) - files)
+    assert not absent, f"ARCHITECTURE.md names files that do not exist: {absent}"
+
+
+def test_only_the_engines_import_duckdb_or_pyspark():
+    """ARCHITECTURE.md: ``engines/`` holds the only modules that import duckdb or pyspark, so a
+    second engine replaces one package (``demo/data.py`` imported duckdb for its error class)."""
+    importers = []
+    for path in SOURCES["sqlsdc"].rglob("*.py"):
+        if path.is_relative_to(SOURCES["sqlsdc"] / "engines"):
+            continue
+        package = _module_name(path).rpartition(".")[0]
+        found = _imports(ast.parse(path.read_text()), package)
+        if any(m.split(".")[0] in ("duckdb", "pyspark") for m in found):
+            importers.append(str(path.relative_to(ROOT)))
+    assert not importers, f"import duckdb or pyspark outside sqlsdc/engines/: {sorted(importers)}"

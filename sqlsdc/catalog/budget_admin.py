@@ -247,7 +247,7 @@ def parse_amount(text: str | None, name: str, *, zero: bool = False) -> Fraction
             if zero
             else f"{name} must be at least {_decimal(floor)}, got {text}"
         )
-    if value > ceiling or (value == ceiling and not reached):  # 1e400 was shown in 401 digits
+    if value > ceiling or (value == ceiling and not reached):  # not 1e400 echoed in 401 digits
         raise ValueError(
             f"{name} must be at most {_decimal(ceiling)}, the most a budget may allow, got {text}"
             if reached

@@ -20,7 +20,6 @@ import pyarrow as pa
 from sqlsdc.engines.duckdb import one
 
 RKEY = "__rkey"
-KEY_SPACE = 2**32
 
 
 def materialise_record_keys(con, table: str, unit: str) -> int:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import duckdb
 import numpy as np
 import pyarrow as pa
+
+from sqlsdc.engines.duckdb import EngineError
 
 REGIONS = {
     "R01": "Northcoast",
@@ -197,7 +198,7 @@ def write_tables(con, tables: dict[str, pa.Table]) -> None:
         con.register("__sqlsdc_demo_source", table)
         try:
             con.execute(f'CREATE OR REPLACE TABLE "{name}" AS SELECT * FROM __sqlsdc_demo_source')
-        except duckdb.Error as failure:
+        except EngineError as failure:
             # Ctrl-C or SIGTERM while DuckDB reads the Arrow table: DuckDB wraps the
             # KeyboardInterrupt raised in Python as "counting the rows ... failed", which the
             # CLI reported as an internal error instead of "Aborted!" (seen in CI)

@@ -1,11 +1,11 @@
 """One thread per process that runs delayed actions: statement interrupts and idle releases.
 
-Every guarded query used to start two ``threading.Timer`` threads (the statement timeout and
-the idle release of the database file); starting a thread and waiting for it to run costs
-0.2-2 ms, most of the guard's fixed cost beyond the catalog writes (``benchmarks/README.md``).
-Here one daemon thread sleeps until the earliest alarm is due, so setting an alarm is a heap
-push under a lock, and cancelling it a flag (cancelled alarms are dropped when they come due,
-or all at once when they outnumber the live ones).
+Two ``threading.Timer`` threads per guarded query (the statement timeout and the idle release
+of the database file) would cost 0.2-2 ms to start and wait for, most of the guard's fixed
+cost beyond the catalog writes (``benchmarks/README.md``). Here one daemon thread sleeps until
+the earliest alarm is due, so setting an alarm is a heap push under a lock, and cancelling it a
+flag (cancelled alarms are dropped when they come due, or all at once when they outnumber the
+live ones).
 
 Actions run on the watchdog thread one after the other, so they must be short and must never
 wait for a lock a statement may hold (an interrupt is one call; an idle release only tries its

@@ -62,7 +62,7 @@ class Cursor:
         """Run ``sql`` through the guard with ``parameters`` (a list or tuple for ``?`` and
         ``$1``, a dict for ``$name``), named as PEP 249 and DuckDB name them: polars'
         ``read_database(..., execute_options={"parameters": [...]})`` passes them by that
-        name (it was ``params``: TypeError, new user s38)."""
+        name (tests/test_dbapi.py)."""
         self._check_open()
         result, query, query_id, whole = self.connection._execute(sql, parameters)
         self._result, self._query, self.query_id, self._whole = result, query, query_id, whole

@@ -184,7 +184,7 @@ class ProtectedQuery:
 
     def _repr_pretty_(self, printer, cycle: bool) -> None:
         """IPython and Jupyter show ``con.explain(sql)`` as :meth:`__str__` writes it, as
-        ``print`` does; it showed the dataclass, fields and all (new user s38)."""
+        ``print`` does, not as the dataclass's fields (tests/test_dbapi.py)."""
         printer.text(str(self))
 
 

@@ -171,8 +171,8 @@ def round_query(
             "verification": verification.to_dict(),
             "audit": audit,
         }
-        # multiples of an integer base: stored as BIGINT, as a count is (a BI tool showed a
-        # rounded count of persons as 3525.0; new user s39)
+        # multiples of an integer base: stored as BIGINT, as a count is (a BI tool shows a
+        # DOUBLE count of persons as 3525.0)
         integral = np.abs(rounded).max(initial=0) < 2**53
         published = rounded.astype(np.int64) if integral else rounded
         units = revision_units(job, identities)
@@ -579,7 +579,7 @@ def _read_margins(margins) -> pd.DataFrame:
     path = Path(margins)
     if not path.exists():
         raise TabularError(f"margins file {path} does not exist")
-    if not path.is_file():  # /dev/null was "does not exist" (new user s40j)
+    if not path.is_file():  # /dev/null exists: say what it is (test_cli_job_messages.py)
         raise TabularError(
             f"margins file {path} is {_file_kind(path)}, not a regular file; name a CSV file "
             "of margin cells"

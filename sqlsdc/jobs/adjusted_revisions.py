@@ -34,12 +34,13 @@ suppress``, whose revisions are protected, or tabulate the new data as a populat
 own (``WHERE year = 2026``).
 
 A version whose units were not kept (stored before they were: every rounding, CTA and IPF of
-a catalog from before session 43) cannot be compared so, and was skipped (red team s43l: a CTA
-stored then, replaced after one new firm, moved (C, R02) and R02's total by exactly its
-turnover, as before s43d). Its changes are unknown, so the job fails closed: while some stored
-or earlier version of the same cells kept no units, a version that publishes any cell with
-another value than the latest before it is refused, naming that version (as
-:func:`sqlsdc.jobs.revisions.unknown_revisions` treats a suppression job's changed cells).
+a catalog from before session 43) cannot be compared so: a CTA stored then, replaced after one
+new firm, would move (C, R02) and R02's total by exactly its turnover
+(tests/security/test_redteam_s43l.py). Its changes are unknown, so the job fails closed:
+while some stored or earlier version of the same cells kept no units, a version that
+publishes any cell with another value than the latest before it is refused, naming that
+version (as :func:`sqlsdc.jobs.revisions.unknown_revisions` treats a suppression job's
+changed cells).
 """
 
 from __future__ import annotations

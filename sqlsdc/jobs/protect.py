@@ -176,7 +176,7 @@ def protect_query(
             released = out[[*table.dims, "value"]].assign(**{LEDGER_STATUS: status})
             values, extra = ("value",), [(out[[*table.dims, "n"]], ("n",))]
         counts = ("n", "value") if job.spec.measure is None else ("n",)  # of units: integers
-        out = out.astype(dict.fromkeys(counts, "Int64"))  # (were DOUBLE: 829.0 enterprises)
+        out = out.astype(dict.fromkeys(counts, "Int64"))  # 829, not 829.0 enterprises
         job.store(out, report.to_dict(), released, values=values, status=LEDGER_STATUS,
                   extra=extra, kept=lambda: record_units(job, units))  # fmt: skip
         return report

@@ -118,7 +118,7 @@ def _job_connection(db, user: str, method: str, into: str, request: str) -> Iter
     except engine.EngineError as failure:  # audited by the job; a full disk is no bug
         told = engine.write_failure(failure)
         if told is failure and isinstance(failure, engine.StatementFailure):
-            told = TabularError(  # red team s39b: was "internal error", with the engine's text
+            told = TabularError(  # told, without the engine's text (test_redteam_s39b.py)
                 "the job's SQL fails in the engine (a column it cannot find, or a cast or an "
                 "expression that fails on some row); correct the --sql. The engine's text, "
                 "which may quote data, is in the job's audit entry (sqlsdc audit)"

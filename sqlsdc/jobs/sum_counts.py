@@ -74,7 +74,7 @@ def audit_counts(
     A forced cell is known for its sum, not for its ``n``: one whose ``n`` fails ``revised``
     (red team s42i: a unit of turnover 0 joined it) is no forced cell of the counts' pattern,
     and when that pattern hides it, only its ``n`` is hidden (column :data:`N_HIDDEN` of the
-    result, True there); its sum stays published, as before.
+    result, True there); its sum stays published.
 
     Raises:
         TabularError: the counts' pattern cannot be found, or the two patterns still grow
@@ -132,7 +132,7 @@ def known_lower(table: Table) -> tuple[np.ndarray, float]:
     """What a reader of a count table knows of every cell before any value: the table lists
     every inner cell (each made of at least one unit), so a cell counts at least the inner
     cells it adds up. The pattern and its check protect against that bound, as the query path
-    does (:func:`sqlsdc.tabular.universe._known_bounds`); red team s30f: with ``[0, inf)``
+    does (:func:`sqlsdc.tabular.universe_pattern._known_bounds`); red team s30f: with ``[0, inf)``
     four counts of 2 under ``freq:3`` were narrowed to [1, 2]. Sums keep ``[0, inf)``."""
     if table.X is None:  # pragma: no cover - a job tabulates one table, never linked ones
         raise TabularError("the job's table has no model matrix; this is a bug")

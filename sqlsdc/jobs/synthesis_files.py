@@ -27,8 +27,7 @@ policy switching suppression on and a later exact table of its table are checked
 Every stored version counts, the replaced and dropped ones too (their readers keep them;
 :mod:`sqlsdc.jobs.output_history`), and a synthesis whose population is no WHERE on one table
 is refused next to a later exact table of a table it reads (:func:`opaque_syntheses`), as an
-opaque anonymised file is (session 40: before, a replaced balanced synthesis was forgotten,
-and an opaque one was left out of the check).
+opaque anonymised file is (tests/jobs/test_synthesis_versions.py).
 """
 
 from __future__ import annotations

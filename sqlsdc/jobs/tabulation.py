@@ -47,8 +47,9 @@ def parse_job(sql: str, policy: Policy, *, stored: bool = False) -> JobSpec:
 
     ``stored``: the SQL of an output stored earlier, which its readers hold whatever the policy
     now says of its columns; any column of the table is then taken as a dimension or measure
-    (red team s38b: once ``occupation`` was no longer a dimension, a table by occupation was
-    left out of the checks of later jobs, and a job of the same people less one was stored)."""
+    (else, once ``occupation`` is no dimension any more, a table by occupation would be left
+    out of the checks of later jobs, and a job of the same people less one stored: red team
+    s38b)."""
     try:
         tree = sqlglot.parse_one(sql, read="duckdb")
     except sqlglot.errors.ParseError as e:
@@ -126,7 +127,8 @@ def cells_sql(spec: JobSpec, top_k: int) -> str:
         per_unit = per_unit.where(spec.where.copy())
     per_unit = per_unit.group_by(unit.copy(), *(exp.column(d) for d in spec.dims))
     # each key named as the spec names it (lower case): DuckDB names a result column as the
-    # table spells it, and a table's NACE left the cells without a 'nace' (new user s38)
+    # table spells it, and a table's NACE would leave the cells without a 'nace'
+    # (test_a_job_on_columns_named_in_capitals)
     keys = (exp.alias_(exp.column(d), d, quoted=True) for d in spec.dims)
     cells = exp.select(*keys).from_(per_unit.subquery("u"))
     cells = cells.select(

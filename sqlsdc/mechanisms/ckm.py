@@ -207,7 +207,7 @@ def perturb_magnitude(
     absolute value takes it to 0 (cellKey stops at 0 only; see :data:`REMAINDER_FLOOR`). A
     contribution j >= 2 below the separation point z_s adds nothing, rescaled or not (τ-ARGUS;
     cellKey's ``.lookup_v_flex`` means to, but compares a one-element lookup with index 1 and
-    perturbs it from the small-cells table: sqlsdc did so until session 43).
+    perturbs it from the small-cells table, which sqlsdc does not copy).
 
     A cell of 2 or more contributors whose protected count ``protected`` (n̂, the count the
     published sum is multiplied by) is under ``m.mean_below`` is perturbed as n times a cell

@@ -49,7 +49,7 @@ def add_noise(X, c: float, rng: np.random.Generator) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         S = np.atleast_2d(np.cov(X, rowvar=False))
         scaled = c * S
-    if not np.isfinite(scaled).all():  # NaN and inf further on were a bug report
+    if not np.isfinite(scaled).all():  # told here, not as NaN and inf further on
         raise MicrodataError(
             f"noise with c={c} cannot be drawn: the variance c·Σ of these values overflows; "
             "use a smaller c or rescale the values"
@@ -155,7 +155,7 @@ def recode(x: pd.Series, breaks: Sequence[float]) -> pd.Series:
 
     try:
         labels = [label(v) for v in x]
-    except TypeError:  # red team s39b: a text column was an internal error (exit 70)
+    except TypeError:  # a text column: told, no internal error (test_redteam_s39b.py)
         raise MicrodataError(
             f"recode bands numbers at breaks; {x.name} holds values that are not numbers "
             "(recode a number column, or suppress or PRAM a category)"
@@ -180,7 +180,7 @@ def local_suppression(
     raise the frequencies. Returns the data and the suppressions per variable.
     """
     keys = list(keys)
-    if k < 1:  # red team s39b: k = 0 or -3 was taken, as k = 1 (which suppresses nothing)
+    if k < 1:  # k = 0 or -3 would act as k = 1, which suppresses nothing (test_redteam_s39b.py)
         raise MicrodataError(f"k must be an integer ≥ 1, got {k!r}")
     if importance is None:
         importance = list(pd.Series({c: -df[c].nunique() for c in keys}).rank(method="first"))

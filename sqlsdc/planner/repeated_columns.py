@@ -19,9 +19,9 @@ included (shared, as :func:`~sqlsdc.engines.trees.copy_tree` shares them; the pa
 positions are the first operand's, and nothing reads them). The checks that run between the
 two passes (names reserved or left unqualified, the allowlist of node classes) read the first
 one's column, of which the copies are node for node the same, in the same chain; every check
-of the analysis, after the passes, sees every operand's own column. (The columns were put
-back after ``qualify`` and taken out again for ``annotate_types`` until session 34: a copy
-more of every column, 25 ms on a 100 KB chain of ranges.)
+of the analysis, after the passes, sees every operand's own column. (Putting the columns back
+after ``qualify`` and taking them out again for ``annotate_types`` would copy every column
+once more: 25 ms on a 100 KB chain of ranges.)
 
 Likewise the values of a long IN list of literals (what chains of equalities become at parse,
 :mod:`sqlsdc.planner.connectors`): neither pass has anything to resolve in a literal, and

@@ -5,10 +5,11 @@ fails), a format string, a divisor of ``//`` or ``%``, a substring position, a r
 an interval amount, a quantile. If such an argument is computed from the data, e.g.
 ``DATE_TRUNC(CASE WHEN income > 50000 THEN 'bogus' ELSE 'year' END, d)``, the query fails exactly
 when some row satisfies the condition: one bit about the data per query, with no noise. So, on
-confidential rows, every such argument has the role :attr:`Role.LITERAL`: it must be a literal
-(or an expression without columns, subqueries or aggregates, which is checked by evaluating the
-call once on a sample value before the query runs). The other arguments are *values*: the
-function is total in them for values of the right type, which :mod:`sqlsdc.planner.totality` checks.
+confidential rows, every such argument is a :class:`LiteralArgument` of the function's
+:class:`Signature`: it must be a literal (or an expression without columns, subqueries or
+aggregates, which is checked by evaluating the call once on a sample value before the query
+runs). The other arguments are *values*: the function is total in them for values of the
+right type, which :mod:`sqlsdc.planner.totality` checks.
 
 :data:`SIGNATURES` lists every function and operator the guard allows in expressions evaluated on
 confidential rows, and only these: anything else is refused there (fail closed).

@@ -473,7 +473,7 @@ def partiality(n: exp.Expr) -> str | None:
         operand = n.this  # CASE x WHEN v THEN ...: x = v, cast row by row like any comparison
         if operand is not None:
             compared = _comparison_problem([operand, *(i.this for i in n.args.get("ifs", []))])
-            if compared:  # ``CASE occupation WHEN 1`` failed where a row reached it (s42b)
+            if compared:  # ``CASE occupation WHEN 1`` would fail only where a row reaches it
                 return compared
         return _same_family(values)
     if isinstance(n, exp.If):  # a CASE's WHEN: its condition, or a value its operand is

@@ -34,13 +34,13 @@ A sum is published mean before sum (Geyer et al., PSD 2022, §6.1(c), "MBS"; the
 contributor count) over its contributors: ``(x̂/n)·n̂``, n its non-zero records (on a join,
 units of :attr:`CellPlan.row_source`) and n̂ their protected count, the one ``COUNT(*) ...
 WHERE x <> 0`` publishes (under a frequency rule for counts, n itself from the minimum up). The
-policy refuses ``mean_before_sum: false``, whose sum x̂ of values a query pins was an exact
-count (red team s37a). AVG is that published sum over the protected count of all its non-NULL
+policy refuses ``mean_before_sum: false``, whose sum x̂ of values a query pins would be an
+exact count (red team s37a). AVG is that published sum over the protected count of all its non-NULL
 values, zeros included (``COUNT(x)``'s published value): the mean a user computes from the
-published sum and count. It is no longer ``x̂/n`` with the true count of all values: x̂ is now
-the same for every set of zeros, and two such means of one sum would have had the ratio of
-their true counts, exact to the record. In a cell without zeros both counts are one count of
-one key, and the mean is x̂/n up to rounding, as before. The guard has already reduced every
+published sum and count. It is not ``x̂/n`` with the true count of all values: x̂ is the same
+for every set of zeros, so two such means of one sum would have the ratio of their true
+counts, exact to the record. In a cell without zeros both counts are one count of one key,
+and the mean is x̂/n up to rounding. The guard has already reduced every
 argument to one stored column (:mod:`sqlsdc.planner.normal_form`), so the scale of x is the
 data's, not the analyst's.
 

@@ -18,9 +18,9 @@ applied to DuckDB's ``hash`` of the value, salted by the counted table and colum
 is the sum over the set of units counted (Thompson, Broadfoot & Elazar 2013, the ABS method;
 sdcTools ``cellKey``: "the same set of contributors always gives the same key", digest
 ``seed_2022_part1.md`` §6): a function of which units a cell counts, not of the rows that name
-them. Keyed by the persons naming it (the rows' key, as until session 38), an orphan drew new
-noise of one count under every filter that dropped some of its persons and kept the orphan
-(red team s30c). A cell with orphans still gets other noise than the same units without them,
+them. Keyed by the persons naming it (the rows' key), an orphan would draw new noise of one
+count under every filter that dropped some of its persons and kept the orphan (red team
+s30c). A cell with orphans still gets other noise than the same units without them,
 and not that of its persons' ``COUNT(*)``. The mix is keyed (124 secret bits, never in the SQL
 text) but not a cryptographic PRF; the values it mixes are identifiers, which a query can
 neither filter on nor compute. The same value is one unit in every table that names it when

@@ -1,11 +1,11 @@
 """Dominance rules for the magnitudes of the threshold rule and of rounding, in SQL.
 
-Counting a cell's units with their zeros, the frequency rule let ``SUM(income) WHERE
-(municipality = M AND age = 94) OR income = 0`` pass on the demo's 1,877 zero incomes and
-published one person's income, exact under the threshold rule and within 50 rounded (red team
-s38e). It now counts a magnitude's non-zero contributors
-(:func:`sqlsdc.rewrite.cells.frequency_count`), but rows of other values still pad a cell, and
-one contribution may dominate many. Magnitude tables need a rule on the contributions
+The frequency rule counts a magnitude's non-zero contributors
+(:func:`sqlsdc.rewrite.cells.frequency_count`): counting zeros, it would let ``SUM(income)
+WHERE (municipality = M AND age = 94) OR income = 0`` pass on the demo's 1,877 zero incomes
+and publish one person's income, exact under the threshold rule and within 50 rounded (red
+team s38e). But rows of other values still pad a cell, and one contribution may dominate
+many. Magnitude tables need a rule on the contributions
 themselves (Hundepool et al.,
 *Statistical Disclosure Control*, 2012, §4.2.2; τ-ARGUS manual §2.2; digest
 ``seed_2006_tabular.md`` §2), with the definitions of :mod:`sqlsdc.tabular.rules` (strict

@@ -47,20 +47,21 @@ mean times the protected count, so that published sum over published count is th
 the rounding applied after the adjustment: a cell of n contributors with exact sum S, whose
 contributor count the counts' rule publishes as n̂, publishes ``R_B(S·n̂/n)``, the rounded
 mean times the rounded count. Rounded by itself, a sum of values the query pins (``SUM(age)
-WHERE age = 94``, a measure at a class break) was v·n rounded to B, which for v near or above B
-told n exactly where the counts were rounded to blur it (red team s37d: 700, so 7 persons,
-where COUNT(*) showed 5); now it is ``R_B(v·n̂)``, a function of v and the published count.
+WHERE age = 94``, a measure at a class break) would be v·n rounded to B, which for v near or
+above B tells n exactly where the counts are rounded to blur it (red team s37d: 700, so 7
+persons, where COUNT(*) showed 5); so it is ``R_B(v·n̂)``, a function of v and the published
+count.
 
 * n is the cell's contributors, its rows of non-zero value ``COUNT(NULLIF(x, 0))`` (on a join
   the rows, as under CKM, not the units of another table), and n̂ that count as published: the
   same rows, cell key, base and rule, what ``COUNT(*) ... WHERE x <> 0`` shows. The sum's coin
   is the cell key of the same rows, mixed with its salt. A row of value 0 adds nothing to S
   and is no contributor (cellKey's ``use_zero_rkeys = FALSE``, as :mod:`sqlsdc.rewrite.ckm`):
-  keyed and counted by every non-NULL row, one exact sum drew a new coin and a new n̂/n for
-  every set of zeros a query left out (``AND NOT (income = 0 AND age IN (...))``), and under
-  ``unbiased`` rounding the share of its upper multiples estimated r/B (200 such queries of
-  region R01's income: 0.980 for r/B = 0.963, their mean within 2 of S with exact counts).
-  Now zeros change nothing the sum publishes, also ``SUM(age) WHERE (M AND age = 94) OR age =
+  keyed and counted by every non-NULL row, one exact sum would draw a new coin and a new n̂/n
+  for every set of zeros a query left out (``AND NOT (income = 0 AND age IN (...))``), and
+  under ``unbiased`` rounding the share of its upper multiples would estimate r/B (200 such
+  queries of region R01's income: 0.980 for r/B = 0.963, their mean within 2 of S with exact
+  counts). Zeros change nothing the sum publishes, also ``SUM(age) WHERE (M AND age = 94) OR age =
   0`` (red team s38e): n, n̂ and the coin are those of the persons aged 94, and the sum is
   ``R_B(94·n̂)``. Rows of a small known non-zero value (``OR age = 1``) still dilute the mean
   and leave S within about B/2 of 94·k + m, m known within the counts' base: k told (open,
@@ -77,12 +78,12 @@ where COUNT(*) showed 5); now it is ``R_B(v·n̂)``, a function of v and the pub
   as 0 has sum 0 (n = 0, a cell of zeros only, is suppressed by the frequency rule). Negative
   sums round like positive ones (floor and remainder, not truncation).
 * Margins (ROLLUP, CUBE, totals) are their own cells, rounded from their own mean and count:
-  per-cell rounding was never additive, and now a margin may differ from the sum of its
+  per-cell rounding is not additive, and a margin may differ from the sum of its
   published cells by more than the base. Controlled rounding (``sqlsdc protect --method
   round``, :func:`sqlsdc.tabular.controlled_round`) keeps margins additive and does not share
   this code.
 * Where the counts are not rounded (the threshold rule publishes the exact count), n̂ = n and
-  the sum is ``R_B(S)``, as before. Beside CKM counts the planner refuses a rounded magnitude
+  the sum is ``R_B(S)``. Beside CKM counts the planner refuses a rounded magnitude
   (:data:`sqlsdc.planner.plan._COUNTS_REVEALED_BY`: there is no rounded count, and a rounded
   pinned sum would tell the count the noise hides); DP and suppressed counts admit no rounded
   magnitudes at all. Joined tables whose counts follow different rules are refused here.
@@ -90,9 +91,9 @@ where COUNT(*) showed 5); now it is ``R_B(v·n̂)``, a function of v and the pub
 An AVG is the published sum over the published ``COUNT(x)``, ``R_B(S·n̂/n)/ĉ`` with ĉ the
 count of every non-NULL row, zeros included, rounded with its own cell key (NULL when ĉ is 0),
 exactly ``SUM(x) / COUNT(x)`` of the published values (zeros change it only through ĉ, as
-under CKM): rounded by itself to the base it was
-so much finer than the sum that SUM(x)/AVG(x) was the exact number of contributors (red team
-s37d: 116 where COUNT showed 120); now that ratio is the published count.
+under CKM): rounded by itself to the base, it would be so much finer than the sum that
+SUM(x)/AVG(x) gave the exact number of contributors (red team s37d: 116 where COUNT showed
+120); so that ratio is the published count.
 
 The sum's value ``S·n̂/n`` is a rational: it is computed in DOUBLE (``CAST(S AS DOUBLE) · n̂ /
 n``; exact when the mean is pinned and ``S·n̂`` is an integer below 2^53, as the quotient v·n̂

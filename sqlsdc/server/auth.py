@@ -50,9 +50,6 @@ class ScramKeys:
     server_key: bytes
     iterations: int
 
-    def as_scramp(self) -> tuple[bytes, bytes, bytes, int]:
-        return self.salt, self.stored_key, self.server_key, self.iterations
-
 
 def saslprep(password: str) -> str:
     """RFC 4013 SASLprep mapping and normalisation (non-ASCII spaces to space, "commonly

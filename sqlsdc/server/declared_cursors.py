@@ -66,8 +66,8 @@ class DeclaredCursors:
             raise StatementError("42601", f"a cursor is declared for a query; "
                                  f"{answer.tag} returns no rows", "DECLARE name CURSOR FOR "
                                  "SELECT ...")  # fmt: skip
-        # its query text counts with its answer: a thousand cursors of a megabyte of text
-        # each went uncounted (red team s43f)
+        # its query text counts with its answer, or a thousand cursors of a megabyte of text
+        # each would hold a gigabyte uncounted (test_redteam_s43f.py)
         self.cursors[statement.name] = Portal(Statement(statement.query, ()), params, (),
                                               result=answer, hold=statement.hold,
                                               size=len(statement.query))  # fmt: skip

@@ -202,10 +202,6 @@ def binary_value(value, oid: int) -> bytes:
     return text_value(value, oid)
 
 
-def column_encoder(oid: int, binary: bool) -> Callable[[object], bytes]:
-    return (lambda v: binary_value(v, oid)) if binary else (lambda v: text_value(v, oid))
-
-
 # --- parameters in -----------------------------------------------------------------------------
 
 

@@ -87,10 +87,6 @@ class Request:
     canonical: str
     digest: str
 
-    @property
-    def is_regression(self) -> bool:
-        return any(e.kind == "ols" for e in self.estimands)
-
 
 def _refuse(reason: str, sql: str) -> PolicyViolation:
     return PolicyViolation(reason, _HINT, sql=sql)

@@ -219,7 +219,7 @@ def build_table(
     hid = None if holding is None else _holding_ids(microdata[holding])
     gid = None
     if unit is not None:
-        uid, n_units = _factorize(microdata[unit], unit)
+        uid, _ = _factorize(microdata[unit], unit)
         for name, col in (("weight", w), ("holding", hid)):
             if col is not None and _varies(uid, col):
                 raise TabularError(f"the {name} varies within a unit of column {unit!r}")

@@ -57,8 +57,6 @@ from sqlsdc.mechanisms.rounding import (  # noqa: F401  (re-exported: the per-ce
 )
 from sqlsdc.tabular.model import Table
 
-STATUSES = ("optimal", "feasible", "near_feasible")
-
 #: Tables with more cells are partitioned by ``partition="auto"`` when a dimension is
 #: hierarchical (benchmarks/README.md: 12 s to the optimum of a whole 10^4-cell 2-D table; its
 #: sub-tables give a zero-restricted rounding in under 2 s, improved as a whole after).
@@ -617,8 +615,8 @@ def _problem(table: Table, values, base: int, zero_restricted: bool, weights, se
         raise InternalError("the constraint matrix A must have integer entries")
     terms = max(1, int(decided.sum()))
     # the objective weighs k itself, a multiple of the base: a sum of incomes has k in the
-    # millions, and coefficients scaled for counts overflowed CP-SAT's 64 bits (exit 70,
-    # "CP-SAT rejected the rounding model", new user s39)
+    # millions, and coefficients scaled for counts would overflow CP-SAT's 64 bits ("CP-SAT
+    # rejected the rounding model")
     reach = int(np.where(decided, np.maximum(np.abs(low), np.abs(high)), 0).max(initial=0))
     reach = max(1, reach)
     cost = _fit_costs(_integer_costs(raw), terms * terms * reach)

@@ -153,7 +153,7 @@ def inner_cells_sql(universe: Universe) -> exp.Select:
     per_unit = per_unit.select(exp.alias_(cells_of_unit, SPREAD))
     per_unit = per_unit.group_by(unit.copy(), *[d.copy() for d in dims])
     # each key named as the universe names it: DuckDB names a result column as the table
-    # spells it (a table's NACE was no 'nace': KeyError, new user s38)
+    # spells it: a table's NACE is no 'nace' (test_a_table_whose_columns_are_named_in_capitals)
     keys = [exp.alias_(exp.column(c), c, quoted=True) for c in universe.columns]
     cells = exp.select(*keys).from_(per_unit.subquery("__u"))
     cells = cells.select(
