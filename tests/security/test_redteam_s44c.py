@@ -6,6 +6,10 @@ Found, and closed:
   kept a cell on the multiple the *latest* version published, so a cell whose units changed
   and changed back was kept on the changed version's multiple, adjacent again, and readers of
   the first version held the same count rounded both ways (:mod:`sqlsdc.jobs.rounded_versions`).
+* **a synthesis's size under threshold or cell-key protection**: without ``--rows`` a ``cart``
+  or ``parametric`` synthesis draws as many records as its source, and only suppression
+  policies asked for ``--rows``; one job per municipality told counts of 1 and 2 the guard
+  hides (:func:`sqlsdc.jobs.synthesis_files.refuse_synthesis_size`, now for any protection).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import duckdb
 import numpy as np
 import pandas as pd
+import pytest
 
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import TabularError
@@ -76,3 +81,25 @@ def test_a_rounding_of_the_first_data_again_keeps_the_first_versions_multiples(j
     last = _rounded(db, "r")
     both = first.index.intersection(last.index)
     assert (first[both] == last[both]).all(), first[both][first[both] != last[both]]
+
+
+def test_a_synthesis_of_one_municipality_under_threshold_protection_needs_rows(jobs_demo_db):
+    """Before: under threshold protection (the guard hides a count under 10), one cart job per
+    municipality, without --rows, told 4 of 4 hidden municipality counts (1, 2, 2, 2) by its
+    number of records; only suppression policies asked for --rows. Now refused without it."""
+    import sqlsdc
+    from sqlsdc.synth import synthesize
+
+    db = jobs_demo_db
+    with sqlsdc.connect(db, user="analyst") as con:
+        live = dict(con.execute("SELECT municipality, COUNT(*) FROM persons GROUP BY 1").fetchall())
+    hidden = sorted(m for m, n in live.items() if n is None)[:2]
+    assert hidden
+    for i, place in enumerate(hidden):
+        sql = f"SELECT sex, education FROM persons WHERE municipality = '{place}'"
+        with pytest.raises(sqlsdc.Error, match=r"--rows N"):
+            synthesize(db, user="admin", into=f"syn{i}", method="cart", seed=7, sql=sql)
+        synthesize(db, user="admin", into=f"syn{i}", method="cart", seed=7, sql=sql, rows=5)
+        assert _read(db, f"SELECT count(*) FROM protected.syn{i}") == [(5,)]
+    synthesize(db, user="admin", into="every", method="cart", seed=7,
+               sql="SELECT sex, education FROM persons")  # every row: the table's size  # fmt: skip
