@@ -123,21 +123,39 @@ def held(job, cells: Cells) -> np.ndarray | None:
 
 
 def versions_of(job, cells: Cells) -> list[tuple[int, np.ndarray]]:
-    """Every version of ``job`` (name, method) of the same population that kept values: its
-    query id and the value it published per cell of ``cells`` (NaN where it held none), oldest
-    first (:mod:`sqlsdc.jobs.rounded_versions` reads them all)."""
+    """Every version of ``job`` (name, method) of the same table and aggregate that kept
+    values, whatever its rows: its query id and the value it published per cell of ``cells``
+    (NaN where it held none), oldest first (:mod:`sqlsdc.jobs.rounded_versions` reads them
+    all, and compares their units with the job's: a version of other rows holds the same
+    original where the units are the same, e.g. ``WHERE age >= 85 AND person_id NOT IN (...)``
+    of persons who turned 85 since)."""
     if not _kept(job.con):
         return []
     frame = job.con.execute(
-        f"SELECT query_id, cell, value FROM {S}.job_cells "
-        "WHERE name = ? AND method = ? AND population = ? ORDER BY query_id",
-        [job.name, job.method, cells.population],
+        f"SELECT query_id, population, cell, value FROM {S}.job_cells "
+        "WHERE name = ? AND method = ? ORDER BY query_id",
+        [job.name, job.method],
     ).df()
+    mine = _aggregate(cells.population)
     keys = pd.Series(cells.keys)
     return [
         (int(query_id), keys.map(rows.set_index("cell")["value"]).to_numpy(np.float64))
         for query_id, rows in frame.groupby("query_id", sort=True)
+        if rows["population"].iloc[0] == cells.population
+        or (mine is not None and _aggregate(rows["population"].iloc[0]) == mine)
     ]
+
+
+def _aggregate(population: str) -> tuple | None:
+    """The table and measure a canonical population describes, or None (a population kept as
+    SQL text, which is compared as a whole)."""
+    try:
+        described = json.loads(population)
+    except ValueError:
+        return None
+    if not isinstance(described, dict) or "table" not in described:
+        return None
+    return str(described["table"]).lower(), json.dumps(described.get("measure"), sort_keys=True)
 
 
 def record(job, cells: Cells, published) -> None:

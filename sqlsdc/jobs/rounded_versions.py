@@ -15,8 +15,10 @@ again, so 4 cells of the first version's units (the cell, its row and column tot
 grand total) were published both ways, 11 candidate counts left of 23.
 
 So the catalog keeps every version's values (:func:`sqlsdc.jobs.kept_cells.record` no longer
-overwrites them), and a rounding reads each version of its own population whose units were
-kept (``sqlsdc.job_units``): a cell unchanged since one (no unit entered, left or changed its
+overwrites them), and a rounding reads each version of its name, table and aggregate whose
+units were kept (``sqlsdc.job_units``), of its own rows or others (the same rounding stored
+as ``WHERE age >= 85 AND person_id NOT IN (...)`` of the ten persons, another population, did
+the same): a cell unchanged since one (no unit entered, left or changed its
 contribution) is kept on that version's multiple (:func:`keep`, the latest such version first),
 and a rounding that still publishes such a cell at another multiple is refused
 (:func:`refuse_other_multiples`): the windows of two versions of the same original give less
@@ -52,8 +54,8 @@ class Version:
 
 
 def earlier_versions(job: Job, table: Table, cells: Cells, units: Units) -> list[Version]:
-    """The versions of ``job`` (name, method, population) whose values and units were kept,
-    oldest first."""
+    """The versions of ``job`` (name, method; the same table and aggregate, any rows) whose
+    values and units were kept, oldest first."""
     found = []
     for query_id, values in versions_of(job, cells):
         changes = version_changes(job, table, query_id, units)
