@@ -237,10 +237,11 @@ def refuse_exact_synthesis(
     found = file_release(con, policy, label, source, [], list(columns))
     if found is not None:  # no step, nothing blanked: its cells are counted on the source
         table, release = found
-        refuse_file_differences(con, policy, release, exact_tables(con, policy, table))
+        tables = exact_tables(con, policy, table, rounded_counts=True)
+        refuse_file_differences(con, policy, release, tables)
         refuse_live_file_cells(con, policy, table, release, SynthesisError)
     for table in opaque_tables(policy, source):
-        if others := exact_tables(con, policy, table):
+        if others := exact_tables(con, policy, table, rounded_counts=True):
             raise SynthesisError(opaque_refusal(label, table, others[0][0]))
 
 
