@@ -98,7 +98,8 @@ def _option(text: str) -> tuple[str, object]:
 @click.option("--copies", type=click.IntRange(1), default=1, show_default=True,
               help="Synthetic copies, in one table with a synthetic_copy column.")  # fmt: skip
 @click.option("--rows", type=click.IntRange(0), help="Records per copy (default: as many as "
-              "the source; DP: the estimated count).")  # fmt: skip
+              "the source, which must then be every row of a protected table; DP: the "
+              "estimated count).")  # fmt: skip
 @click.option("--replace", is_flag=True, help="Overwrite an existing output of that name.")
 @writing_admin_option
 @format_option(default="table", choices=("table", "json"))

@@ -14,8 +14,8 @@ Tables:
     outputs         tables stored by back-end jobs (``protected.*``): what, how, by whom, and the
                     audit entry (``query_id``) under which the ledger holds their cells
     output_versions every version of those tables ever stored: its definition and report
-    job_cells       the value each cell of a CTA, IPF or rounding job was last published with, per
-                    job name and canonical population (its readers keep every version)
+    job_cells       the value each cell of a CTA, IPF or rounding job was published with by each
+                    version, per job name and canonical population (its readers keep them all)
     job_units       each unit's inner cell and contribution in every version of a suppression,
                     rounding, CTA or IPF job, per canonical population: what changed between
                     two versions

@@ -62,7 +62,7 @@ import pandas as pd
 
 from sqlsdc.catalog import store
 from sqlsdc.errors import TabularError
-from sqlsdc.jobs import kept_cells, replaced_sides
+from sqlsdc.jobs import kept_cells, replaced_sides, rounded_versions
 from sqlsdc.jobs.adjusted_revisions import refuse_published_revisions, revision_units
 from sqlsdc.jobs.job import Job, Progress, check_time_limit, job_rules, open_job
 from sqlsdc.jobs.revisions import Units, record_units
@@ -142,9 +142,12 @@ def round_query(
         table = job.tabulate(rules)
         found = _refuse_small_base(table, rules, base)
         identities = kept_cells.identify(job, table)
+        units = revision_units(job, identities)
+        versions = rounded_versions.earlier_versions(job, table, identities, units)
         before = replaced_sides.published_before(job, table, identities)
         job.step(f"controlled rounding to base {base}")
-        result = controlled_round(table, base, time_limit=time_limit, keep=before)
+        result = controlled_round(table, base, time_limit=time_limit,
+                                  keep=rounded_versions.keep(before, versions))  # fmt: skip
         rounded = result.cells["rounded"].to_numpy(np.float64)
         relaxed = np.zeros(rounded.size, dtype=bool)
         relaxed[
@@ -175,7 +178,7 @@ def round_query(
         # DOUBLE count of persons as 3525.0)
         integral = np.abs(rounded).max(initial=0) < 2**53
         published = rounded.astype(np.int64) if integral else rounded
-        units = revision_units(job, identities)
+        rounded_versions.refuse_other_multiples(table, rounded, versions)  # s44c
         refuse_published_revisions(job, table, rules, identities, units, rounded, "round")
         return _finish(job, table, published, "round", result.status, details, None, started,
                        identities, units)  # fmt: skip

@@ -244,13 +244,14 @@ def _refuse_differences(con, policy, into: str, source: str, log, stored: pd.Dat
         table, release = found
         con.register(records, stored)
         try:
-            refuse_file_differences(con, policy, release, exact_tables(con, policy, table))
+            tables = exact_tables(con, policy, table, rounded_counts=True)
+            refuse_file_differences(con, policy, release, tables)
             refuse_live_file_cells(con, policy, table, release, MicrodataError)
             _refuse_other_files(con, policy, into, table, release)
         finally:
             con.unregister(records)
     for table in opaque_tables(policy, source):  # no WHERE on one table: nothing to compare
-        if others := exact_tables(con, policy, table):
+        if others := exact_tables(con, policy, table, rounded_counts=True):
             raise MicrodataError(opaque_refusal(label, table, others[0][0]))
         files = [f.label for t, f in all_files(con, policy) if t.lower() == table.lower()]
         if others := _released_with(con, policy, into, files + opaque_files(con, policy, table)):

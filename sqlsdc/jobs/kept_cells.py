@@ -18,8 +18,9 @@ output table itself, and keyed its secret factors by its SQL text; red team s41c
   5.5 %.
 
 So ``sqlsdc.job_cells`` keeps, per job name, method and population, the value each cell was
-last published with (:func:`record`, in the storing transaction), and a job reads the values
-of its own population whatever versions came between (:func:`held`). Identities:
+published with by every version (:func:`record`, in the storing transaction), and a job reads
+the latest values of its own population whatever versions came between (:func:`held`), a
+rounding every version's (:func:`versions_of`). Identities:
 
 - the population (:func:`identify`): the table, the measure (none for a count) and the rows,
   as the guard's cell identity describes them (:func:`~sqlsdc.planner.identity.
@@ -111,7 +112,8 @@ def held(job, cells: Cells) -> np.ndarray | None:
     if not _kept(job.con):
         return None
     frame = job.con.execute(
-        f"SELECT cell, value FROM {S}.job_cells WHERE name = ? AND method = ? AND population = ?",
+        f"SELECT cell, arg_max(value, query_id) AS value FROM {S}.job_cells "
+        "WHERE name = ? AND method = ? AND population = ? GROUP BY cell",
         [job.name, job.method, cells.population],
     ).df()
     if frame.empty:
@@ -120,18 +122,51 @@ def held(job, cells: Cells) -> np.ndarray | None:
     return pd.Series(cells.keys).map(values).to_numpy(np.float64)
 
 
+def versions_of(job, cells: Cells) -> list[tuple[int, np.ndarray]]:
+    """Every version of ``job`` (name, method) of the same table and aggregate that kept
+    values, whatever its rows: its query id and the value it published per cell of ``cells``
+    (NaN where it held none), oldest first (:mod:`sqlsdc.jobs.rounded_versions` reads them
+    all, and compares their units with the job's: a version of other rows holds the same
+    original where the units are the same, e.g. ``WHERE age >= 85 AND person_id NOT IN (...)``
+    of persons who turned 85 since)."""
+    if not _kept(job.con):
+        return []
+    frame = job.con.execute(
+        f"SELECT query_id, population, cell, value FROM {S}.job_cells "
+        "WHERE name = ? AND method = ? ORDER BY query_id",
+        [job.name, job.method],
+    ).df()
+    mine = _aggregate(cells.population)
+    keys = pd.Series(cells.keys)
+    return [
+        (int(query_id), keys.map(rows.set_index("cell")["value"]).to_numpy(np.float64))
+        for query_id, rows in frame.groupby("query_id", sort=True)
+        if rows["population"].iloc[0] == cells.population
+        or (mine is not None and _aggregate(rows["population"].iloc[0]) == mine)
+    ]
+
+
+def _aggregate(population: str) -> tuple | None:
+    """The table and measure a canonical population describes, or None (a population kept as
+    SQL text, which is compared as a whole)."""
+    try:
+        described = json.loads(population)
+    except ValueError:
+        return None
+    if not isinstance(described, dict) or "table" not in described:
+        return None
+    return str(described["table"]).lower(), json.dumps(described.get("measure"), sort_keys=True)
+
+
 def record(job, cells: Cells, published) -> None:
     """Keep the value each cell is published with now (cells published as 0 too: readers read
-    a missing cell as 0); run inside the transaction that stores the output."""
+    a missing cell as 0) beside those of earlier versions, which readers keep too (red team
+    s44c, :mod:`sqlsdc.jobs.rounded_versions`); run inside the transaction that stores the
+    output."""
     frame = pd.DataFrame({"cell": cells.keys, "value": np.asarray(published, dtype=np.float64)})
     con = job.con
     con.register("__kept_cells", frame)
     try:
-        con.execute(
-            f"DELETE FROM {S}.job_cells WHERE name = ? AND method = ? AND population = ? "
-            "AND cell IN (SELECT cell FROM __kept_cells)",
-            [job.name, job.method, cells.population],
-        )
         con.execute(
             f"INSERT INTO {S}.job_cells SELECT ?, ?, ?, cell, value, ? FROM __kept_cells",
             [job.name, job.method, cells.population, job.query_id],

@@ -69,6 +69,8 @@ def refuse_job(
     _refuse_second_count_protection(con, policy, spec, method)
     if exact_method(method, spec):
         refuse_small_differences(con, policy, spec, _exact_releases(con, policy, spec))
+    elif method == "round":  # a rounded count beside a file's exact counts (red team s44c)
+        refuse_small_differences(con, policy, spec, _exact_files(con, policy, spec))
     if method == "suppress" and spec.measure is not None:  # its units' counts are published too
         counted = dataclasses.replace(spec, measure=None)
         refuse_small_differences(con, policy, counted, _exact_releases(con, policy, counted))
@@ -292,8 +294,19 @@ def _exact_releases(con, policy: Policy, spec: JobSpec) -> list[Release]:
         for label, theirs in exact_tables(con, policy, spec.table)
         if theirs.measure == spec.measure
     ]
+    return found + _exact_files(con, policy, spec)
+
+
+def _exact_files(con, policy: Policy, spec: JobSpec) -> list[Release]:
+    """The anonymised files of the job's table, and the syntheses that count as exact, that
+    hold its aggregate unperturbed, as the exact tables they imply; a file the check cannot
+    compare refuses the job (:func:`_exact_releases`). A rounding of counts is checked
+    against them (red team s44c: a file of everyone aged 85+ but one beside their rounded
+    counts by region x education gave that person's region for 231 of 2,283 persons)."""
+    if opaque := _opaque(con, policy, spec.table):
+        raise TabularError(opaque_refusal(f"the file {opaque[0]}", spec.table, "the job"))
     files = stored_files(con, policy, spec.table) + stored_exact_syntheses(con, policy, spec.table)
-    return found + [f for f in files if spec.measure is None or f.holds(spec.measure)]
+    return [f for f in files if spec.measure is None or f.holds(spec.measure)]
 
 
 def refuse_pattern_differences(con, policy: Policy) -> None:

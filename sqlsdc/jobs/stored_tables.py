@@ -118,11 +118,20 @@ def pattern_label(table: str) -> str:
     return f"the suppression pattern of {table}"
 
 
-def exact_tables(con, policy: Policy, table: str) -> list[tuple[str, JobSpec]]:
+def exact_tables(
+    con, policy: Policy, table: str, *, rounded_counts: bool = False
+) -> list[tuple[str, JobSpec]]:
     """``(label, JobSpec)`` of the tables of ``table`` that readers hold with exact values: the
     guard's suppression pattern (the whole table, one per aggregate it suppresses), every
     stored output of an exact job (:func:`exact_method`), and every earlier version of one
-    replaced or dropped since (:func:`earlier_job_versions`: their readers keep them). A
+    replaced or dropped since (:func:`earlier_job_versions`: their readers keep them).
+
+    ``rounded_counts``: roundings of counts too, for the checks of a file (anonymised, or a
+    synthesis that counts as exact), whose counts are exact: the difference of a file's cell
+    and a rounded one of a few more units is those units' count within the base, and at the
+    window's edge their presence (red team s44c: every person aged 85+ but one in a file beside
+    85+ by region x education rounded to base 5 left 4 of the 32 cells for 231 of the 2,283
+    persons, their region). Two roundings of counts stay unchecked (:func:`exact_method`). A
     suppression job of a sum also releases the counts of its cells' units, in its ``n``
     column, a table of counts of its own (red team s38b: a count job of everyone aged 85 or
     over by sex, and a suppression job of their incomes less the tertiary-educated of one
@@ -138,7 +147,8 @@ def exact_tables(con, policy: Policy, table: str) -> list[tuple[str, JobSpec]]:
             pattern = JobSpec(declared.name, universe.columns, measure, universe.unit, None)
             found.append((label, pattern))
     for name, method, theirs in stored_outputs(con, policy) + earlier_job_versions(con, policy):
-        if not exact_method(method, theirs) or theirs.table.lower() != declared.name.lower():
+        exact = exact_method(method, theirs) or (rounded_counts and method == "round")
+        if not exact or theirs.table.lower() != declared.name.lower():
             continue
         found.append((name, theirs))
         if method == "suppress" and theirs.measure is not None:

@@ -23,9 +23,9 @@ EVERYONE = "SELECT sex, municipality, income FROM persons"
 OPAQUE = "SELECT p.sex, p.municipality FROM (SELECT * FROM persons) AS p"
 
 
-def _synthesis(db, draw: str, sql: str = EVERYONE, *, replace: bool = False):
+def _synthesis(db, draw: str, sql: str = EVERYONE, *, replace: bool = False, rows=None):
     synthesize(db, user="admin", into="syn", method="cart", seed=7, sql=sql,
-               options={"draw": draw}, replace=replace)  # fmt: skip
+               options={"draw": draw}, replace=replace, rows=rows)  # fmt: skip
 
 
 def _persons_but_babies(db):
@@ -42,7 +42,7 @@ def test_a_replaced_balanced_synthesis_is_still_compared(jobs_demo_db):
     # now drawn with replacement, of R02's persons' ages: one draw of another column, not
     # exact itself (a column the balanced one drew too would be a second draw of R02's rows)
     _synthesis(jobs_demo_db, "random", "SELECT age FROM persons WHERE region = 'R02'",
-               replace=True)  # fmt: skip
+               replace=True, rows=1000)  # a size not read from the data (s44c)  # fmt: skip
     con = open_database(jobs_demo_db)
     try:
         versions = [(v.method, v.name) for v in earlier_versions(con)]

@@ -183,7 +183,8 @@ def draft_db(pristine_demo_db, tmp_path_factory, copy_database):
     from sqlsdc.synth import synthesize
 
     db = copy_database(pristine_demo_db, tmp_path_factory.mktemp("draft"))
-    synthesize(db, user="admin", into="draft_syn", method="cart", seed=3, sql=DRAFT_SOURCE)
+    synthesize(db, user="admin", into="draft_syn", method="cart", seed=3, sql=DRAFT_SOURCE,
+               rows=1000)  # a size not read from the data (s44c)  # fmt: skip
     return db
 
 

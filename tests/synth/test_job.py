@@ -198,7 +198,7 @@ def test_non_dp_refusals(fresh_demo_db):
         synthesize(fresh_demo_db, user="admin", sql="SELECT * FROM sqlsdc.secrets", into="x",
                    method="parametric")  # fmt: skip
     synthesize(fresh_demo_db, user="admin", into="q", method="parametric",
-               sql="SELECT region, income FROM persons WHERE age > 60")  # fmt: skip
+               sql="SELECT region, income FROM persons WHERE age > 60", rows=1000)  # fmt: skip
     q = _read(fresh_demo_db, "SELECT report FROM sqlsdc.outputs")
     assert json.loads(q["report"][0])["source_sql"].endswith("WHERE age > 60")
     with pytest.raises(MicrodataError, match="exists; pass --replace"):
