@@ -1,0 +1,119 @@
+"""Red team s44i: what the policy tells the attacker of a suppression universe (query path).
+
+1. Policy bounds. An analyst reads the policy (``sqlsdc policy show``), each measure's ``bounds:
+   [lo, hi]`` of one value: a hidden sum beside a published count of n units lies in
+   [lo * n, hi * n], beside a hidden count up to hi times the largest count the published
+   counts allow. The universe's audit assumed [0, inf). Below (employees bounded by [0, 50],
+   a 3 x 3 table of three firms per cell), (A, R1) holds 52 employees, one firm of 50;
+   nk(1, 60) asks its interval to reach 50 * 100 / 60 = 83.3. On main it was reported protected
+   with (A, R3), (B, R1), (B, R3), (C, R1), (C, R3) hidden; (B, R3) holds 148 employees, 2 short
+   of its cap, and (C, R1) 15, so the attacker's LP with the bounds put (A, R1) in [0, 69].
+   Now the audit knows the bounds: 5 secondaries again, another set (the R1 and R3 totals,
+   (A, R3), (C, R1), (C, R3)), and the interval reaches 88.
+2. A pattern stored before s44h's fix published sums (and their contributors: SUM / AVG) beside
+   hidden counts, which stay published. Such a sum tells its count is at least its contributors
+   (and exactly them when the pattern's AVGs told every unit has a value); the counts' audit
+   now starts from those bounds, so the count pattern adds suppressions where they prove a
+   count short.
+
+Demo (20,000 persons, seed 7, enterprises' employees clamped to [0, 50] and the policy's bounds
+[0, 50]): a joint LP over the CUBE(nace, region) answer's counts and employees with the bounds
+found no primary short on main either (12 counts, 82 employees primaries; 23 and 128 cells
+hidden, the same after the fix): the gap needs a sum near hi * n beside a dominated cell.
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import linprog
+
+from sqlsdc.tabular.universe import COUNT, STATUS, VALUE, Universe
+from sqlsdc.tabular.universe_pattern import protect_universe
+
+FIRMS = {  # employees of the three firms in every inner cell
+    ("A", "R1"): [50, 1, 1],
+    ("A", "R2"): [40, 40, 40],
+    ("A", "R3"): [12, 12, 12],
+    ("B", "R1"): [15, 15, 15],
+    ("B", "R2"): [50, 49, 49],
+    ("B", "R3"): [50, 49, 49],
+    ("C", "R1"): [5, 5, 5],
+    ("C", "R2"): [20, 20, 20],
+    ("C", "R3"): [20, 20, 20],
+}
+HI = 50.0
+
+
+def _universe(bounds=((("employees", (0.0, HI))),), counts=("freq:3",)) -> Universe:
+    return Universe(
+        table="enterprises",
+        unit="enterprise_id",
+        groups=(("nace", ("nace",)), ("region", ("region",))),
+        measures=("employees",),
+        counts=SimpleNamespace(rules=list(counts), min_frequency=3),
+        magnitudes=SimpleNamespace(rules=["nk:1,60", "freq:3"], min_frequency=3),
+        secondary="gauss",
+        cost="value",
+        time_limit=10.0,
+        bounds=bounds,
+    )
+
+
+def _cells(firms: dict) -> pd.DataFrame:
+    rows = []
+    for (nace, region), values in firms.items():
+        rows.append({
+            "nace": nace, "region": region, "__units": len(values), "__spread": 1,
+            "employees__sum": float(sum(values)), "employees__n": len(values),
+            "employees__nz": sum(v != 0 for v in values),
+            "employees__top": sorted((float(v) for v in values), reverse=True),
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _leaves(pattern: pd.DataFrame) -> list[tuple]:
+    return [(r.nace, r.region) for r in pattern.itertuples()
+            if not pd.isna(r.nace) and not pd.isna(r.region)]  # fmt: skip
+
+
+def _covers(pattern, leaves) -> np.ndarray:
+    return np.array([[(pd.isna(c.nace) or c.nace == a) and (pd.isna(c.region) or c.region == b)
+                      for a, b in leaves] for c in pattern.itertuples()], float)  # fmt: skip
+
+
+def _sum_interval(pattern: pd.DataFrame, cell: tuple) -> tuple[float, float]:
+    """The attacker's LP interval of one sum: the published sums, every inner cell's sum in
+    [0, HI * its count] (counts as published, or 3 where hidden: every count here is 3)."""
+    leaves = _leaves(pattern)
+    cover = _covers(pattern, leaves)
+    shown = pattern[f"employees{VALUE}"].notna().to_numpy()
+    counts = pattern[f"{COUNT}{VALUE}"].to_numpy(dtype=float)
+    inner = {(r.nace, r.region): i for i, r in enumerate(pattern.itertuples())}
+    cap = [HI * (counts[inner[leaf]] if not math.isnan(counts[inner[leaf]]) else 3)
+           for leaf in leaves]  # fmt: skip
+    target = cover[inner[cell]]
+    out = []
+    for sense in (1, -1):
+        res = linprog(sense * target, A_eq=cover[shown],
+                      b_eq=pattern[f"employees{VALUE}"].to_numpy(dtype=float)[shown],
+                      bounds=[(0, c) for c in cap], method="highs")  # fmt: skip
+        assert res.status == 0
+        out.append(sense * res.fun)
+    return out[0], out[1]
+
+
+def test_the_policy_bounds_are_known_to_the_attacker():
+    """(A, R1): 52 employees, one firm of 50; nk(1, 60) asks its interval to reach 83.3. On
+    main it was reported protected and an LP with the policy's bounds put it in [0, 69]
+    (fails on main); now [0, 88]."""
+    pattern, report = protect_universe(_universe(), _cells(FIRMS))
+    assert report["aggregates"]["employees"]["audit_passed"]
+    assert pattern[f"employees{STATUS}"].iloc[
+        [i for i, r in enumerate(pattern.itertuples()) if (r.nace, r.region) == ("A", "R1")]
+    ].item() == "primary"  # fmt: skip
+    lo, hi = _sum_interval(pattern, ("A", "R1"))
+    assert hi >= 50 * 100 / 60 - 1e-6, (lo, hi)
