@@ -100,6 +100,7 @@ def protect_universe(
     moved = None  # cells whose unit count changed (counts suppressed too), read by the sums
     uncounted = None  # cells whose unit count the pattern hides: their sums are hidden too
     units = None  # the counts' cells: true unit counts and the largest the attacker can prove
+    told = None  # the counts' cells: contributors of sums an earlier pattern showed beside them
     for aggregate in universe.aggregates:
         table = _table(universe, aggregate, cells, codes, dims, hierarchies)
         with_value = None
@@ -112,8 +113,10 @@ def protect_universe(
         before = _earlier(coordinates, earlier, aggregate)
         if aggregate == COUNT:
             apriori = _known_bounds(universe, aggregate, table, cells, codes, dims, hierarchies)
-            apriori = _told_by_earlier_sums(universe, table, coordinates, earlier, apriori,
-                                            (cells, codes, dims, hierarchies))  # fmt: skip
+            told = _told_by_earlier_sums(universe, table, coordinates, earlier,
+                                         (cells, codes, dims, hierarchies))  # fmt: skip
+            if told is not None:
+                apriori = _with_told(apriori, told, table.values.astype(float))
         else:
             apriori = _bounded_sums(universe.bound(aggregate), table, with_value, units)
         kept, held, forced = _carried_over(table, before)
@@ -129,18 +132,29 @@ def protect_universe(
                                 before, seen, None if seen is not None else moved)  # fmt: skip
         if revised is not None:
             rules.append(revised)
-        result = suppression_pattern(
-            table,
-            rules,
-            method=universe.secondary,
-            cost=universe.cost,
-            primary=ManualRule(kept, safety_range=0.0, name=EARLIER) if kept.any() else None,
-            held=held if held.any() else None,
-            forced=forced if forced.any() else None,
-            forced_known=True,
-            time_limit=universe.time_limit,
-            apriori=apriori,
-        )
+        try:
+            result = suppression_pattern(
+                table,
+                rules,
+                method=universe.secondary,
+                cost=universe.cost,
+                primary=ManualRule(kept, safety_range=0.0, name=EARLIER) if kept.any() else None,
+                held=held if held.any() else None,
+                forced=forced if forced.any() else None,
+                forced_known=True,
+                time_limit=universe.time_limit,
+                apriori=apriori,
+            )
+        except TabularError as refusal:
+            if aggregate != COUNT or told is None or not told[0].any():
+                raise
+            raise TabularError(
+                f"an earlier suppression pattern of {universe.table} (stored before sqlsdc "
+                "published a measure only where its unit count is) shows sums beside hidden "
+                "unit counts, which tell each of those counts is at least the sum's "
+                "contributors; with that, its published cells pin counts the rules protect, and "
+                f"no new pattern can hide them again: {refusal}"
+            ) from None
         if aggregate == COUNT:
             uncounted = (result["status"] != "published").to_numpy()
             units = _known_counts(table, uncounted, apriori, universe.time_limit)
@@ -187,33 +201,44 @@ def _known_bounds(universe, aggregate, table, cells, codes, dims, hierarchies):
     return leaves.values.astype(float), np.inf
 
 
-def _told_by_earlier_sums(universe, table, coordinates, earlier, apriori, parts):
-    """The counts' a-priori bounds with what an earlier pattern's published sums tell.
+def _told_by_earlier_sums(universe, table, coordinates, earlier, parts):
+    """Per cell of the counts: the contributors of a sum an earlier pattern published there and
+    that still has its value (0 elsewhere), and whether that pattern told every unit has a
+    value; None without an earlier pattern.
 
     A pattern stored before s44h's fix may have published a measure's sum (and its
     contributors, the units with a value, which SUM / AVG gives) beside a hidden unit count.
-    Published, it is public; where the sum still has its value, the count is at least those
-    contributors (at least ``min_freq`` when the sum is not 0: it passed its frequency rule),
-    and exactly them when that pattern told that every unit has a value (its AVGs). Each bound
-    is cut to the true count, so that a stale fact never makes the bounds contradict the data
-    (the audit then treats the count as known from that side, which only asks more).
+    Published, it is public: the count is at least those contributors (at least ``min_freq``
+    when the sum is not 0: it passed its frequency rule), and exactly them when that pattern
+    told that every unit has a value (its AVGs).
     """
     if earlier is None:
-        return apriori
+        return None
     cells, codes, dims, hierarchies = parts
-    truth = table.values.astype(float)
-    lower, upper = (np.asarray(b, dtype=float) * np.ones_like(truth) for b in apriori)
+    told = np.zeros(len(table.cells))
+    exact = np.zeros(len(table.cells), dtype=bool)
     for measure in universe.measures:
         if f"{measure}{STATUS}" not in earlier.columns:
             continue
         sums = _table(universe, measure, cells, codes, dims, hierarchies)
         before = _earlier(coordinates, earlier, measure)
         _kept, _held, same = _carried_over(sums, before)
-        told = before["contributors"].to_numpy(dtype=float)
-        told = np.where(same & ~np.isnan(told), told, 0.0)
-        lower = np.maximum(lower, np.minimum(told, truth))
+        shown = before["contributors"].to_numpy(dtype=float)
+        shown = np.where(same & ~np.isnan(shown), shown, 0.0)
+        told = np.maximum(told, shown)
         if _every(earlier, measure):
-            upper = np.where(same & (told > 0), np.maximum(told, truth), upper)
+            exact |= shown > 0
+    return told, exact
+
+
+def _with_told(apriori, told, truth: np.ndarray):
+    """The counts' a-priori bounds with what earlier sums tell (:func:`_told_by_earlier_sums`),
+    each cut to the true count, so that a stale fact never makes the bounds contradict the data
+    (the audit then treats the count as known from that side, which only asks more)."""
+    contributors, exact = told
+    lower, upper = (np.asarray(b, dtype=float) * np.ones_like(truth) for b in apriori)
+    lower = np.maximum(lower, np.minimum(contributors, truth))
+    upper = np.where(exact, np.maximum(contributors, truth), upper)
     return lower, upper
 
 

@@ -24,14 +24,17 @@ hidden, the same after the fix): the gap needs a sum near hi * n beside a domina
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
+import pytest
 from scipy.optimize import linprog
 
-from sqlsdc.tabular.universe import COUNT, STATUS, VALUE, Universe
+from sqlsdc.errors import TabularError
+from sqlsdc.tabular.universe import COUNT, EVERY, STATUS, VALUE, Universe
 from sqlsdc.tabular.universe_pattern import protect_universe
 
 FIRMS = {  # employees of the three firms in every inner cell
@@ -117,3 +120,48 @@ def test_the_policy_bounds_are_known_to_the_attacker():
     ].item() == "primary"  # fmt: skip
     lo, hi = _sum_interval(pattern, ("A", "R1"))
     assert hi >= 50 * 100 / 60 - 1e-6, (lo, hi)
+
+
+def _old_pattern(universe: Universe, firms: dict) -> pd.DataFrame:
+    """The pattern the rule before s44h stored: counts and the measure protected as separate
+    tables (each with no other aggregate), its AVGs off (a unit without a value somewhere)."""
+    counts, _ = protect_universe(dataclasses.replace(universe, magnitudes=None), _cells(firms))
+    sums, _ = protect_universe(dataclasses.replace(universe, counts=None), _cells(firms))
+    old = counts.copy()
+    for column in sums.columns:
+        if column.startswith("employees"):
+            old[column] = sums[column]
+    old[f"employees{EVERY}"] = False
+    return old
+
+
+OLD = {  # (A, R3) and (C, R3): 3 firms and 120 employees each, their counts hidden, sums shown
+    ("A", "R1"): [5, 5],
+    ("A", "R2"): [1] * 10,
+    ("A", "R3"): [40, 40, 40],
+    ("B", "R1"): [15, 15, 15],
+    ("B", "R2"): [1] * 10,
+    ("B", "R3"): [40, 40, 40],
+    ("C", "R1"): [15, 15, 15],
+    ("C", "R2"): [1] * 10,
+    ("C", "R3"): [40, 40, 40],
+}
+
+
+def test_sums_an_earlier_pattern_showed_beside_hidden_counts_are_known_to_the_counts_audit():
+    """A pattern stored by the rule before s44h showed (A, R3)'s and (C, R3)'s employees (120,
+    3 contributors) beside their hidden counts: each count is at least 3, so (R3 total 9,
+    (B, R3) 3) both are 3, and (A, R1) = 2 firms follows from its row. After a data change (an
+    11th firm in (A, R2)), main published a new pattern from whose counts, with "count >= the
+    contributors of a shown sum", an LP puts (A, R1) in [2, 2] (the same with a new firm in
+    (B, R3), (B, R1) or (C, R1)). The earlier release pinned it; no pattern can hide it again,
+    so the universe is refused, saying why (fails on main: a pattern, no error)."""
+    universe = _universe(bounds=())
+    old = _old_pattern(universe, OLD)
+    beside = old[f"{COUNT}{STATUS}"].ne("published") & old[f"employees{STATUS}"].eq("published")
+    shown = sorted(zip(old["nace"][beside], old["region"][beside], strict=True))
+    assert shown == [("A", "R3"), ("C", "R3")]
+    changed = {**OLD, ("A", "R2"): [1] * 11}
+    with pytest.raises(TabularError, match="sums beside hidden unit counts") as refusal:
+        protect_universe(universe, _cells(changed), earlier=old)
+    assert "'nace': 'A', 'region': 'R1'} = 2" in str(refusal.value)
