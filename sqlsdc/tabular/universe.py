@@ -95,15 +95,17 @@ class Universe:
 
     def settings(self) -> dict:
         """Everything of the policy the pattern depends on (part of its fingerprint)."""
-        return {
+        settings = {
             "groups": self.groups,
             "measures": self.measures,
             "rules": {a: [repr(r) for r in self.rules(a)] for a in self.aggregates},
             "secondary": self.secondary,
             "cost": self.cost,
             "layout": LAYOUT,
-            "bounds": [[m, list(b)] for m, b in self.bounds],
         }
+        if self.bounds and self.magnitudes:  # read by the measures' audits only (s44i)
+            settings["bounds"] = [[m, list(b)] for m, b in self.bounds]
+        return settings
 
 
 def universe_of(policy: Policy, table_name: str) -> Universe:
