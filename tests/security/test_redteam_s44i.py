@@ -20,6 +20,18 @@ Demo (20,000 persons, seed 7, enterprises' employees clamped to [0, 50] and the 
 [0, 50]): a joint LP over the CUBE(nace, region) answer's counts and employees with the bounds
 found no primary short on main either (12 counts, 82 employees primaries; 23 and 128 cells
 hidden, the same after the fix): the gap needs a sum near hi * n beside a dominated cell.
+
+Held (one line each):
+- demo, employees clamped to and bounded by [0, 50]: one CUBE(nace, region) query, a joint LP
+  over its counts and sums (sum <= 50 * count both ways, count >= 1 per listed cell): no count
+  or employees primary short of its level (cut to what the bounds allow), main and now.
+- demo with the shipped bounds: the same patterns before and after (enterprises 168 cells:
+  23 counts, 87 employees, 128 turnover hidden; persons 557 cells: 97 counts, 107 incomes).
+- the job (``protect --method suppress``, SUM(employees) by nace x region) on the 3 x 3 table
+  above with bounds [0, 50]: a hidden sum's n is hidden too; the joint LP over n and sums put
+  (A, R1) in [0, 88], reaching 83.3 (also with (B, R1) of one firm). Jobs unchanged.
+- random search, gap 2 (800 random tables, old pattern by the rule before s44h, one firm
+  added): no case where the fixed audit refuses a table main protected correctly.
 """
 
 from __future__ import annotations
