@@ -66,6 +66,13 @@ class Universe:
     secondary: str
     cost: str
     time_limit: float
+    # the policy's ``bounds: [lo, hi]`` of each measure, which an analyst reads (``sqlsdc
+    # policy show``): every audit assumes the attacker knows them (red team s44i)
+    bounds: tuple[tuple[str, tuple[float, float]], ...] = ()
+
+    def bound(self, measure: str) -> tuple[float, float] | None:
+        """The policy's bounds of one value of ``measure``, or None."""
+        return dict(self.bounds).get(measure)
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -88,7 +95,7 @@ class Universe:
 
     def settings(self) -> dict:
         """Everything of the policy the pattern depends on (part of its fingerprint)."""
-        return {
+        settings = {
             "groups": self.groups,
             "measures": self.measures,
             "rules": {a: [repr(r) for r in self.rules(a)] for a in self.aggregates},
@@ -96,6 +103,9 @@ class Universe:
             "cost": self.cost,
             "layout": LAYOUT,
         }
+        if self.bounds and self.magnitudes:  # read by the measures' audits only (s44i)
+            settings["bounds"] = [[m, list(b)] for m, b in self.bounds]
+        return settings
 
 
 def universe_of(policy: Policy, table_name: str) -> Universe:
@@ -117,6 +127,11 @@ def universe_of(policy: Policy, table_name: str) -> Universe:
         secondary=spec.secondary.value,
         cost=spec.cost,
         time_limit=spec.time_limit,
+        bounds=tuple(
+            (c.name, (float(c.bounds[0]), float(c.bounds[1])))
+            for c in table.columns.values()
+            if c.role is ColumnRole.MEASURE and c.bounds is not None
+        ),
     )
 
 

@@ -99,6 +99,8 @@ def protect_universe(
     report: dict = {"cells": 0, "aggregates": {}}
     moved = None  # cells whose unit count changed (counts suppressed too), read by the sums
     uncounted = None  # cells whose unit count the pattern hides: their sums are hidden too
+    units = None  # the counts' cells: true unit counts and the largest the attacker can prove
+    told = None  # the counts' cells: contributors of sums an earlier pattern showed beside them
     for aggregate in universe.aggregates:
         table = _table(universe, aggregate, cells, codes, dims, hierarchies)
         with_value = None
@@ -109,6 +111,14 @@ def protect_universe(
         if pattern is None:
             pattern = coordinates
         before = _earlier(coordinates, earlier, aggregate)
+        if aggregate == COUNT:
+            apriori = _known_bounds(universe, aggregate, table, cells, codes, dims, hierarchies)
+            told = _told_by_earlier_sums(universe, table, coordinates, earlier,
+                                         (cells, codes, dims, hierarchies))  # fmt: skip
+            if told is not None:
+                apriori = _with_told(apriori, told, table.values.astype(float))
+        else:
+            apriori = _bounded_sums(universe.bound(aggregate), table, with_value, units)
         kept, held, forced = _carried_over(table, before)
         if aggregate != COUNT and moved is not None:
             forced = forced & ~moved  # unchanged beside new units is news, not known (s43k)
@@ -122,20 +132,32 @@ def protect_universe(
                                 before, seen, None if seen is not None else moved)  # fmt: skip
         if revised is not None:
             rules.append(revised)
-        result = suppression_pattern(
-            table,
-            rules,
-            method=universe.secondary,
-            cost=universe.cost,
-            primary=ManualRule(kept, safety_range=0.0, name=EARLIER) if kept.any() else None,
-            held=held if held.any() else None,
-            forced=forced if forced.any() else None,
-            forced_known=True,
-            time_limit=universe.time_limit,
-            apriori=_known_bounds(universe, aggregate, table, cells, codes, dims, hierarchies),
-        )
+        try:
+            result = suppression_pattern(
+                table,
+                rules,
+                method=universe.secondary,
+                cost=universe.cost,
+                primary=ManualRule(kept, safety_range=0.0, name=EARLIER) if kept.any() else None,
+                held=held if held.any() else None,
+                forced=forced if forced.any() else None,
+                forced_known=True,
+                time_limit=universe.time_limit,
+                apriori=apriori,
+            )
+        except TabularError as refusal:
+            if aggregate != COUNT or told is None or not told[0].any():
+                raise
+            raise TabularError(
+                f"an earlier suppression pattern of {universe.table} (stored before sqlsdc "
+                "published a measure only where its unit count is) shows sums beside hidden "
+                "unit counts, which tell each of those counts is at least the sum's "
+                "contributors; with that, its published cells pin counts the rules protect, and "
+                f"no new pattern can hide them again: {refusal}"
+            ) from None
         if aggregate == COUNT:
             uncounted = (result["status"] != "published").to_numpy()
+            units = _known_counts(table, uncounted, apriori, universe.time_limit)
         pattern[f"{aggregate}{VALUE}"] = result["value"].to_numpy()
         pattern[f"{aggregate}{STATUS}"] = result["status"].to_numpy()
         if seen is not None:
@@ -177,6 +199,92 @@ def _known_bounds(universe, aggregate, table, cells, codes, dims, hierarchies):
     if not leaves.cells[dims].equals(table.cells[dims]):  # pragma: no cover - same input order
         raise TabularError("the universe's cells came out in another order; this is a bug")
     return leaves.values.astype(float), np.inf
+
+
+def _told_by_earlier_sums(universe, table, coordinates, earlier, parts):
+    """Per cell of the counts: the contributors of a sum an earlier pattern published there and
+    that still has its value (0 elsewhere), and whether that pattern told every unit has a
+    value; None without an earlier pattern.
+
+    A pattern stored before s44h's fix may have published a measure's sum (and its
+    contributors, the units with a value, which SUM / AVG gives) beside a hidden unit count.
+    Published, it is public: the count is at least those contributors (at least ``min_freq``
+    when the sum is not 0: it passed its frequency rule), and exactly them when that pattern
+    told that every unit has a value (its AVGs).
+    """
+    if earlier is None:
+        return None
+    cells, codes, dims, hierarchies = parts
+    told = np.zeros(len(table.cells))
+    exact = np.zeros(len(table.cells), dtype=bool)
+    for measure in universe.measures:
+        if f"{measure}{STATUS}" not in earlier.columns:
+            continue
+        sums = _table(universe, measure, cells, codes, dims, hierarchies)
+        before = _earlier(coordinates, earlier, measure)
+        _kept, _held, same = _carried_over(sums, before)
+        shown = before["contributors"].to_numpy(dtype=float)
+        shown = np.where(same & ~np.isnan(shown), shown, 0.0)
+        told = np.maximum(told, shown)
+        if _every(earlier, measure):
+            exact |= shown > 0
+    return told, exact
+
+
+def _with_told(apriori, told, truth: np.ndarray):
+    """The counts' a-priori bounds with what earlier sums tell (:func:`_told_by_earlier_sums`),
+    each cut to the true count, so that a stale fact never makes the bounds contradict the data
+    (the audit then treats the count as known from that side, which only asks more)."""
+    contributors, exact = told
+    lower, upper = (np.asarray(b, dtype=float) * np.ones_like(truth) for b in apriori)
+    lower = np.maximum(lower, np.minimum(contributors, truth))
+    upper = np.where(exact, np.maximum(contributors, truth), upper)
+    return lower, upper
+
+
+def _every(earlier: pd.DataFrame, measure: str) -> bool:
+    """Whether an earlier pattern told every unit has a value of ``measure`` (its AVGs)."""
+    column = f"{measure}{EVERY}"
+    return column in earlier.columns and bool(earlier[column].fillna(False).astype(bool).any())
+
+
+def _known_counts(table: Table, hidden: np.ndarray, apriori, time_limit: float):
+    """The unit counts (true) and the largest count an attacker can prove in every cell: the
+    published count, or the top of a hidden count's interval over the published counts (the
+    counts' own LP, integer). A cell whose interval the solver could not prove exactly gets its
+    true count: the measures' audit then assumes the attacker knows more, never less."""
+    from sqlsdc.tabular.attacker import audit_intervals
+
+    truth = table.values.astype(float)
+    lower, upper = (np.asarray(b, dtype=float) * np.ones_like(truth) for b in apriori)
+    result = audit_intervals(table.A, truth, hidden, lower=lower, upper=upper, integer=True,
+                             time_limit=time_limit)  # fmt: skip
+    top = np.where(np.asarray(result.exact, dtype=bool), np.floor(result.hi + 1e-6), truth)
+    return truth, np.maximum(top, truth)
+
+
+def _bounded_sums(bound, table: Table, with_value: np.ndarray, units):
+    """What an analyst knows of a measure's sum in every cell from the policy's ``bounds: [lo,
+    hi]`` of one value (``sqlsdc policy show``): at most ``hi`` per unit, so at most ``hi``
+    times the largest count the published counts allow (the count itself where published), and
+    at least ``lo`` per unit with a value. With employees in [0, 50] a hidden sum beside a
+    published count of 2 firms lies in [0, 100], not [0, inf): an audit that assumed the wider
+    range reported primaries protected that the attacker's LP proves short (red team s44i).
+
+    Both bounds count the true units with a value where the attacker may know less (lower
+    bound; an upper bound below 0; counts not protected by suppression): the audit then
+    assumes the attacker knows more, never less. Each bound is cut to the cell's value (a unit
+    of several rows may sum past ``hi``), so the bounds never contradict the data.
+    """
+    if bound is None:
+        return None
+    lo, hi = bound
+    values = table.values.astype(float)
+    valued = with_value.astype(float)
+    top = units[1] if units is not None else valued
+    lower = np.minimum(lo * valued, values)
+    upper = np.maximum(hi * top if hi >= 0 else hi * valued, values)
+    return lower, upper
 
 
 def _with_value(universe, aggregate, table, cells, codes, dims, hierarchies) -> np.ndarray:
@@ -287,6 +395,10 @@ def _earlier(coordinates: pd.DataFrame, earlier: pd.DataFrame | None, aggregate:
     right["status"] = earlier[f"{aggregate}{STATUS}"].to_numpy()
     seen = f"{aggregate}{SEEN}"
     right["seen"] = earlier[seen].to_numpy(dtype=object) if seen in earlier.columns else None
+    told = f"{aggregate}{CONTRIBUTORS}"
+    right["contributors"] = (
+        earlier[told].to_numpy(dtype=float) if told in earlier.columns else np.nan
+    )
     mine = _matchable(coordinates, left, shared, [c for c in keys if c not in shared])
     theirs = _matchable(earlier, right, shared, [c for c in codes if c not in shared])
     on = [*shared, _TOTAL_KEY]  # one key column also when no column is shared (the totals)
@@ -295,8 +407,11 @@ def _earlier(coordinates: pd.DataFrame, earlier: pd.DataFrame | None, aggregate:
         .assign(**{_TOTAL_KEY: 0})
         .merge(right[theirs].assign(**{_TOTAL_KEY: 0}), on=on, how="left", validate="one_to_one")
     )
-    merged = pd.DataFrame({"value": np.nan, "status": None, "seen": None}, index=left.index)
+    merged = pd.DataFrame(
+        {"value": np.nan, "status": None, "seen": None, "contributors": np.nan}, index=left.index
+    )
     merged.loc[mine, "value"] = found["value"].to_numpy(dtype=float)
+    merged.loc[mine, "contributors"] = found["contributors"].to_numpy(dtype=float)
     merged.loc[mine, "status"] = found["status"].to_numpy(dtype=object)
     merged.loc[mine, "seen"] = found["seen"].to_numpy(dtype=object)
     return merged.reset_index(drop=True)
