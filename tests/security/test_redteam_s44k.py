@@ -14,6 +14,11 @@ Every attack tried, one line each (W: worked, fixed here; H: held):
      before anything ran (a left-deep ``x / 2 / 2 / ...`` doubles per level). Fixed: the
      rewrites count the nodes they create and refuse past 8 times the tree (+20,000 nodes):
      any nesting is refused in under 1 s of CPU.
+- W  a Spark answer had no row cap: the DuckDB path abandons an answer past 1,000,000 rows
+     or 64 MiB (the memory of a process a server shares), Spark's was collected whole into the
+     driver (four copies of the 95 age cells cross-joined: 8e7 rows; the guard accepts cross
+     joins of released cells). Fixed: run_exact collects at most the cap plus one row and
+     refuses past it or past the bytes (AnswerTooLarge, audited failed).
 - H  error oracles on Spark only, through the portable functions on the demo's dimensions
      (age, region, sex, occupation): SQRT, IEEE division by 0 and -0.0, ``%`` and ``//`` by
      constants, FLOOR/CEIL, ROUND(x, n), CAST to VARCHAR/DOUBLE, BETWEEN on text, IN lists
@@ -29,7 +34,9 @@ Every attack tried, one line each (W: worked, fixed here; H: held):
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 import time
 
 import duckdb
@@ -98,3 +105,64 @@ def test_a_few_nested_rewrites_still_translate(demo, shape):
     query = con.explain(nested(3, NESTINGS[shape]))
     spark_sql = to_spark_sql(query.tree, schema)
     assert len(spark_sql) < 8 * len(query.sql) + 20_000  # spark_semantics.GROWTH, SLACK
+
+
+def _spark_or_skip():
+    """A local Spark session (one JVM, as tests/test_spark.py starts), or the test is skipped
+    cleanly without PySpark or a JDK."""
+    pytest.importorskip("pyspark", reason="the Spark tests need the spark extra")
+    java_home = os.environ.get("JAVA_HOME", "/nonexistent")
+    if not (shutil.which("java") or os.path.exists(os.path.join(java_home, "bin", "java"))):
+        pytest.skip("the Spark tests need a JDK (java on PATH or JAVA_HOME)")
+    sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
+    from spark_session import local_session
+
+    return local_session("sqlsdc-s44k")
+
+
+@pytest.mark.slow  # a JVM
+@pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
+def test_a_spark_answer_has_the_row_cap_of_a_duckdb_answer(pristine_demo_db, tmp_path, monkeypatch):
+    """(Red team s44k.) Fails on main: a cross join of released cells was collected whole into
+    Spark's driver (the DuckDB path abandons an answer past MAX_ANSWER_ROWS, 1,000,000: four
+    copies of the 95 age cells are 8e7 rows, in the memory of a process a server shares).
+    With the cap lowered to 1,000, two copies (95 x 95 = 9,025 rows) are refused, audited, and
+    one copy still answers."""
+    import sqlsdc.guard.spark as guarded_spark
+    from sqlsdc.engines.spark import SparkEngine
+    from sqlsdc.engines.spark_translate import tables_read
+    from sqlsdc.errors import AnswerTooLarge
+
+    cells = "(SELECT age, COUNT(*) AS n FROM persons GROUP BY age)"
+    crossed = f"SELECT a.age, b.age AS age2, a.n FROM {cells} AS a CROSS JOIN {cells} AS b"
+    path = tmp_path / "demo.duckdb"
+    shutil.copy(pristine_demo_db, path)
+    with sqlsdc.connect(path, "analyst") as con:
+        read = tables_read(con.explain(crossed).tree)
+        assert len(con.execute(cells[1:-1]).fetchall()) < 1_000  # one copy fits the cap
+    session = _spark_or_skip()
+    monkeypatch.setattr(guarded_spark, "MAX_ANSWER_ROWS", 1_000, raising=False)
+    try:
+        engine = SparkEngine(session)
+        engine.load_duckdb(path, sorted(read))
+        with sqlsdc.connect(path, "analyst") as con:
+            assert run_protected_rows(con, engine, cells[1:-1]) < 1_000
+            with pytest.raises(AnswerTooLarge, match="1,000 rows"):
+                run_protected_rows(con, engine, crossed)
+        engine.close()
+    finally:
+        session.stop()
+    raw = duckdb.connect(str(path), read_only=True)
+    try:
+        decision = raw.execute(
+            "SELECT decision FROM sqlsdc.audit ORDER BY query_id DESC LIMIT 1"
+        ).fetchone()
+    finally:
+        raw.close()
+    assert decision == ("failed",)
+
+
+def run_protected_rows(con, engine, sql: str) -> int:
+    from sqlsdc.guard.spark import run_protected
+
+    return run_protected(con, engine, sql).num_rows
