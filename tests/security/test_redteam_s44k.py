@@ -25,6 +25,12 @@ Every attack tried, one line each (W: worked, fixed here; H: held):
      mixing INTEGER, DECIMAL and DOUBLE literals: 29 queries, every one refused by the guard
      on both engines (functions of measures in conditions, non-total casts) or the same
      cells on both (CKM cell keys included); VARCHAR = number refused on Spark only (static).
+- H  one DP cell identity, two exact values (the noise is the same on both engines): 6 DP
+     queries over ``benefits`` (counts, SUM and AVG of amount, COUNT(DISTINCT), conditions
+     ``month // 3``, ``CAST(month AS DOUBLE) / 7``, ``CAST(month AS VARCHAR) > '5'``, text
+     BETWEEN) asked on DuckDB over one copy and on Spark over another (same secret): equal
+     noisy cells; 3 computed group keys (``month % 5``, ``/ 3``, ``ROUND(.., 1)``) refused
+     alike by both for want of a public domain.
 - H  comments carried into the protected SQL: sqlglot writes ``*/`` as ``* /`` and ``/*`` as
      ``/ *``, so a ``-- /*`` comment does not open a nested comment on Spark (or DuckDB, which
      nests them too) and swallows no part of the protection (3 queries).
