@@ -41,7 +41,13 @@ from sqlglot import exp
 from sqlsdc.engines.spark_portable import HASH_UDF, check_duckdb_tree
 from sqlsdc.engines.spark_translate import read_as_duckdb, tables_of, translate, view_name
 from sqlsdc.engines.spark_types import DIALECT
-from sqlsdc.errors import Error, NotSupportedError, OperationalError, ProgrammingError
+from sqlsdc.errors import (
+    AnswerTooLarge,
+    Error,
+    NotSupportedError,
+    OperationalError,
+    ProgrammingError,
+)
 
 if TYPE_CHECKING:
     import duckdb
@@ -422,22 +428,44 @@ class SparkEngine:
         """Run a protected tree; the result has DuckDB's values, typed by normalise_types."""
         return normalise_types(self.run_exact(tree))
 
-    def run_exact(self, tree: exp.Expr) -> pa.Table:
+    def run_exact(
+        self, tree: exp.Expr, max_rows: int | None = None, max_bytes: int | None = None
+    ) -> pa.Table:
         """Run a protected tree; the result has DuckDB's values in Spark's Arrow types (exact
-        decimals; :func:`as_types` gives them DuckDB's types)."""
+        decimals; :func:`as_types` gives them DuckDB's types).
+
+        With ``max_rows`` at most that many rows plus one are collected to the driver (Spark's
+        ``limit``), and an answer of more rows (or of more than ``max_bytes`` Arrow bytes) is
+        refused, as the DuckDB engine abandons its stream: a cross join of released cells (8e7
+        rows from four copies of a 95-cell table) was collected whole into the driver, the
+        process a server shares (red team s44k).
+
+        Raises:
+            AnswerTooLarge: the answer has more rows or bytes than allowed.
+            OperationalError: Spark failed (its message withheld, for the audit log).
+        """
         from pyspark.errors import PySparkException
 
         sql = self.sql(tree)  # checks the session first
         if HASH_UDF in sql.lower():  # ours, whatever the session registered under its name since
             _register_hash(self.session)
         try:
-            return self.session.sql(sql).toArrow()
+            frame = self.session.sql(sql)
+            answer = (frame if max_rows is None else frame.limit(max_rows + 1)).toArrow()
         except PySparkException as e:  # the message may quote confidential values: not shown
             condition = e.getCondition() or type(e).__name__
             raise OperationalError(
                 "the query failed on Spark; the engine's message is withheld",
                 detail=f"{condition}: {e}",
             ) from None
+        rows, size = answer.num_rows, answer.nbytes
+        if rows > (max_rows or rows) or size > (max_bytes or size):
+            limit = f"{max_rows:,} rows" if max_rows and rows > max_rows else f"{max_bytes:,} bytes"
+            raise AnswerTooLarge(
+                f"the answer has more than {limit}, the most a connection returns: "
+                "aggregate further, filter, or add a LIMIT"
+            )
+        return answer
 
     def close(self) -> None:
         """Drop the views this engine registered and its Parquet copies; the session stays."""

@@ -89,21 +89,48 @@ from sqlsdc.engines.spark_types import (
 from sqlsdc.errors import NotSupportedError
 from sqlsdc.written import spelled_sql, written_name
 
+GROWTH = 8
+"""How many nodes the rewrites may create per node of the DuckDB tree (:data:`SLACK` more), as
+copies of the subtrees they repeat: a rewritten tree is a few times its DuckDB tree, and the
+bound holds the work of translating (and of Spark's per-row evaluation) to a multiple of the
+work the guard bounded on DuckDB's tree."""
+SLACK = 20_000
+
 
 def keep_duckdb_semantics(tree: exp.Expr, types: Types) -> exp.Expr:
     """Rewrite nodes whose Spark meaning differs from DuckDB's (mutates ``tree``).
 
     Children are rewritten before their parents; a replacement keeps the DuckDB type class of
     the node it replaces, which is what the parent's rule asks for.
+
+    Some rewrites repeat an argument (``a / b`` reads ``b`` three times, ``ROUND(x, n)`` and
+    ``FLOOR(x)`` read ``x`` two or three times), so nested ones multiply: ten nested divisions,
+    a 200-character condition the guard accepts, were 7 MB of Spark SQL after 63 s of CPU,
+    each level three times the last, and twelve would have held the connection (and the GIL)
+    for ten minutes (red team s44k). The nodes the rewrites create are counted as they go,
+    and a tree that would pass :data:`GROWTH` times its size is refused before it grows
+    further (each rewrite copies what was counted, at most three times).
+
+    Raises:
+        NotSupportedError: a rewrite is not portable, or the rewritten tree would be too large.
     """
-    for node in list(tree.walk()):
+    nodes = list(tree.walk())
+    for node in nodes:
         types.of(node)  # classify the whole tree before anything moves
+    budget, created = GROWTH * len(nodes) + SLACK, 0
     root = tree
     for node in reversed(list(tree.walk(bfs=False))):
         rule = _SEMANTICS.get(type(node))
         new = rule(node, types) if rule else node
         if new is node:
             continue
+        created += sum(1 for _ in new.walk())
+        if created > budget:
+            raise NotSupportedError(
+                "nested divisions, ROUND, FLOOR or CEIL repeat their arguments on Spark: this "
+                f"query's translation would pass {GROWTH} times its size; not portable to "
+                "Spark: run this query on DuckDB, or nest fewer of them"
+            )
         if isinstance(new, exp.Binary):
             new = exp.Paren(this=new)
         types.inherit(new, node)

@@ -44,6 +44,7 @@ from sqlsdc.engines.duckdb import EngineError, register, result_schema, rollback
 from sqlsdc.engines.spark import as_types
 from sqlsdc.engines.spark_translate import check_portable, tables_read, view_name
 from sqlsdc.errors import Error, NotSupportedError, OperationalError, ProgrammingError
+from sqlsdc.guard.connection import MAX_ANSWER_BYTES, MAX_ANSWER_ROWS
 from sqlsdc.guard.dp_pricing import no_rows
 from sqlsdc.guard.postprocess import check_faults, record_release, values_of
 from sqlsdc.guard.summable import check_summable
@@ -211,11 +212,14 @@ def _answer(engine: SparkEngine, tree, noisy) -> pa.Table:
     (``__sqlsdc_dp_cells_0``), the same names in every query: two threads answering on one
     engine registered theirs under one name, and one answer read the other's cells (red team
     s40c: bob was given ana's cells for his own query, paid by him and recorded in the ledger
-    as his). Registering the cells and answering over them take the engine's turn together."""
+    as his). Registering the cells and answering over them take the engine's turn together.
+    The answer has the DuckDB path's caps (``MAX_ANSWER_ROWS``, ``MAX_ANSWER_BYTES``): a cross
+    join of released cells was collected whole into the driver (red team s44k)."""
     relations = noisy.relations if noisy is not None else {}
+    caps = {"max_rows": MAX_ANSWER_ROWS, "max_bytes": MAX_ANSWER_BYTES}  # as on DuckDB
     if not relations:
-        return engine.run_exact(tree)
+        return engine.run_exact(tree, **caps)
     with engine.answering:
         for relation, cells in relations.items():
             engine.register_cells(relation, cells)
-        return engine.run_exact(tree)
+        return engine.run_exact(tree, **caps)

@@ -205,12 +205,12 @@ class Interleaving(SparkEngine):
         if threading.current_thread().name == "bob":
             self.bob_ready.set()
 
-    def run_exact(self, tree):
+    def run_exact(self, tree, **caps):
         answer = any(t.name.startswith("__sqlsdc_dp_cells_") for t in tree.find_all(exp.Table))
         if answer and threading.current_thread().name == "ana":
             self.ana_answers.set()
             self.bob_ready.wait(60)
-        return super().run_exact(tree)
+        return super().run_exact(tree, **caps)
 
 
 class _Turn:
