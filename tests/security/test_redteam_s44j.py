@@ -17,9 +17,10 @@ draws), the employees of 6 of 12 (the paddings' own employees are of the same sc
 income of 10 of the 10 largest earners alone in municipality × age × sex (largest error 3.4 %,
 on two builds of the demo; paddings of larger values leave more count noise, (x/n)·(n̂ − n)).
 This is the counts' documented "averaging over padded unions" (test_redteam3.py) carried to
-magnitudes, where it is much cheaper: the noise of a padded cell is the target's (x_1·m(x_1)·v, cellKey's
-definition), whatever the padding, so a few paddings suffice, where a count needed ~320
-queries. Consistent cell-keyed noise cannot prevent it (the published method, cellKey /
+magnitudes, where it is much cheaper: the noise of a padded cell is the target's
+(x_1·m(x_1)·v, cellKey's definition), whatever the padding, so a few paddings suffice, where
+a count needed ~320 queries. Consistent cell-keyed noise cannot prevent it (the published
+method, cellKey /
 τ-ARGUS, keys every step by the cell key); a fix changes the method: key step j by the record
 key of contributor j (and the statistic), so that a target's noise is the same in every cell
 it dominates (the permanent per-respondent factor of Evans, Zayatz & Slanta, "Using noise for
