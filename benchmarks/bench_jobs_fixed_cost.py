@@ -19,14 +19,14 @@ import time
 from pathlib import Path
 
 import pandas as pd
+from bench_output_history import _policy as threshold_policy  # the tests' threshold policy
 
-from sqlsdc.demo.build import build_demo_database, demo_policy
+from sqlsdc.demo.build import build_demo_database
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.jobs.adjust import cta_query, ipf_query, round_query
 from sqlsdc.jobs.anonymize import anonymize
 from sqlsdc.jobs.protect import protect_query
-from sqlsdc.policy import load_policy
 from sqlsdc.release import publish
 from sqlsdc.synth.job import synthesize
 from sqlsdc.tabular.rules import FrequencyRule
@@ -34,17 +34,6 @@ from sqlsdc.tabular.rules import FrequencyRule
 OLD = "SELECT region, education, COUNT(*) FROM persons WHERE age >= 85 GROUP BY region, education"
 TURNOVER = "SELECT nace, region, SUM(turnover) FROM enterprises GROUP BY nace, region"
 SENIORS = "SELECT * FROM persons WHERE region = 'R01' AND age >= 65"
-
-
-def threshold_policy():
-    """The tests' threshold policy (``tests/conftest.py``)."""
-    document = demo_policy().document_dict()
-    document["protection"] = {"min_frequency": 10, "counts": {"method": "threshold"},
-                              "magnitudes": {"method": "threshold"}}  # fmt: skip
-    for table in document["tables"].values():
-        table.pop("protection", None)
-        table.pop("dp", None)
-    return load_policy(document, name="threshold-demo-policy")
 
 
 def template(folder: Path) -> Path:
