@@ -714,3 +714,27 @@ def test_every_administrators_event_counts_as_a_write_of_the_budget_tables(con):
         budget_admin.grant(con, admin="root", key=BudgetKey("alice", "persons"), cost=EPS,
                            reason="would cut", limits=ALICE)  # fmt: skip
     assert writes() == [(4,)] and len(budget_admin.budget_events(con)) == 3
+
+
+def test_an_up_to_date_catalog_runs_no_create_statement_again(tmp_path):
+    """A second ``ensure_catalog`` reads what the catalog has and creates nothing (session 44:
+    it ran its 22 ``CREATE ... IF NOT EXISTS`` and four column probes at every opening), and a
+    dropped table is created again."""
+    con = open_database(tmp_path / "c.duckdb")
+    try:
+        ensure_catalog(con)
+        con.execute("DROP TABLE sqlsdc.server_users")
+        ran = []
+        real = type(con).execute
+        type(con).execute = lambda self, sql, *a, **k: ran.append(sql) or real(self, sql, *a, **k)
+        try:
+            ensure_catalog(con)
+        finally:
+            type(con).execute = real
+        created = [s.split("(")[0].split()[-1] for s in ran if s.startswith("CREATE")]
+        assert created == ["sqlsdc", "sqlsdc.server_users"]  # the schema, the dropped table
+        assert len(ran) <= 6
+        ensure_catalog(con)  # idempotent
+        assert con.execute("SELECT count(*) FROM sqlsdc.server_users").fetchone() == (0,)
+    finally:
+        con.close()

@@ -97,11 +97,24 @@ def has_catalog(con) -> bool:
 
 def ensure_catalog(con) -> None:
     """Create the catalog schema if needed, check its version and bring older layouts up to
-    date."""
+    date.
+
+    A ``CREATE ... IF NOT EXISTS`` of a table or sequence the catalog has is a no-op: one read
+    of the catalog's tables and sequences skips those, and one of its columns serves the
+    layout checks (every job and admin command opens the catalog: 13.5 ms of CPU before,
+    ~4 ms on an up-to-date catalog; session 44)."""
+    present = {name.lower() for (name,) in con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND schema_name = ? UNION ALL SELECT sequence_name FROM duckdb_sequences() WHERE "
+        "database_name = current_database() AND schema_name = ?", [S, S]).fetchall()}  # fmt: skip
     for statement in DDL:
-        con.execute(statement)
-    _key_dp_cells(con)
-    _add_delta_columns(con)
+        if _created(statement) not in present:
+            con.execute(statement)
+    columns = set(con.execute(
+        "SELECT table_name, column_name FROM duckdb_columns() WHERE database_name = "
+        "current_database() AND schema_name = ?", [S]).fetchall())  # fmt: skip
+    _key_dp_cells(con, columns)
+    _add_delta_columns(con, columns)
     _allow_set_events(con)
     row = one(con, f"SELECT value FROM {S}.meta WHERE key = 'catalog_version'")
     if row is None:
@@ -119,15 +132,23 @@ def dp_cell_entry(user: str, policy_version: int, cell_hash: str) -> bytes:
     return hashlib.sha256(f"{user}|{policy_version}|{cell_hash}".encode()).digest()
 
 
-def _key_dp_cells(con) -> None:
+def _created(statement: str) -> str | None:
+    """The table or sequence ``CREATE TABLE|SEQUENCE IF NOT EXISTS sqlsdc.<name>`` creates
+    (lower-cased), None for any other statement (always run)."""
+    words = statement.split(None, 6)
+    if len(words) < 6 or words[1].upper() not in ("TABLE", "SEQUENCE") or words[2:5] != [
+        "IF", "NOT", "EXISTS"
+    ]:  # fmt: skip
+        return None
+    schema, _, name = words[5].partition(".")
+    return name.split("(")[0].strip().lower() if schema == S and name else None
+
+
+def _key_dp_cells(con, columns: set[tuple[str, str]]) -> None:
     """Catalogs made before ``dp_cells`` had its one-column key ``entry``: rebuild the table
-    with the same rows (callers run :func:`ensure_catalog` in a transaction)."""
-    if one(
-        con,
-        "SELECT 1 FROM duckdb_columns() WHERE database_name = current_database() "
-        "AND schema_name = ? AND table_name = 'dp_cells' AND column_name = 'entry'",
-        [S],
-    ):
+    with the same rows (callers run :func:`ensure_catalog` in a transaction). ``columns``:
+    the catalog's ``(table, column)`` pairs."""
+    if ("dp_cells", "entry") in columns:
         return
     con.execute(f"ALTER TABLE {S}.dp_cells RENAME TO dp_cells_unkeyed")
     con.execute(DP_CELLS_DDL)
@@ -140,21 +161,17 @@ def _key_dp_cells(con) -> None:
     con.execute(f"DROP TABLE {S}.dp_cells_unkeyed")
 
 
-def _add_delta_columns(con) -> None:
+def _add_delta_columns(con, columns: set[tuple[str, str]]) -> None:
     """Catalogs made before delta was accounted: add the ledger's and the events' ``delta``
     column (earlier charges spent no delta: '0'; earlier events granted none: NULL); before job
-    outputs were recorded: their ``query_id`` (NULL: no ledger rows)."""
+    outputs were recorded: their ``query_id`` (NULL: no ledger rows). ``columns``: the
+    catalog's ``(table, column)`` pairs."""
     for table, column in (
         ("budget_spend", "delta VARCHAR NOT NULL DEFAULT '0'"),
         ("budget_events", "delta VARCHAR"),
         ("outputs", "query_id BIGINT"),
     ):
-        if not one(
-            con,
-            "SELECT 1 FROM duckdb_columns() WHERE database_name = current_database() "
-            "AND schema_name = ? AND table_name = ? AND column_name = ?",
-            [S, table, column.split()[0]],
-        ):
+        if (table, column.split()[0]) not in columns:
             con.execute(f"ALTER TABLE {S}.{table} ADD COLUMN {column}")
 
 
