@@ -30,6 +30,20 @@ Held (one line each):
   one person) published exactly once per file on main (clipped to the observed range) -> 0
   now (clip at max + h); income values held by one person reproduced 23-28 -> 23-30, the
   chance collisions of smoothed values with 2 decimals (none is the maximum).
+- rounding versions (85+ by region x education, base 12): the same cells under another name
+  by 7 spellings (COUNT(DISTINCT person_id), ``age > 84``, ``AND person_id > 0``, ``AND income
+  IS NOT NULL``, dimensions swapped, region alone, ``AND person_id <> 8``, ``age >= 84``):
+  all refused; the first name replaced by another population (age >= 90), then a new name of
+  the first population: refused (its readers keep the first version).
+- CTA of turnover (employees >= 10) stored twice on the same data: the same 134 cells (one
+  differs by 1e-9, float noise): nothing to average.
+- synthesis size without --rows: ``WHERE age >= 85``, LIMIT, USING SAMPLE, a derived table,
+  UNION ALL of all and a subset: refused; ``WHERE TRUE`` and ``age >= 0 OR age IS NULL``
+  (every row) stored.
+- cart ``draw=balanced`` under the demo's CKM publishes all 182 municipality counts exactly
+  (5 of 1 person, 3 of 2) and 341 of 353 municipality x sex cells: documented as opt-in
+  exact (README, Synthetic data), as an anonymised file without a perturbative step of the
+  same columns is (stored likewise): the admin's release, not a bypass.
 """
 
 from __future__ import annotations
@@ -45,19 +59,8 @@ from sqlsdc.jobs.protect import protect_query
 from sqlsdc.policy import load_policy
 from sqlsdc.tabular.api import protect
 from sqlsdc.tabular.rules import FrequencyRule, parse_rule
+from tests.security.test_redteam_s44i import FIRMS, HI  # its 3 x 3 table of three firms
 
-FIRMS = {  # employees of the three firms in every inner cell (test_redteam_s44i.FIRMS)
-    ("A", "R1"): [50, 1, 1],
-    ("A", "R2"): [40, 40, 40],
-    ("A", "R3"): [12, 12, 12],
-    ("B", "R1"): [15, 15, 15],
-    ("B", "R2"): [50, 49, 49],
-    ("B", "R3"): [50, 49, 49],
-    ("C", "R1"): [5, 5, 5],
-    ("C", "R2"): [20, 20, 20],
-    ("C", "R3"): [20, 20, 20],
-}
-HI = 50.0
 TOTAL = "Total"
 
 
