@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from sqlsdc.errors import TabularError
+from sqlsdc.jobs.tabulation import rated
 from sqlsdc.tabular.model import Table
 from sqlsdc.tabular.rules import FrequencyRule, ManualRule, apply_rules
 from sqlsdc.tabular.universe_pattern import exempt_known, kind_of, suppression_pattern
@@ -137,6 +138,25 @@ def known_lower(table: Table) -> tuple[np.ndarray, float]:
     if table.X is None:  # pragma: no cover - a job tabulates one table, never linked ones
         raise TabularError("the job's table has no model matrix; this is a bug")
     return np.asarray(table.X.sum(axis=0), dtype=float).ravel(), np.inf
+
+
+def measure_bounds(table: Table, bound: tuple[float, float] | None):
+    """What a reader of a sum job's table knows of every cell from the policy's ``bounds: [lo,
+    hi]`` of the measure (``sqlsdc policy show``): at most ``hi`` and at least ``lo`` per
+    contributing unit. The upper bound counts the cell's true units ``n``, the lower one (for
+    ``lo > 0``, every unit with a value contributes at least ``lo``) its contributors: where
+    the job hides ``n`` the reader may know less, so the pattern protects against more, never
+    less. Each bound is cut to the cell's value (a unit of several rows may sum past ``hi``).
+    Without bounds: None (``[0, inf)``). Red team s44i: the query path's audit assumed
+    ``[0, inf)`` and reported protected a sum that an LP with the bounds proved short."""
+    if bound is None:
+        return None
+    lo, hi = bound
+    values = table.values.astype(float)
+    units = np.asarray(table.n, dtype=float)
+    lower = lo * (units if lo < 0 else np.asarray(rated(table).n, dtype=float))
+    upper = hi * (units if hi >= 0 else np.asarray(rated(table).n, dtype=float))
+    return np.minimum(lower, values), np.maximum(upper, values)
 
 
 def _verify(counts: Table, frequency: list, hidden: np.ndarray, lower, time_limit) -> None:

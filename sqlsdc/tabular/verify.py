@@ -242,10 +242,12 @@ def verify_suppression(
     lpl: np.ndarray,
     time_limit: float = 60.0,
     lower: np.ndarray | None = None,
+    upper: np.ndarray | None = None,
 ) -> Verification:
     """Check a suppression pattern: every primary cell suppressed, and the attacker's LP on the
-    published cells leaves every primary cell an exact interval reaching its levels. ``lower``:
-    what the attacker knows of each cell a priori (default 0 for non-negative tables)."""
+    published cells leaves every primary cell an exact interval reaching its levels. ``lower``
+    and ``upper``: what the attacker knows of each cell a priori (default [0, inf) for
+    non-negative tables; a sum job passes the policy's measure bounds, red team s44o)."""
     from sqlsdc.tabular.attacker import audit_check, audit_intervals
 
     values = table.values
@@ -259,9 +261,13 @@ def verify_suppression(
         lower = np.zeros_like(values) if nonneg else np.full_like(values, -np.inf)
     else:  # no protection below what is known (as sqlsdc.tabular.protect clips the levels)
         lpl = np.minimum(lpl, values - lower)
+    if upper is None:
+        upper = np.full_like(values, np.inf)
+    else:  # no protection above what is known either
+        upl = np.minimum(upl, upper - values)
     integer = bool(table.count and not table.weighted and np.all(values == np.round(values)))
-    result = audit_intervals(table.A, values, suppressed, lower=lower,
-                             upper=np.full_like(values, np.inf), integer=integer,
+    result = audit_intervals(table.A, values, suppressed, lower=lower, upper=upper,
+                             integer=integer,
                              time_limit=time_limit)  # fmt: skip
     ok = np.asarray(audit_check(result, values, primary, upl, lpl), dtype=bool)
     failing = primary & suppressed & ~(ok & np.asarray(result.exact, dtype=bool))
