@@ -1,0 +1,86 @@
+"""Red team s44n: today's guard and server changes, as an analyst (round 2).
+
+What broke (fixed here):
+
+- **A timing oracle through LIKE.** The per-row work bound (``rewrite/key_size.py``, s44b)
+  counted a LIKE as the sum of its operands' characters, but DuckDB matches a pattern holding
+  ``%`` and ``_`` by trying the rest of the pattern at each position of the text: a time of
+  their product. ``municipality || '<27,000 a>' LIKE '%a_a_...b'`` (10,801 pattern
+  characters; 64,817 counted, under the 65,536 allowed) took 175 ms a row. Behind a CASE
+  that keeps the long text to the rows of one person's cell, the CKM count (free, repeatable)
+  over the woman of 58 in R03-M023 took 183 ms and over the empty cell of men of 58 took
+  6 ms, 5 of 5 paired runs: her existence, and any small count (175 ms a row), read from
+  one query each. A LIKE now counts its text's characters times its pattern's; within the
+  bound, 300 random patterns of ``%``, ``_`` and letters cost at most 22 us a row.
+
+The attacks that held are listed at the end, one line each, with their numbers.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import sqlsdc
+from sqlsdc.errors import PolicyViolation
+
+TEXT = "a" * 27_000
+PATTERN = "%" + "a_" * 5_400 + "b"
+
+
+def _case_like(sex: str, age: int) -> str:
+    return (
+        "SELECT COUNT(*) FROM persons WHERE municipality = 'R03-M023' AND (CASE WHEN sex = "
+        f"'{sex}' AND age = {age} THEN municipality || '{TEXT}' ELSE 'x' END) LIKE '{PATTERN}'"
+    )
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        _case_like("F", 58),
+        f"SELECT region, COUNT(*) FROM persons WHERE occupation || '{TEXT}' ILIKE '{PATTERN}' "
+        "GROUP BY region",
+        f"SELECT COUNT(*) FROM persons WHERE '{TEXT}' LIKE municipality || '{PATTERN}'",
+    ],
+    ids=["ckm-case-like", "ckm-ilike", "pattern-from-a-column"],
+)
+def test_a_long_like_is_refused_outside_dp(ckm_db, tmp_path, copy_database, sql):
+    """Each was answered on the integration branch (the first took 183 ms over one person
+    and 6 ms over none, 5 of 5 paired runs)."""
+    db = copy_database(ckm_db, tmp_path)
+    with sqlsdc.connect(db, "analyst") as con:
+        with pytest.raises(PolicyViolation, match="computed for every row of the population"):
+            con.execute(sql)
+
+
+def test_a_long_like_is_refused_before_the_dp_charge(ckm_db, tmp_path, copy_database):
+    """The same shape over a DP table is refused before anything is paid (answered and
+    charged on the integration branch)."""
+    db = copy_database(ckm_db, tmp_path)
+    sql = (
+        f"SELECT scheme, COUNT(*) FROM benefits WHERE amount > 2300 AND scheme || '{TEXT}' "
+        f"LIKE '{PATTERN}' GROUP BY scheme"
+    )
+    with sqlsdc.connect(db, "analyst") as con:
+        before = [b.spent.epsilon for b in con.remaining_budget()]
+        with pytest.raises(PolicyViolation, match="computed for every row of the population"):
+            con.execute(sql)
+        assert [b.spent.epsilon for b in con.remaining_budget()] == before
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT region, COUNT(*) FROM persons WHERE municipality LIKE 'R03-M0_%' GROUP BY region",
+        "SELECT region, COUNT(*) FROM persons WHERE UPPER(occupation) ILIKE '%a%e_%' AND "
+        f"region || '{'x' * 1_000}' LIKE 'R%' GROUP BY region",
+    ],
+    ids=["prefix-and-underscore", "short-patterns"],
+)
+def test_short_likes_are_still_answered(ckm_db, tmp_path, copy_database, sql):
+    db = copy_database(ckm_db, tmp_path)
+    with sqlsdc.connect(db, "analyst") as con:
+        assert con.execute(sql).fetchall()
+
+
+# Attacks that held (s44n), one line each:
