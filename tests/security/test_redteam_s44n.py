@@ -12,6 +12,12 @@ What broke (fixed here):
   6 ms, 5 of 5 paired runs: her existence, and any small count (175 ms a row), read from
   one query each. A LIKE now counts its text's characters times its pattern's; within the
   bound, 300 random patterns of ``%``, ``_`` and letters cost at most 22 us a row.
+- **STRFTIME printed more than it was counted.** Its format was sized as its own characters,
+  but ``%c`` prints 19: 1,000 of them under 30 nested ``UPPER``/``LOWER`` were counted 62,000
+  and processed 570,000 characters a row, and the CKM count over the one woman of 58 in
+  R03-M023 was slower than over none in 39 of 40 paired runs (+0.7 ms median; the same shape
+  over a 2,000-character literal, which the bound lets through: +0.1 ms, 26 of 40). A format
+  now counts 16 characters each (``%Z``'s zone names reach 32 for 2): refused; then 21 of 40.
 
 The attacks that held are listed at the end, one line each, with their numbers.
 """
@@ -81,6 +87,30 @@ def test_short_likes_are_still_answered(ckm_db, tmp_path, copy_database, sql):
     db = copy_database(ckm_db, tmp_path)
     with sqlsdc.connect(db, "analyst") as con:
         assert con.execute(sql).fetchall()
+
+
+def _nested(value: str, levels: int) -> str:
+    for i in range(levels):
+        value = f"{'LOWER' if i % 2 else 'UPPER'}({value})"
+    return f"LENGTH({value}) > 5"
+
+
+def _strftime(fmt: str, levels: int) -> str:
+    when = "CASE WHEN sex = 'F' AND age = 58 THEN DATE '2020-01-01' END"
+    return "SELECT COUNT(*) FROM persons WHERE municipality = 'R03-M023' AND " + _nested(
+        f"STRFTIME({when}, '{fmt}')", levels
+    )
+
+
+def test_a_long_strftime_output_is_counted_as_printed(ckm_db, tmp_path, copy_database):
+    """A format of 1,000 ``%c`` prints 19,000 characters; counted as 2,000 under 30 nested
+    functions it was answered, and the count over one woman was slower than over none in 39
+    of 40 paired runs (+0.7 ms median) on the integration branch."""
+    db = copy_database(ckm_db, tmp_path)
+    with sqlsdc.connect(db, "analyst") as con:
+        with pytest.raises(PolicyViolation, match="computed for every row of the population"):
+            con.execute(_strftime("%c" * 1_000, 30))
+        assert con.execute(_strftime("%Y-%m", 3)).fetchall() is not None
 
 
 # Attacks that held (s44n), one line each:
