@@ -18,6 +18,12 @@ What broke (fixed here):
   R03-M023 was slower than over none in 39 of 40 paired runs (+0.7 ms median; the same shape
   over a 2,000-character literal, which the bound lets through: +0.1 ms, 26 of 40). A format
   now counts 16 characters each (``%Z``'s zone names reach 32 for 2): refused; then 21 of 40.
+- **A suppression refusal told a hidden count.** When a table's pattern cannot be made anew
+  (s44i: an old pattern's sums pin a count; or forced cells pin a primary), the solvers'
+  message names each stuck cell with its exact value (``{'nace': 'A', 'region': 'R1'} = 2
+  needs [0, 4] ...``), and the guard passed that TabularError to the analyst whose query
+  asked for the pattern: a count of 2 firms read from the refusal. The query is now refused
+  without the diagnosis (``sqlsdc publish`` shows it to an administrator).
 
 The attacks that held are listed at the end, one line each, with their numbers.
 """
@@ -111,6 +117,46 @@ def test_a_long_strftime_output_is_counted_as_printed(ckm_db, tmp_path, copy_dat
         with pytest.raises(PolicyViolation, match="computed for every row of the population"):
             con.execute(_strftime("%c" * 1_000, 30))
         assert con.execute(_strftime("%Y-%m", 3)).fetchall() is not None
+
+
+def test_a_suppression_pattern_that_cannot_be_made_refuses_without_its_values(
+    suppress_template, tmp_path, copy_database, monkeypatch
+):
+    """s44i's refusal (an old pattern's sums pin (A, R1) = 2 firms) names the cell with its
+    exact value, as the solvers' diagnosis does. In the query path it reached the analyst
+    whole: on the integration branch this query raised TabularError "... {'nace': 'A',
+    'region': 'R1'} = 2 needs ..." to user analyst. The refusal is raised here from the real
+    protect_universe over s44i's constructed table, in place of the demo's universe."""
+    from test_redteam_s44i import OLD, _cells, _old_pattern, _universe
+
+    from sqlsdc.engines.duckdb import open_database
+    from sqlsdc.tabular import universe_pattern
+
+    universe = _universe(bounds=())
+    old = _old_pattern(universe, OLD)
+    with pytest.raises(sqlsdc.TabularError) as real:
+        universe_pattern.protect_universe(
+            universe, _cells({**OLD, ("A", "R2"): [1] * 11}), earlier=old
+        )
+    secret = "'nace': 'A', 'region': 'R1'} = 2"
+    assert secret in str(real.value)
+
+    def refusing(*args, **kwargs):
+        raise real.value
+
+    db = copy_database(suppress_template, tmp_path)
+    raw = open_database(db)  # new data: the stored pattern is stale, protected anew
+    raw.execute(
+        "INSERT INTO enterprises SELECT max(enterprise_id) + 1, NULL, 'A', 'R02', 'micro', 3, "
+        "100000, 12345 FROM enterprises"
+    )
+    raw.close()
+    monkeypatch.setattr(universe_pattern, "protect_universe", refusing)
+    with sqlsdc.connect(db, "analyst") as con:
+        with pytest.raises(PolicyViolation, match="cannot be made for the current data") as got:
+            con.execute("SELECT nace, COUNT(*) FROM enterprises GROUP BY nace")
+    said = [str(got.value), str(got.value.__context__), str(got.value.__cause__)]
+    assert not any(secret in text or "needs [" in text for text in said)
 
 
 # Attacks that held (s44n), one line each:
