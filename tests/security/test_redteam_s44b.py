@@ -176,7 +176,7 @@ def test_a_replaced_release_in_a_dp_population_gives_fresh_noise(ckm_db, tmp_pat
     def release(seed: int) -> dict:
         """Store the synthesis of ``seed`` as seniors_syn; its count of records per age."""
         synthesize(db, user="admin", into="seniors_syn", method="cart", sql=SENIORS, seed=seed,
-                   options={"smoothing": "density"}, replace=bool(stored))  # fmt: skip
+                   rows=400, options={"smoothing": "density"}, replace=bool(stored))  # fmt: skip
         stored.append(seed)
         raw = open_database(db)
         counts = dict(raw.execute(
