@@ -27,6 +27,7 @@ METHODS = ("suppress", "round", "cta", "ipf")
 STEPS = {"suppress": 3, "round": 4, "cta": 4, "ipf": 5}  # job.step() calls per method
 OWNERS = {  # option -> the methods it belongs to
     "secondary": ("suppress",),
+    "singleton": ("suppress",),
     "cost": ("suppress",),
     "rules": ("suppress", "cta", "ipf"),
     "base": ("round",),
@@ -58,6 +59,14 @@ OWNERS = {  # option -> the methods it belongs to
     default=None,
     help="[suppress] Secondary suppression: fast Gaussian elimination (default), optimal "
     "MILP, or HiTaS.",
+)
+@click.option(
+    "--singleton",
+    type=click.Choice(["anySum", "subSum", "subSumAny", "subSpace", "subSumSpace", "none"]),
+    default=None,
+    help="[suppress] GaussSuppression's singleton method, with every --secondary: anySum "
+    "(SSBtools' default) or subSpace (conservative: a one-unit cell's respondent computes no "
+    "other). Default: the replaced output's, else anySum.",
 )
 @click.option(
     "--rule",
@@ -166,6 +175,7 @@ def _suppress(job, options, rules, progress):
     return protect_query(
         **job,
         method=options["secondary"] or "gauss",
+        singleton=options["singleton"],
         rules=rules,
         cost=options["cost"] or "value",
         time_limit=options["time_limit"] or 60.0,
@@ -288,7 +298,8 @@ def _warn_near_feasible(report) -> None:
 def _print_suppression(report) -> None:
     click.echo(f"stored {report.name}: {report.cells} cells")
     click.echo(f"  primary suppressions:   {report.primary}")
-    secondary_text = f"{report.secondary} ({report.method}, cost {report.cost:g})"
+    singleton = "" if report.singleton == "anySum" else f", singletons {report.singleton}"
+    secondary_text = f"{report.secondary} ({report.method}{singleton}, cost {report.cost:g})"
     click.echo(f"  secondary suppressions: {secondary_text}")
     fired = ", ".join(f"{k} {v}" for k, v in sorted(report.rules_fired.items())) or "none"
     click.echo(f"  rules fired: {fired}")

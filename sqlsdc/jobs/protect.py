@@ -24,6 +24,7 @@ Example (admins; the demo database):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -54,6 +55,7 @@ from sqlsdc.jobs.revisions import (
 from sqlsdc.jobs.session import OUTPUT_SCHEMA
 from sqlsdc.jobs.sum_counts import N_HIDDEN, audit_counts, known_lower, measure_bounds
 from sqlsdc.jobs.tabulation import rated
+from sqlsdc.tabular.gauss import check_singleton_method
 from sqlsdc.tabular.model import TOTAL, Table
 from sqlsdc.tabular.rules import ManualRule, apply_rules
 from sqlsdc.tabular.universe_pattern import exempt_known, suppression_pattern
@@ -73,6 +75,7 @@ class JobReport:
     audit_passed: bool
     audit_exact: bool
     method: str
+    singleton: str = "anySum"  # GaussSuppression's singleton method (a revision reuses it)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -90,8 +93,14 @@ def protect_query(
     time_limit: float = 60.0,
     replace: bool = False,
     progress: Progress | None = None,
+    singleton: str | None = None,
 ) -> JobReport:
     """Protect the table ``sql`` tabulates and store it as ``protected.<into>`` (admins only).
+
+    ``singleton``: GaussSuppression's singleton method (``anySum``, SSBtools' default, or the
+    conservative ``subSpace``, ...; :data:`~sqlsdc.tabular.gauss.SINGLETON_METHODS`), applied
+    with every ``method``; None: the one the replaced output was protected with (recorded in
+    its report), else ``anySum``.
 
     Hierarchies declared in the policy whose levels are all grouped (``[region,
     municipality]``) become one hierarchical dimension with sub-totals; every other key is a
@@ -99,8 +108,11 @@ def protect_query(
     frequency, plus the p%-rule (p = 10) for magnitudes (:func:`~sqlsdc.jobs.job.job_rules`).
     """
     check_time_limit(time_limit)
+    if singleton is not None:
+        check_singleton_method(singleton)
     with open_job(db, user, sql, into, method="suppress", replace=replace,
                   progress=progress) as job:  # fmt: skip
+        singleton = singleton or _recorded_singleton(job)
         rules = job_rules(job, rules)
         table = job.tabulate(rules)
         job.step("primary and secondary suppression, audit")
@@ -133,6 +145,7 @@ def protect_query(
                 rules_table,
                 [*rules, *counted],
                 method=method,
+                singleton_method=singleton,
                 cost=cost,
                 time_limit=time_limit,
                 apriori=known,
@@ -147,7 +160,7 @@ def protect_query(
             result = pattern()
             if job.spec.measure is not None:  # its unit counts n are published too
                 result = audit_counts(table, rules, result, pattern, method=method,
-                                      time_limit=time_limit, forced=shown,
+                                      singleton=singleton, time_limit=time_limit, forced=shown,
                                       revised=counts_of(revised))  # fmt: skip
         except TabularError as refusal:
             if shown is None or not shown.any():
@@ -173,7 +186,7 @@ def protect_query(
         audit_revisions(job, table, result["status"].to_numpy() != "published", found,
                         revised, units, same_versions(job, table), time_limit,
                         replaced=replaced)  # fmt: skip
-        out, report = _suppression_output(table, result, into, method)
+        out, report = _suppression_output(table, result, into, method, singleton)
         status = np.where(out["status"] == "published", "published", "suppressed")
         if job.spec.measure is None:  # n is the value: one status
             released = out[[*table.dims, "n", "value"]].assign(**{LEDGER_STATUS: status})
@@ -202,7 +215,21 @@ def _with_grand_total(table: Table, shown: np.ndarray | None) -> np.ndarray:
     return total if shown is None else shown | total
 
 
-def _suppression_output(table: Table, result: pd.DataFrame, into: str, method: str):
+def _recorded_singleton(job) -> str:
+    """The singleton method recorded in the report of the output this job replaces, so that a
+    revision is protected as its first version was; ``anySum`` for a new output (or one
+    stored before the method was recorded)."""
+    rows = job.con.execute(
+        "SELECT report FROM sqlsdc.outputs WHERE name = ? AND method = 'suppress'", [job.name]
+    ).fetchall()  # all: a connection with an unfinished result takes no other work
+    if not rows or not rows[0][0]:
+        return "anySum"
+    return json.loads(rows[0][0]).get("singleton", "anySum")
+
+
+def _suppression_output(
+    table: Table, result: pd.DataFrame, into: str, method: str, singleton: str = "anySum"
+):
     """The stored rows of a suppression job and its report: the pattern (suppressed values and
     counts NULL), the attacker's interval of each suppressed cell, no protection levels."""
     published = result["status"] == "published"
@@ -226,6 +253,7 @@ def _suppression_output(table: Table, result: pd.DataFrame, into: str, method: s
         audit_passed=audit.passed,
         audit_exact=audit.exact,
         method=method,
+        singleton=singleton,
     )
     return out, report
 

@@ -63,6 +63,7 @@ def audit_counts(
     time_limit: float,
     forced: np.ndarray | None,
     revised=None,
+    singleton: str = "anySum",
 ) -> pd.DataFrame:
     """The sums' pattern ``result`` of ``table``, grown until the job's frequency rules
     (among ``rules``, also when :func:`~sqlsdc.tabular.universe_pattern.exempt_known` wrapped
@@ -70,7 +71,8 @@ def audit_counts(
     pattern again with more primary ``rules`` (the cells the counts hide, of safety range
     0, named ``unit counts (n)``). ``forced``: cells published before with their sums
     (public), which the sums' pattern may not hide. ``revised``: the revision rule of the
-    counts (:func:`sqlsdc.jobs.revisions.counts_of`), or None.
+    counts (:func:`sqlsdc.jobs.revisions.counts_of`), or None. ``singleton``: the job's
+    GaussSuppression singleton method, for the counts' pattern too.
 
     A forced cell is known for its sum, not for its ``n``: one whose ``n`` fails ``revised``
     (red team s42i: a unit of turnover 0 joined it) is no forced cell of the counts' pattern,
@@ -101,6 +103,7 @@ def audit_counts(
             counts,
             frequency,
             method=method,
+            singleton_method=singleton,
             time_limit=time_limit,
             apriori=lower,
             primary=ManualRule(hidden, safety_range=0.0, name="sum pattern"),

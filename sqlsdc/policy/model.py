@@ -181,6 +181,10 @@ class Suppression:
     secondary: SecondaryMethod = SecondaryMethod.GAUSS
     cost: str = "value"
     time_limit: float = 60.0
+    # GaussSuppression's singleton method (SSBtools ``singletonMethod``), over the gauss, optimal
+    # or HiTaS pattern: ``anySum`` (SSBtools' default) or the conservative ``subSpace`` that
+    # also stops one singleton's respondent from computing another (red team s44o)
+    singleton: str = "anySum"
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,7 @@ def protect(
     time_limit: float = 60.0,
     min_level: float = 1.0,
     max_rounds: int = 5,
+    singleton_method: str = "anySum",
 ) -> pd.DataFrame:
     """Protect a table by primary and secondary cell suppression, audited.
 
@@ -116,6 +117,11 @@ def protect(
         time_limit: seconds per solver call (optimal MILP, each HiTaS sub-table, the audit).
         min_level: minimum protection level of a primary cell (see ``apply_rules``).
         max_rounds: rounds of the interval step when the audit fails.
+        singleton_method: GaussSuppression's singleton method (SSBtools ``singletonMethod``,
+            :data:`~sqlsdc.tabular.gauss.SINGLETON_METHODS`), for ``gauss`` and for the walk
+            over the ``optimal``/``hitas`` pattern: ``"anySum"`` (SSBtools' default) or the
+            conservative ``"subSpace"``, which also stops a one-unit cell's respondent from
+            computing another one-unit cell (red team s44o; README, "Singletons").
 
     Returns:
         One row per cell: the dimensions (total code on margins), ``n``, ``value``, ``status``
@@ -143,6 +149,9 @@ def protect(
     """
     if method not in METHODS:
         raise TabularError(f"method must be one of {METHODS}; got {method!r}")
+    from sqlsdc.tabular.gauss import check_singleton_method
+
+    check_singleton_method(singleton_method)
     if rules is None:
         rules = [] if primary is not None else None
     if isinstance(data, Table):
@@ -182,7 +191,7 @@ def protect(
         )
     costs = _costs(cost, table)
     suppressed, solver_status = _secondary(
-        method, table, prim, upl, lpl, costs, lower, upper, force, time_limit
+        method, table, prim, upl, lpl, costs, lower, upper, force, time_limit, singleton_method
     )
     integer = _integer(table) if integer is None else integer
     suppressed, result, failing, rounds = _audit_rounds(
@@ -203,8 +212,9 @@ def protect(
         # the fast pattern cannot reach the protection levels: solve for them (time-limited)
         method = f"{method}+optimal"
         suppressed, solver_status = _secondary(
-            "optimal", table, prim, upl, lpl, costs, lower, upper, force, time_limit
-        )
+            "optimal", table, prim, upl, lpl, costs, lower, upper, force, time_limit,
+            singleton_method,
+        )  # fmt: skip
         suppressed, result, failing, more = _audit_rounds(
             table, suppressed, prim, upl, lpl, costs, lower, upper, force, integer, time_limit,
             max_rounds,
@@ -323,7 +333,7 @@ def audit(
 OPTIMAL_FALLBACK_CELLS = 5_000  # the compact MILP solves tables of about this size in minutes
 
 
-def _secondary(method, table, prim, upl, lpl, cost, lower, upper, forced, time_limit):
+def _secondary(method, table, prim, upl, lpl, cost, lower, upper, forced, time_limit, singleton):
     values = table.values
     if method == "gauss":
         from sqlsdc.tabular.gauss import gauss_suppress
@@ -334,7 +344,13 @@ def _secondary(method, table, prim, upl, lpl, cost, lower, upper, forced, time_l
                 "tables built from the same microdata); use method='optimal'"
             )
         return gauss_suppress(
-            table.X, prim, cost, forced=forced, singleton=_singletons(table, prim), values=values
+            table.X,
+            prim,
+            cost,
+            forced=forced,
+            singleton=_singletons(table, prim),
+            singleton_method=singleton,
+            values=values,
         ), None
     if method == "optimal":
         from sqlsdc.tabular.optimal import optimal_suppress
@@ -379,7 +395,7 @@ def _secondary(method, table, prim, upl, lpl, cost, lower, upper, forced, time_l
             "time_limit, relax `forced`, or lower the protection levels"
         )
     suppressed = np.asarray(r.suppressed, dtype=bool)
-    return _protect_singletons(table, prim, suppressed, cost, forced), r.status
+    return _protect_singletons(table, prim, suppressed, cost, forced, singleton), r.status
 
 
 def _singletons(table: Table, prim: np.ndarray) -> np.ndarray:
@@ -392,8 +408,9 @@ def _singletons(table: Table, prim: np.ndarray) -> np.ndarray:
     return single
 
 
-def _protect_singletons(table, prim, suppressed, cost, forced) -> np.ndarray:
-    """The optimal or HiTaS pattern plus what GaussSuppression's ``anySum`` singleton rule adds.
+def _protect_singletons(table, prim, suppressed, cost, forced, method) -> np.ndarray:
+    """The optimal or HiTaS pattern plus what GaussSuppression's singleton rule ``method``
+    (``anySum`` by default, ``subSpace`` conservative; ``none``: nothing) adds.
 
     The LP attacker of those methods is an outsider. The respondent of a primary cell of one
     unit knows that cell, and with two such cells hidden in one sum (a = c = 1 in Total = a + b
@@ -406,10 +423,12 @@ def _protect_singletons(table, prim, suppressed, cost, forced) -> np.ndarray:
     from sqlsdc.tabular.gauss import gauss_suppress
 
     single = _singletons(table, prim) if table.X is not None else None
-    if single is None or not single.any():
+    if single is None or not single.any() or method == "none":
         return suppressed
     published_first = np.where(suppressed, cost, cost + 2.0 * float(np.max(cost)) + 2.0)
-    walked = gauss_suppress(table.X, prim, published_first, forced=forced, singleton=single)
+    walked = gauss_suppress(
+        table.X, prim, published_first, forced=forced, singleton=single, singleton_method=method
+    )
     return suppressed | walked
 
 

@@ -67,7 +67,13 @@ from scipy import sparse
 
 from sqlsdc.errors import InternalError, TabularError
 
-__all__ = ["SINGLETON_METHODS", "candidate_order", "fix_risky_intervals", "gauss_suppress"]
+__all__ = [
+    "SINGLETON_METHODS",
+    "candidate_order",
+    "check_singleton_method",
+    "fix_risky_intervals",
+    "gauss_suppress",
+]
 
 SINGLETON_METHODS = ("anySum", "subSum", "subSumAny", "subSpace", "subSumSpace", "none")
 _LATER = ("anySumNOTprimary", "anySum0", "sub2Sum")
@@ -671,16 +677,21 @@ def _check(X, primary, cost, forced, singleton, method, values):
             f"{int(empty[0])}: their value is 0 in every table, so suppression cannot protect "
             "them; build X with the inner cells below them or drop their primary flag"
         )
+    check_singleton_method(method)
+    single = None
+    if singleton is not None:
+        single = _mask(singleton, n_rows, "singleton (one entry per inner cell, row of X)")
+    return Xc, primary, cost, forced, single, method
+
+
+def check_singleton_method(method) -> None:
+    """Refuse a singleton method this module does not implement, naming the ones it does."""
     if method in _LATER:
         raise TabularError(
             f"singleton_method {method!r} is not implemented; use one of {SINGLETON_METHODS}"
         )
     if method not in SINGLETON_METHODS:
         raise TabularError(f"unknown singleton_method {method!r}; use one of {SINGLETON_METHODS}")
-    single = None
-    if singleton is not None:
-        single = _mask(singleton, n_rows, "singleton (one entry per inner cell, row of X)")
-    return Xc, primary, cost, forced, single, method
 
 
 def _mask(a, n: int, what: str) -> np.ndarray:

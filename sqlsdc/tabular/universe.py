@@ -69,6 +69,8 @@ class Universe:
     # the policy's ``bounds: [lo, hi]`` of each measure, which an analyst reads (``sqlsdc
     # policy show``): every audit assumes the attacker knows them (red team s44i)
     bounds: tuple[tuple[str, tuple[float, float]], ...] = ()
+    # the policy's GaussSuppression singleton method (``suppression: singleton``, red team s44o)
+    singleton: str = "anySum"
 
     def bound(self, measure: str) -> tuple[float, float] | None:
         """The policy's bounds of one value of ``measure``, or None."""
@@ -105,6 +107,8 @@ class Universe:
         }
         if self.bounds and self.magnitudes:  # read by the measures' audits only (s44i)
             settings["bounds"] = [[m, list(b)] for m, b in self.bounds]
+        if self.singleton != "anySum":  # the default keeps the fingerprints stored before s44p
+            settings["singleton"] = self.singleton
         return settings
 
 
@@ -132,6 +136,7 @@ def universe_of(policy: Policy, table_name: str) -> Universe:
             for c in table.columns.values()
             if c.role is ColumnRole.MEASURE and c.bounds is not None
         ),
+        singleton=spec.singleton,
     )
 
 

@@ -137,6 +137,7 @@ def protect_universe(
                 table,
                 rules,
                 method=universe.secondary,
+                singleton_method=universe.singleton,
                 cost=universe.cost,
                 primary=ManualRule(kept, safety_range=0.0, name=EARLIER) if kept.any() else None,
                 held=held if held.any() else None,
