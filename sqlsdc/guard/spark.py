@@ -7,7 +7,8 @@ same records: the guarded connection protects the SQL (its policy, user and cach
 engine runs the protected tree (:mod:`sqlsdc.engines.spark`), and the result is returned only
 after its ledger rows (:func:`sqlsdc.guard.postprocess.record_release`, the same cell identity
 as on DuckDB) and its ``accepted`` audit entry are committed in one transaction of the
-connection's catalog. Refusals are audited ``refused``, Spark failures ``failed`` (with Spark's
+connection's catalog. Refusals (an answer past the row cap among them, as on DuckDB) are
+audited ``refused``, Spark failures ``failed`` (with Spark's
 message, for admins; the caller sees the condition name only).
 
 Spark releases cells of the cell key method, of the threshold rule and of differential privacy.
@@ -43,7 +44,13 @@ from sqlsdc.catalog import store
 from sqlsdc.engines.duckdb import EngineError, register, result_schema, rollback
 from sqlsdc.engines.spark import as_types
 from sqlsdc.engines.spark_translate import check_portable, tables_read, view_name
-from sqlsdc.errors import Error, NotSupportedError, OperationalError, ProgrammingError
+from sqlsdc.errors import (
+    AnswerTooLarge,
+    Error,
+    NotSupportedError,
+    OperationalError,
+    ProgrammingError,
+)
 from sqlsdc.guard.connection import MAX_ANSWER_BYTES, MAX_ANSWER_ROWS
 from sqlsdc.guard.dp_pricing import no_rows
 from sqlsdc.guard.postprocess import check_faults, record_release, values_of
@@ -69,6 +76,8 @@ def run_protected(connection: Connection, engine: SparkEngine, sql: str, params=
         NotSupportedError: the query needs DuckDB (suppression) or is not portable to Spark
             (audited ``refused``).
         BudgetExhausted: a DP query costs more than the user's remaining budget.
+        AnswerTooLarge: the answer has more rows or bytes than a connection returns (audited
+            ``refused``, as on DuckDB).
         OperationalError: Spark failed (audited ``failed`` with Spark's message).
     """
     with connection._holding() as con:  # the file stays open (and this thread alone uses it)
@@ -107,6 +116,9 @@ def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, p
         answer = _answer(engine, query.tree, noisy)
         result = as_types(answer, _duckdb_types(con, query.sql, noisy))
         check_faults(result, query)
+    except AnswerTooLarge as refusal:  # the row cap, as the DuckDB path audits it (s44q)
+        audit("refused", refusal)
+        raise
     except OperationalError as failure:  # Spark ran and failed: its own message is for admins
         cause = failure.__cause__ or failure
         audit("failed", cause)

@@ -171,13 +171,15 @@ def audit_with_earlier(job: Job, table: Table, result, found, known, time_limit)
     levels.update({h: tuple(lv) for h, lv in job.policy.table(job.spec.table).hierarchies.items()})
     values = table.values
     lower = np.zeros_like(values) if bool((values >= 0).all()) else np.full_like(values, -np.inf)
-    if known is not None:
+    upper = None
+    if known is not None:  # a count's known lower bounds; a sum's measure bounds (s44o, s44q)
         lower = known[0]
+        upper = None if np.isscalar(known[1]) else known[1]
     audit_linked(job.con, job.spec, levels,
                  table.cells[list(table.dims)].astype(str).reset_index(drop=True), earlier,
                  values=values, suppressed=result["status"].to_numpy() != "published",
                  primary=found.primary, upl=found.upl, lpl=found.lpl, lower=lower,
-                 time_limit=time_limit)  # fmt: skip
+                 upper=upper, time_limit=time_limit)  # fmt: skip
 
 
 def _shared_status(

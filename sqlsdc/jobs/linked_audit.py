@@ -52,6 +52,7 @@ def audit_linked(
     lpl: np.ndarray,
     lower: np.ndarray,
     time_limit: float,
+    upper: np.ndarray | None = None,
 ) -> None:
     """Refuse the job when its pattern, read with the ``earlier`` outputs, leaves a primary cell
     narrower than its levels.
@@ -60,7 +61,9 @@ def audit_linked(
     totals) in the order of ``values``; ``earlier``: ``(name, stored rows)`` with the same
     dimension coding, a ``value`` column (NULL where suppressed) and ``status``; ``levels``
     maps a stored dimension to the table columns it codes (a hierarchy's levels, coarse to
-    fine; a plain column to itself); ``lower``: the job's cells' a-priori bounds.
+    fine; a plain column to itself); ``lower`` and ``upper``: the job's cells' a-priori
+    bounds (``upper`` None: unbounded; a sum job passes the policy's measure bounds, as to
+    :func:`~sqlsdc.tabular.verify.verify_suppression`: red team s44o, s44q).
     """
     frames = [mine, *(f for _n, f in earlier)]
     used = list(dict.fromkeys(d for frame in frames for d in frame.columns if d in levels))
@@ -104,6 +107,8 @@ def audit_linked(
     floor = np.minimum(floor, cells)  # a bound never above the truth (checked by the LP)
     ceiling = np.concatenate([np.where(empty, 0.0, np.inf), np.full(len(cells) - n, np.inf)])
     at = slice(n, n + len(values))
+    if upper is not None:  # never below the truth (checked by the LP)
+        ceiling[at] = np.maximum(np.asarray(upper, dtype=np.float64), values)
     # what the listings alone tell (every cell hidden): no protection is asked below that
     known = audit_intervals(A, cells, np.ones(len(cells), dtype=bool), lower=floor,
                             upper=ceiling, time_limit=time_limit)  # fmt: skip
@@ -111,6 +116,7 @@ def audit_linked(
                              integer=count and bool(np.all(cells == np.round(cells))),
                              time_limit=time_limit)  # fmt: skip
     lpl = np.minimum(lpl, np.maximum(values - known.lo[at], 0.0))
+    upl = np.minimum(upl, np.maximum(known.hi[at] - values, 0.0))  # nor above (s44q)
     ok = audit_check(_part(result, at), values, primary, upl, lpl)
     failing = np.asarray(primary, dtype=bool) & np.asarray(suppressed, dtype=bool) & ~ok
     if failing.any():

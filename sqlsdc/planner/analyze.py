@@ -242,12 +242,28 @@ def _is_all(node: exp.Expr) -> bool:
     return isinstance(node, exp.Var) and node.name.upper() == "ALL"
 
 
+def _drop_empty_grouping(select: exp.Select, group: exp.Group) -> None:
+    """Drop the empty grouping sets ``()`` listed as plain keys of ``group`` (changes the
+    tree): ``GROUP BY ()`` is the grand total, what DuckDB answers with no GROUP BY (one row,
+    also over no rows), and ``GROUP BY (), region`` is ``GROUP BY region``. It was refused as
+    "the expression GROUP BY () raises an error" (the clause was evaluated as a value; s44a).
+    An empty set inside ROLLUP, CUBE or GROUPING SETS is theirs, left as written."""
+    keys = group.expressions
+    kept = [k for k in keys if not (type(k) is exp.Tuple and not k.expressions)]
+    if len(kept) == len(keys):
+        return
+    group.set("expressions", kept)
+    if not kept and not any(group.args.get(k) for k in ("grouping_sets", "cube", "rollup")):
+        select.set("group", None)
+
+
 def _expand_by_all(tree: exp.Expr) -> None:
     """Replace DuckDB's GROUP BY ALL by its non-aggregate projections, and ORDER BY ALL by
     the positions of every output column, left to right, each with the clause's direction
     and NULLS order (changes the tree). Both are what DuckDB means by them; the checks and
     rewrites then see the keys and positions they already know (``ORDER BY ALL`` was refused
-    as a constant that "raises an error", as BI tools and notebooks write it).
+    as a constant that "raises an error", as BI tools and notebooks write it). Empty grouping
+    sets among the plain keys are dropped (:func:`_drop_empty_grouping`).
 
     Breadth first like ``tree.find_all``, each SELECT expanded before its children are
     visited (the copies of its projections too), without ``walk``'s generators."""
@@ -259,6 +275,8 @@ def _expand_by_all(tree: exp.Expr) -> None:
         if group is not None and group.args.get("all"):
             keys = [p.unalias().copy() for p in select.expressions if not contains_aggregate(p)]
             select.set("group", exp.Group(expressions=keys) if keys else None)
+        elif group is not None:
+            _drop_empty_grouping(select, group)
         if isinstance(select, (exp.Select, *SET_OPERATIONS)):
             _expand_order_by_all(select)
         for value in select.args.values():
@@ -700,6 +718,13 @@ class _Checker(AggregateChecks, TotalityChecks):
                     f"{node.sql(DIALECT)[:80]}: ROLLUP, CUBE and GROUPING SETS take columns, "
                     "not positions or constants",
                     "name the columns, e.g. GROUP BY ROLLUP (region, sex)",
+                )
+            if node.find(exp.Column) is None:  # was "... raises an error" (s44q)
+                raise self.refuse(
+                    f"{node.sql(DIALECT)[:80]} names no column: ROLLUP, CUBE and GROUPING SETS "
+                    "take columns",
+                    "for the grand total write no GROUP BY (or GROUP BY ()); else name the "
+                    "columns, e.g. GROUP BY ROLLUP (region, sex)",
                 )
         for aggregate in info.aggregates:
             if not isinstance(aggregate, exp.Grouping) and aggregate.find(exp.Grouping):

@@ -261,7 +261,8 @@ class TotalityChecks:
             if computed:  # on an aggregate result, or a window function over the cells
                 continue
             if not reads:
-                if type(n) not in inert and not simple_case_branch(n):  # evaluated alone
+                if type(n) not in inert and not simple_case_branch(n) and type(n) is not exp.Group:
+                    # evaluated alone; a GROUP BY clause is no value (its keys are: s44q)
                     self._type_constant(n)
                 continue
             checked.append(n)
