@@ -5,7 +5,9 @@ each job kind on a fresh copy (``--repeat`` times, the minimum CPU reported): a 
 a controlled rounding, a CTA, an IPF, an anonymised file of every column, a parametric
 synthesis, ``publish`` of one suppression job, and a second suppression job next to a first
 (the differencing checks against a stored output). CPU is the process's (DuckDB's threads
-included); statements are those the job sends through ``open_database``'s connection.
+included); statements are those the job sends through ``open_database``'s connection. The
+floor, measured in the same run on the same copy: plain DuckDB opening the file, running the
+job's own source query and closing it (``raw ms``; the ratio is the job's CPU over it).
 
 Usage: python benchmarks/bench_jobs_fixed_cost.py [--repeat 3] [--only suppress,round]
 """
@@ -18,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import duckdb
 import pandas as pd
 from bench_output_history import _policy as threshold_policy  # the tests' threshold policy
 
@@ -105,6 +108,27 @@ def jobs(folder: Path) -> dict:
     }
 
 
+FLOORS = {  # the source query each job reads: what plain DuckDB does for it
+    "suppress": OLD,
+    "round": OLD,
+    "cta": TURNOVER,
+    "ipf": OLD.replace("COUNT(*)", "SUM(income)"),
+    "anonymize": SENIORS,
+    "synthesize": "SELECT region, sex, age, income FROM persons",
+    "publish": OLD,
+    "second suppress": OLD.replace("education", "sex"),
+}
+
+
+def raw_cpu(db: Path, sql: str) -> float:
+    """CPU seconds of plain DuckDB opening ``db``, fetching ``sql`` and closing."""
+    start = time.process_time()
+    con = duckdb.connect(str(db), read_only=True)
+    con.execute(sql).fetchall()
+    con.close()
+    return time.process_time() - start
+
+
 def counted(run) -> int:
     """The statements ``run`` sends through :class:`sqlsdc.engines.duckdb.LockedConnection`."""
     calls = [0]
@@ -130,14 +154,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         source = template(folder)
-        print(f"{'job':18} {'CPU ms (min)':>12} {'statements':>10}")
+        print(f"{'job':18} {'CPU ms (min)':>12} {'statements':>10} {'raw ms':>7} {'ratio':>6}")
         for name, (setup, job) in jobs(folder).items():
             if args.only and name not in args.only.split(","):
                 continue
-            times, statements = [], 0
+            times, raws, statements = [], [], 0
             for i in range(args.repeat):
                 db = folder / f"run{i}.duckdb"
                 shutil.copyfile(source, db)
+                raws.append(raw_cpu(db, FLOORS[name]))
                 if setup is not None:
                     setup(db)
                 if i == 0:  # counted once, timed in the other runs (and in this one)
@@ -147,7 +172,8 @@ def main() -> None:
                     start = time.process_time()
                     job(db)
                 times.append(time.process_time() - start)
-            print(f"{name:18} {min(times) * 1000:12.0f} {statements:10d}")
+            job_ms, raw_ms = min(times) * 1000, min(raws) * 1000
+            print(f"{name:18} {job_ms:12.0f} {statements:10d} {raw_ms:7.1f} {job_ms / raw_ms:6.0f}")
 
 
 if __name__ == "__main__":
