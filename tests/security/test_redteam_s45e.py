@@ -158,6 +158,9 @@ def test_a_dp_population_cut_by_another_tables_confidential_rows_is_refused_unpa
 #   stated (accountant.norms), no analyst choice of which rows are kept.
 # - partition selection with min_frequency uses Laplace thresholding at the selection's delta
 #   (laplace_partition_selection), min_frequency only on top; a fused COUNT(DISTINCT unit) is
-#   thresholded at the sum of both epsilons, as README states.
+#   thresholded at the sum of both epsilons, as README states; COUNT(DISTINCT month) under
+#   private groups is not taken for the unit count (its own noisy value, 0.5 + 0.1 paid).
+# - private groups keyed by a CASE with a NULL branch: the NULL group goes through the
+#   selection like any other (true groups of 2-10 persons in R01/December: none released).
 # - data version: count, XOR and sum of row hashes (plus the float/interval spellings), so a
 #   changed row gets fresh noise, never the old noise over a new value.
