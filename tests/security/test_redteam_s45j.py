@@ -17,10 +17,11 @@ the way (not a leak: the rows were released and paid before): after a statement 
 
 from __future__ import annotations
 
-import os
 import shutil
+import signal
 from fractions import Fraction
 
+import cli_fork
 import pandas as pd
 import pytest
 
@@ -29,7 +30,6 @@ from sqlsdc.catalog.budget import BudgetKey
 from sqlsdc.catalog.budget_admin import set_limit
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import BudgetExhausted, PolicyViolation, ProgrammingError
-from sqlsdc.guard import dp_charge
 from sqlsdc.mechanisms.accountant import REPORT_GRID, BudgetLimit, Statistic, norms
 from sqlsdc.policy.load import load_policy
 
@@ -198,35 +198,43 @@ KILLED = ("SELECT scheme, month, COUNT(*), SUM(amount), AVG(amount) FROM benefit
           "WHERE amount > {k} GROUP BY scheme, month")  # fmt: skip
 
 
+KILLER = """
+import os, signal
+import sqlsdc
+from sqlsdc.guard import dp_charge
+
+def kill(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+if {where!r} == "after-charge":
+    dp_charge.release = kill  # charged and committed; killed before any cell is drawn
+else:
+    cache = dp_charge.DpCharging._cache_cells
+
+    def cached_then_killed(self, *args, **kwargs):
+        cache(self, *args, **kwargs)
+        kill()
+
+    dp_charge.DpCharging._cache_cells = cached_then_killed
+with sqlsdc.connect({db!r}, "analyst") as con:
+    con.execute({sql!r}).fetchall()
+"""
+
+
 @pytest.mark.parametrize("where", ["after-charge", "after-caching"])
 def test_a_statement_killed_after_its_charge_leaves_nothing_free(capped, tmp_path, where):
-    """A process killed (``os._exit``, as kill -9) after the charge of COUNT, SUM, AVG, the unit
-    counts and the report (0.7), either before drawing or right after caching its cells: the
-    ledger keeps the 0.7, the next asking pays again (the cells count as paid only once their
-    statement settled), and every later asking is free with the same cells and shares."""
+    """A process killed (SIGKILL) after the charge of COUNT, SUM, AVG, the unit counts and the
+    report (0.7), either before drawing or right after writing its cells in the transaction
+    that records its answer (not yet committed): the ledger keeps the 0.7, the next asking pays
+    again (nothing was cached, so no asking computes the cells for free), and every later
+    asking is free with the same cells and shares."""
     db = tmp_path / "killed.duckdb"
     shutil.copy(capped, db)
     sql = KILLED.format(k=300 if where == "after-charge" else 301)
     with sqlsdc.connect(db, "analyst") as con:
         start = _spent(con)
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child never returns
-        try:
-            if where == "after-charge":
-                dp_charge.release = lambda *a, **k: os._exit(9)
-            else:
-                cache = dp_charge.DpCharging._cache_cells
-
-                def cached_then_killed(self, *args, **kwargs):
-                    cache(self, *args, **kwargs)
-                    os._exit(9)
-
-                dp_charge.DpCharging._cache_cells = cached_then_killed
-            with sqlsdc.connect(db, "analyst") as con:
-                con.execute(sql).fetchall()
-        finally:
-            os._exit(3)
-    assert os.waitpid(pid, 0)[1] >> 8 == 9
+    done = cli_fork.run([], code=KILLER.format(where=where, db=str(db), sql=sql), timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr
     answers, paid = [], []
     for _ in range(2):
         with sqlsdc.connect(db, "analyst") as con:
@@ -298,7 +306,7 @@ def test_a_refused_statement_leaves_no_earlier_answer_on_the_cursor(capped, tmp_
 # - explain with private groups and the report: the same text on a copy without 50 persons
 #   (3 shapes), nothing charged.
 # - kill -9 / Ctrl-C of the CLI (16 runs, 1.6-2.4 s: all before the charge, nothing paid) and
-#   os._exit after the charge or after caching (4 runs): the charge stays, the next asking
+#   SIGKILL after the charge or after caching (4 runs): the charge stays, the next asking
 #   pays again and later askings are free with the same cells and shares.
 # - Note (accuracy, not privacy): rows of one person that tie on (keys, measures) hash alike,
 #   so the unit cap keeps them together and max_rows then drops them (the 144-row person
