@@ -303,6 +303,8 @@ def test_a_refused_statement_leaves_no_earlier_answer_on_the_cursor(capped, tmp_
 # - ledger: explain's "at most" equals the spend for 7 shapes; the report is paid where a
 #   COUNT/SUM/AVG is asked, also when only in HAVING or ORDER BY (0.3 and 0.4, then cached:
 #   asked later in the SELECT list it is free), never with VAR or quantiles alone.
+# - cells withheld by min_frequency carry no shares (20 of 32 cells of a region x scheme
+#   query: no cell_accuracy row); a noisy total <= 0 gives NULL shares (post-processing).
 # - explain with private groups and the report: the same text on a copy without 50 persons
 #   (3 shapes), nothing charged.
 # - kill -9 / Ctrl-C of the CLI (16 runs, 1.6-2.4 s: all before the charge, nothing paid) and
