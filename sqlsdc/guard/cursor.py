@@ -64,11 +64,14 @@ class Cursor:
         ``read_database(..., execute_options={"parameters": [...]})`` passes them by that
         name (tests/test_dbapi.py)."""
         self._check_open()
+        # the previous statement's result goes first: a refused or failed statement left it in
+        # place, and fetchall(), description and cell_accuracy() answered the old query's
+        # cells as if they were the new one's (red team s45j); DuckDB's cursor has no result
+        self._result = self._whole = self._query = self._shown = self._status = None
+        self.query_id = None
+        self._position = 0
         result, query, query_id, whole = self.connection._execute(sql, parameters)
         self._result, self._query, self.query_id, self._whole = result, query, query_id, whole
-        self._shown = None
-        self._status = None
-        self._position = 0
         return self
 
     def executemany(self, sql: str, seq_of_params) -> Cursor:
@@ -281,7 +284,9 @@ class Cursor:
     def _require_result(self) -> pa.Table:
         self._check_open()
         if self._result is None:
-            raise ProgrammingError("no result: call execute() first")
+            raise ProgrammingError(
+                "no result: call execute() first (a statement that raised has none)"
+            )
         return self._result
 
 
