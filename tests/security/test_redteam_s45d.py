@@ -1,7 +1,22 @@
 """Red team s45d: the analyst's SQL under the cell key method, counts and magnitudes, against
 session 44's grand totals and constant keys (s44q), whole-row refusals (s44a) and per-row work
-bounds (s44b, s44n). No leak was found; the attacks that held are kept here as regression
-tests, and listed one line each at the end of the module with their numbers.
+bounds (s44b, s44n).
+
+What broke (fixed here):
+
+- **Counts of persons in household cells linked the persons into households.** s43j protects a
+  count of persons in cells of household columns as the households' sum, each household
+  contributing c_h, its persons of the cell, with a noise key of the contributions (unit,
+  c_h) alone. So every cell holding one member of a household drew that household's one noise:
+  grouped by the persons' age, sex, education and occupation (``WHERE h.size >= 1`` makes it
+  such a count), the members of a household published one value, the same to the last bit,
+  and no other record did. One query over region R01 joined 88 households of two or more
+  members (242 persons) exactly, with every member's four attributes (with ``h.tenure`` in the
+  keys, the household's tenure too). The key now adds the record keys of the persons counted:
+  0 households joined.
+
+The attacks that held are kept here as regression tests, and listed one line each at the end
+of the module with their numbers.
 
 Scored on the CKM demo (20,000 persons) as user ``analyst``: a one-person cell whose protected
 count is 0 (hidden) against an empty cell of the same municipality and sex, one person shown
@@ -155,6 +170,32 @@ def test_one_population_written_fifteen_ways_draws_one_noise(ckm, raw_ckm):
     (published,) = answers
     truth = raw_ckm.execute(f"SELECT COUNT(*) FROM persons WHERE {SPELLINGS[0]}").fetchone()[0]
     assert abs(published[0] - truth) <= 5
+
+
+def test_household_cells_do_not_link_their_persons_into_households(ckm, raw_ckm):
+    """Fails on main: one query over region R01 of the CKM demo (each person's age, sex,
+    education and occupation, as a count in household cells) gave the members of 88
+    households one published value each, no other record sharing it: 88 households of two
+    or more members joined, all their records. Now each record's cell draws its own noise."""
+    records = "p.municipality, p.age, p.sex, p.education, p.occupation"
+    published = ckm.execute(
+        f"SELECT {records}, COUNT(*) {J} WHERE h.size >= 1 AND p.region = 'R01' GROUP BY ALL"
+    ).fetchall()
+    truth = raw_ckm.execute(f"SELECT p.household_id, {records} {J} WHERE p.region = 'R01'")
+    members: dict[int, list[tuple]] = {}
+    for household, *record in truth.fetchall():
+        members.setdefault(household, []).append(tuple(record))
+    by_value: dict[tuple, set[tuple]] = {}
+    for *record, value in published:
+        by_value.setdefault((record[0], value), set()).add(tuple(record))
+    clusters = {frozenset(found) for found in by_value.values()}
+    joined = [
+        household
+        for household, found in members.items()
+        if len(found) > 1 and len(set(found)) == len(found) and frozenset(found) in clusters
+    ]
+    assert len(published) > 300  # the records of the households shown
+    assert joined == []
 
 
 REPEATING = {
