@@ -345,9 +345,15 @@ def test_windows_over_the_groups_count_only_released_groups(ckm, raw_ckm, cells)
 # - Household-mode counts (s43j): COUNT(*), COUNT(p.age/p.income/p.sex/h.tenure), SUM(1),
 #   SUM(2)/2, COUNT(1), CASE filters, households first, USING, IN and NOT <>: one value (15
 #   spellings); GROUP BY () and constant keys: the plain cell; ROLLUP/GROUPING SETS/CUBE,
-#   DISTINCT, derived, UNION, LEFT JOIN ... AND h.size: refused. By p.sex over the same two
-#   households with equal means, two cells publish the same value (same contributions, same
-#   key): equality tells what the two equal counts beside do.
+#   DISTINCT, derived, UNION, LEFT JOIN ... AND h.size: refused. (By p.sex over the same two
+#   households, women and men published one value: the finding fixed above.)
+# - After the fix, what still links a household's members: their one-household cells appear
+#   together (the households' count decides presence) and share its n̂; COUNT(DISTINCT
+#   household_id) by the persons' four attributes gives them one integer (58 classes of
+#   municipality x value over 442 cells of R01): 0 households of R01 joined exactly either way.
+#   A SUM(p.age) beside COUNT(DISTINCT h.household_id) by p.age in household cells is 0 where
+#   the persons' own protected count n̂ is 0 (70 of 137 one-person cells of R01 x size 3): it
+#   tells n <= D of a cell the count shows as 0 or 3+, no more.
 # - Data-dependent failures behind a CASE on one person: 43 expressions (division and modulo
 #   by 0, casts, POW/EXP/LN/SQRT/LOG domains, ROUND precisions, DECIMAL and TINYINT casts,
 #   HUGEINT of 1e300, INTERVAL arithmetic, STRFTIME %G, SUBSTRING extremes, TRIM): 0 of 43
