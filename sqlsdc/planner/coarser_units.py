@@ -154,7 +154,8 @@ def _protect_as_sums(plan, read, analysis: Analysis, policy: Policy, row_table) 
     (each row of R belongs to one unit of X), joined once and inner, plain ``GROUP BY`` (no
     grouping sets, no group-only release), and no other aggregate. Each unit of X then adds
     c_h = its counted rows of the cell, and the cell is published as X's own ``SUM`` of such
-    values is: keyed by X's record keys, its largest c_h perturbed by X's magnitude ptable,
+    values is: keyed by X's record keys, the c_h and the record keys of the rows counted, its
+    largest c_h perturbed by X's magnitude ptable,
     under X's mean floor counted by X's units (:mod:`sqlsdc.rewrite.ckm`)."""
     if row_table is None or plan.row_source is None or plan.units is None:
         return False

@@ -48,7 +48,8 @@ A count of one table's rows in cells of a coarser table's columns (persons by ho
 :attr:`CellPlan.per_unit_counts`, :mod:`sqlsdc.planner.coarser_units`) is such a sum over the
 coarser units: each contributes c_h, its counted rows of the cell (computed on the rows by
 window functions over the cell's keys and the unit), with that table's magnitude rule, its
-count rule for n̂ (its units' plain key) and a noise key of the contributions (unit, c_h).
+count rule for n̂ (its units' plain key) and a noise key of the contributions (unit, c_h) and
+of the rows counted (their record keys: red team s45d).
 
 The frame is a chain of subqueries over the aggregated cells only:
 ``__r`` (rows: keys, arguments, record keys) → ``__c`` (aggregation) → ptable joins for
@@ -212,8 +213,11 @@ class _Builder(MagnitudeLayers):
         for i in range(len(plan.aggregates)):
             argument = cells.argument(i, self.twin)
             if i in self.per_unit:
-                contribution = self._contribution(argument, plan.units[self.per_unit[i]])
+                unit = plan.units[self.per_unit[i]]
+                contribution = self._contribution(argument, unit)
                 rows.append("expressions", exp.alias_(contribution, f"__v{i}", copy=False))
+                records = self._counted_records_key(argument, unit)
+                rows.append("expressions", exp.alias_(records, f"__vr{i}", copy=False))
             elif argument is not None and self._value(i) == f"__v{i}":
                 rows.append("expressions", exp.alias_(copy_tree(argument), f"__v{i}", copy=False))
         for t, rkey in enumerate(plan.rkeys):
@@ -231,6 +235,19 @@ class _Builder(MagnitudeLayers):
         c_h, NULL on its other rows, so that the aggregation's SUM, top contributions, count of
         contributors and key see each unit once with its c_h (the frame's grouping is the
         rows' keys: no grouping sets, :mod:`sqlsdc.planner.coarser_units`)."""
+        counted = exp.Count(this=exp.Star() if argument is None else copy_tree(argument))
+        return self._per_unit_first(counted, unit)
+
+    def _counted_records_key(self, argument: exp.Expr | None, unit: exp.Expr) -> exp.Expr:
+        """On the row that holds a unit's contribution c_h (:meth:`_contribution`), the sum of
+        the record keys of the rows it counts (persons: their ``__rkey``), NULL elsewhere; the
+        contributions key (:meth:`_contributions_key`) adds it, so that the noise is a function
+        of the records counted, as a count's is, and not of (unit, c_h) alone."""
+        rkey = cast(copy_tree(self.plan.rkeys[self.plan.row_source]), "BIGINT")
+        return self._per_unit_first(exp.Sum(this=when_present(rkey, argument)), unit)
+
+    def _per_unit_first(self, function: exp.Expr, unit: exp.Expr) -> exp.Expr:
+        """``function`` over the rows of one (cell, unit), on the first of them only."""
         partition = [copy_tree(key) for key in self.cells.keys] + [copy_tree(unit)]
 
         def over(function: exp.Expr, ordered: bool) -> exp.Window:
@@ -239,9 +256,8 @@ class _Builder(MagnitudeLayers):
                 this=function, partition_by=[p.copy() for p in partition], order=order
             )
 
-        counted = exp.Count(this=exp.Star() if argument is None else copy_tree(argument))
         first = exp.EQ(this=over(exp.RowNumber(), True), expression=number(1))
-        return exp.Case(ifs=[exp.If(this=first, true=over(counted, False))])
+        return exp.Case(ifs=[exp.If(this=first, true=over(function, False))])
 
     def _arguments(self) -> list[exp.Expr | None]:
         return [self.cells.argument(i, self.twin) for i in range(len(self.plan.aggregates))]
@@ -397,20 +413,31 @@ class _Builder(MagnitudeLayers):
 
     def _contributions_key(self, i: int, contribution: exp.Expr) -> exp.Expr:
         """The key of a count protected as a sum over coarser units (:attr:`CellPlan.
-        per_unit_counts`) that its noise is drawn with: ``SUM((rkey·(2·c_h + 1)) % 2^32) %
-        2^32`` over the contributing units, a function of the contributions (unit, c_h), as
-        a sum's key is of its records (whose values are fixed). Keyed by the units alone, the
-        same households with other counted persons drew the same noise: under the mean floor
-        its factor cancelled in the ratio of two such counts (adults and persons of 17 and
-        over, by municipality and size: 66 of 91 cells told the exact ratio of their true
-        counts). Its count of contributors n̂ keeps the units' plain key (``__k``): the
-        households' own count of them, one noise whatever is counted in them."""
+        per_unit_counts`) that its noise is drawn with: ``(SUM((rkey·(2·c_h + 1)) % 2^32) +
+        SUM(r_h)) % 2^32`` over the contributing units, r_h the sum of the record keys of the
+        rows unit h contributes (:meth:`_counted_records_key`): a function of the
+        contributions (unit, c_h) and of the records counted, as a count's key is of its
+        records. Keyed by the units alone, the same households with other counted persons drew
+        the same noise: under the mean floor its factor cancelled in the ratio of two such
+        counts (adults and persons of 17 and over, by municipality and size: 66 of 91 cells
+        told the exact ratio of their true counts). Keyed by (unit, c_h) alone, every cell of
+        one member of a household drew that household's one noise: grouped by the persons'
+        age, sex, education and occupation, equal published values joined the members of 88
+        households of region R01 exactly, all their records, in one query (red team s45d).
+        Its count of contributors n̂ keeps the units' plain key (``__k``): the households' own
+        count of them, one noise whatever is counted in them."""
         rkey = cast(exp.column(f"__rk{self.per_unit[i]}", "__r"), "BIGINT")
         odd = exp.Add(
             this=mul_expr(number(2), cast(contribution.copy(), "BIGINT")), expression=number(1)
         )
         term = exp.Mod(this=exp.Paren(this=mul_expr(rkey, odd)), expression=number(KEY_MODULUS))
-        total = exp.Coalesce(this=exp.Sum(this=term), expressions=[number(0)])
+        records = exp.Mod(
+            this=exp.Paren(this=exp.column(f"__vr{i}", "__r")), expression=number(KEY_MODULUS)
+        )
+        parts = [
+            exp.Coalesce(this=exp.Sum(this=t), expressions=[number(0)]) for t in (term, records)
+        ]
+        total = exp.Add(this=parts[0], expression=parts[1])
         return exp.Mod(this=exp.Paren(this=total), expression=number(KEY_MODULUS))
 
     def _top(self, i: int, j: int) -> exp.Expr:
