@@ -1,0 +1,96 @@
+"""Red team s45h: the server, many users and processes, rate limits and the admin surface.
+
+Findings (each test fails on the code before its fix):
+
+- The minute of long statements (:mod:`sqlsdc.guard.statement_rate`, s44e) was counted in the
+  process alone: an analyst running three processes one after another in a minute had 12
+  statements of 999,000 characters accepted and logged whole (11,988,882 characters) where 4
+  were allowed, and a process per statement (the CLI) was never refused. Now the minute is
+  counted from the audit log (every process), for 0.5-0.6 ms of CPU a long statement.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import textwrap
+import time
+
+import sqlsdc
+from sqlsdc.engines.duckdb import open_database
+from sqlsdc.guard import statement_rate
+
+
+def _rows(db, sql, params=()):
+    con = open_database(db, writes_data=False)
+    try:
+        return con.execute(sql, list(params)).fetchall()
+    finally:
+        con.close()
+
+
+def _long(rnd: random.Random, characters: int = 990_000) -> str:
+    filler = "".join(rnd.choices("abcdefghijklmnopqrstuvwxyz0123456789", k=characters))
+    return f"SELECT COUNT(*) FROM persons /* {filler} */"
+
+
+def _early_in_a_minute(room: float = 40.0) -> None:
+    """Wait for a new UTC minute unless ``room`` seconds of this one are left: the test's
+    statements must fall in one minute."""
+    left = 60 - time.time() % 60
+    if left < room:
+        time.sleep(left + 0.5)
+
+
+def test_the_minute_of_long_statements_holds_across_processes(fresh_demo_db, monkeypatch):
+    """Before: 4 statements of 990,000 characters took this process's minute, and a second
+    process (a new CLI call, another script) had its own: its statement was accepted and
+    logged whole. Now the second process reads the minute from the audit log and refuses."""
+    monkeypatch.setattr(statement_rate, "CHARACTERS_PER_MINUTE", 4 * 2**20)  # conftest lifts it
+    rnd = random.Random(4545)
+    _early_in_a_minute()
+    with sqlsdc.connect(fresh_demo_db, user="analyst") as con:
+        for _ in range(4):
+            con.execute(_long(rnd)).fetchall()
+    other = textwrap.dedent(f"""
+        import random, sqlsdc
+        rnd = random.Random(1)
+        sql = "SELECT COUNT(*) FROM persons /* " + "".join(
+            rnd.choices("abcdefghijklmnopqrstuvwxyz", k=990_000)) + " */"
+        with sqlsdc.connect({str(fresh_demo_db)!r}, user="analyst") as con:
+            try:
+                con.execute(sql).fetchall()
+                print("accepted")
+            except sqlsdc.PolicyViolation as refusal:
+                print("refused:", refusal)
+    """)
+    done = subprocess.run([sys.executable, "-c", other], capture_output=True, text=True,
+                          timeout=120, check=True)  # fmt: skip
+    assert done.stdout.startswith("refused:"), done.stdout + done.stderr
+    assert "the most the audit log takes from one user" in done.stdout
+    (kept,) = _rows(fresh_demo_db, "SELECT sum(length(sql_text)) FROM sqlsdc.audit "
+                    "WHERE user_name = 'analyst' AND decision = 'accepted'")[0]  # fmt: skip
+    assert kept <= 4 * 2**20
+
+
+def test_a_fresh_process_count_does_not_reset_the_minute(fresh_demo_db, monkeypatch):
+    """The same in one process: the count a new process starts with (nothing) is not what
+    decides; the audit log's minute is. 4 statements taken, the process's count emptied, the
+    5th refused (before: accepted, and so on for every emptied count)."""
+    monkeypatch.setattr(statement_rate, "CHARACTERS_PER_MINUTE", 4 * 2**20)
+    rnd = random.Random(4546)
+    _early_in_a_minute()
+    with sqlsdc.connect(fresh_demo_db, user="analyst") as con:
+        for _ in range(4):
+            con.execute(_long(rnd)).fetchall()
+        monkeypatch.setattr(statement_rate, "_taken", {})  # what another process has
+        refused = None
+        try:
+            con.execute(_long(rnd)).fetchall()
+        except sqlsdc.PolicyViolation as e:
+            refused = e
+        assert refused is not None and "this minute" in str(refused)
+        assert con.execute("SELECT COUNT(*) FROM persons").fetchall()  # short: not counted
+    with sqlsdc.connect(fresh_demo_db, user="admin") as con:  # another user's minute
+        con.execute(_long(rnd)).fetchall()
