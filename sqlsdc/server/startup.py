@@ -4,6 +4,8 @@ RFC 7677) and the guarded connection of the authenticated user (PostgreSQL docum
 
 from __future__ import annotations
 
+import logging
+
 from sqlsdc.errors import AccessDenied, Error
 from sqlsdc.server import codec
 from sqlsdc.server.auth import MECHANISM, AuthenticationFailed, ScramExchange
@@ -11,6 +13,8 @@ from sqlsdc.server.catalog import SessionCatalog
 from sqlsdc.server.codec import ProtocolError
 from sqlsdc.server.shadow import SERVER_VERSION
 from sqlsdc.server.sqlstate import Fatal, error_fields
+
+log = logging.getLogger("sqlsdc.server")
 
 
 class Startup:
@@ -57,6 +61,8 @@ class Startup:
         self.user = params.get("user", "")
         if not self.user:
             raise Fatal("28000", "no user name in the startup message")
+        host = (self.writer.get_extra_info("peername") or ("",))[0]
+        attempt = self.server.login_attempts.begin(self.user, host)  # or refused: too many
         keys = await self.server.in_pool(self.server.users.keys, self.user)
         exchange = ScramExchange(self.user, keys, self.server.decoy_secret)
         self._send(codec.sasl_mechanisms(MECHANISM))
@@ -70,7 +76,9 @@ class Startup:
             await self.writer.drain()
             final = exchange.final((await self._expect_password()).rest())
         except AuthenticationFailed:
+            log.warning("password authentication failed for user %r from %s", self.user, host)
             raise failed from None
+        self.server.login_attempts.succeeded(attempt)
         if self.server.logged_in() >= self.server.settings.max_connections:
             raise Fatal("53300", "sorry, too many clients already")
         if self.server.logged_in(self.user) >= self.server.settings.user_connections:

@@ -7,6 +7,10 @@ Findings (each test fails on the code before its fix):
   statements of 999,000 characters accepted and logged whole (11,988,882 characters) where 4
   were allowed, and a process per statement (the CLI) was never refused. Now the minute is
   counted from the audit log (every process), for 0.5-0.6 ms of CPU a long statement.
+- ``sqlsdc serve`` checked every password attempt and logged none: one client tried 300
+  passwords for ``admin`` in 2.1 s (140 a second), the last one right, unseen. Now a user
+  name has 10 unsuccessful logins a minute from one address, then is refused unread; each
+  failure is logged (:mod:`sqlsdc.server.login_rate`).
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import subprocess
 import sys
 import textwrap
 import time
+
+import pytest
 
 import sqlsdc
 from sqlsdc.engines.duckdb import open_database
@@ -94,3 +100,65 @@ def test_a_fresh_process_count_does_not_reset_the_minute(fresh_demo_db, monkeypa
         assert con.execute("SELECT COUNT(*) FROM persons").fetchall()  # short: not counted
     with sqlsdc.connect(fresh_demo_db, user="admin") as con:  # another user's minute
         con.execute(_long(rnd)).fetchall()
+
+
+# --- the server: password guessing ---------------------------------------------------------------
+
+
+def test_password_guessing_at_the_server_is_bounded_and_logged(fresh_demo_db):
+    """Before: 300 wrong passwords for one user in 2.1 s from one client, every one checked
+    (28P01), then the right one logged in, and the server logged nothing. Now 10 unsuccessful
+    attempts a minute per user name and address: the 11th is refused before its proof is
+    read (28000), the right password too, each failure is logged, and the same address still
+    logs in as another user."""
+    psycopg = pytest.importorskip("psycopg")
+    from tests.server.conftest import add_server_user, start_server, stop_server
+
+    add_server_user(fresh_demo_db)
+    add_server_user(fresh_demo_db, "admin", "admin own password")
+    running = start_server(fresh_demo_db, "--insecure")
+    try:
+        codes = []
+        for i in range(12):
+            try:
+                psycopg.connect(running.dsn("admin", f"guess {i:04d}")).close()
+                codes.append("ok")
+            except psycopg.OperationalError as e:
+                codes.append("wrong" if "password authentication failed" in str(e) else str(e))
+        assert codes[:10] == ["wrong"] * 10
+        assert all("too many failed logins" in c for c in codes[10:]), codes[10:]
+        with pytest.raises(psycopg.OperationalError, match="too many failed logins"):
+            psycopg.connect(running.dsn("admin", "admin own password")).close()
+        with psycopg.connect(running.dsn()) as con:  # analyst: its own attempts
+            assert con.execute("SELECT COUNT(*) FROM regions").fetchall() == [(8,)]
+    finally:
+        stop_server(running)
+    failures = running.process.stderr.read()
+    assert failures.count("password authentication failed for user 'admin'") == 10
+    assert "guess" not in failures  # never a password
+
+
+def test_login_attempts_count_per_name_and_address_and_forget_successes(monkeypatch):
+    """The bound itself: 10 attempts, the 11th refused; a success is forgotten (a user's own
+    logins never lock it out); another address or name is apart; a minute later it is free."""
+    from sqlsdc.server import login_rate
+    from sqlsdc.server.sqlstate import Fatal
+
+    clock = [1000.0]
+    monkeypatch.setattr(login_rate.time, "monotonic", lambda: clock[0])
+    attempts = login_rate.LoginAttempts()
+    for _ in range(50):  # successes
+        attempts.succeeded(attempts.begin("analyst", "10.0.0.1"))
+    for _ in range(10):
+        attempts.begin("admin", "10.0.0.1")
+    with pytest.raises(Fatal, match="too many failed logins"):
+        attempts.begin("admin", "10.0.0.1")
+    attempts.begin("admin", "10.0.0.2")
+    attempts.succeeded(attempts.begin("analyst", "10.0.0.1"))
+    clock[0] += 60.5
+    attempts.begin("admin", "10.0.0.1")
+    for i in range(3000):  # a flood of names is pruned once expired
+        attempts.begin(f"name{i}", "10.0.0.3")
+    clock[0] += 61
+    attempts.begin("x", "10.0.0.3")
+    assert len(attempts._attempts) == 1
