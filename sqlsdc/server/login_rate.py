@@ -13,11 +13,15 @@ many handshakes at once gets no more proofs checked), and is forgotten when it s
 name's attempts from other addresses are not affected (another client cannot lock a user out
 everywhere), and an unknown name counts like a known one (the refusal tells nothing about
 which names exist). PostgreSQL leaves this to its ``auth_delay`` module and logs each failed
-attempt; each failure is logged here too (the name quoted, never the password).
+attempt; each failure is logged here too (the name quoted and cut at :data:`SHOWN_NAME`
+characters, never the password), up to :data:`LOGGED_PER_MINUTE` a minute: beyond, they are
+counted in one line (a client failing logins with new names of 10,000 characters in a loop
+would otherwise fill the server's log as fast as it connects).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 
@@ -28,6 +32,12 @@ __all__ = ["ATTEMPTS_PER_MINUTE", "LoginAttempts"]
 ATTEMPTS_PER_MINUTE = 10
 """Logins of one user name from one address that may be unfinished or failed in a minute."""
 WINDOW = 60.0  # seconds
+LOGGED_PER_MINUTE = 100
+"""Failed logins logged one by one in a minute (all names and addresses together)."""
+SHOWN_NAME = 64
+"""Characters of a user name a log line shows."""
+
+log = logging.getLogger("sqlsdc.server")
 
 
 class LoginAttempts:
@@ -37,6 +47,7 @@ class LoginAttempts:
         self.limit, self.window = limit, window
         self._attempts: dict[tuple[str, str], deque[float]] = {}
         self._pruned = (0.0, 0)  # when the last pruning was, and the keys it left
+        self._logging = [-1, 0, 0]  # the minute of the log lines, lines logged, failures not
 
     def begin(self, user: str, host: str) -> tuple[tuple[str, str], float]:
         """Count an attempt of ``user`` from ``host``, or refuse it (Fatal 28000) when
@@ -64,6 +75,26 @@ class LoginAttempts:
                 pass
             if not begun:
                 del self._attempts[key]
+
+    def failed(self, user: str, host: str) -> None:
+        """Log a failed login, or count it once :data:`LOGGED_PER_MINUTE` were logged this
+        minute (the count is logged with the next minute's first failure)."""
+        minute = int(time.monotonic() // 60)
+        if minute != self._logging[0]:
+            if self._logging[2]:
+                log.warning("%d more failed logins in an earlier minute, not logged one by one",
+                            self._logging[2])  # fmt: skip
+            self._logging = [minute, 0, 0]
+        if self._logging[1] >= LOGGED_PER_MINUTE:
+            self._logging[2] += 1
+            return
+        self._logging[1] += 1
+        shown = (
+            user
+            if len(user) <= SHOWN_NAME
+            else f"{user[:SHOWN_NAME]}... ({len(user):,} characters)"
+        )
+        log.warning("password authentication failed for user %r from %s", shown, host)
 
     def _prune(self, now: float) -> None:
         """Drop the keys whose attempts all expired, once a minute or when their number

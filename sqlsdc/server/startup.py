@@ -4,8 +4,6 @@ RFC 7677) and the guarded connection of the authenticated user (PostgreSQL docum
 
 from __future__ import annotations
 
-import logging
-
 from sqlsdc.errors import AccessDenied, Error
 from sqlsdc.server import codec
 from sqlsdc.server.auth import MECHANISM, AuthenticationFailed, ScramExchange
@@ -13,8 +11,6 @@ from sqlsdc.server.catalog import SessionCatalog
 from sqlsdc.server.codec import ProtocolError
 from sqlsdc.server.shadow import SERVER_VERSION
 from sqlsdc.server.sqlstate import Fatal, error_fields
-
-log = logging.getLogger("sqlsdc.server")
 
 
 class Startup:
@@ -76,7 +72,7 @@ class Startup:
             await self.writer.drain()
             final = exchange.final((await self._expect_password()).rest())
         except AuthenticationFailed:
-            log.warning("password authentication failed for user %r from %s", self.user, host)
+            self.server.login_attempts.failed(self.user, host)  # logged
             raise failed from None
         self.server.login_attempts.succeeded(attempt)
         if self.server.logged_in() >= self.server.settings.max_connections:

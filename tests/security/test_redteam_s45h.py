@@ -214,3 +214,26 @@ def test_another_users_statement_is_not_answered_from_the_check_cache(fresh_demo
         assert len(checks) == 2  # before: 1, the admin's check answered the analyst
         me.execute(sql).fetchall()
         assert len(checks) == 2  # the analyst's own: kept
+
+
+def test_failed_logins_fill_the_servers_log_by_a_bounded_amount(monkeypatch, caplog):
+    """The failure log itself must not be the next flood: 300 failures with new names of
+    10,000 characters (the longest a startup message holds) log 100 short lines in their
+    minute, and one line counting the other 200 at the next minute's first failure."""
+    import logging
+
+    from sqlsdc.server import login_rate
+
+    clock = [7200.0]
+    monkeypatch.setattr(login_rate.time, "monotonic", lambda: clock[0])
+    attempts = login_rate.LoginAttempts()
+    with caplog.at_level(logging.WARNING, logger="sqlsdc.server"):
+        for i in range(300):
+            attempts.failed(f"{i:05d}" + "n" * 9_995, "10.0.0.9")
+        clock[0] += 60
+        attempts.failed("admin", "10.0.0.9")
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 102
+    assert max(map(len, lines)) < 200 and "(10,000 characters)" in lines[0]
+    assert lines[-2].startswith("200 more failed logins")
+    assert lines[-1] == "password authentication failed for user 'admin' from 10.0.0.9"
