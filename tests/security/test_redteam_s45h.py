@@ -237,3 +237,26 @@ def test_failed_logins_fill_the_servers_log_by_a_bounded_amount(monkeypatch, cap
     assert max(map(len, lines)) < 200 and "(10,000 characters)" in lines[0]
     assert lines[-2].startswith("200 more failed logins")
     assert lines[-1] == "password authentication failed for user 'admin' from 10.0.0.9"
+
+
+def test_the_spark_path_takes_long_statements_from_the_same_minute(fresh_demo_db, monkeypatch):
+    """Before: guard/spark.py logged an analyst's statement whole without the statement rate
+    (only the DuckDB path counted it), so the minute taken there was free again on Spark.
+    Now a statement over the minute is refused (and audited) before anything is read or
+    run, on Spark as on DuckDB (no Spark session needed to see it: the engine is not
+    reached)."""
+    from sqlsdc.guard.spark import run_protected
+
+    monkeypatch.setattr(statement_rate, "CHARACTERS_PER_MINUTE", 8_000)
+    sql = "SELECT COUNT(*) FROM persons /* " + "s" * 5_000 + " */"
+    with sqlsdc.connect(fresh_demo_db, user="analyst") as con:
+
+        def attempt():
+            con.execute(sql).fetchall()  # 5,033 characters of the minute's 8,000
+            with pytest.raises(sqlsdc.PolicyViolation, match="this minute"):
+                run_protected(con, None, sql)
+
+        _in_one_minute(attempt)
+    refused = _rows(fresh_demo_db, "SELECT count(*) FROM sqlsdc.audit WHERE decision = "
+                    "'refused' AND reason LIKE '%the most the audit log takes%'")[0][0]  # fmt: skip
+    assert refused == 1
