@@ -27,16 +27,8 @@ import time
 import pytest
 
 import sqlsdc
-from sqlsdc.engines.duckdb import open_database
 from sqlsdc.guard import statement_rate
-
-
-def _rows(db, sql, params=()):
-    con = open_database(db, writes_data=False)
-    try:
-        return con.execute(sql, list(params)).fetchall()
-    finally:
-        con.close()
+from tests.security.test_redteam_s44e import _rows
 
 
 def _long(rnd: random.Random, characters: int = 990_000) -> str:
@@ -260,3 +252,24 @@ def test_the_spark_path_takes_long_statements_from_the_same_minute(fresh_demo_db
     refused = _rows(fresh_demo_db, "SELECT count(*) FROM sqlsdc.audit WHERE decision = "
                     "'refused' AND reason LIKE '%the most the audit log takes%'")[0][0]  # fmt: skip
     assert refused == 1
+
+
+# Attacks that held (s45h, no test needed beyond the ones above):
+# - server catalog: current_database() and pg_database show the file's stem only;
+#   data_directory/config_file unknown or NULL; pg_user/pg_roles list the session's own user;
+#   inet_server_addr, pg_postmaster_start_time, pg_read_binary_file, pg_stat_ssl, pg_locks,
+#   pg_shadow, pg_available_extensions refused; information_schema shows no sqlsdc table.
+# - an admin logged in through the server is still guarded: SELECT * / a row-level column /
+#   WHERE person_id = 5 refused as for an analyst.
+# - server users: the lookup is an exact dict match (no case or space variant of a name
+#   reaches another user's keys, nor a fresh login-rate bucket for it).
+# - parameters are never logged (the audit keeps the text with ?), so a megabyte parameter
+#   grows no log; refusals that quote a parameter (reasons of 60,066 characters) are bounded
+#   by the refusal rate, which counts the reason's length.
+# - executemany runs execute per parameter set (each counted and charged); callproc raises
+#   NotSupportedError; scroll moves within the released rows only; nextset is None.
+# - DP cells drawn are cached per (user, policy version, cell): another user's cached cell is
+#   never given free (code read of catalog/dp_cache.py).
+# - CancelRequest: only with the session's 32-bit secret (compared in constant time); a wrong
+#   one does nothing and says nothing.
+# - no environment variable is read by sqlsdc (grep of os.environ/getenv): none widens a role.
