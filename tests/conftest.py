@@ -27,8 +27,8 @@ def pytest_configure(config):
     if getattr(config.option, "loadscopereorder", False):
         config.option.loadscopereorder = False
     # The session's shared databases (demo_db) take the long statements of many test files
-    # in a minute, from one process: the per-process rate of long statements
-    # (sqlsdc.guard.statement_rate) is lifted here, and its own tests set it back.
+    # in a minute: the rate of long statements (sqlsdc.guard.statement_rate) is lifted here
+    # and in the CLI's fork server (cli_fork.py), and its own tests set it back.
     from sqlsdc.guard import statement_rate
 
     statement_rate.CHARACTERS_PER_MINUTE = 2**62

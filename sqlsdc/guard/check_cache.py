@@ -10,6 +10,11 @@ gives a new fingerprint, and the old entries are never read again (they age out)
 Only accepted statements are kept: a refusal is computed again each time, so its message
 cannot come from another connection's state.
 
+Entries are kept per user: one user's connections (a dashboard's, a BI server's) share them,
+other users' do not. Shared by every user, a kept statement answered faster (154 ms against
+277 ms at the median, through ``sqlsdc serve``), which told an analyst whether another user
+had sent that very statement lately: 54 of 60 guesses right (red team s45h).
+
 What is kept is bounded in memory as well as in number (:data:`CHARACTERS`): an analyst's
 distinct long statements (a constant of a megabyte each) would otherwise hold gigabytes of a
 server shared by every user; a statement too long to keep is checked again when asked again.
@@ -54,12 +59,13 @@ def checked(
     frozen_params,
     context: GuardContext,
     in_time: Callable[[], object] | None = None,
+    user: str = "",
 ) -> ProtectedQuery:
-    """``protect(sql, params, context, in_time)``, from the process cache when the same
-    statement was accepted under the same fingerprint before."""
+    """``protect(sql, params, context, in_time)``, from the process cache when ``user``'s
+    same statement was accepted under the same fingerprint before."""
     if not context.fingerprint:
         return protect(sql, params, context, in_time)
-    key = (context.fingerprint, sql, frozen_params)
+    key = (context.fingerprint, user, sql, frozen_params)
     with _lock:
         found = _entries.get(key)
         if found is not None:
@@ -81,13 +87,13 @@ def checked(
 
 def _size(key: tuple, query: ProtectedQuery) -> int:
     """Characters an entry keeps: the statement's text and its protected SQL."""
-    return len(key[1]) + len(query.sql)
+    return len(key[2]) + len(query.sql)
 
 
-def is_kept(sql: str, frozen_params, context: GuardContext) -> bool:
+def is_kept(sql: str, frozen_params, context: GuardContext, user: str = "") -> bool:
     """Whether :func:`checked` would answer from the cache (a statement that needs no parse)."""
     with _lock:
-        return (context.fingerprint, sql, frozen_params) in _entries
+        return (context.fingerprint, user, sql, frozen_params) in _entries
 
 
 def clear() -> None:

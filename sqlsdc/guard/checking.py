@@ -49,11 +49,11 @@ class Checking:
     def _protect(
         self, sql: str, params, early: Early | None = None, interrupts: int | None = None
     ) -> ProtectedQuery:
-        """``protect``, shared with every connection of the process that sees the same policy
-        version, schema and catalog (``check_cache``). The statement timeout starts here, less
-        the time ``early`` (:meth:`_check_early`) took: the check counts against it and stops
-        at the first pass that begins after it, and the engine gets what is left
-        (:meth:`_time_left`). ``early``'s outcome stands if it was reached under the context
+        """``protect``, shared with every connection of the process and of its user that sees
+        the same policy version, schema and catalog (``check_cache``). The statement timeout
+        starts here, less the time ``early`` (:meth:`_check_early`) took: the check counts
+        against it and stops at the first pass that begins after it, and the engine gets what
+        is left (:meth:`_time_left`). ``early``'s outcome stands if it was reached under the context
         in force now; otherwise (an admin applied another policy meanwhile) the statement is
         checked again. ``interrupts``: the connection's count of :meth:`interrupt` calls when
         the statement began; one since (during its early check, or while it waited for the
@@ -78,7 +78,7 @@ class Checking:
         try:
             if frozen is UNCACHEABLE:
                 return protect(sql, params, context, time_left)
-            return checked(sql, params, frozen, context, time_left)
+            return checked(sql, params, frozen, context, time_left, self.user)
         finally:
             TIME_LEFT.reset(token)
 
@@ -109,8 +109,9 @@ class Checking:
         if context is None or self._closed:
             return None
         frozen = parameters_key(params)
-        if frozen is not UNCACHEABLE and context.fingerprint and is_kept(sql, frozen, context):
-            return None
+        if frozen is not UNCACHEABLE and context.fingerprint:
+            if is_kept(sql, frozen, context, self.user):
+                return None
         deadline = started + self.timeout
 
         def time_left() -> float:

@@ -239,7 +239,7 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
         sql, mode = statement_text(sql), built_in_text(mode)  # a str subclass's __eq__ chose
         with self._holding() as con:  # interval mode past the analysts' check, free
             try:
-                statement_rate.check(self.path, self.user, sql)  # the audit log's room
+                statement_rate.check(con, self.path, self.user, sql)  # the audit log's room
             except Error as refusal:
                 self._audit_refusal(None, sql, refusal)
                 raise
@@ -374,7 +374,7 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
         self._query_id = None  # a DP query's charge draws it, before the charge commits
         con, context = self._con, self._context
         try:
-            statement_rate.check(self.path, self.user, sql)  # the audit log's room
+            statement_rate.check(con, self.path, self.user, sql)  # the audit log's room
             query = self._protect(sql, params, early, interrupts)
             self._check_summable(query)
         except engine.EngineError as failure:

@@ -51,6 +51,7 @@ from sqlsdc.errors import (
     OperationalError,
     ProgrammingError,
 )
+from sqlsdc.guard import statement_rate
 from sqlsdc.guard.connection import MAX_ANSWER_BYTES, MAX_ANSWER_ROWS
 from sqlsdc.guard.dp_pricing import no_rows
 from sqlsdc.guard.postprocess import check_faults, record_release, values_of
@@ -100,6 +101,7 @@ def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, p
         connection._keep_released(noisy, query_id, paid)  # drawn, paid: not computed again
 
     try:
+        statement_rate.check(con, connection.path, user, sql)  # the audit log's room, as DuckDB's
         query = connection.explain(sql, params)
         _check_spark_can_release(query)
         read = tables_read(query.tree)  # (a DP answer's: its cells; its stages read the data)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from sqlsdc.errors import AccessDenied, Error, NotFoundError, OperationalError
 from sqlsdc.server.auth import ServerUsers, decoy_secret
+from sqlsdc.server.login_rate import LoginAttempts
 from sqlsdc.server.session import Session
 
 log = logging.getLogger("sqlsdc.server")
@@ -104,6 +105,7 @@ class Server:
         self.users = ServerUsers(settings.db)
         self._shares: dict[str, asyncio.Semaphore] = {}  # per user: see in_pool
         self.decoy_secret = decoy_secret(settings.db)
+        self.login_attempts = LoginAttempts()
         self.sessions: dict[int, Session] = {}
         self._pids = itertools.count(os.getpid() % 100_000 * 10_000 + 1)
         self._secrets: dict[int, int] = {}

@@ -57,6 +57,8 @@ class Startup:
         self.user = params.get("user", "")
         if not self.user:
             raise Fatal("28000", "no user name in the startup message")
+        host = (self.writer.get_extra_info("peername") or ("",))[0]
+        attempt = self.server.login_attempts.begin(self.user, host)  # or refused: too many
         keys = await self.server.in_pool(self.server.users.keys, self.user)
         exchange = ScramExchange(self.user, keys, self.server.decoy_secret)
         self._send(codec.sasl_mechanisms(MECHANISM))
@@ -70,7 +72,9 @@ class Startup:
             await self.writer.drain()
             final = exchange.final((await self._expect_password()).rest())
         except AuthenticationFailed:
+            self.server.login_attempts.failed(self.user, host)  # logged
             raise failed from None
+        self.server.login_attempts.succeeded(attempt)
         if self.server.logged_in() >= self.server.settings.max_connections:
             raise Fatal("53300", "sorry, too many clients already")
         if self.server.logged_in(self.user) >= self.server.settings.user_connections:
