@@ -47,6 +47,16 @@ def _releasing(db, *names):
     admin.apply(db, load_policy({**document, "releases": list(names)}), "admin")
 
 
+def _seniors_stored(db) -> None:
+    _seniors(db)
+
+
+def _seniors_replaced_unbanded(db) -> None:
+    """The seniors file, replaced by the same people without age."""
+    _seniors(db)
+    _seniors(db, replace=True, banded=False)
+
+
 def test_every_version_is_kept_with_its_definition(jobs_demo_db):
     """Both versions are in ``output_versions``; the first is an earlier version, with the
     request and the report it was stored with, and not released (no policy listed it)."""
@@ -77,12 +87,11 @@ def test_a_file_released_after_a_released_file_was_replaced(jobs_demo_db):
         _aged_84_file(jobs_demo_db)
 
 
-def test_a_candidate_replaced_unreleased_is_no_release(jobs_demo_db):
+def test_a_candidate_replaced_unreleased_is_no_release(jobs_state, tmp_path):
     """The same, the seniors file never listed: its first version reached no reader, so the
     file of everyone aged 84 or over is stored (candidates are compared once released), and
     a policy listing both files now compares the current versions only."""
-    _seniors(jobs_demo_db)
-    _seniors(jobs_demo_db, replace=True, banded=False)
+    jobs_demo_db = jobs_state(_seniors_replaced_unbanded, tmp_path)
     _aged_84_file(jobs_demo_db)
     _releasing(jobs_demo_db, "seniors_r01", "aged_84")
 
@@ -105,12 +114,11 @@ def test_a_job_next_to_a_replaced_file_that_blanked_values(jobs_demo_db):
                       rules=[FrequencyRule(5)])  # fmt: skip
 
 
-def test_a_file_replaced_before_the_catalog_kept_versions_is_not_compared(jobs_demo_db):
+def test_a_file_replaced_before_the_catalog_kept_versions_is_not_compared(jobs_state, tmp_path):
     """An earlier version known from its audit entry only (a catalog older than
     ``output_versions``): its columns and blanked values are unknown, so it counts as a file
     the check cannot compare, and a job of its table is refused (fail closed)."""
-    _seniors(jobs_demo_db)
-    _seniors(jobs_demo_db, replace=True, banded=False)
+    jobs_demo_db = jobs_state(_seniors_replaced_unbanded, tmp_path)
     con = open_database(jobs_demo_db)
     try:
         con.execute("DELETE FROM sqlsdc.output_versions")
@@ -126,12 +134,12 @@ def test_a_file_replaced_before_the_catalog_kept_versions_is_not_compared(jobs_d
                       rules=[FrequencyRule(5)])  # fmt: skip
 
 
-def test_a_job_along_the_bands_of_every_version_is_stored(jobs_demo_db):
+def test_a_job_along_the_bands_of_every_version_is_stored(jobs_state, tmp_path):
     """The seniors file replaced by one with other bands below 85: a job of everyone aged 85
     or over by region and education is along the band ``>=85`` of both versions, and stored.
     Three releases of a cell make a signed-sum check: a job's own small cell (9 persons aged
     85+ of R01 with primary education) is no sum of several releases."""
-    _seniors(jobs_demo_db)
+    jobs_demo_db = jobs_state(_seniors_stored, tmp_path)
     anonymize(jobs_demo_db, user="admin", into="seniors_r01", seed=7, replace=True,
               sql=f"SELECT * {SENIORS}",
               steps=["recode:age:breaks=65/70/85", "microaggregate:income:k=5"])  # fmt: skip
@@ -140,13 +148,13 @@ def test_a_job_along_the_bands_of_every_version_is_stored(jobs_demo_db):
                   rules=[FrequencyRule(5)])  # fmt: skip
 
 
-def test_a_version_published_with_include_is_held(jobs_demo_db, tmp_path):
+def test_a_version_published_with_include_is_held(jobs_state, tmp_path):
     """The seniors file never listed but published with ``--include``, then replaced: the
     publication's readers keep the first version, and the file of everyone aged 84 or over is
     refused next to it."""
     from sqlsdc.release import publish
 
-    _seniors(jobs_demo_db)
+    jobs_demo_db = jobs_state(_seniors_stored, tmp_path)
     publish(jobs_demo_db, tmp_path / "release.duckdb", "admin", include=["seniors_r01"])
     _seniors(jobs_demo_db, replace=True, banded=False)
     with pytest.raises(MicrodataError, match=r"seniors_r01 as job \d+ stored it .*differ by only"):

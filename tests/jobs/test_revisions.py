@@ -65,10 +65,14 @@ def small_firm(db, nace: str, region: str) -> int:
         con.close()
 
 
-def test_two_updates_publish_no_cell_that_changed_in_any_two_versions(jobs_demo_db):
-    db = jobs_demo_db
-    versions = []
+def _turnover_stored(db) -> None:
+    """The first version of the turnover table, stored (each test's first job)."""
     protect_query(db, "admin", TURNOVER, into="s", rules=RULES)
+
+
+def test_two_updates_publish_no_cell_that_changed_in_any_two_versions(jobs_state, tmp_path):
+    db = jobs_state(_turnover_stored, tmp_path)
+    versions = []
     versions.append(published(db, "s"))
     for region, turnover in (("R02", 1234567), ("R03", 2345678)):
         change(db, NEW_FIRM.format(nace="C", region=region, turnover=turnover))
@@ -81,9 +85,8 @@ def test_two_updates_publish_no_cell_that_changed_in_any_two_versions(jobs_demo_
     assert versions[2].loc[("F", "Total")].equals(versions[0].loc[("F", "Total")])
 
 
-def test_an_update_that_removes_a_unit_hides_the_cells_it_left(jobs_demo_db):
-    db = jobs_demo_db
-    protect_query(db, "admin", TURNOVER, into="s", rules=RULES)
+def test_an_update_that_removes_a_unit_hides_the_cells_it_left(jobs_state, tmp_path):
+    db = jobs_state(_turnover_stored, tmp_path)
     first = published(db, "s")
     gone = small_firm(db, "G", "R01")
     change(db, f"DELETE FROM enterprises WHERE enterprise_id = {gone}")
@@ -94,11 +97,10 @@ def test_an_update_that_removes_a_unit_hides_the_cells_it_left(jobs_demo_db):
         assert cell not in second.index  # each is the firm's turnover away from the first
 
 
-def test_one_unit_added_to_a_cell_and_one_to_its_total(jobs_demo_db):
+def test_one_unit_added_to_a_cell_and_one_to_its_total(jobs_state, tmp_path):
     """One firm in (C, R02) and one in (F, R05): the grand total changed by two units, its
     row and column totals by one each; none of them is published in both versions."""
-    db = jobs_demo_db
-    protect_query(db, "admin", TURNOVER, into="s", rules=RULES)
+    db = jobs_state(_turnover_stored, tmp_path)
     first = published(db, "s")
     change(
         db,
@@ -109,23 +111,21 @@ def test_one_unit_added_to_a_cell_and_one_to_its_total(jobs_demo_db):
     assert changed_in_both(first, published(db, "s")).empty
 
 
-def test_a_job_of_the_same_rows_under_another_name_after_new_data(jobs_demo_db):
+def test_a_job_of_the_same_rows_under_another_name_after_new_data(jobs_state, tmp_path):
     """The versions a reader compares need not share a name: the units are kept per
     population."""
-    db = jobs_demo_db
-    protect_query(db, "admin", TURNOVER, into="s", rules=RULES)
+    db = jobs_state(_turnover_stored, tmp_path)
     change(db, NEW_FIRM.format(nace="C", region="R02", turnover=1234567))
     protect_query(db, "admin", TURNOVER, into="t", rules=RULES)
     assert changed_in_both(published(db, "s"), published(db, "t")).empty
 
 
 def test_a_unit_count_that_changed_by_one_is_hidden_though_the_sum_changed_by_four(
-    jobs_demo_db,
+    jobs_state, tmp_path
 ):
     """A new firm and three revised ones in (C, R02): the sum's difference has 4 units and
     passes the rules, but ``n`` differs by the one new firm (a count of 1)."""
-    db = jobs_demo_db
-    protect_query(db, "admin", TURNOVER, into="s", rules=RULES)
+    db = jobs_state(_turnover_stored, tmp_path)
     first = published(db, "s")
     change(
         db,
@@ -138,20 +138,18 @@ def test_a_unit_count_that_changed_by_one_is_hidden_though_the_sum_changed_by_fo
     assert changed_in_both(first, published(db, "s")).empty
 
 
-def test_the_same_data_again_publishes_the_same_table(jobs_demo_db):
-    db = jobs_demo_db
-    protect_query(db, "admin", TURNOVER, into="s", rules=RULES)
+def test_the_same_data_again_publishes_the_same_table(jobs_state, tmp_path):
+    db = jobs_state(_turnover_stored, tmp_path)
     first = published(db, "s")
     protect_query(db, "admin", TURNOVER, into="s", rules=RULES, replace=True)
     pd.testing.assert_frame_equal(first, published(db, "s"))
 
 
 @pytest.mark.parametrize("n_new", [3])
-def test_enough_new_units_publish_the_changed_cells(jobs_demo_db, n_new):
+def test_enough_new_units_publish_the_changed_cells(jobs_state, tmp_path, n_new):
     """Three new firms of similar turnover in (C, R02) pass the rules as a difference: the
     job does not hide every cell that changed (an update of enough units is published)."""
-    db = jobs_demo_db
-    protect_query(db, "admin", TURNOVER, into="s", rules=RULES)
+    db = jobs_state(_turnover_stored, tmp_path)
     first = published(db, "s")
     change(db, *(NEW_FIRM.format(nace="C", region="R02", turnover=1000000 + i)
                  for i in range(n_new)))  # fmt: skip
@@ -193,11 +191,12 @@ def test_a_new_person_in_a_hierarchy_hides_its_municipality_region_and_totals(jo
     assert len(both) > 100  # the cells she did not change stay published
 
 
-def test_an_output_stored_before_units_were_kept_hides_every_cell_that_changed(jobs_demo_db):
+def test_an_output_stored_before_units_were_kept_hides_every_cell_that_changed(
+    jobs_state, tmp_path
+):
     """A catalog that kept no units of the earlier version (stored before ``job_units``):
     the difference population is unknown, so every cell it published that changed is hidden."""
-    db = jobs_demo_db
-    protect_query(db, "admin", TURNOVER, into="s", rules=RULES)
+    db = jobs_state(_turnover_stored, tmp_path)
     first = published(db, "s")
     change(
         db,

@@ -141,6 +141,11 @@ def _outputs(db) -> list:
         con.close()
 
 
+def _r3(db) -> None:
+    """Everyone aged 85+ by region and education rounded to base 3, stored as ``r3``."""
+    round_query(db, "admin", OLD, into="r3", base=3)
+
+
 @pytest.mark.parametrize(
     "sql",
     [
@@ -153,10 +158,10 @@ def _outputs(db) -> list:
         OLD.replace("age >= 85", "age >= 85 AND income IS NOT NULL"),
     ],
 )
-def test_a_where_that_picks_cells_of_another_job_s_table_is_refused(jobs_db, sql):
+def test_a_where_that_picks_cells_of_another_job_s_table_is_refused(jobs_state, tmp_path, sql):
     """Before: stored, and the R01 cells (or the tertiary column, or cells without NULL
     incomes) were published rounded to base 3 and to base 5."""
-    round_query(jobs_db, "admin", OLD, into="r3", base=3)
+    jobs_db = jobs_state(_r3, tmp_path)
     with pytest.raises(TabularError, match="protected.r3 already releases these cells"):
         round_query(jobs_db, "admin", sql, into="r5", base=5)
     with pytest.raises(TabularError, match="protected by method round; this job .method suppress"):

@@ -78,11 +78,16 @@ def test_ipf_margins_and_a_suppression_job_of_one_person_fewer(jobs_demo_db):
         protect_query(jobs_demo_db, "admin", _minus(municipality), into="inc_minus")
 
 
-def test_suppression_job_then_ipf_of_one_person_more(jobs_demo_db):
+def _inc_minus(db) -> None:
+    """The suppression job of everyone aged 85+ less the lonely person, stored."""
+    municipality, _income = _lonely(db)
+    protect_query(db, "admin", _minus(municipality), into="inc_minus")
+
+
+def test_suppression_job_then_ipf_of_one_person_more(jobs_state, tmp_path):
     """The same attack in the other order: the IPF job is checked against the suppression
     output already stored."""
-    municipality, _income = _lonely(jobs_demo_db)
-    protect_query(jobs_demo_db, "admin", _minus(municipality), into="inc_minus")
+    jobs_demo_db = jobs_state(_inc_minus, tmp_path)
     with pytest.raises(TabularError, match="differ by only 1 unit"):
         ipf_query(jobs_demo_db, "admin", IPF_SQL, into="inc_ipf",
                   margins=_true_margins(jobs_demo_db, "age >= 85"))  # fmt: skip
@@ -353,12 +358,11 @@ def test_an_anonymised_file_and_a_suppression_job_of_one_person_fewer(jobs_demo_
         protect_query(jobs_demo_db, "admin", _minus(municipality), into="inc_minus")
 
 
-def test_a_suppression_job_then_an_anonymised_file_of_one_person_more(jobs_demo_db):
+def test_a_suppression_job_then_an_anonymised_file_of_one_person_more(jobs_state, tmp_path):
     """The other order of the attack above: the suppression job first, then the file. The
     anonymisation job was not checked against the exact tables stored before it; now the file
     is checked as the exact tables of its unperturbed columns."""
-    municipality, _income = _lonely(jobs_demo_db)
-    protect_query(jobs_demo_db, "admin", _minus(municipality), into="inc_minus")
+    jobs_demo_db = jobs_state(_inc_minus, tmp_path)
     with pytest.raises(MicrodataError, match="differ by only 1 unit"):
         anonymize(
             jobs_demo_db,
@@ -404,10 +408,10 @@ def test_the_seniors_file_then_old_people(jobs_demo_db):
         _old_people(jobs_demo_db)
 
 
-def test_old_people_then_the_seniors_file(jobs_demo_db):
+def test_old_people_then_the_seniors_file(jobs_state, tmp_path):
     """The other order, the one the README ran: the anonymisation job was not checked against
     the exact tables stored before it; now it is, and refused naming the table."""
-    _old_people(jobs_demo_db)
+    jobs_demo_db = jobs_state(_old_people, tmp_path)
     with pytest.raises(
         MicrodataError,
         match=r"protected\.old_people and that of the file "
@@ -426,21 +430,26 @@ def test_old_people_then_the_seniors_file(jobs_demo_db):
 
 
 @pytest.mark.parametrize("first", ["file", "table"])
-def test_a_band_that_aligns_with_the_table_tells_nothing_new(jobs_demo_db, first):
+def test_a_band_that_aligns_with_the_table_tells_nothing_new(jobs_state, tmp_path, first):
     """Age banded 65/75/85/90: the file's own cells tell of each record whether old_people
     counts it (aged 90 or over: the band >=90), so its records outside the job are counts of
     its own cells, and the job's cells are the file's >=90 band or hold units outside R01 by
     more than the minimum frequency. Both orders are allowed."""
-    jobs = [lambda: _seniors(jobs_demo_db, "65/75/85/90"), lambda: _old_people(jobs_demo_db)]
-    for job in jobs if first == "file" else jobs[::-1]:
-        job()
+    jobs = [_aligned_seniors, _old_people]
+    if first == "table":
+        jobs.reverse()
+    jobs[1](jobs_state(jobs[0], tmp_path))
 
 
-def test_a_local_suppression_of_age_spoils_the_alignment(jobs_demo_db):
+def _aligned_seniors(db) -> None:
+    _seniors(db, "65/75/85/90")
+
+
+def test_a_local_suppression_of_age_spoils_the_alignment(jobs_state, tmp_path):
     """The same aligned bands, but a local suppression that blanked some ages: those records'
     band is unknown, so the file no longer tells which of its records the job counts, and the
     job's cells less the file's coarser cells count a few of them: refused."""
-    _old_people(jobs_demo_db)
+    jobs_demo_db = jobs_state(_old_people, tmp_path)
     with pytest.raises(MicrodataError, match="differ by only"):
         _seniors(jobs_demo_db, "65/75/85/90", "suppress:municipality,sex,age:k=5,importance=1/2/3")
 
@@ -470,14 +479,20 @@ def _education_difference(db) -> tuple[str, str]:
     return job, file
 
 
+def _by_education(db) -> None:
+    """The job of everyone aged 85+ but the lonely person, by education, stored."""
+    job, _file = _education_difference(db)
+    protect_query(db, "admin", job, into="by_education")
+
+
 @pytest.mark.parametrize("steps", [["suppress:sex,education:k=1"], ["pram:education:p=0.8"]],
                          ids=["exact", "pram"])  # fmt: skip
-def test_a_perturbed_column_is_no_exact_cell(jobs_demo_db, steps):
+def test_a_perturbed_column_is_no_exact_cell(jobs_state, tmp_path, steps):
     """With education as it was, the file's cell of the lonely person's education holds the
     job's cell and that one person more: refused. PRAM'd, the file has no exact cell by
     education, and its totals differ from the job's on both sides: allowed."""
-    job, file = _education_difference(jobs_demo_db)
-    protect_query(jobs_demo_db, "admin", job, into="by_education")
+    jobs_demo_db = jobs_state(_by_education, tmp_path)
+    _job, file = _education_difference(jobs_demo_db)
     if steps[0].startswith("pram"):
         anonymize(jobs_demo_db, user="admin", into="aged_file", sql=file, steps=steps)
         return

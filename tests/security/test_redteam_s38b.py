@@ -404,15 +404,22 @@ def test_a_sum_job_keeps_hidden_the_counts_a_count_job_of_the_same_rows_hid(jobs
     assert len(regions - known) != 1  # no region total is the grand total less the others
 
 
-def test_a_count_job_after_a_sum_job_of_the_same_rows_takes_its_counts_as_public(jobs_demo_db):
+def _turnover_job(db) -> None:
+    """The suppression job of turnover by nace and region, stored as ``turnover``."""
+    protect_query(db, "admin", f"SELECT nace, region, SUM(turnover) {ENTERPRISES}",
+                  into="turnover")  # fmt: skip
+
+
+def test_a_count_job_after_a_sum_job_of_the_same_rows_takes_its_counts_as_public(
+    jobs_state, tmp_path
+):
     """The other order: the counts the sum job published are public. Before its counts were
     audited with its sums, two primaries of the count table could not be protected with them
     (the sum table's n alone put (D, R02)'s 4 enterprises at most at 4) and the count job was
     refused. The sum job's pattern protects its counts now (``sqlsdc.jobs.sum_counts``): the
     count job is stored, publishes every count the sum job published, as it did, and hides
     every cell it hid."""
-    protect_query(jobs_demo_db, "admin", f"SELECT nace, region, SUM(turnover) {ENTERPRISES}",
-                  into="turnover")  # fmt: skip
+    jobs_demo_db = jobs_state(_turnover_job, tmp_path)
     protect_query(jobs_demo_db, "admin", f"SELECT nace, region, COUNT(*) {ENTERPRISES}",
                   into="firms")  # fmt: skip
     counts, sums = _cells(jobs_demo_db, "firms"), _cells(jobs_demo_db, "turnover")
@@ -457,13 +464,12 @@ def _count_intervals(cells: list[tuple[str, str, float | None, str]]):
     return found
 
 
-def test_a_sum_jobs_published_counts_keep_the_count_rules_safety_ranges(jobs_demo_db, tmp_path):
+def test_a_sum_jobs_published_counts_keep_the_count_rules_safety_ranges(jobs_state, tmp_path):
     """The release file alone (``sqlsdc publish`` in a process of its own): every count a
     frequency primary of the sum job hides keeps the rule's safety range in the attacker's
     interval over the published counts (the job's pattern audits its counts with its sums:
     ``sqlsdc.jobs.sum_counts``)."""
-    protect_query(jobs_demo_db, "admin", f"SELECT nace, region, SUM(turnover) {ENTERPRISES}",
-                  into="turnover")  # fmt: skip
+    jobs_demo_db = jobs_state(_turnover_job, tmp_path)
     out = tmp_path / "release.duckdb"
     done = cli_fork.run(["publish", jobs_demo_db, out, "--as", "admin"], timeout=300)
     assert done.returncode == 0, done.stderr

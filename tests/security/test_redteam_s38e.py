@@ -143,8 +143,16 @@ def _aged_84_of_r01(db) -> dict:
         con.close()
 
 
+def _aged_84(db) -> None:
+    _aged(db, 84)
+
+
+def _aged_85(db) -> None:
+    _aged(db, 85)
+
+
 @pytest.mark.parametrize("first", ["file", "job"])
-def test_a_job_that_splits_a_band_less_the_band_above_it(jobs_demo_db, first):
+def test_a_job_that_splits_a_band_less_the_band_above_it(jobs_state, tmp_path, first):
     """The README's seniors file (R01 aged 65+, age banded 65/75/85), and a suppression job of
     everyone aged 84 or over by region and education: the job's cell (R01, upper secondary),
     60 persons, less the file's cell (R01, upper secondary, >=85), 59, is the one person aged
@@ -153,13 +161,12 @@ def test_a_job_that_splits_a_band_less_the_band_above_it(jobs_demo_db, first):
     the job was stored, in either order. The check refuses it now at the first cell it meets
     (R01, lower secondary: the file's cells that cover the job's hold 5 persons aged 75-83
     too); the coarser file of the next test shows the band itself."""
+    jobs_demo_db = jobs_state(_seniors if first == "file" else _aged_84, tmp_path)
     assert _aged_84_of_r01(jobs_demo_db)["upper_secondary"] == 1
     if first == "file":
-        _seniors(jobs_demo_db)
         with pytest.raises(TabularError, match=r"seniors_r01 overlap and differ by only \d unit"):
             _aged(jobs_demo_db, 84)
     else:
-        _aged(jobs_demo_db, 84)
         with pytest.raises(MicrodataError, match=r"seniors_r01 overlap and differ by only \d unit"):
             _seniors(jobs_demo_db)
 
@@ -187,12 +194,13 @@ def test_a_band_written_in_sql_is_a_cut_too(jobs_demo_db, first):
 
 
 @pytest.mark.parametrize("first", ["file", "job"])
-def test_a_job_along_the_file_s_bands_is_still_stored(jobs_demo_db, first):
+def test_a_job_along_the_file_s_bands_is_still_stored(jobs_state, tmp_path, first):
     """Aged 85 or over is the file's band ``>=85``: its records outside the job are its own
     cells, nothing new; both orders are stored."""
-    jobs = [lambda: _seniors(jobs_demo_db), lambda: _aged(jobs_demo_db, 85)]
-    for job in jobs if first == "file" else jobs[::-1]:
-        job()
+    jobs = [_seniors, _aged_85]
+    if first == "job":
+        jobs.reverse()
+    jobs[1](jobs_state(jobs[0], tmp_path))
 
 
 # --------------------------------------- a file (or a job), then suppression switched on
@@ -421,14 +429,26 @@ def _lonely_minus(db) -> str:
     )
 
 
+def _inc_minus(db) -> None:
+    """s37c's job stored (the first step of the ``job`` cases below)."""
+    protect_query(db, "admin", _lonely_minus(db), into="inc_minus")
+
+
+def _no_job(db) -> None:
+    """Nothing stored (the demo of ``jobs_demo_db``)."""
+
+
 @pytest.mark.parametrize("sql", OPAQUE, ids=["derived", "cte", "join", "union"])
 @pytest.mark.parametrize("first", ["job", "file"])
-def test_a_file_written_as_a_subquery_cte_join_or_union_is_not_left_out(jobs_demo_db, sql, first):
+def test_a_file_written_as_a_subquery_cte_join_or_union_is_not_left_out(
+    jobs_state, tmp_path, sql, first
+):
     """s37c's attack (the file of everyone aged 85+, income only top-coded, and a suppression
     job of the same people but one) with the file's query written as a derived table, a CTE,
     a join with a public table or a union: its population was no WHERE on persons, so the
     file was left out of the check and both were stored. Such a file cannot be compared: it
     is refused next to an exact table of persons, and a job next to it."""
+    jobs_demo_db = jobs_state(_inc_minus if first == "job" else _no_job, tmp_path)
     job = _lonely_minus(jobs_demo_db)
 
     def file():
@@ -436,7 +456,6 @@ def test_a_file_written_as_a_subquery_cte_join_or_union_is_not_left_out(jobs_dem
                   steps=["topcode:income:upper=1e9"])  # fmt: skip
 
     if first == "job":
-        protect_query(jobs_demo_db, "admin", job, into="inc_minus")
         with pytest.raises(MicrodataError, match="population is no WHERE on persons"):
             file()
     else:
@@ -490,14 +509,14 @@ def test_two_files_whose_bands_differ_by_one_year(jobs_demo_db, first, listed):
 
 
 def test_withheld_candidates_are_compared_once_released_together(
-    jobs_demo_db, tmp_path, sqlsdc_in_process
+    jobs_state, tmp_path, sqlsdc_in_process
 ):
     """The same two files stored as candidates, neither released: both are stored (an admin
     compares settings side by side, README) and reported by ``microdata-report``. Releasing
     both is refused, naming both files and the cell: a policy listing both (the policy in
     force stays), and a publication that includes both (exit 3, nothing written, audited as
     refused); either alone is published."""
-    _seniors(jobs_demo_db)
+    jobs_demo_db = jobs_state(_seniors, tmp_path)
     _aged_84_file(jobs_demo_db)
     report = sqlsdc_in_process("microdata-report", jobs_demo_db, "seniors_r01", "aged_84",
                                "--format", "json")  # fmt: skip
@@ -523,12 +542,12 @@ def test_withheld_candidates_are_compared_once_released_together(
     assert [w.table for w in report.withheld] == ["aged_84"]
 
 
-def test_a_job_next_to_a_replaced_file(jobs_demo_db):
+def test_a_job_next_to_a_replaced_file(jobs_state, tmp_path):
     """The seniors file (band ``>=85``) replaced by one without age, then the job of everyone
     aged 84+ by region and education: compared with the new file only, it was stored, and a
     reader of the first file got the person aged 84 as before. Compared with the first
     version too (``sqlsdc.jobs.output_history``), it is refused."""
-    _seniors(jobs_demo_db)
+    jobs_demo_db = jobs_state(_seniors, tmp_path)
     anonymize(jobs_demo_db, user="admin", into="seniors_r01", seed=7, replace=True,
               sql="SELECT region, education, sex FROM persons WHERE region = 'R01' AND age >= 65",
               steps=["suppress:region,education,sex:k=1"])  # fmt: skip
@@ -536,13 +555,13 @@ def test_a_job_next_to_a_replaced_file(jobs_demo_db):
         _aged(jobs_demo_db, 84)
 
 
-def test_a_job_next_to_a_replaced_job(jobs_demo_db):
+def test_a_job_next_to_a_replaced_job(jobs_state, tmp_path):
     """Everyone aged 85+ by region and education, replaced by everyone aged 60+, then everyone
     aged 84+: compared with the 60+ table only, it was stored; next to the first table (as
     its readers hold it: ``sqlsdc.jobs.protect.exact_tables`` reads a replaced job's earlier
     versions from the jobs' audit entries, red team s38b) it is refused, the person aged 84 of
     (R01, upper secondary)."""
-    _aged(jobs_demo_db, 85)
+    jobs_demo_db = jobs_state(_aged_85, tmp_path)
     protect_query(jobs_demo_db, "admin", "SELECT region, education, COUNT(*) FROM persons WHERE "
                   "age >= 60 GROUP BY region, education", into="aged_85", replace=True,
                   rules=[FrequencyRule(5)])  # fmt: skip

@@ -91,14 +91,19 @@ def _releasing(db, *names):
     admin.apply(db, load_policy({**document, "releases": list(names)}), "admin")
 
 
+def _t1_t4_released_then_jobs_t2_t3(db) -> None:
+    populations = _populations(db)
+    _releasing(db, "t1", "t4")
+    _job(db, populations, "t2")
+    _job(db, populations, "t3")
+
+
 @pytest.mark.parametrize("last", ["t1", "t4"])
-def test_two_jobs_and_two_released_files_whose_signed_sum_is_one_person(jobs_demo_db, last):
+def test_two_jobs_and_two_released_files_whose_signed_sum_is_one_person(jobs_state, tmp_path, last):
     """t2 and t3 suppression jobs, t1 and t4 anonymised files listed under ``releases:``:
     the second file is refused (it isolates the person with the other three)."""
+    jobs_demo_db = jobs_state(_t1_t4_released_then_jobs_t2_t3, tmp_path)
     populations = _populations(jobs_demo_db)
-    _releasing(jobs_demo_db, "t1", "t4")
-    _job(jobs_demo_db, populations, "t2")
-    _job(jobs_demo_db, populations, "t3")
     _file(jobs_demo_db, populations, "t4" if last == "t1" else "t1")
     with pytest.raises(MicrodataError, match="would isolate 1 unit"):
         _file(jobs_demo_db, populations, last)
@@ -128,12 +133,17 @@ def test_two_candidate_files_released_together_whose_signed_sum_is_one_person(
     _releasing(jobs_demo_db, "t1")
 
 
+def _files_t1_t4(db) -> None:
+    populations = _populations(db)
+    _file(db, populations, "t1")
+    _file(db, populations, "t4")
+
+
 @pytest.mark.parametrize("last", ["t2", "t3"])
-def test_a_job_after_two_files_and_a_job_is_refused(jobs_demo_db, last):
+def test_a_job_after_two_files_and_a_job_is_refused(jobs_state, tmp_path, last):
     """Held: a job's check sums it with every stored file (released or not)."""
+    jobs_demo_db = jobs_state(_files_t1_t4, tmp_path)
     populations = _populations(jobs_demo_db)
-    _file(jobs_demo_db, populations, "t1")
-    _file(jobs_demo_db, populations, "t4")
     _job(jobs_demo_db, populations, "t3" if last == "t2" else "t2")
     with pytest.raises(TabularError, match="would isolate 1 unit"):
         _job(jobs_demo_db, populations, last)

@@ -105,9 +105,13 @@ def averaged(db, first: pd.Series, second: pd.Series, before: pd.Series) -> tupl
     return int(crossed.sum()), int((crossed & exact).sum())
 
 
-def test_a_cta_replaced_after_new_data_keeps_each_sensitive_cell_on_its_side(jobs_demo_db):
-    db = jobs_demo_db
+def _turnover_cta(db) -> None:
+    """The CTA of turnover by nace and region, stored as ``t``."""
     cta_query(db, "admin", TURNOVER, into="t", rules=TURNOVER_RULES)
+
+
+def test_a_cta_replaced_after_new_data_keeps_each_sensitive_cell_on_its_side(jobs_state, tmp_path):
+    db = jobs_state(_turnover_cta, tmp_path)
     first, before = stored(db, "t"), originals(db)
     revise_the_dominant_firm(db)
     # since s43d a version that moves cells while one unit changed is refused (its change,
@@ -118,11 +122,10 @@ def test_a_cta_replaced_after_new_data_keeps_each_sensitive_cell_on_its_side(job
     assert (crossed, exact) == (0, 0)  # was 39 and 38: the mean of the two versions
 
 
-def test_a_milp_replacement_that_turns_a_cell_round_is_refused(jobs_demo_db):
+def test_a_milp_replacement_that_turns_a_cell_round_is_refused(jobs_state, tmp_path):
     """The free-direction MILP takes no directions: where it would put a sensitive cell on the
     other side of its original from the version it replaces, the job stores nothing."""
-    db = jobs_demo_db
-    cta_query(db, "admin", TURNOVER, into="t", rules=TURNOVER_RULES)
+    db = jobs_state(_turnover_cta, tmp_path)
     first = stored(db, "t")
     revise_the_dominant_firm(db)
     try:

@@ -76,10 +76,15 @@ def _drop(path, table: str) -> None:
         con.close()
 
 
+def _r(db) -> None:
+    """Everyone aged 85+ by region and education rounded to base 3, stored as ``r``."""
+    round_query(db, "admin", OLD, into="r", base=3)
+
+
 @pytest.mark.parametrize("how", ["replaced", "dropped"])
-def test_a_second_base_beside_a_replaced_or_dropped_rounding_is_refused(jobs_db, how):
+def test_a_second_base_beside_a_replaced_or_dropped_rounding_is_refused(jobs_state, tmp_path, how):
     """Before: stored; readers of both versions held each cell rounded to bases 3 and 5."""
-    round_query(jobs_db, "admin", OLD, into="r", base=3)
+    jobs_db = jobs_state(_r, tmp_path)
     if how == "replaced":
         round_query(jobs_db, "admin", OTHER, into="r", base=3, replace=True)
     else:
@@ -93,10 +98,10 @@ def test_a_second_base_beside_a_replaced_or_dropped_rounding_is_refused(jobs_db,
         round_query(jobs_db, "admin", OLD, into="r", base=3, replace=True)
 
 
-def test_a_dropped_rounding_is_not_stored_again_to_another_base(jobs_db):
+def test_a_dropped_rounding_is_not_stored_again_to_another_base(jobs_state, tmp_path):
     """Refused by name and base (before: the job failed in the engine as it stored, reading the
     dropped table: nothing was stored, but the refusal did not say why)."""
-    round_query(jobs_db, "admin", OLD, into="r", base=3)
+    jobs_db = jobs_state(_r, tmp_path)
     _drop(jobs_db, "r")
     with pytest.raises(TabularError, match="rounded to base 3; a rounding of them to base 5"):
         round_query(jobs_db, "admin", OLD, into="r", base=5)
@@ -160,11 +165,11 @@ def test_a_rounding_of_a_sum_at_the_least_base_leaves_no_cell_nearer_a_bound(job
     round_query(jobs_db, "admin", INCOMES, into="x", base=2 * least)
 
 
-def test_a_job_under_the_name_of_a_dropped_output_says_so(jobs_db):
+def test_a_job_under_the_name_of_a_dropped_output_says_so(jobs_state, tmp_path):
     """The output's table dropped by an admin while ``sqlsdc.outputs`` still lists it: the
     replacement cannot read the values its readers hold (their sides), so it is refused with
     what happened and what to do (before: "failed in the engine", blaming the job's SQL)."""
-    round_query(jobs_db, "admin", OLD, into="r", base=3)
+    jobs_db = jobs_state(_r, tmp_path)
     _drop(jobs_db, "r")
     with pytest.raises(TabularError, match=r"protected\.r is listed as an output but its table "
                                            "is missing"):  # fmt: skip

@@ -32,11 +32,17 @@ def _stored(db, name: str, dims) -> pd.Series:
 FORGET_UNITS = "DELETE FROM sqlsdc.job_units"  # as a catalog from before s43d kept none
 
 
-def test_a_cta_stored_before_units_were_kept_is_not_replaced_after_one_new_firm(jobs_demo_db):
+def _turnover_cta(db) -> None:
+    """The CTA of turnover by nace and region, stored as ``t``."""
+    cta_query(db, "admin", TURNOVER, into="t", rules=RULES)
+
+
+def test_a_cta_stored_before_units_were_kept_is_not_replaced_after_one_new_firm(
+    jobs_state, tmp_path
+):
     """Before: the CTA replaced after one new firm was stored, and (C, R02) and R02's total
     moved by exactly its turnover, 1,234,567 (s43d's attack, on an older catalog)."""
-    db = jobs_demo_db
-    cta_query(db, "admin", TURNOVER, into="t", rules=RULES)
+    db = jobs_state(_turnover_cta, tmp_path)
     first = _stored(db, "t", ("nace", "region"))
     change(db, FORGET_UNITS)
     change(db, NEW_FIRM_1234567)
@@ -46,11 +52,10 @@ def test_a_cta_stored_before_units_were_kept_is_not_replaced_after_one_new_firm(
     assert not ((difference - 1234567).abs() < 1.0).any()
 
 
-def test_a_cta_stored_before_units_were_kept_is_stored_again_on_the_same_data(jobs_demo_db):
+def test_a_cta_stored_before_units_were_kept_is_stored_again_on_the_same_data(jobs_state, tmp_path):
     """The same data gives the same table: nothing new to readers, stored. The version that
     kept no units stays with its readers, so new data after it is still refused."""
-    db = jobs_demo_db
-    cta_query(db, "admin", TURNOVER, into="t", rules=RULES)
+    db = jobs_state(_turnover_cta, tmp_path)
     first = _stored(db, "t", ("nace", "region"))
     change(db, FORGET_UNITS)
     cta_query(db, "admin", TURNOVER, into="t", rules=RULES, replace=True)

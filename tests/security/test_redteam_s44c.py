@@ -55,8 +55,15 @@ def _rounded(db, name: str) -> pd.Series:
     return pd.Series({(r, e): v for r, e, v in rows}, dtype=np.float64)
 
 
+def _r_base_12(db) -> None:
+    """Everyone aged 85+ by region and education rounded to base 12, stored as ``r``."""
+    round_query(db, "admin", OLD85, into="r", base=12)
+
+
 @pytest.mark.parametrize("how", ["restored", "respelled"])
-def test_a_rounding_of_the_first_data_again_keeps_the_first_versions_multiples(jobs_demo_db, how):
+def test_a_rounding_of_the_first_data_again_keeps_the_first_versions_multiples(
+    jobs_state, tmp_path, how
+):
     """Before: of 44 cells rounded to base 12, the fourth version published 4 (the cell, its
     row and column totals, the grand total: 2,280 then 2,292 for 2,283 persons) at the other
     adjacent multiple from the first, on the same units: 11 candidate counts left of 23.
@@ -66,8 +73,7 @@ def test_a_rounding_of_the_first_data_again_keeps_the_first_versions_multiples(j
     ``respelled``: their ages kept, the last version's WHERE leaves them out (``person_id NOT
     IN (...)``): another population, of the first version's units (failed with the first fix,
     which read versions of the job's own population only)."""
-    db, base, moved = jobs_demo_db, 12, 10
-    round_query(db, "admin", OLD85, into="r", base=base)
+    db, base, moved = jobs_state(_r_base_12, tmp_path), 12, 10
     first, truth = _rounded(db, "r"), pd.Series({(r, e): n for r, e, n in _read(db, TRUTH)})
     cell = next(k for k in first.index if "Total" not in k
                 and base - moved < truth[k] - first[k] < base)  # fmt: skip
