@@ -231,14 +231,16 @@ HOUSEHOLD_CELL = "p.municipality = 'R01-M001' AND h.size = 4"
 def test_a_household_cell_with_a_total_or_constant_key_is_the_plain_cell(ckm):
     """s43j's count of persons by household columns (a households' sum): GROUP BY (), a
     constant key and a total beside a key give the plain cell's one value."""
-    (plain,) = ckm.execute(f"SELECT COUNT(*) {J} WHERE {HOUSEHOLD_CELL}").fetchone()
+    # the cell's protected count may be hidden under some secrets (no row), so the plain
+    # cell's rows, not one value, are what every spelling must give
+    plain = [row[0] for row in ckm.execute(f"SELECT COUNT(*) {J} WHERE {HOUSEHOLD_CELL}")]
     for sql, position in (
         (f"SELECT COUNT(*) {J} WHERE {HOUSEHOLD_CELL} GROUP BY ()", 0),
         (f"SELECT 1 AS k, COUNT(*) {J} WHERE {HOUSEHOLD_CELL} GROUP BY k", 1),
         (f"SELECT 1 AS k, COUNT(*) {J} WHERE {HOUSEHOLD_CELL} GROUP BY k, ()", 1),
         (f"SELECT h.size, COUNT(*) {J} WHERE {HOUSEHOLD_CELL} GROUP BY (), h.size", 1),
     ):
-        assert [row[position] for row in ckm.execute(sql).fetchall()] == [plain], sql
+        assert [row[position] for row in ckm.execute(sql).fetchall()] == plain, sql
 
 
 @pytest.mark.parametrize(
