@@ -21,7 +21,7 @@ import sqlglot
 from sqlglot import exp
 
 from sqlsdc.errors import SqlSyntaxError, TabularError
-from sqlsdc.policy import ColumnRole, Policy
+from sqlsdc.policy import AggregateKind, ColumnRole, Policy
 from sqlsdc.tabular.model import Hierarchy, Table
 
 
@@ -104,8 +104,26 @@ def parse_job(sql: str, policy: Policy, *, stored: bool = False) -> JobSpec:
             f"the aggregate must be SUM(measure) or COUNT(*) (or COUNT(DISTINCT "
             f"{table.privacy_unit})): {shape}"
         )
+    if measure is not None and not stored:
+        _refuse_unit_noise(table, measure)
     where = tree.args.get("where")
     return JobSpec(table.name, dims, measure, table.privacy_unit, where and where.this, rows)
+
+
+def _refuse_unit_noise(table, measure: str) -> None:
+    """A job's sums are of the stored values, which it publishes (suppression) or rounds: of a
+    table whose magnitudes carry a permanent noise factor per unit
+    (:mod:`sqlsdc.mechanisms.unit_noise`) they would show the raw values the query path never
+    shows, and a job cell beside a query's padded average would tell the unit's factor. Jobs do
+    not apply the factors (every job module sums the column itself): refused."""
+    rule = table.rule(AggregateKind.MAGNITUDES)
+    if rule.magnitude is not None and rule.magnitude.unit_noise is not None:
+        raise TabularError(
+            f"{table.name}.{measure}: the policy gives the magnitudes of {table.name} a "
+            "permanent noise factor per unit (unit_noise), which protection jobs do not "
+            "apply; a job would publish its raw sums. Ask the sums through a query, or "
+            "tabulate counts (COUNT(*)) in the job"
+        )
 
 
 def cells_sql(spec: JobSpec, top_k: int) -> str:
