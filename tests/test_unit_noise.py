@@ -181,19 +181,40 @@ def test_a_yaml_policy_locates_the_unit_noise_problem(tmp_path):
 # -- back-end jobs -------------------------------------------------------------------------------
 
 
-def test_a_job_summing_a_unit_noised_measure_is_refused():
-    """Protection jobs add up the stored values and would publish them: refused for a measure
-    whose table's magnitudes carry unit noise; counts and stored outputs' SQL still parse."""
+def test_a_jobs_sums_carry_the_same_factors(ckm, raw_ckm):
+    """A protection job's cells (:func:`sqlsdc.jobs.tabulation.cells_sql`) of a unit-noised
+    measure are sums of x·m with the factors of the query path (the Python reference here),
+    never the stored sums; a count job and a stored output's SQL parse as before."""
     from sqlsdc.demo.build import demo_policy
-    from sqlsdc.errors import TabularError
-    from sqlsdc.jobs.tabulation import parse_job
+    from sqlsdc.jobs.tabulation import cells_sql, parse_job
 
     policy = demo_policy()
-    for sql in (
-        "SELECT nace, SUM(turnover) FROM enterprises GROUP BY nace",
-        "SELECT region, SUM(income) FROM persons GROUP BY region",
-    ):
-        with pytest.raises(TabularError, match="permanent noise factor per unit"):
-            parse_job(sql, policy)
-        assert parse_job(sql, policy, stored=True).measure is not None
-    assert parse_job("SELECT nace, COUNT(*) FROM enterprises GROUP BY nace", policy).rows
+    spec = parse_job("SELECT nace, SUM(turnover) FROM enterprises GROUP BY nace", policy)
+    assert spec.unit_noise == D2
+    cells = {r["nace"]: r["value"] for r in raw_ckm.sql(cells_sql(spec, 2)).to_arrow_table()
+             .to_pylist()}  # fmt: skip
+    keys = MixKeys(*raw_ckm.execute("SELECT * FROM sqlsdc.ckm_mix").fetchall()[0])
+    expected, stored = {}, {}
+    for nace, x, rkey in raw_ckm.execute(
+        "SELECT nace, turnover, __rkey FROM enterprises"
+    ).fetchall():
+        m = unit_factor(rkey, "enterprises.turnover", D2, keys)
+        expected[nace] = expected.get(nace, 0.0) + float(x) * m
+        stored[nace] = stored.get(nace, 0) + x
+    assert cells.keys() == expected.keys() and len(cells) >= 5
+    for nace, value in cells.items():
+        assert value == pytest.approx(expected[nace], rel=1e-9)
+        assert value != pytest.approx(stored[nace], rel=1e-4)
+    counted = parse_job("SELECT nace, COUNT(*) FROM enterprises GROUP BY nace", policy)
+    assert counted.rows and counted.unit_noise is None
+
+
+def test_a_sum_over_a_table_read_twice_is_refused(ckm):
+    """Whose factor multiplies ``a.income`` when persons is joined to itself? Not guessed:
+    refused, the table read once answers."""
+    with pytest.raises(sqlsdc.PolicyViolation, match="permanent noise factor per unit"):
+        ckm.execute(
+            "SELECT a.region, SUM(a.income) FROM persons a JOIN persons b "
+            "ON a.person_id = b.person_id GROUP BY 1"
+        )
+    assert len(ckm.execute("SELECT region, SUM(income) FROM persons GROUP BY 1").fetchall()) >= 5
