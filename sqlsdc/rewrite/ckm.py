@@ -285,9 +285,17 @@ class _Builder(MagnitudeLayers):
 
     def _noised_unit(self, i: int) -> int:
         """The position in the plan's record keys of the table magnitude i sums: the unit whose
-        factor multiplies each of its values. Refused when the query reads that table twice."""
+        factor multiplies each of its values: of a table read twice, the instance whose column it
+        sums; refused when that is not one instance."""
         table = self._measure(i).split(".", 1)[0]
         positions = [t for t, name in enumerate(self.plan.tables) if name == table]
+        argument = self.cells.argument(i, self.twin)
+        if len(positions) > 1 and isinstance(argument, exp.Column) and argument.table:
+            # the table read twice (a self-join): the instance the summed column is read from
+            rkeys = self.plan.rkeys
+            positions = [
+                t for t in positions if t < len(rkeys) and rkeys[t].table == argument.table
+            ]
         if len(positions) != 1 or len(self.plan.rkeys) != len(self.plan.tables):
             raise PolicyViolation(
                 "the cell key method cannot tell whose values this sum or average adds up "
