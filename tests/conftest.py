@@ -243,6 +243,29 @@ def ckm_db(tmp_path_factory) -> Path:
     return path
 
 
+def without_unit_noise(document: dict) -> dict:
+    """A policy document with every magnitude rule's ``unit_noise`` removed (mutated)."""
+    sections = [document.get("protection") or {}]
+    sections += [t.get("protection") or {} for t in document.get("tables", {}).values()]
+    for protection in sections:
+        if isinstance(protection.get("magnitudes"), dict):
+            protection["magnitudes"].pop("unit_noise", None)
+    return document
+
+
+@pytest.fixture(scope="session")
+def ckm_pinned_db(tmp_path_factory) -> Path:
+    """The CKM demo without the permanent unit noise on magnitudes: for the tests of the
+    mean floor and μ_c on *pinned* values (``SUM(age) ... WHERE age = 94``), whose reasoning
+    needs every contribution to be the pinned value (the unit factors blur it, s45a);
+    read-only for tests."""
+    path = tmp_path_factory.mktemp("ckm-pinned") / "demo.duckdb"
+    document = without_unit_noise(demo_policy().document_dict())
+    policy = load_policy(document, name="demo-policy-without-unit-noise")
+    build_demo_database(path, persons=DEMO_PERSONS, seed=DEMO_SEED, policy=policy)
+    return path
+
+
 @pytest.fixture(scope="session")
 def demo_db(pristine_demo_db, tmp_path_factory) -> Path:
     """The demo database shared by the whole session: tests must not change its data or policy

@@ -13,6 +13,7 @@ import shutil
 
 import cli_fork
 import numpy as np
+import pyarrow as pa
 import pytest
 
 import sqlsdc
@@ -28,6 +29,7 @@ from sqlsdc.mechanisms.ckm import (
     statistic_key,
     utility_risk,
 )
+from sqlsdc.mechanisms.unit_noise import unit_factor
 from sqlsdc.policy import AggregateKind, load_policy
 
 M = 2**32
@@ -172,8 +174,30 @@ def test_magnitude_cell_is_consistent_across_queries(ckm):
 
 def _mix_keys(con) -> MixKeys:
     """The secret constants of the statistic keys (test only: read from the catalog)."""
-    (material,) = con.execute("SELECT material FROM sqlsdc.secrets WHERE name = 'prf'").fetchone()
+    ((material,),) = con.execute(
+        "SELECT material FROM sqlsdc.secrets WHERE name = 'prf'"
+    ).fetchall()
     return MixKeys.from_secret(bytes(material))
+
+
+def _noised(con, table: str, measure: str, noise) -> str:
+    """A copy of ``table`` whose ``measure`` is each value times its unit's permanent factor
+    (:func:`sqlsdc.mechanisms.unit_noise.unit_factor`, computed here in Python from the record
+    key and the secret), registered on ``con``: the contributions the sums add up (s45a)."""
+    rows = con.sql(f"SELECT * FROM {table}").to_arrow_table()
+    keys = _mix_keys(con)
+    factors = [
+        unit_factor(k, f"{table}.{measure}", noise, keys) for k in rows["__rkey"].to_pylist()
+    ]
+    values = [
+        None if x is None else float(x) * f
+        for x, f in zip(rows[measure].to_pylist(), factors, strict=True)
+    ]
+    position = rows.column_names.index(measure)
+    noised = rows.set_column(position, measure, pa.array(values, pa.float64()))
+    name = f"__noised_{table}_{measure}"
+    con.register(name, noised)
+    return name
 
 
 def _expected_magnitudes(reference, table, measure, key_sql, where=""):
@@ -183,13 +207,14 @@ def _expected_magnitudes(reference, table, measure, key_sql, where=""):
     m = rule.magnitude
     count_key = ("counts", counts_rule.ptable)
     main = tables[("magnitudes", rule.ptable)]
+    source = _noised(con, table, measure, m.unit_noise) if m.unit_noise else table
     rows = con.execute(
         f"""SELECT {key_sql} AS k, sum({measure}),
                    count(nullif({measure}, 0)), sum(CASE WHEN {measure} <> 0 THEN __rkey END),
                    count({measure}), sum(CASE WHEN {measure} IS NOT NULL THEN __rkey END),
                    list({measure} ORDER BY abs({measure}) DESC NULLS LAST, __rkey),
                    count(*), sum(__rkey)
-            FROM {table} {where} GROUP BY ALL"""
+            FROM {source} AS {table} {where} GROUP BY ALL"""
     ).fetchall()
     counts, max_i = tables[count_key], refs[count_key].max_i
     expected, present = {}, set()

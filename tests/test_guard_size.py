@@ -76,8 +76,9 @@ FINGERPRINTS = {
         # s41: a cell of under 3·D + js + 1 protected contributors perturbed as its mean;
         # s42: μ_c decided by the protected count under the floor; a sum left under
         # |x_delta|/2 by its noise taken to 0 (REMAINDER_FLOOR); s43: the ptable read at the
-        # running value's position |x̂/x_delta| (τ-ARGUS, cellKey)
-        "cte-group-by-all": "bc4cf29fa464e070",
+        # running value's position |x̂/x_delta| (τ-ARGUS, cellKey); s45: each value times its
+        # unit's permanent factor (unit_noise)
+        "cte-group-by-all": "511f3aca11bbb3e3",
         "nested-or": "1940445937cdecdb",
     },
 }

@@ -125,3 +125,38 @@ def test_decimal_sums_keep_every_digit(session, tmp_path):
     with sqlsdc.connect(path, "analyst") as con:  # beyond 2^53: a DOUBLE would round them
         total = con.execute("SELECT SUM(m) FROM t").fetchall()[0][0]
     assert total > 2**53 / 10**4 and total.as_tuple().exponent == -4
+
+
+UNIT_NOISE_QUERIES = [  # s45a: every contribution times its unit's permanent factor, in SQL
+    "SELECT nace, size_class, SUM(turnover) AS t, SUM(employees) AS e FROM enterprises "
+    "GROUP BY nace, size_class",
+    "SELECT region, SUM(income) AS s, AVG(income) AS a FROM persons GROUP BY region",
+]
+
+
+def test_unit_noised_sums_are_the_same_up_to_the_order_of_additions(session, ckm_db, tmp_path):
+    """The demo's magnitudes carry unit noise (persons, enterprises): Spark computes each
+    unit's factor to the bit as DuckDB (the keyed mix in BIGINT, SQRT correctly rounded), so
+    the cells agree but for the last bits of the floating-point sums (module docstring)."""
+    import math
+
+    from sqlsdc.guard.spark import run_protected
+
+    path = tmp_path / "unit_noise.duckdb"
+    shutil.copy(ckm_db, path)
+    with SparkEngine(session.newSession()) as engine:
+        load_tables(path, engine)
+        for sql in UNIT_NOISE_QUERIES:
+            with sqlsdc.connect(path, "analyst") as con:
+                duck = con.execute(sql).arrow().to_pylist()
+            with sqlsdc.connect(path, "analyst") as con:
+                spark = run_protected(con, engine, sql).to_pylist()
+            assert len(duck) == len(spark) >= 5
+            key = lambda row: tuple(str(v) for v in row.values())[:2]  # noqa: E731
+            for d, s in zip(sorted(duck, key=key), sorted(spark, key=key), strict=True):
+                assert d.keys() == s.keys()
+                for name, value in d.items():
+                    if isinstance(value, float):
+                        assert math.isclose(value, s[name], rel_tol=1e-9), (sql, name, d, s)
+                    else:
+                        assert value == s[name], (sql, name)

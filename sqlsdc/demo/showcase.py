@@ -47,7 +47,8 @@ PROTECTED = (
         "Turnover of large enterprises by activity (NACE) in region R02",
         "SELECT nace, COUNT(*) AS enterprises, SUM(turnover) AS turnover FROM enterprises "
         "WHERE region = 'R02' AND size_class = 'large' GROUP BY nace ORDER BY nace",
-        "turnover noise is built from the two largest enterprises of each cell",
+        "each enterprise's turnover enters times its permanent factor (unit noise), and the "
+        "cell's noise is built from the two largest such contributions",
     ),
     Example(
         "Benefit recipients and payments by scheme (differential privacy)",

@@ -76,6 +76,7 @@ class OutputColumn:
     dp: tuple[float, float] | None = None  # DP counts and sums: (noise sd, 95% half-width)
     rounding: tuple[int, str] | None = None  # method round: (base, rule)
     dominance: tuple[str, ...] = ()  # threshold and round magnitudes: their dominance rules
+    unit_noise: tuple[float, float] | None = None  # CKM magnitudes: (a, b) of the unit factors
 
     @property
     def released(self) -> bool:
@@ -97,6 +98,8 @@ class OutputColumn:
             described["base"], described["rounding"] = self.rounding
         if self.dominance:
             described["dominance"] = list(self.dominance)
+        if self.unit_noise is not None:
+            described["unit_noise"] = {"a": self.unit_noise[0], "b": self.unit_noise[1]}
         return described
 
 
@@ -170,6 +173,10 @@ class ProtectedQuery:
             if c.dominance:  # the cell is also suppressed when these rules find it dominated
                 rules_text = "dominance " + ", ".join(c.dominance)
                 k = f"{k[:-1]}; {rules_text})" if k else f" ({rules_text})"
+            if c.unit_noise is not None:  # the values summed are x·m, not the stored x
+                a, b = c.unit_noise
+                k = f" (each value times its unit's permanent factor in [{2 - b:g}, {2 - a:g}] ∪ "
+                k += f"[{a:g}, {b:g}])"
             lines.append(f"  {c.name}: {c.mechanism}{k}")
         lines.append("tables: " + (", ".join(self.tables) or "none"))
         if self.dp_stages:
@@ -421,6 +428,20 @@ def _dp_accuracy(stage: DpStage | None, node: exp.Expr, cell_plan) -> tuple[floa
     return None
 
 
+def _unit_noise(used) -> tuple[float, float] | None:
+    """(a, b) when every CKM magnitude of a column carries the same permanent unit noise
+    (:mod:`sqlsdc.mechanisms.unit_noise`), which the explanation then states."""
+    found = {
+        a.rule.magnitude.unit_noise
+        for a in used
+        if a.kind is AggregateKind.MAGNITUDES and a.rule.magnitude is not None
+    }
+    if len(found) != 1 or None in found:
+        return None
+    (noise,) = found
+    return (noise.a, noise.b)
+
+
 def _describe_outputs(
     analysis: Analysis, plan, names: list[str], ptables, stages: dict[int, DpStage]
 ) -> list[OutputColumn]:
@@ -451,7 +472,16 @@ def _describe_outputs(
                 ruled = [r for a in used if rules(a) for r in a.rule.dominance]
                 dominance = tuple(dict.fromkeys(ruled))
                 columns.append(
-                    OutputColumn(name, "+".join(sorted(methods)), k, noise, dp, rounding, dominance)
+                    OutputColumn(
+                        name,
+                        "+".join(sorted(methods)),
+                        k,
+                        noise,
+                        dp,
+                        rounding,
+                        dominance,
+                        _unit_noise(used),
+                    )
                 )
             else:
                 columns.append(OutputColumn(name, "key"))

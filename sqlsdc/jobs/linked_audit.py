@@ -32,6 +32,7 @@ from scipy import sparse
 from sqlglot import exp
 
 from sqlsdc.errors import TabularError
+from sqlsdc.jobs.tabulation import job_source, measure_sum
 from sqlsdc.tabular.attacker import audit_check, audit_intervals
 from sqlsdc.tabular.model import TOTAL
 
@@ -153,9 +154,9 @@ def _cover(con, spec, groups: list[tuple[str, ...]]) -> tuple[pd.DataFrame, np.n
                 "combinations of codes, too many to audit together; protect them in one job"
             )
     unit = exp.Count(this=exp.Distinct(expressions=[exp.column(spec.unit)]))
-    value = unit if spec.measure is None else exp.Sum(this=exp.column(spec.measure))
+    value = unit if spec.measure is None else measure_sum(spec)
     select = exp.select(*(exp.column(c) for c in raw), exp.alias_(value, "__value"))
-    select = select.from_(spec.table).group_by(*(exp.column(c) for c in raw))
+    select = job_source(select, spec).group_by(*(exp.column(c) for c in raw))
     if spec.where is not None:
         select = select.where(spec.where.copy())
     found = con.sql(select.sql("duckdb")).df()

@@ -49,7 +49,7 @@ from sqlsdc.engines.duckdb_sql import to_sql
 from sqlsdc.jobs.exact_release import kept
 from sqlsdc.jobs.patterns import ensure_patterns
 from sqlsdc.jobs.stored_tables import same_rows
-from sqlsdc.jobs.tabulation import JobSpec
+from sqlsdc.jobs.tabulation import JobSpec, job_source, measure_sum
 from sqlsdc.policy import Policy
 from sqlsdc.tabular.universe import COUNT, STATUS, VALUE, Universe, universe_of
 
@@ -149,8 +149,8 @@ def _published(con, spec: JobSpec, universe: Universe) -> bool:
     if status != "published" or value is None:
         return False
     total = (exp.Count(this=exp.Distinct(expressions=[exp.column(spec.unit)]))
-             if spec.measure is None else exp.Sum(this=exp.column(spec.measure)))  # fmt: skip
-    ours = exp.select(total).from_(spec.table).where(_adds(spec))
+             if spec.measure is None else measure_sum(spec))  # fmt: skip
+    ours = job_source(exp.select(total), spec).where(_adds(spec))
     (mine,) = engine.run(con, to_sql(ours)).to_pylist()[0].values()
     return mine is not None and math.isclose(float(value), float(mine), rel_tol=1e-12)
 

@@ -49,7 +49,7 @@ from sqlglot import exp
 
 from sqlsdc.errors import Error
 from sqlsdc.jobs.stored_tables import same_rows, share_cells
-from sqlsdc.jobs.tabulation import JobSpec, parse_job
+from sqlsdc.jobs.tabulation import JobSpec, job_source, measure_sum, parse_job
 from sqlsdc.tabular.model import Table
 from sqlsdc.tabular.rules import (
     CellStats,
@@ -98,15 +98,15 @@ def units_sql(spec: JobSpec) -> str:
     (``SUM(measure)``, 0 when NULL; 1 for a count)."""
     unit = exp.column(spec.unit)
     if spec.measure:
-        x = exp.Coalesce(this=exp.Sum(this=exp.column(spec.measure)),
-                         expressions=[exp.Literal.number(0)])  # fmt: skip
+        x = exp.Coalesce(this=measure_sum(spec), expressions=[exp.Literal.number(0)])
     else:
         x = exp.Literal.number(1)
     query = exp.select(
         exp.alias_(exp.cast(unit, "VARCHAR"), UNIT, quoted=True),
         *(exp.alias_(exp.column(d), d, quoted=True) for d in spec.dims),
         exp.alias_(x, X, quoted=True),
-    ).from_(exp.to_table(spec.table))
+    )
+    query = job_source(query, spec)
     if spec.where is not None:
         query = query.where(spec.where.copy())
     return query.group_by(unit.copy(), *(exp.column(d) for d in spec.dims)).sql("duckdb")

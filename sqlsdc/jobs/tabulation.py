@@ -20,8 +20,12 @@ import pandas as pd
 import sqlglot
 from sqlglot import exp
 
+from sqlsdc.catalog.keys import RKEY
 from sqlsdc.errors import SqlSyntaxError, TabularError
-from sqlsdc.policy import ColumnRole, Policy
+from sqlsdc.mechanisms.parameters import UnitNoise
+from sqlsdc.policy import AggregateKind, ColumnRole, Policy
+from sqlsdc.rewrite.ckm_mix import join_mix
+from sqlsdc.rewrite.unit_noise import noised
 from sqlsdc.tabular.model import Hierarchy, Table
 
 
@@ -40,6 +44,7 @@ class JobSpec:
     unit: str
     where: exp.Expr | None
     rows: bool = False
+    unit_noise: UnitNoise | None = None  # a sum's permanent unit noise (:func:`measure_sum`)
 
 
 def parse_job(sql: str, policy: Policy, *, stored: bool = False) -> JobSpec:
@@ -105,7 +110,35 @@ def parse_job(sql: str, policy: Policy, *, stored: bool = False) -> JobSpec:
             f"{table.privacy_unit})): {shape}"
         )
     where = tree.args.get("where")
-    return JobSpec(table.name, dims, measure, table.privacy_unit, where and where.this, rows)
+    noise = _unit_noise(table) if measure is not None else None
+    return JobSpec(table.name, dims, measure, table.privacy_unit, where and where.this, rows, noise)
+
+
+def _unit_noise(table) -> UnitNoise | None:
+    """The permanent unit noise of the table's CKM magnitudes, which a job's sums carry too."""
+    rule = table.rule(AggregateKind.MAGNITUDES)
+    return None if rule.magnitude is None else rule.magnitude.unit_noise
+
+
+def measure_sum(spec: JobSpec) -> exp.Expr:
+    """``SUM(measure)`` as the job adds it up: each value times its unit's permanent factor
+    when the table's magnitudes carry unit noise (:mod:`sqlsdc.mechanisms.unit_noise`), the
+    contributions the query path sums, so that a job's cell and a query's padded average tell
+    the same x·m and never x (a job's sum of the stored values beside it would tell m).
+    Read from :func:`job_source`."""
+    x: exp.Expr = exp.column(spec.measure)
+    if spec.unit_noise is not None:
+        x = noised(x, exp.column(RKEY), f"{spec.table}.{spec.measure}", spec.unit_noise)
+    return exp.Sum(this=x)
+
+
+def job_source(select: exp.Select, spec: JobSpec) -> exp.Select:
+    """``select`` FROM the job's table, joined to the secret mix when its sums carry unit
+    noise (:func:`measure_sum`)."""
+    select = select.from_(exp.to_table(spec.table))
+    if spec.unit_noise is not None:
+        join_mix(select)
+    return select
 
 
 def cells_sql(spec: JobSpec, top_k: int) -> str:
@@ -115,8 +148,8 @@ def cells_sql(spec: JobSpec, top_k: int) -> str:
     contributions assume), and ``rows``: the most rows a unit of the cell has. A sum's cells
     count also ``nz``, the units whose total is not 0, and ``nv``, those with a value."""
     unit = exp.column(spec.unit)
-    contribution = exp.Sum(this=exp.column(spec.measure)) if spec.measure else exp.Literal.number(1)
-    per_unit = exp.select(unit, *(exp.column(d) for d in spec.dims)).from_(spec.table)
+    contribution = measure_sum(spec) if spec.measure else exp.Literal.number(1)
+    per_unit = job_source(exp.select(unit, *(exp.column(d) for d in spec.dims)), spec)
     cells_of_unit = exp.Window(this=exp.Count(this=exp.Star()), partition_by=[unit.copy()])
     per_unit = per_unit.select(
         exp.alias_(contribution, "x"),

@@ -135,12 +135,16 @@ def statistic_key(cell_key: int, statistic: str, keys: MixKeys) -> int:
     exactly; it is a keyed mix, not a cryptographic PRF, and its outputs fall on about a
     quarter of the key space, spread evenly, which keeps every ptable entry's probability.
     """
+    return 2 * keyed_mix(cell_key, statistic, keys) + cell_key % 2
+
+
+def keyed_mix(value: int, name: str, keys: MixKeys) -> int:
+    """y of :func:`statistic_key`: the secret mix of ``value`` salted by ``name``, in [0, p)."""
     p = MIX_PRIME
-    y = (cell_key + statistic_salt(statistic)) % p
+    y = (value + statistic_salt(name)) % p
     y = (y * y + keys.square) % p
     y = (y * keys.scale + keys.shift) % p
-    y = (y * y + keys.final) % p
-    return 2 * y + cell_key % 2
+    return (y * y + keys.final) % p
 
 
 def perturb_count(n: int, key: int, counts: Lookup, max_i: float) -> int:

@@ -33,6 +33,17 @@ class PTableSpec:
 
 
 @dataclass(frozen=True)
+class UnitNoise:
+    """Permanent multiplicative noise per unit (Evans, Zayatz & Slanta, J. Official Statistics
+    14(4), 1998): every contribution x of a unit enters its magnitudes as x·m, m drawn once per
+    unit and measure from the split-triangular density on (2−b, 2−a) ∪ (a, b), 1 < a < b < 2
+    (:mod:`sqlsdc.mechanisms.unit_noise`)."""
+
+    a: float
+    b: float
+
+
+@dataclass(frozen=True)
 class MagnitudeCkm:
     """Magnitude cell-key parameters (cellKey ``ck_params_nums`` with ``ck_flexparams``).
 
@@ -46,6 +57,9 @@ class MagnitudeCkm:
     cell of 2 or more contributors whose protected count is under ``mean_below`` is perturbed
     as n times a cell of one contribution, its mean (:func:`sqlsdc.mechanisms.ckm.mean_below`
     says why).
+
+    ``unit_noise`` (None: none): each contribution is multiplied by its unit's permanent factor
+    before the cell is aggregated and perturbed (:class:`UnitNoise`).
     """
 
     top_k: int
@@ -59,3 +73,4 @@ class MagnitudeCkm:
     same_key: bool = True
     small_cells: PTableSpec | None = None
     mean_below: int = 0
+    unit_noise: UnitNoise | None = None

@@ -15,6 +15,7 @@ from types import MappingProxyType
 
 from sqlsdc.mechanisms.accountant import PrivacyCost, parse_exact
 from sqlsdc.mechanisms.ckm import mean_below
+from sqlsdc.mechanisms.parameters import UnitNoise
 from sqlsdc.policy.model import (
     DEFAULT_DOMINANCE,
     DEFAULT_MAX_STATEMENT_CHARACTERS,
@@ -125,8 +126,13 @@ def _rule(rule: dict, k: int) -> ProtectionRule:
             sensitive_below=int(rule.get("sensitive_below", 0)),
             same_key=bool(rule.get("same_key", True)),
             small_cells=ptable_spec(rule["small_cells"]) if "small_cells" in rule else None,
+            unit_noise=_unit_noise(rule.get("unit_noise")),
         )
     return ProtectionRule(method, k, ptable_spec(rule["ptable"]), magnitude)
+
+
+def _unit_noise(spec: dict | None) -> UnitNoise | None:
+    return None if spec is None else UnitNoise(a=float(spec["a"]), b=float(spec["b"]))
 
 
 def _suppression(spec: dict | None) -> Suppression | None:

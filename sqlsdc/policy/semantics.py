@@ -325,6 +325,7 @@ def _rule_problems(where: str, kind: str, rule: dict) -> list[str]:
         "same_key",
         "mean_before_sum",
         "small_cells",
+        "unit_noise",
     }
     if kind == "counts":
         if extra := sorted(set(rule) & magnitude_keys):
@@ -355,6 +356,12 @@ def _rule_problems(where: str, kind: str, rule: dict) -> list[str]:
             problems.append(
                 f"{where}.ptable.{key}: only count tables have {key} (R ptable create_num_ptable)"
             )
+    noise = rule.get("unit_noise")
+    if isinstance(noise, dict) and not noise.get("a", 0) < noise.get("b", 0):
+        problems.append(
+            f"{where}.unit_noise: needs a < b (the factors lie in (2 - b, 2 - a) and (a, b)), "
+            f"got a = {noise.get('a')}, b = {noise.get('b')}"
+        )
     if rule.get("ptable", {}).get("parity") and top_k > 1:
         problems.append(f"{where}.ptable.parity: even/odd tables need top_k = 1")
     return problems

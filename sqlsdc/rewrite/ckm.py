@@ -67,6 +67,7 @@ from sqlsdc.catalog.ptables import KEY_MODULUS, PTableKey, PTableRef
 from sqlsdc.engines.trees import copy_tree
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.mechanisms.ckm import PUBLISHED_BITS
+from sqlsdc.mechanisms.parameters import UnitNoise
 from sqlsdc.planner.normal_form import STATISTIC
 from sqlsdc.planner.plan import CellPlan, ProtectedAggregate
 from sqlsdc.policy import AggregateKind, Method, Policy
@@ -80,11 +81,12 @@ from sqlsdc.rewrite.cells import (
     when_present,
 )
 from sqlsdc.rewrite.ckm_magnitudes import PREV, PTABLE_ENTRIES, MagnitudeLayers, ptable_ref
-from sqlsdc.rewrite.ckm_mix import join_mix, statistic_key_sql
+from sqlsdc.rewrite.ckm_mix import join_mix, mix_missing, statistic_key_sql
 from sqlsdc.rewrite.counted_units import counted_units_key, join_unit_keys, unit_lookups
 from sqlsdc.rewrite.dominance import largest_needed, rules
 from sqlsdc.rewrite.sql import any_, at_least_column, cast, missing, mul_expr, number, paren
 from sqlsdc.rewrite.threshold import at_least
+from sqlsdc.rewrite.unit_noise import noised
 
 MECHANISM = "ckm"
 
@@ -219,7 +221,13 @@ class _Builder(MagnitudeLayers):
                 records = self._counted_records_key(argument, unit)
                 rows.append("expressions", exp.alias_(records, f"__vr{i}", copy=False))
             elif argument is not None and self._value(i) == f"__v{i}":
-                rows.append("expressions", exp.alias_(copy_tree(argument), f"__v{i}", copy=False))
+                value = copy_tree(argument)
+                if (noise := self._unit_noise(i)) is not None:
+                    rkey = copy_tree(plan.rkeys[self._noised_unit(i)])
+                    value = noised(value, rkey, self._measure(i), noise)
+                rows.append("expressions", exp.alias_(value, f"__v{i}", copy=False))
+        if any(self._unit_noise(i) is not None for i in range(len(plan.aggregates))):
+            join_mix(rows)
         for t, rkey in enumerate(plan.rkeys):
             rows.append("expressions", exp.alias_(copy_tree(rkey), f"__rk{t}", copy=False))
         for t, unit in enumerate(plan.units or []):
@@ -268,10 +276,51 @@ class _Builder(MagnitudeLayers):
         if i in self.per_unit:
             return f"__v{i}"
         arguments = [self.cells.argument(k, self.twin) for k in range(i + 1)]
+        noise = self._unit_noise(i)
         first = next(
-            k for k, a in enumerate(arguments) if a == arguments[i] and k not in self.per_unit
+            k
+            for k, a in enumerate(arguments)
+            if a == arguments[i] and k not in self.per_unit and self._unit_noise(k) == noise
         )
         return f"__v{first}"
+
+    def _unit_noise(self, i: int) -> UnitNoise | None:
+        """The permanent unit noise of aggregate i: a CKM magnitude (not a count protected as
+        one, :attr:`CellPlan.per_unit_counts`) whose table's rule asks for it."""
+        spec = self.plan.aggregates[i]
+        if spec.rule.method is not Method.CKM or spec.kind is not AggregateKind.MAGNITUDES:
+            return None
+        if i in self.per_unit or spec.argument is None:
+            return None
+        return spec.rule.magnitude.unit_noise
+
+    def _measure(self, i: int) -> str:
+        """``table.column`` of magnitude i, whose factors salt the mix
+        (:func:`sqlsdc.mechanisms.unit_noise.salt_name`)."""
+        return statistic(self.plan.aggregates[i]).split(":", 1)[1]
+
+    def _noised_unit(self, i: int) -> int:
+        """The position in the plan's record keys of the table magnitude i sums: the unit whose
+        factor multiplies each of its values: of a table read twice, the instance whose column it
+        sums; refused when that is not one instance."""
+        table = self._measure(i).split(".", 1)[0]
+        positions = [t for t, name in enumerate(self.plan.tables) if name == table]
+        argument = self.cells.argument(i, self.twin)
+        if len(positions) > 1 and isinstance(argument, exp.Column) and argument.table:
+            # the table read twice (a self-join): the instance the summed column is read from
+            rkeys = self.plan.rkeys
+            positions = [
+                t for t in positions if t < len(rkeys) and rkeys[t].table == argument.table
+            ]
+        if len(positions) != 1 or len(self.plan.rkeys) != len(self.plan.tables):
+            raise PolicyViolation(
+                "the cell key method cannot tell whose values this sum or average adds up "
+                f"({self.cells.aggregates[i].sql('duckdb')[:80]}): its table's values carry "
+                "a permanent noise factor per unit",
+                "read the table once in the query",
+                self.cells.text(),
+            )
+        return positions[0]
 
     def _aggregation(self, rows: exp.Select) -> exp.Select:
         cells, plan = self.cells, self.plan
@@ -525,6 +574,8 @@ class _Builder(MagnitudeLayers):
                 select.append("expressions", exp.alias_(every, f"__ma{i}"))
             elif owner is not None and rule.method is Method.CKM:
                 faults.append(missing(f"__pca{owner}"))
+            if self._unit_noise(i) is not None:
+                faults.append(mix_missing())  # the rows' factors were NULL: never a silent 0
             if spec.kind is AggregateKind.MAGNITUDES:
                 self._contributions(select, i, protected)
                 own = prev(f"__kv{i}" if i in self.per_unit else f"__k{i}")

@@ -22,6 +22,15 @@ def join_mix(select: exp.Select) -> None:
 def statistic_key_sql(cell_key: exp.Expr, name: str) -> exp.Expr:
     """:func:`sqlsdc.mechanisms.ckm.statistic_key` in SQL over a select that joins the mix
     (:func:`join_mix`): integer arithmetic below 2^62."""
+    y = keyed_mix_sql(cell_key, name)
+    parity = exp.Mod(this=cast(cell_key.copy(), "BIGINT"), expression=number(2))
+    return exp.Add(this=exp.Mul(this=number(2), expression=y), expression=parity)
+
+
+def keyed_mix_sql(value: exp.Expr, name: str) -> exp.Expr:
+    """:func:`sqlsdc.mechanisms.ckm.keyed_mix` of ``value`` (an integer below 2^32) salted by
+    ``name``, over a select that joins the mix: y in [0, 2^31 − 1), integer arithmetic below
+    2^62."""
     p = number(MIX_PRIME)
 
     def mod(value: exp.Expr) -> exp.Expr:
@@ -30,14 +39,17 @@ def statistic_key_sql(cell_key: exp.Expr, name: str) -> exp.Expr:
     def constant(column: str) -> exp.Expr:
         return exp.column(column, MIX)
 
-    cell_key = cast(cell_key.copy(), "BIGINT")  # below 2^32; BIGINT arithmetic, not HUGEINT
-    y = mod(exp.Add(this=cell_key.copy(), expression=number(statistic_salt(name))))
+    value = cast(value.copy(), "BIGINT")  # below 2^32; BIGINT arithmetic, not HUGEINT
+    y = mod(exp.Add(this=value, expression=number(statistic_salt(name))))
     y = mod(exp.Add(this=exp.Mul(this=y, expression=y.copy()), expression=constant("k_square")))
     y = mod(
         exp.Add(
             this=exp.Mul(this=y, expression=constant("k_scale")), expression=constant("k_shift")
         )
     )
-    y = mod(exp.Add(this=exp.Mul(this=y, expression=y.copy()), expression=constant("k_final")))
-    parity = exp.Mod(this=cell_key.copy(), expression=number(2))
-    return exp.Add(this=exp.Mul(this=number(2), expression=y), expression=parity)
+    return mod(exp.Add(this=exp.Mul(this=y, expression=y.copy()), expression=constant("k_final")))
+
+
+def mix_missing() -> exp.Expr:
+    """Whether the joined mix has no row (its constants NULL): a fault, never a silent NULL."""
+    return exp.Is(this=exp.column("k_square", MIX), expression=exp.null())

@@ -108,6 +108,13 @@ SMALL = 2 * 5 + 2 + 1  # counts under 13: any of them may be shown as a count un
 MEAN_BELOW = 3 * 5 + 2 + 1  # protected counts under 18: n times a cell of one, their mean
 
 
+@pytest.fixture(scope="module")
+def ckm_db(ckm_pinned_db):
+    """Pinned values need contributions equal to the value pinned: this module's ``ckm`` and
+    ``raw_ckm`` are of the demo without unit noise (conftest's ``ckm_pinned_db``, s45a)."""
+    return ckm_pinned_db
+
+
 def _scale(n: int, published: int) -> tuple[int, float]:
     """How the noise of a pinned mean depends on n: the factor of |mean - value|/(0.2·value)
     that gives |v| + μ, and μ. A cell whose count is shown under ``MEAN_BELOW`` is n times a

@@ -59,6 +59,13 @@ FLOOR = 3 * 5 + 2 + 1  # 3·D + js + 1: the floor on the protected count
 DIMS = ("municipality", "sex", "education", "occupation")
 
 
+@pytest.fixture(scope="module")
+def ckm_db(ckm_pinned_db):
+    """Pinned values need contributions equal to the value pinned: this module's ``ckm`` and
+    ``raw_ckm`` are of the demo without unit noise (conftest's ``ckm_pinned_db``, s45a)."""
+    return ckm_pinned_db
+
+
 def _floored(mean: float, value: float) -> bool:
     """Whether a pinned mean was perturbed as one contribution: off by at least p_small·μ_c
     = 10 % of the value (cellKey's noise of 13 or more contributors: at most 0.2·4.04/13)."""

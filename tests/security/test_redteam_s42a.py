@@ -120,6 +120,13 @@ SPELLINGS = {
 }  # fmt: skip
 
 
+@pytest.fixture(scope="module")
+def ckm_db(ckm_pinned_db):
+    """Pinned values need contributions equal to the value pinned: this module's ``ckm`` and
+    ``raw_ckm`` are of the demo without unit noise (conftest's ``ckm_pinned_db``, s45a)."""
+    return ckm_pinned_db
+
+
 def test_the_floor_and_the_sum_are_one_in_every_spelling_of_a_cell(ckm, raw_ckm):
     """A pinned mean is perturbed as one contribution (off by at least p_small·μ_c = 10 %)
     exactly where the published count of the same persons is under 18, whatever the
@@ -327,6 +334,7 @@ def sensitive_below_20(tmp_path_factory):
 
     document = demo_policy().document_dict()
     document["protection"]["magnitudes"]["sensitive_below"] = SENSITIVE_BELOW
+    document["protection"]["magnitudes"].pop("unit_noise")  # pinned values (s45a)
     path = tmp_path_factory.mktemp("sensitive_below") / "demo.duckdb"
     build_demo_database(path, persons=20_000, seed=7, policy=load_policy(document, name="s20"))
     con = sqlsdc.connect(path, user="analyst")

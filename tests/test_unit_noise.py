@@ -1,0 +1,235 @@
+"""Permanent per-unit noise for CKM magnitudes (s45a): the split-triangular factor, its SQL,
+the policy's ``unit_noise`` and the guarded sums that use it."""
+
+from __future__ import annotations
+
+import copy
+import random
+import re
+import statistics
+from importlib import resources
+
+import duckdb
+import numpy as np
+import pytest
+import sqlglot
+import yaml
+from scipy import stats
+from sqlglot import exp
+
+import sqlsdc
+from sqlsdc.mechanisms.ckm import MIX_PRIME, MixKeys, keyed_mix
+from sqlsdc.mechanisms.parameters import UnitNoise
+from sqlsdc.mechanisms.unit_noise import cdf, factor, salt_name, uniform, unit_factor
+from sqlsdc.policy import AggregateKind, load_policy, validate_document
+from sqlsdc.rewrite.unit_noise import unit_factor_sql
+
+D2 = UnitNoise(1.05, 1.15)  # Massell, Zayatz & Funk's D2: [0.85, 0.95] ∪ [1.05, 1.15]
+KEYS = MixKeys.from_secret(b"a test secret of 32 bytes, fixed")
+
+
+def _factors(n: int, noise: UnitNoise, measure: str = "t.x") -> list[float]:
+    rng = random.Random(45)
+    return [unit_factor(rng.getrandbits(32), measure, noise, KEYS) for _ in range(n)]
+
+
+def test_factors_follow_the_split_triangular_distribution():
+    """KS test of 20,000 units' factors (random record keys through the secret mix) against
+    the split triangular's distribution function; every factor in (2−b, 2−a) ∪ (a, b) and
+    E|m − 1| = (a − 1) + (b − a)/3 (seed_2006_microdata.md T10)."""
+    for noise in (D2, UnitNoise(1.1, 1.2)):
+        factors = _factors(20_000, noise)
+        assert all(noise.a < abs(m - 1) + 1 < noise.b for m in factors)
+        result = stats.kstest(factors, np.vectorize(lambda v, n=noise: cdf(v, n)))
+        assert result.pvalue > 0.01, result
+        expected = (noise.a - 1) + (noise.b - noise.a) / 3
+        assert statistics.mean(abs(m - 1) for m in factors) == pytest.approx(expected, abs=0.002)
+        assert 0.48 < sum(m > 1 for m in factors) / len(factors) < 0.52
+
+
+def test_the_inverse_distribution_function_at_its_ends_and_middle():
+    assert factor(1e-12, D2) == pytest.approx(0.85, abs=1e-5)
+    assert factor(0.5 - 1e-12, D2) == pytest.approx(0.95, abs=1e-5)
+    assert factor(0.5 + 1e-12, D2) == pytest.approx(1.05, abs=1e-5)
+    assert factor(1 - 1e-12, D2) == pytest.approx(1.15, abs=1e-5)
+    for u in (0.01, 0.2, 0.49, 0.51, 0.8, 0.99):
+        assert cdf(factor(u, D2), D2) == pytest.approx(u, abs=1e-12)
+    assert uniform(0) > 0 and uniform(MIX_PRIME - 1) < 1
+
+
+def test_one_factor_per_unit_and_measure():
+    """A unit's factor is a function of its record key, the measure and the secret: the same
+    for every call, different for another unit, another measure or another secret."""
+    rkey = 123_456_789
+    m = unit_factor(rkey, "enterprises.turnover", D2, KEYS)
+    assert unit_factor(rkey, "enterprises.turnover", D2, KEYS) == m
+    assert unit_factor(rkey + 1, "enterprises.turnover", D2, KEYS) != m
+    assert unit_factor(rkey, "enterprises.employees", D2, KEYS) != m
+    other = MixKeys.from_secret(b"another secret of 32 bytes, too!")
+    assert unit_factor(rkey, "enterprises.turnover", D2, other) != m
+    assert salt_name("persons.income") == "unit:persons.income"
+    assert keyed_mix(rkey, "unit:persons.income", KEYS) != keyed_mix(
+        rkey, "sum:persons.income", KEYS
+    )  # a stream apart from the statistic keys of the same records
+
+
+def test_the_sql_factor_is_the_reference_bit_for_bit():
+    """The rewrite's factor (DuckDB) equals :func:`unit_factor` on 5,000 record keys."""
+    con = duckdb.connect()
+    con.execute(
+        "CREATE SCHEMA sqlsdc; CREATE TABLE sqlsdc.ckm_mix (k_square BIGINT, k_scale BIGINT, "
+        "k_shift BIGINT, k_final BIGINT); CREATE TABLE t (rk UINTEGER)"
+    )
+    con.execute("INSERT INTO sqlsdc.ckm_mix VALUES (?, ?, ?, ?)", list(vars(KEYS).values()))
+    rng = random.Random(7)
+    keys = [rng.getrandbits(32) for _ in range(4_998)] + [0, 2**32 - 1]
+    con.executemany("INSERT INTO t VALUES (?)", [[k] for k in keys])
+    m = unit_factor_sql(exp.column("rk", "t"), "t.x", D2)
+    sql = f"SELECT rk, {m.sql('duckdb')} FROM t LEFT JOIN sqlsdc.ckm_mix AS __mix ON TRUE"
+    rows = con.execute(sql).fetchall()
+    assert len(rows) == len(keys)
+    assert all(v == unit_factor(k, "t.x", D2, KEYS) for k, v in rows)
+
+
+def test_sql_golden_of_the_factor():
+    """The factor's SQL: the mix salted by ``unit:t.x``, u = (y + ½)/p, the inverse CDF."""
+    sql = unit_factor_sql(exp.column("rk", "t"), "t.x", D2).sql("duckdb")
+    salt = re.search(r"CAST\(t\.rk AS BIGINT\) \+ (\d+)\)", sql).group(1)
+    from sqlsdc.mechanisms.ckm import statistic_salt
+
+    assert int(salt) == statistic_salt("unit:t.x")
+    y = (
+        f"((((CAST(t.rk AS BIGINT) + {salt}) % 2147483647 * ((CAST(t.rk AS BIGINT) + {salt}) "
+        "% 2147483647) + __mix.k_square) % 2147483647 * __mix.k_scale + __mix.k_shift) "
+        f"% 2147483647 * ((((CAST(t.rk AS BIGINT) + {salt}) % 2147483647 * ((CAST(t.rk AS "
+        f"BIGINT) + {salt}) % 2147483647) + __mix.k_square) % 2147483647 * __mix.k_scale + "
+        "__mix.k_shift) % 2147483647) + __mix.k_final) % 2147483647"
+    )
+    assert sql == (
+        f"(1 + CASE WHEN {y} < 1073741823 THEN -1 ELSE 1 END * (1.49999999999999911e-01 - "
+        f"9.99999999999998668e-02 * SQRT(1 - ABS(2 * ((CAST({y} AS DOUBLE) + "
+        "5.00000000000000000e-01) / 2147483647) - 1))))"
+    )
+    assert sqlglot.parse_one(sql, read="spark") is not None
+
+
+# -- the policy ------------------------------------------------------------------------------
+
+
+def _demo_document() -> dict:
+    text = resources.files("sqlsdc.demo").joinpath("policy.yaml").read_text("utf-8")
+    return yaml.safe_load(text)
+
+
+def _problems(noise, where=("protection", "magnitudes")) -> list[str]:
+    document = copy.deepcopy(_demo_document())
+    node = document
+    for part in where:
+        node = node[part]
+    node["unit_noise"] = noise
+    return validate_document(document)
+
+
+def test_the_demo_policy_asks_for_unit_noise_on_persons_and_enterprises():
+    policy = load_policy(_demo_document())
+    for table in ("persons", "enterprises"):
+        rule = policy.table(table).rule(AggregateKind.MAGNITUDES)
+        assert rule.magnitude.unit_noise == UnitNoise(1.05, 1.15)
+    assert policy.table("persons").rule(AggregateKind.COUNTS).magnitude is None
+
+
+@pytest.mark.parametrize(
+    ("noise", "message"),
+    [
+        ({"a": 1.2, "b": 1.1}, "protection.magnitudes.unit_noise: needs a < b"),
+        ({"a": 1.1, "b": 1.1}, "protection.magnitudes.unit_noise: needs a < b"),
+        ({"a": 1.0, "b": 1.1}, "protection.magnitudes.unit_noise.a: "),
+        ({"a": 1.05, "b": 2.0}, "protection.magnitudes.unit_noise.b: "),
+        ({"a": 1.05}, "protection.magnitudes.unit_noise: "),
+        ({"a": 1.05, "b": 1.15, "c": 1}, "protection.magnitudes.unit_noise: "),
+        ({"a": 1.05, "b": float("nan")}, "protection.magnitudes.unit_noise.b: "),
+    ],
+)
+def test_invalid_unit_noise_is_refused(noise, message):
+    problems = _problems(noise)
+    assert any(p.startswith(message) for p in problems), problems
+
+
+def test_unit_noise_only_for_ckm_magnitudes():
+    problems = _problems({"a": 1.05, "b": 1.15}, ("protection", "counts"))
+    assert "protection.counts: unit_noise only apply to magnitudes" in problems
+    document = copy.deepcopy(_demo_document())
+    document["tables"]["benefits"]["protection"]["magnitudes"]["unit_noise"] = {"a": 1.1, "b": 1.2}
+    problems = validate_document(document)
+    assert "tables.benefits.protection.magnitudes: unit_noise do not apply to method dp" in str(
+        problems
+    ), problems
+
+
+def test_a_yaml_policy_locates_the_unit_noise_problem(tmp_path):
+    text = resources.files("sqlsdc.demo").joinpath("policy.yaml").read_text("utf-8")
+    bad = text.replace("unit_noise: {a: 1.05, b: 1.15}\ntables:", "unit_noise: {a: 1.2, b: 1.1}\n"
+                       "tables:")  # fmt: skip
+    assert bad != text
+    path = tmp_path / "policy.yaml"
+    path.write_text(bad, "utf-8")
+    line = 1 + next(i for i, t in enumerate(bad.splitlines()) if "{a: 1.2, b: 1.1}" in t)
+    with pytest.raises(sqlsdc.PolicyError, match=rf"line {line}, column \d+: .*needs a < b"):
+        load_policy(path)
+
+
+# -- back-end jobs -------------------------------------------------------------------------------
+
+
+def test_a_jobs_sums_carry_the_same_factors(ckm, raw_ckm):
+    """A protection job's cells (:func:`sqlsdc.jobs.tabulation.cells_sql`) of a unit-noised
+    measure are sums of x·m with the factors of the query path (the Python reference here),
+    never the stored sums; a count job and a stored output's SQL parse as before."""
+    from sqlsdc.demo.build import demo_policy
+    from sqlsdc.jobs.tabulation import cells_sql, parse_job
+
+    policy = demo_policy()
+    spec = parse_job("SELECT nace, SUM(turnover) FROM enterprises GROUP BY nace", policy)
+    assert spec.unit_noise == D2
+    cells = {r["nace"]: r["value"] for r in raw_ckm.sql(cells_sql(spec, 2)).to_arrow_table()
+             .to_pylist()}  # fmt: skip
+    keys = MixKeys(*raw_ckm.execute("SELECT * FROM sqlsdc.ckm_mix").fetchall()[0])
+    expected, stored = {}, {}
+    for nace, x, rkey in raw_ckm.execute(
+        "SELECT nace, turnover, __rkey FROM enterprises"
+    ).fetchall():
+        m = unit_factor(rkey, "enterprises.turnover", D2, keys)
+        expected[nace] = expected.get(nace, 0.0) + float(x) * m
+        stored[nace] = stored.get(nace, 0) + x
+    assert cells.keys() == expected.keys() and len(cells) >= 5
+    for nace, value in cells.items():
+        assert value == pytest.approx(expected[nace], rel=1e-9)
+        assert value != pytest.approx(stored[nace], rel=1e-4)
+    counted = parse_job("SELECT nace, COUNT(*) FROM enterprises GROUP BY nace", policy)
+    assert counted.rows and counted.unit_noise is None
+
+
+def test_a_self_join_sums_with_the_factors_of_the_instance_it_reads(ckm):
+    """persons joined to itself on its identifier: ``SUM(a.income)`` takes the factors of the
+    instance ``a`` (the record keys it reads), the same cells as the table read once."""
+    plain = dict(ckm.execute("SELECT region, SUM(income) FROM persons GROUP BY 1").fetchall())
+    joined = ckm.execute(
+        "SELECT a.region, SUM(a.income) FROM persons a JOIN persons b "
+        "ON a.person_id = b.person_id GROUP BY 1"
+    ).fetchall()
+    assert len(joined) == len(plain) >= 5
+    for region, value in joined:
+        assert value == pytest.approx(plain[region], rel=1e-12)
+
+
+def test_explain_states_the_unit_noise(ckm):
+    explained = ckm.explain(
+        "SELECT region, COUNT(*) AS n, SUM(income) AS s FROM persons GROUP BY 1"
+    )
+    described = {c.name: c.to_dict() for c in explained.columns}
+    assert described["s"]["unit_noise"] == {"a": 1.05, "b": 1.15}
+    assert "unit_noise" not in described["n"]
+    assert (
+        "s: ckm (each value times its unit's permanent factor in [0.85, 0.95] ∪ [1.05, 1.15])"
+        in (str(explained))
+    )
