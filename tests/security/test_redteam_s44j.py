@@ -122,8 +122,11 @@ def _assert_the_average_is_the_noised_value(attack, unit_noise) -> None:
     assert min(abs(m - 1) for m in factors) >= unit_noise.a - 1 - 1e-12
     centred = statistics.mean(est / (x * m) for x, est, m in attack)
     assert abs(centred - 1) <= 0.05, f"the padded average is not x·m: {centred}"
+    # E|m − 1| is about 0.083 for [1.05, 1.15] and the 5 targets' mean has a spread of about
+    # 0.017 (m and the cell noise left): 5.6-9.3 % was seen on 6 builds; 3 % keeps a
+    # chance failure near 1 in 1,000 (the record keys are random per build)
     plain = statistics.mean(abs(est / x - 1) for x, est, _ in attack)
-    assert plain >= 0.04, f"the padded average is within {plain:.3f} of the true values"
+    assert plain >= 0.03, f"the padded average is within {plain:.3f} of the true values"
 
 
 @pytest.mark.slow
