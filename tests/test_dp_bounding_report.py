@@ -209,3 +209,48 @@ def test_every_node_of_the_stage_trees_has_one_place(tmp_path):
             trees = [query.tree, *(t for s in query.dp_stages for t in s.trees.values())]
             assert query.dp_stages and len(trees) > 1
             assert sum(_misplaced(t, seen) for t in trees) == 0, sql
+
+
+def test_a_person_s_identical_rows_keep_the_caps_rows_and_the_report_agrees(tmp_path):
+    """Person 1 has 20 identical visits in each of clinics a, b and c (one record key, one
+    cost: a clinic's rows hash alike) under ``max_rows_per_unit: 6`` beside ``max_rows: 3``.
+    The unit row cap kept the 6 rows of the smallest hash, all in one clinic, and max_rows
+    then counted 3 of them, the report weighing 3/60 of the person kept (red team s45j).
+    Ranked with the rows the cell cap drops last and the cells in the group cap's order
+    (``Hashed.capped_order``), the cap keeps 3 rows in each of two clinics, all 6 counted,
+    and the report weighs them 6/60 kept and the other 54 dropped. The cells are the same on
+    a copy whose rows are stored in another order. Fails on the old ranking (3 rows)."""
+    base, less, shuffled = (tmp_path / f"{n}.duckdb" for n in ("base", "less", "shuffled"))
+    make_db(base, _document(max_groups=4, max_rows=3, max_rows_per_unit=6))
+    with open_database(base) as con:
+        con.execute("DELETE FROM visits WHERE pid = 1")
+        con.execute("INSERT INTO visits (pid, clinic, cost, __rkey) SELECT 1, c, 50.0, 4242 "
+                    "FROM (SELECT UNNEST(['a', 'b', 'c']) AS c), range(20)")  # fmt: skip
+    shutil.copy(base, less)
+    shutil.copy(base, shuffled)
+    with open_database(less) as con:
+        con.execute("DELETE FROM visits WHERE pid = 1")
+    with open_database(shuffled) as con:
+        con.execute("CREATE TEMP TABLE v AS SELECT * FROM visits ORDER BY hash(rowid, 7)")
+        con.execute("DELETE FROM visits")
+        con.execute("INSERT INTO visits SELECT * FROM v")
+    sql = "SELECT clinic, COUNT(*), SUM(cost) FROM visits GROUP BY clinic"
+    with sqlsdc.connect(base, "admin") as guarded:
+        (stage,) = guarded.explain(sql).dp_stages
+
+    def cells(path):
+        with open_database(path) as con:
+            return con.execute(stage.sql).df().sort_values("__g0").set_index("__g0")
+
+    on_base, on_less = cells(base), cells(less)
+    count, total = (s.column for s in stage.statistics[:2])
+    moved = on_base.sub(on_less, fill_value=0).loc[["a", "b", "c"]]
+    assert sorted(moved[count]) == [0, 3, 3]
+    assert (moved[total] == 50 * moved[count]).all()
+    dropped, clamped, kept = stage.report
+    one = moved[count] == 3
+    g = REPORT_GRID
+    assert moved[kept].tolist() == [g * 3 // 60 if k else 0 for k in one]
+    assert moved[dropped].tolist() == [g * 17 // 60 if k else g * 20 // 60 for k in one]
+    assert moved[clamped].tolist() == [0, 0, 0]
+    assert on_base.equals(cells(shuffled)) and on_base.equals(cells(base))  # reproducible

@@ -340,7 +340,7 @@ def _exact_trees(asked: Statistics, n_keys: int, settings, one_row: bool, order:
     cells. Uses up the stage's rows (the unit row cap places them)."""
     rows, specs = asked.rows, asked.specs
     if settings.max_rows_per_unit is not None and not one_row:
-        rows = unit_row_cap(rows, settings.max_rows_per_unit, order)
+        rows = unit_row_cap(rows, settings.max_rows_per_unit, order, settings.max_rows)
     if not specs and not n_keys:  # only quantiles: the one global cell still needs a row
         specs.append(Spec("__rows", None, None))  # a row count never noised nor released
     exact = (unit_rows(rows, n_keys, specs) if one_row

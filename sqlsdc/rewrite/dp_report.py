@@ -16,7 +16,7 @@ from sqlglot import exp
 
 from sqlsdc.engines.trees import copy_tree
 from sqlsdc.mechanisms.accountant import REPORT_GRID, Bounding
-from sqlsdc.rewrite.dp_bounding import Hashed, grid_rounded
+from sqlsdc.rewrite.dp_bounding import Hashed, capped_rank, grid_rounded
 from sqlsdc.rewrite.dp_sql import (
     BIGINT,
     UNIT,
@@ -53,8 +53,11 @@ def bounding_report(rows: exp.Select, n_keys: int, settings, clamps: dict[str, B
     """
     kept = exp.true()
     if settings.max_rows_per_unit is not None:
-        rank = window("ROW_NUMBER", [exp.column(UNIT)], order.row_order())
-        kept = exp.LTE(this=rank, expression=integer(settings.max_rows_per_unit))
+        cap = settings.max_rows_per_unit
+        source, rank = capped_rank(copy_tree(rows), order, cap, settings.max_rows)
+        kept = exp.LTE(this=rank, expression=integer(cap))
+    else:
+        source = copy_tree(rows)
     outside = [
         exp.or_(
             exp.LT(this=grid_rounded(column, b), expression=integer(b.lower / b.granularity)),
@@ -68,7 +71,7 @@ def bounding_report(rows: exp.Select, n_keys: int, settings, clamps: dict[str, B
     flagged = new_select(exp.column(UNIT), exp.column("__rk"), *key_columns(n_keys),
                          exp.alias_(kept, "__keep", copy=False),
                          exp.alias_(clamped, "__clamp", copy=False))  # fmt: skip
-    flagged = from_(flagged, sub(copy_tree(rows), "__rows"))
+    flagged = from_(flagged, sub(source, "__rows"))
 
     def count_if(condition: exp.Expr) -> exp.Expr:
         return exp.Sum(this=exp.Case(ifs=[exp.If(this=condition, true=exp.Literal.number(1))],
