@@ -44,6 +44,8 @@ Differences found (DuckDB 2.0, Spark 4.3 in ANSI mode; each tested) and what hap
   constant other than 0 and -1 or two BIGINT casts (the DP bounding report's): both truncate,
   both raise on zero → ``DIV``. ``LIKE`` (``\\`` escapes in
   Spark only), ``EXP`` and ``LN`` (libm vs Java: last bit, and LN(0) is -inf vs NULL) → refused.
+- ``GROUP BY ()``, the grand total: a syntax error in Spark → ``GROUP BY GROUPING SETS
+  (())`` (one row, over no rows too, as DuckDB); ``()`` beside other keys → dropped.
 - ``GROUPING(x)`` under a plain GROUP BY: 0 in DuckDB, an error in Spark → 0. GROUPING is a
   BIGINT in DuckDB, a TINYINT in Spark → cast.
 - ``IS NOT DISTINCT FROM``: Spark's ``<=>``, the same for the types compared here.
@@ -508,6 +510,21 @@ def _distinct_count(node: exp.Length, types: Types) -> exp.Expr:
     )
 
 
+def _empty_sets(node: exp.Group, types: Types) -> exp.Expr:
+    """DuckDB's ``GROUP BY ()`` (the grand total: one row, over no rows too) is a syntax error
+    in Spark → ``GROUPING SETS (())``, which Spark answers so; a ``()`` beside other keys
+    (``GROUP BY (), region``: the keys' groups) is dropped (mutates ``node``)."""
+    keys = node.expressions
+    kept = [k for k in keys if not (isinstance(k, exp.Tuple) and not k.expressions)]
+    if len(kept) == len(keys):
+        return node
+    others = any(node.args.get(k) for k in ("grouping_sets", "cube", "rollup"))
+    if not kept and not others:
+        kept = [exp.GroupingSets(expressions=[exp.Tuple()])]
+    node.set("expressions", kept)
+    return node
+
+
 def _int_divide(node: exp.IntDiv, types: Types) -> exp.Expr:
     """``//`` of integers is Spark's DIV; of anything else DuckDB divides otherwise."""
     kind = types.of(node.this)
@@ -531,6 +548,7 @@ _SEMANTICS: dict[type[exp.Expr], Callable[[exp.Expr, Types], exp.Expr]] = {
     exp.Floor: _floor_or_ceil,
     exp.Ceil: _floor_or_ceil,
     exp.Grouping: _grouping,
+    exp.Group: _empty_sets,
     exp.IsNan: _is_nan,
     **{
         kind: _compare
