@@ -128,7 +128,7 @@ def measure_sum(spec: JobSpec) -> exp.Expr:
     Read from :func:`job_source`."""
     x: exp.Expr = exp.column(spec.measure)
     if spec.unit_noise is not None:
-        x = noised(x, exp.column(RKEY), f"{spec.table}.{spec.measure}", spec.unit_noise)
+        x = noised(x, exp.column(RKEY), (f"{spec.table}.{spec.measure}",), spec.unit_noise)
     return exp.Sum(this=x)
 
 

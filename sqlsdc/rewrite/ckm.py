@@ -224,7 +224,7 @@ class _Builder(MagnitudeLayers):
                 value = copy_tree(argument)
                 if (noise := self._unit_noise(i)) is not None:
                     rkey = copy_tree(plan.rkeys[self._noised_unit(i)])
-                    value = noised(value, rkey, self._measure(i), noise)
+                    value = noised(value, rkey, self._measures(i), noise)
                 rows.append("expressions", exp.alias_(value, f"__v{i}", copy=False))
         if any(self._unit_noise(i) is not None for i in range(len(plan.aggregates))):
             join_mix(rows)
@@ -294,16 +294,18 @@ class _Builder(MagnitudeLayers):
             return None
         return spec.rule.magnitude.unit_noise
 
-    def _measure(self, i: int) -> str:
-        """``table.column`` of magnitude i, whose factors salt the mix
-        (:func:`sqlsdc.mechanisms.unit_noise.salt_name`)."""
-        return statistic(self.plan.aggregates[i]).split(":", 1)[1]
+    def _measures(self, i: int) -> tuple[str, ...]:
+        """``table.column`` of each column magnitude i is a function of (``income``, or
+        ``income`` and ``weight`` for ``SUM(income * weight)``): each multiplies its values by
+        its own factors, salted by its name (:func:`sqlsdc.mechanisms.unit_noise.salt_name`)."""
+        return tuple(statistic(self.plan.aggregates[i]).split(":", 1)[1].split(", "))
 
     def _noised_unit(self, i: int) -> int:
         """The position in the plan's record keys of the table magnitude i sums: the unit whose
         factor multiplies each of its values: of a table read twice, the instance whose column it
         sums; refused when that is not one instance."""
-        table = self._measure(i).split(".", 1)[0]
+        tables = {measure.split(".", 1)[0] for measure in self._measures(i)}
+        table = min(tables)
         positions = [t for t, name in enumerate(self.plan.tables) if name == table]
         argument = self.cells.argument(i, self.twin)
         if len(positions) > 1 and isinstance(argument, exp.Column) and argument.table:
@@ -312,7 +314,7 @@ class _Builder(MagnitudeLayers):
             positions = [
                 t for t in positions if t < len(rkeys) and rkeys[t].table == argument.table
             ]
-        if len(positions) != 1 or len(self.plan.rkeys) != len(self.plan.tables):
+        if len(tables) != 1 or len(positions) != 1 or len(self.plan.rkeys) != len(self.plan.tables):
             raise PolicyViolation(
                 "the cell key method cannot tell whose values this sum or average adds up "
                 f"({self.cells.aggregates[i].sql('duckdb')[:80]}): its table's values carry "

@@ -35,6 +35,17 @@ def unit_factor_sql(record_key: exp.Expr, measure: str, noise: UnitNoise) -> exp
     return exp.Paren(this=exp.Add(this=number(1), expression=mul_expr(sign, spread)))
 
 
-def noised(value: exp.Expr, record_key: exp.Expr, measure: str, noise: UnitNoise) -> exp.Expr:
-    """``value`` times its unit's factor: the contribution every CKM magnitude adds up."""
-    return mul_expr(cast(value, "DOUBLE"), unit_factor_sql(record_key, measure, noise))
+def noised(
+    value: exp.Expr, record_key: exp.Expr, measures: tuple[str, ...], noise: UnitNoise
+) -> exp.Expr:
+    """``value`` times the factor of its unit for each column of ``measures`` (``table.column``):
+    the contribution every CKM magnitude adds up. A product of a measure and a weight
+    (``income * weight``) is x·m_x·w·m_w, the product of the two noised columns: one factor per
+    column, never one per product, which would be a second, independent factor on x (red team
+    s45l: ``SUM(income * weight) / SUM(weight)`` averaged with ``SUM(income)``)."""
+    if not measures:
+        raise ValueError("a unit-noised value needs the columns it is a function of")
+    result = cast(value, "DOUBLE")
+    for measure in measures:
+        result = mul_expr(result, unit_factor_sql(record_key.copy(), measure, noise))
+    return result
