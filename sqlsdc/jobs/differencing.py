@@ -51,7 +51,10 @@ several tables of different dimensions beyond a cell and its cover (the signed s
 tables that group by a cell's dimensions, a file by its plain dimension columns); the two
 patterns together (a cell hidden in one table and published in the other, the attacker LP over
 both with non-negative differences): protecting linked tables of different populations needs
-one covering universe (red team s30f); two anonymised files of one table cut by cut (when both
+one covering universe (red team s30f); only where a cell of one job's table is the sum of inner
+cells of the other's (no units differ, red team s45f) is the pair refused, by
+:mod:`sqlsdc.jobs.cell_unions` through :func:`sqlsdc.jobs.stored_tables.outputs_of_the_same_cells`;
+two anonymised files of one table cut by cut (when both
 are released, each file's counts by its plain columns are compared with the other's cells and
 cuts, ``sqlsdc.jobs.file_pairs``; a cut of one next to a cut of the other is not; a file
 whose query is no WHERE is refused released with another file of its table). Replaced or

@@ -1,0 +1,119 @@
+"""Two job tables over other rows whose cells are sums of each other's: a cell of one is the
+union of some inner cells of the other.
+
+:func:`sqlsdc.jobs.stored_tables._share_a_cell` pairs two jobs of one table and aggregate when a
+cell of one holds what a cell of the other holds. Populations that differ can be linked without
+sharing a cell: a WHERE on a dimension of the other table (``nace IN ('A', 'B', 'D', 'F', 'G',
+'H')``) that groups more coarsely (by region only) makes each of its cells the sum of several
+inner cells of the other (the region's cells of those six activities), none of them a cell of
+its own. Its value is then one more equation over the other table's cells: where the other hides
+one of them and publishes the rest, the hidden one is the difference.
+
+Red team s45f: enterprises' turnover by region x nace suppressed under ``nk:1,60`` and ``freq:3``
+(85 primaries), then the same table over ``nace IN ('A','B','D','F','G','H')`` by region, as a
+second suppression job (nothing sensitive in it) or a rounding to base 5: R04's cell less the
+five published activities of R04 gave the hidden (R04, H), 23,879,637, exactly or within 4,
+where the first job's own audit reported [0, 79,696,326]. The second table's cells are no
+cells of the first, so both jobs were stored.
+
+:func:`union_of_cells` finds such a pair in the data now, in either order: a cell of one table
+(any grouping of its dimensions) whose units all lie in the other's population and which holds
+every unit of each of the other's inner cells it meets. A suppression job next to it could be
+audited together with it only over one cover of both populations (the LP over the cross
+classification of both tables' dimensions and of the two WHEREs; the linked audit,
+:mod:`sqlsdc.jobs.linked_audit`, models one population only), so the pair is refused as two
+protections of the same cells are (:func:`sqlsdc.jobs.refusals._refuse_second_protection`).
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from sqlsdc.jobs.exact_release import kept
+
+
+def union_of_cells(con, first, second) -> bool:
+    """Whether a cell of one of two jobs (``JobSpec``, same table and aggregate) is the union
+    of inner cells of the other, in the table's data now (:func:`_union_query`, both orders)."""
+    return any(
+        con.execute(_union_query(a, b).sql("duckdb")).fetchall()[0][0] > 0
+        for a, b in ((first, second), (second, first))
+    )
+
+
+def _union_query(cells, inner) -> exp.Select:
+    """The number of cells of ``cells`` (every grouping of its dimensions) that are unions of
+    inner cells of ``inner``: each of its units is in ``inner``'s population, and each inner
+    cell of ``inner`` it meets, it meets whole. Units are counted as the fingerprints of
+    :func:`sqlsdc.jobs.stored_tables._fingerprints` count them: the unit of a count, the row
+    with a non-zero measure of a sum (a sum's value is theirs)."""
+    a = [f"__a{i}" for i in range(len(cells.dims))]
+    b = [f"__b{i}" for i in range(len(inner.dims))]
+    if cells.measure is None:
+        member, rows = exp.column(cells.unit), exp.true()
+    else:
+        member = exp.column(cells.table)  # the row as a struct (a view has no rowid)
+        nonzero = exp.column(cells.measure).neq(exp.Literal.number(0))
+        rows = exp.Coalesce(this=nonzero, expressions=[exp.false()])
+    in_a, in_b = kept(cells.where), kept(inner.where)
+    r = (
+        exp.select(
+            *(exp.alias_(exp.column(d), n) for d, n in zip(cells.dims, a, strict=True)),
+            *(exp.alias_(exp.column(d), n) for d, n in zip(inner.dims, b, strict=True)),
+            exp.alias_(exp.Anonymous(this="hash", expressions=[member]), "__m"),
+            exp.alias_(in_b.copy(), "__in_b"),
+        )
+        .from_(cells.table)
+        .where(exp.and_(in_a, rows))
+    )
+    whole = (
+        exp.select(
+            *(exp.alias_(exp.column(d), n) for d, n in zip(inner.dims, b, strict=True)),
+            exp.alias_(exp.Anonymous(this="hash", expressions=[member.copy()]), "__m"),
+        )
+        .from_(cells.table)
+        .where(exp.and_(in_b.copy(), rows.copy()))
+    )
+    sizes = (
+        exp.select(*b, exp.alias_(_distinct_count("__m"), "__nb"))
+        .from_(whole.subquery("__w"))
+        .group_by(*b)
+    )
+    grouping = exp.Anonymous(this="grouping", expressions=[exp.column(n) for n in a])
+    pairs = (
+        exp.select(
+            exp.alias_(grouping, "__g"),
+            *a,
+            "__in_b",
+            *b,
+            exp.alias_(_distinct_count("__m"), "__k"),
+        )
+        .from_(r.subquery("__r"))
+        .group_by(exp.Cube(expressions=[exp.column(n) for n in a]), "__in_b", *b)
+    )
+    on = exp.and_(
+        exp.column("__in_b", "p"),
+        *(exp.NullSafeEQ(this=exp.column(n, "p"), expression=exp.column(n, "s")) for n in b),
+    )
+    whole_cell = exp.Coalesce(
+        this=exp.and_(
+            exp.column("__in_b", "p"),
+            exp.column("__k", "p").eq(exp.column("__nb", "s")),
+        ),
+        expressions=[exp.false()],
+    )
+    per_cell = (
+        exp.select(exp.alias_(exp.func("bool_and", whole_cell), "__union"))
+        .from_(pairs.subquery("p"))
+        .join(sizes.subquery("s"), on=on, join_type="left")
+        .group_by(exp.column("__g", "p"), *(exp.column(n, "p") for n in a))
+    )
+    return (
+        exp.select(exp.Count(this=exp.Star()))
+        .from_(per_cell.subquery("c"))
+        .where(exp.column("__union"))
+    )
+
+
+def _distinct_count(column: str) -> exp.Count:
+    return exp.Count(this=exp.Distinct(expressions=[exp.column(column)]))

@@ -1,0 +1,174 @@
+"""Red team s45f: back-end jobs and released tables (session 45).
+
+1. Two jobs over other rows whose cells are sums of each other's. Enterprises' turnover by
+   region x nace suppressed (``nk:1,60``, ``freq:3``: 85 primaries on the 20,000-person demo),
+   then the same turnover over ``nace IN`` (one hidden activity of a region and that region's
+   published ones) by region: no cell of the second table is a cell of the first, so
+   ``_share_a_cell`` paired nothing and both were stored, as a second suppression job (nothing
+   sensitive in it) or a rounding to base 5. The region's cell less its published activities
+   is the hidden one: on the s45f demo (R04, H) = 23,879,637 exactly (suppression) or within
+   4 (rounding), where the first job's audit reported [0, 79,696,326]; its largest firm holds
+   22,018,831 of it (2 jobs, 0 queries). Counts alike: everyone aged 90+ by municipality x
+   education (``freq:5``), then R01's 90+ by education rounded to base 3, narrowed 31 of R01's
+   46 hidden cells (e.g. [1, 58] -> [1, 9]; none below its 30 % level). Now a pair of jobs
+   of which a cell of one is the union of inner cells of the other is refused as two
+   protections of the same cells are (``sqlsdc.jobs.cell_unions``).
+
+Held (one line each):
+- a90 (90+ by municipality x education) then the same over ``region = 'R01'`` as a second
+  suppression job: refused (shared cells, s33c).
+- a rounding of 89+ by region x education, and of 80+ by region x sex, beside a90: stored; the
+  nested populations differ by 10 or more in every cell (the differencing check), no cell a
+  sum of a90's.
+- the release database (``sqlsdc publish``) shows a suppressed cell as ``suppressed`` with its
+  audited bounds only: no primary/secondary status, rule or the report's ``cost`` (the sum of
+  the secondary cells under ``--cost value``).
+"""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+from sqlsdc.errors import TabularError
+from sqlsdc.jobs.adjust import round_query
+from sqlsdc.jobs.protect import protect_query
+from sqlsdc.tabular.rules import parse_rule
+
+A90 = (
+    "SELECT municipality, education, COUNT(*) FROM persons WHERE age >= 90 "
+    "GROUP BY municipality, education"
+)
+R01_ROUNDED = (
+    "SELECT education, COUNT(*) FROM persons WHERE age >= 90 AND region = 'R01' GROUP BY education"
+)
+RULES = [parse_rule("nk:1,60"), parse_rule("freq:3")]
+SUPPRESSED = "SELECT region, nace, SUM(turnover) FROM enterprises GROUP BY region, nace"
+
+
+def _one_hidden_cell(db, rule: str = "") -> tuple[str, list[str], float]:
+    """A region, a set of activities holding exactly one of its hidden primaries (whose rule
+    names ``rule``) and all its published ones, and that hidden cell's value, from the
+    suppression job ``by_nace`` (its sum; its count of firms when ``rule`` is ``freq``)."""
+    aggregate = "COUNT(*)" if rule == "freq" else "SUM(turnover)"
+    with duckdb.connect(str(db), read_only=True) as con:
+        cells = con.sql(
+            "SELECT region, nace, value, status, rule FROM protected.by_nace "
+            "WHERE region <> 'Total' AND nace <> 'Total'"
+        ).df()
+        for region, rows in cells.groupby("region"):
+            hidden = rows[
+                rows.value.isna() & (rows.status == "primary") & rows.rule.str.contains(rule)
+            ]
+            shown = rows[rows.value.notna()]
+            if len(hidden) and len(shown):
+                chosen = hidden.nace.iloc[0]
+                (truth,) = con.execute(
+                    f"SELECT {aggregate} FROM enterprises WHERE region = ? AND nace = ?",
+                    [region, chosen],
+                ).fetchone()
+                return region, sorted([chosen, *shown.nace]), float(truth)
+    raise AssertionError("no region with a hidden primary and a published cell")
+
+
+def _subset_sql(activities: list[str]) -> str:
+    listed = ", ".join(f"'{a}'" for a in activities)
+    return f"SELECT region, SUM(turnover) FROM enterprises WHERE nace IN ({listed}) GROUP BY region"
+
+
+def _recovered(db, name: str, region: str, activities: list[str], column="value") -> float:
+    """What a reader of both tables computes: the region's cell of ``name`` less the
+    published cells (``column``: ``value``, or the counts ``n``) of ``by_nace`` among the
+    activities."""
+    with duckdb.connect(str(db), read_only=True) as con:
+        (total,) = con.execute(
+            f"SELECT value FROM protected.{name} WHERE region = ?", [region]
+        ).fetchone()
+        (shown,) = con.execute(
+            f"SELECT SUM({column}) FROM protected.by_nace WHERE region = ? AND nace IN "
+            f"({', '.join('?' for _ in activities)})",
+            [region, *activities],
+        ).fetchone()
+    return float(total) - float(shown)
+
+
+def test_a_job_whose_cells_add_up_a_suppressed_tables_cells_is_refused(jobs_demo_db):
+    """Fails on main (both jobs stored; the hidden cell recovered exactly)."""
+    protect_query(jobs_demo_db, "admin", SUPPRESSED, into="by_nace", rules=RULES)
+    region, activities, truth = _one_hidden_cell(jobs_demo_db)
+    sql = _subset_sql(activities)
+
+    with pytest.raises(TabularError, match="add up to one another"):
+        protect_query(jobs_demo_db, "admin", sql, into="subset", rules=RULES)
+        # what main released: the hidden primary, exactly
+        recovered = _recovered(jobs_demo_db, "subset", region, activities)
+        assert recovered == pytest.approx(truth)  # pragma: no cover - reached on main only
+
+
+def test_a_count_job_of_other_rows_beside_a_sum_jobs_counts_is_refused(jobs_demo_db):
+    """The sum job's ``n`` hides the count of a primary of 1 or 2 firms; a count job by
+    suppression over that cell's activity and its region's published ones, by region, gave it
+    as the region's count less the published ``n`` (s45f demo: (R01, G), 2 firms). Count jobs
+    by suppression were not compared with a sum job's counts at all. Fails on main."""
+    protect_query(jobs_demo_db, "admin", SUPPRESSED, into="by_nace", rules=RULES)
+    region, activities, truth = _one_hidden_cell(jobs_demo_db, "freq")
+    assert truth in (1, 2)
+    listed = ", ".join(f"'{a}'" for a in activities)
+    sql = f"SELECT region, COUNT(*) FROM enterprises WHERE nace IN ({listed}) GROUP BY region"
+    with pytest.raises(TabularError, match="share or add up to these"):
+        protect_query(jobs_demo_db, "admin", sql, into="firms", rules=[parse_rule("freq:3")])
+        recovered = _recovered(jobs_demo_db, "firms", region, activities, "n")
+        assert recovered == truth  # pragma: no cover - reached on main only
+
+
+def test_the_other_order_is_refused_too(jobs_demo_db):
+    """R01's 90+ by education rounded to base 3 first, then 90+ by municipality x education
+    suppressed: refused all the same. Fails on main."""
+    round_query(jobs_demo_db, "admin", R01_ROUNDED, into="r90", base=3)
+    with pytest.raises(TabularError, match="add up to one another"):
+        protect_query(jobs_demo_db, "admin", A90, into="a90", rules=[parse_rule("freq:5")])
+
+
+def test_a_count_rounding_of_a_sub_population_beside_a_suppressed_count_is_refused(
+    jobs_demo_db,
+):
+    """90+ by municipality x education suppressed, R01's 90+ by education rounded to base 3
+    (each cell the sum of R01's municipalities of that education). Fails on main."""
+    protect_query(
+        jobs_demo_db,
+        "admin",
+        "SELECT municipality, education, COUNT(*) FROM persons WHERE age >= 90 "
+        "GROUP BY municipality, education",
+        into="a90",
+        rules=[parse_rule("freq:5")],
+    )
+    with pytest.raises(TabularError, match="add up to one another"):
+        round_query(
+            jobs_demo_db,
+            "admin",
+            "SELECT education, COUNT(*) FROM persons WHERE age >= 90 AND region = 'R01' "
+            "GROUP BY education",
+            into="r90",
+            base=3,
+        )
+
+
+def test_nested_populations_of_other_cells_stay_allowed(jobs_demo_db):
+    """A rounding of 80+ by region x sex beside 90+ by municipality x education suppressed: no
+    cell of either is a sum of the other's inner cells; stored as before."""
+    protect_query(
+        jobs_demo_db,
+        "admin",
+        "SELECT municipality, education, COUNT(*) FROM persons WHERE age >= 90 "
+        "GROUP BY municipality, education",
+        into="a90",
+        rules=[parse_rule("freq:5")],
+    )
+    report = round_query(
+        jobs_demo_db,
+        "admin",
+        "SELECT region, sex, COUNT(*) FROM persons WHERE age >= 80 GROUP BY region, sex",
+        into="r80",
+        base=3,
+    )
+    assert report is not None
