@@ -30,6 +30,7 @@ from __future__ import annotations
 import duckdb
 import pytest
 
+import sqlsdc
 from sqlsdc.errors import TabularError
 from sqlsdc.jobs.adjust import round_query
 from sqlsdc.jobs.protect import protect_query
@@ -172,3 +173,41 @@ def test_nested_populations_of_other_cells_stay_allowed(jobs_demo_db):
         base=3,
     )
     assert report is not None
+
+
+def test_a_job_whose_cells_add_up_the_live_patterns_cells_is_refused(
+    suppress_template, copy_database, tmp_path
+):
+    """The guard's pattern of enterprises by nace x region (the suppression demo) hides a cell
+    of a region; a job of turnover over that activity and the region's published ones, by
+    region, shares no cell with the pattern, and its region's cell less the published cells
+    an analyst reads was the hidden one (s45f demo: (R04, H), 23,879,637, exactly). Fails on
+    main."""
+    db = copy_database(suppress_template, tmp_path)
+    with sqlsdc.connect(db, user="analyst") as con:
+        cells = con.execute(
+            "SELECT region, nace, SUM(turnover) AS t FROM enterprises GROUP BY region, nace"
+        ).fetchall()
+    by_region: dict[str, dict[str, float | None]] = {}
+    for region, nace, value in cells:
+        by_region.setdefault(region, {})[nace] = value
+    region, row = next(
+        (r, row)
+        for r, row in sorted(by_region.items())
+        if any(v is None for v in row.values()) and any(v is not None for v in row.values())
+    )
+    hidden = sorted(n for n, v in row.items() if v is None)[0]
+    shown = sorted(n for n, v in row.items() if v is not None)
+    with duckdb.connect(str(db), read_only=True) as raw:
+        (truth,) = raw.execute(
+            "SELECT SUM(turnover) FROM enterprises WHERE region = ? AND nace = ?", [region, hidden]
+        ).fetchone()
+    sql = _subset_sql([hidden, *shown])
+    with pytest.raises(TabularError, match="add up to cells of that pattern"):
+        protect_query(db, "admin", sql, into="subset", rules=[parse_rule("freq:3")])
+        with duckdb.connect(str(db), read_only=True) as raw:
+            (total,) = raw.execute(
+                "SELECT value FROM protected.subset WHERE region = ?", [region]
+            ).fetchone()
+        recovered = total - sum(row[n] for n in shown)
+        assert recovered == pytest.approx(truth)  # pragma: no cover - reached on main only
