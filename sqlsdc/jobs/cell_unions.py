@@ -32,23 +32,34 @@ from sqlglot import exp
 from sqlsdc.jobs.exact_release import kept
 
 
-def union_of_cells(con, first, second) -> bool:
+def union_of_cells(con, first, second, *, first_keys: list[exp.Expr] | None = None) -> bool:
     """Whether a cell of one of two jobs (``JobSpec``, same table and aggregate) is the union
-    of inner cells of the other, in the table's data now (:func:`_union_query`, both orders)."""
+    of inner cells of the other, in the table's data now (:func:`_union_query`, both orders).
+    ``first_keys``: the expressions on the table's rows that cut ``first``'s cells, when they
+    are not its ``dims`` (an anonymised file's exact columns, as
+    :class:`~sqlsdc.jobs.exact_release.Release` holds them)."""
+    keys = first_keys if first_keys is not None else _keys(first)
     return any(
-        con.execute(_union_query(a, b).sql("duckdb")).fetchall()[0][0] > 0
-        for a, b in ((first, second), (second, first))
+        con.execute(_union_query(a, b, ka, kb).sql("duckdb")).fetchall()[0][0] > 0
+        for a, b, ka, kb in (
+            (first, second, keys, _keys(second)),
+            (second, first, _keys(second), keys),
+        )  # fmt: skip
     )
 
 
-def _union_query(cells, inner) -> exp.Select:
+def _keys(spec) -> list[exp.Expr]:
+    return [exp.column(d) for d in spec.dims]
+
+
+def _union_query(cells, inner, cells_keys, inner_keys) -> exp.Select:
     """The number of cells of ``cells`` (every grouping of its dimensions) that are unions of
     inner cells of ``inner``: each of its units is in ``inner``'s population, and each inner
     cell of ``inner`` it meets, it meets whole. Units are counted as the fingerprints of
     :func:`sqlsdc.jobs.stored_tables._fingerprints` count them: the unit of a count, the row
     with a non-zero measure of a sum (a sum's value is theirs)."""
-    a = [f"__a{i}" for i in range(len(cells.dims))]
-    b = [f"__b{i}" for i in range(len(inner.dims))]
+    a = [f"__a{i}" for i in range(len(cells_keys))]
+    b = [f"__b{i}" for i in range(len(inner_keys))]
     if cells.measure is None:
         member, rows = exp.column(cells.unit), exp.true()
     else:
@@ -58,8 +69,8 @@ def _union_query(cells, inner) -> exp.Select:
     in_a, in_b = kept(cells.where), kept(inner.where)
     r = (
         exp.select(
-            *(exp.alias_(exp.column(d), n) for d, n in zip(cells.dims, a, strict=True)),
-            *(exp.alias_(exp.column(d), n) for d, n in zip(inner.dims, b, strict=True)),
+            *(exp.alias_(k.copy(), n) for k, n in zip(cells_keys, a, strict=True)),
+            *(exp.alias_(k.copy(), n) for k, n in zip(inner_keys, b, strict=True)),
             exp.alias_(exp.Anonymous(this="hash", expressions=[member]), "__m"),
             exp.alias_(in_b.copy(), "__in_b"),
         )
@@ -68,7 +79,7 @@ def _union_query(cells, inner) -> exp.Select:
     )
     whole = (
         exp.select(
-            *(exp.alias_(exp.column(d), n) for d, n in zip(inner.dims, b, strict=True)),
+            *(exp.alias_(k.copy(), n) for k, n in zip(inner_keys, b, strict=True)),
             exp.alias_(exp.Anonymous(this="hash", expressions=[member.copy()]), "__m"),
         )
         .from_(cells.table)

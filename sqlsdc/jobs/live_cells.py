@@ -37,11 +37,11 @@ from sqlglot import exp
 
 from sqlsdc.errors import TabularError
 from sqlsdc.jobs.cell_unions import union_of_cells
+from sqlsdc.jobs.tabulation import JobSpec
 from sqlsdc.tabular.universe import COUNT, universe_of
 
 if TYPE_CHECKING:
     from sqlsdc.jobs.exact_release import Release
-    from sqlsdc.jobs.tabulation import JobSpec
     from sqlsdc.policy import Policy
 
 
@@ -77,17 +77,27 @@ def _refuse_sums_of_cells(con, policy: Policy, spec: JobSpec, label: str, error)
         if (measure or COUNT) not in universe.aggregates:
             continue
         job = replace(spec, measure=measure)
-        pattern = replace(job, dims=tuple(universe.columns), unit=universe.unit, where=None)
-        if union_of_cells(con, job, pattern):
-            raise error(
-                f"{spec.table} is protected by suppression in the policy and the guard releases "
-                f"its cells from one pattern (published by `sqlsdc publish`); cells of {label} "
-                "add up to cells of that pattern, or its cells to a cell of the pattern, and a "
-                "reader of both could take the published cells of the pattern from such a sum "
-                "to recompute a suppressed one. Take a population that holds no whole cell of "
-                f"the policy's cells over {', '.join(universe.columns)} (or every row, by other "
-                "dimensions), or publish the policy's pattern"
-            )
+        if union_of_cells(con, job, _pattern(policy, spec.table, measure)):
+            raise error(_sums_refusal(spec.table, label, universe.columns))
+
+
+def _pattern(policy: Policy, table: str, measure: str | None) -> JobSpec:
+    """The policy's suppression pattern of ``table`` and ``measure`` (None: counts) as a job
+    of every row by the universe's columns."""
+    universe = universe_of(policy, table)
+    return JobSpec(policy.table(table).name, tuple(universe.columns), measure, universe.unit, None)
+
+
+def _sums_refusal(table: str, label: str, columns) -> str:
+    return (
+        f"{table} is protected by suppression in the policy and the guard releases its cells "
+        f"from one pattern (published by `sqlsdc publish`); cells of {label} add up to cells "
+        "of that pattern, or its cells to a cell of the pattern, and a reader of both could "
+        "take the published cells of the pattern from such a sum to recompute a suppressed "
+        f"one. Take a population that holds no whole cell of the policy's cells over "
+        f"{', '.join(columns)} (or every row, by other dimensions), or publish the policy's "
+        "pattern"
+    )
 
 
 def refuse_live_file_cells(con, policy: Policy, table: str, release: Release, error) -> None:
@@ -109,6 +119,12 @@ def refuse_live_file_cells(con, policy: Policy, table: str, release: Release, er
         if aggregate == COUNT or release.holds(aggregate):
             measure = None if aggregate == COUNT else aggregate
             _refuse(con, policy, table, keys, measure, release.where, release.label, error)
+            if not keys:
+                continue
+            pattern = _pattern(policy, table, measure)
+            file = replace(pattern, dims=tuple(n for n, _e in keys), where=release.where)
+            if union_of_cells(con, file, pattern, first_keys=[e for _n, e in keys]):
+                raise error(_sums_refusal(table, release.label, universe.columns))
 
 
 def _refuse(con, policy, table, keys, measure, where, label, error, total=False, job=False):
