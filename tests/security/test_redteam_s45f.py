@@ -154,36 +154,15 @@ def test_a_count_rounding_of_a_sub_population_beside_a_suppressed_count_is_refus
 ):
     """90+ by municipality x education suppressed, R01's 90+ by education rounded to base 3
     (each cell the sum of R01's municipalities of that education). Fails on main."""
-    protect_query(
-        jobs_demo_db,
-        "admin",
-        "SELECT municipality, education, COUNT(*) FROM persons WHERE age >= 90 "
-        "GROUP BY municipality, education",
-        into="a90",
-        rules=[parse_rule("freq:5")],
-    )
+    protect_query(jobs_demo_db, "admin", A90, into="a90", rules=[parse_rule("freq:5")])
     with pytest.raises(TabularError, match="add up to one another"):
-        round_query(
-            jobs_demo_db,
-            "admin",
-            "SELECT education, COUNT(*) FROM persons WHERE age >= 90 AND region = 'R01' "
-            "GROUP BY education",
-            into="r90",
-            base=3,
-        )
+        round_query(jobs_demo_db, "admin", R01_ROUNDED, into="r90", base=3)
 
 
 def test_nested_populations_of_other_cells_stay_allowed(jobs_demo_db):
     """A rounding of 80+ by region x sex beside 90+ by municipality x education suppressed: no
     cell of either is a sum of the other's inner cells; stored as before."""
-    protect_query(
-        jobs_demo_db,
-        "admin",
-        "SELECT municipality, education, COUNT(*) FROM persons WHERE age >= 90 "
-        "GROUP BY municipality, education",
-        into="a90",
-        rules=[parse_rule("freq:5")],
-    )
+    protect_query(jobs_demo_db, "admin", A90, into="a90", rules=[parse_rule("freq:5")])
     report = round_query(
         jobs_demo_db,
         "admin",
@@ -203,13 +182,7 @@ def test_a_job_whose_cells_add_up_the_live_patterns_cells_is_refused(
     an analyst reads was the hidden one (s45f demo: (R04, H), 23,879,637, exactly). Fails on
     main."""
     db = copy_database(suppress_template, tmp_path)
-    with sqlsdc.connect(db, user="analyst") as con:
-        cells = con.execute(
-            "SELECT region, nace, SUM(turnover) AS t FROM enterprises GROUP BY region, nace"
-        ).fetchall()
-    by_region: dict[str, dict[str, float | None]] = {}
-    for region, nace, value in cells:
-        by_region.setdefault(region, {})[nace] = value
+    by_region = _live_cells(db, "SUM(turnover)")
     region, row = next(
         (r, row)
         for r, row in sorted(by_region.items())
@@ -240,16 +213,23 @@ def test_a_file_whose_counts_add_up_the_live_patterns_counts_is_refused(
     counts were the hidden count (s45f demo: (R01, G), 2 firms, from 12 records less 5 and
     5). Fails on main."""
     db = copy_database(suppress_template, tmp_path)
-    with sqlsdc.connect(db, user="analyst") as con:
-        cells = con.execute(
-            "SELECT region, nace, COUNT(*) AS n FROM enterprises GROUP BY region, nace"
-        ).fetchall()
-    by_region: dict[str, dict[str, int | None]] = {}
-    for region, nace, value in cells:
-        by_region.setdefault(region, {})[nace] = value
+    by_region = _live_cells(db, "COUNT(*)")
     _file_of_two_activities(
         db, by_region, "add up to cells of that pattern|is the sum of inner cells of the other"
     )
+
+
+def _live_cells(db, aggregate: str) -> dict[str, dict[str, float | None]]:
+    """The live pattern's cells of ``aggregate`` by region and nace, as the analyst reads them
+    (None: suppressed)."""
+    with sqlsdc.connect(db, user="analyst") as con:
+        cells = con.execute(
+            f"SELECT region, nace, {aggregate} AS v FROM enterprises GROUP BY region, nace"
+        ).fetchall()
+    by_region: dict[str, dict[str, float | None]] = {}
+    for region, nace, value in cells:
+        by_region.setdefault(region, {})[nace] = value
+    return by_region
 
 
 def _file_of_two_activities(db, by_region, refusal: str) -> None:
