@@ -36,28 +36,34 @@ def union_of_cells(con, first, second, *, first_keys: list[exp.Expr] | None = No
     """Whether a cell of one of two jobs (``JobSpec``, same table and aggregate) is the union
     of inner cells of the other, in the table's data now (:func:`_union_query`, both orders).
     ``first_keys``: the expressions on the table's rows that cut ``first``'s cells, when they
-    are not its ``dims`` (an anonymised file's exact columns, as
-    :class:`~sqlsdc.jobs.exact_release.Release` holds them)."""
+    are not its ``dims``."""
     keys = first_keys if first_keys is not None else _keys(first)
-    return any(
-        con.execute(_union_query(a, b, ka, kb).sql("duckdb")).fetchall()[0][0] > 0
-        for a, b, ka, kb in (
-            (first, second, keys, _keys(second)),
-            (second, first, _keys(second), keys),
-        )  # fmt: skip
-    )
+    return cells_add_up(con, first, second, keys) or cells_add_up(con, second, first)
+
+
+def cells_add_up(con, cells, inner, cells_keys=None, *, shared: bool = True) -> bool:
+    """Whether a cell of ``cells`` is the union of inner cells of ``inner``
+    (:func:`_union_query`), ``cells_keys`` cutting its cells when they are not its ``dims``
+    (an anonymised file's exact columns, as :class:`~sqlsdc.jobs.exact_release.Release`
+    holds them); ``shared`` False: one that is a cell of ``inner`` (inner or margin) does not
+    count."""
+    keys = cells_keys if cells_keys is not None else _keys(cells)
+    query = _union_query(cells, inner, keys, _keys(inner), shared)
+    return con.execute(query.sql("duckdb")).fetchall()[0][0] > 0
 
 
 def _keys(spec) -> list[exp.Expr]:
     return [exp.column(d) for d in spec.dims]
 
 
-def _union_query(cells, inner, cells_keys, inner_keys) -> exp.Select:
+def _union_query(cells, inner, cells_keys, inner_keys, shared: bool = True) -> exp.Select:
     """The number of cells of ``cells`` (every grouping of its dimensions) that are unions of
     inner cells of ``inner``: each of its units is in ``inner``'s population, and each inner
     cell of ``inner`` it meets, it meets whole. Units are counted as the fingerprints of
     :func:`sqlsdc.jobs.stored_tables._fingerprints` count them: the unit of a count, the row
-    with a non-zero measure of a sum (a sum's value is theirs)."""
+    with a non-zero measure of a sum (a sum's value is theirs). ``shared`` False: such a
+    cell that holds what a cell of ``inner`` holds (the same number and sum of hashes of its
+    units) is left out."""
     a = [f"__a{i}" for i in range(len(cells_keys))]
     b = [f"__b{i}" for i in range(len(inner_keys))]
     if cells.measure is None:
@@ -98,6 +104,7 @@ def _union_query(cells, inner, cells_keys, inner_keys) -> exp.Select:
             "__in_b",
             *b,
             exp.alias_(_distinct_count("__m"), "__k"),
+            exp.alias_(exp.Sum(this=exp.Distinct(expressions=[exp.column("__m")])), "__h"),
         )
         .from_(r.subquery("__r"))
         .group_by(exp.Cube(expressions=[exp.column(n) for n in a]), "__in_b", *b)
@@ -114,16 +121,32 @@ def _union_query(cells, inner, cells_keys, inner_keys) -> exp.Select:
         expressions=[exp.false()],
     )
     per_cell = (
-        exp.select(exp.alias_(exp.func("bool_and", whole_cell), "__union"))
+        exp.select(
+            exp.alias_(exp.func("bool_and", whole_cell), "__union"),
+            exp.alias_(exp.Sum(this=exp.column("__k", "p")), "__n"),
+            exp.alias_(exp.Sum(this=exp.column("__h", "p")), "__h"),
+        )
         .from_(pairs.subquery("p"))
         .join(sizes.subquery("s"), on=on, join_type="left")
         .group_by(exp.column("__g", "p"), *(exp.column(n, "p") for n in a))
     )
-    return (
-        exp.select(exp.Count(this=exp.Star()))
-        .from_(per_cell.subquery("c"))
-        .where(exp.column("__union"))
+    found = exp.select(exp.Count(this=exp.Star())).from_(per_cell.subquery("c"))
+    if shared:
+        return found.where(exp.column("__union", "c"))
+    theirs = (
+        exp.select(
+            exp.alias_(_distinct_count("__m"), "__n"),
+            exp.alias_(exp.Sum(this=exp.Distinct(expressions=[exp.column("__m")])), "__h"),
+        )
+        .from_(whole.subquery("__w"))
+        .group_by(exp.Cube(expressions=[exp.column(n) for n in b]))
     )
+    same = exp.and_(
+        exp.column("__n", "c").eq(exp.column("__n", "t")),
+        exp.column("__h", "c").eq(exp.column("__h", "t")),
+    )
+    found = found.join(theirs.subquery("t"), on=same, join_type="left")
+    return found.where(exp.and_(exp.column("__union", "c"), exp.column("__n", "t").is_(exp.null())))
 
 
 def _distinct_count(column: str) -> exp.Count:

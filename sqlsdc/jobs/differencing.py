@@ -74,7 +74,7 @@ from dataclasses import replace
 
 from sqlsdc.errors import MicrodataError, TabularError
 from sqlsdc.jobs.blanked_cells import blanked_difference
-from sqlsdc.jobs.cell_unions import union_of_cells
+from sqlsdc.jobs.cell_unions import cells_add_up
 from sqlsdc.jobs.exact_release import Release
 from sqlsdc.jobs.isolated_groups import refuse_isolated_groups
 from sqlsdc.jobs.uncovered import smallest_difference
@@ -128,8 +128,11 @@ def _refuse_pair(con, spec, other: Release, least: int, names: tuple[str, str], 
     if found is not None:
         raise error(_message(spec.table, *names, found, least))
     if other.exact and (spec.measure is None or other.holds(spec.measure)):
+        # a file's cell that adds up inner cells of the table but is none of its cells: less
+        # those the table publishes, it is one it hides (a file's cell that is one of the
+        # table's shows that cell itself, as its records do)
         file = replace(spec, dims=tuple(n for n, _e in other.exact), where=other.where)
-        if union_of_cells(con, file, spec, first_keys=[e for _n, e in other.exact]):
+        if cells_add_up(con, file, spec, [e for _n, e in other.exact], shared=False):
             raise error(_union_message(spec.table, *names))
     placed = blanked_difference(con, spec, other, least)
     if placed is not None:
@@ -165,13 +168,13 @@ def _message(table: str, first: str, second: str, found, least: int) -> str:
 
 def _union_message(table: str, first: str, second: str) -> str:
     return (
-        f"a cell of {first} or of {second} (a file of {table}) is the sum of inner cells of the "
-        "other, the same units, and a reader of both takes the cells one publishes from that "
-        "sum to recompute a cell the other hides (red team s45f: a file of the enterprises of "
-        "two activities, region exact, less the count a suppression job published for one of "
-        "them in a region gave the other's hidden count of 2 firms). Anonymise a population "
-        "or grouping none of whose cells holds whole cells of the table, or tabulate another "
-        "population"
+        f"a cell of {second} (a file of {table}) is the sum of two or more inner cells of "
+        f"{first} and none of its cells, the same units, and a reader of both takes the "
+        f"cells {first} publishes from that sum to recompute one it hides (red team s45f: a "
+        "file of the enterprises of two activities, region exact, less the count a suppression "
+        "job published for one of them in a region gave the other's hidden count of 2 firms). "
+        "Anonymise a population or grouping none of whose cells adds up whole cells of the "
+        "table, or tabulate another population"
     )
 
 
