@@ -130,9 +130,52 @@ def _union_query(cells, inner, cells_keys, inner_keys, shared: bool = True) -> e
         .join(sizes.subquery("s"), on=on, join_type="left")
         .group_by(exp.column("__g", "p"), *(exp.column(n, "p") for n in a))
     )
-    found = exp.select(exp.Count(this=exp.Star())).from_(per_cell.subquery("c"))
     if shared:
+        found = exp.select(exp.Count(this=exp.Star())).from_(per_cell.subquery("c"))
         return found.where(exp.column("__union", "c"))
+    # an inner cell of ``inner`` that is a cell of ``cells`` too: ``cells`` shows it itself
+    mine = (
+        exp.select(
+            exp.alias_(_distinct_count("__m"), "__n"),
+            exp.alias_(exp.Sum(this=exp.Distinct(expressions=[exp.column("__m")])), "__h"),
+        )
+        .from_(r.subquery("__r"))
+        .group_by(exp.Cube(expressions=[exp.column(n) for n in a]))
+    )
+    parts = (
+        exp.select(
+            *b,
+            exp.alias_(_distinct_count("__m"), "__n"),
+            exp.alias_(exp.Sum(this=exp.Distinct(expressions=[exp.column("__m")])), "__h"),
+        )
+        .from_(whole.subquery("__w"))
+        .group_by(*b)
+    )
+    shown = (
+        exp.select(*(exp.column(n, "q") for n in b))
+        .from_(parts.subquery("q"))
+        .join(
+            mine.subquery("f"),
+            on=exp.and_(
+                exp.column("__n", "q").eq(exp.column("__n", "f")),
+                exp.column("__h", "q").eq(exp.column("__h", "f")),
+            ),
+            join_type="inner",
+        )
+        .distinct()
+    )
+    seen = exp.column("__seen", "v").is_(exp.true())
+    per_cell = per_cell.join(
+        shown.select(exp.alias_(exp.true(), "__seen")).subquery("v"),
+        on=exp.and_(
+            exp.column("__in_b", "p"),
+            *(exp.NullSafeEQ(this=exp.column(n, "p"), expression=exp.column(n, "v")) for n in b),
+        ),
+        join_type="left",
+    ).select(exp.alias_(exp.func("bool_and", exp.Coalesce(this=seen, expressions=[exp.false()])),
+                        "__shown"))  # fmt: skip
+    found = exp.select(exp.Count(this=exp.Star())).from_(per_cell.subquery("c"))
+    found = found.where(exp.not_(exp.column("__shown", "c")))
     theirs = (
         exp.select(
             exp.alias_(_distinct_count("__m"), "__n"),

@@ -66,7 +66,7 @@ def refuse_job(
     _refuse_other_tables(policy, sql, spec)
     _refuse_second_protection(con, policy, spec, into, method)
     _refuse_earlier_protection(con, policy, spec, into, method, base)
-    _refuse_second_count_protection(con, policy, spec, method)
+    _refuse_second_count_protection(con, policy, spec, method, into)
     if exact_method(method, spec):
         refuse_small_differences(con, policy, spec, _exact_releases(con, policy, spec))
     elif method == "round":  # a rounded count beside a file's exact counts (red team s44c)
@@ -221,7 +221,9 @@ def _refuse_earlier_protection(
         )
 
 
-def _refuse_second_count_protection(con, policy: Policy, spec: JobSpec, method: str) -> None:
+def _refuse_second_count_protection(
+    con, policy: Policy, spec: JobSpec, method: str, into: str = ""
+) -> None:
     """Refuse a job that releases counts readers hold protected another way: a suppression job
     of a sum publishes its cells' unit counts (``n``, NULL where hidden) and lists every
     non-empty cell, so it is a count table protected by suppression too
@@ -255,9 +257,13 @@ def _refuse_second_count_protection(con, policy: Policy, spec: JobSpec, method: 
         what = "this suppression job would protect them with a pattern of other rows"
     else:
         return
+    own = f"{OUTPUT_SCHEMA}.{into}".lower()
     for label, theirs, of_a_sum, alike in count_tables_of_the_same_cells(con, policy, counts):
         if not clash(theirs, of_a_sum, alike):
             continue
+        mine = label.lower() == own or label.lower().startswith(own + " ")
+        if not alike and mine and theirs == method == "suppress":
+            continue  # its own versions: kept as _refuse_earlier_protection keeps them
         held = "in its n column, " if of_a_sum else ""
         if alike:
             how = (
