@@ -134,23 +134,8 @@ def _union_query(cells, inner, cells_keys, inner_keys, shared: bool = True) -> e
         found = exp.select(exp.Count(this=exp.Star())).from_(per_cell.subquery("c"))
         return found.where(exp.column("__union", "c"))
     # an inner cell of ``inner`` that is a cell of ``cells`` too: ``cells`` shows it itself
-    mine = (
-        exp.select(
-            exp.alias_(_distinct_count("__m"), "__n"),
-            exp.alias_(exp.Sum(this=exp.Distinct(expressions=[exp.column("__m")])), "__h"),
-        )
-        .from_(r.subquery("__r"))
-        .group_by(exp.Cube(expressions=[exp.column(n) for n in a]))
-    )
-    parts = (
-        exp.select(
-            *b,
-            exp.alias_(_distinct_count("__m"), "__n"),
-            exp.alias_(exp.Sum(this=exp.Distinct(expressions=[exp.column("__m")])), "__h"),
-        )
-        .from_(whole.subquery("__w"))
-        .group_by(*b)
-    )
+    mine = _fingerprints(r.subquery("__r"), a, cube=True)
+    parts = _fingerprints(whole.subquery("__w"), b, cube=False)
     shown = (
         exp.select(*(exp.column(n, "q") for n in b))
         .from_(parts.subquery("q"))
@@ -176,20 +161,26 @@ def _union_query(cells, inner, cells_keys, inner_keys, shared: bool = True) -> e
                         "__shown"))  # fmt: skip
     found = exp.select(exp.Count(this=exp.Star())).from_(per_cell.subquery("c"))
     found = found.where(exp.not_(exp.column("__shown", "c")))
-    theirs = (
-        exp.select(
-            exp.alias_(_distinct_count("__m"), "__n"),
-            exp.alias_(exp.Sum(this=exp.Distinct(expressions=[exp.column("__m")])), "__h"),
-        )
-        .from_(whole.subquery("__w"))
-        .group_by(exp.Cube(expressions=[exp.column(n) for n in b]))
-    )
+    theirs = _fingerprints(whole.subquery("__w"), b, cube=True)
     same = exp.and_(
         exp.column("__n", "c").eq(exp.column("__n", "t")),
         exp.column("__h", "c").eq(exp.column("__h", "t")),
     )
     found = found.join(theirs.subquery("t"), on=same, join_type="left")
     return found.where(exp.and_(exp.column("__union", "c"), exp.column("__n", "t").is_(exp.null())))
+
+
+def _fingerprints(source: exp.Expr, keys: list[str], *, cube: bool) -> exp.Select:
+    """``(keys..., __n, __h)``: the number and sum of hashes of the units of each cell of
+    ``source`` by ``keys`` (every grouping of them when ``cube``, the keys then left out)."""
+    select = exp.select(
+        *([] if cube else keys),
+        exp.alias_(_distinct_count("__m"), "__n"),
+        exp.alias_(exp.Sum(this=exp.Distinct(expressions=[exp.column("__m")])), "__h"),
+    ).from_(source)
+    if cube:
+        return select.group_by(exp.Cube(expressions=[exp.column(k) for k in keys]))
+    return select.group_by(*keys)
 
 
 def _distinct_count(column: str) -> exp.Count:
