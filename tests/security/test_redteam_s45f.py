@@ -215,7 +215,7 @@ def test_a_file_whose_counts_add_up_the_live_patterns_counts_is_refused(
     db = copy_database(suppress_template, tmp_path)
     by_region = _live_cells(db, "COUNT(*)")
     _file_of_two_activities(
-        db, by_region, "add up to cells of that pattern|is the sum of inner cells of the other"
+        db, by_region, "add up to cells of that pattern|is the sum of two or more inner cells"
     )
 
 
@@ -290,7 +290,7 @@ def test_a_file_whose_counts_add_up_a_suppression_jobs_counts_is_refused(jobs_de
         for region, nace, n, rule in cells:
             if n is not None or "freq" in rule:  # the hidden ones: counts of 1 or 2
                 by_region.setdefault(region, {})[nace] = n
-    _file_of_two_activities(jobs_demo_db, by_region, "is the sum of inner cells of the other")
+    _file_of_two_activities(jobs_demo_db, by_region, "is the sum of two or more inner cells")
 
 
 def _dominated_group(raw) -> tuple[str, str, float]:
