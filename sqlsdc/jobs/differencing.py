@@ -51,7 +51,10 @@ several tables of different dimensions beyond a cell and its cover (the signed s
 tables that group by a cell's dimensions, a file by its plain dimension columns); the two
 patterns together (a cell hidden in one table and published in the other, the attacker LP over
 both with non-negative differences): protecting linked tables of different populations needs
-one covering universe (red team s30f); two anonymised files of one table cut by cut (when both
+one covering universe (red team s30f); only where a cell of one job's table is the sum of inner
+cells of the other's (no units differ, red team s45f) is the pair refused, by
+:mod:`sqlsdc.jobs.cell_unions` through :func:`sqlsdc.jobs.stored_tables.outputs_of_the_same_cells`;
+two anonymised files of one table cut by cut (when both
 are released, each file's counts by its plain columns are compared with the other's cells and
 cuts, ``sqlsdc.jobs.file_pairs``; a cut of one next to a cut of the other is not; a file
 whose query is no WHERE is refused released with another file of its table). Replaced or
@@ -71,6 +74,7 @@ from dataclasses import replace
 
 from sqlsdc.errors import MicrodataError, TabularError
 from sqlsdc.jobs.blanked_cells import blanked_difference
+from sqlsdc.jobs.cell_unions import cells_add_up
 from sqlsdc.jobs.exact_release import Release
 from sqlsdc.jobs.isolated_groups import refuse_isolated_groups
 from sqlsdc.jobs.uncovered import smallest_difference
@@ -123,6 +127,13 @@ def _refuse_pair(con, spec, other: Release, least: int, names: tuple[str, str], 
     found = smallest_difference(con, spec, other, least)
     if found is not None:
         raise error(_message(spec.table, *names, found, least))
+    if other.exact and (spec.measure is None or other.holds(spec.measure)):
+        # a file's cell that adds up inner cells of the table but is none of its cells: less
+        # those the table publishes, it is one it hides (a file's cell that is one of the
+        # table's shows that cell itself, as its records do)
+        file = replace(spec, dims=tuple(n for n, _e in other.exact), where=other.where)
+        if cells_add_up(con, file, spec, [e for _n, e in other.exact], shared=False):
+            raise error(_union_message(spec.table, *names))
     placed = blanked_difference(con, spec, other, least)
     if placed is not None:
         raise error(_blanked_message(spec.table, *names, placed, least))
@@ -152,6 +163,18 @@ def _message(table: str, first: str, second: str, found, least: int) -> str:
         f"their values would show what those units add up to, which no cell of fewer than "
         f"{least} units (the policy's minimum frequency) may show. Tabulate a population that "
         "differs from it by none or by at least that many units in every cell they share"
+    )
+
+
+def _union_message(table: str, first: str, second: str) -> str:
+    return (
+        f"a cell of {second} (a file of {table}) is the sum of two or more inner cells of "
+        f"{first} and none of its cells, the same units, and a reader of both takes the "
+        f"cells {first} publishes from that sum to recompute one it hides (red team s45f: a "
+        "file of the enterprises of two activities, region exact, less the count a suppression "
+        "job published for one of them in a region gave the other's hidden count of 2 firms). "
+        "Anonymise a population or grouping none of whose cells adds up whole cells of the "
+        "table, or tabulate another population"
     )
 
 

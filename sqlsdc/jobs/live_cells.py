@@ -30,16 +30,18 @@ carry the draws' noise and it has no exact column (red team s39c).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
 from sqlsdc.errors import TabularError
+from sqlsdc.jobs.cell_unions import union_of_cells
+from sqlsdc.jobs.tabulation import JobSpec
 from sqlsdc.tabular.universe import COUNT, universe_of
 
 if TYPE_CHECKING:
     from sqlsdc.jobs.exact_release import Release
-    from sqlsdc.jobs.tabulation import JobSpec
     from sqlsdc.policy import Policy
 
 
@@ -54,6 +56,48 @@ def refuse_live_cells(
     pattern publishes (:func:`sqlsdc.jobs.live_total.public_grand_total`)."""
     keys = [(d, exp.column(d)) for d in spec.dims]
     _refuse(con, policy, spec.table, keys, spec.measure, spec.where, label, error, total, True)
+    if not total:  # a job of every row by other dimensions: sqlsdc.jobs.live_total's sums
+        _refuse_sums_of_cells(con, policy, spec, label, error)
+
+
+def _refuse_sums_of_cells(con, policy: Policy, spec: JobSpec, label: str, error) -> None:
+    """Refuse the job ``spec`` when a cell of it is the sum of inner cells of the policy's
+    pattern, or a cell of the pattern the sum of the job's inner cells
+    (:func:`~sqlsdc.jobs.cell_unions.union_of_cells`), for its aggregate or, of a sum, the
+    counts of its units (a suppression job publishes them as ``n``).
+
+    Red team s45f: the suppression demo's pattern of enterprises by nace x region hides (R04,
+    H); a job of turnover over ``nace IN ('A','B','D','F','G','H')`` by region shares no cell
+    with it, and its R04 cell less the five published activities of R04 was (R04, H)'s
+    23,879,637 exactly."""
+    if policy.table(spec.table).suppression is None:
+        return
+    universe = universe_of(policy, spec.table)
+    for measure in dict.fromkeys([spec.measure, None]):
+        if (measure or COUNT) not in universe.aggregates:
+            continue
+        job = replace(spec, measure=measure)
+        if union_of_cells(con, job, _pattern(policy, spec.table, measure)):
+            raise error(_sums_refusal(spec.table, label, universe.columns))
+
+
+def _pattern(policy: Policy, table: str, measure: str | None) -> JobSpec:
+    """The policy's suppression pattern of ``table`` and ``measure`` (None: counts) as a job
+    of every row by the universe's columns."""
+    universe = universe_of(policy, table)
+    return JobSpec(policy.table(table).name, tuple(universe.columns), measure, universe.unit, None)
+
+
+def _sums_refusal(table: str, label: str, columns) -> str:
+    return (
+        f"{table} is protected by suppression in the policy and the guard releases its cells "
+        f"from one pattern (published by `sqlsdc publish`); cells of {label} add up to cells "
+        "of that pattern, or its cells to a cell of the pattern, and a reader of both could "
+        "take the published cells of the pattern from such a sum to recompute a suppressed "
+        f"one. Take a population that holds no whole cell of the policy's cells over "
+        f"{', '.join(columns)} (or every row, by other dimensions), or publish the policy's "
+        "pattern"
+    )
 
 
 def refuse_live_file_cells(con, policy: Policy, table: str, release: Release, error) -> None:
@@ -75,6 +119,12 @@ def refuse_live_file_cells(con, policy: Policy, table: str, release: Release, er
         if aggregate == COUNT or release.holds(aggregate):
             measure = None if aggregate == COUNT else aggregate
             _refuse(con, policy, table, keys, measure, release.where, release.label, error)
+            if not keys:
+                continue
+            pattern = _pattern(policy, table, measure)
+            file = replace(pattern, dims=tuple(n for n, _e in keys), where=release.where)
+            if union_of_cells(con, file, pattern, first_keys=[e for _n, e in keys]):
+                raise error(_sums_refusal(table, release.label, universe.columns))
 
 
 def _refuse(con, policy, table, keys, measure, where, label, error, total=False, job=False):

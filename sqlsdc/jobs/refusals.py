@@ -66,7 +66,7 @@ def refuse_job(
     _refuse_other_tables(policy, sql, spec)
     _refuse_second_protection(con, policy, spec, into, method)
     _refuse_earlier_protection(con, policy, spec, into, method, base)
-    _refuse_second_count_protection(con, policy, spec, method)
+    _refuse_second_count_protection(con, policy, spec, method, into)
     if exact_method(method, spec):
         refuse_small_differences(con, policy, spec, _exact_releases(con, policy, spec))
     elif method == "round":  # a rounded count beside a file's exact counts (red team s44c)
@@ -165,14 +165,19 @@ def _refuse_second_protection(con, policy: Policy, spec: JobSpec, into: str, met
     (:func:`~sqlsdc.jobs.earlier_suppressions.earlier_suppressions`); so does replacing an
     output by a job of its own method (``--replace``). Jobs over other rows that share a cell (a
     WHERE that picks cells of the other's table, ``region = 'R01'``) are refused whatever their
-    methods: their cells are matched by their rows, not their keys (red team s33c)."""
+    methods: their cells are matched by their rows, not their keys (red team s33c), and so are
+    jobs over other rows a cell of which is the sum of inner cells of the other (red team s45f:
+    turnover over six activities by region, next to turnover by region x nace suppressed, gave
+    a hidden cell as its region's cell less the five published ones;
+    :mod:`sqlsdc.jobs.cell_unions`)."""
     own = f"{OUTPUT_SCHEMA}.{into}"
     for name, theirs, _dims, alike in outputs_of_the_same_cells(con, policy, spec, own):
         if theirs == method and (name == own or (method == "suppress" and alike)):
             continue
         raise TabularError(
             f"{name} already releases these cells ({spec.table}, the same aggregate over the "
-            f"same units or rows), protected by method {theirs}; this job (method {method}) "
+            "same units or rows, or over rows whose cells add up to one another's), protected "
+            f"by method {theirs}; this job (method {method}) "
             "would release them protected a second way, and a reader of both tables could "
             "combine the two (two roundings of a cell, or a rounded or adjusted value of a "
             "cell the other hides) to narrow the values they protect. Tabulate another "
@@ -208,21 +213,29 @@ def _refuse_earlier_protection(
             )
         raise TabularError(
             f"{version.label} released these cells ({spec.table}, the same aggregate over the "
-            f"same units or rows), protected by method {version.method}; its readers keep it, "
+            "same units or rows, or over rows whose cells add up to one another's), protected "
+            f"by method {version.method}; its readers keep it, "
             f"and this job (method {method}) would release them protected a second way, which a "
             "reader of both could combine to narrow the values they protect. Tabulate another "
             f"population, or protect these cells with {version.method} under its name"
         )
 
 
-def _refuse_second_count_protection(con, policy: Policy, spec: JobSpec, method: str) -> None:
+def _refuse_second_count_protection(
+    con, policy: Policy, spec: JobSpec, method: str, into: str = ""
+) -> None:
     """Refuse a job that releases counts readers hold protected another way: a suppression job
     of a sum publishes its cells' unit counts (``n``, NULL where hidden) and lists every
     non-empty cell, so it is a count table protected by suppression too
     (:func:`_refuse_second_protection`'s rule, which matches jobs by aggregate: SUM is not
     COUNT). A rounding, CTA or IPF of the same units' counts beside it, current or a version
-    its readers keep, in either order, is refused; count jobs by suppression stay allowed, as
-    suppression jobs of the same rows are.
+    its readers keep, in either order, is refused; count jobs by suppression of the same rows
+    stay allowed, as suppression jobs of the same rows are (they keep each other's hidden
+    cells), and those of other rows that share a cell or whose cells add up to the other's are
+    refused, as :func:`_refuse_second_protection` refuses two such jobs of one aggregate (red
+    team s45f: turnover by region x nace suppressed, then the firms of R01's hidden G and its
+    four published activities counted by region, gave G's 2 firms as R01's count less the four
+    published ``n``).
 
     Red team s42c: incomes of R01's persons aged 85+ by municipality x sex suppressed under
     ``freq:5``, and their COUNT(*) rounded to base 2: a rounding leaves out the cells it
@@ -230,24 +243,45 @@ def _refuse_second_count_protection(con, policy: Policy, spec: JobSpec, method: 
     cell missing from the rounding held one person (5 such cells on the test demo; at base 3,
     10 cells of 1 or 2); an exact margin ``n`` beside one rounded cell narrows the other."""
     if spec.measure is not None and method == "suppress":
-        counts, clash = dataclasses.replace(spec, measure=None), lambda m, _sum: m != "suppress"
+        counts = dataclasses.replace(spec, measure=None)
+
+        def clash(m, _of_a_sum, alike):
+            return m != "suppress" or not alike
+
         what = "this suppression job of a sum publishes them too, in its n column"
     elif spec.measure is None and method != "suppress":
-        counts, clash = spec, lambda _m, of_a_sum: of_a_sum
+        counts, clash = spec, lambda _m, of_a_sum, _alike: of_a_sum
         what = f"this job (method {method}) would release them protected a second way"
+    elif spec.measure is None:
+        counts, clash = spec, lambda _m, of_a_sum, alike: of_a_sum and not alike
+        what = "this suppression job would protect them with a pattern of other rows"
     else:
         return
-    for label, theirs, of_a_sum in count_tables_of_the_same_cells(con, policy, counts):
-        if not clash(theirs, of_a_sum):
+    own = f"{OUTPUT_SCHEMA}.{into}".lower()
+    for label, theirs, of_a_sum, alike in count_tables_of_the_same_cells(con, policy, counts):
+        if not clash(theirs, of_a_sum, alike):
             continue
+        mine = label.lower() == own or label.lower().startswith(own + " ")
+        if not alike and mine and theirs == method == "suppress":
+            continue  # its own versions: kept as _refuse_earlier_protection keeps them
         held = "in its n column, " if of_a_sum else ""
+        if alike:
+            how = (
+                "a count one hides and the other rounds, or a cell one lists as not empty and "
+                "the other leaves out as rounded to 0, which at base 2 is a count of 1. Protect "
+                "the counts one way (a count job by --method suppress beside a suppression job "
+                "of a sum)"
+            )
+        else:
+            how = (
+                "its rows are other rows whose cells share or add up to these, and a count one "
+                "pattern hides is the other's cell less the counts both publish. Tabulate the "
+                "same rows as it (a suppression job of them keeps what it hid)"
+            )
         raise TabularError(
             f"{label} releases the unit counts of these cells ({spec.table}, the same units), "
             f"{held}protected by method {theirs}; {what}. A reader of both could combine the "
-            "two: a count one hides and the other rounds, or a cell one lists as not empty and "
-            "the other leaves out as rounded to 0, which at base 2 is a count of 1. Protect "
-            "the counts one way (a count job by --method suppress beside a suppression job of "
-            "a sum), or tabulate another population"
+            f"two: {how}, or tabulate another population"
         )
 
 

@@ -18,6 +18,7 @@ import dataclasses
 from sqlglot import exp
 
 from sqlsdc.errors import SqlSyntaxError, TabularError
+from sqlsdc.jobs.cell_unions import union_of_cells
 from sqlsdc.jobs.exact_release import kept
 from sqlsdc.jobs.output_history import earlier_versions, stored_output_tables
 from sqlsdc.jobs.tabulation import JobSpec, parse_job, table_dims
@@ -58,7 +59,7 @@ def outputs_of_the_same_cells(
                 found.append((name, method, table_dims(theirs, policy), False))
             continue
         alike = same_rows(con, spec.table, theirs.where, spec.where)
-        if name == own or alike or _share_a_cell(con, theirs, spec):
+        if name == own or alike or _linked(con, theirs, spec):
             found.append((name, method, table_dims(theirs, policy), alike))
     return found
 
@@ -80,7 +81,7 @@ def earlier_versions_of_the_same_cells(con, policy: Policy, spec: JobSpec) -> li
         if _shape(theirs) != _shape(spec):
             continue
         alike = same_rows(con, spec.table, theirs.where, spec.where)
-        if alike or _share_a_cell(con, theirs, spec):
+        if alike or _linked(con, theirs, spec):
             found.append((version, alike))
     return found
 
@@ -88,13 +89,14 @@ def earlier_versions_of_the_same_cells(con, policy: Policy, spec: JobSpec) -> li
 def count_tables_of_the_same_cells(
     con, policy: Policy, spec: JobSpec
 ) -> list[tuple[str, str, bool]]:
-    """``(label, method, of a sum)`` of the count tables readers hold that share a cell with
+    """``(label, method, of a sum, same rows)`` of the count tables readers hold that share a
+    cell with
     the count table ``spec`` (a count job's, or the counts ``n`` a suppression job of a sum
     publishes, ``measure`` None): every stored output and every version replaced or dropped
     since (:func:`earlier_job_versions`) that is a count job, or a suppression job of a sum,
     whose counts are a table of their own (``of a sum`` True), over the same rows
-    (:func:`same_rows`) or rows of which some cell is one of ``spec``'s
-    (:func:`_share_a_cell`).
+    (:func:`same_rows`) or rows of which some cell is one of ``spec``'s, or a sum of its inner
+    cells (:func:`_linked`).
 
     Red team s42c: a suppression job of incomes lists every non-empty cell with its ``n`` (NULL
     where hidden), and a rounding of the same persons' COUNT(*) leaves out the cells it rounds
@@ -109,8 +111,9 @@ def count_tables_of_the_same_cells(
         counts = dataclasses.replace(theirs, measure=None)
         if counts.table.lower() != spec.table.lower():
             continue
-        if same_rows(con, spec.table, counts.where, spec.where) or _share_a_cell(con, counts, spec):
-            found.append((label, method, of_a_sum))
+        alike = same_rows(con, spec.table, counts.where, spec.where)
+        if alike or _linked(con, counts, spec):
+            found.append((label, method, of_a_sum, alike))
     return found
 
 
@@ -227,6 +230,14 @@ def share_cells(con, first: JobSpec, second: JobSpec) -> bool:
     return same_rows(con, first.table, first.where, second.where) or _share_a_cell(
         con, first, second
     )
+
+
+def _linked(con, first: JobSpec, second: JobSpec) -> bool:
+    """Whether two jobs over other rows share a cell (:func:`_share_a_cell`) or a cell of one
+    is the sum of inner cells of the other (:func:`~sqlsdc.jobs.cell_unions.union_of_cells`;
+    red team s45f: turnover over six activities by region, beside turnover by region x nace
+    suppressed, gave a hidden cell as its region's cell less the five published ones)."""
+    return _share_a_cell(con, first, second) or union_of_cells(con, first, second)
 
 
 def _share_a_cell(con, first: JobSpec, second: JobSpec) -> bool:
