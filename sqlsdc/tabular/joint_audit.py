@@ -1,0 +1,192 @@
+"""The attacker's LP over a universe's unit counts and one measure's sums together.
+
+The query path protects the counts and each measure as tables of their own
+(:func:`sqlsdc.tabular.universe_pattern.protect_universe`); a measure's audit knows the
+counts only as a box per cell (at most ``hi`` times the largest count the published counts
+allow, red team s44i). An analyst who reads the policy's ``bounds: [lo, hi]`` links the two
+tables cell by cell: ``sum <= hi * count`` (and ``sum >= lo * count`` for ``lo <= 0``), with
+the additivity of both over the same hierarchy. The box lets every hidden count sit at its own
+maximum at once; the counts' margins do not. Red team s45g, 3 x 3 employees in [0, 50]: the
+counts of (B, R2) and (C, R2) add up to 4 (published margin), so their employees to at most
+200 where the box allowed 300, which put (A, R2)'s employees at 22 or more and (A, R1)'s, in
+the same row, at 63 or less, short of the 83.3 its dominance rule asks; and the other way, a
+sum's lower bound bounds its count from below (``count >= sum / hi``), which narrowed counts
+of 2 firms to [1, 2]. :func:`widening` finds the primaries this joint LP leaves short and
+picks cells whose hiding (count and sum) widens them again.
+
+The LP is the attacker's relaxation; counts' bounds are rounded to integers (ceil/floor), as
+an attacker would. A solver that stops without an optimum counts as a shortfall (fail closed).
+The time limit is CPU time of this process (a loaded machine does not turn a pattern into a
+refusal; each LP gets at least 2 s of wall time).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+import numpy as np
+from scipy import sparse
+from scipy.optimize import linprog
+
+_TOL = 1e-7
+
+
+@dataclasses.dataclass(frozen=True)
+class Side:
+    """One aggregate of the universe as the joint audit reads it: cell values (true), which
+    are hidden, the a-priori bounds its own audit used, and its primaries' protection levels
+    (as that audit clipped them)."""
+
+    values: np.ndarray
+    hidden: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    primary: np.ndarray
+    upl: np.ndarray
+    lpl: np.ndarray
+
+
+class JointLP:
+    """The attacker's LP over counts ``x`` and sums ``y`` of the same cells (``A x = 0``,
+    ``A y = 0``, published cells fixed, ``y <= hi' x`` and, for ``lo <= 0``, ``y >= lo' x``
+    per cell, where ``hi'``/``lo'`` are the policy's bounds widened to each cell's true mean so
+    that the data never contradict them: a unit of several rows may sum past ``hi``)."""
+
+    def __init__(self, A, counts: Side, sums: Side, bound: tuple[float, float]):
+        self.counts, self.sums = counts, sums
+        C = len(counts.values)
+        A = sparse.csr_matrix(A)
+        self.A_eq = sparse.block_diag([A, A], format="csr")
+        self.b_eq = np.zeros(self.A_eq.shape[0])
+        lo, hi = bound
+        units, total = counts.values.astype(float), sums.values.astype(float)
+        # HiGHS's tolerances are absolute: sums in units of a power of two near their largest
+        # (a margin of float sums misses its cells' total by ~1e-7, infeasible unscaled)
+        big = float(np.abs(total).max()) if len(total) else 1.0
+        self.unit = 2.0 ** math.frexp(big)[1] if big > 1.0 else 1.0
+        some = units > 0
+        mean = np.divide(total, units, out=np.zeros(C), where=some)
+        rows, vals, cols = [], [], []
+        r = 0
+        for c in np.flatnonzero(some):  # y_c - hi' x_c <= 0
+            rows += [r, r]
+            cols += [c, C + c]
+            vals += [-max(hi, mean[c]) / self.unit, 1.0]
+            r += 1
+        if lo <= 0:  # lo' x_c - y_c <= 0 (for lo > 0, units without a value add nothing)
+            for c in np.flatnonzero(some):
+                rows += [r, r]
+                cols += [c, C + c]
+                vals += [min(lo, mean[c]) / self.unit, -1.0]
+                r += 1
+        self.A_ub = sparse.csr_matrix((vals, (rows, cols)), shape=(r, 2 * C))
+        self.b_ub = np.zeros(r)
+        self.C = C
+
+    def bounds(self, hidden_counts: np.ndarray, hidden_sums: np.ndarray) -> np.ndarray:
+        """Variable bounds: published cells fixed to their values, hidden ones in their
+        a-priori ranges."""
+        out = np.empty((2 * self.C, 2))
+        pairs = ((self.counts, hidden_counts), (self.sums, hidden_sums))
+        for k, (side, hidden) in enumerate(pairs):
+            part = slice(k * self.C, (k + 1) * self.C)
+            v = side.values.astype(float)
+            scale = 1.0 if k == 0 else self.unit
+            out[part, 0] = np.where(hidden, side.lower, v) / scale
+            out[part, 1] = np.where(hidden, side.upper, v) / scale
+        out[np.isinf(out)] = np.nan  # linprog: None/NaN for no bound
+        return out
+
+    def extreme(self, var: int, sense: int, bounds: np.ndarray, time_limit: float) -> float | None:
+        """min (sense 1) or max (sense -1) of one variable; inf when unbounded; None when the
+        solver gave no optimum."""
+        c = np.zeros(2 * self.C)
+        c[var] = sense
+        res = linprog(c, A_ub=self.A_ub, b_ub=self.b_ub, A_eq=self.A_eq, b_eq=self.b_eq,
+                      bounds=[(None if math.isnan(a) else a, None if math.isnan(b) else b)
+                              for a, b in bounds],
+                      method="highs", options={"time_limit": max(time_limit, 2.0)})  # fmt: skip
+        if res.status == 3:
+            return math.inf * -sense
+        if res.status != 0:
+            return None
+        return float(sense * res.fun) * (1.0 if var < self.C else self.unit)
+
+
+def _targets(lp: JointLP):
+    """(variable, side, cell) of every hidden primary."""
+    for k, side in enumerate((lp.counts, lp.sums)):
+        for c in np.flatnonzero(side.primary & side.hidden):
+            yield k * lp.C + c, side, c, k == 0
+
+
+def _short(lp: JointLP, var, side, c, integer, bounds, deadline) -> float:
+    """How far the joint LP leaves primary ``c`` short of its levels (0: protected; inf: no
+    optimum in time)."""
+    v = float(side.values[c])
+    lo = lp.extreme(var, 1, bounds, deadline - time.process_time())
+    hi = lp.extreme(var, -1, bounds, deadline - time.process_time())
+    if lo is None or hi is None:
+        return math.inf
+    if integer:
+        lo = math.ceil(lo - 1e-6) if math.isfinite(lo) else lo
+        hi = math.floor(hi + 1e-6) if math.isfinite(hi) else hi
+    tol = _TOL * max(1.0, abs(v) + side.upl[c] + side.lpl[c])
+    short = max(0.0, v + side.upl[c] - tol - hi, lo - (v - side.lpl[c] + tol))
+    return short if hi - lo > tol else max(short, tol + 1.0)
+
+
+def widening(A, counts: Side, sums: Side, bound, forced: np.ndarray, cost: np.ndarray,
+             time_limit: float) -> tuple[np.ndarray, bool]:  # fmt: skip
+    """Cells to hide (count and sum) so that every primary the joint LP leaves short reaches
+    its levels: for each short primary in turn, the cheapest published cell (``cost``, not
+    ``forced``) whose hiding protects it, else the one that brings it closest (greedy, as the
+    interval step of ``gauss`` visits published cells in cost order). Returns those cells
+    (none when no primary is short) and whether a short primary found no cell that widens it
+    (the caller then refuses). The caller protects both tables again with the cells kept
+    hidden and checks again: hiding cells never narrows an interval."""
+    lp = JointLP(A, counts, sums, bound)
+    deadline = time.process_time() + time_limit
+    hc, hs = counts.hidden.copy(), sums.hidden.copy()
+    added = np.zeros(lp.C, dtype=bool)
+    stuck = False
+    for var, side, c, integer in list(_targets(lp)):
+        if time.process_time() > deadline:
+            return added, True  # out of time: the caller refuses (fail closed)
+        gap = _short(lp, var, side, c, integer, lp.bounds(hc, hs), deadline)
+        if gap == 0:
+            continue
+        order = sorted(np.flatnonzero((~hc | ~hs) & ~forced), key=lambda j: (cost[j], j))
+        best = _cheapest(lp, (var, side, c, integer), hc, hs, [(j,) for j in order], gap, deadline)
+        if best is None:  # a count the margins pin needs two cells hidden (s45g: C's row)
+            pairs = [(a, b) for i, a in enumerate(order[:PAIRS]) for b in order[i + 1 : PAIRS]]
+            best = _cheapest(lp, (var, side, c, integer), hc, hs, pairs, gap, deadline)
+        if best is None:
+            stuck = True  # nothing widens it: the caller refuses
+            continue
+        for j in best:
+            added[j] = hc[j] = hs[j] = True
+    return added, stuck
+
+
+PAIRS = 40  # the cheapest cells tried two at a time when no one cell widens a primary
+
+
+def _cheapest(lp, target, hc, hs, groups, gap, deadline):
+    """The first group of cells (in the order given) whose hiding protects ``target``, else
+    the one that narrows its shortfall most, else None."""
+    var, side, c, integer = target
+    best, best_gap = None, gap
+    for group in groups:
+        if time.process_time() > deadline:
+            break
+        tc, ts = hc.copy(), hs.copy()
+        tc[list(group)] = ts[list(group)] = True
+        g = _short(lp, var, side, c, integer, lp.bounds(tc, ts), deadline)
+        if g < best_gap - _TOL:
+            best, best_gap = group, g
+            if g == 0:
+                break
+    return best
