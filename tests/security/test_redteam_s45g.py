@@ -37,6 +37,7 @@ from sqlsdc.jobs.protect import protect_query
 from sqlsdc.tabular.rules import DominanceRule, FrequencyRule
 from sqlsdc.tabular.universe import COUNT, STATUS, VALUE, Universe
 from sqlsdc.tabular.universe_pattern import protect_universe
+from tests.security.test_redteam_s44i import _cells  # one row per inner cell, employees
 
 HI = 50.0
 
@@ -54,18 +55,6 @@ def _universe() -> Universe:
         time_limit=10.0,
         bounds=(("employees", (0.0, HI)),),
     )
-
-
-def _cells(firms: dict) -> pd.DataFrame:
-    rows = []
-    for (nace, region), values in firms.items():
-        rows.append({
-            "nace": nace, "region": region, "__units": len(values), "__spread": 1,
-            "employees__sum": float(sum(values)), "employees__n": len(values),
-            "employees__nz": sum(v != 0 for v in values),
-            "employees__top": sorted((float(v) for v in values), reverse=True),
-        })  # fmt: skip
-    return pd.DataFrame(rows)
 
 
 # (A, R1): 55 employees, one firm of 50: nk(1, 60) asks its interval to reach 83.3
