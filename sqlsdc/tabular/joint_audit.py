@@ -52,7 +52,8 @@ class JointLP:
     """The attacker's LP over counts ``x`` and sums ``y`` of the same cells (``A x = 0``,
     ``A y = 0``, published cells fixed, ``y <= hi' x`` and, for ``lo <= 0``, ``y >= lo' x``
     per cell, where ``hi'``/``lo'`` are the policy's bounds widened to each cell's true mean so
-    that the data never contradict them: a unit of several rows may sum past ``hi``)."""
+    that the data never contradict them: a unit of several rows may sum past ``hi``). Callers
+    pass ``hi >= 0``: below 0, a unit without a value (adding 0, not ``hi``) breaks the link."""
 
     def __init__(self, A, counts: Side, sums: Side, bound: tuple[float, float]):
         self.counts, self.sums = counts, sums

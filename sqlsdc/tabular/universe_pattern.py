@@ -107,7 +107,7 @@ def _joint_widening(universe: Universe, sides: dict) -> tuple[np.ndarray, bool]:
     unresolved = False
     for measure, entry in sides.items():
         bound = universe.bound(measure)
-        if measure == COUNT or bound is None or not np.isfinite(bound[1]):
+        if measure == COUNT or bound is None or not 0 <= bound[1] < np.inf:  # sum <= hi x n
             continue
         more, stuck = widening(
             count["A"], count["side"], entry["side"], bound,
