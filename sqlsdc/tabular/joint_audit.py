@@ -27,8 +27,10 @@ import math
 import time
 
 import numpy as np
+from ortools.linear_solver import pywraplp
 from scipy import sparse
-from scipy.optimize import linprog
+
+from sqlsdc.errors import InternalError
 
 _TOL = 1e-7
 
@@ -57,38 +59,41 @@ class JointLP:
 
     def __init__(self, A, counts: Side, sums: Side, bound: tuple[float, float]):
         self.counts, self.sums = counts, sums
-        C = len(counts.values)
-        A = sparse.csr_matrix(A)
-        self.A_eq = sparse.block_diag([A, A], format="csr")
-        self.b_eq = np.zeros(self.A_eq.shape[0])
+        C = self.C = len(counts.values)
         lo, hi = bound
         units, total = counts.values.astype(float), sums.values.astype(float)
-        # HiGHS's tolerances are absolute: sums in units of a power of two near their largest
+        # GLOP's tolerances are absolute: sums in units of a power of two near their largest
         # (a margin of float sums misses its cells' total by ~1e-7, infeasible unscaled)
         big = float(np.abs(total).max()) if len(total) else 1.0
         self.unit = 2.0 ** math.frexp(big)[1] if big > 1.0 else 1.0
+        solver = pywraplp.Solver.CreateSolver("GLOP")
+        if solver is None:  # pragma: no cover - OR-Tools ships GLOP
+            raise InternalError("OR-Tools was built without GLOP")
+        inf = solver.infinity()
+        self.v = [solver.NumVar(-inf, inf, "") for _ in range(2 * C)]
+        A = sparse.csr_matrix(A)
+        for offset in (0, C):  # A x = 0, A y = 0
+            for r in range(A.shape[0]):
+                row = solver.Constraint(0.0, 0.0)
+                part = slice(A.indptr[r], A.indptr[r + 1])
+                for c, a in zip(A.indices[part].tolist(), A.data[part].tolist(), strict=True):
+                    row.SetCoefficient(self.v[offset + c], a)
         some = units > 0
         mean = np.divide(total, units, out=np.zeros(C), where=some)
-        rows, vals, cols = [], [], []
-        r = 0
-        for c in np.flatnonzero(some):  # y_c - hi' x_c <= 0
-            rows += [r, r]
-            cols += [c, C + c]
-            vals += [-max(hi, mean[c]) / self.unit, 1.0]
-            r += 1
-        if lo <= 0:  # lo' x_c - y_c <= 0 (for lo > 0, units without a value add nothing)
-            for c in np.flatnonzero(some):
-                rows += [r, r]
-                cols += [c, C + c]
-                vals += [min(lo, mean[c]) / self.unit, -1.0]
-                r += 1
-        self.A_ub = sparse.csr_matrix((vals, (rows, cols)), shape=(r, 2 * C))
-        self.b_ub = np.zeros(r)
-        self.C = C
+        for c in np.flatnonzero(some).tolist():
+            link = solver.Constraint(-inf, 0.0)  # y_c - hi' x_c <= 0
+            link.SetCoefficient(self.v[C + c], 1.0)
+            link.SetCoefficient(self.v[c], -max(hi, mean[c]) / self.unit)
+            if lo <= 0:  # lo' x_c - y_c <= 0 (for lo > 0, units without a value add nothing)
+                floor = solver.Constraint(-inf, 0.0)
+                floor.SetCoefficient(self.v[C + c], -1.0)
+                floor.SetCoefficient(self.v[c], min(lo, mean[c]) / self.unit)
+        self.solver, self.inf, self.last = solver, inf, None
+        self.current = np.full((2 * C, 2), np.nan)
 
     def bounds(self, hidden_counts: np.ndarray, hidden_sums: np.ndarray) -> np.ndarray:
         """Variable bounds: published cells fixed to their values, hidden ones in their
-        a-priori ranges."""
+        a-priori ranges (sums in the LP's unit)."""
         out = np.empty((2 * self.C, 2))
         pairs = ((self.counts, hidden_counts), (self.sums, hidden_sums))
         for k, (side, hidden) in enumerate(pairs):
@@ -97,23 +102,34 @@ class JointLP:
             scale = 1.0 if k == 0 else self.unit
             out[part, 0] = np.where(hidden, side.lower, v) / scale
             out[part, 1] = np.where(hidden, side.upper, v) / scale
-        out[np.isinf(out)] = np.nan  # linprog: None/NaN for no bound
         return out
 
     def extreme(self, var: int, sense: int, bounds: np.ndarray, time_limit: float) -> float | None:
         """min (sense 1) or max (sense -1) of one variable; inf when unbounded; None when the
-        solver gave no optimum."""
-        c = np.zeros(2 * self.C)
-        c[var] = sense
-        res = linprog(c, A_ub=self.A_ub, b_ub=self.b_ub, A_eq=self.A_eq, b_eq=self.b_eq,
-                      bounds=[(None if math.isnan(a) else a, None if math.isnan(b) else b)
-                              for a, b in bounds],
-                      method="highs", options={"time_limit": max(time_limit, 2.0)})  # fmt: skip
-        if res.status == 3:
+        solver gave no optimum. The model is solved again from its last basis, only the
+        objective and the bounds that changed set anew."""
+        changed = np.flatnonzero(np.any(bounds != self.current, axis=1))
+        for j in changed.tolist():
+            low, high = bounds[j]
+            self.v[j].SetBounds(-self.inf if np.isinf(low) else float(low),
+                                self.inf if np.isinf(high) else float(high))  # fmt: skip
+        self.current = bounds.copy()
+        objective = self.solver.Objective()
+        if self.last is not None and self.last != var:
+            objective.SetCoefficient(self.v[self.last], 0.0)
+        objective.SetCoefficient(self.v[var], 1.0)
+        self.last = var
+        if sense > 0:
+            objective.SetMinimization()
+        else:
+            objective.SetMaximization()
+        self.solver.SetTimeLimit(max(2000, int(time_limit * 1000)))
+        status = self.solver.Solve()
+        if status == pywraplp.Solver.UNBOUNDED:
             return math.inf * -sense
-        if res.status != 0:
+        if status != pywraplp.Solver.OPTIMAL:
             return None
-        return float(sense * res.fun) * (1.0 if var < self.C else self.unit)
+        return float(objective.Value()) * (1.0 if var < self.C else self.unit)
 
 
 def _targets(lp: JointLP):
