@@ -29,6 +29,7 @@ import time
 import numpy as np
 from ortools.linear_solver import pywraplp
 from scipy import sparse
+from scipy.optimize import linprog
 
 from sqlsdc.errors import InternalError
 
@@ -127,9 +128,38 @@ class JointLP:
         status = self.solver.Solve()
         if status == pywraplp.Solver.UNBOUNDED:
             return math.inf * -sense
-        if status != pywraplp.Solver.OPTIMAL:
-            return None
+        if status != pywraplp.Solver.OPTIMAL:  # GLOP tells an unbounded LP apart not always
+            return self._highs(var, sense, bounds, time_limit)
         return float(objective.Value()) * (1.0 if var < self.C else self.unit)
+
+    def _highs(self, var: int, sense: int, bounds: np.ndarray, time_limit: float):
+        """The same LP solved by HiGHS from scratch (status 3: unbounded), or None."""
+        rows, cols, vals, lower, upper = [], [], [], [], []
+        for r, con in enumerate(self.solver.constraints()):
+            for j, v in enumerate(self.v):
+                a = con.GetCoefficient(v)
+                if a:
+                    rows.append(r)
+                    cols.append(j)
+                    vals.append(a)
+            lower.append(con.lb())
+            upper.append(con.ub())
+        matrix = sparse.csr_matrix((vals, (rows, cols)), shape=(len(lower), len(self.v)))
+        lower, upper = np.array(lower), np.array(upper)
+        lower[lower <= -self.inf], upper[upper >= self.inf] = -np.inf, np.inf
+        c = np.zeros(len(self.v))
+        c[var] = sense
+        up, down = np.isfinite(upper), np.isfinite(lower)  # rows bounded above, below
+        res = linprog(c, A_ub=sparse.vstack([matrix[up], -matrix[down]]),
+                      b_ub=np.r_[upper[up], -lower[down]],
+                      bounds=[(None if np.isinf(a) else a, None if np.isinf(b) else b)
+                              for a, b in bounds],
+                      method="highs", options={"time_limit": max(time_limit, 2.0)})  # fmt: skip
+        if res.status == 3:
+            return math.inf * -sense
+        if res.status != 0:
+            return None
+        return float(sense * res.fun) * (1.0 if var < self.C else self.unit)
 
 
 def _targets(lp: JointLP):
