@@ -53,7 +53,13 @@ from sqlsdc.jobs.revisions import (
     with_counts,
 )
 from sqlsdc.jobs.session import OUTPUT_SCHEMA
-from sqlsdc.jobs.sum_counts import N_HIDDEN, audit_counts, known_lower, measure_bounds
+from sqlsdc.jobs.sum_counts import (
+    N_HIDDEN,
+    audit_counts,
+    audit_jointly,
+    known_lower,
+    measure_bounds,
+)
 from sqlsdc.jobs.tabulation import rated
 from sqlsdc.tabular.gauss import check_singleton_method
 from sqlsdc.tabular.model import TOTAL, Table
@@ -116,11 +122,13 @@ def protect_query(
         rules = job_rules(job, rules)
         table = job.tabulate(rules)
         job.step("primary and secondary suppression, audit")
+        bound = None
         if job.spec.measure is None:
             known = known_lower(table)
         else:  # the policy's measure bounds its readers know (test_redteam_s44o)
             column = job.policy.table(job.spec.table).column(job.spec.measure)
             known = measure_bounds(table, column.bounds)
+            bound = None if column.bounds is None else tuple(map(float, column.bounds))
         kept, held, shown = earlier_suppressions(job, table)
         rules_table = rated(table)  # a sum's frequency rule counts its non-zero contributors
         units = job_units(job, identify(job, table).population)
@@ -139,11 +147,13 @@ def protect_query(
         if shown is not None and shown.any():  # published before with these values: public
             rules = exempt_known(rules, shown)
 
+        joint: list = []  # cells the joint audit of n and sums hides (s45g)
+
         def pattern(counted: Sequence = ()) -> pd.DataFrame:
             """The pattern, with ``counted`` rules (a sum's cells its counts hide) too."""
             return suppression_pattern(
                 rules_table,
-                [*rules, *counted],
+                [*rules, *joint, *counted],
                 method=method,
                 singleton_method=singleton,
                 cost=cost,
@@ -157,11 +167,22 @@ def protect_query(
             )
 
         try:
+
+            def counted(result: pd.DataFrame) -> pd.DataFrame:
+                """``result`` grown for its unit counts n, published too."""
+                return audit_counts(table, rules, result, pattern, method=method,
+                                    singleton=singleton, time_limit=time_limit, forced=shown,
+                                    revised=counts_of(revised))  # fmt: skip
+
+            def redo(cells: np.ndarray) -> pd.DataFrame:
+                """The pattern again with ``cells`` hidden (count and sum) too."""
+                joint[:] = [ManualRule(cells, safety_range=0.0, name="counts and sums")]
+                return counted(pattern())
+
             result = pattern()
             if job.spec.measure is not None:  # its unit counts n are published too
-                result = audit_counts(table, rules, result, pattern, method=method,
-                                      singleton=singleton, time_limit=time_limit, forced=shown,
-                                      revised=counts_of(revised))  # fmt: skip
+                result = audit_jointly(table, rules, counted(result), redo, bound,
+                                       forced=shown, time_limit=time_limit)  # fmt: skip
         except TabularError as refusal:
             if shown is None or not shown.any():
                 raise

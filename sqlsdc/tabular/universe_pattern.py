@@ -18,6 +18,7 @@ import pandas as pd
 
 from sqlsdc.errors import TabularError
 from sqlsdc.tabular.api import protect
+from sqlsdc.tabular.joint_audit import Side, widening
 from sqlsdc.tabular.model import TOTAL, Hierarchy, Table
 from sqlsdc.tabular.rules import ManualRule, RuleResult
 from sqlsdc.tabular.universe import (
@@ -65,6 +66,66 @@ def protect_universe(
 ) -> tuple[pd.DataFrame, dict]:
     """Protect every aggregate of the universe; return the pattern and a report.
 
+    Each aggregate is protected as a table of its own (:func:`_protect_once`); then the
+    attacker's LP over the counts and each bounded measure together
+    (:mod:`sqlsdc.tabular.joint_audit`) checks every primary: where it leaves one short, the
+    cells it picks are hidden (count and sum) and both tables protected again, until the joint
+    LP finds none short (red team s45g); a pattern still short after :data:`JOINT_ROUNDS`
+    rounds, or with a short primary no cell widens, is refused.
+
+    Raises:
+        TabularError: as :func:`_protect_once`, or the joint audit finds no pattern.
+    """
+    extra = np.zeros(0, dtype=bool)
+    for _round in range(JOINT_ROUNDS):
+        pattern, report, sides = _protect_once(universe, cells, earlier, extra)
+        added, unresolved = _joint_widening(universe, sides)
+        if not added.any() and not unresolved:
+            report["joint_hidden"] = int(extra.sum())  # cells hidden for the joint audit
+            return pattern, report
+        if not added.any():
+            break
+        extra = added if not extra.any() else extra | added
+    raise TabularError(
+        f"the suppression pattern of {universe.table} leaves a primary cell short of its "
+        "protection when its unit counts and a measure's sums are read together (sum <= hi x "
+        "count with the policy's bounds), and hiding more cells did not protect it; name fewer "
+        "dimensions or widen the measure's bounds"
+    )
+
+
+JOINT_ROUNDS = 4  # counts' and sums' patterns protected again with the cells the joint LP adds
+
+
+def _joint_widening(universe: Universe, sides: dict) -> tuple[np.ndarray, bool]:
+    """Cells the joint audit of the counts with each bounded measure asks to hide, and
+    whether a short primary found no such cell."""
+    count = sides.get(COUNT)
+    if count is None:
+        return np.zeros(0, dtype=bool), False
+    added = np.zeros(len(count["side"].values), dtype=bool)
+    unresolved = False
+    for measure, entry in sides.items():
+        bound = universe.bound(measure)
+        if measure == COUNT or bound is None or not 0 <= bound[1] < np.inf:  # sum <= hi x n
+            continue
+        more, stuck = widening(
+            count["A"], count["side"], entry["side"], bound,
+            forced=count["forced"] | entry["forced"], cost=entry["side"].values,
+            time_limit=universe.time_limit,
+        )  # fmt: skip
+        added |= more
+        unresolved |= stuck
+    return added, unresolved
+
+
+def _protect_once(
+    universe: Universe, cells: pd.DataFrame, earlier: pd.DataFrame | None, extra: np.ndarray
+) -> tuple[pd.DataFrame, dict, dict]:
+    """Protect every aggregate of the universe as a table of its own; return the pattern, a
+    report and, per aggregate, what the joint audit reads (:func:`_side`). ``extra``: cells the
+    joint audit asked to hide (empty at first), kept hidden in the counts and so in the sums.
+
     ``cells`` is the result of :func:`inner_cells_sql`; ``earlier`` a pattern stored before
     (same layout as the one returned), whose suppressions are kept and whose unchanged
     published cells are forced published.
@@ -97,6 +158,7 @@ def protect_universe(
     dims, hierarchies = _dimensions(universe, codes)
     pattern: pd.DataFrame | None = None
     report: dict = {"cells": 0, "aggregates": {}}
+    sides: dict = {}
     moved = None  # cells whose unit count changed (counts suppressed too), read by the sums
     uncounted = None  # cells whose unit count the pattern hides: their sums are hidden too
     units = None  # the counts' cells: true unit counts and the largest the attacker can prove
@@ -120,6 +182,7 @@ def protect_universe(
         else:
             apriori = _bounded_sums(universe.bound(aggregate), table, with_value, units)
         kept, held, forced = _carried_over(table, before)
+        joint = extra & ~forced if aggregate == COUNT and extra.any() else None
         if aggregate != COUNT and moved is not None:
             forced = forced & ~moved  # unchanged beside new units is news, not known (s43k)
         if aggregate != COUNT and uncounted is not None:
@@ -140,7 +203,7 @@ def protect_universe(
                 singleton_method=universe.singleton,
                 cost=universe.cost,
                 primary=ManualRule(kept, safety_range=0.0, name=EARLIER) if kept.any() else None,
-                held=held if held.any() else None,
+                held=_kept_hidden(held, joint),
                 forced=forced if forced.any() else None,
                 forced_known=True,
                 time_limit=universe.time_limit,
@@ -182,8 +245,30 @@ def protect_universe(
             "audit_exact": audit.exact,
             "method": audit.method,
         }
+        sides[aggregate] = _side(table, result, apriori, forced)
     report["cells"] = 0 if pattern is None else len(pattern)
-    return pattern, report
+    return pattern, report, sides
+
+
+def _kept_hidden(held: np.ndarray, joint: np.ndarray | None) -> np.ndarray | None:
+    """Cells kept hidden without a level of their own: secondaries of an earlier pattern and
+    the cells the joint audit asked to hide (counts; their sums follow)."""
+    if joint is not None:
+        held = held | joint
+    return held if held.any() else None
+
+
+def _side(table: Table, result: pd.DataFrame, apriori, forced: np.ndarray) -> dict:
+    """One aggregate's pattern as :mod:`sqlsdc.tabular.joint_audit` reads it."""
+    values = table.values.astype(float)
+    if apriori is None:
+        apriori = (0.0 if not table.negative else -np.inf, np.inf)
+    lower, upper = (np.asarray(b, dtype=float) * np.ones_like(values) for b in apriori)
+    status = result["status"].to_numpy()
+    side = Side(values=values, hidden=status != "published", lower=lower, upper=upper,
+                primary=status == "primary", upl=result["upl"].to_numpy(dtype=float),
+                lpl=result["lpl"].to_numpy(dtype=float))  # fmt: skip
+    return {"A": table.A, "side": side, "forced": np.asarray(forced, dtype=bool)}
 
 
 def _known_bounds(universe, aggregate, table, cells, codes, dims, hierarchies):
