@@ -233,3 +233,26 @@ def test_explain_states_the_unit_noise(ckm):
         "s: ckm (each value times its unit's permanent factor in [0.85, 0.95] ∪ [1.05, 1.15])"
         in (str(explained))
     )
+
+
+def test_a_jobs_audit_knows_the_bounds_of_noised_contributions():
+    """What a reader knows of one noised contribution x·m for x in the policy's [lo, hi] is
+    [lo, hi] times the factors' range [2 − b, b]: a suppression job's audit of a unit-noised
+    sum reasons with it (x·m reaches 1.15·hi under D2; an audit assuming hi reasoned on a
+    region the true table may lie outside)."""
+    from types import SimpleNamespace
+
+    from sqlsdc.demo.build import demo_policy
+    from sqlsdc.jobs.protect import _noised_bounds
+    from sqlsdc.jobs.tabulation import parse_job
+
+    assert D2.noised_bounds(0, 1000) == pytest.approx((0, 1150))
+    assert D2.noised_bounds(100, 1000) == pytest.approx((85, 1150))
+    assert D2.noised_bounds(-10, 10) == pytest.approx((-11.5, 11.5))
+    policy = demo_policy()
+    for sql, expected in (
+        ("SELECT nace, SUM(employees) FROM enterprises GROUP BY nace", (0, 115_000)),
+        ("SELECT region, SUM(income) FROM persons GROUP BY region", (0, 1_150_000)),
+    ):
+        job = SimpleNamespace(policy=policy, spec=parse_job(sql, policy))
+        assert _noised_bounds(job) == pytest.approx(expected)

@@ -126,9 +126,8 @@ def protect_query(
         if job.spec.measure is None:
             known = known_lower(table)
         else:  # the policy's measure bounds its readers know (test_redteam_s44o)
-            column = job.policy.table(job.spec.table).column(job.spec.measure)
-            known = measure_bounds(table, column.bounds)
-            bound = None if column.bounds is None else tuple(map(float, column.bounds))
+            bound = _noised_bounds(job)
+            known = measure_bounds(table, bound)
         kept, held, shown = earlier_suppressions(job, table)
         rules_table = rated(table)  # a sum's frequency rule counts its non-zero contributors
         units = job_units(job, identify(job, table).population)
@@ -281,3 +280,15 @@ def _suppression_output(
 
 # protection levels reveal values; N_HIDDEN is said by a NULL n
 _INTERNAL = ("upl", "lpl", "lo", "hi", "level", "is_inner", N_HIDDEN)
+
+
+def _noised_bounds(job) -> tuple[float, float] | None:
+    """The policy's ``bounds: [lo, hi]`` of the job's measure as its readers know them for the
+    summed values: widened by the unit noise's factor range when the sums carry it (x·m can
+    reach b·hi; an audit assuming hi would reason on a region the true table is outside)."""
+    column = job.policy.table(job.spec.table).column(job.spec.measure)
+    if column.bounds is None:
+        return None
+    lo, hi = map(float, column.bounds)
+    noise = job.spec.unit_noise
+    return (lo, hi) if noise is None else noise.noised_bounds(lo, hi)

@@ -42,6 +42,12 @@ class UnitNoise:
     a: float
     b: float
 
+    def noised_bounds(self, lo: float, hi: float) -> tuple[float, float]:
+        """The bounds of x·m for x in [lo, hi]: what a reader of the policy knows of one
+        noised contribution (m in [2 − b, b])."""
+        factors = (2 - self.b, self.b)
+        return min(lo * f for f in factors), max(hi * f for f in factors)
+
 
 @dataclass(frozen=True)
 class MagnitudeCkm:
