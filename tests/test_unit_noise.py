@@ -256,3 +256,14 @@ def test_a_jobs_audit_knows_the_bounds_of_noised_contributions():
     ):
         job = SimpleNamespace(policy=policy, spec=parse_job(sql, policy))
         assert _noised_bounds(job) == pytest.approx(expected)
+
+
+def test_a_noised_sum_beside_a_distinct_count_is_answered_as_each_alone(ckm):
+    """Both need the secret mix in the rows' select (the unit noise of the sum, the keys of the
+    distinct count): it is joined once (two joins of ``__mix`` failed in the engine, CI of
+    session 45); each value is the one its statistic gets alone."""
+    where = "FROM persons WHERE region = 'R01'"
+    both = ckm.execute(f"SELECT SUM(income), COUNT(DISTINCT household_id) {where}").fetchall()
+    alone = [ckm.execute(f"SELECT {s} {where}").fetchone()[0]
+             for s in ("SUM(income)", "COUNT(DISTINCT household_id)")]  # fmt: skip
+    assert both == [tuple(alone)]

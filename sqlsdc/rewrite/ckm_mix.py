@@ -15,7 +15,10 @@ CKM_MIX = exp.Table(this=exp.to_identifier("ckm_mix"), db=exp.to_identifier("sql
 
 def join_mix(select: exp.Select) -> None:
     """Append ``LEFT JOIN sqlsdc.ckm_mix AS __mix ON TRUE`` (one row: the rows stay as they
-    are) to ``select`` (mutated)."""
+    are) to ``select`` (mutated), once: the unit noise of a sum and the keys of a distinct
+    count may both need it in one select (``SUM(age), COUNT(DISTINCT household_id)``)."""
+    if any(join.alias_or_name == MIX for join in select.args.get("joins") or ()):
+        return
     select.append("joins", exp.Join(this=CKM_MIX.copy().as_(MIX), side="LEFT", on=exp.true()))
 
 
