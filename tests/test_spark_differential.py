@@ -194,6 +194,13 @@ UNIT_NOISE_QUERIES = [  # s45a: every contribution times its unit's permanent fa
     "SELECT nace, size_class, SUM(turnover) AS t, SUM(employees) AS e FROM enterprises "
     "GROUP BY nace, size_class",
     "SELECT region, SUM(income) AS s, AVG(income) AS a FROM persons GROUP BY region",
+    # s45m: a condition at a class break compares x·m, computed by both engines to the bit
+    "SELECT region, COUNT(*) AS n, SUM(income) AS s FROM persons WHERE income >= 20000 "
+    "GROUP BY region",
+    "SELECT region, COUNT(*) AS n, SUM(CASE WHEN income BETWEEN 20000 AND 50000 THEN income "
+    "END) AS s FROM persons GROUP BY region",
+    "SELECT p.region, COUNT(*) AS n FROM persons p JOIN households h "
+    "ON p.household_id = h.household_id AND p.income < 10000 GROUP BY p.region",
 ]
 
 

@@ -84,6 +84,7 @@ from sqlsdc.rewrite.ckm_magnitudes import PREV, PTABLE_ENTRIES, MagnitudeLayers,
 from sqlsdc.rewrite.ckm_mix import join_mix, mix_missing, statistic_key_sql
 from sqlsdc.rewrite.counted_units import counted_units_key, join_unit_keys, unit_lookups
 from sqlsdc.rewrite.dominance import largest_needed, rules
+from sqlsdc.rewrite.noised_conditions import has_mix, noise_conditions, policy_lookup
 from sqlsdc.rewrite.sql import any_, at_least_column, cast, missing, mul_expr, number, paren
 from sqlsdc.rewrite.threshold import at_least
 from sqlsdc.rewrite.unit_noise import noised
@@ -141,7 +142,8 @@ def ckm_frame(policy: Policy, ptables: Mapping[PTableKey, PTableRef]):
 
 class _Builder(MagnitudeLayers):
     def __init__(self, cells: Cells, twin, policy: Policy, ptables):
-        self.cells, self.twin, self.ptables = cells, twin, ptables
+        self.cells, self.twin, self.ptables, self.policy = cells, twin, ptables, policy
+        self.noised_rows = False  # a condition compares x·m (:meth:`_rows`)
         self.plan = cells.plan
         self.count_rule = policy.table(self._counted_table()).rule(AggregateKind.COUNTS)
         self.layer = 0
@@ -226,8 +228,13 @@ class _Builder(MagnitudeLayers):
                     rkey = copy_tree(plan.rkeys[self._noised_unit(i)])
                     value = noised(value, rkey, self._measures(i), noise)
                 rows.append("expressions", exp.alias_(value, f"__v{i}", copy=False))
+        # a condition on a unit-noised measure compares x·m, as the sums add it (s45l)
+        self.noised_rows = noise_conditions(
+            rows, policy_lookup(self.policy), cells.text, cells.select
+        )
         if any(self._unit_noise(i) is not None for i in range(len(plan.aggregates))):
-            join_mix(rows)
+            if not has_mix(rows):
+                join_mix(rows)
         for t, rkey in enumerate(plan.rkeys):
             rows.append("expressions", exp.alias_(copy_tree(rkey), f"__rk{t}", copy=False))
         for t, unit in enumerate(plan.units or []):
@@ -553,8 +560,8 @@ class _Builder(MagnitudeLayers):
             noise = cast(exp.column("v", "__pcn"), "BIGINT")
             protected = exp.Add(this=prev("__n"), expression=noise)
             select.append("expressions", exp.alias_(protected, "__cn"))
-        if any(self._own_statistic(spec) for spec in self.plan.aggregates):
-            join_mix(select)
+        if self.noised_rows or any(self._own_statistic(spec) for spec in self.plan.aggregates):
+            join_mix(select)  # the keys' salts; the test of its row (noised conditions)
         for i, spec in enumerate(self.plan.aggregates):
             if spec.rule.method is not Method.CKM:
                 continue
@@ -576,7 +583,7 @@ class _Builder(MagnitudeLayers):
                 select.append("expressions", exp.alias_(every, f"__ma{i}"))
             elif owner is not None and rule.method is Method.CKM:
                 faults.append(missing(f"__pca{owner}"))
-            if self._unit_noise(i) is not None:
+            if self._unit_noise(i) is not None or self.noised_rows:
                 faults.append(mix_missing())  # the rows' factors were NULL: never a silent 0
             if spec.kind is AggregateKind.MAGNITUDES:
                 self._contributions(select, i, protected)

@@ -18,6 +18,7 @@ from sqlsdc.policy import Method, Policy
 from sqlsdc.rewrite.cells import FrameBuilder
 from sqlsdc.rewrite.ckm import PTableKey, PTableRef, ckm_frame
 from sqlsdc.rewrite.dp import DpStage, dp_frame
+from sqlsdc.rewrite.noised_conditions import refuse_noised_conditions
 from sqlsdc.rewrite.round import round_frame
 from sqlsdc.rewrite.suppress import suppress_frame
 from sqlsdc.rewrite.threshold import threshold_frame
@@ -48,4 +49,19 @@ MECHANISMS: dict[Method, Callable[[RewriteContext], FrameBuilder]] = {
 
 def frame_builders(context: RewriteContext) -> dict[Method, FrameBuilder]:
     """The frame builder of every registered method, bound to ``context``."""
-    return {method: make(context) for method, make in MECHANISMS.items()}
+    builders = {method: make(context) for method, make in MECHANISMS.items()}
+    return {
+        method: build if method is Method.CKM else _plain_values(build, context.policy)
+        for method, build in builders.items()
+    }
+
+
+def _plain_values(build: FrameBuilder, policy: Policy) -> FrameBuilder:
+    """``build`` after refusing a condition on a unit-noised measure, which only the cell key
+    method's frame compares as x·m (:mod:`sqlsdc.rewrite.noised_conditions`)."""
+
+    def checked(cells, twin):
+        refuse_noised_conditions(cells.select, cells.lent.get("where"), policy)
+        return build(cells, twin)
+
+    return checked
