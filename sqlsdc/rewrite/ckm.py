@@ -84,7 +84,7 @@ from sqlsdc.rewrite.ckm_magnitudes import PREV, PTABLE_ENTRIES, MagnitudeLayers,
 from sqlsdc.rewrite.ckm_mix import join_mix, mix_missing, statistic_key_sql
 from sqlsdc.rewrite.counted_units import counted_units_key, join_unit_keys, unit_lookups
 from sqlsdc.rewrite.dominance import largest_needed, rules
-from sqlsdc.rewrite.noised_conditions import has_mix, noise_conditions, policy_lookup
+from sqlsdc.rewrite.noised_conditions import noise_conditions, policy_lookup
 from sqlsdc.rewrite.sql import any_, at_least_column, cast, missing, mul_expr, number, paren
 from sqlsdc.rewrite.threshold import at_least
 from sqlsdc.rewrite.unit_noise import noised
@@ -233,8 +233,7 @@ class _Builder(MagnitudeLayers):
             rows, policy_lookup(self.policy), cells.text, cells.select
         )
         if any(self._unit_noise(i) is not None for i in range(len(plan.aggregates))):
-            if not has_mix(rows):
-                join_mix(rows)
+            join_mix(rows)
         for t, rkey in enumerate(plan.rkeys):
             rows.append("expressions", exp.alias_(copy_tree(rkey), f"__rk{t}", copy=False))
         for t, unit in enumerate(plan.units or []):

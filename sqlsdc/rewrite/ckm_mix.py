@@ -17,9 +17,13 @@ def join_mix(select: exp.Select) -> None:
     """Append ``LEFT JOIN sqlsdc.ckm_mix AS __mix ON TRUE`` (one row: the rows stay as they
     are) to ``select`` (mutated), once: the unit noise of a sum and the keys of a distinct
     count may both need it in one select (``SUM(age), COUNT(DISTINCT household_id)``)."""
-    if any(join.alias_or_name == MIX for join in select.args.get("joins") or ()):
-        return
-    select.append("joins", exp.Join(this=CKM_MIX.copy().as_(MIX), side="LEFT", on=exp.true()))
+    if not has_mix(select):
+        select.append("joins", exp.Join(this=CKM_MIX.copy().as_(MIX), side="LEFT", on=exp.true()))
+
+
+def has_mix(select: exp.Select) -> bool:
+    """Whether ``select`` joins the mix as ``__mix`` already."""
+    return any(j.this.alias_or_name == MIX for j in select.args.get("joins") or [])
 
 
 def statistic_key_sql(cell_key: exp.Expr, name: str) -> exp.Expr:

@@ -28,7 +28,7 @@ from sqlsdc.errors import PolicyViolation
 from sqlsdc.mechanisms.parameters import UnitNoise
 from sqlsdc.planner.breaks import CLASSED_ROLES, COMPARISONS
 from sqlsdc.policy import AggregateKind, Policy
-from sqlsdc.rewrite.ckm_mix import CKM_MIX, MIX
+from sqlsdc.rewrite.ckm_mix import CKM_MIX, MIX, has_mix
 from sqlsdc.rewrite.unit_noise import noised
 
 COMPARED = (*COMPARISONS, exp.Between, exp.In)  # as the planner's check reads them
@@ -137,11 +137,6 @@ def join_mix_first(select: exp.Select) -> None:
         return
     join = exp.Join(this=CKM_MIX.copy().as_(MIX), side="LEFT", on=exp.true())
     select.set("joins", [join, *(select.args.get("joins") or [])])
-
-
-def has_mix(select: exp.Select) -> bool:
-    """Whether ``select`` joins the mix as ``__mix`` already."""
-    return any(j.this.alias_or_name == MIX for j in select.args.get("joins") or [])
 
 
 def _operands(comparison: exp.Expr) -> list[exp.Expr]:
