@@ -29,11 +29,13 @@ from sqlsdc.tabular.rules import CellStats, FrequencyRule, apply_rules, required
 
 
 def refuse_dominated_differences(
-    con, spec, others: list[Release], rules, label: str = "the job"
+    con, spec, others: list[Release], rules, label: str = "the job", *, error=None
 ) -> None:
-    """Raise :class:`TabularError` when the sum job ``spec`` (its primary ``rules``) and one of
-    ``others`` publish two values that differ by a group of units which ``rules`` flag as a
-    primary cell. Count jobs and rules of frequency only are left to the frequency check."""
+    """Raise ``error`` (made from the message; :class:`TabularError` by default) when the sum
+    job ``spec`` (its primary ``rules``; ``label`` names it) and one of ``others`` publish two
+    values that differ by a group of units which ``rules`` flag as a primary cell. Count jobs
+    and rules of frequency only are left to the frequency check."""
+    error = error or TabularError
     if spec.measure is None or all(isinstance(r, FrequencyRule) for r in rules):
         return
     top_k = required_top_k(rules)
@@ -52,7 +54,7 @@ def refuse_dominated_differences(
         if hit.size:
             cell, side = found[hit[0]][:2]
             rule = result.rule[hit[0]]
-            raise TabularError(_message(spec, label, other.label, cell, side, rule))
+            raise error(_message(spec, label, other.label, cell, side, rule))
 
 
 def _message(spec, first: str, second: str, cell: dict, side: str, rule: str) -> str:

@@ -46,6 +46,7 @@ from sqlsdc.jobs.stored_tables import (
 from sqlsdc.jobs.synthesis_files import opaque_syntheses, stored_exact_syntheses
 from sqlsdc.jobs.tabulation import JobSpec
 from sqlsdc.policy import Policy
+from sqlsdc.tabular.universe import COUNT, universe_of
 
 
 def refuse_job(
@@ -375,6 +376,8 @@ def refuse_pattern_differences(con, policy: Policy) -> None:
                       if name != label and theirs.measure == pattern.measure]  # fmt: skip
             others += [f for f in files if pattern.measure is None or f.holds(pattern.measure)]
             refuse_small_differences(con, policy, pattern, others, label, error=_policy_refusal)
+            rules = universe_of(policy, declared.name).rules(pattern.measure or COUNT)
+            refuse_dominated_differences(con, pattern, others, rules, label, error=_policy_refusal)
         for name, spec in found:  # cells of the pattern held by an output stored before it
             if name != label:
                 total = stored_total_published(con, policy, spec)
