@@ -38,10 +38,10 @@ from sqlsdc.errors import Error, TabularError, VerificationError
 from sqlsdc.jobs.output_store import storing_output
 from sqlsdc.jobs.refusals import refuse_job
 from sqlsdc.jobs.session import OUTPUT_SCHEMA, job_catalog, job_fingerprint, json_safe
-from sqlsdc.jobs.tabulation import JobSpec, cells_sql, cells_table, parse_job
+from sqlsdc.jobs.tabulation import JobSpec, cells_sql, cells_table, parse_job, rules_of
 from sqlsdc.policy import Policy, load_policy
 from sqlsdc.tabular.model import Table
-from sqlsdc.tabular.rules import FrequencyRule, default_rules, required_top_k
+from sqlsdc.tabular.rules import required_top_k
 
 Progress = Callable[[str], None]  # called with the name of each step as it starts
 
@@ -236,15 +236,3 @@ def job_rules(job: Job, rules: Sequence | None) -> list:
     """``rules``, or the defaults: the frequency rule with the policy's minimum frequency for
     the job's table, plus the p%-rule (p = 10) for magnitudes."""
     return rules_of(job.policy, job.spec, rules)
-
-
-def rules_of(policy: Policy, spec: JobSpec, rules: Sequence | None) -> list:
-    """:func:`job_rules` before the job is opened, from its policy and parsed SQL."""
-    if rules is not None:
-        return list(rules)
-    table_rule = policy.table(spec.table).protection
-    counts = next(iter(table_rule.values())).min_frequency
-    found = [FrequencyRule(min_freq=counts)]
-    if spec.measure is not None:
-        found = default_rules(False)[1:] + found
-    return found
