@@ -219,7 +219,7 @@ def cta_query(
     check_time_limit(time_limit)
     started = time.perf_counter()
     with open_job(db, user, sql, into, method="cta", replace=replace,
-                  progress=progress) as job:  # fmt: skip
+                  progress=progress, rules=rules) as job:  # fmt: skip
         if intervals and job.spec.measure is None:
             raise TabularError(
                 "--intervals flags the sensitive cells, and in a frequency table (COUNT(*)) a "
@@ -301,7 +301,7 @@ def ipf_query(
     started = time.perf_counter()
     margins = _read_margins(margins)
     with open_job(db, user, sql, into, method="ipf", replace=replace,
-                  progress=progress) as job:  # fmt: skip
+                  progress=progress, rules=rules) as job:  # fmt: skip
         rules = job_rules(job, rules)
         table = job.tabulate(rules)
         job.step("matching the margins, primary rules")

@@ -75,8 +75,10 @@ from dataclasses import replace
 from sqlsdc.errors import MicrodataError, TabularError
 from sqlsdc.jobs.blanked_cells import blanked_difference
 from sqlsdc.jobs.cell_unions import cells_add_up
+from sqlsdc.jobs.dominated_differences import refuse_dominated_differences
 from sqlsdc.jobs.exact_release import Release
 from sqlsdc.jobs.isolated_groups import refuse_isolated_groups
+from sqlsdc.jobs.tabulation import rules_of
 from sqlsdc.jobs.uncovered import smallest_difference
 from sqlsdc.policy import Policy
 from sqlsdc.tabular.rules import FrequencyRule, parse_rule
@@ -102,14 +104,19 @@ def refuse_small_differences(
 def refuse_file_differences(con, policy: Policy, file: Release, tables: list) -> None:
     """Refuse an anonymised file (``file``, labelled as the job's output) when one of the
     exact tables stored before it (``tables``: ``(label, JobSpec)`` of its table) and the file
-    differ so, or several with it isolate a group: the other order of
-    :func:`refuse_small_differences`. A table of sums is compared only with a file that holds
-    its measure unperturbed."""
+    differ so, or by a group the table's default rules flag
+    (:func:`~sqlsdc.jobs.dominated_differences.refuse_dominated_differences`), or several with
+    it isolate a group: the other order of :func:`refuse_small_differences`. A table of sums
+    is compared only with a file that holds its measure unperturbed."""
     tables = [(label, spec) for label, spec in tables
               if spec.measure is None or file.holds(spec.measure)]  # fmt: skip
     for label, spec in tables:
         least = min_frequency(policy, spec.table)
         _refuse_pair(con, spec, file, least, (label, file.label), MicrodataError)
+        # a sum's difference of any size, judged by the table's default rules (a stored
+        # output's own rules are not recorded; red team s45f, s45n)
+        rules = rules_of(policy, spec)
+        refuse_dominated_differences(con, spec, [file], rules, label, error=MicrodataError)
     for measure in dict.fromkeys(spec.measure for _l, spec in tables):
         same = [(label, spec) for label, spec in tables if spec.measure == measure]
         # the file as a table of this aggregate by its plain dimension columns

@@ -38,10 +38,10 @@ from sqlsdc.errors import Error, TabularError, VerificationError
 from sqlsdc.jobs.output_store import storing_output
 from sqlsdc.jobs.refusals import refuse_job
 from sqlsdc.jobs.session import OUTPUT_SCHEMA, job_catalog, job_fingerprint, json_safe
-from sqlsdc.jobs.tabulation import JobSpec, cells_sql, cells_table, parse_job
+from sqlsdc.jobs.tabulation import JobSpec, cells_sql, cells_table, parse_job, rules_of
 from sqlsdc.policy import Policy, load_policy
 from sqlsdc.tabular.model import Table
-from sqlsdc.tabular.rules import FrequencyRule, default_rules, required_top_k
+from sqlsdc.tabular.rules import required_top_k
 
 Progress = Callable[[str], None]  # called with the name of each step as it starts
 
@@ -181,9 +181,12 @@ def open_job(
     replace: bool = False,
     progress: Progress | None = None,
     base: int | None = None,
+    rules: Sequence | None = None,
 ) -> Iterator[Job]:
     """Open ``db`` for a ``method`` job by ``user`` (an admin) on ``sql``, storing
-    ``protected.<into>`` (``base``: a rounding job's).
+    ``protected.<into>`` (``base``: a rounding job's; ``rules``: the primary rules it was
+    given, None for the defaults, :func:`job_rules`, which the checks apply to its differences
+    from other exact releases of a sum).
 
     Every job is audited under a query id of its own: ``accepted`` by :meth:`Job.store`
     together with the output and its ledger rows, ``refused`` when a check below fails,
@@ -198,7 +201,7 @@ def open_job(
     """
     with job_catalog(db, user, method, into, sql) as (con, query_id, _fingerprint, audit):
         try:
-            job = _checked_job(con, user, sql, into, method, query_id, replace, base)
+            job = _checked_job(con, user, sql, into, method, query_id, replace, base, rules)
         except Error as refusal:
             audit("refused", reason=store.audit_reason(refusal))
             raise
@@ -216,26 +219,20 @@ def open_job(
             raise
 
 
-def _checked_job(con, user, sql, into, method, query_id, replace, base=None) -> Job:
-    """The job, once the admin, the SQL and the output name are checked."""
+def _checked_job(con, user, sql, into, method, query_id, replace, base=None, rules=None) -> Job:
+    """The job, once the admin, the SQL and the output name are checked (``rules``: the
+    job's primary rules, None for the defaults)."""
     if not into.isidentifier():
         raise TabularError(f"--into {into!r} must be a plain name (letters, digits, _)")
     version, document, source = require_admin(con, user)
     policy = load_policy(document, name=source)
     spec = parse_job(sql, policy)
     total = refuse_job(con, policy, spec, sql, into, method, replace=replace, base=base,
-                       version=version)  # fmt: skip
+                       version=version, rules=rules_of(policy, spec, rules))  # fmt: skip
     return Job(con, user, version, policy, spec, sql, into, method, query_id, live_total=total)
 
 
 def job_rules(job: Job, rules: Sequence | None) -> list:
     """``rules``, or the defaults: the frequency rule with the policy's minimum frequency for
     the job's table, plus the p%-rule (p = 10) for magnitudes."""
-    if rules is not None:
-        return list(rules)
-    table_rule = job.policy.table(job.spec.table).protection
-    counts = next(iter(table_rule.values())).min_frequency
-    found = [FrequencyRule(min_freq=counts)]
-    if job.spec.measure is not None:
-        found = default_rules(False)[1:] + found
-    return found
+    return rules_of(job.policy, job.spec, rules)

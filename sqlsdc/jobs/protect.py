@@ -117,7 +117,7 @@ def protect_query(
     if singleton is not None:
         check_singleton_method(singleton)
     with open_job(db, user, sql, into, method="suppress", replace=replace,
-                  progress=progress) as job:  # fmt: skip
+                  progress=progress, rules=rules) as job:  # fmt: skip
         singleton = singleton or _recorded_singleton(job)
         rules = job_rules(job, rules)
         table = job.tabulate(rules)

@@ -9,10 +9,12 @@ table, cells another job's output already releases protected another way
 job of a sum publishes its units' counts, :func:`_refuse_second_count_protection`),
 populations that differ from an exact release by a few units
 (:func:`~sqlsdc.jobs.differencing.refuse_small_differences` over
-:func:`_exact_releases`), cells of the live suppression pattern
-(:func:`~sqlsdc.jobs.live_cells.refuse_live_cells`; its grand total excepted when the
-pattern publishes it, :mod:`sqlsdc.jobs.live_total`), a rounding replaced by one to another
-base, and the output's name (:func:`check_output_name`, shared with anonymisation).
+:func:`_exact_releases`) or, for a sum, by a group its rules flag
+(:func:`~sqlsdc.jobs.dominated_differences.refuse_dominated_differences`), cells of the live
+suppression pattern (:func:`~sqlsdc.jobs.live_cells.refuse_live_cells`; its grand total
+excepted when the pattern publishes it, :mod:`sqlsdc.jobs.live_total`), a rounding replaced
+by one to another base, and the output's name (:func:`check_output_name`, shared with
+anonymisation).
 :func:`refuse_pattern_differences` is the same differencing check from the policy's side,
 which ``catalog/setup.py`` ``apply_policy`` runs before it writes a policy.
 """
@@ -27,6 +29,7 @@ from sqlglot import exp
 
 from sqlsdc.errors import Error, PolicyError, TabularError
 from sqlsdc.jobs.differencing import refuse_small_differences
+from sqlsdc.jobs.dominated_differences import refuse_dominated_differences
 from sqlsdc.jobs.exact_release import Release
 from sqlsdc.jobs.live_cells import refuse_live_cells, refuse_live_file_cells
 from sqlsdc.jobs.live_total import public_grand_total, stored_total_published
@@ -43,6 +46,7 @@ from sqlsdc.jobs.stored_tables import (
 from sqlsdc.jobs.synthesis_files import opaque_syntheses, stored_exact_syntheses
 from sqlsdc.jobs.tabulation import JobSpec
 from sqlsdc.policy import Policy
+from sqlsdc.tabular.universe import COUNT, universe_of
 
 
 def refuse_job(
@@ -56,19 +60,23 @@ def refuse_job(
     replace: bool,
     base: int | None,
     version: int,
+    rules=(),
 ) -> bool:
     """Refuse the ``method`` job of ``spec`` (its SQL ``sql``) storing ``protected.<into>``
     when one of this module's checks fails (a :class:`TabularError`), in the order its
     docstring gives. Return whether its grand total is a cell the live pattern publishes,
     which the job must publish too (:func:`~sqlsdc.jobs.live_total.public_grand_total`,
-    under policy version ``version``)."""
+    under policy version ``version``). ``rules``: the job's primary rules, which a sum's
+    difference from another exact release must pass."""
     _refuse_dp_table(policy, spec, method)
     _refuse_other_tables(policy, sql, spec)
     _refuse_second_protection(con, policy, spec, into, method)
     _refuse_earlier_protection(con, policy, spec, into, method, base)
     _refuse_second_count_protection(con, policy, spec, method, into)
     if exact_method(method, spec):
-        refuse_small_differences(con, policy, spec, _exact_releases(con, policy, spec))
+        others = _exact_releases(con, policy, spec)
+        refuse_small_differences(con, policy, spec, others)
+        refuse_dominated_differences(con, spec, others, rules)  # red team s45f
     elif method == "round":  # a rounded count beside a file's exact counts (red team s44c)
         refuse_small_differences(con, policy, spec, _exact_files(con, policy, spec))
     if method == "suppress" and spec.measure is not None:  # its units' counts are published too
@@ -368,6 +376,8 @@ def refuse_pattern_differences(con, policy: Policy) -> None:
                       if name != label and theirs.measure == pattern.measure]  # fmt: skip
             others += [f for f in files if pattern.measure is None or f.holds(pattern.measure)]
             refuse_small_differences(con, policy, pattern, others, label, error=_policy_refusal)
+            rules = universe_of(policy, declared.name).rules(pattern.measure or COUNT)
+            refuse_dominated_differences(con, pattern, others, rules, label, error=_policy_refusal)
         for name, spec in found:  # cells of the pattern held by an output stored before it
             if name != label:
                 total = stored_total_published(con, policy, spec)

@@ -27,6 +27,7 @@ from sqlsdc.policy import AggregateKind, ColumnRole, Policy
 from sqlsdc.rewrite.ckm_mix import join_mix
 from sqlsdc.rewrite.unit_noise import noised
 from sqlsdc.tabular.model import Hierarchy, Table
+from sqlsdc.tabular.rules import FrequencyRule, default_rules
 
 
 @dataclass(frozen=True)
@@ -248,3 +249,17 @@ def rated(table: Table) -> Table:
     if CONTRIBUTORS not in table.cells.columns:
         return table
     return dataclasses.replace(table, cells=table.cells.assign(n=table.cells[CONTRIBUTORS]))
+
+
+def rules_of(policy: Policy, spec: JobSpec, rules=None) -> list:
+    """A job's primary rules: ``rules``, or the defaults, the frequency rule with the policy's
+    minimum frequency for the job's table, plus the p%-rule (p = 10) for magnitudes
+    (:func:`sqlsdc.jobs.job.job_rules`)."""
+    if rules is not None:
+        return list(rules)
+    table_rule = policy.table(spec.table).protection
+    counts = next(iter(table_rule.values())).min_frequency
+    found = [FrequencyRule(min_freq=counts)]
+    if spec.measure is not None:
+        found = default_rules(False)[1:] + found
+    return found

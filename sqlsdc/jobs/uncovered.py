@@ -28,6 +28,8 @@ from __future__ import annotations
 from sqlglot import exp
 
 from sqlsdc.jobs.exact_release import Release, kept, tells
+from sqlsdc.jobs.tabulation import measure_sum
+from sqlsdc.rewrite.ckm_mix import join_mix
 
 
 def smallest_difference(con, spec, other: Release, least: int):
@@ -64,7 +66,7 @@ def _keys(release: Release) -> list[tuple[str, exp.Expr]]:
 Side = tuple  # (population WHERE or None, [(label, expression)], its outsiders are known)
 
 
-def _statement(spec, cut: Side, cover: Side, least: int) -> exp.Select:
+def _statement(spec, cut: Side, cover: Side, least: int, top_k: int = 0) -> exp.Select:
     """The query of :func:`_uncovered`: ``(cell, units, side)`` of a cell of the release
     ``cut`` (every grouping of its keys) whose units in the population of ``cover`` fill the
     inner cells of ``cover`` they lie in but for ``units`` more (``side`` ``"b"``), with none
@@ -83,6 +85,10 @@ def _statement(spec, cut: Side, cover: Side, least: int) -> exp.Select:
         kept(cut_where).as_("__in_c"),
         kept(cover_where).as_("__in_v"),
     ).from_(spec.table)
+    if top_k:  # each row's contribution as the job adds it up (after unit noise)
+        rows = rows.select(measure_sum(spec).this.as_("__x"))
+        if spec.unit_noise is not None:
+            join_mix(rows)
     rows = rows.where(exp.or_(kept(cut_where), kept(cover_where)))  # rows of neither: none
     if spec.measure is not None:  # rows that add nothing to a sum are no part of a difference
         nonzero = exp.column(spec.measure).neq(exp.Literal.number(0))
@@ -167,6 +173,8 @@ def _statement(spec, cut: Side, cover: Side, least: int) -> exp.Select:
         exp.and_(outside.copy().eq(0), excess.copy().between(1, least - 1)),
         exp.and_(excess.copy().eq(0), outside.copy().between(1, least - 1)),
     )
+    if top_k:
+        one_side = exp.and_(excess.copy().eq(0), outside.copy() > 0)
     coarsest_first = exp.Ordered(this=exp.column("__g", "c"), desc=True)
     select = (
         exp.select(
@@ -188,8 +196,18 @@ def _statement(spec, cut: Side, cover: Side, least: int) -> exp.Select:
         )
         .where(one_side)
         .order_by(coarsest_first, *(exp.column(k, "c") for k in keys))  # one message
-        .limit(1)
     )
+    ctes = []
+    if top_k:
+        select = select.join(
+            exp.to_table("__dstats").as_("d"),
+            on=exp.and_(exp.column("__g", "c").eq(exp.column("__g", "d")), _same("c", "d", keys)),
+            join_type="inner",
+        )
+        select = select.select(*(exp.column(s, "d") for s in ("__dn", "__dv", "__dt", "__dtop")))
+        ctes = _lacking(keys, top_k)
+    else:
+        select = select.limit(1)
     for name, body in (
         ("__r", rows),
         ("__hits", hits),
@@ -199,6 +217,7 @@ def _statement(spec, cut: Side, cover: Side, least: int) -> exp.Select:
         ("__whole", whole),
         ("__split", split),
         *_parts(keys, inner),
+        *ctes,
     ):
         # built here, used once: not copied (each copy=True took the whole statement so far)
         select = select.with_(name, as_=body, materialized=True, copy=False)
@@ -219,6 +238,63 @@ def _uncovered(con, spec, cut: Side, cover: Side, least: int):
     }
     a_units, b_units = row[-2:]
     return (cell, a_units, "a") if 0 < a_units < least else (cell, b_units, "b")
+
+
+def dominated_cells(con, spec, other: Release, top_k: int):
+    """``(cell, side, n, value, total, top)`` of every cell of the job ``spec`` or of ``other``
+    whose cover by the other's inner cells lacks units of it and holds none outside it (both
+    orders, as :func:`smallest_difference`): the two values differ by exactly what those
+    units add up to. ``n``: those units with a contribution other than 0, ``value`` their
+    sum, ``total`` the sum of their absolute contributions, ``top`` the ``top_k`` largest
+    (the shadow a dominance rule reads, as revisions do). ``side`` as there."""
+    told = tells(con, spec, other)
+    job = (spec.where, [(d, exp.column(d)) for d in spec.dims], False)
+    theirs = (other.where, _keys(other), told)
+    found = []
+    for cut, cover, side in ((job, theirs, "a"), (theirs, job, "b")):
+        sql = _statement(spec, cut, cover, 2, top_k).sql("duckdb")
+        keys = len(cut[1])
+        for row in con.execute(sql).fetchall():
+            level, values = row[0], row[1 : 1 + keys]
+            cell = {
+                label: (None if level >> (keys - 1 - j) & 1 else v)
+                for j, ((label, _e), v) in enumerate(zip(cut[1], values, strict=True))
+            }
+            n, value, total, top = row[-4:]
+            found.append((cell, side, n, value, total, list(top or [])))
+    return found
+
+
+def _lacking(keys: list[str], top_k: int) -> list[tuple[str, exp.Select]]:
+    """``__dstats``: per cell of the cut (every grouping of ``keys``), its units in rows of
+    the cut's population outside the cover's (``__in_c`` and not ``__in_v``), each unit's
+    contributions summed first: their number (non-zero ones), sum, absolute sum and the
+    ``top_k`` largest absolute contributions."""
+    per_unit = _cube(
+        exp.select(
+            *map(exp.column, keys), exp.column("__u"), exp.Sum(this=exp.column("__x")).as_("__x")
+        )
+        .from_("__r")
+        .where(exp.and_(exp.column("__in_c"), exp.not_(exp.column("__in_v")))),
+        keys,
+    )
+    per_unit = per_unit.group_by(exp.column("__u"), append=True)
+    x = exp.column("__x")
+    absolute = exp.Abs(this=x.copy())
+    stats = (
+        exp.select(
+            exp.column("__g"),
+            *map(exp.column, keys),
+            exp.Count(this=exp.Star()).as_("__dn"),
+            exp.Sum(this=x.copy()).as_("__dv"),
+            exp.Sum(this=absolute.copy()).as_("__dt"),
+            exp.Max(this=absolute.copy(), count=exp.Literal.number(top_k)).as_("__dtop"),
+        )
+        .from_("__du")
+        .where(x.copy().neq(exp.Literal.number(0)))
+        .group_by(exp.column("__g"), *map(exp.column, keys))
+    )
+    return [("__du", per_unit), ("__dstats", stats)]
 
 
 def _same(left: str, right: str, names: list[str]) -> exp.Expr:

@@ -22,9 +22,11 @@
    count of 2 as 12 records less 5 and 5. Now refused (``live_cells``).
 4. A file beside a suppression job's ``n``: a file of ``nace IN ('C','G')``, region exact, gave
    (R01, G)'s 2 as 12 records less the job's 10. Now refused (``differencing._refuse_pair``).
-5. Open (strict xfail): the difference of two exact releases is asked for the minimum frequency
-   only, not for p% or dominance: all of R02 less R02 without J was J's 364,839,073 over 14
-   firms, 91 % of it one firm's (p:10 flags it; each job's cell passed).
+5. The difference of two exact releases was asked for the minimum frequency only, not for p%
+   or dominance: all of R02 less R02 without J was J's 364,839,073 over 14 firms, 91 % of it
+   one firm's (p:10 flags it; each job's cell passed). Now the job's rules are applied to the
+   difference's units (``sqlsdc.jobs.dominated_differences``, s45n) and the second job is
+   refused; a difference no rule flags stays allowed.
 
 Held (one line each):
 - a90 (90+ by municipality x education) then the same over ``region = 'R01'`` as a second
@@ -314,15 +316,6 @@ def _dominated_group(raw) -> tuple[str, str, float]:
     raise AssertionError("no dominated activity of 10 or more firms")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "open: the differencing check asks a difference of two exact releases for the minimum "
-        "frequency of units only, not for the sums' dominance or p% rule (revisions do); on "
-        "the s45f demo all of R02 less R02 without J was J's 364,839,073 over 14 firms, the "
-        "largest 332,410,235 (91 %): p:10 flags it, both jobs passed it"
-    ),
-)
 def test_two_jobs_whose_difference_is_a_dominated_group_are_refused(jobs_demo_db):
     """Two suppression jobs of turnover with the default rules (freq, p:10): a region, and the
     region without one activity of 10 or more firms that p:10 flags. Each cell passes its
@@ -337,7 +330,8 @@ def test_two_jobs_whose_difference_is_a_dominated_group_are_refused(jobs_demo_db
     try:
         protect_query(jobs_demo_db, "admin", whole, into="whole")
         protect_query(jobs_demo_db, "admin", without, into="without")
-    except TabularError:
+    except TabularError as refused:
+        assert "p(10)" in str(refused) and "whole" in str(refused)
         return  # refused: the group stays unknown
     with duckdb.connect(str(jobs_demo_db), read_only=True) as raw:
         (a,) = raw.execute(
