@@ -81,7 +81,10 @@ def test_threads_at_the_edge_of_a_budget_never_spend_past_it(
         con = one or sqlsdc.connect(db, "analyst")
         try:
             for j in range(3):
-                sql = f"SELECT COUNT(DISTINCT person_id) FROM benefits WHERE amount > {100 * i + j}"
+                # half euros: populations no other test of the session's database asked
+                # (a cell asked before is answered free, from the copied cache: 6 of 24 in CI)
+                cut = f"{100 * i + j}.5"
+                sql = f"SELECT COUNT(DISTINCT person_id) FROM benefits WHERE amount > {cut}"
                 try:
                     con.execute(sql).fetchall()
                     outcome = "answered"
