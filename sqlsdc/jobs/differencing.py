@@ -79,7 +79,7 @@ from sqlsdc.jobs.dominated_differences import refuse_dominated_differences
 from sqlsdc.jobs.exact_release import Release
 from sqlsdc.jobs.isolated_groups import refuse_isolated_groups
 from sqlsdc.jobs.tabulation import rules_of
-from sqlsdc.jobs.uncovered import smallest_difference
+from sqlsdc.jobs.uncovered import cell_text, smallest_difference
 from sqlsdc.policy import Policy
 from sqlsdc.tabular.rules import FrequencyRule, parse_rule
 
@@ -161,7 +161,7 @@ def min_frequency(policy: Policy, table: str) -> int:
 
 def _message(table: str, first: str, second: str, found, least: int) -> str:
     cell, units, side = found
-    named = ", ".join(f"{d} = {v!r}" for d, v in cell.items() if v is not None) or "total"
+    named = cell_text(cell)
     holder, other = (first, second) if side == "a" else (second, first)
     return (
         f"the population of {first} and that of {second} overlap and differ by only {units} "
@@ -187,7 +187,7 @@ def _union_message(table: str, first: str, second: str) -> str:
 
 def _blanked_message(table: str, job: str, file: str, placed, least: int) -> str:
     cell, units, columns = placed
-    named = ", ".join(f"{d} = {v!r}" for d, v in cell.items() if v is not None) or "total"
+    named = cell_text(cell)
     return (
         f"{file} blanked values of {', '.join(columns)} by local suppression, and {job} "
         f"publishes an exact value of the same units of {table} in a cell ({named}) from "

@@ -24,7 +24,7 @@ import numpy as np
 
 from sqlsdc.errors import TabularError
 from sqlsdc.jobs.exact_release import Release
-from sqlsdc.jobs.uncovered import dominated_cells
+from sqlsdc.jobs.uncovered import cell_text, dominated_cells
 from sqlsdc.tabular.rules import CellStats, FrequencyRule, apply_rules, required_top_k
 
 
@@ -58,7 +58,7 @@ def refuse_dominated_differences(
 
 
 def _message(spec, first: str, second: str, cell: dict, side: str, rule: str) -> str:
-    named = ", ".join(f"{d} = {v!r}" for d, v in cell.items() if v is not None) or "total"
+    named = cell_text(cell)
     holder, lacking = (first, second) if side == "a" else (second, first)
     return (
         f"{first} and {second} publish exact sums of {spec.measure} of {spec.table} that differ "

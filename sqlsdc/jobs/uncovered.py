@@ -417,3 +417,9 @@ def _parts(keys: list[str], inner: list[str]) -> list[tuple[str, exp.Select]]:
     )  # fmt: skip
     return [("__sig", numbered), ("__sets", sets), ("__m", met), ("__t", per_set),
             ("__own", own), ("__parts", parts)]  # fmt: skip
+
+
+def cell_text(cell: dict) -> str:
+    """A cell as its messages name it: ``region = 'R02', nace = 'J'`` (its keys that are not
+    totals), or ``total``."""
+    return ", ".join(f"{d} = {v!r}" for d, v in cell.items() if v is not None) or "total"
