@@ -173,14 +173,29 @@ def _outer_ctes(node: exp.Expr | None) -> dict[str, exp.Expr]:
     return ctes
 
 
-def _sources(select: exp.Select) -> list[exp.Expr]:
+def _sources(select: exp.Select) -> list[tuple[exp.Expr, str]]:
+    """The relations ``select`` reads (FROM and joins), each with the name its columns are
+    qualified by; a parenthesized table (``FROM (persons)``, ``FROM ((persons AS p)) AS q``)
+    is the table itself, named by its outermost alias (red team s46a: read as a derived
+    table without a query, its conditions compared the stored x)."""
     found = []
     from_ = select.args.get("from_")
-    if from_ is not None:
-        found.append(from_.this)
-    for join in select.args.get("joins") or []:
-        found.append(join.this)
+    for source in ([from_.this] if from_ is not None else []) + [
+        join.this for join in select.args.get("joins") or []
+    ]:
+        found.append(_unwrapped(source))
     return found
+
+
+def _unwrapped(source: exp.Expr) -> tuple[exp.Expr, str]:
+    """``source`` without the parentheses around a table, and the name it is read by."""
+    alias = source.alias
+    while isinstance(source, exp.Subquery) and (
+        isinstance(source.this, exp.Subquery) or not isinstance(source.this, exp.Query)
+    ):  # a Subquery is a Query to sqlglot: ((persons)) is two of them around a table
+        source = source.this
+        alias = alias or source.alias
+    return source, alias or source.alias_or_name
 
 
 class _Resolver:
@@ -195,8 +210,7 @@ class _Resolver:
         when ``column`` is no unit-noised column."""
         select = column.parent_select
         while select is not None:
-            for source in _sources(select):
-                alias = source.alias_or_name
+            for source, alias in _sources(select):
                 if column.table and alias != column.table:
                     continue
                 if isinstance(source, exp.Table) and self.cte(source) is None:
@@ -244,7 +258,7 @@ class _Resolver:
                 if isinstance(projection, exp.Star) or (
                     isinstance(projection, exp.Column) and isinstance(projection.this, exp.Star)
                 ):
-                    for inner in _sources(branch):
+                    for inner, _alias in _sources(branch):
                         found = self.source_noise(name, inner)
                         if found is not None:
                             return found
@@ -256,6 +270,7 @@ class _Resolver:
         return None
 
     def source_noise(self, name: str, source: exp.Expr) -> Noised | None:
+        source, _alias = _unwrapped(source)
         if isinstance(source, exp.Table) and self.cte(source) is None:
             return self.lookup(source.name, name)
         return self.noised_in(source, name)
@@ -264,8 +279,8 @@ class _Resolver:
         """The noise of ``column`` in its own select, through derived tables."""
         select = column.parent_select
         while select is not None:
-            for source in _sources(select):
-                if column.table and source.alias_or_name != column.table:
+            for source, alias in _sources(select):
+                if column.table and alias != column.table:
                     continue
                 found = self.source_noise(column.name, source)
                 if found is not None or column.table:
