@@ -251,7 +251,15 @@ class _Resolver:
         else:
             root = source.this if isinstance(source, exp.Subquery) else source
         if not isinstance(root, exp.Query):
-            return None
+            # tables and derived tables are all the planner admits: a relation of another
+            # shape is not followed, so a condition read from it is refused, never left on
+            # the stored x unseen (red team s46a: a parenthesized table was such a relation)
+            raise PolicyViolation(
+                f"{source.sql('duckdb')[:80]}: sqlsdc cannot tell which table's column "
+                f"{name} of this relation is, so a condition on it could compare a measure's "
+                "stored value where its sums add the value times a permanent noise factor",
+                "read the declared tables by name, or a derived table (SELECT ...)",
+            )
         branches = [root] if isinstance(root, exp.Select) else list(root.find_all(exp.Select))
         for branch in branches:
             for projection in branch.expressions:

@@ -196,3 +196,18 @@ def test_a_class_and_its_complement_partition_the_persons(ckm, raw_ckm, cut):
     everyone = {k for (k,) in raw_ckm.execute("SELECT __rkey FROM persons").fetchall()}
     assert not high & low and not (high | low) & null
     assert high | low | null == everyone
+
+
+def test_a_relation_the_conversion_cannot_follow_is_refused():
+    """Defence in depth: a source neither a table nor a query (VALUES here; the planner
+    refuses it before the rewrite) is refused by the conversion itself, where main returned
+    'nothing to convert' and left whatever it compared on the stored value (as it did for a
+    parenthesized table)."""
+    import sqlglot
+
+    from sqlsdc.rewrite.noised_conditions import noise_conditions, policy_lookup
+
+    sql = "SELECT COUNT(*) FROM (VALUES (5)) AS v(income) WHERE v.income >= 1"
+    tree = sqlglot.parse_one(sql, read="duckdb")
+    with pytest.raises(PolicyViolation, match="cannot tell which table"):
+        noise_conditions(tree, policy_lookup(demo_policy()), lambda: sql)
