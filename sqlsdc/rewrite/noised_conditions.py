@@ -183,16 +183,34 @@ def _sources(select: exp.Select) -> list[tuple[exp.Expr, str]]:
     for source in ([from_.this] if from_ is not None else []) + [
         join.this for join in select.args.get("joins") or []
     ]:
-        found.append(_unwrapped(source))
+        source, alias = _unwrapped(source)
+        if isinstance(source, exp.Subquery) and not isinstance(source.this, exp.Query):
+            _refuse_unfollowed(source)  # a nested join (a JOIN b): its tables are not traced
+        found.append((source, alias))
     return found
+
+
+def _refuse_unfollowed(source: exp.Expr, name: str = "") -> None:
+    """Refuse a relation whose columns the conversion cannot trace to their tables: tables
+    and derived tables are all the planner admits, so a condition read from another shape is
+    refused, never left on the stored x unseen (red team s46a: a parenthesized table was
+    such a relation)."""
+    raise PolicyViolation(
+        f"{source.sql('duckdb')[:80]}: sqlsdc cannot trace "
+        f"{f'column {name}' if name else 'the columns'} of this relation to a table, so a "
+        "condition on it could compare a measure's stored value where its sums add the value "
+        "times a permanent noise factor",
+        "read the declared tables by name, or a derived table (SELECT ...)",
+    )
 
 
 def _unwrapped(source: exp.Expr) -> tuple[exp.Expr, str]:
     """``source`` without the parentheses around a table, and the name it is read by."""
     alias = source.alias
     while isinstance(source, exp.Subquery) and (
-        isinstance(source.this, exp.Subquery) or not isinstance(source.this, exp.Query)
-    ):  # a Subquery is a Query to sqlglot: ((persons)) is two of them around a table
+        isinstance(source.this, exp.Subquery)  # a Query to sqlglot: ((persons)) is two
+        or (isinstance(source.this, exp.Table) and not source.this.args.get("joins"))
+    ):  # (a JOIN b) is a Table with joins inside: not followed (noised_in refuses it)
         source = source.this
         alias = alias or source.alias
     return source, alias or source.alias_or_name
@@ -251,15 +269,7 @@ class _Resolver:
         else:
             root = source.this if isinstance(source, exp.Subquery) else source
         if not isinstance(root, exp.Query):
-            # tables and derived tables are all the planner admits: a relation of another
-            # shape is not followed, so a condition read from it is refused, never left on
-            # the stored x unseen (red team s46a: a parenthesized table was such a relation)
-            raise PolicyViolation(
-                f"{source.sql('duckdb')[:80]}: sqlsdc cannot tell which table's column "
-                f"{name} of this relation is, so a condition on it could compare a measure's "
-                "stored value where its sums add the value times a permanent noise factor",
-                "read the declared tables by name, or a derived table (SELECT ...)",
-            )
+            _refuse_unfollowed(source, name)
         branches = [root] if isinstance(root, exp.Select) else list(root.find_all(exp.Select))
         for branch in branches:
             for projection in branch.expressions:

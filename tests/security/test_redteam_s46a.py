@@ -209,5 +209,22 @@ def test_a_relation_the_conversion_cannot_follow_is_refused():
 
     sql = "SELECT COUNT(*) FROM (VALUES (5)) AS v(income) WHERE v.income >= 1"
     tree = sqlglot.parse_one(sql, read="duckdb")
-    with pytest.raises(PolicyViolation, match="cannot tell which table"):
+    with pytest.raises(PolicyViolation, match="cannot trace column income"):
+        noise_conditions(tree, policy_lookup(demo_policy()), lambda: sql)
+
+
+def test_a_nested_join_the_conversion_cannot_follow_is_refused():
+    """``(a JOIN b)`` is a table with joins inside to sqlglot (the planner refuses it before
+    the rewrite): the conversion does not take it for the table a, whose columns alone it
+    would trace, and refuses it."""
+    import sqlglot
+
+    from sqlsdc.rewrite.noised_conditions import noise_conditions, policy_lookup
+
+    sql = (
+        "SELECT COUNT(*) FROM (regions r JOIN persons p ON p.region = r.region) "
+        "WHERE p.income >= 100000"
+    )
+    tree = sqlglot.parse_one(sql, read="duckdb")
+    with pytest.raises(PolicyViolation, match="cannot trace the columns"):
         noise_conditions(tree, policy_lookup(demo_policy()), lambda: sql)
