@@ -7,8 +7,11 @@ income >= 20000`` (also ``FROM (persons AS p)``, ``FROM (enterprises)``, a CTE o
 whose own FROM is parenthesized) is the table persons to the planner and the engine, but the
 conversion of :mod:`sqlsdc.rewrite.noised_conditions` found no table among the select's sources
 (sqlglot parses it as a ``Subquery`` whose body is a table, not a query) and left the
-condition on x while the sums add x·m: s45l's finding again (the class of x beside the padded
-average of x·m gives the side of 1 of the factor of 17 % of the incomes of 20,000 or more).
+condition on x while the sums add x·m: s45l's finding again. Scored with y = x·m exact (the
+limit of s44j's padded averages, 3 statements per target) and the class of x at the breaks
+(``FROM (persons)``, one statement per break): the branch of m is told for 2,454 of the 15,118
+incomes of 20,000 or more (16 %), the centred estimate within 2.5 % of x on average, 1,034
+within 2 %, where the method promises no closer than 5 %.
 On the demo ``COUNT(*) FROM (persons) WHERE income >= 100000`` kept the 2,725 persons of
 x ≥ 100,000 (published 2,727) where ``FROM persons`` keeps the 2,710 of x·m ≥ 100,000
 (published 2,712); the two classes differ for 441 persons at 100,000 and 440 at 20,000 (one
@@ -18,7 +21,9 @@ not followed): now refused as every condition through a derived table's output i
 parenthesized table is now the table itself, named by its outermost alias.
 
 Held (the tests below, the rewritten SQL read, or one line each):
-- the row-level sets of 40 spellings of one class equal the Python reference's x·m class:
+- about 340 statements tried, the rewritten SQL of every answered one read for a comparison
+  left on the stored value (none but the parenthesized table), and the row-level sets of the
+  spellings of one class (15 kept below) equal to the Python reference's x·m class:
   NOT, <, >, =, <>, IS [NOT] DISTINCT FROM, BETWEEN (the measure as low or high bound), IN
   with 0, IS TRUE, a CASE WHEN in WHERE, IF/NULLIF/CASE in COUNT and SUM, ROLLUP, GROUPING
   SETS, HAVING on the protected count, quoted and upper-case names, parameters (``?``, ``$1``,
@@ -34,7 +39,13 @@ Held (the tests below, the rewritten SQL read, or one line each):
   table, TRY_CAST/CAST to a narrow type in a SUM (error oracle), 1/(x − b), FILTER, COUNT(
   DISTINCT income), a qualified ``main.persons``, a join of persons to benefits (DP);
 - comparisons through a derived table's or CTE's output: refused (s45m), with or without
-  parentheses around the table they read.
+  parentheses around the table they read; column lists renaming a derived table's outputs
+  (``t(age, i)`` over ``SELECT income, age``) are followed (refused);
+- Spark (``run_protected``) gives the DuckDB cells for the parenthesized table, ``((persons))``
+  in a CASE, ``(enterprises)``, a CTE's WHERE, ``IN (0, 20000)``, ``IS NOT DISTINCT FROM 0``
+  and a ROLLUP of ``NOT (income < b)`` (8 statements);
+- the secret mix, the ledger, table functions and qualified names stay refused in
+  parentheses (``FROM (sqlsdc.ckm_mix)``); DP on ``(benefits)`` is charged as on ``benefits``.
 """
 
 from __future__ import annotations
