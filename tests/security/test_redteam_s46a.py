@@ -44,6 +44,9 @@ Held (the tests below, the rewritten SQL read, or one line each):
 - Spark (``run_protected``) gives the DuckDB cells for the parenthesized table, ``((persons))``
   in a CASE, ``(enterprises)``, a CTE's WHERE, ``IN (0, 20000)``, ``IS NOT DISTINCT FROM 0``
   and a ROLLUP of ``NOT (income < b)`` (8 statements);
+- the server (psycopg, 9 statements: ``(persons)``, ``(public.persons)``, a bound ``%s``,
+  ``= ANY(%s)`` and ``ANY(ARRAY[...])``, ``IS TRUE``) answers the x·m class as the
+  connection does; ``100000::numeric`` and ``FROM ONLY`` are refused;
 - the secret mix, the ledger, table functions and qualified names stay refused in
   parentheses (``FROM (sqlsdc.ckm_mix)``); DP on ``(benefits)`` is charged as on ``benefits``.
 """
@@ -51,14 +54,20 @@ Held (the tests below, the rewritten SQL read, or one line each):
 from __future__ import annotations
 
 import pytest
+import sqlglot
 
 import sqlsdc
-from sqlsdc.demo.build import build_demo_database, demo_policy
+from sqlsdc.demo.build import demo_policy
 from sqlsdc.errors import PolicyViolation
 from sqlsdc.mechanisms.ckm import MixKeys
 from sqlsdc.mechanisms.unit_noise import unit_factor
-from sqlsdc.policy import AggregateKind, load_policy
-from tests.security.test_redteam_s45m import _kept, _noised
+from sqlsdc.policy import AggregateKind
+from sqlsdc.rewrite.noised_conditions import noise_conditions, policy_lookup
+from tests.security.test_redteam_s45m import (
+    _kept,
+    _noised,
+    threshold_counts_db,  # noqa: F401 - the fixture
+)
 
 PARENTHESIZED = [  # (the analyst's SQL, the class as a test of a value; None: women only)
     ("SELECT COUNT(*) FROM (persons) WHERE income >= 20000", lambda v: v >= 20000),
@@ -145,18 +154,9 @@ def test_a_condition_through_a_derived_table_of_a_parenthesized_table_is_refused
         ckm.execute(sql).fetchall()
 
 
-@pytest.fixture(scope="module")
-def threshold_counts_db(tmp_path_factory):
-    """The demo with persons' counts by threshold beside CKM magnitudes with unit noise."""
-    document = demo_policy().document_dict()
-    document["protection"]["counts"] = {"method": "threshold"}
-    policy = load_policy(document, name="demo-threshold-counts")
-    path = tmp_path_factory.mktemp("s46a") / "demo.duckdb"
-    build_demo_database(path, persons=2000, seed=3, policy=policy)
-    return path
-
-
-def test_another_methods_condition_on_a_parenthesized_table_is_refused(threshold_counts_db):
+def test_another_methods_condition_on_a_parenthesized_table_is_refused(
+    threshold_counts_db,  # noqa: F811 - the fixture of test_redteam_s45m
+):
     """Counts by threshold beside CKM magnitudes with unit noise: the probe of
     ``refuse_noised_conditions`` now finds the condition behind the parentheses and refuses it
     (main answered it with the class of the stored x)."""
@@ -214,10 +214,6 @@ def test_a_relation_the_conversion_cannot_follow_is_refused():
     refuses it before the rewrite) is refused by the conversion itself, where main returned
     'nothing to convert' and left whatever it compared on the stored value (as it did for a
     parenthesized table)."""
-    import sqlglot
-
-    from sqlsdc.rewrite.noised_conditions import noise_conditions, policy_lookup
-
     sql = "SELECT COUNT(*) FROM (VALUES (5)) AS v(income) WHERE v.income >= 1"
     tree = sqlglot.parse_one(sql, read="duckdb")
     with pytest.raises(PolicyViolation, match="cannot trace column income"):
@@ -228,10 +224,6 @@ def test_a_nested_join_the_conversion_cannot_follow_is_refused():
     """``(a JOIN b)`` is a table with joins inside to sqlglot (the planner refuses it before
     the rewrite): the conversion does not take it for the table a, whose columns alone it
     would trace, and refuses it."""
-    import sqlglot
-
-    from sqlsdc.rewrite.noised_conditions import noise_conditions, policy_lookup
-
     sql = (
         "SELECT COUNT(*) FROM (regions r JOIN persons p ON p.region = r.region) "
         "WHERE p.income >= 100000"
