@@ -173,14 +173,47 @@ def _outer_ctes(node: exp.Expr | None) -> dict[str, exp.Expr]:
     return ctes
 
 
-def _sources(select: exp.Select) -> list[exp.Expr]:
+def _sources(select: exp.Select) -> list[tuple[exp.Expr, str]]:
+    """The relations ``select`` reads (FROM and joins), each with the name its columns are
+    qualified by; a parenthesized table (``FROM (persons)``, ``FROM ((persons AS p)) AS q``)
+    is the table itself, named by its outermost alias (red team s46a: read as a derived
+    table without a query, its conditions compared the stored x)."""
     found = []
     from_ = select.args.get("from_")
-    if from_ is not None:
-        found.append(from_.this)
-    for join in select.args.get("joins") or []:
-        found.append(join.this)
+    for source in ([from_.this] if from_ is not None else []) + [
+        join.this for join in select.args.get("joins") or []
+    ]:
+        source, alias = _unwrapped(source)
+        if isinstance(source, exp.Subquery) and not isinstance(source.this, exp.Query):
+            _refuse_unfollowed(source)  # a nested join (a JOIN b): its tables are not traced
+        found.append((source, alias))
     return found
+
+
+def _refuse_unfollowed(source: exp.Expr, name: str = "") -> None:
+    """Refuse a relation whose columns the conversion cannot trace to their tables: tables
+    and derived tables are all the planner admits, so a condition read from another shape is
+    refused, never left on the stored x unseen (red team s46a: a parenthesized table was
+    such a relation)."""
+    raise PolicyViolation(
+        f"{source.sql('duckdb')[:80]}: sqlsdc cannot trace "
+        f"{f'column {name}' if name else 'the columns'} of this relation to a table, so a "
+        "condition on it could compare a measure's stored value where its sums add the value "
+        "times a permanent noise factor",
+        "read the declared tables by name, or a derived table (SELECT ...)",
+    )
+
+
+def _unwrapped(source: exp.Expr) -> tuple[exp.Expr, str]:
+    """``source`` without the parentheses around a table, and the name it is read by."""
+    alias = source.alias
+    while isinstance(source, exp.Subquery) and (
+        isinstance(source.this, exp.Subquery)  # a Query to sqlglot: ((persons)) is two
+        or (isinstance(source.this, exp.Table) and not source.this.args.get("joins"))
+    ):  # (a JOIN b) is a Table with joins inside: not followed (noised_in refuses it)
+        source = source.this
+        alias = alias or source.alias
+    return source, alias or source.alias_or_name
 
 
 class _Resolver:
@@ -195,8 +228,7 @@ class _Resolver:
         when ``column`` is no unit-noised column."""
         select = column.parent_select
         while select is not None:
-            for source in _sources(select):
-                alias = source.alias_or_name
+            for source, alias in _sources(select):
                 if column.table and alias != column.table:
                     continue
                 if isinstance(source, exp.Table) and self.cte(source) is None:
@@ -237,14 +269,14 @@ class _Resolver:
         else:
             root = source.this if isinstance(source, exp.Subquery) else source
         if not isinstance(root, exp.Query):
-            return None
+            _refuse_unfollowed(source, name)
         branches = [root] if isinstance(root, exp.Select) else list(root.find_all(exp.Select))
         for branch in branches:
             for projection in branch.expressions:
                 if isinstance(projection, exp.Star) or (
                     isinstance(projection, exp.Column) and isinstance(projection.this, exp.Star)
                 ):
-                    for inner in _sources(branch):
+                    for inner, _alias in _sources(branch):
                         found = self.source_noise(name, inner)
                         if found is not None:
                             return found
@@ -256,6 +288,7 @@ class _Resolver:
         return None
 
     def source_noise(self, name: str, source: exp.Expr) -> Noised | None:
+        source, _alias = _unwrapped(source)
         if isinstance(source, exp.Table) and self.cte(source) is None:
             return self.lookup(source.name, name)
         return self.noised_in(source, name)
@@ -264,8 +297,8 @@ class _Resolver:
         """The noise of ``column`` in its own select, through derived tables."""
         select = column.parent_select
         while select is not None:
-            for source in _sources(select):
-                if column.table and source.alias_or_name != column.table:
+            for source, alias in _sources(select):
+                if column.table and alias != column.table:
                     continue
                 found = self.source_noise(column.name, source)
                 if found is not None or column.table:
