@@ -120,7 +120,7 @@ def refuse_file_differences(con, policy: Policy, file: Release, tables: list) ->
     for measure in dict.fromkeys(spec.measure for _l, spec in tables):
         same = [(label, spec) for label, spec in tables if spec.measure == measure]
         # the file as a table of this aggregate by its plain dimension columns
-        spec = replace(same[0][1], dims=file.dims, where=file.where)
+        spec = replace(same[0][1], dims=file.dims, where=file.where, written=None)
         others = [Release(label, theirs.where, theirs.dims) for label, theirs in same]
         least = min_frequency(policy, spec.table)
         refuse_isolated_groups(con, spec, others, least, label=file.label, error=MicrodataError)
@@ -138,7 +138,8 @@ def _refuse_pair(con, spec, other: Release, least: int, names: tuple[str, str], 
         # a file's cell that adds up inner cells of the table but is none of its cells: less
         # those the table publishes, it is one it hides (a file's cell that is one of the
         # table's shows that cell itself, as its records do)
-        file = replace(spec, dims=tuple(n for n, _e in other.exact), where=other.where)
+        dims = tuple(n for n, _e in other.exact)
+        file = replace(spec, dims=dims, where=other.where, written=None)
         if cells_add_up(con, file, spec, [e for _n, e in other.exact], shared=False):
             raise error(_union_message(spec.table, *names))
     placed = blanked_difference(con, spec, other, least)

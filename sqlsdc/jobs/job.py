@@ -38,7 +38,14 @@ from sqlsdc.errors import Error, TabularError, VerificationError
 from sqlsdc.jobs.output_store import storing_output
 from sqlsdc.jobs.refusals import refuse_job
 from sqlsdc.jobs.session import OUTPUT_SCHEMA, job_catalog, job_fingerprint, json_safe
-from sqlsdc.jobs.tabulation import JobSpec, cells_sql, cells_table, parse_job, rules_of
+from sqlsdc.jobs.tabulation import (
+    JobSpec,
+    cells_sql,
+    cells_table,
+    parse_job,
+    population_where,
+    rules_of,
+)
 from sqlsdc.policy import Policy, load_policy
 from sqlsdc.tabular.model import Table
 from sqlsdc.tabular.rules import required_top_k
@@ -147,7 +154,7 @@ class Job:
         keys = [c for c in cells.columns if c not in (*values, status)]
         frame = cells.astype({k: str for k in keys}).reset_index(drop=True)
         frame.attrs = {}  # the method's reports stay out of the Arrow metadata
-        where = self.spec.where
+        where = population_where(self.spec)  # as the SQL writes it, not the x·m it computes
         store.record_cells(self.con, pa.Table.from_pandas(frame, preserve_index=False),
                            tables=(self.spec.table,), keys=keys, values=values,
                            mechanism=self.method, status=status,

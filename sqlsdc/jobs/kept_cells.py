@@ -26,7 +26,9 @@ rounding every version's (:func:`versions_of`). Identities:
   as the guard's cell identity describes them (:func:`~sqlsdc.planner.identity.
   aggregation_identity`: ``85 <= age``, ``NOT age < 85`` and ``(age >= 85)`` are one), or the
   population of a version of the job whose WHERE keeps the same rows in the data now
-  (``age > 84`` of an integer age, which the simplifier cannot equate);
+  (``age > 84`` of an integer age, which the simplifier cannot equate); described by the
+  WHERE as the job's SQL writes it (:func:`~sqlsdc.jobs.tabulation.population_where`), also
+  where it stands for the x·m condition of a unit-noised measure's class;
 - the cell (:attr:`Cells.keys`): its codes by dimension name, dimensions at their total code
   left out, so a table of other dimensions or of another column order names a shared cell
   alike.
@@ -57,7 +59,7 @@ from sqlglot.optimizer.scope import build_scope
 
 from sqlsdc.errors import Error
 from sqlsdc.jobs.stored_tables import same_rows
-from sqlsdc.jobs.tabulation import parse_job
+from sqlsdc.jobs.tabulation import parse_job, population_where
 from sqlsdc.planner.identity import aggregation_identity
 from sqlsdc.tabular.model import Table
 
@@ -204,11 +206,11 @@ def _stored_populations(job) -> dict[str, str]:
 def _population(job) -> str:
     """The canonical population of ``job``: its table, measure and rows (the WHERE as the
     guard's cell identity describes it; its SQL text when that cannot be described)."""
-    spec = job.spec
+    spec, where = job.spec, population_where(job.spec)  # a name; same_rows reads the rows
     try:
-        rows = _rows_identity(job.con, spec.table, spec.where)
+        rows = _rows_identity(job.con, spec.table, where)
     except (SqlglotError, Error):
-        rows = {"where": None if spec.where is None else spec.where.sql("duckdb")}
+        rows = {"where": None if where is None else where.sql("duckdb")}
     return json.dumps({"table": spec.table.lower(), "measure": spec.measure, "rows": rows},
                       sort_keys=True, separators=(",", ":"))  # fmt: skip
 

@@ -28,7 +28,7 @@ from sqlsdc.catalog.identity_text import identities
 from sqlsdc.errors import SqlSyntaxError, TabularError
 from sqlsdc.jobs.revisions import Units, version_changes
 from sqlsdc.jobs.stored_tables import earlier_versions_of_the_same_cells
-from sqlsdc.jobs.tabulation import parse_job, table_dims
+from sqlsdc.jobs.tabulation import parse_job, population_where, table_dims
 from sqlsdc.tabular.model import Table
 
 if TYPE_CHECKING:
@@ -105,7 +105,8 @@ def _ledger_status(
     key value so written) are written by DuckDB, as the ledger wrote them: skipped, such a
     version was forgotten (red team s43l: ``WHERE nace <> 'Ü'``, then the same cells by
     ``hitas`` beside it published cells it had hidden)."""
-    population = None if spec.where is None else spec.where.sql("duckdb")
+    where = population_where(spec)  # as the ledger names it (:meth:`Job._record_cells`)
+    population = None if where is None else where.sql("duckdb")
     keys = table.cells[dims].astype(str)
     names = identities((spec.table,), population, dims, [keys[d].tolist() for d in dims], len(keys))
     if names is None:  # not plain text: as DuckDB wrote it into the ledger

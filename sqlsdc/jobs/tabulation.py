@@ -22,6 +22,7 @@ from sqlglot import exp
 
 from sqlsdc.catalog.keys import RKEY
 from sqlsdc.errors import SqlSyntaxError, TabularError
+from sqlsdc.jobs.noised_where import noised_where
 from sqlsdc.mechanisms.parameters import UnitNoise
 from sqlsdc.policy import AggregateKind, ColumnRole, Policy
 from sqlsdc.rewrite.ckm_mix import join_mix
@@ -43,9 +44,19 @@ class JobSpec:
     dims: tuple[str, ...]
     measure: str | None  # None: a frequency table
     unit: str
-    where: exp.Expr | None
+    where: exp.Expr | None  # the rows kept: a unit-noised measure compared as x·m (noised_where)
     rows: bool = False
     unit_noise: UnitNoise | None = None  # a sum's permanent unit noise (:func:`measure_sum`)
+    written: exp.Expr | None = None  # the WHERE as the SQL writes it (:func:`population_where`)
+
+
+def population_where(spec: JobSpec) -> exp.Expr | None:
+    """The WHERE that names a job's population in the ledger and in the identities of its kept
+    cells: as its SQL writes it (``employees >= 10``), as the query path names a population by
+    the WHERE it analysed, never the x·m condition :attr:`JobSpec.where` computes its rows by
+    (:mod:`sqlsdc.jobs.noised_where`: about 4 KB of SQL per ledger row, the same rows). Only
+    a name: every reader of rows reads :attr:`JobSpec.where`."""
+    return spec.where if spec.written is None else spec.written
 
 
 def parse_job(sql: str, policy: Policy, *, stored: bool = False) -> JobSpec:
@@ -110,9 +121,11 @@ def parse_job(sql: str, policy: Policy, *, stored: bool = False) -> JobSpec:
             f"the aggregate must be SUM(measure) or COUNT(*) (or COUNT(DISTINCT "
             f"{table.privacy_unit})): {shape}"
         )
-    where = tree.args.get("where")
+    written = tree.args.get("where")
+    where = noised_where(tree, policy, sql, stored=stored)  # x·m: a unit-noised measure compared
     noise = _unit_noise(table) if measure is not None else None
-    return JobSpec(table.name, dims, measure, table.privacy_unit, where and where.this, rows, noise)
+    return JobSpec(table.name, dims, measure, table.privacy_unit, where, rows, noise,
+                   written and written.this)  # fmt: skip
 
 
 def _unit_noise(table) -> UnitNoise | None:

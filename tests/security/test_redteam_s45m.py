@@ -6,8 +6,8 @@ each factor is on (s45l: 17 % of incomes of 20,000 or more, centred estimate wit
 on average). Now every comparison of such a column at a break, in the query that reads its table
 (WHERE, JOIN ON, CASE of an aggregate's argument, a derived table's own WHERE), compares x·m
 (:mod:`sqlsdc.rewrite.noised_conditions`); comparisons through a derived table's output or by
-another method's frame are refused. Open (a strict expected failure below): a protection job's
-WHERE still compares the stored x.
+another method's frame are refused. A protection job's WHERE compares x·m too since s46c
+(:mod:`sqlsdc.jobs.noised_where`; more in ``tests/jobs/test_noised_where.py``).
 
 Each test here fails on int45 before the fix: the rows a condition kept were those of x.
 """
@@ -137,16 +137,10 @@ def test_a_derived_table_of_dimensions_is_answered(ckm):
     assert ckm.execute(sql).fetchall()[0][0] > 1000
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s45m, open: a protection job's WHERE compares the stored x (jobs/tabulation.py "
-    "cells_sql; its population checks same_rows, held_cuts, _rows_identity read the same "
-    "WHERE), so a job by employees >= 10 beside the queries' sums of x·m tells the side of m "
-    "for the units near 10 (here the job counts x's class, not x·m's)",
-)
 def test_a_jobs_class_of_a_noised_measure_is_a_class_of_the_noised_value(ckm, raw_ckm):
-    """A job's WHERE at a break (the README's ``WHERE employees >= 10``) should keep the units
-    whose x·m passes it, as the query path does."""
+    """A job's WHERE at a break (the README's ``WHERE employees >= 10``) keeps the units whose
+    x·m passes it, as the query path does (a strict expected failure until s46c: the job
+    counted x's class)."""
     from sqlsdc.jobs.tabulation import cells_sql
 
     policy = demo_policy()
