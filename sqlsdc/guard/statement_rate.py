@@ -7,8 +7,17 @@ persons /* 990,000 random characters */`` in a loop grew the database by 11 MB i
 CPU (3.8 MB a CPU second; red team s44e), more than the refusals the audit's rate bounds
 (:mod:`sqlsdc.catalog.refusal_rate`). So a user's statements longer than :data:`FREE`
 characters may add up to :data:`CHARACTERS_PER_MINUTE` a minute (UTC minutes); a statement
-beyond is refused before anything is run or charged, saying what to do. Shorter statements
-are not counted: their log grows no faster than queries run.
+beyond is refused before anything is run or charged, saying what to do. A statement's
+parameters count with it: the audit log keeps them on a line after its text
+(:mod:`sqlsdc.guard.audited_parameters`), and that whole text is what is counted.
+
+:data:`FREE` was 4,096 characters: statements of 4,096 characters, uncounted, ran one after
+another at 427,000 characters a CPU second (the same text, its check cached), 25 MB of log a
+minute from one core against the 4 MiB the rate allows, and as much again from every other
+process or server session of the user (red team s46g). Now it is 256: a statement that short
+adds to its audit entry no more than the entry's own columns (times, user, fingerprint,
+reason: 100-200 bytes), so what no rate counts grows no faster than entries do, and most
+statements (a hundred characters or so) still skip the log's count.
 
 The minute is counted from the audit log itself (the characters of the user's entries
 longer than :data:`FREE` logged since the minute began), so every process of the user shares
@@ -33,8 +42,8 @@ from sqlsdc.errors import PolicyViolation
 
 __all__ = ["CHARACTERS_PER_MINUTE", "FREE", "check"]
 
-FREE = 4_096
-"""Statements up to this many characters are not counted."""
+FREE = 256
+"""Statements (with their parameters' line) up to this many characters are not counted."""
 CHARACTERS_PER_MINUTE = 4 * 2**20
 """Characters of one user's longer statements taken a minute (4 MiB: four of the longest a
 default policy accepts)."""

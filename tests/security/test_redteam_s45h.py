@@ -158,7 +158,7 @@ def test_login_attempts_count_per_name_and_address_and_forget_successes(monkeypa
 
     clock = [1000.0]
     monkeypatch.setattr(login_rate.time, "monotonic", lambda: clock[0])
-    attempts = login_rate.LoginAttempts()
+    attempts = login_rate.LoginAttempts(per_address=10**6)  # per name here (s46g: per address)
     for _ in range(50):  # successes
         attempts.succeeded(attempts.begin("analyst", "10.0.0.1"))
     for _ in range(10):

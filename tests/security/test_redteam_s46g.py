@@ -1,0 +1,206 @@
+"""Red team s46g: the server and the audit log under many users (issue 18, must-have 5).
+
+Findings (each test fails on the code before its fix):
+
+- The statement rate (:mod:`sqlsdc.guard.statement_rate`) counted only statements longer
+  than 4,096 characters: one process sent the same statement of 4,096 characters (a comment
+  of 4,060) at 427,000 characters a CPU second, 25 MB of audit log a minute from one core
+  where the rate allows 4 MiB, and as much again from every other process or server
+  session. Now statements longer than 256 characters are counted (with their parameters).
+- The audit log kept a parameterised statement's text with its placeholders and no value:
+  ``SELECT COUNT(*) FROM persons WHERE region = ? AND age = ?`` was logged the same for
+  every cell it asked, through the Python API and the server's extended protocol alike. Now
+  the values follow on a line of their own, as the guard bound them, at most 4,096
+  characters (then a SHA-256), and count against the statement rate.
+- ``sqlsdc serve`` bounded failed logins per user name and address only: one client tried
+  10 passwords for each of 100 names in a minute (1,000 proofs checked). Now an address (an
+  IPv6 one's /64) has 30 unsuccessful logins a minute whatever the names
+  (``--max-failed-logins-per-address``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import re
+
+import pytest
+
+import sqlsdc
+from sqlsdc.guard import statement_rate
+from tests.security.test_redteam_s44e import _rows
+from tests.security.test_redteam_s45h import _in_one_minute
+
+# --- the statement rate counts short statements too -------------------------------------------
+
+
+def test_statements_of_4096_characters_count_against_the_minute(fresh_demo_db, monkeypatch):
+    """Before: statements of at most 4,096 characters were never counted: 12 of 1,000
+    characters went through a minute of 8,000. Now the 9th is refused, and a new process's
+    count (emptied) still reads the minute from the audit log."""
+    monkeypatch.setattr(statement_rate, "CHARACTERS_PER_MINUTE", 8_000)  # conftest lifts it
+    monkeypatch.setattr(statement_rate, "_taken", {})
+
+    def statement(i: int) -> str:
+        sql = f"SELECT COUNT(*) FROM persons /* {i:04d} "
+        return sql + "c" * (997 - len(sql)) + " */"
+
+    def attempt():
+        accepted = 0
+        with sqlsdc.connect(fresh_demo_db, user="analyst") as con:
+            for i in range(12):
+                if i == 6:
+                    monkeypatch.setattr(statement_rate, "_taken", {})  # another process
+                try:
+                    con.execute(statement(i)).fetchall()
+                    accepted += 1
+                except sqlsdc.PolicyViolation as refusal:
+                    return accepted, str(refusal)
+        return accepted, None
+
+    accepted, refusal = _in_one_minute(attempt)
+    assert len(statement(0)) == 1_000
+    assert accepted == 8 and refusal is not None and "this minute" in refusal
+    with sqlsdc.connect(fresh_demo_db, user="analyst") as con:  # 256 characters or fewer: free
+        assert con.execute("SELECT COUNT(*) FROM regions").fetchall() == [(8,)]
+
+
+# --- parameters in the audit log --------------------------------------------------------------
+
+
+def _logged(db, like: str) -> list[str]:
+    rows = _rows(db, "SELECT sql_text FROM sqlsdc.audit WHERE sql_text LIKE ? ORDER BY query_id",
+                 [like])  # fmt: skip
+    return [text for (text,) in rows]
+
+
+def test_the_audit_log_keeps_the_values_of_a_parameterised_statement(fresh_demo_db):
+    """Before: each of these was logged as its text with ``?`` (``$r``), the same entry for
+    every value. Now the values follow on one line, as the literals the guard bound."""
+    sql = "SELECT COUNT(*) FROM persons WHERE sex = ? AND age BETWEEN ? AND ?"
+    with sqlsdc.connect(fresh_demo_db, user="analyst") as con:
+        con.execute(sql, ["F", 30, 40]).fetchall()
+        con.execute(sql, ("M", 30, 40)).fetchall()
+        con.execute("SELECT COUNT(*) FROM persons WHERE region = $r", {"r": "R01"}).fetchall()
+        con.execute("SELECT COUNT(*) FROM persons WHERE region = ANY(?)",
+                    [["R01", "R02"]]).fetchall()  # fmt: skip
+        with pytest.raises(sqlsdc.Error):  # refused: audited with its value too
+            con.execute("SELECT COUNT(*) FROM persons WHERE age > ?", [object()]).fetchall()
+    assert _logged(fresh_demo_db, "SELECT COUNT(*) FROM persons WHERE sex = ?%") == [
+        f"{sql}\n-- parameters: 'F', 30, 40",
+        f"{sql}\n-- parameters: 'M', 30, 40",
+    ]
+    assert _logged(fresh_demo_db, "%region = $r%") == [
+        "SELECT COUNT(*) FROM persons WHERE region = $r\n-- parameters: $r = 'R01'"
+    ]
+    assert _logged(fresh_demo_db, "%ANY(?)%")[-1].endswith("-- parameters: ['R01', 'R02']")
+    assert _logged(fresh_demo_db, "%age > ?%")[-1].endswith("-- parameters: <object value>")
+
+
+def test_audited_parameters_are_typed_one_line_and_bounded():
+    """The line's spelling: each type as the guard binds it; a value cannot break the line
+    (a newline, a backslash: JSON escapes); a megabyte value is kept as 4,096 characters and
+    the SHA-256 of the whole; a sequence read once, as bound."""
+    from sqlsdc.guard.audited_parameters import audited_text, snapshot
+
+    values = [None, True, 7, 1.5, decimal.Decimal("2.50"), dt.date(2020, 1, 2), b"\x00\xff"]
+    assert audited_text("q", values) == (
+        "q\n-- parameters: NULL, TRUE, 7, 1.5, 2.50, CAST('2020-01-02' AS DATE), "
+        "CAST('\\\\x00\\\\xFF' AS BLOB)"
+    )
+    text = audited_text("q", {"b": "x\n-- forged\u2028line", "a": "\\"})
+    assert text == "q\n-- parameters: $a = '\\\\', $b = 'x\\n-- forged\\u2028line'"
+    assert text.count("\n") == 1
+    assert audited_text("q", []) == audited_text("q", None) == "q"
+    huge = audited_text("q", ["v" * 1_000_000])
+    assert len(huge) < 4_300 and re.search(r"1,000,00\d characters in all; SHA-256", huge)
+
+    class Shifting(list):  # answers another value each time it is read
+        reads = 0
+
+        def __getitem__(self, i):
+            Shifting.reads += 1
+            return Shifting.reads
+
+        def __len__(self):
+            return 1
+
+    assert snapshot(Shifting([0])) == (1,) and Shifting.reads == 1
+
+
+def test_the_servers_extended_protocol_audits_the_bound_values(fresh_demo_db):
+    """Through ``sqlsdc serve``: psycopg binds the values in Bind messages (the extended
+    protocol), binary and text; before, the audit log had ``$1`` and ``$2`` only."""
+    psycopg = pytest.importorskip("psycopg")
+    from tests.server.conftest import add_server_user, start_server, stop_server
+
+    add_server_user(fresh_demo_db)
+    running = start_server(fresh_demo_db, "--insecure")
+    try:
+        with psycopg.connect(running.dsn()) as con:
+            sql = "SELECT COUNT(*) FROM persons WHERE region = %s AND age > %s"
+            con.execute(sql, ["R03", 44]).fetchall()
+            con.execute(sql, ["R04", 45], binary=True).fetchall()
+    finally:
+        stop_server(running)
+    logged = _logged(fresh_demo_db, "%region = $1 AND age > $2%")
+    assert len(logged) == 2
+    assert logged[0].endswith("\n-- parameters: 'R03', 44"), logged
+    assert logged[1].endswith("\n-- parameters: 'R04', 45"), logged
+
+
+# --- failed logins per address ----------------------------------------------------------------
+
+
+def test_a_guesser_rotating_user_names_is_refused_per_address(fresh_demo_db):
+    """Before: 10 failed logins a minute per user name and address, so a client rotating
+    names had every guess checked. Now (``--max-failed-logins-per-address 5``) the 6th failed
+    login from the address is refused unread whatever the name, a right password too;
+    the refusal says why."""
+    psycopg = pytest.importorskip("psycopg")
+    from tests.server.conftest import add_server_user, start_server, stop_server
+
+    add_server_user(fresh_demo_db)
+    running = start_server(fresh_demo_db, "--insecure", "--max-failed-logins-per-address", "5")
+    try:
+        with psycopg.connect(running.dsn()) as con:  # successes are not counted
+            con.execute("SELECT 1").fetchall()
+        said = []
+        for i in range(12):
+            try:
+                psycopg.connect(running.dsn(f"user{i}", "guess")).close()
+                said.append("ok")
+            except psycopg.OperationalError as e:
+                said.append("wrong" if "password authentication failed" in str(e) else str(e))
+        assert said[:5] == ["wrong"] * 5
+        assert all("too many failed logins from this address" in s for s in said[5:]), said
+        with pytest.raises(psycopg.OperationalError, match="from this address"):
+            psycopg.connect(running.dsn()).close()
+    finally:
+        stop_server(running)
+
+
+def test_login_attempts_per_address_count_every_name_and_ipv6_blocks(monkeypatch):
+    """The bound itself: 30 names' failures from one address, the 31st refused; another
+    address apart; IPv6 addresses of one /64 are one address; successes forgotten."""
+    from sqlsdc.server import login_rate
+    from sqlsdc.server.sqlstate import Fatal
+
+    clock = [5000.0]
+    monkeypatch.setattr(login_rate.time, "monotonic", lambda: clock[0])
+    attempts = login_rate.LoginAttempts()
+    for _ in range(100):
+        attempts.succeeded(attempts.begin("analyst", "10.0.0.1"))
+    for i in range(30):
+        attempts.begin(f"n{i}", "10.0.0.1")
+    with pytest.raises(Fatal, match="from this address"):
+        attempts.begin("n99", "10.0.0.1")
+    attempts.begin("n99", "10.0.0.2")
+    for i in range(30):
+        attempts.begin(f"n{i}", f"2001:db8::{i + 1:x}")
+    with pytest.raises(Fatal, match="from this address"):
+        attempts.begin("x", "2001:db8::ffff:1")
+    attempts.begin("x", "2001:db8:0:1::1")  # another /64
+    assert login_rate.peer("::ffff:10.0.0.1") == "10.0.0.1"
+    clock[0] += 60.5
+    attempts.begin("n99", "10.0.0.1")
