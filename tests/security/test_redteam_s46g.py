@@ -204,3 +204,22 @@ def test_login_attempts_per_address_count_every_name_and_ipv6_blocks(monkeypatch
     assert login_rate.peer("::ffff:10.0.0.1") == "10.0.0.1"
     clock[0] += 60.5
     attempts.begin("n99", "10.0.0.1")
+
+
+# Attacks that held (s46g, through a real ``sqlsdc serve`` as the analyst):
+# - several statements in one simple Query ("SELECT 1; SELECT person_id ...") refused whole
+#   (42601-style "exactly one is allowed"), nothing run; COPY ... TO STDOUT / FROM STDIN,
+#   EXPLAIN [ANALYZE], PREPARE/EXECUTE, DO, LISTEN refused; FETCH BACKWARD unsupported.
+# - Bind of many parameter types (psycopg text and binary: Decimal NaN, timestamptz, 1e308,
+#   NaN, regclass, uuid text, lists outside ANY, NUL in text): each bound as its built-in
+#   literal or refused with a type-only message (no value echoed); interval, uuid and bytea
+#   in binary are refused at Bind ("binary parameters of type OID n are not supported").
+# - error texts: an engine failure (1/(income-12345)) is refused by the check before running,
+#   naming the column's class breaks (public policy), never a value; unknown columns name
+#   declared ones only.
+# - messages longer than 4 MiB (startup 10,000 bytes) are refused from their length field,
+#   before any body is read; pipelined messages wait for the client to read (s35b's drain).
+# - CancelRequest: 32-bit secret compared in constant time; a cancel only stops a statement
+#   (no data), guessing it takes ~2^31 connections.
+# - pg_stat_activity, pg_read_file, current_setting('sqlsdc.secret') refused or NULL;
+#   pg_settings shows no sqlsdc setting; SHOW ALL lists the session's own settings only.
