@@ -10,9 +10,11 @@ session 46). Now the values follow the text on a line of their own,
 ``$name = value``, sorted by name), so the entry is the statement that ran: a value shows its
 type, and one value has one spelling (canonical).
 
-One line, whatever the values hold: a backslash, a control character or a line separator in
-them is written as a JSON escape (``\\n``, ``\\u2028``), so a value cannot end the comment
-and put text on lines of the entry that look like the statement's own. At most
+The line is always the entry's last (a statement's own text may hold a comment that reads
+like it; only the last one is the values'). One line, whatever the values hold: a backslash,
+a control character or a line separator in them is written as a JSON escape (``\\n``,
+``\\u2028``), so a value cannot end the comment and put text on lines of the entry that
+look like the statement's own. At most
 :data:`AUDITED_PARAMETER_CHARACTERS` characters are kept; longer values are kept as their
 start, their length and the SHA-256 of the whole line (the values still identify the query;
 a megabyte value does not grow the log by a megabyte). What is kept is counted by the
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping, Sequence
 
 from sqlsdc.guard.list_parameters import is_list
@@ -90,10 +93,38 @@ def _key(key) -> str:
 def _value(value) -> str:
     if is_list(value):
         return f"[{', '.join(_value(v) for v in value)}]"
+    kind = type(value)
+    if kind in _PLAIN:  # the common types written as literal() writes them, without sqlglot:
+        # 1.4 us a value against 14 (a list of 1,000 values for = ANY(?) took 14 ms)
+        try:
+            return _PLAIN[kind](value)
+        except (ValueError, UnicodeEncodeError):  # too many digits, a lone surrogate: as below
+            pass
     try:
         return literal(value).sql(dialect="duckdb")
     except Exception:  # noqa: BLE001 - not bound either: the guard refuses the statement for it
         return f"<{_type(value)} value>"
+
+
+def _string(value: str) -> str:
+    if not value.isascii():
+        value.encode("utf-8")  # a lone surrogate raises, as literal() refuses it
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _float(value: float) -> str:
+    if value != value or value in (math.inf, -math.inf):
+        raise ValueError("not finite: literal() writes a cast")
+    return float.__repr__(value)
+
+
+_PLAIN = {
+    type(None): lambda _: "NULL",
+    bool: lambda value: "TRUE" if value else "FALSE",
+    int: int.__repr__,
+    float: _float,
+    str: _string,
+}
 
 
 def _type(value) -> str:
