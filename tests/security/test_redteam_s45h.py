@@ -109,7 +109,7 @@ def test_a_fresh_process_count_does_not_reset_the_minute(fresh_demo_db, monkeypa
     refused = _in_one_minute(attempt)
     assert refused is not None and "this minute" in str(refused)
     with sqlsdc.connect(fresh_demo_db, user="analyst") as con:
-        assert con.execute("SELECT COUNT(*) FROM persons").fetchall()  # short: not counted
+        assert con.execute("SELECT COUNT(*) FROM persons").fetchall()  # short: within the minute
     with sqlsdc.connect(fresh_demo_db, user="admin") as con:  # another user's minute
         con.execute(_long(rnd)).fetchall()
 

@@ -6,7 +6,8 @@ Findings (each test fails on the code before its fix):
   than 4,096 characters: one process sent the same statement of 4,096 characters (a comment
   of 4,060) at 427,000 characters a CPU second, 25 MB of audit log a minute from one core
   where the rate allows 4 MiB, and as much again from every other process or server
-  session. Now statements longer than 256 characters are counted (with their parameters).
+  session. Now every statement counts (with its parameters); a process reads the log's
+  minute once per 64 KiB of its own statements.
 - The audit log kept a parameterised statement's text with its placeholders and no value:
   ``SELECT COUNT(*) FROM persons WHERE region = ? AND age = ?`` was logged the same for
   every cell it asked, through the Python API and the server's extended protocol alike. Now
@@ -36,9 +37,9 @@ from tests.security.test_redteam_s45h import _in_one_minute
 
 def test_statements_of_4096_characters_count_against_the_minute(fresh_demo_db, monkeypatch):
     """Before: statements of at most 4,096 characters were never counted: 12 of 1,000
-    characters went through a minute of 8,000. Now the 9th is refused, and a new process's
-    count (emptied) still reads the minute from the audit log."""
-    monkeypatch.setattr(statement_rate, "CHARACTERS_PER_MINUTE", 8_000)  # conftest lifts it
+    characters went through a minute of 8,000. Now every statement counts: the 9th is
+    refused, a new process's count (emptied) still reads the minute from the audit log, and
+    a statement of 28 characters is refused too once the minute is taken."""
     monkeypatch.setattr(statement_rate, "_taken", {})
 
     def statement(i: int) -> str:
@@ -46,7 +47,12 @@ def test_statements_of_4096_characters_count_against_the_minute(fresh_demo_db, m
         return sql + "c" * (997 - len(sql)) + " */"
 
     def attempt():
-        accepted = 0
+        minute = dt.datetime.now(dt.UTC).replace(tzinfo=None, second=0, microsecond=0)
+        ((before,),) = _rows(fresh_demo_db, "SELECT coalesce(sum(length(sql_text)), 0) FROM "
+                             "sqlsdc.audit WHERE user_name = 'analyst' AND logged_at >= ?",
+                             [minute])  # fmt: skip
+        monkeypatch.setattr(statement_rate, "CHARACTERS_PER_MINUTE", before + 8_000)
+        accepted, refusal = 0, None
         with sqlsdc.connect(fresh_demo_db, user="analyst") as con:
             for i in range(12):
                 if i == 6:
@@ -54,15 +60,29 @@ def test_statements_of_4096_characters_count_against_the_minute(fresh_demo_db, m
                 try:
                     con.execute(statement(i)).fetchall()
                     accepted += 1
-                except sqlsdc.PolicyViolation as refusal:
-                    return accepted, str(refusal)
-        return accepted, None
+                except sqlsdc.PolicyViolation as e:
+                    refusal = str(e)
+                    break
+            monkeypatch.setattr(statement_rate, "_taken", {})
+            with pytest.raises(sqlsdc.PolicyViolation, match="this minute"):
+                con.execute("SELECT COUNT(*) FROM regions").fetchall()
+        return accepted, refusal
 
     accepted, refusal = _in_one_minute(attempt)
     assert len(statement(0)) == 1_000
     assert accepted == 8 and refusal is not None and "this minute" in refusal
-    with sqlsdc.connect(fresh_demo_db, user="analyst") as con:  # 256 characters or fewer: free
-        assert con.execute("SELECT COUNT(*) FROM regions").fetchall() == [(8,)]
+
+
+def test_a_process_reads_the_log_once_per_slack_of_its_own_statements(monkeypatch):
+    """Short statements do not each pay the log's scan: a process counts on from its last
+    reading until its own statements add up to SLACK characters (or the minute changes)."""
+    reads = []
+    monkeypatch.setattr(statement_rate, "_taken", {})
+    monkeypatch.setattr(statement_rate, "one", lambda con, sql, params: reads.append(1) or (0,))
+    monkeypatch.setattr(statement_rate.time, "time", lambda: 60.0 * 1_000_000 + 1)
+    for _ in range(1_000):
+        statement_rate.check(None, "/tmp/db", "analyst", "s" * 200)  # 200,000 characters
+    assert len(reads) == 200_000 // statement_rate.SLACK + 1  # 4 readings, not 1,000
 
 
 # --- parameters in the audit log --------------------------------------------------------------
