@@ -256,3 +256,13 @@ def test_login_attempts_per_address_count_every_name_and_ipv6_blocks(monkeypatch
 #   (no data), guessing it takes ~2^31 connections.
 # - pg_stat_activity, pg_read_file, current_setting('sqlsdc.secret') refused or NULL;
 #   pg_settings shows no sqlsdc setting; SHOW ALL lists the session's own settings only.
+# - hidden cells through an engine failure: CAST(COUNT(*) - k AS UTINYINT) by municipality for
+#   age > 88 (142 true groups, 31 dropped on a protected count of 0) fails from k = 4 exactly
+#   where the shown minimum is 3: the cast sees protected values of shown cells only.
+# - the server's shared text cache (server/textcache.py: the catalog's decision, shared by
+#   users) saves 0.39 ms of a statement already sent by anyone; each candidate text can be
+#   timed once (then it is cached for the prober too) against a check of tens of ms: not a
+#   usable signal of another user's statement.
+# - sqlsdc.audit, "sqlsdc"."audit", SQLSDC.AUDIT, p.sqlsdc.audit, a CTE over it,
+#   duckdb_tables(), information_schema.tables: refused to the analyst (parameters now in the
+#   log stay the admins').
