@@ -43,6 +43,11 @@ db_argument = click.argument("db", type=ExistingFile())
 @click.option("--max-connections-per-user", type=click.IntRange(1),
               help="Sessions one user may hold at once (default: half of --max-connections), "
               "so that one login cannot lock the other users out.")  # fmt: skip
+@click.option("--max-failed-logins-per-address", default=30, show_default=True,
+              type=click.IntRange(1),
+              help="Unsuccessful logins one client address (an IPv6 one's /64) may begin a "
+              "minute, whatever the user names; beyond, its logins are refused until a minute "
+              "passes. Each user name also has 10 a minute from one address.")  # fmt: skip
 @click.option(
     "--workers",
     default=8,
@@ -52,7 +57,7 @@ db_argument = click.argument("db", type=ExistingFile())
 )
 def serve(db: str, host: str, port: int, tls_cert, tls_key, insecure: bool, idle_timeout,
           write_timeout, statement_timeout, max_connections: int, max_connections_per_user,
-          workers: int) -> None:  # fmt: skip
+          workers: int, max_failed_logins_per_address: int) -> None:  # fmt: skip
     """Serve DB to PostgreSQL clients (psql, JDBC, BI tools): every statement passes the guard.
 
     Users log in with SCRAM-SHA-256 as the policy users an admin gave a password with
@@ -76,7 +81,8 @@ def serve(db: str, host: str, port: int, tls_cert, tls_key, insecure: bool, idle
         logging.getLogger("sqlsdc.server.timing").setLevel(logging.DEBUG)
     server = Server(ServerSettings(db, host, port, tls_cert, tls_key, insecure, idle_timeout,
                                    statement_timeout, max_connections, workers,
-                                   max_connections_per_user, write_timeout))  # fmt: skip
+                                   max_connections_per_user, write_timeout,
+                                   max_failed_logins_per_address))  # fmt: skip
 
     def ready(address: str, bound: int) -> None:
         mode = "TLS" if tls_cert else "without TLS (--insecure)"

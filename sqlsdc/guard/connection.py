@@ -44,6 +44,7 @@ from sqlsdc.errors import (
 )
 from sqlsdc.guard import statement_rate
 from sqlsdc.guard.answer_bound import answer_rows
+from sqlsdc.guard.audited_parameters import audited_text, snapshot
 from sqlsdc.guard.auditing import Auditing
 from sqlsdc.guard.checking import Checking, Early
 from sqlsdc.guard.cursor import Cursor
@@ -295,13 +296,13 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
             except engine.EngineError:  # closed since read (the lock is not taken here): it
                 pass  # runs nothing to stop; a server's CancelRequest got "internal error"
 
-    def audit_refusal(self, sql: str, refusal: Error) -> int | None:
-        """Audit a refusal of ``sql`` decided beside :meth:`execute`, in the entry
-        :meth:`execute` writes for its own: the server's catalog refusing a statement, or the
-        guard's plan (:meth:`explain`, which audits nothing) refusing one at a protocol
+    def audit_refusal(self, sql: str, refusal: Error, params=None) -> int | None:
+        """Audit a refusal of ``sql`` (with ``params``) decided beside :meth:`execute`, in the
+        entry :meth:`execute` writes for its own: the server's catalog refusing a statement, or
+        the guard's plan (:meth:`explain`, which audits nothing) refusing one at a protocol
         Describe; an analyst's every refusal leaves an entry (red team s35b). Returns the
         query id, or None on a closed connection (the refusal stands either way)."""
-        sql = statement_text(sql)
+        sql = audited_text(statement_text(sql), snapshot(params))
         if self._closed:
             return None
         try:
@@ -343,7 +344,7 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
         """``_run``, with every engine error that escapes it (an audit write, transaction
         control, a catalog read) turned into sqlsdc's own message; the engine's text goes to
         the audit log only, so what an analyst sees never depends on the engine's wording."""
-        sql = statement_text(sql)
+        sql, params = statement_text(sql), snapshot(params)  # read once: bound and audited
         interrupts = self._interrupts  # a cancel from here on stops this statement
         early = self._check_early(sql, params, interrupts)
         for _ in range(EARLY_CHECKS - 1):  # an admin applied a policy since: checked again
@@ -354,7 +355,7 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
             try:
                 return self._run(sql, params, early, interrupts)
             except engine.EngineError as failure:
-                query_id = self._record_failure(sql, failure)
+                query_id = self._record_failure(audited_text(sql, params), failure)
                 raise engine_failure(failure, query_id) from None
 
     def _run(
@@ -371,40 +372,41 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
         that the statement was charged (asking it again is charged again, unless its drawn
         cells were kept: :meth:`_keep_released`)."""
         self._check_open()
+        logged = audited_text(sql, params)  # what the audit log keeps: the text and its values
         self._query_id = None  # a DP query's charge draws it, before the charge commits
         con, context = self._con, self._context
         try:
-            statement_rate.check(con, self.path, self.user, sql)  # the audit log's room
+            statement_rate.check(con, self.path, self.user, logged)  # the audit log's room
             query = self._protect(sql, params, early, interrupts)
             self._check_summable(query)
         except engine.EngineError as failure:
             query_id = store.record_query(con, None, self.user, context.policy_version,
-                                          "failed", sql, reason=str(failure))  # fmt: skip
+                                          "failed", logged, reason=str(failure))  # fmt: skip
             raise engine_failure(failure, query_id) from None
         except Error as refusal:  # refusals, guard bugs and bad parameters are all audited
-            self._audit_refusal(None, sql, refusal)
+            self._audit_refusal(None, logged, refusal)
             raise
         noisy, paid = None, None
         if not query.dp_stages:
-            return self._answer(sql, query, noisy, paid, self._query_id)
+            return self._answer(logged, query, noisy, paid, self._query_id)
         try:
             try:
-                noisy, paid = self._release_dp(query, None, sql)  # charged (committed) from here
+                noisy, paid = self._release_dp(query, None, logged)  # charged (committed) from here
             except engine.EngineError as failure:
                 query_id = store.record_query(
-                    con, self._query_id, self.user, context.policy_version, "failed", sql,
+                    con, self._query_id, self.user, context.policy_version, "failed", logged,
                     reason=str(failure), fingerprint=query.fingerprint,
                 )  # fmt: skip
                 raise self._said_paid(engine_failure(failure, query_id), query_id) from None
             except Error as refusal:  # the timeout's check or a cancel among them
-                self._audit_refusal(self._query_id, sql, refusal)
+                self._audit_refusal(self._query_id, logged, refusal)
                 self._said_paid(refusal, self._query_id)
                 raise
             except BaseException as bug:  # paid (perhaps), Ctrl-C too: never unaudited
-                self._audit_bug(self._query_id, sql, bug)
+                self._audit_bug(self._query_id, logged, bug)
                 self._said_paid(bug, self._query_id)
                 raise
-            return self._answer(sql, query, noisy, paid, self._query_id)
+            return self._answer(logged, query, noisy, paid, self._query_id)
         finally:
             self._settle_charged()  # cached, or stopped: others asking them price again
 

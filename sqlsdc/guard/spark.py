@@ -52,6 +52,7 @@ from sqlsdc.errors import (
     ProgrammingError,
 )
 from sqlsdc.guard import statement_rate
+from sqlsdc.guard.audited_parameters import audited_text, snapshot
 from sqlsdc.guard.connection import MAX_ANSWER_BYTES, MAX_ANSWER_ROWS
 from sqlsdc.guard.dp_pricing import no_rows
 from sqlsdc.guard.postprocess import check_faults, record_release, values_of
@@ -90,18 +91,20 @@ def run_protected(connection: Connection, engine: SparkEngine, sql: str, params=
 
 def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, params):
     user, version = connection.user, connection.policy_version
+    params = snapshot(params)  # read once: bound and audited
+    logged = audited_text(sql, params)  # what the audit log keeps: the text and its values
     query_id = store.next_query_id(con)
     query: ProtectedQuery | None = None
     noisy, paid = None, None
 
     def audit(decision: str, error: BaseException) -> None:
         fingerprint = query.fingerprint if query is not None else None
-        store.record_query(con, query_id, user, version, decision, sql,
+        store.record_query(con, query_id, user, version, decision, logged,
                            reason=store.audit_reason(error), fingerprint=fingerprint)  # fmt: skip
         connection._keep_released(noisy, query_id, paid)  # drawn, paid: not computed again
 
     try:
-        statement_rate.check(con, connection.path, user, sql)  # the audit log's room, as DuckDB's
+        statement_rate.check(con, connection.path, user, logged)  # the log's room, as DuckDB's
         query = connection.explain(sql, params)
         _check_spark_can_release(query)
         read = tables_read(query.tree)  # (a DP answer's: its cells; its stages read the data)
@@ -113,7 +116,7 @@ def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, p
         if query.dp_stages:
             check_portable(query.tree)  # the answer over the noisy cells: refused unpaid
             noisy, paid = _release_dp(
-                connection, con, engine, query, query_id, sql
+                connection, con, engine, query, query_id, logged
             )  # charged from here
         answer = _answer(engine, query.tree, noisy)
         result = as_types(answer, _duckdb_types(con, query.sql, noisy))
@@ -136,7 +139,7 @@ def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, p
         connection._cache_cells(noisy, paid, query_id)
         record_release(con, result, query, query_id, user)
         values = values_of(result, query)
-        store.record_query(con, query_id, user, version, "accepted", sql,
+        store.record_query(con, query_id, user, version, "accepted", logged,
                            fingerprint=query.fingerprint, rows=values.num_rows)  # fmt: skip
         con.execute("COMMIT")
     except EngineError as failure:  # the catalog write failed (or conflicted): nothing returned

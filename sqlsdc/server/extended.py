@@ -153,7 +153,9 @@ class ExtendedProtocol:
             return []  # DECLARE answers no rows; FETCH, MOVE and CLOSE take no parameters
 
         def names():
-            answer = catalog_answer(self.catalog, self.connection, statement.sql, nulls)
+            answer = catalog_answer(
+                self.catalog, self.connection, statement.sql, nulls, described=True
+            )
             if answer is not None:
                 return [] if answer.table is None else named(statement.sql, answer).table.schema
             sql = unqualified(statement.sql, database_name(self.connection))

@@ -32,17 +32,19 @@ def run(catalog: SessionCatalog, connection, sql: str, params: tuple):
     return CatalogAnswer(table, f"SELECT {table.num_rows}"), guarded
 
 
-def catalog_answer(catalog: SessionCatalog, connection, sql: str, params):
+def catalog_answer(catalog: SessionCatalog, connection, sql: str, params, described=False):
     """The catalog's answer (None: a statement for the guard); a statement the catalog
     refuses (one mixing ``pg_catalog`` and data tables, ``SET ROLE``, ``LISTEN``...) is audited
     as the guard audits its refusals, under the user's connection: they went unrecorded (red
     team s35b). The guard audits its own; a statement reaches one or the other, so no
     refusal is recorded twice. Describe's refusal ends the client's messages until Sync, so an
-    Execute refused again is a second attempt, audited as one."""
+    Execute refused again is a second attempt, audited as one. Audited with its parameters
+    (:mod:`sqlsdc.guard.audited_parameters`), but not with the NULLs a Describe
+    (``described``) plans it with: no value was sent yet."""
     try:
         return catalog.answer(sql, params)
     except Error as refusal:
-        connection.audit_refusal(sql, refusal)
+        connection.audit_refusal(sql, refusal, None if described else params)
         raise
 
 

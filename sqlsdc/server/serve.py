@@ -24,7 +24,7 @@ from pathlib import Path
 
 from sqlsdc.errors import AccessDenied, Error, NotFoundError, OperationalError
 from sqlsdc.server.auth import ServerUsers, decoy_secret
-from sqlsdc.server.login_rate import LoginAttempts
+from sqlsdc.server.login_rate import ATTEMPTS_PER_ADDRESS, LoginAttempts
 from sqlsdc.server.session import Session
 
 log = logging.getLogger("sqlsdc.server")
@@ -46,6 +46,7 @@ class ServerSettings:
     workers: int = 8
     max_connections_per_user: int | None = None  # None: half of max_connections, at least 1
     write_timeout: float = 60.0  # seconds a client may read nothing of what the server writes
+    max_failed_logins_per_address: int = ATTEMPTS_PER_ADDRESS  # a minute, all names together
 
     @property
     def user_connections(self) -> int:
@@ -105,7 +106,7 @@ class Server:
         self.users = ServerUsers(settings.db)
         self._shares: dict[str, asyncio.Semaphore] = {}  # per user: see in_pool
         self.decoy_secret = decoy_secret(settings.db)
-        self.login_attempts = LoginAttempts()
+        self.login_attempts = LoginAttempts(per_address=settings.max_failed_logins_per_address)
         self.sessions: dict[int, Session] = {}
         self._pids = itertools.count(os.getpid() % 100_000 * 10_000 + 1)
         self._secrets: dict[int, int] = {}

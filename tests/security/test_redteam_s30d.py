@@ -145,7 +145,8 @@ def test_a_parameter_name_that_is_not_utf8_is_refused_and_audited_as_refused(dem
         with pytest.raises(sqlsdc.ProgrammingError, match="parameters given but not in the"):
             con.execute(sql, {"\udcff": 1})
     entry = audit(demo_db, "admin", limit=1).iloc[0]
-    assert (entry["sql_text"], entry["decision"]) == (sql, "refused")
+    logged = f"{sql}\n-- parameters: $\\udcff = 1"  # its values, escaped (s46g)
+    assert (entry["sql_text"], entry["decision"]) == (logged, "refused")
     assert "\\udcff" in entry["reason"]
 
 
@@ -196,8 +197,12 @@ class Unwritable:
         raise ValueError("no text")
 
 
-@pytest.mark.parametrize("value", [10**5000, Unwritable()], ids=["5000 digits", "no repr"])
-def test_a_parameter_that_cannot_be_written_is_refused_and_audited(demo_db, value):
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(10**5000, "<int value>"), (Unwritable(), "<Unwritable value>")],
+    ids=["5000 digits", "no repr"],
+)
+def test_a_parameter_that_cannot_be_written_is_refused_and_audited(demo_db, value, shown):
     """``repr`` of a 5,000-digit int raises ValueError, as a value whose ``repr`` fails: it
     escaped the early parse (the check cache's key) before any audit entry was written."""
     sql = "SELECT region, COUNT(*) FROM persons WHERE income > ? GROUP BY region -- s30d"
@@ -205,7 +210,8 @@ def test_a_parameter_that_cannot_be_written_is_refused_and_audited(demo_db, valu
         with pytest.raises(sqlsdc.ProgrammingError):
             con.execute(sql, [value])
     entry = audit(demo_db, "admin", limit=1).iloc[0]
-    assert (entry["sql_text"], entry["decision"]) == (sql, "refused")
+    logged = f"{sql}\n-- parameters: {shown}"  # by its type's name, never its repr (s46g)
+    assert (entry["sql_text"], entry["decision"]) == (logged, "refused")
 
 
 def test_a_statement_given_as_a_str_subclass_is_checked_and_audited_as_its_own_text(demo_db):
