@@ -63,9 +63,11 @@ def snapshot(params):
 
 
 def audited_text(sql: str, params) -> str:
-    """``sql`` with its parameters' line (none for no parameters), as the audit log keeps it."""
+    """``sql`` with its parameters' line, as the audit log keeps it: none for no parameters,
+    unless the statement's own text holds a line that reads like one, which would then be the
+    entry's last (``(none)`` follows it, so that the last line is always the guard's)."""
     if params is None or (type(params) in (list, tuple, dict) and not params):
-        return sql
+        return f"{sql}{_PREFIX}(none)" if _PREFIX in sql else sql
     line = _one_line(_values(params))
     if len(line) > AUDITED_PARAMETER_CHARACTERS:
         digest = hashlib.sha256(line.encode("utf-8", "surrogatepass")).hexdigest()

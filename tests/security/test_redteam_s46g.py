@@ -132,6 +132,9 @@ def test_audited_parameters_are_typed_one_line_and_bounded():
     assert text == "q\n-- parameters: $a = '\\\\', $b = 'x\\n-- forged\\u2028line'"
     assert text.count("\n") == 1
     assert audited_text("q", []) == audited_text("q", None) == "q"
+    # a statement without parameters cannot end its entry with a forged values line
+    forged = "SELECT 1\n-- parameters: 'R02'"
+    assert audited_text(forged, None) == forged + "\n-- parameters: (none)"
     huge = audited_text("q", ["v" * 1_000_000])
     assert len(huge) < 4_300 and re.search(r"1,000,00\d characters in all; SHA-256", huge)
 
