@@ -208,3 +208,25 @@ def test_grouping_sets_give_the_same_cells_over_none_one_or_some_rows(request, d
     assert (outcome.differ, outcome.refused) == ({}, {})
     refused_on_duckdb = 1 if database == "ckm_demo" else 0  # benefits is DP there
     assert len(outcome.same) == len(GROUPING_SET_SHAPES) - refused_on_duckdb
+
+
+@pytest.fixture(scope="module")
+def rounded_demo(rounded_template, tmp_path_factory, session):
+    """A copy of the demo under rounding (counts to 5, magnitudes to 100), on a Spark engine."""
+    yield from on_spark(rounded_template, tmp_path_factory.mktemp("s46d-rounded"), session)
+
+
+def test_rounded_grand_totals_over_no_rows_are_duckdbs(rounded_demo):
+    """(s46d.) Rounding, the third mechanism that runs on Spark (DP refuses grouping sets):
+    main: "1 rows vs 0" and "2 rows vs 0"; now the same rounded cells."""
+    from spark_differential import run_corpus
+
+    path, engine = rounded_demo
+    shapes = [
+        "SELECT region, sex, COUNT(income) AS n, SUM(income) AS total, AVG(income) AS mean "
+        f"FROM persons {NO_ROWS} GROUP BY ROLLUP (region, sex)",
+        f"SELECT region, COUNT(*) AS n FROM persons {NO_ROWS} "
+        "GROUP BY GROUPING SETS ((region), (), ())",
+    ]
+    outcome = run_corpus(path, engine, shapes, "analyst", "analyst")
+    assert (outcome.same, outcome.differ, outcome.refused) == (shapes, {}, {})
