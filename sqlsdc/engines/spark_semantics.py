@@ -46,6 +46,9 @@ Differences found (DuckDB 2.0, Spark 4.3 in ANSI mode; each tested) and what hap
   Spark only), ``EXP`` and ``LN`` (libm vs Java: last bit, and LN(0) is -inf vs NULL) → refused.
 - ``GROUP BY ()``, the grand total: a syntax error in Spark → ``GROUP BY GROUPING SETS
   (())`` (one row, over no rows too, as DuckDB); ``()`` beside other keys → dropped.
+  ``ROLLUP``, ``CUBE`` and ``GROUPING SETS`` with ``()`` over no rows: DuckDB's grand total
+  rows, none in Spark → a global aggregate beside them (:mod:`sqlsdc.engines.spark_sets`, a
+  pass before this one).
 - ``GROUPING(x)`` under a plain GROUP BY: 0 in DuckDB, an error in Spark → 0. GROUPING is a
   BIGINT in DuckDB, a TINYINT in Spark → cast.
 - ``IS NOT DISTINCT FROM``: Spark's ``<=>``, the same for the types compared here.

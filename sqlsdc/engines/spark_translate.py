@@ -20,7 +20,8 @@ whose results differ per engine. So a tree reaches Spark only through four passe
    :mod:`sqlsdc.engines.spark_types`.
 
 Between passes 3 and 4, a tree that reads a 32-bit FLOAT column is refused: DuckDB computes and
-compares it in 32 bits, Spark in 64.
+compares it in 32 bits, Spark in 64; and a SELECT whose grouping sets include ``()`` gets
+DuckDB's grand totals over no rows, which Spark leaves out (:mod:`sqlsdc.engines.spark_sets`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from sqlglot.optimizer.scope import traverse_scope
 
 from sqlsdc.engines.spark_portable import check_duckdb_tree, has_star, is_hash
 from sqlsdc.engines.spark_semantics import keep_duckdb_semantics
+from sqlsdc.engines.spark_sets import keep_grand_totals
 from sqlsdc.engines.spark_types import DIALECT, Types, selected
 from sqlsdc.errors import NotSupportedError
 from sqlsdc.written import carry_names
@@ -72,6 +74,7 @@ def translate(duckdb_tree: exp.Expr, schema, duckdb_types=None) -> exp.Expr:
     """Passes 3 and 4 on a checked tree of our own (mutated)."""
     rename_tables(duckdb_tree)
     _check_no_32_bit_floats(duckdb_tree, schema or {})
+    duckdb_tree = keep_grand_totals(duckdb_tree)
     return keep_duckdb_semantics(duckdb_tree, Types(duckdb_tree, schema, duckdb_types))
 
 
