@@ -80,7 +80,7 @@ from sqlsdc.catalog.budget_tables import (
 from sqlsdc.catalog.dp_cache import cached_cells, insert_cells
 from sqlsdc.catalog.store import CHARGED_PENDING, now, record_query
 from sqlsdc.engines.duckdb import EngineError, one, parsed, rollback
-from sqlsdc.errors import BudgetExhausted, Error, OperationalError
+from sqlsdc.errors import BudgetExhausted, OperationalError
 from sqlsdc.mechanisms.accountant import BudgetLimit, PrivacyCost, amount_text
 from sqlsdc.mechanisms.dp_cells import CellRecord
 
@@ -469,6 +469,9 @@ def charge(
         BudgetExhausted: an applicable limit would be exceeded, or no limit bounds a kind the
             query spends; ``requested`` is the cost, ``remaining`` what the binding key has
             left (a :class:`BudgetLimit`). Nothing is recorded.
+        OperationalError: the ledger write failed, or conflicted with concurrent charges on
+            each of its tries (about 1 s: another transaction held ``budget_lock``). Nothing is
+            recorded.
         ValueError: cells without a cost or without a policy version.
     """
     tables = _tables(tables)
@@ -484,6 +487,7 @@ def charge(
     except EngineError as e:
         raise _spend_failure(e) from None
     state = state if state is not None else BudgetState()
+    conflict = None  # the engine's text of the last conflict
     for attempt in range(_CONFLICT_RETRIES):
         con.execute(parsed("BEGIN TRANSACTION"))
         try:
@@ -533,14 +537,19 @@ def charge(
             raise
         except EngineError as e:
             rollback(con)
-            if is_conflict(e) and attempt + 1 < _CONFLICT_RETRIES:
+            if not is_conflict(e):
+                raise _spend_failure(e) from None
+            conflict = f"{type(e).__name__}: {e}"  # for the audit log, as any engine failure
+            if attempt + 1 < _CONFLICT_RETRIES:
                 time.sleep(0.005 * (attempt + 1))
-                continue
-            raise _spend_failure(e) from None
         except BaseException:
             rollback(con)
             raise
-    raise Error("could not record the privacy spend: too many concurrent charges; try again")
+    raise OperationalError(  # each attempt conflicted
+        "could not record the privacy spend: too many concurrent charges; nothing was charged, "
+        "try again",
+        detail=conflict,
+    )
 
 
 def has_charge(con, query_id: int) -> bool:
