@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+from fractions import Fraction
 from pathlib import Path
 
 import dp_persons
@@ -32,12 +33,16 @@ import duckdb
 import pytest
 
 import sqlsdc
+from sqlsdc.catalog import budget
+from sqlsdc.catalog.budget import BudgetKey
+from sqlsdc.catalog.budget_admin import set_limit
 from sqlsdc.catalog.budget_tables import bump
 from sqlsdc.catalog.store import CHARGED_PENDING
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines.duckdb import open_database
-from sqlsdc.errors import Error
+from sqlsdc.errors import BudgetExhausted, Error
 from sqlsdc.guard import dp_charge
+from sqlsdc.mechanisms.accountant import BudgetLimit
 
 BY_REGION = "SELECT region, COUNT(*) FROM persons WHERE age >= 7 GROUP BY region"
 
@@ -145,3 +150,118 @@ def test_a_charge_behind_an_uncommitted_bump_fails_clearly_and_computes_nothing(
             assert _charges(holder) == [(cur.query_id, "1/2")]
     finally:
         holder.close()
+
+
+# --- fewer statements in each of the two transactions -----------------------------------------
+
+
+class Recording:
+    """A DuckDB connection that records the statements sent to it (texts, or the method)."""
+
+    def __init__(self, con, log: list[str]):
+        self._con, self._log = con, log
+
+    def execute(self, sql, *args, **kwargs):
+        self._log.append(" ".join(getattr(sql, "query", sql).split()))
+        return self._con.execute(sql, *args, **kwargs)
+
+    def __getattr__(self, name):
+        attr = getattr(self._con, name)
+        if name not in ("register", "unregister", "get_table_names", "_submit"):
+            return attr
+
+        def recorded(*args, **kwargs):
+            self._log.append(name)
+            return attr(*args, **kwargs)
+
+        return recorded
+
+
+def by_region(age: int) -> str:
+    return f"SELECT region, COUNT(*) FROM persons WHERE age >= {age} GROUP BY region"
+
+
+def test_a_new_cell_query_charges_in_one_statement_and_caches_with_its_count(db, monkeypatch):
+    """A connection whose budget state is current charges in one statement (the bump, the
+    ledger row and the pending audit entry) and caches its cells with the ledger row's cell
+    count in one statement: 11 engine calls per new-cell query of a known text, 14 before. The rows
+    are those the separate statements wrote."""
+    log: list[str] = []
+    opened = engine.open_database
+    monkeypatch.setattr(engine, "open_database", lambda *a, **k: Recording(opened(*a, **k), log))
+    with sqlsdc.connect(db, "ana") as con:
+        con.execute(by_region(1)).fetchall()  # the opening's first charge reads the state
+        (start,) = con._con.execute("SELECT charges FROM sqlsdc.budget_lock").fetchone()
+        ids = []
+        for age in (2, 3):
+            con.explain(by_region(age))  # checked beforehand, as a client's Describe
+            first = len(log)
+            cur = con.execute(by_region(age))
+            assert len(cur.fetchall()) == 4
+            ids.append(cur.query_id)
+            calls = log[first:]
+            charge = calls[calls.index("BEGIN TRANSACTION") + 1 : calls.index("COMMIT")]
+            assert len(charge) == 1 and charge[0].startswith("WITH bumped AS (UPDATE")
+            assert not any(c.startswith("UPDATE sqlsdc.budget_spend") for c in calls)
+            assert len(calls) == 11, calls  # 14 before (session 46)
+    other = open_database(db)
+    try:
+        (end,) = other.execute("SELECT charges FROM sqlsdc.budget_lock").fetchone()
+        assert end == start + 2
+        spend = other.execute(
+            "SELECT query_id, user_name, tables, epsilon, rho, delta, cells, policy_version "
+            "FROM sqlsdc.budget_spend WHERE query_id IN (?, ?) ORDER BY seq",
+            ids,
+        ).fetchall()
+        assert spend == [(i, "ana", ["persons"], "1/2", "0", "0", 4, 1) for i in ids]
+        audit = other.execute(
+            "SELECT query_id, user_name, decision, reason, sql_text, rows_returned "
+            "FROM sqlsdc.audit WHERE query_id IN (?, ?) ORDER BY query_id",
+            ids,
+        ).fetchall()
+        assert audit == [(i, "ana", "accepted", None, by_region(a), 4)
+                         for i, a in zip(ids, (2, 3), strict=True)]  # fmt: skip
+        cached = other.execute(  # the 4 cells and the statistic paid, of each query
+            "SELECT query_id, count(*) FROM sqlsdc.dp_cells WHERE query_id IN (?, ?) "
+            "GROUP BY ALL ORDER BY ALL",
+            ids,
+        ).fetchall()
+        assert cached == [(i, 5) for i in ids]
+    finally:
+        other.close()
+
+
+def test_a_charge_decided_on_a_stale_state_is_rolled_back_and_decided_afresh(db, monkeypatch):
+    """The connection's state says 29.5 of ana's 30 remain; an administrator then sets her limit
+    to the 1/2 she spent. The one-statement charge, decided on the old state, sees from the
+    bump's counter that someone wrote since, rolls back and decides afresh: refused, nothing
+    charged, no pending entry left."""
+    tried: list[tuple | None] = []
+    known = budget._charge_known
+
+    def watched(*args):
+        row = known(*args)
+        tried.append(row)
+        return row
+
+    monkeypatch.setattr(budget, "_charge_known", watched)
+    with sqlsdc.connect(db, "ana") as con:
+        con.execute(by_region(1)).fetchall()
+        admin = open_database(db)
+        try:
+            set_limit(admin, admin="admin", key=BudgetKey("ana"),
+                      limit=BudgetLimit(epsilon=Fraction(1, 2)), reason="s46e")  # fmt: skip
+        finally:
+            admin.close()
+        with pytest.raises(BudgetExhausted):
+            con.execute(by_region(2))
+    assert tried == [None]  # sent once, then rolled back
+    other = open_database(db)
+    try:
+        assert [e for _q, e in _charges(other)] == ["1/2"]
+        pending = other.execute(
+            "SELECT count(*) FROM sqlsdc.audit WHERE reason = ?", [CHARGED_PENDING]
+        ).fetchone()
+        assert pending == (0,)
+    finally:
+        other.close()
