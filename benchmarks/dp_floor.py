@@ -16,10 +16,17 @@ of its new text too, and the recorded calls include DuckDB's table list of the n
 text (``get_table_names``), which the replay asks again; the floor is then that of a new
 statement text.
 
+With ``--one-transaction`` a third side replays the same calls without the charge's COMMIT and
+the answer's BEGIN: the floor of a design that charged, computed the exact cells and recorded
+the answer in one transaction (issue 17's idea, session 46). It is not what the guard may do
+(a statement interrupted inside a DuckDB transaction aborts it, charge included: see
+``tests/test_dp_one_commit.py``); it bounds what that design could save.
+
 Printed: the calls replayed, the p10, quartiles and median of each side, and the ratio
 guard / floor.
 
 Usage: python benchmarks/dp_floor.py DP_HARNESS_DB [--queries 100] [--new-text]
+       [--one-transaction]
 (the ``harness.duckdb`` that ``bench_dp_noise.py`` builds in its ``--workdir``; copied first).
 """
 
@@ -95,19 +102,32 @@ def replay(con, calls, ids_of_charge: tuple[int, int]) -> None:
             getattr(con, method)(*args)
 
 
+def one_transaction(calls):
+    """``calls`` without the first COMMIT (the charge's) and the BEGIN after it (the answer's)."""
+    texts = [sql for _method, sql, _args in calls]
+    end = texts.index("COMMIT")
+    begin = texts.index("BEGIN TRANSACTION", end)
+    return [call for i, call in enumerate(calls) if i not in (end, begin)]
+
+
 def main() -> None:
     global RECORDED
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("database", type=Path)
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--new-text", action="store_true", help="no explain before each query")
+    parser.add_argument(
+        "--one-transaction",
+        action="store_true",
+        help="also replay the calls without the charge's COMMIT and answer's BEGIN",
+    )
     args = parser.parse_args()
     opened = engine.open_database
     engine.open_database = lambda *a, **k: RecordingConnection(opened(*a, **k))
     clock = time.process_time_ns
     sqls = [f"SELECT region, COUNT(*) FROM persons WHERE age2 <> 'none {i}' GROUP BY region"
             for i in range(args.queries + 30)]  # fmt: skip
-    guard_ns, floor_ns = [], []
+    guard_ns, floor_ns, one_ns = [], [], []
     with tempfile.TemporaryDirectory() as workdir:
         path, raw_path = Path(workdir) / "guard.duckdb", Path(workdir) / "raw.duckdb"
         shutil.copy(args.database, path)
@@ -138,13 +158,20 @@ def main() -> None:
                 start = clock()
                 replay(raw, calls, (seq, query_id))
                 floor_ns.append(clock() - start)
+                if args.one_transaction:
+                    start = clock()
+                    replay(raw, one_transaction(calls), (seq, query_id))
+                    one_ns.append(clock() - start)
         raw.close()
     print(f"{len(calls)} engine calls replayed:")
     for method, sql, args in calls:
         text = sql or (args[0] if args and isinstance(args[0], str) else "")
         print(f"  {method} {' '.join(text.split())[:70]}")
     print("\n| | p10 ms | p25 ms | median ms | p75 ms |\n|---|---:|---:|---:|---:|")
-    for name, values in (("guard", guard_ns), ("floor (raw DuckDB)", floor_ns)):
+    sides = [("guard", guard_ns), ("floor (raw DuckDB)", floor_ns)]
+    if one_ns:
+        sides.append((f"one transaction ({len(one_transaction(calls))} calls)", one_ns))
+    for name, values in sides:
         ordered = sorted(values)
         at = [ordered[int(p * (len(ordered) - 1))] / 1e6 for p in (0.1, 0.25, 0.75)]
         print(f"| {name} | {at[0]:.2f} | {at[1]:.2f} | {statistics.median(values) / 1e6:.2f} | "

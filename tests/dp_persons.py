@@ -2,6 +2,23 @@
 concurrency and charge-fault tests build: each COUNT and SUM spends ε = 1/2, and the analyst
 ``ana`` has ``budget`` to spend."""
 
+from pathlib import Path
+
+import duckdb
+
+import sqlsdc
+
+
+def build(path: Path, budget=30) -> Path:
+    """4,000 persons (regions N, S, E, W in turn; ages 0-89) under :func:`document`'s policy,
+    at ``path``."""
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE persons AS SELECT i AS pid, ['N', 'S', 'E', 'W'][1 + i % 4] AS "
+                "region, i % 90 AS age FROM range(4000) t(i)")  # fmt: skip
+    con.close()
+    sqlsdc.init(path, document(budget))
+    return path
+
 
 def document(budget) -> dict:
     return {

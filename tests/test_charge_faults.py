@@ -20,7 +20,6 @@ from pathlib import Path
 
 import cli_fork
 import dp_persons
-import duckdb
 import pytest
 
 import sqlsdc
@@ -38,13 +37,7 @@ def by_region(age: int) -> str:
 @pytest.fixture(scope="module")
 def template(tmp_path_factory) -> Path:
     """The DP persons database, built once for the module: each test changes a copy."""
-    path = tmp_path_factory.mktemp("charges") / "charges.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE persons AS SELECT i AS pid, ['N', 'S', 'E', 'W'][1 + i % 4] AS "
-                "region, i % 90 AS age FROM range(4000) t(i)")  # fmt: skip
-    con.close()
-    sqlsdc.init(path, dp_persons.document(30))
-    return path
+    return dp_persons.build(tmp_path_factory.mktemp("charges") / "charges.duckdb")
 
 
 @pytest.fixture

@@ -418,12 +418,28 @@ def test_cells_need_a_policy_version(con):
 # --- concurrency and crash safety ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kept_state", [False, True], ids=["read-each-time", "kept-state"])
-def test_concurrent_charges_never_overspend(db, kept_state):
+@pytest.mark.parametrize(
+    ("kept_state", "one_statement"),
+    [(False, False), (True, False), (True, True)],
+    ids=["read-each-time", "kept-state", "kept-state-one-statement"],
+)
+def test_concurrent_charges_never_overspend(db, kept_state, one_statement, monkeypatch):
+    """Two connections charge 1/10 eight times each under a limit of 1. With a kept state and
+    no query id (a guarded connection's charge), a charge is sent as one statement decided on
+    the state, which a concurrent charge makes stale: it is then decided afresh."""
     limit = {BudgetKey("alice"): BudgetLimit(epsilon=1)}
     tenth = PrivacyCost(epsilon=Fraction(1, 10))
     outcomes: list[str] = []
     lock = threading.Lock()
+    sent: list[bool] = []  # whether each one-statement charge stood
+    known = budget._charge_known
+
+    def watched(*args):
+        row = known(*args)
+        sent.append(row is not None)
+        return row
+
+    monkeypatch.setattr(budget, "_charge_known", watched)
 
     def worker():
         con = open_database(db)
@@ -431,7 +447,8 @@ def test_concurrent_charges_never_overspend(db, kept_state):
         try:
             for _ in range(8):
                 try:
-                    _charge(con, tenth, limits=limit, state=state)
+                    _charge(con, tenth, limits=limit, state=state,
+                            qid=None if one_statement else 1)  # fmt: skip
                     result = "charged"
                 except BudgetExhausted:
                     result = "refused"
@@ -446,6 +463,7 @@ def test_concurrent_charges_never_overspend(db, kept_state):
     for t in threads:
         t.join()
     assert sorted(outcomes) == ["charged"] * 10 + ["refused"] * 6
+    assert any(sent) == one_statement
     con = open_database(db)
     try:
         (status,) = budget.budget_status(con, limit)

@@ -100,11 +100,12 @@ def ensure_budget_catalog(con) -> None:
 def bump(con) -> int:
     """Count one write of the budget tables on ``budget_lock``'s row; the new count. The first
     write creates the row; two first writes conflict on its key."""
-    bumped = con.execute(parsed(_BUMP)).fetchall()
+    bumped = con.execute(parsed(BUMP)).fetchall()
     if bumped:
         return bumped[0][0]
     con.execute(f"INSERT INTO {S}.budget_lock VALUES (1, 1)")
     return 1
 
 
-_BUMP = f"UPDATE {S}.budget_lock SET charges = charges + 1 WHERE id = 1 RETURNING charges"
+BUMP = f"UPDATE {S}.budget_lock SET charges = charges + 1 WHERE id = 1 RETURNING charges"
+"""The statement of :func:`bump` (also the first part of a charge made in one statement)."""

@@ -42,11 +42,16 @@ def insert_cells(
     *,
     skip_cached: bool,
     returning: bool = False,
+    spend: list | None = None,
 ) -> list[tuple]:
     """Cache the new cells. A concurrent query of the same user may have cached some of them
     since they were looked up (with the same values: the noise is a function of the cell);
     the retry after that key conflict (``skip_cached``) leaves those out. With ``returning``
-    cells cached before are skipped, and the entries inserted are returned."""
+    cells cached before are skipped, and the entries inserted are returned. ``spend``
+    (``[cells, seq]``, not with ``returning``): the ledger row ``seq``'s cell count is set in
+    the same statement (one statement fewer in the transaction that records an answer)."""
+    if spend is not None and returning:
+        raise ValueError("a cell count is set with cells inserted, not with returned entries")
     if skip_cached:
         have = cached_cells(con, user, policy_version, [c.identity.digest for c in cells])
         cells = [c for c in cells if c.identity.digest not in have]
@@ -57,20 +62,31 @@ def insert_cells(
     if len(cells) == 1:  # a charge's one statistic: a row of values, no unnest (0.2 ms less)
         insert = _INSERT_CELL_RETURNING if returning else _INSERT_CELL
         entry, *rest = (column[0] for column in columns)
-        result = con.execute(parsed(insert), [entry, user, policy_version, *rest, query_id, at])
+        params = [entry, user, policy_version, *rest, query_id, at]
+        result = con.execute(*_with_spend(insert, params, spend))
         return result.fetchall() if returning else []
     if len(cells) <= _LISTED_ENTRIES:
         insert = _INSERT_CELLS_RETURNING if returning else _INSERT_CELLS
         entry, *rest = columns
-        result = con.execute(parsed(insert), [entry, user, policy_version, *rest, query_id, at])
+        params = [entry, user, policy_version, *rest, query_id, at]
+        result = con.execute(*_with_spend(insert, params, spend))
         return result.fetchall() if returning else []
     names = ("entry", "cell_hash", "cell", "column_name", "statistic", "value")
     table = pa.table([pa.array(c, type) for c, type in zip(columns, _CELL_TYPES, strict=True)],
                      names=names)  # fmt: skip
     insert = _INSERT_VIEW_RETURNING if returning else _INSERT_VIEW
     with _registered(con, _CELLS_VIEW, table):
-        result = con.execute(parsed(insert), [user, policy_version, query_id, at])
+        result = con.execute(*_with_spend(insert, [user, policy_version, query_id, at], spend))
         return result.fetchall() if returning else []
+
+
+def _with_spend(insert: str, params: list, spend: list | None) -> tuple:
+    """The parsed statement and parameters of ``insert``, followed in the same statement by the
+    ledger row's cell count (``spend``) when given: DuckDB runs a data-modifying CTE once,
+    read or not, and the two writes succeed or fail together."""
+    if spend is None:
+        return parsed(insert), params
+    return parsed(f"WITH cached AS ({insert}) {_SPEND_CELLS}"), [*params, *spend]
 
 
 _CELL_VALUES = (
@@ -133,19 +149,23 @@ def cache_cells(
     makes the transaction conflict (:func:`sqlsdc.catalog.budget.is_conflict`), and the caller
     runs it ``again``: cells cached by then are left as they are (the values are equal: the
     noise is a function of the cell; INSERT OR IGNORE, 1 ms dearer than the first attempt's
-    plain INSERT)."""
+    plain INSERT). On the first attempt the count is known, and the ledger row's is set in the
+    statement that caches the cells; ``again``, it is counted from what was inserted."""
     cells = list({c.identity.digest: c for c in cells}.values())
     statistics = list({c.identity.digest: c for c in statistics}.values())
-    inserted = 0
-    if cells or statistics:  # one statement for both
+    inserted, counted = 0, False
+    if cells or statistics:  # one statement for both, and for the count when it is known
+        spend = None
+        if paid_by is not None and not again:
+            spend, counted = [len(cells), paid_by.seq], True
         entries = insert_cells(con, user, policy_version, query_id, now(), cells + statistics,
-                               skip_cached=False, returning=again)  # fmt: skip
+                               skip_cached=False, returning=again, spend=spend)  # fmt: skip
         inserted = len(cells)
         if again:  # those cached by then were left as they are
             kept = {bytes(entry) for (entry,) in entries}
             inserted = sum(dp_cell_entry(user, policy_version, c.identity.digest) in kept
                            for c in cells)  # fmt: skip
-    if paid_by is not None:
+    if paid_by is not None and not counted:
         con.execute(parsed(_SPEND_CELLS), [inserted, paid_by.seq])
     for digest, keys in releases:
         entry = dp_cell_entry(user, policy_version, digest)

@@ -377,6 +377,14 @@ def record_query(
     return _record(con, query_id, values, new_id)
 
 
+def pending_entry(user: str, policy_version: int | None, sql: str, fingerprint: str | None):
+    """The row (``logged_at`` ... ``rows_returned``) of a charge's pending audit entry, as
+    :func:`record_query` writes it (``failed``, :data:`CHARGED_PENDING`), for a charge that
+    writes it in a statement of its own making (:func:`sqlsdc.catalog.budget.charge`)."""
+    return [now(), user, policy_version, "failed", CHARGED_PENDING, fingerprint, _escaped(sql),
+            None]  # fmt: skip
+
+
 def _record(con, query_id: int | None, values: list, new_id: bool) -> int:
     """:func:`record_query`'s entry of row ``values`` (logged_at ... rows_returned)."""
     _at, user, policy_version, decision, reason, *_ = values
