@@ -42,7 +42,7 @@ def refuse_isolated_groups(
         taking = [r for r in releases if set(fixed) <= set(r[2])]
         if len(taking) < 3:  # two releases: the pairwise check's
             continue
-        for cell, regions in _regions(con, spec, fixed, [r[1] for r in taking]).items():
+        for cell, regions in venn_regions(con, spec, fixed, [r[1] for r in taking]).items():
             found = _isolated(regions, len(taking), least)
             if found is None or _isolated(regions, len(taking), least, skip=0):
                 continue
@@ -58,7 +58,7 @@ def refuse_isolated_groups(
             )
 
 
-def _regions(con, spec, fixed: list[str], wheres: list) -> dict[tuple, dict[int, int]]:
+def venn_regions(con, spec, fixed: list[str], wheres: list) -> dict[tuple, dict[int, int]]:
     """Per cell of the grouping ``fixed``: the number of units of each Venn region of the
     populations ``wheres`` (a bit per population), empty regions and the outside left out."""
     bits = [
