@@ -29,7 +29,7 @@ from sqlglot import exp
 
 from sqlsdc.errors import TabularError
 from sqlsdc.jobs.exact_release import Release, kept
-from sqlsdc.jobs.isolated_groups import venn_regions
+from sqlsdc.jobs.isolated_groups import venn_regions, with_fixed_dims
 from sqlsdc.jobs.tabulation import measure_sum
 from sqlsdc.rewrite.ckm_mix import join_mix
 from sqlsdc.tabular.rules import CellStats, FrequencyRule, apply_rules, required_top_k
@@ -51,7 +51,8 @@ def refuse_dominated_groups(
     top_k = required_top_k(rules)
     releases = [(label, spec.where, tuple(spec.dims))]
     releases += [(o.label, o.where, tuple(o.dims)) for o in others]
-    dims = list(spec.dims)
+    releases = with_fixed_dims(con, spec, releases)  # a population of one region: its cell
+    dims = list(releases[0][2])
     for level in range(2 ** len(dims)):
         fixed = [d for j, d in enumerate(dims) if level >> j & 1]
         taking = [r for r in releases if set(fixed) <= set(r[2])]

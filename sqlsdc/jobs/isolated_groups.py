@@ -36,7 +36,8 @@ def refuse_isolated_groups(
     combination of releases is a sum over those regions alone (:func:`_isolated`)."""
     releases = [(label, spec.where, tuple(spec.dims))]
     releases += [(o.label, o.where, tuple(o.dims)) for o in others]
-    dims = list(spec.dims)
+    releases = with_fixed_dims(con, spec, releases)
+    dims = list(releases[0][2])
     for level in range(2 ** len(dims)):
         fixed = [d for j, d in enumerate(dims) if level >> j & 1]
         taking = [r for r in releases if set(fixed) <= set(r[2])]
@@ -56,6 +57,43 @@ def refuse_isolated_groups(
                 "difference from each of those is made of whole groups of at least that many "
                 "units"
             )
+
+
+def with_fixed_dims(con, spec, releases: list[tuple]) -> list[tuple]:
+    """``releases`` (``(label, population, dims)``), each with the dimensions of any of them
+    that its population holds one value of added to its own: its total is that value's cell
+    (red team s46b: turnover of R02's activity B by size class totals R02's B, a cell of a
+    table by region over B and A; the signed sums were looked for only among tables grouping
+    by region, and T1 - T2 + T3 of R02 over I and A, of every region over A and B, and of
+    R02's B by size class was I's total). Rows that add nothing to a sum are left out, as
+    :func:`venn_regions` leaves them."""
+    candidates = list(dict.fromkeys(d for r in releases for d in r[2]))
+    found = []
+    for label, where, dims in releases:
+        missing = [d for d in candidates if d not in dims]
+        if not missing:
+            found.append((label, where, dims))
+            continue
+        values = [
+            exp.Add(
+                this=exp.Count(this=exp.Distinct(expressions=[exp.column(d)])),
+                expression=exp.Cast(
+                    this=exp.GT(this=exp.Count(this=exp.Star()),
+                                expression=exp.Count(this=exp.column(d))),
+                    to=exp.DataType.build("INT"),
+                ),
+            )
+            for d in missing
+        ]  # fmt: skip
+        rows = kept(where)
+        if spec.measure is not None:
+            nonzero = exp.column(spec.measure).neq(exp.Literal.number(0))
+            rows = exp.and_(rows, exp.Coalesce(this=nonzero, expressions=[exp.false()]))
+        select = exp.select(*values).from_(spec.table).where(rows)
+        counts = con.execute(select.sql("duckdb")).fetchone()
+        one = tuple(d for d, n in zip(missing, counts, strict=True) if n <= 1)
+        found.append((label, where, dims + one))
+    return found
 
 
 def venn_regions(con, spec, fixed: list[str], wheres: list) -> dict[tuple, dict[int, int]]:
