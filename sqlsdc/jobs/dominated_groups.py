@@ -29,7 +29,7 @@ from sqlglot import exp
 
 from sqlsdc.errors import TabularError
 from sqlsdc.jobs.exact_release import Release, kept
-from sqlsdc.jobs.isolated_groups import venn_regions, with_fixed_dims
+from sqlsdc.jobs.isolated_groups import passes, venn_regions
 from sqlsdc.jobs.tabulation import measure_sum
 from sqlsdc.rewrite.ckm_mix import join_mix
 from sqlsdc.tabular.rules import CellStats, FrequencyRule, apply_rules, required_top_k
@@ -51,11 +51,8 @@ def refuse_dominated_groups(
     top_k = required_top_k(rules)
     releases = [(label, spec.where, tuple(spec.dims))]
     releases += [(o.label, o.where, tuple(o.dims)) for o in others]
-    releases = with_fixed_dims(con, spec, releases)  # a population of one region: its cell
-    dims = list(releases[0][2])
-    for level in range(2 ** len(dims)):
-        fixed = [d for j, d in enumerate(dims) if level >> j & 1]
-        taking = [r for r in releases if set(fixed) <= set(r[2])]
+    # a population of one region takes part as its cell, one of a few as their sum
+    for fixed, taking, name in passes(con, spec, releases):
         if len(taking) < 3:  # two releases: the pairwise checks'
             continue
         wheres = [r[1] for r in taking]
@@ -63,7 +60,7 @@ def refuse_dominated_groups(
         for cell, regions in venn_regions(con, spec, fixed, wheres).items():
             groups = new_groups(list(regions), len(taking))
             if groups is None:
-                raise error(_too_many(spec, label, fixed, cell, taking))
+                raise error(_too_many(spec, label, name or _named(fixed, cell), taking))
             if groups:
                 found[cell] = groups
         if not found:
@@ -74,7 +71,7 @@ def refuse_dominated_groups(
             flagged = np.flatnonzero(apply_rules(stats, rules).primary)
             if flagged.size:
                 rule = apply_rules(stats, rules).rule[flagged[0]]
-                raise error(_message(spec, label, fixed, cell, taking, rule))
+                raise error(_message(spec, label, name or _named(fixed, cell), taking, rule))
 
 
 def new_groups(masks: list[int], releases: int, limit: int = MAX_REGIONS):
@@ -182,21 +179,21 @@ def _named(fixed: list[str], cell: tuple) -> str:
     return ", ".join(f"{d} = {v!r}" for d, v in zip(fixed, cell, strict=True)) or "total"
 
 
-def _message(spec, label: str, fixed, cell, taking, rule: str) -> str:
+def _message(spec, label: str, named: str, taking, rule: str) -> str:
     labels = ", ".join(r[0] for r in taking[1:])
     return (
         f"with {labels}, {label} would publish exact sums of {spec.measure} of {spec.table} "
-        f"whose sum and difference in a cell ({_named(fixed, cell)}) is a group of units of "
+        f"whose sum and difference in a cell ({named}) is a group of units of "
         f"its own, which the rules of {label} ({rule}) flag as primary (a few units dominate "
         "it). Protect these populations in one job (its cells and margins then hide it), or "
         "tabulate a population whose overlaps with those leave no such group"
     )
 
 
-def _too_many(spec, label: str, fixed, cell, taking) -> str:
+def _too_many(spec, label: str, named: str, taking) -> str:
     labels = ", ".join(r[0] for r in taking[1:])
     return (
-        f"with {labels}, {label} would split a cell ({_named(fixed, cell)}) of {spec.table} "
+        f"with {labels}, {label} would split a cell ({named}) of {spec.table} "
         f"into more than {MAX_REGIONS} groups of units by which populations hold them, too "
         "many to check whether a sum and difference of the tables isolates a group its rules "
         "flag. Protect these populations in one job, or tabulate one that overlaps fewer of "
