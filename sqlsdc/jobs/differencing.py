@@ -76,6 +76,7 @@ from sqlsdc.errors import MicrodataError, TabularError
 from sqlsdc.jobs.blanked_cells import blanked_difference
 from sqlsdc.jobs.cell_unions import cells_add_up
 from sqlsdc.jobs.dominated_differences import refuse_dominated_differences
+from sqlsdc.jobs.dominated_groups import refuse_dominated_groups
 from sqlsdc.jobs.exact_release import Release
 from sqlsdc.jobs.isolated_groups import refuse_isolated_groups
 from sqlsdc.jobs.tabulation import rules_of
@@ -106,7 +107,9 @@ def refuse_file_differences(con, policy: Policy, file: Release, tables: list) ->
     exact tables stored before it (``tables``: ``(label, JobSpec)`` of its table) and the file
     differ so, or by a group the table's default rules flag
     (:func:`~sqlsdc.jobs.dominated_differences.refuse_dominated_differences`), or several with
-    it isolate a group: the other order of :func:`refuse_small_differences`. A table of sums
+    it isolate a group of fewer units than the minimum frequency, or one those rules flag
+    (:func:`~sqlsdc.jobs.dominated_groups.refuse_dominated_groups`): the other order of
+    :func:`refuse_small_differences`. A table of sums
     is compared only with a file that holds its measure unperturbed."""
     tables = [(label, spec) for label, spec in tables
               if spec.measure is None or file.holds(spec.measure)]  # fmt: skip
@@ -124,6 +127,11 @@ def refuse_file_differences(con, policy: Policy, file: Release, tables: list) ->
         others = [Release(label, theirs.where, theirs.dims) for label, theirs in same]
         least = min_frequency(policy, spec.table)
         refuse_isolated_groups(con, spec, others, least, label=file.label, error=MicrodataError)
+        # and a group of any size the table's default rules flag (red team s46b: two jobs of
+        # R02's turnover over I and A and over A and B, then a file of R02's B firms: T1 - T2
+        # plus the file's records was I's total, 91 % one firm's)
+        refuse_dominated_groups(con, spec, others, rules_of(policy, spec), file.label,
+                                error=MicrodataError)  # fmt: skip
 
 
 def _refuse_pair(con, spec, other: Release, least: int, names: tuple[str, str], error) -> None:

@@ -15,7 +15,8 @@ the pair), so that the two values differ by exactly those units' sum, and applie
 primary rules to those units' contributions (per unit, after unit noise, as the job adds them
 up; dominance and p% read their absolute values, as revisions do). A cell the rules flag
 refuses the job. Differences on both sides (units lacking and units in excess) mix two groups
-and are not looked at, as in the frequency check.
+and are not looked at, as in the frequency check; with a third release that publishes the
+other group they are (:mod:`sqlsdc.jobs.dominated_groups`, which this check calls).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from sqlsdc.errors import TabularError
+from sqlsdc.jobs.dominated_groups import refuse_dominated_groups
 from sqlsdc.jobs.exact_release import Release
 from sqlsdc.jobs.uncovered import cell_text, dominated_cells
 from sqlsdc.tabular.rules import CellStats, FrequencyRule, apply_rules, required_top_k
@@ -55,6 +57,8 @@ def refuse_dominated_differences(
             cell, side = found[hit[0]][:2]
             rule = result.rule[hit[0]]
             raise error(_message(spec, label, other.label, cell, side, rule))
+    # three or more: a signed sum of them may isolate a group no pair does (red team s46b)
+    refuse_dominated_groups(con, spec, others, rules, label, error=error)
 
 
 def _message(spec, first: str, second: str, cell: dict, side: str, rule: str) -> str:

@@ -44,7 +44,7 @@ from sqlsdc.jobs.stored_tables import (
     pattern_label,
 )
 from sqlsdc.jobs.synthesis_files import opaque_syntheses, stored_exact_syntheses
-from sqlsdc.jobs.tabulation import JobSpec
+from sqlsdc.jobs.tabulation import JobSpec, rules_of
 from sqlsdc.policy import Policy
 from sqlsdc.tabular.universe import COUNT, universe_of
 
@@ -67,7 +67,9 @@ def refuse_job(
     docstring gives. Return whether its grand total is a cell the live pattern publishes,
     which the job must publish too (:func:`~sqlsdc.jobs.live_total.public_grand_total`,
     under policy version ``version``). ``rules``: the job's primary rules, which a sum's
-    difference from another exact release must pass."""
+    difference from another exact release must pass, with the table's default rules
+    (:func:`~sqlsdc.jobs.tabulation.rules_of`), which the other was judged by unless given
+    others (its rules are not recorded)."""
     _refuse_dp_table(policy, spec, method)
     _refuse_other_tables(policy, sql, spec)
     _refuse_second_protection(con, policy, spec, into, method)
@@ -76,7 +78,11 @@ def refuse_job(
     if exact_method(method, spec):
         others = _exact_releases(con, policy, spec)
         refuse_small_differences(con, policy, spec, others)
-        refuse_dominated_differences(con, spec, others, rules)  # red team s45f
+        # red team s45f; judged by the table's default rules too (s46b): an earlier output's
+        # own rules are not recorded, and one judged by the defaults (p:10) beside a later job
+        # of weaker rules (freq only) left their difference, a dominated group, unjudged
+        judged = list(dict.fromkeys([*rules, *rules_of(policy, spec)]))
+        refuse_dominated_differences(con, spec, others, judged)
     elif method == "round":  # a rounded count beside a file's exact counts (red team s44c)
         refuse_small_differences(con, policy, spec, _exact_files(con, policy, spec))
     if method == "suppress" and spec.measure is not None:  # its units' counts are published too
