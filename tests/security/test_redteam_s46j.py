@@ -11,6 +11,36 @@ Finding (fails on int46):
   count, 1 query) and its entry's last line read as values the guard never bound; an
   indented ``  -- parameters:`` line too. 9 separators and the indented spelling, all 10
   forged on int46; now each entry ends with the guard's ``(none)`` line.
+- A protection job's WHERE (s46c: converted to compare x·m) still kept the rows of the stored x
+  where the conversion does not reach: a comparison in a subquery of the WHERE
+  (``(SELECT employees >= 10)``, ``EXISTS (SELECT 1 WHERE employees >= 10)``) or a function
+  no comparison holds (``list_contains``, ``LIKE``/``GLOB`` of a cast). On the seed-7 CKM demo
+  the job by nace stored 226 enterprises where ``employees >= 10`` keeps the 216 of x·m (14
+  on the other side of 10): s46c's finding again (the side of m of the units near a break,
+  beside the queries' sums of x·m). 6 of 6 shapes accepted on int46; now refused (fail
+  closed) like a function of the measure, with what to write instead. Admins write jobs, so
+  the attacker is the analyst reading an output an admin tabulated this way in good faith.
+
+Held (numbers of statements tried):
+
+- s46c's conversion: 40 WHERE spellings of ``employees >= 10`` in a job (NOT, BETWEEN, IN,
+  parentheses, alias, IS TRUE, CASE, COALESCE, OR FALSE): each keeps the rows of x·m or is
+  refused; a stored output tabulated by x before s46c beside a new job of the same written
+  WHERE: 5 shapes (same SQL into another name; by region; nace × region; nace × size_class,
+  counts and sums): the revision/earlier-suppression audits refused 4, and by region
+  published only the totals (226 vs 216: the net count of units crossing, no unit's value).
+- s46a: 90 query spellings of ``COUNT(*) ... WHERE income >= 100000`` on the CKM demo
+  (parenthesized tables with aliases and column lists, ((persons AS p)) AS q, joins to a
+  parenthesized table with ON/USING, CTEs, quoted and schema/catalog-qualified names,
+  LATERAL, VALUES, NATURAL JOIN, FILTER, ANY/ALL, casts, IS TRUE, GROUP BY ALL): every one
+  answered the x·m count (2,737) or was refused.
+- s46g: the login bound per address (success forgets only its own attempt; IPv4-mapped IPv6
+  counted as its IPv4); the statement rate's log reading is per user (no other user's
+  refusal depends on it).
+- s46d: 54 grouping-set shapes x 3 demos (threshold, CKM, rounding) on Spark against DuckDB
+  (DISTINCT and windows over two grand totals, ORDER BY/LIMIT/OFFSET, a parenthesized table,
+  a CTE, UNION ALL of two ROLLUPs, HAVING COUNT(*) = 0, ``GROUP BY (), ROLLUP (region), ()``,
+  joins, COUNT(DISTINCT), MIN): see the report.
 """
 
 from __future__ import annotations
@@ -18,7 +48,10 @@ from __future__ import annotations
 import pytest
 
 import sqlsdc
+from sqlsdc.demo.build import demo_policy
+from sqlsdc.errors import TabularError
 from sqlsdc.guard.audited_parameters import audited_text
+from sqlsdc.jobs.tabulation import parse_job
 from tests.security.test_redteam_s44e import _rows
 
 FORGED = "-- parameters: 'R09'"
@@ -49,3 +82,56 @@ def test_the_logged_entry_of_a_forged_line_ends_with_the_guards(fresh_demo_db):
     )
     assert text.splitlines()[-1] == "-- parameters: (none)"
     assert text.startswith(sql)
+
+
+# --- a job's WHERE reads a unit-noised measure only as the conversion computes x·m -------------
+
+
+UNCONVERTED = [  # int46 kept these rows by the stored x (226 enterprises on the seed-7 demo)
+    "(SELECT employees >= 10)",
+    "EXISTS (SELECT 1 WHERE employees >= 10)",
+    "(SELECT e.employees) >= 10",
+    "list_contains([10, 20], employees)",
+    "employees::VARCHAR LIKE '1_'",
+    "employees GLOB '1*'",
+]
+
+
+@pytest.mark.parametrize("where", UNCONVERTED)
+def test_a_jobs_where_reading_the_stored_measure_is_refused(where):
+    """Second finding (fails on int46): a job's WHERE on a unit-noised measure that the
+    conversion to x·m does not reach (a comparison inside a subquery of the WHERE, a
+    function no comparison holds) kept the rows of the stored x, silently: on the seed-7 CKM
+    demo ``WHERE (SELECT employees >= 10)`` stored an output by nace of 226 enterprises where
+    ``employees >= 10`` keeps the 216 of x·m (14 differ), the side of m s46c closes. Refused
+    now, as a function of the measure is; a test IS NULL and the plain class stay."""
+    alias = "e " if "e.employees" in where else ""
+    sql = f"SELECT nace, COUNT(*) FROM enterprises {alias}WHERE {where} GROUP BY nace"
+    with pytest.raises(TabularError, match="x·m"):
+        parse_job(sql, demo_policy())
+    assert parse_job(sql, demo_policy(), stored=True).where is not None  # as it was tabulated
+
+
+def test_a_jobs_null_test_and_classes_of_a_noised_measure_stay():
+    policy = demo_policy()
+    for where in ("employees IS NULL", "employees IS NOT NULL AND employees >= 10",
+                  "region IN (SELECT region FROM enterprises WHERE employees >= 10)"):  # fmt: skip
+        spec = parse_job(f"SELECT nace, COUNT(*) FROM enterprises WHERE {where} GROUP BY nace",
+                         policy)  # fmt: skip
+        assert spec.where is not None
+    plain = parse_job("SELECT nace, COUNT(*) FROM enterprises WHERE employees IS NULL "
+                      "GROUP BY nace", policy)  # fmt: skip
+    assert "ckm_mix" not in plain.where.sql("duckdb")
+
+
+def test_a_stored_job_by_a_subquery_of_the_measure_is_refused(ckm_db, tmp_path):
+    """End to end (int46 stored it, its cells those of the stored x)."""
+    import shutil
+
+    from sqlsdc.jobs.protect import protect_query
+
+    path = tmp_path / "demo.duckdb"
+    shutil.copy(ckm_db, path)
+    with pytest.raises(TabularError, match="x·m"):
+        protect_query(path, "admin", "SELECT nace, COUNT(*) FROM enterprises "
+                      "WHERE (SELECT employees >= 10) GROUP BY nace", into="t")  # fmt: skip
