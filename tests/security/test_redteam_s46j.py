@@ -1,6 +1,6 @@
 """Red team s46j: today's merged changes (session 46, round 2), as an analyst.
 
-Finding (fails on int46):
+Findings (each test fails on int46):
 
 - The audit entry of a statement without parameters could end with a forged values line:
   int46 appended ``-- parameters: (none)`` only when the text held ``\\n-- parameters: ``, but
@@ -21,6 +21,12 @@ Finding (fails on int46):
   closed) like a function of the measure, with what to write instead. Admins write jobs, so
   the attacker is the analyst reading an output an admin tabulated this way in good faith.
 
+Not fixed (strict xfail, a policy or demo decision): the demo's ``size_class`` is the class of
+the stored employees (1-9, 10-49, 50-249, 250+) published as a dimension, so it tells what the
+conversion to x·m hides: ``WHERE employees < 10 GROUP BY size_class`` publishes a 'small' row,
+and beside a padded average of y = x·m (s44j) it gives the branch of m of 26 of 1,000
+enterprises (centred estimate within 2.4 % of x on average, where |m - 1| is about 8 %).
+
 Held (numbers of statements tried):
 
 - s46c's conversion: 40 WHERE spellings of ``employees >= 10`` in a job (NOT, BETWEEN, IN,
@@ -40,18 +46,33 @@ Held (numbers of statements tried):
 - s46d: 54 grouping-set shapes x 3 demos (threshold, CKM, rounding) on Spark against DuckDB
   (DISTINCT and windows over two grand totals, ORDER BY/LIMIT/OFFSET, a parenthesized table,
   a CTE, UNION ALL of two ROLLUPs, HAVING COUNT(*) = 0, ``GROUP BY (), ROLLUP (region), ()``,
-  joins, COUNT(DISTINCT), MIN): see the report.
+  joins, COUNT(DISTINCT), MIN): 147 compared (the rest refused on DuckDB), 0 differences,
+  0 Spark refusals.
+- s46c's population names: 4 spellings of one WHERE (``NOT employees < 10``, ``... IS TRUE``,
+  ``AND employees IS NOT NULL``) as jobs by nace × region: the same 18 published cells; the
+  mix never readable by an analyst (``sqlsdc.ckm_mix``, ``ckm_mix``, ``__mix`` as a table,
+  alias or column: 12 statements refused).
+- s46a with column aliases: ``(persons) AS p(..., income, ..., age)`` swapping names: the
+  planner follows the alias (``age`` is the measure), sums carry the factor (the same 5
+  answers as by name), conditions refused.
 """
 
 from __future__ import annotations
+
+import shutil
 
 import pytest
 
 import sqlsdc
 from sqlsdc.demo.build import demo_policy
+from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import TabularError
 from sqlsdc.guard.audited_parameters import audited_text
+from sqlsdc.jobs.protect import protect_query
 from sqlsdc.jobs.tabulation import parse_job
+from sqlsdc.mechanisms.ckm import MixKeys
+from sqlsdc.mechanisms.unit_noise import unit_factor
+from sqlsdc.policy import AggregateKind
 from tests.security.test_redteam_s44e import _rows
 
 FORGED = "-- parameters: 'R09'"
@@ -126,12 +147,63 @@ def test_a_jobs_null_test_and_classes_of_a_noised_measure_stay():
 
 def test_a_stored_job_by_a_subquery_of_the_measure_is_refused(ckm_db, tmp_path):
     """End to end (int46 stored it, its cells those of the stored x)."""
-    import shutil
-
-    from sqlsdc.jobs.protect import protect_query
-
     path = tmp_path / "demo.duckdb"
     shutil.copy(ckm_db, path)
     with pytest.raises(TabularError, match="x·m"):
         protect_query(path, "admin", "SELECT nace, COUNT(*) FROM enterprises "
                       "WHERE (SELECT employees >= 10) GROUP BY nace", into="t")  # fmt: skip
+
+
+# --- a dimension computed from a unit-noised measure publishes the class of x ------------------
+
+
+def _branch_told(x: float, y: float, noise) -> float | None:
+    """The centred estimate of x from y = x·m when a size class's break (10, 50, 250
+    employees) separates the two branches of x given y, y/[a, b] and y/[2 − b, 2 − a]
+    (s45l), so that the unit's class of x tells the branch; else None."""
+    high = (y / noise.b, y / noise.a)  # m > 1
+    low = (y / (2 - noise.a), y / (2 - noise.b))  # m < 1
+    for cut in (10, 50, 250):
+        if high[1] < cut <= low[0] or low[1] < cut <= high[0]:
+            branch = low if (cut <= x) == (low[0] >= cut) else high
+            return (branch[0] + branch[1]) / 2
+    return None
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="s46j, not fixed: the demo's size_class is the class of the stored employees "
+    "(micro 1-9, small 10-49, medium 50-249, large 250+), published as a dimension, so the "
+    "x·m conversion of s45m/s46c is bypassed: WHERE employees < 10 GROUP BY size_class "
+    "publishes a 'small' row (9 on the test demo, 15 on seed 7: small enterprises whose "
+    "x·m < 10), and beside a padded average of y = x·m (s44j) size_class tells the branch "
+    "of m of 26 of 1,000 enterprises, centred estimate within 2.4 % of x on average (|m - 1| "
+    "is about 8 %). A policy or demo decision: derive such a dimension from x·m, or leave it "
+    "out of tables whose measure carries unit noise",
+)
+def test_a_dimension_of_the_measures_class_does_not_tell_the_branch_of_m(ckm_db, tmp_path):
+    noise = demo_policy().table("enterprises").rule(AggregateKind.MAGNITUDES).magnitude.unit_noise
+    con = open_database(ckm_db, writes_data=False)
+    try:
+        keys = MixKeys(*con.execute("SELECT * FROM sqlsdc.ckm_mix").fetchall()[0])
+        rows = con.execute("SELECT employees, __rkey FROM enterprises").fetchall()
+    finally:
+        con.close()
+    told = [
+        (x, estimate)
+        for x, key in rows
+        if (
+            estimate := _branch_told(
+                x, x * unit_factor(key, "enterprises.employees", noise, keys), noise
+            )
+        )
+        is not None
+    ]
+    path = tmp_path / "demo.duckdb"
+    shutil.copy(ckm_db, path)
+    with sqlsdc.connect(path, user="analyst") as analyst:
+        published = analyst.execute(
+            "SELECT size_class, COUNT(*) FROM enterprises WHERE employees < 10 "
+            "GROUP BY size_class ORDER BY size_class"
+        ).fetchall()
+    assert told == [] and [c for c, _n in published] == ["micro"]
