@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 
 from sqlsdc.guard.list_parameters import is_list
@@ -67,13 +68,27 @@ def audited_text(sql: str, params) -> str:
     unless the statement's own text holds a line that reads like one, which would then be the
     entry's last (``(none)`` follows it, so that the last line is always the guard's)."""
     if params is None or (type(params) in (list, tuple, dict) and not params):
-        return f"{sql}{_PREFIX}(none)" if _PREFIX in sql else sql
+        return f"{sql}{_PREFIX}(none)" if _reads_like_values(sql) else sql
     line = _one_line(_values(params))
     if len(line) > AUDITED_PARAMETER_CHARACTERS:
         digest = hashlib.sha256(line.encode("utf-8", "surrogatepass")).hexdigest()
         line = (f"{line[:AUDITED_PARAMETER_CHARACTERS]} ... [{len(line):,} characters in all; "
                 f"SHA-256 of the whole: {digest}]")  # fmt: skip
     return f"{sql}{_PREFIX}{line}"
+
+
+_LIKE_VALUES = re.compile(r"\s*--\s*parameters\s*:", re.IGNORECASE)
+_ANYWHERE = re.compile(r"--\s*parameters\s*:", re.IGNORECASE)
+
+
+def _reads_like_values(sql: str) -> bool:
+    """Whether a line of ``sql`` reads like the values' line: a line as a reader splits it
+    (``str.splitlines``: ``\\r``, ``\\x0b``, ``\\x85``, ``\\u2028`` ... end lines too, not only
+    ``\\n``; a ``--`` comment runs past them to the engine), spaces and case aside (red team
+    s46j: ``...'R01'\\r-- parameters: 'R09'`` ended its entry with a forged values line)."""
+    if _ANYWHERE.search(sql) is None:  # one scan of a long statement, no list of its lines
+        return False
+    return any(_LIKE_VALUES.match(line) for line in sql.splitlines())
 
 
 def _values(params) -> str:

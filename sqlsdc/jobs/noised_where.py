@@ -49,8 +49,12 @@ def noised_where(
         return where.this
     probe = exp.Select(expressions=[exp.Star()], from_=select.args["from_"].copy())
     probe.set("where", where.copy())
+    lookup = policy_lookup(policy)
+    table = probe.args["from_"].this
+    measures = [c for c in probe.args["where"].find_all(exp.Column) if lookup(table.name, c.name)]
     try:
-        converted = noise_conditions(probe, policy_lookup(policy), lambda: sql)
+        converted = noise_conditions(probe, lookup, lambda: sql)
+        _refuse_unconverted(probe, measures, lookup, table.name)
     except PolicyViolation as refusal:
         if stored:
             return where.this
@@ -62,3 +66,27 @@ def noised_where(
         if column.table == MIX:
             column.replace(exp.select(column.name).from_(CKM_MIX.copy()).subquery())
     return condition
+
+
+def _refuse_unconverted(probe: exp.Select, measures: list[exp.Column], lookup, table: str) -> None:
+    """Refuse a unit-noised measure of ``measures`` (the WHERE's columns before the
+    conversion) that the conversion left reading the stored x: one the WHERE reads otherwise
+    than compared in the job's own select (inside a subquery, ``(SELECT employees >= 10)``,
+    ``EXISTS (SELECT 1 WHERE employees >= 10)``, or a function no comparison holds,
+    ``list_contains([10, 20], employees)``) would keep the rows of x beside sums of x·m (red
+    team s46j: 226 enterprises kept where ``employees >= 10`` keeps the 216 of x·m). A test
+    ``IS [NOT] NULL`` is the same of x and x·m and stays."""
+    left = {id(c) for c in probe.find_all(exp.Column)}
+    for column in measures:
+        if id(column) not in left:
+            continue  # converted: replaced by x·m
+        if isinstance(column.parent, exp.Is) and isinstance(column.parent.expression, exp.Null):
+            continue
+        name, _noise = lookup(table, column.name)
+        raise PolicyViolation(
+            f"{column.parent.sql('duckdb')[:80]}: {name} carries a permanent noise factor per "
+            "unit, and a condition on it compares the noised value x·m; this one reads the "
+            "stored value (in a subquery, or through a function)",
+            f"compare {column.name} as it is with a class break in the job's own WHERE "
+            f"({column.name} >= break), or test it IS NULL",
+        )
