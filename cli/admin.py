@@ -17,6 +17,7 @@ from sqlsdc.cli.output import (
     format_option,
     print_frame,
     print_json,
+    read_sql,
 )
 
 _TIMES = ["%Y-%m-%d", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"]  # --since
@@ -418,7 +419,8 @@ def rekey(db: str, user: str, tables: tuple[str, ...], yes: bool, fmt: str) -> N
 @click.option("--value", "value_column", help="Result column with a magnitude (optional).")
 @format_option(default="table", choices=("table", "json"))
 def risk(db: str, sql: str, user: str, count_column: str, value_column, fmt: str) -> None:
-    """Utility and risk of a protected table against the original (admins only).
+    """Utility and risk of a protected table against the original (admins only; use - to read
+    SQL from stdin).
 
     U, U_single, R_pert, R and the Hellinger distance of Geyer et al. (PSD 2022).
 
@@ -429,7 +431,7 @@ def risk(db: str, sql: str, user: str, count_column: str, value_column, fmt: str
     """
     from sqlsdc import admin
 
-    measures = admin.ckm_measures(db, user, sql, count=count_column, value=value_column)
+    measures = admin.ckm_measures(db, user, read_sql(sql), count=count_column, value=value_column)
     if fmt == "json":
         print_json(measures)
     else:

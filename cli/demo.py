@@ -38,7 +38,8 @@ STEPS = ("households", "persons", "enterprises", "regions", "record keys and cat
     help="Random seed; the same seed gives the same data.",
 )
 @click.option("--no-queries", is_flag=True, help="Only build the database.")
-@click.option("--force", is_flag=True, help="Replace DB if it exists.")
+@click.option("--force", is_flag=True,
+              help="Replace DB if it exists, once no other process has it open.")  # fmt: skip
 def demo(db: str, persons: int, seed: int, no_queries: bool, force: bool) -> None:
     """Build a synthetic population with a ready policy and run guarded queries.
 

@@ -294,7 +294,11 @@ class StatementCommand(click.Command):
 
 
 def read_sql(sql: str) -> str:
-    """The SQL argument, or standard input when it is ``-``.
+    """The SQL argument, or standard input when it is ``-``, without a leading byte-order mark.
+
+    A file saved as "UTF-8 with BOM" (Windows editors do) starts with U+FEFF; read through
+    ``-`` or ``"$(cat q.sql)"`` it was "could not be parsed: Unexpected token (line 1,
+    column 14)" (exit 6), a position in a statement that has no error.
 
     Raises:
         SqlSyntaxError: bytes that are not UTF-8 (Python keeps them as lone surrogates).
@@ -303,7 +307,7 @@ def read_sql(sql: str) -> str:
 
     text = sys.stdin.read() if sql == "-" else sql
     check_unicode(text)
-    return text
+    return text.removeprefix("\ufeff")
 
 
 def write_file(path: str | Path, text: str, *, force: bool) -> None:

@@ -171,6 +171,9 @@ def publish(
     except Error as refusal:
         audit("refused", refusal)
         raise
+    except BaseException as failure:  # Ctrl-C in the checks, which read the catalog: no
+        audit("failed", failure)  # entry was left (new user s46i, tests/test_release.py)
+        raise
     # one partial file (and folder) per publication, named by its audit entry: publications to
     # one OUT at once never write, move or delete each other's half-written files
     partial = out.with_name(f"{out.name}.{query_id}.partial")

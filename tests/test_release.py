@@ -233,6 +233,30 @@ def test_an_interrupt_after_the_release_is_recorded_is_no_bug(suppress_template,
     assert not out.exists() and {p.name for p in tmp_path.iterdir()} == {db.name, db.name + ".lock"}
 
 
+def test_an_interrupt_in_the_checks_is_audited_as_failed(suppress_template, tmp_path,
+                                                          monkeypatch):  # fmt: skip
+    """A Ctrl-C while a publication's checks read the catalog (before "writing ...") left no
+    audit entry at all (new user s46i: `sqlsdc publish` stopped at 2 s left none): it is
+    ``failed``, "interrupted (Ctrl-C)", and nothing is written."""
+    import sqlsdc.release as release
+
+    db, out = tmp_path / "demo.duckdb", tmp_path / "release.duckdb"
+    shutil.copy(suppress_template, db)
+
+    def interrupted(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(release, "_check_file_pairs", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        publish(db, out, "admin")
+    entries = sqlsdc.admin.audit(db, "admin", limit=100)
+    published = entries[entries["sql_text"].str.startswith('{"publish"')]
+    assert published[["decision", "reason"]].values.tolist() == [
+        ["failed", "interrupted (Ctrl-C)"]
+    ]  # main: no entry
+    assert not out.exists() and {p.name for p in tmp_path.iterdir()} == {db.name, db.name + ".lock"}
+
+
 def test_a_policy_applied_while_a_publication_is_checked_stops_it(
     suppress_template, tmp_path, monkeypatch
 ):

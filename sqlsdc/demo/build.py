@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 
@@ -10,6 +11,8 @@ from sqlsdc.catalog.setup import ApplyReport, apply_policy
 from sqlsdc.demo import DEFAULT_PERSONS, DEFAULT_SEED
 from sqlsdc.demo.data import Progress, build_tables, write_tables
 from sqlsdc.engines import duckdb as engine
+from sqlsdc.engines import file_lock
+from sqlsdc.engines.duckdb_files import foreign_file
 from sqlsdc.errors import NotFoundError
 from sqlsdc.files import check_replaceable, check_writable
 from sqlsdc.policy import Policy, load_policy
@@ -45,13 +48,40 @@ def build_demo_database(
     check_writable(path)  # named so: the file built aside was named in the failure
     building = path.with_name(f".{path.name}.{os.getpid()}.building")
     try:
-        report = _build(building, persons, seed, progress, policy)
-        path.with_name(path.name + ".wal").unlink(missing_ok=True)  # belongs to the old file
-        os.replace(building, path)
+        with _replacing(path):
+            report = _build(building, persons, seed, progress, policy)
+            path.with_name(path.name + ".wal").unlink(missing_ok=True)  # the old file's
+            os.replace(building, path)
     finally:
         for partial in (building, *engine.sidecar_files(building)):
             partial.unlink(missing_ok=True)
     return report
+
+
+# How long a replacement waits for the processes that have the old database open (as any
+# opening of it waits: engine.LOCK_WAIT_SECONDS)
+REPLACE_WAIT_SECONDS = engine.LOCK_WAIT_SECONDS
+
+
+@contextmanager
+def _replacing(path: Path):
+    """Hold the lock of the database at ``path`` while it is replaced, so that no process has
+    the old file open (:func:`engine.open_database` waits for sqlsdc's processes and fails,
+    exit code 9, while one outside sqlsdc keeps it). Replaced under a process that had it
+    open (a server, a notebook), that process went on writing its commits into the old file
+    and its write-ahead log beside the new one, by name: the next opening of the new
+    database failed, "WAL does not match database file" (new user s46i)."""
+    if not path.is_file() or foreign_file(path) or path.stat().st_size == 0:
+        yield  # nothing DuckDB has open (a text file, an empty file): replaced as it is
+        return
+    con = engine.open_database(path, wait=REPLACE_WAIT_SECONDS, writes_data=False)
+    hold = file_lock.try_acquire(path, shared=False)  # this process holds it once more
+    con.close()  # DuckDB lets the old file go; the lock stays until it is replaced
+    try:
+        yield
+    finally:
+        if hold is not None:
+            hold.release()
 
 
 def _build(path: Path, persons: int, seed: int, progress, policy) -> ApplyReport:

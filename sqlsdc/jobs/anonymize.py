@@ -170,6 +170,9 @@ def anonymize(
         except Error as refusal:
             audit("refused", reason=store.audit_reason(refusal))
             raise
+        except BaseException as failure:  # Ctrl-C while the records are read: audited too
+            audit("failed", reason=store.audit_reason(failure))
+            raise
         try:
             say(f"read {len(original)} records from {source or 'the query'}")
             keys, weights = _risk_columns(policy, source, original, keys, weights)

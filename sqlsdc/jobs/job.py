@@ -215,6 +215,9 @@ def open_job(
         except engine.EngineError as failure:  # the checks run the job's WHERE (red team s39b:
             audit("failed", reason=store.audit_reason(failure))  # such jobs left no entry)
             raise
+        except BaseException as failure:  # Ctrl-C in the checks, which read the data (seconds
+            audit("failed", reason=store.audit_reason(failure))  # on a large table): no entry
+            raise  # was left (new user s46i, tests/jobs/test_protect_job.py)
         job.progress = progress
         try:
             yield job

@@ -262,6 +262,9 @@ def synthesize(
         except Error as refusal:
             audit("refused", reason=store.audit_reason(refusal))
             raise
+        except BaseException as failure:  # Ctrl-C while the records are read: audited too
+            audit("failed", reason=store.audit_reason(failure))
+            raise
         try:
             started = time.perf_counter()
             if dp:

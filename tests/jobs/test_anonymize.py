@@ -257,3 +257,32 @@ def test_risk_utility_comparison_of_candidate_settings(fresh_demo_db, tmp_path,
     assert forced.returncode == 0 and "wrote" in forced.stderr
     missing = report("--plot", tmp_path / "no" / "t.png")
     assert missing.returncode == 8 and "does not exist" in missing.stderr
+
+
+@pytest.mark.parametrize("job", ["anonymize", "synthesize"])
+def test_a_record_job_stopped_while_reading_is_audited_as_failed(job, fresh_demo_db, monkeypatch):
+    """Ctrl-C while an anonymisation or synthesis read its records left no audit entry (the
+    entry's id was taken, none written; new user s46i): KeyboardInterrupt stands for the
+    signal, raised where the records are read."""
+    import sqlsdc.jobs.anonymize as anonymize_module
+    import sqlsdc.synth.job as synth_module
+
+    def stopped(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    module = anonymize_module if job == "anonymize" else synth_module
+    monkeypatch.setattr(module, "read_records", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        if job == "anonymize":
+            anonymize(fresh_demo_db, user="admin", source="persons", into="stopped",
+                      steps=["microaggregate:income:k=5"])  # fmt: skip
+        else:
+            synth_module.synthesize(fresh_demo_db, user="admin", source="persons",
+                                    into="stopped", method="parametric")  # fmt: skip
+    with duckdb.connect(str(fresh_demo_db), read_only=True) as con:
+        entries = con.execute(
+            "SELECT decision, reason FROM sqlsdc.audit WHERE sql_text LIKE '%stopped%'"
+        ).fetchall()
+        stored_names = con.execute("SELECT name FROM sqlsdc.outputs").fetchall()
+    assert entries == [("failed", "interrupted (Ctrl-C)")]  # main: []
+    assert stored_names == []

@@ -358,3 +358,29 @@ def test_a_sum_job_counts_the_non_zero_contributors_and_publishes_every_unit(tmp
     assert {(r.nace, r.region): r.n for r in shown.itertuples()} == {
         (r.nace, r.region): units[r.nace, r.region] for r in shown.itertuples()
     }
+
+
+def test_a_job_stopped_in_its_checks_is_audited_as_failed(db, monkeypatch):
+    """Ctrl-C while a job's checks read the data (the first seconds of a job on a large
+    table, before "[1/3] computing the cells") left no audit entry at all, though the README
+    says a job stopped so is audited ``failed`` (new user s46i: 2 of 2 protect jobs on 100,000
+    persons stopped at 2 s and 6 s). KeyboardInterrupt stands for the signal, raised where the
+    checks run."""
+    import sqlsdc.jobs.job as job_module
+
+    def stopped(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(job_module, "refuse_job", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        protect_query(db, "admin", TURNOVER, into="stopped")
+    con = open_database(db)
+    try:
+        entries = con.execute(
+            "SELECT decision, reason FROM sqlsdc.audit WHERE sql_text = ?", [TURNOVER]
+        ).fetchall()
+        stored_names = con.execute("SELECT name FROM sqlsdc.outputs").fetchall()
+    finally:
+        con.close()
+    assert entries == [("failed", "interrupted (Ctrl-C)")]  # main: []
+    assert stored_names == []
