@@ -78,15 +78,30 @@ def acting_admin(
         db = ctx.parent.params.get("db")
     if db is None:  # a missing DB argument: click says so
         return None
-    from sqlsdc.admin import admins
     from sqlsdc.engines.duckdb import open_database
-    from sqlsdc.errors import AccessDenied, PolicyError
 
     con = None
     asks = confirmed_by is not None and not ctx.params.get(confirmed_by)
     if (reads or (writes and not asks)) and Path(db).is_file():
         con = ctx.meta[OPENED] = open_database(db, read_only=reads)
         ctx.call_on_close(con.close)
+    try:
+        return _the_admin(ctx, db, con)
+    except BaseException:
+        # click does not close a context whose options failed to parse: the connection would
+        # stay open in the process (a command run in-process, then a read-write opening of the
+        # same file: "open in this process with other settings")
+        if con is not None:
+            ctx.meta.pop(OPENED, None)
+            con.close()
+        raise
+
+
+def _the_admin(ctx: click.Context, db, con) -> str | None:
+    """:func:`acting_admin`'s answer from the policy in force (``con``: open on ``db``, or None)."""
+    from sqlsdc.admin import admins
+    from sqlsdc.errors import AccessDenied, PolicyError
+
     try:
         names = admins(db, policy=ctx.params.get("policy_file"), con=con)
     except PolicyError:  # `init` of an invalid policy: the command reports it in its --format

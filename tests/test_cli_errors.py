@@ -176,23 +176,54 @@ def not_a_database(request, tmp_path) -> tuple[object, str]:
     return path, words
 
 
-def test_a_file_that_is_no_database_is_not_found_in_every_command(not_a_database, tmp_path):
+def test_a_file_that_is_no_database_is_not_found_in_every_command(
+    not_a_database, tmp_path, sqlsdc_in_process
+):
     """A text file, a SQLite database, an empty file or a DuckDB file without the catalog,
     named as the database: exit 8 'not found' with what the file is, in every command that
     opens one (a file that is not DuckDB's was exit 1, "not a DuckDB database of this version,
-    or it is open in this process with other settings"; a catalog missing exit 1 too)."""
+    or it is open in this process with other settings"; a catalog missing exit 1 too).
+
+    Each command runs as a real (forked) process for one kind of file, the n-th command for
+    the kind n modulo 6, so that every command is a process once over the six cases; the
+    others run in this process through click (the same command and error handling: a
+    traceback fails the test), not 120 processes for the same messages."""
     path, words = not_a_database
+    kind = sorted(NOT_A_DATABASE).index(path.stem)
     names = {"db": path, "tmp": tmp_path, "policy": DEMO_POLICY}
-    for args in OPENING_COMMANDS:
+    for number, args in enumerate(OPENING_COMMANDS):
         if args[0] == "init" and "catalog" in words:
             continue  # init makes the catalog: it is the remedy
-        result = run(*(a.format(**names) for a in args), stdin="a long password\n")
+        args = [a.format(**names) for a in args]
+        if number % len(NOT_A_DATABASE) == kind:
+            result = run(*args, stdin="a long password\n")
+        else:
+            result = sqlsdc_in_process(*args, input="a long password\n")
         failed(result, errors.NOT_FOUND, f"sqlsdc: not found: {path}")
         assert words in result.stderr, (args, result.stderr)
     if path.stat().st_size and "catalog" not in words:  # not DuckDB's by its first bytes:
         assert not Path(f"{path}.lock").exists()  # the open stops before making its lock file
     # through a new interpreter once (the entry point's own handling)
     failed(run_interpreter("audit", path), errors.NOT_FOUND, words)
+
+
+def test_a_failed_admin_lookup_leaves_no_connection_open_in_the_process(
+    tmp_path, sqlsdc_in_process
+):
+    """A command whose acting admin is looked up on a connection it keeps (``audit``, a
+    read-only one) and that fails there closes it: click does not close a context whose options
+    failed, so the read-only DuckDB instance stayed in the process, and the next read-write
+    opening of the file in it failed with "it is open in this process with other settings"."""
+    import duckdb
+
+    from sqlsdc.engines.duckdb import open_database
+
+    path = tmp_path / "plain.duckdb"
+    duckdb.connect(str(path)).close()  # a DuckDB file without sqlsdc's catalog
+    failed(sqlsdc_in_process("audit", path), errors.NOT_FOUND, "has no sqlsdc catalog")
+    open_database(path).close()  # read-write, in this process
+    grant = ("budget", path, "grant", "--for", "analyst", "--epsilon", "1", "--reason", "r")
+    failed(sqlsdc_in_process(*grant), errors.NOT_FOUND, "has no sqlsdc catalog")
 
 
 def test_codes_are_distinct_and_documented():

@@ -267,3 +267,40 @@ def test_a_noised_sum_beside_a_distinct_count_is_answered_as_each_alone(ckm):
     alone = [ckm.execute(f"SELECT {s} {where}").fetchone()[0]
              for s in ("SUM(income)", "COUNT(DISTINCT household_id)")]  # fmt: skip
     assert both == [tuple(alone)]
+
+
+def _cte_chain(depth: int, column: str) -> str:
+    """A statement reading ``persons`` through ``depth`` CTEs, each a self-join of the one
+    before (every path through them is ``2 ** depth`` long), comparing ``column`` at the end."""
+    ctes = ["c0 AS (SELECT age, income FROM persons)"]
+    for i in range(1, depth + 1):
+        ctes.append(
+            f"c{i} AS (SELECT a.{column} + b.{column} AS {column} "
+            f"FROM c{i - 1} AS a JOIN c{i - 1} AS b USING ({column}))"
+        )
+    return f"WITH {', '.join(ctes)} SELECT COUNT(*) FROM c{depth} WHERE {column} > 3"
+
+
+def test_the_noised_conditions_follow_each_cte_output_once():
+    """Which unit-noised column a compared column is, is found once per CTE output, not once
+    per path through the CTEs that read each other: a CKM frame's CTEs do, and following every
+    path made one statement with a scalar subquery ~3 million calls and ~25 s of CPU in the
+    rewrite (tests/test_guard_size.py's moved WHEREs: 50 s). Twelve self-joined CTEs: one
+    lookup of the policy, not 4,096, and the same answers (not noised; refused)."""
+    from sqlsdc.demo.build import demo_policy
+    from sqlsdc.errors import PolicyViolation
+    from sqlsdc.rewrite.noised_conditions import noise_conditions, policy_lookup
+
+    base, lookups = policy_lookup(demo_policy()), []
+
+    def lookup(table: str, column: str):
+        lookups.append((table, column))
+        return base(table, column)
+
+    sql = _cte_chain(12, "age")
+    assert not noise_conditions(sqlglot.parse_one(sql, read="duckdb"), lookup, lambda: sql)
+    assert lookups == [("persons", "age")]
+    sql = _cte_chain(12, "income")  # read through a CTE: refused, as before
+    with pytest.raises(PolicyViolation, match="carries a permanent noise factor per unit"):
+        noise_conditions(sqlglot.parse_one(sql, read="duckdb"), lookup, lambda: sql)
+    assert lookups == [("persons", "age"), ("persons", "income")]
