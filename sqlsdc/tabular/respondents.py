@@ -19,16 +19,21 @@ threat the singleton methods are about:
   reduced against the published span is a multiple of ``e_s`` reduced against it (one exact
   elimination of the published columns, then one reduction per singleton).
 * :func:`walk_for_respondents`: after the ``anySum`` walk, while the audit finds respondents
-  who compute a primary, the walk is redone with :class:`RespondentSpans` for all of them: one
-  more elimination per such respondent, started from ``e_s``, and a candidate is hidden also
-  when publishing it would put a primary (not the respondent's own cell) in that span. The
-  redone walk can change later decisions, so the audit runs again; each round adds at least
-  one respondent, and the walk ends when the audit finds none.
+  who compute a primary, the walk is redone guarding all of them (:class:`RespondentSpans`): a
+  candidate is hidden also when publishing it would put a primary (not the respondent's own
+  cell) in ``span(published) + span(e_s)``. The redone walk can change later decisions, so the
+  audit runs again; each round adds at least one respondent, and the walk ends when the audit
+  finds none, or gives way to ``subSpace`` (respondent-safe too, and compiled) when the rounds'
+  work would pass ``WORK_LIMIT``.
 
-On the 100 random tables: 0 pairs, 1,038 hidden cells against anySum's 938 (+10.7 %) and
+On the 100 random tables: 0 pairs, 1,045 hidden cells against anySum's 938 (+11.4 %) and
 subSpace's 1,104 (+17.7 %). The rounds walk with Python integers (the compiled kernel has no
-respondent spans), so ``anySumAudit`` costs one exact walk more per round on tables whose
-``anySum`` pattern leaks.
+respondent test): on a 2-D table of 8,969 cells (bench_suppression.py's, 1,850 singletons, 75
+pairs under anySum) 3,822 hidden against anySum's 3,759 and subSpace's 4,119, in 3.7 s of CPU
+against 0.3 s; on a 3-D table of 8,708 cells 4,253 against 4,086 and 4,601, in 38 s against
+0.8 s. So tables whose X has 200,000 nonzeros or more (where even the first audit, a Python
+elimination, costs a minute), and walks whose rounds would pass ``WORK_LIMIT`` respondent
+tests, take ``subSpace`` instead (:func:`~sqlsdc.tabular.gauss.gauss_suppress`).
 """
 
 from __future__ import annotations
@@ -99,50 +104,112 @@ def _pairs(elim, Xc, cells, single):
 
 
 class RespondentSpans:
-    """One elimination per guarded respondent: the published span plus their singleton ``e_s``.
+    """The guarded respondents' test of a candidate, over one plain mirror of the walk's span.
 
-    Each holds the primaries (but the respondent's own cells, multiples of ``e_s``) reduced
-    against that span; :meth:`discloses` tells whether publishing a candidate would reduce one
-    of them to zero, :meth:`publish` publishes the candidate last tested.
+    The walk's own elimination holds ``anySum``'s primaries (without those made of singletons
+    only); this mirror holds every primary reduced against the published span P. The respondent
+    of singleton ``s`` knows ``span(P) + e_s``; with ``r = e_s`` reduced against P (nonzero on
+    one pivot row ``q`` at least), publishing a candidate ``v`` (reduced against P) lets them
+    compute primary ``p`` iff ``p`` reduced also by ``r`` at ``q`` is a nonzero multiple of ``v``
+    reduced by ``r`` at ``q``. The primaries to compare are found through the rows of ``v``,
+    so a test costs a few short vectors per guarded respondent, not an elimination each.
     """
 
     def __init__(self, Xc, primary, rows):
-        cells = np.flatnonzero(primary).tolist()
-        own = _own_cells(Xc, cells)
-        self.rows, self.elims, self._pending = list(rows), [], []
-        for s in self.rows:
-            elim = _Elimination(Xc.shape[0], None, False)
-            for c in cells:
-                if c not in own.get(s, ()):
-                    elim.add_primary(_column(Xc, c))
-            elim.publish({s: 1})
-            if not all(elim.prim):
-                raise InternalError("a primary vanished against its respondent's own cell alone")
-            self.elims.append(elim)
+        self.cells = np.flatnonzero(primary).tolist()
+        self.own = _own_cells(Xc, self.cells)
+        self.rows = list(rows)
+        self.plain = _Elimination(Xc.shape[0], None, False)
+        for c in self.cells:
+            self.plain.add_primary(_column(Xc, c))
+        self._vec: dict[int, int] = {}
 
     def publish_forced(self, col: dict[int, int]) -> None:
         """Publish a forced cell. A primary it gives a respondent (with ``e_s``) is left as
-        ``anySum`` leaves it: no pattern hides it, and its reduced column, now empty, matches
-        no candidate (:func:`respondent_disclosures` leaves such pairs out too)."""
-        for elim in self.elims:
-            vec = elim.reduce(dict(col))
-            if vec:
-                elim.publish(vec)
+        ``anySum`` leaves it: no pattern hides it, and its column reduced by ``r``, now empty,
+        matches no candidate (:func:`respondent_disclosures` leaves such pairs out too)."""
+        vec = self.plain.reduce(dict(col))
+        if vec:
+            self.plain.publish(vec)
 
     def discloses(self, col: dict[int, int]) -> bool:
         """Would publishing this column let a guarded respondent compute a primary?"""
-        self._pending = [elim.reduce(dict(col)) for elim in self.elims]
-        return any(
-            vec and elim._any_proportional(vec)
-            for elim, vec in zip(self.elims, self._pending, strict=True)
-        )
+        self._vec = vec = self.plain.reduce(dict(col))
+        return bool(vec) and any(self._completes(vec, s) for s in self.rows)
 
     def publish(self) -> None:
         """Publish the column :meth:`discloses` tested last."""
-        for elim, vec in zip(self.elims, self._pending, strict=True):
-            if vec:
-                elim.publish(vec)
-        self._pending = []
+        if self._vec:
+            self.plain.publish(self._vec)
+        self._vec = {}
+
+    def _completes(self, vec: dict[int, int], s: int) -> bool:
+        """Does ``vec`` put a primary in ``span(P) + e_s``, with P the published span?
+
+        ``r`` (e_s reduced against P) is ``e_s`` when ``s`` is no pivot row, else the basis
+        vector of pivot ``s`` without its entry ``s`` (up to sign and scale). A primary ``p``
+        whose reduced column misses row ``q`` of ``r`` can only match when ``vec`` has row ``q``
+        (else ``p`` ∝ ``vec``: the outsider's case, the walk's own test), and then it shares
+        a row ``t`` of ``vec`` outside ``r``; so the primaries to compare are those holding
+        ``q`` or ``t``, read from the mirror's index.
+        """
+        plain = self.plain
+        b = plain.basis.get(s)
+        q = s if b is None else next((r for r in b if r != s), None)
+        if q is None:
+            return False  # the published cells determine z[s]: nothing more to know
+        pinv, own, cells = plain.pinv, self.own.get(s, ()), self.cells
+        which = pinv.get(q, ())
+        if q not in vec and all(cells[i] in own for i in which):
+            return False  # no primary but the respondent's own cells holds row q
+        known = {s: 1} if b is None else {r: x for r, x in b.items() if r != s}
+        moved = _without(vec, known, q)
+        if not moved:
+            return False  # vec ∝ r: it discloses e_s, which the walk's own test refuses
+        if q in vec:
+            t = next((r for r in moved if r not in known), next(iter(moved)))
+            which = set(which) | pinv.get(t, set())
+        for i in which:
+            if cells[i] in own:
+                continue
+            other = _without(plain.prim[i], known, q)
+            if other and _same_direction(other, moved):
+                return True
+        return False
+
+
+def _without(vec: dict[int, int], known: dict[int, int], q: int) -> dict[int, int]:
+    """``vec`` with row ``q`` eliminated by ``known`` (exact integers; a new dict)."""
+    f = vec.get(q)
+    if not f:
+        return dict(vec)
+    k = known[q]
+    out = {r: x * k for r, x in vec.items()}
+    for r, x in known.items():
+        y = out.get(r, 0) - f * x
+        if y:
+            out[r] = y
+        else:
+            out.pop(r, None)
+    return out
+
+
+def _same_direction(a: dict[int, int], b: dict[int, int]) -> bool:
+    """Is ``a`` a nonzero multiple of ``b`` (both nonzero)?"""
+    if len(a) != len(b):
+        return False
+    r0 = next(iter(b))
+    a0, b0 = a.get(r0), b[r0]
+    return bool(a0) and all(a.get(r, 0) * b0 == x * a0 for r, x in b.items())
+
+
+WORK_LIMIT = 500_000
+"""Respondent tests (guarded respondents x candidates, summed over the rounds) the redone walks
+may take; beyond, :func:`walk_for_respondents` gives up and the caller takes ``subSpace``. A
+test costs about 10 µs: the 2-D table of 8,969 cells of bench_suppression.py takes one round of
+74 respondents x 5,485 candidates (0.41 million tests, 3.9 s of CPU in all against anySum's
+0.3 s); the 3-D one of 8,708 cells would take 125 x 7,083 (0.89 million, 9.5 s) and two more
+rounds, so it takes subSpace (0.7 s)."""
 
 
 def walk_for_respondents(walk, Xc, primary, single, forced, cand, column, secondary):
@@ -155,12 +222,14 @@ def walk_for_respondents(walk, Xc, primary, single, forced, cand, column, second
         column: cell -> ``{row: coefficient}``. secondary: bool[len(cand)], the walk's result.
 
     Returns:
-        bool[len(cand)], the candidates hidden.
+        bool[len(cand)], the candidates hidden; None when the next round would pass
+        ``WORK_LIMIT`` (the caller then walks ``subSpace``).
     """
     order = np.asarray(cand, dtype=np.int64)
     at_forced = np.zeros(Xc.shape[1], dtype=bool)
     at_forced[list(forced)] = True
     guarded: set[int] = set()
+    work = 0
     for _ in range(int(np.count_nonzero(single)) + 1):
         pattern = primary.copy()
         pattern[order[secondary]] = True
@@ -170,6 +239,9 @@ def walk_for_respondents(walk, Xc, primary, single, forced, cand, column, second
         if found <= guarded:
             break  # never expected: a guarded respondent computes a primary
         guarded |= found
+        work += len(guarded) * len(cand)
+        if work > WORK_LIMIT:
+            return None
         spans = RespondentSpans(Xc, primary, sorted(guarded))
         secondary, lost = walk.exact(forced, cand, column, spans)
         if lost:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 from scipy import sparse
 
 from sqlsdc.tabular.gauss import gauss_suppress
@@ -73,7 +74,8 @@ def test_anysumaudit_leaves_no_respondent_a_primary_on_random_tables():
         *_, audited = _pattern(counts, "anySumAudit")
         assert not respondent_disclosures(table.X, audited, primary, single), seed
         assert not _outsider_computes(table.X, audited, primary), seed
-        *_, space = _pattern(counts, "subSpace")
+        *_, space = _pattern(counts, "subSpace")  # anySumAudit's walk on large tables
+        assert not respondent_disclosures(table.X, space, primary, single), seed
         hidden_audit += int(audited.sum())
         hidden_space += int(space.sum())
     assert leaky >= 10
@@ -99,3 +101,18 @@ def test_what_forced_cells_give_a_respondent_is_left_as_anysum_leaves_it():
     assert respondent_disclosures(X, kept, primary, single, forced) == []
     free = gauss_suppress(X, primary, cost, singleton=single, singleton_method="anySumAudit")
     assert free.tolist() == [True, True, True, False]  # b (5) rather than Total (8)
+
+
+@pytest.mark.parametrize("limit", ["_AUDITED_BELOW_NNZ", "WORK_LIMIT"])
+def test_large_tables_and_long_rounds_take_subspace(monkeypatch, limit):
+    """From ``gauss._AUDITED_BELOW_NNZ`` nonzeros on, or when the rounds would pass
+    ``respondents.WORK_LIMIT`` tests, anySumAudit is subSpace's walk: respondent-safe too."""
+    import sqlsdc.tabular.gauss as gauss
+    import sqlsdc.tabular.respondents as respondents
+
+    *_, space = _pattern(COUNTS, "subSpace")
+    table, primary, single, _ = _pattern(COUNTS, "anySumAudit")
+    monkeypatch.setattr(gauss if limit.startswith("_") else respondents, limit, 0)
+    *_, large = _pattern(COUNTS, "anySumAudit")
+    assert large.tolist() == space.tolist()
+    assert not respondent_disclosures(table.X, large, primary, single)
