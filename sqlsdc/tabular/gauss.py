@@ -234,11 +234,16 @@ def gauss_suppress(
         secondary = walk_for_respondents(
             walk, Xc, primary, audit, at_forced, in_order, column, secondary
         )
-        if secondary is None:  # too much work for the audited rounds: subSpace, compiled
-            return gauss_suppress(
+        if secondary is None:  # too much work for the audited rounds: subSpace, audited once
+            from sqlsdc.tabular.respondents import respondent_disclosures
+
+            space = gauss_suppress(
                 X, primary, cost, forced=forced, singleton=singleton,
                 singleton_method="subSpace", values=values,
             )  # fmt: skip
+            if respondent_disclosures(Xc, space, primary, audit, forced):
+                raise InternalError("subSpace left a singleton's respondent a primary")
+            return space
     suppressed[cand[secondary]] = True
     return suppressed
 

@@ -23,17 +23,18 @@ threat the singleton methods are about:
   candidate is hidden also when publishing it would put a primary (not the respondent's own
   cell) in ``span(published) + span(e_s)``. The redone walk can change later decisions, so the
   audit runs again; each round adds at least one respondent, and the walk ends when the audit
-  finds none, or gives way to ``subSpace`` (respondent-safe too, and compiled) when the rounds'
-  work would pass ``WORK_LIMIT``.
+  finds none, or gives way to ``subSpace`` (all respondents together; its pattern is audited
+  once, and a disclosure left is an error) when the rounds' work would pass ``WORK_LIMIT``.
 
 On the 100 random tables: 0 pairs, 1,045 hidden cells against anySum's 938 (+11.4 %) and
 subSpace's 1,104 (+17.7 %). The rounds walk with Python integers (the compiled kernel has no
 respondent test): on a 2-D table of 8,969 cells (bench_suppression.py's, 1,850 singletons, 75
-pairs under anySum) 3,822 hidden against anySum's 3,759 and subSpace's 4,119, in 3.7 s of CPU
+pairs under anySum) 3,822 hidden against anySum's 3,759 and subSpace's 4,119, in 3.9 s of CPU
 against 0.3 s; on a 3-D table of 8,708 cells 4,253 against 4,086 and 4,601, in 38 s against
 0.8 s. So tables whose X has 200,000 nonzeros or more (where even the first audit, a Python
-elimination, costs a minute), and walks whose rounds would pass ``WORK_LIMIT`` respondent
-tests, take ``subSpace`` instead (:func:`~sqlsdc.tabular.gauss.gauss_suppress`).
+elimination, costs a minute; subSpace unaudited, which left no respondent a primary on any
+table measured here) and walks whose rounds would pass ``WORK_LIMIT`` respondent tests take
+``subSpace`` instead (:func:`~sqlsdc.tabular.gauss.gauss_suppress`).
 """
 
 from __future__ import annotations
