@@ -62,11 +62,14 @@ OWNERS = {  # option -> the methods it belongs to
 )
 @click.option(
     "--singleton",
-    type=click.Choice(["anySum", "subSum", "subSumAny", "subSpace", "subSumSpace", "none"]),
+    type=click.Choice(
+        ["anySumAudit", "anySum", "subSum", "subSumAny", "subSpace", "subSumSpace", "none"]
+    ),
     default=None,
-    help="[suppress] GaussSuppression's singleton method, with every --secondary: anySum "
-    "(SSBtools' default) or subSpace (conservative: a one-unit cell's respondent computes no "
-    "other). Default: the replaced output's, else anySum.",
+    help="[suppress] GaussSuppression's singleton method, with every --secondary: anySumAudit "
+    "(anySum redone until no one-unit cell's respondent computes another primary), anySum "
+    "(SSBtools' default) or subSpace (conservative: all respondents together). Default: the "
+    "replaced output's, else anySumAudit.",
 )
 @click.option(
     "--rule",
@@ -298,7 +301,7 @@ def _warn_near_feasible(report) -> None:
 def _print_suppression(report) -> None:
     click.echo(f"stored {report.name}: {report.cells} cells")
     click.echo(f"  primary suppressions:   {report.primary}")
-    singleton = "" if report.singleton == "anySum" else f", singletons {report.singleton}"
+    singleton = "" if report.singleton == "anySumAudit" else f", singletons {report.singleton}"
     secondary_text = f"{report.secondary} ({report.method}{singleton}, cost {report.cost:g})"
     click.echo(f"  secondary suppressions: {secondary_text}")
     fired = ", ".join(f"{k} {v}" for k, v in sorted(report.rules_fired.items())) or "none"

@@ -61,7 +61,7 @@ from sqlsdc.jobs.sum_counts import (
     measure_bounds,
 )
 from sqlsdc.jobs.tabulation import rated
-from sqlsdc.tabular.gauss import check_singleton_method
+from sqlsdc.tabular.gauss import DEFAULT_SINGLETON, check_singleton_method
 from sqlsdc.tabular.model import TOTAL, Table
 from sqlsdc.tabular.rules import ManualRule, apply_rules
 from sqlsdc.tabular.universe_pattern import exempt_known, suppression_pattern
@@ -81,7 +81,7 @@ class JobReport:
     audit_passed: bool
     audit_exact: bool
     method: str
-    singleton: str = "anySum"  # GaussSuppression's singleton method (a revision reuses it)
+    singleton: str = "anySumAudit"  # GaussSuppression's singleton method (a revision reuses it)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -103,10 +103,11 @@ def protect_query(
 ) -> JobReport:
     """Protect the table ``sql`` tabulates and store it as ``protected.<into>`` (admins only).
 
-    ``singleton``: GaussSuppression's singleton method (``anySum``, SSBtools' default, or the
+    ``singleton``: GaussSuppression's singleton method (``anySumAudit``, the default: no
+    one-unit cell's respondent computes another primary; ``anySum``, SSBtools' default; the
     conservative ``subSpace``, ...; :data:`~sqlsdc.tabular.gauss.SINGLETON_METHODS`), applied
     with every ``method``; None: the one the replaced output was protected with (recorded in
-    its report), else ``anySum``.
+    its report), else ``anySumAudit``.
 
     Hierarchies declared in the policy whose levels are all grouped (``[region,
     municipality]``) become one hierarchical dimension with sub-totals; every other key is a
@@ -237,18 +238,18 @@ def _with_grand_total(table: Table, shown: np.ndarray | None) -> np.ndarray:
 
 def _recorded_singleton(job) -> str:
     """The singleton method recorded in the report of the output this job replaces, so that a
-    revision is protected as its first version was; ``anySum`` for a new output (or one
-    stored before the method was recorded)."""
+    revision is protected as its first version was; ``anySumAudit`` for a new output, and
+    ``anySum`` for one stored before the method was recorded (s44p), the default then."""
     rows = job.con.execute(
         "SELECT report FROM sqlsdc.outputs WHERE name = ? AND method = 'suppress'", [job.name]
     ).fetchall()  # all: a connection with an unfinished result takes no other work
     if not rows or not rows[0][0]:
-        return "anySum"
+        return DEFAULT_SINGLETON
     return json.loads(rows[0][0]).get("singleton", "anySum")
 
 
 def _suppression_output(
-    table: Table, result: pd.DataFrame, into: str, method: str, singleton: str = "anySum"
+    table: Table, result: pd.DataFrame, into: str, method: str, singleton: str = DEFAULT_SINGLETON
 ):
     """The stored rows of a suppression job and its report: the pattern (suppressed values and
     counts NULL), the attacker's interval of each suppressed cell, no protection levels."""

@@ -63,7 +63,7 @@ def audit_counts(
     time_limit: float,
     forced: np.ndarray | None,
     revised=None,
-    singleton: str = "anySum",
+    singleton: str = "anySumAudit",
 ) -> pd.DataFrame:
     """The sums' pattern ``result`` of ``table``, grown until the job's frequency rules
     (among ``rules``, also when :func:`~sqlsdc.tabular.universe_pattern.exempt_known` wrapped

@@ -143,7 +143,7 @@ def _suppression(spec: dict | None) -> Suppression | None:
         secondary=SecondaryMethod(spec.get("secondary", "gauss")),
         cost=spec.get("cost", "value"),
         time_limit=float(spec.get("time_limit", 60.0)),
-        singleton=spec.get("singleton", "anySum"),
+        singleton=spec.get("singleton", "anySumAudit"),
     )
 
 

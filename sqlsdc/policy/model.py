@@ -182,9 +182,10 @@ class Suppression:
     cost: str = "value"
     time_limit: float = 60.0
     # GaussSuppression's singleton method (SSBtools ``singletonMethod``), over the gauss, optimal
-    # or HiTaS pattern: ``anySum`` (SSBtools' default) or the conservative ``subSpace`` that
-    # also stops one singleton's respondent from computing another (red team s44o)
-    singleton: str = "anySum"
+    # or HiTaS pattern: ``anySumAudit`` (anySum redone until no one-unit cell's respondent
+    # computes another primary, red team s44o), SSBtools' ``anySum``, the conservative
+    # ``subSpace``, ... (tabular/gauss.py)
+    singleton: str = "anySumAudit"
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,7 @@ def protect(
     time_limit: float = 60.0,
     min_level: float = 1.0,
     max_rounds: int = 5,
-    singleton_method: str = "anySum",
+    singleton_method: str = "anySumAudit",
 ) -> pd.DataFrame:
     """Protect a table by primary and secondary cell suppression, audited.
 
@@ -119,9 +119,11 @@ def protect(
         max_rounds: rounds of the interval step when the audit fails.
         singleton_method: GaussSuppression's singleton method (SSBtools ``singletonMethod``,
             :data:`~sqlsdc.tabular.gauss.SINGLETON_METHODS`), for ``gauss`` and for the walk
-            over the ``optimal``/``hitas`` pattern: ``"anySum"`` (SSBtools' default) or the
-            conservative ``"subSpace"``, which also stops a one-unit cell's respondent from
-            computing another one-unit cell (red team s44o; README, "Singletons").
+            over the ``optimal``/``hitas`` pattern: ``"anySumAudit"`` (default: ``anySum``,
+            its walk redone until no one-unit cell's respondent computes another primary;
+            :mod:`~sqlsdc.tabular.respondents`), ``"anySum"`` (SSBtools' default, which lets
+            such a respondent compute r1c2 - r0c1 = 0 through: red team s44o) or the
+            conservative ``"subSpace"`` (all respondents together; README, "Singletons").
 
     Returns:
         One row per cell: the dimensions (total code on margins), ``n``, ``value``, ``status``
@@ -410,7 +412,7 @@ def _singletons(table: Table, prim: np.ndarray) -> np.ndarray:
 
 def _protect_singletons(table, prim, suppressed, cost, forced, method) -> np.ndarray:
     """The optimal or HiTaS pattern plus what GaussSuppression's singleton rule ``method``
-    (``anySum`` by default, ``subSpace`` conservative; ``none``: nothing) adds.
+    (``anySumAudit`` by default, ``anySum``, ``subSpace`` conservative; ``none``: nothing) adds.
 
     The LP attacker of those methods is an outsider. The respondent of a primary cell of one
     unit knows that cell, and with two such cells hidden in one sum (a = c = 1 in Total = a + b

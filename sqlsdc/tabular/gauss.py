@@ -41,8 +41,14 @@ Exact disclosure is all this elimination prevents; GaussSuppression's interval p
 suppressions afterwards until every primary's feasibility interval reaches its limits:
 :func:`fix_risky_intervals` (R's ``FixRiskyIntervals``), driven by ``protect``'s audit rounds.
 
-Singleton methods for frequency tables (SSBtools ``singletonMethod``): ``"anySum"`` (default),
-``"subSum"``, ``"subSumAny"``, ``"subSpace"``, ``"subSumSpace"`` and ``"none"``. Not implemented:
+Singleton methods for frequency tables (SSBtools ``singletonMethod``): ``"anySum"`` (SSBtools'
+default, and this function's), ``"subSum"``, ``"subSumAny"``, ``"subSpace"``, ``"subSumSpace"``
+and ``"none"``; and sqlsdc's ``"anySumAudit"`` (``DEFAULT_SINGLETON``, the default of
+``protect``, the policy and the jobs): ``anySum``, whose walk is redone until no singleton's
+respondent computes a primary exactly (:mod:`sqlsdc.tabular.respondents`); on tables whose X
+has 200,000 nonzeros or more, or whose audited rounds would pass
+``respondents.WORK_LIMIT`` tests, ``subSpace`` instead (compiled; no respondent computes a
+primary either, at more hidden cells). Not implemented:
 ``"anySumNOTprimary"`` (published singletons), ``"sub2Sum"`` and the ``NumSingleton`` methods for
 magnitude tables, ``xExtraPrimary``, ``hidden`` cells and ``unsafeAsNegative`` (a primary that
 forced cells disclose is an error here, not a warning).
@@ -68,6 +74,7 @@ from scipy import sparse
 from sqlsdc.errors import InternalError, TabularError
 
 __all__ = [
+    "DEFAULT_SINGLETON",
     "SINGLETON_METHODS",
     "candidate_order",
     "check_singleton_method",
@@ -75,11 +82,23 @@ __all__ = [
     "gauss_suppress",
 ]
 
-SINGLETON_METHODS = ("anySum", "subSum", "subSumAny", "subSpace", "subSumSpace", "none")
+SINGLETON_METHODS = (
+    "anySumAudit",
+    "anySum",
+    "subSum",
+    "subSumAny",
+    "subSpace",
+    "subSumSpace",
+    "none",
+)
+DEFAULT_SINGLETON = "anySumAudit"  # protect's, the policy's and the jobs' (red team s44o)
 _LATER = ("anySumNOTprimary", "anySum0", "sub2Sum")
 # X with fewer nonzeros takes the Python walk: it is done before numba is imported and the
 # compiled walk loaded (0.7 s; the first compile of all takes 15 s, then it is cached)
 _COMPILED_FROM_NNZ = 200_000
+# anySumAudit's audit and rounds walk with Python integers (3.9 s against anySum's 0.3 s on a
+# 2-D table of 9,000 cells); from here on it takes subSpace's compiled walk, respondent-safe too
+_AUDITED_BELOW_NNZ = _COMPILED_FROM_NNZ
 
 
 def candidate_order(X, cost, values=None) -> np.ndarray:
@@ -169,6 +188,10 @@ def gauss_suppress(
     Xc, primary, cost, forced, single, method = _check(
         X, primary, cost, forced, singleton, singleton_method, values
     )
+    audit = None
+    if method == "anySumAudit":  # anySum, then each respondent's audit; subSpace on large X
+        method = "anySum" if Xc.nnz < _AUDITED_BELOW_NNZ else "subSpace"
+        audit = single if method == "anySum" else None
     n_cells = Xc.shape[1]
     suppressed = primary.copy()
     if not primary.any():
@@ -190,11 +213,12 @@ def gauss_suppress(
     walk = _Walk(Xc, prim_vecs, single, "Space" in method)
     cand = candidate_order(Xc, cost, values)
     cand = cand[~primary[cand] & ~forced[cand]]
+    at_forced, in_order = np.flatnonzero(forced).tolist(), cand.tolist()
     result = None
     if Xc.nnz >= _COMPILED_FROM_NNZ:
         result = walk.compiled(np.flatnonzero(forced), cand)
     if result is None:  # a small table, or a number outgrew the kernel's int32 storage
-        result = walk.exact(np.flatnonzero(forced).tolist(), cand.tolist(), column)
+        result = walk.exact(at_forced, in_order, column)
     secondary, lost = result
     if lost:
         lost = [prim_cells[i] for i in lost]
@@ -204,6 +228,22 @@ def gauss_suppress(
             "singletons); no suppression pattern can protect them: publish fewer cells as "
             "forced or drop those primary flags"
         )
+    if audit is not None and audit.any():
+        from sqlsdc.tabular.respondents import walk_for_respondents
+
+        secondary = walk_for_respondents(
+            walk, Xc, primary, audit, at_forced, in_order, column, secondary
+        )
+        if secondary is None:  # too much work for the audited rounds: subSpace, audited once
+            from sqlsdc.tabular.respondents import respondent_disclosures
+
+            space = gauss_suppress(
+                X, primary, cost, forced=forced, singleton=singleton,
+                singleton_method="subSpace", values=values,
+            )  # fmt: skip
+            if respondent_disclosures(Xc, space, primary, audit, forced):
+                raise InternalError("subSpace left a singleton's respondent a primary")
+            return space
     suppressed[cand[secondary]] = True
     return suppressed
 
@@ -258,10 +298,13 @@ class _Walk:
             return None
         return secondary, lost.tolist()
 
-    def exact(self, forced, cand, column):
+    def exact(self, forced, cand, column, respondents=None):
+        """The walk with Python integers; ``respondents``: a
+        :class:`~sqlsdc.tabular.respondents.RespondentSpans` whose test a candidate must pass
+        too (``anySumAudit``), or None."""
         elim = _Elimination(self.n_rows, self.single, self.space)
         for vec in self.prim_vecs:
-            elim.add_primary(vec)
+            elim.add_primary(dict(vec))  # a copy: the elimination changes it, a walk may rerun
         secondary = np.zeros(len(cand), dtype=bool)
         if forced:
             was_empty = [not v for v in elim.prim]
@@ -269,6 +312,8 @@ class _Walk:
                 vec = elim.reduce(column(c))
                 if vec:
                     elim.publish(vec)
+                if respondents is not None:
+                    respondents.publish_forced(column(c))
             lost = [i for i, v in enumerate(elim.prim) if not v and not was_empty[i]]
             if lost:
                 return secondary, lost
@@ -277,11 +322,15 @@ class _Walk:
                 break  # every inner cell is determined; R stops here too (ii > m)
             vec = elim.reduce(column(c))
             if not vec:
-                continue
-            if elim.is_secondary(vec):
+                continue  # in the published span, hence in every respondent's
+            if respondents is not None and respondents.discloses(column(c)):
+                secondary[t] = True
+            elif elim.is_secondary(vec):
                 secondary[t] = True
             else:
                 elim.publish(vec)
+                if respondents is not None:
+                    respondents.publish()
         return secondary, []
 
 

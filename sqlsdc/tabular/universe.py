@@ -70,7 +70,7 @@ class Universe:
     # policy show``): every audit assumes the attacker knows them (red team s44i)
     bounds: tuple[tuple[str, tuple[float, float]], ...] = ()
     # the policy's GaussSuppression singleton method (``suppression: singleton``, red team s44o)
-    singleton: str = "anySum"
+    singleton: str = "anySumAudit"
 
     def bound(self, measure: str) -> tuple[float, float] | None:
         """The policy's bounds of one value of ``measure``, or None."""
@@ -107,7 +107,8 @@ class Universe:
         }
         if self.bounds and self.magnitudes:  # read by the measures' audits only (s44i)
             settings["bounds"] = [[m, list(b)] for m, b in self.bounds]
-        if self.singleton != "anySum":  # the default keeps the fingerprints stored before s44p
+        if self.singleton != "anySum":  # anySum (the default until s46f) keeps the fingerprints
+            # stored before s44p; any other method, the default anySumAudit too, changes them
             settings["singleton"] = self.singleton
         return settings
 
