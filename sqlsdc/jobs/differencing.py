@@ -79,6 +79,7 @@ from sqlsdc.jobs.dominated_differences import refuse_dominated_differences
 from sqlsdc.jobs.dominated_groups import refuse_dominated_groups
 from sqlsdc.jobs.exact_release import Release
 from sqlsdc.jobs.isolated_groups import refuse_isolated_groups
+from sqlsdc.jobs.stale_releases import refuse_stale_differences
 from sqlsdc.jobs.tabulation import rules_of
 from sqlsdc.jobs.uncovered import cell_text, smallest_difference
 from sqlsdc.policy import Policy
@@ -86,20 +87,32 @@ from sqlsdc.tabular.rules import FrequencyRule, parse_rule
 
 
 def refuse_small_differences(
-    con, policy: Policy, spec, others: list[Release], label: str = "the job", *, error=None
+    con,
+    policy: Policy,
+    spec,
+    others: list[Release],
+    label: str = "the job",
+    *,
+    error=None,
+    rules=None,
 ) -> None:
     """Refuse the job ``spec`` (a :class:`~sqlsdc.jobs.tabulation.JobSpec`; ``label`` names it)
     when one of ``others`` (same table and aggregate) and it hold a cell and the other's inner
     cells that cover it whose populations differ, on one side only, by fewer units than the
     table's minimum frequency (:func:`smallest_difference`), when a file's blanked values
     leave one of its cells that few units short (:func:`blanked_difference`), or when with
-    three or more of them a signed sum isolates that few (:func:`refuse_isolated_groups`).
-    ``error`` makes the refusal's exception from its message (a job's: TabularError)."""
+    three or more of them a signed sum isolates that few (:func:`refuse_isolated_groups`), or
+    when with them it gives the change since one of them was published before the data
+    changed, and that change fails the minimum frequency or, for a sum, ``rules`` (the table's
+    default rules when None; :func:`refuse_stale_differences`). ``error`` makes the refusal's
+    exception from its message (a job's: TabularError)."""
     error = error or TabularError
     least = min_frequency(policy, spec.table)
     for other in others:
         _refuse_pair(con, spec, other, least, (label, other.label), error)
     refuse_isolated_groups(con, spec, others, least, label=label, error=error)
+    rules = rules_of(policy, spec) if rules is None else rules
+    refuse_stale_differences(con, policy, spec, others, least, rules, label, error)
 
 
 def refuse_file_differences(con, policy: Policy, file: Release, tables: list) -> None:
@@ -109,7 +122,8 @@ def refuse_file_differences(con, policy: Policy, file: Release, tables: list) ->
     (:func:`~sqlsdc.jobs.dominated_differences.refuse_dominated_differences`), or several with
     it isolate a group of fewer units than the minimum frequency, or one those rules flag
     (:func:`~sqlsdc.jobs.dominated_groups.refuse_dominated_groups`): the other order of
-    :func:`refuse_small_differences`. A table of sums
+    :func:`refuse_small_differences`; or when with them it gives the change since one was
+    published before the data changed (:func:`refuse_stale_differences`). A table of sums
     is compared only with a file that holds its measure unperturbed."""
     tables = [(label, spec) for label, spec in tables
               if spec.measure is None or file.holds(spec.measure)]  # fmt: skip
@@ -132,6 +146,9 @@ def refuse_file_differences(con, policy: Policy, file: Release, tables: list) ->
         # plus the file's records was I's total, 91 % one firm's)
         refuse_dominated_groups(con, spec, others, rules_of(policy, spec), file.label,
                                 error=MicrodataError)  # fmt: skip
+        # and the change since a table published before the data changed (s46k)
+        refuse_stale_differences(con, policy, spec, others, least, rules_of(policy, spec),
+                                 file.label, MicrodataError)  # fmt: skip
 
 
 def _refuse_pair(con, spec, other: Release, least: int, names: tuple[str, str], error) -> None:

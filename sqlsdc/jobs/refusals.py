@@ -77,11 +77,11 @@ def refuse_job(
     _refuse_second_count_protection(con, policy, spec, method, into)
     if exact_method(method, spec):
         others = _exact_releases(con, policy, spec)
-        refuse_small_differences(con, policy, spec, others)
         # red team s45f; judged by the table's default rules too (s46b): an earlier output's
         # own rules are not recorded, and one judged by the defaults (p:10) beside a later job
         # of weaker rules (freq only) left their difference, a dominated group, unjudged
         judged = list(dict.fromkeys([*rules, *rules_of(policy, spec)]))
+        refuse_small_differences(con, policy, spec, others, rules=judged)
         refuse_dominated_differences(con, spec, others, judged)
     elif method == "round":  # a rounded count beside a file's exact counts (red team s44c)
         refuse_small_differences(con, policy, spec, _exact_files(con, policy, spec))

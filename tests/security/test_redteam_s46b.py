@@ -26,10 +26,12 @@ default job rules ``freq:10`` and ``p:10`` for sums):
    T3 at R02 was I's total, and the three-table checks (frequency and rules) looked only at
    tables that group by region, so the third was stored. Now a release takes part in the
    cells of every dimension its population holds one value of (``isolated_groups.passes``).
-5. Open (strict xfail): the checks compare every stored output as the data now gives it. R02's
-   turnover by region, then a new R02 firm loaded, then R02 and R03 by size class and R03 by
-   region: T2 - T3 - T1 was the new firm's 7,654,321 exactly (or, for a revised firm, its
-   change of 1,111,111), 3 jobs, 0 queries; on the data now the three differ by nothing.
+5. The checks compared every stored output as the data now gives it. R02's turnover by
+   region, then a new R02 firm loaded, then R02 and R03 by size class and R03 by region: T2 -
+   T3 - T1 was the new firm's 7,654,321 exactly (or, for a revised firm, its change of
+   1,111,111), 3 jobs, 0 queries; on the data now the three differ by nothing. Now a stale
+   output's change is judged in every cell a signed sum with the new job gives it
+   (``sqlsdc.jobs.stale_releases``, s46k).
 6. A population of two regions totals two cells of a table by region, and the three-table
    checks mapped one-value populations only. K+L of every region by region, G+K of R02 and
    R08 by region, L of both by size class: T1's total - T2's R02 and R08 + T3's total was I
@@ -227,39 +229,91 @@ def test_a_count_of_one_region_takes_part_as_that_regions_cell(jobs_demo_db):
         protect_query(jobs_demo_db, "admin", sql, into="t3")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (s46b): the differencing checks compare stored outputs as the data now gives "
-    "them; after a data change a stale exact output beside two new jobs gave a new firm's "
-    "turnover (7,654,321) or one firm's revision (+1,111,111) exactly as T2 - T3 - T1",
+BY_REGION = "SELECT region, SUM(turnover) FROM enterprises WHERE region = '{}' GROUP BY region"
+BOTH_BY_SIZE = (
+    "SELECT size_class, SUM(turnover) FROM enterprises WHERE region IN ('R02', 'R03') "
+    "GROUP BY size_class"
 )
-def test_a_stale_output_beside_two_new_jobs_keeps_a_new_firm_hidden(jobs_demo_db):
-    """R02's turnover by region, then a new firm of R02 is loaded (the data changed), then
-    R02 and R03 by size class, and R03 by region: every check runs on the data now, where T2 -
-    T3 - T1 is nothing, while T1 holds the data of before: T2 - T3 - T1 is the new firm's
-    turnover exactly (3 jobs, 0 queries)."""
+
+
+def _change_the_data(db, sql: str) -> None:
     from sqlsdc.engines.duckdb import open_database
 
-    by_region = "SELECT region, SUM(turnover) FROM enterprises WHERE region = '{}' GROUP BY region"
-    protect_query(jobs_demo_db, "admin", by_region.format("R02"), into="t1")
-    con = open_database(jobs_demo_db)
+    con = open_database(db)
     try:
-        con.execute(
-            "INSERT INTO enterprises SELECT 99999, 99999, 'K', 'R02', 'small', 12, 7654321.0, "
-            "123456789"
-        )
+        con.execute(sql)
     finally:
         con.close()
-    try:
-        protect_query(jobs_demo_db, "admin", "SELECT size_class, SUM(turnover) FROM enterprises "
-                      "WHERE region IN ('R02', 'R03') GROUP BY size_class", into="t2")  # fmt: skip
-        protect_query(jobs_demo_db, "admin", by_region.format("R03"), into="t3")
-    except TabularError:
-        return  # refused: the new firm stays hidden
-    with duckdb.connect(str(jobs_demo_db), read_only=True) as raw:
+
+
+def _t2_less_t3_less_t1(db) -> float:
+    with duckdb.connect(str(db), read_only=True) as raw:
         (t2,) = raw.execute("SELECT value FROM protected.t2 WHERE size_class = 'Total'").fetchone()
-    t1, t3 = _value(jobs_demo_db, "t1", "R02"), _value(jobs_demo_db, "t3", "R03")
-    assert t2 - t3 - t1 != pytest.approx(7654321.0)
+    return t2 - _value(db, "t3", "R03") - _value(db, "t1", "R02")
+
+
+NEW_FIRM = (
+    "INSERT INTO enterprises SELECT 99999, 99999, 'K', '{}', 'small', 12, 7654321.0, 123456789"
+)
+
+
+def test_a_stale_output_beside_two_new_jobs_keeps_a_new_firm_hidden(jobs_demo_db):
+    """R02's turnover by region, then a new firm of R02 is loaded (the data changed), then
+    R02 and R03 by size class, and R03 by region: every check ran on the data now, where T2 -
+    T3 - T1 is nothing, while T1 holds the data of before: T2 - T3 - T1 was the new firm's
+    turnover exactly (3 jobs, 0 queries). Now the third is refused: with T2 it gives T1's cell
+    as the data now give it, whose change since T1 (one firm) freq:10 flags. Fails on main
+    (all three stored, 7,654,321 recovered)."""
+    protect_query(jobs_demo_db, "admin", BY_REGION.format("R02"), into="t1")
+    _change_the_data(jobs_demo_db, NEW_FIRM.format("R02"))
+    protect_query(jobs_demo_db, "admin", BOTH_BY_SIZE, into="t2")  # no sum of the two gives it
+    with pytest.raises(TabularError, match=r"protected\.t1 was published before the data of "
+                       r"enterprises changed.*freq\(10\)"):  # fmt: skip
+        protect_query(jobs_demo_db, "admin", BY_REGION.format("R03"), into="t3")
+        assert _t2_less_t3_less_t1(jobs_demo_db) == pytest.approx(7654321.0)  # pragma: no cover
+
+
+def test_a_stale_output_beside_two_new_jobs_keeps_a_revision_hidden(jobs_demo_db):
+    """The same three jobs with R02's largest firm's turnover revised by +1,111,111 after the
+    first: T2 - T3 - T1 was that revision exactly. Refused (one unit's change). Fails on main
+    (all three stored)."""
+    protect_query(jobs_demo_db, "admin", BY_REGION.format("R02"), into="t1")
+    _change_the_data(jobs_demo_db, "UPDATE enterprises SET turnover = turnover + 1111111 WHERE "
+                     "enterprise_id = (SELECT arg_max(enterprise_id, turnover) FROM enterprises "
+                     "WHERE region = 'R02')")  # fmt: skip
+    protect_query(jobs_demo_db, "admin", BOTH_BY_SIZE, into="t2")
+    with pytest.raises(TabularError, match=r"protected\.t1 was published before the data"):
+        protect_query(jobs_demo_db, "admin", BY_REGION.format("R03"), into="t3")
+        assert _t2_less_t3_less_t1(jobs_demo_db) == pytest.approx(1111111.0)  # pragma: no cover
+
+
+def test_a_file_beside_a_stale_output_keeps_a_new_firm_hidden(jobs_demo_db):
+    """The first two jobs, then a file of R03's firms (region exact, turnover as it is): its
+    records add up to R03's total, and T2 - the file - T1 was the new firm's turnover. Fails
+    on main (stored)."""
+    protect_query(jobs_demo_db, "admin", BY_REGION.format("R02"), into="t1")
+    _change_the_data(jobs_demo_db, NEW_FIRM.format("R02"))
+    protect_query(jobs_demo_db, "admin", BOTH_BY_SIZE, into="t2")
+    sql = "SELECT region, turnover, employees FROM enterprises WHERE region = 'R03'"
+    with pytest.raises(MicrodataError, match=r"protected\.t1 was published before the data"):
+        anonymize(jobs_demo_db, user="admin", into="fl", sql=sql, steps=["noise:employees:c=0.5"])
+        with duckdb.connect(str(jobs_demo_db), read_only=True) as raw:  # pragma: no cover
+            (t2,) = raw.execute(
+                "SELECT value FROM protected.t2 WHERE size_class = 'Total'"
+            ).fetchone()
+            (records,) = raw.execute("SELECT SUM(turnover) FROM protected.fl").fetchone()
+        recovered = t2 - records - _value(jobs_demo_db, "t1", "R02")  # pragma: no cover
+        assert recovered == pytest.approx(7654321.0)  # pragma: no cover - reached on main only
+
+
+def test_a_data_change_outside_a_stale_outputs_units_refuses_nothing(jobs_demo_db):
+    """The same three jobs with the new firm loaded in R05 instead: T1's units are as it
+    published them, so T2 - T3 - T1 is nothing and all three are stored."""
+    protect_query(jobs_demo_db, "admin", BY_REGION.format("R02"), into="t1")
+    _change_the_data(jobs_demo_db, NEW_FIRM.format("R05"))
+    protect_query(jobs_demo_db, "admin", BOTH_BY_SIZE, into="t2")
+    protect_query(jobs_demo_db, "admin", BY_REGION.format("R03"), into="t3")
+    assert _t2_less_t3_less_t1(jobs_demo_db) == pytest.approx(0.0, abs=1e-3)
 
 
 def test_a_population_of_two_regions_takes_part_as_the_sum_of_their_cells(jobs_demo_db):
