@@ -46,6 +46,7 @@ from sqlsdc.jobs.stored_tables import (
 from sqlsdc.jobs.synthesis_files import opaque_syntheses, stored_exact_syntheses
 from sqlsdc.jobs.tabulation import JobSpec, rules_of
 from sqlsdc.policy import Policy
+from sqlsdc.tabular.rules import FrequencyRule
 from sqlsdc.tabular.universe import COUNT, universe_of
 
 
@@ -80,7 +81,7 @@ def refuse_job(
         # red team s45f; judged by the table's default rules too (s46b): an earlier output's
         # own rules are not recorded, and one judged by the defaults (p:10) beside a later job
         # of weaker rules (freq only) left their difference, a dominated group, unjudged
-        judged = list(dict.fromkeys([*rules, *rules_of(policy, spec)]))
+        judged = _judged_rules(rules, rules_of(policy, spec))
         refuse_small_differences(con, policy, spec, others, rules=judged)
         refuse_dominated_differences(con, spec, others, judged)
     elif method == "round":  # a rounded count beside a file's exact counts (red team s44c)
@@ -123,6 +124,17 @@ def check_output_name(con, into: str, replace: bool, error: type[Error], policy:
         )
     if not replace:
         raise error(f"{OUTPUT_SCHEMA}.{into} exists; pass --replace to overwrite it")
+
+
+def _judged_rules(rules, defaults) -> list:
+    """The rules a sum's difference from another exact release is judged by: the job's own
+    (when one of them is more than a frequency rule: a job of frequency rules only leaves the
+    frequency of differences to the frequency check, red team s40i's CTA of freq:1500), and
+    the table's default rules other than frequency, which the other release may have been
+    judged by (s46b)."""
+    own = rules if any(not isinstance(r, FrequencyRule) for r in rules) else []
+    extra = [r for r in defaults if not isinstance(r, FrequencyRule)]
+    return list(dict.fromkeys([*own, *extra]))
 
 
 def _refuse_dp_table(policy: Policy, spec: JobSpec, method: str) -> None:
