@@ -14,10 +14,12 @@ The line is always the entry's last (a statement's own text may hold a comment t
 like it; only the last one is the values'). One line, whatever the values hold: a backslash,
 a control character or a line separator in them is written as a JSON escape (``\\n``,
 ``\\u2028``), so a value cannot end the comment and put text on lines of the entry that
-look like the statement's own. At most
-:data:`AUDITED_PARAMETER_CHARACTERS` characters are kept; longer values are kept as their
-start, their length and the SHA-256 of the whole line (the values still identify the query;
-a megabyte value does not grow the log by a megabyte). What is kept is counted by the
+look like the statement's own. About
+:data:`AUDITED_PARAMETER_CHARACTERS` characters are kept: when the values are longer, each
+keeps an equal share (at least 96 characters), the longer ones as their start, their length
+and their SHA-256 (the values still identify the query; a megabyte value does not grow the log
+by a megabyte, nor hides the values after it); only a line of more values than shares is cut
+as a whole. What is kept is counted by the
 statement rate (:mod:`sqlsdc.guard.statement_rate`), which reads this text.
 
 Values are only the analyst's own: nothing of the policy, its secret or a cell key is here.
@@ -69,12 +71,28 @@ def audited_text(sql: str, params) -> str:
     entry's last (``(none)`` follows it, so that the last line is always the guard's)."""
     if params is None or (type(params) in (list, tuple, dict) and not params):
         return f"{sql}{_PREFIX}(none)" if _reads_like_values(sql) else sql
-    line = _one_line(_values(params))
-    if len(line) > AUDITED_PARAMETER_CHARACTERS:
-        digest = hashlib.sha256(line.encode("utf-8", "surrogatepass")).hexdigest()
-        line = (f"{line[:AUDITED_PARAMETER_CHARACTERS]} ... [{len(line):,} characters in all; "
-                f"SHA-256 of the whole: {digest}]")  # fmt: skip
+    parts = [_one_line(part) for part in _values(params)]
+    if sum(map(len, parts)) + 2 * len(parts) > AUDITED_PARAMETER_CHARACTERS:
+        # each value keeps its share, so that a long list does not hide the values after it
+        # (red team s46j: 1,000 'R01' in = ANY(?) left the next parameter, an age, unwritten)
+        share = max(AUDITED_PARAMETER_CHARACTERS // len(parts), _SHARE)
+        parts = [_shortened(part, share) for part in parts]
+    line = ", ".join(parts)
+    if len(parts) > AUDITED_PARAMETER_CHARACTERS // _SHARE:  # more values than shares
+        line = _shortened(line, AUDITED_PARAMETER_CHARACTERS)
     return f"{sql}{_PREFIX}{line}"
+
+
+_SHARE = 96  # characters a value keeps at least when the line is shortened
+
+
+def _shortened(text: str, keep: int) -> str:
+    """``text``, or its first ``keep`` characters with its length and SHA-256 when longer (the
+    value still identifies the query; a megabyte value does not grow the log by a megabyte)."""
+    if len(text) <= keep:
+        return text
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{text[:keep]} ... [{len(text):,} characters in all; SHA-256: {digest}]"
 
 
 _LIKE_VALUES = re.compile(r"\s*--\s*parameters\s*:", re.IGNORECASE)
@@ -91,12 +109,12 @@ def _reads_like_values(sql: str) -> bool:
     return any(_LIKE_VALUES.match(line) for line in sql.splitlines())
 
 
-def _values(params) -> str:
+def _values(params) -> list[str]:
     if type(params) is dict:
-        return ", ".join(f"${_key(k)} = {_value(v)}" for k, v in sorted(params.items(), key=_by))
+        return [f"${_key(k)} = {_value(v)}" for k, v in sorted(params.items(), key=_by)]
     if type(params) in (list, tuple):
-        return ", ".join(_value(v) for v in params)
-    return f"<{_type(params)} parameters>"  # a str, or what the guard refuses to bind
+        return [_value(v) for v in params]
+    return [f"<{_type(params)} parameters>"]  # a str, or what the guard refuses to bind
 
 
 def _by(item) -> str:

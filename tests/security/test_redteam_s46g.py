@@ -137,6 +137,9 @@ def test_audited_parameters_are_typed_one_line_and_bounded():
     assert audited_text(forged, None) == forged + "\n-- parameters: (none)"
     huge = audited_text("q", ["v" * 1_000_000])
     assert len(huge) < 4_300 and re.search(r"1,000,00\d characters in all; SHA-256", huge)
+    # a long list keeps its share, the value after it is written whole (s46j)
+    listed = audited_text("q", [["R01"] * 1_000, 42])
+    assert len(listed) < 4_300 and listed.endswith("], 42")
 
     class Shifting(list):  # answers another value each time it is read
         reads = 0
