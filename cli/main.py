@@ -28,7 +28,8 @@ class SqlsdcGroup(click.Group):
         name, command, rest = super().resolve_command(ctx, args)
         if isinstance(sys.stdout, ClosedStdout) and command is not None:
             if command.name in WRITES_NO_OUTPUT:
-                sys.stdout = None  # its one line (the port) goes nowhere, as asked
+                # its one line (the port) goes nowhere, as asked; None failed its flush
+                sys.stdout = open(os.devnull, "w", encoding="utf-8")  # (exit code 70)
             else:
                 sys.stdout.write("")  # fails: exit code 9, on stderr
         return name, command, rest

@@ -5,6 +5,7 @@ nobody can read. Real interpreters: the closed descriptor is the process's own."
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 
@@ -59,3 +60,21 @@ def test_commands_on_a_database_fail_before_they_run(fresh_demo_db):
             9, "sqlsdc: failed: cannot write the output: standard output is closed"
         ), args  # fmt: skip
     assert _audited(fresh_demo_db) == before  # nothing ran: no query audited or charged
+
+
+def test_serve_runs_with_stdout_closed(fresh_demo_db):
+    """A daemon started with stdout closed: the address is on stderr too (main: "internal
+    error: AttributeError: 'NoneType' object has no attribute 'flush'", exit code 70)."""
+    server = subprocess.Popen(
+        ["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-m", "sqlsdc.cli", "serve",
+         str(fresh_demo_db), "--port", "0", "--insecure"],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert "listening on 127.0.0.1:" in server.stderr.readline()
+        server.send_signal(signal.SIGINT)
+        assert server.wait(60) == 0
+        assert "error" not in server.stderr.read()
+    finally:
+        server.kill()
+        server.wait()
