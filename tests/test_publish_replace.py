@@ -95,3 +95,16 @@ def test_readers_of_the_release_do_not_stop_its_replacement(suppress_template, t
         reader.kill()
         reader.wait()
     assert "by_region" in _tables(out)
+
+
+def test_a_damaged_release_is_replaced(suppress_template, tmp_path):
+    """A release the engine will not open (another file's WAL beside it) is replaced by
+    ``--force``, as before: only a lock stops the replacement."""
+    from test_demo_replace import damage
+
+    db, out = tmp_path / "demo.duckdb", tmp_path / "release.duckdb"
+    shutil.copy(suppress_template, db)
+    release.publish(db, out, "admin")
+    damage(out)
+    release.publish(db, out, "admin", queries=QUERIES, analyst="analyst", replace=True)
+    assert "by_region" in _tables(out)

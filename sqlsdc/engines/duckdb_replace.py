@@ -19,16 +19,21 @@ from sqlsdc.engines.duckdb_files import foreign_file
 from sqlsdc.errors import OperationalError
 
 
-def hold_for_replacing(path: Path, wait: float) -> engine.LockedConnection | None:
+def hold_for_replacing(
+    path: Path, wait: float, *, readers_too: bool = False
+) -> engine.LockedConnection | None:
     """Open the database at ``path`` read-only, waiting up to ``wait`` seconds for processes
-    that have it open read-write (OperationalError, exit code 9, after that), and return the
-    connection, to be closed once the file is replaced. None when there is nothing to hold:
-    no file, a file that is no DuckDB database or is empty, or one the engine will not open
-    for another reason than a lock (a damaged release is what ``--force`` replaces)."""
+    that have it open read-write (``readers_too``: open at all, the connection then read-write)
+    (OperationalError, exit code 9, after that), and return the connection, to be closed once
+    the file is replaced. None when there is nothing to hold: no file, a file that is no DuckDB
+    database or is empty, or one the engine will not open for another reason than a lock: a
+    damaged file (a write-ahead log of another file beside it) is what ``--force`` replaces;
+    it failed with exit code 9, "the engine refused to open it" (s46l)."""
     if not path.is_file() or foreign_file(path) or path.stat().st_size == 0:
         return None
     try:
-        return engine.open_database(path, read_only=True, wait=wait, writes_data=False)
+        return engine.open_database(path, read_only=not readers_too, wait=wait,
+                                    writes_data=False)  # fmt: skip
     except OperationalError as failure:
         if failure.detail is None or "lock" in failure.detail:
             raise  # held read-write by another process all along
