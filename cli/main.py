@@ -27,7 +27,9 @@ class SqlsdcGroup(click.Group):
         stored) when its output could not be written: stdout was closed (``>&-``)."""
         name, command, rest = super().resolve_command(ctx, args)
         if isinstance(sys.stdout, ClosedStdout) and command is not None:
-            if command.name in WRITES_NO_OUTPUT:
+            if command.name in FAILS_AT_ITS_WRITE:
+                pass  # ClosedStdout fails it there
+            elif command.name in WRITES_NO_OUTPUT:
                 # its one line (the port) goes nowhere, as asked; None failed its flush
                 sys.stdout = open(os.devnull, "w", encoding="utf-8")  # (exit code 70)
             else:
@@ -62,6 +64,9 @@ def _stdout_is_closed() -> bool:
 # Commands that print nothing needed on stdout: `serve` prints its address there for scripts
 # (also on stderr), and is started with stdout closed as a daemon
 WRITES_NO_OUTPUT = frozenset({"serve"})
+# Commands that change nothing before they print, and print nothing in some use: `ptable -o
+# FILE` writes the file only, and runs with stdout closed; `ptable` fails at its first write
+FAILS_AT_ITS_WRITE = frozenset({"ptable"})
 
 
 class ClosedStdout:

@@ -78,3 +78,10 @@ def test_serve_runs_with_stdout_closed(fresh_demo_db):
     finally:
         server.kill()
         server.wait()
+
+
+def test_a_ptable_written_to_a_file_needs_no_stdout(tmp_path):
+    target = tmp_path / "ptable.txt"
+    done = _run_closed("ptable", "--D", "3", "--V", "1", "-o", str(target))
+    assert done.returncode == 0, done.stderr
+    assert target.read_text().startswith(" i  j")
