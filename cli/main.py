@@ -5,6 +5,8 @@ Exit codes: one per class of failure (``sqlsdc.cli.errors.EXIT_CODES``, shown by
 
 from __future__ import annotations
 
+import errno
+import os
 import select
 import signal
 import sys
@@ -19,6 +21,20 @@ from sqlsdc.errors import interrupted_by_user
 class SqlsdcGroup(click.Group):
     """Turns every error of a command into a message on stderr and its class's exit code;
     no traceback reaches the user."""
+
+    def resolve_command(self, ctx, args):
+        """The command to run, refused before it does anything (a query charged, a job
+        stored) when its output could not be written: stdout was closed (``>&-``)."""
+        name, command, rest = super().resolve_command(ctx, args)
+        if isinstance(sys.stdout, ClosedStdout) and command is not None:
+            if command.name in FAILS_AT_ITS_WRITE:
+                pass  # ClosedStdout fails it there
+            elif command.name in WRITES_NO_OUTPUT:
+                # its one line (the port) goes nowhere, as asked; None failed its flush
+                sys.stdout = open(os.devnull, "w", encoding="utf-8")  # (exit code 70)
+            else:
+                sys.stdout.write("")  # fails: exit code 9, on stderr
+        return name, command, rest
 
     def invoke(self, ctx):
         try:
@@ -43,6 +59,48 @@ def _stdout_is_closed() -> bool:
         return any(events & select.POLLERR for _fd, events in poller.poll(0))
     except (AttributeError, OSError, ValueError):  # no poll (Windows), or no real stdout
         return False
+
+
+# Commands that print nothing needed on stdout: `serve` prints its address there for scripts
+# (also on stderr), and is started with stdout closed as a daemon
+WRITES_NO_OUTPUT = frozenset({"serve"})
+# Commands that change nothing before they print, and print nothing in some use: `ptable -o
+# FILE` writes the file only, and runs with stdout closed; `ptable` fails at its first write
+FAILS_AT_ITS_WRITE = frozenset({"ptable"})
+
+
+class ClosedStdout:
+    """sys.stdout when the command was started with stdout closed (``sqlsdc ptable >&-``):
+    every write fails, so that the command fails (exit code 9, on stderr) instead of losing
+    its output and exiting 0, which Python's sys.stdout of None did silently (new user
+    s46i)."""
+
+    encoding = "utf-8"
+
+    def write(self, _text: str) -> int:
+        raise OSError(errno.EBADF, "cannot write the output: standard output is closed")
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _guard_closed_streams() -> None:
+    """Fill closed descriptors 0-2 with /dev/null, so that no file the command opens (a
+    database) takes descriptor 1 or 2, where anything printed below Python would land in
+    it; and make a closed stdout fail on the first write (:class:`ClosedStdout`)."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            if fd == 1:
+                sys.stdout = ClosedStdout()
 
 
 def _fail(message: str, code: int) -> None:
@@ -109,6 +167,12 @@ def _say_when_waiting() -> None:
 
 
 def main() -> None:
+    _guard_closed_streams()
     _stop_on_sigterm()
     _say_when_waiting()
-    cli(prog_name="sqlsdc")
+    try:
+        cli(prog_name="sqlsdc")
+    except OSError as e:  # --version or --help with stdout closed: before any command
+        if not isinstance(sys.stdout, ClosedStdout):
+            raise
+        _fail(*classify(e))

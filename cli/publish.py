@@ -54,7 +54,11 @@ OLDEST_READER = "v1.0.0"
     "or --replace).",
 )
 @click.option(
-    "--force", "--replace", "replace", is_flag=True, help="Overwrite OUT (and DIR) if they exist."
+    "--force",
+    "--replace",
+    "replace",
+    is_flag=True,
+    help="Overwrite OUT (and DIR) if they exist, once no other process has OUT open read-write.",
 )
 @admin_option
 @format_option(default="table", choices=("table", "json"))

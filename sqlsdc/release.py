@@ -39,6 +39,7 @@ from sqlsdc.catalog import store
 from sqlsdc.catalog.store import pattern_table, require_admin
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines import duckdb_schema, duckdb_sql
+from sqlsdc.engines.duckdb_replace import drop_old_wal, hold_for_replacing
 from sqlsdc.engines.release_storage import OLDEST_READER, ReleaseFile, storage_version
 from sqlsdc.errors import Error, NotFoundError, OperationalError, PolicyViolation
 from sqlsdc.files import check_replaceable, check_writable
@@ -57,6 +58,9 @@ from sqlsdc.tabular.universe import STATUS, VALUE, universe_of
 CONTENTS = "release_contents"
 MICRODATA = ("anonymize", "synthesize")  # job methods whose outputs hold records
 SIDE_FILES = (".wal", ".lock", ".waiting")  # beside the database: DuckDB's and file_lock's
+# How long a publication waits for the processes that have OUT open read-write before it
+# replaces OUT (as any opening of a database waits)
+REPLACE_WAIT_SECONDS = engine.LOCK_WAIT_SECONDS
 
 
 @dataclass(frozen=True)
@@ -174,6 +178,23 @@ def publish(
     except BaseException as failure:  # Ctrl-C in the checks, which read the catalog: no
         audit("failed", failure)  # entry was left (new user s46i, tests/test_release.py)
         raise
+    try:  # before anything is charged or recorded: OUT open read-write elsewhere is waited for
+        held = hold_for_replacing(out, REPLACE_WAIT_SECONDS)
+    except BaseException as failure:  # ... or the publication fails (exit code 9)
+        audit("failed", failure)
+        raise
+    try:
+        return _write_release(db, out, folder, user, queries, analyst, included, request,
+                              fingerprint, query_id, storage, (checked_version, released),
+                              audit, say)  # fmt: skip
+    finally:
+        if held is not None:
+            held.close()
+
+
+def _write_release(db, out, folder, user, queries, analyst, included, request, fingerprint,
+                   query_id, storage, checked, audit, say) -> PublishReport:  # fmt: skip
+    """Collect, write, record and put in place the release (:func:`publish` after its checks)."""
     # one partial file (and folder) per publication, named by its audit entry: publications to
     # one OUT at once never write, move or delete each other's half-written files
     partial = out.with_name(f"{out.name}.{query_id}.partial")
@@ -181,7 +202,6 @@ def publish(
                       else folder.with_name(f"{folder.name}.{query_id}.partial"))  # fmt: skip
     recorded = False
     try:
-        checked = (checked_version, released)
         version, tables, withheld = _collect(db, user, queries, analyst, included, checked, say)
         _write(partial, version, tables, storage, say)
         if partial_folder is not None:
@@ -193,6 +213,7 @@ def publish(
         with _catalog(db) as con:
             _record(con, tables, query_id, user, version, request, fingerprint)
             recorded = True
+        drop_old_wal(out)  # a killed writer's: it would meet the new file
         partial.replace(out)
         if partial_folder is not None:
             release_parquet.put_in_place(partial_folder, folder)

@@ -53,3 +53,37 @@ def test_a_database_another_process_has_open_is_not_replaced(tmp_path, monkeypat
     build.build_demo_database(path, persons=200, seed=7)
     with duckdb.connect(str(path), read_only=True) as con:
         assert con.execute("SELECT COUNT(*) FROM main.persons").fetchone()[0] == 200
+
+
+FOREIGN_WAL = textwrap.dedent(
+    """
+    import sys, os, duckdb
+    con = duckdb.connect(sys.argv[1])
+    con.execute("PRAGMA disable_checkpoint_on_shutdown")
+    con.execute("CREATE TABLE t AS SELECT 1 AS a")
+    con.execute("CHECKPOINT")
+    con.execute("INSERT INTO t VALUES (2)")  # into its WAL, left by the exit below
+    os._exit(0)
+    """
+)
+
+
+def damage(path) -> None:
+    """Put the write-ahead log of another database beside ``path``, as a process that had the
+    old file open left it (the state this module's first test prevents)."""
+    other = path.with_name("other.duckdb")
+    subprocess.run([sys.executable, "-c", FOREIGN_WAL, str(other)], check=True, timeout=60)
+    other.with_name(other.name + ".wal").replace(path.with_name(path.name + ".wal"))
+    with pytest.raises(duckdb.Error):
+        duckdb.connect(str(path)).close()
+
+
+def test_a_damaged_database_is_replaced(tmp_path):
+    """``demo --force`` is the remedy for a database the engine will not open; it failed
+    itself, exit code 9, "the engine refused to open it" (s46l)."""
+    path = tmp_path / "demo.duckdb"
+    build.build_demo_database(path, persons=100)
+    damage(path)
+    build.build_demo_database(path, persons=200, seed=7)  # main: OperationalError
+    with duckdb.connect(str(path), read_only=True) as con:
+        assert con.execute("SELECT COUNT(*) FROM main.persons").fetchone()[0] == 200

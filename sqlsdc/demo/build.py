@@ -12,7 +12,7 @@ from sqlsdc.demo import DEFAULT_PERSONS, DEFAULT_SEED
 from sqlsdc.demo.data import Progress, build_tables, write_tables
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines import file_lock
-from sqlsdc.engines.duckdb_files import foreign_file
+from sqlsdc.engines.duckdb_replace import hold_for_replacing
 from sqlsdc.errors import NotFoundError
 from sqlsdc.files import check_replaceable, check_writable
 from sqlsdc.policy import Policy, load_policy
@@ -71,10 +71,10 @@ def _replacing(path: Path):
     open (a server, a notebook), that process went on writing its commits into the old file
     and its write-ahead log beside the new one, by name: the next opening of the new
     database failed, "WAL does not match database file" (new user s46i)."""
-    if not path.is_file() or foreign_file(path) or path.stat().st_size == 0:
-        yield  # nothing DuckDB has open (a text file, an empty file): replaced as it is
+    con = hold_for_replacing(path, REPLACE_WAIT_SECONDS, readers_too=True)
+    if con is None:  # nothing DuckDB has open (a text file, an empty file, a damaged
+        yield  # database): replaced as it is
         return
-    con = engine.open_database(path, wait=REPLACE_WAIT_SECONDS, writes_data=False)
     hold = file_lock.try_acquire(path, shared=False)  # this process holds it once more
     con.close()  # DuckDB lets the old file go; the lock stays until it is replaced
     try:
