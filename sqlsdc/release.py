@@ -178,6 +178,8 @@ def publish(
     except BaseException as failure:  # Ctrl-C in the checks, which read the catalog: no
         audit("failed", failure)  # entry was left (new user s46i, tests/test_release.py)
         raise
+    lock = out.with_name(out.name + ".lock")  # sqlsdc's lock file, which holding OUT leaves
+    locked_before = lock.exists()
     try:  # before anything is charged or recorded: OUT open read-write elsewhere is waited for
         held = hold_for_replacing(out, REPLACE_WAIT_SECONDS)
     except BaseException as failure:  # ... or the publication fails (exit code 9)
@@ -190,6 +192,8 @@ def publish(
     finally:
         if held is not None:
             held.close()
+            if not locked_before:  # a release is its file alone (tests/test_release_readers.py)
+                lock.unlink(missing_ok=True)
 
 
 def _write_release(db, out, folder, user, queries, analyst, included, request, fingerprint,
