@@ -143,13 +143,13 @@ def protect(db, sql, method, into, replace, user, fmt, **options):
     \b
     Examples:
       sqlsdc protect demo.duckdb --into turnover --rule nk:2,85 --rule freq:3 \\
-        --sql "SELECT nace, region, SUM(turnover) FROM enterprises WHERE employees < 10
-        GROUP BY nace, region"
+        --sql "SELECT nace, region, SUM(turnover) FROM enterprises
+        WHERE size_class = 'micro' GROUP BY nace, region"
       sqlsdc protect demo.duckdb --method round --base 5 --into persons_r5 \\
         --sql "SELECT region, education, COUNT(*) FROM persons GROUP BY region, education"
       sqlsdc protect demo.duckdb --method cta --intervals --into turnover_adjusted \\
-        --sql "SELECT nace, region, SUM(turnover) FROM enterprises WHERE employees >= 10
-        GROUP BY nace, region"
+        --sql "SELECT nace, region, SUM(turnover) FROM enterprises
+        WHERE size_class <> 'micro' GROUP BY nace, region"
       sqlsdc protect demo.duckdb --method ipf --margins census.csv --rule freq:5 \\
         --into persons_ipf --sql "SELECT region, education, COUNT(*) FROM persons WHERE age >= 85
         GROUP BY region, education"
