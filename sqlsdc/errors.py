@@ -152,5 +152,10 @@ def interrupted_by_user(error: BaseException) -> bool:
     """Whether ``error`` is DuckDB's answer to Ctrl-C (SIGINT) during a statement: DuckDB 2.0
     takes the signal itself and raises ``RuntimeError("Query interrupted")``, not
     ``KeyboardInterrupt`` (``connection.interrupt()``, the statement timeout's, raises its
-    ``InterruptException`` instead)."""
-    return type(error) is RuntimeError and str(error) == "Query interrupted"
+    ``InterruptException`` instead); and a ``KeyboardInterrupt`` (Ctrl-C, or SIGTERM as the
+    CLI turns it) raised while DuckDB ran Python code of its own, reading an Arrow or pandas
+    object it scans, which DuckDB wraps in its error ("... failed: KeyboardInterrupt")."""
+    if type(error) is RuntimeError and str(error) == "Query interrupted":
+        return True
+    engine = type(error).__module__.lstrip("_").startswith("duckdb")  # _duckdb's classes
+    return engine and ": KeyboardInterrupt" in str(error)

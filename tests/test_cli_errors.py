@@ -604,3 +604,21 @@ def test_serve_on_a_taken_port_says_where(db):
         port = taken.getsockname()[1]
         result = run("serve", db, "--insecure", "--port", port)
     failed(result, errors.OPERATIONAL, f"cannot listen on 127.0.0.1:{port}: address already in use")
+
+
+def test_a_keyboard_interrupt_duckdb_wrapped_is_an_interruption():
+    """A SIGTERM landing while DuckDB read a registered Arrow object came back as DuckDB's
+    InvalidInputException "... failed: KeyboardInterrupt: " and ended in "internal error"
+    (exit code 70, once in CI): it is the user's interruption, as Ctrl-C anywhere else."""
+    import duckdb
+
+    from sqlsdc.errors import interrupted_by_user
+
+    wrapped = duckdb.InvalidInputException(
+        "Invalid Input Error: reading the schema of the object registered as 'x' failed: "
+        "KeyboardInterrupt: "
+    )
+    assert interrupted_by_user(wrapped)
+    assert interrupted_by_user(RuntimeError("Query interrupted"))
+    assert not interrupted_by_user(duckdb.InvalidInputException("Invalid Input Error: bad"))
+    assert not interrupted_by_user(ValueError("failed: KeyboardInterrupt: "))
