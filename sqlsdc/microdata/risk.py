@@ -288,8 +288,11 @@ def interval_disclosure(original, masked, *, p: Sequence[float] = tuple(range(1,
 
     * ``rank``: the interval spans the original values whose ranks lie within p % of n on
       either side of the masked value's rank among the originals;
-    * ``sd``: masked value ± p % of the original column's standard deviation (as sdcMicro's
-      ``dRisk`` with k = p/100).
+    * ``sd``: masked value ± p % of the original column's standard deviation. This is not
+      sdcMicro's ``dRisk`` (sdcTools/sdcMicro ``R/dRisk.R``, ``dRiskWORK``), which takes the
+      standard deviation of the *masked* column and returns one record-level share: the records
+      with at most one column strictly outside its interval. Here every column is scored alone
+      and the shares are averaged, as the rank variant and Domingo-Ferrer et al. do.
 
     Row i of ``masked`` is the masked version of row i of ``original``. Returns
     ``{"method", "p", "per_column": {column: [% per p]}, "mean": [% per p], "overall"}`` where
