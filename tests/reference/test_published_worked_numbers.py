@@ -9,6 +9,10 @@
 * Massell, Zayatz & Funk, PSD 2006 pp. 304-317 (digest T10): the unweighted p% rule, X1 = 100,
   X2 = 50, T = 150, p = 10 gives protection 10 (sensitive). Their rounding-term and weighted
   variants are EZS-specific and are not sqlsdc's (τ-ARGUS) rule.
+* Cox & Kim, "Effects of rounding on the quality and confidentiality of statistical data",
+  PSD 2006, Table 3: sum over r = 1..9 of E[(R - r)^2 | r]/r at base 10 is 45 (unbiased),
+  24305/252 = 96.448 (50/50, zero-restricted) and 2465/126 = 19.563 (modified conventional)
+  (digest ../shared/reference/seed_2006_tabular.md, T2).
 * Desfontaines, Voss, Gipson & Mandayam, "Differentially private partition selection", PoPETs
   2022, Theorem 1: the optimal keep probability against discrete-Laplace thresholding at
   epsilon = 1, delta = 1e-6 (the figures sqlsdc's partition module states: 0.70 and 0.27).
@@ -31,6 +35,11 @@ from sqlsdc.mechanisms.partition import (
 from sqlsdc.microdata.microaggregation import improve, mdav, sse
 from sqlsdc.microdata.risk import interval_disclosure
 from sqlsdc.tabular.attacker import audit_intervals
+from sqlsdc.tabular.rounding import (
+    round_modified_conventional,
+    round_unbiased,
+    round_zero_restricted,
+)
 from sqlsdc.tabular.rules import CellStats, PPercentRule
 
 # Templ (2006): inner cells; rows sum to 260, 623, 114, 330, columns to 600, 154, 107, 205,
@@ -131,3 +140,19 @@ def test_sd_interval_disclosure_scores_columns_not_records_as_sdcmicros_drisk_do
     assert drisk == 1.0
     ours = interval_disclosure(x, masked, p=[10], method="sd")
     assert ours["per_column"] == {"a": [100.0], "b": [0.0]} and ours["overall"] == 50.0
+
+
+@pytest.mark.parametrize(
+    ("rule", "expected"),
+    [(round_unbiased, Fraction(45)), (round_zero_restricted, Fraction(24305, 252)),
+     (round_modified_conventional, Fraction(2465, 126))],
+    ids=["unbiased", "50/50", "modified"],
+)  # fmt: skip
+def test_cox_kim_2006_table_3_relative_mse(rule, expected):
+    base = 10
+    u = (np.arange(2 * base) + 0.5) / (2 * base)  # exact probabilities 1/2 and r/B
+    total = Fraction(0)
+    for r in range(1, base):
+        rounded = rule(np.full(len(u), r), base, u)
+        total += Fraction(int(((rounded - r) ** 2).sum()), len(u)) / r
+    assert total == expected
