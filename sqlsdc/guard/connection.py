@@ -164,8 +164,12 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
 
     @property
     def analyst_schema(self) -> dict[str, dict[str, str]]:
-        """``{table: {column: type}}`` as the guard resolves names: the policy's view."""
-        return {table: dict(columns) for table, columns in self._context.schema.items()}
+        """``{table: {column: type}}`` as the guard resolves names: the policy's view, with
+        types as :func:`~sqlsdc.engines.duckdb_schema.shown_type` shows them."""
+        return {
+            table: {column: duckdb_schema.shown_type(kind) for column, kind in columns.items()}
+            for table, columns in self._context.schema.items()
+        }
 
     def stored_schemas(self, schema: str) -> dict[str, dict[str, str]]:
         """``{table: {column: type}}`` of the tables of a schema of the database (e.g. the
@@ -181,7 +185,11 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
         if self.role is UserRole.ADMIN:
             return stored
         return {
-            name: {c: kind for c, kind in columns.items() if not c.startswith("__")}
+            name: {
+                c: duckdb_schema.shown_type(kind)
+                for c, kind in columns.items()
+                if not c.startswith("__")
+            }
             for name, columns in stored.items()
             if readable(self.policy, exp.table_(name, db=schema))
         }
