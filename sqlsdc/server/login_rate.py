@@ -36,8 +36,12 @@ import ipaddress
 import logging
 import time
 from collections import deque
+from typing import TYPE_CHECKING
 
 from sqlsdc.server.sqlstate import Fatal
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["ATTEMPTS_PER_ADDRESS", "ATTEMPTS_PER_MINUTE", "LoginAttempts", "peer"]
 
@@ -155,3 +159,8 @@ def peer(host: str) -> str:
             return str(address.ipv4_mapped)
         return str(ipaddress.ip_network(f"{address}/64", strict=False))
     return str(address)
+
+
+def peer_of(writer: asyncio.StreamWriter) -> str:
+    """The :func:`peer` a client's connection comes from."""
+    return peer((writer.get_extra_info("peername") or ("",))[0])

@@ -18,13 +18,14 @@ import secrets
 import signal
 import ssl
 import struct
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from sqlsdc.errors import AccessDenied, Error, NotFoundError, OperationalError
 from sqlsdc.server.auth import ServerUsers, decoy_secret
-from sqlsdc.server.login_rate import ATTEMPTS_PER_ADDRESS, LoginAttempts
+from sqlsdc.server.login_rate import ATTEMPTS_PER_ADDRESS, LoginAttempts, peer_of
 from sqlsdc.server.session import Session
 
 log = logging.getLogger("sqlsdc.server")
@@ -168,11 +169,19 @@ class Server:
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Serve one client. Handshakes not yet authenticated are bounded apart (as many as
-        ``max_connections``): when they are all taken, the oldest is dropped for the newcomer,
-        so sockets held open without logging in cannot lock real users out."""
+        ``max_connections``): when they are all taken, one gives way to the newcomer, the
+        oldest of the address (:func:`~sqlsdc.server.login_rate.peer`) that holds the most
+        of them, the newcomer counted. So sockets held open without logging in cannot lock
+        real users out, and a flood of connects from one address drops its own handshakes,
+        not those of users logging in from elsewhere (red team s47g: 500 connects a second
+        dropped 1 of 12 logins, and a dropped login counts as a failed one)."""
         pending = [s for s in self.sessions.values() if not s.user_connected]
         if len(pending) >= self.settings.max_connections:
-            min(pending, key=lambda s: s.opened).evict()
+            held = Counter(s.peer for s in pending)
+            held[peer_of(writer)] += 1
+            most = max(held.values())
+            crowded = [s for s in pending if held[s.peer] == most]
+            min(crowded, key=lambda s: s.opened).evict()
         task = asyncio.current_task()
         self._clients.add(task)
         try:

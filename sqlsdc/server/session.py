@@ -31,6 +31,7 @@ from sqlsdc.server.codec import ProtocolError
 from sqlsdc.server.declared_cursors import DeclaredCursors
 from sqlsdc.server.extended import ExtendedProtocol
 from sqlsdc.server.limits import AUTH_TIMEOUT, INLINE_ROWS, MAX_HELD_BYTES, ROWS_PER_WRITE
+from sqlsdc.server.login_rate import peer_of
 from sqlsdc.server.portals import Portal, Statement
 from sqlsdc.server.rows import data_rows, description
 from sqlsdc.server.running import run
@@ -52,6 +53,7 @@ class Session(Startup, ExtendedProtocol, DeclaredCursors):
         self.server, self.reader, self.writer = server, reader, writer
         self.pid, self.secret = server.register(self)
         self.opened = time.monotonic()
+        self.peer = peer_of(writer)  # whose handshakes give way first (Server._client)
         self.user_connected = False  # authenticated, counted against max_connections
         self.tls = False
         self.user = ""

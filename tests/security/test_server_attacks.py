@@ -252,6 +252,30 @@ def test_a_handshake_that_gives_way_is_told_why(server_db):
         stop_server(running)
 
 
+def test_a_flood_of_connects_from_one_address_drops_its_own_handshakes(server_db):
+    """A user from 127.0.0.1 is logging in when another address opens sockets without logging
+    in: the flood's own oldest handshake gives way, not the user's (red team s47g: the oldest
+    of all gave way, 1 of 12 logins dropped at 500 connects a second, each counted as a
+    failed login of the user)."""
+    running = start_server(server_db, "--insecure", "--max-connections", "2")
+    flood = []
+    try:
+        with socket.create_connection((running.host, running.port), timeout=10) as user:
+            _startup(user, "analyst")  # oldest handshake, SCRAM under way
+            for _ in range(2):
+                flood.append(socket.create_connection(
+                    (running.host, running.port), timeout=10, source_address=("127.0.0.2", 0)
+                ))  # fmt: skip
+                time.sleep(0.3)
+            assert _sasl_first(user, "n,,n=,r=floodednonce").startswith("r=floodednonce")
+            flood[0].settimeout(5)
+            assert b"C53300\0" in flood[0].recv(4096)  # the flood's oldest gave way
+    finally:
+        for sock in flood:
+            sock.close()
+        stop_server(running)
+
+
 def test_logged_in_sessions_are_still_bounded_by_max_connections(server_db):
     running = start_server(server_db, "--insecure", "--max-connections", "2",
                            "--max-connections-per-user", "2")  # fmt: skip
