@@ -4,8 +4,20 @@
 The attacker is the analyst of the README. A finding would be an answer without paying (or
 paying less), one noise over two exact values (two populations under one cell identity), a
 released value of a cell the minimum frequency withholds, or a sensitivity larger than the one
-charged. No leak was found; these tests keep the angles that held, so that a later change of
-the canonical identity, the charge or the join checks does not reopen them:
+charged.
+
+Finding (fixed; the tests fail on the code before): a DP quantile's permute-and-flip scores
+|(b - a) lt - a gt| (alpha = a/b) were int64. A float parameter alpha = 0.1 + 0.2
+(0.30000000000000004, b = 10^17) wrapped them past 2^63 in every cell of 93 rows or more and
+released the draw of wrapped scores at full price (March's child median 2,668 where 0.3 gives
+123; exact 216); alpha = 1e-300 raised OverflowError after the charge (ε 0.2 paid for
+nothing, against "a refusal never comes after the charge"). The wrap kept the scores'
+sensitivity (|wrap(x)| is x's distance to a multiple of 2^64), so it was a wrong answer, not a
+leak. Now an alpha of more than 9 decimal places is refused before anything runs, and scores
+that could pass 2^63 (cells of billions of rows) are Python ints.
+
+No leak was found; the other tests keep the angles that held, so that a later change of the
+canonical identity, the charge or the join checks does not reopen them:
 
 - 30 pairs of WHERE spellings (BETWEEN with its bounds swapped or SYMMETRIC, ``<>`` against
   IS DISTINCT FROM, ``//`` against ``/``, LIKE/GLOB/ILIKE, NOT's scope, ``% 5 = 1`` against
@@ -37,6 +49,7 @@ import shutil
 import threading
 from fractions import Fraction
 
+import numpy as np
 import pytest
 
 import sqlsdc
@@ -222,3 +235,70 @@ def test_a_join_on_the_public_key_counts_each_person_once(persons_dp):
             f"SELECT COUNT(*) FROM persons p JOIN regions r ON p.region = r.region {CELL}"
         ).fetchall()
     assert alone == joined
+
+
+# --- a quantile's alpha of many decimal places --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "parameters"),
+    [
+        ("SELECT scheme, QUANTILE_CONT(amount, ?) FROM benefits WHERE month = 3 GROUP BY scheme",
+         [0.1 + 0.2]),
+        ("SELECT QUANTILE_CONT(amount, 1e-300) FROM benefits WHERE month = 3", None),
+        ("SELECT QUANTILE_DISC(amount, 0.0000000001) FROM benefits WHERE month = 3", None),
+    ],
+)  # fmt: skip
+def test_a_quantile_of_more_than_9_decimal_places_is_refused_unpaid(demo, sql, parameters):
+    """Finding: the permute-and-flip scores |(b - a) lt - a gt| of alpha = a/b were int64.
+    Before: alpha = 0.1 + 0.2 (a float parameter, b = 10^17) wrapped past 2^63 over cells of
+    93 rows or more and released the draw of wrapped scores at full price (the child median
+    of March 2,668 where 0.3 gives 123, exact 216); alpha = 1e-300 raised OverflowError after
+    the charge (ε 0.2 paid for nothing; a refusal never comes after the charge). Now refused
+    before anything runs."""
+    with sqlsdc.connect(demo, "analyst") as con:
+        before = _spent(con)
+        with pytest.raises(PolicyViolation, match="more than 9 decimal places"):
+            con.execute(sql, parameters).fetchall()
+        assert _spent(con) == before
+
+
+def test_a_quantile_of_9_decimal_places_answers(demo):
+    with sqlsdc.connect(demo, "analyst") as con:
+        rows = con.execute(
+            "SELECT QUANTILE_CONT(amount, 0.999999999) FROM benefits WHERE month = 3"
+        ).fetchall()
+    assert len(rows) == 1 and 0 <= rows[0][0] <= 3000
+
+
+def _python_scores(histogram: list[int], alpha: Fraction) -> list[int]:
+    a, b = alpha.numerator, alpha.denominator
+    out = []
+    for j in range(len(histogram)):
+        below, above = sum(histogram[:j]), sum(histogram[j + 1 :])
+        out.append(abs((b - a) * below - a * above))
+    return out
+
+
+@pytest.mark.parametrize("alpha", [Fraction(1, 10**9), Fraction(3, 10), Fraction(1, 10**300)])
+def test_quantile_scores_are_exact_past_int64(alpha):
+    """A cell of 3 x 2^40 rows (or any alpha of a long denominator): the scores pass 2^63 and
+    are Python ints, not int64 wrapped around (before: a mismatch, or OverflowError)."""
+    from sqlsdc.mechanisms.dp_cells import _block_scores, quantile_scores
+
+    histogram = [2**40, 0, 2**40, 2**40 + 5]
+    want = _python_scores(histogram, alpha)
+    assert [int(x) for x in quantile_scores(histogram, alpha)] == want
+    codes = np.zeros(len(histogram), dtype=np.int64)
+    bins = np.arange(len(histogram), dtype=np.int64)
+    counts = np.array(histogram, dtype=np.int64)
+    block = _block_scores(codes, bins, counts, 0, 1, len(histogram) - 1, alpha)
+    assert [int(x) for x in block[0]] == want
+
+
+def test_small_cells_keep_int64_scores():
+    from sqlsdc.mechanisms.dp_cells import quantile_scores
+
+    scores = quantile_scores([0, 2, 0, 1, 0], Fraction(3, 10))
+    assert scores.dtype == np.int64
+    assert scores.tolist() == _python_scores([0, 2, 0, 1, 0], Fraction(3, 10))
