@@ -40,7 +40,17 @@ Held also (not kept as tests): error oracles in the exact cells (``1/(amount - 2
 a failing cast of a noisy cell fails on the noisy value, free when paid), 38 aggregate shapes
 (COUNT(DISTINCT dim), SUM(amount * 1000), SUM(amount - 3000), MEDIAN, VAR, FILTER, ...): each
 refused or post-processing of charged statistics; DP aggregations in a CTE, a derived table,
-a scalar subquery, IN and EXCEPT all charge the per-table budget too.
+a scalar subquery, IN and EXCEPT all charge the per-table budget too; ``= ANY(?)`` lists
+([1, 2], [2, 1], [1, 2, 2] one identity; [1, 3], [1.0, 2.0], ['1', '2'] others, paid); a
+release (``seniors_syn``) in a DP WHERE names its data version, so a replaced synthesis
+draws fresh noise (8,454 for an exact 8,695, then 17,923 for 17,919); an engine overflow
+of a noisy value (``SUM(amount) * 1e35``, ``COUNT(*) * 9223372036854775807``) fails after
+the charge and is free when asked again (post-processing of cached cells); ``GROUP BY ()``,
+``GROUP BY ALL``, ``GROUP BY region, region``, ROLLUP inside a derived table, GROUPING_ID;
+private groups (ε 1/2, δ 1e-6): groups-only, ``COUNT(DISTINCT region)``, ``HAVING``,
+``ORDER BY COUNT(*) LIMIT 1`` pay the selection and release nothing below it; private keys
+cast to UHUGEINT, UBIGINT, DECIMAL, BLOB or ENUM, or overflowing products, are refused before
+the charge (a HUGEINT key is one exact decimal group per value).
 """
 
 from __future__ import annotations
