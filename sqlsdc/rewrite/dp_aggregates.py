@@ -201,6 +201,13 @@ def _measure_column(argument: exp.Expr | None, table, select):
     return column
 
 
+MAX_QUANTILE_DENOMINATOR = 10**9
+"""The largest denominator of a DP quantile's alpha (at most 9 decimal places): the scores
+|(b - a) lt - a gt| stay int64 for cells of up to 9.2 billion rows. A float parameter such as
+0.1 + 0.2 (0.30000000000000004, b = 10^17) wrapped them past 2^63 over 93 rows, and 1e-300
+failed after the charge (red team s47b); both are refused before anything is run or charged."""
+
+
 def _quantile_alpha(node: exp.Expr, select) -> Fraction:
     if isinstance(node, exp.Median):
         return Fraction(1, 2)
@@ -213,6 +220,13 @@ def _quantile_alpha(node: exp.Expr, select) -> Fraction:
         raise refuse(select, f"quantile {q.this[:40]} is not a number between 0 and 1") from None
     if not 0 <= alpha <= 1:
         raise refuse(select, f"quantile {q.this} is not between 0 and 1")
+    if alpha.denominator > MAX_QUANTILE_DENOMINATOR:
+        raise refuse(
+            select,
+            f"quantile {q.this[:40]} has more than 9 decimal places: its permute-and-flip "
+            "scores are the rows times its denominator, which would pass the engine's integers",
+            "write the quantile with at most 9 decimal places, e.g. 0.3",
+        )
     return alpha
 
 
