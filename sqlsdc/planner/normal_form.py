@@ -89,7 +89,7 @@ def _times_count(factor: Fraction, count: exp.Count) -> exp.Expr:
     1e18`` as a DOUBLE (red team s47a; under DP the query was charged and never answered)."""
     if factor.denominator != 1 or abs(factor) < _EXACT_FACTOR:
         return _times(factor, count)
-    literal = exp.Literal.number(repr(float(abs(factor))))
+    literal = exp.Literal.number(f"{float(abs(factor)):.17e}")  # a DOUBLE, not a DECIMAL
     number = exp.Paren(this=exp.Neg(this=literal)) if factor < 0 else literal
     return exp.Mul(this=number, expression=count)
 
