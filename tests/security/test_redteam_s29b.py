@@ -32,8 +32,9 @@ types.
 Observed, not a leak: ``SUM(m * 0.1)`` of an INTEGER measure is refused (the totality check
 sees INTEGER × DECIMAL) while ``SUM(m * 1e-1)`` and ``SUM(m / 10)`` are answered; the guard
 never runs the product (it scales the protected sum), so the refusal is over-cautious, not
-unsafe. ``SUM(9223372036854775807)`` fails in the engine (the scale times a protected count
-overflows BIGINT): it fails on released values only, never on a withheld one.
+unsafe. ``SUM(9223372036854775807)`` failed in the engine (the scale times a protected count
+overflowed BIGINT): on released values only, never on a withheld one; answered since s47a (an
+integer offset of 2³¹ or more multiplies the count as a DOUBLE).
 """
 
 from __future__ import annotations
