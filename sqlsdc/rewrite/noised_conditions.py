@@ -78,13 +78,15 @@ def noise_conditions(
     converted = _convert(tree, _Resolver(lookup, outer), sql)
     for name in _read_ctes(tree, outer):
         body = outer[name]
-        if body.meta.get(DONE):
+        if DONE in body.meta:  # converted by an earlier frame: whether it was, all the same
+            converted |= not in_place and body.meta[DONE]  # (s47a: else order-dependent)
             continue
-        if in_place:
-            body.meta[DONE] = True
-        else:
-            body = body.copy()
-        converted |= _convert(body, _Resolver(lookup, _outer_ctes(outer[name])), sql)
+        if not in_place:
+            converted |= _convert(body.copy(), _Resolver(lookup, _outer_ctes(body)), sql)
+            continue
+        body.meta[DONE] = False
+        body.meta[DONE] = _convert(body, _Resolver(lookup, _outer_ctes(body)), sql)
+        converted |= body.meta[DONE]
     return converted
 
 

@@ -15,14 +15,15 @@ a confidential value (as s29b noted for ``SUM(9223372036854775807)``), but a val
 failed and a DP user paid for nothing. An integer offset of 2³¹ or more now multiplies the
 count as a DOUBLE (exponent notation: ``2147483648.0`` would be a DECIMAL for DuckDB).
 
-Observed, not a leak (kept as a test): the DONE mark of a CTE's converted body is seen by
+Observed, not a leak (fixed by the lead): the DONE mark of a CTE's converted body was seen by
 another context. With counts by threshold beside CKM magnitudes (s45m's fixture), ``WITH t AS
 (... WHERE income >= 20000) SELECT region, SUM(weight) ... UNION ALL SELECT region, COUNT(*)
-...`` is answered, while the same branches in the other order, or ``SELECT COUNT(*) FROM t``
-alone, are refused: the CKM frame converted t's body in place first, and the threshold frame's
-probe skips a body marked done. The count is that of the x·m class (the body the engine runs),
-as ``SELECT SUM(income), COUNT(*) FROM persons WHERE income >= 20000`` already publishes on that
-policy, so nothing of x is told; the refusal merely depends on the order of the branches.
+...`` was answered, while the same branches in the other order, or ``SELECT COUNT(*) FROM t``
+alone, were refused: the CKM frame converted t's body in place first, and the threshold frame's
+probe skipped a body marked done. The count was that of the x·m class (the body the engine
+runs), as ``SELECT SUM(income), COUNT(*) FROM persons WHERE income >= 20000`` already publishes
+on that policy, so nothing of x was told; the refusal merely depended on the order of the
+branches. A body marked done now says whether it was converted: refused in every order.
 
 Held (no comparison left on the stored x in the rewritten SQL, or refused; about 230 statements):
 - the resolver's memo (s46h): a CTE read twice, once under a condition and once not (scalar
@@ -68,9 +69,7 @@ import sqlglot
 from sqlglot import exp
 
 import sqlsdc
-from sqlsdc.engines.duckdb import open_database
 from tests.security.test_redteam_s45m import (
-    _noised,
     threshold_counts_db,  # noqa: F401 - the fixture
 )
 
@@ -175,32 +174,28 @@ def test_the_checker_sees_a_comparison_on_the_stored_value():
     ]
 
 
-def test_another_methods_count_of_a_cte_the_ckm_frame_converted_counts_x_m(
+@pytest.mark.parametrize("order", ["sum first", "count first", "count alone"])
+def test_another_methods_count_of_a_cte_is_refused_whatever_read_it_first(
     threshold_counts_db,  # noqa: F811 - the fixture of test_redteam_s45m
+    order,
 ):
-    """The memo's other context: a CTE whose WHERE compares income, read by a CKM sum and then
-    by a count by threshold (counts by threshold beside CKM magnitudes with unit noise). The CKM
-    frame converts the CTE's body in place and marks it done, so the threshold frame's probe
-    skips it and the count is answered (in the other order the probe refuses it, as it refuses
-    ``SELECT COUNT(*) FROM t`` alone). What it counts must be the class of x·m, the body as the
-    engine runs it, never the stored x: 133 of R01's persons, where x >= 20,000 holds for 136
-    (7 of 8 regions differ on this build)."""
+    """The memo's other context: a CTE whose WHERE compares income, read by a CKM sum and by a
+    count by threshold (counts by threshold beside CKM magnitudes with unit noise). The CKM
+    frame converted the CTE's body in place and marked it done, and the threshold frame's
+    probe skipped a body marked done: the count was answered after the sum (the class of x·m,
+    so nothing of x told) and refused before it or alone. A body marked done now tells the
+    probe whether it was converted: refused in every order."""
+    with_t = "WITH t AS (SELECT * FROM persons WHERE income >= 20000) "
+    total = "SELECT region, SUM(weight) AS v, 's' AS k FROM t GROUP BY region"
+    count = "SELECT region, COUNT(*) AS v, 'n' AS k FROM t GROUP BY region"
     sql = (
-        "WITH t AS (SELECT * FROM persons WHERE income >= 20000) "
-        "SELECT region, SUM(weight) AS v, 's' AS k FROM t GROUP BY region "
-        "UNION ALL SELECT region, COUNT(*), 'n' FROM t GROUP BY region"
+        with_t
+        + {
+            "sum first": f"{total} UNION ALL {count}",
+            "count first": f"{count} UNION ALL {total}",
+            "count alone": count,
+        }[order]
     )
     with sqlsdc.connect(threshold_counts_db, user="analyst") as con:
-        answered = {r: v for r, v, k in con.execute(sql).fetchall() if k == "n"}
-    raw = open_database(threshold_counts_db)
-    try:
-        noised = _noised(raw)
-        regions = dict(raw.execute("SELECT __rkey, region FROM persons").fetchall())
-    finally:
-        raw.close()
-    of_x, of_xm = {}, {}
-    for key, (x, xm) in noised.items():
-        of_x[regions[key]] = of_x.get(regions[key], 0) + (x >= 20000)
-        of_xm[regions[key]] = of_xm.get(regions[key], 0) + (xm >= 20000)
-    assert answered == {r: float(n) for r, n in of_xm.items()}
-    assert sum(of_x[r] != of_xm[r] for r in of_x) >= 3  # the test tells x from x·m
+        with pytest.raises(sqlsdc.PolicyViolation, match="permanent noise factor"):
+            con.execute(sql)
