@@ -245,8 +245,7 @@ def _versions(con) -> dict[str, int]:
 
 
 def _message(spec, label: str, taking, j: int, named: str, rule: str) -> str:
-    stale = taking[j][0]
-    rest = ", ".join(r[0] for i, r in enumerate(taking[1:], start=1) if i != j) or "nothing else"
+    stale, rest = taking[j][0], _rest(taking, j)
     return (
         f"{stale} was published before the data of {spec.table} changed, and with {rest}, "
         f"{label} would give its cell ({named}) as the data now give it: less the value "
@@ -326,9 +325,13 @@ def _differing_cells(con, table: str, file: Release, measure) -> list[dict]:
     return differing
 
 
+def _rest(taking, j: int) -> str:
+    """The releases of a sum but the new one (first) and the stale one (``j``), for a message."""
+    return ", ".join(r[0] for i, r in enumerate(taking[1:], start=1) if i != j) or "nothing else"
+
+
 def _file_message(spec, label: str, taking, j: int, named: str) -> str:
-    stale = taking[j][0]
-    rest = ", ".join(r[0] for i, r in enumerate(taking[1:], start=1) if i != j) or "nothing else"
+    stale, rest = taking[j][0], _rest(taking, j)
     return (
         f"{stale} was published before the data of {spec.table} changed (its records are no "
         f"longer the rows its population holds), and with {rest}, {label} would give its cell "

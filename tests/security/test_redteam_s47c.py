@@ -52,6 +52,7 @@ from sqlsdc.errors import MicrodataError, TabularError
 from sqlsdc.jobs.anonymize import anonymize
 from sqlsdc.jobs.protect import protect_query
 from sqlsdc.jobs.stale_releases import _inside
+from tests.security.test_redteam_s46b import BOTH_BY_SIZE, NEW_FIRM, _change_the_data
 
 
 def _nine_activities(db) -> tuple[list[str], float]:
@@ -97,24 +98,7 @@ def test_a_population_of_nine_values_takes_part_as_the_sum_of_their_cells(jobs_d
         assert t1 - t2 + t3 == pytest.approx(truth)  # pragma: no cover - reached on main only
 
 
-def _change_the_data(db, sql: str) -> None:
-    from sqlsdc.engines.duckdb import open_database
-
-    con = open_database(db)
-    try:
-        con.execute(sql)
-    finally:
-        con.close()
-
-
-NEW_FIRM = (
-    "INSERT INTO enterprises SELECT 99999, 99999, 'K', '{}', 'small', 12, 7654321.0, 123456789"
-)
 R02_FILE = "SELECT region, turnover, employees FROM enterprises WHERE region = 'R02'"
-BOTH_BY_SIZE = (
-    "SELECT size_class, SUM(turnover) FROM enterprises WHERE region IN ('R02', 'R03') "
-    "GROUP BY size_class"
-)
 R03 = "SELECT region, SUM(turnover) FROM enterprises WHERE region = 'R03' GROUP BY region"
 
 
