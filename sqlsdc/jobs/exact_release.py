@@ -39,6 +39,10 @@ class Release:
         drawn: the table's columns a perturbative step changed in a file (PRAM, noise,
             swapping, ...: drawn anew by each file's seed); two files of the same rows that
             both draw one are two draws readers average (red team s42c).
+        sums: a stored file's exact columns that read one column of the table, as ``(name in
+            the file, expression on the table as the file holds it)``: with ``exact`` and
+            ``records``, what tells whether its records are still the data under its
+            population (:mod:`sqlsdc.jobs.stale_releases`, red team s47c). None: not known.
     """
 
     label: str
@@ -49,6 +53,7 @@ class Release:
     blanked: frozenset[str] = frozenset()
     records: exp.Table | None = None
     drawn: frozenset[str] = frozenset()
+    sums: tuple[tuple[str, exp.Expr], ...] | None = None
 
     def holds(self, column: str) -> bool:
         """Whether its cells give sums of ``column``."""

@@ -26,8 +26,19 @@ the new release and X over the same units in the cell is a revision of that cell
 revision rules of the job already judge (its pattern hides the cell, and the differencing
 checks cannot know it would): left to them.
 
-Not covered: stale anonymised files, and outputs stored before ``job_units`` existed: their
-units were not kept, so their change is unknown here.
+An anonymised file keeps no units (red team s47c: a file of R02's firms, region exact and
+turnover as it is, then a new R02 firm, then turnover of R02 by region: T1 less the file's
+records was the firm's 7,654,321; with R02 and R03 by size class and R03 by region, T2 - T3
+less the file, 1 file and 2 jobs). Its records are compared with the rows its population
+holds now, cell by cell of its exact columns (count, and the sum of the aggregate's column as
+the file holds it, :func:`_stale_files`); a file whose records differ is stale, its change
+unknown by unit, so a new release that gives it in a cell where its records differ is refused
+whatever the change. A file and a release over the same units in a cell are no revision either
+(no revision rule judges a file): also refused there. And a new file over the same units as a
+stale job's cell is judged as any other sum (no revision rule judges the file).
+
+Not covered: outputs stored before ``job_units`` existed, and earlier versions of files whose
+records readers keep but the database no longer does: their change is unknown here.
 """
 
 from __future__ import annotations
@@ -39,7 +50,7 @@ import numpy as np
 import pandas as pd
 from sqlglot import exp
 
-from sqlsdc.jobs.exact_release import Release
+from sqlsdc.jobs.exact_release import Release, kept
 from sqlsdc.jobs.isolated_groups import _left_null, passes, venn_regions
 from sqlsdc.jobs.output_history import earlier_versions
 from sqlsdc.jobs.revisions import UNIT, X, units_sql
@@ -52,13 +63,17 @@ COUNTS = " (its counts n)"  # the suffix of a suppression job's counts (stored_t
 
 
 def refuse_stale_differences(
-    con, policy, spec, others: list[Release], least: int, rules, label: str, error
-) -> None:
+    con, policy, spec, others: list[Release], least: int, rules, label: str, error,
+    *, revisions: bool = True,
+) -> None:  # fmt: skip
     """Raise ``error`` when the new exact release ``spec`` (``label``), with ``others``, gives
     in some cell the change since a stale release of ``others`` was published, and that change
-    fails the frequency rule (``least`` units) or, for a sum, ``rules`` (see the module)."""
+    fails the frequency rule (``least`` units) or, for a sum, ``rules``; or, for a stale file,
+    any change (see the module). ``revisions``: whether the new release's revision rules judge
+    a stale job's cell over the same units (a job's do; a file has none)."""
     changes = _stale_changes(con, policy, spec, others)
-    if not changes:
+    files = _stale_files(con, spec, others)
+    if not changes and not files:
         return  # the ordinary case: no release published before the data changed
     releases = [(label, spec.where, tuple(spec.dims))]
     releases += [(o.label, o.where, tuple(o.dims)) for o in others]
@@ -66,7 +81,8 @@ def refuse_stale_differences(
     top_k = required_top_k(rules)
     for fixed, taking, name in passes(con, spec, releases):
         stale = [j for j, r in enumerate(taking) if r[0] in changes]
-        if len(taking) < 2 or not stale or taking[0][0] != label:
+        gone = [j for j, r in enumerate(taking) if r[0] in files]
+        if len(taking) < 2 or not (stale or gone) or taking[0][0] != label:
             continue
         cut = _cut(taking[0][1]) if name else None
         if name and cut is None:  # a merged cell not told apart: its change unknown
@@ -75,7 +91,12 @@ def refuse_stale_differences(
         for cell, regions in venn_regions(con, spec, fixed, wheres).items():
             masks = list(regions)
             matrix = np.array([[m >> j & 1 for m in masks] for j in range(len(taking))], float)
-            for j in _newly_given(matrix, stale):
+            where = dict(zip(fixed, cell, strict=True))
+            for j in _newly_given(matrix, gone, revisions=False):
+                if any(_inside(codes, where, cut) for codes in files[taking[j][0]]):
+                    named = name or ", ".join(f"{d} = {v!r}" for d, v in where.items())
+                    raise error(_file_message(spec, label, taking, j, named or "total"))
+            for j in _newly_given(matrix, stale, revisions=revisions):
                 found = _change_in(changes[taking[j][0]], dict(zip(fixed, cell, strict=True)), cut)
                 if not found:
                     continue
@@ -87,14 +108,15 @@ def refuse_stale_differences(
                     raise error(_message(spec, label, taking, j, named or "total", flagged))
 
 
-def _newly_given(matrix: np.ndarray, stale: list[int]) -> list[int]:
+def _newly_given(matrix: np.ndarray, stale: list[int], *, revisions: bool = True) -> list[int]:
     """The stale releases (row indexes) whose change a signed sum that cancels every region
     now and takes the new release (row 0) gives: one with both coefficients non-zero exists
     when neither is zero on every such sum (a vector space is no union of two proper
     subspaces). A sum without the new release is not its doing, and one given before it
     through a release whose pattern hides the cell still gives it: not skipped. The new
     release and a stale one over the same units are a revision of the cell, left to the
-    revision rules of the job, which compare it with the stale release's kept units; a
+    revision rules of the job, which compare it with the stale release's kept units (unless
+    ``revisions`` is false: a new file, or a stale file, which no revision rule judges); a
     release that holds no unit of the cell now adds nothing to a sum there."""
     if not matrix[0].any():
         return []  # the new release holds no unit of the cell: it gives nothing there
@@ -106,7 +128,7 @@ def _newly_given(matrix: np.ndarray, stale: list[int]) -> list[int]:
         for j in stale
         if matrix[j].any()  # a release of no unit there now published its change itself
         and np.any(np.abs(sums[j]) > 1e-9)
-        and not np.array_equal(matrix[0], matrix[j])
+        and not (revisions and np.array_equal(matrix[0], matrix[j]))
     ]
 
 
@@ -134,6 +156,11 @@ def _change_in(units: pd.DataFrame, cell: dict, cut) -> dict[str, float]:
 
 
 def _inside(codes: dict, cell: dict, cut) -> bool:
+    """Whether a unit of these codes (JSON of the codes as text) lies in ``cell`` and ``cut``.
+    A NULL code of a number column is NaN in them (pandas' nullable integers), of a text
+    column 'None': both are the cell None, as the engine gives it (red team s47c: a new
+    person of NULL age was no change of the NULL-age cell)."""
+    codes = {d: c if isinstance(c, str) else "None" for d, c in codes.items()}
     if any(d in codes and codes[d] != str(v) for d, v in cell.items()):
         return False
     return cut is None or cut[0] not in codes or codes[cut[0]] in cut[1]
@@ -218,8 +245,7 @@ def _versions(con) -> dict[str, int]:
 
 
 def _message(spec, label: str, taking, j: int, named: str, rule: str) -> str:
-    stale = taking[j][0]
-    rest = ", ".join(r[0] for i, r in enumerate(taking[1:], start=1) if i != j) or "nothing else"
+    stale, rest = taking[j][0], _rest(taking, j)
     return (
         f"{stale} was published before the data of {spec.table} changed, and with {rest}, "
         f"{label} would give its cell ({named}) as the data now give it: less the value "
@@ -228,4 +254,91 @@ def _message(spec, label: str, taking, j: int, named: str, rule: str) -> str:
         f"keep {stale} as it was published, so re-running or dropping it does not help: "
         "tabulate a population whose cells and the others' do not add up to that cell of "
         f"{stale} (e.g. one that also holds the units around it, or none of them)"
+    )
+
+
+def _stale_files(con, spec, others: list[Release]) -> dict[str, list[dict]]:
+    """Per label of the stored files of ``others`` whose records are no longer the rows their
+    population holds now, the cells where they differ: each as its codes by the table's
+    dimension a plain exact column holds (a recoded one left out: the cell matches every
+    value there, the safe side). Compared per combination of the file's exact columns: the
+    number of records, and for a sum the total of the file's column of the measure (as the
+    file holds it: top-coded, the table's values top-coded alike)."""
+    found = {}
+    for other in others:
+        if other.exact is None or other.records is None or other.sums is None:
+            continue  # a table (its kept units judge it), or a file not comparable here
+        measure = None
+        if spec.measure is not None and spec.measure.lower() not in other.blanked:
+            measure = next((pair for pair in other.sums if _reads(pair[1], spec.measure)), None)
+        differing = _differing_cells(con, spec.table, other, measure)
+        if differing:
+            found[other.label] = differing
+    return found
+
+
+def _reads(expression: exp.Expr, column: str) -> bool:
+    return any(c.name.lower() == column.lower() for c in expression.find_all(exp.Column))
+
+
+def _differing_cells(con, table: str, file: Release, measure) -> list[dict]:
+    """The cells (codes by plain dimension) where ``file``'s records and the rows of its
+    population now differ in count or in the sum of ``measure`` (``(file column, table
+    expression)`` or None). A cut a local suppression blanked in some records is left out
+    (its blanked records would differ from the data in any case): the cells of the others."""
+    text = exp.DataType.build("VARCHAR")
+    cuts = [(n, e) for n, e in file.exact
+            if not any(c.name.lower() in file.blanked for c in e.find_all(exp.Column))]  # fmt: skip
+
+    def select(keys, total, source, where):
+        columns = [exp.cast(k, text).as_(f"__k{i}") for i, k in enumerate(keys)]
+        columns.append(exp.Count(this=exp.Star()).as_("__n"))
+        columns.append(exp.Sum(this=total).as_("__s") if total is not None else exp.null())
+        query = exp.select(*columns).from_(source)
+        if where is not None:
+            query = query.where(where)
+        if keys:
+            query = query.group_by(*(exp.column(f"__k{i}") for i in range(len(keys))))
+        return {tuple(row[:-2]): row[-2:] for row in con.execute(query.sql("duckdb")).fetchall()}
+
+    stored = select(
+        [exp.column(name, quoted=True) for name, _e in cuts],
+        exp.column(measure[0], quoted=True) if measure else None,
+        file.records.copy(),
+        None,
+    )
+    now = select(
+        [e.copy() for _n, e in cuts],
+        measure[1].copy() if measure else None,
+        exp.table_(table),
+        kept(file.where),
+    )
+    plain = [e.name if isinstance(e, exp.Column) else None for _n, e in cuts]
+    differing = []
+    for key in stored.keys() | now.keys():
+        (n0, s0), (n1, s1) = stored.get(key, (0, None)), now.get(key, (0, None))
+        same = n0 == n1 and (s0 is None) == (s1 is None)
+        if same and s0 is not None:
+            same = bool(np.isclose(float(s0), float(s1), rtol=1e-9, atol=1e-6))
+        if not same:
+            differing.append({d: v for d, v in zip(plain, key, strict=True) if d is not None})
+    return differing
+
+
+def _rest(taking, j: int) -> str:
+    """The releases of a sum but the new one (first) and the stale one (``j``), for a message."""
+    return ", ".join(r[0] for i, r in enumerate(taking[1:], start=1) if i != j) or "nothing else"
+
+
+def _file_message(spec, label: str, taking, j: int, named: str) -> str:
+    stale, rest = taking[j][0], _rest(taking, j)
+    return (
+        f"{stale} was published before the data of {spec.table} changed (its records are no "
+        f"longer the rows its population holds), and with {rest}, {label} would give its cell "
+        f"({named}) as the data now give it: less {stale}'s records there, that is the change "
+        "in between (the units that entered, left or were revised), which a file, keeping no "
+        f"units, cannot have judged by the rules. Readers keep {stale} as it was published, so "
+        "re-running or dropping it does not help: tabulate a population whose cells and the "
+        f"others' do not add up to that cell of {stale} (e.g. one that also holds the units "
+        "around it, or none of them)"
     )

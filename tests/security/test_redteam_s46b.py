@@ -36,7 +36,7 @@ default job rules ``freq:10`` and ``p:10`` for sums):
    checks mapped one-value populations only. K+L of every region by region, G+K of R02 and
    R08 by region, L of both by size class: T1's total - T2's R02 and R08 + T3's total was I
    of both, 164,915,325 over 18 firms, 91 % one firm's (p:10 flags it), 3 jobs. Now a merged
-   cell per set of 2 to 8 values a population holds is checked too.
+   cell per set of 2 to 8 values a population holds is checked too (10,000 since s47c).
 
 Held (one line each):
 - the same table over the same rows after the data changed (one R08 firm's turnover revised
