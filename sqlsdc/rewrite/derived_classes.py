@@ -113,6 +113,22 @@ def derive_classes(tree: exp.Expr, policy: Policy) -> None:
         _refuse_implicit_joins(select, derived)
 
 
+def refuse_derived_classes(tree: exp.Expr, policy: Policy) -> None:
+    """Refuse ``tree`` (SQL run apart from the result, a DP stage's exact cells) when it reads
+    a derived class dimension: that SQL is not rewritten, and would read the stored class
+    (fail closed)."""
+    derived = derived_classes(policy)
+    names = {c for columns in derived.values() for c in columns}
+    for column in tree.find_all(exp.Column) if names else ():
+        if column.name.lower() in names and _source(column, derived) is not None:
+            raise PolicyViolation(
+                f"{column.sql('duckdb')} is the class of a measure that carries a permanent "
+                "noise factor per unit, read as the class of the noised value, and "
+                "differentially private cells cannot read it so",
+                f"leave {column.name} out of this query",
+            )
+
+
 def _source(
     column: exp.Column, derived: dict[str, dict[str, DerivedClass]]
 ) -> tuple[exp.Select, str, DerivedClass] | None:
