@@ -237,3 +237,26 @@ def test_grouped_below_a_break_is_one_class(ckm_db, tmp_path, sql):
     with sqlsdc.connect(path, user="analyst") as analyst:
         rows = analyst.execute(sql).fetchall()
     assert rows and {row[0] for row in rows} <= {"micro", None}, rows
+
+
+def test_sql_run_apart_reading_a_derived_class_is_refused():
+    """A DP stage's exact cells are SQL run apart from the rewritten result: one reading such a
+    class is refused, never run on the stored class; a CTE of the table's name is no table."""
+    import sqlglot
+
+    from sqlsdc.errors import PolicyViolation
+    from sqlsdc.rewrite.derived_classes import derive_classes, refuse_derived_classes
+
+    policy = demo_policy()
+    with pytest.raises(PolicyViolation, match="class of a measure"):
+        refuse_derived_classes(sqlglot.parse_one("SELECT e.size_class FROM enterprises AS e"),
+                               policy)  # fmt: skip
+    shadow = sqlglot.parse_one(
+        "WITH enterprises AS (SELECT 'micro' AS size_class) SELECT size_class FROM enterprises"
+    )
+    refuse_derived_classes(shadow, policy)
+    derive_classes(shadow, policy)
+    assert "ckm_mix" not in shadow.sql("duckdb")
+    read = sqlglot.parse_one("SELECT e.size_class FROM enterprises AS e")
+    derive_classes(read, policy)
+    assert "ckm_mix" in read.sql("duckdb") and read.selects[0].alias == "size_class"
