@@ -142,7 +142,7 @@ def _source(
                 continue
             how = _derived_of(source, column.name.lower(), derived)
             if how is not None:
-                return select, alias if column.table else "", how
+                return select, alias, how
             if column.table:
                 return None
         if not column.table:
@@ -170,10 +170,11 @@ def _tables(select: exp.Select) -> list[tuple[exp.Expr, str]]:
 def _derived_of(
     source: exp.Expr, name: str, derived: dict[str, dict[str, DerivedClass]]
 ) -> DerivedClass | None:
+    """The derivation of column ``name`` of ``source`` when it is a stored table with a derived
+    class of that name (by its name alone, whatever schema or catalog qualifies it: fail
+    closed)."""
     if not isinstance(source, exp.Table) or _is_cte(source):
         return None
-    if source.args.get("db") and source.db.lower() not in ("main",):
-        return None  # sqlsdc's own schemas and outputs: no confidential table
     return derived.get(source.name.lower(), {}).get(name)
 
 
@@ -215,12 +216,7 @@ def _refuse_implicit_joins(select: exp.Select, derived: dict[str, dict[str, Deri
 
 
 def _derived_of_table(source: exp.Expr, derived: dict[str, dict[str, DerivedClass]]) -> bool:
-    return (
-        isinstance(source, exp.Table)
-        and not _is_cte(source)
-        and (not source.args.get("db") or source.db.lower() == "main")
-        and source.name.lower() in derived
-    )
+    return isinstance(source, exp.Table) and not _is_cte(source) and source.name.lower() in derived
 
 
 def class_view(table: str, policy: Policy, catalog: str) -> exp.Select | None:
