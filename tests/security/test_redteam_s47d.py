@@ -74,7 +74,7 @@ def test_every_unit_is_in_the_class_of_its_x_m(build):
     units = _units(build)
     assert [derived for _s, _y, derived in units] == [_class(y) for _s, y, _d in units]
     crossing = [u for u in units if u[0] != _class(u[1])]
-    assert crossing  # 5 to 15 per build: the units the stored class told apart
+    assert crossing  # 17 to 22 of 1,000 per build (seeds 5, 7, 11, 23, 99)
 
 
 def test_a_job_tabulates_the_class_of_x_m(build, tmp_path):
@@ -125,7 +125,7 @@ def test_the_query_path_publishes_the_class_of_x_m(build, tmp_path):
     assert crossed == []
 
 
-# each would count the units of x·m < 10 whose stored class is not micro (5 to 15 per build)
+# each would count the units of x·m < 10 whose stored class is not micro (11 to 18 per build)
 SPELLINGS = [
     "SELECT COUNT(*) FROM enterprises WHERE employees < 10 AND size_class = 'small'",
     "SELECT COUNT(*) FROM enterprises WHERE employees < 10 AND size_class <> 'micro'",
