@@ -359,7 +359,7 @@ def test_bounds_on_an_identifier():
         (
             {"tables__persons__columns__income__bound": [0, 1]},
             "tables.persons.columns.income: unknown key(s) bound; allowed here: bounds, breaks, "
-            "description, domain, references, role",
+            "classes_of, description, domain, references, role",
         ),
         (
             {"users__admin__password": "x"},

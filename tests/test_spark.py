@@ -124,6 +124,8 @@ CKM_CROSS_ENGINE_QUERIES = [
     "SELECT municipality, COUNT(*) AS n FROM persons GROUP BY municipality "
     "HAVING COUNT(*) > 30 ORDER BY n DESC, municipality LIMIT 5",
     "SELECT nace, SUM(turnover) AS turnover FROM enterprises GROUP BY ROLLUP (nace)",
+    # a class of a unit-noised measure (classes_of): the class of x·m (s47d)
+    "SELECT size_class, COUNT(*) AS n FROM enterprises WHERE employees < 50 GROUP BY size_class",
     # a LIMIT over doubles in a derived table: its rows in one spelling (rewrite/spelling.py)
     "SELECT x FROM (SELECT region, AVG(income) AS x FROM persons GROUP BY region ORDER BY x "
     "LIMIT 3) AS t",

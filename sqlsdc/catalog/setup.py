@@ -17,6 +17,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from sqlsdc.catalog import budget, keys, ptables, store
+from sqlsdc.catalog.class_notes import class_notes
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines import duckdb_schema, file_lock
 from sqlsdc.engines.duckdb import one
@@ -246,7 +247,8 @@ def apply_policy(
         store.ensure_catalog(con)
         created = store.ensure_secret(con)
         store.ensure_mix_keys(con)
-        notes = [*_wide_measures(con, policy), *_suppressed_means(con, policy)]
+        notes = [*_wide_measures(con, policy), *_suppressed_means(con, policy),
+                 *class_notes(con, policy)]  # fmt: skip
         report = ApplyReport(version=0, secret_created=created, notes=notes)
         for table in policy.confidential_tables:
             _drop_stale_unit_indexes(con, table.name, table.privacy_unit)

@@ -42,6 +42,7 @@ from sqlsdc.planner.scopes import Analysis, Kind
 from sqlsdc.policy import AggregateKind, Method, Policy
 from sqlsdc.rewrite.cells import ACCURACY_PREFIXES, STATUS_PREFIX, protect_cells
 from sqlsdc.rewrite.ckm import PTableKey, PTableRef, refuse_many_lookups
+from sqlsdc.rewrite.derived_classes import derive_classes, refuse_derived_classes
 from sqlsdc.rewrite.dominance import rules
 from sqlsdc.rewrite.dp import DpStage
 from sqlsdc.rewrite.key_size import refuse_long_keys
@@ -338,6 +339,10 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
     if plan.cells:  # rows of confidential data: their order tells nothing the values do not
         protected = in_released_order(protected, sql)
         released_in_one_spelling(protected, sql)  # and none of the values SQL holds equal
+    derive_classes(protected, context.policy)  # a class of a unit-noised measure: of x·m
+    for stage in stages.values():  # run apart, not rewritten: refused if it reads one
+        for stage_tree in stage.trees.values():
+            refuse_derived_classes(stage_tree, context.policy)
     kept = validate_release(protected, context.policy)  # the nodes of the result
     text = context.to_sql(protected)
     columns = _describe_outputs(analysis, plan, names, context.ptables, stages)

@@ -26,6 +26,8 @@ import numpy as np
 from sqlsdc.catalog import store
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.errors import TabularError
+from sqlsdc.jobs.class_views import classes_of_noised_values
+from sqlsdc.policy import load_policy
 
 OUTPUT_SCHEMA = "protected"  # the schema of every job's stored output
 
@@ -114,7 +116,9 @@ def _job_connection(db, user: str, method: str, into: str, request: str) -> Iter
                 return  # stored (accepted) just before an interrupt: that entry stands
             record(decision, **details)
 
-        yield con, query_id, fingerprint, audit
+        # a dimension that is the class of a unit-noised measure: the class of x·m (s47d)
+        with classes_of_noised_values(con, load_policy(current[1], name=current[2])):
+            yield con, query_id, fingerprint, audit
     except engine.EngineError as failure:  # audited by the job; a full disk is no bug
         told = engine.write_failure(failure)
         if told is failure and isinstance(failure, engine.StatementFailure):

@@ -23,6 +23,7 @@ from sqlsdc.policy.model import (
     DEFAULT_STATEMENT_TIMEOUT,
     AggregateKind,
     Budget,
+    ClassesOf,
     Column,
     ColumnRole,
     DpSettings,
@@ -131,6 +132,16 @@ def _rule(rule: dict, k: int) -> ProtectionRule:
     return ProtectionRule(method, k, ptable_spec(rule["ptable"]), magnitude)
 
 
+def _classes_of(spec: dict | None) -> ClassesOf | None:
+    if spec is None:
+        return None
+    return ClassesOf(
+        measure=spec["measure"].lower(),
+        breaks=tuple(spec["breaks"]),
+        labels=tuple(spec["labels"]),
+    )
+
+
 def _unit_noise(spec: dict | None) -> UnitNoise | None:
     return None if spec is None else UnitNoise(a=float(spec["a"]), b=float(spec["b"]))
 
@@ -189,6 +200,7 @@ def build_policy(doc: dict, label: str) -> Policy:
                 breaks=tuple(sorted(col["breaks"])) if "breaks" in col else None,
                 references=tuple(ref.lower().split(".")) if ref else None,
                 description=col.get("description", ""),
+                classes_of=_classes_of(col.get("classes_of")),
             )
         kind = TableKind(spec.get("kind", "confidential"))
         hierarchies = {

@@ -189,6 +189,19 @@ class Suppression:
 
 
 @dataclass(frozen=True)
+class ClassesOf:
+    """A dimension declared the class of a measure (``classes_of``): ``labels[i]`` for the
+    values v with ``breaks[i - 1] <= v < breaks[i]`` (the first label below the first break,
+    the last from the last break up), NULL where the measure is NULL. When the measure carries
+    permanent unit noise the dimension is read as the class of x·m, the value every sum adds
+    (:mod:`sqlsdc.rewrite.derived_classes`), never the stored class of x."""
+
+    measure: str
+    breaks: tuple[float, ...]
+    labels: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
 class Column:
     name: str
     role: ColumnRole
@@ -197,6 +210,7 @@ class Column:
     breaks: tuple[float, ...] | None = None  # the values row conditions may compare a measure with
     references: tuple[str, str] | None = None  # (table, column) this identifier points to
     description: str = ""
+    classes_of: ClassesOf | None = None  # a dimension that is the class of a measure
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,8 @@ def _table_problems(doc: dict, tname: str) -> list[str]:
             )
         if "breaks" in col and col["role"] not in ("measure", "weight"):
             problems.append(f"{cwhere}.breaks: only measures and weights have class breaks")
+        if "classes_of" in col:
+            problems += _classes_problems(cwhere, col, columns)
         ref = col.get("references")
         if ref:
             if col["role"] != "identifier":
@@ -101,6 +103,33 @@ def _table_problems(doc: dict, tname: str) -> list[str]:
                 problems.append(
                     f"{where}.hierarchies.{hname}: {level!r} is not a declared dimension"
                 )
+    return problems
+
+
+def _classes_problems(where: str, col: dict, columns: dict) -> list[str]:
+    """A dimension declared the class of a measure (``classes_of``): the measure a measure or
+    weight of the same table, the breaks ascending, one label more than breaks, the domain
+    (when declared) the labels."""
+    spec, where = col["classes_of"], f"{where}.classes_of"
+    problems = []
+    if col["role"] != "dimension":
+        problems.append(f"{where}: only a dimension may be the class of a measure")
+    roles = {c.lower(): v.get("role") for c, v in columns.items()}
+    measure = spec["measure"]
+    if roles.get(measure.lower()) not in ("measure", "weight"):
+        problems.append(
+            f"{where}.measure: {measure!r} is not a declared measure or weight of this table"
+        )
+    breaks, labels = spec["breaks"], spec["labels"]
+    if any(a >= b for a, b in zip(breaks, breaks[1:], strict=False)):
+        problems.append(f"{where}.breaks: must be ascending, got {breaks}")
+    if len(labels) != len(breaks) + 1:
+        problems.append(
+            f"{where}.labels: {len(breaks)} breaks make {len(breaks) + 1} classes, "
+            f"got {len(labels)} labels"
+        )
+    if "domain" in col and set(col["domain"]) != set(labels):
+        problems.append(f"{where}.labels: must be the dimension's domain {col['domain']}")
     return problems
 
 

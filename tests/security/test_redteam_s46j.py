@@ -21,7 +21,8 @@ Findings (each test fails on int46):
   closed) like a function of the measure, with what to write instead. Admins write jobs, so
   the attacker is the analyst reading an output an admin tabulated this way in good faith.
 
-Not fixed (strict xfail, a policy or demo decision): the demo's ``size_class`` is the class of
+Fixed in s47d (a strict xfail until then; the policy declares ``size_class`` ``classes_of``
+employees, read as the class of x·m): the demo's ``size_class`` was the class of
 the stored employees (1-9, 10-49, 50-249, 250+) published as a dimension, so it tells what the
 conversion to x·m hides: ``WHERE employees < 10 GROUP BY size_class`` publishes a 'small' row,
 and beside a padded average of y = x·m (s44j) it gives the branch of m of 26 of 1,000
@@ -68,6 +69,7 @@ from sqlsdc.demo.build import demo_policy
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.errors import TabularError
 from sqlsdc.guard.audited_parameters import audited_text
+from sqlsdc.jobs.class_views import classes_of_noised_values
 from sqlsdc.jobs.protect import protect_query
 from sqlsdc.jobs.tabulation import parse_job
 from sqlsdc.mechanisms.ckm import MixKeys
@@ -170,35 +172,30 @@ def _branch_told(x: float, y: float, noise) -> float | None:
     return None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s46j, not fixed: the demo's size_class is the class of the stored employees "
-    "(micro 1-9, small 10-49, medium 50-249, large 250+), published as a dimension, so the "
-    "x·m conversion of s45m/s46c is bypassed: WHERE employees < 10 GROUP BY size_class "
-    "publishes a 'small' row (9 on the test demo, 15 on seed 7: small enterprises whose "
-    "x·m < 10), and beside a padded average of y = x·m (s44j) size_class tells the branch "
-    "of m of 26 of 1,000 enterprises, centred estimate within 2.4 % of x on average (|m - 1| "
-    "is about 8 %). A policy or demo decision: derive such a dimension from x·m, or leave it "
-    "out of tables whose measure carries unit noise",
-)
 def test_a_dimension_of_the_measures_class_does_not_tell_the_branch_of_m(ckm_db, tmp_path):
+    """s46j's finding, fixed in s47d: the demo's size_class was the class of the stored
+    employees (micro 1-9, small 10-49, medium 50-249, large 250+), so ``WHERE employees < 10
+    GROUP BY size_class`` published a 'small' row (9 on the test demo, 15 on seed 7) and,
+    beside a padded average of y = x·m (s44j), the class told the branch of m of 26 of 1,000
+    enterprises (centred estimate within 2.4 % of x, where |m - 1| is about 8 %). The policy
+    now declares it ``classes_of`` employees, read as the class of y everywhere: the class a
+    job reads of each unit is the class of its y, a function of y alone, so it tells nothing of
+    the branch of m; and the query publishes micro alone."""
     noise = demo_policy().table("enterprises").rule(AggregateKind.MAGNITUDES).magnitude.unit_noise
     con = open_database(ckm_db, writes_data=False)
     try:
         keys = MixKeys(*con.execute("SELECT * FROM sqlsdc.ckm_mix").fetchall()[0])
-        rows = con.execute("SELECT employees, __rkey FROM enterprises").fetchall()
+        rows = con.execute("SELECT employees, __rkey FROM enterprises ORDER BY __rkey").fetchall()
+        with classes_of_noised_values(con, demo_policy()):
+            read = [c for (c,) in con.execute("SELECT size_class FROM enterprises "
+                                              "ORDER BY __rkey").fetchall()]  # fmt: skip
     finally:
         con.close()
-    told = [
-        (x, estimate)
-        for x, key in rows
-        if (
-            estimate := _branch_told(
-                x, x * unit_factor(key, "enterprises.employees", noise, keys), noise
-            )
-        )
-        is not None
-    ]
+    ys = [x * unit_factor(key, "enterprises.employees", noise, keys) for x, key in rows]
+    near = [i for i, (x, _k) in enumerate(rows) if _branch_told(x, ys[i], noise) is not None]
+    labels = ("micro", "small", "medium", "large")
+    of_y = [labels[sum(y >= cut for cut in (10, 50, 250))] for y in ys]
+    told = [i for i in near if read[i] != of_y[i]]  # a class other than y's: told by x
     path = tmp_path / "demo.duckdb"
     shutil.copy(ckm_db, path)
     with sqlsdc.connect(path, user="analyst") as analyst:
@@ -206,4 +203,5 @@ def test_a_dimension_of_the_measures_class_does_not_tell_the_branch_of_m(ckm_db,
             "SELECT size_class, COUNT(*) FROM enterprises WHERE employees < 10 "
             "GROUP BY size_class ORDER BY size_class"
         ).fetchall()
+    assert len(near) > 10 and read == of_y
     assert told == [] and [c for c, _n in published] == ["micro"]
