@@ -41,6 +41,7 @@ from sqlsdc.jobs.earlier_suppressions import (
 )
 from sqlsdc.jobs.job import Progress, check_time_limit, job_rules, open_job
 from sqlsdc.jobs.kept_cells import identify
+from sqlsdc.jobs.reader_intervals import reader_intervals
 from sqlsdc.jobs.replaced_suppressions import carried, replaced_suppressions
 from sqlsdc.jobs.revision_audit import audit_revisions
 from sqlsdc.jobs.revisions import (
@@ -57,6 +58,7 @@ from sqlsdc.jobs.sum_counts import (
     N_HIDDEN,
     audit_counts,
     audit_jointly,
+    count_table,
     known_lower,
     measure_bounds,
 )
@@ -208,6 +210,10 @@ def protect_query(
                         revised, units, same_versions(job, table), time_limit,
                         replaced=replaced)  # fmt: skip
         out, report = _suppression_output(table, result, into, method, singleton)
+        if bound is not None:  # its audit's intervals know each hidden cell's true n
+            listed = known_lower(count_table(table))[0]
+            out["lower_bound"], out["upper_bound"] = reader_intervals(
+                table, ~published, ~counted, listed, bound, time_limit)  # fmt: skip
         status = np.where(out["status"] == "published", "published", "suppressed")
         if job.spec.measure is None:  # n is the value: one status
             released = out[[*table.dims, "n", "value"]].assign(**{LEDGER_STATUS: status})

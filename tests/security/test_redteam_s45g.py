@@ -205,14 +205,9 @@ JOB = {  # (B, R1): 2 firms, 1,940; freq:3 asks its interval to reach 2,522
 }
 
 
-@pytest.mark.slow
-def test_a_jobs_sums_are_protected_against_the_joint_lp(tmp_path):
-    """A suppression job of a sum publishes each published cell's ``n``; its sums' audit
-    clipped the levels to ``hi`` times the true ``n``, which a reader of hidden ``n`` does not
-    know. Every primary's sum keeps its nk(1, 60) / freq:3 levels under the joint LP of the
-    stored table's published ``n`` and sums (bounds [0, 1000]). On main (B, R1), 2 firms and
-    1,940 (its true n, 2, clipped its level to 2,000), was put in [0, 2,160], short of the
-    2,522 its 30 % asks (fails on main)."""
+def job_table(tmp_path) -> pd.DataFrame:
+    """``protected.t``: the suppression job of SUM(turnover) by nace x region over the firms
+    of :data:`JOB` (bounds [0, 1000], nk(1, 60) and freq:3), as its readers get it."""
     cells = [(a, b, [float(v) for v in vs]) for (a, b), vs in JOB.items()]
     db = firms_db(tmp_path, cells)
     protect_query(db, "chief", "SELECT nace, region, SUM(turnover) FROM firms GROUP BY nace, "
@@ -221,6 +216,18 @@ def test_a_jobs_sums_are_protected_against_the_joint_lp(tmp_path):
     con = open_database(db)
     frame = con.sql("SELECT * FROM protected.t").df()
     con.close()
+    return frame
+
+
+@pytest.mark.slow
+def test_a_jobs_sums_are_protected_against_the_joint_lp(tmp_path):
+    """A suppression job of a sum publishes each published cell's ``n``; its sums' audit
+    clipped the levels to ``hi`` times the true ``n``, which a reader of hidden ``n`` does not
+    know. Every primary's sum keeps its nk(1, 60) / freq:3 levels under the joint LP of the
+    stored table's published ``n`` and sums (bounds [0, 1000]). On main (B, R1), 2 firms and
+    1,940 (its true n, 2, clipped its level to 2,000), was put in [0, 2,160], short of the
+    2,522 its 30 % asks (fails on main)."""
+    frame = job_table(tmp_path)
     codes = frame[["nace", "region"]]
     short = []
     for row in codes.itertuples(index=False):
