@@ -416,3 +416,27 @@ def test_a_job_stopped_in_its_checks_is_audited_as_failed(db, monkeypatch):
         con.close()
     assert entries == [("failed", "interrupted (Ctrl-C)")]  # main: []
     assert stored_names == []
+
+
+def test_a_job_says_it_is_checking_before_its_checks_read_the_data(db, monkeypatch):
+    """The checks against earlier releases read the data before "[1/3] computing the cells":
+    on the default demo's million persons a suppression job said nothing for 90 s (new user
+    s47f). Their step is announced before they run, and the CLI counts every step."""
+    from sqlsdc.cli.protect import STEPS
+
+    import sqlsdc.jobs.job as job_module
+
+    said: list[str] = []
+    checks = job_module.refuse_job
+    seen_at_checks: list[list[str]] = []
+
+    def watched(*args, **kwargs):
+        seen_at_checks.append(list(said))
+        return checks(*args, **kwargs)
+
+    monkeypatch.setattr(job_module, "refuse_job", watched)
+    protect_query(db, "admin", TURNOVER, into="t", progress=said.append)
+    assert seen_at_checks == [["checking it against the earlier releases"]]
+    assert said[1:] == ["computing the cells in SQL", "primary and secondary suppression, audit",
+                        "storing protected.t"]  # fmt: skip
+    assert len(said) == STEPS["suppress"]
