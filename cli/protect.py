@@ -24,7 +24,7 @@ from sqlsdc.cli.output import (
 )
 
 METHODS = ("suppress", "round", "cta", "ipf")
-STEPS = {"suppress": 3, "round": 4, "cta": 4, "ipf": 5}  # job.step() calls per method
+STEPS = {"suppress": 4, "round": 5, "cta": 5, "ipf": 6}  # progress steps per method
 OWNERS = {  # option -> the methods it belongs to
     "secondary": ("suppress",),
     "singleton": ("suppress",),

@@ -174,7 +174,11 @@ def passwd(db: str, name: str, user: str, password_stdin: bool, fmt: str) -> Non
 @admin_option
 @format_option(choices=("table", "json"))
 def remove(db: str, name: str, user: str, fmt: str) -> None:
-    """Remove server user NAME (its open sessions end at their next login).
+    """Remove server user NAME (new logins refused; open sessions go on).
+
+    A running server refuses NAME's logins from a second later; sessions already open go on.
+    To end those too, remove NAME from the policy's `users:` and apply it (`sqlsdc policy
+    apply`): they are refused at their next statement.
 
     \b
     Example:

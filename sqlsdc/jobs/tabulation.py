@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from difflib import get_close_matches
 
 import numpy as np
 import pandas as pd
@@ -96,7 +97,7 @@ def parse_job(sql: str, policy: Policy, *, stored: bool = False) -> JobSpec:
             for d in dims
         )
     ):
-        raise TabularError(f"group by dimension columns of {table.name} only: {shape}")
+        raise TabularError(_not_by_dimensions(keys, table, stored, shape))
     if len(aggregates) != 1:
         raise TabularError(f"a protection job has exactly one aggregate: {shape}")
     aggregate = aggregates[0]
@@ -115,7 +116,10 @@ def parse_job(sql: str, policy: Policy, *, stored: bool = False) -> JobSpec:
         measure = aggregate.this.name.lower()
         declared = table.column(measure)
         if declared is None or (declared.role is not ColumnRole.MEASURE and not stored):
-            raise TabularError(f"{measure} is not a measure of {table.name}")
+            raise TabularError(
+                f"{_what_column_is(measure, table, ColumnRole.MEASURE)}: SUM a measure of "
+                f"{table.name} ({_names(table, ColumnRole.MEASURE)})"
+            )
     else:
         raise TabularError(
             f"the aggregate must be SUM(measure) or COUNT(*) (or COUNT(DISTINCT "
@@ -126,6 +130,50 @@ def parse_job(sql: str, policy: Policy, *, stored: bool = False) -> JobSpec:
     noise = _unit_noise(table) if measure is not None else None
     return JobSpec(table.name, dims, measure, table.privacy_unit, where, rows, noise,
                    written and written.this)  # fmt: skip
+
+
+def _not_by_dimensions(keys: list[exp.Expr], table, stored: bool, shape: str) -> str:
+    """Why a job's GROUP BY is refused, naming the key at fault and the table's dimensions:
+    "group by dimension columns of T only" left a misspelt ``nac`` or an identifier to be
+    found by eye (new user s47f)."""
+    dimensions = _names(table, ColumnRole.DIMENSION)
+    if not keys:
+        why = "the SQL has no GROUP BY"
+    else:
+        key = next(
+            k for k in keys
+            if not isinstance(k, exp.Column)
+            or table.column(k.name) is None
+            or (table.column(k.name).role is not ColumnRole.DIMENSION and not stored)
+        )  # fmt: skip
+        if isinstance(key, exp.Column):
+            why = _what_column_is(key.name.lower(), table, ColumnRole.DIMENSION)
+        else:
+            why = f"{key.sql('duckdb')} is an expression, not a column"
+    return (
+        f"{why}: a protection job groups by dimension columns of {table.name} "
+        f"({dimensions}): {shape}"
+    )
+
+
+def _what_column_is(name: str, table, wanted: ColumnRole) -> str:
+    """``name`` is not of the ``wanted`` role in ``table``: it is no column of it (and the
+    close names of that role), or its role."""
+    column = table.column(name)
+    if column is None:
+        close = get_close_matches(name, [n for n, c in table.columns.items()
+                                         if c.role is wanted], n=2)  # fmt: skip
+        guess = f" (did you mean {' or '.join(close)}?)" if close else ""
+        return f"{table.name} has no column {name}{guess}"
+    return f"{name} is {_ARTICLE[column.role]} {column.role.value} column of {table.name}"
+
+
+_ARTICLE = {role: "an" if role.value[0] in "aeiou" else "a" for role in ColumnRole}
+
+
+def _names(table, role: ColumnRole) -> str:
+    """The table's columns of ``role``, for a message."""
+    return ", ".join(sorted(n for n, c in table.columns.items() if c.role is role)) or "none"
 
 
 def _unit_noise(table) -> UnitNoise | None:

@@ -92,24 +92,69 @@ def _take(Yt, idx, m, positions, labels, group, total):
     return m
 
 
-@njit(cache=True)
-def mdav(X, k):
-    """MDAV labels of the rows of ``X`` (see :func:`sqlsdc.microdata.microaggregation.mdav`)."""
-    n, d = X.shape
-    Yt = np.ascontiguousarray(X.T)
+WORK = 1 << 24
+"""Record visits of one call of :func:`_mdav_pairs` (about 0.05 s): between calls the
+interpreter runs, so that Ctrl-C and SIGTERM stop a long MDAV. One call over a million
+records took hours and could not be interrupted (``sqlsdc anonymize --step microaggregate``
+kept running minutes after SIGINT: new user s47f)."""
+
+
+def mdav(X, k, work=WORK):
+    """MDAV labels of the rows of ``X`` (see :func:`sqlsdc.microdata.microaggregation.mdav`),
+    computed by calls of :func:`_mdav_pairs` of about ``work`` record visits each: the labels
+    do not depend on ``work``."""
+    n = X.shape[0]
+    Yt = _variable_major(X)
     idx = np.arange(n)
     labels = np.full(n, -1, dtype=np.int64)
+    total = _column_totals(Yt)
+    m, group = n, 0
+    while m >= 2 * k:
+        m, group = _mdav_pairs(Yt, idx, labels, total, m, group, k, work)
+    if m > 0:
+        labels[idx[:m]] = group
+    return labels
+
+
+@njit(cache=True)
+def _variable_major(X):
+    """A variable-major copy of ``X`` (d × n, C order), which MDAV permutes as it groups.
+
+    Always a copy, also when :func:`mdav` runs in the interpreter: there NumPy's
+    ``ascontiguousarray(X.T)`` of one variable is ``X`` itself (n × 1 and 1 × n share their
+    layout), so MDAV would reorder the caller's records (numba's copies by type)."""
+    d = X.shape[1]
+    Yt = np.empty((d, X.shape[0]))
+    for j in range(d):
+        Yt[j] = X[:, j]
+    return Yt
+
+
+@njit(cache=True)
+def _column_totals(Yt):
+    """Per variable, the sum over records in index order (as the single loop summed it)."""
+    d, n = Yt.shape
     total = np.zeros(d)
     for j in range(d):
         for i in range(n):
             total[j] += Yt[j, i]
+    return total
+
+
+@njit(cache=True)
+def _mdav_pairs(Yt, idx, labels, total, m, group, k, work):
+    """MDAV's pairs of groups from state ``(m, group)`` (the records not yet grouped are the
+    first ``m`` columns of ``Yt``), until fewer than 2k records remain or about ``work``
+    record visits are done; return the new ``(m, group)``."""
+    d = Yt.shape[0]
     near = np.empty(k, dtype=np.int64)
     best = np.empty(k)
-    dist = np.empty(n)
+    dist = np.empty(m)
     centre = np.empty(d)
     xs = np.empty(d)
-    m, group = n, 0
-    while m >= 2 * k:
+    done = 0
+    while m >= 2 * k and done < work:
+        done += 3 * m
         for j in range(d):
             centre[j] = total[j] / m
         _distances(Yt, m, centre, dist)
@@ -129,11 +174,7 @@ def mdav(X, k):
         _nearest(dist, m, k, near, best)
         m = _take(Yt, idx, m, near, labels, group, total)
         group += 1
-    if m > 0:
-        for i in range(m):
-            labels[idx[i]] = group
-        group += 1
-    return labels
+    return m, group
 
 
 @njit(cache=True)
@@ -327,7 +368,7 @@ def _move(X, a, A, B, labels, counts, sums, members, slot):
 def vmdav(X, k, gamma):
     """V-MDAV labels (see :func:`sqlsdc.microdata.microaggregation.vmdav`)."""
     n, d = X.shape
-    Yt = np.ascontiguousarray(X.T)
+    Yt = _variable_major(X)
     idx = np.arange(n)
     labels = np.full(n, -1, dtype=np.int64)
     total = np.zeros(d)

@@ -82,12 +82,12 @@ MAX_COPIES, MAX_ROWS = 1000, 100_000_000  # per job: beyond, a loop for hours or
 Progress = Callable[[str], None]
 
 
-def _cart(data, *, rng, n=None, **options):
+def _cart(data, *, rng, n=None, progress=None, **options):
     try:
         from sqlsdc.synth.cart import synthesize_cart  # the cart module of issue 19
     except ImportError:
         raise SynthesisError("method cart is not available in this installation") from None
-    return synthesize_cart(data, rng=rng, n=n, **options)
+    return synthesize_cart(data, rng=rng, n=n, progress=progress, **options)
 
 
 OPTIONS = {"cart": ("min_leaf", "visit_sequence", "draw", "smoothing", "special_values")}
@@ -273,7 +273,8 @@ def synthesize(
                 out_columns = [v.name for v in plan["variables"]]
             else:
                 say(f"fitting {method} to {len(original)} records")
-                frames, details = _run(method, original, secret, seed, copies, rows, options)
+                frames, details = _run(method, original, secret, seed, copies, rows, options,
+                                       say)  # fmt: skip
                 out_columns = list(original.columns)
             details["seconds"] = round(time.perf_counter() - started, 3)
             # columns whose counts may be the source's (sqlsdc.jobs.synthesis_files): none when
@@ -353,11 +354,20 @@ def _exact(value, name: str) -> Fraction:
         raise SynthesisError(str(error)) from None
 
 
-def _run(method, data, secret, seed, copies, rows, options):
+def _run(method, data, secret, seed, copies, rows, options, say):
+    """Each copy drawn by ``method``; cart says each variable as it starts (``say``), with
+    the copy when there are several."""
     frames, details = [], {}
     for copy in range(1, copies + 1):
         rng = synth_rng(secret, seed, f"{method}:copy{copy}")
-        frame, details = METHODS[method](data, rng=rng, n=rows, **dict(options or {}))
+        extra = {}
+        if method == "cart":
+            extra["progress"] = (
+                say
+                if copies == 1
+                else (lambda message, copy=copy: say(f"copy {copy} of {copies}: {message}"))
+            )
+        frame, details = METHODS[method](data, rng=rng, n=rows, **dict(options or {}), **extra)
         frames.append(frame)
     return frames, details
 

@@ -217,7 +217,7 @@ def test_cli_cta_with_intervals_in_a_subprocess(db):
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["method"] == "cta" and report["name"] == "protected.turnover_cta"
-    assert QUALITY_KEYS <= set(report["quality"]) and "[4/4] storing" in result.stderr
+    assert QUALITY_KEYS <= set(report["quality"]) and "[5/5] storing" in result.stderr
     frame, _, _, record = stored(db, "turnover_cta")
     assert record["quality"]["hd"] == pytest.approx(report["quality"]["hd"])
     cells = expected(db, ["nace", "region"], "turnover", TURNOVER_RULES, "enterprises")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import cli_fork
 import numpy as np
@@ -136,7 +137,8 @@ def test_hierarchies_of_the_policy_give_subtotals(db):
          "p.household_id = h.household_id GROUP BY region", "one aggregation of one table"),
         ("SELECT region, AVG(income) FROM persons GROUP BY region", "SUM\\(measure\\) or COUNT"),
         ("SELECT person_id, COUNT(*) FROM persons GROUP BY person_id", "dimension columns"),
-        ("SELECT region, SUM(age) FROM persons GROUP BY region", "age is not a measure"),
+        ("SELECT region, SUM(age) FROM persons GROUP BY region",
+         "age is a dimension column of persons: SUM a measure of persons \\(income\\)"),
         ("SELECT name, COUNT(*) FROM regions GROUP BY name", "not a confidential table"),
         ("SELECT region, COUNT(*), SUM(income) FROM persons GROUP BY region", "exactly one"),
     ],
@@ -144,6 +146,36 @@ def test_hierarchies_of_the_policy_give_subtotals(db):
 def test_jobs_refuse_what_they_cannot_protect(db, sql, message):
     with pytest.raises(TabularError, match=message):
         protect_query(db, "admin", sql, into="x")
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("SELECT nac, COUNT(*) FROM enterprises GROUP BY nac",
+         "enterprises has no column nac \\(did you mean nace\\?\\): a protection job groups by "
+         "dimension columns of enterprises \\(nace, region, size_class\\)"),
+        ("SELECT nace, enterprise_id, COUNT(*) FROM enterprises GROUP BY nace, enterprise_id",
+         "enterprise_id is an identifier column of enterprises: "),
+        ("SELECT employees, COUNT(*) FROM enterprises GROUP BY employees",
+         "employees is a measure column of enterprises: "),
+        ("SELECT UPPER(nace), COUNT(*) FROM enterprises GROUP BY UPPER(nace)",
+         "UPPER\\(nace\\) is an expression, not a column: "),
+        ("SELECT COUNT(*) FROM enterprises", "the SQL has no GROUP BY: "),
+        ("SELECT nace, SUM(turnovr) FROM enterprises GROUP BY nace",
+         "enterprises has no column turnovr \\(did you mean turnover\\?\\): SUM a measure of "
+         "enterprises \\(employees, turnover\\)"),
+    ],
+)  # fmt: skip
+def test_a_refused_job_sql_names_the_column_at_fault_and_the_allowed_ones(sql, message):
+    """A misspelt or wrong column in a job's SQL is named, with the table's dimensions (or
+    measures) to choose from: every such SQL got "group by dimension columns of T only" or
+    "turnovr is not a measure of T" (new user s47f)."""
+    from sqlsdc.jobs.tabulation import parse_job
+    from sqlsdc.policy import load_policy
+
+    policy = load_policy(Path(__file__).parents[2] / "schemas" / "examples" / "demo.yaml")
+    with pytest.raises(TabularError, match=message):
+        parse_job(sql, policy)
 
 
 def test_a_job_sql_that_does_not_parse_is_a_syntax_error(db):
@@ -384,3 +416,27 @@ def test_a_job_stopped_in_its_checks_is_audited_as_failed(db, monkeypatch):
         con.close()
     assert entries == [("failed", "interrupted (Ctrl-C)")]  # main: []
     assert stored_names == []
+
+
+def test_a_job_says_it_is_checking_before_its_checks_read_the_data(db, monkeypatch):
+    """The checks against earlier releases read the data before "[1/3] computing the cells":
+    on the default demo's million persons a suppression job said nothing for 90 s (new user
+    s47f). Their step is announced before they run, and the CLI counts every step."""
+    from sqlsdc.cli.protect import STEPS
+
+    import sqlsdc.jobs.job as job_module
+
+    said: list[str] = []
+    checks = job_module.refuse_job
+    seen_at_checks: list[list[str]] = []
+
+    def watched(*args, **kwargs):
+        seen_at_checks.append(list(said))
+        return checks(*args, **kwargs)
+
+    monkeypatch.setattr(job_module, "refuse_job", watched)
+    protect_query(db, "admin", TURNOVER, into="t", progress=said.append)
+    assert seen_at_checks == [["checking it against the earlier releases"]]
+    assert said[1:] == ["computing the cells in SQL", "primary and secondary suppression, audit",
+                        "storing protected.t"]  # fmt: skip
+    assert len(said) == STEPS["suppress"]

@@ -84,3 +84,33 @@ def test_an_empty_list_says_so_and_the_command_comes_first(db):
     assert swapped.returncode == 2
     assert f"the command comes first: sqlsdc server-user list {db} ..." in swapped.stderr
     assert "No such command 'bogus'" in _cli("bogus").stderr
+
+
+def test_remove_refuses_new_logins_and_open_sessions_go_on_as_its_help_says(db):
+    """`server-user remove --help` said "its open sessions end at their next login": they go
+    on (README, "Users"), and its help now says so and how to end them (new user s47f)."""
+    psycopg = pytest.importorskip("psycopg")
+    from tests.server.conftest import add_server_user, start_server, stop_server, wait_until
+
+    helped = _cli("remove", "--help")
+    assert "end at their next login" not in helped.stdout
+    assert "new logins refused; open sessions go on" in helped.stdout
+    assert "remove NAME from the policy's `users:` and apply it" in " ".join(helped.stdout.split())
+    add_server_user(db)
+    running = start_server(db, "--insecure")
+    try:
+        with psycopg.connect(running.dsn(), autocommit=True) as open_session:
+            assert _cli("remove", str(db), "analyst").returncode == 0
+
+            def refused() -> bool:
+                try:
+                    psycopg.connect(running.dsn()).close()
+                except psycopg.OperationalError as e:
+                    return "password authentication failed" in str(e)
+                return False
+
+            assert wait_until(refused, timeout=10)
+            rows = open_session.execute("SELECT COUNT(*) AS n FROM regions").fetchall()
+            assert rows == [(8,)]
+    finally:
+        stop_server(running)

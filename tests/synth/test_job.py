@@ -218,3 +218,20 @@ def test_non_dp_refusals(fresh_demo_db):
     assert json.loads(q["report"][0])["source_sql"].endswith("WHERE age > 60")
     with pytest.raises(MicrodataError, match="exists; pass --replace"):
         synthesize(fresh_demo_db, user="admin", source="persons", into="q", method="parametric")
+
+
+def test_cart_says_each_variable_as_it_starts(fresh_demo_db):
+    """`sqlsdc synthesize --method cart` said "fitting cart to 1000000 records" and then
+    nothing for minutes on the default demo; it now says each variable as it starts, with the
+    copy when there are several (new user s47f)."""
+    said: list[str] = []
+    synthesize(fresh_demo_db, user="admin", source="persons", into="syn", method="cart",
+               copies=2, rows=100, columns=["sex", "age", "income"],
+               progress=said.append)  # fmt: skip
+    steps = [s for s in said if "cart:" in s]
+    variables = ["sex", "age", "income"]
+    assert steps == [f"copy {c} of 2: cart: {v} ({i} of 3)"
+                     for c in (1, 2) for i, v in enumerate(variables, 1)]  # fmt: skip
+    assert said.index(steps[0]) > next(i for i, s in enumerate(said) if s.startswith("fitting"))
+    out = _read(fresh_demo_db, "SELECT * FROM protected.syn")
+    assert out.groupby("synthetic_copy").size().to_dict() == {1: 100, 2: 100}
