@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 from datetime import datetime
 from pathlib import Path
 
@@ -415,6 +416,8 @@ def rekey(db: str, user: str, tables: tuple[str, ...], yes: bool, fmt: str) -> N
     """
     from sqlsdc import admin
 
+    if not yes and not _can_ask():  # no one to answer: click printed "Aborted!" (exit 1)
+        raise click.UsageError("re-keying asks for confirmation on a terminal; pass --yes")
     if not yes:  # the question on stderr: stdout is the output (JSON with --format json)
         click.confirm("Re-keying changes every published CKM value. Continue?", abort=True,
                       err=True)  # fmt: skip
@@ -424,6 +427,11 @@ def rekey(db: str, user: str, tables: tuple[str, ...], yes: bool, fmt: str) -> N
         return
     for table, rows in rekeyed.items():
         click.echo(f"{table}: {rows} rows re-keyed")
+
+
+def _can_ask() -> bool:
+    """Whether a question can be answered: standard input is a terminal."""
+    return sys.stdin.isatty()
 
 
 @click.command(cls=StatementCommand)

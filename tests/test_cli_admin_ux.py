@@ -229,9 +229,18 @@ def test_rekey_that_asks_does_not_hold_the_file_while_asking(db, openings, monke
         return True
 
     monkeypatch.setattr(click, "confirm", answer)
+    monkeypatch.setattr("sqlsdc.cli.admin._can_ask", lambda: True)
     done = CliRunner().invoke(cli, ["rekey", str(db)])
     assert done.exit_code == 0, done.output
     assert asked == [[True]] and openings == [True, False]
+
+
+def test_rekey_without_a_terminal_says_to_pass_yes(db):
+    """With nobody to answer its question (a script, a scheduler), rekey said only "Aborted!"
+    (exit 1, s47f); it is a usage error that names the option."""
+    done = sqlsdc("rekey", db, code=2, input="")
+    assert "pass --yes" in done.stderr
+    assert "Aborted" not in done.stderr
 
 
 def _commands(command: click.Command, path: str = "sqlsdc"):
