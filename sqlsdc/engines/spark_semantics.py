@@ -15,6 +15,11 @@ Differences found (DuckDB 2.0, Spark 4.3 in ANSI mode; each tested) and what hap
   the decimal digits (0.29) → DuckDB's formula.
 - ``FLOOR``/``CEIL`` of an integer or DOUBLE: DuckDB DOUBLE; Spark BIGINT, raising beyond 2^63
   → a DOUBLE, exact.
+- ``ROUND``, ``FLOOR``, ``CEIL`` of a DOUBLE rounded to zero: DuckDB keeps the sign of the
+  argument (ROUND(-0.4) = -0.0, so 1 / it is -inf), Spark gives +0.0 → the sign made explicit.
+- an integer compared with (or chosen among) decimals: DuckDB widens a BIGINT to 19 digits,
+  Spark to 20, and rounds the decimals away past 38 (``CAST(v AS BIGINT) =
+  3.0000000000000000001`` held month 3) → the integer cast to DECIMAL of its DuckDB digits.
 - ``GROUPING(a, b)``: DuckDB's bit mask; Spark takes one argument → sum of bits.
 - ``ISNAN(NULL)``: NULL in DuckDB, false in Spark → NULL made explicit.
 - ``x % y``: a DOUBLE remainder by zero is NaN in DuckDB, an error in Spark → ``y`` must be a
@@ -66,6 +71,7 @@ Differences found (DuckDB 2.0, Spark 4.3 in ANSI mode; each tested) and what hap
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from sqlglot import exp
@@ -109,7 +115,7 @@ def keep_duckdb_semantics(tree: exp.Expr, types: Types) -> exp.Expr:
     the node it replaces, which is what the parent's rule asks for.
 
     Some rewrites repeat an argument (``a / b`` reads ``b`` three times, ``ROUND(x, n)`` and
-    ``FLOOR(x)`` read ``x`` two or three times), so nested ones multiply: ten nested divisions,
+    ``FLOOR(x)`` read ``x`` three to six times), so nested ones multiply: ten nested divisions,
     a 200-character condition the guard accepts, were 7 MB of Spark SQL after 63 s of CPU,
     each level three times the last, and twelve would have held the connection (and the GIL)
     for ten minutes (red team s44k). The nodes the rewrites create are counted as they go,
@@ -270,20 +276,41 @@ def _cast(node: exp.Cast, types: Types) -> exp.Expr:
 
 def _round(node: exp.Round, types: Types) -> exp.Expr:
     """DuckDB rounds a DOUBLE to n ≠ 0 digits as round(x·10^n)/10^n (x/10^-n for n < 0) and
-    keeps x when that is not finite; Spark rounds the decimal digits of x (0.285 → 0.29)."""
+    keeps x when that is not finite; Spark rounds the decimal digits of x (0.285 → 0.29).
+    DuckDB's zero keeps the sign of x (C's round); Spark's is +0.0 (:func:`_zero_of`)."""
     kind, digits = types.of(node.this), int_literal(node.args.get("decimals")) or 0
-    if kind in (INT, DECIMAL, NULL) or (kind == FLOAT and digits == 0):
+    if kind in (INT, DECIMAL, NULL):
         return node
     if kind != FLOAT:
         raise _refuse(node, f"ROUND of {_a(kind)}")
     x = exp.Paren(this=node.this.copy())
+    half = exp.Literal.number(0.5)
+    if digits == 0:  # std::round is ±0 exactly for |x| < 0.5
+        small = exp.LT(this=exp.Abs(this=x.copy()), expression=half)
+        return exp.Case(ifs=[exp.If(this=small, true=_zero_of(x))], default=exp.Round(this=x))
     scale = exp.Cast(this=exp.Literal.number(10 ** abs(digits)), to=_type("DOUBLE"))
     if digits > 0:
-        rounded = exp.Div(this=exp.Round(this=exp.Mul(this=x, expression=scale)), expression=scale)
+        scaled = exp.Mul(this=x.copy(), expression=scale.copy())
+        rounded = exp.Div(this=exp.Round(this=scaled.copy()), expression=scale)
     else:
-        rounded = exp.Mul(this=exp.Round(this=exp.Div(this=x, expression=scale)), expression=scale)
+        scaled = exp.Div(this=x.copy(), expression=scale.copy())
+        rounded = exp.Mul(this=exp.Round(this=scaled.copy()), expression=scale)
+    small = exp.LT(this=exp.Abs(this=scaled), expression=half)
     finite = exp.LT(this=exp.Abs(this=rounded), expression=_infinity())
-    return exp.Case(ifs=[exp.If(this=finite, true=rounded.copy())], default=x.copy())
+    return exp.Case(
+        ifs=[exp.If(this=small, true=_zero_of(x)), exp.If(this=finite, true=rounded.copy())],
+        default=x.copy(),
+    )
+
+
+def _zero_of(x: exp.Expr) -> exp.Expr:
+    """The zero of the sign of ``x`` (finite), what C's round, floor and ceil (DuckDB's) give
+    where they round ``x`` to zero: ROUND(-0.4), CEIL(-0.5) and FLOOR(-0.0) are -0.0. Spark
+    rounds through BigDecimal or BIGINT to +0.0. The two zeros are equal, but 1 / zero is -inf
+    or +inf: ``1 / ROUND(-income / 1e9) < 0`` held every row with an income on DuckDB and none
+    on Spark, under one DP cell identity (red team s47k)."""
+    zero = exp.Cast(this=exp.Literal.number(0), to=_type("DOUBLE"))
+    return exp.Paren(this=exp.Mul(this=exp.Paren(this=x.copy()), expression=zero))
 
 
 def _floor_or_ceil(node: exp.Floor | exp.Ceil, types: Types) -> exp.Expr:
@@ -297,7 +324,17 @@ def _floor_or_ceil(node: exp.Floor | exp.Ceil, types: Types) -> exp.Expr:
     if kind != FLOAT:
         raise _refuse(node, f"{written_name(node) or node.sql_name()} of {_a(kind)}")
     integral = exp.GTE(this=exp.Abs(this=node.this.copy()), expression=exp.Literal.number(2**52))
-    return exp.Case(ifs=[exp.If(this=integral, true=node.this.copy())], default=_double(node))
+    x, one, zero = node.this, exp.Literal.number(1), exp.Literal.number(0)
+    if isinstance(node, exp.Floor):  # floor is ±0 exactly on [0, 1), ceil on (-1, 0]
+        zeroed = exp.and_(exp.GTE(this=x.copy(), expression=zero),
+                          exp.LT(this=x.copy(), expression=one))  # fmt: skip
+    else:
+        zeroed = exp.and_(exp.GT(this=x.copy(), expression=exp.Neg(this=one)),
+                          exp.LTE(this=x.copy(), expression=zero))  # fmt: skip
+    return exp.Case(
+        ifs=[exp.If(this=integral, true=x.copy()), exp.If(this=zeroed, true=_zero_of(x))],
+        default=_double(node),
+    )
 
 
 def _grouping(node: exp.Grouping, types: Types) -> exp.Expr:
@@ -332,12 +369,142 @@ def _is_nan(node: exp.IsNan, types: Types) -> exp.Expr:
 
 
 def _compare(node: exp.Expr, types: Types) -> exp.Expr:
-    """A VARCHAR compared with a number is cast to INTEGER by DuckDB and to BIGINT by Spark."""
+    """A VARCHAR compared with a number is cast to INTEGER by DuckDB and to BIGINT by Spark;
+    integers compared with wide decimals are cast as DuckDB casts them (:func:`_mix_exactly`)."""
     operands = [v for k, v in node.args.items() if k != "expressions" and isinstance(v, exp.Expr)]
-    classes = {types.of(o) for o in [*operands, *node.args.get("expressions", [])]}
+    operands += node.args.get("expressions", [])
+    classes = {types.of(o) for o in operands}
     if TEXT in classes and classes & set(NUMERIC):
         raise _refuse(node, "it compares a VARCHAR with a number")
+    _mix_exactly(node, operands, types)
     return node
+
+
+_DUCKDB_DIGITS = {
+    "TINYINT": 3, "SMALLINT": 5, "INTEGER": 10, "BIGINT": 19,
+    "UTINYINT": 3, "USMALLINT": 5, "UINTEGER": 10, "UBIGINT": 20,
+}  # fmt: skip
+"""The digits of DuckDB's integer types, as it widens them to DECIMAL to compare or mix them
+with decimals (:mod:`sqlsdc.planner.exact_mixing`)."""
+_CAST_DIGITS = {
+    exp.DataType.Type.TINYINT: 3, exp.DataType.Type.SMALLINT: 5, exp.DataType.Type.INT: 10,
+    exp.DataType.Type.BIGINT: 19,
+}  # fmt: skip
+_SPARK_EXACT_SCALE = 18
+"""Spark widens every integer type to at most DECIMAL(20, 0) (a BIGINT): beside decimals of at
+most 18 decimals the widened type fits 38 digits, and nothing is rounded."""
+
+
+def _mix_exactly(node: exp.Expr, operands: list[exp.Expr], types: Types) -> None:
+    """Integers compared with (or chosen among) decimals of many decimals are widened by Spark
+    to other digits than DuckDB (mutates ``node``'s operands).
+
+    Both engines compare or mix an integer with a DECIMAL in a DECIMAL holding the integer
+    type's digits and the decimals; DuckDB gives a BIGINT 19 digits, Spark 20 (a UINTEGER 10
+    and 20), and where the two need more than 38 digits, Spark rounds the decimals away
+    (DuckDB's guard refuses what needs more than 38 in DuckDB). So ``CAST(month AS BIGINT) =
+    3.0000000000000000001`` held no row on DuckDB and every row of month 3 on Spark: a DP cell
+    named by that condition had DuckDB's noise over other rows, and the two answers' difference
+    was the month's exact cell (red team s47k). An integer operand of known DuckDB type is cast
+    to DECIMAL of its DuckDB digits, which holds each of its values exactly; an integer of
+    unknown type beside decimals of more than 18 (or unknown) decimals is refused."""
+    integers = [o for o in operands if types.of(o) == INT and not _is_literal(o)]
+    scales = [_scale(o, types) for o in operands if types.of(o) == DECIMAL]
+    if not integers or all(s is not None and s <= _SPARK_EXACT_SCALE for s in scales):
+        return
+    for operand in integers:
+        digits = _integer_digits(operand, types)
+        if digits is None:
+            raise _refuse(
+                node,
+                "Spark would widen an integer of unknown type beside a decimal of more than "
+                f"{_SPARK_EXACT_SCALE} decimals to other digits than DuckDB; cast the integer "
+                "to a DECIMAL or to DOUBLE",
+            )
+        cast = exp.Cast(this=operand.copy(), to=exp.DataType.build(f"DECIMAL({digits}, 0)"))
+        types.inherit(cast, operand)
+        operand.replace(cast)
+
+
+def _is_literal(node: exp.Expr) -> bool:
+    node = node.this if isinstance(node, exp.Neg) else node
+    return isinstance(node, (exp.Literal, exp.Null))
+
+
+def _integer_digits(node: exp.Expr, types: Types) -> int | None:
+    """The digits of DuckDB's integer type of ``node`` (a copied column, a cast, a COUNT)."""
+    stored = types.stored(node)
+    if stored is not None:
+        return _DUCKDB_DIGITS.get(stored.upper())
+    node = node.unnest()
+    if isinstance(node, exp.Cast):  # DECIMAL(38, 0): a HUGEINT, as translated
+        if node.to.this == exp.DataType.Type.DECIMAL and _scale_of_type(node.to) == 0:
+            return _precision_of_type(node.to)
+        return _CAST_DIGITS.get(node.to.this)
+    return 19 if isinstance(node, exp.Count) else None
+
+
+def _scale(node: exp.Expr, types: Types) -> int | None:
+    """The decimals of a DECIMAL value of known type (a literal, a column, a cast); 0 for a
+    HUGEINT or UBIGINT column, which Spark holds as DECIMAL(38, 0) or DECIMAL(20, 0)."""
+    for declared in (types.stored(node), types.registered(node)):
+        if declared is None:
+            continue
+        found = re.fullmatch(r"DECIMAL\(\s*\d+\s*,\s*(\d+)\s*\)", declared.upper())
+        if found:
+            return int(found.group(1))
+        return 0 if type_class(declared) == INT else None
+    node = node.unnest()
+    node = node.this if isinstance(node, exp.Neg) else node
+    if isinstance(node, exp.Literal) and node.is_number:
+        text = str(node.this)
+        return len(text.split(".")[1]) if "." in text and "e" not in text.lower() else 0
+    if isinstance(node, exp.Cast):
+        return _scale_of_type(node.to)
+    return None
+
+
+def _decimal_params(dtype: exp.DataType) -> tuple[int, int] | None:
+    """(precision, scale) of a DECIMAL type, DuckDB's DECIMAL(18, 3) when not written."""
+    if dtype.this != exp.DataType.Type.DECIMAL:
+        return None
+    params = [int(p.this.this) for p in dtype.expressions if isinstance(p.this, exp.Literal)]
+    return (params[0], params[1]) if len(params) == 2 else (params[0], 0) if params else (18, 3)
+
+
+def _scale_of_type(dtype: exp.DataType) -> int | None:
+    params = _decimal_params(dtype)
+    return params[1] if params else None
+
+
+def _precision_of_type(dtype: exp.DataType) -> int | None:
+    params = _decimal_params(dtype)
+    return params[0] if params else None
+
+
+def _mix_choice(node: exp.Expr, types: Types) -> exp.Expr:
+    """GREATEST, LEAST, COALESCE, NULLIF, IF and CASE widen their values (and a simple CASE
+    its operand and WHEN values) to one type as comparisons do (:func:`_mix_exactly`)."""
+    if isinstance(node, exp.Case):
+        ifs = node.args.get("ifs") or []
+        if node.this is not None:
+            _mix_exactly(node, [node.this, *(i.this for i in ifs)], types)
+        values = [i.args.get("true") for i in ifs] + [node.args.get("default")]
+    elif isinstance(node, exp.If):
+        if simple_case(node):
+            return node
+        values = [node.args.get("true"), node.args.get("false")]
+    elif isinstance(node, exp.Nullif):
+        values = [node.this, node.expression]
+    else:
+        values = [node.this, *node.expressions]
+    _mix_exactly(node, [v for v in values if v is not None], types)
+    return node
+
+
+def simple_case(node: exp.Expr) -> bool:
+    """A WHEN of a CASE (its values are the CASE's: :func:`_mix_choice` of the CASE)."""
+    return node.arg_key == "ifs" and isinstance(node.parent, exp.Case)
 
 
 def _top_values(node: exp.Max, types: Types) -> exp.Expr:
@@ -553,6 +720,10 @@ _SEMANTICS: dict[type[exp.Expr], Callable[[exp.Expr, Types], exp.Expr]] = {
     exp.Grouping: _grouping,
     exp.Group: _empty_sets,
     exp.IsNan: _is_nan,
+    **{
+        kind: _mix_choice
+        for kind in (exp.Greatest, exp.Least, exp.Coalesce, exp.Nullif, exp.If, exp.Case)
+    },
     **{
         kind: _compare
         for kind in (

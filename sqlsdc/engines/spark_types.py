@@ -79,6 +79,10 @@ class Types:
             view.lower(): {column.lower(): t for column, t in columns.items()}
             for view, columns in (duckdb_types or {}).items()
         }
+        self.spark_types = {  # the types as the schemas name them (Spark's, or DuckDB's)
+            view.lower(): {column.lower(): str(t) for column, t in columns.items()}
+            for view, columns in (schema or {}).items()
+        }
         self.scope_of: dict[int, Scope] = {}
         for scope in traverse_scope(tree):  # innermost scopes first
             for node in scope.walk():
@@ -144,6 +148,14 @@ class Types:
         """The DuckDB type of the column whose values ``node`` is (through aliases, derived
         tables, MIN, MAX and ``CASE WHEN c THEN x END``, whose type is x's), if it reads a view
         copied from DuckDB; else None."""
+        return self._declared(node, self.duckdb_types)
+
+    def registered(self, node: exp.Expr) -> str | None:
+        """The type of the column whose values ``node`` is, as the view's schema names it (as
+        :meth:`stored`, for any registered view); else None."""
+        return self._declared(node, self.spark_types)
+
+    def _declared(self, node: exp.Expr, types: Mapping[str, Mapping[str, str]]) -> str | None:
         while isinstance(node, (exp.Alias, exp.Paren, exp.Min, exp.Max)) or _only_branch(node):
             if isinstance(node, exp.Case):
                 node = node.args["ifs"][0].args["true"]
@@ -155,8 +167,8 @@ class Types:
             return None
         found = self.defined_as(node)
         if isinstance(found, tuple):
-            return self.duckdb_types.get(found[0], {}).get(found[1])
-        return self.stored(found) if found is not None else None
+            return types.get(found[0], {}).get(found[1])
+        return self._declared(found, types) if found is not None else None
 
     def defined_as(self, column: exp.Column) -> tuple[str, str] | exp.Expr | None:
         """What ``column`` reads: ``(view, column)`` of a table, the projection of a derived
