@@ -181,7 +181,16 @@ def _on_complete_rows(df, step, given, compute):
 
 
 def _rankswap(df, step, rng):
+    """Rank swapping of each column. A p that allows no swap is refused: ranks are swapped
+    only closer than p·n/100, and at one or less the file would hold the columns exactly as
+    perturbed (red team s47i: ``rankswap:income:p=0.001`` on 20,000 persons stored every
+    income as it is, as ``noise:income:c=0`` did)."""
     p = _number(step, "p")
+    if 0 < p and p * len(df) / 100 <= 1:
+        raise MicrodataError(
+            f"step {step.text()!r} swaps nothing: ranks are swapped only closer than p % of "
+            f"the {len(df)} records ({p * len(df) / 100:g} here); give p > {100 / len(df):g}"
+        )
     out = df.copy()
     for c in step.columns:
         out[c] = perturb.rank_swap(df[c].to_numpy(), p, rng)
