@@ -20,6 +20,9 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
 - W  ``rankswap:income:p=0.001`` over 20,000 records: a window of 0.2 ranks, no value swapped,
      every income stored as it was while the file called it perturbed (s39c's ``noise c=0``
      through another step). Refused now when p·n/100 <= 1.
+- W  ``noise:income:c=1`` over the two persons of municipality R01-M013 (``--sql``): add_noise
+     returns fewer than d + 2 records as they are (shuffle: fewer than 3), and both incomes
+     were stored exactly, as noised. Refused now, naming the step and the count.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from sqlsdc.microdata import perturb
 from sqlsdc.microdata.steps import apply_steps, parse_step
 
 KEYS = ["region", "sex", "age", "education"]
+WITHOUT_MUNICIPALITY = "SELECT region, sex, age, education, occupation, income, weight FROM persons"
 
 
 def _candidates(file: pd.DataFrame, originals: pd.DataFrame, keys: list[str]) -> np.ndarray:
@@ -83,7 +87,7 @@ def test_a_neighbour_finds_k_records_for_every_person_of_the_file(fresh_demo_db,
     """The job on the demo (fails on main: at k = 3 persons among 2 records, at k = 10 among 2
     to 9, with the report's "records with fk < k" at 0)."""
     steps = ["recode:age:breaks=15/30/45/65/85", f"suppress:{','.join(KEYS)}:k={k}"]
-    report = anonymize(fresh_demo_db, user="admin", source="persons", into=f"p{k}",
+    report = anonymize(fresh_demo_db, user="admin", sql=WITHOUT_MUNICIPALITY, into=f"p{k}",
                        steps=steps, keys=KEYS, seed=1)  # fmt: skip
     con = duckdb.connect(str(fresh_demo_db), read_only=True)
     try:
@@ -108,3 +112,21 @@ def test_a_rank_swap_that_swaps_nothing_is_refused(p):
         apply_steps(df, [parse_step(f"rankswap:income:p={p}")], secret=b"s" * 32, seed=0)
     out, _ = apply_steps(df, [parse_step("rankswap:income:p=0.01")], secret=b"s" * 32, seed=0)
     assert (out["income"] != df["income"]).mean() > 0.9
+
+
+@pytest.mark.parametrize(
+    ("step", "records"),
+    [("noise:income:c=1", 2), ("noise:income,age:c=1", 3), ("shuffle:income", 2)],
+)
+def test_a_step_that_returns_too_few_records_as_they_are_is_refused(step, records):
+    """Fails on main: ``noise:income:c=1`` over the two persons of a municipality (add_noise
+    needs d + 2 records, shuffle 3) stored both incomes as they were, as perturbed."""
+    df = pd.DataFrame(
+        {"income": [47104.6, 127383.16, 9133.96][:records], "age": [30, 40, 50][:records]}
+    )
+    with pytest.raises(MicrodataError, match="changes nothing"):
+        apply_steps(df, [parse_step(step)], secret=b"s" * 32, seed=0)
+    more = pd.DataFrame({"income": np.arange(1.0, 9.0), "age": np.arange(20.0, 28.0)})
+    out, _ = apply_steps(more, [parse_step(step)], secret=b"s" * 32, seed=0)
+    assert (out["income"] != more["income"]).any()
+
