@@ -23,6 +23,12 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
 - W  ``noise:income:c=1`` over the two persons of municipality R01-M013 (``--sql``): add_noise
      returns fewer than d + 2 records as they are (shuffle: fewer than 3), and both incomes
      were stored exactly, as noised. Refused now, naming the step and the count.
+- W  ``anonymize --help``'s own example (``--from persons``, keys region, sex, age,
+     education, k = 3): the report said "records with fk < 3: 0" while the file showed
+     municipality, and 1,466 of the 20,000 persons were unique by municipality, sex, age band
+     and education (5,989 with occupation too). Keys that name a level of a policy hierarchy
+     must now name the finest level the file shows (``jobs/risk_keys.py``); the example keys
+     municipality. Keys that leave out other columns (occupation) stay the admin's choice.
 """
 
 from __future__ import annotations
@@ -130,3 +136,26 @@ def test_a_step_that_returns_too_few_records_as_they_are_is_refused(step, record
     out, _ = apply_steps(more, [parse_step(step)], secret=b"s" * 32, seed=0)
     assert (out["income"] != more["income"]).any()
 
+
+def test_keys_coarser_than_the_file_are_refused(fresh_demo_db):
+    """Fails on main: ``anonymize --help``'s example (keys region, sex, age, education at k = 3,
+    the file showing municipality) was stored with "records with fk < 3: 0" while 1,466 of
+    the 20,000 persons were unique on municipality, sex, age band and education."""
+    steps = ["recode:age:breaks=15/30/45/65/85", f"suppress:{','.join(KEYS)}:k=3"]
+    with pytest.raises(MicrodataError, match="shows municipality, a finer level of it"):
+        anonymize(fresh_demo_db, user="admin", source="persons", into="coarse", steps=steps,
+                  keys=KEYS, seed=1)  # fmt: skip
+    con = duckdb.connect(str(fresh_demo_db), read_only=True)
+    try:
+        stored = con.sql("SELECT count(*) FROM information_schema.tables WHERE table_name = "
+                         "'coarse'").fetchall()  # fmt: skip
+        decision = con.sql("SELECT decision FROM sqlsdc.audit ORDER BY query_id DESC LIMIT 1")
+        decision = decision.fetchall()
+    finally:
+        con.close()
+    assert stored == [(0,)] and decision == [("refused",)]
+    fine = ["municipality", "sex", "age", "education"]
+    steps = [steps[0], f"suppress:{','.join(fine)}:k=3"]
+    report = anonymize(fresh_demo_db, user="admin", source="persons", into="fine",
+                       steps=steps, keys=fine, seed=1)  # fmt: skip
+    assert report.after["violations"]["3"] == 0
