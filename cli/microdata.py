@@ -73,10 +73,11 @@ def anonymize(db, source, sql, into, steps, keys, weights, household, seed, repl
 
     \b
     Example:
-      sqlsdc anonymize demo.duckdb --from persons --into persons_sdc \\
+      sqlsdc anonymize demo.duckdb --into persons_sdc \\
+        --sql "SELECT sex, age, education, occupation, income FROM persons" \\
         --step recode:age:breaks=15/30/45/65/85 \\
-        --step suppress:municipality,sex,age,education:k=3 \\
-        --step microaggregate:income:k=5 --keys municipality,sex,age,education
+        --step suppress:sex,age,education:k=3 \\
+        --step microaggregate:income:k=5 --keys sex,age,education
     """
     from sqlsdc.jobs.anonymize import anonymize as run
     from sqlsdc.jobs.session import handed_connection

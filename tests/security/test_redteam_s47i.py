@@ -27,8 +27,13 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      education, k = 3): the report said "records with fk < 3: 0" while the file showed
      municipality, and 1,466 of the 20,000 persons were unique by municipality, sex, age band
      and education (5,989 with occupation too). Keys that name a level of a policy hierarchy
-     must now name the finest level the file shows (``jobs/risk_keys.py``); the example keys
-     municipality. Keys that leave out other columns (occupation) stay the admin's choice.
+     must now name the finest level the file shows (``jobs/risk_keys.py``); the example reads
+     the persons without geography. Keys that leave out other columns (occupation) stay
+     the admin's choice.
+- O  ``synthesize --method cart`` without smoothing (the default): every synthetic income is an
+     original one (100 % on R01's 1,539 persons, 1,500 records); of the 203 persons unique by
+     sex, age, education and occupation whose key shows a single synthetic income, 27 see
+     their own to the cent (13 %); with ``--option smoothing=density`` 1. Strict xfail below.
 """
 
 from __future__ import annotations
@@ -159,3 +164,39 @@ def test_keys_coarser_than_the_file_are_refused(fresh_demo_db):
     report = anonymize(fresh_demo_db, user="admin", source="persons", into="fine",
                        steps=steps, keys=fine, seed=1)  # fmt: skip
     assert report.after["violations"]["3"] == 0
+
+
+def _cart_income_hits(db, name: str) -> tuple[int, int]:
+    """Persons of R01 unique by sex, age, education and occupation whose key shows one income
+    in the synthetic file: how many, and how many of those show the person's own income."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        key = "sex, age, education, occupation"
+        original = con.sql(f"SELECT {key}, income FROM persons WHERE region = 'R01'").df()
+        synthetic = con.sql(f"SELECT {key}, income FROM protected.{name}").df()
+    finally:
+        con.close()
+    columns = ["sex", "age", "education", "occupation"]
+    unique = original.groupby(columns).filter(lambda g: len(g) == 1)
+    shown = synthetic.groupby(columns)["income"].agg(["nunique", "first"])
+    joined = unique.join(shown, on=columns, how="inner")
+    single = joined[joined["nunique"] == 1]
+    return len(single), int((single["first"] - single["income"]).abs().lt(0.005).sum())
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (s47i): cart without smoothing draws each income from an original donor of "
+    "its leaf; of the 203 persons of R01 (CLI demo) unique by sex, age, education and "
+    "occupation whose key shows one synthetic income, 27 showed their own to the cent (1 "
+    "with smoothing=density; the tests' demo: 33 of 225, none smoothed). The README "
+    "documents it and synth-report shows it; a default "
+    "of smoothing, or a refusal of cart on a measure without it, is the lead's call",
+)
+def test_cart_without_smoothing_does_not_show_unique_persons_their_income(fresh_demo_db):
+    from sqlsdc.synth import synthesize
+
+    sql = "SELECT sex, age, education, occupation, income FROM persons WHERE region = 'R01'"
+    synthesize(fresh_demo_db, user="admin", into="syn", method="cart", sql=sql, rows=1500, seed=3)
+    single, own = _cart_income_hits(fresh_demo_db, "syn")
+    assert single > 50 and own <= single // 100
