@@ -68,13 +68,16 @@ def anonymize(db, source, sql, into, steps, keys, weights, household, seed, repl
     follows (a break at 85 next to `WHERE age >= 85`) tell nothing new. A cell of a column
     that local suppression blanked shows fewer records than it holds, so the table's cell less
     the file's would count the blanked ones there: refused as well when they are few.
+    Keys that name a level of a hierarchy of the policy (region) must name the finest level
+    the file shows (municipality): a neighbour who knows the one knows the other.
 
     \b
     Example:
-      sqlsdc anonymize demo.duckdb --from persons --into persons_sdc \\
+      sqlsdc anonymize demo.duckdb --into persons_sdc \\
+        --sql "SELECT sex, age, education, occupation, income FROM persons" \\
         --step recode:age:breaks=15/30/45/65/85 \\
-        --step suppress:region,sex,age,education:k=3 \\
-        --step microaggregate:income:k=5 --keys region,sex,age,education
+        --step suppress:sex,age,education:k=3 \\
+        --step microaggregate:income:k=5 --keys sex,age,education
     """
     from sqlsdc.jobs.anonymize import anonymize as run
     from sqlsdc.jobs.session import handed_connection

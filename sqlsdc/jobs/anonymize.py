@@ -55,6 +55,7 @@ from sqlsdc.jobs.record_files import (
     stored_files,
 )
 from sqlsdc.jobs.refusals import check_output_name, dp_table_refusal
+from sqlsdc.jobs.risk_keys import refuse_coarse_keys
 from sqlsdc.jobs.session import OUTPUT_SCHEMA, job_catalog, json_safe
 from sqlsdc.jobs.stored_tables import exact_tables
 from sqlsdc.microdata.microaggregation import il1s
@@ -176,6 +177,12 @@ def anonymize(
         try:
             say(f"read {len(original)} records from {source or 'the query'}")
             keys, weights = _risk_columns(policy, source, original, keys, weights)
+            try:
+                held = [c for c in original.columns if c not in dropped]
+                refuse_coarse_keys(policy, source, held, keys)
+            except Error as refusal:
+                audit("refused", reason=store.audit_reason(refusal))
+                raise
             store.ensure_secret(con)
             ((secret,),) = con.execute(
                 f"SELECT material FROM {store.S}.secrets WHERE name = 'prf'"

@@ -157,15 +157,27 @@ def _noise(df, step, rng):
             f"step {step.text()!r} adds no noise (c = 0): the file would hold "
             f"{', '.join(step.columns)} exactly as perturbed; give c > 0"
         )
-    out, records = _on_complete_rows(df, step, (), lambda x, _s: perturb.add_noise(x, c, rng))
+    least = len(step.columns) + 2  # add_noise leaves fewer records as they are
+    out, records = _on_complete_rows(
+        df, step, (), lambda x, _s: perturb.add_noise(x, c, rng), least=least
+    )
     return out, {"c": c, "records": records}
 
 
-def _on_complete_rows(df, step, given, compute):
+def _on_complete_rows(df, step, given, compute, *, least):
     """``compute(X, S)`` over the rows complete in the step's columns (X) and ``given`` (S);
-    the other rows keep their values. The step's columns become floats."""
+    the other rows keep their values. The step's columns become floats. Fewer than ``least``
+    complete rows (but some) are refused: the method returns them as they are, and the file
+    would hold them exactly as perturbed (red team s47i: ``noise:income:c=1`` over the two
+    persons of a municipality stored both incomes as they were)."""
     cols = list(step.columns)
     complete = df[cols + list(given)].notna().all(axis=1).to_numpy()
+    if 0 < complete.sum() < least:
+        raise MicrodataError(
+            f"step {step.text()!r} changes nothing on {int(complete.sum())} record(s) complete "
+            f"in its columns: it needs at least {least}; leave the column out of the file or "
+            "use a step that does not need them (topcode, recode, suppress)"
+        )
     try:  # only the conversion: the step's own errors say more than "needs numeric columns"
         values = df.loc[complete, cols].to_numpy(float)
         givens = df.loc[complete, list(given)].to_numpy(float)
@@ -181,7 +193,16 @@ def _on_complete_rows(df, step, given, compute):
 
 
 def _rankswap(df, step, rng):
+    """Rank swapping of each column. A p that allows no swap is refused: ranks are swapped
+    only closer than p·n/100, and at one or less the file would hold the columns exactly as
+    perturbed (red team s47i: ``rankswap:income:p=0.001`` on 20,000 persons stored every
+    income as it is, as ``noise:income:c=0`` did)."""
     p = _number(step, "p")
+    if 0 < p and p * len(df) / 100 <= 1:
+        raise MicrodataError(
+            f"step {step.text()!r} swaps nothing: ranks are swapped only closer than p % of "
+            f"the {len(df)} records ({p * len(df) / 100:g} here); give p > {100 / len(df):g}"
+        )
     out = df.copy()
     for c in step.columns:
         out[c] = perturb.rank_swap(df[c].to_numpy(), p, rng)
@@ -193,7 +214,7 @@ def _shuffle(df, step, rng):
     missing = [c for c in given if c not in df.columns]
     if missing:
         raise MicrodataError(f"step shuffle: given columns {missing} not in the data")
-    out, records = _on_complete_rows(df, step, given, lambda x, s: shuffle(x, s, rng))
+    out, records = _on_complete_rows(df, step, given, lambda x, s: shuffle(x, s, rng), least=3)
     return out, {"given": given, "records": records}
 
 

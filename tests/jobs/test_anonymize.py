@@ -14,10 +14,10 @@ from sqlsdc.errors import AccessDenied, MicrodataError, NotFoundError
 from sqlsdc.jobs.anonymize import anonymize, stored_report
 from sqlsdc.microdata.risk import frequencies
 
-KEYS = ["region", "sex", "age", "education"]
+KEYS = ["municipality", "sex", "age", "education"]  # the finest geography the file shows
 STEPS = [
     "recode:age:breaks=15/30/45/65",
-    "suppress:region,sex,age,education:k=3",
+    "suppress:municipality,sex,age,education:k=3",
     "microaggregate:income:k=5",
     "pram:occupation:p=0.8,invariant=1",
 ]
@@ -184,13 +184,16 @@ def test_cli_session_anonymize_report_publish(tmp_path, sqlsdc_in_process):
     assert neither.returncode == 2 and "--from TABLE or --sql QUERY" in neither.stderr
 
 
+SWAP_KEYS = ["municipality", "sex", "age"]
+
+
 def test_household_swapping_and_household_risk(fresh_demo_db):
     """The household identifier is read for the swap and the household risk, and left out of
     the stored file like every direct identifier; SUDA and interval disclosure are reported."""
     report = anonymize(fresh_demo_db, user="admin", source="persons", into="swapped",
                        steps=["swap:region,municipality:household=household_id,risk=age/sex,"
                               "k=3,rate=0.05", "noise:income:c=0.2"],
-                       keys=["region", "sex", "age"], household="household_id", seed=2)  # fmt: skip
+                       keys=SWAP_KEYS, household="household_id", seed=2)  # fmt: skip
     stored = _read(fresh_demo_db, "SELECT * FROM protected.swapped")
     assert "household_id" not in stored.columns and "household_id" in report.dropped
     swap = report.steps[0]
@@ -209,7 +212,7 @@ def test_household_swapping_and_household_risk(fresh_demo_db):
     )  # fmt: skip (... only)
     for side in (report.before, report.after):
         assert side["households"]["households"] > 0
-        assert side["suda"]["keys"] == ["region", "sex", "age"]
+        assert side["suda"]["keys"] == SWAP_KEYS
     assert 0 <= report.linkage["interval_disclosure"] <= 100
     with pytest.raises(MicrodataError, match="household column"):
         anonymize(fresh_demo_db, user="admin", source="persons", into="x", household="nope",
@@ -226,7 +229,7 @@ def test_risk_utility_comparison_of_candidate_settings(fresh_demo_db, tmp_path,
     pytest.importorskip("matplotlib")
     for k in (3, 5, 10):
         anonymize(fresh_demo_db, user="admin", source="persons", into=f"k{k}", keys=KEYS,
-                  steps=[STEPS[0], f"suppress:region,sex,age,education:k={k}",
+                  steps=[STEPS[0], f"suppress:municipality,sex,age,education:k={k}",
                          f"microaggregate:income:k={k}"])  # fmt: skip
 
     def report(*args):
