@@ -18,6 +18,9 @@ over a secret order, the first cell's side secret too (keyed by the database's s
 cell's identity and value: half the cells down, half up, as before, none by its value); the
 inner cells under a margin whose side a replaced version fixed take that side.
 
+Open (strict xfail below): ``--cta-method milp`` chooses its own directions, and a lone
+sensitive cell's two cost the same; the solver breaks the tie down in 8 of 8 tables.
+
 Held (one line each):
 - a count suppression job's ``lower_bound``/``upper_bound`` (the audit's intervals): equal to
   an independent LP over the published counts (listed inner cells >= 1) for all 344 hidden
@@ -43,6 +46,7 @@ from __future__ import annotations
 import hashlib
 
 import duckdb
+import pytest
 
 from sqlsdc.jobs.adjust import cta_query
 from sqlsdc.tabular.rules import FrequencyRule
@@ -52,7 +56,9 @@ RANGE = 0.3  # freq:3's safety range; the secret factor f lies in [1, 1.5)
 ONE_FIRM = [486.0, 162.0, 54.0, 720.0, 333.0, 95.0, 610.0, 241.0]  # one table each
 
 
-def _one_sensitive_cell(folder, k: int, value: float) -> tuple[float, float, float, float]:
+def _one_sensitive_cell(
+    folder, k: int, value: float, method: str = "lp"
+) -> tuple[float, float, float, float]:
     """A 3 x 3 table of turnover whose (A, R1) is one firm of ``value`` (sensitive under
     freq:3), every other inner cell five firms of 500, CTA'd with intervals as ``t<k>``:
     (adjusted value, lower_bound, upper_bound, original) of (A, R1)."""
@@ -64,7 +70,8 @@ def _one_sensitive_cell(folder, k: int, value: float) -> tuple[float, float, flo
         con.execute("UPDATE sqlsdc.secrets SET material = ? WHERE name = 'prf'",
                     [hashlib.sha256(b"s47l").digest()])  # fmt: skip
     cta_query(db, "chief", "SELECT nace, region, SUM(turnover) FROM firms GROUP BY nace, region",
-              into=f"t{k}", rules=[FrequencyRule(3)], intervals=True, time_limit=10)  # fmt: skip
+              into=f"t{k}", rules=[FrequencyRule(3)], intervals=True, method=method,
+              time_limit=10)  # fmt: skip
     with duckdb.connect(db, read_only=True) as con:
         frame = con.sql(f"SELECT * FROM protected.t{k}").df()
     flagged = frame[frame["lower_bound"].notna()]
@@ -86,3 +93,16 @@ def test_a_cta_jobs_lone_sensitive_cell_does_not_tell_its_direction(tmp_path):
         assert low <= min(a, o - RANGE * o) and high >= max(a, o + RANGE * o)
     assert 0 < sum(down) < len(found), down  # on main: 8 of 8 down
     assert sum(pinned) < len(found), pinned  # on main: 8 of 8 within +-12 %
+
+
+@pytest.mark.xfail(strict=True, reason="--cta-method milp chooses its own directions: a lone "
+                   "sensitive cell's two directions cost the same and the solver breaks the tie "
+                   "down, 8 of 8 tables (red team s47l, open)")  # fmt: skip
+def test_a_milp_cta_jobs_lone_sensitive_cell_does_not_tell_its_direction(tmp_path):
+    """The same eight tables under ``--cta-method milp`` (free directions, the LP's secret
+    ones only its first incumbent): every lone sensitive cell goes down, so the reader has its
+    original to +-12 % again. A fix: break the MILP's ties towards the LP's secret directions
+    (a small cost on the direction binaries), or refuse ``--intervals`` with ``milp``."""
+    found = [_one_sensitive_cell(tmp_path / f"t{k}", k, v, "milp") for k, v in enumerate(ONE_FIRM)]
+    down = [a < o for a, _lo, _hi, o in found]
+    assert 0 < sum(down) < len(found), down
