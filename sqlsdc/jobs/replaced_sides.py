@@ -79,16 +79,36 @@ class Replaced:
     sides: np.ndarray
     distance: np.ndarray
 
-    def directions(self, table: Table, sensitive: np.ndarray) -> np.ndarray:
+    def directions(self, table: Table, sensitive: np.ndarray, secret: np.ndarray) -> np.ndarray:
         """The LP's fixed directions: the sides kept where they are set, elsewhere the CTA's
-        default rule (:func:`~sqlsdc.tabular.cta.choose_directions`, ``alternate``: by
-        decreasing value, down, up, …)."""
-        values = table.values
+        ``alternate`` rule (:func:`~sqlsdc.tabular.cta.choose_directions`: half the cells
+        down, half up) over the cells in decreasing ``secret`` order (one secret number in
+        [0, 1) per cell), not by value, the first down or up by a secret bit (a low bit of the
+        first one's number). By value, as that rule goes, the direction followed from the
+        originals' order, which a reader of ``--intervals`` (they name the sensitive cells)
+        often sees in the adjusted values: a lone sensitive cell always went down (red team
+        s47l). A cell whose side is kept (an inner cell of the replaced version, a margin of
+        this one) passes it to the sensitive inner cells it adds up that have none, so that it
+        moves that way too (the LP fixes the directions of inner cells)."""
         s = np.flatnonzero(sensitive)
-        order = s[np.lexsort((s, -values[s]))]
-        found = np.zeros(values.size)
-        found[order] = np.where(np.arange(order.size) % 2 == 0, -1.0, 1.0)
-        return np.where(self.sides != 0, self.sides, found)
+        order = s[np.lexsort((s, -secret[s]))]
+        first = int(secret[order[0]] * 2**30) % 2 if order.size else 0
+        found = np.zeros(secret.size)
+        found[order] = np.where((np.arange(order.size) + first) % 2 == 0, -1.0, 1.0)
+        return np.where(self.sides != 0, self.sides, self._inherited(table, sensitive, found))
+
+    def _inherited(self, table: Table, sensitive: np.ndarray, found: np.ndarray) -> np.ndarray:
+        """``found`` with the side of every kept cell on the sensitive inner cells under it
+        that have no side of their own."""
+        if table.X is None or not np.any(self.sides != 0):
+            return found
+        out = found.copy()
+        inner = np.asarray(table.inner)
+        for cell in np.flatnonzero(self.sides != 0).tolist():
+            under = inner[table.X[:, cell].nonzero()[0]]
+            free = under[sensitive[under] & (self.sides[under] == 0)]
+            out[free] = self.sides[cell]
+        return out
 
     def levels(self, upl: np.ndarray, lpl: np.ndarray, most: tuple[np.ndarray, np.ndarray]
                ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
