@@ -211,10 +211,21 @@ def cta_query(
     within a factor of ten — what Giessing & Dittrich publish (flagged cells with intervals),
     and no more: no levels, no rule, no direction, no original. For a frequency table that flag
     alone tells that a cell has fewer units than the minimum frequency, so ``intervals`` is
-    refused for ``COUNT(*)`` jobs.
+    refused for ``COUNT(*)`` jobs. It is refused with ``milp`` as well: the MILP chooses the
+    directions, and breaks the tie of a lone sensitive cell down (8 of 8 tables, red team
+    s47l), which the flag names, so its original would be known to ±12 %; the LP's
+    directions follow a secret order.
     """
     from sqlsdc.tabular.cta import cta
     from sqlsdc.tabular.intervals import publish_intervals
+
+    if intervals and method == "milp":
+        raise TabularError(
+            "--intervals flags the sensitive cells, and --cta-method milp chooses their "
+            "directions from the data (a lone sensitive cell always moves down), so the flag "
+            "would tell how far each original lies from its adjusted value; use --cta-method lp "
+            "(its directions follow a secret order) with --intervals, or milp without it"
+        )
 
     check_time_limit(time_limit)
     started = time.perf_counter()

@@ -18,8 +18,9 @@ over a secret order, the first cell's side secret too (keyed by the database's s
 cell's identity and value: half the cells down, half up, as before, none by its value); the
 inner cells under a margin whose side a replaced version fixed take that side.
 
-Open (strict xfail below): ``--cta-method milp`` chooses its own directions, and a lone
-sensitive cell's two cost the same; the solver breaks the tie down in 8 of 8 tables.
+Refused (was open): ``--cta-method milp`` chooses its own directions, and a lone sensitive
+cell's two cost the same; the solver broke the tie down in 8 of 8 tables, so ``--intervals``
+with ``milp`` is refused.
 
 Held (one line each):
 - a count suppression job's ``lower_bound``/``upper_bound`` (the audit's intervals): equal to
@@ -48,6 +49,7 @@ import hashlib
 import duckdb
 import pytest
 
+from sqlsdc.errors import TabularError
 from sqlsdc.jobs.adjust import cta_query
 from sqlsdc.tabular.rules import FrequencyRule
 from tests.firms_db import firms_db
@@ -95,14 +97,10 @@ def test_a_cta_jobs_lone_sensitive_cell_does_not_tell_its_direction(tmp_path):
     assert sum(pinned) < len(found), pinned  # on main: 8 of 8 within +-12 %
 
 
-@pytest.mark.xfail(strict=True, reason="--cta-method milp chooses its own directions: a lone "
-                   "sensitive cell's two directions cost the same and the solver breaks the tie "
-                   "down, 8 of 8 tables (red team s47l, open)")  # fmt: skip
-def test_a_milp_cta_jobs_lone_sensitive_cell_does_not_tell_its_direction(tmp_path):
-    """The same eight tables under ``--cta-method milp`` (free directions, the LP's secret
-    ones only its first incumbent): every lone sensitive cell goes down, so the reader has its
-    original to +-12 % again. A fix: break the MILP's ties towards the LP's secret directions
-    (a small cost on the direction binaries), or refuse ``--intervals`` with ``milp``."""
-    found = [_one_sensitive_cell(tmp_path / f"t{k}", k, v, "milp") for k, v in enumerate(ONE_FIRM)]
-    down = [a < o for a, _lo, _hi, o in found]
-    assert 0 < sum(down) < len(found), down
+def test_a_milp_cta_job_does_not_flag_the_cells_whose_directions_it_chose(tmp_path):
+    """``--cta-method milp`` chooses its own directions, and a lone sensitive cell's two cost
+    the same: the solver broke the tie down in 8 of 8 tables, and ``--intervals`` named the
+    cell, so the reader had its original to +-12 % again. The combination is refused (the
+    lead; a tie broken towards the LP's secret directions is left)."""
+    with pytest.raises(TabularError, match="--cta-method milp chooses their directions"):
+        _one_sensitive_cell(tmp_path / "t0", 0, ONE_FIRM[0], "milp")
