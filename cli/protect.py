@@ -100,7 +100,8 @@ OWNERS = {  # option -> the methods it belongs to
     is_flag=True,
     default=None,
     help="[cta] Also store Giessing-Dittrich intervals (lower_bound, upper_bound) on the "
-    "adjusted sensitive cells; this tells which cells were adjusted. Sums only.",
+    "adjusted sensitive cells; this tells which cells were adjusted. Sums only; not with "
+    "--cta-method milp.",
 )
 @click.option(
     "--margins",
