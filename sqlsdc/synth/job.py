@@ -190,7 +190,11 @@ def synthesize(
         seed: seed of the keyed draws (with the database secret: same seed, same data).
         copies: synthetic copies stored in one table (column ``synthetic_copy``).
         rows: records per copy (default: the source's count; DP: the estimated count).
-        options: method options (``cart``: min leaf size, ...).
+        options: method options (``cart``: min leaf size, ...). ``cart``'s ``smoothing``
+            defaults to every variable traced to a policy ``measure``
+            (:mod:`sqlsdc.synth.measures`); leaving one out warns (``details["warnings"]``,
+            ``details["unsmoothed_measures"]``, the audit reason), and a measure without a
+            bandwidth is refused.
         replace: overwrite an existing ``protected.<into>``.
         progress: called with the name of each step as it starts.
 
