@@ -114,7 +114,10 @@ def synthesize(db, source, sql, into, method, columns, epsilon, margins, bins, l
     --bins or a `domain:` in the policy). Random draws come from the database's secret and
     --seed: same seed, same data. The table, its report, a view synthetic.NAME and an audit
     entry are stored together; `sqlsdc publish` releases it, and the policy's `releases:`
-    lets analysts read it row by row. A DP job, once a budget applies to the table:
+    lets analysts read it row by row. cart smooths every measure of the policy by default
+    (synthpop's smoothing="density"; --option smoothing=false, or a list leaving a measure
+    out, warns that its values are then original ones; a measure too concentrated to smooth
+    is refused: top-code or round it). A DP job, once a budget applies to the table:
     --method dp-ipf --epsilon 1 --columns sex,education,age --bins age=0,15,30,45,65,111.
 
     \b
@@ -152,6 +155,8 @@ def synthesize(db, source, sql, into, method, columns, epsilon, margins, bins, l
             replace=replace,
             progress=say,
         )
+    for warning in report.details.get("warnings") or []:  # stderr, whatever the format
+        click.echo(warning, err=True)
     if fmt == "json":
         print_json(report.to_dict())
         return

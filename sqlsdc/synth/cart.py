@@ -52,7 +52,7 @@ import pandas as pd
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
 from sqlsdc.errors import SynthesisError
-from sqlsdc.synth.smoothing import smooth_density
+from sqlsdc.synth.smoothing import SmoothingError, smooth_density
 
 __all__ = [
     "SynthesisError",
@@ -107,6 +107,10 @@ def synthesize_cart(
             replaced by N(value, h²) with h the Sheather-Jones bandwidth of those values, except
             a value held by over 70 % of them and a top-coded maximum; results are clipped to
             [min, max + h] of the observed values and rounded to their number of decimals.
+            Default off here, as synthpop's, for reference comparisons; the synthesis job
+            (:func:`sqlsdc.synth.job.synthesize`) smooths every measure by default
+            (:mod:`sqlsdc.synth.measures`). Raises :class:`SmoothingError` (its ``column``
+            set) where no bandwidth is found.
         special_values: per numeric variable, codes synthesised as categories apart from the
             values (synthpop's ``cont.na``), e.g. ``{"income": [-8]}``.
         progress: called with ``"cart: income (3 of 8)"`` as each variable starts, so that a
@@ -137,26 +141,30 @@ def synthesize_cart(
     for position, column in enumerate(order):
         if progress is not None:
             progress(f"cart: {column} ({position + 1} of {len(order)})")
-        for part in coder.parts(column):
-            y, keep = coder.response(part)
-            target = coder.target_rows(part, syn, n)
-            if position == 0:  # the first variable (and its state): from the marginal
-                drawn = _marginal(y[keep], target, rng, draw, part.kind)
-                if column in smooth and part.kind != "category" and target.any():
-                    # synthpop's syn.sample smooths the sampled values as syn.cart does
-                    drawn[target] = smooth_density(drawn[target], y[keep], rng)
+        try:
+            for part in coder.parts(column):
+                y, keep = coder.response(part)
+                target = coder.target_rows(part, syn, n)
+                if position == 0:  # the first variable (and its state): from the marginal
+                    drawn = _marginal(y[keep], target, rng, draw, part.kind)
+                    if column in smooth and part.kind != "category" and target.any():
+                        # synthpop's syn.sample smooths the sampled values as syn.cart does
+                        drawn[target] = smooth_density(drawn[target], y[keep], rng)
+                    syn[part.name] = drawn
+                    trees[part.name] = "sample"
+                    continue
+                predictors = [p.name for c in order[:position] for p in coder.parts(c)]
+                if part.kind == "value" and part.state:  # records of the state "value" only
+                    predictors.append(part.state)
+                drawn, leaves_used = _draw_from_tree(
+                    coder, part, y, keep, predictors, syn, target, leaves[column], rng, draw,
+                    smooth=column in smooth,
+                )  # fmt: skip
                 syn[part.name] = drawn
-                trees[part.name] = "sample"
-                continue
-            predictors = [p.name for c in order[:position] for p in coder.parts(c)]
-            if part.kind == "value" and part.state:  # records of the state "value" only
-                predictors.append(part.state)
-            drawn, leaves_used = _draw_from_tree(
-                coder, part, y, keep, predictors, syn, target, leaves[column], rng, draw,
-                smooth=column in smooth,
-            )  # fmt: skip
-            syn[part.name] = drawn
-            trees[part.name] = leaves_used
+                trees[part.name] = leaves_used
+        except SmoothingError as error:  # the job's refusal names the variable
+            error.column = column
+            raise
     records = coder.decode(syn, n)
     details = {
         "method": "cart",

@@ -70,8 +70,10 @@ from sqlsdc.mechanisms.accountant import PrivacyCost, amount_text, exact_text, f
 from sqlsdc.policy import ColumnRole
 from sqlsdc.policy.model import DpSettings
 from sqlsdc.synth import ipf
+from sqlsdc.synth.measures import measure_columns, smoothing_choice, unsmoothed_warning
 from sqlsdc.synth.parametric import synthesize_parametric
 from sqlsdc.synth.rng import noise_stream, synth_rng
+from sqlsdc.synth.smoothing import SmoothingError
 from sqlsdc.synth.weak_noise import weak_noise_note
 
 JOB = "synthesize"
@@ -188,7 +190,11 @@ def synthesize(
         seed: seed of the keyed draws (with the database secret: same seed, same data).
         copies: synthetic copies stored in one table (column ``synthetic_copy``).
         rows: records per copy (default: the source's count; DP: the estimated count).
-        options: method options (``cart``: min leaf size, ...).
+        options: method options (``cart``: min leaf size, ...). ``cart``'s ``smoothing``
+            defaults to every variable traced to a policy ``measure``
+            (:mod:`sqlsdc.synth.measures`); leaving one out warns (``details["warnings"]``,
+            ``details["unsmoothed_measures"]``, the audit reason), and a measure without a
+            bandwidth is refused.
         replace: overwrite an existing ``protected.<into>``.
         progress: called with the name of each step as it starts.
 
@@ -220,6 +226,7 @@ def synthesize(
                 )
             version, policy = check_records_job(con, user, into, replace)
             exact = False  # may the file hold its source's counts (synthesis_files)
+            unsmoothed: list[str] = []  # cart: measures whose values are donors' (measures)
             note = None  # a DP synthesis's margins exact more often than not (weak_noise)
             if dp:
                 plan = _dp_plan(con, policy, source, sql, columns, epsilon, margins, bins,
@@ -246,6 +253,10 @@ def synthesize(
                 if exact:  # balanced draws or more records than the source: exact counts
                     refuse_exact_synthesis(con, policy, into, source or sql,
                                            list(original.columns))  # fmt: skip
+                if method == "cart":  # smooth the measures unless told (s47m)
+                    measures = measure_columns(con, policy, definition, original)
+                    options, unsmoothed = smoothing_choice(options, measures,
+                                                           list(original.columns))  # fmt: skip
             store.ensure_secret(con)
             ((secret,),) = con.execute(
                 f"SELECT material FROM {store.S}.secrets WHERE name = 'prf'"
@@ -273,8 +284,13 @@ def synthesize(
                 out_columns = [v.name for v in plan["variables"]]
             else:
                 say(f"fitting {method} to {len(original)} records")
-                frames, details = _run(method, original, secret, seed, copies, rows, options,
-                                       say)  # fmt: skip
+                try:
+                    frames, details = _run(method, original, secret, seed, copies, rows,
+                                           options, say)  # fmt: skip
+                except SmoothingError as error:
+                    refusal = _smoothing_refusal(error)
+                    audit("refused", reason=store.audit_reason(refusal))
+                    raise refusal from None
                 out_columns = list(original.columns)
             details["seconds"] = round(time.perf_counter() - started, 3)
             # columns whose counts may be the source's (sqlsdc.jobs.synthesis_files): none when
@@ -283,6 +299,10 @@ def synthesize(
             details["exact_columns"] = out_columns if not dp and exact else []
             if note is not None:
                 details["notes"] = [note]
+            warning = unsmoothed_warning(unsmoothed) if unsmoothed else None
+            if warning is not None:  # the report and the audit entry record the choice
+                details["unsmoothed_measures"] = unsmoothed
+                details["warnings"] = [warning]
             result = _stack(frames)
             report = SynthReport(
                 name=f"{OUTPUT_SCHEMA}.{into}",
@@ -304,7 +324,8 @@ def synthesize(
             )
             say(f"storing {report.name}")
             store_file(con, result, report, user, version, definition, query_id, fingerprint,
-                       into, method=JOB, mechanism=method, view=VIEW_SCHEMA, note=note)  # fmt: skip
+                       into, method=JOB, mechanism=method, view=VIEW_SCHEMA,
+                       note="; ".join(x for x in (note, warning) if x) or None)  # fmt: skip
         except BaseException as failure:
             audit("failed", reason=store.audit_reason(failure))
             raise
@@ -335,6 +356,18 @@ def _source_sql(source: str | None, sql: str | None, columns: list[str]) -> str:
         return sql
     select = exp.select(*(exp.column(c) for c in columns)).from_(exp.to_identifier(source))
     return select.sql("duckdb")
+
+
+def _smoothing_refusal(error: SmoothingError) -> SynthesisError:
+    """The job's refusal when a measure cannot be smoothed: it stores no original values."""
+    column = error.column or "a variable"
+    return SynthesisError(
+        f"cart cannot smooth {column}: {error}. Without smoothing its synthetic values would be "
+        f"original values, so nothing is stored. Top-code or recode {column} so that no few "
+        f"records stand apart (e.g. --sql with least({column}, <cap>)), leave it out of the "
+        f"synthesis (--columns), or leave it out of smoothing knowingly (--option "
+        f"smoothing=false, or a list of the other measures; the job then warns)"
+    )
 
 
 def _check_options(method: str, options) -> None:

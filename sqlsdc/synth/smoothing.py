@@ -29,7 +29,16 @@ from scipy.optimize import brentq
 
 from sqlsdc.errors import SynthesisError
 
-__all__ = ["bw_sj", "smooth_density"]
+__all__ = ["SmoothingError", "bw_sj", "smooth_density"]
+
+
+class SmoothingError(SynthesisError):
+    """No bandwidth for the values to smooth (R's ``bw.SJ`` errors); the synthesis job refuses
+    rather than store the original values (:mod:`sqlsdc.synth.measures`). ``column`` is set by
+    the caller that knows it."""
+
+    column: str | None = None
+
 
 _DELMAX = 1000.0  # R's bandwidth.c: kernel terms past sqrt(DELMAX) sd are cut off
 _SQRT_2PI = np.sqrt(2.0 * np.pi)
@@ -86,22 +95,22 @@ def bw_sj(x, nb: int = 1000) -> float:
     x = np.asarray(x, dtype=np.float64)
     n = len(x)
     if n < 2 or not np.isfinite(x).all():
-        raise SynthesisError("smoothing needs at least 2 finite values to find a bandwidth")
-    d, cnt = _pair_counts(x, nb)
+        raise SmoothingError("smoothing needs at least 2 finite values to find a bandwidth")
     q75, q25 = np.percentile(x, [75, 25])
     scale = min(float(np.std(x, ddof=1)), float(q75 - q25) / 1.349)
-    if not scale > 0:
-        raise SynthesisError(
+    if not scale > 0:  # checked before binning: a zero range made bins of width 0
+        raise SmoothingError(
             "smoothing cannot find a bandwidth: the values are too concentrated (R's bw.SJ: "
-            "sample is too sparse); smooth fewer variables or coarsen this one"
+            "sample is too sparse)"
         )
+    d, cnt = _pair_counts(x, nb)
     a = 1.24 * scale * n ** (-1 / 7)
     b = 1.23 * scale * n ** (-1 / 9)
     c1 = 1.0 / (2.0 * np.sqrt(np.pi) * n)
     td = -_phi(n, d, cnt, b, 6)
     alph2 = 1.357 * (_phi(n, d, cnt, a, 4) / td) ** (1 / 7) if td > 0 else np.nan
     if not (np.isfinite(td) and td > 0 and np.isfinite(alph2)):
-        raise SynthesisError("smoothing cannot find a bandwidth (R's bw.SJ: sample is too sparse)")
+        raise SmoothingError("smoothing cannot find a bandwidth (R's bw.SJ: sample is too sparse)")
 
     def f(h):
         return (c1 / _phi(n, d, cnt, alph2 * h ** (5 / 7), 4)) ** 0.2 - h
@@ -116,7 +125,7 @@ def bw_sj(x, nb: int = 1000) -> float:
             upper *= 1.2
         else:
             lower /= 1.2
-    raise SynthesisError("smoothing found no bandwidth (R's bw.SJ: no solution in range)")
+    raise SmoothingError("smoothing found no bandwidth (R's bw.SJ: no solution in range)")
 
 
 def smooth_density(ysyn: np.ndarray, yobs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -138,7 +147,7 @@ def smooth_density(ysyn: np.ndarray, yobs: np.ndarray, rng: np.random.Generator)
     if len(counts) >= 2 and 10 * counts[-2] < counts[-1] - counts[-2]:
         move &= ysyn != yobs.max()
         maxy = float(yobs.max())
-    if move.sum() < 2:
+    if not move.any():  # one value to move is R's "need at least 2 data points": refused
         return out
     h = bw_sj(ysyn[move])
     moved = rng.normal(ysyn[move], h)
