@@ -339,10 +339,11 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
     if plan.cells:  # rows of confidential data: their order tells nothing the values do not
         protected = in_released_order(protected, sql)
         released_in_one_spelling(protected, sql)  # and none of the values SQL holds equal
-    derive_classes(protected, context.policy)  # a class of a unit-noised measure: of x·m
+    # a class of a unit-noised measure: of x·m (no walk when no table read has one)
+    derive_classes(protected, context.policy, tables)
     for stage in stages.values():  # run apart, not rewritten: refused if it reads one
         for stage_tree in stage.trees.values():
-            refuse_derived_classes(stage_tree, context.policy)
+            refuse_derived_classes(stage_tree, context.policy, tables)
     kept = validate_release(protected, context.policy)  # the nodes of the result
     text = context.to_sql(protected)
     columns = _describe_outputs(analysis, plan, names, context.ptables, stages)
