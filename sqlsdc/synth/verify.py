@@ -53,6 +53,7 @@ from sqlsdc.catalog.schema import CATALOG_SCHEMA
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines import duckdb_schema
 from sqlsdc.errors import Error, PolicyViolation, ProgrammingError
+from sqlsdc.jobs.class_views import classes_of_noised_values
 from sqlsdc.mechanisms.accountant import MAX_DIGITS, PrivacyCost, fraction
 from sqlsdc.mechanisms.prf import KeyedStream
 from sqlsdc.mechanisms.samplers import discrete_laplace
@@ -296,7 +297,9 @@ def _answer(con, sql, user, policy, version, secret, mode, epsilon, lock, timeou
                     fingerprint=request.digest,
                     drawn=note_paid,
                 )
-        confidential = _records(con, request, source, False, timeout, source_types)
+        # as the output's job read them: a class of a unit-noised measure is the class of x·m
+        with classes_of_noised_values(con, policy):
+            confidential = _records(con, request, source, False, timeout, source_types)
         key = KeyedStream(secret, "sqlsdc.verify", output.name, output.version, data)
         with np.errstate(all="ignore"):  # see _measure
             cells = _measure(request, plan, synthetic, confidential, output, key, k_min, mode, eps)

@@ -19,6 +19,14 @@ parametric) store the same table on both copies; a job's ``main.enterprises`` re
 view, ``<catalog>.main.enterprises`` is refused. The server's ``public.enterprises`` is the plain
 name before the guard; its shadow catalog holds no data.
 
+Finding (fixed): ``sqlsdc verify`` ran a synthetic output's source SQL on the raw connection,
+so its confidential side grouped by the STORED size_class while the synthesis (a job) had read
+the class of x·m: by size_class it compared two populations, and its minimum-frequency
+suppression was an exact threshold on the stored class's count (demo seed 5, admin interval
+mode: 'large' suppressed on the true data, released on a copy whose stored class differs).
+Analysts' noisy mode is differentially private on either reading (charged before the read),
+so no analyst learned a value from it; the invariant "the stored column is never read" broke.
+
 Cost: a query reading no table with a derived class walked its rewritten tree twice (about
 2 ms of CPU for a persons query of 7,000 characters); now none (the pipeline passes the
 tables the statement reads).
@@ -132,3 +140,30 @@ def test_a_statement_reading_enterprises_is_still_derived():
             demo_policy(),
             reads=["enterprises"],
         )
+
+
+VERIFIED = "SELECT size_class, AVG(turnover) FROM ent_syn GROUP BY size_class"
+
+
+def _verified(source, folder) -> str:
+    """The admin's verification (interval mode) by size_class of a synthesis of enterprises."""
+    from sqlsdc.synth import synthesize
+
+    path = folder / source.name
+    shutil.copy(source, path)
+    synthesize(path, user="admin", into="ent_syn", method="parametric", seed=0,
+               sql="SELECT nace, size_class, turnover FROM enterprises")  # fmt: skip
+    with sqlsdc.connect(path, user="admin") as admin:
+        return str(admin.verify(VERIFIED, mode="interval"))
+
+
+def test_verification_reads_the_class_the_synthesis_read(twins, tmp_path):
+    """The verification server's confidential side read the output's source SQL on the stored
+    table, while the synthesis read the class of x·m: by size_class it compared two different
+    populations, and its minimum-frequency suppression was an exact threshold on the stored
+    class (demo seed 5: 'large' suppressed or released as the stored column said). Now it reads
+    the source as the job did (fails on main: the rotated copy answers otherwise)."""
+    path, (rotated, _collapsed) = twins
+    verified = _verified(path, tmp_path)
+    assert "size_class" in verified and "released" in verified
+    assert _verified(rotated, tmp_path) == verified
