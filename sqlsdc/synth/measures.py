@@ -36,7 +36,8 @@ def measure_columns(con, policy, definition: str, frame: pd.DataFrame) -> list[s
     interval made of it) is refused: cart draws it as a category, so each synthetic value is an
     original one, and smoothing (a density on numbers) cannot move it (red team s47o: 21 of
     the 217 unique persons of R01 saw their own income, without the unsmoothed warning). A
-    non-numeric column whose lineage cannot be traced is refused for the same reason."""
+    non-numeric column whose lineage cannot be traced is refused for the same reason; either
+    passes when every value it shows is shared by :data:`SHARED` records or more (a band)."""
     from sqlglot.lineage import lineage
     from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
@@ -65,9 +66,20 @@ def measure_columns(con, policy, definition: str, frame: pd.DataFrame) -> list[s
         if column in numeric:
             if root is None or traced:
                 out.append(column)
-        elif root is None or traced:
+        elif (root is None or traced) and _rare_values(frame[column]):
             raise SynthesisError(_not_a_number(column, traced))
     return out
+
+
+SHARED = 3  # a category of a measure every value of which this many records show is a band
+
+
+def _rare_values(values: pd.Series) -> bool:
+    """Whether some value of ``values`` is shown by fewer than :data:`SHARED` records: an
+    exact magnitude as text, not a band (``CASE WHEN income > 50000 THEN 'high' ...``), whose
+    draws from donors tell no one's value."""
+    counts = values.dropna().astype(str).value_counts()
+    return bool(len(counts)) and int(counts.min()) < SHARED
 
 
 def _not_a_number(column: str, traced: bool) -> str:
@@ -77,8 +89,9 @@ def _not_a_number(column: str, traced: bool) -> str:
     return (
         f"cart cannot synthesise {column}: it {why} but is not a number, so cart would draw it "
         f"as a category and each synthetic value would be an original one (smoothing moves "
-        f"numbers only). Select the measure as a number (no cast to text, date or interval), "
-        f"name every selected expression with AS, or leave {column} out (--columns)"
+        f"numbers only), and some of its values are shown by fewer than {SHARED} records. Select "
+        f"the measure as a number (no cast to text, date or interval), band it, name every "
+        f"selected expression with AS, or leave {column} out (--columns)"
     )
 
 
