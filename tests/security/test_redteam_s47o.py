@@ -6,7 +6,36 @@ measure selected as text (``CAST(income AS VARCHAR)``), or made a date or an int
 neither smoothed nor warned about: cart drew it as a category, every synthetic value an original
 income. R01 of the 20,000-person demo, sex/age/education/occupation + income as text, 1,500
 rows, seed 3: 217 persons unique by the four keys whose key shows one synthetic income, 21 of
-them see their own non-zero income to the cent; no warning, no ``unsmoothed_measures``."""
+them see their own non-zero income to the cent; no warning, no ``unsmoothed_measures``. Now
+refused when some value of such a column is shown by fewer than 3 records (bands pass).
+
+Finding 2 (risk keys, s47i): below.
+
+Held (one line each):
+- measure lineage (``measure_columns``): 24 shapes of ``--sql`` (CTE, subquery, CASE, ratio,
+  scalar subquery, LATERAL, UNNEST, struct/list element, hash, UNION, DECIMAL, quoted
+  capitals, ``main.persons``, cast to text and back, ``SELECT * EXCLUDE``) all traced to
+  income and smoothed; a self-join is refused by the records check; ``weight`` (role weight)
+  is not smoothed by design;
+- two CTA jobs of the same cells under other names (8 one-firm tables): the second is
+  refused ("already releases these cells"); ``--replace`` with freq:4, with ``mdi``, with a
+  respelled WHERE: every lone cell kept its replaced version's side (8 of 8, 3 each);
+- ``reader_intervals`` against my own LP (scipy, published sums and ``n``, listed inner cells
+  >= 1, ``lo n <= s <= hi n``), bounds [100, 1000], 4 random 3 x 3 tables, 25 hidden cells:
+  never tighter than the reader's; looser by ``lo`` per listed unit on both sides (the LP
+  drops ``s >= lo n`` for ``lo > 0``: a unit without a value adds 0; a reader knowing there
+  are none gets 100 more each side, nothing the job adds);
+- two k = 3 suppress-only files of every person (sex, age band, education / occupation),
+  linkable by their exact ``weight`` (18,177 distinct of 20,000; 16,454 linked one to one):
+  listing both under ``releases:`` is refused (blanked cells);
+- refusals of jobs reach the admin only: ``sqlsdc audit``/``outputs``/``microdata-report`` as
+  analyst denied; ``sqlsdc.audit``, ``audit``, ``duckdb_tables()`` and a stored file as an
+  analyst query refused.
+Open (not tested in time): two files released that do not blank (no suppression needed) but
+link by an exact column (``weight``) and together show a finer key than either file's risk
+report; ``special_values`` of a measure (admin-given) are drawn exactly, unsmoothed, without
+the warning; ``_linked`` picks the LP or the box by the true data (one bit per table: some
+cell's sum passes ``hi n``)."""
 
 from __future__ import annotations
 
