@@ -39,21 +39,13 @@ cell's sum passes ``hi n``)."""
 
 from __future__ import annotations
 
-import duckdb
 import pytest
 
 from sqlsdc.errors import MicrodataError, SynthesisError
 from sqlsdc.synth import synthesize
+from tests.synth.test_job_smoothing import _read
 
 R01 = "FROM persons WHERE region = 'R01'"
-
-
-def _read(db, sql):
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        return con.sql(sql).fetchall()
-    finally:
-        con.close()
 
 
 @pytest.mark.parametrize(
