@@ -31,9 +31,12 @@ Held (one line each):
 - refusals of jobs reach the admin only: ``sqlsdc audit``/``outputs``/``microdata-report`` as
   analyst denied; ``sqlsdc.audit``, ``audit``, ``duckdb_tables()`` and a stored file as an
   analyst query refused.
-Open (not tested in time): two files released that do not blank (no suppression needed) but
-link by an exact column (``weight``) and together show a finer key than either file's risk
-report; ``special_values`` of a measure (admin-given) are drawn exactly, unsmoothed, without
+Open: two files released that do not blank but link by an exact column: sex, age (bands
+30/65), education, weight and sex, age, occupation, weight of every person, both under
+``releases:`` (accepted): 16,455 persons linked one to one by weight, 8 of them unique by
+sex, age band, education and occupation, a key neither file's report measured (its own: 0
+and 1 below k = 2); no sensitive column in them, so identity only; ``special_values`` of a
+measure (admin-given) are drawn exactly, unsmoothed, without
 the warning; ``_linked`` picks the LP or the box by the true data (one bit per table: some
 cell's sum passes ``hi n``)."""
 
