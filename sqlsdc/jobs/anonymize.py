@@ -55,7 +55,7 @@ from sqlsdc.jobs.record_files import (
     stored_files,
 )
 from sqlsdc.jobs.refusals import check_output_name, dp_table_refusal
-from sqlsdc.jobs.risk_keys import refuse_coarse_keys
+from sqlsdc.jobs.risk_keys import refuse_coarse_keys, source_columns
 from sqlsdc.jobs.session import OUTPUT_SCHEMA, job_catalog, json_safe
 from sqlsdc.jobs.stored_tables import exact_tables
 from sqlsdc.microdata.microaggregation import il1s
@@ -167,7 +167,8 @@ def anonymize(
         try:
             version, policy = check_records_job(con, user, into, replace)
             definition = records_definition(source, sql)
-            original, dropped = read_records(con, policy, source, definition, household)
+            roots: dict = {}  # each column's lineage, for the risk keys
+            original, dropped = read_records(con, policy, source, definition, household, roots)
         except Error as refusal:
             audit("refused", reason=store.audit_reason(refusal))
             raise
@@ -179,7 +180,8 @@ def anonymize(
             keys, weights = _risk_columns(policy, source, original, keys, weights)
             try:
                 held = [c for c in original.columns if c not in dropped]
-                refuse_coarse_keys(policy, source, held, keys)
+                sources = None if sql is None else source_columns(roots, held)
+                refuse_coarse_keys(policy, source, held, keys, sources)
             except Error as refusal:
                 audit("refused", reason=store.audit_reason(refusal))
                 raise
@@ -319,13 +321,14 @@ def check_records_job(con, user: str, into: str, replace: bool):
 
 
 def read_records(
-    con, policy, source: str | None, definition: str, keep: str | None
+    con, policy, source: str | None, definition: str, keep: str | None, lineage: dict | None = None
 ) -> tuple[pd.DataFrame, list[str]]:
     """The records without direct identifiers (policy role ``identifier``) and internal
     columns (``__…``, e.g. the record keys), but with ``keep`` (the household identifier,
     which the job needs and leaves out of the stored table), and the columns left out. The
     query may read tables of the policy only: no catalog (secrets, ledger), no earlier
-    outputs, no table functions (files)."""
+    outputs, no table functions (files). ``lineage``, when given, receives each output
+    column's sqlglot lineage (the identifier check's one trace, for the job's other checks)."""
     if source is not None:
         if policy.declared(source).is_public:
             raise MicrodataError(f"{source} is not a confidential table of the policy")
@@ -352,7 +355,7 @@ def read_records(
             f"columns {nested} are nested values (a whole row, a list or a map), which could "
             "carry direct identifiers; select plain columns"
         )
-    derived = _identifier_derived(con, policy, reading, list(frame.columns))
+    derived = _identifier_derived(con, policy, reading, list(frame.columns), lineage)
     dropped = [c for c in frame.columns
                if c.lower() in identifiers or c.startswith("__") or c in derived]  # fmt: skip
     dropped += [c for c in internal if c in asked and c not in dropped]  # left out before
@@ -364,7 +367,9 @@ def read_records(
 NESTED = {"struct", "map", "union", "list", "array", "variant"}  # DuckDB type ids
 
 
-def _identifier_derived(con, policy, sql: str, columns: list[str]) -> set[str]:
+def _identifier_derived(
+    con, policy, sql: str, columns: list[str], out: dict | None = None
+) -> set[str]:
     """The output columns of ``sql`` computed from a direct identifier under another name
     (``person_id + 0 AS pid``), traced through CTEs and subqueries with sqlglot's column
     lineage; they are left out like the identifiers themselves. A column whose lineage
@@ -383,6 +388,8 @@ def _identifier_derived(con, policy, sql: str, columns: list[str]) -> set[str]:
         roots = lineage(None, sql, schema=schema, dialect="duckdb")
     except Exception:  # noqa: BLE001 - sqlglot cannot trace it: refuse, do not guess
         roots = {}
+    if out is not None:
+        out.update(roots)
     derived = set()
     for column in columns:  # the name the per-column lineage looked up, normalised alike
         root = roots.get(normalize_identifiers(exp.to_identifier(column), dialect="duckdb").name)

@@ -29,34 +29,70 @@ __all__ = ["measure_columns", "smoothing_choice", "unsmoothed_warning"]
 
 def measure_columns(con, policy, definition: str, frame: pd.DataFrame) -> list[str]:
     """The numeric columns of ``frame`` (read with ``definition``) computed from a ``measure``
-    column of a confidential table of the policy. A column whose lineage cannot be traced counts
-    as a measure (fail closed: it is smoothed)."""
+    column of a confidential table of the policy. A numeric column whose lineage cannot be
+    traced counts as a measure (fail closed: it is smoothed).
+
+    A column of another type computed from a measure (``CAST(income AS VARCHAR)``, a date or an
+    interval made of it) is refused: cart draws it as a category, so each synthetic value is an
+    original one, and smoothing (a density on numbers) cannot move it (red team s47o: 21 of
+    the 217 unique persons of R01 saw their own income, without the unsmoothed warning). A
+    non-numeric column whose lineage cannot be traced is refused for the same reason; either
+    passes when every value it shows is shared by :data:`SHARED` records or more (a band)."""
     from sqlglot.lineage import lineage
     from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
     numeric = [c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c])
                and not pd.api.types.is_bool_dtype(frame[c])]  # fmt: skip
-    if not numeric:
-        return []
     measures = {(t.name.lower(), c.name.lower()) for t in policy.confidential_tables
                 for c in t.columns.values() if c.role is ColumnRole.MEASURE}  # fmt: skip
     schema = {t: cols for t, cols in duckdb_schema.table_schemas(con).items() if policy.table(t)}
     try:
         roots = lineage(None, definition, schema=schema, dialect="duckdb")
     except Exception:  # noqa: BLE001 - not traced: every numeric column is smoothed
-        return numeric
+        roots = None
     out = []
-    for column in numeric:
-        root = roots.get(normalize_identifiers(exp.to_identifier(column), dialect="duckdb").name)
+    for column in frame.columns:
+        key = normalize_identifiers(exp.to_identifier(column), dialect="duckdb").name
+        root = None if roots is None else roots.get(key)
         if root is None:
-            out.append(column)
-            continue
-        for node in root.walk():
-            if isinstance(node.source, exp.Table) and isinstance(node.expression, exp.Table):
-                if (node.source.name.lower(), node.name.split(".")[-1].lower()) in measures:
-                    out.append(column)
-                    break
+            traced = False  # unknown: a measure if numeric, refused otherwise
+        else:
+            traced = any(
+                isinstance(node.source, exp.Table)
+                and isinstance(node.expression, exp.Table)
+                and (node.source.name.lower(), node.name.split(".")[-1].lower()) in measures
+                for node in root.walk()
+            )
+        if column in numeric:
+            if root is None or traced:
+                out.append(column)
+        elif (root is None or traced) and _rare_values(frame[column]):
+            raise SynthesisError(_not_a_number(column, traced))
     return out
+
+
+SHARED = 3  # a category of a measure every value of which this many records show is a band
+
+
+def _rare_values(values: pd.Series) -> bool:
+    """Whether some value of ``values`` is shown by fewer than :data:`SHARED` records: an
+    exact magnitude as text, not a band (``CASE WHEN income > 50000 THEN 'high' ...``), whose
+    draws from donors tell no one's value."""
+    counts = values.dropna().astype(str).value_counts()
+    return bool(len(counts)) and int(counts.min()) < SHARED
+
+
+def _not_a_number(column: str, traced: bool) -> str:
+    """The refusal of a non-numeric column that is, or may be, a measure."""
+    why = ("is computed from a policy measure" if traced
+           else "cannot be traced to its source columns")  # fmt: skip
+    return (
+        f"cart cannot synthesise {column}: it {why} but is not a number, so cart would draw it "
+        f"as a category and each synthetic value would be an original one (smoothing moves "
+        f"numbers only), and some of its values are shown by fewer than {SHARED} records. Select "
+        f"the measure as a number (no cast to text, date or interval), band it, name every "
+        f"selected expression with AS, or leave {column} out (--columns)"
+    )
 
 
 def smoothing_choice(
