@@ -3,6 +3,12 @@ shuffle partitions, one core, no UI, a JVM that starts fast)."""
 
 from __future__ import annotations
 
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
 SPARK_CONF = {
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "1",
@@ -23,3 +29,13 @@ def local_session(app: str):
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("OFF")
     return session
+
+
+def skip_without_jdk() -> None:
+    """Skip the calling test module (at its import) when no JDK is installed: ``java`` on
+    ``PATH`` or under ``JAVA_HOME``."""
+    home = Path(os.environ.get("JAVA_HOME", "/nonexistent"))
+    if not (shutil.which("java") or (home / "bin" / "java").exists()):
+        pytest.skip(
+            "the Spark tests need a JDK (java on PATH or JAVA_HOME)", allow_module_level=True
+        )

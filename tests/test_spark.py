@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import os
 import re
 import shutil
 import sys
@@ -21,7 +20,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 import sqlglot
-from spark_session import local_session
+from spark_session import local_session, skip_without_jdk
 from sqlglot import exp
 
 import sqlsdc
@@ -43,9 +42,7 @@ from sqlsdc.written import remember_names, written_name
 SparkError = pytest.importorskip(
     "pyspark.errors", reason="the Spark tests need the spark extra: pip install -e '.[spark]'"
 ).PySparkException
-_JAVA_HOME = Path(os.environ.get("JAVA_HOME", "/nonexistent"))
-if not (shutil.which("java") or (_JAVA_HOME / "bin" / "java").exists()):
-    pytest.skip("the Spark tests need a JDK (java on PATH or JAVA_HOME)", allow_module_level=True)
+skip_without_jdk()
 
 pytestmark = [
     pytest.mark.filterwarnings(

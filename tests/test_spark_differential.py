@@ -12,22 +12,19 @@ bits depend on the order of additions, which neither engine fixes (ARCHITECTURE.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import duckdb
 import pytest
 from spark_differential import load_tables, run_corpus
-from spark_session import local_session
+from spark_session import local_session, skip_without_jdk
 
 import sqlsdc
 from sqlsdc.engines.spark import SparkEngine
 
 pytest.importorskip("pyspark", reason="the Spark tests need the spark extra")
-_JAVA_HOME = Path(os.environ.get("JAVA_HOME", "/nonexistent"))
-if not (shutil.which("java") or (_JAVA_HOME / "bin" / "java").exists()):
-    pytest.skip("the Spark tests need a JDK (java on PATH or JAVA_HOME)", allow_module_level=True)
+skip_without_jdk()
 
 pytestmark = [
     pytest.mark.slow,

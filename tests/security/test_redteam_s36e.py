@@ -25,21 +25,17 @@ computed keys; public joins on such strings; quantiles, HAVING, ORDER BY and LIM
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import duckdb
 import pytest
-from spark_session import local_session
+from spark_session import local_session, skip_without_jdk
 
 import sqlsdc
 from sqlsdc.errors import NotSupportedError
 
 pytest.importorskip("pyspark.errors", reason="the Spark tests need the spark extra")
-_JAVA_HOME = Path(os.environ.get("JAVA_HOME", "/nonexistent"))
-if not (shutil.which("java") or (_JAVA_HOME / "bin" / "java").exists()):
-    pytest.skip("the Spark tests need a JDK (java on PATH or JAVA_HOME)", allow_module_level=True)
+skip_without_jdk()
 
 from sqlsdc.engines.spark import SparkEngine  # noqa: E402
 from sqlsdc.guard.spark import run_protected  # noqa: E402

@@ -70,23 +70,20 @@ probability by at most a factor exp(ε/2).
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 import pytest
-from spark_session import local_session
+from spark_session import local_session, skip_without_jdk
 from sqlglot import exp
 
 import sqlsdc
 from sqlsdc.errors import NotSupportedError
 
 pytest.importorskip("pyspark.errors", reason="the Spark tests need the spark extra")
-_JAVA_HOME = Path(os.environ.get("JAVA_HOME", "/nonexistent"))
-if not (shutil.which("java") or (_JAVA_HOME / "bin" / "java").exists()):
-    pytest.skip("the Spark tests need a JDK (java on PATH or JAVA_HOME)", allow_module_level=True)
+skip_without_jdk()
 
 from sqlsdc.engines.spark import SparkEngine, view_name  # noqa: E402
 from sqlsdc.guard.spark import run_protected  # noqa: E402

@@ -41,18 +41,16 @@ Every attack tried, one line each (W: worked, fixed here; H: held):
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import pytest
+from spark_session import skip_without_jdk
 
 import sqlsdc
 
 pytest.importorskip("pyspark", reason="the Spark tests need the spark extra")
-_JAVA_HOME = Path(os.environ.get("JAVA_HOME", "/nonexistent"))
-if not (shutil.which("java") or (_JAVA_HOME / "bin" / "java").exists()):
-    pytest.skip("the Spark tests need a JDK (java on PATH or JAVA_HOME)", allow_module_level=True)
+skip_without_jdk()
 
 pytestmark = [
     pytest.mark.slow,  # a JVM

@@ -52,22 +52,18 @@ What held (tried, no test added; demo of 5,000 persons, one Spark session):
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import duckdb
 import pytest
 import sqlglot
-from spark_session import local_session
+from spark_session import local_session, skip_without_jdk
 
 import sqlsdc
 from sqlsdc.errors import NotSupportedError
 
 pytest.importorskip("pyspark.errors", reason="the Spark tests need the spark extra")
-_JAVA_HOME = Path(os.environ.get("JAVA_HOME", "/nonexistent"))
-if not (shutil.which("java") or (_JAVA_HOME / "bin" / "java").exists()):
-    pytest.skip("the Spark tests need a JDK (java on PATH or JAVA_HOME)", allow_module_level=True)
+skip_without_jdk()
 
 from sqlsdc.engines.spark import SparkEngine  # noqa: E402
 from sqlsdc.engines.spark_translate import to_spark_sql  # noqa: E402
