@@ -166,10 +166,9 @@ class Close:
 
 
 def _formats(body: Reader) -> tuple[int, ...]:
-    formats = tuple(body.int16() for _ in range(body.count()))
-    if any(f not in (0, 1) for f in formats):
-        raise ProtocolError("format codes must be 0 (text) or 1 (binary)")
-    return formats
+    """Format codes as sent: which ones the server takes is the statement's error, not the
+    message's (:func:`bind_formats_error`)."""
+    return tuple(body.int16() for _ in range(body.count()))
 
 
 def _kind(body: Reader) -> str:
@@ -198,9 +197,20 @@ def parse_bind(body: Reader) -> Bind:
     params = tuple(body.value() for _ in range(body.count()))
     result_formats = _formats(body)
     body.end()
-    if len(param_formats) not in (0, 1, len(params)):
-        raise ProtocolError("Bind has a parameter format count that matches no parameter count")
     return Bind(portal, statement, param_formats, params, result_formats)
+
+
+def bind_formats_error(bind: Bind) -> str | None:
+    """What is wrong with a well-formed Bind's format codes, or None. PostgreSQL answers these
+    with an ERROR and goes on with the session (a code other than 0 or 1, as many parameter
+    formats as neither 0, 1 nor the parameters); they ended the session here (red team s47g)."""
+    codes = sorted({f for f in bind.param_formats + bind.result_formats if f not in (0, 1)})
+    if codes:
+        return f"unsupported format code: {codes[0]}"
+    if len(bind.param_formats) not in (0, 1, len(bind.params)):
+        return (f"bind message has {len(bind.param_formats)} parameter formats but "
+                f"{len(bind.params)} parameters")  # fmt: skip
+    return None
 
 
 def parse_describe(body: Reader) -> Describe:

@@ -73,6 +73,8 @@ class ExtendedProtocol:
 
     async def _bind(self, body: codec.Reader) -> None:
         message = codec.parse_bind(body)
+        if (wrong := codec.bind_formats_error(message)) is not None:
+            raise StatementError("08P01", wrong)
         within_name_limit(message.portal, "portal")
         statement = self._statement(message.statement)
         if len(message.params) != len(statement.param_types):

@@ -43,7 +43,6 @@ def test_bind_round_trip():
     "body, message",
     [
         (b"p\0s\0" + struct.pack("!h", 1), "truncated"),
-        (b"p\0s\0" + struct.pack("!hh", 1, 7) + b"\0\0\0\0", "format codes"),
         (b"p\0s\0\0\0" + struct.pack("!h", 1) + struct.pack("!i", 99) + b"x", "truncated"),
         (b"p\0s\0\0\0" + struct.pack("!h", 1) + struct.pack("!i", -5), "negative value"),
         (b"p\0s", "terminating zero"),
@@ -54,6 +53,24 @@ def test_bind_round_trip():
 def test_malformed_bind_is_a_protocol_error(body, message):
     with pytest.raises(ProtocolError, match=message):
         codec.parse_bind(Reader(body))
+
+
+@pytest.mark.parametrize(
+    "bind, wrong",
+    [
+        (codec.Bind("", "", (7,), (b"1",), ()), "unsupported format code: 7"),
+        (codec.Bind("", "", (), (), (0, 5)), "unsupported format code: 5"),
+        (
+            codec.Bind("", "", (0, 1), (b"1", b"2", b"3"), ()),
+            "bind message has 2 parameter formats but 3 parameters",
+        ),
+        (codec.Bind("", "", (1,), (b"1", b"2"), (0, 1)), None),
+    ],
+)
+def test_a_bind_s_format_codes_are_judged_apart_from_its_form(bind, wrong):
+    """Well-formed Binds with format codes the server does not take: the statement's error
+    (PostgreSQL's ERROR), no longer the message's (which ended the session)."""
+    assert codec.bind_formats_error(bind) == wrong
 
 
 def test_message_length_limits():

@@ -144,6 +144,30 @@ def test_error_in_extended_protocol_skips_to_sync(server):
     sock.close()
 
 
+@pytest.mark.parametrize(
+    "formats",
+    [
+        struct.pack("!hh", 1, 5) + struct.pack("!h", 0) + struct.pack("!h", 0),  # a param code
+        struct.pack("!h", 0) + struct.pack("!h", 0) + struct.pack("!hh", 1, 7),  # a result code
+    ],
+    ids=["parameter format 5", "result format 7"],
+)
+def test_an_unsupported_format_code_fails_the_statement_not_the_session(server, formats):
+    """PostgreSQL answers a Bind's format code other than 0 or 1 with an ERROR and the session
+    goes on; it ended the session (FATAL 08P01, red team s47g)."""
+    sock, _, _ = login(server)
+    sock.sendall(codec.message(b"P", b"\0SELECT COUNT(*) AS n FROM regions\0\0\0")
+                 + codec.message(b"B", b"\0\0" + formats)
+                 + codec.message(b"E", b"\0\0\0\0\0")
+                 + codec.message(b"S"))  # fmt: skip
+    messages = read_until(sock)
+    assert [k for k, _ in messages] == [b"1", b"E", b"Z"]
+    assert error_code(messages[1][1]) == "08P01" and b"SERROR\0" in messages[1][1]
+    assert b"unsupported format code" in messages[1][1]
+    assert [k for k, _ in query(sock, "SELECT COUNT(*) AS n FROM regions")][-2:] == [b"C", b"Z"]
+    sock.close()
+
+
 def test_statement_timeout_is_57014(server_db):
     running = start_server(server_db, "--insecure", "--statement-timeout", "1")
     try:
