@@ -76,6 +76,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pytest
+from spark_events import events_policy, events_sql
 from spark_session import local_session, skip_without_jdk
 from sqlglot import exp
 
@@ -93,29 +94,8 @@ pytestmark = [
     pytest.mark.slow,  # a JVM of its own (~13 s of CPU to start and warm); CI runs it
 ]
 
-EVENTS = (
-    "CREATE TABLE events AS SELECT (i % 60)::BIGINT AS pid, (i % 3)::INTEGER AS k, "
-    "(i % 7)::INTEGER AS v FROM range(600) r(i)"
-)
-POLICY = {
-    "tables": {
-        "events": {
-            "privacy_unit": "pid",
-            "columns": {
-                "pid": {"role": "identifier"},
-                "k": {"role": "dimension", "domain": [0, 1, 2]},
-                "v": {"role": "dimension", "domain": list(range(7))},
-            },
-            "protection": {"counts": {"method": "dp", "spend": {"epsilon": "1/10"}}},
-            "dp": {"max_groups": 3, "max_rows": 10},
-        }
-    },
-    "users": {
-        "admin": {"role": "admin"},
-        **{name: {"role": "analyst"} for name in ("ana", "bob", "carol", "dan")},
-    },
-    "budgets": [{"user": "*", "epsilon": 1000}],
-}
+EVENTS = events_sql(7)
+POLICY = events_policy(7, ("ana", "bob", "carol", "dan"))
 COUNTS = "SELECT k, COUNT(*) AS n FROM events GROUP BY k ORDER BY k"
 
 

@@ -57,6 +57,7 @@ from pathlib import Path
 import duckdb
 import pytest
 import sqlglot
+from spark_events import events_policy, events_sql
 from spark_session import local_session, skip_without_jdk
 
 import sqlsdc
@@ -74,26 +75,8 @@ pytestmark = [
     pytest.mark.slow,  # a JVM of its own (~13 s of CPU to start and warm); CI runs it
 ]
 
-EVENTS = (
-    "CREATE TABLE events AS SELECT (i % 60)::BIGINT AS pid, (i % 3)::INTEGER AS k, "
-    "(i % 10)::INTEGER AS v FROM range(600) r(i)"
-)
-POLICY = {
-    "tables": {
-        "events": {
-            "privacy_unit": "pid",
-            "columns": {
-                "pid": {"role": "identifier"},
-                "k": {"role": "dimension", "domain": [0, 1, 2]},
-                "v": {"role": "dimension", "domain": list(range(10))},
-            },
-            "protection": {"counts": {"method": "dp", "spend": {"epsilon": "1/10"}}},
-            "dp": {"max_groups": 3, "max_rows": 10},
-        }
-    },
-    "users": {"admin": {"role": "admin"}, "ana": {"role": "analyst"}, "bob": {"role": "analyst"}},
-    "budgets": [{"user": "*", "epsilon": 1000}],
-}
+EVENTS = events_sql(10)
+POLICY = events_policy(10, ("ana", "bob"))
 WIDE = "3.0000000000000000001"  # DECIMAL(20, 19): with a BIGINT, 38 digits in DuckDB, 39 in Spark
 COUNTS = (
     f"SELECT k, COUNT(*) AS n FROM events WHERE CAST(v AS BIGINT) <> {WIDE} GROUP BY k ORDER BY k"
