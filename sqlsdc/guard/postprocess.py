@@ -27,12 +27,39 @@ Arrow kernels cost 0.1 ms per query (of a DP query's fixed cost), the list a few
 
 def values_of(result: pa.Table, query: ProtectedQuery) -> pa.Table:
     """The user-visible columns (the hidden status columns follow them), each value in one
-    spelling of what SQL holds equal (:func:`_canonical`)."""
+    spelling of what SQL holds equal (:func:`_canonical`), and no column dictionary-encoded
+    (:func:`_decoded`)."""
     values = result.select(list(range(len(query.columns))))
     for i, field in enumerate(values.schema):
+        plain = _decoded(field.type)
+        if plain != field.type:
+            values = values.set_column(i, field.with_type(plain), values.column(i).cast(plain))
+            field = values.schema.field(i)
         if _spelled_apart(field.type):
             values = values.set_column(i, field, _canonical(values.column(i)))
     return values
+
+
+def _decoded(kind: pa.DataType) -> pa.DataType:
+    """``kind`` with every dictionary type (alone or inside a list, struct or map) replaced by
+    its values' type. DuckDB gives an ENUM column as an Arrow dictionary of ALL the type's
+    labels, whatever rows the result has, and pandas makes it a categorical of them: the
+    labels are values of the data (often its distinct values), so a result listed the
+    categories no row of it has, those a suppression or a DP selection hides included (red
+    team s48a: four education rows, five labels; s47g showed the type as VARCHAR)."""
+    if pa.types.is_dictionary(kind):
+        return _decoded(kind.value_type)
+    if pa.types.is_struct(kind):
+        return pa.struct([kind.field(i).with_type(_decoded(kind.field(i).type))
+                          for i in range(kind.num_fields)])  # fmt: skip
+    if pa.types.is_map(kind):
+        return pa.map_(_decoded(kind.key_type), _decoded(kind.item_type))
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        item = kind.value_field.with_type(_decoded(kind.value_type))
+        return pa.list_(item) if pa.types.is_list(kind) else pa.large_list(item)
+    if pa.types.is_fixed_size_list(kind):
+        return pa.list_(kind.value_field.with_type(_decoded(kind.value_type)), kind.list_size)
+    return kind
 
 
 _DAY_NS = 86_400_000_000_000

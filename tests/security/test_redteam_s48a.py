@@ -46,6 +46,8 @@ from __future__ import annotations
 import shutil
 
 import duckdb
+import pandas as pd
+import pyarrow as pa
 import pytest
 
 import sqlsdc
@@ -217,3 +219,20 @@ def test_an_enum_compared_with_text_tells_nothing_of_its_labels(enum_db, ckm):
         assert _value(con, text) == _value(ckm, text)
         grouped = "SELECT size_class, COUNT(*) FROM enterprises GROUP BY size_class"
         assert sorted(con.execute(grouped).fetchall()) == sorted(ckm.execute(grouped).fetchall())
+
+
+def test_an_enum_result_carries_no_label_its_rows_do_not_show(enum_db):
+    """Finding (fixed): DuckDB gives an ENUM column as an Arrow dictionary of every label of
+    the type, and ``arrow()``, ``fetch_arrow_table()`` and ``df()`` (a pandas categorical)
+    passed it on (``sqlsdc publish`` stored VARCHAR already): four education rows of R01
+    came with five labels, 'doctorate' that no person has among them. An ENUM built from the
+    data's distinct values lists every category, those a suppression or a DP selection
+    hides included; s47g hid them from the schema only. The columns are now plain values."""
+    sql = "SELECT education, COUNT(*) AS n FROM persons WHERE region = 'R01' GROUP BY education"
+    with sqlsdc.connect(enum_db, user="analyst") as con:
+        table = con.execute(sql).arrow()
+        frame = con.execute(sql).df()
+    shown = set(table.column("education").to_pylist())
+    assert shown == {"primary", "lower_secondary", "upper_secondary", "tertiary"}
+    assert table.schema.field("education").type == pa.string()  # a dictionary on main
+    assert not isinstance(frame["education"].dtype, pd.CategoricalDtype)
