@@ -5,8 +5,14 @@ as the class of the unit-noised employees x·m), the normal form's DOUBLE offset
 ``SUM(x + huge constant)`` (s47a), the noised conditions' DONE mark, ENUM columns shown as
 VARCHAR (s47g), DP quantiles' alpha check (s47b).
 
-No finding: every attack below held (about 190 statements on the 20,000-person demo, scored
-against the raw data). They are kept as tests so that a later change cannot reopen them.
+Found (fixed): **a result's ENUM column listed every label of its type.** DuckDB gives an
+ENUM column as an Arrow dictionary of all the type's labels, and ``arrow()`` and ``df()`` (a
+pandas categorical) passed it on: four education rows came with five labels, one that no
+person has (s47g had hidden the labels from the schema only). The result's columns are now
+plain values (:func:`sqlsdc.guard.postprocess.values_of`).
+
+Everything else held (about 230 statements on the 20,000-person demo and on threshold and
+rounding copies of it, scored against the raw data); kept as tests where cheap.
 
 - One population, many spellings (25 statements): ``size_class = 'micro'``, ``employees < 10``,
   ``10 > employees``, ``COUNT``/``SUM(CASE WHEN employees < 10 ...)``, a CTE or derived table
@@ -37,6 +43,12 @@ against the raw data). They are kept as tests so that a later change cannot reop
 - Joins and other methods: RIGHT/FULL self joins and a LEFT join preserving a public table are
   refused (the mix joined first could be NULL on their added rows); a DP table (benefits)
   joined to persons under a condition on income, directly or through a CTE, is refused.
+- Scales under threshold and rounding: ``SUM(employees * 1e38)`` overflows INT128 in the
+  engine only for cells the query publishes (the scale multiplies the released value; a
+  suppressed cell stays NULL, no error: 5 suppressed cells tried), so the failure tells
+  nothing the published sums do not. Nested aggregations (a scalar subquery, a CTE) release
+  only groups whose protected count reaches min_frequency, as documented (``size_class =
+  'large'``: 7 published at the top, NULL nested).
 - Empty cells: a multi-aggregate row whose filtered SUM has no contributor is left out, as a
   filtered COUNT publishes that cell's 0 (CKM keeps structural zeros): nothing beyond the count.
 """
