@@ -49,6 +49,10 @@ rounding copies of it, scored against the raw data); kept as tests where cheap.
   nothing the published sums do not. Nested aggregations (a scalar subquery, a CTE) release
   only groups whose protected count reaches min_frequency, as documented (``size_class =
   'large'``: 7 published at the top, NULL nested).
+- Counts by threshold beside CKM magnitudes with unit noise (the demo policy, counts
+  ``threshold``): ``employees < 10`` is refused in the count's frame, ``size_class =
+  'micro'`` is answered as the exact count of the x·m class (777, stored 763), the class the
+  CKM sums add, so nothing tells the branch of m; the same in a CTE and in a filtered COUNT.
 - Empty cells: a multi-aggregate row whose filtered SUM has no contributor is left out, as a
   filtered COUNT publishes that cell's 0 (CKM keeps structural zeros): nothing beyond the count.
 """
