@@ -341,8 +341,24 @@ def _comparison_problem(values: list[exp.Expr]) -> str | None:
     first, first_family = values[0], families[0]
     for value, value_family in zip(values[1:], families[1:], strict=True):
         if not _comparable(first, value, first_family, value_family):
-            return "comparing different types casts values"
+            return _enum_hint(values) or "comparing different types casts values"
     return mixing(values, family, families)
+
+
+def _enum_hint(values: list[exp.Expr]) -> str | None:
+    """Why a comparison of an ENUM column is refused, with the cast to write: the analyst's
+    schema shows an ENUM as VARCHAR (its labels are values of the data), while the engine
+    compares it as the ENUM, casting the other side to it."""
+    for value in values:
+        value = _unwrap(value)
+        if (
+            isinstance(value, exp.Column)
+            and value.type
+            and value.type.this == exp.DataType.Type.ENUM
+        ):
+            name = exp.column(value.name).sql("duckdb")
+            return f"{name} is stored as an ENUM and compared as one: write CAST({name} AS VARCHAR)"
+    return None
 
 
 def _temporal_type(node: exp.Expr) -> exp.DataType.Type | None:

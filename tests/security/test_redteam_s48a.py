@@ -231,6 +231,7 @@ def test_an_enum_compared_with_text_tells_nothing_of_its_labels(enum_db, ckm):
                 con.execute(f"SELECT COUNT(*) FROM persons WHERE education = '{label}'")
             messages.append(str(refused.value).replace(label, "?"))
         assert len(set(messages)) == 1
+        assert "write CAST(education AS VARCHAR)" in messages[0]  # what to write instead
         text = "SELECT COUNT(*) FROM persons WHERE education::VARCHAR < 'tertiary'"
         assert _value(con, text) == _value(ckm, text)
         grouped = "SELECT size_class, COUNT(*) FROM enterprises GROUP BY size_class"
