@@ -405,6 +405,7 @@ _INERT = (
     exp.DataType,
     exp.Var,
     exp.Identifier,
+    exp.TableAlias,  # a subquery's output name (``(SELECT ...) AS _col_2``), no value
     exp.DataTypeParam,
     exp.WindowSpec,  # a frame's clauses; its offsets are nodes of their own, checked as any
 )

@@ -253,3 +253,13 @@ def test_an_enum_result_carries_no_label_its_rows_do_not_show(enum_db):
     assert shown == {"primary", "lower_secondary", "upper_secondary", "tertiary"}
     assert table.schema.field("education").type == pa.string()  # a dictionary on main
     assert not isinstance(frame["education"].dtype, pd.CategoricalDtype)
+
+
+def test_an_unnamed_scalar_subquery_beside_an_aggregate_is_answered_as_a_named_one(ckm):
+    """s48a's usability note: ``(SELECT COUNT(*) FROM persons)`` beside a grouped count was
+    refused ("the expression _col_2 raises an error": its output name was checked as a value)
+    while the same with ``AS t`` was answered. Both give the same protected numbers."""
+    grouped = "SELECT region, COUNT(*), (SELECT COUNT(*) FROM persons){} FROM persons GROUP BY 1"
+    unnamed = ckm.execute(grouped.format("")).fetchall()
+    assert unnamed == ckm.execute(grouped.format(" AS t")).fetchall()
+    assert len(unnamed) == 8 and len({row[2] for row in unnamed}) == 1
