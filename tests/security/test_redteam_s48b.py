@@ -31,6 +31,18 @@ Worked, fixed here (W), and held (H), one line each:
      (41 kills, 80% SIGKILL, 20% SIGINT) for 90 s while an admin granted, re-applied the policy
      and re-keyed (6 commands): 34 answers, every DP answer charged and audited, no engine
      error, no traceback, no admin command failed.
+- H  ``sqlsdc serve``, 8 sessions of the analyst released at once by a barrier, 12 DP queries
+     each, 4 of them asking the same new cells at the same moment: 81 answers, 15 refused
+     (53S01, budget spent), 10.9 of 11 spent, every one of the 51 distinct statistics charged
+     once (none twice), one value per cell across sessions, every charge audited accepted.
+- H  a server session inside a transaction block holding an open cursor (DECLARE, FETCH 1):
+     an admin's ``budget grant`` got the file in 3.0 s, the cursor's FETCH ALL and the
+     session's next DP query went on, and ``SHOW sqlsdc.budget`` read the new limit.
+- H  ``Connection.interrupt`` from a timer at a random moment (0-0.12 s) of each of 85 DP
+     queries on new cells (two seeded runs): 33 answered, 46 QueryCanceled, 6 "could not
+     record the privacy spend" (a cancel inside the charge: nothing charged; the server maps
+     it to 57014); every answer accepted and charged, every charge audited, every accepted
+     charge's ledger row counting its 8 cells.
 - H  one cell's noise twice by racing the cache: the noise is a PRF of the cell's identity
      and the database secret (no other randomness on the DP path), so two processes asking
      one new cell at once pay twice and draw one value; the secret never changes (``rekey``
