@@ -496,6 +496,7 @@ def charge(
     amounts = [str(cost.epsilon), str(cost.rho), str(cost.delta)]
     for attempt in range(_CONFLICT_RETRIES):
         con.execute(parsed("BEGIN TRANSACTION"))
+        seq = None  # the ledger row's, once written
         try:
             at = now()
             known = None  # a guarded connection's charge, decided by what it knows: one statement
@@ -547,6 +548,9 @@ def charge(
             raise
         except EngineError as e:
             rollback(con)
+            if seq is not None and _kept(con, seq):  # the COMMIT kept it, then raised
+                state.charged(writes, user, tables, _cost(*amounts))
+                return Charge(seq, charged, user, tables, cost, len(cells), at)
             if not is_conflict(e):
                 raise _spend_failure(e) from None
             conflict = f"{type(e).__name__}: {e}"  # for the audit log, as any engine failure
@@ -610,6 +614,17 @@ _CHARGE_KNOWN = (
     "RETURNING query_id) "
     "SELECT bumped.charges, spent.seq, spent.query_id FROM bumped, spent"
 )
+
+
+def _kept(con, seq: int) -> bool:
+    """Whether the ledger holds the charge row ``seq``: DuckDB may raise from a COMMIT it has
+    written (an interrupt, a server's cancel, as it ends: 7 of 60 interrupted commits), and
+    that charge is paid; told "could not record the privacy spend" and asked again, the
+    statement paid twice (red team s48b). Read after the rollback; a failed read is "no"."""
+    try:
+        return one(con, f"SELECT 1 FROM {S}.budget_spend WHERE seq = ?", [seq]) is not None
+    except EngineError:
+        return False
 
 
 def has_charge(con, query_id: int) -> bool:
