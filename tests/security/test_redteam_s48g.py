@@ -15,6 +15,19 @@ Finding (fixed):
    (another audit id) never removed them. The partial copies are now written inside a folder
    of mode 0700 beside OUT: what a killed publication leaves is unreadable to other users.
 
+2. A policy that changed a table's ptable linked the two answers of every cell. The cell key
+   is a function of the record keys alone, so a cell asked before and after a policy with a
+   new counts ptable is looked up at the same key in two tables: each answer places the key in
+   an interval of its table's row, and only the counts whose two intervals meet remain.
+   Persons by municipality x sex and by municipality x education (915 cells, seed 7) asked
+   under ``{D: 5, V: 3, js: 2}`` and again under ``{D: 8, V: 6, js: 2}``: 12 counts pinned
+   exactly, 8 of them counts of 2 (which ``js: 2`` never shows), 7 more left with two
+   candidates (4 queries, 0 wrong). The same holds for magnitude parameters and random
+   rounding, whose uniform is the cell key too. ``policy apply`` now refuses a change of a
+   table's keyed rule (ckm or round: method, ptable, magnitude parameters, base, rounding)
+   while the ledger holds keyed cells of that table released since its last re-keying, and
+   says to rekey it first (``sqlsdc rekey``, whose independent draws its admin accepts).
+
 Held (one line each):
 - live CKM counts beside a controlled-rounding job (base 5) of the same 327 municipality x sex
   cells: every cell keeps 3 to 9 candidate counts under both (ptable support x rounding
@@ -43,6 +56,13 @@ import subprocess
 import sys
 
 import duckdb
+import pytest
+
+import sqlsdc
+from sqlsdc.admin import apply, rekey
+from sqlsdc.demo.build import demo_policy
+from sqlsdc.errors import PolicyError
+from sqlsdc.policy import load_policy
 
 KILLED = r"""
 import os, signal, sys
@@ -96,3 +116,33 @@ def test_a_publication_killed_before_it_is_recorded_leaves_nothing_others_can_re
             "SELECT count(*) FROM sqlsdc.audit WHERE sql_text LIKE '{\"publish\"%'"
         ).fetchall()
     assert publications == 0
+
+
+NEW_PTABLE = {"method": "ckm", "ptable": {"D": 8, "V": 6, "js": 2}}
+
+
+def _policy(counts: dict | None = None) -> object:
+    """The demo policy with another protection of counts (default: as shipped)."""
+    document = demo_policy().document_dict()
+    if counts is not None:
+        document["protection"]["counts"] = counts
+    return load_policy(document, name="changed")
+
+
+def test_a_new_ptable_for_cells_released_with_the_same_keys_is_refused(ckm_db, tmp_path):
+    """Fails on main (the policy was applied): the same question asked under the old and the
+    new ptable pinned 12 of 915 counts, 8 of them counts of 2. Re-keyed first, the change is
+    applied; a change that leaves the keyed rules alone is applied too."""
+    db = tmp_path / "demo.duckdb"
+    shutil.copy(ckm_db, db)
+    with sqlsdc.connect(db, user="analyst") as con:
+        asked = con.execute("SELECT municipality, sex, COUNT(*) FROM persons GROUP BY ALL")
+        assert len(asked.fetchall()) > 300
+    with pytest.raises(PolicyError, match=r"counts.* of (households|persons).*rekey"):
+        apply(db, _policy(NEW_PTABLE), "admin")
+    with pytest.raises(PolicyError, match="keyed noise"):  # random rounding: the same key
+        apply(db, _policy({"method": "round", "base": 5, "rounding": "unbiased"}), "admin")
+    apply(db, _policy(), "admin")  # the keyed rules as they are
+    rekey(db, "admin")  # every table: each value released later is an independent draw
+    report = apply(db, _policy(NEW_PTABLE), "admin")
+    assert report.version == 3
