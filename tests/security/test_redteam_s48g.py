@@ -26,7 +26,9 @@ Finding (fixed):
    rounding, whose uniform is the cell key too. ``policy apply`` now refuses a change of a
    table's keyed rule (ckm or round: method, ptable, magnitude parameters, base, rounding)
    while the ledger holds keyed cells of that table released since its last re-keying, and
-   says to rekey it first (``sqlsdc rekey``, whose independent draws its admin accepts).
+   says to rekey it first (``sqlsdc rekey``, whose independent draws its admin accepts); the
+   keyed rules of every version since that re-keying count, so a threshold policy in between
+   does not reset it.
 
 Held (one line each):
 - live CKM counts beside a controlled-rounding job (base 5) of the same 327 municipality x sex
@@ -44,6 +46,8 @@ Held (one line each):
   them unchanged adds nothing; they are charged and audited as queries.
 - names: DuckDB compares table names by ASCII case only and does not normalise Unicode, while
   publish refuses names equal under str.casefold, a superset: no two names collide in the file.
+- an analyst cannot publish: ``sqlsdc publish --as analyst`` exits 5 before any query runs,
+  nothing written or charged.
 - row order: job outputs and files are stored sorted by their released values (s30f), patterns
   by level and codes, queries in the order of released values.
 """
@@ -60,7 +64,7 @@ import pytest
 
 import sqlsdc
 from sqlsdc.admin import apply, rekey
-from sqlsdc.demo.build import demo_policy
+from sqlsdc.demo.build import build_demo_database, demo_policy
 from sqlsdc.errors import PolicyError
 from sqlsdc.policy import load_policy
 
@@ -121,20 +125,22 @@ def test_a_publication_killed_before_it_is_recorded_leaves_nothing_others_can_re
 NEW_PTABLE = {"method": "ckm", "ptable": {"D": 8, "V": 6, "js": 2}}
 
 
-def _policy(counts: dict | None = None) -> object:
-    """The demo policy with another protection of counts (default: as shipped)."""
+def _policy(counts: dict | None = None, magnitudes: dict | None = None) -> object:
+    """The demo policy with another protection of counts or magnitudes (default: as shipped)."""
     document = demo_policy().document_dict()
-    if counts is not None:
-        document["protection"]["counts"] = counts
+    for kind, rule in (("counts", counts), ("magnitudes", magnitudes)):
+        if rule is not None:
+            document["protection"][kind] = rule
     return load_policy(document, name="changed")
 
 
-def test_a_new_ptable_for_cells_released_with_the_same_keys_is_refused(ckm_db, tmp_path):
+def test_a_new_ptable_for_cells_released_with_the_same_keys_is_refused(tmp_path):
     """Fails on main (the policy was applied): the same question asked under the old and the
     new ptable pinned 12 of 915 counts, 8 of them counts of 2. Re-keyed first, the change is
-    applied; a change that leaves the keyed rules alone is applied too."""
-    db = tmp_path / "demo.duckdb"
-    shutil.copy(ckm_db, db)
+    applied; a change that leaves the keyed rules alone is applied too, and a policy without
+    keyed counts in between does not let a new ptable through."""
+    db = tmp_path / "demo.duckdb"  # its own: the ledger holds this test's cells only
+    build_demo_database(db, persons=20_000, seed=7)
     with sqlsdc.connect(db, user="analyst") as con:
         asked = con.execute("SELECT municipality, sex, COUNT(*) FROM persons GROUP BY ALL")
         assert len(asked.fetchall()) > 300
@@ -143,6 +149,10 @@ def test_a_new_ptable_for_cells_released_with_the_same_keys_is_refused(ckm_db, t
     with pytest.raises(PolicyError, match="keyed noise"):  # random rounding: the same key
         apply(db, _policy({"method": "round", "base": 5, "rounding": "unbiased"}), "admin")
     apply(db, _policy(), "admin")  # the keyed rules as they are
+    unkeyed = {"method": "threshold"}
+    apply(db, _policy(unkeyed, unkeyed), "admin")  # no keyed noise for a while ...
+    with pytest.raises(PolicyError, match="keyed noise"):  # ... then new ones: the old answers
+        apply(db, _policy(NEW_PTABLE), "admin")
     rekey(db, "admin")  # every table: each value released later is an independent draw
     report = apply(db, _policy(NEW_PTABLE), "admin")
-    assert report.version == 3
+    assert report.version == 4
