@@ -29,12 +29,14 @@ if TYPE_CHECKING:
 def policy_checks() -> tuple[PolicyCheck, ...]:
     """What a policy may not release next to the outputs stored, checked before it is applied:
     a suppression pattern it switches on next to the exact tables and files stored (red team
-    s38e: the pattern's cell less a stored file's gave 90 groups of 1-4 persons), and two
-    anonymised files its ``releases:`` lists that differ by a few units in a cell."""
+    s38e: the pattern's cell less a stored file's gave 90 groups of 1-4 persons), two
+    anonymised files its ``releases:`` lists that differ by a few units in a cell, and new
+    keyed noise (ptable, rounding) for cells released under the old with the same keys."""
+    from sqlsdc.catalog.keyed_changes import refuse_keyed_changes
     from sqlsdc.jobs.file_pairs import refuse_listed_files
     from sqlsdc.jobs.refusals import refuse_pattern_differences
 
-    return refuse_pattern_differences, refuse_listed_files
+    return refuse_pattern_differences, refuse_listed_files, refuse_keyed_changes
 
 
 def admins(db: str | Path, *, policy: Policy | str | Path | None = None, con=None) -> list[str]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -200,17 +201,23 @@ def _write_release(db, out, folder, user, queries, analyst, included, request, f
                    query_id, storage, checked, audit, say) -> PublishReport:  # fmt: skip
     """Collect, write, record and put in place the release (:func:`publish` after its checks)."""
     # one partial file (and folder) per publication, named by its audit entry: publications to
-    # one OUT at once never write, move or delete each other's half-written files
-    partial = out.with_name(f"{out.name}.{query_id}.partial")
-    partial_folder = (None if folder is None
-                      else folder.with_name(f"{folder.name}.{query_id}.partial"))  # fmt: skip
+    # one OUT at once never write, move or delete each other's half-written files. Each is
+    # written inside a folder only this user can open: one left by a publication killed before
+    # it was recorded (kill -9, power loss) is a release the ledger and audit never held, and
+    # it sat beside OUT readable by every reader of the release folder (red team s48g)
+    private = _private_folder(out, query_id)
+    partial = private / out.name
+    private_pq = None if folder is None else _private_folder(folder, query_id)
+    partial_folder = None if private_pq is None else private_pq / folder.name
     recorded = False
     try:
+        _make_private(private)
+        if private_pq is not None:
+            _make_private(private_pq)
         version, tables, withheld = _collect(db, user, queries, analyst, included, checked, say)
         _write(partial, version, tables, storage, say)
         if partial_folder is not None:
             say(f"writing Parquet files into {folder}")
-            release_parquet.remove(partial_folder)
             release_parquet.write_parquet(partial_folder, tables, release_id=query_id,
                                           policy_version=version)  # fmt: skip
         say("recording the release")
@@ -222,15 +229,18 @@ def _write_release(db, out, folder, user, queries, analyst, included, request, f
         if partial_folder is not None:
             release_parquet.put_in_place(partial_folder, folder)
     except BaseException as failure:
-        _remove(partial)
-        if partial_folder is not None:
-            release_parquet.remove(partial_folder)
+        _remove_private(private)
+        if private_pq is not None:
+            _remove_private(private_pq)
         if not recorded:  # else its accepted entry stands, with every cell in the ledger
             audit("refused" if isinstance(failure, PolicyViolation) else "failed", failure)
         told = engine.write_failure(failure)  # a full disk is no bug
         if told is failure:
             raise
         raise told from None
+    _remove_private(private)
+    if private_pq is not None:
+        _remove_private(private_pq)
     entries = tuple(entry for _d, entry, _r in tables.values())
     return PublishReport(str(out), version, entries, storage,
                          None if folder is None else str(folder), query_id, withheld)  # fmt: skip
@@ -529,16 +539,33 @@ def _add(tables: dict, data: pa.Table, entry: Published, record: Recorder) -> No
     tables[entry.table] = (data, Published(**{**asdict(entry), "rows": data.num_rows}), record)
 
 
-def _remove(partial: Path) -> None:
-    """Delete a half-written release and the write-ahead log DuckDB may have left beside it."""
-    for path in (partial, partial.with_name(partial.name + ".wal")):
-        path.unlink(missing_ok=True)
+def _private_folder(target: Path, query_id: int) -> Path:
+    """The folder beside ``target`` that publication ``query_id`` writes its partial copy in."""
+    return target.with_name(f"{target.name}.{query_id}.partial")
+
+
+def _make_private(folder: Path) -> None:
+    """Create ``folder`` (after removing what an earlier attempt of this id left there) with
+    mode 0700: what is written inside is unreadable to other users until it is moved into
+    place, also when the publication is killed before that."""
+    _remove_private(folder)
+    folder.mkdir(mode=0o700)
+    folder.chmod(0o700)  # mkdir's mode is masked by the umask; this one only narrows it
+
+
+def _remove_private(folder: Path) -> None:
+    """Delete a half-written release: the private folder with what is in it (or the partial
+    file, a link or its write-ahead log that an earlier version of sqlsdc left at that name)."""
+    for path in (folder, folder.with_name(folder.name + ".wal")):
+        if path.is_symlink() or path.is_file():
+            path.unlink(missing_ok=True)
+        elif path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _write(partial: Path, version: int, tables: dict, storage: str, say) -> None:
     """Write the release into ``partial`` in DuckDB ``storage`` format (the caller moves it into
     place once recorded)."""
-    _remove(partial)
     with ReleaseFile(partial, storage) as release:
         for name, (data, _entry, _record) in tables.items():
             say(f"writing {name}")
