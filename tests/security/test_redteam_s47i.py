@@ -220,16 +220,12 @@ def test_cart_smooths_measures_so_unique_persons_do_not_see_their_income(fresh_d
     assert single > 50 and own <= max(2, single // 100), (single, own)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (s47i): parametric maps normal scores through the empirical quantile function "
-    "(numpy.quantile, linear), so the largest draw of m records lands at 1 - 1/m of the top gap: "
-    "--rows 153,900 over R01's 1,539 persons (CLI demo) showed 706,123.30 for a largest income "
-    "of 706,147.09 (0.003 %); cart with smoothing=density, 706,263 (0.02 %). The README says "
-    "to top-code first; a quantile function that stops below the k largest values, or a "
-    "refusal of more rows than the source without top-coding, is the lead's call",
-)
 def test_many_synthetic_rows_do_not_tell_the_largest_income(fresh_demo_db):
+    """Failed on main (strict xfail, s47i): parametric mapped normal scores through the
+    empirical quantile function of the raw values, so the largest of m draws landed at 1 - 1/m
+    of the top gap (--rows 153,900 over R01's 1,539 persons, CLI demo: 706,123.30 for a largest
+    income of 706,147.09, 0.003 %). The marginal is now top- and bottom-coded: its 5 largest
+    values replaced by their mean (Hundepool et al. 2012, §3.4)."""
     from sqlsdc.synth import synthesize
 
     sql = "SELECT sex, age, education, income FROM persons WHERE region = 'R01'"
