@@ -7,8 +7,8 @@ drawn and mapped back through each column's marginal:
 * numeric columns (integers, floats, dates and times as numbers): the normal score of a value
   is Φ⁻¹ of its mid-rank ``(rank − ½)/n`` (ties share the average rank); back-transformed
   through the empirical quantile function with linear interpolation (``numpy.quantile``) of
-  the observed values top- and bottom-coded: the :data:`TAIL` largest values replaced by their
-  mean, and the :data:`TAIL` smallest by theirs (top and bottom coding, Hundepool et al.,
+  the observed values top- and bottom-coded (:mod:`sqlsdc.synth.tails`): the 5 largest values
+  replaced by their mean, and the 5 smallest by theirs (top and bottom coding, Hundepool et al.,
   *Statistical Disclosure Control*, 2012, §3.4; sdcMicro ``topBotCoding`` with the coded
   values' mean as ``replacement``), so synthetic values follow the observed distribution and
   stay inside the coded range (integers are rounded back to integers). Without the coding, the
@@ -40,28 +40,9 @@ import numpy as np
 import pandas as pd
 from scipy.special import ndtr, ndtri
 
+from sqlsdc.synth.tails import code_tails
+
 __all__ = ["synthesize_parametric"]
-
-TAIL = 5
-"""How many of a numeric column's largest (and smallest) values the marginal replaces by their
-mean: no synthetic value goes beyond the mean of 5 originals, however many rows are drawn."""
-
-
-def coded(values: np.ndarray, tail: int = TAIL) -> np.ndarray:
-    """Sorted ``values`` with the ``tail`` largest and the ``tail`` smallest replaced by their
-    means; fewer than ``2·tail`` values all replaced by their mean (no value of its own).
-
-    Example:
-        >>> coded(np.array([5.0, 1.0, 2.0, 3.0, 4.0, 9.0]), tail=2).tolist()
-        [1.5, 1.5, 3.0, 4.0, 7.0, 7.0]
-    """
-    out = np.sort(values)
-    if out.size < 2 * tail:
-        return np.full(out.size, out.mean()) if out.size else out
-    if tail:
-        out[:tail] = out[:tail].mean()
-        out[-tail:] = out[-tail:].mean()
-    return out
 
 
 def _numeric(column: pd.Series) -> bool:
@@ -88,7 +69,7 @@ def _scores(column: pd.Series, rng: np.random.Generator) -> tuple[np.ndarray, di
         if seen.size:
             ranks = pd.Series(seen).rank(method="average").to_numpy()
             z[~missing] = ndtri((ranks - 0.5) / seen.size)
-        return z, {"kind": "numeric", "values": coded(seen)}
+        return z, {"kind": "numeric", "values": np.sort(code_tails(seen))}
     seen = column[~missing]
     counts = seen.value_counts(sort=False)
     levels = list(counts.index)
