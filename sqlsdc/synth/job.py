@@ -74,6 +74,7 @@ from sqlsdc.synth.measures import measure_columns, smoothing_choice, unsmoothed_
 from sqlsdc.synth.parametric import synthesize_parametric
 from sqlsdc.synth.rng import noise_stream, synth_rng
 from sqlsdc.synth.smoothing import SmoothingError
+from sqlsdc.synth.tails import coded_measures
 from sqlsdc.synth.weak_noise import weak_noise_note
 
 JOB = "synthesize"
@@ -227,6 +228,7 @@ def synthesize(
             version, policy = check_records_job(con, user, into, replace)
             exact = False  # may the file hold its source's counts (synthesis_files)
             unsmoothed: list[str] = []  # cart: measures whose values are donors' (measures)
+            measures: list[str] = []  # cart: tail-coded before it is fitted (synth.tails)
             note = None  # a DP synthesis's margins exact more often than not (weak_noise)
             if dp:
                 plan = _dp_plan(con, policy, source, sql, columns, epsilon, margins, bins,
@@ -285,7 +287,11 @@ def synthesize(
             else:
                 say(f"fitting {method} to {len(original)} records")
                 try:
-                    frames, details = _run(method, original, secret, seed, copies, rows,
+                    # cart draws donors' values: its measures' extremes are coded first, or
+                    # many rows show the largest income (red team s47i; parametric codes
+                    # every numeric marginal itself)
+                    fitted = coded_measures(original, measures) if measures else original
+                    frames, details = _run(method, fitted, secret, seed, copies, rows,
                                            options, say)  # fmt: skip
                 except SmoothingError as error:
                     refusal = _smoothing_refusal(error)

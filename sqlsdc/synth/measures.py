@@ -119,7 +119,8 @@ def unsmoothed_warning(unsmoothed: Sequence[str]) -> str:
     names = ", ".join(unsmoothed)
     return (
         f"warning: smoothing leaves out the measure(s) {names}: each of their synthetic values "
-        "is an original value of a donor, and a person unique by the other variables may see "
+        "is an original value of a donor (but the 5 largest and 5 smallest, coded to their "
+        "means), and a person unique by the other variables may see "
         "her own; drop --option smoothing (the default smooths every measure) unless this is "
         "intended"
     )

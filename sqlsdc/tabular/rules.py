@@ -16,7 +16,9 @@ rule               sensitive when                                   UPL = LPL
 (n,k)-dominance    x1 + … + xn > k/100 · T                          100/k · (x1+…+xn) − T
 p%-rule            T − x1 − … − x(n+1) < p/100 · x1                 p/100 · x1 − (T − x1 − x2)
 pq-rule            q/100 · (T − x1 − … − x(n+1)) < p/100 · x1       p/q · x1 − (T − x1 − x2)
-frequency          0 < n < min_freq                                 safety_range/100 · |value|
+frequency          0 < n < min_freq                                 safety_range/100 · |value|;
+                                                                    a count's UPL at least
+                                                                    min_freq − n (below)
 zero               n > 0 and value = 0                              UPL = safety_range, LPL = 0
 =================  ===============================================  ===========================
 
@@ -131,7 +133,21 @@ class FrequencyRule:
     Sensitive when ``0 < n < min_freq`` (units, or holdings with ``level="holding"``); with
     sampling weights the weighted frequency is compared. sdcTable's ``maxN`` is
     ``min_freq - 1`` (its default ``maxN = 3`` is ``min_freq = 4``). UPL = LPL =
-    ``safety_range`` percent of the cell value.
+    ``safety_range`` percent of the cell value (τ-ARGUS ``SetProtectionLevelCell``:
+    ``CellFreqSafetyPerc``).
+
+    A cell whose value is its frequency (a count's cell: value = n, or the weighted frequency)
+    gets at least UPL = ``min_freq − n`` when ``reach_threshold`` (the default): the attacker's
+    upper bound must reach the threshold, so no suppressed count can be proved below it. With
+    the safety range alone, a 4 under ``freq:5`` needed an upper bound of 5.2 only, and an LP
+    over a persons table's published margins proved 4 of 59 primaries in [1, 4] (red team
+    s37d). It implies GaussSuppression's interval requirements for small counts
+    (``PrimaryDefault(protectionIntervals = TRUE)``, SSBtools/GaussSuppression ``R/Primary.R``:
+    upper bound at least ``freq + 1``, width at least 2), as ``min_freq − n >= 1`` and the lower
+    level is at least 1 (:func:`apply_rules`), and asks more: ``upmin = min_freq`` where
+    GaussSuppression asks ``freq + 1``. τ-ARGUS applies the safety range alone
+    (``|value| · CellFreqSafetyPerc / 100``, at least ``MinLPL`` = 1): ``reach_threshold=False``
+    gives its levels. Cells of sums keep the safety range: their value is no frequency.
 
     Example:
         >>> s = CellStats(n=np.array([1, 3]), value=np.array([50.0, 90.0]),
@@ -139,11 +155,17 @@ class FrequencyRule:
         >>> r = FrequencyRule(min_freq=3, safety_range=30).evaluate(s)
         >>> r.sensitive.tolist(), r.upl.tolist()
         ([True, False], [15.0, 0.0])
+        >>> counts = CellStats(n=np.array([1, 4, 6]), value=np.array([1.0, 4.0, 6.0]),
+        ...                    total=np.array([1.0, 4.0, 6.0]))
+        >>> r = FrequencyRule(min_freq=5, safety_range=30).evaluate(counts)
+        >>> r.upl.tolist(), r.lpl.tolist()
+        ([4.0, 1.2, 0.0], [0.3, 1.2, 0.0])
     """
 
     min_freq: int = 3
     safety_range: float = 30.0
     level: Level = "unit"
+    reach_threshold: bool = True
 
     @property
     def name(self) -> str:
@@ -157,7 +179,11 @@ class FrequencyRule:
             freq = s.weight if s.weight is not None else s.n.astype(np.float64)
         sensitive = (s.n > 0) & (freq < self.min_freq)
         level = np.where(sensitive, np.abs(s.value) * self.safety_range / 100.0, 0.0)
-        return RuleResult(sensitive, level, level.copy())
+        upl = level.copy()
+        if self.reach_threshold:
+            counted = sensitive & (s.value == freq)  # a count's cell: its value is n
+            upl = np.where(counted, np.maximum(upl, self.min_freq - freq), upl)
+        return RuleResult(sensitive, upl, level)
 
 
 @dataclass(frozen=True)
@@ -346,7 +372,7 @@ def parse_rule(text: str):
 
     Example:
         >>> parse_rule("freq:3")
-        FrequencyRule(min_freq=3, safety_range=30.0, level='unit')
+        FrequencyRule(min_freq=3, safety_range=30.0, level='unit', reach_threshold=True)
         >>> parse_rule("freq:0")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...

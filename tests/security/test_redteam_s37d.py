@@ -148,11 +148,6 @@ def test_nested_codes_as_separate_dimensions_keep_every_count_hidden(
         assert high.status == 3 or -high.fun - low.fun >= 1, cell
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="property of the frequency rule (README threat model): a primary is protected to its "
-    "safety range, 30 % of its value, so an attacker LP may prove it is below min_freq",
-)
 def test_no_suppressed_count_is_provably_below_the_frequency_threshold(suppress_template, tmp_path):
     """persons under ``freq:5`` on geography x sex: every primary's attacker interval reaches
     5 (it does not: 4 of 59 are [1, 4]). On a copy: the template is shared by every test of

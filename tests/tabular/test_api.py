@@ -230,3 +230,19 @@ def test_protect_linked_tables():
     primary = out[out["status"] == "primary"]
     assert ["D", "male", "Total"] in primary[["region", "gender", "age"]].values.tolist()
     assert_protected(out)
+
+
+def test_no_suppressed_count_is_provably_below_the_frequency_threshold():
+    """Failed on main: two counts of 2 under ``freq:5`` protected to their safety range (UPL
+    1) were hidden together, their audited intervals [0, 4]: provably below 5. A count's UPL
+    now reaches the threshold (5 - n), and a third cell is hidden; τ-ARGUS's levels
+    (``reach_threshold=False``) still stop at 4."""
+    df = pd.DataFrame({"g": ["a"] * 2 + ["b"] * 2 + ["c"] * 20 + ["d"] * 30})
+    table = build_table(df, ["g"])
+    out = protect(table, rules=[FrequencyRule(min_freq=5)])
+    primary = out[out["status"] == "primary"]
+    assert primary["g"].tolist() == ["a", "b"]
+    assert (primary["hi"] >= 5).all(), primary
+    assert (out["status"] == "secondary").sum() == 1
+    tau = protect(table, rules=[FrequencyRule(min_freq=5, reach_threshold=False)])
+    assert tau.loc[tau["status"] == "primary", "hi"].tolist() == [4.0, 4.0]

@@ -45,6 +45,34 @@ def test_frequency_rule_levels_and_boundaries():
     assert r.lpl.tolist() == r.upl.tolist()
 
 
+def test_frequency_rule_levels_of_counts_reach_the_threshold():
+    """Failed on main (UPL was 30 % of the count, at least 1). A count's cell (value = n) under
+    ``freq:5``: UPL = 5 - n, so the attacker's upper bound reaches 5, at least the 30 % safety
+    range; LPL stays the safety range. Published numbers it must meet: τ-ARGUS's levels
+    (libtauargus ``Table.cpp`` ``SetProtectionLevelCell``: ``|value| · CellFreqSafetyPerc /
+    100``, at least ``MinLPL`` = 1), given by ``reach_threshold=False``, and GaussSuppression's
+    interval requirements for small counts (``PrimaryDefault(protectionIntervals = TRUE)``:
+    ``upmin = freq + 1``, ``rlim = 2``)."""
+    n = np.array([0, 1, 2, 3, 4, 5, 20])
+    counts = CellStats(n=n, value=n.astype(float), total=n.astype(float))
+    r = apply_rules(counts, [FrequencyRule(min_freq=5, safety_range=30)])
+    assert r.primary.tolist() == [False, True, True, True, True, False, False]
+    assert r.upl.tolist() == pytest.approx([0, 4, 3, 2, 1.2, 0, 0])
+    assert r.lpl.tolist() == pytest.approx([0, 1, 1, 1, 1.2, 0, 0])
+    tau = apply_rules(counts, [FrequencyRule(min_freq=5, safety_range=30, reach_threshold=False)])
+    assert tau.upl.tolist() == pytest.approx([0, 1, 1, 1, 1.2, 0, 0])  # max(0.3 n, 1)
+    assert tau.lpl.tolist() == tau.upl.tolist()
+    hit = r.primary
+    assert np.all(n[hit] + r.upl[hit] >= 5)  # the threshold
+    assert np.all(n[hit] + r.upl[hit] >= n[hit] + 1)  # GaussSuppression: upmin = freq + 1
+    assert np.all(r.upl[hit] + r.lpl[hit] >= 2)  # GaussSuppression: rlim = 2
+    assert not np.all(n[hit] + tau.upl[hit] >= 5)  # τ-ARGUS's levels stop short of it
+    # weighted: the weighted frequency is the count (value = sum of weights)
+    weighted = CellStats(n=np.array([2]), value=np.array([2.5]), total=np.array([2.5]),
+                         weight=np.array([2.5]))  # fmt: skip
+    assert FrequencyRule(min_freq=5).evaluate(weighted).upl.tolist() == [2.5]
+
+
 def test_dominance_rule_worked_example():
     # T = 100, x1 + x2 = 95 > 85: UPL = 100/85 * 95 - 100
     s = stats([3, 3, 4], [100.0, 100.0, 100.0], [[80, 15], [80, 5], [50, 35]])
@@ -138,7 +166,9 @@ def test_dominance_rules_need_a_magnitude_table():
         apply_rules(t, [PPercentRule()])
     r = apply_rules(t, [FrequencyRule()])
     assert r.primary.tolist() == [False, True, True, False]
-    assert r.upl.tolist() == [0.0, 1.0, 1.0, 0.0]  # 30 % of a count of 1 or 2, at least 1
+    # a count's upper level reaches min_freq = 3 (1 + 2); 30 % of 2, at least 1
+    assert r.upl.tolist() == [0.0, 2.0, 1.0, 0.0]
+    assert r.lpl.tolist() == [0.0, 1.0, 1.0, 0.0]
 
 
 def test_negative_contributions_are_refused_unless_a_shadow_is_given():
