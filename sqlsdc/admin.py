@@ -243,6 +243,12 @@ def ckm_measures(
         original = con.sql(sql).df()
     finally:
         con.close()
+    # the same select list, named as the guard names it: DuckDB names a bare column as the
+    # table spells it (NACE_Division), the guard as the query does (nace_division), and the
+    # merge on the guard's names failed with a KeyError on a user's own mixed-case columns
+    # (new user s48e)
+    if len(original.columns) == len(protected.columns):
+        original.columns = list(protected.columns)
     merged = original.merge(protected, on=keys, how="outer", suffixes=("", "_protected"))
     merged = merged.fillna({c: 0 for c in merged.columns if c not in keys})
     return utility_risk(
