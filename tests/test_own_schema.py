@@ -16,6 +16,7 @@ from sqlsdc import admin
 from sqlsdc.errors import PolicyError, PolicyViolation
 from sqlsdc.jobs.anonymize import anonymize
 from sqlsdc.synth.job import synthesize
+from sqlsdc.synth.report import synth_report
 
 SECTIONS = {"A": ["01", "02", "03"], "C": ["10", "11"], "J": ["62", "63"]}
 
@@ -237,3 +238,13 @@ def test_records_files_keep_their_dates(office):
             assert 1990 <= low.year and high.year <= 2019
     finally:
         con.close()
+
+
+def test_synth_report_takes_the_policys_names(office, tmp_path):
+    """``synth-report --keys nace_section`` of a file whose columns are spelt NACE_Section
+    was "not a column" (fails on main)."""
+    synthesize(office, user="chief", source="enterprises", into="firms_rep",
+               method="parametric", seed=2)  # fmt: skip
+    result = synth_report(office, "protected.firms_rep", user="chief",
+                          keys=["nace_section", "region"], target="size", out=tmp_path)  # fmt: skip
+    assert "tcap" in result["disclosure"] and 0 <= result["disclosure"]["tcap"]["tcap"] <= 1
