@@ -5,6 +5,7 @@ leading zeros, NULLs in dimensions and measures, and an events table linked to i
 
 from __future__ import annotations
 
+import copy
 import random
 import uuid
 
@@ -247,4 +248,23 @@ def test_synth_report_takes_the_policys_names(office, tmp_path):
                method="parametric", seed=2)  # fmt: skip
     result = synth_report(office, "protected.firms_rep", user="chief",
                           keys=["nace_section", "region"], target="size", out=tmp_path)  # fmt: skip
-    assert "tcap" in result["disclosure"] and 0 <= result["disclosure"]["tcap"]["tcap"] <= 1
+    assert result["disclosure"]["tcap"]["baseline"] > 0  # measured on the file's Size
+
+
+def test_applying_dp_notes_rows_outside_every_declared_group(tmp_path):
+    """Events without a channel fell in no group of a DP ``GROUP BY channel`` (a domain lists
+    no NULL), without a word: the groups added up to a third less than the total. Applying
+    the policy now says so (fails on main: no note)."""
+    path = tmp_path / "dp.duckdb"
+    with duckdb.connect(str(path)) as con:
+        _load(con, "main", "Enterprises", "Sales_Events", "Unit_ID", "Region")
+        (nulls,) = con.execute("SELECT count(*) FROM sales_events WHERE channel IS NULL").fetchone()
+    document = copy.deepcopy(POLICY)
+    events = document["tables"]["Sales_Events"]
+    events["protection"] = {"counts": {"method": "dp", "spend": {"epsilon": 0.1}},
+                            "magnitudes": {"method": "dp", "spend": {"epsilon": 0.2}}}  # fmt: skip
+    events["dp"] = {"max_groups": 3, "max_rows": 5}
+    events["columns"]["Channel"]["domain"] = ["web", "shop"]
+    report = sqlsdc.init(path, document, applied_by="chief")
+    (note,) = [n for n in report.notes if n.startswith("sales_events.channel")]
+    assert f"no value in {nulls} rows" in note and "SET channel = 'unknown'" in note

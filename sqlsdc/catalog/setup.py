@@ -18,6 +18,7 @@ from pathlib import Path
 
 from sqlsdc.catalog import budget, keys, name_hints, ptables, store
 from sqlsdc.catalog.class_notes import class_notes
+from sqlsdc.catalog.domain_notes import unlisted_nulls
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines import duckdb_schema, file_lock
 from sqlsdc.engines.duckdb import one
@@ -246,7 +247,7 @@ def apply_policy(
         created = store.ensure_secret(con)
         store.ensure_mix_keys(con)
         notes = [*_wide_measures(con, policy), *_suppressed_means(con, policy),
-                 *class_notes(con, policy)]  # fmt: skip
+                 *class_notes(con, policy), *unlisted_nulls(con, policy)]  # fmt: skip
         report = ApplyReport(version=0, secret_created=created, notes=notes)
         for table in policy.confidential_tables:
             _drop_stale_unit_indexes(con, table.name, table.privacy_unit)
