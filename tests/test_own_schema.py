@@ -268,3 +268,15 @@ def test_applying_dp_notes_rows_outside_every_declared_group(tmp_path):
     report = sqlsdc.init(path, document, applied_by="chief")
     (note,) = [n for n in report.notes if n.startswith("sales_events.channel")]
     assert f"no value in {nulls} rows" in note and "SET channel = 'unknown'" in note
+
+
+def test_anonymize_takes_the_household_as_the_policy_names_it(office):
+    """``--household unit_id`` of events spelling ``Unit_ID`` was "not in the data" (fails
+    on main); the column measures household risk and is still left out of the file."""
+    report = anonymize(office, user="chief", source="sales_events", into="events_sdc",
+                       steps=["pram:channel:p=0.8"], keys=["channel"], household="unit_id",
+                       seed=1)  # fmt: skip
+    assert report.household == "Unit_ID" and report.before["households"]["households"] > 100
+    with duckdb.connect(str(office), read_only=True) as con:
+        columns = [r[0] for r in con.execute("DESCRIBE protected.events_sdc").fetchall()]
+    assert not {c.lower() for c in columns} & {"unit_id", "event_no", "__rkey"}

@@ -179,6 +179,8 @@ def anonymize(
             say(f"read {len(original)} records from {source or 'the query'}")
             keys, weights = _risk_columns(policy, source, original, keys, weights)
             parsed = spelt_as(parsed, original.columns)
+            if household is not None:  # read_records kept it under the table's spelling
+                household = {c.lower(): c for c in original.columns}[household.lower()]
             try:
                 held = [c for c in original.columns if c not in dropped]
                 sources = None if sql is None else source_columns(roots, held)
@@ -361,8 +363,10 @@ def read_records(
     dropped = [c for c in frame.columns
                if c.lower() in identifiers or c.startswith("__") or c in derived]  # fmt: skip
     dropped += [c for c in internal if c in asked and c not in dropped]  # left out before
-    if keep is not None and keep not in frame.columns:
-        raise MicrodataError(f"household column {keep!r} is not in the data")
+    if keep is not None:  # as the policy names it, whatever the case (new user s48e)
+        keep = {str(c).lower(): c for c in frame.columns}.get(keep.lower(), keep)
+        if keep not in frame.columns:
+            raise MicrodataError(f"household column {keep!r} is not in the data")
     return frame.drop(columns=[c for c in dropped if c != keep and c in frame]), dropped
 
 
