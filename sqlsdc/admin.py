@@ -28,13 +28,15 @@ if TYPE_CHECKING:
 
 def policy_checks() -> tuple[PolicyCheck, ...]:
     """What a policy may not release next to the outputs stored, checked before it is applied:
-    a suppression pattern it switches on next to the exact tables and files stored (red team
-    s38e: the pattern's cell less a stored file's gave 90 groups of 1-4 persons), and two
-    anonymised files its ``releases:`` lists that differ by a few units in a cell."""
+    a suppression universe of dimensions the pattern cannot code (an ENUM), a suppression
+    pattern it switches on next to the exact tables and files stored (red team s38e: the
+    pattern's cell less a stored file's gave 90 groups of 1-4 persons), and two anonymised
+    files its ``releases:`` lists that differ by a few units in a cell."""
     from sqlsdc.jobs.file_pairs import refuse_listed_files
+    from sqlsdc.jobs.patterns import refuse_uncoded_types
     from sqlsdc.jobs.refusals import refuse_pattern_differences
 
-    return refuse_pattern_differences, refuse_listed_files
+    return refuse_uncoded_types, refuse_pattern_differences, refuse_listed_files
 
 
 def admins(db: str | Path, *, policy: Policy | str | Path | None = None, con=None) -> list[str]:

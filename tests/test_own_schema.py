@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import random
+import re
 import uuid
 
 import duckdb
@@ -280,3 +281,30 @@ def test_anonymize_takes_the_household_as_the_policy_names_it(office):
     with duckdb.connect(str(office), read_only=True) as con:
         columns = [r[0] for r in con.execute("DESCRIBE protected.events_sdc").fetchall()]
     assert not {c.lower() for c in columns} & {"unit_id", "event_no", "__rkey"}
+
+
+def test_a_suppression_universe_of_an_enum_is_refused_when_applied(tmp_path):
+    """An ENUM among the suppression dimensions was applied, and then every query of the
+    table was refused ("the suppression pattern cannot be made"), only ``publish`` saying
+    why (fails on main: applied). The statement the refusal gives makes it text."""
+    path = tmp_path / "supp.duckdb"
+    with duckdb.connect(str(path)) as con:
+        _load(con, "main", "Enterprises", "Sales_Events", "Unit_ID", "Region")
+    document = copy.deepcopy(POLICY)
+    document["protection"] = {"min_frequency": 3, "counts": {"method": "suppress"},
+                              "magnitudes": {"method": "suppress"}}  # fmt: skip
+    document["tables"]["Sales_Events"]["protection"] = {
+        "counts": {"method": "threshold"}, "magnitudes": {"method": "threshold"}
+    }  # fmt: skip
+    document["tables"]["Enterprises"]["suppression"] = {"dimensions": ["nace", "Size"]}
+    with pytest.raises(PolicyError, match="size is ENUM") as refused:
+        sqlsdc.init(path, document, applied_by="chief")
+    (statement,) = re.findall(r"CREATE OR REPLACE TABLE .* FROM enterprises", str(refused.value))
+    with duckdb.connect(str(path)) as con:
+        con.execute(statement)
+    sqlsdc.init(path, document, applied_by="chief")
+    with sqlsdc.connect(path, "ana") as con:
+        rows = con.execute(
+            "SELECT size, COUNT(*) FROM enterprises WHERE nace_section = 'A' GROUP BY size"
+        ).fetchall()
+    assert len(rows) == 4 and any(n is not None for _size, n in rows)
