@@ -28,15 +28,22 @@ if TYPE_CHECKING:
 
 def policy_checks() -> tuple[PolicyCheck, ...]:
     """What a policy may not release next to the outputs stored, checked before it is applied:
-    a suppression pattern it switches on next to the exact tables and files stored (red team
-    s38e: the pattern's cell less a stored file's gave 90 groups of 1-4 persons), two
-    anonymised files its ``releases:`` lists that differ by a few units in a cell, and new
-    keyed noise (ptable, rounding) for cells released under the old with the same keys."""
+    a suppression universe of dimensions the pattern cannot code (an ENUM), a suppression
+    pattern it switches on next to the exact tables and files stored (red team s38e: the
+    pattern's cell less a stored file's gave 90 groups of 1-4 persons), two anonymised files
+    its ``releases:`` lists that differ by a few units in a cell, and new keyed noise (ptable,
+    rounding) for cells released under the old with the same keys."""
     from sqlsdc.catalog.keyed_changes import refuse_keyed_changes
     from sqlsdc.jobs.file_pairs import refuse_listed_files
+    from sqlsdc.jobs.patterns import refuse_uncoded_types
     from sqlsdc.jobs.refusals import refuse_pattern_differences
 
-    return refuse_pattern_differences, refuse_listed_files, refuse_keyed_changes
+    return (
+        refuse_uncoded_types,
+        refuse_pattern_differences,
+        refuse_listed_files,
+        refuse_keyed_changes,
+    )
 
 
 def admins(db: str | Path, *, policy: Policy | str | Path | None = None, con=None) -> list[str]:
@@ -245,6 +252,12 @@ def ckm_measures(
         original = con.sql(sql).df()
     finally:
         con.close()
+    # the same select list, named as the guard names it: DuckDB names a bare column as the
+    # table spells it (NACE_Division), the guard as the query does (nace_division), and the
+    # merge on the guard's names failed with a KeyError on a user's own mixed-case columns
+    # (new user s48e)
+    if len(original.columns) == len(protected.columns):
+        original.columns = list(protected.columns)
     merged = original.merge(protected, on=keys, how="outer", suffixes=("", "_protected"))
     merged = merged.fillna({c: 0 for c in merged.columns if c not in keys})
     return utility_risk(

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
-from sqlsdc.catalog import budget, keys, ptables, store
+from sqlsdc.catalog import budget, keys, name_hints, ptables, store
 from sqlsdc.catalog.class_notes import class_notes
+from sqlsdc.catalog.domain_notes import unlisted_nulls
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines import duckdb_schema, file_lock
 from sqlsdc.engines.duckdb import one
@@ -172,18 +173,16 @@ def database_problems(con, policy: Policy) -> list[str]:
     for table in policy.tables.values():
         where = f"tables.{table.name}"
         if table.name not in schemas:
-            known = ", ".join(sorted(schemas)) or (
-                "none; load the data first, e.g. with DuckDB: CREATE TABLE t AS FROM 'file.csv'"
-            )
-            problems.append(f"{where}: no such table in the database (tables: {known})")
+            main = name_hints.main_tables(con)
+            problems.append(f"{where}: {name_hints.missing_table(con, table.name, main)}")
             continue
         if not table.is_public and table.name not in tables:
             problems.append(f"{where}: a confidential relation must be a table, not a view")
         for column, spec in table.columns.items():
             if column not in schemas[table.name]:
-                cols = ", ".join(c for c in schemas[table.name] if not c.startswith("__"))
+                cols = name_hints.main_columns(con, table.name)
                 problems.append(
-                    f"{where}.columns.{column}: no such column in the table (columns: {cols})"
+                    f"{where}.columns.{column}: {name_hints.missing_column(table.name, cols)}"
                 )
             elif not table.is_public and spec.role in (ColumnRole.MEASURE, ColumnRole.WEIGHT):
                 problem = _measure_type_problem(schemas[table.name][column])
@@ -248,7 +247,7 @@ def apply_policy(
         created = store.ensure_secret(con)
         store.ensure_mix_keys(con)
         notes = [*_wide_measures(con, policy), *_suppressed_means(con, policy),
-                 *class_notes(con, policy)]  # fmt: skip
+                 *class_notes(con, policy), *unlisted_nulls(con, policy)]  # fmt: skip
         report = ApplyReport(version=0, secret_created=created, notes=notes)
         for table in policy.confidential_tables:
             _drop_stale_unit_indexes(con, table.name, table.privacy_unit)

@@ -44,7 +44,7 @@ from sqlsdc.errors import Error, MicrodataError, NotFoundError, SqlSyntaxError
 from sqlsdc.jobs.differencing import refuse_file_differences
 from sqlsdc.jobs.file_pairs import refuse_file_pairs
 from sqlsdc.jobs.live_cells import refuse_live_file_cells
-from sqlsdc.jobs.output_store import storing_output
+from sqlsdc.jobs.output_store import date_columns, storing_output
 from sqlsdc.jobs.record_files import (
     all_files,
     file_release,
@@ -60,7 +60,7 @@ from sqlsdc.jobs.session import OUTPUT_SCHEMA, job_catalog, json_safe
 from sqlsdc.jobs.stored_tables import exact_tables
 from sqlsdc.microdata.microaggregation import il1s
 from sqlsdc.microdata.risk import interval_disclosure, linkage_rate, risk_summary
-from sqlsdc.microdata.steps import Step, apply_steps, parse_step
+from sqlsdc.microdata.steps import Step, apply_steps, parse_step, spelt_as
 from sqlsdc.microdata.suda import MAX_KEYS, suda
 from sqlsdc.policy import ColumnRole, load_policy
 
@@ -178,6 +178,9 @@ def anonymize(
         try:
             say(f"read {len(original)} records from {source or 'the query'}")
             keys, weights = _risk_columns(policy, source, original, keys, weights)
+            parsed = spelt_as(parsed, original.columns)
+            if household is not None:  # read_records kept it under the table's spelling
+                household = {c.lower(): c for c in original.columns}[household.lower()]
             try:
                 held = [c for c in original.columns if c not in dropped]
                 sources = None if sql is None else source_columns(roots, held)
@@ -215,7 +218,8 @@ def anonymize(
                 household=household,
             )
             say(f"storing {report.name}")
-            store_file(con, stored, report, user, version, request, query_id, fingerprint, into)
+            store_file(con, stored, report, user, version, request, query_id, fingerprint, into,
+                       dates=date_columns(con, definition))  # fmt: skip
         except BaseException as failure:
             audit("failed", reason=store.audit_reason(failure))
             raise
@@ -359,8 +363,10 @@ def read_records(
     dropped = [c for c in frame.columns
                if c.lower() in identifiers or c.startswith("__") or c in derived]  # fmt: skip
     dropped += [c for c in internal if c in asked and c not in dropped]  # left out before
-    if keep is not None and keep not in frame.columns:
-        raise MicrodataError(f"household column {keep!r} is not in the data")
+    if keep is not None:  # as the policy names it, whatever the case (new user s48e)
+        keep = {str(c).lower(): c for c in frame.columns}.get(keep.lower(), keep)
+        if keep not in frame.columns:
+            raise MicrodataError(f"household column {keep!r} is not in the data")
     return frame.drop(columns=[c for c in dropped if c != keep and c in frame]), dropped
 
 
@@ -474,33 +480,39 @@ def _check_tables(con, policy, definition: str) -> None:
 
 
 def _risk_columns(policy, source, frame, keys, weights):
+    """The key and weight columns of the risk measures, spelt as the records spell them. The
+    policy spells names in lower case and the records as the table does (``NACE_Section``):
+    matched exactly, a user's own mixed-case table lost every declared key without a word,
+    and the file was stored with no risk report at all (new user s48e), so names are matched
+    as DuckDB matches them, whatever their case."""
     table = policy.table(source) if source else None
+    spelt = {str(c).lower(): c for c in frame.columns}
     if keys is None:
         declared = (
             [c.name for c in table.columns.values() if c.role is ColumnRole.DIMENSION]
             if table
             else []
         )
-        keys = [c for c in declared if c in frame.columns]
-    missing = [k for k in keys or [] if k not in frame.columns]
+        keys = [spelt[c] for c in declared if c in spelt]
+    missing = [k for k in keys or [] if k.lower() not in spelt]
     if missing:  # dropped without a word, a misspelt key made the risk look lower
         raise MicrodataError(
             f"key column(s) {missing} are not in the data; the records have "
             f"{', '.join(map(str, frame.columns))}"
         )
-    keys = list(keys or [])
+    keys = [spelt[k.lower()] for k in keys or []]
     if weights is None and table is not None:
         weights = next(
             (
-                c.name
+                spelt[c.name]
                 for c in table.columns.values()
-                if c.role is ColumnRole.WEIGHT and c.name in frame
+                if c.role is ColumnRole.WEIGHT and c.name in spelt
             ),
             None,
         )
-    if weights is not None and weights not in frame.columns:
+    if weights is not None and weights.lower() not in spelt:
         raise MicrodataError(f"weight column {weights!r} is not in the data")
-    return keys, weights
+    return keys, None if weights is None else spelt[weights.lower()]
 
 
 def _risk(frame: pd.DataFrame, keys, weights, household) -> dict:
@@ -571,11 +583,12 @@ def _il(x: np.ndarray, y: np.ndarray) -> float:
 
 def store_file(con, frame, report, user, version, request, query_id, fingerprint, into, *,
                method: str = METHOD, mechanism: str = METHOD, view: str | None = None,
-               note: str | None = None):  # fmt: skip
+               note: str | None = None, dates: Sequence[str] = ()):  # fmt: skip
     """Store a file of records as ``protected.<into>`` (and a view ``<view>.<into>`` over it)
     with its ``sqlsdc.outputs`` record (``method``), ledger rows (``mechanism``) and audit
     entry, in one transaction (used by the synthesis job too); ``note`` follows the audit
-    reason after ``; `` (a DP synthesis's weak noise, :mod:`sqlsdc.synth.weak_noise`).
+    reason after ``; `` (a DP synthesis's weak noise, :mod:`sqlsdc.synth.weak_noise`);
+    ``dates``: the columns that were DATE in the source (stored as DATE again).
 
     The records are stored sorted by their own values: in the source's order (the job's
     ``SELECT``, persons by identifier) row ``i`` of two files made from one source was one
@@ -585,7 +598,7 @@ def store_file(con, frame, report, user, version, request, query_id, fingerprint
     """
     frame = frame.sort_values(list(frame.columns), kind="mergesort", na_position="last",
                               ignore_index=True)  # fmt: skip
-    with storing_output(con, into, frame) as name:
+    with storing_output(con, into, frame, dates) as name:
         if view is not None:
             con.execute(f"CREATE SCHEMA IF NOT EXISTS {view}")
             con.execute(f"CREATE OR REPLACE VIEW {view}.{name} AS "

@@ -18,7 +18,7 @@ from sqlsdc.catalog.schema import CATALOG_SCHEMA
 from sqlsdc.catalog.store import now, pattern_table
 from sqlsdc.engines import duckdb as engine
 from sqlsdc.engines import duckdb_schema, duckdb_sql
-from sqlsdc.errors import TabularError
+from sqlsdc.errors import PolicyError, TabularError
 from sqlsdc.policy import Policy
 from sqlsdc.tabular.universe import (
     LEVEL,
@@ -62,6 +62,32 @@ def ensure_patterns(con, policy: Policy, policy_version: int, tables) -> list[di
         )
         reports.append({"table": universe.table, **report})
     return reports
+
+
+def refuse_uncoded_types(con, policy: Policy) -> None:
+    """Refuse a policy whose suppression universe has a dimension of a type the pattern cannot
+    code (an ENUM, a DATE, a BOOLEAN...): applied, every query of the table was refused with
+    "the suppression pattern cannot be made" and only ``sqlsdc publish`` said why (new user
+    s48e, an ENUM size class). Run before the policy is applied
+    (:func:`sqlsdc.admin.policy_checks`)."""
+    schemas = duckdb_schema.table_schemas(con)
+    problems = []
+    for table in policy.confidential_tables:
+        if table.suppression is None:
+            continue
+        types = schemas.get(table.name, {})
+        for column in universe_of(policy, table.name).columns:
+            kind = types.get(column)
+            if kind is not None and kind not in CODE_TYPES:
+                shown = "ENUM" if kind.upper().startswith("ENUM") else kind
+                problems.append(
+                    f"{policy.source}: tables.{table.name}.suppression.dimensions: {column} is "
+                    f"{shown}, and suppression needs text or integer codes: store it as text, "
+                    f"e.g. CREATE OR REPLACE TABLE {table.name} AS SELECT * REPLACE "
+                    f"(CAST({column} AS VARCHAR) AS {column}) FROM {table.name}"
+                )
+    if problems:
+        raise PolicyError(problems)
 
 
 def _code_types(con, universe: Universe) -> dict[str, str]:

@@ -57,6 +57,26 @@ class Step:
         return f"{self.method}:{','.join(self.columns)}" + (f":{params}" if params else "")
 
 
+def spelt_as(steps: Sequence[Step], columns) -> list[Step]:
+    """``steps`` with each column (and shuffle's ``given``) spelt as ``columns`` spell it,
+    names matched whatever their case, as DuckDB and the policy match them: a user's own
+    table spells ``Turnover``, the policy ``turnover``, and a step naming either must change
+    the same column (``turnover`` was "not in the data", new user s48e). A name no column
+    has is kept, for :func:`apply_steps` to refuse."""
+    spelt = {str(c).lower(): str(c) for c in columns}
+
+    def respell(names):
+        return tuple(spelt.get(n.lower(), n) for n in names)
+
+    out = []
+    for step in steps:
+        params = dict(step.params)
+        if "given" in params:
+            params["given"] = "/".join(respell([g for g in params["given"].split("/") if g]))
+        out.append(Step(step.method, respell(step.columns), params))
+    return out
+
+
 def parse_step(text: str) -> Step:
     """``"pram:education:p=0.8"`` → ``Step("pram", ("education",), {"p": "0.8"})``."""
     method, _, rest = text.strip().partition(":")

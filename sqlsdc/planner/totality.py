@@ -187,6 +187,10 @@ def _families() -> dict:
         (exp.DataType.TEXT_TYPES, "text"),
         (exp.DataType.TEMPORAL_TYPES, "temporal"),
         ({T.BOOLEAN}, "boolean"),
+        # a user's own codes and keys: DuckDB compares an ENUM with text as the text of its
+        # label (no error, 'xx' matches no row), and a UUID with a UUID
+        ({T.ENUM, T.ENUM8, T.ENUM16}, "text"),
+        ({T.UUID}, "uuid"),
     ):
         for dtype in types:
             families.setdefault(dtype, name)  # the first match wins, as in a chain of tests
@@ -258,7 +262,15 @@ def _literal_converts(literal: exp.Literal, other: exp.Expr) -> bool:
         return text.lower() in {"true", "false", "t", "f", "1", "0"}
     if target == "temporal":
         return _temporal_text(text, {kind})
+    if target == "uuid":
+        return _UUID_TEXT.fullmatch(text) is not None
     return False
+
+
+_UUID_TEXT = re.compile(
+    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+)
+"""The canonical spelling of a UUID, which DuckDB casts to one without error."""
 
 
 def _fits_decimal(text: str, dtype: exp.DataType) -> bool:

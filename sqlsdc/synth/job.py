@@ -58,6 +58,7 @@ from sqlsdc.catalog import store
 from sqlsdc.catalog.budget import charge, policy_limits
 from sqlsdc.errors import Error, SynthesisError
 from sqlsdc.jobs.anonymize import check_records_job, read_records, records_definition, store_file
+from sqlsdc.jobs.output_store import date_columns
 from sqlsdc.jobs.session import OUTPUT_SCHEMA, job_catalog, json_safe
 from sqlsdc.jobs.synthesis_files import (
     DP_METHODS,
@@ -331,7 +332,8 @@ def synthesize(
             say(f"storing {report.name}")
             store_file(con, result, report, user, version, definition, query_id, fingerprint,
                        into, method=JOB, mechanism=method, view=VIEW_SCHEMA,
-                       note="; ".join(x for x in (note, warning) if x) or None)  # fmt: skip
+                       note="; ".join(x for x in (note, warning) if x) or None,
+                       dates=date_columns(con, definition))  # fmt: skip
         except BaseException as failure:
             audit("failed", reason=store.audit_reason(failure))
             raise

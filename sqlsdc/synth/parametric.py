@@ -102,7 +102,11 @@ def _cast(values, column: pd.Series, missing: np.ndarray) -> pd.Series:
     """Synthetic values in the column's dtype, missing where drawn missing."""
     series = pd.Series(values)
     if pd.api.types.is_datetime64_any_dtype(column):
-        series = pd.to_datetime(series.astype("Int64"), unit="ns").astype(column.dtype)
+        # the integers are in the column's own unit: DuckDB hands dates and timestamps to
+        # pandas in microseconds, read as nanoseconds every date fell in January 1970
+        # (new user s48e)
+        unit = getattr(column.dtype, "unit", None) or np.datetime_data(column.dtype)[0]
+        series = pd.to_datetime(series.astype("Int64"), unit=unit).astype(column.dtype)
     elif pd.api.types.is_integer_dtype(column):
         series = series.astype("Int64" if missing.any() else column.dtype)
     elif pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column):

@@ -117,11 +117,16 @@ def synth_report(
     missing = [c for c in synthetic.columns if c not in original.columns]
     if missing:
         raise SynthesisError(f"the source has no column {missing}; name it with --against")
+    # named as the policy names them, whatever their case: a user's own table spells
+    # NACE_Section, and --keys nace_section was "not a column" (new user s48e)
+    spelt = {str(c).lower(): c for c in synthetic.columns}
     for column in [*(keys or []), *([target] if target else [])]:
-        if column not in synthetic.columns:
+        if column.lower() not in spelt:
             raise SynthesisError(
                 f"{column!r} is not a column of {SCHEMA}.{name}: {', '.join(synthetic.columns)}"
             )
+    keys = None if keys is None else [spelt[k.lower()] for k in keys]
+    target = None if target is None else spelt[target.lower()]
     original = original[list(synthetic.columns)]
     result = {
         "table": f"{SCHEMA}.{name}",
