@@ -1,0 +1,129 @@
+"""Red team s48c: the microdata and synthetic jobs' openings left by session 47's red teams.
+
+Finding 1 (s47n, fixed): ``sqlsdc anonymize --from enterprises`` with a step that leaves
+``employees`` as it is showed each enterprise's exact employees x beside ``size_class``, which
+the job reads as the class of the unit-noised x·m (s47d): 17 of the demo's 1,000 enterprises
+(DEMO_SEED) were shown with a class that is not the class of their x (9 employees beside
+'small', 50 beside 'small' ...), which tells the side of 1 their secret factor m lies on. A file
+that shows the measure (in any spelling) now shows the class of the stored x; a perturbative
+step on the measure beside its class is refused (:mod:`sqlsdc.jobs.shown_classes`).
+
+Finding 2 (s47o, fixed): a ``special_values`` code of a measure given to ``synthesize --method
+cart`` is drawn exactly (a state category, never smoothed) with no warning: R01's largest
+income (706,147.09 on the CLI demo) given as a code appeared once, to the cent, in 1,500
+synthetic records. A code of a measure that 1 or 2 records hold is now refused.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import duckdb
+import pytest
+
+from sqlsdc.errors import MicrodataError
+from sqlsdc.jobs.anonymize import anonymize
+
+
+def _class(x) -> str | None:
+    if x is None:
+        return None
+    return "micro" if x < 10 else "small" if x < 50 else "medium" if x < 250 else "large"
+
+
+@pytest.fixture
+def ckm_copy(ckm_db, tmp_path):
+    path = tmp_path / "demo.duckdb"
+    shutil.copy(ckm_db, path)
+    return path
+
+
+def _file(path, name: str, sql: str):
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return con.execute(sql.replace("FILE", f"protected.{name}")).fetchall()
+    finally:
+        con.close()
+
+
+def test_a_file_showing_employees_shows_the_class_of_the_shown_value(ckm_copy):
+    """Fails on main: 17 of 1,000 enterprises shown with a class their employees contradict."""
+    anonymize(ckm_copy, user="admin", source="enterprises", into="ent",
+              steps=["microaggregate:turnover:k=5"], seed=1)  # fmt: skip
+    rows = _file(ckm_copy, "ent", "SELECT employees, size_class FROM FILE")
+    assert len(rows) == 1000
+    assert [(x, c) for x, c in rows if _class(x) != c] == []
+
+
+def test_any_spelling_of_the_pair_in_sql_reads_the_class_of_x(ckm_copy):
+    """A renamed measure and a function of the class: the class is read from x too."""
+    sql = ("SELECT nace, employees AS staff, upper(size_class) AS band, turnover "
+           "FROM enterprises")  # fmt: skip
+    anonymize(ckm_copy, user="admin", sql=sql, into="ent", keys=["nace", "band"],
+              steps=["microaggregate:turnover:k=5"], seed=1)  # fmt: skip
+    rows = _file(ckm_copy, "ent", "SELECT staff, band FROM FILE")
+    assert [(x, c) for x, c in rows if (_class(x) or "").upper() != c] == []
+
+
+def test_a_file_without_the_measure_keeps_the_class_queries_publish(ckm_copy):
+    """Without employees the file's class is still the class of x·m (what queries group by):
+    some enterprises' class is not the class of their stored x."""
+    anonymize(ckm_copy, user="admin", sql="SELECT nace, size_class, turnover FROM enterprises",
+              into="ent", keys=["nace", "size_class"], steps=["microaggregate:turnover:k=5"],
+              seed=1)  # fmt: skip
+    con = duckdb.connect(str(ckm_copy), read_only=True)
+    try:
+        stored = con.execute("SELECT size_class, count(*) FROM enterprises GROUP BY 1 "
+                             "ORDER BY 1").fetchall()  # fmt: skip
+    finally:
+        con.close()
+    shown = _file(ckm_copy, "ent", "SELECT size_class, count(*) FROM FILE GROUP BY 1 ORDER BY 1")
+    assert shown != stored  # the class of x·m, not the stored class
+
+
+@pytest.mark.parametrize("step", ["microaggregate:employees:k=5", "noise:employees:c=0.5",
+                                  "rankswap:employees:p=5", "shuffle:employees"])  # fmt: skip
+def test_a_perturbed_measure_beside_its_class_is_refused(ckm_copy, step):
+    with pytest.raises(MicrodataError, match="recode:employees:breaks=10/50/250"):
+        anonymize(ckm_copy, user="admin", source="enterprises", into="ent", steps=[step],
+                  seed=1)  # fmt: skip
+    tables = "SELECT count(*) FROM information_schema.tables WHERE table_name = 'ent'"
+    assert _file(ckm_copy, "ent", tables) == [(0,)]
+
+
+R01 = "SELECT sex, age, income FROM persons WHERE region = 'R01'"
+
+
+def _top_income(path) -> float:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return con.execute("SELECT max(income) FROM persons WHERE region = 'R01'").fetchone()[0]
+    finally:
+        con.close()
+
+
+def test_a_special_value_of_a_measure_held_by_one_person_is_refused(fresh_demo_db):
+    """Finding 2 (s47o, fixed): R01's largest income given as a special value of income was
+    drawn exactly (cart draws special codes as categories, never smoothed), without the
+    warning or ``unsmoothed_measures`` (on main: the job stores the file, the code drawn
+    once in 1,500 records on the CLI demo). Now refused, and nothing is stored."""
+    from sqlsdc.errors import SynthesisError
+    from sqlsdc.synth import synthesize
+
+    top = _top_income(fresh_demo_db)
+    with pytest.raises(SynthesisError, match="held by 1 record"):
+        synthesize(fresh_demo_db, user="admin", into="syn", method="cart", sql=R01, rows=500,
+                   seed=3, options={"special_values": {"income": [top]}})  # fmt: skip
+    tables = "SELECT count(*) FROM information_schema.tables WHERE table_name = 'syn'"
+    assert _file(fresh_demo_db, "syn", tables) == [(0,)]
+
+
+def test_a_special_value_many_records_hold_is_synthesised(fresh_demo_db):
+    """A code shared by 3 records or more (income 0) passes, as before."""
+    from sqlsdc.synth import synthesize
+
+    report = synthesize(fresh_demo_db, user="admin", into="syn", method="cart", sql=R01,
+                        rows=500, seed=3,
+                        options={"special_values": {"income": [0, -8]}})  # fmt: skip
+    assert report.details["smoothing"] == ["income"]
+    assert report.details["special_values"] == {"income": [0, -8]}
