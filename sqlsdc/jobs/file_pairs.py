@@ -125,9 +125,9 @@ def _refuse_linked_records(con, policy: Policy, table: str, mine: Release, their
         return
     linked, exposed = linked_records(con, mine, theirs, least)
     if exposed:
-        links = ", ".join(name for name, _other in link_columns(mine, theirs))
+        links = ", ".join(column for column, _ours, _theirs in link_columns(mine, theirs))
         raise MicrodataError(
-            f"they link record by record by {links}, which both hold exactly ({linked:,} "
+            f"they link record by record by {links}, which both hold unperturbed ({linked:,} "
             f"records are the only ones of their values in both), and {exposed:,} of the "
             f"linked records are shown, by the columns of both files together, among fewer "
             f"than {least} records, while each file alone shows them among {least} or more: "

@@ -2,15 +2,16 @@
 
 Two anonymised files of the same people that both hold an exact column of many distinct
 values (the demo's ``weight``: 18,177 values among 20,000 persons) link one to one by it: a
-record whose values of the columns both files hold exactly (the same column of the table,
-coarsened alike) are held by no other record of either file is one person in both. Readers of
+record whose values of the columns both files hold unperturbed (the same column of the table,
+coarsened alike, or as it is in one file and coarsened in the other) are held by no other
+record of either file is one person in both. Readers of
 both then hold that person's columns of both files, a key neither file's risk report measured
 (red team s47o: sex, age band, education, weight and sex, age band, occupation, weight of
 every person, both under ``releases:``, accepted: 16,455 persons linked by weight, 8 of them
 unique by sex, age band, education and occupation, while each file alone showed 0 and 1
-records below k = 2). Hundepool et al., *Statistical Disclosure Control*, Wiley 2012, §3.3:
-re-identification risk is measured on the key variables an intruder can match on, and two
-releases linked record by record are one release of their union.
+records below k = 2). Hundepool et al., *Statistical Disclosure Control*, Wiley 2012, ch. 3:
+re-identification risk is measured on the key variables an intruder can match on; so two
+releases linked record by record are judged as one release of their union.
 
 :func:`linked_records` measures it: among the records linked one to one, those whose key of
 both files' cuts (:attr:`~sqlsdc.jobs.exact_release.Release.exact`, the columns a table
@@ -27,12 +28,38 @@ from sqlglot import exp
 from sqlsdc.jobs.exact_release import Release
 
 
-def link_columns(mine: Release, theirs: Release) -> list[tuple[str, str]]:
-    """``(name in mine, name in theirs)`` of the columns both files hold exactly as the same
-    expression of the table (a column, or its bands cut alike)."""
-    theirs_by = {e.sql("duckdb"): name for name, e in theirs.sums or ()}
-    return [(name, theirs_by[e.sql("duckdb")]) for name, e in mine.sums or ()
-            if e.sql("duckdb") in theirs_by]  # fmt: skip
+def link_columns(mine: Release, theirs: Release) -> list[tuple[str, exp.Expr, exp.Expr]]:
+    """``(the table's column, its value in mine, in theirs)``, as expressions on each file's
+    columns, for each column of the table both files hold exactly: as the same expression of
+    it (a column, or its bands cut alike), or one file as it is and the other coarsened (its
+    coarsening applied to the first file's column: ``round(weight, 1)`` beside ``weight``
+    links by 1,001 values, 758 persons of the CLI demo one to one). Two different
+    coarsenings of it are not linked."""
+    found = []
+    for name, ours in mine.sums or ():
+        for other, their in theirs.sums or ():
+            read = {c.name.lower() for c in ours.find_all(exp.Column)}
+            if read != {c.name.lower() for c in their.find_all(exp.Column)}:
+                continue
+            (column,) = read
+            if ours.sql("duckdb") == their.sql("duckdb"):
+                found.append((column, _file_column(name), _file_column(other)))
+            elif isinstance(ours, exp.Column):
+                found.append((column, _applied(their, name), _file_column(other)))
+            elif isinstance(their, exp.Column):
+                found.append((column, _file_column(name), _applied(ours, other)))
+    return found
+
+
+def _file_column(name: str) -> exp.Column:
+    return exp.column(name, quoted=True)
+
+
+def _applied(expression: exp.Expr, name: str) -> exp.Expr:
+    """``expression`` (of one column of the table) computed on the file column ``name``."""
+    return expression.copy().transform(
+        lambda node: _file_column(name) if isinstance(node, exp.Column) else node
+    )
 
 
 def linked_records(con, mine: Release, theirs: Release, least: int) -> tuple[int, int]:
@@ -43,8 +70,8 @@ def linked_records(con, mine: Release, theirs: Release, least: int) -> tuple[int
     links = link_columns(mine, theirs)
     if not links or mine.records is None or theirs.records is None:
         return 0, 0
-    a = _side(mine, [m for m, _t in links])
-    b = _side(theirs, [t for _m, t in links])
+    a = _side(mine, [ours for _c, ours, _t in links])
+    b = _side(theirs, [their for _c, _o, their in links])
     on = exp.and_(*(_same(f"l{i}") for i in range(len(links))))
     keys = [exp.column(f"k{i}", "a") for i in range(len(mine.exact or ()))]
     keys += [exp.column(f"k{i}", "b") for i in range(len(theirs.exact or ()))]
@@ -69,15 +96,14 @@ def linked_records(con, mine: Release, theirs: Release, least: int) -> tuple[int
     return int(linked), int(exposed or 0)
 
 
-def _side(file: Release, links: list[str]) -> exp.Select:
-    """A file's records as their link columns ``l<i>``, cuts ``k<i>``, how many records share
+def _side(file: Release, links: list[exp.Expr]) -> exp.Select:
+    """A file's records as their link values ``l<i>``, cuts ``k<i>``, how many records share
     their link (``n``) and their cuts (``f``)."""
-    cuts = [name for name, _e in file.exact or ()]
-    columns = [exp.column(name, quoted=True).as_(f"l{i}") for i, name in enumerate(links)]
-    columns += [exp.column(name, quoted=True).as_(f"k{i}") for i, name in enumerate(cuts)]
-    columns.append(_count_over([exp.column(name, quoted=True) for name in links], "n"))
-    every = [exp.column(name, quoted=True) for name in cuts]
-    columns.append(_count_over(every, "f") if every else exp.alias_(exp.Literal.number(0), "f"))
+    cuts = [_file_column(name) for name, _e in file.exact or ()]
+    columns = [exp.alias_(link.copy(), f"l{i}") for i, link in enumerate(links)]
+    columns += [exp.alias_(cut.copy(), f"k{i}") for i, cut in enumerate(cuts)]
+    columns.append(_count_over(links, "n"))
+    columns.append(_count_over(cuts, "f") if cuts else exp.alias_(exp.Literal.number(0), "f"))
     return exp.select(*columns).from_(file.records.copy())
 
 
