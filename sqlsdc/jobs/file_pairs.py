@@ -31,7 +31,7 @@ from sqlsdc.errors import Error, MicrodataError, PolicyError
 from sqlsdc.jobs.differencing import min_frequency, refuse_file_differences
 from sqlsdc.jobs.exact_release import Release
 from sqlsdc.jobs.isolated_groups import refuse_isolated_groups
-from sqlsdc.jobs.linked_files import link_columns, linked_records
+from sqlsdc.jobs.linked_files import derived_pairs, link_columns, linked_records
 from sqlsdc.jobs.record_files import (
     all_files,
     distinct,
@@ -124,6 +124,18 @@ def _refuse_linked_records(con, policy: Policy, table: str, mine: Release, their
     if not link_columns(mine, theirs) or not share_rows(con, table, mine.where, theirs.where):
         return
     linked, exposed = linked_records(con, mine, theirs, least)
+    if linked:  # a class of x·m in one, x in the other: the pair would tell m's side (s47n)
+        for dimension, measure in derived_pairs(policy, table):
+            for one, other in ((mine, theirs), (theirs, mine)):
+                if dimension in one.held and measure in other.held | other.drawn:
+                    raise MicrodataError(
+                        f"they link record by record ({linked:,} records), and {one.label} "
+                        f"shows {dimension}, the class of the noised value of {measure}, "
+                        f"which {other.label} shows: side by side, a unit near a break "
+                        "whose class is not the class of its value tells its secret noise "
+                        f"factor. Leave {dimension} out of {one.label} (a file that shows "
+                        f"{measure} too shows the class of its own value)"
+                    )
     if exposed:
         links = ", ".join(column for column, _ours, _theirs in link_columns(mine, theirs))
         raise MicrodataError(

@@ -26,6 +26,8 @@ from __future__ import annotations
 from sqlglot import exp
 
 from sqlsdc.jobs.exact_release import Release
+from sqlsdc.policy import Policy
+from sqlsdc.rewrite.derived_classes import derived_classes
 
 
 def link_columns(mine: Release, theirs: Release) -> list[tuple[str, exp.Expr, exp.Expr]]:
@@ -60,6 +62,15 @@ def _applied(expression: exp.Expr, name: str) -> exp.Expr:
     return expression.copy().transform(
         lambda node: _file_column(name) if isinstance(node, exp.Column) else node
     )
+
+
+def derived_pairs(policy: Policy, table: str) -> list[tuple[str, str]]:
+    """``(dimension, measure)`` of ``table``'s dimensions read as the class of a unit-noised
+    measure (:mod:`sqlsdc.jobs.class_views`), lower case: a file that shows the one beside a
+    linked file that shows the other tells, for units near a break, the side of 1 of their
+    noise factor (red team s47n's finding across two files, s48c)."""
+    found = derived_classes(policy).get(table.lower(), {})
+    return [(how.column.lower(), how.classes.measure.lower()) for how in found.values()]
 
 
 def linked_records(con, mine: Release, theirs: Release, least: int) -> tuple[int, int]:

@@ -25,8 +25,12 @@ from sqlsdc.engines import duckdb_schema
 from sqlsdc.errors import SynthesisError
 from sqlsdc.policy import ColumnRole
 
-__all__ = ["measure_columns", "refuse_rare_special_values", "smoothing_choice",
-           "unsmoothed_warning"]
+__all__ = [
+    "measure_columns",
+    "refuse_rare_special_values",
+    "smoothing_choice",
+    "unsmoothed_warning",
+]
 
 
 def measure_columns(con, policy, definition: str, frame: pd.DataFrame) -> list[str]:
