@@ -57,6 +57,11 @@ from sqlsdc.jobs.record_files import (
 from sqlsdc.jobs.refusals import check_output_name, dp_table_refusal
 from sqlsdc.jobs.risk_keys import refuse_coarse_keys, source_columns
 from sqlsdc.jobs.session import OUTPUT_SCHEMA, job_catalog, json_safe
+from sqlsdc.jobs.shown_classes import (
+    read_classes_of_shown_values,
+    refuse_perturbed_measures,
+    shown_pairs,
+)
 from sqlsdc.jobs.stored_tables import exact_tables
 from sqlsdc.microdata.microaggregation import il1s
 from sqlsdc.microdata.risk import interval_disclosure, linkage_rate, risk_summary
@@ -169,6 +174,13 @@ def anonymize(
             definition = records_definition(source, sql)
             roots: dict = {}  # each column's lineage, for the risk keys
             original, dropped = read_records(con, policy, source, definition, household, roots)
+            held = [c for c in original.columns if c not in dropped]
+            pairs = shown_pairs(policy, _tables_read(source, definition),
+                                source_columns(roots, held))  # fmt: skip
+            refuse_perturbed_measures(pairs, parsed)
+            if pairs:  # the class of the shown x, not of x·m (red team s47n)
+                read_classes_of_shown_values(con, policy, list(pairs))
+                original, dropped = read_records(con, policy, source, definition, household)
         except Error as refusal:
             audit("refused", reason=store.audit_reason(refusal))
             raise
@@ -182,7 +194,6 @@ def anonymize(
             if household is not None:  # read_records kept it under the table's spelling
                 household = {c.lower(): c for c in original.columns}[household.lower()]
             try:
-                held = [c for c in original.columns if c not in dropped]
                 sources = None if sql is None else source_columns(roots, held)
                 refuse_coarse_keys(policy, source, held, keys, sources)
             except Error as refusal:
@@ -224,6 +235,14 @@ def anonymize(
             audit("failed", reason=store.audit_reason(failure))
             raise
         return report
+
+
+def _tables_read(source: str | None, definition: str) -> list[str]:
+    """The tables the job's records are read from (by name; CTEs too, which no policy table
+    is named like: :func:`_without_internal` refuses that)."""
+    if source is not None:
+        return [source]
+    return [t.name for t in sqlglot.parse_one(definition, read="duckdb").find_all(exp.Table)]
 
 
 def records_definition(source: str | None, sql: str | None) -> str:

@@ -77,7 +77,7 @@ from sqlsdc.jobs.blanked_cells import blanked_difference
 from sqlsdc.jobs.cell_unions import cells_add_up
 from sqlsdc.jobs.dominated_differences import refuse_dominated_differences
 from sqlsdc.jobs.dominated_groups import refuse_dominated_groups
-from sqlsdc.jobs.exact_release import Release
+from sqlsdc.jobs.exact_release import Release, total_releases
 from sqlsdc.jobs.isolated_groups import refuse_isolated_groups
 from sqlsdc.jobs.stale_releases import refuse_stale_differences
 from sqlsdc.jobs.tabulation import rules_of
@@ -125,6 +125,10 @@ def refuse_file_differences(con, policy: Policy, file: Release, tables: list) ->
     :func:`refuse_small_differences`; or when with them it gives the change since one was
     published before the data changed (:func:`refuse_stale_differences`). A table of sums
     is compared only with a file that holds its measure unperturbed."""
+    for label, spec in tables:  # a perturbed measure whose total the file keeps (s47i)
+        totals = total_releases([file], spec.measure)
+        refuse_dominated_differences(con, spec, totals, rules_of(policy, spec), label,
+                                     error=MicrodataError)  # fmt: skip
     tables = [(label, spec) for label, spec in tables
               if spec.measure is None or file.holds(spec.measure)]  # fmt: skip
     for label, spec in tables:

@@ -11,6 +11,7 @@ outside the job are counts of its own cells and no difference.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -43,6 +44,9 @@ class Release:
             the file, expression on the table as the file holds it)``: with ``exact`` and
             ``records``, what tells whether its records are still the data under its
             population (:mod:`sqlsdc.jobs.stale_releases`, red team s47c). None: not known.
+        totals: the table's columns a file holds perturbed by steps that keep their total
+            over the file exact (microaggregation, exact-moment noise, shuffling, rank
+            swapping: :func:`sqlsdc.jobs.record_files.kept_totals`).
     """
 
     label: str
@@ -54,10 +58,21 @@ class Release:
     records: exp.Table | None = None
     drawn: frozenset[str] = frozenset()
     sums: tuple[tuple[str, exp.Expr], ...] | None = None
+    totals: frozenset[str] = frozenset()
 
     def holds(self, column: str) -> bool:
         """Whether its cells give sums of ``column``."""
         return self.exact is None or column.lower() in self.held
+
+
+def total_releases(files: Iterable[Release], measure: str | None) -> list[Release]:
+    """Each of ``files`` whose total of ``measure`` is exact though a step perturbed it
+    (:func:`sqlsdc.jobs.record_files.kept_totals`), as the exact table of one cell it gives:
+    its population's total."""
+    if measure is None:
+        return []
+    return [Release(f"{file.label} (its total of {measure})", file.where, ())
+            for file in files if measure.lower() in file.totals]  # fmt: skip
 
 
 def kept(where: exp.Expr | None) -> exp.Expr:

@@ -31,6 +31,7 @@ from sqlsdc.errors import Error, MicrodataError, PolicyError
 from sqlsdc.jobs.differencing import min_frequency, refuse_file_differences
 from sqlsdc.jobs.exact_release import Release
 from sqlsdc.jobs.isolated_groups import refuse_isolated_groups
+from sqlsdc.jobs.linked_files import derived_pairs, link_columns, linked_records
 from sqlsdc.jobs.record_files import (
     all_files,
     distinct,
@@ -76,6 +77,7 @@ def refuse_file_pairs(
             continue
         try:
             _refuse_two_draws(con, table, mine, theirs)
+            _refuse_linked_records(con, policy, table, mine, theirs)
             _compare(con, policy, table, mine, theirs)
         except MicrodataError as found:
             if refusal is None:
@@ -110,6 +112,39 @@ def _refuse_two_draws(con, table: str, mine: Release, theirs: Release) -> None:
             "perturbative step (PRAM, noise, swapping, microaggregation), each file by its own "
             "seed: readers of both average the draws, and the more such files the nearer "
             "their mean to the values as they were"
+        )
+
+
+def _refuse_linked_records(con, policy: Policy, table: str, mine: Release, theirs: Release):
+    """Refuse two files of rows of ``table`` they share that link record by record by
+    columns both hold exactly, where the union of their cuts shows linked records among fewer
+    units than the minimum frequency that each file alone shows among more
+    (:mod:`sqlsdc.jobs.linked_files`, red team s47o)."""
+    least = min_frequency(policy, table)
+    if not link_columns(mine, theirs) or not share_rows(con, table, mine.where, theirs.where):
+        return
+    linked, exposed = linked_records(con, mine, theirs, least)
+    if linked:  # a class of x·m in one, x in the other: the pair would tell m's side (s47n)
+        for dimension, measure in derived_pairs(policy, table):
+            for one, other in ((mine, theirs), (theirs, mine)):
+                if dimension in one.held and measure in other.held | other.drawn:
+                    raise MicrodataError(
+                        f"they link record by record ({linked:,} records), and {one.label} "
+                        f"shows {dimension}, the class of the noised value of {measure}, "
+                        f"which {other.label} shows: side by side, a unit near a break "
+                        "whose class is not the class of its value tells its secret noise "
+                        f"factor. Leave {dimension} out of {one.label} (a file that shows "
+                        f"{measure} too shows the class of its own value)"
+                    )
+    if exposed:
+        links = ", ".join(column for column, _ours, _theirs in link_columns(mine, theirs))
+        raise MicrodataError(
+            f"they link record by record by {links}, which both hold unperturbed ({linked:,} "
+            f"records are the only ones of their values in both), and {exposed:,} of the "
+            f"linked records are shown, by the columns of both files together, among fewer "
+            f"than {least} records, while each file alone shows them among {least} or more: "
+            "readers of both hold that finer key. Leave the near-unique column (a weight, an "
+            "exact measure) out of one file, or band or perturb it there"
         )
 
 

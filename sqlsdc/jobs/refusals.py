@@ -30,7 +30,7 @@ from sqlglot import exp
 from sqlsdc.errors import Error, PolicyError, TabularError
 from sqlsdc.jobs.differencing import refuse_small_differences
 from sqlsdc.jobs.dominated_differences import refuse_dominated_differences
-from sqlsdc.jobs.exact_release import Release
+from sqlsdc.jobs.exact_release import Release, total_releases
 from sqlsdc.jobs.live_cells import refuse_live_cells, refuse_live_file_cells
 from sqlsdc.jobs.live_total import public_grand_total, stored_total_published
 from sqlsdc.jobs.record_files import opaque_files, opaque_refusal, stored_files
@@ -366,7 +366,8 @@ def _exact_files(con, policy: Policy, spec: JobSpec) -> list[Release]:
     if opaque := _opaque(con, policy, spec.table):
         raise TabularError(opaque_refusal(f"the file {opaque[0]}", spec.table, "the job"))
     files = stored_files(con, policy, spec.table) + stored_exact_syntheses(con, policy, spec.table)
-    return [f for f in files if spec.measure is None or f.holds(spec.measure)]
+    held = [f for f in files if spec.measure is None or f.holds(spec.measure)]
+    return held + total_releases(files, spec.measure)  # perturbed, but its total exact (s47i)
 
 
 def refuse_pattern_differences(con, policy: Policy) -> None:
@@ -395,6 +396,7 @@ def refuse_pattern_differences(con, policy: Policy) -> None:
             others += [f for f in files if pattern.measure is None or f.holds(pattern.measure)]
             refuse_small_differences(con, policy, pattern, others, label, error=_policy_refusal)
             rules = universe_of(policy, declared.name).rules(pattern.measure or COUNT)
+            others += total_releases(files, pattern.measure)  # perturbed, total exact (s47i)
             refuse_dominated_differences(con, pattern, others, rules, label, error=_policy_refusal)
         for name, spec in found:  # cells of the pattern held by an output stored before it
             if name != label:

@@ -71,7 +71,12 @@ from sqlsdc.mechanisms.accountant import PrivacyCost, amount_text, exact_text, f
 from sqlsdc.policy import ColumnRole
 from sqlsdc.policy.model import DpSettings
 from sqlsdc.synth import ipf
-from sqlsdc.synth.measures import measure_columns, smoothing_choice, unsmoothed_warning
+from sqlsdc.synth.measures import (
+    measure_columns,
+    refuse_rare_special_values,
+    smoothing_choice,
+    unsmoothed_warning,
+)
 from sqlsdc.synth.parametric import synthesize_parametric
 from sqlsdc.synth.rng import noise_stream, synth_rng
 from sqlsdc.synth.smoothing import SmoothingError
@@ -260,6 +265,7 @@ def synthesize(
                     measures = measure_columns(con, policy, definition, original)
                     options, unsmoothed = smoothing_choice(options, measures,
                                                            list(original.columns))  # fmt: skip
+                    refuse_rare_special_values(options, measures, original)
             store.ensure_secret(con)
             ((secret,),) = con.execute(
                 f"SELECT material FROM {store.S}.secrets WHERE name = 'prf'"

@@ -44,8 +44,8 @@ Every attack tried, one line each (W: worked, fixed here; O: worked, left open; 
      noise's zero mean, shuffling and rank swapping permute the values), but a file's exact
      release lists unperturbed columns only (``Release.held``): a difference of 10 or more
      units dominated by one, between a file's total and an exact sum job, is not judged by
-     p % or nk. No natural dominated group on the demo (8 large enterprises: the count check
-     refuses), so no test.
+     p % or nk. Closed in s48c (test_redteam_s48c.py): a file of R02's firms, turnover
+     microaggregated, less a job of R02 without activity I (10+ firms) gave I's total.
 - O  no job refuses on its own risk measure: a file with no step on its keys is stored with its
      sample uniques as they were (listing it under ``releases:`` is the admin's choice).
 - H  two files of R01 (one without municipality R01-M015, 1 person), income microaggregated

@@ -31,7 +31,8 @@ Held (one line each):
 - refusals of jobs reach the admin only: ``sqlsdc audit``/``outputs``/``microdata-report`` as
   analyst denied; ``sqlsdc.audit``, ``audit``, ``duckdb_tables()`` and a stored file as an
   analyst query refused.
-Open: two files released that do not blank but link by an exact column: sex, age (bands
+Open (both closed in s48c, tests/security/test_redteam_s48c.py): two files released that do
+not blank but link by an exact column: sex, age (bands
 30/65), education, weight and sex, age, occupation, weight of every person, both under
 ``releases:`` (accepted): 16,455 persons linked one to one by weight, 8 of them unique by
 sex, age band, education and occupation, a key neither file's report measured (its own: 0
