@@ -5,6 +5,7 @@ Thin commands over :mod:`sqlsdc.jobs.anonymize`; the methods are in :mod:`sqlsdc
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import click
@@ -18,6 +19,7 @@ from sqlsdc.cli.output import (
     into_option,
     print_json,
     read_sql,
+    step_progress,
 )
 
 from sqlsdc.errors import Error, NotFoundError
@@ -79,13 +81,15 @@ def anonymize(db, source, sql, into, steps, keys, weights, household, seed, repl
         --step suppress:sex,age,education:k=3 \\
         --step microaggregate:income:k=5 --keys sex,age,education
     """
+    from sqlsdc.jobs.anonymize import STEPS
     from sqlsdc.jobs.anonymize import anonymize as run
     from sqlsdc.jobs.session import handed_connection
 
     if (source is None) == (sql is None):
         raise click.UsageError("give either --from TABLE or --sql QUERY")
-    say = None if fmt == "json" else (lambda message: click.echo(message, err=True))
-    with handed_connection(db, opened()):
+    quiet = contextlib.nullcontext(None)
+    bar = quiet if fmt == "json" else step_progress(f"anonymize {into}", STEPS)
+    with bar as say, handed_connection(db, opened()):
         report = run(
             db,
             user=user,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -324,3 +325,30 @@ def write_file(path: str | Path, text: str, *, force: bool) -> None:
         raise NotFoundError(f"cannot write {path}: folder {path.parent} does not exist")
 
     write_atomically(path, text)
+
+
+@contextlib.contextmanager
+def step_progress(label: str, total: int):
+    """A step callback for a job of ``total`` steps, called with each step's name as it
+    starts: a progress bar on a terminal, one ``[k/total] step ...`` line per step otherwise;
+    always on stderr, so that ``--format json`` output stays clean (issue 18: progress on
+    every job longer than a few seconds)."""
+    if not sys.stderr.isatty():
+        done = [0]
+
+        def line(step: str) -> None:
+            done[0] += 1
+            click.echo(f"[{min(done[0], total)}/{total}] {step} ...", err=True)
+
+        yield line
+        return
+    with click.progressbar(length=total, label=label, file=sys.stderr,
+                           item_show_func=lambda s: s) as bar:  # fmt: skip
+        started = [False]
+
+        def advance(step: str) -> None:
+            bar.update(1 if started[0] else 0, step)
+            started[0] = True
+
+        yield advance
+        bar.update(total - bar.pos, "done")

@@ -21,6 +21,7 @@ from sqlsdc.cli.output import (
     into_option,
     print_json,
     read_sql,
+    step_progress,
 )
 
 METHODS = ("suppress", "round", "cta", "ipf")
@@ -241,30 +242,9 @@ def _check_options(method: str, options: dict) -> None:
             )
 
 
-@contextlib.contextmanager
 def _progress(method: str):
-    """A step callback for the job: a progress bar on a terminal, one line per step otherwise;
-    always on stderr, so that ``--format json`` output stays clean."""
-    total = STEPS[method]
-    if not sys.stderr.isatty():
-        done = [0]
-
-        def line(step: str) -> None:
-            done[0] += 1
-            click.echo(f"[{min(done[0], total)}/{total}] {step} ...", err=True)
-
-        yield line
-        return
-    with click.progressbar(length=total, label=f"protect ({method})", file=sys.stderr,
-                           item_show_func=lambda s: s) as bar:  # fmt: skip
-        started = [False]
-
-        def advance(step: str) -> None:
-            bar.update(1 if started[0] else 0, step)
-            started[0] = True
-
-        yield advance
-        bar.update(total - bar.pos, "done")
+    """A step callback for the job (:func:`~sqlsdc.cli.output.step_progress`)."""
+    return step_progress(f"protect ({method})", STEPS[method])
 
 
 @contextlib.contextmanager

@@ -30,6 +30,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from sqlsdc.jobs.exact_release import kept
+from sqlsdc.jobs.unit_cells import one_cell_each
 
 
 def union_of_cells(con, first, second, *, first_keys: list[exp.Expr] | None = None) -> bool:
@@ -48,22 +49,56 @@ def cells_add_up(con, cells, inner, cells_keys=None, *, shared: bool = True) -> 
     holds them); ``shared`` False: one that is a cell of ``inner`` (inner or margin) does not
     count."""
     keys = cells_keys if cells_keys is not None else _keys(cells)
-    query = _union_query(cells, inner, keys, _keys(inner), shared)
+    additive = _additive(con, cells, inner, keys, _keys(inner))
+    query = _union_query(cells, inner, keys, _keys(inner), shared, additive=additive)
     return con.execute(query.sql("duckdb")).fetchall()[0][0] > 0
+
+
+def _additive(con, cells, inner, cells_keys, inner_keys) -> bool:
+    """Whether each unit of the rows either release reads lies in one finest cell (both
+    releases' keys, both populations): then the union query adds up per-cell counts and sums
+    of hashes instead of counting distinct units per grouping
+    (:func:`~sqlsdc.jobs.unit_cells.one_cell_each`)."""
+    member, rows = _member(cells)
+    in_a, in_b = kept(cells.where), kept(inner.where)
+    names = [f"__k{i}" for i in range(len(cells_keys) + len(inner_keys))]
+    keyed = zip([*cells_keys, *inner_keys], names, strict=True)
+    select = exp.select(
+        *(exp.alias_(k.copy(), n) for k, n in keyed),
+        exp.alias_(in_a.copy(), "__in_a"),
+        exp.alias_(in_b.copy(), "__in_b"),
+        exp.alias_(exp.Anonymous(this="hash", expressions=[member]), "__m"),
+    ).from_(cells.table)
+    select = select.where(exp.and_(exp.or_(in_a, in_b), rows))
+    return one_cell_each(con, select, "__m", [*names, "__in_a", "__in_b"])
+
+
+def _member(cells) -> tuple[exp.Expr, exp.Expr]:
+    """``(unit, rows)``: what a unit is (the unit of a count, the row of a sum) and the rows
+    that hold one (a sum's with a non-zero measure)."""
+    if cells.measure is None:
+        return exp.column(cells.unit), exp.true()
+    member = exp.column(cells.table)  # the row as a struct (a view has no rowid)
+    nonzero = exp.column(cells.measure).neq(exp.Literal.number(0))
+    return member, exp.Coalesce(this=nonzero, expressions=[exp.false()])
 
 
 def _keys(spec) -> list[exp.Expr]:
     return [exp.column(d) for d in spec.dims]
 
 
-def _union_query(cells, inner, cells_keys, inner_keys, shared: bool = True) -> exp.Select:
+def _union_query(
+    cells, inner, cells_keys, inner_keys, shared: bool = True, *, additive: bool = False
+) -> exp.Select:
     """The number of cells of ``cells`` (every grouping of its dimensions) that are unions of
     inner cells of ``inner``: each of its units is in ``inner``'s population, and each inner
     cell of ``inner`` it meets, it meets whole. Units are counted as the fingerprints of
     :func:`sqlsdc.jobs.stored_tables._fingerprints` count them: the unit of a count, the row
     with a non-zero measure of a sum (a sum's value is theirs). ``shared`` False: such a
     cell that holds what a cell of ``inner`` holds (the same number and sum of hashes of its
-    units) is left out."""
+    units) is left out. ``additive`` (each unit in one finest cell, :func:`_additive`): the
+    rows are aggregated by their finest cells first and the groupings add those up, the same
+    numbers at a fraction of the cost."""
     # a release of no cut (a file of measures only) is one cell: a constant key (an empty
     # CUBE is no SQL: the engine refused the whole check, s48c)
     cells_keys, inner_keys = (
@@ -72,12 +107,7 @@ def _union_query(cells, inner, cells_keys, inner_keys, shared: bool = True) -> e
     )
     a = [f"__a{i}" for i in range(len(cells_keys))]
     b = [f"__b{i}" for i in range(len(inner_keys))]
-    if cells.measure is None:
-        member, rows = exp.column(cells.unit), exp.true()
-    else:
-        member = exp.column(cells.table)  # the row as a struct (a view has no rowid)
-        nonzero = exp.column(cells.measure).neq(exp.Literal.number(0))
-        rows = exp.Coalesce(this=nonzero, expressions=[exp.false()])
+    member, rows = _member(cells)
     in_a, in_b = kept(cells.where), kept(inner.where)
     r = (
         exp.select(
@@ -97,11 +127,11 @@ def _union_query(cells, inner, cells_keys, inner_keys, shared: bool = True) -> e
         .from_(cells.table)
         .where(exp.and_(in_b.copy(), rows.copy()))
     )
-    sizes = (
-        exp.select(*b, exp.alias_(_distinct_count("__m"), "__nb"))
-        .from_(whole.subquery("__w"))
-        .group_by(*b)
-    )
+    if additive:  # each unit in one finest cell: count its rows' units once, add them up
+        r = _per_cell(r.subquery("__r0"), [*a, "__in_b", *b])
+        whole = _per_cell(whole.subquery("__w0"), b)
+    count, hashes = _adders(additive)
+    sizes = exp.select(*b, exp.alias_(count(), "__nb")).from_(whole.subquery("__w")).group_by(*b)
     grouping = exp.Anonymous(this="grouping", expressions=[exp.column(n) for n in a])
     pairs = (
         exp.select(
@@ -109,8 +139,8 @@ def _union_query(cells, inner, cells_keys, inner_keys, shared: bool = True) -> e
             *a,
             "__in_b",
             *b,
-            exp.alias_(_distinct_count("__m"), "__k"),
-            exp.alias_(exp.Sum(this=exp.Distinct(expressions=[exp.column("__m")])), "__h"),
+            exp.alias_(count(), "__k"),
+            exp.alias_(hashes(), "__h"),
         )
         .from_(r.subquery("__r"))
         .group_by(exp.Cube(expressions=[exp.column(n) for n in a]), "__in_b", *b)
@@ -140,8 +170,8 @@ def _union_query(cells, inner, cells_keys, inner_keys, shared: bool = True) -> e
         found = exp.select(exp.Count(this=exp.Star())).from_(per_cell.subquery("c"))
         return found.where(exp.column("__union", "c"))
     # an inner cell of ``inner`` that is a cell of ``cells`` too: ``cells`` shows it itself
-    mine = _fingerprints(r.subquery("__r"), a, cube=True)
-    parts = _fingerprints(whole.subquery("__w"), b, cube=False)
+    mine = _fingerprints(r.subquery("__r"), a, cube=True, additive=additive)
+    parts = _fingerprints(whole.subquery("__w"), b, cube=False, additive=additive)
     shown = (
         exp.select(*(exp.column(n, "q") for n in b))
         .from_(parts.subquery("q"))
@@ -167,7 +197,7 @@ def _union_query(cells, inner, cells_keys, inner_keys, shared: bool = True) -> e
                         "__shown"))  # fmt: skip
     found = exp.select(exp.Count(this=exp.Star())).from_(per_cell.subquery("c"))
     found = found.where(exp.not_(exp.column("__shown", "c")))
-    theirs = _fingerprints(whole.subquery("__w"), b, cube=True)
+    theirs = _fingerprints(whole.subquery("__w"), b, cube=True, additive=additive)
     same = exp.and_(
         exp.column("__n", "c").eq(exp.column("__n", "t")),
         exp.column("__h", "c").eq(exp.column("__h", "t")),
@@ -176,13 +206,15 @@ def _union_query(cells, inner, cells_keys, inner_keys, shared: bool = True) -> e
     return found.where(exp.and_(exp.column("__union", "c"), exp.column("__n", "t").is_(exp.null())))
 
 
-def _fingerprints(source: exp.Expr, keys: list[str], *, cube: bool) -> exp.Select:
+def _fingerprints(
+    source: exp.Expr, keys: list[str], *, cube: bool, additive: bool = False
+) -> exp.Select:
     """``(keys..., __n, __h)``: the number and sum of hashes of the units of each cell of
-    ``source`` by ``keys`` (every grouping of them when ``cube``, the keys then left out)."""
+    ``source`` by ``keys`` (every grouping of them when ``cube``, the keys then left out);
+    ``additive``: ``source`` is per finest cell (:func:`_per_cell`)."""
+    count, hashes = _adders(additive)
     select = exp.select(
-        *([] if cube else keys),
-        exp.alias_(_distinct_count("__m"), "__n"),
-        exp.alias_(exp.Sum(this=exp.Distinct(expressions=[exp.column("__m")])), "__h"),
+        *([] if cube else keys), exp.alias_(count(), "__n"), exp.alias_(hashes(), "__h")
     ).from_(source)
     if cube:
         return select.group_by(exp.Cube(expressions=[exp.column(k) for k in keys]))
@@ -191,3 +223,32 @@ def _fingerprints(source: exp.Expr, keys: list[str], *, cube: bool) -> exp.Selec
 
 def _distinct_count(column: str) -> exp.Count:
     return exp.Count(this=exp.Distinct(expressions=[exp.column(column)]))
+
+
+def _per_cell(source: exp.Expr, keys: list[str]) -> exp.Select:
+    """``source``'s rows aggregated by ``keys``: ``__k`` units and ``__m`` the sum of their
+    hashes per cell (the columns :func:`_adders` adds up)."""
+    return (
+        exp.select(
+            *keys,
+            exp.alias_(_distinct_count("__m"), "__k"),
+            exp.alias_(exp.Sum(this=exp.Distinct(expressions=[exp.column("__m")])), "__m"),
+        )
+        .from_(source)
+        .group_by(*keys)
+    )
+
+
+def _adders(additive: bool):
+    """``(count, hashes)``: builders of a cell's number of units and sum of their hashes,
+    over rows (distinct ``__m``) or over finest cells (:func:`_per_cell`: sums)."""
+    if additive:  # a COUNT of no rows is 0, a SUM NULL (a CUBE's grand total over none)
+        zero = exp.Literal.number(0)
+        return (
+            lambda: exp.Coalesce(this=exp.Sum(this=exp.column("__k")), expressions=[zero.copy()]),
+            lambda: exp.Sum(this=exp.column("__m")),
+        )
+    return (
+        lambda: _distinct_count("__m"),
+        lambda: exp.Sum(this=exp.Distinct(expressions=[exp.column("__m")])),
+    )

@@ -29,6 +29,7 @@ from sqlglot import exp
 
 from sqlsdc.jobs.exact_release import Release, kept, tells
 from sqlsdc.jobs.tabulation import measure_sum
+from sqlsdc.jobs.unit_cells import one_cell_each
 from sqlsdc.rewrite.ckm_mix import join_mix
 
 
@@ -66,7 +67,9 @@ def _keys(release: Release) -> list[tuple[str, exp.Expr]]:
 Side = tuple  # (population WHERE or None, [(label, expression)], its outsiders are known)
 
 
-def _statement(spec, cut: Side, cover: Side, least: int, top_k: int = 0) -> exp.Select:
+def _statement(
+    spec, cut: Side, cover: Side, least: int, top_k: int = 0, *, additive: bool = False
+) -> exp.Select:
     """The query of :func:`_uncovered`: ``(cell, units, side)`` of a cell of the release
     ``cut`` (every grouping of its keys) whose units in the population of ``cover`` fill the
     inner cells of ``cover`` they lie in but for ``units`` more (``side`` ``"b"``), with none
@@ -74,49 +77,41 @@ def _statement(spec, cut: Side, cover: Side, least: int, top_k: int = 0) -> exp.
     that ``cover`` lacks), ``0 < units < least``; or no row. The cell's value and the sum of
     those inner cells then differ by what those few units add up to. A side whose units
     outside the other population are known (the third element: a file that tells which of
-    its records the job counts) counts none there."""
-    (cut_where, cut_keys, cut_known), (cover_where, cover_keys, cover_known) = cut, cover
+    its records the job counts) counts none there. ``additive``: each unit lies in one
+    finest cell of the rows (:func:`_additive`), so the groupings add up per-cell counts."""
+    (_cw, cut_keys, cut_known), (_vw, cover_keys, cover_known) = cut, cover
     keys = [f"__c{j}" for j in range(len(cut_keys))]
     inner = [f"__v{j}" for j in range(len(cover_keys))]
-    rows = exp.select(
-        exp.column(spec.unit).as_("__u"),
-        *(e.copy().as_(k) for (_l, e), k in zip(cut_keys, keys, strict=True)),
-        *(e.copy().as_(k) for (_l, e), k in zip(cover_keys, inner, strict=True)),
-        kept(cut_where).as_("__in_c"),
-        kept(cover_where).as_("__in_v"),
-        copy=False,
-    ).from_(spec.table, copy=False)
-    if top_k:  # each row's contribution as the job adds it up (after unit noise)
-        rows = rows.select(measure_sum(spec).this.as_("__x"), copy=False)
-        if spec.unit_noise is not None:
-            join_mix(rows)
-    # rows of neither: none
-    rows = rows.where(exp.or_(kept(cut_where), kept(cover_where), copy=False), copy=False)
-    if spec.measure is not None:  # rows that add nothing to a sum are no part of a difference
-        nonzero = exp.column(spec.measure).neq(exp.Literal.number(0))
-        rows = rows.where(exp.Coalesce(this=nonzero, expressions=[exp.false()]), copy=False)
+    rows = _rows(spec, cut, cover, top_k)
 
     def units(alias: str) -> exp.Expr:
         return exp.Count(this=exp.Distinct(expressions=[exp.column("__u")])).as_(alias)
 
+    # where each unit lies in one finest cell, the cubes add up per-cell counts (__ra)
+    counted, adder = ("__ra", _added) if additive else ("__r", units)
     both = exp.and_(exp.column("__in_c"), exp.column("__in_v"))
     # units of a cut cell in the cover's population, per inner cell of the cover they lie in
     hits = _cube(
-        exp.select(*map(exp.column, keys), *map(exp.column, inner), units("__k"), copy=False)
-        .from_("__r", copy=False)
+        exp.select(*map(exp.column, keys), *map(exp.column, inner), adder("__k"), copy=False)
+        .from_(counted, copy=False)
         .where(both, copy=False)
         .group_by(*map(exp.column, inner), copy=False),
         keys,
     )
-    in_cut = exp.Filter(this=units("__x").this, expression=exp.Where(this=exp.column("__in_c")))
-    sizes = exp.select(*map(exp.column, inner), units("__size"), in_cut.as_("__inside"), copy=False)
-    sizes = sizes.from_("__r", copy=False)
+    in_cut = units("__x").this
+    if additive:  # a SUM of no rows is NULL where a COUNT is 0
+        in_cut = exp.Sum(this=exp.column("__cnt"))
+    in_cut = exp.Filter(this=in_cut, expression=exp.Where(this=exp.column("__in_c")))
+    if additive:
+        in_cut = exp.Coalesce(this=in_cut, expressions=[exp.Literal.number(0)])
+    sizes = exp.select(*map(exp.column, inner), adder("__size"), in_cut.as_("__inside"), copy=False)
+    sizes = sizes.from_(counted, copy=False)
     sizes = sizes.where(exp.column("__in_v"), copy=False).group_by(
         *map(exp.column, inner), copy=False
     )
     cells = _cube(
-        exp.select(*map(exp.column, keys), units("__n"), copy=False)
-        .from_("__r", copy=False)
+        exp.select(*map(exp.column, keys), adder("__n"), copy=False)
+        .from_(counted, copy=False)
         .where(exp.column("__in_c"), copy=False),
         keys,
     )
@@ -228,8 +223,12 @@ def _statement(spec, cut: Side, cover: Side, least: int, top_k: int = 0) -> exp.
         ctes = _lacking(keys, top_k)
     else:
         select = select.limit(1, copy=False)
+    finest = [*keys, *inner, "__in_c", "__in_v"]
+    per_cell = exp.select(*map(exp.column, finest), units("__cnt"), copy=False).from_("__r")
+    per_cell = per_cell.group_by(*map(exp.column, finest), copy=False)
     for name, body in (
         ("__r", rows),
+        *((("__ra", per_cell),) if additive else ()),
         ("__hits", hits),
         ("__sizes", sizes),
         ("__cells", cells),
@@ -244,11 +243,39 @@ def _statement(spec, cut: Side, cover: Side, least: int, top_k: int = 0) -> exp.
     return select
 
 
+def _rows(spec, cut: Side, cover: Side, top_k: int = 0) -> exp.Select:
+    """``__r`` of :func:`_statement`: per row of either population, its unit (``__u``), its
+    keys on both sides (``__c…``, ``__v…``) and populations (``__in_c``, ``__in_v``), and with
+    ``top_k`` its contribution (``__x``)."""
+    (cut_where, cut_keys, _ck), (cover_where, cover_keys, _vk) = cut, cover
+    keys = [f"__c{j}" for j in range(len(cut_keys))]
+    inner = [f"__v{j}" for j in range(len(cover_keys))]
+    rows = exp.select(
+        exp.column(spec.unit).as_("__u"),
+        *(e.copy().as_(k) for (_l, e), k in zip(cut_keys, keys, strict=True)),
+        *(e.copy().as_(k) for (_l, e), k in zip(cover_keys, inner, strict=True)),
+        kept(cut_where).as_("__in_c"),
+        kept(cover_where).as_("__in_v"),
+        copy=False,
+    ).from_(spec.table, copy=False)
+    if top_k:  # each row's contribution as the job adds it up (after unit noise)
+        rows = rows.select(measure_sum(spec).this.as_("__x"), copy=False)
+        if spec.unit_noise is not None:
+            join_mix(rows)
+    # rows of neither: none
+    rows = rows.where(exp.or_(kept(cut_where), kept(cover_where), copy=False), copy=False)
+    if spec.measure is not None:  # rows that add nothing to a sum are no part of a difference
+        nonzero = exp.column(spec.measure).neq(exp.Literal.number(0))
+        rows = rows.where(exp.Coalesce(this=nonzero, expressions=[exp.false()]), copy=False)
+    return rows
+
+
 def _uncovered(con, spec, cut: Side, cover: Side, least: int):
     """:func:`_statement`'s finding: ``(cell, units, side)``, or None."""
     keys = len(cut[1])
-    row = next(iter(con.execute(_statement(spec, cut, cover, least).sql("duckdb")).fetchall()),
-               None)  # fmt: skip
+    additive = _additive(con, spec, cut, cover)
+    sql = _statement(spec, cut, cover, least, additive=additive).sql("duckdb")
+    row = next(iter(con.execute(sql).fetchall()), None)
     if row is None:
         return None
     level, values = row[0], row[1 : 1 + keys]
@@ -258,6 +285,21 @@ def _uncovered(con, spec, cut: Side, cover: Side, least: int):
     }
     a_units, b_units = row[-2:]
     return (cell, a_units, "a") if 0 < a_units < least else (cell, b_units, "b")
+
+
+def _additive(con, spec, cut: Side, cover: Side) -> bool:
+    """Whether each unit of the rows :func:`_statement` reads lies in one finest cell (both
+    sides' keys and populations; :func:`~sqlsdc.jobs.unit_cells.one_cell_each`)."""
+    rows = _rows(spec, cut, cover)
+    finest = [c.alias_or_name for c in rows.expressions if c.alias_or_name != "__u"]
+    return one_cell_each(con, rows, "__u", finest)
+
+
+def _added(alias: str) -> exp.Expr:
+    """The units of a cell as the sum of its finest cells' (``__cnt`` of ``__ra``); 0, as a
+    COUNT, for no rows (a CUBE's grand total over none)."""
+    total = exp.Sum(this=exp.column("__cnt"))
+    return exp.Coalesce(this=total, expressions=[exp.Literal.number(0)]).as_(alias)
 
 
 def dominated_cells(con, spec, other: Release, top_k: int):

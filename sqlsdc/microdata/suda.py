@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from sqlsdc.errors import MicrodataError
+from sqlsdc.microdata.groups import unique_rows
 
 __all__ = ["SudaResult", "suda"]
 
@@ -138,7 +139,8 @@ def _unique_on(codes: np.ndarray) -> np.ndarray:
     radix = codes.max(axis=0) + 1
     if float(np.prod(radix.astype(float))) < 2.0**62:
         combined = codes @ np.cumprod(np.r_[1, radix[:-1]]).astype(np.int64)
-        _, inverse, freq = np.unique(combined, return_inverse=True, return_counts=True)
+        inverse = pd.factorize(combined)[0]  # hashed, not sorted: only the counts matter
+        freq = np.bincount(inverse)
     else:
-        _, inverse, freq = np.unique(codes, axis=0, return_inverse=True, return_counts=True)
-    return freq[inverse.ravel()] == 1
+        _, inverse, freq = unique_rows(codes)
+    return freq[inverse] == 1
