@@ -59,3 +59,43 @@ def test_a_non_finite_number_anywhere_is_refused_at_its_line(example):
             found = refusal(replaced(document, path, value))
             assert found and all(LOCATED.match(p) for p in found), (path, found)
             assert any(".".join(map(str, path)) in p for p in found), (path, found)
+
+
+def test_a_public_key_must_be_a_declared_column():
+    """``key: nope`` on a public table validated (``sqlsdc policy validate``: valid) and only
+    ``policy apply`` refused it, against the database (fails on main)."""
+    document = yaml.safe_load(EXAMPLES[0].read_text("utf-8"))
+    assert EXAMPLES[0].stem == "demo" and document["tables"]["regions"]["key"] == "region"
+    found = refusal(replaced(document, ("tables", "regions", "key"), "nope"))
+    assert len(found) == 1
+    assert LOCATED.match(found[0])
+    assert found[0].endswith("tables.regions.key: 'nope' is not a declared column of this table")
+    load_policy(replaced(document, ("tables", "regions", "key"), "REGION"))  # names ignore case
+
+
+def test_problems_applying_finds_in_the_database_are_at_their_line(tmp_path):
+    """What applying a policy finds in the database (a number in the domain of a text column,
+    a column the table lacks) named the path only, ``p.yaml: tables...``, where validation's
+    problems name the line and column too (fails on main); the table written ``Persons``."""
+    import duckdb
+
+    db = tmp_path / "data.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE persons AS SELECT i AS pid, CASE WHEN i % 2 = 0 THEN 'N' ELSE "
+                "'S' END AS region, i * 10.0 AS income FROM range(50) t(i)")  # fmt: skip
+    con.close()
+    policy = tmp_path / "p.yaml"
+    policy.write_text(
+        "tables:\n  Persons:\n    privacy_unit: pid\n    columns:\n      pid: {role: identifier}\n"
+        "      region: {role: dimension, domain: [1, S]}\n"
+        "      income: {role: measure, bounds: [0, 1000]}\n"
+        "      age: {role: dimension}\n"
+        "users:\n  admin: {role: admin}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(sqlsdc.PolicyError) as info:
+        sqlsdc.init(db, policy)
+    assert [p.split(": tables.")[0] for p in info.value.problems] == [
+        "p.yaml: line 6, column 33",  # domain:
+        "p.yaml: line 8, column 7",
+    ]
