@@ -139,3 +139,18 @@ def test_every_key_of_the_demo_policy_mutated_is_refused_at_its_line_or_loads():
                     for p in e.problems
                 ), (path, value, e.problems)
     assert refused > 750 and loaded > 100, (refused, loaded)  # 828 and 152
+
+
+@pytest.mark.parametrize("key", ["[a, b]", "{a: 1}"])
+def test_a_key_that_is_a_list_or_mapping_is_refused_at_its_line(key):
+    """YAML's complex keys (``? [a, b]``) were an internal error, TypeError: unhashable type,
+    exit 70 (the duplicate-key check put every key in a set; fails on main)."""
+    text = EXAMPLES[1].read_text("utf-8")
+    assert EXAMPLES[1].stem == "minimal" and text.endswith("  owner: {role: admin}\n")
+    with pytest.raises(sqlsdc.PolicyError) as info:
+        load_policy(f"{text}  ? {key}\n  : {{role: analyst}}\n", name="m.yaml")
+    line = text.count("\n") + 1
+    assert info.value.problems == [
+        f"m.yaml: line {line}, column 5: not valid YAML: a key that is a list or mapping "
+        "(? [...]); keys are names"
+    ]
