@@ -24,6 +24,7 @@ from sqlsdc.engines import duckdb_schema, file_lock
 from sqlsdc.engines.duckdb import one
 from sqlsdc.errors import AccessDenied, PolicyError
 from sqlsdc.policy import AggregateKind, ColumnRole, Method, Policy, UserRole, load_policy
+from sqlsdc.policy.read import located
 
 UNIT_INDEX_PREFIX = "__sqlsdc_unit_"
 KEY_INDEX_PREFIX = "__sqlsdc_key_"
@@ -236,7 +237,7 @@ def apply_policy(
     (:func:`sqlsdc.admin.policy_checks`; the jobs build on the catalog, so the catalog takes
     them from its caller). A keyword without a default: no caller applies a policy without
     saying which checks it runs."""
-    problems = [f"{policy.source}: {p}" for p in database_problems(con, policy)]
+    problems = [located(policy.source, p, policy.marks) for p in database_problems(con, policy)]
     if problems:
         raise PolicyError(problems)
     for check in checks:

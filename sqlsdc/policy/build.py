@@ -184,7 +184,7 @@ def _floored(rules: dict[AggregateKind, ProtectionRule]) -> dict[AggregateKind, 
     return {**rules, AggregateKind.MAGNITUDES: dataclasses.replace(magnitudes, magnitude=magnitude)}
 
 
-def build_policy(doc: dict, label: str) -> Policy:
+def build_policy(doc: dict, label: str, marks: dict | None = None) -> Policy:
     default = ProtectionRule(Method.THRESHOLD, DEFAULT_MIN_FREQUENCY)
     top_rules = _rules(doc.get("protection"), {k: default for k in AggregateKind})
     tables = {}
@@ -239,6 +239,7 @@ def build_policy(doc: dict, label: str) -> Policy:
         users=MappingProxyType(users),
         document=MappingProxyType(copy.deepcopy(doc)),
         source=label,
+        marks=MappingProxyType(_marks(marks or {})),
         budgets=budgets,
         releases=tuple(dict.fromkeys(r.lower() for r in doc.get("releases", []))),
         statement_timeout=float(
@@ -248,3 +249,9 @@ def build_policy(doc: dict, label: str) -> Policy:
             doc.get("limits", {}).get("max_statement_characters", DEFAULT_MAX_STATEMENT_CHARACTERS)
         ),
     )
+
+
+def _marks(marks: dict) -> dict:
+    """The marks of the source text, also under the lower-case path (the model's names, which
+    the problems found in the database name; names never differ only in case)."""
+    return {**{tuple(str(p).lower() for p in path): at for path, at in marks.items()}, **marks}

@@ -80,7 +80,7 @@ def _validated(document: Any, label: str, marks: Marks) -> Policy:
     problems += ptable_problems(document, problems)
     if problems:
         raise PolicyError([located(label, p, marks) for p in _by_position(problems, marks)])
-    return build_policy(document, label)
+    return build_policy(document, label, marks)
 
 
 def _by_position(problems: list[str], marks: Marks) -> list[str]:

@@ -276,6 +276,11 @@ class Policy:
     releases: tuple[str, ...] = ()
     statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT  # seconds; the policy's, not the user's
     max_statement_characters: int = DEFAULT_MAX_STATEMENT_CHARACTERS  # longer SQL is refused
+    # (line, column) of each key and item of the source text (``sqlsdc.policy.read.Marks``), so
+    # that the problems applying it finds in the database point at their place as validation's do
+    marks: MappingProxyType = field(
+        default_factory=lambda: MappingProxyType({}), compare=False, repr=False
+    )
 
     def table(self, name: str) -> Table | None:
         return self.tables.get(name.lower())

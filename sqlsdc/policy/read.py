@@ -128,6 +128,13 @@ class _PolicyLoader(yaml.SafeLoader):
         seen = set()
         for key_node, _value in node.value:
             key = self.construct_object(key_node, deep=deep)
+            try:  # ``? [a, b]``: a list key, which the set below failed on (TypeError, exit 70)
+                hash(key)
+            except TypeError:
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a key that is a list or mapping (? [...]); keys are names",
+                    key_node.start_mark,
+                ) from None  # fmt: skip
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate key {key!r}", key_node.start_mark

@@ -76,6 +76,8 @@ def _table_problems(doc: dict, tname: str) -> list[str]:
             f"{where}.key: only public tables declare a key; a confidential table's key is "
             "its privacy_unit"
         )
+    elif "key" in spec and spec["key"].lower() not in roles:  # validated, then refused by apply
+        problems.append(f"{where}.key: {spec['key']!r} is not a declared column of this table")
     if kind == "confidential":
         unit = spec.get("privacy_unit")
         if unit is None:

@@ -206,12 +206,18 @@ def ptable_problems(document: Any, found: list[str]) -> list[str]:
 def _flex(rule: dict) -> tuple[float, float] | None:
     """``(p_small, mu_c)`` of a magnitude CKM rule, which the published sum's rounding window
     depends on beside its ptable (mu_c 0 when no cell is sensitive, ``sensitive_below`` 0);
-    None without a usable flex function (a problem of its own)."""
+    None without a usable flex function or with a value that is not a finite number (a problem
+    of its own, reported by the schema or :func:`_finite_problems`)."""
     flex = rule.get("flex")
     if not isinstance(flex, dict) or "p_small" not in flex:
         return None
-    p_small = float(flex["p_small"])
-    mu_c = float(rule.get("mu_c", 0.0)) if int(rule.get("sensitive_below", 0)) > 0 else 0.0
+    try:  # ``sensitive_below: .inf`` was an internal error (OverflowError) here, not a problem
+        p_small = float(flex["p_small"])
+        mu_c = float(rule.get("mu_c", 0.0)) if float(rule.get("sensitive_below", 0)) > 0 else 0.0
+    except (TypeError, ValueError):
+        return None  # a shape problem of its own
+    if not (math.isfinite(p_small) and math.isfinite(mu_c)):
+        return None  # reported as not finite
     return (p_small, mu_c) if p_small > 0 else None
 
 
