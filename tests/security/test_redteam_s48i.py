@@ -28,6 +28,13 @@ Held (one line each; statements or jobs tried, scored against the raw data):
   class of x·m of ``size_class``: protect (2), anonymize (2), synthesize (1): all refused
   before reading ("reads enterprises and public tables only", "may read the policy's tables
   only").
+- one population under a job's and another job's spellings: a rounding of enterprises by nace
+  x region ``WHERE size_class = 'micro'`` (the class of x·m), then suppression jobs of the same
+  counts written ``employees < 10``, ``employees < 10.5`` and ``NOT (size_class IN ('small',
+  'medium', 'large'))``: all three refused as the same cells protected a second way.
+- the anonymised file's exact weights (the README's ``seniors_r01`` keeps ``weight``; 18,177
+  distinct values among 20,000 persons) as a key into live queries: ``weight = w`` and a
+  ``BETWEEN`` of width 0.002 are refused (class breaks only), so no live cell is one record.
 - a suppression job of incomes (R01 aged 85+ by municipality x sex, ``freq:5``, ``p:10``: 19
   primaries, 4 secondaries) publishing each cell's ``n`` and listing every non-empty cell,
   beside the live CKM counts of the same non-zero incomes (one query): the joint support of
