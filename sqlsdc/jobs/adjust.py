@@ -146,8 +146,9 @@ def round_query(
         versions = rounded_versions.earlier_versions(job, table, identities, units)
         before = replaced_sides.published_before(job, table, identities)
         job.step(f"controlled rounding to base {base}")
-        result = controlled_round(table, base, time_limit=time_limit,
-                                  keep=rounded_versions.keep(before, versions))  # fmt: skip
+        kept = rounded_versions.keep(before, versions)
+        small = _small_counts(job, table, base, identities, kept)
+        result = controlled_round(table, base, time_limit=time_limit, keep=kept, fixed=small)
         rounded = result.cells["rounded"].to_numpy(np.float64)
         relaxed = np.zeros(rounded.size, dtype=bool)
         relaxed[
@@ -425,13 +426,51 @@ def _refuse_counts_to_base_two(job: Job, base: int) -> None:
     lists it, what a neighbour knows) reads it as a 1. Red team s42c: everyone aged 85+ by
     municipality x sex to base 2 beside the analyst's own query of the same cells (cell key
     method, which shows some cells of one person) proved 7 cells of one person on the test
-    demo. At base 3 such a cell holds 1 or 2."""
+    demo. At base 3 such a cell holds 1 or 2, once the small counts are drawn
+    (:func:`_small_counts`: rounded by distance, it was a 1)."""
     if job.spec.measure is None and base < 3:
         raise TabularError(
             f"--method round to base {base} publishes a count of 1 as 0 or {base}, and a cell "
             "published as 0 is left out; a reader who knows the cell is not empty (a live "
             "query, another table) then reads it as a 1. Round counts to base 3 or more"
         )
+
+
+def _small_counts(job: Job, table: Table, base: int, identities: kept_cells.Cells,
+                  kept: np.ndarray | None = None):  # fmt: skip
+    """The multiple each inner cell of a count table below the base is published at, drawn
+    before the controlled rounding by the unbiased random rule (Cox & Kim 2006, rule 4; Fellegi
+    1975): up to ``base`` with probability n/base, else 0; NaN for every other cell (None for
+    a sum).
+
+    Salazar's model minimises the distance, so it rounds a count to its nearest multiple
+    whenever the margins allow: at base 3 every 2 went up and every 1 but one in 50 went to 0,
+    which the job leaves out. A reader who knows such a cell is not empty (the analyst's live
+    query of the same cells, which the threshold rule shows as suppressed and the cell key
+    method often as 3 to 6, another table, a neighbour) read a missing cell as a 1 (red team
+    s48i: everyone aged 85+ by municipality x sex beside one live query, 49 cells of one person
+    under the threshold rule, 16 under the cell key method). Drawn, a missing cell is a 1 with
+    probability 2/3 against a 2 (2 x 1/3 of the 1s and 1/3 of the 2s go to 0 at base 3), and a
+    published base holds any count from 1 to 2·base - 1. The draw is secret, keyed by the
+    database's secret, the job and the cell's identity and count (:func:`_secret_key`), so the
+    same cell of the same count is drawn alike in every version (a new draw per run would be
+    averaged), and the model holds it: the margins follow, relaxed if they must. A cell an
+    earlier version published at 0 or the base (``kept``, what the rounding keeps) stays there:
+    its readers have it already, and another multiple would put it between the two."""
+    if job.spec.measure is not None:
+        return None
+    values = table.values
+    inner = table.cells["is_inner"].to_numpy(dtype=bool)
+    small = inner & (values > 0) & (values < base)
+    if not small.any():
+        return None
+    key = _secret_key(job, "small counts", identities.population)
+    up = identities.uniforms(key, values[:, None]) * base < values
+    drawn = np.where(up, float(base), 0.0)
+    if kept is not None:
+        kept = np.asarray(kept, dtype=np.float64)
+        drawn = np.where(np.isin(kept, (0.0, float(base))), kept, drawn)
+    return np.where(small, drawn, np.nan)
 
 
 def _refuse_small_base(table: Table, rules: Sequence, base: int):

@@ -120,6 +120,7 @@ def controlled_round(
     partition: str | None = "auto",
     seed: int = 0,
     keep: np.ndarray | None = None,
+    fixed: np.ndarray | None = None,
 ) -> RoundingResult:
     """Round every cell of a table to a multiple of ``base`` keeping the table additive.
 
@@ -151,6 +152,10 @@ def controlled_round(
             excess). A count rounded down in one version and up in the next lies strictly
             between the two multiples (red team s41c: 7 of 29 unchanged cells of a table
             replaced after six one-person changes, 4 possible counts instead of 9).
+        fixed: per cell in table order, the multiple it must take (NaN where the model
+            decides), one of its adjacent multiples: a cell rounded beforehand by a per-cell
+            rule (:func:`round_unbiased` of the small counts in a rounding job), which the
+            model holds as a constant; the margins follow, relaxed if they must.
 
     Returns:
         A :class:`RoundingResult`.
@@ -177,7 +182,7 @@ def controlled_round(
     values = table.values
     if not np.all(np.isfinite(values)):
         raise TabularError("controlled_round() needs finite cell values; impute or drop NaN/inf")
-    problem = _problem(table, values, base, zero_restricted, weights, seed, keep)
+    problem = _problem(table, values, base, zero_restricted, weights, seed, keep, fixed)
     deadline = started + float(time_limit)
     dim = _partition_dim(table, partition)
     solved = _solve_partitioned(table, dim, problem, deadline, seed) if dim else None
@@ -588,7 +593,7 @@ def _as_table(data, dims, value, hierarchies) -> Table:
 
 
 def _problem(table: Table, values, base: int, zero_restricted: bool, weights, seed: int = 0,
-             keep: np.ndarray | None = None):  # fmt: skip
+             keep: np.ndarray | None = None, fixed: np.ndarray | None = None):  # fmt: skip
     """Adjacent multiples (in bases) and integer costs of every cell, and the cells whose
     ``keep`` value is a multiple they may take.
 
@@ -604,6 +609,9 @@ def _problem(table: Table, values, base: int, zero_restricted: bool, weights, se
         movable = multiple & (near != 0)
         low = np.where(movable, near - 1, low)
         high = np.where(movable, near + 1, high)
+    held, held_k = _fixed(fixed, base, low, high)
+    low, high = np.where(held, held_k, low), np.where(held, held_k, high)
+    near, multiple = np.where(held, held_k, near), multiple | held
     inner = table.cells["is_inner"].to_numpy(dtype=bool)
     w = _weights(weights, table)
     remainder = values - base * np.floor(scaled)
@@ -655,6 +663,23 @@ def _kept(keep, base: int, low: np.ndarray, high: np.ndarray) -> dict:
     kept = np.isfinite(k) & (np.abs(k * base - keep) <= _SNAP * np.maximum(1.0, np.abs(keep)))
     kept &= (k >= low) & (k <= high)
     return {"kept": kept, "kept_k": np.where(kept, k, 0).astype(np.int64)}
+
+
+def _fixed(fixed, base: int, low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The cells ``fixed`` holds (finite) and their multiples in bases; each must be a multiple
+    of ``base`` between the cell's adjacent multiples ``low``..``high``."""
+    n = low.size
+    if fixed is None:
+        return np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64)
+    fixed = np.asarray(fixed, dtype=np.float64)
+    if fixed.shape != (n,):
+        raise TabularError(f"fixed must hold {n} values in table order; got shape {fixed.shape}")
+    held = np.isfinite(fixed)
+    k = np.where(held, np.round(fixed / base), 0.0)
+    on = np.abs(k * base - fixed) <= _SNAP * np.maximum(1.0, np.abs(fixed))
+    if np.any(held & ~(on & (k >= low) & (k <= high))):
+        raise TabularError("fixed values must be multiples of the base adjacent to their cells")
+    return held, k.astype(np.int64)
 
 
 def _weights(weights, table: Table) -> np.ndarray:

@@ -589,3 +589,24 @@ def test_prf_uniforms_are_keyed_and_drive_unbiased_rounding():
     ups = int((round_unbiased(np.full(len(u), 13), 10, u) == 20).sum())
     assert stats.binomtest(ups, len(u), 0.3).pvalue > 1e-3
     assert prf_uniforms(SECRET, ["North"])[0] == prf_uniforms(SECRET, [("North",)])[0]
+
+
+def test_fixed_cells_are_held_and_the_margins_follow():
+    """``fixed`` holds a cell on the multiple drawn for it beforehand (a rounding job's small
+    counts, red team s48i), where the distance alone rounds both 1s to 0: the margins follow,
+    relaxed beyond their adjacent multiples when they must (two 1s held at 3: their total of 2
+    becomes 6), and the table stays additive."""
+    df = pd.DataFrame({"r": ["I", "I", "II", "II"], "c": ["A", "B", "A", "B"],
+                       "value": [1, 1, 7, 8]})  # fmt: skip
+    free = controlled_round(df, 3, dims=["r", "c"]).cells.set_index(["r", "c"])["rounded"]
+    assert free[("I", "A")] == 0 and free[("I", "B")] == 0
+    table = Table.from_cells(df.assign(n=1), dims=["r", "c"], value="value", top=[])
+    inner = table.cells["is_inner"].to_numpy(dtype=bool)
+    held = np.where(inner & (table.values < 3), 3.0, np.nan)
+    out = controlled_round(table, 3, fixed=held)
+    cells = out.cells.set_index(["r", "c"])["rounded"]
+    assert cells[("I", "A")] == 3 and cells[("I", "B")] == 3
+    assert cells[("I", "Total")] == 6 and out.status == "near_feasible"
+    assert cells[("Total", "Total")] == cells[("I", "Total")] + cells[("II", "Total")]
+    with pytest.raises(TabularError, match="adjacent"):
+        controlled_round(table, 3, fixed=np.where(inner & (table.values < 3), 6.0, np.nan))
