@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -54,6 +53,7 @@ from sqlsdc.jobs.file_pairs import (
 )
 from sqlsdc.jobs.patterns import ensure_patterns
 from sqlsdc.policy import load_policy
+from sqlsdc.release_private import claim, let_go, private_folder, remove_private
 from sqlsdc.tabular.universe import STATUS, VALUE, universe_of
 
 CONTENTS = "release_contents"
@@ -204,16 +204,16 @@ def _write_release(db, out, folder, user, queries, analyst, included, request, f
     # one OUT at once never write, move or delete each other's half-written files. Each is
     # written inside a folder only this user can open: one left by a publication killed before
     # it was recorded (kill -9, power loss) is a release the ledger and audit never held, and
-    # it sat beside OUT readable by every reader of the release folder (red team s48g)
-    private = _private_folder(out, query_id)
+    # it sat beside OUT readable by every reader of the release folder (red team s48g); the
+    # folders such publications left are removed here (:mod:`sqlsdc.release_private`)
+    private = private_folder(out, query_id)
     partial = private / out.name
-    private_pq = None if folder is None else _private_folder(folder, query_id)
+    private_pq = None if folder is None else private_folder(folder, query_id)
     partial_folder = None if private_pq is None else private_pq / folder.name
-    recorded = False
+    recorded, held = False, []
     try:
-        _make_private(private)
-        if private_pq is not None:
-            _make_private(private_pq)
+        with _catalog(db):  # the database's lock: no publication between making and locking
+            held = claim([out] if folder is None else [out, folder], query_id)
         version, tables, withheld = _collect(db, user, queries, analyst, included, checked, say)
         _write(partial, version, tables, storage, say)
         if partial_folder is not None:
@@ -229,18 +229,20 @@ def _write_release(db, out, folder, user, queries, analyst, included, request, f
         if partial_folder is not None:
             release_parquet.put_in_place(partial_folder, folder)
     except BaseException as failure:
-        _remove_private(private)
+        remove_private(private)
         if private_pq is not None:
-            _remove_private(private_pq)
+            remove_private(private_pq)
+        let_go(held)
         if not recorded:  # else its accepted entry stands, with every cell in the ledger
             audit("refused" if isinstance(failure, PolicyViolation) else "failed", failure)
         told = engine.write_failure(failure)  # a full disk is no bug
         if told is failure:
             raise
         raise told from None
-    _remove_private(private)
+    remove_private(private)
     if private_pq is not None:
-        _remove_private(private_pq)
+        remove_private(private_pq)
+    let_go(held)
     entries = tuple(entry for _d, entry, _r in tables.values())
     return PublishReport(str(out), version, entries, storage,
                          None if folder is None else str(folder), query_id, withheld)  # fmt: skip
@@ -537,30 +539,6 @@ def _add(tables: dict, data: pa.Table, entry: Published, record: Recorder) -> No
     if entry.table.casefold() in taken:
         raise Error(_same_name(taken[entry.table.casefold()], entry.table))
     tables[entry.table] = (data, Published(**{**asdict(entry), "rows": data.num_rows}), record)
-
-
-def _private_folder(target: Path, query_id: int) -> Path:
-    """The folder beside ``target`` that publication ``query_id`` writes its partial copy in."""
-    return target.with_name(f"{target.name}.{query_id}.partial")
-
-
-def _make_private(folder: Path) -> None:
-    """Create ``folder`` (after removing what an earlier attempt of this id left there) with
-    mode 0700: what is written inside is unreadable to other users until it is moved into
-    place, also when the publication is killed before that."""
-    _remove_private(folder)
-    folder.mkdir(mode=0o700)
-    folder.chmod(0o700)  # mkdir's mode is masked by the umask; this one only narrows it
-
-
-def _remove_private(folder: Path) -> None:
-    """Delete a half-written release: the private folder with what is in it (or the partial
-    file, a link or its write-ahead log that an earlier version of sqlsdc left at that name)."""
-    for path in (folder, folder.with_name(folder.name + ".wal")):
-        if path.is_symlink() or path.is_file():
-            path.unlink(missing_ok=True)
-        elif path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
 
 
 def _write(partial: Path, version: int, tables: dict, storage: str, say) -> None:

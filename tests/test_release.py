@@ -12,6 +12,7 @@ import cli_fork
 import pytest
 
 import sqlsdc
+from sqlsdc import release_private
 from sqlsdc.engines.duckdb import open_database
 from sqlsdc.jobs.protect import protect_query
 from sqlsdc.release import publish
@@ -291,3 +292,26 @@ def test_a_policy_applied_while_a_publication_is_checked_stops_it(
     assert last == ("failed",)
     monkeypatch.setattr(release, "_collect", collect)
     assert publish(db, out, "admin").policy_version == 2 and out.exists()
+
+
+def test_only_the_partial_folders_no_process_holds_are_removed(tmp_path):
+    """A running publication holds its private folder's lock (:func:`release_private.claim`):
+    the removal of dead publications' folders leaves it, another user's link and names of
+    other targets alone, and removes the folder no process holds."""
+    out = tmp_path / "release.duckdb"
+    running = release_private.claim([out], 7)
+    (release_private.private_folder(out, 7) / "release.duckdb").write_bytes(b"half")
+    dead = release_private.private_folder(out, 5)
+    dead.mkdir(mode=0o700)
+    (dead / "release.duckdb").write_bytes(b"left by a killed publication")
+    other = tmp_path / "other.duckdb.5.partial"
+    other.mkdir()
+    link = tmp_path / "release.duckdb.6.partial"
+    link.symlink_to(other, target_is_directory=True)
+    try:
+        assert release_private.remove_leftovers(out) == [dead]
+        assert (release_private.private_folder(out, 7) / "release.duckdb").read_bytes() == b"half"
+        assert other.is_dir() and link.is_symlink() and not dead.exists()
+    finally:
+        release_private.let_go(running)
+    assert release_private.remove_leftovers(out) == [release_private.private_folder(out, 7)]

@@ -70,7 +70,10 @@ class DpCharging:
         (red team s37b). Not kept, the next asking pays again. The values are those any
         asking draws (the noise is a function of the cell). ``paid``'s ledger row counts the
         cells kept, as an answered statement's counts its cells: the next asking, which
-        releases them, charges nothing (red team s41k: they were counted nowhere)."""
+        releases them, charges nothing (red team s41k: they were counted nowhere). A COMMIT
+        that raised is read back (:meth:`_kept_cells`): DuckDB may raise from one it has
+        written (an interrupt as it ends, red team s48b), and the analyst told "asking again is
+        charged again" of kept cells was told wrong."""
         if noisy is None or not self._dp_noise or query_id is None:
             return False
         if not (noisy.cells or noisy.releases or noisy.statistics):
@@ -85,6 +88,21 @@ class DpCharging:
             return True
         except engine.EngineError:
             engine.rollback(con)
+            return self._kept_cells(noisy)
+
+    def _kept_cells(self, noisy: DpRelease) -> bool:
+        """Whether the cache holds every cell and paid statistic of ``noisy`` and every group
+        release it made, read after a failed keeping (as :func:`~sqlsdc.catalog.budget.charge`
+        reads back its ledger row); a failed read is "no", which tells the analyst to expect a
+        charge (fail closed)."""
+        version = self._context.policy_version
+        digests = {c.identity.digest for c in (*noisy.cells, *noisy.statistics)}
+        try:
+            if len(cached_cells(self._con, self.user, version, digests)) < len(digests):
+                return False
+            return all(released_groups(self._con, self.user, version, digest) is not None
+                       for digest, _ in noisy.releases)  # fmt: skip
+        except engine.EngineError:
             return False
 
     def _release_dp(

@@ -8,7 +8,9 @@ Accepted (anything else is refused with :class:`~sqlsdc.errors.PolicyViolation`)
 where each AGG is ``COUNT(*)``, ``COUNT(c)``, ``SUM(c)``, ``AVG(c)`` on a column ``c``, or one
 ``OLS(y, x1, ..., xk)``: the least-squares coefficients of ``y`` on an intercept and the
 regressors (columns or arithmetic/comparison expressions of columns and literals). Conditions
-use columns, literals, comparisons, AND/OR/NOT, IN lists, BETWEEN and IS NULL.
+use columns, literals, comparisons, AND/OR/NOT, IN lists, BETWEEN and IS NULL. A GROUP BY
+item may be the position of a selected column (``GROUP BY 1``, as DuckDB and the query path
+read it): it is that column, and the request is the same as the one that names it.
 
 The rewrite is an AST transform (sqlglot): the synthetic table becomes the output's
 ``source_sql`` as a subquery, and the aggregates become the columns they read, so both sides
@@ -175,8 +177,7 @@ def parse_request(sql: str) -> Request:
     name = f"{table.db or 'protected'}.{table.name}".lower()  # outputs live in ``protected``
     groups = []
     for node in (tree.args.get("group") or exp.Group()).expressions:
-        if not isinstance(node, exp.Column):
-            raise _refuse("GROUP BY takes columns only", sql)
+        node = _grouped(node, tree.expressions, sql)
         _check_expression(node, sql, "GROUP BY")
         groups.append(node.name.lower())
     estimands = []
@@ -205,6 +206,20 @@ def parse_request(sql: str) -> Request:
     canonical = _canonical(name, groups, estimands, condition)
     digest = hashlib.sha256(canonical.encode()).hexdigest()
     return Request(name, tuple(groups), tuple(estimands), condition, canonical, digest)
+
+
+def _grouped(node: exp.Expr, projections: list[exp.Expr], sql: str) -> exp.Column:
+    """The column a GROUP BY item names: itself, or the selected column an ordinal names
+    (``GROUP BY 1``: the first item of the SELECT list, as DuckDB and the query path read it);
+    anything else is refused."""
+    if isinstance(node, exp.Literal) and not node.is_string:
+        position = int(node.name) if node.name.isdecimal() else 0
+        if not 1 <= position <= len(projections):
+            raise _refuse(f"GROUP BY {node.name}: the SELECT list has no such position", sql)
+        node = projections[position - 1].unalias()
+    if not isinstance(node, exp.Column):
+        raise _refuse("GROUP BY takes columns (or positions of selected columns) only", sql)
+    return node
 
 
 def _canonical(table, groups, estimands, condition) -> str:

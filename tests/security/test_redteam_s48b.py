@@ -79,6 +79,7 @@ import pytest
 
 import sqlsdc
 from sqlsdc.engines import duckdb as engine
+from sqlsdc.guard import dp_charge
 from tests.security.test_redteam_s26 import _read
 from tests.test_charge_faults import by_region, db, template  # noqa: F401
 
@@ -257,3 +258,42 @@ def test_askers_killed_at_random_never_overspend_nor_answer_unpaid(tmp_path):
     paid_ages = {int(t.split("age >= ")[1].split()[0]) for q, t in texts
                  if q in charged and audit[q] == "accepted"}  # fmt: skip
     assert answered <= paid_ages
+
+
+def test_cells_kept_by_a_commit_that_raised_are_said_kept_and_the_next_asking_is_free(
+    db,  # noqa: F811
+    monkeypatch,
+):
+    """A DP statement stopped once its cells were drawn keeps them (``_keep_released``), and
+    that transaction's COMMIT raises after writing: the analyst is told the cells were kept,
+    and the next asking is answered from the cache, with no second charge. On main: "its
+    cells were not released: asking it again is charged again", though the cells were kept
+    and the next asking charged nothing (s48b's follow-up)."""
+    con = sqlsdc.connect(db, "ana")
+    real_release, real_cache = dp_charge.release, dp_charge.cache_cells
+    stop = [True]
+
+    def stopping(*args, **kwargs):
+        done = real_release(*args, **kwargs)
+        if stop and stop.pop():
+            con.interrupt()
+        return done
+
+    def caching(*args, **kwargs):  # the keeping's transaction: its COMMIT raises once written
+        real_cache(*args, **kwargs)
+        commit_raises_after_writing(monkeypatch, 1)
+
+    monkeypatch.setattr(dp_charge, "release", stopping)
+    monkeypatch.setattr(dp_charge, "cache_cells", caching)
+    try:
+        with pytest.raises(sqlsdc.Error, match="its cells were kept") as stopped:
+            con.execute(by_region(23)).fetchall()
+        assert "charged again" not in str(stopped.value).replace("not charged again", "")
+        monkeypatch.undo()
+        again = con.execute(by_region(23)).fetchall()  # from the cache, free
+    finally:
+        con.close()
+    assert len(again) == 4
+    ledger, _ = ledger_and_audit(db)
+    ((_, epsilon, cells),) = ledger  # one charge, counting the 4 cells kept
+    assert (Fraction(epsilon), cells) == (Fraction(1, 2), 4)

@@ -67,6 +67,7 @@ from sqlsdc.admin import apply, rekey
 from sqlsdc.demo.build import build_demo_database, demo_policy
 from sqlsdc.errors import PolicyError
 from sqlsdc.policy import load_policy
+from sqlsdc.release import publish
 
 KILLED = r"""
 import os, signal, sys
@@ -156,3 +157,20 @@ def test_a_new_ptable_for_cells_released_with_the_same_keys_is_refused(tmp_path)
     rekey(db, "admin")  # every table: each value released later is an independent draw
     report = apply(db, _policy(NEW_PTABLE), "admin")
     assert report.version == 4
+
+
+def test_a_later_publication_removes_the_folders_a_killed_one_left(suppress_template, tmp_path):
+    """Fails on the base: the killed publication's ``release.duckdb.<id>.partial/`` and
+    ``parquet.<id>.partial/`` (its release file and Parquet files, mode 0700) stayed beside
+    OUT after the next publication, and after every later one. Now the next publication
+    removes them (no process holds their lock: :mod:`sqlsdc.release_private`) and leaves
+    nothing but its release."""
+    db, out, folder = tmp_path / "demo.duckdb", tmp_path / "release.duckdb", tmp_path / "parquet"
+    shutil.copy(suppress_template, db)
+    killed = subprocess.run([sys.executable, "-c", KILLED, str(db), str(out), str(folder)],
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert killed.returncode == -9, killed.stderr
+    assert len(list(tmp_path.glob("*.partial"))) == 2
+    publish(db, out, "admin", parquet=folder)
+    assert out.is_file() and (folder / "manifest.json").is_file()
+    assert list(tmp_path.glob("*.partial")) == []

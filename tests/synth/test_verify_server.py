@@ -123,6 +123,20 @@ def test_noisy_mode_stops_at_the_budget(fresh):
         assert _spent(con) == 0
 
 
+def test_group_by_a_position_is_the_request_that_names_the_column(fresh):
+    """``GROUP BY 1`` names the first selected column, as DuckDB and the query path read it:
+    the same request as ``GROUP BY sex`` (answered from its cache). A position of an aggregate
+    or past the SELECT list is refused. On the base: "GROUP BY takes columns only"."""
+    with sqlsdc.connect(fresh, user="admin") as con:
+        named = con.verify("SELECT sex, AVG(income) FROM syn_persons GROUP BY sex")
+        ordinal = con.verify("SELECT sex AS s, AVG(income) FROM syn_persons GROUP BY 1")
+        assert ordinal.cached and ordinal.cells == named.cells
+        with pytest.raises(PolicyViolation, match="columns \\(or positions of selected"):
+            con.verify("SELECT sex, AVG(income) FROM syn_persons GROUP BY 2")
+        with pytest.raises(PolicyViolation, match="GROUP BY 3: the SELECT list has no such"):
+            con.verify("SELECT sex, AVG(income) FROM syn_persons GROUP BY 3")
+
+
 def test_mode_and_epsilon_are_checked(db):
     with sqlsdc.connect(db, user="admin") as con:
         with pytest.raises(ProgrammingError, match="needs epsilon"):
