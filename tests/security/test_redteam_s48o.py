@@ -22,6 +22,29 @@ sex, COUNT(*) AS n ... GROUP BY ALL) GROUP BY ALL`` gave 246 of the 332 noisy co
 after either, ``{D: 8, V: 6, js: 2}`` was applied (1 query), and the same question under the
 new ptable pins cells as in s48g. Now an answered query naming the table under a keyed
 policy version counts as a release.
+
+Held (one line each; the demo of 20,000 persons, a copy with education and size_class as
+ENUMs, education with a label no row has):
+- ENUM comparisons (36 statements): COALESCE, NULLIF, GREATEST, IN, BETWEEN, LIKE, ^@, ||,
+  = ANY, IS DISTINCT FROM, with a text column or a cast number: answered as on VARCHAR, alike
+  for a present and an absent label; CASE/IF on a measure, a cast to the ENUM's own type, to
+  INTEGER, to DATE and UNION with text refused; TRY_CAST to INTEGER answered (NULL).
+- ENUM labels (21 statements): typeof, pg_typeof, DESCRIBE, information_schema refused; no
+  refusal or error quotes the type's labels ('doctorate' never shown); ORDER BY an ENUM
+  orders by label position over the rows shown only.
+- TableAlias left unchecked (14 statements): VALUES, UNNEST, LATERAL refused; a derived
+  table's column aliases t(c) hide nothing (CAST(region AS INTEGER) under them refused); a
+  constant that raises in a scalar subquery, named or not, refused.
+- Linked files: a file's weight read through a subquery, a CTE or a join is refused (its
+  population is no WHERE); files are stored sorted by their values (no row-order link).
+- Keyed changes after the fix: the table's name cannot be hidden from the audit text
+  (U&"..." identifiers do not parse, "PERSONS" is lower-cased, query_table is refused, a
+  zero-width space names no declared table).
+- COMMIT read-back (code read): ``budget._kept`` reads the ledger row by its sequence number
+  (nextval, never reused after a rollback) and ``_answered`` ignores the charge's pending
+  entry, so a refused or rolled-back charge cannot look kept; no analyst-controlled path.
+- Jobs: a count written as SUM(CASE WHEN age >= 90 THEN 1 ELSE 0 END) is refused by
+  ``protect`` (a job's measure is a column).
 """
 
 from __future__ import annotations
