@@ -104,6 +104,13 @@ def _rekeyed_at(con, table: str):
 
 
 def _released_since(con, table: str, rekeyed) -> bool:
+    """Whether the ledger holds a keyed cell of ``table`` released after ``rekeyed``, or an
+    analyst's query of it was answered since under a policy version that gave it keyed noise
+    (:func:`_asked_since`)."""
+    return _in_ledger(con, table, rekeyed) or _asked_since(con, table, rekeyed)
+
+
+def _in_ledger(con, table: str, rekeyed) -> bool:
     """Whether the ledger holds a keyed cell of ``table`` released after ``rekeyed``."""
     found = con.execute(
         f"SELECT count(*) FROM (SELECT 1 FROM {store.S}.ledger WHERE mechanism IN "
@@ -113,3 +120,36 @@ def _released_since(con, table: str, rekeyed) -> bool:
         [*MECHANISMS, f'"{table.lower()}"', rekeyed, rekeyed],
     ).fetchone()[0]
     return found > 0
+
+
+def _asked_since(con, table: str, rekeyed) -> bool:
+    """Whether the audit log holds a query answered after ``rekeyed`` whose text names
+    ``table`` (a substring: errs on the side of "yes") under a policy version that gave the
+    table keyed noise (an unreadable version counts). The ledger has no keyed row of what a
+    query releases through its keyed cells without showing them: ``HAVING COUNT(*) = 5``
+    lists the cells whose noisy count is 5 (12 of 332 municipality x sex cells, every one
+    right) and an aggregate over a derived table of cells (``SELECT m, s, MAX(n) FROM
+    (SELECT m, s, COUNT(*) AS n ... GROUP BY ALL) GROUP BY ALL``) shows every noisy count of
+    the groups it keeps (246 of 332, the ledger's mechanism "derived"): asked so before and
+    after a new ptable, the cells were pinned as in s48g, and the policy was applied (red
+    team s48o). Jobs' entries (a JSON request, or "... job stored ...") release no keyed
+    cell."""
+    rows = con.execute(
+        f"SELECT DISTINCT v.document, v.source FROM {store.S}.audit a LEFT JOIN "
+        f"{store.S}.policy_versions v ON v.version = a.policy_version "
+        "WHERE a.decision = 'accepted' AND contains(lower(a.sql_text), ?) "
+        "AND NOT starts_with(ltrim(a.sql_text), '{') "
+        "AND (a.reason IS NULL OR a.reason NOT LIKE '%job%stored %') "
+        "AND (CAST(? AS TIMESTAMP) IS NULL OR a.logged_at > ?)",
+        [table.lower(), rekeyed, rekeyed],
+    ).fetchall()
+    for document, source in rows:
+        try:
+            old = load_policy(document, name=source)
+        except Exception:  # no version, or one this sqlsdc no longer reads: keyed or not
+            return True
+        declared = old.tables.get(table)
+        if declared is not None and not declared.is_public:
+            if any(_keyed(declared, kind) is not None for kind in AggregateKind):
+                return True
+    return False

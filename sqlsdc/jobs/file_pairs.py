@@ -121,9 +121,12 @@ def _refuse_linked_records(con, policy: Policy, table: str, mine: Release, their
     units than the minimum frequency that each file alone shows among more
     (:mod:`sqlsdc.jobs.linked_files`, red team s47o)."""
     least = min_frequency(policy, table)
-    if not link_columns(mine, theirs) or not share_rows(con, table, mine.where, theirs.where):
+    if not share_rows(con, table, mine.where, theirs.where):
         return
-    linked, exposed = linked_records(con, mine, theirs, least)
+    links = link_columns(con, table, mine, theirs)
+    if not links:
+        return
+    linked, exposed = linked_records(con, table, mine, theirs, least)
     if linked:  # a class of x·m in one, x in the other: the pair would tell m's side (s47n)
         for dimension, measure in derived_pairs(policy, table):
             for one, other in ((mine, theirs), (theirs, mine)):
@@ -137,7 +140,7 @@ def _refuse_linked_records(con, policy: Policy, table: str, mine: Release, their
                         f"{measure} too shows the class of its own value)"
                     )
     if exposed:
-        links = ", ".join(column for column, _ours, _theirs in link_columns(mine, theirs))
+        links = ", ".join(column for column, _ours, _theirs in links)
         raise MicrodataError(
             f"they link record by record by {links}, which both hold unperturbed ({linked:,} "
             f"records are the only ones of their values in both), and {exposed:,} of the "
