@@ -1,5 +1,14 @@
 """Red team s48q: session 48's round-2 merges (release_private's removal of dead publications'
-private folders, s48m).
+private folders, s48m; linked released files, s48o).
+
+Found (fixed): **an exact column that also reads another column links unseen.** Two files
+link record by record by the columns both hold exactly (:mod:`sqlsdc.jobs.linked_files`); a
+file's columns were taken for that only when they read one column of the table. ``weight +
+0 * income`` reads two: beside ``weight`` in another file of the same persons both were
+released (the 20,000-person demo: 18,812 persons linked one to one by sex, age band and
+weight, 222 of them among fewer than 10 by the union of the keys, each file alone showing
+them among 10 or more). Now every exact column that reads a column the other's reads links
+(through the table's value pairs where the two expressions differ).
 
 A publication writes its partial release in ``OUT.<id>.partial/`` beside OUT, named by its
 audit entry's id, and holds an exclusive ``flock`` on it until it is done
@@ -15,9 +24,10 @@ import fcntl
 import os
 
 import pytest
+from test_redteam_s48o import _apply_both
 
 from sqlsdc import release_private
-from sqlsdc.errors import Error
+from sqlsdc.errors import Error, PolicyError
 
 
 def _running(folder):
@@ -83,3 +93,16 @@ def test_a_publication_of_another_database_with_the_same_id_is_not_deleted(
         os.close(handle)
     publish(jobs_demo_db, out, "admin")  # the other is done (dead): its folder goes now
     assert out.exists() and not folder.exists()
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("weight", "weight + 0 * income"),  # accepted on the base: 18,812 linked, 222 exposed
+        ("weight + 0 * income", "weight + 0 * income"),  # the same, reading two columns
+        ("weight * 1", "weight * (1 + 0 * income)"),
+    ],
+)
+def test_an_exact_weight_that_reads_another_column_links_the_files(fresh_demo_db, first, second):
+    with pytest.raises(PolicyError, match=r"link record by record by sex, age, (income, )?weight"):
+        _apply_both(fresh_demo_db, first, second)
