@@ -17,6 +17,21 @@ where it was, while the file counts the column as perturbed (no link, no exact c
 ``shuffle:weight:given=weight`` in one file beside ``weight`` in another: both released, all
 19,296 persons linked one to one by sex, age band and weight. Refused now, as ``noise:c=0``.
 
+Held (one line each; the 20,000-person demo):
+- s48h's fast path (``one_cell_each``): the per-cell groupings equal the row groupings on 360
+  smallest-difference and 454 union-of-cells queries over tables with duplicate rows of a
+  unit, NULL units, NULL keys, zero, negative and NULL measures, empty cuts (60+60 seeds).
+- s48i's small-count draws: a base-3 rounding replaced six times under WHEREs that change
+  other rows: none of the 89 cells of 1 or 2 published both 0 and 3; a second job of the
+  same cells (COUNT(DISTINCT person_id), another name) is refused as a second protection;
+  COUNT(person_id), COUNT(1), SUM(1), a distinct household count are refused as aggregates.
+- s48o's links: ``-weight``, ``CAST(weight AS VARCHAR) || 'x'``, ``hash(weight)``, weight
+  split into ``floor(weight)`` and its fraction, ``CASE WHEN income > 30000 THEN weight END``,
+  topcode above the maximum: all refused; noise c=0, microaggregate k=1, rankswap p=0 refused.
+- keyed_changes: ``"PERSONS"`` is lower-cased, ``PERſONS`` names no table, ``U&"..."`` does
+  not parse (the audit text names the table in every accepted form tried).
+- release_private: links beside OUT are left alone; rmtree does not follow links inside.
+
 A publication writes its partial release in ``OUT.<id>.partial/`` beside OUT, named by its
 audit entry's id, and holds an exclusive ``flock`` on it until it is done
 (:mod:`sqlsdc.release_private`). The id is unique per database only: two databases (two copies
