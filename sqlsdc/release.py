@@ -210,10 +210,11 @@ def _write_release(db, out, folder, user, queries, analyst, included, request, f
     partial = private / out.name
     private_pq = None if folder is None else private_folder(folder, query_id)
     partial_folder = None if private_pq is None else private_pq / folder.name
-    recorded, held = False, []
+    recorded, held, claimed = False, [], False
     try:
         with _catalog(db):  # the database's lock: no publication between making and locking
             held = claim([out] if folder is None else [out, folder], query_id)
+            claimed = True  # the folders are this publication's (claim removes its own if not)
         version, tables, withheld = _collect(db, user, queries, analyst, included, checked, say)
         _write(partial, version, tables, storage, say)
         if partial_folder is not None:
@@ -229,9 +230,10 @@ def _write_release(db, out, folder, user, queries, analyst, included, request, f
         if partial_folder is not None:
             release_parquet.put_in_place(partial_folder, folder)
     except BaseException as failure:
-        remove_private(private)
-        if private_pq is not None:
-            remove_private(private_pq)
+        if claimed:  # else a folder of this name is another publication's (red team s48q)
+            remove_private(private)
+            if private_pq is not None:
+                remove_private(private_pq)
         let_go(held)
         if not recorded:  # else its accepted entry stands, with every cell in the ledger
             audit("refused" if isinstance(failure, PolicyViolation) else "failed", failure)

@@ -17,8 +17,10 @@ for the others: both are done, as the removal is, under a lock of this process a
 database's lock held by the caller (:func:`sqlsdc.release._write_release` holds the database
 open for writing, which one process at a time can), so no publication finds another's folder
 made and not yet locked. Folders of other users (no permission to open them) and anything
-that is not a plain folder (a link) are left alone. Without ``flock`` (Windows) no folder is
-locked and none is removed.
+that is not a plain folder (a link) are left alone. The id is unique per database only: a folder
+of this publication's own name that another publication holds (another database's, writing
+beside the same OUT) is not removed either; the publication fails (red team s48q). Without
+``flock`` (Windows) no folder is locked and none is removed.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import re
 import shutil
 import threading
 from pathlib import Path
+
+from sqlsdc.errors import Error
 
 try:
     import fcntl
@@ -47,16 +51,19 @@ def claim(targets: list[Path], query_id: int) -> list[int]:
     publication's (mode 0700) and lock it; the locks' descriptors, for :func:`let_go`. The
     caller holds the database's lock (see the module)."""
     handles: list[int] = []
+    made: list[Path] = []
     with _MAKING:
         try:
             for target in targets:
                 remove_leftovers(target)
                 folder = private_folder(target, query_id)
-                _make_private(folder)
-                handle = _lock(folder)
+                handle = _make_private(folder)
+                made.append(folder)
                 if handle is not None:
                     handles.append(handle)
         except BaseException:
+            for folder in made:  # its own, locked: no other publication's
+                remove_private(folder)
             let_go(handles)
             raise
     return handles
@@ -100,13 +107,42 @@ def remove_private(folder: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _make_private(folder: Path) -> None:
-    """Create ``folder`` (after removing what an earlier attempt of this id left there) with
-    mode 0700: what is written inside is unreadable to other users until it is moved into
-    place, also when the publication is killed before that."""
+def _make_private(folder: Path) -> int | None:
+    """Create ``folder`` (after removing what a dead attempt of this id left there) with mode
+    0700 and lock it; its lock's descriptor (None without ``flock``). What is written inside
+    is unreadable to other users until it is moved into place, also when the publication is
+    killed before that.
+
+    The id is unique per database only: a publication of another database to the same folder
+    can hold a folder of this name. A folder held so is not removed (red team s48q: it was,
+    with the other's half-written release in it), nor one this publication cannot lock right
+    after making it (another made one there in between): the publication fails and names
+    the folder."""
+    if folder.is_dir() and not folder.is_symlink() and fcntl is not None:
+        handle = _lock(folder)
+        if handle is None:
+            raise _held(folder)
+        try:
+            shutil.rmtree(folder, ignore_errors=True)
+        finally:
+            os.close(handle)
     remove_private(folder)
     folder.mkdir(mode=0o700)
     folder.chmod(0o700)  # mkdir's mode is masked by the umask; this one only narrows it
+    if fcntl is None:
+        return None
+    handle = _lock(folder)
+    if handle is None:
+        raise _held(folder)
+    return handle
+
+
+def _held(folder: Path) -> Error:
+    return Error(
+        f"{folder} is held by another publication (one of another database writing beside the "
+        "same release, under the same number); publish to another file or folder, or wait "
+        "for it to finish"
+    )
 
 
 def _lock(folder: Path) -> int | None:

@@ -44,6 +44,10 @@ class Release:
             the file, expression on the table as the file holds it)``: with ``exact`` and
             ``records``, what tells whether its records are still the data under its
             population (:mod:`sqlsdc.jobs.stale_releases`, red team s47c). None: not known.
+        links: a stored file's exact columns whatever they read, as ``(name in the file,
+            expression on the table as the file holds it)``: what two files link record by
+            record by (:mod:`sqlsdc.jobs.linked_files`; ``weight + 0 * income`` reads two
+            columns and links as ``weight`` does, red team s48q). None: ``sums``.
         totals: the table's columns a file holds perturbed by steps that keep their total
             over the file exact (microaggregation, exact-moment noise, shuffling, rank
             swapping: :func:`sqlsdc.jobs.record_files.kept_totals`).
@@ -59,6 +63,7 @@ class Release:
     drawn: frozenset[str] = frozenset()
     sums: tuple[tuple[str, exp.Expr], ...] | None = None
     totals: frozenset[str] = frozenset()
+    links: tuple[tuple[str, exp.Expr], ...] | None = None
 
     def holds(self, column: str) -> bool:
         """Whether its cells give sums of ``column``."""

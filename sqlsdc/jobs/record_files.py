@@ -227,7 +227,7 @@ def file_release(
     expressions = _projections(con, name, projections)
     dimensions = {c.name.lower() for c in declared.columns.values()
                   if c.role is ColumnRole.DIMENSION}  # fmt: skip
-    cuts, held, blanked, sums = [], set(), set(), []
+    cuts, held, blanked, sums, links = [], set(), set(), [], []
     exact = exact_columns(steps, columns)
     drawn = {c.name.lower() for column in columns if column not in exact
              for c in _read(expressions.get(column.lower()))}  # fmt: skip
@@ -239,6 +239,8 @@ def file_release(
         held |= reads if len(reads) == 1 else set()
         if len(reads) == 1:
             sums.append((column, _coarsened(base, recipe)))
+        if reads:
+            links.append((column, _coarsened(base, recipe)))
         if column in suppressed:
             blanked |= reads
         if reads & dimensions or (reads and any(s.method == "recode" for s in recipe)):
@@ -249,7 +251,8 @@ def file_release(
         totals |= reads if len(reads) == 1 else set()
     plain = tuple(e.name.lower() for _c, e in cuts if isinstance(e, exp.Column))
     release = Release(label, where, plain, tuple(cuts), frozenset(held), frozenset(blanked),
-                      records, frozenset(drawn), tuple(sums), frozenset(totals))  # fmt: skip
+                      records, frozenset(drawn), tuple(sums), frozenset(totals),
+                      tuple(links))  # fmt: skip
     return declared.name, release
 
 

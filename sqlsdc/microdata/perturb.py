@@ -68,6 +68,9 @@ def _normal_scores(A: np.ndarray) -> np.ndarray:
     return norm.ppf((ranks + 0.5) / len(A))
 
 
+LEAST_RESIDUAL = 1e-6  # a shuffled column's variance left given S, in normal scores
+
+
 def shuffle(X, S, rng: np.random.Generator) -> np.ndarray:
     """Data shuffling of the confidential columns ``X`` given the non-confidential ``S``.
 
@@ -76,6 +79,12 @@ def shuffle(X, S, rng: np.random.Generator) -> np.ndarray:
     r-th smallest x_j. Only original values are released, every marginal is exactly the
     original one, and rank correlations with S and within X are kept in expectation. ``S``
     may have no columns (then y* = e ~ N(0, Σ_XX)).
+
+    A column of X whose normal scores the given columns determine (itself, a copy, any
+    monotone function of it: a residual variance below :data:`LEAST_RESIDUAL`) would come back
+    in its own order, every value where it was: refused, as a noise of c = 0 is (red team
+    s48q: ``shuffle:weight:given=weight`` stored every weight as it was, and the file linked
+    one to one with another file holding weight, 19,296 persons of the demo).
     """
     X = np.asarray(X, dtype=float)
     X = X.reshape(len(X), -1)
@@ -94,6 +103,14 @@ def shuffle(X, S, rng: np.random.Generator) -> np.ndarray:
     else:
         mean = np.zeros_like(Zx)
         cov = np.atleast_2d(np.corrcoef(Zx, rowvar=False))
+    fixed = np.diag(cov) < LEAST_RESIDUAL
+    if fixed.any():
+        raise MicrodataError(
+            "step shuffle moves nothing: the given columns determine the order of the "
+            f"shuffled column(s) {', '.join(str(int(j) + 1) for j in np.flatnonzero(fixed))} "
+            "of the step (the column itself, a copy or a monotone function of it), so each "
+            "value would stay where it is; give other columns, or none"
+        )
     vals, vecs = np.linalg.eigh((cov + cov.T) / 2)
     root = vecs * np.sqrt(np.clip(vals, 0, None))
     y = mean + rng.standard_normal((n, p)) @ root.T
