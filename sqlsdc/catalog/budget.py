@@ -29,8 +29,7 @@ while nobody else has written since, instead of reading the events and summing t
 again. A guarded connection's charge (no query id, no cells) that its current state allows is
 sent as one statement: the bump, the ledger row and the pending audit entry; its decision
 stands only if the bump's counter says that nobody wrote since the state, else it is rolled
-back and made again from what the transaction reads (session 46: three statements' work for
-one).
+back and made again from what the transaction reads (one statement's work instead of three).
 
 Crash safety: :func:`charge` returns only after COMMIT, and DuckDB has written the commit to its
 write-ahead log by then, so a process killed at any later point (before or while it returns the

@@ -425,10 +425,9 @@ def _remove_new_database(path: Path) -> None:
 
 
 def _acting_admin(policy: Policy) -> str:
-    """The only admin of ``policy``: whom ``init`` acts as when not told. It was the first
-    admin declared, while the CLI (``cli/admin.py`` ``acting_admin``) takes the only one and
-    asks for ``--as`` when there are several (session 40): the version history named whichever
-    admin the file happened to list first."""
+    """The only admin of ``policy``: whom ``init`` acts as when not told, as the CLI
+    (``cli/admin.py`` ``acting_admin``) does; with several, ``applied_by=`` (``--as``) must
+    name one, or the version history would name whichever admin the file lists first."""
     names = store.admin_names(policy)
     if len(names) == 1:
         return names[0]

@@ -1,9 +1,9 @@
 """A parameterised statement as the audit log keeps it: its text and the values it was run with.
 
-The audit log kept the statement's text with its ``?`` (``$1``, ``$name``) placeholders and no
-value, so an auditor could not tell which cells ``SELECT COUNT(*) FROM persons WHERE region =
-? AND age = ?`` asked, nor tell apart the thousand askings of it with other values (issue 18,
-session 46). Now the values follow the text on a line of their own,
+The statement's text alone, with its ``?`` (``$1``, ``$name``) placeholders, would not tell an
+auditor which cells ``SELECT COUNT(*) FROM persons WHERE region = ? AND age = ?`` asked, nor
+tell apart the thousand askings of it with other values (issue 18). So the values follow the
+text on a line of their own,
 ``-- parameters: 'R01', 42``, written as the literals the guard bound in their place
 (:func:`sqlsdc.guard.parse.literal`: ``'R01'``, ``42``, ``1.5``, ``TRUE``, ``NULL``,
 ``CAST('2020-01-02' AS DATE)``; a list of ``= ANY(?)`` as ``[..., ...]``; named ones as

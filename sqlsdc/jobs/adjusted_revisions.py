@@ -33,8 +33,8 @@ tells nothing new. What to do instead: protect the table with ``--method
 suppress``, whose revisions are protected, or tabulate the new data as a population of its
 own (``WHERE year = 2026``).
 
-A version whose units were not kept (stored before they were: every rounding, CTA and IPF of
-a catalog from before session 43) cannot be compared so: a CTA stored then, replaced after one
+A version whose units were not kept (a rounding, CTA or IPF stored by a catalog that did not
+keep them yet) cannot be compared so: a CTA stored then, replaced after one
 new firm, would move (C, R02) and R02's total by exactly its turnover
 (tests/security/test_redteam_s43l.py). Its changes are unknown, so the job fails closed:
 while some stored or earlier version of the same cells kept no units, a version that

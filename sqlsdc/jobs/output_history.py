@@ -173,7 +173,7 @@ _STORED = re.compile(r"(\S+) job(?: \([^)]*\))? stored (protected\.[^\s;]+)(?:; 
 def _stored_by(reason: str) -> tuple[str, str]:
     """``(method, name)`` of an accepted job's audit reason: ``<method> job stored <name>``, or
     ``<method> job (<mechanism>) stored <name>`` (a synthesis: ``synthesize job (cart) stored
-    protected.syn``, whose versions were missing from this history before session 40), either
+    protected.syn``, so that syntheses' versions are in this history too), either
     followed by ``; <note>`` (:func:`sqlsdc.jobs.anonymize.store_file`)."""
     found = _STORED.fullmatch(reason)
     return (found[1], found[2]) if found else reason.partition(" job stored ")[::2]

@@ -300,8 +300,7 @@ def opaque_syntheses(con, policy: Policy, table: str) -> list[str]:
     """The labels of the syntheses of :func:`_exact_syntheses` that read ``table`` by a query
     whose population is no WHERE on one table (:func:`~sqlsdc.jobs.record_files.opaque_tables`),
     or whose definition is unknown: the check cannot compare them, so an exact table of
-    ``table`` next to one is refused, as next to an opaque anonymised file (before session 40,
-    such a synthesis was left out of the check)."""
+    ``table`` next to one is refused, as next to an opaque anonymised file."""
     found = []
     for label, source, _columns in _exact_syntheses(con):
         read = [t.lower() for t in opaque_tables(policy, source)]

@@ -165,8 +165,8 @@ def amplitude(x: float, j: int, m: MagnitudeCkm) -> float:
 
     cellKey's ``.perturb_cell_flex`` leaves ε_j out below the flex point (x_j·p_small), while
     its rescaling of a small running value, x_j = x̂/(p_small·ε_j), and τ-ARGUS keep it; sqlsdc
-    follows τ-ARGUS. Until session 43 sqlsdc left ε_j out on both sides of the flex point: the
-    demo's second-largest turnover got twice the amplitude its ε_2 = 0.5 states."""
+    follows τ-ARGUS. Leaving ε_j out on both sides of the flex point would give the demo's
+    second-largest turnover twice the amplitude its ε_2 = 0.5 states."""
     weight = m.epsilon[j - 1]
     if abs(x) < m.fp:
         return x * (weight * m.p_small)

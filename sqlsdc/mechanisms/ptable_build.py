@@ -82,26 +82,26 @@ def narrowest_window(
     ``|x̂/x_delta|`` (τ-ARGUS, cellKey), 1 for a rescaled amplitude and at least 1 otherwise.
     A row under the last is read interpolated towards the next, whose entry may move v to
     either sign: the bound there is the floor's, |x̂|/|x_delta| >= REMAINDER_FLOOR (the demo's
-    row 1: 53 keys at the least). Until session 43 the position was the contribution's, never
-    under ``1/p_small``, and only the rows from there up were read (the demo: its last row
-    alone; its narrowest window, 1.10 keys in that row, is the same). ``p_small`` (no longer
-    a bound on the rows) and ``mu_c`` are the rule's flex parameters.
+    row 1: 53 keys at the least). The position is not the contribution's (never under
+    ``1/p_small``), so the rows under ``1/p_small`` are read too (the demo's narrowest window,
+    1.10 keys in its last row, is the same either way). ``p_small`` and ``mu_c`` are the
+    rule's flex parameters.
 
-    Until session 42 the bound was of sums of one sign (x̂/|x_delta| ≥ 1/p_small − μ_c − |v|,
-    0.46 for the demo: 1.01 keys), and a sum of both signs below |x_delta| (x̂ = x·(1 − μ −
-    |v|) once rescaled) left about 2^18 keys past each crossing of |v| = 1 − μ a window under
-    one key: a sum of 28 from +1,000, −990 and 18 ones gave 40 published values for 40
-    consecutive keys (s42h, ``tests/security/test_ckm_mixed_signs.py``). The floor makes the
-    demo's narrowest window 1.10 keys (its entry v = −4 of row 4, 48,232 keys). Not bounded
-    here: a top_k >= 2 sum of pinned contributions, whose second noise comes from the rotated
-    key (the demo's enterprises held: the exact key sets of 134 pinned cells ruled out no
-    candidate, red team s41a).
+    The bound covers sums of both signs, not only of one (x̂/|x_delta| ≥ 1/p_small − μ_c − |v|,
+    0.46 for the demo: 1.01 keys): a sum of both signs below |x_delta| (x̂ = x·(1 − μ − |v|)
+    once rescaled) would leave about 2^18 keys past each crossing of |v| = 1 − μ a window
+    under one key: a sum of 28 from +1,000, −990 and 18 ones gave 40 published values for 40
+    consecutive keys (red team s42h, ``tests/security/test_ckm_mixed_signs.py``). The floor
+    makes the demo's narrowest window 1.10 keys (its entry v = −4 of row 4, 48,232 keys). Not
+    bounded here: a top_k >= 2 sum of pinned contributions, whose second noise comes from the
+    rotated key (the demo's enterprises held: the exact key sets of 134 pinned cells ruled out
+    no candidate, red team s41a).
 
     ``kind`` "small_cells": a rule's small-cells ptable (a count table whose v is spread over
     1/step, looked up with x_delta 1 at a = |x̂| for contributions under the separation
-    point), every row from 0 (small contributions reach them all). Until s43a it was not
-    checked, and ``small_cells: {D: 5, V: 1}`` beside the demo's own ptable left 0.0122 keys
-    (entry v = -5 of row 5, 6,400 keys), ``{D: 3, V: 0.5}`` 0.580: both were accepted. The
+    point), every row from 0 (small contributions reach them all): unchecked,
+    ``small_cells: {D: 5, V: 1}`` beside the demo's own ptable would leave 0.0122 keys
+    (entry v = -5 of row 5, 6,400 keys), ``{D: 3, V: 0.5}`` 0.580 (red team s43a). The
     bound of a positive v, 1 + v, is of a running value of at least x_delta (1 here): a sum
     of at least one unit; a sum under one unit is not bounded here."""
     first_row = 0 if kind == "small_cells" else 1

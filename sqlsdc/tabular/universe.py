@@ -107,8 +107,8 @@ class Universe:
         }
         if self.bounds and self.magnitudes:  # read by the measures' audits only (s44i)
             settings["bounds"] = [[m, list(b)] for m, b in self.bounds]
-        if self.singleton != "anySum":  # anySum (the default until s46f) keeps the fingerprints
-            # stored before s44p; any other method, the default anySumAudit too, changes them
+        if self.singleton != "anySum":  # anySum, the default of older catalogs, keeps the
+            # fingerprints they stored; any other method, the default anySumAudit too, changes them
             settings["singleton"] = self.singleton
         return settings
 
