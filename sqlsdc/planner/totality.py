@@ -310,13 +310,9 @@ def _temporal_text(text: str, kinds: set) -> bool:
     return True
 
 
-def comparable(a: exp.Expr, b: exp.Expr) -> bool:
-    """Comparing a and b casts nothing that could fail."""
-    return _comparable(a, b, family(a), family(b))
-
-
 def _comparable(a: exp.Expr, b: exp.Expr, fa: str | None, fb: str | None) -> bool:
-    """:func:`comparable` of ``a`` and ``b``, whose families are ``fa`` and ``fb``."""
+    """Comparing ``a`` and ``b``, whose type families are ``fa`` and ``fb``, casts nothing that
+    could fail."""
     if "null" in (fa, fb):
         return True
     if fa is None or fb is None:

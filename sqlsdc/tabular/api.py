@@ -182,8 +182,8 @@ def protect(
     lower, upper = _bounds(table, apriori)
     upl = np.minimum(found.upl, upper - values)
     lpl = np.minimum(found.lpl, values - lower)
-    prim = found.primary | _mask(held, table, "held")
-    force = _mask(forced, table, "forced")
+    prim = found.primary | table.mask(held, "held")
+    force = table.mask(forced, "forced")
     if forced_known and force.any():
         upl, lpl = _left_open(table, prim, upl, lpl, lower, upper, force, integer, time_limit)
     if (force & prim).any():
@@ -612,18 +612,6 @@ def _costs(cost, table: Table) -> np.ndarray:
     positive = c[c > 0]
     floor = positive.min() * 1e-3 if len(positive) else 1.0
     return np.where(c > 0, c, floor)  # zero-valued cells stay candidates, cheapest of all
-
-
-def _mask(spec, table: Table, what: str) -> np.ndarray:
-    if spec is None:
-        return np.zeros(len(table.cells), dtype=bool)
-    m = np.asarray(spec(table.cells) if callable(spec) else spec)
-    if m.dtype != bool or m.shape != (len(table.cells),):
-        raise TabularError(
-            f"`{what}` must be {len(table.cells)} booleans in table order or a function of the "
-            f"cells; got dtype {m.dtype}, shape {m.shape}"
-        )
-    return m
 
 
 def _integer(table: Table) -> bool:

@@ -321,7 +321,7 @@ def _problem(
     upl = np.zeros(count) if found is None else found.upl.copy()
     lpl = np.zeros(count) if found is None else found.lpl.copy()
     if sensitive is not None:
-        mask = _mask(sensitive, table, "sensitive")
+        mask = table.mask(sensitive, "sensitive")
         u, d = _levels(protection, table, mask)
         upl = np.where(mask, np.maximum(upl, u), upl)
         lpl = np.where(mask, np.maximum(lpl, d), lpl)
@@ -345,7 +345,7 @@ def _problem(
         if np.any(~(cap >= 0)):
             raise TabularError("max_change must be >= 0 for every cell")
     cap[sens] = np.inf
-    pinned = _mask(fixed, table, "fixed") if fixed is not None else np.zeros(count, dtype=bool)
+    pinned = table.mask(fixed, "fixed")
     if fix_margins:
         margins = ~table.cells["is_inner"].to_numpy(dtype=bool)
         if (sens & margins).any():
@@ -435,16 +435,6 @@ def _weights(weights, values):
     if w.shape != a.shape or not np.all(np.isfinite(w)) or np.any(w < 0):
         raise TabularError(f"weights must be {a.size} finite values >= 0")
     return w
-
-
-def _mask(spec, table, what) -> np.ndarray:
-    m = np.asarray(spec(table.cells) if callable(spec) else spec)
-    if m.dtype != bool or m.shape != (len(table.cells),):
-        raise TabularError(
-            f"`{what}` must be {len(table.cells)} booleans in table order or a function of the "
-            f"cells; got dtype {m.dtype}, shape {m.shape}"
-        )
-    return m
 
 
 # ----------------------------------------------------------------------------- output

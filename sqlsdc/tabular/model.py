@@ -87,6 +87,21 @@ class Table:
         """``{dim: {code: parent}}`` as ``hitas_suppress`` takes it."""
         return {d: h.parents for d, h in self.hierarchies.items() if h is not None}
 
+    def mask(self, spec, what: str) -> np.ndarray:
+        """A caller's cell selection (``held``, ``forced``, ``sensitive``, ``fixed``) as one
+        boolean per cell in table order: ``spec`` is such an array, a function of
+        :attr:`cells` returning one, or ``None`` (no cell); anything else is refused, naming
+        ``what``."""
+        if spec is None:
+            return np.zeros(len(self.cells), dtype=bool)
+        m = np.asarray(spec(self.cells) if callable(spec) else spec)
+        if m.dtype != bool or m.shape != (len(self.cells),):
+            raise TabularError(
+                f"`{what}` must be {len(self.cells)} booleans in table order or a function of "
+                f"the cells; got dtype {m.dtype}, shape {m.shape}"
+            )
+        return m
+
     @classmethod
     def from_cells(
         cls,
