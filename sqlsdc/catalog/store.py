@@ -413,13 +413,12 @@ def _record(con, query_id: int | None, values: list, new_id: bool) -> int:
 
 AUDITED_REFUSAL_CHARACTERS = 16_384
 """Characters of a refused statement the audit log keeps; a longer one is kept as its start,
-its length and its SHA-256. An analyst's refused statements cost milliseconds each but were
-logged whole: 40 refused statements of 990,000 random characters grew the database file by
-53 MB in 2.3 s (23 MB/s), 10 of 3.9 million characters, refused for their length alone, by
-48 MB (red team s43f). Now the same 40 add 1 MB; refusals of 16,000 characters, the most that
-is kept whole, added 2.6 MB/s (400 in 4.9 s) until a rate bounded them too
-(:mod:`sqlsdc.catalog.refusal_rate`, s44e). An accepted statement is logged whole (it is what
-was released)."""
+its length and its SHA-256. An analyst's refused statements cost milliseconds each, so logged
+whole they would let anyone fill the disk: 40 refused statements of 990,000 random characters
+grew the database file by 53 MB in 2.3 s (23 MB/s), 10 of 3.9 million characters, refused for
+their length alone, by 48 MB (red team s43f); cut here, the same 40 add 1 MB. Refusals of up to
+this length are bounded by a rate instead (:mod:`sqlsdc.catalog.refusal_rate`, red team s44e).
+An accepted statement is logged whole (it is what was released)."""
 
 
 def _counted_only(con, values: list) -> bool:

@@ -166,9 +166,9 @@ def fraction(value: object, name: str) -> Fraction:
 
 def exact_text(x: Fraction) -> str:
     """An amount exactly, as every output of sqlsdc writes it: a decimal where it has one of
-    at most 15 places (``0.3``, ``0.000001``), else the fraction (``1/3``). Budgets, their
-    history, the ledger, explain and refusals used to write the same 0.3 as ``3/10``,
-    ``3/10 (~0.3)`` or ``0.3``.
+    at most 15 places (``0.3``, ``0.000001``), else the fraction (``1/3``), so that budgets,
+    their history, the ledger, explain and refusals write one amount one way (not ``3/10``
+    in one place, ``3/10 (~0.3)`` in another).
 
     Example:
         >>> exact_text(Fraction(3, 10)), exact_text(Fraction(1, 10**6)), exact_text(Fraction(1, 3))

@@ -154,11 +154,11 @@ class ServerUsers:
     read again at most every :data:`USERS_REFRESH` seconds (a password set, changed or removed
     applies to the handshakes from the next reading on).
 
-    A handshake used to open the database file to look its user up, before any password: a
-    stream of startup messages from anyone who reaches the port (16 threads, 270 a second) kept
-    the server process holding the file's lock nearly all the time, and an admin's command, a
-    publication or an analyst's CLI in another process waited 5 to 15 s for the file (red team
-    s35b). Now a stream of handshakes opens it once a second at most."""
+    So a stream of handshakes opens the file once a second at most. A handshake that opened the
+    database file to look its user up, before any password, would let anyone who reaches the
+    port (16 threads, 270 startup messages a second) keep the server process holding the file's
+    lock nearly all the time, and an admin's command, a publication or an analyst's CLI in
+    another process would wait 5 to 15 s for the file (red team s35b)."""
 
     def __init__(self, db: str | Path, refresh: float = USERS_REFRESH):
         self._db, self._refresh = db, refresh

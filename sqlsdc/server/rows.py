@@ -40,7 +40,8 @@ def data_rows(table: pa.Table, formats, text_only: bool) -> bytes:
     Raises:
         StatementError: 22008 for a value the encoders cannot write (a date or timestamp
             outside years 1-9999 or infinite: Python's datetime cannot hold it); the statement
-            fails, the session goes on (an OverflowError here used to end it as FATAL XX000).
+            fails, the session goes on (an OverflowError escaping here would end it as FATAL
+            XX000).
     """
     try:
         return b"".join(codec.data_row(row) for row in encode(table, formats, text_only))

@@ -354,10 +354,10 @@ PAID_PENDING = "paid, not answered"
 transaction (:func:`sqlsdc.catalog.budget.charge`'s ``drawn``), until its answer replaces it.
 
 A verification stopped after its charge (the statement timeout, an error, Ctrl-C, kill -9)
-stored nothing (red team s43b's open item): asking it again paid again, unseen, and being
-uncounted it escaped the output's ``max_queries``. Now the stopped query counts against the
-limit like an answer, its error says that it was charged and that asking again is charged
-again, and the retry's audit entry names the query that paid and stopped (s44e).
+keeps this answer, so the stopped query counts against the output's ``max_queries`` like an
+answer, its error says that it was charged and that asking again is charged again, and the
+retry's audit entry names the query that paid and stopped. Storing nothing, asking again paid
+again unseen and escaped the limit (red team s43b's open item, s44e).
 
 The retry pays again rather than being answered free, as a DP query stopped after its charge
 does (red team s41b): a free retry computes the confidential side again at every asking, and
