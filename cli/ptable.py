@@ -78,7 +78,8 @@ def ptable(D, V, js, pstay, optim, mono, table, step, icat, type_, fmt, check, o
       sqlsdc ptable --D 5 --V 1 --table nums --step 2 --icat 1,5 --format csv
       sqlsdc ptable --D 2 --V 1 --check
     """
-    from sqlsdc.mechanisms.ptable import PTableParams, create_ptable, to_tauargus
+    from sqlsdc.mechanisms.ptable import PTableParams, create_ptable
+    from sqlsdc.mechanisms.ptable_files import to_tauargus
 
     try:
         classes = _classes(icat)

@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 from sqlsdc.cli.main import cli
 
-from sqlsdc.mechanisms.ptable import count_ptable, from_csv, from_tauargus, magnitude_ptable
+from sqlsdc.mechanisms.ptable import count_ptable, magnitude_ptable
+from sqlsdc.mechanisms.ptable_files import from_csv, from_tauargus
 
 
 def sqlsdc(*args, cwd=None):

@@ -22,13 +22,10 @@ from sqlsdc.mechanisms.ptable import (
     PTableParams,
     PTableRow,
     count_ptable,
-    from_csv,
-    from_tauargus,
     magnitude_ptable,
     small_cells_ptable,
-    to_csv,
-    to_tauargus,
 )
+from sqlsdc.mechanisms.ptable_files import from_csv, from_tauargus, to_csv, to_tauargus
 
 # τ-ARGUS data/cellkey/Magnitude/ptab_freq.txt: create_cnt_ptable(D=5, V=3, js=2, pstay=0.5)
 PTAB_FREQ = """i;j;p;v;p_int_ub
