@@ -257,7 +257,7 @@ def _catalog(path, sql):
 
 def _stopping_once(monkeypatch, stop: BaseException) -> None:
     """The next verification stops as its confidential side is measured (after the charge)."""
-    real, calls = verify_module._measure, []
+    real, calls = verify_module.measure_cells, []
 
     def measure(*args, **kwargs):
         calls.append(1)
@@ -265,7 +265,7 @@ def _stopping_once(monkeypatch, stop: BaseException) -> None:
             raise stop
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(verify_module, "_measure", measure)
+    monkeypatch.setattr(verify_module, "measure_cells", measure)
 
 
 def test_a_verification_stopped_after_its_charge_says_so_and_its_retry_pays_visibly(
@@ -324,7 +324,7 @@ KILLED = textwrap.dedent("""
     import os, sys
     import sqlsdc
     from sqlsdc.synth import verify
-    verify._measure = lambda *a, **k: os.kill(os.getpid(), 9)
+    verify.measure_cells = lambda *a, **k: os.kill(os.getpid(), 9)
     with sqlsdc.connect(sys.argv[1], user="analyst") as con:
         con.verify(sys.argv[2], mode="noisy", epsilon="1/2")
 """)
