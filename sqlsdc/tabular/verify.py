@@ -107,6 +107,14 @@ class _Checks:
             self.cells("margins", np.abs(sums - x) > tol, np.abs(sums - x),
                        "differ from the sum of their inner cells")  # fmt: skip
 
+    def shaped_and_finite(self, x: np.ndarray, values: np.ndarray) -> bool:
+        """One finite value per cell: else the problem is recorded and no other check can
+        read ``x``."""
+        if x.shape != values.shape:
+            self.problems.append(f"shape: {x.size} values for {values.size} cells")
+            return False
+        return self.finite(x)
+
     def finite(self, x: np.ndarray) -> bool:
         bad = ~np.isfinite(x)
         if bad.any():
@@ -143,10 +151,7 @@ def verify_cta(
     values = table.values
     x = np.asarray(adjusted, dtype=np.float64)
     c = _Checks(table, method)
-    if x.shape != values.shape:
-        c.problems.append(f"shape: {x.size} values for {values.size} cells")
-        return c.result()
-    if not c.finite(x):
+    if not c.shaped_and_finite(x, values):
         return c.result()
     c.additivity(x, values)
     change = x - values
@@ -184,10 +189,7 @@ def verify_rounding(
     values = table.values
     x = np.asarray(rounded, dtype=np.float64)
     c = _Checks(table, "round")
-    if x.shape != values.shape:
-        c.problems.append(f"shape: {x.size} values for {values.size} cells")
-        return c.result()
-    if not c.finite(x):
+    if not c.shaped_and_finite(x, values):
         return c.result()
     c.additivity(x, values)
     scale = np.maximum(1.0, np.abs(values))
