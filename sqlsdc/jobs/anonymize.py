@@ -212,8 +212,8 @@ def anonymize(
             except Error as refusal:
                 audit("refused", reason=store.audit_reason(refusal))
                 raise
-            # the risk step, in parts between which Ctrl-C stops the job (the report of
-            # 1,000,000 records took 69 s of CPU in one piece)
+            # the risk step, in parts between which Ctrl-C stops the job (in one piece, the
+            # report of 1,000,000 records took 69 s that Ctrl-C could not cut short)
             say("measuring the risk of the records")
             before = _risk(original, keys, weights, household)
             say("measuring the risk of the anonymised records")
