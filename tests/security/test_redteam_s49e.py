@@ -36,7 +36,17 @@ held (each tried against a 20,000-person demo served with ``--insecure``):
   timing of each told them apart no better than chance (AUC 0.42; medians 306 and 291 ms,
   standard deviations 100 to 320 ms): the guard's own check, per user, drowns it;
 - cancel requests: only with the session's 32-bit random key (compared in constant time); a
-  wrong key cancels nothing and is answered like a right one (read, not timed).
+  wrong key cancels nothing and is answered like a right one (read, not timed);
+- malformed extended-protocol messages (5 result formats for 2 columns, format code 7: 08P01
+  and the session goes on; Execute with max rows -5: all rows; Describe or Close of kind X,
+  a Query of invalid UTF-8: FATAL 08P01), none an internal error;
+- SCRAM read again (nonce, channel-binding flag, authorization identity, decoy keys of an
+  unknown name): nothing new; failed logins stay bounded at 10 a name and 30 an address;
+- revoking a user (policy applied without it) while its session holds a cursor WITH HOLD:
+  its next data or catalog statement is refused, but FETCH goes on handing out the rows of
+  the answer computed before (3 more rows read after the apply). Those rows were released
+  and audited when the cursor was declared, as PostgreSQL's open cursors survive a REVOKE:
+  nothing beyond what the user had been answered, so no fix here.
 
 Usability failures a BI user hit, fixed here:
 
