@@ -29,7 +29,6 @@ held (each tried against a 20,000-person demo served with ``--insecure``):
   guard judges (refused 42501 when a cast could fail on confidential values, 22P02 for a value
   the server cannot read, 08P01 for a list outside ``= ANY``), none an internal error, none an
   answer the embedded connection would not give;
-- COPY (SELECT ...) TO STDOUT refused (42501, "COPY statements are not allowed");
 - cross-user timing through the server's shared text caches (``_for_the_guard``,
   ``unqualified``, ``postgres_names``: 1 to 3 ms of parsing saved when another user sent the
   same text): 120 statements, half of them sent first by the admin, the analyst's one-shot
@@ -58,7 +57,12 @@ Usability failures a BI user hit, fixed here:
 - asyncpg's ``fetch("... WHERE age > $1", 40)`` and ``LIMIT $1`` were refused by asyncpg
   itself ("expected str, got int"): the server described every untyped parameter as text
   where PostgreSQL types it by the column it is compared with (int8 for LIMIT/OFFSET)
-  (``test_asyncpg_sends_integers_where_postgresql_types_them``).
+  (``test_asyncpg_sends_integers_where_postgresql_types_them``);
+- psql's ``\\copy (SELECT ...) TO 'file.csv' CSV HEADER`` and psycopg's ``cursor.copy()``
+  were refused ("COPY statements are not allowed"): ``COPY (query) TO STDOUT`` now writes the
+  query's protected answer, the query judged by the guard as any statement; the row-level
+  ``COPY (SELECT * FROM persons)``, ``COPY persons`` and ``COPY ... FROM STDIN`` are still
+  refused (tests/server/test_copy_out.py).
 """
 
 from __future__ import annotations
