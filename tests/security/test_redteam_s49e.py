@@ -92,12 +92,11 @@ def dp_server(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(pristine_demo_db, tmp_path_factory, copy_database):
+def server_db(pristine_demo_db, tmp_path_factory, copy_database):
+    """The demo with the analyst's login, for the shared ``server`` fixture."""
     db = copy_database(pristine_demo_db, tmp_path_factory.mktemp("s49e"))
     add_server_user(db)
-    running = start_server(db, "--insecure")
-    yield running
-    stop_server(running)
+    return db
 
 
 def _spent(con) -> Fraction:
