@@ -47,6 +47,17 @@ def test_a_limit_cast_that_could_fail_is_refused_as_before(analyst, limit, error
         analyst.execute(f"{GROUPS} {limit}")
 
 
+def test_a_limit_cast_of_null_is_no_limit(analyst):
+    """``LIMIT CAST(NULL AS INT)`` is ``LIMIT NULL``: a server client that describes a
+    statement before binding it (pg8000, asyncpg) has ``LIMIT $1::INTEGER`` planned with NULL,
+    which was refused as a computed limit, so SQLAlchemy's ``.limit(3)`` failed on those
+    drivers before any value was sent (red team s49e; fails on main)."""
+    expected = analyst.execute(GROUPS).fetchall()
+    limits = "LIMIT CAST(NULL AS INTEGER) OFFSET CAST(NULL AS BIGINT)"
+    assert analyst.execute(f"{GROUPS} {limits}").fetchall() == expected
+    assert analyst.execute(f"{GROUPS} LIMIT ?::INTEGER", [None]).fetchall() == expected
+
+
 def test_a_limit_cast_inside_a_subquery_is_folded_too(analyst):
     sql = ("SELECT region, COUNT(*) AS n FROM persons WHERE region IN (SELECT region FROM "
            "regions ORDER BY region LIMIT {}) GROUP BY region ORDER BY region")  # fmt: skip

@@ -179,11 +179,18 @@ def fold_limit_casts(walked: list[exp.Expr]) -> bool:
     which the server binds to ``CAST(3 AS INT)``: a computed limit, refused in a statement
     over confidential rows (it could fail as the rows say), though this one is the constant
     3. A cast that could fail (``CAST(3.5 AS INT)``, ``CAST('x' AS INT)``, out of range) is
-    left as it is, and refused as before."""
+    left as it is, and refused as before. ``CAST(NULL AS INT)`` is ``NULL`` (no limit): a server
+    client that describes a statement before binding it (pg8000, asyncpg) has it planned with
+    NULL parameters, and SQLAlchemy's ``.limit(3)`` was refused there before any value was
+    sent (red team s49e)."""
     folded = False
     for clause in of_kind(walked, (exp.Limit, exp.Offset)):
         value = clause.expression
         if not isinstance(value, exp.Cast) or value.to.this not in _INTEGER_RANGES:
+            continue
+        if isinstance(value.this, exp.Null):
+            clause.set("expression", value.this)
+            folded = True
             continue
         number = value.this.this if isinstance(value.this, exp.Neg) else value.this
         if not (isinstance(number, exp.Literal) and not number.is_string):

@@ -22,6 +22,8 @@ class Statement:
     described: CatalogAnswer | None = None  # run by Describe (no parameters), for the Execute
     text_only: bool = False  # described before its parameters were known: columns as text
     schema: pa.Schema | None = None  # a catalog statement's, described with NULL parameters
+    given: tuple[int, ...] = ()  # the parameter types its Parse gave (0: none)
+    inferred: bool = False  # its untyped parameters were typed where they stand (Describe)
 
     @property
     def nbytes(self) -> int:

@@ -3,6 +3,7 @@ format the client asked (text or binary, :mod:`sqlsdc.server.types`)."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from functools import partial
 
 import pyarrow as pa
@@ -43,8 +44,16 @@ def data_rows(table: pa.Table, formats, text_only: bool) -> bytes:
             fails, the session goes on (an OverflowError escaping here would end it as FATAL
             XX000).
     """
-    try:
+    with sendable():
         return b"".join(codec.data_row(row) for row in encode(table, formats, text_only))
+
+
+@contextmanager
+def sendable():
+    """Map what the encoders cannot write (Python's datetime holds years 1 to 9999 only) to
+    StatementError 22008: the statement fails, the session goes on."""
+    try:
+        yield
     except (OverflowError, ValueError):
         raise StatementError(
             "22008", "a value of the answer cannot be sent: dates and timestamps must lie in "

@@ -6,6 +6,7 @@ Flow"), every statement answered by the session catalog or by the user's guarded
 every session keeps (its portals' answers, counted for its user); its parts are modules of
 their own: start-up and authentication (:mod:`sqlsdc.server.startup`), the extended protocol
 (:mod:`sqlsdc.server.extended`), SQL cursors (:mod:`sqlsdc.server.declared_cursors`),
+``COPY (query) TO STDOUT`` (:mod:`sqlsdc.server.copy_out`),
 statements and portals (:mod:`sqlsdc.server.portals`), running a statement
 (:mod:`sqlsdc.server.running`), answers as messages (:mod:`sqlsdc.server.rows`), errors
 (:mod:`sqlsdc.server.sqlstate`) and bounds (:mod:`sqlsdc.server.limits`).
@@ -25,9 +26,11 @@ import socket
 import struct
 import time
 
+from sqlsdc.errors import Error
 from sqlsdc.server import codec, cursors
 from sqlsdc.server.catalog import CatalogAnswer, SessionCatalog
 from sqlsdc.server.codec import ProtocolError
+from sqlsdc.server.copy_out import CopyOut, copy_messages, copy_out
 from sqlsdc.server.declared_cursors import DeclaredCursors
 from sqlsdc.server.extended import ExtendedProtocol
 from sqlsdc.server.limits import AUTH_TIMEOUT, INLINE_ROWS, MAX_HELD_BYTES, ROWS_PER_WRITE
@@ -296,10 +299,13 @@ class Session(Startup, ExtendedProtocol, DeclaredCursors):
         else:
             if tag_of(sql) not in NOT_IN_TRANSACTION:  # a client that does not read keeps
                 self._check_held()  # its answer in the server: counted like a portal's
-            answer = await self._answer(sql, ())
+            copy = await self._copy(sql) if tag_of(sql) == "COPY" else None
+            answer = await self._answer(sql if copy is None else copy.query, ())
             if answer.tag in NOT_IN_TRANSACTION:
                 self._close_portals()  # as PostgreSQL closes them at the end of the transaction
-            if answer.table is not None:
+            if copy is not None:
+                await self._copy_rows(copy, answer)
+            elif answer.table is not None:
                 self.sending = answer.table.nbytes
                 try:
                     await self._rows(answer, (), text_only=False, position=0, limit=0,
@@ -309,6 +315,36 @@ class Session(Startup, ExtendedProtocol, DeclaredCursors):
             else:
                 self._send(codec.command_complete(answer.tag))
         await self._ready()
+
+    async def _copy(self, sql: str) -> CopyOut | None:
+        """The ``COPY (query) TO STDOUT`` statement ``sql`` (:mod:`sqlsdc.server.copy_out`),
+        None for another COPY (the guard refuses it); an option not supported is refused and
+        audited as the guard audits its refusals."""
+        try:
+            return copy_out(sql)
+        except Error as refusal:
+            await self.server.in_pool(self.connection.audit_refusal, sql, refusal,
+                                      user=self.user)  # fmt: skip
+            raise error_fields(refusal) from None
+
+    async def _copy_rows(self, copy: CopyOut, answer: CatalogAnswer) -> None:
+        """The answer of a COPY's query as CopyOutResponse, CopyData and CopyDone, then
+        ``COPY n``; encoded in the pool when it is long, counted as a Query's answer while
+        it is written."""
+        table = answer.table
+        if table is None:
+            raise StatementError("42601", f"COPY takes a query that returns rows; {answer.tag} "
+                                 "returns none", "COPY (SELECT ...) TO STDOUT")  # fmt: skip
+        self.sending = table.nbytes
+        try:
+            if table.num_rows <= INLINE_ROWS:
+                self._send(copy_messages(copy, table))
+            else:
+                self._send(await self.server.in_pool(copy_messages, copy, table))
+            await self._drain()
+        finally:
+            self.sending = 0
+        self._send(codec.command_complete(f"COPY {table.num_rows}"))
 
     async def _rows(self, answer: CatalogAnswer, formats, text_only: bool, position: int,
                     limit: int, header: bool = False) -> int:  # fmt: skip

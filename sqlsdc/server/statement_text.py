@@ -49,6 +49,20 @@ def parameter_types(sql: str, given: tuple[int, ...]) -> tuple[int, ...]:
     return typed_parameters(sql, given)[0]
 
 
+def untyped_parameters(sql: str, given: tuple[int, ...]) -> set[int]:
+    """The numbers of the parameters typed text only because nothing typed them: neither the
+    client, nor a cast, nor ``= ANY($n)`` (where they stand may tell their type:
+    :func:`sqlsdc.server.list_types.scalar_types`)."""
+    kinds, lists = typed_parameters(sql, given)
+    code = _NOT_CODE.sub(" ", sql)
+    cast = {int(m.group(1) or m.group(4)) for m in _CAST.finditer(code)}
+    return {
+        i + 1
+        for i, kind in enumerate(kinds)
+        if kind == types.TEXT and not (i < len(given) and given[i]) and i + 1 not in cast
+    }
+
+
 def typed_parameters(sql: str, given: tuple[int, ...]) -> tuple[tuple[int, ...], set[int]]:
     """:func:`parameter_types`, and the numbers of the parameters typed an array of text only
     because they stand untyped in ``= ANY($n)`` (whose column may tell their type)."""

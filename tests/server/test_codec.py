@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from sqlsdc.server import arrays, codec, types
 from sqlsdc.server.codec import ProtocolError, Reader
-from sqlsdc.server.list_types import list_types
-from sqlsdc.server.statement_text import parameter_types, typed_parameters
+from sqlsdc.server.list_types import list_types, scalar_types
+from sqlsdc.server.statement_text import parameter_types, typed_parameters, untyped_parameters
 
 
 def _read(function, data: bytes, **options):
@@ -212,6 +212,33 @@ def test_an_untyped_list_under_any_takes_its_columns_type(sql, expected):
     it text[] whatever the column, so asyncpg (which encodes a list as the server describes
     it) refused a list of integers. Where the column is not plainly one, it stays text[]."""
     assert list_types(sql, {1, 2, 3}, SCHEMA) == expected
+
+
+@pytest.mark.parametrize(
+    "sql, expected",
+    [
+        ("SELECT region, COUNT(*) FROM persons WHERE age > $1 AND $2 = region AND income "
+         "BETWEEN $3 AND $3 AND born IN ($4, $4) GROUP BY region LIMIT $5 OFFSET $6",
+         {1: types.INT4, 2: types.VARCHAR, 3: types.NUMERIC, 4: types.DATE, 5: types.INT8,
+          6: types.INT8}),
+        ("SELECT COUNT(*) FROM persons p JOIN visits v ON p.id = v.id WHERE v.region = $1 "
+         "AND region = $2", {1: types.VARCHAR}),  # region: two tables have one
+        ("SELECT COUNT(*) FROM persons WHERE age > $1 AND region = $1", {}),  # two types
+        ("SELECT COUNT(*) FROM persons WHERE age + 1 > $1 AND $2 > 3", {}),  # no plain column
+        ("WITH t AS (SELECT age FROM persons) SELECT COUNT(*) FROM t WHERE age > $1", {}),
+        ("SELECT COUNT(*) FROM other WHERE age > $1", {}),  # not a table of the policy
+    ],
+)  # fmt: skip
+def test_an_untyped_scalar_takes_the_type_where_it_stands(sql, expected):
+    """PostgreSQL types ``age > $1`` an ``int4`` and ``LIMIT $1`` an ``int8``; sqlsdc
+    described them as text, so asyncpg refused ``fetch("... WHERE age > $1", 40)`` ("expected
+    str, got int"; red team s49e). Where the column is not plainly one, the type stays."""
+    assert scalar_types(sql, {1, 2, 3, 4, 5, 6}, SCHEMA) == expected
+
+
+def test_only_parameters_nothing_typed_are_untyped():
+    sql = "SELECT 1 FROM persons WHERE a > $1 AND b > $2::int AND c = ANY($3) AND d > $4"
+    assert untyped_parameters(sql, (0, 0, 0, types.TEXT)) == {1}
 
 
 def test_only_untyped_lists_under_any_are_left_to_their_column():
