@@ -13,7 +13,18 @@ unusable; the same query with ``AS t`` was answered. The subquery is now named b
 qualification (:mod:`sqlsdc.guard.positioned_subqueries`): 4 shapes answered as their named
 twins, DuckDB's column name kept.
 
-No disclosure found: about 280 statements, every attack below held. Kept as tests where cheap.
+Found (fixed): **a published Parquet file listed every label of an ENUM.** ``sqlsdc publish
+--parquet`` wrote an anonymised or synthetic file's ENUM column (the file keeps its source's
+type) as an Arrow dictionary of all the type's labels, which pandas reads as a categorical of
+them: a file of the 52 section A firms listed seven sizes, three ('1', '2000-01-01', 'true')
+held by one firm each outside section A and by no row of the file. s48a had decoded query
+results only; the release's DuckDB file stored VARCHAR. Released tables are now decoded too
+(:func:`sqlsdc.guard.postprocess.without_dictionaries`).
+
+No other finding: about 280 statements and two sweeps of 485 and 520 statements (ENUM, DATE
+and UUID expressions in WHERE, GROUP BY and CASE, run on two databases differing in one firm's
+founding date (294000-01-01, 1000-01-01), one NULL size, or sizes '1', '2000-01-01', 'true'):
+0 refusals or errors that differ between the two. Kept as tests where cheap.
 
 - ENUM order against text order (60 statements): DuckDB 2.0 compares an ENUM with text as its
   label's text everywhere (``<``, BETWEEN, IN, ``= ANY``, GREATEST, inside lists and structs),
@@ -63,11 +74,16 @@ from __future__ import annotations
 import copy
 
 import duckdb
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from test_own_schema import POLICY, _load
 
 import sqlsdc
 from sqlsdc.errors import Error, PolicyViolation
+from sqlsdc.jobs.anonymize import anonymize
+from sqlsdc.release import publish
 from sqlsdc.synth.request import parse_request
 
 
@@ -334,3 +350,39 @@ def test_an_unnamed_subquery_named_by_position_is_answered_as_a_named_one(ckm, s
     assert rows == ckm.execute(sql.format(" AS t")).fetchall() and len(rows) >= 1
     assert any(name.startswith("(SELECT count(*) FROM persons") for name, *_ in
                unnamed.description)  # fmt: skip
+
+
+def test_a_published_parquet_file_lists_no_label_its_rows_do_not_show(tmp_path):
+    """Finding (fixed): ``sqlsdc publish --parquet`` wrote an anonymised file's ENUM column as
+    an Arrow dictionary of every label of the source's type (pandas reads it as a categorical
+    of them): a file of the section A firms listed the sizes '1', '2000-01-01' and 'true',
+    each held by one firm outside section A, none in the file (fails on main: 7 labels). An
+    ENUM built from the data's distinct values lists every category, as s48a found for query
+    results; the release's DuckDB file stored VARCHAR already."""
+    path = tmp_path / "office.duckdb"
+    con = duckdb.connect(str(path))
+    try:
+        con.execute(
+            "CREATE TYPE size_class AS ENUM ('micro', 'small', 'medium', 'large', '1', "
+            "'2000-01-01', 'true')"
+        )
+        _load(con, "main", "Enterprises", "Sales_Events", "Unit_ID", "Region")
+        rare = con.execute(
+            'SELECT rowid FROM "Enterprises" WHERE "NACE_Section" <> \'A\' ORDER BY rowid LIMIT 3'
+        ).fetchall()
+        for (row,), label in zip(rare, ("1", "2000-01-01", "true"), strict=True):
+            con.execute(f'UPDATE "Enterprises" SET "Size" = \'{label}\' WHERE rowid = {row}')
+    finally:
+        con.close()
+    sqlsdc.init(path, POLICY, applied_by="chief")
+    anonymize(path, user="chief", into="firms_a", steps=["microaggregate:turnover:k=3"],
+              sql="SELECT nace_section, region, size, founded, turnover FROM enterprises "
+                  "WHERE nace_section = 'A'", seed=1)  # fmt: skip
+    publish(path, tmp_path / "release.duckdb", "chief", include=("firms_a",),
+            parquet=tmp_path / "parquet")  # fmt: skip
+    table = pq.read_table(tmp_path / "parquet" / "firms_a.parquet")
+    shown = {v for v in table.column("Size").to_pylist() if v is not None}
+    assert shown == {"micro", "small", "medium", "large"}
+    assert table.schema.field("Size").type == pa.string()  # a dictionary of 7 labels on main
+    frame = table.to_pandas()
+    assert not isinstance(frame["Size"].dtype, pd.CategoricalDtype)
