@@ -62,7 +62,14 @@ founding date (294000-01-01, 1000-01-01), one NULL size, or sizes '1', '2000-01-
   functions an analyst may call.
 - DP beside it: a scalar subquery on the DP table (benefits) beside a CKM count fails closed
   before any charge (an internal error, "__a0 of protected cells is not a protected value":
-  a usability bug, reported); named and unnamed subqueries are charged alike.
+  a usability bug, reported: validate.prove_cells walks into the nested consumer of the DP
+  cells table, whose ``__cells.__a0`` is the noisy value, and reads it as the outer frame's
+  true aggregate); named and unnamed subqueries are charged alike. A grouped query keyed by
+  ``(SELECT SUM(income) FROM persons)`` is refused with a message naming ``__cells.__ma0``
+  (usability, reported).
+- Public tables and a released file: a scalar subquery of a public table is its value; a
+  released anonymised file's ENUM keeps all its type's labels in the database, but the guard
+  shows VARCHAR, decodes results and refuses typeof, pg_typeof and the enum_* functions.
 - ``verify`` GROUP BY position: a position of an aggregate, of an expression, of ``*``, of
   ``synthetic_copy``, 0, 1.0, '1' and one past the list are refused; ``SELECT income AS sex
   ... GROUP BY 1`` is the request grouping by income (the column, not the alias), the same
