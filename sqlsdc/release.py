@@ -44,6 +44,7 @@ from sqlsdc.engines.release_storage import OLDEST_READER, ReleaseFile, storage_v
 from sqlsdc.errors import Error, NotFoundError, OperationalError, PolicyViolation
 from sqlsdc.files import check_replaceable, check_writable
 from sqlsdc.guard.connection import connect
+from sqlsdc.guard.postprocess import without_dictionaries
 from sqlsdc.guard.releases import dp_table_read
 from sqlsdc.jobs.file_pairs import (
     held_files,
@@ -514,7 +515,7 @@ def _released_pattern(con, universe) -> pa.Table:
     codes = [exp.column(c) for c in universe.columns]
     select = exp.select(*columns).from_(pattern_table(universe.table))
     select = select.order_by(exp.column("__level"), *codes)
-    return con.sql(duckdb_sql.to_sql(select)).to_arrow_table()
+    return without_dictionaries(con.sql(duckdb_sql.to_sql(select)).to_arrow_table())
 
 
 def _released_job(table: pa.Table) -> pa.Table:
@@ -531,9 +532,13 @@ def _released_job(table: pa.Table) -> pa.Table:
 
 
 def _clean(table: pa.Table) -> pa.Table:
-    """Internal columns (``__...``, e.g. hidden statuses) never leave."""
+    """Internal columns (``__...``, e.g. hidden statuses) never leave, nor a dictionary of
+    values: DuckDB gives an ENUM column (an anonymised or synthetic file keeps its source's)
+    as a dictionary of all the type's labels, which the Parquet file and its pandas
+    categories kept, those of units outside the file or blanked in it included (red team
+    s49a: a file of section A firms listed three sizes held by one firm each elsewhere)."""
     keep = [i for i, name in enumerate(table.column_names) if not name.startswith("__")]
-    return table.select(keep)
+    return without_dictionaries(table.select(keep))
 
 
 def _add(tables: dict, data: pa.Table, entry: Published, record: Recorder) -> None:

@@ -28,6 +28,7 @@ from sqlsdc.guard.parse import (
     parse_statement,
     too_complex,
 )
+from sqlsdc.guard.positioned_subqueries import name_positioned_subqueries
 from sqlsdc.guard.resolve import check_tables, qualify_tree
 from sqlsdc.guard.validate import validate_release
 from sqlsdc.mechanisms.accountant import PrivacyCost, compose, exact_text
@@ -286,6 +287,8 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
         walked = nodes(tree)
     check_limits(tree, sql, walked)
     names = output_names(tree)
+    if name_positioned_subqueries(walked):  # GROUP BY 2 of an unnamed (SELECT ...)
+        walked = nodes(tree)
     tables = sorted(check_tables(tree, context.policy, sql, walked))
     repeated = RepeatedColumns(tree, walked)
     keys = RepeatedKeys(walked)
@@ -299,6 +302,7 @@ def _protect(sql: str, params, context: GuardContext, in_time) -> ProtectedQuery
         # depend on the order it meets them in): again, on a fresh tree, without groups
         limit = context.policy.max_statement_characters
         fresh = bind_parameters(parse_statement(sql, limit), params, sql, limit)
+        name_positioned_subqueries(nodes(fresh))
         qualify_tree(fresh, context.schema, sql)
         raise
     qualified_names = [p.alias_or_name for p in _first_select(tree).expressions]
