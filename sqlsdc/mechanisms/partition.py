@@ -32,7 +32,10 @@ OpenDP 0.16's ``make_laplace_threshold`` keeps ``count + Z >= threshold`` too bu
 delta = P(Z > threshold - c), leaving out the mass at the threshold (opendp/opendp#2922): its
 delta at tau is this module's at tau + 1, and at epsilon = 1, delta = 1e-6 it would accept
 tau = 14, where a lone unit's group is released with probability 1.65e-6. This module takes 15
-(``tests/reference/test_partition_selection_peers.py``).
+(``tests/reference/test_partition_selection_peers.py``). SmartNoise SQL's ``censor_dims`` sets
+its threshold for discrete-Laplace key counts with the continuous tail, 1 - ln(2 delta)/epsilon,
+which can release a lone unit's group with up to 2/(1 + q) times delta; this module's
+threshold is computed from the discrete tail q^k/(1 + q) itself.
 
 The optimal rule (Desfontaines et al. 2022, Theorem 1; Google's
 ``NearTruncatedGeometricPartitionSelection``) releases a group of n units with the largest

@@ -21,6 +21,12 @@
   1e-6 OpenDP would accept 14 where sqlsdc takes 15, and at threshold 14 a unit alone in its
   group is released with probability 1.65e-6, above the 1e-6 stated. sqlsdc's threshold is the
   smallest with P(c + Z >= tau) <= delta_g, the event that releases the group.
+* SmartNoise SQL's ``censor_dims`` threshold, tau = m (1 - ln(2 delta/m)/epsilon), kept when the
+  noisy key count is ``> tau``: with m = 1 it is Google's continuous threshold, but SmartNoise
+  adds *discrete* Laplace noise to the key count, whose tail q^k/(1 + q) is heavier than the
+  continuous e^(-k/t)/2, so a lone unit's group can be kept with probability up to
+  2/(1 + e^-eps) times delta (1.65e-6 at eps = 1, delta = 1.2e-6). sqlsdc's threshold uses the
+  discrete tail itself.
 """
 
 from __future__ import annotations
@@ -147,3 +153,40 @@ def test_opendps_own_mechanism_releases_at_our_rate_not_at_its_stated_delta(open
     assert stated == pytest.approx(math.exp(-3) / (1 + math.exp(-1)), rel=1e-9)
     assert stats.binomtest(kept, draws, ours).pvalue > 1e-6
     assert stats.binomtest(kept, draws, stated).pvalue < 1e-30
+
+
+def _smartnoise_tau(epsilon: float, delta: float, max_contrib: int) -> float:
+    """SmartNoise SQL's censor_dims threshold (opendp/smartnoise-sdk sql/snsql/sql/_mechanisms/
+    discrete_laplace.py @4be1d45 and laplace.py, property ``threshold``): a group is kept when
+    its noisy key count is ``> tau``; the key count's noise is the *discrete* Laplace of scale
+    max_contrib/epsilon by default (privacy.py @eaf8fb8: ``Stat.threshold: discrete_laplace``)."""
+    return max_contrib * (1 - math.log(2 * delta / max_contrib) / epsilon)
+
+
+@pytest.mark.parametrize("epsilon", [0.1, 0.5, 1.0, math.log(3), 2.0])
+@pytest.mark.parametrize("delta", [1e-5, 1e-6, 1e-9])
+def test_smartnoises_tau_for_one_group_is_googles_continuous_threshold(epsilon, delta):
+    """With one group per unit, SmartNoise's tau is Google's continuous 1 - ln(2 delta)/eps,
+    and sqlsdc's discrete threshold is the next integer or the one after (its tail q^k/(1+q)
+    is heavier than the continuous e^(-k/t)/2 by at most 2/(1+q))."""
+    from sqlsdc.mechanisms.partition import google_laplace_threshold
+
+    tau = _smartnoise_tau(epsilon, delta, 1)
+    assert tau == pytest.approx(google_laplace_threshold(epsilon, delta, 1), rel=1e-12)
+    ours = laplace_partition_selection(Fraction(epsilon), Fraction(delta), 1).threshold
+    assert tau < ours < tau + 2
+
+
+def test_smartnoises_discrete_threshold_can_release_a_lone_unit_more_often_than_delta():
+    """SmartNoise sets the discrete-Laplace threshold with the continuous tail: at eps = 1,
+    delta = 1.2e-6, tau = 13.94, and a lone unit's group (key count 1) is kept when 1 + Z > 13.94,
+    i.e. Z >= 13: probability e^-13/(1 + e^-1) = 1.65e-6 > 1.2e-6. sqlsdc takes 15 (6.08e-7)."""
+    epsilon, delta = 1.0, 1.2e-6
+    tau = _smartnoise_tau(epsilon, delta, 1)
+    assert tau == pytest.approx(13.94004, abs=1e-5)
+    kept_from = math.floor(tau) + 1  # noisy integer count > tau
+    smartnoise = release_probability(1, Fraction(1), kept_from)
+    assert smartnoise == pytest.approx(math.exp(-13) / (1 + math.exp(-1)), rel=1e-12)
+    assert smartnoise > 1.37 * delta
+    sel = laplace_partition_selection(1, Fraction(12, 10**7), 1)
+    assert sel.threshold == 15 and release_probability(1, sel.scale, 15) <= delta
