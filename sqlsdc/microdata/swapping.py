@@ -17,11 +17,13 @@ Which households are swapped:
    others. As in sdcMicro's ``recordSwap`` (R/recordSwap.R and its manual @cf32510: "the set of
    records to be swapped is made up of all records which do not fulfil the k-anonymity as well
    as the remaining number of records such that the proportion of swapped records ... is in
-   coherence with the swaprate"; "a single swap counts for swapping 2 households"), the rate
-   counts both households of a swap, and a household at risk is swapped whatever the rate.
+   coherence with the swaprate"; "a single swap counts for swapping 2 households";
+   src/recordSwap/recordSwap.cpp:304, ``totalDraws = nhid*(swaprate/2)``, and a household of
+   risk above 1/k "will definitely be swapped"), the rate counts both households of a swap, and
+   a household at risk is swapped whatever the rate.
    Until session 49 the targets were ``ceil(rate × households)`` households, risky ones first:
    a swap moved about twice the stated rate, and the risky households beyond it stayed where
-   they were (a third of them at k = 3, rate 0.1 in the tests).
+   they were (297 of 447, two thirds, at k = 3 and rate 0.1 in the tests).
 3. Partners: for each target in turn, a household drawn uniformly among those not yet swapped
    that agree on the similar variables and live in another area (different value of the
    first geography column); targets without a partner stay where they are and are counted.
