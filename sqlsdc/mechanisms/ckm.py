@@ -153,7 +153,12 @@ def perturb_count(n: int, key: int, counts: Lookup, max_i: float) -> int:
 
 
 def flex(x: float, m: MagnitudeCkm) -> float:
-    """The flex function m(x) of cellKey ``.para_m`` (``ck_flexparams``)."""
+    """The flex function m(x) of cellKey ``.para_m`` (``ck_flexparams``) and τ-ARGUS
+    ``flexfunction``: p_small at fp, tending to p_large. Not always decreasing, whatever Geyer
+    et al. (PSD 2022, §3.4) say: its slope at fp is proportional to 2·p_small − q·(p_small −
+    p_large), so with q < 2·p_small/(p_small − p_large) it first rises a little above p_small
+    (0.2054 at 1.25·fp for p_small 0.2, p_large 0.1, q 3), in both peers too: more noise there,
+    never less (``tests/reference/test_ckm_geyer_utility.py``)."""
     f1 = (m.p_small * x - m.p_large * m.fp) / (m.p_large * m.fp)
     f2 = 2 * m.fp / (m.fp + x)
     return m.p_large * (1 + f1 * f2**m.q)

@@ -28,19 +28,30 @@ the smallest integer threshold with P(c + Z >= tau) <= delta_g, computed in 60-d
 arithmetic. The released noisy counts of kept groups are the same epsilon-DP counts
 (post-processing), so they can be published as the groups' COUNT(DISTINCT unit).
 
+OpenDP 0.16's ``make_laplace_threshold`` keeps ``count + Z >= threshold`` too but charges
+delta = P(Z > threshold - c), leaving out the mass at the threshold (opendp/opendp#2922): its
+delta at tau is this module's at tau + 1, and at epsilon = 1, delta = 1e-6 it would accept
+tau = 14, where a lone unit's group is released with probability 1.65e-6. This module takes 15
+(``tests/reference/test_partition_selection_peers.py``). SmartNoise SQL's ``censor_dims`` sets
+its threshold for discrete-Laplace key counts with the continuous tail, 1 - ln(2 delta)/epsilon,
+which can release a lone unit's group with up to 2/(1 + q) times delta; this module's
+threshold is computed from the discrete tail q^k/(1 + q) itself.
+
 The optimal rule (Desfontaines et al. 2022, Theorem 1; Google's
 ``NearTruncatedGeometricPartitionSelection``) releases a group of n units with the largest
 probability any (epsilon, delta)-DP rule may give it:
 
     pi(0) = 0,  pi(n) = min(e^eps pi(n-1) + delta, 1 - e^-eps (1 - pi(n-1) - delta), 1)
 
-(:func:`optimal_keep_probability`, in closed form), for a unit in one group. A unit in up to m
-groups changes m decisions, so each decision uses epsilon/m and delta/m (basic composition
-gives (epsilon, delta); Google's adjusted delta 1 - (1 - delta)^(1/m) is slightly larger than
-delta/m). The decision is a Bernoulli(pi(n)) drawn exactly from the keyed PRF of the cell, so
-the same group always gets the same decision; it releases no count. At epsilon = 1 and
-delta = 1e-6 it keeps a group of 14 units with probability 0.70 where discrete-Laplace
-thresholding keeps it with 0.27.
+(:func:`optimal_keep_probability`, in closed form), for a unit in one group; there it gives
+Google's and PyDP's test values to 12 digits or more. A unit in up to m groups changes m
+decisions, so each decision uses epsilon/m and delta/m (basic composition gives (epsilon,
+delta)); Google's and PyDP's adjusted delta 1 - (1 - delta)^(1/m) is slightly larger than
+delta/m, so they keep a group a little more often (0.5800625857 against 0.5800625670 at
+n = 700, epsilon = 0.2, delta = 1e-7, m = 10). The decision is a Bernoulli(pi(n)) drawn exactly
+from the keyed PRF of the cell, so the same group always gets the same decision; it releases
+no count. At epsilon = 1 and delta = 1e-6 it keeps a group of 14 units with probability 0.70
+where discrete-Laplace thresholding keeps it with 0.27.
 
 Example:
     >>> sel = laplace_partition_selection(Fraction(1), Fraction(1, 10**6), max_groups=1)

@@ -123,7 +123,14 @@ def shuffle(X, S, rng: np.random.Generator) -> np.ndarray:
 def rank_swap(x, p: float, rng: np.random.Generator) -> np.ndarray:
     """Rank swapping with parameter p (per cent): walk the ranks from the lowest; each unswapped
     rank i is swapped with an unswapped rank j drawn uniformly from i < j < i + p·n/100
-    (digest §6: |i − j| < P·N/100). The result is a permutation of ``x``."""
+    (digest §6: |i − j| < P·N/100). The result is a permutation of ``x``.
+
+    sdcMicro's ``rankSwap`` (μ-ARGUS's algorithm, src/RankSwapping.h @cf32510) differs by
+    default: it first replaces the top and the bottom 5 % of the values by their means
+    (``TopPercent``/``BottomPercent``), walks from the highest rank, draws partners below
+    ``floor(j + N'·P)`` with N' the values not so coded, and without P derives it from
+    R0 = 0.95. Here no value is top or bottom coded (so the extremes stay in the file,
+    attached to a record of nearby rank): run a ``topcode`` step first for that."""
     x = np.asarray(x)
     n = len(x)
     if not 0 < p <= 100:

@@ -195,7 +195,9 @@ class RiskSummary:
         threshold: the individual-risk threshold used.
         households: the household figures when a household column was given — households,
             expected re-identified households Σ_h r_h, global household risk and the
-            households with r_h above ``threshold`` — else None.
+            households with r_h above ``threshold``, and sdcMicro's per-record figures
+            (``hier_risk_ER`` = Σ over records of r_h, the records re-identified with their
+            household; ``hier_risk`` its mean over records) — else None.
     """
 
     records: int
@@ -242,6 +244,10 @@ def risk_summary(
             "expected_reidentifications": float(rh[first].sum()),
             "global_risk": float(rh[first].mean()) if first.any() else 0.0,
             "above_threshold": int((rh[first] > threshold).sum()),
+            # sdcMicro's measure_risk (R/measure_risk.R @cf32510) counts per record:
+            # hier_risk_ER = Σ over records of their household's risk, hier_risk its mean
+            "records_expected_reidentified": float(rh.sum()),
+            "records_global_risk": float(rh.mean()) if len(rh) else 0.0,
         }
     return RiskSummary(
         records=len(df),

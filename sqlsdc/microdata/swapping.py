@@ -11,18 +11,31 @@ Which households are swapped:
 1. Risk: a person is risky when the combination of the geography and the *risk variables* is
    shared by fewer than k persons (k-anonymity at the finest geography level); the risk weight
    of a household is the largest 1/f over its members.
-2. Targets: ``ceil(rate × households)`` households, risky ones first, drawn without
-   replacement with probability proportional to their risk weight; when there are fewer risky
-   households than that, the rest are drawn uniformly from the others (so the realised rate
-   stays near the target).
+2. Targets: every risky household, in an order drawn without replacement with probability
+   proportional to its risk weight (partners may run out for the last ones), then, while the
+   targets are fewer than ``ceil(rate × households / 2)``, households drawn uniformly from the
+   others. As in sdcMicro's ``recordSwap`` (R/recordSwap.R and its manual @cf32510: "the set of
+   records to be swapped is made up of all records which do not fulfil the k-anonymity as well
+   as the remaining number of records such that the proportion of swapped records ... is in
+   coherence with the swaprate"; "a single swap counts for swapping 2 households";
+   src/recordSwap/recordSwap.cpp:304, ``totalDraws = nhid*(swaprate/2)``, and a household of
+   risk above 1/k "will definitely be swapped"), the rate counts both households of a swap, and
+   a household at risk is swapped whatever the rate.
+   Until session 49 the targets were ``ceil(rate × households)`` households, risky ones first:
+   a swap moved about twice the stated rate, and the risky households beyond it stayed where
+   they were (297 of 447, two thirds, at k = 3 and rate 0.1 in the tests).
 3. Partners: for each target in turn, a household drawn uniformly among those not yet swapped
    that agree on the similar variables and live in another area (different value of the
    first geography column); targets without a partner stay where they are and are counted.
 
 All draws come from the given generator (keyed by the database secret in ``sqlsdc
 anonymize``). The realised swap rate (swapped households, targets and partners, over all
-households) is reported; it exceeds the target when partners are taken from the non-targeted
-households, as the literature reports (13.2 % for a 10 % target).
+households) is reported; it exceeds the target when more households are at risk than the rate
+covers, as the literature reports (Geyer et al., PSD 2022: 13.2 % for a 10 % target).
+
+sdcMicro allocates the rate to every area of the finest geography and swaps a household at
+risk on a coarser level across that level; here the rate is allocated over the whole file and
+every partner lives in another area of the first geography column.
 """
 
 from __future__ import annotations
@@ -72,7 +85,7 @@ def swap_households(
     weight = _risk_weights(df, household, geography, risk, k)
     ids = homes.index.to_numpy()
     risky = ids[weight.reindex(ids).to_numpy() > 1.0 / k]
-    wanted = min(len(ids), ceil(rate * len(ids)))
+    wanted = min(len(ids), ceil(rate * len(ids) / 2))  # a swap moves two households
     targets = _targets(ids, risky, weight, wanted, rng)
     area = homes[geography[0]].astype("string").fillna("\0missing").to_numpy()
     group = (
@@ -142,12 +155,12 @@ def _risk_weights(df, household, geography, risk, k) -> pd.Series:
 
 
 def _targets(ids, risky, weight, wanted, rng) -> list:
-    """Risky households drawn ∝ risk weight without replacement, then others uniformly."""
+    """Every risky household, ordered by a draw ∝ risk weight without replacement, then others
+    uniformly up to ``wanted`` targets."""
     chosen: list = []
     if len(risky):
         w = weight.reindex(risky).to_numpy(float)
-        take = min(wanted, len(risky))
-        chosen = list(rng.choice(risky, size=take, replace=False, p=w / w.sum()))
+        chosen = list(rng.choice(risky, size=len(risky), replace=False, p=w / w.sum()))
     if len(chosen) < wanted:
         others = np.setdiff1d(ids, risky)
         extra = rng.choice(others, size=min(len(others), wanted - len(chosen)), replace=False)

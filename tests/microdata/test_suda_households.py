@@ -89,6 +89,10 @@ def test_risk_summary_with_households():
         "expected_reidentifications": 2.5,
         "global_risk": pytest.approx(2.5 / 3),
         "above_threshold": 3,
+        # sdcMicro's hier_risk_ER and hier_risk (measure_risk: 1 - prod(1 - r) per household,
+        # summed and averaged over records): 4 × ¾ + 1 = 4, 4/5. Missing before session 49.
+        "records_expected_reidentified": 4.0,
+        "records_global_risk": pytest.approx(0.8),
     }
 
 
@@ -126,7 +130,9 @@ def test_swapping_moves_whole_households_and_keeps_similar_tables():
     people = _population()
     out, report = _swap(people)
     assert report["swapped_households"] > 0 and report["without_partner"] == 0
-    assert 0.1 <= report["realised_rate"] <= 0.25  # targets plus their partners
+    # every household at risk (447 of 1,500) is a target, with a partner: far above the rate
+    assert report["targets"] == report["risky_households"] == 447
+    assert report["realised_rate"] >= 2 * 447 / 1500 * 0.85
     # only the geography moves, households stay together, in one area each
     pd.testing.assert_frame_equal(out.drop(columns="region"), people.drop(columns="region"))
     assert (out.groupby("hid")["region"].nunique() == 1).all()
@@ -149,10 +155,24 @@ def test_swapping_targets_risky_households_and_is_reproducible():
     risky = set(people.loc[f < 3, "hid"])
     moved = set(out.loc[out["region"] != people["region"], "hid"])
     assert report["risky_households"] == len(risky)
-    # there are more risky households (≈ 30 %) than targets (10 %): every target is risky, so
-    # at least one household of every swapped pair is
-    assert len(risky) > report["targets"] == 150
-    assert len(risky & moved) >= report["swapped_households"] / 2
+    # ≈ 30 % of the households are at risk, more than the rate (10 %) covers: every one of them
+    # is swapped all the same, as sdcMicro's recordSwap does. Before session 49 the targets
+    # were the rate's 150 households and 297 risky households stayed where they were.
+    assert report["targets"] == len(risky) and report["without_partner"] == 0
+    assert risky <= moved
+
+
+def test_the_swap_rate_counts_both_households_of_a_swap_as_sdcmicro():
+    """No household at risk (k = 1): the random swaps reach the rate, counting the target and
+    its partner (sdcMicro: "a single swap counts for swapping 2 households"); 75 targets for
+    1,500 households at 10 %, of which a few are drawn as partners of earlier targets. Before
+    session 49: 150 targets and a realised rate of about 0.2."""
+    people = _population()
+    out, report = _swap(people, k=1)
+    assert report["risky_households"] == 0 and report["targets"] == 75
+    assert 0.09 <= report["realised_rate"] <= 0.1
+    moved = out.groupby("hid")["region"].first() != people.groupby("hid")["region"].first()
+    assert moved.sum() == report["swapped_households"]
 
 
 def test_swapping_errors_and_step():
