@@ -67,6 +67,9 @@ import shutil
 import duckdb
 import pytest
 
+# the demo with persons under DP, one row a person (no row caps): s47b's
+from test_redteam_s47b import persons_dp  # noqa: F401  (a fixture)
+
 import sqlsdc
 import sqlsdc.engines.duckdb as engine
 from sqlsdc.errors import PolicyViolation
@@ -75,6 +78,15 @@ from sqlsdc.policy.load import load_policy
 
 def _spent(con) -> tuple:
     return tuple((b.key, b.spent.epsilon, b.spent.delta) for b in con.remaining_budget())
+
+
+def _refused_unpaid(path, sql: str) -> None:
+    """``sql`` is refused to the analyst before anything is charged."""
+    with sqlsdc.connect(path, "analyst") as con:
+        before = _spent(con)
+        with pytest.raises(PolicyViolation):
+            con.execute(sql).fetchall()
+        assert _spent(con) == before
 
 
 @pytest.fixture(scope="module")
@@ -113,24 +125,6 @@ def test_where_spellings_of_two_populations_have_two_identities(demo, a, b):
 # --- joins that could repeat a one-row person -------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def persons_dp(ckm_db, tmp_path_factory):
-    """The demo with persons (one row a person) under DP: no row caps, so a join that repeats
-    rows would multiply a person's contribution past the sensitivity charged."""
-    path = tmp_path_factory.mktemp("s49c-persons") / "persons_dp.duckdb"
-    shutil.copy(ckm_db, path)
-    _version, document, _history = sqlsdc.admin.show(path)
-    persons = document["tables"]["persons"]
-    persons["protection"] = {"counts": {"method": "dp", "spend": {"epsilon": 1}},
-                             "magnitudes": {"method": "dp", "spend": {"epsilon": 1}}}  # fmt: skip
-    persons["dp"] = {"granularity": 1, "max_groups": 1, "max_rows": 1}
-    persons["columns"]["region"]["domain"] = [f"R0{i}" for i in range(1, 9)]
-    for budget in document["budgets"]:
-        budget["epsilon"] = 1000
-    sqlsdc.admin.apply(path, load_policy(document), user="admin")
-    return path
-
-
 REPEATING = [
     "JOIN regions r ON p.region = upper(r.region)",
     "JOIN regions r ON p.region = substr(r.region, 1, 1) || '01'",
@@ -151,14 +145,11 @@ REPEATING = [
 
 
 @pytest.mark.parametrize("joined", REPEATING)
-def test_a_join_that_could_repeat_a_one_row_person_is_refused_unpaid(persons_dp, joined):
-    with sqlsdc.connect(persons_dp, "analyst") as con:
-        before = _spent(con)
-        with pytest.raises(PolicyViolation):
-            con.execute(
-                f"SELECT COUNT(*) FROM persons p {joined} WHERE p.region = 'R01' AND p.age = 40"
-            ).fetchall()
-        assert _spent(con) == before
+def test_a_join_that_could_repeat_a_one_row_person_is_refused_unpaid(persons_dp, joined):  # noqa: F811
+    """A person's one row counted twice would pass the sensitivity charged (no row caps)."""
+    _refused_unpaid(
+        persons_dp, f"SELECT COUNT(*) FROM persons p {joined} WHERE p.region = 'R01' AND p.age = 40"
+    )
 
 
 # --- private groups of every key type come back from the cache --------------------------------
@@ -252,13 +243,7 @@ OUTSIDE = [
 
 @pytest.mark.parametrize("aggregate", OUTSIDE)
 def test_an_aggregate_outside_the_dp_shapes_is_refused_unpaid(demo, aggregate):
-    with sqlsdc.connect(demo, "analyst") as con:
-        before = _spent(con)
-        with pytest.raises(PolicyViolation):
-            con.execute(
-                f"SELECT month, COUNT(*), {aggregate} FROM benefits GROUP BY month"
-            ).fetchall()
-        assert _spent(con) == before
+    _refused_unpaid(demo, f"SELECT month, COUNT(*), {aggregate} FROM benefits GROUP BY month")
 
 
 # --- a withheld average's accuracy, through post-processing -----------------------------------
