@@ -53,6 +53,10 @@ cross-person row sets in a DP stage (``COUNT(*) OVER ()``, ``rank() OVER (ORDER 
 ``COUNT(*) OVER ()`` and ``SUM(COUNT(*)) OVER ()`` after GROUP BY are post-processing of
 paid cells; the init note on a domain's NULL rows (an exact count) is told to the admin only,
 never stored.
+Budget (the capped demo, ε 0.4 a SUM with its unit count and report): 4 threads of one
+connection asking 4 new SUMs at once paid 1.6, the same SUM in 4 threads 0.4 once; a policy
+re-applied (version 2) drew fresh noise for a query asked before and charged it again (232.1
+-> 232.4), the spend kept across the versions.
 Noted, not a leak: a column of a LEFT JOIN read through a derived table or CTE has no public
 domain (refused before the charge, while the same join outside it answers), and a query of
 public groups alone under ``min_frequency`` pays the unit counts it then does not use.
