@@ -233,16 +233,33 @@ def _on_complete_rows(df, step, given, compute, *, least):
     return out, int(complete.sum())
 
 
+LEAST_SWAP = 1
+"""The least rank-swapping p (in % of the records). Swapped only with near ranks, a value stays
+among so few others that the records of its window sharing its other columns are one: a file
+of ``rankswap:weight:p=0.01`` (2 ranks of the demo's 20,000) beside one of the exact weight
+linked 9,227 persons one to one by sex, age band and the window (399 among fewer than 10 by
+the union of the keys); p = 0.05 (10 ranks): 580 (292); p = 1 (200 ranks): none (red team
+s49b)."""
+
+
 def _rankswap(df, step, rng):
     """Rank swapping of each column. A p that allows no swap is refused: ranks are swapped
     only closer than p·n/100, and at one or less the file would hold the columns exactly as
     perturbed (red team s47i: ``rankswap:income:p=0.001`` on 20,000 persons stored every
-    income as it is, as ``noise:income:c=0`` did)."""
+    income as it is, as ``noise:income:c=0`` did). So is p below :data:`LEAST_SWAP`: each value
+    swapped with a near neighbour links as the exact column would (red team s49b)."""
     p = _number(step, "p")
     if 0 < p and p * len(df) / 100 <= 1:
         raise MicrodataError(
             f"step {step.text()!r} swaps nothing: ranks are swapped only closer than p % of "
             f"the {len(df)} records ({p * len(df) / 100:g} here); give p > {100 / len(df):g}"
+        )
+    if 0 < p < LEAST_SWAP:
+        raise MicrodataError(
+            f"step {step.text()!r} swaps each value with a near neighbour only (p = {p:g} %, "
+            f"ranks closer than {p * len(df) / 100:g}): beside a file holding "
+            f"{', '.join(step.columns)} exactly, the few records of that window that share a "
+            f"record's other columns link the two files record by record; give p ≥ {LEAST_SWAP:g}"
         )
     out = df.copy()
     for c in step.columns:
