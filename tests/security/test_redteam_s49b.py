@@ -59,6 +59,11 @@ Held (one line each; the CLI demo of 20,000 persons unless said):
   INTEGER)``, its ``strftime``, ``1 / weight``, ``weight + age``, ``to_hex(CAST(weight * 1000
   AS BIGINT))``: all 7 refused as linked; ``[weight]`` and ``{'w': weight}`` refused as
   nested values.
+- Small counts' random rounding averaged over jobs: after a base-3 rounding of municipality x
+  sex for ``age >= 85``, 8 more jobs of the same or overlapping rows (``age > 84``, ``age + 0
+  >= 85``, ``NOT age < 85``, ``... AND sex IN ('F', 'M')``, ``... AND weight > 0``, ``age >=
+  84``, ``age >= 83``, one municipality less) were all refused as releasing these cells
+  again: no second draw of the 79 cells of 1 or 2 to average.
 """
 
 from __future__ import annotations
