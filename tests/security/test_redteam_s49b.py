@@ -39,6 +39,15 @@ was one for 9,486 records, 8,834 of them the same person (CLI demo; k = 3: 13,86
 k = 10: 3,780, simulated). Now such a pair of files of shared rows is refused
 (:func:`sqlsdc.jobs.file_pairs._refuse_rebuilt_groups`); beside weight bands it is released.
 
+Found (fixed): **cart drew the policy's weight from donors, unsmoothed.** The job smooths and
+tail-codes the columns the policy declares ``measure``; ``weight`` (role weight, as near unique:
+1,521 of R01's 1,530 weights held by one person) was drawn as it is. A cart synthesis of R01's
+sex, age, education, occupation and weight (weight last in the visit sequence), 5,000 records:
+every weight an original one; the 4,945 held by one person showed her sex in 96 % (chance
+50 %), occupation 68 % (30 %), exact age 36 % (1 %), all four 24 %, to anyone with her weight
+(a released anonymised file holds it exactly). Weights are measures for cart now
+(:data:`sqlsdc.synth.measures.CONFIDENTIAL_NUMBERS`).
+
 Held (one line each; the CLI demo of 20,000 persons unless said):
 - Tail coding of a large population: parametric shows the mean of R01's 5 largest incomes
   (514,340.00) exactly in about 4 of every 1,539 draws, cart its mean plus the bandwidth
@@ -338,3 +347,26 @@ def test_a_microaggregated_weight_beside_banded_weights_is_released(fresh_demo_d
     """The other side: the same file beside one with the weight in two bands is released."""
     bands = "CASE WHEN weight < 100 THEN 'a' ELSE 'b' END"
     _released_beside_exact_weight(fresh_demo_db, "microaggregate:weight:k=5", first=bands)
+
+
+def test_cart_does_not_draw_a_persons_exact_weight(fresh_demo_db):
+    """Failed on main: the policy's ``weight`` (role weight, not measure) was neither smoothed
+    nor tail-coded, so every synthetic weight was a donor's: of 5,000 records of R01's sex,
+    age, education, occupation and weight (CLI demo), the 4,945 whose weight one person holds
+    showed her sex in 96 % (chance 50 %), her occupation in 68 % (30 %), her exact age in 36 %
+    (1 %). Weights are smoothed as measures are now: few synthetic weights are a person's."""
+    from sqlsdc.synth import synthesize
+
+    sql = "SELECT sex, age, education, occupation, weight FROM persons WHERE region = 'R01'"
+    synthesize(fresh_demo_db, user="admin", into="cw", method="cart", sql=sql, rows=2000, seed=3)
+    con = duckdb.connect(str(fresh_demo_db), read_only=True)
+    try:
+        ((shown, agree),) = con.execute(
+            "WITH p AS (SELECT weight, any_value(age) AS age FROM persons WHERE region = 'R01' "
+            "GROUP BY weight HAVING count(*) = 1) "
+            "SELECT count(*), count(*) FILTER (WHERE s.age = p.age) FROM protected.cw s "
+            "JOIN p USING (weight)"
+        ).fetchall()
+    finally:
+        con.close()
+    assert shown < 100 and agree < 20, (shown, agree)  # main: about 1,980 and 700
