@@ -51,6 +51,9 @@ class Release:
         totals: the table's columns a file holds perturbed by steps that keep their total
             over the file exact (microaggregation, exact-moment noise, shuffling, rank
             swapping: :func:`sqlsdc.jobs.record_files.kept_totals`).
+        grouped: the table's columns a file holds microaggregated: each value its group's
+            mean, the group a run of near values that a file holding the column exactly
+            rebuilds (:func:`sqlsdc.jobs.file_pairs.refuse_file_pairs`, red team s49b).
     """
 
     label: str
@@ -64,6 +67,7 @@ class Release:
     sums: tuple[tuple[str, exp.Expr], ...] | None = None
     totals: frozenset[str] = frozenset()
     links: tuple[tuple[str, exp.Expr], ...] | None = None
+    grouped: frozenset[str] = frozenset()
 
     def holds(self, column: str) -> bool:
         """Whether its cells give sums of ``column``."""

@@ -249,10 +249,13 @@ def file_release(
     for column in kept_totals(steps, columns, exact):
         reads = {c.name.lower() for c in _read(expressions.get(column.lower()))}
         totals |= reads if len(reads) == 1 else set()
+    grouped = {c.name.lower() for column in columns if column not in exact
+               and any(column in s.columns for s in steps if s.method == "microaggregate")
+               for c in _read(expressions.get(column.lower()))}  # fmt: skip
     plain = tuple(e.name.lower() for _c, e in cuts if isinstance(e, exp.Column))
     release = Release(label, where, plain, tuple(cuts), frozenset(held), frozenset(blanked),
                       records, frozenset(drawn), tuple(sums), frozenset(totals),
-                      tuple(links))  # fmt: skip
+                      tuple(links), frozenset(grouped))  # fmt: skip
     return declared.name, release
 
 

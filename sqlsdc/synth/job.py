@@ -77,10 +77,10 @@ from sqlsdc.synth.measures import (
     smoothing_choice,
     unsmoothed_warning,
 )
-from sqlsdc.synth.parametric import synthesize_parametric
+from sqlsdc.synth.parametric import coded_columns, synthesize_parametric
 from sqlsdc.synth.rng import noise_stream, synth_rng
 from sqlsdc.synth.smoothing import SmoothingError
-from sqlsdc.synth.tails import coded_measures
+from sqlsdc.synth.tails import coded_measures, refuse_few_values
 from sqlsdc.synth.weak_noise import weak_noise_note
 
 JOB = "synthesize"
@@ -266,6 +266,10 @@ def synthesize(
                     options, unsmoothed = smoothing_choice(options, measures,
                                                            list(original.columns))  # fmt: skip
                     refuse_rare_special_values(options, measures, original)
+                # fewer than 10 values are all coded to their mean: shown exactly (s49b)
+                refuse_few_values(
+                    original, measures if method == "cart" else coded_columns(original)
+                )
             store.ensure_secret(con)
             ((secret,),) = con.execute(
                 f"SELECT material FROM {store.S}.secrets WHERE name = 'prf'"

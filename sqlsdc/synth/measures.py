@@ -33,10 +33,20 @@ __all__ = [
 ]
 
 
+CONFIDENTIAL_NUMBERS = (ColumnRole.MEASURE, ColumnRole.WEIGHT)
+"""The roles whose values cart smooths and tail-codes. A survey weight is as near unique as an
+income (R01's 1,539 persons: 1,521 weights held once), and drawn from donors it told each
+donor: a cart synthesis of R01's sex, age, education, occupation and weight (weight last)
+stored 5,000 original weights, and the 4,945 held by one person showed her sex in 96 % of
+them (chance 50 %), her occupation in 68 % (30 %), her exact age in 36 % (1 %), all four in
+24 % (red team s49b), to anyone holding her weight (a released file of exact weights)."""
+
+
 def measure_columns(con, policy, definition: str, frame: pd.DataFrame) -> list[str]:
     """The numeric columns of ``frame`` (read with ``definition``) computed from a ``measure``
-    column of a confidential table of the policy. A numeric column whose lineage cannot be
-    traced counts as a measure (fail closed: it is smoothed).
+    or ``weight`` column (:data:`CONFIDENTIAL_NUMBERS`) of a confidential table of the
+    policy. A numeric column whose lineage cannot be traced counts as a measure (fail closed:
+    it is smoothed).
 
     A column of another type computed from a measure (``CAST(income AS VARCHAR)``, a date or an
     interval made of it) is refused: cart draws it as a category, so each synthetic value is an
@@ -50,7 +60,7 @@ def measure_columns(con, policy, definition: str, frame: pd.DataFrame) -> list[s
     numeric = [c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c])
                and not pd.api.types.is_bool_dtype(frame[c])]  # fmt: skip
     measures = {(t.name.lower(), c.name.lower()) for t in policy.confidential_tables
-                for c in t.columns.values() if c.role is ColumnRole.MEASURE}  # fmt: skip
+                for c in t.columns.values() if c.role in CONFIDENTIAL_NUMBERS}  # fmt: skip
     schema = {t: cols for t, cols in duckdb_schema.table_schemas(con).items() if policy.table(t)}
     try:
         roots = lineage(None, definition, schema=schema, dialect="duckdb")

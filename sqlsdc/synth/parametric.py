@@ -42,13 +42,18 @@ from scipy.special import ndtr, ndtri
 
 from sqlsdc.synth.tails import code_tails
 
-__all__ = ["synthesize_parametric"]
+__all__ = ["coded_columns", "synthesize_parametric"]
 
 
 def _numeric(column: pd.Series) -> bool:
     return (
         pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)
     ) or pd.api.types.is_datetime64_any_dtype(column)
+
+
+def coded_columns(data: pd.DataFrame) -> list[str]:
+    """The columns whose marginals are top- and bottom-coded (numbers, dates and times)."""
+    return [name for name in data.columns if _numeric(data[name])]
 
 
 def _as_float(column: pd.Series) -> np.ndarray:

@@ -17,7 +17,9 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["TAIL", "code_tails", "coded_measures"]
+from sqlsdc.errors import SynthesisError
+
+__all__ = ["TAIL", "code_tails", "coded_measures", "refuse_few_values"]
 
 TAIL = 5
 """How many of a column's largest (and smallest) values are replaced by their mean."""
@@ -26,7 +28,8 @@ TAIL = 5
 def code_tails(values: np.ndarray, tail: int = TAIL) -> np.ndarray:
     """``values`` (in their order, NaN kept) with the ``tail`` largest replaced by their mean
     and the ``tail`` smallest by theirs; fewer than ``2·tail`` values all replaced by their
-    mean (no value of its own shown). Ties at a boundary are coded by position.
+    mean (one value: itself, so the synthesis job refuses such a column,
+    :func:`refuse_few_values`). Ties at a boundary are coded by position.
 
     Example:
         >>> code_tails(np.array([5.0, 1.0, np.nan, 2.0, 3.0, 4.0, 9.0]), tail=2).tolist()
@@ -59,3 +62,23 @@ def coded_measures(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
             coded = np.rint(coded)
         out[name] = pd.Series(coded, index=column.index).astype(column.dtype)
     return out
+
+
+def refuse_few_values(frame: pd.DataFrame, columns: Sequence[str]) -> None:
+    """Refuse a column of ``columns`` that ``frame`` holds 1 to ``2·TAIL - 1`` values of.
+
+    :func:`code_tails` replaces such values by their mean, so every synthetic value is that
+    mean exactly (cart's smoothing leaves a value most draws hold where it is): a synthesis
+    of 5 persons of a municipality showed their mean income to the cent, of one person her
+    income, and two syntheses of populations one person apart her income by difference (red
+    team s49b). With ``2·TAIL`` values or more each coded value is a mean of ``TAIL``."""
+    for name in columns:
+        held = int(frame[name].notna().sum())
+        if 0 < held < 2 * TAIL:
+            raise SynthesisError(
+                f"{name} has {held} value(s) in the source, fewer than {2 * TAIL}: its "
+                f"{TAIL} largest and {TAIL} smallest values are coded to their means, so every "
+                f"synthetic {name} would be the mean of these {held} records exactly (of one "
+                f"record, its value). Synthesise a population with {2 * TAIL} values of {name} "
+                f"or more, or leave {name} out (--columns)"
+            )

@@ -64,14 +64,19 @@ KEYS = ("SELECT sex, age, education, {} AS weight FROM persons",
 def _apply_both(path, first: str, second: str) -> None:
     """Store two files of persons (age banded 30/65), one holding ``first`` and the other
     ``second`` as its weight, and apply the policy in force releasing both."""
+    for name, sql in (("fa", KEYS[0].format(first)), ("fb", KEYS[1].format(second))):
+        anonymize(path, user="admin", sql=sql, into=name, steps=["recode:age:breaks=30/65"],
+                  seed=1)  # fmt: skip
+    release_both(path)
+
+
+def release_both(path) -> None:
+    """Apply the policy in force with ``releases: [fa, fb]``."""
     from sqlsdc.admin import apply
     from sqlsdc.catalog import store
     from sqlsdc.engines.duckdb import open_database
     from sqlsdc.policy import load_policy
 
-    for name, sql in (("fa", KEYS[0].format(first)), ("fb", KEYS[1].format(second))):
-        anonymize(path, user="admin", sql=sql, into=name, steps=["recode:age:breaks=30/65"],
-                  seed=1)  # fmt: skip
     con = open_database(path)
     try:
         document = store.current_policy(con)[1]
