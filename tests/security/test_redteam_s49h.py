@@ -1,0 +1,131 @@
+"""Red team s49h: the Spark engine gives the same protected answers as DuckDB, nothing more.
+
+Attacked as an analyst with ``run_protected`` on a local Spark session (JDK 17, Spark 4.3,
+``local[1]``) beside the DuckDB path over the same file and secret: the demo (20,000 persons,
+CKM and threshold), a DP table of 600 rows with DATE, TIMESTAMP, TIMESTAMP WITH TIME ZONE,
+BOOLEAN, DECIMAL, TINYINT and SMALLINT dimensions, and one of extreme values (INTEGER, BIGINT,
+SMALLINT, TINYINT and UINTEGER at their limits, DECIMAL(18, 3) and (38, 0) at theirs, ±DBL_MAX,
+NaN, ±inf, -0.0, 5e-324).
+
+Found (fixed here): **Spark substituted variables in the SQL text, string literals included.**
+``spark.sql.variable.substitute`` is on by default: before parsing, Spark replaces
+``${env:NAME}`` by the server process's environment variable, ``${system:name}`` by a JVM
+property and ``${sparkconf:key}`` or ``${key}`` by a Spark setting, wherever they appear. The
+guard sees a constant text, DuckDB answers the literal, Spark the server's values:
+``SELECT '${env:S49H_SECRET}' AS h, COUNT(*) AS n FROM persons`` answered ``hunter2-token``
+(an environment variable of the server), ``'${system:user.name}'`` ``root``,
+``'${spark.sql.ansi.enabled}'`` ``true``: one query each for any environment variable (cloud
+credentials such as ``AWS_SECRET_ACCESS_KEY`` included), JVM property or session setting
+(Spark redacts the values of settings named like secrets, not the environment). In a
+condition it changed the rows counted under the DuckDB cell's identity and noise:
+``... AND '${spark.sql.ansi.enabled}' <> 'true'`` was every row on DuckDB and none on Spark,
+the two DP answers exactly 200 apart in each of the 3 cells (the noise cancelled). The engine
+now pins ``spark.sql.variable.substitute=false``
+with its other settings (:data:`sqlsdc.engines.spark.SESSION`), and refuses a session that
+turns it back on. Both tests below fail on main.
+
+What held (tried, no test added; raw on both engines through ``SparkEngine.run`` and through
+the guard on each, the same secret):
+
+- Text against dates and times, 96 literals: DuckDB and Spark read ``'2024-01-01 (BC)'`` as
+  different days (no row against 43 rows of 2024-01-01), and Spark alone reads ``'2024-01'``,
+  ``'2024'``, ``'+2024-01-01'``, ``'2024-01-01 foo'``, ``'2024-01-01 AD'``, ``'2024-01-01T05'``,
+  ``'today'``, where DuckDB reads ``'infinity'``, ``'2024/01/01'`` and ``'... 24:00:00'`` and Spark
+  fails; the guard accepts only ``YYYY-MM-DD[ HH:MM[:SS[.ffffff]]]`` of years 1-9999 against a
+  date or time (``planner.totality._temporal_text``), and those read alike (time zones
+  ``+05``, ``Z``, ``UTC``, ``Europe/Paris``, ``EST`` and fractions past microseconds too);
+  typed literals (``DATE '2024-01-01 (BC)'``) are refused on Spark (casts to DATE untested).
+- Text against BOOLEAN: ``' true '`` (Spark trims) and ``'on'`` differ, the guard admits only
+  ``true false t f 1 0``, which read alike.
+- Overflow and error oracles at the types' limits, 74 conditions: ``-x``, ``ABS``, ``x + 1``,
+  ``x * 2``, ``x - 1`` of the extreme integers answer on DuckDB (its optimizer moves the constant)
+  and fail on Spark; ``dv * dv``, ``uv + 1``, ``-uv`` the reverse; ROUND(int, -1), casts to
+  narrower types and DECIMAL overflow fail on both. The guard refuses all 44 of them (totality
+  without bounds); the 30 it accepts (``//``, ``%``, casts to HUGEINT, ROUND/FLOOR/SQRT/``%``/``*``
+  of ±DBL_MAX, NaN, ±inf, GREATEST across integer widths, CASE/COALESCE past TINYINT, IN and
+  BETWEEN past the type) gave DuckDB's DP cells on Spark, noise and all.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+from spark_events import events_policy, events_sql
+from spark_session import local_session, skip_without_jdk
+
+import sqlsdc
+from sqlsdc.errors import NotSupportedError
+
+pytest.importorskip("pyspark.errors", reason="the Spark tests need the spark extra")
+skip_without_jdk()
+
+from sqlsdc.engines.spark import SparkEngine  # noqa: E402
+from sqlsdc.guard.spark import run_protected  # noqa: E402
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
+    pytest.mark.slow,  # a JVM of its own (~13 s of CPU to start and warm); CI runs it
+]
+
+SECRET_SETTING = "spark.hadoop.fs.s3a.endpoint"  # a server's setting (Spark itself redacts the
+SECRET = "s49h-internal.example"  # values of keys named secret, password, token, access key)
+
+
+@pytest.fixture(scope="module")
+def spark():
+    session = local_session("sqlsdc-redteam-s49h")
+    yield session
+    session.stop()
+
+
+@pytest.fixture()
+def events(tmp_path) -> Path:
+    path = tmp_path / "events.duckdb"
+    with duckdb.connect(str(path)) as raw:
+        raw.execute(events_sql(10))
+    sqlsdc.init(path, events_policy(10, ("ana", "bob")))
+    return path
+
+
+@pytest.fixture()
+def engine(spark, events):
+    engine = SparkEngine(spark.newSession())
+    engine.session.conf.set(SECRET_SETTING, SECRET)  # a session holding a credential
+    engine.load_duckdb(events, ["events"])
+    yield engine
+    engine.close()
+
+
+SUBSTITUTED = {
+    "a setting in the select list": (
+        f"SELECT k, '${{{SECRET_SETTING}}}' AS h, COUNT(*) AS n FROM events GROUP BY k ORDER BY k"
+    ),
+    "a JVM property in the select list": (
+        "SELECT k, '${system:java.home}' AS h, COUNT(*) AS n FROM events GROUP BY k ORDER BY k"
+    ),
+    "a setting in a condition": (
+        "SELECT k, COUNT(*) AS n FROM events "
+        "WHERE k IN (0, 1, 2) AND '${spark.sql.ansi.enabled}' <> 'true' GROUP BY k ORDER BY k"
+    ),
+}
+
+
+@pytest.mark.parametrize("sql", SUBSTITUTED.values(), ids=SUBSTITUTED.keys())
+def test_spark_reads_variables_as_text(engine, events, sql):
+    with sqlsdc.connect(events, "ana") as con:
+        duck = con.execute(sql).fetchall()
+    with sqlsdc.connect(events, "bob") as con:
+        rows = [tuple(r.values()) for r in run_protected(con, engine, sql).to_pylist()]
+    # main: the credential, the JDK's path, and all rows against none (exact, under one noise)
+    assert SECRET not in repr(rows)
+    assert rows == duck
+
+
+def test_a_session_substituting_variables_is_refused(engine, events):
+    engine.session.conf.set("spark.sql.variable.substitute", "true")
+    with sqlsdc.connect(events, "bob") as con, pytest.raises(NotSupportedError, match="env"):
+        run_protected(con, engine, SUBSTITUTED["a setting in the select list"])
+    with sqlsdc.connect(events, "bob") as con:
+        assert all(b.spent.epsilon == 0 for b in con.remaining_budget())  # refused unpaid
