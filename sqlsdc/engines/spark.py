@@ -104,6 +104,9 @@ SESSION = {
     "spark.sql.legacy.decimal.retainFractionDigitsOnTruncate": (
         "false", "decimals cast to fewer digits would keep other digits"),
     "spark.sql.mapKeyDedupPolicy": ("EXCEPTION", "a map of repeated keys would keep the last"),
+    "spark.sql.parser.escapedStringLiterals": (
+        "false", "Spark would keep the backslashes the translation doubles for it ('a\\\\b' "
+                 "for DuckDB's 'a\\b'), and compare other text (red team s49h)"),
     "spark.sql.variable.substitute": (
         "false", "Spark would replace ${env:NAME}, ${system:name} and ${sparkconf:key} in the "
                  "SQL text, string literals included, by the server's environment, JVM "
