@@ -327,8 +327,17 @@ class SparkEngine:
 
     def register_cells(self, name: str, cells: pa.Table) -> None:
         """Make a relation of released cells (the noisy DP cells a protected tree reads,
-        aggregated values only) readable by protected trees."""
-        self._register_frame(name, self.session.createDataFrame(cells))
+        aggregated values only) readable by protected trees.
+
+        A TIMESTAMP key (no time zone) stays a TIMESTAMP_NTZ, as ``load_duckdb``'s copies
+        read it: Spark's own reading of an Arrow table makes it an instant, and the answer's
+        key came back ``timestamp[us, tz=UTC]``, which DuckDB's type refused after the charge
+        (a DP query grouped by a private TIMESTAMP key paid and answered nothing on Spark;
+        red team s49h)."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        schema = from_arrow_schema(cells.schema, prefer_timestamp_ntz=True)
+        self._register_frame(name, self.session.createDataFrame(cells, schema=schema))
 
     def _register_frame(self, name: str, frame: DataFrame) -> None:
         view = view_name(name)
