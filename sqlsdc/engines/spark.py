@@ -15,8 +15,13 @@ s36e) → the engine sets the session time zone to UTC and refuses to run if it 
 likewise Parquet dates are read without Julian rebasing (a LEGACY session moved 1582-10-04 to
 1582-09-24, its hash, and the groups units kept). Every setting of :data:`SESSION` is pinned so
 (decimal products keep DuckDB's digits, ordinals, case, literals, legacy meanings), and a
-session that sets any other ``spark.sql.legacy.*`` is refused. A column of a collated string
-type (``string collate UTF8_LCASE``) is refused when registered: Spark groups by the collation.
+session that sets any other ``spark.sql.legacy.*`` is refused. Spark's variable substitution
+is turned off: on by default, it replaced ``${env:NAME}``, ``${system:name}`` and
+``${sparkconf:key}`` anywhere in the SQL text, inside string literals too, so an analyst's
+``SELECT '${env:AWS_SECRET_ACCESS_KEY}' AS x, COUNT(*) FROM persons`` was answered with the
+server's secret on Spark (the literal itself on DuckDB; red team s49h). A column of a
+collated string type (``string collate UTF8_LCASE``) is refused when registered: Spark groups by
+the collation.
 Floating-point SUM and AVG over rows depend on the order of additions, in Spark as in a
 multi-threaded DuckDB: they agree to about 1e-15 relative, not bit for bit (the one difference
 ``tests/spark_differential.py`` still finds). Counts, integer and decimal sums and averages,
@@ -99,6 +104,14 @@ SESSION = {
     "spark.sql.legacy.decimal.retainFractionDigitsOnTruncate": (
         "false", "decimals cast to fewer digits would keep other digits"),
     "spark.sql.mapKeyDedupPolicy": ("EXCEPTION", "a map of repeated keys would keep the last"),
+    "spark.sql.parser.escapedStringLiterals": (
+        "false", "Spark would keep the backslashes the translation doubles for it ('a\\\\b' "
+                 "for DuckDB's 'a\\b'), and compare other text (red team s49h)"),
+    "spark.sql.variable.substitute": (
+        "false", "Spark would replace ${env:NAME}, ${system:name} and ${sparkconf:key} in the "
+                 "SQL text, string literals included, by the server's environment, JVM "
+                 "properties and settings: an analyst's SELECT '${env:NAME}' read them "
+                 "(red team s49h)"),
 }  # fmt: skip
 """The session settings every :class:`SparkEngine` sets and checks before it translates or runs
 a tree: its value and why another value would compute other cells than DuckDB. Every other
@@ -314,8 +327,17 @@ class SparkEngine:
 
     def register_cells(self, name: str, cells: pa.Table) -> None:
         """Make a relation of released cells (the noisy DP cells a protected tree reads,
-        aggregated values only) readable by protected trees."""
-        self._register_frame(name, self.session.createDataFrame(cells))
+        aggregated values only) readable by protected trees.
+
+        A TIMESTAMP key (no time zone) stays a TIMESTAMP_NTZ, as ``load_duckdb``'s copies
+        read it: Spark's own reading of an Arrow table makes it an instant, and the answer's
+        key came back ``timestamp[us, tz=UTC]``, which DuckDB's type refused after the charge
+        (a DP query grouped by a private TIMESTAMP key paid and answered nothing on Spark;
+        red team s49h)."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        schema = from_arrow_schema(cells.schema, prefer_timestamp_ntz=True)
+        self._register_frame(name, self.session.createDataFrame(cells, schema=schema))
 
     def _register_frame(self, name: str, frame: DataFrame) -> None:
         view = view_name(name)
