@@ -11,8 +11,6 @@ rows no bound known before the charge covers (the CKM groups) is refused before 
 
 from __future__ import annotations
 
-import shutil
-
 import duckdb
 import pytest
 
@@ -24,10 +22,8 @@ CKM_BY_REGION = "SELECT region, COUNT(*) FROM persons GROUP BY 1 ORDER BY 1"
 
 
 @pytest.fixture
-def ckm_copy(ckm_db, tmp_path):
-    path = tmp_path / "demo.duckdb"
-    shutil.copy(ckm_db, path)
-    return path
+def ckm_copy(ckm_db, tmp_path, copy_database):
+    return copy_database(ckm_db, tmp_path)
 
 
 def _spent(path) -> list[tuple]:
