@@ -171,7 +171,7 @@ def rank_swap(
             sorted_x[i], sorted_x[j] = sorted_x[j], sorted_x[i]
             swapped[j] = True
         swapped[i] = True
-    out = x.astype(sorted_x.dtype, copy=True)
+    out = x.copy() if sorted_x.dtype == x.dtype else np.full(n, np.nan)  # coded: floats
     out[order] = sorted_x
     return out
 
