@@ -40,7 +40,8 @@ from sqlsdc.errors import Error, NotFoundError
     metavar="METHOD:COLUMNS[:K=V,...]",
     help="A step, applied in the order given (repeatable): microaggregate:income:k=5"
     "[,method=optimal]; pram:education:p=0.8[,invariant=1]; noise:income:c=0.1; "
-    "rankswap:income:p=5; shuffle:income[:given=age]; topcode:income:upper=200000; "
+    "rankswap:income:p=5[,top=5,bottom=5]; shuffle:income[:given=age]; "
+    "topcode:income:upper=200000; "
     "recode:age:breaks=15/30/45/65; "
     "suppress:region,sex,age:k=3[,importance=1/2/3].",
 )

@@ -530,7 +530,8 @@ class Connection(FileHolding, Checking, Auditing, EngineReads, DpCharging):
         raise AnswerTooLarge(
             f"the answer could have {most}, more than the {MAX_ANSWER_ROWS:,} a connection "
             "returns; it is refused before the privacy budget is charged: aggregate further, "
-            "join the cells on their group keys, or add a LIMIT"
+            "join the cells on their group keys, add a LIMIT, or ask the DP aggregate in a "
+            "statement of its own"
         )
 
 

@@ -15,7 +15,9 @@ Then it proves, per protected-cells subquery, that what leaves it is protected:
   under the threshold rule's own guard: a true aggregate ``__a<i>`` as the only branch of
   ``CASE WHEN __n<i> >= k``, a true unit count only in ``__n >= k``, with k at least the
   policy's minimum frequency. Frames that read no confidential table (DP's registered noisy
-  cells, a stored suppression pattern) hold protected values only.
+  cells, a stored suppression pattern) hold protected values only. A frame nested in another
+  (a scalar subquery beside the aggregate) is proven on its own: ``__cells`` inside it names
+  its own cells, not the outer frame's.
 
 A failure here is a bug in an earlier pass, so the query is refused rather than run.
 """
@@ -110,10 +112,31 @@ def prove_cells(cells: exp.Subquery, tables: list, ctes: dict[str, exp.CTE], pol
         stack.extend(node.iter_expressions())
         if isinstance(node, exp.Star) and node.parent is consumer:
             raise InternalError("a select * over protected cells would release every column")
-        if isinstance(node, exp.Column) and node.table == CELLS and not _released(node, k):
+        if (
+            isinstance(node, exp.Column)
+            and node.table == CELLS
+            and _frame_of(node) is consumer
+            and not _released(node, k)
+        ):
             raise InternalError(f"{node.name} of protected cells is not a protected value")
         if isinstance(node, exp.Column) and not node.table and node.name.startswith("__"):
             raise InternalError(f"unqualified internal column {node.name} over protected cells")
+
+
+def _frame_of(column: exp.Column) -> exp.Select | None:
+    """The select whose ``__cells`` source ``column`` reads: the nearest one up the tree with a
+    FROM or JOIN aliased ``__cells`` (an inner ``__cells`` shadows an outer one). A scalar
+    subquery beside the aggregate has its own frame, proven by its own :func:`prove_cells`
+    (s49a: a DP subquery's noisy ``__cells.__a0`` beside a CKM count was read as the outer
+    frame's true count and the query failed as an internal error)."""
+    node = column.parent
+    while node is not None:
+        if isinstance(node, exp.Select):
+            sources = [node.args.get("from_"), *(node.args.get("joins") or [])]
+            if any(s is not None and s.this.alias == CELLS for s in sources):
+                return node
+        node = node.parent
+    return None
 
 
 def _released(column: exp.Column, k: int) -> bool:

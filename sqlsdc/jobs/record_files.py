@@ -282,11 +282,12 @@ TOTAL_KEEPING = frozenset({"microaggregate", "noise", "rankswap", "shuffle"})
 def kept_totals(steps: Sequence[Step], columns: Sequence[str], exact) -> list[str]:
     """The columns a perturbative step changed whose total over the file is still exact: every
     step on them keeps it (microaggregation's group means add up to the groups' sums; the
-    exact-moment noise is centred; shuffling and rank swapping permute the values). The file
-    gives that total as an exact table of one cell would, so next to an exact sum job of a
-    population a few units apart the difference is those units' sum (red team s47i: a file of
-    R02's enterprises, turnover microaggregated k = 5, beside a suppression job of R02 without
-    activity I: the file's total less the job's cell was I's 163,828,280, a group p:10 flags).
+    exact-moment noise is centred; shuffling permutes the values, and so does rank swapping,
+    its top and bottom shares coded to their means). The file gives that total as an exact
+    table of one cell would, so next to an exact sum job of a population a few units apart
+    the difference is those units' sum (red team s47i: a file of R02's enterprises, turnover
+    microaggregated k = 5, beside a suppression job of R02 without activity I: the file's
+    total less the job's cell was I's 163,828,280, a group p:10 flags).
     :func:`sqlsdc.jobs.exact_release.total_releases` is that table."""
     changed = [c for c in columns if c not in exact]
     return [c for c in changed

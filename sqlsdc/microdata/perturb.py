@@ -5,8 +5,9 @@
 * :func:`shuffle` — data shuffling (Muralidhar & Sarathy 2006; digest §6): values drawn from
   their conditional distribution given non-confidential variables, then replaced rank for rank
   by the original values.
-* :func:`rank_swap` — rank swapping (Moore; digest §6 and T17): values swapped only between
-  ranks closer than p % of n; each column stays a permutation of the original.
+* :func:`rank_swap` — rank swapping (Moore; digest §6 and T17) as sdcMicro's: the top and
+  bottom 5 % coded to their means, the other values swapped only between ranks closer than
+  p % of n.
 * :func:`top_code`, :func:`recode` — top/bottom coding and global recoding into intervals.
 * :func:`local_suppression` — set key values to missing until every key combination is shared
   by at least k records (as sdcMicro's ``localSuppression``: a missing value matches any value;
@@ -120,29 +121,49 @@ def shuffle(X, S, rng: np.random.Generator) -> np.ndarray:
     return out
 
 
-def rank_swap(x, p: float, rng: np.random.Generator) -> np.ndarray:
-    """Rank swapping with parameter p (per cent): walk the ranks from the lowest; each unswapped
-    rank i is swapped with an unswapped rank j drawn uniformly from i < j < i + p·n/100
-    (digest §6: |i − j| < P·N/100). The result is a permutation of ``x``.
+def rank_swap(
+    x, p: float, rng: np.random.Generator, *, top: float = 5.0, bottom: float = 5.0
+) -> np.ndarray:
+    """Rank swapping with parameter p (per cent), as sdcMicro's ``rankSwap``: first the
+    ``top`` % largest and the ``bottom`` % smallest values (floor of the share of the values
+    present) are each replaced by their mean and left out of the swapping (sdcMicro's
+    ``TopPercent = 5, BottomPercent = 5``: R/rankSwap.R, src/RankSwapping.h @cf32510, "Top and
+    bottom code Var_i and then flag as swapped"), so the file never holds the extreme values;
+    then walk the other ranks from the lowest: each unswapped rank i is swapped with an
+    unswapped rank j drawn uniformly from i < j < i + p·n/100 (digest §6: |i − j| < P·N/100).
+    Missing values stay where they are (sdcMicro flags them swapped). ``top = bottom = 0``
+    gives a permutation of ``x``. Coding to the means keeps each variable's total.
 
-    sdcMicro's ``rankSwap`` (μ-ARGUS's algorithm, src/RankSwapping.h @cf32510) differs by
-    default: it first replaces the top and the bottom 5 % of the values by their means
-    (``TopPercent``/``BottomPercent``), walks from the highest rank, draws partners below
-    ``floor(j + N'·P)`` with N' the values not so coded, and without P derives it from
-    R0 = 0.95. Here no value is top or bottom coded (so the extremes stay in the file,
-    attached to a record of nearby rank): run a ``topcode`` step first for that."""
+    Still unlike sdcMicro: its walk starts at the highest rank and draws partners below
+    ``floor(j + N'·P)`` with N' the values not coded, and without P it derives one from
+    R0 = 0.95; here p is required and the window counts every record."""
     x = np.asarray(x)
     n = len(x)
     if not 0 < p <= 100:
         raise MicrodataError(f"the rank-swap parameter p must lie in (0, 100], got {p}")
-    order = np.argsort(x, kind="stable")
+    if not (0 <= top < 100 and 0 <= bottom < 100 and top + bottom < 100):
+        raise MicrodataError(
+            f"the rank-swap top and bottom percents must lie in [0, 100) and add up to less "
+            f"than 100, got top={top:g}, bottom={bottom:g}"
+        )
+    present = np.flatnonzero(~pd.isna(x))
+    m = len(present)
+    order = present[np.argsort(x[present], kind="stable")]
+    n_top, n_bottom = int(np.floor(m * top / 100)), int(np.floor(m * bottom / 100))
     sorted_x = x[order].copy()
+    if n_top or n_bottom:
+        sorted_x = sorted_x.astype(float)
+        if n_bottom:
+            sorted_x[:n_bottom] = sorted_x[:n_bottom].mean()
+        if n_top:
+            sorted_x[m - n_top :] = sorted_x[m - n_top :].mean()
+    lo, hi_end = n_bottom, m - n_top  # the ranks swapped
     window = p * n / 100.0
-    swapped = np.zeros(n, dtype=bool)
-    for i in range(n):
+    swapped = np.zeros(m, dtype=bool)
+    for i in range(lo, hi_end):
         if swapped[i]:
             continue
-        hi = min(n, int(np.ceil(i + window)))
+        hi = min(hi_end, int(np.ceil(i + window)))
         free = np.flatnonzero(~swapped[i + 1 : hi]) + i + 1
         free = free[free - i < window]
         if len(free):
@@ -150,7 +171,7 @@ def rank_swap(x, p: float, rng: np.random.Generator) -> np.ndarray:
             sorted_x[i], sorted_x[j] = sorted_x[j], sorted_x[i]
             swapped[j] = True
         swapped[i] = True
-    out = np.empty_like(x)
+    out = x.copy() if sorted_x.dtype == x.dtype else np.full(n, np.nan)  # coded: floats
     out[order] = sorted_x
     return out
 

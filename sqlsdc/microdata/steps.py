@@ -7,7 +7,8 @@ Steps (``sqlsdc anonymize --step``):
                     gamma= for vmdav, block= for partitioned mdav)
 ``pram``            ``pram:education:p=0.8[,invariant=1]`` — nE(p); invariant: two-stage R
 ``noise``           ``noise:income:c=0.1`` — correlated noise with covariance c·Σ
-``rankswap``        ``rankswap:income:p=5`` — ranks swapped within p % of n
+``rankswap``        ``rankswap:income:p=5[,top=5,bottom=5]`` — the top and bottom % coded to
+                    their means (sdcMicro's defaults; 0: off), the rest swapped within p % of n
 ``shuffle``         ``shuffle:income,rent[:given=age/household_size]`` — data shuffling
 ``topcode``         ``topcode:income:upper=200000[,lower=0]``
 ``recode``          ``recode:age:breaks=18/30/45/65`` — intervals as labels
@@ -247,7 +248,9 @@ def _rankswap(df, step, rng):
     only closer than p·n/100, and at one or less the file would hold the columns exactly as
     perturbed (red team s47i: ``rankswap:income:p=0.001`` on 20,000 persons stored every
     income as it is, as ``noise:income:c=0`` did). So is p below :data:`LEAST_SWAP`: each value
-    swapped with a near neighbour links as the exact column would (red team s49b)."""
+    swapped with a near neighbour links as the exact column would (red team s49b). The ``top``
+    and ``bottom`` % of each column are coded to their means first, as sdcMicro's ``rankSwap``
+    does by default (5 and 5): a swap keeps every value, the largest ones too (s49d)."""
     p = _number(step, "p")
     if 0 < p and p * len(df) / 100 <= 1:
         raise MicrodataError(
@@ -261,10 +264,11 @@ def _rankswap(df, step, rng):
             f"{', '.join(step.columns)} exactly, the few records of that window that share a "
             f"record's other columns link the two files record by record; give p ≥ {LEAST_SWAP:g}"
         )
+    top, bottom = _number(step, "top", 5.0), _number(step, "bottom", 5.0)
     out = df.copy()
     for c in step.columns:
-        out[c] = perturb.rank_swap(df[c].to_numpy(), p, rng)
-    return out, {"p": p}
+        out[c] = perturb.rank_swap(df[c].to_numpy(), p, rng, top=top, bottom=bottom)
+    return out, {"p": p, "top": top, "bottom": bottom}
 
 
 def _shuffle(df, step, rng):
@@ -329,7 +333,7 @@ PARAMS: dict[str, dict[str, bool]] = {  # parameter -> required
     "microaggregate": {"k": True, "method": False, "gamma": False, "block": False},
     "pram": {"p": True, "invariant": False},
     "noise": {"c": True},
-    "rankswap": {"p": True},
+    "rankswap": {"p": True, "top": False, "bottom": False},
     "shuffle": {"given": False},
     "topcode": {"upper": False, "lower": False},
     "recode": {"breaks": True},

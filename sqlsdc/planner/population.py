@@ -44,6 +44,22 @@ def _subquery(description: str) -> exp.Expr:
     return exp.Anonymous(this=SUBQUERY_MARKER, expressions=[exp.Literal.string(description)])
 
 
+def shown(node: exp.Expr) -> str:
+    """``node``'s SQL as an analyst may read it in a refusal: the stand-ins of subqueries and
+    outputs (:func:`_subquery`, an output by position), which no analyst wrote, spelt
+    ``(SELECT ...)`` and ``output n`` (s49j: a DP group key ``(SELECT SUM(amount) FROM
+    benefits)`` was refused as ``SQLSDC_SUBQUERY('{"distinct":null,...}')``)."""
+
+    def readable(part: exp.Expr) -> exp.Expr:
+        if isinstance(part, exp.Anonymous) and part.this == SUBQUERY_MARKER:
+            return exp.Var(this="(SELECT ...)")
+        if isinstance(part, exp.Anonymous) and part.this == OUTPUT_MARKER:
+            return exp.Var(this=f"output {int(part.expressions[0].this) + 1}")
+        return part
+
+    return node.transform(readable, copy=True).sql("duckdb")
+
+
 def output_reference(query: exp.Query, column: exp.Column) -> int | None:
     """The position of the output that the unqualified ``column`` of ``query``'s ORDER BY
     names as DuckDB reads it, or None when DuckDB could read it otherwise (the guard refuses

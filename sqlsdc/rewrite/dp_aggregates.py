@@ -26,6 +26,7 @@ from sqlsdc.mechanisms.accountant import (
 )
 from sqlsdc.planner.identity import canonical_expression
 from sqlsdc.planner.linear import exact_number
+from sqlsdc.planner.population import shown
 from sqlsdc.policy import Policy
 
 DISTINCT = "DISTINCT "  # prefix of the canonical measure of COUNT(DISTINCT <not the unit>)
@@ -241,7 +242,7 @@ def key_domain(key: exp.Expr, table, select, policy: Policy, to_sql) -> tuple | 
     if column is None or column.domain is None:
         raise refuse(
             select,
-            f"group key {key.sql('duckdb')} has no public domain, and {table.name} releases only "
+            f"group key {shown(key)} has no public domain, and {table.name} releases only "
             "the groups of declared domains (groups present in the data would reveal units)",
             "group by dimensions with a declared `domain`, or an admin sets "
             f"`dp: {{groups: private, selection: ...}}` for {table.name}",

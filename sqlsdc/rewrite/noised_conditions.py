@@ -28,6 +28,7 @@ from sqlsdc.errors import PolicyViolation
 from sqlsdc.mechanisms.parameters import UnitNoise
 from sqlsdc.planner.breaks import CLASSED_ROLES, COMPARISONS
 from sqlsdc.policy import AggregateKind, Policy
+from sqlsdc.rewrite.cells import CELLS
 from sqlsdc.rewrite.ckm_mix import CKM_MIX, MIX, has_mix
 from sqlsdc.rewrite.unit_noise import noised
 
@@ -108,6 +109,8 @@ def _convert(tree: exp.Expr, resolver: _Resolver, sql: Callable[[], str]) -> boo
     for comparison in list(tree.find_all(*COMPARED)):
         for operand in _operands(comparison):
             for column in _row_columns(operand):
+                if _protected_frame(column, tree):
+                    continue
                 origin = resolver.origin(column)
                 if origin is None:
                     continue
@@ -147,6 +150,23 @@ def _operands(comparison: exp.Expr) -> list[exp.Expr]:
     if isinstance(comparison, exp.In):
         return [comparison.this, *comparison.expressions]
     return [comparison.left, comparison.right]
+
+
+def _protected_frame(column: exp.Column, tree: exp.Expr) -> bool:
+    """Whether ``column`` is an output of protected cells (``__cells.x``) or inside cells
+    nested in ``tree``: a scalar subquery rewritten, its own conditions converted, before the
+    query around it. Its guards (``__cells.__ma0 >= 10``) compare protected or internal
+    values, never a row's (s49a: a group key ``(SELECT SUM(income) FROM persons)`` was refused
+    as a condition on income, naming ``__cells.__ma0``). Cells around ``tree`` do not count:
+    a subquery converted after the frame around it was built is still the analyst's."""
+    if column.table == CELLS:
+        return True
+    node = column.parent
+    while node is not None and node is not tree:
+        if isinstance(node, exp.Subquery) and node.alias == CELLS:
+            return True
+        node = node.parent
+    return False
 
 
 def _row_columns(operand: exp.Expr) -> list[exp.Column]:

@@ -34,6 +34,13 @@ class ProtocolError(Exception):
     The message is the server's own words; it is sent to the client as a FATAL error."""
 
 
+class InvalidEncoding(ProtocolError):
+    """A string of a message is not valid UTF-8. In a message of a session, PostgreSQL's
+    ``invalid byte sequence for encoding "UTF8"``: an ERROR with SQLSTATE 22021
+    (character_not_in_repertoire), and the session goes on (the message was read whole, so
+    the stream is still in step); in the startup packet it stays a FATAL 08P01."""
+
+
 class Reader:
     """Reads the fields of one message body; every read checks the bytes left."""
 
@@ -65,8 +72,9 @@ class Reader:
         self.pos = end + 1
         try:
             return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ProtocolError("string is not valid UTF-8") from None
+        except UnicodeDecodeError as e:
+            shown = " ".join(f"0x{b:02x}" for b in raw[e.start : e.end])
+            raise InvalidEncoding(f'invalid byte sequence for encoding "UTF8": {shown}') from None
 
     def value(self) -> bytes | None:
         """An int32 length then that many bytes; length -1 is NULL."""

@@ -194,7 +194,7 @@ class Session(Startup, ExtendedProtocol, DeclaredCursors):
             if self.skipping and kind != b"S":
                 continue  # the extended protocol discards messages after an error until Sync
             try:
-                await handler(body)
+                await self._handle(handler, body)
             except StatementError as e:
                 self._send(codec.error_response("ERROR", e.code, e.text, hint=e.hint))
                 if kind != b"Q":
@@ -211,6 +211,18 @@ class Session(Startup, ExtendedProtocol, DeclaredCursors):
             # one go had them all handled before any other session's (10 sessions of one
             # analyst, 20,000 Binds each, made another user's SELECT 1 wait 5 s)
             await asyncio.sleep(0)
+
+    async def _handle(self, handler, body: codec.Reader) -> None:
+        """Run ``handler`` on ``body``; a string of it that is not UTF-8 fails the statement
+        as in PostgreSQL (ERROR 22021, a transaction block aborted), not the session: the
+        message was read whole (red team s49e: a Query of invalid UTF-8 ended the session
+        with FATAL 08P01)."""
+        try:
+            await handler(body)
+        except codec.InvalidEncoding as e:
+            if self.status == "T":
+                self.status = "E"
+            raise StatementError("22021", str(e)) from None
 
     async def _answer(self, sql: str, params: tuple) -> CatalogAnswer:
         """The catalog's answer or the guard's result, run in the thread pool."""

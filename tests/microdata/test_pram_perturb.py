@@ -78,11 +78,49 @@ def test_noise_has_exact_moments():
 
 def test_rank_swap_is_a_permutation_within_the_window_t17():
     x = np.random.default_rng(4).lognormal(size=1000)
-    y = perturb.rank_swap(x, 5, np.random.default_rng(5))
+    y = perturb.rank_swap(x, 5, np.random.default_rng(5), top=0, bottom=0)
     assert np.array_equal(np.sort(x), np.sort(y))
     rank = np.argsort(np.argsort(x))
     moved = np.searchsorted(np.sort(x), y) - rank  # rank distance of each swap
     assert np.abs(moved).max() < 5 * 1000 / 100 and (moved != 0).mean() > 0.9
+
+
+def test_rank_swap_codes_the_top_and_bottom_five_percent_to_their_means():
+    """Fails on int49 (s49d): the swapped file held the original maximum and minimum exactly;
+    sdcMicro's rankSwap (TopPercent = BottomPercent = 5) codes them to their means first."""
+    x = np.random.default_rng(4).lognormal(size=1000)
+    x[[3, 7]] = np.nan  # missing values stay where they are, outside the shares
+    y = perturb.rank_swap(x, 5, np.random.default_rng(5))
+    assert np.isnan(y[[3, 7]]).all() and not np.isnan(np.delete(y, [3, 7])).any()
+    s = np.sort(x[~np.isnan(x)])  # 998 values: floor(49.9) = 49 coded at each end
+    top, bottom = x >= s[-49], x <= s[48]
+    assert top.sum() == bottom.sum() == 49
+    assert np.nanmax(y) < np.nanmax(x) and np.nanmin(y) > np.nanmin(x)
+    assert y[top] == pytest.approx(np.full(49, s[-49:].mean()))
+    assert y[bottom] == pytest.approx(np.full(49, s[:49].mean()))
+    assert np.nansum(y) == pytest.approx(np.nansum(x), rel=1e-12)  # the total is kept
+    middle = ~top & ~bottom & ~np.isnan(x)
+    assert np.array_equal(np.sort(y[middle]), s[49:-49])  # the rest is swapped among itself
+    assert (y[middle] != x[middle]).mean() > 0.9
+
+
+def test_rank_swap_step_takes_the_top_and_bottom_percents():
+    df = pd.DataFrame({"income": np.random.default_rng(8).integers(0, 10**6, 2000)})
+    top = df["income"].max()
+    out, _ = apply_steps(df, [parse_step("rankswap:income:p=5")], secret=b"s" * 32, seed=0)
+    assert out["income"].max() < top and out["income"].sum() == pytest.approx(df["income"].sum())
+    out, _ = apply_steps(
+        df, [parse_step("rankswap:income:p=5,top=10,bottom=0")], secret=b"s" * 32, seed=0
+    )
+    assert out["income"].min() == df["income"].min()
+    assert (out["income"] == out["income"].max()).sum() == 200  # the top 10 % at their mean
+    out, _ = apply_steps(
+        df, [parse_step("rankswap:income:p=5,top=0,bottom=0")], secret=b"s" * 32, seed=0
+    )
+    assert sorted(out["income"]) == sorted(df["income"])  # switched off: a permutation
+    for bad in ("top=-1", "top=60,bottom=40", "bottom=100"):
+        with pytest.raises(MicrodataError, match="top and bottom"):
+            apply_steps(df, [parse_step(f"rankswap:income:p=5,{bad}")], secret=b"s" * 32, seed=0)
 
 
 def test_recode_and_top_code():

@@ -64,9 +64,10 @@ founding date (294000-01-01, 1000-01-01), one NULL size, or sizes '1', '2000-01-
   before any charge (an internal error, "__a0 of protected cells is not a protected value":
   a usability bug, reported: validate.prove_cells walks into the nested consumer of the DP
   cells table, whose ``__cells.__a0`` is the noisy value, and reads it as the outer frame's
-  true aggregate); named and unnamed subqueries are charged alike. A grouped query keyed by
-  ``(SELECT SUM(income) FROM persons)`` is refused with a message naming ``__cells.__ma0``
-  (usability, reported).
+  true aggregate; s49j: answered, or refused before the charge when the CKM groups have no
+  row bound, tests/test_dp_beside_ckm.py); named and unnamed subqueries are charged alike. A
+  grouped query keyed by ``(SELECT SUM(income) FROM persons)`` was refused with a message
+  naming ``__cells.__ma0`` (s49j: answered, tests/test_refusals_speak_sql.py).
 - Public tables and a released file: a scalar subquery of a public table is its value; a
   released anonymised file's ENUM keeps all its type's labels in the database, but the guard
   shows VARCHAR, decodes results and refuses typeof, pg_typeof and the enum_* functions.

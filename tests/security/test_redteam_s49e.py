@@ -38,7 +38,8 @@ held (each tried against a 20,000-person demo served with ``--insecure``):
   wrong key cancels nothing and is answered like a right one (read, not timed);
 - malformed extended-protocol messages (5 result formats for 2 columns, format code 7: 08P01
   and the session goes on; Execute with max rows -5: all rows; Describe or Close of kind X,
-  a Query of invalid UTF-8: FATAL 08P01), none an internal error;
+  a Query of invalid UTF-8: FATAL 08P01, since s49j ERROR 22021 and the session goes on as
+  in PostgreSQL), none an internal error;
 - SCRAM read again (nonce, channel-binding flag, authorization identity, decoy keys of an
   unknown name): nothing new; failed logins stay bounded at 10 a name and 30 an address;
 - revoking a user (policy applied without it) while its session holds a cursor WITH HOLD:

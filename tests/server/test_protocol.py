@@ -168,6 +168,30 @@ def test_an_unsupported_format_code_fails_the_statement_not_the_session(server, 
     sock.close()
 
 
+def test_invalid_utf8_fails_the_statement_not_the_session(server):
+    """PostgreSQL answers a string of invalid UTF-8 with ERROR 22021 (invalid byte sequence
+    for encoding "UTF8") and the session goes on; a Query of it ended the session with FATAL
+    08P01 (red team s49e). Fails on int49."""
+    sock, _, _ = login(server)
+    sock.sendall(codec.message(b"Q", b"SELECT '\xff\xfe' AS x\0"))
+    messages = read_until(sock)
+    assert [k for k, _ in messages] == [b"E", b"Z"] and messages[1][1] == b"I"
+    assert error_code(messages[0][1]) == "22021" and b"SERROR\0" in messages[0][1]
+    assert b'invalid byte sequence for encoding "UTF8": 0xff' in messages[0][1]
+    sock.sendall(codec.message(b"P", b"\0SELECT '\xc3(' AS x\0\0\0")  # extended: until Sync
+                 + codec.message(b"B", b"\0\0\0\0\0\0\0\0")
+                 + codec.message(b"S"))  # fmt: skip
+    messages = read_until(sock)
+    assert [k for k, _ in messages] == [b"E", b"Z"] and error_code(messages[0][1]) == "22021"
+    assert [k for k, _ in query(sock, "BEGIN")] == [b"C", b"Z"]
+    sock.sendall(codec.message(b"Q", b"SELECT '\x80' AS x\0"))
+    messages = read_until(sock)
+    assert error_code(messages[0][1]) == "22021" and messages[-1] == (b"Z", b"E")  # aborted
+    assert query(sock, "ROLLBACK")[-1] == (b"Z", b"I")
+    assert [k for k, _ in query(sock, "SELECT COUNT(*) AS n FROM regions")][-2:] == [b"C", b"Z"]
+    sock.close()
+
+
 def test_statement_timeout_is_57014(server_db):
     running = start_server(server_db, "--insecure", "--statement-timeout", "1")
     try:
