@@ -1,0 +1,67 @@
+"""Red team s49k: session 49's merges (int49) read as an analyst: ``COPY (query) TO STDOUT``
+through the server, untyped ``$n`` typed by a Describe, ``LIMIT CAST(NULL AS INT)`` folded,
+unnamed scalar subqueries named by position, household swapping and risk, and the refactored
+ptable-file and synth-verify modules.
+
+Finding, fixed here:
+
+- the ``ORDER BY`` of a set operation naming an unnamed scalar subquery of its leftmost SELECT
+  by position (``SELECT region, (SELECT COUNT(*) FROM persons WHERE age > 90) FROM regions
+  UNION SELECT region, 1 FROM regions ORDER BY 2``; EXCEPT and INTERSECT alike) was still an
+  internal error ("... AS _col_1 is not <class Alias>", "a bug in sqlsdc"): s49a named the
+  subqueries a SELECT's own GROUP BY / ORDER BY names, and sqlglot reads a set operation's
+  positions from its leftmost SELECT. Not data-dependent (it failed in qualification, before
+  any row was read), so no oracle; now answered as with ``AS t``
+  (:func:`test_a_set_operation_ordered_by_an_unnamed_subquery_is_answered`).
+
+What held (20,000-person demo, ``sqlsdc serve --insecure`` with psycopg 3 for the server):
+
+- COPY as a way around the normal path (26 statements): ``COPY (SELECT * FROM persons)``,
+  ``(TABLE persons)``, a CTE of persons, a public table joined to a confidential one, ``VALUES``,
+  ``EXPLAIN``, ``__cells``, ``COPY persons``, ``TO PROGRAM``, ``TO 'file'``, ``FORCE_QUOTE``, a
+  second statement after the COPY, ``E'\\t'`` delimiter: refused (42501 / 0A000) and audited
+  under the inner query's text; accepted ones are the guard's protected answer (same rows as
+  the embedded connection), audited once, a DP query charged once; the catalog's ``SHOW ALL``
+  and ``pg_settings`` give the same session settings as a plain query; the extracted query is
+  the text the guard judges, so no greedy-regex spelling reaches the engine unchecked;
+  ``DELIMITER`` / ``NULL`` choices only make the analyst's own export ambiguous (nothing more
+  than the protected values);
+- ``LIMIT`` folding: ``LIMIT CAST(NULL AS INT)``, ``CAST(NULL AS UTINYINT)``, ``OFFSET
+  CAST(NULL AS INT)`` are no limit (as ``LIMIT NULL``); ``LIMIT CAST(NULL AS INT) + 0`` and
+  ``LIMIT (SELECT NULL)`` still refused as computed limits;
+- positioned subqueries: correlated ones refused as before (4 shapes); grouped / ordered /
+  DISTINCT / nested-union ones over confidential rows answer the protected (suppressed) cell,
+  the same as ``AS t`` (age > 95: NULL, age > 90: 936 for a true 937); a real column named
+  ``_col_2`` takes no exemption; positions beyond the list and inside GROUPING SETS / ROLLUP
+  refused as before;
+- parameter typing: types come from the policy's schema (``analyst_schema``), never from data;
+  a column two tables share, a CTE or subquery keeps text; a value bound under the described
+  type is a value the guard judges (negative LIMIT refused after binding);
+- household risk (``hier_risk``) figures are computed by the admin's ``risk`` tool over a file,
+  not reachable from a guarded connection.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+SET_OPERATIONS = [
+    "SELECT region, (SELECT COUNT(*) FROM persons WHERE age > 90){} FROM regions "
+    "UNION SELECT region, 1 FROM regions ORDER BY 2",
+    "SELECT region, (SELECT COUNT(*) FROM persons WHERE age > 90){} FROM regions "
+    "EXCEPT SELECT region, 1 FROM regions ORDER BY 2 DESC, 1",
+    "(SELECT region, (SELECT COUNT(*) FROM persons WHERE age > 90){} FROM regions "
+    "UNION ALL SELECT region, 2 FROM regions) UNION SELECT region, 1 FROM regions ORDER BY 2, 1",
+]
+
+
+@pytest.mark.parametrize("sql", SET_OPERATIONS)
+def test_a_set_operation_ordered_by_an_unnamed_subquery_is_answered(ckm, sql):
+    """Finding (fixed): a set operation's ORDER BY naming its leftmost SELECT's unnamed scalar
+    subquery by position was an internal error (fails on int49: InternalError, sqlglot's
+    assertion); now the same protected rows as the subquery named ``AS t``."""
+    unnamed = ckm.execute(sql.format(""))
+    rows = unnamed.fetchall()
+    assert rows == ckm.execute(sql.format(" AS t")).fetchall() and len(rows) >= 8
+    assert any(name.startswith("(SELECT count(*) FROM persons") for name, *_ in
+               unnamed.description)  # fmt: skip
