@@ -90,15 +90,34 @@ def _read(query: str, options: dict[str, str], sql: str) -> CopyOut:
 
 def copy_messages(copy: CopyOut, table: pa.Table) -> bytes:
     """CopyOutResponse, a CopyData per row (the header first, when asked), CopyDone: the
-    answer ``table`` in ``copy``'s format (run in the thread pool for long answers)."""
-    head = codec.message(b"H", b"\0" + (table.num_columns).to_bytes(2, "big")
+    answer ``table`` in ``copy``'s format, in one piece (a short answer; the session writes a
+    long one a chunk at a time: :func:`copy_response`, :func:`copy_data`, :data:`COPY_DONE`)."""
+    head = copy_response(table) + (copy_header(copy, table) if copy.header else b"")
+    return head + copy_data(copy, table) + COPY_DONE
+
+
+def copy_response(table: pa.Table) -> bytes:
+    """The CopyOutResponse of the answer ``table``: text, one column each."""
+    return codec.message(b"H", b"\0" + (table.num_columns).to_bytes(2, "big")
                          + b"\0\0" * table.num_columns)  # fmt: skip
-    lines = []
-    if copy.header:
-        lines.append(_line(copy, [name.encode() for name in table.column_names]))
+
+
+def copy_header(copy: CopyOut, table: pa.Table) -> bytes:
+    """The CopyData of the HEADER line: the answer's column names."""
+    return codec.message(b"d", _line(copy, [name.encode() for name in table.column_names]))
+
+
+def copy_data(copy: CopyOut, rows: pa.Table) -> bytes:
+    """A CopyData per row of ``rows`` (a chunk of the answer): encoded a chunk at a time, as
+    DataRows are, since a row's Python values and messages take some 20 times its Arrow bytes
+    (an answer of 262,144 rows encoded at once took 130 MB of the server for 10 MB written,
+    red team s49k)."""
     with sendable():
-        lines.extend(_line(copy, row) for row in encode(table, (), text_only=False))
-    return head + b"".join(codec.message(b"d", line) for line in lines) + codec.message(b"c")
+        return b"".join(codec.message(b"d", _line(copy, row))
+                        for row in encode(rows, (), text_only=False))  # fmt: skip
+
+
+COPY_DONE = codec.message(b"c")
 
 
 def _line(copy: CopyOut, values) -> bytes:
