@@ -12,6 +12,15 @@ Findings, fixed here:
   10 MB against their 64 MB: a few analysts' COPYs could take far more of the shared server
   than the bound says. Now written ``ROWS_PER_WRITE`` rows at a time as DataRows are: about
   40 MB (:func:`test_a_long_copy_takes_no_more_of_the_server_than_the_same_select`);
+- typing untyped parameters parsed the statement's text with sqlglot whatever its length: at
+  Describe (s49e's ``scalar_types``, any untyped ``$n``) and at Parse (``list_types``, an
+  untyped ``= ANY($n)``). A statement beyond the policy's ``max_statement_characters`` (1 M),
+  which the guard refuses unparsed in microseconds, cost the server 7 s of CPU at 1.1 MB and
+  28 s at 4.4 MB per Describe (a session may keep 32 MB of statement text, and re-Parse it):
+  CPU held in the shared pool, in a thread that shares the event loop's interpreter. Now a
+  statement longer than the limit is not typed (its parameters stay text, and the guard
+  refuses it as before) (:func:`test_a_statement_longer_than_the_policy_allows_is_not_parsed_`
+  ``to_type_its_parameters``);
 
 - the ``ORDER BY`` of a set operation naming an unnamed scalar subquery of its leftmost SELECT
   by position (``SELECT region, (SELECT COUNT(*) FROM persons WHERE age > 90) FROM regions
@@ -51,6 +60,7 @@ What held (20,000-person demo, ``sqlsdc serve --insecure`` with psycopg 3 for th
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -119,3 +129,40 @@ def test_a_long_copy_takes_no_more_of_the_server_than_the_same_select(
         stop_server(running)
     assert written > 9_000_000
     assert grown < 80 * 1024, f"the server's peak memory grew {grown // 1024} MB"
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU time of process ``pid`` (``/proc/pid/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+def test_a_statement_longer_than_the_policy_allows_is_not_parsed_to_type_its_parameters(
+    pristine_demo_db, tmp_path, copy_database
+):
+    """Finding (fixed): Parse (untyped ``= ANY($2)``) and Describe (untyped ``$1``) of a
+    1.3 MB statement, beyond the policy's 1,000,000 characters, cost the server about 15 s
+    of CPU parsing it to type the parameters (fails on int49); now well under a second, the
+    guard's refusal of the length unchanged."""
+    psycopg = pytest.importorskip("psycopg")
+    db = copy_database(pristine_demo_db, tmp_path)
+    add_server_user(db)
+    running = start_server(db, "--insecure")
+    body = " OR ".join(["age > 1"] * 130_000)
+    sql = f"SELECT COUNT(*) FROM persons WHERE age > $1 AND age = ANY($2) AND ({body})"
+    try:
+        with psycopg.connect(running.dsn(), autocommit=True) as con:
+            con.execute("SELECT 1").fetchall()
+            before = _cpu_seconds(running.process.pid)
+            pgconn = con.pgconn
+            pgconn.prepare(b"long", sql.encode())
+            described = pgconn.describe_prepared(b"long")
+            spent = _cpu_seconds(running.process.pid) - before
+    finally:
+        stop_server(running)
+    assert len(sql) > 1_000_000
+    assert described.status == psycopg.pq.ExecStatus.FATAL_ERROR
+    assert b"characters" in (described.error_message or b"")
+    assert spent < 3.0, f"the server spent {spent:.1f} s of CPU"
