@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -106,6 +107,18 @@ CROSS_JOIN = (
 """262,144 rows of a public table: an answer the guard gives, far below its row and byte caps."""
 
 
+@contextmanager
+def _fresh_server(db: Path):
+    """A server of its own over ``db`` (the analyst's login added): its process's memory and
+    CPU time are then those of the test's statements alone."""
+    add_server_user(db)
+    running = start_server(db, "--insecure")
+    try:
+        yield running
+    finally:
+        stop_server(running)
+
+
 def _peak_kb(pid: int) -> int:
     """The peak resident memory (VmHWM) of process ``pid``, in kB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -123,10 +136,7 @@ def test_a_long_copy_takes_no_more_of_the_server_than_the_same_select(
     130 MB (fails on int49: the whole answer encoded at once), the same SELECT by about 40 MB;
     now about 40 MB, a chunk of rows encoded at a time."""
     psycopg = pytest.importorskip("psycopg")
-    db = copy_database(pristine_demo_db, tmp_path)
-    add_server_user(db)
-    running = start_server(db, "--insecure")
-    try:
+    with _fresh_server(copy_database(pristine_demo_db, tmp_path)) as running:
         with psycopg.connect(running.dsn(), autocommit=True) as con:
             con.execute("SELECT 1").fetchall()
             before = _peak_kb(running.process.pid)
@@ -135,8 +145,6 @@ def test_a_long_copy_takes_no_more_of_the_server_than_the_same_select(
                 for data in copy:
                     written += len(data)
             grown = _peak_kb(running.process.pid) - before
-    finally:
-        stop_server(running)
     assert written > 9_000_000
     assert grown < 80 * 1024, f"the server's peak memory grew {grown // 1024} MB"
 
@@ -157,12 +165,9 @@ def test_a_statement_longer_than_the_policy_allows_is_not_parsed_to_type_its_par
     of CPU parsing it to type the parameters (fails on int49); now well under a second, the
     guard's refusal of the length unchanged."""
     psycopg = pytest.importorskip("psycopg")
-    db = copy_database(pristine_demo_db, tmp_path)
-    add_server_user(db)
-    running = start_server(db, "--insecure")
     body = " OR ".join(["age > 1"] * 130_000)
     sql = f"SELECT COUNT(*) FROM persons WHERE age > $1 AND age = ANY($2) AND ({body})"
-    try:
+    with _fresh_server(copy_database(pristine_demo_db, tmp_path)) as running:
         with psycopg.connect(running.dsn(), autocommit=True) as con:
             con.execute("SELECT 1").fetchall()
             before = _cpu_seconds(running.process.pid)
@@ -170,8 +175,6 @@ def test_a_statement_longer_than_the_policy_allows_is_not_parsed_to_type_its_par
             pgconn.prepare(b"long", sql.encode())
             described = pgconn.describe_prepared(b"long")
             spent = _cpu_seconds(running.process.pid) - before
-    finally:
-        stop_server(running)
     assert len(sql) > 1_000_000
     assert described.status == psycopg.pq.ExecStatus.FATAL_ERROR
     assert b"characters" in (described.error_message or b"")
