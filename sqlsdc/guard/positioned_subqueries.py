@@ -9,6 +9,11 @@ same query with ``AS t`` is answered (s48a's unnamed subquery beside an aggregat
 subquery before qualification, as sqlglot would, gives it the named query's checks and cells.
 The result's column names are taken before this (:func:`sqlsdc.guard.parse.output_names`), so
 the analyst still sees DuckDB's name for the column.
+
+The ``ORDER BY`` of a set operation (``SELECT region, (SELECT ...) FROM regions UNION SELECT
+region, 1 FROM regions ORDER BY 2``) names by position the columns of its leftmost SELECT, as
+sqlglot's ``_select_by_pos`` reads them (``Union.selects``): those are named too (the same
+internal error, red team s49k).
 """
 
 from __future__ import annotations
@@ -26,10 +31,13 @@ def name_positioned_subqueries(walked: list[exp.Expr]) -> bool:
     node itself is kept, so they stay its nodes). True when something was named (``walked``
     then lacks the new aliases)."""
     named = False
-    for select in of_kind(walked, exp.Select):
+    for query in of_kind(walked, (exp.Select, exp.SetOperation)):
+        select = _leftmost(query)
+        if select is None:
+            continue
         projections = select.expressions
         taken = {p.alias_or_name.lower() for p in projections}
-        for position in sorted(_positions(select)):
+        for position in sorted(_positions(query)):
             if not 1 <= position <= len(projections):
                 continue  # refused or failed as before
             projection = projections[position - 1]
@@ -46,12 +54,20 @@ def name_positioned_subqueries(walked: list[exp.Expr]) -> bool:
     return named
 
 
-def _positions(select: exp.Select) -> set[int]:
-    """The positions (``2`` in ``GROUP BY 2``, ``ORDER BY 2 DESC``) ``select`` groups or
-    orders by."""
+def _leftmost(query: exp.Expr) -> exp.Select | None:
+    """The SELECT whose projections name the columns of ``query`` (a SELECT itself, or the
+    leftmost SELECT of a set operation, through parentheses), else None."""
+    while isinstance(query, (exp.SetOperation, exp.Subquery)):
+        query = query.this
+    return query if isinstance(query, exp.Select) else None
+
+
+def _positions(query: exp.Expr) -> set[int]:
+    """The positions (``2`` in ``GROUP BY 2``, ``ORDER BY 2 DESC``) ``query`` (a SELECT or a
+    set operation) groups or orders by."""
     found = set()
     for clause in ("group", "order"):
-        node = select.args.get(clause)
+        node = query.args.get(clause)
         for item in node.expressions if node is not None else ():
             item = item.this if isinstance(item, exp.Ordered) else item
             if isinstance(item, exp.Literal) and not item.is_string and item.name.isdecimal():

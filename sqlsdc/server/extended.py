@@ -68,8 +68,13 @@ class ExtendedProtocol:
     def _list_types(self, sql: str, kinds: tuple[int, ...], lists: set[int]) -> tuple[int, ...]:
         """``kinds`` with each untyped ``column = ANY($n)`` typed an array of its column's type
         where the statement names it plainly (:func:`~sqlsdc.server.list_types.list_types`)."""
-        found = list_types(sql, lists, self.connection.analyst_schema)
+        found = list_types(sql, lists, self.connection.analyst_schema, self._longest())
         return tuple(found.get(i + 1, kind) for i, kind in enumerate(kinds))
+
+    def _longest(self) -> int:
+        """The policy's ``max_statement_characters``: a longer statement is refused by the
+        guard unparsed, so its parameters are not typed either (a parse of megabytes)."""
+        return self.connection.policy.max_statement_characters
 
     def _scalar_types(self, statement: Statement) -> tuple[int, ...]:
         """The statement's parameter types with each untyped ``$n`` typed where it stands, as
@@ -82,7 +87,8 @@ class ExtendedProtocol:
         numbers = untyped_parameters(statement.sql, statement.given)
         if not numbers:
             return kinds
-        found = scalar_types(statement.sql, numbers, self.connection.analyst_schema)
+        found = scalar_types(statement.sql, numbers, self.connection.analyst_schema,
+                             self._longest())  # fmt: skip
         return tuple(found.get(i + 1, kind) for i, kind in enumerate(kinds))
 
     async def _bind(self, body: codec.Reader) -> None:

@@ -30,7 +30,14 @@ from sqlsdc.errors import Error
 from sqlsdc.server import codec, cursors
 from sqlsdc.server.catalog import CatalogAnswer, SessionCatalog
 from sqlsdc.server.codec import ProtocolError
-from sqlsdc.server.copy_out import CopyOut, copy_messages, copy_out
+from sqlsdc.server.copy_out import (
+    COPY_DONE,
+    CopyOut,
+    copy_data,
+    copy_header,
+    copy_out,
+    copy_response,
+)
 from sqlsdc.server.declared_cursors import DeclaredCursors
 from sqlsdc.server.extended import ExtendedProtocol
 from sqlsdc.server.limits import AUTH_TIMEOUT, INLINE_ROWS, MAX_HELD_BYTES, ROWS_PER_WRITE
@@ -341,19 +348,27 @@ class Session(Startup, ExtendedProtocol, DeclaredCursors):
 
     async def _copy_rows(self, copy: CopyOut, answer: CatalogAnswer) -> None:
         """The answer of a COPY's query as CopyOutResponse, CopyData and CopyDone, then
-        ``COPY n``; encoded in the pool when it is long, counted as a Query's answer while
-        it is written."""
+        ``COPY n``; encoded and written :data:`ROWS_PER_WRITE` rows at a time (in the pool when
+        long), counted as a Query's answer while it is written. Encoded at once, an answer of
+        262,144 rows raised the server's peak memory by 130 MB, against 40 MB for the same
+        SELECT, while its user's sessions were counted 10 MB (red team s49k)."""
         table = answer.table
         if table is None:
             raise StatementError("42601", f"COPY takes a query that returns rows; {answer.tag} "
                                  "returns none", "COPY (SELECT ...) TO STDOUT")  # fmt: skip
         self.sending = table.nbytes
         try:
-            if table.num_rows <= INLINE_ROWS:
-                self._send(copy_messages(copy, table))
-            else:
-                self._send(await self.server.in_pool(copy_messages, copy, table))
-            await self._drain()
+            self._send(copy_response(table))
+            if copy.header:
+                self._send(copy_header(copy, table))
+            for start in range(0, table.num_rows, ROWS_PER_WRITE):  # as _rows writes DataRows
+                chunk = table.slice(start, ROWS_PER_WRITE)
+                if chunk.num_rows <= INLINE_ROWS:
+                    self._send(copy_data(copy, chunk))
+                else:
+                    self._send(await self.server.in_pool(copy_data, copy, chunk))
+                await self._drain()
+            self._send(COPY_DONE)
         finally:
             self.sending = 0
         self._send(codec.command_complete(f"COPY {table.num_rows}"))
