@@ -27,6 +27,10 @@ two draws of the same noise on different populations give their exact difference
   computes them, not as DuckDB does, and ``1.0 / 3 * 3 = 1`` (TRUE to DuckDB, FALSE to it)
   made ``x = 1 OR 1.0 / 3 * 3 = 1``, every row, the population ``x = 1``.
   Outer joins are not flattened: their sources, sides and ON conditions are kept in order.
+  A row-level derived table or CTE with outer joins that is the whole FROM of the SELECTs
+  above it is read as its joins written there (``FROM (SELECT ... FROM a LEFT JOIN b ON c) t
+  WHERE p`` is ``FROM a LEFT JOIN b ON c WHERE p``: WHERE applies after FROM either way);
+  beside another source or join it stays one opaque relation.
 * **keys**: the canonical base expression of every GROUP BY key (in the order given).
 * **aggregates**: the canonical text of every aggregate call (function, DISTINCT, arguments on
   base columns).

@@ -99,8 +99,9 @@ def _is_inner(join: exp.Join) -> bool:
     return not side and kind in ("", "INNER", "CROSS") and not join.args.get("using")
 
 
-def _flattenable(scope: Scope) -> bool:
-    """A plain row-level SELECT: its rows are its sources' rows filtered (inner joins only)."""
+def _flattenable(scope: Scope, outer: bool = False) -> bool:
+    """A plain row-level SELECT: its rows are its sources' rows filtered (inner joins only;
+    with ``outer``, outer joins too: the rows of its joins as written, then filtered)."""
     select = scope.expression
     if not isinstance(select, exp.Select):
         return False
@@ -108,7 +109,14 @@ def _flattenable(scope: Scope) -> bool:
         return False
     if any(isinstance(n, (exp.AggFunc, exp.Window)) for p in select.expressions for n in p.walk()):
         return False
-    return all(_is_inner(j) for j in select.args.get("joins") or [])
+    return outer or all(_is_inner(j) for j in select.args.get("joins") or [])
+
+
+def _sole_source(scope: Scope) -> bool:
+    """Whether ``scope`` (a SELECT) reads one source and joins nothing: its rows are that
+    source's rows, filtered by its WHERE."""
+    select = scope.expression
+    return len(scope.selected_sources) == 1 and not select.args.get("joins")
 
 
 class _Block:
@@ -128,11 +136,12 @@ class _Block:
         self.scopes: dict[int, Scope] = {}
 
     # -- building
-    def add_select(self, scope: Scope) -> None:
+    def add_select(self, scope: Scope, alone: bool = True) -> None:
         """Add the sources and conditions of ``scope``; plain row-level children joined by
         inner joins are flattened into this block. A SELECT with an outer join keeps its
         joins in order and flattens nothing (a condition of a null-supplying side does not
-        commute with the join)."""
+        commute with the join). ``alone``: ``scope`` is the block's only source (the block's
+        own SELECT, or read alone by every SELECT flattened above it)."""
         select = scope.expression
         self.scopes[id(select)] = scope
         resolvers: dict[str, tuple] = {}
@@ -140,13 +149,24 @@ class _Block:
         # a source's node is its Table, or the SELECT inside a derived table's parentheses
         joins = {id(_unwrap(j.this)): j for j in select.args.get("joins") or []}
         ordered = any(not _is_inner(j) for j in joins.values())
+        # a SELECT whose only source is a derived table or CTE with outer joins reads the rows
+        # of those joins as written: it is flattened, its joins kept in order, so that
+        # ``SELECT t.k ... FROM (SELECT ... FROM a LEFT JOIN b ON ...) t WHERE p`` is the
+        # population of ``SELECT b.k ... FROM a LEFT JOIN b ON ... WHERE p`` (WHERE applies
+        # after FROM either way). Only where it is the block's whole FROM: beside another
+        # source or join it stays opaque
+        sole = alone and _sole_source(scope)
         for alias, (node, source) in scope.selected_sources.items():
             if isinstance(source, exp.Table):
                 resolvers[alias] = ("relation", self._relation(("table", source.name.lower())))
-            elif not ordered and _flattenable(source) and id(source.expression) not in self.scopes:
+            elif (
+                not ordered
+                and _flattenable(source, outer=sole)
+                and id(source.expression) not in self.scopes
+            ):
                 # a CTE read twice is flattened once: its second reading is opaque (one scope
                 # has one set of column resolutions, and both readings took the second's)
-                self.add_select(source)
+                self.add_select(source, alone=sole)
                 resolvers[alias] = ("scope", source)
             else:
                 described = ("query", self.describer.query(source))

@@ -117,7 +117,7 @@ class DpStage:
     # table's values; None: private partition selection
     selection: PartitionSelection | None
     units: str | None  # column of the noisy unit count (selection and min_frequency)
-    min_frequency: int | None
+    min_frequency: int | None  # None: no cell withheld (none set, or no value to withhold)
     delta: Fraction = Fraction(0)  # of private selection, spent with its noisy unit counts
     # the bounding report's statistics (dropped, clamped, kept: accountant.REPORT_PARTS; dropped
     # is None where nothing can be dropped: one row per unit), or None: no report
@@ -216,7 +216,7 @@ def _stage(cells: Cells, twin, policy: Policy, relation: str, to_sql,
         domains=domains,
         selection=selection,
         units=units_column,
-        min_frequency=settings.min_frequency,
+        min_frequency=settings.min_frequency if units_column is not None else None,
         delta=delta,
         report=tuple(names) if report is not None else None,
         shares_zero=shares_zero,

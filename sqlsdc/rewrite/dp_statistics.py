@@ -168,9 +168,15 @@ def unit_counts(
     """The noisy unit count per cell that private partition selection or ``min_frequency``
     thresholds: its column, the selection rule (None: public domains) and the selection's delta;
     (None, None, 0) when neither is asked. With private selection, the query's own unit count
-    (``fused``) is that count, and its output is set here."""
+    (``fused``) is that count, and its output is set here.
+
+    Public groups draw it only to withhold the values of cells under ``min_frequency``
+    (:func:`sqlsdc.guard.dp_cells_table._cells_table`): a query of no aggregate
+    (``SELECT scheme FROM benefits GROUP BY scheme``) releases every group of the public
+    domain and no value, so it draws none and pays nothing (s49c: it paid the counts' epsilon
+    for a count it never used)."""
     settings = table.dp
-    if settings.groups is not GroupKeys.PRIVATE and settings.min_frequency is None:
+    if settings.groups is not GroupKeys.PRIVATE and (settings.min_frequency is None or not outputs):
         return None, None, Fraction(0)
     selection, delta = None, Fraction(0)
     base = Bounding(settings.max_groups, settings.max_rows,
