@@ -57,9 +57,10 @@ Budget (the capped demo, ε 0.4 a SUM with its unit count and report): 4 threads
 connection asking 4 new SUMs at once paid 1.6, the same SUM in 4 threads 0.4 once; a policy
 re-applied (version 2) drew fresh noise for a query asked before and charged it again (232.1
 -> 232.4), the spend kept across the versions.
-Noted, not a leak: a column of a LEFT JOIN read through a derived table or CTE has no public
-domain (refused before the charge, while the same join outside it answers), and a query of
-public groups alone under ``min_frequency`` pays the unit counts it then does not use.
+Noted, not a leak, and since answered by s49m: a column of a LEFT JOIN read through a derived
+table or CTE had no public domain (refused before the charge, while the same join outside it
+answered), and a query of public groups alone under ``min_frequency`` paid the unit counts it
+then did not use (now free).
 Known and documented, not re-scored: a statement stopped by its (analyst-shortened) timeout
 has paid, and whether it finished is a function of the data's running time (README, DP 4).
 """
@@ -410,7 +411,7 @@ def test_every_cell_identity_names_one_exact_value(capped, monkeypatch):
         answered = 0
         for sql in _random_queries(49, 12):
             asking[0] = sql
-            try:  # (a LEFT JOIN's column read through a derived table has no domain: refused)
+            try:  # (shapes outside the DP path are refused)
                 con.execute(sql).fetchall()
             except PolicyViolation:
                 continue
