@@ -13,6 +13,15 @@ not an answer seen in the wild. A nested frame now shadows only for a column its
 provably holds (an output named so, or DP's ``SELECT *`` of its registered noisy cells and a
 column that relation registers); any other is proven against the frame around it.
 
+Finding (fixed): rank swapping's top and bottom 5 % "coded to their means" (s49d) is the floor
+of 5 % of the values present: 1 value for 20-39 values, none below 20. One value coded to its
+own mean is left as it is and kept out of the swap, so it stays on its own record: the demo's
+22 persons aged 94+ of R01 with ``rankswap:income:p=10`` released the largest income
+(142,494.58, a man of 94, lower secondary) and the smallest exactly on the persons who have
+them, every time (README: "the file never holds the largest or smallest values"). A share of
+fewer than 2 values (microaggregation's least k) is refused, saying which share to give or
+``top=0``.
+
 Attacks that held (numbers from a 20,000-person demo):
 - the same DP subquery twice in one statement, in a CTE read twice, in SELECT and WHERE, in
   two UNION ALL branches: charged once (one budget row), one noisy value (4 statements);
@@ -33,13 +42,17 @@ Attacks that held (numbers from a 20,000-person demo):
 from __future__ import annotations
 
 import duckdb
+import numpy as np
+import pandas as pd
 import pytest
 from sqlglot import exp
 
 import sqlsdc
 import sqlsdc.guard.pipeline as pipeline
-from sqlsdc.errors import InternalError
+from sqlsdc.errors import InternalError, MicrodataError
 from sqlsdc.guard.validate import validate_release
+from sqlsdc.microdata import perturb
+from sqlsdc.microdata.steps import apply_steps, parse_step
 
 MIXED = "SELECT SUM(income), (SELECT COUNT(*) FROM benefits) FROM persons"
 
@@ -119,3 +132,25 @@ def test_the_dp_subquery_asked_twice_in_one_statement_is_charged_once(ckm_copy):
     ((alone,),) = _ask(ckm_copy, dp[1:-1])
     assert {row[1] for row in union} == {a} and where == [(count, a)] and alone == a
     assert _spent(ckm_copy) == 1
+
+
+def test_rank_swap_refuses_a_top_share_that_codes_one_value():
+    """Fails on int49: 22 values with the default 5 % code floor(1.1) = 1 value at each end
+    "to its mean", i.e. leave it, and keep it out of the swap: the file held the largest and
+    the smallest value exactly, on the records that have them (the demo's 22 persons aged 94+
+    of R01, ``rankswap:income:p=10``: 142,494.58 on its own man of 94). Below 20 values the
+    default codes none at all."""
+    rng = np.random.default_rng(49)
+    df = pd.DataFrame({"income": rng.lognormal(10, 1, 22).round(2)})
+    with pytest.raises(MicrodataError, match="top 5 % of 22 values is 1 value"):
+        apply_steps(df, [parse_step("rankswap:income:p=10")], secret=b"s" * 32, seed=0)
+    with pytest.raises(MicrodataError, match="give top ≥ 9.09"):
+        perturb.rank_swap(df["income"].to_numpy(), 10, rng, bottom=10)
+    out, _ = apply_steps(
+        df, [parse_step("rankswap:income:p=10,top=10,bottom=10")], secret=b"s" * 32, seed=0
+    )  # 2 values at each end: coded to their mean, the extremes gone
+    assert out["income"].max() < df["income"].max() and out["income"].min() > df["income"].min()
+    out, _ = apply_steps(
+        df, [parse_step("rankswap:income:p=10,top=0,bottom=0")], secret=b"s" * 32, seed=0
+    )  # switched off as the admin asks: a permutation
+    assert sorted(out["income"]) == sorted(df["income"])
