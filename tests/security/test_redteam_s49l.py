@@ -36,7 +36,19 @@ Attacks that held (numbers from a 20,000-person demo):
 - ``__cells`` written by the analyst (alias, quoted, on a public table): refused as reserved;
 - noised_conditions' skip of nested cells: ``(SELECT COUNT(*) FROM persons WHERE income >=
   100000)`` beside a count, as a group key, with region = 'R01': 2,745 / 243, the answers of
-  the statements alone (true 2,725 / 245), so the nested condition is still converted.
+  the statements alone (true 2,725 / 245), so the nested condition is still converted; the
+  outer WHERE income >= 20000 beside such a subquery (in WHERE, SELECT, group key, HAVING, IN):
+  15,042, the noised answer alone (true 15,118);
+- mixed statements' bounds: a DP group key with GROUP BY region LIMIT 5 then LIMIT 3: one
+  charge; LIMIT 1,000,001 refused before the charge; DP beside CKM over a join, over benefits
+  itself (two DP stages: 2/5), in a derived table filtered outside: charged as asked;
+- rank swap's coded means across two files one person apart (R01 aged 90+, 100 and 101
+  records): the totals differ by her income exactly (258,356.19; swapping and coding keep
+  totals), but ``sqlsdc publish --include f1 --include f2`` refuses the pair (file_pairs);
+- synthesize at the 10-value floor: 11 incomes of R05-M019 aged 90+, 2,000 rows: parametric
+  stores the top-5 and bottom-5 means to the cent (804 and 795 rows: means of 5, as meant);
+  cart's smoothing keeps the one uncoded (6th) value: 185 rows within 38,571-39,100, median
+  38,872.43 for 38,874.53 — one value of the 11, not linked to a person; reported, not fixed.
 """
 
 from __future__ import annotations
