@@ -57,14 +57,15 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pytest
+from db_reads import read
 from sqlglot import exp
 
-import sqlsdc
 import sqlsdc.guard.pipeline as pipeline
 from sqlsdc.errors import InternalError, MicrodataError
 from sqlsdc.guard.validate import validate_release
 from sqlsdc.microdata import perturb
 from sqlsdc.microdata.steps import apply_steps, parse_step
+from tests.test_dp_beside_ckm import _ask
 
 MIXED = "SELECT SUM(income), (SELECT COUNT(*) FROM benefits) FROM persons"
 
@@ -87,22 +88,8 @@ def _protected_tree(path, sql: str, monkeypatch):
     return seen[-1], answer
 
 
-def _ask(path, sql: str) -> list[tuple]:
-    con = sqlsdc.connect(path, user="analyst")
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
-
-
 def _spent(path) -> int:
-    con = duckdb.connect(str(path), read_only=True)
-    try:
-        return con.execute(
-            "SELECT COUNT(*) FROM sqlsdc.budget_spend WHERE user_name = 'analyst'"
-        ).fetchone()[0]
-    finally:
-        con.close()
+    return read(path, "SELECT COUNT(*) FROM sqlsdc.budget_spend WHERE user_name = 'analyst'")[0][0]
 
 
 def test_a_nested_frame_reading_a_column_its_cells_lack_is_proven_against_the_outer(
