@@ -16,8 +16,9 @@ Then it proves, per protected-cells subquery, that what leaves it is protected:
   ``CASE WHEN __n<i> >= k``, a true unit count only in ``__n >= k``, with k at least the
   policy's minimum frequency. Frames that read no confidential table (DP's registered noisy
   cells, a stored suppression pattern) hold protected values only. A frame nested in another
-  (a scalar subquery beside the aggregate) is proven on its own: ``__cells`` inside it names
-  its own cells, not the outer frame's.
+  (a scalar subquery beside the aggregate) is proven on its own: ``__cells.x`` inside it names
+  its own cells only where its source provably has ``x`` (DuckDB binds a column the inner
+  source lacks to the outer ``__cells``); any other is proven against the outer frame.
 
 A failure here is a bug in an earlier pass, so the query is refused rather than run.
 """
@@ -115,7 +116,7 @@ def prove_cells(cells: exp.Subquery, tables: list, ctes: dict[str, exp.CTE], pol
         if (
             isinstance(node, exp.Column)
             and node.table == CELLS
-            and _frame_of(node) is consumer
+            and not _another_frames(node, consumer)
             and not _released(node, k)
         ):
             raise InternalError(f"{node.name} of protected cells is not a protected value")
@@ -123,20 +124,51 @@ def prove_cells(cells: exp.Subquery, tables: list, ctes: dict[str, exp.CTE], pol
             raise InternalError(f"unqualified internal column {node.name} over protected cells")
 
 
-def _frame_of(column: exp.Column) -> exp.Select | None:
-    """The select whose ``__cells`` source ``column`` reads: the nearest one up the tree with a
-    FROM or JOIN aliased ``__cells`` (an inner ``__cells`` shadows an outer one). A scalar
-    subquery beside the aggregate has its own frame, proven by its own :func:`prove_cells`
-    (s49a: a DP subquery's noisy ``__cells.__a0`` beside a CKM count was read as the outer
-    frame's true count and the query failed as an internal error)."""
+def _another_frames(column: exp.Column, consumer: exp.Select) -> bool:
+    """Whether ``column`` (``__cells.x``) reads the cells of a frame nested in ``consumer``'s
+    rather than ``consumer``'s own: a select between them has a FROM or JOIN aliased
+    ``__cells`` that provably HAS the column (s49j: a scalar subquery beside the aggregate has
+    its own frame, proven by its own :func:`prove_cells`; s49a: a DP subquery's noisy
+    ``__cells.__a0`` beside a CKM count was read as the outer frame's true count). An inner
+    ``__cells`` shadows the outer one for a column only if it holds that column: DuckDB binds
+    a qualified ``__cells.x`` that the inner source lacks to the outer ``__cells.x`` (s49l:
+    ``(SELECT __cells.__a0 FROM (SELECT 1 AS __y9) AS __cells)`` beside a CKM sum returned the
+    sum before its noise, and the proof let it through as the inner frame's). A source whose
+    columns the tree does not show is not taken to have it: the column is proven here."""
     node = column.parent
-    while node is not None:
+    while node is not None and node is not consumer:
         if isinstance(node, exp.Select):
             sources = [node.args.get("from_"), *(node.args.get("joins") or [])]
-            if any(s is not None and s.this.alias == CELLS for s in sources):
-                return node
+            if any(s is not None and _holds(s.this, column.name) for s in sources):
+                return True
         node = node.parent
-    return None
+    return False
+
+
+NOISY_CELL_COLUMN = re.compile(r"__(g|a|p|sd|hw|dr|cl)\d+")  # what DP's relation registers
+
+
+def _holds(source: exp.Expr, name: str) -> bool:
+    """Whether ``source``, a FROM or JOIN item aliased ``__cells``, provably has the column
+    ``name``: one of its select's outputs is named so, or it is DP's ``SELECT * FROM`` its
+    registered noisy cells and ``name`` is of the columns the release registers."""
+    if source.alias != CELLS or not isinstance(source, exp.Subquery):
+        return False
+    select = source.this
+    if not isinstance(select, exp.Select):
+        return False
+    if any(e.alias_or_name == name and not isinstance(e, exp.Star) for e in select.expressions):
+        return True
+    read = select.args.get("from_")
+    return (
+        len(select.expressions) == 1
+        and isinstance(select.expressions[0], exp.Star)
+        and not select.args.get("joins")
+        and read is not None
+        and isinstance(read.this, exp.Table)
+        and _noisy_cells(read.this)
+        and NOISY_CELL_COLUMN.fullmatch(name) is not None
+    )
 
 
 def _released(column: exp.Column, k: int) -> bool:

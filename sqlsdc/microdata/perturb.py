@@ -121,6 +121,14 @@ def shuffle(X, S, rng: np.random.Generator) -> np.ndarray:
     return out
 
 
+LEAST_CODED = 2
+"""The fewest values rank swapping's top (bottom) share may code to their mean, as
+microaggregation's least k: one value "coded" to its own mean is left as it is, and kept out
+of the swap it stays on its own record (red team s49l: 22 persons aged 94+ of R01 with
+``rankswap:income:p=10`` kept the largest income, 142,494.58, and the smallest exactly on the
+persons who have them; below 20 values the default 5 % codes none)."""
+
+
 def rank_swap(
     x, p: float, rng: np.random.Generator, *, top: float = 5.0, bottom: float = 5.0
 ) -> np.ndarray:
@@ -128,7 +136,8 @@ def rank_swap(
     ``top`` % largest and the ``bottom`` % smallest values (floor of the share of the values
     present) are each replaced by their mean and left out of the swapping (sdcMicro's
     ``TopPercent = 5, BottomPercent = 5``: R/rankSwap.R, src/RankSwapping.h @cf32510, "Top and
-    bottom code Var_i and then flag as swapped"), so the file never holds the extreme values;
+    bottom code Var_i and then flag as swapped"), so the file never holds the extreme values
+    (a share of fewer than :data:`LEAST_CODED` values, which would code nothing, is refused);
     then walk the other ranks from the lowest: each unswapped rank i is swapped with an
     unswapped rank j drawn uniformly from i < j < i + p·n/100 (digest §6: |i − j| < P·N/100).
     Missing values stay where they are (sdcMicro flags them swapped). ``top = bottom = 0``
@@ -150,6 +159,14 @@ def rank_swap(
     m = len(present)
     order = present[np.argsort(x[present], kind="stable")]
     n_top, n_bottom = int(np.floor(m * top / 100)), int(np.floor(m * bottom / 100))
+    for share, coded, end in ((top, n_top, "top"), (bottom, n_bottom, "bottom")):
+        if m and share and coded < LEAST_CODED:
+            raise MicrodataError(
+                f"the rank-swap {end} {share:g} % of {m} values is {coded} value(s): coded to "
+                f"the mean of fewer than {LEAST_CODED}, the {end} value would stay as it is, on "
+                f"its own record; give {end} ≥ {100 * LEAST_CODED / m:.3g}, or {end}=0 to swap "
+                "it with its neighbours as well"
+            )
     sorted_x = x[order].copy()
     if n_top or n_bottom:
         sorted_x = sorted_x.astype(float)
