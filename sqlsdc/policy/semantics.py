@@ -163,6 +163,20 @@ def _global_problems(doc: dict) -> list[str]:
                 f"(budgets.{seen_budgets[key]}); give each user and table one budget"
             )
         seen_budgets.setdefault(key, i)
+    seen_limits: dict[tuple[str, str, str], int] = {}
+    for i, limit in enumerate(doc.get("cell_limits", [])):
+        where = f"cell_limits.{i}"
+        if limit.get("table", "*") != "*" and limit["table"].lower() not in tables:
+            problems.append(f"{where}.table: table {limit['table']!r} is not declared")
+        if limit.get("user", "*") not in ("*", *doc["users"]):
+            problems.append(f"{where}.user: user {limit['user']!r} is not declared")
+        key = (limit.get("user", "*"), limit.get("table", "*").lower(), limit.get("per", "day"))
+        if key in seen_limits:
+            problems.append(
+                f"{where}: user {key[0]!r} on table {key[1]!r} has a cell limit per {key[2]} "
+                f"already (cell_limits.{seen_limits[key]}); give each one limit per period"
+            )
+        seen_limits.setdefault(key, i)
     releases = [r.lower() for r in doc.get("releases", [])]
     for i, name in enumerate(releases):
         if name in tables:
