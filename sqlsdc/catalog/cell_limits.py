@@ -38,6 +38,7 @@ from datetime import datetime, timedelta
 
 from sqlsdc.catalog.schema import CATALOG_SCHEMA, CELL_ALLOWANCE
 from sqlsdc.catalog.store import admin_names
+from sqlsdc.engines.duckdb import parsed
 from sqlsdc.errors import BudgetExhausted
 from sqlsdc.policy import CellLimit, Policy
 
@@ -46,15 +47,18 @@ TABLE = CELL_ALLOWANCE
 
 _SEP = chr(31)  # a unit separator: never in a user, table or column name or a JSON identity
 
-# the query's new cells from its ledger rows; $1 query id, $2 user, $3 tables, $4 time
-_INSERT = f"""INSERT INTO {S}.{TABLE}
-SELECT sha256(concat_ws('{_SEP}', $2::VARCHAR, t.name, l.cell, l.column_name)), $2::VARCHAR,
-       t.name, sha256(concat_ws('{_SEP}', t.name, l.cell, l.column_name)), 1, $4, $1
+# the query's cells from its ledger rows, per table: their keys for the user and their hashes
+# without the user; $1 query id, $2 user, $3 tables
+_CELLS = f"""SELECT sha256(concat_ws('{_SEP}', $2::VARCHAR, t.name, l.cell, l.column_name)),
+       t.name, sha256(concat_ws('{_SEP}', t.name, l.cell, l.column_name))
 FROM (SELECT DISTINCT cell, column_name FROM {S}.ledger
       WHERE query_id = $1 AND mechanism <> 'dp') AS l,
-     (SELECT unnest($3::VARCHAR[]) AS name) AS t
-ON CONFLICT DO NOTHING
-RETURNING 1"""
+     (SELECT unnest($3::VARCHAR[]) AS name) AS t"""
+
+# rows given as lists: $1 keys, $2 user, $3 tables, $4 hashes, $5 cells, $6 time, $7 query id
+_ADD = f"""INSERT INTO {S}.{TABLE}
+SELECT unnest($1::VARCHAR[]), $2::VARCHAR, unnest($3::VARCHAR[]), unnest($4::VARCHAR[]), $5,
+       $6, $7"""
 
 
 class CellLimitReached(BudgetExhausted):
@@ -104,15 +108,6 @@ def applicable(policy: Policy, user: str, tables) -> tuple[CellLimit, ...]:
     )  # fmt: skip
 
 
-# the cells of a statement that its answer does not show one by one, per table (a row each,
-# ``cells`` their number); $1 the rows' keys, $2 user, $3 cells, $4 time, $5 query id
-_OPAQUE = f"""INSERT INTO {S}.{TABLE}
-SELECT e.entry, $2::VARCHAR, e.table_name, e.cell_hash, $3, $4, $5
-FROM (SELECT unnest($1::STRUCT(entry VARCHAR, table_name VARCHAR, cell_hash VARCHAR)[]) AS e)
-ON CONFLICT DO NOTHING
-RETURNING 1"""
-
-
 _FOUND = f"SELECT entry FROM {S}.{TABLE} WHERE entry IN (SELECT unnest($1::VARCHAR[]))"
 
 
@@ -156,22 +151,24 @@ def _used(con, limits: tuple[CellLimit, ...], user: str, starts) -> tuple[int, .
         else:
             parts.append(f"coalesce(sum(cells) FILTER (WHERE user_name = ? AND {since}), 0)")
             params += [user, start]
-    return tuple(int(n) for n in con.execute(f"SELECT {', '.join(parts)} FROM {S}.{TABLE}",
-                                             params).fetchone())  # fmt: skip
+    text = f"SELECT {', '.join(parts)} FROM {S}.{TABLE}"  # one text per policy: parsed once
+    return tuple(int(n) for n in con.execute(parsed(text), params).fetchone())
 
 
 def charge_cells(con, policy: Policy, *, user: str, tables, query_id: int, fingerprint: str,
-                 at: datetime, hidden: Callable[[], int] | None = None) -> None:  # fmt: skip
+                 at: datetime, hidden: Callable[[], tuple[int, bool]] | None = None,
+                 ) -> None:  # fmt: skip
     """Count the new cells of ``query_id`` (its ledger rows, already written in this
     transaction) against the limits that apply; raise :class:`CellLimitReached` (the caller
     rolls back) when one would be passed or the user's period on one has ended. ``hidden``
-    gives the cells the query computed without releasing them one by one
-    (:mod:`sqlsdc.guard.hidden_cells`), charged once per statement text and table."""
+    gives the cells the query computed without releasing them one by one, and whether it ran
+    a count to know (:mod:`sqlsdc.guard.hidden_cells`), charged once per statement text and
+    table."""
     names = sorted({t.lower() for t in tables if _confidential(policy, t)})
     limits = applicable(policy, user, names)
     if not limits:
         return
-    new = len(con.execute(_INSERT, [query_id, user, names, at]).fetchall())
+    cells = con.execute(parsed(_CELLS), [query_id, user, names]).fetchall()
     periods = [period(limit.per, at) for limit in limits]
     ends = [
         _end_entry(user, limit, start) for limit, (start, _) in zip(limits, periods, strict=True)
@@ -179,14 +176,25 @@ def charge_cells(con, policy: Policy, *, user: str, tables, query_id: int, finge
     opaque = [(_digest("opaque", user, name, fingerprint), name) for name in names]
     # one look-up by key: the periods a refusal ended, and whether this statement's hidden
     # cells were charged before (then its groups are not counted again)
-    asked = ends + ([k for k, _ in opaque] if hidden is not None else [])
-    found = {e for (e,) in con.execute(_FOUND, [asked]).fetchall()}
+    # one look-up by key: which cells were released to the user before, the periods a
+    # refusal ended, whether this statement's hidden cells were charged before (then its
+    # groups are not counted again)
+    asked = [k for k, _, _ in cells] + ends
+    asked += [k for k, _ in opaque] if hidden is not None else []
+    found = {e for (e,) in con.execute(parsed(_FOUND), [asked]).fetchall()}
+    fresh = [c for c in cells if c[0] not in found]
+    if fresh:  # a concurrent query of the user adding one of them first conflicts: run again
+        con.execute(parsed(_ADD), [[c[0] for c in fresh], user, [c[1] for c in fresh],
+                           [c[2] for c in fresh], 1, at, query_id])  # fmt: skip
+    new = len(fresh)
     ended = found.intersection(ends)
-    if hidden is not None and not all(k in found for k, _ in opaque):
-        cells = hidden()  # 0 too is kept: the statement's groups are not counted again
-        rows = [{"entry": k, "table_name": name, "cell_hash": _digest(k, "cells")}
-                for k, name in opaque]  # fmt: skip
-        new += len(con.execute(_OPAQUE, [rows, user, cells, at, query_id]).fetchall()) * cells
+    unseen = [(k, name) for k, name in opaque if k not in found] if hidden is not None else []
+    count, counted = hidden() if unseen else (0, False)
+    if count or counted:  # 0 too when counted: the statement's groups are not counted again
+        keys, tables_of = [k for k, _ in unseen], [name for _, name in unseen]
+        hashes = [_digest(k, "cells") for k in keys]
+        con.execute(parsed(_ADD), [keys, user, tables_of, hashes, count, at, query_id])
+        new += len(unseen) * count
     if ended:
         limit, (_, resets) = next((lim, p) for lim, p, e in zip(limits, periods, ends, strict=True)
                                   if e in ended)  # fmt: skip
@@ -202,7 +210,7 @@ def charge_cells(con, policy: Policy, *, user: str, tables, query_id: int, finge
         return
     # one row per user that every transaction counting new cells for them updates: two at
     # once conflict and the second is run again after the first, so neither passes unseen
-    con.execute(_LOCK, [_lock_entry(user), user, at, query_id])
+    con.execute(parsed(_LOCK), [_lock_entry(user), user, at, query_id])
     used = _used(con, limits, user, [s for s, _ in periods])
     passed = [(limit, n, p) for limit, n, p in zip(limits, used, periods, strict=True)
               if n > limit.cells]  # fmt: skip

@@ -115,13 +115,15 @@ def opaque_frames(tree: exp.Expr | None) -> list[tuple[exp.Expr | None, int, boo
     return found
 
 
-def hidden_cells(con, tree: exp.Expr | None, to_sql, run, shown: int) -> int:
+def hidden_cells(con, tree: exp.Expr | None, to_sql, run, shown: int) -> tuple[int, bool]:
     """The cells of ``tree``'s frames that its answer of ``shown`` rows does not show one by
     one (0 when there are none): of a frame that is not plain its groups times aggregates; of
     a plain one (the statement itself) the groups left out as published 0. Groups are counted
-    with ``run`` (SQL text → Arrow table) in the caller's transaction."""
-    total = 0
+    with ``run`` (SQL text → Arrow table) in the caller's transaction; the second value says
+    whether any was (else the cells were known from the answer alone, at no cost)."""
+    total, counted = 0, False
     for count, aggregates, plain in opaque_frames(tree):
         groups = 1 if count is None else int(run(to_sql(count)).column(0)[0].as_py() or 0)
+        counted = counted or count is not None
         total += (max(groups - shown, 0) if plain else groups) * aggregates
-    return total
+    return total, counted

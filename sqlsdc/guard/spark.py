@@ -169,7 +169,7 @@ def _run_protected(connection: Connection, con, engine: SparkEngine, sql: str, p
     return values
 
 
-def _hidden(connection, con, query, shown: int) -> int:
+def _hidden(connection, con, query, shown: int) -> tuple[int, bool]:
     """Under a cell limit, a Spark answer must show every cell it computes but the groups its
     group condition leaves out as published 0 (counted on the DuckDB file Spark's data was
     copied from, :mod:`sqlsdc.guard.hidden_cells`); a query hiding more (a HAVING, a LIMIT, an
