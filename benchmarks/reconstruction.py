@@ -23,14 +23,23 @@ are counted; the attack solves what it got.
 
 Usage: python benchmarks/reconstruction.py [--db PATH] [--persons 20000] [--queries 400]
        [--variant in|padded|ranges|partition|sum|all] [--municipality R01-M001]
+       [--method ckm|threshold|dp] [--no-limits]
 Builds the demo database in a temporary directory unless --db is given (the demo policy: CKM
-counts and sums, and its cell limits). Runs in well under 2 minutes with the defaults.
+counts and sums and its cell limits; --method threshold or dp protects persons so, --no-limits
+drops the limits). Runs in about a minute of CPU with the defaults.
+
+Measured (20,000 persons, R01-M001: 35 persons, 30 ages, 14 with tertiary persons; majority
+guess decides 20 of 35 persons): without limits, 100 counts -> 90/100 ages exact, 300 -> 98
+(28 persons), partition 300 statements -> 100/100 (30 persons), padded 300 -> 95/100, sum 300
+-> median relative error 16% per age (4 of 28 within 5%, 13 within 15%: x·m, not x). With the
+demo's limit (200 cells of persons a day) the attack stops at 200 answers, enough for 97/100.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -140,6 +149,27 @@ def score(raw, variant: str, m: str, estimate) -> dict:
             "baseline_majority": round(majority / persons, 3)}  # fmt: skip
 
 
+def _policy(args):
+    """The demo policy, its persons protected by ``args.method``, without its cell limits
+    with ``args.no_limits``."""
+    from sqlsdc.demo.build import demo_policy
+    from sqlsdc.policy import load_policy
+
+    document = demo_policy().document_dict()
+    if args.no_limits:
+        document.pop("cell_limits", None)
+    persons = document["tables"]["persons"]
+    if args.method == "threshold":
+        persons["protection"] = {"min_frequency": 10, "counts": {"method": "threshold"},
+                                 "magnitudes": {"method": "threshold"}}  # fmt: skip
+    elif args.method == "dp":  # ε 0.1 a count, 1 a sum (income clamped to its bounds)
+        count, total = {"epsilon": 0.1}, {"epsilon": 1}
+        persons["protection"] = {"counts": {"method": "dp", "spend": count},
+                                 "magnitudes": {"method": "dp", "spend": total}}  # fmt: skip
+        persons["dp"] = {"max_groups": 1, "max_rows": 1}
+    return load_policy(document, name=f"reconstruction-{args.method}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--db", type=Path)
@@ -149,6 +179,11 @@ def main() -> None:
     parser.add_argument("--municipality", default="R01-M001")
     parser.add_argument("--pad", default="R01-M002")
     parser.add_argument("--user", default="analyst")
+    parser.add_argument("--method", default="ckm", choices=["ckm", "threshold", "dp"],
+                        help="the built demo's protection of persons (default: the shipped "
+                        "policy, CKM and its cell limits)")  # fmt: skip
+    parser.add_argument("--no-limits", action="store_true", help="the built demo without "
+                        "the policy's cell_limits")  # fmt: skip
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         db = args.db
@@ -156,10 +191,14 @@ def main() -> None:
             from sqlsdc.demo.build import build_demo_database
 
             db = Path(tmp) / "demo.duckdb"
-            build_demo_database(db, persons=args.persons)
+            build_demo_database(db, persons=args.persons, policy=_policy(args))
         variants = (["in", "padded", "ranges", "partition", "sum"] if args.variant == "all"
                     else args.variant.split(","))  # fmt: skip
+        template = db
         for variant in variants:
+            if args.db is None:  # each variant on its own copy: a limit one ends is not shared
+                db = Path(tmp) / f"{variant}.duckdb"
+                shutil.copy(template, db)
             con = sqlsdc.connect(str(db), user=args.user)
             try:
                 got = attack(con, variant, args.municipality, args.queries, args.pad)
