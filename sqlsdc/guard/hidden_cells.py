@@ -83,11 +83,27 @@ def _plain(select: exp.Select, root: exp.Expr) -> bool:
 
 
 def _keyed(frame: exp.Subquery) -> bool:
-    """Whether the frame has group keys (``__g<i>``): without, it is one group, the total."""
-    inner = frame.this
-    return not isinstance(inner, exp.Select) or any(
-        e.alias_or_name.startswith("__g") for e in inner.expressions
-    )
+    """Whether the frame's aggregation has a GROUP BY (its outer layers read ``__s.*``, so
+    the keys are not named there): without, it is one group, the total."""
+    return frame.find(exp.Group) is not None
+
+
+def _groups(frame: exp.Subquery) -> exp.Expr:
+    """What has one row per group of the frame, cheapest: the aggregation under its layers
+    (each reads the one below ``FROM (...) AS __s`` and LEFT JOINs perturbation-table rows,
+    one per cell, keeping its rows), else the frame itself."""
+    node = frame.this
+    while isinstance(node, exp.Select) and not node.args.get("group"):
+        source = node.args.get("from_") or node.args.get("from")
+        if node.args.get("where") is not None or source is None:
+            return frame
+        inner = source.this
+        if not isinstance(inner, exp.Subquery) or any(
+            join.side != "LEFT" for join in node.args.get("joins") or []
+        ):
+            return frame
+        node = inner.this
+    return node.parent if isinstance(node, exp.Select) and node.parent is not None else frame
 
 
 def opaque_frames(tree: exp.Expr | None) -> list[tuple[exp.Expr | None, int, bool]]:
@@ -108,7 +124,7 @@ def opaque_frames(tree: exp.Expr | None) -> list[tuple[exp.Expr | None, int, boo
             continue  # every group shown
         count = None
         if not plain or _keyed(frame):
-            count = exp.select(exp.Count(this=exp.Star())).from_(frame.copy())
+            count = exp.select(exp.Count(this=exp.Star())).from_(_groups(frame).copy())
             if tree.args.get("with") is not None:
                 count.set("with", tree.args["with"].copy())
         found.append((count, _aggregates(frame), plain))

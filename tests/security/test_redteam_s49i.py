@@ -237,6 +237,21 @@ def test_hidden_cells_of_having_limit_and_outer_queries_are_counted(template, tm
     assert _used(db)[("analyst", "persons", "day")][0] == after_outer + 1
 
 
+def test_groups_published_as_zero_are_counted(template, target, tmp_path):
+    """A GROUP BY leaves out a group whose count is published as 0, and so says it is 0:
+    every group of the aggregation is counted, shown or not."""
+    db = _limited(template, tmp_path, [{"user": "analyst", "table": "persons", "cells": 1000}])
+    sql = f"SELECT age, COUNT(*) FROM persons WHERE {_tertiary(target)} GROUP BY age"
+    raw = duckdb.connect(str(db), read_only=True)
+    (groups,) = raw.execute(f"SELECT COUNT(DISTINCT age) FROM ({sql})").fetchone()
+    raw.close()
+    shown = len(_ask(db, sql))
+    assert shown < groups  # some ages' counts were published as 0, their rows left out
+    assert _used(db)[("analyst", "persons", "day")][0] == groups
+    _ask(db, sql)  # the same statement again: free
+    assert _used(db)[("analyst", "persons", "day")][0] == groups
+
+
 def test_padded_and_complemented_subsets_are_new_cells(template, target, tmp_path):
     db = _limited(template, tmp_path, [{"user": "analyst", "table": "persons", "cells": 30}])
     rng = random.Random(5)
@@ -298,3 +313,27 @@ def test_bad_cell_limits_are_refused(limit, problem):
 def test_one_limit_per_user_table_and_period():
     with pytest.raises(PolicyError, match="already"):
         _policy([{"user": "analyst", "cells": 5}, {"user": "analyst", "table": "*", "cells": 9}])
+
+
+def test_spark_counts_hidden_cells_and_refuses_what_it_cannot(template, tmp_path, monkeypatch):
+    """The Spark path (its engine stubbed: an empty answer in DuckDB's types): a group the
+    answer leaves out is counted on the DuckDB file, a HAVING is refused and audited."""
+    from types import SimpleNamespace
+
+    import sqlsdc.guard.spark as guarded_spark
+
+    db = _limited(template, tmp_path, [{"user": "analyst", "table": "persons", "cells": 100}])
+    for check in ("_check_spark_types", "check_summable", "check_engine_tables"):
+        monkeypatch.setattr(guarded_spark, check, lambda *args, **kwargs: None)
+    monkeypatch.setattr(guarded_spark, "_answer", lambda engine, tree, noisy: None)
+    monkeypatch.setattr(guarded_spark, "as_types", lambda answer, schema: schema.empty_table())
+    engine = SimpleNamespace(refresh=lambda tables: None, schemas={}, summable={}, run=None)
+    with sqlsdc.connect(db, "analyst") as con:
+        guarded_spark.run_protected(con, engine, "SELECT sex, COUNT(*) FROM persons GROUP BY sex")
+        with pytest.raises(sqlsdc.errors.PolicyViolation, match="Spark engine answers only"):
+            guarded_spark.run_protected(
+                con, engine, "SELECT sex, COUNT(*) FROM persons GROUP BY sex HAVING COUNT(*) > 5"
+            )
+    assert _used(db)[("analyst", "persons", "day")] == (2, False)  # both groups, none shown
+    refused = sqlsdc.admin.audit(db, "admin", who="analyst", decision="refused")
+    assert refused["reason"].str.contains("Spark engine answers only").sum() == 1
